@@ -1,0 +1,28 @@
+"""muster.api: Kueue-shaped input decoded and validated into the model in `muster.api.model`.
+
+Everything else in muster reads the model; this package is the only place that knows how
+Kueue v1beta1/v1beta2, batch/v1 Jobs and Kueue's Configuration are spelled on the wire.
+"""
+
+from muster.api.decode import decode_documents, decode_files, decode_yaml, structural_error
+from muster.api.encode import quantities_to_strings, workload_to_kueue
+from muster.api.errors import FieldError
+from muster.api.job import workload_name_for_job
+from muster.api.quantity import QuantityError, format_quantity, parse_quantity
+from muster.api.validate import identity, validate
+
+__all__ = [
+    "FieldError",
+    "QuantityError",
+    "decode_documents",
+    "decode_files",
+    "decode_yaml",
+    "format_quantity",
+    "identity",
+    "parse_quantity",
+    "quantities_to_strings",
+    "structural_error",
+    "validate",
+    "workload_name_for_job",
+    "workload_to_kueue",
+]

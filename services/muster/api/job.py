@@ -1,0 +1,122 @@
+"""batch/v1 Job to the Workload Kueue would create for it.
+
+The rules, as Kueue's Job integration applies them:
+- queue: label `kueue.x-k8s.io/queue-name`, else the annotation of that name, else "" (the
+  namespace's LocalQueue "default");
+- priority: label `kueue.x-k8s.io/priority-class` names a WorkloadPriorityClass, else the pod
+  template's `priorityClassName` names a scheduling.k8s.io PriorityClass;
+- one podset "main" of min(parallelism, completions) pods (parallelism defaults to 1), with
+  `min_count` from annotation `kueue.x-k8s.io/job-min-parallelism` (partial admission);
+- name `job-<job name>-<5 hex digits>`, see `workload_name_for_job`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from muster.api.convert import (
+    POD_PRIORITY_CLASS,
+    WORKLOAD_PRIORITY_CLASS,
+    meta_from_raw,
+    stable_uid,
+)
+from muster.api.errors import ObjectErrors, key_path
+from muster.api.model import ObjectMeta, OwnerReference, PriorityClassSource, Workload
+from muster.api.podspec import pod_set_from_template
+from muster.api.raw import RawJob
+
+QUEUE_NAME_KEY = "kueue.x-k8s.io/queue-name"
+PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
+POD_SET_NAME = "main"
+_MAX_NAME = 253
+
+
+def workload_name_for_job(job_name: str, job_uid: str) -> str:
+    """Return `job-<job name>-<hash>`, the hash being 5 hex digits of sha256 over name and uid.
+
+    Stable for the same Job; two Jobs with the same name but different uids get different
+    names. Long job names are cut so the result stays a valid object name (253 characters).
+    """
+    digest = hashlib.sha256(f"batch/v1/Job/{job_name}/{job_uid}".encode()).hexdigest()[:5]
+    prefix = f"job-{job_name}"[: _MAX_NAME - 6].rstrip("-.")
+    return f"{prefix}-{digest}"
+
+
+def workload_from_job(raw: RawJob, errs: ObjectErrors, *, namespace: str) -> Workload:
+    """Return the Workload for Job `raw`; problems go to `errs` with the Job's field paths."""
+    job_meta = raw.metadata
+    job_uid = job_meta.uid or stable_uid("Job", namespace, job_meta.name)
+    name = workload_name_for_job(job_meta.name, job_uid)
+    base = meta_from_raw(job_meta, namespace=namespace)
+    meta = ObjectMeta(
+        name=name,
+        namespace=namespace,
+        uid=stable_uid("Workload", namespace, name),
+        labels=base.labels,
+        annotations=base.annotations,
+        creation_timestamp=base.creation_timestamp,
+        owner_references=(
+            OwnerReference(
+                api_version="batch/v1", kind="Job", name=job_meta.name, uid=job_uid, controller=True
+            ),
+        ),
+    )
+    count = _pod_count(raw, errs)
+    pod_set = pod_set_from_template(
+        raw.spec.template,
+        errs,
+        name=POD_SET_NAME,
+        count=count,
+        min_count=_min_count(raw, count, errs),
+        path="spec.template",
+    )
+    priority_class, source = _priority_class(raw)
+    return Workload(
+        meta=meta,
+        queue_name=job_meta.labels.get(QUEUE_NAME_KEY)
+        or job_meta.annotations.get(QUEUE_NAME_KEY, ""),
+        pod_sets=(pod_set,),
+        priority_class_name=priority_class,
+        priority_class_source=source,
+    )
+
+
+def _pod_count(raw: RawJob, errs: ObjectErrors) -> int:
+    """Return how many pods run at once: parallelism, capped by completions when that is set."""
+    parallelism = raw.spec.parallelism if raw.spec.parallelism is not None else 1
+    completions = raw.spec.completions
+    if parallelism < 0:
+        errs.add("spec.parallelism", f"must be >= 0, got {parallelism}")
+    if completions is not None and completions < 0:
+        errs.add("spec.completions", f"must be >= 0, got {completions}")
+    if completions is not None and completions < parallelism:
+        return max(completions, 0)
+    return max(parallelism, 0)
+
+
+def _min_count(raw: RawJob, count: int, errs: ObjectErrors) -> int | None:
+    text = raw.metadata.annotations.get(MIN_PARALLELISM_ANNOTATION)
+    if text is None:
+        return None
+    path = key_path("metadata.annotations", MIN_PARALLELISM_ANNOTATION)
+    try:
+        value = int(text)
+    except ValueError:
+        errs.add(path, f'must be an integer, got "{text}"')
+        return None
+    # Kueue's Job webhook: greater than 0 and less than the Job's parallelism.
+    if value < 1 or value >= count:
+        errs.add(path, f"must be >= 1 and < the pod count {count}, got {value}")
+        return None
+    return value
+
+
+def _priority_class(raw: RawJob) -> tuple[str | None, PriorityClassSource | None]:
+    wpc = raw.metadata.labels.get(PRIORITY_CLASS_LABEL)
+    if wpc:
+        return wpc, WORKLOAD_PRIORITY_CLASS
+    pod_class = raw.spec.template.spec.priority_class_name
+    if pod_class:
+        return pod_class, POD_PRIORITY_CLASS
+    return None, None

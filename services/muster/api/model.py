@@ -1,0 +1,339 @@
+"""Normalized, version-independent objects that muster decides on.
+
+`muster.api.decode` turns Kueue YAML (v1beta1 or v1beta2), batch/v1 Jobs and v1 Namespaces into
+these structs; `muster.core` reads only these. Every resource amount is an integer number of
+milli-units (`MilliUnits`): 1 cpu = 1000, 1Gi of memory = 1073741824000, so that sums and
+comparisons are exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Literal, NewType
+
+import msgspec
+
+MilliUnits = NewType("MilliUnits", int)
+Resources = Mapping[str, int]  # resource name -> MilliUnits; frozen dicts by convention
+WorkloadKey = NewType("WorkloadKey", str)  # "<namespace>/<name>"
+
+
+class Frozen(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=False):
+    """Base of every model struct: immutable, keyword-only."""
+
+
+# --- shared pieces ---------------------------------------------------------------------------
+
+
+class OwnerReference(Frozen, frozen=True, kw_only=True):
+    api_version: str
+    kind: str
+    name: str
+    uid: str = ""
+    controller: bool = False
+
+
+class ObjectMeta(Frozen, frozen=True, kw_only=True):
+    name: str
+    namespace: str = ""
+    uid: str = ""
+    labels: Mapping[str, str] = msgspec.field(default_factory=dict)
+    annotations: Mapping[str, str] = msgspec.field(default_factory=dict)
+    creation_timestamp: str | None = None  # RFC 3339 as written
+    generation: int = 1
+    owner_references: tuple[OwnerReference, ...] = ()
+
+
+class Taint(Frozen, frozen=True, kw_only=True):
+    key: str
+    value: str = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+
+class Toleration(Frozen, frozen=True, kw_only=True):
+    key: str = ""  # empty key with operator Exists tolerates everything
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str = ""
+    effect: str = ""  # empty matches every effect
+
+
+class LabelSelectorRequirement(Frozen, frozen=True, kw_only=True):
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: tuple[str, ...] = ()
+
+
+class LabelSelector(Frozen, frozen=True, kw_only=True):
+    """A Kubernetes label selector; an empty one matches everything."""
+
+    match_labels: Mapping[str, str] = msgspec.field(default_factory=dict)
+    match_expressions: tuple[LabelSelectorRequirement, ...] = ()
+
+
+# --- Kueue configuration objects -------------------------------------------------------------
+
+
+class ResourceFlavor(Frozen, frozen=True, kw_only=True):
+    meta: ObjectMeta
+    node_labels: Mapping[str, str] = msgspec.field(default_factory=dict)
+    node_taints: tuple[Taint, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    topology_name: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.meta.name
+
+
+class ResourceQuota(Frozen, frozen=True, kw_only=True):
+    name: str  # resource name, e.g. "cpu"
+    nominal_quota: int  # MilliUnits
+    borrowing_limit: int | None = None  # None: unlimited (within the cohort)
+    lending_limit: int | None = None  # None: everything unused may be lent
+
+
+class FlavorQuotas(Frozen, frozen=True, kw_only=True):
+    name: str  # ResourceFlavor name
+    resources: tuple[ResourceQuota, ...]
+
+
+class ResourceGroup(Frozen, frozen=True, kw_only=True):
+    covered_resources: tuple[str, ...]
+    flavors: tuple[FlavorQuotas, ...]  # in preference order
+
+
+class QueueingStrategy(StrEnum):
+    STRICT_FIFO = "StrictFIFO"
+    BEST_EFFORT_FIFO = "BestEffortFIFO"
+
+
+class WithinClusterQueue(StrEnum):
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+    LOWER_OR_NEWER_EQUAL_PRIORITY = "LowerOrNewerEqualPriority"
+
+
+class ReclaimWithinCohort(StrEnum):
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+    ANY = "Any"
+
+
+class BorrowWithinCohortPolicy(StrEnum):
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+
+
+class BorrowWithinCohort(Frozen, frozen=True, kw_only=True):
+    policy: BorrowWithinCohortPolicy = BorrowWithinCohortPolicy.NEVER
+    max_priority_threshold: int | None = None
+
+
+class Preemption(Frozen, frozen=True, kw_only=True):
+    within_cluster_queue: WithinClusterQueue = WithinClusterQueue.NEVER
+    reclaim_within_cohort: ReclaimWithinCohort = ReclaimWithinCohort.NEVER
+    borrow_within_cohort: BorrowWithinCohort = msgspec.field(default_factory=BorrowWithinCohort)
+
+
+class FungibilityPolicy(StrEnum):
+    MAY_STOP_SEARCH = "MayStopSearch"  # v1beta1 "Borrow" / "Preempt"
+    TRY_NEXT_FLAVOR = "TryNextFlavor"
+
+
+class FlavorFungibility(Frozen, frozen=True, kw_only=True):
+    when_can_borrow: FungibilityPolicy = FungibilityPolicy.MAY_STOP_SEARCH
+    when_can_preempt: FungibilityPolicy = FungibilityPolicy.TRY_NEXT_FLAVOR
+
+
+class StopPolicy(StrEnum):
+    NONE = "None"
+    HOLD = "Hold"
+    HOLD_AND_DRAIN = "HoldAndDrain"
+
+
+class AdmissionCheckStrategyRule(Frozen, frozen=True, kw_only=True):
+    name: str
+    on_flavors: tuple[str, ...] = ()  # empty: every flavor
+
+
+class ClusterQueue(Frozen, frozen=True, kw_only=True):
+    meta: ObjectMeta
+    cohort: str | None = None
+    resource_groups: tuple[ResourceGroup, ...] = ()
+    queueing_strategy: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
+    # None (field absent) matches no namespace, as in Kueue; an empty selector matches all.
+    namespace_selector: LabelSelector | None = None
+    preemption: Preemption = msgspec.field(default_factory=Preemption)
+    flavor_fungibility: FlavorFungibility = msgspec.field(default_factory=FlavorFungibility)
+    admission_checks: tuple[AdmissionCheckStrategyRule, ...] = ()  # both spellings, merged
+    stop_policy: StopPolicy = StopPolicy.NONE
+    fair_sharing_weight: float = 1.0
+
+    @property
+    def name(self) -> str:
+        return self.meta.name
+
+
+class Cohort(Frozen, frozen=True, kw_only=True):
+    meta: ObjectMeta
+    parent: str | None = None
+    resource_groups: tuple[ResourceGroup, ...] = ()
+    fair_sharing_weight: float = 1.0
+
+    @property
+    def name(self) -> str:
+        return self.meta.name
+
+
+class LocalQueue(Frozen, frozen=True, kw_only=True):
+    meta: ObjectMeta
+    cluster_queue: str
+    stop_policy: StopPolicy = StopPolicy.NONE
+
+    @property
+    def key(self) -> str:
+        return f"{self.meta.namespace}/{self.meta.name}"
+
+
+class WorkloadPriorityClass(Frozen, frozen=True, kw_only=True):
+    meta: ObjectMeta
+    value: int
+    description: str = ""
+
+
+class PriorityClass(Frozen, frozen=True, kw_only=True):
+    """scheduling.k8s.io/v1 PriorityClass, used when a workload names one instead of a WPC."""
+
+    meta: ObjectMeta
+    value: int
+    global_default: bool = False
+
+
+class AdmissionCheck(Frozen, frozen=True, kw_only=True):
+    meta: ObjectMeta
+    controller_name: str = ""
+
+
+class Namespace(Frozen, frozen=True, kw_only=True):
+    meta: ObjectMeta
+
+
+# --- workloads -------------------------------------------------------------------------------
+
+
+class PodSet(Frozen, frozen=True, kw_only=True):
+    name: str
+    count: int
+    min_count: int | None = None  # partial admission: the smallest count that is useful
+    requests: Resources = msgspec.field(default_factory=dict)  # per pod, MilliUnits
+    node_selector: Mapping[str, str] = msgspec.field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    # Required node affinity, flattened: a pod fits a flavor if any term matches its labels.
+    node_affinity_terms: tuple[LabelSelector, ...] = ()
+    annotations: Mapping[str, str] = msgspec.field(default_factory=dict)  # pod template's
+
+
+class PodSetAssignment(Frozen, frozen=True, kw_only=True):
+    name: str
+    flavors: Mapping[str, str]  # resource -> flavor
+    count: int
+    resource_usage: Resources  # total for the podset, MilliUnits
+
+
+class Admission(Frozen, frozen=True, kw_only=True):
+    cluster_queue: str
+    pod_set_assignments: tuple[PodSetAssignment, ...]
+
+
+class Condition(Frozen, frozen=True, kw_only=True):
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str = ""
+    message: str = ""
+
+
+class AdmissionCheckState(Frozen, frozen=True, kw_only=True):
+    name: str
+    state: Literal["Pending", "Ready", "Retry", "Rejected"] = "Pending"
+    message: str = ""
+
+
+PriorityClassSource = Literal[
+    "kueue.x-k8s.io/workloadpriorityclass", "scheduling.k8s.io/priorityclass"
+]
+
+
+class Workload(Frozen, frozen=True, kw_only=True):
+    """A Kueue Workload (or the Workload muster derives from a Job)."""
+
+    meta: ObjectMeta
+    queue_name: str = ""  # LocalQueue name in meta.namespace; "" means the "default" LocalQueue
+    pod_sets: tuple[PodSet, ...] = ()
+    priority: int | None = None  # spec.priority when written; else resolved from the class
+    priority_class_name: str | None = None
+    priority_class_source: PriorityClassSource | None = None
+    active: bool = True
+    # status as given (a workload may arrive already admitted)
+    admission: Admission | None = None
+    conditions: tuple[Condition, ...] = ()
+    admission_checks: tuple[AdmissionCheckState, ...] = ()
+
+    @property
+    def key(self) -> WorkloadKey:
+        return WorkloadKey(f"{self.meta.namespace}/{self.meta.name}")
+
+
+# --- Kueue's Configuration ---------------------------------------------------------------------
+
+
+class FairSharingStrategy(StrEnum):
+    LESS_THAN_OR_EQUAL_TO_FINAL_SHARE = "LessThanOrEqualToFinalShare"
+    LESS_THAN_INITIAL_SHARE = "LessThanInitialShare"
+
+
+class FairSharingConfig(Frozen, frozen=True, kw_only=True):
+    enable: bool = False
+    preemption_strategies: tuple[FairSharingStrategy, ...] = (
+        FairSharingStrategy.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE,
+        FairSharingStrategy.LESS_THAN_INITIAL_SHARE,
+    )
+
+
+class RequeuingStrategy(Frozen, frozen=True, kw_only=True):
+    timestamp: Literal["Eviction", "Creation"] = "Eviction"
+    backoff_base_seconds: int = 60
+    backoff_limit_count: int | None = None  # None: requeue forever
+    backoff_max_seconds: int = 3600
+
+
+class WaitForPodsReadyConfig(Frozen, frozen=True, kw_only=True):
+    enable: bool = False
+    timeout_seconds: float = 300.0
+    block_admission: bool = False
+    requeuing_strategy: RequeuingStrategy = msgspec.field(default_factory=RequeuingStrategy)
+
+
+class KueueConfig(Frozen, frozen=True, kw_only=True):
+    """What Kueue's `Configuration` sets that muster's decisions read, with Kueue's defaults."""
+
+    fair_sharing: FairSharingConfig = msgspec.field(default_factory=FairSharingConfig)
+    wait_for_pods_ready: WaitForPodsReadyConfig = msgspec.field(
+        default_factory=WaitForPodsReadyConfig
+    )
+    # Kueue's feature gate PartialAdmission is on by default.
+    partial_admission: bool = True
+
+
+ApiObject = (
+    ResourceFlavor
+    | ClusterQueue
+    | Cohort
+    | LocalQueue
+    | WorkloadPriorityClass
+    | PriorityClass
+    | AdmissionCheck
+    | Namespace
+    | Workload
+    | KueueConfig
+)

@@ -1,0 +1,361 @@
+"""Wire-shaped msgspec structs: Kueue, batch/v1 and core objects exactly as written in YAML.
+
+`muster.api.decode` converts a document into one of these (msgspec reports structural errors
+with a path), then `muster.api.convert` and `muster.api.job` build the normalized model.
+One set of structs serves v1beta1 and v1beta2: where the versions spell a field differently
+both spellings are declared, and conversion picks. Unknown fields are ignored, as Kubernetes
+clients do. Maps of quantities stay `Any` here so that a bad entry is reported with its key.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from muster.api.model import (
+    BorrowWithinCohortPolicy,
+    FairSharingStrategy,
+    QueueingStrategy,
+    ReclaimWithinCohort,
+    StopPolicy,
+    WithinClusterQueue,
+)
+
+Quantity = str | int | float
+QuantityMap = dict[str, Any]  # parsed entry by entry, so each error names its resource
+
+
+class Wire(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=False):
+    """Base of every wire struct: camelCase names as in YAML, unknown fields ignored."""
+
+
+# --- metadata and core pieces -----------------------------------------------------------------
+
+
+class RawOwnerReference(Wire):
+    api_version: str = ""
+    kind: str = ""
+    name: str = ""
+    uid: str = ""
+    controller: bool = False
+
+
+class RawMeta(Wire):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    creation_timestamp: str | None = None
+    generation: int = 1
+    owner_references: list[RawOwnerReference] = []
+
+
+class Document(Wire):
+    """What every object has; kind-specific structs add `spec`, `status` or top-level fields."""
+
+    api_version: str = ""
+    kind: str = ""
+    metadata: RawMeta = msgspec.field(default_factory=RawMeta)
+
+
+class RawTaint(Wire, kw_only=True):
+    key: str
+    value: str = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+class RawToleration(Wire):
+    key: str = ""
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str = ""
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = ""
+    toleration_seconds: int | None = None
+
+
+class RawLabelSelectorRequirement(Wire):
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = []
+
+
+class RawLabelSelector(Wire):
+    match_labels: dict[str, str] = {}
+    match_expressions: list[RawLabelSelectorRequirement] = []
+
+
+class RawNodeSelectorRequirement(Wire):
+    key: str
+    operator: str  # In NotIn Exists DoesNotExist Gt Lt; checked in conversion for a clear message
+    values: list[str] = []
+
+
+class RawNodeSelectorTerm(Wire):
+    match_expressions: list[RawNodeSelectorRequirement] = []
+    match_fields: list[RawNodeSelectorRequirement] = []
+
+
+class RawNodeSelector(Wire):
+    node_selector_terms: list[RawNodeSelectorTerm] = []
+
+
+class RawNodeAffinity(Wire):
+    required_during_scheduling_ignored_during_execution: RawNodeSelector | None = None
+
+
+class RawAffinity(Wire):
+    node_affinity: RawNodeAffinity | None = None
+
+
+class RawResourceRequirements(Wire):
+    requests: QuantityMap = {}
+    limits: QuantityMap = {}
+
+
+class RawContainer(Wire):
+    name: str = ""
+    resources: RawResourceRequirements = msgspec.field(default_factory=RawResourceRequirements)
+    restart_policy: str | None = None  # "Always" on an init container makes it a sidecar
+
+
+class RawPodSpec(Wire):
+    containers: list[RawContainer] = []
+    init_containers: list[RawContainer] = []
+    overhead: QuantityMap = {}
+    node_selector: dict[str, str] = {}
+    tolerations: list[RawToleration] = []
+    affinity: RawAffinity | None = None
+    priority_class_name: str | None = None
+
+
+class RawTemplateMeta(Wire):
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+
+
+class RawPodTemplate(Wire):
+    metadata: RawTemplateMeta = msgspec.field(default_factory=RawTemplateMeta)
+    spec: RawPodSpec = msgspec.field(default_factory=RawPodSpec)
+
+
+# --- Kueue quota objects ----------------------------------------------------------------------
+
+
+class RawResourceQuota(Wire):
+    name: str
+    nominal_quota: Any  # a quantity
+    borrowing_limit: Any = None
+    lending_limit: Any = None
+
+
+class RawFlavorQuotas(Wire):
+    name: str
+    resources: list[RawResourceQuota] = []
+
+
+class RawResourceGroup(Wire):
+    covered_resources: list[str] = []
+    flavors: list[RawFlavorQuotas] = []
+
+
+class RawFairSharing(Wire):
+    weight: Any = None  # a quantity; may be fractional ("0.5")
+
+
+class RawBorrowWithinCohort(Wire):
+    policy: BorrowWithinCohortPolicy = BorrowWithinCohortPolicy.NEVER
+    max_priority_threshold: int | None = None
+
+
+class RawPreemption(Wire):
+    within_cluster_queue: WithinClusterQueue = WithinClusterQueue.NEVER
+    reclaim_within_cohort: ReclaimWithinCohort = ReclaimWithinCohort.NEVER
+    borrow_within_cohort: RawBorrowWithinCohort | None = None
+
+
+class RawFlavorFungibility(Wire):
+    # v1beta1 also spells MayStopSearch as Borrow / Preempt; conversion maps or rejects them.
+    when_can_borrow: Literal["Borrow", "MayStopSearch", "TryNextFlavor"] | None = None
+    when_can_preempt: Literal["Preempt", "MayStopSearch", "TryNextFlavor"] | None = None
+
+
+class RawAdmissionCheckStrategyRule(Wire):
+    name: str
+    on_flavors: list[str] = []
+
+
+class RawAdmissionChecksStrategy(Wire):
+    admission_checks: list[RawAdmissionCheckStrategyRule] = []
+
+
+class RawClusterQueueSpec(Wire):
+    resource_groups: list[RawResourceGroup] = []
+    cohort: str | None = None  # v1beta1
+    cohort_name: str | None = None  # v1beta2
+    queueing_strategy: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
+    namespace_selector: RawLabelSelector | None = None
+    preemption: RawPreemption | None = None
+    flavor_fungibility: RawFlavorFungibility | None = None
+    admission_checks: list[str] | None = None  # v1beta1 only in Kueue; accepted in both
+    admission_checks_strategy: RawAdmissionChecksStrategy | None = None
+    stop_policy: StopPolicy = StopPolicy.NONE
+    fair_sharing: RawFairSharing | None = None
+
+
+class RawClusterQueue(Document):
+    spec: RawClusterQueueSpec = msgspec.field(default_factory=RawClusterQueueSpec)
+
+
+class RawCohortSpec(Wire):
+    parent: str | None = None  # v1beta1
+    parent_name: str | None = None  # v1beta2
+    resource_groups: list[RawResourceGroup] = []
+    fair_sharing: RawFairSharing | None = None
+
+
+class RawCohort(Document):
+    spec: RawCohortSpec = msgspec.field(default_factory=RawCohortSpec)
+
+
+class RawResourceFlavorSpec(Wire):
+    node_labels: dict[str, str] = {}
+    node_taints: list[RawTaint] = []
+    tolerations: list[RawToleration] = []
+    topology_name: str | None = None
+
+
+class RawResourceFlavor(Document):
+    spec: RawResourceFlavorSpec = msgspec.field(default_factory=RawResourceFlavorSpec)
+
+
+class RawLocalQueueSpec(Wire):
+    cluster_queue: str
+    stop_policy: StopPolicy = StopPolicy.NONE
+
+
+class RawLocalQueue(Document, kw_only=True):
+    spec: RawLocalQueueSpec
+
+
+class RawWorkloadPriorityClass(Document, kw_only=True):
+    value: int
+    description: str = ""
+
+
+class RawPriorityClass(Document, kw_only=True):
+    value: int
+    global_default: bool = False
+    description: str = ""
+
+
+class RawAdmissionCheckSpec(Wire):
+    controller_name: str = ""
+
+
+class RawAdmissionCheck(Document):
+    spec: RawAdmissionCheckSpec = msgspec.field(default_factory=RawAdmissionCheckSpec)
+
+
+class RawNamespace(Document):
+    pass
+
+
+# --- workloads --------------------------------------------------------------------------------
+
+
+class RawPodSet(Wire):
+    name: str = "main"
+    count: int = 1
+    min_count: int | None = None
+    template: RawPodTemplate = msgspec.field(default_factory=RawPodTemplate)
+
+
+class RawPriorityClassRef(Wire):
+    group: str = ""
+    kind: str = ""
+    name: str = ""
+
+
+class RawWorkloadSpec(Wire):
+    pod_sets: list[RawPodSet] = []
+    queue_name: str = ""
+    priority: int | None = None
+    priority_class_name: str | None = None  # v1beta1
+    priority_class_source: str | None = None  # v1beta1
+    priority_class_ref: RawPriorityClassRef | None = None  # v1beta2
+    active: bool = True
+
+
+class RawPodSetAssignment(Wire):
+    name: str = "main"
+    flavors: dict[str, str] = {}
+    count: int | None = None
+    resource_usage: QuantityMap = {}
+
+
+class RawAdmission(Wire):
+    cluster_queue: str
+    pod_set_assignments: list[RawPodSetAssignment] = []
+
+
+class RawCondition(Wire):
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str = ""
+    message: str = ""
+
+
+class RawAdmissionCheckState(Wire):
+    name: str
+    state: Literal["Pending", "Ready", "Retry", "Rejected"] = "Pending"
+    message: str = ""
+
+
+class RawWorkloadStatus(Wire):
+    admission: RawAdmission | None = None
+    conditions: list[RawCondition] = []
+    admission_checks: list[RawAdmissionCheckState] = []
+
+
+class RawWorkload(Document):
+    spec: RawWorkloadSpec = msgspec.field(default_factory=RawWorkloadSpec)
+    status: RawWorkloadStatus = msgspec.field(default_factory=RawWorkloadStatus)
+
+
+class RawJobSpec(Wire):
+    parallelism: int | None = None
+    completions: int | None = None
+    template: RawPodTemplate = msgspec.field(default_factory=RawPodTemplate)
+
+
+class RawJob(Document):
+    spec: RawJobSpec = msgspec.field(default_factory=RawJobSpec)
+
+
+# --- Kueue's Configuration --------------------------------------------------------------------
+
+
+class RawFairSharingConfig(Wire):
+    enable: bool | None = None  # v1beta1; v1beta2 enables by presence
+    preemption_strategies: list[FairSharingStrategy] | None = None
+
+
+class RawRequeuingStrategy(Wire):
+    timestamp: Literal["Eviction", "Creation"] | None = None
+    backoff_limit_count: int | None = None
+    backoff_base_seconds: int | None = None
+    backoff_max_seconds: int | None = None
+
+
+class RawWaitForPodsReady(Wire):
+    enable: bool | None = None  # v1beta1; v1beta2 enables by presence
+    timeout: str | None = None  # Go duration: "5m", "1h30m"
+    block_admission: bool | None = None
+    requeuing_strategy: RawRequeuingStrategy | None = None
+
+
+class RawConfiguration(Document):
+    fair_sharing: RawFairSharingConfig | None = None
+    wait_for_pods_ready: RawWaitForPodsReady | None = None
+    feature_gates: dict[str, bool] = {}

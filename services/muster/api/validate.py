@@ -1,0 +1,176 @@
+"""Semantic checks on single decoded objects, the ones Kueue's webhooks make.
+
+Each check is a generator of FieldErrors; `validate` chains those for an object's kind.
+`muster.api.decode` runs them on every object; the gateway can run them on objects it builds.
+Checks across objects (unknown flavor or queue, cohort cycles) are the engine's: it reports
+them as conditions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from muster.api.errors import FieldError
+from muster.api.model import (
+    ApiObject,
+    ClusterQueue,
+    Cohort,
+    KueueConfig,
+    LocalQueue,
+    Preemption,
+    ReclaimWithinCohort,
+    ResourceGroup,
+    ResourceQuota,
+    Workload,
+)
+from muster.api.quantity import format_quantity, negative_problem
+
+
+def identity(obj: ApiObject) -> str:
+    """Return how messages name `obj`: "ClusterQueue/team-a", "Workload/ml/train-7"."""
+    if isinstance(obj, KueueConfig):
+        return "Configuration"
+    kind = type(obj).__name__
+    if obj.meta.namespace:
+        return f"{kind}/{obj.meta.namespace}/{obj.meta.name}"
+    return f"{kind}/{obj.meta.name}"
+
+
+def validate(
+    obj: ApiObject, *, name: str | None = None, api_version: str = "kueue.x-k8s.io/v1beta2"
+) -> list[FieldError]:
+    """Return every problem with `obj` alone.
+
+    `name` overrides how messages name the object; `api_version` picks field spellings in
+    paths where the versions differ (a Cohort's `spec.parent` in v1beta1).
+    """
+    who = name or identity(obj)
+    if isinstance(obj, ClusterQueue):
+        return [
+            *check_resource_groups(obj.resource_groups, who, has_parent=obj.cohort is not None),
+            *check_preemption(obj.preemption, who),
+            *check_weight(obj.fair_sharing_weight, who),
+        ]
+    if isinstance(obj, Cohort):
+        return [
+            *check_resource_groups(obj.resource_groups, who, has_parent=obj.parent is not None),
+            *check_weight(obj.fair_sharing_weight, who),
+            *check_parent(obj, who, api_version=api_version),
+        ]
+    if isinstance(obj, Workload):
+        return list(check_pod_sets(obj, who))
+    if isinstance(obj, LocalQueue) and not obj.cluster_queue:
+        return [FieldError(who, "spec.clusterQueue", "must not be empty")]
+    return []
+
+
+def check_resource_groups(
+    groups: tuple[ResourceGroup, ...], who: str, *, has_parent: bool
+) -> Iterator[FieldError]:
+    """Quotas are non-negative; each flavor lists exactly the covered resources, in order.
+
+    A resource and a flavor may each appear in one group only. Borrowing and lending limits
+    need a cohort (for a Cohort: a parent), and a lending limit cannot exceed nominal quota.
+    """
+    covered_by: dict[str, int] = {}
+    flavor_at: dict[str, str] = {}
+    for g, group in enumerate(groups):
+        group_path = f"spec.resourceGroups[{g}]"
+        if not group.covered_resources:
+            yield FieldError(who, f"{group_path}.coveredResources", "must list at least 1 resource")
+        if not group.flavors:
+            yield FieldError(who, f"{group_path}.flavors", "must list at least 1 flavor")
+        for r, resource in enumerate(group.covered_resources):
+            if resource in covered_by:
+                yield FieldError(
+                    who,
+                    f"{group_path}.coveredResources[{r}]",
+                    f"{resource} is already covered by spec.resourceGroups[{covered_by[resource]}]",
+                )
+            else:
+                covered_by[resource] = g
+        for f, flavor in enumerate(group.flavors):
+            flavor_path = f"{group_path}.flavors[{f}]"
+            if flavor.name in flavor_at:
+                yield FieldError(
+                    who,
+                    f"{flavor_path}.name",
+                    f"{flavor.name} is already at {flavor_at[flavor.name]}",
+                )
+            else:
+                flavor_at[flavor.name] = flavor_path
+            names = tuple(q.name for q in flavor.resources)
+            if names != group.covered_resources:
+                yield FieldError(
+                    who,
+                    f"{flavor_path}.resources",
+                    f"must list the covered resources in order"
+                    f" [{', '.join(group.covered_resources)}], got [{', '.join(names)}]",
+                )
+            for r, quota in enumerate(flavor.resources):
+                yield from _check_quota(quota, f"{flavor_path}.resources[{r}]", who, has_parent)
+
+
+def _check_quota(
+    quota: ResourceQuota, path: str, who: str, has_parent: bool
+) -> Iterator[FieldError]:
+    limits = (
+        ("nominalQuota", quota.nominal_quota),
+        ("borrowingLimit", quota.borrowing_limit),
+        ("lendingLimit", quota.lending_limit),
+    )
+    for field, value in limits:
+        problem = negative_problem(value) if value is not None else None
+        if problem:
+            yield FieldError(who, f"{path}.{field}", problem)
+    for field, value in limits[1:]:
+        if value is not None and not has_parent:
+            yield FieldError(who, f"{path}.{field}", "must not be set without a cohort")
+    lending = quota.lending_limit
+    if lending is not None and lending > quota.nominal_quota >= 0:
+        yield FieldError(
+            who,
+            f"{path}.lendingLimit",
+            f"must be <= nominalQuota {format_quantity(quota.nominal_quota)},"
+            f" got {format_quantity(lending)}",
+        )
+
+
+def check_preemption(preemption: Preemption, who: str) -> Iterator[FieldError]:
+    """borrowWithinCohort needs reclaimWithinCohort other than Never (Kueue's CEL rule)."""
+    policy = preemption.borrow_within_cohort.policy
+    if preemption.reclaim_within_cohort == ReclaimWithinCohort.NEVER and policy != "Never":
+        yield FieldError(
+            who,
+            "spec.preemption.borrowWithinCohort.policy",
+            f"must be Never when reclaimWithinCohort is Never, got {policy}",
+        )
+
+
+def check_weight(weight: float, who: str) -> Iterator[FieldError]:
+    if weight < 0:
+        yield FieldError(who, "spec.fairSharing.weight", f"must be >= 0, got {weight:g}")
+
+
+def check_parent(cohort: Cohort, who: str, *, api_version: str) -> Iterator[FieldError]:
+    if cohort.parent == cohort.name:
+        field = "spec.parent" if api_version.endswith("/v1beta1") else "spec.parentName"
+        yield FieldError(who, field, f"a Cohort cannot be its own parent ({cohort.name})")
+
+
+def check_pod_sets(wl: Workload, who: str) -> Iterator[FieldError]:
+    """At least one podset; names unique; count >= 0; 1 <= minCount <= count."""
+    if not wl.pod_sets:
+        yield FieldError(who, "spec.podSets", "must list at least 1 podset")
+    seen: set[str] = set()
+    for p, ps in enumerate(wl.pod_sets):
+        path = f"spec.podSets[{p}]"
+        if ps.name in seen:
+            yield FieldError(who, f"{path}.name", f"duplicate podset name {ps.name}")
+        seen.add(ps.name)
+        if ps.count < 0:
+            yield FieldError(who, f"{path}.count", f"must be >= 0, got {ps.count}")
+        if ps.min_count is not None and not 1 <= ps.min_count <= max(ps.count, 1):
+            yield FieldError(
+                who, f"{path}.minCount", f"must be >= 1 and <= count {ps.count}, got {ps.min_count}"
+            )

@@ -1,0 +1,261 @@
+"""The engine's view of configuration objects and of who holds quota where.
+
+Indexes flavors, queues, cohorts, classes and namespaces by name; builds the quota tree and
+each ClusterQueue's layout; answers the questions the round asks (which ClusterQueue serves
+a workload, may it be admitted there at all, which checks does it need).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from muster.api.model import (
+    AdmissionCheck,
+    ApiObject,
+    ClusterQueue,
+    Cohort,
+    FairSharingStrategy,
+    KueueConfig,
+    LocalQueue,
+    Namespace,
+    PriorityClass,
+    QueueingStrategy,
+    ReclaimWithinCohort,
+    ResourceFlavor,
+    StopPolicy,
+    WithinClusterQueue,
+    Workload,
+    WorkloadKey,
+    WorkloadPriorityClass,
+)
+from muster.core.fairshare import dominant_share, lendable_by_resource
+from muster.core.flavors import Assignment, QueueLayout
+from muster.core.matching import selector_matches
+from muster.core.quota import FlavorResource, QuotaNode, QuotaTree, tree_id
+
+if TYPE_CHECKING:
+    from muster.core.records import WorkloadRecord
+
+Problem = tuple[str, str]  # (reason, message)
+
+
+class Configuration:
+    def __init__(self, kueue: KueueConfig) -> None:
+        self.kueue = kueue
+        self.flavors: dict[str, ResourceFlavor] = {}
+        self.cluster_queues: dict[str, ClusterQueue] = {}
+        self.cohorts: dict[str, Cohort] = {}
+        self.local_queues: dict[str, LocalQueue] = {}
+        self.workload_priority_classes: dict[str, WorkloadPriorityClass] = {}
+        self.priority_classes: dict[str, PriorityClass] = {}
+        self.admission_checks: dict[str, AdmissionCheck] = {}
+        self.namespaces: dict[str, Namespace] = {}
+        self.tree = QuotaTree()
+        self.layouts: dict[str, QueueLayout] = {}
+        self.holders: dict[str, dict[WorkloadKey, WorkloadRecord]] = {}
+        self.inactive: dict[str, Problem] = {}
+        self._members: dict[str, dict[str, QuotaNode]] = {}  # root name -> CQ nodes
+        self._lendable: dict[str, dict[str, int]] = {}
+
+    def put(self, obj: ApiObject) -> None:
+        if isinstance(obj, KueueConfig):
+            self.kueue = obj
+            return
+        name = obj.meta.name
+        match obj:
+            case ResourceFlavor():
+                self.flavors[name] = obj
+            case ClusterQueue():
+                self.cluster_queues[name] = obj
+            case Cohort():
+                self.cohorts[name] = obj
+            case LocalQueue():
+                self.local_queues[obj.key] = obj
+            case WorkloadPriorityClass():
+                self.workload_priority_classes[name] = obj
+            case PriorityClass():
+                self.priority_classes[name] = obj
+            case AdmissionCheck():
+                self.admission_checks[name] = obj
+            case Namespace():
+                self.namespaces[name] = obj
+            case Workload():
+                raise TypeError("workloads are submitted, not applied")
+
+    # --- building ------------------------------------------------------------------------
+
+    def build(self, holders: list[WorkloadRecord]) -> None:
+        """Rebuild the quota tree and layouts; carry the usage of `holders` over."""
+        self.tree = tree = QuotaTree()
+        self.inactive = {}
+        for name in sorted(self.cohorts):
+            cohort = self.cohorts[name]
+            node = tree.cohort(name)
+            node.set_groups(cohort.resource_groups)
+            node.weight = cohort.fair_sharing_weight
+            if cohort.parent and not tree.has_cycle(name, cohort.parent):
+                tree.link(node, cohort.parent)
+        fair = self.fair_sharing_enabled
+        for name in sorted(self.cluster_queues):
+            cq = self.cluster_queues[name]
+            node = tree.cluster_queues[name] = QuotaNode(name, is_cohort=False)
+            node.set_groups(cq.resource_groups)
+            node.weight = cq.fair_sharing_weight
+            tree.link(node, cq.cohort)
+            self.layouts[name] = QueueLayout.of(cq, self.flavors, fair_sharing=fair)
+            problem = self._inactivity(cq)
+            if problem is not None:
+                self.inactive[name] = problem
+        self.holders = {name: {} for name in self.cluster_queues}
+        usage: dict[str, dict[FlavorResource, int]] = {}
+        for r in holders:
+            self.holders.setdefault(r.cluster_queue, {})[r.key] = r
+            cq_usage = usage.setdefault(r.cluster_queue, {})
+            for fr, amount in r.usage.items():
+                cq_usage[fr] = cq_usage.get(fr, 0) + amount
+        tree.recompute(usage)
+        self._members = {}
+        self._lendable = {}
+        for name, node in tree.cluster_queues.items():
+            root = node.root()
+            self._members.setdefault(tree_id(root), {})[name] = node
+            if tree_id(root) not in self._lendable:
+                self._lendable[tree_id(root)] = lendable_by_resource(root)
+
+    def _inactivity(self, cq: ClusterQueue) -> Problem | None:
+        missing = sorted(
+            {f.name for g in cq.resource_groups for f in g.flavors} - self.flavors.keys()
+        )
+        if missing:
+            listed = " ".join(missing)
+            return "FlavorNotFound", f"references missing ResourceFlavor(s): [{listed}]"
+        missing = sorted({c.name for c in cq.admission_checks} - self.admission_checks.keys())
+        if missing:
+            listed = " ".join(missing)
+            return "AdmissionCheckNotFound", f"references missing AdmissionCheck(s): [{listed}]"
+        if cq.stop_policy is not StopPolicy.NONE:
+            return "Stopped", "is stopped"
+        if cq.cohort and self.tree.cohorts.get(cq.cohort) is not None:
+            cohort = self.cohorts.get(cq.cohort)
+            if (
+                cohort is not None
+                and cohort.parent
+                and self.tree.has_cycle(cq.cohort, cohort.parent)
+            ):
+                return "CohortCycle", f"cohort {cq.cohort} is part of a cycle"
+        return None
+
+    # --- usage ---------------------------------------------------------------------------
+
+    def hold(self, r: WorkloadRecord) -> None:
+        self.holders.setdefault(r.cluster_queue, {})[r.key] = r
+        node = self.tree.cluster_queues.get(r.cluster_queue)
+        if node is not None:
+            for fr, amount in r.usage.items():
+                node.add_usage(fr, amount)
+
+    def unhold(self, r: WorkloadRecord) -> Mapping[FlavorResource, int]:
+        held = self.holders.get(r.cluster_queue, {})
+        if held.pop(r.key, None) is None:
+            return {}
+        node = self.tree.cluster_queues.get(r.cluster_queue)
+        if node is not None:
+            for fr, amount in r.usage.items():
+                node.add_usage(fr, -amount)
+        return r.usage
+
+    # --- questions -----------------------------------------------------------------------
+
+    @property
+    def fair_sharing_enabled(self) -> bool:
+        return self.kueue.fair_sharing.enable
+
+    @property
+    def fair_sharing_strategies(self) -> tuple[FairSharingStrategy, ...] | None:
+        fs = self.kueue.fair_sharing
+        return fs.preemption_strategies if fs.enable else None
+
+    @property
+    def partial_admission(self) -> bool:
+        return self.kueue.partial_admission
+
+    def priority_of(self, wl: Workload) -> int:
+        """spec.priority, else the named class's value, else the global default, else 0."""
+        if wl.priority is not None:
+            return wl.priority
+        name = wl.priority_class_name
+        if name:
+            if wl.priority_class_source != "scheduling.k8s.io/priorityclass":
+                wpc = self.workload_priority_classes.get(name)
+                if wpc is not None:
+                    return wpc.value
+            pc = self.priority_classes.get(name)
+            if pc is not None:
+                return pc.value
+        defaults = [pc.value for pc in self.priority_classes.values() if pc.global_default]
+        return max(defaults, default=0)
+
+    def resolve_queue(self, r: WorkloadRecord) -> tuple[str | None, str | None]:
+        """The ClusterQueue serving `r`'s LocalQueue, and why not if there is none."""
+        lq = self.local_queues.get(r.local_queue)
+        if lq is None:
+            return None, f"LocalQueue {r.local_queue.split('/', 1)[1]} doesn't exist"
+        if lq.cluster_queue not in self.cluster_queues:
+            return lq.cluster_queue, f"ClusterQueue {lq.cluster_queue} doesn't exist"
+        return lq.cluster_queue, None
+
+    def best_effort(self, cq: str) -> bool:
+        return self.cluster_queues[cq].queueing_strategy is QueueingStrategy.BEST_EFFORT_FIFO
+
+    def admissibility(self, r: WorkloadRecord) -> Problem | None:
+        """Why `r` cannot be admitted in its ClusterQueue whatever the quota, or None."""
+        cq = self.cluster_queues[r.cluster_queue]
+        if r.cluster_queue in self.inactive:
+            return "Inadmissible", f"ClusterQueue {cq.name} is inactive"
+        lq = self.local_queues[r.local_queue]
+        if lq.stop_policy is not StopPolicy.NONE:
+            return "Inadmissible", f"LocalQueue {lq.meta.name} is stopped"
+        ns_name = r.wl.meta.namespace
+        ns = self.namespaces.get(ns_name)
+        labels = {"kubernetes.io/metadata.name": ns_name, **(ns.meta.labels if ns else {})}
+        if cq.namespace_selector is None or not selector_matches(cq.namespace_selector, labels):
+            return "Inadmissible", "Workload namespace doesn't match ClusterQueue selector"
+        return None
+
+    def drain_reason(self, cq: str, lq: str) -> Problem | None:
+        queue = self.cluster_queues.get(cq)
+        if queue is not None and queue.stop_policy is StopPolicy.HOLD_AND_DRAIN:
+            return "ClusterQueueStopped", "The ClusterQueue is stopped"
+        local = self.local_queues.get(lq)
+        if local is not None and local.stop_policy is StopPolicy.HOLD_AND_DRAIN:
+            return "LocalQueueStopped", "The LocalQueue is stopped"
+        return None
+
+    def checks_for(self, cq: str, a: Assignment) -> list[str]:
+        """Admission checks that apply to this assignment (admissionChecksStrategy onFlavors)."""
+        used = {f for ps in a.pod_sets for f in ps.flavors.values()}
+        return [
+            rule.name
+            for rule in self.cluster_queues[cq].admission_checks
+            if not rule.on_flavors or used & set(rule.on_flavors)
+        ]
+
+    def may_preempt(self, cq: str) -> bool:
+        policy = self.cluster_queues[cq].preemption
+        return (
+            self.fair_sharing_enabled
+            or policy.within_cluster_queue is not WithinClusterQueue.NEVER
+            or policy.reclaim_within_cohort is not ReclaimWithinCohort.NEVER
+        )
+
+    def tree_members(self, cq: str) -> Mapping[str, QuotaNode]:
+        return self._members[tree_id(self.tree.cluster_queues[cq].root())]
+
+    def lendable_of(self, cq: str) -> Mapping[str, int]:
+        return self._lendable[tree_id(self.tree.cluster_queues[cq].root())]
+
+    def share_with(self, cq: str, a: Assignment) -> float:
+        if not self.fair_sharing_enabled:
+            return 0.0
+        return dominant_share(self.tree.cluster_queues[cq], self.lendable_of(cq), plus=a.usage)

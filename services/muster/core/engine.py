@@ -1,0 +1,624 @@
+"""The admission engine: Kueue's semantics as a pure state machine.
+
+Callers (the simulator, the admission service) feed it facts with the time they happened
+(`submit`, `finish`, `set_admission_check`, `pods_ready`, `apply`) and ask it to decide
+(`schedule`). Every call returns the `Event`s it caused, in order. No I/O, no clock.
+
+Differs from Kueue: one `schedule()` admits everything that fits, in the order Kueue's cycles
+would, instead of one head per ClusterQueue per cycle.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Sequence
+
+import msgspec
+
+from muster.api.model import (
+    Admission,
+    ApiObject,
+    KueueConfig,
+    Workload,
+    WorkloadKey,
+)
+from muster.core.config import Configuration
+from muster.core.events import Event, EventType
+from muster.core.flavors import Assignment, Mode, assign_flavors
+from muster.core.partial import reduced_assignment
+from muster.core.preemption import PreemptionRequest, TreeView, Victims, pick_victims
+from muster.core.queues import Park, PendingGroup, QueueRuntime, TreeRuntime
+from muster.core.quota import tree_id
+from muster.core.records import Phase, WorkloadRecord
+from muster.core.status import ClusterQueueStatus, LocalQueueStatus, PendingWorkload
+from muster.core.visibility import cluster_queue_status, local_queue_status, pending_in_order
+
+QUOTA_RESERVED = "QuotaReserved"
+ADMITTED = "Admitted"
+EVICTED = "Evicted"
+PREEMPTED = "Preempted"
+FINISHED = "Finished"
+REQUEUED = "Requeued"
+PODS_READY = "PodsReady"
+
+
+class Engine:
+    """Queues, quota and decisions for a set of cohort trees.
+
+    `hold_quota_until_stopped`: when False (the quota-only simulator), an evicted workload
+    gives its quota back at once; when True (services), only after `stopped()` confirms that
+    its pods are gone.
+    """
+
+    def __init__(
+        self,
+        objects: Iterable[ApiObject] = (),
+        *,
+        config: KueueConfig | None = None,
+        hold_quota_until_stopped: bool = False,
+    ) -> None:
+        self.config = Configuration(config or KueueConfig())
+        self.hold_quota_until_stopped = hold_quota_until_stopped
+        self.records: dict[WorkloadKey, WorkloadRecord] = {}
+        self.order: list[WorkloadRecord] = []
+        self.trees: dict[str, TreeRuntime] = {}
+        self.queues: dict[str, QueueRuntime] = {}
+        self.timers: list[tuple[float, int, str, WorkloadKey]] = []
+        self.seq = 0
+        self.now_s = 0.0
+        self.events: list[Event] = []
+        for obj in objects:
+            self.config.put(obj)
+        self._rebuild()
+
+    # --- facts ---------------------------------------------------------------------------
+
+    def apply(self, obj: ApiObject, *, now_s: float) -> list[Event]:
+        """Create or replace a configuration object (flavor, queue, cohort, class, namespace)."""
+        self.now_s = now_s
+        self.config.put(obj)
+        self._rebuild()
+        self._drain_stopped_queues()
+        return self._take_events()
+
+    def submit(self, wl: Workload, *, now_s: float) -> list[Event]:
+        """A workload arrives. If `wl.admission` is set it arrives admitted, holding that quota."""
+        self.now_s = now_s
+        old = self.records.get(wl.key)
+        if old is not None and old.phase is not Phase.DELETED:
+            return []  # a redelivered submission changes nothing
+        self.seq += 1
+        r = WorkloadRecord(wl, seq=self.seq, priority=self.config.priority_of(wl), now_s=now_s)
+        r.shape = msgspec.json.encode((r.local_queue, r.priority, wl.pod_sets))
+        self.records[r.key] = r
+        self.order.append(r)
+        if not wl.active:
+            r.phase = Phase.INACTIVE
+        elif wl.admission is not None:
+            self._arrive_admitted(r, wl.admission)
+        else:
+            self._enqueue(r)
+        return self._take_events()
+
+    def finish(self, key: WorkloadKey, *, now_s: float) -> list[Event]:
+        """The workload completed: it releases its quota and leaves the queues."""
+        self.now_s = now_s
+        r = self.records.get(key)
+        if r is None or r.phase in (Phase.FINISHED, Phase.DELETED):
+            return []
+        self._release(r)
+        r.phase = Phase.FINISHED
+        r.set_condition(FINISHED, True, "Succeeded", "Job finished successfully")
+        self._emit(EventType.FINISHED, r, "Succeeded", "Job finished successfully")
+        return self._take_events()
+
+    def delete(self, key: WorkloadKey, *, now_s: float) -> list[Event]:
+        """The workload was deleted: it releases its quota and leaves the queues."""
+        self.now_s = now_s
+        r = self.records.get(key)
+        if r is None or r.phase is Phase.DELETED:
+            return []
+        self._release(r)
+        r.phase = Phase.DELETED
+        return self._take_events()
+
+    def stopped(self, key: WorkloadKey, *, now_s: float) -> list[Event]:
+        """An evicted workload's pods are gone: release its quota and requeue it."""
+        self.now_s = now_s
+        r = self.records.get(key)
+        if r is None or r.phase is not Phase.EVICTING:
+            return []
+        self._release(r)
+        self._after_eviction(r)
+        return self._take_events()
+
+    def set_admission_check(
+        self, key: WorkloadKey, check: str, state: str, *, message: str = "", now_s: float
+    ) -> list[Event]:
+        """An admission check controller reports Ready, Retry, Rejected or Pending."""
+        self.now_s = now_s
+        r = self.records.get(key)
+        if r is None or r.phase is not Phase.RESERVED or check not in r.checks:
+            return []
+        r.checks[check] = state
+        if state == "Rejected":
+            text = f"Admission check(s): [{check}], were rejected"
+            self._evict(r, reason="AdmissionCheck", message=message or text, deactivate=True)
+        elif state == "Retry":
+            text = f"At least one admission check is false: [{check}]"
+            self._evict(r, reason="AdmissionCheck", message=message or text)
+        elif all(s == "Ready" for s in r.checks.values()):
+            self._admit(r)
+        return self._take_events()
+
+    def pods_ready(self, key: WorkloadKey, *, now_s: float) -> list[Event]:
+        """All pods of an admitted workload are ready (waitForPodsReady)."""
+        self.now_s = now_s
+        r = self.records.get(key)
+        if r is None or r.phase is not Phase.ADMITTED or r.pods_ready:
+            return []
+        r.pods_ready = True
+        r.pods_ready_deadline_s = None
+        r.requeue_count = 0
+        if self.config.kueue.wait_for_pods_ready.enable:
+            r.set_condition(PODS_READY, True, "PodsReady", "All pods reached readiness")
+        return self._take_events()
+
+    # --- decisions -----------------------------------------------------------------------
+
+    def schedule(self, *, now_s: float) -> list[Event]:
+        """Admit everything that fits now, preempting where the policies allow.
+
+        Also fires timers that are due (requeue back-off, waitForPodsReady timeouts).
+        """
+        self.now_s = now_s
+        self._fire_timers()
+        if not self._admission_blocked():
+            for name in sorted(self.trees):
+                self._schedule_tree(self.trees[name])
+        return self._take_events()
+
+    def next_wakeup_s(self) -> float | None:
+        """The earliest time a timer needs `schedule()` to run, or None."""
+        while self.timers:
+            at, _, kind, key = self.timers[0]
+            if self._timer_live(kind, key, at):
+                return at
+            heapq.heappop(self.timers)
+        return None
+
+    # --- views ---------------------------------------------------------------------------
+
+    def workload(self, key: WorkloadKey) -> Workload:
+        """The workload as it stands: spec as submitted, status (admission, conditions) current."""
+        r = self.records[key]
+        admission = None
+        # Kueue keeps status.admission on a finished workload; eviction clears it.
+        if r.assignment is not None and (r.holds_quota or r.phase is Phase.FINISHED):
+            admission = Admission(
+                cluster_queue=r.cluster_queue, pod_set_assignments=r.assignment.pod_sets
+            )
+        return msgspec.structs.replace(
+            r.wl,
+            priority=r.priority,
+            admission=admission,
+            conditions=tuple(r.conditions.values()),
+            active=r.phase is not Phase.INACTIVE,
+        )
+
+    def workloads(self) -> Sequence[Workload]:
+        """Every workload the engine knows, in arrival order."""
+        return [self.workload(r.key) for r in self.order if r.phase is not Phase.DELETED]
+
+    def required_checks(self, key: WorkloadKey) -> tuple[str, ...]:
+        """Admission checks the workload needs before it is Admitted (after QuotaReserved)."""
+        r = self.records[key]
+        return tuple(sorted(r.checks))
+
+    def cluster_queue_status(self, name: str) -> ClusterQueueStatus:
+        return cluster_queue_status(self, name)
+
+    def local_queue_status(self, namespace: str, name: str) -> LocalQueueStatus:
+        return local_queue_status(self, namespace, name)
+
+    def cluster_queue_names(self) -> Sequence[str]:
+        return sorted(self.config.cluster_queues)
+
+    def local_queue_keys(self) -> Sequence[tuple[str, str]]:
+        """(namespace, name) of every LocalQueue, sorted."""
+        return sorted(tuple(k.split("/", 1)) for k in self.config.local_queues)  # type: ignore[misc]
+
+    def pending_workloads(self, cluster_queue: str) -> Sequence[PendingWorkload]:
+        """Pending workloads of a ClusterQueue in admission order, with their positions."""
+        return pending_in_order(self, cluster_queue)
+
+    # --- configuration -------------------------------------------------------------------
+
+    def _rebuild(self) -> None:
+        """Recompute trees, layouts and usage after a configuration change; requeue all."""
+        holders = [r for r in self.order if r.holds_quota]
+        self.config.build(holders)
+        self.trees = {}
+        self.queues = {}
+        for name in sorted(self.config.cluster_queues):
+            tree_name = tree_id(self.config.tree.cluster_queues[name].root())
+            tree = self.trees.get(tree_name)
+            if tree is None:
+                tree = self.trees[tree_name] = TreeRuntime(tree_name)
+            self.queues[name] = QueueRuntime(name, tree)
+        for r in self.order:
+            r.group = None
+            if r.phase is Phase.PENDING:
+                self._enqueue(r)
+
+    def _drain_stopped_queues(self) -> None:
+        """HoldAndDrain: evict what a stopped ClusterQueue or LocalQueue has admitted."""
+        for r in list(self.order):
+            if not r.holds_quota or r.phase is Phase.EVICTING:
+                continue
+            stop = self.config.drain_reason(r.cluster_queue, r.local_queue)
+            if stop is not None:
+                reason, message = stop
+                self._evict(r, reason=reason, message=message)
+
+    # --- queueing ------------------------------------------------------------------------
+
+    def _enqueue(self, r: WorkloadRecord) -> None:
+        r.phase = Phase.PENDING
+        cq_name, problem = self.config.resolve_queue(r)
+        if problem is not None:
+            r.cluster_queue = cq_name or ""
+            self._mark_pending(r, "Inadmissible", problem)
+            return
+        r.cluster_queue = cq_name or ""
+        cq = self.queues[r.cluster_queue]
+        shape = r.shape if self.config.best_effort(r.cluster_queue) else b""
+        group = cq.groups.get(shape)
+        if group is None:
+            group = cq.groups[shape] = PendingGroup(cq, shape)
+        r.group = group
+        old_head = group.head()
+        group.push(r)
+        if group.park is Park.PARKED and (old_head is None or r.order_key >= old_head.order_key):
+            return  # behind a head that cannot be admitted: it cannot be either
+        cq.list_group(group)
+        self._list_queue(cq)
+
+    def _list_queue(self, cq: QueueRuntime) -> None:
+        group = cq.best_group()
+        if group is None:
+            return
+        head = group.head()
+        assert head is not None
+        cq.tree.list_queue(cq, self._sort_key(head, borrows=False, share=0.0))
+
+    def _sort_key(self, r: WorkloadRecord, *, borrows: bool, share: float) -> tuple[object, ...]:
+        """Kueue's cycle order: by fair share when enabled, else non-borrowing first;
+        then priority, then FIFO."""
+        if self.config.fair_sharing_enabled:
+            return (share, -r.priority, r.queue_ts, r.seq)
+        return (borrows, -r.priority, r.queue_ts, r.seq)
+
+    def _mark_pending(self, r: WorkloadRecord, reason: str, message: str) -> None:
+        r.set_condition(QUOTA_RESERVED, False, reason, message)
+        if message != r.pending_message:
+            r.pending_message = message
+            self._emit(EventType.PENDING, r, reason, message)
+
+    # --- the round -----------------------------------------------------------------------
+
+    def _schedule_tree(self, tree: TreeRuntime) -> None:
+        """Try queues of one cohort tree, best first, until none has an admissible head."""
+        while True:
+            nxt = tree.next_queue()
+            if nxt is None:
+                return
+            key, cq = nxt
+            group = cq.best_group()
+            if group is None:
+                continue
+            head = group.head()
+            assert head is not None
+            self._try_head(tree, cq, group, head, key)
+
+    def _try_head(
+        self,
+        tree: TreeRuntime,
+        cq: QueueRuntime,
+        group: PendingGroup,
+        r: WorkloadRecord,
+        listed_key: tuple[object, ...],
+    ) -> None:
+        problem = self.config.admissibility(r)
+        if problem is not None:
+            reason, message = problem
+            self._mark_pending(r, reason, message)
+            tree.park(group, {})
+            self._list_queue(cq)
+            return
+        a = self._assign(r)
+        if a.mode is Mode.FIT:
+            key = self._sort_key(r, borrows=a.borrows, share=self.config.share_with(cq.name, a))
+            top = tree.peek_key()
+            if key > listed_key and top is not None and key > top:
+                cq.tree.list_queue(cq, key)  # others come first now; retry in order
+                return
+            group.pop_head()
+            self._reserve(r, a)
+            cq.list_group(group)
+            self._list_queue(cq)
+            return
+        victims = self._victims(r, a) if a.mode is Mode.PREEMPT else None
+        if victims is not None:
+            self._preempt(r, victims)
+            if self.hold_quota_until_stopped:
+                self._mark_pending(r, "Pending", "Waiting for preempted workloads to stop")
+                tree.park(group, dict.fromkeys(a.short, 1))
+            else:
+                cq.list_group(group)
+            self._list_queue(cq)
+            return
+        partial = (
+            reduced_assignment(r.wl.pod_sets, lambda counts: self._assign(r, counts))
+            if self.config.partial_admission
+            else None
+        )
+        if partial is not None:
+            group.pop_head()
+            self._reserve(r, partial)
+            cq.list_group(group)
+            self._list_queue(cq)
+            return
+        self._mark_pending(r, "Pending", a.message)
+        tree.park(group, self._wake_thresholds(cq.name, a))
+        self._list_queue(cq)
+
+    def _assign(self, r: WorkloadRecord, counts: Sequence[int] | None = None) -> Assignment:
+        cq = r.cluster_queue
+        return assign_flavors(
+            r.wl.pod_sets,
+            counts if counts is not None else [ps.count for ps in r.wl.pod_sets],
+            node=self.config.tree.cluster_queues[cq],
+            layout=self.config.layouts[cq],
+            flavors=self.config.flavors,
+        )
+
+    def _wake_thresholds(self, cq: str, a: Assignment) -> dict[tuple[str, str], int]:
+        """How much must be released, per short resource, before the head is worth a retry.
+
+        A queue that may preempt is retried on any release: victims plus freed quota may do.
+        """
+        if self.config.may_preempt(cq):
+            return dict.fromkeys(a.shortages, 1)
+        return dict(a.shortages)
+
+    def _victims(self, r: WorkloadRecord, a: Assignment) -> Victims | None:
+        cq = self.config.cluster_queues[r.cluster_queue]
+        req = PreemptionRequest(
+            cluster_queue=r.cluster_queue,
+            priority=r.priority,
+            queue_ts=r.queue_ts,
+            seq=r.seq,
+            policy=cq.preemption,
+            usage=a.usage,
+            short=a.short,
+        )
+        view = TreeView(
+            nodes=self.config.tree_members(r.cluster_queue),
+            holders=self._holders_of,
+            fair_sharing=self.config.fair_sharing_strategies,
+            lendable=self.config.lendable_of(r.cluster_queue),
+        )
+        return pick_victims(req, view)
+
+    def _holders_of(self, cq: str) -> list[WorkloadRecord]:
+        return [
+            r for r in self.config.holders.get(cq, {}).values() if r.phase is not Phase.EVICTING
+        ]
+
+    def _preempt(self, preemptor: WorkloadRecord, victims: Victims) -> None:
+        for key in victims.targets:
+            victim = self.records[key]
+            reason = victims.reasons[key]
+            message = (
+                f"Preempted to accommodate a workload (UID: {preemptor.wl.meta.uid or '-'}) "
+                f"({preemptor.key}) due to {_PREEMPTION_CAUSE[reason]}"
+            )
+            victim.set_condition(PREEMPTED, True, reason, message)
+            self._emit(EventType.PREEMPTED, victim, reason, message, by=preemptor.key)
+            self._evict(victim, reason="Preempted", message=message, by=preemptor.key)
+
+    # --- admission and eviction ----------------------------------------------------------
+
+    def _reserve(self, r: WorkloadRecord, a: Assignment) -> None:
+        """Reserve quota; admit at once unless admission checks must pass first."""
+        r.assignment = a
+        r.phase = Phase.RESERVED
+        r.reserved_at_s = self.now_s
+        r.evicted = False
+        r.pending_message = ""
+        self.config.hold(r)
+        message = f"Quota reserved in ClusterQueue {r.cluster_queue}"
+        r.set_condition(QUOTA_RESERVED, True, "QuotaReserved", message)
+        r.conditions.pop(EVICTED, None)
+        r.conditions.pop(PREEMPTED, None)
+        self._emit(EventType.QUOTA_RESERVED, r, "QuotaReserved", message)
+        r.checks = dict.fromkeys(self.config.checks_for(r.cluster_queue, a), "Pending")
+        if not r.checks:
+            self._admit(r)
+
+    def _admit(self, r: WorkloadRecord) -> None:
+        r.phase = Phase.ADMITTED
+        message = f"The workload is admitted to ClusterQueue {r.cluster_queue}"
+        r.set_condition(ADMITTED, True, "Admitted", message)
+        self._emit(EventType.ADMITTED, r, "Admitted", message)
+        wait = self.config.kueue.wait_for_pods_ready
+        if wait.enable and not r.pods_ready:
+            r.pods_ready_deadline_s = self.now_s + wait.timeout_seconds
+            r.set_condition(PODS_READY, False, "PodsReady", "Not all pods are ready or succeeded")
+            self._timer(r.pods_ready_deadline_s, "pods-ready", r.key)
+
+    def _arrive_admitted(self, r: WorkloadRecord, admission: Admission) -> None:
+        """A workload that arrives with status.admission holds that quota from the start."""
+        r.cluster_queue = admission.cluster_queue
+        usage: dict[tuple[str, str], int] = {}
+        for ps in admission.pod_set_assignments:
+            for resource, amount in ps.resource_usage.items():
+                fr = (ps.flavors.get(resource, ""), resource)
+                usage[fr] = usage.get(fr, 0) + amount
+        a = Assignment(
+            pod_sets=admission.pod_set_assignments, usage=usage, mode=Mode.FIT, borrows=False
+        )
+        if admission.cluster_queue not in self.config.cluster_queues:
+            self._mark_pending(
+                r, "Inadmissible", f"ClusterQueue {admission.cluster_queue} doesn't exist"
+            )
+            return
+        self._reserve(r, a)
+        for check in r.checks:
+            r.checks[check] = "Ready"
+        if r.phase is Phase.RESERVED:
+            self._admit(r)
+
+    def _evict(
+        self,
+        r: WorkloadRecord,
+        *,
+        reason: str,
+        message: str,
+        by: str = "",
+        deactivate: bool = False,
+    ) -> None:
+        r.set_condition(EVICTED, True, reason, message)
+        r.conditions.pop(ADMITTED, None)
+        r.set_condition(QUOTA_RESERVED, False, "Pending", message)
+        r.evicted = True
+        self._emit(EventType.EVICTED, r, reason, message, by=by)
+        if deactivate:
+            self._release(r)
+            r.phase = Phase.INACTIVE
+            self._emit(EventType.DEACTIVATED, r, reason, message)
+            return
+        if self.hold_quota_until_stopped:
+            r.phase = Phase.EVICTING
+            return
+        self._release(r)
+        self._after_eviction(r)
+
+    def _after_eviction(self, r: WorkloadRecord) -> None:
+        """Requeue an evicted workload, after a back-off when pods were not ready in time."""
+        r.assignment = None
+        r.checks = {}
+        r.pods_ready = False
+        r.pods_ready_deadline_s = None
+        evicted = r.conditions.get(EVICTED)
+        if evicted is not None and evicted.reason == "PodsReadyTimeout":
+            self._back_off(r)
+            return
+        r.pending_message = ""
+        self._enqueue(r)
+        self._emit(EventType.REQUEUED, r, "Evicted", "Requeued after eviction")
+
+    def _back_off(self, r: WorkloadRecord) -> None:
+        strategy = self.config.kueue.wait_for_pods_ready.requeuing_strategy
+        r.requeue_count += 1
+        if (
+            strategy.backoff_limit_count is not None
+            and r.requeue_count > strategy.backoff_limit_count
+        ):
+            r.phase = Phase.INACTIVE
+            message = (
+                "The workload is deactivated due to exceeding the maximum number of "
+                "re-queuing retries"
+            )
+            r.set_condition("Requeued", False, "RequeuingLimitExceeded", message)
+            self._emit(EventType.DEACTIVATED, r, "RequeuingLimitExceeded", message)
+            return
+        delay = min(
+            strategy.backoff_base_seconds * 2 ** (r.requeue_count - 1),
+            strategy.backoff_max_seconds,
+        )
+        r.phase = Phase.BACKOFF
+        r.requeue_at_s = self.now_s + delay
+        r.set_condition(REQUEUED, False, "PodsReadyTimeout", f"Requeue in {delay:g}s")
+        if strategy.timestamp == "Eviction":
+            r.queue_ts = self.now_s
+        self._timer(r.requeue_at_s, "requeue", r.key)
+
+    def _release(self, r: WorkloadRecord) -> None:
+        """Give back whatever `r` holds and leave its queue; wake groups it may unblock."""
+        if r.phase is Phase.PENDING:
+            r.phase = Phase.DELETED  # off the queue; the caller sets the real phase
+            return
+        if not r.holds_quota:
+            return
+        freed = self.config.unhold(r)
+        tree = self.queues[r.cluster_queue].tree if r.cluster_queue in self.queues else None
+        if tree is None:
+            return
+        for fr, amount in freed.items():
+            for group in tree.release(fr, amount):
+                group.cq.list_group(group)
+                self._list_queue(group.cq)
+
+    # --- timers --------------------------------------------------------------------------
+
+    def _timer(self, at: float, kind: str, key: WorkloadKey) -> None:
+        self.seq += 1
+        heapq.heappush(self.timers, (at, self.seq, kind, key))
+
+    def _timer_live(self, kind: str, key: WorkloadKey, at: float) -> bool:
+        r = self.records.get(key)
+        if r is None:
+            return False
+        if kind == "requeue":
+            return r.phase is Phase.BACKOFF and r.requeue_at_s == at
+        return r.phase is Phase.ADMITTED and r.pods_ready_deadline_s == at
+
+    def _fire_timers(self) -> None:
+        while self.timers and self.timers[0][0] <= self.now_s:
+            at, _, kind, key = heapq.heappop(self.timers)
+            if not self._timer_live(kind, key, at):
+                continue
+            r = self.records[key]
+            if kind == "requeue":
+                r.requeue_at_s = None
+                r.pending_message = ""
+                r.set_condition(REQUEUED, True, "BackoffFinished", "The workload is requeued")
+                self._enqueue(r)
+                self._emit(EventType.REQUEUED, r, "BackoffFinished", "Requeued after back-off")
+            else:
+                message = f"Exceeded the PodsReady timeout {r.key}"
+                self._evict(r, reason="PodsReadyTimeout", message=message)
+
+    def _admission_blocked(self) -> bool:
+        """waitForPodsReady.blockAdmission: nothing new starts while pods are still starting."""
+        wait = self.config.kueue.wait_for_pods_ready
+        if not (wait.enable and wait.block_admission):
+            return False
+        return any(
+            r.phase is Phase.ADMITTED and not r.pods_ready
+            for held in self.config.holders.values()
+            for r in held.values()
+        )
+
+    # --- events --------------------------------------------------------------------------
+
+    def _emit(
+        self, type_: EventType, r: WorkloadRecord, reason: str, message: str, *, by: str = ""
+    ) -> None:
+        self.events.append(
+            Event(time=self.now_s, type=type_, object=r.key, reason=reason, message=message, by=by)
+        )
+
+    def _take_events(self) -> list[Event]:
+        events, self.events = self.events, []
+        return events
+
+
+_PREEMPTION_CAUSE = {
+    "InClusterQueue": "prioritization in the ClusterQueue",
+    "InCohortReclamation": "reclamation within the cohort",
+    "InCohortReclaimWhileBorrowing": "reclamation within the cohort while borrowing",
+    "InCohortFairSharing": "fair sharing within the cohort",
+}

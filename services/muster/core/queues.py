@@ -1,0 +1,155 @@
+"""Pending workloads, indexed so that a decision costs the same however many are waiting.
+
+A ClusterQueue's pending workloads are split into *groups* that decide alike: same
+LocalQueue, priority and podsets (BestEffortFIFO), or one group for the whole queue
+(StrictFIFO, where the head blocks the rest). Only a group's head is ever evaluated. A group
+whose head cannot be admitted is *parked*: it leaves the queue's active set and is woken
+only when enough quota is released in its cohort tree (or the configuration changes).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from muster.core.quota import FlavorResource
+
+if TYPE_CHECKING:
+    from muster.core.records import WorkloadRecord
+
+OrderKey = tuple[int, float, int]  # (-priority, queue timestamp, arrival sequence)
+
+
+class Park(Enum):
+    ACTIVE = 0
+    PARKED = 1
+
+
+class PendingGroup:
+    """Workloads of one ClusterQueue that the assigner would treat identically, FIFO."""
+
+    __slots__ = ("cq", "heap", "park", "shape", "token")
+
+    def __init__(self, cq: QueueRuntime, shape: bytes) -> None:
+        self.cq = cq
+        self.shape = shape
+        self.heap: list[tuple[OrderKey, int, WorkloadRecord]] = []
+        self.park = Park.ACTIVE
+        self.token = 0  # bumped whenever the group is parked or re-listed; stale entries skip
+
+    def push(self, r: WorkloadRecord) -> None:
+        r.queue_token += 1
+        heapq.heappush(self.heap, (r.order_key, r.queue_token, r))
+
+    def head(self) -> WorkloadRecord | None:
+        heap = self.heap
+        while heap:
+            _, token, r = heap[0]
+            if r.queue_token == token and r.group is self and r.is_queued:
+                return r
+            heapq.heappop(heap)
+        return None
+
+    def pop_head(self) -> None:
+        heapq.heappop(self.heap)
+
+    def members(self) -> Iterator[WorkloadRecord]:
+        for _, token, r in self.heap:
+            if r.queue_token == token and r.group is self and r.is_queued:
+                yield r
+
+
+class QueueRuntime:
+    """A ClusterQueue's pending side: its groups and the heap of its unparked ones."""
+
+    __slots__ = ("active", "groups", "name", "token", "tree")
+
+    def __init__(self, name: str, tree: TreeRuntime) -> None:
+        self.name = name
+        self.tree = tree
+        self.groups: dict[bytes, PendingGroup] = {}
+        self.active: list[tuple[OrderKey, int, PendingGroup]] = []
+        self.token = 0  # bumped when the queue is (re)listed in its tree's ready heap
+
+    def list_group(self, group: PendingGroup) -> None:
+        """Put `group` among the active ones, keyed by its current head."""
+        head = group.head()
+        if head is None:
+            return
+        group.park = Park.ACTIVE
+        group.token += 1
+        heapq.heappush(self.active, (head.order_key, group.token, group))
+
+    def best_group(self) -> PendingGroup | None:
+        active = self.active
+        while active:
+            _, token, group = active[0]
+            if group.token == token and group.park is Park.ACTIVE and group.head() is not None:
+                return group
+            heapq.heappop(active)
+        return None
+
+    def pending(self) -> Iterator[WorkloadRecord]:
+        for group in self.groups.values():
+            yield from group.members()
+
+
+class TreeRuntime:
+    """A cohort tree's scheduling state: queues ready to be tried, and parked groups."""
+
+    __slots__ = ("freed", "name", "parked", "ready", "seq")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        # (sort key, token, queue): queues whose best group should be tried, best first
+        self.ready: list[tuple[tuple[object, ...], int, QueueRuntime]] = []
+        # Cumulative quota released per (flavor, resource): parked groups wait for it to grow.
+        self.freed: dict[FlavorResource, int] = {}
+        self.parked: dict[FlavorResource, list[tuple[int, int, int, PendingGroup]]] = {}
+        self.seq = 0
+
+    def list_queue(self, cq: QueueRuntime, key: tuple[object, ...]) -> None:
+        cq.token += 1
+        heapq.heappush(self.ready, (key, cq.token, cq))
+
+    def next_queue(self) -> tuple[tuple[object, ...], QueueRuntime] | None:
+        while self.ready:
+            key, token, cq = heapq.heappop(self.ready)
+            if cq.token == token:
+                return key, cq
+        return None
+
+    def peek_key(self) -> tuple[object, ...] | None:
+        while self.ready:
+            key, token, cq = self.ready[0]
+            if cq.token == token:
+                return key
+            heapq.heappop(self.ready)
+        return None
+
+    def park(self, group: PendingGroup, shortages: dict[FlavorResource, int]) -> None:
+        """Park `group` until `shortages[fr]` more of some fr is released in this tree.
+
+        With no shortages the group waits for a configuration change.
+        """
+        group.park = Park.PARKED
+        group.token += 1
+        for fr, short in shortages.items():
+            self.seq += 1
+            threshold = self.freed.get(fr, 0) + max(1, short)
+            heapq.heappush(
+                self.parked.setdefault(fr, []), (threshold, self.seq, group.token, group)
+            )
+
+    def release(self, fr: FlavorResource, amount: int) -> list[PendingGroup]:
+        """Record `amount` of `fr` released; return the parked groups this may help."""
+        total = self.freed[fr] = self.freed.get(fr, 0) + amount
+        heap = self.parked.get(fr)
+        woken: list[PendingGroup] = []
+        while heap and heap[0][0] <= total:
+            _, _, token, group = heapq.heappop(heap)
+            if group.token == token and group.park is Park.PARKED:
+                woken.append(group)
+        return woken

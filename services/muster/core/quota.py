@@ -1,0 +1,194 @@
+"""The quota tree: ClusterQueues and Cohorts as nodes, with Kueue's hierarchical accounting.
+
+Every node holds, per (flavor, resource):
+- `subtree_quota`: its own nominal quota plus what its children lend to it;
+- `guaranteed`: what it keeps for itself (subtree quota minus lending limit, when one is set);
+- `usage`: for a ClusterQueue, what its workloads reserve; for a Cohort, the part of each
+  child's usage that exceeds the child's guaranteed quota.
+Usage changes are propagated up incrementally (O(depth)), never recomputed by scanning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from muster.api.model import ResourceGroup
+
+FlavorResource = tuple[str, str]  # (flavor, resource)
+
+
+class QuotaNode:
+    """One ClusterQueue or Cohort in the tree. Mutated only by `QuotaTree` and `Ledger`."""
+
+    __slots__ = (
+        "borrowing_limit",
+        "children",
+        "guaranteed",
+        "is_cohort",
+        "lending_limit",
+        "name",
+        "nominal",
+        "parent",
+        "subtree_quota",
+        "usage",
+        "weight",
+    )
+
+    def __init__(self, name: str, *, is_cohort: bool) -> None:
+        self.name = name
+        self.is_cohort = is_cohort
+        self.parent: QuotaNode | None = None
+        self.children: list[QuotaNode] = []
+        self.nominal: dict[FlavorResource, int] = {}
+        self.borrowing_limit: dict[FlavorResource, int] = {}  # absent: unlimited
+        self.lending_limit: dict[FlavorResource, int] = {}  # absent: lends everything
+        self.subtree_quota: dict[FlavorResource, int] = {}
+        self.guaranteed: dict[FlavorResource, int] = {}
+        self.usage: dict[FlavorResource, int] = {}
+        self.weight = 1.0
+
+    def set_groups(self, groups: tuple[ResourceGroup, ...]) -> None:
+        self.nominal.clear()
+        self.borrowing_limit.clear()
+        self.lending_limit.clear()
+        for group in groups:
+            for flavor in group.flavors:
+                for quota in flavor.resources:
+                    fr = (flavor.name, quota.name)
+                    self.nominal[fr] = quota.nominal_quota
+                    if quota.borrowing_limit is not None:
+                        self.borrowing_limit[fr] = quota.borrowing_limit
+                    if quota.lending_limit is not None:
+                        self.lending_limit[fr] = quota.lending_limit
+
+    def root(self) -> QuotaNode:
+        node = self
+        while node.parent is not None:
+            node = node.parent
+        return node
+
+    def ancestors(self) -> Iterator[QuotaNode]:
+        node = self.parent
+        while node is not None:
+            yield node
+            node = node.parent
+
+    # --- Kueue's resource-node arithmetic -------------------------------------------------
+
+    def available(self, fr: FlavorResource) -> int:
+        """Quota this node can still take for `fr`: its own unused guarantee plus what the
+        parent can give, capped by the borrowing limit. May be negative after a quota cut."""
+        if self.parent is None:
+            return self.subtree_quota.get(fr, 0) - self.usage.get(fr, 0)
+        guaranteed = self.guaranteed.get(fr, 0)
+        usage = self.usage.get(fr, 0)
+        local = max(0, guaranteed - usage)
+        from_parent = self.parent.available(fr)
+        limit = self.borrowing_limit.get(fr)
+        if limit is not None:
+            stored_in_parent = self.subtree_quota.get(fr, 0) - guaranteed
+            used_in_parent = max(0, usage - guaranteed)
+            from_parent = min(stored_in_parent - used_in_parent + limit, from_parent)
+        return local + from_parent
+
+    def potential_available(self, fr: FlavorResource) -> int:
+        """The most this node could ever take for `fr` if nothing else used any quota."""
+        if self.parent is None:
+            return self.subtree_quota.get(fr, 0)
+        most = self.guaranteed.get(fr, 0) + self.parent.potential_available(fr)
+        limit = self.borrowing_limit.get(fr)
+        if limit is not None:
+            most = min(most, self.subtree_quota.get(fr, 0) + limit)
+        return most
+
+    def borrows_with(self, fr: FlavorResource, amount: int) -> bool:
+        """True if taking `amount` more of `fr` puts this node above its subtree quota."""
+        return self.usage.get(fr, 0) + amount > self.subtree_quota.get(fr, 0)
+
+    def is_borrowing(self, fr: FlavorResource) -> bool:
+        return self.usage.get(fr, 0) > self.subtree_quota.get(fr, 0)
+
+    def add_usage(self, fr: FlavorResource, delta: int) -> None:
+        """Change this node's usage and carry the change of its excess up the tree."""
+        node: QuotaNode | None = self
+        while node is not None and delta != 0:
+            guaranteed = node.guaranteed.get(fr, 0)
+            before = node.usage.get(fr, 0)
+            after = before + delta
+            node.usage[fr] = after
+            delta = max(0, after - guaranteed) - max(0, before - guaranteed)
+            node = node.parent
+
+
+class QuotaTree:
+    """All nodes, indexed by name; rebuilt on configuration change, updated on usage change."""
+
+    def __init__(self) -> None:
+        self.cluster_queues: dict[str, QuotaNode] = {}
+        self.cohorts: dict[str, QuotaNode] = {}
+
+    def cohort(self, name: str) -> QuotaNode:
+        node = self.cohorts.get(name)
+        if node is None:
+            node = self.cohorts[name] = QuotaNode(name, is_cohort=True)
+        return node
+
+    def link(self, child: QuotaNode, parent_name: str | None) -> None:
+        if child.parent is not None:
+            child.parent.children.remove(child)
+            child.parent = None
+        if parent_name is not None:
+            parent = self.cohort(parent_name)
+            child.parent = parent
+            parent.children.append(child)
+
+    def recompute(self, cq_usage: Mapping[str, Mapping[FlavorResource, int]]) -> None:
+        """Recompute subtree quotas, guarantees and usage from the leaves' usage."""
+        for root in self._roots():
+            self._compute_quota(root)
+            self._compute_usage(root, cq_usage)
+
+    def _roots(self) -> list[QuotaNode]:
+        nodes = [*self.cohorts.values(), *self.cluster_queues.values()]
+        return sorted((n for n in nodes if n.parent is None), key=lambda n: n.name)
+
+    def _compute_quota(self, node: QuotaNode) -> None:
+        node.subtree_quota = dict(node.nominal)
+        for child in node.children:
+            self._compute_quota(child)
+            for fr, quota in child.subtree_quota.items():
+                lent = quota - child.guaranteed.get(fr, 0)
+                node.subtree_quota[fr] = node.subtree_quota.get(fr, 0) + lent
+        node.guaranteed = {
+            fr: max(0, node.subtree_quota.get(fr, 0) - limit)
+            for fr, limit in node.lending_limit.items()
+        }
+
+    def _compute_usage(
+        self, node: QuotaNode, cq_usage: Mapping[str, Mapping[FlavorResource, int]]
+    ) -> None:
+        if not node.is_cohort:
+            node.usage = dict(cq_usage.get(node.name, {}))
+            return
+        node.usage = {}
+        for child in node.children:
+            self._compute_usage(child, cq_usage)
+            for fr, used in child.usage.items():
+                excess = max(0, used - child.guaranteed.get(fr, 0))
+                node.usage[fr] = node.usage.get(fr, 0) + excess
+
+    def has_cycle(self, name: str, parent: str | None) -> bool:
+        """True if making `parent` the parent of cohort `name` would close a loop."""
+        seen = {name}
+        while parent is not None:
+            if parent in seen:
+                return True
+            seen.add(parent)
+            node = self.cohorts.get(parent)
+            parent = node.parent.name if node is not None and node.parent is not None else None
+        return False
+
+
+def tree_id(root: QuotaNode) -> str:
+    """A name for the tree under `root` that cannot clash between a Cohort and a ClusterQueue."""
+    return f"{'cohort' if root.is_cohort else 'cq'}/{root.name}"

@@ -1,0 +1,98 @@
+"""The engine's mutable record of one workload: where it is in its life and what it holds."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from muster.api.model import Condition, Workload, WorkloadKey
+from muster.core.flavors import Assignment
+from muster.core.quota import FlavorResource
+
+if TYPE_CHECKING:
+    from muster.core.queues import OrderKey, PendingGroup
+
+
+class Phase(Enum):
+    PENDING = "Pending"  # queued (or waiting for its queue to exist)
+    BACKOFF = "Backoff"  # evicted, waiting out a requeue delay
+    RESERVED = "QuotaReserved"  # holds quota, admission checks not all Ready
+    ADMITTED = "Admitted"
+    EVICTING = "Evicting"  # evicted, still holding quota until its pods stop
+    FINISHED = "Finished"
+    INACTIVE = "Inactive"  # spec.active false, or deactivated by a check or back-off limit
+    DELETED = "Deleted"
+
+
+_HOLDING = frozenset({Phase.RESERVED, Phase.ADMITTED, Phase.EVICTING})
+
+
+class WorkloadRecord:
+    __slots__ = (
+        "assignment",
+        "checks",
+        "cluster_queue",
+        "conditions",
+        "evicted",
+        "group",
+        "key",
+        "local_queue",
+        "pending_message",
+        "phase",
+        "pods_ready",
+        "pods_ready_deadline_s",
+        "priority",
+        "queue_token",
+        "queue_ts",
+        "requeue_at_s",
+        "requeue_count",
+        "reserved_at_s",
+        "seq",
+        "shape",
+        "wl",
+    )
+
+    def __init__(self, wl: Workload, *, seq: int, priority: int, now_s: float) -> None:
+        self.wl = wl
+        self.key: WorkloadKey = wl.key
+        self.seq = seq
+        self.priority = priority
+        self.queue_ts = now_s
+        self.local_queue = f"{wl.meta.namespace}/{wl.queue_name or 'default'}"
+        self.cluster_queue = ""  # resolved through the LocalQueue
+        self.phase = Phase.PENDING
+        self.assignment: Assignment | None = None
+        self.reserved_at_s = 0.0
+        self.conditions: dict[str, Condition] = {}
+        self.checks: dict[str, str] = {}
+        self.evicted = False
+        self.group: PendingGroup | None = None
+        self.queue_token = 0
+        self.pending_message = ""
+        self.pods_ready = False
+        self.pods_ready_deadline_s: float | None = None
+        self.requeue_at_s: float | None = None
+        self.requeue_count = 0
+        self.shape = b""
+
+    @property
+    def order_key(self) -> OrderKey:
+        return (-self.priority, self.queue_ts, self.seq)
+
+    @property
+    def is_queued(self) -> bool:
+        return self.phase is Phase.PENDING
+
+    @property
+    def holds_quota(self) -> bool:
+        return self.phase in _HOLDING
+
+    @property
+    def usage(self) -> Mapping[FlavorResource, int]:
+        return self.assignment.usage if self.assignment is not None else {}
+
+    def set_condition(self, type_: str, status: bool, reason: str, message: str) -> None:
+        self.conditions[type_] = Condition(
+            type=type_, status="True" if status else "False", reason=reason, message=message
+        )

@@ -1,0 +1,154 @@
+"""Queue statuses and pending positions, computed from the engine's records on demand.
+
+Views are not on the decision path, so they read the records instead of keeping counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from muster.core.records import Phase, WorkloadRecord
+from muster.core.status import (
+    ClusterQueueStatus,
+    FlavorUsage,
+    LocalQueueStatus,
+    PendingWorkload,
+    QueueCondition,
+    ResourceUsage,
+)
+
+if TYPE_CHECKING:
+    from muster.core.engine import Engine
+
+_WAITING = (Phase.PENDING, Phase.BACKOFF)
+
+
+def cluster_queue_status(engine: Engine, name: str) -> ClusterQueueStatus:
+    cq = engine.config.cluster_queues[name]
+    records = [r for r in engine.order if r.cluster_queue == name]
+    holders = [r for r in records if r.holds_quota]
+    admitted = [r for r in holders if r.phase is Phase.ADMITTED]
+    node = engine.config.tree.cluster_queues[name]
+    layout = [
+        (f.name, [q.name for q in f.resources]) for g in cq.resource_groups for f in g.flavors
+    ]
+
+    def usage_of(rs: Iterable[WorkloadRecord]) -> tuple[FlavorUsage, ...]:
+        totals: dict[tuple[str, str], int] = {}
+        for r in rs:
+            for fr, amount in r.usage.items():
+                totals[fr] = totals.get(fr, 0) + amount
+        return tuple(
+            FlavorUsage(
+                name=flavor,
+                resources=tuple(
+                    ResourceUsage(
+                        name=res,
+                        total=totals.get((flavor, res), 0),
+                        borrowed=max(
+                            0,
+                            totals.get((flavor, res), 0) - node.subtree_quota.get((flavor, res), 0),
+                        ),
+                    )
+                    for res in resources
+                ),
+            )
+            for flavor, resources in layout
+        )
+
+    problem = engine.config.inactive.get(name)
+    condition = (
+        QueueCondition(
+            type="Active", status="True", reason="Ready", message="Can admit new workloads"
+        )
+        if problem is None
+        else QueueCondition(
+            type="Active",
+            status="False",
+            reason=problem[0],
+            message=f"Can't admit new workloads: {problem[1]}",
+        )
+    )
+    return ClusterQueueStatus(
+        name=name,
+        pending_workloads=sum(1 for r in records if r.phase in _WAITING),
+        reserving_workloads=len(holders),
+        admitted_workloads=len(admitted),
+        flavors_reservation=usage_of(holders),
+        flavors_usage=usage_of(admitted),
+        conditions=(condition,),
+    )
+
+
+def local_queue_status(engine: Engine, namespace: str, name: str) -> LocalQueueStatus:
+    key = f"{namespace}/{name}"
+    lq = engine.config.local_queues[key]
+    records = [r for r in engine.order if r.local_queue == key]
+    holders = [r for r in records if r.holds_quota]
+    admitted = [r for r in holders if r.phase is Phase.ADMITTED]
+
+    def usage_of(rs: Iterable[WorkloadRecord]) -> tuple[FlavorUsage, ...]:
+        totals: dict[str, dict[str, int]] = {}
+        for r in rs:
+            for (flavor, res), amount in r.usage.items():
+                per = totals.setdefault(flavor, {})
+                per[res] = per.get(res, 0) + amount
+        return tuple(
+            FlavorUsage(
+                name=flavor,
+                resources=tuple(
+                    ResourceUsage(name=res, total=total) for res, total in sorted(per.items())
+                ),
+            )
+            for flavor, per in sorted(totals.items())
+        )
+
+    cq_exists = lq.cluster_queue in engine.config.cluster_queues
+    condition = (
+        QueueCondition(
+            type="Active", status="True", reason="Ready", message="Can submit new workloads"
+        )
+        if cq_exists
+        else QueueCondition(
+            type="Active",
+            status="False",
+            reason="ClusterQueueDoesNotExist",
+            message=f"Can't submit new workloads to clusterQueue {lq.cluster_queue}",
+        )
+    )
+    return LocalQueueStatus(
+        namespace=namespace,
+        name=name,
+        cluster_queue=lq.cluster_queue,
+        pending_workloads=sum(1 for r in records if r.phase in _WAITING),
+        reserving_workloads=len(holders),
+        admitted_workloads=len(admitted),
+        flavors_reservation=usage_of(holders),
+        flavors_usage=usage_of(admitted),
+        conditions=(condition,),
+    )
+
+
+def pending_in_order(engine: Engine, cluster_queue: str) -> list[PendingWorkload]:
+    """Pending workloads of a ClusterQueue by priority, then FIFO, with their positions."""
+    waiting = sorted(
+        (r for r in engine.order if r.cluster_queue == cluster_queue and r.phase in _WAITING),
+        key=lambda r: r.order_key,
+    )
+    in_local: dict[str, int] = {}
+    result = []
+    for position, r in enumerate(waiting):
+        local_position = in_local.get(r.local_queue, 0)
+        in_local[r.local_queue] = local_position + 1
+        result.append(
+            PendingWorkload(
+                key=r.key,
+                cluster_queue=cluster_queue,
+                local_queue=r.local_queue.split("/", 1)[1],
+                priority=r.priority,
+                position_in_cluster_queue=position,
+                position_in_local_queue=local_position,
+            )
+        )
+    return result
