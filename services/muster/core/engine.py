@@ -17,6 +17,7 @@ import msgspec
 
 from muster.api.model import (
     Admission,
+    AdmissionCheckState,
     ApiObject,
     KueueConfig,
     Workload,
@@ -67,6 +68,7 @@ class Engine:
         self.seq = 0
         self.now_s = 0.0
         self.events: list[Event] = []
+        self.preempted_this_round: set[WorkloadKey] = set()
         for obj in objects:
             self.config.put(obj)
         self._rebuild()
@@ -173,6 +175,7 @@ class Engine:
         """
         self.now_s = now_s
         self._fire_timers()
+        self.preempted_this_round = set()
         if not self._admission_blocked():
             for name in sorted(self.trees):
                 self._schedule_tree(self.trees[name])
@@ -203,6 +206,10 @@ class Engine:
             priority=r.priority,
             admission=admission,
             conditions=tuple(r.conditions.values()),
+            admission_checks=tuple(
+                AdmissionCheckState(name=name, state=state)  # type: ignore[arg-type]
+                for name, state in sorted(r.checks.items())
+            ),
             active=r.phase is not Phase.INACTIVE,
         )
 
@@ -348,8 +355,12 @@ class Engine:
             cq.list_group(group)
             self._list_queue(cq)
             return
-        victims = self._victims(r, a) if a.mode is Mode.PREEMPT else None
+        # One preemption per head per round: if the freed quota went elsewhere, wait instead of
+        # evicting again (the victims' requeue could otherwise ping-pong with the preemptor).
+        may_preempt = a.mode is Mode.PREEMPT and r.key not in self.preempted_this_round
+        victims = self._victims(r, a) if may_preempt else None
         if victims is not None:
+            self.preempted_this_round.add(r.key)
             self._preempt(r, victims)
             if self.hold_quota_until_stopped:
                 self._mark_pending(r, "Pending", "Waiting for preempted workloads to stop")

@@ -1,0 +1,1 @@
+"""The `muster` command line: one module per command group, dispatched by `main.py`."""

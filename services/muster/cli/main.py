@@ -1,0 +1,48 @@
+"""`muster`: parse the command line and dispatch to the command group's module.
+
+Each group module (`simulate`, `run`, ...) exposes `add_parser(subparsers)`, which registers
+its arguments and sets `handler`: a function from the parsed arguments to an exit status.
+`bench` lives with another team: its module is imported only when `muster bench` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from muster.cli import run, simulate
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="muster", description="Kueue-compatible batch admission for Kubernetes."
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    run.add_parser(commands)
+    simulate.add_parser(commands)
+    # Listed for `muster --help` only: `main` hands `muster bench ...` over before parsing.
+    commands.add_parser("bench", help="run the benchmarks (see `muster bench --help`)")
+    return parser
+
+
+def run_bench(argv: list[str]) -> int:
+    """Hand the rest of the command line to `muster.cli.bench.main`, imported only now."""
+    bench = importlib.import_module("muster.cli.bench")
+    status: int = bench.main(argv)
+    return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one `muster` command; returns its exit status (2 for bad input)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:
+        return run_bench(argv[1:])  # bench parses its own options, --help included
+    args = build_parser().parse_args(argv)
+    status: int = args.handler(args)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""The `muster.dev/*` annotations that script a simulation, and their parsers.
+
+A scenario is plain Kueue YAML; these annotations say what the real world would have done:
+when a workload arrives, how long it runs, when its pods become ready and what each admission
+check answers. `scenario.py` parses them once, up front; `runner.py` only reads the results.
+The contract is documented in docs/simulate-json.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Literal, get_args
+
+import msgspec
+
+from muster.api.errors import key_path
+
+SUBMIT_AFTER = "muster.dev/submit-after"
+RUN_SECONDS = "muster.dev/run-seconds"
+PODS_READY_AFTER = "muster.dev/pods-ready-after"
+CHECK_PREFIX = "muster.dev/check."  # + AdmissionCheck name, on a workload (or its Job)
+CHECK_RESULT = "muster.dev/check-result"  # on an AdmissionCheck: the default for every workload
+
+NEVER = "never"
+
+CheckStateName = Literal["Ready", "Retry", "Rejected", "Pending"]
+CHECK_STATES: tuple[str, ...] = get_args(CheckStateName)
+
+
+class CheckAttempt(msgspec.Struct, frozen=True, kw_only=True):
+    """What one admission check answers for one quota reservation, and how long it takes."""
+
+    state: CheckStateName
+    delay_s: float = 0.0
+
+
+CheckScript = tuple[CheckAttempt, ...]  # attempt n uses element n; the last one repeats
+
+READY_AT_ONCE: CheckScript = (CheckAttempt(state="Ready"),)
+
+
+class WorkloadScript(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything the annotations of one workload say about its simulated life."""
+
+    submit_after_s: float = 0.0
+    run_s: float | None = None  # None: runs until the simulation ends
+    pods_ready_after_s: float | None = 0.0  # None: pods never become ready
+    checks: Mapping[str, CheckScript] = msgspec.field(default_factory=dict)  # check -> script
+
+
+DEFAULT_SCRIPT = WorkloadScript()
+
+
+class AnnotationError(ValueError):
+    """One bad annotation value; `annotation` names it, str() says what is wrong."""
+
+    def __init__(self, annotation: str, problem: str) -> None:
+        super().__init__(problem)
+        self.annotation = annotation
+        self.problem = problem
+
+
+def annotation_path(annotation: str) -> str:
+    """The field path of an annotation: `metadata.annotations["muster.dev/run-seconds"]`."""
+    return key_path("metadata.annotations", annotation)
+
+
+def parse_seconds(text: str) -> float:
+    """A duration in seconds: a finite, non-negative decimal number such as "30" or "2.5"."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"must be a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"must be a finite number of seconds >= 0, got {text!r}")
+    return value
+
+
+def parse_check_script(text: str) -> CheckScript:
+    """Parse "State[@delaySeconds][,State[@delaySeconds]...]" into one attempt per element."""
+    attempts: list[CheckAttempt] = []
+    for i, element in enumerate(text.split(",")):
+        state, _, delay = element.strip().partition("@")
+        state = state.strip()
+        if state not in CHECK_STATES:
+            expected = ", ".join(CHECK_STATES)
+            raise ValueError(f"element {i}: state must be one of {expected}, got {state!r}")
+        try:
+            delay_s = parse_seconds(delay.strip()) if delay else 0.0
+        except ValueError as exc:
+            raise ValueError(f"element {i}: delay {exc}") from None
+        attempts.append(CheckAttempt(state=state, delay_s=delay_s))  # type: ignore[arg-type]  # checked against CHECK_STATES above
+    return tuple(attempts)
+
+
+def parse_workload_script(annotations: Mapping[str, str]) -> WorkloadScript:
+    """Read every `muster.dev/*` annotation of one workload.
+
+    Raises `AnnotationError` on the first bad value; unknown `muster.dev/*` keys are errors too,
+    because a misspelt annotation would otherwise be ignored without a word.
+    """
+    if not any(key.startswith("muster.dev/") for key in annotations):
+        return DEFAULT_SCRIPT
+    submit_after_s = 0.0
+    run_s: float | None = None
+    pods_ready_after_s: float | None = 0.0
+    checks: dict[str, CheckScript] = {}
+    for key in sorted(annotations):
+        if not key.startswith("muster.dev/"):
+            continue
+        value = annotations[key]
+        try:
+            if key == SUBMIT_AFTER:
+                submit_after_s = parse_seconds(value)
+            elif key == RUN_SECONDS:
+                run_s = parse_seconds(value)
+            elif key == PODS_READY_AFTER:
+                never = value.strip() == NEVER
+                pods_ready_after_s = None if never else parse_seconds(value)
+            elif key.startswith(CHECK_PREFIX) and len(key) > len(CHECK_PREFIX):
+                checks[key.removeprefix(CHECK_PREFIX)] = parse_check_script(value)
+            else:
+                raise ValueError(f"unknown annotation; known: {', '.join(KNOWN_ON_WORKLOADS)}")
+        except ValueError as exc:
+            raise AnnotationError(key, str(exc)) from None
+    return WorkloadScript(
+        submit_after_s=submit_after_s,
+        run_s=run_s,
+        pods_ready_after_s=pods_ready_after_s,
+        checks=checks,
+    )
+
+
+KNOWN_ON_WORKLOADS = (SUBMIT_AFTER, RUN_SECONDS, PODS_READY_AFTER, CHECK_PREFIX + "<check>")

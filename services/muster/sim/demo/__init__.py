@@ -1,0 +1,129 @@
+"""The built-in demo scenario that `muster run` replays: two teams sharing one ClusterQueue.
+
+Ten Jobs arrive a few seconds apart on LocalQueues lq-team-a and lq-team-b, which both feed
+ClusterQueue `cluster-queue` (cpu, memory and nvidia.com/gpu on flavors `default-flavor` and
+`gpu`). Most run at priority `low`; `urgent-train` arrives at `high` when the GPUs are taken,
+so it preempts a low-priority workload, which runs again later.
+"""
+
+from __future__ import annotations
+
+SOURCE = "<built-in demo>"
+ABOUT = "the built-in demo: 10 Jobs of teams a and b on ClusterQueue cluster-queue"
+
+_CONFIG = """\
+apiVersion: v1
+kind: Namespace
+metadata: {name: team-a, labels: {team: a}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: team-b, labels: {team: b}}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: default-flavor}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: gpu}
+spec:
+  nodeLabels: {cloud.example.com/accelerator: nvidia-a100}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: cluster-queue}
+spec:
+  namespaceSelector:
+    matchExpressions: [{key: team, operator: In, values: [a, b]}]
+  preemption: {withinClusterQueue: LowerPriority}
+  resourceGroups:
+  - coveredResources: [cpu, memory, nvidia.com/gpu]
+    flavors:
+    - name: default-flavor
+      resources:
+      - {name: cpu, nominalQuota: 8}
+      - {name: memory, nominalQuota: 32Gi}
+      - {name: nvidia.com/gpu, nominalQuota: 2}
+    - name: gpu
+      resources:
+      - {name: cpu, nominalQuota: 8}
+      - {name: memory, nominalQuota: 32Gi}
+      - {name: nvidia.com/gpu, nominalQuota: 4}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {namespace: team-a, name: lq-team-a}
+spec: {clusterQueue: cluster-queue}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {namespace: team-b, name: lq-team-b}
+spec: {clusterQueue: cluster-queue}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: WorkloadPriorityClass
+metadata: {name: high}
+value: 1000
+description: deadlines
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: WorkloadPriorityClass
+metadata: {name: low}
+value: 100
+description: everything else
+"""
+
+# name, team, priority class, arrives after (s), runs for (s), pods, requests per pod
+_JOBS = (
+    ("prep-data", "a", "low", 0, 40, 1, "{cpu: '4', memory: 8Gi}"),
+    ("train-small", "b", "low", 3, 90, 1, "{cpu: '2', memory: 8Gi, nvidia.com/gpu: '2'}"),
+    ("train-big", "a", "low", 6, 120, 2, "{cpu: '2', memory: 8Gi, nvidia.com/gpu: '2'}"),
+    ("eval", "b", "low", 9, 30, 1, "{cpu: '2', memory: 4Gi}"),
+    ("notebook-batch", "a", "low", 12, 20, 1, "{cpu: '2', memory: 4Gi}"),
+    ("urgent-train", "b", "high", 15, 60, 1, "{cpu: '2', memory: 8Gi, nvidia.com/gpu: '2'}"),
+    ("report", "a", "low", 20, 15, 1, "{cpu: '1', memory: 2Gi}"),
+    ("sweep-1", "b", "low", 25, 45, 1, "{cpu: '2', memory: 4Gi, nvidia.com/gpu: '1'}"),
+    ("sweep-2", "b", "low", 28, 45, 1, "{cpu: '2', memory: 4Gi, nvidia.com/gpu: '1'}"),
+    ("finalize", "a", "high", 35, 10, 1, "{cpu: '2', memory: 4Gi}"),
+)
+
+_JOB = """\
+apiVersion: batch/v1
+kind: Job
+metadata:
+  namespace: team-{team}
+  name: {name}
+  labels: {{kueue.x-k8s.io/queue-name: lq-team-{team}, kueue.x-k8s.io/priority-class: {priority}}}
+  annotations: {{muster.dev/submit-after: "{after}", muster.dev/run-seconds: "{runs}"}}
+spec:
+  parallelism: {pods}
+  completions: {pods}
+  suspend: true
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: main
+        image: registry.example.com/{name}:latest
+        resources:
+          requests: {requests}
+"""
+
+DEMO_YAML = "---\n".join(
+    [
+        _CONFIG,
+        *(
+            _JOB.format(
+                name=name,
+                team=team,
+                priority=priority,
+                after=after,
+                runs=runs,
+                pods=pods,
+                requests=requests,
+            )
+            for name, team, priority, after, runs, pods, requests in _JOBS
+        ),
+    ]
+)

@@ -1,0 +1,283 @@
+"""The simulation loop: replays a scenario against the admission `Engine` on a virtual clock.
+
+At each distinct time it applies the facts due (arrivals, finished runs, admission check
+answers, ready pods), asks the engine to `schedule`, and turns the events that come back into
+new timed facts. Work is proportional to events, never to the number of workloads per step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import msgspec
+
+from muster.api.model import Admission, ApiObject, ClusterQueue, KueueConfig, Workload, WorkloadKey
+from muster.core.engine import Engine
+from muster.core.events import Event, EventType
+from muster.core.status import ClusterQueueStatus, LocalQueueStatus
+from muster.sim.annotations import READY_AT_ONCE, WorkloadScript
+from muster.sim.scenario import Arrival, Scenario, build_scenario
+from muster.sim.timeline import Action, Arrive, Finish, PodsReady, SetCheck, Timeline
+
+# Schedule passes at one instant before the runner gives up: only a scenario whose zero-delay
+# facts re-trigger each other forever (say a check that answers "Retry@0" every time) gets here.
+MAX_PASSES_PER_INSTANT = 10_000
+
+# Events after which the facts scheduled for the workload's current admission no longer apply.
+ADMISSION_ENDED = frozenset(
+    {
+        EventType.PREEMPTED,
+        EventType.EVICTED,
+        EventType.REQUEUED,
+        EventType.DEACTIVATED,
+        EventType.FINISHED,
+    }
+)
+
+
+class AdmissionEngine(Protocol):
+    """The part of `muster.core.engine.Engine` the simulator drives."""
+
+    def submit(self, wl: Workload, *, now_s: float) -> list[Event]: ...
+    def finish(self, key: WorkloadKey, *, now_s: float) -> list[Event]: ...
+    def set_admission_check(
+        self, key: WorkloadKey, check: str, state: str, *, message: str = "", now_s: float
+    ) -> list[Event]: ...
+    def pods_ready(self, key: WorkloadKey, *, now_s: float) -> list[Event]: ...
+    def schedule(self, *, now_s: float) -> list[Event]: ...
+    def next_wakeup_s(self) -> float | None: ...
+    def workload(self, key: WorkloadKey) -> Workload: ...
+    def workloads(self) -> Sequence[Workload]: ...
+    def required_checks(self, key: WorkloadKey) -> tuple[str, ...]: ...
+    def cluster_queue_names(self) -> Sequence[str]: ...
+    def cluster_queue_status(self, name: str) -> ClusterQueueStatus: ...
+    def local_queue_keys(self) -> Sequence[tuple[str, str]]: ...
+    def local_queue_status(self, namespace: str, name: str) -> LocalQueueStatus: ...
+
+
+class WorkloadTiming(msgspec.Struct, frozen=True, kw_only=True):
+    """When one workload arrived, first got quota, first ran, how long it ran and finished."""
+
+    key: WorkloadKey
+    arrived_s: float
+    first_reserved_s: float | None  # first QuotaReserved
+    first_admitted_s: float | None  # first Admitted
+    ran_s: float  # summed over every admission, up to `end_s` for one still running
+    finished_s: float | None
+    evictions: int
+    last_admission: Admission | None  # kept after it finishes or loses its quota
+
+
+class SimulationResult(msgspec.Struct, frozen=True, kw_only=True):
+    events: tuple[Event, ...]  # in the order they happened
+    workloads: tuple[Workload, ...]  # every workload that arrived, in arrival order, as it ended
+    cluster_queues: tuple[ClusterQueueStatus, ...]  # sorted by name
+    local_queues: tuple[LocalQueueStatus, ...]  # sorted by (namespace, name)
+    timings: Mapping[WorkloadKey, WorkloadTiming]  # in arrival order
+    cluster_queue_specs: tuple[ClusterQueue, ...]  # for nominal quotas in reports
+    end_s: float  # `until_s` when given, else the time of the last thing that happened
+    until_s: float | None
+
+
+class SimulationError(Exception):
+    """The simulation cannot go on (the engine or the scenario never settles)."""
+
+
+@dataclass(slots=True)
+class Track:
+    """What the runner knows about one workload while it runs; mutable, runner-private."""
+
+    script: WorkloadScript
+    arrived_s: float
+    epoch: int = 0  # bumped whenever an admission starts or ends; stale facts carry an old one
+    reservations: int = 0
+    first_reserved_s: float | None = None
+    first_admitted_s: float | None = None
+    admitted_since_s: float | None = None
+    ran_s: float = 0.0
+    finished_s: float | None = None
+    evictions: int = 0
+    last_admission: Admission | None = None
+
+    def end_admission(self, now_s: float) -> None:
+        if self.admitted_since_s is not None:
+            self.ran_s += now_s - self.admitted_since_s
+            self.admitted_since_s = None
+        self.epoch += 1
+
+    def timing(self, key: WorkloadKey, *, end_s: float) -> WorkloadTiming:
+        running_s = 0.0 if self.admitted_since_s is None else end_s - self.admitted_since_s
+        return WorkloadTiming(
+            key=key,
+            arrived_s=self.arrived_s,
+            first_reserved_s=self.first_reserved_s,
+            first_admitted_s=self.first_admitted_s,
+            ran_s=self.ran_s + running_s,
+            finished_s=self.finished_s,
+            evictions=self.evictions,
+            last_admission=self.last_admission,
+        )
+
+
+def run_scenario(
+    objects: Sequence[ApiObject], *, config: KueueConfig | None, until_s: float | None
+) -> SimulationResult:
+    """Simulate already-decoded objects; raises `InvalidScenarioError` on bad annotations.
+
+    `config` wins over a Configuration among `objects`.
+    """
+    return simulate(build_scenario(objects, config=config), until_s=until_s)
+
+
+def simulate(scenario: Scenario, *, until_s: float | None = None) -> SimulationResult:
+    """Run `scenario` on a fresh quota-only `Engine` until nothing more happens, or `until_s`."""
+    engine = Engine(scenario.objects, config=scenario.config, hold_quota_until_stopped=False)
+    return Simulation(engine, scenario, until_s=until_s).run()
+
+
+class Simulation:
+    """One run of one scenario against one engine; `run()` once."""
+
+    def __init__(
+        self, engine: AdmissionEngine, scenario: Scenario, *, until_s: float | None = None
+    ) -> None:
+        self.engine = engine
+        self.scenario = scenario
+        self.until_s = until_s
+        self.timeline = Timeline([(a.at_s, Arrive(a)) for a in scenario.arrivals])
+        self.tracks: dict[WorkloadKey, Track] = {}
+        self.events: list[Event] = []
+        self.now_s = 0.0
+        self.stepped = False
+        config = scenario.config or KueueConfig()
+        self.pods_ready_enabled = config.wait_for_pods_ready.enable
+
+    def run(self) -> SimulationResult:
+        while (now_s := self.next_time()) is not None:
+            if self.until_s is not None and now_s > self.until_s:
+                break
+            self.step(now_s)
+        return self.result()
+
+    def next_time(self) -> float | None:
+        """The next instant anything can happen: the earliest action or engine timer."""
+        due = [t for t in (self.timeline.next_time(), self.engine.next_wakeup_s()) if t is not None]
+        if not due:
+            return None
+        now_s = min(due)
+        if self.stepped and now_s <= self.now_s:
+            raise SimulationError(
+                f"engine asked to wake at t={now_s:g}, not after the last schedule at "
+                f"t={self.now_s:g}"
+            )
+        return now_s
+
+    def step(self, now_s: float) -> None:
+        """Apply every fact due at `now_s` and schedule, until no zero-delay fact is left."""
+        self.now_s, self.stepped = now_s, True
+        for _ in range(MAX_PASSES_PER_INSTANT):
+            for action in self.timeline.pop_due(now_s):
+                self.apply(action)
+            self.react(self.engine.schedule(now_s=now_s))
+            next_s = self.timeline.next_time()
+            if next_s is None or next_s > now_s:
+                return
+        raise SimulationError(
+            f"t={now_s:g}: still busy after {MAX_PASSES_PER_INSTANT} schedule passes; "
+            "do zero-delay admission check answers make it loop?"
+        )
+
+    def apply(self, action: Action) -> None:
+        """Report one due fact to the engine, unless its admission has ended since."""
+        engine, now_s = self.engine, self.now_s
+        match action:
+            case Arrive(arrival):
+                self.tracks[arrival.workload.key] = Track(script=arrival.script, arrived_s=now_s)
+                self.react(engine.submit(arrival.workload, now_s=now_s))
+            case Finish(key, epoch) if self.tracks[key].epoch == epoch:
+                self.react(engine.finish(key, now_s=now_s))
+            case SetCheck(key, epoch, check, state) if self.tracks[key].epoch == epoch:
+                self.react(engine.set_admission_check(key, check, state, now_s=now_s))
+            case PodsReady(key, epoch) if self.tracks[key].epoch == epoch:
+                self.react(engine.pods_ready(key, now_s=now_s))
+
+    def react(self, events: list[Event]) -> None:
+        """Record the engine's events in order and schedule the facts they lead to."""
+        self.events.extend(events)
+        for event in events:
+            key = WorkloadKey(event.object)
+            track = self.tracks.get(key)
+            if track is None:
+                continue
+            if event.type is EventType.QUOTA_RESERVED:
+                self.on_quota_reserved(key, track)
+            elif event.type is EventType.ADMITTED:
+                self.on_admitted(key, track)
+            elif event.type in ADMISSION_ENDED:
+                track.end_admission(self.now_s)
+                if event.type is EventType.FINISHED:
+                    track.finished_s = self.now_s
+                elif event.type is EventType.EVICTED:
+                    track.evictions += 1
+
+    def on_quota_reserved(self, key: WorkloadKey, track: Track) -> None:
+        """Schedule each required admission check's scripted answer for this attempt."""
+        track.epoch += 1
+        attempt = track.reservations
+        track.reservations += 1
+        if track.first_reserved_s is None:
+            track.first_reserved_s = self.now_s
+        for check in self.engine.required_checks(key):
+            script = track.script.checks.get(check) or self.scenario.check_results.get(
+                check, READY_AT_ONCE
+            )
+            answer = script[min(attempt, len(script) - 1)]
+            action = SetCheck(key, track.epoch, check, answer.state)
+            self.timeline.push(self.now_s + answer.delay_s, action)
+
+    def on_admitted(self, key: WorkloadKey, track: Track) -> None:
+        """Start the run clock; schedule the finish and, with waitForPodsReady, ready pods."""
+        if track.first_admitted_s is None:
+            track.first_admitted_s = self.now_s
+        track.admitted_since_s = self.now_s
+        admission = self.engine.workload(key).admission
+        if admission is not None:
+            track.last_admission = admission
+        script = track.script
+        if script.run_s is not None:
+            self.timeline.push(self.now_s + script.run_s, Finish(key, track.epoch))
+        if self.pods_ready_enabled and script.pods_ready_after_s is not None:
+            self.timeline.push(self.now_s + script.pods_ready_after_s, PodsReady(key, track.epoch))
+
+    def result(self) -> SimulationResult:
+        engine = self.engine
+        end_s = self.until_s if self.until_s is not None else self.now_s
+        return SimulationResult(
+            events=tuple(self.events),
+            workloads=tuple(engine.workloads()),
+            cluster_queues=tuple(
+                engine.cluster_queue_status(name) for name in sorted(engine.cluster_queue_names())
+            ),
+            local_queues=tuple(
+                engine.local_queue_status(ns, name)
+                for ns, name in sorted(engine.local_queue_keys())
+            ),
+            timings={key: track.timing(key, end_s=end_s) for key, track in self.tracks.items()},
+            cluster_queue_specs=self.scenario.cluster_queues,
+            end_s=end_s,
+            until_s=self.until_s,
+        )
+
+
+__all__ = [
+    "AdmissionEngine",
+    "Arrival",
+    "Simulation",
+    "SimulationError",
+    "SimulationResult",
+    "WorkloadTiming",
+    "run_scenario",
+    "simulate",
+]

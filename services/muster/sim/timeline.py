@@ -1,0 +1,69 @@
+"""The virtual clock: a heap of timed actions, applied in (time, order of scheduling) order.
+
+Actions are facts the simulated world reports to the engine (an arrival, a finished run, an
+admission check's answer, ready pods). Facts about one admission carry its `epoch`; the runner
+drops them when the workload has lost that admission since (evicted, finished, deactivated),
+which cancels them without searching the heap.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Iterator
+
+import msgspec
+
+from muster.api.model import WorkloadKey
+from muster.sim.scenario import Arrival
+
+
+class Arrive(msgspec.Struct, frozen=True, tag=True):
+    arrival: Arrival
+
+
+class Finish(msgspec.Struct, frozen=True, tag=True):
+    key: WorkloadKey
+    epoch: int
+
+
+class SetCheck(msgspec.Struct, frozen=True, tag=True):
+    key: WorkloadKey
+    epoch: int
+    check: str
+    state: str
+
+
+class PodsReady(msgspec.Struct, frozen=True, tag=True):
+    key: WorkloadKey
+    epoch: int
+
+
+Action = Arrive | Finish | SetCheck | PodsReady
+
+
+class Timeline:
+    """Timed actions in a heap; equal times keep the order they were scheduled in."""
+
+    def __init__(self, initial: list[tuple[float, Action]] | None = None) -> None:
+        self._seq = itertools.count()
+        self._heap: list[tuple[float, int, Action]] = [
+            (at_s, next(self._seq), action) for at_s, action in initial or ()
+        ]
+        heapq.heapify(self._heap)
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push(self, at_s: float, action: Action) -> None:
+        heapq.heappush(self._heap, (at_s, next(self._seq), action))
+
+    def next_time(self) -> float | None:
+        """The time of the earliest action, or None when there is none."""
+        return self._heap[0][0] if self._heap else None
+
+    def pop_due(self, now_s: float) -> Iterator[Action]:
+        """Yield every action due at or before `now_s`, including ones pushed while iterating."""
+        heap = self._heap
+        while heap and heap[0][0] <= now_s:
+            yield heapq.heappop(heap)[2]

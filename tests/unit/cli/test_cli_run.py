@@ -1,0 +1,64 @@
+"""`muster run`: the built-in demo on the simulator, or the user's --scenario."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from muster.cli.main import main
+from muster.sim import load_scenario_text, simulate
+from muster.sim.demo import DEMO_YAML, SOURCE
+
+
+def test_prints_a_header_and_one_row_per_demo_job(capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["run"])
+
+    out = capsys.readouterr().out
+    assert status == 0
+    header, table = out.split("\n\n", 1)
+    assert header.startswith("Simulating the built-in demo")
+    rows = table.split("\n\n")[0].splitlines()[1:]
+    assert len(rows) == 10
+    assert {row.split()[0].split("/")[0] for row in rows} == {"team-a", "team-b"}
+
+
+def test_demo_finishes_every_job_after_exactly_one_preemption() -> None:
+    result = simulate(load_scenario_text(DEMO_YAML, source=SOURCE))
+
+    types = [str(event.type) for event in result.events]
+    assert types.count("Preempted") == 1
+    assert types.count("Finished") == 10
+    preempted = next(e for e in result.events if e.type == "Preempted")
+    assert preempted.by.startswith("team-b/job-urgent-train-")
+
+
+def test_until_stops_the_demo_early(capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["run", "--until", "10"])
+
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "until t=10s" in out.splitlines()[0]
+    assert "Finished" not in out
+
+
+def test_runs_the_users_scenario_instead(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "mine.yaml"
+    path.write_text(DEMO_YAML.split("---\napiVersion: batch/v1")[0])
+
+    status = main(["run", "--scenario", str(path)])
+
+    out = capsys.readouterr().out
+    assert status == 0
+    assert out.startswith(f"Simulating {path}")
+    assert len(out.split("\n\n")[1].splitlines()) == 1  # header only: no workloads
+
+
+def test_bad_scenario_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["run", "--scenario", str(tmp_path / "missing.yaml")])
+
+    captured = capsys.readouterr()
+    assert (status, captured.out) == (2, "")
+    assert "missing.yaml" in captured.err

@@ -1,0 +1,250 @@
+"""`muster simulate`: exit codes, the three output formats, --until and --config."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from muster.cli.main import main
+
+CLUSTER = """\
+apiVersion: v1
+kind: Namespace
+metadata: {name: team-a}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: default}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: main}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu, memory]
+    flavors:
+    - name: default
+      resources: [{name: cpu, nominalQuota: 4}, {name: memory, nominalQuota: 8Gi}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {namespace: team-a, name: lq}
+spec: {clusterQueue: main}
+"""
+
+
+def job(name: str, *, cpu: str = "1", after: int = 0, runs: int = 30) -> str:
+    return f"""\
+apiVersion: batch/v1
+kind: Job
+metadata:
+  namespace: team-a
+  name: {name}
+  labels: {{kueue.x-k8s.io/queue-name: lq}}
+  annotations: {{muster.dev/submit-after: "{after}", muster.dev/run-seconds: "{runs}"}}
+spec:
+  template:
+    spec:
+      containers: [{{name: main, resources: {{requests: {{cpu: "{cpu}", memory: 1Gi}}}}}}]
+"""
+
+
+@pytest.fixture
+def scenario(tmp_path: Path) -> Path:
+    path = tmp_path / "scenario.yaml"
+    jobs = [job("first", cpu="3", runs=20), job("second", cpu="2", after=5, runs=10)]
+    path.write_text("---\n".join([CLUSTER, *jobs]))
+    return path
+
+
+def simulate(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:
+    status = main(["simulate", *(str(arg) for arg in args)])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_json_is_one_object_with_the_five_keys(
+    scenario: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, err = simulate(capsys, scenario, "-o", "json")
+
+    assert (status, err) == (0, "")
+    document = json.loads(out)
+    assert sorted(document) == ["clusterQueues", "events", "localQueues", "pods", "workloads"]
+    assert document["pods"] == []
+    assert [cq["name"] for cq in document["clusterQueues"]] == ["main"]
+    assert sorted(document["clusterQueues"][0]["status"]) == [
+        "admittedWorkloads",
+        "conditions",
+        "flavorsReservation",
+        "flavorsUsage",
+        "pendingWorkloads",
+        "reservingWorkloads",
+    ]
+    assert [(lq["namespace"], lq["name"]) for lq in document["localQueues"]] == [("team-a", "lq")]
+    assert document["localQueues"][0]["spec"] == {"clusterQueue": "main"}
+    first_event = document["events"][0]
+    assert sorted(first_event) == ["by", "message", "object", "reason", "time", "type"]
+    finished = [(e["time"], e["object"]) for e in document["events"] if e["type"] == "Finished"]
+    assert [time for time, _ in finished] == [20, 30]
+    assert [wl["kind"] for wl in document["workloads"]] == ["Workload", "Workload"]
+
+
+def test_json_is_byte_identical_across_runs(
+    scenario: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, once, _ = simulate(capsys, scenario, "-o", "json")
+    _, twice, _ = simulate(capsys, scenario, "-o", "json")
+
+    assert once == twice
+
+
+def test_yaml_is_the_same_document_as_json(
+    scenario: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, as_json, _ = simulate(capsys, scenario, "-o", "json")
+    status, as_yaml, _ = simulate(capsys, scenario, "-o", "yaml")
+
+    assert status == 0
+    assert yaml.safe_load(as_yaml) == json.loads(as_json)
+
+
+def test_table_has_a_row_per_workload_and_the_cluster_queue_usage(
+    scenario: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, _ = simulate(capsys, scenario)
+
+    assert status == 0
+    workloads, queues = out.strip().split("\n\n")
+    header, *rows = workloads.splitlines()
+    assert header.split() == ["WORKLOAD", "QUEUE", "FLAVORS", "WAITED", "RAN", "OUTCOME"]
+    assert len(rows) == 2
+    assert rows[1].startswith("team-a/job-second-")
+    assert rows[1].split()[1:] == [
+        *("lq", "→", "main", "default"),
+        *("15", "10", "Finished"),
+    ]
+    assert queues.splitlines()[1].split() == [
+        *("main", "0", "0", "0", "default"),
+        *("cpu", "0/4", "memory", "0/8Gi"),
+    ]
+
+
+def test_until_cuts_the_run(scenario: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = simulate(capsys, scenario, "-o", "json", "--until", "12")
+
+    assert status == 0
+    events = json.loads(out)["events"]
+    assert max(e["time"] for e in events) <= 12
+    assert "Finished" not in {e["type"] for e in events}
+    running = json.loads(out)["workloads"][0]["status"]
+    assert running["admission"]["clusterQueue"] == "main"
+    assignment = running["admission"]["podSetAssignments"][0]
+    assert assignment["flavors"] == {"cpu": "default", "memory": "default"}
+    assert assignment["resourceUsage"] == {"cpu": "3", "memory": "1Gi"}
+
+
+def test_until_shows_running_workloads_in_the_table(
+    scenario: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, out, _ = simulate(capsys, scenario, "--until", "12")
+
+    rows = out.split("\n\n")[0].splitlines()[1:]
+    assert rows[0].split()[-2:] == ["12", "Running"]
+    assert "Pending" in rows[1]
+
+
+def test_invalid_yaml_exits_2_naming_object_and_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(CLUSTER.replace("nominalQuota: 4}", "nominalQuota: -4}"))
+
+    status, out, err = simulate(capsys, bad, "-o", "json")
+
+    assert (status, out) == (2, "")
+    assert "ClusterQueue/main: spec.resourceGroups[0].flavors[0].resources[0].nominalQuota" in err
+
+
+def test_bad_annotation_exits_2_naming_the_job_and_annotation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("---\n".join([CLUSTER, job("train").replace('"30"', '"soon"')]))
+
+    status, out, err = simulate(capsys, bad)
+
+    assert (status, out) == (2, "")
+    assert err == (
+        'Job/team-a/train: metadata.annotations["muster.dev/run-seconds"]: '
+        "must be a number of seconds, got 'soon'\n"
+    )
+
+
+def test_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = simulate(capsys, tmp_path / "missing.yaml")
+
+    assert (status, out) == (2, "")
+    assert "missing.yaml: no such file" in err
+
+
+def test_config_file_sets_wait_for_pods_ready(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "scenario.yaml"
+    never_ready = job("stuck").replace(
+        'muster.dev/run-seconds: "30"}',
+        'muster.dev/run-seconds: "30", muster.dev/pods-ready-after: never}',
+    )
+    path.write_text("---\n".join([CLUSTER, never_ready]))
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "apiVersion: config.kueue.x-k8s.io/v1beta1\n"
+        "kind: Configuration\n"
+        "waitForPodsReady: {enable: true, timeout: 5s}\n"
+    )
+
+    _, without, _ = simulate(capsys, path, "-o", "json", "--until", "20")
+    _, with_config, _ = simulate(capsys, path, "-o", "json", "--until", "20", "--config", config)
+
+    def evictions(out: str) -> list[float]:
+        return [e["time"] for e in json.loads(out)["events"] if e["type"] == "Evicted"]
+
+    assert evictions(without) == []
+    assert evictions(with_config)[:1] == [5]
+
+
+@pytest.mark.parametrize("until", ["-1", "soon", "nan"])
+def test_rejects_a_bad_until(
+    scenario: Path, capsys: pytest.CaptureFixture[str], until: str
+) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["simulate", str(scenario), "--until", until])
+
+    assert caught.value.code == 2
+    assert "--until" in capsys.readouterr().err
+
+
+def test_a_simulation_that_cannot_settle_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "loop.yaml"
+    check = (
+        "apiVersion: kueue.x-k8s.io/v1beta2\n"
+        "kind: AdmissionCheck\n"
+        "metadata: {name: prov, annotations: {muster.dev/check-result: Retry}}\n"
+        "spec: {controllerName: example.com/prov}\n"
+    )
+    queue = CLUSTER.replace(
+        "  namespaceSelector: {}\n", "  namespaceSelector: {}\n  admissionChecks: [prov]\n"
+    )
+    path.write_text("---\n".join([check, queue, job("train")]))
+
+    status, out, err = simulate(capsys, path)
+
+    assert (status, out) == (1, "")
+    assert err.startswith("muster: simulation failed: t=0: still busy")

@@ -1,0 +1,93 @@
+"""Parsing the muster.dev/* scripting annotations."""
+
+from __future__ import annotations
+
+import pytest
+
+from muster.sim.annotations import (
+    DEFAULT_SCRIPT,
+    AnnotationError,
+    CheckAttempt,
+    parse_check_script,
+    parse_seconds,
+    parse_workload_script,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "attempts"),
+    [
+        ("Ready", [("Ready", 0)]),
+        ("Ready@30", [("Ready", 30)]),
+        ("Retry@5, Ready@2.5", [("Retry", 5), ("Ready", 2.5)]),
+        ("Pending,Rejected@1", [("Pending", 0), ("Rejected", 1)]),
+    ],
+)
+def test_parses_one_attempt_per_element(text: str, attempts: list[tuple[str, float]]) -> None:
+    assert parse_check_script(text) == tuple(
+        CheckAttempt(state=state, delay_s=delay)  # type: ignore[arg-type]
+        for state, delay in attempts
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("Okay", "element 0: state must be one of Ready, Retry, Rejected, Pending, got 'Okay'"),
+        ("Ready,ready", "element 1: state must be one of"),
+        ("Ready@-1", "element 0: delay must be a finite number of seconds >= 0, got '-1'"),
+        ("Ready@soon", "element 0: delay must be a number of seconds, got 'soon'"),
+        ("", "element 0: state must be one of"),
+    ],
+)
+def test_rejects_bad_check_scripts_with_the_element(text: str, problem: str) -> None:
+    with pytest.raises(ValueError, match="^" + problem.replace("(", r"\(")):
+        parse_check_script(text)
+
+
+@pytest.mark.parametrize("text", ["-1", "nan", "inf", "1s", ""])
+def test_rejects_durations_that_are_not_finite_non_negative_seconds(text: str) -> None:
+    with pytest.raises(ValueError, match="seconds"):
+        parse_seconds(text)
+
+
+def test_reads_every_workload_annotation() -> None:
+    script = parse_workload_script(
+        {
+            "muster.dev/submit-after": "5",
+            "muster.dev/run-seconds": "60.5",
+            "muster.dev/pods-ready-after": "never",
+            "muster.dev/check.prov": "Retry,Ready@3",
+            "example.com/other": "ignored",
+        }
+    )
+
+    assert script.submit_after_s == 5
+    assert script.run_s == 60.5
+    assert script.pods_ready_after_s is None
+    assert script.checks == {
+        "prov": (CheckAttempt(state="Retry"), CheckAttempt(state="Ready", delay_s=3))
+    }
+
+
+def test_defaults_without_annotations() -> None:
+    script = parse_workload_script({"example.com/x": "y"})
+
+    assert script is DEFAULT_SCRIPT
+    assert (script.submit_after_s, script.run_s, script.pods_ready_after_s) == (0, None, 0)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "problem"),
+    [
+        ("muster.dev/run-second", "10", "unknown annotation"),
+        ("muster.dev/check.", "Ready", "unknown annotation"),
+        ("muster.dev/run-seconds", "ten", "must be a number of seconds"),
+        ("muster.dev/pods-ready-after", "later", "must be a number of seconds"),
+    ],
+)
+def test_names_the_bad_annotation(key: str, value: str, problem: str) -> None:
+    with pytest.raises(AnnotationError, match=problem) as caught:
+        parse_workload_script({key: value})
+
+    assert caught.value.annotation == key
