@@ -215,7 +215,7 @@ class Configuration:
             return "Inadmissible", f"ClusterQueue {cq.name} is inactive"
         lq = self.local_queues[r.local_queue]
         if lq.stop_policy is not StopPolicy.NONE:
-            return "Inadmissible", f"LocalQueue {lq.meta.name} is stopped"
+            return "Inadmissible", f"LocalQueue {lq.meta.name} is inactive"
         ns_name = r.wl.meta.namespace
         ns = self.namespaces.get(ns_name)
         labels = {"kubernetes.io/metadata.name": ns_name, **(ns.meta.labels if ns else {})}

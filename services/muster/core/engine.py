@@ -490,6 +490,9 @@ class Engine:
             r.checks[check] = "Ready"
         if r.phase is Phase.RESERVED:
             self._admit(r)
+        stop = self.config.drain_reason(r.cluster_queue, r.local_queue)
+        if stop is not None:  # HoldAndDrain applies to what a stopped queue already holds
+            self._evict(r, reason=stop[0], message=stop[1])
 
     def _evict(
         self,

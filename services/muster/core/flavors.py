@@ -149,9 +149,9 @@ def assign_flavors(
             usage[fr] = usage.get(fr, 0) + totals[resource]
         mode = min(mode, ps_mode)
         if ps_mode != Mode.FIT:
-            messages.append(
-                f"couldn't assign flavors to pod set {pod_set.name}: {', '.join(reasons)}"
-            )
+            # Kueue sorts a podset's reasons before joining them.
+            why = ", ".join(sorted(reasons))
+            messages.append(f"couldn't assign flavors to pod set {pod_set.name}: {why}")
         assigned.append(
             PodSetAssignment(
                 name=pod_set.name,

@@ -64,7 +64,9 @@ def flavor_mismatch(
     """
     taint = untolerated_taint(flavor.node_taints, pod_set.tolerations)
     if taint is not None:
-        return f"untolerated taint {{{taint.key}: {taint.value}}} in flavor {flavor.name}"
+        # Kueue prints the Taint struct as Go's %v does: {key value effect timeAdded}.
+        shown = f"{{{taint.key} {taint.value} {taint.effect} <nil>}}"
+        return f"untolerated taint {shown} in flavor {flavor.name}"
     for key, value in pod_set.node_selector.items():
         if key in label_keys and flavor.node_labels.get(key) != value:
             return f"flavor {flavor.name} doesn't match node affinity"

@@ -199,10 +199,11 @@ def _reason(c: QuotaHolder, req: PreemptionRequest, tree: TreeView) -> str:
         return "InClusterQueue"
     if tree.fair_sharing is not None:
         return "InCohortFairSharing"
+    # Called while the victims are out of the tree: does the preemptor still borrow then?
     cq = tree.nodes[req.cluster_queue]
-    if _under_nominal(cq, req.short):
-        return "InCohortReclamation"
-    return "InCohortReclaimWhileBorrowing"
+    if any(cq.borrows_with(fr, val) for fr, val in req.usage.items()):
+        return "InCohortReclaimWhileBorrowing"
+    return "InCohortReclamation"
 
 
 def _minimal(
