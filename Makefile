@@ -32,7 +32,7 @@ fmt: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 bench: $(STAMP)
-	$(BIN)/muster bench admission
+	$(BIN)/muster bench
 
 golden: $(STAMP)
 	$(BIN)/python -m tests.golden.regenerate

@@ -69,6 +69,10 @@ class Engine:
         self.now_s = 0.0
         self.events: list[Event] = []
         self.preempted_this_round: set[WorkloadKey] = set()
+        self.version = 0  # bumped by every call that may change state; keys cached views
+        self._by_queue: (
+            tuple[int, dict[str, list[WorkloadRecord]], dict[str, list[WorkloadRecord]]] | None
+        ) = None
         for obj in objects:
             self.config.put(obj)
         self._rebuild()
@@ -195,12 +199,8 @@ class Engine:
     def workload(self, key: WorkloadKey) -> Workload:
         """The workload as it stands: spec as submitted, status (admission, conditions) current."""
         r = self.records[key]
-        admission = None
         # Kueue keeps status.admission on a finished workload; eviction clears it.
-        if r.assignment is not None and (r.holds_quota or r.phase is Phase.FINISHED):
-            admission = Admission(
-                cluster_queue=r.cluster_queue, pod_set_assignments=r.assignment.pod_sets
-            )
+        admission = self.admission(key)
         return msgspec.structs.replace(
             r.wl,
             priority=r.priority,
@@ -212,6 +212,13 @@ class Engine:
             ),
             active=r.phase is not Phase.INACTIVE,
         )
+
+    def admission(self, key: WorkloadKey) -> Admission | None:
+        """The workload's current (or, once finished, last) admission; cheap."""
+        r = self.records[key]
+        if r.assignment is None or not (r.holds_quota or r.phase is Phase.FINISHED):
+            return None
+        return Admission(cluster_queue=r.cluster_queue, pod_set_assignments=r.assignment.pod_sets)
 
     def workloads(self) -> Sequence[Workload]:
         """Every workload the engine knows, in arrival order."""
@@ -626,8 +633,22 @@ class Engine:
         )
 
     def _take_events(self) -> list[Event]:
+        self.version += 1
         events, self.events = self.events, []
         return events
+
+    def records_by_queue(
+        self,
+    ) -> tuple[dict[str, list[WorkloadRecord]], dict[str, list[WorkloadRecord]]]:
+        """Records grouped by ClusterQueue and by LocalQueue key, built once per state version."""
+        if self._by_queue is None or self._by_queue[0] != self.version:
+            by_cq: dict[str, list[WorkloadRecord]] = {}
+            by_lq: dict[str, list[WorkloadRecord]] = {}
+            for r in self.order:
+                by_cq.setdefault(r.cluster_queue, []).append(r)
+                by_lq.setdefault(r.local_queue, []).append(r)
+            self._by_queue = (self.version, by_cq, by_lq)
+        return self._by_queue[1], self._by_queue[2]
 
 
 _PREEMPTION_CAUSE = {

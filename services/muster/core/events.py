@@ -19,7 +19,7 @@ class EventType(StrEnum):
     FINISHED = "Finished"
 
 
-class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """One change to one workload. `object` is "<namespace>/<name>"; `by` names the preemptor."""
 
     time: float

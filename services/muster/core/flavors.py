@@ -33,7 +33,7 @@ class Mode(IntEnum):
     FIT = 2
 
 
-class Assignment(msgspec.Struct, frozen=True, kw_only=True):
+class Assignment(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Flavors for every podset, the total usage, and how it fits right now."""
 
     pod_sets: tuple[PodSetAssignment, ...]

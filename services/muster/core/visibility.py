@@ -26,7 +26,7 @@ _WAITING = (Phase.PENDING, Phase.BACKOFF)
 
 def cluster_queue_status(engine: Engine, name: str) -> ClusterQueueStatus:
     cq = engine.config.cluster_queues[name]
-    records = [r for r in engine.order if r.cluster_queue == name]
+    records = engine.records_by_queue()[0].get(name, [])
     holders = [r for r in records if r.holds_quota]
     admitted = [r for r in holders if r.phase is Phase.ADMITTED]
     node = engine.config.tree.cluster_queues[name]
@@ -84,7 +84,7 @@ def cluster_queue_status(engine: Engine, name: str) -> ClusterQueueStatus:
 def local_queue_status(engine: Engine, namespace: str, name: str) -> LocalQueueStatus:
     key = f"{namespace}/{name}"
     lq = engine.config.local_queues[key]
-    records = [r for r in engine.order if r.local_queue == key]
+    records = engine.records_by_queue()[1].get(key, [])
     holders = [r for r in records if r.holds_quota]
     admitted = [r for r in holders if r.phase is Phase.ADMITTED]
 
@@ -133,7 +133,7 @@ def local_queue_status(engine: Engine, namespace: str, name: str) -> LocalQueueS
 def pending_in_order(engine: Engine, cluster_queue: str) -> list[PendingWorkload]:
     """Pending workloads of a ClusterQueue by priority, then FIFO, with their positions."""
     waiting = sorted(
-        (r for r in engine.order if r.cluster_queue == cluster_queue and r.phase in _WAITING),
+        (r for r in engine.records_by_queue()[0].get(cluster_queue, []) if r.phase in _WAITING),
         key=lambda r: r.order_key,
     )
     in_local: dict[str, int] = {}

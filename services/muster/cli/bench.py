@@ -1,0 +1,140 @@
+"""`muster bench [SECTION]`: run benchmark sections and print their rows.
+
+Each section is a `Section` in `SECTIONS`; `muster bench` alone runs every one with its
+defaults. `-o json` prints one JSON object per row per line, so runs can be compared with
+`jq` or `diff`. Another section (e2e, placement, ...) adds one entry to `SECTIONS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import msgspec
+
+from muster.bench import admission
+from muster.bench.kueue_perf import CONFIGS
+from muster.bench.table import render_json_line
+
+EXIT_OK = 0
+ALL = "all"
+
+RowT = TypeVar("RowT", bound=msgspec.Struct)
+
+
+@dataclass(frozen=True, slots=True)
+class Section(Generic[RowT]):
+    """One benchmark: its options, a run that yields rows as they finish, and its table."""
+
+    name: str
+    help: str
+    add_options: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], Iterator[RowT]]
+    render: Callable[[list[RowT]], str]
+
+
+def add_admission_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        choices=[*CONFIGS, ALL],
+        default=ALL,
+        help="which of Kueue's scalability configurations to run (default: all)",
+    )
+
+
+def run_admission(args: argparse.Namespace) -> Iterator[admission.AdmissionRow]:
+    names = list(CONFIGS) if args.config == ALL else [args.config]
+    for name in names:
+        yield admission.run_config(CONFIGS[name], scale=args.scale)
+
+
+SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
+    section.name: section
+    for section in (
+        Section(
+            name=admission.SECTION,
+            help="Kueue's scalability configurations on the virtual clock: decisions per "
+            "second of wall time, waits and cohort usage",
+            add_options=add_admission_options,
+            run=run_admission,
+            render=admission.render,
+        ),
+    )
+}
+
+
+def scale_argument(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0: {text!r}")
+    return value
+
+
+def add_common_options(parser: argparse.ArgumentParser, *, with_defaults: bool) -> None:
+    """-o and --scale, before or after the section name; after it, they win."""
+
+    def default(value: object) -> object:
+        return value if with_defaults else argparse.SUPPRESS
+
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "json"),
+        default=default("table"),
+        help="table for people (default); json: one object per row per line",
+    )
+    parser.add_argument(
+        "--scale",
+        type=scale_argument,
+        default=default(1.0),
+        metavar="F",
+        help="multiply every workload count by F (at least 1 per class) for quick runs",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="muster bench",
+        description="Run benchmark sections and print one row per case. "
+        "With no SECTION, run every section.",
+    )
+    add_common_options(parser, with_defaults=True)
+    sections = parser.add_subparsers(dest="section", metavar="SECTION")
+    for section in SECTIONS.values():
+        sub = sections.add_parser(section.name, help=section.help, description=section.help)
+        add_common_options(sub, with_defaults=False)
+        section.add_options(sub)
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    """Run the section named in `argv`, or every section; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.section is not None:
+        run_section(SECTIONS[args.section], args)
+        return EXIT_OK
+    for n, section in enumerate(SECTIONS.values()):
+        # No section named, so argv holds only common options: add the name for its defaults.
+        section_args = parser.parse_args([*argv, section.name])
+        if section_args.output == "table" and n > 0:
+            sys.stdout.write("\n")
+        run_section(section, section_args)
+    return EXIT_OK
+
+
+def run_section(section: Section[RowT], args: argparse.Namespace) -> None:
+    """Print the section's rows: each JSON line as soon as its row is done, or one table."""
+    if args.output == "json":
+        for row in section.run(args):
+            sys.stdout.write(render_json_line(row))
+            sys.stdout.flush()
+        return
+    rows = list(section.run(args))
+    sys.stdout.write(f"{section.name}\n\n{section.render(rows)}")

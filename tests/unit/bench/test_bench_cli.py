@@ -1,0 +1,148 @@
+"""`muster bench` end to end at a tiny scale: sections, options and the JSON rows."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from muster.cli import bench
+from muster.cli.main import main as muster
+
+TINY = "0.001"  # one workload per class per ClusterQueue
+
+ROW_FIELDS = {
+    "section",
+    "config",
+    "scale",
+    "workloads",
+    "cluster_queues",
+    "cohorts",
+    "admissions",
+    "wall_s",
+    "decisions_per_s",
+    "waits",
+    "mean_usage_pct",
+    "max_usage_pct",
+    "preemptions",
+    "finished",
+    "makespan_s",
+}
+
+
+def json_rows(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_admission_prints_one_json_row_with_the_workload_size(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status = muster(["bench", "admission", "--config", "baseline", "--scale", TINY, "-o", "json"])
+
+    (row,) = json_rows(capsys.readouterr().out)
+    assert status == 0
+    assert set(row) == ROW_FIELDS
+    assert (row["section"], row["config"], row["scale"]) == ("admission", "baseline", 0.001)
+    assert (row["workloads"], row["cluster_queues"], row["cohorts"]) == (90, 30, 5)
+    assert row["admissions"] >= row["workloads"] == row["finished"]
+    assert set(row["waits"]) == {"small", "medium", "large"}
+    for waits in row["waits"].values():
+        assert waits["workloads"] == waits["admitted"] == 30
+        assert 0 <= waits["p50_s"] <= waits["p99_s"] <= waits["max_s"]
+    assert 0 <= row["mean_usage_pct"] <= 100
+    assert 0 < row["max_usage_pct"] <= 100
+    assert row["wall_s"] > 0
+    assert row["decisions_per_s"] > 0
+
+
+def test_config_all_runs_every_configuration_in_order(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bench.main(["admission", "--scale", TINY, "-o", "json"])
+
+    rows = json_rows(capsys.readouterr().out)
+    assert [(r["config"], r["workloads"], r["cluster_queues"]) for r in rows] == [
+        ("baseline", 90, 30),
+        ("large-scale", 3000, 1000),
+    ]
+    assert all(r["max_usage_pct"] <= 100 for r in rows)
+
+
+def test_scale_changes_the_workload_count(capsys: pytest.CaptureFixture[str]) -> None:
+    bench.main(["admission", "--config", "baseline", "--scale", "0.01", "-o", "json"])
+
+    (row,) = json_rows(capsys.readouterr().out)
+    assert row["workloads"] == 30 * (4 + 1 + 1)  # 350, 100, 50 per ClusterQueue, scaled
+    assert row["scale"] == 0.01
+
+
+def test_no_section_runs_every_section(capsys: pytest.CaptureFixture[str]) -> None:
+    status = muster(["bench", "--scale", TINY, "-o", "json"])
+
+    rows = json_rows(capsys.readouterr().out)
+    assert status == 0
+    assert {r["section"] for r in rows} == set(bench.SECTIONS)
+    assert [r["config"] for r in rows if r["section"] == "admission"] == [
+        "baseline",
+        "large-scale",
+    ]
+
+
+def test_options_after_the_section_win_over_those_before(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bench.main(["-o", "table", "--scale", "1", "admission", "--config", "baseline",
+                "--scale", TINY, "-o", "json"])  # fmt: skip
+
+    (row,) = json_rows(capsys.readouterr().out)
+    assert row["workloads"] == 90
+
+
+def test_table_output_has_a_header_one_line_per_config_and_the_targets(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bench.main(["admission", "--scale", TINY])
+
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0] == "admission"
+    header = lines[2].split()
+    assert header == [
+        "CONFIG",
+        "WORKLOADS",
+        "CLUSTERQUEUES",
+        "ADMISSIONS",
+        "WALL(s)",
+        "DECISIONS/s",
+        "WAIT-SMALL(s)",
+        "WAIT-MEDIUM(s)",
+        "WAIT-LARGE(s)",
+        "MEAN-USAGE%",
+        "MAX-USAGE%",
+        "PREEMPTIONS",
+    ]
+    assert lines[3].split()[:3] == ["baseline", "90", "30"]
+    assert lines[4].split()[:3] == ["large-scale", "3000", "1000"]
+    assert "large-scale: >= 5000 decisions/s:" in out
+    assert "baseline: mean usage while work waits >= 90 %:" in out
+    assert "(counts scaled with --scale; the targets are for scale 1)" in out
+
+
+@pytest.mark.parametrize("scale", ["0", "-1", "nan", "inf", "many"])
+def test_rejects_a_scale_that_is_not_a_positive_number(
+    scale: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["admission", "--scale", scale])
+
+    assert exit_info.value.code == 2
+    assert "--scale" in capsys.readouterr().err
+
+
+def test_rejects_an_unknown_configuration(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["admission", "--config", "huge"])
+
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'huge'" in capsys.readouterr().err
