@@ -19,6 +19,7 @@ from muster.api.model import (
     Admission,
     AdmissionCheckState,
     ApiObject,
+    Condition,
     KueueConfig,
     Workload,
     WorkloadKey,
@@ -201,11 +202,19 @@ class Engine:
         r = self.records[key]
         # Kueue keeps status.admission on a finished workload; eviction clears it.
         admission = self.admission(key)
+        conditions = r.conditions
+        group = r.group
+        if r.is_queued and group is not None and group.shape and group.why is not None:
+            # BestEffortFIFO: the members of a parked group wait for the reason its head does,
+            # as Kueue would have told each of them after trying it.
+            reason, message = group.why
+            waiting = Condition(type=QUOTA_RESERVED, status="False", reason=reason, message=message)
+            conditions = {**conditions, QUOTA_RESERVED: waiting}
         return msgspec.structs.replace(
             r.wl,
             priority=r.priority,
             admission=admission,
-            conditions=tuple(r.conditions.values()),
+            conditions=tuple(conditions.values()),
             admission_checks=tuple(
                 AdmissionCheckState(name=name, state=state)  # type: ignore[arg-type]
                 for name, state in sorted(r.checks.items())
@@ -345,10 +354,7 @@ class Engine:
     ) -> None:
         problem = self.config.admissibility(r)
         if problem is not None:
-            reason, message = problem
-            self._mark_pending(r, reason, message)
-            tree.park(group, {})
-            self._list_queue(cq)
+            self._park(tree, group, r, problem, {})
             return
         a = self._assign(r)
         if a.mode is Mode.FIT:
@@ -387,9 +393,21 @@ class Engine:
             cq.list_group(group)
             self._list_queue(cq)
             return
-        self._mark_pending(r, "Pending", a.message)
-        tree.park(group, self._wake_thresholds(cq.name, a))
-        self._list_queue(cq)
+        self._park(tree, group, r, ("Pending", a.message), self._wake_thresholds(cq.name, a))
+
+    def _park(
+        self,
+        tree: TreeRuntime,
+        group: PendingGroup,
+        r: WorkloadRecord,
+        why: tuple[str, str],
+        thresholds: dict[tuple[str, str], int],
+    ) -> None:
+        """Park the head's group; every member of it waits for the same reason."""
+        self._mark_pending(r, *why)
+        group.why = why
+        tree.park(group, thresholds)
+        self._list_queue(group.cq)
 
     def _assign(self, r: WorkloadRecord, counts: Sequence[int] | None = None) -> Assignment:
         cq = r.cluster_queue

@@ -30,7 +30,7 @@ class Park(Enum):
 class PendingGroup:
     """Workloads of one ClusterQueue that the assigner would treat identically, FIFO."""
 
-    __slots__ = ("cq", "heap", "park", "shape", "token")
+    __slots__ = ("cq", "heap", "park", "shape", "token", "why")
 
     def __init__(self, cq: QueueRuntime, shape: bytes) -> None:
         self.cq = cq
@@ -38,6 +38,7 @@ class PendingGroup:
         self.heap: list[tuple[OrderKey, int, WorkloadRecord]] = []
         self.park = Park.ACTIVE
         self.token = 0  # bumped whenever the group is parked or re-listed; stale entries skip
+        self.why: tuple[str, str] | None = None  # (reason, message) of the last park
 
     def push(self, r: WorkloadRecord) -> None:
         r.queue_token += 1
