@@ -35,7 +35,7 @@ bench: $(STAMP)
 	$(BIN)/muster bench
 
 golden: $(STAMP)
-	$(BIN)/python -m tests.golden.regenerate
+	$(BIN)/python tests/golden/regenerate.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis

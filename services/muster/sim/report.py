@@ -22,6 +22,7 @@ from muster.core.status import (
     ClusterQueueStatus,
     FlavorUsage,
     LocalQueueStatus,
+    PendingWorkload,
     QueueCondition,
 )
 from muster.sim.runner import SimulationResult, WorkloadTiming
@@ -36,10 +37,25 @@ FLAVOR_MESSAGE_PREFIX = re.compile(r"^couldn't assign flavors to pod set [^:]*: 
 
 def to_document(result: SimulationResult) -> dict[str, Any]:
     """The one object `muster simulate -o json` prints, as plain lists, dicts and scalars."""
+    by_cq: dict[str, list[dict[str, Any]]] = {}
+    by_lq: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for p in result.pending:
+        entry = pending_entry(p)
+        by_cq.setdefault(p.cluster_queue, []).append(entry)
+        by_lq.setdefault((entry["metadata"]["namespace"], p.local_queue), []).append(entry)
     document = {
         "workloads": [workload_to_kueue(wl) for wl in result.workloads],
-        "clusterQueues": [cluster_queue_entry(status) for status in result.cluster_queues],
-        "localQueues": [local_queue_entry(status) for status in result.local_queues],
+        "clusterQueues": [
+            {**cluster_queue_entry(status), "pendingWorkloads": by_cq.get(status.name, [])}
+            for status in result.cluster_queues
+        ],
+        "localQueues": [
+            {
+                **local_queue_entry(status),
+                "pendingWorkloads": by_lq.get((status.namespace, status.name), []),
+            }
+            for status in result.local_queues
+        ],
         "pods": [],
         "events": [event_entry(event) for event in result.events],
     }
@@ -66,6 +82,18 @@ def event_entry(event: Event) -> dict[str, Any]:
         "reason": event.reason,
         "message": event.message,
         "by": event.by,
+    }
+
+
+def pending_entry(p: PendingWorkload) -> dict[str, Any]:
+    """One item of Kueue's visibility API (PendingWorkloadsSummary), positions from 0."""
+    namespace, name = p.key.split("/", 1)
+    return {
+        "metadata": {"namespace": namespace, "name": name},
+        "localQueueName": p.local_queue,
+        "priority": p.priority,
+        "positionInClusterQueue": p.position_in_cluster_queue,
+        "positionInLocalQueue": p.position_in_local_queue,
     }
 
 

@@ -16,7 +16,7 @@ import msgspec
 from muster.api.model import Admission, ApiObject, ClusterQueue, KueueConfig, Workload, WorkloadKey
 from muster.core.engine import Engine
 from muster.core.events import Event, EventType
-from muster.core.status import ClusterQueueStatus, LocalQueueStatus
+from muster.core.status import ClusterQueueStatus, LocalQueueStatus, PendingWorkload
 from muster.sim.annotations import READY_AT_ONCE, WorkloadScript
 from muster.sim.scenario import Arrival, Scenario, build_scenario
 from muster.sim.timeline import Action, Arrive, Finish, PodsReady, SetCheck, Timeline
@@ -56,6 +56,7 @@ class AdmissionEngine(Protocol):
     def cluster_queue_status(self, name: str) -> ClusterQueueStatus: ...
     def local_queue_keys(self) -> Sequence[tuple[str, str]]: ...
     def local_queue_status(self, namespace: str, name: str) -> LocalQueueStatus: ...
+    def pending_workloads(self, cluster_queue: str) -> Sequence[PendingWorkload]: ...
 
 
 class WorkloadTiming(msgspec.Struct, frozen=True, kw_only=True):
@@ -76,6 +77,7 @@ class SimulationResult(msgspec.Struct, frozen=True, kw_only=True):
     workloads: tuple[Workload, ...]  # every workload that arrived, in arrival order, as it ended
     cluster_queues: tuple[ClusterQueueStatus, ...]  # sorted by name
     local_queues: tuple[LocalQueueStatus, ...]  # sorted by (namespace, name)
+    pending: tuple[PendingWorkload, ...]  # by ClusterQueue name, then admission order
     timings: Mapping[WorkloadKey, WorkloadTiming]  # in arrival order
     cluster_queue_specs: tuple[ClusterQueue, ...]  # for nominal quotas in reports
     end_s: float  # `until_s` when given, else the time of the last thing that happened
@@ -264,6 +266,11 @@ class Simulation:
             local_queues=tuple(
                 engine.local_queue_status(ns, name)
                 for ns, name in sorted(engine.local_queue_keys())
+            ),
+            pending=tuple(
+                p
+                for name in sorted(engine.cluster_queue_names())
+                for p in engine.pending_workloads(name)
             ),
             timings={key: track.timing(key, end_s=end_s) for key, track in self.tracks.items()},
             cluster_queue_specs=self.scenario.cluster_queues,
