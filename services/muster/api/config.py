@@ -61,6 +61,7 @@ def kueue_config_from_raw(raw: RawConfiguration, errs: ObjectErrors) -> KueueCon
         fair_sharing=_fair_sharing(raw.fair_sharing, v1beta1=v1beta1),
         wait_for_pods_ready=_wait_for_pods_ready(raw.wait_for_pods_ready, errs, v1beta1=v1beta1),
         partial_admission=raw.feature_gates.get("PartialAdmission", True),
+        granular_pending_reasons=raw.feature_gates.get("UnadmittedWorkloadsObservability", True),
     )
 
 

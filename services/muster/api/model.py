@@ -327,6 +327,10 @@ class KueueConfig(Frozen, frozen=True, kw_only=True):
     )
     # Kueue's feature gate PartialAdmission is on by default.
     partial_admission: bool = True
+    # Kueue's gate UnadmittedWorkloadsObservability: granular QuotaReserved=False reasons
+    # (WaitingForQuota, NoMatchingFlavor, ExceedsMaxQuota, Misconfigured, ...) instead of
+    # "Pending". Differs from Kueue: on by default, because the reasons say what to fix.
+    granular_pending_reasons: bool = True
 
 
 ApiObject = (

@@ -180,6 +180,10 @@ class Configuration:
     def partial_admission(self) -> bool:
         return self.kueue.partial_admission
 
+    def reason(self, granular: str, fallback: str) -> str:
+        """Kueue's UnadmittedWorkloadReasonWithFallback."""
+        return granular if self.kueue.granular_pending_reasons else fallback
+
     def priority_of(self, wl: Workload) -> int:
         """spec.priority, else the named class's value, else the global default, else 0."""
         if wl.priority is not None:
@@ -211,8 +215,12 @@ class Configuration:
     def admissibility(self, r: WorkloadRecord) -> Problem | None:
         """Why `r` cannot be admitted in its ClusterQueue whatever the quota, or None."""
         cq = self.cluster_queues[r.cluster_queue]
-        if r.cluster_queue in self.inactive:
-            return "Inadmissible", f"ClusterQueue {cq.name} is inactive"
+        problem = self.inactive.get(r.cluster_queue)
+        if problem is not None:
+            stopped = problem[0] == "Stopped"
+            return self.reason("Inadmissible" if stopped else "Misconfigured", "Inadmissible"), (
+                f"ClusterQueue {cq.name} is inactive"
+            )
         lq = self.local_queues[r.local_queue]
         if lq.stop_policy is not StopPolicy.NONE:
             return "Inadmissible", f"LocalQueue {lq.meta.name} is inactive"

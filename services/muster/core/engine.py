@@ -376,7 +376,8 @@ class Engine:
             self.preempted_this_round.add(r.key)
             self._preempt(r, victims)
             if self.hold_quota_until_stopped:
-                self._mark_pending(r, "Pending", "Waiting for preempted workloads to stop")
+                reason = self.config.reason("WaitingForPreemptedWorkloads", "Pending")
+                self._mark_pending(r, reason, "Waiting for preempted workloads to stop")
                 tree.park(group, dict.fromkeys(a.short, 1))
             else:
                 cq.list_group(group)
@@ -393,7 +394,8 @@ class Engine:
             cq.list_group(group)
             self._list_queue(cq)
             return
-        self._park(tree, group, r, ("Pending", a.message), self._wake_thresholds(cq.name, a))
+        why = (self.config.reason(a.pending_reason, "Pending"), a.message)
+        self._park(tree, group, r, why, self._wake_thresholds(cq.name, a))
 
     def _park(
         self,
@@ -530,7 +532,9 @@ class Engine:
     ) -> None:
         r.set_condition(EVICTED, True, reason, message)
         r.conditions.pop(ADMITTED, None)
-        r.set_condition(QUOTA_RESERVED, False, "Pending", message)
+        r.set_condition(
+            QUOTA_RESERVED, False, self.config.reason("PendingEvaluation", "Pending"), message
+        )
         r.evicted = True
         self._emit(EventType.EVICTED, r, reason, message, by=by)
         if deactivate:

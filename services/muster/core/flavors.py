@@ -46,6 +46,9 @@ class Assignment(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     short: frozenset[FlavorResource] = frozenset()
     # every (flavor, resource) found short while searching, with how much more was needed
     shortages: Mapping[FlavorResource, int] = msgspec.field(default_factory=dict)
+    # Kueue's granular pending reason when not FIT: WaitingForQuota (some flavor would do once
+    # quota frees up), ExceedsMaxQuota (larger than the queue could ever get), NoMatchingFlavor
+    pending_reason: str = ""
 
     @property
     def counts(self) -> tuple[int, ...]:
@@ -161,6 +164,7 @@ def assign_flavors(
             )
         )
     return Assignment(
+        pending_reason=_pending_reason(mode, shortages, messages),
         pod_sets=tuple(assigned),
         usage=usage,
         mode=mode,
@@ -244,3 +248,15 @@ def _fit_flavor(ctx: _GroupContext, flavor: str, resources: list[str]) -> _Choic
         may_preempt = val <= node.nominal.get(fr, 0) or ctx.layout.can_preempt_while_borrowing
         mode = min(mode, Mode.PREEMPT if may_preempt else Mode.NO_FIT)
     return _Choice(flavor=flavor, mode=mode, borrows=borrows, short=frozenset(short))
+
+
+def _pending_reason(
+    mode: Mode, shortages: Mapping[FlavorResource, int], messages: list[str]
+) -> str:
+    if mode is Mode.FIT:
+        return ""
+    if shortages:
+        return "WaitingForQuota"
+    if any("maximum capacity" in m for m in messages):
+        return "ExceedsMaxQuota"
+    return "NoMatchingFlavor"
