@@ -6,22 +6,32 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup run test lint fmt bench golden proto clean
 
+CONTRACTS := services/muster/contracts/v1/events_pb2.py
+PROTOS := $(wildcard proto/muster/v1/*.proto)
+
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-setup: $(STAMP)
+# Generated code is not committed: it is made from proto/ on every machine.
+$(CONTRACTS): $(PROTOS) proto/generate.py $(STAMP)
+	$(BIN)/python proto/generate.py
+
+setup: $(STAMP) $(CONTRACTS)
+
+proto: $(STAMP)
+	$(BIN)/python proto/generate.py
 
 # The embedded default: for now the admission core on the virtual clock over the built-in demo.
-run: $(STAMP)
+run: setup
 	$(BIN)/muster run
 
-test: $(STAMP)
+test: setup
 	$(BIN)/pytest
 
-lint: $(STAMP)
+lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
@@ -31,10 +41,10 @@ fmt: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: $(STAMP)
+bench: setup
 	$(BIN)/muster bench
 
-golden: $(STAMP)
+golden: setup
 	$(BIN)/python tests/golden/regenerate.py
 
 clean:
