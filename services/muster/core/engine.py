@@ -33,7 +33,13 @@ from muster.core.queues import Park, PendingGroup, QueueRuntime, TreeRuntime
 from muster.core.quota import tree_id
 from muster.core.records import Phase, WorkloadRecord
 from muster.core.status import ClusterQueueStatus, LocalQueueStatus, PendingWorkload
-from muster.core.visibility import cluster_queue_status, local_queue_status, pending_in_order
+from muster.core.visibility import (
+    QuotaRow,
+    cluster_queue_status,
+    local_queue_status,
+    pending_in_order,
+    quota_rows,
+)
 
 QUOTA_RESERVED = "QuotaReserved"
 ADMITTED = "Admitted"
@@ -171,6 +177,67 @@ class Engine:
             r.set_condition(PODS_READY, True, "PodsReady", "All pods reached readiness")
         return self._take_events()
 
+    # --- recorded decisions (state rebuild) -----------------------------------------------
+    # A restarted service replays the decisions it published before, in stream order; these
+    # put the engine back where it was without deciding or reporting anything again.
+
+    def restore_reserved(
+        self, key: WorkloadKey, admission: Admission, *, checks: Sequence[str], now_s: float
+    ) -> None:
+        """Quota was reserved for `key` as recorded; `checks` were still to pass."""
+        r = self.records.get(key)
+        if r is None or r.holds_quota:
+            return
+        self.now_s = now_s
+        r.cluster_queue = admission.cluster_queue
+        r.assignment = _assignment_of(admission)
+        r.phase = Phase.RESERVED
+        r.reserved_at_s = now_s
+        r.evicted = False
+        r.pending_message = ""
+        self.config.hold(r)
+        r.set_condition(
+            QUOTA_RESERVED,
+            True,
+            "QuotaReserved",
+            f"Quota reserved in ClusterQueue {r.cluster_queue}",
+        )
+        r.conditions.pop(EVICTED, None)
+        r.conditions.pop(PREEMPTED, None)
+        r.checks = dict.fromkeys(checks, "Pending")
+        self._take_events()
+
+    def restore_admitted(self, key: WorkloadKey, *, now_s: float) -> None:
+        r = self.records.get(key)
+        if r is None or r.phase is not Phase.RESERVED:
+            return
+        r.checks = dict.fromkeys(r.checks, "Ready")
+        self.now_s = now_s
+        self._admit(r)
+        self._take_events()
+
+    def restore_evicted(self, key: WorkloadKey, *, reason: str, message: str, now_s: float) -> None:
+        """The recorded eviction of `key`; with hold_quota_until_stopped it keeps its quota
+        until `stopped()`."""
+        r = self.records.get(key)
+        if r is None or not r.holds_quota or r.phase is Phase.EVICTING:
+            return
+        self.now_s = now_s
+        self._evict(r, reason=reason, message=message)
+        self._take_events()
+
+    def restore_pending(self, key: WorkloadKey, *, reason: str, message: str) -> None:
+        """The recorded pending reason, so that a rebuild does not announce it again."""
+        r = self.records.get(key)
+        if r is None or r.phase is not Phase.PENDING:
+            return
+        r.set_condition(QUOTA_RESERVED, False, reason, message)
+        r.pending_message = message
+
+    def holds_quota(self, key: WorkloadKey) -> bool:
+        r = self.records.get(key)
+        return r is not None and r.holds_quota
+
     # --- decisions -----------------------------------------------------------------------
 
     def schedule(self, *, now_s: float) -> list[Event]:
@@ -250,6 +317,18 @@ class Engine:
     def local_queue_keys(self) -> Sequence[tuple[str, str]]:
         """(namespace, name) of every LocalQueue, sorted."""
         return sorted(tuple(k.split("/", 1)) for k in self.config.local_queues)  # type: ignore[misc]
+
+    def tree_of_queue(self, namespace: str, queue_name: str) -> str | None:
+        """The cohort tree whose quota serves LocalQueue `namespace/queue_name` (the unit
+        admission shards on), or None while the LocalQueue or its ClusterQueue is missing."""
+        lq = self.config.local_queues.get(f"{namespace}/{queue_name or 'default'}")
+        if lq is None or lq.cluster_queue not in self.config.tree.cluster_queues:
+            return None
+        return tree_id(self.config.tree.cluster_queues[lq.cluster_queue].root())
+
+    def quota(self, cluster_queue: str) -> Sequence[QuotaRow]:
+        """Per flavor and resource of a ClusterQueue: nominal, limits, reserved, used, available."""
+        return quota_rows(self, cluster_queue)
 
     def pending_workloads(self, cluster_queue: str) -> Sequence[PendingWorkload]:
         """Pending workloads of a ClusterQueue in admission order, with their positions."""
@@ -499,14 +578,7 @@ class Engine:
     def _arrive_admitted(self, r: WorkloadRecord, admission: Admission) -> None:
         """A workload that arrives with status.admission holds that quota from the start."""
         r.cluster_queue = admission.cluster_queue
-        usage: dict[tuple[str, str], int] = {}
-        for ps in admission.pod_set_assignments:
-            for resource, amount in ps.resource_usage.items():
-                fr = (ps.flavors.get(resource, ""), resource)
-                usage[fr] = usage.get(fr, 0) + amount
-        a = Assignment(
-            pod_sets=admission.pod_set_assignments, usage=usage, mode=Mode.FIT, borrows=False
-        )
+        a = _assignment_of(admission)
         if admission.cluster_queue not in self.config.cluster_queues:
             self._mark_pending(
                 r, "Inadmissible", f"ClusterQueue {admission.cluster_queue} doesn't exist"
@@ -679,3 +751,15 @@ _PREEMPTION_CAUSE = {
     "InCohortReclaimWhileBorrowing": "reclamation within the cohort while borrowing",
     "InCohortFairSharing": "fair sharing within the cohort",
 }
+
+
+def _assignment_of(admission: Admission) -> Assignment:
+    """The usage an admission holds, as the engine accounts it."""
+    usage: dict[tuple[str, str], int] = {}
+    for ps in admission.pod_set_assignments:
+        for resource, amount in ps.resource_usage.items():
+            fr = (ps.flavors.get(resource, ""), resource)
+            usage[fr] = usage.get(fr, 0) + amount
+    return Assignment(
+        pod_sets=admission.pod_set_assignments, usage=usage, mode=Mode.FIT, borrows=False
+    )

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from muster.core.records import Phase, WorkloadRecord
 from muster.core.status import (
     ClusterQueueStatus,
@@ -22,6 +24,50 @@ if TYPE_CHECKING:
     from muster.core.engine import Engine
 
 _WAITING = (Phase.PENDING, Phase.BACKOFF)
+
+
+class QuotaRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One (flavor, resource) of a ClusterQueue, in MilliUnits."""
+
+    flavor: str
+    resource: str
+    nominal: int
+    borrowing_limit: int | None  # None: unlimited
+    lending_limit: int | None
+    reserved: int  # by workloads holding quota
+    used: int  # by admitted workloads
+    borrowed: int  # reserved above nominal
+    available: int  # what one more workload could get now, from the cohort too
+
+
+def quota_rows(engine: Engine, name: str) -> list[QuotaRow]:
+    cq = engine.config.cluster_queues[name]
+    node = engine.config.tree.cluster_queues[name]
+    used: dict[tuple[str, str], int] = {}
+    for r in engine.config.holders.get(name, {}).values():
+        if r.phase is Phase.ADMITTED:
+            for fr, amount in r.usage.items():
+                used[fr] = used.get(fr, 0) + amount
+    rows = []
+    for group in cq.resource_groups:
+        for flavor in group.flavors:
+            for quota in flavor.resources:
+                fr = (flavor.name, quota.name)
+                reserved = node.usage.get(fr, 0)
+                rows.append(
+                    QuotaRow(
+                        flavor=flavor.name,
+                        resource=quota.name,
+                        nominal=quota.nominal_quota,
+                        borrowing_limit=quota.borrowing_limit,
+                        lending_limit=quota.lending_limit,
+                        reserved=reserved,
+                        used=used.get(fr, 0),
+                        borrowed=max(0, reserved - node.subtree_quota.get(fr, 0)),
+                        available=max(0, node.available(fr)),
+                    )
+                )
+    return rows
 
 
 def cluster_queue_status(engine: Engine, name: str) -> ClusterQueueStatus:
