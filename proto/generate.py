@@ -6,9 +6,11 @@ rewritten to the package that holds them (`from muster.contracts.v1 import event
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sys
+import sysconfig
 import tempfile
 from pathlib import Path
 
@@ -17,6 +19,15 @@ from grpc_tools import protoc
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "proto"
 OUT = ROOT / "services" / "muster" / "contracts"
+
+
+def _plugin(name: str) -> str:
+    found = shutil.which(
+        name, path=os.pathsep.join([sysconfig.get_path("scripts"), os.environ.get("PATH", "")])
+    )
+    if found is None:
+        raise SystemExit(f"{name} not found: pip install mypy-protobuf")
+    return found
 
 
 def main() -> int:
@@ -31,6 +42,9 @@ def main() -> int:
             f"--python_out={tmp}",
             f"--pyi_out={tmp}",
             f"--grpc_python_out={tmp}",
+            # typed stubs for the generated gRPC code (mypy-protobuf's plugin)
+            f"--plugin=protoc-gen-mypy_grpc={_plugin('protoc-gen-mypy_grpc')}",
+            f"--mypy_grpc_out={tmp}",
             *protos,
         ]
         if protoc.main(args) != 0:

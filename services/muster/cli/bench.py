@@ -51,6 +51,26 @@ def run_admission(args: argparse.Namespace) -> Iterator[admission.AdmissionRow]:
         yield admission.run_config(CONFIGS[name], scale=args.scale)
 
 
+def _e2e() -> Any:  # imported only when run: it needs gRPC and the service processes
+    from muster.bench import e2e
+
+    return e2e
+
+
+def add_e2e_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--shards",
+        type=int,
+        nargs="+",
+        default=[1, 2, 4],
+        help="admission shard counts to measure (default: 1 2 4)",
+    )
+
+
+def run_e2e(args: argparse.Namespace) -> Iterator[Any]:
+    return _e2e().run(scale=args.scale, shard_counts=tuple(args.shards))  # type: ignore[no-any-return]
+
+
 SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
     section.name: section
     for section in (
@@ -61,6 +81,14 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
             add_options=add_admission_options,
             run=run_admission,
             render=admission.render,
+        ),
+        Section(
+            name="e2e",
+            help="workloads through NATS and every service process on the simulated cluster: "
+            "throughput and submit->admitted / submit->bound latency at 1, 2 and 4 shards",
+            add_options=add_e2e_options,
+            run=run_e2e,
+            render=lambda rows: _e2e().render(rows),
         ),
     )
 }

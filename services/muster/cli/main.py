@@ -12,7 +12,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from muster.cli import run, simulate
+from muster.cli import events, queues, run, service, simulate, submit, workloads
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,8 +22,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     run.add_parser(commands)
     simulate.add_parser(commands)
+    for client_command in (submit, queues, workloads, events):  # gateway clients
+        client_command.add_parser(commands)
     # Listed for `muster --help` only: `main` hands `muster bench ...` over before parsing.
     commands.add_parser("bench", help="run the benchmarks (see `muster bench --help`)")
+    commands.add_parser("service", help="run one muster service (see `muster service --help`)")
     return parser
 
 
@@ -39,6 +42,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:
         return run_bench(argv[1:])  # bench parses its own options, --help included
+    if argv[:1] == ["service"]:
+        return service.main(argv[1:])  # each service parses its own flags
     args = build_parser().parse_args(argv)
     status: int = args.handler(args)
     return status

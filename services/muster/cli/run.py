@@ -1,13 +1,19 @@
-"""`muster run`: the embedded default. For now: the built-in demo on the simulator.
+"""`muster run`: the embedded default. Starts a loopback NATS server (or uses `--nats URL`), every
+service as its own process on the simulated cluster, replays the built-in demo (or
+`--scenario FILE`) through the gateway with live progress, then prints every workload and the
+queue usage, and stops everything it started, also on Ctrl-C.
 
-The services and the loopback NATS server join in a later issue; until then `run` replays the
-demo (or `--scenario FILE`) through the same simulator as `muster simulate` and prints the table.
+`--virtual` replays the same scenario on the virtual clock instead (no processes, instant).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from muster.cli.simulate import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, add_run_options, run_files
@@ -15,22 +21,84 @@ from muster.sim import InvalidScenarioError, SimulationError, load_scenario_text
 from muster.sim.demo import ABOUT, DEMO_YAML, SOURCE
 from muster.sim.report import render_table
 
+DEFAULT_SPEED = 10.0
+
 
 def add_parser(commands: Any) -> None:  # Any: argparse's _SubParsersAction is private
     parser = commands.add_parser(
         "run",
-        help="run the built-in demo (or --scenario FILE) and print what happened",
-        description="Replay the built-in demo of two teams sharing GPU and CPU quota on the "
-        "virtual clock (quota only, no nodes yet) and print one row per workload.",
+        help="start NATS and every service, replay the demo (or --scenario FILE) and report",
+        description="Start a loopback NATS server with JetStream and every muster service as its "
+        "own process on a simulated cluster, replay the built-in demo of two teams sharing GPU "
+        "and CPU quota (or your --scenario) through the gateway, show progress, and print what "
+        "happened. Everything started is stopped at the end or on Ctrl-C.",
     )
     parser.add_argument(
         "--scenario", metavar="FILE", action="append", help="your own scenario YAML instead"
+    )
+    parser.add_argument(
+        "--nats", metavar="URL", help="use this NATS server instead of starting one"
+    )
+    parser.add_argument(
+        "--speed",
+        type=float,
+        default=DEFAULT_SPEED,
+        help=f"scenario seconds per real second (default {DEFAULT_SPEED:g})",
+    )
+    parser.add_argument("--shards", type=int, default=1, help="admission replicas (default 1)")
+    parser.add_argument("--cluster", default="local", help="cluster id (default local)")
+    parser.add_argument(
+        "--virtual", action="store_true", help="replay on the virtual clock, without services"
     )
     add_run_options(parser)
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
+    if args.speed <= 0 or args.shards < 1:
+        print("muster run: --speed must be > 0 and --shards >= 1", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.virtual:
+        return run_virtual(args)
+    texts = _scenario_texts(args.scenario)
+    if isinstance(texts, int):
+        return texts
+    from muster.cli.queues import render_queue_status  # gRPC and NATS: load only when live
+    from muster.launcher.run import LaunchError, run_live
+
+    try:
+        return asyncio.run(
+            run_live(
+                texts,
+                about=", ".join(args.scenario) if args.scenario else ABOUT,
+                nats_url=args.nats,
+                speed=args.speed,
+                shards=args.shards,
+                cluster=args.cluster,
+                until_s=args.until,
+                log_dir=Path(tempfile.mkdtemp(prefix="muster-run-")),
+                render_queues=render_queue_status,
+            )
+        )
+    except LaunchError as exc:
+        print(f"muster run: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("\nmuster run: interrupted; everything it started is stopped", file=sys.stderr)
+        return 130
+
+
+def _scenario_texts(paths: Sequence[str] | None) -> str | int:
+    if not paths:
+        return DEMO_YAML
+    try:
+        return "---\n".join(Path(p).read_text() for p in paths)
+    except OSError as exc:
+        print(f"muster run: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def run_virtual(args: argparse.Namespace) -> int:
     until = "" if args.until is None else f", until t={args.until:g}s"
     if args.scenario:
         result = run_files(args.scenario, config_path=None, until_s=args.until)
@@ -40,7 +108,7 @@ def handle(args: argparse.Namespace) -> int:
         about = ABOUT
     if isinstance(result, int):
         return result
-    print(f"Simulating {about} (virtual clock, quota only, no nodes{until}).\n")
+    print(f"Simulating {about} (virtual clock, quota only{until}).\n")
     sys.stdout.write(render_table(result))
     return EXIT_OK
 

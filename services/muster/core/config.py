@@ -8,7 +8,7 @@ a workload, may it be admitted there at all, which checks does it need).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from muster.api.model import (
     AdmissionCheck,
@@ -82,6 +82,22 @@ class Configuration:
                 self.namespaces[name] = obj
             case Workload():
                 raise TypeError("workloads are submitted, not applied")
+
+    def remove(self, kind: str, name: str, namespace: str = "") -> bool:
+        """Forget a configuration object; True if there was one."""
+        tables: dict[str, dict[str, Any]] = {
+            "ResourceFlavor": self.flavors,
+            "ClusterQueue": self.cluster_queues,
+            "Cohort": self.cohorts,
+            "LocalQueue": self.local_queues,
+            "WorkloadPriorityClass": self.workload_priority_classes,
+            "PriorityClass": self.priority_classes,
+            "AdmissionCheck": self.admission_checks,
+            "Namespace": self.namespaces,
+        }
+        table = tables.get(kind)
+        key = f"{namespace}/{name}" if kind == "LocalQueue" else name
+        return table is not None and table.pop(key, None) is not None
 
     # --- building ------------------------------------------------------------------------
 

@@ -94,6 +94,14 @@ class Engine:
         self._drain_stopped_queues()
         return self._take_events()
 
+    def remove(self, kind: str, name: str, *, namespace: str = "", now_s: float) -> list[Event]:
+        """Delete a configuration object. Workloads it served wait again with the reason (a
+        LocalQueue or ClusterQueue that no longer exists); those holding quota keep it."""
+        self.now_s = now_s
+        if self.config.remove(kind, name, namespace):
+            self._rebuild()
+        return self._take_events()
+
     def submit(self, wl: Workload, *, now_s: float) -> list[Event]:
         """A workload arrives. If `wl.admission` is set it arrives admitted, holding that quota."""
         self.now_s = now_s

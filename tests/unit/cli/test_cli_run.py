@@ -1,4 +1,4 @@
-"""`muster run`: the built-in demo on the simulator, or the user's --scenario."""
+"""`muster run --virtual`: the built-in demo on the virtual clock, or the user's --scenario."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from muster.sim.demo import DEMO_YAML, SOURCE
 
 
 def test_prints_a_header_and_one_row_per_demo_job(capsys: pytest.CaptureFixture[str]) -> None:
-    status = main(["run"])
+    status = main(["run", "--virtual"])
 
     out = capsys.readouterr().out
     assert status == 0
@@ -34,7 +34,7 @@ def test_demo_finishes_every_job_after_exactly_one_preemption() -> None:
 
 
 def test_until_stops_the_demo_early(capsys: pytest.CaptureFixture[str]) -> None:
-    status = main(["run", "--until", "10"])
+    status = main(["run", "--virtual", "--until", "10"])
 
     out = capsys.readouterr().out
     assert status == 0
@@ -48,7 +48,7 @@ def test_runs_the_users_scenario_instead(
     path = tmp_path / "mine.yaml"
     path.write_text(DEMO_YAML.split("---\napiVersion: batch/v1")[0])
 
-    status = main(["run", "--scenario", str(path)])
+    status = main(["run", "--virtual", "--scenario", str(path)])
 
     out = capsys.readouterr().out
     assert status == 0

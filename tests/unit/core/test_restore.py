@@ -92,3 +92,15 @@ def test_replaying_recorded_decisions_rebuilds_queues_usage_and_evictions() -> N
 
 def _admission_of_a(live: Engine):  # a is being evicted: its admission is still held
     return live.workload(WorkloadKey("ns/a")).admission
+
+
+def test_removing_a_local_queue_leaves_new_workloads_waiting_with_the_reason() -> None:
+    engine = Engine(_objects())
+    engine.remove("LocalQueue", "lq", namespace="ns", now_s=0)
+    engine.submit(_wl("late", 1, 0), now_s=1)
+    engine.schedule(now_s=1)
+
+    (condition,) = engine.workload(WorkloadKey("ns/late")).conditions
+    assert (condition.type, condition.status) == ("QuotaReserved", "False")
+    assert condition.message == "LocalQueue lq doesn't exist"
+    assert engine.remove("LocalQueue", "lq", namespace="ns", now_s=2) == []

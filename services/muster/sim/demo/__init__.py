@@ -2,7 +2,8 @@
 
 Ten Jobs arrive a few seconds apart on LocalQueues lq-team-a and lq-team-b, which both feed
 ClusterQueue `cluster-queue` (cpu, memory and nvidia.com/gpu on flavors `default-flavor` and
-`gpu`). Most run at priority `low`; `urgent-train` arrives at `high` when the GPUs are taken,
+`gpu`; three Nodes, the two A100 ones tainted so that only the `gpu` flavor's pods land
+there). Most run at priority `low`; `urgent-train` arrives at `high` when the GPUs are taken,
 so it preempts a low-priority workload, which runs again later.
 """
 
@@ -29,6 +30,36 @@ kind: ResourceFlavor
 metadata: {name: gpu}
 spec:
   nodeLabels: {cloud.example.com/accelerator: nvidia-a100}
+  tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+---
+apiVersion: v1
+kind: Node
+metadata: {name: node-general, labels: {kubernetes.io/hostname: node-general}}
+status:
+  allocatable: {cpu: "8", memory: 32Gi, nvidia.com/gpu: "2", pods: "110"}
+  conditions: [{type: Ready, status: "True"}]
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: node-a100-1
+  labels: {kubernetes.io/hostname: node-a100-1, cloud.example.com/accelerator: nvidia-a100}
+spec:
+  taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]
+status:
+  allocatable: {cpu: "4", memory: 16Gi, nvidia.com/gpu: "2", pods: "110"}
+  conditions: [{type: Ready, status: "True"}]
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: node-a100-2
+  labels: {kubernetes.io/hostname: node-a100-2, cloud.example.com/accelerator: nvidia-a100}
+spec:
+  taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]
+status:
+  allocatable: {cpu: "4", memory: 16Gi, nvidia.com/gpu: "2", pods: "110"}
+  conditions: [{type: Ready, status: "True"}]
 ---
 apiVersion: kueue.x-k8s.io/v1beta1
 kind: ClusterQueue

@@ -1,0 +1,172 @@
+"""An index of every live workload, in every shard, with its last recorded state. Pure.
+
+Every admission replica reads every event. For the workloads of its own shard it keeps an
+`Engine`; for all of them it keeps this ledger: the spec and cluster from `submitted`, and what
+the decisions published so far (by any replica) and the facts reported since say about it.
+When a configuration change moves a workload into this replica's shard, the ledger is what the
+replica adopts it from (`state.adopt`); after a restart, replaying the stream into the ledger
+is the rebuild.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from muster.admission.translate import DEACTIVATED, Recorded
+from muster.api.model import Admission, Workload, WorkloadKey
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    RESERVED = "QuotaReserved"
+    ADMITTED = "Admitted"
+    EVICTING = "Evicting"  # evicted, holding its quota until eviction_completed
+    BACKOFF = "Backoff"  # evicted for PodsReadyTimeout and stopped: waits out a back-off
+    INACTIVE = "Inactive"  # deactivated
+
+
+_HOLDING = frozenset({Phase.RESERVED, Phase.ADMITTED, Phase.EVICTING})
+
+
+@dataclass(slots=True)
+class Entry:
+    """One live workload as the stream tells it."""
+
+    workload: Workload
+    cluster: str
+    generation: int
+    submitted_s: float
+    order: int  # arrival order, for adopting in FIFO order
+    phase: Phase = Phase.PENDING
+    decided: bool = False  # some decision about it has been recorded
+    admission: Admission | None = None
+    checks: tuple[str, ...] = ()
+    reserved_s: float = 0.0
+    admitted_s: float | None = None
+    pods_ready: bool = False
+    evicted_reason: str = ""
+    evicted_message: str = ""
+    evicted_s: float = 0.0
+    stopped_s: float = 0.0
+    pending_reason: str = ""
+    pending_message: str = ""
+    check_states: dict[str, str] = field(default_factory=dict)  # reported since reserved
+
+    @property
+    def key(self) -> WorkloadKey:
+        return self.workload.key
+
+    @property
+    def holds_quota(self) -> bool:
+        return self.phase in _HOLDING
+
+
+class Ledger:
+    """Live workloads by key. Every method is idempotent: replaying an event changes nothing."""
+
+    def __init__(self) -> None:
+        self.entries: dict[WorkloadKey, Entry] = {}
+        self.finished: set[WorkloadKey] = set()  # a finished workload is not submitted again
+        self._order = 0
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.entries
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def get(self, key: WorkloadKey) -> Entry | None:
+        return self.entries.get(key)
+
+    def live(self) -> Iterator[Entry]:
+        """Every live workload, in arrival order."""
+        return iter(sorted(self.entries.values(), key=lambda e: e.order))
+
+    def submit(self, wl: Workload, *, cluster: str, generation: int, at_s: float) -> Entry | None:
+        """Record a submission; None when the workload is already known (a duplicate)."""
+        key = wl.key
+        if key in self.entries or key in self.finished:
+            return None
+        self._order += 1
+        entry = Entry(
+            wl, cluster=cluster, generation=generation, submitted_s=at_s, order=self._order
+        )
+        self.entries[key] = entry
+        return entry
+
+    def finish(self, key: WorkloadKey) -> None:
+        if self.entries.pop(key, None) is not None:
+            self.finished.add(key)
+
+    def delete(self, key: WorkloadKey) -> None:
+        self.entries.pop(key, None)
+        self.finished.discard(key)
+
+    def pods_ready(self, key: WorkloadKey) -> None:
+        entry = self.entries.get(key)
+        if entry is not None and entry.phase is Phase.ADMITTED:
+            entry.pods_ready = True
+
+    def check_updated(self, key: WorkloadKey, check: str, state: str) -> None:
+        entry = self.entries.get(key)
+        if entry is not None and entry.phase is Phase.RESERVED and check in entry.checks:
+            entry.check_states[check] = state
+
+    def stopped(self, key: WorkloadKey, *, at_s: float) -> None:
+        """eviction_completed: quota is released; back-off after a PodsReady timeout."""
+        entry = self.entries.get(key)
+        if entry is None or entry.phase is not Phase.EVICTING:
+            return
+        entry.stopped_s = at_s
+        if entry.evicted_reason == "PodsReadyTimeout":
+            entry.phase = Phase.BACKOFF
+        else:
+            _requeue(entry)
+
+    def record(self, fact: Recorded) -> None:
+        """Apply a published decision about a workload."""
+        entry = self.entries.get(fact.key)
+        if entry is None:
+            return
+        entry.decided = True
+        match fact.kind:
+            case "pending":
+                entry.pending_reason, entry.pending_message = fact.reason, fact.message
+            case "quota_reserved":
+                if entry.holds_quota or fact.admission is None:
+                    return
+                entry.phase = Phase.RESERVED
+                entry.admission = fact.admission
+                entry.checks = fact.checks
+                entry.check_states = {}
+                entry.reserved_s = fact.at_s
+                entry.admitted_s = None
+                entry.pods_ready = False
+                entry.pending_reason = entry.pending_message = ""
+            case "admitted":
+                if entry.phase is Phase.RESERVED:
+                    entry.phase = Phase.ADMITTED
+                    entry.admitted_s = fact.at_s
+            case "evicted":
+                if fact.reason == DEACTIVATED:
+                    entry.phase = Phase.INACTIVE
+                    entry.admission = None
+                elif entry.phase in (Phase.RESERVED, Phase.ADMITTED):
+                    entry.phase = Phase.EVICTING
+                    entry.evicted_reason, entry.evicted_message = fact.reason, fact.message
+                    entry.evicted_s = fact.at_s
+            case "requeued":
+                if entry.phase in (Phase.EVICTING, Phase.BACKOFF):
+                    _requeue(entry)
+
+
+def _requeue(entry: Entry) -> None:
+    entry.phase = Phase.PENDING
+    entry.admission = None
+    entry.checks = ()
+    entry.check_states = {}
+    entry.admitted_s = None
+    entry.pods_ready = False
+    entry.pending_reason = entry.pending_message = ""

@@ -1,0 +1,220 @@
+"""The admission service's wiring: lease, rebuild, consumer, rounds, visibility, health.
+
+`run_admission(bus, health, config)` is the body `run_service` runs (and tests start as a task):
+
+1. acquire the shard lease `admission.<shard>` (waits while another replica holds it), and keep
+   renewing it; losing it raises `LeaseLostError`, which stops the service with exit status 1;
+2. create the durable consumer `admission-<shard>` if missing (starting at the stream's end),
+   then replay `MUSTER_EVENTS` from its first message to its last into `AdmissionState`;
+3. take ownership: adopt this shard's workloads into the engine, run one round, publish;
+4. consume from the durable (events up to the replay's end are skipped), run rounds, write the
+   visibility bucket; report SERVING.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from typing import Final
+
+import msgspec
+import nats.errors
+
+from muster.admission.handlers import Clock, Rounds
+from muster.admission.lease import SHARDS_BUCKET, ShardLease
+from muster.admission.state import AdmissionState
+from muster.admission.translate import fact_of
+from muster.admission.visibility import VisibilityWriter, visibility_values
+from muster.bus import (
+    DEFAULT_CLUSTER,
+    EVENTS_STREAM,
+    Bus,
+    BusError,
+    ConsumerSettings,
+    config_subject,
+    new_event,
+    workload_subject,
+)
+from muster.bus.consumer import consumer_config
+from muster.bus.service import Health
+from muster.contracts.v1 import events_pb2 as pb
+
+VISIBILITY_BUCKET: Final = "MUSTER_VISIBILITY"
+SUBJECTS: Final = (workload_subject("*", ">"), config_subject("*", ">"))
+
+log = logging.getLogger(__name__)
+
+
+class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """What one admission replica is told at start."""
+
+    shard: int = 0
+    shards: int = 1
+    cluster: str = DEFAULT_CLUSTER  # for events whose workload's cluster is unknown
+    lease_ttl_s: float = 5.0
+    lease_renew_s: float = 1.0
+    visibility_interval_s: float = 0.1  # at most one write per key per interval
+    lanes: int = 32  # events handled at once, hence the largest round
+    max_ack_pending: int = 1024
+    ack_wait_s: float = 30.0  # a dead replica's unacked events come back after this long
+
+    def __post_init__(self) -> None:
+        if self.shards < 1:
+            raise ValueError(f"--shards must be >= 1, got {self.shards}")
+        if not 0 <= self.shard < self.shards:
+            raise ValueError(f"--shard must be in 0..{self.shards - 1}, got {self.shard}")
+        if not 0 < self.lease_renew_s < self.lease_ttl_s:
+            raise ValueError("the lease renewal interval must be shorter than its TTL")
+        if self.visibility_interval_s < 0:
+            raise ValueError("the visibility interval must be >= 0")
+
+    @property
+    def source(self) -> str:
+        return f"admission/{self.shard}"
+
+    @property
+    def durable(self) -> str:
+        return f"admission-{self.shard}"
+
+    def consumer_settings(self) -> ConsumerSettings:
+        return ConsumerSettings(
+            stream=EVENTS_STREAM,
+            lanes=self.lanes,
+            max_ack_pending=self.max_ack_pending,
+            ack_wait_s=self.ack_wait_s,
+            deliver_new=True,  # a new durable starts after the replay, which it follows
+        )
+
+
+async def run_admission(
+    bus: Bus, health: Health, config: AdmissionConfig, *, clock: Clock = time.time
+) -> None:
+    """Own shard `config.shard` and decide for it until cancelled (or the lease is lost)."""
+    kv = await bus.kv(SHARDS_BUCKET, ttl_s=config.lease_ttl_s)
+    owner = f"{socket.gethostname()}/{os.getpid()}/{id(health):x}"
+    lease = ShardLease(
+        kv,
+        shard=config.shard,
+        owner=owner,
+        ttl_s=config.lease_ttl_s,
+        renew_s=config.lease_renew_s,
+    )
+    await lease.acquire()
+    try:
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(lease.hold(), name="admission-lease")
+            service = AdmissionService(bus, config, clock=clock)
+            await service.start()
+            tg.create_task(service.rounds.run(), name="admission-rounds")
+            tg.create_task(service.write_visibility(), name="admission-visibility")
+            settings = config.consumer_settings()
+            consumer = tg.create_task(
+                bus.consume_with(config.durable, SUBJECTS, service.rounds.handle, settings),
+                name="admission-consumer",
+            )
+            tg.create_task(cancel_firmly(consumer), name="admission-consumer-stop")
+            health.ready()
+            log.info(
+                "serving shard %d of %d (rebuilt to sequence %d)",
+                config.shard,
+                config.shards,
+                service.state.last_sequence,
+            )
+    finally:
+        await asyncio.shield(lease.release())
+
+
+async def cancel_firmly(task: asyncio.Task[None]) -> None:
+    """Wait until cancelled, then cancel `task` until it really stops.
+
+    Python 3.11's `asyncio.wait_for` can swallow a cancellation that arrives as its wait ends
+    (fixed in 3.12); nats-py's fetch waits that way, so the TaskGroup's one cancel of the
+    consume loop may be lost and shutdown would hang. Asked of the bus: check
+    `current_task().cancelling()` in the fetch loop.
+    """
+    try:
+        await asyncio.Event().wait()
+    finally:
+        while not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=0.5)
+
+
+class AdmissionService:
+    """The replica's state and the loops around it; `start` is the rebuild."""
+
+    def __init__(self, bus: Bus, config: AdmissionConfig, *, clock: Clock) -> None:
+        self.bus = bus
+        self.config = config
+        self.clock = clock
+        self.state = AdmissionState(
+            shard=config.shard,
+            shards=config.shards,
+            source=config.source,
+            default_cluster=config.cluster,
+        )
+        self._dirty = asyncio.Event()
+        self.rounds = Rounds(self.state, bus, clock=clock, on_round=self._dirty.set)
+
+    async def start(self) -> None:
+        """Catch up before owning: make the durable, replay history, adopt, decide once."""
+        settings = self.config.consumer_settings()
+        await self.bus.js.add_consumer(
+            EVENTS_STREAM, config=consumer_config(self.config.durable, SUBJECTS, settings)
+        )
+        end = await self.bus.last_sequence(EVENTS_STREAM)
+        replayed = 0
+        started = time.perf_counter()
+        async for env in self.bus.replay(list(SUBJECTS), until_sequence=end):
+            try:
+                fact = fact_of(env)
+            except ValueError as exc:
+                log.warning("rebuild skips %s#%d: %s", env.type, env.sequence, exc)
+                fact = None
+            self.state.replay(fact, sequence=env.sequence)
+            replayed += 1
+        self.state.last_sequence = max(self.state.last_sequence, end)
+        self.rounds.applied.floor = self.state.last_sequence
+        events = self.state.take_ownership(now_s=self.clock())
+        await self.rounds.catch_up(events, replay_end=end)
+        log.info(
+            "rebuilt from %d events in %.3fs: %d live workloads, %d in this shard",
+            replayed,
+            time.perf_counter() - started,
+            len(self.state.ledger),
+            len(self.state.adopted),
+        )
+
+    async def write_visibility(self) -> None:
+        """Write changed queue statuses and pending lists; publish queue.status on change."""
+        kv = await self.bus.kv(VISIBILITY_BUCKET)
+        writer = VisibilityWriter(kv)
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            async with self.rounds.lock:
+                values = visibility_values(self.state.engine, self.state.sharding)
+            try:
+                put = await writer.write(values)
+                await self._publish_statuses(put, values)
+            except (nats.errors.Error, TimeoutError, BusError) as exc:
+                log.warning("visibility not written, retrying: %r", exc)
+                self._dirty.set()
+            await asyncio.sleep(self.config.visibility_interval_s)
+
+    async def _publish_statuses(self, keys: list[str], values: dict[str, bytes]) -> None:
+        for key in keys:
+            if not key.startswith("cq."):
+                continue
+            status = pb.ClusterQueueStatus.FromString(values[key])
+            cluster = self.state.cluster_queue_clusters.get(status.name) or self.config.cluster
+            env = new_event(
+                "queue_status",
+                pb.QueueStatusChanged(cluster_queue=status),
+                cluster=cluster,
+                source=self.config.source,
+            )
+            await self.bus.publish(env)

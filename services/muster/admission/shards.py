@@ -1,0 +1,65 @@
+"""Which admission replica decides for a workload or a queue (docs/services.md, sharding).
+
+A cohort tree is the unit that shares quota, so it is the unit that is sharded:
+shard = crc32(tree) % shards, where tree is the engine's `tree_id` ("cohort/<root>" or
+"cq/<name>"). A LocalQueue whose ClusterQueue is not known yet has no tree; its workloads
+belong to crc32("queue:<namespace>/<name>") % shards until it has one.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from muster.core.engine import Engine
+from muster.core.quota import tree_id
+
+
+def shard_of(tree: str, *, shards: int) -> int:
+    """The shard index (0 ≤ index < shards) that owns cohort tree `tree`."""
+    if shards < 1:
+        raise ValueError(f"shards must be >= 1, got {shards}")
+    return zlib.crc32(tree.encode()) % shards
+
+
+def queue_placeholder(namespace: str, queue_name: str) -> str:
+    """The stand-in tree name of a LocalQueue that has no cohort tree yet."""
+    return f"queue:{namespace}/{queue_name or 'default'}"
+
+
+def tree_of_local_queue(engine: Engine, namespace: str, queue_name: str) -> str:
+    """The cohort tree serving LocalQueue `namespace/queue_name`, or its stand-in."""
+    tree = engine.tree_of_queue(namespace, queue_name)
+    return tree if tree is not None else queue_placeholder(namespace, queue_name)
+
+
+def tree_of_cluster_queue(engine: Engine, name: str) -> str | None:
+    """The cohort tree ClusterQueue `name` belongs to, or None when it does not exist."""
+    node = engine.config.tree.cluster_queues.get(name)
+    return None if node is None else tree_id(node.root())
+
+
+class Sharding:
+    """Ownership questions for replica `shard` of `shards`, against the engine's config."""
+
+    def __init__(self, engine: Engine, *, shard: int, shards: int) -> None:
+        if not 0 <= shard < shards:
+            raise ValueError(f"shard must be in [0, {shards}), got {shard}")
+        self.engine = engine
+        self.shard = shard
+        self.shards = shards
+
+    def owns_tree(self, tree: str) -> bool:
+        return self.shards == 1 or shard_of(tree, shards=self.shards) == self.shard
+
+    def owns_local_queue(self, namespace: str, queue_name: str) -> bool:
+        """Whether this replica decides for workloads queued in `namespace/queue_name`."""
+        if self.shards == 1:
+            return True
+        return self.owns_tree(tree_of_local_queue(self.engine, namespace, queue_name))
+
+    def owns_cluster_queue(self, name: str) -> bool:
+        """Whether this replica reports the status of ClusterQueue `name`."""
+        if self.shards == 1:
+            return True
+        tree = tree_of_cluster_queue(self.engine, name)
+        return tree is not None and self.owns_tree(tree)

@@ -1,0 +1,411 @@
+"""One admission replica's state: the engine for its shard, the ledger of all workloads. Pure.
+
+Two modes, one after the other:
+- *replay* (`replay`): the rebuild. Configuration goes into the engine, workloads and every
+  recorded decision into the ledger; nothing is decided and nothing is put in the engine.
+- *owning* (`take_ownership`, then `apply` and `decide`): the engine holds the workloads of
+  this shard, adopted from the ledger, and decides for them.
+
+A workload's queue timestamp is the time of its `submitted` event (Kueue orders by creation
+time), so a replica that adopts it after a restart or a shard move orders it the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
+
+import msgspec
+
+from muster.admission.ledger import Entry, Ledger, Phase
+from muster.admission.shards import Sharding
+from muster.admission.translate import (
+    GANG_REJECTED,
+    ApplyConfig,
+    CheckUpdated,
+    Decision,
+    Delete,
+    DeleteConfig,
+    Fact,
+    Finish,
+    GangRejected,
+    PodsReady,
+    Recorded,
+    Stopped,
+    Submit,
+    decisions_from,
+)
+from muster.api.model import Admission, ClusterQueue, KueueConfig, ResourceFlavor, WorkloadKey
+from muster.core.engine import Engine
+from muster.core.events import Event, EventType
+from muster.core.records import Phase as EnginePhase
+
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+WAITING_FOR_VICTIMS = "WaitingForPreemptedWorkloads"
+
+
+class AdmissionState:
+    """The engine of shard `shard` of `shards` and the ledger of every live workload."""
+
+    def __init__(
+        self,
+        *,
+        shard: int = 0,
+        shards: int = 1,
+        source: str = "admission/0",
+        default_cluster: str = "local",
+        kueue: KueueConfig | None = None,
+    ) -> None:
+        self.engine = Engine(config=kueue, hold_quota_until_stopped=True)
+        self.ledger = Ledger()
+        self.sharding = Sharding(self.engine, shard=shard, shards=shards)
+        self.source = source
+        self.default_cluster = default_cluster
+        self.adopted: set[WorkloadKey] = set()  # in the engine: live workloads of this shard
+        self.owning = False
+        self.last_sequence = 0  # the last stream sequence applied, replayed or consumed
+        self.cluster_queue_clusters: dict[str, str] = {}  # where a ClusterQueue was applied
+        self._fresh: list[WorkloadKey] = []  # adopted since the last round, not answered yet
+        # Adopted preemptors recorded as waiting for their victims to stop (see `decide`).
+        self._waiting_for_victims: dict[WorkloadKey, tuple[str, str]] = {}
+
+    # --- rebuild ---------------------------------------------------------------------------
+
+    def replay(self, fact: Fact | None, *, sequence: int) -> None:
+        """Record one event of history; decides nothing. Call in stream order."""
+        if fact is not None:
+            self._record(fact, now_s=0.0)
+        self.last_sequence = max(self.last_sequence, sequence)
+
+    def take_ownership(self, *, now_s: float) -> list[Event]:
+        """End the rebuild: adopt the live workloads of this shard, then run one round.
+
+        Returns what adoption and the round decided that was not recorded yet (a replica that
+        died between consuming and publishing left it undecided).
+        """
+        self.owning = True
+        events: list[Event] = []
+        for entry in self.ledger.live():
+            if self._owns(entry):
+                events += self._adopt(entry)
+        return events + self.decide(now_s=now_s)
+
+    # --- owning ----------------------------------------------------------------------------
+
+    def apply(self, fact: Fact, *, now_s: float) -> list[Event]:
+        """Apply one consumed fact; returns what the engine reported (decide comes after)."""
+        return self._record(fact, now_s=now_s)
+
+    def decide(self, *, now_s: float) -> list[Event]:
+        """One admission round: admit what fits, preempt where allowed; fire due timers.
+
+        Every workload that arrived since the last round gets an answer: when the round said
+        nothing about it (it waits in a group behind a head that cannot be admitted), it is
+        reported pending for its group's reason, as Kueue reports each workload it tried.
+        """
+        events = self.engine.schedule(now_s=now_s)
+        if self._waiting_for_victims:
+            events = self._keep_waiting_for_victims(events)
+        fresh, self._fresh = self._fresh, []
+        told = {e.object for e in events}
+        for key in fresh:
+            if key not in told:
+                events += self._pending_answer(key, now_s=now_s)
+        return events
+
+    def _keep_waiting_for_victims(self, events: list[Event]) -> list[Event]:
+        """An adopted preemptor whose victims are still stopping was recorded as waiting for
+        them; the engine, which did not see it preempt, tries it once more and reports it
+        waiting for quota. That report is history already told differently: drop it and
+        keep the recorded reason (the failed try parked it until quota is released)."""
+        waiting, self._waiting_for_victims = self._waiting_for_victims, {}
+        kept = []
+        for e in events:
+            recorded = waiting.get(WorkloadKey(e.object))
+            if e.type is EventType.PENDING and recorded is not None:
+                self.engine.restore_pending(
+                    WorkloadKey(e.object), reason=recorded[0], message=recorded[1]
+                )
+                continue
+            kept.append(e)
+        return kept
+
+    def _pending_answer(self, key: WorkloadKey, *, now_s: float) -> list[Event]:
+        r = self.engine.records.get(key)
+        if r is None or r.phase is not EnginePhase.PENDING or r.pending_message:
+            return []
+        waiting = next(
+            (c for c in self.engine.workload(key).conditions if c.type == "QuotaReserved"), None
+        )
+        if waiting is None or waiting.status != "False" or not waiting.message:
+            return []
+        self.engine.restore_pending(key, reason=waiting.reason, message=waiting.message)
+        return [
+            Event(
+                time=now_s,
+                type=EventType.PENDING,
+                object=key,
+                reason=waiting.reason,
+                message=waiting.message,
+            )
+        ]
+
+    def next_wakeup_s(self) -> float | None:
+        return self.engine.next_wakeup_s()
+
+    def decisions(self, events: Sequence[Event]) -> list[Decision]:
+        return decisions_from(events, self)
+
+    def record_published(self, published: Sequence[Recorded]) -> None:
+        """Our own decisions, once JetStream has them: into the ledger."""
+        for fact in published:
+            self.ledger.record(fact)
+
+    # --- facts -----------------------------------------------------------------------------
+
+    def _record(self, fact: Fact, *, now_s: float) -> list[Event]:
+        engine, ledger = self.engine, self.ledger
+        match fact:
+            case Submit():
+                at_s = fact.at_s or now_s
+                entry = ledger.submit(
+                    fact.workload, cluster=fact.cluster, generation=fact.generation, at_s=at_s
+                )
+                if entry is None or not self.owning or not self._owns(entry):
+                    return []  # a duplicate, history, or another shard's
+                self.adopted.add(entry.key)
+                self._fresh.append(entry.key)
+                return engine.submit(entry.workload, now_s=at_s)
+            case Finish(key):
+                ledger.finish(key)
+                return self._engine_fact(key, lambda: engine.finish(key, now_s=now_s), drop=True)
+            case Delete(key):
+                ledger.delete(key)
+                return self._engine_fact(key, lambda: engine.delete(key, now_s=now_s), drop=True)
+            case Stopped(key, at_s):
+                ledger.stopped(key, at_s=at_s)
+                return self._engine_fact(key, lambda: engine.stopped(key, now_s=now_s))
+            case PodsReady(key):
+                ledger.pods_ready(key)
+                return self._engine_fact(key, lambda: engine.pods_ready(key, now_s=now_s))
+            case CheckUpdated(key, check, state, message):
+                ledger.check_updated(key, check, state)
+                return self._engine_fact(
+                    key,
+                    lambda: engine.set_admission_check(
+                        key, check, state, message=message, now_s=now_s
+                    ),
+                )
+            case GangRejected(key, reason, message):
+                return self._gang_rejected(key, reason, message, now_s=now_s)
+            case ApplyConfig():
+                if isinstance(fact.obj, ClusterQueue):
+                    self.cluster_queue_clusters[fact.obj.meta.name] = fact.cluster
+                events = engine.apply(fact.obj, now_s=now_s)
+                return events + self._rebalance(now_s=now_s)
+            case DeleteConfig(kind, name):
+                events = remove_config(engine, kind, name, now_s=now_s)
+                return events + self._rebalance(now_s=now_s)
+            case Recorded():
+                return self._recorded(fact)
+        return []
+
+    def _engine_fact(
+        self, key: WorkloadKey, call: Callable[[], list[Event]], *, drop: bool = False
+    ) -> list[Event]:
+        if not self.owning or key not in self.adopted:
+            return []
+        if drop:
+            self.adopted.discard(key)
+        return call()
+
+    def _recorded(self, fact: Recorded) -> list[Event]:
+        if self.owning and fact.source == self.source:
+            return []  # ours: the ledger has it since we published it
+        self.ledger.record(fact)
+        if self.owning and fact.key in self.adopted:
+            # Another replica decided for a workload of ours: it was its own until a
+            # configuration change moved it here. Keep the engine in line with history.
+            self._restore(fact)
+        return []
+
+    def _restore(self, fact: Recorded) -> None:
+        engine, key = self.engine, fact.key
+        match fact.kind:
+            case "quota_reserved" if fact.admission is not None:
+                engine.restore_reserved(key, fact.admission, checks=fact.checks, now_s=fact.at_s)
+            case "admitted":
+                engine.restore_admitted(key, now_s=fact.at_s)
+            case "evicted":
+                engine.restore_evicted(
+                    key, reason=fact.reason, message=fact.message, now_s=fact.at_s
+                )
+            case "pending":
+                engine.restore_pending(key, reason=fact.reason, message=fact.message)
+
+    def _gang_rejected(
+        self, key: WorkloadKey, reason: str, message: str, *, now_s: float
+    ) -> list[Event]:
+        """Gang placement failed: evict the workload so that it frees its quota and requeues.
+
+        The engine has no eviction fact; `restore_evicted` does the eviction and the event is
+        reported here (core change asked: `Engine.evict`).
+        """
+        if not self.owning or key not in self.adopted:
+            return []
+        r = self.engine.records.get(key)
+        if r is None or r.phase not in (EnginePhase.RESERVED, EnginePhase.ADMITTED):
+            return []
+        text = f"{reason}: {message}" if message else reason
+        self.engine.restore_evicted(key, reason=GANG_REJECTED, message=text, now_s=now_s)
+        return [
+            Event(
+                time=now_s, type=EventType.EVICTED, object=key, reason=GANG_REJECTED, message=text
+            )
+        ]
+
+    # --- ownership -------------------------------------------------------------------------
+
+    def _owns(self, entry: Entry) -> bool:
+        wl = entry.workload
+        return self.sharding.owns_local_queue(wl.meta.namespace, wl.queue_name)
+
+    def _rebalance(self, *, now_s: float) -> list[Event]:
+        """After a configuration change: adopt workloads moved into this shard, drop those
+        moved out (their new owner adopts them from its own ledger)."""
+        if not self.owning or self.sharding.shards == 1:
+            return []
+        events: list[Event] = []
+        for entry in self.ledger.live():
+            owned = self._owns(entry)
+            if owned and entry.key not in self.adopted:
+                events += self._adopt(entry)
+            elif not owned and entry.key in self.adopted:
+                self.adopted.discard(entry.key)
+                self.engine.delete(entry.key, now_s=now_s)
+                events = [e for e in events if e.object != entry.key]
+        return events
+
+    def _adopt(self, entry: Entry) -> list[Event]:
+        """Put a live workload into the engine as the ledger records it.
+
+        Returns what the engine reported only for a workload nothing was decided about yet
+        (it may arrive admitted); otherwise the recorded decisions stand and are not redone.
+        """
+        engine, key = self.engine, entry.key
+        wl = entry.workload
+        if entry.decided:
+            wl = msgspec.structs.replace(wl, admission=None)
+        if entry.phase is Phase.INACTIVE:
+            wl = msgspec.structs.replace(wl, active=False)
+        events = engine.submit(wl, now_s=entry.submitted_s)
+        self.adopted.add(key)
+        if not entry.decided:
+            self._fresh.append(key)
+            return events
+        if entry.admission is not None and entry.phase in (
+            Phase.RESERVED,
+            Phase.ADMITTED,
+            Phase.EVICTING,
+            Phase.BACKOFF,
+        ):
+            engine.restore_reserved(
+                key, entry.admission, checks=entry.checks, now_s=entry.reserved_s
+            )
+            if entry.admitted_s is not None:
+                engine.restore_admitted(key, now_s=entry.admitted_s)
+                if entry.pods_ready:
+                    engine.pods_ready(key, now_s=entry.admitted_s)
+            if entry.phase in (Phase.EVICTING, Phase.BACKOFF):
+                engine.restore_evicted(
+                    key,
+                    reason=entry.evicted_reason,
+                    message=entry.evicted_message,
+                    now_s=entry.evicted_s,
+                )
+            if entry.phase is Phase.BACKOFF:
+                engine.stopped(key, now_s=entry.stopped_s)
+            if entry.phase is Phase.RESERVED:
+                return self._ready_checks(entry)
+        elif entry.phase is Phase.PENDING and entry.pending_message:
+            engine.restore_pending(key, reason=entry.pending_reason, message=entry.pending_message)
+            if entry.pending_reason == WAITING_FOR_VICTIMS:
+                self._waiting_for_victims[key] = (entry.pending_reason, entry.pending_message)
+        return []
+
+    def _ready_checks(self, entry: Entry) -> list[Event]:
+        """Checks reported Ready after the reservation count again (they may admit it)."""
+        events: list[Event] = []
+        for check, state in sorted(entry.check_states.items()):
+            if state == "Ready":
+                events += self.engine.set_admission_check(
+                    entry.key, check, state, now_s=entry.reserved_s
+                )
+        return events
+
+    # --- DecisionContext -------------------------------------------------------------------
+
+    def admission_of(self, key: WorkloadKey) -> Admission | None:
+        r = self.engine.records.get(key)
+        if r is None or r.assignment is None:
+            return None
+        return Admission(cluster_queue=r.cluster_queue, pod_set_assignments=r.assignment.pod_sets)
+
+    def checks_of(self, key: WorkloadKey) -> Sequence[str]:
+        r = self.engine.records.get(key)
+        if r is None:
+            return ()
+        return tuple(sorted(c for c, s in r.checks.items() if s != "Ready"))
+
+    def cluster_queue_of(self, key: WorkloadKey) -> str:
+        r = self.engine.records.get(key)
+        return "" if r is None else r.cluster_queue
+
+    def cluster_of(self, key: WorkloadKey) -> str:
+        entry = self.ledger.get(key)
+        return self.default_cluster if entry is None or not entry.cluster else entry.cluster
+
+    def generation_of(self, key: WorkloadKey) -> int:
+        entry = self.ledger.get(key)
+        return 0 if entry is None else entry.generation
+
+    @property
+    def flavors(self) -> Mapping[str, ResourceFlavor]:
+        return self.engine.config.flavors
+
+
+def remove_config(engine: Engine, kind: str, name: str, *, now_s: float) -> list[Event]:
+    """Forget configuration object `kind` `name` ("<ns>/<name>" for a LocalQueue).
+
+    The engine has no removal fact (core change asked: `Engine.remove(kind, name, *, now_s)`):
+    the object is dropped from the engine's configuration index and the engine rebuilt by
+    re-applying its Kueue configuration, which requeues what waits and keeps what is held.
+    """
+    config = engine.config
+    match kind:
+        case "ResourceFlavor":
+            removed = _forget(config.flavors, name)
+        case "ClusterQueue":
+            removed = _forget(config.cluster_queues, name)
+        case "Cohort":
+            removed = _forget(config.cohorts, name)
+        case "LocalQueue":
+            removed = _forget(config.local_queues, name)
+        case "WorkloadPriorityClass":
+            removed = _forget(config.workload_priority_classes, name)
+        case "PriorityClass":
+            removed = _forget(config.priority_classes, name)
+        case "AdmissionCheck":
+            removed = _forget(config.admission_checks, name)
+        case "Namespace":
+            removed = _forget(config.namespaces, name)
+        case _:
+            log.warning("config.deleted of an unknown kind %s %s", kind, name)
+            return []
+    return engine.apply(config.kueue, now_s=now_s) if removed else []
+
+
+def _forget(index: dict[str, _T], name: str) -> bool:
+    return index.pop(name, None) is not None

@@ -1,0 +1,452 @@
+"""Envelopes to engine facts, and engine events to the envelopes' payloads. Pure.
+
+`fact_of(envelope)` reads what a consumed event means for admission (a `Fact`), or None when
+admission does not care. `decisions_from(events, ctx)` turns what one `Engine` call reported
+into `Decision`s, the payloads admission publishes (docs/events.md):
+
+    Pending       -> workload.pending
+    QuotaReserved -> workload.quota_reserved (admission, checks still to pass)
+    Admitted      -> workload.admitted (admission, node labels and tolerations of its flavors)
+    Preempted     -> workload.preemption_requested, one per preemptor, listing its victims
+    Evicted       -> workload.evicted (quota held until eviction_completed)
+    Deactivated   -> workload.evicted with reason "InactiveWorkload" (quota released at once)
+    Requeued      -> workload.requeued
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import msgspec
+from google.protobuf.message import Message
+
+from muster.api import decode_documents, parse_quantity, quantities_to_strings
+from muster.api.model import (
+    Admission,
+    ApiObject,
+    KueueConfig,
+    PodSetAssignment,
+    ResourceFlavor,
+    Toleration,
+    Workload,
+    WorkloadKey,
+)
+from muster.bus.envelope import new_event
+from muster.contracts.v1 import events_pb2 as pb
+from muster.core.events import Event, EventType
+
+# Kueue's WorkloadEvictedByDeactivation: the workload was deactivated (check rejected,
+# requeuing limit exceeded); it gives its quota back at once and is not requeued.
+DEACTIVATED = "InactiveWorkload"
+GANG_REJECTED = "GangRejected"
+
+
+class FactError(ValueError):
+    """The event cannot be read (bad manifest): permanent, the message is dead-lettered."""
+
+
+# --- facts ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Submit:
+    workload: Workload
+    cluster: str
+    generation: int
+    at_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    key: WorkloadKey
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    key: WorkloadKey
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """eviction_completed: the evicted workload's pods are gone."""
+
+    key: WorkloadKey
+    at_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class PodsReady:
+    key: WorkloadKey
+
+
+@dataclass(frozen=True, slots=True)
+class CheckUpdated:
+    key: WorkloadKey
+    check: str
+    state: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class GangRejected:
+    key: WorkloadKey
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyConfig:
+    obj: ApiObject
+    kind: str
+    name: str
+    cluster: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteConfig:
+    kind: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """A decision an admission replica published: history to rebuild from, never re-decided.
+
+    `kind` is the payload field: pending, quota_reserved, admitted, evicted or requeued.
+    """
+
+    key: WorkloadKey
+    kind: str
+    source: str
+    at_s: float
+    reason: str = ""
+    message: str = ""
+    admission: Admission | None = None
+    checks: tuple[str, ...] = ()
+
+
+Fact = (
+    Submit
+    | Finish
+    | Delete
+    | Stopped
+    | PodsReady
+    | CheckUpdated
+    | GangRejected
+    | ApplyConfig
+    | DeleteConfig
+    | Recorded
+)
+
+WORKLOAD_FACTS = (
+    "submitted",
+    "finished",
+    "deleted",
+    "eviction_completed",
+    "pods_ready",
+    "admission_check",
+    "gang_rejected",
+)
+RECORDED = ("pending", "quota_reserved", "admitted", "evicted", "requeued")
+
+
+def time_s_of(env: pb.Envelope) -> float:
+    return env.time_unix_nano / 1e9
+
+
+def fact_of(env: pb.Envelope) -> Fact | None:
+    """What `env` means to admission, or None when nothing; raises FactError when unreadable."""
+    field = env.WhichOneof("payload")
+    key = WorkloadKey(env.workload)
+    match field:
+        case "submitted":
+            return _submit_of(env)
+        case "finished":
+            return Finish(key)
+        case "deleted":
+            return Delete(key)
+        case "eviction_completed":
+            return Stopped(key, at_s=time_s_of(env))
+        case "pods_ready":
+            return PodsReady(key)
+        case "admission_check":
+            ac = env.admission_check
+            return CheckUpdated(key, check=ac.check, state=ac.state, message=ac.message)
+        case "gang_rejected":
+            return GangRejected(
+                key, reason=env.gang_rejected.reason, message=env.gang_rejected.message
+            )
+        case "config_applied":
+            return _apply_of(env)
+        case "config_deleted":
+            return DeleteConfig(kind=env.config_deleted.kind, name=env.config_deleted.name)
+        case "pending" | "quota_reserved" | "admitted" | "evicted" | "requeued":
+            return _recorded_of(env, field)
+        case _:
+            return None
+
+
+def _decode_one(manifest_json: str, *, what: str) -> ApiObject:
+    try:
+        doc = json.loads(manifest_json)
+    except json.JSONDecodeError as exc:
+        raise FactError(f"{what}: manifest is not JSON: {exc}") from exc
+    objects, errors = decode_documents([doc], source=what)
+    if errors:
+        raise FactError("; ".join(str(e) for e in errors))
+    if len(objects) != 1:
+        raise FactError(f"{what}: expected one object, got {len(objects)}")
+    return objects[0]
+
+
+def _submit_of(env: pb.Envelope) -> Submit:
+    obj = _decode_one(env.submitted.manifest_json, what=f"submitted {env.workload}")
+    if not isinstance(obj, Workload):
+        raise FactError(f"submitted {env.workload}: manifest is a {type(obj).__name__}")
+    if env.submitted.queue_name and env.submitted.queue_name != obj.queue_name:
+        # The gateway may pick the queue (dynamic queue selection): the envelope says which.
+        obj = _replace_queue(obj, env.submitted.queue_name)
+    return Submit(obj, cluster=env.cluster, generation=env.generation, at_s=time_s_of(env))
+
+
+def _replace_queue(wl: Workload, queue_name: str) -> Workload:
+    return msgspec.structs.replace(wl, queue_name=queue_name)
+
+
+def _apply_of(env: pb.Envelope) -> ApplyConfig:
+    applied = env.config_applied
+    obj = _decode_one(applied.manifest_json, what=f"{applied.kind}/{applied.name}")
+    if isinstance(obj, Workload):
+        raise FactError(f"{applied.kind}/{applied.name}: workloads are submitted, not applied")
+    kind = "Configuration" if isinstance(obj, KueueConfig) else applied.kind
+    return ApplyConfig(obj, kind=kind, name=applied.name, cluster=env.cluster)
+
+
+def _recorded_of(env: pb.Envelope, field: str) -> Recorded:
+    key = WorkloadKey(env.workload)
+    at_s = time_s_of(env)
+    reason = message = ""
+    admission: Admission | None = None
+    checks: tuple[str, ...] = ()
+    match field:
+        case "pending":
+            reason, message = env.pending.reason, env.pending.message
+        case "quota_reserved":
+            admission = admission_from_proto(env.quota_reserved.admission)
+            checks = tuple(env.quota_reserved.admission_checks)
+        case "evicted":
+            reason, message = env.evicted.reason, env.evicted.message
+        case "requeued":
+            reason, message = env.requeued.reason, env.requeued.message
+    return Recorded(
+        key,
+        kind=field,
+        source=env.source,
+        at_s=at_s,
+        reason=reason,
+        message=message,
+        admission=admission,
+        checks=checks,
+    )
+
+
+# --- admissions -------------------------------------------------------------------------------
+
+
+def admission_to_proto(admission: Admission) -> pb.Admission:
+    return pb.Admission(
+        cluster_queue=admission.cluster_queue,
+        pod_set_assignments=[
+            pb.PodSetAssignment(
+                name=ps.name,
+                flavors=dict(ps.flavors),
+                count=ps.count,
+                resource_usage=quantities_to_strings(ps.resource_usage),
+            )
+            for ps in admission.pod_set_assignments
+        ],
+    )
+
+
+def admission_from_proto(admission: pb.Admission) -> Admission:
+    """The model admission of a recorded quota_reserved; raises FactError on a bad quantity."""
+    try:
+        return Admission(
+            cluster_queue=admission.cluster_queue,
+            pod_set_assignments=tuple(
+                PodSetAssignment(
+                    name=ps.name,
+                    flavors=dict(ps.flavors),
+                    count=ps.count,
+                    resource_usage={r: parse_quantity(q) for r, q in ps.resource_usage.items()},
+                )
+                for ps in admission.pod_set_assignments
+            ),
+        )
+    except ValueError as exc:
+        raise FactError(f"admission of {admission.cluster_queue}: {exc}") from exc
+
+
+def placement_hints(
+    admission: Admission, flavors: Mapping[str, ResourceFlavor]
+) -> list[pb.PodSetPlacementHints]:
+    """Per podset, the node labels and tolerations its assigned flavors put on its pods."""
+    hints = []
+    for ps in admission.pod_set_assignments:
+        selector: dict[str, str] = {}
+        tolerations: list[Toleration] = []
+        for name in sorted(set(ps.flavors.values())):
+            flavor = flavors.get(name)
+            if flavor is None:
+                continue
+            selector.update(flavor.node_labels)
+            tolerations.extend(t for t in flavor.tolerations if t not in tolerations)
+        hints.append(
+            pb.PodSetPlacementHints(
+                name=ps.name,
+                node_selector=selector,
+                tolerations=[
+                    pb.Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect)
+                    for t in tolerations
+                ],
+            )
+        )
+    return hints
+
+
+# --- decisions --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One event to publish: the Envelope payload `field` with `payload`, about `workload`.
+
+    `n` tells apart events of one type about one workload from one cause (part of the id).
+    """
+
+    field: str
+    payload: Message
+    workload: str
+    cluster: str
+    generation: int
+    time_s: float
+    n: int = 0
+
+
+class DecisionContext(Protocol):
+    """What translating engine events needs to know beyond the events themselves."""
+
+    def admission_of(self, key: WorkloadKey) -> Admission | None: ...
+
+    def checks_of(self, key: WorkloadKey) -> Sequence[str]: ...
+
+    def cluster_queue_of(self, key: WorkloadKey) -> str: ...
+
+    def cluster_of(self, key: WorkloadKey) -> str: ...
+
+    def generation_of(self, key: WorkloadKey) -> int: ...
+
+    @property
+    def flavors(self) -> Mapping[str, ResourceFlavor]: ...
+
+
+def decisions_from(events: Sequence[Event], ctx: DecisionContext) -> list[Decision]:
+    """The payloads to publish for `events`, in order; see the module docstring for the map.
+
+    An Evicted immediately followed by a Deactivated of the same workload is one eviction with
+    reason InactiveWorkload. Victims of one preemptor are listed in one preemption_requested,
+    placed where its first victim was reported.
+    """
+    out: list[Decision] = []
+    counts: dict[tuple[str, str], int] = {}
+    preemptions: dict[str, pb.PreemptionRequested] = {}
+
+    def add(field: str, payload: Message, e: Event, *, workload: str | None = None) -> None:
+        key = WorkloadKey(workload if workload is not None else e.object)
+        n = counts.get((field, key), 0)
+        counts[(field, key)] = n + 1
+        out.append(
+            Decision(
+                field=field,
+                payload=payload,
+                workload=key,
+                cluster=ctx.cluster_of(key),
+                generation=ctx.generation_of(key),
+                time_s=e.time,
+                n=n,
+            )
+        )
+
+    for i, e in enumerate(events):
+        key = WorkloadKey(e.object)
+        match e.type:
+            case EventType.PENDING:
+                cq = ctx.cluster_queue_of(key)
+                add(
+                    "pending",
+                    pb.WorkloadPending(reason=e.reason, message=e.message, cluster_queue=cq),
+                    e,
+                )
+            case EventType.QUOTA_RESERVED:
+                admission = ctx.admission_of(key)
+                if admission is None:
+                    continue  # nothing held any more: a later event of this batch says why
+                payload = pb.QuotaReserved(
+                    admission=admission_to_proto(admission),
+                    admission_checks=list(ctx.checks_of(key)),
+                )
+                add("quota_reserved", payload, e)
+            case EventType.ADMITTED:
+                admission = ctx.admission_of(key)
+                if admission is None:
+                    continue
+                admitted = pb.WorkloadAdmitted(
+                    admission=admission_to_proto(admission),
+                    hints=placement_hints(admission, ctx.flavors),
+                )
+                add("admitted", admitted, e)
+            case EventType.PREEMPTED:
+                victim = pb.Victim(
+                    workload=key, reason=e.reason, message=e.message, cluster=ctx.cluster_of(key)
+                )
+                request = preemptions.get(e.by)
+                if request is None:
+                    request = preemptions[e.by] = pb.PreemptionRequested(preemptor=e.by)
+                    add("preemption_requested", request, e, workload=e.by)
+                request.victims.append(victim)
+            case EventType.EVICTED:
+                nxt = events[i + 1] if i + 1 < len(events) else None
+                if nxt is not None and nxt.type is EventType.DEACTIVATED and nxt.object == e.object:
+                    continue  # reported once, as the deactivation that follows
+                evicted = pb.WorkloadEvicted(reason=e.reason, message=e.message, preemptor=e.by)
+                add("evicted", evicted, e)
+            case EventType.DEACTIVATED:
+                add("evicted", pb.WorkloadEvicted(reason=DEACTIVATED, message=e.message), e)
+            case EventType.REQUEUED:
+                add("requeued", pb.WorkloadRequeued(reason=e.reason, message=e.message), e)
+            case _:
+                continue  # Submitted, Finished: facts others reported, not decisions
+    return out
+
+
+def envelopes_of(
+    decisions: Sequence[Decision], *, cause: pb.Envelope, source: str
+) -> list[pb.Envelope]:
+    """The envelopes to publish for `decisions`, with ids derived from `cause` (dedupe)."""
+    return [
+        new_event(
+            d.field,
+            d.payload,
+            cluster=d.cluster,
+            workload=d.workload,
+            generation=d.generation,
+            cause=cause,
+            source=source,
+            n=d.n,
+            now_ns=int(d.time_s * 1e9),
+        )
+        for d in decisions
+    ]

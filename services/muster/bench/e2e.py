@@ -1,0 +1,220 @@
+"""`muster bench e2e`: workloads through NATS and every service process, on the sim cluster.
+
+Each case starts a fresh loopback nats-server and the same service processes `muster run` starts,
+with N admission shards over 8 independent ClusterQueues (8 cohort trees, so shards split the
+work), quota and nodes large enough that nothing waits for capacity: what is measured is the
+pipeline. Workloads (one pod, 100m cpu) are submitted through `Gateway.Submit`:
+- burst: all at once, 64 calls in flight; throughput = workloads / (last admitted − first submit);
+- rate: paced at a fixed rate; latency percentiles are the point.
+Latency = the admission/binder event's own timestamp (`Envelope.time_unix_nano`, same host clock)
+minus the moment the client started the Submit call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import msgspec
+
+from muster.bench.table import Column, render_table
+from muster.cluster.sim.backend import SimBackend
+from muster.contracts.v1 import services_pb2, services_pb2_grpc
+from muster.launcher.nats_server import NatsServer
+from muster.launcher.stack import Stack
+
+SECTION = "e2e"
+QUEUES = 8
+IN_FLIGHT = 64
+WARM_UP = "bench/warm-up"
+
+
+class E2ERow(msgspec.Struct, frozen=True, kw_only=True):
+    section: str = SECTION
+    mode: str  # "burst" or "rate"
+    shards: int
+    workloads: int
+    offered_per_s: float | None  # the paced rate; None for a burst
+    admitted: int
+    bound: int
+    throughput_per_s: float  # admitted per second, first submit to last admission
+    admit_p50_ms: float
+    admit_p99_ms: float
+    bound_p50_ms: float
+    bound_p99_ms: float
+
+
+_QUEUE = """apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {{name: cq-{q}}}
+spec:
+  namespaceSelector: {{}}
+  resourceGroups:
+  - coveredResources: [cpu, memory]
+    flavors:
+    - name: default
+      resources: [{{name: cpu, nominalQuota: 100k}}, {{name: memory, nominalQuota: 100Ti}}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {{namespace: bench, name: lq-{q}}}
+spec: {{clusterQueue: cq-{q}}}"""
+
+_WORKLOAD = """apiVersion: kueue.x-k8s.io/v1beta2
+kind: Workload
+metadata:
+  namespace: bench
+  name: {name}
+  annotations: {{muster.dev/run-seconds: "3600"}}
+spec:
+  queueName: lq-{q}
+  podSets:
+  - name: main
+    count: 1
+    template:
+      spec:
+        containers: [{{name: c, resources: {{requests: {{cpu: 100m, memory: 64Mi}}}}}}]
+"""
+
+
+def config_yaml() -> str:
+    flavor = "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ResourceFlavor\nmetadata: {name: default}"
+    return "\n---\n".join([flavor, *(_QUEUE.format(q=q) for q in range(QUEUES))])
+
+
+def workload_yaml(i: int, *, name: str | None = None) -> str:
+    return _WORKLOAD.format(name=name or f"w-{i}", q=i % QUEUES)
+
+
+def nodes(workloads: int) -> list[dict[str, object]]:
+    count = max(4, workloads // 200 + 1)
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": f"node-{n:03d}"},
+            "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "250"}},
+        }
+        for n in range(count)
+    ]
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def run_case(*, shards: int, workloads: int, rate_per_s: float | None) -> E2ERow:
+    log_dir = Path(tempfile.mkdtemp(prefix="muster-bench-e2e-"))
+    nats = NatsServer(log_dir / "jetstream")
+    url = await nats.start(log_path=log_dir / "nats-server.log")
+    stack = Stack(nats_url=url, cluster="local", shards=shards, speed=1.0, log_dir=log_dir)
+    try:
+        await stack.start()
+        backend = await SimBackend.connect(url, cluster="local")
+        for node in nodes(workloads):
+            await backend.apply(node)
+        await backend.close()
+        return await _measure(stack.gateway_address, shards, workloads, rate_per_s)
+    finally:
+        await stack.stop()
+        await nats.stop()
+
+
+async def _measure(gateway: str, shards: int, workloads: int, rate_per_s: float | None) -> E2ERow:
+    submitted: dict[str, int] = {}
+    admitted: dict[str, int] = {}
+    bound: dict[str, int] = {}
+    everything = asyncio.Event()
+    async with grpc.aio.insecure_channel(gateway) as channel:
+        gw = services_pb2_grpc.GatewayStub(channel)
+        events = services_pb2_grpc.EventsStub(channel)
+        await gw.Submit(services_pb2.SubmitRequest(manifest=config_yaml()))
+
+        async def watch() -> None:
+            request = services_pb2.WatchRequest(
+                from_sequence=1, types=["workload.admitted", "workload.bound"]
+            )
+            async for env in events.Watch(request):
+                if env.workload == WARM_UP:
+                    warm.set()
+                    continue
+                seen = admitted if env.type == "workload.admitted" else bound
+                seen.setdefault(env.workload, env.time_unix_nano)
+                if len(admitted) >= workloads and len(bound) >= workloads:
+                    everything.set()
+
+        warm = asyncio.Event()
+        watcher = asyncio.create_task(watch())
+        # One workload first: once it is admitted, the configuration has reached every shard.
+        await gw.Submit(services_pb2.SubmitRequest(manifest=workload_yaml(0, name="warm-up")))
+        await asyncio.wait_for(warm.wait(), 30)
+        limit = asyncio.Semaphore(IN_FLIGHT)
+        start = time.monotonic()
+
+        async def submit(i: int) -> None:
+            async with limit:
+                submitted[f"bench/w-{i}"] = time.time_ns()
+                await gw.Submit(services_pb2.SubmitRequest(manifest=workload_yaml(i)))
+
+        tasks = []
+        for i in range(workloads):
+            if rate_per_s is not None:
+                delay = start + i / rate_per_s - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(submit(i)))
+        await asyncio.gather(*tasks)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(everything.wait(), 60 + workloads / 20)
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+            await watcher
+    admit_ms = [(admitted[k] - t) / 1e6 for k, t in submitted.items() if k in admitted]
+    bound_ms = [(bound[k] - t) / 1e6 for k, t in submitted.items() if k in bound]
+    first = min(submitted.values())
+    last = max((admitted[k] for k in submitted if k in admitted), default=first)
+    return E2ERow(
+        mode="burst" if rate_per_s is None else "rate",
+        shards=shards,
+        workloads=workloads,
+        offered_per_s=rate_per_s,
+        admitted=len(admit_ms),
+        bound=len(bound_ms),
+        throughput_per_s=round(len(admit_ms) / max((last - first) / 1e9, 1e-9), 1),
+        admit_p50_ms=round(percentile(admit_ms, 0.50), 1),
+        admit_p99_ms=round(percentile(admit_ms, 0.99), 1),
+        bound_p50_ms=round(percentile(bound_ms, 0.50), 1),
+        bound_p99_ms=round(percentile(bound_ms, 0.99), 1),
+    )
+
+
+def run(*, scale: float, shard_counts: tuple[int, ...] = (1, 2, 4)) -> Iterator[E2ERow]:
+    count = max(10, round(1000 * scale))
+    for shards in shard_counts:
+        yield asyncio.run(run_case(shards=shards, workloads=count, rate_per_s=None))
+        yield asyncio.run(run_case(shards=shards, workloads=count, rate_per_s=200.0))
+
+
+def render(rows: list[E2ERow]) -> str:
+    columns: list[Column[E2ERow]] = [
+        Column("MODE", lambda r: r.mode, numeric=False),
+        Column("SHARDS", lambda r: str(r.shards)),
+        Column("WORKLOADS", lambda r: str(r.workloads)),
+        Column("OFFERED/s", lambda r: "-" if r.offered_per_s is None else f"{r.offered_per_s:g}"),
+        Column("ADMITTED", lambda r: str(r.admitted)),
+        Column("BOUND", lambda r: str(r.bound)),
+        Column("THROUGHPUT/s", lambda r: f"{r.throughput_per_s:g}"),
+        Column("ADMIT p50 ms", lambda r: f"{r.admit_p50_ms:g}"),
+        Column("ADMIT p99 ms", lambda r: f"{r.admit_p99_ms:g}"),
+        Column("BOUND p50 ms", lambda r: f"{r.bound_p50_ms:g}"),
+        Column("BOUND p99 ms", lambda r: f"{r.bound_p99_ms:g}"),
+    ]
+    return render_table(columns, rows)

@@ -1,0 +1,146 @@
+"""The binder's handlers: start an admitted workload's pods, bind a permitted gang, evict.
+
+Each publishes what it did, caused by the event it handled (so a redelivery republishes the
+same event ids), and returns; the consume loop then acks. Start, bind and stop are idempotent
+in the backend, so a redelivered event does no harm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Protocol
+
+from google.protobuf.message import Message
+
+from muster.api.model import Workload
+from muster.binder.pacing import BindPacer
+from muster.binder.translate import MissingPodSetError, pod_set_starts, workload_from_submitted
+from muster.bus.envelope import new_event
+from muster.bus.errors import Reject, Retry
+from muster.cluster.backend import ClusterBackend
+from muster.cluster.errors import ClusterError
+from muster.contracts.v1 import events_pb2
+
+log = logging.getLogger(__name__)
+
+BIND_FAILED = "BindFailed"
+
+
+class Publisher(Protocol):
+    async def publish(self, env: events_pb2.Envelope) -> int: ...
+
+
+class WorkloadSpecs:
+    """The spec of every workload submitted on this cluster and not yet done with.
+
+    Fed from `workload.submitted`, `deleted` and `finished` by a replay of the stream, so every
+    replica knows every workload whichever replica gets its `admitted`.
+    """
+
+    def __init__(self) -> None:
+        self._specs: dict[str, Workload] = {}
+
+    def apply(self, env: events_pb2.Envelope) -> None:
+        if env.type == "workload.submitted":
+            wl = workload_from_submitted(env.submitted)
+            if wl is None:
+                log.warning("undecodable workload manifest", extra={"workload": env.workload})
+                return
+            self._specs[env.workload] = wl
+        elif env.type in ("workload.deleted", "workload.finished"):
+            self._specs.pop(env.workload, None)
+
+    def get(self, workload: str) -> Workload | None:
+        return self._specs.get(workload)
+
+
+class BinderContext:
+    def __init__(
+        self,
+        *,
+        cluster: str,
+        backend: ClusterBackend,
+        publisher: Publisher,
+        specs: WorkloadSpecs,
+        pacer: BindPacer,
+    ) -> None:
+        self.cluster = cluster
+        self.backend = backend
+        self.publisher = publisher
+        self.specs = specs
+        self.pacer = pacer
+        self.source = f"binder/{cluster}"
+
+    async def publish(self, field: str, payload: Message, *, cause: events_pb2.Envelope) -> None:
+        env = new_event(
+            field,
+            payload,
+            cluster=self.cluster,
+            workload=cause.workload,
+            generation=cause.generation,
+            cause=cause,
+            source=self.source,
+        )
+        await self.publisher.publish(env)
+
+
+def _as_retry_or_reject(err: ClusterError, what: str) -> Exception:
+    if err.temporary:
+        return Retry(1.0, f"{what}: {err}")
+    return Reject(f"{what}: {err}")
+
+
+async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
+    """Create the admitted workload's pods (the Job controller's part of unsuspending it)."""
+    wl = ctx.specs.get(env.workload)
+    if wl is None:
+        # Its submitted event may not have reached this replica's spec replay yet.
+        raise Retry(0.5, f"no spec known yet for {env.workload}")
+    try:
+        starts = pod_set_starts(wl, env.admitted)
+    except MissingPodSetError as err:
+        raise Reject(str(err)) from None
+    try:
+        await ctx.backend.start_workload(env.workload, pod_sets=starts)
+    except ClusterError as err:
+        raise _as_retry_or_reject(err, f"starting {env.workload}") from err
+
+
+async def on_gang_permitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
+    """Bind every pod of the gang, then publish `bound`; any bind failure rejects the gang."""
+    bindings = list(env.gang_permitted.bindings)
+
+    async def bind(b: events_pb2.PodBinding) -> None:
+        async with ctx.pacer.slot():
+            await ctx.backend.bind(b.pod.namespace, b.pod.name, b.node)
+
+    results = await asyncio.gather(*(bind(b) for b in bindings), return_exceptions=True)
+    failures: list[tuple[events_pb2.PodBinding, ClusterError]] = []
+    for b, result in zip(bindings, results, strict=True):
+        if isinstance(result, ClusterError):
+            failures.append((b, result))
+        elif isinstance(result, BaseException):
+            raise result  # a bug: the consume loop naks and retries
+    permanent = [(b, err) for b, err in failures if not err.temporary]
+    if failures and not permanent:
+        raise Retry(1.0, f"binding {env.workload}: {failures[0][1]}")
+    if permanent:
+        b, err = permanent[0]
+        message = f"pod {b.pod.namespace}/{b.pod.name} to node {b.node}: {err.message}"
+        if len(permanent) > 1:
+            message += f" (and {len(permanent) - 1} more)"
+        log.warning("gang bind failed: %s", message, extra={"workload": env.workload})
+        payload = events_pb2.GangRejected(reason=BIND_FAILED, message=message)
+        await ctx.publish("gang_rejected", payload, cause=env)
+        return
+    await ctx.publish("bound", events_pb2.PodsBound(bindings=bindings), cause=env)
+
+
+async def on_evict(env: events_pb2.Envelope, ctx: BinderContext) -> None:
+    """Stop the workload's pods, then publish `eviction_completed`."""
+    try:
+        await ctx.backend.stop_workload(env.workload)
+    except ClusterError as err:
+        raise _as_retry_or_reject(err, f"stopping {env.workload}") from err
+    await ctx.publish("eviction_completed", events_pb2.EvictionCompleted(), cause=env)

@@ -1,0 +1,111 @@
+"""The binder service of one cluster: its consumers, shared by every replica, and its spec view.
+
+Durable consumers `binder-<cluster>` (admitted, gang_permitted) and `binder-<cluster>-evict`
+(cmd.evict, on the MUSTER_COMMANDS work queue). Each replica also follows the cluster's
+submitted/deleted/finished events to know every workload's spec (`WorkloadSpecs`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import msgspec
+
+from muster.binder.handlers import (
+    BinderContext,
+    WorkloadSpecs,
+    on_admitted,
+    on_evict,
+    on_gang_permitted,
+)
+from muster.binder.pacing import BindPacer
+from muster.bus.connection import Bus
+from muster.bus.errors import Reject
+from muster.bus.subjects import COMMANDS_STREAM, command_subject, workload_subject
+from muster.cluster.backend import ClusterBackend
+from muster.contracts.v1 import events_pb2
+
+log = logging.getLogger(__name__)
+
+
+class Readiness(Protocol):
+    def ready(self) -> None: ...
+
+
+class BinderConfig(msgspec.Struct, frozen=True, kw_only=True):
+    cluster: str
+    max_concurrent_binds: int = 16
+    binds_per_second: float = 0.0  # 0: unlimited
+    lanes: int = 8  # workloads handled at once
+
+
+def spec_subjects(cluster: str) -> list[str]:
+    return [workload_subject(cluster, e) for e in ("submitted", "deleted", "finished")]
+
+
+async def run_binder(
+    bus: Bus, health: Readiness, *, backend: ClusterBackend, config: BinderConfig
+) -> None:
+    """Start, bind and stop the cluster's pods as events ask, until cancelled."""
+    specs = WorkloadSpecs()
+    ctx = BinderContext(
+        cluster=config.cluster,
+        backend=backend,
+        publisher=bus,
+        specs=specs,
+        pacer=BindPacer(
+            max_concurrent=config.max_concurrent_binds, per_second=config.binds_per_second
+        ),
+    )
+    # Catch up on specs before taking work, so an admitted event finds its workload.
+    last = await bus.last_sequence()
+    if last:
+        async for env in bus.replay(spec_subjects(config.cluster), until_sequence=last):
+            specs.apply(env)
+
+    async def follow_specs() -> None:
+        async for env in bus.replay(
+            spec_subjects(config.cluster), from_sequence=last + 1, follow=True
+        ):
+            specs.apply(env)
+
+    handlers: dict[str, Callable[[events_pb2.Envelope, BinderContext], Awaitable[None]]] = {
+        "workload.admitted": on_admitted,
+        "workload.gang_permitted": on_gang_permitted,
+        "cmd.evict": on_evict,
+    }
+
+    async def handle(env: events_pb2.Envelope) -> None:
+        handler = handlers.get(env.type)
+        if handler is None:
+            raise Reject(f"the binder does not handle {env.type}")
+        await handler(env, ctx)
+
+    health.ready()
+    async with asyncio.TaskGroup() as tasks:
+        tasks.create_task(follow_specs(), name="binder-specs")
+        tasks.create_task(
+            bus.consume(
+                f"binder-{config.cluster}",
+                [
+                    workload_subject(config.cluster, "admitted"),
+                    workload_subject(config.cluster, "gang_permitted"),
+                ],
+                handle,
+                lanes=config.lanes,
+            ),
+            name="binder-events",
+        )
+        tasks.create_task(
+            bus.consume(
+                f"binder-{config.cluster}-evict",
+                [command_subject(config.cluster, "evict")],
+                handle,
+                stream=COMMANDS_STREAM,
+                lanes=config.lanes,
+            ),
+            name="binder-evict",
+        )

@@ -1,0 +1,80 @@
+"""What the binder asks of the cluster: an admitted workload's pods, from its spec and admission.
+
+Pure: `pod_set_starts` combines the Workload (from `workload.submitted`) with `WorkloadAdmitted`
+(counts per podset, and the node labels and tolerations its flavors inject).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal, cast
+
+from muster.api import decode_documents
+from muster.api.model import PodSet, Toleration, Workload
+from muster.cluster.backend import PodSetStart
+from muster.cluster.objects import RUN_SECONDS_ANNOTATION
+from muster.contracts.v1 import events_pb2
+
+
+class MissingPodSetError(ValueError):
+    """The admission names a podset the workload does not have."""
+
+
+def workload_from_submitted(payload: events_pb2.WorkloadSubmitted) -> Workload | None:
+    """The Workload in `workload.submitted`'s manifest, or None if it does not decode."""
+    try:
+        doc = json.loads(payload.manifest_json)
+    except ValueError:
+        return None
+    objects, errors = decode_documents([doc])
+    found = [o for o in objects if isinstance(o, Workload)]
+    return found[0] if found and not errors else None
+
+
+def _toleration(t: events_pb2.Toleration) -> Toleration:
+    operator = cast(Literal["Equal", "Exists"], t.operator if t.operator == "Exists" else "Equal")
+    return Toleration(key=t.key, operator=operator, value=t.value, effect=t.effect)
+
+
+def pod_set_starts(wl: Workload, admitted: events_pb2.WorkloadAdmitted) -> list[PodSetStart]:
+    """One PodSetStart per admitted podset, in the admission's order.
+
+    Count from the admission (partial admission may have shrunk it); requests, node selector,
+    tolerations and annotations from the podset, with the flavor's node labels and
+    tolerations added; `muster.dev/run-seconds` from the workload when the podset lacks it.
+    Raises MissingPodSetError when the admission names a podset the workload lacks.
+    """
+    pod_sets = {ps.name: ps for ps in wl.pod_sets}
+    hints = {h.name: h for h in admitted.hints}
+    out = []
+    for assignment in admitted.admission.pod_set_assignments:
+        ps = pod_sets.get(assignment.name)
+        if ps is None:
+            raise MissingPodSetError(
+                f"admission of {wl.key} names podset {assignment.name!r}, "
+                f"which the workload does not have ({', '.join(sorted(pod_sets)) or 'none'})"
+            )
+        out.append(_start(wl, ps, assignment.count, hints.get(ps.name)))
+    return out
+
+
+def _start(
+    wl: Workload, ps: PodSet, count: int, hint: events_pb2.PodSetPlacementHints | None
+) -> PodSetStart:
+    node_selector = dict(ps.node_selector)
+    tolerations = list(ps.tolerations)
+    if hint is not None:
+        node_selector.update(hint.node_selector)
+        tolerations += [t for t in map(_toleration, hint.tolerations) if t not in tolerations]
+    annotations = dict(ps.annotations)
+    run_seconds = wl.meta.annotations.get(RUN_SECONDS_ANNOTATION)
+    if run_seconds is not None:
+        annotations.setdefault(RUN_SECONDS_ANNOTATION, run_seconds)
+    return PodSetStart(
+        name=ps.name,
+        count=count,
+        requests=dict(ps.requests),
+        node_selector=node_selector,
+        tolerations=tuple(tolerations),
+        annotations=annotations,
+    )

@@ -1,0 +1,48 @@
+"""muster.bus: the NATS JetStream layer every muster service stands on (docs/services.md).
+
+Subjects and streams (`subjects`), the envelope codec (`envelope`), `Retry`/`Reject` (`errors`),
+the connection and its publish/consume/replay/key-value API (`connection`), tracing, and the
+service runtime (`service`, imported on its own: it brings in gRPC).
+"""
+
+from muster.bus.connection import Bus, BusConfig, connect
+from muster.bus.consumer import ConsumerSettings, Handler
+from muster.bus.envelope import decode, encode, new_event
+from muster.bus.errors import BusError, Conflict, Reject, Retry
+from muster.bus.subjects import (
+    COMMANDS_STREAM,
+    DEFAULT_CLUSTER,
+    DLQ_STREAM,
+    EVENTS_STREAM,
+    command_subject,
+    config_subject,
+    dlq_subject,
+    queue_subject,
+    subject_of,
+    workload_subject,
+)
+
+__all__ = [
+    "COMMANDS_STREAM",
+    "DEFAULT_CLUSTER",
+    "DLQ_STREAM",
+    "EVENTS_STREAM",
+    "Bus",
+    "BusConfig",
+    "BusError",
+    "Conflict",
+    "ConsumerSettings",
+    "Handler",
+    "Reject",
+    "Retry",
+    "command_subject",
+    "config_subject",
+    "connect",
+    "decode",
+    "dlq_subject",
+    "encode",
+    "new_event",
+    "queue_subject",
+    "subject_of",
+    "workload_subject",
+]

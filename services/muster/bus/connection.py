@@ -1,0 +1,206 @@
+"""`BusConfig`, `connect` and `Bus`: one NATS connection with everything a service does on it.
+
+`Bus` is the facade services use: publish (publisher.py), consume (consumer.py), replay
+(replay.py) and key-value buckets (kv.py). It holds no state besides the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import AsyncIterator, Iterable, Sequence
+
+import msgspec
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client as NatsClient
+from nats.js import JetStreamContext
+from nats.js.kv import KeyValue
+
+from muster.bus.consumer import ConsumerSettings, Handler, consume
+from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
+from muster.bus.kv import open_bucket
+from muster.bus.publisher import Publisher
+from muster.bus.replay import last_sequence, replay
+from muster.bus.subjects import EVENTS_STREAM, stream_configs
+from muster.contracts.v1.events_pb2 import Envelope
+
+log = logging.getLogger(__name__)
+
+
+class BusConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """How to reach NATS, and the bus's limits. Validated once in a service's `__main__`."""
+
+    url: str = "nats://127.0.0.1:4222"  # several: comma-separated
+    creds_file: str | None = None
+    user: str | None = None
+    password: str | None = None
+    token: str | None = None
+    tls_ca_file: str | None = None
+    name: str = "muster"  # the connection's name, as the server's monitoring shows it
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+    connect_timeout_s: float = 10.0  # connect() keeps trying this long before giving up
+    publish_timeout_s: float = 5.0  # wait for a PubAck (or an ack's confirmation) this long
+
+    def __post_init__(self) -> None:
+        if self.max_event_bytes < 1:
+            raise ValueError(f"max_event_bytes must be >= 1, got {self.max_event_bytes}")
+        if self.connect_timeout_s <= 0 or self.publish_timeout_s <= 0:
+            raise ValueError("connect_timeout_s and publish_timeout_s must be > 0")
+
+
+async def connect(config: BusConfig) -> Bus:
+    """A Bus connected to `config.url`, reconnecting forever once connected.
+
+    Keeps trying the first connection for `config.connect_timeout_s` (NATS may start after us,
+    as under `muster run`), then raises ConnectionError naming the last error.
+    """
+    nc = NatsClient()
+
+    async def on_error(exc: Exception) -> None:
+        log.warning("NATS connection error: %r", exc)
+
+    async def on_disconnect() -> None:
+        log.warning("disconnected from NATS; reconnecting")
+
+    async def on_reconnect() -> None:
+        log.info("reconnected to NATS")
+
+    attempt = nc.connect(
+        servers=[u.strip() for u in config.url.split(",") if u.strip()],
+        name=config.name,
+        allow_reconnect=True,
+        max_reconnect_attempts=-1,  # a service waits for NATS to come back, however long
+        reconnect_time_wait=1,
+        connect_timeout=max(1, round(min(config.connect_timeout_s, 5.0))),
+        error_cb=on_error,
+        disconnected_cb=on_disconnect,
+        reconnected_cb=on_reconnect,
+        user_credentials=config.creds_file,
+        user=config.user,
+        password=config.password,
+        token=config.token,
+        tls=ssl.create_default_context(cafile=config.tls_ca_file) if config.tls_ca_file else None,
+    )
+    try:
+        # nats-py retries a first connection forever when reconnecting is allowed: bound it.
+        await asyncio.wait_for(attempt, config.connect_timeout_s)
+    except TimeoutError:
+        last = nc.last_error
+        await nc.close()
+        raise ConnectionError(
+            f"NATS at {config.url} not reachable within {config.connect_timeout_s:g}s"
+            + (f": {last!r}" if last else "")
+        ) from last
+    return Bus(nc, config)
+
+
+class Bus:
+    """A NATS connection with muster's streams, publisher, consumers, replays and buckets."""
+
+    def __init__(self, nc: NatsClient, config: BusConfig) -> None:
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream(timeout=config.publish_timeout_s)
+        self.config = config
+        self.publisher = Publisher(
+            nc, self.js, max_event_bytes=config.max_event_bytes, timeout_s=config.publish_timeout_s
+        )
+
+    async def ensure_streams(self) -> None:
+        """Create muster's streams, or bring their config up to date; safe to call any time."""
+        for config in stream_configs():
+            assert config.name is not None
+            try:
+                await self.js.stream_info(config.name)
+            except nats.js.errors.NotFoundError:
+                await self.js.add_stream(config)
+            else:
+                await self.js.update_stream(config)
+
+    async def close(self) -> None:
+        """Flush what was published and close the connection (drains subscriptions first)."""
+        if self.nc.is_closed:
+            return
+        try:
+            await self.nc.drain()
+        except nats.errors.Error as exc:
+            log.warning("NATS drain failed: %r", exc)
+            await self.nc.close()
+
+    async def publish(
+        self, env: Envelope, *, expected_last_subject_sequence: int | None = None
+    ) -> int:
+        """Store `env`; its stream sequence once JetStream acked it (see `Publisher.publish`)."""
+        return await self.publisher.publish(
+            env, expected_last_subject_sequence=expected_last_subject_sequence
+        )
+
+    async def publish_all(self, envs: Iterable[Envelope]) -> list[int]:
+        """Store `envs` in order, each acked before the next is sent; their sequences."""
+        return await self.publisher.publish_all(envs)
+
+    async def consume(
+        self,
+        durable: str,
+        subjects: Sequence[str],
+        handler: Handler,
+        *,
+        stream: str = EVENTS_STREAM,
+        lanes: int = 8,
+        max_ack_pending: int = 256,
+        max_deliver: int = 20,
+        ack_wait_s: float = 30.0,
+        batch: int = 64,
+        deliver_new: bool = False,
+    ) -> None:
+        """Handle the messages of durable consumer `durable` until cancelled (consumer.py)."""
+        settings = ConsumerSettings(
+            stream=stream,
+            lanes=lanes,
+            max_ack_pending=max_ack_pending,
+            max_deliver=max_deliver,
+            ack_wait_s=ack_wait_s,
+            batch=batch,
+            deliver_new=deliver_new,
+            max_event_bytes=self.config.max_event_bytes,
+        )
+        await self.consume_with(durable, subjects, handler, settings)
+
+    async def consume_with(
+        self,
+        durable: str,
+        subjects: Sequence[str],
+        handler: Handler,
+        settings: ConsumerSettings,
+    ) -> None:
+        """`consume` with every setting spelled out in a `ConsumerSettings`."""
+        await consume(self.js, self.publisher, durable, subjects, handler, settings)
+
+    def replay(
+        self,
+        subjects: Sequence[str],
+        *,
+        stream: str = EVENTS_STREAM,
+        from_sequence: int = 1,
+        until_sequence: int | None = None,
+        follow: bool = False,
+    ) -> AsyncIterator[Envelope]:
+        """The envelopes on `subjects` from `from_sequence`, in order (replay.py)."""
+        return replay(
+            self.js,
+            subjects,
+            stream=stream,
+            from_sequence=from_sequence,
+            until_sequence=until_sequence,
+            follow=follow,
+            max_event_bytes=self.config.max_event_bytes,
+        )
+
+    async def last_sequence(self, stream: str = EVENTS_STREAM) -> int:
+        """The last sequence stored in `stream` (0 if none)."""
+        return await last_sequence(self.js, stream)
+
+    async def kv(self, bucket: str, *, ttl_s: float | None = None, history: int = 1) -> KeyValue:
+        """The key-value bucket `bucket`, created if missing."""
+        return await open_bucket(self.js, bucket, ttl_s=ttl_s, history=history)

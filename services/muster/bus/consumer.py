@@ -1,0 +1,335 @@
+"""The consume loop: a durable pull consumer whose messages run through handlers in lanes.
+
+One workload's events always go to the same lane and run there one at a time, in stream order;
+different workloads run in parallel, one handler per lane at most. The loop acks a message only
+after its handler returned (handlers publish, and wait for PubAcks, before returning), naks on
+`Retry` or a bug, and dead-letters on `Reject`, on undecodable data and at the last delivery.
+Processes consuming with the same durable name share its messages (replicas scale that way).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+
+import msgspec
+import nats.errors
+import nats.js.errors
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext, api
+from opentelemetry import trace
+
+from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES, decode
+from muster.bus.errors import Reject, Retry
+from muster.bus.publisher import Publisher
+from muster.bus.subjects import EVENTS_STREAM, check_token
+from muster.bus.tracing import context_from_headers, tracer
+from muster.contracts.v1.events_pb2 import Envelope
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[Envelope], Awaitable[None]]
+"""What a service gives `Bus.consume`: handles one event; returns once its effects are stored."""
+
+
+class ConsumerSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """How one durable consumer pulls and runs its handler."""
+
+    stream: str = EVENTS_STREAM
+    lanes: int = 8  # handlers running at once, at most; one workload always uses the same lane
+    max_ack_pending: int = 256  # messages delivered but not yet acked, across all replicas
+    max_deliver: int = 20  # deliveries before a failing message is dead-lettered
+    ack_wait_s: float = 30.0  # the server redelivers a message unacked this long (kept alive)
+    batch: int = 64  # messages per fetch, at most
+    fetch_timeout_s: float = 2.0  # a pull waits this long for messages, then pulls again
+    backoff_s: float = 0.5  # first delay after a handler bug; doubles per delivery
+    max_backoff_s: float = 30.0
+    deliver_new: bool = False  # a new durable starts at the stream's end, not its beginning
+    drain_timeout_s: float = 10.0  # once cancelled, running handlers get this long to finish
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+
+    def __post_init__(self) -> None:
+        if self.lanes < 1 or self.max_ack_pending < 1 or self.batch < 1:
+            raise ValueError("lanes, max_ack_pending and batch must be >= 1")
+        if self.max_deliver == 0 or self.max_deliver < -1:
+            raise ValueError("max_deliver must be >= 1, or -1 for unlimited")
+
+
+class ConsumerDeletedError(RuntimeError):
+    """The durable consumer was deleted while the loop ran: the service must stop."""
+
+    def __init__(self, stream: str, durable: str) -> None:
+        super().__init__(f"consumer {durable} of stream {stream} was deleted")
+
+
+def consumer_config(
+    durable: str, subjects: Sequence[str], settings: ConsumerSettings
+) -> api.ConsumerConfig:
+    """The JetStream config of durable pull consumer `durable` over `subjects`."""
+    check_token(durable, what="durable consumer name")
+    if not subjects:
+        raise ValueError(f"consumer {durable}: no subjects to consume")
+    one = len(subjects) == 1
+    return api.ConsumerConfig(
+        name=durable,
+        durable_name=durable,
+        deliver_policy=api.DeliverPolicy.NEW if settings.deliver_new else api.DeliverPolicy.ALL,
+        ack_policy=api.AckPolicy.EXPLICIT,
+        ack_wait=settings.ack_wait_s,
+        max_deliver=settings.max_deliver,
+        max_ack_pending=settings.max_ack_pending,
+        filter_subject=subjects[0] if one else None,
+        filter_subjects=None if one else list(subjects),
+    )
+
+
+async def consume(
+    js: JetStreamContext,
+    publisher: Publisher,
+    durable: str,
+    subjects: Sequence[str],
+    handler: Handler,
+    settings: ConsumerSettings,
+) -> None:
+    """Create or update durable `durable`, then handle its messages until cancelled.
+
+    On cancellation it stops fetching, gives back (naks) what no handler has started, lets
+    running handlers finish for up to `settings.drain_timeout_s`, then re-raises; past that,
+    or cancelled again, it cancels those handlers (their messages are naked and redelivered).
+    Raises when the consumer cannot go on (its connection closed, the consumer deleted).
+    """
+    await js.add_consumer(settings.stream, config=consumer_config(durable, subjects, settings))
+    sub = await js.pull_subscribe_bind(durable=durable, stream=settings.stream)
+    loop = _ConsumeLoop(js, sub, publisher, durable, handler, settings)
+    try:
+        await loop.run()
+    finally:
+        with contextlib.suppress(nats.errors.Error):
+            await sub.unsubscribe()
+
+
+class _ConsumeLoop:
+    def __init__(
+        self,
+        js: JetStreamContext,
+        sub: JetStreamContext.PullSubscription,
+        publisher: Publisher,
+        durable: str,
+        handler: Handler,
+        settings: ConsumerSettings,
+    ) -> None:
+        self._js = js
+        self._sub = sub
+        self._publisher = publisher
+        self._durable = durable
+        self._handler = handler
+        self._settings = settings
+        self._queues: list[asyncio.Queue[tuple[Msg, Envelope] | None]] = [
+            asyncio.Queue() for _ in range(settings.lanes)
+        ]
+        self._in_flight = 0
+        self._room = asyncio.Condition()
+        self._stopping = False
+
+    async def run(self) -> None:
+        lanes = [
+            asyncio.create_task(self._lane(q), name=f"{self._durable}/lane-{i}")
+            for i, q in enumerate(self._queues)
+        ]
+        try:
+            await self._fetch_forever(lanes)
+        finally:
+            await self._drain(lanes)
+
+    async def _fetch_forever(self, lanes: list[asyncio.Task[None]]) -> None:
+        while True:
+            for lane in lanes:
+                if lane.done():  # lanes catch every handler error: this is a bug in the loop
+                    raise RuntimeError(f"consumer {self._durable}: {lane.get_name()} stopped")
+            room = await self._wait_for_room()
+            try:
+                msgs = await self._sub.fetch(
+                    min(self._settings.batch, room), timeout=self._settings.fetch_timeout_s
+                )
+            except TimeoutError:  # nothing to do yet, or reconnecting
+                continue
+            except nats.js.errors.APIError as exc:
+                await self._check_consumer_exists(exc)
+                log.warning("fetch failed: %r", exc, extra={"consumer": self._durable})
+                await asyncio.sleep(1.0)  # back off: a leader election or a full pull queue
+                continue
+            for msg in msgs:
+                await self._dispatch(msg)
+
+    async def _check_consumer_exists(self, cause: Exception) -> None:
+        """Raise ConsumerDeletedError if the durable was deleted (by an operator, say)."""
+        try:
+            await self._js.consumer_info(self._settings.stream, self._durable)
+        except nats.js.errors.NotFoundError:
+            raise ConsumerDeletedError(self._settings.stream, self._durable) from cause
+
+    async def _wait_for_room(self) -> int:
+        async with self._room:
+            await self._room.wait_for(lambda: self._in_flight < self._settings.max_ack_pending)
+            return self._settings.max_ack_pending - self._in_flight
+
+    async def _release(self) -> None:
+        async with self._room:
+            self._in_flight -= 1
+            self._room.notify_all()
+
+    async def _dispatch(self, msg: Msg) -> None:
+        """Decode `msg` and queue it on its workload's lane; dead-letter what cannot be decoded."""
+        try:
+            env = decode(msg.data, max_bytes=self._settings.max_event_bytes)
+        except Reject as err:
+            log.error(
+                "dead-lettering %s#%d: %s",
+                msg.subject,
+                msg.metadata.sequence.stream,
+                err,
+                extra={"consumer": self._durable},
+            )
+            await self._dead_letter(msg, str(err))
+            return
+        env.sequence = msg.metadata.sequence.stream
+        lane = zlib.crc32(env.workload.encode()) % len(self._queues)
+        self._in_flight += 1
+        self._queues[lane].put_nowait((msg, env))
+
+    async def _lane(self, queue: asyncio.Queue[tuple[Msg, Envelope] | None]) -> None:
+        while (item := await queue.get()) is not None:
+            msg, env = item
+            try:
+                if self._stopping:  # not started before shutdown: let another replica have it
+                    await _quietly(msg.nak())
+                else:
+                    await self._handle(msg, env)
+            finally:
+                await self._release()
+
+    async def _drain(self, lanes: list[asyncio.Task[None]]) -> None:
+        self._stopping = True
+        for queue in self._queues:
+            queue.put_nowait(None)
+        try:
+            _, late = await asyncio.wait(lanes, timeout=self._settings.drain_timeout_s)
+        except asyncio.CancelledError:
+            late = set(lanes)  # cancelled again while draining: stop now
+            raise
+        finally:
+            if late:
+                log.warning(
+                    "%d handlers still running after %gs; cancelling them",
+                    sum(not lane.done() for lane in late),
+                    self._settings.drain_timeout_s,
+                    extra={"consumer": self._durable},
+                )
+            for lane in late:
+                lane.cancel()
+            results = await asyncio.gather(*lanes, return_exceptions=True)
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+
+    async def _handle(self, msg: Msg, env: Envelope) -> None:
+        """Run the handler on one message, then ack, nak or dead-letter it."""
+        md = msg.metadata
+        fields = {
+            "workload": env.workload,
+            "event": env.type,
+            "sequence": env.sequence,
+            "consumer": self._durable,
+        }
+        last = 0 < self._settings.max_deliver <= md.num_delivered
+        headers = msg.headers or {}
+        if "traceparent" not in headers:  # written without trace headers: use the envelope's
+            headers = {"traceparent": env.traceparent, "tracestate": env.tracestate}
+        with tracer().start_as_current_span(
+            f"handle {env.type}",
+            context=context_from_headers(headers),
+            kind=trace.SpanKind.CONSUMER,
+            attributes={
+                "messaging.system": "nats",
+                "messaging.destination.name": msg.subject,
+                "messaging.consumer.group.name": self._durable,
+                "messaging.message.id": env.event_id,
+                "muster.workload": env.workload,
+                "muster.sequence": env.sequence,
+                "muster.deliveries": md.num_delivered,
+            },
+        ) as span:
+            try:
+                async with _keep_alive(msg, self._settings.ack_wait_s):
+                    await self._handler(env)
+            except Retry as err:
+                if last:
+                    await self._dead_letter(msg, f"still failing after {md.num_delivered}: {err}")
+                else:
+                    log.info("retrying later: %s", err, extra=fields)
+                    await _quietly(msg.nak(delay=err.delay_s))
+            except Reject as err:
+                log.error("rejected: %s", err, extra=fields)
+                await self._dead_letter(msg, str(err))
+            except asyncio.CancelledError:
+                await _quietly(msg.nak())  # cancelled past the grace period: redeliver now
+                raise
+            except Exception as err:
+                span.record_exception(err)
+                span.set_status(trace.StatusCode.ERROR, str(err))
+                log.exception("handler failed on delivery %d", md.num_delivered, extra=fields)
+                if last:
+                    await self._dead_letter(
+                        msg, f"handler failed {md.num_delivered} times: {err!r}"
+                    )
+                else:
+                    await _quietly(msg.nak(delay=self._backoff_s(md.num_delivered)))
+            else:
+                try:
+                    await msg.ack_sync(timeout=self._publisher.timeout_s)
+                except (nats.errors.Error, TimeoutError) as exc:
+                    # Redelivered later; handlers are idempotent, so that only costs time.
+                    log.warning("ack not confirmed: %r", exc, extra=fields)
+
+    def _backoff_s(self, deliveries: int) -> float:
+        exponent = min(max(deliveries - 1, 0), 30)
+        return min(self._settings.max_backoff_s, self._settings.backoff_s * 2.0**exponent)
+
+    async def _dead_letter(self, msg: Msg, reason: str) -> None:
+        """Copy `msg` to the DLQ, then terminate it; if the copy fails, nak it: never drop it."""
+        try:
+            await self._publisher.dead_letter(msg, consumer=self._durable, reason=reason)
+        except Retry as err:
+            log.error("cannot dead-letter, will retry: %s", err, extra={"consumer": self._durable})
+            await _quietly(msg.nak(delay=err.delay_s))
+            return
+        await _quietly(msg.term())
+
+
+@contextlib.asynccontextmanager
+async def _keep_alive(msg: Msg, ack_wait_s: float) -> AsyncIterator[None]:
+    """While the body runs, tell the server `msg` is in progress so it is not redelivered."""
+
+    async def tick() -> None:
+        while True:
+            await asyncio.sleep(ack_wait_s / 3)
+            await _quietly(msg.in_progress())
+
+    task = asyncio.create_task(tick())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _quietly(reply: Awaitable[None]) -> None:
+    """Send an ack-type reply; if the connection fails, the server redelivers: log and go on."""
+    try:
+        await reply
+    except nats.errors.Error as exc:
+        log.warning("could not answer the server for a message: %r", exc)

@@ -1,0 +1,23 @@
+"""JetStream key-value buckets (`MUSTER_VISIBILITY`, `MUSTER_SHARDS`, `MUSTER_SIM_<cluster>`).
+
+`open_bucket` binds to a bucket, creating it first if it is missing; reads, writes and watches
+are nats-py's `KeyValue` methods (`get`, `put`, `create`, `update`, `delete`, `watch`, `keys`).
+"""
+
+from __future__ import annotations
+
+import nats.js.errors
+from nats.js import JetStreamContext
+from nats.js.kv import KeyValue
+
+
+async def open_bucket(
+    js: JetStreamContext, bucket: str, *, ttl_s: float | None = None, history: int = 1
+) -> KeyValue:
+    """The bucket named `bucket`, created with `ttl_s` (None: keep forever) and `history`."""
+    try:
+        return await js.key_value(bucket)
+    except nats.js.errors.BucketNotFoundError:
+        pass
+    # Two processes may create it at once: the server accepts an identical second create.
+    return await js.create_key_value(bucket=bucket, ttl=ttl_s, history=history)

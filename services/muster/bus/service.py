@@ -1,0 +1,272 @@
+"""The runtime every service's `__main__` uses: flags, logging, tracing, health, signals, shutdown.
+
+```python
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="muster service binder")
+    add_common_flags(parser)
+    args = parser.parse_args(argv)
+    return run_service(config_from_args(args, "binder"), serve)  # serve(bus, health)
+```
+
+`run_service` connects, ensures the streams, serves `grpc.health.v1.Health`, runs `main` and
+reports SERVING once `main` calls `health.ready()`. On SIGTERM/SIGINT: NOT_SERVING, cancel
+`main` (consume loops stop pulling and finish in-flight handlers), wait up to the grace period,
+drain NATS, exit 0. If `main` raises, the service exits 1: run consumer loops in one
+`asyncio.TaskGroup` inside `main`, so one dead loop stops the whole service.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+import grpc
+import msgspec
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+
+from muster.bus.connection import Bus, BusConfig, connect
+from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
+from muster.bus.logfmt import setup_logging
+from muster.bus.subjects import DEFAULT_CLUSTER, check_cluster
+from muster.bus.tracing import setup_tracing
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+
+
+class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """What every service is told at start: who it is, where NATS is, health and shutdown."""
+
+    name: str  # "admission", "binder", ...: logs, health service name, NATS connection name
+    bus: BusConfig
+    cluster: str = DEFAULT_CLUSTER
+    health_host: str = "127.0.0.1"
+    health_port: int = 0  # 0: any free port, printed as "health: <host>:<port>" on stdout
+    grace_s: float = 10.0  # how long in-flight work may take to finish after SIGTERM
+    log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        check_cluster(self.cluster)
+        if not 0 <= self.health_port <= 65535:
+            raise ValueError(f"health port must be in 0..65535, got {self.health_port}")
+        if self.grace_s < 0:
+            raise ValueError(f"grace seconds must be >= 0, got {self.grace_s:g}")
+        if self.log_level.upper() not in logging.getLevelNamesMapping():
+            raise ValueError(f"unknown log level {self.log_level!r}")
+
+
+def add_common_flags(parser: argparse.ArgumentParser) -> None:
+    """Add the flags every service takes; each defaults to its MUSTER_* environment variable.
+
+    String defaults go through `type`, so a bad environment value is reported like a bad flag.
+    """
+    flags = [
+        ("--nats", "URL", str, "MUSTER_NATS_URL", "nats://127.0.0.1:4222",
+         "NATS server URL(s), comma-separated"),
+        ("--nats-creds", "FILE", str, "MUSTER_NATS_CREDS", None, "NATS credentials file"),
+        ("--nats-user", "NAME", str, "MUSTER_NATS_USER", None, "NATS user"),
+        ("--nats-password", "SECRET", str, "MUSTER_NATS_PASSWORD", None, "NATS password"),
+        ("--nats-token", "SECRET", str, "MUSTER_NATS_TOKEN", None, "NATS token"),
+        ("--nats-tls-ca", "FILE", str, "MUSTER_NATS_TLS_CA", None,
+         "CA certificate to verify the NATS server with"),
+        ("--nats-connect-timeout", "S", float, "MUSTER_NATS_CONNECT_TIMEOUT", "10",
+         "give up when NATS is not reachable this long at start"),
+        ("--cluster", "ID", str, "MUSTER_CLUSTER", DEFAULT_CLUSTER, "cluster id"),
+        ("--health-port", "N", int, "MUSTER_HEALTH_PORT", "0",
+         "gRPC health port; 0 picks a free one and prints it"),
+        ("--grace-seconds", "S", float, "MUSTER_GRACE_SECONDS", "10",
+         "time to finish in-flight work after SIGTERM"),
+        ("--max-event-bytes", "N", int, "MUSTER_MAX_EVENT_BYTES", str(DEFAULT_MAX_EVENT_BYTES),
+         "largest event accepted"),
+        ("--log-level", "LEVEL", str, "MUSTER_LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR"),
+    ]  # fmt: skip
+    group = parser.add_argument_group("common service options")
+    for flag, metavar, kind, env, default, about in flags:
+        shown = "" if default is None or "SECRET" in metavar else ", default %(default)s"
+        group.add_argument(
+            flag,
+            metavar=metavar,
+            type=kind,
+            default=os.environ.get(env) or default,
+            help=f"{about} ({env}{shown})",
+        )
+
+
+def config_from_args(args: argparse.Namespace, name: str) -> ServiceConfig:
+    """The ServiceConfig of service `name` from flags added by `add_common_flags`.
+
+    Raises ValueError with a message for the user when a value is invalid.
+    """
+    bus = BusConfig(
+        url=args.nats,
+        creds_file=args.nats_creds,
+        user=args.nats_user,
+        password=args.nats_password,
+        token=args.nats_token,
+        tls_ca_file=args.nats_tls_ca,
+        name=f"muster-{name}",
+        max_event_bytes=args.max_event_bytes,
+        connect_timeout_s=args.nats_connect_timeout,
+    )
+    return ServiceConfig(
+        name=name,
+        bus=bus,
+        cluster=args.cluster,
+        health_port=args.health_port,
+        grace_s=args.grace_seconds,
+        log_level=args.log_level.upper(),
+    )
+
+
+class Health:
+    """The service's `grpc.health.v1` status: NOT_SERVING until `ready()`, again at shutdown.
+
+    Reported both for the overall server ("") and for the service's own name.
+    """
+
+    def __init__(self, service_name: str) -> None:
+        self.servicer = HealthServicer()
+        self._names = ("", service_name)
+        self._serving = False
+        self._updates: set[asyncio.Task[None]] = set()
+
+    @property
+    def serving(self) -> bool:
+        return self._serving
+
+    def ready(self) -> None:
+        """Report SERVING: call once the service has caught up and can do its work."""
+        self._set(serving=True)
+
+    def not_serving(self) -> None:
+        """Report NOT_SERVING (at shutdown, or while a service cannot work)."""
+        self._set(serving=False)
+
+    def _set(self, *, serving: bool) -> None:
+        self._serving = serving
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in self._names:
+            task = asyncio.get_running_loop().create_task(self.servicer.set(name, status))
+            self._updates.add(task)
+            task.add_done_callback(self._updates.discard)
+
+    async def settle(self) -> None:
+        """Wait until every status change so far is visible to health checks."""
+        await asyncio.gather(*self._updates)
+
+
+ServiceMain = Callable[[Bus, Health], Coroutine[Any, Any, None]]
+"""A service's body: runs until cancelled (then finishes in-flight work and returns)."""
+
+
+def run_service(config: ServiceConfig, main: ServiceMain) -> int:
+    """Run service `main` until SIGTERM/SIGINT or until it fails; the process's exit status."""
+    setup_logging(config.name, config.log_level)
+    setup_tracing(config.name)
+    return asyncio.run(serve(config, main))
+
+
+async def serve(config: ServiceConfig, main: ServiceMain) -> int:
+    """`run_service` inside a running event loop (logging and tracing already set up)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    health = Health(config.name)
+    health.not_serving()
+    await health.settle()
+    server = grpc.aio.server()
+    health_pb2_grpc.add_HealthServicer_to_server(health.servicer, server)
+    port = server.add_insecure_port(f"{config.health_host}:{config.health_port}")
+    await server.start()
+    print(f"health: {config.health_host}:{port}", flush=True)
+    log.info("starting; health on %s:%d", config.health_host, port)
+    try:
+        return await _run_connected(config, main, health, stop)
+    finally:
+        health.not_serving()
+        await health.settle()
+        await server.stop(grace=0.5)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+
+
+async def _run_connected(
+    config: ServiceConfig, main: ServiceMain, health: Health, stop: asyncio.Event
+) -> int:
+    try:
+        bus = await _unless_stopped(connect(config.bus), stop)
+    except ConnectionError as exc:
+        log.error("cannot connect to NATS: %s", exc)
+        return EXIT_FAILED
+    if bus is None:
+        return EXIT_OK
+    try:
+        try:
+            await bus.ensure_streams()
+        except Exception:
+            log.exception("cannot create or update the streams")
+            return EXIT_FAILED
+        return await _run_main(config, main(bus, health), health, stop)
+    finally:
+        await bus.close()
+
+
+async def _unless_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> T | None:
+    """The result of `work`, or None when `stop` is set first (`work` is then cancelled)."""
+    task = asyncio.create_task(work)
+    stopped = asyncio.create_task(stop.wait())
+    await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return None
+    return task.result()
+
+
+async def _run_main(
+    config: ServiceConfig, body: Coroutine[Any, Any, None], health: Health, stop: asyncio.Event
+) -> int:
+    """Run `body` until it ends or `stop` is set; then cancel it and give it the grace period."""
+    task = asyncio.create_task(body, name=f"{config.name}-main")
+    stopped = asyncio.create_task(stop.wait())
+    await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    health.not_serving()
+    if not task.done():
+        log.info("stopping: finishing in-flight work (up to %gs)", config.grace_s)
+        task.cancel()
+        await asyncio.wait({task}, timeout=config.grace_s)
+        if not task.done():
+            log.warning("in-flight work took longer than %gs; abandoning it", config.grace_s)
+            task.cancel()  # handlers are cancelled; their messages are redelivered
+            await asyncio.wait({task})
+        if task.cancelled():
+            log.info("stopped")
+            return EXIT_OK
+    if task.cancelled():
+        log.error("stopped: the service was cancelled")
+        return EXIT_FAILED
+    exc = task.exception()
+    if exc is not None:
+        log.error("stopped: the service failed", exc_info=exc)
+        return EXIT_FAILED
+    log.info("stopped: the service finished")
+    return EXIT_OK

@@ -1,0 +1,157 @@
+"""Subjects, event types and streams of contract v1 (docs/events.md), derived from the proto.
+
+A subject is `muster.v1.<cluster>.<kind>.<event>`; an event's type is `<kind>.<event>`, named
+after its field in the `Envelope.payload` oneof (`admitted` → `workload.admitted`). Services
+build the subjects they publish and consume with the functions here, never by hand.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Final
+
+from nats.js import api
+
+from muster.contracts.v1 import events_pb2
+
+PREFIX: Final = "muster.v1"
+DEFAULT_CLUSTER: Final = "local"
+
+EVENTS_STREAM: Final = "MUSTER_EVENTS"
+COMMANDS_STREAM: Final = "MUSTER_COMMANDS"
+DLQ_STREAM: Final = "MUSTER_DLQ"
+
+_TOKEN = re.compile(r"[A-Za-z0-9_-]+")
+# "dlq" would put a cluster's subjects next to the dead letters (`muster.v1.dlq.<consumer>`).
+_RESERVED_CLUSTERS: Final = frozenset({"dlq"})
+
+# Payload fields that are not about one workload's life; every other field is `workload.<field>`.
+_NOT_WORKLOAD_EVENTS: Final = {
+    "queue_status": "queue.status",
+    "config_applied": "config.applied",
+    "config_deleted": "config.deleted",
+    "evict_requested": "cmd.evict",
+}
+
+
+def _event_types() -> dict[str, str]:
+    oneof = events_pb2.Envelope.DESCRIPTOR.oneofs_by_name["payload"]
+    return {f.name: _NOT_WORKLOAD_EVENTS.get(f.name, f"workload.{f.name}") for f in oneof.fields}
+
+
+EVENT_TYPES: Final[Mapping[str, str]] = MappingProxyType(_event_types())
+"""Payload field name → event type (`"admitted"` → `"workload.admitted"`)."""
+
+PAYLOAD_FIELDS: Final[Mapping[str, str]] = MappingProxyType(
+    {event_type: field for field, event_type in EVENT_TYPES.items()}
+)
+"""Event type → payload field name (`"cmd.evict"` → `"evict_requested"`)."""
+
+
+def is_token(value: str) -> bool:
+    """Whether `value` can be one subject token (and a consumer name): [A-Za-z0-9_-]+."""
+    return _TOKEN.fullmatch(value) is not None
+
+
+def check_token(value: str, *, what: str) -> str:
+    """Return `value` if it is a valid subject token; raise ValueError naming `what` if not."""
+    if not is_token(value):
+        raise ValueError(f"{what} must match [A-Za-z0-9_-]+, got {value!r}")
+    return value
+
+
+def check_cluster(cluster: str) -> str:
+    """Return `cluster` if it is a valid cluster id; raise ValueError if not."""
+    check_token(cluster, what="cluster id")
+    if cluster in _RESERVED_CLUSTERS:
+        raise ValueError(f"cluster id {cluster!r} is reserved")
+    return cluster
+
+
+def _event_token(event: str) -> str:
+    # "*" and ">" are allowed so that consumers can filter on every event of a kind.
+    return event if event in ("*", ">") else check_token(event, what="event name")
+
+
+def _cluster_token(cluster: str) -> str:
+    return cluster if cluster == "*" else check_cluster(cluster)
+
+
+def workload_subject(cluster: str, event: str) -> str:
+    """`muster.v1.<cluster>.workload.<event>`; `cluster` or `event` may be a wildcard."""
+    return f"{PREFIX}.{_cluster_token(cluster)}.workload.{_event_token(event)}"
+
+
+def command_subject(cluster: str, command: str) -> str:
+    """`muster.v1.<cluster>.cmd.<command>`: a work-queue command for the binder of `cluster`."""
+    return f"{PREFIX}.{_cluster_token(cluster)}.cmd.{_event_token(command)}"
+
+
+def queue_subject(cluster: str) -> str:
+    """`muster.v1.<cluster>.queue.status`."""
+    return f"{PREFIX}.{_cluster_token(cluster)}.queue.status"
+
+
+def config_subject(cluster: str, event: str) -> str:
+    """`muster.v1.<cluster>.config.<event>` (`applied` or `deleted`)."""
+    return f"{PREFIX}.{_cluster_token(cluster)}.config.{_event_token(event)}"
+
+
+def dlq_subject(consumer: str) -> str:
+    """`muster.v1.dlq.<consumer>`: where `consumer` copies the messages it could not handle."""
+    return f"{PREFIX}.dlq.{check_token(consumer, what='consumer name')}"
+
+
+def event_subject(cluster: str, event_type: str) -> str:
+    """The subject of an event of type `event_type` (`workload.admitted`) about `cluster`."""
+    if event_type not in PAYLOAD_FIELDS:
+        raise ValueError(f"unknown event type {event_type!r}")
+    return f"{PREFIX}.{check_cluster(cluster)}.{event_type}"
+
+
+def subject_of(env: events_pb2.Envelope) -> str:
+    """The subject `env` is published on: `muster.v1.<env.cluster>.<env.type>`."""
+    return event_subject(env.cluster, env.type)
+
+
+def stream_of(event_type: str) -> str:
+    """The stream that stores events of type `event_type`: commands go to the work queue."""
+    return COMMANDS_STREAM if event_type.startswith("cmd.") else EVENTS_STREAM
+
+
+def stream_configs() -> tuple[api.StreamConfig, ...]:
+    """The three streams of contract v1, as `Bus.ensure_streams` creates or updates them."""
+    day_s = 24 * 3600.0
+    return (
+        api.StreamConfig(
+            name=EVENTS_STREAM,
+            description="muster workload, queue and config events: the history to rebuild from",
+            subjects=[f"{PREFIX}.*.workload.>", f"{PREFIX}.*.queue.>", f"{PREFIX}.*.config.>"],
+            retention=api.RetentionPolicy.LIMITS,
+            max_age=7 * day_s,
+            max_bytes=10 * 1024**3,
+            duplicate_window=120.0,
+            storage=api.StorageType.FILE,
+        ),
+        api.StreamConfig(
+            name=COMMANDS_STREAM,
+            description="muster commands: each is done once, by one replica",
+            subjects=[f"{PREFIX}.*.cmd.>"],
+            retention=api.RetentionPolicy.WORK_QUEUE,
+            duplicate_window=120.0,
+            storage=api.StorageType.FILE,
+        ),
+        api.StreamConfig(
+            name=DLQ_STREAM,
+            description="messages a muster consumer could not handle, as they were",
+            # One token, not ">": `muster.v1.dlq.>` would overlap `muster.v1.*.workload.>`,
+            # which the server refuses. Consumer names are single tokens anyway.
+            subjects=[f"{PREFIX}.dlq.*"],
+            retention=api.RetentionPolicy.LIMITS,
+            max_age=7 * day_s,
+            duplicate_window=120.0,
+            storage=api.StorageType.FILE,
+        ),
+    )

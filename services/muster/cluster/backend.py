@@ -1,0 +1,120 @@
+"""The ClusterBackend seam: what the watcher, gang-permit and the binder need from a cluster.
+
+Two implementations: `muster.cluster.sim.SimBackend` (objects in a NATS KV bucket, pods run by
+the sim kubelet) and, later, `kube` (the official client). Every failure is raised as a
+`ClusterError`, so nothing outside `muster.cluster` catches a nats or kubernetes error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from typing import Any, Literal, Protocol
+
+import msgspec
+
+from muster.api.model import Toleration
+from muster.cluster.objects import NodeView, PodView
+
+ChangeType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+
+class ClusterChange(msgspec.Struct, frozen=True, kw_only=True):
+    """One change of one cluster object, as `ClusterBackend.watch` yields it.
+
+    `obj` is the whole object as stored (Kubernetes-shaped JSON); for DELETED it is the object's
+    last state. `revision` increases strictly along one watch.
+    """
+
+    kind: str  # "Node", "Pod", or the applied object's kind: "ClusterQueue", "Job", ...
+    type: ChangeType
+    key: str  # the object's key: node.<name>, pod.<ns>.<name>, obj.<kind>.<ns|_>.<name>
+    obj: dict[str, Any]
+    revision: int
+
+
+class PodSetStart(msgspec.Struct, frozen=True, kw_only=True):
+    """How to start one podset of an admitted workload: what the binder passes to start_workload.
+
+    `requests` are per pod, in milli-units. `node_selector` and `tolerations` are the podset's
+    own merged with what the assigned flavors inject (WorkloadAdmitted's placement hints).
+    `annotations` go onto every pod (the pod template's; `muster.dev/run-seconds` among them
+    when the binder knows it).
+    """
+
+    name: str
+    count: int
+    requests: Mapping[str, int]
+    node_selector: Mapping[str, str] = msgspec.field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    annotations: Mapping[str, str] = msgspec.field(default_factory=dict)
+
+
+class ClusterBackend(Protocol):
+    """A cluster as muster's per-cluster services see it. Every method may raise ClusterError."""
+
+    async def apply(self, manifest: Mapping[str, Any]) -> None:
+        """Create `manifest`, or replace the stored object of the same kind, namespace and name.
+
+        Any kind: Nodes, Pods, Kueue objects, Jobs, Workloads. Server-set fields (uid,
+        creationTimestamp) are kept across a replace, and so is `status` when the manifest has
+        none. A namespaced kind without a namespace goes to "default". Raises InvalidObjectError
+        for a Node or Pod that would not decode (bad quantity, wrong type), naming every field.
+        """
+        ...
+
+    async def delete(self, kind: str, name: str, *, namespace: str = "") -> bool:
+        """Delete one object; return False when it did not exist."""
+        ...
+
+    async def list_nodes(self) -> list[NodeView]:
+        """Return every node, sorted by name."""
+        ...
+
+    async def list_pods(self) -> list[PodView]:
+        """Return every pod (any phase, bound or not), sorted by namespace and name."""
+        ...
+
+    def watch(self, *, from_revision: int = 0) -> AsyncGenerator[ClusterChange, None]:
+        """Yield every object as ADDED, then each change as it happens, until closed.
+
+        With `from_revision` > 0 (the `revision` of the last change the caller handled) there
+        is no initial list: the watch yields only changes after that revision, so a restarted
+        consumer replays nothing it has seen. Revisions strictly increase; none repeats.
+
+        Level-triggered, like a Kubernetes informer: ADDED means "first time this watch shows the
+        key" and MODIFIED "shown before", so treat both as "this is the object now". After a
+        resume, changed objects the caller already knew come as ADDED, and intermediate states
+        may be skipped (only the latest state of each key is kept). DELETED carries the last
+        state. Close the iterator (`contextlib.aclosing`) or cancel its task to stop.
+        """
+        ...
+
+    async def start_workload(self, workload_key: str, *, pod_sets: Sequence[PodSetStart]) -> None:
+        """Create the pods of admitted workload "<namespace>/<name>" (the binder's unsuspend).
+
+        Per podset, `count` pods named `<name>-<podset>-<i>` in the workload's namespace,
+        labelled `muster.dev/workload: <name>`, annotated `muster.dev/pod-set: <podset>`, with
+        schedulerName "muster", unbound and Pending. Idempotent: pods that already exist are left
+        as they are. Returns when every pod is stored.
+        """
+        ...
+
+    async def bind(self, namespace: str, pod: str, node: str) -> None:
+        """Set the pod's spec.nodeName to `node` (the Binding API).
+
+        Binding to the node it is already bound to does nothing; to another node raises
+        BindConflictError; a missing pod raises NotFoundError. Whether the node exists is the
+        kubelet's concern.
+        """
+        ...
+
+    async def stop_workload(self, workload_key: str) -> None:
+        """Delete every pod of workload "<namespace>/<name>"; return when they are gone.
+
+        Idempotent: a workload without pods is already stopped.
+        """
+        ...
+
+    async def close(self) -> None:
+        """Release what the backend holds (its connection, when it opened it)."""
+        ...

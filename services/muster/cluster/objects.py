@@ -1,0 +1,228 @@
+"""Nodes and pods: their Kubernetes wire shape, the parsed views gang-permit reads, and the
+`muster.dev/*` labels and annotations that tie pods to workloads.
+
+`node_view` and `pod_view` turn a stored v1 Node or Pod (JSON as a dict) into a `NodeView` or
+`PodView` with quantities in milli-units; `check_node` and `check_pod` list what is wrong with
+a manifest, one line per problem with its field path, so `apply` can refuse it up front.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal, TypeVar
+
+import msgspec
+
+from muster.api.errors import ObjectErrors
+from muster.api.model import Taint, Toleration
+from muster.api.podspec import pod_requests, tolerations
+from muster.api.raw import Document, QuantityMap, RawPodSpec, RawTaint, Wire
+
+WORKLOAD_LABEL = "muster.dev/workload"  # on a pod: the name of its workload (same namespace)
+POD_SET_ANNOTATION = "muster.dev/pod-set"  # on a pod: its podset's name
+RUN_SECONDS_ANNOTATION = "muster.dev/run-seconds"  # on a workload, Job or pod: run time
+SCHEDULER_NAME = "muster"  # spec.schedulerName of the pods muster starts
+DEFAULT_SCHEDULER = "default-scheduler"  # Kubernetes' default for a pod that names none
+DEFAULT_MAX_PODS = "110"  # the kubelet's default --max-pods, for a node without allocatable.pods
+
+PodPhase = Literal["Pending", "Running", "Succeeded", "Failed"]
+_W = TypeVar("_W", bound=Wire)
+
+
+# --- wire shapes -----------------------------------------------------------------------------
+
+
+class RawCondition(Wire):
+    type: str
+    status: Literal["True", "False", "Unknown"] = "Unknown"
+    reason: str = ""
+    message: str = ""
+
+
+class RawNodeSpec(Wire):
+    taints: list[RawTaint] = msgspec.field(default_factory=list)
+    unschedulable: bool = False
+
+
+class RawNodeStatus(Wire):
+    capacity: QuantityMap = msgspec.field(default_factory=dict)
+    allocatable: QuantityMap = msgspec.field(default_factory=dict)
+    conditions: list[RawCondition] = msgspec.field(default_factory=list)
+
+
+class RawNode(Document):
+    spec: RawNodeSpec = msgspec.field(default_factory=RawNodeSpec)
+    status: RawNodeStatus = msgspec.field(default_factory=RawNodeStatus)
+
+
+class RawPodFullSpec(RawPodSpec):
+    scheduler_name: str = DEFAULT_SCHEDULER
+    node_name: str = ""
+
+
+class RawPodStatus(Wire):
+    phase: PodPhase = "Pending"
+    start_time: str | None = None
+    reason: str = ""
+    message: str = ""
+    conditions: list[RawCondition] = msgspec.field(default_factory=list)
+
+
+class RawPod(Document):
+    spec: RawPodFullSpec = msgspec.field(default_factory=RawPodFullSpec)
+    status: RawPodStatus = msgspec.field(default_factory=RawPodStatus)
+
+
+# --- views -----------------------------------------------------------------------------------
+
+
+class NodeView(msgspec.Struct, frozen=True, kw_only=True):
+    """A node as gang-permit places pods on it; `allocatable` in milli-units per resource."""
+
+    name: str
+    labels: Mapping[str, str]
+    taints: tuple[Taint, ...]
+    unschedulable: bool
+    ready: bool  # condition Ready is "True"
+    allocatable: Mapping[str, int]
+
+
+class PodView(msgspec.Struct, frozen=True, kw_only=True):
+    """A pod as gang-permit and the watcher read it; `requests` per pod, in milli-units."""
+
+    namespace: str
+    name: str
+    uid: str
+    workload: str  # label muster.dev/workload ("" for a pod muster did not start)
+    pod_set: str  # annotation muster.dev/pod-set ("" when absent)
+    node_name: str  # "" while unbound
+    phase: PodPhase
+    requests: Mapping[str, int]
+    node_selector: Mapping[str, str]
+    tolerations: tuple[Toleration, ...]
+    scheduler_name: str
+    run_seconds: float | None  # annotation muster.dev/run-seconds; None: runs until deleted
+
+    @property
+    def workload_key(self) -> str:
+        """Return "<namespace>/<workload>", or "" for a pod of no workload."""
+        return f"{self.namespace}/{self.workload}" if self.workload else ""
+
+
+def node_view(obj: Mapping[str, Any]) -> NodeView:
+    """Return the view of a stored v1 Node (one `check_node` accepts)."""
+    raw = msgspec.convert(obj, RawNode)
+    errs = ObjectErrors(f"Node/{raw.metadata.name}")
+    allocatable = errs.quantities(raw.status.allocatable or raw.status.capacity, "")
+    return NodeView(
+        name=raw.metadata.name,
+        labels=raw.metadata.labels,
+        taints=tuple(Taint(key=t.key, value=t.value, effect=t.effect) for t in raw.spec.taints),
+        unschedulable=raw.spec.unschedulable,
+        ready=any(c.type == "Ready" and c.status == "True" for c in raw.status.conditions),
+        allocatable=allocatable,
+    )
+
+
+def pod_view(obj: Mapping[str, Any]) -> PodView:
+    """Return the view of a stored v1 Pod (one `check_pod` accepts)."""
+    raw = msgspec.convert(obj, RawPod)
+    meta = raw.metadata
+    errs = ObjectErrors(f"Pod/{meta.namespace}/{meta.name}")
+    return PodView(
+        namespace=meta.namespace,
+        name=meta.name,
+        uid=meta.uid,
+        workload=meta.labels.get(WORKLOAD_LABEL, ""),
+        pod_set=meta.annotations.get(POD_SET_ANNOTATION, ""),
+        node_name=raw.spec.node_name,
+        phase=raw.status.phase,
+        requests=pod_requests(raw.spec, errs, path="spec"),
+        node_selector=raw.spec.node_selector,
+        tolerations=tolerations(raw.spec.tolerations),
+        scheduler_name=raw.spec.scheduler_name,
+        run_seconds=run_seconds_of(meta.annotations),
+    )
+
+
+def run_seconds_of(annotations: Mapping[str, str]) -> float | None:
+    """Return annotation muster.dev/run-seconds in seconds; None when absent or not a number."""
+    text = annotations.get(RUN_SECONDS_ANNOTATION)
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+# --- checks ----------------------------------------------------------------------------------
+
+
+def check_node(obj: Mapping[str, Any]) -> Iterator[str]:
+    """Yield one "<field path>: <problem>" line per problem that would make `node_view` fail."""
+    raw, problem = _decoded(obj, RawNode)
+    if raw is None:
+        yield problem
+        return
+    errs = ObjectErrors("")
+    errs.quantities(raw.status.capacity, "status.capacity")
+    errs.quantities(raw.status.allocatable, "status.allocatable")
+    yield from (f"{e.path}: {e.problem}" for e in errs.errors)
+
+
+def check_pod(obj: Mapping[str, Any]) -> Iterator[str]:
+    """Yield one "<field path>: <problem>" line per problem that would make `pod_view` fail."""
+    raw, problem = _decoded(obj, RawPod)
+    if raw is None:
+        yield problem
+        return
+    errs = ObjectErrors("")
+    pod_requests(raw.spec, errs, path="spec")
+    yield from (f"{e.path}: {e.problem}" for e in errs.errors)
+    text = raw.metadata.annotations.get(RUN_SECONDS_ANNOTATION)
+    if text is not None and run_seconds_of(raw.metadata.annotations) is None:
+        yield (
+            f'metadata.annotations["{RUN_SECONDS_ANNOTATION}"]: '
+            f"must be a finite number of seconds >= 0, got {text!r}"
+        )
+
+
+def _decoded(obj: Mapping[str, Any], kind: type[_W]) -> tuple[_W | None, str]:
+    """Return `obj` as a wire struct, or None and msgspec's first structural problem."""
+    try:
+        return msgspec.convert(obj, kind), ""
+    except msgspec.ValidationError as exc:
+        return None, structural_problem(exc)
+
+
+def structural_problem(exc: msgspec.ValidationError) -> str:
+    """Return msgspec's message as "<field path>: <problem>" (paths as written in YAML)."""
+    problem, _, path = str(exc).rpartition(" - at `$")
+    if not problem:
+        return str(exc)
+    return f"{path.rstrip('`').removeprefix('.') or '(object)'}: {problem}"
+
+
+# --- time ------------------------------------------------------------------------------------
+
+
+def format_time(seconds: float) -> str:
+    """Return an RFC 3339 UTC timestamp with microseconds: "2025-01-02T03:04:05.678901Z".
+
+    Differs from Kubernetes' metav1.Time (whole seconds) because a sped-up simulation runs pods
+    for fractions of a second, and restarts compute the time left from startTime.
+    """
+    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(text: str) -> float:
+    """Return the seconds since the epoch of an RFC 3339 timestamp ("...Z" or with an offset)."""
+    moment = datetime.datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return moment.timestamp()

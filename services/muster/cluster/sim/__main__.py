@@ -1,0 +1,60 @@
+"""`muster service sim-cluster`: the kubelet of a simulated cluster, as a service.
+
+Runs the bound pods in KV bucket `MUSTER_SIM_<cluster>` for their `muster.dev/run-seconds`
+divided by `--speed`. Takes every service's common flags (`muster.bus.service`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+
+from muster.bus import Bus
+from muster.bus.service import Health, add_common_flags, config_from_args, run_service
+from muster.cluster.sim.clock import Clock, WallClock
+from muster.cluster.sim.kubelet import Kubelet
+from muster.cluster.sim.store import SimStore
+
+NAME = "sim-cluster"
+
+
+def main(argv: list[str]) -> int:
+    """Run the sim kubelet until SIGTERM or SIGINT; the exit status (2 for bad flags)."""
+    parser = argparse.ArgumentParser(
+        prog=f"muster service {NAME}",
+        description="Run the pods of a simulated cluster (the sim kubelet).",
+    )
+    add_common_flags(parser)
+    parser.add_argument(
+        "--speed",
+        metavar="X",
+        type=float,
+        default=os.environ.get("MUSTER_SIM_SPEED") or "1",
+        help="run pods X times faster than their muster.dev/run-seconds "
+        "(MUSTER_SIM_SPEED, default 1)",
+    )
+    args = parser.parse_args(argv)
+    if not args.speed > 0:
+        parser.error(f"--speed must be > 0, got {args.speed:g}")
+    try:
+        config = config_from_args(args, NAME)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return run_service(config, functools.partial(serve, cluster=config.cluster, speed=args.speed))
+
+
+async def serve(
+    bus: Bus, health: Health, *, cluster: str, speed: float, clock: Clock | None = None
+) -> None:
+    """Open the cluster's store and run its kubelet until cancelled."""
+    store = await SimStore.open(bus.js, cluster=cluster)
+    kubelet = Kubelet(store, clock=clock or WallClock(), speed=speed)
+    health.ready()
+    await kubelet.run()
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

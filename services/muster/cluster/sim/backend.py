@@ -1,0 +1,373 @@
+"""SimBackend: the ClusterBackend of a simulated cluster, over the objects in `SimStore`.
+
+What the Kubernetes API server and its controllers would do on write is done here: defaults
+(pod phase, node Ready condition and allocatable), server-set fields (uid, creationTimestamp),
+and the Job controller's part of "unsuspend" (creating an admitted workload's pods). Pods then
+run under the sim kubelet (`muster.cluster.sim.kubelet`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+import uuid
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import msgspec
+import nats
+from nats.js import JetStreamContext
+
+from muster.api.convert import KUEUE_V1BETA1, stable_uid
+from muster.api.job import workload_name_for_job
+from muster.api.quantity import format_quantity
+from muster.cluster.backend import ClusterBackend, ClusterChange, PodSetStart
+from muster.cluster.errors import (
+    BindConflictError,
+    ClusterError,
+    ConflictError,
+    InvalidObjectError,
+    NotFoundError,
+)
+from muster.cluster.objects import (
+    DEFAULT_MAX_PODS,
+    DEFAULT_SCHEDULER,
+    POD_SET_ANNOTATION,
+    RUN_SECONDS_ANNOTATION,
+    SCHEDULER_NAME,
+    WORKLOAD_LABEL,
+    NodeView,
+    PodView,
+    check_node,
+    check_pod,
+    format_time,
+    node_view,
+    pod_view,
+)
+from muster.cluster.sim.clock import Clock, WallClock
+from muster.cluster.sim.keys import (
+    NODE_PREFIX,
+    OBJECT_PREFIX,
+    POD_PREFIX,
+    describe,
+    escape,
+    identity,
+    kind_of,
+    namespace_prefix,
+    object_key,
+    pod_key,
+)
+from muster.cluster.sim.store import SimStore, StoredObject, nats_errors
+
+log = logging.getLogger(__name__)
+V = TypeVar("V")
+
+_MAX_ATTEMPTS = 20  # optimistic writes retried this often before the conflict is raised
+_BINARY_RESOURCES = ("memory", "ephemeral-storage", "hugepages-")  # printed as 1Gi, not 1073741824
+
+
+def _new_uid() -> str:
+    return str(uuid.uuid4())
+
+
+class SimBackend:
+    """The simulated cluster behind the ClusterBackend protocol."""
+
+    def __init__(
+        self,
+        store: SimStore,
+        *,
+        clock: Clock | None = None,
+        new_uid: Callable[[], str] = _new_uid,
+        on_close: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.store = store
+        self._clock = clock or WallClock()
+        self._new_uid = new_uid  # pod uids: a recreated pod must get a new one
+        self._on_close = on_close
+
+    @classmethod
+    async def connect(cls, url: str, *, cluster: str, clock: Clock | None = None) -> SimBackend:
+        """Connect to NATS at `url` and open `cluster`'s store; `close` drains the connection."""
+        with nats_errors():
+            nc = await nats.connect(url, name=f"muster-sim-{cluster}")
+        try:
+            store = await SimStore.open(nc.jetstream(), cluster=cluster)
+        except BaseException:
+            await nc.close()
+            raise
+        return cls(store, clock=clock, on_close=nc.drain)
+
+    @classmethod
+    async def open(
+        cls, js: JetStreamContext, *, cluster: str, clock: Clock | None = None
+    ) -> SimBackend:
+        """Open `cluster`'s store over a connection the caller owns (`Bus.js`)."""
+        return cls(await SimStore.open(js, cluster=cluster), clock=clock)
+
+    async def close(self) -> None:
+        if self._on_close is not None:
+            on_close, self._on_close = self._on_close, None
+            with nats_errors():
+                await on_close()
+
+    # --- objects ------------------------------------------------------------------------------
+
+    async def apply(self, manifest: Mapping[str, Any]) -> None:
+        kind, namespace, name = identity(manifest)
+        key = object_key(kind, namespace, name)
+        obj = copy.deepcopy(dict(manifest))
+        meta = obj.setdefault("metadata", {})
+        if namespace:
+            meta["namespace"] = namespace
+        else:
+            meta.pop("namespace", None)
+        checks = {"Node": check_node, "Pod": check_pod}.get(kind)
+        problems = list(checks(obj)) if checks else []
+        if problems:
+            raise InvalidObjectError(describe(key), problems)
+        for _ in range(_MAX_ATTEMPTS):
+            current = await self.store.get(key)
+            prepared = self._prepared(obj, kind=kind, current=current)
+            try:
+                if current is None:
+                    await self.store.create(key, prepared)
+                else:
+                    await self.store.update(key, prepared, revision=current.revision)
+            except ConflictError:
+                continue
+            return
+        raise ConflictError(describe(key), f"still changing after {_MAX_ATTEMPTS} attempts")
+
+    def _prepared(
+        self, manifest: dict[str, Any], *, kind: str, current: StoredObject | None
+    ) -> dict[str, Any]:
+        """Return `manifest` with what the API server sets or keeps on create and replace."""
+        obj = copy.deepcopy(manifest)
+        meta = obj["metadata"]
+        old_meta = current.obj.get("metadata", {}) if current else {}
+        if not meta.get("uid"):
+            meta["uid"] = old_meta.get("uid") or (
+                self._new_uid()
+                if kind == "Pod"
+                else stable_uid(kind, meta.get("namespace", ""), meta["name"])
+            )
+        meta.setdefault(
+            "creationTimestamp",
+            old_meta.get("creationTimestamp") or format_time(self._clock.now_s()),
+        )
+        if "status" not in obj and current is not None and "status" in current.obj:
+            obj["status"] = current.obj["status"]
+        if kind == "Node":
+            _default_node(obj)
+        elif kind == "Pod":
+            obj.setdefault("spec", {}).setdefault("schedulerName", DEFAULT_SCHEDULER)
+            obj.setdefault("status", {}).setdefault("phase", "Pending")
+        return obj
+
+    async def delete(self, kind: str, name: str, *, namespace: str = "") -> bool:
+        manifest = {"kind": kind, "metadata": {"name": name, "namespace": namespace}}
+        return await self._delete(object_key(*identity(manifest)))
+
+    async def _delete(self, key: str) -> bool:
+        for _ in range(_MAX_ATTEMPTS):
+            current = await self.store.get(key)
+            if current is None:
+                return False
+            try:
+                await self.store.delete(current)
+            except ConflictError:
+                continue
+            return True
+        raise ConflictError(describe(key), f"still changing after {_MAX_ATTEMPTS} attempts")
+
+    async def list_nodes(self) -> list[NodeView]:
+        views = [_view(node_view, s) for s in await self.store.list(NODE_PREFIX)]
+        return sorted((v for v in views if v is not None), key=lambda v: v.name)
+
+    async def list_pods(self) -> list[PodView]:
+        views = [_view(pod_view, s) for s in await self.store.list(POD_PREFIX)]
+        return sorted((v for v in views if v is not None), key=lambda v: (v.namespace, v.name))
+
+    async def watch(self, *, from_revision: int = 0) -> AsyncGenerator[ClusterChange, None]:
+        changes = self.store.watch(from_revision=from_revision)
+        async with contextlib.aclosing(changes):
+            async for change in changes:
+                yield ClusterChange(
+                    kind=kind_of(change.key),
+                    type=change.type,
+                    key=change.key,
+                    obj=change.obj,
+                    revision=change.revision,
+                )
+
+    # --- workloads ----------------------------------------------------------------------------
+
+    async def start_workload(self, workload_key: str, *, pod_sets: Sequence[PodSetStart]) -> None:
+        namespace, name = _split(workload_key)
+        annotations: dict[str, str] = {}
+        if not all(RUN_SECONDS_ANNOTATION in ps.annotations for ps in pod_sets):
+            annotations = await self._workload_annotations(namespace, name)
+        pods = [
+            _pod(namespace, name, ps, i, annotations=annotations, created=self._clock.now_s())
+            for ps in pod_sets
+            for i in range(ps.count)
+        ]
+        # Pods get their uid here, not in apply: apply replaces, start_workload never does.
+        for pod in pods:
+            pod["metadata"]["uid"] = self._new_uid()
+        await asyncio.gather(*(self._create_if_absent(pod) for pod in pods))
+
+    async def _create_if_absent(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        with contextlib.suppress(ConflictError):  # it exists: an idempotent start leaves it alone
+            await self.store.create(pod_key(meta["namespace"], meta["name"]), pod)
+
+    async def _workload_annotations(self, namespace: str, name: str) -> dict[str, str]:
+        """Return the run-seconds annotation of the stored Workload, or of the Job it is for."""
+        stored = await self.store.get(object_key("Workload", namespace, name))
+        sources = [stored] if stored is not None else []
+        if not sources:
+            jobs = await self.store.list(f"{OBJECT_PREFIX}{escape('Job')}.{escape(namespace)}.")
+            sources = [job for job in jobs if _job_workload_name(job.obj, namespace) == name]
+        for source in sources:
+            meta = source.obj.get("metadata", {})
+            value = meta.get("annotations", {}).get(RUN_SECONDS_ANNOTATION)
+            if isinstance(value, str):
+                return {RUN_SECONDS_ANNOTATION: value}
+        return {}
+
+    async def bind(self, namespace: str, pod: str, node: str) -> None:
+        key = pod_key(namespace, pod)
+        for _ in range(_MAX_ATTEMPTS):
+            current = await self.store.get(key)
+            if current is None:
+                raise NotFoundError(describe(key))
+            obj = copy.deepcopy(current.obj)
+            spec = obj.setdefault("spec", {})
+            bound_to = spec.get("nodeName") or ""
+            if bound_to == node:
+                return
+            if bound_to:
+                raise BindConflictError(describe(key), bound_to=bound_to, wanted=node)
+            spec["nodeName"] = node
+            _set_condition(obj, "PodScheduled", "True", now=self._clock.now_s())
+            try:
+                await self.store.update(key, obj, revision=current.revision)
+            except ConflictError:
+                continue
+            return
+        raise ConflictError(describe(key), f"still changing after {_MAX_ATTEMPTS} attempts")
+
+    async def stop_workload(self, workload_key: str) -> None:
+        namespace, name = _split(workload_key)
+        pods = await self.store.list(namespace_prefix(namespace))
+        ours = [p.key for p in pods if _labels(p.obj).get(WORKLOAD_LABEL) == name]
+        await asyncio.gather(*(self._delete(key) for key in ours))
+
+
+# --- helpers: objects the sim writes -----------------------------------------------------------
+
+
+def _split(workload_key: str) -> tuple[str, str]:
+    namespace, _, name = workload_key.partition("/")
+    if not namespace or not name:
+        raise ClusterError(
+            f"Workload/{workload_key}", "Invalid", 'workload key must be "<namespace>/<name>"'
+        )
+    return namespace, name
+
+
+def _pod(
+    namespace: str,
+    workload: str,
+    pod_set: PodSetStart,
+    index: int,
+    *,
+    annotations: Mapping[str, str],
+    created: float,
+) -> dict[str, Any]:
+    """Return the manifest of pod `index` of `pod_set` (uid filled in by the caller)."""
+    requests = {
+        resource: format_quantity(milli, binary=resource.startswith(_BINARY_RESOURCES))
+        for resource, milli in sorted(pod_set.requests.items())
+    }
+    spec: dict[str, Any] = {
+        "schedulerName": SCHEDULER_NAME,
+        "containers": [{"name": "main", "resources": {"requests": requests}}],
+    }
+    if pod_set.node_selector:
+        spec["nodeSelector"] = dict(pod_set.node_selector)
+    if pod_set.tolerations:
+        spec["tolerations"] = [
+            {k: v for k, v in msgspec.to_builtins(t).items() if v} for t in pod_set.tolerations
+        ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{workload}-{pod_set.name}-{index}",
+            "namespace": namespace,
+            "labels": {WORKLOAD_LABEL: workload},
+            "annotations": {
+                **annotations,
+                **pod_set.annotations,
+                POD_SET_ANNOTATION: pod_set.name,
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": KUEUE_V1BETA1,
+                    "kind": "Workload",
+                    "name": workload,
+                    "controller": True,
+                }
+            ],
+            "creationTimestamp": format_time(created),
+        },
+        "spec": spec,
+        "status": {"phase": "Pending"},
+    }
+
+
+def _default_node(obj: dict[str, Any]) -> None:
+    """Fill what the kubelet reports for a node: allocatable from capacity, max pods, Ready."""
+    status = obj.setdefault("status", {})
+    allocatable = status.setdefault("allocatable", dict(status.get("capacity", {})))
+    allocatable.setdefault("pods", DEFAULT_MAX_PODS)
+    conditions = status.setdefault("conditions", [])
+    if not any(c.get("type") == "Ready" for c in conditions if isinstance(c, dict)):
+        conditions.append({"type": "Ready", "status": "True", "reason": "KubeletReady"})
+
+
+def _set_condition(obj: dict[str, Any], condition: str, status: str, *, now: float) -> None:
+    conditions = [
+        c for c in obj.setdefault("status", {}).get("conditions", []) if c.get("type") != condition
+    ]
+    conditions.append({"type": condition, "status": status, "lastTransitionTime": format_time(now)})
+    obj["status"]["conditions"] = conditions
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    labels = obj.get("metadata", {}).get("labels", {})
+    return labels if isinstance(labels, Mapping) else {}
+
+
+def _job_workload_name(job: Mapping[str, Any], namespace: str) -> str:
+    meta = job.get("metadata", {})
+    name = meta.get("name", "")
+    return workload_name_for_job(name, meta.get("uid") or stable_uid("Job", namespace, name))
+
+
+def _view(parse: Callable[[Mapping[str, Any]], V], stored: StoredObject) -> V | None:
+    """Return the view of one stored object; one that will not decode is logged and skipped."""
+    try:
+        return parse(stored.obj)
+    except msgspec.ValidationError as exc:
+        log.warning("skipping undecodable object", extra={"key": stored.key, "error": str(exc)})
+        return None
+
+
+def _implements_the_protocol(sim: SimBackend) -> ClusterBackend:
+    return sim  # mypy checks here that SimBackend is a ClusterBackend

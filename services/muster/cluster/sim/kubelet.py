@@ -1,0 +1,150 @@
+"""The sim kubelet: runs the bound pods of a simulated cluster (`muster service sim-cluster`).
+
+A bound Pending pod becomes Running at once (startTime, Ready); after its
+`muster.dev/run-seconds` divided by `speed` it becomes Succeeded. A pod without run-seconds runs
+until it is deleted; a deleted pod simply stops. A pod bound to a node that does not exist is
+marked Failed. Resource accounting is not the kubelet's job: gang-permit checks fit first.
+
+Nothing is kept but timers: a restarted kubelet lists every pod again and computes what is
+left of a Running pod's run time from its startTime, so pods finish on time across restarts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from muster.cluster.errors import ConflictError
+from muster.cluster.objects import format_time, parse_time, run_seconds_of
+from muster.cluster.sim.clock import Clock
+from muster.cluster.sim.keys import POD_PREFIX, describe, node_key
+from muster.cluster.sim.store import SimStore, StoreChange
+
+log = logging.getLogger(__name__)
+
+
+class Kubelet:
+    """Runs every bound pod of one simulated cluster; `run` until cancelled."""
+
+    def __init__(self, store: SimStore, *, clock: Clock, speed: float = 1.0) -> None:
+        if not speed > 0:
+            raise ValueError(f"speed must be > 0, got {speed}")
+        self._store = store
+        self._clock = clock
+        self._speed = speed
+        self._timers: dict[str, tuple[str, asyncio.Task[None]]] = {}  # pod key -> (uid, timer)
+
+    async def run(self) -> None:
+        """Watch pods and drive each through its phases; returns only by cancellation or error.
+
+        A write that loses a race is dropped: the watch brings the newer state, which is
+        looked at afresh, so every decision is made on the pod as it is now.
+        """
+        try:
+            changes = self._store.watch(POD_PREFIX)
+            async with asyncio.TaskGroup() as timers, contextlib.aclosing(changes):
+                async for change in changes:
+                    await self._on_change(change, timers)
+        finally:
+            for _, task in self._timers.values():
+                task.cancel()
+            self._timers.clear()
+
+    async def _on_change(self, change: StoreChange, timers: asyncio.TaskGroup) -> None:
+        pod = change.obj
+        uid = _meta(pod).get("uid", "")
+        phase = pod.get("status", {}).get("phase", "Pending")
+        node = pod.get("spec", {}).get("nodeName") or ""
+        if change.type == "DELETED" or phase in ("Succeeded", "Failed"):
+            self._cancel(change.key)
+        elif phase == "Pending" and node:
+            await self._start(change, node)
+        elif phase == "Running":
+            self._schedule_finish(change, uid, timers)
+
+    async def _start(self, change: StoreChange, node: str) -> None:
+        """Move a bound Pending pod to Running, or to Failed when its node does not exist."""
+        pod = change.obj
+        status = dict(pod.get("status", {}))
+        now = format_time(self._clock.now_s())
+        if await self._store.get(node_key(node)) is None:
+            status.update(
+                phase="Failed",
+                reason="NodeNotFound",
+                message=f'node "{node}" does not exist',
+                conditions=_with_condition(status, "Ready", "False", now=now),
+            )
+        else:
+            status.update(
+                phase="Running",
+                startTime=now,
+                conditions=_with_condition(status, "Ready", "True", now=now),
+            )
+        await self._write(change.key, {**pod, "status": status}, revision=change.revision)
+
+    def _schedule_finish(self, change: StoreChange, uid: str, timers: asyncio.TaskGroup) -> None:
+        """Arrange for a Running pod with a run time to succeed when that time is up."""
+        run_s = run_seconds_of(_meta(change.obj).get("annotations", {}))
+        start = change.obj.get("status", {}).get("startTime")
+        if run_s is None or not isinstance(start, str):
+            return  # runs until deleted
+        known = self._timers.get(change.key)
+        if known is not None and known[0] == uid and not known[1].done():
+            return
+        self._cancel(change.key)
+        finish_at = parse_time(start) + run_s / self._speed
+        task = timers.create_task(self._finish_at(change.key, uid, finish_at))
+        self._timers[change.key] = (uid, task)
+
+    async def _finish_at(self, key: str, uid: str, finish_at_s: float) -> None:
+        await self._clock.sleep(finish_at_s - self._clock.now_s())
+        while True:
+            current = await self._store.get(key)
+            if current is None or _meta(current.obj).get("uid", "") != uid:
+                return  # deleted (or deleted and started again: a new pod, a new timer)
+            status = dict(current.obj.get("status", {}))
+            if status.get("phase") != "Running":
+                return
+            now = format_time(self._clock.now_s())
+            status.update(
+                phase="Succeeded",
+                reason="Completed",
+                conditions=_with_condition(status, "Ready", "False", now=now),
+            )
+            try:
+                await self._store.update(
+                    key, {**current.obj, "status": status}, revision=current.revision
+                )
+            except ConflictError:
+                continue  # someone wrote in between: look again
+            log.info("pod succeeded", extra={"pod": describe(key)})
+            return
+
+    async def _write(self, key: str, pod: dict[str, Any], *, revision: int) -> None:
+        try:
+            await self._store.update(key, pod, revision=revision)
+        except ConflictError:
+            log.debug(
+                "pod changed under the kubelet; the watch brings it back",
+                extra={"pod": describe(key)},
+            )
+
+    def _cancel(self, key: str) -> None:
+        known = self._timers.pop(key, None)
+        if known is not None:
+            known[1].cancel()
+
+
+def _meta(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata", {})
+    return meta if isinstance(meta, dict) else {}
+
+
+def _with_condition(
+    status: dict[str, Any], condition: str, value: str, *, now: str
+) -> list[dict[str, Any]]:
+    """Return status.conditions with `condition` set to `value` (others kept)."""
+    kept = [c for c in status.get("conditions", []) if c.get("type") != condition]
+    return [*kept, {"type": condition, "status": value, "lastTransitionTime": now}]

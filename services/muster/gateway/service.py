@@ -1,0 +1,319 @@
+"""The gateway's gRPC server: Gateway.Submit, Visibility, Events.Watch and grpc.health.v1.
+
+`GatewayServer` wires the servicers to the bus (publish, replay, the visibility bucket), the
+bearer-token interceptor and the health service; `run_gateway` is the body `run_service` runs.
+
+Events.Watch follows new events unless the call carries metadata `muster-follow: false`, in
+which case the stream ends at the last event stored when the call started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import Any, Final, NoReturn, Protocol
+
+import grpc
+import grpc.aio
+import msgspec
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from nats.js.kv import KeyValue
+from opentelemetry import trace
+
+from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
+from muster.bus.errors import BusError, Reject
+from muster.bus.subjects import DEFAULT_CLUSTER, check_cluster
+from muster.bus.tracing import context_from_metadata, tracer
+from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
+from muster.gateway.auth import BearerTokenInterceptor
+from muster.gateway.submit import InvalidManifestError, envelopes, oversized, plan_submit
+from muster.gateway.visibility import (
+    VISIBILITY_BUCKET,
+    InvalidQueryError,
+    KeyValueStore,
+    UnknownQueueError,
+    VisibilityStore,
+    pending_workloads,
+    queue_status,
+)
+from muster.gateway.watch import FOLLOW_METADATA, EventHistory, watch
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LISTEN: Final = "127.0.0.1:50051"
+DEFAULT_MAX_REQUEST_BYTES: Final = 4 * 1024 * 1024
+SERVICE_NAMES: Final = tuple(
+    d.full_name for d in services_pb2.DESCRIPTOR.services_by_name.values()
+)  # muster.v1.Gateway, muster.v1.Visibility, muster.v1.Events
+
+
+class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """The gateway's own settings (the common ones are in the bus's ServiceConfig)."""
+
+    listen: str = DEFAULT_LISTEN  # HOST:PORT; port 0 picks a free one
+    token: str | None = None  # when set, every call but health needs `Bearer <token>`
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES  # larger requests: RESOURCE_EXHAUSTED
+    cluster: str = DEFAULT_CLUSTER  # Submit's cluster when the request names none
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES  # the bus's limit on one envelope
+    grace_s: float = 10.0  # how long unary calls in flight may take at shutdown
+
+    def __post_init__(self) -> None:
+        split_listen(self.listen)
+        check_cluster(self.cluster)
+        if self.max_request_bytes < 1:
+            raise ValueError(f"max request bytes must be >= 1, got {self.max_request_bytes}")
+        if self.token is not None and not self.token:
+            raise ValueError("token must not be empty")
+
+
+class GatewayBus(EventHistory, Protocol):
+    """What the gateway needs from `muster.bus.Bus`."""
+
+    async def publish_all(self, envs: Iterable[events_pb2.Envelope]) -> list[int]: ...
+
+    async def kv(self, bucket: str) -> KeyValue: ...
+
+
+class HealthStatus(Protocol):
+    """The service runtime's health (`muster.bus.service.Health`)."""
+
+    servicer: HealthServicer
+
+    def ready(self) -> None: ...
+
+
+def split_listen(listen: str) -> tuple[str, int]:
+    """Return (host, port) of "HOST:PORT" ("[::1]:0" too); ValueError when malformed."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f'listen address must be HOST:PORT, got "{listen}"')
+    return host, int(port)
+
+
+class GatewayServicer(services_pb2_grpc.GatewayServicer):
+    def __init__(self, bus: GatewayBus, config: GatewayConfig) -> None:
+        self._bus = bus
+        self._config = config
+
+    async def Submit(  # noqa: N802  # the RPC's name
+        self, request: services_pb2.SubmitRequest, context: grpc.aio.ServicerContext
+    ) -> services_pb2.SubmitResponse:
+        cluster = request.cluster or self._config.cluster
+        try:
+            check_cluster(cluster)
+        except ValueError as exc:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"cluster: {exc}")
+        parent = context_from_metadata(context.invocation_metadata())
+        with tracer().start_as_current_span(
+            "gateway.Submit", context=parent, kind=trace.SpanKind.SERVER
+        ):
+            try:
+                # Parsing a large manifest takes a while: keep the event loop serving meanwhile.
+                planned = await asyncio.to_thread(plan_submit, request.manifest, cluster=cluster)
+            except InvalidManifestError as exc:
+                await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "\n".join(exc.errors))
+            envs = envelopes(planned, cluster=cluster)
+            too_large = oversized(envs, max_event_bytes=self._config.max_event_bytes)
+            if too_large:
+                await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "\n".join(too_large))
+            await self._publish(envs, context)
+        log.info("submitted %d objects to %s", len(planned), cluster)
+        return services_pb2.SubmitResponse(
+            objects=[
+                services_pb2.SubmittedObject(kind=p.kind, key=p.key, event_id=p.event_id)
+                for p in planned
+            ]
+        )
+
+    async def _publish(
+        self, envs: Sequence[events_pb2.Envelope], context: grpc.aio.ServicerContext
+    ) -> None:
+        try:
+            await self._bus.publish_all(envs)
+        except Reject as exc:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except BusError as exc:
+            log.warning("submit: publishing failed: %s", exc)
+            message = f"{exc}; retry the Submit: events already stored are deduplicated"
+            await _abort(context, grpc.StatusCode.UNAVAILABLE, message)
+
+
+class VisibilityServicer(services_pb2_grpc.VisibilityServicer):
+    def __init__(self, store: VisibilityStore) -> None:
+        self._store = store
+
+    async def QueueStatus(  # noqa: N802  # the RPC's name
+        self, request: services_pb2.QueueStatusRequest, context: grpc.aio.ServicerContext
+    ) -> services_pb2.QueueStatusResponse:
+        try:
+            return await queue_status(self._store, cluster_queue=request.cluster_queue)
+        except UnknownQueueError as exc:
+            await _abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
+
+    async def PendingWorkloads(  # noqa: N802  # the RPC's name
+        self, request: services_pb2.PendingWorkloadsRequest, context: grpc.aio.ServicerContext
+    ) -> services_pb2.PendingWorkloadsResponse:
+        try:
+            return await pending_workloads(self._store, request)
+        except UnknownQueueError as exc:
+            await _abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
+        except InvalidQueryError as exc:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+
+
+class _ShuttingDown:
+    """Put in a Watch's queue when the gateway stops."""
+
+
+_SHUTDOWN: Final = _ShuttingDown()
+_WATCH_BUFFER: Final = 64  # envelopes read ahead of a slow Watch client
+
+
+class EventsServicer(services_pb2_grpc.EventsServicer):
+    """Events.Watch: each call reads the bus in its own task, through a bounded queue.
+
+    The reader task is what shutdown cancels; the RPC then ends with UNAVAILABLE and a message
+    that says how to resume, instead of hanging until the server's grace period is over.
+    """
+
+    def __init__(self, history: EventHistory) -> None:
+        self._history = history
+        self._readers: set[asyncio.Task[None]] = set()
+
+    async def Watch(  # noqa: N802  # the RPC's name
+        self, request: services_pb2.WatchRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[events_pb2.Envelope]:
+        follow = _metadata_value(context.invocation_metadata(), FOLLOW_METADATA) != "false"
+        queue: asyncio.Queue[events_pb2.Envelope | BaseException | _ShuttingDown | None]
+        queue = asyncio.Queue(maxsize=_WATCH_BUFFER)
+        reader = asyncio.create_task(self._read(request, queue, follow=follow))
+        self._readers.add(reader)
+        try:
+            while (item := await queue.get()) is not None:
+                if isinstance(item, events_pb2.Envelope):
+                    yield item
+                else:
+                    await _abort_watch(context, item)
+        finally:
+            self._readers.discard(reader)
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+
+    async def _read(
+        self,
+        request: services_pb2.WatchRequest,
+        queue: asyncio.Queue[events_pb2.Envelope | BaseException | _ShuttingDown | None],
+        *,
+        follow: bool,
+    ) -> None:
+        try:
+            async for env in watch(self._history, request, follow=follow):
+                await queue.put(env)
+            await queue.put(None)
+        except asyncio.CancelledError:
+            # Ended by shutdown (or by the RPC itself, which then no longer reads the queue).
+            while not queue.empty():
+                queue.get_nowait()
+            queue.put_nowait(_SHUTDOWN)
+            raise
+        except Exception as exc:  # handed to the RPC, which reports it to the client
+            await queue.put(exc)
+
+    def end_watches(self) -> None:
+        """End every Watch in progress (at shutdown: a following stream never ends by itself)."""
+        for reader in list(self._readers):
+            reader.cancel()
+
+
+async def _abort_watch(
+    context: grpc.aio.ServicerContext, reason: BaseException | _ShuttingDown
+) -> NoReturn:
+    if isinstance(reason, _ShuttingDown):
+        message = "the gateway is shutting down; watch again from the last sequence + 1"
+        await _abort(context, grpc.StatusCode.UNAVAILABLE, message)
+    if isinstance(reason, InvalidQueryError):
+        await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(reason))
+    if isinstance(reason, BusError):
+        await _abort(context, grpc.StatusCode.UNAVAILABLE, f"reading events: {reason}")
+    log.error("watch failed", exc_info=reason)
+    await _abort(context, grpc.StatusCode.INTERNAL, f"reading events failed: {reason!r}")
+
+
+class GatewayServer:
+    """The gateway's gRPC server over one bus connection; `start`, then `stop`."""
+
+    def __init__(
+        self, bus: GatewayBus, config: GatewayConfig, *, health: HealthServicer | None = None
+    ) -> None:
+        self._bus = bus
+        self.config = config
+        self.health = health or HealthServicer()
+        self._events = EventsServicer(bus)
+        self._server: grpc.aio.Server | None = None
+        self.address = ""
+
+    async def start(self) -> str:
+        """Listen, report SERVING for every service; return the address ("HOST:PORT")."""
+        store = KeyValueStore(await self._bus.kv(VISIBILITY_BUCKET))
+        interceptors = [BearerTokenInterceptor(self.config.token)] if self.config.token else []
+        server = grpc.aio.server(
+            interceptors=interceptors,
+            options=[("grpc.max_receive_message_length", self.config.max_request_bytes)],
+        )
+        services_pb2_grpc.add_GatewayServicer_to_server(
+            GatewayServicer(self._bus, self.config), server
+        )
+        services_pb2_grpc.add_VisibilityServicer_to_server(VisibilityServicer(store), server)
+        services_pb2_grpc.add_EventsServicer_to_server(self._events, server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        host, port = split_listen(self.config.listen)
+        try:
+            bound = server.add_insecure_port(f"{host}:{port}")
+        except RuntimeError as exc:  # grpcio raises when it cannot bind
+            raise OSError(f"cannot listen on {self.config.listen}: {exc}") from exc
+        if bound == 0:
+            raise OSError(f"cannot listen on {self.config.listen}")
+        await server.start()
+        self._server = server
+        for name in ("", *SERVICE_NAMES):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self.address = f"{host}:{bound}"
+        return self.address
+
+    async def stop(self) -> None:
+        """Report NOT_SERVING, end the watches, let unary calls finish within the grace period."""
+        await self.health.enter_graceful_shutdown()
+        if self._server is None:
+            return
+        self._events.end_watches()
+        await self._server.stop(grace=self.config.grace_s)
+        self._server = None
+
+
+async def run_gateway(bus: GatewayBus, health: HealthStatus, config: GatewayConfig) -> None:
+    """Serve the gateway until cancelled; prints "gateway: HOST:PORT" once listening."""
+    server = GatewayServer(bus, config, health=health.servicer)
+    address = await server.start()
+    health.ready()
+    print(f"gateway: {address}", flush=True)
+    log.info("gateway listening on %s", address)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await server.stop()
+
+
+async def _abort(
+    context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str
+) -> NoReturn:
+    await context.abort(code, message)
+    raise AssertionError("unreachable: ServicerContext.abort raises")
+
+
+def _metadata_value(metadata: Iterable[tuple[str, Any]] | None, key: str) -> str | None:
+    for name, value in metadata or ():
+        if name.lower() == key:
+            return value.decode() if isinstance(value, bytes) else str(value)
+    return None

@@ -1,0 +1,287 @@
+"""Gateway.Submit's pure part: a YAML/JSON manifest to the events it publishes, or the problems.
+
+Configuration objects become `config.applied` (the document as written, as JSON); Workloads and
+Jobs become `workload.submitted` (the Kueue Workload, derived from the Job when needed). Event
+ids are deterministic, so a retried Submit is deduplicated by JetStream. Used by
+`muster.gateway.service`; nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any, Final
+
+import msgspec
+import yaml
+
+from muster.api import FieldError, decode_documents, quantities_to_strings, workload_to_kueue
+from muster.api.model import (
+    AdmissionCheck,
+    ClusterQueue,
+    Cohort,
+    KueueConfig,
+    LocalQueue,
+    Namespace,
+    PriorityClass,
+    ResourceFlavor,
+    Workload,
+    WorkloadPriorityClass,
+)
+from muster.bus.envelope import encode, new_event
+from muster.bus.subjects import check_cluster
+from muster.contracts.v1 import events_pb2
+
+# The namespace of submitted events' uuid5 ids. Fixed forever: changing it breaks dedupe of a
+# Submit retried across a gateway upgrade.
+SUBMIT_ID_NAMESPACE: Final = uuid.uuid5(uuid.NAMESPACE_DNS, "gateway.muster.dev")
+SOURCE: Final = "gateway"
+
+ConfigObject = (
+    ResourceFlavor
+    | ClusterQueue
+    | Cohort
+    | LocalQueue
+    | WorkloadPriorityClass
+    | PriorityClass
+    | AdmissionCheck
+    | Namespace
+)
+_CONFIG_TYPES: Final = (
+    ResourceFlavor,
+    ClusterQueue,
+    Cohort,
+    LocalQueue,
+    WorkloadPriorityClass,
+    PriorityClass,
+    AdmissionCheck,
+    Namespace,
+)
+_NOT_SUBMITTABLE: Final = (
+    "Configuration: kind: is the scheduler's own configuration; it cannot be submitted"
+)
+
+
+class InvalidManifestError(Exception):
+    """The manifest cannot be submitted; `errors` has one user-facing line per problem."""
+
+    def __init__(self, errors: Sequence[str]) -> None:
+        super().__init__("\n".join(errors))
+        self.errors = tuple(errors)
+
+
+class PlannedEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """One event a Submit publishes, before it is put in an envelope."""
+
+    kind: str  # of the submitted object: "Workload" for a Job too (the derived Workload)
+    key: str  # "<namespace>/<name>" or "<name>"
+    event_id: str
+    payload_field: str  # "submitted" or "config_applied"
+    payload: events_pb2.WorkloadSubmitted | events_pb2.ConfigApplied
+    workload: str = ""  # the envelope's workload key; "" for configuration
+    generation: int = 0
+
+
+class _ManifestLoader(yaml.SafeLoader):
+    """SafeLoader that leaves timestamps as strings, as Kubernetes reads YAML (and muster.api)."""
+
+
+_ManifestLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def plan_submit(manifest: str, *, cluster: str) -> list[PlannedEvent]:
+    """Return the events submitting `manifest` to `cluster` publishes, in document order.
+
+    Raises InvalidManifestError, naming every problem, when any document is bad or cannot be
+    submitted: then nothing may be published. `cluster` must be a valid cluster id.
+    """
+    documents = _load(manifest)
+    skipped: list[str] = []
+    objects, errors = decode_documents(documents, skipped=skipped)
+    lines = [str(e) for e in errors]
+    lines += [f"{note} (cannot be submitted)" for note in skipped]
+    lines += [_NOT_SUBMITTABLE for obj in objects if isinstance(obj, KueueConfig)]
+    if not lines and not objects:
+        lines.append("manifest: (document): has no object to submit")
+    if lines:
+        raise InvalidManifestError(lines)
+    # With no problem, every object document decoded to exactly one object, in order.
+    planned: list[PlannedEvent] = []
+    problems: list[str] = []
+    for obj, raw in zip(objects, _flatten(documents), strict=True):
+        if isinstance(obj, Workload):
+            planned.append(_plan_workload(obj, cluster=cluster))
+        elif isinstance(obj, _CONFIG_TYPES):
+            found = _plan_config(obj, raw, cluster=cluster)
+            if isinstance(found, FieldError):
+                problems.append(str(found))
+            else:
+                planned.append(found)
+    if problems:
+        raise InvalidManifestError(problems)
+    return planned
+
+
+def envelopes(
+    planned: Sequence[PlannedEvent], *, cluster: str, now_ns: int | None = None
+) -> list[events_pb2.Envelope]:
+    """Return `planned` as envelopes for `cluster`, with their deterministic ids.
+
+    The trace context is the current span's (the gateway opens one continuing the caller's).
+    """
+    check_cluster(cluster)
+    out = []
+    for event in planned:
+        env = new_event(
+            event.payload_field,
+            event.payload,
+            cluster=cluster,
+            workload=event.workload,
+            generation=event.generation,
+            source=SOURCE,
+            now_ns=now_ns,
+        )
+        env.event_id = event.event_id
+        out.append(env)
+    return out
+
+
+def oversized(envs: Sequence[events_pb2.Envelope], *, max_event_bytes: int) -> list[str]:
+    """Return one "manifest too large" line per envelope over the bus's size limit."""
+    lines = []
+    for env in envs:
+        size = len(encode(env))
+        if size > max_event_bytes:
+            who = env.workload or env.config_applied.name
+            lines.append(f"{who}: manifest too large: {size} bytes > {max_event_bytes}")
+    return lines
+
+
+def event_id(*, cluster: str, event_type: str, kind: str, key: str, version: str, body: str) -> str:
+    """The id of submitting object `kind`/`key` at `version` (uid/generation) with `body`.
+
+    The same object submitted twice with the same content gets the same id; any change in
+    content, generation or uid gives a new one.
+    """
+    digest = hashlib.sha256(body.encode()).hexdigest()
+    name = f"{cluster}/{event_type}/{kind}/{key}/{version}/{digest}"
+    return str(uuid.uuid5(SUBMIT_ID_NAMESPACE, name))
+
+
+def _plan_workload(wl: Workload, *, cluster: str) -> PlannedEvent:
+    manifest = workload_to_kueue(wl)
+    body = _canonical_json(manifest)
+    payload = events_pb2.WorkloadSubmitted(
+        manifest_json=json.dumps(manifest, separators=(",", ":")),
+        queue_name=wl.queue_name,
+        # Only spec.priority as written: priority classes are resolved by admission.
+        priority=wl.priority or 0,
+        pod_sets=[
+            events_pb2.PodSetSummary(
+                name=ps.name,
+                count=ps.count,
+                min_count=ps.min_count or 0,
+                requests=quantities_to_strings(ps.requests),
+            )
+            for ps in wl.pod_sets
+        ],
+    )
+    owner = _controller(wl)
+    if owner is not None:
+        payload.owner.CopyFrom(owner)
+    version = f"{wl.meta.uid}/{wl.meta.generation}"
+    key = str(wl.key)
+    return PlannedEvent(
+        kind="Workload",
+        key=key,
+        event_id=event_id(
+            cluster=cluster,
+            event_type="workload.submitted",
+            kind="Workload",
+            key=key,
+            version=version,
+            body=body,
+        ),
+        payload_field="submitted",
+        payload=payload,
+        workload=key,
+        generation=wl.meta.generation,
+    )
+
+
+def _controller(wl: Workload) -> events_pb2.OwnerRef | None:
+    refs = wl.meta.owner_references
+    if not refs:
+        return None
+    ref = next((r for r in refs if r.controller), refs[0])
+    return events_pb2.OwnerRef(
+        api_version=ref.api_version, kind=ref.kind, name=ref.name, uid=ref.uid
+    )
+
+
+def _plan_config(
+    obj: ConfigObject, raw: dict[str, Any], *, cluster: str
+) -> PlannedEvent | FieldError:
+    kind = type(obj).__name__
+    meta = obj.meta
+    key = f"{meta.namespace}/{meta.name}" if meta.namespace else meta.name
+    try:
+        manifest_json = json.dumps(raw, separators=(",", ":"), default=_json_scalar)
+        body = _canonical_json(raw)
+    except (TypeError, ValueError) as exc:
+        return FieldError(f"{kind}/{key}", "(document)", f"cannot be written as JSON: {exc}")
+    payload = events_pb2.ConfigApplied(kind=kind, name=key, manifest_json=manifest_json)
+    return PlannedEvent(
+        kind=kind,
+        key=key,
+        event_id=event_id(
+            cluster=cluster,
+            event_type="config.applied",
+            kind=kind,
+            key=key,
+            version=f"{meta.uid}/{meta.generation}",
+            body=body,
+        ),
+        payload_field="config_applied",
+        payload=payload,
+    )
+
+
+def _load(manifest: str) -> list[Any]:
+    try:
+        return list(yaml.load_all(manifest, Loader=_ManifestLoader))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "(yaml)"
+        problem = getattr(exc, "problem", None) or str(exc)
+        error = FieldError("manifest", where, f"invalid YAML: {problem}")
+        raise InvalidManifestError([str(error)]) from None
+    except RecursionError:
+        raise InvalidManifestError(["manifest: (yaml): nested too deeply"]) from None
+
+
+def _flatten(documents: list[Any]) -> Iterator[dict[str, Any]]:
+    """Yield the object documents in the order muster.api decodes them (Lists unpacked)."""
+    for doc in documents:
+        if not isinstance(doc, dict):
+            continue
+        if doc.get("kind") == "List" and isinstance(doc.get("items"), list):
+            yield from _flatten(doc["items"])
+        else:
+            yield doc
+
+
+def _canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_json_scalar)
+
+
+def _json_scalar(value: object) -> object:
+    if isinstance(value, datetime.date | datetime.datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    raise TypeError(f"{type(value).__name__} is not JSON")

@@ -1,0 +1,156 @@
+"""Visibility.QueueStatus and PendingWorkloads, answered from the MUSTER_VISIBILITY bucket.
+
+Admission writes the bucket (docs/services.md): `cq.<name>` (ClusterQueueStatus),
+`lq.<namespace>.<name>` (LocalQueueStatus) and `pending.<cq>` (PendingWorkloadsResponse with
+every pending workload of the ClusterQueue, in order, positions set), each a serialized protobuf.
+The gateway only reads, through the small `VisibilityStore` seam.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final, Protocol, TypeVar
+
+import nats.js.errors
+from nats.js.kv import KeyValue
+
+from muster.contracts.v1 import events_pb2, services_pb2
+
+VISIBILITY_BUCKET: Final = "MUSTER_VISIBILITY"
+DEFAULT_LIMIT: Final = 100
+MAX_LIMIT: Final = 1000
+
+T = TypeVar("T")
+
+
+class VisibilityStore(Protocol):
+    """What the gateway reads from the visibility bucket."""
+
+    async def get(self, key: str) -> bytes | None:
+        """The value of `key`, or None when it is absent or deleted."""
+        ...
+
+    async def entries(self, pattern: str) -> dict[str, bytes]:
+        """Every live key matching NATS subject `pattern` (`cq.>`) with its value."""
+        ...
+
+
+class UnknownQueueError(Exception):
+    """The ClusterQueue or LocalQueue asked about does not exist (NOT_FOUND)."""
+
+
+class InvalidQueryError(Exception):
+    """The request itself is wrong (INVALID_ARGUMENT); str() names the field."""
+
+
+class KeyValueStore:
+    """`VisibilityStore` over a JetStream key-value bucket (nats-py's KeyValue)."""
+
+    def __init__(self, kv: KeyValue) -> None:
+        self._kv = kv
+
+    async def get(self, key: str) -> bytes | None:
+        try:
+            entry = await self._kv.get(key)
+        except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
+            return None
+        except nats.js.errors.InvalidKeyError:  # a name no queue can have ("a b", "*")
+            return None
+        return entry.value
+
+    async def entries(self, pattern: str) -> dict[str, bytes]:
+        # One ordered pass over the latest value of each key: cheaper than keys() then get()s.
+        watcher = await self._kv.watch(pattern, ignore_deletes=True)
+        found: dict[str, bytes] = {}
+        try:
+            async for entry in watcher:
+                if entry is None:  # the watcher's "caught up" marker
+                    break
+                found[entry.key] = entry.value or b""
+        finally:
+            await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py leaves it unannotated
+        return found
+
+
+def page_bounds(offset: int, limit: int) -> tuple[int, int]:
+    """Return the (offset, limit) to use, limit 0 meaning 100; InvalidQueryError if out of range."""
+    if offset < 0:
+        raise InvalidQueryError(f"offset: must be >= 0, got {offset}")
+    if limit < 0 or limit > MAX_LIMIT:
+        raise InvalidQueryError(f"limit: must be between 0 and {MAX_LIMIT}, got {limit}")
+    return offset, limit or DEFAULT_LIMIT
+
+
+def page(items: Sequence[T], *, offset: int, limit: int) -> list[T]:
+    """Return the page of `items` that starts at `offset` and holds at most `limit` items."""
+    return list(items[offset : offset + limit])
+
+
+async def queue_status(
+    store: VisibilityStore, *, cluster_queue: str = ""
+) -> services_pb2.QueueStatusResponse:
+    """Return the status of every ClusterQueue (or of `cluster_queue`) and its LocalQueues.
+
+    Both lists are sorted by name. Raises UnknownQueueError when `cluster_queue` is unknown.
+    """
+    if cluster_queue:
+        data = await store.get(f"cq.{cluster_queue}")
+        if data is None:
+            raise UnknownQueueError(f'ClusterQueue "{cluster_queue}" not found')
+        cluster_queues = [events_pb2.ClusterQueueStatus.FromString(data)]
+    else:
+        found = await store.entries("cq.>")
+        cluster_queues = [events_pb2.ClusterQueueStatus.FromString(v) for v in found.values()]
+    local_queues = [
+        events_pb2.LocalQueueStatus.FromString(v) for v in (await store.entries("lq.>")).values()
+    ]
+    if cluster_queue:
+        local_queues = [lq for lq in local_queues if lq.cluster_queue == cluster_queue]
+    cluster_queues.sort(key=lambda cq: cq.name)
+    local_queues.sort(key=lambda lq: (lq.namespace, lq.name))
+    return services_pb2.QueueStatusResponse(
+        cluster_queues=cluster_queues, local_queues=local_queues
+    )
+
+
+async def pending_workloads(
+    store: VisibilityStore, request: services_pb2.PendingWorkloadsRequest
+) -> services_pb2.PendingWorkloadsResponse:
+    """Return one page of the workloads pending in a ClusterQueue or a LocalQueue, in order.
+
+    `total` counts every match, not only the page. Positions are admission's (0-based, in the
+    ClusterQueue and in the LocalQueue). A LocalQueue without namespace is in "default".
+    """
+    offset, limit = page_bounds(request.offset, request.limit)
+    if request.cluster_queue and request.local_queue:
+        raise InvalidQueryError("cluster_queue, local_queue: set one, not both")
+    if request.cluster_queue:
+        cluster_queue = request.cluster_queue
+        if await store.get(f"cq.{cluster_queue}") is None:
+            raise UnknownQueueError(f'ClusterQueue "{cluster_queue}" not found')
+        items = list(await _pending(store, cluster_queue))
+    elif request.local_queue:
+        namespace = request.namespace or "default"
+        data = await store.get(f"lq.{namespace}.{request.local_queue}")
+        if data is None:
+            raise UnknownQueueError(f'LocalQueue "{namespace}/{request.local_queue}" not found')
+        lq = events_pb2.LocalQueueStatus.FromString(data)
+        items = [
+            item
+            for item in await _pending(store, lq.cluster_queue)
+            if item.namespace == namespace and item.local_queue == request.local_queue
+        ]
+    else:
+        raise InvalidQueryError("cluster_queue, local_queue: one of them is required")
+    return services_pb2.PendingWorkloadsResponse(
+        items=page(items, offset=offset, limit=limit), total=len(items)
+    )
+
+
+async def _pending(
+    store: VisibilityStore, cluster_queue: str
+) -> Sequence[services_pb2.PendingWorkload]:
+    data = await store.get(f"pending.{cluster_queue}")
+    if data is None:  # nothing pending yet
+        return ()
+    return services_pb2.PendingWorkloadsResponse.FromString(data).items

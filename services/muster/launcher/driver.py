@@ -1,0 +1,211 @@
+"""Replays a scenario against the running services, the way users and clusters would.
+
+Nodes go into the simulated cluster's store (what `kubectl apply` of Nodes would be), the
+configuration and every Job/Workload go through `Gateway.Submit` (Jobs at their
+`muster.dev/submit-after`, divided by the speed-up), and `Events.Watch` feeds the progress lines
+and the final table. Times shown are scenario seconds (real seconds × speed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import yaml
+
+from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
+
+SUBMIT_AFTER = "muster.dev/submit-after"
+WORK_KINDS = frozenset({"Job", "Workload"})
+
+
+@dataclass
+class Track:
+    """What one workload went through, in scenario seconds since the run started."""
+
+    key: str
+    queue: str = ""
+    cluster_queue: str = ""
+    submitted_s: float | None = None
+    admitted_s: float | None = None
+    running_s: float | None = None
+    finished_s: float | None = None
+    ran_s: float = 0.0
+    nodes: set[str] = field(default_factory=set)
+    evictions: int = 0
+    outcome: str = "Pending"
+    pending: str = ""
+
+    @property
+    def done(self) -> bool:
+        return self.outcome in {"Finished", "Failed", "Inactive"}
+
+
+def split_scenario(
+    text: str,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """(nodes, configuration, work) from multi-document YAML, work in arrival order."""
+    docs = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+    nodes = [d for d in docs if d.get("kind") == "Node"]
+    config = [d for d in docs if d.get("kind") not in WORK_KINDS | {"Node", "Pod"}]
+    work = [d for d in docs if d.get("kind") in WORK_KINDS]
+    work.sort(
+        key=lambda d: float(
+            ((d.get("metadata") or {}).get("annotations") or {}).get(SUBMIT_AFTER, 0)
+        )
+    )
+    return nodes, config, work
+
+
+class Driver:
+    def __init__(
+        self,
+        *,
+        gateway: str,
+        speed: float,
+        print_line: Callable[[str], None],
+        apply_nodes: Callable[[Sequence[dict[str, Any]]], Any],
+    ) -> None:
+        self.gateway = gateway
+        self.speed = speed
+        self.print_line = print_line
+        self.apply_nodes = apply_nodes
+        self.tracks: dict[str, Track] = {}
+        self.started = time.monotonic()
+        self.changed = asyncio.Event()
+
+    def now_s(self) -> float:
+        return (time.monotonic() - self.started) * self.speed
+
+    async def run(self, text: str, *, until_s: float | None) -> list[Track]:
+        nodes, config, work = split_scenario(text)
+        async with grpc.aio.insecure_channel(self.gateway) as channel:
+            gateway = services_pb2_grpc.GatewayStub(channel)
+            events = services_pb2_grpc.EventsStub(channel)
+            await self.apply_nodes(nodes)
+            if config:
+                await gateway.Submit(
+                    services_pb2.SubmitRequest(manifest=yaml.safe_dump_all(config))
+                )
+            self.started = time.monotonic()
+            watch = asyncio.create_task(self._watch(events))
+            try:
+                await self._submit_all(gateway, work)
+                await self._wait_done(until_s)
+            finally:
+                watch.cancel()
+                with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+                    await watch
+        return list(self.tracks.values())
+
+    async def _submit_all(self, gateway: Any, work: list[dict[str, Any]]) -> None:
+        for doc in work:
+            after = float(
+                ((doc.get("metadata") or {}).get("annotations") or {}).get(SUBMIT_AFTER, 0)
+            )
+            delay = after / self.speed - (time.monotonic() - self.started)
+            if delay > 0:
+                await asyncio.sleep(delay)
+            reply = await gateway.Submit(services_pb2.SubmitRequest(manifest=yaml.safe_dump(doc)))
+            for obj in reply.objects:
+                if obj.kind == "Workload":
+                    track = self.tracks.setdefault(obj.key, Track(key=obj.key))
+                    track.queue = _queue_of(doc)
+                    if track.submitted_s is None:
+                        track.submitted_s = self.now_s()
+                    self._line(track, "submitted", f"to {track.queue}")
+
+    async def _wait_done(self, until_s: float | None) -> None:
+        while not all(t.done for t in self.tracks.values()):
+            if until_s is not None and self.now_s() >= until_s:
+                return
+            self.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), 0.5)
+
+    async def _watch(self, events: Any) -> None:
+        async for env in events.Watch(services_pb2.WatchRequest(from_sequence=1)):
+            self._apply(env)
+            self.changed.set()
+
+    def _apply(self, env: events_pb2.Envelope) -> None:
+        kind = env.WhichOneof("payload")
+        if not env.workload:
+            return
+        track = self.tracks.setdefault(env.workload, Track(key=env.workload))
+        now = self.now_s()
+        if kind == "pending" and env.pending.message != track.pending:
+            track.pending = env.pending.message
+            self._line(track, "pending", f"{env.pending.reason}: {env.pending.message}")
+        elif kind == "admitted":
+            track.cluster_queue = env.admitted.admission.cluster_queue
+            track.admitted_s = track.admitted_s if track.admitted_s is not None else now
+            track.outcome = "Admitted"
+            flavors = sorted(
+                {
+                    f
+                    for ps in env.admitted.admission.pod_set_assignments
+                    for f in ps.flavors.values()
+                }
+            )
+            self._line(track, "admitted", f"{track.cluster_queue} on {','.join(flavors)}")
+        elif kind == "evicted":
+            track.evictions += 1
+            if track.running_s is not None:
+                track.ran_s += now - track.running_s
+                track.running_s = None
+            track.outcome = "Evicted"
+            by = f" by {env.evicted.preemptor}" if env.evicted.preemptor else ""
+            self._line(track, "evicted", f"{env.evicted.reason}{by}")
+        elif kind == "bound":
+            track.nodes.update(b.node for b in env.bound.bindings)
+            self._line(track, "bound", ",".join(sorted(track.nodes)))
+        elif kind == "running":
+            track.running_s = now
+            track.outcome = "Running"
+        elif kind == "finished":
+            if track.running_s is not None:
+                track.ran_s += now - track.running_s
+                track.running_s = None
+            track.finished_s = now
+            track.outcome = "Finished" if env.finished.succeeded else "Failed"
+            self._line(track, "finished", f"ran {track.ran_s:.0f}s")
+
+    def _line(self, track: Track, what: str, detail: str) -> None:
+        self.print_line(f"{self.now_s():7.1f}s  {track.key:<36} {what:<10} {detail}")
+
+
+def _queue_of(doc: dict[str, Any]) -> str:
+    meta = doc.get("metadata") or {}
+    if doc.get("kind") == "Workload":
+        return str((doc.get("spec") or {}).get("queueName", "default"))
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    name = labels.get("kueue.x-k8s.io/queue-name") or annotations.get("kueue.x-k8s.io/queue-name")
+    return str(name or "default")
+
+
+def render_tracks(tracks: Sequence[Track]) -> str:
+    rows = [("WORKLOAD", "QUEUE", "WAITED", "RAN", "NODES", "OUTCOME")]
+    for t in sorted(
+        tracks, key=lambda t: (t.submitted_s if t.submitted_s is not None else 1e18, t.key)
+    ):
+        waited = (
+            "-"
+            if t.admitted_s is None or t.submitted_s is None
+            else f"{t.admitted_s - t.submitted_s:.0f}"
+        )
+        queue = f"{t.queue} → {t.cluster_queue}" if t.cluster_queue else t.queue
+        outcome = t.outcome + (f" (evicted {t.evictions}x)" if t.evictions else "")
+        rows.append(
+            (t.key, queue, waited, f"{t.ran_s:.0f}", ",".join(sorted(t.nodes)) or "-", outcome)
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    )

@@ -1,0 +1,147 @@
+"""Every muster service as its own process, started, health-checked and stopped together."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import signal
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from muster.launcher.nats_server import LaunchError
+
+_ANNOUNCE = re.compile(rb"^(health|gateway): (\S+)")
+
+
+@dataclass
+class ServiceProcess:
+    name: str
+    argv: list[str]
+    log_path: Path
+    process: asyncio.subprocess.Process | None = None
+    addresses: dict[str, str] = field(default_factory=dict)  # "health" / "gateway" -> host:port
+    announced: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def service_argv(name: str, *, nats_url: str, cluster: str, extra: Sequence[str] = ()) -> list[str]:
+    return [
+        sys.executable,
+        *("-m", "muster.cli.main", "service", name),
+        *("--nats", nats_url, "--cluster", cluster, "--health-port", "0"),
+        *extra,
+    ]
+
+
+class Stack:
+    """Start order: the simulated cluster, then the per-cluster services, admission shards,
+    preemption and, last, the gateway. Stop order is the reverse."""
+
+    def __init__(self, *, nats_url: str, cluster: str, shards: int, speed: float, log_dir: Path):
+        self.log_dir = log_dir
+        specs: list[tuple[str, str, list[str]]] = [
+            ("sim-cluster", "sim-cluster", ["--speed", f"{speed:g}"]),
+            ("watcher", "watcher", []),
+            ("binder", "binder", []),
+            ("gangpermit", "gangpermit", []),
+            *(
+                (f"admission-{i}", "admission", ["--shard", str(i), "--shards", str(shards)])
+                for i in range(shards)
+            ),
+            ("preemption", "preemption", []),
+            ("gateway", "gateway", ["--listen", "127.0.0.1:0"]),
+        ]
+        self.services = [
+            ServiceProcess(
+                name=label,
+                argv=service_argv(name, nats_url=nats_url, cluster=cluster, extra=extra),
+                log_path=log_dir / f"{label}.log",
+            )
+            for label, name, extra in specs
+        ]
+        self._readers: list[asyncio.Task[None]] = []
+
+    @property
+    def gateway_address(self) -> str:
+        return self.services[-1].addresses["gateway"]
+
+    async def start(self, *, timeout_s: float = 30.0) -> None:
+        for svc in self.services:
+            await self._spawn(svc)
+        try:
+            async with asyncio.timeout(timeout_s):
+                for svc in self.services:
+                    await self._wait_serving(svc)
+        except TimeoutError:
+            late = [s.name for s in self.services if "health" not in s.addresses]
+            raise LaunchError(
+                f"services did not become healthy in {timeout_s:g}s: {', '.join(late) or '?'}; "
+                f"logs in {self.log_dir}"
+            ) from None
+
+    async def _spawn(self, svc: ServiceProcess) -> None:
+        svc.process = await asyncio.create_subprocess_exec(
+            *svc.argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        )
+        self._readers.append(asyncio.create_task(self._read(svc)))
+
+    async def _read(self, svc: ServiceProcess) -> None:
+        """Copy the service's output to its log, noting the addresses it announces."""
+        assert svc.process is not None
+        assert svc.process.stdout is not None
+        with svc.log_path.open("ab") as log:
+            async for line in svc.process.stdout:
+                log.write(line)
+                log.flush()
+                match = _ANNOUNCE.match(line)
+                if match:
+                    svc.addresses[match.group(1).decode()] = match.group(2).decode()
+                    if "health" in svc.addresses and (
+                        svc.name != "gateway" or "gateway" in svc.addresses
+                    ):
+                        svc.announced.set()
+        svc.announced.set()  # exited: let waiters see it
+
+    async def _wait_serving(self, svc: ServiceProcess) -> None:
+        await svc.announced.wait()
+        assert svc.process is not None
+        if svc.process.returncode is not None or "health" not in svc.addresses:
+            raise LaunchError(f"{svc.name} exited at start; see {svc.log_path}")
+        async with grpc.aio.insecure_channel(svc.addresses["health"]) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            while True:
+                with contextlib.suppress(grpc.aio.AioRpcError):
+                    reply = await stub.Check(health_pb2.HealthCheckRequest(service=""))
+                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                if svc.process.returncode is not None:
+                    raise LaunchError(f"{svc.name} exited at start; see {svc.log_path}")
+                await asyncio.sleep(0.05)
+
+    def died(self) -> list[str]:
+        return [
+            s.name for s in self.services if s.process and s.process.returncode not in (None, 0)
+        ]
+
+    async def stop(self, *, grace_s: float = 10.0) -> None:
+        """SIGTERM in reverse start order, wait for a graceful exit, kill what remains."""
+        running = [s.process for s in reversed(self.services) if s.process is not None]
+        for proc in running:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGTERM)
+        for proc in running:
+            try:
+                await asyncio.wait_for(proc.wait(), grace_s)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+        for task in self._readers:
+            task.cancel()
+        await asyncio.gather(*self._readers, return_exceptions=True)

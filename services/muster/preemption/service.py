@@ -1,0 +1,112 @@
+"""The preemption service's wiring: rebuild the evictions in flight, consume, resend.
+
+`run_preemption(bus, health, config)` creates the durable consumer `preemption` (if missing,
+starting at the stream's end), replays `evicted` and `eviction_completed` from `MUSTER_EVENTS`
+to rebuild the evictions in flight, re-sends their current attempt (same ids: JetStream drops
+what was already stored), then consumes and runs the resend timer; it reports SERVING.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Final
+
+import msgspec
+
+from muster.bus import EVENTS_STREAM, Bus, ConsumerSettings, workload_subject
+from muster.bus.consumer import consumer_config
+from muster.bus.service import Health
+from muster.contracts.v1 import events_pb2 as pb
+from muster.preemption.handlers import DURABLE, PreemptionContext, handle, resend
+from muster.preemption.state import Evictions
+from muster.preemption.translate import evict_command
+
+SUBJECTS: Final = (workload_subject("*", "evicted"), workload_subject("*", "eviction_completed"))
+
+log = logging.getLogger(__name__)
+
+
+class PreemptionConfig(msgspec.Struct, frozen=True, kw_only=True):
+    resend_s: float = 30.0  # grace period before an eviction is asked for again
+    max_attempts: int = 10
+    lanes: int = 8
+
+    def __post_init__(self) -> None:
+        if self.resend_s <= 0:
+            raise ValueError(f"--evict-grace-seconds must be > 0, got {self.resend_s:g}")
+        if self.max_attempts < 1:
+            raise ValueError(f"--max-attempts must be >= 1, got {self.max_attempts}")
+
+
+async def run_preemption(
+    bus: Bus,
+    health: Health,
+    config: PreemptionConfig,
+    *,
+    clock: Callable[[], float] = time.time,
+) -> None:
+    """Rebuild, then execute evictions until cancelled."""
+    evictions = Evictions(resend_s=config.resend_s, max_attempts=config.max_attempts)
+    wake = asyncio.Event()
+    ctx = PreemptionContext(evictions, bus.publisher, clock, wake=wake.set)
+    settings = ConsumerSettings(stream=EVENTS_STREAM, lanes=config.lanes, deliver_new=True)
+    await bus.js.add_consumer(EVENTS_STREAM, config=consumer_config(DURABLE, SUBJECTS, settings))
+    end = await rebuild(bus, evictions, clock=clock)
+
+    async def handler(env: pb.Envelope) -> None:
+        if env.sequence <= end:
+            return  # in the rebuild already
+        await handle(env, ctx)
+
+    async with asyncio.TaskGroup() as tg:
+        consumer = tg.create_task(
+            bus.consume_with(DURABLE, SUBJECTS, handler, settings), name="preemption-consumer"
+        )
+        tg.create_task(cancel_firmly(consumer), name="preemption-consumer-stop")
+        tg.create_task(resend_forever(ctx, wake), name="preemption-resend")
+        health.ready()
+
+
+async def cancel_firmly(task: asyncio.Task[None]) -> None:
+    """Wait until cancelled, then cancel `task` until it really stops (Python 3.11's
+    `asyncio.wait_for`, which nats-py's fetch uses, can swallow one cancellation)."""
+    try:
+        await asyncio.Event().wait()
+    finally:
+        while not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=0.5)
+
+
+async def rebuild(bus: Bus, evictions: Evictions, *, clock: Callable[[], float]) -> int:
+    """Replay evicted minus eviction_completed; re-send what is in flight. The replay's end."""
+    end = await bus.last_sequence(EVENTS_STREAM)
+    async for env in bus.replay(list(SUBJECTS), until_sequence=end):
+        if env.WhichOneof("payload") == "evicted":
+            evictions.evicted(env, now_s=clock())
+        else:
+            evictions.completed(env)
+    for flight in list(evictions.flights.values()):
+        await bus.publish(evict_command(flight.evicted, attempt=flight.attempt))
+    log.info("rebuilt to sequence %d: %d evictions in flight", end, len(evictions))
+    return end
+
+
+async def resend_forever(ctx: PreemptionContext, wake: asyncio.Event) -> None:
+    while True:
+        due = ctx.evictions.next_due_s()
+        timeout = None if due is None else max(0.0, due - ctx.clock())
+        # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await wake.wait()
+        wake.clear()
+        try:
+            await resend(ctx)
+        except Exception:  # NATS trouble: the flights stay due, the next pass retries
+            log.exception("re-sending evictions failed")
+            await asyncio.sleep(1.0)

@@ -1,0 +1,29 @@
+"""`workload.evicted` → `cmd.evict` for the victim's cluster. Pure."""
+
+from __future__ import annotations
+
+from muster.bus import new_event
+from muster.contracts.v1 import events_pb2 as pb
+
+SOURCE = "preemption"
+
+
+def evict_command(evicted: pb.Envelope, *, attempt: int, source: str = SOURCE) -> pb.Envelope:
+    """Attempt `attempt` of stopping the pods of `evicted`'s workload, on its cluster.
+
+    The id is derived from the eviction and the attempt, so re-sending one attempt is a
+    duplicate JetStream drops, and each new attempt is a new command.
+    """
+    payload = pb.EvictRequested(
+        reason=evicted.evicted.reason, message=evicted.evicted.message, attempt=attempt
+    )
+    return new_event(
+        "evict_requested",
+        payload,
+        cluster=evicted.cluster,
+        workload=evicted.workload,
+        generation=evicted.generation,
+        cause=evicted,
+        source=source,
+        n=attempt,
+    )

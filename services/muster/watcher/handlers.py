@@ -1,0 +1,147 @@
+"""The watcher's handlers: one per kind of cluster change, each publishing what it implies.
+
+Config objects and Namespaces → config.applied/deleted; queued Jobs and Kueue Workloads →
+workload.submitted/deleted; pods of a workload → pods_pending, running, pods_ready, finished.
+Each event id is derived from the fact (`Outgoing.id_key`), and what was sent is remembered in
+`MUSTER_WATCHER` (`Marks`), so no fact is published twice, across restarts too.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from muster.bus.envelope import new_event
+from muster.cluster.backend import ClusterChange
+from muster.contracts.v1 import events_pb2
+from muster.watcher import translate
+from muster.watcher.pods import PodState, Sent, due_events, pod_state
+from muster.watcher.translate import Outgoing
+
+log = logging.getLogger(__name__)
+
+WATCHER_ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_DNS, "watcher.muster.dev")
+
+
+class Publisher(Protocol):
+    async def publish(self, env: events_pb2.Envelope) -> int: ...
+
+
+class MarksStore(Protocol):
+    """Where the watcher remembers what it sent per workload (the `MUSTER_WATCHER` bucket)."""
+
+    async def load(self, workload: str) -> Sent: ...
+
+    async def save(self, workload: str, sent: Sent) -> None: ...
+
+
+class WatcherContext:
+    """What the handlers share: cluster id, publisher, marks, and the pods seen per workload."""
+
+    def __init__(
+        self,
+        *,
+        cluster: str,
+        publisher: Publisher,
+        marks: MarksStore,
+        clock_ns: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.cluster = cluster
+        self.publisher = publisher
+        self.marks = marks
+        self.clock_ns = clock_ns
+        self.source = f"watcher/{cluster}"
+        self.pods: dict[str, dict[str, PodState]] = {}  # workload key → pod key → state
+
+    def seed(self, pod: PodState) -> None:
+        """Know `pod` without publishing anything (a restart's initial list)."""
+        self.pods.setdefault(pod.workload, {})[pod.key] = pod
+
+    def envelope(self, out: Outgoing) -> events_pb2.Envelope:
+        env = new_event(
+            out.field,
+            out.payload,
+            cluster=self.cluster,
+            workload=out.workload,
+            generation=out.generation,
+            source=self.source,
+            now_ns=self.clock_ns(),
+        )
+        # Deterministic: the same fact seen again (a resumed watch) is deduplicated by JetStream.
+        fact = f"{self.cluster}/{out.workload}/{out.id_key}"
+        env.event_id = str(uuid.uuid5(WATCHER_ID_NAMESPACE, fact))
+        return env
+
+    async def publish(self, out: Outgoing) -> None:
+        await self.publisher.publish(self.envelope(out))
+
+
+async def on_config(change: ClusterChange, ctx: WatcherContext) -> None:
+    """A config object or Namespace changed: config.applied, or config.deleted."""
+    if change.type == "DELETED":
+        await ctx.publish(translate.config_deleted(change.obj))
+    else:
+        await ctx.publish(translate.config_applied(change.obj))
+
+
+async def on_workload_object(change: ClusterChange, ctx: WatcherContext) -> None:
+    """A queued Job or Kueue Workload changed: submitted once per generation, or deleted."""
+    wl, problems = translate.workload_of(change.obj)
+    if wl is None:
+        log.warning("ignoring %s: %s", change.key, "; ".join(problems), extra={"key": change.key})
+        return
+    sent = await ctx.marks.load(wl.key)
+    if change.type == "DELETED":
+        await ctx.publish(translate.deleted(wl))
+        sent.submitted = ""
+        await ctx.marks.save(wl.key, sent)
+        return
+    out = translate.submitted(wl)
+    mark = translate.incarnation(wl)
+    if sent.submitted == mark:
+        return
+    await ctx.publish(out)
+    sent.submitted = mark
+    await ctx.marks.save(wl.key, sent)
+
+
+async def on_pod(change: ClusterChange, ctx: WatcherContext) -> None:
+    """A pod changed: publish whatever its workload's pods now make due."""
+    pod = pod_state(change.obj)
+    if pod is None:
+        return  # not started by muster
+    pods = ctx.pods.setdefault(pod.workload, {})
+    deleted = change.type == "DELETED"
+    if deleted:
+        pods.pop(pod.key, None)
+    else:
+        pods[pod.key] = pod
+    sent = await ctx.marks.load(pod.workload)
+    due = due_events(pod.workload, list(pods.values()), sent, after_delete=deleted)
+    uids = [p.uid for p in pods.values()]
+    for out in due:
+        await ctx.publish(out)
+        sent.record(out, uids)
+    had_pod_marks = bool(sent.pending or sent.running or sent.pods_ready or sent.finished)
+    sent.forget_pods_except(uids)
+    if not pods:
+        del ctx.pods[pod.workload]
+    if due or (not pods and had_pod_marks):
+        await ctx.marks.save(pod.workload, sent)
+
+
+Handler = Callable[[ClusterChange, WatcherContext], Awaitable[None]]
+
+
+def handler_for(change: ClusterChange) -> Handler | None:
+    """The handler of `change`, or None for objects the watcher does not report (Nodes)."""
+    if change.kind == "Pod":
+        return on_pod
+    if translate.is_config(change.obj):
+        return on_config
+    if translate.is_workload_source(change.obj):
+        return on_workload_object
+    return None

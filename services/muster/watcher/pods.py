@@ -1,0 +1,181 @@
+"""A workload's pods, seen together: which of pods_pending, running, pods_ready and finished hold.
+
+Level-triggered: `due_events` looks at the pods as they are now and at what was already sent
+(`Sent`), never at the change that led here, so a watcher that missed intermediate states (a
+restart, a resumed watch) still publishes each fact exactly once per set of pods. Pure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from muster.cluster.objects import POD_SET_ANNOTATION, WORKLOAD_LABEL, PodView
+from muster.contracts.v1 import events_pb2
+from muster.watcher.translate import Outgoing
+
+PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
+
+
+class PodState(msgspec.Struct, frozen=True, kw_only=True):
+    """What the watcher needs of one pod labelled with its workload."""
+
+    namespace: str
+    name: str
+    uid: str
+    workload: str  # "<namespace>/<workload name>"
+    pod_set: str = ""
+    node: str = ""
+    phase: str = PENDING
+    message: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class Sent(msgspec.Struct, kw_only=True):
+    """What was published for one workload's pods: per event, the pod uids it covered.
+
+    pods_pending is keyed by the exact set of pending pods; the others by every pod they
+    covered, so a pod that was part of a `finished` never makes another one.
+    """
+
+    submitted: str = ""  # `translate.incarnation` of the last workload.submitted
+    pending: list[str] = msgspec.field(default_factory=list)  # digests of pending sets sent
+    running: list[str] = msgspec.field(default_factory=list)  # pod uids
+    pods_ready: list[str] = msgspec.field(default_factory=list)
+    finished: list[str] = msgspec.field(default_factory=list)
+
+    def record(self, out: Outgoing, uids: Iterable[str]) -> None:
+        """Remember that `out` (from `due_events`) was published for pods `uids`."""
+        if out.field == "pods_pending":
+            self.pending.append(out.id_key.rsplit("/", 1)[-1])
+        else:
+            getattr(self, out.field).extend(sorted(set(uids) - set(getattr(self, out.field))))
+
+    def forget_pods_except(self, uids: Iterable[str]) -> None:
+        """Drop marks of pods that are gone; pending-set digests go when no pod is pending."""
+        keep = set(uids)
+        self.running = [u for u in self.running if u in keep]
+        self.pods_ready = [u for u in self.pods_ready if u in keep]
+        self.finished = [u for u in self.finished if u in keep]
+        if not keep:
+            self.pending = []
+
+    @property
+    def empty(self) -> bool:
+        return not (
+            self.submitted or self.pending or self.running or self.pods_ready or self.finished
+        )
+
+
+def pod_state_of_view(pod: PodView) -> PodState | None:
+    """The PodState of a listed pod, or None for a pod of no workload."""
+    if not pod.workload:
+        return None
+    return PodState(
+        namespace=pod.namespace,
+        name=pod.name,
+        uid=pod.uid,
+        workload=pod.workload_key,
+        pod_set=pod.pod_set,
+        node=pod.node_name,
+        phase=pod.phase,
+    )
+
+
+def pod_state(obj: Mapping[str, Any]) -> PodState | None:
+    """The PodState of Kubernetes-shaped pod `obj`, or None when no workload label names it."""
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    workload = labels.get(WORKLOAD_LABEL)
+    if not workload:
+        return None
+    namespace = meta.get("namespace") or "default"
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    annotations = meta.get("annotations") or {}
+    return PodState(
+        namespace=namespace,
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        workload=f"{namespace}/{workload}",
+        pod_set=str(annotations.get(POD_SET_ANNOTATION) or ""),
+        node=str(spec.get("nodeName") or ""),
+        phase=str(status.get("phase") or PENDING),
+        message=str(status.get("message") or status.get("reason") or ""),
+    )
+
+
+def _digest(uids: Iterable[str]) -> str:
+    return hashlib.sha256("\n".join(sorted(uids)).encode()).hexdigest()[:16]
+
+
+def _ref(p: PodState) -> events_pb2.PodRef:
+    return events_pb2.PodRef(namespace=p.namespace, name=p.name, pod_set=p.pod_set, uid=p.uid)
+
+
+def due_events(
+    workload: str, pods: Sequence[PodState], sent: Sent, *, after_delete: bool = False
+) -> list[Outgoing]:
+    """The events now due for `workload`, in the order to publish them.
+
+    - unbound Pending pods → pods_pending listing all of them (once per set);
+    - every pod Running or Succeeded → running, then pods_ready (once per pod);
+    - every pod Succeeded → finished{succeeded}; any Failed → finished{not succeeded}.
+    A workload whose pods finished before the watcher saw them run still gets running and
+    pods_ready first, so subscribers see the whole life. `after_delete`: a pod was just
+    deleted (the workload is being stopped), so a smaller pending set is no news.
+    """
+    pods = sorted(pods, key=lambda p: p.key)
+    if not pods:
+        return []
+    uids = {p.uid for p in pods}
+    everyone = _digest(uids)
+    out: list[Outgoing] = []
+    if not after_delete and not uids & set(sent.finished):
+        pending = [p for p in pods if p.phase == PENDING and not p.node]
+        if pending and _digest(p.uid for p in pending) not in sent.pending:
+            out.append(
+                Outgoing(
+                    field="pods_pending",
+                    payload=events_pb2.PodsPending(pods=[_ref(p) for p in pending]),
+                    id_key=f"pods_pending/{_digest(p.uid for p in pending)}",
+                    workload=workload,
+                )
+            )
+    failed = [p for p in pods if p.phase == FAILED]
+    started = all(p.phase in (RUNNING, SUCCEEDED) for p in pods)
+    done = all(p.phase == SUCCEEDED for p in pods)
+    if started and not uids & set(sent.running) and not uids & set(sent.finished):
+        for field, payload in (
+            ("running", events_pb2.WorkloadRunning()),
+            ("pods_ready", events_pb2.PodsReady()),
+        ):
+            out.append(
+                Outgoing(
+                    field=field, payload=payload, id_key=f"{field}/{everyone}", workload=workload
+                )
+            )
+    if (done or failed) and not uids & set(sent.finished):
+        if failed:
+            first = failed[0]
+            why = f": {first.message}" if first.message else ""
+            message = f"pod {first.key} failed{why}"
+            if len(failed) > 1:
+                message += f" (and {len(failed) - 1} more)"
+        else:
+            message = f"{len(pods)} of {len(pods)} pods succeeded"
+        out.append(
+            Outgoing(
+                field="finished",
+                payload=events_pb2.WorkloadFinished(succeeded=not failed, message=message),
+                id_key=f"finished/{everyone}",
+                workload=workload,
+            )
+        )
+    return out

@@ -1,0 +1,178 @@
+"""What the watcher publishes about one changed cluster object: events as data, no I/O.
+
+Config objects and Namespaces become `config.applied`/`config.deleted`; a queued Job or a Kueue
+Workload becomes `workload.submitted`/`workload.deleted`. Each `Outgoing` carries an `id_key`
+that is the same whenever the same fact is seen again, so the service derives a deterministic
+event id from it and a republished fact is dropped by JetStream's dedupe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from muster.api import decode_documents, quantities_to_strings, workload_to_kueue
+from muster.api.job import QUEUE_NAME_KEY
+from muster.api.model import Workload
+from muster.contracts.v1 import events_pb2
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+# Kueue configuration kinds whose changes admission needs; plus Namespaces and PriorityClasses.
+KUEUE_CONFIG_KINDS = frozenset(
+    {
+        "ResourceFlavor",
+        "ClusterQueue",
+        "Cohort",
+        "LocalQueue",
+        "WorkloadPriorityClass",
+        "AdmissionCheck",
+        "Topology",
+    }
+)
+CORE_CONFIG_KINDS = {"Namespace": "v1", "PriorityClass": "scheduling.k8s.io/v1"}
+
+
+class Outgoing(msgspec.Struct, frozen=True, kw_only=True):
+    """One event to publish: its payload (by Envelope field), workload and dedupe key."""
+
+    field: str  # Envelope payload field: "submitted", "config_applied", ...
+    payload: Any  # the protobuf payload message
+    id_key: str  # same fact, same key: the service derives the event id from it
+    workload: str = ""
+    generation: int = 0
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _group(obj: Mapping[str, Any]) -> str:
+    api_version = obj.get("apiVersion")
+    if not isinstance(api_version, str) or "/" not in api_version:
+        return ""
+    return api_version.split("/", 1)[0]
+
+
+def object_name(obj: Mapping[str, Any]) -> str:
+    """Return "<name>" or "<namespace>/<name>", as ConfigApplied.name spells it."""
+    meta = _meta(obj)
+    name = str(meta.get("name", ""))
+    namespace = meta.get("namespace")
+    return f"{namespace}/{name}" if namespace else name
+
+
+def is_config(obj: Mapping[str, Any]) -> bool:
+    """Whether `obj` is configuration admission reads (Kueue config kinds, Namespaces, ...)."""
+    kind = obj.get("kind")
+    if kind in KUEUE_CONFIG_KINDS:
+        return _group(obj) == KUEUE_GROUP
+    return kind in CORE_CONFIG_KINDS and obj.get("apiVersion") == CORE_CONFIG_KINDS[str(kind)]
+
+
+def is_workload_source(obj: Mapping[str, Any]) -> bool:
+    """Whether `obj` is a Kueue Workload, or a batch/v1 Job that names a queue."""
+    kind = obj.get("kind")
+    if kind == "Workload":
+        return _group(obj) == KUEUE_GROUP
+    if kind != "Job" or obj.get("apiVersion") != "batch/v1":
+        return False
+    meta = _meta(obj)
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    return bool(labels.get(QUEUE_NAME_KEY) or annotations.get(QUEUE_NAME_KEY))
+
+
+def _content_hash(obj: Mapping[str, Any]) -> str:
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def config_applied(obj: Mapping[str, Any]) -> Outgoing:
+    """`config.applied` for `obj` as written; the same content always gets the same id key."""
+    kind, name = str(obj.get("kind")), object_name(obj)
+    payload = events_pb2.ConfigApplied(
+        kind=kind, name=name, manifest_json=json.dumps(obj, sort_keys=True, default=str)
+    )
+    return Outgoing(
+        field="config_applied", payload=payload, id_key=f"config/{kind}/{name}/{_content_hash(obj)}"
+    )
+
+
+def config_deleted(obj: Mapping[str, Any]) -> Outgoing:
+    kind, name = str(obj.get("kind")), object_name(obj)
+    meta = _meta(obj)
+    life = f"{meta.get('uid', '')}/{meta.get('creationTimestamp', '')}"
+    return Outgoing(
+        field="config_deleted",
+        payload=events_pb2.ConfigDeleted(kind=kind, name=name),
+        id_key=f"config-deleted/{kind}/{name}/{life}",
+    )
+
+
+def workload_of(obj: Mapping[str, Any]) -> tuple[Workload | None, list[str]]:
+    """The Workload `obj` stands for (a Kueue Workload, or the one Kueue derives from a Job).
+
+    Returns (None, problems) when the object does not decode; each problem names a field.
+    """
+    objects, errors = decode_documents([dict(obj)])
+    found = [o for o in objects if isinstance(o, Workload)]
+    if errors or not found:
+        return None, [str(e) for e in errors] or [f"{object_name(obj)}: not a workload"]
+    return found[0], []
+
+
+def incarnation(wl: Workload) -> str:
+    """Return "<uid>/<generation>/<creationTimestamp>": which life of the object this is.
+
+    The creation time tells apart a Job deleted and created again under the same name, whose
+    uid (derived from the name when the cluster sets none) and generation may repeat.
+    """
+    return f"{wl.meta.uid}/{wl.meta.generation}/{wl.meta.creation_timestamp or ''}"
+
+
+def submitted(wl: Workload) -> Outgoing:
+    """`workload.submitted` for `wl`, once per incarnation (uid, generation, creation)."""
+    pod_sets = [
+        events_pb2.PodSetSummary(
+            name=ps.name,
+            count=ps.count,
+            min_count=ps.min_count or 0,
+            requests=quantities_to_strings(ps.requests),
+        )
+        for ps in wl.pod_sets
+    ]
+    payload = events_pb2.WorkloadSubmitted(
+        manifest_json=json.dumps(workload_to_kueue(wl), sort_keys=True),
+        queue_name=wl.queue_name,
+        priority=wl.priority or 0,
+        pod_sets=pod_sets,
+    )
+    owner = next((o for o in wl.meta.owner_references if o.controller), None)
+    if owner is not None:
+        payload.owner.CopyFrom(
+            events_pb2.OwnerRef(
+                api_version=owner.api_version, kind=owner.kind, name=owner.name, uid=owner.uid
+            )
+        )
+    return Outgoing(
+        field="submitted",
+        payload=payload,
+        id_key=f"submitted/{incarnation(wl)}",
+        workload=wl.key,
+        generation=wl.meta.generation,
+    )
+
+
+def deleted(wl: Workload) -> Outgoing:
+    return Outgoing(
+        field="deleted",
+        payload=events_pb2.WorkloadDeleted(),
+        id_key=f"deleted/{incarnation(wl)}",
+        workload=wl.key,
+        generation=wl.meta.generation,
+    )

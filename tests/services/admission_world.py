@@ -1,0 +1,262 @@
+"""Helpers for the admission and preemption service tests: manifests, events, running services.
+
+Services run in-process as asyncio tasks, each on its own NATS connection, so that cancelling
+one (a crash, as far as NATS is concerned) leaves the test's own `bus` alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
+
+from muster.admission.service import AdmissionConfig, run_admission
+from muster.bus import EVENTS_STREAM, Bus, BusConfig, connect, new_event
+from muster.bus.service import Health
+from muster.contracts.v1 import events_pb2 as pb
+from muster.preemption.service import PreemptionConfig, run_preemption
+
+KUEUE = "kueue.x-k8s.io/v1beta2"
+
+
+def flavor(name: str = "default", **labels: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {"nodeLabels": labels} if labels else {}
+    return {"apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": {"name": name}, "spec": spec}
+
+
+def cluster_queue(
+    name: str = "cq",
+    *,
+    cpu: str = "4",
+    flavor_name: str = "default",
+    cohort: str | None = None,
+    preemption: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "namespaceSelector": {},
+        "resourceGroups": [
+            {
+                "coveredResources": ["cpu"],
+                "flavors": [
+                    {"name": flavor_name, "resources": [{"name": "cpu", "nominalQuota": cpu}]}
+                ],
+            }
+        ],
+    }
+    if cohort:
+        spec["cohort"] = cohort
+    if preemption:
+        spec["preemption"] = preemption
+    return {"apiVersion": KUEUE, "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec}
+
+
+def local_queue(name: str = "lq", *, namespace: str = "ns", cq: str = "cq") -> dict[str, Any]:
+    return {
+        "apiVersion": KUEUE,
+        "kind": "LocalQueue",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"clusterQueue": cq},
+    }
+
+
+def workload(
+    name: str, *, cpu: str = "1", count: int = 1, queue: str = "lq", namespace: str = "ns",
+    priority: int | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    spec: dict[str, Any] = {
+        "queueName": queue,
+        "podSets": [
+            {
+                "name": "main",
+                "count": count,
+                "template": {
+                    "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}
+                },
+            }
+        ],
+    }
+    if priority is not None:
+        spec["priority"] = priority
+    return {
+        "apiVersion": KUEUE,
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
+        "spec": spec,
+    }
+
+
+def config_applied(manifest: dict[str, Any], *, cluster: str = "local") -> pb.Envelope:
+    meta = manifest["metadata"]
+    name = f"{meta['namespace']}/{meta['name']}" if "namespace" in meta else meta["name"]
+    payload = pb.ConfigApplied(kind=manifest["kind"], name=name, manifest_json=json.dumps(manifest))
+    return new_event("config_applied", payload, cluster=cluster, source="test")
+
+
+def config_deleted(kind: str, name: str, *, cluster: str = "local") -> pb.Envelope:
+    payload = pb.ConfigDeleted(kind=kind, name=name)
+    return new_event("config_deleted", payload, cluster=cluster, source="test")
+
+
+def submitted(manifest: dict[str, Any], *, cluster: str = "local") -> pb.Envelope:
+    meta = manifest["metadata"]
+    key = f"{meta['namespace']}/{meta['name']}"
+    payload = pb.WorkloadSubmitted(
+        manifest_json=json.dumps(manifest), queue_name=manifest["spec"].get("queueName", "")
+    )
+    return new_event("submitted", payload, cluster=cluster, workload=key, source="test")
+
+
+def fact(field: str, key: str, payload: Any = None, *, cluster: str = "local") -> pb.Envelope:
+    """A fact about workload `key` (finished, deleted, eviction_completed, pods_ready, ...)."""
+    message = payload if payload is not None else getattr(pb.Envelope(), field).__class__()
+    return new_event(field, message, cluster=cluster, workload=key, source="test")
+
+
+async def publish(bus: Bus, *envs: pb.Envelope) -> None:
+    for env in envs:
+        await bus.publish(env)
+
+
+async def basic_config(
+    bus: Bus, *, cpu: str = "4", preemption: dict[str, Any] | None = None
+) -> None:
+    await publish(
+        bus,
+        config_applied(flavor()),
+        config_applied(cluster_queue(cpu=cpu, preemption=preemption)),
+        config_applied(local_queue()),
+    )
+
+
+class Running:
+    """One service running as a task on its own connection."""
+
+    def __init__(self, task: asyncio.Task[None], health: Health, bus: Bus) -> None:
+        self.task = task
+        self.health = health
+        self.bus = bus
+
+    async def wait_serving(self, timeout_s: float = 10.0) -> None:
+        async with asyncio.timeout(timeout_s):
+            while not self.health.serving:
+                if self.task.done():
+                    self.task.result()
+                    raise AssertionError("service ended before serving")
+                await asyncio.sleep(0.01)
+
+    async def kill(self) -> None:
+        """Cancel the task abruptly and drop the connection without draining."""
+        self.task.cancel()
+        done, _ = await asyncio.wait({self.task}, timeout=5)
+        if not done:
+            for t in asyncio.all_tasks():
+                t.print_stack(limit=12)
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self.task
+        await self.bus.nc.close()
+
+    async def stop(self) -> None:
+        await self.kill()
+
+
+async def start_admission(bus_config: BusConfig, **settings: Any) -> Running:
+    bus = await connect(msgspec_replace(bus_config, name="muster-admission-test"))
+    health = Health("admission")
+    defaults = {"lease_ttl_s": 2.0, "lease_renew_s": 0.5, "ack_wait_s": 2.0}
+    config = AdmissionConfig(**{**defaults, **settings})
+    task = asyncio.create_task(run_admission(bus, health, config))
+    return Running(task, health, bus)
+
+
+async def start_preemption(bus_config: BusConfig, **settings: Any) -> Running:
+    bus = await connect(msgspec_replace(bus_config, name="muster-preemption-test"))
+    health = Health("preemption")
+    task = asyncio.create_task(run_preemption(bus, health, PreemptionConfig(**settings)))
+    return Running(task, health, bus)
+
+
+def msgspec_replace(config: BusConfig, **changes: Any) -> BusConfig:
+    import msgspec
+
+    return msgspec.structs.replace(config, **changes)
+
+
+@contextlib.asynccontextmanager
+async def running(*services: Running) -> AsyncIterator[Sequence[Running]]:
+    try:
+        yield services
+    finally:
+        for svc in services:
+            await svc.stop()
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], *, timeout_s: float = 10.0) -> None:
+    """Wait until `check()` holds: state in NATS (a bucket, a consumer) or in another task."""
+    async with asyncio.timeout(timeout_s):
+        while not await check():  # noqa: ASYNC110 (the state lives in the server: poll it)
+            await asyncio.sleep(0.02)
+
+
+def count(events: Any, event_type: str, workload: str) -> int:
+    return len(events.matching(event_type, workload=workload))
+
+
+async def drained(bus: Bus, durable: str, *, timeout_s: float = 10.0) -> None:
+    """Wait until durable consumer `durable` has handled and acked everything stored so far."""
+
+    async def done() -> bool:
+        info = await bus.js.consumer_info(EVENTS_STREAM, durable)
+        return not info.num_pending and not info.num_ack_pending
+
+    await eventually(done, timeout_s=timeout_s)
+
+
+class FakeBinder:
+    """Consumes cmd.evict and answers eviction_completed (or stays silent when `mute`)."""
+
+    def __init__(self, bus: Bus, *, mute: bool = False) -> None:
+        self.bus = bus
+        self.mute = mute
+        self.commands: list[pb.Envelope] = []
+        self.changed = asyncio.Condition()
+        self.task: asyncio.Task[None] | None = None
+
+    async def wait_for(
+        self, check: Callable[[list[pb.Envelope]], bool], timeout_s: float = 10
+    ) -> None:
+        """Wait until `check(commands)` holds."""
+        async with self.changed:
+            await asyncio.wait_for(self.changed.wait_for(lambda: check(self.commands)), timeout_s)
+
+    async def handle(self, env: pb.Envelope) -> None:
+        async with self.changed:
+            self.commands.append(env)
+            self.changed.notify_all()
+        if not self.mute:
+            done = new_event(
+                "eviction_completed",
+                pb.EvictionCompleted(),
+                cluster=env.cluster,
+                workload=env.workload,
+                cause=env,
+                source="binder",
+            )
+            await self.bus.publish(done)
+
+    def start(self) -> FakeBinder:
+        from muster.bus import COMMANDS_STREAM, command_subject
+
+        self.task = asyncio.create_task(
+            self.bus.consume(
+                "fake-binder", [command_subject("*", "evict")], self.handle, stream=COMMANDS_STREAM
+            )
+        )
+        return self
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task

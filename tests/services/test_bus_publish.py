@@ -1,0 +1,97 @@
+"""Publishing against a real nats-server: PubAck sequences, dedupe, size limits, fencing."""
+
+from __future__ import annotations
+
+import pytest
+from bus_helpers import SUBMITTED, pending, submitted
+
+from muster.bus import (
+    DLQ_STREAM,
+    EVENTS_STREAM,
+    Bus,
+    BusConfig,
+    Conflict,
+    Reject,
+    Retry,
+    connect,
+    subject_of,
+)
+
+pytestmark = pytest.mark.timeout(30)
+
+
+async def test_ensure_streams_is_idempotent(bus: Bus) -> None:
+    await bus.ensure_streams()
+    await bus.ensure_streams()
+    events = await bus.js.stream_info(EVENTS_STREAM)
+    assert events.config.duplicate_window == 120
+    assert events.config.max_age == 7 * 24 * 3600
+    dlq = await bus.js.stream_info(DLQ_STREAM)
+    assert dlq.config.subjects == ["muster.v1.dlq.*"]
+
+
+async def test_publish_returns_the_stream_sequence(bus: Bus) -> None:
+    assert await bus.publish(submitted("ns/a")) == 1
+    assert await bus.publish_all([submitted("ns/b"), submitted("ns/c")]) == [2, 3]
+    assert await bus.last_sequence(EVENTS_STREAM) == 3
+
+
+async def test_publishing_the_same_event_id_again_stores_it_once(bus: Bus) -> None:
+    cause = submitted("ns/a")
+    await bus.publish(submitted("ns/other"))
+    first = await bus.publish(pending("ns/a", "m", cause=cause))
+    # A handler that ran again after a crash rebuilds the same event: same id, same sequence.
+    again = await bus.publish(pending("ns/a", "m", cause=cause))
+    assert again == first == 2
+    info = await bus.js.stream_info(EVENTS_STREAM)
+    assert info.state.messages == 2
+
+
+async def test_publish_sets_the_dedupe_and_trace_headers(bus: Bus) -> None:
+    env = submitted("ns/a")
+    env.traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    seq = await bus.publish(env)
+    stored = await bus.js.get_msg(EVENTS_STREAM, seq)
+    assert stored.subject == subject_of(env) == SUBMITTED
+    assert stored.headers is not None
+    assert stored.headers["Nats-Msg-Id"] == env.event_id
+    assert stored.headers["traceparent"] == env.traceparent
+
+
+async def test_an_envelope_over_max_event_bytes_is_refused_at_publish(
+    bus_config: BusConfig,
+) -> None:
+    small = await connect(BusConfig(url=bus_config.url, max_event_bytes=500))
+    try:
+        await small.ensure_streams()
+        with pytest.raises(Reject, match="over the limit of 500"):
+            await small.publish(submitted("ns/a", manifest="x" * 1000))
+        assert await small.last_sequence(EVENTS_STREAM) == 0
+    finally:
+        await small.close()
+
+
+async def test_the_servers_max_payload_is_respected_even_under_a_larger_limit(
+    bus_config: BusConfig,
+) -> None:
+    big = await connect(BusConfig(url=bus_config.url, max_event_bytes=8 * 1024 * 1024))
+    try:
+        await big.ensure_streams()
+        too_big = submitted("ns/a", manifest="x" * big.nc.max_payload)
+        with pytest.raises(Reject, match="max_payload"):
+            await big.publish(too_big)
+    finally:
+        await big.close()
+
+
+async def test_a_fenced_publish_conflicts_when_another_writer_came_first(bus: Bus) -> None:
+    seq = await bus.publish(pending("ns/a", "1"), expected_last_subject_sequence=0)
+    await bus.publish(pending("ns/a", "2"), expected_last_subject_sequence=seq)
+    with pytest.raises(Conflict):
+        await bus.publish(pending("ns/a", "3"), expected_last_subject_sequence=seq)
+
+
+async def test_publishing_with_no_stream_raises_retry(bus: Bus) -> None:
+    await bus.js.delete_stream(EVENTS_STREAM)
+    with pytest.raises(Retry):
+        await bus.publish(submitted("ns/a"))

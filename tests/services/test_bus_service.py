@@ -1,0 +1,120 @@
+"""The service runtime, run as a real process: health, SIGTERM with in-flight work, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+from bus_helpers import EventLog, submitted
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from muster.bus import EVENTS_STREAM, Bus
+from muster.cli import service as service_command
+
+pytestmark = pytest.mark.timeout(60)
+
+TINY = Path(__file__).with_name("tiny_service.py")
+SERVING = health_pb2.HealthCheckResponse.SERVING
+
+
+class Service:
+    def __init__(self, proc: asyncio.subprocess.Process, health: str, log: Path) -> None:
+        self.proc = proc
+        self.health = health
+        self.log = log
+
+    async def wait_for_status(self, status: int, *, timeout_s: float = 10.0) -> None:
+        """Watch the gRPC health service until it reports `status` for "tiny"."""
+        async with grpc.aio.insecure_channel(self.health) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            watch = stub.Watch(health_pb2.HealthCheckRequest(service="tiny"))
+
+            async def until() -> None:
+                async for reply in watch:
+                    if reply.status == status:
+                        return
+
+            try:
+                await asyncio.wait_for(until(), timeout_s)
+            finally:
+                watch.cancel()
+
+    async def exit_status(self, *, timeout_s: float) -> int:
+        try:
+            return await asyncio.wait_for(self.proc.wait(), timeout_s)
+        except TimeoutError:
+            pytest.fail(f"service still running after {timeout_s}s:\n{self.log.read_text()}")
+
+
+@contextlib.asynccontextmanager
+async def tiny_service(nats_url: str, tmp_path: Path, *args: str) -> AsyncIterator[Service]:
+    log = tmp_path / "tiny.log"
+    with log.open("wb") as stderr:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(TINY), "--nats", nats_url, "--health-port", "0", *args,
+            stdout=asyncio.subprocess.PIPE, stderr=stderr,
+        )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), 20)
+        assert line.startswith(b"health: "), (line, log.read_text())
+        yield Service(proc, line.decode().split(" ", 1)[1].strip(), log)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_service_reports_serving_then_exits_0_on_sigterm(
+    nats_server: str, tmp_path: Path
+) -> None:
+    async with tiny_service(nats_server, tmp_path, "--grace-seconds", "5") as service:
+        await service.wait_for_status(SERVING)
+        service.proc.send_signal(signal.SIGTERM)
+        assert await service.exit_status(timeout_s=5) == 0
+    assert "stopped" in service.log.read_text()
+
+
+async def test_sigterm_lets_the_running_handler_finish_before_exit(
+    nats_server: str, tmp_path: Path, bus: Bus, events: EventLog
+) -> None:
+    args = ("--work-seconds", "1", "--grace-seconds", "10")
+    async with tiny_service(nats_server, tmp_path, *args) as service:
+        await service.wait_for_status(SERVING)
+        await bus.publish(submitted("ns/a"))
+        await events.wait_for("running", workload="ns/a", timeout_s=10)
+        service.proc.send_signal(signal.SIGTERM)
+        assert await service.exit_status(timeout_s=10) == 0
+    await events.wait_for("pending", workload="ns/a", timeout_s=5)
+    info = await bus.js.consumer_info(EVENTS_STREAM, "tiny")
+    assert info.num_ack_pending == 0  # acked before exit: not redelivered to the next replica
+
+
+async def test_a_dead_consumer_loop_stops_the_service_with_status_1(
+    nats_server: str, tmp_path: Path, bus: Bus
+) -> None:
+    async with tiny_service(nats_server, tmp_path) as service:
+        await service.wait_for_status(SERVING)
+        await bus.js.delete_consumer(EVENTS_STREAM, "tiny")
+        assert await service.exit_status(timeout_s=20) == 1
+    assert "the service failed" in service.log.read_text()
+
+
+async def test_service_exits_1_when_nats_cannot_be_reached(tmp_path: Path) -> None:
+    args = ("--nats-connect-timeout", "1")
+    async with tiny_service("nats://127.0.0.1:1", tmp_path, *args) as service:
+        assert await service.exit_status(timeout_s=10) == 1
+    assert "cannot connect to NATS" in service.log.read_text()
+
+
+def test_muster_service_names_a_missing_service(capsys: pytest.CaptureFixture[str]) -> None:
+    assert service_command.main(["nope"]) == 2
+    assert "unknown service 'nope'" in capsys.readouterr().err
+    assert service_command.main([]) == 2
+    assert "services: watcher, admission" in capsys.readouterr().err

@@ -1,0 +1,310 @@
+"""SimBackend against a real nats-server: apply and list, start, bind and stop workloads, watch."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from muster.api import workload_name_for_job
+from muster.api.model import Toleration
+from muster.bus import Bus
+from muster.cluster import (
+    BindConflictError,
+    ClusterChange,
+    InvalidObjectError,
+    NotFoundError,
+    PodSetStart,
+    PodView,
+)
+from muster.cluster.sim import ManualClock, SimBackend, SimStore
+
+pytestmark = pytest.mark.timeout(30)
+
+GI = 2**30 * 1000  # one Gi in milli-units
+
+
+@pytest.fixture
+async def sim(bus: Bus) -> SimBackend:
+    store = await SimStore.open(bus.js, cluster="local")
+    uids = iter(range(1_000_000))
+    return SimBackend(store, clock=ManualClock(), new_uid=lambda: f"uid-{next(uids)}")
+
+
+def node(name: str, *, cpu: str = "8", memory: str = "32Gi", **extra: Any) -> dict[str, Any]:
+    manifest: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"pool": "a"}},
+        "status": {"allocatable": {"cpu": cpu, "memory": memory}},
+    }
+    manifest.update(extra)
+    return manifest
+
+
+def pod_set(name: str = "main", *, count: int = 2, **extra: Any) -> PodSetStart:
+    return PodSetStart(name=name, count=count, requests={"cpu": 500, "memory": GI}, **extra)
+
+
+async def pods_of(sim: SimBackend, workload: str) -> list[PodView]:
+    return [p for p in await sim.list_pods() if p.workload_key == workload]
+
+
+# --- apply and list --------------------------------------------------------------------------
+
+
+async def test_lists_applied_nodes_with_quantities_in_milli_units(sim: SimBackend) -> None:
+    await sim.apply(node("b.example", cpu="500m"))
+    await sim.apply(
+        node("a", spec={"taints": [{"key": "gpu", "effect": "NoSchedule"}], "unschedulable": True})
+    )
+
+    a, b = await sim.list_nodes()
+
+    assert (a.name, b.name) == ("a", "b.example")
+    assert b.allocatable == {"cpu": 500, "memory": 32 * GI, "pods": 110_000}
+    assert (b.ready, b.unschedulable, b.labels) == (True, False, {"pool": "a"})
+    assert (a.unschedulable, [t.key for t in a.taints]) == (True, ["gpu"])
+
+
+async def test_node_written_not_ready_stays_not_ready(sim: SimBackend) -> None:
+    down = node("down")
+    down["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    await sim.apply(down)
+    (view,) = await sim.list_nodes()
+    assert not view.ready
+
+
+async def test_replace_keeps_uid_creation_time_and_status(sim: SimBackend) -> None:
+    await sim.apply(node("n", cpu="4"))
+    stored = await sim.store.get("node.n")
+    assert stored is not None
+    manifest = node("n", cpu="4")
+    del manifest["status"]
+    manifest["metadata"]["labels"] = {"pool": "b"}
+
+    await sim.apply(manifest)
+
+    replaced = await sim.store.get("node.n")
+    assert replaced is not None
+    assert replaced.obj["metadata"]["uid"] == stored.obj["metadata"]["uid"]
+    assert (
+        replaced.obj["metadata"]["creationTimestamp"] == stored.obj["metadata"]["creationTimestamp"]
+    )
+    assert replaced.obj["status"] == stored.obj["status"]
+    (view,) = await sim.list_nodes()
+    assert (view.labels, view.allocatable["cpu"]) == ({"pool": "b"}, 4000)
+
+
+async def test_refuses_a_node_with_bad_quantities_naming_each_field(sim: SimBackend) -> None:
+    bad = node("n", cpu="lots", memory="1GB")
+    with pytest.raises(InvalidObjectError) as caught:
+        await sim.apply(bad)
+    assert [p.split(":")[0] for p in caught.value.problems] == [
+        "status.allocatable.cpu",
+        "status.allocatable.memory",
+    ]
+    assert str(caught.value).startswith("Node/n: ")
+    assert await sim.list_nodes() == []
+
+
+async def test_stores_any_other_kind_under_its_kind_and_namespace(sim: SimBackend) -> None:
+    await sim.apply({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue",
+                     "metadata": {"name": "team-a"}, "spec": {}})  # fmt: skip
+    await sim.apply({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}})
+
+    queue = await sim.store.get("obj.ClusterQueue._.team-a")
+    job = await sim.store.get("obj.Job.default.j")
+    assert queue is not None
+    assert job is not None
+    assert job.obj["metadata"]["namespace"] == "default"
+    assert queue.obj["metadata"]["uid"]  # stamped, stable for the same identity
+    assert await sim.delete("Job", "j", namespace="default")
+    assert not await sim.delete("Job", "j", namespace="default")
+
+
+async def test_applied_pod_is_pending_with_a_uid_and_the_default_scheduler(
+    sim: SimBackend,
+) -> None:
+    limits = {"resources": {"limits": {"cpu": "2"}}}
+    await sim.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p"},
+            "spec": {"containers": [limits]},
+        }
+    )
+    (pod,) = await sim.list_pods()
+    assert (pod.namespace, pod.phase, pod.scheduler_name) == (
+        "default",
+        "Pending",
+        "default-scheduler",
+    )
+    assert pod.requests == {"cpu": 2000}  # a limit without a request is the request
+    assert (pod.uid, pod.workload, pod.workload_key) == ("uid-0", "", "")
+
+
+async def test_refuses_a_pod_with_bad_requests_or_run_time(sim: SimBackend) -> None:
+    bad = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "p", "annotations": {"muster.dev/run-seconds": "soon"}},
+           "spec": {"containers": [{"resources": {"requests": {"cpu": "-1"}}}]}}  # fmt: skip
+    with pytest.raises(InvalidObjectError) as caught:
+        await sim.apply(bad)
+    assert [p.split(":")[0] for p in caught.value.problems] == [
+        "spec.containers[0].resources.requests.cpu",
+        'metadata.annotations["muster.dev/run-seconds"]',
+    ]
+
+
+# --- start_workload --------------------------------------------------------------------------
+
+
+async def test_starts_count_pods_per_podset_with_placement_and_requests(sim: SimBackend) -> None:
+    gpu = Toleration(key="gpu", operator="Exists", effect="NoSchedule")
+    await sim.start_workload(
+        "ml/train",
+        pod_sets=[
+            pod_set("leader", count=1),
+            pod_set("worker", count=3, node_selector={"pool": "a"}, tolerations=(gpu,)),
+        ],
+    )
+
+    pods = await pods_of(sim, "ml/train")
+
+    assert [p.name for p in pods] == [
+        "train-leader-0",
+        "train-worker-0",
+        "train-worker-1",
+        "train-worker-2",
+    ]
+    worker = pods[1]
+    assert (worker.namespace, worker.workload, worker.pod_set) == ("ml", "train", "worker")
+    assert (worker.phase, worker.node_name, worker.scheduler_name) == ("Pending", "", "muster")
+    assert worker.requests == {"cpu": 500, "memory": GI}
+    assert worker.node_selector == {"pool": "a"}
+    assert worker.tolerations == (gpu,)
+    assert pods[0].node_selector == {}
+    assert len({p.uid for p in pods}) == 4
+
+
+async def test_start_is_idempotent_and_leaves_existing_pods_alone(sim: SimBackend) -> None:
+    await sim.start_workload("ml/train", pod_sets=[pod_set(count=2)])
+    await sim.bind("ml", "train-main-0", "n1")
+    before = await pods_of(sim, "ml/train")
+
+    await sim.start_workload("ml/train", pod_sets=[pod_set(count=2)])
+
+    assert await pods_of(sim, "ml/train") == before
+    assert before[0].node_name == "n1"
+
+
+async def test_copies_run_seconds_from_the_stored_workload(sim: SimBackend) -> None:
+    await sim.apply({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
+                     "metadata": {"name": "w", "namespace": "ml",
+                                  "annotations": {"muster.dev/run-seconds": "30"}}})  # fmt: skip
+    await sim.start_workload("ml/w", pod_sets=[pod_set(count=1)])
+    (pod,) = await pods_of(sim, "ml/w")
+    assert pod.run_seconds == 30.0
+
+
+async def test_copies_run_seconds_from_the_job_a_workload_is_for(sim: SimBackend) -> None:
+    await sim.apply({"apiVersion": "batch/v1", "kind": "Job",
+                     "metadata": {"name": "j", "namespace": "ml",
+                                  "annotations": {"muster.dev/run-seconds": "2.5"}}})  # fmt: skip
+    job = await sim.store.get("obj.Job.ml.j")
+    assert job is not None
+    workload = workload_name_for_job("j", job.obj["metadata"]["uid"])
+
+    await sim.start_workload(f"ml/{workload}", pod_sets=[pod_set(count=1)])
+
+    (pod,) = await pods_of(sim, f"ml/{workload}")
+    assert pod.run_seconds == 2.5
+
+
+async def test_podset_annotations_win_over_the_workload(sim: SimBackend) -> None:
+    await sim.start_workload(
+        "ml/w", pod_sets=[pod_set(count=1, annotations={"muster.dev/run-seconds": "7"})]
+    )
+    (pod,) = await pods_of(sim, "ml/w")
+    assert pod.run_seconds == 7.0
+
+
+# --- bind ------------------------------------------------------------------------------------
+
+
+async def test_bind_sets_the_node_once(sim: SimBackend) -> None:
+    await sim.start_workload("ml/w", pod_sets=[pod_set(count=1)])
+
+    await sim.bind("ml", "w-main-0", "n1")
+    await sim.bind("ml", "w-main-0", "n1")  # the same node again: nothing happens
+
+    (pod,) = await pods_of(sim, "ml/w")
+    assert pod.node_name == "n1"
+    with pytest.raises(BindConflictError, match='already bound to node "n1"') as caught:
+        await sim.bind("ml", "w-main-0", "n2")
+    assert (caught.value.bound_to, caught.value.wanted) == ("n1", "n2")
+
+
+async def test_binding_a_missing_pod_fails(sim: SimBackend) -> None:
+    with pytest.raises(NotFoundError, match="Pod/ml/nope"):
+        await sim.bind("ml", "nope", "n1")
+
+
+# --- stop_workload ---------------------------------------------------------------------------
+
+
+async def test_stop_deletes_the_workloads_pods_only(sim: SimBackend) -> None:
+    await sim.start_workload("ml/a", pod_sets=[pod_set(count=3)])
+    await sim.start_workload("ml/b", pod_sets=[pod_set(count=1)])
+    await sim.bind("ml", "a-main-0", "n1")
+
+    await sim.stop_workload("ml/a")
+    await sim.stop_workload("ml/a")  # idempotent
+
+    assert [p.name for p in await sim.list_pods()] == ["b-main-0"]
+
+
+# --- watch -----------------------------------------------------------------------------------
+
+
+async def take(changes: AsyncIterator[ClusterChange], count: int) -> list[ClusterChange]:
+    return [await anext(changes) for _ in range(count)]
+
+
+async def test_watch_names_the_kind_of_every_change(sim: SimBackend) -> None:
+    await sim.apply(node("n1"))
+    await sim.apply({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
+                     "metadata": {"name": "main", "namespace": "ml"}})  # fmt: skip
+    async with contextlib.aclosing(sim.watch()) as changes:
+        initial = await take(changes, 2)
+        await sim.start_workload("ml/w", pod_sets=[pod_set(count=1)])
+        await sim.stop_workload("ml/w")
+        later = await take(changes, 2)
+
+    assert [(c.kind, c.type) for c in initial + later] == [
+        ("Node", "ADDED"),
+        ("LocalQueue", "ADDED"),
+        ("Pod", "ADDED"),
+        ("Pod", "DELETED"),
+    ]
+    assert later[1].obj["metadata"]["labels"] == {"muster.dev/workload": "w"}
+
+    async with contextlib.aclosing(sim.watch(from_revision=later[1].revision)) as changes:
+        await sim.apply(node("n2"))
+        (resumed,) = await take(changes, 1)
+    assert (resumed.kind, resumed.key) == ("Node", "node.n2")
+
+
+async def test_close_drains_a_connection_it_opened(nats_server: str) -> None:
+    sim = await SimBackend.connect(nats_server, cluster="local")
+    await sim.apply(node("n1"))
+    await sim.close()
+    await sim.close()  # twice is fine
+    again = await SimBackend.connect(nats_server, cluster="local")
+    try:
+        assert [n.name for n in await again.list_nodes()] == ["n1"]
+    finally:
+        await again.close()

@@ -1,0 +1,98 @@
+"""`muster service gateway` as a process: flags, the announced address, health, SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import AsyncIterator
+
+import grpc
+import grpc.aio
+import pytest
+from gateway_helpers import AUTH, JOB, TOKEN
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from muster.contracts.v1 import services_pb2, services_pb2_grpc
+from muster.gateway.__main__ import build_parser, main
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+async def process(nats_server: str) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
+    """The gateway started with --listen port 0, --token and --max-request-bytes 64 KiB."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "muster.gateway",
+        "--nats", nats_server, "--listen", "127.0.0.1:0", "--token", TOKEN,
+        "--max-request-bytes", str(64 * 1024), "--health-port", "0", "--grace-seconds", "5",
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        address = ""
+        async with asyncio.timeout(30):
+            while not address:
+                line = (await proc.stdout.readline()).decode()
+                assert line, "the gateway exited before announcing its address"
+                if line.startswith("gateway: "):
+                    address = line.split()[1]
+        yield proc, address
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_process_serves_with_its_flags_and_exits_0_on_sigterm(
+    process: tuple[asyncio.subprocess.Process, str],
+) -> None:
+    proc, address = process
+    async with grpc.aio.insecure_channel(address) as channel:
+        health = await health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service="muster.v1.Gateway"), timeout=10
+        )
+        gateway = services_pb2_grpc.GatewayStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as no_token:
+            await gateway.Submit(services_pb2.SubmitRequest(manifest=JOB), timeout=10)
+        big = services_pb2.SubmitRequest(manifest="#" * (100 * 1024) + "\n" + JOB)
+        with pytest.raises(grpc.aio.AioRpcError) as too_big:
+            await gateway.Submit(big, metadata=AUTH, timeout=10)
+        reply = await gateway.Submit(
+            services_pb2.SubmitRequest(manifest=JOB), metadata=AUTH, timeout=10
+        )
+
+    proc.send_signal(signal.SIGTERM)
+    status = await asyncio.wait_for(proc.wait(), timeout=20)
+
+    assert health.status == health_pb2.HealthCheckResponse.SERVING
+    assert no_token.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert too_big.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert reply.objects[0].kind == "Workload"
+    assert status == 0
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        pytest.param(["--listen", "no-port"], id="listen"),
+        pytest.param(["--max-request-bytes", "0"], id="max request bytes"),
+        pytest.param(["--cluster", "a.b"], id="cluster"),
+    ],
+)
+def test_bad_flags_exit_2(flags: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(flags)
+
+    assert caught.value.code == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_flags_default_to_their_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MUSTER_GATEWAY_LISTEN", "0.0.0.0:6000")
+    monkeypatch.setenv("MUSTER_GATEWAY_TOKEN", "from-env")
+    monkeypatch.setenv("MUSTER_GATEWAY_MAX_REQUEST_BYTES", "1000")
+
+    args = build_parser().parse_args([])
+
+    assert (args.listen, args.token, args.max_request_bytes) == ("0.0.0.0:6000", "from-env", 1000)

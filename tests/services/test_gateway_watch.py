@@ -1,0 +1,182 @@
+"""Events.Watch against a real nats-server: streaming, filters, resuming, ending."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import grpc
+import grpc.aio
+import pytest
+from bus_helpers import pending, submitted
+from gateway_helpers import RunningGateway, consumer_count, running_gateway
+
+from muster.bus import Bus
+from muster.contracts.v1 import events_pb2, services_pb2
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+async def gw(bus: Bus) -> AsyncIterator[RunningGateway]:
+    async with running_gateway(bus) as running:
+        yield running
+
+
+async def read(call: grpc.aio.UnaryStreamCall, n: int) -> list[events_pb2.Envelope]:
+    """The next `n` envelopes of a Watch, failing after 10 s without one."""
+    got = []
+    for _ in range(n):
+        env = await asyncio.wait_for(call.read(), timeout=10)
+        assert env is not grpc.aio.EOF, f"stream ended after {len(got)} of {n}"
+        got.append(env)
+    return got
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], *, timeout_s: float = 10.0) -> None:
+    """Wait until `check()` is true, looking again whenever the event loop is idle."""
+    async with asyncio.timeout(timeout_s):
+        while not await check():  # noqa: ASYNC110  # nats-server state: no event to wait on
+            await asyncio.sleep(0.05)
+
+
+def summary(envs: list[events_pb2.Envelope]) -> list[tuple[str, str]]:
+    return [(e.type, e.workload) for e in envs]
+
+
+async def test_watch_streams_stored_and_new_events_with_their_sequences(
+    gw: RunningGateway, bus: Bus
+) -> None:
+    await bus.publish_all([submitted("ml/a"), pending("ml/a", "1")])
+    call = gw.events.Watch(services_pb2.WatchRequest(from_sequence=1))
+
+    old = await read(call, 2)
+    await bus.publish(pending("ml/b", "2"))
+    new = await read(call, 1)
+    call.cancel()
+
+    assert [e.sequence for e in old + new] == [1, 2, 3]
+    assert summary(old + new) == [
+        ("workload.submitted", "ml/a"),
+        ("workload.pending", "ml/a"),
+        ("workload.pending", "ml/b"),
+    ]
+
+
+async def test_from_sequence_zero_streams_only_new_events(gw: RunningGateway, bus: Bus) -> None:
+    await bus.publish(submitted("ml/old"))
+    call = gw.events.Watch(services_pb2.WatchRequest(from_sequence=0))
+    await eventually(lambda: consumer_count_is(bus, 1))
+
+    await bus.publish(submitted("ml/new"))
+    (env,) = await read(call, 1)
+    call.cancel()
+
+    assert (env.workload, env.sequence) == ("ml/new", 2)
+
+
+async def consumer_count_is(bus: Bus, n: int) -> bool:
+    return await consumer_count(bus) == n
+
+
+async def test_resuming_from_a_sequence_has_no_gap_and_no_duplicate(
+    gw: RunningGateway, bus: Bus
+) -> None:
+    await bus.publish_all([submitted(f"ml/w{i}") for i in range(5)])
+    first = gw.events.Watch(services_pb2.WatchRequest(from_sequence=1))
+    seen = await read(first, 3)
+    first.cancel()  # a disconnect after the third
+    await bus.publish_all([submitted(f"ml/w{i}") for i in range(5, 7)])
+
+    resumed = gw.events.Watch(services_pb2.WatchRequest(from_sequence=seen[-1].sequence + 1))
+    rest = await read(resumed, 4)
+    resumed.cancel()
+
+    assert [e.sequence for e in seen + rest] == list(range(1, 8))
+    assert [e.workload for e in seen + rest] == [f"ml/w{i}" for i in range(7)]
+
+
+async def test_filters_by_workload_namespace_type_and_local_queue(
+    gw: RunningGateway, bus: Bus
+) -> None:
+    await bus.publish_all(
+        [
+            submitted("ml/a", queue="main"),  # 1
+            submitted("web/b", queue="main"),  # 2
+            submitted("ml/c", queue="other"),  # 3
+            pending("ml/a", "a"),  # 4
+            pending("web/b", "b"),  # 5
+            pending("ml/c", "c"),  # 6
+        ]
+    )
+    requests = {
+        "workload": services_pb2.WatchRequest(workload="ml/c", from_sequence=1),
+        "namespace": services_pb2.WatchRequest(namespace="web", from_sequence=1),
+        "types": services_pb2.WatchRequest(types=["workload.pending"], from_sequence=1),
+        "local queue": services_pb2.WatchRequest(
+            namespace="ml", local_queue="main", from_sequence=1
+        ),
+        "local queue, resumed": services_pb2.WatchRequest(local_queue="other", from_sequence=4),
+    }
+    expected = {
+        "workload": [3, 6],
+        "namespace": [2, 5],
+        "types": [4, 5, 6],
+        "local queue": [1, 4],
+        "local queue, resumed": [6],
+    }
+
+    got = {}
+    for name, request in requests.items():
+        call = gw.events.Watch(request, metadata=(("muster-follow", "false"),))
+        got[name] = [env.sequence async for env in call]
+
+    assert got == expected
+
+
+async def test_without_follow_the_stream_ends_at_the_last_stored_event(
+    gw: RunningGateway, bus: Bus
+) -> None:
+    await bus.publish_all([submitted("ml/a"), submitted("ml/b")])
+    call = gw.events.Watch(
+        services_pb2.WatchRequest(from_sequence=1), metadata=(("muster-follow", "false"),)
+    )
+
+    got = [env.workload async for env in call]
+
+    assert got == ["ml/a", "ml/b"]
+    assert await call.code() == grpc.StatusCode.OK
+
+
+async def test_a_bad_filter_is_invalid_argument(gw: RunningGateway) -> None:
+    call = gw.events.Watch(services_pb2.WatchRequest(types=["workload.nope"]))
+
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await call.read()
+
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.details() == 'types: unknown event type "workload.nope"'
+
+
+async def test_a_cancelled_watch_ends_and_removes_its_reader(gw: RunningGateway, bus: Bus) -> None:
+    await bus.publish(submitted("ml/a"))
+    call = gw.events.Watch(services_pb2.WatchRequest(from_sequence=1))
+    await read(call, 1)
+    assert await consumer_count(bus) == 1
+
+    call.cancel()
+
+    await eventually(lambda: consumer_count_is(bus, 0))
+
+
+async def test_stopping_the_gateway_ends_watches_with_unavailable(bus: Bus) -> None:
+    async with running_gateway(bus, grace_s=30.0) as gw:
+        call = gw.events.Watch(services_pb2.WatchRequest(from_sequence=0))
+        await eventually(lambda: consumer_count_is(bus, 1))
+        async with asyncio.timeout(5):  # far below the grace period: watches do not wait it out
+            await gw.server.stop()
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await call.read()  # before the channel closes, which would cancel the call here
+
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "shutting down" in (caught.value.details() or "")

@@ -1,0 +1,93 @@
+"""`muster run` as a user runs it: NATS, every service as a process, the demo, a clean stop."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+RUN = [sys.executable, "-m", "muster.cli.main", "run", "--speed", "40"]
+
+
+def _services_left(pattern: str) -> list[str]:
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True)
+    return [line for line in out.stdout.splitlines() if pattern in line]
+
+
+@pytest.mark.timeout(180)
+def test_demo_ends_with_every_workload_finished_and_stops_everything() -> None:
+    done = subprocess.run(RUN, capture_output=True, text=True, timeout=170)
+
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    table = done.stdout.split("\nWORKLOAD ", 1)[1].split("\n\n", 1)[0]
+    rows = table.splitlines()[1:]
+    assert len(rows) == 10
+    assert all(re.search(r"\bFinished\b", row) for row in rows), table
+    assert any("evicted 1x" in row for row in rows)  # urgent-train preempts one job
+    assert all(re.search(r"\bnode-", row) for row in rows)  # every pod was bound to a node
+    log_dir = re.search(r"logs in (\S+)", done.stdout)
+    assert log_dir is not None
+    assert _services_left(log_dir.group(1)) == []  # its nats-server is gone too
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_stops_every_process_it_started() -> None:
+    proc = subprocess.Popen(RUN, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    header = ""
+    deadline = time.monotonic() + 90
+    while "all services healthy" not in header and time.monotonic() < deadline:
+        header += proc.stdout.readline()
+    assert "all services healthy" in header, header
+    log_dir = re.search(r"logs in (\S+)", header)
+    assert log_dir is not None
+
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130
+    assert _services_left(log_dir.group(1)) == []
+    assert _services_left(f"--nats nats://127.0.0.1:{_port(header)}") == []
+
+
+def _port(header: str) -> str:
+    match = re.search(r"NATS nats://127\.0\.0\.1:(\d+)", header)
+    assert match is not None
+    return match.group(1)
+
+
+def test_compose_runs_every_service_against_one_nats() -> None:
+    import yaml
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "compose.yaml")) as f:
+        compose = yaml.safe_load(f)
+    services = compose["services"]
+    assert services["nats"]["image"].startswith("nats:")
+    assert "-js" in services["nats"]["command"]
+    muster = {name: svc for name, svc in services.items() if name != "nats"}
+    commands = {svc["command"][1] for svc in muster.values()}
+    assert commands == {
+        "sim-cluster",
+        "watcher",
+        "admission",
+        "preemption",
+        "gangpermit",
+        "binder",
+        "gateway",
+    }
+    for name, svc in muster.items():
+        assert svc["command"][0] == "service", name
+        assert svc["environment"]["MUSTER_NATS_URL"] == "nats://nats:4222", name
+        assert svc["build"]["dockerfile"] == "deploy/Dockerfile", name
+        assert "nats" in svc["depends_on"], name
+    shards = sorted(s["command"] for s in muster.values() if s["command"][1] == "admission")
+    assert [c[c.index("--shard") + 1] for c in shards] == ["0", "1"]
+    assert os.path.exists(os.path.join(root, "deploy", "Dockerfile"))
+    # every service name in compose is one `muster service` knows
+    from muster.cli.service import SERVICES
+
+    assert commands <= set(SERVICES)

@@ -1,0 +1,54 @@
+"""A minimal service on muster's runtime, run as a subprocess by test_bus_service.py.
+
+On `workload.submitted` it publishes `workload.running` (the handler started), works for
+`--work-seconds`, then publishes `workload.pending` (the handler finished).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from muster.bus import Bus, new_event, workload_subject
+from muster.bus.service import Health, add_common_flags, config_from_args, run_service
+from muster.contracts.v1 import events_pb2
+from muster.contracts.v1.events_pb2 import Envelope
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="tiny")
+    add_common_flags(parser)
+    parser.add_argument("--work-seconds", type=float, default=0.0)
+    args = parser.parse_args(argv)
+    try:
+        config = config_from_args(args, "tiny")
+    except ValueError as exc:
+        parser.error(str(exc))
+    cluster = config.cluster
+
+    async def serve(bus: Bus, health: Health) -> None:
+        async def on_submitted(env: Envelope) -> None:
+            started = new_event(
+                "running", events_pb2.WorkloadRunning(), cluster=cluster,
+                workload=env.workload, cause=env, source="tiny",
+            )  # fmt: skip
+            await bus.publish(started)
+            await asyncio.sleep(args.work_seconds)  # the work a real handler would do
+            done = new_event(
+                "pending", events_pb2.WorkloadPending(reason="Tiny"), cluster=cluster,
+                workload=env.workload, cause=env, source="tiny",
+            )  # fmt: skip
+            await bus.publish(done)
+
+        async with asyncio.TaskGroup() as loops:
+            loops.create_task(
+                bus.consume("tiny", [workload_subject(cluster, "submitted")], on_submitted)
+            )
+            health.ready()
+
+    return run_service(config, serve)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,46 @@
+"""`muster service admission` flags and their environment variables."""
+
+from __future__ import annotations
+
+import pytest
+
+from muster.admission.__main__ import configs
+
+
+def test_shard_flags_and_lease_ttl() -> None:
+    service, config = configs(
+        ["--shard", "1", "--shards", "3", "--lease-ttl-seconds", "2", "--cluster", "east"]
+    )
+    assert (config.shard, config.shards, config.cluster) == (1, 3, "east")
+    assert (config.source, config.durable) == ("admission/1", "admission-1")
+    assert (config.lease_ttl_s, config.lease_renew_s) == (2.0, pytest.approx(2 / 3))
+    assert service.name == "admission"
+
+
+def test_defaults_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MUSTER_ADMISSION_SHARD", "2")
+    monkeypatch.setenv("MUSTER_ADMISSION_SHARDS", "4")
+    monkeypatch.setenv("MUSTER_ADMISSION_LEASE_TTL_SECONDS", "9")
+    _, config = configs([])
+    assert (config.shard, config.shards, config.lease_ttl_s, config.lease_renew_s) == (
+        2,
+        4,
+        9.0,
+        1.0,
+    )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--shard", "2", "--shards", "2"],
+        ["--shards", "0"],
+        ["--shard", "-1"],
+        ["--lease-ttl-seconds", "0"],
+    ],
+)
+def test_bad_shard_settings_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        configs(argv)
+    assert exit_.value.code == 2
+    assert "error:" in capsys.readouterr().err

@@ -1,0 +1,99 @@
+"""The shard lease over a compare-and-set store: wait to acquire, renew, lose, release."""
+
+from __future__ import annotations
+
+import asyncio
+
+import nats.errors
+import nats.js.errors
+import pytest
+
+from muster.admission.lease import LeaseLostError, ShardLease
+
+pytestmark = pytest.mark.timeout(10)
+
+
+class MemoryBucket:
+    """Key → (revision, value) with JetStream KV's create/update/delete semantics."""
+
+    def __init__(self) -> None:
+        self.keys: dict[str, tuple[int, bytes]] = {}
+        self.revision = 0
+        self.down = False
+
+    def _check(self) -> None:
+        if self.down:
+            raise nats.errors.TimeoutError
+
+    async def create(self, key: str, value: bytes) -> int:
+        self._check()
+        if key in self.keys:
+            raise nats.js.errors.KeyWrongLastSequenceError
+        return self._put(key, value)
+
+    async def update(self, key: str, value: bytes, last: int | None = None) -> int:
+        self._check()
+        if key not in self.keys or self.keys[key][0] != last:
+            raise nats.js.errors.KeyWrongLastSequenceError
+        return self._put(key, value)
+
+    async def delete(self, key: str, last: int | None = None) -> bool:
+        self._check()
+        self.keys.pop(key, None)
+        return True
+
+    def expire(self, key: str) -> None:
+        self.keys.pop(key, None)
+
+    def _put(self, key: str, value: bytes) -> int:
+        self.revision += 1
+        self.keys[key] = (self.revision, value)
+        return self.revision
+
+
+def lease(bucket: MemoryBucket, owner: str, *, ttl_s: float = 1.0) -> ShardLease:
+    return ShardLease(bucket, shard=3, owner=owner, ttl_s=ttl_s, renew_s=0.05, poll_s=0.01)
+
+
+async def test_second_owner_waits_until_the_first_lets_go() -> None:
+    bucket = MemoryBucket()
+    first, second = lease(bucket, "one"), lease(bucket, "two")
+    await first.acquire()
+    assert bucket.keys["admission.3"][1] == b"one"
+    waiting = asyncio.create_task(second.acquire())
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    await first.release()
+    await asyncio.wait_for(waiting, 1)
+    assert second.held
+    assert bucket.keys["admission.3"][1] == b"two"
+
+
+async def test_renewal_keeps_the_lease_and_a_takeover_loses_it() -> None:
+    bucket = MemoryBucket()
+    mine = lease(bucket, "me")
+    await mine.acquire()
+    holding = asyncio.create_task(mine.hold())
+    first_revision = mine.revision
+    async with asyncio.timeout(1):
+        while mine.revision == first_revision:  # noqa: ASYNC110 (renewed by another task)
+            await asyncio.sleep(0.01)
+    bucket.expire("admission.3")  # we paused too long: it expired, someone else took it
+    await lease(bucket, "thief").acquire()
+    with pytest.raises(LeaseLostError, match="taken over"):
+        await asyncio.wait_for(holding, 1)
+    assert not mine.held
+
+
+async def test_losing_nats_for_a_whole_ttl_loses_the_lease() -> None:
+    bucket = MemoryBucket()
+    mine = lease(bucket, "me", ttl_s=0.3)
+    await mine.acquire()
+    bucket.down = True
+    with pytest.raises(LeaseLostError, match="not renewed"):
+        await asyncio.wait_for(mine.hold(), 2)
+
+
+def test_renewal_must_be_shorter_than_the_ttl() -> None:
+    with pytest.raises(ValueError, match="shorter"):
+        ShardLease(MemoryBucket(), shard=0, owner="x", ttl_s=1, renew_s=1)

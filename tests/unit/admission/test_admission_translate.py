@@ -1,0 +1,295 @@
+"""Envelopes to facts and engine events to envelopes: types, fields and deterministic ids."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pytest
+from admission_stream import applied, cluster_queue, reported, submitted, workload
+
+from muster.admission.translate import (
+    ApplyConfig,
+    CheckUpdated,
+    Decision,
+    DeleteConfig,
+    FactError,
+    Finish,
+    GangRejected,
+    Recorded,
+    Stopped,
+    Submit,
+    admission_from_proto,
+    admission_to_proto,
+    decisions_from,
+    envelopes_of,
+    fact_of,
+    placement_hints,
+)
+from muster.api.model import (
+    Admission,
+    ClusterQueue,
+    ObjectMeta,
+    PodSetAssignment,
+    ResourceFlavor,
+    Toleration,
+    WorkloadKey,
+)
+from muster.bus import new_event
+from muster.contracts.v1 import events_pb2 as pb
+from muster.core.events import Event, EventType
+
+ADMISSION = Admission(
+    cluster_queue="cq",
+    pod_set_assignments=(
+        PodSetAssignment(
+            name="main",
+            flavors={"cpu": "default", "memory": "default"},
+            count=2,
+            resource_usage={"cpu": 1500, "memory": 2 * 1024**3 * 1000},
+        ),
+    ),
+)
+
+
+class Context:
+    """A DecisionContext over fixed answers."""
+
+    def __init__(self, flavors: Mapping[str, ResourceFlavor] | None = None) -> None:
+        self._flavors = flavors or {}
+
+    def admission_of(self, key: WorkloadKey) -> Admission | None:
+        return ADMISSION
+
+    def checks_of(self, key: WorkloadKey) -> Sequence[str]:
+        return ("prov",)
+
+    def cluster_queue_of(self, key: WorkloadKey) -> str:
+        return "cq"
+
+    def cluster_of(self, key: WorkloadKey) -> str:
+        return "east" if key == "ns/victim" else "local"
+
+    def generation_of(self, key: WorkloadKey) -> int:
+        return 3
+
+    @property
+    def flavors(self) -> Mapping[str, ResourceFlavor]:
+        return self._flavors
+
+
+def event(type_: EventType, obj: str, reason: str = "", message: str = "", by: str = "") -> Event:
+    return Event(time=5.0, type=type_, object=obj, reason=reason, message=message, by=by)
+
+
+# --- envelope -> fact -------------------------------------------------------------------------
+
+
+def test_submitted_becomes_a_submit_with_cluster_generation_and_time() -> None:
+    fact = fact_of(submitted(workload("a", cpu="500m"), at_s=7.0, cluster="east"))
+    assert isinstance(fact, Submit)
+    assert fact.workload.key == "ns/a"
+    assert fact.workload.pod_sets[0].requests == {"cpu": 500}
+    assert (fact.cluster, fact.generation, fact.at_s) == ("east", 1, 7.0)
+
+
+def test_the_envelopes_queue_name_wins_over_the_manifests() -> None:
+    env = submitted(workload("a", queue="lq"))
+    env.submitted.queue_name = "picked"
+    fact = fact_of(env)
+    assert isinstance(fact, Submit)
+    assert fact.workload.queue_name == "picked"
+
+
+@pytest.mark.parametrize(
+    ("field", "payload", "expected"),
+    [
+        ("finished", None, Finish(WorkloadKey("ns/a"))),
+        ("eviction_completed", None, Stopped(WorkloadKey("ns/a"), at_s=1.0)),
+        (
+            "admission_check",
+            pb.AdmissionCheckUpdated(check="prov", state="Ready", message="ok"),
+            CheckUpdated(WorkloadKey("ns/a"), check="prov", state="Ready", message="ok"),
+        ),
+        (
+            "gang_rejected",
+            pb.GangRejected(reason="GangTimedOut", message="late"),
+            GangRejected(WorkloadKey("ns/a"), reason="GangTimedOut", message="late"),
+        ),
+        ("running", None, None),
+        ("bound", None, None),
+    ],
+)
+def test_reported_facts(field: str, payload: object, expected: object) -> None:
+    assert fact_of(reported(field, "ns/a", payload)) == expected
+
+
+def test_config_events_become_apply_and_delete() -> None:
+    fact = fact_of(applied(cluster_queue(cohort="team")))
+    assert isinstance(fact, ApplyConfig)
+    assert isinstance(fact.obj, ClusterQueue)
+    assert fact.obj.cohort == "team"
+    deleted = new_event(
+        "config_deleted", pb.ConfigDeleted(kind="Cohort", name="team"), cluster="local", source="t"
+    )
+    assert fact_of(deleted) == DeleteConfig(kind="Cohort", name="team")
+
+
+@pytest.mark.parametrize(
+    "manifest_json",
+    ["not json", '{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {}}'],
+)
+def test_an_unreadable_manifest_is_a_fact_error(manifest_json: str) -> None:
+    env = submitted(workload("a"))
+    env.submitted.manifest_json = manifest_json
+    with pytest.raises(FactError):
+        fact_of(env)
+
+
+def test_published_decisions_read_back_as_recorded_facts() -> None:
+    payload = pb.QuotaReserved(admission=admission_to_proto(ADMISSION), admission_checks=["prov"])
+    env = new_event(
+        "quota_reserved",
+        payload,
+        cluster="local",
+        workload="ns/a",
+        source="admission/1",
+        now_ns=2_000_000_000,
+    )
+    fact = fact_of(env)
+    assert fact == Recorded(
+        WorkloadKey("ns/a"), kind="quota_reserved", source="admission/1", at_s=2.0,
+        admission=ADMISSION, checks=("prov",),
+    )  # fmt: skip
+
+
+def test_admission_quantities_round_trip_as_kubernetes_strings() -> None:
+    proto = admission_to_proto(ADMISSION)
+    assert dict(proto.pod_set_assignments[0].resource_usage) == {"cpu": "1500m", "memory": "2Gi"}
+    assert admission_from_proto(proto) == ADMISSION
+
+
+# --- engine events -> decisions ---------------------------------------------------------------
+
+
+def fields(decisions: list[Decision]) -> list[tuple[str, str, int]]:
+    return [(d.field, d.workload, d.n) for d in decisions]
+
+
+def test_each_engine_event_maps_to_its_payload() -> None:
+    decisions = decisions_from(
+        [
+            event(EventType.PENDING, "ns/p", "WaitingForQuota", "1 more needed"),
+            event(EventType.QUOTA_RESERVED, "ns/a"),
+            event(EventType.ADMITTED, "ns/a"),
+            event(EventType.REQUEUED, "ns/r", "Evicted", "Requeued after eviction"),
+            event(EventType.FINISHED, "ns/f"),
+        ],
+        Context(),
+    )
+    assert fields(decisions) == [
+        ("pending", "ns/p", 0),
+        ("quota_reserved", "ns/a", 0),
+        ("admitted", "ns/a", 0),
+        ("requeued", "ns/r", 0),
+    ]
+    pending, reserved, admitted, requeued = (d.payload for d in decisions)
+    assert isinstance(pending, pb.WorkloadPending)
+    assert (pending.reason, pending.message, pending.cluster_queue) == (
+        "WaitingForQuota",
+        "1 more needed",
+        "cq",
+    )
+    assert isinstance(reserved, pb.QuotaReserved)
+    assert list(reserved.admission_checks) == ["prov"]
+    assert isinstance(admitted, pb.WorkloadAdmitted)
+    assert admitted.admission.cluster_queue == "cq"
+    assert isinstance(requeued, pb.WorkloadRequeued)
+    assert requeued.reason == "Evicted"
+    assert {(d.generation, d.time_s) for d in decisions} == {(3, 5.0)}
+
+
+def test_victims_of_one_preemptor_are_one_request_plus_one_eviction_each() -> None:
+    msg = "Preempted to accommodate a workload"
+    decisions = decisions_from(
+        [
+            event(EventType.PREEMPTED, "ns/victim", "InClusterQueue", msg, by="ns/urgent"),
+            event(EventType.EVICTED, "ns/victim", "Preempted", msg, by="ns/urgent"),
+            event(EventType.PREEMPTED, "ns/other", "InClusterQueue", msg, by="ns/urgent"),
+            event(EventType.EVICTED, "ns/other", "Preempted", msg, by="ns/urgent"),
+        ],
+        Context(),
+    )
+    assert fields(decisions) == [
+        ("preemption_requested", "ns/urgent", 0),
+        ("evicted", "ns/victim", 0),
+        ("evicted", "ns/other", 0),
+    ]
+    request = decisions[0].payload
+    assert isinstance(request, pb.PreemptionRequested)
+    assert [(v.workload, v.cluster, v.reason) for v in request.victims] == [
+        ("ns/victim", "east", "InClusterQueue"),
+        ("ns/other", "local", "InClusterQueue"),
+    ]
+    assert decisions[1].cluster == "east"
+    evicted = decisions[1].payload
+    assert isinstance(evicted, pb.WorkloadEvicted)
+    assert evicted.preemptor == "ns/urgent"
+
+
+def test_an_eviction_that_deactivates_is_reported_once_as_inactive() -> None:
+    decisions = decisions_from(
+        [
+            event(EventType.EVICTED, "ns/a", "AdmissionCheck", "rejected"),
+            event(EventType.DEACTIVATED, "ns/a", "AdmissionCheck", "rejected"),
+            event(EventType.DEACTIVATED, "ns/b", "RequeuingLimitExceeded", "too many"),
+        ],
+        Context(),
+    )
+    assert fields(decisions) == [("evicted", "ns/a", 0), ("evicted", "ns/b", 0)]
+    assert [d.payload.reason for d in decisions] == ["InactiveWorkload", "InactiveWorkload"]  # type: ignore[attr-defined]
+
+
+def test_repeated_events_of_one_workload_are_numbered() -> None:
+    decisions = decisions_from(
+        [event(EventType.PENDING, "ns/a", "x", "1"), event(EventType.PENDING, "ns/a", "x", "2")],
+        Context(),
+    )
+    assert fields(decisions) == [("pending", "ns/a", 0), ("pending", "ns/a", 1)]
+
+
+def test_placement_hints_are_the_assigned_flavors_labels_and_tolerations() -> None:
+    gpu = ResourceFlavor(
+        meta=ObjectMeta(name="default"),
+        node_labels={"pool": "gpu"},
+        tolerations=(Toleration(key="gpu", operator="Exists", effect="NoSchedule"),),
+    )
+    (hints,) = placement_hints(ADMISSION, {"default": gpu})
+    assert (hints.name, dict(hints.node_selector)) == ("main", {"pool": "gpu"})
+    assert [(t.key, t.operator, t.effect) for t in hints.tolerations] == [
+        ("gpu", "Exists", "NoSchedule")
+    ]
+    (empty,) = placement_hints(ADMISSION, {})
+    assert not empty.node_selector
+    assert not empty.tolerations
+
+
+def test_envelope_ids_are_deterministic_per_cause() -> None:
+    cause = submitted(workload("a"))
+    decisions = decisions_from(
+        [event(EventType.QUOTA_RESERVED, "ns/a"), event(EventType.ADMITTED, "ns/a")], Context()
+    )
+    first = envelopes_of(decisions, cause=cause, source="admission/0")
+    again = envelopes_of(decisions, cause=cause, source="admission/0")
+    assert [e.event_id for e in first] == [e.event_id for e in again]
+    assert len({e.event_id for e in first}) == 2
+    other = envelopes_of(decisions, cause=submitted(workload("a")), source="admission/0")
+    assert {e.event_id for e in other}.isdisjoint(e.event_id for e in first)
+    reserved = first[0]
+    assert (reserved.type, reserved.workload, reserved.cause, reserved.source) == (
+        "workload.quota_reserved", "ns/a", cause.event_id, "admission/0"
+    )  # fmt: skip
+    assert (reserved.cluster, reserved.generation, reserved.time_unix_nano) == (
+        "local",
+        3,
+        5_000_000_000,
+    )

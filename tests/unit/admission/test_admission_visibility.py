@@ -1,0 +1,108 @@
+"""Visibility values: ClusterQueue and LocalQueue statuses, pending lists, coalesced writes."""
+
+from __future__ import annotations
+
+from admission_stream import (
+    Stream,
+    applied,
+    cluster_queue,
+    flavor,
+    local_queue,
+    submitted,
+    workload,
+)
+
+from muster.admission.state import AdmissionState
+from muster.admission.visibility import (
+    VisibilityWriter,
+    cluster_queue_status,
+    local_queue_status,
+    pending_workloads,
+    visibility_values,
+)
+from muster.contracts.v1 import events_pb2 as pb
+from muster.contracts.v1 import services_pb2
+
+
+def busy_state() -> AdmissionState:
+    stream, state = Stream(), AdmissionState()
+    state.take_ownership(now_s=0)
+    limited = cluster_queue(cpu="4", cohort="team")
+    limited["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["borrowingLimit"] = "1"
+    for manifest in (
+        flavor(),
+        limited,
+        cluster_queue("other", cpu="2", cohort="team"),
+        local_queue(),
+    ):
+        stream.run(state, applied(manifest))
+    for name, cpu in (("a", "2500m"), ("b", "2"), ("c", "1")):
+        stream.run(state, submitted(workload(name, cpu=cpu)))
+    return state
+
+
+def test_cluster_queue_status_has_counts_and_quantities_per_flavor_and_resource() -> None:
+    status = cluster_queue_status(busy_state().engine, "cq")
+    assert (status.name, status.cohort, status.active) == ("cq", "team", True)
+    assert (status.pending_workloads, status.reserving_workloads, status.admitted_workloads) == (
+        1,
+        2,
+        2,
+    )
+    (flavor_status,) = status.flavors
+    (cpu,) = flavor_status.resources
+    assert (flavor_status.name, cpu.name) == ("default", "cpu")
+    assert (cpu.nominal, cpu.borrowing_limit, cpu.reserved, cpu.used, cpu.borrowed) == (
+        "4", "1", "4500m", "4500m", "500m"
+    )  # fmt: skip
+    assert cpu.available == "500m"
+    other = cluster_queue_status(busy_state().engine, "other").flavors[0].resources[0]
+    assert other.borrowing_limit == ""
+
+
+def test_local_queue_status_and_pending_list() -> None:
+    engine = busy_state().engine
+    lq = local_queue_status(engine, "ns", "lq")
+    assert (lq.cluster_queue, lq.pending_workloads, lq.admitted_workloads) == ("cq", 1, 2)
+    assert [(r.name, r.reserved, r.used) for r in lq.flavors[0].resources] == [
+        ("cpu", "4500m", "4500m")
+    ]
+    pending = pending_workloads(engine, "cq")
+    assert pending.total == 1
+    assert [
+        (p.namespace, p.name, p.local_queue, p.position_in_cluster_queue) for p in pending.items
+    ] == [("ns", "c", "lq", 0)]
+
+
+def test_values_cover_the_owned_queues_under_their_keys() -> None:
+    state = busy_state()
+    values = visibility_values(state.engine, state.sharding)
+    assert sorted(values) == ["cq.cq", "cq.other", "lq.ns.lq", "pending.cq", "pending.other"]
+    assert pb.ClusterQueueStatus.FromString(values["cq.cq"]).name == "cq"
+    assert services_pb2.PendingWorkloadsResponse.FromString(values["pending.other"]).total == 0
+
+
+class MemoryKV:
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+        self.writes: list[str] = []
+
+    async def put(self, key: str, value: bytes) -> int:
+        self.data[key] = value
+        self.writes.append(key)
+        return len(self.writes)
+
+    async def delete(self, key: str) -> bool:
+        self.data.pop(key, None)
+        self.writes.append(f"-{key}")
+        return True
+
+
+async def test_writer_writes_only_changes_and_deletes_vanished_keys() -> None:
+    kv = MemoryKV()
+    writer = VisibilityWriter(kv)
+    assert await writer.write({"cq.a": b"1", "cq.b": b"2"}) == ["cq.a", "cq.b"]
+    assert await writer.write({"cq.a": b"1", "cq.b": b"3"}) == ["cq.b"]
+    assert await writer.write({"cq.b": b"3"}) == []
+    assert kv.writes == ["cq.a", "cq.b", "cq.b", "-cq.a"]
+    assert kv.data == {"cq.b": b"3"}

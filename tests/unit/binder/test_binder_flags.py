@@ -1,0 +1,37 @@
+"""Flags of `muster service binder` and `muster service gangpermit`: bad values are refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from muster.binder.__main__ import main as binder_main
+from muster.gangpermit.__main__ import main as gangpermit_main
+from muster.watcher.__main__ import main as watcher_main
+
+
+@pytest.mark.parametrize(
+    ("main", "argv", "message"),
+    [
+        (binder_main, ["--max-concurrent-binds", "0"], "--max-concurrent-binds must be >= 1"),
+        (binder_main, ["--binds-per-second", "-1"], "--binds-per-second must be >= 0"),
+        (gangpermit_main, ["--gang-timeout-seconds", "0"], "gang timeout"),
+        (watcher_main, ["--cluster", "a.b"], "cluster id"),
+    ],
+    ids=["concurrent-binds", "binds-per-second", "gang-timeout", "cluster"],
+)
+def test_bad_flag_values_exit_2_with_a_message(
+    main: object, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert callable(main)
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("main", [binder_main, gangpermit_main, watcher_main])
+def test_help_lists_the_common_flags(main: object, capsys: pytest.CaptureFixture[str]) -> None:
+    assert callable(main)
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "--nats URL" in capsys.readouterr().out

@@ -1,0 +1,89 @@
+"""binder.translate: an admitted workload's pods from its spec, admission and flavor hints."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from muster.api.model import Toleration
+from muster.binder.translate import MissingPodSetError, pod_set_starts, workload_from_submitted
+from muster.contracts.v1 import events_pb2
+
+
+def submitted(
+    *, annotations: dict[str, str] | None = None, pod_annotations: dict[str, str] | None = None
+) -> events_pb2.WorkloadSubmitted:
+    template: dict[str, Any] = {
+        "spec": {
+            "containers": [
+                {"name": "c", "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "2"}}}
+            ],
+            "nodeSelector": {"pool": "train"},
+            "tolerations": [{"key": "spot", "operator": "Exists"}],
+        }
+    }
+    if pod_annotations:
+        template["metadata"] = {"annotations": pod_annotations}
+    manifest = {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "Workload",
+        "metadata": {"name": "w", "namespace": "ns", "annotations": annotations or {}},
+        "spec": {"podSets": [{"name": "workers", "count": 4, "minCount": 2, "template": template}]},
+    }
+    return events_pb2.WorkloadSubmitted(manifest_json=json.dumps(manifest))
+
+
+def admitted(count: int = 3, *, pod_set: str = "workers") -> events_pb2.WorkloadAdmitted:
+    assignment = events_pb2.PodSetAssignment(
+        name=pod_set, count=count, flavors={"nvidia.com/gpu": "a100"}
+    )
+    hint = events_pb2.PodSetPlacementHints(
+        name=pod_set,
+        node_selector={"gpu": "a100"},
+        tolerations=[
+            events_pb2.Toleration(key="gpu", operator="Equal", value="a100", effect="NoSchedule")
+        ],
+    )
+    return events_pb2.WorkloadAdmitted(
+        admission=events_pb2.Admission(cluster_queue="cq", pod_set_assignments=[assignment]),
+        hints=[hint],
+    )
+
+
+def test_pods_take_the_admitted_count_the_podset_requests_and_the_flavor_hints() -> None:
+    wl = workload_from_submitted(submitted(annotations={"muster.dev/run-seconds": "30"}))
+    assert wl is not None
+    [start] = pod_set_starts(wl, admitted(3))
+    assert (start.name, start.count) == ("workers", 3)
+    assert start.requests == {"cpu": 1000, "nvidia.com/gpu": 2000}
+    assert start.node_selector == {"pool": "train", "gpu": "a100"}
+    assert start.tolerations == (
+        Toleration(key="spot", operator="Exists"),
+        Toleration(key="gpu", operator="Equal", value="a100", effect="NoSchedule"),
+    )
+    assert start.annotations == {"muster.dev/run-seconds": "30"}
+
+
+def test_the_pod_templates_run_seconds_wins_over_the_workloads() -> None:
+    payload = submitted(
+        annotations={"muster.dev/run-seconds": "30"},
+        pod_annotations={"muster.dev/run-seconds": "5"},
+    )
+    wl = workload_from_submitted(payload)
+    assert wl is not None
+    [start] = pod_set_starts(wl, admitted())
+    assert start.annotations["muster.dev/run-seconds"] == "5"
+
+
+def test_an_admission_naming_an_unknown_podset_is_refused() -> None:
+    wl = workload_from_submitted(submitted())
+    assert wl is not None
+    with pytest.raises(MissingPodSetError, match="podset 'driver'"):
+        pod_set_starts(wl, admitted(pod_set="driver"))
+
+
+@pytest.mark.parametrize("manifest", ["not json", "{}", json.dumps({"kind": "Workload"})])
+def test_an_undecodable_manifest_gives_no_workload(manifest: str) -> None:
+    assert workload_from_submitted(events_pb2.WorkloadSubmitted(manifest_json=manifest)) is None

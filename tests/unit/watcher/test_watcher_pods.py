@@ -1,0 +1,120 @@
+"""watcher.pods: a workload's pods → pods_pending, running, pods_ready, finished; each once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from muster.watcher.pods import PodState, Sent, due_events, pod_state
+
+WL = "ns/w"
+
+
+def pod(i: int, phase: str = "Pending", *, node: str = "", message: str = "") -> PodState:
+    return PodState(
+        namespace="ns",
+        name=f"w-main-{i}",
+        uid=f"uid-{i}",
+        workload=WL,
+        pod_set="main",
+        node=node,
+        phase=phase,
+        message=message,
+    )
+
+
+def fields(pods: list[PodState], sent: Sent, **kw: Any) -> list[str]:
+    return [o.field for o in due_events(WL, pods, sent, **kw)]
+
+
+def publish_all(pods: list[PodState], sent: Sent) -> list[str]:
+    """What is due, recorded as sent (what the handler does)."""
+    out = due_events(WL, pods, sent)
+    for o in out:
+        sent.record(o, [p.uid for p in pods])
+    return [o.field for o in out]
+
+
+def test_reads_a_pod_manifest() -> None:
+    obj = {
+        "metadata": {
+            "name": "w-main-0",
+            "namespace": "ns",
+            "uid": "u",
+            "labels": {"muster.dev/workload": "w"},
+            "annotations": {"muster.dev/pod-set": "main"},
+        },
+        "spec": {"nodeName": "a"},
+        "status": {"phase": "Failed", "message": "OOMKilled"},
+    }
+    state = pod_state(obj)
+    assert state == PodState(
+        namespace="ns",
+        name="w-main-0",
+        uid="u",
+        workload="ns/w",
+        pod_set="main",
+        node="a",
+        phase="Failed",
+        message="OOMKilled",
+    )
+    assert pod_state({"metadata": {"name": "other"}}) is None
+
+
+def test_pending_pods_are_reported_together_once_per_set() -> None:
+    sent = Sent()
+    assert publish_all([pod(0)], sent) == ["pods_pending"]
+    assert publish_all([pod(0)], sent) == []
+    out = due_events(WL, [pod(0), pod(1)], sent)
+    assert [o.field for o in out] == ["pods_pending"]
+    assert [p.name for p in out[0].payload.pods] == ["w-main-0", "w-main-1"]
+
+
+def test_bound_pods_are_not_pending() -> None:
+    assert fields([pod(0, node="a"), pod(1, node="a")], Sent()) == []
+
+
+def test_a_pod_deleted_makes_no_pending_news() -> None:
+    assert fields([pod(1)], Sent(), after_delete=True) == []
+
+
+def test_running_then_ready_then_finished_each_once() -> None:
+    sent = Sent()
+    assert publish_all([pod(0, "Running", node="a"), pod(1, node="a")], sent) == []
+    running = [pod(0, "Running", node="a"), pod(1, "Running", node="a")]
+    assert publish_all(running, sent) == ["running", "pods_ready"]
+    assert publish_all(running, sent) == []
+    done = [pod(0, "Succeeded", node="a"), pod(1, "Succeeded", node="a")]
+    assert publish_all(done, sent) == ["finished"]
+    assert publish_all(done, sent) == []
+    # pods removed one by one after finishing: nothing new
+    assert publish_all(done[1:], sent) == []
+
+
+def test_pods_that_finished_unseen_still_report_running_first() -> None:
+    out = due_events(WL, [pod(0, "Succeeded", node="a")], Sent())
+    assert [o.field for o in out] == ["running", "pods_ready", "finished"]
+    assert out[-1].payload.succeeded
+    assert out[-1].payload.message == "1 of 1 pods succeeded"
+
+
+def test_any_failed_pod_finishes_the_workload_unsuccessfully() -> None:
+    pods = [pod(0, "Running", node="a"), pod(1, "Failed", node="a", message="OOMKilled")]
+    out = due_events(WL, pods, Sent())
+    assert [o.field for o in out] == ["finished"]
+    assert not out[0].payload.succeeded
+    assert out[0].payload.message == "pod ns/w-main-1 failed: OOMKilled"
+
+
+def test_new_pods_of_the_same_workload_are_a_new_life() -> None:
+    sent = Sent()
+    publish_all([pod(0, "Succeeded", node="a")], sent)
+    sent.forget_pods_except([])
+    assert sent.empty
+    assert publish_all([pod(5, "Running", node="a")], sent) == ["running", "pods_ready"]
+
+
+def test_event_keys_are_stable_for_the_same_pods() -> None:
+    pods = [pod(0, "Succeeded", node="a")]
+    assert [o.id_key for o in due_events(WL, pods, Sent())] == [
+        o.id_key for o in due_events(WL, list(reversed(pods)), Sent())
+    ]
