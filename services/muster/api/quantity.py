@@ -6,6 +6,7 @@ one leaves (encode, reports). Arithmetic is exact: no float ever touches a quant
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -81,6 +82,7 @@ def parse_exact(value: str | int | float) -> Fraction:
     return number * _SUFFIXES[match["suffix"] or ""]
 
 
+@functools.lru_cache(maxsize=4096)  # the same few strings ("100m", "64Mi") recur everywhere
 def parse_quantity(text: str | int | float) -> MilliUnits:
     """Return a quantity as an integer number of milli-units ("500m" -> 500, "2" -> 2000).
 

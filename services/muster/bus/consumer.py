@@ -311,20 +311,31 @@ class _ConsumeLoop:
 
 @contextlib.asynccontextmanager
 async def _keep_alive(msg: Msg, ack_wait_s: float) -> AsyncIterator[None]:
-    """While the body runs, tell the server `msg` is in progress so it is not redelivered."""
+    """While the body runs, tell the server `msg` is in progress so it is not redelivered.
 
-    async def tick() -> None:
-        while True:
-            await asyncio.sleep(ack_wait_s / 3)
-            await _quietly(msg.in_progress())
+    A timer, not a task: most handlers finish long before the first tick is due.
+    """
+    loop = asyncio.get_running_loop()
+    interval = ack_wait_s / 3
+    sent: set[asyncio.Task[None]] = set()
+    timer: asyncio.TimerHandle | None = None
 
-    task = asyncio.create_task(tick())
+    def tick() -> None:
+        nonlocal timer
+        task = loop.create_task(_quietly(msg.in_progress()))
+        sent.add(task)
+        task.add_done_callback(sent.discard)
+        timer = loop.call_later(interval, tick)
+
+    timer = loop.call_later(interval, tick)
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        timer.cancel()
+        for task in list(sent):
+            task.cancel()
+        if sent:
+            await asyncio.gather(*sent, return_exceptions=True)
 
 
 async def _quietly(reply: Awaitable[None]) -> None:

@@ -20,9 +20,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import cProfile
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -42,6 +44,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 EXIT_OK = 0
+PROFILE_DIR_ENV = "MUSTER_PROFILE_DIR"  # set: every service runs under cProfile, stats dumped here
 EXIT_FAILED = 1
 
 
@@ -178,7 +181,27 @@ def run_service(config: ServiceConfig, main: ServiceMain) -> int:
     """Run service `main` until SIGTERM/SIGINT or until it fails; the process's exit status."""
     setup_logging(config.name, config.log_level)
     setup_tracing(config.name)
-    return asyncio.run(serve(config, main))
+    profile_dir = os.environ.get(PROFILE_DIR_ENV)
+    if not profile_dir:
+        return asyncio.run(serve(config, main))
+    return _profiled(profile_dir, config, main)
+
+
+def _profiled(profile_dir: str, config: ServiceConfig, main: ServiceMain) -> int:
+    """`run_service` under cProfile; the stats go to `<dir>/<service>-<pid>.prof` at exit.
+
+    Opt-in (MUSTER_PROFILE_DIR) and for measurements only: cProfile slows a service down.
+    """
+    path = os.path.join(profile_dir, f"{config.name}-{os.getpid()}.prof")
+    os.makedirs(profile_dir, exist_ok=True)
+    profiler = cProfile.Profile(time.thread_time)  # CPU time of the event loop thread
+    profiler.enable()
+    try:
+        return asyncio.run(serve(config, main))
+    finally:
+        profiler.disable()
+        profiler.dump_stats(path)
+        log.info("profile written to %s", path)
 
 
 async def serve(config: ServiceConfig, main: ServiceMain) -> int:

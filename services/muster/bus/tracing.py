@@ -69,9 +69,17 @@ def _otlp_exporter() -> SpanExporter | None:
     return None
 
 
+_tracer: tuple[trace.TracerProvider, trace.Tracer] | None = None
+
+
 def tracer() -> trace.Tracer:
-    """The tracer muster's own spans come from."""
-    return trace.get_tracer("muster")
+    """The tracer muster's own spans come from (made once per tracer provider: the SDK builds a
+    new Tracer, resource and all, on every `get_tracer` call, and this runs once per event)."""
+    global _tracer
+    provider = trace.get_tracer_provider()
+    if _tracer is None or _tracer[0] is not provider:
+        _tracer = (provider, provider.get_tracer("muster"))
+    return _tracer[1]
 
 
 def trace_headers(ctx: otel_context.Context | None = None) -> dict[str, str]:

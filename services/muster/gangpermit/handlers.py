@@ -6,6 +6,7 @@ republishes the same event ids and JetStream drops the copies.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from typing import Protocol
@@ -16,7 +17,7 @@ from muster.bus.envelope import new_event
 from muster.cluster.objects import PodView
 from muster.contracts.v1 import events_pb2
 from muster.core.gang import PodKey
-from muster.gangpermit.state import Decision, GangState, Permit, TimedOut
+from muster.gangpermit.state import Decision, Gang, GangState, Permit, TimedOut
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,14 @@ async def publish_decisions(
     publisher: Publisher,
     cluster: str,
 ) -> None:
-    """Publish each decision, then record it in `state` (permits reserve, time-outs forget)."""
+    """Publish each decision, then record it in `state` (permits reserve, time-outs forget).
+
+    Decisions are about different gangs (workloads): they are published together and each is
+    recorded once JetStream has it. If some fail, the others are still recorded, and the first
+    failure is raised.
+    """
+    sent: list[tuple[Decision, Gang]] = []
+    envs = []
     for decision in decisions:
         gang = state.gangs.get(decision.workload)
         if gang is None:
@@ -58,19 +66,28 @@ async def publish_decisions(
             assert isinstance(decision, TimedOut)
             field = "gang_rejected"
             payload = events_pb2.GangRejected(reason=GANG_TIMED_OUT, message=decision.message)
-        env = new_event(
-            field,
-            payload,
-            cluster=cluster,
-            workload=gang.key,
-            generation=gang.admitted.generation,
-            cause=gang.admitted,
-            source=f"gangpermit/{cluster}",
+        envs.append(
+            new_event(
+                field,
+                payload,
+                cluster=cluster,
+                workload=gang.key,
+                generation=gang.admitted.generation,
+                cause=gang.admitted,
+                source=f"gangpermit/{cluster}",
+            )
         )
-        await publisher.publish(env)
-        if isinstance(decision, Permit):
-            log.info("gang permitted", extra={"workload": gang.key})
+        sent.append((decision, gang))
+    results = await asyncio.gather(*(publisher.publish(e) for e in envs), return_exceptions=True)
+    failure: BaseException | None = None
+    for (decision, gang), result in zip(sent, results, strict=True):
+        if isinstance(result, BaseException):
+            failure = failure or result
+        elif isinstance(decision, Permit):
+            log.debug("gang permitted", extra={"workload": gang.key})
             state.permitted(gang.key, decision.placement)
         else:
             log.info("gang timed out: %s", decision.message, extra={"workload": gang.key})
             state.forget(gang.key)
+    if failure is not None:
+        raise failure

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 import msgspec
@@ -22,6 +22,10 @@ from muster.bus.errors import Retry
 from muster.bus.subjects import workload_subject
 from muster.cluster.backend import ClusterBackend
 from muster.cluster.errors import ClusterError
+from muster.cluster.objects import PodView
+from muster.cluster.sim.backend import SimBackend
+from muster.core.gang import NodeCapacity, PodKey
+from muster.gangpermit.cache import ClusterCache
 from muster.gangpermit.handlers import publish_decisions
 from muster.gangpermit.snapshot import index_pods, node_capacities
 from muster.gangpermit.state import GangState
@@ -78,29 +82,52 @@ async def run_gangpermit(
             if state.apply(env):
                 wake.set()
 
+    cache = None
+    if isinstance(backend, SimBackend):  # a watched view: one request per pass, not one per pod
+        cache = ClusterCache(backend.store, on_change=wake.set)
+
     async def passes() -> None:
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), config.retry_interval_s)
             wake.clear()
             if state.in_order():
-                await _one_pass(bus, backend, state, config, now_ns=clock_ns())
+                await _one_pass(bus, backend, cache, state, config, now_ns=clock_ns())
 
     health.ready()
     async with asyncio.TaskGroup() as tasks:
+        if cache is not None:
+            tasks.create_task(cache.run(), name="gangpermit-cluster-watch")
         tasks.create_task(follow(), name="gangpermit-events")
         tasks.create_task(passes(), name="gangpermit-passes")
 
 
+async def _snapshot(
+    backend: ClusterBackend, cache: ClusterCache | None
+) -> tuple[tuple[NodeCapacity, ...], Mapping[PodKey, PodView]]:
+    """Every node with what its bound pods use, and every pod: from the cache once it has read
+    every write made so far, else by listing the cluster."""
+    if cache is not None:
+        await cache.sync()
+        return cache.capacities(), cache.pods
+    nodes, pods = await backend.list_nodes(), await backend.list_pods()
+    return node_capacities(nodes, pods), index_pods(pods)
+
+
 async def _one_pass(
-    bus: Bus, backend: ClusterBackend, state: GangState, config: GangPermitConfig, *, now_ns: int
+    bus: Bus,
+    backend: ClusterBackend,
+    cache: ClusterCache | None,
+    state: GangState,
+    config: GangPermitConfig,
+    *,
+    now_ns: int,
 ) -> None:
     """Look at the cluster, decide on every waiting gang, publish; failures wait for the next."""
     try:
-        nodes, pods = await backend.list_nodes(), await backend.list_pods()
-        index = index_pods(pods)
+        capacities, index = await _snapshot(backend, cache)
         decisions = state.decide(
-            node_capacities(nodes, pods),
+            capacities,
             index,
             now_ns=now_ns,
             timeout_ns=int(config.gang_timeout_s * 1e9),

@@ -31,10 +31,18 @@ def node_capacities(nodes: Iterable[NodeView], pods: Iterable[PodView]) -> tuple
             total = used.setdefault(pod.node_name, Counter())
             total.update(pod.requests)
             total[PODS] += ONE_POD
+    return capacities_from_usage(nodes, used)
+
+
+def capacities_from_usage(
+    nodes: Iterable[NodeView], used: Mapping[str, Mapping[str, int]]
+) -> tuple[NodeCapacity, ...]:
+    """Every node with `used[node name]` (what its bound, non-terminal pods request)."""
+    default_pods = int(parse_quantity(DEFAULT_MAX_PODS))
     out = []
     for node in nodes:
         allocatable = dict(node.allocatable)
-        allocatable.setdefault(PODS, int(parse_quantity(DEFAULT_MAX_PODS)))
+        allocatable.setdefault(PODS, default_pods)
         out.append(
             NodeCapacity(
                 name=NodeName(node.name),

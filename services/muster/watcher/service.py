@@ -98,17 +98,63 @@ async def run_watcher(
                 ctx.seed(state)
     log.info("watching cluster %s from revision %d", config.cluster, revision)
     health.ready()
+    saver = RevisionSaver(kv, config.cluster, revision)
     changes = backend.watch(from_revision=revision)
+    saving = asyncio.create_task(saver.run(), name="watcher-revision")
     try:
         async for change in changes:
             handler = handler_for(change)
             if handler is not None:
                 await _handle_until_done(handler, change, ctx)
-            await _save_revision(kv, config.cluster, change.revision)
+            saver.handled(change.revision)
+            if saving.done():  # it only ends early on a bug: raise it
+                saving.result()
     finally:
-        close = getattr(changes, "aclose", None)
-        if close is not None:
-            await close()
+        saver.stop()
+        try:
+            await saving  # the last revision handled is stored before the watcher stops
+        finally:
+            close = getattr(changes, "aclose", None)
+            if close is not None:
+                await close()
+
+
+class RevisionSaver:
+    """Stores the last revision handled, at most one write in flight: while one is stored,
+    later revisions only replace the next value to store.
+
+    Every change up to a stored revision was handled (changes are handled in order), so a
+    restart resumes from there; one handled after it is handled again on restart, which
+    republishes nothing (the marks say what was sent, and JetStream drops duplicate ids).
+    """
+
+    def __init__(self, kv: KeyValue, cluster: str, revision: int) -> None:
+        self._kv = kv
+        self._cluster = cluster
+        self._latest = revision
+        self._stored = revision
+        self._dirty = asyncio.Event()
+        self._stopping = False
+
+    def handled(self, revision: int) -> None:
+        self._latest = revision
+        self._dirty.set()
+
+    def stop(self) -> None:
+        """Store what is left, then end `run`."""
+        self._stopping = True
+        self._dirty.set()
+
+    async def run(self) -> None:
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            if self._latest != self._stored:
+                latest = self._latest
+                await _save_revision(self._kv, self._cluster, latest)
+                self._stored = latest
+            if self._stopping and self._latest == self._stored:
+                return
 
 
 async def _handle_until_done(handler: Handler, change: ClusterChange, ctx: WatcherContext) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from typing import Any
 
 import msgspec
@@ -155,13 +155,19 @@ class SimStore:
         return [obj for obj in found if obj is not None]
 
     async def watch(
-        self, prefix: str = "", *, from_revision: int = 0
+        self,
+        prefix: str = "",
+        *,
+        from_revision: int = 0,
+        on_skipped: Callable[[int], None] | None = None,
     ) -> AsyncGenerator[StoreChange, None]:
         """Yield the objects under `prefix` as ADDED, then every change, in revision order.
 
         With `from_revision` > 0 there is no initial list: only writes after that revision,
         each reported with the latest state of its key. See `ClusterBackend.watch` for the
         meaning of ADDED and MODIFIED (level-triggered). Never yields a revision twice.
+        `on_skipped(revision)` is called for each write the watch read but does not yield (a
+        tombstone of a key it never showed), so a caller can tell how far the watch has read.
         """
         resuming = from_revision > 0
         with nats_errors():
@@ -180,6 +186,8 @@ class SimStore:
                     msg = await sub.next_msg(timeout=None)
                 change = self._change(msg, shown, resuming=resuming)
                 if change is None or change.revision <= last:
+                    if on_skipped is not None:
+                        on_skipped(msg.metadata.sequence.stream)
                     continue
                 last = change.revision
                 yield change
