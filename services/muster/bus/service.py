@@ -25,8 +25,8 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, NamedTuple, TypeVar
 
 import grpc
 import msgspec
@@ -69,41 +69,81 @@ class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"unknown log level {self.log_level!r}")
 
 
-def add_common_flags(parser: argparse.ArgumentParser) -> None:
-    """Add the flags every service takes; each defaults to its MUSTER_* environment variable.
+class Flag(NamedTuple):
+    """One service option; it defaults to its MUSTER_* environment variable, then `default`."""
 
-    String defaults go through `type`, so a bad environment value is reported like a bad flag.
-    """
-    flags = [
-        ("--nats", "URL", str, "MUSTER_NATS_URL", "nats://127.0.0.1:4222",
+    flag: str
+    metavar: str
+    kind: Callable[[str], Any]
+    env: str
+    default: str | None
+    about: str
+
+
+COMMON_FLAGS = (
+    Flag("--nats", "URL", str, "MUSTER_NATS_URL", "nats://127.0.0.1:4222",
          "NATS server URL(s), comma-separated"),
-        ("--nats-creds", "FILE", str, "MUSTER_NATS_CREDS", None, "NATS credentials file"),
-        ("--nats-user", "NAME", str, "MUSTER_NATS_USER", None, "NATS user"),
-        ("--nats-password", "SECRET", str, "MUSTER_NATS_PASSWORD", None, "NATS password"),
-        ("--nats-token", "SECRET", str, "MUSTER_NATS_TOKEN", None, "NATS token"),
-        ("--nats-tls-ca", "FILE", str, "MUSTER_NATS_TLS_CA", None,
+    Flag("--nats-creds", "FILE", str, "MUSTER_NATS_CREDS", None, "NATS credentials file"),
+    Flag("--nats-user", "NAME", str, "MUSTER_NATS_USER", None, "NATS user"),
+    Flag("--nats-password", "SECRET", str, "MUSTER_NATS_PASSWORD", None, "NATS password"),
+    Flag("--nats-token", "SECRET", str, "MUSTER_NATS_TOKEN", None, "NATS token"),
+    Flag("--nats-tls-ca", "FILE", str, "MUSTER_NATS_TLS_CA", None,
          "CA certificate to verify the NATS server with"),
-        ("--nats-connect-timeout", "S", float, "MUSTER_NATS_CONNECT_TIMEOUT", "10",
+    Flag("--nats-connect-timeout", "S", float, "MUSTER_NATS_CONNECT_TIMEOUT", "10",
          "give up when NATS is not reachable this long at start"),
-        ("--cluster", "ID", str, "MUSTER_CLUSTER", DEFAULT_CLUSTER, "cluster id"),
-        ("--health-port", "N", int, "MUSTER_HEALTH_PORT", "0",
+    Flag("--cluster", "ID", str, "MUSTER_CLUSTER", DEFAULT_CLUSTER, "cluster id"),
+    Flag("--health-port", "N", int, "MUSTER_HEALTH_PORT", "0",
          "gRPC health port; 0 picks a free one and prints it"),
-        ("--grace-seconds", "S", float, "MUSTER_GRACE_SECONDS", "10",
+    Flag("--grace-seconds", "S", float, "MUSTER_GRACE_SECONDS", "10",
          "time to finish in-flight work after SIGTERM"),
-        ("--max-event-bytes", "N", int, "MUSTER_MAX_EVENT_BYTES", str(DEFAULT_MAX_EVENT_BYTES),
+    Flag("--max-event-bytes", "N", int, "MUSTER_MAX_EVENT_BYTES", str(DEFAULT_MAX_EVENT_BYTES),
          "largest event accepted"),
-        ("--log-level", "LEVEL", str, "MUSTER_LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR"),
-    ]  # fmt: skip
-    group = parser.add_argument_group("common service options")
-    for flag, metavar, kind, env, default, about in flags:
-        shown = "" if default is None or "SECRET" in metavar else ", default %(default)s"
+    Flag("--log-level", "LEVEL", str, "MUSTER_LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR"),
+)  # fmt: skip
+
+
+def add_flags(
+    group: argparse._ArgumentGroup | argparse.ArgumentParser, flags: Sequence[Flag]
+) -> None:
+    """Add `flags`; string defaults go through `kind`, so a bad environment value is reported
+    like a bad flag."""
+    for f in flags:
+        shown = "" if f.default is None or "SECRET" in f.metavar else ", default %(default)s"
         group.add_argument(
-            flag,
-            metavar=metavar,
-            type=kind,
-            default=os.environ.get(env) or default,
-            help=f"{about} ({env}{shown})",
+            f.flag,
+            metavar=f.metavar,
+            type=f.kind,
+            default=os.environ.get(f.env) or f.default,
+            help=f"{f.about} ({f.env}{shown})",
         )
+
+
+def add_common_flags(parser: argparse.ArgumentParser) -> None:
+    """Add the flags every service takes; each defaults to its MUSTER_* environment variable."""
+    add_flags(parser.add_argument_group("common service options"), COMMON_FLAGS)
+
+
+def service_main(
+    argv: Sequence[str],
+    *,
+    name: str,
+    description: str,
+    flags: Sequence[Flag] = (),
+    build: Callable[[argparse.Namespace, ServiceConfig], ServiceMain],
+) -> int:
+    """The whole `__main__` of a service: common flags plus `flags`, then run what `build`
+    makes of them until SIGTERM. `build` raises ValueError for a bad value: exit status 2."""
+    parser = argparse.ArgumentParser(prog=f"muster service {name}", description=description)
+    add_common_flags(parser)
+    if flags:
+        add_flags(parser.add_argument_group(f"{name} options"), flags)
+    args = parser.parse_args(list(argv))
+    try:
+        config = config_from_args(args, name)
+        main = build(args, config)
+    except ValueError as exc:
+        parser.error(str(exc))  # exits 2
+    return run_service(config, main)
 
 
 def config_from_args(args: argparse.Namespace, name: str) -> ServiceConfig:

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 
 from muster.bus import Bus
-from muster.bus.service import Health, add_common_flags, config_from_args, run_service
+from muster.bus.service import Flag, Health, ServiceConfig, ServiceMain, service_main
 from muster.cluster.sim.clock import Clock, WallClock
 from muster.cluster.sim.kubelet import Kubelet
 from muster.cluster.sim.store import SimStore
@@ -21,27 +20,28 @@ NAME = "sim-cluster"
 
 def main(argv: list[str]) -> int:
     """Run the sim kubelet until SIGTERM or SIGINT; the exit status (2 for bad flags)."""
-    parser = argparse.ArgumentParser(
-        prog=f"muster service {NAME}",
+    return service_main(
+        argv,
+        name=NAME,
         description="Run the pods of a simulated cluster (the sim kubelet).",
+        flags=(
+            Flag(
+                "--speed",
+                "X",
+                float,
+                "MUSTER_SIM_SPEED",
+                "1",
+                "run pods X times faster than their muster.dev/run-seconds",
+            ),
+        ),
+        build=build,
     )
-    add_common_flags(parser)
-    parser.add_argument(
-        "--speed",
-        metavar="X",
-        type=float,
-        default=os.environ.get("MUSTER_SIM_SPEED") or "1",
-        help="run pods X times faster than their muster.dev/run-seconds "
-        "(MUSTER_SIM_SPEED, default 1)",
-    )
-    args = parser.parse_args(argv)
+
+
+def build(args: argparse.Namespace, config: ServiceConfig) -> ServiceMain:
     if not args.speed > 0:
-        parser.error(f"--speed must be > 0, got {args.speed:g}")
-    try:
-        config = config_from_args(args, NAME)
-    except ValueError as exc:
-        parser.error(str(exc))
-    return run_service(config, functools.partial(serve, cluster=config.cluster, speed=args.speed))
+        raise ValueError(f"--speed must be > 0, got {args.speed:g}")
+    return functools.partial(serve, cluster=config.cluster, speed=args.speed)
 
 
 async def serve(
