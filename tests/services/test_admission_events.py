@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 
+import admission_world
 import nats.js.errors
 import pytest
 from admission_world import (
@@ -30,6 +31,7 @@ from muster.contracts.v1 import events_pb2 as pb
 from muster.contracts.v1 import services_pb2
 
 pytestmark = pytest.mark.timeout(30)
+events = admission_world.events  # conftest's fixture, stopped firmly (see there)
 
 
 @pytest.fixture
@@ -167,16 +169,17 @@ async def test_pods_ready_timeout_fires_from_the_engine_timer(
     configuration = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta1",
         "kind": "Configuration",
-        "waitForPodsReady": {"enable": True, "timeout": "1s"},
+        "waitForPodsReady": {"enable": True, "timeout": "2s"},
     }
     applied = pb.ConfigApplied(
         kind="Configuration", name="kueue", manifest_json=json.dumps(configuration)
     )
     await publish(bus, new_event("config_applied", applied, cluster="local", source="test"))
     await basic_config(bus, cpu="4")
-    await publish(bus, submitted(workload("slow")), submitted(workload("quick")))
+    await publish(bus, submitted(workload("quick")))
     await events.wait_for("admitted", workload="ns/quick")
-    await publish(bus, fact("pods_ready", "ns/quick"))
+    # Applied in stream order: quick's pods are ready before slow is even admitted.
+    await publish(bus, fact("pods_ready", "ns/quick"), submitted(workload("slow")))
     evicted = await events.wait_for("evicted", workload="ns/slow", timeout_s=5)
     assert evicted.evicted.reason == "PodsReadyTimeout"
     assert evicted.cause.startswith("timer/admission/0/")  # no event caused it

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import admission_world
 import pytest
 from admission_world import (
     FakeBinder,
@@ -16,6 +17,7 @@ from admission_world import (
 from muster.bus import Bus, BusConfig
 
 pytestmark = pytest.mark.timeout(30)
+events = admission_world.events  # conftest's fixture, stopped firmly (see there)
 
 WITHIN = {"withinClusterQueue": "LowerPriority"}
 

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from admission_world import FakeBinder, fact, publish, start_preemption
+from admission_world import (
+    FakeBinder,
+    fact,
+    publish,
+    start_preemption,
+)
 
 from muster.bus import DLQ_STREAM, Bus, BusConfig, dlq_subject, new_event
 from muster.contracts.v1 import events_pb2 as pb

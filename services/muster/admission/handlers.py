@@ -1,14 +1,30 @@
-"""The consumed events' path into the engine: handle → fact → round → publish → ack.
+"""Rounds: consumed events into the engine, in stream order, one `schedule()` per batch.
 
-Every event type takes the same path. `Rounds.handle` (the consumer's handler) reads the event
-as a fact (`translate.fact_of`) and hands it to the round loop, then waits: it returns, and the
-bus acks, only once the round that applied the fact has published all it decided and JetStream
-has acknowledged each event. Facts that arrive together (the consumer runs many lanes) are
-applied together, in stream order, and decided by one `schedule()`.
+`Rounds.apply_batch(envelopes)` is what the consumer (`consumer.py`) calls with the events it
+fetched together, in stream order. Each event is read as a fact (`translate.fact_of`) and
+applied; then the engine decides once, and every decision is published, each after the
+previous one's PubAck. Only then does the consumer ack the batch.
 
-A round that fails to publish retries with the same event ids (JetStream drops the copies), so
-a decision the engine has made is never lost while the process lives; if it dies, the next
+Every event type takes that path (one round per fetched batch rather than one handler per
+event type, so that a batch is decided once and in stream order). What each fact does is in
+`AdmissionState._record`:
+
+    submitted            engine.submit when this shard owns the queue's cohort tree; indexed
+    finished, deleted    engine.finish / engine.delete: quota released
+    eviction_completed   engine.stopped: the evicted workload releases quota and is requeued
+    pods_ready           engine.pods_ready (waitForPodsReady)
+    admission_check      Ready admits, Retry evicts, Rejected deactivates
+    gang_rejected        evicted (reason GangRejected): quota held until eviction_completed
+    config_applied/deleted   the engine's configuration; moved workloads adopted or dropped
+    pending, quota_reserved, admitted, evicted, requeued
+                         another replica's decisions: indexed as history, never re-decided
+
+A decision that fails to publish is retried with the same event id (JetStream drops copies),
+so a decision the engine made is never lost while the process lives; if it dies, the next
 owner rebuilds from the stream, which holds exactly what was published.
+
+`Rounds.run_timers` runs rounds with no event when the engine's next timer is due (requeue
+back-off, waitForPodsReady timeouts).
 """
 
 from __future__ import annotations
@@ -16,8 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Protocol
 
 from muster.admission.state import AdmissionState
@@ -37,36 +52,15 @@ class Publisher(Protocol):
     async def publish(self, env: pb.Envelope) -> int: ...
 
 
-@dataclass(slots=True)
-class _Pending:
-    env: pb.Envelope
-    fact: Fact
-    done: asyncio.Future[None] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future()
-    )
+def raise_if_cancelling() -> None:
+    """Raise CancelledError if this task was asked to stop.
 
-
-class AppliedSequences:
-    """Stream sequences already applied: everything up to the rebuild's end, then each one.
-
-    A redelivered event (its ack was lost) is skipped. Only recent ones are remembered: a
-    redelivery comes within the ack wait, and applying an old event again changes nothing.
+    nats-py waits with `asyncio.wait_for`, which in Python 3.11 can swallow a cancellation
+    that arrives as the wait ends (fixed in 3.12): loops check before each pass.
     """
-
-    def __init__(self, floor: int = 0, *, keep: int = 65536) -> None:
-        self.floor = floor
-        self.keep = keep
-        self._seen: set[int] = set()
-
-    def __contains__(self, sequence: object) -> bool:
-        return isinstance(sequence, int) and (sequence <= self.floor or sequence in self._seen)
-
-    def add(self, sequence: int) -> None:
-        self._seen.add(sequence)
-        if len(self._seen) > self.keep:
-            ordered = sorted(self._seen)
-            self.floor = max(self.floor, ordered[len(ordered) // 2])
-            self._seen = {s for s in ordered if s > self.floor}
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 class Rounds:
@@ -87,103 +81,100 @@ class Rounds:
         self.on_round = on_round
         self.retry_s = retry_s
         self.lock = asyncio.Lock()  # one round at a time; readers of the engine take it too
-        self.applied = AppliedSequences(state.last_sequence)
-        self._inbox: list[_Pending] = []
-        self._wake = asyncio.Event()
-        self._closed = False
         self.rounds = 0
+        self._timers_changed = asyncio.Event()
 
-    # --- the consumer's handler ------------------------------------------------------------
+    # --- consumed events -------------------------------------------------------------------
 
-    async def handle(self, env: pb.Envelope) -> None:
-        """Apply `env` in the next round; return once what that round decided is stored."""
-        if env.sequence in self.applied:
-            return  # replayed during the rebuild, or a redelivery: already applied
-        try:
-            fact = fact_of(env)
-        except FactError as exc:
-            raise Reject(str(exc)) from exc
-        if fact is None:
-            return
-        if isinstance(fact, Recorded) and fact.source == self.state.source:
-            self.applied.add(env.sequence)
-            return  # our own decision: recorded when we published it
-        if self._closed:
-            raise Retry(1.0, "admission is stopping")
-        pending = _Pending(env, fact)
-        self._inbox.append(pending)
-        self._wake.set()
-        await pending.done
+    async def apply_batch(self, envs: Sequence[pb.Envelope]) -> list[Reject | None]:
+        """Apply `envs` (in stream order) in one round; per event, None or why it is rejected.
 
-    # --- rounds ----------------------------------------------------------------------------
-
-    async def run(self) -> None:
-        """Run rounds until cancelled: whenever facts arrive, and when an engine timer is due.
-
-        When it stops, every event still waiting for a round is given back (Retry), so the
-        consume loop can nak it and finish.
+        Returns once every decision of the round is stored. Events at or below the last
+        applied sequence (replayed by the rebuild, or redelivered) are skipped.
         """
-        try:
-            while True:
-                wakeup = self.state.next_wakeup_s()
-                timeout = None if wakeup is None else max(0.0, wakeup - self.clock())
-                # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(timeout):
-                        await self._wake.wait()
-                self._wake.clear()
-                await asyncio.sleep(0)  # let lanes that are ready join this round
-                batch, self._inbox = self._inbox, []
-                try:
-                    await self.round(batch)
-                except BaseException as exc:
-                    self._give_back(batch, exc)
-                    raise
-        finally:
-            self._closed = True
-            self._give_back(self._inbox, None)
-            self._inbox = []
+        outcomes: list[Reject | None] = []
+        facts: list[tuple[pb.Envelope, Fact]] = []
+        for env in envs:
+            outcomes.append(None)
+            if env.sequence and env.sequence <= self.state.last_sequence:
+                continue
+            try:
+                fact = fact_of(env)
+            except FactError as exc:
+                outcomes[-1] = Reject(str(exc))
+                continue
+            if fact is None or (isinstance(fact, Recorded) and fact.source == self.state.source):
+                continue  # nothing for admission, or our own decision (recorded when published)
+            facts.append((env, fact))
+        # The decisions' cause: the last event applied (their ids derive from it).
+        rejected = await self._round(facts, cause=facts[-1][0] if facts else None)
+        for i, env in enumerate(envs):
+            if env.event_id in rejected:
+                outcomes[i] = rejected[env.event_id]
+            if env.sequence > self.state.last_sequence:
+                self.state.last_sequence = env.sequence
+        return outcomes
 
-    @staticmethod
-    def _give_back(batch: Sequence[_Pending], exc: BaseException | None) -> None:
-        for p in batch:
-            if not p.done.done():
-                p.done.set_exception(Retry(1.0, f"no round for this event: {exc!r}"))
-
-    async def round(self, batch: Sequence[_Pending]) -> None:
-        """Apply `batch` in stream order, decide once, publish, then release the handlers."""
+    async def _round(
+        self, facts: Sequence[tuple[pb.Envelope, Fact]], *, cause: pb.Envelope | None
+    ) -> dict[str, Reject]:
+        rejected: dict[str, Reject] = {}
         async with self.lock:
             now_s = self.clock()
             events: list[Event] = []
-            ordered = sorted(batch, key=lambda p: p.env.sequence)
-            for p in ordered:
+            for env, fact in facts:
                 try:
-                    events += self.state.apply(p.fact, now_s=now_s)
-                except Exception as exc:  # a bug: this event fails (redelivered, then DLQ)
-                    log.exception(
-                        "applying %s failed", p.env.type, extra={"workload": p.env.workload}
-                    )
-                    p.done.set_exception(exc)
-                    continue
-                self.applied.add(p.env.sequence)
+                    events += self.state.apply(fact, now_s=now_s)
+                except Exception as exc:  # a bug: dead-letter this event, keep the others
+                    log.exception("applying %s failed", env.type, extra={"workload": env.workload})
+                    rejected[env.event_id] = Reject(f"admission could not apply it: {exc!r}")
             events += self.state.decide(now_s=now_s)
-            cause = ordered[-1].env if ordered else self._tick_cause(now_s)
-            await self.publish(events, cause=cause)
+            await self.publish(events, cause=cause or self._tick_cause(now_s))
             self.rounds += 1
-        for p in ordered:
-            if not p.done.done():
-                p.done.set_result(None)
+        self._timers_changed.set()
         self.on_round()
+        return rejected
+
+    # --- timers ----------------------------------------------------------------------------
+
+    async def run_timers(self) -> None:
+        """Run a round whenever the engine's next timer is due, until cancelled."""
+        while True:
+            raise_if_cancelling()
+            wakeup = self.state.next_wakeup_s()
+            timeout = None if wakeup is None else max(0.0, wakeup - self.clock())
+            self._timers_changed.clear()
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._timers_changed.wait()  # a round ran: the next timer may move
+                continue
+            except TimeoutError:
+                pass
+            await self._shielded(self._round((), cause=None))
+
+    @staticmethod
+    async def _shielded(work: Coroutine[object, object, object]) -> None:
+        """Run `work`; cancelled meanwhile, let it finish (its events are being published)."""
+        task = asyncio.ensure_future(work)
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await task
+            raise
 
     async def catch_up(self, events: Sequence[Event], *, replay_end: int) -> None:
         """Publish what taking ownership decided, with ids fixed by the rebuild's end."""
         cause = pb.Envelope(event_id=f"rebuild/{self.state.source}/{replay_end}")
         async with self.lock:
             await self.publish(events, cause=cause)
+        self._timers_changed.set()
         self.on_round()
 
     def _tick_cause(self, now_s: float) -> pb.Envelope:
         return pb.Envelope(event_id=f"timer/{self.state.source}/{round(now_s * 1000)}")
+
+    # --- publishing ------------------------------------------------------------------------
 
     async def publish(self, events: Sequence[Event], *, cause: pb.Envelope) -> None:
         """Publish the decisions in `events`, each after the previous one's PubAck.

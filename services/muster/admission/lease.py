@@ -71,6 +71,9 @@ class ShardLease:
         """Wait until this replica owns the shard (the previous owner's lease expired)."""
         waiting = False
         while True:
+            task = asyncio.current_task()  # nats-py may swallow a cancellation (3.11 wait_for)
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError
             try:
                 self.revision = await self.kv.create(self.key, self.owner.encode())
             except nats.js.errors.KeyWrongLastSequenceError:
@@ -88,6 +91,9 @@ class ShardLease:
         """Renew the lease until cancelled; raise LeaseLostError when it cannot be renewed."""
         renewed_at = time.monotonic()
         while True:
+            task = asyncio.current_task()  # nats-py may swallow a cancellation (3.11 wait_for)
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError
             await asyncio.sleep(self.renew_s)
             try:
                 self.revision = await self.kv.update(

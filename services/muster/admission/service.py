@@ -7,8 +7,8 @@
 2. create the durable consumer `admission-<shard>` if missing (starting at the stream's end),
    then replay `MUSTER_EVENTS` from its first message to its last into `AdmissionState`;
 3. take ownership: adopt this shard's workloads into the engine, run one round, publish;
-4. consume from the durable (events up to the replay's end are skipped), run rounds, write the
-   visibility bucket; report SERVING.
+4. consume the durable in stream order, a fetched batch per round (events up to the replay's
+   end are skipped), run rounds for due timers, write the visibility bucket; report SERVING.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from typing import Final
 import msgspec
 import nats.errors
 
-from muster.admission.handlers import Clock, Rounds
+from muster.admission.consumer import consume_in_order, ensure_consumer
+from muster.admission.handlers import Clock, Rounds, raise_if_cancelling
 from muster.admission.lease import SHARDS_BUCKET, ShardLease
 from muster.admission.state import AdmissionState
 from muster.admission.translate import fact_of
@@ -38,7 +39,6 @@ from muster.bus import (
     new_event,
     workload_subject,
 )
-from muster.bus.consumer import consumer_config
 from muster.bus.service import Health
 from muster.contracts.v1 import events_pb2 as pb
 
@@ -57,8 +57,7 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
     lease_ttl_s: float = 5.0
     lease_renew_s: float = 1.0
     visibility_interval_s: float = 0.1  # at most one write per key per interval
-    lanes: int = 32  # events handled at once, hence the largest round
-    max_ack_pending: int = 1024
+    batch: int = 256  # events fetched together, applied in one round
     ack_wait_s: float = 30.0  # a dead replica's unacked events come back after this long
 
     def __post_init__(self) -> None:
@@ -82,8 +81,8 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
     def consumer_settings(self) -> ConsumerSettings:
         return ConsumerSettings(
             stream=EVENTS_STREAM,
-            lanes=self.lanes,
-            max_ack_pending=self.max_ack_pending,
+            batch=self.batch,
+            max_ack_pending=max(1024, 4 * self.batch),
             ack_wait_s=self.ack_wait_s,
             deliver_new=True,  # a new durable starts after the replay, which it follows
         )
@@ -108,14 +107,18 @@ async def run_admission(
             tg.create_task(lease.hold(), name="admission-lease")
             service = AdmissionService(bus, config, clock=clock)
             await service.start()
-            tg.create_task(service.rounds.run(), name="admission-rounds")
+            tg.create_task(service.rounds.run_timers(), name="admission-timers")
             tg.create_task(service.write_visibility(), name="admission-visibility")
-            settings = config.consumer_settings()
-            consumer = tg.create_task(
-                bus.consume_with(config.durable, SUBJECTS, service.rounds.handle, settings),
+            tg.create_task(
+                consume_in_order(
+                    bus,
+                    config.durable,
+                    SUBJECTS,
+                    service.rounds.apply_batch,
+                    config.consumer_settings(),
+                ),
                 name="admission-consumer",
             )
-            tg.create_task(cancel_firmly(consumer), name="admission-consumer-stop")
             health.ready()
             log.info(
                 "serving shard %d of %d (rebuilt to sequence %d)",
@@ -125,22 +128,6 @@ async def run_admission(
             )
     finally:
         await asyncio.shield(lease.release())
-
-
-async def cancel_firmly(task: asyncio.Task[None]) -> None:
-    """Wait until cancelled, then cancel `task` until it really stops.
-
-    Python 3.11's `asyncio.wait_for` can swallow a cancellation that arrives as its wait ends
-    (fixed in 3.12); nats-py's fetch waits that way, so the TaskGroup's one cancel of the
-    consume loop may be lost and shutdown would hang. Asked of the bus: check
-    `current_task().cancelling()` in the fetch loop.
-    """
-    try:
-        await asyncio.Event().wait()
-    finally:
-        while not task.done():
-            task.cancel()
-            await asyncio.wait({task}, timeout=0.5)
 
 
 class AdmissionService:
@@ -161,9 +148,8 @@ class AdmissionService:
 
     async def start(self) -> None:
         """Catch up before owning: make the durable, replay history, adopt, decide once."""
-        settings = self.config.consumer_settings()
-        await self.bus.js.add_consumer(
-            EVENTS_STREAM, config=consumer_config(self.config.durable, SUBJECTS, settings)
+        await ensure_consumer(
+            self.bus, self.config.durable, SUBJECTS, self.config.consumer_settings()
         )
         end = await self.bus.last_sequence(EVENTS_STREAM)
         replayed = 0
@@ -177,7 +163,6 @@ class AdmissionService:
             self.state.replay(fact, sequence=env.sequence)
             replayed += 1
         self.state.last_sequence = max(self.state.last_sequence, end)
-        self.rounds.applied.floor = self.state.last_sequence
         events = self.state.take_ownership(now_s=self.clock())
         await self.rounds.catch_up(events, replay_end=end)
         log.info(
@@ -193,6 +178,7 @@ class AdmissionService:
         kv = await self.bus.kv(VISIBILITY_BUCKET)
         writer = VisibilityWriter(kv)
         while True:
+            raise_if_cancelling()
             await self._dirty.wait()
             self._dirty.clear()
             async with self.rounds.lock:

@@ -183,7 +183,10 @@ class AdmissionState:
                 return self._engine_fact(key, lambda: engine.finish(key, now_s=now_s), drop=True)
             case Delete(key):
                 ledger.delete(key)
-                return self._engine_fact(key, lambda: engine.delete(key, now_s=now_s), drop=True)
+                self.adopted.discard(key)
+                if not self.owning or key not in engine.records:
+                    return []
+                return engine.delete(key, now_s=now_s)  # finished ones too: out of its views
             case Stopped(key, at_s):
                 ledger.stopped(key, at_s=at_s)
                 return self._engine_fact(key, lambda: engine.stopped(key, now_s=now_s))

@@ -98,9 +98,11 @@ async def rebuild(bus: Bus, evictions: Evictions, *, clock: Callable[[], float])
 
 async def resend_forever(ctx: PreemptionContext, wake: asyncio.Event) -> None:
     while True:
+        task = asyncio.current_task()  # nats-py may swallow a cancellation (3.11 wait_for)
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError
         due = ctx.evictions.next_due_s()
         timeout = None if due is None else max(0.0, due - ctx.clock())
-        # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
                 await wake.wait()

@@ -1,8 +1,10 @@
-"""Rounds: facts that arrive together are decided together; handlers return after PubAcks."""
+"""Rounds: a fetched batch is applied in order and decided once; decisions are published with
+retries before the batch is acked; due engine timers run rounds of their own."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from admission_stream import (
@@ -15,9 +17,9 @@ from admission_stream import (
     workload,
 )
 
-from muster.admission.handlers import AppliedSequences, Rounds
+from muster.admission.handlers import Rounds
 from muster.admission.state import AdmissionState
-from muster.bus import Reject, Retry
+from muster.bus import Reject, Retry, new_event
 from muster.contracts.v1 import events_pb2 as pb
 
 pytestmark = pytest.mark.timeout(10)
@@ -26,23 +28,25 @@ pytestmark = pytest.mark.timeout(10)
 class Publisher:
     def __init__(self, *, fail_first: int = 0) -> None:
         self.stored: list[pb.Envelope] = []
-        self.attempts = 0
+        self.attempts: list[str] = []
         self.fail_first = fail_first
-        self.gate = asyncio.Event()
-        self.gate.set()
 
     async def publish(self, env: pb.Envelope) -> int:
-        await self.gate.wait()
-        self.attempts += 1
-        if self.attempts <= self.fail_first:
+        self.attempts.append(env.event_id)
+        if len(self.attempts) <= self.fail_first:
             raise Retry(0.0, "no PubAck")
         self.stored.append(env)
         return len(self.stored)
 
+    def of(self, event_type: str) -> list[str]:
+        return [e.workload for e in self.stored if e.type == event_type]
 
-def configured_state() -> AdmissionState:
+
+def configured_state(*extra: pb.Envelope) -> AdmissionState:
     stream, state = Stream(), AdmissionState()
     state.take_ownership(now_s=0)
+    for env in extra:
+        stream.run(state, env)
     for manifest in (flavor(), cluster_queue(cpu="10"), local_queue()):
         stream.run(state, applied(manifest))
     return state
@@ -53,74 +57,104 @@ def sequenced(env: pb.Envelope, seq: int) -> pb.Envelope:
     return env
 
 
-async def test_events_handled_together_are_decided_in_one_round_before_any_returns() -> None:
+async def test_a_batch_is_applied_in_stream_order_and_decided_in_one_round() -> None:
     publisher = Publisher()
-    publisher.gate.clear()
     rounds = Rounds(configured_state(), publisher, clock=lambda: 100.0)
-    runner = asyncio.create_task(rounds.run())
-    handlers = [
-        asyncio.create_task(rounds.handle(sequenced(submitted(workload(f"w{i}")), 10 + i)))
-        for i in range(5)
-    ]
-    await asyncio.sleep(0.05)
-    assert not any(h.done() for h in handlers)  # nothing acked before its PubAcks
-    publisher.gate.set()
-    await asyncio.gather(*handlers)
+    batch = [sequenced(submitted(workload(f"w{i}")), 10 + i) for i in range(5)]
+    assert await rounds.apply_batch(batch) == [None] * 5
     assert rounds.rounds == 1
-    assert [e.workload for e in publisher.stored if e.type == "workload.admitted"] == [
-        f"ns/w{i}" for i in range(5)
+    assert publisher.of("workload.admitted") == [f"ns/w{i}" for i in range(5)]
+    assert {e.cause for e in publisher.stored} == {batch[-1].event_id}
+    assert rounds.state.last_sequence == 14
+
+
+async def test_a_local_queue_created_in_the_same_batch_comes_first() -> None:
+    publisher = Publisher()
+    rounds = Rounds(configured_state(), publisher, clock=lambda: 100.0)
+    batch = [
+        sequenced(applied(local_queue("new")), 10),
+        sequenced(submitted(workload("w", queue="new")), 11),
     ]
-    runner.cancel()
-    await asyncio.gather(runner, return_exceptions=True)
+    await rounds.apply_batch(batch)
+    assert publisher.of("workload.pending") == []
+    assert publisher.of("workload.admitted") == ["ns/w"]
 
 
 async def test_a_failed_publish_is_retried_with_the_same_ids() -> None:
     publisher = Publisher(fail_first=2)
     rounds = Rounds(configured_state(), publisher, clock=lambda: 100.0, retry_s=0.0)
-    runner = asyncio.create_task(rounds.run())
-    await rounds.handle(sequenced(submitted(workload("a")), 10))
+    await rounds.apply_batch([sequenced(submitted(workload("a")), 10)])
     assert [e.type for e in publisher.stored] == ["workload.quota_reserved", "workload.admitted"]
-    assert publisher.attempts == 4
-    runner.cancel()
-    await asyncio.gather(runner, return_exceptions=True)
+    first = publisher.stored[0].event_id
+    assert publisher.attempts[:3] == [first, first, first]
 
 
-async def test_redeliveries_and_own_decisions_are_skipped_and_bad_manifests_rejected() -> None:
+async def test_replayed_events_are_skipped_and_unreadable_ones_rejected() -> None:
     publisher = Publisher()
-    rounds = Rounds(configured_state(), publisher, clock=lambda: 100.0)
-    rounds.applied.floor = 50  # the rebuild replayed up to 50
-    runner = asyncio.create_task(rounds.run())
-    await rounds.handle(sequenced(submitted(workload("old")), 42))
-    assert publisher.stored == []
-    bad = sequenced(submitted(workload("bad")), 51)
+    state = configured_state()
+    state.last_sequence = 50  # the rebuild replayed up to 50
+    rounds = Rounds(state, publisher, clock=lambda: 100.0)
+    bad = sequenced(submitted(workload("bad")), 52)
     bad.submitted.manifest_json = "{"
-    with pytest.raises(Reject):
-        await rounds.handle(bad)
-    runner.cancel()
-    await asyncio.gather(runner, return_exceptions=True)
+    outcomes = await rounds.apply_batch(
+        [sequenced(submitted(workload("old")), 42), sequenced(submitted(workload("new")), 51), bad]
+    )
+    assert outcomes[:2] == [None, None]
+    assert isinstance(outcomes[2], Reject)
+    assert publisher.of("workload.admitted") == ["ns/new"]
+    assert state.last_sequence == 52
 
 
-async def test_events_waiting_for_a_round_are_given_back_when_rounds_stop() -> None:
+async def test_an_event_the_engine_fails_on_is_rejected_and_the_rest_applied(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     publisher = Publisher()
-    publisher.gate.clear()
-    rounds = Rounds(configured_state(), publisher, clock=lambda: 100.0)
-    runner = asyncio.create_task(rounds.run())
-    handler = asyncio.create_task(rounds.handle(sequenced(submitted(workload("a")), 10)))
-    await asyncio.sleep(0.02)
-    runner.cancel()
-    with pytest.raises(Retry):
-        await handler
-    with pytest.raises(Retry):
-        await rounds.handle(sequenced(submitted(workload("b")), 11))
+    state = configured_state()
+    apply = state.apply
+
+    def fragile(fact: object, *, now_s: float) -> list[object]:
+        if getattr(fact, "key", "") == "ns/poison":
+            raise RuntimeError("bug")
+        return apply(fact, now_s=now_s)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(state, "apply", fragile)
+    rounds = Rounds(state, publisher, clock=lambda: 100.0)
+    poison = sequenced(
+        new_event(
+            "finished", pb.WorkloadFinished(), cluster="local", workload="ns/poison", source="t"
+        ),
+        10,
+    )
+    outcomes = await rounds.apply_batch([poison, sequenced(submitted(workload("ok")), 11)])
+    assert isinstance(outcomes[0], Reject)
+    assert outcomes[1] is None
+    assert publisher.of("workload.admitted") == ["ns/ok"]
 
 
-def test_applied_sequences_remember_recent_ones_above_the_floor() -> None:
-    applied_ = AppliedSequences(10, keep=4)
-    assert 10 in applied_
-    assert 11 not in applied_
-    for seq in (12, 15, 13, 20, 30):
-        applied_.add(seq)
-    assert 30 in applied_
-    assert 20 in applied_
-    assert 12 in applied_
-    assert 25 not in applied_
+async def test_due_timers_run_a_round_of_their_own() -> None:
+    configuration = {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta1",
+        "kind": "Configuration",
+        "waitForPodsReady": {"enable": True, "timeout": "5s"},
+    }
+    payload = pb.ConfigApplied(
+        kind="Configuration", name="kueue", manifest_json=json.dumps(configuration)
+    )
+    kueue = new_event("config_applied", payload, cluster="local", source="test")
+    now = [100.0]
+    publisher = Publisher()
+    rounds = Rounds(configured_state(kueue), publisher, clock=lambda: now[0])
+    await rounds.apply_batch([sequenced(submitted(workload("slow")), 10)])
+    assert rounds.state.next_wakeup_s() == 105.0
+    now[0] = 106.0
+    timers = asyncio.create_task(rounds.run_timers())
+    try:
+        async with asyncio.timeout(5):
+            while not publisher.of("workload.evicted"):  # noqa: ASYNC110 (another task publishes)
+                await asyncio.sleep(0.01)
+    finally:
+        timers.cancel()
+        await asyncio.gather(timers, return_exceptions=True)
+    (evicted,) = [e for e in publisher.stored if e.type == "workload.evicted"]
+    assert evicted.evicted.reason == "PodsReadyTimeout"
+    assert evicted.cause == "timer/admission/0/106000"

@@ -1,0 +1,114 @@
+"""An in-order batch consumer: fetch what is there, apply it as one round, then ack it all.
+
+Admission's engine is one state machine: a LocalQueue created just before a workload arrives
+must be applied before it. `Bus.consume` runs a lane per workload, which keeps one workload's
+events in order but not events of different workloads (configuration included), so admission
+pulls its durable consumer itself: each fetch (up to `batch` messages, in stream order) is one
+round, and its messages are acked only after every event the round caused has its PubAck.
+
+An event that cannot be read or applied is copied to `MUSTER_DLQ` and terminated (the bus's
+dead-letter path); nothing is nak'ed, since a redelivery would come out of order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+
+import nats.errors
+import nats.js.errors
+from nats.aio.msg import Msg
+
+from muster.admission.handlers import raise_if_cancelling
+from muster.bus import Bus, ConsumerSettings, Reject, Retry, decode
+from muster.bus.consumer import consumer_config
+from muster.contracts.v1 import events_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+BatchHandler = Callable[[Sequence[pb.Envelope]], Awaitable[list[Reject | None]]]
+
+
+async def ensure_consumer(
+    bus: Bus, durable: str, subjects: Sequence[str], settings: ConsumerSettings
+) -> None:
+    """Create durable `durable` if missing (a new one starts at the stream's end)."""
+    await bus.js.add_consumer(settings.stream, config=consumer_config(durable, subjects, settings))
+
+
+async def consume_in_order(
+    bus: Bus,
+    durable: str,
+    subjects: Sequence[str],
+    handle: BatchHandler,
+    settings: ConsumerSettings,
+    *,
+    fetch_timeout_s: float = 1.0,
+) -> None:
+    """Fetch, handle and ack batches of durable `durable` until cancelled.
+
+    Cancelled while a batch is being handled, it lets that batch finish and acks it first.
+    """
+    await ensure_consumer(bus, durable, subjects, settings)
+    sub = await bus.js.pull_subscribe_bind(durable=durable, stream=settings.stream)
+    try:
+        while True:
+            raise_if_cancelling()
+            try:
+                msgs = await sub.fetch(settings.batch, timeout=fetch_timeout_s)
+            except (TimeoutError, nats.errors.TimeoutError):
+                continue
+            except nats.js.errors.APIError as exc:
+                log.warning("fetch failed: %r", exc, extra={"consumer": durable})
+                await asyncio.sleep(1.0)
+                continue
+            work = asyncio.ensure_future(_handle_batch(bus, durable, msgs, handle, settings))
+            try:
+                await asyncio.shield(work)
+            except asyncio.CancelledError:
+                with contextlib.suppress(Exception):
+                    await work
+                raise
+    finally:
+        with contextlib.suppress(nats.errors.Error):
+            await sub.unsubscribe()
+
+
+async def _handle_batch(
+    bus: Bus, durable: str, msgs: Sequence[Msg], handle: BatchHandler, settings: ConsumerSettings
+) -> None:
+    readable: list[tuple[Msg, pb.Envelope]] = []
+    for msg in msgs:
+        try:
+            env = decode(msg.data, max_bytes=settings.max_event_bytes)
+        except Reject as err:
+            await _dead_letter(bus, durable, msg, str(err))
+            continue
+        env.sequence = msg.metadata.sequence.stream
+        readable.append((msg, env))
+    outcomes = await handle([env for _, env in readable])
+    for (msg, env), outcome in zip(readable, outcomes, strict=True):
+        if outcome is None:
+            await _quietly(msg.ack())
+        else:
+            log.error("rejected: %s", outcome, extra={"workload": env.workload, "event": env.type})
+            await _dead_letter(bus, durable, msg, str(outcome))
+
+
+async def _dead_letter(bus: Bus, durable: str, msg: Msg, reason: str) -> None:
+    """Copy `msg` to the DLQ, then terminate it; if the copy fails, leave it to redelivery."""
+    try:
+        await bus.publisher.dead_letter(msg, consumer=durable, reason=reason)
+    except Retry as err:
+        log.error("cannot dead-letter, it will come back: %s", err, extra={"consumer": durable})
+        return
+    await _quietly(msg.term())
+
+
+async def _quietly(reply: Awaitable[None]) -> None:
+    try:
+        await reply
+    except nats.errors.Error as exc:  # redelivered later; the rounds skip what they applied
+        log.warning("could not answer the server for a message: %r", exc)
