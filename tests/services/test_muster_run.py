@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -91,3 +92,66 @@ def test_compose_runs_every_service_against_one_nats() -> None:
     from muster.cli.service import SERVICES
 
     assert commands <= set(SERVICES)
+
+
+SCENARIO_WITH_KUEUE_CONFIG = """\
+apiVersion: config.kueue.x-k8s.io/v1beta1
+kind: Configuration
+featureGates: {UnadmittedWorkloadsObservability: false}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: node-1}
+status: {allocatable: {cpu: "4", memory: 8Gi, pods: "10"}}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: default}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: cq}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu]
+    flavors: [{name: default, resources: [{name: cpu, nominalQuota: 1}]}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {namespace: ns, name: lq}
+spec: {clusterQueue: cq}
+"""
+
+JOB = """\
+---
+apiVersion: batch/v1
+kind: Job
+metadata:
+  namespace: ns
+  name: {name}
+  labels: {{kueue.x-k8s.io/queue-name: lq}}
+  annotations: {{muster.dev/run-seconds: "10"}}
+spec:
+  template:
+    spec:
+      containers: [{{name: c, resources: {{requests: {{cpu: "1"}}}}}}]
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_scenarios_kueue_configuration_reaches_admission(tmp_path: Path) -> None:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(
+        SCENARIO_WITH_KUEUE_CONFIG + JOB.format(name="first") + JOB.format(name="second")
+    )
+
+    done = subprocess.run(
+        [*RUN, "--scenario", str(path)], capture_output=True, text=True, timeout=110
+    )
+
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    pending = [line for line in done.stdout.splitlines() if " pending " in line]
+    # With the gate off, Kueue's classic reason instead of muster's default WaitingForQuota.
+    assert pending
+    assert all("Pending: couldn't assign flavors" in line for line in pending), pending

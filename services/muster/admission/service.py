@@ -29,6 +29,7 @@ from muster.admission.lease import SHARDS_BUCKET, ShardLease
 from muster.admission.state import AdmissionState
 from muster.admission.translate import fact_of
 from muster.admission.visibility import VisibilityWriter, visibility_values
+from muster.api.model import KueueConfig
 from muster.bus import (
     DEFAULT_CLUSTER,
     EVENTS_STREAM,
@@ -59,6 +60,7 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
     visibility_interval_s: float = 0.1  # at most one write per key per interval
     batch: int = 256  # events fetched together, applied in one round
     ack_wait_s: float = 30.0  # a dead replica's unacked events come back after this long
+    kueue: KueueConfig | None = None  # Kueue's Configuration (--kueue-config)
 
     def __post_init__(self) -> None:
         if self.shards < 1:
@@ -142,6 +144,7 @@ class AdmissionService:
             shards=config.shards,
             source=config.source,
             default_cluster=config.cluster,
+            kueue=config.kueue,
         )
         self._dirty = asyncio.Event()
         self.rounds = Rounds(self.state, bus, clock=clock, on_round=self._dirty.set)

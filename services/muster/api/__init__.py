@@ -4,7 +4,13 @@ Everything else in muster reads the model; this package is the only place that k
 Kueue v1beta1/v1beta2, batch/v1 Jobs and Kueue's Configuration are spelled on the wire.
 """
 
-from muster.api.decode import decode_documents, decode_files, decode_yaml, structural_error
+from muster.api.decode import (
+    decode_documents,
+    decode_files,
+    decode_yaml,
+    kueue_config_from_file,
+    structural_error,
+)
 from muster.api.encode import quantities_to_strings, workload_to_kueue
 from muster.api.errors import FieldError
 from muster.api.job import workload_name_for_job
@@ -19,6 +25,7 @@ __all__ = [
     "decode_yaml",
     "format_quantity",
     "identity",
+    "kueue_config_from_file",
     "parse_quantity",
     "quantities_to_strings",
     "structural_error",

@@ -38,7 +38,7 @@ from muster.api.convert import (
 )
 from muster.api.errors import FieldError, ObjectErrors
 from muster.api.job import workload_from_job
-from muster.api.model import ApiObject, ObjectMeta
+from muster.api.model import ApiObject, KueueConfig, ObjectMeta
 from muster.api.validate import validate
 
 Decoded = tuple[list[ApiObject], list[FieldError]]
@@ -280,3 +280,15 @@ _KubernetesLoader.yaml_implicit_resolvers = {
     first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
+
+
+def kueue_config_from_file(path: str | Path) -> tuple[KueueConfig | None, list[FieldError]]:
+    """The one Kueue `Configuration` a config file must hold (`--config`, `--kueue-config`)."""
+    objects, errors = decode_files([path])
+    if errors:
+        return None, errors
+    configs = [obj for obj in objects if isinstance(obj, KueueConfig)]
+    if len(configs) != 1 or len(objects) != 1:
+        problem = f"must hold exactly one Configuration, found {len(objects)} objects"
+        return None, [FieldError(obj=str(path), path="(file)", problem=problem)]
+    return configs[0], []

@@ -123,6 +123,28 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
     add_flags(parser.add_argument_group("common service options"), COMMON_FLAGS)
 
 
+def parse_service(
+    argv: Sequence[str],
+    *,
+    name: str,
+    description: str,
+    flags: Sequence[Flag] = (),
+    make: Callable[[argparse.Namespace, ServiceConfig], T],
+) -> tuple[ServiceConfig, T]:
+    """Parse the common flags plus `flags`; `make` turns them into the service's own config.
+    A bad value (`make` raises ValueError) exits with status 2 and the message."""
+    parser = argparse.ArgumentParser(prog=f"muster service {name}", description=description)
+    add_common_flags(parser)
+    if flags:
+        add_flags(parser.add_argument_group(f"{name} options"), flags)
+    args = parser.parse_args(list(argv))
+    try:
+        config = config_from_args(args, name)
+        return config, make(args, config)
+    except ValueError as exc:
+        parser.error(str(exc))  # exits 2
+
+
 def service_main(
     argv: Sequence[str],
     *,
@@ -131,18 +153,8 @@ def service_main(
     flags: Sequence[Flag] = (),
     build: Callable[[argparse.Namespace, ServiceConfig], ServiceMain],
 ) -> int:
-    """The whole `__main__` of a service: common flags plus `flags`, then run what `build`
-    makes of them until SIGTERM. `build` raises ValueError for a bad value: exit status 2."""
-    parser = argparse.ArgumentParser(prog=f"muster service {name}", description=description)
-    add_common_flags(parser)
-    if flags:
-        add_flags(parser.add_argument_group(f"{name} options"), flags)
-    args = parser.parse_args(list(argv))
-    try:
-        config = config_from_args(args, name)
-        main = build(args, config)
-    except ValueError as exc:
-        parser.error(str(exc))  # exits 2
+    """The whole `__main__` of a service: parse (see `parse_service`), run until SIGTERM."""
+    config, main = parse_service(argv, name=name, description=description, flags=flags, make=build)
     return run_service(config, main)
 
 

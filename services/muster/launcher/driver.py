@@ -22,6 +22,14 @@ from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
 
 SUBMIT_AFTER = "muster.dev/submit-after"
 WORK_KINDS = frozenset({"Job", "Workload"})
+NOT_SUBMITTED = frozenset({"Node", "Pod", "Configuration"})
+
+
+def kueue_configuration(text: str) -> str | None:
+    """The scenario's Kueue `Configuration` document as YAML, if it has one."""
+    docs = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+    found = [d for d in docs if d.get("kind") == "Configuration"]
+    return yaml.safe_dump(found[0]) if found else None
 
 
 @dataclass
@@ -49,10 +57,14 @@ class Track:
 def split_scenario(
     text: str,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """(nodes, configuration, work) from multi-document YAML, work in arrival order."""
+    """(nodes, Kueue objects, work) from multi-document YAML, work in arrival order.
+
+    Kueue's own `Configuration` is not among them: it is the admission service's
+    `--kueue-config` (see `kueue_configuration`), not something clients submit.
+    """
     docs = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
     nodes = [d for d in docs if d.get("kind") == "Node"]
-    config = [d for d in docs if d.get("kind") not in WORK_KINDS | {"Node", "Pod"}]
+    config = [d for d in docs if d.get("kind") not in WORK_KINDS | NOT_SUBMITTED]
     work = [d for d in docs if d.get("kind") in WORK_KINDS]
     work.sort(
         key=lambda d: float(

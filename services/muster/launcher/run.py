@@ -12,7 +12,7 @@ import grpc
 
 from muster.cluster.sim.backend import SimBackend
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
-from muster.launcher.driver import Driver, render_tracks
+from muster.launcher.driver import Driver, kueue_configuration, render_tracks
 from muster.launcher.nats_server import LaunchError, NatsServer
 from muster.launcher.stack import Stack
 
@@ -45,7 +45,12 @@ async def run_live(
             nats_url = await nats.start(log_path=log_dir / "nats-server.log")
         assert nats_url is not None
         stack = Stack(
-            nats_url=nats_url, cluster=cluster, shards=shards, speed=speed, log_dir=log_dir
+            nats_url=nats_url,
+            cluster=cluster,
+            shards=shards,
+            speed=speed,
+            log_dir=log_dir,
+            admission_args=_kueue_config_args(text, log_dir),
         )
         where = f" (started here, JetStream in {log_dir})" if nats else ""
         out(
@@ -79,6 +84,16 @@ async def run_live(
             await stack.stop()
         if nats is not None:
             await nats.stop()
+
+
+def _kueue_config_args(text: str, log_dir: Path) -> list[str]:
+    """The scenario's Kueue Configuration, as the admission service reads it: from a file."""
+    config = kueue_configuration(text)
+    if config is None:
+        return []
+    path = log_dir / "kueue-config.yaml"
+    path.write_text(config)
+    return ["--kueue-config", str(path)]
 
 
 def _node_applier(backend: SimBackend) -> Callable[[Sequence[dict[str, Any]]], Any]:

@@ -42,7 +42,16 @@ class Stack:
     """Start order: the simulated cluster, then the per-cluster services, admission shards,
     preemption and, last, the gateway. Stop order is the reverse."""
 
-    def __init__(self, *, nats_url: str, cluster: str, shards: int, speed: float, log_dir: Path):
+    def __init__(
+        self,
+        *,
+        nats_url: str,
+        cluster: str,
+        shards: int,
+        speed: float,
+        log_dir: Path,
+        admission_args: Sequence[str] = (),
+    ):
         self.log_dir = log_dir
         specs: list[tuple[str, str, list[str]]] = [
             ("sim-cluster", "sim-cluster", ["--speed", f"{speed:g}"]),
@@ -50,7 +59,11 @@ class Stack:
             ("binder", "binder", []),
             ("gangpermit", "gangpermit", []),
             *(
-                (f"admission-{i}", "admission", ["--shard", str(i), "--shards", str(shards)])
+                (
+                    f"admission-{i}",
+                    "admission",
+                    ["--shard", str(i), "--shards", str(shards), *admission_args],
+                )
                 for i in range(shards)
             ),
             ("preemption", "preemption", []),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import msgspec
 
-from muster.api.decode import decode_files, decode_yaml
+from muster.api.decode import decode_files, decode_yaml, kueue_config_from_file
 from muster.api.errors import FieldError
 from muster.api.model import (
     AdmissionCheck,
@@ -106,12 +106,10 @@ def decode_checked(paths: Sequence[str | Path]) -> list[ApiObject]:
 
 def config_from_file(path: str | Path) -> KueueConfig:
     """The one Kueue Configuration a `--config` file must hold."""
-    objects = decode_checked([path])
-    configs = [obj for obj in objects if isinstance(obj, KueueConfig)]
-    if len(configs) != 1 or len(objects) != 1:
-        problem = f"must hold exactly one Configuration, found {len(objects)} objects"
-        raise InvalidScenarioError([FieldError(obj=f"{path}", path="--config", problem=problem)])
-    return configs[0]
+    config, errors = kueue_config_from_file(path)
+    if config is None:
+        raise InvalidScenarioError(errors)
+    return config
 
 
 def build_scenario(objects: Sequence[ApiObject], *, config: KueueConfig | None = None) -> Scenario:

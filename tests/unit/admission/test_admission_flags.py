@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from muster.admission.__main__ import configs
@@ -44,3 +46,34 @@ def test_bad_shard_settings_exit_2(argv: list[str], capsys: pytest.CaptureFixtur
         configs(argv)
     assert exit_.value.code == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_kueue_config_file_sets_what_admission_decides_with(tmp_path: Path) -> None:
+    path = tmp_path / "kueue.yaml"
+    path.write_text(
+        "apiVersion: config.kueue.x-k8s.io/v1beta1\n"
+        "kind: Configuration\n"
+        "fairSharing: {enable: true}\n"
+        "featureGates: {PartialAdmission: false}\n"
+    )
+
+    _, config = configs(["--kueue-config", str(path)])
+
+    assert config.kueue is not None
+    assert config.kueue.fair_sharing.enable
+    assert not config.kueue.partial_admission
+
+
+def test_a_kueue_config_file_without_a_configuration_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "not-a-config.yaml"
+    path.write_text(
+        "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ResourceFlavor\nmetadata: {name: f}\n"
+    )
+
+    with pytest.raises(SystemExit) as exit_:
+        configs(["--kueue-config", str(path)])
+
+    assert exit_.value.code == 2
+    assert "must hold exactly one Configuration" in capsys.readouterr().err
