@@ -11,7 +11,6 @@ from __future__ import annotations
 import zlib
 
 from muster.core.engine import Engine
-from muster.core.quota import tree_id
 
 
 def shard_of(tree: str, *, shards: int) -> int:
@@ -34,8 +33,7 @@ def tree_of_local_queue(engine: Engine, namespace: str, queue_name: str) -> str:
 
 def tree_of_cluster_queue(engine: Engine, name: str) -> str | None:
     """The cohort tree ClusterQueue `name` belongs to, or None when it does not exist."""
-    node = engine.config.tree.cluster_queues.get(name)
-    return None if node is None else tree_id(node.root())
+    return engine.tree_of_cluster_queue(name)
 
 
 class Sharding:

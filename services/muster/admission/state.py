@@ -8,13 +8,15 @@ Two modes, one after the other:
 
 A workload's queue timestamp is the time of its `submitted` event (Kueue orders by creation
 time), so a replica that adopts it after a restart or a shard move orders it the same way.
+
+Finished and deleted workloads leave the engine (`Engine.forget`) once their round's events are
+translated: nothing needs them afterwards. A redelivered `submitted` or `finished` is stopped by
+the ledger and by `adopted`, and a rebuild adopts live workloads only.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import TypeVar
 
 import msgspec
 
@@ -39,11 +41,8 @@ from muster.admission.translate import (
 from muster.api.model import Admission, ClusterQueue, KueueConfig, ResourceFlavor, WorkloadKey
 from muster.core.engine import Engine
 from muster.core.events import Event, EventType
-from muster.core.records import Phase as EnginePhase
 
-log = logging.getLogger(__name__)
-_T = TypeVar("_T")
-WAITING_FOR_VICTIMS = "WaitingForPreemptedWorkloads"
+_PENDING = "Pending"  # the engine's Phase value of a queued workload
 
 
 class AdmissionState:
@@ -68,8 +67,7 @@ class AdmissionState:
         self.last_sequence = 0  # the last stream sequence applied, replayed or consumed
         self.cluster_queue_clusters: dict[str, str] = {}  # where a ClusterQueue was applied
         self._fresh: list[WorkloadKey] = []  # adopted since the last round, not answered yet
-        # Adopted preemptors recorded as waiting for their victims to stop (see `decide`).
-        self._waiting_for_victims: dict[WorkloadKey, tuple[str, str]] = {}
+        self._done: list[WorkloadKey] = []  # finished or deleted: forgotten after `decisions`
 
     # --- rebuild ---------------------------------------------------------------------------
 
@@ -106,8 +104,6 @@ class AdmissionState:
         reported pending for its group's reason, as Kueue reports each workload it tried.
         """
         events = self.engine.schedule(now_s=now_s)
-        if self._waiting_for_victims:
-            events = self._keep_waiting_for_victims(events)
         fresh, self._fresh = self._fresh, []
         told = {e.object for e in events}
         for key in fresh:
@@ -115,27 +111,12 @@ class AdmissionState:
                 events += self._pending_answer(key, now_s=now_s)
         return events
 
-    def _keep_waiting_for_victims(self, events: list[Event]) -> list[Event]:
-        """An adopted preemptor whose victims are still stopping was recorded as waiting for
-        them; the engine, which did not see it preempt, tries it once more and reports it
-        waiting for quota. That report is history already told differently: drop it and
-        keep the recorded reason (the failed try parked it until quota is released)."""
-        waiting, self._waiting_for_victims = self._waiting_for_victims, {}
-        kept = []
-        for e in events:
-            recorded = waiting.get(WorkloadKey(e.object))
-            if e.type is EventType.PENDING and recorded is not None:
-                self.engine.restore_pending(
-                    WorkloadKey(e.object), reason=recorded[0], message=recorded[1]
-                )
-                continue
-            kept.append(e)
-        return kept
-
     def _pending_answer(self, key: WorkloadKey, *, now_s: float) -> list[Event]:
-        r = self.engine.records.get(key)
-        if r is None or r.phase is not EnginePhase.PENDING or r.pending_message:
+        if self.engine.phase(key) != _PENDING:
             return []
+        r = self.engine.records[key]
+        if r.pending_message:
+            return []  # told already
         waiting = next(
             (c for c in self.engine.workload(key).conditions if c.type == "QuotaReserved"), None
         )
@@ -156,7 +137,13 @@ class AdmissionState:
         return self.engine.next_wakeup_s()
 
     def decisions(self, events: Sequence[Event]) -> list[Decision]:
-        return decisions_from(events, self)
+        """The payloads to publish for a round's `events`; then the workloads that finished
+        or were deleted in that round leave the engine (these were their last readers)."""
+        decisions = decisions_from(events, self)
+        done, self._done = self._done, []
+        for key in done:
+            self.engine.forget(key)
+        return decisions
 
     def record_published(self, published: Sequence[Recorded]) -> None:
         """Our own decisions, once JetStream has them: into the ledger."""
@@ -184,8 +171,9 @@ class AdmissionState:
             case Delete(key):
                 ledger.delete(key)
                 self.adopted.discard(key)
-                if not self.owning or key not in engine.records:
+                if not self.owning or engine.phase(key) is None:
                     return []
+                self._done.append(key)
                 return engine.delete(key, now_s=now_s)  # finished ones too: out of its views
             case Stopped(key, at_s):
                 ledger.stopped(key, at_s=at_s)
@@ -209,7 +197,10 @@ class AdmissionState:
                 events = engine.apply(fact.obj, now_s=now_s)
                 return events + self._rebalance(now_s=now_s)
             case DeleteConfig(kind, name):
-                events = remove_config(engine, kind, name, now_s=now_s)
+                namespace, _, name = (
+                    name.rpartition("/") if kind == "LocalQueue" else ("", "", name)
+                )
+                events = engine.remove(kind, name, namespace=namespace, now_s=now_s)
                 return events + self._rebalance(now_s=now_s)
             case Recorded():
                 return self._recorded(fact)
@@ -222,6 +213,7 @@ class AdmissionState:
             return []
         if drop:
             self.adopted.discard(key)
+            self._done.append(key)
         return call()
 
     def _recorded(self, fact: Recorded) -> list[Event]:
@@ -251,23 +243,12 @@ class AdmissionState:
     def _gang_rejected(
         self, key: WorkloadKey, reason: str, message: str, *, now_s: float
     ) -> list[Event]:
-        """Gang placement failed: evict the workload so that it frees its quota and requeues.
-
-        The engine has no eviction fact; `restore_evicted` does the eviction and the event is
-        reported here (core change asked: `Engine.evict`).
-        """
+        """Gang placement failed: evict the workload (reason GangRejected); it keeps its quota
+        until eviction_completed, then requeues. A workload not holding quota is left alone."""
         if not self.owning or key not in self.adopted:
             return []
-        r = self.engine.records.get(key)
-        if r is None or r.phase not in (EnginePhase.RESERVED, EnginePhase.ADMITTED):
-            return []
         text = f"{reason}: {message}" if message else reason
-        self.engine.restore_evicted(key, reason=GANG_REJECTED, message=text, now_s=now_s)
-        return [
-            Event(
-                time=now_s, type=EventType.EVICTED, object=key, reason=GANG_REJECTED, message=text
-            )
-        ]
+        return self.engine.evict(key, reason=GANG_REJECTED, message=text, now_s=now_s)
 
     # --- ownership -------------------------------------------------------------------------
 
@@ -288,6 +269,7 @@ class AdmissionState:
             elif not owned and entry.key in self.adopted:
                 self.adopted.discard(entry.key)
                 self.engine.delete(entry.key, now_s=now_s)
+                self._done.append(entry.key)
                 events = [e for e in events if e.object != entry.key]
         return events
 
@@ -333,9 +315,8 @@ class AdmissionState:
             if entry.phase is Phase.RESERVED:
                 return self._ready_checks(entry)
         elif entry.phase is Phase.PENDING and entry.pending_message:
+            # A preemptor recorded as waiting for its victims stays parked: no second preemption.
             engine.restore_pending(key, reason=entry.pending_reason, message=entry.pending_message)
-            if entry.pending_reason == WAITING_FOR_VICTIMS:
-                self._waiting_for_victims[key] = (entry.pending_reason, entry.pending_message)
         return []
 
     def _ready_checks(self, entry: Entry) -> list[Event]:
@@ -377,38 +358,3 @@ class AdmissionState:
     @property
     def flavors(self) -> Mapping[str, ResourceFlavor]:
         return self.engine.config.flavors
-
-
-def remove_config(engine: Engine, kind: str, name: str, *, now_s: float) -> list[Event]:
-    """Forget configuration object `kind` `name` ("<ns>/<name>" for a LocalQueue).
-
-    The engine has no removal fact (core change asked: `Engine.remove(kind, name, *, now_s)`):
-    the object is dropped from the engine's configuration index and the engine rebuilt by
-    re-applying its Kueue configuration, which requeues what waits and keeps what is held.
-    """
-    config = engine.config
-    match kind:
-        case "ResourceFlavor":
-            removed = _forget(config.flavors, name)
-        case "ClusterQueue":
-            removed = _forget(config.cluster_queues, name)
-        case "Cohort":
-            removed = _forget(config.cohorts, name)
-        case "LocalQueue":
-            removed = _forget(config.local_queues, name)
-        case "WorkloadPriorityClass":
-            removed = _forget(config.workload_priority_classes, name)
-        case "PriorityClass":
-            removed = _forget(config.priority_classes, name)
-        case "AdmissionCheck":
-            removed = _forget(config.admission_checks, name)
-        case "Namespace":
-            removed = _forget(config.namespaces, name)
-        case _:
-            log.warning("config.deleted of an unknown kind %s %s", kind, name)
-            return []
-    return engine.apply(config.kueue, now_s=now_s) if removed else []
-
-
-def _forget(index: dict[str, _T], name: str) -> bool:
-    return index.pop(name, None) is not None

@@ -3,6 +3,7 @@
 Callers (the simulator, the admission service) feed it facts with the time they happened
 (`submit`, `finish`, `set_admission_check`, `pods_ready`, `apply`) and ask it to decide
 (`schedule`). Every call returns the `Event`s it caused, in order. No I/O, no clock.
+A long-running caller `forget`s workloads that are done, so memory follows the live ones.
 
 Differs from Kueue: one `schedule()` admits everything that fits, in the order Kueue's cycles
 would, instead of one head per ClusterQueue per cycle.
@@ -48,6 +49,9 @@ PREEMPTED = "Preempted"
 FINISHED = "Finished"
 REQUEUED = "Requeued"
 PODS_READY = "PodsReady"
+WAITING_FOR_VICTIMS = "WaitingForPreemptedWorkloads"
+WAITING_FOR_VICTIMS_MESSAGE = "Waiting for preempted workloads to stop"
+_DONE = frozenset({Phase.FINISHED, Phase.DELETED, Phase.INACTIVE})
 
 
 class Engine:
@@ -67,8 +71,8 @@ class Engine:
     ) -> None:
         self.config = Configuration(config or KueueConfig())
         self.hold_quota_until_stopped = hold_quota_until_stopped
+        # Every workload known, in arrival order (a resubmission after deletion moves to the end).
         self.records: dict[WorkloadKey, WorkloadRecord] = {}
-        self.order: list[WorkloadRecord] = []
         self.trees: dict[str, TreeRuntime] = {}
         self.queues: dict[str, QueueRuntime] = {}
         self.timers: list[tuple[float, int, str, WorkloadKey]] = []
@@ -76,6 +80,8 @@ class Engine:
         self.now_s = 0.0
         self.events: list[Event] = []
         self.preempted_this_round: set[WorkloadKey] = set()
+        # Restored as waiting for its victims: its next try parks it instead of preempting.
+        self.awaiting_victims: set[WorkloadKey] = set()
         self.version = 0  # bumped by every call that may change state; keys cached views
         self._by_queue: (
             tuple[int, dict[str, list[WorkloadRecord]], dict[str, list[WorkloadRecord]]] | None
@@ -111,8 +117,9 @@ class Engine:
         self.seq += 1
         r = WorkloadRecord(wl, seq=self.seq, priority=self.config.priority_of(wl), now_s=now_s)
         r.shape = msgspec.json.encode((r.local_queue, r.priority, wl.pod_sets))
+        if old is not None:
+            self._drop(old)  # deleted before: the new one arrives last
         self.records[r.key] = r
-        self.order.append(r)
         if not wl.active:
             r.phase = Phase.INACTIVE
         elif wl.admission is not None:
@@ -142,6 +149,34 @@ class Engine:
         self._release(r)
         r.phase = Phase.DELETED
         return self._take_events()
+
+    def evict(self, key: WorkloadKey, *, reason: str, message: str, now_s: float) -> list[Event]:
+        """Evict a workload holding quota for a reason from outside (gang placement gave up).
+
+        Reports Evicted; with hold_quota_until_stopped it keeps its quota until `stopped()`,
+        otherwise it releases it and is requeued at once (Requeued). A workload that holds no
+        quota, or is already being evicted, is left alone.
+        """
+        self.now_s = now_s
+        r = self.records.get(key)
+        if r is None or not r.holds_quota or r.phase is Phase.EVICTING:
+            return []
+        self._evict(r, reason=reason, message=message)
+        return self._take_events()
+
+    def forget(self, key: WorkloadKey) -> None:
+        """Drop a Finished, Deleted or Inactive workload's record and everything indexing it.
+
+        Afterwards the engine no longer knows `key`: its views raise KeyError, `phase` is None,
+        and a later `submit` of the same key is a new workload (the caller dedupes). A workload
+        that is pending, backing off or holding quota is not forgotten (a no-op): forgetting it
+        would lose queue positions or quota accounting.
+        """
+        r = self.records.get(key)
+        if r is None or r.phase not in _DONE:
+            return
+        self._drop(r)
+        self.version += 1
 
     def stopped(self, key: WorkloadKey, *, now_s: float) -> list[Event]:
         """An evicted workload's pods are gone: release its quota and requeue it."""
@@ -235,16 +270,30 @@ class Engine:
         self._take_events()
 
     def restore_pending(self, key: WorkloadKey, *, reason: str, message: str) -> None:
-        """The recorded pending reason, so that a rebuild does not announce it again."""
+        """The recorded pending reason, so that a rebuild does not announce it again.
+
+        A preemptor recorded as waiting for its victims to stop (reason
+        WaitingForPreemptedWorkloads, or Pending with that message when pending reasons are
+        not granular) does not preempt again: as on the live path after a preemption in hold
+        mode, its group stays parked, keeping this reason, until quota is released.
+        """
         r = self.records.get(key)
         if r is None or r.phase is not Phase.PENDING:
             return
         r.set_condition(QUOTA_RESERVED, False, reason, message)
         r.pending_message = message
+        if reason == WAITING_FOR_VICTIMS or message == WAITING_FOR_VICTIMS_MESSAGE:
+            self.awaiting_victims.add(key)
 
     def holds_quota(self, key: WorkloadKey) -> bool:
         r = self.records.get(key)
         return r is not None and r.holds_quota
+
+    def phase(self, key: WorkloadKey) -> str | None:
+        """The workload's Phase value ("Pending", "Admitted", "Finished", ...), or None when
+        the engine does not know it (never submitted, or forgotten)."""
+        r = self.records.get(key)
+        return None if r is None else r.phase.value
 
     # --- decisions -----------------------------------------------------------------------
 
@@ -306,7 +355,7 @@ class Engine:
 
     def workloads(self) -> Sequence[Workload]:
         """Every workload the engine knows, in arrival order."""
-        return [self.workload(r.key) for r in self.order if r.phase is not Phase.DELETED]
+        return [self.workload(k) for k, r in self.records.items() if r.phase is not Phase.DELETED]
 
     def required_checks(self, key: WorkloadKey) -> tuple[str, ...]:
         """Admission checks the workload needs before it is Admitted (after QuotaReserved)."""
@@ -334,6 +383,12 @@ class Engine:
             return None
         return tree_id(self.config.tree.cluster_queues[lq.cluster_queue].root())
 
+    def tree_of_cluster_queue(self, name: str) -> str | None:
+        """The cohort tree ClusterQueue `name` belongs to ("cohort/<root>" or "cq/<name>"), or
+        None when it does not exist."""
+        node = self.config.tree.cluster_queues.get(name)
+        return None if node is None else tree_id(node.root())
+
     def quota(self, cluster_queue: str) -> Sequence[QuotaRow]:
         """Per flavor and resource of a ClusterQueue: nominal, limits, reserved, used, available."""
         return quota_rows(self, cluster_queue)
@@ -346,7 +401,7 @@ class Engine:
 
     def _rebuild(self) -> None:
         """Recompute trees, layouts and usage after a configuration change; requeue all."""
-        holders = [r for r in self.order if r.holds_quota]
+        holders = [r for r in self.records.values() if r.holds_quota]
         self.config.build(holders)
         self.trees = {}
         self.queues = {}
@@ -356,14 +411,14 @@ class Engine:
             if tree is None:
                 tree = self.trees[tree_name] = TreeRuntime(tree_name)
             self.queues[name] = QueueRuntime(name, tree)
-        for r in self.order:
+        for r in self.records.values():
             r.group = None
             if r.phase is Phase.PENDING:
                 self._enqueue(r)
 
     def _drain_stopped_queues(self) -> None:
         """HoldAndDrain: evict what a stopped ClusterQueue or LocalQueue has admitted."""
-        for r in list(self.order):
+        for r in list(self.records.values()):
             if not r.holds_quota or r.phase is Phase.EVICTING:
                 continue
             stop = self.config.drain_reason(r.cluster_queue, r.local_queue)
@@ -455,6 +510,12 @@ class Engine:
             cq.list_group(group)
             self._list_queue(cq)
             return
+        if r.key in self.awaiting_victims:
+            self.awaiting_victims.discard(r.key)
+            if a.mode is Mode.PREEMPT:  # restored as a preemptor whose victims are stopping
+                tree.park(group, dict.fromkeys(a.short, 1))
+                self._list_queue(cq)
+                return
         # One preemption per head per round: if the freed quota went elsewhere, wait instead of
         # evicting again (the victims' requeue could otherwise ping-pong with the preemptor).
         may_preempt = a.mode is Mode.PREEMPT and r.key not in self.preempted_this_round
@@ -463,8 +524,8 @@ class Engine:
             self.preempted_this_round.add(r.key)
             self._preempt(r, victims)
             if self.hold_quota_until_stopped:
-                reason = self.config.reason("WaitingForPreemptedWorkloads", "Pending")
-                self._mark_pending(r, reason, "Waiting for preempted workloads to stop")
+                reason = self.config.reason(WAITING_FOR_VICTIMS, "Pending")
+                self._mark_pending(r, reason, WAITING_FOR_VICTIMS_MESSAGE)
                 tree.park(group, dict.fromkeys(a.short, 1))
             else:
                 cq.list_group(group)
@@ -684,6 +745,16 @@ class Engine:
                 group.cq.list_group(group)
                 self._list_queue(group.cq)
 
+    def _drop(self, r: WorkloadRecord) -> None:
+        """Remove a record that no longer queues or holds anything from every index.
+
+        A stale entry in its group's heap (a workload deleted while pending) keeps the record
+        only until the group's head passes it; `group` is cleared so that it never counts.
+        """
+        del self.records[r.key]
+        self.awaiting_victims.discard(r.key)
+        r.group = None
+
     # --- timers --------------------------------------------------------------------------
 
     def _timer(self, at: float, kind: str, key: WorkloadKey) -> None:
@@ -746,7 +817,7 @@ class Engine:
         if self._by_queue is None or self._by_queue[0] != self.version:
             by_cq: dict[str, list[WorkloadRecord]] = {}
             by_lq: dict[str, list[WorkloadRecord]] = {}
-            for r in self.order:
+            for r in self.records.values():
                 by_cq.setdefault(r.cluster_queue, []).append(r)
                 by_lq.setdefault(r.local_queue, []).append(r)
             self._by_queue = (self.version, by_cq, by_lq)

@@ -17,6 +17,7 @@ from muster.admission.shards import shard_of
 from muster.admission.state import AdmissionState
 from muster.admission.translate import fact_of
 from muster.api.model import WorkloadKey
+from muster.bus import new_event
 from muster.contracts.v1 import events_pb2 as pb
 
 
@@ -96,6 +97,54 @@ def test_rebuild_from_the_stream_ends_where_the_live_replica_was() -> None:
     )
 
 
+def test_rebuilt_preemptor_waits_for_its_victim_instead_of_preempting_again() -> None:
+    stream, live = Stream(), owning()
+    configured(stream, live, cpu="4", preempt=True)
+    stream.run(live, submitted(workload("a", cpu="2")))
+    stream.run(live, submitted(workload("b", cpu="2")))
+    out = stream.run(live, submitted(workload("urgent", cpu="2", priority=10), at_s=2))
+    (victim,) = [e.workload for e in out if e.WhichOneof("payload") == "evicted"]
+
+    rebuilt = stream.rebuild()
+    # The other low-priority workload could make room too: it is not preempted as well.
+    assert rebuilt.take_ownership(now_s=20.0) == []
+    assert kinds(stream.run(rebuilt, reported("eviction_completed", victim))) == [
+        ("requeued", victim),
+        ("quota_reserved", "ns/urgent"),
+        ("admitted", "ns/urgent"),
+        ("pending", victim),
+    ]
+
+
+def test_finished_and_deleted_workloads_leave_the_engine() -> None:
+    stream, state = Stream(), owning()
+    configured(stream, state)
+    for i in range(200):
+        stream.run(state, submitted(workload(f"w{i}")))
+        done = "finished" if i % 2 else "deleted"
+        assert stream.run(state, reported(done, f"ns/w{i}")) == []
+    assert len(state.engine.records) == 0
+    assert state.adopted == set()
+    assert len(state.ledger) == 0
+    # Redelivered under new ids, they change nothing.
+    assert stream.run(state, reported("finished", "ns/w1")) == []
+    assert stream.run(state, submitted(workload("w1"))) == []
+    assert state.engine.records == {}
+
+
+def test_a_finished_workload_is_forgotten_only_after_its_round_is_translated() -> None:
+    stream, state = Stream(), owning()
+    configured(stream, state)
+    stream.run(state, submitted(workload("a")))
+    fact = fact_of(reported("finished", "ns/a"))
+    assert fact is not None
+    events = state.apply(fact, now_s=10.0) + state.decide(now_s=10.0)
+    key = WorkloadKey("ns/a")
+    assert state.engine.phase(key) == "Finished"  # its round's events may still need it
+    state.decisions(events)
+    assert state.engine.phase(key) is None
+
+
 def test_rebuild_decides_what_a_dead_replica_never_published() -> None:
     stream, live = Stream(), owning()
     configured(stream, live)
@@ -148,6 +197,15 @@ def test_deleting_a_cluster_queue_leaves_its_workloads_waiting() -> None:
     stream.run(state, new_event("config_deleted", deleted, cluster="local", source="test"))
     (pending,) = stream.run(state, submitted(workload("x")))
     assert pending.pending.message == "ClusterQueue cq doesn't exist"
+
+
+def test_deleting_a_local_queue_leaves_its_new_workloads_waiting() -> None:
+    stream, state = Stream(), owning()
+    configured(stream, state)
+    deleted = pb.ConfigDeleted(kind="LocalQueue", name="ns/lq")
+    stream.run(state, new_event("config_deleted", deleted, cluster="local", source="test"))
+    (pending,) = stream.run(state, submitted(workload("x")))
+    assert pending.pending.message == "LocalQueue lq doesn't exist"
 
 
 def test_each_shard_decides_only_its_own_tree_and_adopts_moved_workloads() -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from muster.api.model import (
     ClusterQueue,
     FlavorQuotas,
+    KueueConfig,
     LabelSelector,
     LocalQueue,
     ObjectMeta,
@@ -104,3 +107,53 @@ def test_removing_a_local_queue_leaves_new_workloads_waiting_with_the_reason() -
     assert (condition.type, condition.status) == ("QuotaReserved", "False")
     assert condition.message == "LocalQueue lq doesn't exist"
     assert engine.remove("LocalQueue", "lq", namespace="ns", now_s=2) == []
+
+
+def _two_low_and_urgent(granular: bool) -> tuple[Engine, list[Event]]:
+    """a and b (2 cpu each, priority 0) fill cq; urgent (2 cpu, priority 10) preempts one."""
+    live = Engine(
+        _objects(),
+        config=KueueConfig(granular_pending_reasons=granular),
+        hold_quota_until_stopped=True,
+    )
+    events: list[Event] = []
+    for t, wl in enumerate([_wl("a", 2, 0), _wl("b", 2, 0), _wl("urgent", 2, 10)]):
+        live.submit(wl, now_s=t)
+        events += live.schedule(now_s=t)
+    return live, events
+
+
+@pytest.mark.parametrize("granular", [True, False], ids=["granular", "fallback-reason"])
+def test_restored_preemptor_waits_for_its_victim_without_preempting_again(granular: bool) -> None:
+    live, events = _two_low_and_urgent(granular)
+    (victim,) = [WorkloadKey(e.object) for e in events if e.type is EventType.PREEMPTED]
+    (waiting,) = [e for e in events if e.type is EventType.PENDING and e.object == "ns/urgent"]
+    assert waiting.message == "Waiting for preempted workloads to stop"
+
+    rebuilt = Engine(_objects(), config=live.config.kueue, hold_quota_until_stopped=True)
+    for name in ("a", "b", "urgent"):
+        rebuilt.submit(_wl(name, 2, 10 if name == "urgent" else 0), now_s=0)
+    for name in ("ns/a", "ns/b"):
+        key = WorkloadKey(name)
+        admission = live.workload(key).admission
+        assert admission is not None
+        rebuilt.restore_reserved(key, admission, checks=(), now_s=0)
+        rebuilt.restore_admitted(key, now_s=0)
+    rebuilt.restore_evicted(victim, reason="Preempted", message="preempted", now_s=2)
+    rebuilt.restore_pending(
+        WorkloadKey("ns/urgent"), reason=waiting.reason, message=waiting.message
+    )
+
+    # The other low-priority workload could be preempted too: the rebuilt engine must not.
+    assert rebuilt.schedule(now_s=3) == []
+    assert rebuilt.phase(WorkloadKey("ns/urgent")) == "Pending"
+    assert [(e.type, e.object) for e in rebuilt.stopped(victim, now_s=4)] == [
+        (EventType.REQUEUED, victim)
+    ]
+    admitted = rebuilt.schedule(now_s=4)
+    assert [(e.type, e.object) for e in admitted][:2] == [
+        (EventType.QUOTA_RESERVED, "ns/urgent"),
+        (EventType.ADMITTED, "ns/urgent"),
+    ]
+    live.stopped(victim, now_s=4)
+    assert admitted == live.schedule(now_s=4)  # as the live engine decides
