@@ -8,6 +8,7 @@ comparisons are exact.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Literal, NewType
@@ -333,7 +334,8 @@ class KueueConfig(Frozen, frozen=True, kw_only=True):
     granular_pending_reasons: bool = True
 
 
-ApiObject = (
+# The objects that describe a cluster's queues (what `config.applied` carries).
+ConfigObject = (
     ResourceFlavor
     | ClusterQueue
     | Cohort
@@ -342,6 +344,7 @@ ApiObject = (
     | PriorityClass
     | AdmissionCheck
     | Namespace
-    | Workload
-    | KueueConfig
 )
+CONFIG_TYPES = typing.get_args(ConfigObject)  # for isinstance()
+
+ApiObject = ConfigObject | Workload | KueueConfig

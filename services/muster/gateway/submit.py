@@ -19,18 +19,7 @@ import msgspec
 import yaml
 
 from muster.api import FieldError, decode_documents, quantities_to_strings, workload_to_kueue
-from muster.api.model import (
-    AdmissionCheck,
-    ClusterQueue,
-    Cohort,
-    KueueConfig,
-    LocalQueue,
-    Namespace,
-    PriorityClass,
-    ResourceFlavor,
-    Workload,
-    WorkloadPriorityClass,
-)
+from muster.api.model import CONFIG_TYPES, ConfigObject, KueueConfig, Workload
 from muster.bus.envelope import encode, new_event
 from muster.bus.subjects import check_cluster
 from muster.contracts.v1 import events_pb2
@@ -40,26 +29,6 @@ from muster.contracts.v1 import events_pb2
 SUBMIT_ID_NAMESPACE: Final = uuid.uuid5(uuid.NAMESPACE_DNS, "gateway.muster.dev")
 SOURCE: Final = "gateway"
 
-ConfigObject = (
-    ResourceFlavor
-    | ClusterQueue
-    | Cohort
-    | LocalQueue
-    | WorkloadPriorityClass
-    | PriorityClass
-    | AdmissionCheck
-    | Namespace
-)
-_CONFIG_TYPES: Final = (
-    ResourceFlavor,
-    ClusterQueue,
-    Cohort,
-    LocalQueue,
-    WorkloadPriorityClass,
-    PriorityClass,
-    AdmissionCheck,
-    Namespace,
-)
 _NOT_SUBMITTABLE: Final = (
     "Configuration: kind: is the scheduler's own configuration; it cannot be submitted"
 )
@@ -124,7 +93,7 @@ def plan_submit(manifest: str, *, cluster: str) -> list[PlannedEvent]:
     for obj, raw in zip(objects, _flatten(documents), strict=True):
         if isinstance(obj, Workload):
             planned.append(_plan_workload(obj, cluster=cluster))
-        elif isinstance(obj, _CONFIG_TYPES):
+        elif isinstance(obj, CONFIG_TYPES):
             found = _plan_config(obj, raw, cluster=cluster)
             if isinstance(found, FieldError):
                 problems.append(str(found))

@@ -20,6 +20,7 @@ from muster.api.model import (
     AdmissionCheck,
     ApiObject,
     ClusterQueue,
+    ConfigObject,
     KueueConfig,
     Workload,
 )
@@ -32,8 +33,6 @@ from muster.sim.annotations import (
     parse_check_script,
     parse_workload_script,
 )
-
-ConfigObject = ApiObject  # every ApiObject except Workload and KueueConfig
 
 
 class Arrival(msgspec.Struct, frozen=True, kw_only=True):
