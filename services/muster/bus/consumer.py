@@ -142,6 +142,11 @@ class _ConsumeLoop:
         try:
             await self._fetch_forever(lanes)
         finally:
+            # Stop deliveries before handing messages back: a nak while this subscription still
+            # has a pull request waiting at the server comes straight back into it, where no one
+            # reads it until the ack wait runs out.
+            with contextlib.suppress(nats.errors.Error):
+                await self._sub.unsubscribe()
             await self._drain(lanes)
 
     async def _fetch_forever(self, lanes: list[asyncio.Task[None]]) -> None:
