@@ -21,8 +21,8 @@ import nats.errors
 import nats.js.errors
 from nats.aio.msg import Msg
 
-from muster.admission.handlers import raise_if_cancelling
 from muster.bus import Bus, ConsumerSettings, Reject, Retry, decode
+from muster.bus.cancel import raise_if_cancelling
 from muster.bus.consumer import consumer_config
 from muster.contracts.v1 import events_pb2 as pb
 

@@ -38,6 +38,7 @@ from typing import Protocol
 from muster.admission.state import AdmissionState
 from muster.admission.translate import Fact, FactError, Recorded, envelopes_of, fact_of
 from muster.bus import Reject, Retry
+from muster.bus.cancel import raise_if_cancelling
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.events import Event
 
@@ -50,17 +51,6 @@ class Publisher(Protocol):
     """What rounds publish through: `Bus.publish` returns once JetStream has the event."""
 
     async def publish(self, env: pb.Envelope) -> int: ...
-
-
-def raise_if_cancelling() -> None:
-    """Raise CancelledError if this task was asked to stop.
-
-    nats-py waits with `asyncio.wait_for`, which in Python 3.11 can swallow a cancellation
-    that arrives as the wait ends (fixed in 3.12): loops check before each pass.
-    """
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
 
 
 class Rounds:

@@ -17,6 +17,8 @@ from typing import Final, Protocol
 import nats.errors
 import nats.js.errors
 
+from muster.bus.cancel import raise_if_cancelling
+
 SHARDS_BUCKET: Final = "MUSTER_SHARDS"
 
 log = logging.getLogger(__name__)
@@ -71,9 +73,7 @@ class ShardLease:
         """Wait until this replica owns the shard (the previous owner's lease expired)."""
         waiting = False
         while True:
-            task = asyncio.current_task()  # nats-py may swallow a cancellation (3.11 wait_for)
-            if task is not None and task.cancelling():
-                raise asyncio.CancelledError
+            raise_if_cancelling()  # nats-py may swallow a cancellation (3.11)
             try:
                 self.revision = await self.kv.create(self.key, self.owner.encode())
             except nats.js.errors.KeyWrongLastSequenceError:
@@ -91,9 +91,7 @@ class ShardLease:
         """Renew the lease until cancelled; raise LeaseLostError when it cannot be renewed."""
         renewed_at = time.monotonic()
         while True:
-            task = asyncio.current_task()  # nats-py may swallow a cancellation (3.11 wait_for)
-            if task is not None and task.cancelling():
-                raise asyncio.CancelledError
+            raise_if_cancelling()  # nats-py may swallow a cancellation (3.11)
             await asyncio.sleep(self.renew_s)
             try:
                 self.revision = await self.kv.update(

@@ -24,7 +24,7 @@ import msgspec
 import nats.errors
 
 from muster.admission.consumer import consume_in_order, ensure_consumer
-from muster.admission.handlers import Clock, Rounds, raise_if_cancelling
+from muster.admission.handlers import Clock, Rounds
 from muster.admission.lease import SHARDS_BUCKET, ShardLease
 from muster.admission.state import AdmissionState
 from muster.admission.translate import fact_of
@@ -40,6 +40,7 @@ from muster.bus import (
     new_event,
     workload_subject,
 )
+from muster.bus.cancel import raise_if_cancelling
 from muster.bus.service import Health
 from muster.contracts.v1 import events_pb2 as pb
 

@@ -22,6 +22,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 from opentelemetry import trace
 
+from muster.bus.cancel import raise_if_cancelling
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES, decode
 from muster.bus.errors import Reject, Retry
 from muster.bus.publisher import Publisher
@@ -151,6 +152,7 @@ class _ConsumeLoop:
 
     async def _fetch_forever(self, lanes: list[asyncio.Task[None]]) -> None:
         while True:
+            raise_if_cancelling()
             for lane in lanes:
                 if lane.done():  # lanes catch every handler error: this is a bug in the loop
                     raise RuntimeError(f"consumer {self._durable}: {lane.get_name()} stopped")

@@ -15,6 +15,7 @@ import nats.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
+from muster.bus.cancel import raise_if_cancelling
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES, decode
 from muster.bus.errors import Reject
 from muster.contracts.v1.events_pb2 import Envelope
@@ -115,6 +116,7 @@ class _Reader:
     async def messages(self, *, follow: bool) -> AsyncIterator[Msg]:
         expected = 1
         while True:
+            raise_if_cancelling()
             try:
                 msgs = await self._sub.fetch(_BATCH, timeout=_FETCH_TIMEOUT_S)
             except TimeoutError:

@@ -18,6 +18,7 @@ from typing import Final
 import msgspec
 
 from muster.bus import EVENTS_STREAM, Bus, ConsumerSettings, workload_subject
+from muster.bus.cancel import raise_if_cancelling
 from muster.bus.consumer import consumer_config
 from muster.bus.service import Health
 from muster.contracts.v1 import events_pb2 as pb
@@ -98,9 +99,7 @@ async def rebuild(bus: Bus, evictions: Evictions, *, clock: Callable[[], float])
 
 async def resend_forever(ctx: PreemptionContext, wake: asyncio.Event) -> None:
     while True:
-        task = asyncio.current_task()  # nats-py may swallow a cancellation (3.11 wait_for)
-        if task is not None and task.cancelling():
-            raise asyncio.CancelledError
+        raise_if_cancelling()  # nats-py may swallow a cancellation (3.11)
         due = ctx.evictions.next_due_s()
         timeout = None if due is None else max(0.0, due - ctx.clock())
         with contextlib.suppress(TimeoutError):

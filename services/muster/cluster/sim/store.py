@@ -22,6 +22,7 @@ import nats.js.errors
 from nats.js import JetStreamContext, api
 from nats.js.kv import KeyValue
 
+from muster.bus.cancel import raise_if_cancelling
 from muster.cluster.backend import ChangeType
 from muster.cluster.errors import ClusterError, ConflictError
 from muster.cluster.sim.keys import bucket_name, describe
@@ -181,7 +182,7 @@ class SimStore:
         last = from_revision
         try:
             while True:
-                _stop_if_cancelled()
+                raise_if_cancelling()
                 with nats_errors():
                     msg = await sub.next_msg(timeout=None)
                 change = self._change(msg, shown, resuming=resuming)
@@ -227,18 +228,6 @@ class SimStore:
     def _stored(self, subject: str, data: bytes, metadata: Any) -> StoredObject:
         key = subject.removeprefix(self._subject_prefix)
         return StoredObject(key=key, obj=_decode(data), revision=metadata.sequence.stream)
-
-
-def _stop_if_cancelled() -> None:
-    """Raise CancelledError when the consuming task was asked to stop but carried on.
-
-    Python 3.11's `asyncio.wait_for` (inside nats-py's requests) can swallow a cancellation that
-    arrives just as its reply does (fixed in 3.12); a consumer cancelled during a write would
-    then wait for the next change forever instead of stopping.
-    """
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
 
 
 def _is_tombstone(headers: dict[str, str] | None) -> bool:
