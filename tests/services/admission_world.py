@@ -12,9 +12,6 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
-import pytest
-from bus_helpers import EventLog
-
 from muster.admission.service import AdmissionConfig, run_admission
 from muster.bus import EVENTS_STREAM, Bus, BusConfig, connect, new_event
 from muster.bus.service import Health
@@ -131,27 +128,6 @@ async def basic_config(
         config_applied(cluster_queue(cpu=cpu, preemption=preemption)),
         config_applied(local_queue()),
     )
-
-
-@pytest.fixture
-async def events(bus: Bus) -> AsyncIterator[EventLog]:
-    """conftest's `events`, stopped firmly: nats-py's fetch (Python 3.11 `wait_for`) can
-    swallow the one cancellation conftest sends, and teardown then hangs. Test modules
-    override conftest's with `events = admission_world.events`; drop this once the bus's
-    replay checks `current_task().cancelling()`."""
-    log = EventLog()
-
-    async def follow() -> None:
-        async for env in bus.replay([">"], stream=EVENTS_STREAM, follow=True):
-            await log.add(env)
-
-    task = asyncio.create_task(follow())
-    try:
-        yield log
-    finally:
-        while not task.done():
-            task.cancel()
-            await asyncio.wait({task}, timeout=0.5)
 
 
 class Running:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 
-import admission_world
 import nats.js.errors
 import pytest
 from admission_world import (
@@ -31,7 +30,6 @@ from muster.contracts.v1 import events_pb2 as pb
 from muster.contracts.v1 import services_pb2
 
 pytestmark = pytest.mark.timeout(30)
-events = admission_world.events  # conftest's fixture, stopped firmly (see there)
 
 
 @pytest.fixture

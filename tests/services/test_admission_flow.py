@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import admission_world
 import pytest
 from admission_world import (
     basic_config,
@@ -16,7 +15,6 @@ from admission_world import (
 from muster.bus import Bus, BusConfig
 
 pytestmark = pytest.mark.timeout(30)
-events = admission_world.events  # conftest's fixture, stopped firmly (see there)
 
 
 async def test_admits_what_fits_and_pends_the_rest_until_quota_is_released(

@@ -9,7 +9,6 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import admission_world
 import grpc
 import pytest
 from admission_world import (
@@ -25,7 +24,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from muster.bus import Bus
 
 pytestmark = pytest.mark.timeout(90)
-events = admission_world.events  # conftest's fixture, stopped firmly (see there)
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 

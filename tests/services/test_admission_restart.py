@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import admission_world
 import pytest
 from admission_world import (
     basic_config,
@@ -18,7 +17,6 @@ from admission_world import (
 from muster.bus import Bus, BusConfig
 
 pytestmark = pytest.mark.timeout(60)
-events = admission_world.events  # conftest's fixture, stopped firmly (see there)
 
 
 async def test_restart_keeps_admissions_and_admits_pending_ones_later(

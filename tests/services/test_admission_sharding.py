@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import admission_world
 import pytest
 from admission_world import (
     cluster_queue,
@@ -23,7 +22,6 @@ from muster.admission.shards import shard_of
 from muster.bus import Bus, BusConfig
 
 pytestmark = pytest.mark.timeout(30)
-events = admission_world.events  # conftest's fixture, stopped firmly (see there)
 
 
 async def test_second_replica_of_a_shard_waits_for_the_lease_and_takes_over(

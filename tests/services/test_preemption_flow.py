@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import admission_world
 import pytest
 from admission_world import (
     FakeBinder,
@@ -17,7 +16,6 @@ from admission_world import (
 from muster.bus import Bus, BusConfig
 
 pytestmark = pytest.mark.timeout(30)
-events = admission_world.events  # conftest's fixture, stopped firmly (see there)
 
 WITHIN = {"withinClusterQueue": "LowerPriority"}
 

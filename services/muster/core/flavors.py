@@ -50,10 +50,6 @@ class Assignment(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     # quota frees up), ExceedsMaxQuota (larger than the queue could ever get), NoMatchingFlavor
     pending_reason: str = ""
 
-    @property
-    def counts(self) -> tuple[int, ...]:
-        return tuple(ps.count for ps in self.pod_sets)
-
 
 class QueueLayout(msgspec.Struct, frozen=True, kw_only=True):
     """What the assigner needs from a ClusterQueue, precomputed once per configuration."""

@@ -10,7 +10,6 @@ only when enough quota is released in its cohort tree (or the configuration chan
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -56,11 +55,6 @@ class PendingGroup:
     def pop_head(self) -> None:
         heapq.heappop(self.heap)
 
-    def members(self) -> Iterator[WorkloadRecord]:
-        for _, token, r in self.heap:
-            if r.queue_token == token and r.group is self and r.is_queued:
-                yield r
-
 
 class QueueRuntime:
     """A ClusterQueue's pending side: its groups and the heap of its unparked ones."""
@@ -91,10 +85,6 @@ class QueueRuntime:
                 return group
             heapq.heappop(active)
         return None
-
-    def pending(self) -> Iterator[WorkloadRecord]:
-        for group in self.groups.values():
-            yield from group.members()
 
 
 class TreeRuntime:

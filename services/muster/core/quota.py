@@ -10,7 +10,7 @@ Usage changes are propagated up incrementally (O(depth)), never recomputed by sc
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 from muster.api.model import ResourceGroup
 
@@ -66,12 +66,6 @@ class QuotaNode:
         while node.parent is not None:
             node = node.parent
         return node
-
-    def ancestors(self) -> Iterator[QuotaNode]:
-        node = self.parent
-        while node is not None:
-            yield node
-            node = node.parent
 
     # --- Kueue's resource-node arithmetic -------------------------------------------------
 

@@ -64,23 +64,11 @@ async def run_preemption(
         await handle(env, ctx)
 
     async with asyncio.TaskGroup() as tg:
-        consumer = tg.create_task(
+        tg.create_task(
             bus.consume_with(DURABLE, SUBJECTS, handler, settings), name="preemption-consumer"
         )
-        tg.create_task(cancel_firmly(consumer), name="preemption-consumer-stop")
         tg.create_task(resend_forever(ctx, wake), name="preemption-resend")
         health.ready()
-
-
-async def cancel_firmly(task: asyncio.Task[None]) -> None:
-    """Wait until cancelled, then cancel `task` until it really stops (Python 3.11's
-    `asyncio.wait_for`, which nats-py's fetch uses, can swallow one cancellation)."""
-    try:
-        await asyncio.Event().wait()
-    finally:
-        while not task.done():
-            task.cancel()
-            await asyncio.wait({task}, timeout=0.5)
 
 
 async def rebuild(bus: Bus, evictions: Evictions, *, clock: Callable[[], float]) -> int:
