@@ -289,6 +289,86 @@ class Workload(Frozen, frozen=True, kw_only=True):
         return WorkloadKey(f"{self.meta.namespace}/{self.meta.name}")
 
 
+# --- cluster objects and gang sources (issue 4) -------------------------------------------
+
+
+class Node(Frozen, frozen=True, kw_only=True):
+    """A v1 Node as placement reads it; `allocatable` in milli-units (from status.capacity when
+    status.allocatable is absent), without a default for `pods`."""
+
+    meta: ObjectMeta
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    ready: bool = True  # condition Ready is "True", or no Ready condition written
+    allocatable: Resources = msgspec.field(default_factory=dict)
+
+
+class WorkloadRef(Frozen, frozen=True, kw_only=True):
+    """A pod's `spec.workloadRef`: the scheduling.k8s.io Workload and pod group it joins."""
+
+    name: str
+    pod_group: str
+    pod_group_replica_key: str = ""
+
+
+class Pod(Frozen, frozen=True, kw_only=True):
+    """A v1 Pod as placement reads it; `requests` per pod in milli-units (containers, init
+    containers and overhead combined as Kubernetes does)."""
+
+    meta: ObjectMeta
+    scheduler_name: str = "default-scheduler"
+    node_name: str = ""
+    phase: Literal["Pending", "Running", "Succeeded", "Failed"] = "Pending"
+    requests: Resources = msgspec.field(default_factory=dict)
+    node_selector: Mapping[str, str] = msgspec.field(default_factory=dict)
+    node_affinity_terms: tuple[LabelSelector, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    priority: int | None = None  # spec.priority when written
+    priority_class_name: str | None = None
+    workload_ref: WorkloadRef | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.meta.namespace}/{self.meta.name}"
+
+
+class PodGroupPolicy(Frozen, frozen=True, kw_only=True):
+    """A pod group's policy: a gang of at least `min_count` pods, or basic (`min_count` None)."""
+
+    min_count: int | None = None
+
+    @property
+    def gang(self) -> bool:
+        return self.min_count is not None
+
+
+class WorkloadPodGroup(Frozen, frozen=True, kw_only=True):
+    name: str
+    policy: PodGroupPolicy = msgspec.field(default_factory=PodGroupPolicy)
+
+
+class SchedulingWorkload(Frozen, frozen=True, kw_only=True):
+    """A `scheduling.k8s.io/v1alpha1` Workload (Kubernetes v1.35): the pod groups its pods
+    join through `spec.workloadRef`. Not Kueue's Workload."""
+
+    meta: ObjectMeta
+    pod_groups: tuple[WorkloadPodGroup, ...] = ()
+    controller_ref: OwnerReference | None = None
+
+
+class PodGroup(Frozen, frozen=True, kw_only=True):
+    """A scheduler-plugins PodGroup (`scheduling.x-k8s.io/v1alpha1`); pods join it with label
+    `scheduling.x-k8s.io/pod-group`."""
+
+    meta: ObjectMeta
+    min_member: int = 1
+    schedule_timeout_seconds: float | None = None
+
+
+ClusterObject = Node | Pod | SchedulingWorkload | PodGroup
+CLUSTER_TYPES = typing.get_args(ClusterObject)  # for isinstance()
+
+
 # --- Kueue's Configuration ---------------------------------------------------------------------
 
 
@@ -347,4 +427,4 @@ ConfigObject = (
 )
 CONFIG_TYPES = typing.get_args(ConfigObject)  # for isinstance()
 
-ApiObject = ConfigObject | Workload | KueueConfig
+ApiObject = ConfigObject | Workload | KueueConfig | ClusterObject
