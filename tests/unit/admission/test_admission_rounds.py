@@ -158,3 +158,31 @@ async def test_due_timers_run_a_round_of_their_own() -> None:
     (evicted,) = [e for e in publisher.stored if e.type == "workload.evicted"]
     assert evicted.evicted.reason == "PodsReadyTimeout"
     assert evicted.cause == "timer/admission/0/106000"
+
+
+class SlowPublisher(Publisher):
+    """Stores each event after a delay that shrinks with every call, so concurrent publishes
+    would overtake earlier ones; counts how many were in flight at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+    async def publish(self, env: pb.Envelope) -> int:
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        await asyncio.sleep(0.01 / len(self.attempts + [env.event_id]))
+        self.in_flight -= 1
+        return await super().publish(env)
+
+
+async def test_a_round_publishes_workloads_side_by_side_each_in_its_own_order() -> None:
+    publisher = SlowPublisher()
+    rounds = Rounds(configured_state(), publisher, clock=lambda: 100.0)
+    batch = [sequenced(submitted(workload(f"w{i}")), 10 + i) for i in range(5)]
+    await rounds.apply_batch(batch)
+    assert publisher.most_in_flight == 5  # one wave per decision kind, not one event at a time
+    for i in range(5):
+        mine = [e.type for e in publisher.stored if e.workload == f"ns/w{i}"]
+        assert mine == ["workload.quota_reserved", "workload.admitted"]
