@@ -30,10 +30,10 @@ from muster.api.model import (
     KueueConfig,
     PodSetAssignment,
     ResourceFlavor,
-    Toleration,
     Workload,
     WorkloadKey,
 )
+from muster.api.podspec import flavor_placement
 from muster.bus.envelope import new_event
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.events import Event, EventType
@@ -296,14 +296,7 @@ def placement_hints(
     """Per podset, the node labels and tolerations its assigned flavors put on its pods."""
     hints = []
     for ps in admission.pod_set_assignments:
-        selector: dict[str, str] = {}
-        tolerations: list[Toleration] = []
-        for name in sorted(set(ps.flavors.values())):
-            flavor = flavors.get(name)
-            if flavor is None:
-                continue
-            selector.update(flavor.node_labels)
-            tolerations.extend(t for t in flavor.tolerations if t not in tolerations)
+        selector, tolerations = flavor_placement(ps.flavors.values(), flavors)
         hints.append(
             pb.PodSetPlacementHints(
                 name=ps.name,

@@ -1,7 +1,8 @@
 """muster.api: Kueue-shaped input decoded and validated into the model in `muster.api.model`.
 
 Everything else in muster reads the model; this package is the only place that knows how
-Kueue v1beta1/v1beta2, batch/v1 Jobs and Kueue's Configuration are spelled on the wire.
+Kueue v1beta1/v1beta2, batch/v1 Jobs, Kueue's Configuration, v1 Nodes and Pods and the gang
+sources (the Workload API, scheduler-plugins' PodGroup) are spelled on the wire.
 """
 
 from muster.api.decode import (

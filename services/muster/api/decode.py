@@ -3,8 +3,8 @@
 Entry points: `decode_yaml`, `decode_documents`, `decode_files`; each returns
 `(objects, errors)`. Every document is decoded on its own, so one bad object never blocks the
 others; an object with any error is left out of `objects`. Objects muster reads later but not
-yet (Nodes, Pods, PodGroups, Topologies) are neither objects nor errors: pass a list as
-`skipped` to learn which were passed over.
+yet (Kueue Topologies) are neither objects nor errors: pass a list as `skipped` to learn which
+were passed over.
 """
 
 from __future__ import annotations
@@ -20,6 +20,14 @@ import msgspec
 import yaml
 
 from muster.api import raw as wire
+from muster.api.cluster_objects import (
+    SCHEDULER_PLUGINS_V1ALPHA1,
+    SCHEDULING_V1ALPHA1,
+    node_from_raw,
+    pod_from_raw,
+    pod_group_from_raw,
+    scheduling_workload_from_raw,
+)
 from muster.api.config import CONFIG_V1BETA1, CONFIG_V1BETA2, kueue_config_from_raw
 from muster.api.convert import (
     KUEUE_V1BETA1,
@@ -78,18 +86,22 @@ _KINDS: dict[tuple[str, str], _Kind] = {
     ),
     (CONFIG_V1BETA1, "Configuration"): _CONFIGURATION,
     (CONFIG_V1BETA2, "Configuration"): _CONFIGURATION,
+    ("v1", "Node"): _Kind(wire.RawNode, node_from_raw),
+    ("v1", "Pod"): _Kind(wire.RawPod, pod_from_raw, namespaced=True),
+    (SCHEDULING_V1ALPHA1, "Workload"): _Kind(
+        wire.RawSchedulingWorkload, scheduling_workload_from_raw, namespaced=True
+    ),
+    (SCHEDULER_PLUGINS_V1ALPHA1, "PodGroup"): _Kind(
+        wire.RawPodGroup, pod_group_from_raw, namespaced=True
+    ),
 }
-_GANG = "not used until gang placement"
+_TAS = "not used until topology-aware scheduling"
 _SKIPPED: dict[tuple[str, str], str] = {
-    ("v1", "Node"): _GANG,
-    ("v1", "Pod"): _GANG,
-    ("scheduling.k8s.io/v1alpha1", "Workload"): _GANG,
-    ("scheduling.x-k8s.io/v1alpha1", "PodGroup"): _GANG,
-    ("kueue.x-k8s.io/v1alpha1", "Topology"): "not used until topology-aware scheduling",
-    (KUEUE_V1BETA1, "Topology"): "not used until topology-aware scheduling",
-    (KUEUE_V1BETA2, "Topology"): "not used until topology-aware scheduling",
+    ("kueue.x-k8s.io/v1alpha1", "Topology"): _TAS,
+    (KUEUE_V1BETA1, "Topology"): _TAS,
+    (KUEUE_V1BETA2, "Topology"): _TAS,
 }
-_NAMESPACED_SKIPPED = frozenset({"Pod", "Workload", "PodGroup"})
+_NAMESPACED_SKIPPED: frozenset[str] = frozenset()  # Topology is cluster-scoped
 
 # msgspec: "Expected `int`, got `str` - at `$.spec.podSets[0].count"; map keys read
 # "... - at `key` in `$.metadata.labels`".

@@ -1,16 +1,33 @@
 """Pod templates to podsets: per-pod requests, node selector, tolerations and required affinity.
 
-Used by `muster.api.convert` (Kueue Workloads) and `muster.api.job` (batch/v1 Jobs), so both
-compute a pod's requests the way Kubernetes does.
+Used by `muster.api.convert` (Kueue Workloads), `muster.api.job` (batch/v1 Jobs) and
+`muster.api.cluster_objects` (Pods), so all compute a pod's requests the way Kubernetes does.
+`admitted_pod_set` is a podset as admitted (its flavors' node labels and tolerations added), as
+the binder starts it and gang placement places it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
-from muster.api.errors import ObjectErrors
-from muster.api.model import LabelSelector, LabelSelectorRequirement, PodSet, Toleration
-from muster.api.raw import RawContainer, RawPodSpec, RawPodTemplate, RawToleration
+import msgspec
+
+from muster.api.errors import ObjectErrors, key_path
+from muster.api.model import (
+    LabelSelector,
+    LabelSelectorRequirement,
+    PodSet,
+    ResourceFlavor,
+    Taint,
+    Toleration,
+    Workload,
+)
+from muster.api.raw import RawContainer, RawPodSpec, RawPodTemplate, RawTaint, RawToleration
+from muster.api.wellknown import (
+    PREFERRED_TOPOLOGY_ANNOTATION,
+    REQUIRED_TOPOLOGY_ANNOTATION,
+    RUN_SECONDS_ANNOTATION,
+)
 
 _SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
 
@@ -49,6 +66,11 @@ def pod_requests(spec: RawPodSpec, errs: ObjectErrors, *, path: str) -> dict[str
     _raise_to(total, init_peak)
     _add(total, errs.quantities(spec.overhead, f"{path}.overhead"))
     return total
+
+
+def taints(raw: Iterable[RawTaint]) -> tuple[Taint, ...]:
+    """Return taints in the model's shape (a Node's, or those a ResourceFlavor puts on nodes)."""
+    return tuple(Taint(key=t.key, value=t.value, effect=t.effect) for t in raw)
 
 
 def tolerations(raw: Iterable[RawToleration]) -> tuple[Toleration, ...]:
@@ -108,6 +130,9 @@ def pod_set_from_template(
 ) -> PodSet:
     """Return the podset for `count` pods of `template`; `path` is the template's YAML path."""
     spec_path = f"{path}.spec"
+    check_topology_annotations(
+        template.metadata.annotations, errs, path=f"{path}.metadata.annotations"
+    )
     return PodSet(
         name=name,
         count=count,
@@ -117,6 +142,71 @@ def pod_set_from_template(
         tolerations=tolerations(template.spec.tolerations),
         node_affinity_terms=node_affinity_terms(template.spec, errs, path=spec_path),
         annotations=dict(template.metadata.annotations),
+    )
+
+
+def check_topology_annotations(
+    annotations: Mapping[str, str], errs: ObjectErrors, *, path: str
+) -> None:
+    """Record problems with Kueue's podset topology annotations; `path` is the annotations'.
+
+    At most one of required and preferred may be set, and it must name a node label key.
+    """
+    for annotation in (REQUIRED_TOPOLOGY_ANNOTATION, PREFERRED_TOPOLOGY_ANNOTATION):
+        if annotation in annotations and not annotations[annotation]:
+            errs.add(key_path(path, annotation), "must name a node label key")
+    if REQUIRED_TOPOLOGY_ANNOTATION in annotations and PREFERRED_TOPOLOGY_ANNOTATION in annotations:
+        errs.add(
+            key_path(path, PREFERRED_TOPOLOGY_ANNOTATION),
+            f"must not be set together with {REQUIRED_TOPOLOGY_ANNOTATION}",
+        )
+
+
+def flavor_placement(
+    flavor_names: Iterable[str], flavors: Mapping[str, ResourceFlavor]
+) -> tuple[dict[str, str], tuple[Toleration, ...]]:
+    """Return the node labels and tolerations that the named flavors put on a podset's pods.
+
+    Flavors are merged in name order (a later one's label wins); unknown names add nothing.
+    """
+    node_labels: dict[str, str] = {}
+    found: list[Toleration] = []
+    for name in sorted(set(flavor_names)):
+        flavor = flavors.get(name)
+        if flavor is None:
+            continue
+        node_labels.update(flavor.node_labels)
+        found.extend(t for t in flavor.tolerations if t not in found)
+    return node_labels, tuple(found)
+
+
+def admitted_pod_set(
+    wl: Workload,
+    ps: PodSet,
+    *,
+    count: int,
+    node_labels: Mapping[str, str],
+    tolerations: Iterable[Toleration],
+) -> PodSet:
+    """Return podset `ps` of `wl` as admitted: `count` pods (partial admission may shrink it).
+
+    The flavors' `node_labels` are merged into the node selector (they win over the template's
+    own value for the same key) and their `tolerations` added when not already there; the
+    workload's `muster.dev/run-seconds` annotation is copied when the template has none.
+    """
+    node_selector = {**ps.node_selector, **node_labels}
+    merged = list(ps.tolerations)
+    merged += [t for t in tolerations if t not in merged]
+    annotations = dict(ps.annotations)
+    run_seconds = wl.meta.annotations.get(RUN_SECONDS_ANNOTATION)
+    if run_seconds is not None:
+        annotations.setdefault(RUN_SECONDS_ANNOTATION, run_seconds)
+    return msgspec.structs.replace(
+        ps,
+        count=count,
+        node_selector=node_selector,
+        tolerations=tuple(merged),
+        annotations=annotations,
     )
 
 

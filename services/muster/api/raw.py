@@ -1,10 +1,11 @@
-"""Wire-shaped msgspec structs: Kueue, batch/v1 and core objects exactly as written in YAML.
+"""Wire-shaped msgspec structs: Kueue, batch/v1, core and gang objects exactly as written in YAML.
 
 `muster.api.decode` converts a document into one of these (msgspec reports structural errors
-with a path), then `muster.api.convert` and `muster.api.job` build the normalized model.
-One set of structs serves v1beta1 and v1beta2: where the versions spell a field differently
-both spellings are declared, and conversion picks. Unknown fields are ignored, as Kubernetes
-clients do. Maps of quantities stay `Any` here so that a bad entry is reported with its key.
+with a path), then `muster.api.convert`, `muster.api.job` and `muster.api.cluster_objects`
+build the normalized model. One set of structs serves v1beta1 and v1beta2: where the
+versions spell a field differently both spellings are declared, and conversion picks. Unknown
+fields are ignored, as Kubernetes clients do. Maps of quantities stay `Any` here so that a
+bad entry is reported with its key.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from muster.api.model import (
     StopPolicy,
     WithinClusterQueue,
 )
+from muster.api.wellknown import DEFAULT_SCHEDULER
 
 Quantity = str | int | float
 QuantityMap = dict[str, Any]  # parsed entry by entry, so each error names its resource
@@ -331,6 +333,111 @@ class RawJobSpec(Wire):
 
 class RawJob(Document):
     spec: RawJobSpec = msgspec.field(default_factory=RawJobSpec)
+
+
+# --- cluster objects: v1 Node and Pod, the Workload API, scheduler-plugins' PodGroup -------
+
+PodPhase = Literal["Pending", "Running", "Succeeded", "Failed"]
+
+
+class RawStatusCondition(Wire):
+    """A Node's or Pod's condition; unlike a Workload's, a missing status reads as Unknown."""
+
+    type: str
+    status: Literal["True", "False", "Unknown"] = "Unknown"
+    reason: str = ""
+    message: str = ""
+
+
+class RawNodeSpec(Wire):
+    taints: list[RawTaint] = msgspec.field(default_factory=list)
+    unschedulable: bool = False
+
+
+class RawNodeStatus(Wire):
+    capacity: QuantityMap = msgspec.field(default_factory=dict)
+    allocatable: QuantityMap = msgspec.field(default_factory=dict)
+    conditions: list[RawStatusCondition] = msgspec.field(default_factory=list)
+
+
+class RawNode(Document):
+    spec: RawNodeSpec = msgspec.field(default_factory=RawNodeSpec)
+    status: RawNodeStatus = msgspec.field(default_factory=RawNodeStatus)
+
+
+class RawWorkloadReference(Wire):
+    # Required in Kubernetes; empty here so conversion names the missing field.
+    name: str = ""
+    pod_group: str = ""
+    pod_group_replica_key: str = ""
+
+
+class RawPodFullSpec(RawPodSpec):
+    """A Pod's spec: a template's, plus what only a Pod has."""
+
+    scheduler_name: str = DEFAULT_SCHEDULER
+    node_name: str = ""
+    priority: int | None = None
+    workload_ref: RawWorkloadReference | None = None
+
+
+class RawPodStatus(Wire):
+    phase: PodPhase = "Pending"
+    start_time: str | None = None
+    reason: str = ""
+    message: str = ""
+    conditions: list[RawStatusCondition] = msgspec.field(default_factory=list)
+
+
+class RawPod(Document):
+    spec: RawPodFullSpec = msgspec.field(default_factory=RawPodFullSpec)
+    status: RawPodStatus = msgspec.field(default_factory=RawPodStatus)
+
+
+class RawGangSchedulingPolicy(Wire):
+    min_count: int | None = None  # required; conversion reports it missing
+
+
+class RawBasicSchedulingPolicy(Wire):
+    pass
+
+
+class RawPodGroupPolicy(Wire):
+    basic: RawBasicSchedulingPolicy | None = None
+    gang: RawGangSchedulingPolicy | None = None
+
+
+class RawWorkloadPodGroup(Wire):
+    name: str = ""
+    policy: RawPodGroupPolicy | None = None
+
+
+class RawTypedLocalObjectReference(Wire):
+    api_group: str = ""
+    kind: str = ""
+    name: str = ""
+
+
+class RawSchedulingWorkloadSpec(Wire):
+    pod_groups: list[RawWorkloadPodGroup] = []
+    controller_ref: RawTypedLocalObjectReference | None = None
+
+
+class RawSchedulingWorkload(Document):
+    """scheduling.k8s.io/v1alpha1 Workload (Kubernetes v1.35), not Kueue's."""
+
+    spec: RawSchedulingWorkloadSpec = msgspec.field(default_factory=RawSchedulingWorkloadSpec)
+
+
+class RawPodGroupSpec(Wire):
+    min_member: int | None = None
+    schedule_timeout_seconds: int | None = None
+
+
+class RawPodGroup(Document):
+    """scheduler-plugins' scheduling.x-k8s.io/v1alpha1 PodGroup."""
+
+    spec: RawPodGroupSpec = msgspec.field(default_factory=RawPodGroupSpec)
 
 
 # --- Kueue's Configuration --------------------------------------------------------------------

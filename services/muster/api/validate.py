@@ -1,4 +1,4 @@
-"""Semantic checks on single decoded objects, the ones Kueue's webhooks make.
+"""Semantic checks on single decoded objects, the ones Kueue's webhooks and the API server make.
 
 Each check is a generator of FieldErrors; `validate` chains those for an object's kind.
 `muster.api.decode` runs them on every object; the gateway can run them on objects it builds.
@@ -17,10 +17,13 @@ from muster.api.model import (
     Cohort,
     KueueConfig,
     LocalQueue,
+    Pod,
+    PodGroup,
     Preemption,
     ReclaimWithinCohort,
     ResourceGroup,
     ResourceQuota,
+    SchedulingWorkload,
     Workload,
 )
 from muster.api.quantity import format_quantity, negative_problem
@@ -30,7 +33,8 @@ def identity(obj: ApiObject) -> str:
     """Return how messages name `obj`: "ClusterQueue/team-a", "Workload/ml/train-7"."""
     if isinstance(obj, KueueConfig):
         return "Configuration"
-    kind = type(obj).__name__
+    # A scheduling.k8s.io Workload is named as written, like Kueue's.
+    kind = "Workload" if isinstance(obj, SchedulingWorkload) else type(obj).__name__
     if obj.meta.namespace:
         return f"{kind}/{obj.meta.namespace}/{obj.meta.name}"
     return f"{kind}/{obj.meta.name}"
@@ -61,6 +65,12 @@ def validate(
         return list(check_pod_sets(obj, who))
     if isinstance(obj, LocalQueue) and not obj.cluster_queue:
         return [FieldError(who, "spec.clusterQueue", "must not be empty")]
+    if isinstance(obj, SchedulingWorkload):
+        return list(check_pod_groups(obj, who))
+    if isinstance(obj, PodGroup):
+        return list(check_pod_group(obj, who))
+    if isinstance(obj, Pod):
+        return list(check_workload_ref(obj, who))
     return []
 
 
@@ -174,3 +184,54 @@ def check_pod_sets(wl: Workload, who: str) -> Iterator[FieldError]:
             yield FieldError(
                 who, f"{path}.minCount", f"must be >= 1 and <= count {ps.count}, got {ps.min_count}"
             )
+
+
+MAX_POD_GROUPS = 8  # the Workload API's limit on spec.podGroups
+
+
+def check_pod_groups(wl: SchedulingWorkload, who: str) -> Iterator[FieldError]:
+    """1 to 8 pod groups, names unique and set, a gang's minCount >= 1, a complete controllerRef.
+
+    The API server's checks on a scheduling.k8s.io/v1alpha1 Workload.
+    """
+    if not 1 <= len(wl.pod_groups) <= MAX_POD_GROUPS:
+        yield FieldError(
+            who,
+            "spec.podGroups",
+            f"must list 1 to {MAX_POD_GROUPS} pod groups, got {len(wl.pod_groups)}",
+        )
+    seen: set[str] = set()
+    for g, group in enumerate(wl.pod_groups):
+        path = f"spec.podGroups[{g}]"
+        if not group.name:
+            yield FieldError(who, f"{path}.name", "is required")
+        elif group.name in seen:
+            yield FieldError(who, f"{path}.name", f"duplicate pod group name {group.name}")
+        seen.add(group.name)
+        count = group.policy.min_count
+        if count is not None and count < 1:
+            yield FieldError(who, f"{path}.policy.gang.minCount", f"must be >= 1, got {count}")
+    ref = wl.controller_ref
+    if ref is not None:
+        for field, value in (("kind", ref.kind), ("name", ref.name)):
+            if not value:
+                yield FieldError(who, f"spec.controllerRef.{field}", "is required")
+
+
+def check_pod_group(group: PodGroup, who: str) -> Iterator[FieldError]:
+    """minMember >= 1; scheduleTimeoutSeconds > 0 when given."""
+    if group.min_member < 1:
+        yield FieldError(who, "spec.minMember", f"must be >= 1, got {group.min_member}")
+    timeout = group.schedule_timeout_seconds
+    if timeout is not None and timeout <= 0:
+        yield FieldError(who, "spec.scheduleTimeoutSeconds", f"must be > 0, got {timeout:g}")
+
+
+def check_workload_ref(pod: Pod, who: str) -> Iterator[FieldError]:
+    """A pod's workloadRef names both its Workload and its pod group."""
+    ref = pod.workload_ref
+    if ref is None:
+        return
+    for field, value in (("name", ref.name), ("podGroup", ref.pod_group)):
+        if not value:
+            yield FieldError(who, f"spec.workloadRef.{field}", "is required")

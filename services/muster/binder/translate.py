@@ -11,8 +11,8 @@ from typing import Literal, cast
 
 from muster.api import decode_documents
 from muster.api.model import PodSet, Toleration, Workload
+from muster.api.podspec import admitted_pod_set
 from muster.cluster.backend import PodSetStart
-from muster.cluster.objects import RUN_SECONDS_ANNOTATION
 from muster.contracts.v1 import events_pb2
 
 
@@ -61,20 +61,18 @@ def pod_set_starts(wl: Workload, admitted: events_pb2.WorkloadAdmitted) -> list[
 def _start(
     wl: Workload, ps: PodSet, count: int, hint: events_pb2.PodSetPlacementHints | None
 ) -> PodSetStart:
-    node_selector = dict(ps.node_selector)
-    tolerations = list(ps.tolerations)
-    if hint is not None:
-        node_selector.update(hint.node_selector)
-        tolerations += [t for t in map(_toleration, hint.tolerations) if t not in tolerations]
-    annotations = dict(ps.annotations)
-    run_seconds = wl.meta.annotations.get(RUN_SECONDS_ANNOTATION)
-    if run_seconds is not None:
-        annotations.setdefault(RUN_SECONDS_ANNOTATION, run_seconds)
-    return PodSetStart(
-        name=ps.name,
+    admitted = admitted_pod_set(
+        wl,
+        ps,
         count=count,
-        requests=dict(ps.requests),
-        node_selector=node_selector,
-        tolerations=tuple(tolerations),
-        annotations=annotations,
+        node_labels=hint.node_selector if hint is not None else {},
+        tolerations=map(_toleration, hint.tolerations) if hint is not None else (),
+    )
+    return PodSetStart(
+        name=admitted.name,
+        count=admitted.count,
+        requests=dict(admitted.requests),
+        node_selector=admitted.node_selector,
+        tolerations=admitted.tolerations,
+        annotations=admitted.annotations,
     )

@@ -1,5 +1,5 @@
-"""Nodes and pods: their Kubernetes wire shape, the parsed views gang-permit reads, and the
-`muster.dev/*` labels and annotations that tie pods to workloads.
+"""Nodes and pods: the parsed views gang-permit reads, and the `muster.dev/*` labels and
+annotations that tie pods to workloads (wire shapes and keys defined in `muster.api`).
 
 `node_view` and `pod_view` turn a stored v1 Node or Pod (JSON as a dict) into a `NodeView` or
 `PodView` with quantities in milli-units; `check_node` and `check_pod` list what is wrong with
@@ -8,71 +8,68 @@ a manifest, one line per problem with its field path, so `apply` can refuse it u
 
 from __future__ import annotations
 
-import datetime
 import math
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
 from muster.api.errors import ObjectErrors
 from muster.api.model import Taint, Toleration
-from muster.api.podspec import pod_requests, tolerations
-from muster.api.raw import Document, QuantityMap, RawPodSpec, RawTaint, Wire
+from muster.api.podspec import pod_requests, taints, tolerations
+from muster.api.raw import (  # the wire shapes live in muster.api; re-exported for callers here
+    PodPhase,
+    RawNode,
+    RawNodeSpec,
+    RawNodeStatus,
+    RawPod,
+    RawPodFullSpec,
+    RawPodStatus,
+    RawStatusCondition,
+    Wire,
+)
+from muster.api.times import format_time, parse_time
+from muster.api.wellknown import (
+    DEFAULT_SCHEDULER,
+    POD_GROUP_LABEL,
+    POD_SET_ANNOTATION,
+    RUN_SECONDS_ANNOTATION,
+    SCHEDULER_NAME,
+    WORKLOAD_LABEL,
+)
 
-WORKLOAD_LABEL = "muster.dev/workload"  # on a pod: the name of its workload (same namespace)
-POD_SET_ANNOTATION = "muster.dev/pod-set"  # on a pod: its podset's name
-RUN_SECONDS_ANNOTATION = "muster.dev/run-seconds"  # on a workload, Job or pod: run time
-SCHEDULER_NAME = "muster"  # spec.schedulerName of the pods muster starts
-DEFAULT_SCHEDULER = "default-scheduler"  # Kubernetes' default for a pod that names none
 DEFAULT_MAX_PODS = "110"  # the kubelet's default --max-pods, for a node without allocatable.pods
 
-PodPhase = Literal["Pending", "Running", "Succeeded", "Failed"]
 _W = TypeVar("_W", bound=Wire)
+RawCondition = RawStatusCondition
 
-
-# --- wire shapes -----------------------------------------------------------------------------
-
-
-class RawCondition(Wire):
-    type: str
-    status: Literal["True", "False", "Unknown"] = "Unknown"
-    reason: str = ""
-    message: str = ""
-
-
-class RawNodeSpec(Wire):
-    taints: list[RawTaint] = msgspec.field(default_factory=list)
-    unschedulable: bool = False
-
-
-class RawNodeStatus(Wire):
-    capacity: QuantityMap = msgspec.field(default_factory=dict)
-    allocatable: QuantityMap = msgspec.field(default_factory=dict)
-    conditions: list[RawCondition] = msgspec.field(default_factory=list)
-
-
-class RawNode(Document):
-    spec: RawNodeSpec = msgspec.field(default_factory=RawNodeSpec)
-    status: RawNodeStatus = msgspec.field(default_factory=RawNodeStatus)
-
-
-class RawPodFullSpec(RawPodSpec):
-    scheduler_name: str = DEFAULT_SCHEDULER
-    node_name: str = ""
-
-
-class RawPodStatus(Wire):
-    phase: PodPhase = "Pending"
-    start_time: str | None = None
-    reason: str = ""
-    message: str = ""
-    conditions: list[RawCondition] = msgspec.field(default_factory=list)
-
-
-class RawPod(Document):
-    spec: RawPodFullSpec = msgspec.field(default_factory=RawPodFullSpec)
-    status: RawPodStatus = msgspec.field(default_factory=RawPodStatus)
+__all__ = [
+    "DEFAULT_MAX_PODS",
+    "DEFAULT_SCHEDULER",
+    "POD_SET_ANNOTATION",
+    "RUN_SECONDS_ANNOTATION",
+    "SCHEDULER_NAME",
+    "WORKLOAD_LABEL",
+    "NodeView",
+    "PodPhase",
+    "PodView",
+    "RawCondition",
+    "RawNode",
+    "RawNodeSpec",
+    "RawNodeStatus",
+    "RawPod",
+    "RawPodFullSpec",
+    "RawPodStatus",
+    "check_node",
+    "check_pod",
+    "format_time",
+    "node_view",
+    "parse_time",
+    "pod_view",
+    "report_key",
+    "run_seconds_of",
+    "structural_problem",
+]
 
 
 # --- views -----------------------------------------------------------------------------------
@@ -104,6 +101,7 @@ class PodView(msgspec.Struct, frozen=True, kw_only=True):
     tolerations: tuple[Toleration, ...]
     scheduler_name: str
     run_seconds: float | None  # annotation muster.dev/run-seconds; None: runs until deleted
+    group: str = ""  # `report_key`: what events about the pod's life name ("" for none)
 
     @property
     def workload_key(self) -> str:
@@ -119,7 +117,7 @@ def node_view(obj: Mapping[str, Any]) -> NodeView:
     return NodeView(
         name=raw.metadata.name,
         labels=raw.metadata.labels,
-        taints=tuple(Taint(key=t.key, value=t.value, effect=t.effect) for t in raw.spec.taints),
+        taints=taints(raw.spec.taints),
         unschedulable=raw.spec.unschedulable,
         ready=any(c.type == "Ready" and c.status == "True" for c in raw.status.conditions),
         allocatable=allocatable,
@@ -144,7 +142,34 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         tolerations=tolerations(raw.spec.tolerations),
         scheduler_name=raw.spec.scheduler_name,
         run_seconds=run_seconds_of(meta.annotations),
+        group=report_key(
+            meta.namespace,
+            meta.labels,
+            None
+            if raw.spec.workload_ref is None
+            else (
+                raw.spec.workload_ref.name,
+                raw.spec.workload_ref.pod_group,
+                raw.spec.workload_ref.pod_group_replica_key,
+            ),
+        ),
     )
+
+
+def report_key(
+    namespace: str, labels: Mapping[str, str], workload_ref: tuple[str, str, str] | None
+) -> str:
+    """The `workload` key of events about a pod's life (docs/events.md), "" for none.
+
+    The pod's gang source, in gang placement's order: its Workload API pod group
+    "<ns>/<workload>/<podGroup>/<replicaKey>" (`workload_ref` = name, podGroup, replica key),
+    its PodGroup "<ns>/<name>" (label scheduling.x-k8s.io/pod-group), or its Kueue workload
+    "<ns>/<name>" (label muster.dev/workload).
+    """
+    if workload_ref is not None:
+        return "/".join((namespace, *workload_ref))
+    group = labels.get(POD_GROUP_LABEL) or labels.get(WORKLOAD_LABEL)
+    return f"{namespace}/{group}" if group else ""
 
 
 def run_seconds_of(annotations: Mapping[str, str]) -> float | None:
@@ -205,24 +230,3 @@ def structural_problem(exc: msgspec.ValidationError) -> str:
     if not problem:
         return str(exc)
     return f"{path.rstrip('`').removeprefix('.') or '(object)'}: {problem}"
-
-
-# --- time ------------------------------------------------------------------------------------
-
-
-def format_time(seconds: float) -> str:
-    """Return an RFC 3339 UTC timestamp with microseconds: "2025-01-02T03:04:05.678901Z".
-
-    Differs from Kubernetes' metav1.Time (whole seconds) because a sped-up simulation runs pods
-    for fractions of a second, and restarts compute the time left from startTime.
-    """
-    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_time(text: str) -> float:
-    """Return the seconds since the epoch of an RFC 3339 timestamp ("...Z" or with an offset)."""
-    moment = datetime.datetime.fromisoformat(text)
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.UTC)
-    return moment.timestamp()

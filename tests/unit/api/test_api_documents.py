@@ -69,19 +69,17 @@ def test_unsupported_version_of_known_kind_is_an_error() -> None:
     ]
 
 
-def test_nodes_and_pods_are_skipped_not_errors() -> None:
+def test_topologies_are_skipped_not_errors() -> None:
     skipped: list[str] = []
     objects, errors = decode_yaml(
-        "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n---\n"
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: ml}\n---\n"
-        "apiVersion: scheduling.x-k8s.io/v1alpha1\nkind: PodGroup\nmetadata: {name: g}\n",
+        "apiVersion: kueue.x-k8s.io/v1beta2\nkind: Topology\nmetadata: {name: dc}\n---\n"
+        "apiVersion: kueue.x-k8s.io/v1alpha1\nkind: Topology\nmetadata: {name: old}\n",
         skipped=skipped,
     )
     assert (objects, errors) == ([], [])
     assert skipped == [
-        "Node/n1: not used until gang placement",
-        "Pod/ml/p: not used until gang placement",
-        "PodGroup/g: not used until gang placement",
+        "Topology/dc: not used until topology-aware scheduling",
+        "Topology/old: not used until topology-aware scheduling",
     ]
 
 

@@ -1,0 +1,41 @@
+"""RFC 3339 timestamps (`metadata.creationTimestamp`, `status.startTime`) to and from seconds.
+
+Pure conversions: decoding checks timestamps with `timestamp_problem`, gang placement orders
+gangs by `parse_time`, and the simulated cluster writes times with `format_time`.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+
+def parse_time(text: str) -> float:
+    """Return the seconds since the epoch of an RFC 3339 timestamp ("...Z" or with an offset).
+
+    A time without an offset is taken as UTC. Raises ValueError when `text` is not a time.
+    """
+    moment = datetime.datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return moment.timestamp()
+
+
+def format_time(seconds: float) -> str:
+    """Return an RFC 3339 UTC timestamp with microseconds: "2025-01-02T03:04:05.678901Z".
+
+    Differs from Kubernetes' metav1.Time (whole seconds) because a sped-up simulation runs pods
+    for fractions of a second, and restarts compute the time left from startTime.
+    """
+    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def timestamp_problem(text: str | None) -> str | None:
+    """Return the user's message when `text` is set but is not an RFC 3339 time, else None."""
+    if text is None:
+        return None
+    try:
+        parse_time(text)
+    except ValueError:
+        return f"must be an RFC 3339 time such as 2024-01-02T03:04:05Z, got {text!r}"
+    return None

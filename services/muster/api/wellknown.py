@@ -1,0 +1,22 @@
+"""Well-known label and annotation keys, and scheduler names, that tie objects together.
+
+muster's own (`muster.dev/*`: which workload and podset a pod belongs to, how long it runs),
+Kueue's podset topology annotations and scheduler-plugins' pod-group label. Decoding, gang
+placement's sources, the binder and the simulated cluster all read them from here.
+"""
+
+from __future__ import annotations
+
+WORKLOAD_LABEL = "muster.dev/workload"  # on a pod: the name of its workload (same namespace)
+POD_SET_ANNOTATION = "muster.dev/pod-set"  # on a pod: its podset's name
+RUN_SECONDS_ANNOTATION = "muster.dev/run-seconds"  # on a workload, Job or pod: run time
+
+SCHEDULER_NAME = "muster"  # spec.schedulerName of the pods muster places
+DEFAULT_SCHEDULER = "default-scheduler"  # Kubernetes' default for a pod that names none
+
+# scheduler-plugins' coscheduling: a pod joins PodGroup <value> in its namespace.
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+
+# Kueue's topology annotations on a podset's pod template; the value is a node label key.
+REQUIRED_TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/podset-required-topology"
+PREFERRED_TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/podset-preferred-topology"
