@@ -1,0 +1,40 @@
+"""Fixtures: a fresh API-server stand-in per test (on its own thread, free loopback port) and
+the official client's API objects pointed at it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from kube_helpers import api_client
+from kubernetes import client
+
+from muster.devtools.apiserver import ApiServer, ThreadedApiServer
+
+
+@pytest.fixture
+def apiserver() -> Iterator[ThreadedApiServer]:
+    with ThreadedApiServer(ApiServer(bookmark_interval_s=60.0)) as server:
+        yield server
+
+
+@pytest.fixture
+def kube(apiserver: ThreadedApiServer) -> Iterator[client.ApiClient]:
+    api = api_client(apiserver.url)
+    yield api
+    api.close()
+
+
+@pytest.fixture
+def core(kube: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(kube)
+
+
+@pytest.fixture
+def batch(kube: client.ApiClient) -> client.BatchV1Api:
+    return client.BatchV1Api(kube)
+
+
+@pytest.fixture
+def custom(kube: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(kube)
