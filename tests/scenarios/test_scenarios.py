@@ -29,6 +29,14 @@ The expect file lists only the fields worth comparing; anything not listed is ig
                flavorsUsage: (same), conditions: (as for workloads)}
     localQueues:
       <ns>/<name>: (as clusterQueues; resources have `total` only)
+    pods:       # with Nodes in the scenario: each pod as the run left it
+      <ns>/<name>:           # null: no such pod (never created, or deleted with its workload)
+        node: name | null    # spec.nodeName
+        phase: Pending | Running | Succeeded | Failed
+        reason: text         # PodScheduled=False reason while pending, status.reason once Failed
+        message: text        # the same condition's (or status') message, exactly
+        message_contains: text or [text, ...]
+        scheduler: name      # spec.schedulerName
 
 An invalid scenario's expect file holds `about` and
 `error: {exit: n, stderr_contains: [text, ...]}` instead; `null` in a condition means absent.
@@ -74,6 +82,7 @@ QUEUE_FIELDS = {
     "flavorsUsage",
     "conditions",
 }
+POD_FIELDS = {"node", "phase", "reason", "message", "message_contains", "scheduler"}
 TOP_FIELDS = {
     "about",
     "xfail_reason",
@@ -83,6 +92,7 @@ TOP_FIELDS = {
     "no_events",
     "clusterQueues",
     "localQueues",
+    "pods",
     "error",
 }
 
@@ -133,7 +143,7 @@ def simulate(scenario: Path, expect: dict[str, Any]) -> dict[str, Any]:
 
 def condition_view(conditions: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {
-        c["type"]: {"status": c["status"], "reason": c["reason"], "message": c["message"]}
+        c["type"]: {"status": c["status"], "reason": c.get("reason"), "message": c.get("message")}
         for c in conditions
     }
 
@@ -156,6 +166,19 @@ def workload_view(wl: dict[str, Any]) -> dict[str, Any]:
         "active": wl["spec"].get("active", True),
         "priority": wl["spec"].get("priority"),
         "conditions": conditions,
+    }
+
+
+def pod_view(pod: dict[str, Any]) -> dict[str, Any]:
+    spec, status = pod["spec"], pod["status"]
+    scheduled = condition_view(status.get("conditions", [])).get("PodScheduled", {})
+    waiting = scheduled.get("status") == "False"
+    return {
+        "node": spec.get("nodeName"),
+        "phase": status["phase"],
+        "reason": scheduled.get("reason") if waiting else status.get("reason"),
+        "message": scheduled.get("message") if waiting else status.get("message"),
+        "scheduler": spec["schedulerName"],
     }
 
 
@@ -214,14 +237,15 @@ def compare(expected: Any, actual: Any, path: str, problems: list[str]) -> None:
         problems.append(f"{path}: expected {expected!r}, got {actual!r}")
 
 
-def compare_workload(
-    key: str, expected: dict[str, Any], view: dict[str, Any] | None, problems: list[str]
+def compare_fields(
+    path: str,
+    expected: dict[str, Any],
+    view: dict[str, Any],
+    known: set[str],
+    problems: list[str],
 ) -> None:
-    path = f"workloads[{key}]"
-    if view is None:
-        problems.append(f"{path}: no such workload")
-        return
-    unknown = set(expected) - WORKLOAD_FIELDS
+    """Compare a workload's or pod's listed fields; `message_contains` checks parts."""
+    unknown = set(expected) - known
     assert not unknown, f"{path}: unknown expect fields {sorted(unknown)}"
     for field, value in expected.items():
         if field == "message_contains":
@@ -234,6 +258,29 @@ def compare_workload(
             )
         else:
             compare(value, view[field], f"{path}.{field}", problems)
+
+
+def compare_workload(
+    key: str, expected: dict[str, Any], view: dict[str, Any] | None, problems: list[str]
+) -> None:
+    path = f"workloads[{key}]"
+    if view is None:
+        problems.append(f"{path}: no such workload")
+        return
+    compare_fields(path, expected, view, WORKLOAD_FIELDS, problems)
+
+
+def compare_pods(expected: dict[str, Any], pods: list[dict[str, Any]], problems: list[str]) -> None:
+    views = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": pod_view(p) for p in pods}
+    for key, fields in expected.items():
+        path, view = f"pods[{key}]", views.get(key)
+        if fields is None:
+            if view is not None:
+                problems.append(f"{path}: expected no such pod, got {view}")
+        elif view is None:
+            problems.append(f"{path}: no such pod")
+        else:
+            compare_fields(path, fields, view, POD_FIELDS, problems)
 
 
 def event_matches(pattern: dict[str, Any], event: dict[str, Any], jobs: dict[str, str]) -> bool:
@@ -285,6 +332,7 @@ def check(document: dict[str, Any], expect: dict[str, Any]) -> list[str]:
     }
     for key, fields in (expect.get("workloads") or {}).items():
         compare_workload(key, fields, views.get(jobs.get(key, key)), problems)
+    compare_pods(expect.get("pods") or {}, document["pods"], problems)
     events = document["events"]
     compare_events(expect.get("events") or [], events, jobs, problems)
     for pattern in expect.get("no_events") or []:
@@ -317,6 +365,11 @@ def report(expect: dict[str, Any], document: dict[str, Any], problems: list[str]
         key = f"{wl['metadata']['namespace']}/{wl['metadata']['name']}"
         shown = {k: view[k] for k in ("admitted", "clusterQueue", "flavors", "count", "message")}
         lines.append(f"  {key}: {json.dumps(shown)}")
+    if document["pods"]:
+        lines += ["", "pods at the end:"]
+        for pod in document["pods"]:
+            key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+            lines.append(f"  {key}: {json.dumps(pod_view(pod))}")
     lines += ["", "events:"]
     lines += [event_line(n, event) for n, event in enumerate(document["events"])]
     return "\n".join(lines)

@@ -104,3 +104,26 @@ class EventLog:
                 pytest.fail(f"no {event_type} for {workload or 'any workload'} in {timeout_s}s; "
                             f"seen: {seen}")  # fmt: skip
             return self.matching(event_type, workload=workload)[0]
+
+    async def wait_for_next(
+        self,
+        event_type: str,
+        *,
+        after: Envelope,
+        workload: str | None = None,
+        timeout_s: float = 5.0,
+    ) -> Envelope:
+        """The first envelope of `event_type` seen after `after`, waiting up to `timeout_s`."""
+        workload = after.workload if workload is None else workload
+
+        def later() -> list[Envelope]:
+            start = next(i for i, e in enumerate(self.seen) if e.event_id == after.event_id)
+            return [e for e in self.seen[start + 1 :] if e in self.matching(event_type)
+                    and e.workload == workload]  # fmt: skip
+
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait_for(later), timeout_s)
+            except TimeoutError:
+                pytest.fail(f"no {event_type} for {workload} after {after.type} in {timeout_s}s")
+            return later()[0]

@@ -80,6 +80,20 @@ def test_cluster_scoped_kinds_have_no_namespace_and_namespaced_ones_default() ->
     assert kind_of(pod_key("ml", "p")) == "Pod"
 
 
+def test_workload_api_workloads_are_kept_apart_from_kueue_workloads() -> None:
+    meta = {"name": "train", "namespace": "ml"}
+    gang = identity(
+        {"apiVersion": "scheduling.k8s.io/v1alpha1", "kind": "Workload", "metadata": meta}
+    )
+    kueue = identity({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": meta})
+
+    assert gang == ("Workload.scheduling.k8s.io", "ml", "train")
+    assert kueue == ("Workload", "ml", "train")
+    assert object_key(*gang) != object_key(*kueue)
+    assert kind_of(object_key(*gang)) == "Workload.scheduling.k8s.io"
+    assert describe(object_key(*gang)) == "Workload.scheduling.k8s.io/ml/train"
+
+
 def test_refuses_a_manifest_without_kind_or_name() -> None:
     with pytest.raises(InvalidObjectError, match="kind: is required"):
         identity({"metadata": {"name": "x"}})

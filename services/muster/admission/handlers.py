@@ -14,7 +14,9 @@ event type, so that a batch is decided once and in stream order). What each fact
     eviction_completed   engine.stopped: the evicted workload releases quota and is requeued
     pods_ready           engine.pods_ready (waitForPodsReady)
     admission_check      Ready admits, Retry evicts, Rejected deactivates
-    gang_rejected        evicted (reason GangRejected): quota held until eviction_completed
+    gang_rejected        GangTimedOut: evicted (reason GangRejected), quota held until
+                         eviction_completed; BindFailed: nothing (gangpermit retries the gang)
+    placement_preempted  the Kueue victims this shard owns are evicted (reason Preempted)
     config_applied/deleted   the engine's configuration; moved workloads adopted or dropped
     pending, quota_reserved, admitted, evicted, requeued
                          another replica's decisions: indexed as history, never re-decided

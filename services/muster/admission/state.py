@@ -24,6 +24,8 @@ from muster.admission.ledger import Entry, Ledger, Phase
 from muster.admission.shards import Sharding
 from muster.admission.translate import (
     GANG_REJECTED,
+    GANG_TIMED_OUT,
+    PREEMPTED,
     ApplyConfig,
     CheckUpdated,
     Decision,
@@ -32,6 +34,7 @@ from muster.admission.translate import (
     Fact,
     Finish,
     GangRejected,
+    PlacementPreempted,
     PodsReady,
     Recorded,
     Stopped,
@@ -191,6 +194,8 @@ class AdmissionState:
                 )
             case GangRejected(key, reason, message):
                 return self._gang_rejected(key, reason, message, now_s=now_s)
+            case PlacementPreempted(gang, victims):
+                return self._placement_preempted(gang, victims, now_s=now_s)
             case ApplyConfig():
                 if isinstance(fact.obj, ClusterQueue):
                     self.cluster_queue_clusters[fact.obj.meta.name] = fact.cluster
@@ -243,12 +248,26 @@ class AdmissionState:
     def _gang_rejected(
         self, key: WorkloadKey, reason: str, message: str, *, now_s: float
     ) -> list[Event]:
-        """Gang placement failed: evict the workload (reason GangRejected); it keeps its quota
-        until eviction_completed, then requeues. A workload not holding quota is left alone."""
-        if not self.owning or key not in self.adopted:
+        """The gang timed out: evict the workload (reason GangRejected); it keeps its quota until
+        eviction_completed, then requeues. A workload not holding quota is left alone. A failed
+        bind is not a rejection of the workload: gangpermit retries the gang as a whole."""
+        if not self.owning or key not in self.adopted or reason != GANG_TIMED_OUT:
             return []
         text = f"{reason}: {message}" if message else reason
         return self.engine.evict(key, reason=GANG_REJECTED, message=text, now_s=now_s)
+
+    def _placement_preempted(
+        self, gang: str, victims: tuple[WorkloadKey, ...], *, now_s: float
+    ) -> list[Event]:
+        """Evict the victims this shard owns that still hold quota (reason Preempted)."""
+        if not self.owning:
+            return []
+        events: list[Event] = []
+        for key in victims:
+            if key in self.adopted and self.engine.holds_quota(key):
+                message = f"Preempted to place gang {gang} on the nodes it holds"
+                events += self.engine.evict(key, reason=PREEMPTED, message=message, now_s=now_s)
+        return events
 
     # --- ownership -------------------------------------------------------------------------
 

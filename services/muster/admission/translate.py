@@ -42,6 +42,8 @@ from muster.core.events import Event, EventType
 # requeuing limit exceeded); it gives its quota back at once and is not requeued.
 DEACTIVATED = "InactiveWorkload"
 GANG_REJECTED = "GangRejected"
+GANG_TIMED_OUT = "GangTimedOut"  # gangpermit's reason when a gang's deadline passes
+PREEMPTED = "Preempted"  # Kueue's eviction reason for a preemption
 
 
 class FactError(ValueError):
@@ -98,6 +100,15 @@ class GangRejected:
 
 
 @dataclass(frozen=True, slots=True)
+class PlacementPreempted:
+    """Gang placement needs these workloads' nodes: the Kueue ones among them are evicted here
+    (admission owns their quota); gangpermit evicts the others itself."""
+
+    gang: str
+    victims: tuple[WorkloadKey, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ApplyConfig:
     obj: ApiObject
     kind: str
@@ -136,6 +147,7 @@ Fact = (
     | PodsReady
     | CheckUpdated
     | GangRejected
+    | PlacementPreempted
     | ApplyConfig
     | DeleteConfig
     | Recorded
@@ -149,6 +161,7 @@ WORKLOAD_FACTS = (
     "pods_ready",
     "admission_check",
     "gang_rejected",
+    "placement_preempted",
 )
 RECORDED = ("pending", "quota_reserved", "admitted", "evicted", "requeued")
 
@@ -179,6 +192,9 @@ def fact_of(env: pb.Envelope) -> Fact | None:
             return GangRejected(
                 key, reason=env.gang_rejected.reason, message=env.gang_rejected.message
             )
+        case "placement_preempted":
+            victims = tuple(WorkloadKey(v) for v in env.placement_preempted.victims)
+            return PlacementPreempted(env.workload, victims)
         case "config_applied":
             return _apply_of(env)
         case "config_deleted":

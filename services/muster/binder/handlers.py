@@ -1,4 +1,5 @@
-"""The binder's handlers: start an admitted workload's pods, bind a permitted gang, evict.
+"""The binder's handlers: start an admitted workload's pods, bind a permitted gang, evict, and
+apply submitted cluster objects.
 
 Each publishes what it did, caused by the event it handled (so a redelivery republishes the
 same event ids), and returns; the consume loop then acks. Start, bind and stop are idempotent
@@ -8,6 +9,7 @@ in the backend, so a redelivered event does no harm.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Protocol
 
@@ -138,9 +140,38 @@ async def on_gang_permitted(env: events_pb2.Envelope, ctx: BinderContext) -> Non
 
 
 async def on_evict(env: events_pb2.Envelope, ctx: BinderContext) -> None:
-    """Stop the workload's pods, then publish `eviction_completed`."""
+    """Stop the workload's pods (or exactly the pods listed), then publish
+    `eviction_completed`."""
+    pods = env.evict_requested.pods
     try:
-        await ctx.backend.stop_workload(env.workload)
+        if pods:
+            await asyncio.gather(
+                *(ctx.backend.delete("Pod", p.name, namespace=p.namespace) for p in pods)
+            )
+        else:
+            await ctx.backend.stop_workload(env.workload)
     except ClusterError as err:
         raise _as_retry_or_reject(err, f"stopping {env.workload}") from err
     await ctx.publish("eviction_completed", events_pb2.EvictionCompleted(), cause=env)
+
+
+async def on_apply(env: events_pb2.Envelope, ctx: BinderContext) -> None:
+    """Write the submitted objects into the cluster, in order (what `kubectl apply` does).
+
+    Pods are created when absent and otherwise left alone: a Pod's spec is immutable, and a
+    command redelivered after a crash must not undo a bind. Other kinds are replaced.
+    """
+    for text in env.apply_requested.manifests_json:
+        try:
+            manifest = json.loads(text)
+        except ValueError as err:
+            raise Reject(f"undecodable manifest in {env.event_id}: {err}") from None
+        if not isinstance(manifest, dict):
+            raise Reject(f"manifest in {env.event_id} is not an object")
+        try:
+            if manifest.get("kind") == "Pod":
+                await ctx.backend.create(manifest)
+            else:
+                await ctx.backend.apply(manifest)
+        except ClusterError as err:
+            raise _as_retry_or_reject(err, f"applying {manifest.get('kind')}") from err

@@ -1,7 +1,8 @@
 """The binder service of one cluster: its consumers, shared by every replica, and its spec view.
 
-Durable consumers `binder-<cluster>` (admitted, gang_permitted) and `binder-<cluster>-evict`
-(cmd.evict, on the MUSTER_COMMANDS work queue). Each replica also follows the cluster's
+Durable consumers `binder-<cluster>` (admitted, gang_permitted), `binder-<cluster>-evict`
+(cmd.evict) and `binder-<cluster>-apply` (cmd.apply), the last two on the MUSTER_COMMANDS
+work queue. Each replica also follows the cluster's
 submitted/deleted/finished events to know every workload's spec (`WorkloadSpecs`).
 """
 
@@ -18,6 +19,7 @@ from muster.binder.handlers import (
     BinderContext,
     WorkloadSpecs,
     on_admitted,
+    on_apply,
     on_evict,
     on_gang_permitted,
 )
@@ -76,6 +78,7 @@ async def run_binder(
         "workload.admitted": on_admitted,
         "workload.gang_permitted": on_gang_permitted,
         "cmd.evict": on_evict,
+        "cmd.apply": on_apply,
     }
 
     async def handle(env: events_pb2.Envelope) -> None:
@@ -99,13 +102,14 @@ async def run_binder(
             ),
             name="binder-events",
         )
-        tasks.create_task(
-            bus.consume(
-                f"binder-{config.cluster}-evict",
-                [command_subject(config.cluster, "evict")],
-                handle,
-                stream=COMMANDS_STREAM,
-                lanes=config.lanes,
-            ),
-            name="binder-evict",
-        )
+        for command in ("evict", "apply"):
+            tasks.create_task(
+                bus.consume(
+                    f"binder-{config.cluster}-{command}",
+                    [command_subject(config.cluster, command)],
+                    handle,
+                    stream=COMMANDS_STREAM,
+                    lanes=config.lanes,
+                ),
+                name=f"binder-{command}",
+            )

@@ -33,6 +33,7 @@ _NOT_WORKLOAD_EVENTS: Final = {
     "config_applied": "config.applied",
     "config_deleted": "config.deleted",
     "evict_requested": "cmd.evict",
+    "apply_requested": "cmd.apply",
 }
 
 

@@ -15,7 +15,7 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
-from muster.bench import admission
+from muster.bench import admission, placement
 from muster.bench.kueue_perf import CONFIGS
 from muster.bench.table import render_json_line
 
@@ -71,6 +71,19 @@ def run_e2e(args: argparse.Namespace) -> Iterator[Any]:
     return _e2e().run(scale=args.scale, shard_counts=tuple(args.shards))  # type: ignore[no-any-return]
 
 
+def add_placement_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--scoring",
+        choices=("binpack", "spread"),
+        default="binpack",
+        help="how nodes are scored (default: binpack)",
+    )
+
+
+def run_placement(args: argparse.Namespace) -> Iterator[placement.PlacementRow]:
+    return placement.run(scale=args.scale, scoring=args.scoring)
+
+
 SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
     section.name: section
     for section in (
@@ -81,6 +94,14 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
             add_options=add_admission_options,
             run=run_admission,
             render=admission.render,
+        ),
+        Section(
+            name=placement.SECTION,
+            help="the gang scheduler alone, as Kubernetes' scheduler_perf: pods/s over 5 000 "
+            "nodes, and ms per 3-pod gang for 1 000 / 2 000 / 3 000 gangs, batched and streamed",
+            add_options=add_placement_options,
+            run=run_placement,
+            render=placement.render,
         ),
         Section(
             name="e2e",

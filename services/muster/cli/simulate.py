@@ -29,7 +29,8 @@ def add_parser(commands: Any) -> None:  # Any: argparse's _SubParsersAction is p
         "simulate",
         help="replay scenario YAML on a virtual clock",
         description="Replay Kueue YAML (plus muster.dev/* annotations) on a virtual clock "
-        "and report admissions, waits and quota usage. See docs/simulate-json.md.",
+        "and report admissions, waits and quota usage; with Nodes in the scenario, also where "
+        "pods and gangs are placed. See docs/simulate-json.md.",
     )
     parser.add_argument("files", nargs="+", metavar="FILE", help="multi-document YAML files")
     add_run_options(parser)
@@ -87,6 +88,11 @@ def run_files(
         for error in exc.errors:
             print(error, file=sys.stderr)
         return EXIT_BAD_INPUT
+    if scenario.cluster_arrivals and not scenario.placement:
+        print(
+            "muster: no Node in the scenario: Pods and gang objects are not simulated (quota only)",
+            file=sys.stderr,
+        )
     try:
         return simulate(scenario, until_s=until_s)
     except SimulationError as exc:

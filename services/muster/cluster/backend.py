@@ -62,6 +62,14 @@ class ClusterBackend(Protocol):
         """
         ...
 
+    async def create(self, manifest: Mapping[str, Any]) -> bool:
+        """Create `manifest` unless an object of the same kind, namespace and name exists.
+
+        Returns False, changing nothing, when one exists (a Pod's spec cannot be replaced, and
+        a command repeated after a crash must not undo a bind). Raises as `apply` does.
+        """
+        ...
+
     async def delete(self, kind: str, name: str, *, namespace: str = "") -> bool:
         """Delete one object; return False when it did not exist."""
         ...

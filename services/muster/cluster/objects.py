@@ -162,14 +162,16 @@ def report_key(
     """The `workload` key of events about a pod's life (docs/events.md), "" for none.
 
     The pod's gang source, in gang placement's order: its Workload API pod group
-    "<ns>/<workload>/<podGroup>/<replicaKey>" (`workload_ref` = name, podGroup, replica key),
-    its PodGroup "<ns>/<name>" (label scheduling.x-k8s.io/pod-group), or its Kueue workload
-    "<ns>/<name>" (label muster.dev/workload).
+    "<ns>/<workload>/<podGroup>", plus "/<replicaKey>" when it names one (`workload_ref` =
+    name, podGroup, replica key), its PodGroup "<ns>/<name>" (label
+    scheduling.x-k8s.io/pod-group), or its Kueue workload "<ns>/<name>" (label
+    muster.dev/workload).
     """
     if workload_ref is not None:
-        return "/".join((namespace, *workload_ref))
-    group = labels.get(POD_GROUP_LABEL) or labels.get(WORKLOAD_LABEL)
-    return f"{namespace}/{group}" if group else ""
+        name, group, replica = workload_ref
+        return "/".join((namespace, name, group, *([replica] if replica else [])))
+    source = labels.get(POD_GROUP_LABEL) or labels.get(WORKLOAD_LABEL)
+    return f"{namespace}/{source}" if source else ""
 
 
 def run_seconds_of(annotations: Mapping[str, str]) -> float | None:

@@ -17,10 +17,18 @@ class EventType(StrEnum):
     REQUEUED = "Requeued"
     DEACTIVATED = "Deactivated"
     FINISHED = "Finished"
+    # Gang placement (issue 4): `object` is the gang (a Kueue workload's key for its pods), or
+    # the pod for one placed on its own; PlacementPreempted names the victim, `by` the gang.
+    GANG_WAITING = "GangWaiting"  # emitted when the reason changes
+    GANG_PERMITTED = "GangPermitted"
+    GANG_TIMED_OUT = "GangTimedOut"
+    BOUND = "Bound"
+    PLACEMENT_PREEMPTED = "PlacementPreempted"
 
 
 class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
-    """One change to one workload. `object` is "<namespace>/<name>"; `by` names the preemptor."""
+    """One change to one workload or gang. `object` is "<namespace>/<name>" (a Workload API gang:
+    "<namespace>/<workload>/<podGroup>/<replicaKey>"); `by` names the preemptor."""
 
     time: float
     type: EventType

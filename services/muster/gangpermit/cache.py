@@ -1,10 +1,9 @@
-"""Gang-permit's view of the simulated cluster, kept up to date from one watch of its store.
+"""Gang-permit's view of the simulated cluster: one watch of its store, decoded into api objects.
 
-A pass over waiting gangs needs every node and every pod. Listing them reads each object from
-the store (one request per pod) and parses it again, on every pass; this cache parses each
-object once per change and keeps what bound pods use per node as they change, so a pass costs
-one request: `sync` asks the store for its latest revision and waits until the watch has read
-that far. A pass thus sees at least every write made before it began, as a listing would.
+Nodes, Pods, scheduling.k8s.io Workloads, PodGroups and PriorityClasses are decoded once per
+change (`muster.api`) and handed to a `Sink` (the gangpermit state) as they are now, or as they
+were when deleted. `sync` waits until the watch has read every write stored before the call, so
+a first pass sees the whole cluster.
 """
 
 from __future__ import annotations
@@ -12,38 +11,55 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import Counter
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
-import msgspec
-
+from muster.api import decode_documents
+from muster.api.model import Node, Pod, PodGroup, PriorityClass, SchedulingWorkload
 from muster.cluster.errors import ClusterError
-from muster.cluster.objects import NodeView, PodView, node_view, pod_view
-from muster.cluster.sim.keys import NODE_PREFIX, POD_PREFIX
+from muster.cluster.sim.keys import (
+    NODE_PREFIX,
+    OBJECT_PREFIX,
+    POD_PREFIX,
+    SCHEDULING_WORKLOAD_KIND,
+    escape,
+)
 from muster.cluster.sim.store import SimStore, StoreChange
-from muster.core.gang import ONE_POD, PODS, NodeCapacity, PodKey
-from muster.gangpermit.snapshot import TERMINAL_PHASES, capacities_from_usage, pod_key
 
 log = logging.getLogger(__name__)
 
 _RETRY_S = 1.0  # a watch that failed is resumed after this long
+# Store keys of the objects placement reads; everything else in the store is skipped undecoded.
+WATCHED_PREFIXES = (
+    NODE_PREFIX,
+    POD_PREFIX,
+    *(
+        f"{OBJECT_PREFIX}{escape(kind)}."
+        for kind in (SCHEDULING_WORKLOAD_KIND, "PodGroup", "PriorityClass")
+    ),
+)
+
+CachedObject = Node | Pod | SchedulingWorkload | PodGroup | PriorityClass
+_CACHED = (Node, Pod, SchedulingWorkload, PodGroup, PriorityClass)
+
+
+class Sink(Protocol):
+    def put(self, obj: CachedObject) -> None: ...
+
+    def remove(self, obj: CachedObject) -> None: ...
 
 
 class ClusterCache:
-    """Nodes and pods of one simulated cluster, as of the last write its watch has read.
+    """Follows one simulated cluster's store into a `Sink`. Run `run()` in a task;
+    `on_change` is called after each change handed on (the service wakes its passes)."""
 
-    Run `run()` in a task; `on_change` is called after each change to a node or pod (the
-    service wakes its pass loop with it).
-    """
-
-    def __init__(self, store: SimStore, *, on_change: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self, store: SimStore, *, sink: Sink, on_change: Callable[[], None] = lambda: None
+    ) -> None:
         self._store = store
+        self._sink = sink
         self._on_change = on_change
-        self._nodes: dict[str, NodeView] = {}  # by store key
-        self._pods: dict[str, PodView] = {}  # by store key
-        self.pods: dict[PodKey, PodView] = {}  # by "<namespace>/<name>"
-        self._used: dict[str, Counter[str]] = {}  # node name -> requests of bound, live pods
+        self._objects: dict[str, CachedObject] = {}  # by store key: what the sink holds
         self.revision = 0  # the last store write the watch has read
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []  # (revision, woken there)
 
@@ -54,7 +70,7 @@ class ClusterCache:
             try:
                 async with contextlib.aclosing(changes):
                     async for change in changes:
-                        self._apply(change)
+                        self.apply(change)
                         self._read_up_to(change.revision)
             except ClusterError as err:
                 log.warning("cluster watch failed, resuming: %s", err)
@@ -81,13 +97,26 @@ class ClusterCache:
             if (target, waiter) in self._waiters:
                 self._waiters.remove((target, waiter))
 
-    def nodes(self) -> list[NodeView]:
-        """Every node, sorted by name (as `ClusterBackend.list_nodes`)."""
-        return sorted(self._nodes.values(), key=lambda v: v.name)
-
-    def capacities(self) -> tuple[NodeCapacity, ...]:
-        """`snapshot.node_capacities(nodes, pods)`, from the usage kept up to date here."""
-        return capacities_from_usage(self.nodes(), self._used)
+    def apply(self, change: StoreChange) -> None:
+        """Hand one store change on to the sink (a watched kind only)."""
+        key = change.key
+        if not key.startswith(WATCHED_PREFIXES):
+            return
+        if change.type == "DELETED":
+            gone = self._objects.pop(key, None)
+            if gone is None:
+                return
+            self._sink.remove(gone)
+        else:
+            obj = _decoded(key, change.obj)
+            if obj is None:
+                gone = self._objects.pop(key, None)
+                if gone is not None:
+                    self._sink.remove(gone)
+                return
+            self._objects[key] = obj
+            self._sink.put(obj)
+        self._on_change()
 
     def _read_up_to(self, revision: int) -> None:
         if revision <= self.revision:
@@ -100,51 +129,12 @@ class ClusterCache:
                 if not item[1].done():
                     item[1].set_result(None)
 
-    def _apply(self, change: StoreChange) -> None:
-        key = change.key
-        if key.startswith(POD_PREFIX):
-            self._forget_pod(key)
-            if change.type != "DELETED":
-                pod = _view(pod_view, key, change.obj)
-                if pod is not None:
-                    self._add_pod(key, pod)
-        elif key.startswith(NODE_PREFIX):
-            self._nodes.pop(key, None)
-            if change.type != "DELETED":
-                node = _view(node_view, key, change.obj)
-                if node is not None:
-                    self._nodes[key] = node
-        else:
-            return
-        self._on_change()
 
-    def _add_pod(self, key: str, pod: PodView) -> None:
-        self._pods[key] = pod
-        self.pods[pod_key(pod.namespace, pod.name)] = pod
-        if pod.node_name and pod.phase not in TERMINAL_PHASES:
-            used = self._used.setdefault(pod.node_name, Counter())
-            used.update(pod.requests)
-            used[PODS] += ONE_POD
-
-    def _forget_pod(self, key: str) -> None:
-        pod = self._pods.pop(key, None)
-        if pod is None:
-            return
-        self.pods.pop(pod_key(pod.namespace, pod.name), None)
-        if pod.node_name and pod.phase not in TERMINAL_PHASES:
-            used = self._used[pod.node_name]
-            used.subtract(pod.requests)
-            used[PODS] -= ONE_POD
-            for resource in [r for r, amount in used.items() if amount == 0]:
-                del used[resource]
-            if not used:
-                del self._used[pod.node_name]
-
-
-def _view(parse: Callable[[Mapping[str, Any]], Any], key: str, obj: Mapping[str, Any]) -> Any:
-    """The view of one stored object; one that will not decode is logged and left out."""
-    try:
-        return parse(obj)
-    except msgspec.ValidationError as exc:
-        log.warning("skipping undecodable object", extra={"key": key, "error": str(exc)})
+def _decoded(key: str, obj: dict[str, Any]) -> CachedObject | None:
+    """The api object stored at `key`; one that does not decode is logged and left out."""
+    objects, errors = decode_documents([obj])
+    if errors or len(objects) != 1 or not isinstance(objects[0], _CACHED):
+        problems = "; ".join(str(e) for e in errors) or "not a cluster object"
+        log.warning("skipping undecodable object", extra={"key": key, "error": problems})
         return None
+    return objects[0]

@@ -1,137 +1,162 @@
-"""The gangpermit service of one cluster: follows the cluster's workload events, places gangs.
+"""The gangpermit service of one cluster: places gangs whole, as the cluster and events change.
 
-State is rebuilt at start by replaying the cluster's events (its own permits included), so a
-restarted gangpermit neither permits a gang twice nor forgets a reservation. A pass over the
-waiting gangs runs when an event may have freed room or completed a gang, and every
-`retry_interval_s` (a new node needs no event to help).
+At start it replays the cluster's events (its own past decisions included, see
+`muster.gangpermit.state`), then reads the whole cluster through a watch of its store, and only
+then decides. A pass (`decisions.decide`) runs when a cluster object or a followed event may let
+a gang go, and at the scheduler's next deadline; its events are published together, each retried
+with the same id until JetStream has it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import msgspec
 
+from muster.api.wellknown import SCHEDULER_NAME
 from muster.bus.connection import Bus
-from muster.bus.errors import Retry
-from muster.bus.subjects import workload_subject
-from muster.cluster.backend import ClusterBackend
-from muster.cluster.errors import ClusterError
-from muster.cluster.objects import PodView
+from muster.bus.errors import Reject
+from muster.bus.subjects import config_subject, workload_subject
 from muster.cluster.sim.backend import SimBackend
-from muster.core.gang import NodeCapacity, PodKey
+from muster.contracts.v1 import events_pb2
+from muster.core.placement.model import Scoring
+from muster.core.placement.scheduler import DEFAULT_TIMEOUT_S
 from muster.gangpermit.cache import ClusterCache
-from muster.gangpermit.handlers import publish_decisions
-from muster.gangpermit.snapshot import index_pods, node_capacities
-from muster.gangpermit.state import GangState
+from muster.gangpermit.decisions import decide
+from muster.gangpermit.state import GangPermitState
 
 log = logging.getLogger(__name__)
 
+# Once running, gang-permit follows what others publish about its gangs; its own decisions
+# and the binder's `bound` (the cache sees the binds) matter only when it restores its state.
 FOLLOWED_EVENTS = (
     "submitted",
     "admitted",
-    "pods_pending",
-    "gang_permitted",
-    "gang_rejected",
-    "bound",
     "finished",
     "eviction_completed",
     "deleted",
+    "gang_rejected",
 )
+RESTORED_EVENTS = (*FOLLOWED_EVENTS, "bound", "gang_permitted", "gang_waiting")
+# A pass waits this long after the first change that woke it, so that changes arriving
+# together (a gang's pods, a burst of pods) are decided in one pass.
+BATCH_WINDOW_S = 0.005
+_MIN_WAIT_S = 0.01
+_PUBLISH_RETRY_S = (0.1, 0.2, 0.5, 1.0, 2.0)  # then every 2 s, until published
 
 
 class Readiness(Protocol):
     def ready(self) -> None: ...
 
 
+class Publisher(Protocol):
+    async def publish(self, env: events_pb2.Envelope) -> int: ...
+
+
 class GangPermitConfig(msgspec.Struct, frozen=True, kw_only=True):
     cluster: str
-    gang_timeout_s: float = 300.0  # from admission, for the whole gang
-    retry_interval_s: float = 1.0
+    gang_timeout_s: float = DEFAULT_TIMEOUT_S  # a gang's deadline, from its first attempt
+    scheduler_name: str = SCHEDULER_NAME  # pods naming another scheduler are left alone
+    scoring: Scoring = "binpack"
+    preemption: bool = True  # evict lower-priority workloads to place an admitted gang
+    sync_timeout_s: float = 30.0  # reading the whole cluster at start
 
     def __post_init__(self) -> None:
-        if self.gang_timeout_s <= 0 or self.retry_interval_s <= 0:
-            raise ValueError("gang timeout and retry interval must be > 0 seconds")
+        if not self.gang_timeout_s > 0:
+            raise ValueError(f"gang timeout must be > 0 seconds, got {self.gang_timeout_s:g}")
+        if not self.scheduler_name:
+            raise ValueError("scheduler name must not be empty")
+
+
+def followed_subjects(cluster: str, events: Sequence[str] = FOLLOWED_EVENTS) -> list[str]:
+    return [*(workload_subject(cluster, e) for e in events), config_subject(cluster, ">")]
 
 
 async def run_gangpermit(
     bus: Bus,
     health: Readiness,
     *,
-    backend: ClusterBackend,
+    backend: SimBackend,
     config: GangPermitConfig,
-    clock_ns: Callable[[], int] = time.time_ns,
+    clock_s: Callable[[], float] = time.time,
 ) -> None:
-    """Permit or time out the cluster's gangs, until cancelled."""
-    state = GangState()
-    subjects = [workload_subject(config.cluster, e) for e in FOLLOWED_EVENTS]
+    """Permit, time out or preempt for the cluster's gangs, until cancelled."""
+    state = GangPermitState(
+        cluster=config.cluster,
+        scheduler_name=config.scheduler_name,
+        default_timeout_s=config.gang_timeout_s,
+        scoring=config.scoring,
+        preemption=config.preemption,
+    )
     last = await bus.last_sequence()
     if last:
-        async for env in bus.replay(subjects, until_sequence=last):
-            state.apply(env)
+        restored = followed_subjects(config.cluster, RESTORED_EVENTS)
+        async for env in bus.replay(restored, until_sequence=last):
+            state.apply_event(env)
+    state.restored()
     wake = asyncio.Event()
-    wake.set()
+    cache = ClusterCache(backend.store, sink=state, on_change=wake.set)
 
     async def follow() -> None:
+        subjects = followed_subjects(config.cluster)
         async for env in bus.replay(subjects, from_sequence=last + 1, follow=True):
-            if state.apply(env):
+            if state.apply_event(env):
                 wake.set()
-
-    cache = None
-    if isinstance(backend, SimBackend):  # a watched view: one request per pass, not one per pod
-        cache = ClusterCache(backend.store, on_change=wake.set)
 
     async def passes() -> None:
         while True:
+            deadline = state.scheduler.next_deadline_s()
+            # Never 0: a deadline the pass did not clear must not spin the loop.
+            timeout = None if deadline is None else max(_MIN_WAIT_S, deadline - clock_s())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), config.retry_interval_s)
+                await asyncio.wait_for(wake.wait(), timeout)
+            if wake.is_set():
+                await asyncio.sleep(BATCH_WINDOW_S)
             wake.clear()
-            if state.in_order():
-                await _one_pass(bus, backend, cache, state, config, now_ns=clock_ns())
+            envs = decide(state, now_s=clock_s())
+            if envs:
+                await publish_until_done(bus, envs)
 
-    health.ready()
     async with asyncio.TaskGroup() as tasks:
-        if cache is not None:
-            tasks.create_task(cache.run(), name="gangpermit-cluster-watch")
+        tasks.create_task(cache.run(), name="gangpermit-cluster-watch")
+        await cache.sync(timeout_s=config.sync_timeout_s)  # the whole cluster, then decide
+        log.info("cluster %s read up to revision %d", config.cluster, cache.revision)
+        health.ready()
         tasks.create_task(follow(), name="gangpermit-events")
         tasks.create_task(passes(), name="gangpermit-passes")
 
 
-async def _snapshot(
-    backend: ClusterBackend, cache: ClusterCache | None
-) -> tuple[tuple[NodeCapacity, ...], Mapping[PodKey, PodView]]:
-    """Every node with what its bound pods use, and every pod: from the cache once it has read
-    every write made so far, else by listing the cluster."""
-    if cache is not None:
-        await cache.sync()
-        return cache.capacities(), cache.pods
-    nodes, pods = await backend.list_nodes(), await backend.list_pods()
-    return node_capacities(nodes, pods), index_pods(pods)
+async def publish_until_done(publisher: Publisher, envs: Sequence[events_pb2.Envelope]) -> None:
+    """Publish `envs` together; retry each failure with the same id until JetStream has it.
 
-
-async def _one_pass(
-    bus: Bus,
-    backend: ClusterBackend,
-    cache: ClusterCache | None,
-    state: GangState,
-    config: GangPermitConfig,
-    *,
-    now_ns: int,
-) -> None:
-    """Look at the cluster, decide on every waiting gang, publish; failures wait for the next."""
-    try:
-        capacities, index = await _snapshot(backend, cache)
-        decisions = state.decide(
-            capacities,
-            index,
-            now_ns=now_ns,
-            timeout_ns=int(config.gang_timeout_s * 1e9),
+    The scheduler already holds what they announce (a permit's room), so giving up would leave
+    it held with no binder told. An event JetStream refuses for good (`Reject`, oversized) is
+    logged and dropped: retrying cannot help.
+    """
+    left = list(envs)
+    for attempt in itertools.count():
+        results = await asyncio.gather(
+            *(publisher.publish(e) for e in left), return_exceptions=True
         )
-        await publish_decisions(decisions, state, index, publisher=bus, cluster=config.cluster)
-    except (ClusterError, Retry) as err:
-        log.warning("gang pass failed, trying again: %s", err)
+        failed = []
+        for env, result in zip(left, results, strict=True):
+            if isinstance(result, Reject):
+                log.error("event refused: %s", result, extra={"workload": env.workload})
+            elif isinstance(result, asyncio.CancelledError):
+                raise result
+            elif isinstance(result, Exception):
+                failed.append(env)
+            elif isinstance(result, BaseException):
+                raise result
+        if not failed:
+            return
+        left = failed
+        delay = _PUBLISH_RETRY_S[min(attempt, len(_PUBLISH_RETRY_S) - 1)]
+        log.warning("publishing %d events failed; retrying in %gs", len(left), delay)
+        await asyncio.sleep(delay)

@@ -1,177 +1,491 @@
-"""Gang-permit's state: admitted gangs, their pending pods, and the decisions on them.
+"""Gang-permit's state: the cluster's gang sources and pods, what the event stream says about
+Kueue workloads and past decisions, and the `GangScheduler` they feed. Pure: no I/O, no clock.
 
-Rebuilt by folding the cluster's workload events in stream order (`apply`), so a restarted
-gangpermit knows which gangs wait, which were permitted and still hold a reservation, and
-which are done. `decide` is the pure pass over waiting gangs; the service publishes what it
-returns and folds its own events back in. No I/O here.
+Facts arrive from two places, in any order:
+- the cluster (`put`/`remove`, decoded api objects): Nodes, Pods, scheduling.k8s.io Workloads,
+  PodGroups and PriorityClasses. Pods whose `spec.schedulerName` is gang-permit's are placed;
+  other bound pods only take room.
+- the event stream (`apply_event`): Kueue workloads (`submitted`: spec and priority;
+  `admitted`: their gang; `finished`, `eviction_completed`, `deleted`: done), PriorityClasses
+  (`config.applied`), the binder's answers (`bound`, `gang_rejected` BindFailed), and, while
+  `restoring`, gang-permit's own past decisions.
+
+A restarted gang-permit replays the stream first (`restoring`), then `restored()`: permits not
+yet answered by the binder hold their nodes (their pods count as bound there, "assumed"), gangs
+that timed out stay parked until one of their pods or their spec changes, and the last waiting
+reason of each gang is known, so no decision is made or published twice. `decide` turns one
+scheduling pass into events (`muster.gangpermit.translate`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from enum import Enum
+import json
+import logging
 
 import msgspec
 
-from muster.cluster.objects import PodView
+from muster.api import decode_documents
+from muster.api.model import (
+    Admission,
+    Node,
+    Pod,
+    PodGroup,
+    PodSetAssignment,
+    PriorityClass,
+    SchedulingWorkload,
+    Workload,
+)
+from muster.api.wellknown import POD_GROUP_LABEL, SCHEDULER_NAME, WORKLOAD_LABEL
 from muster.contracts.v1 import events_pb2
-from muster.core.gang import NodeCapacity, NodeName, NoFit, Placement, PodKey, place_gang
-from muster.gangpermit.snapshot import pod_key, pod_request, reserved_usage
-
-
-class Phase(Enum):
-    WAITING = "Waiting"  # admitted; waiting for its pods, or for room
-    PERMITTED = "Permitted"  # gang_permitted published; holds a reservation until bound
-
-
-class Gang:
-    """One admitted workload's gang, mutable, owned by `GangState`."""
-
-    __slots__ = ("admitted", "bindings", "expected", "key", "last_reason", "pending", "phase")
-
-    def __init__(self, key: str, admitted: events_pb2.Envelope, expected: int) -> None:
-        self.key = key
-        self.admitted = admitted  # the cause of what gangpermit publishes about this gang
-        self.expected = expected
-        self.pending: dict[PodKey, events_pb2.PodRef] = {}
-        self.phase = Phase.WAITING
-        self.bindings: tuple[tuple[PodKey, NodeName], ...] = ()
-        self.last_reason = ""
-
-    @property
-    def admitted_ns(self) -> int:
-        return self.admitted.time_unix_nano
-
-
-class Permit(msgspec.Struct, frozen=True, kw_only=True):
-    workload: str
-    placement: Placement
-
-
-class TimedOut(msgspec.Struct, frozen=True, kw_only=True):
-    workload: str
-    message: str
-
-
-Decision = Permit | TimedOut
-
-_DONE_EVENTS = frozenset(
-    {"workload.bound", "workload.finished", "workload.eviction_completed", "workload.deleted"}
+from muster.core.placement.model import GangKey, GangSpec, NodeName, PodKey, Scoring
+from muster.core.placement.scheduler import DEFAULT_TIMEOUT_S, GangScheduler
+from muster.core.placement.sources import (
+    gang_of_admitted,
+    handled_by,
+    membership,
+    node_info,
+    pod_info,
+    priority_of,
 )
 
+log = logging.getLogger(__name__)
 
-class GangState:
-    """Every gang of one cluster that is not done yet, plus workload priorities."""
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+BIND_FAILED = "BindFailed"
+GANG_TIMED_OUT = "GangTimedOut"
 
-    def __init__(self) -> None:
-        self.gangs: dict[str, Gang] = {}
-        self.priorities: dict[str, int] = {}
+ClusterObject = Node | Pod | SchedulingWorkload | PodGroup | PriorityClass
+
+
+class Permit(msgspec.Struct, kw_only=True):
+    """A published `gang_permitted` the binder has not answered yet."""
+
+    event_id: str
+    bindings: dict[PodKey, NodeName]
+    restored: bool  # read back from the stream at start, not decided by this process
+
+
+class KueueGang(msgspec.Struct, kw_only=True):
+    """A Kueue-admitted workload's gang, and the `admitted` event its decisions are caused by."""
+
+    spec: GangSpec
+    admitted: events_pb2.Envelope
+
+
+class Submitted(msgspec.Struct, frozen=True, kw_only=True):
+    workload: Workload | None  # None when the manifest does not decode
+    priority: int
+    created_s: float
+
+
+class GangPermitState:
+    """Everything gang-permit knows about one cluster, and its scheduler."""
+
+    def __init__(
+        self,
+        *,
+        cluster: str,
+        scheduler_name: str = SCHEDULER_NAME,
+        default_timeout_s: float = DEFAULT_TIMEOUT_S,
+        scoring: Scoring = "binpack",
+        preemption: bool = True,
+    ) -> None:
+        self.cluster = cluster
+        self.source = f"gangpermit/{cluster}"
+        self.scheduler_name = scheduler_name
+        self.scheduler = GangScheduler(
+            scoring=scoring, default_timeout_s=default_timeout_s, preemption=preemption
+        )
+        self.restoring = True
         self.applied_sequence = 0
+        # --- from the cluster
+        self.pods: dict[PodKey, Pod] = {}  # pods the scheduler knows (handled, or bound)
+        self.owners: dict[PodKey, str] = {}  # what a preemption evicts with the pod
+        self.workloads: dict[str, SchedulingWorkload] = {}
+        self.pod_groups: dict[str, PodGroup] = {}
+        self.cluster_priority_classes: dict[str, PriorityClass] = {}
+        self.by_source: dict[str, set[PodKey]] = {}  # "workload:ns/n", "podgroup:..", "kueue:.."
+        self.source_of: dict[PodKey, str] = {}
+        self.members: dict[GangKey, set[PodKey]] = {}  # pods of each gang known to the scheduler
+        self.gang_of: dict[PodKey, GangKey] = {}
+        self.specs: dict[GangKey, GangSpec] = {}  # as given to the scheduler
+        # --- from the stream
+        self.submitted: dict[str, Submitted] = {}
+        self.admitted: dict[str, KueueGang] = {}  # by workload (= gang) key
+        self.stream_priority_classes: dict[str, PriorityClass] = {}
+        self.permits: dict[GangKey, Permit] = {}
+        self.assumed: dict[PodKey, NodeName] = {}  # restored permits' pods, until bound
+        self.parked: dict[GangKey, frozenset[str]] = {}  # timed out before a restart: pod uids
+        self.held: dict[GangKey, set[PodKey]] = {}  # parked gangs' pods, kept from the scheduler
+        self.waiting: dict[GangKey, str] = {}  # the last waiting reason published
+        self.waiting_published: dict[GangKey, int] = {}
+        self.attempts: dict[GangKey, int] = {}  # gang_rejected so far: a new attempt each
 
-    def apply(self, env: events_pb2.Envelope) -> bool:
-        """Fold one event in; return whether it may let a waiting gang go (worth a pass).
+    # --- the event stream -------------------------------------------------------------------
 
-        Events at or below the last applied sequence change nothing (a redelivery).
+    def apply_event(self, env: events_pb2.Envelope) -> bool:
+        """Fold one event in; return whether a scheduling pass may now decide differently.
+
+        Events at or below the last applied sequence change nothing (a redelivery). Once
+        restored, gang-permit's own events are skipped: `decide` recorded them already.
         """
         if env.sequence and env.sequence <= self.applied_sequence:
             return False
         self.applied_sequence = max(self.applied_sequence, env.sequence)
-        key, kind = env.workload, env.type
-        if kind == "workload.submitted":
-            self.priorities[key] = env.submitted.priority
+        field = env.WhichOneof("payload")
+        if env.source == self.source and not self.restoring:
             return False
-        if kind == "workload.admitted":
-            counts = sum(a.count for a in env.admitted.admission.pod_set_assignments)
-            self.gangs[key] = Gang(key, env, counts)
+        key = env.workload
+        match field:
+            case "submitted":
+                self.submitted[key] = _submitted(env)
+                return False
+            case "admitted":
+                self._admit(env)
+            case "finished" | "eviction_completed" | "deleted":
+                self.admitted.pop(key, None)
+                if field != "eviction_completed":
+                    self.submitted.pop(key, None)
+                self._refresh(f"kueue:{key}")
+            case "config_applied" | "config_deleted":
+                return self._priority_class(env)
+            case "bound":
+                self._answered(GangKey(key), env.cause)
+                return False
+            case "gang_rejected":
+                self._rejected(GangKey(key), env)
+            case "gang_permitted":
+                self._permitted_before(GangKey(key), env)
+                return False
+            case "gang_waiting":
+                self.parked.pop(GangKey(key), None)  # retried after an earlier time-out
+                self.waiting[GangKey(key)] = env.gang_waiting.reason
+                count = self.waiting_published.get(GangKey(key), 0)
+                self.waiting_published[GangKey(key)] = count + 1
+                return False
+            case _:
+                return False
+        return True
+
+    def restored(self) -> None:
+        """The stream is replayed: restored permits hold their nodes from now on."""
+        self.restoring = False
+        for permit in self.permits.values():
+            self.assumed.update(permit.bindings)
+
+    def _admit(self, env: events_pb2.Envelope) -> None:
+        key = env.workload
+        known = self.submitted.get(key)
+        admission = _admission(env.admitted.admission)
+        if known is not None and known.workload is not None:
+            spec = gang_of_admitted(
+                known.workload,
+                admission,
+                flavors={},  # the pods come from the cluster with their flavors' labels
+                priority=known.priority,
+                created_s=known.created_s,
+            ).spec
+        else:  # submitted before the stream's oldest event: all its admitted pods, at once
+            spec = GangSpec(
+                key=GangKey(key),
+                min_count=sum(a.count for a in admission.pod_set_assignments),
+                created_s=env.time_unix_nano / 1e9,
+                workload=key,
+            )
+        self.admitted[key] = KueueGang(spec=spec, admitted=env)
+        self.attempts.pop(GangKey(key), None)  # a new admission: its own attempts
+        self._refresh(f"kueue:{key}")
+
+    def _priority_class(self, env: events_pb2.Envelope) -> bool:
+        if env.HasField("config_applied"):
+            applied = env.config_applied
+            if applied.kind != "PriorityClass":
+                return False
+            objects, errors = decode_documents([json.loads(applied.manifest_json)])
+            found = [o for o in objects if isinstance(o, PriorityClass)]
+            if errors or not found:
+                return False
+            self.stream_priority_classes[found[0].meta.name] = found[0]
+        elif env.config_deleted.kind == "PriorityClass":
+            self.stream_priority_classes.pop(env.config_deleted.name, None)
+        return False  # read when a pod is next seen; placed pods keep their priority
+
+    def _permitted_before(self, gang: GangKey, env: events_pb2.Envelope) -> None:
+        """Our own permit, read back while restoring: it holds until the binder answers."""
+        bindings = {
+            PodKey(f"{b.pod.namespace}/{b.pod.name}"): NodeName(b.node)
+            for b in env.gang_permitted.bindings
+        }
+        self.permits[gang] = Permit(event_id=env.event_id, bindings=bindings, restored=True)
+        self.waiting.pop(gang, None)
+        self.parked.pop(gang, None)  # retried after an earlier time-out
+
+    def _answered(self, gang: GangKey, cause: str) -> Permit | None:
+        """The binder answered permit `cause` (bound, or rejected): it no longer holds."""
+        permit = self.permits.get(gang)
+        if permit is None or permit.event_id != cause:
+            return None  # an older permit's answer
+        del self.permits[gang]
+        for pod in permit.bindings:
+            self.assumed.pop(pod, None)
+        return permit
+
+    def _rejected(self, gang: GangKey, env: events_pb2.Envelope) -> None:
+        rejected = env.gang_rejected
+        self.attempts[gang] = self.attempts.get(gang, 0) + 1
+        self.waiting.pop(gang, None)
+        if rejected.reason == BIND_FAILED:
+            permit = self._answered(gang, env.cause)
+            if permit is None:
+                return
+            if not permit.restored:
+                self.scheduler.bind_failed(gang)
+                return
+            for pod in sorted(permit.bindings):  # assumed bound until now: pending again
+                if pod in self.pods and not self.pods[pod].node_name:
+                    self.scheduler.remove_pod(pod)  # a pending report does not undo a hold
+                    self._put_pod(self.pods[pod])
+        elif rejected.reason == GANG_TIMED_OUT and self.restoring:
+            self.parked[gang] = frozenset(p.uid for p in rejected.pods)
+
+    # --- the cluster ------------------------------------------------------------------------
+
+    def put(self, obj: ClusterObject) -> None:
+        """An object as it is now (added or changed)."""
+        match obj:
+            case Node():
+                self.scheduler.upsert_node(node_info(obj))
+            case Pod():
+                self._put_pod(obj)
+            case SchedulingWorkload():
+                key = f"{obj.meta.namespace}/{obj.meta.name}"
+                if self.workloads.get(key) != obj:
+                    self.workloads[key] = obj
+                    self._refresh(f"workload:{key}")
+            case PodGroup():
+                key = f"{obj.meta.namespace}/{obj.meta.name}"
+                if self.pod_groups.get(key) != obj:
+                    self.pod_groups[key] = obj
+                    self._refresh(f"podgroup:{key}")
+            case PriorityClass():
+                self.cluster_priority_classes[obj.meta.name] = obj
+
+    def remove(self, obj: ClusterObject) -> None:
+        """An object was deleted (`obj` is its last state)."""
+        match obj:
+            case Node():
+                self.scheduler.remove_node(NodeName(obj.meta.name))
+            case Pod():
+                self._forget_pod(PodKey(obj.key))
+            case SchedulingWorkload():
+                key = f"{obj.meta.namespace}/{obj.meta.name}"
+                self.workloads.pop(key, None)
+                self._refresh(f"workload:{key}")
+            case PodGroup():
+                key = f"{obj.meta.namespace}/{obj.meta.name}"
+                self.pod_groups.pop(key, None)
+                self._refresh(f"podgroup:{key}")
+            case PriorityClass():
+                self.cluster_priority_classes.pop(obj.meta.name, None)
+
+    def _put_pod(self, pod: Pod) -> None:
+        key = PodKey(pod.key)
+        handled = handled_by(pod, self.scheduler_name)
+        if pod.phase in TERMINAL_PHASES or not (handled or pod.node_name):
+            self._forget_pod(key)  # done, or another scheduler's pod still waiting
+            return
+        self._index(key, pod if handled else None)
+        self.pods[key] = pod
+        admitted = self._admitted_of(pod) if handled else {}
+        # A Kueue workload's pods have its priority (the binder writes none on them).
+        priority = next(
+            (spec.priority for spec in admitted.values()),
+            priority_of(pod, self._priority_classes()),
+        )
+        gang: GangKey | None = None
+        owner = ""
+        if handled:
+            m = membership(
+                pod,
+                workloads=self.workloads,
+                pod_groups=self.pod_groups,
+                admitted=admitted,
+                priority=priority,
+            )
+            gang, owner = m.gang, m.workload
+            if gang is not None and self._parks(gang, pod):
+                return
+            self._set_spec(gang, m.spec)
+        info = pod_info(pod, gang=gang, workload=owner, priority=priority)
+        if pod.node_name:
+            self.assumed.pop(key, None)
+            self._seen_bound(gang or GangKey(key))
+        elif key in self.assumed:
+            info = msgspec.structs.replace(info, node=self.assumed[key])
+        self._join(key, gang)
+        self.owners[key] = info.owner
+        self.scheduler.upsert_pod(info)
+
+    def _seen_bound(self, gang: GangKey) -> None:
+        """A pod of `gang` is bound: once all its permitted pods are, the permit is answered
+        (the binder's `bound` says the same; the cache may see it first)."""
+        permit = self.permits.get(gang)
+        if permit is not None and all(
+            p in self.pods and self.pods[p].node_name for p in permit.bindings
+        ):
+            del self.permits[gang]
+
+    def _admitted_of(self, pod: Pod) -> dict[str, GangSpec]:
+        """The spec of the pod's Kueue gang if admitted, by key (one lookup, not a copy of all)."""
+        name = pod.meta.labels.get(WORKLOAD_LABEL)
+        key = f"{pod.meta.namespace}/{name}"
+        found = self.admitted.get(key) if name else None
+        return {key: found.spec} if found is not None else {}
+
+    def _priority_classes(self) -> dict[str, PriorityClass]:
+        if not self.cluster_priority_classes:
+            return self.stream_priority_classes
+        return {**self.stream_priority_classes, **self.cluster_priority_classes}
+
+    def _parks(self, gang: GangKey, pod: Pod) -> bool:
+        """Whether `pod` waits outside the scheduler: its gang timed out before a restart and
+        nothing about it changed since. A pod the timeout did not reject unparks the gang."""
+        uids = self.parked.get(gang)
+        if uids is None:
+            return False
+        if pod.meta.uid in uids and not pod.node_name:
+            self.held.setdefault(gang, set()).add(PodKey(pod.key))
             return True
-        gang = self.gangs.get(key)
-        if kind == "workload.pods_pending":
-            if gang is not None and gang.phase is Phase.WAITING:
-                gang.pending = {pod_key(p.namespace, p.name): p for p in env.pods_pending.pods}
-                return True
-            return False
-        if kind == "workload.gang_permitted":
-            if gang is not None:
-                gang.phase = Phase.PERMITTED
-                gang.bindings = tuple(
-                    (pod_key(b.pod.namespace, b.pod.name), NodeName(b.node))
-                    for b in env.gang_permitted.bindings
-                )
-            return False
-        if kind == "workload.gang_rejected" or kind in _DONE_EVENTS:
-            self.gangs.pop(key, None)
-            if kind == "workload.deleted":
-                self.priorities.pop(key, None)
-            return kind != "workload.gang_rejected" or gang is not None
+        self._unpark(gang)
         return False
 
-    def permitted(self, workload: str, placement: Placement) -> None:
-        """Record a permit just published (before its event comes back through the stream)."""
-        gang = self.gangs.get(workload)
+    def _unpark(self, gang: GangKey) -> None:
+        self.parked.pop(gang, None)
+        for key in sorted(self.held.pop(gang, set())):
+            if key in self.pods:
+                self._put_pod(self.pods[key])
+
+    def _set_spec(self, gang: GangKey | None, spec: GangSpec | None) -> None:
+        if gang is None:
+            return
+        if spec is None:
+            if self.specs.pop(gang, None) is not None:
+                self.scheduler.remove_gang(gang)
+        elif self.specs.get(gang) != spec:
+            self.specs[gang] = spec
+            self.scheduler.upsert_gang(spec)
+            self._unpark(gang)
+
+    def _join(self, key: PodKey, gang: GangKey | None) -> None:
+        """Record `key` as a pod of `gang` (leaving the gang it was in before, if another)."""
+        old = self.gang_of.get(key)
+        if old == gang:
+            return
+        if old is not None:
+            del self.gang_of[key]
+            pods = self.members[old]
+            pods.discard(key)
+            if not pods:
+                del self.members[old]
+                self._gone(old)
         if gang is not None:
-            gang.phase = Phase.PERMITTED
-            gang.bindings = tuple((b.pod, b.node) for b in placement.bindings)
+            self.gang_of[key] = gang
+            self.members.setdefault(gang, set()).add(key)
 
-    def forget(self, workload: str) -> None:
-        self.gangs.pop(workload, None)
+    def _gone(self, gang: GangKey) -> None:
+        """No pod of `gang` is left in the cluster: forget it (a Kueue admission stays)."""
+        if self.specs.pop(gang, None) is not None:
+            self.scheduler.remove_gang(gang)
+        self.permits.pop(gang, None)
+        self._forget_memos(gang)
 
-    def in_order(self) -> list[Gang]:
-        """Waiting gangs by priority (highest first), then admission time, then key."""
-        waiting = [g for g in self.gangs.values() if g.phase is Phase.WAITING]
-        return sorted(waiting, key=lambda g: (-self.priorities.get(g.key, 0), g.admitted_ns, g.key))
+    def _forget_memos(self, gang: GangKey) -> None:
+        self.waiting.pop(gang, None)
+        self.waiting_published.pop(gang, None)
+        if gang not in self.admitted:
+            self.attempts.pop(gang, None)
 
-    def reservations(self) -> list[tuple[PodKey, NodeName]]:
-        """Pod→node of every permitted gang, in a stable order."""
-        out = [b for g in self.gangs.values() if g.phase is Phase.PERMITTED for b in g.bindings]
-        return sorted(out)
+    def _forget_pod(self, key: PodKey) -> None:
+        pod = self.pods.pop(key, None)
+        if pod is None:
+            return
+        self._index(key, None)
+        self.owners.pop(key, None)
+        self.assumed.pop(key, None)
+        for gang, held in list(self.held.items()):
+            if key in held:
+                held.discard(key)
+                self._unpark(gang)  # a rejected pod went away: the gang changed
+                return
+        self._join(key, None)
+        self.scheduler.remove_pod(key)
+        self._forget_memos(GangKey(key))  # a pod placed on its own is keyed as its own gang
 
-    def decide(
-        self,
-        nodes: Sequence[NodeCapacity],
-        pods: Mapping[PodKey, PodView],
-        *,
-        now_ns: int,
-        timeout_ns: int,
-    ) -> list[Decision]:
-        """One pass over waiting gangs, in order: permit those that fit, time out the overdue.
+    def _index(self, key: PodKey, pod: Pod | None) -> None:
+        """Index `key` under its gang source, so that a source's change revisits its pods."""
+        source = _source_of(pod) if pod is not None else None
+        old = self.source_of.get(key)
+        if old == source:
+            return
+        if old is not None:
+            del self.source_of[key]
+            pods = self.by_source[old]
+            pods.discard(key)
+            if not pods:
+                del self.by_source[old]
+        if source is not None:
+            self.source_of[key] = source
+            self.by_source.setdefault(source, set()).add(key)
 
-        Gangs are placed one whole gang at a time; each permit's usage is reserved before the
-        next gang is tried, on top of earlier permits still waiting to be bound. A gang whose
-        pods are not all pending yet is skipped (it waits). Records each gang's last reason;
-        does not change phases (the caller does, once it published).
-        """
-        reserved = _mutable(reserved_usage(self.reservations(), pods))
-        decisions: list[Decision] = []
-        for gang in self.in_order():
-            overdue = now_ns >= gang.admitted_ns + timeout_ns
-            requests = [pod_request(pods[k]) for k in sorted(gang.pending) if _unbound(pods, k)]
-            if len(requests) < gang.expected:
-                gang.last_reason = f"{len(requests)} of {gang.expected} pods pending"
-                if overdue:
-                    decisions.append(TimedOut(workload=gang.key, message=_timed_out(gang)))
-                continue
-            result = place_gang(requests, nodes, reserved=reserved)
-            if isinstance(result, NoFit):
-                gang.last_reason = result.reason
-                if overdue:
-                    decisions.append(TimedOut(workload=gang.key, message=_timed_out(gang)))
-                continue
-            for node, usage in result.usage.items():
-                total = reserved.setdefault(node, {})
-                for resource, amount in usage.items():
-                    total[resource] = total.get(resource, 0) + amount
-            decisions.append(Permit(workload=gang.key, placement=result))
-        return decisions
-
-
-def _unbound(pods: Mapping[PodKey, PodView], key: PodKey) -> bool:
-    pod = pods.get(key)
-    return pod is not None and not pod.node_name and pod.phase == "Pending"
-
-
-def _mutable(reserved: Mapping[NodeName, Mapping[str, int]]) -> dict[NodeName, dict[str, int]]:
-    return {node: dict(usage) for node, usage in reserved.items()}
+    def _refresh(self, source: str) -> None:
+        """A gang source changed (Workload, PodGroup, admission): look at its pods again; a
+        parked gang among them is parked no more (its spec may have changed)."""
+        keys = sorted(self.by_source.get(source, set()))
+        for gang in [g for g, held in self.held.items() if not held.isdisjoint(keys)]:
+            del self.held[gang]
+            self.parked.pop(gang, None)
+        for key in keys:
+            self._put_pod(self.pods[key])
 
 
-def _timed_out(gang: Gang) -> str:
-    return f"gang of {gang.expected} pods not placed before the permit timeout: {gang.last_reason}"
+def _source_of(pod: Pod) -> str | None:
+    """Which gang source `pod` belongs to, in `membership`'s order of precedence."""
+    namespace = pod.meta.namespace
+    if pod.workload_ref is not None:
+        return f"workload:{namespace}/{pod.workload_ref.name}"
+    group = pod.meta.labels.get(POD_GROUP_LABEL)
+    if group:
+        return f"podgroup:{namespace}/{group}"
+    name = pod.meta.labels.get(WORKLOAD_LABEL)
+    if name:
+        return f"kueue:{namespace}/{name}"
+    return None
+
+
+def _submitted(env: events_pb2.Envelope) -> Submitted:
+    workload: Workload | None = None
+    try:
+        objects, errors = decode_documents([json.loads(env.submitted.manifest_json)])
+    except ValueError:
+        objects, errors = [], []
+    found = [o for o in objects if isinstance(o, Workload)]
+    if found and not errors:
+        workload = found[0]
+    else:
+        log.warning("undecodable workload manifest", extra={"workload": env.workload})
+    return Submitted(
+        workload=workload,
+        priority=env.submitted.priority,
+        created_s=env.time_unix_nano / 1e9,
+    )
+
+
+def _admission(admission: events_pb2.Admission) -> Admission:
+    """The admission as the api model spells it (usage left out: placement does not read it)."""
+    return Admission(
+        cluster_queue=admission.cluster_queue,
+        pod_set_assignments=tuple(
+            PodSetAssignment(name=a.name, flavors=dict(a.flavors), count=a.count, resource_usage={})
+            for a in admission.pod_set_assignments
+        ),
+    )

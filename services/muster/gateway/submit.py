@@ -1,9 +1,10 @@
 """Gateway.Submit's pure part: a YAML/JSON manifest to the events it publishes, or the problems.
 
 Configuration objects become `config.applied` (the document as written, as JSON); Workloads and
-Jobs become `workload.submitted` (the Kueue Workload, derived from the Job when needed). Event
-ids are deterministic, so a retried Submit is deduplicated by JetStream. Used by
-`muster.gateway.service`; nothing here does I/O.
+Jobs become `workload.submitted` (the Kueue Workload, derived from the Job when needed); cluster
+objects (Nodes, Pods, scheduling.k8s.io Workloads, PodGroups) become `cmd.apply` for the
+cluster's binder, one command per object. Event ids are deterministic, so a retried Submit is
+deduplicated by JetStream. Used by `muster.gateway.service`; nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -19,7 +20,15 @@ import msgspec
 import yaml
 
 from muster.api import FieldError, decode_documents, quantities_to_strings, workload_to_kueue
-from muster.api.model import CONFIG_TYPES, ConfigObject, KueueConfig, Workload
+from muster.api.model import (
+    CLUSTER_TYPES,
+    CONFIG_TYPES,
+    ClusterObject,
+    ConfigObject,
+    KueueConfig,
+    SchedulingWorkload,
+    Workload,
+)
 from muster.bus.envelope import encode, new_event
 from muster.bus.subjects import check_cluster
 from muster.contracts.v1 import events_pb2
@@ -48,8 +57,8 @@ class PlannedEvent(msgspec.Struct, frozen=True, kw_only=True):
     kind: str  # of the submitted object: "Workload" for a Job too (the derived Workload)
     key: str  # "<namespace>/<name>" or "<name>"
     event_id: str
-    payload_field: str  # "submitted" or "config_applied"
-    payload: events_pb2.WorkloadSubmitted | events_pb2.ConfigApplied
+    payload_field: str  # "submitted", "config_applied" or "apply_requested"
+    payload: events_pb2.WorkloadSubmitted | events_pb2.ConfigApplied | events_pb2.ApplyRequested
     workload: str = ""  # the envelope's workload key; "" for configuration
     generation: int = 0
 
@@ -93,6 +102,12 @@ def plan_submit(manifest: str, *, cluster: str) -> list[PlannedEvent]:
     for obj, raw in zip(objects, _flatten(documents), strict=True):
         if isinstance(obj, Workload):
             planned.append(_plan_workload(obj, cluster=cluster))
+        elif isinstance(obj, CLUSTER_TYPES):
+            found = _plan_cluster_object(obj, raw, cluster=cluster)
+            if isinstance(found, FieldError):
+                problems.append(str(found))
+            else:
+                planned.append(found)
         elif isinstance(obj, CONFIG_TYPES):
             found = _plan_config(obj, raw, cluster=cluster)
             if isinstance(found, FieldError):
@@ -134,9 +149,19 @@ def oversized(envs: Sequence[events_pb2.Envelope], *, max_event_bytes: int) -> l
     for env in envs:
         size = len(encode(env))
         if size > max_event_bytes:
-            who = env.workload or env.config_applied.name
+            who = env.workload or env.config_applied.name or _applied_name(env)
             lines.append(f"{who}: manifest too large: {size} bytes > {max_event_bytes}")
     return lines
+
+
+def _applied_name(env: events_pb2.Envelope) -> str:
+    """ "Kind/namespace/name" of the first object a `cmd.apply` carries ("" if none)."""
+    for text in env.apply_requested.manifests_json:
+        doc = json.loads(text)
+        meta = doc.get("metadata") or {}
+        name = "/".join(p for p in (meta.get("namespace"), meta.get("name")) if p)
+        return f"{doc.get('kind')}/{name}"
+    return ""
 
 
 def event_id(*, cluster: str, event_type: str, kind: str, key: str, version: str, body: str) -> str:
@@ -227,6 +252,42 @@ def _plan_config(
         payload_field="config_applied",
         payload=payload,
     )
+
+
+def _plan_cluster_object(
+    obj: ClusterObject, raw: dict[str, Any], *, cluster: str
+) -> PlannedEvent | FieldError:
+    """A Node, Pod, scheduling.k8s.io Workload or PodGroup: `cmd.apply` to the cluster's binder,
+    which writes it into the cluster as `kubectl apply` would (docs/services.md)."""
+    kind = CLUSTER_KINDS[type(obj)]
+    meta = obj.meta
+    key = f"{meta.namespace or 'default'}/{meta.name}" if kind != "Node" else meta.name
+    try:
+        body = _canonical_json(raw)
+    except (TypeError, ValueError) as exc:
+        return FieldError(f"{kind}/{key}", "(document)", f"cannot be written as JSON: {exc}")
+    return PlannedEvent(
+        kind=kind,
+        key=key,
+        event_id=event_id(
+            cluster=cluster,
+            event_type="cmd.apply",
+            kind=kind,
+            key=key,
+            version=f"{meta.uid}/{meta.generation}",
+            body=body,
+        ),
+        payload_field="apply_requested",
+        payload=events_pb2.ApplyRequested(manifests_json=[body]),
+    )
+
+
+# How SubmitResponse names each cluster kind: the scheduling.k8s.io Workload is told apart
+# from Kueue's by its group, as the simulated cluster stores it.
+CLUSTER_KINDS: Final[dict[type, str]] = {
+    **{t: t.__name__ for t in CLUSTER_TYPES},
+    SchedulingWorkload: "Workload.scheduling.k8s.io",
+}
 
 
 def _load(manifest: str) -> list[Any]:

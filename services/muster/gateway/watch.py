@@ -62,9 +62,10 @@ class WatchFilter(msgspec.Struct, kw_only=True):
     @classmethod
     def from_request(cls, request: services_pb2.WatchRequest) -> WatchFilter:
         """Return the filter `request` asks for; raises InvalidQueryError naming a bad field."""
-        if request.workload and request.workload.count("/") != 1:
-            raise InvalidQueryError(
-                f'workload: must be "<namespace>/<name>", got "{request.workload}"'
+        namespace, _, name = request.workload.partition("/")
+        if request.workload and not (namespace and name):
+            raise InvalidQueryError(  # a gang's key has more parts (docs/events.md)
+                f'workload: must be "<namespace>/<name>" or a gang\'s key, got "{request.workload}"'
             )
         for t in request.types:
             if t not in PAYLOAD_FIELDS or stream_of(t) != EVENTS_STREAM:

@@ -21,8 +21,11 @@ import yaml
 from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
 
 SUBMIT_AFTER = "muster.dev/submit-after"
-WORK_KINDS = frozenset({"Job", "Workload"})
-NOT_SUBMITTED = frozenset({"Node", "Pod", "Configuration"})
+NOT_SUBMITTED = frozenset({"Node", "Configuration"})
+# Kueue's work, and the cluster objects of gangs outside Kueue (the Workload API, PodGroups).
+WORK_KINDS = frozenset({"Job", "Workload", "Pod", "PodGroup"})
+# How Gateway.Submit names a scheduling.k8s.io Workload (a Kueue Workload is "Workload").
+GANG_WORKLOAD_KIND = "Workload.scheduling.k8s.io"
 
 
 def kueue_configuration(text: str) -> str | None:
@@ -52,6 +55,14 @@ class Track:
     @property
     def done(self) -> bool:
         return self.outcome in {"Finished", "Failed", "Inactive"}
+
+    @property
+    def kueue(self) -> bool:
+        """Whether Kueue admits it (else it is a gang placed by gang-permit alone)."""
+        return self.queue != GANG_QUEUE
+
+
+GANG_QUEUE = "(gang)"  # the queue column of a gang outside Kueue
 
 
 def split_scenario(
@@ -90,6 +101,9 @@ class Driver:
         self.tracks: dict[str, Track] = {}
         self.started = time.monotonic()
         self.changed = asyncio.Event()
+        # Gang sources submitted -> when: "<namespace>/<name>/" of a scheduling.k8s.io Workload,
+        # whose gangs' keys start with it, or a PodGroup's key (docs/events.md).
+        self.gang_sources: dict[str, float] = {}
 
     def now_s(self) -> float:
         return (time.monotonic() - self.started) * self.speed
@@ -131,6 +145,11 @@ class Driver:
                     if track.submitted_s is None:
                         track.submitted_s = self.now_s()
                     self._line(track, "submitted", f"to {track.queue}")
+                elif obj.kind in (GANG_WORKLOAD_KIND, "PodGroup"):
+                    # A PodGroup's gang is keyed by its name; a Workload's by name/group/replica.
+                    prefix = obj.key + ("/" if obj.kind == GANG_WORKLOAD_KIND else "")
+                    self.gang_sources[prefix] = self.now_s()
+                    self.print_line(f"{self.now_s():7.1f}s  {obj.key:<36} {'submitted':<10} gang")
 
     async def _wait_done(self, until_s: float | None) -> None:
         while not all(t.done for t in self.tracks.values()):
@@ -145,13 +164,32 @@ class Driver:
             self._apply(env)
             self.changed.set()
 
+    def _track(self, key: str) -> Track:
+        track = self.tracks.get(key)
+        if track is None:
+            track = self.tracks[key] = Track(key=key)
+            for prefix, at in self.gang_sources.items():
+                if key == prefix or (prefix.endswith("/") and key.startswith(prefix)):
+                    track.queue, track.submitted_s = GANG_QUEUE, at
+        return track
+
     def _apply(self, env: events_pb2.Envelope) -> None:
         kind = env.WhichOneof("payload")
         if not env.workload:
             return
-        track = self.tracks.setdefault(env.workload, Track(key=env.workload))
+        track = self._track(env.workload)
         now = self.now_s()
-        if kind == "pending" and env.pending.message != track.pending:
+        if kind == "gang_waiting" and env.gang_waiting.reason != track.pending:
+            track.pending = env.gang_waiting.reason
+            self._line(track, "waiting", track.pending)
+        elif kind == "gang_permitted" and not track.kueue:
+            track.admitted_s = track.admitted_s if track.admitted_s is not None else now
+            track.outcome = "Permitted"
+            self._line(track, "permitted", f"{len(env.gang_permitted.bindings)} pods at once")
+        elif kind == "gang_rejected":
+            rejected = env.gang_rejected
+            self._line(track, "rejected", f"{rejected.reason}: {rejected.message}")
+        elif kind == "pending" and env.pending.message != track.pending:
             track.pending = env.pending.message
             self._line(track, "pending", f"{env.pending.reason}: {env.pending.message}")
         elif kind == "admitted":

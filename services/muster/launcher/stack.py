@@ -7,7 +7,7 @@ import contextlib
 import re
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,7 +51,9 @@ class Stack:
         speed: float,
         log_dir: Path,
         admission_args: Sequence[str] = (),
+        only: Collection[str] | None = None,
     ):
+        """`only`: start just these services (by name: "binder", "gangpermit", ...)."""
         self.log_dir = log_dir
         specs: list[tuple[str, str, list[str]]] = [
             ("sim-cluster", "sim-cluster", ["--speed", f"{speed:g}"]),
@@ -76,12 +78,14 @@ class Stack:
                 log_path=log_dir / f"{label}.log",
             )
             for label, name, extra in specs
+            if only is None or name in only
         ]
         self._readers: list[asyncio.Task[None]] = []
 
     @property
     def gateway_address(self) -> str:
-        return self.services[-1].addresses["gateway"]
+        (gateway,) = [s for s in self.services if s.name == "gateway"]
+        return gateway.addresses["gateway"]
 
     async def start(self, *, timeout_s: float = 30.0) -> None:
         for svc in self.services:

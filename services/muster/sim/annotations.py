@@ -1,9 +1,9 @@
 """The `muster.dev/*` annotations that script a simulation, and their parsers.
 
 A scenario is plain Kueue YAML; these annotations say what the real world would have done:
-when a workload arrives, how long it runs, when its pods become ready and what each admission
-check answers. `scenario.py` parses them once, up front; `runner.py` only reads the results.
-The contract is documented in docs/simulate-json.md.
+when a workload (or a Node, Pod or gang object) arrives, how long it (or a pod) runs, when its
+pods become ready and what each admission check answers. `scenario.py` parses them once, up
+front; `runner.py` only reads the results. The contract is documented in docs/simulate-json.md.
 """
 
 from __future__ import annotations
@@ -94,14 +94,18 @@ def parse_check_script(text: str) -> CheckScript:
     return tuple(attempts)
 
 
-def parse_workload_script(annotations: Mapping[str, str]) -> WorkloadScript:
-    """Read every `muster.dev/*` annotation of one workload.
+def parse_workload_script(
+    annotations: Mapping[str, str], *, known: tuple[str, ...] | None = None
+) -> WorkloadScript:
+    """Read every `muster.dev/*` annotation of one workload (or, with `known`, of one Node, Pod
+    or gang object, which may carry only the annotations `known` lists).
 
     Raises `AnnotationError` on the first bad value; unknown `muster.dev/*` keys are errors too,
     because a misspelt annotation would otherwise be ignored without a word.
     """
     if not any(key.startswith("muster.dev/") for key in annotations):
         return DEFAULT_SCRIPT
+    allowed = KNOWN_ON_WORKLOADS if known is None else known
     submit_after_s = 0.0
     run_s: float | None = None
     pods_ready_after_s: float | None = 0.0
@@ -111,6 +115,8 @@ def parse_workload_script(annotations: Mapping[str, str]) -> WorkloadScript:
             continue
         value = annotations[key]
         try:
+            if not is_known(key, allowed):
+                raise ValueError(f"unknown annotation; known: {', '.join(allowed)}")
             if key == SUBMIT_AFTER:
                 submit_after_s = parse_seconds(value)
             elif key == RUN_SECONDS:
@@ -118,10 +124,8 @@ def parse_workload_script(annotations: Mapping[str, str]) -> WorkloadScript:
             elif key == PODS_READY_AFTER:
                 never = value.strip() == NEVER
                 pods_ready_after_s = None if never else parse_seconds(value)
-            elif key.startswith(CHECK_PREFIX) and len(key) > len(CHECK_PREFIX):
-                checks[key.removeprefix(CHECK_PREFIX)] = parse_check_script(value)
             else:
-                raise ValueError(f"unknown annotation; known: {', '.join(KNOWN_ON_WORKLOADS)}")
+                checks[key.removeprefix(CHECK_PREFIX)] = parse_check_script(value)
         except ValueError as exc:
             raise AnnotationError(key, str(exc)) from None
     return WorkloadScript(
@@ -132,4 +136,14 @@ def parse_workload_script(annotations: Mapping[str, str]) -> WorkloadScript:
     )
 
 
+def is_known(key: str, allowed: tuple[str, ...]) -> bool:
+    if key.startswith(CHECK_PREFIX):
+        return len(key) > len(CHECK_PREFIX) and CHECK_PREFIX + "<check>" in allowed
+    return key in allowed
+
+
 KNOWN_ON_WORKLOADS = (SUBMIT_AFTER, RUN_SECONDS, PODS_READY_AFTER, CHECK_PREFIX + "<check>")
+# Cluster objects (issue 4): a Pod runs `run-seconds` once bound; a scheduling.k8s.io Workload's
+# or a PodGroup's `run-seconds` is the default for its pods.
+KNOWN_ON_PODS = (SUBMIT_AFTER, RUN_SECONDS)
+KNOWN_ON_NODES = (SUBMIT_AFTER,)

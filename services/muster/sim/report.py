@@ -14,9 +14,10 @@ from typing import Any
 import msgspec
 import yaml
 
-from muster.api.encode import is_byte_resource, workload_to_kueue
-from muster.api.model import Admission, ClusterQueue, Condition, Workload
+from muster.api.encode import is_byte_resource, quantities_to_strings, workload_to_kueue
+from muster.api.model import Admission, ClusterQueue, Condition, Node, Toleration, Workload
 from muster.api.quantity import format_quantity
+from muster.api.wellknown import SCHEDULER_NAME, WORKLOAD_LABEL
 from muster.core.events import Event
 from muster.core.status import (
     ClusterQueueStatus,
@@ -25,9 +26,10 @@ from muster.core.status import (
     PendingWorkload,
     QueueCondition,
 )
+from muster.sim.placement import PodState
 from muster.sim.runner import SimulationResult, WorkloadTiming
 
-CONTRACT_VERSION = 1  # of the document below; bump with a note in docs/simulate-json.md
+CONTRACT_VERSION = 2  # of the document below; bump with a note in docs/simulate-json.md
 OUTCOME_MESSAGE_WIDTH = 80
 # Kueue's prefix on flavor-assignment messages; the table keeps only the part after it.
 FLAVOR_MESSAGE_PREFIX = re.compile(r"^couldn't assign flavors to pod set [^:]*: ")
@@ -56,7 +58,8 @@ def to_document(result: SimulationResult) -> dict[str, Any]:
             }
             for status in result.local_queues
         ],
-        "pods": [],
+        "pods": [pod_entry(state) for state in result.pods],
+        "nodes": [node_entry(node) for node in result.nodes],
         "events": [event_entry(event) for event in result.events],
     }
     builtins: dict[str, Any] = msgspec.to_builtins(document)
@@ -142,6 +145,100 @@ def flavor_entries(flavors: tuple[FlavorUsage, ...], *, borrowed: bool) -> list[
     return entries
 
 
+def pod_entry(state: PodState) -> dict[str, Any]:
+    """A v1 Pod as the run left it: `spec.nodeName` once bound, the PodScheduled condition."""
+    pod = state.pod
+    meta = pod.meta
+    metadata: dict[str, Any] = {"namespace": meta.namespace, "name": meta.name}
+    if meta.labels:
+        metadata["labels"] = dict(meta.labels)
+    if meta.annotations:
+        metadata["annotations"] = dict(meta.annotations)
+    if meta.owner_references:
+        metadata["ownerReferences"] = [
+            {"apiVersion": o.api_version, "kind": o.kind, "name": o.name}
+            for o in meta.owner_references
+        ]
+    container: dict[str, Any] = {"name": "main"}
+    if pod.requests:
+        container["resources"] = {"requests": quantities_to_strings(pod.requests)}
+    spec: dict[str, Any] = {"schedulerName": pod.scheduler_name, "containers": [container]}
+    if state.node:
+        spec["nodeName"] = state.node
+    if pod.priority is not None:
+        spec["priority"] = pod.priority
+    if pod.priority_class_name:
+        spec["priorityClassName"] = pod.priority_class_name
+    if pod.node_selector:
+        spec["nodeSelector"] = dict(pod.node_selector)
+    if pod.tolerations:
+        spec["tolerations"] = [toleration_entry(t) for t in pod.tolerations]
+    if pod.workload_ref is not None:
+        ref = pod.workload_ref
+        spec["workloadRef"] = {"name": ref.name, "podGroup": ref.pod_group}
+        if ref.pod_group_replica_key:
+            spec["workloadRef"]["podGroupReplicaKey"] = ref.pod_group_replica_key
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": spec,
+        "status": pod_status(state),
+    }
+
+
+def pod_status(state: PodState) -> dict[str, Any]:
+    """phase; reason and message once Failed; PodScheduled True once bound, False with the
+    reason while muster waits to place it."""
+    status: dict[str, Any] = {"phase": state.phase}
+    if state.phase == "Failed" and state.reason:
+        status.update(reason=state.reason, message=state.message)
+    scheduled: dict[str, str] | None = None
+    if state.node:
+        scheduled = {"type": "PodScheduled", "status": "True"}
+    elif state.phase == "Pending" and state.reason:
+        scheduled = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": state.reason,
+            "message": state.message,
+        }
+    if scheduled is not None:
+        status["conditions"] = [scheduled]
+    return status
+
+
+def toleration_entry(t: Toleration) -> dict[str, str]:
+    entry = {"key": t.key, "operator": t.operator, "value": t.value, "effect": t.effect}
+    return {k: v for k, v in entry.items() if v}
+
+
+def node_entry(node: Node) -> dict[str, Any]:
+    """A v1 Node as the scenario wrote it (the fields placement reads)."""
+    metadata: dict[str, Any] = {"name": node.meta.name}
+    if node.meta.labels:
+        metadata["labels"] = dict(node.meta.labels)
+    spec: dict[str, Any] = {}
+    if node.taints:
+        spec["taints"] = [
+            {"key": t.key, **({"value": t.value} if t.value else {}), "effect": t.effect}
+            for t in node.taints
+        ]
+    if node.unschedulable:
+        spec["unschedulable"] = True
+    ready = "True" if node.ready else "False"
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": metadata,
+        "spec": spec,
+        "status": {
+            "allocatable": quantities_to_strings(node.allocatable),
+            "conditions": [{"type": "Ready", "status": ready}],
+        },
+    }
+
+
 def quantity(resource: str, milli: int) -> str:
     """A Kubernetes quantity string: "500m", "4", and binary suffixes for bytes ("32Gi")."""
     return format_quantity(milli, binary=is_byte_resource(resource))
@@ -163,12 +260,22 @@ def number(value: float) -> int | float:
 
 
 def render_table(result: SimulationResult) -> str:
-    """One row per workload, then one row per ClusterQueue flavor; plain aligned columns."""
-    return f"{workload_table(result)}\n\n{cluster_queue_table(result)}\n"
+    """One row per workload, then one row per ClusterQueue flavor; with nodes, one row per pod
+    and one per node. Plain aligned columns."""
+    tables = [workload_table(result), cluster_queue_table(result)]
+    if result.nodes:
+        tables += [pod_table(result.pods), node_table(result.nodes, result.pods)]
+    return "\n\n".join(tables) + "\n"
 
 
 def workload_table(result: SimulationResult) -> str:
     cluster_queue_of = {(lq.namespace, lq.name): lq.cluster_queue for lq in result.local_queues}
+    # With nodes, an admitted workload runs only once its pods are bound.
+    running = {
+        f"{p.pod.meta.namespace}/{p.pod.meta.labels[WORKLOAD_LABEL]}"
+        for p in result.pods
+        if p.phase == "Running" and WORKLOAD_LABEL in p.pod.meta.labels
+    }
     rows = [("WORKLOAD", "QUEUE", "FLAVORS", "WAITED", "RAN", "OUTCOME")]
     for wl in result.workloads:
         timing = result.timings.get(wl.key)
@@ -178,6 +285,9 @@ def workload_table(result: SimulationResult) -> str:
             cluster_queue = admission.cluster_queue
         else:
             cluster_queue = cluster_queue_of.get((wl.meta.namespace, local_queue), "?")
+        what = outcome(wl)
+        if what == "Running" and result.nodes and wl.key not in running:
+            what = "Admitted: waiting for nodes"
         rows.append(
             (
                 wl.key,
@@ -185,7 +295,7 @@ def workload_table(result: SimulationResult) -> str:
                 flavors_of(admission),
                 waited(timing),
                 "-" if timing is None else seconds(timing.ran_s),
-                outcome(wl) + evictions(timing),
+                what + evictions(timing),
             )
         )
     return aligned(rows)
@@ -205,6 +315,59 @@ def cluster_queue_table(result: SimulationResult) -> str:
         for i, (flavor, quota) in enumerate(flavor_rows):
             name_and_counts = (status.name, *counts) if i == 0 else ("", "", "", "")
             rows.append((*name_and_counts, flavor, quota))
+    return aligned(rows)
+
+
+def pod_table(pods: Sequence[PodState]) -> str:
+    header = ("POD", "GANG", "NODE", "PHASE", "BOUND", "ENDED", "WHY")
+    rows = [header] + [
+        (
+            state.key,
+            state.gang or "-",
+            state.node or "-",
+            state.phase,
+            "-" if state.bound_s is None else seconds(state.bound_s),
+            "-" if state.ended_s is None else seconds(state.ended_s),
+            pod_why(state),
+        )
+        for state in pods
+    ]
+    return aligned(rows)
+
+
+def pod_why(state: PodState) -> str:
+    if state.reason:
+        return shorten(f"{state.reason}: {state.message}" if state.message else state.reason)
+    if state.phase == "Pending" and state.pod.scheduler_name != SCHEDULER_NAME:
+        return f"left to scheduler {state.pod.scheduler_name}"
+    return ""
+
+
+def node_table(nodes: Sequence[Node], pods: Sequence[PodState]) -> str:
+    """Each node's pods (all that were bound there, and those running at the end) and what the
+    running ones request, against its allocatable."""
+    requested: dict[str, dict[str, int]] = {}
+    running: dict[str, int] = {}
+    bound: dict[str, int] = {}
+    for pod in pods:
+        if not pod.node:
+            continue
+        bound[pod.node] = bound.get(pod.node, 0) + 1
+        if pod.phase == "Running":
+            running[pod.node] = running.get(pod.node, 0) + 1
+            used = requested.setdefault(pod.node, {})
+            for resource, milli in pod.pod.requests.items():
+                used[resource] = used.get(resource, 0) + milli
+    rows = [("NODE", "PODS", "RUNNING", "REQUESTED/ALLOCATABLE")]
+    for node in nodes:
+        name = node.meta.name
+        used = requested.get(name, {})
+        usage = "  ".join(
+            f"{resource} {quantity(resource, used.get(resource, 0))}/{quantity(resource, total)}"
+            for resource, total in sorted(node.allocatable.items())
+            if resource != "pods"
+        )
+        rows.append((name, str(bound.get(name, 0)), str(running.get(name, 0)), usage or "-"))
     return aligned(rows)
 
 

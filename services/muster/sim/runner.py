@@ -2,7 +2,9 @@
 
 At each distinct time it applies the facts due (arrivals, finished runs, admission check
 answers, ready pods), asks the engine to `schedule`, and turns the events that come back into
-new timed facts. Work is proportional to events, never to the number of workloads per step.
+new timed facts. With nodes in the scenario, `placement.Placement` places the pods of admitted
+workloads and of the scenario after each engine pass. Work is proportional to events, never to
+the number of workloads per step.
 """
 
 from __future__ import annotations
@@ -13,13 +15,31 @@ from typing import Protocol
 
 import msgspec
 
-from muster.api.model import Admission, ApiObject, ClusterQueue, KueueConfig, Workload, WorkloadKey
+from muster.api.model import (
+    Admission,
+    ApiObject,
+    ClusterQueue,
+    KueueConfig,
+    Node,
+    Workload,
+    WorkloadKey,
+)
 from muster.core.engine import Engine
 from muster.core.events import Event, EventType
 from muster.core.status import ClusterQueueStatus, LocalQueueStatus, PendingWorkload
 from muster.sim.annotations import READY_AT_ONCE, WorkloadScript
+from muster.sim.placement import Placement, PodState
 from muster.sim.scenario import Arrival, Scenario, build_scenario
-from muster.sim.timeline import Action, Arrive, Finish, PodsReady, SetCheck, Timeline
+from muster.sim.timeline import (
+    Action,
+    Arrive,
+    ArriveObject,
+    Finish,
+    PodFinish,
+    PodsReady,
+    SetCheck,
+    Timeline,
+)
 
 # Schedule passes at one instant before the runner gives up: only a scenario whose zero-delay
 # facts re-trigger each other forever (say a check that answers "Retry@0" every time) gets here.
@@ -46,6 +66,9 @@ class AdmissionEngine(Protocol):
         self, key: WorkloadKey, check: str, state: str, *, message: str = "", now_s: float
     ) -> list[Event]: ...
     def pods_ready(self, key: WorkloadKey, *, now_s: float) -> list[Event]: ...
+    def evict(
+        self, key: WorkloadKey, *, reason: str, message: str, now_s: float
+    ) -> list[Event]: ...
     def schedule(self, *, now_s: float) -> list[Event]: ...
     def next_wakeup_s(self) -> float | None: ...
     def workload(self, key: WorkloadKey) -> Workload: ...
@@ -66,7 +89,9 @@ class WorkloadTiming(msgspec.Struct, frozen=True, kw_only=True):
     arrived_s: float
     first_reserved_s: float | None  # first QuotaReserved
     first_admitted_s: float | None  # first Admitted
-    ran_s: float  # summed over every admission, up to `end_s` for one still running
+    # Summed over every admission (with nodes: from its gang's binding), up to `end_s` for one
+    # still running.
+    ran_s: float
     finished_s: float | None
     evictions: int
     last_admission: Admission | None  # kept after it finishes or loses its quota
@@ -80,6 +105,8 @@ class SimulationResult(msgspec.Struct, frozen=True, kw_only=True):
     pending: tuple[PendingWorkload, ...]  # by ClusterQueue name, then admission order
     timings: Mapping[WorkloadKey, WorkloadTiming]  # in arrival order
     cluster_queue_specs: tuple[ClusterQueue, ...]  # for nominal quotas in reports
+    pods: tuple[PodState, ...] = ()  # with nodes only: every pod that exists, sorted by key
+    nodes: tuple[Node, ...] = ()  # with nodes only: every Node that arrived, sorted by name
     end_s: float  # `until_s` when given, else the time of the last thing that happened
     until_s: float | None
 
@@ -98,7 +125,7 @@ class Track:
     reservations: int = 0
     first_reserved_s: float | None = None
     first_admitted_s: float | None = None
-    admitted_since_s: float | None = None
+    admitted_since_s: float | None = None  # with nodes: since its gang was bound
     ran_s: float = 0.0
     finished_s: float | None = None
     evictions: int = 0
@@ -149,7 +176,14 @@ class Simulation:
         self.engine = engine
         self.scenario = scenario
         self.until_s = until_s
-        self.timeline = Timeline([(a.at_s, Arrive(a)) for a in scenario.arrivals])
+        self.placement = Placement(self, scenario) if scenario.placement else None
+        # Nodes, Pods and gang objects first, so that workloads arriving at the same time find
+        # them; without a Node they are not simulated at all.
+        cluster = scenario.cluster_arrivals if self.placement is not None else ()
+        self.timeline = Timeline(
+            [(a.at_s, ArriveObject(a)) for a in cluster]
+            + [(a.at_s, Arrive(a)) for a in scenario.arrivals]
+        )
         self.tracks: dict[WorkloadKey, Track] = {}
         self.events: list[Event] = []
         self.now_s = 0.0
@@ -165,14 +199,18 @@ class Simulation:
         return self.result()
 
     def next_time(self) -> float | None:
-        """The next instant anything can happen: the earliest action or engine timer."""
-        due = [t for t in (self.timeline.next_time(), self.engine.next_wakeup_s()) if t is not None]
+        """The next instant anything can happen: the earliest action, engine timer or gang
+        deadline."""
+        timers = [self.timeline.next_time(), self.engine.next_wakeup_s()]
+        if self.placement is not None:
+            timers.append(self.placement.next_deadline_s())
+        due = [t for t in timers if t is not None]
         if not due:
             return None
         now_s = min(due)
         if self.stepped and now_s <= self.now_s:
             raise SimulationError(
-                f"engine asked to wake at t={now_s:g}, not after the last schedule at "
+                f"a timer asked to wake at t={now_s:g}, not after the last schedule at "
                 f"t={self.now_s:g}"
             )
         return now_s
@@ -184,8 +222,11 @@ class Simulation:
             for action in self.timeline.pop_due(now_s):
                 self.apply(action)
             self.react(self.engine.schedule(now_s=now_s))
+            # Placement after admission: it places what this pass admitted, and its evictions
+            # free quota that the engine's next pass at this instant may hand out.
+            again = self.placement is not None and self.placement.schedule(now_s)
             next_s = self.timeline.next_time()
-            if next_s is None or next_s > now_s:
+            if not again and (next_s is None or next_s > now_s):
                 return
         raise SimulationError(
             f"t={now_s:g}: still busy after {MAX_PASSES_PER_INSTANT} schedule passes; "
@@ -205,6 +246,10 @@ class Simulation:
                 self.react(engine.set_admission_check(key, check, state, now_s=now_s))
             case PodsReady(key, epoch) if self.tracks[key].epoch == epoch:
                 self.react(engine.pods_ready(key, now_s=now_s))
+            case ArriveObject(arrival) if self.placement is not None:
+                self.placement.arrive(arrival, now_s=now_s)
+            case PodFinish(key, serial) if self.placement is not None:
+                self.placement.finish_pod(key, serial, now_s=now_s)
 
     def react(self, events: list[Event]) -> None:
         """Record the engine's events in order and schedule the facts they lead to."""
@@ -224,6 +269,9 @@ class Simulation:
                     track.finished_s = self.now_s
                 elif event.type is EventType.EVICTED:
                     track.evictions += 1
+                if self.placement is not None:
+                    finished = event.type is EventType.FINISHED
+                    self.placement.admission_ended(key, finished=finished, now_s=self.now_s)
 
     def on_quota_reserved(self, key: WorkloadKey, track: Track) -> None:
         """Schedule each required admission check's scripted answer for this attempt."""
@@ -241,18 +289,46 @@ class Simulation:
             self.timeline.push(self.now_s + answer.delay_s, action)
 
     def on_admitted(self, key: WorkloadKey, track: Track) -> None:
-        """Start the run clock; schedule the finish and, with waitForPodsReady, ready pods."""
+        """Start the run clock; schedule the finish and, with waitForPodsReady, ready pods.
+
+        With nodes, create the workload's pods instead: the clock starts when they are bound.
+        """
         if track.first_admitted_s is None:
             track.first_admitted_s = self.now_s
-        track.admitted_since_s = self.now_s
         admission = self.engine.admission(key)
         if admission is not None:
             track.last_admission = admission
+        if self.placement is not None and admission is not None:
+            wl = self.engine.workload(key)
+            self.placement.admitted(wl, admission, run_s=track.script.run_s, now_s=self.now_s)
+            return
+        self.start_running(key, track)
+
+    def start_running(self, key: WorkloadKey, track: Track) -> None:
+        track.admitted_since_s = self.now_s
         script = track.script
         if script.run_s is not None:
             self.timeline.push(self.now_s + script.run_s, Finish(key, track.epoch))
         if self.pods_ready_enabled and script.pods_ready_after_s is not None:
             self.timeline.push(self.now_s + script.pods_ready_after_s, PodsReady(key, track.epoch))
+
+    # --- what placement asks of the loop (placement.PlacementHost) ----------------------------
+
+    def record(self, event: Event) -> None:
+        """Append a placement event; it leads to nothing in the engine."""
+        self.events.append(event)
+
+    def evict(self, key: WorkloadKey, *, reason: str, message: str) -> None:
+        self.react(self.engine.evict(key, reason=reason, message=message, now_s=self.now_s))
+
+    def gang_bound(self, key: WorkloadKey) -> None:
+        """Every pod of an admitted workload's gang is bound: its run clock starts."""
+        track = self.tracks.get(key)
+        if track is not None and track.admitted_since_s is None:
+            self.start_running(key, track)
+
+    def push(self, at_s: float, action: Action) -> None:
+        self.timeline.push(at_s, action)
 
     def result(self) -> SimulationResult:
         engine = self.engine
@@ -274,6 +350,8 @@ class Simulation:
             ),
             timings={key: track.timing(key, end_s=end_s) for key, track in self.tracks.items()},
             cluster_queue_specs=self.scenario.cluster_queues,
+            pods=self.placement.pod_states() if self.placement is not None else (),
+            nodes=self.placement.node_states() if self.placement is not None else (),
             end_s=end_s,
             until_s=self.until_s,
         )

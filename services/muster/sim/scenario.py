@@ -1,4 +1,5 @@
-"""A scenario: the configuration objects, the Kueue Configuration and the workloads to replay.
+"""A scenario: the configuration objects, the Kueue Configuration, the workloads to replay and,
+for gang placement, the Nodes, Pods and gang objects (scheduling.k8s.io Workloads, PodGroups).
 
 `load_scenario` reads YAML files through `muster.api`; `build_scenario` takes objects already
 decoded (the benchmark builds tens of thousands of workloads in code). Both collect every
@@ -8,24 +9,35 @@ problem as a `FieldError` and raise `InvalidScenarioError` with all of them.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
 import msgspec
 
 from muster.api.decode import decode_files, decode_yaml, kueue_config_from_file
 from muster.api.errors import FieldError
 from muster.api.model import (
+    CLUSTER_TYPES,
+    CONFIG_TYPES,
     AdmissionCheck,
     ApiObject,
+    ClusterObject,
     ClusterQueue,
     ConfigObject,
     KueueConfig,
+    Node,
+    ObjectMeta,
+    Pod,
+    PodGroup,
+    SchedulingWorkload,
     Workload,
 )
 from muster.sim.annotations import (
     CHECK_RESULT,
+    KNOWN_ON_NODES,
+    KNOWN_ON_PODS,
     AnnotationError,
     CheckScript,
     WorkloadScript,
@@ -33,6 +45,8 @@ from muster.sim.annotations import (
     parse_check_script,
     parse_workload_script,
 )
+
+_Timed = TypeVar("_Timed", bound=Workload | ClusterObject)
 
 
 class Arrival(msgspec.Struct, frozen=True, kw_only=True):
@@ -44,15 +58,30 @@ class Arrival(msgspec.Struct, frozen=True, kw_only=True):
     script: WorkloadScript
 
 
+class ClusterArrival(msgspec.Struct, frozen=True, kw_only=True):
+    """One Node, Pod, scheduling.k8s.io Workload or PodGroup and when it appears."""
+
+    at_s: float
+    rank: int
+    obj: ClusterObject
+    script: WorkloadScript  # submit-after; run-seconds for a Pod (a gang object's: its pods')
+
+
 class Scenario(msgspec.Struct, frozen=True, kw_only=True):
     config: KueueConfig | None
     objects: tuple[ConfigObject, ...]  # what Engine(...) is built from
     arrivals: tuple[Arrival, ...]  # sorted by (at_s, rank)
     check_results: Mapping[str, CheckScript]  # AdmissionCheck name -> default script
+    cluster_arrivals: tuple[ClusterArrival, ...] = ()  # sorted by (at_s, rank)
 
     @property
     def cluster_queues(self) -> tuple[ClusterQueue, ...]:
         return tuple(obj for obj in self.objects if isinstance(obj, ClusterQueue))
+
+    @property
+    def placement(self) -> bool:
+        """Whether pods are placed on nodes: the scenario holds at least one Node."""
+        return any(isinstance(a.obj, Node) for a in self.cluster_arrivals)
 
 
 class InvalidScenarioError(Exception):
@@ -125,14 +154,20 @@ def build_scenario(objects: Sequence[ApiObject], *, config: KueueConfig | None =
         errors.append(FieldError(obj="Configuration", path="kind", problem=problem))
     if config is None and configs:
         config = configs[0]
-    config_objects = tuple(obj for obj in objects if not isinstance(obj, KueueConfig | Workload))
+    config_objects = tuple(obj for obj in objects if isinstance(obj, CONFIG_TYPES))
     check_results = admission_check_results(config_objects, errors)
     workloads = [obj for obj in objects if isinstance(obj, Workload)]
     arrivals = timed_arrivals(workloads, errors)
+    cluster_objects = [obj for obj in objects if isinstance(obj, CLUSTER_TYPES)]
+    cluster_arrivals = timed_cluster_objects(cluster_objects, errors)
     if errors:
         raise InvalidScenarioError(errors)
     return Scenario(
-        config=config, objects=config_objects, arrivals=arrivals, check_results=check_results
+        config=config,
+        objects=config_objects,
+        arrivals=arrivals,
+        check_results=check_results,
+        cluster_arrivals=cluster_arrivals,
     )
 
 
@@ -156,45 +191,80 @@ def admission_check_results(
 
 def timed_arrivals(workloads: Sequence[Workload], errors: list[FieldError]) -> tuple[Arrival, ...]:
     """Each workload with its arrival time and rank, sorted as the runner submits them."""
-    keyed: list[tuple[tuple[float, int], Workload, WorkloadScript]] = []
+    timed = in_arrival_order(
+        workloads,
+        errors,
+        name_of=source_name,
+        parse=lambda wl: parse_workload_script(wl.meta.annotations),
+    )
+    return tuple(
+        Arrival(at_s=script.submit_after_s, rank=rank, workload=wl, script=script)
+        for rank, wl, script in timed
+    )
+
+
+def timed_cluster_objects(
+    objects: Sequence[ClusterObject], errors: list[FieldError]
+) -> tuple[ClusterArrival, ...]:
+    """Each Node, Pod and gang object with its arrival time and rank, as for workloads."""
+
+    def parse(obj: ClusterObject) -> WorkloadScript:
+        known = KNOWN_ON_NODES if isinstance(obj, Node) else KNOWN_ON_PODS
+        return parse_workload_script(obj.meta.annotations, known=known)
+
+    timed = in_arrival_order(objects, errors, name_of=cluster_object_name, parse=parse)
+    return tuple(
+        ClusterArrival(at_s=script.submit_after_s, rank=rank, obj=obj, script=script)
+        for rank, obj, script in timed
+    )
+
+
+def in_arrival_order(
+    objects: Sequence[_Timed],
+    errors: list[FieldError],
+    *,
+    name_of: Callable[[_Timed], str],
+    parse: Callable[[_Timed], WorkloadScript],
+) -> list[tuple[int, _Timed, WorkloadScript]]:
+    """(rank, object, script) sorted by (submit-after, rank); rank is the order of arrival.
+
+    Order of arrival is `metadata.creationTimestamp` where given, else the position; objects
+    without a timestamp come first; ties keep their position. Duplicates and bad annotations
+    are reported to `errors` and left out.
+    """
+    keyed: list[tuple[tuple[float, int], _Timed, WorkloadScript]] = []
     seen: set[str] = set()
-    for position, wl in enumerate(workloads):
-        if wl.key in seen:
-            errors.append(
-                FieldError(obj=source_name(wl), path="metadata.name", problem="duplicate")
-            )
+    for position, obj in enumerate(objects):
+        name = name_of(obj)
+        if name in seen:
+            errors.append(FieldError(obj=name, path="metadata.name", problem="duplicate"))
             continue
-        seen.add(wl.key)
+        seen.add(name)
         try:
-            script = parse_workload_script(wl.meta.annotations)
+            script = parse(obj)
         except AnnotationError as exc:
             path = annotation_path(exc.annotation)
-            errors.append(FieldError(obj=source_name(wl), path=path, problem=exc.problem))
+            errors.append(FieldError(obj=name, path=path, problem=exc.problem))
             continue
-        created = creation_time(wl, errors)
+        created = creation_time(obj.meta, name, errors)
         order = -math.inf if created is None else created.timestamp()
-        keyed.append(((order, position), wl, script))
+        keyed.append(((order, position), obj, script))
     keyed.sort(key=lambda item: item[0])
-    arrivals = [
-        Arrival(at_s=script.submit_after_s, rank=rank, workload=wl, script=script)
-        for rank, (_, wl, script) in enumerate(keyed)
-    ]
-    arrivals.sort(key=lambda arrival: (arrival.at_s, arrival.rank))
-    return tuple(arrivals)
+    timed = [(rank, obj, script) for rank, (_, obj, script) in enumerate(keyed)]
+    timed.sort(key=lambda item: (item[2].submit_after_s, item[0]))
+    return timed
 
 
-def creation_time(wl: Workload, errors: list[FieldError]) -> datetime | None:
+def creation_time(meta: ObjectMeta, name: str, errors: list[FieldError]) -> datetime | None:
     """`metadata.creationTimestamp` as an aware UTC time; naive times are taken as UTC."""
-    text = wl.meta.creation_timestamp
+    text = meta.creation_timestamp
     if text is None:
         return None
     try:
         when = datetime.fromisoformat(text)
     except ValueError:
         problem = f"must be an RFC 3339 time such as 2024-01-02T03:04:05Z, got {text!r}"
-        errors.append(
-            FieldError(obj=source_name(wl), path="metadata.creationTimestamp", problem=problem)
-        )
+        errors.append(FieldError(obj=name, path="metadata.creationTimestamp", problem=problem))
         return None
     return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
@@ -205,3 +275,18 @@ def source_name(wl: Workload) -> str:
         if owner.kind == "Job":
             return f"Job/{wl.meta.namespace}/{owner.name}"
     return f"Workload/{wl.meta.namespace}/{wl.meta.name}"
+
+
+CLUSTER_KINDS: Mapping[type, str] = {
+    Node: "Node",
+    Pod: "Pod",
+    SchedulingWorkload: "Workload.scheduling.k8s.io",
+    PodGroup: "PodGroup",
+}
+
+
+def cluster_object_name(obj: ClusterObject) -> str:
+    """How errors name a cluster object: "Node/n1", "Pod/ns/p", "PodGroup/ns/g"."""
+    kind = CLUSTER_KINDS[type(obj)]
+    meta = obj.meta
+    return f"{kind}/{meta.namespace}/{meta.name}" if meta.namespace else f"{kind}/{meta.name}"

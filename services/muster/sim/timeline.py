@@ -1,9 +1,11 @@
 """The virtual clock: a heap of timed actions, applied in (time, order of scheduling) order.
 
 Actions are facts the simulated world reports to the engine (an arrival, a finished run, an
-admission check's answer, ready pods). Facts about one admission carry its `epoch`; the runner
-drops them when the workload has lost that admission since (evicted, finished, deactivated),
-which cancels them without searching the heap.
+admission check's answer, ready pods) or, with nodes, to gang placement (a Node, Pod or gang
+object appears, a pod's run ends). Facts about one admission carry its `epoch`, facts about one
+pod its `serial`; the runner drops them when the workload has lost that admission since
+(evicted, finished, deactivated) or the pod is gone, which cancels them without searching the
+heap.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Iterator
 import msgspec
 
 from muster.api.model import WorkloadKey
-from muster.sim.scenario import Arrival
+from muster.sim.scenario import Arrival, ClusterArrival
 
 
 class Arrive(msgspec.Struct, frozen=True, tag=True):
@@ -39,7 +41,16 @@ class PodsReady(msgspec.Struct, frozen=True, tag=True):
     epoch: int
 
 
-Action = Arrive | Finish | SetCheck | PodsReady
+class ArriveObject(msgspec.Struct, frozen=True, tag=True):
+    arrival: ClusterArrival
+
+
+class PodFinish(msgspec.Struct, frozen=True, tag=True):
+    key: str  # the pod, "<namespace>/<name>"
+    serial: int
+
+
+Action = Arrive | Finish | SetCheck | PodsReady | ArriveObject | PodFinish
 
 
 class Timeline:

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from muster.cluster.objects import POD_SET_ANNOTATION, WORKLOAD_LABEL, PodView
+from muster.cluster.objects import POD_SET_ANNOTATION, PodView, report_key
 from muster.contracts.v1 import events_pb2
 from muster.watcher.translate import Outgoing
 
@@ -74,14 +74,14 @@ class Sent(msgspec.Struct, kw_only=True):
 
 
 def pod_state_of_view(pod: PodView) -> PodState | None:
-    """The PodState of a listed pod, or None for a pod of no workload."""
-    if not pod.workload:
+    """The PodState of a listed pod, or None for a pod of no workload or gang."""
+    if not pod.group:
         return None
     return PodState(
         namespace=pod.namespace,
         name=pod.name,
         uid=pod.uid,
-        workload=pod.workload_key,
+        workload=pod.group,
         pod_set=pod.pod_set,
         node=pod.node_name,
         phase=pod.phase,
@@ -89,22 +89,34 @@ def pod_state_of_view(pod: PodView) -> PodState | None:
 
 
 def pod_state(obj: Mapping[str, Any]) -> PodState | None:
-    """The PodState of Kubernetes-shaped pod `obj`, or None when no workload label names it."""
+    """The PodState of Kubernetes-shaped pod `obj`, or None when it belongs to no workload or
+    gang (`report_key`: its Workload API pod group, PodGroup, or Kueue workload)."""
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
-    workload = labels.get(WORKLOAD_LABEL)
-    if not workload:
-        return None
     namespace = meta.get("namespace") or "default"
     spec = obj.get("spec") or {}
+    ref = spec.get("workloadRef")
+    workload_ref = (
+        (
+            str(ref.get("name", "")),
+            str(ref.get("podGroup", "")),
+            str(ref.get("podGroupReplicaKey", "")),
+        )
+        if isinstance(ref, dict)
+        else None
+    )
+    workload = report_key(namespace, labels, workload_ref)
+    if not workload:
+        return None
     status = obj.get("status") or {}
     annotations = meta.get("annotations") or {}
+    pod_set = annotations.get(POD_SET_ANNOTATION) or (workload_ref[1] if workload_ref else "")
     return PodState(
         namespace=namespace,
         name=str(meta.get("name", "")),
         uid=str(meta.get("uid", "")),
-        workload=f"{namespace}/{workload}",
-        pod_set=str(annotations.get(POD_SET_ANNOTATION) or ""),
+        workload=workload,
+        pod_set=str(pod_set),
         node=str(spec.get("nodeName") or ""),
         phase=str(status.get("phase") or PENDING),
         message=str(status.get("message") or status.get("reason") or ""),

@@ -188,6 +188,26 @@ def test_gang_rejected_evicts_an_admitted_workload_once() -> None:
     )
 
 
+def test_a_failed_bind_leaves_the_workload_admitted_for_gangpermit_to_retry() -> None:
+    stream, state = Stream(), owning()
+    configured(stream, state)
+    stream.run(state, submitted(workload("g")))
+    failed = pb.GangRejected(reason="BindFailed", message="pod ns/g-main-0 to node n1: gone")
+    assert stream.run(state, reported("gang_rejected", "ns/g", failed)) == []
+    assert state.engine.phase(WorkloadKey("ns/g")) == "Admitted"
+
+
+def test_placement_preemption_evicts_the_kueue_victims_and_skips_the_others() -> None:
+    stream, state = Stream(), owning()
+    configured(stream, state)
+    stream.run(state, submitted(workload("low")))
+    preempted = pb.PlacementPreempted(victims=["ns/low", "ns/bare-pod"])
+    (evicted,) = stream.run(state, reported("placement_preempted", "ns/big/workers", preempted))
+    assert (evicted.workload, evicted.evicted.reason) == ("ns/low", "Preempted")
+    assert "ns/big/workers" in evicted.evicted.message
+    assert stream.run(state, reported("placement_preempted", "ns/big/workers", preempted)) == []
+
+
 def test_deleting_a_cluster_queue_leaves_its_workloads_waiting() -> None:
     stream, state = Stream(), owning()
     configured(stream, state)

@@ -15,9 +15,20 @@ from muster.watcher.__main__ import main as watcher_main
         (binder_main, ["--max-concurrent-binds", "0"], "--max-concurrent-binds must be >= 1"),
         (binder_main, ["--binds-per-second", "-1"], "--binds-per-second must be >= 0"),
         (gangpermit_main, ["--gang-timeout-seconds", "0"], "gang timeout"),
+        (gangpermit_main, ["--scoring", "random"], "--scoring must be one of binpack, spread"),
+        (gangpermit_main, ["--placement-preemption", "maybe"], "--placement-preemption"),
+        (gangpermit_main, ["--scheduler-name", ""], "scheduler name must not be empty"),
         (watcher_main, ["--cluster", "a.b"], "cluster id"),
     ],
-    ids=["concurrent-binds", "binds-per-second", "gang-timeout", "cluster"],
+    ids=[
+        "concurrent-binds",
+        "binds-per-second",
+        "gang-timeout",
+        "scoring",
+        "placement-preemption",
+        "scheduler-name",
+        "cluster",
+    ],
 )
 def test_bad_flag_values_exit_2_with_a_message(
     main: object, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]

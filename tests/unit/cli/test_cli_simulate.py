@@ -10,6 +10,8 @@ import yaml
 
 from muster.cli.main import main
 
+GANG_OF_4 = Path(__file__).parents[2] / "scenarios/placement/gang-waits-for-fourth-node.yaml"
+
 CLUSTER = """\
 apiVersion: v1
 kind: Namespace
@@ -67,15 +69,17 @@ def simulate(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int
     return status, out, err
 
 
-def test_json_is_one_object_with_the_five_keys(
+def test_json_is_one_object_with_the_six_keys(
     scenario: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     status, out, err = simulate(capsys, scenario, "-o", "json")
 
     assert (status, err) == (0, "")
     document = json.loads(out)
-    assert sorted(document) == ["clusterQueues", "events", "localQueues", "pods", "workloads"]
-    assert document["pods"] == []
+    assert sorted(document) == [
+        *("clusterQueues", "events", "localQueues", "nodes", "pods", "workloads")
+    ]
+    assert (document["pods"], document["nodes"]) == ([], [])
     assert [cq["name"] for cq in document["clusterQueues"]] == ["main"]
     assert sorted(document["clusterQueues"][0]["status"]) == [
         "admittedWorkloads",
@@ -248,3 +252,75 @@ def test_a_simulation_that_cannot_settle_exits_1(
 
     assert (status, out) == (1, "")
     assert err.startswith("muster: simulation failed: t=0: still busy")
+
+
+def test_json_lists_pods_and_nodes_of_a_placement_scenario(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, out, err = simulate(capsys, GANG_OF_4, "-o", "json", "--until", "20")
+
+    assert (status, err) == (0, "")
+    document = json.loads(out)
+    assert [n["metadata"]["name"] for n in document["nodes"]] == [*("node-1", "node-2", "node-3")]
+    assert document["nodes"][0]["status"]["allocatable"] == {"cpu": "1", "memory": "4Gi"}
+    pods = {p["metadata"]["name"]: p for p in document["pods"]}
+    assert sorted(pods) == ["probe", "train-0", "train-1", "train-2", "train-3"]
+    assert pods["probe"]["spec"]["nodeName"] == "node-1"
+    assert pods["probe"]["status"] == {
+        "phase": "Running",
+        "conditions": [{"type": "PodScheduled", "status": "True"}],
+    }
+    worker = pods["train-0"]
+    assert worker["apiVersion"] == "v1"
+    assert worker["kind"] == "Pod"
+    assert "nodeName" not in worker["spec"]
+    assert worker["spec"]["schedulerName"] == "muster"
+    assert worker["spec"]["workloadRef"] == {"name": "train", "podGroup": "workers"}
+    assert worker["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "1"}}
+    assert worker["status"] == {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "3 of 4 pods fit: 0/3 nodes are available: 3 Insufficient cpu",
+            }
+        ],
+    }
+
+
+def test_table_of_a_placement_scenario_has_pod_and_node_rows(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, out, _ = simulate(capsys, GANG_OF_4, "--until", "60")
+
+    assert status == 0
+    _, _, pods, nodes = out.strip().split("\n\n")
+    header, *rows = pods.splitlines()
+    assert header.split() == ["POD", "GANG", "NODE", "PHASE", "BOUND", "ENDED", "WHY"]
+    assert rows[0].split() == ["team-a/probe", "-", "node-1", "Succeeded", "10", "40"]
+    assert rows[1].split() == [
+        *("team-a/train-0", "team-a/train/workers", "node-1", "Running", "50", "-")
+    ]
+    header, *rows = nodes.splitlines()
+    assert header.split() == ["NODE", "PODS", "RUNNING", "REQUESTED/ALLOCATABLE"]
+    assert rows[0].split() == ["node-1", "2", "1", "cpu", "1/1", "memory", "0/4Gi"]
+    assert [row.split()[0] for row in rows] == ["node-1", "node-2", "node-3", "node-4"]
+
+
+def test_pods_without_a_node_are_not_simulated_and_say_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "no-nodes.yaml"
+    pod = (
+        "apiVersion: v1\nkind: Pod\nmetadata: {namespace: team-a, name: p}\n"
+        "spec: {schedulerName: muster, containers: [{name: main}]}\n"
+    )
+    path.write_text("---\n".join([CLUSTER, job("train"), pod]))
+
+    status, out, err = simulate(capsys, path, "-o", "json")
+
+    assert status == 0
+    assert json.loads(out)["pods"] == []
+    assert "no Node in the scenario" in err

@@ -227,7 +227,7 @@ def test_replica_keys_split_independent_gangs_with_the_same_policy() -> None:
     assert [m.gang for m in (zero, one_, none)] == [
         "ml/train/workers/0",
         "ml/train/workers/1",
-        "ml/train/workers/",
+        "ml/train/workers",
     ]
     assert {m.spec.min_count for m in (zero, one_, none) if m.spec} == {2}
 
@@ -239,12 +239,12 @@ def test_basic_policy_places_pods_on_their_own() -> None:
 
 def test_pods_of_an_unknown_workload_wait_for_it() -> None:
     joined = member_of(pod(ref="{name: later, podGroup: workers}"))
-    assert joined == Membership(gang=GangKey("ml/later/workers/"), workload="ml/later")
+    assert joined == Membership(gang=GangKey("ml/later/workers"), workload="ml/later")
 
 
 def test_a_pod_group_its_workload_lacks_is_a_problem() -> None:
     joined = member_of(pod(ref="{name: train, podGroup: ps}"))
-    assert (joined.gang, joined.spec) == ("ml/train/ps/", None)
+    assert (joined.gang, joined.spec) == ("ml/train/ps", None)
     assert joined.problem == "Workload ml/train has no pod group 'ps' (it has workers, driver)"
 
 
@@ -280,7 +280,7 @@ def test_workload_ref_wins_over_the_pod_group_label() -> None:
     both = pod(
         ref="{name: train, podGroup: workers}", labels={"scheduling.x-k8s.io/pod-group": "group"}
     )
-    assert member_of(both).gang == "ml/train/workers/"
+    assert member_of(both).gang == "ml/train/workers"
 
 
 def test_pods_of_a_kueue_workload_join_its_admitted_gang() -> None:

@@ -1,88 +1,85 @@
-"""gangpermit.cache: the watched view gives what listing the cluster gives, change after change."""
+"""gangpermit.cache: store changes reach the sink decoded, deletions with their last state."""
 
 from __future__ import annotations
 
 from typing import Any, cast
 
-import pytest
-
+from muster.api.model import Node, Pod, SchedulingWorkload
 from muster.cluster.backend import ChangeType
-from muster.cluster.objects import node_view, pod_view
-from muster.cluster.sim.keys import node_key, pod_key
+from muster.cluster.sim.keys import node_key, object_key, pod_key
 from muster.cluster.sim.store import SimStore, StoreChange
-from muster.gangpermit.cache import ClusterCache
-from muster.gangpermit.snapshot import index_pods, node_capacities
+from muster.gangpermit.cache import CachedObject, ClusterCache
 
 
-def node(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name},
-        "status": {
-            "allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
-
-
-def pod(name: str, *, node_name: str = "", phase: str = "Pending") -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "containers": [{"name": "c", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]
-    }
-    if node_name:
-        spec["nodeName"] = node_name
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"namespace": "ns", "name": name, "labels": {"muster.dev/workload": "w"}},
-        "spec": spec,
-        "status": {"phase": phase},
-    }
-
-
-class Listing:
-    """What the cluster holds, as listing it would show."""
-
+class Recording:
     def __init__(self) -> None:
-        self.objects: dict[str, dict[str, Any]] = {}
+        self.calls: list[tuple[str, str]] = []
 
-    def check(self, cache: ClusterCache) -> None:
-        nodes = sorted(
-            (node_view(o) for k, o in self.objects.items() if k.startswith("node.")),
-            key=lambda v: v.name,
-        )
-        pods = [pod_view(o) for k, o in self.objects.items() if k.startswith("pod.")]
-        assert cache.nodes() == nodes
-        assert cache.pods == index_pods(pods)
-        assert cache.capacities() == node_capacities(nodes, pods)
+    def put(self, obj: CachedObject) -> None:
+        self.calls.append(("put", f"{type(obj).__name__}/{obj.meta.name}"))
+
+    def remove(self, obj: CachedObject) -> None:
+        self.calls.append(("remove", f"{type(obj).__name__}/{obj.meta.name}"))
 
 
-@pytest.mark.parametrize("order", ["nodes first", "pods first"])
-def test_cache_matches_a_listing_through_binds_finishes_and_deletes(order: str) -> None:
-    cache = ClusterCache(cast(SimStore, None))
-    listing = Listing()
-    revision = 0
+NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}
+POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "p", "namespace": "ns"},
+    "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+}
+GANG_WORKLOAD = {
+    "apiVersion": "scheduling.k8s.io/v1alpha1",
+    "kind": "Workload",
+    "metadata": {"name": "w", "namespace": "ns"},
+    "spec": {"podGroups": [{"name": "g", "policy": {"basic": {}}}]},
+}
+KUEUE_WORKLOAD = {**GANG_WORKLOAD, "apiVersion": "kueue.x-k8s.io/v1beta2"}
 
-    def change(kind: ChangeType, key: str, obj: dict[str, Any]) -> None:
-        nonlocal revision
-        revision += 1
-        cache._apply(StoreChange(type=kind, key=key, obj=obj, revision=revision))
-        if kind == "DELETED":
-            listing.objects.pop(key, None)
-        else:
-            listing.objects[key] = obj
-        listing.check(cache)
 
-    nodes = [(node_key(n), node(n)) for n in ("n1", "n2")]
-    pods = [(pod_key("ns", f"p{i}"), pod(f"p{i}")) for i in range(4)]
-    for key, obj in (nodes + pods) if order == "nodes first" else (pods + nodes):
-        change("ADDED", key, obj)
-    change("MODIFIED", pods[0][0], pod("p0", node_name="n1"))
-    change("MODIFIED", pods[1][0], pod("p1", node_name="n1", phase="Running"))
-    change("MODIFIED", pods[2][0], pod("p2", node_name="n2", phase="Running"))
-    change("MODIFIED", pods[1][0], pod("p1", node_name="n1", phase="Succeeded"))
-    change("DELETED", pods[2][0], pod("p2", node_name="n2", phase="Running"))
-    change("DELETED", pods[0][0], {})  # a tombstone without the last state
-    change("DELETED", nodes[1][0], nodes[1][1])
-    assert cache.revision == 0  # only the watch loop advances it
+def test_watched_kinds_are_decoded_and_others_skipped() -> None:
+    sink = Recording()
+    woken: list[None] = []
+    cache = ClusterCache(cast(SimStore, None), sink=sink, on_change=lambda: woken.append(None))
+    changes: list[tuple[ChangeType, str, dict[str, Any]]] = [
+        ("ADDED", node_key("n1"), NODE),
+        ("ADDED", pod_key("ns", "p"), POD),
+        ("ADDED", object_key("Workload.scheduling.k8s.io", "ns", "w"), GANG_WORKLOAD),
+        ("ADDED", object_key("Workload", "ns", "w"), KUEUE_WORKLOAD),  # admission's, not ours
+        ("ADDED", pod_key("ns", "bad"), {**POD, "spec": {"containers": "no"}}),
+        ("DELETED", pod_key("ns", "p"), {}),  # a tombstone without a body: the last state kept
+        ("DELETED", pod_key("ns", "never-seen"), POD),
+    ]
+    for revision, (kind, key, obj) in enumerate(changes, start=1):
+        cache.apply(StoreChange(type=kind, key=key, obj=obj, revision=revision))
+
+    assert sink.calls == [
+        ("put", "Node/n1"),
+        ("put", "Pod/p"),
+        ("put", "SchedulingWorkload/w"),
+        ("remove", "Pod/p"),
+    ]
+    assert len(woken) == 4
+
+
+def test_decoded_objects_are_the_api_model() -> None:
+    got: list[CachedObject] = []
+
+    class Keep(Recording):
+        def put(self, obj: CachedObject) -> None:
+            got.append(obj)
+
+    cache = ClusterCache(cast(SimStore, None), sink=Keep())
+    for revision, (key, obj) in enumerate(
+        [(node_key("n1"), NODE), (pod_key("ns", "p"), POD),
+         (object_key("Workload.scheduling.k8s.io", "ns", "w"), GANG_WORKLOAD)], start=1
+    ):  # fmt: skip
+        cache.apply(StoreChange(type="ADDED", key=key, obj=obj, revision=revision))
+
+    node, pod, workload = got
+    assert isinstance(node, Node)
+    assert isinstance(pod, Pod)
+    assert isinstance(workload, SchedulingWorkload)
+    assert pod.requests == {"cpu": 1000}
+    assert [g.name for g in workload.pod_groups] == ["g"]

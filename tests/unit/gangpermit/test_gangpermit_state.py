@@ -1,205 +1,161 @@
-"""gangpermit.state: gangs folded from events, decided whole, in priority then admission order."""
+"""gangpermit.state and .decisions: facts from the cluster and the stream, one pass as events.
+
+No NATS here: cluster objects come decoded from YAML, events are built as the other services
+publish them, and a "restart" is a new state fed the same stream and cluster.
+"""
 
 from __future__ import annotations
 
-from google.protobuf.message import Message
+import json
 
-from muster.api.quantity import parse_quantity
-from muster.bus import new_event
-from muster.cluster.objects import NodeView, PodPhase, PodView
+from cluster_docs import GANG, event, fed, gang, node, objects, pod
+
 from muster.contracts.v1 import events_pb2
-from muster.core.gang import PodKey
-from muster.gangpermit.snapshot import index_pods, node_capacities
-from muster.gangpermit.state import Decision, GangState, Permit, Phase, TimedOut
-
-SECOND = 1_000_000_000
-TIMEOUT = 300 * SECOND
+from muster.gangpermit.decisions import decide
 
 
-def node(name: str, cpu: str = "4") -> NodeView:
-    return NodeView(
-        name=name,
-        labels={},
-        taints=(),
-        unschedulable=False,
-        ready=True,
-        allocatable={"cpu": int(parse_quantity(cpu)), "pods": 110_000},
+def test_gang_that_fits_is_permitted_whole_with_every_pod_and_its_uid() -> None:
+    state = fed(node("a") + gang(pods=2))
+
+    (permit,) = decide(state, now_s=10.0)
+
+    assert (permit.type, permit.workload) == ("workload.gang_permitted", GANG)
+    assert [(b.pod.name, b.pod.uid, b.node) for b in permit.gang_permitted.bindings] == [
+        ("train-0", "uid-train-0", "a"),
+        ("train-1", "uid-train-1", "a"),
+    ]
+    assert decide(state, now_s=11.0) == []
+
+
+def test_waiting_reason_is_published_once_until_it_changes() -> None:
+    state = fed(node("a", cpu="1") + gang(pods=2))
+
+    (waiting,) = decide(state, now_s=10.0)
+    assert waiting.type == "workload.gang_waiting"
+    assert (waiting.gang_waiting.pending, waiting.gang_waiting.min_count) == (2, 2)
+    assert waiting.gang_waiting.reason.startswith("1 of 2 pods fit")
+    state.put(objects(pod("train-1", workload="train"))[0])  # seen again, unchanged
+    assert decide(state, now_s=11.0) == []
+    state.put(objects(node("b", cpu="0"))[0])  # another node: the reason changes
+    (again,) = decide(state, now_s=12.0)
+    assert (
+        again.gang_waiting.reason == "1 of 2 pods fit: 0/2 nodes are available: 2 Insufficient cpu"
     )
+    assert again.event_id != waiting.event_id
 
 
-def pod(
-    workload: str, i: int, *, cpu: str = "2", node_name: str = "", phase: PodPhase = "Pending"
-) -> PodView:
-    return PodView(
-        namespace="ns",
-        name=f"{workload}-main-{i}",
-        uid=f"{workload}-{i}",
-        workload=workload,
-        pod_set="main",
-        node_name=node_name,
-        phase=phase,
-        requests={"cpu": int(parse_quantity(cpu))},
-        node_selector={},
-        tolerations=(),
-        scheduler_name="muster",
-        run_seconds=None,
+def test_a_pass_repeated_after_a_crash_publishes_the_same_event_ids() -> None:
+    cluster = node("a") + gang(pods=2) + node("b", cpu="1") + gang("big", pods=3)
+    before = decide(fed(cluster), now_s=10.0)
+    again = decide(fed(cluster), now_s=12.0)  # nothing of the first pass reached the stream
+
+    assert [e.type for e in before] == ["workload.gang_permitted", "workload.gang_waiting"]
+    assert [e.event_id for e in again] == [e.event_id for e in before]
+
+
+def test_restored_permit_holds_its_node_until_the_binder_answers() -> None:
+    cluster = node("a") + gang(pods=2)
+    (permit,) = decide(fed(cluster), now_s=10.0)
+    permit.sequence = 1
+
+    # "zz" sorts after "train": with equal priority and creation, the first gang goes first.
+    restarted = fed(cluster + gang("zz", pods=1), stream=[permit])
+    (waiting,) = decide(restarted, now_s=11.0)
+    assert (waiting.type, waiting.workload) == ("workload.gang_waiting", "ns/zz/workers")
+    assert "Insufficient cpu" in waiting.gang_waiting.reason
+
+    refused = event(
+        "gang_rejected",
+        events_pb2.GangRejected(reason="BindFailed", message="refused"),
+        workload=GANG,
+        cause=permit,
     )
+    refused.sequence = 2
+    restarted.apply_event(refused)
+    (again,) = decide(restarted, now_s=12.0)  # room freed: the first gang goes again, whole
+    assert (again.type, again.workload) == ("workload.gang_permitted", GANG)
+    assert again.event_id != permit.event_id
+    assert len(again.gang_permitted.bindings) == 2
 
 
-def event(
-    field: str, payload: Message, workload: str, *, seq: int, at_s: int = 0
-) -> events_pb2.Envelope:
-    env = new_event(
-        field,
-        payload,
-        cluster="local",
-        workload=f"ns/{workload}",
-        source="test",
-        now_ns=at_s * SECOND,
+def test_bound_pods_of_a_restored_permit_keep_their_room() -> None:
+    cluster = node("a") + gang(pods=2)
+    (permit,) = decide(fed(cluster), now_s=10.0)
+    permit.sequence = 1
+    bound = event("bound", events_pb2.PodsBound(), workload=GANG, cause=permit)
+    bound.sequence = 2
+    now = [
+        *node("a"),
+        *gang(pods=0, min_count=2),
+        *pod("train-0", workload="train", node_name="a"),
+        *pod("train-1", workload="train", node_name="a"),
+        *gang("second", pods=1),
+    ]
+
+    (waiting,) = decide(fed(now, stream=[permit, bound]), now_s=11.0)
+
+    assert (waiting.type, waiting.workload) == ("workload.gang_waiting", "ns/second/workers")
+
+
+def test_gang_timed_out_before_a_restart_stays_rejected_until_one_of_its_pods_changes() -> None:
+    cluster = node("a", cpu="1") + gang(pods=2)
+    state = fed(cluster)
+    stream = decide(state, now_s=0.0)  # waiting
+    stream += decide(state, now_s=301.0)  # the default timeout
+    assert [e.type for e in stream] == ["workload.gang_waiting", "workload.gang_rejected"]
+    for n, env in enumerate(stream, start=1):
+        env.sequence = n
+
+    restarted = fed(cluster, stream=stream)
+    assert decide(restarted, now_s=302.0) == []
+    assert restarted.scheduler.next_deadline_s() is None
+
+    restarted.put(objects(pod("train-1", workload="train", uid="recreated"))[0])
+    (waiting,) = decide(restarted, now_s=303.0)  # a new try, with a new deadline
+    assert waiting.type == "workload.gang_waiting"
+    assert restarted.scheduler.next_deadline_s() == 603.0
+
+
+def test_kueue_workload_is_one_gang_of_its_admitted_pods_with_min_count() -> None:
+    manifest = {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "Workload",
+        "metadata": {"name": "job", "namespace": "ns"},
+        "spec": {
+            "queueName": "q",
+            "podSets": [
+                {
+                    "name": "main",
+                    "count": 3,
+                    "minCount": 2,
+                    "template": {"spec": {"containers": [{"name": "c"}]}},
+                }
+            ],
+        },
+    }
+    submitted = event(
+        "submitted",
+        events_pb2.WorkloadSubmitted(manifest_json=json.dumps(manifest), priority=5),
+        workload="ns/job",
     )
-    env.sequence = seq
-    return env
-
-
-class Feed:
-    """Feeds a GangState events in order, numbering their sequences."""
-
-    def __init__(self) -> None:
-        self.state = GangState()
-        self.seq = 0
-
-    def __call__(self, field: str, payload: Message, workload: str, *, at_s: int = 0) -> bool:
-        self.seq += 1
-        return self.state.apply(event(field, payload, workload, seq=self.seq, at_s=at_s))
-
-    def admit(self, workload: str, count: int, *, at_s: int = 0, priority: int = 0) -> None:
-        self("submitted", events_pb2.WorkloadSubmitted(priority=priority), workload)
-        assignment = events_pb2.PodSetAssignment(name="main", count=count)
-        admission = events_pb2.Admission(cluster_queue="cq", pod_set_assignments=[assignment])
-        self("admitted", events_pb2.WorkloadAdmitted(admission=admission), workload, at_s=at_s)
-
-    def pending(self, workload: str, pods: list[PodView]) -> None:
-        refs = [
-            events_pb2.PodRef(namespace=p.namespace, name=p.name, pod_set=p.pod_set, uid=p.uid)
-            for p in pods
-            if p.workload == workload
-        ]
-        self("pods_pending", events_pb2.PodsPending(pods=refs), workload)
-
-
-def decide(
-    feed: Feed, nodes: list[NodeView], pods: list[PodView], *, now_s: int = 1
-) -> list[Decision]:
-    return feed.state.decide(
-        node_capacities(nodes, pods), index_pods(pods), now_ns=now_s * SECOND, timeout_ns=TIMEOUT
-    )
-
-
-def test_permits_a_gang_once_all_its_pods_are_pending() -> None:
-    feed = Feed()
-    feed.admit("w", 3)
-    pods = [pod("w", i) for i in range(3)]
-    feed.pending("w", pods[:2])
-    assert decide(feed, [node("a"), node("b")], pods) == []
-    assert feed.state.gangs["ns/w"].last_reason == "2 of 3 pods pending"
-    feed.pending("w", pods)
-    [permit] = decide(feed, [node("a"), node("b")], pods)
-    assert isinstance(permit, Permit)
-    assert len(permit.placement.bindings) == 3
-
-
-def test_a_gang_that_does_not_fit_waits_then_times_out_with_the_reason() -> None:
-    feed = Feed()
-    feed.admit("w", 4, at_s=10)
-    pods = [pod("w", i) for i in range(4)]
-    feed.pending("w", pods)
-    nodes = [node("a"), node("b", cpu="2")]
-    assert decide(feed, nodes, pods, now_s=11) == []
-    [timed_out] = decide(feed, nodes, pods, now_s=310)
-    assert isinstance(timed_out, TimedOut)
-    assert "only 3 of 4 pods fit" in timed_out.message
-    assert timed_out.message.startswith("gang of 4 pods not placed before the permit timeout")
-
-
-def test_higher_priority_gang_is_placed_first_and_earlier_permits_reserve() -> None:
-    feed = Feed()
-    feed.admit("low", 2, at_s=1, priority=0)
-    feed.admit("high", 2, at_s=2, priority=10)
-    pods = [pod("low", i) for i in range(2)] + [pod("high", i) for i in range(2)]
-    feed.pending("low", pods)
-    feed.pending("high", pods)
-    decisions = decide(feed, [node("a")], pods, now_s=3)
-    assert [d.workload for d in decisions] == ["ns/high"]
-
-
-def test_same_priority_goes_by_admission_time() -> None:
-    feed = Feed()
-    feed.admit("second", 2, at_s=2)
-    feed.admit("first", 2, at_s=1)
-    pods = [pod("second", i) for i in range(2)] + [pod("first", i) for i in range(2)]
-    feed.pending("second", pods)
-    feed.pending("first", pods)
-    assert [d.workload for d in decide(feed, [node("a")], pods, now_s=3)] == ["ns/first"]
-
-
-def test_a_permitted_gang_reserves_its_nodes_until_bound() -> None:
-    feed = Feed()
-    feed.admit("one", 2, at_s=1)
-    pods = [pod("one", i) for i in range(2)]
-    feed.pending("one", pods)
-    [permit] = decide(feed, [node("a")], pods)
-    assert isinstance(permit, Permit)
-    feed.state.permitted("ns/one", permit.placement)
-    assert feed.state.gangs["ns/one"].phase is Phase.PERMITTED
-    feed.admit("two", 1, at_s=2)
-    more = [*pods, pod("two", 0)]
-    feed.pending("two", more)
-    assert decide(feed, [node("a")], more) == []  # reserved for "one", not yet bound
-    bound = [pod("one", i, node_name="a", phase="Running") for i in range(2)]
-    feed("bound", events_pb2.PodsBound(), "one")
-    assert "ns/one" not in feed.state.gangs
-    assert decide(feed, [node("a")], [*bound, pod("two", 0)]) == []  # bound pods use the room
-    done = [pod("one", i, node_name="a", phase="Succeeded") for i in range(2)]
-    assert feed("finished", events_pb2.WorkloadFinished(succeeded=True), "one")
-    [permit] = decide(feed, [node("a")], [*done, pod("two", 0)])
-    assert permit.workload == "ns/two"
-
-
-def test_replayed_permit_restores_the_reservation() -> None:
-    feed = Feed()
-    feed.admit("one", 1)
-    binding = events_pb2.PodBinding(
-        pod=events_pb2.PodRef(namespace="ns", name="one-main-0"), node="a"
-    )
-    feed("gang_permitted", events_pb2.GangPermitted(bindings=[binding]), "one")
-    assert feed.state.reservations() == [(PodKey("ns/one-main-0"), "a")]
-    assert feed.state.in_order() == []
-
-
-def test_rejected_evicted_or_deleted_gangs_are_forgotten() -> None:
-    feed = Feed()
-    for name, field, payload in [
-        ("r", "gang_rejected", events_pb2.GangRejected(reason="BindFailed")),
-        ("e", "eviction_completed", events_pb2.EvictionCompleted()),
-        ("d", "deleted", events_pb2.WorkloadDeleted()),
-    ]:
-        feed.admit(name, 1)
-        feed(field, payload, name)
-    assert feed.state.gangs == {}
-
-
-def test_an_event_seen_again_changes_nothing() -> None:
-    state = GangState()
-    assignment = events_pb2.PodSetAssignment(name="main", count=1)
+    assignment = events_pb2.PodSetAssignment(name="main", count=3)
     admitted = event(
         "admitted",
         events_pb2.WorkloadAdmitted(
-            admission=events_pb2.Admission(pod_set_assignments=[assignment])
+            admission=events_pb2.Admission(cluster_queue="cq", pod_set_assignments=[assignment])
         ),
-        "w",
-        seq=5,
+        workload="ns/job",
     )
-    assert state.apply(admitted)
-    state.apply(event("bound", events_pb2.PodsBound(), "w", seq=6))
-    assert not state.apply(admitted)
-    assert state.gangs == {}
+    state = fed(node("a", cpu="2"))
+    state.apply_event(submitted)
+    assert state.apply_event(admitted)
+    started = [pod(f"job-main-{i}", labels={"muster.dev/workload": "job"})[0] for i in range(3)]
+    for obj in objects(started):
+        state.put(obj)
+
+    permit, left = decide(state, now_s=1.0)
+
+    assert (permit.workload, permit.cause) == ("ns/job", admitted.event_id)
+    assert len(permit.gang_permitted.bindings) == 2  # minCount of 3 fit on 2 cpu
+    # The third pod waits on its own, as any pod that joins a permitted gang.
+    assert (left.type, left.workload) == ("workload.gang_waiting", "ns/job-main-2")

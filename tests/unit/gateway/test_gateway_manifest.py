@@ -147,15 +147,56 @@ def test_every_problem_is_one_line_naming_object_and_field() -> None:
 
 
 def test_kinds_the_gateway_does_not_take_are_problems() -> None:
-    pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: ml}\n"
+    topology = "apiVersion: kueue.x-k8s.io/v1beta2\nkind: Topology\nmetadata: {name: t}\n"
     config = "apiVersion: config.kueue.x-k8s.io/v1beta1\nkind: Configuration\n"
 
     with pytest.raises(InvalidManifestError) as caught:
-        plan_submit(documents(pod, config), cluster="local")
+        plan_submit(documents(topology, config), cluster="local")
 
     assert caught.value.errors == (
-        "Pod/ml/p: not used until gang placement (cannot be submitted)",
+        "Topology/t: not used until topology-aware scheduling (cannot be submitted)",
         "Configuration: kind: is the scheduler's own configuration; it cannot be submitted",
+    )
+
+
+GANG_WORKLOAD = """apiVersion: scheduling.k8s.io/v1alpha1
+kind: Workload
+metadata: {name: train, namespace: ml}
+spec:
+  podGroups: [{name: workers, policy: {gang: {minCount: 2}}}]
+"""
+GANG_POD = """apiVersion: v1
+kind: Pod
+metadata: {name: train-0, namespace: ml}
+spec:
+  schedulerName: muster
+  workloadRef: {name: train, podGroup: workers}
+  containers: [{name: c, resources: {requests: {cpu: 500m}}}]
+"""
+
+
+def test_cluster_objects_become_one_apply_command_each_for_the_binder() -> None:
+    workload, pod = plan_submit(documents(GANG_WORKLOAD, GANG_POD), cluster="east")
+
+    assert (workload.kind, workload.key) == ("Workload.scheduling.k8s.io", "ml/train")
+    assert (pod.kind, pod.key) == ("Pod", "ml/train-0")
+    envs = envelopes([workload, pod], cluster="east")
+    assert [e.type for e in envs] == ["cmd.apply", "cmd.apply"]
+    (manifest,) = envs[1].apply_requested.manifests_json
+    assert json.loads(manifest)["spec"]["workloadRef"] == {"name": "train", "podGroup": "workers"}
+    assert [e.event_id for e in envs] == [workload.event_id, pod.event_id]
+    again = plan_submit(documents(GANG_WORKLOAD, GANG_POD), cluster="east")
+    assert [p.event_id for p in again] == [workload.event_id, pod.event_id]
+
+
+def test_a_bad_gang_object_is_refused_with_its_field() -> None:
+    bad = GANG_WORKLOAD.replace("gang: {minCount: 2}", "basic: {}, gang: {minCount: 2}")
+
+    with pytest.raises(InvalidManifestError) as caught:
+        plan_submit(documents(bad, GANG_POD), cluster="local")
+
+    assert caught.value.errors == (
+        "Workload/ml/train: spec.podGroups[0].policy: must set exactly one of basic or gang",
     )
 
 

@@ -112,6 +112,7 @@ async def test_local_queue_filter_survives_a_resume_after_the_submitted_event() 
     ("request_", "field"),
     [
         pytest.param({"workload": "no-namespace"}, "workload", id="workload"),
+        pytest.param({"workload": "/no-namespace"}, "workload", id="empty namespace"),
         pytest.param({"types": ["workload.nope"]}, "types", id="unknown type"),
         pytest.param({"types": ["cmd.evict"]}, "types", id="a command"),
     ],

@@ -112,3 +112,57 @@ def timeline(result: SimulationResult, *types: str) -> list[tuple[float, str, st
         for event in result.events
         if not types or event.type in types
     ]
+
+
+def node(name: str, *, cpu: str = "4", after: float | None = None) -> str:
+    """A v1 Node with `cpu` allocatable; `after` sets muster.dev/submit-after."""
+    notes = {} if after is None else {"muster.dev/submit-after": f"{after:g}"}
+    return f"""\
+apiVersion: v1
+kind: Node
+metadata: {{name: {name}, annotations: {json.dumps(notes)}}}
+status: {{allocatable: {{cpu: "{cpu}"}}}}
+"""
+
+
+def pod(
+    name: str,
+    *,
+    cpu: str = "1",
+    after: float | None = None,
+    runs: float | None = None,
+    scheduler: str = "muster",
+    workload_ref: str | None = None,
+) -> str:
+    """A v1 Pod team-a/<name> for `scheduler`; `workload_ref` joins "<workload>/<podGroup>"."""
+    notes = {}
+    if after is not None:
+        notes["muster.dev/submit-after"] = f"{after:g}"
+    if runs is not None:
+        notes["muster.dev/run-seconds"] = f"{runs:g}"
+    ref = ""
+    if workload_ref is not None:
+        name_, group = workload_ref.split("/")
+        ref = f"\n  workloadRef: {{name: {name_}, podGroup: {group}}}"
+    return f"""\
+apiVersion: v1
+kind: Pod
+metadata: {{namespace: team-a, name: {name}, annotations: {json.dumps(notes)}}}
+spec:
+  schedulerName: {scheduler}{ref}
+  containers: [{{name: main, resources: {{requests: {{cpu: "{cpu}"}}}}}}]
+"""
+
+
+def scheduling_workload(
+    name: str, *, group: str = "workers", min_count: int | None = None, after: float = 0
+) -> str:
+    """A scheduling.k8s.io Workload team-a/<name> with one pod group: a gang of `min_count`,
+    or basic when None."""
+    policy = "{basic: {}}" if min_count is None else f"{{gang: {{minCount: {min_count}}}}}"
+    return f"""\
+apiVersion: scheduling.k8s.io/v1alpha1
+kind: Workload
+metadata: {{namespace: team-a, name: {name}, annotations: {{muster.dev/submit-after: "{after:g}"}}}}
+spec: {{podGroups: [{{name: {group}, policy: {policy}}}]}}
+"""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from muster.watcher.pods import PodState, Sent, due_events, pod_state
 
 WL = "ns/w"
@@ -58,6 +60,29 @@ def test_reads_a_pod_manifest() -> None:
         message="OOMKilled",
     )
     assert pod_state({"metadata": {"name": "other"}}) is None
+
+
+@pytest.mark.parametrize(
+    ("labels", "spec", "key"),
+    [
+        pytest.param({}, {"workloadRef": {"name": "t", "podGroup": "g"}}, "ns/t/g", id="workload"),
+        pytest.param(
+            {},
+            {"workloadRef": {"name": "t", "podGroup": "g", "podGroupReplicaKey": "1"}},
+            "ns/t/g/1",
+            id="replica",
+        ),
+        pytest.param({"scheduling.x-k8s.io/pod-group": "pg"}, {}, "ns/pg", id="pod-group"),
+        pytest.param({"muster.dev/workload": "w"}, {}, "ns/w", id="kueue"),
+    ],
+)
+def test_gang_pods_are_reported_under_their_gang_key(
+    labels: dict[str, str], spec: dict[str, Any], key: str
+) -> None:
+    obj = {"metadata": {"name": "p", "namespace": "ns", "labels": labels}, "spec": spec}
+    state = pod_state(obj)
+    assert state is not None
+    assert state.workload == key
 
 
 def test_pending_pods_are_reported_together_once_per_set() -> None:

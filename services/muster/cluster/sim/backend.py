@@ -116,18 +116,7 @@ class SimBackend:
     # --- objects ------------------------------------------------------------------------------
 
     async def apply(self, manifest: Mapping[str, Any]) -> None:
-        kind, namespace, name = identity(manifest)
-        key = object_key(kind, namespace, name)
-        obj = copy.deepcopy(dict(manifest))
-        meta = obj.setdefault("metadata", {})
-        if namespace:
-            meta["namespace"] = namespace
-        else:
-            meta.pop("namespace", None)
-        checks = {"Node": check_node, "Pod": check_pod}.get(kind)
-        problems = list(checks(obj)) if checks else []
-        if problems:
-            raise InvalidObjectError(describe(key), problems)
+        kind, key, obj = _checked(manifest)
         for _ in range(_MAX_ATTEMPTS):
             current = await self.store.get(key)
             prepared = self._prepared(obj, kind=kind, current=current)
@@ -140,6 +129,14 @@ class SimBackend:
                 continue
             return
         raise ConflictError(describe(key), f"still changing after {_MAX_ATTEMPTS} attempts")
+
+    async def create(self, manifest: Mapping[str, Any]) -> bool:
+        kind, key, obj = _checked(manifest)
+        try:
+            await self.store.create(key, self._prepared(obj, kind=kind, current=None))
+        except ConflictError:
+            return False
+        return True
 
     def _prepared(
         self, manifest: dict[str, Any], *, kind: str, current: StoredObject | None
@@ -245,7 +242,7 @@ class SimBackend:
             current = await self.store.get(key)
             if current is None:
                 raise NotFoundError(describe(key))
-            obj = copy.deepcopy(current.obj)
+            obj = current.obj  # decoded for this read alone: changed in place, no copy
             spec = obj.setdefault("spec", {})
             bound_to = spec.get("nodeName") or ""
             if bound_to == node:
@@ -269,6 +266,24 @@ class SimBackend:
 
 
 # --- helpers: objects the sim writes -----------------------------------------------------------
+
+
+def _checked(manifest: Mapping[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """Return (kind, key, a copy of `manifest` with its namespace as stored), or raise
+    InvalidObjectError for a Node or Pod that would not decode."""
+    kind, namespace, name = identity(manifest)
+    key = object_key(kind, namespace, name)
+    obj = copy.deepcopy(dict(manifest))
+    meta = obj.setdefault("metadata", {})
+    if namespace:
+        meta["namespace"] = namespace
+    else:
+        meta.pop("namespace", None)
+    checks = {"Node": check_node, "Pod": check_pod}.get(kind)
+    problems = list(checks(obj)) if checks else []
+    if problems:
+        raise InvalidObjectError(describe(key), problems)
+    return kind, key, obj
 
 
 def _split(workload_key: str) -> tuple[str, str]:

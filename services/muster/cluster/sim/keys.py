@@ -5,6 +5,9 @@
     obj.<kind>.<namespace>.<name>    anything else applied (Kueue objects, Jobs, Workloads);
                                      <namespace> is "_" for a cluster-scoped kind
 
+A scheduling.k8s.io Workload (the Kubernetes Workload API) is stored as kind
+`Workload.scheduling.k8s.io`, apart from Kueue's Workload of the same name and namespace.
+
 Each segment is escaped so that any name makes a valid KV key and the mapping is one-to-one:
 ASCII letters, digits and "-" stay as they are; every other character becomes "=" followed by
 its UTF-8 bytes in upper-case hex ("." -> "=2E", "_" -> "=5F", "=" -> "=3D", "é" -> "=C3=A9").
@@ -44,6 +47,11 @@ CLUSTER_SCOPED_KINDS = frozenset(
         "WorkloadPriorityClass",
     }
 )
+
+# Kinds that another API group also uses: stored as "<kind>.<group>" outside the group that
+# owns the plain name (Kueue's Workload keeps "Workload").
+_SHARED_KINDS = {"Workload": "kueue.x-k8s.io"}
+SCHEDULING_WORKLOAD_KIND = "Workload.scheduling.k8s.io"
 
 _PLAIN = re.compile(r"[A-Za-z0-9-]")
 _ESCAPED = re.compile(r"(?:=[0-9A-F]{2})+")
@@ -113,11 +121,21 @@ def identity(manifest: Mapping[str, Any]) -> tuple[str, str, str]:
         raise InvalidObjectError(who, ["kind: is required"])
     if not isinstance(name, str) or (not name and kind != "Configuration"):
         raise InvalidObjectError(who, ["metadata.name: is required"])
+    kind = _stored_kind(kind, manifest.get("apiVersion"))
     if kind in CLUSTER_SCOPED_KINDS:
         return kind, "", name
     if not isinstance(namespace, str) or not namespace:
         namespace = DEFAULT_NAMESPACE
     return kind, namespace, name
+
+
+def _stored_kind(kind: str, api_version: object) -> str:
+    """Return `kind`, or "<kind>.<group>" for a kind whose plain name another group owns."""
+    owner = _SHARED_KINDS.get(kind)
+    group = api_version.rpartition("/")[0] if isinstance(api_version, str) else ""
+    if owner is None or not group or group == owner:
+        return kind
+    return f"{kind}.{group}"
 
 
 def kind_of(key: str) -> str:

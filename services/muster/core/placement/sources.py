@@ -220,9 +220,11 @@ def _workload_api_member(
     priority: int,
     timeout_s: float | None,
 ) -> Membership:
-    """Gang "<ns>/<workload>/<podGroup>/<replicaKey>"; a preemption evicts the whole Workload."""
+    """Gang "<ns>/<workload>/<podGroup>", plus "/<replicaKey>" when the pod names one; a
+    preemption evicts the whole Workload."""
     owner = f"{namespace}/{ref.name}"
-    key = GangKey(f"{owner}/{ref.pod_group}/{ref.pod_group_replica_key}")
+    replica = f"/{ref.pod_group_replica_key}" if ref.pod_group_replica_key else ""
+    key = GangKey(f"{owner}/{ref.pod_group}{replica}")
     if wl is None:
         return Membership(gang=key, workload=owner)
     group = next((g for g in wl.pod_groups if g.name == ref.pod_group), None)

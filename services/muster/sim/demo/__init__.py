@@ -2,15 +2,19 @@
 
 Ten Jobs arrive a few seconds apart on LocalQueues lq-team-a and lq-team-b, which both feed
 ClusterQueue `cluster-queue` (cpu, memory and nvidia.com/gpu on flavors `default-flavor` and
-`gpu`; three Nodes, the two A100 ones tainted so that only the `gpu` flavor's pods land
+`gpu`; four Nodes, the two A100 ones tainted so that only the `gpu` flavor's pods land
 there). Most run at priority `low`; `urgent-train` arrives at `high` when the GPUs are taken,
-so it preempts a low-priority workload, which runs again later.
+so it preempts a low-priority workload, which runs again later. Beside Kueue, team-a starts
+`dist-train`, a Workload API gang of four pods that gang-permit places all at once.
 """
 
 from __future__ import annotations
 
 SOURCE = "<built-in demo>"
-ABOUT = "the built-in demo: 10 Jobs of teams a and b on ClusterQueue cluster-queue"
+ABOUT = (
+    "the built-in demo: 10 Jobs of teams a and b on ClusterQueue cluster-queue, "
+    "and a Workload API gang of 4"
+)
 
 _CONFIG = """\
 apiVersion: v1
@@ -59,6 +63,13 @@ spec:
   taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]
 status:
   allocatable: {cpu: "4", memory: 16Gi, nvidia.com/gpu: "2", pods: "110"}
+  conditions: [{type: Ready, status: "True"}]
+---
+apiVersion: v1
+kind: Node
+metadata: {name: node-cpu-1, labels: {kubernetes.io/hostname: node-cpu-1}}
+status:
+  allocatable: {cpu: "4", memory: 16Gi, pods: "110"}
   conditions: [{type: Ready, status: "True"}]
 ---
 apiVersion: kueue.x-k8s.io/v1beta1
@@ -141,6 +152,39 @@ spec:
           requests: {requests}
 """
 
+# A Kubernetes v1.35 Workload API gang outside Kueue: four workers that start together or not
+# at all (gang policy, minCount 4), placed by muster's gang-permit (schedulerName: muster).
+_GANG_NAME, _GANG_AFTER, _GANG_RUNS, _GANG_SIZE = "dist-train", 18, 30, 4
+_GANG_WORKLOAD = f"""\
+apiVersion: scheduling.k8s.io/v1alpha1
+kind: Workload
+metadata:
+  namespace: team-a
+  name: {_GANG_NAME}
+  annotations: {{muster.dev/submit-after: "{_GANG_AFTER}"}}
+spec:
+  podGroups:
+  - name: workers
+    policy: {{gang: {{minCount: {_GANG_SIZE}}}}}
+"""
+_GANG_POD = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  namespace: team-a
+  name: {workload}-worker-{i}
+  annotations: {{muster.dev/submit-after: "{after}", muster.dev/run-seconds: "{runs}"}}
+spec:
+  schedulerName: muster
+  workloadRef: {{name: {workload}, podGroup: workers}}
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: registry.example.com/{workload}:latest
+    resources:
+      requests: {{cpu: '1', memory: 2Gi}}
+"""
+
 DEMO_YAML = "---\n".join(
     [
         _CONFIG,
@@ -155,6 +199,11 @@ DEMO_YAML = "---\n".join(
                 requests=requests,
             )
             for name, team, priority, after, runs, pods, requests in _JOBS
+        ),
+        _GANG_WORKLOAD,
+        *(
+            _GANG_POD.format(workload=_GANG_NAME, i=i, after=_GANG_AFTER, runs=_GANG_RUNS)
+            for i in range(_GANG_SIZE)
         ),
     ]
 )

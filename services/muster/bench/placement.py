@@ -1,0 +1,226 @@
+"""The placement section: the gang scheduler alone, in the shape of Kubernetes' scheduler_perf.
+
+5 000 nodes (4 cpu, 32Gi, 110 pods) with 1 000 pods already bound, then 10 000 pods of 100m cpu
+and 500Mi measured; and 5 000 nodes with 1 000, 2 000 and 3 000 gangs of 3 such pods. Each case
+runs "batched" (everything pending, then one pass) and "streamed" (one pod or gang reported, then
+one pass, each in turn). The wall time covers reporting the pods, the passes, and reporting every
+permitted pod bound, as the binder would; building the objects and the cluster is left out.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from typing import Literal
+
+import msgspec
+
+from muster.bench.table import Column, number, render_table
+from muster.core.placement.model import (
+    ONE_POD,
+    PODS,
+    Decision,
+    GangKey,
+    GangPermitted,
+    GangSpec,
+    NodeInfo,
+    NodeName,
+    PodInfo,
+    PodKey,
+    Scoring,
+)
+from muster.core.placement.scheduler import GangScheduler
+
+SECTION = "placement"
+NODES = 5_000
+PLACED = 1_000
+PODS_MEASURED = 10_000
+GANG_COUNTS = (1_000, 2_000, 3_000)
+GANG_SIZE = 3
+MILLI_CPU = 100
+MEMORY = 500 * 2**20 * 1000  # 500Mi in milli-units
+NODE_ALLOCATABLE = {"cpu": 4_000, "memory": 32 * 2**30 * 1000, PODS: 110 * ONE_POD}
+
+Case = Literal["pods", "gangs"]
+Mode = Literal["batched", "streamed"]
+MODES: tuple[Mode, ...] = ("batched", "streamed")
+
+
+class PlacementRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One case in one mode; `-o json` prints exactly these fields."""
+
+    section: str = SECTION
+    case: str  # "pods" (placed on their own) or "gangs"
+    mode: str  # "batched" or "streamed"
+    scoring: str
+    scale: float
+    nodes: int
+    placed_before: int  # pods bound before the measurement
+    pods: int  # pods measured
+    gangs: int  # gangs measured (0 for the pods case)
+    permitted: int  # measured pods permitted
+    passes: int
+    wall_s: float
+    pods_per_s: float
+    ms_per_gang: float | None
+
+
+def scaled(count: int, scale: float) -> int:
+    return max(1, round(count * scale))
+
+
+def cluster(nodes: int, placed: int, *, scoring: Scoring) -> GangScheduler:
+    """A scheduler with `nodes` identical nodes and `placed` pods bound round-robin on them."""
+    scheduler = GangScheduler(scoring=scoring)
+    for i in range(nodes):
+        scheduler.upsert_node(
+            NodeInfo(name=NodeName(f"node-{i:05d}"), allocatable=NODE_ALLOCATABLE)
+        )
+    for i in range(placed):
+        scheduler.upsert_pod(pod(f"placed/p-{i:05d}", node=f"node-{i % nodes:05d}"))
+    scheduler.schedule(now_s=0.0)
+    return scheduler
+
+
+def pod(
+    key: str, *, gang: GangKey | None = None, node: str = "", created_s: float = 0.0
+) -> PodInfo:
+    return PodInfo(
+        key=PodKey(key),
+        gang=gang,
+        created_s=created_s,
+        requests={"cpu": MILLI_CPU, "memory": MEMORY},
+        node=NodeName(node) if node else "",
+    )
+
+
+class Feed:
+    """Reports units to a scheduler, runs passes, and binds what is permitted; counts both."""
+
+    def __init__(self, scheduler: GangScheduler) -> None:
+        self.scheduler = scheduler
+        self.pods: dict[PodKey, PodInfo] = {}
+        self.permitted = 0
+        self.passes = 0
+
+    def report(self, specs: Sequence[GangSpec], pods: Sequence[PodInfo]) -> None:
+        for spec in specs:
+            self.scheduler.upsert_gang(spec)
+        for p in pods:
+            self.pods[p.key] = p
+            self.scheduler.upsert_pod(p)
+
+    def schedule(self, now_s: float) -> None:
+        decisions: list[Decision] = self.scheduler.schedule(now_s=now_s)
+        self.passes += 1
+        for decision in decisions:
+            if isinstance(decision, GangPermitted):
+                for binding in decision.bindings:
+                    bound = msgspec.structs.replace(self.pods[binding.pod], node=binding.node)
+                    self.scheduler.upsert_pod(bound)
+                    self.permitted += 1
+
+
+Unit = tuple[tuple[GangSpec, ...], tuple[PodInfo, ...]]
+
+
+def pod_units(count: int) -> list[Unit]:
+    return [((), (pod(f"ns/p-{i:06d}", created_s=float(i)),)) for i in range(count)]
+
+
+def gang_units(count: int) -> list[Unit]:
+    units: list[Unit] = []
+    for g in range(count):
+        key = GangKey(f"ns/g-{g:05d}")
+        spec = GangSpec(key=key, min_count=GANG_SIZE, created_s=float(g))
+        members = tuple(pod(f"ns/g-{g:05d}-{i}", gang=key) for i in range(GANG_SIZE))
+        units.append(((spec,), members))
+    return units
+
+
+def measure(scheduler: GangScheduler, units: list[Unit], mode: Mode) -> tuple[float, Feed]:
+    """Feed `units` in `mode`; the wall time of the whole feed."""
+    feed = Feed(scheduler)
+    started = time.perf_counter()
+    if mode == "batched":
+        for specs, pods in units:
+            feed.report(specs, pods)
+        feed.schedule(1.0)
+    else:
+        for n, (specs, pods) in enumerate(units):
+            feed.report(specs, pods)
+            feed.schedule(1.0 + n)
+    return time.perf_counter() - started, feed
+
+
+def run_case(case: Case, mode: Mode, *, units: int, scale: float, scoring: Scoring) -> PlacementRow:
+    nodes = scaled(NODES, scale)
+    placed = scaled(PLACED, scale) if case == "pods" else 0
+    scheduler = cluster(nodes, placed, scoring=scoring)
+    work = pod_units(units) if case == "pods" else gang_units(units)
+    wall_s, feed = measure(scheduler, work, mode)
+    pods = sum(len(p) for _, p in work)
+    return PlacementRow(
+        case=case,
+        mode=mode,
+        scoring=scoring,
+        scale=scale,
+        nodes=nodes,
+        placed_before=placed,
+        pods=pods,
+        gangs=units if case == "gangs" else 0,
+        permitted=feed.permitted,
+        passes=feed.passes,
+        wall_s=round(wall_s, 4),
+        pods_per_s=round(pods / wall_s, 1) if wall_s > 0 else 0.0,
+        ms_per_gang=round(1000 * wall_s / units, 4) if case == "gangs" else None,
+    )
+
+
+def run(*, scale: float, scoring: Scoring = "binpack") -> Iterator[PlacementRow]:
+    """Every case and mode at `scale`, one row each, as each finishes."""
+    for mode in MODES:
+        yield run_case(
+            "pods", mode, units=scaled(PODS_MEASURED, scale), scale=scale, scoring=scoring
+        )
+    for count in GANG_COUNTS:
+        for mode in MODES:
+            units = scaled(count, scale)
+            yield run_case("gangs", mode, units=units, scale=scale, scoring=scoring)
+
+
+# --- the table -------------------------------------------------------------------------------
+
+TARGET_PODS_PER_S = 1_500.0  # the pods case, one core
+TARGET_MS_PER_GANG = 3.0  # every gangs row, one core
+
+
+def render(rows: list[PlacementRow]) -> str:
+    """The table, then one line per row saying whether it meets its target."""
+    columns: list[Column[PlacementRow]] = [
+        Column("CASE", lambda r: r.case, numeric=False),
+        Column("MODE", lambda r: r.mode, numeric=False),
+        Column("NODES", lambda r: str(r.nodes)),
+        Column("PLACED", lambda r: str(r.placed_before)),
+        Column("PODS", lambda r: str(r.pods)),
+        Column("GANGS", lambda r: str(r.gangs) if r.gangs else "-"),
+        Column("PERMITTED", lambda r: str(r.permitted)),
+        Column("WALL(s)", lambda r: number(r.wall_s, digits=2)),
+        Column("PODS/s", lambda r: number(r.pods_per_s, digits=0)),
+        Column("MS/GANG", lambda r: number(r.ms_per_gang, digits=3)),
+    ]
+    notes = [target_note(row) for row in rows]
+    if any(row.scale != 1.0 for row in rows):
+        notes.append("(counts scaled with --scale; the targets are for scale 1)")
+    return render_table(columns, rows) + "\n" + "".join(f"{note}\n" for note in notes)
+
+
+def target_note(row: PlacementRow) -> str:
+    name = f"{row.case} {row.mode}" + (f" ({row.gangs} gangs)" if row.gangs else "")
+    if row.ms_per_gang is not None:
+        met = "met" if row.ms_per_gang <= TARGET_MS_PER_GANG else "MISSED"
+        shown = number(row.ms_per_gang, digits=3)
+        return f"{name}: <= {TARGET_MS_PER_GANG:g} ms per gang: {met} ({shown})"
+    met = "met" if row.pods_per_s >= TARGET_PODS_PER_S else "MISSED"
+    shown = number(row.pods_per_s, digits=0)
+    return f"{name}: >= {TARGET_PODS_PER_S:g} pods/s: {met} ({shown})"

@@ -1,0 +1,502 @@
+"""What `GangScheduler` knows between passes: pods, gangs, nominations, and what changed.
+
+Facts go in through the same verbs as the scheduler's (upsert/remove node, gang and pod,
+bind_failed); this module keeps the records consistent with the node table (room held by
+permitted and bound pods) and remembers which units a pass must look at. Decisions are made
+in `scheduler`.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+
+import numpy as np
+
+from muster.core.placement.fit import Signature, SignatureKey, signature_key
+from muster.core.placement.model import (
+    GangKey,
+    GangSpec,
+    NodeInfo,
+    NodeName,
+    PodInfo,
+    PodKey,
+)
+from muster.core.placement.nodes import Ints, NodeTable
+
+WAITING_FOR_SPEC = "waiting for its Workload/PodGroup"
+
+UnitOrder = tuple[int, float, str, int]  # -priority, created_s, key, 0 for a gang / 1 a pod
+
+
+class PodRecord:
+    """A pod: pending (`node` None), permitted (`node`, not `bound`) or bound."""
+
+    __slots__ = ("bound", "info", "node", "owner", "reason", "sig", "tried")
+
+    def __init__(self, info: PodInfo, sig: Signature, owner: str) -> None:
+        self.info = info
+        self.sig = sig
+        self.owner = owner  # what a preemption evicts with it
+        self.node: NodeName | None = None
+        self.bound = False
+        self.reason = ""  # the last GangWaiting reason, placed on its own
+        self.tried = -1  # epoch of its last failed attempt, placed on its own
+
+    def order(self) -> UnitOrder:
+        return (-self.info.priority, self.info.created_s, self.info.key, 1)
+
+
+class Nomination:
+    """Room kept for a preemptor: its planned placement, and the victims' pods still holding."""
+
+    __slots__ = ("priority", "usage", "victim_pods")
+
+    def __init__(
+        self, priority: int, usage: list[tuple[NodeName, Signature, int]], victim_pods: set[PodKey]
+    ) -> None:
+        self.priority = priority
+        self.usage = usage  # (node, signature, pods of it)
+        self.victim_pods = victim_pods
+
+
+class GangRecord:
+    __slots__ = (
+        "held",
+        "key",
+        "nomination",
+        "placed",
+        "pods",
+        "reason",
+        "spec",
+        "started_s",
+        "timed_out",
+        "tried",
+    )
+
+    def __init__(self, key: GangKey) -> None:
+        self.key = key
+        self.spec: GangSpec | None = None
+        self.pods: set[PodKey] = set()
+        self.held = 0  # pods permitted or bound
+        self.placed = False  # permitted as a gang: later pods are placed on their own
+        self.started_s: float | None = None  # the first attempt of the current try
+        self.timed_out = False
+        self.reason = ""  # the last GangWaiting (or timeout, preemption) reason
+        self.tried = -1  # epoch of its last failed attempt
+        self.nomination: Nomination | None = None
+
+    def deadline_s(self, default_timeout_s: float) -> float | None:
+        if self.started_s is None or self.spec is None:
+            return None
+        timeout = self.spec.timeout_s
+        return self.started_s + (default_timeout_s if timeout is None else timeout)
+
+    def order(self) -> UnitOrder:
+        spec = self.spec
+        if spec is None:
+            return (0, 0.0, self.key, 0)
+        return (-spec.priority, spec.created_s, self.key, 0)
+
+
+class PlacementState:
+    """Records of one cluster's pods and gangs, kept consistent with its node table.
+
+    `epoch` grows whenever something happens that could let a waiting unit fit (room freed,
+    a node changed, a pod bound from outside, a nomination dropped); a unit that failed at the
+    current epoch is not tried again until it changes itself.
+    """
+
+    def __init__(self, *, default_timeout_s: float) -> None:
+        self.table = NodeTable()
+        self.default_timeout_s = default_timeout_s
+        self.sigs: dict[SignatureKey, Signature] = {}
+        self.pods: dict[PodKey, PodRecord] = {}
+        self.gangs: dict[GangKey, GangRecord] = {}
+        self.owned: dict[str, set[PodKey]] = {}  # owner -> its pods
+        self.holders: dict[str, set[PodKey]] = {}  # owner -> its pods that hold room
+        self.held_priorities: Counter[int] = Counter()  # of the pods that hold room
+        self.nominations: dict[GangKey, Nomination] = {}
+        self.evicting: dict[PodKey, GangKey] = {}  # victim pod -> its preemptor
+        self.dirty_gangs: set[GangKey] = set()
+        self.dirty_singles: set[PodKey] = set()
+        self.waiting_gangs: set[GangKey] = set()
+        self.waiting_singles: set[PodKey] = set()
+        self.epoch = 0
+        self.nomination_version = 0
+        self._by_priority: dict[int, Ints] = {}
+        self._nominated_shape: tuple[int, tuple[int, ...]] = (-1, ())
+        self.deadlines: list[tuple[float, GangKey]] = []  # a heap, stale entries skipped
+
+    # --- facts ---------------------------------------------------------------------------------
+
+    def upsert_node(self, node: NodeInfo) -> None:
+        if self.table.upsert(node):
+            self.epoch += 1
+
+    def remove_node(self, name: NodeName) -> None:
+        if self.table.remove(name):
+            self.epoch += 1  # no room gained, but the reasons waiting units give change
+
+    def upsert_gang(self, spec: GangSpec) -> None:
+        gang = self.gang(spec.key)
+        if gang.spec == spec:
+            return
+        gang.spec = spec
+        gang.timed_out = False
+        if not gang.placed and gang.held:  # pods bound before the spec was known
+            gang.placed = gang.held >= spec.min_count
+        self.reprioritise(gang, spec.priority)
+        self.push_deadline(gang)
+        self._refresh_owners(gang)
+        self.regroup(gang)
+
+    def remove_gang(self, key: GangKey) -> None:
+        gang = self.gangs.get(key)
+        if gang is None or gang.spec is None:
+            return
+        gang.spec = None
+        gang.started_s = None
+        gang.timed_out = False
+        self.drop_nomination(gang)
+        self.waiting_gangs.discard(key)
+        if not gang.pods:
+            self._forget(gang)
+            return
+        self._refresh_owners(gang)
+        self.regroup(gang)
+
+    def upsert_pod(self, pod: PodInfo) -> None:
+        record = self.pods.get(pod.key)
+        if record is None:
+            self._attach(pod)
+            return
+        old = record.info
+        if old == pod:
+            return
+        same_place = old.gang == pod.gang and signature_key(pod) == record.sig.key
+        if same_place and record.node is not None and pod.node in ("", record.node):
+            if pod.node:
+                record.bound = True  # a reservation becomes use: the same room
+            if old.priority != pod.priority or old.workload != pod.workload:
+                self._unindex(record)
+                record.info = pod
+                record.owner = self.owner_of(pod)
+                self._index(record)
+                self.epoch += 1  # the victims a preemption may choose changed
+            record.info = pod
+            return
+        self._detach(record)
+        self._attach(pod)
+
+    def remove_pod(self, key: PodKey) -> None:
+        record = self.pods.get(key)
+        if record is not None:
+            self._detach(record)
+
+    def bind_failed(self, key: GangKey) -> None:
+        gang = self.gangs.get(key)
+        if gang is None:
+            pod = self.pods.get(PodKey(key))
+            if pod is not None and pod.node is not None and not pod.bound:
+                self.release(pod)
+                self.dirty_singles.add(pod.info.key)
+            return
+        for pod_key in sorted(gang.pods):
+            pod = self.pods[pod_key]
+            if pod.node is not None and not pod.bound:
+                self.release(pod)
+        spec = gang.spec
+        if gang.placed and (spec is None or gang.held < spec.min_count):
+            gang.placed = False
+        gang.started_s = None
+        gang.reason = ""
+        self.regroup(gang)
+
+    # --- records -------------------------------------------------------------------------------
+
+    def gang(self, key: GangKey) -> GangRecord:
+        gang = self.gangs.get(key)
+        if gang is None:
+            gang = self.gangs[key] = GangRecord(key)
+        return gang
+
+    def _forget(self, gang: GangRecord) -> None:
+        del self.gangs[gang.key]
+        self.dirty_gangs.discard(gang.key)
+        self.waiting_gangs.discard(gang.key)
+
+    def _signature(self, pod: PodInfo) -> Signature:
+        key = signature_key(pod)
+        sig = self.sigs.get(key)
+        if sig is None:
+            sig = self.sigs[key] = Signature(key, pod, self.table)
+        sig.refs += 1
+        return sig
+
+    def owner_of(self, pod: PodInfo) -> str:
+        """What a preemption evicts with `pod`: its workload, else its gang's, else itself."""
+        if pod.workload:
+            return pod.workload
+        if pod.gang is not None:
+            gang = self.gangs.get(pod.gang)
+            spec = None if gang is None else gang.spec
+            return (spec.workload if spec is not None else "") or pod.gang
+        return pod.key
+
+    def _refresh_owners(self, gang: GangRecord) -> None:
+        for key in gang.pods:
+            pod = self.pods[key]
+            self._set_owner(pod, self.owner_of(pod.info))
+
+    def _set_owner(self, pod: PodRecord, owner: str) -> None:
+        self._unindex(pod)
+        pod.owner = owner
+        self._index(pod)
+
+    def _index(self, pod: PodRecord) -> None:
+        self.owned.setdefault(pod.owner, set()).add(pod.info.key)
+        if pod.node is not None:
+            self._add_holder(pod)
+
+    def _unindex(self, pod: PodRecord) -> None:
+        if pod.node is not None:
+            self._drop_holder(pod)
+        _discard(self.owned, pod.owner, pod.info.key)
+
+    def _add_holder(self, pod: PodRecord) -> None:
+        self.holders.setdefault(pod.owner, set()).add(pod.info.key)
+        self.held_priorities[pod.info.priority] += 1
+
+    def _drop_holder(self, pod: PodRecord) -> None:
+        _discard(self.holders, pod.owner, pod.info.key)
+        self.held_priorities[pod.info.priority] -= 1
+        if not self.held_priorities[pod.info.priority]:
+            del self.held_priorities[pod.info.priority]
+
+    def holds_below(self, priority: int) -> bool:
+        """Whether any pod of a priority lower than `priority` holds room."""
+        return any(p < priority for p in self.held_priorities)
+
+    def _attach(self, info: PodInfo) -> None:
+        record = PodRecord(info, self._signature(info), self.owner_of(info))
+        self.pods[info.key] = record
+        self._index(record)
+        gang = None if info.gang is None else self.gang(info.gang)
+        if gang is not None:
+            gang.pods.add(info.key)
+        if info.node:
+            node = NodeName(info.node)
+            self.hold(record, node, bound=True)
+            self.table.add_use(node, record.sig.demand(self.table))
+            self.epoch += 1  # a new holder: a possible victim
+            if gang is not None and not gang.placed and gang.spec is not None:
+                gang.placed = gang.held >= gang.spec.min_count
+        if gang is None:
+            self.dirty_singles.add(info.key)
+            return
+        if not info.node:
+            gang.timed_out = False  # one of its pods changed: a new try
+        self.regroup(gang)
+
+    def _detach(self, record: PodRecord) -> None:
+        key = record.info.key
+        if record.node is not None:
+            self.release(record)
+        self._unindex(record)
+        del self.pods[key]
+        self.dirty_singles.discard(key)
+        self.waiting_singles.discard(key)
+        record.sig.refs -= 1
+        if record.sig.refs == 0:
+            del self.sigs[record.sig.key]
+        if record.info.gang is None:
+            return
+        gang = self.gangs[record.info.gang]
+        gang.pods.discard(key)
+        if not gang.pods and gang.spec is None:
+            self._forget(gang)
+        elif not gang.timed_out:
+            self.dirty_gangs.add(gang.key)
+
+    def hold(self, pod: PodRecord, node: NodeName, *, bound: bool) -> None:
+        """Record that `pod` holds room on `node`; the caller adds the room to the table."""
+        pod.node = node
+        pod.bound = bound
+        self._add_holder(pod)
+        self.waiting_singles.discard(pod.info.key)
+        self.dirty_singles.discard(pod.info.key)
+        if pod.info.gang is not None:
+            self.gangs[pod.info.gang].held += 1
+
+    def release(self, pod: PodRecord) -> None:
+        """Give `pod`'s room back: it is pending again (or gone, for the caller)."""
+        assert pod.node is not None
+        self.table.add_use(pod.node, pod.sig.demand(self.table), times=-1)
+        self._drop_holder(pod)
+        pod.node = None
+        pod.bound = False
+        pod.reason = ""
+        self.epoch += 1
+        preemptor = self.evicting.pop(pod.info.key, None)
+        if preemptor is not None:
+            nomination = self.gangs[preemptor].nomination
+            assert nomination is not None
+            nomination.victim_pods.discard(pod.info.key)
+            self.dirty_gangs.add(preemptor)
+        if pod.info.gang is None:
+            return
+        gang = self.gangs[pod.info.gang]
+        gang.held -= 1
+        if gang.held == 0 and gang.placed:
+            gang.placed = False
+            self.regroup(gang)
+
+    def is_single(self, pod: PodRecord) -> bool:
+        """Whether `pod` is placed on its own: no gang, or a late member of a permitted one."""
+        if pod.info.gang is None:
+            return True
+        gang = self.gangs[pod.info.gang]
+        return gang.placed and gang.spec is not None
+
+    def regroup(self, gang: GangRecord) -> None:
+        """After a change to `gang`: it and its pending pods are looked at on the next pass,
+        the pods on their own if the gang is permitted, else with the gang."""
+        self.dirty_gangs.add(gang.key)
+        single = gang.placed and gang.spec is not None
+        for key in gang.pods:
+            pod = self.pods[key]
+            if pod.node is not None:
+                continue
+            if single:
+                self.dirty_singles.add(key)
+            else:
+                self.dirty_singles.discard(key)
+                self.waiting_singles.discard(key)
+
+    def pending(self, gang: GangRecord) -> list[PodKey]:
+        """`gang`'s pods that hold nothing, by key."""
+        return sorted(k for k in gang.pods if self.pods[k].node is None)
+
+    # --- nominations ---------------------------------------------------------------------------
+
+    def nominate(self, gang: GangRecord, nomination: Nomination) -> None:
+        self.drop_nomination(gang)
+        self._nominated()  # up to date before it changes
+        gang.nomination = self.nominations[gang.key] = nomination
+        self._count(nomination, 1)
+        self.nomination_version += 1
+        for key in nomination.victim_pods:
+            self.evicting[key] = gang.key
+
+    def drop_nomination(self, gang: GangRecord) -> None:
+        nomination = gang.nomination
+        if nomination is None:
+            return
+        self._nominated()
+        self._count(nomination, -1)
+        gang.nomination = None
+        del self.nominations[gang.key]
+        self.nomination_version += 1
+        for key in nomination.victim_pods:
+            self.evicting.pop(key, None)
+        self.epoch += 1  # the room it kept is free for others again
+
+    def reprioritise(self, gang: GangRecord, priority: int) -> None:
+        """Move `gang`'s nomination to its new priority."""
+        nomination = gang.nomination
+        if nomination is None or nomination.priority == priority:
+            return
+        self._nominated()
+        self._count(nomination, -1)
+        nomination.priority = priority
+        self._count(nomination, 1)
+        self.nomination_version += 1
+
+    def _nominated(self) -> dict[int, Ints]:
+        """The room nominated per preemptor priority, one matrix each; rebuilt from the
+        nominations when nodes changed (rows are reused)."""
+        shape = (self.table.version, self.table.alloc.shape)
+        if shape != self._nominated_shape:
+            self._nominated_shape = shape
+            self._by_priority = {}
+            for nomination in self.nominations.values():
+                self._count(nomination, 1)
+        return self._by_priority
+
+    def _count(self, nomination: Nomination, sign: int) -> None:
+        table = self.table
+        matrix = self._by_priority.get(nomination.priority)
+        if matrix is None:
+            matrix = self._by_priority[nomination.priority] = np.zeros_like(table.alloc)
+        for node, sig, count in nomination.usage:
+            row = table.index.get(node)
+            if row is not None:
+                demand = sig.demand(table)
+                matrix[row, : len(demand)] += demand * (sign * count)
+
+    def view(self, priority: int, *, own: GangKey | None) -> Ints:
+        """Free room for a unit of `priority`: allocatable minus used, minus the room nominated
+        for other preemptors of the same or a higher priority. A fresh matrix."""
+        free = self.table.free()
+        for level, matrix in self._nominated().items():
+            if level >= priority:
+                free -= matrix
+        mine = None if own is None else self.nominations.get(own)
+        if mine is not None and mine.priority >= priority:
+            for node, sig, count in mine.usage:
+                row = self.table.index.get(node)
+                if row is not None:
+                    demand = sig.demand(self.table)
+                    free[row, : len(demand)] += demand * count
+        return free
+
+    def free_of(self, node: NodeName) -> dict[str, int]:
+        """`node`'s allocatable minus used and every nomination on it."""
+        free = self.table.free_of(node)
+        for nomination in self.nominations.values():
+            for name, sig, count in nomination.usage:
+                if name == node:
+                    demand = self.table.resources_of(sig.demand(self.table))
+                    for resource, amount in demand.items():
+                        free[resource] = free.get(resource, 0) - amount * count
+        return free
+
+    # --- deadlines -----------------------------------------------------------------------------
+
+    def push_deadline(self, gang: GangRecord) -> None:
+        deadline = gang.deadline_s(self.default_timeout_s)
+        if deadline is not None:
+            heapq.heappush(self.deadlines, (deadline, gang.key))
+
+    def _deadline_valid(self, deadline: float, key: GangKey) -> bool:
+        gang = self.gangs.get(key)
+        return (
+            gang is not None
+            and not gang.placed
+            and not gang.timed_out
+            and gang.deadline_s(self.default_timeout_s) == deadline
+        )
+
+    def take_due(self, now_s: float) -> None:
+        """Mark every gang whose deadline has come for the next pass."""
+        while self.deadlines and self.deadlines[0][0] <= now_s:
+            deadline, key = heapq.heappop(self.deadlines)
+            if self._deadline_valid(deadline, key):
+                self.dirty_gangs.add(key)
+
+    def next_deadline_s(self) -> float | None:
+        while self.deadlines:
+            deadline, key = self.deadlines[0]
+            if self._deadline_valid(deadline, key):
+                return deadline
+            heapq.heappop(self.deadlines)
+        return None
+
+
+def _discard(index: dict[str, set[PodKey]], owner: str, key: PodKey) -> None:
+    keys = index.get(owner)
+    if keys is not None:
+        keys.discard(key)
+        if not keys:
+            del index[owner]

@@ -1,0 +1,179 @@
+"""One scheduling pass of gang-permit as the events to publish (docs/events.md), and its memos.
+
+`decide(state, now_s=...)` runs `GangScheduler.schedule` and turns each decision into events:
+GangPermitted → `workload.gang_permitted`; GangTimedOut → `workload.gang_rejected` (reason
+GangTimedOut, every pod); GangWaiting → `workload.gang_waiting` (only when the reason differs
+from the last one published); PlacementPreempted → `workload.placement_preempted`, plus
+`cmd.evict` listing the pods of each victim that Kueue does not manage (a Kueue workload is
+evicted by admission, which owns its quota). The `workload` field is the gang's key.
+
+Event ids are derived from what was decided (gang, its attempt, its pods' uids, the outcome), so
+a pass repeated after a crash publishes the same ids and JetStream drops the copies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+from google.protobuf.message import Message
+
+from muster.api.wellknown import POD_SET_ANNOTATION
+from muster.bus.envelope import new_event
+from muster.contracts.v1 import events_pb2
+from muster.core.placement.model import (
+    Binding,
+    GangKey,
+    GangPermitted,
+    GangTimedOut,
+    GangWaiting,
+    PlacementPreempted,
+    PodKey,
+)
+from muster.gangpermit.state import GANG_TIMED_OUT, GangPermitState, Permit
+
+# The namespace of gang-permit's event ids. Fixed forever: changing it breaks dedupe of a pass
+# repeated across an upgrade.
+DECISION_ID_NAMESPACE: Final = uuid.uuid5(uuid.NAMESPACE_DNS, "gangpermit.muster.dev")
+PLACEMENT_PREEMPTED: Final = "PlacementPreempted"
+
+
+def decide(state: GangPermitState, *, now_s: float) -> list[events_pb2.Envelope]:
+    """One pass: every decision as events, in the order decided; memos updated as if published.
+
+    The caller must publish every event returned (retrying with the same ids until JetStream has
+    them): the scheduler already holds the permits' room.
+    """
+    out: list[events_pb2.Envelope] = []
+    now_ns = int(now_s * 1e9)
+    for decision in state.scheduler.schedule(now_s=now_s):
+        match decision:
+            case GangPermitted(gang=gang, bindings=bindings):
+                env = _event(state, "gang_permitted", _permitted(state, bindings), gang, now_ns)
+                nodes = {b.pod: b.node for b in bindings}
+                state.permits[gang] = Permit(event_id=env.event_id, bindings=nodes, restored=False)
+                state.waiting.pop(gang, None)
+                out.append(env)
+            case GangTimedOut(gang=gang, reason=reason, pods=pods):
+                payload = events_pb2.GangRejected(
+                    reason=GANG_TIMED_OUT, message=reason, pods=_refs(state, pods)
+                )
+                out.append(_event(state, "gang_rejected", payload, gang, now_ns))
+                state.attempts[gang] = state.attempts.get(gang, 0) + 1
+                state.waiting.pop(gang, None)
+            case GangWaiting(gang=gang, reason=reason):
+                if state.waiting.get(gang) != reason:
+                    out.append(_waiting(state, decision, now_ns))
+            case PlacementPreempted():
+                out.extend(_preempted(state, decision, now_ns))
+    return out
+
+
+def _waiting(state: GangPermitState, d: GangWaiting, now_ns: int) -> events_pb2.Envelope:
+    published = state.waiting_published.get(d.gang, 0)
+    payload = events_pb2.GangWaiting(reason=d.reason, pending=d.pending, min_count=d.min_count)
+    env = _event(state, "gang_waiting", payload, d.gang, now_ns, detail=f"{published}/{d.reason}")
+    state.waiting[d.gang] = d.reason
+    state.waiting_published[d.gang] = published + 1
+    return env
+
+
+def _preempted(
+    state: GangPermitState, d: PlacementPreempted, now_ns: int
+) -> list[events_pb2.Envelope]:
+    """The event about the preemptor, then one `cmd.evict` per victim outside Kueue."""
+    payload = events_pb2.PlacementPreempted(victims=d.victims, pods=_refs(state, d.pods))
+    announced = _event(state, "placement_preempted", payload, d.gang, now_ns)
+    out = [announced]
+    for n, victim in enumerate(d.victims, start=1):
+        if victim in state.admitted:
+            continue  # a Kueue workload: admission evicts it (it owns the quota)
+        pods = [p for p in d.pods if state.owners.get(p, p) == victim]
+        command = events_pb2.EvictRequested(
+            reason=PLACEMENT_PREEMPTED,
+            message=f"to place gang {d.gang}",
+            attempt=1,
+            pods=_refs(state, pods),
+        )
+        out.append(
+            new_event(
+                "evict_requested",
+                command,
+                cluster=state.cluster,
+                workload=victim,
+                cause=announced,
+                source=state.source,
+                n=n,
+                now_ns=now_ns,
+            )
+        )
+    return out
+
+
+def _permitted(state: GangPermitState, bindings: Iterable[Binding]) -> events_pb2.GangPermitted:
+    return events_pb2.GangPermitted(
+        bindings=[events_pb2.PodBinding(pod=_ref(state, b.pod), node=b.node) for b in bindings]
+    )
+
+
+def _refs(state: GangPermitState, pods: Sequence[PodKey]) -> list[events_pb2.PodRef]:
+    return [_ref(state, pod) for pod in pods]
+
+
+def _ref(state: GangPermitState, key: PodKey) -> events_pb2.PodRef:
+    pod = state.pods.get(key)
+    namespace, _, name = key.partition("/")
+    if pod is None:
+        return events_pb2.PodRef(namespace=namespace, name=name)
+    group = pod.workload_ref.pod_group if pod.workload_ref is not None else ""
+    return events_pb2.PodRef(
+        namespace=namespace,
+        name=name,
+        pod_set=pod.meta.annotations.get(POD_SET_ANNOTATION, group),
+        uid=pod.meta.uid,
+    )
+
+
+def _event(
+    state: GangPermitState,
+    field: str,
+    payload: Message,
+    gang: GangKey,
+    now_ns: int,
+    *,
+    detail: str = "",
+) -> events_pb2.Envelope:
+    """An event about `gang`, caused by its Kueue admission if it has one, with an id derived
+    from the gang's attempt, its pods and `detail` (see the module docstring)."""
+    kueue = state.admitted.get(gang)
+    cause = kueue.admitted if kueue is not None else None
+    env = new_event(
+        field,
+        payload,
+        cluster=state.cluster,
+        workload=gang,
+        generation=cause.generation if cause is not None else 0,
+        cause=cause,
+        source=state.source,
+        now_ns=now_ns,
+    )
+    pods = state.members.get(gang) or {PodKey(gang)}
+    uids = sorted(state.pods[p].meta.uid for p in pods if p in state.pods)
+    digest = hashlib.sha256(
+        "\n".join([*uids, payload.SerializeToString(deterministic=True).hex()]).encode()
+    )
+    fact = "/".join(
+        [
+            state.cluster,
+            gang,
+            cause.event_id if cause is not None else "",
+            str(state.attempts.get(gang, 0)),
+            field,
+            detail,
+            digest.hexdigest()[:32],
+        ]
+    )
+    env.event_id = str(uuid.uuid5(DECISION_ID_NAMESPACE, fact))
+    return env

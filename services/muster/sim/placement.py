@@ -1,0 +1,424 @@
+"""The simulated cluster of gang placement: Nodes, Pods and gangs, driven by a `GangScheduler`.
+
+`Simulation` (runner.py) makes one when the scenario holds a Node. It reports arrivals (Nodes,
+Pods, scheduling.k8s.io Workloads, PodGroups) and the pods of Kueue-admitted workloads to the
+scheduler, applies its decisions after each engine pass (binding is instant), and keeps every
+pod's record for the report. Its work follows the pods and gangs that change.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import msgspec
+
+from muster.api.model import (
+    Admission,
+    Node,
+    Pod,
+    PodGroup,
+    PriorityClass,
+    ResourceFlavor,
+    SchedulingWorkload,
+    Workload,
+    WorkloadKey,
+)
+from muster.api.wellknown import POD_GROUP_LABEL
+from muster.core.events import Event, EventType
+from muster.core.placement.model import (
+    GangKey,
+    GangPermitted,
+    GangSpec,
+    GangTimedOut,
+    GangWaiting,
+    PlacementPreempted,
+    PodInfo,
+    PodKey,
+)
+from muster.core.placement.scheduler import GangScheduler
+from muster.core.placement.sources import (
+    gang_of_admitted,
+    handled_by,
+    membership,
+    node_info,
+    pod_info,
+    priority_of,
+)
+from muster.sim.scenario import ClusterArrival, Scenario
+from muster.sim.timeline import Action, PodFinish
+
+PodPhase = Literal["Pending", "Running", "Succeeded", "Failed"]
+
+# The PodScheduled=False reasons (and Failed pods' status.reason) the report shows.
+UNSCHEDULABLE = "Unschedulable"  # waiting: for its gang, or for room
+GANG_TIMED_OUT = "GangTimedOut"
+PREEMPTED = "Preempted"  # status.reason of a bare or Workload API pod evicted by placement
+SCHEDULED = "Scheduled"  # Bound events, as Kubernetes names a binding
+
+
+class PodState(msgspec.Struct, frozen=True, kw_only=True):
+    """One pod at the end of a run: as written (or made for a Kueue workload), and its fate."""
+
+    pod: Pod
+    gang: str  # its gang's key; "" for a pod placed on its own or left to another scheduler
+    phase: PodPhase
+    node: str  # "" until bound
+    reason: str  # while Pending: why (PodScheduled=False); once Failed: why it failed
+    message: str
+    created_s: float
+    bound_s: float | None
+    ended_s: float | None
+
+    @property
+    def key(self) -> str:
+        return self.pod.key
+
+
+class PlacementHost(Protocol):
+    """What placement asks of the simulation loop."""
+
+    def record(self, event: Event) -> None: ...
+    def evict(self, key: WorkloadKey, *, reason: str, message: str) -> None: ...
+    def gang_bound(self, key: WorkloadKey) -> None: ...
+    def push(self, at_s: float, action: Action) -> None: ...
+
+
+@dataclass(slots=True)
+class PodRecord:
+    """One pod while the simulation runs; mutable, placement-private."""
+
+    pod: Pod
+    serial: int  # a PodFinish fact for an older serial is stale
+    created_s: float
+    info: PodInfo | None = None  # what the scheduler was told; None: never given to it
+    run_s: float | None = None  # None: runs until the end (or its Kueue workload finishes)
+    phase: PodPhase = "Pending"
+    node: str = ""
+    reason: str = ""
+    message: str = ""
+    bound_s: float | None = None
+    ended_s: float | None = None
+
+    def state(self) -> PodState:
+        gang = self.info.gang if self.info is not None and self.info.gang is not None else ""
+        return PodState(
+            pod=self.pod,
+            gang=gang,
+            phase=self.phase,
+            node=self.node,
+            reason=self.reason,
+            message=self.message,
+            created_s=self.created_s,
+            bound_s=self.bound_s,
+            ended_s=self.ended_s,
+        )
+
+
+class GangSource(msgspec.Struct, frozen=True, kw_only=True):
+    """A scheduling.k8s.io Workload or PodGroup that arrived: when, and its pods' default run
+    time."""
+
+    arrived_s: float
+    run_s: float | None
+
+
+SourceKey = tuple[Literal["Workload", "PodGroup"], str]  # kind, "<namespace>/<name>"
+
+
+class Placement:
+    """Pods on nodes for one simulation; see the module docstring."""
+
+    def __init__(self, host: PlacementHost, scenario: Scenario) -> None:
+        self.host = host
+        self.scheduler = GangScheduler()
+        self.priority_classes: Mapping[str, PriorityClass] = {
+            obj.meta.name: obj for obj in scenario.objects if isinstance(obj, PriorityClass)
+        }
+        self.flavors: Mapping[str, ResourceFlavor] = {
+            obj.meta.name: obj for obj in scenario.objects if isinstance(obj, ResourceFlavor)
+        }
+        self.serials = itertools.count()
+        self.pods: dict[str, PodRecord] = {}
+        self.nodes: dict[str, Node] = {}
+        self.workloads: dict[str, SchedulingWorkload] = {}  # keyed "<namespace>/<name>"
+        self.pod_groups: dict[str, PodGroup] = {}
+        self.sources: dict[SourceKey, GangSource] = {}
+        # Pods whose gang object has not arrived: they join again when it does.
+        self.awaited: dict[SourceKey, list[str]] = {}
+        self.problems: dict[GangKey, str] = {}  # why a known source cannot take the gang
+        self.told: dict[str, str] = {}  # the last GangWaiting message of each waiting unit
+        self.specs: dict[GangKey, GangSpec] = {}  # what the scheduler was told
+        self.members: dict[GangKey, dict[str, None]] = {}  # pods by gang, in arrival order
+        # The gangs of admitted Kueue workloads (keyed by workload, as their gangs are).
+        self.admitted_specs: dict[str, GangSpec] = {}
+
+    # --- facts from the timeline and the engine -------------------------------------------------
+
+    def arrive(self, arrival: ClusterArrival, *, now_s: float) -> None:
+        """A Node, Pod or gang object appears."""
+        obj = arrival.obj
+        match obj:
+            case Node():
+                self.nodes[obj.meta.name] = obj
+                self.scheduler.upsert_node(node_info(obj))
+            case SchedulingWorkload():
+                key = f"{obj.meta.namespace}/{obj.meta.name}"
+                self.workloads[key] = obj
+                self.source_arrived(("Workload", key), arrival, now_s=now_s)
+            case PodGroup():
+                key = f"{obj.meta.namespace}/{obj.meta.name}"
+                self.pod_groups[key] = obj
+                self.source_arrived(("PodGroup", key), arrival, now_s=now_s)
+            case Pod():
+                self.add_pod(obj, run_s=arrival.script.run_s, now_s=now_s)
+
+    def source_arrived(
+        self, source_key: SourceKey, arrival: ClusterArrival, *, now_s: float
+    ) -> None:
+        """A gang object arrived: the gangs that waited for it learn their spec."""
+        self.sources[source_key] = GangSource(arrived_s=now_s, run_s=arrival.script.run_s)
+        for pod_key in self.awaited.pop(source_key, []):
+            record = self.pods.get(pod_key)
+            if record is not None and record.phase == "Pending":
+                self.join(record, now_s=now_s)
+
+    def add_pod(self, pod: Pod, *, run_s: float | None, now_s: float) -> None:
+        """A Pod from the scenario: bound already, left to another scheduler, or muster's."""
+        record = PodRecord(pod=pod, serial=next(self.serials), created_s=now_s, run_s=run_s)
+        self.pods[pod.key] = record
+        if pod.phase in ("Succeeded", "Failed"):
+            record.phase = pod.phase  # done before it arrived: listed, takes no room
+            return
+        if pod.node_name:  # bound by whoever: it takes room on its node
+            record.info = pod_info(pod, gang=None, priority=self.priority(pod), created_s=now_s)
+            self.scheduler.upsert_pod(record.info)
+            self.start(record, pod.node_name, now_s=now_s)
+            return
+        if handled_by(pod):
+            self.join(record, now_s=now_s)
+
+    def join(self, record: PodRecord, *, now_s: float) -> None:
+        """Give a pending pod of muster's to the scheduler, with its gang if it has one."""
+        pod = record.pod
+        priority = self.priority(pod)
+        found = membership(
+            pod,
+            workloads=self.workloads,
+            pod_groups=self.pod_groups,
+            admitted=self.admitted_specs,
+            priority=priority,
+        )
+        source_key = source_of(pod)
+        source = self.sources.get(source_key) if source_key is not None else None
+        gang = found.gang
+        old = record.info.gang if record.info is not None else None
+        if old is not None and old != gang:  # its Workload's policy turned out basic
+            self.members[old].pop(pod.key, None)
+        if gang is not None:
+            self.members.setdefault(gang, {})[pod.key] = None
+            if found.spec is not None and gang not in self.specs:
+                spec = found.spec
+                if source is not None:  # created when it arrived, on the simulation's clock
+                    spec = msgspec.structs.replace(spec, created_s=source.arrived_s)
+                self.specs[gang] = spec
+                self.scheduler.upsert_gang(spec)
+            elif source_key is not None and source is None:
+                self.awaited.setdefault(source_key, []).append(pod.key)
+            if found.problem:
+                self.problems[gang] = found.problem
+                self.tell_waiting(gang, found.problem, now_s=now_s)
+        record.info = pod_info(
+            pod,
+            gang=gang,
+            workload=found.workload,
+            priority=priority,
+            created_s=record.created_s,
+        )
+        self.scheduler.upsert_pod(record.info)
+
+    def admitted(
+        self, wl: Workload, admission: Admission, *, run_s: float | None, now_s: float
+    ) -> None:
+        """The engine admitted `wl`: create its pods and register its gang.
+
+        `run_s` is not the pods' own: the workload finishes `run_s` after its gang is bound.
+        """
+        priority = wl.priority or 0
+        gang = gang_of_admitted(
+            wl, admission, flavors=self.flavors, priority=priority, created_s=now_s
+        )
+        self.admitted_specs[wl.key] = gang.spec
+        self.specs[gang.spec.key] = gang.spec
+        self.scheduler.upsert_gang(gang.spec)
+        members = self.members[gang.spec.key] = {}
+        for pod in gang.pods:
+            record = PodRecord(pod=pod, serial=next(self.serials), created_s=now_s)
+            record.info = pod_info(
+                pod,
+                gang=gang.spec.key,
+                workload=gang.spec.workload,
+                priority=priority,
+                created_s=now_s,
+            )
+            self.pods[pod.key] = record
+            members[pod.key] = None
+            self.scheduler.upsert_pod(record.info)
+
+    def admission_ended(self, key: WorkloadKey, *, finished: bool, now_s: float) -> None:
+        """A Kueue workload finished (its running pods succeed) or lost its admission (its
+        pods are deleted); either way its pods and gang leave the scheduler."""
+        spec = self.admitted_specs.pop(key, None)
+        if spec is None:
+            return
+        for pod_key in self.members.pop(spec.key, {}):
+            record = self.pods[pod_key]
+            self.scheduler.remove_pod(PodKey(pod_key))
+            if finished and record.phase == "Running":
+                record.phase, record.ended_s = "Succeeded", now_s
+            else:
+                del self.pods[pod_key]
+        self.scheduler.remove_gang(spec.key)
+        self.specs.pop(spec.key, None)
+        self.told.pop(spec.key, None)
+
+    def finish_pod(self, key: str, serial: int, *, now_s: float) -> None:
+        """A pod's run-seconds are over: it succeeds and frees its room."""
+        record = self.pods.get(key)
+        if record is None or record.serial != serial or record.phase != "Running":
+            return
+        record.phase, record.ended_s = "Succeeded", now_s
+        self.scheduler.remove_pod(PodKey(key))
+
+    # --- decisions ------------------------------------------------------------------------------
+
+    def schedule(self, now_s: float) -> bool:
+        """One scheduling pass; True when it freed room or quota, so another pass is due now."""
+        again = False
+        for decision in self.scheduler.schedule(now_s=now_s):
+            match decision:
+                case GangWaiting():
+                    self.waiting(decision, now_s=now_s)
+                case GangPermitted():
+                    self.bind(decision, now_s=now_s)
+                case GangTimedOut():
+                    again |= self.time_out(decision, now_s=now_s)
+                case PlacementPreempted():
+                    self.preempt(decision, now_s=now_s)
+                    again = True
+        return again
+
+    def next_deadline_s(self) -> float | None:
+        return self.scheduler.next_deadline_s()
+
+    def waiting(self, decision: GangWaiting, *, now_s: float) -> None:
+        # A source that cannot take the gang says more than "waiting for its Workload".
+        why = self.problems.get(decision.gang, decision.reason)
+        self.tell_waiting(decision.gang, why, now_s=now_s)
+
+    def tell_waiting(self, unit: str, why: str, *, now_s: float) -> None:
+        """Report why a gang (or a pod on its own) waits, once per distinct reason."""
+        if self.told.get(unit) == why:
+            return
+        self.told[unit] = why
+        self.emit(EventType.GANG_WAITING, unit, UNSCHEDULABLE, why, now_s)
+        for record in self.pending_of(unit):
+            record.reason, record.message = UNSCHEDULABLE, why
+
+    def bind(self, decision: GangPermitted, *, now_s: float) -> None:
+        """Bind every permitted pod at once; a Kueue workload's gang starts its run clock."""
+        nodes = sorted({binding.node for binding in decision.bindings})
+        count = len(decision.bindings)
+        summary = f"{count} pod{'s' if count != 1 else ''} on node{'s' if len(nodes) != 1 else ''} "
+        summary += ", ".join(nodes)
+        self.told.pop(decision.gang, None)
+        if not decision.basic:
+            self.emit(EventType.GANG_PERMITTED, decision.gang, "", summary, now_s)
+        for binding in decision.bindings:
+            record = self.pods[binding.pod]
+            assert record.info is not None  # the scheduler permits only pods it was given
+            record.info = msgspec.structs.replace(record.info, node=binding.node)
+            self.scheduler.upsert_pod(record.info)
+            self.start(record, binding.node, now_s=now_s)
+        self.emit(EventType.BOUND, decision.gang, SCHEDULED, summary, now_s)
+        if not decision.basic and decision.gang in self.admitted_specs:
+            self.host.gang_bound(WorkloadKey(decision.gang))
+
+    def start(self, record: PodRecord, node: str, *, now_s: float) -> None:
+        """The pod runs on `node`: for its own run-seconds, else its gang object's."""
+        record.phase, record.node, record.bound_s = "Running", node, now_s
+        record.reason = record.message = ""
+        run_s = record.run_s
+        if run_s is None and (source_key := source_of(record.pod)) is not None:
+            source = self.sources.get(source_key)
+            run_s = source.run_s if source is not None else None
+        if run_s is not None:
+            self.host.push(now_s + run_s, PodFinish(record.pod.key, record.serial))
+
+    def time_out(self, decision: GangTimedOut, *, now_s: float) -> bool:
+        """Reject the gang's pods together; a Kueue workload is evicted (True: quota freed)."""
+        gang = decision.gang
+        self.told.pop(gang, None)
+        self.emit(EventType.GANG_TIMED_OUT, gang, GANG_TIMED_OUT, decision.reason, now_s)
+        if gang in self.admitted_specs:
+            self.host.evict(WorkloadKey(gang), reason=GANG_TIMED_OUT, message=decision.reason)
+            return True
+        for pod_key in decision.pods:
+            record = self.pods.get(pod_key)
+            if record is not None:
+                record.reason, record.message = GANG_TIMED_OUT, decision.reason
+        return False
+
+    def preempt(self, decision: PlacementPreempted, *, now_s: float) -> None:
+        """Evict every victim whole: Kueue workloads through the engine (their pods are
+        deleted), other pods fail with reason Preempted. One event per victim."""
+        message = f"Preempted to place {decision.gang}"
+        for victim in decision.victims:
+            self.emit(
+                EventType.PLACEMENT_PREEMPTED, victim, PREEMPTED, message, now_s, by=decision.gang
+            )
+        for victim in decision.victims:
+            if victim in self.admitted_specs:
+                self.host.evict(WorkloadKey(victim), reason=PREEMPTED, message=message)
+                # The engine leaves a workload alone that it no longer holds as admitted.
+                self.admission_ended(WorkloadKey(victim), finished=False, now_s=now_s)
+        for pod_key in decision.pods:
+            record = self.pods.get(pod_key)
+            if record is not None and record.phase in ("Pending", "Running"):
+                self.scheduler.remove_pod(pod_key)
+                record.phase, record.ended_s = "Failed", now_s
+                record.reason, record.message = PREEMPTED, message
+
+    # --- helpers and views ----------------------------------------------------------------------
+
+    def emit(
+        self, type_: EventType, obj: str, reason: str, message: str, now_s: float, *, by: str = ""
+    ) -> None:
+        event = Event(time=now_s, type=type_, object=obj, reason=reason, message=message, by=by)
+        self.host.record(event)
+
+    def pending_of(self, gang: str) -> list[PodRecord]:
+        """The pending pods of a gang, or the pod itself for one placed on its own."""
+        members = self.members.get(GangKey(gang))
+        keys = list(members) if members is not None else [gang]
+        return [r for key in keys if (r := self.pods.get(key)) and r.phase == "Pending"]
+
+    def priority(self, pod: Pod) -> int:
+        return priority_of(pod, self.priority_classes)
+
+    def pod_states(self) -> tuple[PodState, ...]:
+        return tuple(self.pods[key].state() for key in sorted(self.pods))
+
+    def node_states(self) -> tuple[Node, ...]:
+        return tuple(self.nodes[name] for name in sorted(self.nodes))
+
+
+def source_of(pod: Pod) -> SourceKey | None:
+    """The gang object a pod names: its scheduling.k8s.io Workload, else its PodGroup."""
+    namespace = pod.meta.namespace
+    if pod.workload_ref is not None:
+        return ("Workload", f"{namespace}/{pod.workload_ref.name}")
+    group = pod.meta.labels.get(POD_GROUP_LABEL)
+    return ("PodGroup", f"{namespace}/{group}") if group else None

@@ -1,0 +1,98 @@
+"""`muster bench placement` at a tiny scale: every case and mode, JSON rows and the table."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from muster.cli import bench
+from muster.cli.main import main as muster
+
+TINY = "0.001"  # 5 nodes, 1 pod placed before, 10 pods, 1 / 2 / 3 gangs
+
+ROW_FIELDS = {
+    "section",
+    "case",
+    "mode",
+    "scoring",
+    "scale",
+    "nodes",
+    "placed_before",
+    "pods",
+    "gangs",
+    "permitted",
+    "passes",
+    "wall_s",
+    "pods_per_s",
+    "ms_per_gang",
+}
+
+
+def json_rows(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_prints_one_json_row_per_case_and_mode_with_its_size(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status = muster(["bench", "placement", "--scale", TINY, "-o", "json"])
+
+    rows = json_rows(capsys.readouterr().out)
+    assert status == 0
+    assert all(set(row) == ROW_FIELDS for row in rows)
+    assert [(r["case"], r["mode"], r["nodes"], r["pods"], r["gangs"]) for r in rows] == [
+        ("pods", "batched", 5, 10, 0),
+        ("pods", "streamed", 5, 10, 0),
+        ("gangs", "batched", 5, 3, 1),
+        ("gangs", "streamed", 5, 3, 1),
+        ("gangs", "batched", 5, 6, 2),
+        ("gangs", "streamed", 5, 6, 2),
+        ("gangs", "batched", 5, 9, 3),
+        ("gangs", "streamed", 5, 9, 3),
+    ]
+    assert all(r["permitted"] == r["pods"] for r in rows)  # the cluster has room for all
+    assert [r["passes"] for r in rows[:2]] == [1, 10]
+    assert [r["placed_before"] for r in rows] == [1, 1, 0, 0, 0, 0, 0, 0]
+    assert all(r["scoring"] == "binpack" and r["scale"] == 0.001 for r in rows)
+    assert all(r["pods_per_s"] > 0 for r in rows)
+    assert [r["ms_per_gang"] is None for r in rows] == [True, True] + [False] * 6
+
+
+def test_scoring_option_reaches_the_scheduler(capsys: pytest.CaptureFixture[str]) -> None:
+    bench.main(["placement", "--scale", TINY, "--scoring", "spread", "-o", "json"])
+
+    rows = json_rows(capsys.readouterr().out)
+    assert {r["scoring"] for r in rows} == {"spread"}
+    assert all(r["permitted"] == r["pods"] for r in rows)
+
+
+def test_table_has_a_header_a_line_per_row_and_the_targets(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bench.main(["placement", "--scale", TINY])
+
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "placement"
+    assert lines[2].split() == [
+        "CASE",
+        "MODE",
+        "NODES",
+        "PLACED",
+        "PODS",
+        "GANGS",
+        "PERMITTED",
+        "WALL(s)",
+        "PODS/s",
+        "MS/GANG",
+    ]
+    assert [line.split()[:2] for line in lines[3:11]] == [
+        ["pods", "batched"],
+        ["pods", "streamed"],
+        *[["gangs", mode] for _ in range(3) for mode in ("batched", "streamed")],
+    ]
+    notes = "\n".join(lines[11:])
+    assert "pods streamed: >= 1500 pods/s:" in notes
+    assert "gangs batched (3 gangs): <= 3 ms per gang:" in notes
+    assert "(counts scaled with --scale; the targets are for scale 1)" in notes

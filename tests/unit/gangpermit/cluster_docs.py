@@ -1,0 +1,83 @@
+"""Cluster objects as documents for gangpermit unit tests, and a state fed with them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from muster.api import decode_documents
+from muster.bus import new_event
+from muster.contracts.v1 import events_pb2
+from muster.gangpermit.state import ClusterObject, GangPermitState
+
+GANG = "ns/train/workers"
+
+
+Doc = dict[str, Any]
+
+
+def objects(docs: list[Doc]) -> list[ClusterObject]:
+    found, errors = decode_documents(docs)
+    assert errors == []
+    return found  # type: ignore[return-value]  # only cluster kinds here
+
+
+def node(name: str, cpu: str = "2") -> list[Doc]:
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name},
+            "status": {"allocatable": {"cpu": cpu}},
+        }
+    ]
+
+
+def gang(
+    name: str = "train", *, pods: int = 2, cpu: str = "1", min_count: int | None = None
+) -> list[Doc]:
+    """A scheduling.k8s.io Workload with gang `workers` and its pods."""
+    policy = {"gang": {"minCount": min_count or pods}}
+    workload = {
+        "apiVersion": "scheduling.k8s.io/v1alpha1",
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {"podGroups": [{"name": "workers", "policy": policy}]},
+    }
+    return [workload, *(pod(f"{name}-{i}", workload=name, cpu=cpu)[0] for i in range(pods))]
+
+
+def pod(
+    name: str,
+    *,
+    workload: str = "",
+    cpu: str = "1",
+    node_name: str = "",
+    uid: str = "",
+    labels: dict[str, str] | None = None,
+) -> list[Doc]:
+    spec: Doc = {
+        "schedulerName": "muster",
+        "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}],
+    }
+    if workload:
+        spec["workloadRef"] = {"name": workload, "podGroup": "workers"}
+    if node_name:
+        spec["nodeName"] = node_name
+    meta = {"name": name, "namespace": "ns", "uid": uid or f"uid-{name}", "labels": labels or {}}
+    return [{"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}]
+
+
+def fed(docs: list[Doc], stream: Sequence[events_pb2.Envelope] = ()) -> GangPermitState:
+    """A state that replayed `stream`, then read the cluster `docs` (a restart does this)."""
+    state = GangPermitState(cluster="local")
+    for env in stream:
+        state.apply_event(env)
+    state.restored()
+    for obj in objects(docs):
+        state.put(obj)
+    return state
+
+
+def event(field: str, payload: Any, *, workload: str, **kw: Any) -> events_pb2.Envelope:
+    return new_event(field, payload, cluster="local", workload=workload, source="test", **kw)
