@@ -12,10 +12,8 @@ per pod = bind seen − its create started, on one host clock.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
-import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -24,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from muster.bench.table import Column, render_json_line, render_table
+from muster.bench.table import Column, render_table
 from muster.cluster.sim.backend import SimBackend
 from muster.cluster.sim.keys import POD_PREFIX
 from muster.launcher.nats_server import NatsServer
@@ -197,24 +195,3 @@ def render(rows: list[PlacementE2ERow]) -> str:
         Column("BOUND p99 ms", lambda r: f"{r.bound_p99_ms:g}"),
     ]
     return render_table(columns, rows)
-
-
-def main(argv: Sequence[str]) -> int:
-    """`python -m muster.bench.placement_e2e [-o json] [--scale F]`, until `muster bench` has it."""
-    parser = argparse.ArgumentParser(prog="python -m muster.bench.placement_e2e")
-    parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
-    parser.add_argument("--scale", type=float, default=1.0)
-    args = parser.parse_args(argv)
-    rows = []
-    for row in run(scale=args.scale):
-        if args.output == "json":
-            sys.stdout.write(render_json_line(row))
-            sys.stdout.flush()
-        rows.append(row)
-    if args.output == "table":
-        sys.stdout.write(f"{SECTION}\n\n{render(rows)}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -71,6 +71,16 @@ def run_e2e(args: argparse.Namespace) -> Iterator[Any]:
     return _e2e().run(scale=args.scale, shard_counts=tuple(args.shards))  # type: ignore[no-any-return]
 
 
+def _placement_e2e() -> Any:  # imported only when run, as e2e
+    from muster.bench import placement_e2e
+
+    return placement_e2e
+
+
+def run_placement_e2e(args: argparse.Namespace) -> Iterator[Any]:
+    return _placement_e2e().run(scale=args.scale)  # type: ignore[no-any-return]
+
+
 def add_placement_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--scoring",
@@ -110,6 +120,14 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
             add_options=add_e2e_options,
             run=run_e2e,
             render=lambda rows: _e2e().render(rows),
+        ),
+        Section(
+            name="placement-e2e",
+            help="pods through NATS, gangpermit, binder and the sim kubelet: pods/s and "
+            "creation->bound latency, single pods and gangs of 3",
+            add_options=lambda parser: None,
+            run=run_placement_e2e,
+            render=lambda rows: _placement_e2e().render(rows),
         ),
     )
 }

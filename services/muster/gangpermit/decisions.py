@@ -64,6 +64,8 @@ def decide(state: GangPermitState, *, now_s: float) -> list[events_pb2.Envelope]
                 state.attempts[gang] = state.attempts.get(gang, 0) + 1
                 state.waiting.pop(gang, None)
             case GangWaiting(gang=gang, reason=reason):
+                if state.awaits_admission(gang):
+                    continue  # pods the binder created a moment before `admitted` reached us
                 if state.waiting.get(gang) != reason:
                     out.append(_waiting(state, decision, now_ns))
             case PlacementPreempted():

@@ -342,6 +342,17 @@ class GangPermitState:
         found = self.admitted.get(key) if name else None
         return {key: found.spec} if found is not None else {}
 
+    def awaits_admission(self, gang: GangKey) -> bool:
+        """Whether `gang` is a Kueue workload's whose `admitted` event is not folded in yet: its
+        pods (created by the binder on admission) can reach the cluster watch first."""
+        if gang in self.admitted or gang in self.specs:
+            return False
+        return any(
+            WORKLOAD_LABEL in self.pods[p].meta.labels
+            for p in self.members.get(gang, ())
+            if p in self.pods
+        )
+
     def _priority_classes(self) -> dict[str, PriorityClass]:
         if not self.cluster_priority_classes:
             return self.stream_priority_classes

@@ -148,10 +148,11 @@ def test_kueue_workload_is_one_gang_of_its_admitted_pods_with_min_count() -> Non
     )
     state = fed(node("a", cpu="2"))
     state.apply_event(submitted)
-    assert state.apply_event(admitted)
     started = [pod(f"job-main-{i}", labels={"muster.dev/workload": "job"})[0] for i in range(3)]
-    for obj in objects(started):
+    for obj in objects(started):  # the binder's pods can reach the watch before `admitted`
         state.put(obj)
+    assert decide(state, now_s=0.5) == []  # no "waiting for its Workload" for a Kueue job
+    assert state.apply_event(admitted)
 
     permit, left = decide(state, now_s=1.0)
 
