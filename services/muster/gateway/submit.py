@@ -26,6 +26,7 @@ from muster.api.model import (
     ClusterObject,
     ConfigObject,
     KueueConfig,
+    ObjectMeta,
     SchedulingWorkload,
     Workload,
 )
@@ -238,18 +239,35 @@ def _plan_config(
     except (TypeError, ValueError) as exc:
         return FieldError(f"{kind}/{key}", "(document)", f"cannot be written as JSON: {exc}")
     payload = events_pb2.ConfigApplied(kind=kind, name=key, manifest_json=manifest_json)
+    return _planned_object(
+        kind, key, obj.meta, body, cluster=cluster, event_type="config.applied", payload=payload
+    )
+
+
+def _planned_object(
+    kind: str,
+    key: str,
+    meta: ObjectMeta,
+    body: str,
+    *,
+    cluster: str,
+    event_type: str,
+    payload: events_pb2.ConfigApplied | events_pb2.ApplyRequested,
+) -> PlannedEvent:
+    """The event for one object that is not a workload, its id fixed by kind, key and body."""
+    version = f"{meta.uid}/{meta.generation}"
     return PlannedEvent(
         kind=kind,
         key=key,
         event_id=event_id(
             cluster=cluster,
-            event_type="config.applied",
+            event_type=event_type,
             kind=kind,
             key=key,
-            version=f"{meta.uid}/{meta.generation}",
+            version=version,
             body=body,
         ),
-        payload_field="config_applied",
+        payload_field="config_applied" if event_type == "config.applied" else "apply_requested",
         payload=payload,
     )
 
@@ -266,19 +284,9 @@ def _plan_cluster_object(
         body = _canonical_json(raw)
     except (TypeError, ValueError) as exc:
         return FieldError(f"{kind}/{key}", "(document)", f"cannot be written as JSON: {exc}")
-    return PlannedEvent(
-        kind=kind,
-        key=key,
-        event_id=event_id(
-            cluster=cluster,
-            event_type="cmd.apply",
-            kind=kind,
-            key=key,
-            version=f"{meta.uid}/{meta.generation}",
-            body=body,
-        ),
-        payload_field="apply_requested",
-        payload=events_pb2.ApplyRequested(manifests_json=[body]),
+    payload = events_pb2.ApplyRequested(manifests_json=[body])
+    return _planned_object(
+        kind, key, meta, body, cluster=cluster, event_type="cmd.apply", payload=payload
     )
 
 
