@@ -81,6 +81,16 @@ def run_placement_e2e(args: argparse.Namespace) -> Iterator[Any]:
     return _placement_e2e().run(scale=args.scale)  # type: ignore[no-any-return]
 
 
+def _kube() -> Any:  # imported only when run: it starts the API-server stand-in
+    from muster.bench import kube
+
+    return kube
+
+
+def run_kube(args: argparse.Namespace) -> Iterator[Any]:
+    return _kube().run(scale=args.scale)  # type: ignore[no-any-return]
+
+
 def add_placement_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--scoring",
@@ -128,6 +138,14 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
             add_options=lambda parser: None,
             run=run_placement_e2e,
             render=lambda rows: _placement_e2e().render(rows),
+        ),
+        Section(
+            name="kube",
+            help="the Kubernetes backend against the API-server stand-in: watch events/s "
+            "decoded, and status writes/s achieved under the configured rate limit",
+            add_options=lambda parser: None,
+            run=run_kube,
+            render=lambda rows: _kube().render(rows),
         ),
     )
 }

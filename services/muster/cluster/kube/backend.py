@@ -1,0 +1,474 @@
+"""KubeBackend: the ClusterBackend of a real cluster, over the official `kubernetes` client.
+
+Watch side: `informer.merged_watch` over `resources.watched_sources`. Binder side: a Job a
+Kueue Workload stands for is started and stopped as Kueue does (`jobs`); a bare Kueue Workload
+gets its pods from its podset templates (muster is its controller); a pod group's pods exist
+already. Binding uses the `pods/binding` subresource. Writes are paced by a token bucket and
+retried (409 Conflict re-reads) before a ClusterError leaves; every client failure is mapped in
+`transport`, so no kubernetes or aiohttp exception gets out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import msgspec
+
+from muster.api.job import QUEUE_NAME_KEY
+from muster.api.wellknown import POD_GROUP_LABEL, POD_SET_ANNOTATION, WORKLOAD_LABEL
+from muster.cluster.backend import ClusterBackend, ClusterChange, PodSetStart
+from muster.cluster.errors import (
+    BindConflictError,
+    ClusterError,
+    InvalidObjectError,
+    NotFoundError,
+)
+from muster.cluster.kube import jobs
+from muster.cluster.kube.config import KubeConfig, api_client
+from muster.cluster.kube.informer import merged_watch
+from muster.cluster.kube.ratelimit import TokenBucket
+from muster.cluster.kube.resources import (
+    JOBS,
+    NODES,
+    PODS,
+    Resource,
+    kueue_resources,
+    resource_for,
+    resource_for_kind,
+    watched_sources,
+)
+from muster.cluster.kube.transport import MERGE_PATCH, Response, Transport, retrying
+from muster.cluster.objects import NodeView, PodView, check_node, check_pod, node_view, pod_view
+
+log = logging.getLogger(__name__)
+V = TypeVar("V")
+
+_NAMESPACED_DEFAULT = "default"
+
+
+class KubeBackend:
+    """A Kubernetes cluster behind the ClusterBackend protocol."""
+
+    def __init__(self, transport: Transport, *, config: KubeConfig) -> None:
+        problems = config.problems()
+        if problems:
+            raise ValueError("; ".join(problems))
+        self.transport = transport
+        self.config = config
+        self._kueue = kueue_resources(config.kueue_version)
+
+    @classmethod
+    async def connect(cls, config: KubeConfig) -> KubeBackend:
+        """A backend over a client it owns (`close` closes it)."""
+        api = await api_client(config)
+        writes = TokenBucket(config.write_qps, config.write_burst)
+        transport = Transport(api, writes=writes, request_timeout_s=config.request_timeout_s)
+        return cls(transport, config=config)
+
+    async def close(self) -> None:
+        await self.transport.close()
+
+    async def _retrying(self, op: Callable[[], Awaitable[V]]) -> V:
+        return await retrying(op, backoff=self.config.retry)
+
+    # --- objects ------------------------------------------------------------------------------
+
+    def _prepared(self, manifest: Mapping[str, Any]) -> tuple[Resource, str, str, dict[str, Any]]:
+        """(resource, namespace, name, a copy of `manifest` as stored); raises for a Node or
+        Pod that would not decode, or a kind muster does not write."""
+        resource = resource_for(manifest, kueue_version=self.config.kueue_version)
+        obj = copy.deepcopy(dict(manifest))
+        obj.setdefault("apiVersion", resource.api_version)
+        meta = obj.setdefault("metadata", {})
+        name = str(meta.get("name") or "")
+        if not name:
+            raise InvalidObjectError(f"{resource.kind}/", ["metadata.name: is required"])
+        namespace = ""
+        if resource.namespaced:
+            namespace = meta.get("namespace") or _NAMESPACED_DEFAULT
+            meta["namespace"] = namespace
+        else:
+            meta.pop("namespace", None)
+        checks = {"Node": check_node, "Pod": check_pod}.get(resource.kind)
+        problems = list(checks(obj)) if checks is not None and resource.group == "" else []
+        if problems:
+            raise InvalidObjectError(resource.describe(name, namespace), problems)
+        return resource, namespace, name, obj
+
+    async def apply(self, manifest: Mapping[str, Any]) -> None:
+        resource, namespace, name, obj = self._prepared(manifest)
+        who = resource.describe(name, namespace)
+
+        async def create_or_replace() -> None:
+            created = await self.transport.request(
+                "POST", resource.collection_path(namespace), obj=who, body=obj
+            )
+            if created.ok:
+                return
+            if not _already_exists(created):
+                raise created.error(who)
+            current = await self._get(resource, name, namespace)
+            replacement = copy.deepcopy(obj)
+            meta, old_meta = replacement["metadata"], current.get("metadata") or {}
+            meta["resourceVersion"] = old_meta.get("resourceVersion", "")
+            meta.setdefault("uid", old_meta.get("uid"))
+            if "status" not in replacement and "status" in current:
+                replacement["status"] = current["status"]
+            await self.transport.checked(
+                "PUT", resource.object_path(name, namespace), obj=who, body=replacement
+            )
+
+        await self._retrying(create_or_replace)
+
+    async def create(self, manifest: Mapping[str, Any]) -> bool:
+        resource, namespace, name, obj = self._prepared(manifest)
+        who = resource.describe(name, namespace)
+
+        async def create() -> bool:
+            response = await self.transport.request(
+                "POST", resource.collection_path(namespace), obj=who, body=obj
+            )
+            if response.ok:
+                return True
+            if _already_exists(response):
+                return False
+            raise response.error(who)
+
+        return await self._retrying(create)
+
+    async def delete(self, kind: str, name: str, *, namespace: str = "") -> bool:
+        resource = resource_for_kind(kind, kueue_version=self.config.kueue_version)
+        namespace = (namespace or _NAMESPACED_DEFAULT) if resource.namespaced else ""
+        return await self._delete(resource, name, namespace)
+
+    async def _delete(self, resource: Resource, name: str, namespace: str) -> bool:
+        who = resource.describe(name, namespace)
+
+        async def delete() -> bool:
+            response = await self.transport.request(
+                "DELETE",
+                resource.object_path(name, namespace),
+                obj=who,
+                body={"propagationPolicy": "Background"},
+            )
+            if response.status == 404:
+                return False
+            if not response.ok:
+                raise response.error(who)
+            return True
+
+        return await self._retrying(delete)
+
+    async def _get(self, resource: Resource, name: str, namespace: str = "") -> dict[str, Any]:
+        who = resource.describe(name, namespace)
+        obj: dict[str, Any] = await self._retrying(
+            lambda: self.transport.checked("GET", resource.object_path(name, namespace), obj=who)
+        )
+        return obj
+
+    async def _get_or_none(
+        self, resource: Resource, name: str, namespace: str = ""
+    ) -> dict[str, Any] | None:
+        try:
+            return await self._get(resource, name, namespace)
+        except NotFoundError:
+            return None
+
+    async def _list(
+        self, resource: Resource, *, namespace: str = "", **selectors: str
+    ) -> list[dict[str, Any]]:
+        query = [(k, v) for k, v in selectors.items() if v]
+        items, _ = await self._retrying(
+            lambda: self.transport.list_all(
+                resource.collection_path(namespace),
+                obj=f"{resource.kind}List",
+                query=query,
+                page_size=self.config.watch.page_size,
+            )
+        )
+        return items
+
+    async def list_nodes(self) -> list[NodeView]:
+        views = [_view(node_view, obj) for obj in await self._list(NODES)]
+        return sorted((v for v in views if v is not None), key=lambda v: v.name)
+
+    async def list_pods(self) -> list[PodView]:
+        views = [_view(pod_view, obj) for obj in await self._list(PODS)]
+        return sorted((v for v in views if v is not None), key=lambda v: (v.namespace, v.name))
+
+    def watch(self, *, from_revision: int = 0) -> AsyncGenerator[ClusterChange, None]:
+        sources = watched_sources(
+            scheduler_name=self.config.scheduler_name, kueue_version=self.config.kueue_version
+        )
+        return merged_watch(
+            self.transport, sources, settings=self.config.watch, from_revision=from_revision
+        )
+
+    # --- workloads ----------------------------------------------------------------------------
+
+    async def start_workload(self, workload_key: str, *, pod_sets: Sequence[PodSetStart]) -> None:
+        namespace, name = _split(workload_key)
+        job, workload = await self._job_of(namespace, name)
+        if job is not None:
+            await self._start_job(job, pod_sets, workload=name)
+        elif workload is not None:
+            await self._create_pods(workload, pod_sets)
+        # Otherwise a pod group: its pods exist already.
+
+    async def stop_workload(self, workload_key: str) -> None:
+        namespace, name = _split(workload_key)
+        job, _ = await self._job_of(namespace, name)
+        if job is not None:
+            await self._stop_job(job)
+            return
+        pods = await self._pods_of(namespace, name)
+        await asyncio.gather(*(self._delete(PODS, p["metadata"]["name"], namespace) for p in pods))
+
+    async def _job_of(
+        self, namespace: str, name: str
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """(the Job workload `name` stands for, the Kueue Workload `name`), each None if absent.
+
+        Tried in turn: the Job name Kueue's naming implies, the Kueue Workload's controller
+        owner, and the queued Jobs of the namespace (a long Job name is cut in the Workload's).
+        """
+        if name.startswith("job-") and len(name) > len("job--12345"):
+            guess = await self._get_or_none(JOBS, name[len("job-") : -6], namespace)
+            if guess is not None and jobs.workload_name(guess) == name:
+                return guess, None
+        workload = await self._get_or_none(self._kueue["Workload"], name, namespace)
+        owner = _controller(workload) if workload is not None else None
+        if owner is not None and owner.get("kind") == "Job":
+            job = await self._get_or_none(JOBS, str(owner.get("name")), namespace)
+            if job is not None and (job.get("metadata") or {}).get("uid") == owner.get("uid"):
+                return job, workload
+        if workload is None and name.startswith("job-"):
+            for job in await self._list(JOBS, namespace=namespace, labelSelector=QUEUE_NAME_KEY):
+                if jobs.workload_name(job) == name:
+                    return job, None
+        return None, workload
+
+    async def _start_job(
+        self, job: Mapping[str, Any], pod_sets: Sequence[PodSetStart], *, workload: str
+    ) -> None:
+        meta = job.get("metadata") or {}
+        job_name, namespace = str(meta.get("name")), str(meta.get("namespace"))
+        current: Mapping[str, Any] | None = job
+
+        async def start() -> None:
+            nonlocal current
+            fresh = current if current is not None else await self._get(JOBS, job_name, namespace)
+            current = None  # a retry reads again
+            if jobs.is_suspended(fresh) and (fresh.get("status") or {}).get("startTime"):
+                fresh = await self._clear_start_time(job_name, namespace)  # else no template change
+            started = jobs.started_job(fresh, pod_sets, workload=workload)
+            if started is None:
+                return
+            await self.transport.checked(
+                "PUT",
+                JOBS.object_path(job_name, namespace),
+                obj=JOBS.describe(job_name, namespace),
+                body=started,
+            )
+
+        await self._retrying(start)
+
+    async def _stop_job(self, job: Mapping[str, Any]) -> None:
+        meta = job.get("metadata") or {}
+        job_name, namespace = str(meta.get("name")), str(meta.get("namespace"))
+        path, who = JOBS.object_path(job_name, namespace), JOBS.describe(job_name, namespace)
+
+        async def stop() -> None:
+            current = await self._get(JOBS, job_name, namespace)
+            suspended = jobs.suspended_job(current)
+            if suspended is not None:
+                current = await self.transport.checked("PUT", path, obj=who, body=suspended)
+            if (current.get("status") or {}).get("startTime"):
+                current = await self._clear_start_time(job_name, namespace)
+            restored = jobs.restored_job(current)
+            if restored is None:
+                return
+            try:
+                await self.transport.checked("PUT", path, obj=who, body=restored)
+            except InvalidObjectError as err:  # suspended is what counts; restore next time
+                log.warning("cannot restore the pod template of %s: %s", who, err)
+
+        await self._retrying(stop)
+
+    async def _clear_start_time(self, job_name: str, namespace: str) -> dict[str, Any]:
+        """Clear a suspended Job's status.startTime, as Kueue does so its template may change."""
+        job: dict[str, Any] = await self.transport.checked(
+            "PATCH",
+            JOBS.object_path(job_name, namespace, "status"),
+            obj=JOBS.describe(job_name, namespace),
+            body={"status": {"startTime": None}},
+            content_type=MERGE_PATCH,
+        )
+        return job
+
+    async def _create_pods(
+        self, workload: Mapping[str, Any], pod_sets: Sequence[PodSetStart]
+    ) -> None:
+        """Create the pods of a bare Kueue Workload from its podset templates (idempotent)."""
+        templates = {
+            ps.get("name"): ps.get("template") or {}
+            for ps in (workload.get("spec") or {}).get("podSets") or []
+        }
+        pods = [
+            _pod(
+                workload,
+                ps,
+                i,
+                template=templates.get(ps.name) or {},
+                scheduler=self.config.scheduler_name,
+            )
+            for ps in pod_sets
+            for i in range(ps.count)
+        ]
+        await asyncio.gather(*(self.create(pod) for pod in pods))
+
+    async def _pods_of(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """The pods of workload or pod group `name`: labelled with it, or (a Workload API pod
+        group "<workload>/<podGroup>[/<replica>]") referring to it."""
+        if "/" in name:
+            ref = name.split("/")
+            return [
+                p for p in await self._list(PODS, namespace=namespace) if _workload_ref(p) == ref
+            ]
+        labelled = await self._list(
+            PODS, namespace=namespace, labelSelector=f"{WORKLOAD_LABEL}={name}"
+        )
+        grouped = await self._list(
+            PODS, namespace=namespace, labelSelector=f"{POD_GROUP_LABEL}={name}"
+        )
+        by_name = {p["metadata"]["name"]: p for p in (*labelled, *grouped)}
+        return [by_name[n] for n in sorted(by_name)]
+
+    async def bind(self, namespace: str, pod: str, node: str) -> None:
+        who = PODS.describe(pod, namespace)
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": pod, "namespace": namespace},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+
+        async def bind() -> None:
+            response = await self.transport.request(
+                "POST", PODS.object_path(pod, namespace, "binding"), obj=who, body=binding
+            )
+            if response.ok:
+                return
+            if response.status == 404:
+                raise NotFoundError(who)
+            if response.status != 409:
+                raise response.error(who)
+            # Already bound, being deleted, or gated: which one, the pod says.
+            current = await self._get(PODS, pod, namespace)
+            bound_to = (current.get("spec") or {}).get("nodeName") or ""
+            if bound_to == node:
+                return
+            if bound_to:
+                raise BindConflictError(who, bound_to=bound_to, wanted=node)
+            raise ClusterError(who, "Conflict", response.error(who).message)
+
+        await self._retrying(bind)
+
+
+def _already_exists(response: Response) -> bool:
+    return response.status == 409 and b'"AlreadyExists"' in response.body
+
+
+def _split(workload_key: str) -> tuple[str, str]:
+    namespace, _, name = workload_key.partition("/")
+    if not namespace or not name:
+        raise ClusterError(
+            f"Workload/{workload_key}", "Invalid", 'workload key must be "<namespace>/<name>"'
+        )
+    return namespace, name
+
+
+def _controller(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller"):
+            return ref
+    return None
+
+
+def _workload_ref(pod: Mapping[str, Any]) -> list[str]:
+    ref = (pod.get("spec") or {}).get("workloadRef") or {}
+    parts = [str(ref.get("name", "")), str(ref.get("podGroup", ""))]
+    replica = ref.get("podGroupReplicaKey")
+    return [*parts, str(replica)] if replica else parts
+
+
+def _pod(
+    workload: Mapping[str, Any],
+    pod_set: PodSetStart,
+    index: int,
+    *,
+    template: Mapping[str, Any],
+    scheduler: str,
+) -> dict[str, Any]:
+    """Pod `index` of `pod_set` from the Workload's template, placed as admitted."""
+    meta = workload.get("metadata") or {}
+    name = str(meta.get("name"))
+    t_meta = template.get("metadata") or {}
+    spec = copy.deepcopy(dict(template.get("spec") or {}))
+    spec["schedulerName"] = scheduler
+    if pod_set.node_selector:
+        spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **pod_set.node_selector}
+    tolerations = list(spec.get("tolerations") or [])
+    for t in map(jobs.toleration_manifest, pod_set.tolerations):
+        if t not in tolerations:
+            tolerations.append(t)
+    if tolerations:
+        spec["tolerations"] = tolerations
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{name}-{pod_set.name}-{index}",
+            "namespace": meta.get("namespace"),
+            "labels": {**(t_meta.get("labels") or {}), WORKLOAD_LABEL: name},
+            "annotations": {
+                **(t_meta.get("annotations") or {}),
+                **pod_set.annotations,
+                POD_SET_ANNOTATION: pod_set.name,
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": workload.get("apiVersion"),
+                    "kind": "Workload",
+                    "name": name,
+                    "uid": meta.get("uid"),
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": spec,
+    }
+
+
+def _view(parse: Callable[[Mapping[str, Any]], V], obj: Mapping[str, Any]) -> V | None:
+    """The view of one listed object; one that will not decode is logged and skipped."""
+    try:
+        return parse(obj)
+    except msgspec.ValidationError as exc:
+        meta = obj.get("metadata") or {}
+        log.warning(
+            "skipping undecodable object",
+            extra={"key": f"{meta.get('namespace', '')}/{meta.get('name', '')}", "error": str(exc)},
+        )
+        return None
+
+
+if TYPE_CHECKING:
+
+    def _conforms(backend: KubeBackend) -> ClusterBackend:
+        return backend  # mypy checks KubeBackend against the protocol here

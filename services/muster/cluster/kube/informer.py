@@ -1,0 +1,340 @@
+"""The merged watch behind `KubeBackend.watch`: one list-then-watch per `Source`, merged into
+one `ClusterChange` stream.
+
+Each source lists (paged), then watches from the list's resourceVersion with bookmarks; a cut
+stream resumes from the last resourceVersion it saw, `410 Gone` relists (showing only
+differences, see `changes`), other failures back off exponentially, and a resource that is not
+served (a CRD not installed) is retried every `missing_retry_s`, with one warning.
+
+Revisions. The API server's resourceVersion is etcd's one global revision, but separate watch
+streams deliver it out of order between resources, so a change's own resourceVersion is no
+safe resume point. Each change's `revision` is therefore built from the *floor*: the lowest
+resourceVersion up to which every source has delivered everything (advanced by events,
+bookmarks and lists). `revision = max(previous + 1, floor << SEQ_BITS)`, so
+`revision >> SEQ_BITS` is the floor whenever fewer than 2**SEQ_BITS changes pass at one floor.
+`watch(from_revision=R)` resumes every source from `R >> SEQ_BITS`: nothing is lost, and
+changes between the floor and R may be shown again (as ADDED: a resumed watch knows nothing).
+A floor of 0 (R < 2**SEQ_BITS: the consumer stopped during the initial list) lists again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import AsyncGenerator, Sequence
+from typing import Any
+
+import msgspec
+
+from muster.cluster.backend import ClusterChange
+from muster.cluster.errors import ClusterError, NotFoundError
+from muster.cluster.kube.changes import ChangeCache, Pending, resource_version
+from muster.cluster.kube.resources import NAMESPACES, Source, change_key
+from muster.cluster.kube.transport import Backoff, Transport, UnavailableError, decode_status
+
+log = logging.getLogger(__name__)
+
+SEQ_BITS = 20
+_EXPIRED = frozenset({"Expired", "Gone"})
+
+
+class WatchSettings(msgspec.Struct, frozen=True, kw_only=True):
+    page_size: int = 500  # list pages (limit/continue)
+    timeout_s: float = 300.0  # server-side watch timeout, randomized up to twice this
+    missing_retry_s: float = 30.0  # how often a resource that is not served is tried again
+    backoff: Backoff = Backoff(initial_s=0.2, max_s=10.0)
+    queue_size: int = 10_000  # changes read ahead of the consumer
+
+
+def floor_of(revision: int) -> int:
+    """The resourceVersion a watch resumed after `revision` starts every source from."""
+    return revision >> SEQ_BITS
+
+
+class _ExpiredError(Exception):
+    """The resourceVersion to resume from is compacted away: list again."""
+
+
+class _Event(msgspec.Struct, frozen=True):
+    type: str
+    object: dict[str, Any]
+
+
+_event_decoder = msgspec.json.Decoder(_Event)
+
+
+class _Item(msgspec.Struct, frozen=True, array_like=True):
+    """What a source hands the consumer: its progress after this item, and maybe a change."""
+
+    source: int
+    progress: int  # 0: unchanged
+    change: Pending | None = None
+
+
+class _SourceLoop:
+    """List-then-watch of one source, forever; feeds `queue` in resourceVersion order."""
+
+    def __init__(
+        self,
+        index: int,
+        source: Source,
+        *,
+        transport: Transport,
+        cache: ChangeCache,
+        queue: asyncio.Queue[_Item | BaseException],
+        settings: WatchSettings,
+        start_rv: int,
+    ) -> None:
+        self.index = index
+        self.source = source
+        self._transport = transport
+        self._cache = cache
+        self._queue = queue
+        self._settings = settings
+        self.progress = start_rv
+        self._needs_list = start_rv == 0
+        self._warned_missing = False
+        self._seen_before_request = 0  # cache.max_rv when the last request was sent
+
+    def _selectors(self) -> list[tuple[str, str]]:
+        query = []
+        if self.source.label_selector:
+            query.append(("labelSelector", self.source.label_selector))
+        if self.source.field_selector:
+            query.append(("fieldSelector", self.source.field_selector))
+        return query
+
+    async def run(self) -> None:
+        delays = self._settings.backoff.delays()
+        while True:
+            try:
+                if self._needs_list:
+                    await self._list()
+                    self._needs_list = False
+                await self._watch()
+                delays = self._settings.backoff.delays()  # a clean end: the server's timeout
+            except _ExpiredError:
+                log.info(
+                    "%s: resourceVersion %d expired; listing again", self.source.name, self.progress
+                )
+                self._needs_list = True
+            except NotFoundError:
+                await self._missing()
+                await asyncio.sleep(self._settings.missing_retry_s)
+                self._needs_list = True
+            except ClusterError as err:
+                if isinstance(err, UnavailableError) and err.reason in _EXPIRED:
+                    self._needs_list = True
+                    continue
+                delay_s = self._settings.backoff.wait_s(next(delays), err)
+                log.warning("%s: %s; again in %.1fs", self.source.name, err, delay_s)
+                await asyncio.sleep(delay_s)
+
+    async def _emit(self, change: Pending | None, progress: int = 0) -> None:
+        if change is not None or progress:
+            await self._queue.put(_Item(self.index, progress, change))
+
+    async def _advance(self, rv: int) -> None:
+        if rv > self.progress:
+            self.progress = rv
+            await self._emit(None, rv)
+
+    async def _list(self) -> None:
+        """List every object (paged), show what differs from what was shown, then move the
+        progress to the list's resourceVersion."""
+        resource = self.source.resource
+        self._seen_before_request = self._cache.max_rv
+        items, list_rv = await self._transport.list_all(
+            resource.collection_path(),
+            obj=self.source.name,
+            query=self._selectors(),
+            page_size=self._settings.page_size,
+        )
+        present = set()
+        for obj in items:
+            obj.setdefault("apiVersion", resource.api_version)  # list items may omit them
+            obj.setdefault("kind", resource.kind)
+            pending = self._cache.upsert(self.index, obj)
+            present.add(change_key(resource, obj))
+            await self._emit(pending)
+        for pending in self._cache.vanished(self.index, present):
+            await self._emit(pending)
+        await self._advance(list_rv)
+        self._warned_missing = False
+
+    async def _watch(self) -> None:
+        """Watch from `progress` until the stream ends; raises on every other outcome."""
+        timeout_s = int(self._settings.timeout_s * (1 + random.random()))
+        query: list[tuple[str, Any]] = [
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("resourceVersion", str(self.progress)),
+            ("timeoutSeconds", timeout_s),
+            *self._selectors(),
+        ]
+        path = self.source.resource.collection_path()
+        self._seen_before_request = self._cache.max_rv
+        async with self._transport.stream(
+            path, query=query, obj=self.source.name, timeout_s=timeout_s + 30
+        ) as lines:
+            async for line in lines:
+                await self._handle(line)
+
+    async def _handle(self, line: bytes) -> None:
+        if not line.strip():
+            return
+        try:
+            event = _event_decoder.decode(line)
+        except msgspec.DecodeError as err:  # half a line: the stream was cut
+            raise ClusterError(
+                self.source.name, "Unavailable", "watch cut mid-event", temporary=True
+            ) from err
+        if event.type == "BOOKMARK":
+            await self._advance(resource_version(event.object))
+            return
+        if event.type == "ERROR":
+            status = decode_status(msgspec.json.encode(event.object))
+            if status.code == 410 or status.reason in _EXPIRED:
+                raise _ExpiredError
+            raise UnavailableError(
+                self.source.name, status.reason or "Unavailable", status.message, retry_after_s=None
+            )
+        obj = event.object
+        resource = self.source.resource
+        obj.setdefault("apiVersion", resource.api_version)
+        obj.setdefault("kind", resource.kind)
+        if event.type == "DELETED":
+            pending = self._cache.remove(self.index, obj)
+        else:
+            pending = self._cache.upsert(self.index, obj)
+        rv = resource_version(obj)
+        if rv > self.progress:
+            self.progress = rv
+            await self._emit(pending, rv)
+        else:
+            await self._emit(pending)
+
+    async def _missing(self) -> None:
+        """The resource is not served: what this source showed is gone, and it holds nothing
+        up to the highest resourceVersion seen before the request that found it missing
+        (objects of a resource created later get later resourceVersions)."""
+        if not self._warned_missing:
+            log.warning(
+                "%s is not served (CustomResourceDefinition not installed?); "
+                "trying again every %gs",
+                self.source.name,
+                self._settings.missing_retry_s,
+            )
+            self._warned_missing = True
+        for pending in self._cache.vanished(self.index, set()):
+            await self._emit(pending)
+        await self._advance(self._seen_before_request)
+
+
+async def current_resource_version(transport: Transport) -> int:
+    """The API server's current resourceVersion (a one-item list of Namespaces); 0 when it
+    does not answer."""
+    try:
+        response = await transport.request(
+            "GET", NAMESPACES.collection_path(), obj="NamespaceList", query=[("limit", 1)]
+        )
+        if response.ok:
+            return int(msgspec.json.decode(response.body, type=_ListHead).metadata.resourceVersion)
+    except (ClusterError, msgspec.DecodeError, ValueError):
+        pass
+    return 0
+
+
+class _ListMeta(msgspec.Struct, frozen=True):
+    resourceVersion: str = "0"  # noqa: N815 - the wire name
+
+
+class _ListHead(msgspec.Struct, frozen=True):
+    metadata: _ListMeta = _ListMeta()
+
+
+class _Revisions:
+    """Consumer side: each source's progress as far as its items were consumed, and the
+    revision of the next change (see the module docstring)."""
+
+    def __init__(self, sources: int, *, floor: int, last: int) -> None:
+        self.progress = [floor] * sources
+        self.last = last
+        self._warned = False
+
+    def advance(self, source: int, rv: int) -> None:
+        if rv > self.progress[source]:
+            self.progress[source] = rv
+
+    def next(self) -> int:
+        floor = min(self.progress)
+        revision = max(self.last + 1, floor << SEQ_BITS)
+        if floor_of(revision) > floor and not self._warned:
+            log.warning(
+                "over %d changes at resourceVersion floor %d (a source without bookmarks?): "
+                "a watch resumed after them may start a little late",
+                1 << SEQ_BITS,
+                floor,
+            )
+            self._warned = True
+        self.last = revision
+        return revision
+
+
+async def merged_watch(
+    transport: Transport,
+    sources: Sequence[Source],
+    *,
+    settings: WatchSettings,
+    from_revision: int = 0,
+) -> AsyncGenerator[ClusterChange, None]:
+    """Every source's changes as one stream (see the module docstring), until closed."""
+    floor = floor_of(from_revision)
+    queue: asyncio.Queue[_Item | BaseException] = asyncio.Queue(settings.queue_size)
+    loops: list[_SourceLoop] = []
+    cache = ChangeCache(sources, floor=lambda: min(loop.progress for loop in loops))
+    loops.extend(
+        _SourceLoop(
+            i,
+            source,
+            transport=transport,
+            cache=cache,
+            queue=queue,
+            settings=settings,
+            start_rv=floor,
+        )
+        for i, source in enumerate(sources)
+    )
+    revisions = _Revisions(len(sources), floor=floor, last=from_revision)
+    # What a source found missing holds nothing up to here (see `_SourceLoop._missing`).
+    cache.max_rv = await current_resource_version(transport)
+    tasks = [
+        asyncio.create_task(_guarded(loop, queue), name=f"watch {loop.source.name}")
+        for loop in loops
+    ]
+    try:
+        while True:
+            item = await queue.get()
+            if isinstance(item, BaseException):
+                raise item
+            if item.progress:
+                revisions.advance(item.source, item.progress)
+            if item.change is not None:
+                kind, type_, key, obj = item.change
+                yield ClusterChange(
+                    kind=kind, type=type_, key=key, obj=obj, revision=revisions.next()
+                )
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _guarded(loop: _SourceLoop, queue: asyncio.Queue[_Item | BaseException]) -> None:
+    """Run one source; a bug ends the merged watch with its exception."""
+    try:
+        await loop.run()
+    except Exception as err:  # a bug: the consumer raises it
+        log.exception("%s: watch failed", loop.source.name)
+        await queue.put(err)

@@ -1,0 +1,148 @@
+"""Starting and stopping a Kueue-managed batch/v1 Job, as Kueue's Job integration does: pure
+functions from the Job as read to the Job to write (None: nothing to write).
+
+Start unsuspends the Job, sets its parallelism to the admitted count, and injects the admitted
+flavors' node selector and tolerations into the pod template, plus muster's workload label and
+podset annotation (so the Job's pods are watched and grouped like any muster pod). What the
+template and parallelism were before is kept in annotation `muster.dev/pod-template-original`
+on the Job, and put back on stop. The API server lets a template change only while the Job is
+suspended and has no `status.startTime`, so stop is three writes: suspend, clear the start
+time (status), restore.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from muster.api.job import POD_SET_NAME, workload_name_for_job
+from muster.api.model import Toleration
+from muster.api.wellknown import POD_SET_ANNOTATION, WORKLOAD_LABEL
+from muster.cluster.backend import PodSetStart
+
+ORIGINAL_ANNOTATION = "muster.dev/pod-template-original"
+# What start changes in the template: (where, field).
+_TEMPLATE_FIELDS = (
+    ("metadata", "labels"),
+    ("metadata", "annotations"),
+    ("spec", "nodeSelector"),
+    ("spec", "tolerations"),
+)
+_ABSENT = None  # a field the template did not have, in the saved original
+
+
+def toleration_manifest(t: Toleration) -> dict[str, str]:
+    """A toleration as the API writes it (empty fields left out)."""
+    return {k: v for k, v in msgspec.to_builtins(t).items() if v}
+
+
+def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def is_suspended(job: Mapping[str, Any]) -> bool:
+    return bool((job.get("spec") or {}).get("suspend"))
+
+
+def is_started_by_muster(job: Mapping[str, Any]) -> bool:
+    return not is_suspended(job) and ORIGINAL_ANNOTATION in (_meta(job).get("annotations") or {})
+
+
+def workload_name(job: Mapping[str, Any]) -> str:
+    """The Kueue Workload name of `job` (`job-<name>-<hash>`)."""
+    meta = _meta(job)
+    return workload_name_for_job(str(meta.get("name", "")), str(meta.get("uid", "")))
+
+
+def _pod_set(pod_sets: Sequence[PodSetStart]) -> PodSetStart | None:
+    """A Job's one podset ("main"; the first when none is called that)."""
+    named = [ps for ps in pod_sets if ps.name == POD_SET_NAME]
+    return named[0] if named else (pod_sets[0] if pod_sets else None)
+
+
+def started_job(
+    job: Mapping[str, Any], pod_sets: Sequence[PodSetStart], *, workload: str
+) -> dict[str, Any] | None:
+    """`job` unsuspended with the admitted podset's placement injected; None when started."""
+    if not is_suspended(job):
+        return None
+    out = copy.deepcopy(dict(job))
+    spec = out.setdefault("spec", {})
+    template = spec.setdefault("template", {})
+    annotations = out.setdefault("metadata", {}).setdefault("annotations", {})
+    if ORIGINAL_ANNOTATION not in annotations:  # a retried start keeps the first original
+        original = {
+            f"{part}.{field}": (template.get(part) or {}).get(field, _ABSENT)
+            for part, field in _TEMPLATE_FIELDS
+        }
+        original["parallelism"] = spec.get("parallelism", _ABSENT)
+        annotations[ORIGINAL_ANNOTATION] = json.dumps(original, sort_keys=True)
+    spec["suspend"] = False
+    pod_set = _pod_set(pod_sets)
+    t_meta = template.setdefault("metadata", {})
+    t_spec = template.setdefault("spec", {})
+    t_meta.setdefault("labels", {})[WORKLOAD_LABEL] = workload
+    if pod_set is not None:
+        spec["parallelism"] = pod_set.count
+        t_meta.setdefault("annotations", {}).update(
+            {**pod_set.annotations, POD_SET_ANNOTATION: pod_set.name}
+        )
+        if pod_set.node_selector:
+            t_spec["nodeSelector"] = {**(t_spec.get("nodeSelector") or {}), **pod_set.node_selector}
+        tolerations = list(t_spec.get("tolerations") or [])
+        for t in map(toleration_manifest, pod_set.tolerations):
+            if t not in tolerations:
+                tolerations.append(t)
+        if tolerations:
+            t_spec["tolerations"] = tolerations
+    return out
+
+
+def suspended_job(job: Mapping[str, Any]) -> dict[str, Any] | None:
+    """`job` suspended, with its original parallelism; None when suspended already."""
+    if is_suspended(job):
+        return None
+    out = copy.deepcopy(dict(job))
+    out.setdefault("spec", {})["suspend"] = True
+    original = _original(out)
+    if original is not None and "parallelism" in original:
+        _put(out["spec"], "parallelism", original["parallelism"])
+    return out
+
+
+def restored_job(job: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A suspended `job` with the template start changed put back; None when nothing to do."""
+    original = _original(job)
+    if original is None or not is_suspended(job):
+        return None
+    out = copy.deepcopy(dict(job))
+    template = out.setdefault("spec", {}).setdefault("template", {})
+    for part, field in _TEMPLATE_FIELDS:
+        _put(template.setdefault(part, {}), field, original.get(f"{part}.{field}"))
+    if not template["metadata"]:
+        del template["metadata"]
+    del out["metadata"]["annotations"][ORIGINAL_ANNOTATION]
+    return out
+
+
+def _original(job: Mapping[str, Any]) -> dict[str, Any] | None:
+    text = (_meta(job).get("annotations") or {}).get(ORIGINAL_ANNOTATION)
+    if not isinstance(text, str):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _put(target: dict[str, Any], field: str, value: Any) -> None:
+    if value is _ABSENT:
+        target.pop(field, None)
+    else:
+        target[field] = value

@@ -1,0 +1,196 @@
+"""The API resources muster reads and writes: REST paths, watched selections, and change keys.
+
+`watched_sources` is what `KubeBackend.watch` follows (one list-then-watch per entry);
+`resource_for_kind` resolves the kinds `apply`, `create` and `delete` accept. Keys and kinds of
+changes are the simulated cluster's (`muster.cluster.sim.keys`), so consumers see one format
+whichever backend runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+import msgspec
+
+from muster.api.job import QUEUE_NAME_KEY
+from muster.api.wellknown import WORKLOAD_LABEL
+from muster.cluster.errors import ClusterError
+from muster.cluster.sim.keys import SCHEDULING_WORKLOAD_KIND, object_key
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+SCHEDULING_GROUP = "scheduling.k8s.io"
+POD_GROUP_GROUP = "scheduling.x-k8s.io"
+
+
+class Resource(msgspec.Struct, frozen=True, kw_only=True):
+    """One served resource (group, version, plural), as its REST paths name it.
+
+    `change_kind` is `ClusterChange.kind` for its objects: the kind, or "<kind>.<group>" for a
+    kind whose plain name another group owns (the Workload API's Workload).
+    `optional`: a CustomResourceDefinition that may not be installed (404 is not an error).
+    """
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+    change_kind: str = ""
+    optional: bool = False
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def key_kind(self) -> str:
+        return self.change_kind or self.kind
+
+    def collection_path(self, namespace: str = "") -> str:
+        """The collection: every namespace when `namespace` is "" (or the kind has none)."""
+        root = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            return f"{root}/namespaces/{quote(namespace, safe='')}/{self.plural}"
+        return f"{root}/{self.plural}"
+
+    def object_path(self, name: str, namespace: str = "", subresource: str = "") -> str:
+        path = f"{self.collection_path(namespace)}/{quote(name, safe='')}"
+        return f"{path}/{subresource}" if subresource else path
+
+    def describe(self, name: str, namespace: str = "") -> str:
+        """ "Kind/namespace/name" or "Kind/name", as ClusterError.obj spells objects."""
+        return f"{self.kind}/{namespace}/{name}" if self.namespaced else f"{self.kind}/{name}"
+
+
+class Source(msgspec.Struct, frozen=True, kw_only=True):
+    """One list-then-watch: a resource and the server-side selection of its objects."""
+
+    resource: Resource
+    label_selector: str = ""
+    field_selector: str = ""
+
+    @property
+    def name(self) -> str:
+        selection = ",".join(s for s in (self.label_selector, self.field_selector) if s)
+        plural = f"{self.resource.plural}.{self.resource.group or 'core'}"
+        return f"{plural}[{selection}]" if selection else plural
+
+
+def _r(group: str, version: str, plural: str, kind: str, namespaced: bool, **kw: Any) -> Resource:
+    return Resource(
+        group=group, version=version, plural=plural, kind=kind, namespaced=namespaced, **kw
+    )
+
+
+NODES = _r("", "v1", "nodes", "Node", False)
+PODS = _r("", "v1", "pods", "Pod", True)
+NAMESPACES = _r("", "v1", "namespaces", "Namespace", False)
+JOBS = _r("batch", "v1", "jobs", "Job", True)
+PRIORITY_CLASSES = _r(SCHEDULING_GROUP, "v1", "priorityclasses", "PriorityClass", False)
+SCHEDULING_WORKLOADS = _r(
+    SCHEDULING_GROUP,
+    "v1alpha1",
+    "workloads",
+    "Workload",
+    True,
+    change_kind=SCHEDULING_WORKLOAD_KIND,
+    optional=True,  # alpha: served only where the feature gate is on
+)
+POD_GROUPS = _r(POD_GROUP_GROUP, "v1alpha1", "podgroups", "PodGroup", True, optional=True)
+
+# Kueue's kinds: (plural, kind, namespaced).
+_KUEUE_KINDS = (
+    ("resourceflavors", "ResourceFlavor", False),
+    ("clusterqueues", "ClusterQueue", False),
+    ("cohorts", "Cohort", False),
+    ("localqueues", "LocalQueue", True),
+    ("workloadpriorityclasses", "WorkloadPriorityClass", False),
+    ("admissionchecks", "AdmissionCheck", False),
+    ("workloads", "Workload", True),
+)
+
+
+def kueue_resources(version: str) -> dict[str, Resource]:
+    """Kueue's resources at `version` ("v1beta1" or "v1beta2"), by kind."""
+    return {
+        kind: _r(KUEUE_GROUP, version, plural, kind, namespaced, optional=True)
+        for plural, kind, namespaced in _KUEUE_KINDS
+    }
+
+
+def watched_sources(*, scheduler_name: str, kueue_version: str) -> tuple[Source, ...]:
+    """Everything the watcher follows, selected on the server where the API allows it.
+
+    Pods come from two selections (a selector cannot OR a field with a label): those for
+    muster's scheduler, and those of muster workloads (a Job's pods get the workload label
+    when the binder starts it). Jobs only when they name a queue by label.
+    """
+    kueue = kueue_resources(kueue_version)
+    return (
+        Source(resource=NAMESPACES),
+        Source(resource=PRIORITY_CLASSES),
+        *(Source(resource=kueue[kind]) for _, kind, _ in _KUEUE_KINDS),
+        Source(resource=JOBS, label_selector=QUEUE_NAME_KEY),
+        Source(resource=NODES),
+        Source(resource=PODS, field_selector=f"spec.schedulerName={scheduler_name}"),
+        Source(resource=PODS, label_selector=WORKLOAD_LABEL),
+        Source(resource=SCHEDULING_WORKLOADS),
+        Source(resource=POD_GROUPS),
+    )
+
+
+def resource_for(manifest: Mapping[str, Any], *, kueue_version: str) -> Resource:
+    """The resource a manifest is written to, from its apiVersion and kind (kind alone when the
+    manifest has no apiVersion). Raises ClusterError (Invalid) for a kind muster does not know.
+    """
+    kind = manifest.get("kind")
+    api_version = manifest.get("apiVersion")
+    meta = manifest.get("metadata")
+    name = meta.get("name", "") if isinstance(meta, Mapping) else ""
+    if not isinstance(kind, str) or not kind:
+        raise ClusterError(f"?/{name}", "Invalid", "kind: is required")
+    group, _, version = (
+        api_version.rpartition("/") if isinstance(api_version, str) else ("", "", "")
+    )
+    for resource in _KNOWN:
+        if resource.kind != kind:
+            continue
+        if not version:
+            return (
+                kueue_resources(kueue_version)[kind] if resource.group == KUEUE_GROUP else resource
+            )
+        if resource.group == group:
+            return msgspec.structs.replace(resource, version=version)
+    raise ClusterError(
+        f"{kind}/{name}", "Invalid", f"kind {api_version or ''} {kind} is not one muster writes"
+    )
+
+
+def resource_for_kind(kind: str, *, kueue_version: str) -> Resource:
+    """The resource of `kind` as `delete` names it ("Workload" is Kueue's)."""
+    if kind == SCHEDULING_WORKLOAD_KIND:
+        return SCHEDULING_WORKLOADS
+    return resource_for({"kind": kind}, kueue_version=kueue_version)
+
+
+def change_key(resource: Resource, obj: Mapping[str, Any]) -> str:
+    """The key of `obj` in changes: node.<name>, pod.<ns>.<name>, obj.<kind>.<ns|_>.<name>."""
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace", "") if resource.namespaced else ""
+    return object_key(resource.key_kind, namespace, meta.get("name", ""))
+
+
+_CONFIG_MAPS = _r("", "v1", "configmaps", "ConfigMap", True)
+_KNOWN: tuple[Resource, ...] = (
+    NODES,
+    PODS,
+    NAMESPACES,
+    _CONFIG_MAPS,
+    JOBS,
+    PRIORITY_CLASSES,
+    *kueue_resources("v1beta1").values(),
+    SCHEDULING_WORKLOADS,  # after Kueue's: a bare "Workload" is Kueue's
+    POD_GROUPS,
+)

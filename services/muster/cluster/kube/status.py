@@ -1,0 +1,328 @@
+"""StatusWriter: keeps the status of Kueue objects in the cluster equal to what muster decided,
+so `kubectl get clusterqueue`, `kubectl get workloads` and `kubectl describe workload` tell
+the truth; and the Kueue Workload muster creates for a queued Job.
+
+`desire(ref, status)` records the whole status muster wants for one object and returns at
+once. Writers send the latest desired status of each object through the `status` subresource
+as a JSON merge patch (one request, no read; the fields muster owns and no longer wants are
+sent as null), paced by a token bucket: desires that arrive while an object waits for its turn
+replace each other, so N desires cost at most a few writes. Temporary failures (429, 5xx,
+conflicts, lost connections) are retried with back-off; an object that no longer exists is
+dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import msgspec
+
+from muster.api.encode import workload_to_kueue
+from muster.api.errors import ObjectErrors
+from muster.api.job import workload_from_job
+from muster.api.raw import RawJob
+from muster.cluster.errors import ClusterError, InvalidObjectError, NotFoundError
+from muster.cluster.kube.ratelimit import TokenBucket
+from muster.cluster.kube.resources import KUEUE_GROUP, kueue_resources
+from muster.cluster.kube.transport import MERGE_PATCH, Backoff, Transport, retrying
+
+log = logging.getLogger(__name__)
+
+# Status fields muster owns per Kueue kind: when a desired status lacks one, it is cleared.
+OWNED_STATUS_FIELDS: Mapping[str, tuple[str, ...]] = {
+    "Workload": ("conditions", "admission", "admissionChecks", "requeueState"),
+    "ClusterQueue": (
+        "conditions",
+        "pendingWorkloads",
+        "reservingWorkloads",
+        "admittedWorkloads",
+        "flavorsReservation",
+        "flavorsUsage",
+        "fairSharing",
+    ),
+    "LocalQueue": (
+        "conditions",
+        "pendingWorkloads",
+        "reservingWorkloads",
+        "admittedWorkloads",
+        "flavorsReservation",
+        "flavorsUsage",
+        "flavorUsage",  # v1beta1's name of flavorsUsage
+    ),
+}
+_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+class ObjectRef(msgspec.Struct, frozen=True, kw_only=True):
+    """A Kueue object whose status muster writes: "ClusterQueue", "LocalQueue", "Workload"."""
+
+    kind: str
+    name: str
+    namespace: str = ""
+
+    def __str__(self) -> str:
+        return (
+            f"{self.kind}/{self.namespace}/{self.name}"
+            if self.namespace
+            else f"{self.kind}/{self.name}"
+        )
+
+
+class StatusWriterSettings(msgspec.Struct, frozen=True, kw_only=True):
+    qps: float = 20.0  # status writes per second; <= 0: unlimited
+    burst: int = 40
+    concurrency: int = 4  # writes in flight at once
+    backoff: Backoff = Backoff(initial_s=0.2, max_s=10.0)
+
+
+class StatusWriterStats(msgspec.Struct, kw_only=True):
+    desired: int = 0  # desire() calls
+    writes: int = 0  # status writes that succeeded
+    skipped: int = 0  # desired statuses equal to the one written last
+    retries: int = 0  # writes that failed temporarily and were tried again
+    dropped: int = 0  # objects gone, or statuses the server refused
+
+
+def format_condition_time(seconds: float) -> str:
+    """metav1.Time: RFC 3339 in UTC, whole seconds."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def completed_conditions(
+    conditions: Iterable[Mapping[str, Any]],
+    previous: Iterable[Mapping[str, Any]],
+    *,
+    now: str,
+) -> list[dict[str, Any]]:
+    """`conditions` with what metav1.Condition requires filled in: lastTransitionTime kept
+    from the previous condition of that type while its status is the same (else `now`),
+    reason (the type when none) and message ("")."""
+    before = {c.get("type"): c for c in previous}
+    out = []
+    for condition in conditions:
+        filled = dict(condition)
+        old = before.get(filled.get("type"))
+        if "lastTransitionTime" not in filled:
+            same = old is not None and old.get("status") == filled.get("status")
+            filled["lastTransitionTime"] = (
+                old.get("lastTransitionTime", now) if same and old else now
+            )
+        filled.setdefault("reason", filled.get("type", ""))
+        filled.setdefault("message", "")
+        out.append(filled)
+    return out
+
+
+class StatusWriter:
+    """Coalescing, rate-limited status writes for Kueue objects (see the module docstring).
+
+    Needs a running event loop from the first `desire` on; `close` stops it (after `flush`,
+    to write what is pending).
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        kueue_version: str = "v1beta1",
+        settings: StatusWriterSettings | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        settings = settings or StatusWriterSettings()
+        self._transport = transport
+        self._resources = kueue_resources(kueue_version)
+        self._kueue_version = kueue_version
+        self._bucket = TokenBucket(settings.qps, settings.burst)
+        self._concurrency = settings.concurrency
+        self._backoff = settings.backoff
+        self._clock = clock
+        self._desired: dict[ObjectRef, dict[str, Any]] = {}
+        self._written: dict[ObjectRef, dict[str, Any]] = {}
+        self._ready: deque[ObjectRef] = deque()  # refs waiting for a writer, each once
+        self._waiting: set[ObjectRef] = set()  # in _ready, in flight, or backing off
+        self._failures: dict[ObjectRef, int] = {}
+        self._wake = asyncio.Event()
+        self._drained = asyncio.Event()  # nothing waiting
+        self._drained.set()
+        self._workers: list[asyncio.Task[None]] = []
+        self.stats = StatusWriterStats()
+
+    # --- the caller's side --------------------------------------------------------------------
+
+    def desire(self, ref: ObjectRef, status: Mapping[str, Any]) -> None:
+        """Make `status` the status `ref` should have; returns at once, writes later."""
+        if ref.kind not in OWNED_STATUS_FIELDS:
+            raise ValueError(f"muster writes no status of kind {ref.kind}")
+        self.stats.desired += 1
+        self._desired[ref] = copy.deepcopy(dict(status))
+        if ref not in self._waiting:
+            self._enqueue(ref)
+        self._start()
+
+    async def flush(self, *, timeout_s: float = 10.0) -> None:
+        """Wait until every desired status is written (or dropped); TimeoutError past it."""
+        async with asyncio.timeout(timeout_s):
+            await self._drained.wait()
+
+    async def close(self) -> None:
+        for task in self._workers:
+            task.cancel()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        self._workers.clear()
+
+    def pending(self) -> int:
+        """Objects whose desired status is not written yet."""
+        return len(self._waiting)
+
+    # --- writers ------------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        if not self._workers:
+            self._workers = [
+                asyncio.create_task(self._work(), name=f"status-writer-{i}")
+                for i in range(self._concurrency)
+            ]
+
+    def _enqueue(self, ref: ObjectRef) -> None:
+        self._waiting.add(ref)
+        self._ready.append(ref)
+        self._drained.clear()
+        self._wake.set()
+
+    async def _work(self) -> None:
+        while True:
+            while not self._ready:
+                self._wake.clear()
+                await self._wake.wait()
+            ref = self._ready.popleft()
+            # The token first: desires arriving meanwhile are folded into this write.
+            await self._bucket.acquire()
+            status = self._desired.pop(ref, None)
+            retry_in_s = None if status is None else await self._write(ref, status)
+            if retry_in_s is not None:
+                asyncio.get_running_loop().call_later(retry_in_s, self._enqueue_again, ref)
+            elif ref in self._desired:
+                self._ready.append(ref)  # desired again while being written
+            else:
+                self._waiting.discard(ref)
+                if not self._waiting:
+                    self._drained.set()
+
+    def _enqueue_again(self, ref: ObjectRef) -> None:
+        self._ready.append(ref)
+        self._wake.set()
+
+    async def _write(self, ref: ObjectRef, status: dict[str, Any]) -> float | None:
+        """Write one status; the delay before trying again, or None when done with it."""
+        previous = self._written.get(ref, {})
+        if "conditions" in status:
+            status["conditions"] = completed_conditions(
+                status["conditions"],
+                previous.get("conditions", ()),
+                now=format_condition_time(self._clock()),
+            )
+        if ref in self._written and status == previous:
+            self.stats.skipped += 1
+            return None
+        patch: dict[str, Any] = {f: None for f in OWNED_STATUS_FIELDS[ref.kind]}
+        patch.update({f: None for f in previous})
+        patch.update(status)
+        resource = self._resources[ref.kind]
+        try:
+            await self._transport.checked(
+                "PATCH",
+                resource.object_path(ref.name, ref.namespace, "status"),
+                obj=str(ref),
+                body={"status": patch},
+                content_type=MERGE_PATCH,
+                paced=False,  # this writer's own bucket paced it
+            )
+        except (NotFoundError, InvalidObjectError) as err:
+            log.warning("dropping the status of %s: %s", ref, err)
+            self.stats.dropped += 1
+            self._written.pop(ref, None)
+            self._failures.pop(ref, None)
+            return None
+        except ClusterError as err:
+            if not err.temporary:
+                log.error("dropping the status of %s: %s", ref, err)
+                self.stats.dropped += 1
+                return None
+            failures = self._failures[ref] = self._failures.get(ref, 0) + 1
+            self.stats.retries += 1
+            self._desired.setdefault(ref, status)  # a newer desire wins
+            return self._backoff.wait_s(self._backoff.delay_s(failures), err)
+        self._failures.pop(ref, None)
+        self._written[ref] = status
+        self.stats.writes += 1
+        return None
+
+    # --- Workload objects ---------------------------------------------------------------------
+
+    async def create_workload_for_job(self, job: Mapping[str, Any]) -> str:
+        """Create the Kueue Workload of a queued Job (controller ownerReference to the Job) and
+        return its name; an existing one owned by the Job is left as it is.
+
+        Raises InvalidObjectError when the Job does not make a Workload (with the Job's field
+        paths), ClusterError on other failures.
+        """
+        manifest = workload_manifest(job, kueue_version=self._kueue_version)
+        meta = manifest["metadata"]
+        name, namespace = meta["name"], meta["namespace"]
+        resource = self._resources["Workload"]
+        who = resource.describe(name, namespace)
+        owner_uid = meta["ownerReferences"][0]["uid"]
+
+        async def create() -> None:
+            await self._bucket.acquire()
+            response = await self._transport.request(
+                "POST", resource.collection_path(namespace), obj=who, body=manifest, paced=False
+            )
+            if response.ok:
+                return
+            if response.status != 409 or b'"AlreadyExists"' not in response.body:
+                raise response.error(who)
+            existing = await self._transport.checked(
+                "GET", resource.object_path(name, namespace), obj=who
+            )
+            owners = (existing.get("metadata") or {}).get("ownerReferences") or []
+            if not any(o.get("uid") == owner_uid for o in owners):
+                raise ClusterError(who, "AlreadyExists", "exists and belongs to another object")
+
+        await retrying(create, backoff=self._backoff)
+        return str(name)
+
+
+def workload_manifest(job: Mapping[str, Any], *, kueue_version: str) -> dict[str, Any]:
+    """The Kueue Workload for `job` as Kueue's Job integration makes it: named
+    `job-<name>-<hash>`, queue and priority from the Job, one podset "main" whose template is
+    the Job's own pod template, owned by the Job (controller)."""
+    meta = job.get("metadata") or {}
+    namespace, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
+    errs = ObjectErrors(f"Job/{namespace}/{name}")
+    if not namespace or not name or not uid:
+        raise InvalidObjectError(errs.obj, ["metadata: a stored Job has a namespace, name and uid"])
+    try:
+        raw = msgspec.convert(job, RawJob)
+    except msgspec.ValidationError as err:
+        raise InvalidObjectError(errs.obj, [str(err)]) from err
+    workload = workload_from_job(raw, errs, namespace=str(namespace))
+    if errs.errors:
+        raise InvalidObjectError(errs.obj, [f"{e.path}: {e.problem}" for e in errs.errors])
+    manifest = workload_to_kueue(workload, api_version=f"{KUEUE_GROUP}/{kueue_version}")
+    out_meta = manifest["metadata"]
+    for server_set in ("uid", "creationTimestamp"):
+        out_meta.pop(server_set, None)
+    out_meta.get("annotations", {}).pop(_LAST_APPLIED, None)
+    for ref in out_meta["ownerReferences"]:
+        ref["blockOwnerDeletion"] = True
+    template = (job.get("spec") or {}).get("template")
+    if isinstance(template, Mapping):
+        manifest["spec"]["podSets"][0]["template"] = copy.deepcopy(dict(template))
+    return manifest

@@ -1,0 +1,165 @@
+"""Helpers for the KubeBackend tests: a backend tuned for fast tests against an `ApiServer`
+on the test's own event loop, and `ChangeLog`, which follows `backend.watch` in a task so a
+test can write and then wait for what the watch shows (never sleeping)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from muster.cluster.backend import ClusterChange
+from muster.cluster.kube import Backoff, KubeBackend, KubeConfig, WatchSettings, floor_of
+from muster.devtools.apiserver import ApiServer
+
+FAST_RETRY = Backoff(initial_s=0.01, max_s=0.05, attempts=6)
+
+
+def fast_config(url: str, **overrides: Any) -> KubeConfig:
+    """A config for `url` whose retries, back-offs and CRD re-checks take milliseconds."""
+    settings = {
+        "host": url,
+        "watch": WatchSettings(missing_retry_s=0.05, backoff=Backoff(initial_s=0.01, max_s=0.05)),
+        "retry": FAST_RETRY,
+        **overrides,
+    }
+    return KubeConfig(**settings)
+
+
+@contextlib.asynccontextmanager
+async def backend_for(server: ApiServer, **overrides: Any) -> AsyncIterator[KubeBackend]:
+    backend = await KubeBackend.connect(fast_config(server.url, **overrides))
+    try:
+        yield backend
+    finally:
+        await backend.close()
+
+
+class ChangeLog:
+    """Every change `backend.watch(from_revision=...)` yields, in order, gathered by a task."""
+
+    def __init__(self, backend: KubeBackend, *, from_revision: int = 0) -> None:
+        self.changes: list[ClusterChange] = []
+        self._changes = backend.watch(from_revision=from_revision)
+        self._arrived = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> ChangeLog:
+        self._task = asyncio.create_task(self._follow())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        await self._changes.aclose()
+
+    async def _follow(self) -> None:
+        async for change in self._changes:
+            self.changes.append(change)
+            self._arrived.set()
+
+    async def wait_for(
+        self, predicate: Callable[[ClusterChange], bool], *, timeout_s: float = 5.0, start: int = 0
+    ) -> ClusterChange:
+        """The first change from index `start` on that matches, waiting for it if need be."""
+        async with asyncio.timeout(timeout_s):
+            index = start
+            while True:
+                while index < len(self.changes):
+                    if predicate(self.changes[index]):
+                        return self.changes[index]
+                    index += 1
+                self._arrived.clear()
+                await self._arrived.wait()
+
+    async def wait_key(self, key: str, type_: str, *, start: int = 0) -> ClusterChange:
+        return await self.wait_for(lambda c: c.key == key and c.type == type_, start=start)
+
+    async def barrier(self, server: ApiServer, backend: KubeBackend) -> None:
+        """Return once every source has delivered all that was written before the call: a
+        change shows a floor past that point (bookmarks move idle sources along)."""
+        target = server.store.rv
+        while True:
+            server.send_bookmarks()
+            name = f"barrier-{server.store.rv}"  # unique: every create moves the rv
+            await backend.create(
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+            )
+            shown = await self.wait_key(f"obj.Namespace._.{name}", "ADDED")
+            if floor_of(shown.revision) >= target:
+                return
+
+    def about(self, key: str) -> list[tuple[str, str]]:
+        """(type, resourceVersion) of every change of `key`."""
+        return [
+            (c.type, c.obj["metadata"]["resourceVersion"]) for c in self.changes if c.key == key
+        ]
+
+
+def pod(
+    name: str,
+    *,
+    scheduler: str = "muster",
+    workload: str = "",
+    labels: dict[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    labels = {**(labels or {}), **({"muster.dev/workload": workload} if workload else {})}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": labels},
+        "spec": {
+            "schedulerName": scheduler,
+            "containers": [{"name": "main", "image": "busybox:1.36"}],
+            **spec,
+        },
+    }
+
+
+def relabel(server: ApiServer, name: str, labels: dict[str, str]) -> None:
+    """Merge `labels` into pod default/<name> (a pod's spec cannot be replaced)."""
+    pods = server.registry.by_key(("", "pods"))
+    assert pods is not None
+    patch = {"metadata": {"labels": labels}}
+    server.api.patch(pods, "v1", "default", name, "application/merge-patch+json", patch)
+
+
+def node(name: str, *, cpu: str = "8", labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels or {}},
+        "status": {"capacity": {"cpu": cpu}, "allocatable": {"cpu": cpu}},
+    }
+
+
+def job(name: str, *, queue: str | None = "lq", parallelism: int = 3) -> dict[str, Any]:
+    labels = {"kueue.x-k8s.io/queue-name": queue} if queue else {}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": "default", "labels": labels},
+        "spec": {
+            "suspend": True,
+            "parallelism": parallelism,
+            "completions": parallelism,
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "nodeSelector": {"disk": "ssd"},
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "busybox:1.36",
+                            "resources": {"requests": {"cpu": "1"}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
