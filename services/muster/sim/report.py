@@ -261,8 +261,11 @@ def number(value: float) -> int | float:
 
 def render_table(result: SimulationResult) -> str:
     """One row per workload, then one row per ClusterQueue flavor; with nodes, one row per pod
-    and one per node. Plain aligned columns."""
-    tables = [workload_table(result), cluster_queue_table(result)]
+    and one per node. Plain aligned columns. A scenario of pods and nodes alone (no Kueue
+    workloads or queues) shows only the pod and node tables."""
+    tables = []
+    if result.workloads or result.cluster_queues or not result.nodes:
+        tables += [workload_table(result), cluster_queue_table(result)]
     if result.nodes:
         tables += [pod_table(result.pods), node_table(result.nodes, result.pods)]
     return "\n\n".join(tables) + "\n"

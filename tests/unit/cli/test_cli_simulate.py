@@ -296,7 +296,7 @@ def test_table_of_a_placement_scenario_has_pod_and_node_rows(
     status, out, _ = simulate(capsys, GANG_OF_4, "--until", "60")
 
     assert status == 0
-    _, _, pods, nodes = out.strip().split("\n\n")
+    pods, nodes = out.strip().split("\n\n")  # no Kueue objects: no workload or queue table
     header, *rows = pods.splitlines()
     assert header.split() == ["POD", "GANG", "NODE", "PHASE", "BOUND", "ENDED", "WHY"]
     assert rows[0].split() == ["team-a/probe", "-", "node-1", "Succeeded", "10", "40"]
