@@ -1,0 +1,741 @@
+"""What an operator installs: `deploy/` overlays rendered with `kubectl kustomize`, the CRDs and
+RBAC of `k8s/`, and the examples of `k8s/examples`.
+
+Rendered output is checked for what `kubectl apply` would not catch until too late: every
+reference resolves (ServiceAccounts, ConfigMaps, Secrets, volumes, ports, selectors, RBAC
+subjects), each muster container runs a real `muster service <name>` whose own argument parser
+accepts its flags and environment, the CRDs are structural with one storage version, and each
+service's ClusterRole grants exactly what the kube backend calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import importlib
+import io
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from muster.api import decode_files
+from muster.bus.service import ServiceConfig
+from muster.cli.main import main as muster_main
+from muster.cli.service import SERVICES
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+K8S = ROOT / "k8s"
+OVERLAYS = ("dev", "prod")
+IMAGE_NAMES = {"dev": "muster", "prod": "ghcr.io/muster-dev/muster"}
+KUBECTL = shutil.which("kubectl")
+
+needs_kubectl = pytest.mark.skipif(
+    KUBECTL is None, reason="kubectl is not installed: `kubectl kustomize` renders the manifests"
+)
+
+Obj = dict[str, Any]
+WORKLOAD_KINDS = ("Deployment", "StatefulSet")
+# Read outside the flags (muster.bus.service, muster.bus.tracing).
+OTHER_ENV = frozenset({"MUSTER_PROFILE_DIR", "MUSTER_TRACE_CONSOLE"})
+
+
+@functools.cache
+def rendered(path: str) -> tuple[Obj, ...]:
+    """The objects `kubectl kustomize <path>` renders (path relative to the repository)."""
+    assert KUBECTL is not None
+    out = subprocess.run(
+        [KUBECTL, "kustomize", str(ROOT / path)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    return tuple(doc for doc in yaml.safe_load_all(out) if doc is not None)
+
+
+def overlay(name: str) -> tuple[Obj, ...]:
+    return rendered(f"deploy/overlays/{name}")
+
+
+def by_kind(objs: tuple[Obj, ...], kind: str) -> list[Obj]:
+    return [o for o in objs if o.get("kind") == kind]
+
+
+def names(objs: tuple[Obj, ...], kind: str) -> set[str]:
+    return {o["metadata"]["name"] for o in by_kind(objs, kind)}
+
+
+def workloads(objs: tuple[Obj, ...]) -> list[Obj]:
+    return [o for o in objs if o.get("kind") in WORKLOAD_KINDS]
+
+
+def pod_spec(obj: Obj) -> Obj:
+    spec: Obj = obj["spec"]["template"]["spec"]
+    return spec
+
+
+def containers(obj: Obj) -> list[Obj]:
+    spec = pod_spec(obj)
+    return [*spec.get("initContainers", []), *spec["containers"]]
+
+
+def muster_containers(objs: tuple[Obj, ...]) -> Iterator[tuple[Obj, Obj]]:
+    for obj in workloads(objs):
+        for c in containers(obj):
+            if c["image"].split(":")[0].split("@")[0].endswith("muster"):
+                yield obj, c
+
+
+def required_secrets(name: str) -> dict[str, set[str]]:
+    listed = yaml.safe_load((DEPLOY / "required-secrets.yaml").read_text())[name] or []
+    return {s["name"]: set(s["keys"]) for s in listed}
+
+
+def label_match(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+# --- rendering and references -----------------------------------------------------------------
+
+
+@needs_kubectl
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_every_object_parses(name: str) -> None:
+    objs = overlay(name)
+    assert objs
+    for obj in objs:
+        assert isinstance(obj, dict)
+        assert obj.get("apiVersion"), obj
+        assert obj.get("kind"), obj
+        assert obj.get("metadata", {}).get("name"), obj
+    keys = [(o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in objs]
+    assert len(keys) == len(set(keys)), "duplicate objects"
+    namespaced = [o for o in objs if o["kind"] in ("Deployment", "StatefulSet", "ConfigMap")]
+    assert {o["metadata"].get("namespace") for o in namespaced} == {"muster"}
+
+
+@needs_kubectl
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_service_accounts_and_config_maps_resolve(name: str) -> None:
+    objs = overlay(name)
+    accounts, maps = names(objs, "ServiceAccount"), names(objs, "ConfigMap")
+    config_data = {o["metadata"]["name"]: o.get("data", {}) for o in by_kind(objs, "ConfigMap")}
+    for obj in workloads(objs):
+        spec, who = pod_spec(obj), obj["metadata"]["name"]
+        if obj["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "muster":
+            assert spec.get("serviceAccountName") in accounts, who
+        for vol in spec.get("volumes", []):
+            if "configMap" in vol:
+                cm = vol["configMap"]["name"]
+                assert cm in maps, (who, cm)
+                for item in vol["configMap"].get("items", []):
+                    assert item["key"] in config_data[cm], (who, cm, item)
+        for c in containers(obj):
+            for source in c.get("envFrom", []):
+                if "configMapRef" in source:
+                    assert source["configMapRef"]["name"] in maps, (who, source)
+            for env in c.get("env", []):
+                ref = env.get("valueFrom", {}).get("configMapKeyRef")
+                if ref:
+                    assert ref["key"] in config_data.get(ref["name"], {}), (who, ref)
+
+
+@needs_kubectl
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_secrets_are_rendered_or_documented_inputs(name: str) -> None:
+    objs = overlay(name)
+    rendered_keys = {
+        o["metadata"]["name"]: set(o.get("data", {})) | set(o.get("stringData", {}))
+        for o in by_kind(objs, "Secret")
+    }
+    inputs = required_secrets(name)
+    assert not set(inputs) & set(rendered_keys), "a required input is also rendered"
+    known = {**rendered_keys, **inputs}
+    used: set[str] = set()
+    for obj in workloads(objs):
+        who = obj["metadata"]["name"]
+        for c in containers(obj):
+            for env in c.get("env", []):
+                ref = env.get("valueFrom", {}).get("secretKeyRef")
+                if ref is None:
+                    continue
+                used.add(ref["name"])
+                if ref.get("optional") and ref["name"] not in known:
+                    continue
+                assert ref["key"] in known.get(ref["name"], set()), (who, env["name"], ref)
+            for source in c.get("envFrom", []):
+                assert "secretRef" not in source, "name the keys: env with secretKeyRef"
+        for vol in pod_spec(obj).get("volumes", []):
+            if "secret" in vol:
+                secret = vol["secret"]["secretName"]
+                used.add(secret)
+                assert secret in known, (who, secret)
+                for item in vol["secret"].get("items", []):
+                    assert item["key"] in known[secret], (who, secret, item)
+    assert set(inputs) <= used, "required-secrets.yaml lists a Secret nothing uses"
+
+
+@needs_kubectl
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_volumes_and_ports_resolve(name: str) -> None:
+    for obj in workloads(overlay(name)):
+        spec, who = pod_spec(obj), obj["metadata"]["name"]
+        volumes = {v["name"] for v in spec.get("volumes", [])}
+        claims = {t["metadata"]["name"] for t in obj["spec"].get("volumeClaimTemplates", [])}
+        assert not volumes & claims, who
+        for c in containers(obj):
+            for mount in c.get("volumeMounts", []):
+                assert mount["name"] in volumes | claims, (who, mount)
+            ports = c.get("ports", [])
+            port_names = {p["name"] for p in ports if "name" in p}
+            numbers = {p["containerPort"] for p in ports}
+            for kind in ("readinessProbe", "livenessProbe", "startupProbe"):
+                probe = c.get(kind)
+                if probe is None:
+                    continue
+                (handler,) = [
+                    probe[h] for h in ("grpc", "httpGet", "tcpSocket", "exec") if h in probe
+                ]
+                port = handler.get("port")
+                if port is not None:
+                    assert port in numbers | port_names, (who, kind, port)
+
+
+@needs_kubectl
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_services_and_budgets_select_pods(name: str) -> None:
+    objs = overlay(name)
+    pods = [
+        (o["spec"]["template"]["metadata"]["labels"], containers(o), o) for o in workloads(objs)
+    ]
+    for svc in by_kind(objs, "Service"):
+        selector = svc["spec"]["selector"]
+        matched = [(cs, o) for labels, cs, o in pods if label_match(selector, labels)]
+        assert matched, f"Service {svc['metadata']['name']} selects no pod"
+        for port in svc["spec"]["ports"]:
+            target = port.get("targetPort", port["port"])
+            for cs, o in matched:
+                declared = {p.get("name") for c in cs for p in c.get("ports", [])}
+                declared |= {p["containerPort"] for c in cs for p in c.get("ports", [])}
+                assert target in declared, (svc["metadata"]["name"], o["metadata"]["name"], port)
+    for pdb in by_kind(objs, "PodDisruptionBudget"):
+        selector = pdb["spec"]["selector"]["matchLabels"]
+        assert any(label_match(selector, labels) for labels, _, _ in pods), pdb
+    for obj in by_kind(objs, "StatefulSet"):
+        assert obj["spec"]["serviceName"] in names(objs, "Service"), obj["metadata"]["name"]
+    for obj in workloads(objs):
+        selector = obj["spec"]["selector"]["matchLabels"]
+        assert label_match(selector, obj["spec"]["template"]["metadata"]["labels"])
+
+
+@needs_kubectl
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_role_bindings_name_rendered_accounts_and_roles(name: str) -> None:
+    objs = overlay(name)
+    accounts = {
+        (o["metadata"]["namespace"], o["metadata"]["name"]) for o in by_kind(objs, "ServiceAccount")
+    }
+    roles = names(objs, "ClusterRole")
+    bindings = by_kind(objs, "ClusterRoleBinding") + by_kind(objs, "RoleBinding")
+    assert bindings
+    for binding in bindings:
+        assert binding["roleRef"]["name"] in roles, binding["metadata"]["name"]
+        for subject in binding["subjects"]:
+            assert subject["kind"] == "ServiceAccount"
+            assert (subject["namespace"], subject["name"]) in accounts, subject
+
+
+@needs_kubectl
+def test_prod_overlay_is_production_shaped() -> None:
+    objs = overlay("prod")
+    (nats,) = [o for o in by_kind(objs, "StatefulSet") if o["metadata"]["name"] == "nats"]
+    assert nats["spec"]["replicas"] == 3
+    assert nats["spec"]["volumeClaimTemplates"]
+    conf = next(o for o in by_kind(objs, "ConfigMap") if o["metadata"]["name"] == "nats-config")
+    text = conf["data"]["nats.conf"]
+    for needed in ("jetstream", "cluster {", "routes", "tls {", "authorization"):
+        assert needed in text
+    for i in range(3):
+        assert f"nats-{i}.{nats['spec']['serviceName']}." in text
+    env = next(o for o in by_kind(objs, "ConfigMap") if o["metadata"]["name"] == "muster-env")
+    assert env["data"]["MUSTER_NATS_URL"].startswith("tls://")
+    assert env["data"]["MUSTER_NATS_TLS_CA"]
+    budgets = {o["metadata"]["name"] for o in by_kind(objs, "PodDisruptionBudget")}
+    assert {"nats", "admission", "binder", "gateway", "preemption"} <= budgets
+    for obj, _ in muster_containers(objs):
+        assert "podAntiAffinity" in pod_spec(obj).get("affinity", {}), obj["metadata"]["name"]
+    (admission,) = [o for o in workloads(objs) if o["metadata"]["name"] == "admission"]
+    assert admission["spec"]["replicas"] > 1
+
+
+@needs_kubectl
+def test_dev_overlay_is_one_of_each() -> None:
+    objs = overlay("dev")
+    assert all(o["spec"].get("replicas", 1) == 1 for o in workloads(objs))
+    assert len(by_kind(objs, "CustomResourceDefinition")) == len(EXPECTED_CRDS)
+
+
+# --- muster containers: image, command, flags ------------------------------------------------
+
+
+def container_env(objs: tuple[Obj, ...], c: Obj) -> dict[str, str]:
+    """The container's environment as the process would see it; Secrets and the pod index
+    read as placeholders."""
+    maps = {o["metadata"]["name"]: o.get("data", {}) for o in by_kind(objs, "ConfigMap")}
+    env: dict[str, str] = {}
+    for source in c.get("envFrom", []):
+        env.update(maps[source["configMapRef"]["name"]])
+    for var in c.get("env", []):
+        if "value" in var:
+            env[var["name"]] = str(var["value"])
+            continue
+        source = var["valueFrom"]
+        if "secretKeyRef" in source:
+            env[var["name"]] = "placeholder-secret"
+        elif "configMapKeyRef" in source:
+            ref = source["configMapKeyRef"]
+            env[var["name"]] = maps[ref["name"]][ref["key"]]
+        elif (
+            source.get("fieldRef", {})
+            .get("fieldPath", "")
+            .endswith("['apps.kubernetes.io/pod-index']")
+        ):
+            env[var["name"]] = "0"
+        else:
+            env[var["name"]] = "placeholder-field"
+    return env
+
+
+def mounted_files(objs: tuple[Obj, ...], obj: Obj, c: Obj, tmp: Path) -> dict[str, str]:
+    """Container paths of files from ConfigMap volumes → copies of their content under tmp."""
+    maps = {o["metadata"]["name"]: o.get("data", {}) for o in by_kind(objs, "ConfigMap")}
+    volumes = {v["name"]: v for v in pod_spec(obj).get("volumes", [])}
+    out: dict[str, str] = {}
+    for mount in c.get("volumeMounts", []):
+        vol = volumes.get(mount["name"], {})
+        if "configMap" not in vol:
+            continue
+        for key, text in maps[vol["configMap"]["name"]].items():
+            local = tmp / mount["name"] / key
+            local.parent.mkdir(parents=True, exist_ok=True)
+            local.write_text(text)
+            out[f"{mount['mountPath'].rstrip('/')}/{key}"] = str(local)
+    return out
+
+
+class Parsed:
+    def __init__(self) -> None:
+        self.config: ServiceConfig | None = None
+        self.main: Any = None
+
+
+def parse_with_service(
+    name: str, args: list[str], env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> Parsed:
+    """Run `muster service <name> ARGS` up to the point it would start, with `env` as the
+    environment; what it would run. Bad flags fail the test with the parser's message."""
+    module = importlib.import_module(SERVICES[name])
+    parsed = Parsed()
+
+    def fake_run(config: ServiceConfig, main: Any) -> int:
+        parsed.config, parsed.main = config, main
+        return 0
+
+    import muster.bus.service as bus_service
+
+    monkeypatch.setattr(bus_service, "run_service", fake_run)
+    if hasattr(module, "run_service"):
+        monkeypatch.setattr(module, "run_service", fake_run)
+    for key in list(os.environ):
+        if key.startswith("MUSTER_"):
+            monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            status = module.main(args)
+    except SystemExit as exc:
+        pytest.fail(f"muster service {name} {' '.join(args)}: exit {exc.code}: {stderr.getvalue()}")
+    assert status == 0
+    assert parsed.config is not None
+    return parsed
+
+
+def service_env_names(name: str) -> set[str]:
+    """The MUSTER_* variables service `name` reads, from its own --help."""
+    module = importlib.import_module(SERVICES[name])
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        module.main(["--help"])
+    words = out.getvalue().replace("(", " ").replace(")", " ").replace(",", " ").split()
+    return {w for w in words if w.startswith("MUSTER_")}
+
+
+def service_args(c: Obj) -> tuple[str, list[str]]:
+    """(service name, its flags) of a muster container; asserts the image's ENTRYPOINT is kept."""
+    assert "command" not in c or c["command"] == ["muster"], c["name"]
+    args = list(c["args"])
+    assert args[:1] == ["service"], c["name"]
+    assert len(args) >= 2, c["name"]
+    assert args[1] in SERVICES, c["name"]
+    return args[1], args[2:]
+
+
+@needs_kubectl
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_every_service_runs_once_with_its_real_flags(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    objs = overlay(name)
+    seen: list[str] = []
+    for obj, c in muster_containers(objs):
+        service, flags = service_args(c)
+        seen.append(service)
+        assert c["image"].rsplit(":", 1)[0] == IMAGE_NAMES[name]
+        assert c["name"] == service == obj["metadata"]["name"]
+        files = mounted_files(objs, obj, c, tmp_path / service)
+        flags = [files.get(a, a) for a in flags]
+        env = container_env(objs, c)
+        env = {k: files.get(v, v) for k, v in env.items()}
+        parsed = parse_with_service(service, flags, env, monkeypatch)
+        config = parsed.config
+        assert config is not None
+        assert config.name == service
+        ports = {p.get("name"): p["containerPort"] for p in c["ports"]}
+        assert config.health_port == ports["health"] != 0
+        for kind in ("readinessProbe", "livenessProbe", "startupProbe"):
+            assert c[kind]["grpc"]["port"] in (ports["health"], "health"), (service, kind)
+        assert config.bus.user, "NATS user from the Secret"
+        assert config.bus.password, "NATS password from the Secret"
+        if name == "prod":
+            assert config.bus.tls_ca_file
+            assert config.bus.tls_ca_file.startswith(
+                tuple(m["mountPath"] for m in c["volumeMounts"])
+            )
+        if service == "gateway":
+            listen = parsed_gateway_listen(flags, env)
+            assert int(listen.rsplit(":", 1)[1]) == ports["grpc"]
+            assert not listen.startswith("127.")
+        if service == "admission":
+            shards = int(env["MUSTER_ADMISSION_SHARDS"])
+            assert shards == obj["spec"]["replicas"], "one pod per shard"
+            assert obj["kind"] == "StatefulSet"
+        keywords = getattr(parsed.main, "keywords", {})
+        if service == "gangpermit":
+            assert keywords["config"].scheduler_name == "muster"
+    assert sorted(seen) == sorted(s for s in SERVICES if s != "sim-cluster")
+
+
+def parsed_gateway_listen(flags: list[str], env: dict[str, str]) -> str:
+    from muster.gateway.__main__ import build_parser
+
+    old = dict(os.environ)
+    try:
+        os.environ.update(env)
+        args: argparse.Namespace = build_parser().parse_args(flags)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    return str(args.listen)
+
+
+@needs_kubectl
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_every_environment_variable_is_read_by_its_service(name: str) -> None:
+    objs = overlay(name)
+    for _, c in muster_containers(objs):
+        service, _ = service_args(c)
+        unknown = (
+            {k for k in container_env(objs, c) if k.startswith("MUSTER_")}
+            - service_env_names(service)
+            - OTHER_ENV
+        )
+        assert not unknown, f"{service}: nothing reads {sorted(unknown)}"
+
+
+def test_health_host_is_configurable() -> None:
+    assert "MUSTER_HEALTH_HOST" in service_env_names("binder")
+
+
+# --- CRDs -------------------------------------------------------------------------------------
+
+EXPECTED_CRDS = {
+    "resourceflavors.kueue.x-k8s.io": False,
+    "clusterqueues.kueue.x-k8s.io": True,
+    "cohorts.kueue.x-k8s.io": True,
+    "localqueues.kueue.x-k8s.io": True,
+    "workloads.kueue.x-k8s.io": True,
+    "workloadpriorityclasses.kueue.x-k8s.io": False,
+    "admissionchecks.kueue.x-k8s.io": True,
+    "podgroups.scheduling.x-k8s.io": True,
+}  # name → has the status subresource
+
+
+def structural_problems(schema: Obj, path: str = "") -> Iterator[str]:
+    """Where a schema is not structural: every node has a type, except int-or-string and
+    preserve-unknown-fields nodes; anyOf only for int-or-string."""
+    if schema.get("x-kubernetes-int-or-string"):
+        if "type" in schema:
+            yield f"{path}: int-or-string with a type"
+        return
+    if "anyOf" in schema or "oneOf" in schema:
+        yield f"{path}: anyOf/oneOf outside int-or-string"
+    if "type" not in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
+        yield f"{path}: no type"
+    if "properties" in schema and "additionalProperties" in schema:
+        yield f"{path}: properties and additionalProperties"
+    for key, sub in schema.get("properties", {}).items():
+        yield from structural_problems(sub, f"{path}.{key}")
+    if isinstance(schema.get("additionalProperties"), dict):
+        yield from structural_problems(schema["additionalProperties"], f"{path}.*")
+    if "items" in schema:
+        yield from structural_problems(schema["items"], f"{path}[]")
+    if schema.get("type") == "array" and "items" not in schema:
+        yield f"{path}: array without items"
+
+
+@needs_kubectl
+def test_crds_are_structural_with_one_storage_version() -> None:
+    crds = {o["metadata"]["name"]: o for o in rendered("k8s/crds")}
+    assert set(crds) == set(EXPECTED_CRDS)
+    for name, crd in crds.items():
+        spec = crd["spec"]
+        assert name == f"{spec['names']['plural']}.{spec['group']}"
+        versions = {v["name"]: v for v in spec["versions"]}
+        storage = [v for v in versions.values() if v["storage"]]
+        assert len(storage) == 1, name
+        if spec["group"] == "kueue.x-k8s.io":
+            assert set(versions) == {"v1beta1", "v1beta2"}, name
+            assert storage[0]["name"] == "v1beta2", name
+        for version in versions.values():
+            assert version["served"], (name, version["name"])
+            schema = version["schema"]["openAPIV3Schema"]
+            assert schema["type"] == "object"
+            assert set(schema["properties"]) >= {"apiVersion", "kind", "metadata"}
+            assert list(structural_problems(schema)) == [], (name, version["name"])
+            has_status = "status" in version.get("subresources", {})
+            assert has_status == EXPECTED_CRDS[name], (name, version["name"])
+            if has_status:
+                assert "status" in schema["properties"], name
+            for column in version.get("additionalPrinterColumns", []):
+                assert column["jsonPath"].startswith("."), (name, column)
+
+
+@needs_kubectl
+def test_clusterqueue_wide_columns() -> None:
+    crd = next(o for o in rendered("k8s/crds") if o["spec"]["names"]["kind"] == "ClusterQueue")
+    for version in crd["spec"]["versions"]:
+        columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
+        assert {"Cohort", "Pending", "Admitted", "Reserving", "Strategy"} <= set(columns)
+        assert columns["Strategy"].get("priority") == 1  # -o wide
+        cohort_field = "cohort" if version["name"] == "v1beta1" else "cohortName"
+        assert columns["Cohort"]["jsonPath"] == f".spec.{cohort_field}"
+
+
+# --- RBAC -------------------------------------------------------------------------------------
+
+# What each service's code asks the API server for (muster.cluster.kube): (group, resource, verb).
+_READ = ("list", "watch")
+_WATCHED = {
+    ("", "namespaces"),
+    ("", "nodes"),
+    ("", "pods"),
+    ("scheduling.k8s.io", "priorityclasses"),
+    ("scheduling.k8s.io", "workloads"),
+    ("batch", "jobs"),
+    ("scheduling.x-k8s.io", "podgroups"),
+    *{
+        ("kueue.x-k8s.io", r)
+        for r in (
+            "resourceflavors",
+            "clusterqueues",
+            "cohorts",
+            "localqueues",
+            "workloadpriorityclasses",
+            "admissionchecks",
+            "workloads",
+        )
+    },
+}
+REQUIRED: dict[str, set[tuple[str, str, str]]] = {
+    # resources.watched_sources (list-then-watch; namespaces also for the starting
+    # resourceVersion), status.StatusWriter (merge patch of status), create_workload_for_job
+    # (POST, GET on AlreadyExists; blockOwnerDeletion on the Job → jobs/finalizers).
+    "watcher": {(g, r, v) for g, r in _WATCHED for v in _READ}
+    | {
+        ("kueue.x-k8s.io", "workloads", "create"),
+        ("kueue.x-k8s.io", "workloads", "get"),
+        ("kueue.x-k8s.io", "workloads/status", "patch"),
+        ("kueue.x-k8s.io", "clusterqueues/status", "patch"),
+        ("kueue.x-k8s.io", "localqueues/status", "patch"),
+        ("batch", "jobs/finalizers", "update"),
+    },
+    # backend: _job_of (GET job, GET workload, LIST jobs), _start_job/_stop_job (PUT job, PATCH
+    # jobs/status), _create_pods (POST pods, owner workload with blockOwnerDeletion),
+    # _pods_of (LIST pods), delete (DELETE pods), bind (POST pods/binding, GET pod after 409),
+    # apply/create of cmd.apply's Pods, scheduling.k8s.io Workloads and PodGroups.
+    "binder": {
+        ("batch", "jobs", "get"),
+        ("batch", "jobs", "list"),
+        ("batch", "jobs", "update"),
+        ("batch", "jobs/status", "patch"),
+        ("kueue.x-k8s.io", "workloads", "get"),
+        ("kueue.x-k8s.io", "workloads/finalizers", "update"),
+        ("", "pods", "create"),
+        ("", "pods", "get"),
+        ("", "pods", "list"),
+        ("", "pods", "delete"),
+        ("", "pods/binding", "create"),
+        ("scheduling.k8s.io", "workloads", "create"),
+        ("scheduling.k8s.io", "workloads", "get"),
+        ("scheduling.k8s.io", "workloads", "update"),
+        ("scheduling.x-k8s.io", "podgroups", "create"),
+        ("scheduling.x-k8s.io", "podgroups", "get"),
+        ("scheduling.x-k8s.io", "podgroups", "update"),
+    },
+    # gangpermit.cache: nodes, pods, Workload API Workloads, PodGroups, PriorityClasses.
+    "gangpermit": {
+        (g, r, v)
+        for g, r in (
+            ("", "namespaces"),
+            ("", "nodes"),
+            ("", "pods"),
+            ("scheduling.k8s.io", "priorityclasses"),
+            ("scheduling.k8s.io", "workloads"),
+            ("scheduling.x-k8s.io", "podgroups"),
+        )
+        for v in _READ
+    },
+    "admission": set(),
+    "preemption": set(),
+    "gateway": set(),
+}
+
+
+def granted(objs: tuple[Obj, ...], account: str) -> set[tuple[str, str, str]]:
+    roles = {o["metadata"]["name"]: o for o in by_kind(objs, "ClusterRole")}
+    out: set[tuple[str, str, str]] = set()
+    for binding in by_kind(objs, "ClusterRoleBinding"):
+        if not any(s["name"] == account for s in binding["subjects"]):
+            continue
+        for rule in roles[binding["roleRef"]["name"]]["rules"]:
+            for g in rule["apiGroups"]:
+                for r in rule["resources"]:
+                    out |= {(g, r, v) for v in rule["verbs"]}
+    return out
+
+
+@needs_kubectl
+def test_rbac_grants_exactly_what_each_service_calls() -> None:
+    objs = rendered("k8s/rbac")
+    for service, needed in REQUIRED.items():
+        assert granted(objs, f"muster-{service}") == needed, service
+    accounts = {o["metadata"]["name"]: o for o in by_kind(objs, "ServiceAccount")}
+    for service, needed in REQUIRED.items():
+        if not needed:
+            assert accounts[f"muster-{service}"].get("automountServiceAccountToken") is False
+
+
+@needs_kubectl
+def test_rbac_has_no_wildcards_or_cluster_admin() -> None:
+    objs = rendered("k8s/rbac")
+    for role in by_kind(objs, "ClusterRole") + by_kind(objs, "Role"):
+        assert "aggregationRule" not in role
+        for rule in role["rules"]:
+            for field in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[field], (role["metadata"]["name"], rule)
+            assert "nonResourceURLs" not in rule
+            assert "resourceNames" not in rule
+            assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
+            assert not {"secrets", "clusterroles", "clusterrolebindings"} & set(rule["resources"])
+    for binding in by_kind(objs, "ClusterRoleBinding"):
+        assert binding["roleRef"]["name"] not in ("cluster-admin", "admin", "edit")
+
+
+# --- examples ---------------------------------------------------------------------------------
+
+EXAMPLES = sorted((K8S / "examples").glob("*.yaml"))
+NODE = """\
+apiVersion: v1
+kind: Node
+metadata: {name: node-1}
+status:
+  allocatable: {cpu: "16", memory: 64Gi, ephemeral-storage: 200Gi, nvidia.com/gpu: "4", pods: "110"}
+"""
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_example_decodes_without_errors(path: Path) -> None:
+    objects, errors = decode_files([path])
+    assert [str(e) for e in errors] == []
+    assert objects
+
+
+def test_examples_decode_together() -> None:
+    objects, errors = decode_files(EXAMPLES)
+    assert [str(e) for e in errors] == []
+    kinds = {type(o).__name__ for o in objects}
+    assert {"ResourceFlavor", "ClusterQueue", "LocalQueue", "SchedulingWorkload", "Pod"} <= kinds
+
+
+def test_two_team_setup_is_the_classic_one() -> None:
+    docs = [
+        d
+        for p in ("two-teams.yaml", "jobs.yaml")
+        for d in yaml.safe_load_all((K8S / "examples" / p).read_text())
+    ]
+    by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    assert ("ResourceFlavor", "default-flavor") in by
+    cq = by[("ClusterQueue", "cluster-queue")]
+    assert cq["spec"]["namespaceSelector"] == {}
+    (group,) = cq["spec"]["resourceGroups"]
+    assert set(group["coveredResources"]) == {
+        "cpu",
+        "memory",
+        "nvidia.com/gpu",
+        "ephemeral-storage",
+    }
+    for team in ("team-a", "team-b"):
+        assert ("Namespace", team) in by
+        assert by[("LocalQueue", f"lq-{team}")]["metadata"]["namespace"] == team
+    jobs = [d for d in docs if d["kind"] == "Job"]
+    assert len(jobs) == 2
+    for job in jobs:
+        assert job["spec"]["suspend"] is True
+        assert job["spec"]["parallelism"] == 3
+        assert job["spec"]["template"]["spec"]["schedulerName"] == "muster"
+
+
+def test_gang_example_is_a_workload_api_gang_of_four() -> None:
+    docs = list(yaml.safe_load_all((K8S / "examples" / "gang-workload-api.yaml").read_text()))
+    (workload,) = [d for d in docs if d["kind"] == "Workload"]
+    assert workload["apiVersion"] == "scheduling.k8s.io/v1alpha1"
+    (group,) = workload["spec"]["podGroups"]
+    assert group["policy"]["gang"]["minCount"] == 4
+    pods = [i for d in docs if d["kind"] == "List" for i in d["items"]]
+    assert len(pods) == 4
+    for pod in pods:
+        assert pod["spec"]["workloadRef"] == {"name": "allreduce", "podGroup": group["name"]}
+
+
+def test_simulate_runs_the_classic_setup_on_one_node(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node = tmp_path / "node.yaml"
+    node.write_text(NODE)
+    files = [str(K8S / "examples" / "two-teams.yaml"), str(K8S / "examples" / "jobs.yaml")]
+    status = muster_main(["simulate", *files, str(node), "-o", "json"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "sample-job-team-a" in out
+    assert "sample-job-team-b" in out
+    assert "Finished" in out
