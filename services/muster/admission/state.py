@@ -24,8 +24,6 @@ from muster.admission.ledger import Entry, Ledger, Phase
 from muster.admission.shards import Sharding
 from muster.admission.translate import (
     GANG_REJECTED,
-    GANG_TIMED_OUT,
-    PREEMPTED,
     ApplyConfig,
     CheckUpdated,
     Decision,
@@ -42,6 +40,7 @@ from muster.admission.translate import (
     decisions_from,
 )
 from muster.api.model import Admission, ClusterQueue, KueueConfig, ResourceFlavor, WorkloadKey
+from muster.api.wellknown import GANG_TIMED_OUT, PREEMPTED
 from muster.core.engine import Engine
 from muster.core.events import Event, EventType
 

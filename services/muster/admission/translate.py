@@ -42,8 +42,6 @@ from muster.core.events import Event, EventType
 # requeuing limit exceeded); it gives its quota back at once and is not requeued.
 DEACTIVATED = "InactiveWorkload"
 GANG_REJECTED = "GangRejected"
-GANG_TIMED_OUT = "GangTimedOut"  # gangpermit's reason when a gang's deadline passes
-PREEMPTED = "Preempted"  # Kueue's eviction reason for a preemption
 
 
 class FactError(ValueError):

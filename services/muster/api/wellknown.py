@@ -20,3 +20,10 @@ POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 # Kueue's topology annotations on a podset's pod template; the value is a node label key.
 REQUIRED_TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/podset-required-topology"
 PREFERRED_TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/podset-preferred-topology"
+
+# Reasons muster writes on events, pod conditions and evictions; subscribers match on them
+# (docs/events.md), so every service takes them from here.
+PREEMPTED = "Preempted"  # Kueue's eviction reason; also a pod evicted by placement preemption
+GANG_TIMED_OUT = "GangTimedOut"  # a gang not placed before its deadline
+BIND_FAILED = "BindFailed"  # the binder could not bind a permitted gang
+PLACEMENT_PREEMPTED = "PlacementPreempted"  # an eviction asked for to place a gang

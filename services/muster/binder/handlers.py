@@ -16,6 +16,7 @@ from typing import Protocol
 from google.protobuf.message import Message
 
 from muster.api.model import Workload
+from muster.api.wellknown import BIND_FAILED
 from muster.binder.pacing import BindPacer
 from muster.binder.translate import MissingPodSetError, pod_set_starts, workload_from_submitted
 from muster.bus.envelope import new_event
@@ -25,8 +26,6 @@ from muster.cluster.errors import ClusterError
 from muster.contracts.v1 import events_pb2
 
 log = logging.getLogger(__name__)
-
-BIND_FAILED = "BindFailed"
 
 
 class Publisher(Protocol):

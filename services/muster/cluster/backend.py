@@ -13,6 +13,7 @@ from typing import Any, Literal, Protocol
 import msgspec
 
 from muster.api.model import Toleration
+from muster.cluster.errors import ClusterError
 from muster.cluster.objects import NodeView, PodView
 
 ChangeType = Literal["ADDED", "MODIFIED", "DELETED"]
@@ -126,3 +127,13 @@ class ClusterBackend(Protocol):
     async def close(self) -> None:
         """Release what the backend holds (its connection, when it opened it)."""
         ...
+
+
+def split_workload_key(workload_key: str) -> tuple[str, str]:
+    """Return the namespace and name of "<namespace>/<name>"; ClusterError when it is not that."""
+    namespace, _, name = workload_key.partition("/")
+    if not namespace or not name:
+        raise ClusterError(
+            f"Workload/{workload_key}", "Invalid", 'workload key must be "<namespace>/<name>"'
+        )
+    return namespace, name

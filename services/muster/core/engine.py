@@ -25,6 +25,7 @@ from muster.api.model import (
     Workload,
     WorkloadKey,
 )
+from muster.api.wellknown import PREEMPTED
 from muster.core.config import Configuration
 from muster.core.events import Event, EventType
 from muster.core.flavors import Assignment, Mode, assign_flavors
@@ -45,7 +46,6 @@ from muster.core.visibility import (
 QUOTA_RESERVED = "QuotaReserved"
 ADMITTED = "Admitted"
 EVICTED = "Evicted"
-PREEMPTED = "Preempted"
 FINISHED = "Finished"
 REQUEUED = "Requeued"
 PODS_READY = "PodsReady"
@@ -612,7 +612,7 @@ class Engine:
             )
             victim.set_condition(PREEMPTED, True, reason, message)
             self._emit(EventType.PREEMPTED, victim, reason, message, by=preemptor.key)
-            self._evict(victim, reason="Preempted", message=message, by=preemptor.key)
+            self._evict(victim, reason=PREEMPTED, message=message, by=preemptor.key)
 
     # --- admission and eviction ----------------------------------------------------------
 

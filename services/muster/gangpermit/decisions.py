@@ -20,7 +20,7 @@ from typing import Final
 
 from google.protobuf.message import Message
 
-from muster.api.wellknown import POD_SET_ANNOTATION
+from muster.api.wellknown import GANG_TIMED_OUT, PLACEMENT_PREEMPTED, POD_SET_ANNOTATION
 from muster.bus.envelope import new_event
 from muster.contracts.v1 import events_pb2
 from muster.core.placement.model import (
@@ -32,12 +32,11 @@ from muster.core.placement.model import (
     PlacementPreempted,
     PodKey,
 )
-from muster.gangpermit.state import GANG_TIMED_OUT, GangPermitState, Permit
+from muster.gangpermit.state import GangPermitState, Permit
 
 # The namespace of gang-permit's event ids. Fixed forever: changing it breaks dedupe of a pass
 # repeated across an upgrade.
 DECISION_ID_NAMESPACE: Final = uuid.uuid5(uuid.NAMESPACE_DNS, "gangpermit.muster.dev")
-PLACEMENT_PREEMPTED: Final = "PlacementPreempted"
 
 
 def decide(state: GangPermitState, *, now_s: float) -> list[events_pb2.Envelope]:

@@ -35,7 +35,13 @@ from muster.api.model import (
     SchedulingWorkload,
     Workload,
 )
-from muster.api.wellknown import POD_GROUP_LABEL, SCHEDULER_NAME, WORKLOAD_LABEL
+from muster.api.wellknown import (
+    BIND_FAILED,
+    GANG_TIMED_OUT,
+    POD_GROUP_LABEL,
+    SCHEDULER_NAME,
+    WORKLOAD_LABEL,
+)
 from muster.contracts.v1 import events_pb2
 from muster.core.placement.model import GangKey, GangSpec, NodeName, PodKey, Scoring
 from muster.core.placement.scheduler import DEFAULT_TIMEOUT_S, GangScheduler
@@ -51,8 +57,6 @@ from muster.core.placement.sources import (
 log = logging.getLogger(__name__)
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
-BIND_FAILED = "BindFailed"
-GANG_TIMED_OUT = "GangTimedOut"
 
 ClusterObject = Node | Pod | SchedulingWorkload | PodGroup | PriorityClass
 

@@ -26,7 +26,7 @@ from muster.api.model import (
     Workload,
     WorkloadKey,
 )
-from muster.api.wellknown import POD_GROUP_LABEL
+from muster.api.wellknown import GANG_TIMED_OUT, POD_GROUP_LABEL, PREEMPTED
 from muster.core.events import Event, EventType
 from muster.core.placement.model import (
     GangKey,
@@ -54,8 +54,6 @@ PodPhase = Literal["Pending", "Running", "Succeeded", "Failed"]
 
 # The PodScheduled=False reasons (and Failed pods' status.reason) the report shows.
 UNSCHEDULABLE = "Unschedulable"  # waiting: for its gang, or for room
-GANG_TIMED_OUT = "GangTimedOut"
-PREEMPTED = "Preempted"  # status.reason of a bare or Workload API pod evicted by placement
 SCHEDULED = "Scheduled"  # Bound events, as Kubernetes names a binding
 
 

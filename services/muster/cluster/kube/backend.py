@@ -20,7 +20,7 @@ import msgspec
 
 from muster.api.job import QUEUE_NAME_KEY
 from muster.api.wellknown import POD_GROUP_LABEL, POD_SET_ANNOTATION, WORKLOAD_LABEL
-from muster.cluster.backend import ClusterBackend, ClusterChange, PodSetStart
+from muster.cluster.backend import ClusterBackend, ClusterChange, PodSetStart, split_workload_key
 from muster.cluster.errors import (
     BindConflictError,
     ClusterError,
@@ -211,7 +211,7 @@ class KubeBackend:
     # --- workloads ----------------------------------------------------------------------------
 
     async def start_workload(self, workload_key: str, *, pod_sets: Sequence[PodSetStart]) -> None:
-        namespace, name = _split(workload_key)
+        namespace, name = split_workload_key(workload_key)
         job, workload = await self._job_of(namespace, name)
         if job is not None:
             await self._start_job(job, pod_sets, workload=name)
@@ -220,7 +220,7 @@ class KubeBackend:
         # Otherwise a pod group: its pods exist already.
 
     async def stop_workload(self, workload_key: str) -> None:
-        namespace, name = _split(workload_key)
+        namespace, name = split_workload_key(workload_key)
         job, _ = await self._job_of(namespace, name)
         if job is not None:
             await self._stop_job(job)
@@ -381,15 +381,6 @@ class KubeBackend:
 
 def _already_exists(response: Response) -> bool:
     return response.status == 409 and b'"AlreadyExists"' in response.body
-
-
-def _split(workload_key: str) -> tuple[str, str]:
-    namespace, _, name = workload_key.partition("/")
-    if not namespace or not name:
-        raise ClusterError(
-            f"Workload/{workload_key}", "Invalid", 'workload key must be "<namespace>/<name>"'
-        )
-    return namespace, name
 
 
 def _controller(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:

@@ -23,10 +23,9 @@ from nats.js import JetStreamContext
 from muster.api.convert import KUEUE_V1BETA1, stable_uid
 from muster.api.job import workload_name_for_job
 from muster.api.quantity import format_quantity
-from muster.cluster.backend import ClusterBackend, ClusterChange, PodSetStart
+from muster.cluster.backend import ClusterBackend, ClusterChange, PodSetStart, split_workload_key
 from muster.cluster.errors import (
     BindConflictError,
-    ClusterError,
     ConflictError,
     InvalidObjectError,
     NotFoundError,
@@ -203,7 +202,7 @@ class SimBackend:
     # --- workloads ----------------------------------------------------------------------------
 
     async def start_workload(self, workload_key: str, *, pod_sets: Sequence[PodSetStart]) -> None:
-        namespace, name = _split(workload_key)
+        namespace, name = split_workload_key(workload_key)
         annotations: dict[str, str] = {}
         if not all(RUN_SECONDS_ANNOTATION in ps.annotations for ps in pod_sets):
             annotations = await self._workload_annotations(namespace, name)
@@ -259,7 +258,7 @@ class SimBackend:
         raise ConflictError(describe(key), f"still changing after {_MAX_ATTEMPTS} attempts")
 
     async def stop_workload(self, workload_key: str) -> None:
-        namespace, name = _split(workload_key)
+        namespace, name = split_workload_key(workload_key)
         pods = await self.store.list(namespace_prefix(namespace))
         ours = [p.key for p in pods if _labels(p.obj).get(WORKLOAD_LABEL) == name]
         await asyncio.gather(*(self._delete(key) for key in ours))
@@ -284,15 +283,6 @@ def _checked(manifest: Mapping[str, Any]) -> tuple[str, str, dict[str, Any]]:
     if problems:
         raise InvalidObjectError(describe(key), problems)
     return kind, key, obj
-
-
-def _split(workload_key: str) -> tuple[str, str]:
-    namespace, _, name = workload_key.partition("/")
-    if not namespace or not name:
-        raise ClusterError(
-            f"Workload/{workload_key}", "Invalid", 'workload key must be "<namespace>/<name>"'
-        )
-    return namespace, name
 
 
 def _pod(
