@@ -43,6 +43,7 @@ needs_kubectl = pytest.mark.skipif(
 
 Obj = dict[str, Any]
 WORKLOAD_KINDS = ("Deployment", "StatefulSet")
+CLUSTER_SERVICES = ("watcher", "binder", "gangpermit")  # they open the cluster's backend
 # Read outside the flags (muster.bus.service, muster.bus.tracing).
 OTHER_ENV = frozenset({"MUSTER_PROFILE_DIR", "MUSTER_TRACE_CONSOLE"})
 
@@ -430,8 +431,20 @@ def test_every_service_runs_once_with_its_real_flags(
             assert shards == obj["spec"]["replicas"], "one pod per shard"
             assert obj["kind"] == "StatefulSet"
         keywords = getattr(parsed.main, "keywords", {})
+        if service in CLUSTER_SERVICES:
+            # This cluster, through the API server, as the pod's ServiceAccount.
+            backend = keywords["backend"]
+            assert (backend.kind, backend.kube.in_cluster) == ("kube", True), service
+            assert (backend.kube.host, backend.kube.kubeconfig) == ("", ""), service
+            assert backend.kube.scheduler_name == "muster"
+            assert obj["spec"]["template"]["spec"]["serviceAccountName"] == f"muster-{service}"
+        else:
+            assert "MUSTER_CLUSTER_BACKEND" not in env, service
         if service == "gangpermit":
             assert keywords["config"].scheduler_name == "muster"
+        if service == "watcher":
+            assert (keywords["backend"].status.qps, keywords["backend"].status.burst) == (20, 40)
+            assert keywords["config"].kueue_version == keywords["backend"].kube.kueue_version
     assert sorted(seen) == sorted(s for s in SERVICES if s != "sim-cluster")
 
 

@@ -9,7 +9,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from muster.cluster.backend import ClusterChange
+from muster.cluster.backend import ClusterChange, Selection
 from muster.cluster.kube import Backoff, KubeBackend, KubeConfig, WatchSettings, floor_of
 from muster.devtools.apiserver import ApiServer
 
@@ -39,9 +39,14 @@ async def backend_for(server: ApiServer, **overrides: Any) -> AsyncIterator[Kube
 class ChangeLog:
     """Every change `backend.watch(from_revision=...)` yields, in order, gathered by a task."""
 
-    def __init__(self, backend: KubeBackend, *, from_revision: int = 0) -> None:
+    def __init__(
+        self, backend: KubeBackend, *, from_revision: int = 0, selection: Selection = "workloads"
+    ) -> None:
         self.changes: list[ClusterChange] = []
-        self._changes = backend.watch(from_revision=from_revision)
+        self.progress = 0  # the highest revision `on_progress` reported
+        self._changes = backend.watch(
+            from_revision=from_revision, selection=selection, on_progress=self._progressed
+        )
         self._arrived = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -55,6 +60,10 @@ class ChangeLog:
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
         await self._changes.aclose()
+
+    def _progressed(self, revision: int) -> None:
+        self.progress = max(self.progress, revision)
+        self._arrived.set()
 
     async def _follow(self) -> None:
         async for change in self._changes:
@@ -74,6 +83,23 @@ class ChangeLog:
                     index += 1
                 self._arrived.clear()
                 await self._arrived.wait()
+
+    async def wait_progress(self, revision: int, *, timeout_s: float = 5.0) -> None:
+        """Return once `on_progress` has reported `revision` (or later)."""
+        async with asyncio.timeout(timeout_s):
+            while self.progress < revision:
+                self._arrived.clear()
+                await self._arrived.wait()
+
+    async def caught_up(self, server: ApiServer, backend: KubeBackend) -> None:
+        """Return once the watch reports progress past every write made before the call (for a
+        selection without Namespaces, where `barrier` cannot create one to wait for)."""
+        target = await backend.current_revision()
+        async with asyncio.timeout(5):
+            while self.progress < target:
+                server.send_bookmarks()
+                with contextlib.suppress(TimeoutError):
+                    await self.wait_progress(target, timeout_s=0.2)
 
     async def wait_key(self, key: str, type_: str, *, start: int = 0) -> ClusterChange:
         return await self.wait_for(lambda c: c.key == key and c.type == type_, start=start)

@@ -19,7 +19,7 @@ from kube_backend_helpers import (
 from kube_helpers import cluster_queue
 
 from muster.cluster.kube import KubeBackend, floor_of
-from muster.cluster.kube.changes import ChangeCache, Pending
+from muster.cluster.kube.changes import ChangeCache, Pending, matches
 from muster.cluster.kube.resources import watched_sources
 from muster.devtools.apiserver import (
     ApiServer,
@@ -256,3 +256,53 @@ def test_a_pod_in_both_selections_is_shown_once_per_state() -> None:
     relisted = ChangeCache(sources, floor=lambda: 0)
     assert shown(relisted.upsert(by_scheduler, _pod_state(6, labelled=False))) == "ADDED"
     assert [p.type for p in relisted.vanished(by_scheduler, set())] == ["DELETED"]
+
+
+async def test_the_placement_watch_adds_every_bound_pod_and_leaves_queues_out(
+    server: ApiServer, backend: KubeBackend
+) -> None:
+    await backend.apply(node("n1"))
+    await backend.apply(pod("theirs", scheduler="default-scheduler"))
+    await backend.apply(pod("mine"))
+    await backend.apply(job("queued"))
+    async with ChangeLog(backend, selection="placement") as log:
+        await log.wait_key("pod.default.mine", "ADDED")
+        await log.caught_up(server, backend)
+        assert "pod.default.theirs" not in {c.key for c in log.changes}  # not bound yet
+        await backend.bind("default", "theirs", "n1")  # as kube-scheduler does
+        bound = await log.wait_key("pod.default.theirs", "ADDED")
+        assert bound.obj["spec"]["nodeName"] == "n1"
+        await backend.delete("Pod", "theirs", namespace="default")
+        await log.wait_key("pod.default.theirs", "DELETED")
+        await log.caught_up(server, backend)
+    assert not [c for c in log.changes if c.key.startswith(("obj.Job.", "obj.ClusterQueue."))]
+    assert server.requests.count(verb="list", path="/clusterqueues$") == 0
+    assert server.requests.count(verb="list", path="/jobs$") == 0
+
+
+async def test_progress_reaches_the_current_revision_without_a_change(
+    server: ApiServer, backend: KubeBackend
+) -> None:
+    target = await backend.current_revision()
+    async with ChangeLog(backend, selection="placement") as log:
+        await log.wait_progress(target)  # the initial lists got there
+        seen = len(log.changes)
+        await backend.apply(job("elsewhere"))  # a write this selection does not show
+        later = await backend.current_revision()
+        assert later > target
+        server.send_bookmarks()  # how a quiet source tells it has seen everything
+        await log.wait_progress(later)
+    assert len(log.changes) == seen
+    revisions = [c.revision for c in log.changes]
+    assert max(revisions) <= log.progress
+
+
+def test_a_field_selector_that_negates_matches_as_the_server_does() -> None:
+    bound = next(
+        s for s in watched_sources(scheduler_name="muster", kueue_version="v1beta1",
+                                   selection="placement")
+        if s.field_selector == "spec.nodeName!="
+    )  # fmt: skip
+    assert matches(bound, {"spec": {"nodeName": "n1"}})
+    assert not matches(bound, {"spec": {"nodeName": ""}})
+    assert not matches(bound, {"spec": {}})

@@ -8,39 +8,47 @@ import sys
 
 from muster.binder.service import BinderConfig, run_binder
 from muster.bus import Bus
-from muster.bus.service import Flag, Health, ServiceConfig, ServiceMain, service_main
-from muster.cluster.sim.backend import SimBackend
-from muster.cluster.sim.store import SimStore
+from muster.bus.service import (
+    Flag,
+    Health,
+    ServiceConfig,
+    ServiceMain,
+    parse_service,
+    service_main,
+)
+from muster.cluster.choose import BACKEND_FLAGS, BackendConfig, backend_config, open_backend
 
 NAME = "binder"
+DESCRIPTION = "Start admitted workloads' pods, bind permitted gangs, stop evicted ones."
+FLAGS = (
+    Flag(
+        "--max-concurrent-binds",
+        "N",
+        int,
+        "MUSTER_MAX_CONCURRENT_BINDS",
+        "16",
+        "binds in flight at once, at most",
+    ),
+    Flag(
+        "--binds-per-second",
+        "R",
+        float,
+        "MUSTER_BINDS_PER_SECOND",
+        "0",
+        "binds started per second, at most; 0 = unlimited",
+    ),
+    *BACKEND_FLAGS,
+)
 
 
 def main(argv: list[str]) -> int:
     """Run the binder until SIGTERM or SIGINT; the exit status (2 for bad flags)."""
-    return service_main(
-        argv,
-        name=NAME,
-        description="Start admitted workloads' pods, bind permitted gangs, stop evicted ones.",
-        flags=(
-            Flag(
-                "--max-concurrent-binds",
-                "N",
-                int,
-                "MUSTER_MAX_CONCURRENT_BINDS",
-                "16",
-                "binds in flight at once, at most",
-            ),
-            Flag(
-                "--binds-per-second",
-                "R",
-                float,
-                "MUSTER_BINDS_PER_SECOND",
-                "0",
-                "binds started per second, at most; 0 = unlimited",
-            ),
-        ),
-        build=build,
-    )
+    return service_main(argv, name=NAME, description=DESCRIPTION, flags=FLAGS, build=build)
+
+
+def parse(argv: list[str]) -> tuple[ServiceConfig, ServiceMain]:
+    """What `main(argv)` would run, without running it."""
+    return parse_service(argv, name=NAME, description=DESCRIPTION, flags=FLAGS, make=build)
 
 
 def build(args: argparse.Namespace, config: ServiceConfig) -> ServiceMain:
@@ -53,13 +61,13 @@ def build(args: argparse.Namespace, config: ServiceConfig) -> ServiceMain:
         max_concurrent_binds=args.max_concurrent_binds,
         binds_per_second=args.binds_per_second,
     )
-    return functools.partial(serve, config=binder)
+    return functools.partial(serve, config=binder, backend=backend_config(args))
 
 
-async def serve(bus: Bus, health: Health, *, config: BinderConfig) -> None:
-    """Bind on the simulated cluster `config.cluster` over the service's own connection."""
-    backend = SimBackend(await SimStore.open(bus.js, cluster=config.cluster))
-    await run_binder(bus, health, backend=backend, config=config)
+async def serve(bus: Bus, health: Health, *, config: BinderConfig, backend: BackendConfig) -> None:
+    """Bind on cluster `config.cluster`, simulated or Kubernetes (`backend`)."""
+    async with open_backend(backend, js=bus.js, cluster=config.cluster) as opened:
+        await run_binder(bus, health, backend=opened.backend, config=config)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,15 @@
 """muster.cluster: the ClusterBackend seam (`backend`), node and pod views (`objects`), the errors
-every backend raises (`errors`), and the simulated cluster (`sim`). A `kube` backend (the
-official client) implements the same protocol.
+every backend raises (`errors`), the simulated cluster (`sim`), a real one through the
+official client (`kube`), and the service flags that choose between them (`choose`).
 """
 
-from muster.cluster.backend import ChangeType, ClusterBackend, ClusterChange, PodSetStart
+from muster.cluster.backend import (
+    ChangeType,
+    ClusterBackend,
+    ClusterChange,
+    PodSetStart,
+    Selection,
+)
 from muster.cluster.errors import (
     BindConflictError,
     ClusterError,
@@ -38,6 +44,7 @@ __all__ = [
     "NotFoundError",
     "PodSetStart",
     "PodView",
+    "Selection",
     "node_view",
     "pod_view",
 ]

@@ -1,13 +1,14 @@
 """The ClusterBackend seam: what the watcher, gang-permit and the binder need from a cluster.
 
 Two implementations: `muster.cluster.sim.SimBackend` (objects in a NATS KV bucket, pods run by
-the sim kubelet) and, later, `kube` (the official client). Every failure is raised as a
-`ClusterError`, so nothing outside `muster.cluster` catches a nats or kubernetes error.
+the sim kubelet) and `muster.cluster.kube.KubeBackend` (the official client). Every failure is
+raised as a `ClusterError`, so nothing outside `muster.cluster` catches a nats or kubernetes
+error.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 import msgspec
@@ -17,6 +18,10 @@ from muster.cluster.errors import ClusterError
 from muster.cluster.objects import NodeView, PodView
 
 ChangeType = Literal["ADDED", "MODIFIED", "DELETED"]
+# What a watch follows. "workloads": what the watcher reports (configuration, queued Jobs, Kueue
+# Workloads, muster's pods, nodes, gangs). "placement": what gang placement needs (nodes, the
+# pods muster places and every pod bound to a node, whoever bound it, gangs, priorities).
+Selection = Literal["workloads", "placement"]
 
 
 class ClusterChange(msgspec.Struct, frozen=True, kw_only=True):
@@ -83,7 +88,13 @@ class ClusterBackend(Protocol):
         """Return every pod (any phase, bound or not), sorted by namespace and name."""
         ...
 
-    def watch(self, *, from_revision: int = 0) -> AsyncGenerator[ClusterChange, None]:
+    def watch(
+        self,
+        *,
+        from_revision: int = 0,
+        selection: Selection = "workloads",
+        on_progress: Callable[[int], None] | None = None,
+    ) -> AsyncGenerator[ClusterChange, None]:
         """Yield every object as ADDED, then each change as it happens, until closed.
 
         With `from_revision` > 0 (the `revision` of the last change the caller handled) there
@@ -95,7 +106,17 @@ class ClusterBackend(Protocol):
         resume, changed objects the caller already knew come as ADDED, and intermediate states
         may be skipped (only the latest state of each key is kept). DELETED carries the last
         state. Close the iterator (`contextlib.aclosing`) or cancel its task to stop.
+
+        `selection` says which objects at least are shown (a backend may show more; keys tell
+        kinds apart). `on_progress(revision)` is called, between changes, once the watch has
+        shown every change up to `revision`, including writes it does not yield, so a caller
+        can tell when it has caught up with `current_revision`.
         """
+        ...
+
+    async def current_revision(self) -> int:
+        """A revision such that a watch that has shown (or reported progress to) it has shown
+        every write made before this call."""
         ...
 
     async def start_workload(self, workload_key: str, *, pod_sets: Sequence[PodSetStart]) -> None:

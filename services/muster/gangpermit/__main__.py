@@ -8,24 +8,20 @@ import sys
 from typing import cast
 
 from muster.bus import Bus
-from muster.bus.service import Flag, Health, ServiceConfig, parse_service, service_main
-from muster.cluster.sim.backend import SimBackend
-from muster.cluster.sim.store import SimStore
+from muster.bus.service import (
+    Flag,
+    Health,
+    ServiceConfig,
+    ServiceMain,
+    parse_service,
+    service_main,
+)
+from muster.cluster.choose import BACKEND_FLAGS, BackendConfig, backend_config, on_off, open_backend
 from muster.core.placement.model import Scoring
 from muster.gangpermit.service import GangPermitConfig, run_gangpermit
 
 NAME = "gangpermit"
 SCORINGS = ("binpack", "spread")
-
-
-def on_off(text: str) -> bool:
-    """ "on"/"off" (or true/false, 1/0) as a bool; ValueError otherwise."""
-    value = text.strip().lower()
-    if value in ("on", "true", "1", "yes"):
-        return True
-    if value in ("off", "false", "0", "no"):
-        return False
-    raise ValueError(f"expected on or off, got {text!r}")
 
 
 FLAGS = (
@@ -37,14 +33,6 @@ FLAGS = (
         "300",
         "a gang not placed this long after its first attempt is rejected, whole "
         "(a PodGroup's scheduleTimeoutSeconds wins)",
-    ),
-    Flag(
-        "--scheduler-name",
-        "NAME",
-        str,
-        "MUSTER_SCHEDULER_NAME",
-        "muster",
-        "place the pods whose spec.schedulerName is NAME; leave the others alone",
     ),
     Flag(
         "--scoring",
@@ -62,24 +50,37 @@ FLAGS = (
         "on",
         "evict lower-priority workloads, whole, when only they keep a gang from fitting",
     ),
+    Flag(
+        "--heartbeat-seconds",
+        "S",
+        float,
+        "MUSTER_HEARTBEAT_SECONDS",
+        "2",
+        "how often the cluster's free room is put in MUSTER_CLUSTERS for multi-cluster dispatch",
+    ),
+    *BACKEND_FLAGS,
 )
 DESCRIPTION = "Place every pod of a gang at once on one cluster, or reject them together."
 
 
 def main(argv: list[str]) -> int:
     """Run gangpermit until SIGTERM or SIGINT; the exit status (2 for bad flags)."""
-    return service_main(
-        argv,
-        name=NAME,
-        description=DESCRIPTION,
-        flags=FLAGS,
-        build=lambda args, config: functools.partial(serve, config=gang_config(args, config)),
-    )
+    return service_main(argv, name=NAME, description=DESCRIPTION, flags=FLAGS, build=build)
+
+
+def parse(argv: list[str]) -> tuple[ServiceConfig, ServiceMain]:
+    """What `main(argv)` would run, without running it."""
+    return parse_service(argv, name=NAME, description=DESCRIPTION, flags=FLAGS, make=build)
 
 
 def configs(argv: list[str]) -> tuple[ServiceConfig, GangPermitConfig]:
     """The service's and gangpermit's configuration from `argv` and the environment."""
     return parse_service(argv, name=NAME, description=DESCRIPTION, flags=FLAGS, make=gang_config)
+
+
+def build(args: argparse.Namespace, config: ServiceConfig) -> ServiceMain:
+    gang = gang_config(args, config)
+    return functools.partial(serve, config=gang, backend=backend_config(args))
 
 
 def gang_config(args: argparse.Namespace, config: ServiceConfig) -> GangPermitConfig:
@@ -91,13 +92,16 @@ def gang_config(args: argparse.Namespace, config: ServiceConfig) -> GangPermitCo
         scheduler_name=args.scheduler_name,
         scoring=cast(Scoring, args.scoring),
         preemption=args.placement_preemption,
+        heartbeat_s=args.heartbeat_seconds,
     )
 
 
-async def serve(bus: Bus, health: Health, *, config: GangPermitConfig) -> None:
-    """Place gangs on the simulated cluster `config.cluster` over the service's connection."""
-    backend = SimBackend(await SimStore.open(bus.js, cluster=config.cluster))
-    await run_gangpermit(bus, health, backend=backend, config=config)
+async def serve(
+    bus: Bus, health: Health, *, config: GangPermitConfig, backend: BackendConfig
+) -> None:
+    """Place gangs on cluster `config.cluster`, simulated or Kubernetes (`backend`)."""
+    async with open_backend(backend, js=bus.js, cluster=config.cluster) as opened:
+        await run_gangpermit(bus, health, backend=opened.backend, config=config)
 
 
 if __name__ == "__main__":

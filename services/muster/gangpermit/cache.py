@@ -1,8 +1,10 @@
-"""Gang-permit's view of the simulated cluster: one watch of its store, decoded into api objects.
+"""Gang-permit's view of its cluster: one watch of the backend (`selection="placement"`: the
+simulated store, or the API server's nodes, the pods to place and every bound pod), decoded into
+api objects.
 
 Nodes, Pods, scheduling.k8s.io Workloads, PodGroups and PriorityClasses are decoded once per
 change (`muster.api`) and handed to a `Sink` (the gangpermit state) as they are now, or as they
-were when deleted. `sync` waits until the watch has read every write stored before the call, so
+were when deleted. `sync` waits until the watch has shown every write made before the call, so
 a first pass sees the whole cluster.
 """
 
@@ -16,6 +18,7 @@ from typing import Any, Protocol
 
 from muster.api import decode_documents
 from muster.api.model import Node, Pod, PodGroup, PriorityClass, SchedulingWorkload
+from muster.cluster.backend import ClusterBackend, ClusterChange
 from muster.cluster.errors import ClusterError
 from muster.cluster.sim.keys import (
     NODE_PREFIX,
@@ -24,12 +27,12 @@ from muster.cluster.sim.keys import (
     SCHEDULING_WORKLOAD_KIND,
     escape,
 )
-from muster.cluster.sim.store import SimStore, StoreChange
 
 log = logging.getLogger(__name__)
 
 _RETRY_S = 1.0  # a watch that failed is resumed after this long
-# Store keys of the objects placement reads; everything else in the store is skipped undecoded.
+# Keys of the objects placement reads (both backends key changes alike); everything else is
+# skipped undecoded.
 WATCHED_PREFIXES = (
     NODE_PREFIX,
     POD_PREFIX,
@@ -50,23 +53,29 @@ class Sink(Protocol):
 
 
 class ClusterCache:
-    """Follows one simulated cluster's store into a `Sink`. Run `run()` in a task;
-    `on_change` is called after each change handed on (the service wakes its passes)."""
+    """Follows one cluster's backend into a `Sink`. Run `run()` in a task; `on_change` is
+    called after each change handed on (the service wakes its passes)."""
 
     def __init__(
-        self, store: SimStore, *, sink: Sink, on_change: Callable[[], None] = lambda: None
+        self,
+        backend: ClusterBackend,
+        *,
+        sink: Sink,
+        on_change: Callable[[], None] = lambda: None,
     ) -> None:
-        self._store = store
+        self._backend = backend
         self._sink = sink
         self._on_change = on_change
-        self._objects: dict[str, CachedObject] = {}  # by store key: what the sink holds
-        self.revision = 0  # the last store write the watch has read
+        self._objects: dict[str, CachedObject] = {}  # by change key: what the sink holds
+        self.revision = 0  # the watch has shown every change up to here
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []  # (revision, woken there)
 
     async def run(self) -> None:
-        """Follow the store until cancelled; a failed watch resumes after the last revision."""
+        """Follow the cluster until cancelled; a failed watch resumes after the last revision."""
         while True:
-            changes = self._store.watch(from_revision=self.revision, on_skipped=self._read_up_to)
+            changes = self._backend.watch(
+                from_revision=self.revision, selection="placement", on_progress=self._read_up_to
+            )
             try:
                 async with contextlib.aclosing(changes):
                     async for change in changes:
@@ -77,28 +86,31 @@ class ClusterCache:
                 await asyncio.sleep(_RETRY_S)
 
     async def sync(self, *, timeout_s: float = 5.0) -> None:
-        """Return once the cache holds every write stored before this call (ClusterError if the
+        """Return once the cache holds every write made before this call (ClusterError if the
         watch does not get there within `timeout_s`)."""
-        target = await self._store.last_revision()
-        if self.revision >= target:
-            return
+        target: int | None = None
         waiter = asyncio.get_running_loop().create_future()
-        self._waiters.append((target, waiter))
         try:
-            await asyncio.wait_for(waiter, timeout_s)
+            async with asyncio.timeout(timeout_s):
+                target = await self._backend.current_revision()
+                if self.revision >= target:
+                    return
+                self._waiters.append((target, waiter))
+                await waiter
         except TimeoutError:
+            behind = "" if target is None else f", behind {target}"
             raise ClusterError(
                 "",
                 "Unavailable",
-                f"cluster watch at revision {self.revision}, behind {target} after {timeout_s:g}s",
+                f"cluster watch at revision {self.revision}{behind} after {timeout_s:g}s",
                 temporary=True,
             ) from None
         finally:
-            if (target, waiter) in self._waiters:
+            if target is not None and (target, waiter) in self._waiters:
                 self._waiters.remove((target, waiter))
 
-    def apply(self, change: StoreChange) -> None:
-        """Hand one store change on to the sink (a watched kind only)."""
+    def apply(self, change: ClusterChange) -> None:
+        """Hand one change on to the sink (a watched kind only)."""
         key = change.key
         if not key.startswith(WATCHED_PREFIXES):
             return

@@ -2,34 +2,49 @@
 
 from __future__ import annotations
 
+import argparse
 import functools
 import sys
 
 from muster.bus import Bus
-from muster.bus.service import Health, service_main
-from muster.cluster.sim.backend import SimBackend
-from muster.cluster.sim.store import SimStore
+from muster.bus.service import Health, ServiceConfig, ServiceMain, parse_service, service_main
+from muster.cluster.choose import (
+    BACKEND_FLAGS,
+    STATUS_FLAGS,
+    BackendConfig,
+    backend_config,
+    open_backend,
+)
 from muster.watcher.service import WatcherConfig, run_watcher
 
 NAME = "watcher"
+DESCRIPTION = (
+    "Watch one cluster and publish submitted, config and pod events; on Kubernetes, also "
+    "create queued Jobs' Kueue Workloads and write Kueue statuses."
+)
+FLAGS = (*BACKEND_FLAGS, *STATUS_FLAGS)
 
 
 def main(argv: list[str]) -> int:
     """Run the watcher until SIGTERM or SIGINT; the exit status (2 for bad flags)."""
-    return service_main(
-        argv,
-        name=NAME,
-        description="Watch one cluster and publish submitted, config and pod events.",
-        build=lambda _, config: functools.partial(
-            serve, config=WatcherConfig(cluster=config.cluster)
-        ),
-    )
+    return service_main(argv, name=NAME, description=DESCRIPTION, flags=FLAGS, build=build)
 
 
-async def serve(bus: Bus, health: Health, *, config: WatcherConfig) -> None:
-    """Watch the simulated cluster `config.cluster` over the service's own connection."""
-    backend = SimBackend(await SimStore.open(bus.js, cluster=config.cluster))
-    await run_watcher(bus, health, backend=backend, config=config)
+def parse(argv: list[str]) -> tuple[ServiceConfig, ServiceMain]:
+    """What `main(argv)` would run, without running it."""
+    return parse_service(argv, name=NAME, description=DESCRIPTION, flags=FLAGS, make=build)
+
+
+def build(args: argparse.Namespace, config: ServiceConfig) -> ServiceMain:
+    backend = backend_config(args)
+    watcher = WatcherConfig(cluster=config.cluster, kueue_version=backend.kube.kueue_version)
+    return functools.partial(serve, config=watcher, backend=backend)
+
+
+async def serve(bus: Bus, health: Health, *, config: WatcherConfig, backend: BackendConfig) -> None:
+    """Watch cluster `config.cluster`, simulated or Kubernetes (`backend`)."""
+    async with open_backend(backend, js=bus.js, cluster=config.cluster) as opened:
+        await run_watcher(bus, health, backend=opened.backend, config=config, kueue=opened.status)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The watcher's handlers: one per kind of cluster change, each publishing what it implies.
 
 Config objects and Namespaces → config.applied/deleted; queued Jobs and Kueue Workloads →
-workload.submitted/deleted; pods of a workload → pods_pending, running, pods_ready, finished.
+workload.submitted/deleted (a Job first gets its Kueue Workload on Kubernetes) and a Job's end
+→ finished; pods of a workload → pods_pending, running, pods_ready, finished.
 Each event id is derived from the fact (`Outgoing.id_key`), and what was sent is remembered in
 `MUSTER_WATCHER` (`Marks`), so no fact is published twice, across restarts too.
 """
@@ -11,11 +12,12 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
 from muster.bus.envelope import new_event
 from muster.cluster.backend import ClusterChange
+from muster.cluster.kube import jobs
 from muster.contracts.v1 import events_pb2
 from muster.watcher import translate
 from muster.watcher.pods import PodState, Sent, due_events, pod_state
@@ -38,8 +40,15 @@ class MarksStore(Protocol):
     async def save(self, workload: str, sent: Sent) -> None: ...
 
 
+class KueueWorkloads(Protocol):
+    """Where a queued Job gets its Kueue Workload (`StatusWriter`, on Kubernetes)."""
+
+    async def create_workload_for_job(self, job: Mapping[str, Any]) -> str: ...
+
+
 class WatcherContext:
-    """What the handlers share: cluster id, publisher, marks, and the pods seen per workload."""
+    """What the handlers share: cluster id, publisher, marks, the pods seen per workload, and
+    (on Kubernetes) where Jobs get their Kueue Workloads."""
 
     def __init__(
         self,
@@ -47,14 +56,18 @@ class WatcherContext:
         cluster: str,
         publisher: Publisher,
         marks: MarksStore,
+        workloads: KueueWorkloads | None = None,
         clock_ns: Callable[[], int] = time.time_ns,
     ) -> None:
         self.cluster = cluster
         self.publisher = publisher
         self.marks = marks
+        self.workloads = workloads
         self.clock_ns = clock_ns
         self.source = f"watcher/{cluster}"
         self.pods: dict[str, dict[str, PodState]] = {}  # workload key → pod key → state
+        # Change key → id key of the config.applied last published (a restart sends each once).
+        self.configs: dict[str, str] = {}
 
     def seed(self, pod: PodState) -> None:
         """Know `pod` without publishing anything (a restart's initial list)."""
@@ -80,15 +93,22 @@ class WatcherContext:
 
 
 async def on_config(change: ClusterChange, ctx: WatcherContext) -> None:
-    """A config object or Namespace changed: config.applied, or config.deleted."""
+    """A config object or Namespace changed: config.applied once per configuration (a status
+    write changes none), or config.deleted."""
     if change.type == "DELETED":
+        ctx.configs.pop(change.key, None)
         await ctx.publish(translate.config_deleted(change.obj))
-    else:
-        await ctx.publish(translate.config_applied(change.obj))
+        return
+    out = translate.config_applied(change.obj)
+    if ctx.configs.get(change.key) == out.id_key:
+        return
+    await ctx.publish(out)
+    ctx.configs[change.key] = out.id_key
 
 
 async def on_workload_object(change: ClusterChange, ctx: WatcherContext) -> None:
-    """A queued Job or Kueue Workload changed: submitted once per generation, or deleted."""
+    """A queued Job or Kueue Workload changed: submitted once per incarnation, finished once
+    a Job says it is over, or deleted."""
     wl, problems = translate.workload_of(change.obj)
     if wl is None:
         log.warning("ignoring %s: %s", change.key, "; ".join(problems), extra={"key": change.key})
@@ -99,13 +119,21 @@ async def on_workload_object(change: ClusterChange, ctx: WatcherContext) -> None
         sent.submitted = ""
         await ctx.marks.save(wl.key, sent)
         return
-    out = translate.submitted(wl)
+    job = translate.is_job(change.obj)
     mark = translate.incarnation(wl)
-    if sent.submitted == mark:
-        return
-    await ctx.publish(out)
-    sent.submitted = mark
-    await ctx.marks.save(wl.key, sent)
+    if sent.submitted != mark:
+        if job and ctx.workloads is not None:
+            # Before `submitted`: its status is written there once admission decides.
+            await ctx.workloads.create_workload_for_job(jobs.as_written(change.obj))
+        await ctx.publish(translate.submitted(wl))
+        sent.submitted = mark
+        await ctx.marks.save(wl.key, sent)
+    finished = translate.job_finished(change.obj, wl) if job else None
+    uid = str((change.obj.get("metadata") or {}).get("uid", ""))
+    if finished is not None and sent.job_finished != uid:
+        await ctx.publish(finished)
+        sent.job_finished = uid
+        await ctx.marks.save(wl.key, sent)
 
 
 async def on_pod(change: ClusterChange, ctx: WatcherContext) -> None:

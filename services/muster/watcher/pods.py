@@ -31,6 +31,8 @@ class PodState(msgspec.Struct, frozen=True, kw_only=True):
     node: str = ""
     phase: str = PENDING
     message: str = ""
+    # Controlled by a batch Job: the Job's conditions say when it is over (`job_finished`).
+    of_job: bool = False
 
     @property
     def key(self) -> str:
@@ -49,6 +51,7 @@ class Sent(msgspec.Struct, kw_only=True):
     running: list[str] = msgspec.field(default_factory=list)  # pod uids
     pods_ready: list[str] = msgspec.field(default_factory=list)
     finished: list[str] = msgspec.field(default_factory=list)
+    job_finished: str = ""  # uid of the Job whose end was published
 
     def record(self, out: Outgoing, uids: Iterable[str]) -> None:
         """Remember that `out` (from `due_events`) was published for pods `uids`."""
@@ -69,7 +72,12 @@ class Sent(msgspec.Struct, kw_only=True):
     @property
     def empty(self) -> bool:
         return not (
-            self.submitted or self.pending or self.running or self.pods_ready or self.finished
+            self.submitted
+            or self.pending
+            or self.running
+            or self.pods_ready
+            or self.finished
+            or self.job_finished
         )
 
 
@@ -120,6 +128,12 @@ def pod_state(obj: Mapping[str, Any]) -> PodState | None:
         node=str(spec.get("nodeName") or ""),
         phase=str(status.get("phase") or PENDING),
         message=str(status.get("message") or status.get("reason") or ""),
+        of_job=any(
+            isinstance(ref, dict)
+            and ref.get("controller")
+            and (ref.get("apiVersion"), ref.get("kind")) == ("batch/v1", "Job")
+            for ref in meta.get("ownerReferences") or []
+        ),
     )
 
 
@@ -138,7 +152,8 @@ def due_events(
 
     - unbound Pending pods → pods_pending listing all of them (once per set);
     - every pod Running or Succeeded → running, then pods_ready (once per pod);
-    - every pod Succeeded → finished{succeeded}; any Failed → finished{not succeeded}.
+    - every pod Succeeded → finished{succeeded}; any Failed → finished{not succeeded}; not
+      for a Job's pods, whose end the Job tells (`translate.job_finished`).
     A workload whose pods finished before the watcher saw them run still gets running and
     pods_ready first, so subscribers see the whole life. `after_delete`: a pod was just
     deleted (the workload is being stopped), so a smaller pending set is no news.
@@ -173,7 +188,8 @@ def due_events(
                     field=field, payload=payload, id_key=f"{field}/{everyone}", workload=workload
                 )
             )
-    if (done or failed) and not uids & set(sent.finished):
+    of_job = any(p.of_job for p in pods)
+    if (done or failed) and not of_job and not uids & set(sent.finished):
         if failed:
             first = failed[0]
             why = f": {first.message}" if first.message else ""

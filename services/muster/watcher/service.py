@@ -1,4 +1,5 @@
-"""The watcher service: follows one cluster's objects and publishes what they mean.
+"""The watcher service: follows one cluster's objects and publishes what they mean; on
+Kubernetes it also writes the status of the cluster's Kueue objects (`status`).
 
 Resumes the cluster watch after the last revision it handled (KV `MUSTER_WATCHER`, key
 `<cluster>`); what it sent per workload lives in the same bucket (`<cluster>.wl.<ns>.<name>`),
@@ -21,8 +22,9 @@ from muster.bus.connection import Bus
 from muster.bus.errors import Retry
 from muster.cluster.backend import ClusterBackend, ClusterChange
 from muster.cluster.errors import ClusterError
-from muster.watcher.handlers import Handler, WatcherContext, handler_for
+from muster.watcher.handlers import Handler, KueueWorkloads, WatcherContext, handler_for
 from muster.watcher.pods import Sent, pod_state_of_view
+from muster.watcher.status import StatusSink, write_statuses
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +37,11 @@ class Readiness(Protocol):
 
 class WatcherConfig(msgspec.Struct, frozen=True, kw_only=True):
     cluster: str
+    kueue_version: str = "v1beta1"  # the shape of LocalQueue statuses written (Kubernetes)
+
+
+class KueueWriter(KueueWorkloads, StatusSink, Protocol):
+    """Where a Kubernetes cluster's Kueue objects are written: `StatusWriter`."""
 
 
 class KvMarks:
@@ -83,12 +90,40 @@ async def load_revision(kv: KeyValue, cluster: str) -> int:
 
 
 async def run_watcher(
-    bus: Bus, health: Readiness, *, backend: ClusterBackend, config: WatcherConfig
+    bus: Bus,
+    health: Readiness,
+    *,
+    backend: ClusterBackend,
+    config: WatcherConfig,
+    kueue: KueueWriter | None = None,
 ) -> None:
-    """Publish what the cluster's changes mean, until cancelled."""
+    """Publish what the cluster's changes mean, until cancelled. With `kueue` (Kubernetes),
+    queued Jobs get their Kueue Workloads and a task writes the Kueue objects' statuses."""
+    async with asyncio.TaskGroup() as tasks:
+        if kueue is not None:
+            tasks.create_task(
+                write_statuses(
+                    bus, kueue, cluster=config.cluster, kueue_version=config.kueue_version
+                ),
+                name="watcher-status",
+            )
+        tasks.create_task(
+            _watch(bus, health, backend=backend, config=config, workloads=kueue),
+            name="watcher-watch",
+        )
+
+
+async def _watch(
+    bus: Bus,
+    health: Readiness,
+    *,
+    backend: ClusterBackend,
+    config: WatcherConfig,
+    workloads: KueueWorkloads | None,
+) -> None:
     kv = await bus.kv(WATCHER_BUCKET)
     marks = KvMarks(kv, cluster=config.cluster)
-    ctx = WatcherContext(cluster=config.cluster, publisher=bus, marks=marks)
+    ctx = WatcherContext(cluster=config.cluster, publisher=bus, marks=marks, workloads=workloads)
     revision = await load_revision(kv, config.cluster)
     if revision:
         # A resumed watch shows only what changed; the workload's other pods come from a list.

@@ -18,6 +18,7 @@ import msgspec
 from muster.api import decode_documents, quantities_to_strings, workload_to_kueue
 from muster.api.job import QUEUE_NAME_KEY
 from muster.api.model import Workload
+from muster.cluster.kube import jobs
 from muster.contracts.v1 import events_pb2
 
 KUEUE_GROUP = "kueue.x-k8s.io"
@@ -31,6 +32,8 @@ KUEUE_CONFIG_KINDS = frozenset(
         "WorkloadPriorityClass",
         "AdmissionCheck",
         "Topology",
+        "MultiKueueConfig",
+        "MultiKueueCluster",
     }
 )
 CORE_CONFIG_KINDS = {"Namespace": "v1", "PriorityClass": "scheduling.k8s.io/v1"}
@@ -74,12 +77,27 @@ def is_config(obj: Mapping[str, Any]) -> bool:
     return kind in CORE_CONFIG_KINDS and obj.get("apiVersion") == CORE_CONFIG_KINDS[str(kind)]
 
 
+def is_job(obj: Mapping[str, Any]) -> bool:
+    return obj.get("kind") == "Job" and obj.get("apiVersion") == "batch/v1"
+
+
+def _controller_kind(obj: Mapping[str, Any]) -> str:
+    for ref in _meta(obj).get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller"):
+            return f"{ref.get('apiVersion')}/{ref.get('kind')}"
+    return ""
+
+
 def is_workload_source(obj: Mapping[str, Any]) -> bool:
-    """Whether `obj` is a Kueue Workload, or a batch/v1 Job that names a queue."""
+    """Whether `obj` is a Kueue Workload of its own, or a batch/v1 Job that names a queue.
+
+    The Kueue Workload of a Job (its controller) is not: the Job is the source, and muster
+    itself created that Workload (on Kubernetes) to carry the status.
+    """
     kind = obj.get("kind")
     if kind == "Workload":
-        return _group(obj) == KUEUE_GROUP
-    if kind != "Job" or obj.get("apiVersion") != "batch/v1":
+        return _group(obj) == KUEUE_GROUP and _controller_kind(obj) != "batch/v1/Job"
+    if not is_job(obj):
         return False
     meta = _meta(obj)
     labels = meta.get("labels") or {}
@@ -92,14 +110,31 @@ def _content_hash(obj: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+# Written by the API server or by muster itself: no change to the configuration. A status write
+# of muster's (queue counts) must not come back as a config event, or each would cause another.
+_SERVER_METADATA = ("resourceVersion", "managedFields", "generation")
+
+
+def as_configured(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """`obj` without its status and the metadata the server keeps up to date."""
+    out = {k: v for k, v in obj.items() if k != "status"}
+    if isinstance(out.get("metadata"), dict):
+        out["metadata"] = {k: v for k, v in out["metadata"].items() if k not in _SERVER_METADATA}
+    return out
+
+
 def config_applied(obj: Mapping[str, Any]) -> Outgoing:
-    """`config.applied` for `obj` as written; the same content always gets the same id key."""
+    """`config.applied` for `obj` as configured (`as_configured`); the same configuration
+    always gets the same id key."""
     kind, name = str(obj.get("kind")), object_name(obj)
+    configured = as_configured(obj)
     payload = events_pb2.ConfigApplied(
-        kind=kind, name=name, manifest_json=json.dumps(obj, sort_keys=True, default=str)
+        kind=kind, name=name, manifest_json=json.dumps(configured, sort_keys=True, default=str)
     )
     return Outgoing(
-        field="config_applied", payload=payload, id_key=f"config/{kind}/{name}/{_content_hash(obj)}"
+        field="config_applied",
+        payload=payload,
+        id_key=f"config/{kind}/{name}/{_content_hash(configured)}",
     )
 
 
@@ -115,10 +150,13 @@ def config_deleted(obj: Mapping[str, Any]) -> Outgoing:
 
 
 def workload_of(obj: Mapping[str, Any]) -> tuple[Workload | None, list[str]]:
-    """The Workload `obj` stands for (a Kueue Workload, or the one Kueue derives from a Job).
+    """The Workload `obj` stands for (a Kueue Workload, or the one Kueue derives from a Job as
+    its owner wrote it: what the binder changed to start it does not count).
 
     Returns (None, problems) when the object does not decode; each problem names a field.
     """
+    if is_job(obj):
+        obj = jobs.as_written(obj)
     objects, errors = decode_documents([dict(obj)])
     found = [o for o in objects if isinstance(o, Workload)]
     if errors or not found:
@@ -130,7 +168,10 @@ def incarnation(wl: Workload) -> str:
     """Return "<uid>/<generation>/<creationTimestamp>": which life of the object this is.
 
     The creation time tells apart a Job deleted and created again under the same name, whose
-    uid (derived from the name when the cluster sets none) and generation may repeat.
+    uid (derived from the name when the cluster sets none) and generation may repeat. A Job's
+    Workload carries no generation (only its name, uid and spec come from the Job), so muster's
+    own writes to a Job (unsuspend, suspend, the flavor's node selector) never resubmit it;
+    nor do status writes to a Kueue Workload (they leave its generation alone).
     """
     return f"{wl.meta.uid}/{wl.meta.generation}/{wl.meta.creation_timestamp or ''}"
 
@@ -175,4 +216,27 @@ def deleted(wl: Workload) -> Outgoing:
         id_key=f"deleted/{incarnation(wl)}",
         workload=wl.key,
         generation=wl.meta.generation,
+    )
+
+
+def job_finished(job: Mapping[str, Any], wl: Workload) -> Outgoing | None:
+    """`workload.finished` once a Job's controller says it is over (condition Complete or
+    Failed), as Kueue's Job integration reads it; None while it runs. A Job's pods do not tell:
+    failed pods are retried, and more pods may follow those that succeeded."""
+    conditions = (job.get("status") or {}).get("conditions") or []
+    done = {
+        c.get("type"): c for c in conditions if isinstance(c, Mapping) and c.get("status") == "True"
+    }
+    ended = done.get("Complete") or done.get("Failed")
+    if ended is None:
+        return None
+    succeeded = ended.get("type") == "Complete"
+    message = str(ended.get("message") or "")
+    if not message:
+        message = "Job finished successfully" if succeeded else "Job failed"
+    return Outgoing(
+        field="finished",
+        payload=events_pb2.WorkloadFinished(succeeded=succeeded, message=message),
+        id_key=f"finished/job/{_meta(job).get('uid', '')}",
+        workload=wl.key,
     )

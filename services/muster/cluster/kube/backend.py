@@ -20,7 +20,13 @@ import msgspec
 
 from muster.api.job import QUEUE_NAME_KEY
 from muster.api.wellknown import POD_GROUP_LABEL, POD_SET_ANNOTATION, WORKLOAD_LABEL
-from muster.cluster.backend import ClusterBackend, ClusterChange, PodSetStart, split_workload_key
+from muster.cluster.backend import (
+    ClusterBackend,
+    ClusterChange,
+    PodSetStart,
+    Selection,
+    split_workload_key,
+)
 from muster.cluster.errors import (
     BindConflictError,
     ClusterError,
@@ -29,7 +35,7 @@ from muster.cluster.errors import (
 )
 from muster.cluster.kube import jobs
 from muster.cluster.kube.config import KubeConfig, api_client
-from muster.cluster.kube.informer import merged_watch
+from muster.cluster.kube.informer import SEQ_BITS, merged_watch, resource_version_now
 from muster.cluster.kube.ratelimit import TokenBucket
 from muster.cluster.kube.resources import (
     JOBS,
@@ -200,13 +206,35 @@ class KubeBackend:
         views = [_view(pod_view, obj) for obj in await self._list(PODS)]
         return sorted((v for v in views if v is not None), key=lambda v: (v.namespace, v.name))
 
-    def watch(self, *, from_revision: int = 0) -> AsyncGenerator[ClusterChange, None]:
+    def watch(
+        self,
+        *,
+        from_revision: int = 0,
+        selection: Selection = "workloads",
+        on_progress: Callable[[int], None] | None = None,
+    ) -> AsyncGenerator[ClusterChange, None]:
         sources = watched_sources(
-            scheduler_name=self.config.scheduler_name, kueue_version=self.config.kueue_version
+            scheduler_name=self.config.scheduler_name,
+            kueue_version=self.config.kueue_version,
+            selection=selection,
         )
         return merged_watch(
-            self.transport, sources, settings=self.config.watch, from_revision=from_revision
+            self.transport,
+            sources,
+            settings=self.config.watch,
+            from_revision=from_revision,
+            on_progress=on_progress,
         )
+
+    async def current_revision(self) -> int:
+        """The API server's resourceVersion now, as a watch revision (`informer`).
+
+        A watch reaches it once every source has delivered that far: at once after its
+        initial lists, otherwise with each source's next event or bookmark (about a minute
+        for a quiet resource on a real API server).
+        """
+        rv = await self._retrying(lambda: resource_version_now(self.transport))
+        return rv << SEQ_BITS
 
     # --- workloads ----------------------------------------------------------------------------
 

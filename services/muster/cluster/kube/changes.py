@@ -46,7 +46,8 @@ def resource_version(obj: Mapping[str, Any]) -> int:
 
 def matches(source: Source, obj: Mapping[str, Any]) -> bool:
     """Whether `obj` is in `source`'s selection, for the selector forms `watched_sources` uses:
-    labels "key" (exists) or "key=value", fields "a.b=value"; terms joined by ","."""
+    labels "key" (exists) or "key=value", fields "a.b=value" or "a.b!=value"; terms joined by
+    ","."""
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
     for term in filter(None, source.label_selector.split(",")):
@@ -55,10 +56,11 @@ def matches(source: Source, obj: Mapping[str, Any]) -> bool:
             return False
     for term in filter(None, source.field_selector.split(",")):
         path, _, value = term.partition("=")
+        negated = path.endswith("!")
         found: Any = obj
-        for part in path.split("."):
+        for part in path.removesuffix("!").split("."):
             found = found.get(part) if isinstance(found, Mapping) else None
-        if str(found if found is not None else "") != value:
+        if (str(found if found is not None else "") == value) == negated:
             return False
     return True
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -232,18 +232,28 @@ class _SourceLoop:
         await self._advance(self._seen_before_request)
 
 
-async def current_resource_version(transport: Transport) -> int:
-    """The API server's current resourceVersion (a one-item list of Namespaces); 0 when it
-    does not answer."""
+async def resource_version_now(transport: Transport) -> int:
+    """The API server's current resourceVersion (a one-item list of Namespaces: a list is read
+    at the newest revision); raises ClusterError when it does not answer."""
+    response = await transport.request(
+        "GET", NAMESPACES.collection_path(), obj="NamespaceList", query=[("limit", 1)]
+    )
+    if not response.ok:
+        raise response.error("NamespaceList")
     try:
-        response = await transport.request(
-            "GET", NAMESPACES.collection_path(), obj="NamespaceList", query=[("limit", 1)]
-        )
-        if response.ok:
-            return int(msgspec.json.decode(response.body, type=_ListHead).metadata.resourceVersion)
-    except (ClusterError, msgspec.DecodeError, ValueError):
-        pass
-    return 0
+        return int(msgspec.json.decode(response.body, type=_ListHead).metadata.resourceVersion)
+    except (msgspec.DecodeError, ValueError) as err:
+        raise ClusterError(
+            "NamespaceList", "Invalid", f"no resourceVersion in the answer: {err}"
+        ) from err
+
+
+async def current_resource_version(transport: Transport) -> int:
+    """`resource_version_now`, or 0 when the server does not answer."""
+    try:
+        return await resource_version_now(transport)
+    except ClusterError:
+        return 0
 
 
 class _ListMeta(msgspec.Struct, frozen=True):
@@ -263,9 +273,17 @@ class _Revisions:
         self.last = last
         self._warned = False
 
-    def advance(self, source: int, rv: int) -> None:
-        if rv > self.progress[source]:
-            self.progress[source] = rv
+    def advance(self, source: int, rv: int) -> bool:
+        """Record `source`'s progress; whether the floor moved."""
+        if rv <= self.progress[source]:
+            return False
+        floor = min(self.progress)
+        self.progress[source] = rv
+        return min(self.progress) > floor
+
+    def reached(self) -> int:
+        """The revision up to which every change has been handed out (see `on_progress`)."""
+        return min(self.progress) << SEQ_BITS
 
     def next(self) -> int:
         floor = min(self.progress)
@@ -288,8 +306,14 @@ async def merged_watch(
     *,
     settings: WatchSettings,
     from_revision: int = 0,
+    on_progress: Callable[[int], None] | None = None,
 ) -> AsyncGenerator[ClusterChange, None]:
-    """Every source's changes as one stream (see the module docstring), until closed."""
+    """Every source's changes as one stream (see the module docstring), until closed.
+
+    `on_progress(revision)` is called whenever the floor moves: every change of every source
+    up to it has been yielded (a source's items are queued in resourceVersion order, and its
+    progress after them).
+    """
     floor = floor_of(from_revision)
     queue: asyncio.Queue[_Item | BaseException] = asyncio.Queue(settings.queue_size)
     loops: list[_SourceLoop] = []
@@ -318,13 +342,16 @@ async def merged_watch(
             item = await queue.get()
             if isinstance(item, BaseException):
                 raise item
-            if item.progress:
-                revisions.advance(item.source, item.progress)
+            # The progress counts in this change's revision, but is reported only once the
+            # consumer has handled the change.
+            moved = bool(item.progress) and revisions.advance(item.source, item.progress)
             if item.change is not None:
                 kind, type_, key, obj = item.change
                 yield ClusterChange(
                     kind=kind, type=type_, key=key, obj=obj, revision=revisions.next()
                 )
+            if moved and on_progress is not None:
+                on_progress(revisions.reached())
     finally:
         for task in tasks:
             task.cancel()

@@ -121,13 +121,32 @@ def restored_job(job: Mapping[str, Any]) -> dict[str, Any] | None:
     if original is None or not is_suspended(job):
         return None
     out = copy.deepcopy(dict(job))
-    template = out.setdefault("spec", {}).setdefault("template", {})
+    _restore_template(out, original)
+    return out
+
+
+def as_written(job: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`job` as its owner wrote it: what `started_job` changed (template fields, parallelism)
+    put back, so the Workload derived from it is the one submitted before the start. `job`
+    itself when muster never started it."""
+    original = _original(job)
+    if original is None:
+        return job
+    out = copy.deepcopy(dict(job))
+    _restore_template(out, original)
+    if "parallelism" in original:
+        _put(out.setdefault("spec", {}), "parallelism", original["parallelism"])
+    return out
+
+
+def _restore_template(job: dict[str, Any], original: Mapping[str, Any]) -> None:
+    """Put the saved template fields back into `job` and drop the saved copy."""
+    template = job.setdefault("spec", {}).setdefault("template", {})
     for part, field in _TEMPLATE_FIELDS:
         _put(template.setdefault(part, {}), field, original.get(f"{part}.{field}"))
     if not template["metadata"]:
         del template["metadata"]
-    del out["metadata"]["annotations"][ORIGINAL_ANNOTATION]
-    return out
+    del job["metadata"]["annotations"][ORIGINAL_ANNOTATION]
 
 
 def _original(job: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -16,6 +16,7 @@ import msgspec
 
 from muster.api.job import QUEUE_NAME_KEY
 from muster.api.wellknown import WORKLOAD_LABEL
+from muster.cluster.backend import Selection
 from muster.cluster.errors import ClusterError
 from muster.cluster.sim.keys import SCHEDULING_WORKLOAD_KIND, object_key
 
@@ -120,13 +121,26 @@ def kueue_resources(version: str) -> dict[str, Resource]:
     }
 
 
-def watched_sources(*, scheduler_name: str, kueue_version: str) -> tuple[Source, ...]:
-    """Everything the watcher follows, selected on the server where the API allows it.
+def watched_sources(
+    *, scheduler_name: str, kueue_version: str, selection: Selection = "workloads"
+) -> tuple[Source, ...]:
+    """What a watch of `selection` follows, selected on the server where the API allows it.
 
-    Pods come from two selections (a selector cannot OR a field with a label): those for
-    muster's scheduler, and those of muster workloads (a Job's pods get the workload label
-    when the binder starts it). Jobs only when they name a queue by label.
+    Pods come from several selections (a selector cannot OR a field with a label): those for
+    muster's scheduler; for "workloads" those of muster workloads (a Job's pods get the workload
+    label when the binder starts it); for "placement" every pod bound to a node, whichever
+    scheduler bound it, for the room it takes. Jobs only when they name a queue by label.
     """
+    gangs = (Source(resource=SCHEDULING_WORKLOADS), Source(resource=POD_GROUPS))
+    muster_pods = Source(resource=PODS, field_selector=f"spec.schedulerName={scheduler_name}")
+    if selection == "placement":
+        return (
+            Source(resource=PRIORITY_CLASSES),
+            Source(resource=NODES),
+            muster_pods,
+            Source(resource=PODS, field_selector="spec.nodeName!="),
+            *gangs,
+        )
     kueue = kueue_resources(kueue_version)
     return (
         Source(resource=NAMESPACES),
@@ -134,10 +148,9 @@ def watched_sources(*, scheduler_name: str, kueue_version: str) -> tuple[Source,
         *(Source(resource=kueue[kind]) for _, kind, _ in _KUEUE_KINDS),
         Source(resource=JOBS, label_selector=QUEUE_NAME_KEY),
         Source(resource=NODES),
-        Source(resource=PODS, field_selector=f"spec.schedulerName={scheduler_name}"),
+        muster_pods,
         Source(resource=PODS, label_selector=WORKLOAD_LABEL),
-        Source(resource=SCHEDULING_WORKLOADS),
-        Source(resource=POD_GROUPS),
+        *gangs,
     )
 
 

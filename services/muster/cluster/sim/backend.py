@@ -23,7 +23,13 @@ from nats.js import JetStreamContext
 from muster.api.convert import KUEUE_V1BETA1, stable_uid
 from muster.api.job import workload_name_for_job
 from muster.api.quantity import format_quantity
-from muster.cluster.backend import ClusterBackend, ClusterChange, PodSetStart, split_workload_key
+from muster.cluster.backend import (
+    ClusterBackend,
+    ClusterChange,
+    PodSetStart,
+    Selection,
+    split_workload_key,
+)
 from muster.cluster.errors import (
     BindConflictError,
     ConflictError,
@@ -187,8 +193,14 @@ class SimBackend:
         views = [_view(pod_view, s) for s in await self.store.list(POD_PREFIX)]
         return sorted((v for v in views if v is not None), key=lambda v: (v.namespace, v.name))
 
-    async def watch(self, *, from_revision: int = 0) -> AsyncGenerator[ClusterChange, None]:
-        changes = self.store.watch(from_revision=from_revision)
+    async def watch(
+        self,
+        *,
+        from_revision: int = 0,
+        selection: Selection = "workloads",  # the sim shows everything: it is small
+        on_progress: Callable[[int], None] | None = None,
+    ) -> AsyncGenerator[ClusterChange, None]:
+        changes = self.store.watch(from_revision=from_revision, on_skipped=on_progress)
         async with contextlib.aclosing(changes):
             async for change in changes:
                 yield ClusterChange(
@@ -198,6 +210,9 @@ class SimBackend:
                     obj=change.obj,
                     revision=change.revision,
                 )
+
+    async def current_revision(self) -> int:
+        return await self.store.last_revision()
 
     # --- workloads ----------------------------------------------------------------------------
 

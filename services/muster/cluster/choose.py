@@ -1,0 +1,159 @@
+"""Which cluster a per-cluster service (watcher, binder, gangpermit) works on: the simulated one
+in NATS or a Kubernetes API server.
+
+`BACKEND_FLAGS` (all three) and `STATUS_FLAGS` (the watcher, which writes Kueue statuses) are
+service flags; `backend_config(args)` checks them once and raises ValueError naming the flag;
+`open_backend` opens the chosen backend for the service's lifetime, with the Kueue status
+writer when it is Kubernetes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Literal, NamedTuple, cast
+
+import msgspec
+from nats.js import JetStreamContext
+
+from muster.api.wellknown import SCHEDULER_NAME
+from muster.bus.service import Flag
+from muster.cluster.backend import ClusterBackend
+from muster.cluster.kube.backend import KubeBackend
+from muster.cluster.kube.config import KUEUE_VERSIONS, KubeConfig
+from muster.cluster.kube.status import StatusWriter, StatusWriterSettings
+from muster.cluster.sim.backend import SimBackend
+
+BackendKind = Literal["sim", "kube"]
+BACKENDS: tuple[BackendKind, ...] = ("sim", "kube")
+_STATUS_FLUSH_S = 2.0  # at shutdown, desired statuses get this long to be written
+
+
+def on_off(text: str) -> bool:
+    """ "on"/"off" (or true/false, 1/0, yes/no) as a bool; ValueError otherwise."""
+    value = text.strip().lower()
+    if value in ("on", "true", "1", "yes"):
+        return True
+    if value in ("off", "false", "0", "no"):
+        return False
+    raise ValueError(f"expected on or off, got {text!r}")
+
+
+BACKEND_FLAGS = (
+    Flag("--cluster-backend", "|".join(BACKENDS), str, "MUSTER_CLUSTER_BACKEND", "sim",
+         "the cluster: simulated in NATS (sim) or a Kubernetes API server (kube)"),
+    Flag("--kube-host", "URL", str, "MUSTER_KUBE_HOST", None,
+         "kube: API server URL, instead of the kubeconfig's"),
+    Flag("--kubeconfig", "FILE", str, "MUSTER_KUBECONFIG", None,
+         "kube: kubeconfig file (default $KUBECONFIG, then ~/.kube/config)"),
+    Flag("--kube-context", "NAME", str, "MUSTER_KUBE_CONTEXT", None,
+         "kube: kubeconfig context (default its current one)"),
+    Flag("--kube-in-cluster", "on|off", on_off, "MUSTER_KUBE_IN_CLUSTER", "off",
+         "kube: authenticate as the pod's service account"),
+    Flag("--kube-write-qps", "R", float, "MUSTER_KUBE_WRITE_QPS", "50",
+         "kube: writes per second (create, update, bind, delete); 0 = unlimited"),
+    Flag("--kube-write-burst", "N", int, "MUSTER_KUBE_WRITE_BURST", "100",
+         "kube: writes allowed at once after a quiet spell"),
+    Flag("--kueue-version", "|".join(KUEUE_VERSIONS), str, "MUSTER_KUEUE_VERSION", "v1beta1",
+         "kube: the kueue.x-k8s.io version read and written"),
+    Flag("--scheduler-name", "NAME", str, "MUSTER_SCHEDULER_NAME", SCHEDULER_NAME,
+         "muster places the pods whose spec.schedulerName is NAME and leaves the others alone"),
+)  # fmt: skip
+STATUS_FLAGS = (
+    Flag("--kube-status-qps", "R", float, "MUSTER_KUBE_STATUS_QPS", "20",
+         "kube: status writes per second of Workloads and queues; 0 = unlimited"),
+    Flag("--kube-status-burst", "N", int, "MUSTER_KUBE_STATUS_BURST", "40",
+         "kube: status writes allowed at once after a quiet spell"),
+)  # fmt: skip
+
+
+class BackendConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """The cluster backend a service opens; `kube` and `status` matter for "kube" only."""
+
+    kind: BackendKind = "sim"
+    kube: KubeConfig = KubeConfig()
+    status: StatusWriterSettings = StatusWriterSettings()
+
+
+class OpenCluster(NamedTuple):
+    backend: ClusterBackend
+    status: StatusWriter | None  # Kueue objects' status: on Kubernetes only
+
+
+def _rate(qps: float, burst: int, *, names: tuple[str, str]) -> tuple[float, int]:
+    """(qps, burst) when valid; ValueError naming the flag (`names`) that is out of range."""
+    if qps < 0:
+        raise ValueError(f"{names[0]} must be >= 0 (0 = unlimited), got {qps:g}")
+    if burst < 1:
+        raise ValueError(f"{names[1]} must be >= 1, got {burst}")
+    return qps, burst
+
+
+def backend_config(args: argparse.Namespace) -> BackendConfig:
+    """The backend from `BACKEND_FLAGS` (and `STATUS_FLAGS`, when added); raises ValueError
+    with a message naming the flag when a value is invalid."""
+    if args.cluster_backend not in BACKENDS:
+        raise ValueError(
+            f"--cluster-backend must be one of {', '.join(BACKENDS)}, got {args.cluster_backend!r}"
+        )
+    if args.kueue_version not in KUEUE_VERSIONS:
+        raise ValueError(
+            f"--kueue-version must be one of {', '.join(KUEUE_VERSIONS)}, "
+            f"got {args.kueue_version!r}"
+        )
+    if not args.scheduler_name:
+        raise ValueError("--scheduler-name must not be empty")
+    host = args.kube_host or ""
+    if host and not host.startswith(("http://", "https://")):
+        raise ValueError(f"--kube-host must be an http:// or https:// URL, got {host!r}")
+    if args.kube_in_cluster and args.kubeconfig:
+        raise ValueError("--kube-in-cluster and --kubeconfig cannot be combined")
+    write_qps, write_burst = _rate(
+        args.kube_write_qps, args.kube_write_burst, names=("--kube-write-qps", "--kube-write-burst")
+    )
+    status = StatusWriterSettings()
+    if hasattr(args, "kube_status_qps"):
+        qps, burst = _rate(
+            args.kube_status_qps,
+            args.kube_status_burst,
+            names=("--kube-status-qps", "--kube-status-burst"),
+        )
+        status = msgspec.structs.replace(status, qps=qps, burst=burst)
+    kube = KubeConfig(
+        host=host,
+        kubeconfig=args.kubeconfig or "",
+        context=args.kube_context or "",
+        in_cluster=args.kube_in_cluster,
+        write_qps=write_qps,
+        write_burst=write_burst,
+        scheduler_name=args.scheduler_name,
+        kueue_version=args.kueue_version,
+    )
+    problems = kube.problems()
+    if problems:  # every field is checked above; this is a backstop
+        raise ValueError("; ".join(problems))
+    return BackendConfig(kind=cast(BackendKind, args.cluster_backend), kube=kube, status=status)
+
+
+@contextlib.asynccontextmanager
+async def open_backend(
+    config: BackendConfig, *, js: JetStreamContext, cluster: str
+) -> AsyncIterator[OpenCluster]:
+    """The backend of `cluster` for the body: the simulated one over the service's own NATS
+    connection (`js`), or the API server (ClusterError when no client configuration is found).
+    On Kubernetes, statuses desired but not yet written get a short while at the end."""
+    if config.kind == "sim":
+        yield OpenCluster(await SimBackend.open(js, cluster=cluster), None)
+        return
+    backend = await KubeBackend.connect(config.kube)
+    status = StatusWriter(
+        backend.transport, kueue_version=config.kube.kueue_version, settings=config.status
+    )
+    try:
+        yield OpenCluster(backend, status)
+    finally:
+        with contextlib.suppress(TimeoutError):
+            await status.flush(timeout_s=_STATUS_FLUSH_S)
+        await status.close()
+        await backend.close()

@@ -1,0 +1,340 @@
+"""Kueue-shaped statuses of one cluster's Workloads, ClusterQueues and LocalQueues, folded from
+muster's events: what `kubectl get workloads`, `kubectl describe workload` and `kubectl get
+clusterqueue,localqueue` show. Pure (no I/O, no clock); the watcher's status task (`status`)
+feeds it events and desires what changed.
+
+- Workload: conditions QuotaReserved, Admitted, Evicted, Requeued, Finished (reason and
+  message as Kueue words them) and `admission` (ClusterQueue, podSetAssignments), from
+  `pending`, `quota_reserved`, `admitted`, `evicted`, `requeued`, `finished`.
+- ClusterQueue: admission's own `queue.status` (counts, flavorsReservation, flavorsUsage,
+  Active).
+- LocalQueue: counts and flavor sums over its workloads (a workload evicted but not yet
+  requeued still reserves quota), Active while its ClusterQueue exists in the cluster.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal
+
+from muster.api.encode import is_byte_resource
+from muster.api.quantity import QuantityError, format_quantity, parse_quantity
+from muster.cluster.kube.status import ObjectRef
+from muster.contracts.v1 import events_pb2 as pb
+
+# The events whose payloads change a Workload's status (the status task follows these).
+WORKLOAD_EVENTS = (
+    "submitted",
+    "pending",
+    "quota_reserved",
+    "admitted",
+    "evicted",
+    "requeued",
+    "finished",
+    "deleted",
+)
+# Conditions in the order `kubectl describe` lists them.
+_CONDITION_ORDER = ("QuotaReserved", "Admitted", "Evicted", "Requeued", "Finished")
+_DEFAULT_QUEUE = "default"  # a workload naming no LocalQueue is in its namespace's "default"
+
+State = Literal["pending", "reserving", "admitted", "finished"]
+FlavorResource = tuple[str, str]  # (flavor, resource)
+
+
+def _milli(text: str) -> int:
+    try:
+        return int(parse_quantity(text))
+    except QuantityError:
+        return 0  # admission writes quantities it parsed itself; never seen
+
+
+def _quantity(resource: str, milli: int) -> str:
+    return format_quantity(milli, binary=is_byte_resource(resource))
+
+
+def _condition(type_: str, status: bool, reason: str, message: str) -> dict[str, str]:
+    return {
+        "type": type_,
+        "status": "True" if status else "False",
+        "reason": reason,
+        "message": message,
+    }
+
+
+def _flavor_list(sums: Mapping[FlavorResource, int]) -> list[dict[str, Any]]:
+    """Kueue's `[{name: flavor, resources: [{name, total}]}]`, sorted by flavor and resource."""
+    flavors: dict[str, list[dict[str, Any]]] = {}
+    for (flavor, resource), milli in sorted(sums.items()):
+        entry = {"name": resource, "total": _quantity(resource, milli)}
+        flavors.setdefault(flavor, []).append(entry)
+    return [{"name": name, "resources": resources} for name, resources in flavors.items()]
+
+
+class _Workload:
+    """What the statuses need of one Kueue workload."""
+
+    __slots__ = ("admission", "conditions", "local_queue", "state", "usage")
+
+    def __init__(self, local_queue: tuple[str, str]) -> None:
+        self.local_queue = local_queue  # (namespace, name)
+        self.state: State = "pending"
+        self.conditions: dict[str, dict[str, str]] = {}
+        self.admission: dict[str, Any] | None = None
+        self.usage: Counter[FlavorResource] = Counter()  # of the admission, per flavor
+
+    def set(self, type_: str, status: bool, reason: str, message: str) -> None:
+        self.conditions[type_] = _condition(type_, status, reason, message)
+
+    def admit(self, admission: pb.Admission) -> None:
+        assignments = []
+        self.usage = Counter()
+        for ps in admission.pod_set_assignments:
+            flavors = dict(sorted(ps.flavors.items()))
+            assignment: dict[str, Any] = {"name": ps.name, "flavors": flavors}
+            if ps.resource_usage:
+                assignment["resourceUsage"] = dict(sorted(ps.resource_usage.items()))
+            assignment["count"] = ps.count
+            assignments.append(assignment)
+            for resource, text in ps.resource_usage.items():
+                flavor = ps.flavors.get(resource, "")
+                self.usage[(flavor, resource)] += _milli(text)
+        self.admission = {
+            "clusterQueue": admission.cluster_queue,
+            "podSetAssignments": assignments,
+        }
+
+    def unadmit(self) -> None:
+        self.admission = None
+        self.usage = Counter()
+
+    def status(self) -> dict[str, Any]:
+        conditions = [self.conditions[t] for t in _CONDITION_ORDER if t in self.conditions]
+        out: dict[str, Any] = {"conditions": conditions}
+        if self.admission is not None:
+            out["admission"] = self.admission
+        return out
+
+
+class _Tally:
+    """A LocalQueue's sums over its live workloads."""
+
+    __slots__ = ("counts", "reserved", "used")
+
+    def __init__(self) -> None:
+        self.counts: Counter[State] = Counter()
+        self.reserved: Counter[FlavorResource] = Counter()
+        self.used: Counter[FlavorResource] = Counter()
+
+    def add(self, wl: _Workload, sign: int) -> None:
+        self.counts[wl.state] += sign
+        if wl.state in ("reserving", "admitted"):
+            self.reserved.update({k: sign * v for k, v in wl.usage.items()})
+        if wl.state == "admitted":
+            self.used.update({k: sign * v for k, v in wl.usage.items()})
+
+
+class StatusBook:
+    """The statuses of one cluster's Kueue objects, as the events so far make them."""
+
+    def __init__(self, *, kueue_version: str = "v1beta1") -> None:
+        # v1beta1 calls a LocalQueue's flavorsUsage `flavorUsage`.
+        self._lq_usage_field = "flavorUsage" if kueue_version == "v1beta1" else "flavorsUsage"
+        self._workloads: dict[str, _Workload] = {}
+        self._tallies: dict[tuple[str, str], _Tally] = {}
+        self._local_queues: dict[tuple[str, str], str] = {}  # (ns, name) → its ClusterQueue
+        self._cluster_queues: dict[str, dict[str, Any] | None] = {}  # name → last status
+
+    # --- events -------------------------------------------------------------------------------
+
+    def apply(self, env: pb.Envelope) -> set[ObjectRef]:
+        """Fold one event in; the objects whose status it may have changed."""
+        field = env.WhichOneof("payload")
+        if field == "queue_status":
+            return self._queue_status(env.queue_status.cluster_queue)
+        if field in ("config_applied", "config_deleted"):
+            return self._config(env)
+        if field in WORKLOAD_EVENTS:
+            return self._workload_event(env.workload, field, getattr(env, field))
+        return set()
+
+    def _workload_event(self, key: str, field: str, payload: Any) -> set[ObjectRef]:
+        namespace, _, name = key.partition("/")
+        if not namespace or not name or "/" in name:
+            return set()  # a gang outside Kueue: no Kueue Workload to write
+        wl = self._workloads.get(key)
+        if field == "submitted":
+            if wl is None:
+                wl = self._workloads[key] = _Workload(
+                    (namespace, payload.queue_name or _DEFAULT_QUEUE)
+                )
+                self._tally(wl.local_queue).add(wl, 1)
+            return {self._lq_ref(wl.local_queue)}
+        if wl is None:
+            return set()  # submitted before what this cluster remembers, or not Kueue's
+        tally = self._tally(wl.local_queue)
+        tally.add(wl, -1)
+        if field == "deleted":
+            del self._workloads[key]
+            return {self._lq_ref(wl.local_queue)}
+        _transition(wl, field, payload)
+        tally.add(wl, 1)
+        return {_workload_ref(key), self._lq_ref(wl.local_queue)}
+
+    def _queue_status(self, status: pb.ClusterQueueStatus) -> set[ObjectRef]:
+        self._cluster_queues[status.name] = cluster_queue_status(status)
+        return {ObjectRef(kind="ClusterQueue", name=status.name)}
+
+    def _config(self, env: pb.Envelope) -> set[ObjectRef]:
+        applied = env.WhichOneof("payload") == "config_applied"
+        kind, name = (
+            (env.config_applied.kind, env.config_applied.name)
+            if applied
+            else (env.config_deleted.kind, env.config_deleted.name)
+        )
+        if kind == "LocalQueue":
+            lq = _split(name)
+            if not applied:
+                self._local_queues.pop(lq, None)
+                return set()
+            manifest = json.loads(env.config_applied.manifest_json or "{}")
+            self._local_queues[lq] = str((manifest.get("spec") or {}).get("clusterQueue") or "")
+            return {self._lq_ref(lq)}
+        if kind == "ClusterQueue":
+            if applied:
+                self._cluster_queues.setdefault(name, None)
+            else:
+                self._cluster_queues.pop(name, None)
+            return {self._lq_ref(lq) for lq, cq in self._local_queues.items() if cq == name}
+        return set()
+
+    # --- statuses -----------------------------------------------------------------------------
+
+    def status_of(self, ref: ObjectRef) -> dict[str, Any] | None:
+        """The status `ref` should have now; None when muster knows nothing to write."""
+        if ref.kind == "Workload":
+            wl = self._workloads.get(f"{ref.namespace}/{ref.name}")
+            return None if wl is None else wl.status()
+        if ref.kind == "ClusterQueue":
+            return self._cluster_queues.get(ref.name)
+        if ref.kind == "LocalQueue":
+            return self._local_queue_status((ref.namespace, ref.name))
+        return None
+
+    def refs(self) -> Iterator[ObjectRef]:
+        """Every object with a status to write, in a stable order."""
+        for key in sorted(self._workloads):
+            yield _workload_ref(key)
+        for name in sorted(self._cluster_queues):
+            yield ObjectRef(kind="ClusterQueue", name=name)
+        for lq in sorted(self._local_queues):
+            yield self._lq_ref(lq)
+
+    def _local_queue_status(self, lq: tuple[str, str]) -> dict[str, Any] | None:
+        if lq not in self._local_queues:
+            return None  # not in this cluster (or deleted)
+        tally = self._tallies.get(lq) or _Tally()
+        active = self._local_queues[lq] in self._cluster_queues
+        return {
+            "pendingWorkloads": tally.counts["pending"],
+            "reservingWorkloads": tally.counts["reserving"] + tally.counts["admitted"],
+            "admittedWorkloads": tally.counts["admitted"],
+            "flavorsReservation": _flavor_list(+tally.reserved),
+            self._lq_usage_field: _flavor_list(+tally.used),
+            "conditions": [
+                _condition("Active", True, "Ready", "Can submit new workloads to localQueue")
+                if active
+                else _condition(
+                    "Active",
+                    False,
+                    "ClusterQueueDoesNotExist",
+                    "Can't submit new workloads to clusterQueue",
+                )
+            ],
+        }
+
+    def _tally(self, lq: tuple[str, str]) -> _Tally:
+        return self._tallies.setdefault(lq, _Tally())
+
+    @staticmethod
+    def _lq_ref(lq: tuple[str, str]) -> ObjectRef:
+        return ObjectRef(kind="LocalQueue", namespace=lq[0], name=lq[1])
+
+
+def _split(key: str) -> tuple[str, str]:
+    namespace, _, name = key.partition("/")
+    return namespace, name
+
+
+def _workload_ref(key: str) -> ObjectRef:
+    namespace, name = _split(key)
+    return ObjectRef(kind="Workload", namespace=namespace, name=name)
+
+
+def _transition(wl: _Workload, field: str, payload: Any) -> None:
+    """Move `wl` on for one admission, eviction or end event, as Kueue words the conditions."""
+    if field == "pending":
+        reason = "Inadmissible" if payload.reason == "Inadmissible" else "Pending"
+        wl.state = "pending"
+        wl.unadmit()
+        wl.set("QuotaReserved", False, reason, payload.message)
+    elif field in ("quota_reserved", "admitted"):
+        cq = payload.admission.cluster_queue
+        wl.admit(payload.admission)
+        wl.set("QuotaReserved", True, "QuotaReserved", f"Quota reserved in ClusterQueue {cq}")
+        evicted = wl.conditions.get("Evicted")
+        if evicted is not None and evicted["status"] == "True":
+            wl.set("Evicted", False, "QuotaReserved", f"Previously: {evicted['message']}")
+        if field == "admitted":
+            wl.state = "admitted"
+            wl.set("Admitted", True, "Admitted", "The workload is admitted")
+        else:
+            wl.state = "reserving"
+    elif field == "evicted":
+        # The quota stays reserved until the pods are gone (then `requeued`).
+        wl.state = "reserving"
+        wl.set("Evicted", True, payload.reason or "Evicted", payload.message)
+        wl.set("Admitted", False, payload.reason or "Evicted", payload.message)
+    elif field == "requeued":
+        wl.state = "pending"
+        wl.unadmit()
+        wl.set("QuotaReserved", False, "Pending", payload.message or "The workload was requeued")
+        wl.set("Requeued", True, payload.reason or "Requeued", payload.message)
+    elif field == "finished":
+        wl.state = "finished"
+        succeeded = bool(payload.succeeded)
+        wl.set("Finished", True, "Succeeded" if succeeded else "Failed", payload.message)
+
+
+def cluster_queue_status(status: pb.ClusterQueueStatus) -> dict[str, Any]:
+    """A ClusterQueue's Kueue status from admission's `queue.status`."""
+    reserved: dict[str, list[dict[str, str]]] = {}
+    used: dict[str, list[dict[str, str]]] = {}
+    for flavor in status.flavors:
+        for r in flavor.resources:
+            over = max(0, _milli(r.used or "0") - _milli(r.nominal or "0"))
+            reserved.setdefault(flavor.name, []).append(
+                {"name": r.name, "total": r.reserved or "0", "borrowed": r.borrowed or "0"}
+            )
+            used.setdefault(flavor.name, []).append(
+                {"name": r.name, "total": r.used or "0", "borrowed": _quantity(r.name, over)}
+            )
+    active = (
+        _condition("Active", True, "Ready", "Can admit new workloads")
+        if status.active
+        else _condition(
+            "Active",
+            False,
+            status.inactive_reason or "Inactive",
+            f"Can't admit new workloads: {status.inactive_reason or 'inactive'}",
+        )
+    )
+    return {
+        "pendingWorkloads": status.pending_workloads,
+        "reservingWorkloads": status.reserving_workloads,
+        "admittedWorkloads": status.admitted_workloads,
+        "flavorsReservation": [{"name": f, "resources": rs} for f, rs in reserved.items()],
+        "flavorsUsage": [{"name": f, "resources": rs} for f, rs in used.items()],
+        "conditions": [active],
+    }

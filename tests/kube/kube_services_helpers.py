@@ -1,0 +1,308 @@
+"""muster's services against the API-server stand-in, for the end-to-end tests: a nats-server,
+every service in-process on its own NATS connection (watcher, gangpermit and binder started
+from their own flags with `--cluster-backend kube`), a `Kubectl` that drives the stand-in with
+the official client as an operator (and a Job controller) would, and the events published."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from kube_helpers import api_client
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from muster.admission.service import AdmissionConfig, run_admission
+from muster.binder import __main__ as binder_main
+from muster.bus import EVENTS_STREAM, Bus, BusConfig, connect
+from muster.bus.service import Health
+from muster.contracts.v1 import events_pb2 as pb
+from muster.devtools.apiserver import ApiServer
+from muster.gangpermit import __main__ as gangpermit_main
+from muster.launcher.nats_server import NatsServer
+from muster.preemption.service import PreemptionConfig, run_preemption
+from muster.watcher import __main__ as watcher_main
+
+T = TypeVar("T")
+KUEUE = ("kueue.x-k8s.io", "v1beta1")
+# kind → (plural, namespaced) of the Kueue objects the tests write
+KUEUE_KINDS = {
+    "ResourceFlavor": ("resourceflavors", False),
+    "ClusterQueue": ("clusterqueues", False),
+    "LocalQueue": ("localqueues", True),
+    "WorkloadPriorityClass": ("workloadpriorityclasses", False),
+    "Workload": ("workloads", True),
+}
+
+
+async def eventually(check: Callable[[], Awaitable[T | None]], *, timeout_s: float = 10.0) -> T:
+    """The first truthy result of `check()`, asked every 20 ms until `timeout_s` (then the
+    test fails with the last result)."""
+    deadline = time.monotonic() + timeout_s
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(0.02)  # the state lives in the API server or NATS: ask again
+    raise AssertionError(f"not so after {timeout_s:g}s; last seen: {last!r}")
+
+
+class Kubectl:
+    """What `kubectl` and the Job controller do, through the official (synchronous) client on
+    a thread, so the services on the test's event loop keep running meanwhile."""
+
+    def __init__(self, url: str) -> None:
+        self._api = api_client(url)
+        self.core = client.CoreV1Api(self._api)
+        self.batch = client.BatchV1Api(self._api)
+        self.custom = client.CustomObjectsApi(self._api)
+
+    def close(self) -> None:
+        self._api.close()
+
+    async def apply(self, text: str) -> None:
+        """Create every document of `text` (YAML), in order."""
+        for doc in yaml.safe_load_all(text):
+            if doc:
+                await asyncio.to_thread(self._create, doc)
+
+    def _create(self, obj: dict[str, Any]) -> None:
+        kind, meta = obj["kind"], obj["metadata"]
+        namespace = meta.get("namespace", "default")
+        if kind in KUEUE_KINDS:
+            plural, namespaced = KUEUE_KINDS[kind]
+            if namespaced:
+                self.custom.create_namespaced_custom_object(*KUEUE, namespace, plural, obj)
+            else:
+                self.custom.create_cluster_custom_object(*KUEUE, plural, obj)
+        elif kind == "Namespace":
+            self.core.create_namespace(obj)
+        elif kind == "Node":
+            self.core.create_node(obj)
+        elif kind == "Pod":
+            self.core.create_namespaced_pod(namespace, obj)
+        elif kind == "Job":
+            self.batch.create_namespaced_job(namespace, obj)
+        else:
+            raise AssertionError(f"the tests do not create {kind}")
+
+    async def get(self, kind: str, name: str, namespace: str = "") -> dict[str, Any] | None:
+        """The object as stored, or None when it does not exist."""
+
+        def read() -> dict[str, Any] | None:
+            try:
+                if kind in KUEUE_KINDS:
+                    plural, namespaced = KUEUE_KINDS[kind]
+                    got: dict[str, Any] = (
+                        self.custom.get_namespaced_custom_object(*KUEUE, namespace, plural, name)
+                        if namespaced
+                        else self.custom.get_cluster_custom_object(*KUEUE, plural, name)
+                    )
+                    return got
+                reader = {
+                    "Job": self.batch.read_namespaced_job,
+                    "Pod": self.core.read_namespaced_pod,
+                }[kind]
+                raw = reader(name, namespace, _preload_content=False)
+                decoded: dict[str, Any] = json.loads(raw.data)
+                return decoded
+            except ApiException as err:
+                if err.status == 404:
+                    return None
+                raise
+
+        return await asyncio.to_thread(read)
+
+    async def workloads(self, namespace: str) -> list[dict[str, Any]]:
+        found = await asyncio.to_thread(
+            self.custom.list_namespaced_custom_object, *KUEUE, namespace, "workloads"
+        )
+        items: list[dict[str, Any]] = found["items"]
+        return items
+
+    async def run_job_pods(self, job: dict[str, Any]) -> list[str]:
+        """What the Job controller does for an unsuspended Job: one pod per `parallelism` from
+        its template, controlled by the Job. Their names."""
+        meta, spec = job["metadata"], job["spec"]
+        template = spec["template"]
+        names = []
+        for i in range(spec.get("parallelism", 1)):
+            name = f"{meta['name']}-{i}"
+            labels = {**template["metadata"].get("labels", {}), "job-name": meta["name"]}
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": meta["namespace"],
+                    "labels": labels,
+                    "annotations": template["metadata"].get("annotations", {}),
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "batch/v1",
+                            "kind": "Job",
+                            "name": meta["name"],
+                            "uid": meta["uid"],
+                            "controller": True,
+                        }
+                    ],
+                },
+                "spec": template["spec"],
+            }
+            await asyncio.to_thread(self._create, pod)
+            names.append(name)
+        return names
+
+    async def set_pod_phase(self, namespace: str, name: str, phase: str) -> None:
+        body = {"status": {"phase": phase}}
+        await asyncio.to_thread(self.core.patch_namespaced_pod_status, name, namespace, body)
+
+    async def delete_pod(self, namespace: str, name: str) -> None:
+        await asyncio.to_thread(
+            self.core.delete_namespaced_pod, name, namespace, grace_period_seconds=0
+        )
+
+    async def complete_job(self, namespace: str, name: str) -> None:
+        """What the Job controller writes once every completion succeeded."""
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        condition = {"type": "Complete", "status": "True", "lastTransitionTime": now}
+        body = {"status": {"conditions": [condition], "succeeded": 1, "completionTime": now}}
+        await asyncio.to_thread(self.batch.patch_namespaced_job_status, name, namespace, body)
+
+
+class Events:
+    """Every envelope stored in MUSTER_EVENTS from the start, followed by a task."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.seen: list[pb.Envelope] = []
+        self._bus = bus
+        self._task: asyncio.Task[None] | None = None
+
+    async def _follow(self) -> None:
+        async for env in self._bus.replay([">"], stream=EVENTS_STREAM, follow=True):
+            self.seen.append(env)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._follow())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def of(self, workload: str, event_type: str | None = None) -> list[pb.Envelope]:
+        return [
+            e
+            for e in self.seen
+            if e.workload == workload and (event_type is None or e.type == event_type)
+        ]
+
+    async def wait_for(self, workload: str, event_type: str, *, timeout_s: float = 10.0) -> None:
+        async def seen() -> bool:
+            return bool(self.of(workload, event_type))
+
+        await eventually(seen, timeout_s=timeout_s)
+
+
+class Stack:
+    """The services of one cluster ("local") on one nats-server and one API-server stand-in."""
+
+    def __init__(self, *, bus: Bus, server: ApiServer, kubectl: Kubectl, events: Events) -> None:
+        self.bus = bus
+        self.server = server
+        self.kubectl = kubectl
+        self.events = events
+        self.healths: dict[str, Health] = {}
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self._buses: list[Bus] = []
+
+    async def _start(
+        self, name: str, run: Callable[[Bus, Health], Awaitable[None]], url: str
+    ) -> None:
+        bus = await connect(BusConfig(url=url, name=f"muster-{name}", connect_timeout_s=5.0))
+        self._buses.append(bus)
+        health = Health(name)
+        self.healths[name] = health
+        self.tasks[name] = asyncio.create_task(_run(run, bus, health), name=name)
+
+    async def start(self, nats_url: str, *, kube_flags: list[str]) -> None:
+        """Every service; returns once each reports SERVING."""
+        flags = ["--nats", nats_url, "--cluster-backend", "kube", "--kube-host", self.server.url]
+        for name, module in (
+            ("watcher", watcher_main),
+            ("gangpermit", gangpermit_main),
+            ("binder", binder_main),
+        ):
+            _, main = module.parse([*flags, *kube_flags])
+            await self._start(name, main, nats_url)
+        admission = AdmissionConfig(lease_ttl_s=2.0, lease_renew_s=0.5, ack_wait_s=2.0)
+        await self._start(
+            "admission", lambda bus, health: run_admission(bus, health, admission), nats_url
+        )
+        await self._start(
+            "preemption",
+            lambda bus, health: run_preemption(bus, health, PreemptionConfig()),
+            nats_url,
+        )
+
+        async def serving() -> bool:
+            for name, task in self.tasks.items():
+                if task.done():
+                    task.result()
+                    raise AssertionError(f"{name} ended before serving")
+            return all(h.serving for h in self.healths.values())
+
+        await eventually(serving, timeout_s=20.0)
+
+    def check_alive(self) -> None:
+        """Fail with the error of a service that died."""
+        for name, task in self.tasks.items():
+            if task.done():
+                task.result()
+                raise AssertionError(f"{name} ended")
+
+    async def stop(self) -> None:
+        for task in self.tasks.values():
+            task.cancel()
+        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+        for bus in self._buses:
+            await bus.close()
+
+
+async def _run(run: Callable[[Bus, Health], Awaitable[None]], bus: Bus, health: Health) -> None:
+    await run(bus, health)
+
+
+@contextlib.asynccontextmanager
+async def running_stack(
+    tmp_path: Path, *, kube_flags: tuple[str, ...] = ()
+) -> AsyncIterator[Stack]:
+    """A fresh nats-server and stand-in with every service started on them."""
+    nats = NatsServer(tmp_path / "nats")
+    url = await nats.start(log_path=tmp_path / "nats.log")
+    try:
+        bus = await connect(BusConfig(url=url, name="muster-test", connect_timeout_s=5.0))
+        await bus.ensure_streams()
+        async with ApiServer(bookmark_interval_s=0.2) as server:
+            kubectl = Kubectl(server.url)
+            events = Events(bus)
+            events.start()
+            stack = Stack(bus=bus, server=server, kubectl=kubectl, events=events)
+            try:
+                await stack.start(url, kube_flags=list(kube_flags))
+                yield stack
+                stack.check_alive()
+            finally:
+                await stack.stop()
+                await events.stop()
+                kubectl.close()
+                await bus.close()
+    finally:
+        await nats.stop()

@@ -1,0 +1,357 @@
+"""muster on Kubernetes, end to end: every service on a real nats-server, watcher, gangpermit
+and binder started with `--cluster-backend kube` against the API-server stand-in, driven as an
+operator drives a cluster (the examples of `k8s/examples` applied with the official client),
+with the test as the Job controller (it makes an unsuspended Job's pods and completes it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kube_services_helpers import Kubectl, eventually, running_stack
+
+from muster.bus import DLQ_STREAM, new_event
+from muster.contracts.v1 import events_pb2 as pb
+
+pytestmark = pytest.mark.timeout(60)
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "k8s" / "examples"
+NODE = """
+apiVersion: v1
+kind: Node
+metadata: {name: node-1, labels: {kubernetes.io/hostname: node-1, pool: batch}}
+status:
+  capacity: {cpu: "16", memory: 64Gi, ephemeral-storage: 200Gi, pods: "110"}
+  conditions: [{type: Ready, status: "True"}]
+"""
+# A pod kube-scheduler placed (it names no scheduler and is bound when created): room taken.
+FOREIGN_POD = """
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: default}
+spec:
+  nodeName: node-1
+  containers: [{name: web, image: nginx:1.27, resources: {requests: {cpu: "8"}}}]
+"""
+LOST_JOB = """
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: lost
+  namespace: team-a
+  labels: {kueue.x-k8s.io/queue-name: no-such-queue}
+spec:
+  suspend: true
+  template:
+    spec:
+      schedulerName: muster
+      restartPolicy: Never
+      containers: [{name: main, image: busybox:1.36, resources: {requests: {cpu: "1"}}}]
+"""
+# Once-only facts: none may be lost or published twice, whatever the API server does.
+ONCE = (
+    "workload.submitted",
+    "workload.quota_reserved",
+    "workload.admitted",
+    "workload.gang_permitted",
+    "workload.bound",
+    "workload.running",
+    "workload.pods_ready",
+    "workload.finished",
+)
+
+
+def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c["type"] == type_:
+            found: dict[str, Any] = c
+            return found
+    return {}
+
+
+async def workload_of_job(kubectl: Kubectl, namespace: str, job: str) -> dict[str, Any]:
+    """The Kueue Workload controlled by Job `job`, once it exists."""
+    uid = (await kubectl.get("Job", job, namespace) or {})["metadata"]["uid"]
+
+    async def owned() -> dict[str, Any] | None:
+        for wl in await kubectl.workloads(namespace):
+            refs = wl["metadata"].get("ownerReferences") or []
+            if any(r["uid"] == uid and r.get("controller") and r["kind"] == "Job" for r in refs):
+                return wl
+        return None
+
+    return await eventually(owned)
+
+
+async def status_when(
+    kubectl: Kubectl, kind: str, name: str, namespace: str = "", **expected: Any
+) -> dict[str, Any]:
+    """The object once its status has every `expected` field (camelCase) as given."""
+
+    seen: list[Any] = [None]
+
+    async def matches() -> dict[str, Any] | None:
+        obj = await kubectl.get(kind, name, namespace)
+        status = seen[0] = (obj or {}).get("status") or {}
+        return obj if all(status.get(k) == v for k, v in expected.items()) else None
+
+    try:
+        return await eventually(matches)
+    except AssertionError:
+        raise AssertionError(f"{kind}/{name} status never had {expected}: {seen[0]}") from None
+
+
+async def condition_when(
+    kubectl: Kubectl, kind: str, name: str, namespace: str, type_: str, status: str
+) -> dict[str, Any]:
+    async def holds() -> dict[str, Any] | None:
+        found = condition(await kubectl.get(kind, name, namespace), type_)
+        return found if found.get("status") == status else None
+
+    return await eventually(holds)
+
+
+async def job_when(kubectl: Kubectl, namespace: str, name: str, *, suspended: bool) -> Any:
+    async def check() -> dict[str, Any] | None:
+        job = await kubectl.get("Job", name, namespace)
+        return job if job is not None and job["spec"]["suspend"] is suspended else None
+
+    return await eventually(check)
+
+
+async def pods_bound(kubectl: Kubectl, namespace: str, names: list[str]) -> list[str]:
+    """The nodes of `names`, once each is bound."""
+
+    async def bound() -> list[str] | None:
+        nodes = [
+            (await kubectl.get("Pod", n, namespace) or {}).get("spec", {}).get("nodeName")
+            for n in names
+        ]
+        return [str(n) for n in nodes] if all(nodes) else None
+
+    return await eventually(bound)
+
+
+def usage(status: dict[str, Any], field: str = "flavorsUsage") -> dict[str, str]:
+    return {
+        f"{f['name']}/{r['name']}": r["total"]
+        for f in status.get(field) or []
+        for r in f["resources"]
+    }
+
+
+async def test_the_two_team_example_is_admitted_placed_bound_and_finished(
+    tmp_path: Path,
+) -> None:
+    async with running_stack(tmp_path) as stack:
+        server, kubectl, events = stack.server, stack.kubectl, stack.events
+        # A flaky API server meanwhile: each write path fails a few times (429s and 500s).
+        server.faults.fail_next(2, status=500, verb="create", path="/workloads$")
+        server.faults.fail_next(3, status=429, verb="patch", path=r"kueue\.x-k8s\.io/.*/status$")
+        server.faults.fail_next(2, status=500, verb="update", path="/jobs/")
+        server.faults.fail_next(2, status=429, verb="create", path="/binding$")
+        await kubectl.apply((EXAMPLES / "two-teams.yaml").read_text())
+        await kubectl.apply(NODE + "---" + FOREIGN_POD)
+        await kubectl.set_pod_phase("default", "web", "Running")
+        await kubectl.apply((EXAMPLES / "jobs.yaml").read_text() + "---" + LOST_JOB)
+
+        # Each queued Job gets its Kueue Workload, owned by the Job, admitted, and unsuspended.
+        teams = {"team-a": "sample-job-team-a", "team-b": "sample-job-team-b"}
+        names = {ns: (await workload_of_job(kubectl, ns, job))["metadata"]["name"]
+                 for ns, job in teams.items()}  # fmt: skip
+        for ns, wl in names.items():
+            admitted = await condition_when(kubectl, "Workload", wl, ns, "Admitted", "True")
+            assert admitted["reason"] == "Admitted"
+            stored = await kubectl.get("Workload", wl, ns)
+            assert stored is not None
+            (assignment,) = stored["status"]["admission"]["podSetAssignments"]
+            assert stored["status"]["admission"]["clusterQueue"] == "cluster-queue"
+            assert (assignment["count"], assignment["flavors"]["cpu"]) == (3, "default-flavor")
+            assert condition(stored, "QuotaReserved")["status"] == "True"
+        jobs = {ns: await job_when(kubectl, ns, job, suspended=False) for ns, job in teams.items()}
+
+        # A Job naming a LocalQueue that does not exist stays suspended; its Workload says why.
+        lost = (await workload_of_job(kubectl, "team-a", "lost"))["metadata"]["name"]
+        reserved = await condition_when(
+            kubectl, "Workload", lost, "team-a", "QuotaReserved", "False"
+        )
+        assert reserved["reason"] == "Inadmissible"
+        assert "no-such-queue" in reserved["message"]
+        assert (await kubectl.get("Job", "lost", "team-a") or {})["spec"]["suspend"] is True
+
+        # Every watch is cut mid-stream and the history compacted: resumes get 410 and list
+        # again (their first lists fail too).
+        server.faults.fail_next(3, status=500, verb="list")
+        assert server.drop_watches() > 0
+        server.compact()
+
+        # The Job controller's part: the pods. team-a's 3 cpu fit beside kube-scheduler's pod
+        # (8 of 16 cpu); team-b's 6 do not until that pod is gone.
+        pods = {ns: await kubectl.run_job_pods(job) for ns, job in jobs.items()}
+        assert set(await pods_bound(kubectl, "team-a", pods["team-a"])) == {"node-1"}
+        await events.wait_for(f"team-b/{names['team-b']}", "workload.gang_waiting")
+        for name in pods["team-b"]:
+            assert not (await kubectl.get("Pod", name, "team-b") or {})["spec"].get("nodeName")
+        await kubectl.delete_pod("default", "web")
+        assert set(await pods_bound(kubectl, "team-b", pods["team-b"])) == {"node-1"}
+
+        # (The lost Job's Workload is in no ClusterQueue: its queue does not exist.)
+        cq = await status_when(
+            kubectl, "ClusterQueue", "cluster-queue", admittedWorkloads=2, pendingWorkloads=0
+        )
+        assert usage(cq["status"])["default-flavor/cpu"] == "9"
+        assert condition(cq, "Active")["status"] == "True"
+        lq = await status_when(kubectl, "LocalQueue", "lq-team-b", "team-b", admittedWorkloads=1)
+        assert usage(lq["status"], "flavorUsage")["default-flavor/cpu"] == "6"
+
+        # They run, succeed, and their Jobs complete: Finished, the quota released.
+        for ns, names_ in pods.items():
+            for phase in ("Running", "Succeeded"):
+                for name in names_:
+                    await kubectl.set_pod_phase(ns, name, phase)
+            await kubectl.complete_job(ns, teams[ns])
+        for ns, wl in names.items():
+            finished = await condition_when(kubectl, "Workload", wl, ns, "Finished", "True")
+            assert finished["reason"] == "Succeeded"
+        cq = await status_when(
+            kubectl,
+            "ClusterQueue",
+            "cluster-queue",
+            admittedWorkloads=0,
+            reservingWorkloads=0,
+            pendingWorkloads=0,
+        )
+        assert usage(cq["status"])["default-flavor/cpu"] == "0"
+        await status_when(
+            kubectl, "LocalQueue", "lq-team-a", "team-a", admittedWorkloads=0, pendingWorkloads=0
+        )
+
+        for ns, wl in names.items():
+            seen = [e.type for e in events.of(f"{ns}/{wl}")]
+            assert {t: seen.count(t) for t in ONCE} == dict.fromkeys(ONCE, 1), seen
+        # muster's own status writes are no configuration change: each queue applied once.
+        configs = [e.config_applied for e in events.seen if e.type == "config.applied"]
+        queues = sorted(c.name for c in configs if c.kind.endswith("Queue"))
+        assert queues == ["cluster-queue", "team-a/lq-team-a", "team-b/lq-team-b"]
+        assert server.faults.pending() == 0, "every injected failure was met"
+
+
+EVICTION = """
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: batch}
+spec:
+  nodeLabels: {pool: batch}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: cq}
+spec:
+  namespaceSelector: {}
+  preemption: {withinClusterQueue: LowerPriority}
+  resourceGroups:
+  - coveredResources: [cpu]
+    flavors:
+    - name: batch
+      resources: [{name: cpu, nominalQuota: 4}]
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: WorkloadPriorityClass
+metadata: {name: low}
+value: 100
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: WorkloadPriorityClass
+metadata: {name: high}
+value: 1000
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: ml}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: lq, namespace: ml}
+spec: {clusterQueue: cq}
+"""
+
+
+def job_yaml(name: str, *, priority: str) -> str:
+    return f"""
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {name}
+  namespace: ml
+  labels: {{kueue.x-k8s.io/queue-name: lq, kueue.x-k8s.io/priority-class: {priority}}}
+spec:
+  suspend: true
+  parallelism: 2
+  completions: 2
+  template:
+    spec:
+      schedulerName: muster
+      restartPolicy: Never
+      containers: [{{name: main, image: busybox:1.36, resources: {{requests: {{cpu: "2"}}}}}}]
+"""
+
+
+async def test_a_higher_priority_job_preempts_and_the_victim_job_is_suspended(
+    tmp_path: Path,
+) -> None:
+    async with running_stack(tmp_path) as stack:
+        kubectl = stack.kubectl
+        await kubectl.apply(EVICTION + "---" + NODE + "---" + job_yaml("low", priority="low"))
+        low = await job_when(kubectl, "ml", "low", suspended=False)
+        template = low["spec"]["template"]
+        assert template["spec"]["nodeSelector"] == {"pool": "batch"}  # the flavor's node label
+        low_wl = (await workload_of_job(kubectl, "ml", "low"))["metadata"]["name"]
+        assert template["metadata"]["labels"]["muster.dev/workload"] == low_wl
+        low_pods = await kubectl.run_job_pods(low)
+        await pods_bound(kubectl, "ml", low_pods)
+
+        await kubectl.apply(job_yaml("high", priority="high"))
+        await job_when(kubectl, "ml", "low", suspended=True)
+        evicted = await condition_when(kubectl, "Workload", low_wl, "ml", "Evicted", "True")
+        assert evicted["reason"] == "Preempted"
+        for name in low_pods:  # the Job controller removes a suspended Job's pods
+            await kubectl.delete_pod("ml", name)
+        high = await job_when(kubectl, "ml", "high", suspended=False)
+        await pods_bound(kubectl, "ml", await kubectl.run_job_pods(high))
+        requeued = await condition_when(kubectl, "Workload", low_wl, "ml", "QuotaReserved", "False")
+        assert requeued["reason"] == "Pending"
+        assert condition(await kubectl.get("Workload", low_wl, "ml"), "Admitted")["status"] == (
+            "False"
+        )
+        await status_when(kubectl, "ClusterQueue", "cq", admittedWorkloads=1, pendingWorkloads=1)
+
+
+async def test_a_node_the_binder_may_not_create_is_dead_lettered_by_name(
+    tmp_path: Path,
+) -> None:
+    async with running_stack(tmp_path) as stack:  # and the binder lives on (checked at exit)
+        # The binder's ClusterRole does not grant Nodes: the API server answers 403.
+        stack.server.faults.fail_next(1, status=403, verb="create", path="/nodes$")
+        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "solo", "namespace": "default"},
+            "spec": {"schedulerName": "muster", "containers": [{"name": "c", "image": "x"}]},
+        }
+        command = pb.ApplyRequested(manifests_json=[json.dumps(node), json.dumps(pod)])
+        await stack.bus.publish(
+            new_event("apply_requested", command, cluster="local", source="test")
+        )
+
+        async def dead() -> Any:
+            info = await stack.bus.js.stream_info(DLQ_STREAM)
+            return info.state.messages and await stack.bus.js.get_msg(DLQ_STREAM, 1)
+
+        letter = await eventually(dead)
+        assert letter.subject.endswith("binder-local-apply")
+        assert "Node/n1" in letter.headers["Muster-Dlq-Reason"]
+        assert "forbidden" in letter.headers["Muster-Dlq-Reason"].lower()
+        assert await stack.kubectl.get("Pod", "solo", "default") is not None  # the rest applied

@@ -1,0 +1,191 @@
+"""The Kueue statuses the watcher writes on Kubernetes (`muster.watcher.kueue_status`), from
+muster's events as admission and the watcher publish them: what `kubectl get workloads`,
+`kubectl describe workload` and `kubectl get clusterqueue,localqueue` show."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from muster.bus import new_event
+from muster.cluster.kube import ObjectRef
+from muster.contracts.v1 import events_pb2 as pb
+from muster.watcher.kueue_status import StatusBook
+
+WL = ObjectRef(kind="Workload", namespace="ml", name="train")
+LQ = ObjectRef(kind="LocalQueue", namespace="ml", name="lq")
+CQ = ObjectRef(kind="ClusterQueue", name="cq")
+
+
+def event(field: str, payload: Any, *, workload: str = "ml/train") -> pb.Envelope:
+    return new_event(field, payload, cluster="local", workload=workload, source="test")
+
+
+def config(kind: str, name: str, spec: dict[str, Any] | None = None) -> pb.Envelope:
+    manifest = json.dumps({"kind": kind, "spec": spec or {}})
+    payload = pb.ConfigApplied(kind=kind, name=name, manifest_json=manifest)
+    return new_event("config_applied", payload, cluster="local", source="test")
+
+
+def admission(cpu: str = "3", count: int = 3) -> pb.Admission:
+    assignment = pb.PodSetAssignment(
+        name="main", flavors={"cpu": "default"}, count=count, resource_usage={"cpu": cpu}
+    )
+    return pb.Admission(cluster_queue="cq", pod_set_assignments=[assignment])
+
+
+def book(*events: pb.Envelope, version: str = "v1beta1") -> StatusBook:
+    made = StatusBook(kueue_version=version)
+    for env in (
+        config("ClusterQueue", "cq"),
+        config("LocalQueue", "ml/lq", {"clusterQueue": "cq"}),
+        event("submitted", pb.WorkloadSubmitted(queue_name="lq")),
+        *events,
+    ):
+        made.apply(env)
+    return made
+
+
+def conditions(made: StatusBook) -> dict[str, tuple[str, str, str]]:
+    status = made.status_of(WL) or {}
+    return {c["type"]: (c["status"], c["reason"], c["message"]) for c in status["conditions"]}
+
+
+def test_a_pending_workload_says_why_it_is_not_admitted() -> None:
+    made = book(
+        event(
+            "pending",
+            pb.WorkloadPending(reason="Inadmissible", message="LocalQueue lq doesn't exist"),
+        )
+    )
+    assert conditions(made) == {
+        "QuotaReserved": ("False", "Inadmissible", "LocalQueue lq doesn't exist")
+    }
+    assert "admission" not in (made.status_of(WL) or {})
+
+
+def test_an_admitted_workload_has_its_admission_and_both_conditions() -> None:
+    made = book(
+        event("quota_reserved", pb.QuotaReserved(admission=admission())),
+        event("admitted", pb.WorkloadAdmitted(admission=admission())),
+    )
+    assert conditions(made) == {
+        "QuotaReserved": ("True", "QuotaReserved", "Quota reserved in ClusterQueue cq"),
+        "Admitted": ("True", "Admitted", "The workload is admitted"),
+    }
+    assert (made.status_of(WL) or {})["admission"] == {
+        "clusterQueue": "cq",
+        "podSetAssignments": [
+            {"name": "main", "flavors": {"cpu": "default"}, "resourceUsage": {"cpu": "3"},
+             "count": 3}
+        ],
+    }  # fmt: skip
+
+
+def test_an_evicted_workload_is_requeued_then_admitted_again() -> None:
+    evicted = pb.WorkloadEvicted(reason="Preempted", message="to admit ml/urgent")
+    made = book(
+        event("admitted", pb.WorkloadAdmitted(admission=admission())),
+        event("evicted", evicted),
+    )
+    assert conditions(made)["Evicted"] == ("True", "Preempted", "to admit ml/urgent")
+    assert conditions(made)["Admitted"][:2] == ("False", "Preempted")
+    made.apply(event("requeued", pb.WorkloadRequeued(reason="Preempted", message="requeued")))
+    assert conditions(made)["QuotaReserved"][:2] == ("False", "Pending")
+    assert "admission" not in (made.status_of(WL) or {})
+    made.apply(event("admitted", pb.WorkloadAdmitted(admission=admission())))
+    assert conditions(made)["Evicted"] == (
+        "False",
+        "QuotaReserved",
+        "Previously: to admit ml/urgent",
+    )
+    assert conditions(made)["Admitted"][0] == "True"
+
+
+@pytest.mark.parametrize(("succeeded", "reason"), [(True, "Succeeded"), (False, "Failed")])
+def test_a_finished_workload_keeps_its_admission(succeeded: bool, reason: str) -> None:
+    made = book(
+        event("admitted", pb.WorkloadAdmitted(admission=admission())),
+        event("finished", pb.WorkloadFinished(succeeded=succeeded, message="done")),
+    )
+    assert conditions(made)["Finished"] == ("True", reason, "done")
+    assert (made.status_of(WL) or {})["admission"]["clusterQueue"] == "cq"
+
+
+def test_local_queue_counts_and_sums_its_live_workloads() -> None:
+    made = book(
+        event("submitted", pb.WorkloadSubmitted(queue_name="lq"), workload="ml/b"),
+        event("submitted", pb.WorkloadSubmitted(queue_name="lq"), workload="ml/c"),
+        event("admitted", pb.WorkloadAdmitted(admission=admission("3"))),
+        event("quota_reserved", pb.QuotaReserved(admission=admission("1500m")), workload="ml/b"),
+    )
+    status = made.status_of(LQ) or {}
+    assert (
+        status["pendingWorkloads"],
+        status["reservingWorkloads"],
+        status["admittedWorkloads"],
+    ) == (1, 2, 1)
+    assert status["flavorsReservation"] == [
+        {"name": "default", "resources": [{"name": "cpu", "total": "4500m"}]}
+    ]
+    assert status["flavorUsage"] == [
+        {"name": "default", "resources": [{"name": "cpu", "total": "3"}]}
+    ]
+    assert status["conditions"][0]["status"] == "True"
+
+    made.apply(event("finished", pb.WorkloadFinished(succeeded=True)))
+    made.apply(event("deleted", pb.WorkloadDeleted(), workload="ml/c"))
+    status = made.status_of(LQ) or {}
+    assert (status["pendingWorkloads"], status["admittedWorkloads"]) == (0, 0)
+    assert status["flavorUsage"] == []
+
+
+def test_v1beta2_names_the_local_queue_usage_flavors_usage() -> None:
+    status = book(version="v1beta2").status_of(LQ) or {}
+    assert "flavorsUsage" in status
+    assert "flavorUsage" not in status
+
+
+def test_a_local_queue_whose_cluster_queue_is_missing_is_inactive() -> None:
+    made = StatusBook()
+    assert made.apply(config("LocalQueue", "ml/lq", {"clusterQueue": "cq"})) == {LQ}
+    (active,) = (made.status_of(LQ) or {})["conditions"]
+    assert (active["status"], active["reason"]) == ("False", "ClusterQueueDoesNotExist")
+    assert made.apply(config("ClusterQueue", "cq")) == {LQ}
+    assert (made.status_of(LQ) or {})["conditions"][0]["status"] == "True"
+
+
+def test_cluster_queue_status_is_admissions_with_usage_borrowing_over_nominal() -> None:
+    resource = pb.ResourceStatus(
+        name="cpu", nominal="4", reserved="6", used="5", borrowed="2", available="0"
+    )
+    status = pb.ClusterQueueStatus(
+        name="cq",
+        pending_workloads=2,
+        reserving_workloads=3,
+        admitted_workloads=2,
+        flavors=[pb.FlavorStatus(name="default", resources=[resource])],
+        active=True,
+    )
+    made = StatusBook()
+    assert made.apply(new_event("queue_status", pb.QueueStatusChanged(cluster_queue=status),
+                                cluster="local", source="test")) == {CQ}  # fmt: skip
+    cq = made.status_of(CQ) or {}
+    assert (cq["pendingWorkloads"], cq["reservingWorkloads"], cq["admittedWorkloads"]) == (2, 3, 2)
+    assert cq["flavorsReservation"] == [
+        {"name": "default", "resources": [{"name": "cpu", "total": "6", "borrowed": "2"}]}
+    ]
+    assert cq["flavorsUsage"] == [
+        {"name": "default", "resources": [{"name": "cpu", "total": "5", "borrowed": "1"}]}
+    ]
+    assert cq["conditions"][0]["reason"] == "Ready"
+
+
+def test_events_of_gangs_outside_kueue_and_unknown_workloads_write_nothing() -> None:
+    made = book()
+    finished = pb.WorkloadFinished(succeeded=True)
+    assert made.apply(event("finished", finished, workload="ml/train-gang/workers")) == set()
+    assert made.apply(event("finished", finished, workload="ml/never-submitted")) == set()
+    assert list(made.refs()) == [WL, CQ, LQ]

@@ -1,0 +1,52 @@
+"""The binder's view of workloads: specs from every cluster (MultiKueue dispatches across
+clusters), and admissions superseded by a later eviction on its own cluster."""
+
+from __future__ import annotations
+
+import json
+
+from muster.binder.handlers import WorkloadSpecs
+from muster.binder.service import spec_subjects
+from muster.bus import new_event
+from muster.contracts.v1 import events_pb2 as pb
+
+MANIFEST = {
+    "apiVersion": "kueue.x-k8s.io/v1beta2",
+    "kind": "Workload",
+    "metadata": {"name": "w", "namespace": "ns"},
+    "spec": {"queueName": "q", "podSets": [{"name": "main", "count": 1}]},
+}
+
+
+def on(cluster: str, field: str, payload: object, sequence: int) -> pb.Envelope:
+    env = new_event(field, payload, cluster=cluster, workload="ns/w", source="t")  # type: ignore[arg-type]
+    env.sequence = sequence
+    return env
+
+
+def test_follows_specs_of_every_cluster_and_evictions_of_its_own() -> None:
+    assert spec_subjects("west") == [
+        "muster.v1.*.workload.submitted",
+        "muster.v1.*.workload.deleted",
+        "muster.v1.*.workload.finished",
+        "muster.v1.west.workload.evicted",
+    ]
+
+
+def test_a_spec_submitted_elsewhere_is_known_and_a_late_admission_is_superseded() -> None:
+    specs = WorkloadSpecs()
+    specs.apply(
+        on("local", "submitted", pb.WorkloadSubmitted(manifest_json=json.dumps(MANIFEST)), 1)
+    )
+    spec = specs.get("ns/w")
+    assert spec is not None
+    assert spec.key == "ns/w"
+    first = on("west", "admitted", pb.WorkloadAdmitted(), 2)
+    assert not specs.superseded(first)
+    specs.apply(on("west", "evicted", pb.WorkloadEvicted(reason="ClusterLost"), 5))
+    assert specs.superseded(first)  # delivered after west came back: not started
+    again = on("west", "admitted", pb.WorkloadAdmitted(), 9)
+    assert not specs.superseded(again)  # admitted here again since
+    specs.apply(on("west", "finished", pb.WorkloadFinished(), 12))
+    assert specs.get("ns/w") is None
+    assert not specs.superseded(first)

@@ -1,0 +1,82 @@
+"""What gang-permit tells admission about its cluster (the MUSTER_CLUSTERS heartbeat): each
+schedulable node's free room, and the Kueue workloads whose pods that room already counts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cluster_docs import event, fed, node, objects, pod
+
+from muster.contracts.v1 import events_pb2
+from muster.gangpermit.decisions import decide
+from muster.gangpermit.service import GangPermitConfig, followed_subjects
+
+CPU = 1000
+
+
+def kueue_workload(name: str, count: int) -> list[events_pb2.Envelope]:
+    manifest = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {
+            "queueName": "q",
+            "podSets": [
+                {
+                    "name": "main",
+                    "count": count,
+                    "template": {
+                        "spec": {
+                            "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    submitted = events_pb2.WorkloadSubmitted(manifest_json=json.dumps(manifest))
+    assignment = events_pb2.PodSetAssignment(name="main", count=count)
+    admission = events_pb2.Admission(cluster_queue="cq", pod_set_assignments=[assignment])
+    return [
+        event("submitted", submitted, workload=f"ns/{name}"),
+        event("admitted", events_pb2.WorkloadAdmitted(admission=admission), workload=f"ns/{name}"),
+    ]
+
+
+def test_heartbeat_lists_free_room_of_schedulable_nodes_and_placed_workloads() -> None:
+    cordoned = node("c", cpu="8")
+    cordoned[0]["spec"] = {"unschedulable": True}
+    state = fed(node("a", cpu="4") + node("b", cpu="2") + cordoned)
+    for env in kueue_workload("job", 3):
+        state.apply_event(env)
+    assert state.capacity().placed == ()  # admitted, but no pod placed yet
+    pods = [pod(f"job-main-{i}", labels={"muster.dev/workload": "job"})[0] for i in range(3)]
+    for obj in objects(pods):
+        state.put(obj)
+    assert state.capacity().placed == ()  # pending pods take no room yet
+    (permit,) = decide(state, now_s=1.0)
+    assert permit.type == "workload.gang_permitted"
+
+    capacity = state.capacity()
+    assert capacity.cluster == "local"
+    assert capacity.placed == ("ns/job",)
+    assert [(n.name, n.free["cpu"], n.allocatable["cpu"]) for n in capacity.nodes] == [
+        ("a", 1 * CPU, 4 * CPU),  # binpack: the three pods on a
+        ("b", 2 * CPU, 2 * CPU),
+    ]
+    state.remove(objects(node("b"))[0])
+    assert [n.name for n in state.capacity().nodes] == ["a"]
+
+
+def test_specs_are_followed_on_every_cluster_and_the_rest_on_its_own() -> None:
+    subjects = followed_subjects("east")
+    assert "muster.v1.*.workload.submitted" in subjects
+    assert "muster.v1.*.workload.finished" in subjects
+    assert "muster.v1.east.workload.admitted" in subjects
+    assert "muster.v1.east.workload.eviction_completed" in subjects
+
+
+def test_heartbeat_interval_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="heartbeat interval must be > 0 seconds, got 0"):
+        GangPermitConfig(cluster="local", heartbeat_s=0)
