@@ -10,11 +10,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
+import nats.js.errors
 import pytest
 from bus_helpers import EventLog, submitted
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from muster.bus import EVENTS_STREAM, Bus
+from muster.bus.service import EVENT_LOOP_ENV, run_loop
 from muster.cli import service as service_command
 
 pytestmark = pytest.mark.timeout(60)
@@ -50,6 +52,16 @@ class Service:
             return await asyncio.wait_for(self.proc.wait(), timeout_s)
         except TimeoutError:
             pytest.fail(f"service still running after {timeout_s}s:\n{self.log.read_text()}")
+
+
+async def wait_for_consumer(bus: Bus, durable: str, *, timeout_s: float = 10.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while True:
+            try:
+                await bus.js.consumer_info(EVENTS_STREAM, durable)
+                return
+            except nats.js.errors.NotFoundError:
+                await asyncio.sleep(0.05)
 
 
 @contextlib.asynccontextmanager
@@ -101,6 +113,8 @@ async def test_a_dead_consumer_loop_stops_the_service_with_status_1(
 ) -> None:
     async with tiny_service(nats_server, tmp_path) as service:
         await service.wait_for_status(SERVING)
+        # SERVING comes as the consume loop starts, maybe before it made its durable.
+        await wait_for_consumer(bus, "tiny")
         await bus.js.delete_consumer(EVENTS_STREAM, "tiny")
         assert await service.exit_status(timeout_s=20) == 1
     assert "the service failed" in service.log.read_text()
@@ -118,3 +132,18 @@ def test_muster_service_names_a_missing_service(capsys: pytest.CaptureFixture[st
     assert "unknown service 'nope'" in capsys.readouterr().err
     assert service_command.main([]) == 2
     assert "services: watcher, admission" in capsys.readouterr().err
+
+
+async def _loop_kind() -> str:
+    return type(asyncio.get_running_loop()).__module__.split(".")[0]
+
+
+def test_services_run_on_uvloop_when_it_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("uvloop")
+    monkeypatch.delenv(EVENT_LOOP_ENV, raising=False)
+    assert run_loop(_loop_kind()) == "uvloop"
+
+
+def test_muster_event_loop_asyncio_keeps_the_standard_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(EVENT_LOOP_ENV, "asyncio")
+    assert run_loop(_loop_kind()) == "asyncio"

@@ -6,11 +6,13 @@ import pytest
 from bus_helpers import SUBMITTED, Recorder, consuming, pending, submitted
 from opentelemetry import trace
 
-from muster.bus import EVENTS_STREAM, Bus
+from muster.bus import EVENTS_STREAM, Bus, tracing
 from muster.bus.tracing import (
     context_from_metadata,
+    continue_trace,
     metadata_from_context,
     setup_tracing,
+    trace_headers,
     tracer,
 )
 from muster.contracts.v1.events_pb2 import Envelope
@@ -18,9 +20,18 @@ from muster.contracts.v1.events_pb2 import Envelope
 pytestmark = pytest.mark.timeout(30)
 
 
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
 @pytest.fixture(autouse=True)
 def _tracing() -> None:
-    setup_tracing("muster-tests")
+    setup_tracing("muster-tests", record=True)
+
+
+@pytest.fixture
+def no_spans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As in a service with no exporter configured: no tracer provider, so no spans."""
+    monkeypatch.setattr(tracing, "recording", lambda: False)
 
 
 def current_trace_id() -> int:
@@ -50,8 +61,37 @@ async def test_trace_context_survives_publish_and_consume(bus: Bus) -> None:
 
 def test_new_event_carries_the_cause_trace_when_no_span_is_current() -> None:
     cause = submitted("ns/a")
-    cause.traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    cause.traceparent = TRACEPARENT
     assert pending("ns/a", "m", cause=cause).traceparent == cause.traceparent
+
+
+@pytest.mark.usefixtures("no_spans")
+async def test_without_spans_a_handler_still_passes_the_trace_on(bus: Bus) -> None:
+    async def react(env: Envelope) -> None:
+        assert not trace.get_current_span().get_span_context().is_valid  # no span made
+        await bus.publish(pending(env.workload, "no cause given"))
+
+    handler = Recorder(react)
+    event = submitted("ns/a")
+    event.traceparent = TRACEPARENT
+    await bus.publish(event)
+    async with consuming(bus, "admission", [SUBMITTED], handler):
+        await handler.wait_for_count(1)
+    caused = await bus.js.get_msg(EVENTS_STREAM, 2)
+    assert caused.headers is not None
+    assert caused.headers["traceparent"] == TRACEPARENT
+
+
+@pytest.mark.usefixtures("no_spans")
+def test_without_spans_a_new_trace_is_started_where_asked() -> None:
+    with continue_trace({}, "call", kind=trace.SpanKind.SERVER, new_trace=True) as span:
+        started = trace_headers()["traceparent"]
+    assert span is None
+    version, trace_id, parent_id, flags = started.split("-")
+    assert (version, len(trace_id), len(parent_id), flags) == ("00", 32, 16, "01")
+    assert trace_headers() == {}  # only inside
+    with continue_trace({}, "call", kind=trace.SpanKind.SERVER, new_trace=True):
+        assert trace_headers()["traceparent"] != started
 
 
 def test_grpc_metadata_round_trips_the_trace_context() -> None:

@@ -1,8 +1,9 @@
 """`muster service admission` (or `python -m muster.admission`): flags → AdmissionConfig → run.
 
-The common service flags plus `--shard I --shards N`, `--lease-ttl-seconds` and
-`--kueue-config FILE` (Kueue's `Configuration`: fair sharing, waitForPodsReady, feature gates;
-in Kubernetes, mount it from a ConfigMap as Kueue's controller does).
+The common service flags plus `--shard I --shards N`, `--lease-ttl-seconds`,
+`--cluster-lost-seconds` (MultiKueue: docs/multicluster.md) and `--kueue-config FILE`
+(Kueue's `Configuration`: fair sharing, waitForPodsReady, feature gates; in Kubernetes, mount
+it from a ConfigMap as Kueue's controller does).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ FLAGS = (
          "how long a dead replica's shard lease outlives it; renewed every second"),
     Flag("--kueue-config", "FILE", str, "MUSTER_KUEUE_CONFIG", None,
          "Kueue Configuration (config.kueue.x-k8s.io) to decide with"),
+    Flag("--cluster-lost-seconds", "S", float, "MUSTER_CLUSTER_LOST_SECONDS", "10",
+         "MultiKueue: a worker cluster whose heartbeat is older is lost; its workloads requeue"),
 )  # fmt: skip
 
 
@@ -45,6 +48,7 @@ def admission_config(args: argparse.Namespace, service: ServiceConfig) -> Admiss
         lease_ttl_s=args.lease_ttl_seconds,
         lease_renew_s=min(1.0, args.lease_ttl_seconds / 3),
         kueue=kueue,
+        cluster_lost_s=args.cluster_lost_seconds,
     )
 
 

@@ -3,8 +3,9 @@
 Admission's engine is one state machine: a LocalQueue created just before a workload arrives
 must be applied before it. `Bus.consume` runs a lane per workload, which keeps one workload's
 events in order but not events of different workloads (configuration included), so admission
-pulls its durable consumer itself: each fetch (up to `batch` messages, in stream order) is one
-round, and its messages are acked only after every event the round caused has its PubAck.
+pulls its durable consumer itself: what has arrived (up to `batch` messages, in stream order)
+is one round, and its messages are acked only after every event the round caused has its
+PubAck.
 
 An event that cannot be read or applied is copied to `MUSTER_DLQ` and terminated (the bus's
 dead-letter path); nothing is nak'ed, since a redelivery would come out of order.
@@ -24,6 +25,7 @@ from nats.aio.msg import Msg
 from muster.bus import Bus, ConsumerSettings, Reject, Retry, decode
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.consumer import consumer_config
+from muster.bus.pull import PullFeed
 from muster.contracts.v1 import events_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -52,17 +54,19 @@ async def consume_in_order(
     Cancelled while a batch is being handled, it lets that batch finish and acks it first.
     """
     await ensure_consumer(bus, durable, subjects, settings)
-    sub = await bus.js.pull_subscribe_bind(durable=durable, stream=settings.stream)
+    feed = PullFeed(
+        bus.nc,
+        stream=settings.stream,
+        consumer=durable,
+        batch=settings.batch,
+        expires_s=fetch_timeout_s,
+    )
+    await feed.start()
     try:
         while True:
             raise_if_cancelling()
-            try:
-                msgs = await sub.fetch(settings.batch, timeout=fetch_timeout_s)
-            except (TimeoutError, nats.errors.TimeoutError):
-                continue
-            except nats.js.errors.APIError as exc:
-                log.warning("fetch failed: %r", exc, extra={"consumer": durable})
-                await asyncio.sleep(1.0)
+            msgs = await feed.take(settings.batch, timeout_s=fetch_timeout_s)
+            if not msgs:
                 continue
             work = asyncio.ensure_future(_handle_batch(bus, durable, msgs, handle, settings))
             try:
@@ -72,8 +76,12 @@ async def consume_in_order(
                     await work
                 raise
     finally:
+        # Delivered but never handled: not naked, since a redelivery would come out of order
+        # (after what follows it); the ack wait hands them to the next owner, which skips
+        # what it already applied.
+        await feed.close()
         with contextlib.suppress(nats.errors.Error):
-            await sub.unsubscribe()
+            await bus.nc.flush()  # the acks leave before the caller goes on
 
 
 async def _handle_batch(

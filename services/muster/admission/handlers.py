@@ -38,7 +38,14 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Protocol
 
 from muster.admission.state import AdmissionState
-from muster.admission.translate import Fact, FactError, Recorded, envelopes_of, fact_of
+from muster.admission.translate import (
+    RECORDED,
+    Fact,
+    FactError,
+    Recorded,
+    envelopes_of,
+    fact_of,
+)
 from muster.bus import Reject, Retry
 from muster.bus.cancel import raise_if_cancelling
 from muster.contracts.v1 import events_pb2 as pb
@@ -86,20 +93,31 @@ class Rounds:
         """
         outcomes: list[Reject | None] = []
         facts: list[tuple[pb.Envelope, Fact]] = []
+        # Every event is our own decision coming back, or already applied. (No event at all
+        # asks for a round: the cluster registry does, when a worker cluster changes.)
+        echoes_only = bool(envs)
         for env in envs:
             outcomes.append(None)
             if env.sequence and env.sequence <= self.state.last_sequence:
                 continue
+            if env.source == self.state.source and env.WhichOneof("payload") in RECORDED:
+                continue  # our own decision, recorded when published: not even decoded
+            echoes_only = False
             try:
                 fact = fact_of(env)
             except FactError as exc:
                 outcomes[-1] = Reject(str(exc))
                 continue
+            if fact is not None:
+                fact = self.state.counted(fact, cluster=env.cluster)
             if fact is None or (isinstance(fact, Recorded) and fact.source == self.state.source):
                 continue  # nothing for admission, or our own decision (recorded when published)
             facts.append((env, fact))
-        # The decisions' cause: the last event applied (their ids derive from it).
-        rejected = await self._round(facts, cause=facts[-1][0] if facts else None)
+        # The decisions' cause: the last event applied (their ids derive from it). A batch of
+        # echoes changed nothing a round could act on: most batches, under load, are those.
+        rejected = (
+            {} if echoes_only else await self._round(facts, cause=facts[-1][0] if facts else None)
+        )
         for i, env in enumerate(envs):
             if env.event_id in rejected:
                 outcomes[i] = rejected[env.event_id]
@@ -113,6 +131,7 @@ class Rounds:
         rejected: dict[str, Reject] = {}
         async with self.lock:
             now_s = self.clock()
+            version = self.state.engine.version
             events: list[Event] = []
             for env, fact in facts:
                 try:
@@ -120,11 +139,16 @@ class Rounds:
                 except Exception as exc:  # a bug: dead-letter this event, keep the others
                     log.exception("applying %s failed", env.type, extra={"workload": env.workload})
                     rejected[env.event_id] = Reject(f"admission could not apply it: {exc!r}")
+            # The engine counts every call that returns events as a change, decide's included:
+            # what tells is whether applying the facts changed it, or the round decided anything.
+            changed = self.state.engine.version != version
             events += self.state.decide(now_s=now_s)
+            changed = changed or bool(events)
             await self.publish(events, cause=cause or self._tick_cause(now_s))
             self.rounds += 1
         self._timers_changed.set()
-        self.on_round()
+        if changed:  # the views are the engine's: a round about other shards' workloads,
+            self.on_round()  # or one that decided nothing, leaves them as they were
         return rejected
 
     # --- timers ----------------------------------------------------------------------------

@@ -63,12 +63,20 @@ class Entry:
         return self.phase in _HOLDING
 
 
+# Finished workloads remembered, newest last. A submitted event redelivered after its workload
+# finished comes within minutes; by then far fewer workloads have finished than this.
+FINISHED_KEPT = 100_000
+
+
 class Ledger:
     """Live workloads by key. Every method is idempotent: replaying an event changes nothing."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, finished_kept: int = FINISHED_KEPT) -> None:
         self.entries: dict[WorkloadKey, Entry] = {}
-        self.finished: set[WorkloadKey] = set()  # a finished workload is not submitted again
+        # A finished workload is not submitted again; a dict keeps them in finishing order, so
+        # the oldest are forgotten first once there are more than `finished_kept`.
+        self.finished: dict[WorkloadKey, None] = {}
+        self.finished_kept = finished_kept
         self._order = 0
 
     def __contains__(self, key: object) -> bool:
@@ -98,11 +106,13 @@ class Ledger:
 
     def finish(self, key: WorkloadKey) -> None:
         if self.entries.pop(key, None) is not None:
-            self.finished.add(key)
+            self.finished[key] = None
+            if len(self.finished) > self.finished_kept:
+                del self.finished[next(iter(self.finished))]
 
     def delete(self, key: WorkloadKey) -> None:
         self.entries.pop(key, None)
-        self.finished.discard(key)
+        self.finished.pop(key, None)
 
     def pods_ready(self, key: WorkloadKey) -> None:
         entry = self.entries.get(key)

@@ -23,11 +23,12 @@ from typing import Final
 import msgspec
 import nats.errors
 
+from muster.admission.clusters import follow_clusters
 from muster.admission.consumer import consume_in_order, ensure_consumer
 from muster.admission.handlers import Clock, Rounds
 from muster.admission.lease import SHARDS_BUCKET, ShardLease
 from muster.admission.state import AdmissionState
-from muster.admission.translate import fact_of
+from muster.admission.translate import RECORDED, WORKLOAD_FACTS, fact_of
 from muster.admission.visibility import VisibilityWriter, visibility_values
 from muster.api.model import KueueConfig
 from muster.bus import (
@@ -45,7 +46,13 @@ from muster.bus.service import Health
 from muster.contracts.v1 import events_pb2 as pb
 
 VISIBILITY_BUCKET: Final = "MUSTER_VISIBILITY"
-SUBJECTS: Final = (workload_subject("*", ">"), config_subject("*", ">"))
+VISIBILITY_CPU_SHARE: Final = 20  # views wait at least this many times what computing them took
+# Only the events `fact_of` reads, filtered by the server: the others (bound, running,
+# gang_permitted, ...) are most of the stream, and each would cost a delivery and an ack.
+SUBJECTS: Final = (
+    *(workload_subject("*", field) for field in (*WORKLOAD_FACTS, *RECORDED)),
+    config_subject("*", ">"),
+)
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +69,7 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
     batch: int = 256  # events fetched together, applied in one round
     ack_wait_s: float = 30.0  # a dead replica's unacked events come back after this long
     kueue: KueueConfig | None = None  # Kueue's Configuration (--kueue-config)
+    cluster_lost_s: float = 10.0  # a worker cluster silent this long is lost (MultiKueue)
 
     def __post_init__(self) -> None:
         if self.shards < 1:
@@ -72,6 +80,8 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("the lease renewal interval must be shorter than its TTL")
         if self.visibility_interval_s < 0:
             raise ValueError("the visibility interval must be >= 0")
+        if not self.cluster_lost_s > 0:
+            raise ValueError(f"--cluster-lost-seconds must be > 0, got {self.cluster_lost_s:g}")
 
     @property
     def source(self) -> str:
@@ -113,6 +123,12 @@ async def run_admission(
             tg.create_task(service.rounds.run_timers(), name="admission-timers")
             tg.create_task(service.write_visibility(), name="admission-visibility")
             tg.create_task(
+                follow_clusters(
+                    bus, service.state.dispatch, service.rounds.apply_batch, clock=clock
+                ),
+                name="admission-clusters",
+            )
+            tg.create_task(
                 consume_in_order(
                     bus,
                     config.durable,
@@ -146,6 +162,7 @@ class AdmissionService:
             source=config.source,
             default_cluster=config.cluster,
             kueue=config.kueue,
+            cluster_lost_s=config.cluster_lost_s,
         )
         self._dirty = asyncio.Event()
         self.rounds = Rounds(self.state, bus, clock=clock, on_round=self._dirty.set)
@@ -164,7 +181,7 @@ class AdmissionService:
             except ValueError as exc:
                 log.warning("rebuild skips %s#%d: %s", env.type, env.sequence, exc)
                 fact = None
-            self.state.replay(fact, sequence=env.sequence)
+            self.state.replay(fact, sequence=env.sequence, cluster=env.cluster)
             replayed += 1
         self.state.last_sequence = max(self.state.last_sequence, end)
         events = self.state.take_ownership(now_s=self.clock())
@@ -178,33 +195,46 @@ class AdmissionService:
         )
 
     async def write_visibility(self) -> None:
-        """Write changed queue statuses and pending lists; publish queue.status on change."""
+        """Write changed queue statuses and pending lists; publish queue.status on change.
+
+        At most once per `visibility_interval_s`, and less often when computing the views
+        takes long (many workloads): they are read from the engine's records, and are not on
+        the decision path, so they get at most 1/VISIBILITY_CPU_SHARE of the time.
+        """
         kv = await self.bus.kv(VISIBILITY_BUCKET)
         writer = VisibilityWriter(kv)
         while True:
             raise_if_cancelling()
             await self._dirty.wait()
             self._dirty.clear()
+            started = time.perf_counter()
             async with self.rounds.lock:
                 values = visibility_values(self.state.engine, self.state.sharding)
+            spent_s = time.perf_counter() - started
             try:
                 put = await writer.write(values)
                 await self._publish_statuses(put, values)
             except (nats.errors.Error, TimeoutError, BusError) as exc:
                 log.warning("visibility not written, retrying: %r", exc)
                 self._dirty.set()
-            await asyncio.sleep(self.config.visibility_interval_s)
+            await asyncio.sleep(
+                max(self.config.visibility_interval_s, spent_s * VISIBILITY_CPU_SHARE)
+            )
 
     async def _publish_statuses(self, keys: list[str], values: dict[str, bytes]) -> None:
+        """One queue.status per ClusterQueue whose status changed, published side by side."""
+        envs = []
         for key in keys:
             if not key.startswith("cq."):
                 continue
             status = pb.ClusterQueueStatus.FromString(values[key])
             cluster = self.state.cluster_queue_clusters.get(status.name) or self.config.cluster
-            env = new_event(
-                "queue_status",
-                pb.QueueStatusChanged(cluster_queue=status),
-                cluster=cluster,
-                source=self.config.source,
+            envs.append(
+                new_event(
+                    "queue_status",
+                    pb.QueueStatusChanged(cluster_queue=status),
+                    cluster=cluster,
+                    source=self.config.source,
+                )
             )
-            await self.bus.publish(env)
+        await asyncio.gather(*(self.bus.publish(env) for env in envs))

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import msgspec
 
+from muster.admission.dispatch import Dispatcher
 from muster.admission.ledger import Entry, Ledger, Phase
 from muster.admission.shards import Sharding
 from muster.admission.translate import (
@@ -58,8 +59,10 @@ class AdmissionState:
         source: str = "admission/0",
         default_cluster: str = "local",
         kueue: KueueConfig | None = None,
+        cluster_lost_s: float = 10.0,
     ) -> None:
         self.engine = Engine(config=kueue, hold_quota_until_stopped=True)
+        self.dispatch = Dispatcher(lost_after_s=cluster_lost_s)  # MultiKueue (admission/dispatch)
         self.ledger = Ledger()
         self.sharding = Sharding(self.engine, shard=shard, shards=shards)
         self.source = source
@@ -73,10 +76,11 @@ class AdmissionState:
 
     # --- rebuild ---------------------------------------------------------------------------
 
-    def replay(self, fact: Fact | None, *, sequence: int) -> None:
-        """Record one event of history; decides nothing. Call in stream order."""
-        if fact is not None:
-            self._record(fact, now_s=0.0)
+    def replay(self, fact: Fact | None, *, sequence: int, cluster: str = "") -> None:
+        """Record one event of history (from `cluster`); decides nothing. Call in stream order."""
+        counted = self.counted(fact, cluster=cluster) if fact is not None else None
+        if counted is not None:
+            self._record(counted, now_s=0.0)
         self.last_sequence = max(self.last_sequence, sequence)
 
     def take_ownership(self, *, now_s: float) -> list[Event]:
@@ -93,6 +97,15 @@ class AdmissionState:
         return events + self.decide(now_s=now_s)
 
     # --- owning ----------------------------------------------------------------------------
+
+    def counted(self, fact: Fact, *, cluster: str) -> Fact | None:
+        """`fact` as it counts coming from `cluster`, or None when it does not (a report about
+        a workload from a cluster it does not run on: admission/dispatch.py). Call once per
+        event, in stream order, before `apply`."""
+        counted = self.dispatch.admit_fact(fact, cluster=cluster)
+        if counted is not None:
+            self.dispatch.observe(counted, cluster=cluster)
+        return counted
 
     def apply(self, fact: Fact, *, now_s: float) -> list[Event]:
         """Apply one consumed fact; returns what the engine reported (decide comes after)."""
@@ -111,7 +124,7 @@ class AdmissionState:
         for key in fresh:
             if key not in told:
                 events += self._pending_answer(key, now_s=now_s)
-        return events
+        return events + self.dispatch.after_schedule(self.engine, events, now_s=now_s)
 
     def _pending_answer(self, key: WorkloadKey, *, now_s: float) -> list[Event]:
         if self.engine.phase(key) != _PENDING:
@@ -136,12 +149,13 @@ class AdmissionState:
         ]
 
     def next_wakeup_s(self) -> float | None:
-        return self.engine.next_wakeup_s()
+        wakeups = [self.engine.next_wakeup_s(), self.dispatch.next_wakeup_s()]
+        return min((t for t in wakeups if t is not None), default=None)
 
     def decisions(self, events: Sequence[Event]) -> list[Decision]:
         """The payloads to publish for a round's `events`; then the workloads that finished
         or were deleted in that round leave the engine (these were their last readers)."""
-        decisions = decisions_from(events, self)
+        decisions = decisions_from(events, self) + self.dispatch.take_decisions(self)
         done, self._done = self._done, []
         for key in done:
             self.engine.forget(key)
@@ -366,6 +380,9 @@ class AdmissionState:
         return "" if r is None else r.cluster_queue
 
     def cluster_of(self, key: WorkloadKey) -> str:
+        target = self.dispatch.target(key)
+        if target is not None:
+            return target  # dispatched (MultiKueue): its decisions go to that cluster
         entry = self.ledger.get(key)
         return self.default_cluster if entry is None or not entry.cluster else entry.cluster
 

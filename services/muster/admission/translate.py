@@ -151,6 +151,8 @@ Fact = (
     | Recorded
 )
 
+# The workload events `fact_of` reads (payload fields, which are also their subjects' last
+# token): the facts, then the decisions recorded as history. Admission consumes only these.
 WORKLOAD_FACTS = (
     "submitted",
     "finished",

@@ -8,6 +8,7 @@ ClusterQueue, in admission order). A replica writes only the queues of its own s
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
@@ -168,12 +169,27 @@ class VisibilityWriter:
         return put, gone
 
     async def write(self, values: Mapping[str, bytes]) -> list[str]:
-        """Store the changes; returns the keys put."""
+        """Store the changes, side by side (each key is written once); returns the keys put.
+
+        A key is remembered as written only once its write succeeded, so a failed write
+        leaves the rest to the next call.
+        """
         put, gone = self.changes(values)
-        for key, value in put.items():
+
+        async def put_one(key: str, value: bytes) -> None:
             await self.kv.put(key, value)
             self.written[key] = value
-        for key in gone:
+
+        async def delete_one(key: str) -> None:
             await self.kv.delete(key)
-            del self.written[key]
+            self.written.pop(key, None)
+
+        results = await asyncio.gather(
+            *(put_one(k, v) for k, v in put.items()),
+            *(delete_one(k) for k in gone),
+            return_exceptions=True,
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
         return list(put)

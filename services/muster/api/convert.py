@@ -12,7 +12,6 @@ import uuid
 from muster.api.errors import ObjectErrors, key_path
 from muster.api.model import (
     Admission,
-    AdmissionCheck,
     AdmissionCheckState,
     AdmissionCheckStrategyRule,
     BorrowWithinCohort,
@@ -43,7 +42,6 @@ from muster.api.podspec import pod_set_from_template, tolerations
 from muster.api.quantity import QuantityError, parse_exact
 from muster.api.raw import (
     RawAdmission,
-    RawAdmissionCheck,
     RawClusterQueue,
     RawCohort,
     RawFairSharing,
@@ -160,12 +158,6 @@ def priority_class_from_raw(
     raw: RawPriorityClass, meta: ObjectMeta, errs: ObjectErrors
 ) -> PriorityClass:
     return PriorityClass(meta=meta, value=raw.value, global_default=raw.global_default)
-
-
-def admission_check_from_raw(
-    raw: RawAdmissionCheck, meta: ObjectMeta, errs: ObjectErrors
-) -> AdmissionCheck:
-    return AdmissionCheck(meta=meta, controller_name=raw.spec.controller_name)
 
 
 def namespace_from_raw(raw: RawNamespace, meta: ObjectMeta, errs: ObjectErrors) -> Namespace:

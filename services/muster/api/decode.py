@@ -20,6 +20,7 @@ import msgspec
 import yaml
 
 from muster.api import raw as wire
+from muster.api.alternatives import routing_policy_errors, with_alternatives
 from muster.api.cluster_objects import (
     SCHEDULER_PLUGINS_V1ALPHA1,
     SCHEDULING_V1ALPHA1,
@@ -32,7 +33,6 @@ from muster.api.config import CONFIG_V1BETA1, CONFIG_V1BETA2, kueue_config_from_
 from muster.api.convert import (
     KUEUE_V1BETA1,
     KUEUE_V1BETA2,
-    admission_check_from_raw,
     cluster_queue_from_raw,
     cohort_from_raw,
     local_queue_from_raw,
@@ -46,7 +46,12 @@ from muster.api.convert import (
 )
 from muster.api.errors import FieldError, ObjectErrors
 from muster.api.job import workload_from_job
-from muster.api.model import ApiObject, KueueConfig, ObjectMeta
+from muster.api.model import ApiObject, ClusterQueue, KueueConfig, ObjectMeta, Workload
+from muster.api.multikueue import (
+    admission_check_from_raw,
+    multikueue_cluster_from_raw,
+    multikueue_config_from_raw,
+)
 from muster.api.validate import validate
 
 Decoded = tuple[list[ApiObject], list[FieldError]]
@@ -68,6 +73,8 @@ _KUEUE_KINDS = {
     "WorkloadPriorityClass": _Kind(wire.RawWorkloadPriorityClass, workload_priority_class_from_raw),
     "AdmissionCheck": _Kind(wire.RawAdmissionCheck, admission_check_from_raw),
     "Workload": _Kind(wire.RawWorkload, workload_from_raw, namespaced=True),
+    "MultiKueueConfig": _Kind(wire.RawMultiKueueConfig, multikueue_config_from_raw),
+    "MultiKueueCluster": _Kind(wire.RawMultiKueueCluster, multikueue_cluster_from_raw),
 }
 _CONFIGURATION = _Kind(
     wire.RawConfiguration, lambda raw, meta, errs: kueue_config_from_raw(raw, errs), named=False
@@ -219,6 +226,11 @@ def _decode_object(
     if not meta.uid and spec.named:
         meta = msgspec.structs.replace(meta, uid=stable_uid(raw.kind, namespace, meta.name))
     found = spec.convert(raw, meta, errs)
+    if isinstance(found, Workload):  # a Kueue Workload, or the one a queued Job stands for
+        found, problems = with_alternatives(found, who=who)
+        errs.errors.extend(problems)
+    elif isinstance(found, ClusterQueue):
+        errs.errors.extend(routing_policy_errors(found, who=who))
     if errs.errors:
         return None, errs.errors
     if spec.validated:

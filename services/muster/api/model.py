@@ -215,9 +215,45 @@ class PriorityClass(Frozen, frozen=True, kw_only=True):
     global_default: bool = False
 
 
+class AdmissionCheckParameters(Frozen, frozen=True, kw_only=True):
+    """An AdmissionCheck's `spec.parameters`: the object that configures its controller."""
+
+    api_group: str = ""
+    kind: str = ""
+    name: str = ""
+
+
 class AdmissionCheck(Frozen, frozen=True, kw_only=True):
     meta: ObjectMeta
     controller_name: str = ""
+    parameters: AdmissionCheckParameters | None = None
+
+
+# --- MultiKueue: the worker clusters a ClusterQueue dispatches to (issue 6) ------------------
+
+DispatchStrategy = Literal["first-fit", "best-fit"]
+
+
+class MultiKueueConfig(Frozen, frozen=True, kw_only=True):
+    """The worker clusters of a MultiKueue admission check, in the order dispatch tries them.
+
+    `dispatch` (annotation `muster.dev/dispatch`) picks among those with room: the first
+    listed, or the one left with the most room (docs/multicluster.md).
+    """
+
+    meta: ObjectMeta
+    clusters: tuple[str, ...] = ()
+    dispatch: DispatchStrategy = "first-fit"
+
+
+class MultiKueueCluster(Frozen, frozen=True, kw_only=True):
+    """A worker cluster; its name is the muster cluster id its services run with."""
+
+    meta: ObjectMeta
+
+    @property
+    def name(self) -> str:
+        return self.meta.name
 
 
 class Namespace(Frozen, frozen=True, kw_only=True):
@@ -264,6 +300,15 @@ class AdmissionCheckState(Frozen, frozen=True, kw_only=True):
     message: str = ""
 
 
+class Alternative(Frozen, frozen=True, kw_only=True):
+    """Another way to run a workload (annotation `muster.dev/alternatives`, docs/routing.md):
+    through LocalQueue `queue_name` of its namespace, with other per-pod requests and run time."""
+
+    queue_name: str
+    requests: Resources | None = None  # per pod, over the template's; None: as declared
+    run_seconds: float | None = None  # None: the workload's own (muster.dev/run-seconds)
+
+
 PriorityClassSource = Literal[
     "kueue.x-k8s.io/workloadpriorityclass", "scheduling.k8s.io/priorityclass"
 ]
@@ -283,6 +328,8 @@ class Workload(Frozen, frozen=True, kw_only=True):
     admission: Admission | None = None
     conditions: tuple[Condition, ...] = ()
     admission_checks: tuple[AdmissionCheckState, ...] = ()
+    # Decoded from annotation muster.dev/alternatives, in order of preference after queue_name.
+    alternatives: tuple[Alternative, ...] = ()
 
     @property
     def key(self) -> WorkloadKey:
@@ -424,6 +471,8 @@ ConfigObject = (
     | PriorityClass
     | AdmissionCheck
     | Namespace
+    | MultiKueueConfig
+    | MultiKueueCluster
 )
 CONFIG_TYPES = typing.get_args(ConfigObject)  # for isinstance()
 

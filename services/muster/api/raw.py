@@ -251,8 +251,15 @@ class RawPriorityClass(Document, kw_only=True):
     description: str = ""
 
 
+class RawAdmissionCheckParametersReference(Wire):
+    api_group: str = ""
+    kind: str = ""
+    name: str = ""
+
+
 class RawAdmissionCheckSpec(Wire):
     controller_name: str = ""
+    parameters: RawAdmissionCheckParametersReference | None = None
 
 
 class RawAdmissionCheck(Document):
@@ -261,6 +268,18 @@ class RawAdmissionCheck(Document):
 
 class RawNamespace(Document):
     pass
+
+
+class RawMultiKueueConfigSpec(Wire):
+    clusters: list[str] = []
+
+
+class RawMultiKueueConfig(Document):
+    spec: RawMultiKueueConfigSpec = msgspec.field(default_factory=RawMultiKueueConfigSpec)
+
+
+class RawMultiKueueCluster(Document):
+    """Its spec (kubeConfig, clusterSource) is not read: each cluster runs its own services."""
 
 
 # --- workloads --------------------------------------------------------------------------------

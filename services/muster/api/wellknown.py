@@ -10,6 +10,11 @@ from __future__ import annotations
 WORKLOAD_LABEL = "muster.dev/workload"  # on a pod: the name of its workload (same namespace)
 POD_SET_ANNOTATION = "muster.dev/pod-set"  # on a pod: its podset's name
 RUN_SECONDS_ANNOTATION = "muster.dev/run-seconds"  # on a workload, Job or pod: run time
+# On a workload or Job: other ways it may run, in order of preference (docs/routing.md).
+ALTERNATIVES_ANNOTATION = "muster.dev/alternatives"
+# On a ClusterQueue: how workloads declared in it are routed among their alternatives.
+ROUTING_POLICY_ANNOTATION = "muster.dev/routing-policy"
+ROUTING_POLICIES = ("static", "threshold", "fastest")  # core.routing.Policy, in this order
 
 SCHEDULER_NAME = "muster"  # spec.schedulerName of the pods muster places
 DEFAULT_SCHEDULER = "default-scheduler"  # Kubernetes' default for a pod that names none
@@ -27,3 +32,12 @@ PREEMPTED = "Preempted"  # Kueue's eviction reason; also a pod evicted by placem
 GANG_TIMED_OUT = "GangTimedOut"  # a gang not placed before its deadline
 BIND_FAILED = "BindFailed"  # the binder could not bind a permitted gang
 PLACEMENT_PREEMPTED = "PlacementPreempted"  # an eviction asked for to place a gang
+CLUSTER_LOST = "ClusterLost"  # the worker cluster a workload was dispatched to was lost
+
+# MultiKueue (issue 6): Kueue's controller name for its multi-cluster admission check, and the
+# annotations muster reads on its objects and, in scenarios, on cluster objects.
+MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"
+KUEUE_GROUP = "kueue.x-k8s.io"
+DISPATCH_ANNOTATION = "muster.dev/dispatch"  # on a MultiKueueConfig: first-fit or best-fit
+CLUSTER_ANNOTATION = "muster.dev/cluster"  # in a scenario: the cluster of a Node, Pod, gang
+LOCAL_CLUSTER = "local"  # the cluster id when none is given (as muster.bus.DEFAULT_CLUSTER)

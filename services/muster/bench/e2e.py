@@ -7,22 +7,27 @@ pipeline. Workloads (one pod, 100m cpu) are submitted through `Gateway.Submit`:
 - burst: all at once, 64 calls in flight; throughput = workloads / (last admitted − first submit);
 - rate: paced at a fixed rate; latency percentiles are the point.
 Latency = the admission/binder event's own timestamp (`Envelope.time_unix_nano`, same host clock)
-minus the moment the client started the Submit call.
+minus the moment the client started the Submit call. CPU = user + system time each process
+(every service, nats-server, and this client) used while the workloads went through, per
+workload: on 2 shared cores, their sum is what bounds throughput.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import grpc
 import msgspec
 
 from muster.bench.table import Column, render_table
+from muster.bus.service import run_loop
 from muster.cluster.sim.backend import SimBackend
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
 from muster.launcher.nats_server import NatsServer
@@ -47,6 +52,7 @@ class E2ERow(msgspec.Struct, frozen=True, kw_only=True):
     admit_p99_ms: float
     bound_p50_ms: float
     bound_p99_ms: float
+    cpu_ms_per_workload: dict[str, float]  # process -> CPU ms per workload, "total" included
 
 
 _QUEUE = """apiVersion: kueue.x-k8s.io/v1beta2
@@ -104,6 +110,53 @@ def nodes(workloads: int) -> list[dict[str, object]]:
     ]
 
 
+# The processes of the CPU table, in pipeline order; admission shards are summed.
+CPU_PROCESSES = (
+    "gateway",
+    "admission",
+    "preemption",
+    "binder",
+    "gangpermit",
+    "watcher",
+    "sim-cluster",
+    "nats-server",
+    "client",
+    "total",
+)
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process `pid` has used so far (Linux: /proc/<pid>/stat)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_meter(pids: Mapping[str, int]) -> Callable[[], dict[str, float]]:
+    """A function returning CPU seconds so far per process of `pids`, plus this "client"."""
+
+    def read() -> dict[str, float]:
+        used: dict[str, float] = {"client": time.process_time()}
+        for name, pid in pids.items():
+            label = "admission" if name.startswith("admission-") else name
+            try:
+                used[label] = used.get(label, 0.0) + cpu_s(pid)
+            except (OSError, IndexError, ValueError):  # gone, or not Linux: not counted
+                continue
+        return used
+
+    return read
+
+
+def cpu_per_workload(
+    before: Mapping[str, float], after: Mapping[str, float], workloads: int
+) -> dict[str, float]:
+    """CPU ms per workload per process between two `cpu_meter` readings, and their total."""
+    spent = {k: (after[k] - before.get(k, 0.0)) * 1000 / max(workloads, 1) for k in after}
+    spent["total"] = sum(spent.values())
+    return {k: round(v, 2) for k, v in spent.items()}
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -122,13 +175,27 @@ async def run_case(*, shards: int, workloads: int, rate_per_s: float | None) -> 
         for node in nodes(workloads):
             await backend.apply(node)
         await backend.close()
-        return await _measure(stack.gateway_address, shards, workloads, rate_per_s)
+        pids = {s.name: s.process.pid for s in stack.services if s.process is not None}
+        if nats.process is not None:
+            pids["nats-server"] = nats.process.pid
+        meter = cpu_meter(pids)
+        row = await _measure(stack.gateway_address, shards, workloads, rate_per_s, meter)
     finally:
         await stack.stop()
         await nats.stop()
+    # Kept when the case failed (the error names it); a finished case leaves nothing behind:
+    # its JetStream store is megabytes per case.
+    shutil.rmtree(log_dir, ignore_errors=True)
+    return row
 
 
-async def _measure(gateway: str, shards: int, workloads: int, rate_per_s: float | None) -> E2ERow:
+async def _measure(
+    gateway: str,
+    shards: int,
+    workloads: int,
+    rate_per_s: float | None,
+    meter: Callable[[], dict[str, float]],
+) -> E2ERow:
     submitted: dict[str, int] = {}
     admitted: dict[str, int] = {}
     bound: dict[str, int] = {}
@@ -157,6 +224,7 @@ async def _measure(gateway: str, shards: int, workloads: int, rate_per_s: float 
         await gw.Submit(services_pb2.SubmitRequest(manifest=workload_yaml(0, name="warm-up")))
         await asyncio.wait_for(warm.wait(), 30)
         limit = asyncio.Semaphore(IN_FLIGHT)
+        cpu_before = meter()
         start = time.monotonic()
 
         async def submit(i: int) -> None:
@@ -174,6 +242,7 @@ async def _measure(gateway: str, shards: int, workloads: int, rate_per_s: float 
         await asyncio.gather(*tasks)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(everything.wait(), 60 + workloads / 20)
+        cpu_after = meter()
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
             await watcher
@@ -193,17 +262,38 @@ async def _measure(gateway: str, shards: int, workloads: int, rate_per_s: float 
         admit_p99_ms=round(percentile(admit_ms, 0.99), 1),
         bound_p50_ms=round(percentile(bound_ms, 0.50), 1),
         bound_p99_ms=round(percentile(bound_ms, 0.99), 1),
+        cpu_ms_per_workload=cpu_per_workload(cpu_before, cpu_after, workloads),
     )
 
 
 def run(*, scale: float, shard_counts: tuple[int, ...] = (1, 2, 4)) -> Iterator[E2ERow]:
     count = max(10, round(1000 * scale))
     for shards in shard_counts:
-        yield asyncio.run(run_case(shards=shards, workloads=count, rate_per_s=None))
-        yield asyncio.run(run_case(shards=shards, workloads=count, rate_per_s=200.0))
+        # The client on the services' loop (uvloop when installed): it shares their 2 cores.
+        yield run_loop(run_case(shards=shards, workloads=count, rate_per_s=None))
+        yield run_loop(run_case(shards=shards, workloads=count, rate_per_s=200.0))
 
 
 def render(rows: list[E2ERow]) -> str:
+    """The latency table, then CPU ms per workload by process for the same rows."""
+    return render_latency(rows) + "\n" + render_cpu(rows)
+
+
+def render_cpu(rows: list[E2ERow]) -> str:
+    columns: list[Column[E2ERow]] = [
+        Column("CPU ms/workload", lambda r: r.mode, numeric=False),
+        Column("SHARDS", lambda r: str(r.shards)),
+        Column("WORKLOADS", lambda r: str(r.workloads)),
+        *(_cpu_column(name) for name in CPU_PROCESSES),
+    ]
+    return render_table(columns, rows)
+
+
+def _cpu_column(process: str) -> Column[E2ERow]:
+    return Column(process.upper(), lambda r: f"{r.cpu_ms_per_workload.get(process, 0.0):.2f}")
+
+
+def render_latency(rows: list[E2ERow]) -> str:
     columns: list[Column[E2ERow]] = [
         Column("MODE", lambda r: r.mode, numeric=False),
         Column("SHARDS", lambda r: str(r.shards)),

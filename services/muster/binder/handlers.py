@@ -33,17 +33,25 @@ class Publisher(Protocol):
 
 
 class WorkloadSpecs:
-    """The spec of every workload submitted on this cluster and not yet done with.
+    """The spec of every workload submitted (on any cluster) and not yet done with, and when
+    each was last evicted here.
 
-    Fed from `workload.submitted`, `deleted` and `finished` by a replay of the stream, so every
-    replica knows every workload whichever replica gets its `admitted`.
+    Fed from `workload.submitted`, `deleted` and `finished` of every cluster (MultiKueue may
+    dispatch a workload submitted elsewhere to this one) and this cluster's `evicted`, by a
+    replay of the stream, so every replica knows every workload whichever replica gets its
+    `admitted`.
     """
 
     def __init__(self) -> None:
         self._specs: dict[str, Workload] = {}
+        self._evicted_at: dict[str, int] = {}  # stream sequence of its last eviction here
 
     def apply(self, env: events_pb2.Envelope) -> None:
-        if env.type == "workload.submitted":
+        if env.type == "workload.evicted":
+            self._evicted_at[env.workload] = max(
+                env.sequence, self._evicted_at.get(env.workload, 0)
+            )
+        elif env.type == "workload.submitted":
             wl = workload_from_submitted(env.submitted)
             if wl is None:
                 log.warning("undecodable workload manifest", extra={"workload": env.workload})
@@ -51,9 +59,15 @@ class WorkloadSpecs:
             self._specs[env.workload] = wl
         elif env.type in ("workload.deleted", "workload.finished"):
             self._specs.pop(env.workload, None)
+            self._evicted_at.pop(env.workload, None)
 
     def get(self, workload: str) -> Workload | None:
         return self._specs.get(workload)
+
+    def superseded(self, env: events_pb2.Envelope) -> bool:
+        """Whether `env` (an admission) was followed by an eviction here: the admission is
+        no longer current (its cluster was lost meanwhile, and the workload moved on)."""
+        return 0 < env.sequence < self._evicted_at.get(env.workload, 0)
 
 
 class BinderContext:
@@ -93,7 +107,14 @@ def _as_retry_or_reject(err: ClusterError, what: str) -> Exception:
 
 
 async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
-    """Create the admitted workload's pods (the Job controller's part of unsuspending it)."""
+    """Create the admitted workload's pods (the Job controller's part of unsuspending it).
+
+    An admission superseded by a later eviction here is skipped: it was delivered late (this
+    cluster was away) and the workload has been requeued, maybe to another cluster, since.
+    """
+    if ctx.specs.superseded(env):
+        log.warning("skipping an admission evicted since", extra={"workload": env.workload})
+        return
     wl = ctx.specs.get(env.workload)
     if wl is None:
         # Its submitted event may not have reached this replica's spec replay yet.
@@ -158,8 +179,12 @@ async def on_apply(env: events_pb2.Envelope, ctx: BinderContext) -> None:
     """Write the submitted objects into the cluster, in order (what `kubectl apply` does).
 
     Pods are created when absent and otherwise left alone: a Pod's spec is immutable, and a
-    command redelivered after a crash must not undo a bind. Other kinds are replaced.
+    command redelivered after a crash must not undo a bind. Other kinds are replaced. An
+    object the cluster refuses for good (a Node where the binder may not create Nodes, on
+    Kubernetes) is logged by name and the others are still written; the command is then
+    dead-lettered with one line per refused object. A temporary failure retries the command.
     """
+    refused: list[str] = []
     for text in env.apply_requested.manifests_json:
         try:
             manifest = json.loads(text)
@@ -173,4 +198,9 @@ async def on_apply(env: events_pb2.Envelope, ctx: BinderContext) -> None:
             else:
                 await ctx.backend.apply(manifest)
         except ClusterError as err:
-            raise _as_retry_or_reject(err, f"applying {manifest.get('kind')}") from err
+            if err.temporary:
+                raise Retry(1.0, f"applying {manifest.get('kind')}: {err}") from err
+            log.error("cluster refused an object: %s", err, extra={"object": err.obj})
+            refused.append(str(err))
+    if refused:
+        raise Reject(f"refused by the cluster: {'; '.join(refused)}")

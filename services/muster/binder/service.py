@@ -2,8 +2,8 @@
 
 Durable consumers `binder-<cluster>` (admitted, gang_permitted), `binder-<cluster>-evict`
 (cmd.evict) and `binder-<cluster>-apply` (cmd.apply), the last two on the MUSTER_COMMANDS
-work queue. Each replica also follows the cluster's
-submitted/deleted/finished events to know every workload's spec (`WorkloadSpecs`).
+work queue. Each replica also follows every cluster's submitted/deleted/finished events to know
+every workload's spec, and this cluster's evicted ones (`WorkloadSpecs`).
 """
 
 from __future__ import annotations
@@ -45,7 +45,12 @@ class BinderConfig(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def spec_subjects(cluster: str) -> list[str]:
-    return [workload_subject(cluster, e) for e in ("submitted", "deleted", "finished")]
+    """Every cluster's submitted, deleted and finished (a workload may be dispatched here from
+    another cluster), and this cluster's evicted (a late admission is not started)."""
+    return [
+        *(workload_subject("*", e) for e in ("submitted", "deleted", "finished")),
+        workload_subject(cluster, "evicted"),
+    ]
 
 
 async def run_binder(

@@ -42,10 +42,13 @@ class BusConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
     connect_timeout_s: float = 10.0  # connect() keeps trying this long before giving up
     publish_timeout_s: float = 5.0  # wait for a PubAck (or an ack's confirmation) this long
+    stream_replicas: int = 1  # servers holding each stream it creates (NATS cluster: 3)
 
     def __post_init__(self) -> None:
         if self.max_event_bytes < 1:
             raise ValueError(f"max_event_bytes must be >= 1, got {self.max_event_bytes}")
+        if not 1 <= self.stream_replicas <= 5:  # JetStream's own limit
+            raise ValueError(f"stream replicas must be in 1..5, got {self.stream_replicas}")
         if self.connect_timeout_s <= 0 or self.publish_timeout_s <= 0:
             raise ValueError("connect_timeout_s and publish_timeout_s must be > 0")
 
@@ -109,7 +112,7 @@ class Bus:
 
     async def ensure_streams(self) -> None:
         """Create muster's streams, or bring their config up to date; safe to call any time."""
-        for config in stream_configs():
+        for config in stream_configs(replicas=self.config.stream_replicas):
             assert config.name is not None
             try:
                 await self.js.stream_info(config.name)
@@ -175,7 +178,7 @@ class Bus:
         settings: ConsumerSettings,
     ) -> None:
         """`consume` with every setting spelled out in a `ConsumerSettings`."""
-        await consume(self.js, self.publisher, durable, subjects, handler, settings)
+        await consume(self.nc, self.js, self.publisher, durable, subjects, handler, settings)
 
     def replay(
         self,
@@ -188,6 +191,7 @@ class Bus:
     ) -> AsyncIterator[Envelope]:
         """The envelopes on `subjects` from `from_sequence`, in order (replay.py)."""
         return replay(
+            self.nc,
             self.js,
             subjects,
             stream=stream,

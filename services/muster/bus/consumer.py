@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 import msgspec
 import nats.errors
 import nats.js.errors
+from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 from opentelemetry import trace
@@ -26,8 +27,9 @@ from muster.bus.cancel import raise_if_cancelling
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES, decode
 from muster.bus.errors import Reject, Retry
 from muster.bus.publisher import Publisher
+from muster.bus.pull import PullFeed
 from muster.bus.subjects import EVENTS_STREAM, check_token
-from muster.bus.tracing import context_from_headers, tracer
+from muster.bus.tracing import continue_trace
 from muster.contracts.v1.events_pb2 import Envelope
 
 log = logging.getLogger(__name__)
@@ -59,13 +61,6 @@ class ConsumerSettings(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("max_deliver must be >= 1, or -1 for unlimited")
 
 
-class ConsumerDeletedError(RuntimeError):
-    """The durable consumer was deleted while the loop ran: the service must stop."""
-
-    def __init__(self, stream: str, durable: str) -> None:
-        super().__init__(f"consumer {durable} of stream {stream} was deleted")
-
-
 def consumer_config(
     durable: str, subjects: Sequence[str], settings: ConsumerSettings
 ) -> api.ConsumerConfig:
@@ -88,6 +83,7 @@ def consumer_config(
 
 
 async def consume(
+    nc: NatsClient,
     js: JetStreamContext,
     publisher: Publisher,
     durable: str,
@@ -97,33 +93,35 @@ async def consume(
 ) -> None:
     """Create or update durable `durable`, then handle its messages until cancelled.
 
-    On cancellation it stops fetching, gives back (naks) what no handler has started, lets
+    On cancellation it stops pulling, gives back (naks) what no handler has started, lets
     running handlers finish for up to `settings.drain_timeout_s`, then re-raises; past that,
     or cancelled again, it cancels those handlers (their messages are naked and redelivered).
     Raises when the consumer cannot go on (its connection closed, the consumer deleted).
     """
     await js.add_consumer(settings.stream, config=consumer_config(durable, subjects, settings))
-    sub = await js.pull_subscribe_bind(durable=durable, stream=settings.stream)
-    loop = _ConsumeLoop(js, sub, publisher, durable, handler, settings)
-    try:
-        await loop.run()
-    finally:
-        with contextlib.suppress(nats.errors.Error):
-            await sub.unsubscribe()
+    feed = PullFeed(
+        nc,
+        stream=settings.stream,
+        consumer=durable,
+        batch=min(settings.batch, settings.max_ack_pending),
+        expires_s=settings.fetch_timeout_s,
+    )
+    await feed.start()
+    await _ConsumeLoop(nc, feed, publisher, durable, handler, settings).run()
 
 
 class _ConsumeLoop:
     def __init__(
         self,
-        js: JetStreamContext,
-        sub: JetStreamContext.PullSubscription,
+        nc: NatsClient,
+        feed: PullFeed,
         publisher: Publisher,
         durable: str,
         handler: Handler,
         settings: ConsumerSettings,
     ) -> None:
-        self._js = js
-        self._sub = sub
+        self._nc = nc
+        self._feed = feed
         self._publisher = publisher
         self._durable = durable
         self._handler = handler
@@ -141,42 +139,29 @@ class _ConsumeLoop:
             for i, q in enumerate(self._queues)
         ]
         try:
-            await self._fetch_forever(lanes)
+            await self._pull_forever(lanes)
         finally:
-            # Stop deliveries before handing messages back: a nak while this subscription still
-            # has a pull request waiting at the server comes straight back into it, where no one
-            # reads it until the ack wait runs out.
-            with contextlib.suppress(nats.errors.Error):
-                await self._sub.unsubscribe()
+            # Stop deliveries before handing messages back: a nak while a pull request is still
+            # waiting at the server comes straight back into it, where no one reads it until
+            # the ack wait runs out.
+            for msg in await self._feed.close():
+                await _quietly(msg.nak())
             await self._drain(lanes)
+            with contextlib.suppress(nats.errors.Error):
+                await self._nc.flush()  # the acks and naks leave before the caller goes on
 
-    async def _fetch_forever(self, lanes: list[asyncio.Task[None]]) -> None:
+    async def _pull_forever(self, lanes: list[asyncio.Task[None]]) -> None:
         while True:
             raise_if_cancelling()
             for lane in lanes:
                 if lane.done():  # lanes catch every handler error: this is a bug in the loop
                     raise RuntimeError(f"consumer {self._durable}: {lane.get_name()} stopped")
             room = await self._wait_for_room()
-            try:
-                msgs = await self._sub.fetch(
-                    min(self._settings.batch, room), timeout=self._settings.fetch_timeout_s
-                )
-            except TimeoutError:  # nothing to do yet, or reconnecting
-                continue
-            except nats.js.errors.APIError as exc:
-                await self._check_consumer_exists(exc)
-                log.warning("fetch failed: %r", exc, extra={"consumer": self._durable})
-                await asyncio.sleep(1.0)  # back off: a leader election or a full pull queue
-                continue
+            msgs = await self._feed.take(
+                min(self._settings.batch, room), timeout_s=self._settings.fetch_timeout_s
+            )
             for msg in msgs:
                 await self._dispatch(msg)
-
-    async def _check_consumer_exists(self, cause: Exception) -> None:
-        """Raise ConsumerDeletedError if the durable was deleted (by an operator, say)."""
-        try:
-            await self._js.consumer_info(self._settings.stream, self._durable)
-        except nats.js.errors.NotFoundError:
-            raise ConsumerDeletedError(self._settings.stream, self._durable) from cause
 
     async def _wait_for_room(self) -> int:
         async with self._room:
@@ -255,11 +240,11 @@ class _ConsumeLoop:
         headers = msg.headers or {}
         if "traceparent" not in headers:  # written without trace headers: use the envelope's
             headers = {"traceparent": env.traceparent, "tracestate": env.tracestate}
-        with tracer().start_as_current_span(
+        with continue_trace(
+            headers,
             f"handle {env.type}",
-            context=context_from_headers(headers),
             kind=trace.SpanKind.CONSUMER,
-            attributes={
+            attributes=lambda: {
                 "messaging.system": "nats",
                 "messaging.destination.name": msg.subject,
                 "messaging.consumer.group.name": self._durable,
@@ -285,8 +270,9 @@ class _ConsumeLoop:
                 await _quietly(msg.nak())  # cancelled past the grace period: redeliver now
                 raise
             except Exception as err:
-                span.record_exception(err)
-                span.set_status(trace.StatusCode.ERROR, str(err))
+                if span is not None:
+                    span.record_exception(err)
+                    span.set_status(trace.StatusCode.ERROR, str(err))
                 log.exception("handler failed on delivery %d", md.num_delivered, extra=fields)
                 if last:
                     await self._dead_letter(
@@ -295,11 +281,9 @@ class _ConsumeLoop:
                 else:
                     await _quietly(msg.nak(delay=self._backoff_s(md.num_delivered)))
             else:
-                try:
-                    await msg.ack_sync(timeout=self._publisher.timeout_s)
-                except (nats.errors.Error, TimeoutError) as exc:
-                    # Redelivered later; handlers are idempotent, so that only costs time.
-                    log.warning("ack not confirmed: %r", exc, extra=fields)
+                # Not confirmed (a round trip per message): a lost ack means a redelivery, and
+                # handlers are idempotent. The loop flushes before it returns.
+                await _quietly(msg.ack())
 
     def _backoff_s(self, deliveries: int) -> float:
         exponent = min(max(deliveries - 1, 0), 30)

@@ -1,6 +1,7 @@
 """Ordered reads of stream history: state rebuilds (admission) and `Events.Watch` (gateway).
 
-`replay` reads with an ephemeral, unacknowledged pull consumer that starts at a given sequence.
+`replay` reads with an ephemeral, unacknowledged pull consumer that starts at a given sequence,
+through a `PullFeed`.
 It checks each message's consumer sequence; on a gap (a pull lost in a reconnect) it makes a new
 consumer from the last sequence it yielded, so every message comes once and in stream order.
 """
@@ -12,12 +13,14 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 
 import nats.errors
+from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES, decode
 from muster.bus.errors import Reject
+from muster.bus.pull import PullFeed
 from muster.contracts.v1.events_pb2 import Envelope
 
 log = logging.getLogger(__name__)
@@ -34,6 +37,7 @@ async def last_sequence(js: JetStreamContext, stream: str) -> int:
 
 
 async def replay(
+    nc: NatsClient,
     js: JetStreamContext,
     subjects: Sequence[str],
     *,
@@ -56,7 +60,7 @@ async def replay(
         until = await last_sequence(js, stream)
     next_seq = max(1, from_sequence)
     while until is None or next_seq <= until:
-        reader = await _Reader.start(js, subjects, stream=stream, from_sequence=next_seq)
+        reader = await _Reader.start(nc, js, subjects, stream=stream, from_sequence=next_seq)
         try:
             if not follow and reader.pending == 0:
                 return
@@ -84,18 +88,22 @@ async def replay(
 class _Reader:
     """One ephemeral ordered consumer; `messages` ends when caught up or at a gap (`gap`)."""
 
-    def __init__(
-        self, js: JetStreamContext, sub: JetStreamContext.PullSubscription, info: api.ConsumerInfo
-    ) -> None:
+    def __init__(self, js: JetStreamContext, feed: PullFeed, info: api.ConsumerInfo) -> None:
         self._js = js
-        self._sub = sub
+        self._feed = feed
         self._info = info
         self.pending = int(info.num_pending or 0)
         self.gap = False
 
     @classmethod
     async def start(
-        cls, js: JetStreamContext, subjects: Sequence[str], *, stream: str, from_sequence: int
+        cls,
+        nc: NatsClient,
+        js: JetStreamContext,
+        subjects: Sequence[str],
+        *,
+        stream: str,
+        from_sequence: int,
     ) -> _Reader:
         one = len(subjects) == 1
         config = api.ConsumerConfig(
@@ -110,16 +118,19 @@ class _Reader:
             mem_storage=True,
         )
         info = await js.add_consumer(stream, config=config)
-        sub = await js.pull_subscribe_bind(stream=stream, name=info.name)
-        return cls(js, sub, info)
+        assert info.name is not None  # the server names an ephemeral consumer
+        feed = PullFeed(
+            nc, stream=stream, consumer=info.name, batch=_BATCH, expires_s=_FETCH_TIMEOUT_S
+        )
+        await feed.start()
+        return cls(js, feed, info)
 
     async def messages(self, *, follow: bool) -> AsyncIterator[Msg]:
         expected = 1
         while True:
             raise_if_cancelling()
-            try:
-                msgs = await self._sub.fetch(_BATCH, timeout=_FETCH_TIMEOUT_S)
-            except TimeoutError:
+            msgs = await self._feed.take(_BATCH, timeout_s=_FETCH_TIMEOUT_S)
+            if not msgs:
                 if not follow and await self._caught_up():
                     return
                 continue
@@ -136,7 +147,6 @@ class _Reader:
         return not info.num_pending
 
     async def close(self) -> None:
-        with contextlib.suppress(nats.errors.Error):
-            await self._sub.unsubscribe()
+        await self._feed.close()  # unacknowledged reads: what was not taken needs no answer
         with contextlib.suppress(nats.errors.Error):
             await self._js.delete_consumer(self._info.stream_name, self._info.name)

@@ -46,6 +46,7 @@ T = TypeVar("T")
 EXIT_OK = 0
 PROFILE_DIR_ENV = "MUSTER_PROFILE_DIR"  # set: every service runs under cProfile, stats dumped here
 EXIT_FAILED = 1
+EVENT_LOOP_ENV = "MUSTER_EVENT_LOOP"  # "asyncio": the standard loop even when uvloop is installed
 
 
 class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -238,8 +239,26 @@ def run_service(config: ServiceConfig, main: ServiceMain) -> int:
     setup_tracing(config.name)
     profile_dir = os.environ.get(PROFILE_DIR_ENV)
     if not profile_dir:
-        return asyncio.run(serve(config, main))
+        return run_loop(serve(config, main))
     return _profiled(profile_dir, config, main)
+
+
+def run_loop(coro: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(coro)`, on uvloop when it is installed and MUSTER_EVENT_LOOP is not "asyncio".
+
+    Services spend much of their CPU in the event loop (a few NATS round trips per event);
+    uvloop's loop costs about half as much per wakeup. It is optional: without it, asyncio's.
+    """
+    factory: Callable[[], asyncio.AbstractEventLoop] | None = None
+    if os.environ.get(EVENT_LOOP_ENV, "") != "asyncio":
+        try:
+            import uvloop  # optional: see the docstring
+        except ImportError:
+            pass
+        else:
+            factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(coro)
 
 
 def _profiled(profile_dir: str, config: ServiceConfig, main: ServiceMain) -> int:
@@ -252,7 +271,7 @@ def _profiled(profile_dir: str, config: ServiceConfig, main: ServiceMain) -> int
     profiler = cProfile.Profile(time.thread_time)  # CPU time of the event loop thread
     profiler.enable()
     try:
-        return asyncio.run(serve(config, main))
+        return run_loop(serve(config, main))
     finally:
         profiler.disable()
         profiler.dump_stats(path)

@@ -122,8 +122,9 @@ def stream_of(event_type: str) -> str:
     return COMMANDS_STREAM if event_type.startswith("cmd.") else EVENTS_STREAM
 
 
-def stream_configs() -> tuple[api.StreamConfig, ...]:
-    """The three streams of contract v1, as `Bus.ensure_streams` creates or updates them."""
+def stream_configs(*, replicas: int = 1) -> tuple[api.StreamConfig, ...]:
+    """The three streams of contract v1, as `Bus.ensure_streams` creates or updates them, each
+    stored on `replicas` servers of a NATS cluster (3 survives the loss of one)."""
     day_s = 24 * 3600.0
     return (
         api.StreamConfig(
@@ -135,6 +136,7 @@ def stream_configs() -> tuple[api.StreamConfig, ...]:
             max_bytes=10 * 1024**3,
             duplicate_window=120.0,
             storage=api.StorageType.FILE,
+            num_replicas=replicas,
         ),
         api.StreamConfig(
             name=COMMANDS_STREAM,
@@ -143,6 +145,7 @@ def stream_configs() -> tuple[api.StreamConfig, ...]:
             retention=api.RetentionPolicy.WORK_QUEUE,
             duplicate_window=120.0,
             storage=api.StorageType.FILE,
+            num_replicas=replicas,
         ),
         api.StreamConfig(
             name=DLQ_STREAM,
@@ -154,5 +157,6 @@ def stream_configs() -> tuple[api.StreamConfig, ...]:
             max_age=7 * day_s,
             duplicate_window=120.0,
             storage=api.StorageType.FILE,
+            num_replicas=replicas,
         ),
     )

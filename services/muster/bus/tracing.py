@@ -1,22 +1,27 @@
 """OpenTelemetry for muster: tracer setup and W3C trace context in NATS headers and gRPC metadata.
 
-`setup_tracing` installs an SDK tracer provider, so spans carry real trace ids even when nothing
-exports them. The bus injects `traceparent`/`tracestate` into every published message and
-continues them around each handler; the gateway uses `context_from_metadata` and
-`metadata_from_context` for gRPC.
+`setup_tracing` installs an SDK tracer provider only when spans go somewhere (an exporter is
+configured). Otherwise spans are not made at all: `continue_trace` then only carries the W3C
+`traceparent`/`tracestate` it was given (a context variable, nearly free), so every event still
+carries its workload's trace id from submit to finish. The bus injects the trace context into
+every published message and continues it around each handler; the gateway uses
+`context_from_metadata` and `metadata_from_context` for gRPC.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import MappingProxyType
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     ConsoleSpanExporter,
@@ -38,21 +43,34 @@ _OTLP_EXPORTERS = (
 )
 
 
-def setup_tracing(service_name: str) -> None:
-    """Install the process's tracer provider once; later calls change nothing.
+def setup_tracing(service_name: str, *, record: bool = False) -> None:
+    """Install the process's tracer provider once, when spans go somewhere; later calls change
+    nothing.
 
     Spans are exported only where asked: to stdout with MUSTER_TRACE_CONSOLE=1, over OTLP when
-    an OTEL_EXPORTER_OTLP_* endpoint is set and an OTLP exporter package is installed.
+    an OTEL_EXPORTER_OTLP_* endpoint is set and an OTLP exporter package is installed. With
+    neither (and not `record`, for tests that look at spans), no provider is installed and
+    muster makes no spans: they would cost tens of microseconds per event for nothing.
     """
     if isinstance(trace.get_tracer_provider(), TracerProvider):
         return
-    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+    processors: list[SpanProcessor] = []
     if os.environ.get("MUSTER_TRACE_CONSOLE") == "1":
-        provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter()))
+        processors.append(SimpleSpanProcessor(ConsoleSpanExporter()))
     otlp = _otlp_exporter()
     if otlp is not None:
-        provider.add_span_processor(BatchSpanProcessor(otlp))
+        processors.append(BatchSpanProcessor(otlp))
+    if not processors and not record:
+        return
+    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+    for processor in processors:
+        provider.add_span_processor(processor)
     trace.set_tracer_provider(provider)
+
+
+def recording() -> bool:
+    """Whether spans are made (a tracer provider is installed, by `setup_tracing` or a host)."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
 def _otlp_exporter() -> SpanExporter | None:
@@ -82,11 +100,57 @@ def tracer() -> trace.Tracer:
     return _tracer[1]
 
 
+# The trace context `continue_trace` carries while no spans are made: W3C headers as received.
+_NO_HEADERS: Mapping[str, str] = MappingProxyType({})
+_carried: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
+    "muster_trace_headers", default=_NO_HEADERS
+)
+
+
 def trace_headers(ctx: otel_context.Context | None = None) -> dict[str, str]:
-    """`traceparent` (and `tracestate`) of `ctx` (default: the current context); {} if none."""
+    """`traceparent` (and `tracestate`) of `ctx` (default: the current context); {} if none.
+
+    Without `ctx`, the current span's, else what `continue_trace` carries.
+    """
     carrier: dict[str, str] = {}
     _PROPAGATOR.inject(carrier, context=ctx)
+    if ctx is None and "traceparent" not in carrier:
+        return dict(_carried.get())
     return carrier
+
+
+@contextlib.contextmanager
+def continue_trace(
+    headers: Mapping[str, str],
+    name: str,
+    *,
+    kind: trace.SpanKind,
+    attributes: Callable[[], Mapping[str, str | int]] | None = None,
+    new_trace: bool = False,
+) -> Iterator[trace.Span | None]:
+    """Run the body in the trace `headers` (W3C, lower-case names) continue.
+
+    When spans are made: inside a new span `name` (with `attributes()`), yielded. Otherwise no
+    span (None is yielded): the headers themselves become the current trace context, so events
+    published in the body carry them. `new_trace`: start a trace when `headers` carry none.
+    """
+    if recording():
+        with tracer().start_as_current_span(
+            name,
+            context=context_from_headers(headers),
+            kind=kind,
+            attributes=None if attributes is None else attributes(),
+        ) as span:
+            yield span
+        return
+    carried = {k: headers[k] for k in TRACE_HEADERS if k in headers}
+    if "traceparent" not in carried and new_trace:
+        carried = {"traceparent": f"00-{os.urandom(16).hex()}-{os.urandom(8).hex()}-01"}
+    token = _carried.set(carried)
+    try:
+        yield None
+    finally:
+        _carried.reset(token)
 
 
 def context_from_headers(headers: Mapping[str, str] | None) -> otel_context.Context:
@@ -95,16 +159,21 @@ def context_from_headers(headers: Mapping[str, str] | None) -> otel_context.Cont
     return _PROPAGATOR.extract(carrier, context=otel_context.Context())
 
 
-def context_from_metadata(
-    metadata: Iterable[tuple[str, str | bytes]] | None,
-) -> otel_context.Context:
-    """The trace context carried by gRPC invocation metadata (`context.invocation_metadata()`)."""
+def trace_metadata(metadata: Iterable[tuple[str, str | bytes]] | None) -> dict[str, str]:
+    """The W3C trace headers among gRPC invocation metadata, for `continue_trace`."""
     carrier: dict[str, str] = {}
     for key, value in metadata or ():
         name = key.lower()
         if name in TRACE_HEADERS:
             carrier[name] = value.decode("ascii", "replace") if isinstance(value, bytes) else value
-    return _PROPAGATOR.extract(carrier, context=otel_context.Context())
+    return carrier
+
+
+def context_from_metadata(
+    metadata: Iterable[tuple[str, str | bytes]] | None,
+) -> otel_context.Context:
+    """The trace context carried by gRPC invocation metadata (`context.invocation_metadata()`)."""
+    return _PROPAGATOR.extract(trace_metadata(metadata), context=otel_context.Context())
 
 
 def metadata_from_context(ctx: otel_context.Context | None = None) -> list[tuple[str, str]]:

@@ -11,11 +11,12 @@ import argparse
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import msgspec
 
-from muster.bench import admission, placement
+from muster.bench import admission, light_gpu, placement
 from muster.bench.kueue_perf import CONFIGS
 from muster.bench.table import render_json_line
 
@@ -104,6 +105,23 @@ def run_placement(args: argparse.Namespace) -> Iterator[placement.PlacementRow]:
     return placement.run(scale=args.scale, scoring=args.scoring)
 
 
+def add_light_gpu_options(parser: argparse.ArgumentParser) -> None:
+    charts = parser.add_mutually_exclusive_group()
+    charts.add_argument(
+        "--charts",
+        type=Path,
+        metavar="DIR",
+        help="write each run's Gantt chart (PNG) and each scenario's YAML here "
+        "(default: a new temporary directory, named under the table)",
+    )
+    charts.add_argument("--no-charts", action="store_true", help="draw no charts")
+
+
+def run_light_gpu(args: argparse.Namespace) -> Iterator[light_gpu.LightGpuRow]:
+    charts = None if args.no_charts else args.charts or light_gpu.default_charts_dir()
+    return light_gpu.run(scale=args.scale, charts=charts)
+
+
 SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
     section.name: section
     for section in (
@@ -122,6 +140,14 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
             add_options=add_placement_options,
             run=run_placement,
             render=placement.render,
+        ),
+        Section(
+            name=light_gpu.SECTION,
+            help="light jobs that may run on GPU or CPU (a published Kueue gateway study) on "
+            "the virtual clock: makespan per routing policy, and over H100/A100/L40/CPU tiers",
+            add_options=add_light_gpu_options,
+            run=run_light_gpu,
+            render=light_gpu.render,
         ),
         Section(
             name="e2e",

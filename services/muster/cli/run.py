@@ -48,6 +48,13 @@ def add_parser(commands: Any) -> None:  # Any: argparse's _SubParsersAction is p
     parser.add_argument("--shards", type=int, default=1, help="admission replicas (default 1)")
     parser.add_argument("--cluster", default="local", help="cluster id (default local)")
     parser.add_argument(
+        "--clusters",
+        metavar="IDS",
+        default="",
+        help="worker cluster ids, comma-separated, each with its own per-cluster services "
+        "(MultiKueue; a scenario's MultiKueueClusters are added)",
+    )
+    parser.add_argument(
         "--virtual", action="store_true", help="replay on the virtual clock, without services"
     )
     add_run_options(parser)
@@ -75,6 +82,7 @@ def handle(args: argparse.Namespace) -> int:
                 speed=args.speed,
                 shards=args.shards,
                 cluster=args.cluster,
+                clusters=[c for c in args.clusters.split(",") if c],
                 until_s=args.until,
                 log_dir=Path(tempfile.mkdtemp(prefix="muster-run-")),
                 render_queues=render_queue_status,

@@ -10,6 +10,7 @@ import argparse
 import sys
 from typing import Any
 
+from muster.core.routing import POLICIES, Policy, RoutingSettings
 from muster.sim import (
     InvalidScenarioError,
     ScenarioFileError,
@@ -44,6 +45,13 @@ def add_parser(commands: Any) -> None:  # Any: argparse's _SubParsersAction is p
     parser.add_argument(
         "--config", metavar="FILE", help="Kueue Configuration; wins over one in the scenario"
     )
+    parser.add_argument(
+        "--routing-policy",
+        choices=POLICIES,
+        default=Policy.STATIC.value,
+        help="how workloads with muster.dev/alternatives are routed where their declared "
+        "ClusterQueue names no muster.dev/routing-policy (default: static; docs/routing.md)",
+    )
     parser.set_defaults(handler=handle)
 
 
@@ -68,7 +76,8 @@ def seconds_argument(text: str) -> float:
 
 
 def handle(args: argparse.Namespace) -> int:
-    result = run_files(args.files, config_path=args.config, until_s=args.until)
+    routing = RoutingSettings(default_policy=Policy(args.routing_policy))
+    result = run_files(args.files, config_path=args.config, until_s=args.until, routing=routing)
     if isinstance(result, int):
         return result
     sys.stdout.write(RENDERERS[args.output](result))
@@ -76,7 +85,11 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def run_files(
-    files: list[str], *, config_path: str | None, until_s: float | None
+    files: list[str],
+    *,
+    config_path: str | None,
+    until_s: float | None,
+    routing: RoutingSettings | None = None,
 ) -> SimulationResult | int:
     """Load and simulate; on failure print the problems to stderr and return the exit status."""
     try:
@@ -94,7 +107,7 @@ def run_files(
             file=sys.stderr,
         )
     try:
-        return simulate(scenario, until_s=until_s)
+        return simulate(scenario, until_s=until_s, routing=routing)
     except SimulationError as exc:
         print(f"muster: simulation failed: {exc}", file=sys.stderr)
         return EXIT_FAILED

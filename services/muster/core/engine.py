@@ -34,6 +34,8 @@ from muster.core.preemption import PreemptionRequest, TreeView, Victims, pick_vi
 from muster.core.queues import Park, PendingGroup, QueueRuntime, TreeRuntime
 from muster.core.quota import tree_id
 from muster.core.records import Phase, WorkloadRecord
+from muster.core.routing import Choice, Policy, Route, Router, RoutingSettings
+from muster.core.routing.model import REASONS
 from muster.core.status import ClusterQueueStatus, LocalQueueStatus, PendingWorkload
 from muster.core.visibility import (
     QuotaRow,
@@ -59,7 +61,8 @@ class Engine:
 
     `hold_quota_until_stopped`: when False (the quota-only simulator), an evicted workload
     gives its quota back at once; when True (services), only after `stopped()` confirms that
-    its pods are gone.
+    its pods are gone. `routing`: route workloads with alternatives (docs/routing.md); None
+    (the default) keeps every workload on its declared queue whatever its ClusterQueue says.
     """
 
     def __init__(
@@ -68,6 +71,7 @@ class Engine:
         *,
         config: KueueConfig | None = None,
         hold_quota_until_stopped: bool = False,
+        routing: RoutingSettings | None = None,
     ) -> None:
         self.config = Configuration(config or KueueConfig())
         self.hold_quota_until_stopped = hold_quota_until_stopped
@@ -83,6 +87,10 @@ class Engine:
         # Restored as waiting for its victims: its next try parks it instead of preempting.
         self.awaiting_victims: set[WorkloadKey] = set()
         self.version = 0  # bumped by every call that may change state; keys cached views
+        self.router = Router(routing) if routing is not None else None
+        # Groups of workloads routed into a ClusterQueue, parked while its own workloads wait.
+        self.held_for_natives: dict[str, list[PendingGroup]] = {}
+        self.reroute_due = False  # something changed since `fastest` last looked
         self._by_queue: (
             tuple[int, dict[str, list[WorkloadRecord]], dict[str, list[WorkloadRecord]]] | None
         ) = None
@@ -116,7 +124,7 @@ class Engine:
             return []  # a redelivered submission changes nothing
         self.seq += 1
         r = WorkloadRecord(wl, seq=self.seq, priority=self.config.priority_of(wl), now_s=now_s)
-        r.shape = msgspec.json.encode((r.local_queue, r.priority, wl.pod_sets))
+        r.shape = _shape_of(r)
         if old is not None:
             self._drop(old)  # deleted before: the new one arrives last
         self.records[r.key] = r
@@ -125,6 +133,7 @@ class Engine:
         elif wl.admission is not None:
             self._arrive_admitted(r, wl.admission)
         else:
+            self._route_on_arrival(r)
             self._enqueue(r)
         return self._take_events()
 
@@ -306,6 +315,9 @@ class Engine:
         self._fire_timers()
         self.preempted_this_round = set()
         if not self._admission_blocked():
+            self._reroute()
+            if self.held_for_natives:
+                self._release_held()
             for name in sorted(self.trees):
                 self._schedule_tree(self.trees[name])
         return self._take_events()
@@ -405,6 +417,7 @@ class Engine:
         self.config.build(holders)
         self.trees = {}
         self.queues = {}
+        self.held_for_natives = {}  # every pending workload is enqueued again below
         for name in sorted(self.config.cluster_queues):
             tree_name = tree_id(self.config.tree.cluster_queues[name].root())
             tree = self.trees.get(tree_name)
@@ -438,6 +451,8 @@ class Engine:
         r.cluster_queue = cq_name or ""
         cq = self.queues[r.cluster_queue]
         shape = r.shape if self.config.best_effort(r.cluster_queue) else b""
+        if self.router is not None and self.router.is_routed(r.key):
+            shape = b"routed:" + r.shape  # never in one group with the queue's own workloads
         group = cq.groups.get(shape)
         if group is None:
             group = cq.groups[shape] = PendingGroup(cq, shape)
@@ -497,6 +512,9 @@ class Engine:
         problem = self.config.admissibility(r)
         if problem is not None:
             self._park(tree, group, r, problem, {})
+            return
+        if self._natives_first(r):
+            self._hold_for_natives(tree, group, r)
             return
         a = self._assign(r)
         if a.mode is Mode.FIT:
@@ -624,6 +642,8 @@ class Engine:
         r.evicted = False
         r.pending_message = ""
         self.config.hold(r)
+        if self.router is not None:
+            self._started(r)
         message = f"Quota reserved in ClusterQueue {r.cluster_queue}"
         r.set_condition(QUOTA_RESERVED, True, "QuotaReserved", message)
         r.conditions.pop(EVICTED, None)
@@ -754,6 +774,127 @@ class Engine:
         del self.records[r.key]
         self.awaiting_victims.discard(r.key)
         r.group = None
+        if self.router is not None:
+            self.router.forget(r.key)
+
+    # --- routing (docs/routing.md) ---------------------------------------------------------
+
+    def _route_on_arrival(self, r: WorkloadRecord) -> None:
+        """Start routing `r` if it has alternatives; `threshold` decides here, once."""
+        route = self.router.track(self, r) if self.router is not None else None
+        if route is None:
+            return
+        self.reroute_due = True  # a workload for `fastest` to look at
+        if route.policy is Policy.THRESHOLD:
+            assert self.router is not None
+            self._take(r, route, self.router.decide(self, r, route))
+            self.router.settle(r.key)
+
+    def _reroute(self) -> None:
+        """`fastest`: look again at every pending workload it routes, after any change."""
+        router = self.router
+        if router is None or not self.reroute_due:
+            return
+        for key in list(router.open):
+            r = self.records[key]
+            if r.phase is not Phase.PENDING:
+                continue
+            route = router.routes[key]
+            choice = router.decide(self, r, route)
+            moves = choice.index != route.current
+            if not moves and route.announced:
+                continue
+            old = r.group
+            self._take(r, route, choice)
+            if moves:  # off its old queue, onto the new one
+                self._enqueue(r)
+                if old is not None and old.head() is not None:
+                    old.cq.list_group(old)  # its head changed; retry it
+                    self._list_queue(old.cq)
+        self.reroute_due = False  # its own Routed events are no reason to look again
+
+    def _take(self, r: WorkloadRecord, route: Route, choice: Choice) -> None:
+        """Put `r` on option `choice.index` and say so; a move leaves `r.group` None for the
+        caller to enqueue it (through the option's LocalQueue, keeping its key and order)."""
+        before = self.config.local_queues.get(r.local_queue)
+        option = route.options[choice.index]
+        moves = choice.index != route.current
+        if moves:
+            route.current = choice.index
+            r.wl = msgspec.structs.replace(
+                r.wl, queue_name=option.queue_name, pod_sets=option.pod_sets
+            )
+            r.local_queue = f"{r.wl.meta.namespace}/{option.queue_name or 'default'}"
+            r.shape = _shape_of(r)
+            r.group = None
+            self.version += 1  # cached views group records by queue
+        after = self.config.local_queues.get(r.local_queue)
+        route.announced = True
+        self._emit(
+            EventType.ROUTED,
+            r,
+            REASONS[route.policy],
+            choice.message,
+            from_queue=before.cluster_queue if before is not None else "",
+            to_queue=after.cluster_queue if after is not None else "",
+        )
+
+    def restore_routed(self, key: WorkloadKey, *, queue_name: str) -> None:
+        """The recorded routing of `key` to LocalQueue `queue_name` (state rebuild): it moves
+        there without deciding or reporting anything."""
+        r = self.records.get(key)
+        route = self.router.routes.get(key) if self.router is not None else None
+        if r is None or route is None or r.phase is not Phase.PENDING:
+            return
+        index = next((o.index for o in route.options if o.queue_name == queue_name), None)
+        if index is None or index == route.current:
+            return
+        self._take(r, route, Choice(index=index, message=""))
+        route.announced = True
+        self._enqueue(r)
+        self._take_events()
+
+    def _natives_first(self, r: WorkloadRecord) -> bool:
+        """Whether `r` was routed into its ClusterQueue while workloads of that queue's own
+        wait there: they go first, so routing never takes capacity they are waiting for."""
+        if self.router is None or not self.router.is_routed(r.key):
+            return False
+        return self._natives_waiting(r.cluster_queue)
+
+    def _natives_waiting(self, cluster_queue: str) -> bool:
+        assert self.router is not None
+        return any(
+            other.phase is Phase.PENDING and not self.router.is_routed(other.key)
+            for other in self.records_by_queue()[0].get(cluster_queue, ())
+        )
+
+    def _hold_for_natives(self, tree: TreeRuntime, group: PendingGroup, r: WorkloadRecord) -> None:
+        assert self.router is not None
+        message = (
+            f"routed to ClusterQueue {r.cluster_queue}: waits while workloads of its own "
+            "are pending there"
+        )
+        self._park(tree, group, r, (self.config.reason("WaitingForQuota", "Pending"), message), {})
+        self.held_for_natives.setdefault(r.cluster_queue, []).append(group)
+
+    def _release_held(self, cluster_queue: str | None = None) -> None:
+        """Retry the routed groups held in a ClusterQueue once none of its own wait there."""
+        names = list(self.held_for_natives) if cluster_queue is None else [cluster_queue]
+        for name in names:
+            if name not in self.held_for_natives or self._natives_waiting(name):
+                continue
+            for group in self.held_for_natives.pop(name):
+                if group.park is Park.PARKED and group.head() is not None:
+                    group.cq.list_group(group)
+                    self._list_queue(group.cq)
+
+    def _started(self, r: WorkloadRecord) -> None:
+        """`r` reserved quota: its route is final; a queue's own workload starting may
+        release the routed ones held behind it."""
+        assert self.router is not None
+        self.router.settle(r.key)
+        if r.cluster_queue in self.held_for_natives and not self.router.is_routed(r.key):
+            self._release_held(r.cluster_queue)
 
     # --- timers --------------------------------------------------------------------------
 
@@ -799,10 +940,28 @@ class Engine:
     # --- events --------------------------------------------------------------------------
 
     def _emit(
-        self, type_: EventType, r: WorkloadRecord, reason: str, message: str, *, by: str = ""
+        self,
+        type_: EventType,
+        r: WorkloadRecord,
+        reason: str,
+        message: str,
+        *,
+        by: str = "",
+        from_queue: str = "",
+        to_queue: str = "",
     ) -> None:
+        self.reroute_due = True
         self.events.append(
-            Event(time=self.now_s, type=type_, object=r.key, reason=reason, message=message, by=by)
+            Event(
+                time=self.now_s,
+                type=type_,
+                object=r.key,
+                reason=reason,
+                message=message,
+                by=by,
+                from_queue=from_queue,
+                to_queue=to_queue,
+            )
         )
 
     def _take_events(self) -> list[Event]:
@@ -830,6 +989,11 @@ _PREEMPTION_CAUSE = {
     "InCohortReclaimWhileBorrowing": "reclamation within the cohort while borrowing",
     "InCohortFairSharing": "fair sharing within the cohort",
 }
+
+
+def _shape_of(r: WorkloadRecord) -> bytes:
+    """What BestEffortFIFO groups by: workloads of one shape are decided alike."""
+    return msgspec.json.encode((r.local_queue, r.priority, r.wl.pod_sets))
 
 
 def _assignment_of(admission: Admission) -> Assignment:

@@ -17,6 +17,9 @@ class EventType(StrEnum):
     REQUEUED = "Requeued"
     DEACTIVATED = "Deactivated"
     FINISHED = "Finished"
+    # Routing (issue 6): which of its queues a workload with alternatives takes, and why; once
+    # when first decided (`from_queue` == `to_queue` when it stays), then once per move.
+    ROUTED = "Routed"
     # Gang placement (issue 4): `object` is the gang (a Kueue workload's key for its pods), or
     # the pod for one placed on its own; PlacementPreempted names the victim, `by` the gang.
     GANG_WAITING = "GangWaiting"  # emitted when the reason changes
@@ -36,3 +39,5 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=Fa
     reason: str = ""
     message: str = ""
     by: str = ""
+    from_queue: str = ""  # Routed: the ClusterQueue it was in
+    to_queue: str = ""  # Routed: the ClusterQueue it goes to

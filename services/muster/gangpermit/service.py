@@ -1,10 +1,12 @@
 """The gangpermit service of one cluster: places gangs whole, as the cluster and events change.
 
 At start it replays the cluster's events (its own past decisions included, see
-`muster.gangpermit.state`), then reads the whole cluster through a watch of its store, and only
-then decides. A pass (`decisions.decide`) runs when a cluster object or a followed event may let
-a gang go, and at the scheduler's next deadline; its events are published together, each retried
-with the same id until JetStream has it.
+`muster.gangpermit.state`), then reads the whole cluster through a watch of its backend, and
+only then decides. A pass (`decisions.decide`) runs when a cluster object or a followed event may
+let a gang go, and at the scheduler's next deadline; its events are published together, each
+retried with the same id until JetStream has it. Every few seconds, and soon after a pass, it
+puts the cluster's free room in `MUSTER_CLUSTERS` for admission's MultiKueue dispatch
+(docs/multicluster.md).
 """
 
 from __future__ import annotations
@@ -15,15 +17,17 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Final, Protocol
 
 import msgspec
+import nats.errors
+import nats.js.errors
 
 from muster.api.wellknown import SCHEDULER_NAME
 from muster.bus.connection import Bus
 from muster.bus.errors import Reject
 from muster.bus.subjects import config_subject, workload_subject
-from muster.cluster.sim.backend import SimBackend
+from muster.cluster.backend import ClusterBackend
 from muster.contracts.v1 import events_pb2
 from muster.core.placement.model import Scoring
 from muster.core.placement.scheduler import DEFAULT_TIMEOUT_S
@@ -44,6 +48,11 @@ FOLLOWED_EVENTS = (
     "gang_rejected",
 )
 RESTORED_EVENTS = (*FOLLOWED_EVENTS, "bound", "gang_permitted", "gang_waiting")
+# A workload's spec and end are followed on every cluster: MultiKueue may dispatch a workload
+# submitted in another cluster here (docs/multicluster.md).
+SPEC_EVENTS = frozenset({"submitted", "finished", "deleted"})
+CLUSTERS_BUCKET: Final = "MUSTER_CLUSTERS"  # key <cluster>: its room, for admission's dispatch
+HEARTBEAT_MIN_S = 0.1  # at most ten heartbeats a second, however busy the passes
 # A pass waits this long after the first change that woke it, so that changes arriving
 # together (a gang's pods, a burst of pods) are decided in one pass.
 BATCH_WINDOW_S = 0.005
@@ -66,23 +75,29 @@ class GangPermitConfig(msgspec.Struct, frozen=True, kw_only=True):
     scoring: Scoring = "binpack"
     preemption: bool = True  # evict lower-priority workloads to place an admitted gang
     sync_timeout_s: float = 30.0  # reading the whole cluster at start
+    heartbeat_s: float = 2.0  # how often the cluster's room is put in MUSTER_CLUSTERS
 
     def __post_init__(self) -> None:
         if not self.gang_timeout_s > 0:
             raise ValueError(f"gang timeout must be > 0 seconds, got {self.gang_timeout_s:g}")
         if not self.scheduler_name:
             raise ValueError("scheduler name must not be empty")
+        if not self.heartbeat_s > 0:
+            raise ValueError(f"heartbeat interval must be > 0 seconds, got {self.heartbeat_s:g}")
 
 
 def followed_subjects(cluster: str, events: Sequence[str] = FOLLOWED_EVENTS) -> list[str]:
-    return [*(workload_subject(cluster, e) for e in events), config_subject(cluster, ">")]
+    return [
+        *(workload_subject("*" if e in SPEC_EVENTS else cluster, e) for e in events),
+        config_subject(cluster, ">"),
+    ]
 
 
 async def run_gangpermit(
     bus: Bus,
     health: Readiness,
     *,
-    backend: SimBackend,
+    backend: ClusterBackend,
     config: GangPermitConfig,
     clock_s: Callable[[], float] = time.time,
 ) -> None:
@@ -101,7 +116,8 @@ async def run_gangpermit(
             state.apply_event(env)
     state.restored()
     wake = asyncio.Event()
-    cache = ClusterCache(backend.store, sink=state, on_change=wake.set)
+    beat = asyncio.Event()
+    cache = ClusterCache(backend, sink=state, on_change=wake.set)
 
     async def follow() -> None:
         subjects = followed_subjects(config.cluster)
@@ -120,6 +136,7 @@ async def run_gangpermit(
                 await asyncio.sleep(BATCH_WINDOW_S)
             wake.clear()
             envs = decide(state, now_s=clock_s())
+            beat.set()  # the room may have changed: tell admission soon
             if envs:
                 await publish_until_done(bus, envs)
 
@@ -130,6 +147,26 @@ async def run_gangpermit(
         health.ready()
         tasks.create_task(follow(), name="gangpermit-events")
         tasks.create_task(passes(), name="gangpermit-passes")
+        tasks.create_task(heartbeat(bus, state, config, beat), name="gangpermit-heartbeat")
+
+
+async def heartbeat(
+    bus: Bus, state: GangPermitState, config: GangPermitConfig, changed: asyncio.Event
+) -> None:
+    """Put the cluster's room in MUSTER_CLUSTERS every `heartbeat_s`, and soon after a pass
+    (`changed`), until cancelled: it tells admission the cluster is alive and what a
+    dispatched workload would find there."""
+    kv = None
+    while True:
+        try:
+            kv = kv or await bus.kv(CLUSTERS_BUCKET)
+            await kv.put(config.cluster, msgspec.json.encode(state.capacity()))
+        except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
+            log.warning("heartbeat not written: %r", exc)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), config.heartbeat_s)
+        changed.clear()
+        await asyncio.sleep(min(HEARTBEAT_MIN_S, config.heartbeat_s))  # one put per burst
 
 
 async def publish_until_done(publisher: Publisher, envs: Sequence[events_pb2.Envelope]) -> None:

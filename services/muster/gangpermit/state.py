@@ -43,7 +43,8 @@ from muster.api.wellknown import (
     WORKLOAD_LABEL,
 )
 from muster.contracts.v1 import events_pb2
-from muster.core.placement.model import GangKey, GangSpec, NodeName, PodKey, Scoring
+from muster.core.dispatch import ClusterCapacity, node_room
+from muster.core.placement.model import GangKey, GangSpec, NodeInfo, NodeName, PodKey, Scoring
 from muster.core.placement.scheduler import DEFAULT_TIMEOUT_S, GangScheduler
 from muster.core.placement.sources import (
     gang_of_admitted,
@@ -103,6 +104,7 @@ class GangPermitState:
         self.restoring = True
         self.applied_sequence = 0
         # --- from the cluster
+        self.nodes: dict[NodeName, NodeInfo] = {}  # for the capacity heartbeat
         self.pods: dict[PodKey, Pod] = {}  # pods the scheduler knows (handled, or bound)
         self.owners: dict[PodKey, str] = {}  # what a preemption evicts with the pod
         self.workloads: dict[str, SchedulingWorkload] = {}
@@ -252,13 +254,34 @@ class GangPermitState:
         elif rejected.reason == GANG_TIMED_OUT and self.restoring:
             self.parked[gang] = frozenset(p.uid for p in rejected.pods)
 
+    # --- what the cluster can take (the MUSTER_CLUSTERS heartbeat) ---------------------------
+
+    def capacity(self) -> ClusterCapacity:
+        """Each schedulable, Ready node's free room, and the Kueue workloads whose pods are all
+        bound or permitted (admission's dispatch drops its own estimate for those)."""
+        rooms = [
+            room
+            for name in sorted(self.nodes)
+            if (room := node_room(self.nodes[name], self.scheduler.free(name))) is not None
+        ]
+        placed = sorted(key for key, gang in self.admitted.items() if self._placed(gang.spec))
+        return ClusterCapacity(cluster=self.cluster, nodes=tuple(rooms), placed=tuple(placed))
+
+    def _placed(self, spec: GangSpec) -> bool:
+        pods = self.members.get(spec.key, set())
+        return len(pods) >= spec.min_count and all(
+            self.scheduler.node_of(pod) is not None for pod in pods
+        )
+
     # --- the cluster ------------------------------------------------------------------------
 
     def put(self, obj: ClusterObject) -> None:
         """An object as it is now (added or changed)."""
         match obj:
             case Node():
-                self.scheduler.upsert_node(node_info(obj))
+                info = node_info(obj)
+                self.nodes[info.name] = info
+                self.scheduler.upsert_node(info)
             case Pod():
                 self._put_pod(obj)
             case SchedulingWorkload():
@@ -278,6 +301,7 @@ class GangPermitState:
         """An object was deleted (`obj` is its last state)."""
         match obj:
             case Node():
+                self.nodes.pop(NodeName(obj.meta.name), None)
                 self.scheduler.remove_node(NodeName(obj.meta.name))
             case Pod():
                 self._forget_pod(PodKey(obj.key))

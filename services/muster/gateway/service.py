@@ -25,7 +25,7 @@ from opentelemetry import trace
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
 from muster.bus.errors import BusError, Reject
 from muster.bus.subjects import DEFAULT_CLUSTER, check_cluster
-from muster.bus.tracing import context_from_metadata, tracer
+from muster.bus.tracing import continue_trace, trace_metadata
 from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
 from muster.gateway.auth import BearerTokenInterceptor
 from muster.gateway.submit import InvalidManifestError, envelopes, oversized, plan_submit
@@ -108,9 +108,11 @@ class GatewayServicer(services_pb2_grpc.GatewayServicer):
             check_cluster(cluster)
         except ValueError as exc:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"cluster: {exc}")
-        parent = context_from_metadata(context.invocation_metadata())
-        with tracer().start_as_current_span(
-            "gateway.Submit", context=parent, kind=trace.SpanKind.SERVER
+        with continue_trace(
+            trace_metadata(context.invocation_metadata()),
+            "gateway.Submit",
+            kind=trace.SpanKind.SERVER,
+            new_trace=True,
         ):
             try:
                 if len(request.manifest) <= INLINE_MANIFEST_BYTES:  # a fraction of a millisecond

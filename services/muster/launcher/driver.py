@@ -28,6 +28,23 @@ WORK_KINDS = frozenset({"Job", "Workload", "Pod", "PodGroup"})
 GANG_WORKLOAD_KIND = "Workload.scheduling.k8s.io"
 
 
+CLUSTER_ANNOTATION = "muster.dev/cluster"  # on a Node: the cluster it belongs to
+LOST_AT = "muster.dev/lost-at-seconds"  # on a MultiKueueCluster: when its services stop
+
+
+def multikueue_clusters(text: str) -> dict[str, float | None]:
+    """The worker clusters the scenario declares (MultiKueueCluster names), each with the
+    scenario time its services are stopped at (`muster.dev/lost-at-seconds`), if any."""
+    found: dict[str, float | None] = {}
+    for doc in yaml.safe_load_all(text):
+        if not isinstance(doc, dict) or doc.get("kind") != "MultiKueueCluster":
+            continue
+        meta = doc.get("metadata") or {}
+        lost = (meta.get("annotations") or {}).get(LOST_AT)
+        found[str(meta.get("name", ""))] = None if lost is None else float(lost)
+    return found
+
+
 def kueue_configuration(text: str) -> str | None:
     """The scenario's Kueue `Configuration` document as YAML, if it has one."""
     docs = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
@@ -48,6 +65,7 @@ class Track:
     finished_s: float | None = None
     ran_s: float = 0.0
     nodes: set[str] = field(default_factory=set)
+    cluster: str = ""  # where its last admission sent it
     evictions: int = 0
     outcome: str = "Pending"
     pending: str = ""
@@ -93,7 +111,9 @@ class Driver:
         speed: float,
         print_line: Callable[[str], None],
         apply_nodes: Callable[[Sequence[dict[str, Any]]], Any],
+        multicluster: bool = False,
     ) -> None:
+        self.multicluster = multicluster  # name the cluster each workload is admitted to
         self.gateway = gateway
         self.speed = speed
         self.print_line = print_line
@@ -193,6 +213,7 @@ class Driver:
             track.pending = env.pending.message
             self._line(track, "pending", f"{env.pending.reason}: {env.pending.message}")
         elif kind == "admitted":
+            track.cluster = env.cluster
             track.cluster_queue = env.admitted.admission.cluster_queue
             track.admitted_s = track.admitted_s if track.admitted_s is not None else now
             track.outcome = "Admitted"
@@ -203,7 +224,8 @@ class Driver:
                     for f in ps.flavors.values()
                 }
             )
-            self._line(track, "admitted", f"{track.cluster_queue} on {','.join(flavors)}")
+            where = f" in cluster {env.cluster}" if self.multicluster else ""
+            self._line(track, "admitted", f"{track.cluster_queue} on {','.join(flavors)}{where}")
         elif kind == "evicted":
             track.evictions += 1
             if track.running_s is not None:
@@ -240,8 +262,19 @@ def _queue_of(doc: dict[str, Any]) -> str:
     return str(name or "default")
 
 
-def render_tracks(tracks: Sequence[Track]) -> str:
-    rows = [("WORKLOAD", "QUEUE", "WAITED", "RAN", "NODES", "OUTCOME")]
+def render_tracks(tracks: Sequence[Track], *, clusters: bool = False) -> str:
+    """One row per workload; with `clusters`, the cluster it ran (or last ran) in."""
+    rows = [
+        (
+            "WORKLOAD",
+            "QUEUE",
+            *(("CLUSTER",) if clusters else ()),
+            "WAITED",
+            "RAN",
+            "NODES",
+            "OUTCOME",
+        )
+    ]
     for t in sorted(
         tracks, key=lambda t: (t.submitted_s if t.submitted_s is not None else 1e18, t.key)
     ):
@@ -252,9 +285,9 @@ def render_tracks(tracks: Sequence[Track]) -> str:
         )
         queue = f"{t.queue} → {t.cluster_queue}" if t.cluster_queue else t.queue
         outcome = t.outcome + (f" (evicted {t.evictions}x)" if t.evictions else "")
-        rows.append(
-            (t.key, queue, waited, f"{t.ran_s:.0f}", ",".join(sorted(t.nodes)) or "-", outcome)
-        )
+        where = (t.cluster or "-",) if clusters else ()
+        nodes = ",".join(sorted(t.nodes)) or "-"
+        rows.append((t.key, queue, *where, waited, f"{t.ran_s:.0f}", nodes, outcome))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join(
         "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +13,21 @@ import grpc
 
 from muster.cluster.sim.backend import SimBackend
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
-from muster.launcher.driver import Driver, kueue_configuration, render_tracks
+from muster.launcher.driver import (
+    CLUSTER_ANNOTATION,
+    Driver,
+    kueue_configuration,
+    multikueue_clusters,
+    render_tracks,
+)
 from muster.launcher.nats_server import LaunchError, NatsServer
 from muster.launcher.stack import Stack
 
 __all__ = ["LaunchError", "run_live"]
+
+# Admission's --cluster-lost-seconds in a live run with worker clusters: gang-permit's
+# heartbeat comes every 2 s, so a cluster silent for 5 s is gone.
+CLUSTER_LOST_S = 5.0
 
 
 async def run_live(
@@ -31,15 +42,23 @@ async def run_live(
     log_dir: Path,
     render_queues: Callable[[services_pb2.QueueStatusResponse], str],
     out: Callable[[str], None] = print,
+    clusters: Sequence[str] = (),
 ) -> int:
-    """Run `text` (scenario YAML) on the live services; 0 when every workload finished."""
+    """Run `text` (scenario YAML) on the live services; 0 when every workload finished.
+
+    With MultiKueue worker clusters (`clusters`, and the scenario's MultiKueueClusters), each
+    runs its own per-cluster services; a worker's `muster.dev/lost-at-seconds` stops them then.
+    """
+    declared = multikueue_clusters(text)
+    workers = sorted({*clusters, *declared} - {cluster})
     main = asyncio.current_task()
     loop = asyncio.get_running_loop()
     if main is not None:
         loop.add_signal_handler(signal.SIGTERM, main.cancel)
     nats = None if nats_url is not None else NatsServer(log_dir / "jetstream")
     stack: Stack | None = None
-    backend: SimBackend | None = None
+    backends: dict[str, SimBackend] = {}
+    losses: list[asyncio.Task[None]] = []
     try:
         if nats is not None:
             nats_url = await nats.start(log_path=log_dir / "nats-server.log")
@@ -50,27 +69,38 @@ async def run_live(
             shards=shards,
             speed=speed,
             log_dir=log_dir,
-            admission_args=_kueue_config_args(text, log_dir),
+            admission_args=[
+                *_kueue_config_args(text, log_dir),
+                *(["--cluster-lost-seconds", f"{CLUSTER_LOST_S:g}"] if workers else []),
+            ],
+            workers=workers,
         )
         where = f" (started here, JetStream in {log_dir})" if nats else ""
         out(
             f"muster run: {about}\n  NATS {nats_url}{where}; {len(stack.services)} service "
             f"processes; {speed:g}x speed; logs in {log_dir}"
+            + (f"\n  worker clusters: {', '.join(workers)} (and {cluster})" if workers else "")
         )
         await stack.start()
         out(f"  all services healthy; gateway on {stack.gateway_address}\n")
-        backend = await SimBackend.connect(nats_url, cluster=cluster)
+        for name in (cluster, *workers):
+            backends[name] = await SimBackend.connect(nats_url, cluster=name)
         driver = Driver(
             gateway=stack.gateway_address,
             speed=speed,
             print_line=out,
-            apply_nodes=_node_applier(backend),
+            apply_nodes=_node_applier(backends, default=cluster),
+            multicluster=bool(workers),
         )
+        for name, at_s in sorted(declared.items()):
+            if at_s is not None:
+                losses.append(asyncio.create_task(_lose(stack, name, at_s / speed, out)))
         tracks = await driver.run(text, until_s=until_s)
-        out("\n" + render_tracks(tracks) + "\n")
+        out("\n" + render_tracks(tracks, clusters=bool(workers)) + "\n")
         all_done = all(t.outcome == "Finished" for t in tracks)
         out(render_queues(await _queue_status(stack.gateway_address, drained=all_done)))
-        died = stack.died()
+        lost = {svc.name for svc in stack.services if svc.cluster in _lost_clusters(declared)}
+        died = [name for name in stack.died() if name not in lost]
         if died:
             out(f"muster run: services exited early: {', '.join(died)} (see their logs)")
             return 1
@@ -78,12 +108,17 @@ async def run_live(
     finally:
         if main is not None:
             loop.remove_signal_handler(signal.SIGTERM)
-        if backend is not None:
+        for task in losses:
+            task.cancel()
+        await asyncio.gather(*losses, return_exceptions=True)
+        for backend in backends.values():
             await backend.close()
         if stack is not None:
             await stack.stop()
         if nats is not None:
             await nats.stop()
+            # The logs stay for the user to read; the JetStream data is only this run's state.
+            shutil.rmtree(log_dir / "jetstream", ignore_errors=True)
 
 
 def _kueue_config_args(text: str, log_dir: Path) -> list[str]:
@@ -96,12 +131,35 @@ def _kueue_config_args(text: str, log_dir: Path) -> list[str]:
     return ["--kueue-config", str(path)]
 
 
-def _node_applier(backend: SimBackend) -> Callable[[Sequence[dict[str, Any]]], Any]:
+def _node_applier(
+    backends: Mapping[str, SimBackend], *, default: str
+) -> Callable[[Sequence[dict[str, Any]]], Any]:
+    """Write each Node into the store of the cluster its `muster.dev/cluster` names."""
+
     async def apply(nodes: Sequence[dict[str, Any]]) -> None:
         for node in nodes:
+            annotations = (node.get("metadata") or {}).get("annotations") or {}
+            name = annotations.get(CLUSTER_ANNOTATION, default)
+            backend = backends.get(name)
+            if backend is None:
+                known = ", ".join(sorted(backends))
+                raise LaunchError(
+                    f"Node {node['metadata'].get('name')}: no cluster {name!r} ({known})"
+                )
             await backend.apply(node)
 
     return apply
+
+
+async def _lose(stack: Stack, cluster: str, after_s: float, out: Callable[[str], None]) -> None:
+    """Stop a worker cluster's services `after_s` real seconds in (its lost-at time)."""
+    await asyncio.sleep(after_s)
+    names = await stack.stop_cluster(cluster)
+    out(f"  cluster {cluster} lost: stopped {', '.join(names)}")
+
+
+def _lost_clusters(declared: Mapping[str, float | None]) -> set[str]:
+    return {name for name, at_s in declared.items() if at_s is not None}
 
 
 async def _queue_status(

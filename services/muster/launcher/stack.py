@@ -1,4 +1,8 @@
-"""Every muster service as its own process, started, health-checked and stopped together."""
+"""Every muster service as its own process, started, health-checked and stopped together.
+
+Per cluster (the local one, and each MultiKueue worker): the simulated cluster, watcher, binder
+and gang-permit, each with `--cluster <id>`; once: admission shards, preemption, the gateway.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from muster.launcher.nats_server import LaunchError
 
+PER_CLUSTER = ("sim-cluster", "watcher", "binder", "gangpermit")  # in start order
 _ANNOUNCE = re.compile(rb"^(health|gateway): (\S+)")
 
 
@@ -26,6 +31,7 @@ class ServiceProcess:
     log_path: Path
     process: asyncio.subprocess.Process | None = None
     addresses: dict[str, str] = field(default_factory=dict)  # "health" / "gateway" -> host:port
+    cluster: str = ""  # the cluster of a per-cluster service ("" for admission, ...)
     announced: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -52,32 +58,42 @@ class Stack:
         log_dir: Path,
         admission_args: Sequence[str] = (),
         only: Collection[str] | None = None,
+        workers: Sequence[str] = (),
     ):
-        """`only`: start just these services (by name: "binder", "gangpermit", ...)."""
+        """`only`: start just these services (by name: "binder", "gangpermit", ...).
+        `workers`: MultiKueue worker clusters, each with its own per-cluster services (labelled
+        `<service>-<cluster>`)."""
         self.log_dir = log_dir
-        specs: list[tuple[str, str, list[str]]] = [
-            ("sim-cluster", "sim-cluster", ["--speed", f"{speed:g}"]),
-            ("watcher", "watcher", []),
-            ("binder", "binder", []),
-            ("gangpermit", "gangpermit", []),
+        per_cluster = [
+            (name, ["--speed", f"{speed:g}"] if name == "sim-cluster" else [])
+            for name in PER_CLUSTER
+        ]
+        specs: list[tuple[str, str, list[str], str]] = [
+            (label if c == cluster else f"{label}-{c}", label, extra, c)
+            for c in (cluster, *(w for w in workers if w != cluster))
+            for label, extra in per_cluster
+        ]
+        specs += [
             *(
                 (
                     f"admission-{i}",
                     "admission",
                     ["--shard", str(i), "--shards", str(shards), *admission_args],
+                    cluster,
                 )
                 for i in range(shards)
             ),
-            ("preemption", "preemption", []),
-            ("gateway", "gateway", ["--listen", "127.0.0.1:0"]),
+            ("preemption", "preemption", [], cluster),
+            ("gateway", "gateway", ["--listen", "127.0.0.1:0"], cluster),
         ]
         self.services = [
             ServiceProcess(
                 name=label,
-                argv=service_argv(name, nats_url=nats_url, cluster=cluster, extra=extra),
+                argv=service_argv(name, nats_url=nats_url, cluster=c, extra=extra),
                 log_path=log_dir / f"{label}.log",
+                cluster=c if name in PER_CLUSTER else "",
             )
-            for label, name, extra in specs
+            for label, name, extra, c in specs
             if only is None or name in only
         ]
         self._readers: list[asyncio.Task[None]] = []
@@ -145,9 +161,22 @@ class Stack:
             s.name for s in self.services if s.process and s.process.returncode not in (None, 0)
         ]
 
+    async def stop_cluster(self, cluster: str, *, grace_s: float = 10.0) -> list[str]:
+        """Stop the per-cluster services of `cluster` (it disappears); their names."""
+        gone = [s for s in self.services if s.cluster == cluster]
+        await self._terminate([s for s in reversed(gone) if s.process is not None], grace_s)
+        return [s.name for s in gone]
+
     async def stop(self, *, grace_s: float = 10.0) -> None:
         """SIGTERM in reverse start order, wait for a graceful exit, kill what remains."""
-        running = [s.process for s in reversed(self.services) if s.process is not None]
+        running = [s for s in reversed(self.services) if s.process is not None]
+        await self._terminate(running, grace_s)
+        for task in self._readers:
+            task.cancel()
+        await asyncio.gather(*self._readers, return_exceptions=True)
+
+    async def _terminate(self, services: Sequence[ServiceProcess], grace_s: float) -> None:
+        running = [s.process for s in services if s.process is not None]
         for proc in running:
             if proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -159,6 +188,3 @@ class Stack:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 await proc.wait()
-        for task in self._readers:
-            task.cancel()
-        await asyncio.gather(*self._readers, return_exceptions=True)

@@ -15,6 +15,7 @@ from typing import Literal, get_args
 import msgspec
 
 from muster.api.errors import key_path
+from muster.api.wellknown import ALTERNATIVES_ANNOTATION
 
 SUBMIT_AFTER = "muster.dev/submit-after"
 RUN_SECONDS = "muster.dev/run-seconds"
@@ -121,6 +122,8 @@ def parse_workload_script(
                 submit_after_s = parse_seconds(value)
             elif key == RUN_SECONDS:
                 run_s = parse_seconds(value)
+            elif key == ALTERNATIVES_ANNOTATION:
+                continue  # muster.api.alternatives decodes and checks it (scenario.py)
             elif key == PODS_READY_AFTER:
                 never = value.strip() == NEVER
                 pods_ready_after_s = None if never else parse_seconds(value)
@@ -142,7 +145,13 @@ def is_known(key: str, allowed: tuple[str, ...]) -> bool:
     return key in allowed
 
 
-KNOWN_ON_WORKLOADS = (SUBMIT_AFTER, RUN_SECONDS, PODS_READY_AFTER, CHECK_PREFIX + "<check>")
+KNOWN_ON_WORKLOADS = (
+    SUBMIT_AFTER,
+    RUN_SECONDS,
+    PODS_READY_AFTER,
+    CHECK_PREFIX + "<check>",
+    ALTERNATIVES_ANNOTATION,
+)
 # Cluster objects (issue 4): a Pod runs `run-seconds` once bound; a scheduling.k8s.io Workload's
 # or a PodGroup's `run-seconds` is the default for its pods.
 KNOWN_ON_PODS = (SUBMIT_AFTER, RUN_SECONDS)

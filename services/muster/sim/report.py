@@ -18,7 +18,7 @@ from muster.api.encode import is_byte_resource, quantities_to_strings, workload_
 from muster.api.model import Admission, ClusterQueue, Condition, Node, Toleration, Workload
 from muster.api.quantity import format_quantity
 from muster.api.wellknown import SCHEDULER_NAME, WORKLOAD_LABEL
-from muster.core.events import Event
+from muster.core.events import Event, EventType
 from muster.core.status import (
     ClusterQueueStatus,
     FlavorUsage,
@@ -29,7 +29,7 @@ from muster.core.status import (
 from muster.sim.placement import PodState
 from muster.sim.runner import SimulationResult, WorkloadTiming
 
-CONTRACT_VERSION = 2  # of the document below; bump with a note in docs/simulate-json.md
+CONTRACT_VERSION = "2.2"  # of the document below; bump with a note in docs/simulate-json.md
 OUTCOME_MESSAGE_WIDTH = 80
 # Kueue's prefix on flavor-assignment messages; the table keeps only the part after it.
 FLAVOR_MESSAGE_PREFIX = re.compile(r"^couldn't assign flavors to pod set [^:]*: ")
@@ -46,7 +46,7 @@ def to_document(result: SimulationResult) -> dict[str, Any]:
         by_cq.setdefault(p.cluster_queue, []).append(entry)
         by_lq.setdefault((entry["metadata"]["namespace"], p.local_queue), []).append(entry)
     document = {
-        "workloads": [workload_to_kueue(wl) for wl in result.workloads],
+        "workloads": [workload_entry(wl, result) for wl in result.workloads],
         "clusterQueues": [
             {**cluster_queue_entry(status), "pendingWorkloads": by_cq.get(status.name, [])}
             for status in result.cluster_queues
@@ -66,6 +66,23 @@ def to_document(result: SimulationResult) -> dict[str, Any]:
     return builtins
 
 
+def workload_entry(wl: Workload, result: SimulationResult) -> dict[str, Any]:
+    """The Kueue Workload manifest; with MultiKueue, `status.clusterName` (the worker cluster
+    it runs or ran in) and its MultiKueue checks' messages, as Kueue's controller writes them."""
+    manifest = workload_to_kueue(wl)
+    cluster = result.clusters.get(wl.key)
+    messages = result.check_messages.get(wl.key, {})
+    if cluster is None and not messages:
+        return manifest
+    status = manifest.setdefault("status", {})
+    if cluster is not None:
+        status["clusterName"] = cluster
+    for check in status.get("admissionChecks", []):
+        if check["name"] in messages:
+            check["message"] = messages[check["name"]]
+    return manifest
+
+
 def render_json(result: SimulationResult) -> str:
     return json.dumps(to_document(result), sort_keys=True, indent=2) + "\n"
 
@@ -78,7 +95,8 @@ def render_yaml(result: SimulationResult) -> str:
 
 
 def event_entry(event: Event) -> dict[str, Any]:
-    return {
+    """Every event's six keys; a Routed event also says `from` and `to` (ClusterQueues)."""
+    entry: dict[str, Any] = {
         "time": number(event.time),
         "type": str(event.type),
         "object": event.object,
@@ -86,6 +104,9 @@ def event_entry(event: Event) -> dict[str, Any]:
         "message": event.message,
         "by": event.by,
     }
+    if event.type is EventType.ROUTED:
+        entry.update({"from": event.from_queue, "to": event.to_queue})
+    return entry
 
 
 def pending_entry(p: PendingWorkload) -> dict[str, Any]:
@@ -266,6 +287,9 @@ def render_table(result: SimulationResult) -> str:
     tables = []
     if result.workloads or result.cluster_queues or not result.nodes:
         tables += [workload_table(result), cluster_queue_table(result)]
+    routed = [e for e in result.events if e.type is EventType.ROUTED]
+    if routed:
+        tables.append(routing_table(routed))
     if result.nodes:
         tables += [pod_table(result.pods), node_table(result.nodes, result.pods)]
     return "\n\n".join(tables) + "\n"
@@ -279,7 +303,10 @@ def workload_table(result: SimulationResult) -> str:
         for p in result.pods
         if p.phase == "Running" and WORKLOAD_LABEL in p.pod.meta.labels
     }
-    rows = [("WORKLOAD", "QUEUE", "FLAVORS", "WAITED", "RAN", "OUTCOME")]
+    # With MultiKueue, a CLUSTER column: where each workload runs or ran.
+    clusters = bool(result.check_messages)
+    header = ("WORKLOAD", "QUEUE", "FLAVORS", *(("CLUSTER",) if clusters else ()))
+    rows: list[tuple[str, ...]] = [(*header, "WAITED", "RAN", "OUTCOME")]
     for wl in result.workloads:
         timing = result.timings.get(wl.key)
         local_queue = wl.queue_name or "default"
@@ -296,6 +323,7 @@ def workload_table(result: SimulationResult) -> str:
                 wl.key,
                 f"{local_queue} → {cluster_queue}",
                 flavors_of(admission),
+                *((result.clusters.get(wl.key, "-"),) if clusters else ()),
                 waited(timing),
                 "-" if timing is None else seconds(timing.ran_s),
                 what + evictions(timing),
@@ -318,6 +346,17 @@ def cluster_queue_table(result: SimulationResult) -> str:
         for i, (flavor, quota) in enumerate(flavor_rows):
             name_and_counts = (status.name, *counts) if i == 0 else ("", "", "", "")
             rows.append((*name_and_counts, flavor, quota))
+    return aligned(rows)
+
+
+def routing_table(events: Sequence[Event]) -> str:
+    """Each routing decision: when, which workload, from which ClusterQueue to which, why."""
+    rows = [("ROUTED", "WORKLOAD", "FROM", "TO", "POLICY", "WHY")]
+    for e in events:
+        why = e.message.split(": ", 1)[-1]
+        rows.append(
+            (seconds(e.time), e.object, e.from_queue, e.to_queue, e.reason, shorten(why, 120))
+        )
     return aligned(rows)
 
 

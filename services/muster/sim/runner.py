@@ -26,8 +26,10 @@ from muster.api.model import (
 )
 from muster.core.engine import Engine
 from muster.core.events import Event, EventType
+from muster.core.routing import RoutingSettings, run_seconds_on
 from muster.core.status import ClusterQueueStatus, LocalQueueStatus, PendingWorkload
 from muster.sim.annotations import READY_AT_ONCE, WorkloadScript
+from muster.sim.fleet import Fleet
 from muster.sim.placement import Placement, PodState
 from muster.sim.scenario import Arrival, Scenario, build_scenario
 from muster.sim.timeline import (
@@ -107,6 +109,10 @@ class SimulationResult(msgspec.Struct, frozen=True, kw_only=True):
     cluster_queue_specs: tuple[ClusterQueue, ...]  # for nominal quotas in reports
     pods: tuple[PodState, ...] = ()  # with nodes only: every pod that exists, sorted by key
     nodes: tuple[Node, ...] = ()  # with nodes only: every Node that arrived, sorted by name
+    # With MultiKueue: the cluster each dispatched workload runs (or, finished, ran) in, and
+    # what its MultiKueue checks say (the chosen cluster, or why none can take it yet).
+    clusters: Mapping[WorkloadKey, str] = msgspec.field(default_factory=dict)
+    check_messages: Mapping[WorkloadKey, Mapping[str, str]] = msgspec.field(default_factory=dict)
     end_s: float  # `until_s` when given, else the time of the last thing that happened
     until_s: float | None
 
@@ -121,6 +127,7 @@ class Track:
 
     script: WorkloadScript
     arrived_s: float
+    workload: Workload  # as it arrived (its alternatives say how long each route runs)
     epoch: int = 0  # bumped whenever an admission starts or ends; stale facts carry an old one
     reservations: int = 0
     first_reserved_s: float | None = None
@@ -152,18 +159,33 @@ class Track:
 
 
 def run_scenario(
-    objects: Sequence[ApiObject], *, config: KueueConfig | None, until_s: float | None
+    objects: Sequence[ApiObject],
+    *,
+    config: KueueConfig | None,
+    until_s: float | None,
+    routing: RoutingSettings | None = None,
 ) -> SimulationResult:
     """Simulate already-decoded objects; raises `InvalidScenarioError` on bad annotations.
 
     `config` wins over a Configuration among `objects`.
     """
-    return simulate(build_scenario(objects, config=config), until_s=until_s)
+    return simulate(build_scenario(objects, config=config), until_s=until_s, routing=routing)
 
 
-def simulate(scenario: Scenario, *, until_s: float | None = None) -> SimulationResult:
-    """Run `scenario` on a fresh quota-only `Engine` until nothing more happens, or `until_s`."""
-    engine = Engine(scenario.objects, config=scenario.config, hold_quota_until_stopped=False)
+def simulate(
+    scenario: Scenario, *, until_s: float | None = None, routing: RoutingSettings | None = None
+) -> SimulationResult:
+    """Run `scenario` on a fresh quota-only `Engine` until nothing more happens, or `until_s`.
+
+    `routing` (default: static unless a ClusterQueue names another policy) routes workloads
+    with alternatives.
+    """
+    engine = Engine(
+        scenario.objects,
+        config=scenario.config,
+        hold_quota_until_stopped=False,
+        routing=routing or RoutingSettings(),
+    )
     return Simulation(engine, scenario, until_s=until_s).run()
 
 
@@ -176,7 +198,11 @@ class Simulation:
         self.engine = engine
         self.scenario = scenario
         self.until_s = until_s
-        self.placement = Placement(self, scenario) if scenario.placement else None
+        # With MultiKueue, a Fleet of clusters (each its own Placement) dispatches workloads.
+        self.fleet = Fleet(self, scenario, scenario.clusters) if scenario.clusters else None
+        self.placement: Placement | Fleet | None = self.fleet
+        if self.fleet is None and scenario.placement:
+            self.placement = Placement(self, scenario)
         # Nodes, Pods and gang objects first, so that workloads arriving at the same time find
         # them; without a Node they are not simulated at all.
         cluster = scenario.cluster_arrivals if self.placement is not None else ()
@@ -238,7 +264,9 @@ class Simulation:
         engine, now_s = self.engine, self.now_s
         match action:
             case Arrive(arrival):
-                self.tracks[arrival.workload.key] = Track(script=arrival.script, arrived_s=now_s)
+                self.tracks[arrival.workload.key] = Track(
+                    script=arrival.script, arrived_s=now_s, workload=arrival.workload
+                )
                 self.react(engine.submit(arrival.workload, now_s=now_s))
             case Finish(key, epoch) if self.tracks[key].epoch == epoch:
                 self.react(engine.finish(key, now_s=now_s))
@@ -280,7 +308,16 @@ class Simulation:
         track.reservations += 1
         if track.first_reserved_s is None:
             track.first_reserved_s = self.now_s
-        for check in self.engine.required_checks(key):
+        checks = self.engine.required_checks(key)
+        if self.fleet is not None and (
+            dispatched := [c for c in checks if self.fleet.dispatches(c)]
+        ):
+            admission = self.engine.admission(key)
+            if admission is not None:
+                wl = self.engine.workload(key)
+                self.fleet.reserved(wl, admission, epoch=track.epoch, checks=dispatched)
+            checks = tuple(c for c in checks if c not in dispatched)
+        for check in checks:
             script = track.script.checks.get(check) or self.scenario.check_results.get(
                 check, READY_AT_ONCE
             )
@@ -300,17 +337,25 @@ class Simulation:
             track.last_admission = admission
         if self.placement is not None and admission is not None:
             wl = self.engine.workload(key)
-            self.placement.admitted(wl, admission, run_s=track.script.run_s, now_s=self.now_s)
+            run_s = self.run_seconds(key, track)
+            self.placement.admitted(wl, admission, run_s=run_s, now_s=self.now_s)
             return
         self.start_running(key, track)
 
     def start_running(self, key: WorkloadKey, track: Track) -> None:
         track.admitted_since_s = self.now_s
         script = track.script
-        if script.run_s is not None:
-            self.timeline.push(self.now_s + script.run_s, Finish(key, track.epoch))
+        run_s = self.run_seconds(key, track)
+        if run_s is not None:
+            self.timeline.push(self.now_s + run_s, Finish(key, track.epoch))
         if self.pods_ready_enabled and script.pods_ready_after_s is not None:
             self.timeline.push(self.now_s + script.pods_ready_after_s, PodsReady(key, track.epoch))
+
+    def run_seconds(self, key: WorkloadKey, track: Track) -> float | None:
+        """Its `run-seconds`, or, once routed to an alternative, the alternative's."""
+        if not track.workload.alternatives:
+            return track.script.run_s
+        return run_seconds_on(track.workload, self.engine.workload(key).queue_name)
 
     # --- what placement asks of the loop (placement.PlacementHost) ----------------------------
 
@@ -352,6 +397,8 @@ class Simulation:
             cluster_queue_specs=self.scenario.cluster_queues,
             pods=self.placement.pod_states() if self.placement is not None else (),
             nodes=self.placement.node_states() if self.placement is not None else (),
+            clusters=dict(self.fleet.ran_on) if self.fleet is not None else {},
+            check_messages=dict(self.fleet.messages) if self.fleet is not None else {},
             end_s=end_s,
             until_s=self.until_s,
         )

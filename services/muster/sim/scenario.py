@@ -34,6 +34,7 @@ from muster.api.model import (
     SchedulingWorkload,
     Workload,
 )
+from muster.api.wellknown import CLUSTER_ANNOTATION
 from muster.sim.annotations import (
     CHECK_RESULT,
     KNOWN_ON_NODES,
@@ -45,6 +46,7 @@ from muster.sim.annotations import (
     parse_check_script,
     parse_workload_script,
 )
+from muster.sim.clusters import ClusterPlan, plan_clusters
 
 _Timed = TypeVar("_Timed", bound=Workload | ClusterObject)
 
@@ -73,6 +75,7 @@ class Scenario(msgspec.Struct, frozen=True, kw_only=True):
     arrivals: tuple[Arrival, ...]  # sorted by (at_s, rank)
     check_results: Mapping[str, CheckScript]  # AdmissionCheck name -> default script
     cluster_arrivals: tuple[ClusterArrival, ...] = ()  # sorted by (at_s, rank)
+    clusters: ClusterPlan | None = None  # with MultiKueue: the worker clusters (sim/clusters.py)
 
     @property
     def cluster_queues(self) -> tuple[ClusterQueue, ...]:
@@ -160,6 +163,8 @@ def build_scenario(objects: Sequence[ApiObject], *, config: KueueConfig | None =
     arrivals = timed_arrivals(workloads, errors)
     cluster_objects = [obj for obj in objects if isinstance(obj, CLUSTER_TYPES)]
     cluster_arrivals = timed_cluster_objects(cluster_objects, errors)
+    named = [(cluster_object_name(a.obj), a.obj.meta.annotations) for a in cluster_arrivals]
+    clusters = plan_clusters(config_objects, named, errors)
     if errors:
         raise InvalidScenarioError(errors)
     return Scenario(
@@ -168,6 +173,7 @@ def build_scenario(objects: Sequence[ApiObject], *, config: KueueConfig | None =
         arrivals=arrivals,
         check_results=check_results,
         cluster_arrivals=cluster_arrivals,
+        clusters=clusters,
     )
 
 
@@ -210,7 +216,9 @@ def timed_cluster_objects(
 
     def parse(obj: ClusterObject) -> WorkloadScript:
         known = KNOWN_ON_NODES if isinstance(obj, Node) else KNOWN_ON_PODS
-        return parse_workload_script(obj.meta.annotations, known=known)
+        # muster.dev/cluster (which cluster it is in) is read by plan_clusters, not scripted.
+        scripted = {k: v for k, v in obj.meta.annotations.items() if k != CLUSTER_ANNOTATION}
+        return parse_workload_script(scripted, known=known)
 
     timed = in_arrival_order(objects, errors, name_of=cluster_object_name, parse=parse)
     return tuple(

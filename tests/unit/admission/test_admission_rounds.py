@@ -13,6 +13,7 @@ from admission_stream import (
     cluster_queue,
     flavor,
     local_queue,
+    reported,
     submitted,
     workload,
 )
@@ -186,3 +187,32 @@ async def test_a_round_publishes_workloads_side_by_side_each_in_its_own_order() 
     for i in range(5):
         mine = [e.type for e in publisher.stored if e.workload == f"ns/w{i}"]
         assert mine == ["workload.quota_reserved", "workload.admitted"]
+
+
+async def test_our_own_decisions_coming_back_run_no_round() -> None:
+    publisher = Publisher()
+    rounds = Rounds(configured_state(), publisher, clock=lambda: 100.0)
+    await rounds.apply_batch([sequenced(submitted(workload("a")), 10)])
+    echoes = [sequenced(env, 11 + i) for i, env in enumerate(publisher.stored)]
+    assert [e.type for e in echoes] == ["workload.quota_reserved", "workload.admitted"]
+
+    assert await rounds.apply_batch(echoes) == [None, None]
+    assert rounds.rounds == 1  # only the submission's
+    assert rounds.state.last_sequence == 12
+    assert await rounds.apply_batch([]) == []  # asked for a round with no event: it runs
+    assert rounds.rounds == 2
+
+
+async def test_views_are_rewritten_only_after_rounds_that_changed_the_engine() -> None:
+    rewrites: list[int] = []
+    rounds = Rounds(
+        configured_state(),
+        Publisher(),
+        clock=lambda: 100.0,
+        on_round=lambda: rewrites.append(rounds.rounds),
+    )
+    await rounds.apply_batch([sequenced(submitted(workload("a")), 10)])
+    assert rewrites == [1]
+    # A fact about a workload the engine does not hold (another shard's): a round, no rewrite.
+    await rounds.apply_batch([sequenced(reported("pods_ready", "ns/elsewhere"), 11)])
+    assert (rounds.rounds, rewrites) == (2, [1])

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 import pytest
 from admission_stream import applied, cluster_queue, reported, submitted, workload
 
+from muster.admission.service import SUBJECTS
 from muster.admission.translate import (
     ApplyConfig,
     CheckUpdated,
@@ -34,7 +35,8 @@ from muster.api.model import (
     Toleration,
     WorkloadKey,
 )
-from muster.bus import new_event
+from muster.bus import EVENTS_STREAM, new_event
+from muster.bus.subjects import EVENT_TYPES, event_subject, stream_of
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.events import Event, EventType
 
@@ -293,3 +295,27 @@ def test_envelope_ids_are_deterministic_per_cause() -> None:
         3,
         5_000_000_000,
     )
+
+
+def _subject_matches(pattern: str, subject: str) -> bool:
+    """NATS subject matching: `*` is one token, a final `>` one or more."""
+    want, got = pattern.split("."), subject.split(".")
+    for i, token in enumerate(want):
+        if token == ">":
+            return len(got) > i
+        if i >= len(got) or token not in ("*", got[i]):
+            return False
+    return len(want) == len(got)
+
+
+@pytest.mark.parametrize("field", sorted(EVENT_TYPES))
+def test_admission_consumes_exactly_the_events_it_reads(field: str) -> None:
+    env = pb.Envelope(type=EVENT_TYPES[field], cluster="local", workload="ns/w")
+    getattr(env, field).SetInParent()
+    try:
+        reads = fact_of(env) is not None
+    except FactError:  # an empty manifest: read, and found wanting
+        reads = True
+    subject = event_subject("local", EVENT_TYPES[field])
+    consumed = any(_subject_matches(p, subject) for p in SUBJECTS)
+    assert consumed == (reads and stream_of(EVENT_TYPES[field]) == EVENTS_STREAM)

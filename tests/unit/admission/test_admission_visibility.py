@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from admission_stream import (
     Stream,
     applied,
@@ -106,3 +107,26 @@ async def test_writer_writes_only_changes_and_deletes_vanished_keys() -> None:
     assert await writer.write({"cq.b": b"3"}) == []
     assert kv.writes == ["cq.a", "cq.b", "cq.b", "-cq.a"]
     assert kv.data == {"cq.b": b"3"}
+
+
+class FlakyKV(MemoryKV):
+    """Refuses writes of the keys in `failing`."""
+
+    def __init__(self, *failing: str) -> None:
+        super().__init__()
+        self.failing = set(failing)
+
+    async def put(self, key: str, value: bytes) -> int:
+        if key in self.failing:
+            raise TimeoutError(f"no answer for {key}")
+        return await super().put(key, value)
+
+
+async def test_a_key_whose_write_failed_is_written_on_the_next_call() -> None:
+    kv = FlakyKV("cq.b")
+    writer = VisibilityWriter(kv)
+    with pytest.raises(TimeoutError):
+        await writer.write({"cq.a": b"1", "cq.b": b"2"})
+    assert kv.data == {"cq.a": b"1"}  # the other write went through all the same
+    kv.failing.clear()
+    assert await writer.write({"cq.a": b"1", "cq.b": b"2"}) == ["cq.b"]

@@ -1,0 +1,135 @@
+"""Annotation `muster.dev/alternatives`: the other ways a workload may run, decoded and checked.
+
+The value is a YAML (or JSON) list, in order of preference after the declared queue. Each entry
+names a LocalQueue of the workload's namespace (`queueName`) and may replace the per-pod
+`requests` (a resource set to 0 is dropped) and the expected `runSeconds`. `with_alternatives`
+fills `Workload.alternatives` at the boundary (`muster simulate`, the decoder), so the admission
+core never parses text. docs/routing.md describes the annotation.
+"""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+import yaml
+
+from muster.api.errors import FieldError, ObjectErrors, key_path
+from muster.api.model import Alternative, ClusterQueue, Workload
+from muster.api.wellknown import (
+    ALTERNATIVES_ANNOTATION,
+    ROUTING_POLICIES,
+    ROUTING_POLICY_ANNOTATION,
+)
+
+FIELDS = ("queueName", "requests", "runSeconds")
+ANNOTATION_PATH = key_path("metadata.annotations", ALTERNATIVES_ANNOTATION)
+
+
+def with_alternatives(wl: Workload, *, who: str) -> tuple[Workload, list[FieldError]]:
+    """`wl` with `alternatives` decoded from its annotation, and every problem found.
+
+    `who` names the object in messages ("Job/ml/sd-3"). Without the annotation `wl` comes back
+    as it is; with any problem, its alternatives are left empty.
+    """
+    text = wl.meta.annotations.get(ALTERNATIVES_ANNOTATION)
+    if text is None:
+        return wl, []
+    alternatives, errors = parse_alternatives(
+        text, who=who, declared_queue=wl.queue_name or "default"
+    )
+    if errors:
+        return wl, errors
+    return msgspec.structs.replace(wl, alternatives=alternatives), []
+
+
+def routing_policy_errors(cq: ClusterQueue, *, who: str) -> list[FieldError]:
+    """A ClusterQueue's `muster.dev/routing-policy` must name a policy (docs/routing.md)."""
+    policy = cq.meta.annotations.get(ROUTING_POLICY_ANNOTATION)
+    if policy is None or policy in ROUTING_POLICIES:
+        return []
+    problem = f"must be one of {', '.join(ROUTING_POLICIES)}, got {policy!r}"
+    return [FieldError(who, key_path("metadata.annotations", ROUTING_POLICY_ANNOTATION), problem)]
+
+
+def parse_alternatives(
+    text: str, *, who: str, declared_queue: str
+) -> tuple[tuple[Alternative, ...], list[FieldError]]:
+    """The alternatives an annotation value lists, in order, and one FieldError per problem."""
+    errs = ObjectErrors(who)
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        errs.add(ANNOTATION_PATH, f"invalid YAML{where}: {problem}")
+        return (), errs.errors
+    if not isinstance(value, list) or not value:
+        errs.add(ANNOTATION_PATH, f"must be a non-empty list of alternatives, got {_kind(value)}")
+        return (), errs.errors
+    alternatives: list[Alternative] = []
+    listed: dict[str, str] = {declared_queue: "as the declared queue"}
+    for i, entry in enumerate(value):
+        path = f"{ANNOTATION_PATH}[{i}]"
+        alternative = _alternative(entry, path, errs)
+        if alternative is None:
+            continue
+        seen = listed.setdefault(alternative.queue_name, f"at [{i}]")
+        if seen != f"at [{i}]":
+            name = alternative.queue_name
+            errs.add(f"{path}.queueName", f"duplicate: queue {name!r} is listed already {seen}")
+        alternatives.append(alternative)
+    return tuple(alternatives), errs.errors
+
+
+def _alternative(entry: object, path: str, errs: ObjectErrors) -> Alternative | None:
+    if not isinstance(entry, dict):
+        errs.add(path, f"must be an object with {', '.join(FIELDS)}, got {_kind(entry)}")
+        return None
+    for field in sorted(set(entry) - set(FIELDS), key=str):
+        errs.add(key_path(path, str(field)), f"unknown field; known: {', '.join(FIELDS)}")
+    queue = entry.get("queueName")
+    if not isinstance(queue, str) or not queue:
+        errs.add(f"{path}.queueName", "is required: the name of a LocalQueue")
+        return None
+    return Alternative(
+        queue_name=queue,
+        requests=_requests(entry.get("requests"), f"{path}.requests", errs),
+        run_seconds=_seconds(entry.get("runSeconds"), f"{path}.runSeconds", errs),
+    )
+
+
+def _requests(value: object, path: str, errs: ObjectErrors) -> dict[str, int] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        errs.add(path, f"must be a map of resource names to quantities, got {_kind(value)}")
+        return None
+    return errs.quantities({str(name): amount for name, amount in value.items()}, path)
+
+
+def _seconds(value: object, path: str, errs: ObjectErrors) -> float | None:
+    if value is None:
+        return None
+    seconds: float | None = None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str):
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = None
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        errs.add(path, f"must be a finite number of seconds >= 0, got {value!r}")
+        return None
+    return seconds
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "nothing"
+    if isinstance(value, list):
+        return "an empty list" if not value else "a list"
+    names = {str: "a string", dict: "an object", bool: "a boolean"}
+    return names.get(type(value), "a number" if isinstance(value, int | float) else "a value")

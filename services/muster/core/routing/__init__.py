@@ -1,0 +1,30 @@
+"""Routing: which of its declared queue and alternatives a workload runs through (issue 6).
+
+`model` holds the policies and decisions, `options` a workload's options, `threshold` and
+`fastest` the two policies, `loads` the engine state they read and `router` the per-engine
+state the engine consults. docs/routing.md explains the policies.
+"""
+
+from muster.core.routing.model import (
+    POLICIES,
+    Choice,
+    Hysteresis,
+    Policy,
+    RoutingSettings,
+    ThresholdRule,
+)
+from muster.core.routing.options import options_of, run_seconds_on
+from muster.core.routing.router import Route, Router
+
+__all__ = [
+    "POLICIES",
+    "Choice",
+    "Hysteresis",
+    "Policy",
+    "Route",
+    "Router",
+    "RoutingSettings",
+    "ThresholdRule",
+    "options_of",
+    "run_seconds_on",
+]

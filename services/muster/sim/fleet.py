@@ -1,0 +1,248 @@
+"""Several clusters in one simulation: one `Placement` per cluster, and MultiKueue dispatch.
+
+`Simulation` (runner.py) makes a `Fleet` instead of a single `Placement` when the scenario
+declares MultiKueue (`scenario.clusters`). It talks to the Fleet as to a Placement (arrivals,
+admissions, pod finishes, one pass per step) and hands it the MultiKueue checks of each quota
+reservation. A workload waiting for dispatch is tried after every pass in which room may have
+changed (`muster.core.dispatch`, first-fit or best-fit over its MultiKueueConfig's clusters);
+once a cluster is chosen, the check turns Ready at that instant, the engine admits, and the
+workload's pods are placed in that cluster. Until its gang is bound there, the room the
+dispatch expected it to take is held, so two dispatches in one pass do not count the same room.
+
+A cluster lost (`muster.dev/lost-at-seconds`) takes no more work, and every workload dispatched
+to it and not finished is evicted (reason ClusterLost), requeued by the engine and dispatched
+again elsewhere; its pods there are gone. Without Nodes, every cluster is taken to have room.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from muster.api.model import Admission, Node, ResourceFlavor, Workload, WorkloadKey
+from muster.api.wellknown import CLUSTER_LOST, LOCAL_CLUSTER
+from muster.core.dispatch import (
+    Candidate,
+    ClusterCapacity,
+    Demand,
+    Dispatched,
+    Route,
+    Takes,
+    demand_of,
+    dispatch,
+    minus,
+    node_room,
+)
+from muster.core.events import Event
+from muster.core.placement.sources import node_info
+from muster.sim.clusters import ClusterPlan, cluster_of
+from muster.sim.placement import Placement, PlacementHost, PodState
+from muster.sim.scenario import ClusterArrival, Scenario
+from muster.sim.timeline import Action, SetCheck
+
+READY = "Ready"
+
+
+@dataclass(slots=True)
+class Waiting:
+    """A reservation whose MultiKueue check waits for a cluster; mutable, fleet-private."""
+
+    epoch: int  # the reservation's epoch: its SetCheck is dropped if it has ended since
+    checks: list[str]
+    route: Route
+    demand: Demand
+
+
+class Fleet:
+    """The clusters of one multi-cluster simulation; see the module docstring."""
+
+    def __init__(self, host: PlacementHost, scenario: Scenario, plan: ClusterPlan) -> None:
+        self.host = host
+        self.plan = plan
+        self.flavors: Mapping[str, ResourceFlavor] = {
+            obj.meta.name: obj for obj in scenario.objects if isinstance(obj, ResourceFlavor)
+        }
+        self.placements: dict[str, Placement] = (
+            {name: Placement(ClusterHost(self, name), scenario) for name in plan.clusters}
+            if scenario.placement
+            else {}
+        )
+        self.alive = set(plan.clusters)
+        self.losses = sorted((at_s, name) for name, at_s in plan.lost_at.items())
+        self.waiting: dict[WorkloadKey, Waiting] = {}  # in order of reservation
+        self.dispatched: dict[WorkloadKey, str] = {}  # live dispatches
+        self.where: dict[WorkloadKey, str] = {}  # the cluster each admitted workload runs in
+        self.holds: dict[WorkloadKey, tuple[str, Takes]] = {}
+        self.ran_on: dict[WorkloadKey, str] = {}  # status.clusterName: kept once finished
+        self.messages: dict[WorkloadKey, dict[str, str]] = {}  # MultiKueue checks' messages
+        self.changed = False  # room may have changed since the last dispatch attempt
+
+    # --- what the runner asks ----------------------------------------------------------------
+
+    def dispatches(self, check: str) -> bool:
+        """Whether `check` is a MultiKueue check (answered by dispatch, not by a script)."""
+        return check in self.plan.routes
+
+    def reserved(
+        self, wl: Workload, admission: Admission, *, epoch: int, checks: list[str]
+    ) -> None:
+        """Quota is reserved for `wl` and its MultiKueue `checks` wait for a cluster."""
+        route = self.plan.routes[checks[0]]
+        demand = demand_of(wl, admission, flavors=self.flavors)
+        self.waiting[wl.key] = Waiting(epoch=epoch, checks=checks, route=route, demand=demand)
+        self.changed = True
+
+    def arrive(self, arrival: ClusterArrival, *, now_s: float) -> None:
+        cluster = cluster_of(arrival.obj.meta.annotations)
+        if cluster in self.alive and cluster in self.placements:
+            self.placements[cluster].arrive(arrival, now_s=now_s)
+            self.changed = True
+
+    def admitted(
+        self, wl: Workload, admission: Admission, *, run_s: float | None, now_s: float
+    ) -> None:
+        """Place the pods of an admitted workload where it was dispatched (else locally)."""
+        cluster = self.dispatched.get(wl.key, LOCAL_CLUSTER)
+        self.where[wl.key] = cluster
+        placement = self.placements.get(cluster)
+        if placement is None:  # no nodes in the scenario: it runs at once
+            self.host.gang_bound(wl.key)
+            return
+        if cluster in self.alive:
+            placement.admitted(wl, admission, run_s=run_s, now_s=now_s)
+
+    def admission_ended(self, key: WorkloadKey, *, finished: bool, now_s: float) -> None:
+        self.waiting.pop(key, None)
+        self.holds.pop(key, None)
+        self.dispatched.pop(key, None)
+        if not finished:
+            self.ran_on.pop(key, None)
+        cluster = self.where.pop(key, None)
+        if cluster is not None and cluster in self.placements:
+            self.placements[cluster].admission_ended(key, finished=finished, now_s=now_s)
+        self.changed = True
+
+    def finish_pod(self, key: str, serial: int, *, now_s: float) -> None:
+        for name in sorted(self.alive):
+            placement = self.placements.get(name)
+            if placement is not None and key in placement.pods:
+                placement.finish_pod(key, serial, now_s=now_s)
+                self.changed = True
+
+    def schedule(self, now_s: float) -> bool:
+        """Lose the clusters due, place in the others, then dispatch what waits.
+
+        True when quota was freed (an eviction), so the engine must run again at this instant.
+        """
+        again = False
+        while self.losses and self.losses[0][0] <= now_s:
+            _, name = self.losses.pop(0)
+            again |= self.lose(name)
+        for name in sorted(self.alive):
+            placement = self.placements.get(name)
+            if placement is not None:
+                again |= placement.schedule(now_s)
+        if self.changed:
+            self.changed = False
+            self.dispatch_waiting(now_s)
+        return again
+
+    def next_deadline_s(self) -> float | None:
+        times = [p.next_deadline_s() for name, p in self.placements.items() if name in self.alive]
+        if self.losses:
+            times.append(self.losses[0][0])
+        due = [t for t in times if t is not None]
+        return min(due) if due else None
+
+    # --- dispatch and loss ----------------------------------------------------------------
+
+    def dispatch_waiting(self, now_s: float) -> None:
+        """Try every waiting workload in order of reservation; a chosen cluster's check turns
+        Ready now, and what it takes there is held until its gang is bound."""
+        capacities = {name: self.capacity(name) for name in self.plan.clusters}
+        for key, waiting in list(self.waiting.items()):
+            route = waiting.route
+            candidates = [self.candidate(name, capacities) for name in route.clusters]
+            outcome = dispatch(waiting.demand, candidates, strategy=route.strategy)
+            self.messages[key] = dict.fromkeys(waiting.checks, outcome.message)
+            if not isinstance(outcome, Dispatched):
+                continue
+            del self.waiting[key]
+            cluster = outcome.cluster
+            self.dispatched[key] = self.ran_on[key] = cluster
+            if outcome.takes:
+                self.holds[key] = (cluster, outcome.takes)
+                held = capacities[cluster]
+                if held is not None:
+                    capacities[cluster] = minus(held, [outcome.takes])
+            for check in waiting.checks:
+                self.host.push(now_s, SetCheck(key, waiting.epoch, check, READY))
+
+    def candidate(self, name: str, capacities: Mapping[str, ClusterCapacity | None]) -> Candidate:
+        if name not in self.alive:
+            return Candidate(cluster=name, unavailable="lost")
+        return Candidate(cluster=name, capacity=capacities.get(name))
+
+    def capacity(self, name: str) -> ClusterCapacity | None:
+        """The free room of a live cluster's nodes, less what dispatched workloads hold; None
+        without Nodes (unknown: any cluster has room)."""
+        placement = self.placements.get(name)
+        if placement is None or name not in self.alive:
+            return None
+        scheduler = placement.scheduler
+        rooms = []
+        for node_name in sorted(placement.nodes):
+            info = node_info(placement.nodes[node_name])
+            room = node_room(info, scheduler.free(info.name))
+            if room is not None:
+                rooms.append(room)
+        capacity = ClusterCapacity(cluster=name, nodes=tuple(rooms))
+        return minus(capacity, [takes for c, takes in self.holds.values() if c == name])
+
+    def lose(self, name: str) -> bool:
+        """Cluster `name` is gone: evict what was dispatched there (requeued, dispatched again
+        elsewhere). True when anything was evicted."""
+        self.alive.discard(name)
+        self.changed = True
+        victims = sorted(key for key, cluster in self.dispatched.items() if cluster == name)
+        for key in victims:
+            message = f"worker cluster {name} was lost"
+            self.host.evict(key, reason=CLUSTER_LOST, message=message)
+        return bool(victims)
+
+    def gang_bound(self, key: WorkloadKey) -> None:
+        self.holds.pop(key, None)  # its pods count on their nodes now
+        self.host.gang_bound(key)
+
+    # --- the report ----------------------------------------------------------------------------
+
+    def pod_states(self) -> tuple[PodState, ...]:
+        return tuple(sorted(self._pods(), key=lambda state: state.key))
+
+    def _pods(self) -> Iterator[PodState]:
+        for placement in self.placements.values():
+            yield from placement.pod_states()
+
+    def node_states(self) -> tuple[Node, ...]:
+        nodes = [node for p in self.placements.values() for node in p.node_states()]
+        return tuple(sorted(nodes, key=lambda node: node.meta.name))
+
+
+class ClusterHost:
+    """What one cluster's Placement asks of the loop, through the Fleet that owns it."""
+
+    def __init__(self, fleet: Fleet, cluster: str) -> None:
+        self.fleet = fleet
+        self.cluster = cluster
+
+    def record(self, event: Event) -> None:
+        self.fleet.host.record(event)
+
+    def evict(self, key: WorkloadKey, *, reason: str, message: str) -> None:
+        self.fleet.host.evict(key, reason=reason, message=message)
+
+    def gang_bound(self, key: WorkloadKey) -> None:
+        self.fleet.gang_bound(key)
+
+    def push(self, at_s: float, action: Action) -> None:
+        self.fleet.host.push(at_s, action)

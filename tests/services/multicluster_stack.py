@@ -1,0 +1,153 @@
+"""Several simulated clusters on one bus, each with its own watcher, gang-permit, binder and
+kubelet (as `muster run --clusters` starts them), for the MultiKueue service tests.
+
+A cluster's services run as tasks on the test's bus; `kill` cancels them all at once (the
+cluster disappears), `start` brings them back on the same store (the cluster returns).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from bus_helpers import EventLog
+
+from muster.binder.service import BinderConfig, run_binder
+from muster.bus import Bus
+from muster.cluster.objects import PodView
+from muster.cluster.sim.backend import SimBackend
+from muster.cluster.sim.clock import WallClock
+from muster.cluster.sim.kubelet import Kubelet
+from muster.cluster.sim.store import SimStore
+from muster.contracts.v1 import events_pb2
+from muster.gangpermit.service import GangPermitConfig, run_gangpermit
+from muster.watcher.service import WatcherConfig, run_watcher
+
+SPEED = 20.0  # pods run 20 times faster than their muster.dev/run-seconds
+HEARTBEAT_S = 0.2
+
+
+class Ready:
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    def ready(self) -> None:
+        self.event.set()
+
+
+@dataclass
+class SimCluster:
+    """One cluster's store and services."""
+
+    name: str
+    bus: Bus
+    backend: SimBackend
+    tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+
+    async def start(self) -> None:
+        """kubelet, watcher, gang-permit and binder, each serving before the next starts."""
+        kubelet = Kubelet(self.backend.store, clock=WallClock(), speed=SPEED)
+        self.tasks["kubelet"] = asyncio.create_task(kubelet.run(), name=f"{self.name}-kubelet")
+        cluster = self.name
+        await self._start(
+            "watcher",
+            lambda ready: run_watcher(
+                self.bus, ready, backend=self.backend, config=WatcherConfig(cluster=cluster)
+            ),
+        )
+        gangpermit = GangPermitConfig(cluster=cluster, gang_timeout_s=30.0, heartbeat_s=HEARTBEAT_S)
+        await self._start(
+            "gangpermit",
+            lambda ready: run_gangpermit(self.bus, ready, backend=self.backend, config=gangpermit),
+        )
+        await self._start(
+            "binder",
+            lambda ready: run_binder(
+                self.bus, ready, backend=self.backend, config=BinderConfig(cluster=cluster)
+            ),
+        )
+
+    async def _start(self, name: str, body: Callable[[Ready], Coroutine[Any, Any, None]]) -> None:
+        ready = Ready()
+        task = asyncio.create_task(body(ready), name=f"{self.name}-{name}")
+        self.tasks[name] = task
+        waiter = asyncio.create_task(ready.event.wait())
+        await asyncio.wait({task, waiter}, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        if task.done():
+            task.result()  # it died: show why
+        assert ready.event.is_set(), f"{self.name} {name} did not become ready"
+
+    async def kill(self) -> None:
+        """Every service of the cluster stops at once, without a word to anyone."""
+        tasks, self.tasks = self.tasks, {}
+        for task in tasks.values():
+            task.cancel()
+        for task in tasks.values():
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def pods_of(self, workload: str) -> list[PodView]:
+        return [p for p in await self.backend.list_pods() if p.group == workload]
+
+
+@contextlib.asynccontextmanager
+async def sim_clusters(bus: Bus, *names: str) -> Any:
+    """The named clusters, started; stopped when the block ends."""
+    clusters = [
+        SimCluster(name, bus, SimBackend(await SimStore.open(bus.js, cluster=name)))
+        for name in names
+    ]
+    try:
+        for cluster in clusters:
+            await cluster.start()
+        yield {cluster.name: cluster for cluster in clusters}
+    finally:
+        for cluster in clusters:
+            await cluster.kill()
+
+
+def node(name: str, *, cpu: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {"capacity": {"cpu": cpu, "memory": "16Gi", "pods": "110"}},
+    }
+
+
+def about(events: EventLog, field: str, workload: str) -> list[events_pb2.Envelope]:
+    """Every `field` event about `workload`, in stream order."""
+    return [e for e in events.seen if e.WhichOneof("payload") == field and e.workload == workload]
+
+
+async def wait_for(
+    events: EventLog,
+    field: str,
+    workload: str,
+    *,
+    cluster: str | None = None,
+    source: str | None = None,
+    timeout_s: float = 15.0,
+) -> events_pb2.Envelope:
+    """The first `field` event about `workload` (from `cluster`, by `source`), waiting."""
+
+    def found() -> events_pb2.Envelope | None:
+        for env in about(events, field, workload):
+            if cluster in (None, env.cluster) and source in (None, env.source):
+                return env
+        return None
+
+    changed = events._changed  # EventLog's condition, notified on every event it records
+    async with changed:
+        try:
+            await asyncio.wait_for(changed.wait_for(lambda: found() is not None), timeout_s)
+        except TimeoutError:
+            seen = [f"{e.type} {e.workload} @{e.cluster}" for e in events.seen]
+            raise AssertionError(f"no {field} of {workload} from {cluster}: {seen}") from None
+    env = found()
+    assert env is not None
+    return env
