@@ -417,6 +417,7 @@ def test_every_service_runs_once_with_its_real_flags(
             assert c[kind]["grpc"]["port"] in (ports["health"], "health"), (service, kind)
         assert config.bus.user, "NATS user from the Secret"
         assert config.bus.password, "NATS password from the Secret"
+        assert config.bus.stream_replicas == (3 if name == "prod" else 1), "one per NATS server"
         if name == "prod":
             assert config.bus.tls_ca_file
             assert config.bus.tls_ca_file.startswith(

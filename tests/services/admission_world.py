@@ -30,17 +30,24 @@ def cluster_queue(
     name: str = "cq",
     *,
     cpu: str = "4",
+    gpu: str | None = None,
     flavor_name: str = "default",
     cohort: str | None = None,
     preemption: dict[str, Any] | None = None,
+    annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
+    """A ClusterQueue with one flavor: `cpu`, and `gpu` (nvidia.com/gpu) when given."""
+    quotas = {"cpu": cpu, **({"nvidia.com/gpu": gpu} if gpu is not None else {})}
     spec: dict[str, Any] = {
         "namespaceSelector": {},
         "resourceGroups": [
             {
-                "coveredResources": ["cpu"],
+                "coveredResources": list(quotas),
                 "flavors": [
-                    {"name": flavor_name, "resources": [{"name": "cpu", "nominalQuota": cpu}]}
+                    {
+                        "name": flavor_name,
+                        "resources": [{"name": r, "nominalQuota": q} for r, q in quotas.items()],
+                    }
                 ],
             }
         ],
@@ -49,7 +56,8 @@ def cluster_queue(
         spec["cohort"] = cohort
     if preemption:
         spec["preemption"] = preemption
-    return {"apiVersion": KUEUE, "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec}
+    meta: dict[str, Any] = {"name": name, **({"annotations": annotations} if annotations else {})}
+    return {"apiVersion": KUEUE, "kind": "ClusterQueue", "metadata": meta, "spec": spec}
 
 
 def local_queue(name: str = "lq", *, namespace: str = "ns", cq: str = "cq") -> dict[str, Any]:
@@ -62,9 +70,10 @@ def local_queue(name: str = "lq", *, namespace: str = "ns", cq: str = "cq") -> d
 
 
 def workload(
-    name: str, *, cpu: str = "1", count: int = 1, queue: str = "lq", namespace: str = "ns",
-    priority: int | None = None,
+    name: str, *, cpu: str = "1", gpu: int = 0, count: int = 1, queue: str = "lq",
+    namespace: str = "ns", priority: int | None = None, annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
+    requests: dict[str, Any] = {"cpu": cpu, **({"nvidia.com/gpu": gpu} if gpu else {})}
     spec: dict[str, Any] = {
         "queueName": queue,
         "podSets": [
@@ -72,7 +81,7 @@ def workload(
                 "name": "main",
                 "count": count,
                 "template": {
-                    "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}
+                    "spec": {"containers": [{"name": "c", "resources": {"requests": requests}}]}
                 },
             }
         ],
@@ -82,7 +91,12 @@ def workload(
     return {
         "apiVersion": KUEUE,
         "kind": "Workload",
-        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{name}",
+            **({"annotations": annotations} if annotations else {}),
+        },
         "spec": spec,
     }
 

@@ -5,9 +5,13 @@ from __future__ import annotations
 import pytest
 from admission_world import (
     basic_config,
+    cluster_queue,
+    config_applied,
     count,
     drained,
     fact,
+    flavor,
+    local_queue,
     publish,
     start_admission,
     submitted,
@@ -15,6 +19,7 @@ from admission_world import (
 )
 
 from muster.bus import Bus, BusConfig
+from muster.core.routing import Policy
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -77,3 +82,53 @@ async def test_kill_during_a_burst_loses_nothing_and_admits_nothing_twice(
             assert count(events, "quota_reserved", f"ns/{n}") == 1, n
     finally:
         await second.stop()
+
+
+async def test_a_restarted_replica_keeps_a_route_and_announces_nothing_twice(
+    bus: Bus, bus_config: BusConfig, events
+) -> None:
+    # --routing-policy fastest: the ClusterQueues name no policy of their own.
+    first = await start_admission(bus_config, routing_policy=Policy.FASTEST)
+    await first.wait_serving()
+    await publish(
+        bus,
+        config_applied(flavor()),
+        config_applied(cluster_queue("gpu", cpu="40", gpu="1")),
+        config_applied(cluster_queue("cpu", cpu="4")),
+        config_applied(local_queue("gpu", cq="gpu")),
+        config_applied(local_queue("cpu", cq="cpu")),
+        *(submitted(workload(f"g{i}", gpu=1, queue="gpu", annotations=runs(30))) for i in range(4)),
+        submitted(workload("native", cpu="4", queue="cpu", annotations=runs(10))),
+    )
+    await events.wait_for("admitted", workload="ns/native")
+    light = {**runs(26), "muster.dev/alternatives": TO_CPU}
+    await publish(bus, submitted(workload("light", cpu="4", gpu=1, queue="gpu", annotations=light)))
+    routed = await events.wait_for("routed", workload="ns/light")
+    assert (routed.routed.to_cluster_queue, routed.routed.queue_name) == ("cpu", "cpu")
+    await events.wait_for("pending", workload="ns/light")  # behind native, on the CPU
+    await first.kill()
+
+    second = await start_admission(bus_config, routing_policy=Policy.FASTEST)
+    try:
+        await second.wait_serving()
+        await publish(bus, fact("finished", "ns/native"))
+        admitted = await events.wait_for("admitted", workload="ns/light")
+        assert admitted.admitted.admission.cluster_queue == "cpu"
+        assert dict(admitted.admitted.admission.pod_set_assignments[0].resource_usage) == {
+            "cpu": "4"
+        }
+        await drained(bus, "admission-0")
+        for kind in ("routed", "pending", "quota_reserved", "admitted"):
+            assert count(events, kind, "ns/light") == 1, kind
+        for key in ("ns/native", *(f"ns/g{i}" for i in range(4))):
+            assert count(events, "routed", key) == 0, key
+            assert count(events, "quota_reserved", key) <= 1, key
+    finally:
+        await second.stop()
+
+
+TO_CPU = "- queueName: cpu\n  requests: {nvidia.com/gpu: 0}\n  runSeconds: 20\n"
+
+
+def runs(seconds: float) -> dict[str, str]:
+    return {"muster.dev/run-seconds": f"{seconds:g}"}

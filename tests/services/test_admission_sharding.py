@@ -20,6 +20,7 @@ from admission_world import (
 
 from muster.admission.shards import shard_of
 from muster.bus import Bus, BusConfig
+from muster.core.routing import Policy
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -96,3 +97,51 @@ async def test_two_shards_decide_their_own_cohort_trees(
     finally:
         for r in replicas:
             await r.stop()
+
+
+async def test_a_shard_routes_only_to_alternatives_in_its_own_trees_and_says_so(
+    bus: Bus, bus_config: BusConfig, events
+) -> None:
+    # crc32 puts the trees of ClusterQueues gpu and cpu in shard 0 of 2, l40's in shard 1.
+    assert [shard_of(f"cq/{name}", shards=2) for name in ("gpu", "cpu", "l40")] == [0, 0, 1]
+    replicas = [
+        await start_admission(bus_config, shard=i, shards=2, routing_policy=Policy.FASTEST)
+        for i in (0, 1)
+    ]
+    try:
+        await asyncio.gather(*(r.wait_serving() for r in replicas))
+        await publish(
+            bus,
+            config_applied(flavor()),
+            *(config_applied(cluster_queue(n, cpu="8", gpu="1")) for n in ("gpu", "l40")),
+            config_applied(cluster_queue("cpu", cpu="8")),
+            *(config_applied(local_queue(n, cq=n)) for n in ("gpu", "l40", "cpu")),
+            *(submitted(workload(f"g{i}", gpu=1, queue="gpu", annotations=RUNS)) for i in range(3)),
+        )
+        await events.wait_for("pending", workload="ns/g2")
+        alternatives = "[{queueName: l40}, {queueName: cpu, requests: {nvidia.com/gpu: 0}}]"
+        light = {**RUNS, "muster.dev/alternatives": alternatives}
+        await publish(bus, submitted(workload("light", gpu=1, queue="gpu", annotations=light)))
+
+        routed = await events.wait_for("routed", workload="ns/light")
+        assert routed.source == "admission/0"
+        assert routed.routed.to_cluster_queue == "cpu"  # l40 is as fast, but shard 1's
+        assert routed.routed.message.endswith(
+            "; not considered: LocalQueue l40 (cohort tree cq/l40 is decided by admission shard 1)"
+        )
+        admitted = await events.wait_for("admitted", workload="ns/light")
+        assert (admitted.source, admitted.admitted.admission.cluster_queue) == (
+            "admission/0",
+            "cpu",
+        )
+        for durable in ("admission-0", "admission-1"):
+            await drained(bus, durable)
+        assert [e.source for e in events.seen if e.workload == "ns/light"][1:] == [
+            "admission/0"
+        ] * 3  # routed, quota_reserved, admitted: from shard 0 only
+    finally:
+        for r in replicas:
+            await r.stop()
+
+
+RUNS = {"muster.dev/run-seconds": "30"}

@@ -15,7 +15,7 @@ import pytest
 from bus_helpers import EventLog, pending, submitted
 from gateway_helpers import BAD, JOB, LOCAL_QUEUE, TOKEN, RunningGateway, running_gateway
 
-from muster.bus import Bus
+from muster.bus import Bus, new_event
 from muster.cli.main import main
 from muster.contracts.v1 import events_pb2, services_pb2
 from muster.gateway.visibility import VISIBILITY_BUCKET
@@ -221,3 +221,28 @@ async def test_submit_to_a_cluster_and_read_back_one_type_of_one_workload(
     got = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert status == 0
     assert [(e["type"], e["workload"]) for e in got] == [("workload.pending", key)]
+
+
+async def test_events_print_a_routed_workload_from_where_to_where_and_why(
+    gw: RunningGateway, bus: Bus, capsys: pytest.CaptureFixture[str]
+) -> None:
+    routed = events_pb2.WorkloadRouted(
+        from_cluster_queue="gpu",
+        to_cluster_queue="cpu",
+        queue_name="cpu-lq",
+        policy="fastest",
+        reason="Fastest",
+        message="routed from ClusterQueue gpu to cpu (LocalQueue cpu-lq): expected to complete "
+        "gpu in 161 s, cpu in 90 s",
+    )
+    await bus.publish(new_event("routed", routed, cluster="local", workload="sd/l", source="t"))
+
+    status = await muster(gw, "events", "--type", "workload.routed")
+
+    _, line = capsys.readouterr().out.splitlines()
+    assert status == 0
+    assert line.split(maxsplit=4)[2:4] == ["workload.routed", "sd/l"]
+    assert line.split(maxsplit=4)[4] == (
+        "gpu → cpu (LocalQueue cpu-lq) fastest: routed from ClusterQueue gpu to cpu "
+        "(LocalQueue cpu-lq): expected to complete gpu in 161 s, cpu in 90 s"
+    )

@@ -1,9 +1,10 @@
 """`muster service admission` (or `python -m muster.admission`): flags → AdmissionConfig → run.
 
 The common service flags plus `--shard I --shards N`, `--lease-ttl-seconds`,
-`--cluster-lost-seconds` (MultiKueue: docs/multicluster.md) and `--kueue-config FILE`
-(Kueue's `Configuration`: fair sharing, waitForPodsReady, feature gates; in Kubernetes, mount
-it from a ConfigMap as Kueue's controller does).
+`--cluster-lost-seconds` (MultiKueue: docs/multicluster.md), `--routing-policy`
+(docs/routing.md) and `--kueue-config FILE` (Kueue's `Configuration`: fair sharing,
+waitForPodsReady, feature gates; in Kubernetes, mount it from a ConfigMap as Kueue's
+controller does).
 """
 
 from __future__ import annotations
@@ -15,12 +16,22 @@ from muster.admission.service import AdmissionConfig, run_admission
 from muster.api import kueue_config_from_file
 from muster.bus.connection import Bus
 from muster.bus.service import Flag, Health, ServiceConfig, parse_service, run_service
+from muster.core.routing import POLICIES, Policy
 
 NAME = "admission"
 DESCRIPTION = (
     "Kueue's admission for a shard of cohort trees: consumes workload and configuration "
     "events, publishes admissions, pending reasons and preemptions."
 )
+
+
+def routing_policy(text: str) -> Policy:
+    """`--routing-policy`'s value: a policy's name (docs/routing.md)."""
+    if text not in POLICIES:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(POLICIES)}, got {text!r}")
+    return Policy(text)
+
+
 FLAGS = (
     Flag("--shard", "I", int, "MUSTER_ADMISSION_SHARD", "0",
          "this replica's shard index, 0..N-1"),
@@ -32,6 +43,9 @@ FLAGS = (
          "Kueue Configuration (config.kueue.x-k8s.io) to decide with"),
     Flag("--cluster-lost-seconds", "S", float, "MUSTER_CLUSTER_LOST_SECONDS", "10",
          "MultiKueue: a worker cluster whose heartbeat is older is lost; its workloads requeue"),
+    Flag("--routing-policy", "|".join(POLICIES), routing_policy, "MUSTER_ROUTING_POLICY", "static",
+         "how workloads with muster.dev/alternatives are routed where their ClusterQueue names "
+         "no muster.dev/routing-policy"),
 )  # fmt: skip
 
 
@@ -49,6 +63,7 @@ def admission_config(args: argparse.Namespace, service: ServiceConfig) -> Admiss
         lease_renew_s=min(1.0, args.lease_ttl_seconds / 3),
         kueue=kueue,
         cluster_lost_s=args.cluster_lost_seconds,
+        routing_policy=args.routing_policy,
     )
 
 

@@ -18,7 +18,7 @@ event type, so that a batch is decided once and in stream order). What each fact
                          eviction_completed; BindFailed: nothing (gangpermit retries the gang)
     placement_preempted  the Kueue victims this shard owns are evicted (reason Preempted)
     config_applied/deleted   the engine's configuration; moved workloads adopted or dropped
-    pending, quota_reserved, admitted, evicted, requeued
+    pending, quota_reserved, admitted, evicted, requeued, routed
                          another replica's decisions: indexed as history, never re-decided
 
 A decision that fails to publish is retried with the same event id (JetStream drops copies),

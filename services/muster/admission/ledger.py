@@ -40,7 +40,8 @@ class Entry:
     submitted_s: float
     order: int  # arrival order, for adopting in FIFO order
     phase: Phase = Phase.PENDING
-    decided: bool = False  # some decision about it has been recorded
+    decided: bool = False  # some decision about it has been recorded (a route aside)
+    routed_queue: str = ""  # the LocalQueue its last recorded Routed event sent it to
     admission: Admission | None = None
     checks: tuple[str, ...] = ()
     reserved_s: float = 0.0
@@ -139,6 +140,10 @@ class Ledger:
         """Apply a published decision about a workload."""
         entry = self.entries.get(fact.key)
         if entry is None:
+            return
+        if fact.kind == "routed":
+            # Where it waits, not what became of it: it still needs an answer.
+            entry.routed_queue = fact.queue_name
             return
         entry.decided = True
         match fact.kind:

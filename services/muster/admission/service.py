@@ -44,6 +44,7 @@ from muster.bus import (
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.service import Health
 from muster.contracts.v1 import events_pb2 as pb
+from muster.core.routing import POLICIES, Policy
 
 VISIBILITY_BUCKET: Final = "MUSTER_VISIBILITY"
 VISIBILITY_CPU_SHARE: Final = 20  # views wait at least this many times what computing them took
@@ -70,6 +71,8 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
     ack_wait_s: float = 30.0  # a dead replica's unacked events come back after this long
     kueue: KueueConfig | None = None  # Kueue's Configuration (--kueue-config)
     cluster_lost_s: float = 10.0  # a worker cluster silent this long is lost (MultiKueue)
+    # Where a ClusterQueue names no muster.dev/routing-policy (docs/routing.md).
+    routing_policy: Policy = Policy.STATIC
 
     def __post_init__(self) -> None:
         if self.shards < 1:
@@ -82,6 +85,11 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("the visibility interval must be >= 0")
         if not self.cluster_lost_s > 0:
             raise ValueError(f"--cluster-lost-seconds must be > 0, got {self.cluster_lost_s:g}")
+        if self.routing_policy not in POLICIES:
+            raise ValueError(
+                f"--routing-policy must be one of {', '.join(POLICIES)}, "
+                f"got {self.routing_policy!r}"
+            )
 
     @property
     def source(self) -> str:
@@ -163,6 +171,7 @@ class AdmissionService:
             default_cluster=config.cluster,
             kueue=config.kueue,
             cluster_lost_s=config.cluster_lost_s,
+            routing_policy=Policy(config.routing_policy),
         )
         self._dirty = asyncio.Event()
         self.rounds = Rounds(self.state, bus, clock=clock, on_round=self._dirty.set)

@@ -4,12 +4,17 @@ A cohort tree is the unit that shares quota, so it is the unit that is sharded:
 shard = crc32(tree) % shards, where tree is the engine's `tree_id` ("cohort/<root>" or
 "cq/<name>"). A LocalQueue whose ClusterQueue is not known yet has no tree; its workloads
 belong to crc32("queue:<namespace>/<name>") % shards until it has one.
+
+A workload belongs to the shard of its declared LocalQueue, which routes it (docs/routing.md)
+only among the alternatives in trees it owns too: it cannot count another shard's quota.
 """
 
 from __future__ import annotations
 
 import zlib
+from typing import NamedTuple
 
+from muster.api.model import Workload
 from muster.core.engine import Engine
 
 
@@ -34,6 +39,20 @@ def tree_of_local_queue(engine: Engine, namespace: str, queue_name: str) -> str:
 def tree_of_cluster_queue(engine: Engine, name: str) -> str | None:
     """The cohort tree ClusterQueue `name` belongs to, or None when it does not exist."""
     return engine.tree_of_cluster_queue(name)
+
+
+class Foreign(NamedTuple):
+    """An alternative whose cohort tree another shard decides."""
+
+    queue_name: str  # the alternative's LocalQueue
+    tree: str
+    shard: int
+
+    def __str__(self) -> str:
+        return (
+            f"LocalQueue {self.queue_name} (cohort tree {self.tree} is decided by admission "
+            f"shard {self.shard})"
+        )
 
 
 class Sharding:
@@ -61,3 +80,20 @@ class Sharding:
             return True
         tree = tree_of_cluster_queue(self.engine, name)
         return tree is not None and self.owns_tree(tree)
+
+    def foreign_alternatives(self, wl: Workload, *, keep: str = "") -> list[Foreign]:
+        """The alternatives of `wl` whose LocalQueue lies in a tree another shard owns.
+
+        `keep` names a LocalQueue the workload was routed to already: history stands even if
+        a configuration change moved that tree since. An alternative whose LocalQueue or
+        ClusterQueue does not exist yet is not foreign: routing reports it unusable itself.
+        """
+        if self.shards == 1:
+            return []
+        foreign = []
+        for alternative in wl.alternatives:
+            name = alternative.queue_name
+            tree = self.engine.tree_of_queue(wl.meta.namespace, name)
+            if tree is not None and name != keep and not self.owns_tree(tree):
+                foreign.append(Foreign(name, tree, shard_of(tree, shards=self.shards)))
+        return foreign

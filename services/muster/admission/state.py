@@ -12,6 +12,11 @@ time), so a replica that adopts it after a restart or a shard move orders it the
 Finished and deleted workloads leave the engine (`Engine.forget`) once their round's events are
 translated: nothing needs them afterwards. A redelivered `submitted` or `finished` is stopped by
 the ledger and by `adopted`, and a rebuild adopts live workloads only.
+
+Routing (docs/routing.md): the engine routes workloads with alternatives; a recorded `routed`
+puts an adopted workload back on the queue it was routed to before anything else is restored,
+and is not announced again. A shard routes only among the alternatives in its own cohort trees
+(`Sharding.foreign_alternatives`); the Routed message names the others.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import msgspec
 
 from muster.admission.dispatch import Dispatcher
 from muster.admission.ledger import Entry, Ledger, Phase
+from muster.admission.routing import WorkloadRoute, routable, stays_event
 from muster.admission.shards import Sharding
 from muster.admission.translate import (
     GANG_REJECTED,
@@ -40,10 +46,18 @@ from muster.admission.translate import (
     Submit,
     decisions_from,
 )
-from muster.api.model import Admission, ClusterQueue, KueueConfig, ResourceFlavor, WorkloadKey
+from muster.api.model import (
+    Admission,
+    ClusterQueue,
+    KueueConfig,
+    ResourceFlavor,
+    Workload,
+    WorkloadKey,
+)
 from muster.api.wellknown import GANG_TIMED_OUT, PREEMPTED
 from muster.core.engine import Engine
 from muster.core.events import Event, EventType
+from muster.core.routing import Policy, RoutingSettings, run_seconds_on
 
 _PENDING = "Pending"  # the engine's Phase value of a queued workload
 
@@ -60,8 +74,11 @@ class AdmissionState:
         default_cluster: str = "local",
         kueue: KueueConfig | None = None,
         cluster_lost_s: float = 10.0,
+        routing_policy: Policy = Policy.STATIC,
     ) -> None:
-        self.engine = Engine(config=kueue, hold_quota_until_stopped=True)
+        # Routing is always on: a ClusterQueue's muster.dev/routing-policy wins over the default.
+        self.routing = RoutingSettings(default_policy=routing_policy)
+        self.engine = Engine(config=kueue, hold_quota_until_stopped=True, routing=self.routing)
         self.dispatch = Dispatcher(lost_after_s=cluster_lost_s)  # MultiKueue (admission/dispatch)
         self.ledger = Ledger()
         self.sharding = Sharding(self.engine, shard=shard, shards=shards)
@@ -73,6 +90,7 @@ class AdmissionState:
         self.cluster_queue_clusters: dict[str, str] = {}  # where a ClusterQueue was applied
         self._fresh: list[WorkloadKey] = []  # adopted since the last round, not answered yet
         self._done: list[WorkloadKey] = []  # finished or deleted: forgotten after `decisions`
+        self.notes: dict[WorkloadKey, str] = {}  # alternatives left to other shards, said so
 
     # --- rebuild ---------------------------------------------------------------------------
 
@@ -120,7 +138,7 @@ class AdmissionState:
         """
         events = self.engine.schedule(now_s=now_s)
         fresh, self._fresh = self._fresh, []
-        told = {e.object for e in events}
+        told = {e.object for e in events if e.type is not EventType.ROUTED}  # where, not whether
         for key in fresh:
             if key not in told:
                 events += self._pending_answer(key, now_s=now_s)
@@ -155,11 +173,22 @@ class AdmissionState:
     def decisions(self, events: Sequence[Event]) -> list[Decision]:
         """The payloads to publish for a round's `events`; then the workloads that finished
         or were deleted in that round leave the engine (these were their last readers)."""
-        decisions = decisions_from(events, self) + self.dispatch.take_decisions(self)
+        news = [e for e in events if not self._repeats_route(e)]
+        decisions = decisions_from(news, self) + self.dispatch.take_decisions(self)
         done, self._done = self._done, []
         for key in done:
             self.engine.forget(key)
+            self.notes.pop(key, None)
         return decisions
+
+    def _repeats_route(self, e: Event) -> bool:
+        """Whether `e` says a workload stays where its last recorded Routed already put it
+        (a rebuilt engine announces a `fastest` route afresh): no news, not published."""
+        if e.type is not EventType.ROUTED or e.from_queue != e.to_queue:
+            return False
+        key = WorkloadKey(e.object)
+        entry, r = self.ledger.get(key), self.engine.records.get(key)
+        return entry is not None and r is not None and entry.routed_queue == r.wl.queue_name
 
     def record_published(self, published: Sequence[Recorded]) -> None:
         """Our own decisions, once JetStream has them: into the ledger."""
@@ -180,7 +209,8 @@ class AdmissionState:
                     return []  # a duplicate, history, or another shard's
                 self.adopted.add(entry.key)
                 self._fresh.append(entry.key)
-                return engine.submit(entry.workload, now_s=at_s)
+                wl = self._routable(entry)
+                return engine.submit(wl, now_s=at_s) + self._stays_unrouted(entry, wl, at_s)
             case Finish(key):
                 ledger.finish(key)
                 return self._engine_fact(key, lambda: engine.finish(key, now_s=now_s), drop=True)
@@ -257,6 +287,8 @@ class AdmissionState:
                 )
             case "pending":
                 engine.restore_pending(key, reason=fact.reason, message=fact.message)
+            case "routed":
+                engine.restore_routed(key, queue_name=fact.queue_name)
 
     def _gang_rejected(
         self, key: WorkloadKey, reason: str, message: str, *, now_s: float
@@ -300,6 +332,7 @@ class AdmissionState:
                 events += self._adopt(entry)
             elif not owned and entry.key in self.adopted:
                 self.adopted.discard(entry.key)
+                self.notes.pop(entry.key, None)
                 self.engine.delete(entry.key, now_s=now_s)
                 self._done.append(entry.key)
                 events = [e for e in events if e.object != entry.key]
@@ -312,16 +345,20 @@ class AdmissionState:
         (it may arrive admitted); otherwise the recorded decisions stand and are not redone.
         """
         engine, key = self.engine, entry.key
-        wl = entry.workload
+        wl = ours = self._routable(entry)  # only the alternatives this shard routes to
         if entry.decided:
             wl = msgspec.structs.replace(wl, admission=None)
         if entry.phase is Phase.INACTIVE:
             wl = msgspec.structs.replace(wl, active=False)
         events = engine.submit(wl, now_s=entry.submitted_s)
         self.adopted.add(key)
+        if entry.routed_queue:
+            # Back where its last Routed sent it, before its quota is restored; announced then.
+            engine.restore_routed(key, queue_name=entry.routed_queue)
+            events = [e for e in events if e.type is not EventType.ROUTED]
         if not entry.decided:
             self._fresh.append(key)
-            return events
+            return events + self._stays_unrouted(entry, ours, entry.submitted_s)
         if entry.admission is not None and entry.phase in (
             Phase.RESERVED,
             Phase.ADMITTED,
@@ -361,6 +398,26 @@ class AdmissionState:
                 )
         return events
 
+    # --- routing ---------------------------------------------------------------------------
+
+    def _routable(self, entry: Entry) -> Workload:
+        """The workload as this shard routes it (`routing.routable`); remembers the note."""
+        wl, note = routable(entry.workload, self.sharding, keep=entry.routed_queue)
+        if note:
+            self.notes[entry.key] = note
+        else:
+            self.notes.pop(entry.key, None)
+        return wl
+
+    def _stays_unrouted(self, entry: Entry, wl: Workload, now_s: float) -> list[Event]:
+        """The Routed event of a pending workload whose alternatives (none recorded yet) are
+        all another shard's: it stays, and says so once."""
+        left_out = entry.workload.alternatives and not wl.alternatives
+        if not left_out or entry.routed_queue or self.engine.phase(entry.key) != _PENDING:
+            return []
+        event = stays_event(self.engine, self.routing, entry.workload, now_s=now_s)
+        return [] if event is None else [event]
+
     # --- DecisionContext -------------------------------------------------------------------
 
     def admission_of(self, key: WorkloadKey) -> Admission | None:
@@ -389,6 +446,19 @@ class AdmissionState:
     def generation_of(self, key: WorkloadKey) -> int:
         entry = self.ledger.get(key)
         return 0 if entry is None else entry.generation
+
+    def route_of(self, key: WorkloadKey) -> WorkloadRoute | None:
+        entry, r = self.ledger.get(key), self.engine.records.get(key)
+        if entry is None or r is None or not entry.workload.alternatives:
+            return None
+        queue = r.wl.queue_name
+        return WorkloadRoute(
+            queue_name=queue,
+            away=queue != entry.workload.queue_name,
+            pod_sets=r.wl.pod_sets,
+            run_s=run_seconds_on(entry.workload, queue),
+            note=self.notes.get(key, ""),
+        )
 
     @property
     def flavors(self) -> Mapping[str, ResourceFlavor]:

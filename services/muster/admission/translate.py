@@ -11,6 +11,11 @@ into `Decision`s, the payloads admission publishes (docs/events.md):
     Evicted       -> workload.evicted (quota held until eviction_completed)
     Deactivated   -> workload.evicted with reason "InactiveWorkload" (quota released at once)
     Requeued      -> workload.requeued
+    Routed        -> workload.routed (the LocalQueue it goes through now, and the policy)
+
+A routed workload's `admitted` carries, per podset, the requests and run time of the
+alternative it runs on (`PodSetPlacementHints.requests` and `annotations`), so whoever starts
+its pods starts them as routed.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Protocol
 import msgspec
 from google.protobuf.message import Message
 
+from muster.admission.routing import WorkloadRoute, routed_payload
 from muster.api import decode_documents, parse_quantity, quantities_to_strings
 from muster.api.model import (
     Admission,
@@ -34,6 +40,7 @@ from muster.api.model import (
     WorkloadKey,
 )
 from muster.api.podspec import flavor_placement
+from muster.api.wellknown import RUN_SECONDS_ANNOTATION
 from muster.bus.envelope import new_event
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.events import Event, EventType
@@ -124,7 +131,8 @@ class DeleteConfig:
 class Recorded:
     """A decision an admission replica published: history to rebuild from, never re-decided.
 
-    `kind` is the payload field: pending, quota_reserved, admitted, evicted or requeued.
+    `kind` is the payload field: pending, quota_reserved, admitted, evicted, requeued or
+    routed (`queue_name`: the LocalQueue it was routed to).
     """
 
     key: WorkloadKey
@@ -135,6 +143,7 @@ class Recorded:
     message: str = ""
     admission: Admission | None = None
     checks: tuple[str, ...] = ()
+    queue_name: str = ""
 
 
 Fact = (
@@ -163,7 +172,7 @@ WORKLOAD_FACTS = (
     "gang_rejected",
     "placement_preempted",
 )
-RECORDED = ("pending", "quota_reserved", "admitted", "evicted", "requeued")
+RECORDED = ("pending", "quota_reserved", "admitted", "evicted", "requeued", "routed")
 
 
 def time_s_of(env: pb.Envelope) -> float:
@@ -199,7 +208,7 @@ def fact_of(env: pb.Envelope) -> Fact | None:
             return _apply_of(env)
         case "config_deleted":
             return DeleteConfig(kind=env.config_deleted.kind, name=env.config_deleted.name)
-        case "pending" | "quota_reserved" | "admitted" | "evicted" | "requeued":
+        case "pending" | "quota_reserved" | "admitted" | "evicted" | "requeued" | "routed":
             return _recorded_of(env, field)
         case _:
             return None
@@ -247,6 +256,7 @@ def _recorded_of(env: pb.Envelope, field: str) -> Recorded:
     reason = message = ""
     admission: Admission | None = None
     checks: tuple[str, ...] = ()
+    queue_name = ""
     match field:
         case "pending":
             reason, message = env.pending.reason, env.pending.message
@@ -257,6 +267,9 @@ def _recorded_of(env: pb.Envelope, field: str) -> Recorded:
             reason, message = env.evicted.reason, env.evicted.message
         case "requeued":
             reason, message = env.requeued.reason, env.requeued.message
+        case "routed":
+            reason, message = env.routed.reason, env.routed.message
+            queue_name = env.routed.queue_name
     return Recorded(
         key,
         kind=field,
@@ -266,6 +279,7 @@ def _recorded_of(env: pb.Envelope, field: str) -> Recorded:
         message=message,
         admission=admission,
         checks=checks,
+        queue_name=queue_name,
     )
 
 
@@ -307,22 +321,28 @@ def admission_from_proto(admission: pb.Admission) -> Admission:
 
 
 def placement_hints(
-    admission: Admission, flavors: Mapping[str, ResourceFlavor]
+    admission: Admission, flavors: Mapping[str, ResourceFlavor], route: WorkloadRoute | None = None
 ) -> list[pb.PodSetPlacementHints]:
-    """Per podset, the node labels and tolerations its assigned flavors put on its pods."""
+    """Per podset, the node labels and tolerations its assigned flavors put on its pods; for a
+    workload routed to an alternative, also the requests and run time it has there."""
+    away = route if route is not None and route.away else None
+    routed = {ps.name: ps for ps in away.pod_sets} if away is not None else {}
     hints = []
     for ps in admission.pod_set_assignments:
         selector, tolerations = flavor_placement(ps.flavors.values(), flavors)
-        hints.append(
-            pb.PodSetPlacementHints(
-                name=ps.name,
-                node_selector=selector,
-                tolerations=[
-                    pb.Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect)
-                    for t in tolerations
-                ],
-            )
+        hint = pb.PodSetPlacementHints(
+            name=ps.name,
+            node_selector=selector,
+            tolerations=[
+                pb.Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect)
+                for t in tolerations
+            ],
         )
+        if away is not None and ps.name in routed:
+            hint.requests.update(quantities_to_strings(routed[ps.name].requests))
+            if away.run_s is not None:
+                hint.annotations[RUN_SECONDS_ANNOTATION] = f"{away.run_s:g}"
+        hints.append(hint)
     return hints
 
 
@@ -357,6 +377,10 @@ class DecisionContext(Protocol):
     def cluster_of(self, key: WorkloadKey) -> str: ...
 
     def generation_of(self, key: WorkloadKey) -> int: ...
+
+    def route_of(self, key: WorkloadKey) -> WorkloadRoute | None:
+        """None for a workload without alternatives (or one no longer known)."""
+        ...
 
     @property
     def flavors(self) -> Mapping[str, ResourceFlavor]: ...
@@ -414,7 +438,7 @@ def decisions_from(events: Sequence[Event], ctx: DecisionContext) -> list[Decisi
                     continue
                 admitted = pb.WorkloadAdmitted(
                     admission=admission_to_proto(admission),
-                    hints=placement_hints(admission, ctx.flavors),
+                    hints=placement_hints(admission, ctx.flavors, ctx.route_of(key)),
                 )
                 add("admitted", admitted, e)
             case EventType.PREEMPTED:
@@ -436,6 +460,8 @@ def decisions_from(events: Sequence[Event], ctx: DecisionContext) -> list[Decisi
                 add("evicted", pb.WorkloadEvicted(reason=DEACTIVATED, message=e.message), e)
             case EventType.REQUEUED:
                 add("requeued", pb.WorkloadRequeued(reason=e.reason, message=e.message), e)
+            case EventType.ROUTED:
+                add("routed", routed_payload(e, ctx.route_of(key)), e)
             case _:
                 continue  # Submitted, Finished: facts others reported, not decisions
     return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Literal, cast
 
-from muster.api import decode_documents
+from muster.api import decode_documents, parse_quantity
 from muster.api.model import PodSet, Toleration, Workload
 from muster.api.podspec import admitted_pod_set
 from muster.cluster.backend import PodSetStart
@@ -68,11 +68,17 @@ def _start(
         node_labels=hint.node_selector if hint is not None else {},
         tolerations=map(_toleration, hint.tolerations) if hint is not None else (),
     )
+    requests = dict(admitted.requests)
+    annotations = dict(admitted.annotations)
+    if hint is not None:
+        if hint.requests:  # routed to an alternative (docs/routing.md): its requests replace
+            requests = {name: parse_quantity(q) for name, q in hint.requests.items()}
+        annotations.update(hint.annotations)  # its muster.dev/run-seconds there
     return PodSetStart(
         name=admitted.name,
         count=admitted.count,
-        requests=dict(admitted.requests),
+        requests=requests,
         node_selector=admitted.node_selector,
         tolerations=admitted.tolerations,
-        annotations=admitted.annotations,
+        annotations=annotations,
     )

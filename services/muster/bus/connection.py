@@ -42,7 +42,7 @@ class BusConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
     connect_timeout_s: float = 10.0  # connect() keeps trying this long before giving up
     publish_timeout_s: float = 5.0  # wait for a PubAck (or an ack's confirmation) this long
-    stream_replicas: int = 1  # servers holding each stream it creates (NATS cluster: 3)
+    stream_replicas: int = 1  # servers holding each stream and bucket it creates (NATS cluster: 3)
 
     def __post_init__(self) -> None:
         if self.max_event_bytes < 1:
@@ -206,5 +206,7 @@ class Bus:
         return await last_sequence(self.js, stream)
 
     async def kv(self, bucket: str, *, ttl_s: float | None = None, history: int = 1) -> KeyValue:
-        """The key-value bucket `bucket`, created if missing."""
-        return await open_bucket(self.js, bucket, ttl_s=ttl_s, history=history)
+        """The key-value bucket `bucket`, created if missing (on `stream_replicas` servers)."""
+        return await open_bucket(
+            self.js, bucket, ttl_s=ttl_s, history=history, replicas=self.config.stream_replicas
+        )

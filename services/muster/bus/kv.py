@@ -12,12 +12,18 @@ from nats.js.kv import KeyValue
 
 
 async def open_bucket(
-    js: JetStreamContext, bucket: str, *, ttl_s: float | None = None, history: int = 1
+    js: JetStreamContext,
+    bucket: str,
+    *,
+    ttl_s: float | None = None,
+    history: int = 1,
+    replicas: int = 1,
 ) -> KeyValue:
-    """The bucket named `bucket`, created with `ttl_s` (None: keep forever) and `history`."""
+    """The bucket named `bucket`, created with `ttl_s` (None: keep forever), `history` and
+    `replicas` (servers of a NATS cluster holding it; an existing bucket is left as it is)."""
     try:
         return await js.key_value(bucket)
     except nats.js.errors.BucketNotFoundError:
         pass
     # Two processes may create it at once: the server accepts an identical second create.
-    return await js.create_key_value(bucket=bucket, ttl=ttl_s, history=history)
+    return await js.create_key_value(bucket=bucket, ttl=ttl_s, history=history, replicas=replicas)

@@ -102,6 +102,8 @@ COMMON_FLAGS = (
     Flag("--max-event-bytes", "N", int, "MUSTER_MAX_EVENT_BYTES", str(DEFAULT_MAX_EVENT_BYTES),
          "largest event accepted"),
     Flag("--log-level", "LEVEL", str, "MUSTER_LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR"),
+    Flag("--stream-replicas", "N", int, "MUSTER_STREAM_REPLICAS", "1",
+         "servers holding each stream and bucket muster creates (3 on a NATS cluster of 3)"),
 )  # fmt: skip
 
 
@@ -176,6 +178,7 @@ def config_from_args(args: argparse.Namespace, name: str) -> ServiceConfig:
         name=f"muster-{name}",
         max_event_bytes=args.max_event_bytes,
         connect_timeout_s=args.nats_connect_timeout,
+        stream_replicas=args.stream_replicas,
     )
     return ServiceConfig(
         name=name,

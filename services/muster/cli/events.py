@@ -142,6 +142,10 @@ def details(env: events_pb2.Envelope) -> str:
             {f"{r}={f}" for ps in admission.pod_set_assignments for r, f in ps.flavors.items()}
         )
         return f"clusterQueue={admission.cluster_queue} {' '.join(flavors)}".rstrip()
+    if field == "routed":
+        r = env.routed
+        where = f"{r.from_cluster_queue} → {r.to_cluster_queue} (LocalQueue {r.queue_name})"
+        return f"{where} {r.policy}: {r.message}"
     if field == "finished":
         ok = "succeeded" if env.finished.succeeded else "failed"
         return f"{ok} {env.finished.message}".rstrip()

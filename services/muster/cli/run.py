@@ -4,6 +4,7 @@ service as its own process on the simulated cluster, replays the built-in demo (
 queue usage, and stops everything it started, also on Ctrl-C.
 
 `--virtual` replays the same scenario on the virtual clock instead (no processes, instant).
+`--routing-policy` is admission's (or the simulator's) default routing policy (docs/routing.md).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from muster.cli.simulate import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, add_run_options, run_files
+from muster.core.routing import POLICIES, Policy, RoutingSettings
 from muster.sim import InvalidScenarioError, SimulationError, load_scenario_text, simulate
 from muster.sim.demo import ABOUT, DEMO_YAML, SOURCE
 from muster.sim.report import render_table
@@ -57,6 +59,13 @@ def add_parser(commands: Any) -> None:  # Any: argparse's _SubParsersAction is p
     parser.add_argument(
         "--virtual", action="store_true", help="replay on the virtual clock, without services"
     )
+    parser.add_argument(
+        "--routing-policy",
+        choices=POLICIES,
+        default=Policy.STATIC.value,
+        help="how workloads with muster.dev/alternatives are routed where their declared "
+        "ClusterQueue names no muster.dev/routing-policy (default: static; docs/routing.md)",
+    )
     add_run_options(parser)
     parser.set_defaults(handler=handle)
 
@@ -83,6 +92,7 @@ def handle(args: argparse.Namespace) -> int:
                 shards=args.shards,
                 cluster=args.cluster,
                 clusters=[c for c in args.clusters.split(",") if c],
+                routing_policy=args.routing_policy,
                 until_s=args.until,
                 log_dir=Path(tempfile.mkdtemp(prefix="muster-run-")),
                 render_queues=render_queue_status,
@@ -108,11 +118,12 @@ def _scenario_texts(paths: Sequence[str] | None) -> str | int:
 
 def run_virtual(args: argparse.Namespace) -> int:
     until = "" if args.until is None else f", until t={args.until:g}s"
+    routing = RoutingSettings(default_policy=Policy(args.routing_policy))
     if args.scenario:
-        result = run_files(args.scenario, config_path=None, until_s=args.until)
+        result = run_files(args.scenario, config_path=None, until_s=args.until, routing=routing)
         about = ", ".join(args.scenario)
     else:
-        result = run_demo(until_s=args.until)
+        result = run_demo(until_s=args.until, routing=routing)
         about = ABOUT
     if isinstance(result, int):
         return result
@@ -121,9 +132,10 @@ def run_virtual(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def run_demo(*, until_s: float | None) -> Any:
+def run_demo(*, until_s: float | None, routing: RoutingSettings | None = None) -> Any:
     try:
-        return simulate(load_scenario_text(DEMO_YAML, source=SOURCE), until_s=until_s)
+        scenario = load_scenario_text(DEMO_YAML, source=SOURCE)
+        return simulate(scenario, until_s=until_s, routing=routing)
     except InvalidScenarioError as exc:  # a bug in the demo, not the user's input
         for error in exc.errors:
             print(error, file=sys.stderr)

@@ -257,6 +257,8 @@ class Engine:
         r.conditions.pop(EVICTED, None)
         r.conditions.pop(PREEMPTED, None)
         r.checks = dict.fromkeys(checks, "Pending")
+        if self.router is not None:
+            self.router.settle(key)  # it reserved quota once: its route is final
         self._take_events()
 
     def restore_admitted(self, key: WorkloadKey, *, now_s: float) -> None:
@@ -847,10 +849,12 @@ class Engine:
         if r is None or route is None or r.phase is not Phase.PENDING:
             return
         index = next((o.index for o in route.options if o.queue_name == queue_name), None)
-        if index is None or index == route.current:
+        if index is None:
+            return
+        route.announced = True  # recorded: a "stays" is not announced again either
+        if index == route.current:
             return
         self._take(r, route, Choice(index=index, message=""))
-        route.announced = True
         self._enqueue(r)
         self._take_events()
 

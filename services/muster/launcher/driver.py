@@ -209,6 +209,10 @@ class Driver:
         elif kind == "gang_rejected":
             rejected = env.gang_rejected
             self._line(track, "rejected", f"{rejected.reason}: {rejected.message}")
+        elif kind == "routed":
+            routed = env.routed
+            where = f"{routed.from_cluster_queue} → {routed.to_cluster_queue}"
+            self._line(track, "routed", f"{where} ({routed.policy}): {routed.message}")
         elif kind == "pending" and env.pending.message != track.pending:
             track.pending = env.pending.message
             self._line(track, "pending", f"{env.pending.reason}: {env.pending.message}")

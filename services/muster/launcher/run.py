@@ -43,11 +43,13 @@ async def run_live(
     render_queues: Callable[[services_pb2.QueueStatusResponse], str],
     out: Callable[[str], None] = print,
     clusters: Sequence[str] = (),
+    routing_policy: str = "static",
 ) -> int:
     """Run `text` (scenario YAML) on the live services; 0 when every workload finished.
 
     With MultiKueue worker clusters (`clusters`, and the scenario's MultiKueueClusters), each
     runs its own per-cluster services; a worker's `muster.dev/lost-at-seconds` stops them then.
+    `routing_policy` is admission's `--routing-policy`.
     """
     declared = multikueue_clusters(text)
     workers = sorted({*clusters, *declared} - {cluster})
@@ -72,6 +74,7 @@ async def run_live(
             admission_args=[
                 *_kueue_config_args(text, log_dir),
                 *(["--cluster-lost-seconds", f"{CLUSTER_LOST_S:g}"] if workers else []),
+                *("--routing-policy", routing_policy),
             ],
             workers=workers,
         )

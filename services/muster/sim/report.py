@@ -351,7 +351,7 @@ def cluster_queue_table(result: SimulationResult) -> str:
 
 def routing_table(events: Sequence[Event]) -> str:
     """Each routing decision: when, which workload, from which ClusterQueue to which, why."""
-    rows = [("ROUTED", "WORKLOAD", "FROM", "TO", "POLICY", "WHY")]
+    rows = [("AT", "ROUTED", "FROM", "TO", "POLICY", "WHY")]
     for e in events:
         why = e.message.split(": ", 1)[-1]
         rows.append(

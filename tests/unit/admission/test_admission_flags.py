@@ -77,3 +77,21 @@ def test_a_kueue_config_file_without_a_configuration_exits_2(
 
     assert exit_.value.code == 2
     assert "must hold exactly one Configuration" in capsys.readouterr().err
+
+
+def test_routing_policy_flag_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert configs([])[1].routing_policy == "static"
+    assert configs(["--routing-policy", "fastest"])[1].routing_policy == "fastest"
+    monkeypatch.setenv("MUSTER_ROUTING_POLICY", "threshold")
+    assert configs([])[1].routing_policy == "threshold"
+
+
+def test_an_unknown_routing_policy_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        configs(["--routing-policy", "quickest"])
+
+    assert exit_.value.code == 2
+    assert (
+        "--routing-policy: must be one of static, threshold, fastest, got 'quickest'"
+        in capsys.readouterr().err
+    )

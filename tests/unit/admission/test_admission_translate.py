@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 import pytest
 from admission_stream import applied, cluster_queue, reported, submitted, workload
 
+from muster.admission.routing import WorkloadRoute
 from muster.admission.service import SUBJECTS
 from muster.admission.translate import (
     ApplyConfig,
@@ -56,8 +57,13 @@ ADMISSION = Admission(
 class Context:
     """A DecisionContext over fixed answers."""
 
-    def __init__(self, flavors: Mapping[str, ResourceFlavor] | None = None) -> None:
+    def __init__(
+        self,
+        flavors: Mapping[str, ResourceFlavor] | None = None,
+        routes: Mapping[str, WorkloadRoute] | None = None,
+    ) -> None:
         self._flavors = flavors or {}
+        self.routes = routes or {}
 
     def admission_of(self, key: WorkloadKey) -> Admission | None:
         return ADMISSION
@@ -73,6 +79,9 @@ class Context:
 
     def generation_of(self, key: WorkloadKey) -> int:
         return 3
+
+    def route_of(self, key: WorkloadKey) -> WorkloadRoute | None:
+        return self.routes.get(key)
 
     @property
     def flavors(self) -> Mapping[str, ResourceFlavor]:

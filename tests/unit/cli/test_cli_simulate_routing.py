@@ -55,7 +55,7 @@ def test_the_table_lists_routing_decisions(capsys: pytest.CaptureFixture[str]) -
 
     out = capsys.readouterr().out
     header, row = out.split("\n\n")[2].splitlines()
-    assert header.split() == ["ROUTED", "WORKLOAD", "FROM", "TO", "POLICY", "WHY"]
+    assert header.split() == ["AT", "ROUTED", "FROM", "TO", "POLICY", "WHY"]
     assert row.split()[:5] == ["1", "ml/light", "gpu", "cpu", "Threshold"]
     assert "ml/light  gpu → cpu" not in out  # the workload row shows the queue it ran in
     assert "ml/light  cpu → cpu" in out

@@ -120,7 +120,9 @@ def decide(
     margin = hysteresis.margin(expected[at], now_s=now_s)
     moves = best != at and expected[best] + margin < expected[at]
     chosen = candidates[best if moves else at]
-    summary = ", ".join(_expected_text(c, e) for c, e in zip(candidates, expected, strict=True))
+    summary = ", ".join(
+        _expected_text(c, e, now_s=now_s) for c, e in zip(candidates, expected, strict=True)
+    )
     here = candidates[at].cluster_queue or candidates[at].option.queue_name
     if moves:
         message = (
@@ -132,11 +134,13 @@ def decide(
     return Choice(index=chosen.option.index, message=message)
 
 
-def _expected_text(candidate: Candidate, expected_s: float) -> str:
+def _expected_text(candidate: Candidate, expected_s: float, *, now_s: float) -> str:
+    """"gpu in 26 s": relative to now, which reads the same on the virtual clock and in the
+    services (whose clock is Unix time)."""
     name = candidate.cluster_queue or f"LocalQueue {candidate.option.queue_name}"
     if candidate.load is None:
         return f"{name} never ({candidate.problem})"
-    return f"{name} {'never' if expected_s == NEVER else f'at t={_seconds(expected_s)}'}"
+    return f"{name} {'never' if expected_s == NEVER else f'in {_seconds(expected_s - now_s)} s'}"
 
 
 def _seconds(value: float) -> str:
