@@ -19,7 +19,7 @@ from muster.cluster import (
     PodSetStart,
     PodView,
 )
-from muster.cluster.sim import ManualClock, SimBackend, SimStore
+from muster.cluster.sim import ManualClock, SimBackend, SimStore, StoredObject, pod_key
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -28,7 +28,7 @@ GI = 2**30 * 1000  # one Gi in milli-units
 
 @pytest.fixture
 async def sim(bus: Bus) -> SimBackend:
-    store = await SimStore.open(bus.js, cluster="local")
+    store = await SimStore.open(bus.js, cluster="local", publisher=bus.publisher)
     uids = iter(range(1_000_000))
     return SimBackend(store, clock=ManualClock(), new_uid=lambda: f"uid-{next(uids)}")
 
@@ -246,6 +246,49 @@ async def test_bind_sets_the_node_once(sim: SimBackend) -> None:
     with pytest.raises(BindConflictError, match='already bound to node "n1"') as caught:
         await sim.bind("ml", "w-main-0", "n2")
     assert (caught.value.bound_to, caught.value.wanted) == ("n1", "n2")
+
+
+async def test_bind_of_a_pod_it_created_needs_no_read(
+    sim: SimBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await sim.start_workload("ml/w", pod_sets=[pod_set(count=2)])
+    reads: list[str] = []
+    get = sim.store.get
+
+    async def counted(key: str) -> StoredObject | None:
+        reads.append(key)
+        return await get(key)
+
+    monkeypatch.setattr(sim.store, "get", counted)
+    await sim.bind("ml", "w-main-0", "n1")
+    await sim.bind("ml", "w-main-1", "n2")
+
+    assert reads == []
+    assert sorted(p.node_name for p in await pods_of(sim, "ml/w")) == ["n1", "n2"]
+
+
+async def test_bind_reads_again_when_the_pod_changed_since_it_was_created(
+    sim: SimBackend,
+) -> None:
+    await sim.start_workload("ml/w", pod_sets=[pod_set(count=2)])
+    for name, change in (("w-main-0", {"labels": "relabelled"}), ("w-main-1", {"node": "n9"})):
+        stored = await sim.store.get(pod_key("ml", name))
+        assert stored is not None
+        obj = stored.obj
+        if "labels" in change:
+            obj["metadata"]["labels"]["extra"] = change["labels"]
+        else:
+            obj["spec"]["nodeName"] = change["node"]  # bound by someone else meanwhile
+        await sim.store.update(stored.key, obj, revision=stored.revision)
+
+    await sim.bind("ml", "w-main-0", "n1")
+    with pytest.raises(BindConflictError, match='already bound to node "n9"'):
+        await sim.bind("ml", "w-main-1", "n1")
+
+    relabelled = await sim.store.get(pod_key("ml", "w-main-0"))
+    assert relabelled is not None
+    assert relabelled.obj["spec"]["nodeName"] == "n1"
+    assert relabelled.obj["metadata"]["labels"]["extra"] == "relabelled"  # kept, not overwritten
 
 
 async def test_binding_a_missing_pod_fails(sim: SimBackend) -> None:

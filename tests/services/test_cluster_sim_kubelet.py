@@ -26,7 +26,7 @@ Pod = dict[str, Any]
 
 @pytest.fixture
 async def store(bus: Bus) -> SimStore:
-    return await SimStore.open(bus.js, cluster="local")
+    return await SimStore.open(bus.js, cluster="local", publisher=bus.publisher)
 
 
 @pytest.fixture
@@ -126,6 +126,18 @@ async def test_fails_a_pod_bound_to_a_missing_node(store: SimStore, sim: SimBack
     assert pod["status"]["phase"] == "Failed"
     assert pod["status"]["reason"] == "NodeNotFound"
     assert pod["status"]["message"] == 'node "ghost" does not exist'
+
+
+async def test_runs_a_pod_bound_to_a_node_written_after_it(
+    store: SimStore, sim: SimBackend
+) -> None:
+    key = await bound_pod(sim, "w", run_seconds="1", node="late")
+    await sim.apply({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "late"}})
+    # The kubelet's list shows the pod before the node (revision order): it reads the node.
+    async with running(Kubelet(store, clock=WallClock(), speed=1000)):
+        phases, _ = await phases_until(store, key, phase_is("Failed", "Running", "Succeeded"))
+
+    assert phases[-1] in ("Running", "Succeeded")
 
 
 async def test_restarted_kubelet_finishes_a_running_pod_on_time(

@@ -28,9 +28,11 @@ pytestmark = pytest.mark.timeout(30)
 VALID_KEY_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=/.")
 
 
-@pytest.fixture
-async def store(bus: Bus) -> SimStore:
-    return await SimStore.open(bus.js, cluster="local")
+@pytest.fixture(params=["bus-publisher", "nats-py"])
+async def store(bus: Bus, request: pytest.FixtureRequest) -> SimStore:
+    """The store writing through the bus's publisher (as services do), or through nats-py."""
+    publisher = bus.publisher if request.param == "bus-publisher" else None
+    return await SimStore.open(bus.js, cluster="local", publisher=publisher)
 
 
 async def take(changes: AsyncIterator[StoreChange], count: int) -> list[StoreChange]:
@@ -184,6 +186,31 @@ async def test_watch_leaves_out_what_was_deleted_before_it_started(store: SimSto
     async with contextlib.aclosing(store.watch("pod.")) as changes:
         (first,) = await take(changes, 1)
     assert (first.type, first.key) == ("ADDED", "pod.ml.here")
+
+
+async def test_watch_of_several_prefixes_yields_their_changes_in_revision_order(
+    store: SimStore,
+) -> None:
+    await store.create(pod_key("ml", "p"), {"kind": "Pod", "v": 1})
+    await store.create(object_key("ConfigMap", "ml", "c"), {"kind": "ConfigMap"})  # not watched
+    await store.create(node_key("a"), {"kind": "Node"})
+    async with contextlib.aclosing(store.watch("pod.", "node.")) as changes:
+        initial = await take(changes, 2)
+        pod = await store.get(pod_key("ml", "p"))
+        assert pod is not None
+        await store.update(pod_key("ml", "p"), {"kind": "Pod", "v": 2}, revision=pod.revision)
+        await store.create(object_key("ConfigMap", "ml", "d"), {"kind": "ConfigMap"})
+        await store.create(node_key("b"), {"kind": "Node"})
+        later = await take(changes, 2)
+
+    assert [(c.type, c.key) for c in initial + later] == [
+        ("ADDED", "pod.ml.p"),
+        ("ADDED", "node.a"),
+        ("MODIFIED", "pod.ml.p"),
+        ("ADDED", "node.b"),
+    ]
+    revisions = [c.revision for c in initial + later]
+    assert revisions == sorted(set(revisions))
 
 
 async def test_resumed_watch_yields_only_changes_after_the_revision(store: SimStore) -> None:

@@ -141,7 +141,9 @@ async def test_dispatches_to_the_first_cluster_with_room_and_status_flows_back(
     await world.submit(job("small", pods=2, run_seconds=20))  # east: 2 cpu
     admitted = await wait_for(events, "admitted", "ml/small")
     assert admitted.cluster == "east"
-    await world.submit(job("big", pods=3, run_seconds=20))  # east is full: west
+    # east is full: west. It runs longer than small, so that small is surely the one to finish
+    # first and make room (the same run time raced east's heartbeat against west's).
+    await world.submit(job("big", pods=3, run_seconds=60))
     assert (await wait_for(events, "admitted", "ml/big")).cluster == "west"
 
     # Each runs where it was sent, and what its cluster's watcher says reaches admission.

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Protocol
+from collections.abc import Coroutine
+from typing import Any, Protocol
 
 from google.protobuf.message import Message
 
@@ -137,7 +138,7 @@ async def on_gang_permitted(env: events_pb2.Envelope, ctx: BinderContext) -> Non
         async with ctx.pacer.slot():
             await ctx.backend.bind(b.pod.namespace, b.pod.name, b.node)
 
-    results = await asyncio.gather(*(bind(b) for b in bindings), return_exceptions=True)
+    results = await _settled([bind(b) for b in bindings])
     failures: list[tuple[events_pb2.PodBinding, ClusterError]] = []
     for b, result in zip(bindings, results, strict=True):
         if isinstance(result, ClusterError):
@@ -157,6 +158,18 @@ async def on_gang_permitted(env: events_pb2.Envelope, ctx: BinderContext) -> Non
         await ctx.publish("gang_rejected", payload, cause=env)
         return
     await ctx.publish("bound", events_pb2.PodsBound(bindings=bindings), cause=env)
+
+
+async def _settled(calls: list[Coroutine[Any, Any, None]]) -> list[BaseException | None]:
+    """What each of `calls` ended with (None: returned), run side by side; one is awaited
+    in place (a gather makes a task of each)."""
+    if len(calls) == 1:
+        try:
+            await calls[0]
+        except Exception as err:  # returned, as gather(return_exceptions=True) would
+            return [err]
+        return [None]
+    return await asyncio.gather(*calls, return_exceptions=True)
 
 
 async def on_evict(env: events_pb2.Envelope, ctx: BinderContext) -> None:

@@ -24,6 +24,7 @@ from muster.cluster.kube.backend import KubeBackend
 from muster.cluster.kube.config import KUEUE_VERSIONS, KubeConfig
 from muster.cluster.kube.status import StatusWriter, StatusWriterSettings
 from muster.cluster.sim.backend import SimBackend
+from muster.cluster.sim.store import RawPublisher
 
 BackendKind = Literal["sim", "kube"]
 BACKENDS: tuple[BackendKind, ...] = ("sim", "kube")
@@ -138,13 +139,18 @@ def backend_config(args: argparse.Namespace) -> BackendConfig:
 
 @contextlib.asynccontextmanager
 async def open_backend(
-    config: BackendConfig, *, js: JetStreamContext, cluster: str
+    config: BackendConfig,
+    *,
+    js: JetStreamContext,
+    cluster: str,
+    publisher: RawPublisher | None = None,
 ) -> AsyncIterator[OpenCluster]:
     """The backend of `cluster` for the body: the simulated one over the service's own NATS
-    connection (`js`), or the API server (ClusterError when no client configuration is found).
-    On Kubernetes, statuses desired but not yet written get a short while at the end."""
+    connection (`js`; writes through `publisher`, the bus's, when given), or the API server
+    (ClusterError when no client configuration is found). On Kubernetes, statuses desired but
+    not yet written get a short while at the end."""
     if config.kind == "sim":
-        yield OpenCluster(await SimBackend.open(js, cluster=cluster), None)
+        yield OpenCluster(await SimBackend.open(js, cluster=cluster, publisher=publisher), None)
         return
     backend = await KubeBackend.connect(config.kube)
     status = StatusWriter(

@@ -4,8 +4,10 @@ api objects.
 
 Nodes, Pods, scheduling.k8s.io Workloads, PodGroups and PriorityClasses are decoded once per
 change (`muster.api`) and handed to a `Sink` (the gangpermit state) as they are now, or as they
-were when deleted. `sync` waits until the watch has shown every write made before the call, so
-a first pass sees the whole cluster.
+were when deleted. A pod whose metadata and spec did not change but for `spec.nodeName` (a
+bind) or whose status changed (the kubelet) is not decoded again: its node and phase are put
+into the pod decoded before. `sync` waits until the watch has shown every write made before the
+call, so a first pass sees the whole cluster.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
+
+import msgspec
 
 from muster.api import decode_documents
 from muster.api.model import Node, Pod, PodGroup, PriorityClass, SchedulingWorkload
+from muster.api.raw import RawPodStatus
 from muster.cluster.backend import ClusterBackend, ClusterChange
 from muster.cluster.errors import ClusterError
 from muster.cluster.sim.keys import (
@@ -44,17 +49,29 @@ WATCHED_PREFIXES = (
 
 CachedObject = Node | Pod | SchedulingWorkload | PodGroup | PriorityClass
 _CACHED = (Node, Pod, SchedulingWorkload, PodGroup, PriorityClass)
+# Metadata every write changes (Kubernetes): not part of what a pod decodes to.
+_WRITE_META = frozenset({"resourceVersion", "managedFields"})
+
+
+class _Known(NamedTuple):
+    """What the sink holds for one key, and for a pod what its decode read (`_pod_basis`)."""
+
+    obj: CachedObject
+    basis: object = None
 
 
 class Sink(Protocol):
-    def put(self, obj: CachedObject) -> None: ...
+    def put(self, obj: CachedObject) -> bool:
+        """Take `obj` as it is now; whether a scheduling pass may now decide differently."""
+        ...
 
     def remove(self, obj: CachedObject) -> None: ...
 
 
 class ClusterCache:
     """Follows one cluster's backend into a `Sink`. Run `run()` in a task; `on_change` is
-    called after each change handed on (the service wakes its passes)."""
+    called after each change handed on that may change a decision (the service wakes its
+    passes)."""
 
     def __init__(
         self,
@@ -66,7 +83,7 @@ class ClusterCache:
         self._backend = backend
         self._sink = sink
         self._on_change = on_change
-        self._objects: dict[str, CachedObject] = {}  # by change key: what the sink holds
+        self._objects: dict[str, _Known] = {}  # by change key: what the sink holds
         self.revision = 0  # the watch has shown every change up to here
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []  # (revision, woken there)
 
@@ -118,17 +135,33 @@ class ClusterCache:
             gone = self._objects.pop(key, None)
             if gone is None:
                 return
-            self._sink.remove(gone)
+            self._sink.remove(gone.obj)
         else:
-            obj = _decoded(key, change.obj)
-            if obj is None:
+            known = self._decoded(key, change.obj)
+            if known is None:
                 gone = self._objects.pop(key, None)
                 if gone is not None:
-                    self._sink.remove(gone)
+                    self._sink.remove(gone.obj)
                 return
-            self._objects[key] = obj
-            self._sink.put(obj)
+            self._objects[key] = known
+            if not self._sink.put(known.obj):
+                return
         self._on_change()
+
+    def _decoded(self, key: str, raw: dict[str, Any]) -> _Known | None:
+        """The object at `key` now: a pod from its earlier decode when only its node or status
+        changed, else decoded afresh (None when it does not decode)."""
+        if not key.startswith(POD_PREFIX):
+            obj = _decoded(key, raw)
+            return None if obj is None else _Known(obj)
+        basis = _pod_basis(raw)
+        before = self._objects.get(key)
+        if basis is not None and before is not None and before.basis == basis:
+            rebound = _rebound(before.obj, raw)
+            if rebound is not None:
+                return _Known(rebound, basis)
+        obj = _decoded(key, raw)
+        return None if obj is None else _Known(obj, basis)
 
     def _read_up_to(self, revision: int) -> None:
         if revision <= self.revision:
@@ -140,6 +173,32 @@ class ClusterCache:
                 self._waiters.remove(item)
                 if not item[1].done():
                     item[1].set_result(None)
+
+
+def _pod_basis(raw: dict[str, Any]) -> object:
+    """What a pod decodes from besides its node and status (None: not a well-formed object)."""
+    meta, spec = raw.get("metadata"), raw.get("spec")
+    if not isinstance(meta, dict) or not isinstance(spec, dict):
+        return None
+    return (
+        raw.get("apiVersion"),
+        raw.get("kind"),
+        {k: v for k, v in meta.items() if k not in _WRITE_META},
+        {k: v for k, v in spec.items() if k != "nodeName"},
+    )
+
+
+def _rebound(before: CachedObject, raw: dict[str, Any]) -> Pod | None:
+    """Pod `before` with the node and phase of `raw` (same basis); None when those would not
+    decode (then the whole pod is decoded, to report why)."""
+    node = raw["spec"].get("nodeName", "")
+    if not isinstance(before, Pod) or not isinstance(node, str):
+        return None
+    try:
+        status = msgspec.convert(raw.get("status", {}), RawPodStatus)
+    except msgspec.ValidationError:
+        return None
+    return msgspec.structs.replace(before, node_name=node, phase=status.phase)
 
 
 def _decoded(key: str, obj: dict[str, Any]) -> CachedObject | None:

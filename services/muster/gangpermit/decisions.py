@@ -54,8 +54,11 @@ def decide(state: GangPermitState, *, now_s: float) -> list[events_pb2.Envelope]
                 nodes = {b.pod: b.node for b in bindings}
                 state.permits[gang] = Permit(event_id=env.event_id, bindings=nodes, restored=False)
                 state.waiting.pop(gang, None)
+                for pod in nodes:  # a late pod of a Kueue gang is permitted as its own unit
+                    state.touch(state.gang_of.get(pod))
                 out.append(env)
             case GangTimedOut(gang=gang, reason=reason, pods=pods):
+                state.touch_all()
                 payload = events_pb2.GangRejected(
                     reason=GANG_TIMED_OUT, message=reason, pods=_refs(state, pods)
                 )
@@ -68,6 +71,7 @@ def decide(state: GangPermitState, *, now_s: float) -> list[events_pb2.Envelope]
                 if state.waiting.get(gang) != reason:
                     out.append(_waiting(state, decision, now_ns))
             case PlacementPreempted():
+                state.touch_all()
                 out.extend(_preempted(state, decision, now_ns))
     return out
 

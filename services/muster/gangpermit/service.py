@@ -24,6 +24,7 @@ import nats.errors
 import nats.js.errors
 
 from muster.api.wellknown import SCHEDULER_NAME
+from muster.bus.cancel import raise_if_cancelling
 from muster.bus.connection import Bus
 from muster.bus.errors import Reject
 from muster.bus.subjects import config_subject, workload_subject
@@ -127,6 +128,7 @@ async def run_gangpermit(
 
     async def passes() -> None:
         while True:
+            raise_if_cancelling()  # nats-py's waits (and wait_for here) may have swallowed it
             deadline = state.scheduler.next_deadline_s()
             # Never 0: a deadline the pass did not clear must not spin the loop.
             timeout = None if deadline is None else max(_MIN_WAIT_S, deadline - clock_s())

@@ -126,6 +126,10 @@ class GangPermitState:
         self.waiting: dict[GangKey, str] = {}  # the last waiting reason published
         self.waiting_published: dict[GangKey, int] = {}
         self.attempts: dict[GangKey, int] = {}  # gang_rejected so far: a new attempt each
+        # --- for `capacity`: Kueue gangs found placed, and those whose placement may have
+        # changed since (None: any), so a heartbeat looks again at those only.
+        self._placed: set[str] = set()
+        self._recheck: set[str] | None = None
 
     # --- the event stream -------------------------------------------------------------------
 
@@ -147,12 +151,13 @@ class GangPermitState:
                 self.submitted[key] = _submitted(env)
                 return False
             case "admitted":
-                self._admit(env)
+                return self._admit(env)  # a pass only once the binder's pods are seen
             case "finished" | "eviction_completed" | "deleted":
                 self.admitted.pop(key, None)
+                self.touch(key)
                 if field != "eviction_completed":
                     self.submitted.pop(key, None)
-                self._refresh(f"kueue:{key}")
+                return self._refresh(f"kueue:{key}")
             case "config_applied" | "config_deleted":
                 return self._priority_class(env)
             case "bound":
@@ -178,8 +183,10 @@ class GangPermitState:
         self.restoring = False
         for permit in self.permits.values():
             self.assumed.update(permit.bindings)
+        self.touch_all()
 
-    def _admit(self, env: events_pb2.Envelope) -> None:
+    def _admit(self, env: events_pb2.Envelope) -> bool:
+        """Hold a Kueue workload's admission as its gang; whether any of its pods is known."""
         key = env.workload
         known = self.submitted.get(key)
         admission = _admission(env.admitted.admission)
@@ -200,7 +207,8 @@ class GangPermitState:
             )
         self.admitted[key] = KueueGang(spec=spec, admitted=env)
         self.attempts.pop(GangKey(key), None)  # a new admission: its own attempts
-        self._refresh(f"kueue:{key}")
+        self.touch(key)
+        return self._refresh(f"kueue:{key}")
 
     def _priority_class(self, env: events_pb2.Envelope) -> bool:
         if env.HasField("config_applied"):
@@ -238,6 +246,7 @@ class GangPermitState:
 
     def _rejected(self, gang: GangKey, env: events_pb2.Envelope) -> None:
         rejected = env.gang_rejected
+        self.touch(gang)
         self.attempts[gang] = self.attempts.get(gang, 0) + 1
         self.waiting.pop(gang, None)
         if rejected.reason == BIND_FAILED:
@@ -258,16 +267,36 @@ class GangPermitState:
 
     def capacity(self) -> ClusterCapacity:
         """Each schedulable, Ready node's free room, and the Kueue workloads whose pods are all
-        bound or permitted (admission's dispatch drops its own estimate for those)."""
+        bound or permitted (admission's dispatch drops its own estimate for those).
+
+        Looks again only at the gangs touched since the last call (`touch`).
+        """
         rooms = [
             room
             for name in sorted(self.nodes)
             if (room := node_room(self.nodes[name], self.scheduler.free(name))) is not None
         ]
-        placed = sorted(key for key, gang in self.admitted.items() if self._placed(gang.spec))
+        recheck = self.admitted.keys() if self._recheck is None else self._recheck
+        for key in list(recheck):
+            gang = self.admitted.get(key)
+            if gang is not None and self._is_placed(gang.spec):
+                self._placed.add(key)
+            else:
+                self._placed.discard(key)
+        self._recheck = set()
+        placed = sorted(k for k in self._placed if k in self.admitted)
         return ClusterCapacity(cluster=self.cluster, nodes=tuple(rooms), placed=tuple(placed))
 
-    def _placed(self, spec: GangSpec) -> bool:
+    def touch(self, gang: str | None) -> None:
+        """The placement of `gang` may have changed: `capacity` looks at it again."""
+        if gang is not None and self._recheck is not None:
+            self._recheck.add(gang)
+
+    def touch_all(self) -> None:
+        """Any gang's placement may have changed (a node, a time-out, a preemption)."""
+        self._recheck = None
+
+    def _is_placed(self, spec: GangSpec) -> bool:
         pods = self.members.get(spec.key, set())
         return len(pods) >= spec.min_count and all(
             self.scheduler.node_of(pod) is not None for pod in pods
@@ -275,15 +304,19 @@ class GangPermitState:
 
     # --- the cluster ------------------------------------------------------------------------
 
-    def put(self, obj: ClusterObject) -> None:
-        """An object as it is now (added or changed)."""
+    def put(self, obj: ClusterObject) -> bool:
+        """An object as it is now (added or changed); whether a pass may now decide
+        differently (not after a pod only went on as placed: see `_went_on`)."""
         match obj:
             case Node():
                 info = node_info(obj)
                 self.nodes[info.name] = info
                 self.scheduler.upsert_node(info)
+                self.touch_all()
             case Pod():
+                settled = self._went_on(obj)
                 self._put_pod(obj)
+                return not settled
             case SchedulingWorkload():
                 key = f"{obj.meta.namespace}/{obj.meta.name}"
                 if self.workloads.get(key) != obj:
@@ -296,6 +329,20 @@ class GangPermitState:
                     self._refresh(f"podgroup:{key}")
             case PriorityClass():
                 self.cluster_priority_classes[obj.meta.name] = obj
+        return True
+
+    def _went_on(self, pod: Pod) -> bool:
+        """Whether `pod` changed only as its placement goes on: bound to the node the scheduler
+        already holds it on (a permit, or an assumed bind), or Pending to Running where it is.
+        Neither changes any node's room or any gang, so no decision can change."""
+        old = self.pods.get(PodKey(pod.key))
+        if old is None or pod.phase in TERMINAL_PHASES:
+            return False
+        if msgspec.structs.replace(old, node_name=pod.node_name, phase=pod.phase) != pod:
+            return False
+        if old.node_name == pod.node_name:
+            return True
+        return not old.node_name and self.scheduler.node_of(PodKey(pod.key)) == pod.node_name
 
     def remove(self, obj: ClusterObject) -> None:
         """An object was deleted (`obj` is its last state)."""
@@ -303,6 +350,7 @@ class GangPermitState:
             case Node():
                 self.nodes.pop(NodeName(obj.meta.name), None)
                 self.scheduler.remove_node(NodeName(obj.meta.name))
+                self.touch_all()
             case Pod():
                 self._forget_pod(PodKey(obj.key))
             case SchedulingWorkload():
@@ -353,6 +401,7 @@ class GangPermitState:
         self._join(key, gang)
         self.owners[key] = info.owner
         self.scheduler.upsert_pod(info)
+        self.touch(gang)
 
     def _seen_bound(self, gang: GangKey) -> None:
         """A pod of `gang` is bound: once all its permitted pods are, the permit is answered
@@ -407,6 +456,7 @@ class GangPermitState:
     def _set_spec(self, gang: GangKey | None, spec: GangSpec | None) -> None:
         if gang is None:
             return
+        self.touch(gang)
         if spec is None:
             if self.specs.pop(gang, None) is not None:
                 self.scheduler.remove_gang(gang)
@@ -420,6 +470,7 @@ class GangPermitState:
         old = self.gang_of.get(key)
         if old == gang:
             return
+        self.touch(old)
         if old is not None:
             del self.gang_of[key]
             pods = self.members[old]
@@ -448,6 +499,7 @@ class GangPermitState:
         pod = self.pods.pop(key, None)
         if pod is None:
             return
+        self.touch(self.gang_of.get(key))
         self._index(key, None)
         self.owners.pop(key, None)
         self.assumed.pop(key, None)
@@ -476,15 +528,17 @@ class GangPermitState:
             self.source_of[key] = source
             self.by_source.setdefault(source, set()).add(key)
 
-    def _refresh(self, source: str) -> None:
+    def _refresh(self, source: str) -> bool:
         """A gang source changed (Workload, PodGroup, admission): look at its pods again; a
-        parked gang among them is parked no more (its spec may have changed)."""
+        parked gang among them is parked no more (its spec may have changed). Whether it has
+        any pod (else nothing a pass decides on changed)."""
         keys = sorted(self.by_source.get(source, set()))
         for gang in [g for g, held in self.held.items() if not held.isdisjoint(keys)]:
             del self.held[gang]
             self.parked.pop(gang, None)
         for key in keys:
             self._put_pod(self.pods[key])
+        return bool(keys)
 
 
 def _source_of(pod: Pod) -> str | None:

@@ -43,7 +43,9 @@ def build(args: argparse.Namespace, config: ServiceConfig) -> ServiceMain:
 
 async def serve(bus: Bus, health: Health, *, config: WatcherConfig, backend: BackendConfig) -> None:
     """Watch cluster `config.cluster`, simulated or Kubernetes (`backend`)."""
-    async with open_backend(backend, js=bus.js, cluster=config.cluster) as opened:
+    async with open_backend(
+        backend, js=bus.js, cluster=config.cluster, publisher=bus.publisher
+    ) as opened:
         await run_watcher(bus, health, backend=opened.backend, config=config, kueue=opened.status)
 
 

@@ -4,7 +4,9 @@ Config objects and Namespaces → config.applied/deleted; queued Jobs and Kueue 
 workload.submitted/deleted (a Job first gets its Kueue Workload on Kubernetes) and a Job's end
 → finished; pods of a workload → pods_pending, running, pods_ready, finished.
 Each event id is derived from the fact (`Outgoing.id_key`), and what was sent is remembered in
-`MUSTER_WATCHER` (`Marks`), so no fact is published twice, across restarts too.
+`MUSTER_WATCHER` (`Marks`), so no fact is published twice, across restarts too. Handlers do no
+I/O of their own (but a Job's Kueue Workload): events go to the batch's `Outbox` and marks are
+written when the batch is over (`muster.watcher.service`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from muster.cluster.backend import ClusterChange
 from muster.cluster.kube import jobs
 from muster.contracts.v1 import events_pb2
 from muster.watcher import translate
+from muster.watcher.outbox import Outbox
 from muster.watcher.pods import PodState, Sent, due_events, pod_state
 from muster.watcher.translate import Outgoing
 
@@ -28,16 +31,13 @@ log = logging.getLogger(__name__)
 WATCHER_ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_DNS, "watcher.muster.dev")
 
 
-class Publisher(Protocol):
-    async def publish(self, env: events_pb2.Envelope) -> int: ...
-
-
 class MarksStore(Protocol):
-    """Where the watcher remembers what it sent per workload (the `MUSTER_WATCHER` bucket)."""
+    """What the watcher sent per workload (kept in the `MUSTER_WATCHER` bucket): `load` gives
+    the marks to change in place, `save` says they changed (written at the batch's end)."""
 
-    async def load(self, workload: str) -> Sent: ...
+    def load(self, workload: str) -> Sent: ...
 
-    async def save(self, workload: str, sent: Sent) -> None: ...
+    def save(self, workload: str, sent: Sent) -> None: ...
 
 
 class KueueWorkloads(Protocol):
@@ -47,20 +47,20 @@ class KueueWorkloads(Protocol):
 
 
 class WatcherContext:
-    """What the handlers share: cluster id, publisher, marks, the pods seen per workload, and
+    """What the handlers share: cluster id, outbox, marks, the pods seen per workload, and
     (on Kubernetes) where Jobs get their Kueue Workloads."""
 
     def __init__(
         self,
         *,
         cluster: str,
-        publisher: Publisher,
+        outbox: Outbox,
         marks: MarksStore,
         workloads: KueueWorkloads | None = None,
         clock_ns: Callable[[], int] = time.time_ns,
     ) -> None:
         self.cluster = cluster
-        self.publisher = publisher
+        self.outbox = outbox
         self.marks = marks
         self.workloads = workloads
         self.clock_ns = clock_ns
@@ -88,8 +88,9 @@ class WatcherContext:
         env.event_id = str(uuid.uuid5(WATCHER_ID_NAMESPACE, fact))
         return env
 
-    async def publish(self, out: Outgoing) -> None:
-        await self.publisher.publish(self.envelope(out))
+    def publish(self, out: Outgoing) -> None:
+        """Publish `out` with the batch (the outbox keeps one workload's events in order)."""
+        self.outbox.add(self.envelope(out))
 
 
 async def on_config(change: ClusterChange, ctx: WatcherContext) -> None:
@@ -97,12 +98,12 @@ async def on_config(change: ClusterChange, ctx: WatcherContext) -> None:
     write changes none), or config.deleted."""
     if change.type == "DELETED":
         ctx.configs.pop(change.key, None)
-        await ctx.publish(translate.config_deleted(change.obj))
+        ctx.publish(translate.config_deleted(change.obj))
         return
     out = translate.config_applied(change.obj)
     if ctx.configs.get(change.key) == out.id_key:
         return
-    await ctx.publish(out)
+    ctx.publish(out)
     ctx.configs[change.key] = out.id_key
 
 
@@ -113,11 +114,11 @@ async def on_workload_object(change: ClusterChange, ctx: WatcherContext) -> None
     if wl is None:
         log.warning("ignoring %s: %s", change.key, "; ".join(problems), extra={"key": change.key})
         return
-    sent = await ctx.marks.load(wl.key)
+    sent = ctx.marks.load(wl.key)
     if change.type == "DELETED":
-        await ctx.publish(translate.deleted(wl))
+        ctx.publish(translate.deleted(wl))
         sent.submitted = ""
-        await ctx.marks.save(wl.key, sent)
+        ctx.marks.save(wl.key, sent)
         return
     job = translate.is_job(change.obj)
     mark = translate.incarnation(wl)
@@ -125,15 +126,15 @@ async def on_workload_object(change: ClusterChange, ctx: WatcherContext) -> None
         if job and ctx.workloads is not None:
             # Before `submitted`: its status is written there once admission decides.
             await ctx.workloads.create_workload_for_job(jobs.as_written(change.obj))
-        await ctx.publish(translate.submitted(wl))
+        ctx.publish(translate.submitted(wl))
         sent.submitted = mark
-        await ctx.marks.save(wl.key, sent)
+        ctx.marks.save(wl.key, sent)
     finished = translate.job_finished(change.obj, wl) if job else None
     uid = str((change.obj.get("metadata") or {}).get("uid", ""))
     if finished is not None and sent.job_finished != uid:
-        await ctx.publish(finished)
+        ctx.publish(finished)
         sent.job_finished = uid
-        await ctx.marks.save(wl.key, sent)
+        ctx.marks.save(wl.key, sent)
 
 
 async def on_pod(change: ClusterChange, ctx: WatcherContext) -> None:
@@ -147,18 +148,18 @@ async def on_pod(change: ClusterChange, ctx: WatcherContext) -> None:
         pods.pop(pod.key, None)
     else:
         pods[pod.key] = pod
-    sent = await ctx.marks.load(pod.workload)
+    sent = ctx.marks.load(pod.workload)
     due = due_events(pod.workload, list(pods.values()), sent, after_delete=deleted)
     uids = [p.uid for p in pods.values()]
     for out in due:
-        await ctx.publish(out)
+        ctx.publish(out)
         sent.record(out, uids)
     had_pod_marks = bool(sent.pending or sent.running or sent.pods_ready or sent.finished)
     sent.forget_pods_except(uids)
     if not pods:
         del ctx.pods[pod.workload]
     if due or (not pods and had_pod_marks):
-        await ctx.marks.save(pod.workload, sent)
+        ctx.marks.save(pod.workload, sent)
 
 
 Handler = Callable[[ClusterChange, WatcherContext], Awaitable[None]]

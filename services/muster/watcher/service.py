@@ -3,14 +3,18 @@ Kubernetes it also writes the status of the cluster's Kueue objects (`status`).
 
 Resumes the cluster watch after the last revision it handled (KV `MUSTER_WATCHER`, key
 `<cluster>`); what it sent per workload lives in the same bucket (`<cluster>.wl.<ns>.<name>`),
-so a restart neither loses nor repeats a fact.
+so a restart neither loses nor repeats a fact. Changes are handled in batches (what arrived
+while the last batch was handled): a batch's events are published together, then its marks
+written, then its revision stored.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Protocol
 
 import msgspec
@@ -18,17 +22,22 @@ import nats.errors
 import nats.js.errors
 from nats.js.kv import KeyValue
 
+from muster.bus.cancel import raise_if_cancelling
 from muster.bus.connection import Bus
 from muster.bus.errors import Retry
 from muster.cluster.backend import ClusterBackend, ClusterChange
 from muster.cluster.errors import ClusterError
 from muster.watcher.handlers import Handler, KueueWorkloads, WatcherContext, handler_for
+from muster.watcher.outbox import Outbox
 from muster.watcher.pods import Sent, pod_state_of_view
 from muster.watcher.status import StatusSink, write_statuses
 
 log = logging.getLogger(__name__)
 
 WATCHER_BUCKET = "MUSTER_WATCHER"
+BATCH_MAX = 256  # changes handled before their events are published and remembered
+SAVE_INTERVAL_S = 0.1  # the revision is stored at most this often (and when stopping)
+_READ_TIMEOUT_S = 30.0  # reading the marks at start
 
 
 class Readiness(Protocol):
@@ -44,40 +53,81 @@ class KueueWriter(KueueWorkloads, StatusSink, Protocol):
     """Where a Kubernetes cluster's Kueue objects are written: `StatusWriter`."""
 
 
-class KvMarks:
-    """`MarksStore` over the `MUSTER_WATCHER` bucket, with an in-memory cache."""
+Put = Callable[[str, bytes], Awaitable[int]]  # a KV put: key, value -> revision
 
-    def __init__(self, kv: KeyValue, *, cluster: str) -> None:
+
+def bus_put(bus: Bus, bucket: str) -> Put:
+    """A put into `bucket` through the bus's publisher: the KV protocol's put is a publish to
+    `$KV.<bucket>.<key>`, and the bus's costs about half of nats-py's."""
+    prefix = f"$KV.{bucket}."
+
+    async def put(key: str, value: bytes) -> int:
+        return await bus.publisher.publish_raw(prefix + key, value, {})
+
+    return put
+
+
+class KvMarks:
+    """`MarksStore` over the `MUSTER_WATCHER` bucket: every mark of the cluster in memory (read
+    once at start), the changed ones written by `flush` (through `put`, else `kv.put`)."""
+
+    def __init__(self, kv: KeyValue, *, cluster: str, put: Put | None = None) -> None:
         self._kv = kv
+        self._put = put or kv.put
         self._cluster = cluster
+        self._prefix = f"{cluster}.wl."
         self._cache: dict[str, Sent] = {}
+        self._changed: set[str] = set()
 
     def _key(self, workload: str) -> str:
         namespace, _, name = workload.partition("/")
-        return f"{self._cluster}.wl.{namespace}.{name}"
+        return f"{self._prefix}{namespace}.{name}"
 
-    async def load(self, workload: str) -> Sent:
-        cached = self._cache.get(workload)
-        if cached is not None:
-            return cached
+    async def read_all(self) -> None:
+        """Read every mark of the cluster: from then on a workload without one sent nothing."""
+        watcher = await self._kv.watch(f"{self._prefix}>", ignore_deletes=True)
         try:
-            entry = await self._kv.get(self._key(workload))
-        except nats.js.errors.KeyNotFoundError:
-            sent = Sent()
-        else:
-            sent = msgspec.json.decode(entry.value or b"{}", type=Sent)
-        self._cache[workload] = sent
-        return sent
+            while True:
+                # nats-py leaves KeyWatcher's methods unannotated; None: every key was read.
+                entry = await watcher.updates(_READ_TIMEOUT_S)  # type: ignore[no-untyped-call]
+                if entry is None:
+                    return
+                namespace, _, name = entry.key.removeprefix(self._prefix).partition(".")
+                sent = msgspec.json.decode(entry.value or b"{}", type=Sent)
+                self._cache[f"{namespace}/{name}"] = sent
+        finally:
+            await watcher.stop()  # type: ignore[no-untyped-call]
 
-    async def save(self, workload: str, sent: Sent) -> None:
+    def load(self, workload: str) -> Sent:
+        return self._cache.setdefault(workload, Sent())
+
+    def save(self, workload: str, sent: Sent) -> None:
+        self._cache[workload] = sent
+        self._changed.add(workload)
+
+    async def flush(self) -> None:
+        """Write every mark changed since the last flush (side by side), retrying until done."""
+        changed, self._changed = self._changed, set()
+        if len(changed) == 1:  # the usual batch at a steady pace: no tasks for a gather
+            await self._write(changed.pop())
+        elif changed:
+            await asyncio.gather(*(self._write(workload) for workload in sorted(changed)))
+
+    async def _write(self, workload: str) -> None:
+        sent = self._cache.get(workload, Sent())
         key = self._key(workload)
         if sent.empty:
             self._cache.pop(workload, None)
-            with contextlib.suppress(nats.js.errors.KeyNotFoundError):
-                await self._kv.delete(key)
-            return
-        self._cache[workload] = sent
-        await self._kv.put(key, msgspec.json.encode(sent))
+            forget = functools.partial(self._forget, key)
+            await _until_done(f"forgetting marks of {workload}", forget)
+        else:
+            value = msgspec.json.encode(sent)
+            write = functools.partial(self._put, key, value)
+            await _until_done(f"saving marks of {workload}", write)
+
+    async def _forget(self, key: str) -> None:
+        with contextlib.suppress(nats.js.errors.KeyNotFoundError):
+            await self._kv.delete(key)
 
 
 async def load_revision(kv: KeyValue, cluster: str) -> int:
@@ -122,8 +172,11 @@ async def _watch(
     workloads: KueueWorkloads | None,
 ) -> None:
     kv = await bus.kv(WATCHER_BUCKET)
-    marks = KvMarks(kv, cluster=config.cluster)
-    ctx = WatcherContext(cluster=config.cluster, publisher=bus, marks=marks, workloads=workloads)
+    put = bus_put(bus, WATCHER_BUCKET)
+    marks = KvMarks(kv, cluster=config.cluster, put=put)
+    await marks.read_all()
+    outbox = Outbox(bus)
+    ctx = WatcherContext(cluster=config.cluster, outbox=outbox, marks=marks, workloads=workloads)
     revision = await load_revision(kv, config.cluster)
     if revision:
         # A resumed watch shows only what changed; the workload's other pods come from a list.
@@ -133,51 +186,96 @@ async def _watch(
                 ctx.seed(state)
     log.info("watching cluster %s from revision %d", config.cluster, revision)
     health.ready()
-    saver = RevisionSaver(kv, config.cluster, revision)
-    changes = backend.watch(from_revision=revision)
+    saver = RevisionSaver(put, config.cluster, revision)
     saving = asyncio.create_task(saver.run(), name="watcher-revision")
+    changes = batches(backend.watch(from_revision=revision), max_size=BATCH_MAX)
     try:
-        async for change in changes:
-            handler = handler_for(change)
-            if handler is not None:
-                await _handle_until_done(handler, change, ctx)
-            saver.handled(change.revision)
+        async for batch in changes:
+            for change in batch:
+                handler = handler_for(change)
+                if handler is not None:
+                    await _handle_until_done(handler, change, ctx)
+            # Handled, then remembered: events stored first, then marks, then the revision.
+            await outbox.flush()
+            await marks.flush()
+            saver.handled(batch[-1].revision)
             if saving.done():  # it only ends early on a bug: raise it
                 saving.result()
+            raise_if_cancelling()  # nats-py's waits may have swallowed it (bus.cancel)
     finally:
+        await changes.aclose()
         saver.stop()
+        await saving  # the last revision handled is stored before the watcher stops
+
+
+async def batches(
+    changes: AsyncGenerator[ClusterChange, None], *, max_size: int
+) -> AsyncGenerator[list[ClusterChange], None]:
+    """Yield `changes` in order, as many at a time as have arrived (1 to `max_size`).
+
+    A task reads the watch meanwhile, so changes arriving while a batch is handled make the next
+    batch. Ends (or raises) when the watch does, after the changes read before that.
+    """
+    queue: asyncio.Queue[ClusterChange | None] = asyncio.Queue()
+
+    async def read() -> None:
         try:
-            await saving  # the last revision handled is stored before the watcher stops
+            async with contextlib.aclosing(changes):
+                async for change in changes:
+                    queue.put_nowait(change)
         finally:
-            close = getattr(changes, "aclose", None)
-            if close is not None:
-                await close()
+            queue.put_nowait(None)  # the end; `reader` holds how it ended
+
+    reader = asyncio.create_task(read(), name="watcher-read")
+    try:
+        while True:
+            raise_if_cancelling()
+            batch: list[ClusterChange] = []
+            item = await queue.get()
+            while item is not None:
+                batch.append(item)
+                if len(batch) >= max_size or queue.empty():
+                    break
+                item = queue.get_nowait()
+            if batch:
+                yield batch
+            if item is None:
+                await reader  # raises what ended the watch
+                return
+    finally:
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
 
 
 class RevisionSaver:
-    """Stores the last revision handled, at most one write in flight: while one is stored,
-    later revisions only replace the next value to store.
+    """Stores the last revision handled, at most one write in flight and one every
+    `interval_s`: meanwhile later revisions only replace the next value to store.
 
-    Every change up to a stored revision was handled (changes are handled in order), so a
-    restart resumes from there; one handled after it is handled again on restart, which
-    republishes nothing (the marks say what was sent, and JetStream drops duplicate ids).
+    Every change up to a stored revision was handled and remembered (batches are handled in
+    order, and marks are written before a batch's revision is handed over), so a restart resumes
+    from there; one handled after it is handled again on restart, which republishes nothing
+    (the marks say what was sent, and JetStream drops duplicate ids).
     """
 
-    def __init__(self, kv: KeyValue, cluster: str, revision: int) -> None:
-        self._kv = kv
+    def __init__(
+        self, put: Put, cluster: str, revision: int, *, interval_s: float = SAVE_INTERVAL_S
+    ) -> None:
+        self._put = put
         self._cluster = cluster
         self._latest = revision
         self._stored = revision
+        self._interval_s = interval_s
         self._dirty = asyncio.Event()
-        self._stopping = False
+        self._stop = asyncio.Event()
 
     def handled(self, revision: int) -> None:
         self._latest = revision
         self._dirty.set()
 
     def stop(self) -> None:
-        """Store what is left, then end `run`."""
-        self._stopping = True
+        """Store what is left at once, then end `run`."""
+        self._stop.set()
         self._dirty.set()
 
     async def run(self) -> None:
@@ -186,10 +284,18 @@ class RevisionSaver:
             self._dirty.clear()
             if self._latest != self._stored:
                 latest = self._latest
-                await _save_revision(self._kv, self._cluster, latest)
+                await _until_done(
+                    f"saving watcher revision {latest}",
+                    functools.partial(self._put, self._cluster, str(latest).encode()),
+                )
                 self._stored = latest
-            if self._stopping and self._latest == self._stored:
-                return
+            if self._stop.is_set():
+                if self._latest == self._stored:
+                    return
+                continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._interval_s):
+                    await self._stop.wait()
 
 
 async def _handle_until_done(handler: Handler, change: ClusterChange, ctx: WatcherContext) -> None:
@@ -217,13 +323,14 @@ async def _handle_until_done(handler: Handler, change: ClusterChange, ctx: Watch
         delay_s = min(delay_s * 2, 5.0)
 
 
-async def _save_revision(kv: KeyValue, cluster: str, revision: int) -> None:
+async def _until_done(what: str, write: Callable[[], Awaitable[object]]) -> None:
+    """Run `write` until it succeeds, backing off on NATS failures (it must be idempotent)."""
     delay_s = 0.1
     while True:
         try:
-            await kv.put(cluster, str(revision).encode())
+            await write()
             return
-        except (nats.errors.Error, TimeoutError) as err:
-            log.warning("cannot save watcher revision %d: %r; retrying", revision, err)
+        except (Retry, nats.errors.Error, TimeoutError) as err:
+            log.warning("%s failed: %r; retrying", what, err)
         await asyncio.sleep(delay_s)
         delay_s = min(delay_s * 2, 5.0)

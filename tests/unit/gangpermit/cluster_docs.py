@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -81,3 +82,32 @@ def fed(docs: list[Doc], stream: Sequence[events_pb2.Envelope] = ()) -> GangPerm
 
 def event(field: str, payload: Any, *, workload: str, **kw: Any) -> events_pb2.Envelope:
     return new_event(field, payload, cluster="local", workload=workload, source="test", **kw)
+
+
+def kueue_workload(name: str, count: int) -> list[events_pb2.Envelope]:
+    manifest = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {
+            "queueName": "q",
+            "podSets": [
+                {
+                    "name": "main",
+                    "count": count,
+                    "template": {
+                        "spec": {
+                            "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    submitted = events_pb2.WorkloadSubmitted(manifest_json=json.dumps(manifest))
+    assignment = events_pb2.PodSetAssignment(name="main", count=count)
+    admission = events_pb2.Admission(cluster_queue="cq", pod_set_assignments=[assignment])
+    return [
+        event("submitted", submitted, workload=f"ns/{name}"),
+        event("admitted", events_pb2.WorkloadAdmitted(admission=admission), workload=f"ns/{name}"),
+    ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from muster.api import decode_documents
 from muster.api.model import Node, Pod, SchedulingWorkload
 from muster.cluster.backend import ChangeType
 from muster.cluster.sim.keys import node_key, object_key, pod_key
@@ -15,8 +16,9 @@ class Recording:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
 
-    def put(self, obj: CachedObject) -> None:
+    def put(self, obj: CachedObject) -> bool:
         self.calls.append(("put", f"{type(obj).__name__}/{obj.meta.name}"))
+        return True
 
     def remove(self, obj: CachedObject) -> None:
         self.calls.append(("remove", f"{type(obj).__name__}/{obj.meta.name}"))
@@ -67,8 +69,9 @@ def test_decoded_objects_are_the_api_model() -> None:
     got: list[CachedObject] = []
 
     class Keep(Recording):
-        def put(self, obj: CachedObject) -> None:
+        def put(self, obj: CachedObject) -> bool:
             got.append(obj)
+            return True
 
     cache = ClusterCache(cast(SimStore, None), sink=Keep())
     for revision, (key, obj) in enumerate(
@@ -83,3 +86,69 @@ def test_decoded_objects_are_the_api_model() -> None:
     assert isinstance(workload, SchedulingWorkload)
     assert pod.requests == {"cpu": 1000}
     assert [g.name for g in workload.pod_groups] == ["g"]
+
+
+class Keeping(Recording):
+    def __init__(self) -> None:
+        super().__init__()
+        self.objects: list[CachedObject] = []
+
+    def put(self, obj: CachedObject) -> bool:
+        self.objects.append(obj)
+        return super().put(obj)
+
+
+def rebound(obj: dict[str, Any], *, node: str, phase: str) -> dict[str, Any]:
+    """`obj` as a bind and the kubelet leave it: node set, status changed, resourceVersion new."""
+    meta = {**obj["metadata"], "resourceVersion": "42"}
+    return {
+        **obj,
+        "metadata": meta,
+        "spec": {**obj["spec"], "nodeName": node},
+        "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def test_a_pod_changed_only_in_node_and_status_is_the_one_decoded_before_updated() -> None:
+    sink = Keeping()
+    cache = ClusterCache(cast(SimStore, None), sink=sink)
+    key = pod_key("ns", "p")
+    changes = [POD, *(rebound(POD, node="n1", phase=p) for p in ("Pending", "Running"))]
+    for revision, obj in enumerate(changes, start=1):
+        cache.apply(StoreChange(type="MODIFIED", key=key, obj=obj, revision=revision))
+
+    first, bound, running = sink.objects
+    assert isinstance(bound, Pod)
+    assert isinstance(running, Pod)
+    assert (bound.node_name, bound.phase) == ("n1", "Pending")
+    assert (running.node_name, running.phase) == ("n1", "Running")
+    assert bound.requests is first.requests  # not decoded again
+    decoded, errors = decode_documents([changes[2]])
+    assert errors == []
+    assert decoded == [running]  # what a full decode gives
+
+
+def test_a_pod_whose_status_does_not_decode_is_decoded_whole_and_left_out() -> None:
+    sink = Recording()
+    cache = ClusterCache(cast(SimStore, None), sink=sink)
+    key = pod_key("ns", "p")
+    bad = rebound(POD, node="n1", phase="Lost")  # not a pod phase
+    for revision, obj in enumerate([POD, bad], start=1):
+        cache.apply(StoreChange(type="MODIFIED", key=key, obj=obj, revision=revision))
+
+    assert sink.calls == [("put", "Pod/p"), ("remove", "Pod/p")]
+
+
+def test_only_changes_the_sink_calls_news_wake_the_passes() -> None:
+    class Quiet(Recording):
+        def put(self, obj: CachedObject) -> bool:
+            super().put(obj)
+            return isinstance(obj, Node)  # say pods change no decision
+
+    woken: list[None] = []
+    cache = ClusterCache(cast(SimStore, None), sink=Quiet(), on_change=lambda: woken.append(None))
+    cache.apply(StoreChange(type="ADDED", key=pod_key("ns", "p"), obj=POD, revision=1))
+    assert woken == []
+    cache.apply(StoreChange(type="ADDED", key=node_key("n1"), obj=NODE, revision=2))
+    cache.apply(StoreChange(type="DELETED", key=pod_key("ns", "p"), obj=POD, revision=3))
+    assert len(woken) == 2  # a node, and a pod gone (its room is free)

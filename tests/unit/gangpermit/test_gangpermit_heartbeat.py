@@ -3,45 +3,13 @@ schedulable node's free room, and the Kueue workloads whose pods that room alrea
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from cluster_docs import event, fed, node, objects, pod
+from cluster_docs import fed, kueue_workload, node, objects, pod
 
-from muster.contracts.v1 import events_pb2
 from muster.gangpermit.decisions import decide
 from muster.gangpermit.service import GangPermitConfig, followed_subjects
 
 CPU = 1000
-
-
-def kueue_workload(name: str, count: int) -> list[events_pb2.Envelope]:
-    manifest = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "Workload",
-        "metadata": {"name": name, "namespace": "ns"},
-        "spec": {
-            "queueName": "q",
-            "podSets": [
-                {
-                    "name": "main",
-                    "count": count,
-                    "template": {
-                        "spec": {
-                            "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]
-                        }
-                    },
-                }
-            ],
-        },
-    }
-    submitted = events_pb2.WorkloadSubmitted(manifest_json=json.dumps(manifest))
-    assignment = events_pb2.PodSetAssignment(name="main", count=count)
-    admission = events_pb2.Admission(cluster_queue="cq", pod_set_assignments=[assignment])
-    return [
-        event("submitted", submitted, workload=f"ns/{name}"),
-        event("admitted", events_pb2.WorkloadAdmitted(admission=admission), workload=f"ns/{name}"),
-    ]
 
 
 def test_heartbeat_lists_free_room_of_schedulable_nodes_and_placed_workloads() -> None:

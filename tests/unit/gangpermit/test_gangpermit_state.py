@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 
-from cluster_docs import GANG, event, fed, gang, node, objects, pod
+import msgspec
+from cluster_docs import GANG, event, fed, gang, kueue_workload, node, objects, pod
 
 from muster.contracts.v1 import events_pb2
 from muster.gangpermit.decisions import decide
@@ -160,3 +161,53 @@ def test_kueue_workload_is_one_gang_of_its_admitted_pods_with_min_count() -> Non
     assert len(permit.gang_permitted.bindings) == 2  # minCount of 3 fit on 2 cpu
     # The third pod waits on its own, as any pod that joins a permitted gang.
     assert (left.type, left.workload) == ("workload.gang_waiting", "ns/job-main-2")
+
+
+def test_a_pod_bound_where_it_was_permitted_or_running_there_wakes_no_pass() -> None:
+    state = fed(node("a") + gang(pods=2))
+    (permit,) = decide(state, now_s=10.0)
+    nodes = {b.pod.name: b.node for b in permit.gang_permitted.bindings}
+
+    bound = objects(pod("train-0", workload="train", node_name=nodes["train-0"]))[0]
+    assert state.put(bound) is False  # the room was the permit's already
+    running = objects(pod("train-0", workload="train", node_name=nodes["train-0"]))[0]
+    running = msgspec.structs.replace(running, phase="Running")
+    assert state.put(running) is False
+    elsewhere = objects(pod("train-1", workload="train", node_name="b"))[0]
+    assert state.put(elsewhere) is True  # bound by someone else, not where permitted
+    assert state.put(objects(pod("new", workload="train"))[0]) is True
+    done = msgspec.structs.replace(running, phase="Succeeded")
+    assert state.put(done) is True  # its room is free
+
+
+def test_heartbeat_looks_again_only_at_gangs_that_changed_and_agrees_with_a_full_look() -> None:
+    state = fed(node("a", cpu="8"))
+    for name in ("one", "two", "three"):
+        for env in kueue_workload(name, 2):
+            state.apply_event(env)
+        for i in range(2):
+            state.put(objects(pod(f"{name}-main-{i}", labels={"muster.dev/workload": name}))[0])
+    assert state.capacity().placed == ()
+    decide(state, now_s=1.0)
+    assert state.capacity().placed == ("ns/one", "ns/three", "ns/two")
+    state.remove(objects(pod("two-main-1", labels={"muster.dev/workload": "two"}))[0])
+    state.apply_event(event("finished", events_pb2.WorkloadFinished(), workload="ns/three"))
+
+    placed = state.capacity().placed
+    state.touch_all()
+    assert placed == state.capacity().placed == ("ns/one",)
+
+
+def test_an_admission_wakes_a_pass_only_once_its_pods_are_seen() -> None:
+    state = fed(node("a", cpu="8"))
+    submitted, admitted = kueue_workload("job", 2)
+    assert state.apply_event(submitted) is False
+    assert state.apply_event(admitted) is False  # no pod yet: nothing to decide
+    state.put(objects(pod("job-main-0", labels={"muster.dev/workload": "job"}))[0])
+    state.put(objects(pod("job-main-1", labels={"muster.dev/workload": "job"}))[0])
+    readmitted = events_pb2.Envelope()
+    readmitted.CopyFrom(admitted)
+    readmitted.event_id = "again"
+    assert state.apply_event(readmitted) is True  # its pods are there: their gang changed
+    finished = event("finished", events_pb2.WorkloadFinished(), workload="ns/other")
+    assert state.apply_event(finished) is False  # no pod of it here

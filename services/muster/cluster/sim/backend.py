@@ -23,6 +23,8 @@ from nats.js import JetStreamContext
 from muster.api.convert import KUEUE_V1BETA1, stable_uid
 from muster.api.job import workload_name_for_job
 from muster.api.quantity import format_quantity
+from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
+from muster.bus.publisher import Publisher
 from muster.cluster.backend import (
     ClusterBackend,
     ClusterChange,
@@ -64,12 +66,16 @@ from muster.cluster.sim.keys import (
     object_key,
     pod_key,
 )
-from muster.cluster.sim.store import SimStore, StoredObject, nats_errors
+from muster.cluster.sim.store import RawPublisher, SimStore, StoredObject, nats_errors
 
 log = logging.getLogger(__name__)
 V = TypeVar("V")
 
 _MAX_ATTEMPTS = 20  # optimistic writes retried this often before the conflict is raised
+# Pods this backend created and has not bound yet, kept so that a bind needs no read: at most
+# this many (the oldest go first; a bind of one that went reads it).
+_CREATED_KEPT = 10_000
+_WRITE_TIMEOUT_S = 5.0  # a write's PubAck, on a connection `connect` opened
 _BINARY_RESOURCES = ("memory", "ephemeral-storage", "hugepages-")  # printed as 1Gi, not 1073741824
 
 
@@ -92,6 +98,8 @@ class SimBackend:
         self._clock = clock or WallClock()
         self._new_uid = new_uid  # pod uids: a recreated pod must get a new one
         self._on_close = on_close
+        # Pod key -> the pod as created here, with its revision (see `bind`).
+        self._created: dict[str, StoredObject] = {}
 
     @classmethod
     async def connect(cls, url: str, *, cluster: str, clock: Clock | None = None) -> SimBackend:
@@ -99,7 +107,11 @@ class SimBackend:
         with nats_errors():
             nc = await nats.connect(url, name=f"muster-sim-{cluster}")
         try:
-            store = await SimStore.open(nc.jetstream(), cluster=cluster)
+            js = nc.jetstream()
+            writes = Publisher(
+                nc, js, max_event_bytes=DEFAULT_MAX_EVENT_BYTES, timeout_s=_WRITE_TIMEOUT_S
+            )
+            store = await SimStore.open(js, cluster=cluster, publisher=writes)
         except BaseException:
             await nc.close()
             raise
@@ -107,10 +119,16 @@ class SimBackend:
 
     @classmethod
     async def open(
-        cls, js: JetStreamContext, *, cluster: str, clock: Clock | None = None
+        cls,
+        js: JetStreamContext,
+        *,
+        cluster: str,
+        clock: Clock | None = None,
+        publisher: RawPublisher | None = None,
     ) -> SimBackend:
-        """Open `cluster`'s store over a connection the caller owns (`Bus.js`)."""
-        return cls(await SimStore.open(js, cluster=cluster), clock=clock)
+        """Open `cluster`'s store over a connection the caller owns (`Bus.js`), writing through
+        `publisher` when given (`Bus.publisher`)."""
+        return cls(await SimStore.open(js, cluster=cluster, publisher=publisher), clock=clock)
 
     async def close(self) -> None:
         if self._on_close is not None:
@@ -137,11 +155,19 @@ class SimBackend:
 
     async def create(self, manifest: Mapping[str, Any]) -> bool:
         kind, key, obj = _checked(manifest)
+        prepared = self._prepared(obj, kind=kind, current=None)
         try:
-            await self.store.create(key, self._prepared(obj, kind=kind, current=None))
+            revision = await self.store.create(key, prepared)
         except ConflictError:
             return False
+        if kind == "Pod":
+            self._keep_created(StoredObject(key=key, obj=prepared, revision=revision))
         return True
+
+    def _keep_created(self, pod: StoredObject) -> None:
+        self._created[pod.key] = pod
+        if len(self._created) > _CREATED_KEPT:
+            del self._created[next(iter(self._created))]
 
     def _prepared(
         self, manifest: dict[str, Any], *, kind: str, current: StoredObject | None
@@ -174,6 +200,7 @@ class SimBackend:
         return await self._delete(object_key(*identity(manifest)))
 
     async def _delete(self, key: str) -> bool:
+        self._created.pop(key, None)
         for _ in range(_MAX_ATTEMPTS):
             current = await self.store.get(key)
             if current is None:
@@ -229,12 +256,19 @@ class SimBackend:
         # Pods get their uid here, not in apply: apply replaces, start_workload never does.
         for pod in pods:
             pod["metadata"]["uid"] = self._new_uid()
-        await asyncio.gather(*(self._create_if_absent(pod) for pod in pods))
+        if len(pods) == 1:
+            await self._create_if_absent(pods[0])  # no task for a gather of one
+        else:
+            await asyncio.gather(*(self._create_if_absent(pod) for pod in pods))
 
     async def _create_if_absent(self, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
-        with contextlib.suppress(ConflictError):  # it exists: an idempotent start leaves it alone
-            await self.store.create(pod_key(meta["namespace"], meta["name"]), pod)
+        key = pod_key(meta["namespace"], meta["name"])
+        try:
+            revision = await self.store.create(key, pod)
+        except ConflictError:  # it exists: an idempotent start leaves it alone
+            return
+        self._keep_created(StoredObject(key=key, obj=pod, revision=revision))
 
     async def _workload_annotations(self, namespace: str, name: str) -> dict[str, str]:
         """Return the run-seconds annotation of the stored Workload, or of the Job it is for."""
@@ -251,12 +285,16 @@ class SimBackend:
         return {}
 
     async def bind(self, namespace: str, pod: str, node: str) -> None:
+        """Bind from the pod as this backend created it when it still knows it (no read: the
+        update names that revision, so a pod changed since is a conflict, then read afresh)."""
         key = pod_key(namespace, pod)
+        current = self._created.pop(key, None)
         for _ in range(_MAX_ATTEMPTS):
-            current = await self.store.get(key)
             if current is None:
-                raise NotFoundError(describe(key))
-            obj = current.obj  # decoded for this read alone: changed in place, no copy
+                current = await self.store.get(key)
+                if current is None:
+                    raise NotFoundError(describe(key))
+            obj = current.obj  # ours alone (read for this bind, or popped): changed in place
             spec = obj.setdefault("spec", {})
             bound_to = spec.get("nodeName") or ""
             if bound_to == node:
@@ -268,6 +306,7 @@ class SimBackend:
             try:
                 await self.store.update(key, obj, revision=current.revision)
             except ConflictError:
+                current = None
                 continue
             return
         raise ConflictError(describe(key), f"still changing after {_MAX_ATTEMPTS} attempts")

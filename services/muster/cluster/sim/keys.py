@@ -53,7 +53,8 @@ CLUSTER_SCOPED_KINDS = frozenset(
 _SHARED_KINDS = {"Workload": "kueue.x-k8s.io"}
 SCHEDULING_WORKLOAD_KIND = "Workload.scheduling.k8s.io"
 
-_PLAIN = re.compile(r"[A-Za-z0-9-]")
+_PLAIN = re.compile(r"[A-Za-z0-9-]+")
+_NOT_PLAIN = re.compile(r"[^A-Za-z0-9-]")
 _ESCAPED = re.compile(r"(?:=[0-9A-F]{2})+")
 _CLUSTER_ID = re.compile(r"[A-Za-z0-9_-]+")
 
@@ -69,7 +70,9 @@ def escape(segment: str) -> str:
     """Return `segment` as one key token (see the module docstring); "" becomes "_"."""
     if not segment:
         return NO_NAMESPACE
-    return "".join(c if _PLAIN.match(c) else _hex(c) for c in segment)
+    if _PLAIN.fullmatch(segment):  # most names: nothing to escape
+        return segment
+    return _NOT_PLAIN.sub(lambda m: _hex(m[0]), segment)
 
 
 def unescape(token: str) -> str:

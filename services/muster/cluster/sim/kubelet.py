@@ -5,8 +5,10 @@ A bound Pending pod becomes Running at once (startTime, Ready); after its
 until it is deleted; a deleted pod simply stops. A pod bound to a node that does not exist is
 marked Failed. Resource accounting is not the kubelet's job: gang-permit checks fit first.
 
-Nothing is kept but timers: a restarted kubelet lists every pod again and computes what is
-left of a Running pod's run time from its startTime, so pods finish on time across restarts.
+Nothing is kept but timers and the names of the nodes: a restarted kubelet lists every pod
+again and computes what is left of a Running pod's run time from its startTime, so pods finish
+on time across restarts. Nodes come through the same watch as pods (in revision order), so
+starting a pod is one write, made from the revision the watch brought.
 """
 
 from __future__ import annotations
@@ -19,10 +21,14 @@ from typing import Any
 from muster.cluster.errors import ConflictError
 from muster.cluster.objects import format_time, parse_time, run_seconds_of
 from muster.cluster.sim.clock import Clock
-from muster.cluster.sim.keys import POD_PREFIX, describe, node_key
+from muster.cluster.sim.keys import NODE_PREFIX, POD_PREFIX, describe, node_key
 from muster.cluster.sim.store import SimStore, StoreChange
 
 log = logging.getLogger(__name__)
+
+# Pods started at once: a start is one write, made beside the watch (which then reads on)
+# rather than in its way; at most this many are in flight before the watch waits.
+_STARTS_IN_FLIGHT = 64
 
 
 class Kubelet:
@@ -35,24 +41,36 @@ class Kubelet:
         self._clock = clock
         self._speed = speed
         self._timers: dict[str, tuple[str, asyncio.Task[None]]] = {}  # pod key -> (uid, timer)
+        self._nodes: set[str] = set()  # keys of the nodes the watch has shown, not deleted
+        self._starts = asyncio.Semaphore(_STARTS_IN_FLIGHT)
 
     async def run(self) -> None:
         """Watch pods and drive each through its phases; returns only by cancellation or error.
 
         A write that loses a race is dropped: the watch brings the newer state, which is
-        looked at afresh, so every decision is made on the pod as it is now.
+        looked at afresh, so every decision is made on the pod as it is now. That is also why
+        starts may run side by side, with one another and with the watch.
         """
         try:
-            changes = self._store.watch(POD_PREFIX)
-            async with asyncio.TaskGroup() as timers, contextlib.aclosing(changes):
+            changes = self._store.watch(POD_PREFIX, NODE_PREFIX)
+            async with asyncio.TaskGroup() as tasks, contextlib.aclosing(changes):
                 async for change in changes:
-                    await self._on_change(change, timers)
+                    if change.key.startswith(NODE_PREFIX):
+                        self._on_node(change)
+                    else:
+                        await self._on_change(change, tasks)
         finally:
             for _, task in self._timers.values():
                 task.cancel()
             self._timers.clear()
 
-    async def _on_change(self, change: StoreChange, timers: asyncio.TaskGroup) -> None:
+    def _on_node(self, change: StoreChange) -> None:
+        if change.type == "DELETED":
+            self._nodes.discard(change.key)
+        else:
+            self._nodes.add(change.key)
+
+    async def _on_change(self, change: StoreChange, tasks: asyncio.TaskGroup) -> None:
         pod = change.obj
         uid = _meta(pod).get("uid", "")
         phase = pod.get("status", {}).get("phase", "Pending")
@@ -60,16 +78,24 @@ class Kubelet:
         if change.type == "DELETED" or phase in ("Succeeded", "Failed"):
             self._cancel(change.key)
         elif phase == "Pending" and node:
-            await self._start(change, node)
+            await self._starts.acquire()
+            tasks.create_task(self._start(change, node))
         elif phase == "Running":
-            self._schedule_finish(change, uid, timers)
+            self._schedule_finish(change, uid, tasks)
 
     async def _start(self, change: StoreChange, node: str) -> None:
-        """Move a bound Pending pod to Running, or to Failed when its node does not exist."""
+        """Move a bound Pending pod to Running, or to Failed when its node does not exist;
+        releases a start slot."""
+        try:
+            await self._write_start(change, node)
+        finally:
+            self._starts.release()
+
+    async def _write_start(self, change: StoreChange, node: str) -> None:
         pod = change.obj
         status = dict(pod.get("status", {}))
         now = format_time(self._clock.now_s())
-        if await self._store.get(node_key(node)) is None:
+        if not await self._node_exists(node):
             status.update(
                 phase="Failed",
                 reason="NodeNotFound",
@@ -83,6 +109,12 @@ class Kubelet:
                 conditions=_with_condition(status, "Ready", "True", now=now),
             )
         await self._write(change.key, {**pod, "status": status}, revision=change.revision)
+
+    async def _node_exists(self, node: str) -> bool:
+        """Whether `node` exists: known from the watch, else read (a node written after the pod,
+        which a restarted kubelet's list shows later)."""
+        key = node_key(node)
+        return key in self._nodes or await self._store.get(key) is not None
 
     def _schedule_finish(self, change: StoreChange, uid: str, timers: asyncio.TaskGroup) -> None:
         """Arrange for a Running pod with a run time to succeed when that time is up."""

@@ -135,7 +135,7 @@ def decide(
 
 
 def _expected_text(candidate: Candidate, expected_s: float, *, now_s: float) -> str:
-    """"gpu in 26 s": relative to now, which reads the same on the virtual clock and in the
+    """ "gpu in 26 s": relative to now, which reads the same on the virtual clock and in the
     services (whose clock is Unix time)."""
     name = candidate.cluster_queue or f"LocalQueue {candidate.option.queue_name}"
     if candidate.load is None:
