@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bus_helpers import EventLog
+from placement_stack import Ready
 
 from muster.binder.service import BinderConfig, run_binder
 from muster.bus import Bus
@@ -28,14 +29,6 @@ from muster.watcher.service import WatcherConfig, run_watcher
 
 SPEED = 20.0  # pods run 20 times faster than their muster.dev/run-seconds
 HEARTBEAT_S = 0.2
-
-
-class Ready:
-    def __init__(self) -> None:
-        self.event = asyncio.Event()
-
-    def ready(self) -> None:
-        self.event.set()
 
 
 @dataclass
