@@ -7,6 +7,10 @@ gangs by `parse_time`, and the simulated cluster writes times with `format_time`
 from __future__ import annotations
 
 import datetime
+import math
+from collections.abc import Mapping
+
+from muster.api.wellknown import RUN_SECONDS_ANNOTATION
 
 
 def parse_time(text: str) -> float:
@@ -39,3 +43,15 @@ def timestamp_problem(text: str | None) -> str | None:
     except ValueError:
         return f"must be an RFC 3339 time such as 2024-01-02T03:04:05Z, got {text!r}"
     return None
+
+
+def run_seconds_of(annotations: Mapping[str, str]) -> float | None:
+    """Annotation muster.dev/run-seconds in seconds; None when absent or not a duration."""
+    text = annotations.get(RUN_SECONDS_ANNOTATION)
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None

@@ -8,7 +8,6 @@ a manifest, one line per problem with its field path, so `apply` can refuse it u
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -28,7 +27,7 @@ from muster.api.raw import (  # the wire shapes live in muster.api; re-exported 
     RawStatusCondition,
     Wire,
 )
-from muster.api.times import format_time, parse_time
+from muster.api.times import format_time, parse_time, run_seconds_of
 from muster.api.wellknown import (
     DEFAULT_SCHEDULER,
     POD_GROUP_LABEL,
@@ -172,18 +171,6 @@ def report_key(
         return "/".join((namespace, name, group, *([replica] if replica else [])))
     source = labels.get(POD_GROUP_LABEL) or labels.get(WORKLOAD_LABEL)
     return f"{namespace}/{source}" if source else ""
-
-
-def run_seconds_of(annotations: Mapping[str, str]) -> float | None:
-    """Return annotation muster.dev/run-seconds in seconds; None when absent or not a number."""
-    text = annotations.get(RUN_SECONDS_ANNOTATION)
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) and value >= 0 else None
 
 
 # --- checks ----------------------------------------------------------------------------------

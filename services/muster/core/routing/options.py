@@ -6,13 +6,12 @@ long each is expected to run (`muster.dev/run-seconds`, or the alternative's `ru
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 
 import msgspec
 
 from muster.api.model import Alternative, PodSet, Workload
-from muster.api.wellknown import RUN_SECONDS_ANNOTATION
+from muster.api.times import run_seconds_of
 from muster.core.routing.model import Demand, RouteOption
 
 
@@ -71,14 +70,7 @@ def demand_of(pod_sets: Iterable[PodSet]) -> Demand:
 
 def declared_run_seconds(wl: Workload) -> float | None:
     """`muster.dev/run-seconds` of the workload, or None when absent or not a duration."""
-    text = wl.meta.annotations.get(RUN_SECONDS_ANNOTATION)
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) and value >= 0 else None
+    return run_seconds_of(wl.meta.annotations)
 
 
 def run_seconds_on(wl: Workload, queue_name: str) -> float | None:
