@@ -34,8 +34,8 @@ from muster.core.preemption import PreemptionRequest, TreeView, Victims, pick_vi
 from muster.core.queues import Park, PendingGroup, QueueRuntime, TreeRuntime
 from muster.core.quota import tree_id
 from muster.core.records import Phase, WorkloadRecord
-from muster.core.routing import Choice, Policy, Route, Router, RoutingSettings
-from muster.core.routing.model import REASONS
+from muster.core.routing import RoutingSettings
+from muster.core.routing.control import RoutingControl, Take
 from muster.core.status import ClusterQueueStatus, LocalQueueStatus, PendingWorkload
 from muster.core.visibility import (
     QuotaRow,
@@ -87,10 +87,7 @@ class Engine:
         # Restored as waiting for its victims: its next try parks it instead of preempting.
         self.awaiting_victims: set[WorkloadKey] = set()
         self.version = 0  # bumped by every call that may change state; keys cached views
-        self.router = Router(routing) if routing is not None else None
-        # Groups of workloads routed into a ClusterQueue, parked while its own workloads wait.
-        self.held_for_natives: dict[str, list[PendingGroup]] = {}
-        self.reroute_due = False  # something changed since `fastest` last looked
+        self.routing = RoutingControl(routing) if routing is not None else None
         self._by_queue: (
             tuple[int, dict[str, list[WorkloadRecord]], dict[str, list[WorkloadRecord]]] | None
         ) = None
@@ -133,7 +130,9 @@ class Engine:
         elif wl.admission is not None:
             self._arrive_admitted(r, wl.admission)
         else:
-            self._route_on_arrival(r)
+            take = self.routing.arrive(self, r) if self.routing is not None else None
+            if take is not None:
+                self._take(r, take)
             self._enqueue(r)
         return self._take_events()
 
@@ -257,8 +256,8 @@ class Engine:
         r.conditions.pop(EVICTED, None)
         r.conditions.pop(PREEMPTED, None)
         r.checks = dict.fromkeys(checks, "Pending")
-        if self.router is not None:
-            self.router.settle(key)  # it reserved quota once: its route is final
+        if self.routing is not None:
+            self.routing.settle(key)
         self._take_events()
 
     def restore_admitted(self, key: WorkloadKey, *, now_s: float) -> None:
@@ -296,6 +295,19 @@ class Engine:
         if reason == WAITING_FOR_VICTIMS or message == WAITING_FOR_VICTIMS_MESSAGE:
             self.awaiting_victims.add(key)
 
+    def restore_routed(self, key: WorkloadKey, *, queue_name: str) -> None:
+        """The recorded routing of `key` to LocalQueue `queue_name` (state rebuild): it moves
+        there without deciding or reporting anything."""
+        r = self.records.get(key)
+        if r is None or r.phase is not Phase.PENDING or self.routing is None:
+            return
+        take = self.routing.restore(key, queue_name=queue_name)
+        if take is None:
+            return
+        self._take(r, take)
+        self._enqueue(r)
+        self._take_events()
+
     def holds_quota(self, key: WorkloadKey) -> bool:
         r = self.records.get(key)
         return r is not None and r.holds_quota
@@ -317,9 +329,10 @@ class Engine:
         self._fire_timers()
         self.preempted_this_round = set()
         if not self._admission_blocked():
-            self._reroute()
-            if self.held_for_natives:
-                self._release_held()
+            if self.routing is not None:
+                self._reroute(self.routing)
+                for group in self.routing.release(self):
+                    self._retry(group)
             for name in sorted(self.trees):
                 self._schedule_tree(self.trees[name])
         return self._take_events()
@@ -419,7 +432,8 @@ class Engine:
         self.config.build(holders)
         self.trees = {}
         self.queues = {}
-        self.held_for_natives = {}  # every pending workload is enqueued again below
+        if self.routing is not None:
+            self.routing.drop_held()  # every pending workload is enqueued again below
         for name in sorted(self.config.cluster_queues):
             tree_name = tree_id(self.config.tree.cluster_queues[name].root())
             tree = self.trees.get(tree_name)
@@ -453,7 +467,7 @@ class Engine:
         r.cluster_queue = cq_name or ""
         cq = self.queues[r.cluster_queue]
         shape = r.shape if self.config.best_effort(r.cluster_queue) else b""
-        if self.router is not None and self.router.is_routed(r.key):
+        if self.routing is not None and self.routing.is_routed(r.key):
             shape = b"routed:" + r.shape  # never in one group with the queue's own workloads
         group = cq.groups.get(shape)
         if group is None:
@@ -465,6 +479,11 @@ class Engine:
             return  # behind a head that cannot be admitted: it cannot be either
         cq.list_group(group)
         self._list_queue(cq)
+
+    def _retry(self, group: PendingGroup) -> None:
+        """List `group` and its ClusterQueue again: its head may be admissible now."""
+        group.cq.list_group(group)
+        self._list_queue(group.cq)
 
     def _list_queue(self, cq: QueueRuntime) -> None:
         group = cq.best_group()
@@ -515,8 +534,9 @@ class Engine:
         if problem is not None:
             self._park(tree, group, r, problem, {})
             return
-        if self._natives_first(r):
-            self._hold_for_natives(tree, group, r)
+        held = self.routing.hold_back(self, r, group) if self.routing is not None else None
+        if held is not None:
+            self._park(tree, group, r, (self.config.reason("WaitingForQuota", "Pending"), held), {})
             return
         a = self._assign(r)
         if a.mode is Mode.FIT:
@@ -644,8 +664,9 @@ class Engine:
         r.evicted = False
         r.pending_message = ""
         self.config.hold(r)
-        if self.router is not None:
-            self._started(r)
+        if self.routing is not None:
+            for group in self.routing.started(self, r):
+                self._retry(group)
         message = f"Quota reserved in ClusterQueue {r.cluster_queue}"
         r.set_condition(QUOTA_RESERVED, True, "QuotaReserved", message)
         r.conditions.pop(EVICTED, None)
@@ -764,8 +785,7 @@ class Engine:
             return
         for fr, amount in freed.items():
             for group in tree.release(fr, amount):
-                group.cq.list_group(group)
-                self._list_queue(group.cq)
+                self._retry(group)
 
     def _drop(self, r: WorkloadRecord) -> None:
         """Remove a record that no longer queues or holds anything from every index.
@@ -776,53 +796,27 @@ class Engine:
         del self.records[r.key]
         self.awaiting_victims.discard(r.key)
         r.group = None
-        if self.router is not None:
-            self.router.forget(r.key)
+        if self.routing is not None:
+            self.routing.forget(r.key)
 
-    # --- routing (docs/routing.md) ---------------------------------------------------------
+    # --- routing (docs/routing.md; the decisions are RoutingControl's) -------------------
 
-    def _route_on_arrival(self, r: WorkloadRecord) -> None:
-        """Start routing `r` if it has alternatives; `threshold` decides here, once."""
-        route = self.router.track(self, r) if self.router is not None else None
-        if route is None:
-            return
-        self.reroute_due = True  # a workload for `fastest` to look at
-        if route.policy is Policy.THRESHOLD:
-            assert self.router is not None
-            self._take(r, route, self.router.decide(self, r, route))
-            self.router.settle(r.key)
-
-    def _reroute(self) -> None:
-        """`fastest`: look again at every pending workload it routes, after any change."""
-        router = self.router
-        if router is None or not self.reroute_due:
-            return
-        for key in list(router.open):
-            r = self.records[key]
-            if r.phase is not Phase.PENDING:
-                continue
-            route = router.routes[key]
-            choice = router.decide(self, r, route)
-            moves = choice.index != route.current
-            if not moves and route.announced:
-                continue
+    def _reroute(self, routing: RoutingControl) -> None:
+        """`fastest`: carry out what it decides for the pending workloads it routes."""
+        for r, take in routing.reroute(self):
             old = r.group
-            self._take(r, route, choice)
-            if moves:  # off its old queue, onto the new one
+            self._take(r, take)
+            if take.moves:  # off its old queue, onto the new one
                 self._enqueue(r)
                 if old is not None and old.head() is not None:
-                    old.cq.list_group(old)  # its head changed; retry it
-                    self._list_queue(old.cq)
-        self.reroute_due = False  # its own Routed events are no reason to look again
+                    self._retry(old)  # its head changed
 
-    def _take(self, r: WorkloadRecord, route: Route, choice: Choice) -> None:
-        """Put `r` on option `choice.index` and say so; a move leaves `r.group` None for the
+    def _take(self, r: WorkloadRecord, take: Take) -> None:
+        """Put `r` on the option routing chose and say so; a move leaves `r.group` None for the
         caller to enqueue it (through the option's LocalQueue, keeping its key and order)."""
         before = self.config.local_queues.get(r.local_queue)
-        option = route.options[choice.index]
-        moves = choice.index != route.current
-        if moves:
-            route.current = choice.index
+        if take.moves:
+            option = take.option
             r.wl = msgspec.structs.replace(
                 r.wl, queue_name=option.queue_name, pod_sets=option.pod_sets
             )
@@ -831,74 +825,14 @@ class Engine:
             r.group = None
             self.version += 1  # cached views group records by queue
         after = self.config.local_queues.get(r.local_queue)
-        route.announced = True
         self._emit(
             EventType.ROUTED,
             r,
-            REASONS[route.policy],
-            choice.message,
+            take.reason,
+            take.message,
             from_queue=before.cluster_queue if before is not None else "",
             to_queue=after.cluster_queue if after is not None else "",
         )
-
-    def restore_routed(self, key: WorkloadKey, *, queue_name: str) -> None:
-        """The recorded routing of `key` to LocalQueue `queue_name` (state rebuild): it moves
-        there without deciding or reporting anything."""
-        r = self.records.get(key)
-        route = self.router.routes.get(key) if self.router is not None else None
-        if r is None or route is None or r.phase is not Phase.PENDING:
-            return
-        index = next((o.index for o in route.options if o.queue_name == queue_name), None)
-        if index is None:
-            return
-        route.announced = True  # recorded: a "stays" is not announced again either
-        if index == route.current:
-            return
-        self._take(r, route, Choice(index=index, message=""))
-        self._enqueue(r)
-        self._take_events()
-
-    def _natives_first(self, r: WorkloadRecord) -> bool:
-        """Whether `r` was routed into its ClusterQueue while workloads of that queue's own
-        wait there: they go first, so routing never takes capacity they are waiting for."""
-        if self.router is None or not self.router.is_routed(r.key):
-            return False
-        return self._natives_waiting(r.cluster_queue)
-
-    def _natives_waiting(self, cluster_queue: str) -> bool:
-        assert self.router is not None
-        return any(
-            other.phase is Phase.PENDING and not self.router.is_routed(other.key)
-            for other in self.records_by_queue()[0].get(cluster_queue, ())
-        )
-
-    def _hold_for_natives(self, tree: TreeRuntime, group: PendingGroup, r: WorkloadRecord) -> None:
-        assert self.router is not None
-        message = (
-            f"routed to ClusterQueue {r.cluster_queue}: waits while workloads of its own "
-            "are pending there"
-        )
-        self._park(tree, group, r, (self.config.reason("WaitingForQuota", "Pending"), message), {})
-        self.held_for_natives.setdefault(r.cluster_queue, []).append(group)
-
-    def _release_held(self, cluster_queue: str | None = None) -> None:
-        """Retry the routed groups held in a ClusterQueue once none of its own wait there."""
-        names = list(self.held_for_natives) if cluster_queue is None else [cluster_queue]
-        for name in names:
-            if name not in self.held_for_natives or self._natives_waiting(name):
-                continue
-            for group in self.held_for_natives.pop(name):
-                if group.park is Park.PARKED and group.head() is not None:
-                    group.cq.list_group(group)
-                    self._list_queue(group.cq)
-
-    def _started(self, r: WorkloadRecord) -> None:
-        """`r` reserved quota: its route is final; a queue's own workload starting may
-        release the routed ones held behind it."""
-        assert self.router is not None
-        self.router.settle(r.key)
-        if r.cluster_queue in self.held_for_natives and not self.router.is_routed(r.key):
-            self._release_held(r.cluster_queue)
 
     # --- timers --------------------------------------------------------------------------
 
@@ -954,7 +888,8 @@ class Engine:
         from_queue: str = "",
         to_queue: str = "",
     ) -> None:
-        self.reroute_due = True
+        if self.routing is not None:
+            self.routing.changed()
         self.events.append(
             Event(
                 time=self.now_s,

@@ -1,8 +1,9 @@
 """Routing: which of its declared queue and alternatives a workload runs through (issue 6).
 
 `model` holds the policies and decisions, `options` a workload's options, `threshold` and
-`fastest` the two policies, `loads` the engine state they read and `router` the per-engine
-state the engine consults. docs/routing.md explains the policies.
+`fastest` the two policies, `loads` the engine state they read, `router` the per-engine
+state the engine consults and `control` what the engine asks of routing and carries out.
+docs/routing.md explains the policies.
 """
 
 from muster.core.routing.model import (
