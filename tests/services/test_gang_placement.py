@@ -75,8 +75,7 @@ async def test_gang_of_four_with_room_for_three_binds_nothing_until_a_fourth_nod
     # What `muster events --workload ns/train/workers` shows: the gang's own events.
     assert stack.gateway is not None
     watch = stack.gateway.events.Watch(
-        services_pb2.WatchRequest(from_sequence=1, workload=GANG),
-        metadata=(("muster-follow", "false"),),
+        services_pb2.WatchRequest(from_sequence=1, workload=GANG, history_only=True)
     )
     watched = [env.type async for env in watch]
     assert [t for t in watched if t != "workload.pods_pending"] == life

@@ -1,4 +1,5 @@
-"""Events.Watch against a real nats-server: streaming, filters, resuming, ending."""
+"""Events.Watch against a real nats-server: streaming, filters (a routed workload's LocalQueue
+too), resuming, ending (`history_only`, and the deprecated `muster-follow` metadata)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from bus_helpers import pending, submitted
 from gateway_helpers import RunningGateway, consumer_count, running_gateway
 
-from muster.bus import Bus
+from muster.bus import Bus, new_event
 from muster.contracts.v1 import events_pb2, services_pb2
 
 pytestmark = pytest.mark.timeout(60)
@@ -128,13 +129,39 @@ async def test_filters_by_workload_namespace_type_and_local_queue(
 
     got = {}
     for name, request in requests.items():
-        call = gw.events.Watch(request, metadata=(("muster-follow", "false"),))
-        got[name] = [env.sequence async for env in call]
+        request.history_only = True
+        got[name] = [env.sequence async for env in gw.events.Watch(request)]
 
     assert got == expected
 
 
-async def test_without_follow_the_stream_ends_at_the_last_stored_event(
+async def test_history_only_ends_after_the_stored_events_and_a_plain_watch_follows(
+    gw: RunningGateway, bus: Bus
+) -> None:
+    await bus.publish_all([submitted("ml/a"), submitted("ml/b")])
+    history = gw.events.Watch(services_pb2.WatchRequest(from_sequence=1, history_only=True))
+    following = gw.events.Watch(services_pb2.WatchRequest(from_sequence=1))
+
+    stored = [env.workload async for env in history]
+    assert (stored, await history.code()) == (["ml/a", "ml/b"], grpc.StatusCode.OK)
+    assert [env.workload for env in await read(following, 2)] == ["ml/a", "ml/b"]
+    await bus.publish(submitted("ml/c"))
+    (new,) = await read(following, 1)  # not ended at the stored events: it gets the new one
+    following.cancel()
+
+    assert new.workload == "ml/c"
+
+
+async def test_history_only_from_sequence_zero_ends_at_once(gw: RunningGateway, bus: Bus) -> None:
+    await bus.publish(submitted("ml/a"))
+    call = gw.events.Watch(services_pb2.WatchRequest(from_sequence=0, history_only=True))
+
+    got = [env async for env in call]
+
+    assert (got, await call.code()) == ([], grpc.StatusCode.OK)
+
+
+async def test_the_deprecated_follow_metadata_still_ends_the_stream(
     gw: RunningGateway, bus: Bus
 ) -> None:
     await bus.publish_all([submitted("ml/a"), submitted("ml/b")])
@@ -146,6 +173,75 @@ async def test_without_follow_the_stream_ends_at_the_last_stored_event(
 
     assert got == ["ml/a", "ml/b"]
     assert await call.code() == grpc.StatusCode.OK
+
+
+def routed(workload: str, *, from_cq: str, to_cq: str, queue: str) -> events_pb2.Envelope:
+    payload = events_pb2.WorkloadRouted(
+        from_cluster_queue=from_cq,
+        to_cluster_queue=to_cq,
+        queue_name=queue,
+        policy="fastest",
+        reason="Fastest",
+        message=f"routed from ClusterQueue {from_cq} to {to_cq} (LocalQueue {queue})",
+    )
+    return new_event("routed", payload, cluster="local", workload=workload, source="test")
+
+
+def admitted(workload: str, cq: str) -> events_pb2.Envelope:
+    payload = events_pb2.WorkloadAdmitted(admission=events_pb2.Admission(cluster_queue=cq))
+    return new_event("admitted", payload, cluster="local", workload=workload, source="test")
+
+
+def bound(workload: str) -> events_pb2.Envelope:
+    return new_event(
+        "bound", events_pb2.PodsBound(), cluster="local", workload=workload, source="test"
+    )
+
+
+def finished(workload: str) -> events_pb2.Envelope:
+    payload = events_pb2.WorkloadFinished(succeeded=True)
+    return new_event("finished", payload, cluster="local", workload=workload, source="test")
+
+
+async def test_a_routed_workloads_later_events_reach_a_watch_on_the_queue_it_was_routed_to(
+    gw: RunningGateway, bus: Bus
+) -> None:
+    await bus.publish_all(
+        [submitted("sd/light", queue="gpu"), submitted("sd/native", queue="cpu")]  # 1, 2
+    )
+    on_cpu = gw.events.Watch(services_pb2.WatchRequest(local_queue="cpu", from_sequence=1))
+    on_gpu = gw.events.Watch(services_pb2.WatchRequest(local_queue="gpu", from_sequence=1))
+    assert summary(await read(on_cpu, 1)) == [("workload.submitted", "sd/native")]
+    assert summary(await read(on_gpu, 1)) == [("workload.submitted", "sd/light")]
+
+    await bus.publish_all(
+        [
+            routed("sd/light", from_cq="gpu", to_cq="cpu", queue="cpu"),  # 3
+            pending("sd/light", "waits behind the queue's own"),  # 4
+            pending("sd/elsewhere", "on no queue watched here"),  # 5
+            admitted("sd/light", "cpu"),  # 6
+            bound("sd/light"),  # 7
+            finished("sd/light"),  # 8
+            pending("sd/native", "the last one"),  # 9
+        ]
+    )
+    on_cpu_events = await read(on_cpu, 6)
+    on_gpu_events = await read(on_gpu, 5)
+    on_cpu.cancel()
+    on_gpu.cancel()
+    resumed = services_pb2.WatchRequest(local_queue="cpu", from_sequence=4, history_only=True)
+    on_cpu_resumed = [env.sequence async for env in gw.events.Watch(resumed)]
+
+    light = [
+        ("workload.routed", "sd/light"),
+        ("workload.pending", "sd/light"),
+        ("workload.admitted", "sd/light"),
+        ("workload.bound", "sd/light"),
+        ("workload.finished", "sd/light"),
+    ]
+    assert summary(on_cpu_events) == [*light, ("workload.pending", "sd/native")]
+    assert summary(on_gpu_events) == light  # its declared queue keeps it
+    assert on_cpu_resumed == [4, 6, 7, 8, 9]  # learnt the route from before its start
 
 
 async def test_a_bad_filter_is_invalid_argument(gw: RunningGateway) -> None:

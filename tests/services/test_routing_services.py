@@ -208,8 +208,9 @@ async def test_a_light_job_is_routed_to_the_cpu_queue_and_runs_there_without_a_g
     watched = [
         env
         async for env in world.gateway.events.Watch(
-            services_pb2.WatchRequest(workload=light, types=["workload.routed"], from_sequence=1),
-            metadata=(("muster-follow", "false"),),
+            services_pb2.WatchRequest(
+                workload=light, types=["workload.routed"], from_sequence=1, history_only=True
+            )
         )
     ]
     assert [env.event_id for env in watched] == [routed.event_id]

@@ -28,7 +28,6 @@ from muster.cli.client import (
 )
 from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
 
-FOLLOW_METADATA = "muster-follow"  # the gateway's muster.gateway.watch.FOLLOW_METADATA
 _ROW = "{seq:>8}  {time:<24}  {type:<30}  {workload:<40}  {details}"
 
 
@@ -43,7 +42,10 @@ def add_parser(commands: Any) -> None:  # Any: argparse's _SubParsersAction is p
     parser.add_argument("--workload", metavar="NS/NAME", default="", help="one workload")
     parser.add_argument("--namespace", metavar="NS", default="", help="one namespace")
     parser.add_argument(
-        "--local-queue", metavar="LQ", default="", help="workloads of this LocalQueue"
+        "--local-queue",
+        metavar="LQ",
+        default="",
+        help="workloads submitted to this LocalQueue, and those routed to it (from the route)",
     )
     parser.add_argument(
         "--type",
@@ -78,10 +80,9 @@ def handle(args: argparse.Namespace) -> int:
         workload=args.workload,
         from_sequence=args.from_sequence,
         types=args.types,
+        history_only=not args.follow,
     )
     metadata = call_metadata(args)
-    if not args.follow:
-        metadata.append((FOLLOW_METADATA, "false"))
     if args.output == "table":
         header = _ROW.format(seq="SEQ", time="TIME", type="TYPE", workload="WORKLOAD", details="")
         print(header.rstrip(), flush=True)

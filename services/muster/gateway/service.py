@@ -3,8 +3,9 @@
 `GatewayServer` wires the servicers to the bus (publish, replay, the visibility bucket), the
 bearer-token interceptor and the health service; `run_gateway` is the body `run_service` runs.
 
-Events.Watch follows new events unless the call carries metadata `muster-follow: false`, in
-which case the stream ends at the last event stored when the call started.
+Events.Watch follows new events unless the request sets `history_only` (or, deprecated, the
+call carries metadata `muster-follow: false`): then the stream ends at the last event stored
+when the call started.
 """
 
 from __future__ import annotations
@@ -194,10 +195,12 @@ class EventsServicer(services_pb2_grpc.EventsServicer):
     async def Watch(  # noqa: N802  # the RPC's name
         self, request: services_pb2.WatchRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[events_pb2.Envelope]:
-        follow = _metadata_value(context.invocation_metadata(), FOLLOW_METADATA) != "false"
+        if _metadata_value(context.invocation_metadata(), FOLLOW_METADATA) == "false":
+            # Deprecated: a client built before WatchRequest.history_only says it this way.
+            request = _with_history_only(request)
         queue: asyncio.Queue[events_pb2.Envelope | BaseException | _ShuttingDown | None]
         queue = asyncio.Queue(maxsize=_WATCH_BUFFER)
-        reader = asyncio.create_task(self._read(request, queue, follow=follow))
+        reader = asyncio.create_task(self._read(request, queue))
         self._readers.add(reader)
         try:
             while (item := await queue.get()) is not None:
@@ -214,11 +217,9 @@ class EventsServicer(services_pb2_grpc.EventsServicer):
         self,
         request: services_pb2.WatchRequest,
         queue: asyncio.Queue[events_pb2.Envelope | BaseException | _ShuttingDown | None],
-        *,
-        follow: bool,
     ) -> None:
         try:
-            async for env in watch(self._history, request, follow=follow):
+            async for env in watch(self._history, request):
                 await queue.put(env)
             await queue.put(None)
         except asyncio.CancelledError:
@@ -234,6 +235,14 @@ class EventsServicer(services_pb2_grpc.EventsServicer):
         """End every Watch in progress (at shutdown: a following stream never ends by itself)."""
         for reader in list(self._readers):
             reader.cancel()
+
+
+def _with_history_only(request: services_pb2.WatchRequest) -> services_pb2.WatchRequest:
+    """Return a copy of `request` with `history_only` set (the caller's stays as it was)."""
+    copy = services_pb2.WatchRequest()
+    copy.CopyFrom(request)
+    copy.history_only = True
+    return copy
 
 
 async def _abort_watch(

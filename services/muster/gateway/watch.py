@@ -1,18 +1,21 @@
 """Events.Watch: envelopes from MUSTER_EVENTS, from a sequence on, filtered for one caller.
 
 `WatchFilter` is the pure part (which envelopes a request wants, which subjects to read);
-`watch` reads history and then follows new events through the `EventHistory` seam (the bus).
+`watch` reads history and then, unless the request is `history_only`, follows new events
+through the `EventHistory` seam (the bus).
 
-The local_queue filter needs each workload's LocalQueue, which only `workload.submitted` says.
-The filter learns it from the submitted events it reads; when the watch starts after them (a
-resume, or from_sequence 0) it first reads the submitted events before its start. That read
-costs one pass over the stream's submitted events, so it is done only for local_queue watches.
+A local_queue filter needs to know which workloads are in the LocalQueue: `QueueMembers`
+learns it from the events it reads (submitted, routed, finished, deleted). When the watch starts
+after them (a resume, or from_sequence 0) it first reads those events before its start: one
+pass over part of the stream, done only for local_queue watches.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+import enum
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Final, Protocol
 
 import msgspec
@@ -21,13 +24,20 @@ from muster.bus.subjects import EVENTS_STREAM, PAYLOAD_FIELDS, PREFIX, stream_of
 from muster.contracts.v1 import events_pb2, services_pb2
 from muster.gateway.visibility import InvalidQueryError
 
-# Request metadata that turns following off: the stream ends at the last event stored when the
-# call started. `muster events` without --follow sends it.
+# Deprecated request metadata that turns following off, as `WatchRequest.history_only` does;
+# honoured for clients built against the contract before that field.
 FOLLOW_METADATA: Final = "muster-follow"
 _ALL_SUBJECTS: Final = (f"{PREFIX}.*.workload.>", f"{PREFIX}.*.queue.>", f"{PREFIX}.*.config.>")
 _SUBMITTED: Final = "workload.submitted"
+_ROUTED: Final = "workload.routed"
+_FINISHED: Final = "workload.finished"
 _DELETED: Final = "workload.deleted"
+# The events that say which LocalQueue a workload is in, or that it is gone.
+_MEMBERSHIP_TYPES: Final = (_SUBMITTED, _ROUTED, _FINISHED, _DELETED)
 DEFAULT_QUEUE: Final = "default"
+# Finished workloads a local_queue watch remembers, newest first, so that their `deleted`
+# still reaches it. The bound keeps a watch of many days from growing with every workload.
+FINISHED_KEPT: Final = 10_000
 
 
 class EventHistory(Protocol):
@@ -46,18 +56,72 @@ class EventHistory(Protocol):
     async def last_sequence(self, stream: str) -> int: ...
 
 
+class _Via(enum.Enum):
+    """How a workload came into the LocalQueue."""
+
+    SUBMITTED = "submitted"  # its declared queue: it stays a member until it is gone
+    ROUTED = "routed"  # routed here: a member until it is routed elsewhere
+
+
+class QueueMembers:
+    """The workloads of one LocalQueue, as learnt from the events read in stream order.
+
+    A workload is a member from its `submitted` naming the queue (its declared one), or from a
+    `routed` naming the queue on, until it is routed to another queue (a declared member stays),
+    and until its `deleted`. Memory: the unfinished members, plus the last FINISHED_KEPT
+    finished ones (each kept until its `deleted`, or until that many newer ones finished).
+    """
+
+    def __init__(self, local_queue: str, *, finished_kept: int = FINISHED_KEPT) -> None:
+        self.local_queue = local_queue
+        self.finished_kept = finished_kept
+        self.active: dict[str, _Via] = {}
+        self.finished: OrderedDict[str, None] = OrderedDict()
+
+    def __contains__(self, workload: str) -> bool:
+        return workload in self.active or workload in self.finished
+
+    def __len__(self) -> int:
+        return len(self.active) + len(self.finished)
+
+    def observe(self, env: events_pb2.Envelope) -> None:
+        """Learn what `env` says about its workload's LocalQueue; call in stream order."""
+        key = env.workload
+        if env.type == _SUBMITTED:
+            self._forget(key)  # a new workload under a key used before
+            if (env.submitted.queue_name or DEFAULT_QUEUE) == self.local_queue:
+                self.active[key] = _Via.SUBMITTED
+        elif env.type == _ROUTED:
+            routed_here = (env.routed.queue_name or DEFAULT_QUEUE) == self.local_queue
+            if routed_here and key not in self.active:
+                self.active[key] = _Via.ROUTED
+            elif not routed_here and self.active.get(key) is _Via.ROUTED:
+                del self.active[key]
+        elif env.type == _FINISHED:
+            if self.active.pop(key, None) is not None:
+                self.finished[key] = None
+                if len(self.finished) > self.finished_kept:
+                    self.finished.popitem(last=False)
+        elif env.type == _DELETED:
+            self._forget(key)
+
+    def _forget(self, key: str) -> None:
+        self.active.pop(key, None)
+        self.finished.pop(key, None)
+
+
 class WatchFilter(msgspec.Struct, kw_only=True):
     """Which envelopes one Watch wants; empty fields match everything.
 
-    `queues` maps a workload key to its LocalQueue, learnt from submitted events (only kept
-    when filtering on local_queue, and only for workloads in `namespace` when that is set).
+    `members` (only with local_queue) holds the workloads in that LocalQueue, and only those in
+    `namespace` and equal to `workload` when these are set.
     """
 
     namespace: str = ""
     local_queue: str = ""
     workload: str = ""
     types: frozenset[str] = frozenset()
-    queues: dict[str, str] = msgspec.field(default_factory=dict)
+    members: QueueMembers | None = None
 
     @classmethod
     def from_request(cls, request: services_pb2.WatchRequest) -> WatchFilter:
@@ -75,59 +139,71 @@ class WatchFilter(msgspec.Struct, kw_only=True):
             local_queue=request.local_queue,
             workload=request.workload,
             types=frozenset(request.types),
+            members=QueueMembers(request.local_queue) if request.local_queue else None,
         )
-
-    @property
-    def needs_queues(self) -> bool:
-        """Whether matching needs each workload's LocalQueue (from its submitted event)."""
-        return bool(self.local_queue)
 
     def subjects(self) -> list[str]:
         """Return the subjects to read: as few as the filter allows, server-side."""
         if self.types:
-            wanted = set(self.types) | ({_SUBMITTED} if self.needs_queues else set())
-            return [f"{PREFIX}.*.{t}" for t in sorted(wanted)]
+            membership = _MEMBERSHIP_TYPES if self.members is not None else ()
+            return _subjects_of({*self.types, *membership})
         if self.namespace or self.workload or self.local_queue:
             return [workload_subject("*", ">")]
         return list(_ALL_SUBJECTS)
 
-    def observe(self, env: events_pb2.Envelope) -> None:
-        """Learn (or forget) the LocalQueue of `env`'s workload."""
-        if not self.needs_queues or not self._in_namespace(env.workload):
-            return
-        if env.type == _SUBMITTED:
-            self.queues[env.workload] = env.submitted.queue_name or DEFAULT_QUEUE
-        elif env.type == _DELETED:
-            self.queues.pop(env.workload, None)
+    def membership_subjects(self) -> list[str]:
+        """Return the subjects of the events that say which workloads are in the LocalQueue."""
+        return _subjects_of(_MEMBERSHIP_TYPES)
 
-    def matches(self, env: events_pb2.Envelope) -> bool:
-        """Whether the caller wants `env`. Call `observe(env)` first."""
+    def observe(self, env: events_pb2.Envelope) -> None:
+        """Learn what `env` says about the LocalQueue (when filtering on one)."""
+        if self.members is not None and self._tracks(env.workload):
+            self.members.observe(env)
+
+    def wants(self, env: events_pb2.Envelope) -> bool:
+        """Learn from `env` (`observe`), then return whether the caller wants it.
+
+        An event that moves its workload out of the LocalQueue (routed elsewhere, deleted) is
+        still wanted: it is the last one the watch sends about it.
+        """
+        was_member = self.members is not None and env.workload in self.members
+        self.observe(env)
         if self.types and env.type not in self.types:
             return False
         if self.workload and env.workload != self.workload:
             return False
         if self.namespace and not self._in_namespace(env.workload):
             return False
-        return not self.local_queue or self.queues.get(env.workload) == self.local_queue
+        return self.members is None or was_member or env.workload in self.members
+
+    def _tracks(self, workload: str) -> bool:
+        if self.workload and workload != self.workload:
+            return False
+        return self._in_namespace(workload)
 
     def _in_namespace(self, workload: str) -> bool:
         return not self.namespace or workload.startswith(f"{self.namespace}/")
 
 
+def _subjects_of(types: Iterable[str]) -> list[str]:
+    return [f"{PREFIX}.*.{t}" for t in sorted(types)]
+
+
 async def watch(
-    history: EventHistory, request: services_pb2.WatchRequest, *, follow: bool = True
+    history: EventHistory, request: services_pb2.WatchRequest
 ) -> AsyncIterator[events_pb2.Envelope]:
     """Yield the envelopes `request` wants, oldest first, each with `sequence` set.
 
-    from_sequence 0 starts after the last stored event. With `follow` it waits for new events
-    until the caller stops iterating (a cancelled RPC); without, it stops at the last event
+    from_sequence 0 starts after the last stored event. It waits for new events until the caller
+    stops iterating (a cancelled RPC); with `request.history_only` it stops after the last event
     stored when called. Raises InvalidQueryError for a bad request before yielding anything.
     """
     wanted = WatchFilter.from_request(request)
-    start = request.from_sequence or await history.last_sequence(EVENTS_STREAM) + 1
-    if wanted.needs_queues and start > 1:
+    last = await history.last_sequence(EVENTS_STREAM)
+    start = request.from_sequence or last + 1
+    if wanted.members is not None and start > 1:
         past = history.replay(
-            [workload_subject("*", "submitted")],
+            wanted.membership_subjects(),
             stream=EVENTS_STREAM,
             from_sequence=1,
             until_sequence=start - 1,
@@ -135,13 +211,17 @@ async def watch(
         async with _closing(past):
             async for env in past:
                 wanted.observe(env)
+    follow = not request.history_only
     events = history.replay(
-        wanted.subjects(), stream=EVENTS_STREAM, from_sequence=start, follow=follow
+        wanted.subjects(),
+        stream=EVENTS_STREAM,
+        from_sequence=start,
+        until_sequence=None if follow else last,
+        follow=follow,
     )
     async with _closing(events):
         async for env in events:
-            wanted.observe(env)
-            if wanted.matches(env):
+            if wanted.wants(env):
                 yield env
 
 
