@@ -18,6 +18,7 @@ from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
+from muster.bus.client import MusterClient
 from muster.bus.consumer import ConsumerSettings, Handler, consume
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
 from muster.bus.kv import open_bucket
@@ -59,7 +60,7 @@ async def connect(config: BusConfig) -> Bus:
     Keeps trying the first connection for `config.connect_timeout_s` (NATS may start after us,
     as under `muster run`), then raises ConnectionError naming the last error.
     """
-    nc = NatsClient()
+    nc = MusterClient()
 
     async def on_error(exc: Exception) -> None:
         log.warning("NATS connection error: %r", exc)

@@ -24,6 +24,7 @@ from nats.js import JetStreamContext, api
 from opentelemetry import trace
 
 from muster.bus.cancel import raise_if_cancelling
+from muster.bus.client import stream_sequence
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES, decode
 from muster.bus.errors import Reject, Retry
 from muster.bus.publisher import Publisher
@@ -187,7 +188,7 @@ class _ConsumeLoop:
             )
             await self._dead_letter(msg, str(err))
             return
-        env.sequence = msg.metadata.sequence.stream
+        env.sequence = stream_sequence(msg)
         lane = zlib.crc32(env.workload.encode()) % len(self._queues)
         self._in_flight += 1
         self._queues[lane].put_nowait((msg, env))

@@ -19,6 +19,7 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
+from muster.bus.client import subscribe_direct
 from muster.bus.envelope import encode
 from muster.bus.errors import Conflict, Reject, Retry
 from muster.bus.subjects import dlq_subject, subject_of
@@ -206,10 +207,10 @@ class _PubAcks:
         async with self._subscribing:
             if not self._prefix:
                 prefix = self._nc.new_inbox() + "."
-                await self._nc.subscribe(prefix + "*", cb=self._on_reply)
+                await subscribe_direct(self._nc, prefix + "*", self._on_reply)
                 self._prefix = prefix
 
-    async def _on_reply(self, msg: Msg) -> None:
+    def _on_reply(self, msg: Msg) -> None:
         answer = self._waiting.get(msg.subject[len(self._prefix) :])
         if answer is None or answer.done():
             return  # timed out already

@@ -21,6 +21,8 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import api
 
+from muster.bus.client import subscribe_direct
+
 log = logging.getLogger(__name__)
 
 _STATUS = "Status"
@@ -87,7 +89,7 @@ class PullFeed:
 
     async def start(self) -> None:
         """Subscribe to the feed's inbox and send the first pull request."""
-        self._sub = await self._nc.subscribe(self._inbox, cb=self._on_message)
+        self._sub = await subscribe_direct(self._nc, self._inbox, self._on_message)
         self._heard_at = asyncio.get_running_loop().time()
         await self._top_up()
 
@@ -104,6 +106,7 @@ class PullFeed:
             if left <= 0:
                 return []
             self._arrived.clear()
+            await self._top_up()  # a request that ended meanwhile is replaced before waiting
             try:
                 async with asyncio.timeout(min(left, _SLICE_S)):
                     await self._arrived.wait()
@@ -130,7 +133,10 @@ class PullFeed:
         self._ready.clear()
         return left
 
-    async def _on_message(self, msg: Msg) -> None:
+    def _on_message(self, msg: Msg) -> None:
+        # On the connection's read loop (subscribe_direct): no awaiting here. A delivery
+        # leaves asked + ready as it was, so only an ended request calls for a new one: `take`
+        # sends it (woken for it, or when next called).
         now = asyncio.get_running_loop().time()
         self._heard_at = now
         headers = msg.headers
@@ -141,7 +147,7 @@ class PullFeed:
             self._arrived.set()
         elif status != _HEARTBEAT:
             self._request_ended(status, headers or {}, now)
-        await self._top_up()
+            self._arrived.set()
 
     def _request_ended(self, status: str, headers: dict[str, str], now: float) -> None:
         """A pull request ended unfilled: 408 expired, 404 nothing there, 409 refused."""

@@ -17,12 +17,12 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequen
 from typing import Any, TypeVar
 
 import msgspec
-import nats
 from nats.js import JetStreamContext
 
 from muster.api.convert import KUEUE_V1BETA1, stable_uid
 from muster.api.job import workload_name_for_job
 from muster.api.quantity import format_quantity
+from muster.bus.client import connect
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
 from muster.bus.publisher import Publisher
 from muster.cluster.backend import (
@@ -105,7 +105,7 @@ class SimBackend:
     async def connect(cls, url: str, *, cluster: str, clock: Clock | None = None) -> SimBackend:
         """Connect to NATS at `url` and open `cluster`'s store; `close` drains the connection."""
         with nats_errors():
-            nc = await nats.connect(url, name=f"muster-sim-{cluster}")
+            nc = await connect(url, name=f"muster-sim-{cluster}")
         try:
             js = nc.jetstream()
             writes = Publisher(

@@ -24,6 +24,7 @@ from nats.js import JetStreamContext, api
 from nats.js.kv import KeyValue
 
 from muster.bus.cancel import raise_if_cancelling
+from muster.bus.client import stream_sequence
 from muster.bus.errors import Conflict, Reject, Retry
 from muster.cluster.backend import ChangeType
 from muster.cluster.errors import ClusterError, ConflictError
@@ -258,7 +259,7 @@ class SimStore:
                 change = self._change(msg, shown, resuming=resuming)
                 if change is None or change.revision <= last:
                     if on_skipped is not None:
-                        on_skipped(msg.metadata.sequence.stream)
+                        on_skipped(stream_sequence(msg))
                     continue
                 last = change.revision
                 yield change
@@ -267,7 +268,7 @@ class SimStore:
                 await sub.unsubscribe()
 
     def _change(self, msg: Any, shown: set[str], *, resuming: bool) -> StoreChange | None:
-        stored = self._stored(msg.subject, msg.data, msg.metadata)
+        stored = self._stored(msg.subject, msg.data, stream_sequence(msg))
         change_type: ChangeType
         if _is_tombstone(msg.headers):
             # Outside a resume, a tombstone for a key this watch never showed is history.
@@ -307,9 +308,9 @@ class SimStore:
             idle_heartbeat=_HEARTBEAT_S,
         )
 
-    def _stored(self, subject: str, data: bytes, metadata: Any) -> StoredObject:
+    def _stored(self, subject: str, data: bytes, revision: int) -> StoredObject:
         key = subject.removeprefix(self._subject_prefix)
-        return StoredObject(key=key, obj=_decode(data), revision=metadata.sequence.stream)
+        return StoredObject(key=key, obj=_decode(data), revision=revision)
 
 
 def _is_tombstone(headers: dict[str, str] | None) -> bool:

@@ -1,0 +1,124 @@
+"""nats-py's client with a lighter receive path for muster's own inboxes.
+
+Every message nats-py delivers to a callback goes through the subscription's asyncio.Queue and
+a task of its own, and every header block through a character-by-character check. For the
+inboxes a service reads most (pull-consumer deliveries, PubAcks), that is more work than
+handling the message. `subscribe_direct` hands such messages to a plain function as they are
+parsed: no queue, no task switch. Everything else (JetStream push subscriptions with flow
+control and ordered-consumer resets, requests, KV watches) keeps nats-py's own path.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+log = logging.getLogger(__name__)
+
+DirectCallback = Callable[[Msg], None]
+
+_CRLF = b"\r\n"
+
+
+def parse_header_lines(raw: bytes) -> dict[str, str]:
+    """The `Name: Value` lines of a NATS header block, as nats-py reads them.
+
+    What nats-py's parser returns (a name must be one ASCII token, else the line is skipped;
+    values are stripped and decoded as UTF-8 with replacement), checking names with
+    `bytes.split` rather than character by character.
+    """
+    out: dict[str, str] = {}
+    for line in raw.split(_CRLF):
+        name, sep, value = line.partition(b":")
+        if not sep:
+            continue
+        words = name.split()
+        if len(words) != 1 or not words[0].isascii():
+            continue
+        out[words[0].decode("ascii")] = value.strip().decode("utf-8", "replace")
+    return out
+
+
+# A JetStream delivery's reply subject: $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.
+# <consumer seq>.<time>.<pending>, with two more tokens (domain, account hash) in the newer form.
+_V1_TOKENS = 9
+_V2_TOKENS = 12
+
+
+def stream_sequence(msg: Msg) -> int:
+    """The stream sequence of JetStream delivery `msg`, read straight from its reply subject.
+
+    `msg.metadata` parses every field into objects (a timestamp among them): several times
+    the cost, for the one number most readers need.
+    """
+    tokens = (msg.reply or "").split(".")
+    if len(tokens) == _V1_TOKENS and tokens[1] == "ACK":
+        return int(tokens[5])
+    if len(tokens) >= _V2_TOKENS and tokens[1] == "ACK":
+        return int(tokens[7])
+    return msg.metadata.sequence.stream  # anything else: nats-py's parser (and its errors)
+
+
+class MusterClient(NatsClient):
+    """A nats-py `Client` that can deliver a subscription's messages straight to a function."""
+
+    _parse_header_lines = staticmethod(parse_header_lines)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._direct: dict[int, DirectCallback] = {}
+
+    async def subscribe_direct(self, subject: str, cb: DirectCallback) -> Subscription:
+        """Subscribe to `subject`; each message is passed to `cb` as soon as it is parsed.
+
+        `cb` runs on the connection's read loop, so it must be quick and must not block: it
+        usually appends to a buffer and sets an event. The subscription has no pending queue
+        and so no slow-consumer limit: the caller bounds what can arrive (a pull request's
+        batch, its own publishes' replies).
+        """
+        sub = await self.subscribe(subject)  # no callback: nats-py starts no task for it
+        self._direct[sub._id] = cb
+        return sub
+
+    def _remove_sub(self, sid: int, max_msgs: int = 0) -> None:
+        self._direct.pop(sid, None)
+        super()._remove_sub(sid, max_msgs)
+
+    async def _process_msg(
+        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes
+    ) -> None:
+        cb = self._direct.get(sid)
+        if cb is None or sid not in self._subs:
+            await super()._process_msg(sid, subject, reply, data, headers)
+            return
+        self.stats["in_msgs"] += 1
+        self.stats["in_bytes"] += len(data)
+        hdr = await self._process_headers(headers) if headers else None
+        try:
+            cb(self._build_message(sid, subject, reply, data, hdr))
+        except Exception:  # a bug in cb must not end the read loop (and the connection)
+            log.exception("direct subscription callback failed for %s", subject.decode())
+
+
+async def subscribe_direct(nc: NatsClient, subject: str, cb: DirectCallback) -> Subscription:
+    """`MusterClient.subscribe_direct` where `nc` is one; else a callback subscription calling
+    `cb` (a plain nats-py client, as tests and other programs may pass)."""
+    if isinstance(nc, MusterClient):
+        return await nc.subscribe_direct(subject, cb)
+
+    async def deliver(msg: Msg) -> None:
+        cb(msg)
+
+    return await nc.subscribe(subject, cb=deliver)
+
+
+async def connect(servers: str | list[str], **options: Any) -> MusterClient:
+    """`nats.connect` returning a MusterClient."""
+    nc = MusterClient()
+    await nc.connect(servers, **options)
+    return nc

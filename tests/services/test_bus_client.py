@@ -1,0 +1,173 @@
+"""MusterClient against a real nats-server: direct delivery, its failure modes, header parsing."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import nats
+import nats.errors
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+
+from muster.bus import Bus
+from muster.bus.client import (
+    MusterClient,
+    connect,
+    parse_header_lines,
+    stream_sequence,
+    subscribe_direct,
+)
+
+pytestmark = pytest.mark.timeout(30)
+
+
+async def until(check: Callable[[], bool], *, timeout_s: float = 5.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not check():  # noqa: ASYNC110  # what the callbacks fill, polled: simplest here
+            await asyncio.sleep(0.01)
+
+
+async def test_the_bus_connects_with_a_muster_client(bus: Bus) -> None:
+    assert isinstance(bus.nc, MusterClient)
+
+
+async def test_direct_messages_arrive_in_order_with_their_headers(nats_server: str) -> None:
+    nc = await connect(nats_server)
+    got: list[Msg] = []
+    try:
+        await nc.subscribe_direct("t.direct", got.append)
+        for i in range(200):
+            await nc.publish("t.direct", str(i).encode(), headers={"Nats-Msg-Id": f"id-{i}"})
+        await until(lambda: len(got) == 200)
+        assert [m.data for m in got] == [str(i).encode() for i in range(200)]
+        assert [m.headers for m in got] == [{"Nats-Msg-Id": f"id-{i}"} for i in range(200)]
+        assert nc.stats["in_msgs"] >= 200
+    finally:
+        await nc.close()
+
+
+async def test_after_unsubscribe_nothing_more_is_delivered(nats_server: str) -> None:
+    nc = await connect(nats_server)
+    got: list[Msg] = []
+    try:
+        sub = await nc.subscribe_direct("t.gone", got.append)
+        await nc.publish("t.gone", b"1")
+        await until(lambda: len(got) == 1)
+        await sub.unsubscribe()
+        await nc.publish("t.gone", b"2")
+        await nc.flush()
+        await asyncio.sleep(0.1)
+        assert [m.data for m in got] == [b"1"]
+        assert not nc._direct  # nothing left behind for the unsubscribed sid
+    finally:
+        await nc.close()
+
+
+async def test_a_failing_callback_loses_no_later_message_nor_the_connection(
+    nats_server: str,
+) -> None:
+    nc = await connect(nats_server)
+    got: list[bytes] = []
+
+    def fragile(msg: Msg) -> None:
+        if msg.data == b"bad":
+            raise ValueError("a bug in the callback")
+        got.append(msg.data)
+
+    try:
+        await nc.subscribe_direct("t.fragile", fragile)
+        for data in (b"a", b"bad", b"b"):
+            await nc.publish("t.fragile", data)
+        await until(lambda: got == [b"a", b"b"])
+        assert nc.is_connected
+        reply = await nc.request("$JS.API.INFO", b"", timeout=2)  # the read loop still runs
+        assert reply.data
+    finally:
+        await nc.close()
+
+
+async def test_other_subscriptions_keep_nats_py_delivery(nats_server: str) -> None:
+    nc = await connect(nats_server)
+    direct: list[bytes] = []
+    queued: asyncio.Queue[bytes] = asyncio.Queue()
+
+    async def cb(msg: Msg) -> None:
+        await queued.put(msg.data)
+
+    try:
+        await nc.subscribe_direct("t.a", lambda m: direct.append(m.data))
+        await nc.subscribe("t.b", cb=cb)
+        await nc.publish("t.a", b"to-direct")
+        await nc.publish("t.b", b"to-callback")
+        assert await asyncio.wait_for(queued.get(), 2) == b"to-callback"
+        await until(lambda: direct == [b"to-direct"])
+    finally:
+        await nc.close()
+
+
+async def test_subscribe_direct_works_on_a_plain_nats_py_client(nats_server: str) -> None:
+    nc: NatsClient = await nats.connect(nats_server)
+    got: list[bytes] = []
+    try:
+        await subscribe_direct(nc, "t.plain", lambda m: got.append(m.data))
+        await nc.publish("t.plain", b"x")
+        await until(lambda: got == [b"x"])
+    finally:
+        await nc.close()
+
+
+# Header names and values as a server may relay them: tokens, spaces and tabs, colons, UTF-8
+# and stray bytes. (Names holding ASCII control characters 0x1c-0x1f are left out: nats-py
+# treats those as whitespace, `bytes.split` does not; no muster header has one.)
+_NAME = st.binary(max_size=12).filter(lambda b: not any(0x1C <= c <= 0x1F for c in b))
+_VALUE = st.text(max_size=20).map(lambda s: s.encode("utf-8")) | st.binary(max_size=20)
+_LINE = st.tuples(_NAME, st.sampled_from([b":", b": ", b":\t", b""]), _VALUE).map(
+    lambda t: (t[0] + t[1] + t[2]).replace(b"\r\n", b" ")
+)
+
+
+@given(st.lists(_LINE, max_size=6))
+def test_header_parsing_agrees_with_nats_py(lines: list[bytes]) -> None:
+    raw = b"\r\n".join(lines) + b"\r\n\r\n"
+    expected = NatsClient._parse_header_lines(raw)
+    expected.pop("", None)  # nats-py keeps a line with no name under ""; we skip it
+    assert parse_header_lines(raw) == expected
+
+
+def test_muster_headers_parse() -> None:
+    raw = b"Nats-Msg-Id: abc\r\ntraceparent: 00-aa-bb-01\r\nStatus:  503 \r\n\r\n"
+    assert parse_header_lines(raw) == {
+        "Nats-Msg-Id": "abc",
+        "traceparent": "00-aa-bb-01",
+        "Status": "503",
+    }
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "$JS.ACK.MUSTER_EVENTS.admission-0.1.1234.99.1700000000000000000.0",
+        "$JS.ACK.hub.ACCHASH.MUSTER_EVENTS.admission-0.2.1234.98.1700000000000000000.5.rnd",
+    ],
+    ids=["v1", "with-domain"],
+)
+def test_stream_sequence_reads_the_reply_as_nats_py_does(reply: str) -> None:
+    assert stream_sequence(Msg(None, subject="s", reply=reply)) == 1234  # type: ignore[arg-type]
+    assert Msg(None, subject="s", reply=reply).metadata.sequence.stream == 1234  # type: ignore[arg-type]
+
+
+def test_stream_sequence_of_a_core_message_is_an_error() -> None:
+    with pytest.raises(nats.errors.NotJSMessageError):
+        stream_sequence(Msg(None, subject="s", reply="_INBOX.abc"))  # type: ignore[arg-type]
+
+
+async def test_stream_sequence_of_a_real_delivery(bus: Bus) -> None:
+    await bus.nc.publish("muster.v1.local.workload.running", b"x")
+    await bus.nc.flush()
+    sub = await bus.js.pull_subscribe("muster.v1.local.workload.running", durable="seq-reader")
+    (msg,) = await sub.fetch(1, timeout=5)
+    assert stream_sequence(msg) == msg.metadata.sequence.stream >= 1
