@@ -2,7 +2,8 @@
 
 Each group module (`simulate`, `run`, ...) exposes `add_parser(subparsers)`, which registers
 its arguments and sets `handler`: a function from the parsed arguments to an exit status.
-`bench` lives with another team: its module is imported only when `muster bench` runs.
+`bench` and `service` parse their own command lines, and are handed over before the others are
+imported: a service process starts without loading the simulator and the gateway clients.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from muster.cli import events, queues, run, service, simulate, submit, workloads
-
 
 def build_parser() -> argparse.ArgumentParser:
+    from muster.cli import events, queues, run, simulate, submit, workloads
+
     parser = argparse.ArgumentParser(
         prog="muster", description="Kueue-compatible batch admission for Kubernetes."
     )
@@ -43,6 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["bench"]:
         return run_bench(argv[1:])  # bench parses its own options, --help included
     if argv[:1] == ["service"]:
+        from muster.cli import service
+
         return service.main(argv[1:])  # each service parses its own flags
     args = build_parser().parse_args(argv)
     status: int = args.handler(args)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Literal, NamedTuple, cast
+from typing import TYPE_CHECKING, Literal, NamedTuple, cast
 
 import msgspec
 from nats.js import JetStreamContext
@@ -20,11 +20,12 @@ from nats.js import JetStreamContext
 from muster.api.wellknown import SCHEDULER_NAME
 from muster.bus.service import Flag
 from muster.cluster.backend import ClusterBackend
-from muster.cluster.kube.backend import KubeBackend
-from muster.cluster.kube.config import KUEUE_VERSIONS, KubeConfig
-from muster.cluster.kube.status import StatusWriter, StatusWriterSettings
+from muster.cluster.kube.settings import KUEUE_VERSIONS, KubeConfig, StatusWriterSettings
 from muster.cluster.sim.backend import SimBackend
 from muster.cluster.sim.store import RawPublisher
+
+if TYPE_CHECKING:
+    from muster.cluster.kube.status import StatusWriter
 
 BackendKind = Literal["sim", "kube"]
 BACKENDS: tuple[BackendKind, ...] = ("sim", "kube")
@@ -152,6 +153,10 @@ async def open_backend(
     if config.kind == "sim":
         yield OpenCluster(await SimBackend.open(js, cluster=cluster, publisher=publisher), None)
         return
+    # Imported here: the client library is loaded by services on Kubernetes only.
+    from muster.cluster.kube.backend import KubeBackend
+    from muster.cluster.kube.status import StatusWriter
+
     backend = await KubeBackend.connect(config.kube)
     status = StatusWriter(
         backend.transport, kueue_version=config.kube.kueue_version, settings=config.status

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from muster.api.encode import is_byte_resource
 from muster.api.quantity import QuantityError, format_quantity, parse_quantity
-from muster.cluster.kube.status import ObjectRef
+from muster.cluster.kube.resources import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
 
 # The events whose payloads change a Workload's status (the status task follows these).

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from muster.bus.connection import Bus
 from muster.bus.subjects import config_subject, queue_subject, workload_subject
-from muster.cluster.kube.status import ObjectRef
+from muster.cluster.kube.resources import ObjectRef
 from muster.watcher.kueue_status import WORKLOAD_EVENTS, StatusBook
 
 log = logging.getLogger(__name__)

@@ -34,7 +34,7 @@ from muster.cluster.errors import (
     NotFoundError,
 )
 from muster.cluster.kube import jobs
-from muster.cluster.kube.config import KubeConfig, api_client
+from muster.cluster.kube.config import api_client
 from muster.cluster.kube.informer import SEQ_BITS, merged_watch, resource_version_now
 from muster.cluster.kube.ratelimit import TokenBucket
 from muster.cluster.kube.resources import (
@@ -47,7 +47,9 @@ from muster.cluster.kube.resources import (
     resource_for_kind,
     watched_sources,
 )
-from muster.cluster.kube.transport import MERGE_PATCH, Response, Transport, retrying
+from muster.cluster.kube.retry import retrying
+from muster.cluster.kube.settings import KubeConfig
+from muster.cluster.kube.transport import MERGE_PATCH, Response, Transport
 from muster.cluster.objects import NodeView, PodView, check_node, check_pod, node_view, pod_view
 
 log = logging.getLogger(__name__)

@@ -31,20 +31,14 @@ from muster.cluster.backend import ClusterChange
 from muster.cluster.errors import ClusterError, NotFoundError
 from muster.cluster.kube.changes import ChangeCache, Pending, resource_version
 from muster.cluster.kube.resources import NAMESPACES, Source, change_key
-from muster.cluster.kube.transport import Backoff, Transport, UnavailableError, decode_status
+from muster.cluster.kube.retry import UnavailableError
+from muster.cluster.kube.settings import WatchSettings
+from muster.cluster.kube.transport import Transport, decode_status
 
 log = logging.getLogger(__name__)
 
 SEQ_BITS = 20
 _EXPIRED = frozenset({"Expired", "Gone"})
-
-
-class WatchSettings(msgspec.Struct, frozen=True, kw_only=True):
-    page_size: int = 500  # list pages (limit/continue)
-    timeout_s: float = 300.0  # server-side watch timeout, randomized up to twice this
-    missing_retry_s: float = 30.0  # how often a resource that is not served is tried again
-    backoff: Backoff = Backoff(initial_s=0.2, max_s=10.0)
-    queue_size: int = 10_000  # changes read ahead of the consumer
 
 
 def floor_of(revision: int) -> int:

@@ -207,3 +207,18 @@ _KNOWN: tuple[Resource, ...] = (
     SCHEDULING_WORKLOADS,  # after Kueue's: a bare "Workload" is Kueue's
     POD_GROUPS,
 )
+
+
+class ObjectRef(msgspec.Struct, frozen=True, kw_only=True):
+    """A Kueue object whose status muster writes: "ClusterQueue", "LocalQueue", "Workload"."""
+
+    kind: str
+    name: str
+    namespace: str = ""
+
+    def __str__(self) -> str:
+        return (
+            f"{self.kind}/{self.namespace}/{self.name}"
+            if self.namespace
+            else f"{self.kind}/{self.name}"
+        )

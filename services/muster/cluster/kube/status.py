@@ -29,8 +29,10 @@ from muster.api.job import workload_from_job
 from muster.api.raw import RawJob
 from muster.cluster.errors import ClusterError, InvalidObjectError, NotFoundError
 from muster.cluster.kube.ratelimit import TokenBucket
-from muster.cluster.kube.resources import KUEUE_GROUP, kueue_resources
-from muster.cluster.kube.transport import MERGE_PATCH, Backoff, Transport, retrying
+from muster.cluster.kube.resources import KUEUE_GROUP, ObjectRef, kueue_resources
+from muster.cluster.kube.retry import retrying
+from muster.cluster.kube.settings import StatusWriterSettings
+from muster.cluster.kube.transport import MERGE_PATCH, Transport
 
 log = logging.getLogger(__name__)
 
@@ -57,28 +59,6 @@ OWNED_STATUS_FIELDS: Mapping[str, tuple[str, ...]] = {
     ),
 }
 _LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
-
-
-class ObjectRef(msgspec.Struct, frozen=True, kw_only=True):
-    """A Kueue object whose status muster writes: "ClusterQueue", "LocalQueue", "Workload"."""
-
-    kind: str
-    name: str
-    namespace: str = ""
-
-    def __str__(self) -> str:
-        return (
-            f"{self.kind}/{self.namespace}/{self.name}"
-            if self.namespace
-            else f"{self.kind}/{self.name}"
-        )
-
-
-class StatusWriterSettings(msgspec.Struct, frozen=True, kw_only=True):
-    qps: float = 20.0  # status writes per second; <= 0: unlimited
-    burst: int = 40
-    concurrency: int = 4  # writes in flight at once
-    backoff: Backoff = Backoff(initial_s=0.2, max_s=10.0)
 
 
 class StatusWriterStats(msgspec.Struct, kw_only=True):

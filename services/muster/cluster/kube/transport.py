@@ -8,9 +8,8 @@ mapped by status, never raised as `ApiException`. Writes wait for the write toke
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import aiohttp
@@ -25,6 +24,7 @@ from muster.cluster.errors import (
     NotFoundError,
 )
 from muster.cluster.kube.ratelimit import TokenBucket
+from muster.cluster.kube.retry import UnavailableError
 
 T = TypeVar("T")
 JSON = "application/json"
@@ -87,14 +87,6 @@ def decode_status(body: bytes) -> _Status:
         return msgspec.json.decode(body, type=_Status)
     except msgspec.DecodeError:
         return _Status(message=body[:200].decode(errors="replace"))
-
-
-class UnavailableError(ClusterError):
-    """A temporary error answer (429, 5xx, ...); `retry_after_s` when the server said when."""
-
-    def __init__(self, obj: str, reason: str, message: str, *, retry_after_s: float | None) -> None:
-        super().__init__(obj, reason, message, temporary=True)
-        self.retry_after_s = retry_after_s
 
 
 def status_error(
@@ -293,40 +285,3 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
         return max(0.0, float(value))
     except ValueError:
         return None
-
-
-class Backoff(msgspec.Struct, frozen=True, kw_only=True):
-    """Exponential back-off between retries of temporary failures."""
-
-    initial_s: float = 0.05
-    max_s: float = 5.0
-    attempts: int = 8  # for `retrying`; watches retry forever
-
-    def delay_s(self, attempt: int) -> float:
-        """The delay after failed attempt number `attempt` (1, 2, ...)."""
-        return min(self.initial_s * float(2 ** min(attempt - 1, 60)), self.max_s)
-
-    def delays(self) -> Iterator[float]:
-        attempt = 1
-        while True:
-            yield self.delay_s(attempt)
-            attempt += 1
-
-    def wait_s(self, delay_s: float, err: ClusterError) -> float:
-        """`delay_s`, or the server's Retry-After when it asked for longer (capped)."""
-        wanted = err.retry_after_s if isinstance(err, UnavailableError) else None
-        return min(max(delay_s, wanted or 0.0), max(self.max_s, delay_s))
-
-
-async def retrying(op: Callable[[], Awaitable[T]], *, backoff: Backoff) -> T:
-    """Run `op` until it succeeds, retrying temporary ClusterErrors (a lost optimistic write
-    re-reads: `op` is the whole read-modify-write) `backoff.attempts` times in all."""
-    delays = backoff.delays()
-    for _ in range(backoff.attempts - 1):
-        try:
-            return await op()
-        except ClusterError as err:
-            if not err.temporary:
-                raise
-            await asyncio.sleep(backoff.wait_s(next(delays), err))
-    return await op()
