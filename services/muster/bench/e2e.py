@@ -4,8 +4,12 @@ Each case starts a fresh loopback nats-server and the same service processes `mu
 with N admission shards over 8 independent ClusterQueues (8 cohort trees, so shards split the
 work), quota and nodes large enough that nothing waits for capacity: what is measured is the
 pipeline. Workloads (one pod, 100m cpu) are submitted through `Gateway.Submit`:
-- burst: all at once, 64 calls in flight; throughput = workloads / (last admitted − first submit);
-- rate: paced at a fixed rate; latency percentiles are the point.
+- burst: all at once, 64 calls in flight, one workload per call; throughput = workloads /
+  (last admitted − first submit). Three times the rate case's count, so that the warm-up
+  (first connections, caches, the interpreter specialising) weighs little in it;
+- burst with 16 workloads per call (a multi-document manifest): the same pipeline with a
+  sixteenth of the gRPC calls, which tells the cost of the calls from the rest;
+- rate: paced at a fixed rate, one workload per call; latency percentiles are the point.
 Latency = the admission/binder event's own timestamp (`Envelope.time_unix_nano`, same host clock)
 minus the moment the client started the Submit call. CPU = user + system time each process
 (every service, nats-server, and this client) used while the workloads went through, per
@@ -38,7 +42,6 @@ from muster.bus.service import run_loop
 from muster.bus.subjects import EVENTS_STREAM, workload_subject
 from muster.cluster.sim.backend import SimBackend
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
-from muster.gateway.watch import FOLLOW_METADATA
 from muster.launcher.nats_server import NatsServer
 from muster.launcher.stack import Stack
 
@@ -49,6 +52,7 @@ WARM_UP = "bench/warm-up"
 CLUSTER = "local"
 DONE = ("admitted", "bound", "running")  # a workload went through once it has all three
 POLL_S = 0.02
+BATCHED_PER_CALL = 16  # workloads per Submit in the batched burst
 
 
 class E2ERow(msgspec.Struct, frozen=True, kw_only=True):
@@ -56,6 +60,7 @@ class E2ERow(msgspec.Struct, frozen=True, kw_only=True):
     mode: str  # "burst" or "rate"
     shards: int
     workloads: int
+    per_call: int  # workloads per Submit call
     offered_per_s: float | None  # the paced rate; None for a burst
     admitted: int
     bound: int
@@ -176,7 +181,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def run_case(*, shards: int, workloads: int, rate_per_s: float | None) -> E2ERow:
+async def run_case(
+    *, shards: int, workloads: int, rate_per_s: float | None, per_call: int = 1
+) -> E2ERow:
     log_dir = Path(tempfile.mkdtemp(prefix="muster-bench-e2e-"))
     nats = NatsServer(log_dir / "jetstream")
     url = await nats.start(log_path=log_dir / "nats-server.log")
@@ -195,7 +202,10 @@ async def run_case(*, shards: int, workloads: int, rate_per_s: float | None) -> 
         await nc.connect(url, name="muster-bench")
         try:
             row = await _measure(
-                stack.gateway_address, nc.jetstream(), shards, workloads, rate_per_s, meter
+                stack.gateway_address,
+                nc.jetstream(),
+                Load(shards=shards, workloads=workloads, rate_per_s=rate_per_s, per_call=per_call),
+                meter,
             )
         finally:
             await nc.close()
@@ -232,20 +242,26 @@ def went_through(counts: Mapping[str, int]) -> int:
 
 async def event_times(events: services_pb2_grpc.EventsStub, event_type: str) -> dict[str, int]:
     """Workload -> `time_unix_nano` of its first event of `event_type`, from the stored events."""
-    request = services_pb2.WatchRequest(from_sequence=1, types=[f"workload.{event_type}"])
+    request = services_pb2.WatchRequest(
+        from_sequence=1, types=[f"workload.{event_type}"], history_only=True
+    )
     times: dict[str, int] = {}
-    async for env in events.Watch(request, metadata=((FOLLOW_METADATA, "false"),)):
+    async for env in events.Watch(request):
         times.setdefault(env.workload, env.time_unix_nano)
     return times
 
 
+class Load(msgspec.Struct, frozen=True, kw_only=True):
+    """What a case submits: `workloads` in calls of `per_call`, at `rate_per_s` (None: burst)."""
+
+    shards: int
+    workloads: int
+    rate_per_s: float | None
+    per_call: int = 1
+
+
 async def _measure(
-    gateway: str,
-    js: JetStreamContext,
-    shards: int,
-    workloads: int,
-    rate_per_s: float | None,
-    meter: Callable[[], dict[str, float]],
+    gateway: str, js: JetStreamContext, load: Load, meter: Callable[[], dict[str, float]]
 ) -> E2ERow:
     submitted: dict[str, int] = {}
     async with grpc.aio.insecure_channel(gateway) as channel:
@@ -259,20 +275,24 @@ async def _measure(
         cpu_before = meter()
         start = time.monotonic()
 
-        async def submit(i: int) -> None:
+        async def submit(first: int) -> None:
+            batch = range(first, min(first + load.per_call, load.workloads))
+            manifest = "\n---\n".join(workload_yaml(i) for i in batch)
             async with limit:
-                submitted[f"bench/w-{i}"] = time.time_ns()
-                await gw.Submit(services_pb2.SubmitRequest(manifest=workload_yaml(i)))
+                now = time.time_ns()
+                submitted.update((f"bench/w-{i}", now) for i in batch)
+                await gw.Submit(services_pb2.SubmitRequest(manifest=manifest))
 
         tasks = []
-        for i in range(workloads):
-            if rate_per_s is not None:
-                delay = start + i / rate_per_s - time.monotonic()
+        for first in range(0, load.workloads, load.per_call):
+            if load.rate_per_s is not None:
+                delay = start + first / load.rate_per_s - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(submit(i)))
+            tasks.append(asyncio.create_task(submit(first)))
         await asyncio.gather(*tasks)
-        await wait_stored(js, workloads + 1, timeout_s=60 + workloads / 20)  # with the warm-up
+        # With the warm-up workload.
+        await wait_stored(js, load.workloads + 1, timeout_s=60 + load.workloads / 20)
         cpu_after = meter()
         # Read once everything went through: a live watch would compete with the services.
         events = services_pb2_grpc.EventsStub(channel)
@@ -283,10 +303,11 @@ async def _measure(
     first = min(submitted.values())
     last = max((admitted[k] for k in submitted if k in admitted), default=first)
     return E2ERow(
-        mode="burst" if rate_per_s is None else "rate",
-        shards=shards,
-        workloads=workloads,
-        offered_per_s=rate_per_s,
+        mode="burst" if load.rate_per_s is None else "rate",
+        shards=load.shards,
+        workloads=load.workloads,
+        per_call=load.per_call,
+        offered_per_s=load.rate_per_s,
         admitted=len(admit_ms),
         bound=len(bound_ms),
         throughput_per_s=round(len(admit_ms) / max((last - first) / 1e9, 1e-9), 1),
@@ -294,7 +315,7 @@ async def _measure(
         admit_p99_ms=round(percentile(admit_ms, 0.99), 1),
         bound_p50_ms=round(percentile(bound_ms, 0.50), 1),
         bound_p99_ms=round(percentile(bound_ms, 0.99), 1),
-        cpu_ms_per_workload=cpu_per_workload(cpu_before, cpu_after, workloads),
+        cpu_ms_per_workload=cpu_per_workload(cpu_before, cpu_after, load.workloads),
     )
 
 
@@ -302,7 +323,9 @@ def run(*, scale: float, shard_counts: tuple[int, ...] = (1, 2, 4)) -> Iterator[
     count = max(10, round(1000 * scale))
     for shards in shard_counts:
         # The client on the services' loop (uvloop when installed): it shares their 2 cores.
-        yield run_loop(run_case(shards=shards, workloads=count, rate_per_s=None))
+        for per_call in (1, BATCHED_PER_CALL):
+            burst = run_case(shards=shards, workloads=3 * count, rate_per_s=None, per_call=per_call)
+            yield run_loop(burst)
         yield run_loop(run_case(shards=shards, workloads=count, rate_per_s=200.0))
 
 
@@ -316,6 +339,7 @@ def render_cpu(rows: list[E2ERow]) -> str:
         Column("CPU ms/workload", lambda r: r.mode, numeric=False),
         Column("SHARDS", lambda r: str(r.shards)),
         Column("WORKLOADS", lambda r: str(r.workloads)),
+        Column("PER CALL", lambda r: str(r.per_call)),
         *(_cpu_column(name) for name in CPU_PROCESSES),
     ]
     return render_table(columns, rows)
@@ -330,6 +354,7 @@ def render_latency(rows: list[E2ERow]) -> str:
         Column("MODE", lambda r: r.mode, numeric=False),
         Column("SHARDS", lambda r: str(r.shards)),
         Column("WORKLOADS", lambda r: str(r.workloads)),
+        Column("PER CALL", lambda r: str(r.per_call)),
         Column("OFFERED/s", lambda r: "-" if r.offered_per_s is None else f"{r.offered_per_s:g}"),
         Column("ADMITTED", lambda r: str(r.admitted)),
         Column("BOUND", lambda r: str(r.bound)),

@@ -77,7 +77,17 @@ def test_scale_changes_the_workload_count(capsys: pytest.CaptureFixture[str]) ->
     assert row["scale"] == 0.01
 
 
-def test_no_section_runs_every_section(capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_section_runs_every_section(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from muster.bench import e2e
+
+    every = e2e.run
+    # One shard count keeps this short (each case starts every service); the e2e test below
+    # runs another.
+    monkeypatch.setattr(
+        e2e, "run", lambda *, scale, shard_counts: every(scale=scale, shard_counts=(1,))
+    )
     status = muster(["bench", "--scale", TINY, "-o", "json"])
 
     rows = json_rows(capsys.readouterr().out)
@@ -87,6 +97,21 @@ def test_no_section_runs_every_section(capsys: pytest.CaptureFixture[str]) -> No
         "baseline",
         "large-scale",
     ]
+
+
+def test_e2e_rows_tell_mode_shards_and_workloads_per_call(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bench.main(["e2e", "--scale", TINY, "--shards", "2", "-o", "json"])
+
+    rows = json_rows(capsys.readouterr().out)
+    assert [(r["mode"], r["shards"], r["workloads"], r["per_call"]) for r in rows] == [
+        ("burst", 2, 30, 1),
+        ("burst", 2, 30, 16),
+        ("rate", 2, 10, 1),
+    ]
+    assert all(r["admitted"] == r["bound"] == r["workloads"] for r in rows)
+    assert all(r["cpu_ms_per_workload"]["admission"] > 0 for r in rows)
 
 
 def test_options_after_the_section_win_over_those_before(
