@@ -12,7 +12,11 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
+import nats.js.errors
+
+from muster.admission.rebuild import SNAPSHOTS_BUCKET
 from muster.admission.service import AdmissionConfig, run_admission
+from muster.admission.snapshot import sequence_in
 from muster.bus import EVENTS_STREAM, Bus, BusConfig, connect, new_event
 from muster.bus.service import Health
 from muster.contracts.v1 import events_pb2 as pb
@@ -269,3 +273,25 @@ class FakeBinder:
         while self.task is not None and not self.task.done():  # see `events` for why a loop
             self.task.cancel()
             await asyncio.wait({self.task}, timeout=0.5)
+
+
+async def snapshot_sequence(bus: Bus, name: str = "admission-0") -> int | None:
+    """The sequence of snapshot `name` in MUSTER_SNAPSHOTS, or None when there is none."""
+    try:
+        bucket = await bus.js.object_store(SNAPSHOTS_BUCKET)
+        info = await bucket.get_info(name)
+    except nats.js.errors.NotFoundError:  # no bucket, or no such object
+        return None
+    stream = await bus.js.stream_info(EVENTS_STREAM)
+    return sequence_in(info.headers, stream=stream.created.isoformat() if stream.created else "")
+
+
+async def snapshot_written(
+    bus: Bus, *, at_least: int, name: str = "admission-0", timeout_s: float = 10.0
+) -> None:
+    """Wait until snapshot `name` accounts for every event up to sequence `at_least`."""
+
+    async def written() -> bool:
+        return (await snapshot_sequence(bus, name) or 0) >= at_least
+
+    await eventually(written, timeout_s=timeout_s)

@@ -2,9 +2,9 @@
 
 The common service flags plus `--shard I --shards N`, `--lease-ttl-seconds`,
 `--cluster-lost-seconds` (MultiKueue: docs/multicluster.md), `--routing-policy`
-(docs/routing.md) and `--kueue-config FILE` (Kueue's `Configuration`: fair sharing,
-waitForPodsReady, feature gates; in Kubernetes, mount it from a ConfigMap as Kueue's
-controller does).
+(docs/routing.md), `--snapshot-seconds` (admission/snapshot.py) and `--kueue-config FILE`
+(Kueue's `Configuration`: fair sharing, waitForPodsReady, feature gates; in Kubernetes, mount
+it from a ConfigMap as Kueue's controller does).
 """
 
 from __future__ import annotations
@@ -46,6 +46,9 @@ FLAGS = (
     Flag("--routing-policy", "|".join(POLICIES), routing_policy, "MUSTER_ROUTING_POLICY", "static",
          "how workloads with muster.dev/alternatives are routed where their ClusterQueue names "
          "no muster.dev/routing-policy"),
+    Flag("--snapshot-seconds", "S", float, "MUSTER_SNAPSHOT_SECONDS", "300",
+         "how often the state is stored in MUSTER_SNAPSHOTS, so that a restart does not depend "
+         "on the stream's retention; 0: never, and none is read"),
 )  # fmt: skip
 
 
@@ -64,6 +67,7 @@ def admission_config(args: argparse.Namespace, service: ServiceConfig) -> Admiss
         kueue=kueue,
         cluster_lost_s=args.cluster_lost_seconds,
         routing_policy=args.routing_policy,
+        snapshot_s=args.snapshot_seconds,
     )
 
 

@@ -43,6 +43,9 @@ async def follow_clusters(
             kv = await bus.kv(CLUSTERS_BUCKET)
             watcher = await kv.watchall()
             try:
+                # Setting up the watch may have swallowed a cancellation (bus/cancel.py), and
+                # with no heartbeat coming the loop below would never look again.
+                raise_if_cancelling()
                 async for entry in watcher:
                     if entry is None:  # caught up with the stored values
                         continue

@@ -24,13 +24,15 @@ from nats.aio.msg import Msg
 
 from muster.bus import Bus, ConsumerSettings, Reject, Retry, decode
 from muster.bus.cancel import raise_if_cancelling
+from muster.bus.client import stream_sequence
 from muster.bus.consumer import consumer_config
 from muster.bus.pull import PullFeed
 from muster.contracts.v1 import events_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-BatchHandler = Callable[[Sequence[pb.Envelope]], Awaitable[list[Reject | None]]]
+# The envelopes of a batch, and the same as stored (the snapshot log keeps those bytes).
+BatchHandler = Callable[[Sequence[pb.Envelope], Sequence[bytes]], Awaitable[list[Reject | None]]]
 
 
 async def ensure_consumer(
@@ -94,9 +96,9 @@ async def _handle_batch(
         except Reject as err:
             await _dead_letter(bus, durable, msg, str(err))
             continue
-        env.sequence = msg.metadata.sequence.stream
+        env.sequence = stream_sequence(msg)
         readable.append((msg, env))
-    outcomes = await handle([env for _, env in readable])
+    outcomes = await handle([env for _, env in readable], [msg.data for msg, _ in readable])
     for (msg, env), outcome in zip(readable, outcomes, strict=True):
         if outcome is None:
             await _quietly(msg.ack())

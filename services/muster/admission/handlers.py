@@ -27,6 +27,9 @@ owner rebuilds from the stream, which holds exactly what was published.
 
 `Rounds.run_timers` runs rounds with no event when the engine's next timer is due (requeue
 back-off, waitForPodsReady timeouts).
+
+With snapshots on, every event applied (its own decisions' echoes included) then goes to the
+`CompactLog` (snapshot.py), with its bytes as the consumer fetched them.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import logging
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Protocol
 
+from muster.admission.snapshot import CompactLog
 from muster.admission.state import AdmissionState
 from muster.admission.translate import (
     RECORDED,
@@ -73,8 +77,10 @@ class Rounds:
         clock: Clock,
         on_round: Callable[[], None] = lambda: None,
         retry_s: float = 0.5,
+        history: CompactLog | None = None,
     ) -> None:
         self.state = state
+        self.history = history  # with snapshots on: what the state depends on (snapshot.py)
         self.publisher = publisher
         self.clock = clock
         self.on_round = on_round
@@ -85,11 +91,14 @@ class Rounds:
 
     # --- consumed events -------------------------------------------------------------------
 
-    async def apply_batch(self, envs: Sequence[pb.Envelope]) -> list[Reject | None]:
+    async def apply_batch(
+        self, envs: Sequence[pb.Envelope], raw: Sequence[bytes] | None = None
+    ) -> list[Reject | None]:
         """Apply `envs` (in stream order) in one round; per event, None or why it is rejected.
 
         Returns once every decision of the round is stored. Events at or below the last
-        applied sequence (replayed by the rebuild, or redelivered) are skipped.
+        applied sequence (replayed by the rebuild, or redelivered) are skipped. `raw` holds the
+        envelopes as stored, for the snapshot log (without it, what it keeps is encoded again).
         """
         outcomes: list[Reject | None] = []
         facts: list[tuple[pb.Envelope, Fact]] = []
@@ -118,11 +127,16 @@ class Rounds:
         rejected = (
             {} if echoes_only else await self._round(facts, cause=facts[-1][0] if facts else None)
         )
+        # No await from here on: a snapshot, taken between rounds, sees the log and the last
+        # sequence agree. The log reads the ledger as the whole round left it.
+        history = self.history
         for i, env in enumerate(envs):
             if env.event_id in rejected:
                 outcomes[i] = rejected[env.event_id]
             if env.sequence > self.state.last_sequence:
                 self.state.last_sequence = env.sequence
+                if history is not None and outcomes[i] is None:
+                    history.add(env, None if raw is None else raw[i])
         return outcomes
 
     async def _round(
@@ -166,18 +180,7 @@ class Rounds:
                 continue
             except TimeoutError:
                 pass
-            await self._shielded(self._round((), cause=None))
-
-    @staticmethod
-    async def _shielded(work: Coroutine[object, object, object]) -> None:
-        """Run `work`; cancelled meanwhile, let it finish (its events are being published)."""
-        task = asyncio.ensure_future(work)
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                await task
-            raise
+            await finishing(self._round((), cause=None))  # its events are being published
 
     async def catch_up(self, events: Sequence[Event], *, replay_end: int) -> None:
         """Publish what taking ownership decided, with ids fixed by the rebuild's end."""
@@ -218,6 +221,17 @@ class Rounds:
             except Reject as exc:
                 log.error("cannot publish %s for %s: %s", env.type, env.workload, exc)
             return
+
+
+async def finishing(work: Coroutine[object, object, object]) -> None:
+    """Run `work`; cancelled meanwhile, let it finish first (then re-raise the cancellation)."""
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await task
+        raise
 
 
 def waves_by_workload(envs: Sequence[pb.Envelope]) -> list[list[pb.Envelope]]:

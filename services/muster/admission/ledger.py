@@ -10,7 +10,7 @@ is the rebuild.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -110,6 +110,14 @@ class Ledger:
             self.finished[key] = None
             if len(self.finished) > self.finished_kept:
                 del self.finished[next(iter(self.finished))]
+
+    def remember_finished(self, keys: Iterable[str]) -> None:
+        """Start from a snapshot's finished workloads (oldest first): their `submitted` is not
+        in the snapshot, and a copy of it must not bring them back."""
+        for key in keys:
+            self.finished[WorkloadKey(key)] = None
+        while len(self.finished) > self.finished_kept:
+            del self.finished[next(iter(self.finished))]
 
     def delete(self, key: WorkloadKey) -> None:
         self.entries.pop(key, None)

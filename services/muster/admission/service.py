@@ -5,10 +5,13 @@
 1. acquire the shard lease `admission.<shard>` (waits while another replica holds it), and keep
    renewing it; losing it raises `LeaseLostError`, which stops the service with exit status 1;
 2. create the durable consumer `admission-<shard>` if missing (starting at the stream's end),
-   then replay `MUSTER_EVENTS` from its first message to its last into `AdmissionState`;
+   then rebuild `AdmissionState`: replay the newest snapshot (`MUSTER_SNAPSHOTS`, any shard's),
+   then `MUSTER_EVENTS` from the snapshot's sequence + 1 (without one, from its first message)
+   to its last;
 3. take ownership: adopt this shard's workloads into the engine, run one round, publish;
 4. consume the durable in stream order, a fetched batch per round (events up to the replay's
-   end are skipped), run rounds for due timers, write the visibility bucket; report SERVING.
+   end are skipped), run rounds for due timers, write the visibility bucket and, every
+   `--snapshot-seconds`, a snapshot (`snapshot.py`); report SERVING.
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ import nats.errors
 
 from muster.admission.clusters import follow_clusters
 from muster.admission.consumer import consume_in_order, ensure_consumer
-from muster.admission.handlers import Clock, Rounds
+from muster.admission.handlers import Clock, Rounds, finishing
 from muster.admission.lease import SHARDS_BUCKET, ShardLease
+from muster.admission.rebuild import SnapshotStore, replay_event, restore
+from muster.admission.snapshot import CompactLog, encode_snapshot
 from muster.admission.state import AdmissionState
-from muster.admission.translate import RECORDED, WORKLOAD_FACTS, fact_of
+from muster.admission.translate import RECORDED, WORKLOAD_FACTS
 from muster.admission.visibility import VisibilityWriter, visibility_values
 from muster.api.model import KueueConfig
 from muster.bus import (
@@ -73,6 +78,7 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
     cluster_lost_s: float = 10.0  # a worker cluster silent this long is lost (MultiKueue)
     # Where a ClusterQueue names no muster.dev/routing-policy (docs/routing.md).
     routing_policy: Policy = Policy.STATIC
+    snapshot_s: float = 300.0  # how often a snapshot is stored; 0: never (and none is read)
 
     def __post_init__(self) -> None:
         if self.shards < 1:
@@ -83,6 +89,8 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("the lease renewal interval must be shorter than its TTL")
         if self.visibility_interval_s < 0:
             raise ValueError("the visibility interval must be >= 0")
+        if self.snapshot_s < 0:
+            raise ValueError(f"--snapshot-seconds must be >= 0, got {self.snapshot_s:g}")
         if not self.cluster_lost_s > 0:
             raise ValueError(f"--cluster-lost-seconds must be > 0, got {self.cluster_lost_s:g}")
         if self.routing_policy not in POLICIES:
@@ -130,6 +138,8 @@ async def run_admission(
             await service.start()
             tg.create_task(service.rounds.run_timers(), name="admission-timers")
             tg.create_task(service.write_visibility(), name="admission-visibility")
+            if config.snapshot_s > 0:
+                tg.create_task(service.write_snapshots(), name="admission-snapshots")
             tg.create_task(
                 follow_clusters(
                     bus, service.state.dispatch, service.rounds.apply_batch, clock=clock
@@ -173,34 +183,110 @@ class AdmissionService:
             cluster_lost_s=config.cluster_lost_s,
             routing_policy=Policy(config.routing_policy),
         )
+        # Snapshots on: the events the state depends on, kept as they are applied.
+        self.history = CompactLog(self.state.ledger) if config.snapshot_s > 0 else None
+        self.snapshots = SnapshotStore(bus.js, replicas=bus.config.stream_replicas)
+        self.snapshot_sequence = 0  # of the last snapshot read or written
+        self.stream_created = ""  # when MUSTER_EVENTS was created: set by `start`
         self._dirty = asyncio.Event()
-        self.rounds = Rounds(self.state, bus, clock=clock, on_round=self._dirty.set)
+        self.rounds = Rounds(
+            self.state, bus, clock=clock, on_round=self._dirty.set, history=self.history
+        )
 
     async def start(self) -> None:
-        """Catch up before owning: make the durable, replay history, adopt, decide once."""
+        """Catch up before owning: make the durable, rebuild, adopt, decide once."""
         await ensure_consumer(
             self.bus, self.config.durable, SUBJECTS, self.config.consumer_settings()
         )
-        end = await self.bus.last_sequence(EVENTS_STREAM)
-        replayed = 0
+        stream = await self.bus.js.stream_info(EVENTS_STREAM)
+        # Sequences start over in a stream deleted and made again: snapshots name theirs.
+        self.stream_created = stream.created.isoformat() if stream.created else ""
+        end = int(stream.state.last_seq)
         started = time.perf_counter()
-        async for env in self.bus.replay(list(SUBJECTS), until_sequence=end):
-            try:
-                fact = fact_of(env)
-            except ValueError as exc:
-                log.warning("rebuild skips %s#%d: %s", env.type, env.sequence, exc)
-                fact = None
-            self.state.replay(fact, sequence=env.sequence, cluster=env.cluster)
+        restored = await self._restore(end=end)
+        start = self.state.last_sequence + 1
+        first = int(stream.state.first_seq)
+        if first > start and end >= start:
+            log.warning(
+                "events %d..%d are no longer in %s (retention): the rebuild misses what they "
+                "said (workloads submitted, finished or deleted then)",
+                start,
+                first - 1,
+                EVENTS_STREAM,
+            )
+        replayed = 0
+        async for env in self.bus.replay(list(SUBJECTS), from_sequence=start, until_sequence=end):
+            replay_event(self.state, env, history=self.history)
             replayed += 1
         self.state.last_sequence = max(self.state.last_sequence, end)
         events = self.state.take_ownership(now_s=self.clock())
         await self.rounds.catch_up(events, replay_end=end)
         log.info(
-            "rebuilt from %d events in %.3fs: %d live workloads, %d in this shard",
+            "rebuilt from %d snapshot events and %d stream events in %.3fs: "
+            "%d live workloads, %d in this shard",
+            restored,
             replayed,
             time.perf_counter() - started,
             len(self.state.ledger),
             len(self.state.adopted),
+        )
+
+    async def _restore(self, *, end: int) -> int:
+        """Replay the newest snapshot into the state (snapshots on); how many events it held."""
+        if self.history is None:
+            return 0
+        started = time.perf_counter()
+        snapshot = await self.snapshots.newest(stream=self.stream_created, at_most=end)
+        if snapshot is None:
+            return 0
+        restore(
+            self.state,
+            snapshot,
+            history=self.history,
+            max_event_bytes=self.bus.config.max_event_bytes,
+        )
+        self.snapshot_sequence = snapshot.sequence
+        log.info(
+            "snapshot at sequence %d loaded: %d events, %d bytes, in %.3fs",
+            snapshot.sequence,
+            len(snapshot.events),
+            snapshot.size,
+            time.perf_counter() - started,
+        )
+        return len(snapshot.events)
+
+    async def write_snapshots(self) -> None:
+        """Every `snapshot_s`, store a snapshot if anything was applied since the last one;
+        one that fails is tried again at the next interval."""
+        while True:
+            raise_if_cancelling()
+            await asyncio.sleep(self.config.snapshot_s)
+            if self.state.last_sequence <= self.snapshot_sequence:
+                continue
+            try:
+                # Let a write finish at shutdown: one cut short leaves its chunks behind.
+                await finishing(self.write_snapshot())
+            except (nats.errors.Error, TimeoutError) as exc:
+                log.warning("snapshot not written, again in %gs: %r", self.config.snapshot_s, exc)
+
+    async def write_snapshot(self) -> None:
+        """Store what the state depends on now as this shard's snapshot."""
+        assert self.history is not None, "snapshots are off"
+        started = time.perf_counter()
+        async with self.rounds.lock:  # between rounds: the log and the last sequence agree
+            snapshot = self.history.snapshot(
+                sequence=self.state.last_sequence, stream=self.stream_created
+            )
+        data = await asyncio.to_thread(encode_snapshot, snapshot)
+        await self.snapshots.put(self.config.durable, snapshot, data)
+        self.snapshot_sequence = snapshot.sequence
+        log.info(
+            "snapshot at sequence %d written: %d events, %d bytes (%d stored), in %.3fs",
+            snapshot.sequence,
+            len(snapshot.events),
+            snapshot.size,
+            len(data),
+            time.perf_counter() - started,
         )
 
     async def write_visibility(self) -> None:

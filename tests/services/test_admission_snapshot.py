@@ -1,0 +1,183 @@
+"""Admission snapshots: a restarted replica remembers workloads whose history the stream lost."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from admission_world import (
+    basic_config,
+    count,
+    drained,
+    eventually,
+    fact,
+    publish,
+    snapshot_sequence,
+    snapshot_written,
+    start_admission,
+    submitted,
+    workload,
+)
+from bus_helpers import EventLog
+from nats.js import api
+
+from muster.admission.rebuild import SNAPSHOTS_BUCKET
+from muster.admission.snapshot import SEQUENCE_HEADER
+from muster.bus import EVENTS_STREAM, Bus, BusConfig
+
+pytestmark = pytest.mark.timeout(60)
+
+SNAPSHOT_S = 0.2
+
+
+async def purge_before(bus: Bus, seq: int) -> None:
+    """Lose every event before `seq`, as retention (max_age, max_bytes) does."""
+    await bus.js.purge_stream(EVENTS_STREAM, seq=seq)
+    assert (await bus.js.stream_info(EVENTS_STREAM)).state.first_seq == seq
+
+
+async def running_workload_then_history_lost(
+    bus: Bus, bus_config: BusConfig, events: EventLog, *, snapshot_s: float
+) -> None:
+    """Quota for one workload; A admitted, C pending behind it (and a snapshot written, if
+    on); the configuration applied again; every event before that purged; the replica killed."""
+    first = await start_admission(bus_config, snapshot_s=snapshot_s)
+    await first.wait_serving()
+    await basic_config(bus, cpu="1")
+    await publish(bus, submitted(workload("a", cpu="1")))
+    await events.wait_for("admitted", workload="ns/a")
+    await publish(bus, submitted(workload("c", cpu="1")))
+    pending = await events.wait_for("pending", workload="ns/c")
+    await drained(bus, "admission-0")
+    if snapshot_s:
+        await snapshot_written(bus, at_least=pending.sequence)
+    # A configuration change a week later: what the stream still holds then.
+    kept_from = await bus.last_sequence() + 1
+    await basic_config(bus, cpu="1")
+    await purge_before(bus, kept_from)
+    await first.kill()
+
+
+@pytest.mark.parametrize(
+    "snapshot_s",
+    [
+        pytest.param(SNAPSHOT_S, id="snapshots"),
+        pytest.param(0.0, id="no-snapshots-over-commits"),  # the control: the bug shows
+    ],
+)
+async def test_a_running_workload_keeps_its_quota_after_its_events_left_the_stream(
+    bus: Bus, bus_config: BusConfig, events: EventLog, snapshot_s: float
+) -> None:
+    await running_workload_then_history_lost(bus, bus_config, events, snapshot_s=snapshot_s)
+
+    second = await start_admission(bus_config, snapshot_s=snapshot_s)
+    try:
+        await second.wait_serving()
+        await publish(bus, submitted(workload("b", cpu="1")))
+        if not snapshot_s:
+            # Without a snapshot A and C are forgotten: B gets the quota A still uses.
+            await events.wait_for("admitted", workload="ns/b")
+            assert await snapshot_sequence(bus) is None  # 0: none written
+            return
+        pending = await events.wait_for("pending", workload="ns/b")
+        assert pending.pending.reason == "WaitingForQuota"
+        assert "insufficient unused quota for cpu in flavor default" in pending.pending.message
+        await drained(bus, "admission-0")
+        assert count(events, "quota_reserved", "ns/b") == 0
+
+        await publish(bus, fact("finished", "ns/a"))
+        await events.wait_for("admitted", workload="ns/c")  # it waited longer than B
+        await drained(bus, "admission-0")
+        assert count(events, "quota_reserved", "ns/b") == 0
+        await publish(bus, fact("finished", "ns/c"))
+        await events.wait_for("admitted", workload="ns/b")
+        await drained(bus, "admission-0")
+        for key in ("ns/a", "ns/b", "ns/c"):
+            assert count(events, "quota_reserved", key) == 1, key  # none decided twice
+    finally:
+        await second.stop()
+
+
+async def test_a_snapshot_brings_back_configuration_the_stream_lost_and_warns_of_the_gap(
+    bus: Bus, bus_config: BusConfig, events: EventLog, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = await start_admission(bus_config, snapshot_s=SNAPSHOT_S)
+    await first.wait_serving()
+    await basic_config(bus, cpu="1")
+    await publish(bus, submitted(workload("a", cpu="1")))
+    admitted = await events.wait_for("admitted", workload="ns/a")
+    await drained(bus, "admission-0")
+    await snapshot_written(bus, at_least=admitted.sequence)
+    await first.kill()
+    snapshot_at = await snapshot_sequence(bus)
+    # Retention took everything, and with it a workload submitted after the snapshot.
+    lost_at = await bus.publish(submitted(workload("lost", cpu="1")))
+    await purge_before(bus, lost_at + 1)
+
+    caplog.set_level(logging.INFO, logger="muster.admission")
+    second = await start_admission(bus_config, snapshot_s=SNAPSHOT_S)
+    try:
+        await second.wait_serving()
+        await publish(bus, submitted(workload("b", cpu="1")))
+        pending = await events.wait_for("pending", workload="ns/b")
+        assert "insufficient unused quota" in pending.pending.message
+        messages = [r.getMessage() for r in caplog.records]
+        assert any("snapshot at sequence" in m and "loaded" in m for m in messages), messages
+        assert snapshot_at is not None
+        gap = f"events {snapshot_at + 1}..{lost_at} are no longer in {EVENTS_STREAM}"
+        assert any(m.startswith(gap) for m in messages), messages
+    finally:
+        await second.stop()
+
+
+async def test_an_unreadable_newer_snapshot_is_ignored_for_the_next_newest(
+    bus: Bus, bus_config: BusConfig, events: EventLog, caplog: pytest.LogCaptureFixture
+) -> None:
+    await running_workload_then_history_lost(bus, bus_config, events, snapshot_s=SNAPSHOT_S)
+    # Another shard's snapshot, newer than shard 0's but damaged.
+    bucket = await bus.js.object_store(SNAPSHOTS_BUCKET)
+    headers = (await bucket.get_info("admission-0")).headers
+    assert headers is not None
+    newest = str(await bus.last_sequence())
+    meta = api.ObjectMeta(name="admission-1", headers={**headers, SEQUENCE_HEADER: [newest]})
+    await bucket.put("admission-1", b"not a snapshot", meta=meta)
+
+    caplog.set_level(logging.INFO, logger="muster.admission")
+    second = await start_admission(bus_config, snapshot_s=SNAPSHOT_S)
+    try:
+        await second.wait_serving()
+        await publish(bus, submitted(workload("b", cpu="1")))
+        await events.wait_for("pending", workload="ns/b")  # A still counts
+        messages = [r.getMessage() for r in caplog.records]
+        assert any(m.startswith("snapshot admission-1 ignored") for m in messages), messages
+    finally:
+        await second.stop()
+
+
+async def test_a_snapshot_that_fails_to_write_is_written_at_the_next_interval(
+    bus: Bus, bus_config: BusConfig, events: EventLog, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A bucket too small for any snapshot: every write fails until it is made larger.
+    small = api.ObjectStoreConfig(max_bytes=64)
+    await bus.js.create_object_store(SNAPSHOTS_BUCKET, config=small)
+    caplog.set_level(logging.INFO, logger="muster.admission")
+    first = await start_admission(bus_config, snapshot_s=SNAPSHOT_S)
+    try:
+        await first.wait_serving()
+        await basic_config(bus, cpu="1")
+        await publish(bus, submitted(workload("a", cpu="1")))
+        admitted = await events.wait_for("admitted", workload="ns/a")
+        await eventually(lambda: failed_writes(caplog, at_least=2))  # tried at every interval
+        assert await snapshot_sequence(bus) is None
+
+        stream = (await bus.js.stream_info(f"OBJ_{SNAPSHOTS_BUCKET}")).config
+        await bus.js.update_stream(stream.evolve(max_bytes=-1))
+        await snapshot_written(bus, at_least=admitted.sequence)
+    finally:
+        await first.stop()
+
+
+async def failed_writes(caplog: pytest.LogCaptureFixture, *, at_least: int) -> bool:
+    failed = [r for r in caplog.records if r.getMessage().startswith("snapshot not written")]
+    assert all(r.levelno == logging.WARNING for r in failed)
+    return len(failed) >= at_least

@@ -1,0 +1,114 @@
+"""A stream of stored bytes, a live replica consuming it, and rebuilds from it (with or without
+a snapshot), for the snapshot tests. Pure: no NATS."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from muster.admission.handlers import Rounds
+from muster.admission.rebuild import replay_event, restore
+from muster.admission.snapshot import CompactLog, Snapshot
+from muster.admission.state import AdmissionState
+from muster.bus import decode
+from muster.contracts.v1 import events_pb2 as pb
+
+
+class StoredStream:
+    """MUSTER_EVENTS as the bytes stored, sequence n at index n - 1; the replica's Publisher."""
+
+    def __init__(self) -> None:
+        self.data: list[bytes] = []
+
+    def put(self, env: pb.Envelope) -> int:
+        self.data.append(env.SerializeToString())
+        return len(self.data)
+
+    async def publish(self, env: pb.Envelope) -> int:
+        return self.put(env)
+
+    @property
+    def last(self) -> int:
+        return len(self.data)
+
+    def envelope(self, seq: int) -> pb.Envelope:
+        env = decode(self.data[seq - 1])
+        env.sequence = seq
+        return env
+
+    def types(self, seqs: tuple[int, ...]) -> list[tuple[str, str]]:
+        """(payload field, workload or config name) of each stored event in `seqs`."""
+        out = []
+        for seq in seqs:
+            env = self.envelope(seq)
+            field = env.WhichOneof("payload") or ""
+            name = env.config_applied.name if field == "config_applied" else env.workload
+            out.append((field, name))
+        return out
+
+
+class LiveReplica:
+    """A replica owning the only shard, consuming `stream` in batches as the service does."""
+
+    def __init__(self, stream: StoredStream, *, clock: list[float]) -> None:
+        self.stream = stream
+        self.state = AdmissionState()
+        self.state.take_ownership(now_s=0.0)
+        self.history = CompactLog(self.state.ledger)
+        self.rounds = Rounds(self.state, stream, clock=lambda: clock[0], history=self.history)
+        self.consumed = 0
+
+    async def consume(self, most: int) -> None:
+        """One fetched batch: up to `most` of the events not consumed yet."""
+        seqs = range(self.consumed + 1, min(self.stream.last, self.consumed + most) + 1)
+        envs = [self.stream.envelope(seq) for seq in seqs]
+        await self.rounds.apply_batch(envs, [self.stream.data[seq - 1] for seq in seqs])
+        self.consumed = seqs[-1] if seqs else self.consumed
+
+    async def catch_up(self, *, batch: int = 8) -> None:
+        """Consume until nothing is left, its own decisions' echoes included."""
+        while self.consumed < self.stream.last:
+            await self.consume(batch)
+
+    def snapshot(self) -> Snapshot:
+        return self.history.snapshot(sequence=self.state.last_sequence)
+
+
+def rebuilt(
+    stream: StoredStream, snapshot: Snapshot | None = None
+) -> tuple[AdmissionState, CompactLog]:
+    """A new replica's state (not owning yet): `snapshot`, then the stream after it (all of it
+    without one), as `AdmissionService.start` replays them; and its log."""
+    state = AdmissionState()
+    history = CompactLog(state.ledger)
+    if snapshot is not None:
+        restore(state, snapshot, history=history, max_event_bytes=1 << 20)
+    for seq in range(state.last_sequence + 1, stream.last + 1):
+        replay_event(state, stream.envelope(seq), history=history, data=stream.data[seq - 1])
+    return state, history
+
+
+def summary(state: AdmissionState) -> dict[str, Any]:
+    """What a rebuild must get right: the ledger (arrival order as a ranking), recently finished
+    workloads, where ClusterQueues were applied, the last sequence."""
+    ledger = state.ledger
+    return {
+        "entries": {k: dataclasses.replace(e, order=0) for k, e in ledger.entries.items()},
+        "arrivals": [e.key for e in ledger.live()],
+        "finished": list(ledger.finished),
+        "cluster_queue_clusters": dict(state.cluster_queue_clusters),
+        "last_sequence": state.last_sequence,
+    }
+
+
+def taking_over(state: AdmissionState, *, now_s: float) -> dict[str, Any]:
+    """What the rebuilt replica decides when it takes ownership, and its engine after that."""
+    events = state.take_ownership(now_s=now_s)
+    engine = state.engine
+    return {
+        "events": [(e.type, e.object, e.reason, e.message) for e in events],
+        "phases": {k: engine.phase(k) for k in sorted(engine.records)},
+        "admissions": {k: state.admission_of(k) for k in sorted(engine.records)},
+        "cluster_queues": dict(engine.config.cluster_queues),
+        "local_queues": dict(engine.config.local_queues),
+    }

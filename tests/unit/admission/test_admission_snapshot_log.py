@@ -1,0 +1,303 @@
+"""The compacted replay log and its snapshots: what is kept, what leaves, how it is encoded, and
+that a snapshot plus the stream after it rebuilds what the whole history rebuilds."""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from typing import Any
+
+import msgspec
+import pytest
+from admission_stream import (
+    applied,
+    cluster_queue,
+    flavor,
+    local_queue,
+    reported,
+    submitted,
+    workload,
+)
+from hypothesis import given
+from hypothesis import strategies as st
+from snapshot_world import LiveReplica, StoredStream, rebuilt, summary, taking_over
+
+from muster.admission.snapshot import (
+    SEQUENCE_HEADER,
+    STREAM_HEADER,
+    VERSION,
+    VERSION_HEADER,
+    Snapshot,
+    SnapshotError,
+    decode_snapshot,
+    encode_snapshot,
+    sequence_in,
+    snapshot_headers,
+)
+from muster.bus import new_event
+from muster.contracts.v1 import events_pb2 as pb
+
+pytestmark = pytest.mark.timeout(120)
+
+CONFIG = (flavor(), cluster_queue(cpu="4", preempt=True), local_queue())
+
+
+def config_deleted(kind: str, name: str) -> pb.Envelope:
+    payload = pb.ConfigDeleted(kind=kind, name=name)
+    return new_event("config_deleted", payload, cluster="local", source="test")
+
+
+async def configured(*, cpu: str = "4") -> tuple[StoredStream, LiveReplica]:
+    stream = StoredStream()
+    replica = LiveReplica(stream, clock=[10.0])
+    for manifest in (flavor(), cluster_queue(cpu=cpu, preempt=True), local_queue()):
+        stream.put(applied(manifest))
+    await replica.catch_up()
+    return stream, replica
+
+
+async def world(stream: StoredStream, replica: LiveReplica, *envs: pb.Envelope) -> None:
+    """Store `envs` (what other services report) and let the replica consume everything."""
+    for env in envs:
+        stream.put(env)
+    await replica.catch_up()
+
+
+def kept(stream: StoredStream, replica: LiveReplica) -> list[tuple[str, str]]:
+    return stream.types(replica.snapshot().sequences)
+
+
+CONFIGURED = [
+    ("config_applied", "default"),
+    ("config_applied", "cq"),
+    ("config_applied", "ns/lq"),
+]
+
+
+# --- what the log keeps -------------------------------------------------------------------------
+
+
+async def test_keeps_a_live_workloads_events_and_its_own_decisions_echoes() -> None:
+    stream, replica = await configured(cpu="1")
+    await world(stream, replica, submitted(workload("a")), submitted(workload("b")))
+    assert sorted(kept(stream, replica)) == sorted(
+        [
+            *CONFIGURED,
+            ("submitted", "ns/a"),
+            ("submitted", "ns/b"),
+            ("quota_reserved", "ns/a"),
+            ("admitted", "ns/a"),
+            ("pending", "ns/b"),
+        ]
+    )
+    assert replica.snapshot().sequence == stream.last
+
+
+@pytest.mark.parametrize("end", ["finished", "deleted"])
+async def test_a_workload_that_finished_or_was_deleted_leaves_the_log(end: str) -> None:
+    stream, replica = await configured(cpu="1")
+    await world(stream, replica, submitted(workload("a")), submitted(workload("b")))
+    await world(stream, replica, reported(end, "ns/a"))
+    assert sorted(kept(stream, replica)) == sorted(
+        [
+            *CONFIGURED,
+            ("submitted", "ns/b"),
+            ("pending", "ns/b"),
+            ("quota_reserved", "ns/b"),
+            ("admitted", "ns/b"),
+        ]
+    )
+
+
+async def test_configuration_keeps_the_latest_applied_and_forgets_deleted_objects() -> None:
+    stream, replica = await configured()
+    await world(
+        stream,
+        replica,
+        applied(cluster_queue(cpu="6")),
+        applied(local_queue("other")),
+        config_deleted("LocalQueue", "ns/other"),
+    )
+    snapshot = replica.snapshot()
+    assert kept(stream, replica) == [
+        ("config_applied", "default"),
+        ("config_applied", "ns/lq"),
+        ("config_applied", "cq"),
+    ]
+    cq = stream.envelope(snapshot.sequences[-1])
+    assert '"nominalQuota": "6"' in cq.config_applied.manifest_json
+
+
+async def test_a_finished_workload_is_remembered_so_a_copy_of_its_submission_is_refused() -> None:
+    stream, replica = await configured()
+    await world(stream, replica, submitted(workload("a")), reported("finished", "ns/a"))
+    snapshot = replica.snapshot()
+    assert snapshot.finished == ("ns/a",)
+    assert "ns/a" not in {name for _, name in kept(stream, replica)}
+
+    stream.put(submitted(workload("a")))  # the watcher published it again (another id)
+    state, _ = rebuilt(stream, snapshot)
+    assert "ns/a" not in state.ledger
+    assert list(state.ledger.finished) == ["ns/a"]
+
+
+# --- rebuilding from a snapshot -----------------------------------------------------------------
+
+
+async def test_a_snapshot_keeps_a_workload_whose_history_the_stream_lost() -> None:
+    stream, replica = await configured(cpu="1")
+    await world(stream, replica, submitted(workload("a")))
+    snapshot = replica.snapshot()
+    stream.put(submitted(workload("b")))  # only this is left after the purge
+
+    state, _ = rebuilt(stream, snapshot)
+    assert state.ledger.get("ns/a") is not None  # type: ignore[arg-type]
+    assert taking_over(state, now_s=20.0)["phases"] == {"ns/a": "Admitted", "ns/b": "Pending"}
+
+
+Op = tuple[Any, ...]
+NAMES = st.sampled_from([f"w{i}" for i in range(6)])
+SUBMIT = st.tuples(st.just("submit"), NAMES, st.sampled_from(["1", "2", "3"]), st.integers(0, 2))
+OPS = st.lists(
+    st.one_of(
+        SUBMIT,
+        SUBMIT,  # twice as likely: workloads to admit, pend and preempt
+        st.tuples(st.sampled_from(["finished", "deleted", "eviction_completed"]), NAMES),
+        st.tuples(st.just("pods_ready"), NAMES),
+        st.tuples(st.just("quota"), st.sampled_from(["2", "4", "6"])),
+        st.tuples(st.just("local_queue"), st.booleans()),
+        st.tuples(st.just("consume"), st.integers(1, 8)),
+        st.tuples(st.just("snapshot")),
+    ),
+    min_size=10,
+    max_size=60,
+)
+
+
+async def run_world(ops: list[Op]) -> tuple[StoredStream, list[Snapshot]]:
+    """Store what `ops` report, in order, while a live replica consumes and decides; return
+    the stream and the snapshots taken along the way (and one at the end)."""
+    clock = [10.0]
+    stream = StoredStream()
+    replica = LiveReplica(stream, clock=clock)
+    for manifest in CONFIG:
+        stream.put(applied(manifest))
+    snapshots: list[Snapshot] = []
+    for op in ops:
+        clock[0] += 1.0
+        match op:
+            case ("submit", name, cpu, priority):
+                stream.put(submitted(workload(name, cpu=cpu, priority=priority), at_s=clock[0]))
+            case ("quota", cpu):
+                stream.put(applied(cluster_queue(cpu=cpu, preempt=True)))
+            case ("local_queue", True):
+                stream.put(applied(local_queue()))
+            case ("local_queue", False):
+                stream.put(config_deleted("LocalQueue", "ns/lq"))
+            case ("consume", most):
+                await replica.consume(most)
+            case ("snapshot",):
+                snapshots.append(replica.snapshot())
+            case (fact, name):
+                stream.put(reported(fact, f"ns/{name}", at_s=clock[0]))
+    await replica.catch_up()
+    snapshots.append(replica.snapshot())
+    return stream, snapshots
+
+
+@given(OPS)
+def test_a_snapshot_and_the_stream_after_it_rebuild_what_the_whole_stream_does(
+    ops: list[Op],
+) -> None:
+    stream, snapshots = asyncio.run(run_world(ops))
+    reference, _ = rebuilt(stream)
+    expected = summary(reference)
+    decided = taking_over(reference, now_s=1000.0)
+    for snapshot in snapshots:
+        stored = decode_snapshot(encode_snapshot(snapshot))
+        assert stored == snapshot
+        state, history = rebuilt(stream, stored)  # the stream up to the snapshot is gone
+        assert summary(state) == expected
+        # A replica rebuilt from a snapshot writes one that rebuilds the same again.
+        again, _ = rebuilt(stream, history.snapshot(sequence=state.last_sequence))
+        assert summary(again) == expected
+        assert taking_over(state, now_s=1000.0) == decided
+
+
+# --- encoding -----------------------------------------------------------------------------------
+
+
+CREATED = "2025-01-02T03:04:05+00:00"  # the stream's creation time
+
+
+def a_snapshot() -> Snapshot:
+    return Snapshot(
+        stream=CREATED, sequence=9, sequences=(2, 5), events=(b"two", b"five"), finished=("ns/x",)
+    )
+
+
+def test_a_snapshot_survives_encoding_and_announces_its_stream_and_sequence() -> None:
+    snapshot = a_snapshot()
+    assert decode_snapshot(encode_snapshot(snapshot)) == snapshot
+    headers = snapshot_headers(snapshot)
+    assert headers == {
+        SEQUENCE_HEADER: ["9"],
+        STREAM_HEADER: [CREATED],
+        VERSION_HEADER: [str(VERSION)],
+    }
+    assert sequence_in(headers, stream=CREATED) == 9
+    # MUSTER_EVENTS deleted and made again: its sequences started over.
+    assert sequence_in(headers, stream="2025-02-01T00:00:00+00:00") is None
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(b"not zlib", id="not-compressed"),
+        pytest.param(zlib.compress(b"\xc1garbage"), id="not-msgpack"),
+        pytest.param(encode_snapshot(a_snapshot())[:-4], id="truncated"),
+        pytest.param(
+            zlib.compress(msgspec.msgpack.encode({"version": VERSION, "sequence": "nine"})),
+            id="wrong-types",
+        ),
+        pytest.param(
+            encode_snapshot(Snapshot(sequence=9, sequences=(5, 2), events=(b"a", b"b"))),
+            id="out-of-order",
+        ),
+        pytest.param(
+            encode_snapshot(Snapshot(sequence=4, sequences=(5,), events=(b"a",))),
+            id="event-past-its-sequence",
+        ),
+        pytest.param(
+            encode_snapshot(Snapshot(sequence=9, sequences=(5,), events=(b"a", b"b"))),
+            id="sequences-and-events-disagree",
+        ),
+    ],
+)
+def test_a_corrupt_snapshot_is_refused(data: bytes) -> None:
+    with pytest.raises(SnapshotError):
+        decode_snapshot(data)
+
+
+def test_a_snapshot_of_another_version_is_refused_before_it_is_read() -> None:
+    newer = {"version": VERSION + 1, "sequence": 9, "events": "a new layout"}
+    with pytest.raises(SnapshotError, match=f"version {VERSION + 1}"):
+        decode_snapshot(zlib.compress(msgspec.msgpack.encode(newer)))
+    headers = {SEQUENCE_HEADER: ["9"], STREAM_HEADER: [CREATED], VERSION_HEADER: [str(VERSION + 1)]}
+    assert sequence_in(headers, stream=CREATED) is None
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        None,
+        {},
+        {SEQUENCE_HEADER: ["9"], STREAM_HEADER: [CREATED]},
+        {SEQUENCE_HEADER: ["x"], STREAM_HEADER: [CREATED], VERSION_HEADER: ["1"]},
+        {SEQUENCE_HEADER: ["9"], VERSION_HEADER: ["1"]},
+    ],
+)
+def test_an_object_without_a_readable_sequence_is_not_a_candidate(
+    headers: dict[str, list[str]] | None,
+) -> None:
+    assert sequence_in(headers, stream=CREATED) is None
