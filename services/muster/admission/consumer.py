@@ -13,7 +13,6 @@ dead-letter path); nothing is nak'ed, since a redelivery would come out of order
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -23,7 +22,7 @@ import nats.js.errors
 from nats.aio.msg import Msg
 
 from muster.bus import Bus, ConsumerSettings, Reject, Retry, decode
-from muster.bus.cancel import raise_if_cancelling
+from muster.bus.cancel import finishing, raise_if_cancelling
 from muster.bus.client import stream_sequence
 from muster.bus.consumer import consumer_config
 from muster.bus.pull import PullFeed
@@ -70,13 +69,7 @@ async def consume_in_order(
             msgs = await feed.take(settings.batch, timeout_s=fetch_timeout_s)
             if not msgs:
                 continue
-            work = asyncio.ensure_future(_handle_batch(bus, durable, msgs, handle, settings))
-            try:
-                await asyncio.shield(work)
-            except asyncio.CancelledError:
-                with contextlib.suppress(Exception):
-                    await work
-                raise
+            await finishing(_handle_batch(bus, durable, msgs, handle, settings))
     finally:
         # Delivered but never handled: not naked, since a redelivery would come out of order
         # (after what follows it); the ack wait hands them to the next owner, which skips

@@ -35,9 +35,8 @@ With snapshots on, every event applied (its own decisions' echoes included) then
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from muster.admission.snapshot import CompactLog
@@ -51,7 +50,7 @@ from muster.admission.translate import (
     fact_of,
 )
 from muster.bus import Reject, Retry
-from muster.bus.cancel import raise_if_cancelling
+from muster.bus.cancel import finishing, raise_if_cancelling
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.events import Event
 
@@ -221,17 +220,6 @@ class Rounds:
             except Reject as exc:
                 log.error("cannot publish %s for %s: %s", env.type, env.workload, exc)
             return
-
-
-async def finishing(work: Coroutine[object, object, object]) -> None:
-    """Run `work`; cancelled meanwhile, let it finish first (then re-raise the cancellation)."""
-    task = asyncio.ensure_future(work)
-    try:
-        await asyncio.shield(task)
-    except asyncio.CancelledError:
-        with contextlib.suppress(Exception):
-            await task
-        raise
 
 
 def waves_by_workload(envs: Sequence[pb.Envelope]) -> list[list[pb.Envelope]]:

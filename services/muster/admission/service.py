@@ -28,7 +28,7 @@ import nats.errors
 
 from muster.admission.clusters import follow_clusters
 from muster.admission.consumer import consume_in_order, ensure_consumer
-from muster.admission.handlers import Clock, Rounds, finishing
+from muster.admission.handlers import Clock, Rounds
 from muster.admission.lease import SHARDS_BUCKET, ShardLease
 from muster.admission.rebuild import SnapshotStore, replay_event, restore
 from muster.admission.snapshot import CompactLog, encode_snapshot
@@ -46,7 +46,7 @@ from muster.bus import (
     new_event,
     workload_subject,
 )
-from muster.bus.cancel import raise_if_cancelling
+from muster.bus.cancel import finishing, raise_if_cancelling
 from muster.bus.service import Health
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.routing import POLICIES, Policy

@@ -1,8 +1,10 @@
-"""Cancellation that nats-py may have swallowed, checked by every loop that talks to NATS."""
+"""Cancellation: what nats-py may have swallowed, and work that must finish once started."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Coroutine
 
 
 def raise_if_cancelling() -> None:
@@ -15,3 +17,18 @@ def raise_if_cancelling() -> None:
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError
+
+
+async def finishing(work: Coroutine[object, object, object]) -> None:
+    """Run `work`; cancelled meanwhile, let it finish first (then re-raise the cancellation).
+
+    For work whose effects must not stop halfway: a round publishing its decisions, a batch
+    being acked.
+    """
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await task
+        raise
