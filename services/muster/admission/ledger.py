@@ -54,6 +54,7 @@ class Entry:
     pending_reason: str = ""
     pending_message: str = ""
     check_states: dict[str, str] = field(default_factory=dict)  # reported since reserved
+    manifest_json: str = ""  # as submitted, for its `admitted` (translate.MANIFEST_COPY_LIMIT)
 
     @property
     def key(self) -> WorkloadKey:
@@ -93,14 +94,21 @@ class Ledger:
         """Every live workload, in arrival order."""
         return iter(sorted(self.entries.values(), key=lambda e: e.order))
 
-    def submit(self, wl: Workload, *, cluster: str, generation: int, at_s: float) -> Entry | None:
+    def submit(
+        self, wl: Workload, *, cluster: str, generation: int, at_s: float, manifest_json: str = ""
+    ) -> Entry | None:
         """Record a submission; None when the workload is already known (a duplicate)."""
         key = wl.key
         if key in self.entries or key in self.finished:
             return None
         self._order += 1
         entry = Entry(
-            wl, cluster=cluster, generation=generation, submitted_s=at_s, order=self._order
+            wl,
+            cluster=cluster,
+            generation=generation,
+            submitted_s=at_s,
+            order=self._order,
+            manifest_json=manifest_json,
         )
         self.entries[key] = entry
         return entry

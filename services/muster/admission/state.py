@@ -203,7 +203,11 @@ class AdmissionState:
             case Submit():
                 at_s = fact.at_s or now_s
                 entry = ledger.submit(
-                    fact.workload, cluster=fact.cluster, generation=fact.generation, at_s=at_s
+                    fact.workload,
+                    cluster=fact.cluster,
+                    generation=fact.generation,
+                    at_s=at_s,
+                    manifest_json=fact.manifest_json,
                 )
                 if entry is None or not self.owning or not self._owns(entry):
                     return []  # a duplicate, history, or another shard's
@@ -446,6 +450,10 @@ class AdmissionState:
     def generation_of(self, key: WorkloadKey) -> int:
         entry = self.ledger.get(key)
         return 0 if entry is None else entry.generation
+
+    def manifest_of(self, key: WorkloadKey) -> str:
+        entry = self.ledger.get(key)
+        return "" if entry is None else entry.manifest_json
 
     def route_of(self, key: WorkloadKey) -> WorkloadRoute | None:
         entry, r = self.ledger.get(key), self.engine.records.get(key)

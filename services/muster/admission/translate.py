@@ -49,6 +49,10 @@ from muster.core.events import Event, EventType
 # requeuing limit exceeded); it gives its quota back at once and is not requeued.
 DEACTIVATED = "InactiveWorkload"
 GANG_REJECTED = "GangRejected"
+# A manifest up to this size is copied into the workload's `admitted`, so that a binder need
+# not have kept its `submitted` (which a long wait may outlive in the stream); a larger one
+# would push `admitted` towards the bus's limit on one event.
+MANIFEST_COPY_LIMIT = 256 * 1024
 
 
 class FactError(ValueError):
@@ -64,6 +68,7 @@ class Submit:
     cluster: str
     generation: int
     at_s: float
+    manifest_json: str = ""  # as submitted: copied into its `admitted` (MANIFEST_COPY_LIMIT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +239,13 @@ def _submit_of(env: pb.Envelope) -> Submit:
     if env.submitted.queue_name and env.submitted.queue_name != obj.queue_name:
         # The gateway may pick the queue (dynamic queue selection): the envelope says which.
         obj = _replace_queue(obj, env.submitted.queue_name)
-    return Submit(obj, cluster=env.cluster, generation=env.generation, at_s=time_s_of(env))
+    return Submit(
+        obj,
+        cluster=env.cluster,
+        generation=env.generation,
+        at_s=time_s_of(env),
+        manifest_json=env.submitted.manifest_json,
+    )
 
 
 def _replace_queue(wl: Workload, queue_name: str) -> Workload:
@@ -378,6 +389,10 @@ class DecisionContext(Protocol):
 
     def generation_of(self, key: WorkloadKey) -> int: ...
 
+    def manifest_of(self, key: WorkloadKey) -> str:
+        """The workload's manifest as submitted ("" when not known)."""
+        ...
+
     def route_of(self, key: WorkloadKey) -> WorkloadRoute | None:
         """None for a workload without alternatives (or one no longer known)."""
         ...
@@ -436,9 +451,11 @@ def decisions_from(events: Sequence[Event], ctx: DecisionContext) -> list[Decisi
                 admission = ctx.admission_of(key)
                 if admission is None:
                     continue
+                manifest = ctx.manifest_of(key)
                 admitted = pb.WorkloadAdmitted(
                     admission=admission_to_proto(admission),
                     hints=placement_hints(admission, ctx.flavors, ctx.route_of(key)),
+                    manifest_json=manifest if len(manifest) <= MANIFEST_COPY_LIMIT else "",
                 )
                 add("admitted", admitted, e)
             case EventType.PREEMPTED:

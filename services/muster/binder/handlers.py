@@ -19,7 +19,12 @@ from google.protobuf.message import Message
 from muster.api.model import Workload
 from muster.api.wellknown import BIND_FAILED
 from muster.binder.pacing import BindPacer
-from muster.binder.translate import MissingPodSetError, pod_set_starts, workload_from_submitted
+from muster.binder.translate import (
+    MissingPodSetError,
+    pod_set_starts,
+    workload_from_manifest,
+    workload_from_submitted,
+)
 from muster.bus.envelope import new_event
 from muster.bus.errors import Reject, Retry
 from muster.cluster.backend import ClusterBackend
@@ -117,6 +122,10 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
         log.warning("skipping an admission evicted since", extra={"workload": env.workload})
         return
     wl = ctx.specs.get(env.workload)
+    if wl is None and env.admitted.manifest_json:
+        # Submitted before what this replica replayed (it restarted after the `submitted` left
+        # the stream): the admission carries the spec.
+        wl = workload_from_manifest(env.admitted.manifest_json)
     if wl is None:
         # Its submitted event may not have reached this replica's spec replay yet.
         raise Retry(0.5, f"no spec known yet for {env.workload}")

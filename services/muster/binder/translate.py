@@ -1,7 +1,8 @@
 """What the binder asks of the cluster: an admitted workload's pods, from its spec and admission.
 
-Pure: `pod_set_starts` combines the Workload (from `workload.submitted`) with `WorkloadAdmitted`
-(counts per podset, and the node labels and tolerations its flavors inject).
+Pure: `pod_set_starts` combines the Workload (from `workload.submitted`, or the copy its
+`admitted` carries) with `WorkloadAdmitted` (counts per podset, and the node labels and
+tolerations its flavors inject).
 """
 
 from __future__ import annotations
@@ -22,8 +23,13 @@ class MissingPodSetError(ValueError):
 
 def workload_from_submitted(payload: events_pb2.WorkloadSubmitted) -> Workload | None:
     """The Workload in `workload.submitted`'s manifest, or None if it does not decode."""
+    return workload_from_manifest(payload.manifest_json)
+
+
+def workload_from_manifest(manifest_json: str) -> Workload | None:
+    """The Workload a manifest as submitted holds, or None if it does not decode."""
     try:
-        doc = json.loads(payload.manifest_json)
+        doc = json.loads(manifest_json)
     except ValueError:
         return None
     objects, errors = decode_documents([doc])

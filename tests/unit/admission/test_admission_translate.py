@@ -10,6 +10,7 @@ from admission_stream import applied, cluster_queue, reported, submitted, worklo
 from muster.admission.routing import WorkloadRoute
 from muster.admission.service import SUBJECTS
 from muster.admission.translate import (
+    MANIFEST_COPY_LIMIT,
     ApplyConfig,
     CheckUpdated,
     Decision,
@@ -64,6 +65,7 @@ class Context:
     ) -> None:
         self._flavors = flavors or {}
         self.routes = routes or {}
+        self.manifests: dict[str, str] = {}
 
     def admission_of(self, key: WorkloadKey) -> Admission | None:
         return ADMISSION
@@ -79,6 +81,9 @@ class Context:
 
     def generation_of(self, key: WorkloadKey) -> int:
         return 3
+
+    def manifest_of(self, key: WorkloadKey) -> str:
+        return self.manifests.get(key, "")
 
     def route_of(self, key: WorkloadKey) -> WorkloadRoute | None:
         return self.routes.get(key)
@@ -328,3 +333,19 @@ def test_admission_consumes_exactly_the_events_it_reads(field: str) -> None:
     subject = event_subject("local", EVENT_TYPES[field])
     consumed = any(_subject_matches(p, subject) for p in SUBJECTS)
     assert consumed == (reads and stream_of(EVENT_TYPES[field]) == EVENTS_STREAM)
+
+
+def test_an_admission_carries_the_manifest_as_submitted_up_to_the_limit() -> None:
+    fact = fact_of(submitted(workload("a", cpu="500m")))
+    assert isinstance(fact, Submit)
+    assert fact.manifest_json.startswith("{")
+    ctx = Context()
+    ctx.manifests = {"ns/a": fact.manifest_json, "ns/big": "x" * (MANIFEST_COPY_LIMIT + 1)}
+    decisions = decisions_from(
+        [event(EventType.ADMITTED, "ns/a"), event(EventType.ADMITTED, "ns/big")], ctx
+    )
+    copied, too_big = (d.payload for d in decisions)
+    assert isinstance(copied, pb.WorkloadAdmitted)
+    assert isinstance(too_big, pb.WorkloadAdmitted)
+    assert copied.manifest_json == fact.manifest_json
+    assert too_big.manifest_json == ""  # the submitted alone carries it

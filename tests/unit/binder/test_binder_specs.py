@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import json
 
-from muster.binder.handlers import WorkloadSpecs
+import pytest
+
+from muster.binder.handlers import BinderContext, WorkloadSpecs, on_admitted
+from muster.binder.pacing import BindPacer
 from muster.binder.service import spec_subjects
 from muster.bus import new_event
+from muster.bus.errors import Retry
+from muster.cluster.backend import PodSetStart
 from muster.contracts.v1 import events_pb2 as pb
 
 MANIFEST = {
@@ -50,3 +55,43 @@ def test_a_spec_submitted_elsewhere_is_known_and_a_late_admission_is_superseded(
     specs.apply(on("west", "finished", pb.WorkloadFinished(), 12))
     assert specs.get("ns/w") is None
     assert not specs.superseded(first)
+
+
+class _Backend:
+    """Records the workloads started (the only call `on_admitted` makes)."""
+
+    def __init__(self) -> None:
+        self.started: dict[str, list[PodSetStart]] = {}
+
+    async def start_workload(self, key: str, *, pod_sets: list[PodSetStart]) -> None:
+        self.started[key] = pod_sets
+
+
+def _context(backend: _Backend) -> BinderContext:
+    return BinderContext(
+        cluster="local",
+        backend=backend,  # type: ignore[arg-type]
+        publisher=None,  # type: ignore[arg-type]  # on_admitted publishes nothing
+        specs=WorkloadSpecs(),
+        pacer=BindPacer(max_concurrent=1, per_second=0.0),
+    )
+
+
+def _admitted(manifest_json: str) -> pb.Envelope:
+    assignment = pb.PodSetAssignment(name="main", count=1, flavors={"cpu": "default"})
+    admission = pb.Admission(cluster_queue="cq", pod_set_assignments=[assignment])
+    return on("local", "admitted", pb.WorkloadAdmitted(admission=admission,
+                                                       manifest_json=manifest_json), 7)  # fmt: skip
+
+
+async def test_an_admission_starts_a_workload_whose_submitted_this_replica_never_saw() -> None:
+    backend = _Backend()
+    await on_admitted(_admitted(json.dumps(MANIFEST)), _context(backend))
+    assert [(s.name, s.count) for s in backend.started["ns/w"]] == [("main", 1)]
+
+
+async def test_without_a_copy_of_the_spec_an_admission_waits_for_its_submitted() -> None:
+    backend = _Backend()
+    with pytest.raises(Retry, match="no spec known yet for ns/w"):
+        await on_admitted(_admitted(""), _context(backend))
+    assert backend.started == {}
