@@ -6,14 +6,22 @@ the events admission would publish, and waits for the events they publish on the
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 
 import pytest
 from bus_helpers import EventLog
-from placement_stack import Stack, node, placement_stack, submit_and_admit, types_of
+from placement_stack import (
+    Stack,
+    node,
+    placement_stack,
+    submit_and_admit,
+    types_of,
+    workload_manifest,
+)
 
-from muster.bus import Bus
+from muster.bus import EVENTS_STREAM, Bus
 from muster.cluster.backend import PodSetStart
 from muster.contracts.v1 import events_pb2
 
@@ -195,3 +203,27 @@ async def test_bind_failure_rejects_the_whole_gang(stack: Stack) -> None:
     assert "pod ns/clash-main-0 to node a" in rejected.gang_rejected.message
     assert 'already bound to node "b"' in rejected.gang_rejected.message
     assert stack.events.matching("bound", workload=key) == []
+
+
+@pytest.mark.parametrize("copied", [True, False], ids=["spec-in-admission", "control"])
+async def test_a_binder_restarted_after_a_submitted_left_the_stream_starts_it_from_its_admission(
+    stack: Stack, copied: bool
+) -> None:
+    await stack.backend.apply(node("a"))
+    key, manifest = "ns/old", json.dumps(workload_manifest("old", count=1))
+    submitted = events_pb2.WorkloadSubmitted(manifest_json=manifest, queue_name="main")
+    await stack.publish("submitted", submitted, workload=key)
+    await stack.stop("binder")
+    # Its submitted leaves the stream, as after 7 days or 10 GiB of later events.
+    await stack.bus.js.purge_stream(EVENTS_STREAM)
+    await stack.start_binder()  # replays what is left: nothing about the workload
+    assignment = events_pb2.PodSetAssignment(name="main", count=1, flavors={"cpu": "default"})
+    admission = events_pb2.Admission(cluster_queue="cq", pod_set_assignments=[assignment])
+    admitted = events_pb2.WorkloadAdmitted(admission=admission, manifest_json=manifest * copied)
+    await stack.publish("admitted", admitted, workload=key)
+    if copied:
+        await stack.events.wait_for("running", workload=key, timeout_s=10)
+        assert [p.node_name for p in await stack.pods_of(key)] == ["a"]
+    else:  # what a binder did before admissions carried the manifest: it never starts it
+        await asyncio.sleep(1.0)
+        assert await stack.pods_of(key) == []
