@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 import yaml
 
+from muster.bus.cancel import raise_if_cancelling
 from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
 
 SUBMIT_AFTER = "muster.dev/submit-after"
@@ -151,6 +152,7 @@ class Driver:
 
     async def _submit_all(self, gateway: Any, work: list[dict[str, Any]]) -> None:
         for doc in work:
+            raise_if_cancelling()
             after = float(
                 ((doc.get("metadata") or {}).get("annotations") or {}).get(SUBMIT_AFTER, 0)
             )
@@ -173,6 +175,7 @@ class Driver:
 
     async def _wait_done(self, until_s: float | None) -> None:
         while not all(t.done for t in self.tracks.values()):
+            raise_if_cancelling()  # Ctrl-C: `wait_for` below may have swallowed it (3.11)
             if until_s is not None and self.now_s() >= until_s:
                 return
             self.changed.clear()

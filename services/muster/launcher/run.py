@@ -11,6 +11,7 @@ from typing import Any
 
 import grpc
 
+from muster.bus.cancel import raise_if_cancelling
 from muster.cluster.sim.backend import SimBackend
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
 from muster.launcher.driver import (
@@ -88,6 +89,8 @@ async def run_live(
         out(f"  all services healthy; gateway on {stack.gateway_address}\n")
         for name in (cluster, *workers):
             backends[name] = await SimBackend.connect(nats_url, cluster=name)
+        # Ctrl-C during a connect: nats-py's waits may have swallowed it (Python 3.11).
+        raise_if_cancelling()
         driver = Driver(
             gateway=stack.gateway_address,
             speed=speed,
