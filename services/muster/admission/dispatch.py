@@ -252,6 +252,15 @@ class Dispatcher:
         return out
 
     @property
+    def idle(self) -> bool:
+        """Whether a round would dispatch nothing: started, no MultiKueue check, none waiting."""
+        return (
+            self.started_s is not None
+            and not self.waiting
+            and not any(is_multikueue(check) for check in self.checks.values())
+        )
+
+    @property
     def multikueue_checks(self) -> set[str]:
         return {name for name, check in self.checks.items() if is_multikueue(check)}
 

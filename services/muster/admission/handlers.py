@@ -155,6 +155,10 @@ class Rounds:
             # The engine counts every call that returns events as a change, decide's included:
             # what tells is whether applying the facts changed it, or the round decided anything.
             changed = self.state.engine.version != version
+            if facts and not changed and self.state.settled():
+                # Only other shards' workloads (ledger history): the last round's decisions
+                # stand. With several shards, most of a replica's batches are these.
+                return rejected
             events += self.state.decide(now_s=now_s)
             changed = changed or bool(events)
             await self.publish(events, cause=cause or self._tick_cause(now_s))

@@ -144,6 +144,12 @@ class AdmissionState:
                 events += self._pending_answer(key, now_s=now_s)
         return events + self.dispatch.after_schedule(self.engine, events, now_s=now_s)
 
+    def settled(self) -> bool:
+        """Whether deciding now could tell nothing new, the engine being as the last round left
+        it (the caller's part): no workload of this shard arrived or ended since, and no
+        MultiKueue dispatch waits."""
+        return not self._fresh and not self._done and self.dispatch.idle
+
     def _pending_answer(self, key: WorkloadKey, *, now_s: float) -> list[Event]:
         if self.engine.phase(key) != _PENDING:
             return []

@@ -213,6 +213,9 @@ async def test_views_are_rewritten_only_after_rounds_that_changed_the_engine() -
     )
     await rounds.apply_batch([sequenced(submitted(workload("a")), 10)])
     assert rewrites == [1]
-    # A fact about a workload the engine does not hold (another shard's): a round, no rewrite.
+    # A fact about a workload the engine does not hold (another shard's): no round, no rewrite.
     await rounds.apply_batch([sequenced(reported("pods_ready", "ns/elsewhere"), 11)])
-    assert (rounds.rounds, rewrites) == (2, [1])
+    assert (rounds.rounds, rewrites, rounds.state.last_sequence) == (1, [1], 11)
+    # A timer's round (no event) still runs.
+    await rounds.apply_batch([])
+    assert rounds.rounds == 2
