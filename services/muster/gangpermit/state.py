@@ -189,6 +189,9 @@ class GangPermitState:
         """Hold a Kueue workload's admission as its gang; whether any of its pods is known."""
         key = env.workload
         known = self.submitted.get(key)
+        if known is None and env.admitted.manifest_json:
+            # Submitted before what this replica replayed: the admission carries the spec.
+            known = _submitted_from(env.admitted.manifest_json, env)
         admission = _admission(env.admitted.admission)
         if known is not None and known.workload is not None:
             spec = gang_of_admitted(
@@ -198,7 +201,7 @@ class GangPermitState:
                 priority=known.priority,
                 created_s=known.created_s,
             ).spec
-        else:  # submitted before the stream's oldest event: all its admitted pods, at once
+        else:  # no spec at all (an older admission): all its admitted pods, at once
             spec = GangSpec(
                 key=GangKey(key),
                 min_count=sum(a.count for a in admission.pod_set_assignments),
@@ -556,21 +559,34 @@ def _source_of(pod: Pod) -> str | None:
 
 
 def _submitted(env: events_pb2.Envelope) -> Submitted:
-    workload: Workload | None = None
+    return Submitted(
+        workload=_workload_of(env.submitted.manifest_json, env),
+        priority=env.submitted.priority,
+        created_s=env.time_unix_nano / 1e9,
+    )
+
+
+def _submitted_from(manifest_json: str, admitted: events_pb2.Envelope) -> Submitted:
+    """What a `submitted` would have said, from the copy of the manifest an admission carries
+    (its priority as written in it; its creation time unknown, so the admission's)."""
+    workload = _workload_of(manifest_json, admitted)
+    return Submitted(
+        workload=workload,
+        priority=(workload.priority or 0) if workload is not None else 0,
+        created_s=admitted.time_unix_nano / 1e9,
+    )
+
+
+def _workload_of(manifest_json: str, env: events_pb2.Envelope) -> Workload | None:
     try:
-        objects, errors = decode_documents([json.loads(env.submitted.manifest_json)])
+        objects, errors = decode_documents([json.loads(manifest_json)])
     except ValueError:
         objects, errors = [], []
     found = [o for o in objects if isinstance(o, Workload)]
     if found and not errors:
-        workload = found[0]
-    else:
-        log.warning("undecodable workload manifest", extra={"workload": env.workload})
-    return Submitted(
-        workload=workload,
-        priority=env.submitted.priority,
-        created_s=env.time_unix_nano / 1e9,
-    )
+        return found[0]
+    log.warning("undecodable workload manifest", extra={"workload": env.workload})
+    return None
 
 
 def _admission(admission: events_pb2.Admission) -> Admission:

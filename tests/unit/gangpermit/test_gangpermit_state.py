@@ -117,36 +117,38 @@ def test_gang_timed_out_before_a_restart_stays_rejected_until_one_of_its_pods_ch
     assert restarted.scheduler.next_deadline_s() == 603.0
 
 
+JOB_MANIFEST = {
+    "apiVersion": "kueue.x-k8s.io/v1beta1",
+    "kind": "Workload",
+    "metadata": {"name": "job", "namespace": "ns"},
+    "spec": {
+        "queueName": "q",
+        "podSets": [
+            {
+                "name": "main",
+                "count": 3,
+                "minCount": 2,
+                "template": {"spec": {"containers": [{"name": "c"}]}},
+            }
+        ],
+    },
+}
+
+
+def job_admitted(*, manifest_json: str = "") -> events_pb2.Envelope:
+    assignment = events_pb2.PodSetAssignment(name="main", count=3)
+    admission = events_pb2.Admission(cluster_queue="cq", pod_set_assignments=[assignment])
+    payload = events_pb2.WorkloadAdmitted(admission=admission, manifest_json=manifest_json)
+    return event("admitted", payload, workload="ns/job")
+
+
 def test_kueue_workload_is_one_gang_of_its_admitted_pods_with_min_count() -> None:
-    manifest = {
-        "apiVersion": "kueue.x-k8s.io/v1beta1",
-        "kind": "Workload",
-        "metadata": {"name": "job", "namespace": "ns"},
-        "spec": {
-            "queueName": "q",
-            "podSets": [
-                {
-                    "name": "main",
-                    "count": 3,
-                    "minCount": 2,
-                    "template": {"spec": {"containers": [{"name": "c"}]}},
-                }
-            ],
-        },
-    }
     submitted = event(
         "submitted",
-        events_pb2.WorkloadSubmitted(manifest_json=json.dumps(manifest), priority=5),
+        events_pb2.WorkloadSubmitted(manifest_json=json.dumps(JOB_MANIFEST), priority=5),
         workload="ns/job",
     )
-    assignment = events_pb2.PodSetAssignment(name="main", count=3)
-    admitted = event(
-        "admitted",
-        events_pb2.WorkloadAdmitted(
-            admission=events_pb2.Admission(cluster_queue="cq", pod_set_assignments=[assignment])
-        ),
-        workload="ns/job",
-    )
+    admitted = job_admitted()
     state = fed(node("a", cpu="2"))
     state.apply_event(submitted)
     started = [pod(f"job-main-{i}", labels={"muster.dev/workload": "job"})[0] for i in range(3)]
@@ -161,6 +163,25 @@ def test_kueue_workload_is_one_gang_of_its_admitted_pods_with_min_count() -> Non
     assert len(permit.gang_permitted.bindings) == 2  # minCount of 3 fit on 2 cpu
     # The third pod waits on its own, as any pod that joins a permitted gang.
     assert (left.type, left.workload) == ("workload.gang_waiting", "ns/job-main-2")
+
+
+def test_without_its_submitted_a_gang_takes_min_count_from_the_admissions_copy() -> None:
+    # Restarted after the submitted left the stream: only the admission tells the spec.
+    started = [pod(f"job-main-{i}", labels={"muster.dev/workload": "job"})[0] for i in range(3)]
+    copied = fed(node("a", cpu="2"))
+    bare = fed(node("a", cpu="2"))
+    for state, admitted in (
+        (copied, job_admitted(manifest_json=json.dumps(JOB_MANIFEST))),
+        (bare, job_admitted()),
+    ):
+        for obj in objects(started):
+            state.put(obj)
+        assert state.apply_event(admitted)
+
+    permit, _ = decide(copied, now_s=1.0)
+    assert len(permit.gang_permitted.bindings) == 2  # minCount, from the copy
+    # Without a spec the gang is all 3 admitted pods, which 2 cpu cannot hold.
+    assert [e.type for e in decide(bare, now_s=1.0)] == ["workload.gang_waiting"]
 
 
 def test_a_pod_bound_where_it_was_permitted_or_running_there_wakes_no_pass() -> None:
