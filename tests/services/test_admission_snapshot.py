@@ -181,3 +181,19 @@ async def failed_writes(caplog: pytest.LogCaptureFixture, *, at_least: int) -> b
     failed = [r for r in caplog.records if r.getMessage().startswith("snapshot not written")]
     assert all(r.levelno == logging.WARNING for r in failed)
     return len(failed) >= at_least
+
+
+async def test_a_replica_that_stops_leaves_a_snapshot_of_everything_it_applied(
+    bus: Bus, bus_config: BusConfig, events: EventLog
+) -> None:
+    running = await start_admission(bus_config, snapshot_s=3600.0)  # none on the interval here
+    await running.wait_serving()
+    await basic_config(bus, cpu="1")
+    await publish(bus, submitted(workload("a", cpu="1")))
+    admitted = await events.wait_for("admitted", workload="ns/a")
+    await drained(bus, "admission-0")
+    assert await snapshot_sequence(bus) is None
+
+    await running.stop()  # cancelled, as SIGTERM does
+
+    assert (await snapshot_sequence(bus) or 0) >= admitted.sequence

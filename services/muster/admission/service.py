@@ -52,6 +52,7 @@ from muster.contracts.v1 import events_pb2 as pb
 from muster.core.routing import POLICIES, Policy
 
 VISIBILITY_BUCKET: Final = "MUSTER_VISIBILITY"
+LAST_SNAPSHOT_S: Final = 5.0  # at shutdown, within the service's grace period (10 s)
 VISIBILITY_CPU_SHARE: Final = 20  # views wait at least this many times what computing them took
 # Only the events `fact_of` reads, filtered by the server: the others (bound, running,
 # gang_permitted, ...) are most of the stream, and each would cost a delivery and an ack.
@@ -257,17 +258,33 @@ class AdmissionService:
 
     async def write_snapshots(self) -> None:
         """Every `snapshot_s`, store a snapshot if anything was applied since the last one;
-        one that fails is tried again at the next interval."""
-        while True:
-            raise_if_cancelling()
-            await asyncio.sleep(self.config.snapshot_s)
-            if self.state.last_sequence <= self.snapshot_sequence:
-                continue
-            try:
-                # Let a write finish at shutdown: one cut short leaves its chunks behind.
-                await finishing(self.write_snapshot())
-            except (nats.errors.Error, TimeoutError) as exc:
-                log.warning("snapshot not written, again in %gs: %r", self.config.snapshot_s, exc)
+        one that fails is tried again at the next interval. Stopped, store a last one: the
+        next replica to start (a rolling restart) then replays almost nothing."""
+        try:
+            while True:
+                raise_if_cancelling()
+                await asyncio.sleep(self.config.snapshot_s)
+                if self.state.last_sequence <= self.snapshot_sequence:
+                    continue
+                try:
+                    # Let a write finish at shutdown: one cut short leaves its chunks behind.
+                    await finishing(self.write_snapshot())
+                except (nats.errors.Error, TimeoutError) as exc:
+                    log.warning(
+                        "snapshot not written, again in %gs: %r", self.config.snapshot_s, exc
+                    )
+        except asyncio.CancelledError:
+            await self._last_snapshot()
+            raise
+
+    async def _last_snapshot(self) -> None:
+        if self.state.last_sequence <= self.snapshot_sequence:
+            return
+        try:
+            async with asyncio.timeout(LAST_SNAPSHOT_S):
+                await self.write_snapshot()
+        except (nats.errors.Error, TimeoutError, BusError) as exc:
+            log.warning("no snapshot at shutdown: %r", exc)
 
     async def write_snapshot(self) -> None:
         """Store what the state depends on now as this shard's snapshot."""
