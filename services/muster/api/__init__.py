@@ -11,6 +11,7 @@ from muster.api.decode import (
     decode_yaml,
     kueue_config_from_file,
     structural_error,
+    workload_from_json,
 )
 from muster.api.encode import quantities_to_strings, workload_to_kueue
 from muster.api.errors import FieldError
@@ -31,6 +32,7 @@ __all__ = [
     "quantities_to_strings",
     "structural_error",
     "validate",
+    "workload_from_json",
     "workload_name_for_job",
     "workload_to_kueue",
 ]

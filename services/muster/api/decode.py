@@ -149,6 +149,18 @@ def decode_documents(
     return objects, errors
 
 
+def workload_from_json(text: str) -> Workload | None:
+    """The Workload a JSON manifest holds (as the gateway and watcher publish it in
+    `workload.submitted`), or None when it is not JSON or not one valid Workload."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    objects, errors = decode_documents([doc])
+    found = [o for o in objects if isinstance(o, Workload)]
+    return found[0] if found and not errors else None
+
+
 def decode_files(paths: Sequence[str | Path], *, skipped: list[str] | None = None) -> Decoded:
     """Return the objects in YAML or JSON files (`.json` is read as one JSON document)."""
     objects: list[ApiObject] = []

@@ -16,13 +16,13 @@ from typing import Any, Protocol
 
 from google.protobuf.message import Message
 
+from muster.api import workload_from_json
 from muster.api.model import Workload
 from muster.api.wellknown import BIND_FAILED
 from muster.binder.pacing import BindPacer
 from muster.binder.translate import (
     MissingPodSetError,
     pod_set_starts,
-    workload_from_manifest,
     workload_from_submitted,
 )
 from muster.bus.envelope import new_event
@@ -125,7 +125,7 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
     if wl is None and env.admitted.manifest_json:
         # Submitted before what this replica replayed (it restarted after the `submitted` left
         # the stream): the admission carries the spec.
-        wl = workload_from_manifest(env.admitted.manifest_json)
+        wl = workload_from_json(env.admitted.manifest_json)
     if wl is None:
         # Its submitted event may not have reached this replica's spec replay yet.
         raise Retry(0.5, f"no spec known yet for {env.workload}")

@@ -7,10 +7,9 @@ tolerations its flavors inject).
 
 from __future__ import annotations
 
-import json
 from typing import Literal, cast
 
-from muster.api import decode_documents, parse_quantity
+from muster.api import parse_quantity, workload_from_json
 from muster.api.model import PodSet, Toleration, Workload
 from muster.api.podspec import admitted_pod_set
 from muster.cluster.backend import PodSetStart
@@ -23,18 +22,7 @@ class MissingPodSetError(ValueError):
 
 def workload_from_submitted(payload: events_pb2.WorkloadSubmitted) -> Workload | None:
     """The Workload in `workload.submitted`'s manifest, or None if it does not decode."""
-    return workload_from_manifest(payload.manifest_json)
-
-
-def workload_from_manifest(manifest_json: str) -> Workload | None:
-    """The Workload a manifest as submitted holds, or None if it does not decode."""
-    try:
-        doc = json.loads(manifest_json)
-    except ValueError:
-        return None
-    objects, errors = decode_documents([doc])
-    found = [o for o in objects if isinstance(o, Workload)]
-    return found[0] if found and not errors else None
+    return workload_from_json(payload.manifest_json)
 
 
 def _toleration(t: events_pb2.Toleration) -> Toleration:

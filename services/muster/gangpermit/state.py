@@ -24,7 +24,7 @@ import logging
 
 import msgspec
 
-from muster.api import decode_documents
+from muster.api import decode_documents, workload_from_json
 from muster.api.model import (
     Admission,
     Node,
@@ -578,15 +578,10 @@ def _submitted_from(manifest_json: str, admitted: events_pb2.Envelope) -> Submit
 
 
 def _workload_of(manifest_json: str, env: events_pb2.Envelope) -> Workload | None:
-    try:
-        objects, errors = decode_documents([json.loads(manifest_json)])
-    except ValueError:
-        objects, errors = [], []
-    found = [o for o in objects if isinstance(o, Workload)]
-    if found and not errors:
-        return found[0]
-    log.warning("undecodable workload manifest", extra={"workload": env.workload})
-    return None
+    workload = workload_from_json(manifest_json)
+    if workload is None:
+        log.warning("undecodable workload manifest", extra={"workload": env.workload})
+    return workload
 
 
 def _admission(admission: events_pb2.Admission) -> Admission:
