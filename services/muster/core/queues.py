@@ -10,15 +10,26 @@ only when enough quota is released in its cohort tree (or the configuration chan
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
-from muster.core.quota import FlavorResource
+from muster.api.model import WorkloadKey
+from muster.core.quota import FlavorResource, QuotaNode
 
 if TYPE_CHECKING:
     from muster.core.records import WorkloadRecord
 
 OrderKey = tuple[int, float, int]  # (-priority, queue timestamp, arrival sequence)
+SET_ASIDE = b"\x00set-aside"  # a StrictFIFO queue's heads that its namespace selector refuses
+
+
+class Reservation(NamedTuple):
+    """What a preemptor will use, held for it while its victims stop."""
+
+    order: OrderKey  # the preemptor's: work ordered after it may not take this quota
+    node: QuotaNode  # the preemptor's ClusterQueue
+    usage: Mapping[FlavorResource, int]
 
 
 class Park(Enum):
@@ -90,7 +101,7 @@ class QueueRuntime:
 class TreeRuntime:
     """A cohort tree's scheduling state: queues ready to be tried, and parked groups."""
 
-    __slots__ = ("freed", "name", "parked", "ready", "seq")
+    __slots__ = ("freed", "name", "parked", "ready", "reservations", "seq")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -100,6 +111,27 @@ class TreeRuntime:
         self.freed: dict[FlavorResource, int] = {}
         self.parked: dict[FlavorResource, list[tuple[int, int, int, PendingGroup]]] = {}
         self.seq = 0
+        # Preemptors waiting for their victims to stop (services: quota is held until then).
+        self.reservations: dict[WorkloadKey, Reservation] = {}
+
+    def hold_for(self, key: WorkloadKey, order: OrderKey) -> list[Reservation]:
+        """Count, in the quota tree, what preemptors ahead of `order` hold (not `key`'s own);
+        `unhold` the result when the decision is made."""
+        if not self.reservations:
+            return []
+        ahead = [
+            res for k, res in sorted(self.reservations.items()) if k != key and res.order < order
+        ]
+        for res in ahead:
+            for fr, amount in res.usage.items():
+                res.node.add_usage(fr, amount)
+        return ahead
+
+    @staticmethod
+    def unhold(held: list[Reservation]) -> None:
+        for res in held:
+            for fr, amount in res.usage.items():
+                res.node.add_usage(fr, -amount)
 
     def list_queue(self, cq: QueueRuntime, key: tuple[object, ...]) -> None:
         cq.token += 1
