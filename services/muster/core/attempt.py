@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from muster.api.model import WorkloadKey
+from muster.api.model import Workload, WorkloadKey
 from muster.core.config import Configuration
 from muster.core.flavors import Assignment, Fit, Mode, Oracle, Rating, assign_flavors
 from muster.core.partial import reduce_counts
@@ -35,9 +35,23 @@ class Attempts:
         # Victims the oracle found for one (flavor, resource) and amount during the current
         # attempt: a one-resource workload asks for exactly those again.
         self._simulated: dict[tuple[FlavorResource, int], Victims | None] = {}
+        # Attempts made since holders last changed (the fair-sharing order asks for them too).
+        self._epoch = -1
+        self._made: dict[WorkloadKey, tuple[Workload, tuple[object, ...], Attempt]] = {}
 
     def attempt(self, r: WorkloadRecord) -> Attempt:
         """Kueue's getInitialAssignments for head `r` of its ClusterQueue."""
+        if self._epoch != self.config.epoch:
+            self._epoch, self._made = self.config.epoch, {}
+        stamp = (r.cluster_queue, r.priority, r.queue_ts)
+        made = self._made.get(r.key)
+        if made is not None and made[0] is r.wl and made[1] == stamp:
+            return made[2]
+        found = self._attempt(r)
+        self._made[r.key] = (r.wl, stamp, found)
+        return found
+
+    def _attempt(self, r: WorkloadRecord) -> Attempt:
         self._simulated = {}
         full = self.assign(r)
         if full.mode is Mode.FIT:

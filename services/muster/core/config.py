@@ -56,6 +56,9 @@ class Configuration:
         self.holders: dict[str, dict[WorkloadKey, WorkloadRecord]] = {}
         self.inactive: dict[str, Problem] = {}
         self._members: dict[str, dict[str, QuotaNode]] = {}  # root name -> CQ nodes
+        # Bumped whenever who holds what changes (or the tree is rebuilt): keys caches of
+        # decisions that read usage or holders.
+        self.epoch = 0
 
     def put(self, obj: ApiObject) -> None:
         if isinstance(obj, KueueConfig):
@@ -102,6 +105,7 @@ class Configuration:
 
     def build(self, holders: list[WorkloadRecord]) -> None:
         """Rebuild the quota tree and layouts; carry the usage of `holders` over."""
+        self.epoch += 1
         self.tree = tree = QuotaTree()
         self.inactive = {}
         cycles = cohort_cycles(self.cohorts)
@@ -162,6 +166,7 @@ class Configuration:
     # --- usage ---------------------------------------------------------------------------
 
     def hold(self, r: WorkloadRecord) -> None:
+        self.epoch += 1
         self.holders.setdefault(r.cluster_queue, {})[r.key] = r
         node = self.tree.cluster_queues.get(r.cluster_queue)
         if node is not None:
@@ -172,6 +177,7 @@ class Configuration:
         held = self.holders.get(r.cluster_queue, {})
         if held.pop(r.key, None) is None:
             return {}
+        self.epoch += 1
         node = self.tree.cluster_queues.get(r.cluster_queue)
         if node is not None:
             for fr, amount in r.usage.items():

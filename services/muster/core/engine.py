@@ -40,11 +40,12 @@ from muster.core.queues import (
     Reservation,
     TreeRuntime,
 )
-from muster.core.quota import FlavorResource, QuotaTree, tree_id
+from muster.core.quota import FlavorResource, QuotaNode, QuotaTree, tree_id
 from muster.core.records import Phase, WorkloadRecord
 from muster.core.routing import RoutingSettings
 from muster.core.routing.control import RoutingControl, Take
 from muster.core.status import ClusterQueueStatus, LocalQueueStatus, PendingWorkload
+from muster.core.tournament import Tournament
 from muster.core.visibility import (
     QuotaRow,
     cluster_queue_status,
@@ -63,6 +64,7 @@ WAITING_FOR_VICTIMS = "WaitingForPreemptedWorkloads"
 PENDING_PREEMPTION = (
     ". Pending the preemption of"  # Kueue: "<why>. Pending the preemption of N workload(s)"
 )
+NO_LONGER_FITS = "Workload no longer fits after processing another workload"  # Kueue's words
 DEACTIVATED = "Deactivated"
 DEACTIVATED_MESSAGE = "The workload is deactivated"
 _DONE = frozenset({Phase.FINISHED, Phase.DELETED, Phase.INACTIVE})
@@ -454,12 +456,15 @@ class Engine:
         self.queues = {}
         if self.routing is not None:
             self.routing.drop_held()  # every pending workload is enqueued again below
+        fair = self.config.fair_sharing_enabled
         for name in sorted(self.config.cluster_queues):
-            tree_name = tree_id(self.config.tree.cluster_queues[name].root())
-            tree = self.trees.get(tree_name)
+            node = self.config.tree.cluster_queues[name]
+            root = node.root()
+            tree = self.trees.get(tree_id(root))
             if tree is None:
-                tree = self.trees[tree_name] = TreeRuntime(tree_name)
-            self.queues[name] = QueueRuntime(name, tree)
+                tournament = Tournament(self._fair_key) if fair and root.is_cohort else None
+                tree = self.trees[tree_id(root)] = TreeRuntime(tree_id(root), root, tournament)
+            self.queues[name] = QueueRuntime(name, tree, node)
         for r in self.records.values():
             r.group = None
             if r.phase is Phase.PENDING:
@@ -522,6 +527,9 @@ class Engine:
         self._list_queue(group.cq)
 
     def _list_queue(self, cq: QueueRuntime) -> None:
+        if cq.tree.tournament is not None:
+            cq.tree.tournament.touch(cq)
+            return
         group = cq.best_group()
         if group is None:
             return
@@ -534,6 +542,20 @@ class Engine:
         if self.config.fair_sharing_enabled:
             return (False, ZERO, -r.priority, r.queue_ts, r.seq)
         return (0, -r.priority, r.queue_ts, r.seq)
+
+    def _fair_key(self, r: WorkloadRecord, node: QuotaNode) -> tuple[object, ...]:
+        """Head `r`'s key in the tournament of `node`'s parent (`node` is its ClusterQueue or
+        a Cohort above it): not borrowing there on what `r` asks for first, then the share of
+        `node` with `r` admitted, then priority, then FIFO (Kueue's entryComparer)."""
+        a = self.attempts.attempt(r).assignment
+        asks = [fr for fr, amount in a.usage.items() if amount > 0]
+        cq = self.config.tree.cluster_queues[r.cluster_queue]
+        with_usage(cq, a.usage, 1)
+        try:
+            flag, share = borrows_on(node, asks), dominant_share(node)
+        finally:
+            with_usage(cq, a.usage, -1)
+        return (flag, share, -r.priority, r.queue_ts, r.seq)
 
     def _sort_key(self, r: WorkloadRecord, a: Assignment) -> tuple[object, ...]:
         """Kueue's cycle order. Classical: the borrowing level (how high in the cohort tree the
@@ -560,6 +582,13 @@ class Engine:
 
     def _schedule_tree(self, tree: TreeRuntime) -> None:
         """Try queues of one cohort tree, best first, until none has an admissible head."""
+        if tree.tournament is not None:
+            while (won := tree.tournament.winner(tree.root)) is not None:
+                cq, nominee = won
+                best = cq.best_group()
+                assert best is not None
+                self._try_head(tree, cq, best, nominee, None)
+            return
         while True:
             nxt = tree.next_queue()
             if nxt is None:
@@ -578,8 +607,10 @@ class Engine:
         cq: QueueRuntime,
         group: PendingGroup,
         r: WorkloadRecord,
-        listed_key: tuple[object, ...],
+        listed_key: tuple[object, ...] | None,
     ) -> None:
+        """Decide for head `r`; `listed_key` is the lower bound it was listed with, None when
+        its turn is exact (the fair-sharing tournament)."""
         problem = self.config.admissibility(r)
         if problem is not None:
             if problem[1] == NAMESPACE_MISMATCH and not group.shape:
@@ -593,27 +624,18 @@ class Engine:
             self._drop_reservation(r)
             self._park(tree, group, r, (self.config.reason("WaitingForQuota", "Pending"), held), {})
             return
-        # Quota being freed for preemptors ahead of `r` is theirs while `r` is decided.
-        ahead = tree.hold_for(r.key, r.order_key)
-        try:
-            self._decide(tree, cq, group, r, listed_key)
-        finally:
-            tree.unhold(ahead)
-
-    def _decide(
-        self,
-        tree: TreeRuntime,
-        cq: QueueRuntime,
-        group: PendingGroup,
-        r: WorkloadRecord,
-        listed_key: tuple[object, ...],
-    ) -> None:
         a, victims = self.attempts.attempt(r)
         if a.mode is Mode.FIT or victims is not None:
             key = self._sort_key(r, a)
-            top = tree.peek_key()
-            if key > listed_key and top is not None and key > top:
+            top = tree.peek_key() if listed_key is not None else None
+            if listed_key is not None and key > listed_key and top is not None and key > top:
                 cq.tree.list_queue(cq, key)  # others come first now; retry in order
+                return
+            short = self._held_for_preemptors(tree, r, key, a, victims)
+            if short:
+                self._drop_reservation(r)
+                why = (self.config.reason("WaitingForQuota", "Pending"), NO_LONGER_FITS)
+                self._park(tree, group, r, why, short)
                 return
         if a.mode is Mode.FIT:
             self._admit_head(cq, group, r, a)
@@ -676,7 +698,7 @@ class Engine:
         count: int,
     ) -> None:
         """`r` waits for its victims to stop, holding what it will use against later work."""
-        self._set_reservation(tree, r, a.usage)
+        self._set_reservation(tree, r, self._sort_key(r, a), a.usage)
         reason = self.config.reason(WAITING_FOR_VICTIMS, "Pending")
         self._mark_pending(r, reason, f"{a.message}{PENDING_PREEMPTION} {count} workload(s)")
         tree.park(group, dict.fromkeys(a.short, 1))
@@ -731,12 +753,46 @@ class Engine:
 
     # --- quota held for preemptors (Kueue: the preemptor's usage counts in the cycle) ------
 
+    def _held_for_preemptors(
+        self,
+        tree: TreeRuntime,
+        r: WorkloadRecord,
+        key: tuple[object, ...],
+        a: Assignment,
+        victims: Victims | None,
+    ) -> dict[FlavorResource, int]:
+        """What `a` lacks once the quota held for preemptors ahead of `r` in the cycle order
+        counts as used (Kueue adds a preemptor's usage to the cycle's snapshot, so work after it
+        cannot take what its victims free); {} if it still fits."""
+        node = self.config.tree.cluster_queues[r.cluster_queue]
+        sticky = node if self.config.best_effort(r.cluster_queue) else None
+        held = tree.hold_for(r.key, key, sticky=sticky)
+        if not held:
+            return {}
+        gone = [self.records[k] for k in victims.targets] if victims is not None else []
+        for v in gone:
+            with_usage(self.config.tree.cluster_queues[v.cluster_queue], v.usage, -1)
+        try:
+            return {
+                fr: val - max(0, node.available(fr))
+                for fr, val in a.usage.items()
+                if val > node.available(fr)
+            }
+        finally:
+            for v in gone:
+                with_usage(self.config.tree.cluster_queues[v.cluster_queue], v.usage, 1)
+            tree.unhold(held)
+
     def _set_reservation(
-        self, tree: TreeRuntime, r: WorkloadRecord, usage: Mapping[FlavorResource, int]
+        self,
+        tree: TreeRuntime,
+        r: WorkloadRecord,
+        key: tuple[object, ...],
+        usage: Mapping[FlavorResource, int],
     ) -> None:
         self._drop_reservation(r, keep=usage)
         node = self.config.tree.cluster_queues[r.cluster_queue]
-        tree.reservations[r.key] = Reservation(order=r.order_key, node=node, usage=usage)
+        tree.reservations[r.key] = Reservation(order=key, node=node, usage=usage)
 
     def _drop_reservation(
         self, r: WorkloadRecord, *, keep: Mapping[FlavorResource, int] | None = None
@@ -841,6 +897,7 @@ class Engine:
         )
         r.evicted = True
         r.evicted_by = WorkloadKey(by) if by else None
+        self.config.epoch += 1  # a workload being evicted is no one else's victim
         # Kueue's queue order: by the eviction's time after an admission check's Retry (and a
         # PodsReady timeout under requeuingStrategy Eviction, set by the back-off), else by
         # creation, so work that waited behind it goes first.
@@ -912,9 +969,12 @@ class Engine:
         if not r.holds_quota:
             return
         freed = self.config.unhold(r)
-        tree = self.queues[r.cluster_queue].tree if r.cluster_queue in self.queues else None
-        if tree is None:
+        queue = self.queues.get(r.cluster_queue)
+        if queue is None:
             return
+        tree = queue.tree
+        if tree.tournament is not None:
+            tree.tournament.touch(queue)  # lower shares on its path: keys there may drop
         for fr, amount in freed.items():
             for group in tree.release(fr, amount):
                 self._retry(group)

@@ -51,7 +51,10 @@ def dominant_share(node: QuotaNode) -> Share:
 
 def borrows_on(node: QuotaNode, frs: Iterable[FlavorResource]) -> bool:
     """True if the node uses more than its subtree quota of any of `frs` (Kueue's
-    DRS.IsBorrowingOn, for the flavors and resources a workload asks for)."""
+    DRS.IsBorrowingOn, for the flavors and resources a workload asks for); a root has no
+    one to borrow from."""
+    if node.parent is None:
+        return False
     return any(node.usage.get(fr, 0) > node.subtree_quota.get(fr, 0) for fr in frs)
 
 

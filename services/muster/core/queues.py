@@ -19,6 +19,7 @@ from muster.core.quota import FlavorResource, QuotaNode
 
 if TYPE_CHECKING:
     from muster.core.records import WorkloadRecord
+    from muster.core.tournament import Tournament
 
 OrderKey = tuple[int, float, int]  # (-priority, queue timestamp, arrival sequence)
 SET_ASIDE = b"\x00set-aside"  # a StrictFIFO queue's heads that its namespace selector refuses
@@ -27,7 +28,7 @@ SET_ASIDE = b"\x00set-aside"  # a StrictFIFO queue's heads that its namespace se
 class Reservation(NamedTuple):
     """What a preemptor will use, held for it while its victims stop."""
 
-    order: OrderKey  # the preemptor's: work ordered after it may not take this quota
+    order: tuple[object, ...]  # the preemptor's cycle order: work after it may not take this
     node: QuotaNode  # the preemptor's ClusterQueue
     usage: Mapping[FlavorResource, int]
 
@@ -70,11 +71,12 @@ class PendingGroup:
 class QueueRuntime:
     """A ClusterQueue's pending side: its groups and the heap of its unparked ones."""
 
-    __slots__ = ("active", "groups", "name", "token", "tree")
+    __slots__ = ("active", "groups", "name", "node", "token", "tree")
 
-    def __init__(self, name: str, tree: TreeRuntime) -> None:
+    def __init__(self, name: str, tree: TreeRuntime, node: QuotaNode) -> None:
         self.name = name
         self.tree = tree
+        self.node = node  # its node in the quota tree
         self.groups: dict[bytes, PendingGroup] = {}
         self.active: list[tuple[OrderKey, int, PendingGroup]] = []
         self.token = 0  # bumped when the queue is (re)listed in its tree's ready heap
@@ -101,10 +103,13 @@ class QueueRuntime:
 class TreeRuntime:
     """A cohort tree's scheduling state: queues ready to be tried, and parked groups."""
 
-    __slots__ = ("freed", "name", "parked", "ready", "reservations", "seq")
+    __slots__ = ("freed", "name", "parked", "ready", "reservations", "root", "seq", "tournament")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, root: QuotaNode, tournament: Tournament | None = None) -> None:
         self.name = name
+        self.root = root
+        # Fair sharing over a cohort tree: the order is a tournament, not `ready`.
+        self.tournament = tournament
         # (sort key, token, queue): queues whose best group should be tried, best first
         self.ready: list[tuple[tuple[object, ...], int, QueueRuntime]] = []
         # Cumulative quota released per (flavor, resource): parked groups wait for it to grow.
@@ -114,13 +119,18 @@ class TreeRuntime:
         # Preemptors waiting for their victims to stop (services: quota is held until then).
         self.reservations: dict[WorkloadKey, Reservation] = {}
 
-    def hold_for(self, key: WorkloadKey, order: OrderKey) -> list[Reservation]:
-        """Count, in the quota tree, what preemptors ahead of `order` hold (not `key`'s own);
-        `unhold` the result when the decision is made."""
+    def hold_for(
+        self, key: WorkloadKey, order: tuple[object, ...], *, sticky: QuotaNode | None
+    ) -> list[Reservation]:
+        """Count, in the quota tree, what the preemptors that go before `key` hold: those
+        ahead of `order` in the cycle order, and any of ClusterQueue `sticky` (BestEffortFIFO:
+        Kueue keeps a preemptor at the head of its queue). `unhold` the result when decided."""
         if not self.reservations:
             return []
         ahead = [
-            res for k, res in sorted(self.reservations.items()) if k != key and res.order < order
+            res
+            for k, res in sorted(self.reservations.items())
+            if k != key and (res.node is sticky or res.order < order)
         ]
         for res in ahead:
             for fr, amount in res.usage.items():

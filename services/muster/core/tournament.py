@@ -1,0 +1,91 @@
+"""Fair sharing's order over one cohort tree: a tournament per cohort, winners climbing.
+
+Kueue's fairSharingIterator (`fair_sharing_iterator.go` runTournament): each Cohort picks, among
+its children (Cohorts and ClusterQueues), the one whose share inside it would be lowest with its
+nominee admitted (not borrowing on what the nominee asks for first, then the share, then
+priority, then FIFO); a ClusterQueue nominates its head, a Cohort the winner of its own
+tournament, and the root's winner is tried next.
+
+Kept incrementally: each Cohort has a heap of its children keyed by a lower bound of their key
+(a child whose nominee may have changed is listed again with the weakest key), and a winner is
+found by re-keying the top until its key is exact. A decision therefore costs O(depth) heap
+operations and share computations, whatever else waits in the tree.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from muster.core.quota import QuotaNode
+
+if TYPE_CHECKING:
+    from muster.core.queues import QueueRuntime
+    from muster.core.records import WorkloadRecord
+
+Key = tuple[object, ...]
+WEAKEST: Key = ()  # sorts before every key: a child whose key must be computed again
+# (the nominee, the node whose share is compared) -> the nominee's key in that node's parent
+KeyOf = Callable[["WorkloadRecord", QuotaNode], Key]
+
+
+class Tournament:
+    """The fair-sharing order of one cohort tree whose root is a Cohort."""
+
+    __slots__ = ("heaps", "key_of", "tokens")
+
+    def __init__(self, key_of: KeyOf) -> None:
+        self.key_of = key_of
+        # cohort name -> heap of (key lower bound, token, child name, child)
+        self.heaps: dict[str, list[tuple[Key, int, str, QueueRuntime | QuotaNode]]] = {}
+        self.tokens: dict[str, int] = {}  # child name -> its one valid entry's token
+
+    def touch(self, cq: QueueRuntime) -> None:
+        """`cq`'s nominee, or the shares on its path, may have changed: list it and every
+        Cohort above it again, with the weakest key."""
+        child: QueueRuntime | QuotaNode = cq
+        name = f"cq/{cq.name}"
+        parent = cq.node.parent
+        while parent is not None:
+            self._push(parent.name, name, child, WEAKEST)
+            child, name, parent = parent, f"cohort/{parent.name}", parent.parent
+
+    def winner(self, root: QuotaNode) -> tuple[QueueRuntime, WorkloadRecord] | None:
+        """The next ClusterQueue to try and its head, or None when nothing waits."""
+        return self._winner(root)
+
+    def _winner(self, cohort: QuotaNode) -> tuple[QueueRuntime, WorkloadRecord] | None:
+        heap = self.heaps.get(cohort.name)
+        while heap:
+            key, token, name, child = heap[0]
+            if self.tokens.get(name) != token:
+                heapq.heappop(heap)
+                continue
+            found = self._nominee(child)
+            if found is None:
+                heapq.heappop(heap)
+                self.tokens[name] = token + 1  # listed again when it has a nominee
+                continue
+            node = child if isinstance(child, QuotaNode) else child.node
+            exact = self.key_of(found[1], node)
+            if exact > key:
+                self.tokens[name] = token + 1
+                heapq.heapreplace(heap, (exact, token + 1, name, child))
+                continue
+            return found
+        return None
+
+    def _nominee(
+        self, child: QueueRuntime | QuotaNode
+    ) -> tuple[QueueRuntime, WorkloadRecord] | None:
+        if isinstance(child, QuotaNode):
+            return self._winner(child)
+        group = child.best_group()
+        head = group.head() if group is not None else None
+        return None if head is None else (child, head)
+
+    def _push(self, parent: str, name: str, child: QueueRuntime | QuotaNode, key: Key) -> None:
+        token = self.tokens.get(name, 0) + 1
+        self.tokens[name] = token
+        heapq.heappush(self.heaps.setdefault(parent, []), (key, token, name, child))
