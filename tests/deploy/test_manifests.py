@@ -15,6 +15,7 @@ import contextlib
 import functools
 import importlib
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -753,3 +754,19 @@ def test_simulate_runs_the_classic_setup_on_one_node(
     assert "sample-job-team-a" in out
     assert "sample-job-team-b" in out
     assert "Finished" in out
+
+
+def test_simulate_admits_the_gpu_example_job_on_its_tainted_flavor(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # gpu-nodes is tainted and tolerates its own taint; the Job has no toleration (issue 13).
+    files = [str(K8S / "examples" / n) for n in ("two-teams.yaml", "gpu-cpu-queues.yaml")]
+    assert muster_main(["simulate", *files, "-o", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    finetune = next(
+        wl
+        for wl in document["workloads"]
+        if wl["metadata"]["ownerReferences"][0]["name"] == "finetune"
+    )
+    (assignment,) = finetune["status"]["admission"]["podSetAssignments"]
+    assert assignment["flavors"]["nvidia.com/gpu"] == "gpu-nodes"

@@ -464,9 +464,9 @@ class KueueConfig(Frozen, frozen=True, kw_only=True):
     )
     # Kueue's feature gate PartialAdmission is on by default.
     partial_admission: bool = True
-    # Kueue's gate UnadmittedWorkloadsObservability: granular QuotaReserved=False reasons
-    # (WaitingForQuota, NoMatchingFlavor, ExceedsMaxQuota, Misconfigured, ...) instead of
-    # "Pending". Differs from Kueue: on by default, because the reasons say what to fix.
+    # Kueue's gate UnadmittedWorkloadsObservability (on by default since Kueue v0.19):
+    # granular QuotaReserved=False reasons (WaitingForQuota, NoMatchingFlavor, ExceedsMaxQuota,
+    # Misconfigured, Suspended, ...) instead of "Pending" / "Inadmissible".
     granular_pending_reasons: bool = True
 
 

@@ -35,21 +35,25 @@ class Attempts:
         # Victims the oracle found for one (flavor, resource) and amount during the current
         # attempt: a one-resource workload asks for exactly those again.
         self._simulated: dict[tuple[FlavorResource, int], Victims | None] = {}
-        # Attempts made since holders last changed (the fair-sharing order asks for them too).
-        self._epoch = -1
+        # Attempts made since holders in their tree last changed (the fair-sharing order asks
+        # for them too); `forget` drops one that no longer waits.
+        self._head: WorkloadRecord  # whose flavors are being assigned (for the oracle)
         self._made: dict[WorkloadKey, tuple[Workload, tuple[object, ...], Attempt]] = {}
 
     def attempt(self, r: WorkloadRecord) -> Attempt:
         """Kueue's getInitialAssignments for head `r` of its ClusterQueue."""
-        if self._epoch != self.config.epoch:
-            self._epoch, self._made = self.config.epoch, {}
-        stamp = (r.cluster_queue, r.priority, r.queue_ts)
+        if not self.config.fair_sharing_enabled:
+            return self._attempt(r)  # only the fair-sharing order asks twice
+        stamp = (self.config.stamp(r.cluster_queue), r.cluster_queue, r.priority, r.queue_ts)
         made = self._made.get(r.key)
         if made is not None and made[0] is r.wl and made[1] == stamp:
             return made[2]
         found = self._attempt(r)
         self._made[r.key] = (r.wl, stamp, found)
         return found
+
+    def forget(self, key: WorkloadKey) -> None:
+        self._made.pop(key, None)
 
     def _attempt(self, r: WorkloadRecord) -> Attempt:
         self._simulated = {}
@@ -82,7 +86,7 @@ class Attempts:
             node=self.config.tree.cluster_queues[cq],
             layout=self.config.layouts[cq],
             flavors=self.config.flavors,
-            oracle=self._oracle(r),
+            oracle=self._oracle_for(r),
         )
 
     def victims(self, r: WorkloadRecord, a: Assignment) -> Victims | None:
@@ -93,29 +97,30 @@ class Attempts:
                 return self._simulated[(fr, amount)]
         return pick_victims(self._request(r, a.usage, a.short), self._view(r))
 
-    def _oracle(self, r: WorkloadRecord) -> Oracle:
-        """Kueue's SimulatePreemption for one (flavor, resource) of `r`'s ClusterQueue."""
+    def _oracle_for(self, r: WorkloadRecord) -> Oracle:
+        self._head = r
+        return self._simulate
+
+    def _simulate(self, fr: FlavorResource, amount: int) -> Rating:
+        """Kueue's SimulatePreemption for `amount` of one (flavor, resource) of the head's
+        ClusterQueue: how the flavor would fit once the victims found are gone."""
+        r = self._head
         node = self.config.tree.cluster_queues[r.cluster_queue]
-
-        def simulate(fr: FlavorResource, amount: int) -> Rating:
-            req = self._request(r, {fr: amount}, frozenset((fr,)))
-            victims = self._simulated[(fr, amount)] = pick_victims(req, self._view(r))
-            if victims is None:
-                return Rating(Fit.NO_CANDIDATES, borrowing_level(node, fr, amount)[0])
-            gone = [self.records[key] for key in victims.targets]
+        req = self._request(r, {fr: amount}, frozenset((fr,)))
+        victims = self._simulated[(fr, amount)] = pick_victims(req, self._view(r))
+        if victims is None:
+            return Rating(Fit.NO_CANDIDATES, borrowing_level(node, fr, amount)[0])
+        gone = [self.records[key] for key in victims.targets]
+        nodes = self.config.tree.cluster_queues
+        for v in gone:
+            nodes[v.cluster_queue].add_usage(fr, -v.usage.get(fr, 0))
+        try:
+            level = borrowing_level(node, fr, amount)[0]
+        finally:
             for v in gone:
-                self.config.tree.cluster_queues[v.cluster_queue].add_usage(fr, -v.usage.get(fr, 0))
-            try:
-                level = borrowing_level(node, fr, amount)[0]
-            finally:
-                for v in gone:
-                    self.config.tree.cluster_queues[v.cluster_queue].add_usage(
-                        fr, v.usage.get(fr, 0)
-                    )
-            same = any(v.cluster_queue == r.cluster_queue for v in gone)
-            return Rating(Fit.PREEMPT if same else Fit.RECLAIM, level)
-
-        return simulate
+                nodes[v.cluster_queue].add_usage(fr, v.usage.get(fr, 0))
+        same = any(v.cluster_queue == r.cluster_queue for v in gone)
+        return Rating(Fit.PREEMPT if same else Fit.RECLAIM, level)
 
     def _request(
         self,
@@ -150,4 +155,5 @@ class Attempts:
             nodes=self.config.tree_members(r.cluster_queue),
             holders=holders_of,
             fair_sharing=self.config.fair_sharing_strategies,
+            borrowers=self.config.borrowers_in(r.cluster_queue),
         )

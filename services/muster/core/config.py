@@ -7,7 +7,7 @@ a workload, may it be admitted there at all, which checks does it need).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from muster.api.model import (
@@ -56,8 +56,11 @@ class Configuration:
         self.holders: dict[str, dict[WorkloadKey, WorkloadRecord]] = {}
         self.inactive: dict[str, Problem] = {}
         self._members: dict[str, dict[str, QuotaNode]] = {}  # root name -> CQ nodes
-        # Bumped whenever who holds what changes (or the tree is rebuilt): keys caches of
-        # decisions that read usage or holders.
+        # root name -> its ClusterQueues using more than their subtree quota of something:
+        # the only ones preemption may reclaim from
+        self._borrowers: dict[str, set[str]] = {}
+        # Bumped when the tree is rebuilt; with its root's `epoch` (bumped whenever who holds
+        # what there changes), says whether a cached decision about a tree still holds.
         self.epoch = 0
 
     def put(self, obj: ApiObject) -> None:
@@ -136,8 +139,13 @@ class Configuration:
                 cq_usage[fr] = cq_usage.get(fr, 0) + amount
         tree.recompute(usage)
         self._members = {}
+        self._borrowers = {}
         for name, node in tree.cluster_queues.items():
-            self._members.setdefault(tree_id(node.root()), {})[name] = node
+            root = tree_id(node.root())
+            self._members.setdefault(root, {})[name] = node
+            borrowers = self._borrowers.setdefault(root, set())
+            if _over_quota(node):
+                borrowers.add(name)
 
     def _inactivity(
         self, cq: ClusterQueue, cycles: Mapping[str, tuple[str, ...]]
@@ -166,22 +174,24 @@ class Configuration:
     # --- usage ---------------------------------------------------------------------------
 
     def hold(self, r: WorkloadRecord) -> None:
-        self.epoch += 1
         self.holders.setdefault(r.cluster_queue, {})[r.key] = r
         node = self.tree.cluster_queues.get(r.cluster_queue)
         if node is not None:
+            node.root().epoch += 1
             for fr, amount in r.usage.items():
                 node.add_usage(fr, amount)
+            self._note_borrowing(node)
 
     def unhold(self, r: WorkloadRecord) -> Mapping[FlavorResource, int]:
         held = self.holders.get(r.cluster_queue, {})
         if held.pop(r.key, None) is None:
             return {}
-        self.epoch += 1
         node = self.tree.cluster_queues.get(r.cluster_queue)
         if node is not None:
+            node.root().epoch += 1
             for fr, amount in r.usage.items():
                 node.add_usage(fr, -amount)
+            self._note_borrowing(node)
         return r.usage
 
     # --- questions -----------------------------------------------------------------------
@@ -242,16 +252,12 @@ class Configuration:
             return self.reason(
                 "Suspended", "Inadmissible"
             ), f"LocalQueue {lq.meta.name} is inactive"
-        if not self.namespace_matches(r):
-            return self.reason("Misconfigured", "Pending"), NAMESPACE_MISMATCH
-        return None
-
-    def namespace_matches(self, r: WorkloadRecord) -> bool:
-        cq = self.cluster_queues[r.cluster_queue]
         ns_name = r.wl.meta.namespace
         ns = self.namespaces.get(ns_name)
         labels = {"kubernetes.io/metadata.name": ns_name, **(ns.meta.labels if ns else {})}
-        return cq.namespace_selector is not None and selector_matches(cq.namespace_selector, labels)
+        if cq.namespace_selector is None or not selector_matches(cq.namespace_selector, labels):
+            return self.reason("Misconfigured", "Pending"), NAMESPACE_MISMATCH
+        return None
 
     def drain_reason(self, cq: str, lq: str) -> Problem | None:
         """Why HoldAndDrain evicts an admitted workload (the LocalQueue is looked at first)."""
@@ -291,8 +297,29 @@ class Configuration:
             or policy.reclaim_within_cohort is not ReclaimWithinCohort.NEVER
         )
 
+    def _note_borrowing(self, node: QuotaNode) -> None:
+        borrowers = self._borrowers.setdefault(tree_id(node.root()), set())
+        if _over_quota(node):
+            borrowers.add(node.name)
+        else:
+            borrowers.discard(node.name)
+
+    def borrowers_in(self, cq: str) -> Collection[str]:
+        """ClusterQueues of `cq`'s tree using more than their subtree quota of something (a
+        live view: read it before changing usage)."""
+        return self._borrowers.get(tree_id(self.tree.cluster_queues[cq].root()), set())
+
+    def stamp(self, cq: str) -> tuple[int, int]:
+        """Changes whenever who holds what in `cq`'s cohort tree does (or trees are rebuilt)."""
+        return self.epoch, self.tree.cluster_queues[cq].root().epoch
+
     def tree_members(self, cq: str) -> Mapping[str, QuotaNode]:
         return self._members[tree_id(self.tree.cluster_queues[cq].root())]
+
+
+def _over_quota(node: QuotaNode) -> bool:
+    usage = node.usage
+    return any(usage.get(fr, 0) > quota for fr, quota in node.subtree_quota.items())
 
 
 def cohort_cycles(cohorts: Mapping[str, Cohort]) -> dict[str, tuple[str, ...]]:

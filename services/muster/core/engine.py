@@ -29,7 +29,7 @@ from muster.api.wellknown import PREEMPTED
 from muster.core.attempt import Attempts
 from muster.core.config import NAMESPACE_MISMATCH, Configuration
 from muster.core.events import Event, EventType
-from muster.core.fairshare import ZERO, borrows_on, dominant_share, with_usage
+from muster.core.fairshare import ZERO, Share, borrows_on, dominant_share, with_usage
 from muster.core.flavors import Assignment, Mode
 from muster.core.preemption import Victims
 from muster.core.queues import (
@@ -103,6 +103,13 @@ class Engine:
         self.version = 0  # bumped by every call that may change state; keys cached views
         self.routing = RoutingControl(routing) if routing is not None else None
         self.attempts = Attempts(self.config, self.records)
+        # Per head, its tournament keys' shares, while holders in its tree stay as they are.
+        self._fair_levels: dict[
+            WorkloadKey, tuple[tuple[int, int], dict[str, tuple[bool, Share]]]
+        ] = {}
+        self.reserving = False  # once a preemptor has held quota (services), reservations count
+        # While a preemptor takes what its victims free at once: what they freed, per resource.
+        self._deferred: dict[FlavorResource, int] | None = None
         self._by_queue: (
             tuple[int, dict[str, list[WorkloadRecord]], dict[str, list[WorkloadRecord]]] | None
         ) = None
@@ -547,15 +554,29 @@ class Engine:
         """Head `r`'s key in the tournament of `node`'s parent (`node` is its ClusterQueue or
         a Cohort above it): not borrowing there on what `r` asks for first, then the share of
         `node` with `r` admitted, then priority, then FIFO (Kueue's entryComparer)."""
+        stamp = self.config.stamp(r.cluster_queue)
+        cached = self._fair_levels.get(r.key)
+        if cached is None or cached[0] != stamp:
+            cached = self._fair_levels[r.key] = (stamp, self._levels_of(r))
+        flag, share = cached[1][node.name if node.is_cohort else ""]
+        return (flag, share, -r.priority, r.queue_ts, r.seq)
+
+    def _levels_of(self, r: WorkloadRecord) -> dict[str, tuple[bool, Share]]:
+        """(borrowing on what `r` asks for, share) of `r`'s ClusterQueue ("") and each Cohort
+        above it but the root, with `r` admitted."""
         a = self.attempts.attempt(r).assignment
         asks = [fr for fr, amount in a.usage.items() if amount > 0]
         cq = self.config.tree.cluster_queues[r.cluster_queue]
         with_usage(cq, a.usage, 1)
         try:
-            flag, share = borrows_on(node, asks), dominant_share(node)
+            found = {"": (borrows_on(cq, asks), dominant_share(cq))}
+            node = cq.parent
+            while node is not None and node.parent is not None:
+                found[node.name] = (borrows_on(node, asks), dominant_share(node))
+                node = node.parent
         finally:
             with_usage(cq, a.usage, -1)
-        return (flag, share, -r.priority, r.queue_ts, r.seq)
+        return found
 
     def _sort_key(self, r: WorkloadRecord, a: Assignment) -> tuple[object, ...]:
         """Kueue's cycle order. Classical: the borrowing level (how high in the cohort tree the
@@ -631,23 +652,23 @@ class Engine:
             if listed_key is not None and key > listed_key and top is not None and key > top:
                 cq.tree.list_queue(cq, key)  # others come first now; retry in order
                 return
-            short = self._held_for_preemptors(tree, r, key, a, victims)
-            if short:
-                self._drop_reservation(r)
+            short = self._held_for_preemptors(tree, r, key, a, victims) if tree.reservations else {}
+            if short:  # a preemptor held back keeps what it holds: its need is unchanged
                 why = (self.config.reason("WaitingForQuota", "Pending"), NO_LONGER_FITS)
                 self._park(tree, group, r, why, short)
                 return
         if a.mode is Mode.FIT:
             self._admit_head(cq, group, r, a)
             return
-        if victims is not None:
-            if r.key in self.awaiting_victims:  # restored as a preemptor whose victims stop
-                self.awaiting_victims.discard(r.key)
-                self._await_victims(tree, cq, group, r, a, len(victims.targets))
-                return
-            if r.key not in self.preempted_this_round:
-                self._preempt_for(tree, cq, group, r, a, victims)
-                return
+        if r.key in self.awaiting_victims and a.mode is Mode.PREEMPT:
+            # Restored as a preemptor whose victims stop (which they are is not recorded):
+            # it waits, as it did, and preempts no one else.
+            self.awaiting_victims.discard(r.key)
+            self._await_victims(tree, cq, group, r, a, None)
+            return
+        if victims is not None and r.key not in self.preempted_this_round:
+            self._preempt_for(tree, cq, group, r, a, victims)
+            return
         self.awaiting_victims.discard(r.key)
         self._drop_reservation(r)
         # Kueue: a workload that needs preemption but has no victim waits for quota.
@@ -676,17 +697,30 @@ class Engine:
         is `r`'s before anything that comes after it (Kueue reserves it in the cycle and keeps
         the preemptor at the head of its queue)."""
         self.preempted_this_round.add(r.key)
-        self._preempt(r, victims)
         if self.hold_quota_until_stopped:
+            self._preempt(r, victims)
             self._await_victims(tree, cq, group, r, a, len(victims.targets))
             return
-        # The victims are gone at once: admit the preemptor now, before anything else can.
-        again = self.attempts.assign(r, [ps.count for ps in a.pod_sets])
-        if again.mode is Mode.FIT:
-            self._admit_head(cq, group, r, again)
-            return
-        cq.list_group(group)
-        self._list_queue(cq)
+        # The victims are gone at once: admit the preemptor now, before anything else can,
+        # and wake parked work only for what is left over (most often nothing).
+        deferred: dict[FlavorResource, int] = {}
+        self._deferred = deferred
+        try:
+            self._preempt(r, victims)
+            again = self.attempts.assign(r, [ps.count for ps in a.pod_sets])
+            if again.mode is Mode.FIT:
+                self._admit_head(cq, group, r, again)
+                for fr, amount in again.usage.items():
+                    deferred[fr] = deferred.get(fr, 0) - amount
+            else:
+                cq.list_group(group)
+                self._list_queue(cq)
+        finally:
+            self._deferred = None
+        for fr, amount in sorted(deferred.items()):
+            if amount > 0:
+                for woken in tree.release(fr, amount):
+                    self._retry(woken)
 
     def _await_victims(
         self,
@@ -695,12 +729,14 @@ class Engine:
         group: PendingGroup,
         r: WorkloadRecord,
         a: Assignment,
-        count: int,
+        count: int | None,
     ) -> None:
-        """`r` waits for its victims to stop, holding what it will use against later work."""
+        """`r` waits for its `count` victims to stop (None: as recorded), holding what it
+        will use against later work."""
         self._set_reservation(tree, r, self._sort_key(r, a), a.usage)
-        reason = self.config.reason(WAITING_FOR_VICTIMS, "Pending")
-        self._mark_pending(r, reason, f"{a.message}{PENDING_PREEMPTION} {count} workload(s)")
+        if count is not None:
+            reason = self.config.reason(WAITING_FOR_VICTIMS, "Pending")
+            self._mark_pending(r, reason, f"{a.message}{PENDING_PREEMPTION} {count} workload(s)")
         tree.park(group, dict.fromkeys(a.short, 1))
         self._list_queue(cq)
 
@@ -764,9 +800,11 @@ class Engine:
         """What `a` lacks once the quota held for preemptors ahead of `r` in the cycle order
         counts as used (Kueue adds a preemptor's usage to the cycle's snapshot, so work after it
         cannot take what its victims free); {} if it still fits."""
+        if not tree.reservations:
+            return {}
         node = self.config.tree.cluster_queues[r.cluster_queue]
-        sticky = node if self.config.best_effort(r.cluster_queue) else None
-        held = tree.hold_for(r.key, key, sticky=sticky)
+        sticky = self.config.best_effort(r.cluster_queue)
+        held = tree.hold_for(r, key, cq=node, sticky=sticky)
         if not held:
             return {}
         gone = [self.records[k] for k in victims.targets] if victims is not None else []
@@ -792,15 +830,20 @@ class Engine:
     ) -> None:
         self._drop_reservation(r, keep=usage)
         node = self.config.tree.cluster_queues[r.cluster_queue]
-        tree.reservations[r.key] = Reservation(order=key, node=node, usage=usage)
+        self.reserving = True
+        tree.reservations[r.key] = Reservation(
+            order=key, queue_order=r.order_key, node=node, usage=usage
+        )
 
     def _drop_reservation(
         self, r: WorkloadRecord, *, keep: Mapping[FlavorResource, int] | None = None
     ) -> None:
         """Forget what `r` held as a preemptor; what is no longer held (beyond `keep`) may
         help the groups parked in its tree."""
+        if not self.reserving:
+            return
         queue = self.queues.get(r.cluster_queue)
-        if queue is None:
+        if queue is None or not queue.tree.reservations:
             return
         tree = queue.tree
         old = tree.reservations.pop(r.key, None)
@@ -828,6 +871,8 @@ class Engine:
     def _reserve(self, r: WorkloadRecord, a: Assignment) -> None:
         """Reserve quota; admit at once unless admission checks must pass first."""
         self._drop_reservation(r, keep=a.usage)
+        self.attempts.forget(r.key)
+        self._fair_levels.pop(r.key, None)
         r.assignment = a
         r.phase = Phase.RESERVED
         r.reserved_at_s = self.now_s
@@ -897,7 +942,8 @@ class Engine:
         )
         r.evicted = True
         r.evicted_by = WorkloadKey(by) if by else None
-        self.config.epoch += 1  # a workload being evicted is no one else's victim
+        if r.cluster_queue in self.config.tree.cluster_queues:  # no one else's victim now
+            self.config.tree.cluster_queues[r.cluster_queue].root().epoch += 1
         # Kueue's queue order: by the eviction's time after an admission check's Retry (and a
         # PodsReady timeout under requeuingStrategy Eviction, set by the back-off), else by
         # creation, so work that waited behind it goes first.
@@ -975,6 +1021,10 @@ class Engine:
         tree = queue.tree
         if tree.tournament is not None:
             tree.tournament.touch(queue)  # lower shares on its path: keys there may drop
+        if self._deferred is not None:  # freed for a preemptor: see _preempt_for
+            for fr, amount in freed.items():
+                self._deferred[fr] = self._deferred.get(fr, 0) + amount
+            return
         for fr, amount in freed.items():
             for group in tree.release(fr, amount):
                 self._retry(group)
@@ -986,6 +1036,8 @@ class Engine:
         only until the group's head passes it; `group` is cleared so that it never counts.
         """
         self._drop_reservation(r)
+        self.attempts.forget(r.key)
+        self._fair_levels.pop(r.key, None)
         del self.records[r.key]
         self.awaiting_victims.discard(r.key)
         r.group = None

@@ -49,9 +49,17 @@ class Fit(IntEnum):
 
     @property
     def mode(self) -> Mode:
-        if self is Fit.FIT:
-            return Mode.FIT
-        return Mode.NO_FIT if self is Fit.NO_FIT else Mode.PREEMPT
+        return _MODES[self]
+
+
+_MODES = {
+    Fit.NO_FIT: Mode.NO_FIT,
+    Fit.NO_CANDIDATES: Mode.PREEMPT,
+    Fit.PREEMPT: Mode.PREEMPT,
+    Fit.RECLAIM: Mode.PREEMPT,
+    Fit.FIT: Mode.FIT,
+}
+_NEEDS_PREEMPTION = frozenset((Fit.NO_CANDIDATES, Fit.PREEMPT, Fit.RECLAIM))
 
 
 class Rating(NamedTuple):
@@ -60,6 +68,9 @@ class Rating(NamedTuple):
 
 
 WORST = Rating(Fit.NO_FIT, 1 << 62)
+_FIT_LEVELS = 8
+_FITS = tuple(Rating(Fit.FIT, level) for level in range(_FIT_LEVELS))
+_NONE: frozenset[FlavorResource] = frozenset()
 
 # Simulates preempting for `amount` of one (flavor, resource): how it would fit, at what level.
 Oracle = Callable[[FlavorResource, int], Rating]
@@ -127,19 +138,37 @@ class _Choice(NamedTuple):
     short: frozenset[FlavorResource]  # resources that need preemption
 
 
-class _Search(NamedTuple):
-    """One podset's search through one resource group."""
+class _Search:
+    """A workload's search; `pod_set`, `totals`, `reasons` and `severities` are the podset's
+    and resource group's being searched."""
 
-    pod_set: PodSet
-    totals: Mapping[str, int]  # resource -> what the podset asks for at its count
-    usage: Mapping[FlavorResource, int]  # what earlier podsets of the workload were given
-    node: QuotaNode
-    layout: QueueLayout
-    flavors: Mapping[str, ResourceFlavor]
-    oracle: Oracle
-    reasons: list[str]
-    shortages: dict[FlavorResource, int]
-    severities: dict[str, int]  # flavor -> severity of why it did not fit
+    __slots__ = (
+        "flavors",
+        "layout",
+        "node",
+        "oracle",
+        "pod_set",
+        "reasons",
+        "severities",
+        "shortages",
+        "totals",
+        "usage",
+    )
+
+    def __init__(
+        self,
+        node: QuotaNode,
+        layout: QueueLayout,
+        flavors: Mapping[str, ResourceFlavor],
+        oracle: Oracle,
+    ) -> None:
+        self.node, self.layout, self.flavors, self.oracle = node, layout, flavors, oracle
+        self.usage: dict[FlavorResource, int] = {}  # what earlier podsets were given
+        self.shortages: dict[FlavorResource, int] = {}
+        self.pod_set: PodSet | None = None
+        self.totals: Mapping[str, int] = {}  # resource -> what the podset asks for
+        self.reasons: list[str] = []
+        self.severities: dict[str, int] = {}  # flavor -> severity of why it did not fit
 
 
 def assign_flavors(
@@ -156,16 +185,17 @@ def assign_flavors(
     Podsets are assigned in order and each sees the usage the earlier ones were assigned, as
     in Kueue ("previously considered podsets requests").
     """
-    usage: dict[FlavorResource, int] = {}
+    search = _Search(node, layout, flavors, oracle)
+    usage = search.usage
     assigned: list[PodSetAssignment] = []
     mode, borrowing, severity = Mode.FIT, 0, 0
     short: set[FlavorResource] = set()
     messages: list[str] = []
-    shortages: dict[FlavorResource, int] = {}
     for pod_set, count in zip(pod_sets, counts, strict=True):
         totals = {r: q * count for r, q in pod_set.requests.items() if q > 0}
         picked: dict[str, str] = {}
         reasons: list[str] = []
+        search.pod_set, search.totals, search.reasons = pod_set, totals, reasons
         by_group: dict[int, list[str]] = {}
         for resource in sorted(totals):
             g = layout.group_of.get(resource)
@@ -176,9 +206,7 @@ def assign_flavors(
         ps_mode = Mode.NO_FIT if reasons else Mode.FIT
         ps_severity = _SEVERITY["NoMatchingFlavor"] if reasons else 0
         for g, resources in sorted(by_group.items()):
-            search = _Search(
-                pod_set, totals, usage, node, layout, flavors, oracle, reasons, shortages, {}
-            )
+            search.severities = {}
             choice = _pick_flavor(search, g, resources)
             if choice is None:
                 ps_mode = Mode.NO_FIT
@@ -186,7 +214,7 @@ def assign_flavors(
                 least = min(search.severities.values(), default=_SEVERITY["NoMatchingFlavor"])
                 ps_severity = max(ps_severity, least)
                 break  # Kueue stops at the first group without a flavor
-            ps_mode = min(ps_mode, choice.rating.fit.mode)
+            ps_mode = min(ps_mode, _MODES[choice.rating.fit])
             borrowing = max(borrowing, choice.level)
             short |= choice.short
             for resource in resources:
@@ -220,7 +248,7 @@ def assign_flavors(
         borrowing=borrowing,
         message="; ".join(messages),
         short=frozenset(short),
-        shortages=shortages,
+        shortages=search.shortages,
     )
 
 
@@ -234,13 +262,14 @@ def _pick_flavor(search: _Search, group: int, resources: list[str]) -> _Choice |
             search.reasons.append(f"flavor {name} not found")
             search.severities[name] = _SEVERITY["NoMatchingFlavor"]
             continue
+        assert search.pod_set is not None
         mismatch = flavor_mismatch(search.pod_set, flavor)
         if mismatch is not None:
             search.reasons.append(mismatch)
             search.severities[name] = _SEVERITY["NoMatchingFlavor"]
             continue
         choice = _rate_flavor(search, name, resources)
-        if not _tries_next(choice.rating, layout):
+        if choice.rating is _FITS[0] or not _tries_next(choice.rating, layout):
             return choice
         if preferred(choice.rating, best.rating if best else WORST, layout.preference):
             best = choice
@@ -284,6 +313,11 @@ def _tries_next(rating: Rating, layout: QueueLayout) -> bool:
 
 def _rate_flavor(search: _Search, flavor: str, resources: list[str]) -> _Choice:
     """Rate one flavor for every resource of the group: the worst rating decides."""
+    if len(resources) == 1:
+        fr = (flavor, resources[0])
+        rating = _rate_resource(search, fr, skip_oracle=False)
+        needs = rating.fit in _NEEDS_PREEMPTION
+        return _Choice(flavor, rating, rating.level, frozenset((fr,)) if needs else _NONE)
     worst = Rating(Fit.FIT, 0)
     level = 0
     short: set[FlavorResource] = set()
@@ -292,7 +326,7 @@ def _rate_flavor(search: _Search, flavor: str, resources: list[str]) -> _Choice:
         if preferred(worst, rating, search.layout.preference):
             worst = rating
         level = max(level, rating.level)
-        if rating.fit in (Fit.NO_CANDIDATES, Fit.PREEMPT, Fit.RECLAIM):
+        if rating.fit in _NEEDS_PREEMPTION:
             short.add((flavor, resource))
     return _Choice(flavor=flavor, rating=worst, level=level, short=frozenset(short))
 
@@ -315,7 +349,7 @@ def _rate_resource(search: _Search, fr: FlavorResource, *, skip_oracle: bool) ->
     level, may_reclaim = borrowing_level(node, fr, val)
     available = node.available(fr)
     if val <= available:
-        return Rating(Fit.FIT, level)
+        return _FITS[level] if level < _FIT_LEVELS else Rating(Fit.FIT, level)
     missing = val - max(0, available)
     search.shortages[fr] = min(search.shortages.get(fr, val), missing)
     search.reasons.append(

@@ -60,8 +60,10 @@ def flavor_mismatch(pod_set: PodSet, flavor: ResourceFlavor) -> str | None:
     node selector and required node affinity are compared only on the label keys that this
     flavor defines (Kueue >= v0.19): other keys are left to the pod scheduler.
     """
-    tolerations = (*pod_set.tolerations, *flavor.tolerations)
-    taint = untolerated_taint(flavor.node_taints, tolerations)
+    taints = flavor.node_taints
+    taint = (
+        untolerated_taint(taints, (*pod_set.tolerations, *flavor.tolerations)) if taints else None
+    )
     if taint is not None:
         # Kueue prints the Taint struct as Go's %v does: {key value effect timeAdded}.
         shown = f"{{{taint.key} {taint.value} {taint.effect} <nil>}}"
@@ -70,15 +72,13 @@ def flavor_mismatch(pod_set: PodSet, flavor: ResourceFlavor) -> str | None:
     for key, value in pod_set.node_selector.items():
         if key in labels and labels[key] != value:
             return f"flavor {flavor.name} doesn't match node affinity"
+    if not pod_set.node_affinity_terms:
+        return None
     terms = [
         [r for r in term.match_expressions if r.key in labels]
         for term in pod_set.node_affinity_terms
     ]
     # Terms are ORed: one left without a relevant key matches any flavor.
-    if (
-        terms
-        and all(terms)
-        and not any(all(requirement_matches(r, labels) for r in term) for term in terms)
-    ):
+    if all(terms) and not any(all(requirement_matches(r, labels) for r in t) for t in terms):
         return f"flavor {flavor.name} doesn't match node affinity"
     return None

@@ -17,7 +17,7 @@ The search removes candidates' usage from the quota tree tentatively and always 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 import msgspec
@@ -70,6 +70,9 @@ class TreeView(msgspec.Struct, frozen=True, kw_only=True):
     nodes: Mapping[str, QuotaNode]  # ClusterQueue name -> node, every CQ of the tree
     holders: Callable[[str], Iterable[QuotaHolder]]  # ClusterQueue name -> its quota holders
     fair_sharing: tuple[FairSharingStrategy, ...] | None  # None: fair sharing off
+    # ClusterQueues of the tree over their subtree quota of something (a superset of those
+    # borrowing what is needed): the only ones to reclaim from
+    borrowers: Collection[str]
 
 
 class Victims(msgspec.Struct, frozen=True, kw_only=True):
@@ -135,7 +138,7 @@ def _find_candidates(
             found.append(c)
     if include_cohort and policy.reclaim_within_cohort != ReclaimWithinCohort.NEVER:
         only_lower = policy.reclaim_within_cohort != ReclaimWithinCohort.ANY
-        for name in sorted(tree.nodes):
+        for name in sorted(tree.borrowers):
             node = tree.nodes[name]
             if name == req.cluster_queue or not any(node.is_borrowing(fr) for fr in req.short):
                 continue

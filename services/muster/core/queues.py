@@ -29,6 +29,7 @@ class Reservation(NamedTuple):
     """What a preemptor will use, held for it while its victims stop."""
 
     order: tuple[object, ...]  # the preemptor's cycle order: work after it may not take this
+    queue_order: OrderKey  # its order within its ClusterQueue
     node: QuotaNode  # the preemptor's ClusterQueue
     usage: Mapping[FlavorResource, int]
 
@@ -120,17 +121,33 @@ class TreeRuntime:
         self.reservations: dict[WorkloadKey, Reservation] = {}
 
     def hold_for(
-        self, key: WorkloadKey, order: tuple[object, ...], *, sticky: QuotaNode | None
+        self,
+        r: WorkloadRecord,
+        order: tuple[object, ...],
+        *,
+        cq: QuotaNode,
+        sticky: bool,
     ) -> list[Reservation]:
-        """Count, in the quota tree, what the preemptors that go before `key` hold: those
-        ahead of `order` in the cycle order, and any of ClusterQueue `sticky` (BestEffortFIFO:
-        Kueue keeps a preemptor at the head of its queue). `unhold` the result when decided."""
+        """Count, in the quota tree, what the preemptors that go before head `r` hold: those
+        ahead of `order` in the cycle order; in a `sticky` (BestEffortFIFO) ClusterQueue `cq`,
+        its preemptors (Kueue keeps a preemptor at the head of such a queue), except for a
+        preemptor ahead of them in the queue; and always the one that evicted `r`, so that a
+        victim never takes back what it gave up. `unhold` the result once `r` is decided."""
         if not self.reservations:
             return []
+        mine = self.reservations.get(r.key)
         ahead = [
             res
             for k, res in sorted(self.reservations.items())
-            if k != key and (res.node is sticky or res.order < order)
+            if k != r.key
+            and (
+                k == r.evicted_by
+                or (
+                    (mine is None or res.queue_order < r.order_key)
+                    if sticky and res.node is cq
+                    else res.order < order
+                )
+            )
         ]
         for res in ahead:
             for fr, amount in res.usage.items():

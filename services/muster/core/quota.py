@@ -23,6 +23,7 @@ class QuotaNode:
     __slots__ = (
         "borrowing_limit",
         "children",
+        "epoch",
         "guaranteed",
         "height",
         "is_cohort",
@@ -48,6 +49,7 @@ class QuotaNode:
         self.guaranteed: dict[FlavorResource, int] = {}
         self.usage: dict[FlavorResource, int] = {}
         self.weight = 1.0
+        self.epoch = 0  # roots: bumped whenever who holds what in the tree changes
         self.height = 0  # distance to the furthest leaf below (Kueue's getNodeHeight)
         # Cohorts: what the node could ever lend its children, per resource name (the
         # denominator of their fair shares, Kueue's calculateLendable).
@@ -198,14 +200,18 @@ def borrowing_level(cq: QuotaNode, fr: FlavorResource, amount: int) -> tuple[int
     whose subtree quota covers it (the root's height when none does). The second value tells
     whether quota could be reclaimed from within that smaller subtree.
     """
-    if cq.parent is None or not cq.borrows_with(fr, amount):
-        return 0, cq.parent is not None
-    remaining = amount - cq.local_available(fr)
+    if cq.parent is None:
+        return 0, False
+    used = cq.usage.get(fr, 0)
+    if used + amount <= cq.subtree_quota.get(fr, 0):
+        return 0, True
+    remaining = amount - max(0, cq.guaranteed.get(fr, 0) - used)
     node: QuotaNode | None = cq.parent
     while node is not None:
-        if not node.borrows_with(fr, remaining):
+        used = node.usage.get(fr, 0)
+        if used + remaining <= node.subtree_quota.get(fr, 0):
             return node.height, node.parent is not None
-        remaining -= node.local_available(fr)
+        remaining -= max(0, node.guaranteed.get(fr, 0) - used)
         node = node.parent
     return cq.root().height, False
 

@@ -33,13 +33,16 @@ KeyOf = Callable[["WorkloadRecord", QuotaNode], Key]
 class Tournament:
     """The fair-sharing order of one cohort tree whose root is a Cohort."""
 
-    __slots__ = ("heaps", "key_of", "tokens")
+    __slots__ = ("heaps", "key_of", "tokens", "weak")
 
     def __init__(self, key_of: KeyOf) -> None:
         self.key_of = key_of
         # cohort name -> heap of (key lower bound, token, child name, child)
         self.heaps: dict[str, list[tuple[Key, int, str, QueueRuntime | QuotaNode]]] = {}
         self.tokens: dict[str, int] = {}  # child name -> its one valid entry's token
+        # Children whose valid entry has the weakest key: nothing above them has been looked
+        # at since (their key sorts first), so a child found here ends a `touch`.
+        self.weak: set[str] = set()
 
     def touch(self, cq: QueueRuntime) -> None:
         """`cq`'s nominee, or the shares on its path, may have changed: list it and every
@@ -47,8 +50,9 @@ class Tournament:
         child: QueueRuntime | QuotaNode = cq
         name = f"cq/{cq.name}"
         parent = cq.node.parent
-        while parent is not None:
+        while parent is not None and name not in self.weak:
             self._push(parent.name, name, child, WEAKEST)
+            self.weak.add(name)
             child, name, parent = parent, f"cohort/{parent.name}", parent.parent
 
     def winner(self, root: QuotaNode) -> tuple[QueueRuntime, WorkloadRecord] | None:
@@ -62,6 +66,7 @@ class Tournament:
             if self.tokens.get(name) != token:
                 heapq.heappop(heap)
                 continue
+            self.weak.discard(name)
             found = self._nominee(child)
             if found is None:
                 heapq.heappop(heap)
