@@ -19,7 +19,8 @@ _MIN_SECRET = 4  # shorter "secrets" would mask ordinary words
 _URL_USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^/\s@]+)@")
 _BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]+")
 _ASSIGNED = re.compile(
-    r"(?i)\b(password|passwd|token|secret|authorization)(\s*[=:]\s*)(['\"]?)[^\s'\",}]+"
+    r"(?i)\b(password|passwd|token|secret|authorization)(['\"]?\s*[=:]\s*)(['\"]?)"
+    r"(?:bearer\s+)?[^\s'\",}]+"
 )
 
 _secrets: set[str] = set()
@@ -37,8 +38,8 @@ def redact(text: str) -> str:
         if secret in text:
             text = text.replace(secret, MASK)
     text = _URL_USERINFO.sub(lambda m: f"{m['scheme']}{MASK}@", text)
-    text = _BEARER.sub(lambda m: f"{m[1]} {MASK}", text)
-    return _ASSIGNED.sub(lambda m: f"{m[1]}{m[2]}{m[3]}{MASK}", text)
+    text = _ASSIGNED.sub(lambda m: f"{m[1]}{m[2]}{m[3]}{MASK}", text)
+    return _BEARER.sub(lambda m: f"{m[1]} {MASK}", text)
 
 
 def redact_url(url: str) -> str:
