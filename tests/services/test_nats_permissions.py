@@ -14,6 +14,7 @@ import contextlib
 import json
 import secrets
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import nats
 import nats.errors
@@ -23,6 +24,7 @@ from nats.aio.client import Client as NatsClient
 from nats.js import api
 
 from muster.bus import BusConfig, connect
+from muster.bus.errors import SetupError
 from muster.bus.natsconf import authorization, server_config
 from muster.bus.permissions import ADMIN, Deployment, inbox_prefix, users
 from muster.bus.setup import setup_nats
@@ -237,6 +239,34 @@ async def test_service_reads_only_its_own_inbox(
     async with session(secured.url, user) as s:
         assert await s.subscribe(allowed) == "allowed"
         assert await s.subscribe(refused) == "refused"
+
+
+async def test_a_service_before_nats_setup_stops_and_says_what_to_run(tmp_path: Path) -> None:
+    """Its user may not make the streams or buckets: it must say so, not hang or crash-loop
+    silently (deploy/ runs the nats-setup Job; `muster run` sets up before starting services)."""
+    users_block = authorization(users(DEPLOYMENT), auth="password", passwords=PASSWORDS)
+    config = server_config(port=-1, store_dir=str(tmp_path / "js"), authorization_block=users_block)
+    server = NatsServer(tmp_path, config=config)
+    server.start()
+    try:
+        bus = await connect(
+            BusConfig(
+                url=server.url,
+                user="gateway",
+                password=PASSWORDS["gateway"],
+                inbox_prefix=inbox_prefix("gateway"),
+                publish_timeout_s=1.0,
+            )
+        )
+        try:
+            with pytest.raises(SetupError, match=r"stream MUSTER_EVENTS.*muster nats-setup"):
+                await bus.ensure_streams()
+            with pytest.raises(SetupError, match=r"bucket MUSTER_VISIBILITY.*muster nats-setup"):
+                await bus.kv("MUSTER_VISIBILITY")
+        finally:
+            await bus.close()
+    finally:
+        server.stop()
 
 
 def _violations(server: NatsServer) -> int:

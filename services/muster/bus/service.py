@@ -35,10 +35,10 @@ from grpc_health.v1._async import HealthServicer
 
 from muster.bus.connection import Bus, BusConfig, connect
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
+from muster.bus.errors import SetupError
 from muster.bus.logfmt import setup_logging
 from muster.bus.permissions import inbox_of
 from muster.bus.redact import register
-from muster.bus.setup import SetupError
 from muster.bus.subjects import DEFAULT_CLUSTER, check_cluster
 from muster.bus.tracing import setup_tracing
 

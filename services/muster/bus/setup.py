@@ -16,16 +16,13 @@ import msgspec
 import nats.js.errors
 from nats.js import JetStreamContext, api
 
+from muster.bus.errors import SetupError
 from muster.bus.kv import open_bucket
 from muster.bus.permissions import SIM_BUCKET_PREFIX, Deployment
 from muster.bus.subjects import stream_configs
 
 SNAPSHOTS_BUCKET: Final = "MUSTER_SNAPSHOTS"  # admission's object store (admission/rebuild.py)
 DEFAULT_LEASE_TTL_S: Final = 5.0  # admission's --lease-ttl-seconds default
-
-
-class SetupError(Exception):
-    """A stream or bucket is missing or out of date, and this NATS user may not fix it."""
 
 
 class Bucket(msgspec.Struct, frozen=True, kw_only=True):

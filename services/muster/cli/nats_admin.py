@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from muster.bus import connect
+from muster.bus.errors import SetupError
 from muster.bus.natsconf import AUTH_MODES, HEADER, authorization, matrix
 from muster.bus.permissions import Deployment, users
 from muster.bus.service import COMMON_FLAGS, add_flags, config_from_args
-from muster.bus.setup import DEFAULT_LEASE_TTL_S, SetupError, setup_nats
+from muster.bus.setup import DEFAULT_LEASE_TTL_S, setup_nats
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 _CONNECTION_FLAGS = {
