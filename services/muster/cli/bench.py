@@ -117,8 +117,19 @@ def add_light_gpu_options(parser: argparse.ArgumentParser) -> None:
     charts.add_argument("--no-charts", action="store_true", help="draw no charts")
 
 
+NO_MATPLOTLIB = (
+    "matplotlib is not installed (it is muster's `bench` extra: pip install 'muster[bench]')"
+)
+
+
 def run_light_gpu(args: argparse.Namespace) -> Iterator[light_gpu.LightGpuRow]:
     charts = None if args.no_charts else args.charts or light_gpu.default_charts_dir()
+    if charts is not None and not light_gpu.can_draw():
+        if args.charts:  # asked for by name: an error, not a silent table without them
+            print(f"muster bench light-gpu: --charts: {NO_MATPLOTLIB}", file=sys.stderr)
+            raise SystemExit(2)
+        print(f"muster bench light-gpu: no charts: {NO_MATPLOTLIB}", file=sys.stderr)
+        charts = None
     return light_gpu.run(scale=args.scale, charts=charts)
 
 

@@ -11,6 +11,7 @@ import os
 import sys
 
 from muster.bus.connection import Bus
+from muster.bus.redact import register
 from muster.bus.service import Health, add_common_flags, config_from_args, run_service
 from muster.gateway.service import (
     DEFAULT_LISTEN,
@@ -69,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ValueError as exc:
         parser.error(str(exc))  # exits 2
+
+    register(args.token)  # never in a log line (muster.bus.redact)
 
     async def body(bus: Bus, health: Health) -> None:
         await run_gateway(bus, health, config)
