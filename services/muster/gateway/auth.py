@@ -73,7 +73,7 @@ class Authentication:
             if found is not None:
                 return found
         token = bearer_token(metadata)
-        if token is not None:
+        if token is not None and self.tokens:  # with none configured a token means nothing
             for authenticator in self.tokens:
                 found = await authenticator.authenticate(token)
                 if found is not None:
