@@ -68,7 +68,9 @@ def write_security_files(directory: Path) -> tuple[Path, Path]:
 
 
 @contextlib.asynccontextmanager
-async def secured_gateway(bus: Bus, directory: Path, **config: Any) -> AsyncIterator[RunningGateway]:
+async def secured_gateway(
+    bus: Bus, directory: Path, **config: Any
+) -> AsyncIterator[RunningGateway]:
     """A gateway authenticating USERS by token and authorizing them with POLICY."""
     tokens, policy = write_security_files(directory)
     security = SecurityConfig(tokens_file=str(tokens), policy_file=str(policy))
@@ -91,7 +93,10 @@ def manifest(kind: str, namespace: str, name: str = "x") -> str:
             f"""\
             apiVersion: batch/v1
             kind: Job
-            metadata: {{name: {name}, namespace: {namespace}, labels: {{kueue.x-k8s.io/queue-name: {queue or "cpu"}}}}}
+            metadata:
+              name: {name}
+              namespace: {namespace}
+              labels: {{kueue.x-k8s.io/queue-name: {queue or "cpu"}}}
             spec:
               template: {{spec: {{{_CONTAINER}}}}}
             """
@@ -127,10 +132,11 @@ def manifest(kind: str, namespace: str, name: str = "x") -> str:
         return f"apiVersion: kueue.x-k8s.io/v1beta1\nkind: LocalQueue\n{meta}\n" + (
             "spec: {clusterQueue: shared}\n"
         )
-    if kind == "ClusterQueue":
-        return f"apiVersion: kueue.x-k8s.io/v1beta1\nkind: ClusterQueue\nmetadata: {{name: {name}}}\nspec: {{}}\n"
-    if kind == "ResourceFlavor":
-        return f"apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata: {{name: {name}}}\n"
+    if kind in ("ClusterQueue", "ResourceFlavor"):
+        spec = "spec: {}\n" if kind == "ClusterQueue" else ""
+        return (
+            f"apiVersion: kueue.x-k8s.io/v1beta1\nkind: {kind}\nmetadata: {{name: {name}}}\n{spec}"
+        )
     if kind == "Node":
         return textwrap.dedent(
             f"""\

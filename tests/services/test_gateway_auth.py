@@ -57,7 +57,9 @@ async def test_a_malformed_request_is_invalid_argument_and_too_big_is_resource_e
     bad_utf8 = b"\x0a\x02\xc3\x28"
     too_big = services_pb2.SubmitRequest(manifest="#" * (200 * 1024)).SerializeToString()
 
-    assert await raw_submit(gw, b"\xff\xff\xff\xff", user="root") == grpc.StatusCode.INVALID_ARGUMENT
+    assert (
+        await raw_submit(gw, b"\xff\xff\xff\xff", user="root") == grpc.StatusCode.INVALID_ARGUMENT
+    )
     assert await raw_submit(gw, bad_utf8, user="root") == grpc.StatusCode.INVALID_ARGUMENT
     assert await raw_submit(gw, too_big, user="root") == grpc.StatusCode.RESOURCE_EXHAUSTED
 
@@ -78,7 +80,8 @@ async def test_a_token_added_to_the_file_works_at_once_and_a_removed_one_stops(
         await gw.visibility.QueueStatus(request, metadata=as_user("dave"), timeout=10)
 
     assert before.value.code() == removed.value.code() == grpc.StatusCode.UNAUTHENTICATED
-    assert added is not None and kept is not None  # a broken file keeps the last good one
+    assert added is not None
+    assert kept is not None  # a broken file keeps the last good one
 
 
 async def test_the_policy_file_is_reloaded_too(gw: RunningGateway, tmp_path: Path) -> None:
@@ -134,7 +137,9 @@ async def test_no_credential_reaches_a_log_line(
     caplog.set_level(logging.DEBUG)
     await raw_submit(gw, b"x", user="nobody")
     await raw_submit(gw, b"x", user=None)
-    await raw_submit(gw, services_pb2.SubmitRequest(manifest="a: [").SerializeToString(), user="root")
+    await raw_submit(
+        gw, services_pb2.SubmitRequest(manifest="a: [").SerializeToString(), user="root"
+    )
     await raw_submit(gw, manifest("Job", "team-b").encode(), user="alice")
     request = services_pb2.SubmitRequest(manifest=manifest("Job", "team-b"))
     with pytest.raises(grpc.aio.AioRpcError):

@@ -62,10 +62,12 @@ async def test_each_user_may_submit_exactly_what_the_policy_grants(gw: RunningGa
                 expected = f'permission {PERMISSION[base]} denied to user "{user}" in namespace'
                 expected += f" {namespace}"
             else:
-                expected = f"{base}/x: permission admin denied to user \"{user}\""
+                expected = f'{base}/x: permission admin denied to user "{user}"'
             if allowed and code != grpc.StatusCode.OK:
                 wrong.append(f"{user} {kind} {namespace}: refused {code.name} {details}")
-            elif not allowed and (code != grpc.StatusCode.PERMISSION_DENIED or expected not in details):
+            elif not allowed and (
+                code != grpc.StatusCode.PERMISSION_DENIED or expected not in details
+            ):
                 wrong.append(f"{user} {kind} {namespace}: {code.name} {details!r}")
     assert wrong == []
 
@@ -75,7 +77,11 @@ async def test_a_denied_object_stops_the_whole_submit_and_each_is_named(
 ) -> None:
     before = await stored_count(bus)
     text = "---\n".join(
-        [manifest("Job", "team-a"), manifest("Pod", "kube-system", "evil"), manifest("Node", "", "n1")]
+        [
+            manifest("Job", "team-a"),
+            manifest("Pod", "kube-system", "evil"),
+            manifest("Node", "", "n1"),
+        ]
     )
 
     code, details = await submit(gw, "alice", text)
@@ -95,7 +101,8 @@ async def test_choosing_a_cluster_id_is_for_admins(gw: RunningGateway) -> None:
 
     assert denied == (
         grpc.StatusCode.PERMISSION_DENIED,
-        'cluster east: permission admin denied to user "alice": choosing a cluster id is for admins',
+        'cluster east: permission admin denied to user "alice": '
+        "choosing a cluster id is for admins",
     )
     assert allowed[0] == default[0] == grpc.StatusCode.OK
 

@@ -166,8 +166,10 @@ def report_error(args: argparse.Namespace, exc: grpc.RpcError, *, prefix: str = 
     """Print a failed call's status to stderr, one line per line of detail; the exit status."""
     code: grpc.StatusCode = exc.code()
     details: str = exc.details() or ""
+    shown = shown_address(args.gateway)
+    details = details.replace(args.gateway, shown)  # gRPC's messages repeat the target
     if code == grpc.StatusCode.UNAVAILABLE and not details.startswith("the gateway"):
-        details = f"cannot reach the gateway at {shown_address(args.gateway)}: {details}"
+        details = f"cannot reach the gateway at {shown}: {details}"
     lines = details.splitlines() or [""]
     if len(lines) == 1:
         print(f"muster: {prefix}{code.name}: {lines[0]}", file=sys.stderr)
