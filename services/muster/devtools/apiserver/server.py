@@ -229,7 +229,7 @@ class ApiServer:
         extra: list[tuple[str, str]] = []
         user: User | None = None
         try:
-            if self.access is not None and request.path not in OPEN_PATHS:
+            if self.access is not None and request.path.rstrip("/") not in OPEN_PATHS:
                 user = self.access.requester(request)
             review = self._review(request, user)
             resolved = review if review is not None else resolve(request, self.api)
