@@ -21,7 +21,7 @@ from kube_services_helpers import eventually, running_stack
 
 from muster.bus import DLQ_STREAM, Bus, BusConfig, connect
 from muster.cluster.kube.settings import KubeConfig
-from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
+from muster.contracts.v1 import services_pb2, services_pb2_grpc
 from muster.devtools.apiserver import ApiServer
 from muster.gateway.auth_config import SecurityConfig
 from muster.gateway.auth_tokens import token_hash

@@ -127,6 +127,7 @@ def test_without_authentication_only_loopback_may_be_listened_on(host: str) -> N
     with pytest.raises(ValueError, match="needs authentication"):
         GatewayConfig(listen=f"{host}:50051")
     GatewayConfig(listen=f"{host}:50051", security=SecurityConfig(token="t"))
+    GatewayConfig(listen=f"{host}:50051", security=SecurityConfig(allow_anonymous=True))
     GatewayConfig(listen="[::1]:50051")
     GatewayConfig(listen="localhost:50051")
 

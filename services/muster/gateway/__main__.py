@@ -21,7 +21,7 @@ from muster.bus.service import (
     config_from_args,
     run_service,
 )
-from muster.cluster.choose import BACKEND_FLAGS
+from muster.cluster.choose import BACKEND_FLAGS, on_off
 from muster.cluster.kube.settings import KubeConfig
 from muster.gateway.auth_certs import TlsFiles
 from muster.gateway.auth_config import (
@@ -66,6 +66,10 @@ SECURITY_FLAGS = (
          "policy: the --policy-file; kube: ask the API server (SubjectAccessReview)"),
     Flag("--policy-file", "FILE", str, "MUSTER_GATEWAY_POLICY_FILE", None,
          "who may submit, watch, ... where; reloaded when it changes (without: admins only)"),
+    Flag("--allow-anonymous", "on|off", on_off, "MUSTER_GATEWAY_ALLOW_ANONYMOUS", "off",
+         "without any authentication, serve anonymous admins on a non-loopback address too: "
+         "only where the network limits who reaches it (a container port published on "
+         "127.0.0.1)"),
     *(f for f in BACKEND_FLAGS
       if f.flag in ("--kube-host", "--kubeconfig", "--kube-context", "--kube-in-cluster")),
 )  # fmt: skip
@@ -106,6 +110,7 @@ def security_config(args: argparse.Namespace) -> SecurityConfig:
         authentication=cast(AuthenticationMode, args.authentication),
         authorization=cast(AuthorizationMode, args.authorization),
         policy_file=args.policy_file or "",
+        allow_anonymous=args.allow_anonymous,
         kube=KubeConfig(
             host=host,
             kubeconfig=args.kubeconfig or "",

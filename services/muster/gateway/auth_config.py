@@ -7,7 +7,9 @@ authentication chain, the authorizer, the TLS credentials, the API-server client
 | `tokens_file`                | a bearer token listed (by SHA-256) in the file   |
 | `authentication: kube`       | a Kubernetes bearer token (TokenReview)          |
 | `token` (legacy)             | `muster:legacy-token` in `muster:admins`         |
-| none of them                 | `muster:anonymous` in `muster:admins`, loopback only |
+| none of them                 | `muster:anonymous` in `muster:admins`, on loopback |
+|                              | only (or `allow_anonymous`, for a container whose |
+|                              | port is published on the host's loopback)         |
 
 Authorization: `policy` (the policy file; `muster:admins` only without one) or `kube`
 (SubjectAccessReview).
@@ -49,6 +51,9 @@ class SecurityConfig(msgspec.Struct, frozen=True, kw_only=True):
     authorization: AuthorizationMode = "policy"
     policy_file: str = ""
     kube: KubeConfig = KubeConfig()  # the API server, for the kube modes
+    # Anonymous admins on any address: only where the network already limits who reaches the
+    # port (compose publishes the container's port on the host's loopback only).
+    allow_anonymous: bool = False
 
     def __post_init__(self) -> None:
         if self.token is not None and not self.token:
@@ -62,6 +67,8 @@ class SecurityConfig(msgspec.Struct, frozen=True, kw_only=True):
         problems = self.kube.problems()
         if problems:
             raise ValueError("; ".join(problems))
+        if self.allow_anonymous and self.authenticates:
+            raise ValueError("allowing anonymous callers makes no sense with authentication")
 
     @property
     def authenticates(self) -> bool:
@@ -71,11 +78,11 @@ class SecurityConfig(msgspec.Struct, frozen=True, kw_only=True):
 
     def check_listen(self, host: str) -> None:
         """ValueError when nothing authenticates callers and `host` is not loopback."""
-        if not self.authenticates and not is_loopback(host):
+        if not self.authenticates and not self.allow_anonymous and not is_loopback(host):
             raise ValueError(
                 f"listening on {host} needs authentication: give --tokens-file, --client-ca, "
                 "--authentication kube or --token (without any, every caller is an admin, so "
-                "only a loopback address is allowed)"
+                "only a loopback address is allowed, unless --allow-anonymous on)"
             )
 
 
