@@ -32,59 +32,37 @@ _BAD_INPUT_CODES: Final = frozenset(
 )
 
 
+# (flag, metavar, environment variable, help) of the options that take a value.
+CONNECTION_OPTIONS: Final = (
+    ("--gateway", "HOST:PORT", "MUSTER_GATEWAY", "the gateway's address"),
+    ("--token-file", "FILE", "MUSTER_CLIENT_TOKEN_FILE", "read the bearer token from FILE"),
+    ("--token", "SECRET", "MUSTER_GATEWAY_TOKEN", "bearer token (--token-file keeps it out of ps)"),
+    ("--tls-ca", "FILE", "MUSTER_CLIENT_TLS_CA", "verify the gateway's certificate with this CA"),
+    ("--tls-cert", "FILE", "MUSTER_CLIENT_TLS_CERT", "client certificate, for mutual TLS"),
+    ("--tls-key", "FILE", "MUSTER_CLIENT_TLS_KEY", "the client certificate's private key"),
+    ("--tls-server-name", "NAME", "MUSTER_CLIENT_TLS_SERVER_NAME",
+     "the name to verify the gateway's certificate for, when not the --gateway host"),
+)  # fmt: skip
+
+
 def add_client_options(parser: argparse.ArgumentParser) -> None:
     """Add the connection options (see the module doc) and --timeout."""
     group = parser.add_argument_group("gateway connection")
-    env = os.environ.get
-    group.add_argument(
-        "--gateway",
-        metavar="HOST:PORT",
-        default=env("MUSTER_GATEWAY") or DEFAULT_GATEWAY,
-        help="the gateway's address (MUSTER_GATEWAY, default %(default)s)",
-    )
-    group.add_argument(
-        "--token-file",
-        metavar="FILE",
-        default=env("MUSTER_CLIENT_TOKEN_FILE") or None,
-        help="read the bearer token from FILE (MUSTER_CLIENT_TOKEN_FILE)",
-    )
-    group.add_argument(
-        "--token",
-        metavar="SECRET",
-        default=env("MUSTER_GATEWAY_TOKEN") or None,
-        help="bearer token (MUSTER_GATEWAY_TOKEN; --token-file keeps it out of `ps`)",
-    )
+    for flag, metavar, env, about in CONNECTION_OPTIONS:
+        default = DEFAULT_GATEWAY if flag == "--gateway" else None
+        shown = f", default {default}" if default else ""
+        group.add_argument(
+            flag,
+            metavar=metavar,
+            default=os.environ.get(env) or default,
+            help=f"{about} ({env}{shown})",
+        )
     group.add_argument(
         "--tls",
         action="store_true",
-        default=(env("MUSTER_CLIENT_TLS") or "").lower() in ("1", "on", "true", "yes"),
+        default=(os.environ.get("MUSTER_CLIENT_TLS") or "").lower() in ("1", "on", "true", "yes"),
         help="connect with TLS, verifying the gateway with the system's CAs "
         "(MUSTER_CLIENT_TLS=on; implied by the other --tls options)",
-    )
-    group.add_argument(
-        "--tls-ca",
-        metavar="FILE",
-        default=env("MUSTER_CLIENT_TLS_CA") or None,
-        help="verify the gateway's certificate with this CA (MUSTER_CLIENT_TLS_CA)",
-    )
-    group.add_argument(
-        "--tls-cert",
-        metavar="FILE",
-        default=env("MUSTER_CLIENT_TLS_CERT") or None,
-        help="client certificate, for a gateway with mutual TLS (MUSTER_CLIENT_TLS_CERT)",
-    )
-    group.add_argument(
-        "--tls-key",
-        metavar="FILE",
-        default=env("MUSTER_CLIENT_TLS_KEY") or None,
-        help="the client certificate's private key (MUSTER_CLIENT_TLS_KEY)",
-    )
-    group.add_argument(
-        "--tls-server-name",
-        metavar="NAME",
-        default=env("MUSTER_CLIENT_TLS_SERVER_NAME") or None,
-        help="the name to verify the gateway's certificate for, when it is not the "
-        "--gateway host (MUSTER_CLIENT_TLS_SERVER_NAME)",
     )
     group.add_argument(
         "--timeout",

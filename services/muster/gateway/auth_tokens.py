@@ -23,10 +23,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-import yaml
-
 from muster.gateway.permissions import ADMIN_GROUP, Caller, PolicyError
-from muster.gateway.reloading import ReloadingFile
+from muster.gateway.reloading import ReloadingFile, yaml_document
 
 LEGACY_USER: Final = "muster:legacy-token"
 _SHA256: Final = re.compile(r"[0-9a-f]{64}")
@@ -43,12 +41,7 @@ def parse_tokens(data: bytes, *, source: str = "tokens") -> dict[str, Caller]:
 
     Errors name a line or an entry, never a value: the file is a credential store.
     """
-    try:
-        doc = yaml.safe_load(data)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "(yaml)"
-        raise PolicyError([f"{source}: {where}: invalid YAML"]) from None
+    doc = yaml_document(data, source=source)
     if doc is None:
         return {}
     if not isinstance(doc, Mapping) or set(doc) - {"tokens", "apiVersion", "kind"}:

@@ -3,21 +3,13 @@ when it changes. Without a file only members of `muster:admins` may do anything.
 
 from __future__ import annotations
 
-import yaml
-
-from muster.gateway.permissions import Action, Caller, Policy, PolicyError, policy_from_document
-from muster.gateway.reloading import ReloadingFile
+from muster.gateway.permissions import Action, Caller, Policy, policy_from_document
+from muster.gateway.reloading import ReloadingFile, yaml_document
 
 
 def parse_policy(data: bytes) -> Policy:
-    """The Policy a policy file's bytes hold; PolicyError naming every problem."""
-    try:
-        doc = yaml.safe_load(data)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "(yaml)"
-        raise PolicyError([f"policy: {where}: invalid YAML"]) from None
-    return policy_from_document(doc)
+    """The Policy a policy file's bytes hold; PolicyError (or FileError) naming every problem."""
+    return policy_from_document(yaml_document(data, source="policy"))
 
 
 class PolicyAuthorizer:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
+
+import yaml
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +37,17 @@ def read_file(path: str) -> bytes:
     if len(data) > MAX_FILE_BYTES:
         raise FileError(f"{path}: larger than {MAX_FILE_BYTES} bytes")
     return data
+
+
+def yaml_document(data: bytes, *, source: str) -> Any:
+    """The one YAML document in `data`; FileError naming only the line (these files hold
+    credentials: a parser's message would quote them)."""
+    try:
+        return yaml.safe_load(data)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "(yaml)"
+        raise FileError(f"{source}: {where}: invalid YAML") from None
 
 
 def version_of(path: str) -> Version | None:

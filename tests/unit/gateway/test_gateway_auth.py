@@ -9,6 +9,7 @@ from muster.gateway.auth import bearer_token
 from muster.gateway.auth_certs import split_subject, subject_caller
 from muster.gateway.auth_tokens import LegacyToken, parse_tokens, token_hash
 from muster.gateway.permissions import Caller, PolicyError
+from muster.gateway.reloading import FileError
 
 
 @pytest.mark.parametrize(
@@ -87,7 +88,7 @@ def test_a_bad_tokens_file_names_each_entry_and_field_but_no_value() -> None:
         "tokens: tokens[1].groups: must be a list of non-empty strings",
         "tokens: tokens[2].extra: unknown field",
     )
-    with pytest.raises(PolicyError, match=r"^tokens: line 3: invalid YAML$"):
+    with pytest.raises(FileError, match=r"^tokens: line 3: invalid YAML$"):
         parse_tokens(b"tokens:\n - [secret-token\n")
 
 

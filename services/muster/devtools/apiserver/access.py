@@ -38,6 +38,17 @@ class User(msgspec.Struct, frozen=True):
     groups: tuple[str, ...] = ()
 
 
+class Attributes(msgspec.Struct, frozen=True, kw_only=True):
+    """What a request (or a SubjectAccessReview) asks to do, in RBAC's terms."""
+
+    verb: str
+    group: str = ""
+    resource: str
+    subresource: str = ""
+    namespace: str = ""
+    name: str = ""
+
+
 class Grant(msgspec.Struct, frozen=True, kw_only=True):
     """Verbs on resources granted to users and groups, in namespaces (none: everywhere)."""
 
@@ -77,50 +88,28 @@ class Access:
             return None
         return User(user.name, (*user.groups, AUTHENTICATED))
 
-    def allows(
-        self,
-        user: User,
-        *,
-        verb: str,
-        group: str,
-        resource: str,
-        subresource: str = "",
-        namespace: str = "",
-        name: str = "",
-    ) -> bool:
-        wanted = resource_name(group, resource, subresource)
-        return any(g.allows(user, verb, wanted, namespace, name) for g in self.grants)
-
-    def check(
-        self,
-        user: User,
-        *,
-        verb: str,
-        group: str,
-        resource: str,
-        subresource: str = "",
-        namespace: str = "",
-        name: str = "",
-    ) -> None:
-        """Raise the API server's 403 unless `user` may."""
-        if self.allows(
-            user,
-            verb=verb,
-            group=group,
-            resource=resource,
-            subresource=subresource,
-            namespace=namespace,
-            name=name,
-        ):
-            return
-        what = f"{resource}/{subresource}" if subresource else resource
-        subject = f'{what} "{name}"' if name else what
-        where = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
-        message = (
-            f'{subject} is forbidden: User "{user.name}" cannot {verb} resource "{what}" '
-            f'in API group "{group}" {where}'
+    def allows(self, user: User, asked: Attributes) -> bool:
+        wanted = resource_name(asked.group, asked.resource, asked.subresource)
+        return any(
+            g.allows(user, asked.verb, wanted, asked.namespace, asked.name) for g in self.grants
         )
-        raise ApiError(403, "Forbidden", message, details={"kind": resource, "name": name})
+
+    def check(self, user: User, asked: Attributes) -> None:
+        """Raise the API server's 403 unless `user` may."""
+        if self.allows(user, asked):
+            return
+        what = f"{asked.resource}/{asked.subresource}" if asked.subresource else asked.resource
+        subject = f'{what} "{asked.name}"' if asked.name else what
+        where = (
+            f'in the namespace "{asked.namespace}"' if asked.namespace else "at the cluster scope"
+        )
+        message = (
+            f'{subject} is forbidden: User "{user.name}" cannot {asked.verb} resource "{what}" '
+            f'in API group "{asked.group}" {where}'
+        )
+        raise ApiError(
+            403, "Forbidden", message, details={"kind": asked.resource, "name": asked.name}
+        )
 
     def requester(self, request: HttpRequest) -> User:
         """Who the request is judged as: its token's user, or whom it impersonates."""
@@ -134,15 +123,16 @@ class Access:
             if as_groups:
                 raise bad_request("requested Impersonate-Group without Impersonate-User")
             return user
-        self.check(user, verb="impersonate", group="", resource="users", name=as_user[0])
+        self.check(user, Attributes(verb="impersonate", resource="users", name=as_user[0]))
         for g in as_groups:
-            self.check(user, verb="impersonate", group="", resource="groups", name=g)
+            self.check(user, Attributes(verb="impersonate", resource="groups", name=g))
         return User(as_user[0], (*as_groups, AUTHENTICATED))
 
     # --- the review APIs ----------------------------------------------------------------------
 
     def token_review(self, requester: User, body: Any) -> JsonObj:
-        self.check(requester, verb="create", group="authentication.k8s.io", resource="tokenreviews")
+        asked = Attributes(verb="create", group="authentication.k8s.io", resource="tokenreviews")
+        self.check(requester, asked)
         token = str(((body or {}).get("spec") or {}).get("token") or "")
         user = self.user_of(token)
         status: JsonObj = {"authenticated": user is not None}
@@ -151,21 +141,15 @@ class Access:
         return _review("authentication.k8s.io/v1", "TokenReview", body, status)
 
     def access_review(self, requester: User, body: Any) -> JsonObj:
-        self.check(
-            requester, verb="create", group="authorization.k8s.io", resource="subjectaccessreviews"
+        asked = Attributes(
+            verb="create", group="authorization.k8s.io", resource="subjectaccessreviews"
         )
+        self.check(requester, asked)
         spec = (body or {}).get("spec") or {}
         attrs = spec.get("resourceAttributes") or {}
         subject = User(str(spec.get("user") or ""), tuple(spec.get("groups") or ()))
-        allowed = self.allows(
-            subject,
-            verb=str(attrs.get("verb") or ""),
-            group=str(attrs.get("group") or ""),
-            resource=str(attrs.get("resource") or ""),
-            subresource=str(attrs.get("subresource") or ""),
-            namespace=str(attrs.get("namespace") or ""),
-            name=str(attrs.get("name") or ""),
-        )
+        fields = ("verb", "group", "resource", "subresource", "namespace", "name")
+        allowed = self.allows(subject, Attributes(**{f: str(attrs.get(f) or "") for f in fields}))
         status: JsonObj = {"allowed": allowed}
         if not allowed:
             status["reason"] = "no grant of the stand-in's access policy allows it"

@@ -25,6 +25,7 @@ from muster.devtools.apiserver.access import (
     OPEN_PATHS,
     TOKEN_REVIEWS,
     Access,
+    Attributes,
     User,
 )
 from muster.devtools.apiserver.deletion import Api
@@ -297,8 +298,7 @@ class ApiServer:
 
     def _authorize(self, user: User, route: Route) -> None:
         assert self.access is not None
-        self.access.check(
-            user,
+        asked = Attributes(
             verb=route.verb,
             group=route.rt.group,
             resource=route.rt.plural,
@@ -306,6 +306,7 @@ class ApiServer:
             namespace=route.namespace,
             name=route.name,
         )
+        self.access.check(user, asked)
 
     async def _stream(
         self, stream: WatchStream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
