@@ -64,6 +64,15 @@ async def test_a_malformed_request_is_invalid_argument_and_too_big_is_resource_e
     assert await raw_submit(gw, too_big, user="root") == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
+async def test_a_manifest_planning_cannot_take_is_invalid_argument_never_unknown(
+    gw: RunningGateway,
+) -> None:
+    text = manifest("Workload:cpu", "team-a").replace("queueName: cpu", "priority: 2147483648")
+    request = services_pb2.SubmitRequest(manifest=text).SerializeToString()
+
+    assert await raw_submit(gw, request, user="root") == grpc.StatusCode.INVALID_ARGUMENT
+
+
 async def test_a_token_added_to_the_file_works_at_once_and_a_removed_one_stops(
     gw: RunningGateway, tmp_path: Path
 ) -> None:

@@ -150,6 +150,11 @@ class GatewayServicer(services_pb2_grpc.GatewayServicer):
                     )
             except InvalidManifestError as exc:
                 await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "\n".join(exc.errors))
+            except (ValueError, OverflowError, RecursionError) as exc:
+                # Planning reads nothing but the manifest: whatever it cannot take is the
+                # client's mistake (a number out of an int32's range, ...), never UNKNOWN.
+                message = f"manifest: {exc}"
+                await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, message)
             caller = current_caller()
             await self._authorize(caller, planned, cluster=cluster, context=context)
             for p in planned:  # from the authenticated caller, never from the request
