@@ -547,6 +547,11 @@ def test_every_service_runs_once_with_its_real_flags(
             listen = parsed_gateway_listen(flags, env)
             assert int(listen.rsplit(":", 1)[1]) == ports["grpc"]
             assert not listen.startswith("127.")
+            # Kubernetes identities and RBAC, as the pod's ServiceAccount; TLS in prod.
+            security = gateway_security(flags, env)
+            assert (security.authentication, security.authorization) == ("kube", "kube")
+            assert security.kube.in_cluster
+            assert (security.tls is not None) == (name == "prod")
         if service == "admission":
             shards = int(env["MUSTER_ADMISSION_SHARDS"])
             assert shards == obj["spec"]["replicas"], "one pod per shard"
@@ -567,6 +572,18 @@ def test_every_service_runs_once_with_its_real_flags(
             assert (keywords["backend"].status.qps, keywords["backend"].status.burst) == (20, 40)
             assert keywords["config"].kueue_version == keywords["backend"].kube.kueue_version
     assert sorted(seen) == sorted(s for s in SERVICES if s != "sim-cluster")
+
+
+def gateway_security(flags: list[str], env: dict[str, str]) -> Any:
+    from muster.gateway.__main__ import build_parser, security_config
+
+    old = dict(os.environ)
+    try:
+        os.environ.update(env)
+        return security_config(build_parser().parse_args(flags))
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
 
 
 def parsed_gateway_listen(flags: list[str], env: dict[str, str]) -> str:
@@ -716,7 +733,7 @@ REQUIRED: dict[str, set[tuple[str, str, str]]] = {
     # backend: _job_of (GET job, GET workload, LIST jobs), _start_job/_stop_job (PUT job, PATCH
     # jobs/status), _create_pods (POST pods, owner workload with blockOwnerDeletion),
     # _pods_of (LIST pods), delete (DELETE pods), bind (POST pods/binding, GET pod after 409),
-    # apply/create of cmd.apply's Pods, scheduling.k8s.io Workloads and PodGroups.
+    # and impersonating the submitter of cmd.apply's Pods and gangs.
     "binder": {
         ("batch", "jobs", "get"),
         ("batch", "jobs", "list"),
@@ -729,12 +746,9 @@ REQUIRED: dict[str, set[tuple[str, str, str]]] = {
         ("", "pods", "list"),
         ("", "pods", "delete"),
         ("", "pods/binding", "create"),
-        ("scheduling.k8s.io", "workloads", "create"),
-        ("scheduling.k8s.io", "workloads", "get"),
-        ("scheduling.k8s.io", "workloads", "update"),
-        ("scheduling.x-k8s.io", "podgroups", "create"),
-        ("scheduling.x-k8s.io", "podgroups", "get"),
-        ("scheduling.x-k8s.io", "podgroups", "update"),
+        # cmd.apply's Pods and gangs are written as their submitter (impersonation).
+        ("", "users", "impersonate"),
+        ("", "groups", "impersonate"),
     },
     # gangpermit.cache: nodes, pods, Workload API Workloads, PodGroups, PriorityClasses.
     "gangpermit": {
@@ -751,7 +765,11 @@ REQUIRED: dict[str, set[tuple[str, str, str]]] = {
     },
     "admission": set(),
     "preemption": set(),
-    "gateway": set(),
+    # auth_kube (TokenReview), permissions_kube (SubjectAccessReview).
+    "gateway": {
+        ("authentication.k8s.io", "tokenreviews", "create"),
+        ("authorization.k8s.io", "subjectaccessreviews", "create"),
+    },
 }
 
 
@@ -789,7 +807,10 @@ def test_rbac_has_no_wildcards_or_cluster_admin() -> None:
                 assert "*" not in rule[field], (role["metadata"]["name"], rule)
             assert "nonResourceURLs" not in rule
             assert "resourceNames" not in rule
-            assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
+            assert not {"escalate", "bind"} & set(rule["verbs"])
+            if "impersonate" in rule["verbs"]:  # the binder writes as the submitter, only
+                assert role["metadata"]["name"] == "muster-binder", rule
+                assert (rule["apiGroups"], set(rule["resources"])) == ([""], {"users", "groups"})
             assert not {"secrets", "clusterroles", "clusterrolebindings"} & set(rule["resources"])
     for binding in by_kind(objs, "ClusterRoleBinding"):
         assert binding["roleRef"]["name"] not in ("cluster-admin", "admin", "edit")
