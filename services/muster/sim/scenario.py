@@ -25,12 +25,14 @@ from muster.api.model import (
     ApiObject,
     ClusterObject,
     ClusterQueue,
+    CompositePodGroup,
     ConfigObject,
     KueueConfig,
     Node,
     ObjectMeta,
     Pod,
     PodGroup,
+    SchedulingPodGroup,
     SchedulingWorkload,
     Workload,
 )
@@ -290,6 +292,8 @@ CLUSTER_KINDS: Mapping[type, str] = {
     Pod: "Pod",
     SchedulingWorkload: "Workload.scheduling.k8s.io",
     PodGroup: "PodGroup",
+    SchedulingPodGroup: "PodGroup.scheduling.k8s.io",
+    CompositePodGroup: "CompositePodGroup",
 }
 
 
