@@ -203,7 +203,8 @@ def test_basic_policy_and_priority_and_preemption_policy() -> None:
             id="min-count-zero",
         ),
         pytest.param(
-            "{schedulingPolicy: {basic: {}}, schedulingConstraints: {topology: [{key: a}, {key: b}]}}",
+            "{schedulingPolicy: {basic: {}},"
+            " schedulingConstraints: {topology: [{key: a}, {key: b}]}}",
             "PodGroup/default/g: spec.schedulingConstraints.topology: must list at most 1 entry, "
             "got 2",
             id="two-topology-keys",
@@ -243,7 +244,7 @@ def test_basic_policy_and_priority_and_preemption_policy() -> None:
     ],
 )
 def test_pod_group_refusals_name_the_field(spec: str, problem: str) -> None:
-    text = f"apiVersion: scheduling.k8s.io/v1beta1\nkind: PodGroup\nmetadata: {{name: g}}\n"
+    text = "apiVersion: scheduling.k8s.io/v1beta1\nkind: PodGroup\nmetadata: {name: g}\n"
     assert problems(text + f"spec: {spec}\n") == [problem]
 
 
