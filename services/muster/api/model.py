@@ -459,6 +459,7 @@ class GroupObject(Frozen, frozen=True, kw_only=True):
     parent: str = ""
     policy: GroupPolicy = msgspec.field(default_factory=GroupPolicy)
     conditions: tuple[Condition, ...] = ()
+    timeout_s: float | None = None  # annotation muster.dev/gang-timeout-seconds; None: no deadline
 
     @property
     def key(self) -> str:

@@ -11,11 +11,12 @@ templates nested deeper than four levels); gang placement reads the results
 
 from __future__ import annotations
 
+import math
 import re
 
 import msgspec
 
-from muster.api.errors import ObjectErrors
+from muster.api.errors import ObjectErrors, key_path
 from muster.api.model import (
     CompositePodGroup,
     Condition,
@@ -47,6 +48,7 @@ from muster.api.scheduling_raw import (
     RawPodGroupV1Alpha2,
     RawWorkloadV1Alpha2,
 )
+from muster.api.wellknown import GANG_TIMEOUT_ANNOTATION
 
 SCHEDULING_GROUP = "scheduling.k8s.io"
 SCHEDULING_V1ALPHA2 = "scheduling.k8s.io/v1alpha2"
@@ -220,6 +222,7 @@ def scheduling_pod_group_v1alpha2_from_raw(
         template_name=workload.pod_group_template_name if workload else "",
         policy=_v1alpha2_policy(spec, errs, "spec"),
         conditions=_conditions(raw.status),
+        timeout_s=_timeout(meta, errs),
     )
 
 
@@ -239,6 +242,7 @@ def scheduling_pod_group_from_raw(
         parent=spec.parent_composite_pod_group_name,
         policy=_group_policy(raw, errs, composite=False),
         conditions=_conditions(raw.status),
+        timeout_s=_timeout(meta, errs),
     )
 
 
@@ -255,6 +259,7 @@ def composite_pod_group_from_raw(
         parent=raw.spec.parent_composite_pod_group_name,
         policy=_group_policy(raw, errs, composite=True),
         conditions=_conditions(raw.status),
+        timeout_s=_timeout(meta, errs),
     )
 
 
@@ -283,6 +288,22 @@ def _group_policy(raw: RawGroup, errs: ObjectErrors, *, composite: bool) -> Grou
     return _with_priority(
         policy, spec.priority_class_name, spec.priority, spec.preemption_policy, errs, "spec"
     )
+
+
+def _timeout(meta: ObjectMeta, errs: ObjectErrors) -> float | None:
+    """muster's gang deadline, turned on by annotation: a finite number of seconds > 0."""
+    text = meta.annotations.get(GANG_TIMEOUT_ANNOTATION)
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        path = key_path("metadata.annotations", GANG_TIMEOUT_ANNOTATION)
+        errs.add(path, f"must be a finite number of seconds > 0, got {text!r}")
+        return None
+    return value
 
 
 def _conditions(status: RawGroupStatus) -> tuple[Condition, ...]:

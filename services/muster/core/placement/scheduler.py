@@ -37,11 +37,12 @@ Where the list above leaves room:
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from muster.core.placement.fit import Fit, Group, Placer
+from muster.core.placement import trees
+from muster.core.placement.fit import NO_CODE, Fit, Group, Placer
 from muster.core.placement.model import (
     Binding,
     Decision,
@@ -58,7 +59,7 @@ from muster.core.placement.model import (
     PodKey,
     Scoring,
 )
-from muster.core.placement.nodes import Ints
+from muster.core.placement.nodes import Bools, Ints
 from muster.core.placement.state import (
     WAITING_FOR_SPEC,
     GangRecord,
@@ -67,11 +68,13 @@ from muster.core.placement.state import (
     PodRecord,
     UnitOrder,
 )
+from muster.core.placement.treefit import Branch, Leaf, flattened, place_tree
 from muster.core.placement.victims import Pool, candidates_below, pick_victims, usable_positions
 
 DEFAULT_TIMEOUT_S = 300.0
 
 Groups = list[tuple[Group, list[PodKey]]]  # pods by signature, each group's pods by key
+Domains = tuple[tuple[str, str], ...]  # (node label, value) pairs a unit must stay inside
 
 
 class GangScheduler:
@@ -153,10 +156,12 @@ class GangScheduler:
             state.dirty_gangs, state.dirty_singles = set(), set()
             for unit in self._units(gangs, singles):
                 self._forget_fits()
-                if isinstance(unit, GangRecord):
-                    self._decide_gang(unit, now_s, out)
-                else:
+                if isinstance(unit, list):
                     self._decide_singles(unit, out)
+                elif unit.composite is not None:
+                    self._decide_tree(unit, now_s, out)
+                else:
+                    self._decide_gang(unit, now_s, out)
 
     def _forget_fits(self) -> None:
         """Drop the fits tried so far once any room or nomination changed."""
@@ -217,22 +222,32 @@ class GangScheduler:
         signature and priority come as one run, placed in one step."""
         state = self._state
         units: list[tuple[UnitOrder, GangRecord | PodRecord]] = []
+        seen: set[GangKey] = set()
         for key in gangs:
             gang = state.gangs.get(key)
-            if gang is not None:
-                units.append((gang.order(), gang))
+            found = None if gang is None else trees.unit_of(state, gang)
+            if found is not None and found.key not in seen:
+                seen.add(found.key)
+                units.append((found.order(), found))
         for pod_key in singles:
             pod = state.pods.get(pod_key)
             if pod is not None and pod.node is None and state.is_single(pod):
                 units.append((pod.order(), pod))
         units.sort(key=lambda unit: unit[0])
         run: list[PodRecord] = []
+        inside: Domains = ()
         for _, unit in units:
             if isinstance(unit, PodRecord):
                 head = run[0] if run else unit
-                if unit.sig is not head.sig or unit.info.priority != head.info.priority:
+                domains = self._domains_of(unit)
+                if (
+                    unit.sig is not head.sig
+                    or unit.info.priority != head.info.priority
+                    or (run and domains != inside)
+                ):
                     yield run
                     run = []
+                inside = domains
                 run.append(unit)
                 continue
             if run:
@@ -292,7 +307,7 @@ class GangScheduler:
             nomination = gang.nomination
             if nomination is not None and nomination.victim_pods:
                 return  # the victims are still terminating; their room is kept for the gang
-            if not (self._preemption and self._preempt(gang, spec, pending, out)):
+            if not (self._preemption and spec.preempts and self._preempt(gang, spec, pending, out)):
                 self._wait(gang, fit.reason, len(pending), spec.min_count, out)
 
     def _fit_gang(
@@ -301,6 +316,7 @@ class GangScheduler:
         """Every pending pod if they all fit, else the first that make `min_count`."""
         need = spec.min_count - gang.held
         domain = self._held_domain(gang)
+        inside = self._domains_above(gang)
         tries = [pending, pending[:need]] if len(pending) > need else [pending]
         free: Ints | None = None
         fit: Fit | None = None
@@ -308,12 +324,19 @@ class GangScheduler:
             groups = self._groups(pods)
             plain = [g for g, _ in groups]
             # Gangs of the same shape fit alike until some room changes: try each shape once.
-            key = (tuple((g.sig, g.count) for g in plain), spec.topology, domain, spec.priority)
+            shape = tuple((g.sig, g.count) for g in plain)
+            key = (shape, spec.topology, domain, inside, spec.priority)
             fit = self._fits.get(key) if gang.nomination is None else None
             if fit is None:
                 if free is None:
                     free = self._state.view(spec.priority, own=gang.key)
-                fit = self._placer.place(plain, free, topology=spec.topology, domain=domain)
+                fit = self._placer.place(
+                    plain,
+                    free,
+                    topology=spec.topology,
+                    domain=domain,
+                    within=self._mask(inside),
+                )
                 if gang.nomination is None:
                     self._fits[key] = fit
             if fit.complete:
@@ -326,14 +349,57 @@ class GangScheduler:
         spec = gang.spec
         if spec is None or spec.topology is None or not spec.topology.required or not gang.held:
             return None
+        return self._label_held(gang, spec.topology.key)
+
+    def _label_held(self, record: GangRecord, label: str) -> str | None:
+        """The value of node label `label` where the first pod held under `record` (a gang,
+        or a CompositePodGroup's whole subtree) is; None when none holds room."""
         table = self._state.table
-        for key in sorted(gang.pods):
-            node = self._state.pods[key].node
-            row = None if node is None else table.index.get(node)
-            info = None if row is None else table.infos[row]
-            if info is not None:
-                return info.labels.get(spec.topology.key)
+        for leaf in trees.leaves(self._state, record):
+            if not leaf.held:
+                continue
+            for key in sorted(leaf.pods):
+                node = self._state.pods[key].node
+                row = None if node is None else table.index.get(node)
+                info = None if row is None else table.infos[row]
+                if info is not None:
+                    return info.labels.get(label)
         return None
+
+    def _domains_above(self, gang: GangRecord) -> Domains:
+        """(label, value) of each CompositePodGroup above `gang` whose tree holds a domain of
+        its topology: the gang's pods must stay inside all of them."""
+        found: list[tuple[str, str]] = []
+        for composite in trees.ancestors(self._state, gang):
+            spec = composite.composite
+            if spec is None or spec.topology is None:
+                continue
+            value = self._label_held(composite, spec.topology.key)
+            if value is not None:
+                found.append((spec.topology.key, value))
+        return tuple(found)
+
+    def _domains_of(self, pod: PodRecord) -> Domains:
+        """Where a pod placed on its own must go: inside its gang's held domain (required
+        topology) and those of the CompositePodGroups above it."""
+        gang_key = pod.info.gang
+        gang = None if gang_key is None else self._state.gangs.get(gang_key)
+        if gang is None or gang.spec is None:
+            return ()
+        own = self._held_domain(gang)
+        above = self._domains_above(gang)
+        topology = gang.spec.topology
+        return ((topology.key, own), *above) if own is not None and topology else above
+
+    def _mask(self, domains: Domains) -> Bools | None:
+        if not domains:
+            return None
+        table = self._state.table
+        mask = np.ones(table.capacity, dtype=np.bool_)
+        for label, value in domains:
+            column = table.label(label)
+            mask &= column.codes == column.vocab.get(value, NO_CODE)
+        return mask
 
     def _place(self, groups: Groups, fit: Fit) -> list[Binding]:
         """Hold the room `fit` found for `groups`; the bindings, in the groups' pod order."""
@@ -369,12 +435,13 @@ class GangScheduler:
         state = self._state
         head = run[0]
         group = Group(head.sig, len(run))
+        domains = self._domains_of(head)
         # A signature none of which fits stays so until some room changes.
-        hopeless = ("alone", head.sig, head.info.priority)
+        hopeless = ("alone", head.sig, head.info.priority, domains)
         fit = self._fits.get(hopeless)
         if fit is None:
             free = state.view(head.info.priority, own=None)
-            fit = self._placer.place([group], free, whole=False)
+            fit = self._placer.place([group], free, whole=False, within=self._mask(domains))
             if not fit.placed:
                 self._fits[hopeless] = fit
         keys = [pod.info.key for pod in run]
@@ -389,13 +456,27 @@ class GangScheduler:
                 out.append(GangWaiting(gang=key, reason=fit.reason, pending=1, min_count=1))
 
     def _wait(
-        self, gang: GangRecord, reason: str, pending: int, min_count: int, out: list[Decision]
+        self,
+        gang: GangRecord,
+        reason: str,
+        pending: int,
+        min_count: int,
+        out: list[Decision],
+        *,
+        groups: tuple[GangKey, ...] = (),
     ) -> None:
-        """Report that `gang` waits, if the reason is new."""
+        """Report that `gang` (or a tree, whose gangs are `groups`) waits, if the reason is
+        new."""
         if gang.reason != reason:
             gang.reason = reason
             out.append(
-                GangWaiting(gang=gang.key, reason=reason, pending=pending, min_count=min_count)
+                GangWaiting(
+                    gang=gang.key,
+                    reason=reason,
+                    pending=pending,
+                    min_count=min_count,
+                    groups=groups,
+                )
             )
 
     def _time_out(
@@ -429,19 +510,37 @@ class GangScheduler:
     ) -> bool:
         """Evict the fewest whole lower-priority workloads that let the gang's first
         `min_count` pods fit, and nominate their room; False if no such set exists."""
-        state = self._state
-        if not state.holds_below(spec.priority):
-            return False
         groups = [g for g, _ in self._groups(pending[: spec.min_count - gang.held])]
-        base = state.view(spec.priority, own=gang.key)
         domain = self._held_domain(gang)
+        within = self._mask(self._domains_above(gang))
 
-        def place(free: Ints) -> Fit:
-            return self._placer.place(
-                groups, free, topology=spec.topology, domain=domain, explain=False
+        def place(free: Ints) -> Placed | None:
+            fit = self._placer.place(
+                groups, free, topology=spec.topology, domain=domain, within=within, explain=False
             )
+            if not fit.complete:
+                return None
+            return [(g, s.rows, s.counts) for g, s in zip(groups, fit.slots, strict=True)]
 
-        pool = self._pool(spec.priority)
+        return self._preempt_for(gang, spec.priority, groups, place, out)
+
+    def _preempt_for(
+        self,
+        unit: GangRecord,
+        priority: int,
+        groups: Sequence[Group],
+        place: Callable[[Ints], Placed | None],
+        out: list[Decision],
+    ) -> bool:
+        """Workload-aware preemption for `unit` (a gang, or a tree's root), whose pods are
+        `groups` and which `place` places on a matrix of free room: evict the fewest victims
+        (a pod, a group or a tree, as their disruption mode says; spared most important
+        first) that make it fit, and nominate their room. False if no such set exists."""
+        state = self._state
+        if not state.holds_below(priority):
+            return False
+        base = state.view(priority, own=unit.key)
+        pool = self._pool(priority)
         usable = usable_positions(self._state, pool, groups)  # in eviction order
 
         def placing(victims: Sequence[int]) -> Sequence[int] | None:
@@ -449,10 +548,10 @@ class GangScheduler:
                 positions = usable[victims.start : victims.stop]
             else:
                 positions = usable[np.asarray(victims, dtype=np.int64)]
-            fit = place(pool.room(base, positions))
-            if not fit.complete:
+            placed = place(pool.room(base, positions))
+            if placed is None:
                 return None
-            rows = np.concatenate([slots.rows for slots in fit.slots])
+            rows = np.concatenate([rows for _, rows, _ in placed])
             touched = np.flatnonzero(np.isin(positions, pool.touching(positions, rows)))
             return [victims[n] for n in touched.tolist()]
 
@@ -460,16 +559,137 @@ class GangScheduler:
         if chosen is None:
             return False
         positions = usable[np.asarray(chosen, dtype=np.int64)]
-        fit = place(pool.room(base, positions))
+        placed = place(pool.room(base, positions))
+        assert placed is not None
         victims = [pool.candidates[n] for n in positions.tolist()]
         usage = [
             (state.table.name(row), group.sig, count)
-            for group, slots in zip(groups, fit.slots, strict=True)
-            for row, count in zip(slots.rows.tolist(), slots.counts.tolist(), strict=True)
+            for group, rows, counts in placed
+            for row, count in zip(rows.tolist(), counts.tolist(), strict=True)
         ]
-        state.nominate(gang, Nomination(spec.priority, usage, {k for v in victims for k in v.pods}))
+        state.nominate(unit, Nomination(priority, usage, {k for v in victims for k in v.pods}))
         owners = sorted(victim.owner for victim in victims)
         every_pod = sorted(k for owner in owners for k in state.owned.get(owner, ()))
-        gang.reason = f"preempting {len(owners)} workload(s): {', '.join(owners)}"
-        out.append(PlacementPreempted(gang=gang.key, victims=tuple(owners), pods=tuple(every_pod)))
+        unit.reason = f"preempting {len(owners)} workload(s): {', '.join(owners)}"
+        out.append(PlacementPreempted(gang=unit.key, victims=tuple(owners), pods=tuple(every_pod)))
         return True
+
+    # --- CompositePodGroup trees -----------------------------------------------------------------
+
+    def _decide_tree(self, root: GangRecord, now_s: float, out: list[Decision]) -> None:
+        """Place a tree not placed yet in one decision: every group at quorum, or nothing."""
+        state = self._state
+        if root.placed:
+            return
+        pending = sum(len(state.pending(leaf)) for leaf in trees.leaves(state, root))
+        groups = trees.groups_below(state, root)
+        if not pending:
+            state.waiting_gangs.discard(root.key)
+            return
+        node, reason = self._tree(root)
+        assert root.composite is not None
+        if node is None:
+            state.waiting_gangs.discard(root.key)
+            self._wait(root, reason, pending, root.composite.min_groups, out, groups=groups)
+            return
+        free = state.view(root.priority, own=root.key)
+        fit = place_tree(self._placer, node, free)
+        if fit.complete:
+            for key in sorted(fit.leaves):
+                leaf = fit.leaves[key]
+                self._permit_gang(state.gangs[key], leaf.fit, leaf.groups, out)
+            self._tree_placed(root)
+            return
+        root.tried = state.epoch
+        state.waiting_gangs.add(root.key)
+        nomination = root.nomination
+        if nomination is not None and nomination.victim_pods:
+            return  # the victims are still terminating; their room is kept for the tree
+        if not (self._preemption and self._preempts(root) and self._preempt_tree(root, node, out)):
+            self._wait(root, fit.reason, pending, root.composite.min_groups, out, groups=groups)
+
+    def _tree_placed(self, root: GangRecord) -> None:
+        state = self._state
+        root.placed = True
+        root.reason = ""
+        root.tried = -1
+        state.waiting_gangs.discard(root.key)
+        state.drop_nomination(root)
+        for leaf in trees.leaves(state, root):
+            if not leaf.placed:
+                state.regroup(leaf)  # its own gang from now on, inside the tree's domains
+
+    def _tree(self, record: GangRecord) -> tuple[Leaf | Branch | None, str]:
+        """The part of the tree under `record` at quorum, bottom-up (a gang: `min_count` of its
+        pods present; a CompositePodGroup: `min_groups` of its children at quorum), or None and
+        why not."""
+        state = self._state
+        spec = record.spec
+        if record.composite is None:
+            if spec is None:
+                return None, f"{record.key}: {WAITING_FOR_SPEC}"
+            pending = state.pending(record)
+            need = spec.min_count - record.held
+            if len(pending) < need:
+                return None, f"{record.key}: {len(pending) + record.held} of {spec.min_count} pods"
+            if need <= 0 and not pending:
+                return None, ""
+            tries = [pending, pending[:need]] if 0 < need < len(pending) else [pending]
+            groups = tuple(self._groups(pods) for pods in tries)
+            return Leaf(key=record.key, tries=groups, topology=spec.topology), ""
+        composite = record.composite
+        children: list[Leaf | Branch] = []
+        short: list[str] = []
+        for key in sorted(record.children):
+            child, why = self._tree(state.gangs[key])
+            if child is not None:
+                children.append(child)
+            elif why:
+                short.append(why)
+        if len(children) < composite.min_groups:
+            reason = f"{len(children)} of {composite.min_groups} groups of {record.key} ready"
+            return None, f"{reason}: {'; '.join(short)}" if short else reason
+        branch = Branch(
+            key=record.key,
+            children=tuple(children),
+            min_children=composite.min_groups,
+            topology=composite.topology,
+        )
+        return branch, ""
+
+    def _preempts(self, root: GangRecord) -> bool:
+        return all(
+            leaf.spec is None or leaf.spec.preempts for leaf in trees.leaves(self._state, root)
+        )
+
+    def _preempt_tree(self, root: GangRecord, node: Leaf | Branch, out: list[Decision]) -> bool:
+        """Workload-aware preemption with the whole tree (at quorum) as the preemptor."""
+        quorum = _at_minimum(node)
+        groups = [g for leaf in _leaves(quorum) for g, _ in leaf.tries[-1]]
+
+        def place(free: Ints) -> Placed | None:
+            fit = place_tree(self._placer, quorum, free, explain=False)
+            return flattened(fit) if fit.complete else None
+
+        return self._preempt_for(root, root.priority, groups, place, out)
+
+
+Placed = list[tuple[Group, Ints, Ints]]  # each group placed: its rows and pods per row
+
+
+def _at_minimum(node: Leaf | Branch) -> Leaf | Branch:
+    """`node` asking only for its quorum: each gang its first `min_count` pods."""
+    if isinstance(node, Leaf):
+        return Leaf(key=node.key, tries=node.tries[-1:], topology=node.topology)
+    children = tuple(_at_minimum(child) for child in node.children)
+    return Branch(
+        key=node.key, children=children, min_children=node.min_children, topology=node.topology
+    )
+
+
+def _leaves(node: Leaf | Branch) -> Iterator[Leaf]:
+    if isinstance(node, Leaf):
+        yield node
+        return
+    for child in node.children:
+        yield from _leaves(child)

@@ -14,11 +14,14 @@ from muster.core.placement.model import NodeName, PodKey
 from muster.core.placement.nodes import Ints, NodeTable
 from muster.core.placement.state import PlacementState
 
+POD, GROUP, TREE = 0, 1, 2  # what a victim is, least important first
+
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """A workload that may be evicted as a whole: the pods of it that hold room, with the row
-    of each pod's node (-1 for a node the table no longer has) and its demand per column."""
+    """A unit that may be evicted as a whole (a pod, a group or workload, a CompositePodGroup
+    tree, as its disruption mode says): the pods of it that hold room, with the row of each
+    pod's node (-1 for a node the table no longer has) and its demand per column."""
 
     owner: str
     priority: int  # the highest of its pods
@@ -26,15 +29,20 @@ class Candidate:
     pods: tuple[PodKey, ...]
     rows: Ints  # one per pod
     demand: Ints  # pods × columns
+    kind: int = GROUP  # POD, GROUP or TREE
 
 
 def eviction_order(candidates: Sequence[Candidate]) -> list[Candidate]:
-    """Lowest priority first, then newest first, then by owner."""
-    return sorted(candidates, key=lambda c: (c.priority, -c.created_s, c.owner))
+    """Least important first, as workload-aware preemption (Kubernetes v1.37) spares them most
+    important first: lower priority, then single pods before groups before trees, then smaller
+    units, then the later started; ties by owner."""
+    return sorted(
+        candidates, key=lambda c: (c.priority, c.kind, len(c.pods), -c.created_s, c.owner)
+    )
 
 
 def candidates_below(state: PlacementState, priority: int) -> Pool:
-    """Every workload whose pods holding room all have a priority below `priority`."""
+    """Every unit whose pods holding room all have a priority below `priority`."""
     table = state.table
     candidates = []
     for owner, keys in state.holders.items():
@@ -46,7 +54,9 @@ def candidates_below(state: PlacementState, priority: int) -> Pool:
         demand = np.array([p.sig.demand(table) for p in pods], dtype=np.int64)
         created_s = min(p.info.created_s for p in pods)
         pod_keys = tuple(p.info.key for p in pods)
-        candidates.append(Candidate(owner, top, created_s, pod_keys, rows, demand))
+        first = pods[0].info
+        kind = POD if owner == first.key else TREE if first.tree_owner else GROUP
+        candidates.append(Candidate(owner, top, created_s, pod_keys, rows, demand, kind))
     return Pool(candidates)
 
 
