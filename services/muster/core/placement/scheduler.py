@@ -58,6 +58,7 @@ from muster.core.placement.model import (
     PodInfo,
     PodKey,
     Scoring,
+    TopologyRequest,
 )
 from muster.core.placement.nodes import Bools, Ints
 from muster.core.placement.state import (
@@ -75,6 +76,7 @@ DEFAULT_TIMEOUT_S = 300.0
 
 Groups = list[tuple[Group, list[PodKey]]]  # pods by signature, each group's pods by key
 Domains = tuple[tuple[str, str], ...]  # (node label, value) pairs a unit must stay inside
+Where = tuple[Domains, TopologyRequest | None]  # and a label whose one value it must choose
 
 
 class GangScheduler:
@@ -235,19 +237,19 @@ class GangScheduler:
                 units.append((pod.order(), pod))
         units.sort(key=lambda unit: unit[0])
         run: list[PodRecord] = []
-        inside: Domains = ()
+        inside: Where = ((), None)
         for _, unit in units:
             if isinstance(unit, PodRecord):
                 head = run[0] if run else unit
-                domains = self._domains_of(unit)
+                where = self._where(unit)
                 if (
                     unit.sig is not head.sig
                     or unit.info.priority != head.info.priority
-                    or (run and domains != inside)
+                    or (run and where != inside)
                 ):
                     yield run
                     run = []
-                inside = domains
+                inside = where
                 run.append(unit)
                 continue
             if run:
@@ -317,6 +319,7 @@ class GangScheduler:
         need = spec.min_count - gang.held
         domain = self._held_domain(gang)
         inside = self._domains_above(gang)
+        unheld = self._unheld_above(gang)
         tries = [pending, pending[:need]] if len(pending) > need else [pending]
         free: Ints | None = None
         fit: Fit | None = None
@@ -330,13 +333,16 @@ class GangScheduler:
             if fit is None:
                 if free is None:
                     free = self._state.view(spec.priority, own=gang.key)
-                fit = self._placer.place(
-                    plain,
-                    free,
-                    topology=spec.topology,
-                    domain=domain,
-                    within=self._mask(inside),
-                )
+                if unheld:
+                    fit = self._fit_inside(gang, groups, unheld, free, within=self._mask(inside))
+                else:
+                    fit = self._placer.place(
+                        plain,
+                        free,
+                        topology=spec.topology,
+                        domain=domain,
+                        within=self._mask(inside),
+                    )
                 if gang.nomination is None:
                     self._fits[key] = fit
             if fit.complete:
@@ -379,17 +385,58 @@ class GangScheduler:
                 found.append((spec.topology.key, value))
         return tuple(found)
 
-    def _domains_of(self, pod: PodRecord) -> Domains:
+    def _unheld_above(self, gang: GangRecord) -> list[GangRecord]:
+        """The CompositePodGroups above `gang` with a topology but no held domain (their tree
+        holds nothing, or only on nodes gone since), innermost first."""
+        return [
+            composite
+            for composite in trees.ancestors(self._state, gang)
+            if composite.composite is not None
+            and composite.composite.topology is not None
+            and self._label_held(composite, composite.composite.topology.key) is None
+        ]
+
+    def _fit_inside(
+        self,
+        gang: GangRecord,
+        groups: Groups,
+        unheld: list[GangRecord],
+        free: Ints,
+        *,
+        within: Bools | None,
+    ) -> Fit:
+        """`gang` placed as the one child of the CompositePodGroups `unheld` above it, each
+        choosing a domain of its topology anew."""
+        assert gang.spec is not None
+        node: Leaf | Branch = Leaf(key=gang.key, tries=(groups,), topology=gang.spec.topology)
+        for composite in unheld:
+            assert composite.composite is not None
+            node = Branch(
+                key=composite.key,
+                children=(node,),
+                min_children=1,
+                topology=composite.composite.topology,
+            )
+        found = place_tree(self._placer, node, free, within=within)
+        if found.complete:
+            return found.leaves[gang.key].fit
+        wanted = sum(g.count for g, _ in groups)
+        return Fit(slots=(), placed=0, wanted=wanted, reason=found.reason)
+
+    def _where(self, pod: PodRecord) -> Where:
         """Where a pod placed on its own must go: inside its gang's held domain (required
-        topology) and those of the CompositePodGroups above it."""
+        topology) and those of the CompositePodGroups above it; in one domain of the innermost
+        CompositePodGroup above whose tree holds none (on nodes gone since)."""
         gang_key = pod.info.gang
         gang = None if gang_key is None else self._state.gangs.get(gang_key)
         if gang is None or gang.spec is None:
-            return ()
+            return (), None
         own = self._held_domain(gang)
         above = self._domains_above(gang)
         topology = gang.spec.topology
-        return ((topology.key, own), *above) if own is not None and topology else above
+        domains = ((topology.key, own), *above) if own is not None and topology else above
+        unheld = self._unheld_above(gang)
+        return domains, unheld[0].composite.topology if unheld and unheld[0].composite else None
 
     def _mask(self, domains: Domains) -> Bools | None:
         if not domains:
@@ -435,13 +482,14 @@ class GangScheduler:
         state = self._state
         head = run[0]
         group = Group(head.sig, len(run))
-        domains = self._domains_of(head)
+        domains, topology = self._where(head)
         # A signature none of which fits stays so until some room changes.
-        hopeless = ("alone", head.sig, head.info.priority, domains)
+        hopeless = ("alone", head.sig, head.info.priority, domains, topology)
         fit = self._fits.get(hopeless)
         if fit is None:
             free = state.view(head.info.priority, own=None)
-            fit = self._placer.place([group], free, whole=False, within=self._mask(domains))
+            within = self._mask(domains)
+            fit = self._placer.place([group], free, whole=False, within=within, topology=topology)
             if not fit.placed:
                 self._fits[hopeless] = fit
         keys = [pod.info.key for pod in run]

@@ -56,9 +56,16 @@ class TreeFit:
         return bool(self.leaves)
 
 
-def place_tree(placer: Placer, node: Leaf | Branch, free: Ints, *, explain: bool = True) -> TreeFit:
-    """Place the tree under `node` on the rows of `free` (never changed)."""
-    return _place(placer, node, free, None, explain)
+def place_tree(
+    placer: Placer,
+    node: Leaf | Branch,
+    free: Ints,
+    *,
+    within: Bools | None = None,
+    explain: bool = True,
+) -> TreeFit:
+    """Place the tree under `node` on the rows of `free` (never changed), inside `within`."""
+    return _place(placer, node, free, within, explain)
 
 
 def _place(
