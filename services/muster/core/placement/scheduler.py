@@ -42,7 +42,15 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 import numpy as np
 
 from muster.core.placement import trees
-from muster.core.placement.fit import NO_CODE, Fit, Group, Placer
+from muster.core.placement.domains import (
+    Where,
+    domains_above,
+    held_domain,
+    mask,
+    unheld_above,
+    where,
+)
+from muster.core.placement.fit import Fit, Group, Placer
 from muster.core.placement.model import (
     Binding,
     Decision,
@@ -54,29 +62,33 @@ from muster.core.placement.model import (
     GangWaiting,
     NodeInfo,
     NodeName,
-    PlacementPreempted,
     PodInfo,
     PodKey,
     Scoring,
-    TopologyRequest,
 )
-from muster.core.placement.nodes import Bools, Ints
+from muster.core.placement.nodes import Ints
 from muster.core.placement.state import (
     WAITING_FOR_SPEC,
     GangRecord,
-    Nomination,
     PlacementState,
     PodRecord,
     UnitOrder,
 )
-from muster.core.placement.treefit import Branch, Leaf, flattened, place_tree
-from muster.core.placement.victims import Pool, candidates_below, pick_victims, usable_positions
+from muster.core.placement.treefit import (
+    Branch,
+    Leaf,
+    at_minimum,
+    flattened,
+    leaves_of,
+    place_tree,
+    place_under,
+)
+from muster.core.placement.units import at_quorum, groups_of
+from muster.core.placement.victims import Placed, Pool, candidates_below, preempt
 
 DEFAULT_TIMEOUT_S = 300.0
 
 Groups = list[tuple[Group, list[PodKey]]]  # pods by signature, each group's pods by key
-Domains = tuple[tuple[str, str], ...]  # (node label, value) pairs a unit must stay inside
-Where = tuple[Domains, TopologyRequest | None]  # and a label whose one value it must choose
 
 
 class GangScheduler:
@@ -241,15 +253,15 @@ class GangScheduler:
         for _, unit in units:
             if isinstance(unit, PodRecord):
                 head = run[0] if run else unit
-                where = self._where(unit)
+                found_where = where(self._state, unit)
                 if (
                     unit.sig is not head.sig
                     or unit.info.priority != head.info.priority
-                    or (run and where != inside)
+                    or (run and found_where != inside)
                 ):
                     yield run
                     run = []
-                inside = where
+                inside = found_where
                 run.append(unit)
                 continue
             if run:
@@ -258,14 +270,6 @@ class GangScheduler:
             yield unit
         if run:
             yield run
-
-    def _groups(self, pods: Sequence[PodKey]) -> Groups:
-        """`pods` by signature, largest first; each group's pods in key order."""
-        by_sig: dict[object, list[PodKey]] = {}
-        for key in pods:
-            by_sig.setdefault(self._state.pods[key].sig.key, []).append(key)
-        groups = [(Group(self._state.sigs[s], len(keys)), keys) for s, keys in by_sig.items()]
-        return sorted(groups, key=lambda group: group[0].sig.order)
 
     def _decide_gang(self, gang: GangRecord, now_s: float, out: list[Decision]) -> None:
         state = self._state
@@ -317,14 +321,14 @@ class GangScheduler:
     ) -> tuple[Fit, Groups]:
         """Every pending pod if they all fit, else the first that make `min_count`."""
         need = spec.min_count - gang.held
-        domain = self._held_domain(gang)
-        inside = self._domains_above(gang)
-        unheld = self._unheld_above(gang)
+        domain = held_domain(self._state, gang)
+        inside = domains_above(self._state, gang)
+        unheld = unheld_above(self._state, gang)
         tries = [pending, pending[:need]] if len(pending) > need else [pending]
         free: Ints | None = None
         fit: Fit | None = None
         for pods in tries:
-            groups = self._groups(pods)
+            groups = groups_of(self._state, pods)
             plain = [g for g, _ in groups]
             # Gangs of the same shape fit alike until some room changes: try each shape once.
             shape = tuple((g.sig, g.count) for g in plain)
@@ -334,14 +338,21 @@ class GangScheduler:
                 if free is None:
                     free = self._state.view(spec.priority, own=gang.key)
                 if unheld:
-                    fit = self._fit_inside(gang, groups, unheld, free, within=self._mask(inside))
+                    leaf = Leaf(key=gang.key, tries=(groups,), topology=spec.topology)
+                    above = [
+                        (c.key, topology)
+                        for c in unheld
+                        if c.composite is not None and (topology := c.composite.topology)
+                    ]
+                    within = mask(self._state.table, inside)
+                    fit = place_under(self._placer, leaf, above, free, within=within)
                 else:
                     fit = self._placer.place(
                         plain,
                         free,
                         topology=spec.topology,
                         domain=domain,
-                        within=self._mask(inside),
+                        within=mask(self._state.table, inside),
                     )
                 if gang.nomination is None:
                     self._fits[key] = fit
@@ -349,104 +360,6 @@ class GangScheduler:
                 break
         assert fit is not None
         return fit, groups
-
-    def _held_domain(self, gang: GangRecord) -> str | None:
-        """The value of a required topology label where the gang's bound pods already are."""
-        spec = gang.spec
-        if spec is None or spec.topology is None or not spec.topology.required or not gang.held:
-            return None
-        return self._label_held(gang, spec.topology.key)
-
-    def _label_held(self, record: GangRecord, label: str) -> str | None:
-        """The value of node label `label` where the first pod held under `record` (a gang,
-        or a CompositePodGroup's whole subtree) is; None when none holds room."""
-        table = self._state.table
-        for leaf in trees.leaves(self._state, record):
-            if not leaf.held:
-                continue
-            for key in sorted(leaf.pods):
-                node = self._state.pods[key].node
-                row = None if node is None else table.index.get(node)
-                info = None if row is None else table.infos[row]
-                if info is not None:
-                    return info.labels.get(label)
-        return None
-
-    def _domains_above(self, gang: GangRecord) -> Domains:
-        """(label, value) of each CompositePodGroup above `gang` whose tree holds a domain of
-        its topology: the gang's pods must stay inside all of them."""
-        found: list[tuple[str, str]] = []
-        for composite in trees.ancestors(self._state, gang):
-            spec = composite.composite
-            if spec is None or spec.topology is None:
-                continue
-            value = self._label_held(composite, spec.topology.key)
-            if value is not None:
-                found.append((spec.topology.key, value))
-        return tuple(found)
-
-    def _unheld_above(self, gang: GangRecord) -> list[GangRecord]:
-        """The CompositePodGroups above `gang` with a topology but no held domain (their tree
-        holds nothing, or only on nodes gone since), innermost first."""
-        return [
-            composite
-            for composite in trees.ancestors(self._state, gang)
-            if composite.composite is not None
-            and composite.composite.topology is not None
-            and self._label_held(composite, composite.composite.topology.key) is None
-        ]
-
-    def _fit_inside(
-        self,
-        gang: GangRecord,
-        groups: Groups,
-        unheld: list[GangRecord],
-        free: Ints,
-        *,
-        within: Bools | None,
-    ) -> Fit:
-        """`gang` placed as the one child of the CompositePodGroups `unheld` above it, each
-        choosing a domain of its topology anew."""
-        assert gang.spec is not None
-        node: Leaf | Branch = Leaf(key=gang.key, tries=(groups,), topology=gang.spec.topology)
-        for composite in unheld:
-            assert composite.composite is not None
-            node = Branch(
-                key=composite.key,
-                children=(node,),
-                min_children=1,
-                topology=composite.composite.topology,
-            )
-        found = place_tree(self._placer, node, free, within=within)
-        if found.complete:
-            return found.leaves[gang.key].fit
-        wanted = sum(g.count for g, _ in groups)
-        return Fit(slots=(), placed=0, wanted=wanted, reason=found.reason)
-
-    def _where(self, pod: PodRecord) -> Where:
-        """Where a pod placed on its own must go: inside its gang's held domain (required
-        topology) and those of the CompositePodGroups above it; in one domain of the innermost
-        CompositePodGroup above whose tree holds none (on nodes gone since)."""
-        gang_key = pod.info.gang
-        gang = None if gang_key is None else self._state.gangs.get(gang_key)
-        if gang is None or gang.spec is None:
-            return (), None
-        own = self._held_domain(gang)
-        above = self._domains_above(gang)
-        topology = gang.spec.topology
-        domains = ((topology.key, own), *above) if own is not None and topology else above
-        unheld = self._unheld_above(gang)
-        return domains, unheld[0].composite.topology if unheld and unheld[0].composite else None
-
-    def _mask(self, domains: Domains) -> Bools | None:
-        if not domains:
-            return None
-        table = self._state.table
-        mask = np.ones(table.capacity, dtype=np.bool_)
-        for label, value in domains:
-            column = table.label(label)
-            mask &= column.codes == column.vocab.get(value, NO_CODE)
-        return mask
 
     def _place(self, groups: Groups, fit: Fit) -> list[Binding]:
         """Hold the room `fit` found for `groups`; the bindings, in the groups' pod order."""
@@ -482,13 +395,13 @@ class GangScheduler:
         state = self._state
         head = run[0]
         group = Group(head.sig, len(run))
-        domains, topology = self._where(head)
+        domains, topology = where(self._state, head)
         # A signature none of which fits stays so until some room changes.
         hopeless = ("alone", head.sig, head.info.priority, domains, topology)
         fit = self._fits.get(hopeless)
         if fit is None:
             free = state.view(head.info.priority, own=None)
-            within = self._mask(domains)
+            within = mask(self._state.table, domains)
             fit = self._placer.place([group], free, whole=False, within=within, topology=topology)
             if not fit.placed:
                 self._fits[hopeless] = fit
@@ -558,9 +471,9 @@ class GangScheduler:
     ) -> bool:
         """Evict the fewest whole lower-priority workloads that let the gang's first
         `min_count` pods fit, and nominate their room; False if no such set exists."""
-        groups = [g for g, _ in self._groups(pending[: spec.min_count - gang.held])]
-        domain = self._held_domain(gang)
-        within = self._mask(self._domains_above(gang))
+        groups = [g for g, _ in groups_of(self._state, pending[: spec.min_count - gang.held])]
+        domain = held_domain(self._state, gang)
+        within = mask(self._state.table, domains_above(self._state, gang))
 
         def place(free: Ints) -> Placed | None:
             fit = self._placer.place(
@@ -580,47 +493,13 @@ class GangScheduler:
         place: Callable[[Ints], Placed | None],
         out: list[Decision],
     ) -> bool:
-        """Workload-aware preemption for `unit` (a gang, or a tree's root), whose pods are
-        `groups` and which `place` places on a matrix of free room: evict the fewest victims
-        (a pod, a group or a tree, as their disruption mode says; spared most important
-        first) that make it fit, and nominate their room. False if no such set exists."""
-        state = self._state
-        if not state.holds_below(priority):
+        """Workload-aware preemption for `unit` (a gang, or a tree's root): see `preempt`."""
+        if not self._state.holds_below(priority):
             return False
-        base = state.view(priority, own=unit.key)
-        pool = self._pool(priority)
-        usable = usable_positions(self._state, pool, groups)  # in eviction order
-
-        def placing(victims: Sequence[int]) -> Sequence[int] | None:
-            if isinstance(victims, range):  # a prefix, as a slice: no list of them built
-                positions = usable[victims.start : victims.stop]
-            else:
-                positions = usable[np.asarray(victims, dtype=np.int64)]
-            placed = place(pool.room(base, positions))
-            if placed is None:
-                return None
-            rows = np.concatenate([rows for _, rows, _ in placed])
-            touched = np.flatnonzero(np.isin(positions, pool.touching(positions, rows)))
-            return [victims[n] for n in touched.tolist()]
-
-        chosen = pick_victims(len(usable), placing)
-        if chosen is None:
-            return False
-        positions = usable[np.asarray(chosen, dtype=np.int64)]
-        placed = place(pool.room(base, positions))
-        assert placed is not None
-        victims = [pool.candidates[n] for n in positions.tolist()]
-        usage = [
-            (state.table.name(row), group.sig, count)
-            for group, rows, counts in placed
-            for row, count in zip(rows.tolist(), counts.tolist(), strict=True)
-        ]
-        state.nominate(unit, Nomination(priority, usage, {k for v in victims for k in v.pods}))
-        owners = sorted(victim.owner for victim in victims)
-        every_pod = sorted(k for owner in owners for k in state.owned.get(owner, ()))
-        unit.reason = f"preempting {len(owners)} workload(s): {', '.join(owners)}"
-        out.append(PlacementPreempted(gang=unit.key, victims=tuple(owners), pods=tuple(every_pod)))
-        return True
+        found = preempt(self._state, self._pool(priority), unit, priority, groups, place)
+        if found is not None:
+            out.append(found)
+        return found is not None
 
     # --- CompositePodGroup trees -----------------------------------------------------------------
 
@@ -634,7 +513,7 @@ class GangScheduler:
         if not pending:
             state.waiting_gangs.discard(root.key)
             return
-        node, reason = self._tree(root)
+        node, reason = at_quorum(self._state, root)
         assert root.composite is not None
         if node is None:
             state.waiting_gangs.discard(root.key)
@@ -667,44 +546,6 @@ class GangScheduler:
             if not leaf.placed:
                 state.regroup(leaf)  # its own gang from now on, inside the tree's domains
 
-    def _tree(self, record: GangRecord) -> tuple[Leaf | Branch | None, str]:
-        """The part of the tree under `record` at quorum, bottom-up (a gang: `min_count` of its
-        pods present; a CompositePodGroup: `min_groups` of its children at quorum), or None and
-        why not."""
-        state = self._state
-        spec = record.spec
-        if record.composite is None:
-            if spec is None:
-                return None, f"{record.key}: {WAITING_FOR_SPEC}"
-            pending = state.pending(record)
-            need = spec.min_count - record.held
-            if len(pending) < need:
-                return None, f"{record.key}: {len(pending) + record.held} of {spec.min_count} pods"
-            if need <= 0 and not pending:
-                return None, ""
-            tries = [pending, pending[:need]] if 0 < need < len(pending) else [pending]
-            groups = tuple(self._groups(pods) for pods in tries)
-            return Leaf(key=record.key, tries=groups, topology=spec.topology), ""
-        composite = record.composite
-        children: list[Leaf | Branch] = []
-        short: list[str] = []
-        for key in sorted(record.children):
-            child, why = self._tree(state.gangs[key])
-            if child is not None:
-                children.append(child)
-            elif why:
-                short.append(why)
-        if len(children) < composite.min_groups:
-            reason = f"{len(children)} of {composite.min_groups} groups of {record.key} ready"
-            return None, f"{reason}: {'; '.join(short)}" if short else reason
-        branch = Branch(
-            key=record.key,
-            children=tuple(children),
-            min_children=composite.min_groups,
-            topology=composite.topology,
-        )
-        return branch, ""
-
     def _preempts(self, root: GangRecord) -> bool:
         return all(
             leaf.spec is None or leaf.spec.preempts for leaf in trees.leaves(self._state, root)
@@ -712,32 +553,11 @@ class GangScheduler:
 
     def _preempt_tree(self, root: GangRecord, node: Leaf | Branch, out: list[Decision]) -> bool:
         """Workload-aware preemption with the whole tree (at quorum) as the preemptor."""
-        quorum = _at_minimum(node)
-        groups = [g for leaf in _leaves(quorum) for g, _ in leaf.tries[-1]]
+        quorum = at_minimum(node)
+        groups = [g for leaf in leaves_of(quorum) for g, _ in leaf.tries[-1]]
 
         def place(free: Ints) -> Placed | None:
             fit = place_tree(self._placer, quorum, free, explain=False)
             return flattened(fit) if fit.complete else None
 
         return self._preempt_for(root, root.priority, groups, place, out)
-
-
-Placed = list[tuple[Group, Ints, Ints]]  # each group placed: its rows and pods per row
-
-
-def _at_minimum(node: Leaf | Branch) -> Leaf | Branch:
-    """`node` asking only for its quorum: each gang its first `min_count` pods."""
-    if isinstance(node, Leaf):
-        return Leaf(key=node.key, tries=node.tries[-1:], topology=node.topology)
-    children = tuple(_at_minimum(child) for child in node.children)
-    return Branch(
-        key=node.key, children=children, min_children=node.min_children, topology=node.topology
-    )
-
-
-def _leaves(node: Leaf | Branch) -> Iterator[Leaf]:
-    if isinstance(node, Leaf):
-        yield node
-        return
-    for child in node.children:
-        yield from _leaves(child)

@@ -9,6 +9,7 @@ room the ones before it left; the search is greedy, as kube-scheduler's is. Pure
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -170,3 +171,41 @@ def flattened(fit: TreeFit) -> list[tuple[Group, Ints, Ints]]:
         for (group, _), slots in zip(leaf.groups, leaf.fit.slots, strict=False)
         if slots.total
     ]
+
+
+def at_minimum(node: Leaf | Branch) -> Leaf | Branch:
+    """`node` asking only for its quorum: each gang its first `min_count` pods."""
+    if isinstance(node, Leaf):
+        return Leaf(key=node.key, tries=node.tries[-1:], topology=node.topology)
+    children = tuple(at_minimum(child) for child in node.children)
+    return Branch(
+        key=node.key, children=children, min_children=node.min_children, topology=node.topology
+    )
+
+
+def leaves_of(node: Leaf | Branch) -> Iterator[Leaf]:
+    if isinstance(node, Leaf):
+        yield node
+        return
+    for child in node.children:
+        yield from leaves_of(child)
+
+
+def place_under(
+    placer: Placer,
+    leaf: Leaf,
+    above: Sequence[tuple[GangKey, TopologyRequest]],
+    free: Ints,
+    *,
+    within: Bools | None,
+) -> Fit:
+    """`leaf` placed as the one child of CompositePodGroups (`above`, innermost first) whose
+    domains are not held: each chooses a value of its topology anew."""
+    node: Leaf | Branch = leaf
+    for key, topology in above:
+        node = Branch(key=key, children=(node,), min_children=1, topology=topology)
+    found = place_tree(placer, node, free, within=within)
+    if found.complete:
+        return found.leaves[leaf.key].fit
+    wanted = sum(g.count for g, _ in leaf.tries[0])
+    return Fit(slots=(), placed=0, wanted=wanted, reason=found.reason)

@@ -1,5 +1,6 @@
-"""Placement preemption: the smallest set of whole lower-priority workloads whose room lets a
-gang fit. The candidates come from `PlacementState`; `GangScheduler` says what fits."""
+"""Placement preemption: the smallest set of whole lower-priority units (a pod, a group, a tree,
+as their disruption mode says) whose room lets a gang or a tree fit. The candidates come from
+`PlacementState`; `GangScheduler` says what fits."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import numpy as np
 import numpy.typing as npt
 
 from muster.core.placement.fit import Group
-from muster.core.placement.model import NodeName, PodKey
+from muster.core.placement.model import NodeName, PlacementPreempted, PodKey
 from muster.core.placement.nodes import Ints, NodeTable
-from muster.core.placement.state import PlacementState
+from muster.core.placement.state import GangRecord, Nomination, PlacementState
 
 POD, GROUP, TREE = 0, 1, 2  # what a victim is, least important first
 
@@ -161,3 +162,52 @@ def pick_victims(count: int, place: Placing) -> list[int] | None:
         if rest and place(rest) is not None:
             chosen = rest
     return chosen
+
+
+Placed = list[tuple[Group, Ints, Ints]]  # each group placed: its rows and pods per row
+
+
+def preempt(
+    state: PlacementState,
+    pool: Pool,
+    unit: GangRecord,
+    priority: int,
+    groups: Sequence[Group],
+    place: Callable[[Ints], Placed | None],
+) -> PlacementPreempted | None:
+    """Evict the fewest victims of `pool` (below `priority`) that let `unit` (a gang, or a
+    tree's root, whose pods are `groups`, placed by `place` on a matrix of free room) fit, and
+    nominate their room for it; None if no such set exists. Victims are spared most important
+    first (`eviction_order`, `pick_victims`)."""
+    base = state.view(priority, own=unit.key)
+    usable = usable_positions(state, pool, groups)  # in eviction order
+
+    def placing(victims: Sequence[int]) -> Sequence[int] | None:
+        if isinstance(victims, range):  # a prefix, as a slice: no list of them built
+            positions = usable[victims.start : victims.stop]
+        else:
+            positions = usable[np.asarray(victims, dtype=np.int64)]
+        placed = place(pool.room(base, positions))
+        if placed is None:
+            return None
+        rows = np.concatenate([rows for _, rows, _ in placed])
+        touched = np.flatnonzero(np.isin(positions, pool.touching(positions, rows)))
+        return [victims[n] for n in touched.tolist()]
+
+    chosen = pick_victims(len(usable), placing)
+    if chosen is None:
+        return None
+    positions = usable[np.asarray(chosen, dtype=np.int64)]
+    placed = place(pool.room(base, positions))
+    assert placed is not None
+    victims = [pool.candidates[n] for n in positions.tolist()]
+    usage = [
+        (state.table.name(row), group.sig, count)
+        for group, rows, counts in placed
+        for row, count in zip(rows.tolist(), counts.tolist(), strict=True)
+    ]
+    state.nominate(unit, Nomination(priority, usage, {k for v in victims for k in v.pods}))
+    owners = sorted(victim.owner for victim in victims)
+    every_pod = sorted(k for owner in owners for k in state.owned.get(owner, ()))
+    unit.reason = f"preempting {len(owners)} workload(s): {', '.join(owners)}"
+    return PlacementPreempted(gang=unit.key, victims=tuple(owners), pods=tuple(every_pod))
