@@ -795,11 +795,14 @@ def test_today_s_gang_examples_place_as_their_comments_say(
     ring = [pods[f"ring-{i}"] for i in range(4)]
     assert all(ring)
     trainer = [pods[f"trainer-{s}-{i}"] for s in "ab" for i in range(4)]
-    assert all(trainer) and len({node.split("-")[0] for node in trainer}) == 1  # one block
+    assert all(trainer)
+    assert len({node.split("-")[0] for node in trainer}) == 1  # one block
     for shard in "ab":  # each shard in one rack
         assert len({pods[f"trainer-{shard}-{i}"].rsplit("-", 1)[0] for i in range(4)}) == 1
     job = [node for name, node in pods.items() if name.startswith("job-sharded-train-")]
-    assert len(job) == 4 and all(job) and len({node.split("-")[0] for node in job}) == 1
+    assert len(job) == 4
+    assert all(job)
+    assert len({node.split("-")[0] for node in job}) == 1  # one zone
     conditions = {
         g["metadata"]["name"]: {c["type"]: c["status"] for c in g["status"]["conditions"]}
         for g in document["podGroups"]
