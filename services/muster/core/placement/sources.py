@@ -325,7 +325,7 @@ def group_member(pod: Pod, groups: GroupIndex) -> Membership:
         created_s=created_at_s(group.meta),
         timeout_s=timeout,
         topology=_required(group.policy.topology_key),
-        workload=owner,
+        workload="" if owner == pod.key else owner,  # the same for every pod of the gang
         parents=tuple(
             CompositeSpec(
                 key=GangKey(c.key),
