@@ -77,13 +77,7 @@ def group_workload_v1alpha2_from_raw(
         for i, t in enumerate(spec.pod_group_templates)
     )
     _check_list(templates, "spec.podGroupTemplates", errs, required=True)
-    _check_names(templates, "spec", errs)
-    return SchedulingWorkload(
-        meta=meta,
-        api_version=raw.api_version,
-        templates=templates,
-        controller_ref=_controller_ref(spec.controller_ref, errs),
-    )
+    return _workload(meta, raw.api_version, templates, spec.controller_ref, errs)
 
 
 def group_workload_from_raw(
@@ -96,12 +90,22 @@ def group_workload_from_raw(
     if bool(plain) == bool(composite):
         errs.add("spec", "must set exactly one of podGroupTemplates or compositePodGroupTemplates")
     templates = _templates(plain, composite, errs, path="spec", depth=1)
+    return _workload(meta, raw.api_version, templates, spec.controller_ref, errs)
+
+
+def _workload(
+    meta: ObjectMeta,
+    api_version: str,
+    templates: tuple[GroupTemplate, ...],
+    ref: RawTypedLocalObjectReference | None,
+    errs: ObjectErrors,
+) -> SchedulingWorkload:
     _check_names(templates, "spec", errs)
     return SchedulingWorkload(
         meta=meta,
-        api_version=raw.api_version,
+        api_version=api_version,
         templates=templates,
-        controller_ref=_controller_ref(spec.controller_ref, errs),
+        controller_ref=_controller_ref(ref, errs),
     )
 
 

@@ -35,14 +35,19 @@ class RawGroupStatus(Wire):
 # --- v1alpha2 (v1.36) -------------------------------------------------------------------------
 
 
-class RawPodGroupTemplateV1Alpha2(Wire):
-    name: str = ""
+class RawV1Alpha2Policy(Wire):
+    """What a v1.36 PodGroup and its template both say about scheduling their pods."""
+
     scheduling_policy: RawSchedulingPolicy | None = None
     scheduling_constraints: RawSchedulingConstraints | None = None
     resource_claims: list[dict[str, Any]] = msgspec.field(default_factory=list)
     disruption_mode: str | None = None  # "Pod" | "PodGroup"
     priority_class_name: str = ""
     priority: int | None = None
+
+
+class RawPodGroupTemplateV1Alpha2(RawV1Alpha2Policy):
+    name: str = ""
 
 
 class RawWorkloadSpecV1Alpha2(Wire):
@@ -63,14 +68,8 @@ class RawPodGroupTemplateRef(Wire):
     workload: RawTemplateWorkloadRef | None = None
 
 
-class RawPodGroupSpecV1Alpha2(Wire):
+class RawPodGroupSpecV1Alpha2(RawV1Alpha2Policy):
     pod_group_template_ref: RawPodGroupTemplateRef | None = None
-    scheduling_policy: RawSchedulingPolicy | None = None
-    scheduling_constraints: RawSchedulingConstraints | None = None
-    resource_claims: list[dict[str, Any]] = msgspec.field(default_factory=list)
-    disruption_mode: str | None = None
-    priority_class_name: str = ""
-    priority: int | None = None
 
 
 class RawPodGroupV1Alpha2(Document):
@@ -81,11 +80,10 @@ class RawPodGroupV1Alpha2(Document):
 # --- v1beta1 and v1alpha3 (v1.37) -------------------------------------------------------------
 
 
-class RawGroupTemplate(Wire):
-    """A PodGroupTemplate, or (with `pod_group_templates` / `composite_pod_group_templates`) a
-    CompositePodGroupTemplate: which one is known from the list it is in."""
+class RawGroupPolicy(Wire):
+    """What a v1.37 PodGroup, CompositePodGroup and their templates all say about scheduling
+    their members."""
 
-    name: str = ""
     scheduling_policy: RawSchedulingPolicy | None = None
     scheduling_constraints: RawSchedulingConstraints | None = None
     resource_claims: list[dict[str, Any]] = msgspec.field(default_factory=list)
@@ -93,6 +91,13 @@ class RawGroupTemplate(Wire):
     priority_class_name: str = ""
     priority: int | None = None
     preemption_policy: str = ""
+
+
+class RawGroupTemplate(RawGroupPolicy):
+    """A PodGroupTemplate, or (with `pod_group_templates` / `composite_pod_group_templates`) a
+    CompositePodGroupTemplate: which one is known from the list it is in."""
+
+    name: str = ""
     pod_group_templates: list[RawGroupTemplate] = msgspec.field(default_factory=list)
     composite_pod_group_templates: list[RawGroupTemplate] = msgspec.field(default_factory=list)
 
@@ -114,18 +119,11 @@ class RawWorkloadReference(Wire):
     template_name: str = ""
 
 
-class RawGroupSpec(Wire):
+class RawGroupSpec(RawGroupPolicy):
     """The spec of a v1beta1/v1alpha3 PodGroup or a v1alpha3 CompositePodGroup."""
 
     workload_ref: RawWorkloadReference | None = None
     parent_composite_pod_group_name: str = ""
-    scheduling_policy: RawSchedulingPolicy | None = None
-    scheduling_constraints: RawSchedulingConstraints | None = None
-    resource_claims: list[dict[str, Any]] = msgspec.field(default_factory=list)
-    disruption_mode: RawDisruptionMode | None = None
-    priority_class_name: str = ""
-    priority: int | None = None
-    preemption_policy: str = ""
 
 
 class RawGroup(Document):

@@ -16,7 +16,7 @@ nodes and 10 blocks of 5 racks:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Literal
 
 import msgspec
@@ -242,34 +242,32 @@ def run(*, scale: float, scoring: Scoring = "binpack") -> Iterator[PlacementRow]
                 racks=racks,
                 scoring=scoring,
             )
-    big = scaled(BIG_GANG, scale)
-    for api in APIS:
-        objects = gangs(api, count=1, size=big, cpu=250, topology=True, prefix="big")
-        yield _row(
+    one_decision: tuple[tuple[str, Callable[[Api], Objects]], ...] = (
+        (
             BIG_CASE,
-            api,
-            "batched",
-            nodes,
-            objects,
-            per=1,
-            scale=scale,
-            racks=racks,
-            scoring=scoring,
-        )
-    children = scaled(TREE_CHILDREN, scale)
-    for api in APIS:
-        objects = tree(api, children=children, size=TREE_CHILD_SIZE)
-        yield _row(
+            lambda api: gangs(
+                api, count=1, size=scaled(BIG_GANG, scale), cpu=250, topology=True, prefix="big"
+            ),
+        ),
+        (
             TREE_CASE,
-            api,
-            "batched",
-            nodes,
-            objects,
-            per=1,
-            scale=scale,
-            racks=racks,
-            scoring=scoring,
-        )
+            lambda api: tree(api, children=scaled(TREE_CHILDREN, scale), size=TREE_CHILD_SIZE),
+        ),
+    )
+    for case, build in one_decision:
+        for api in APIS:
+            objects = build(api)
+            yield _row(
+                case,
+                api,
+                "batched",
+                nodes,
+                objects,
+                per=1,
+                scale=scale,
+                racks=racks,
+                scoring=scoring,
+            )
 
 
 def _row(
