@@ -87,6 +87,8 @@ class CompositeSpec(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     min_groups: int = 1  # minGroupCount for a gang; 1 for the basic policy
     topology: TopologyRequest | None = None
     created_s: float = 0.0
+    # A root's: the deadline of its tree's first placement (None: none, as since v1.36).
+    timeout_s: float | None = None
 
 
 class GangSpec(msgspec.Struct, frozen=True, kw_only=True, gc=False):

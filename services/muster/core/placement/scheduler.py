@@ -444,9 +444,9 @@ class GangScheduler:
         self, gang: GangRecord, reason: str, pending: list[PodKey], out: list[Decision]
     ) -> None:
         state = self._state
-        spec = gang.spec
-        assert spec is not None
-        timeout = state.default_timeout_s if spec.timeout_s is None else spec.timeout_s
+        deadline = gang.deadline_s(state.default_timeout_s)
+        assert deadline is not None and gang.started_s is not None
+        timeout = deadline - gang.started_s
         gang.timed_out = True
         gang.started_s = None
         gang.reason = f"not placed within {timeout:g}s: {reason}"
@@ -506,7 +506,7 @@ class GangScheduler:
     def _decide_tree(self, root: GangRecord, now_s: float, out: list[Decision]) -> None:
         """Place a tree not placed yet in one decision: every group at quorum, or nothing."""
         state = self._state
-        if root.placed:
+        if root.placed or root.timed_out:
             return
         pending = sum(len(state.pending(leaf)) for leaf in trees.leaves(state, root))
         groups = trees.groups_below(state, root)
@@ -519,6 +519,9 @@ class GangScheduler:
             state.waiting_gangs.discard(root.key)
             self._wait(root, reason, pending, root.composite.min_groups, out, groups=groups)
             return
+        if root.started_s is None:  # the first attempt of this try starts the clock
+            root.started_s = now_s
+            state.push_deadline(root)
         free = state.view(root.priority, own=root.key)
         fit = place_tree(self._placer, node, free)
         if fit.complete:
@@ -526,6 +529,11 @@ class GangScheduler:
                 leaf = fit.leaves[key]
                 self._permit_gang(state.gangs[key], leaf.fit, leaf.groups, out)
             self._tree_placed(root)
+            return
+        deadline = root.deadline_s(state.default_timeout_s)
+        if deadline is not None and now_s >= deadline:
+            every = [p for leaf in trees.leaves(state, root) for p in state.pending(leaf)]
+            self._time_out(root, fit.reason, sorted(every), out)
             return
         root.tried = state.epoch
         state.waiting_gangs.add(root.key)
@@ -538,6 +546,7 @@ class GangScheduler:
     def _tree_placed(self, root: GangRecord) -> None:
         state = self._state
         root.placed = True
+        root.started_s = None
         root.reason = ""
         root.tried = -1
         state.waiting_gangs.discard(root.key)

@@ -332,6 +332,7 @@ def group_member(pod: Pod, groups: GroupIndex) -> Membership:
                 min_groups=c.policy.min_count or 1,
                 topology=_required(c.policy.topology_key),
                 created_s=created_at_s(c.meta),
+                timeout_s=c.timeout_s,
             )
             for c in chain
         ),

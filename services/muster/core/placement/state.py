@@ -102,7 +102,12 @@ class GangRecord:
         self.priority = 0
 
     def deadline_s(self, default_timeout_s: float) -> float | None:
-        if self.started_s is None or self.spec is None:
+        if self.started_s is None:
+            return None
+        if self.composite is not None:  # a tree's: its root's, if it has one
+            timeout = self.composite.timeout_s
+            return None if timeout is None else self.started_s + timeout
+        if self.spec is None:
             return None
         timeout = self.spec.timeout_s
         timeout = default_timeout_s if timeout is None else timeout
@@ -323,6 +328,7 @@ class PlacementState:
             return
         if not info.node:
             gang.timed_out = False  # one of its pods changed: a new try
+            trees.root_of(self, gang).timed_out = False
         self.regroup(gang)
 
     def _detach(self, record: PodRecord) -> None:

@@ -25,6 +25,7 @@ def link(state: PlacementState, gang: GangRecord, spec: GangSpec) -> None:
         record = state.gang(composite.key)
         if record.composite != composite:
             record.composite = composite
+            record.timed_out = False  # a changed tree is tried anew
             state.dirty_gangs.add(root_of(state, record).key)
         record.priority = spec.priority
         if child.parent != composite.key:
