@@ -9,7 +9,9 @@ gang-permit's events, so `kubectl describe podgroup` tells the truth (Kubernetes
 
 Events name gangs by key ("<namespace>/<name>" for a PodGroup); only keys of PodGroups the
 cluster holds (`learn`, from the watcher's cluster watch) get a status: other gangs (Kueue
-workloads, v1alpha1 Workloads, scheduler-plugins PodGroups, pods) share the key space. Pure.
+workloads, v1alpha1 Workloads, scheduler-plugins PodGroups, pods) share the key space. A
+CompositePodGroup tree not placed yet waits under its root's key: every PodGroup under it
+(by `parentCompositePodGroupName`, learnt from the watch) gets the reason. Pure.
 """
 
 from __future__ import annotations
@@ -31,22 +33,52 @@ class GroupStatusBook:
     def __init__(self) -> None:
         self._versions: dict[str, str] = {}  # known PodGroups: key → apiVersion
         self._conditions: dict[str, dict[str, dict[str, str]]] = {}  # key → type → condition
+        self._parents: dict[str, str] = {}  # PodGroup or CompositePodGroup → parent's key
 
-    def learn(self, key: str, api_version: str) -> ObjectRef | None:
-        """PodGroup `key` exists in the cluster: its ref when it has a status to write."""
+    def learn(self, key: str, api_version: str, *, parent: str = "") -> ObjectRef | None:
+        """PodGroup `key` (under CompositePodGroup `parent`, a key, if any) exists in the
+        cluster: its ref when it has a status to write."""
         new = key not in self._versions
         self._versions[key] = api_version
+        self.learn_parent(key, parent)
         return _ref(key) if new and key in self._conditions else None
+
+    def learn_parent(self, key: str, parent: str) -> None:
+        """`key` (a PodGroup or CompositePodGroup) hangs under `parent` ("" for none)."""
+        if parent:
+            self._parents[key] = parent
+        else:
+            self._parents.pop(key, None)
 
     def forget(self, key: str) -> None:
         self._versions.pop(key, None)
         self._conditions.pop(key, None)
+        self._parents.pop(key, None)
+
+    def _under(self, root: str) -> list[str]:
+        """The known PodGroups in the tree of CompositePodGroup `root`; [root] for a gang."""
+        if root in self._versions:
+            return [root]
+        found = []
+        for key in sorted(self._versions):
+            seen, parent = set(), self._parents.get(key)
+            while parent is not None and parent not in seen and parent != root:
+                seen.add(parent)
+                parent = self._parents.get(parent)
+            if parent == root:
+                found.append(key)
+        return found
 
     def apply(self, env: pb.Envelope) -> list[ObjectRef]:
         """Fold one event in; the PodGroups whose desired status changed."""
         match env.WhichOneof("payload"):
-            case "gang_waiting":
-                changed = self._set_scheduled(env.workload, False, env.gang_waiting.reason)
+            case "gang_waiting":  # a tree waits as one: each of its PodGroups says why
+                reason = env.gang_waiting.reason
+                changed = [
+                    k
+                    for k in self._under(env.workload)
+                    for k in self._set_scheduled(k, False, reason)
+                ]
             case "gang_permitted":
                 changed = self._set_scheduled(env.workload, True, "")
             case "placement_preempted":

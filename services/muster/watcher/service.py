@@ -35,6 +35,8 @@ from muster.watcher.status import GroupStatuses, StatusSink, write_statuses
 
 log = logging.getLogger(__name__)
 
+GROUP_KINDS = frozenset({SCHEDULING_POD_GROUP_KIND, "CompositePodGroup"})
+
 WATCHER_BUCKET = "MUSTER_WATCHER"
 BATCH_MAX = 256  # changes handled before their events are published and remembered
 SAVE_INTERVAL_S = 0.1  # the revision is stored at most this often (and when stopping)
@@ -199,7 +201,7 @@ async def _watch(
     try:
         async for batch in changes:
             for change in batch:
-                if groups is not None and change.kind == SCHEDULING_POD_GROUP_KIND:
+                if groups is not None and change.kind in GROUP_KINDS:
                     groups.seen(change)  # its conditions may now be written
                 handler = handler_for(change)
                 if handler is not None:

@@ -19,6 +19,7 @@ from muster.bus.connection import Bus
 from muster.bus.subjects import config_subject, queue_subject, workload_subject
 from muster.cluster.backend import ClusterChange
 from muster.cluster.kube.resources import ObjectRef
+from muster.cluster.sim.keys import SCHEDULING_POD_GROUP_KIND
 from muster.contracts.v1 import events_pb2 as pb
 from muster.watcher.group_status import GANG_EVENTS, GroupStatusBook
 from muster.watcher.kueue_status import WORKLOAD_EVENTS, StatusBook
@@ -49,12 +50,19 @@ class GroupStatuses:
         self.book = GroupStatusBook()
 
     def seen(self, change: ClusterChange) -> None:
+        """A PodGroup or CompositePodGroup as the cluster watch shows it."""
         meta = change.obj.get("metadata") or {}
-        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        namespace = meta.get("namespace", "")
+        key = f"{namespace}/{meta.get('name', '')}"
         if change.type == "DELETED":
             self.book.forget(key)
             return
-        ref = self.book.learn(key, str(change.obj.get("apiVersion", "")))
+        name = (change.obj.get("spec") or {}).get("parentCompositePodGroupName") or ""
+        parent = f"{namespace}/{name}" if name else ""
+        if change.kind != SCHEDULING_POD_GROUP_KIND:  # a CompositePodGroup: a link only
+            self.book.learn_parent(key, parent)
+            return
+        ref = self.book.learn(key, str(change.obj.get("apiVersion", "")), parent=parent)
         if ref is not None:
             self._desire([ref])
 

@@ -62,3 +62,17 @@ def test_a_group_evicted_whole_is_a_disruption_target() -> None:
         "PreemptionByScheduler",
         "Preempted to place ns/urgent",
     )
+
+
+def test_a_tree_waiting_under_its_root_tells_every_pod_group_in_it() -> None:
+    book = GroupStatusBook()
+    book.learn("ns/a", V1BETA1, parent="ns/root")
+    book.learn("ns/b", V1BETA1, parent="ns/mid")
+    book.learn_parent("ns/mid", "ns/root")  # a CompositePodGroup under the root
+    book.learn("ns/other", V1BETA1)
+    changed = book.apply(waiting("ns/root", "1 of 2 groups of ns/root fit"))
+    assert [(r.namespace, r.name) for r in changed] == [("ns", "a"), ("ns", "b")]
+    assert conditions(book, "ns/b") == {
+        "PodGroupInitiallyScheduled": ("False", "Unschedulable", "1 of 2 groups of ns/root fit")
+    }
+    assert book.status_of("ns/other") is None

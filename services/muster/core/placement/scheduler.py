@@ -445,7 +445,8 @@ class GangScheduler:
     ) -> None:
         state = self._state
         deadline = gang.deadline_s(state.default_timeout_s)
-        assert deadline is not None and gang.started_s is not None
+        assert deadline is not None
+        assert gang.started_s is not None
         timeout = deadline - gang.started_s
         gang.timed_out = True
         gang.started_s = None
