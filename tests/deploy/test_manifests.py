@@ -15,6 +15,7 @@ import contextlib
 import functools
 import importlib
 import io
+import json
 import os
 import re
 import shutil
@@ -894,3 +895,59 @@ def test_simulate_runs_the_classic_setup_on_one_node(
     assert "sample-job-team-a" in out
     assert "sample-job-team-b" in out
     assert "Finished" in out
+
+
+CLUSTER = """\
+apiVersion: v1
+kind: List
+items:
+""" + "".join(
+    f"""- apiVersion: v1
+  kind: Node
+  metadata:
+    name: {block}-{rack}-{n}
+    labels:
+      topology.example.com/block: {block}
+      topology.example.com/rack: {block}-{rack}
+      topology.kubernetes.io/zone: zone-{block}
+  status: {{allocatable: {{cpu: "2", memory: 8Gi, pods: "110"}}}}
+"""
+    for block in ("a", "b")
+    for rack in ("r1", "r2")
+    for n in (1, 2)
+)
+
+
+def test_today_s_gang_examples_place_as_their_comments_say(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The v1beta1 gang, the two-level CompositePodGroup and the queued Job with
+    spec.scheduling, simulated on two blocks of two racks of two 2-cpu nodes."""
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(CLUSTER)
+    files = [
+        *(str(K8S / "examples" / p) for p in ("two-teams.yaml", "gang-v1beta1.yaml")),
+        *(str(K8S / "examples" / p) for p in ("composite-two-level.yaml", "queued-job-gang.yaml")),
+    ]
+    status = muster_main(["simulate", *files, str(nodes), "-o", "json", "--until", "10"])
+    document = json.loads(capsys.readouterr().out)
+    assert status == 0
+    pods = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in document["pods"]}
+    ring = [pods[f"ring-{i}"] for i in range(4)]
+    assert all(ring)
+    trainer = [pods[f"trainer-{s}-{i}"] for s in "ab" for i in range(4)]
+    assert all(trainer)
+    assert len({node.split("-")[0] for node in trainer}) == 1  # one block
+    for shard in "ab":  # each shard in one rack
+        assert len({pods[f"trainer-{shard}-{i}"].rsplit("-", 1)[0] for i in range(4)}) == 1
+    job = [node for name, node in pods.items() if name.startswith("job-sharded-train-")]
+    assert len(job) == 4
+    assert all(job)
+    assert len({node.split("-")[0] for node in job}) == 1  # one zone
+    conditions = {
+        g["metadata"]["name"]: {c["type"]: c["status"] for c in g["status"]["conditions"]}
+        for g in document["podGroups"]
+        if g["kind"] == "PodGroup"
+    }
+    assert conditions["ring-workers"] == {"PodGroupInitiallyScheduled": "True"}
+    assert conditions["trainer-shard-b"] == {"PodGroupInitiallyScheduled": "True"}

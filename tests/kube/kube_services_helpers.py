@@ -32,6 +32,7 @@ from muster.watcher import __main__ as watcher_main
 
 T = TypeVar("T")
 KUEUE = ("kueue.x-k8s.io", "v1beta1")
+SCHEDULING = "scheduling.k8s.io"
 # kind → (plural, namespaced) of the Kueue objects the tests write
 KUEUE_KINDS = {
     "ResourceFlavor": ("resourceflavors", False),
@@ -75,9 +76,17 @@ class Kubectl:
                 await asyncio.to_thread(self._create, doc)
 
     def _create(self, obj: dict[str, Any]) -> None:
+        if obj["kind"] == "List":
+            for item in obj["items"]:
+                self._create(item)
+            return
         kind, meta = obj["kind"], obj["metadata"]
         namespace = meta.get("namespace", "default")
-        if kind in KUEUE_KINDS:
+        if str(obj.get("apiVersion", "")).startswith(f"{SCHEDULING}/"):
+            version = obj["apiVersion"].split("/")[1]
+            plural = f"{kind.lower()}s"
+            self.custom.create_namespaced_custom_object(SCHEDULING, version, namespace, plural, obj)
+        elif kind in KUEUE_KINDS:
             plural, namespaced = KUEUE_KINDS[kind]
             if namespaced:
                 self.custom.create_namespaced_custom_object(*KUEUE, namespace, plural, obj)
@@ -91,8 +100,31 @@ class Kubectl:
             self.core.create_namespaced_pod(namespace, obj)
         elif kind == "Job":
             self.batch.create_namespaced_job(namespace, obj)
+        elif str(obj.get("apiVersion", "")).startswith(f"{SCHEDULING}/"):
+            version = obj["apiVersion"].split("/")[1]
+            plural = f"{kind.lower()}s"
+            self.custom.create_namespaced_custom_object(SCHEDULING, version, namespace, plural, obj)
         else:
             raise AssertionError(f"the tests do not create {kind}")
+
+    async def list_pods(self, namespace: str) -> list[dict[str, Any]]:
+        """The pods of `namespace` as stored (JSON)."""
+
+        def read() -> list[dict[str, Any]]:
+            raw = self.core.list_namespaced_pod(namespace, _preload_content=False)
+            items: list[dict[str, Any]] = json.loads(raw.data)["items"]
+            return items
+
+        return await asyncio.to_thread(read)
+
+    async def scheduling_object(
+        self, plural: str, name: str, namespace: str, *, version: str = "v1beta1"
+    ) -> dict[str, Any]:
+        """A scheduling.k8s.io object (PodGroup, Workload) as stored."""
+        found: dict[str, Any] = await asyncio.to_thread(
+            self.custom.get_namespaced_custom_object, SCHEDULING, version, namespace, plural, name
+        )
+        return found
 
     async def get(self, kind: str, name: str, namespace: str = "") -> dict[str, Any] | None:
         """The object as stored, or None when it does not exist."""
@@ -297,20 +329,21 @@ async def running_stack(
     access: Access | None = None,
     admin_token: str | None = None,
     service_flags: Mapping[str, Sequence[str]] | None = None,
+    server: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[Stack]:
-    """A fresh nats-server and stand-in with every service started on them; with `access`,
-    the stand-in checks it (`kube_flags` then name each service's credentials, and the
-    test's kubectl uses `admin_token`)."""
+    """A fresh nats-server and stand-in (`server`: its options) with every service started on
+    them; with `access`, the stand-in checks it (`kube_flags` then name each service's
+    credentials, and the test's kubectl uses `admin_token`)."""
     nats = NatsServer(tmp_path / "nats")
     url = await nats.start(log_path=tmp_path / "nats.log")
     try:
         bus = await connect(BusConfig(url=url, name="muster-test", connect_timeout_s=5.0))
         await bus.ensure_streams()
-        async with ApiServer(bookmark_interval_s=0.2, access=access) as server:
-            kubectl = Kubectl(server.url, token=admin_token)
+        async with ApiServer(bookmark_interval_s=0.2, access=access, **(server or {})) as standin:
+            kubectl = Kubectl(standin.url, token=admin_token)
             events = Events(bus)
             events.start()
-            stack = Stack(bus=bus, server=server, kubectl=kubectl, events=events)
+            stack = Stack(bus=bus, server=standin, kubectl=kubectl, events=events)
             try:
                 await stack.start(url, kube_flags=list(kube_flags), service_flags=service_flags)
                 yield stack

@@ -71,6 +71,11 @@ def pod_from_raw(raw: RawPod, meta: ObjectMeta, errs: ObjectErrors) -> Pod:
     _check_created(meta, errs)
     spec = raw.spec
     ref = spec.workload_ref
+    group = spec.scheduling_group
+    if group is not None and not group.pod_group_name:
+        errs.add("spec.schedulingGroup.podGroupName", "is required")
+    if group is not None and ref is not None:
+        errs.add("spec.schedulingGroup", "cannot be set together with spec.workloadRef")
     return Pod(
         meta=meta,
         scheduler_name=spec.scheduler_name or DEFAULT_SCHEDULER,
@@ -91,6 +96,7 @@ def pod_from_raw(raw: RawPod, meta: ObjectMeta, errs: ObjectErrors) -> Pod:
             if ref is not None
             else None
         ),
+        scheduling_group=group.pod_group_name if group is not None else "",
     )
 
 

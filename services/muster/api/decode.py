@@ -52,6 +52,22 @@ from muster.api.multikueue import (
     multikueue_cluster_from_raw,
     multikueue_config_from_raw,
 )
+from muster.api.scheduling_objects import (
+    SCHEDULING_V1ALPHA2,
+    SCHEDULING_V1ALPHA3,
+    SCHEDULING_V1BETA1,
+    composite_pod_group_from_raw,
+    group_workload_from_raw,
+    group_workload_v1alpha2_from_raw,
+    scheduling_pod_group_from_raw,
+    scheduling_pod_group_v1alpha2_from_raw,
+)
+from muster.api.scheduling_raw import (
+    RawGroup,
+    RawGroupWorkload,
+    RawPodGroupV1Alpha2,
+    RawWorkloadV1Alpha2,
+)
 from muster.api.validate import validate
 
 Decoded = tuple[list[ApiObject], list[FieldError]]
@@ -100,6 +116,24 @@ _KINDS: dict[tuple[str, str], _Kind] = {
     ),
     (SCHEDULER_PLUGINS_V1ALPHA1, "PodGroup"): _Kind(
         wire.RawPodGroup, pod_group_from_raw, namespaced=True
+    ),
+    # Today's gang API (Kubernetes v1.36: v1alpha2; v1.37: v1beta1 and v1alpha3).
+    (SCHEDULING_V1ALPHA2, "Workload"): _Kind(
+        RawWorkloadV1Alpha2, group_workload_v1alpha2_from_raw, namespaced=True
+    ),
+    (SCHEDULING_V1ALPHA2, "PodGroup"): _Kind(
+        RawPodGroupV1Alpha2, scheduling_pod_group_v1alpha2_from_raw, namespaced=True
+    ),
+    **{
+        (version, kind): _Kind(wire_type, convert, namespaced=True)
+        for version in (SCHEDULING_V1BETA1, SCHEDULING_V1ALPHA3)
+        for kind, wire_type, convert in (
+            ("Workload", RawGroupWorkload, group_workload_from_raw),
+            ("PodGroup", RawGroup, scheduling_pod_group_from_raw),
+        )
+    },
+    (SCHEDULING_V1ALPHA3, "CompositePodGroup"): _Kind(
+        RawGroup, composite_pod_group_from_raw, namespaced=True
     ),
 }
 _TAS = "not used until topology-aware scheduling"

@@ -7,7 +7,9 @@ The rules, as Kueue's Job integration applies them:
   template's `priorityClassName` names a scheduling.k8s.io PriorityClass;
 - one podset "main" of min(parallelism, completions) pods (parallelism defaults to 1), with
   `min_count` from annotation `kueue.x-k8s.io/job-min-parallelism` (partial admission);
-- name `job-<job name>-<5 hex digits>`, see `workload_name_for_job`.
+- name `job-<job name>-<5 hex digits>`, see `workload_name_for_job`;
+- `spec.scheduling` (Kubernetes v1.37) kept as the workload's `scheduling`: its pods are one
+  group with that policy (`gang.minCount` defaults to parallelism and may not exceed it).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from muster.api.errors import ObjectErrors, key_path
 from muster.api.model import ObjectMeta, OwnerReference, PriorityClassSource, Workload
 from muster.api.podspec import pod_set_from_template
 from muster.api.raw import RawJob
+from muster.api.scheduling_objects import job_scheduling
 
 QUEUE_NAME_KEY = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
@@ -72,6 +75,7 @@ def workload_from_job(raw: RawJob, errs: ObjectErrors, *, namespace: str) -> Wor
         path="spec.template",
     )
     priority_class, source = _priority_class(raw)
+    scheduling = raw.spec.scheduling
     return Workload(
         meta=meta,
         queue_name=job_meta.labels.get(QUEUE_NAME_KEY)
@@ -79,7 +83,16 @@ def workload_from_job(raw: RawJob, errs: ObjectErrors, *, namespace: str) -> Wor
         pod_sets=(pod_set,),
         priority_class_name=priority_class,
         priority_class_source=source,
+        scheduling=(
+            job_scheduling(scheduling, parallelism=_parallelism(raw), errs=errs)
+            if scheduling is not None
+            else None
+        ),
     )
+
+
+def _parallelism(raw: RawJob) -> int:
+    return raw.spec.parallelism if raw.spec.parallelism is not None else 1
 
 
 def _pod_count(raw: RawJob, errs: ObjectErrors) -> int:

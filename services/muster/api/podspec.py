@@ -142,6 +142,7 @@ def pod_set_from_template(
         tolerations=tolerations(template.spec.tolerations),
         node_affinity_terms=node_affinity_terms(template.spec, errs, path=spec_path),
         annotations=dict(template.metadata.annotations),
+        scheduling_group=group.pod_group_name if (group := template.spec.scheduling_group) else "",
     )
 
 

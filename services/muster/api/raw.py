@@ -121,6 +121,12 @@ class RawContainer(Wire):
     restart_policy: str | None = None  # "Always" on an init container makes it a sidecar
 
 
+class RawSchedulingGroup(Wire):
+    """A pod's `spec.schedulingGroup` (Kubernetes v1.36+): the PodGroup it joins."""
+
+    pod_group_name: str = ""  # required; conversion names it when missing
+
+
 class RawPodSpec(Wire):
     containers: list[RawContainer] = []
     init_containers: list[RawContainer] = []
@@ -129,6 +135,7 @@ class RawPodSpec(Wire):
     tolerations: list[RawToleration] = []
     affinity: RawAffinity | None = None
     priority_class_name: str | None = None
+    scheduling_group: RawSchedulingGroup | None = None
 
 
 class RawTemplateMeta(Wire):
@@ -344,10 +351,55 @@ class RawWorkload(Document):
     status: RawWorkloadStatus = msgspec.field(default_factory=RawWorkloadStatus)
 
 
+# --- scheduling.k8s.io policy pieces (v1alpha2+), shared by PodGroups, their templates and a
+# Job's `spec.scheduling`; the documents themselves are in `muster.api.scheduling_raw`.
+
+
+class RawGang(Wire):
+    min_count: int | None = None  # pods; optional only in a Job's spec.scheduling
+    min_group_count: int | None = None  # child groups of a CompositePodGroup
+
+
+class RawEmpty(Wire):
+    pass
+
+
+class RawSchedulingPolicy(Wire):
+    """A union: exactly one of `basic` and `gang` (conversion checks)."""
+
+    basic: RawEmpty | None = None
+    gang: RawGang | None = None
+
+
+class RawTopologyConstraint(Wire):
+    key: str = ""
+
+
+class RawSchedulingConstraints(Wire):
+    topology: list[RawTopologyConstraint] = []
+
+
+class RawDisruptionMode(Wire):
+    """v1.37's union (`single: {}` or `all: {}`); v1.36 wrote a string (`Pod`, `PodGroup`)."""
+
+    single: RawEmpty | None = None
+    all: RawEmpty | None = None
+
+
+class RawJobScheduling(Wire):
+    """A Job's `spec.scheduling` (Kubernetes v1.37, gate WorkloadWithJob)."""
+
+    scheduling_policy: RawSchedulingPolicy | None = None
+    scheduling_constraints: RawSchedulingConstraints | None = None
+    disruption_mode: RawDisruptionMode | None = None
+    resource_claims: list[dict[str, Any]] = []
+
+
 class RawJobSpec(Wire):
     parallelism: int | None = None
     completions: int | None = None
     template: RawPodTemplate = msgspec.field(default_factory=RawPodTemplate)
+    scheduling: RawJobScheduling | None = None
 
 
 class RawJob(Document):

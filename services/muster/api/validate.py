@@ -65,8 +65,8 @@ def validate(
         return list(check_pod_sets(obj, who))
     if isinstance(obj, LocalQueue) and not obj.cluster_queue:
         return [FieldError(who, "spec.clusterQueue", "must not be empty")]
-    if isinstance(obj, SchedulingWorkload):
-        return list(check_pod_groups(obj, who))
+    if isinstance(obj, SchedulingWorkload):  # later versions are checked as they convert
+        return list(check_pod_groups(obj, who)) if obj.api_version.endswith("/v1alpha1") else []
     if isinstance(obj, PodGroup):
         return list(check_pod_group(obj, who))
     if isinstance(obj, Pod):

@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
-from muster.bench import admission, light_gpu, placement
+from muster.bench import admission, light_gpu, placement, podgroups
 from muster.bench.kueue_perf import CONFIGS
 from muster.bench.table import render_json_line
 
@@ -112,7 +112,8 @@ def add_placement_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run_placement(args: argparse.Namespace) -> Iterator[placement.PlacementRow]:
-    return placement.run(scale=args.scale, scoring=args.scoring)
+    yield from placement.run(scale=args.scale, scoring=args.scoring)
+    yield from podgroups.run(scale=args.scale, scoring=args.scoring)
 
 
 def add_light_gpu_options(parser: argparse.ArgumentParser) -> None:
@@ -157,7 +158,8 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
         Section(
             name=placement.SECTION,
             help="the gang scheduler alone, as Kubernetes' scheduler_perf: pods/s over 5 000 "
-            "nodes, and ms per 3-pod gang for 1 000 / 2 000 / 3 000 gangs, batched and streamed",
+            "nodes, and ms per 3-pod gang for 1 000 / 2 000 / 3 000 gangs, batched and streamed; "
+            "then PodGroups and a CompositePodGroup beside the same gangs as v1alpha1",
             add_options=add_placement_options,
             run=run_placement,
             render=placement.render,

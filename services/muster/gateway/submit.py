@@ -27,6 +27,7 @@ from muster.api.model import (
     ConfigObject,
     KueueConfig,
     ObjectMeta,
+    SchedulingPodGroup,
     SchedulingWorkload,
     Workload,
 )
@@ -295,6 +296,7 @@ def _plan_cluster_object(
 CLUSTER_KINDS: Final[dict[type, str]] = {
     **{t: t.__name__ for t in CLUSTER_TYPES},
     SchedulingWorkload: "Workload.scheduling.k8s.io",
+    SchedulingPodGroup: "PodGroup.scheduling.k8s.io",
 }
 
 

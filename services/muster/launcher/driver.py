@@ -27,6 +27,7 @@ NOT_SUBMITTED = frozenset({"Node", "Configuration"})
 WORK_KINDS = frozenset({"Job", "Workload", "Pod", "PodGroup"})
 # How Gateway.Submit names a scheduling.k8s.io Workload (a Kueue Workload is "Workload").
 GANG_WORKLOAD_KIND = "Workload.scheduling.k8s.io"
+GANG_POD_GROUP_KIND = "PodGroup.scheduling.k8s.io"  # scheduler-plugins' is "PodGroup"
 
 
 CLUSTER_ANNOTATION = "muster.dev/cluster"  # on a Node: the cluster it belongs to
@@ -167,8 +168,9 @@ class Driver:
                     if track.submitted_s is None:
                         track.submitted_s = self.now_s()
                     self._line(track, "submitted", f"to {track.queue}")
-                elif obj.kind in (GANG_WORKLOAD_KIND, "PodGroup"):
-                    # A PodGroup's gang is keyed by its name; a Workload's by name/group/replica.
+                elif obj.kind in (GANG_WORKLOAD_KIND, "PodGroup", GANG_POD_GROUP_KIND):
+                    # A PodGroup's gang is keyed by its name; a v1alpha1 Workload's by
+                    # name/group/replica (a later Workload's keys no gang: its PodGroups do).
                     prefix = obj.key + ("/" if obj.kind == GANG_WORKLOAD_KIND else "")
                     self.gang_sources[prefix] = self.now_s()
                     self.print_line(f"{self.now_s():7.1f}s  {obj.key:<36} {'submitted':<10} gang")

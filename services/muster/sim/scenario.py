@@ -25,16 +25,18 @@ from muster.api.model import (
     ApiObject,
     ClusterObject,
     ClusterQueue,
+    CompositePodGroup,
     ConfigObject,
     KueueConfig,
     Node,
     ObjectMeta,
     Pod,
     PodGroup,
+    SchedulingPodGroup,
     SchedulingWorkload,
     Workload,
 )
-from muster.api.wellknown import CLUSTER_ANNOTATION
+from muster.api.wellknown import CLUSTER_ANNOTATION, GANG_TIMEOUT_ANNOTATION
 from muster.sim.annotations import (
     CHECK_RESULT,
     KNOWN_ON_NODES,
@@ -216,11 +218,22 @@ def timed_cluster_objects(
 
     def parse(obj: ClusterObject) -> WorkloadScript:
         known = KNOWN_ON_NODES if isinstance(obj, Node) else KNOWN_ON_PODS
-        # muster.dev/cluster (which cluster it is in) is read by plan_clusters, not scripted.
-        scripted = {k: v for k, v in obj.meta.annotations.items() if k != CLUSTER_ANNOTATION}
+        # muster.dev/cluster (which cluster it is in) is read by plan_clusters, and the gang
+        # deadline of a PodGroup by muster.api, not scripted.
+        skipped: tuple[str, ...] = (CLUSTER_ANNOTATION,)
+        if isinstance(obj, SchedulingPodGroup | CompositePodGroup):
+            skipped += (GANG_TIMEOUT_ANNOTATION,)
+        scripted = {k: v for k, v in obj.meta.annotations.items() if k not in skipped}
         return parse_workload_script(scripted, known=known)
 
-    timed = in_arrival_order(objects, errors, name_of=cluster_object_name, parse=parse)
+    timed = in_arrival_order(
+        objects,
+        errors,
+        name_of=cluster_object_name,
+        parse=parse,
+        # A PodGroup written again is an update (its minCount may change, Kubernetes v1.37).
+        repeatable=lambda obj: isinstance(obj, SchedulingPodGroup),
+    )
     return tuple(
         ClusterArrival(at_s=script.submit_after_s, rank=rank, obj=obj, script=script)
         for rank, obj, script in timed
@@ -233,6 +246,7 @@ def in_arrival_order(
     *,
     name_of: Callable[[_Timed], str],
     parse: Callable[[_Timed], WorkloadScript],
+    repeatable: Callable[[_Timed], bool] = lambda _: False,
 ) -> list[tuple[int, _Timed, WorkloadScript]]:
     """(rank, object, script) sorted by (submit-after, rank); rank is the order of arrival.
 
@@ -244,7 +258,7 @@ def in_arrival_order(
     seen: set[str] = set()
     for position, obj in enumerate(objects):
         name = name_of(obj)
-        if name in seen:
+        if name in seen and not repeatable(obj):
             errors.append(FieldError(obj=name, path="metadata.name", problem="duplicate"))
             continue
         seen.add(name)
@@ -290,6 +304,8 @@ CLUSTER_KINDS: Mapping[type, str] = {
     Pod: "Pod",
     SchedulingWorkload: "Workload.scheduling.k8s.io",
     PodGroup: "PodGroup",
+    SchedulingPodGroup: "PodGroup.scheduling.k8s.io",
+    CompositePodGroup: "CompositePodGroup",
 }
 
 

@@ -11,6 +11,7 @@ retried (409 Conflict re-reads) before a ClusterError leaves; every client failu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
@@ -36,6 +37,7 @@ from muster.cluster.errors import (
 )
 from muster.cluster.kube import jobs
 from muster.cluster.kube.config import api_client
+from muster.cluster.kube.discovery import GangApi
 from muster.cluster.kube.informer import SEQ_BITS, merged_watch, resource_version_now
 from muster.cluster.kube.ratelimit import TokenBucket
 from muster.cluster.kube.resources import (
@@ -69,6 +71,7 @@ class KubeBackend:
         self.transport = transport
         self.config = config
         self._kueue = kueue_resources(config.kueue_version)
+        self.gang_api = GangApi(transport)
 
     @classmethod
     async def connect(cls, config: KubeConfig) -> KubeBackend:
@@ -216,25 +219,33 @@ class KubeBackend:
         views = [_view(pod_view, obj) for obj in await self._list(PODS)]
         return sorted((v for v in views if v is not None), key=lambda v: (v.namespace, v.name))
 
-    def watch(
+    async def watch(
         self,
         *,
         from_revision: int = 0,
         selection: Selection = "workloads",
         on_progress: Callable[[int], None] | None = None,
     ) -> AsyncGenerator[ClusterChange, None]:
+        """As the protocol says; the gang API's resources are those the server serves now
+        (`discovery`), looked up again at each watch."""
+        self.gang_api.forget()
+        gang_api = await self._retrying(self.gang_api.resources)
         sources = watched_sources(
             scheduler_name=self.config.scheduler_name,
             kueue_version=self.config.kueue_version,
             selection=selection,
+            gang_api=gang_api,
         )
-        return merged_watch(
+        changes = merged_watch(
             self.transport,
             sources,
             settings=self.config.watch,
             from_revision=from_revision,
             on_progress=on_progress,
         )
+        async with contextlib.aclosing(changes):
+            async for change in changes:
+                yield change
 
     async def current_revision(self) -> int:
         """The API server's resourceVersion now, as a watch revision (`informer`).

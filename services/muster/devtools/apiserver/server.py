@@ -41,6 +41,7 @@ from muster.devtools.apiserver.http import (
     read_request,
     stream_head,
 )
+from muster.devtools.apiserver.jobcontroller import JobController
 from muster.devtools.apiserver.objects import encode
 from muster.devtools.apiserver.resources import Registry, ResourceType, default_resources
 from muster.devtools.apiserver.routes import (
@@ -83,6 +84,8 @@ class ApiServer:
         default_watch_timeout_s: float = 1800.0,
         max_watch_pending: int = 100_000,
         garbage_collection: bool = True,
+        job_controller: bool = False,
+        workload_with_job: bool = True,
         clock: Callable[[], float] = time.time,
         access: Access | None = None,
     ) -> None:
@@ -101,6 +104,11 @@ class ApiServer:
             defer=self._defer,
             garbage_collection=garbage_collection,
         )
+        # Off by default: most tests play the Job controller themselves (kube_services_helpers).
+        self.jobs: JobController | None = None
+        if job_controller:
+            self.jobs = JobController(self.api, self.registry, workload_with_job=workload_with_job)
+            self.jobs.start()
         self.faults = Faults()
         self.requests = RequestLog()
         self._server: asyncio.Server | None = None
