@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 
 import msgspec
-import yaml
 
 from muster.api.errors import FieldError, ObjectErrors, key_path
+from muster.api.load import load_yaml
 from muster.api.model import Alternative, ClusterQueue, Workload
 from muster.api.wellknown import (
     ALTERNATIVES_ANNOTATION,
@@ -57,14 +57,18 @@ def parse_alternatives(
 ) -> tuple[tuple[Alternative, ...], list[FieldError]]:
     """The alternatives an annotation value lists, in order, and one FieldError per problem."""
     errs = ObjectErrors(who)
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        errs.add(ANNOTATION_PATH, f"invalid YAML{where}: {problem}")
+    documents, problem = load_yaml(text)
+    if problem is not None:
+        syntax = problem.problem.removeprefix("invalid YAML: ")
+        if syntax != problem.problem:
+            errs.add(ANNOTATION_PATH, f"invalid YAML at {problem.path}: {syntax}")
+        else:
+            errs.add(ANNOTATION_PATH, f"{problem.problem} ({problem.path})")
         return (), errs.errors
+    if len(documents) > 1:
+        errs.add(ANNOTATION_PATH, f"must be one YAML document, got {len(documents)}")
+        return (), errs.errors
+    value = documents[0] if documents else None
     if not isinstance(value, list) or not value:
         errs.add(ANNOTATION_PATH, f"must be a non-empty list of alternatives, got {_kind(value)}")
         return (), errs.errors

@@ -11,9 +11,10 @@ when the call started.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import Any, Final, NoReturn, Protocol
+from typing import Any, Final, NoReturn, Protocol, cast
 
 import grpc
 import grpc.aio
@@ -23,6 +24,7 @@ from grpc_health.v1._async import HealthServicer
 from nats.js.kv import KeyValue
 from opentelemetry import trace
 
+from muster.api import VALIDATIONS, FieldError, Validation
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
 from muster.bus.errors import BusError, Reject
 from muster.bus.subjects import DEFAULT_CLUSTER, check_cluster
@@ -115,13 +117,25 @@ class GatewayServicer(services_pb2_grpc.GatewayServicer):
             kind=trace.SpanKind.SERVER,
             new_trace=True,
         ):
+            validation = request.validation or "strict"
+            if validation not in VALIDATIONS:
+                choices = ", ".join(VALIDATIONS)
+                problem = f"validation: must be one of {choices}, got {validation!r}"
+                await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, problem)
+            warnings: list[FieldError] = []
+            plan = functools.partial(
+                plan_submit,
+                request.manifest,
+                cluster=cluster,
+                submission=request.idempotency_key,
+                validation=cast(Validation, validation),
+                warnings=warnings,
+            )
             try:
                 if len(request.manifest) <= INLINE_MANIFEST_BYTES:  # a fraction of a millisecond
-                    planned = plan_submit(request.manifest, cluster=cluster)
+                    planned = plan()
                 else:  # parsing a large manifest takes a while: keep the loop serving meanwhile
-                    planned = await asyncio.to_thread(
-                        plan_submit, request.manifest, cluster=cluster
-                    )
+                    planned = await asyncio.to_thread(plan)
             except InvalidManifestError as exc:
                 await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "\n".join(exc.errors))
             envs = envelopes(planned, cluster=cluster)
@@ -134,7 +148,8 @@ class GatewayServicer(services_pb2_grpc.GatewayServicer):
             objects=[
                 services_pb2.SubmittedObject(kind=p.kind, key=p.key, event_id=p.event_id)
                 for p in planned
-            ]
+            ],
+            warnings=[str(w) for w in warnings],
         )
 
     async def _publish(
