@@ -16,6 +16,7 @@ import msgspec
 from muster.api.errors import FieldError, ObjectErrors, key_path
 from muster.api.load import load_yaml
 from muster.api.model import Alternative, ClusterQueue, Workload
+from muster.api.names import check_reference
 from muster.api.wellknown import (
     ALTERNATIVES_ANNOTATION,
     ROUTING_POLICIES,
@@ -97,6 +98,7 @@ def _alternative(entry: object, path: str, errs: ObjectErrors) -> Alternative | 
     if not isinstance(queue, str) or not queue:
         errs.add(f"{path}.queueName", "is required: the name of a LocalQueue")
         return None
+    check_reference(errs, queue, f"{path}.queueName")
     return Alternative(
         queue_name=queue,
         requests=_requests(entry.get("requests"), f"{path}.requests", errs),

@@ -23,6 +23,7 @@ from muster.api.model import (
     WorkloadPodGroup,
     WorkloadRef,
 )
+from muster.api.names import check_reference
 from muster.api.podspec import node_affinity_terms, pod_requests, taints, tolerations
 from muster.api.raw import (
     RawNode,
@@ -71,6 +72,10 @@ def pod_from_raw(raw: RawPod, meta: ObjectMeta, errs: ObjectErrors) -> Pod:
     _check_created(meta, errs)
     spec = raw.spec
     ref = spec.workload_ref
+    if ref is not None:
+        check_reference(errs, ref.name, "spec.workloadRef.name")
+        check_reference(errs, ref.pod_group, "spec.workloadRef.podGroup")
+        check_reference(errs, ref.pod_group_replica_key, "spec.workloadRef.podGroupReplicaKey")
     return Pod(
         meta=meta,
         scheduler_name=spec.scheduler_name or DEFAULT_SCHEDULER,
@@ -117,6 +122,7 @@ def scheduling_workload_from_raw(
 
 def _pod_group(raw: RawWorkloadPodGroup, errs: ObjectErrors, *, path: str) -> WorkloadPodGroup:
     """Exactly one of `policy.basic` and `policy.gang`; a gang states its minCount."""
+    check_reference(errs, raw.name, f"{path}.name")
     policy = raw.policy
     if policy is None or (policy.basic is None) == (policy.gang is None):
         errs.add(f"{path}.policy", "must set exactly one of basic or gang")

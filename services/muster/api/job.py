@@ -22,6 +22,7 @@ from muster.api.convert import (
 )
 from muster.api.errors import ObjectErrors, key_path
 from muster.api.model import ObjectMeta, OwnerReference, PriorityClassSource, Workload
+from muster.api.names import check_reference
 from muster.api.podspec import pod_set_from_template
 from muster.api.raw import RawJob
 
@@ -72,6 +73,13 @@ def workload_from_job(raw: RawJob, errs: ObjectErrors, *, namespace: str) -> Wor
         path="spec.template",
     )
     priority_class, source = _priority_class(raw)
+    # Kueue's Job webhook: the queue and priority class labels must name objects.
+    for where, keys in (
+        ("metadata.labels", job_meta.labels),
+        ("metadata.annotations", job_meta.annotations),
+    ):
+        for key in (QUEUE_NAME_KEY, PRIORITY_CLASS_LABEL):
+            check_reference(errs, keys.get(key), key_path(where, key))
     return Workload(
         meta=meta,
         queue_name=job_meta.labels.get(QUEUE_NAME_KEY)

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Final
 
-from muster.api.errors import key_path
+from muster.api.errors import ObjectErrors, key_path
 
 DNS1123_LABEL_MAX: Final = 63
 DNS1123_SUBDOMAIN_MAX: Final = 253
@@ -124,3 +124,16 @@ def generated_name(prefix: str, *, seed: str) -> str:
 def _shown(text: str) -> str:
     """`text` quoted for a message, cut short: a hostile name may be long or odd."""
     return ascii(text) if len(text) <= 80 else f"{text[:77]!a}..."
+
+
+def check_reference(
+    errs: ObjectErrors, name: str | None, path: str, *, label: bool = False
+) -> None:
+    """Record a problem with `name`, a reference to another object (`spec.clusterQueue`, a
+    flavor, a cohort), unless it is empty or a valid name: a DNS-1123 subdomain, or with
+    `label` a DNS-1123 label (Kueue's podset names)."""
+    if not name:
+        return
+    problem = dns1123_label_problem(name) if label else dns1123_subdomain_problem(name)
+    if problem is not None:
+        errs.add(path, problem)
