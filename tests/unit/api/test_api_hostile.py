@@ -153,7 +153,8 @@ def test_nineteen_podsets_are_refused_eighteen_accepted() -> None:
         return workload(f"{{queueName: q, podSets: [{sets}]}}")
 
     objects, errors = decode_yaml(with_sets(18))
-    assert errors == [] and isinstance(objects[0], Workload)
+    assert errors == []
+    assert isinstance(objects[0], Workload)
     assert errors_of(with_sets(19)) == [
         "Workload/ml/w: spec.podSets: must list at most 18 podsets, got 19"
     ]
@@ -177,7 +178,8 @@ def test_valid_names_and_numbers_still_decode() -> None:
     text = (
         f"{KUEUE}\nkind: ClusterQueue\nmetadata: {{name: team-a.gpu}}\nspec:\n"
         "  cohortName: org.research\n  resourceGroups:\n  - coveredResources: [cpu]\n"
-        "    flavors: [{name: on-demand, resources: [{name: cpu, nominalQuota: 9223372036854775807m}]}]\n"
+        "    flavors: [{name: on-demand, resources:"
+        " [{name: cpu, nominalQuota: 9223372036854775807m}]}]\n"
     )
 
     (cq,), errors = decode_yaml(text)
