@@ -296,12 +296,9 @@ def _decode_document(
         return
     problems = _identity_problems(doc, spec, who, kind=kind, generated=doc is not written)
     problems += _unknown_field_problems(doc, who, (api_version, kind), reading)
-    if problems:
-        errors.extend(problems)
-        return
-    found, problems = _decode_object(doc, spec, who, namespace)
-    errors.extend(problems)
-    if found is not None and not problems:
+    found, more = _decode_object(doc, spec, who, namespace)
+    errors.extend(problems + more)
+    if found is not None and not problems and not more:
         objects.append(found)
 
 
