@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test lint fmt bench golden proto clean
+.PHONY: setup run test lint fmt bench golden proto clean fuzz
 
 CONTRACTS := services/muster/contracts/v1/events_pb2.py
 PROTOS := $(wildcard proto/muster/v1/*.proto)
@@ -46,6 +46,10 @@ bench: setup
 
 golden: setup
 	$(BIN)/python tests/golden/regenerate.py
+
+# The input fuzz suite at length (the normal suite runs 60 examples per property).
+fuzz: setup
+	MUSTER_FUZZ_EXAMPLES=5000 $(BIN)/pytest tests/fuzz
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis

@@ -162,7 +162,7 @@ def _as_created(doc: Any, *, seed: str) -> Any:
     `generateName` (from `seed`). Anything that is not an object is left to the decoder."""
     if not isinstance(doc, dict):
         return doc
-    if "status" in doc and doc.get("kind") not in _KEEPS_STATUS:
+    if "status" in doc and not (isinstance(kind := doc.get("kind"), str) and kind in _KEEPS_STATUS):
         doc = {k: v for k, v in doc.items() if k != "status"}
     return with_generated_name(doc, seed=seed)
 
