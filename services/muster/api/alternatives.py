@@ -17,6 +17,7 @@ from muster.api.errors import FieldError, ObjectErrors, key_path
 from muster.api.load import load_yaml
 from muster.api.model import Alternative, ClusterQueue, Workload
 from muster.api.names import check_reference
+from muster.api.times import parse_seconds
 from muster.api.wellknown import (
     ALTERNATIVES_ANNOTATION,
     ROUTING_POLICIES,
@@ -122,10 +123,7 @@ def _seconds(value: object, path: str, errs: ObjectErrors) -> float | None:
     if isinstance(value, int | float) and not isinstance(value, bool):
         seconds = float(value)
     elif isinstance(value, str):
-        try:
-            seconds = float(value)
-        except ValueError:
-            seconds = None
+        seconds = parse_seconds(value)
     if seconds is None or not math.isfinite(seconds) or seconds < 0:
         errs.add(path, f"must be a finite number of seconds >= 0, got {value!r}")
         return None

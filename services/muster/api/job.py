@@ -13,6 +13,7 @@ The rules, as Kueue's Job integration applies them:
 from __future__ import annotations
 
 import hashlib
+import re
 
 from muster.api.convert import (
     POD_PRIORITY_CLASS,
@@ -30,6 +31,7 @@ QUEUE_NAME_KEY = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
 POD_SET_NAME = "main"
+_INTEGER = re.compile(r"[+-]?[0-9]{1,10}", re.ASCII)
 _MAX_NAME = 253
 
 
@@ -108,11 +110,10 @@ def _min_count(raw: RawJob, count: int, errs: ObjectErrors) -> int | None:
     if text is None:
         return None
     path = key_path("metadata.annotations", MIN_PARALLELISM_ANNOTATION)
-    try:
-        value = int(text)
-    except ValueError:
-        errs.add(path, f'must be an integer, got "{text}"')
+    if not _INTEGER.fullmatch(text):  # int() would also take "١٢" and "1_0"
+        errs.add(path, f'must be an integer, got "{text[:40]}"')
         return None
+    value = int(text)
     # Kueue's Job webhook: greater than 0 and less than the Job's parallelism.
     if value < 1 or value >= count:
         errs.add(path, f"must be >= 1 and < the pod count {count}, got {value}")

@@ -187,3 +187,15 @@ def test_valid_names_and_numbers_still_decode() -> None:
     assert errors == []
     assert isinstance(cq, ClusterQueue)
     assert cq.cohort == "org.research"
+
+
+def test_an_integer_annotation_takes_ascii_digits_only() -> None:
+    text = (
+        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: j\n  namespace: ml\n"
+        "  annotations: {kueue.x-k8s.io/job-min-parallelism: '١'}\nspec: {parallelism: 4}\n"
+    )
+
+    assert errors_of(text) == [
+        'Job/ml/j: metadata.annotations["kueue.x-k8s.io/job-min-parallelism"]:'
+        ' must be an integer, got "١"'
+    ]

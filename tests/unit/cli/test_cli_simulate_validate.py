@@ -146,3 +146,20 @@ def test_an_alias_bomb_is_one_line_and_exit_2(
         ": line 11: aliases expand to more than the document's own values + 10000"
         " (an alias bomb?)\n"
     )
+
+
+def test_run_seconds_in_arabic_indic_digits_are_not_twelve_seconds(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    job = SAMPLE_JOB.replace(
+        "  namespace: default\n",
+        "  namespace: default\n  annotations: {muster.dev/run-seconds: '١٢'}\n",
+    )
+
+    status, _, err = simulate(capsys, tmp_path, f"{CLUSTER}---\n{job}")
+
+    assert status == 2
+    assert err.endswith(
+        ': metadata.annotations["muster.dev/run-seconds"]:'
+        " must be a number of seconds, got '١٢'\n"
+    )
