@@ -164,3 +164,23 @@ async def test_names_that_are_paths_are_refused(gw: RunningGateway, bus: Bus) ->
         ["LocalQueue/ns/../x", "spec.clusterQueue"],
     ]
     assert await stored_count(bus) == 0
+
+
+async def test_a_workload_submitted_twice_in_two_calls_runs_once(
+    gw: RunningGateway, bus_config: BusConfig, events: EventLog
+) -> None:
+    admission = await start_admission(bus_config)
+    try:
+        await admission.wait_serving()
+        await submit(gw, flavor(), cluster_queue(cpu="4"), local_queue())
+        await submit(gw, workload("once", cpu="1"))
+        await submit(gw, workload("once", cpu="1"))  # another call: a new event, same workload
+        await submit(gw, workload("after", cpu="1"))
+
+        await events.wait_for("admitted", workload="ns/after")  # handled in stream order
+    finally:
+        await admission.stop()
+
+    assert len(events.matching("submitted", workload="ns/once")) == 2
+    assert len(events.matching("quota_reserved", workload="ns/once")) == 1
+    assert len(events.matching("admitted", workload="ns/once")) == 1
