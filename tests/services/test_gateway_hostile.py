@@ -147,7 +147,7 @@ async def test_an_alias_bomb_is_refused_at_once_and_the_gateway_keeps_serving(
     details = await refused(gw, alias_bomb())
 
     assert details == (
-        "manifest: line 11: aliases expand to more than the document's own values + 10000"
+        "manifest: line 11: aliases expand to more than the input's own values + 10000"
         " (an alias bomb?)"
     )
     (wl,) = (await submit(gw, JOB)).objects

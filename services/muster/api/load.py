@@ -32,7 +32,8 @@ except ImportError:  # PyYAML without libyaml
     from yaml import SafeLoader as _Parser  # type: ignore[assignment]
 
 MAX_DEPTH: Final = 100  # nested maps and lists; a pod template needs about 15
-# Values an alias may add beyond the document's own: aliases can at most double a document
+# Values aliases may add beyond those written out, over the whole text (not per document, or
+# many small bombs would add up): aliases can at most double the input
 # plus this much, so a small document never costs more than a bounded amount to walk.
 ALIAS_ALLOWANCE: Final = 10_000
 MAX_DOCUMENT_CHARS: Final = 3 * 1024 * 1024  # the API server's limit on one request body
@@ -143,6 +144,7 @@ class _Builder:
         self.documents: list[Any] = []
         self.scalars: dict[str, Any] = {}  # plain scalar text -> value (most recur)
         self.duplicates: list[FieldError] = []
+        self.own = self.aliased = 0
 
     def run(self, parser: Any) -> None:
         get_event = parser.get_event
@@ -158,7 +160,8 @@ class _Builder:
         stack: list[_Frame] = []
         top: _Frame | None = None  # stack[-1]
         anchors: dict[str, tuple[Any, int] | None] = {}  # None while its node is open
-        own = aliased = 0  # values written out, values that aliases stand for
+        # Values written out, values that aliases stand for: over the whole text so far.
+        own, aliased = self.own, self.aliased
         scalars = self.scalars
         result: Any = None
         while True:
@@ -193,6 +196,7 @@ class _Builder:
                 if aliased > own + ALIAS_ALLOWANCE:
                     raise self._error(event, _too_many_aliases())
             elif cls is _DOC_END:
+                self.own, self.aliased = own, aliased
                 chars = event.end_mark.index - start.start_mark.index
                 if chars > MAX_DOCUMENT_CHARS:
                     raise self._error(start, _too_large(chars))
@@ -365,7 +369,7 @@ def _too_deep() -> str:
 
 def _too_many_aliases() -> str:
     return (
-        f"aliases expand to more than the document's own values + {ALIAS_ALLOWANCE}"
+        f"aliases expand to more than the input's own values + {ALIAS_ALLOWANCE}"
         " (an alias bomb?)"
     )
 

@@ -27,10 +27,21 @@ def test_an_alias_bomb_is_refused_at_once_naming_source_and_line() -> None:
     assert len(bomb) < 600
     assert objects == []
     assert [str(e) for e in errors] == [
-        f"lol.yaml: line 11: aliases expand to more than the document's own values +"
+        f"lol.yaml: line 11: aliases expand to more than the input's own values +"
         f" {ALIAS_ALLOWANCE} (an alias bomb?)"
     ]
     assert peak < 5 * 1024 * 1024  # bytes: nothing was expanded
+
+
+def test_many_small_alias_bombs_add_up() -> None:
+    small = alias_bomb(levels=4)  # 9**4 = 6 561 values: within the allowance on its own
+
+    assert decode_yaml(small, validation="ignore")[1] == []
+    _, errors = decode_yaml("---\n".join([small] * 4), source="many.yaml", validation="ignore")
+
+    assert [e.problem for e in errors] == [
+        f"aliases expand to more than the input's own values + {ALIAS_ALLOWANCE} (an alias bomb?)"
+    ]
 
 
 def test_aliases_within_the_allowance_load_as_written() -> None:

@@ -143,8 +143,7 @@ def test_an_alias_bomb_is_one_line_and_exit_2(
 
     assert (status, out) == (2, "")
     assert err.endswith(
-        ": line 11: aliases expand to more than the document's own values + 10000"
-        " (an alias bomb?)\n"
+        ": line 11: aliases expand to more than the input's own values + 10000 (an alias bomb?)\n"
     )
 
 
