@@ -184,3 +184,17 @@ async def test_a_workload_submitted_twice_in_two_calls_runs_once(
     assert len(events.matching("submitted", workload="ns/once")) == 2
     assert len(events.matching("quota_reserved", workload="ns/once")) == 1
     assert len(events.matching("admitted", workload="ns/once")) == 1
+
+
+async def test_thousands_of_problems_answer_the_first_ones_and_a_count(
+    gw: RunningGateway, bus: Bus
+) -> None:
+    bad = [local_queue(f"q{i}", cq="bad name") for i in range(3000)]
+
+    details = await refused(gw, *bad)
+
+    lines = details.splitlines()
+    assert lines[0].startswith("LocalQueue/ns/q0: spec.clusterQueue: must be a DNS-1123")
+    assert lines[-1] == f"... and {3000 - (len(lines) - 1)} more problems (3000 in all)"
+    assert len(lines) > 20
+    assert await stored_count(bus) == 0

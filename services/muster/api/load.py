@@ -369,8 +369,7 @@ def _too_deep() -> str:
 
 def _too_many_aliases() -> str:
     return (
-        f"aliases expand to more than the input's own values + {ALIAS_ALLOWANCE}"
-        " (an alias bomb?)"
+        f"aliases expand to more than the input's own values + {ALIAS_ALLOWANCE} (an alias bomb?)"
     )
 
 

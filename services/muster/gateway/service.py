@@ -137,7 +137,7 @@ class GatewayServicer(services_pb2_grpc.GatewayServicer):
                 else:  # parsing a large manifest takes a while: keep the loop serving meanwhile
                     planned = await asyncio.to_thread(plan)
             except InvalidManifestError as exc:
-                await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "\n".join(exc.errors))
+                await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, exc.message)
             envs = envelopes(planned, cluster=cluster)
             too_large = oversized(envs, max_event_bytes=self._config.max_event_bytes)
             if too_large:

@@ -61,12 +61,39 @@ _NOT_SUBMITTABLE: Final = (
 )
 
 
+# gRPC carries a status message in a trailer that clients refuse past 16 KiB, percent-encoded
+# (a newline or a non-ASCII byte costs 3): the message keeps its first problems within this.
+MAX_MESSAGE_BYTES: Final = 8 * 1024
+MAX_LINE_CHARS: Final = 300
+
+
 class InvalidManifestError(Exception):
-    """The manifest cannot be submitted; `errors` has one user-facing line per problem."""
+    """The manifest cannot be submitted; `errors` has one user-facing line per problem, and
+    `message` the first of them that fit a gRPC status, then how many more there are."""
 
     def __init__(self, errors: Sequence[str]) -> None:
         super().__init__("\n".join(errors))
         self.errors = tuple(errors)
+
+    @property
+    def message(self) -> str:
+        shown: list[str] = []
+        budget = MAX_MESSAGE_BYTES - 200  # room for the last line
+        for line in self.errors:
+            if len(line) > MAX_LINE_CHARS:
+                line = line[: MAX_LINE_CHARS - 3] + "..."
+            budget -= _encoded_size(line) + 3
+            if budget < 0:
+                rest = len(self.errors) - len(shown)
+                shown.append(f"... and {rest} more problems ({len(self.errors)} in all)")
+                break
+            shown.append(line)
+        return "\n".join(shown)
+
+
+def _encoded_size(text: str) -> int:
+    """Bytes of `text` in a grpc-message trailer (bytes outside printable ASCII, and %, cost 3)."""
+    return sum(3 if b < 0x20 or b > 0x7E or b == 0x25 else 1 for b in text.encode())
 
 
 class PlannedEvent(msgspec.Struct, frozen=True, kw_only=True):
