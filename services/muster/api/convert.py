@@ -38,7 +38,7 @@ from muster.api.model import (
     Workload,
     WorkloadPriorityClass,
 )
-from muster.api.names import check_reference
+from muster.api.names import check_reference, qualified_name_problem
 from muster.api.podspec import pod_set_from_template, tolerations
 from muster.api.quantity import QuantityError, parse_exact
 from muster.api.raw import (
@@ -227,12 +227,15 @@ def _either(
 def _resource_groups(raw: list[RawResourceGroup], errs: ObjectErrors) -> tuple[ResourceGroup, ...]:
     groups: list[ResourceGroup] = []
     for g, group in enumerate(raw):
+        for r, resource in enumerate(group.covered_resources):
+            _check_resource_name(errs, resource, f"spec.resourceGroups[{g}].coveredResources[{r}]")
         flavors: list[FlavorQuotas] = []
         for f, flavor in enumerate(group.flavors):
             check_reference(errs, flavor.name, f"spec.resourceGroups[{g}].flavors[{f}].name")
             quotas: list[ResourceQuota] = []
             for r, quota in enumerate(flavor.resources):
                 path = f"spec.resourceGroups[{g}].flavors[{f}].resources[{r}]"
+                _check_resource_name(errs, quota.name, f"{path}.name")
                 quotas.append(
                     ResourceQuota(
                         name=quota.name,
@@ -252,6 +255,12 @@ def _resource_groups(raw: list[RawResourceGroup], errs: ObjectErrors) -> tuple[R
             ResourceGroup(covered_resources=tuple(group.covered_resources), flavors=tuple(flavors))
         )
     return tuple(groups)
+
+
+def _check_resource_name(errs: ObjectErrors, name: str, path: str) -> None:
+    problem = qualified_name_problem(name)
+    if problem is not None:
+        errs.add(path, f"resource name: {problem}")
 
 
 def _optional_quantity(value: object, path: str, errs: ObjectErrors) -> int | None:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Iterator, Mapping
-from typing import Final
+from typing import Final, Protocol
 
-from muster.api.errors import ObjectErrors, key_path
+from muster.api.paths import key_path
 
 DNS1123_LABEL_MAX: Final = 63
 DNS1123_SUBDOMAIN_MAX: Final = 253
@@ -126,9 +126,11 @@ def _shown(text: str) -> str:
     return ascii(text) if len(text) <= 80 else f"{text[:77]!a}..."
 
 
-def check_reference(
-    errs: ObjectErrors, name: str | None, path: str, *, label: bool = False
-) -> None:
+class _Errors(Protocol):
+    def add(self, path: str, problem: str) -> None: ...
+
+
+def check_reference(errs: _Errors, name: str | None, path: str, *, label: bool = False) -> None:
     """Record a problem with `name`, a reference to another object (`spec.clusterQueue`, a
     flavor, a cohort), unless it is empty or a valid name: a DNS-1123 subdomain, or with
     `label` a DNS-1123 label (Kueue's podset names)."""

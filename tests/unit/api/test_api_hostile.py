@@ -199,3 +199,38 @@ def test_an_integer_annotation_takes_ascii_digits_only() -> None:
         'Job/ml/j: metadata.annotations["kueue.x-k8s.io/job-min-parallelism"]:'
         ' must be an integer, got "١"'
     ]
+
+
+@pytest.mark.parametrize(
+    ("requests", "field"),
+    [
+        ("{'../gpu': 1}", 'requests["../gpu"]'),
+        ("{'': 1}", 'requests[""]'),
+        ("{'nvidia.com/': 1}", 'requests["nvidia.com/"]'),
+    ],
+)
+def test_a_resource_name_is_a_qualified_name(requests: str, field: str) -> None:
+    spec = (
+        "{queueName: q, podSets: [{name: m, count: 1, template: {spec: {containers:"
+        f" [{{name: c, resources: {{requests: {requests}}}}}]}}}}}}]}}"
+    )
+
+    (error,) = errors_of(workload(spec))
+
+    assert error.startswith(
+        f"Workload/ml/w: spec.podSets[0].template.spec.containers[0].resources.{field}:"
+        " resource name: "
+    )
+
+
+def test_covered_resource_names_are_qualified_names() -> None:
+    text = (
+        f"{KUEUE}\nkind: ClusterQueue\nmetadata: {{name: cq}}\nspec:\n  resourceGroups:\n"
+        "  - coveredResources: ['a b']\n"
+        "    flavors: [{name: f, resources: [{name: 'a b', nominalQuota: 1}]}]\n"
+    )
+
+    assert [e.split(": ")[1] for e in errors_of(text)] == [
+        "spec.resourceGroups[0].coveredResources[0]",
+        "spec.resourceGroups[0].flavors[0].resources[0].name",
+    ]
