@@ -347,7 +347,10 @@ async def test_a_node_the_binder_may_not_create_is_dead_lettered_by_name(
             "metadata": {"name": "solo", "namespace": "default"},
             "spec": {"schedulerName": "muster", "containers": [{"name": "c", "image": "x"}]},
         }
-        command = pb.ApplyRequested(manifests_json=[json.dumps(node), json.dumps(pod)])
+        command = pb.ApplyRequested(
+            manifests_json=[json.dumps(node), json.dumps(pod)],
+            submitter=pb.Submitter(user="ops", groups=["platform"]),
+        )
         await stack.bus.publish(
             new_event("apply_requested", command, cluster="local", source="test")
         )

@@ -72,7 +72,10 @@ async def test_without_the_token_commands_fail_unauthenticated(
     status = await asyncio.to_thread(main, ["queues", "--gateway", gw.address])
 
     assert status == 1
-    assert capsys.readouterr().err == ("muster: UNAUTHENTICATED: missing or invalid bearer token\n")
+    assert capsys.readouterr().err == (
+        "muster: UNAUTHENTICATED: missing or invalid credentials "
+        "(a bearer token or a client certificate)\n"
+    )
 
 
 async def put_queues(bus: Bus) -> None:

@@ -159,7 +159,10 @@ async def test_with_a_token_calls_without_it_are_unauthenticated(bus: Bus) -> No
 
     for refused in (caught, wrong, watch):
         assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
-        assert refused.value.details() == "missing or invalid bearer token"
+        assert (
+            refused.value.details()
+            == "missing or invalid credentials (a bearer token or a client certificate)"
+        )
     assert reply.objects[0].kind == "Workload"
 
 

@@ -102,6 +102,16 @@ def run_decode(args: argparse.Namespace) -> Iterator[Any]:
     return _decode().run(scale=args.scale)  # type: ignore[no-any-return]
 
 
+def _gateway() -> Any:  # imported only when run: it starts a gateway process
+    from muster.bench import gateway
+
+    return gateway
+
+
+def run_gateway(args: argparse.Namespace) -> Iterator[Any]:
+    return _gateway().run(scale=args.scale)  # type: ignore[no-any-return]
+
+
 def add_placement_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--scoring",
@@ -127,8 +137,19 @@ def add_light_gpu_options(parser: argparse.ArgumentParser) -> None:
     charts.add_argument("--no-charts", action="store_true", help="draw no charts")
 
 
+NO_MATPLOTLIB = (
+    "matplotlib is not installed (it is muster's `bench` extra: pip install 'muster[bench]')"
+)
+
+
 def run_light_gpu(args: argparse.Namespace) -> Iterator[light_gpu.LightGpuRow]:
     charts = None if args.no_charts else args.charts or light_gpu.default_charts_dir()
+    if charts is not None and not light_gpu.can_draw():
+        if args.charts:  # asked for by name: an error, not a silent table without them
+            print(f"muster bench light-gpu: --charts: {NO_MATPLOTLIB}", file=sys.stderr)
+            raise SystemExit(2)
+        print(f"muster bench light-gpu: no charts: {NO_MATPLOTLIB}", file=sys.stderr)
+        charts = None
     return light_gpu.run(scale=args.scale, charts=charts)
 
 
@@ -190,6 +211,14 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
             add_options=lambda parser: None,
             run=run_kube,
             render=lambda rows: _kube().render(rows),
+        ),
+        Section(
+            name="gateway",
+            help="what callers without valid credentials cost the gateway: its memory during "
+            "and after 128 parallel unauthenticated 4 MiB Submits",
+            add_options=lambda parser: None,
+            run=run_gateway,
+            render=lambda rows: _gateway().render(rows),
         ),
     )
 }

@@ -114,6 +114,18 @@ def test_e2e_rows_tell_mode_shards_and_workloads_per_call(
     assert all(r["cpu_ms_per_workload"]["admission"] > 0 for r in rows)
 
 
+def test_gateway_rows_tell_what_refused_calls_cost(capsys: pytest.CaptureFixture[str]) -> None:
+    bench.main(["gateway", "--scale", "0.05", "-o", "json"])
+
+    rows = json_rows(capsys.readouterr().out)
+    assert [(r["case"], r["calls"], r["request_mib"], r["answered"]) for r in rows] == [
+        ("no credentials", 6, 4.0, "UNAUTHENTICATED"),
+        ("unknown bearer token", 6, 4.0, "UNAUTHENTICATED"),
+        ("no credentials, again", 6, 4.0, "UNAUTHENTICATED"),
+    ]
+    assert all(r["baseline_mib"] > 0 for r in rows)
+
+
 def test_options_after_the_section_win_over_those_before(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -10,6 +10,7 @@ import grpc
 import pytest
 
 from muster.cli import submit
+from muster.cli.main import build_parser
 from muster.contracts.v1 import services_pb2
 
 
@@ -39,10 +40,10 @@ class FlakyGateway:
 
 
 @pytest.fixture
-def args() -> argparse.Namespace:
-    return argparse.Namespace(
-        cluster="", validate="warn", token=None, timeout=1.0, gateway="127.0.0.1:1"
-    )
+def args(monkeypatch: pytest.MonkeyPatch) -> argparse.Namespace:
+    for name in ("MUSTER_GATEWAY_TOKEN", "MUSTER_GATEWAY_TOKEN_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    return build_parser().parse_args(["submit", "w.yaml", "--validate", "warn"])
 
 
 @pytest.fixture(autouse=True)

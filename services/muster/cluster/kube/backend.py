@@ -23,6 +23,7 @@ from muster.api.wellknown import POD_GROUP_LABEL, POD_SET_ANNOTATION, WORKLOAD_L
 from muster.cluster.backend import (
     ClusterBackend,
     ClusterChange,
+    Identity,
     PodSetStart,
     Selection,
     split_workload_key,
@@ -107,19 +108,19 @@ class KubeBackend:
             raise InvalidObjectError(resource.describe(name, namespace), problems)
         return resource, namespace, name, obj
 
-    async def apply(self, manifest: Mapping[str, Any]) -> None:
+    async def apply(self, manifest: Mapping[str, Any], *, as_user: Identity | None = None) -> None:
         resource, namespace, name, obj = self._prepared(manifest)
         who = resource.describe(name, namespace)
 
         async def create_or_replace() -> None:
             created = await self.transport.request(
-                "POST", resource.collection_path(namespace), obj=who, body=obj
+                "POST", resource.collection_path(namespace), obj=who, body=obj, as_user=as_user
             )
             if created.ok:
                 return
             if not _already_exists(created):
                 raise created.error(who)
-            current = await self._get(resource, name, namespace)
+            current = await self._get(resource, name, namespace, as_user=as_user)
             replacement = copy.deepcopy(obj)
             meta, old_meta = replacement["metadata"], current.get("metadata") or {}
             meta["resourceVersion"] = old_meta.get("resourceVersion", "")
@@ -127,18 +128,22 @@ class KubeBackend:
             if "status" not in replacement and "status" in current:
                 replacement["status"] = current["status"]
             await self.transport.checked(
-                "PUT", resource.object_path(name, namespace), obj=who, body=replacement
+                "PUT",
+                resource.object_path(name, namespace),
+                obj=who,
+                body=replacement,
+                as_user=as_user,
             )
 
         await self._retrying(create_or_replace)
 
-    async def create(self, manifest: Mapping[str, Any]) -> bool:
+    async def create(self, manifest: Mapping[str, Any], *, as_user: Identity | None = None) -> bool:
         resource, namespace, name, obj = self._prepared(manifest)
         who = resource.describe(name, namespace)
 
         async def create() -> bool:
             response = await self.transport.request(
-                "POST", resource.collection_path(namespace), obj=who, body=obj
+                "POST", resource.collection_path(namespace), obj=who, body=obj, as_user=as_user
             )
             if response.ok:
                 return True
@@ -171,10 +176,13 @@ class KubeBackend:
 
         return await self._retrying(delete)
 
-    async def _get(self, resource: Resource, name: str, namespace: str = "") -> dict[str, Any]:
+    async def _get(
+        self, resource: Resource, name: str, namespace: str = "", *, as_user: Identity | None = None
+    ) -> dict[str, Any]:
         who = resource.describe(name, namespace)
+        path = resource.object_path(name, namespace)
         obj: dict[str, Any] = await self._retrying(
-            lambda: self.transport.checked("GET", resource.object_path(name, namespace), obj=who)
+            lambda: self.transport.checked("GET", path, obj=who, as_user=as_user)
         )
         return obj
 
