@@ -234,3 +234,17 @@ def test_covered_resource_names_are_qualified_names() -> None:
         "spec.resourceGroups[0].coveredResources[0]",
         "spec.resourceGroups[0].flavors[0].resources[0].name",
     ]
+
+
+def test_pod_template_labels_are_checked_as_a_pods() -> None:
+    text = (
+        "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j, namespace: ml}\nspec:\n"
+        "  template:\n    metadata:\n      labels: {scheduling.x-k8s.io/pod-group: 'x y'}\n"
+    )
+
+    (error,) = errors_of(text)
+
+    assert error.startswith(
+        'Job/ml/j: spec.template.metadata.labels["scheduling.x-k8s.io/pod-group"]:'
+        " must be a label value"
+    )
