@@ -117,13 +117,12 @@ def load_json(text: str, *, source: str = "") -> Any:
 class _Frame:
     """A map or list being built: its value, its size so far (aliases counted whole)."""
 
-    __slots__ = ("anchor", "is_list", "key", "line", "merged", "size", "value")
+    __slots__ = ("anchor", "is_list", "key", "merged", "size", "value")
 
-    def __init__(self, value: dict[Any, Any] | list[Any], anchor: str | None, line: int) -> None:
+    def __init__(self, value: dict[Any, Any] | list[Any], anchor: str | None) -> None:
         self.value = value
         self.is_list = type(value) is list
         self.anchor = anchor
-        self.line = line
         self.size = 1
         self.key: Any = _NO_KEY  # a map's key waiting for its value
         self.merged: list[tuple[Any, int]] = []  # `<<:` values, applied when the map ends
@@ -223,7 +222,7 @@ class _Builder:
         mapping = type(event) is ev.MappingStartEvent
         if event.tag not in (_MAP_TAGS if mapping else _SEQ_TAGS):
             raise self._error(event, f"tag {event.tag} is not supported")
-        return _Frame({} if mapping else [], event.anchor, event.start_mark.line)
+        return _Frame({} if mapping else [], event.anchor)
 
     def _add(self, frame: _Frame, value: Any, size: int, event: Any) -> None:
         frame.size += size
