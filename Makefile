@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test lint fmt bench golden proto clean lock
+.PHONY: setup run test lint fmt bench golden proto clean lock fuzz
 
 CONTRACTS := services/muster/contracts/v1/events_pb2.py
 PROTOS := $(wildcard proto/muster/v1/*.proto)
@@ -49,6 +49,10 @@ bench: setup
 
 golden: setup
 	$(BIN)/python tests/golden/regenerate.py
+
+# The input fuzz suite at length (the normal suite runs 60 examples per property).
+fuzz: setup
+	MUSTER_FUZZ_EXAMPLES=5000 $(BIN)/pytest tests/fuzz
 
 # Re-pin requirements/*.txt from pyproject.toml's ranges (Python 3.11, Linux x86_64).
 UV_VERSION := 0.13.8

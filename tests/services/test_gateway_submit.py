@@ -78,9 +78,9 @@ async def test_submit_to_a_named_cluster_publishes_on_its_subjects(
 async def test_a_retried_submit_is_stored_once(
     gw: RunningGateway, bus: Bus, events: EventLog
 ) -> None:
-    first = await submit(gw, JOB)
+    first = await submit(gw, JOB, idempotency_key="call-1")
     await events.wait_for("workload.submitted")
-    again = await submit(gw, JOB)
+    again = await submit(gw, JOB, idempotency_key="call-1")
 
     assert [o.event_id for o in again.objects] == [o.event_id for o in first.objects]
     assert await stored_count(bus) == 1

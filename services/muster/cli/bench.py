@@ -92,6 +92,16 @@ def run_kube(args: argparse.Namespace) -> Iterator[Any]:
     return _kube().run(scale=args.scale)  # type: ignore[no-any-return]
 
 
+def _decode() -> Any:  # imported only when run: it plans Submits with the gateway's code
+    from muster.bench import decode
+
+    return decode
+
+
+def run_decode(args: argparse.Namespace) -> Iterator[Any]:
+    return _decode().run(scale=args.scale)  # type: ignore[no-any-return]
+
+
 def _gateway() -> Any:  # imported only when run: it starts a gateway process
     from muster.bench import gateway
 
@@ -171,6 +181,14 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
             add_options=add_light_gpu_options,
             run=run_light_gpu,
             render=light_gpu.render,
+        ),
+        Section(
+            name="decode",
+            help="multi-document YAML (1 and 10 MiB of Workloads) decoded with strict field "
+            "validation, and one Submit of 1 000 objects planned: MiB/s and objects/s",
+            add_options=lambda parser: None,
+            run=run_decode,
+            render=lambda rows: _decode().render(rows),
         ),
         Section(
             name="e2e",

@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-import yaml
+from muster.api import load_yaml
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +43,15 @@ def yaml_document(data: bytes, *, source: str) -> Any:
     """The one YAML document in `data`; FileError naming only the line (these files hold
     credentials: a parser's message would quote them)."""
     try:
-        return yaml.safe_load(data)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "(yaml)"
-        raise FileError(f"{source}: {where}: invalid YAML") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise FileError(f"{source}: (file): not UTF-8") from None
+    documents, problem = load_yaml(text, source=source)  # muster's bounded reader
+    if problem is not None:
+        raise FileError(f"{source}: {problem.path}: invalid YAML")
+    if len(documents) > 1:
+        raise FileError(f"{source}: (file): holds {len(documents)} YAML documents, expected one")
+    return documents[0] if documents else None
 
 
 def version_of(path: str) -> Version | None:

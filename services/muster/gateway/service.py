@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
-from typing import Any, Final, NoReturn, Protocol, TypeVar
+from typing import Any, Final, NoReturn, Protocol, TypeVar, cast
 
 import grpc
 import grpc.aio
@@ -28,6 +29,7 @@ from grpc_health.v1._async import HealthServicer
 from nats.js.kv import KeyValue
 from opentelemetry import trace
 
+from muster.api import VALIDATIONS, FieldError, Validation
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
 from muster.bus.errors import BusError, Reject
 from muster.bus.subjects import DEFAULT_CLUSTER, check_cluster
@@ -141,15 +143,27 @@ class GatewayServicer(services_pb2_grpc.GatewayServicer):
             kind=trace.SpanKind.SERVER,
             new_trace=True,
         ):
+            validation = request.validation or "strict"
+            if validation not in VALIDATIONS:
+                choices = ", ".join(VALIDATIONS)
+                problem = f"validation: must be one of {choices}, got {validation!r}"
+                await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, problem)
+            warnings: list[FieldError] = []
+            plan = functools.partial(
+                plan_submit,
+                request.manifest,
+                cluster=cluster,
+                submission=request.idempotency_key,
+                validation=cast(Validation, validation),
+                warnings=warnings,
+            )
             try:
                 if len(request.manifest) <= INLINE_MANIFEST_BYTES:  # a fraction of a millisecond
-                    planned = plan_submit(request.manifest, cluster=cluster)
+                    planned = plan()
                 else:  # parsing a large manifest takes a while: keep the loop serving meanwhile
-                    planned = await asyncio.to_thread(
-                        plan_submit, request.manifest, cluster=cluster
-                    )
+                    planned = await asyncio.to_thread(plan)
             except InvalidManifestError as exc:
-                await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "\n".join(exc.errors))
+                await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, exc.message)
             except (ValueError, OverflowError, RecursionError) as exc:
                 # Planning reads nothing but the manifest: whatever it cannot take is the
                 # client's mistake (a number out of an int32's range, ...), never UNKNOWN.
@@ -169,7 +183,8 @@ class GatewayServicer(services_pb2_grpc.GatewayServicer):
             objects=[
                 services_pb2.SubmittedObject(kind=p.kind, key=p.key, event_id=p.event_id)
                 for p in planned
-            ]
+            ],
+            warnings=[str(w) for w in warnings],
         )
 
     async def _authorize(

@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 import yaml
 
+from muster.api import load_yaml
 from muster.bus.cancel import raise_if_cancelling
 from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
 
@@ -34,11 +35,19 @@ CLUSTER_ANNOTATION = "muster.dev/cluster"  # on a Node: the cluster it belongs t
 LOST_AT = "muster.dev/lost-at-seconds"  # on a MultiKueueCluster: when its services stop
 
 
+def _documents(text: str) -> list[Any]:
+    """The scenario's documents, read with muster's bounded loader; ValueError names the line."""
+    documents, problem = load_yaml(text, source="scenario")
+    if problem is not None:
+        raise ValueError(str(problem))
+    return documents
+
+
 def multikueue_clusters(text: str) -> dict[str, float | None]:
     """The worker clusters the scenario declares (MultiKueueCluster names), each with the
     scenario time its services are stopped at (`muster.dev/lost-at-seconds`), if any."""
     found: dict[str, float | None] = {}
-    for doc in yaml.safe_load_all(text):
+    for doc in _documents(text):
         if not isinstance(doc, dict) or doc.get("kind") != "MultiKueueCluster":
             continue
         meta = doc.get("metadata") or {}
@@ -49,7 +58,7 @@ def multikueue_clusters(text: str) -> dict[str, float | None]:
 
 def kueue_configuration(text: str) -> str | None:
     """The scenario's Kueue `Configuration` document as YAML, if it has one."""
-    docs = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+    docs = [d for d in _documents(text) if isinstance(d, dict)]
     found = [d for d in docs if d.get("kind") == "Configuration"]
     return yaml.safe_dump(found[0]) if found else None
 
@@ -93,7 +102,7 @@ def split_scenario(
     Kueue's own `Configuration` is not among them: it is the admission service's
     `--kueue-config` (see `kueue_configuration`), not something clients submit.
     """
-    docs = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+    docs = [d for d in _documents(text) if isinstance(d, dict)]
     nodes = [d for d in docs if d.get("kind") == "Node"]
     config = [d for d in docs if d.get("kind") not in WORK_KINDS | NOT_SUBMITTED]
     work = [d for d in docs if d.get("kind") in WORK_KINDS]

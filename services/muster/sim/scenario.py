@@ -16,7 +16,7 @@ from typing import TypeVar
 
 import msgspec
 
-from muster.api.decode import decode_files, decode_yaml, kueue_config_from_file
+from muster.api.decode import Validation, decode_files, decode_yaml, kueue_config_from_file
 from muster.api.errors import FieldError
 from muster.api.model import (
     CLUSTER_TYPES,
@@ -102,13 +102,18 @@ class ScenarioFileError(Exception):
 
 
 def load_scenario(
-    paths: Sequence[str | Path], *, config_path: str | Path | None = None
+    paths: Sequence[str | Path],
+    *,
+    config_path: str | Path | None = None,
+    validation: Validation = "strict",
+    warnings: list[FieldError] | None = None,
 ) -> Scenario:
     """Decode the scenario files (and the `--config` file), then build the scenario.
 
-    A Configuration from `config_path` replaces one found among `paths`.
+    A Configuration from `config_path` replaces one found among `paths`. `validation` says
+    what unknown fields do (kubectl's `--validate`); with "warn" they go to `warnings`.
     """
-    objects = decode_checked(paths)
+    objects = decode_checked(paths, validation=validation, warnings=warnings)
     config = None
     if config_path is not None:
         config = config_from_file(config_path)
@@ -123,13 +128,20 @@ def load_scenario_text(text: str, *, source: str) -> Scenario:
     return build_scenario(list(objects))
 
 
-def decode_checked(paths: Sequence[str | Path]) -> list[ApiObject]:
+def decode_checked(
+    paths: Sequence[str | Path],
+    *,
+    validation: Validation = "strict",
+    warnings: list[FieldError] | None = None,
+) -> list[ApiObject]:
     """Decode files with `muster.api`, raising `ScenarioFileError` or `InvalidScenarioError`."""
     for path in paths:
         if not Path(path).is_file():
             raise ScenarioFileError(f"{path}: no such file")
     try:
-        objects, errors = decode_files([Path(path) for path in paths])
+        objects, errors = decode_files(
+            [Path(path) for path in paths], validation=validation, warnings=warnings
+        )
     except OSError as exc:
         raise ScenarioFileError(f"{exc.filename}: {exc.strerror}") from exc
     if errors:

@@ -92,6 +92,18 @@ def test_a_bad_tokens_file_names_each_entry_and_field_but_no_value() -> None:
         parse_tokens(b"tokens:\n - [secret-token\n")
 
 
+def test_a_tokens_file_is_read_within_muster_yaml_bounds() -> None:
+    # An alias bomb in a mounted Secret must not stall the gateway on every reload.
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]\n" for i in range(8)
+    )
+
+    with pytest.raises(FileError, match=r"^tokens: line 5: invalid YAML$"):
+        parse_tokens(bomb.encode())
+    with pytest.raises(FileError, match=r"^tokens: \(file\): holds 2 YAML documents"):
+        parse_tokens(b"tokens: []\n---\ntokens: []\n")
+
+
 def test_the_legacy_token_is_an_admin_and_nothing_else_matches() -> None:
     legacy = LegacyToken("s3cret")
 
