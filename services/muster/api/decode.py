@@ -57,6 +57,13 @@ from muster.api.multikueue import (
     multikueue_cluster_from_raw,
     multikueue_config_from_raw,
 )
+from muster.api.names import (
+    annotation_problems,
+    dns1123_label_problem,
+    dns1123_subdomain_problem,
+    generated_name,
+    label_problems,
+)
 from muster.api.scheduling_objects import (
     SCHEDULING_V1ALPHA2,
     SCHEDULING_V1ALPHA3,
@@ -72,13 +79,6 @@ from muster.api.scheduling_raw import (
     RawGroupWorkload,
     RawPodGroupV1Alpha2,
     RawWorkloadV1Alpha2,
-)
-from muster.api.names import (
-    annotation_problems,
-    dns1123_label_problem,
-    dns1123_subdomain_problem,
-    generated_name,
-    label_problems,
 )
 from muster.api.schema import SCHEMAS, unknown_fields
 from muster.api.validate import validate
