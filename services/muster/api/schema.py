@@ -19,7 +19,7 @@ from muster.api.errors import key_path
 Fields = Mapping[str, "Fields | None"]  # field -> its own fields, or None: opaque
 
 
-def _fields(*opaque: str, **nested: Fields) -> dict[str, Fields | None]:
+def _fields(*opaque: str, **nested: Fields | None) -> dict[str, Fields | None]:
     return {**dict.fromkeys(opaque), **nested}
 
 
@@ -75,12 +75,49 @@ POD_SPEC: Final = _fields(
     resources=_RESOURCES,
 )  # fmt: skip
 POD_TEMPLATE: Final = _fields(metadata=OBJECT_META, spec=POD_SPEC)
+# Today's gang API (scheduling.k8s.io v1alpha2, v1beta1, v1alpha3): what a group, its template
+# and a Job's spec.scheduling say about scheduling their members.
+_SCHEDULING_POLICY = _fields(basic=_fields(), gang=_fields("minCount", "minGroupCount"))
+_SCHEDULING_CONSTRAINTS = _fields(topology=_fields("key"))
+_DISRUPTION_MODE = _fields(single=_fields(), all=_fields())
+_GROUP_POLICY_V1ALPHA2 = _fields(
+    "resourceClaims", "disruptionMode", "priorityClassName", "priority",
+    schedulingPolicy=_SCHEDULING_POLICY, schedulingConstraints=_SCHEDULING_CONSTRAINTS,
+)  # fmt: skip
+_GROUP_POLICY = _fields(
+    "resourceClaims", "priorityClassName", "priority", "preemptionPolicy",
+    schedulingPolicy=_SCHEDULING_POLICY, schedulingConstraints=_SCHEDULING_CONSTRAINTS,
+    disruptionMode=_DISRUPTION_MODE,
+)  # fmt: skip
+_CONTROLLER_REF = _fields("apiGroup", "kind", "name")
+
+
+# A v1.37 Workload's templates; a composite one holds templates again (a recursive schema:
+# the decoder names a depth over 4 better than "unknown field" would).
+_COMPOSITE_TEMPLATE = _fields("name", **_GROUP_POLICY)
+_GROUP_TEMPLATES = _fields(
+    podGroupTemplates=_fields("name", **_GROUP_POLICY),
+    compositePodGroupTemplates=_COMPOSITE_TEMPLATE,
+)
+_COMPOSITE_TEMPLATE.update(_GROUP_TEMPLATES)
+_GROUP_WORKLOAD_SPEC = _fields(controllerRef=_CONTROLLER_REF, **_GROUP_TEMPLATES)
+_GROUP_SPEC = _fields(
+    "parentCompositePodGroupName",
+    workloadRef=_fields("workloadName", "templateName"),
+    **_GROUP_POLICY,
+)  # fmt: skip
+_JOB_SCHEDULING = _fields(
+    schedulingPolicy=_SCHEDULING_POLICY,
+    schedulingConstraints=_SCHEDULING_CONSTRAINTS,
+    disruptionMode=_DISRUPTION_MODE,
+)
 _JOB_SPEC = _fields(
     "activeDeadlineSeconds", "backoffLimit", "backoffLimitPerIndex", "completionMode",
     "completions", "managedBy", "manualSelector", "maxFailedIndexes", "parallelism",
-    "podFailurePolicy", "podReplacementPolicy", "scheduling", "selector", "successPolicy",
-    "suspend", "ttlSecondsAfterFinished",
+    "podFailurePolicy", "podReplacementPolicy", "selector", "successPolicy", "suspend",
+    "ttlSecondsAfterFinished",
     template=POD_TEMPLATE,
+    scheduling=_JOB_SCHEDULING,
 )  # fmt: skip
 _NODE_SPEC = _fields(
     "configSource", "externalID", "podCIDR", "podCIDRs", "podPreemptionPolicy", "providerID",
@@ -175,6 +212,24 @@ SCHEMAS: Final[dict[tuple[str, str], Fields]] = {
             controllerRef=_fields("apiGroup", "kind", "name"),
         )
     ),
+    ("scheduling.k8s.io/v1alpha2", "Workload"): _object(
+        spec=_fields(
+            controllerRef=_CONTROLLER_REF,
+            podGroupTemplates=_fields("name", **_GROUP_POLICY_V1ALPHA2),
+        )
+    ),
+    ("scheduling.k8s.io/v1alpha2", "PodGroup"): _object(
+        spec=_fields(
+            podGroupTemplateRef=_fields(workload=_fields("workloadName", "podGroupTemplateName")),
+            **_GROUP_POLICY_V1ALPHA2,
+        )
+    ),
+    **{
+        (f"scheduling.k8s.io/{version}", kind): _object(spec=spec)
+        for version in ("v1beta1", "v1alpha3")
+        for kind, spec in (("Workload", _GROUP_WORKLOAD_SPEC), ("PodGroup", _GROUP_SPEC))
+    },
+    ("scheduling.k8s.io/v1alpha3", "CompositePodGroup"): _object(spec=_GROUP_SPEC),
     ("scheduling.x-k8s.io/v1alpha1", "PodGroup"): _object(
         spec=_fields("minMember", "minResources", "scheduleTimeoutSeconds")
     ),

@@ -393,3 +393,65 @@ def test_job_gang_larger_than_parallelism_is_refused() -> None:
         "Job/default/j: spec.scheduling.schedulingPolicy.gang.minCount: must be <= "
         "spec.parallelism 2, got 3"
     ]
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        pytest.param(
+            """\
+            apiVersion: scheduling.k8s.io/v1beta1
+            kind: PodGroup
+            metadata: {name: g, namespace: ml}
+            spec:
+              schedulingPolicy: {gang: {minCount: 2, minCuont: 3}}
+            """,
+            "PodGroup/ml/g: spec.schedulingPolicy.gang.minCuont: unknown field",
+            id="v1beta1-podgroup",
+        ),
+        pytest.param(
+            """\
+            apiVersion: scheduling.k8s.io/v1alpha3
+            kind: Workload
+            metadata: {name: w, namespace: ml}
+            spec:
+              compositePodGroupTemplates:
+              - name: root
+                schedulingPolicy: {gang: {minGroupCount: 1}}
+                podGroupTemplates:
+                - {name: leaf, schedulingPolicy: {basic: {}}, topolgy: x}
+            """,
+            "Workload/ml/w: spec.compositePodGroupTemplates[0].podGroupTemplates[0].topolgy:"
+            " unknown field",
+            id="v1alpha3-nested-template",
+        ),
+        pytest.param(
+            """\
+            apiVersion: scheduling.k8s.io/v1alpha2
+            kind: PodGroup
+            metadata: {name: g, namespace: ml}
+            spec:
+              podGroupTemplateRef: {workload: {workloadName: w, templateName: t}}
+              schedulingPolicy: {basic: {}}
+            """,
+            "PodGroup/ml/g: spec.podGroupTemplateRef.workload.templateName: unknown field",
+            id="v1alpha2-uses-v1beta1-name",
+        ),
+        pytest.param(
+            """\
+            apiVersion: batch/v1
+            kind: Job
+            metadata: {name: j, namespace: ml}
+            spec:
+              parallelism: 2
+              scheduling: {schedulingPolicy: {gang: {}}, disruptionMode: {al: {}}}
+              template: {spec: {containers: [{name: c}], restartPolicy: Never}}
+            """,
+            "Job/ml/j: spec.scheduling.disruptionMode.al: unknown field",
+            id="job-scheduling",
+        ),
+    ],
+)
+def test_gang_api_typos_are_refused_by_strict_validation(text: str, field: str) -> None:
+    _, errors = decode_yaml(textwrap.dedent(text))
+    assert field in [str(e) for e in errors]
