@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import signal
 from collections.abc import Callable, Mapping, Sequence
@@ -10,10 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import msgspec
+import nats.js.errors
 
+from muster.admission.clusters import CLUSTERS_BUCKET
+from muster.bus import Bus, BusConfig, connect
 from muster.bus.cancel import raise_if_cancelling
+from muster.bus.permissions import ADMIN, Deployment
+from muster.bus.setup import setup_nats
 from muster.cluster.sim.backend import SimBackend
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
+from muster.core.dispatch import ClusterCapacity
 from muster.launcher.driver import (
     CLUSTER_ANNOTATION,
     Driver,
@@ -58,14 +66,21 @@ async def run_live(
     loop = asyncio.get_running_loop()
     if main is not None:
         loop.add_signal_handler(signal.SIGTERM, main.cancel)
-    nats = None if nats_url is not None else NatsServer(log_dir / "jetstream")
+    # Our own server gets one NATS user per service; one given with --nats is used as it is.
+    everywhere = (cluster, *workers)
+    deployment = Deployment(clusters=everywhere, simulated=everywhere, admission_shards=shards)
+    nats = None
+    if nats_url is None:
+        nats = NatsServer(log_dir / "jetstream", deployment=deployment)
     stack: Stack | None = None
     backends: dict[str, SimBackend] = {}
     losses: list[asyncio.Task[None]] = []
+    admin: Bus | None = None
     try:
         if nats is not None:
             nats_url = await nats.start(log_path=log_dir / "nats-server.log")
         assert nats_url is not None
+        admin = await _prepare(nats_url, nats, deployment)
         stack = Stack(
             nats_url=nats_url,
             cluster=cluster,
@@ -78,6 +93,7 @@ async def run_live(
                 *("--routing-policy", routing_policy),
             ],
             workers=workers,
+            passwords=nats.passwords if nats is not None else None,
         )
         where = f" (started here, JetStream in {log_dir})" if nats else ""
         out(
@@ -88,14 +104,18 @@ async def run_live(
         await stack.start()
         out(f"  all services healthy; gateway on {stack.gateway_address}\n")
         for name in (cluster, *workers):
-            backends[name] = await SimBackend.connect(nats_url, cluster=name)
+            backends[name] = await SimBackend.open(
+                admin.js, cluster=name, publisher=admin.publisher
+            )
         # Ctrl-C during a connect: nats-py's waits may have swallowed it (Python 3.11).
         raise_if_cancelling()
         driver = Driver(
             gateway=stack.gateway_address,
             speed=speed,
             print_line=out,
-            apply_nodes=_node_applier(backends, default=cluster),
+            apply_nodes=_node_applier(
+                backends, default=cluster, reported=admin if workers else None
+            ),
             multicluster=bool(workers),
         )
         for name, at_s in sorted(declared.items()):
@@ -119,12 +139,29 @@ async def run_live(
         await asyncio.gather(*losses, return_exceptions=True)
         for backend in backends.values():
             await backend.close()
+        if admin is not None:
+            await admin.close()
         if stack is not None:
             await stack.stop()
         if nats is not None:
             await nats.stop()
             # The logs stay for the user to read; the JetStream data is only this run's state.
             shutil.rmtree(log_dir / "jetstream", ignore_errors=True)
+
+
+async def _prepare(url: str, nats: NatsServer | None, deployment: Deployment) -> Bus:
+    """Connect as the admin and create every stream and bucket the services will bind to (with
+    per-service users they may not create them); the launcher writes its nodes as the admin."""
+    config = BusConfig(url=url, name="muster-run")
+    if nats is not None:
+        config = BusConfig(url=url, name="muster-run", user=ADMIN, password=nats.admin_password)
+    bus = await connect(config)
+    try:
+        await setup_nats(bus.js, deployment=deployment)
+    except BaseException:
+        await bus.close()
+        raise
+    return bus
 
 
 def _kueue_config_args(text: str, log_dir: Path) -> list[str]:
@@ -138,23 +175,48 @@ def _kueue_config_args(text: str, log_dir: Path) -> list[str]:
 
 
 def _node_applier(
-    backends: Mapping[str, SimBackend], *, default: str
+    backends: Mapping[str, SimBackend], *, default: str, reported: Bus | None = None
 ) -> Callable[[Sequence[dict[str, Any]]], Any]:
-    """Write each Node into the store of the cluster its `muster.dev/cluster` names."""
+    """Write each Node into the store of the cluster its `muster.dev/cluster` names; with
+    `reported` (several clusters), then wait until each cluster's heartbeat lists them."""
 
     async def apply(nodes: Sequence[dict[str, Any]]) -> None:
+        expected: dict[str, set[str]] = {}
         for node in nodes:
-            annotations = (node.get("metadata") or {}).get("annotations") or {}
-            name = annotations.get(CLUSTER_ANNOTATION, default)
+            meta = node.get("metadata") or {}
+            name = (meta.get("annotations") or {}).get(CLUSTER_ANNOTATION, default)
             backend = backends.get(name)
             if backend is None:
                 known = ", ".join(sorted(backends))
-                raise LaunchError(
-                    f"Node {node['metadata'].get('name')}: no cluster {name!r} ({known})"
-                )
+                raise LaunchError(f"Node {meta.get('name')}: no cluster {name!r} ({known})")
             await backend.apply(node)
+            if not (node.get("spec") or {}).get("unschedulable"):
+                expected.setdefault(name, set()).add(str(meta.get("name")))
+        if reported is not None:
+            await _until_reported(reported, expected)
 
     return apply
+
+
+async def _until_reported(
+    admin: Bus, expected: Mapping[str, set[str]], *, timeout_s: float = 30.0
+) -> None:
+    """Wait (at most `timeout_s`) until every cluster's gang-permit heartbeat lists its nodes.
+
+    Dispatch goes by the room heartbeats report: without this the first workloads would go to
+    whichever cluster happened to report first, not where the scenario's order says.
+    """
+    kv = await admin.kv(CLUSTERS_BUCKET)
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    waiting = dict(expected)
+    while waiting and asyncio.get_running_loop().time() < deadline:
+        for cluster, names in list(waiting.items()):
+            with contextlib.suppress(nats.js.errors.KeyNotFoundError, msgspec.DecodeError):
+                entry = await kv.get(cluster)
+                capacity = msgspec.json.decode(entry.value or b"{}", type=ClusterCapacity)
+                if names <= {room.name for room in capacity.nodes}:
+                    del waiting[cluster]
+        await asyncio.sleep(0.1)
 
 
 async def _lose(stack: Stack, cluster: str, after_s: float, out: Callable[[str], None]) -> None:
