@@ -670,9 +670,11 @@ class Engine:
             self._preempt_for(tree, cq, group, r, a, victims)
             return
         self.awaiting_victims.discard(r.key)
-        self._drop_reservation(r)
         # Kueue: a workload that needs preemption but has no victim waits for quota.
         reason = a.pending_reason if a.mode is Mode.NO_FIT else "WaitingForQuota"
+        if reason != "WaitingForQuota":
+            self._drop_reservation(r)  # it cannot fit at all: a preemptor gives up
+        # else a preemptor whose freed quota went to work ahead of it keeps what it holds
         why = (self.config.reason(reason, "Pending"), a.message)
         self._park(tree, group, r, why, self._wake_thresholds(cq.name, a))
 
