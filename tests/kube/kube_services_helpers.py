@@ -40,6 +40,8 @@ KUEUE_KINDS = {
     "LocalQueue": ("localqueues", True),
     "WorkloadPriorityClass": ("workloadpriorityclasses", False),
     "Workload": ("workloads", True),
+    "AdmissionCheck": ("admissionchecks", False),
+    "ProvisioningRequestConfig": ("provisioningrequestconfigs", False),
 }
 
 

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from muster.api.check_states import ChecksWanted
 from muster.bus.connection import Bus
 from muster.bus.subjects import config_subject, queue_subject, workload_subject
 from muster.cluster.backend import ClusterChange
@@ -28,7 +29,9 @@ log = logging.getLogger(__name__)
 
 
 class StatusSink(Protocol):
-    def desire(self, ref: ObjectRef, status: Mapping[str, Any]) -> None: ...
+    def desire(
+        self, ref: ObjectRef, status: Mapping[str, Any], *, checks: ChecksWanted | None = None
+    ) -> None: ...
 
 
 def status_subjects(cluster: str) -> list[str]:
@@ -80,7 +83,7 @@ def _desire(book: StatusBook, sink: StatusSink, refs: list[ObjectRef]) -> None:
     for ref in refs:
         status = book.status_of(ref)
         if status is not None:
-            sink.desire(ref, status)
+            sink.desire(ref, status, checks=book.checks_of(ref))
 
 
 async def write_statuses(
