@@ -64,9 +64,9 @@ def test_provisioning_requests_are_checked_and_their_spec_is_immutable(
         *AUTOSCALING, "default", "provisioningrequests", request("wl-prov-1")
     )
     assert made["metadata"]["generation"] == 1
+    bad = request("bad", podSets=[{"podTemplateRef": {}, "count": 0}])
+    del bad["spec"]["provisioningClassName"]
     with pytest.raises(ApiException) as err:
-        bad = request("bad", podSets=[{"podTemplateRef": {}, "count": 0}])
-        del bad["spec"]["provisioningClassName"]
         custom.create_namespaced_custom_object(*AUTOSCALING, "default", "provisioningrequests", bad)
     assert causes(err.value) == [
         "spec.podSets[0].podTemplateRef.name",
