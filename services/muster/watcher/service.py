@@ -50,6 +50,7 @@ class Readiness(Protocol):
 class WatcherConfig(msgspec.Struct, frozen=True, kw_only=True):
     cluster: str
     kueue_version: str = "v1beta1"  # the shape of LocalQueue statuses written (Kubernetes)
+    check_controllers: tuple[str, ...] = ()  # admission check controllers run (Kubernetes)
 
 
 class KueueWriter(KueueWorkloads, StatusSink, Protocol):
