@@ -106,6 +106,19 @@ def test_the_watcher_runs_the_check_controllers_named(
     assert main.keywords["config"].check_controllers == controllers  # type: ignore[attr-defined]
 
 
+def test_the_watcher_takes_the_event_write_rate(capsys: pytest.CaptureFixture[str]) -> None:
+    _, main = watcher_main.parse(["--kube-event-qps", "2.5", "--kube-event-burst", "7"])
+    kube = main.keywords["kube"]  # type: ignore[attr-defined]
+    assert (kube.event_qps, kube.event_burst) == (2.5, 7)
+    for argv, message in (
+        (["--kube-event-qps", "-1"], "--kube-event-qps must be >= 0"),
+        (["--kube-event-burst", "0"], "--kube-event-burst must be >= 1"),
+    ):
+        with pytest.raises(SystemExit):
+            watcher_main.main(argv)
+        assert message in capsys.readouterr().err
+
+
 def test_an_unknown_check_controller_exits_2_naming_the_known_ones(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

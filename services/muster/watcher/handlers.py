@@ -59,6 +59,7 @@ class WatcherContext:
         marks: MarksStore,
         workloads: KueueWorkloads | None = None,
         clock_ns: Callable[[], int] = time.time_ns,
+        pods: dict[str, dict[str, PodState]] | None = None,
     ) -> None:
         self.cluster = cluster
         self.outbox = outbox
@@ -66,7 +67,8 @@ class WatcherContext:
         self.workloads = workloads
         self.clock_ns = clock_ns
         self.source = f"watcher/{cluster}"
-        self.pods: dict[str, dict[str, PodState]] = {}  # workload key → pod key → state
+        # workload key → pod key → state (`pods`: a dict shared with others who read it)
+        self.pods: dict[str, dict[str, PodState]] = {} if pods is None else pods
         # Change key → id key of the config.applied last published (a restart sends each once).
         self.configs: dict[str, str] = {}
 
