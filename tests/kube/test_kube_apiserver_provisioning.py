@@ -157,3 +157,24 @@ def test_events_are_checked_as_the_api_server_does_and_series_counted(
     assert causes(err.value) == ["reason"]
     listed = events.list_namespaced_event("default")
     assert [(e.metadata.name, e.reason) for e in listed.items] == [("train.1", "QuotaReserved")]
+
+
+def test_events_are_served_as_core_v1_events_too_as_kubectl_describe_lists_them(
+    kube: client.ApiClient,
+) -> None:
+    events = client.EventsV1Api(kube)
+    core = client.CoreV1Api(kube)
+    events.create_namespaced_event("default", event("train.1"))
+    selector = "involvedObject.kind=Workload,involvedObject.name=train,involvedObject.uid=u"
+    (seen,) = core.list_namespaced_event("default", field_selector=selector).items
+    assert (seen.reason, seen.message, seen.type) == (
+        "QuotaReserved",
+        "Quota reserved in ClusterQueue cq",
+        "Normal",
+    )
+    assert (seen.reporting_component, seen.source.component) == ("muster.dev/admission",) * 2
+    series = {"count": 3, "lastObservedTime": "2026-01-01T00:00:09.000000Z"}
+    events.patch_namespaced_event("train.1", "default", {"series": series})
+    assert core.read_namespaced_event("train.1", "default").series.count == 3
+    events.delete_namespaced_event("train.1", "default")
+    assert core.list_namespaced_event("default").items == []

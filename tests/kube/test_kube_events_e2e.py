@@ -1,6 +1,8 @@
 """Kubernetes Events on the kube path, end to end: a low-priority Job admitted and placed, then
 preempted by a high-priority one whose pods wait for room, as an operator would see it with
-`kubectl get events` (listed through the official client's events.k8s.io/v1 API): each
+`kubectl describe` (core/v1 Events selected by the object's kind and name, through the
+official client; muster writes them as events.k8s.io/v1, which the API server serves as
+both): each
 Workload's and Job's story (QuotaReserved, Admitted, Preempted, EvictedDueToPreempted,
 Requeued, Pending) and its pods' placement (FailedScheduling with the gang's reason, then
 Scheduled), each Event naming its object by uid. The API server fails some Event writes and
@@ -14,7 +16,6 @@ from typing import Any
 
 import pytest
 from kube_services_helpers import Kubectl, eventually, running_stack
-from kubernetes import client
 from test_kube_services_e2e import (
     EVICTION,
     NODE,
@@ -39,11 +40,13 @@ spec:
 
 
 async def events_of(kubectl: Kubectl, kind: str, name: str) -> list[Any]:
-    """The Events about object `kind`/`name` in ml, oldest first."""
-    events = client.EventsV1Api(kubectl.core.api_client)
-    listed = await asyncio.to_thread(events.list_namespaced_event, "ml")
-    about = [e for e in listed.items if (e.regarding.kind, e.regarding.name) == (kind, name)]
-    return sorted(about, key=lambda e: e.event_time)
+    """The Events about object `kind`/`name` in ml, oldest first, as `kubectl describe`
+    selects them."""
+    selector = f"involvedObject.kind={kind},involvedObject.name={name}"
+    listed = await asyncio.to_thread(
+        kubectl.core.list_namespaced_event, "ml", field_selector=selector
+    )
+    return sorted(listed.items, key=lambda e: e.event_time)
 
 
 async def reasons_when(kubectl: Kubectl, kind: str, name: str, *wanted: str) -> list[Any]:
@@ -76,24 +79,24 @@ async def test_kubectl_get_events_tells_a_preempted_workloads_story(tmp_path: Pa
         high_pods = await kubectl.run_job_pods(high)
         (waiting, *_) = await reasons_when(kubectl, "Pod", high_pods[0], "FailedScheduling")
         assert waiting.type == "Warning"
-        assert waiting.reporting_controller == "muster"
+        assert waiting.reporting_component == "muster"
         for name in low_pods:  # the Job controller removes a suspended Job's pods
             await kubectl.delete_pod("ml", name)
         await pods_bound(kubectl, "ml", high_pods)
 
         story = ("QuotaReserved", "Admitted", "Preempted", "EvictedDueToPreempted", "Requeued")
         workload = await reasons_when(kubectl, "Workload", low_wl["metadata"]["name"], *story)
-        assert {e.regarding.uid for e in workload} == {low_wl["metadata"]["uid"]}
-        assert {e.reporting_controller for e in workload} == {"muster.dev/admission"}
+        assert {e.involved_object.uid for e in workload} == {low_wl["metadata"]["uid"]}
+        assert {e.reporting_component for e in workload} == {"muster.dev/admission"}
         reserved = next(e for e in workload if e.reason == "QuotaReserved")
-        assert reserved.note.startswith("Quota reserved in ClusterQueue cq, wait time since")
+        assert reserved.message.startswith("Quota reserved in ClusterQueue cq, wait time since")
         job = await reasons_when(kubectl, "Job", "low", *story)
-        assert {e.regarding.uid for e in job} == {low["metadata"]["uid"]}
+        assert {e.involved_object.uid for e in job} == {low["metadata"]["uid"]}
         pending = await reasons_when(kubectl, "Workload", low_wl["metadata"]["name"], "Pending")
         assert next(e for e in pending if e.reason == "Pending").type == "Warning"
         placed = await reasons_when(kubectl, "Pod", high_pods[0], "FailedScheduling", "Scheduled")
         scheduled = next(e for e in placed if e.reason == "Scheduled")
-        assert scheduled.note == f"Successfully assigned ml/{high_pods[0]} to node-1"
-        assert scheduled.regarding.uid  # kubectl describe pod finds it
+        assert scheduled.message == f"Successfully assigned ml/{high_pods[0]} to node-1"
+        assert scheduled.involved_object.uid  # kubectl describe pod selects by it too
         bound = await reasons_when(kubectl, "Pod", low_pods[0], "Scheduled")
         assert len(bound) == 1  # one Event per fact, whatever the retries and resumed watches

@@ -7,6 +7,9 @@ events.go), which is what client-go's event recorder and muster's write.
 - The regarding object's namespace, when it has one, is the Event's.
 - An update may change the note, the series and the metadata, nothing that identifies the
   occurrence (what, who, when).
+- As on a real cluster, where both APIs are views of one stored Event, each events.k8s.io
+  Event is also served as a core/v1 Event (`core_view`), which is what `kubectl describe` and
+  `kubectl get events` list. (One way only: a core/v1 Event is not served as events.k8s.io.)
 """
 
 from __future__ import annotations
@@ -90,3 +93,33 @@ class EventStrategy(Strategy):
 
     def update_causes(self, new: JsonObj, old: JsonObj) -> list[Cause]:
         return [immutable(f, new.get(f)) for f in IDENTITY if new.get(f) != old.get(f)]
+
+
+# events.k8s.io/v1 field → core/v1 field, as kube-apiserver converts them.
+_CORE_NAMES = {
+    "regarding": "involvedObject",
+    "related": "related",
+    "note": "message",
+    "reason": "reason",
+    "type": "type",
+    "action": "action",
+    "eventTime": "eventTime",
+    "series": "series",
+    "reportingController": "reportingComponent",
+    "reportingInstance": "reportingInstance",
+    "deprecatedSource": "source",
+    "deprecatedCount": "count",
+    "deprecatedFirstTimestamp": "firstTimestamp",
+    "deprecatedLastTimestamp": "lastTimestamp",
+}
+
+
+def core_view(event: JsonObj) -> JsonObj:
+    """The core/v1 Event a stored events.k8s.io/v1 Event is served as."""
+    out: JsonObj = {"apiVersion": "v1", "kind": "Event", "metadata": dict(meta(event))}
+    for field, core in _CORE_NAMES.items():
+        if field in event:
+            out[core] = event[field]
+    if "source" not in out and event.get("reportingController"):
+        out["source"] = {"component": event["reportingController"]}
+    return out
