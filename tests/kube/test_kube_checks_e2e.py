@@ -20,40 +20,51 @@ from test_kube_services_e2e import NODE, condition, condition_when, job_when, wo
 
 pytestmark = pytest.mark.timeout(90)
 
-QUEUES = """
+
+def queues(check: str, *, flavor: str = "default-flavor") -> str:
+    """A flavor (on node pool `batch`), a ClusterQueue of 16 cpu requiring AdmissionCheck
+    `check`, and LocalQueue lq in namespace ml."""
+    return f"""
 apiVersion: kueue.x-k8s.io/v1beta1
 kind: ResourceFlavor
-metadata: {name: default-flavor}
+metadata: {{name: {flavor}}}
+spec: {{nodeLabels: {{pool: batch}}}}
 ---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {{name: cq}}
+spec:
+  namespaceSelector: {{}}
+  admissionChecks: [{check}]
+  resourceGroups:
+  - coveredResources: [cpu]
+    flavors:
+    - name: {flavor}
+      resources: [{{name: cpu, nominalQuota: "16"}}]
+---
+apiVersion: v1
+kind: Namespace
+metadata: {{name: ml}}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {{name: lq, namespace: ml}}
+spec: {{clusterQueue: cq}}
+"""
+
+
+BUDGET = """
 apiVersion: kueue.x-k8s.io/v1beta1
 kind: AdmissionCheck
 metadata: {name: budget}
 spec: {controllerName: example.com/budget}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {name: cq}
-spec:
-  namespaceSelector: {}
-  admissionChecks: [budget]
-  resourceGroups:
-  - coveredResources: [cpu]
-    flavors:
-    - name: default-flavor
-      resources: [{name: cpu, nominalQuota: "16"}]
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: ml}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {name: lq, namespace: ml}
-spec: {clusterQueue: cq}
 """
 
 
-def job_yaml(name: str) -> str:
+def job_yaml(name: str, *, parallelism: int = 1, resources: str = "requests") -> str:
+    """A suspended Job in LocalQueue lq: `parallelism` pods asking 1 cpu as requests, or 2
+    cpu as limits (`resources="limits"`)."""
+    cpu = "1" if resources == "requests" else "2"
     return f"""
 apiVersion: batch/v1
 kind: Job
@@ -63,11 +74,15 @@ metadata:
   labels: {{kueue.x-k8s.io/queue-name: lq}}
 spec:
   suspend: true
+  parallelism: {parallelism}
   template:
     spec:
       schedulerName: muster
       restartPolicy: Never
-      containers: [{{name: main, image: busybox:1.36, resources: {{requests: {{cpu: "1"}}}}}}]
+      containers:
+      - name: main
+        image: busybox:1.36
+        resources: {{{resources}: {{cpu: "{cpu}"}}}}
 """
 
 
@@ -127,7 +142,7 @@ async def test_a_check_controllers_answers_admit_requeue_and_deactivate(tmp_path
         server, kubectl, events = stack.server, stack.kubectl, stack.events
         server.faults.fail_next(3, status=429, verb="patch", path=r"kueue\.x-k8s\.io/.*/status$")
         server.faults.fail_next(2, status=500, verb="get", path=r"/workloads/.*/status$")
-        await kubectl.apply(QUEUES + "---" + NODE)
+        await kubectl.apply(BUDGET + "---" + queues("budget") + "---" + NODE)
         await kubectl.apply("---".join(job_yaml(n) for n in ("ready", "retry", "rejected")))
         names = {
             job: (await workload_of_job(kubectl, "ml", job))["metadata"]["name"]

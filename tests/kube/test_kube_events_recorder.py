@@ -4,11 +4,9 @@ starts and when it ends), objects are named by uid, failures are retried, refusa
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from kube_backend_helpers import backend_for
 
 from muster.cluster.kube import Backoff, KubeBackend
 from muster.cluster.kube.events import EventRecorder, EventSettings
@@ -22,18 +20,6 @@ T0 = 1_767_225_600.0
 WORKLOAD = Reference(
     api_version="kueue.x-k8s.io/v1beta1", kind="Workload", namespace="default", name="train"
 )
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[ApiServer]:
-    async with ApiServer() as running:
-        yield running
-
-
-@pytest.fixture
-async def backend(server: ApiServer) -> AsyncIterator[KubeBackend]:
-    async with backend_for(server) as made:
-        yield made
 
 
 def recorder(backend: KubeBackend, now: list[float], **settings: Any) -> EventRecorder:

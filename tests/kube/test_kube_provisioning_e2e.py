@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kube_access_helpers import ACCOUNTS, role_grants, token
 from kube_services_helpers import Kubectl, eventually, running_stack
-from test_kube_checks_e2e import check_of
+from test_kube_checks_e2e import check_of, job_yaml, queues
 from test_kube_security_e2e import own_credentials
 from test_kube_services_e2e import NODE, condition_when, job_when, workload_of_job
 
@@ -23,12 +23,7 @@ from muster.devtools.apiserver.access import Access, Grant
 pytestmark = pytest.mark.timeout(90)
 
 AUTOSCALING = ("autoscaling.x-k8s.io", "v1")
-QUEUES = """
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {name: batch}
-spec: {nodeLabels: {pool: batch}}
----
+CAPACITY = """
 apiVersion: kueue.x-k8s.io/v1beta1
 kind: ProvisioningRequestConfig
 metadata: {name: capacity}
@@ -43,50 +38,12 @@ metadata: {name: capacity}
 spec:
   controllerName: kueue.x-k8s.io/provisioning-request
   parameters: {apiGroup: kueue.x-k8s.io, kind: ProvisioningRequestConfig, name: capacity}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {name: cq}
-spec:
-  namespaceSelector: {}
-  admissionChecks: [capacity]
-  resourceGroups:
-  - coveredResources: [cpu]
-    flavors:
-    - name: batch
-      resources: [{name: cpu, nominalQuota: "16"}]
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: ml}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {name: lq, namespace: ml}
-spec: {clusterQueue: cq}
 """
 
 
-def job_yaml(name: str) -> str:
-    return f"""
-apiVersion: batch/v1
-kind: Job
-metadata:
-  name: {name}
-  namespace: ml
-  labels: {{kueue.x-k8s.io/queue-name: lq}}
-spec:
-  suspend: true
-  parallelism: 2
-  template:
-    spec:
-      schedulerName: muster
-      restartPolicy: Never
-      containers:
-      - name: main
-        image: busybox:1.36
-        resources: {{limits: {{cpu: "2"}}}}
-"""
+def two_pod_job(name: str) -> str:
+    """Pods asking 2 cpu by their limits (the template states them as requests)."""
+    return job_yaml(name, parallelism=2, resources="limits")
 
 
 async def request(kubectl: Kubectl, name: str) -> dict[str, Any]:
@@ -152,8 +109,8 @@ async def test_provisioned_capacity_admits_and_failures_retry_then_reject(tmp_pa
         server, kubectl, events = stack.server, stack.kubectl, stack.events
         server.faults.fail_next(2, status=500, verb="create", path="/provisioningrequests$")
         server.faults.fail_next(2, status=429, verb="patch", path=r"/workloads/.*/status$")
-        await kubectl.apply(QUEUES + "---" + NODE)
-        await kubectl.apply(job_yaml("train") + "---" + job_yaml("doomed"))
+        await kubectl.apply(CAPACITY + "---" + queues("capacity", flavor="batch") + "---" + NODE)
+        await kubectl.apply(two_pod_job("train") + "---" + two_pod_job("doomed"))
         train = (await workload_of_job(kubectl, "ml", "train"))["metadata"]["name"]
         doomed = (await workload_of_job(kubectl, "ml", "doomed"))["metadata"]["name"]
 

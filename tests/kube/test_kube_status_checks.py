@@ -4,11 +4,10 @@ overwrites what a check controller wrote, even when the controller writes in bet
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from kube_backend_helpers import backend_for, job
+from kube_backend_helpers import job
 
 from muster.api.check_states import ChecksWanted, format_time, parse_time
 from muster.cluster.kube import Backoff, KubeBackend, ObjectRef, StatusWriter, StatusWriterSettings
@@ -30,18 +29,6 @@ EVICTED = {
         {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "by team-b"},
     ]
 }
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[ApiServer]:
-    async with ApiServer() as running:
-        yield running
-
-
-@pytest.fixture
-async def backend(server: ApiServer) -> AsyncIterator[KubeBackend]:
-    async with backend_for(server) as made:
-        yield made
 
 
 async def workload_of_job(server: ApiServer, backend: KubeBackend) -> ObjectRef:
@@ -80,6 +67,12 @@ def controller_sets(
     server.api.patch(rt, "v1beta1", ref.namespace, ref.name, MERGE, body, subresource="status")
 
 
+async def reserved(statuses: StatusWriter, ref: ObjectRef, *checks: str) -> None:
+    """What muster writes when quota is reserved with `checks` to pass."""
+    statuses.desire(ref, RESERVED, checks=ChecksWanted(names=checks))
+    await statuses.flush()
+
+
 def writer(transport: Transport, now: list[float]) -> StatusWriter:
     settings = StatusWriterSettings(backoff=Backoff(initial_s=0.01, max_s=0.05))
     return StatusWriter(transport, settings=settings, clock=lambda: now[0])
@@ -116,8 +109,7 @@ async def test_an_eviction_resets_what_was_set_before_it_and_counts_a_retry(
     ref = await workload_of_job(server, backend)
     now = [NOW]
     statuses = writer(backend.transport, now)
-    statuses.desire(ref, RESERVED, checks=ChecksWanted(names=("prov",)))
-    await statuses.flush()
+    await reserved(statuses, ref, "prov")
     controller_sets(server, ref, "Retry", "no capacity")
     now[0] += 60
     evicted = ChecksWanted(names=("prov",), evicted_at_s=NOW + 30)
@@ -164,12 +156,10 @@ async def test_a_controller_writing_between_musters_read_and_write_is_kept(
     ref = await workload_of_job(server, backend)
     now = [NOW]
     first = writer(backend.transport, now)
-    first.desire(ref, RESERVED, checks=ChecksWanted(names=("prov",)))
-    await first.flush()
+    await reserved(first, ref, "prov")
     await first.close()
     racing = writer(InterleavingTransport(backend.transport, server, ref), now)
-    racing.desire(ref, RESERVED, checks=ChecksWanted(names=("prov", "budget")))
-    await racing.flush()
+    await reserved(racing, ref, "prov", "budget")
     await racing.close()
     assert racing.stats.retries == 1  # 409: read again, then written
     checks = {c["name"]: (c["state"], c["message"]) for c in stored_checks(server, ref)}

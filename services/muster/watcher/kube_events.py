@@ -26,23 +26,13 @@ from typing import Any, NamedTuple
 
 from muster.cluster.kube.references import Reference
 from muster.contracts.v1 import events_pb2 as pb
+from muster.watcher.kueue_status import WORKLOAD_EVENTS
 from muster.watcher.pods import PENDING, PodState
 
 ADMISSION = "muster.dev/admission"  # reportingController of workload Events
-# The muster events whose Kubernetes Events are recorded (their subjects are followed).
-EVENT_SOURCES = (
-    "submitted",
-    "pending",
-    "quota_reserved",
-    "admitted",
-    "evicted",
-    "requeued",
-    "routed",
-    "finished",
-    "deleted",
-    "gang_waiting",
-    "bound",
-)
+# The muster events whose Kubernetes Events are recorded (their subjects are followed): a
+# workload's as its status follows them, and its routing and its pods' placement.
+EVENT_SOURCES = (*WORKLOAD_EVENTS, "routed", "gang_waiting", "bound")
 _DEACTIVATED = "InactiveWorkload"
 
 
