@@ -86,7 +86,9 @@ class CheckRunner:
         self._backoff = backoff or Backoff(initial_s=0.5, max_s=60.0)
         self._clock = clock
         self._objects: dict[str, dict[Key, dict[str, Any]]] = {}  # kind → key → object
-        self._dirty: set[Key] = set()
+        # kind of an owned object → its Workload's key → its key → the object
+        self._owned: dict[str, dict[Key, dict[Key, dict[str, Any]]]] = {}
+        self._dirty: dict[Key, None] = {}  # in the order they were marked
         self._wake = asyncio.Event()
         self._failures: dict[Key, int] = {}
         self._ready_rv = 0  # the first lists are complete once the watch is past it
@@ -141,6 +143,11 @@ class CheckRunner:
         elif any(change.kind == c.owned.kind for c in self._controllers):
             owner = _controlling_workload(change.obj)
             if owner is not None:
+                owned = self._owned.setdefault(change.kind, {}).setdefault(owner, {})
+                if change.type == "DELETED":
+                    owned.pop(key, None)
+                else:
+                    owned[key] = change.obj
                 self._mark([owner])
         else:  # an AdmissionCheck, a configuration object or a flavor: every user of a check
             self._mark(k for k, wl in self._kind("Workload").items() if self._checks_of(wl))
@@ -153,7 +160,7 @@ class CheckRunner:
         return any(checks_for(c, workload, checks) for c in self._controllers)
 
     def _mark(self, keys: Iterable[Key]) -> None:
-        self._dirty.update(keys)
+        self._dirty.update(dict.fromkeys(keys))
         self._wake.set()
 
     def _later(self, key: Key, delay_s: float) -> None:
@@ -170,11 +177,7 @@ class CheckRunner:
         for check in checks_for(controller, workload, checks):
             name = config_of(controller, checks[check])
             mine[check] = configs.get(name) if name is not None else None
-        owned = [
-            obj
-            for obj in self._kind(controller.owned.kind).values()
-            if _controlling_workload(obj) == key
-        ]
+        owned = list(self._owned.get(controller.owned.kind, {}).get(key, {}).values())
         flavors = {name: obj for (_, name), obj in self._kind("ResourceFlavor").items()}
         return Inputs(
             workload=workload, checks=mine, owned=owned, flavors=flavors, now_s=self._clock()
@@ -189,8 +192,8 @@ class CheckRunner:
             if not self.ready.is_set():
                 continue
             while self._dirty:
-                key = min(self._dirty)
-                self._dirty.discard(key)
+                key = next(iter(self._dirty))
+                del self._dirty[key]
                 await self._reconcile(key)
 
     async def _reconcile(self, key: Key) -> None:
