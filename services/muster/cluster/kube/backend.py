@@ -34,12 +34,14 @@ from muster.cluster.errors import (
     ClusterError,
     InvalidObjectError,
     NotFoundError,
+    RequestsRefusedError,
 )
 from muster.cluster.kube import jobs
 from muster.cluster.kube.config import api_client
 from muster.cluster.kube.discovery import GangApi
 from muster.cluster.kube.informer import SEQ_BITS, merged_watch, resource_version_now
 from muster.cluster.kube.ratelimit import TokenBucket
+from muster.cluster.kube.resize import ResizeError, resized
 from muster.cluster.kube.resources import (
     JOBS,
     NODES,
@@ -306,6 +308,7 @@ class KubeBackend:
     ) -> None:
         meta = job.get("metadata") or {}
         job_name, namespace = str(meta.get("name")), str(meta.get("namespace"))
+        path, who = JOBS.object_path(job_name, namespace), JOBS.describe(job_name, namespace)
         current: Mapping[str, Any] | None = job
 
         async def start() -> None:
@@ -314,15 +317,23 @@ class KubeBackend:
             current = None  # a retry reads again
             if jobs.is_suspended(fresh) and (fresh.get("status") or {}).get("startTime"):
                 fresh = await self._clear_start_time(job_name, namespace)  # else no template change
-            started = jobs.started_job(fresh, pod_sets, workload=workload)
+            try:
+                started = jobs.started_job(fresh, pod_sets, workload=workload)
+            except ResizeError as err:
+                message = f"its pod template cannot ask for the admitted requests: {err}"
+                raise RequestsRefusedError(who, message) from None
             if started is None:
                 return
-            await self.transport.checked(
-                "PUT",
-                JOBS.object_path(job_name, namespace),
-                obj=JOBS.describe(job_name, namespace),
-                body=started,
-            )
+            # One write: the new requests and the unsuspend together (KEP-5440's advice), so
+            # a refusal leaves the Job suspended as it was, never running with other requests.
+            try:
+                await self.transport.checked("PUT", path, obj=who, body=started)
+            except ClusterError as err:
+                refused = isinstance(err, InvalidObjectError) or err.reason == "Forbidden"
+                if not refused or not jobs.resources_changed(fresh, started):
+                    raise
+                message = f"the API server refused to change its pod template's resources: {err}"
+                raise RequestsRefusedError(who, message) from err
 
         await self._retrying(start)
 
@@ -343,7 +354,17 @@ class KubeBackend:
                 return
             try:
                 await self.transport.checked("PUT", path, obj=who, body=restored)
-            except InvalidObjectError as err:  # suspended is what counts; restore next time
+            except InvalidObjectError as err:
+                active = (current.get("status") or {}).get("active") or 0
+                if active and jobs.resources_changed(current, restored):
+                    # Its resources may change once the Job controller has removed its pods
+                    # (KEP-5440): until then the Job holds its quota, as Kueue's does.
+                    raise ClusterError(
+                        who,
+                        "Invalid",
+                        f"waiting for its {active} active pods to stop",
+                        temporary=True,
+                    ) from err
                 log.warning("cannot restore the pod template of %s: %s", who, err)
 
         await self._retrying(stop)
@@ -367,17 +388,24 @@ class KubeBackend:
             ps.get("name"): ps.get("template") or {}
             for ps in (workload.get("spec") or {}).get("podSets") or []
         }
-        pods = [
-            _pod(
-                workload,
-                ps,
-                i,
-                template=templates.get(ps.name) or {},
-                scheduler=self.config.scheduler_name,
-            )
-            for ps in pod_sets
-            for i in range(ps.count)
-        ]
+        try:
+            pods = [
+                _pod(
+                    workload,
+                    ps,
+                    i,
+                    template=templates.get(ps.name) or {},
+                    scheduler=self.config.scheduler_name,
+                )
+                for ps in pod_sets
+                for i in range(ps.count)
+            ]
+        except ResizeError as err:
+            meta = workload.get("metadata") or {}
+            name, namespace = str(meta.get("name")), str(meta.get("namespace"))
+            who = self._kueue["Workload"].describe(name, namespace)
+            message = f"its podset template cannot ask for the admitted requests: {err}"
+            raise RequestsRefusedError(who, message) from None
         await asyncio.gather(*(self.create(pod) for pod in pods))
 
     async def _pods_of(self, namespace: str, name: str) -> list[dict[str, Any]]:
@@ -459,6 +487,7 @@ def _pod(
     name = str(meta.get("name"))
     t_meta = template.get("metadata") or {}
     spec = copy.deepcopy(dict(template.get("spec") or {}))
+    spec = resized(spec, pod_set.requests) or spec  # routed: the alternative's requests
     spec["schedulerName"] = scheduler
     if pod_set.node_selector:
         spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **pod_set.node_selector}

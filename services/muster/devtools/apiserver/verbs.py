@@ -53,6 +53,7 @@ from muster.devtools.apiserver.resources import Registry, ResourceType, from_crd
 from muster.devtools.apiserver.selectors import FieldSelector, LabelSelector
 from muster.devtools.apiserver.store import Store
 from muster.devtools.apiserver.strategies import Context, strategy_for
+from muster.devtools.apiserver.strategy_base import V1_36, FeatureGates
 from muster.devtools.apiserver.validation import metadata_causes
 
 _GENERATED_CHARS = "bcdfghjklmnpqrstvwxz2456789"
@@ -114,12 +115,14 @@ class Verbs:
         clock: Callable[[], float],
         defer: Callable[[Callable[[], None]], None],
         garbage_collection: bool = True,
+        gates: FeatureGates = V1_36,
     ) -> None:
         self.registry = registry
         self.store = store
         self.clock = clock
         self.defer = defer
         self.garbage_collection = garbage_collection
+        self.gates = gates
 
     # --- reads -----------------------------------------------------------------------------
 
@@ -218,7 +221,7 @@ class Verbs:
         md["creationTimestamp"] = timestamp(self.clock())
         if rt.generation:
             md["generation"] = 1
-        strategy = strategy_for(rt)
+        strategy = strategy_for(rt, self.gates)
         strategy.defaults(obj)
         if rt.namespaced:
             self._check_namespace_open(namespace)
@@ -281,7 +284,7 @@ class Verbs:
             )
 
     def _validate(self, rt: ResourceType, obj: JsonObj, extra: list[Cause]) -> None:
-        strategy = strategy_for(rt)
+        strategy = strategy_for(rt, self.gates)
         causes = (
             metadata_causes(obj, name_check=strategy.name_check, namespaced=rt.namespaced) + extra
         )
@@ -398,7 +401,7 @@ class Verbs:
                 obj.pop("status", None)
                 if "status" in old:
                     obj["status"] = old["status"]
-            strategy = strategy_for(rt)
+            strategy = strategy_for(rt, self.gates)
             strategy.defaults(obj)
             causes = (
                 strategy.causes(obj)
