@@ -766,10 +766,13 @@ REQUIRED: dict[str, set[tuple[str, str, str]]] = {
     },
     "admission": set(),
     "preemption": set(),
-    # auth_kube (TokenReview), permissions_kube (SubjectAccessReview).
+    # auth_kube (TokenReview), permissions_kube (SubjectAccessReview), kube_submit (writes
+    # as the caller).
     "gateway": {
         ("authentication.k8s.io", "tokenreviews", "create"),
         ("authorization.k8s.io", "subjectaccessreviews", "create"),
+        ("", "users", "impersonate"),
+        ("", "groups", "impersonate"),
     },
 }
 
@@ -809,8 +812,8 @@ def test_rbac_has_no_wildcards_or_cluster_admin() -> None:
             assert "nonResourceURLs" not in rule
             assert "resourceNames" not in rule
             assert not {"escalate", "bind"} & set(rule["verbs"])
-            if "impersonate" in rule["verbs"]:  # the binder writes as the submitter, only
-                assert role["metadata"]["name"] == "muster-binder", rule
+            if "impersonate" in rule["verbs"]:  # binder and gateway write as the caller
+                assert role["metadata"]["name"] in ("muster-binder", "muster-gateway"), rule
                 assert (rule["apiGroups"], set(rule["resources"])) == ([""], {"users", "groups"})
             assert not {"secrets", "clusterroles", "clusterrolebindings"} & set(rule["resources"])
     for binding in by_kind(objs, "ClusterRoleBinding"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import cast
+from typing import Literal, cast
 
 from muster.bus.connection import Bus
 from muster.bus.redact import register
@@ -22,8 +22,8 @@ from muster.bus.service import (
     config_from_args,
     run_service,
 )
-from muster.cluster.choose import BACKEND_FLAGS, on_off
-from muster.cluster.kube.settings import KubeConfig
+from muster.cluster.choose import BACKEND_FLAGS, BACKENDS, on_off
+from muster.cluster.kube.settings import KUEUE_VERSIONS, KubeConfig
 from muster.gateway.auth_certs import TlsFiles
 from muster.gateway.auth_config import (
     AUTHENTICATION_MODES,
@@ -74,6 +74,11 @@ SECURITY_FLAGS = (
     *(f for f in BACKEND_FLAGS
       if f.flag in ("--kube-host", "--kubeconfig", "--kube-context", "--kube-in-cluster")),
 )  # fmt: skip
+# Where Submit goes: "kube" writes what it receives into the API server (as the caller), as the
+# per-cluster services' --cluster-backend says where their cluster is.
+CLUSTER_FLAGS = tuple(
+    f for f in BACKEND_FLAGS if f.flag in ("--cluster-backend", "--kueue-version")
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_common_flags(parser)
     add_flags(parser.add_argument_group("gateway options"), GATEWAY_FLAGS)
     add_flags(parser.add_argument_group("who may call, and what they may do"), SECURITY_FLAGS)
+    add_flags(parser.add_argument_group("where Submit writes"), CLUSTER_FLAGS)
     return parser
 
 
@@ -117,8 +123,21 @@ def security_config(args: argparse.Namespace) -> SecurityConfig:
             kubeconfig=args.kubeconfig or "",
             context=args.kube_context or "",
             in_cluster=args.kube_in_cluster,
+            kueue_version=args.kueue_version,
         ),
     )
+
+
+def cluster_backend(args: argparse.Namespace) -> Literal["sim", "kube"]:
+    """--cluster-backend; ValueError naming the flag when it is neither sim nor kube."""
+    if args.cluster_backend not in BACKENDS:
+        raise ValueError(f"--cluster-backend must be sim or kube, got {args.cluster_backend!r}")
+    if args.kueue_version not in KUEUE_VERSIONS:
+        raise ValueError(
+            f"--kueue-version must be one of {', '.join(KUEUE_VERSIONS)}, "
+            f"got {args.kueue_version!r}"
+        )
+    return cast(Literal["sim", "kube"], args.cluster_backend)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             cluster=service.cluster,
             max_event_bytes=service.bus.max_event_bytes,
             grace_s=service.grace_s,
+            cluster_backend=cluster_backend(args),
         )
     except ValueError as exc:
         parser.error(str(exc))  # exits 2

@@ -61,6 +61,11 @@ log = logging.getLogger(__name__)
 V = TypeVar("V")
 
 _NAMESPACED_DEFAULT = "default"
+# What muster writes is checked as kubectl's writes are: an unknown field is an error, not a
+# warning, so a field muster got wrong never silently disappears. (Status writes are not:
+# `status`.)
+STRICT = "Strict"
+_STRICT = (("fieldValidation", STRICT),)
 
 
 class KubeBackend:
@@ -113,13 +118,27 @@ class KubeBackend:
             raise InvalidObjectError(resource.describe(name, namespace), problems)
         return resource, namespace, name, obj
 
-    async def apply(self, manifest: Mapping[str, Any], *, as_user: Identity | None = None) -> None:
+    async def apply(
+        self,
+        manifest: Mapping[str, Any],
+        *,
+        as_user: Identity | None = None,
+        field_validation: str = STRICT,
+    ) -> None:
+        """As the protocol says; the API server validates the fields as `field_validation`
+        asks (Strict: an unknown field is refused, in its words)."""
         resource, namespace, name, obj = self._prepared(manifest)
         who = resource.describe(name, namespace)
+        query = [("fieldValidation", field_validation)]
 
         async def create_or_replace() -> None:
             created = await self.transport.request(
-                "POST", resource.collection_path(namespace), obj=who, body=obj, as_user=as_user
+                "POST",
+                resource.collection_path(namespace),
+                obj=who,
+                query=query,
+                body=obj,
+                as_user=as_user,
             )
             if created.ok:
                 return
@@ -136,19 +155,31 @@ class KubeBackend:
                 "PUT",
                 resource.object_path(name, namespace),
                 obj=who,
+                query=query,
                 body=replacement,
                 as_user=as_user,
             )
 
         await self._retrying(create_or_replace)
 
-    async def create(self, manifest: Mapping[str, Any], *, as_user: Identity | None = None) -> bool:
+    async def create(
+        self,
+        manifest: Mapping[str, Any],
+        *,
+        as_user: Identity | None = None,
+        field_validation: str = STRICT,
+    ) -> bool:
         resource, namespace, name, obj = self._prepared(manifest)
         who = resource.describe(name, namespace)
 
         async def create() -> bool:
             response = await self.transport.request(
-                "POST", resource.collection_path(namespace), obj=who, body=obj, as_user=as_user
+                "POST",
+                resource.collection_path(namespace),
+                obj=who,
+                query=[("fieldValidation", field_validation)],
+                body=obj,
+                as_user=as_user,
             )
             if response.ok:
                 return True
@@ -327,7 +358,7 @@ class KubeBackend:
             # One write: the new requests and the unsuspend together (KEP-5440's advice), so
             # a refusal leaves the Job suspended as it was, never running with other requests.
             try:
-                await self.transport.checked("PUT", path, obj=who, body=started)
+                await self.transport.checked("PUT", path, obj=who, query=_STRICT, body=started)
             except ClusterError as err:
                 refused = isinstance(err, InvalidObjectError) or err.reason == "Forbidden"
                 if not refused or not jobs.resources_changed(fresh, started):
@@ -346,14 +377,16 @@ class KubeBackend:
             current = await self._get(JOBS, job_name, namespace)
             suspended = jobs.suspended_job(current)
             if suspended is not None:
-                current = await self.transport.checked("PUT", path, obj=who, body=suspended)
+                current = await self.transport.checked(
+                    "PUT", path, obj=who, query=_STRICT, body=suspended
+                )
             if (current.get("status") or {}).get("startTime"):
                 current = await self._clear_start_time(job_name, namespace)
             restored = jobs.restored_job(current)
             if restored is None:
                 return
             try:
-                await self.transport.checked("PUT", path, obj=who, body=restored)
+                await self.transport.checked("PUT", path, obj=who, query=_STRICT, body=restored)
             except InvalidObjectError as err:
                 active = (current.get("status") or {}).get("active") or 0
                 if active and jobs.resources_changed(current, restored):
