@@ -101,3 +101,12 @@ def kubeconfig(directory: Path, url: str, account: str) -> Path:
     }
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def own_credentials(directory: Path) -> dict[str, list[str]]:
+    """Each per-cluster service's own token, as its ServiceAccount gives it (the kubeconfig's
+    server is overridden by the stack's --kube-host)."""
+    return {
+        service: ["--kubeconfig", str(kubeconfig(directory, "http://127.0.0.1:1", service))]
+        for service in ("watcher", "gangpermit", "binder")
+    }

@@ -16,7 +16,7 @@ from typing import Any
 import grpc
 import grpc.aio
 import pytest
-from kube_access_helpers import cluster_access, kubeconfig, token
+from kube_access_helpers import cluster_access, kubeconfig, own_credentials, token
 from kube_services_helpers import eventually, running_stack
 
 from muster.bus import DLQ_STREAM, Bus, BusConfig, connect
@@ -167,12 +167,3 @@ async def test_what_the_gateway_lets_through_is_written_as_the_caller(tmp_path: 
         ("/api/v1/namespaces/team-b/pods", 201, "bob"),
         ("/api/v1/namespaces/kube-system/pods", 403, "bob"),
     ]
-
-
-def own_credentials(directory: Path) -> dict[str, list[str]]:
-    """Each per-cluster service's own token, as its ServiceAccount gives it (the kubeconfig's
-    server is overridden by the stack's --kube-host)."""
-    return {
-        service: ["--kubeconfig", str(kubeconfig(directory, "http://127.0.0.1:1", service))]
-        for service in ("watcher", "gangpermit", "binder")
-    }
