@@ -32,6 +32,7 @@ from muster.gateway.auth_config import (
     AuthorizationMode,
     SecurityConfig,
 )
+from muster.gateway.kube_visibility_server import VisibilityServing
 from muster.gateway.service import (
     DEFAULT_LISTEN,
     DEFAULT_MAX_REQUEST_BYTES,
@@ -74,6 +75,20 @@ SECURITY_FLAGS = (
     *(f for f in BACKEND_FLAGS
       if f.flag in ("--kube-host", "--kubeconfig", "--kube-context", "--kube-in-cluster")),
 )  # fmt: skip
+VISIBILITY_FLAGS = (
+    Flag("--visibility-listen", "HOST:PORT", str, "MUSTER_GATEWAY_VISIBILITY_LISTEN", None,
+         "serve Kueue's visibility API (visibility.kueue.x-k8s.io) over HTTPS here, for the "
+         "API server's aggregation layer (an APIService); off without it"),
+    Flag("--visibility-tls-cert", "FILE", str, "MUSTER_GATEWAY_VISIBILITY_TLS_CERT", None,
+         "its PEM certificate (chain)"),
+    Flag("--visibility-tls-key", "FILE", str, "MUSTER_GATEWAY_VISIBILITY_TLS_KEY", None,
+         "the PEM private key of --visibility-tls-cert"),
+    Flag("--visibility-client-ca", "FILE", str, "MUSTER_GATEWAY_VISIBILITY_CLIENT_CA", None,
+         "the front proxy's CA (requestheader-client-ca); default: read from ConfigMap "
+         "kube-system/extension-apiserver-authentication"),
+    Flag("--visibility-allowed-names", "CN,...", str, "MUSTER_GATEWAY_VISIBILITY_ALLOWED_NAMES",
+         None, "CNs the front proxy's certificate may have (default: the ConfigMap's, or any)"),
+)  # fmt: skip
 # Where Submit goes: "kube" writes what it receives into the API server (as the caller), as the
 # per-cluster services' --cluster-backend says where their cluster is.
 CLUSTER_FLAGS = tuple(
@@ -91,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_flags(parser.add_argument_group("gateway options"), GATEWAY_FLAGS)
     add_flags(parser.add_argument_group("who may call, and what they may do"), SECURITY_FLAGS)
     add_flags(parser.add_argument_group("where Submit writes"), CLUSTER_FLAGS)
+    add_flags(parser.add_argument_group("Kueue's visibility API"), VISIBILITY_FLAGS)
     return parser
 
 
@@ -128,6 +144,22 @@ def security_config(args: argparse.Namespace) -> SecurityConfig:
     )
 
 
+def visibility_serving(args: argparse.Namespace) -> VisibilityServing | None:
+    """The visibility API's settings, or None when it is off; ValueError naming the flag."""
+    if not args.visibility_listen:
+        return None
+    if not (args.visibility_tls_cert and args.visibility_tls_key):
+        raise ValueError("--visibility-listen needs --visibility-tls-cert and --visibility-tls-key")
+    names = tuple(n.strip() for n in (args.visibility_allowed_names or "").split(",") if n.strip())
+    return VisibilityServing(
+        listen=args.visibility_listen,
+        tls_cert=args.visibility_tls_cert,
+        tls_key=args.visibility_tls_key,
+        client_ca=args.visibility_client_ca or "",
+        allowed_names=names,
+    )
+
+
 def cluster_backend(args: argparse.Namespace) -> Literal["sim", "kube"]:
     """--cluster-backend; ValueError naming the flag when it is neither sim nor kube."""
     if args.cluster_backend not in BACKENDS:
@@ -154,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             max_event_bytes=service.bus.max_event_bytes,
             grace_s=service.grace_s,
             cluster_backend=cluster_backend(args),
+            visibility=visibility_serving(args),
         )
     except ValueError as exc:
         parser.error(str(exc))  # exits 2

@@ -36,8 +36,9 @@ from muster.bus.subjects import DEFAULT_CLUSTER, check_cluster
 from muster.bus.tracing import continue_trace, trace_metadata
 from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
 from muster.gateway.auth import AuthInterceptor, current_caller
-from muster.gateway.auth_config import Security, SecurityConfig, open_security
+from muster.gateway.auth_config import Security, SecurityConfig, open_reviews, open_security
 from muster.gateway.kube_submit import SubmitRefusedError, Written, write_objects
+from muster.gateway.kube_visibility_server import VisibilityServing
 from muster.gateway.permissions import (
     ALL_NAMESPACES,
     Action,
@@ -96,12 +97,16 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     grace_s: float = 10.0  # how long unary calls in flight may take at shutdown
     # "kube": Submit writes into the API server of `security.kube` as the caller (kube_submit)
     cluster_backend: Literal["sim", "kube"] = "sim"
+    # Kueue's visibility API for the API server's aggregation layer (kube_visibility_server)
+    visibility: VisibilityServing | None = None
 
     def __post_init__(self) -> None:
         host, _ = split_listen(self.listen)
         check_cluster(self.cluster)
         if self.cluster_backend not in ("sim", "kube"):
             raise ValueError(f"cluster backend must be sim or kube, got {self.cluster_backend!r}")
+        if self.visibility is not None:
+            split_listen(self.visibility.listen)
         if self.max_request_bytes < 1:
             raise ValueError(f"max request bytes must be >= 1, got {self.max_request_bytes}")
         self.security.check_listen(host)
@@ -460,6 +465,7 @@ class GatewayServer:
         self._server: grpc.aio.Server | None = None
         self._exits = contextlib.AsyncExitStack()
         self._kube: KubeBackend | None = None
+        self.visibility_address = ""  # Kueue's visibility API, when served
         self.security: Security | None = None
         self.address = ""
 
@@ -474,6 +480,10 @@ class GatewayServer:
             security = await self._exits.enter_async_context(open_security(self.config.security))
             if self.config.cluster_backend == "kube":
                 self._kube = await self._open_kube()
+            if self.config.visibility is not None:
+                self.visibility_address = await self._serve_visibility(
+                    store, self.config.visibility
+                )
             address = await self._serve(store, security)
         except BaseException:
             await self._exits.aclose()
@@ -491,6 +501,18 @@ class GatewayServer:
         backend = await KubeBackend.connect(self.config.security.kube)
         self._exits.push_async_callback(backend.close)
         return backend
+
+    async def _serve_visibility(self, store: VisibilityStore, serving: VisibilityServing) -> str:
+        """Kueue's visibility API over HTTPS, for the server's lifetime; its address."""
+        from muster.gateway.kube_visibility_server import VisibilityServer, front_proxy_of
+
+        reviews = await open_reviews(self.config.security.kube)
+        self._exits.push_async_callback(reviews.close)
+        proxy = await front_proxy_of(serving, reviews)
+        server = VisibilityServer(store, reviews, serving=serving, front_proxy=proxy)
+        address = await server.start()
+        self._exits.push_async_callback(server.stop)
+        return address
 
     async def _serve(self, store: VisibilityStore, security: Security) -> str:
         server = grpc.aio.server(
@@ -544,6 +566,8 @@ async def run_gateway(bus: GatewayBus, health: HealthStatus, config: GatewayConf
     address = await server.start()
     health.ready()
     print(f"gateway: {address}", flush=True)
+    if server.visibility_address:
+        print(f"visibility: {server.visibility_address}", flush=True)
     log.info("gateway listening on %s", address)
     try:
         await asyncio.Event().wait()
