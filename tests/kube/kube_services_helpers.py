@@ -31,6 +31,7 @@ from muster.preemption.service import PreemptionConfig, run_preemption
 from muster.watcher import __main__ as watcher_main
 
 T = TypeVar("T")
+CRDS = Path(__file__).resolve().parents[2] / "k8s" / "crds"
 KUEUE = ("kueue.x-k8s.io", "v1beta1")
 SCHEDULING = "scheduling.k8s.io"
 # kind → (plural, namespaced) of the Kueue objects the tests write
@@ -115,6 +116,15 @@ class Kubectl:
             self.custom.create_namespaced_custom_object(SCHEDULING, version, namespace, plural, obj)
         else:
             raise AssertionError(f"the tests do not create {kind}")
+
+    async def install_crds(self) -> None:
+        """muster's own Kueue CRDs (k8s/crds), as on a cluster without Kueue: what muster writes
+        with `fieldValidation=Strict` is then checked against their schemas."""
+        extensions = client.ApiextensionsV1Api(self._api)
+        for path in sorted(CRDS.glob("*.yaml")):
+            for doc in yaml.safe_load_all(path.read_text()):
+                if doc and doc.get("kind") == "CustomResourceDefinition":
+                    await asyncio.to_thread(extensions.create_custom_resource_definition, doc)
 
     async def list_pods(self, namespace: str) -> list[dict[str, Any]]:
         """The pods of `namespace` as stored (JSON)."""
@@ -350,6 +360,7 @@ async def running_stack(
         await bus.ensure_streams()
         async with ApiServer(bookmark_interval_s=0.2, access=access, **(server or {})) as standin:
             kubectl = Kubectl(standin.url, token=admin_token)
+            await kubectl.install_crds()
             events = Events(bus)
             events.start()
             stack = Stack(bus=bus, server=standin, kubectl=kubectl, events=events)
