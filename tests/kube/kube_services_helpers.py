@@ -40,6 +40,7 @@ KUEUE_KINDS = {
     "ClusterQueue": ("clusterqueues", False),
     "LocalQueue": ("localqueues", True),
     "WorkloadPriorityClass": ("workloadpriorityclasses", False),
+    "Cohort": ("cohorts", False),
     "Workload": ("workloads", True),
 }
 
@@ -98,10 +99,11 @@ class Kubectl:
             self.custom.create_namespaced_custom_object(SCHEDULING, version, namespace, plural, obj)
         elif kind in KUEUE_KINDS:
             plural, namespaced = KUEUE_KINDS[kind]
+            group, version = str(obj.get("apiVersion", "/".join(KUEUE))).split("/")
             if namespaced:
-                self.custom.create_namespaced_custom_object(*KUEUE, namespace, plural, obj)
+                self.custom.create_namespaced_custom_object(group, version, namespace, plural, obj)
             else:
-                self.custom.create_cluster_custom_object(*KUEUE, plural, obj)
+                self.custom.create_cluster_custom_object(group, version, plural, obj)
         elif kind == "Namespace":
             self.core.create_namespace(obj)
         elif kind == "Node":
