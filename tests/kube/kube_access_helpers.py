@@ -7,8 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import grpc.aio
 import yaml
 
+from muster.contracts.v1 import services_pb2, services_pb2_grpc
 from muster.devtools.apiserver.access import Access, Grant, User
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,3 +112,17 @@ def own_credentials(directory: Path) -> dict[str, list[str]]:
         service: ["--kubeconfig", str(kubeconfig(directory, "http://127.0.0.1:1", service))]
         for service in ("watcher", "gangpermit", "binder")
     }
+
+
+def bearer(account: str) -> tuple[tuple[str, str], ...]:
+    secret = token(account) if account != "nobody" else "a-token-nobody-issued"
+    return (("authorization", f"Bearer {secret}"),)
+
+
+async def submit(channel: grpc.aio.Channel, text: str, account: str) -> tuple[str, str]:
+    stub = services_pb2_grpc.GatewayStub(channel)
+    try:
+        await stub.Submit(services_pb2.SubmitRequest(manifest=text), metadata=bearer(account))
+    except grpc.aio.AioRpcError as exc:
+        return exc.code().name, exc.details() or ""
+    return "OK", ""

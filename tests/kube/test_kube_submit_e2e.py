@@ -15,63 +15,19 @@ from pathlib import Path
 import grpc
 import grpc.aio
 import pytest
-from kube_access_helpers import cluster_access, kubeconfig, own_credentials, token
+from kube_access_helpers import cluster_access, kubeconfig, own_credentials, submit, token
 from kube_services_helpers import Stack, condition_when, eventually, job_when, running_stack
 
 from muster.bus import Bus
 from muster.cli.main import main
 from muster.cluster.kube.settings import KubeConfig
-from muster.contracts.v1 import services_pb2, services_pb2_grpc
 from muster.gateway.auth_config import SecurityConfig
 from muster.gateway.auth_tokens import token_hash
 from muster.gateway.service import GatewayConfig, GatewayServer
 
 pytestmark = pytest.mark.timeout(90)
 
-# Kueue's single-ClusterQueue setup and its sample Job, which asks the API server to name it.
-KUEUE_SAMPLE = textwrap.dedent(
-    """\
-    apiVersion: kueue.x-k8s.io/v1beta1
-    kind: ResourceFlavor
-    metadata: {name: default-flavor}
-    ---
-    apiVersion: kueue.x-k8s.io/v1beta1
-    kind: ClusterQueue
-    metadata: {name: cluster-queue}
-    spec:
-      namespaceSelector: {}
-      resourceGroups:
-      - coveredResources: [cpu, memory]
-        flavors:
-        - name: default-flavor
-          resources: [{name: cpu, nominalQuota: 9}, {name: memory, nominalQuota: 36Gi}]
-    ---
-    apiVersion: kueue.x-k8s.io/v1beta1
-    kind: LocalQueue
-    metadata: {namespace: default, name: user-queue}
-    spec: {clusterQueue: cluster-queue}
-    ---
-    apiVersion: batch/v1
-    kind: Job
-    metadata:
-      generateName: sample-job-
-      namespace: default
-      labels: {kueue.x-k8s.io/queue-name: user-queue}
-    spec:
-      parallelism: 3
-      completions: 3
-      suspend: true
-      template:
-        spec:
-          containers:
-          - name: dummy-job
-            image: registry.k8s.io/e2e-test-images/agnhost:2.53
-            command: [/bin/sh]
-            args: [-c, sleep 60]
-            resources: {requests: {cpu: "1", memory: 200Mi}}
-          restartPolicy: Never
-    """
-)
+EXAMPLES = Path(__file__).resolve().parents[2] / "k8s" / "examples"
 
 
 @contextlib.asynccontextmanager
@@ -97,18 +53,20 @@ async def test_muster_submit_writes_kueues_sample_into_the_api_server_and_it_run
 ) -> None:
     async with running_stack(tmp_path, server={"job_controller": True}) as stack:
         stack.server.faults.fail_next(1, status=500, verb="create", path="/jobs$")
-        manifest = tmp_path / "sample.yaml"
-        manifest.write_text(KUEUE_SAMPLE)
+        # Kueue's single-ClusterQueue setup, then its sample Job (generateName).
+        setup = EXAMPLES / "two-teams.yaml"
+        sample = EXAMPLES / "kueue-sample-job.yaml"
         security = SecurityConfig(kube=KubeConfig(host=stack.server.url))
         async with kube_gateway(stack.bus, security) as address:
-            assert await muster("submit", str(manifest), "--gateway", address) == 0
+            for manifest in (setup, sample):
+                assert await muster("submit", str(manifest), "--gateway", address) == 0
         lines = capsys.readouterr().out.splitlines()
-        assert lines[:3] == [
+        assert lines[:2] == [
             "ResourceFlavor default-flavor applied",
             "ClusterQueue cluster-queue applied",
-            "LocalQueue default/user-queue applied",
         ]
-        kind, key, outcome = lines[3].split()
+        assert lines[-2] == "LocalQueue default/user-queue applied"
+        kind, key, outcome = lines[-1].split()
         assert (kind, outcome) == ("Job", "created")
         namespace, name = key.split("/")
         assert name.startswith("sample-job-")
@@ -125,6 +83,25 @@ async def test_muster_submit_writes_kueues_sample_into_the_api_server_and_it_run
         # Submitted by the watcher from the API server, never by the gateway on NATS alone.
         sources = {e.source for e in stack.events.seen if e.type == "workload.submitted"}
         assert sources == {"watcher/local"}
+
+
+async def test_kueues_sample_created_with_kubectl_is_named_by_the_api_server_and_runs(
+    tmp_path: Path,
+) -> None:
+    async with running_stack(tmp_path, server={"job_controller": True}) as stack:
+        await stack.kubectl.apply((EXAMPLES / "two-teams.yaml").read_text())
+        await stack.kubectl.apply((EXAMPLES / "kueue-sample-job.yaml").read_text())  # create
+
+        async def named() -> str | None:
+            jobs = await asyncio.to_thread(stack.kubectl.batch.list_namespaced_job, "default")
+            return next((j.metadata.name for j in jobs.items), None)
+
+        name = await eventually(named)
+        assert name.startswith("sample-job-")
+        await job_when(stack.kubectl, "default", name, suspended=False)
+        await run_pods_to_completion(stack, "default", name, pods=3)
+        workload = await eventually(lambda: workload_named(stack, name))
+        await condition_when(stack.kubectl, "Workload", workload, "default", "Finished", "True")
 
 
 async def workload_named(stack: Stack, job: str) -> str | None:
@@ -165,17 +142,9 @@ JOB = textwrap.dedent(
 )
 
 
-async def submit(address: str, text: str, account: str) -> tuple[str, str]:
+async def submit_to(address: str, text: str, account: str) -> tuple[str, str]:
     async with grpc.aio.insecure_channel(address) as channel:
-        stub = services_pb2_grpc.GatewayStub(channel)
-        try:
-            await stub.Submit(
-                services_pb2.SubmitRequest(manifest=text),
-                metadata=(("authorization", f"Bearer {token(account)}"),),
-            )
-        except grpc.aio.AioRpcError as exc:
-            return exc.code().name, exc.details() or ""
-    return "OK", ""
+        return await submit(channel, text, account)
 
 
 async def test_the_cluster_judges_the_caller_and_its_refusal_names_the_object(
@@ -209,9 +178,9 @@ async def test_the_cluster_judges_the_caller_and_its_refusal_names_the_object(
             ),
         )
         async with kube_gateway(stack.bus, security) as address:
-            own = await submit(address, JOB.replace("NS", "team-a"), "alice")
-            theirs = await submit(address, JOB.replace("NS", "team-b"), "alice")
-            masters = await submit(address, JOB.replace("NS", "team-b"), "admin")
+            own = await submit_to(address, JOB.replace("NS", "team-a"), "alice")
+            theirs = await submit_to(address, JOB.replace("NS", "team-b"), "alice")
+            masters = await submit_to(address, JOB.replace("NS", "team-b"), "admin")
         creates = [
             (r.path, r.code, r.user)
             for r in stack.server.requests.entries()

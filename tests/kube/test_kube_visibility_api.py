@@ -147,6 +147,16 @@ async def aggregated(stack: Stack, tmp_path: Path) -> AsyncIterator[Aggregator]:
         await gateway.stop()
 
 
+@contextlib.asynccontextmanager
+async def cluster(tmp_path: Path) -> AsyncIterator[Stack]:
+    """The services on a stand-in with RBAC, each with its own credentials."""
+    async with running_stack(
+        tmp_path, access=access(), admin_token=token("admin"),
+        service_flags=own_credentials(tmp_path),
+    ) as stack:  # fmt: skip
+        yield stack
+
+
 async def queue_up(stack: Stack) -> None:
     """j1 runs; j2 (lq), j3 (other), j4 (lq) wait, in that order."""
     await stack.kubectl.apply(SETUP)
@@ -177,15 +187,20 @@ def listed(body: dict[str, Any]) -> list[tuple[str, str, int, int]]:
 async def test_pending_workloads_are_listed_with_their_positions_through_the_aggregator(
     tmp_path: Path,
 ) -> None:
-    async with running_stack(
-        tmp_path, access=access(), admin_token=token("admin"),
-        service_flags=own_credentials(tmp_path),
-    ) as stack:  # fmt: skip
+    async with cluster(tmp_path) as stack:
         await queue_up(stack)
         async with aggregated(stack, tmp_path) as api:
             root = f"/apis/{GROUP}/v1beta2"
-            code, cq = await api.get(f"{root}/clusterqueues/cq/pendingworkloads", user="carol")
-            assert code == 200
+
+            async def all_three() -> dict[str, Any] | None:
+                # Admission writes the bucket coalesced (every 100 ms at most): soon, not at once.
+                code, body = await api.get(
+                    f"{root}/clusterqueues/cq/pendingworkloads", user="carol"
+                )
+                assert code == 200
+                return body if len(body["items"]) == 3 else None
+
+            cq = await eventually(all_three)
             assert (cq["kind"], cq["apiVersion"]) == ("PendingWorkloadsSummary", f"{GROUP}/v1beta2")
             assert listed(cq) == [("j2", "lq", 0, 0), ("j3", "other", 1, 0), ("j4", "lq", 2, 1)]
             assert cq["items"][0]["metadata"]["namespace"] == "team-a"
@@ -206,10 +221,7 @@ async def test_pending_workloads_are_listed_with_their_positions_through_the_agg
 async def test_the_visibility_api_authenticates_authorizes_and_answers_as_kueue_does(
     tmp_path: Path,
 ) -> None:
-    async with running_stack(
-        tmp_path, access=access(), admin_token=token("admin"),
-        service_flags=own_credentials(tmp_path),
-    ) as stack:  # fmt: skip
+    async with cluster(tmp_path) as stack:
         await stack.kubectl.apply(SETUP)
         async with aggregated(stack, tmp_path) as api:
             cq = f"/apis/{GROUP}/v1beta2/clusterqueues/cq/pendingworkloads"
