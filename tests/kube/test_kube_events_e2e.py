@@ -99,5 +99,8 @@ async def test_kubectl_get_events_tells_a_preempted_workloads_story(tmp_path: Pa
         scheduled = next(e for e in placed if e.reason == "Scheduled")
         assert scheduled.message == f"Successfully assigned ml/{high_pods[0]} to node-1"
         assert scheduled.involved_object.uid  # kubectl describe pod selects by it too
-        bound = await reasons_when(kubectl, "Pod", low_pods[0], "Scheduled")
-        assert len(bound) == 1  # one Event per fact, whatever the retries and resumed watches
+        told = await reasons_when(kubectl, "Pod", low_pods[0], "Scheduled")
+        # One Event per fact, whatever the retries and resumed watches. (A FailedScheduling
+        # may come first: the Job controller's pods arrive one at a time, and a gang of two
+        # waits for its second.)
+        assert len([e for e in told if e.reason == "Scheduled"]) == 1
