@@ -179,3 +179,67 @@ def context_from_metadata(
 def metadata_from_context(ctx: otel_context.Context | None = None) -> list[tuple[str, str]]:
     """gRPC metadata carrying `ctx` (default: the current context), to pass with a call."""
     return sorted(trace_headers(ctx).items())
+
+
+# --- spans of a workload's steps ------------------------------------------------------------
+# Every helper below makes nothing (returns None) unless spans are recorded, so a service
+# without an exporter pays one check per step.
+
+
+@contextlib.contextmanager
+def step(
+    name: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    attributes: Callable[[], Mapping[str, str | int]] | None = None,
+) -> Iterator[trace.Span | None]:
+    """A span `name` around the body: a child of the current span, or of the trace `headers`
+    carry when given; None (no span) unless spans are recorded."""
+    if not recording():
+        yield None
+        return
+    context = None if headers is None else context_from_headers(headers)
+    with tracer().start_as_current_span(
+        name, context=context, attributes=None if attributes is None else attributes()
+    ) as span:
+        yield span
+
+
+def start_span(
+    name: str,
+    headers: Mapping[str, str] | None,
+    *,
+    start_ns: int | None = None,
+    links: Iterable[Mapping[str, str]] = (),
+    attributes: Mapping[str, str | int] | None = None,
+) -> trace.Span | None:
+    """A span the caller ends, in the trace `headers` carry (a new trace without them),
+    linked to the traces of `links` (each W3C headers); None unless spans are recorded."""
+    if not recording():
+        return None
+    linked = []
+    for carried in links:
+        span_context = trace.get_current_span(context_from_headers(carried)).get_span_context()
+        if span_context.is_valid:
+            linked.append(trace.Link(span_context))
+    return tracer().start_span(
+        name,
+        context=context_from_headers(headers),
+        start_time=start_ns,
+        links=linked,
+        attributes=attributes,
+    )
+
+
+def headers_of(span: trace.Span) -> dict[str, str]:
+    """The W3C headers that make `span` the parent of what is published with them."""
+    return trace_headers(trace.set_span_in_context(span))
+
+
+def headers_of_envelope(traceparent: str, tracestate: str) -> dict[str, str]:
+    """An envelope's trace fields as W3C headers ({} when it carries none)."""
+    if not traceparent:
+        return {}
+    if not tracestate:
+        return {"traceparent": traceparent}
+    return {"traceparent": traceparent, "tracestate": tracestate}
