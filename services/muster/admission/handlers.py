@@ -47,8 +47,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from opentelemetry import trace
-
 from muster.admission.snapshot import CompactLog
 from muster.admission.state import AdmissionState
 from muster.admission.translate import (
@@ -63,7 +61,7 @@ from muster.admission.translate import (
 )
 from muster.bus import Reject, Retry
 from muster.bus.cancel import finishing, raise_if_cancelling
-from muster.bus.tracing import headers_of, headers_of_envelope, start_span
+from muster.bus.tracing import headers_of_envelope, start_span, trace_decisions
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.events import Event
 
@@ -271,7 +269,9 @@ class Rounds:
         """
         state = self.state
         envs = envelopes_of(state.decisions(events), cause=cause, source=state.source)
-        spans = self._in_traces(envs, started_ns=started_ns)
+        spans = trace_decisions(
+            envs, service="admission", trace_of=self._trace_of, start_ns=started_ns
+        )
         started = time.perf_counter()
         try:
             for wave in waves_by_workload(envs):
@@ -284,27 +284,8 @@ class Rounds:
         published = [fact for env in envs if isinstance(fact := fact_of(env), Recorded)]
         state.record_published(published)
 
-    def _in_traces(
-        self, envs: Sequence[pb.Envelope], *, started_ns: int | None
-    ) -> list[trace.Span]:
-        """Put each decision in its workload's trace; its span, when spans are recorded."""
-        spans: list[trace.Span] = []
-        for env in envs:
-            headers = self.traces.get(env.workload)
-            if headers is None:
-                continue  # not known here: it keeps its cause's
-            span = start_span(
-                f"admission.{env.WhichOneof('payload')}",
-                headers,
-                start_ns=started_ns,
-                attributes={"muster.workload": env.workload, "messaging.message.id": env.event_id},
-            )
-            if span is not None:
-                spans.append(span)
-                headers = headers_of(span)
-            env.traceparent = headers["traceparent"]
-            env.tracestate = headers.get("tracestate", "")
-        return spans
+    def _trace_of(self, env: pb.Envelope) -> dict[str, str] | None:
+        return self.traces.get(env.workload)
 
     async def _publish_until_stored(self, env: pb.Envelope) -> None:
         while True:
