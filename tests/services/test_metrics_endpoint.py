@@ -7,28 +7,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import socket
-import urllib.request
 from pathlib import Path
 
 import pytest
 from bus_helpers import EventLog, submitted
-from prometheus_client.parser import text_string_to_metric_families
+from scrape_helpers import scrape
 from test_bus_service import SERVING, tiny_service
 
 from muster.bus import Bus
 from muster.bus.service import add_common_flags, config_from_args
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def parsed(address: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as reply:
-        text = reply.read().decode()
-    return {
-        (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
 
 
 async def test_metrics_count_what_the_service_consumed_and_published(
@@ -42,7 +31,7 @@ async def test_metrics_count_what_the_service_consumed_and_published(
         await service.wait_for_status(SERVING)
         await bus.publish(submitted("ns/a"))
         await events.wait_for("pending", workload="ns/a", timeout_s=10)
-        samples = await asyncio.to_thread(parsed, address)
+        samples = await asyncio.to_thread(scrape, address)
     consumed = {
         ("service", "tiny"),
         ("consumer", "tiny"),

@@ -6,14 +6,13 @@ service, form one trace."""
 from __future__ import annotations
 
 import asyncio
-import urllib.request
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import grpc
 import pytest
 from bus_helpers import EventLog
-from prometheus_client.parser import text_string_to_metric_families
+from scrape_helpers import scrape, value
 
 from muster.cluster.sim.backend import SimBackend
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
@@ -69,24 +68,6 @@ NODE = {
     "metadata": {"name": "node-0"},
     "status": {"allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"}},
 }
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def scrape(address: str) -> Samples:
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as reply:
-        text = reply.read().decode()
-    return {
-        (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def value(samples: Samples, name: str, **labels: str) -> float | None:
-    """The sample `name` whose labels include `labels` (summed when several match)."""
-    found = [v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= ls]
-    return sum(found) if found else None
 
 
 async def eventually(check: Callable[[], bool], *, timeout_s: float = 10.0) -> None:

@@ -3,7 +3,8 @@
 - `muster_events_consumed_total{service,consumer,type,outcome}`: events handled, by what the
   consumer did with them: `ack`, `retry` (nak, redelivered later), `dead_letter`, `error` (a
   handler bug: nak with back-off);
-- `muster_event_handle_seconds{service,consumer,type}`: how long handling took;
+- `muster_event_handle_seconds{service,consumer,type}`: how long handling took (a batch
+  handled at once, as admission does: one observation per batch, type `batch`);
 - `muster_events_published_total{service,type}`: events stored (PubAck received);
 - `muster_dead_letters_total{service,consumer}`: copies put in `MUSTER_DLQ`;
 - `muster_consumer_pending_messages{service,consumer}`, `..._ack_pending_messages`: the
@@ -25,6 +26,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 HANDLE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 ACK, RETRY, DEAD_LETTER, ERROR = "ack", "retry", "dead_letter", "error"
+BATCH = "batch"  # the `type` of a batch's one handling-time observation
 
 E = TypeVar("E")
 
@@ -43,7 +45,7 @@ class BusMetrics:
         )
         self._handle_s = Histogram(
             "muster_event_handle_seconds",
-            "Time a consumer's handler took per event (admission: per batch, per event type).",
+            "Time a consumer's handler took per event (type batch: per batch handled at once).",
             ["service", "consumer", "type"],
             buckets=HANDLE_BUCKETS,
             registry=registry,
@@ -90,17 +92,8 @@ class BusMetrics:
 
     def consumed(self, consumer: str, event_type: str, outcome: str, seconds: float) -> None:
         """One event handled by `consumer` with `outcome`, in `seconds`."""
-        key = (consumer, event_type, outcome)
-        counter = self._consumed_of.get(key)
-        if counter is None:
-            counter = self._consumed_of[key] = self._consumed.labels(self.service, *key)
-        counter.inc()
-        timing = self._handle_of.get(key[:2])
-        if timing is None:
-            timing = self._handle_of[key[:2]] = self._handle_s.labels(
-                self.service, consumer, event_type
-            )
-        timing.observe(seconds)
+        self._count(consumer, event_type, outcome)
+        self._time(consumer, event_type, seconds)
 
     def consumed_batch(
         self,
@@ -109,10 +102,24 @@ class BusMetrics:
         outcomes: Sequence[str],
         seconds: float,
     ) -> None:
-        """A batch handled at once (admission): each event counted, the time shared equally."""
-        each = seconds / max(1, len(types))
+        """A batch handled at once (admission): each event counted, the batch timed once."""
         for event_type, outcome in zip(types, outcomes, strict=True):
-            self.consumed(consumer, event_type, outcome, each)
+            self._count(consumer, event_type, outcome)
+        self._time(consumer, BATCH, seconds)
+
+    def _count(self, consumer: str, event_type: str, outcome: str) -> None:
+        key = (consumer, event_type, outcome)
+        counter = self._consumed_of.get(key)
+        if counter is None:
+            counter = self._consumed_of[key] = self._consumed.labels(self.service, *key)
+        counter.inc()
+
+    def _time(self, consumer: str, event_type: str, seconds: float) -> None:
+        key = (consumer, event_type)
+        timing = self._handle_of.get(key)
+        if timing is None:
+            timing = self._handle_of[key] = self._handle_s.labels(self.service, *key)
+        timing.observe(seconds)
 
     def published(self, event_type: str) -> None:
         counter = self._published_of.get(event_type)
