@@ -47,6 +47,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from opentelemetry import trace
+
 from muster.admission.snapshot import CompactLog
 from muster.admission.state import AdmissionState
 from muster.admission.translate import (
@@ -61,7 +63,7 @@ from muster.admission.translate import (
 )
 from muster.bus import Reject, Retry
 from muster.bus.cancel import finishing, raise_if_cancelling
-from muster.bus.tracing import headers_of_envelope, start_span, trace_decisions
+from muster.bus.tracing import headers_of_envelope, recording, start_span, trace_decisions
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.events import Event
 
@@ -199,17 +201,7 @@ class Rounds:
             if self.metrics is not None:
                 decide_s = time.perf_counter() - started
                 self.metrics.round([f for _, f in facts], events, decide_s=decide_s)
-            span = start_span(
-                "admission.round",
-                None,
-                start_ns=started_ns,
-                links=[
-                    self.traces[e.workload]
-                    for e, _ in facts[:MAX_LINKS]
-                    if e.workload in self.traces
-                ],
-                attributes={"muster.shard": self.state.sharding.shard, "muster.facts": len(facts)},
-            )
+            span = self._round_span(facts, started_ns=started_ns)
             try:
                 await self.publish(
                     events, cause=cause or self._tick_cause(now_s), started_ns=started_ns
@@ -223,6 +215,18 @@ class Rounds:
         if changed:  # the views are the engine's: a round about other shards' workloads,
             self.on_round()  # or one that decided nothing, leaves them as they were
         return rejected
+
+    def _round_span(
+        self, facts: Sequence[tuple[pb.Envelope, Fact]], *, started_ns: int
+    ) -> trace.Span | None:
+        """The round's span, linked to its facts' traces; None unless spans are recorded."""
+        if not recording():
+            return None
+        links = [self.traces[e.workload] for e, _ in facts[:MAX_LINKS] if e.workload in self.traces]
+        attributes = {"muster.shard": self.state.sharding.shard, "muster.facts": len(facts)}
+        return start_span(
+            "admission.round", None, start_ns=started_ns, links=links, attributes=attributes
+        )
 
     # --- timers ----------------------------------------------------------------------------
 
