@@ -6,7 +6,7 @@ service, form one trace."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -79,7 +79,7 @@ async def eventually(check: Callable[[], bool], *, timeout_s: float = 10.0) -> N
 
 
 @pytest.fixture
-def receiver() -> AsyncIterator[OtlpReceiver]:
+def receiver() -> Iterator[OtlpReceiver]:
     otlp = OtlpReceiver().start()
     yield otlp
     otlp.stop()
