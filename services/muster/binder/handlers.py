@@ -35,7 +35,7 @@ from muster.bus.envelope import new_event
 from muster.bus.errors import Reject, Retry
 from muster.bus.tracing import step, trace_headers
 from muster.cluster.backend import ClusterBackend, Identity, PodSetStart
-from muster.cluster.errors import ClusterError
+from muster.cluster.errors import ClusterError, RequestsRefusedError
 from muster.contracts.v1 import events_pb2
 from muster.metrics.services import BinderSeries
 
@@ -128,6 +128,8 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
 
     An admission superseded by a later eviction here is skipped: it was delivered late (this
     cluster was away) and the workload has been requeued, maybe to another cluster, since.
+    When the cluster refuses the requests it was admitted with (a routed Job), nothing starts
+    and `requests_refused` says why.
     """
     if ctx.specs.superseded(env):
         log.warning("skipping an admission evicted since", extra={"workload": env.workload})
@@ -147,6 +149,12 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
     with step("binder.start", attributes=lambda: {"muster.workload": env.workload}):
         try:
             await ctx.backend.start_workload(env.workload, pod_sets=traced(starts))
+        except RequestsRefusedError as err:
+            # Routed to requests the cluster will not run it with: nothing started. Admission
+            # evicts it and puts it back on its declared queue (docs/routing.md, "On Kubernetes").
+            log.warning("requests refused: %s", err, extra={"workload": env.workload})
+            payload = events_pb2.RequestsRefused(message=str(err))
+            await ctx.publish("requests_refused", payload, cause=env)
         except ClusterError as err:
             raise _as_retry_or_reject(err, f"starting {env.workload}") from err
 
