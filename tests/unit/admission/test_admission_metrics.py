@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from admission_stream import (
+    StoringPublisher,
     applied,
     cluster_queue,
     flavor,
@@ -27,15 +28,6 @@ pytestmark = pytest.mark.timeout(10)
 LEADER = {"replica_role": "leader"}
 
 
-class Publisher:
-    def __init__(self) -> None:
-        self.stored: list[pb.Envelope] = []
-
-    async def publish(self, env: pb.Envelope) -> int:
-        self.stored.append(env)
-        return len(self.stored)
-
-
 class World:
     """One admission replica's rounds with metrics on, fed one event per batch."""
 
@@ -45,7 +37,7 @@ class World:
         self.state.take_ownership(now_s=0.0)
         self.now_s = 100.0
         self.metrics = AdmissionMetrics(self.registry, self.state, clock=lambda: self.now_s)
-        self.publisher = Publisher()
+        self.publisher = StoringPublisher()
         self.rounds = Rounds(
             self.state, self.publisher, clock=lambda: self.now_s, metrics=self.metrics
         )

@@ -4,7 +4,15 @@ for workloads of many traces; with no exporter no span is made, the ids still tr
 from __future__ import annotations
 
 import pytest
-from admission_stream import applied, cluster_queue, flavor, local_queue, submitted, workload
+from admission_stream import (
+    StoringPublisher,
+    applied,
+    cluster_queue,
+    flavor,
+    local_queue,
+    submitted,
+    workload,
+)
 
 from muster.admission.handlers import Rounds
 from muster.admission.state import AdmissionState
@@ -12,15 +20,6 @@ from muster.bus import tracing
 from muster.contracts.v1 import events_pb2 as pb
 
 pytestmark = pytest.mark.timeout(10)
-
-
-class Publisher:
-    def __init__(self) -> None:
-        self.stored: list[pb.Envelope] = []
-
-    async def publish(self, env: pb.Envelope) -> int:
-        self.stored.append(env)
-        return len(self.stored)
 
 
 def traced(env: pb.Envelope, trace_id: str, sequence: int) -> pb.Envelope:
@@ -33,7 +32,7 @@ async def test_each_decision_goes_in_its_workloads_trace(monkeypatch: pytest.Mon
     monkeypatch.setattr(tracing, "recording", lambda: False)  # no exporter: no spans
     state = AdmissionState()
     state.take_ownership(now_s=0.0)
-    publisher = Publisher()
+    publisher = StoringPublisher()
     rounds = Rounds(state, publisher, clock=lambda: 10.0)
     config = [applied(m) for m in (flavor(), cluster_queue(cpu="10"), local_queue())]
     for i, env in enumerate(config, start=1):
