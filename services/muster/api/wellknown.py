@@ -9,6 +9,9 @@ from __future__ import annotations
 
 WORKLOAD_LABEL = "muster.dev/workload"  # on a pod: the name of its workload (same namespace)
 POD_SET_ANNOTATION = "muster.dev/pod-set"  # on a pod: its podset's name
+# On a pod muster started: the W3C traceparent of its workload's trace, so that what the
+# watcher reports about it joins that trace (docs/observability.md).
+TRACEPARENT_ANNOTATION = "muster.dev/traceparent"
 RUN_SECONDS_ANNOTATION = "muster.dev/run-seconds"  # on a workload, Job or pod: run time
 # On a workload or Job: other ways it may run, in order of preference (docs/routing.md).
 ALTERNATIVES_ANNOTATION = "muster.dev/alternatives"
@@ -34,6 +37,8 @@ PREFERRED_TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/podset-preferred-topology"
 # (docs/events.md), so every service takes them from here.
 PREEMPTED = "Preempted"  # Kueue's eviction reason; also a pod evicted by placement preemption
 GANG_TIMED_OUT = "GangTimedOut"  # a gang not placed before its deadline
+# The eviction (and Routed) reason of a routed workload whose requests the cluster refused.
+REQUESTS_REFUSED = "RequestsRefused"
 BIND_FAILED = "BindFailed"  # the binder could not bind a permitted gang
 PLACEMENT_PREEMPTED = "PlacementPreempted"  # an eviction asked for to place a gang
 CLUSTER_LOST = "ClusterLost"  # the worker cluster a workload was dispatched to was lost

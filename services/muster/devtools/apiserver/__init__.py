@@ -9,20 +9,24 @@ Run one by hand with `python -m muster.devtools.apiserver --port 8080`.
 from muster.devtools.apiserver.faults import Faults, Request, RequestLog
 from muster.devtools.apiserver.resources import (
     ResourceType,
+    autoscaling_resources,
     builtin_resources,
     default_resources,
     kueue_resources,
     podgroup_resources,
 )
 from muster.devtools.apiserver.server import ApiServer, ThreadedApiServer
+from muster.devtools.apiserver.strategy_base import FeatureGates
 
 __all__ = [
     "ApiServer",
     "Faults",
+    "FeatureGates",
     "Request",
     "RequestLog",
     "ResourceType",
     "ThreadedApiServer",
+    "autoscaling_resources",
     "builtin_resources",
     "default_resources",
     "kueue_resources",

@@ -39,20 +39,30 @@ from muster.devtools.apiserver.errors import (
     precondition_failed,
     too_large_resource_version,
 )
+from muster.devtools.apiserver.events import core_view
+from muster.devtools.apiserver.fields import STRICT, strict_error, unknown_fields
 from muster.devtools.apiserver.objects import (
     JsonObj,
     ObjKey,
     deep_copy,
     encode,
+    key_of,
     meta,
     name_of,
     resource_version_of,
     timestamp,
 )
-from muster.devtools.apiserver.resources import Registry, ResourceType, from_crd, stamp_version
+from muster.devtools.apiserver.resources import (
+    Registry,
+    ResourceType,
+    crd_schemas,
+    from_crd,
+    stamp_version,
+)
 from muster.devtools.apiserver.selectors import FieldSelector, LabelSelector
 from muster.devtools.apiserver.store import Store
 from muster.devtools.apiserver.strategies import Context, strategy_for
+from muster.devtools.apiserver.strategy_base import V1_36, FeatureGates
 from muster.devtools.apiserver.validation import metadata_causes
 
 _GENERATED_CHARS = "bcdfghjklmnpqrstvwxz2456789"
@@ -66,6 +76,7 @@ _SERVER_SET = (
 NAMESPACES = ("", "namespaces")
 PRIORITY_CLASSES = ("scheduling.k8s.io", "priorityclasses")
 CRDS = ("apiextensions.k8s.io", "customresourcedefinitions")
+EVENTS_V1 = ("events.k8s.io", "events")  # also served as core/v1 Events
 
 
 class ListQuery(msgspec.Struct, frozen=True, kw_only=True):
@@ -114,12 +125,14 @@ class Verbs:
         clock: Callable[[], float],
         defer: Callable[[Callable[[], None]], None],
         garbage_collection: bool = True,
+        gates: FeatureGates = V1_36,
     ) -> None:
         self.registry = registry
         self.store = store
         self.clock = clock
         self.defer = defer
         self.garbage_collection = garbage_collection
+        self.gates = gates
 
     # --- reads -----------------------------------------------------------------------------
 
@@ -204,9 +217,17 @@ class Verbs:
     # --- create ----------------------------------------------------------------------------
 
     def create(
-        self, rt: ResourceType, version: str, namespace: str, body: Any, *, dry_run: bool = False
+        self,
+        rt: ResourceType,
+        version: str,
+        namespace: str,
+        body: Any,
+        *,
+        dry_run: bool = False,
+        field_validation: str = "",
     ) -> JsonObj:
         obj = self._decode_body(rt, version, namespace, body)
+        self._check_fields(rt, version, obj, field_validation)
         md = meta(obj)
         if not md.get("name") and md.get("generateName"):
             md["name"] = self._generate_name(rt, namespace, str(md["generateName"]))
@@ -218,7 +239,7 @@ class Verbs:
         md["creationTimestamp"] = timestamp(self.clock())
         if rt.generation:
             md["generation"] = 1
-        strategy = strategy_for(rt)
+        strategy = strategy_for(rt, self.gates)
         strategy.defaults(obj)
         if rt.namespaced:
             self._check_namespace_open(namespace)
@@ -233,7 +254,20 @@ class Verbs:
         if rt.key == CRDS:
             self._register_crd(obj)
         self.store.put(rt, obj, None)
+        self._mirror(rt, obj)
         return obj
+
+    def _mirror(self, rt: ResourceType, obj: JsonObj | None, *, key: ObjKey = ("", "")) -> None:
+        """An events.k8s.io Event is a core/v1 Event too (`events.core_view`); None: gone."""
+        core = self.registry.by_key(("", "events")) if rt.key == EVENTS_V1 else None
+        if core is None:
+            return
+        key = key_of(obj) if obj is not None else key
+        old = self.store.get(core, key)
+        if obj is not None:
+            self.store.put(core, core_view(obj), old)
+        elif old is not None:
+            self.store.remove(core, old)
 
     def _generate_name(self, rt: ResourceType, namespace: str, prefix: str) -> str:
         prefix = prefix[:58]
@@ -265,6 +299,16 @@ class Verbs:
             md.pop("namespace", None)
         return obj
 
+    def _check_fields(
+        self, rt: ResourceType, version: str, obj: JsonObj, field_validation: str
+    ) -> None:
+        """`fieldValidation=Strict`: 400 naming every field the kind does not have."""
+        if field_validation != STRICT:
+            return
+        unknown = unknown_fields(obj, self.registry.schema(rt, version))
+        if unknown:
+            raise strict_error(rt.kind, version, unknown)
+
     def _check_namespace_open(self, namespace: str) -> None:
         ns_rt = self.registry.by_key(NAMESPACES)
         ns = self.store.get(ns_rt, ("", namespace)) if ns_rt else None
@@ -281,7 +325,7 @@ class Verbs:
             )
 
     def _validate(self, rt: ResourceType, obj: JsonObj, extra: list[Cause]) -> None:
-        strategy = strategy_for(rt)
+        strategy = strategy_for(rt, self.gates)
         causes = (
             metadata_causes(obj, name_check=strategy.name_check, namespaced=rt.namespaced) + extra
         )
@@ -311,7 +355,7 @@ class Verbs:
     def _register_crd(self, crd: JsonObj) -> None:
         rt, _ = from_crd(crd)
         if rt is not None:
-            self.registry.add(rt)
+            self.registry.add(rt, schemas=crd_schemas(crd))
 
     # --- update and patch ------------------------------------------------------------------
 
@@ -325,9 +369,12 @@ class Verbs:
         *,
         subresource: str = "",
         dry_run: bool = False,
+        field_validation: str = "",
     ) -> JsonObj:
         old = self.get(rt, namespace, name)
         obj = self._decode_body(rt, version, namespace, body)
+        if not subresource:
+            self._check_fields(rt, version, obj, field_validation)
         if not meta(obj).get("resourceVersion"):
             if rt.custom:
                 raise invalid(
@@ -350,6 +397,7 @@ class Verbs:
         *,
         subresource: str = "",
         dry_run: bool = False,
+        field_validation: str = "",
     ) -> JsonObj:
         old = self.get(rt, namespace, name)
         target = deep_copy(stamp_version(old, rt, version))
@@ -359,6 +407,8 @@ class Verbs:
                 rt.group, rt.kind, name, [bad_value("", "", "the patched object is not an object")]
             )
         obj = self._decode_body(rt, version, namespace, patched)
+        if not subresource:
+            self._check_fields(rt, version, obj, field_validation)
         return self._write(rt, name, obj, old, subresource=subresource, dry_run=dry_run)
 
     def _write(
@@ -398,7 +448,7 @@ class Verbs:
                 obj.pop("status", None)
                 if "status" in old:
                     obj["status"] = old["status"]
-            strategy = strategy_for(rt)
+            strategy = strategy_for(rt, self.gates)
             strategy.defaults(obj)
             causes = (
                 strategy.causes(obj)
@@ -420,6 +470,7 @@ class Verbs:
             self.finish_deletion(rt, old, last_state=obj)
             return obj
         self.store.put(rt, obj, old)
+        self._mirror(rt, obj)
         return obj
 
     def _finalizer_causes(self, obj: JsonObj, old: JsonObj) -> list[Cause]:
@@ -444,6 +495,7 @@ class Verbs:
         """Remove a stored object nothing holds up any more; `deletion.Api` adds what follows
         (dependents, CRD instances)."""
         self.store.remove(rt, obj, last_state=last_state)
+        self._mirror(rt, None, key=key_of(obj))
 
 
 def _parse_rv(text: str) -> int:
