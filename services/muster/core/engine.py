@@ -29,9 +29,9 @@ from muster.api.wellknown import PREEMPTED, REQUESTS_REFUSED
 from muster.core.attempt import Attempts
 from muster.core.config import NAMESPACE_MISMATCH, Configuration
 from muster.core.events import Event, EventType
-from muster.core.fairshare import ZERO, Share, borrows_on, dominant_share, with_usage
+from muster.core.fairshare import ZERO, borrows_on, dominant_share, with_usage
 from muster.core.flavors import Assignment, Mode
-from muster.core.preemption import Victims
+from muster.core.preemption import Victims, preemption_message
 from muster.core.queues import (
     SET_ASIDE,
     Park,
@@ -40,12 +40,12 @@ from muster.core.queues import (
     Reservation,
     TreeRuntime,
 )
-from muster.core.quota import FlavorResource, QuotaNode, QuotaTree, tree_id
+from muster.core.quota import FlavorResource, tree_id
 from muster.core.records import Phase, WorkloadRecord
 from muster.core.routing import RoutingSettings
 from muster.core.routing.control import RoutingControl, Take
 from muster.core.status import ClusterQueueStatus, LocalQueueStatus, PendingWorkload
-from muster.core.tournament import Tournament
+from muster.core.tournament import FairKeys, Tournament
 from muster.core.visibility import (
     QuotaRow,
     cluster_queue_status,
@@ -103,10 +103,7 @@ class Engine:
         self.version = 0  # bumped by every call that may change state; keys cached views
         self.routing = RoutingControl(routing) if routing is not None else None
         self.attempts = Attempts(self.config, self.records)
-        # Per head, its tournament keys' shares, while holders in its tree stay as they are.
-        self._fair_levels: dict[
-            WorkloadKey, tuple[tuple[int, int], dict[str, tuple[bool, Share]]]
-        ] = {}
+        self.fair_keys = FairKeys(self.config, self.attempts)
         self.reserving = False  # once a preemptor has held quota (services), reservations count
         # While a preemptor takes what its victims free at once: what they freed, per resource.
         self._deferred: dict[FlavorResource, int] | None = None
@@ -489,7 +486,7 @@ class Engine:
             root = node.root()
             tree = self.trees.get(tree_id(root))
             if tree is None:
-                tournament = Tournament(self._fair_key) if fair and root.is_cohort else None
+                tournament = Tournament(self.fair_keys.key) if fair and root.is_cohort else None
                 tree = self.trees[tree_id(root)] = TreeRuntime(tree_id(root), root, tournament)
             self.queues[name] = QueueRuntime(name, tree, node)
         for r in self.records.values():
@@ -569,34 +566,6 @@ class Engine:
         if self.config.fair_sharing_enabled:
             return (False, ZERO, -r.priority, r.queue_ts, r.seq)
         return (0, -r.priority, r.queue_ts, r.seq)
-
-    def _fair_key(self, r: WorkloadRecord, node: QuotaNode) -> tuple[object, ...]:
-        """Head `r`'s key in the tournament of `node`'s parent (`node` is its ClusterQueue or
-        a Cohort above it): not borrowing there on what `r` asks for first, then the share of
-        `node` with `r` admitted, then priority, then FIFO (Kueue's entryComparer)."""
-        stamp = self.config.stamp(r.cluster_queue)
-        cached = self._fair_levels.get(r.key)
-        if cached is None or cached[0] != stamp:
-            cached = self._fair_levels[r.key] = (stamp, self._levels_of(r))
-        flag, share = cached[1][node.name if node.is_cohort else ""]
-        return (flag, share, -r.priority, r.queue_ts, r.seq)
-
-    def _levels_of(self, r: WorkloadRecord) -> dict[str, tuple[bool, Share]]:
-        """(borrowing on what `r` asks for, share) of `r`'s ClusterQueue ("") and each Cohort
-        above it but the root, with `r` admitted."""
-        a = self.attempts.attempt(r).assignment
-        asks = [fr for fr, amount in a.usage.items() if amount > 0]
-        cq = self.config.tree.cluster_queues[r.cluster_queue]
-        with_usage(cq, a.usage, 1)
-        try:
-            found = {"": (borrows_on(cq, asks), dominant_share(cq))}
-            node = cq.parent
-            while node is not None and node.parent is not None:
-                found[node.name] = (borrows_on(node, asks), dominant_share(node))
-                node = node.parent
-        finally:
-            with_usage(cq, a.usage, -1)
-        return found
 
     def _sort_key(self, r: WorkloadRecord, a: Assignment) -> tuple[object, ...]:
         """Kueue's cycle order. Classical: the borrowing level (how high in the cohort tree the
@@ -894,7 +863,7 @@ class Engine:
         """Reserve quota; admit at once unless admission checks must pass first."""
         self._drop_reservation(r, keep=a.usage)
         self.attempts.forget(r.key)
-        self._fair_levels.pop(r.key, None)
+        self.fair_keys.forget(r.key)
         r.assignment = a
         r.phase = Phase.RESERVED
         r.reserved_at_s = self.now_s
@@ -1059,7 +1028,7 @@ class Engine:
         """
         self._drop_reservation(r)
         self.attempts.forget(r.key)
-        self._fair_levels.pop(r.key, None)
+        self.fair_keys.forget(r.key)
         del self.records[r.key]
         self.awaiting_victims.discard(r.key)
         r.group = None
@@ -1188,41 +1157,6 @@ class Engine:
                 by_lq.setdefault(r.local_queue, []).append(r)
             self._by_queue = (self.version, by_cq, by_lq)
         return self._by_queue[1], self._by_queue[2]
-
-
-_PREEMPTION_CAUSE = {
-    "InClusterQueue": "prioritization in the ClusterQueue",
-    "InCohortReclamation": "reclamation within the cohort",
-    "InCohortReclaimWhileBorrowing": "reclamation within the cohort while borrowing",
-    "InCohortFairSharing": "Fair Sharing within the cohort",
-}
-_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
-
-
-def preemption_message(
-    preemptor: WorkloadRecord, victim: WorkloadRecord, reason: str, tree: QuotaTree
-) -> str:
-    """Kueue's message on a victim's Preempted and Evicted conditions (preemption.go)."""
-    meta = preemptor.wl.meta
-    job_uid = meta.labels.get(_JOB_UID_LABEL) or next(
-        (o.uid for o in meta.owner_references if o.kind == "Job" and o.uid), "UNKNOWN"
-    )
-    return (
-        f"Preempted to accommodate a workload (UID: {meta.uid or 'UNKNOWN'}, JobUID: "
-        f"{job_uid}) due to {_PREEMPTION_CAUSE[reason]}; preemptor path: "
-        f"{_path(tree, preemptor.cluster_queue)}; preemptee path: "
-        f"{_path(tree, victim.cluster_queue)}"
-    )
-
-
-def _path(tree: QuotaTree, cluster_queue: str) -> str:
-    """ "/<root cohort>/.../<cluster queue>", as Kueue's buildCQPath writes it."""
-    names: list[str] = []
-    node = tree.cluster_queues.get(cluster_queue)
-    while node is not None:
-        names.append(node.name)
-        node = node.parent
-    return "/" + "/".join(reversed(names or [cluster_queue]))
 
 
 def _shape_of(r: WorkloadRecord) -> bytes:

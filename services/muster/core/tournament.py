@@ -18,6 +18,10 @@ import heapq
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from muster.api.model import WorkloadKey
+from muster.core.attempt import Attempts
+from muster.core.config import Configuration
+from muster.core.fairshare import Share, borrows_on, dominant_share, with_usage
 from muster.core.quota import QuotaNode
 
 if TYPE_CHECKING:
@@ -94,3 +98,44 @@ class Tournament:
         token = self.tokens.get(name, 0) + 1
         self.tokens[name] = token
         heapq.heappush(self.heaps.setdefault(parent, []), (key, token, name, child))
+
+
+class FairKeys:
+    """Heads' keys in the tournament (Kueue's entryComparer), cached per head while holders
+    in its tree stay as they are."""
+
+    def __init__(self, config: Configuration, attempts: Attempts) -> None:
+        self.config = config
+        self.attempts = attempts
+        self._levels: dict[WorkloadKey, tuple[tuple[int, int], dict[str, tuple[bool, Share]]]] = {}
+
+    def key(self, r: WorkloadRecord, node: QuotaNode) -> Key:
+        """Head `r`'s key in the tournament of `node`'s parent (`node` is its ClusterQueue or
+        a Cohort above it): not borrowing there on what `r` asks for first, then the share of
+        `node` with `r` admitted, then priority, then FIFO."""
+        stamp = self.config.stamp(r.cluster_queue)
+        cached = self._levels.get(r.key)
+        if cached is None or cached[0] != stamp:
+            cached = self._levels[r.key] = (stamp, self._levels_of(r))
+        flag, share = cached[1][node.name if node.is_cohort else ""]
+        return (flag, share, -r.priority, r.queue_ts, r.seq)
+
+    def forget(self, key: WorkloadKey) -> None:
+        self._levels.pop(key, None)
+
+    def _levels_of(self, r: WorkloadRecord) -> dict[str, tuple[bool, Share]]:
+        """(borrowing on what `r` asks for, share) of `r`'s ClusterQueue ("") and each Cohort
+        above it but the root, with `r` admitted."""
+        a = self.attempts.attempt(r).assignment
+        asks = [fr for fr, amount in a.usage.items() if amount > 0]
+        cq = self.config.tree.cluster_queues[r.cluster_queue]
+        with_usage(cq, a.usage, 1)
+        try:
+            found = {"": (borrows_on(cq, asks), dominant_share(cq))}
+            node = cq.parent
+            while node is not None and node.parent is not None:
+                found[node.name] = (borrows_on(node, asks), dominant_share(node))
+                node = node.parent
+        finally:
+            with_usage(cq, a.usage, -1)
+        return found
