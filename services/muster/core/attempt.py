@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from muster.api.model import Workload, WorkloadKey
 from muster.core.config import Configuration
-from muster.core.flavors import Assignment, Fit, Mode, Oracle, Rating, assign_flavors
+from muster.core.flavors import Assignment, Fit, Mode, Rating, assign_flavors
 from muster.core.partial import reduce_counts
 from muster.core.preemption import PreemptionRequest, TreeView, Victims, pick_victims
 from muster.core.quota import FlavorResource, borrowing_level
@@ -80,13 +80,14 @@ class Attempts:
 
     def assign(self, r: WorkloadRecord, counts: Sequence[int] | None = None) -> Assignment:
         cq = r.cluster_queue
+        self._head = r  # for the oracle
         return assign_flavors(
             r.wl.pod_sets,
             counts if counts is not None else [ps.count for ps in r.wl.pod_sets],
             node=self.config.tree.cluster_queues[cq],
             layout=self.config.layouts[cq],
             flavors=self.config.flavors,
-            oracle=self._oracle_for(r),
+            oracle=self._simulate,
         )
 
     def victims(self, r: WorkloadRecord, a: Assignment) -> Victims | None:
@@ -96,10 +97,6 @@ class Attempts:
             if (fr, amount) in self._simulated:
                 return self._simulated[(fr, amount)]
         return pick_victims(self._request(r, a.usage, a.short), self._view(r))
-
-    def _oracle_for(self, r: WorkloadRecord) -> Oracle:
-        self._head = r
-        return self._simulate
 
     def _simulate(self, fr: FlavorResource, amount: int) -> Rating:
         """Kueue's SimulatePreemption for `amount` of one (flavor, resource) of the head's

@@ -56,9 +56,10 @@ class Configuration:
         self.holders: dict[str, dict[WorkloadKey, WorkloadRecord]] = {}
         self.inactive: dict[str, Problem] = {}
         self._members: dict[str, dict[str, QuotaNode]] = {}  # root name -> CQ nodes
-        # root name -> its ClusterQueues using more than their subtree quota of something:
-        # the only ones preemption may reclaim from
+        # ClusterQueue name -> the ClusterQueues of its tree using more than their subtree quota
+        # of something (one set per tree): the only ones preemption may reclaim from
         self._borrowers: dict[str, set[str]] = {}
+        self._roots: dict[str, QuotaNode] = {}  # ClusterQueue name -> the root of its tree
         # Bumped when the tree is rebuilt; with its root's `epoch` (bumped whenever who holds
         # what there changes), says whether a cached decision about a tree still holds.
         self.epoch = 0
@@ -140,10 +141,13 @@ class Configuration:
         tree.recompute(usage)
         self._members = {}
         self._borrowers = {}
+        self._roots = {}
+        per_tree: dict[str, set[str]] = {}
         for name, node in tree.cluster_queues.items():
-            root = tree_id(node.root())
+            self._roots[name] = node.root()
+            root = tree_id(self._roots[name])
             self._members.setdefault(root, {})[name] = node
-            borrowers = self._borrowers.setdefault(root, set())
+            borrowers = self._borrowers[name] = per_tree.setdefault(root, set())
             if _over_quota(node):
                 borrowers.add(name)
 
@@ -177,7 +181,7 @@ class Configuration:
         self.holders.setdefault(r.cluster_queue, {})[r.key] = r
         node = self.tree.cluster_queues.get(r.cluster_queue)
         if node is not None:
-            node.root().epoch += 1
+            self._roots[node.name].epoch += 1
             for fr, amount in r.usage.items():
                 node.add_usage(fr, amount)
             self._note_borrowing(node)
@@ -188,7 +192,7 @@ class Configuration:
             return {}
         node = self.tree.cluster_queues.get(r.cluster_queue)
         if node is not None:
-            node.root().epoch += 1
+            self._roots[node.name].epoch += 1
             for fr, amount in r.usage.items():
                 node.add_usage(fr, -amount)
             self._note_borrowing(node)
@@ -298,20 +302,27 @@ class Configuration:
         )
 
     def _note_borrowing(self, node: QuotaNode) -> None:
-        borrowers = self._borrowers.setdefault(tree_id(node.root()), set())
-        if _over_quota(node):
-            borrowers.add(node.name)
-        else:
-            borrowers.discard(node.name)
+        usage = node.usage
+        for fr, quota in node.subtree_quota.items():
+            if usage.get(fr, 0) > quota:
+                self._borrowers[node.name].add(node.name)
+                return
+        self._borrowers[node.name].discard(node.name)
+
+    def touch(self, cq: str) -> None:
+        """Who holds what in `cq`'s tree changed without usage changing (an eviction)."""
+        root = self._roots.get(cq)
+        if root is not None:
+            root.epoch += 1
 
     def borrowers_in(self, cq: str) -> Collection[str]:
         """ClusterQueues of `cq`'s tree using more than their subtree quota of something (a
         live view: read it before changing usage)."""
-        return self._borrowers.get(tree_id(self.tree.cluster_queues[cq].root()), set())
+        return self._borrowers[cq]
 
     def stamp(self, cq: str) -> tuple[int, int]:
         """Changes whenever who holds what in `cq`'s cohort tree does (or trees are rebuilt)."""
-        return self.epoch, self.tree.cluster_queues[cq].root().epoch
+        return self.epoch, self._roots[cq].epoch
 
     def tree_members(self, cq: str) -> Mapping[str, QuotaNode]:
         return self._members[tree_id(self.tree.cluster_queues[cq].root())]

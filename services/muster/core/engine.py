@@ -861,9 +861,11 @@ class Engine:
 
     def _reserve(self, r: WorkloadRecord, a: Assignment) -> None:
         """Reserve quota; admit at once unless admission checks must pass first."""
-        self._drop_reservation(r, keep=a.usage)
-        self.attempts.forget(r.key)
-        self.fair_keys.forget(r.key)
+        if self.reserving:
+            self._drop_reservation(r, keep=a.usage)
+        if self.config.fair_sharing_enabled:  # only the fair-sharing order caches per head
+            self.attempts.forget(r.key)
+            self.fair_keys.forget(r.key)
         r.assignment = a
         r.phase = Phase.RESERVED
         r.reserved_at_s = self.now_s
@@ -933,8 +935,7 @@ class Engine:
         )
         r.evicted = True
         r.evicted_by = WorkloadKey(by) if by else None
-        if r.cluster_queue in self.config.tree.cluster_queues:  # no one else's victim now
-            self.config.tree.cluster_queues[r.cluster_queue].root().epoch += 1
+        self.config.touch(r.cluster_queue)  # a workload being evicted is no one else's victim
         # Kueue's queue order: by the eviction's time after an admission check's Retry (and a
         # PodsReady timeout under requeuingStrategy Eviction, set by the back-off), else by
         # creation, so work that waited behind it goes first.

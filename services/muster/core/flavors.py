@@ -215,7 +215,8 @@ def assign_flavors(
                 ps_severity = max(ps_severity, least)
                 break  # Kueue stops at the first group without a flavor
             ps_mode = min(ps_mode, _MODES[choice.rating.fit])
-            borrowing = max(borrowing, choice.level)
+            if choice.level > borrowing:
+                borrowing = choice.level
             short |= choice.short
             for resource in resources:
                 picked[resource] = choice.flavor
