@@ -54,6 +54,9 @@ class BusConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("connect_timeout_s and publish_timeout_s must be > 0")
 
 
+_CONNECTION_LOST = (nats.errors.UnexpectedEOF, nats.errors.StaleConnectionError, OSError)
+
+
 async def connect(config: BusConfig) -> Bus:
     """A Bus connected to `config.url`, reconnecting forever once connected.
 
@@ -62,13 +65,23 @@ async def connect(config: BusConfig) -> Bus:
     """
     nc = MusterClient()
 
+    lost: list[Exception] = []  # why the connection went, told with the disconnection
+
     async def on_error(exc: Exception) -> None:
+        # A lost connection, and every reconnect attempt while NATS is away, fail alike: the
+        # outage is one line (the disconnection's), not one per attempt.
+        if nc.is_reconnecting or isinstance(exc, _CONNECTION_LOST):
+            lost[:] = [exc]
+            log.debug("NATS connection: %r", exc)
+            return
         log.warning("NATS connection error: %r", exc)
 
     async def on_disconnect() -> None:
-        log.warning("disconnected from NATS; reconnecting")
+        why = f" ({lost[0]!r})" if lost else ""
+        log.warning("disconnected from NATS%s; reconnecting", why)
 
     async def on_reconnect() -> None:
+        lost.clear()
         log.info("reconnected to NATS")
 
     attempt = nc.connect(

@@ -7,7 +7,9 @@ change (`muster.api`) and handed to a `Sink` (the gangpermit state) as they are 
 were when deleted. A pod whose metadata and spec did not change but for `spec.nodeName` (a
 bind) or whose status changed (the kubelet) is not decoded again: its node and phase are put
 into the pod decoded before. `sync` waits until the watch has shown every write made before the
-call, so a first pass sees the whole cluster.
+call, so a first pass sees the whole cluster. An object the sink cannot take (a pod whose
+requests overflow placement's arithmetic) is left out and dead-lettered (`bus.poison`); its next
+change is tried again.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import msgspec
 from muster.api import decode_documents
 from muster.api.model import Node, Pod, PodGroup, PriorityClass, SchedulingWorkload
 from muster.api.raw import RawPodStatus
+from muster.bus.poison import Quarantine
 from muster.cluster.backend import ClusterBackend, ClusterChange
 from muster.cluster.errors import ClusterError
 from muster.cluster.sim.keys import (
@@ -79,10 +82,12 @@ class ClusterCache:
         *,
         sink: Sink,
         on_change: Callable[[], None] = lambda: None,
+        quarantine: Quarantine | None = None,
     ) -> None:
         self._backend = backend
         self._sink = sink
         self._on_change = on_change
+        self._quarantine = quarantine
         self._objects: dict[str, _Known] = {}  # by change key: what the sink holds
         self.revision = 0  # the watch has shown every change up to here
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []  # (revision, woken there)
@@ -96,7 +101,10 @@ class ClusterCache:
             try:
                 async with contextlib.aclosing(changes):
                     async for change in changes:
-                        self.apply(change)
+                        try:
+                            self.apply(change)
+                        except Exception as err:  # poison: one object never stops the watch
+                            await self._poisoned(change, err)
                         self._read_up_to(change.revision)
             except ClusterError as err:
                 log.warning("cluster watch failed, resuming: %s", err)
@@ -146,6 +154,20 @@ class ClusterCache:
             self._objects[key] = known
             if not self._sink.put(known.obj):
                 return
+        self._on_change()
+
+    async def _poisoned(self, change: ClusterChange, err: Exception) -> None:
+        """`change` made the sink raise: take out what it holds of the object, dead-letter it."""
+        gone = self._objects.pop(change.key, None)
+        if gone is not None:
+            try:
+                self._sink.remove(gone.obj)
+            except Exception as again:  # logged: the watch goes on
+                log.warning("cannot take out %s: %r", change.key, again)
+        if self._quarantine is not None:
+            await self._quarantine.object(change.key, change.obj, err, revision=change.revision)
+        else:
+            log.error("skipping %s: %r", change.key, err)
         self._on_change()
 
     def _decoded(self, key: str, raw: dict[str, Any]) -> _Known | None:
