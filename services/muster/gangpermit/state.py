@@ -152,6 +152,8 @@ class GangPermitState:
                 return False
             case "admitted":
                 return self._admit(env)  # a pass only once the binder's pods are seen
+            case "eviction_completed" if self._admitted_since(env):
+                return False  # an earlier eviction's: the admission held now was not stopped
             case "finished" | "eviction_completed" | "deleted":
                 self.admitted.pop(key, None)
                 self.touch(key)
@@ -177,6 +179,13 @@ class GangPermitState:
             case _:
                 return False
         return True
+
+    def _admitted_since(self, completed: events_pb2.Envelope) -> bool:
+        """Whether the Kueue admission held for `completed`'s workload came after the
+        eviction it completes (the binder stops only the admissions before an eviction)."""
+        gang = self.admitted.get(completed.workload)
+        eviction = completed.eviction_completed.eviction_sequence
+        return gang is not None and 0 < eviction < gang.admitted.sequence
 
     def restored(self) -> None:
         """The stream is replayed: restored permits hold their nodes from now on."""

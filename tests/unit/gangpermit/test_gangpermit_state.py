@@ -232,3 +232,26 @@ def test_an_admission_wakes_a_pass_only_once_its_pods_are_seen() -> None:
     assert state.apply_event(readmitted) is True  # its pods are there: their gang changed
     finished = event("finished", events_pb2.WorkloadFinished(), workload="ns/other")
     assert state.apply_event(finished) is False  # no pod of it here
+
+
+def test_a_late_completion_of_an_earlier_eviction_keeps_the_admission_held_now() -> None:
+    state = fed(node("a", cpu="2"))
+    readmitted = job_admitted()
+    readmitted.sequence = 20
+    state.apply_event(readmitted)
+    late = event(
+        "eviction_completed",
+        events_pb2.EvictionCompleted(eviction_id="e1", eviction_sequence=12),
+        workload="ns/job",
+    )
+    late.sequence = 25
+    state.apply_event(late)
+    assert "ns/job" in state.admitted  # the binder left this admission's pods alone
+    current = event(
+        "eviction_completed",
+        events_pb2.EvictionCompleted(eviction_id="e2", eviction_sequence=22),
+        workload="ns/job",
+    )
+    current.sequence = 26
+    state.apply_event(current)
+    assert "ns/job" not in state.admitted
