@@ -72,6 +72,27 @@ def run_e2e(args: argparse.Namespace) -> Iterator[Any]:
     return _e2e().run(scale=args.scale, shard_counts=tuple(args.shards))  # type: ignore[no-any-return]
 
 
+def _chaos() -> Any:  # imported only when run, as e2e
+    from muster.bench import chaos
+
+    return chaos
+
+
+def add_chaos_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--workloads", type=int, default=300, help="workloads per run (default: 300)"
+    )
+    parser.add_argument("--shards", type=int, default=1, help="admission shards (default: 1)")
+    parser.add_argument("--seed", type=int, default=1, help="of the workloads and the kills")
+
+
+def run_chaos(args: argparse.Namespace) -> Iterator[Any]:
+    chaos = _chaos()
+    return chaos.run(  # type: ignore[no-any-return]
+        scale=args.scale, workloads=args.workloads, shards=args.shards, seed=args.seed
+    )
+
+
 def _placement_e2e() -> Any:  # imported only when run, as e2e
     from muster.bench import placement_e2e
 
@@ -164,6 +185,15 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
             add_options=lambda parser: None,
             run=run_placement_e2e,
             render=lambda rows: _placement_e2e().render(rows),
+        ),
+        Section(
+            name="chaos",
+            help="every service as a process under SIGKILLs and nats-server restarts, the same "
+            "workloads without and with faults: lost, stuck, run twice, quota and node "
+            "violations, evictions, wall time",
+            add_options=add_chaos_options,
+            run=run_chaos,
+            render=lambda rows: _chaos().render(rows),
         ),
         Section(
             name="kube",
