@@ -430,11 +430,28 @@ class AdmissionState:
             if entry.phase is Phase.BACKOFF:
                 engine.stopped(key, now_s=entry.stopped_s)
             if entry.phase is Phase.RESERVED:
-                return self._ready_checks(entry)
+                return self._ready_checks(entry) if entry.checks else self._admit_now(entry)
         elif entry.phase is Phase.PENDING and entry.pending_message:
             # A preemptor recorded as waiting for its victims stays parked: no second preemption.
             engine.restore_pending(key, reason=entry.pending_reason, message=entry.pending_message)
         return []
+
+    def _admit_now(self, entry: Entry) -> list[Event]:
+        """Reserved with no check to pass, yet not admitted: the round that reserved it admitted
+        it too, but its replica died between publishing the two (they go in separate waves).
+        Admitted now, or it would hold its quota and never start."""
+        self.engine.restore_admitted(entry.key, now_s=entry.reserved_s)
+        cq = entry.admission.cluster_queue if entry.admission is not None else ""
+        message = f"The workload is admitted to ClusterQueue {cq}"
+        return [
+            Event(
+                time=entry.reserved_s,
+                type=EventType.ADMITTED,
+                object=entry.key,
+                reason="Admitted",
+                message=message,
+            )
+        ]
 
     def _ready_checks(self, entry: Entry) -> list[Event]:
         """Checks reported Ready after the reservation count again (they may admit it)."""

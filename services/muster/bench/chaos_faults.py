@@ -22,6 +22,7 @@ from muster.launcher.stack import Stack
 log = logging.getLogger(__name__)
 
 _EXIT_POLL_S = 0.2
+_STARTS = 3  # tries to start a killed service again
 
 
 class Faults:
@@ -92,9 +93,12 @@ class Faults:
     async def _start_again(self, name: str, delay_s: float) -> None:
         try:
             await asyncio.sleep(delay_s)
-            await self.stack.restart(name)
-        except LaunchError as err:
-            self.exits.append(f"{name} did not start again: {err}")
+            for _ in range(_STARTS):
+                try:
+                    await self.stack.restart(name)
+                    return
+                except LaunchError as err:  # an exit nobody asked for: recorded, tried again
+                    self.exits.append(f"{name} did not start again: {err}")
         finally:
             self._ours.discard(name)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import signal
 import sys
@@ -61,12 +62,15 @@ class Stack:
         workers: Sequence[str] = (),
         service_args: Mapping[str, Sequence[str]] | None = None,
         gateway_listen: str = "127.0.0.1:0",
+        env: Mapping[str, str] | None = None,
     ):
         """`only`: start just these services (by name: "binder", "gangpermit", ...).
         `workers`: MultiKueue worker clusters, each with its own per-cluster services (labelled
         `<service>-<cluster>`). `service_args`: more flags per service name. `gateway_listen`:
-        a fixed port keeps the gateway's address across its restarts."""
+        a fixed port keeps the gateway's address across its restarts. `env`: variables added
+        to every service's environment."""
         self.log_dir = log_dir
+        self.env = {**os.environ, **env} if env else None
         more = service_args or {}
         per_cluster = [
             (
@@ -130,7 +134,10 @@ class Stack:
 
     async def _spawn(self, svc: ServiceProcess) -> None:
         svc.process = await asyncio.create_subprocess_exec(
-            *svc.argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+            *svc.argv,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env=self.env,
         )
         self._readers.append(asyncio.create_task(self._read(svc)))
 

@@ -255,3 +255,25 @@ def test_a_late_completion_of_an_earlier_eviction_keeps_the_admission_held_now()
     current.sequence = 26
     state.apply_event(current)
     assert "ns/job" not in state.admitted
+
+
+def test_a_restored_permit_of_an_evicted_admission_holds_nothing_for_the_next_one() -> None:
+    # Admitted, permitted, evicted before the binder answered; admitted again, its pods made
+    # again under the same names. A gang-permit restarted now must place the new pods.
+    first = kueue_workload("w", 1)
+    pods = pod("w-main-0", labels={"muster.dev/workload": "w"}, uid="old")
+    state = fed(node("a"), stream=first)
+    for obj in objects(pods):
+        state.put(obj)
+    (permit,) = decide(state, now_s=1.0)
+    evicted = event("eviction_completed", events_pb2.EvictionCompleted(), workload="ns/w")
+    again = event("admitted", first[1].admitted, workload="ns/w")
+    stream = [*first, permit, evicted, again]
+    for seq, env in enumerate(stream, start=1):
+        env.sequence = seq
+
+    restarted = fed(node("a") + pod("w-main-0", labels={"muster.dev/workload": "w"}, uid="new"),
+                    stream=stream)  # fmt: skip
+    (placed,) = decide(restarted, now_s=2.0)
+    assert placed.type == "workload.gang_permitted"
+    assert [b.pod.uid for b in placed.gang_permitted.bindings] == ["new"]
