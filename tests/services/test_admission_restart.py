@@ -144,10 +144,10 @@ async def test_a_replica_killed_between_reserving_and_admitting_is_followed_by_a
     assignment = pb.PodSetAssignment(
         name="main", count=1, flavors={"cpu": "default"}, resource_usage={"cpu": "3"}
     )
-    reserved = pb.QuotaReserved(admission=pb.Admission(cluster_queue="cq",
-                                                       pod_set_assignments=[assignment]))  # fmt: skip
-    env = new_event("quota_reserved", reserved, cluster="local", workload="ns/a",
-                    source="admission/0")  # fmt: skip
+    admission = pb.Admission(cluster_queue="cq", pod_set_assignments=[assignment])
+    reserved = pb.QuotaReserved(admission=admission)
+    source = "admission/0"
+    env = new_event("quota_reserved", reserved, cluster="local", workload="ns/a", source=source)
     await bus.publish(env)
 
     second = await start_admission(bus_config)

@@ -161,27 +161,17 @@ def test_a_scenarios_kueue_configuration_reaches_admission(tmp_path: Path) -> No
     assert all("Pending: couldn't assign flavors" in line for line in pending), pending
 
 
-LATE_JOB = """\
----
-apiVersion: batch/v1
-kind: Job
-metadata:
-  namespace: ns
-  name: {name}
-  labels: {{kueue.x-k8s.io/queue-name: lq}}
-  annotations: {{muster.dev/run-seconds: "10", muster.dev/submit-after: "{after}"}}
-spec:
-  template:
-    spec:
-      containers: [{{name: c, resources: {{requests: {{cpu: "1"}}}}}}]
-"""
+def late_job(name: str, *, after_s: int) -> str:
+    """JOB, submitted `after_s` scenario seconds into the run."""
+    run = 'muster.dev/run-seconds: "10"'
+    return JOB.format(name=name).replace(run, f'{run}, muster.dev/submit-after: "{after_s}"')
 
 
 @pytest.mark.timeout(150)
 def test_a_run_outlives_a_nats_server_restart(tmp_path: Path, nats_process: NatsServer) -> None:
     path = tmp_path / "scenario.yaml"
     jobs = [JOB.format(name="first"), JOB.format(name="second")]
-    jobs += [LATE_JOB.format(name=f"late-{i}", after=40 + 10 * i) for i in range(2)]
+    jobs += [late_job(f"late-{i}", after_s=40 + 10 * i) for i in range(2)]
     path.write_text(SCENARIO_WITH_KUEUE_CONFIG + "".join(jobs))
     argv = [*RUN[:-1], "10", "--nats", nats_process.url, "--scenario", str(path)]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -4,13 +4,11 @@ their reason, and everything else goes on, also after a restart on the same data
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import nats.js.errors
 import pytest
 from admission_world import (
-    Running,
     basic_config,
     config_applied,
     eventually,
@@ -23,7 +21,8 @@ from admission_world import (
 from bus_helpers import EventLog
 from placement_stack import Stack, node, placement_stack, submit_and_admit
 
-from muster.bus import DLQ_STREAM, Bus, BusConfig, new_event
+from muster.bus import DLQ_STREAM, Bus, new_event
+from muster.cluster.sim import pod_key
 from muster.contracts.v1 import events_pb2 as pb
 
 pytestmark = pytest.mark.timeout(60)
@@ -88,16 +87,6 @@ def assert_alive(stack: Stack) -> None:
         assert not task.done(), f"{name} stopped: {task.exception()}"
 
 
-@pytest.fixture
-async def admission(bus_config: BusConfig) -> AsyncIterator[Running]:
-    running = await start_admission(bus_config)
-    await running.wait_serving()
-    try:
-        yield running
-    finally:
-        await running.stop()
-
-
 async def test_a_local_queue_named_dot_dot_slash_x_does_not_stop_queue_visibility(
     bus: Bus, events: EventLog
 ) -> None:
@@ -141,3 +130,42 @@ async def test_an_event_gangpermit_cannot_apply_is_dead_lettered(
     (letter,) = [m for m in await dead_letters(bus) if m.subject.endswith("gangpermit-local")]
     assert pb.Envelope.FromString(letter.data).event_id == env.event_id
     assert "JSONDecodeError" in (letter.headers or {})["Muster-Dlq-Reason"]
+
+
+async def test_a_job_the_watcher_cannot_translate_is_dead_lettered_and_the_watch_goes_on(
+    bus: Bus, events: EventLog
+) -> None:
+    async with placement_stack(bus, events) as stack:
+        await stack.backend.apply(node("a"))
+        huge = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "huge", "namespace": "ns",
+                         "labels": {"kueue.x-k8s.io/queue-name": "main"}},
+            "spec": {"parallelism": 10**30, "template": {"spec": {"containers": [{"name": "c"}]}}},
+        }  # fmt: skip
+        await stack.backend.apply(huge)
+        key = await submit_and_admit(stack, "after", count=1)
+        await stack.events.wait_for("finished", workload=key, timeout_s=15)
+        assert_alive(stack)
+    (letter,) = [m for m in await dead_letters(bus) if m.subject.endswith("watcher-local")]
+    assert (letter.headers or {})["Muster-Dlq-Subject"] == "obj.Job.ns.huge"
+    assert json.loads(letter.data)["spec"]["parallelism"] == 10**30
+
+
+async def test_a_stored_pod_the_kubelet_cannot_read_does_not_stop_the_others(
+    bus: Bus, events: EventLog
+) -> None:
+    async with placement_stack(bus, events) as stack:
+        await stack.backend.apply(node("a"))
+        broken = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "broken", "namespace": "ns"},
+            "spec": {"nodeName": "a", "containers": []},
+            "status": "Running",  # not an object: what no reader expects
+        }
+        await stack.backend.store.create(pod_key("ns", "broken"), broken)  # as stored long ago
+        key = await submit_and_admit(stack, "after", count=1)
+        await stack.events.wait_for("finished", workload=key, timeout_s=15)
+        assert_alive(stack)

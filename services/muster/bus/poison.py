@@ -52,9 +52,10 @@ class Quarantine:
         self.count = 0  # dead letters so far (for tests and logs)
 
     async def event(
-        self, env: Envelope, err: BaseException, *, stream: str = EVENTS_STREAM
+        self, env: Envelope, err: BaseException | str, *, stream: str = EVENTS_STREAM
     ) -> None:
-        """`env` (read from `stream`) could not be applied: copy it, as encoded, with why."""
+        """`env` (read from `stream`) could not be applied, or is given up on (`err` says why):
+        copy it, as encoded, with why."""
         identity = f"{stream}/{env.sequence}/{env.event_id}"
         headers = {
             MSG_ID: f"dlq/{self.consumer}/{identity}",
@@ -80,16 +81,23 @@ class Quarantine:
         await self._store(identity, data, headers, what=f"cluster object {key}", err=err)
 
     async def _store(
-        self, identity: str, data: bytes, headers: dict[str, str], *, what: str, err: BaseException
+        self,
+        identity: str,
+        data: bytes,
+        headers: dict[str, str],
+        *,
+        what: str,
+        err: BaseException | str,
     ) -> None:
-        reason = f"{type(err).__name__}: {err}"
+        reason = err if isinstance(err, str) else f"{type(err).__name__}: {err}"
         headers[DLQ_REASON] = header_value(reason)
         headers[DLQ_CONSUMER] = self.consumer
         if identity not in self._told:
             self._told[identity] = None
             if len(self._told) > _REMEMBERED:
                 del self._told[next(iter(self._told))]
-            log.error("%s: skipping %s, dead-lettered: %s", self.consumer, what, reason)
+            trace = err if isinstance(err, BaseException) else None
+            log.error("%s: dead-lettered %s: %s", self.consumer, what, reason, exc_info=trace)
         self.count += 1
         try:
             await self._publisher.publish_raw(dlq_subject(self.consumer), data, headers)

@@ -239,21 +239,18 @@ def test_a_late_completion_of_an_earlier_eviction_keeps_the_admission_held_now()
     readmitted = job_admitted()
     readmitted.sequence = 20
     state.apply_event(readmitted)
-    late = event(
-        "eviction_completed",
-        events_pb2.EvictionCompleted(eviction_id="e1", eviction_sequence=12),
-        workload="ns/job",
-    )
-    late.sequence = 25
-    state.apply_event(late)
+
+    def completed(eviction: int, *, at: int) -> events_pb2.Envelope:
+        payload = events_pb2.EvictionCompleted(
+            eviction_id=f"e{eviction}", eviction_sequence=eviction
+        )
+        env = event("eviction_completed", payload, workload="ns/job")
+        env.sequence = at
+        return env
+
+    state.apply_event(completed(12, at=25))
     assert "ns/job" in state.admitted  # the binder left this admission's pods alone
-    current = event(
-        "eviction_completed",
-        events_pb2.EvictionCompleted(eviction_id="e2", eviction_sequence=22),
-        workload="ns/job",
-    )
-    current.sequence = 26
-    state.apply_event(current)
+    state.apply_event(completed(22, at=26))
     assert "ns/job" not in state.admitted
 
 

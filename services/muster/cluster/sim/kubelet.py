@@ -18,7 +18,7 @@ import contextlib
 import logging
 from typing import Any
 
-from muster.cluster.errors import ConflictError
+from muster.cluster.errors import ClusterError, ConflictError
 from muster.cluster.objects import format_time, parse_time, run_seconds_of
 from muster.cluster.sim.clock import Clock
 from muster.cluster.sim.keys import NODE_PREFIX, POD_PREFIX, describe, node_key
@@ -57,8 +57,11 @@ class Kubelet:
                 async for change in changes:
                     if change.key.startswith(NODE_PREFIX):
                         self._on_node(change)
-                    else:
+                        continue
+                    try:
                         await self._on_change(change, tasks)
+                    except Exception:  # a pod it cannot read: skipped, the others still run
+                        log.exception("skipping pod %s at revision %d", change.key, change.revision)
         finally:
             for _, task in self._timers.values():
                 task.cancel()
@@ -88,6 +91,8 @@ class Kubelet:
         releases a start slot."""
         try:
             await self._write_start(change, node)
+        except Exception:  # a pod it cannot start: skipped, the others still run
+            log.exception("cannot start pod %s", change.key)
         finally:
             self._starts.release()
 
@@ -155,13 +160,23 @@ class Kubelet:
             return
 
     async def _write(self, key: str, pod: dict[str, Any], *, revision: int) -> None:
-        try:
-            await self._store.update(key, pod, revision=revision)
-        except ConflictError:
-            log.debug(
-                "pod changed under the kubelet; the watch brings it back",
-                extra={"pod": describe(key)},
-            )
+        """Write `pod` over `revision`; a lost race is dropped, NATS away is waited out."""
+        delay_s = 0.1
+        while True:
+            try:
+                await self._store.update(key, pod, revision=revision)
+                return
+            except ConflictError:
+                log.debug(
+                    "pod changed under the kubelet; the watch brings it back",
+                    extra={"pod": describe(key)},
+                )
+                return
+            except ClusterError as err:
+                if not err.temporary:
+                    raise
+            await asyncio.sleep(delay_s)
+            delay_s = min(2.0, delay_s * 2)
 
     def _cancel(self, key: str) -> None:
         known = self._timers.pop(key, None)
