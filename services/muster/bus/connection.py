@@ -18,7 +18,7 @@ from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
-from muster.bus.client import MusterClient
+from muster.bus.client import MusterClient, outage_callbacks
 from muster.bus.consumer import ConsumerSettings, Handler, consume
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
 from muster.bus.kv import open_bucket
@@ -54,9 +54,6 @@ class BusConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("connect_timeout_s and publish_timeout_s must be > 0")
 
 
-_CONNECTION_LOST = (nats.errors.UnexpectedEOF, nats.errors.StaleConnectionError, OSError)
-
-
 async def connect(config: BusConfig) -> Bus:
     """A Bus connected to `config.url`, reconnecting forever once connected.
 
@@ -64,26 +61,7 @@ async def connect(config: BusConfig) -> Bus:
     as under `muster run`), then raises ConnectionError naming the last error.
     """
     nc = MusterClient()
-
-    lost: list[Exception] = []  # why the connection went, told with the disconnection
-
-    async def on_error(exc: Exception) -> None:
-        # A lost connection, and every reconnect attempt while NATS is away, fail alike: the
-        # outage is one line (the disconnection's), not one per attempt.
-        if nc.is_reconnecting or isinstance(exc, _CONNECTION_LOST):
-            lost[:] = [exc]
-            log.debug("NATS connection: %r", exc)
-            return
-        log.warning("NATS connection error: %r", exc)
-
-    async def on_disconnect() -> None:
-        why = f" ({lost[0]!r})" if lost else ""
-        log.warning("disconnected from NATS%s; reconnecting", why)
-
-    async def on_reconnect() -> None:
-        lost.clear()
-        log.info("reconnected to NATS")
-
+    told = outage_callbacks(nc, log)
     attempt = nc.connect(
         servers=[u.strip() for u in config.url.split(",") if u.strip()],
         name=config.name,
@@ -91,9 +69,9 @@ async def connect(config: BusConfig) -> Bus:
         max_reconnect_attempts=-1,  # a service waits for NATS to come back, however long
         reconnect_time_wait=1,
         connect_timeout=max(1, round(min(config.connect_timeout_s, 5.0))),
-        error_cb=on_error,
-        disconnected_cb=on_disconnect,
-        reconnected_cb=on_reconnect,
+        error_cb=told.error_cb,
+        disconnected_cb=told.disconnected_cb,
+        reconnected_cb=told.reconnected_cb,
         user_credentials=config.creds_file,
         user=config.user,
         password=config.password,
