@@ -4,15 +4,18 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test lint fmt bench chaos golden proto clean
+.PHONY: setup run test lint fmt bench chaos golden proto clean lock fuzz
 
 CONTRACTS := services/muster/contracts/v1/events_pb2.py
 PROTOS := $(wildcard proto/muster/v1/*.proto)
 
-$(STAMP): pyproject.toml
+# Every dependency at the version and hashes of the lock (requirements/README.md), then muster
+# itself without resolving anything more.
+LOCK := requirements/dev.txt
+$(STAMP): pyproject.toml $(LOCK)
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --require-hashes -r $(LOCK)
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 # Generated code is not committed: it is made from proto/ on every machine.
@@ -51,6 +54,22 @@ chaos: setup
 
 golden: setup
 	$(BIN)/python tests/golden/regenerate.py
+
+# The input fuzz suite at length (the normal suite runs 60 examples per property).
+fuzz: setup
+	MUSTER_FUZZ_EXAMPLES=5000 $(BIN)/pytest tests/fuzz
+
+# Re-pin requirements/*.txt from pyproject.toml's ranges (Python 3.11, Linux x86_64).
+UV_VERSION := 0.13.8
+LOCK_FLAGS := --quiet --generate-hashes --python-version 3.11 \
+	--python-platform x86_64-manylinux_2_28 --custom-compile-command "make lock"
+lock:
+	rm -rf .venv-lock && $(PY) -m venv .venv-lock
+	.venv-lock/bin/pip install --quiet uv==$(UV_VERSION)
+	.venv-lock/bin/uv pip compile $(LOCK_FLAGS) pyproject.toml -o requirements/service.txt
+	.venv-lock/bin/uv pip compile $(LOCK_FLAGS) --extra dev --extra bench pyproject.toml \
+		requirements/build.in -c requirements/service.txt -o requirements/dev.txt
+	rm -rf .venv-lock
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis

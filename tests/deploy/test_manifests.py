@@ -15,7 +15,9 @@ import contextlib
 import functools
 import importlib
 import io
+import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -161,7 +163,7 @@ def test_secrets_are_rendered_or_documented_inputs(name: str) -> None:
     assert not set(inputs) & set(rendered_keys), "a required input is also rendered"
     known = {**rendered_keys, **inputs}
     used: set[str] = set()
-    for obj in workloads(objs):
+    for obj in [*workloads(objs), *by_kind(objs, "Job")]:
         who = obj["metadata"]["name"]
         for c in containers(obj):
             for env in c.get("env", []):
@@ -169,7 +171,7 @@ def test_secrets_are_rendered_or_documented_inputs(name: str) -> None:
                 if ref is None:
                     continue
                 used.add(ref["name"])
-                if ref.get("optional") and ref["name"] not in known:
+                if ref.get("optional"):  # absent Secret or key: the variable stays unset
                     continue
                 assert ref["key"] in known.get(ref["name"], set()), (who, env["name"], ref)
             for source in c.get("envFrom", []):
@@ -262,13 +264,15 @@ def test_prod_overlay_is_production_shaped() -> None:
     assert nats["spec"]["volumeClaimTemplates"]
     conf = next(o for o in by_kind(objs, "ConfigMap") if o["metadata"]["name"] == "nats-config")
     text = conf["data"]["nats.conf"]
-    for needed in ("jetstream", "cluster {", "routes", "tls {", "authorization"):
+    for needed in ("jetstream", "cluster {", "routes", "tls {", "verify_and_map: true"):
         assert needed in text
+    assert 'include "users.conf"' in text
     for i in range(3):
         assert f"nats-{i}.{nats['spec']['serviceName']}." in text
     env = next(o for o in by_kind(objs, "ConfigMap") if o["metadata"]["name"] == "muster-env")
     assert env["data"]["MUSTER_NATS_URL"].startswith("tls://")
     assert env["data"]["MUSTER_NATS_TLS_CA"]
+    assert env["data"]["MUSTER_NATS_TLS_CERT"]
     budgets = {o["metadata"]["name"] for o in by_kind(objs, "PodDisruptionBudget")}
     assert {"nats", "admission", "binder", "gateway", "preemption"} <= budgets
     for obj, _ in muster_containers(objs):
@@ -282,6 +286,123 @@ def test_dev_overlay_is_one_of_each() -> None:
     objs = overlay("dev")
     assert all(o["spec"].get("replicas", 1) == 1 for o in workloads(objs))
     assert len(by_kind(objs, "CustomResourceDefinition")) == len(EXPECTED_CRDS)
+
+
+# --- NATS: one user per service, its credential in that service only, monitoring, network ---
+
+NATS_AUTH = {"dev": ["--auth", "env"], "prod": ["--auth", "tls", "--admission-shards", "3"]}
+
+
+def nats_conf(objs: tuple[Obj, ...]) -> dict[str, str]:
+    (conf,) = [o for o in by_kind(objs, "ConfigMap") if o["metadata"]["name"] == "nats-config"]
+    data: dict[str, str] = conf["data"]
+    return data
+
+
+@needs_kubectl
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_nats_users_are_the_generated_ones(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    objs = overlay(name)
+    conf = nats_conf(objs)
+    assert 'include "users.conf"' in conf["nats.conf"]
+    assert "authorization" not in conf["nats.conf"]  # every user comes from users.conf
+    out = tmp_path / "users.conf"
+    assert muster_main(["nats-config", "--cluster", "local", *NATS_AUTH[name], "-o", str(out)]) == 0
+    assert conf["users.conf"] == out.read_text(), f"regenerate deploy/overlays/{name}/users.conf"
+    (admission,) = [o for o in workloads(objs) if o["metadata"]["name"] == "admission"]
+    shards = re.findall(
+        r'"\$JS.API.CONSUMER.CREATE.MUSTER_EVENTS.admission-(\d+)"', out.read_text()
+    )
+    assert len(shards) == admission["spec"].get("replicas", 1)
+
+
+@needs_kubectl
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_each_nats_credential_is_mounted_into_its_service_only(name: str) -> None:
+    objs = overlay(name)
+    for obj in [*workloads(objs), *by_kind(objs, "Job")]:
+        labels = obj["spec"]["template"]["metadata"]["labels"]
+        if labels.get("app.kubernetes.io/name") != "muster":
+            continue
+        component = labels["app.kubernetes.io/component"]
+        own = "muster-nats-admin" if component == "nats-setup" else f"muster-nats-{component}"
+        referenced = {
+            ref["name"]
+            for c in containers(obj)
+            for env in c.get("env", [])
+            if (ref := env.get("valueFrom", {}).get("secretKeyRef"))
+        } | {v["secret"]["secretName"] for v in pod_spec(obj).get("volumes", []) if "secret" in v}
+        nats_secrets = {s for s in referenced if s.startswith("muster-nats")}
+        assert nats_secrets == {own}, (obj["metadata"]["name"], nats_secrets)
+    (job,) = by_kind(objs, "Job")
+    assert job["spec"]["template"]["spec"]["containers"][0]["args"] == ["nats-setup"]
+
+
+@needs_kubectl
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_nats_monitoring_listens_on_loopback_only(name: str) -> None:
+    objs = overlay(name)
+    assert re.search(r"^http: 127\.0\.0\.1:8222$", nats_conf(objs)["nats.conf"], re.M)
+    for obj in workloads(objs):
+        for c in containers(obj):
+            assert 8222 not in {p["containerPort"] for p in c.get("ports", [])}
+    for svc in by_kind(objs, "Service"):
+        assert 8222 not in {p["port"] for p in svc["spec"]["ports"]}, svc["metadata"]["name"]
+
+
+def policies_selecting(objs: tuple[Obj, ...], labels: dict[str, str], kind: str) -> list[Obj]:
+    out = []
+    for policy in by_kind(objs, "NetworkPolicy"):
+        spec = policy["spec"]
+        if kind not in spec["policyTypes"]:
+            continue
+        selector = spec["podSelector"]
+        matched = label_match(selector.get("matchLabels", {}), labels) and all(
+            (labels.get(e["key"]) in e["values"]) == (e["operator"] == "In")
+            for e in selector.get("matchExpressions", [])
+        )
+        if matched:
+            out.append(policy)
+    return out
+
+
+def allowed_ports(policies: list[Obj], direction: str) -> set[int]:
+    return {
+        p["port"]
+        for pol in policies
+        for rule in pol["spec"].get(direction, [])
+        for p in rule["ports"]
+    }
+
+
+@needs_kubectl
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_network_policies_let_clients_reach_only_the_gateway(name: str) -> None:
+    objs = overlay(name)
+    assert any(
+        p["spec"]["podSelector"] == {}
+        and set(p["spec"]["policyTypes"]) == {"Ingress", "Egress"}
+        and "ingress" not in p["spec"]
+        and "egress" not in p["spec"]
+        for p in by_kind(objs, "NetworkPolicy")
+    ), "everything denied unless allowed"
+    for obj in workloads(objs):
+        labels = obj["spec"]["template"]["metadata"]["labels"]
+        component = labels.get("app.kubernetes.io/component", "nats")
+        ingress = policies_selecting(objs, labels, "Ingress")
+        egress = policies_selecting(objs, labels, "Egress")
+        if labels["app.kubernetes.io/name"] == "nats":
+            assert allowed_ports(ingress, "ingress") == {4222, 6222}
+            for rule in (r for pol in ingress for r in pol["spec"].get("ingress", [])):
+                assert rule["from"], "NATS: from muster's pods and its own servers only"
+            assert allowed_ports(egress, "egress") == {53, 6222}
+            continue
+        expected_in = {8081, 50051} if component == "gateway" else {8081}
+        assert allowed_ports(ingress, "ingress") == expected_in, component
+        api = {443, 6443} if component in CLUSTER_SERVICES else set()
+        assert allowed_ports(egress, "egress") == {53, 4222} | api, component
 
 
 # --- muster containers: image, command, flags ------------------------------------------------
@@ -415,18 +536,23 @@ def test_every_service_runs_once_with_its_real_flags(
         assert config.health_port == ports["health"] != 0
         for kind in ("readinessProbe", "livenessProbe", "startupProbe"):
             assert c[kind]["grpc"]["port"] in (ports["health"], "health"), (service, kind)
-        assert config.bus.user, "NATS user from the Secret"
-        assert config.bus.password, "NATS password from the Secret"
         assert config.bus.stream_replicas == (3 if name == "prod" else 1), "one per NATS server"
-        if name == "prod":
-            assert config.bus.tls_ca_file
-            assert config.bus.tls_ca_file.startswith(
-                tuple(m["mountPath"] for m in c["volumeMounts"])
-            )
+        if name == "dev":
+            assert config.bus.user, "its NATS user from its Secret"
+            assert config.bus.password, "its NATS password from its Secret"
+        else:  # its client certificate names its user; the CA checks the server's
+            files = (config.bus.tls_ca_file, config.bus.tls_cert_file, config.bus.tls_key_file)
+            mounts = tuple(m["mountPath"] for m in c["volumeMounts"])
+            assert all(f and f.startswith(mounts) for f in files), files
         if service == "gateway":
             listen = parsed_gateway_listen(flags, env)
             assert int(listen.rsplit(":", 1)[1]) == ports["grpc"]
             assert not listen.startswith("127.")
+            # Kubernetes identities and RBAC, as the pod's ServiceAccount; TLS in prod.
+            security = gateway_security(flags, env)
+            assert (security.authentication, security.authorization) == ("kube", "kube")
+            assert security.kube.in_cluster
+            assert (security.tls is not None) == (name == "prod")
         if service == "admission":
             shards = int(env["MUSTER_ADMISSION_SHARDS"])
             assert shards == obj["spec"]["replicas"], "one pod per shard"
@@ -447,6 +573,18 @@ def test_every_service_runs_once_with_its_real_flags(
             assert (keywords["backend"].status.qps, keywords["backend"].status.burst) == (20, 40)
             assert keywords["config"].kueue_version == keywords["backend"].kube.kueue_version
     assert sorted(seen) == sorted(s for s in SERVICES if s != "sim-cluster")
+
+
+def gateway_security(flags: list[str], env: dict[str, str]) -> Any:
+    from muster.gateway.__main__ import build_parser, security_config
+
+    old = dict(os.environ)
+    try:
+        os.environ.update(env)
+        return security_config(build_parser().parse_args(flags))
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
 
 
 def parsed_gateway_listen(flags: list[str], env: dict[str, str]) -> str:
@@ -596,7 +734,7 @@ REQUIRED: dict[str, set[tuple[str, str, str]]] = {
     # backend: _job_of (GET job, GET workload, LIST jobs), _start_job/_stop_job (PUT job, PATCH
     # jobs/status), _create_pods (POST pods, owner workload with blockOwnerDeletion),
     # _pods_of (LIST pods), delete (DELETE pods), bind (POST pods/binding, GET pod after 409),
-    # apply/create of cmd.apply's Pods, scheduling.k8s.io Workloads and PodGroups.
+    # and impersonating the submitter of cmd.apply's Pods and gangs.
     "binder": {
         ("batch", "jobs", "get"),
         ("batch", "jobs", "list"),
@@ -609,12 +747,9 @@ REQUIRED: dict[str, set[tuple[str, str, str]]] = {
         ("", "pods", "list"),
         ("", "pods", "delete"),
         ("", "pods/binding", "create"),
-        ("scheduling.k8s.io", "workloads", "create"),
-        ("scheduling.k8s.io", "workloads", "get"),
-        ("scheduling.k8s.io", "workloads", "update"),
-        ("scheduling.x-k8s.io", "podgroups", "create"),
-        ("scheduling.x-k8s.io", "podgroups", "get"),
-        ("scheduling.x-k8s.io", "podgroups", "update"),
+        # cmd.apply's Pods and gangs are written as their submitter (impersonation).
+        ("", "users", "impersonate"),
+        ("", "groups", "impersonate"),
     },
     # gangpermit.cache: nodes, pods, Workload API Workloads, PodGroups, PriorityClasses.
     "gangpermit": {
@@ -631,7 +766,11 @@ REQUIRED: dict[str, set[tuple[str, str, str]]] = {
     },
     "admission": set(),
     "preemption": set(),
-    "gateway": set(),
+    # auth_kube (TokenReview), permissions_kube (SubjectAccessReview).
+    "gateway": {
+        ("authentication.k8s.io", "tokenreviews", "create"),
+        ("authorization.k8s.io", "subjectaccessreviews", "create"),
+    },
 }
 
 
@@ -669,7 +808,10 @@ def test_rbac_has_no_wildcards_or_cluster_admin() -> None:
                 assert "*" not in rule[field], (role["metadata"]["name"], rule)
             assert "nonResourceURLs" not in rule
             assert "resourceNames" not in rule
-            assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
+            assert not {"escalate", "bind"} & set(rule["verbs"])
+            if "impersonate" in rule["verbs"]:  # the binder writes as the submitter, only
+                assert role["metadata"]["name"] == "muster-binder", rule
+                assert (rule["apiGroups"], set(rule["resources"])) == ([""], {"users", "groups"})
             assert not {"secrets", "clusterroles", "clusterrolebindings"} & set(rule["resources"])
     for binding in by_kind(objs, "ClusterRoleBinding"):
         assert binding["roleRef"]["name"] not in ("cluster-admin", "admin", "edit")
@@ -753,3 +895,59 @@ def test_simulate_runs_the_classic_setup_on_one_node(
     assert "sample-job-team-a" in out
     assert "sample-job-team-b" in out
     assert "Finished" in out
+
+
+CLUSTER = """\
+apiVersion: v1
+kind: List
+items:
+""" + "".join(
+    f"""- apiVersion: v1
+  kind: Node
+  metadata:
+    name: {block}-{rack}-{n}
+    labels:
+      topology.example.com/block: {block}
+      topology.example.com/rack: {block}-{rack}
+      topology.kubernetes.io/zone: zone-{block}
+  status: {{allocatable: {{cpu: "2", memory: 8Gi, pods: "110"}}}}
+"""
+    for block in ("a", "b")
+    for rack in ("r1", "r2")
+    for n in (1, 2)
+)
+
+
+def test_today_s_gang_examples_place_as_their_comments_say(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The v1beta1 gang, the two-level CompositePodGroup and the queued Job with
+    spec.scheduling, simulated on two blocks of two racks of two 2-cpu nodes."""
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(CLUSTER)
+    files = [
+        *(str(K8S / "examples" / p) for p in ("two-teams.yaml", "gang-v1beta1.yaml")),
+        *(str(K8S / "examples" / p) for p in ("composite-two-level.yaml", "queued-job-gang.yaml")),
+    ]
+    status = muster_main(["simulate", *files, str(nodes), "-o", "json", "--until", "10"])
+    document = json.loads(capsys.readouterr().out)
+    assert status == 0
+    pods = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in document["pods"]}
+    ring = [pods[f"ring-{i}"] for i in range(4)]
+    assert all(ring)
+    trainer = [pods[f"trainer-{s}-{i}"] for s in "ab" for i in range(4)]
+    assert all(trainer)
+    assert len({node.split("-")[0] for node in trainer}) == 1  # one block
+    for shard in "ab":  # each shard in one rack
+        assert len({pods[f"trainer-{shard}-{i}"].rsplit("-", 1)[0] for i in range(4)}) == 1
+    job = [node for name, node in pods.items() if name.startswith("job-sharded-train-")]
+    assert len(job) == 4
+    assert all(job)
+    assert len({node.split("-")[0] for node in job}) == 1  # one zone
+    conditions = {
+        g["metadata"]["name"]: {c["type"]: c["status"] for c in g["status"]["conditions"]}
+        for g in document["podGroups"]
+        if g["kind"] == "PodGroup"
+    }
+    assert conditions["ring-workers"] == {"PodGroupInitiallyScheduled": "True"}
+    assert conditions["trainer-shard-b"] == {"PodGroupInitiallyScheduled": "True"}

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,6 +24,7 @@ from muster.bus import EVENTS_STREAM, Bus, BusConfig, connect
 from muster.bus.service import Health
 from muster.contracts.v1 import events_pb2 as pb
 from muster.devtools.apiserver import ApiServer
+from muster.devtools.apiserver.access import Access
 from muster.gangpermit import __main__ as gangpermit_main
 from muster.launcher.nats_server import NatsServer
 from muster.preemption.service import PreemptionConfig, run_preemption
@@ -31,6 +32,7 @@ from muster.watcher import __main__ as watcher_main
 
 T = TypeVar("T")
 KUEUE = ("kueue.x-k8s.io", "v1beta1")
+SCHEDULING = "scheduling.k8s.io"
 # kind → (plural, namespaced) of the Kueue objects the tests write
 KUEUE_KINDS = {
     "ResourceFlavor": ("resourceflavors", False),
@@ -58,8 +60,8 @@ class Kubectl:
     """What `kubectl` and the Job controller do, through the official (synchronous) client on
     a thread, so the services on the test's event loop keep running meanwhile."""
 
-    def __init__(self, url: str) -> None:
-        self._api = api_client(url)
+    def __init__(self, url: str, *, token: str | None = None) -> None:
+        self._api = api_client(url, token=token)
         self.core = client.CoreV1Api(self._api)
         self.batch = client.BatchV1Api(self._api)
         self.custom = client.CustomObjectsApi(self._api)
@@ -74,9 +76,17 @@ class Kubectl:
                 await asyncio.to_thread(self._create, doc)
 
     def _create(self, obj: dict[str, Any]) -> None:
+        if obj["kind"] == "List":
+            for item in obj["items"]:
+                self._create(item)
+            return
         kind, meta = obj["kind"], obj["metadata"]
         namespace = meta.get("namespace", "default")
-        if kind in KUEUE_KINDS:
+        if str(obj.get("apiVersion", "")).startswith(f"{SCHEDULING}/"):
+            version = obj["apiVersion"].split("/")[1]
+            plural = f"{kind.lower()}s"
+            self.custom.create_namespaced_custom_object(SCHEDULING, version, namespace, plural, obj)
+        elif kind in KUEUE_KINDS:
             plural, namespaced = KUEUE_KINDS[kind]
             if namespaced:
                 self.custom.create_namespaced_custom_object(*KUEUE, namespace, plural, obj)
@@ -90,8 +100,31 @@ class Kubectl:
             self.core.create_namespaced_pod(namespace, obj)
         elif kind == "Job":
             self.batch.create_namespaced_job(namespace, obj)
+        elif str(obj.get("apiVersion", "")).startswith(f"{SCHEDULING}/"):
+            version = obj["apiVersion"].split("/")[1]
+            plural = f"{kind.lower()}s"
+            self.custom.create_namespaced_custom_object(SCHEDULING, version, namespace, plural, obj)
         else:
             raise AssertionError(f"the tests do not create {kind}")
+
+    async def list_pods(self, namespace: str) -> list[dict[str, Any]]:
+        """The pods of `namespace` as stored (JSON)."""
+
+        def read() -> list[dict[str, Any]]:
+            raw = self.core.list_namespaced_pod(namespace, _preload_content=False)
+            items: list[dict[str, Any]] = json.loads(raw.data)["items"]
+            return items
+
+        return await asyncio.to_thread(read)
+
+    async def scheduling_object(
+        self, plural: str, name: str, namespace: str, *, version: str = "v1beta1"
+    ) -> dict[str, Any]:
+        """A scheduling.k8s.io object (PodGroup, Workload) as stored."""
+        found: dict[str, Any] = await asyncio.to_thread(
+            self.custom.get_namespaced_custom_object, SCHEDULING, version, namespace, plural, name
+        )
+        return found
 
     async def get(self, kind: str, name: str, namespace: str = "") -> dict[str, Any] | None:
         """The object as stored, or None when it does not exist."""
@@ -232,15 +265,23 @@ class Stack:
         self.healths[name] = health
         self.tasks[name] = asyncio.create_task(_run(run, bus, health), name=name)
 
-    async def start(self, nats_url: str, *, kube_flags: list[str]) -> None:
-        """Every service; returns once each reports SERVING."""
+    async def start(
+        self,
+        nats_url: str,
+        *,
+        kube_flags: list[str],
+        service_flags: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
+        """Every service (with its own `service_flags`, when given); returns once each
+        reports SERVING."""
         flags = ["--nats", nats_url, "--cluster-backend", "kube", "--kube-host", self.server.url]
         for name, module in (
             ("watcher", watcher_main),
             ("gangpermit", gangpermit_main),
             ("binder", binder_main),
         ):
-            _, main = module.parse([*flags, *kube_flags])
+            own = (service_flags or {}).get(name, ())
+            _, main = module.parse([*flags, *kube_flags, *own])
             await self._start(name, main, nats_url)
         admission = AdmissionConfig(lease_ttl_s=2.0, lease_renew_s=0.5, ack_wait_s=2.0)
         await self._start(
@@ -282,21 +323,29 @@ async def _run(run: Callable[[Bus, Health], Awaitable[None]], bus: Bus, health: 
 
 @contextlib.asynccontextmanager
 async def running_stack(
-    tmp_path: Path, *, kube_flags: tuple[str, ...] = ()
+    tmp_path: Path,
+    *,
+    kube_flags: tuple[str, ...] = (),
+    access: Access | None = None,
+    admin_token: str | None = None,
+    service_flags: Mapping[str, Sequence[str]] | None = None,
+    server: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[Stack]:
-    """A fresh nats-server and stand-in with every service started on them."""
+    """A fresh nats-server and stand-in (`server`: its options) with every service started on
+    them; with `access`, the stand-in checks it (`kube_flags` then name each service's
+    credentials, and the test's kubectl uses `admin_token`)."""
     nats = NatsServer(tmp_path / "nats")
     url = await nats.start(log_path=tmp_path / "nats.log")
     try:
         bus = await connect(BusConfig(url=url, name="muster-test", connect_timeout_s=5.0))
         await bus.ensure_streams()
-        async with ApiServer(bookmark_interval_s=0.2) as server:
-            kubectl = Kubectl(server.url)
+        async with ApiServer(bookmark_interval_s=0.2, access=access, **(server or {})) as standin:
+            kubectl = Kubectl(standin.url, token=admin_token)
             events = Events(bus)
             events.start()
-            stack = Stack(bus=bus, server=server, kubectl=kubectl, events=events)
+            stack = Stack(bus=bus, server=standin, kubectl=kubectl, events=events)
             try:
-                await stack.start(url, kube_flags=list(kube_flags))
+                await stack.start(url, kube_flags=list(kube_flags), service_flags=service_flags)
                 yield stack
                 stack.check_alive()
             finally:

@@ -3,7 +3,9 @@
 Each example plays a stream of facts (pods bound, gangs finished, binds failed, nodes added and
 removed, time passing) into a `GangScheduler`, acting on its decisions as the gangpermit service
 would (bind what is permitted, evict victims, drop what timed out), and checks after every pass,
-from the pods alone, that no node holds more than it has and that no gang holds part of itself.
+from the pods alone, that no node holds more than it has, that no gang holds part of itself, that
+a CompositePodGroup tree is placed with its quorum or not at all (in one domain of its label),
+and that a victim (a pod, a group, a tree) is evicted whole.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from hypothesis import strategies as st
 
 from muster.api.model import Taint, Toleration
 from muster.core.placement.model import (
+    NO_DEADLINE,
     ONE_POD,
     PODS,
+    CompositeSpec,
     Decision,
     GangKey,
     GangPermitted,
@@ -84,21 +88,39 @@ def clusters(draw: st.DrawFn) -> Cluster:
     node_list = tuple(draw(nodes(f"n{i}")) for i in range(draw(st.integers(1, 5))))
     gangs: list[GangSpec] = []
     pod_list: list[PodInfo] = []
+    # A CompositePodGroup tree over the first gangs (all at its priority), maybe evicted whole.
+    tree_size = draw(st.integers(0, 3))
+    tree = CompositeSpec(
+        key=GangKey("ns/tree"),
+        min_groups=draw(st.integers(1, max(tree_size, 1))),
+        topology=draw(st.sampled_from([None, TopologyRequest(key="rack", required=True)])),
+    )
+    tree_all = draw(st.booleans())
+    tree_priority = draw(st.integers(0, 2))
     for g in range(draw(st.integers(0, 4))):
         key = GangKey(f"ns/g{g}")
-        priority = draw(st.integers(0, 2))
+        in_tree = g < tree_size
+        priority = tree_priority if in_tree else draw(st.integers(0, 2))
         topology = draw(st.sampled_from([None, True, False]))
         spec = GangSpec(
             key=key,
             min_count=draw(st.integers(1, 3)),
             priority=priority,
             created_s=float(g % 2),
-            timeout_s=draw(st.sampled_from([None, 5.0, 20.0])),
+            timeout_s=draw(st.sampled_from([None, 5.0, 20.0, NO_DEADLINE])),
             topology=None if topology is None else TopologyRequest(key="rack", required=topology),
+            parents=(tree,) if in_tree else (),
         )
         gangs.append(spec)
         count = spec.min_count + draw(st.integers(0, 1))
-        pod_list += [draw(pods(f"ns/g{g}-{i}", gang=key, priority=priority)) for i in range(count)]
+        single = draw(st.booleans())  # disruption mode single: each pod is its own victim
+        for i in range(count):
+            pod = draw(pods(f"ns/g{g}-{i}", gang=key, priority=priority))
+            if in_tree and tree_all:
+                pod = msgspec.structs.replace(pod, workload=tree.key, tree_owner=True)
+            elif single:
+                pod = msgspec.structs.replace(pod, workload=pod.key)
+            pod_list.append(pod)
     pod_list += [
         draw(pods(f"ns/solo{i}", gang=None, priority=draw(st.integers(0, 3))))
         for i in range(draw(st.integers(0, 4)))
@@ -133,6 +155,8 @@ class Player:
         self.specs = {g.key: g for g in cluster.gangs}
         self.now_s = 0.0
         self.extra_nodes = 0
+        self.tree_held = False  # whether the tree's gangs held room after the last pass
+        self.cut: set[GangKey] = set()  # gangs that lost single pods to a preemption
 
     def start(self) -> None:
         for n in self.cluster.nodes:
@@ -152,6 +176,9 @@ class Player:
                     self.remove(key)
             elif isinstance(d, PlacementPreempted):
                 for key in d.pods:
+                    pod = self.pods.get(key)
+                    if pod is not None and pod.gang is not None and self.owner(pod) == key:
+                        self.cut.add(pod.gang)  # disruption mode single: a pod at a time
                     self.remove(key)
 
     def remove(self, key: PodKey) -> None:
@@ -213,15 +240,45 @@ class Player:
             for resource, amount in use.items():
                 assert amount <= allocatable.get(resource, 0), f"{name} over-committed: {use}"
         # 2. a gang holds nothing or at least min_count
+        holding: set[GangKey] = set()
         for key, spec in self.specs.items():
             count = sum(1 for k in self.members(key) if self.s.node_of(k) is not None)
-            assert count == 0 or count >= spec.min_count, f"{key} holds {count} of {spec}"
-        # 3. a permit names pods that now hold room, each once
+            lawful = count == 0 or count >= spec.min_count or key in self.cut
+            assert lawful, f"{key} holds {count} of {spec}"
+            if count and spec.parents:
+                holding.add(key)
+        # 3. a tree that held nothing holds nothing or its quorum, in one domain of its label
+        tree = next((spec.parents[0] for spec in self.specs.values() if spec.parents), None)
+        if tree is not None and not self.tree_held:
+            assert not holding or len(holding) >= tree.min_groups, f"tree holds {holding}"
+        self.tree_held = bool(holding)
+        if tree is not None and tree.topology is not None:
+            racks = {
+                self.nodes[node].labels.get("rack")
+                for key in holding
+                for k in self.members(key)
+                if (node := self.s.node_of(k)) is not None and node in self.nodes
+            }
+            assert len(racks) <= 1, f"tree spans racks {racks}"
+        # 4. a permit names pods that now hold room, each once
         for d in decisions:
             if isinstance(d, GangPermitted):
                 keys = [b.pod for b in d.bindings]
                 assert len(set(keys)) == len(keys)
                 assert all(self.s.node_of(b.pod) == b.node for b in d.bindings)
+        # 5. a victim goes whole: every pod of it (a group or tree in mode all) is evicted
+        for d in decisions:
+            if isinstance(d, PlacementPreempted):
+                for victim in d.victims:
+                    whole = {k for k, p in self.pods.items() if self.owner(p) == victim}
+                    assert whole <= set(d.pods), f"{victim} partly evicted: {d.pods}"
+
+    def owner(self, pod: PodInfo) -> str:
+        if pod.workload:
+            return pod.workload
+        if pod.gang is not None:
+            return self.specs[pod.gang].workload or pod.gang
+        return pod.key
 
 
 @given(clusters())

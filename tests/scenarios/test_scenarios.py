@@ -37,6 +37,9 @@ The expect file lists only the fields worth comparing; anything not listed is ig
         message: text        # the same condition's (or status') message, exactly
         message_contains: text or [text, ...]
         scheduler: name      # spec.schedulerName
+    podGroups:  # with Nodes: scheduling.k8s.io PodGroups (and CompositePodGroups) at the end
+      <ns>/<name>:
+        conditions: {<Type>: "True" | "False" | null | {status, reason, message}}
 
 An invalid scenario's expect file holds `about` and
 `error: {exit: n, stderr_contains: [text, ...]}` instead; `null` in a condition means absent.
@@ -93,6 +96,7 @@ TOP_FIELDS = {
     "clusterQueues",
     "localQueues",
     "pods",
+    "podGroups",
     "error",
 }
 
@@ -333,6 +337,17 @@ def check(document: dict[str, Any], expect: dict[str, Any]) -> list[str]:
     for key, fields in (expect.get("workloads") or {}).items():
         compare_workload(key, fields, views.get(jobs.get(key, key)), problems)
     compare_pods(expect.get("pods") or {}, document["pods"], problems)
+    groups = {
+        f"{g['metadata']['namespace']}/{g['metadata']['name']}": {
+            "conditions": condition_view(g.get("status", {}).get("conditions", []))
+        }
+        for g in document.get("podGroups", [])
+    }
+    for key, fields in (expect.get("podGroups") or {}).items():
+        if key not in groups:
+            problems.append(f"podGroups[{key}]: no such group")
+        else:
+            compare(fields, groups[key], f"podGroups[{key}]", problems)
     events = document["events"]
     compare_events(expect.get("events") or [], events, jobs, problems)
     for pattern in expect.get("no_events") or []:

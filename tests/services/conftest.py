@@ -40,8 +40,13 @@ def nats_server_binary() -> str:
 class NatsServer:
     """A nats-server process with JetStream; keeps its ports and store across restarts."""
 
-    def __init__(self, store_dir: Path, *, start_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, store_dir: Path, *, start_timeout_s: float = 10.0, config: str | None = None
+    ) -> None:
+        """`config`: nats-server configuration text (users, TLS); its `listen` port may be -1
+        (any free one, read from the ports file like the others)."""
         self.store_dir = store_dir
+        self.config = config
         self.ports_dir = store_dir / "ports"
         self.port = -1  # random on first start, then kept
         self.monitor_port = -1
@@ -70,6 +75,10 @@ class NatsServer:
             "-m", str(self.monitor_port),
             "--ports_file_dir", str(self.ports_dir),
         ]  # fmt: skip
+        if self.config is not None:
+            path = self.store_dir / "nats.conf"
+            path.write_text(self.config)
+            args = [nats_server_binary(), "-c", str(path), "--ports_file_dir", str(self.ports_dir)]
         with self.log_path.open("ab") as log:
             self._proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         self._wait_for_ports()
@@ -86,7 +95,8 @@ class NatsServer:
                 with contextlib.suppress(ValueError):  # partly written: read it again
                     ports = json.loads(files[0].read_text())
                     self.port = int(ports["nats"][0].rsplit(":", 1)[1])
-                    self.monitor_port = int(ports["monitoring"][0].rsplit(":", 1)[1])
+                    if ports.get("monitoring"):
+                        self.monitor_port = int(ports["monitoring"][0].rsplit(":", 1)[1])
                     return
             time.sleep(0.02)  # polling a file the server writes; not waiting for an outcome
         pytest.fail(f"nats-server did not start within {self.start_timeout_s}s")

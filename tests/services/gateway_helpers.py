@@ -13,6 +13,7 @@ import msgspec
 
 from muster.bus import EVENTS_STREAM, Bus
 from muster.contracts.v1 import services_pb2_grpc
+from muster.gateway.auth_config import SecurityConfig
 from muster.gateway.service import GatewayConfig, GatewayServer
 
 JOB = textwrap.dedent(
@@ -68,13 +69,26 @@ class RunningGateway(msgspec.Struct, kw_only=True):
 
 
 @contextlib.asynccontextmanager
-async def running_gateway(bus: Bus, **config: Any) -> AsyncIterator[RunningGateway]:
-    """A GatewayServer on 127.0.0.1 and a free port, serving until the block ends."""
+async def running_gateway(
+    bus: Bus,
+    *,
+    token: str | None = None,
+    credentials: grpc.ChannelCredentials | None = None,
+    **config: Any,
+) -> AsyncIterator[RunningGateway]:
+    """A GatewayServer on 127.0.0.1 and a free port, serving until the block ends; `token`
+    is the legacy `--token`, `credentials` the channel's TLS (else plaintext)."""
     settings = {"listen": "127.0.0.1:0", "grace_s": 1.0, **config}
+    if token is not None:
+        settings["security"] = SecurityConfig(token=token)
     server = GatewayServer(bus, GatewayConfig(**settings))
     address = await server.start()
     try:
-        async with grpc.aio.insecure_channel(address) as channel:
+        if credentials is None:
+            channel = grpc.aio.insecure_channel(address)
+        else:
+            channel = grpc.aio.secure_channel(address, credentials)
+        async with channel:
             yield RunningGateway(server=server, address=address, channel=channel)
     finally:
         await server.stop()

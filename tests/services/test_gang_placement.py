@@ -124,11 +124,11 @@ class RefusingBackend:
     ) -> None:
         await self._backend.stop_workload(workload_key, before=before, pod_sets=pod_sets)
 
-    async def apply(self, manifest: Mapping[str, Any]) -> None:
-        await self._backend.apply(manifest)
+    async def apply(self, manifest: Mapping[str, Any], *, as_user: Any = None) -> None:
+        await self._backend.apply(manifest, as_user=as_user)
 
-    async def create(self, manifest: Mapping[str, Any]) -> bool:
-        return await self._backend.create(manifest)
+    async def create(self, manifest: Mapping[str, Any], *, as_user: Any = None) -> bool:
+        return await self._backend.create(manifest, as_user=as_user)
 
     async def delete(self, kind: str, name: str, *, namespace: str = "", uid: str = "") -> bool:
         return await self._backend.delete(kind, name, namespace=namespace, uid=uid)

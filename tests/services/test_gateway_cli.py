@@ -62,7 +62,7 @@ async def test_submit_of_a_bad_file_prints_every_problem_and_exits_2(
     assert capsys.readouterr().err.splitlines() == [
         f"muster: {bad}: INVALID_ARGUMENT:",
         "  Workload/ns/w: spec.podSets[0].count: Expected `int`, got `str`",
-        "  document 2: (document): expected an object, got a list",
+        "  manifest document 2: (document): expected an object, got a list",
     ]
 
 
@@ -72,7 +72,10 @@ async def test_without_the_token_commands_fail_unauthenticated(
     status = await asyncio.to_thread(main, ["queues", "--gateway", gw.address])
 
     assert status == 1
-    assert capsys.readouterr().err == ("muster: UNAUTHENTICATED: missing or invalid bearer token\n")
+    assert capsys.readouterr().err == (
+        "muster: UNAUTHENTICATED: missing or invalid credentials "
+        "(a bearer token or a client certificate)\n"
+    )
 
 
 async def put_queues(bus: Bus) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import signal
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import grpc
 import grpc.aio
@@ -14,7 +15,8 @@ from gateway_helpers import AUTH, JOB, TOKEN
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
-from muster.gateway.__main__ import build_parser, main
+from muster.gateway.__main__ import build_parser, main, security_config
+from muster.gateway.auth_certs import TlsFiles
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -78,6 +80,12 @@ async def test_process_serves_with_its_flags_and_exits_0_on_sigterm(
         pytest.param(["--listen", "no-port"], id="listen"),
         pytest.param(["--max-request-bytes", "0"], id="max request bytes"),
         pytest.param(["--cluster", "a.b"], id="cluster"),
+        pytest.param(["--listen", "0.0.0.0:1"], id="anonymous beyond loopback"),
+        pytest.param(["--tls-cert", "c.pem"], id="cert without key"),
+        pytest.param(["--client-ca", "ca.pem"], id="mutual TLS without TLS"),
+        pytest.param(["--authentication", "ldap"], id="authentication"),
+        pytest.param(["--authorization", "kube", "--policy-file", "p"], id="policy with kube"),
+        pytest.param(["--allow-anonymous", "on", "--token", "t"], id="anonymous and a token"),
     ],
 )
 def test_bad_flags_exit_2(flags: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -86,6 +94,27 @@ def test_bad_flags_exit_2(flags: list[str], capsys: pytest.CaptureFixture[str]) 
 
     assert caught.value.code == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_security_flags_make_the_security_config(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("MUSTER_GATEWAY_TOKENS_FILE", "/etc/muster/tokens.yaml")
+    monkeypatch.setenv("MUSTER_GATEWAY_AUTHORIZATION", "kube")
+    flags = ["--tls-cert", "s.crt", "--tls-key", "s.key", "--client-ca", "ca.crt"]
+    flags += ["--authentication", "kube", "--kube-in-cluster", "on"]
+
+    security = security_config(build_parser().parse_args(flags))
+
+    assert security.tls == TlsFiles(cert="s.crt", key="s.key", client_ca="ca.crt")
+    assert security.tokens_file == "/etc/muster/tokens.yaml"
+    assert (security.authentication, security.authorization) == ("kube", "kube")
+    assert security.kube.in_cluster
+    assert security.authenticates
+    monkeypatch.delenv("MUSTER_GATEWAY_TOKENS_FILE")
+    anonymous = security_config(build_parser().parse_args(["--allow-anonymous", "on"]))
+    assert anonymous.allow_anonymous
+    assert not anonymous.authenticates
 
 
 def test_flags_default_to_their_environment(monkeypatch: pytest.MonkeyPatch) -> None:

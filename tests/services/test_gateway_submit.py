@@ -78,9 +78,9 @@ async def test_submit_to_a_named_cluster_publishes_on_its_subjects(
 async def test_a_retried_submit_is_stored_once(
     gw: RunningGateway, bus: Bus, events: EventLog
 ) -> None:
-    first = await submit(gw, JOB)
+    first = await submit(gw, JOB, idempotency_key="call-1")
     await events.wait_for("workload.submitted")
-    again = await submit(gw, JOB)
+    again = await submit(gw, JOB, idempotency_key="call-1")
 
     assert [o.event_id for o in again.objects] == [o.event_id for o in first.objects]
     assert await stored_count(bus) == 1
@@ -159,7 +159,10 @@ async def test_with_a_token_calls_without_it_are_unauthenticated(bus: Bus) -> No
 
     for refused in (caught, wrong, watch):
         assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
-        assert refused.value.details() == "missing or invalid bearer token"
+        assert (
+            refused.value.details()
+            == "missing or invalid credentials (a bearer token or a client certificate)"
+        )
     assert reply.objects[0].kind == "Workload"
 
 

@@ -28,9 +28,9 @@ def test_demo_ends_with_every_workload_finished_and_stops_everything() -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     table = done.stdout.split("\nWORKLOAD ", 1)[1].split("\n\n", 1)[0]
     rows = table.splitlines()[1:]
-    assert len(rows) == 11  # 10 Jobs and the Workload API gang
+    assert len(rows) == 11  # 10 Jobs and the v1beta1 PodGroup gang
     assert all(re.search(r"\bFinished\b", row) for row in rows), table
-    (gang,) = [row for row in rows if row.startswith("team-a/dist-train/workers ")]
+    (gang,) = [row for row in rows if row.startswith("team-a/dist-train-workers ")]
     assert "(gang)" in gang
     assert re.search(r"\bpermitted +4 pods at once", done.stdout)
     assert any("evicted 1x" in row for row in rows)  # urgent-train preempts one job
@@ -38,6 +38,15 @@ def test_demo_ends_with_every_workload_finished_and_stops_everything() -> None:
     log_dir = re.search(r"logs in (\S+)", done.stdout)
     assert log_dir is not None
     assert _services_left(log_dir.group(1)) == []  # its nats-server is gone too
+    # Each service ran as its own NATS user (muster.bus.permissions) and stayed within it.
+    assert permission_violations(Path(log_dir.group(1))) == []
+    assert not (Path(log_dir.group(1)) / "jetstream").exists()  # nor are its passwords kept
+
+
+def permission_violations(log_dir: Path) -> list[str]:
+    """The nats-server's log lines about a user refused a subject, in a `muster run` log dir."""
+    text = (log_dir / "nats-server.log").read_text()
+    return [line for line in text.splitlines() if "Violation" in line]
 
 
 @pytest.mark.timeout(120)

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_muster_run import permission_violations
 
 SCENARIO = Path(__file__).parents[1] / "scenarios" / "multicluster" / "cluster-lost.yaml"
 
@@ -33,3 +34,7 @@ def test_a_lost_workers_workload_finishes_on_the_other_worker() -> None:
     assert rows["ml/train"][-3:] == ["Finished", "(evicted", "1x)"]
     assert rows["ml/late"][4] == "west"
     assert len(re.findall(r"ml/train +finished", out)) == 1
+    log_dir = re.search(r"logs in (\S+)", out)
+    assert log_dir is not None
+    # Every cluster's services ran as that cluster's NATS users, and stayed within them.
+    assert permission_violations(Path(log_dir.group(1))) == []

@@ -12,10 +12,12 @@ from __future__ import annotations
 import math
 
 import msgspec
-import yaml
 
 from muster.api.errors import FieldError, ObjectErrors, key_path
+from muster.api.load import load_yaml
 from muster.api.model import Alternative, ClusterQueue, Workload
+from muster.api.names import check_reference
+from muster.api.times import parse_seconds
 from muster.api.wellknown import (
     ALTERNATIVES_ANNOTATION,
     ROUTING_POLICIES,
@@ -57,14 +59,18 @@ def parse_alternatives(
 ) -> tuple[tuple[Alternative, ...], list[FieldError]]:
     """The alternatives an annotation value lists, in order, and one FieldError per problem."""
     errs = ObjectErrors(who)
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        errs.add(ANNOTATION_PATH, f"invalid YAML{where}: {problem}")
+    documents, problem = load_yaml(text)
+    if problem is not None:
+        syntax = problem.problem.removeprefix("invalid YAML: ")
+        if syntax != problem.problem:
+            errs.add(ANNOTATION_PATH, f"invalid YAML at {problem.path}: {syntax}")
+        else:
+            errs.add(ANNOTATION_PATH, f"{problem.problem} ({problem.path})")
         return (), errs.errors
+    if len(documents) > 1:
+        errs.add(ANNOTATION_PATH, f"must be one YAML document, got {len(documents)}")
+        return (), errs.errors
+    value = documents[0] if documents else None
     if not isinstance(value, list) or not value:
         errs.add(ANNOTATION_PATH, f"must be a non-empty list of alternatives, got {_kind(value)}")
         return (), errs.errors
@@ -93,6 +99,7 @@ def _alternative(entry: object, path: str, errs: ObjectErrors) -> Alternative | 
     if not isinstance(queue, str) or not queue:
         errs.add(f"{path}.queueName", "is required: the name of a LocalQueue")
         return None
+    check_reference(errs, queue, f"{path}.queueName")
     return Alternative(
         queue_name=queue,
         requests=_requests(entry.get("requests"), f"{path}.requests", errs),
@@ -116,10 +123,7 @@ def _seconds(value: object, path: str, errs: ObjectErrors) -> float | None:
     if isinstance(value, int | float) and not isinstance(value, bool):
         seconds = float(value)
     elif isinstance(value, str):
-        try:
-            seconds = float(value)
-        except ValueError:
-            seconds = None
+        seconds = parse_seconds(value)
     if seconds is None or not math.isfinite(seconds) or seconds < 0:
         errs.add(path, f"must be a finite number of seconds >= 0, got {value!r}")
         return None

@@ -23,6 +23,7 @@ from muster.api.model import (
     WorkloadPodGroup,
     WorkloadRef,
 )
+from muster.api.names import check_reference
 from muster.api.podspec import node_affinity_terms, pod_requests, taints, tolerations
 from muster.api.raw import (
     RawNode,
@@ -71,6 +72,15 @@ def pod_from_raw(raw: RawPod, meta: ObjectMeta, errs: ObjectErrors) -> Pod:
     _check_created(meta, errs)
     spec = raw.spec
     ref = spec.workload_ref
+    group = spec.scheduling_group
+    if group is not None and not group.pod_group_name:
+        errs.add("spec.schedulingGroup.podGroupName", "is required")
+    if group is not None and ref is not None:
+        errs.add("spec.schedulingGroup", "cannot be set together with spec.workloadRef")
+    if ref is not None:
+        check_reference(errs, ref.name, "spec.workloadRef.name")
+        check_reference(errs, ref.pod_group, "spec.workloadRef.podGroup")
+        check_reference(errs, ref.pod_group_replica_key, "spec.workloadRef.podGroupReplicaKey")
     return Pod(
         meta=meta,
         scheduler_name=spec.scheduler_name or DEFAULT_SCHEDULER,
@@ -91,6 +101,7 @@ def pod_from_raw(raw: RawPod, meta: ObjectMeta, errs: ObjectErrors) -> Pod:
             if ref is not None
             else None
         ),
+        scheduling_group=group.pod_group_name if group is not None else "",
     )
 
 
@@ -117,6 +128,7 @@ def scheduling_workload_from_raw(
 
 def _pod_group(raw: RawWorkloadPodGroup, errs: ObjectErrors, *, path: str) -> WorkloadPodGroup:
     """Exactly one of `policy.basic` and `policy.gang`; a gang states its minCount."""
+    check_reference(errs, raw.name, f"{path}.name")
     policy = raw.policy
     if policy is None or (policy.basic is None) == (policy.gang is None):
         errs.add(f"{path}.policy", "must set exactly one of basic or gang")

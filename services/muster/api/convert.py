@@ -38,6 +38,7 @@ from muster.api.model import (
     Workload,
     WorkloadPriorityClass,
 )
+from muster.api.names import check_reference, qualified_name_problem
 from muster.api.podspec import pod_set_from_template, tolerations
 from muster.api.quantity import QuantityError, parse_exact
 from muster.api.raw import (
@@ -143,6 +144,7 @@ def cohort_from_raw(raw: RawCohort, meta: ObjectMeta, errs: ObjectErrors) -> Coh
 
 
 def local_queue_from_raw(raw: RawLocalQueue, meta: ObjectMeta, errs: ObjectErrors) -> LocalQueue:
+    check_reference(errs, raw.spec.cluster_queue, "spec.clusterQueue")
     return LocalQueue(
         meta=meta, cluster_queue=raw.spec.cluster_queue, stop_policy=raw.spec.stop_policy
     )
@@ -166,6 +168,10 @@ def namespace_from_raw(raw: RawNamespace, meta: ObjectMeta, errs: ObjectErrors) 
 
 def workload_from_raw(raw: RawWorkload, meta: ObjectMeta, errs: ObjectErrors) -> Workload:
     spec = raw.spec
+    check_reference(errs, spec.queue_name, "spec.queueName")
+    check_reference(errs, spec.priority_class_name, "spec.priorityClassName")
+    for p, ps in enumerate(spec.pod_sets):
+        check_reference(errs, ps.name, f"spec.podSets[{p}].name", label=True)
     pod_sets = tuple(
         pod_set_from_template(
             ps.template,
@@ -206,8 +212,10 @@ def workload_from_raw(raw: RawWorkload, meta: ObjectMeta, errs: ObjectErrors) ->
 def _either(
     errs: ObjectErrors, base: str, first: tuple[str, str | None], second: tuple[str, str | None]
 ) -> str | None:
-    """Return the one value given under either spelling; both given and different is an error."""
+    """Return the one name given under either spelling; both given and different is an error."""
     (first_name, first_value), (second_name, second_value) = first, second
+    check_reference(errs, first_value, f"{base}.{first_name}")
+    check_reference(errs, second_value, f"{base}.{second_name}")
     if first_value and second_value and first_value != second_value:
         errs.add(
             f"{base}.{second_name}",
@@ -219,11 +227,15 @@ def _either(
 def _resource_groups(raw: list[RawResourceGroup], errs: ObjectErrors) -> tuple[ResourceGroup, ...]:
     groups: list[ResourceGroup] = []
     for g, group in enumerate(raw):
+        for r, resource in enumerate(group.covered_resources):
+            _check_resource_name(errs, resource, f"spec.resourceGroups[{g}].coveredResources[{r}]")
         flavors: list[FlavorQuotas] = []
         for f, flavor in enumerate(group.flavors):
+            check_reference(errs, flavor.name, f"spec.resourceGroups[{g}].flavors[{f}].name")
             quotas: list[ResourceQuota] = []
             for r, quota in enumerate(flavor.resources):
                 path = f"spec.resourceGroups[{g}].flavors[{f}].resources[{r}]"
+                _check_resource_name(errs, quota.name, f"{path}.name")
                 quotas.append(
                     ResourceQuota(
                         name=quota.name,
@@ -243,6 +255,12 @@ def _resource_groups(raw: list[RawResourceGroup], errs: ObjectErrors) -> tuple[R
             ResourceGroup(covered_resources=tuple(group.covered_resources), flavors=tuple(flavors))
         )
     return tuple(groups)
+
+
+def _check_resource_name(errs: ObjectErrors, name: str, path: str) -> None:
+    problem = qualified_name_problem(name)
+    if problem is not None:
+        errs.add(path, f"resource name: {problem}")
 
 
 def _optional_quantity(value: object, path: str, errs: ObjectErrors) -> int | None:
@@ -323,8 +341,15 @@ def _admission_checks(
     names, strategy = raw.spec.admission_checks, raw.spec.admission_checks_strategy
     if names and strategy is not None:
         errs.add("spec.admissionChecksStrategy", "cannot be set together with spec.admissionChecks")
+    for i, name in enumerate(names or ()):
+        check_reference(errs, name, f"spec.admissionChecks[{i}]")
     rules = [AdmissionCheckStrategyRule(name=n) for n in names or ()]
     if strategy is not None:
+        base = "spec.admissionChecksStrategy.admissionChecks"
+        for i, rule in enumerate(strategy.admission_checks):
+            check_reference(errs, rule.name, f"{base}[{i}].name")
+            for j, flavor in enumerate(rule.on_flavors):
+                check_reference(errs, flavor, f"{base}[{i}].onFlavors[{j}]")
         rules.extend(
             AdmissionCheckStrategyRule(name=r.name, on_flavors=tuple(r.on_flavors))
             for r in strategy.admission_checks
@@ -366,12 +391,14 @@ def _priority_class(
         )
     if not ref.name:
         errs.add("spec.priorityClassRef.name", "is required")
+    check_reference(errs, ref.name, "spec.priorityClassRef.name")
     if old[0] is not None and old != (ref.name, source):
         errs.add("spec.priorityClassRef", "differs from spec.priorityClassName; set only one")
     return ref.name, source
 
 
 def _admission(raw: RawAdmission, counts: dict[str, int], errs: ObjectErrors) -> Admission:
+    check_reference(errs, raw.cluster_queue, "status.admission.clusterQueue")
     assignments = []
     for a, assignment in enumerate(raw.pod_set_assignments):
         path = f"status.admission.podSetAssignments[{a}].resourceUsage"

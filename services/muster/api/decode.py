@@ -5,19 +5,23 @@ Entry points: `decode_yaml`, `decode_documents`, `decode_files`; each returns
 others; an object with any error is left out of `objects`. Objects muster reads later but not
 yet (Kueue Topologies) are neither objects nor errors: pass a list as `skipped` to learn which
 were passed over.
+
+Text is read by `muster.api.load` (bounded YAML and JSON). `validation` is kubectl's
+`--validate`: "strict" refuses unknown fields (`muster.api.schema`) and keys written twice,
+"warn" reports them in `warnings`, "ignore" drops them. User input (files, Submit) is strict
+by default; what muster itself wrote (event payloads, objects read from a cluster) is read
+with "ignore". An object without `metadata.name` but with `generateName` is named from
+`name_seed` (`muster.api.names.generated_name`).
 """
 
 from __future__ import annotations
 
-import datetime
-import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Final, Literal, NamedTuple, TypeGuard, get_args
 
 import msgspec
-import yaml
 
 from muster.api import raw as wire
 from muster.api.alternatives import routing_policy_errors, with_alternatives
@@ -46,15 +50,52 @@ from muster.api.convert import (
 )
 from muster.api.errors import FieldError, ObjectErrors
 from muster.api.job import workload_from_job
+from muster.api.load import LoadError, load_json, load_yaml
 from muster.api.model import ApiObject, ClusterQueue, KueueConfig, ObjectMeta, Workload
 from muster.api.multikueue import (
     admission_check_from_raw,
     multikueue_cluster_from_raw,
     multikueue_config_from_raw,
 )
+from muster.api.names import (
+    annotation_problems,
+    dns1123_label_problem,
+    dns1123_subdomain_problem,
+    generated_name,
+    label_problems,
+)
+from muster.api.scheduling_objects import (
+    SCHEDULING_V1ALPHA2,
+    SCHEDULING_V1ALPHA3,
+    SCHEDULING_V1BETA1,
+    composite_pod_group_from_raw,
+    group_workload_from_raw,
+    group_workload_v1alpha2_from_raw,
+    scheduling_pod_group_from_raw,
+    scheduling_pod_group_v1alpha2_from_raw,
+)
+from muster.api.scheduling_raw import (
+    RawGroup,
+    RawGroupWorkload,
+    RawPodGroupV1Alpha2,
+    RawWorkloadV1Alpha2,
+)
+from muster.api.schema import SCHEMAS, unknown_fields
 from muster.api.validate import validate
 
 Decoded = tuple[list[ApiObject], list[FieldError]]
+Validation = Literal["strict", "warn", "ignore"]
+VALIDATIONS: Final[tuple[str, ...]] = get_args(Validation)
+
+
+class _Reading(NamedTuple):
+    """How documents are read: where they come from and what to do with unknown fields."""
+
+    source: str
+    skipped: list[str]
+    validation: Validation
+    warnings: list[FieldError]
+    name_seed: str
 
 
 class _Kind(NamedTuple):
@@ -101,6 +142,24 @@ _KINDS: dict[tuple[str, str], _Kind] = {
     (SCHEDULER_PLUGINS_V1ALPHA1, "PodGroup"): _Kind(
         wire.RawPodGroup, pod_group_from_raw, namespaced=True
     ),
+    # Today's gang API (Kubernetes v1.36: v1alpha2; v1.37: v1beta1 and v1alpha3).
+    (SCHEDULING_V1ALPHA2, "Workload"): _Kind(
+        RawWorkloadV1Alpha2, group_workload_v1alpha2_from_raw, namespaced=True
+    ),
+    (SCHEDULING_V1ALPHA2, "PodGroup"): _Kind(
+        RawPodGroupV1Alpha2, scheduling_pod_group_v1alpha2_from_raw, namespaced=True
+    ),
+    **{
+        (version, kind): _Kind(wire_type, convert, namespaced=True)
+        for version in (SCHEDULING_V1BETA1, SCHEDULING_V1ALPHA3)
+        for kind, wire_type, convert in (
+            ("Workload", RawGroupWorkload, group_workload_from_raw),
+            ("PodGroup", RawGroup, scheduling_pod_group_from_raw),
+        )
+    },
+    (SCHEDULING_V1ALPHA3, "CompositePodGroup"): _Kind(
+        RawGroup, composite_pod_group_from_raw, namespaced=True
+    ),
 }
 _TAS = "not used until topology-aware scheduling"
 _SKIPPED: dict[tuple[str, str], str] = {
@@ -116,52 +175,69 @@ _AT = re.compile(r"(?P<problem>.*) - at (?P<key>`key` in )?`\$(?P<path>[^`]*)`",
 _MISSING = re.compile(r"Object missing required field `(?P<field>[^`]+)`")
 
 
-def decode_yaml(text: str, *, source: str = "", skipped: list[str] | None = None) -> Decoded:
+def decode_yaml(
+    text: str,
+    *,
+    source: str = "",
+    skipped: list[str] | None = None,
+    validation: Validation = "strict",
+    warnings: list[FieldError] | None = None,
+    name_seed: str | None = None,
+) -> Decoded:
     """Return the objects in a multi-document YAML (or JSON) text, and every problem found.
 
-    Empty documents are ignored; `kind: List` documents are unpacked. A YAML syntax error is
-    one FieldError naming `source` and the line; documents before it are still decoded.
-    Timestamps stay strings, as in Kubernetes' YAML reading.
+    Empty documents are ignored; `kind: List` documents are unpacked. A YAML syntax error (or
+    a limit of `muster.api.load`) is one FieldError naming `source` and the line; documents
+    before it are still decoded. Timestamps stay strings, as in Kubernetes' YAML reading.
     """
-    documents: list[Any] = []
-    syntax: list[FieldError] = []
-    try:
-        documents.extend(yaml.load_all(text, Loader=_KubernetesLoader))
-    except yaml.YAMLError as exc:
-        syntax.append(_yaml_error(exc, source))
-    objects, errors = decode_documents(documents, source=source, skipped=skipped)
-    return objects, errors + syntax
+    duplicates: list[FieldError] = []
+    documents, syntax = load_yaml(text, source=source, duplicates=duplicates)
+    reading = _reading(source, skipped, validation, warnings, name_seed)
+    objects, errors = _decode_all(documents, reading)
+    if validation == "strict":
+        errors += duplicates
+    elif validation == "warn":
+        reading.warnings.extend(duplicates)
+    return objects, errors + ([syntax] if syntax is not None else [])
 
 
 def decode_documents(
-    docs: Iterable[Any], *, source: str = "", skipped: list[str] | None = None
+    docs: Iterable[Any],
+    *,
+    source: str = "",
+    skipped: list[str] | None = None,
+    validation: Validation = "ignore",
+    warnings: list[FieldError] | None = None,
+    name_seed: str | None = None,
 ) -> Decoded:
     """Return the objects in already-parsed documents (dicts as from YAML or JSON).
 
     `source` (a file name) appears in messages about documents that cannot name themselves.
+    Unknown fields are ignored unless `validation` says otherwise: the documents usually come
+    from muster itself or from a cluster.
     """
-    objects: list[ApiObject] = []
-    errors: list[FieldError] = []
-    notes: list[str] = [] if skipped is None else skipped
-    for index, doc in enumerate(docs, start=1):
-        where = f"{source} document {index}" if source else f"document {index}"
-        _decode_document(doc, where, objects, errors, notes)
-    return objects, errors
+    return _decode_all(docs, _reading(source, skipped, validation, warnings, name_seed))
 
 
 def workload_from_json(text: str) -> Workload | None:
     """The Workload a JSON manifest holds (as the gateway and watcher publish it in
     `workload.submitted`), or None when it is not JSON or not one valid Workload."""
     try:
-        doc = json.loads(text)
-    except ValueError:
+        doc = load_json(text)
+    except LoadError:
         return None
     objects, errors = decode_documents([doc])
     found = [o for o in objects if isinstance(o, Workload)]
     return found[0] if found and not errors else None
 
 
-def decode_files(paths: Sequence[str | Path], *, skipped: list[str] | None = None) -> Decoded:
+def decode_files(
+    paths: Sequence[str | Path],
+    *,
+    skipped: list[str] | None = None,
+    validation: Validation = "strict",
+    warnings: list[FieldError] | None = None,
+) -> Decoded:
     """Return the objects in YAML or JSON files (`.json` is read as one JSON document)."""
     objects: list[ApiObject] = []
     errors: list[FieldError] = []
@@ -172,16 +248,45 @@ def decode_files(paths: Sequence[str | Path], *, skipped: list[str] | None = Non
         except (OSError, UnicodeDecodeError) as exc:
             errors.append(FieldError(source, "(file)", f"cannot read: {exc}"))
             continue
+        options: dict[str, Any] = {"skipped": skipped, "validation": validation}
         if source.endswith(".json"):
             try:
-                found = decode_documents([json.loads(text)], source=source, skipped=skipped)
-            except json.JSONDecodeError as exc:
-                errors.append(FieldError(source, f"line {exc.lineno}", exc.msg))
+                doc = load_json(text, source=source)
+            except LoadError as exc:
+                errors.append(exc.error)
                 continue
+            found = decode_documents([doc], source=source, warnings=warnings, **options)
         else:
-            found = decode_yaml(text, source=source, skipped=skipped)
+            found = decode_yaml(text, source=source, warnings=warnings, **options)
         objects.extend(found[0])
         errors.extend(found[1])
+    return objects, errors
+
+
+def _reading(
+    source: str,
+    skipped: list[str] | None,
+    validation: Validation,
+    warnings: list[FieldError] | None,
+    name_seed: str | None,
+) -> _Reading:
+    if validation not in VALIDATIONS:
+        raise ValueError(f"validation must be one of {', '.join(VALIDATIONS)}, got {validation!r}")
+    return _Reading(
+        source=source,
+        skipped=[] if skipped is None else skipped,
+        validation=validation,
+        warnings=[] if warnings is None else warnings,
+        name_seed=source if name_seed is None else name_seed,
+    )
+
+
+def _decode_all(docs: Iterable[Any], reading: _Reading) -> Decoded:
+    objects: list[ApiObject] = []
+    errors: list[FieldError] = []
+    for index, doc in enumerate(docs, start=1):
+        where = f"{reading.source} document {index}" if reading.source else f"document {index}"
+        _decode_document(doc, where, objects, errors, reading)
     return objects, errors
 
 
@@ -190,7 +295,7 @@ def _decode_document(
     where: str,
     objects: list[ApiObject],
     errors: list[FieldError],
-    skipped: list[str],
+    reading: _Reading,
 ) -> None:
     if doc is None:
         return
@@ -200,18 +305,21 @@ def _decode_document(
     api_version, kind = doc.get("apiVersion"), doc.get("kind")
     if kind == "List" and isinstance(doc.get("items"), list):
         for i, item in enumerate(doc["items"]):
-            _decode_document(item, f"{where} items[{i}]", objects, errors, skipped)
+            _decode_document(item, f"{where} items[{i}]", objects, errors, reading)
         return
     if not isinstance(api_version, str) or not isinstance(kind, str) or not kind:
         field = "kind" if isinstance(api_version, str) else "apiVersion"
         errors.append(FieldError(where, field, "is required and must be a string"))
         return
     spec = _KINDS.get((api_version, kind))
+    written = doc
+    if spec is not None and spec.named:
+        doc = with_generated_name(doc, seed=f"{reading.name_seed}/{where}")
     name, namespace = _name_and_namespace(doc, namespaced=spec.namespaced if spec else None)
     who = "/".join(part for part in (kind, namespace, name) if part)
     if spec is None:
         if (api_version, kind) in _SKIPPED:
-            skipped.append(f"{who}: {_SKIPPED[api_version, kind]}")
+            reading.skipped.append(f"{who}: {_SKIPPED[api_version, kind]}")
         else:
             errors.append(
                 FieldError(who, "apiVersion", f"kind {kind} in {api_version} is not supported")
@@ -220,10 +328,73 @@ def _decode_document(
     if spec.named and not name:
         errors.append(FieldError(f"{kind} ({where})", "metadata.name", "is required"))
         return
-    found, problems = _decode_object(_with_string_timestamp(doc), spec, who, namespace)
-    errors.extend(problems)
-    if found is not None and not problems:
+    problems = _identity_problems(doc, spec, who, kind=kind, generated=doc is not written)
+    problems += _unknown_field_problems(doc, who, (api_version, kind), reading)
+    found, more = _decode_object(doc, spec, who, namespace)
+    errors.extend(problems + more)
+    if found is not None and not problems and not more:
         objects.append(found)
+
+
+def with_generated_name(doc: dict[str, Any], *, seed: str) -> dict[str, Any]:
+    """`doc` named from `metadata.generateName` when it has no `metadata.name` (a copy; `doc`
+    itself is returned when there is nothing to name)."""
+    meta = doc.get("metadata")
+    if not isinstance(meta, dict) or meta.get("name"):
+        return doc
+    prefix = meta.get("generateName")
+    if not isinstance(prefix, str) or not prefix:
+        return doc
+    return {**doc, "metadata": {**meta, "name": generated_name(prefix, seed=seed)}}
+
+
+def _identity_problems(
+    doc: dict[str, Any], spec: _Kind, who: str, *, kind: str, generated: bool
+) -> list[FieldError]:
+    """metadata.name and .namespace checked as the API server checks them for `kind`."""
+    meta = doc.get("metadata")
+    if not isinstance(meta, dict):
+        return []  # the decoder names the wrong type
+    problems: list[FieldError] = []
+    name = meta.get("name")
+    if spec.named and isinstance(name, str):
+        check = dns1123_label_problem if kind == "Namespace" else dns1123_subdomain_problem
+        problem = check(name)
+        if problem is not None:
+            field = "metadata.generateName" if generated else "metadata.name"
+            problems.append(FieldError(who, field, problem))
+    namespace = meta.get("namespace")
+    if spec.namespaced and isinstance(namespace, str) and namespace:
+        problem = dns1123_label_problem(namespace)
+        if problem is not None:
+            problems.append(FieldError(who, "metadata.namespace", problem))
+    labels, annotations = meta.get("labels"), meta.get("annotations")
+    if _string_map(labels):
+        found = label_problems(labels, path="metadata.labels")
+        problems += [FieldError(who, path, problem) for path, problem in found]
+    if _string_map(annotations):
+        found = annotation_problems(annotations, path="metadata.annotations")
+        problems += [FieldError(who, path, problem) for path, problem in found]
+    return problems
+
+
+def _string_map(value: object) -> TypeGuard[dict[str, str]]:
+    """A map the decoder accepts as labels; anything else it reports itself."""
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    )
+
+
+def _unknown_field_problems(
+    doc: dict[str, Any], who: str, kind: tuple[str, str], reading: _Reading
+) -> list[FieldError]:
+    if reading.validation == "ignore" or kind not in SCHEMAS:
+        return []
+    found = [FieldError(who, path, "unknown field") for path in unknown_fields(doc, SCHEMAS[kind])]
+    if reading.validation == "warn":
+        reading.warnings.extend(found)
+        return []
+    return found
 
 
 def _decode_object(
@@ -285,37 +456,10 @@ def _name_and_namespace(doc: dict[str, Any], *, namespaced: bool | None) -> tupl
     return name, ""
 
 
-def _with_string_timestamp(doc: dict[str, Any]) -> dict[str, Any]:
-    """Return `doc` with a datetime creationTimestamp (from a YAML 1.1 parser) as RFC 3339."""
-    meta = doc.get("metadata")
-    stamp = meta.get("creationTimestamp") if isinstance(meta, dict) else None
-    if not isinstance(stamp, datetime.datetime | datetime.date):
-        return doc
-    text = stamp.isoformat().replace("+00:00", "Z")
-    return {**doc, "metadata": {**meta, "creationTimestamp": text}}  # type: ignore[dict-item]
-
-
-def _yaml_error(exc: yaml.YAMLError, source: str) -> FieldError:
-    mark = getattr(exc, "problem_mark", None)
-    line = f"line {mark.line + 1}" if mark is not None else "(yaml)"
-    problem = getattr(exc, "problem", None) or str(exc)
-    return FieldError(source or "(input)", line, f"invalid YAML: {problem}")
-
-
 def _type_name(value: object) -> str:
     return {str: "a string", int: "a number", float: "a number", list: "a list"}.get(
         type(value), type(value).__name__
     )
-
-
-class _KubernetesLoader(yaml.SafeLoader):
-    """SafeLoader that leaves timestamps as strings, as Kubernetes' YAML reading does."""
-
-
-_KubernetesLoader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
 
 
 def kueue_config_from_file(path: str | Path) -> tuple[KueueConfig | None, list[FieldError]]:

@@ -6,13 +6,13 @@ Every message names the object ("ClusterQueue/team-a"), the field path as writte
 
 from __future__ import annotations
 
-import re
-
 import msgspec
 
+from muster.api.names import qualified_name_problem
+from muster.api.paths import key_path
 from muster.api.quantity import QuantityError, negative_problem, parse_quantity
 
-_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
+__all__ = ["FieldError", "ObjectErrors", "key_path"]
 
 
 class FieldError(msgspec.Struct, frozen=True):
@@ -24,13 +24,6 @@ class FieldError(msgspec.Struct, frozen=True):
 
     def __str__(self) -> str:
         return f"{self.obj}: {self.path}: {self.problem}"
-
-
-def key_path(base: str, key: str) -> str:
-    """Return the path of map entry `key` under `base`: `requests.cpu`, `requests["a.b/c"]`."""
-    if _PLAIN_KEY.fullmatch(key):
-        return f"{base}.{key}" if base else key
-    return f'{base}["{key}"]'
 
 
 class ObjectErrors:
@@ -58,5 +51,12 @@ class ObjectErrors:
         return milli
 
     def quantities(self, values: dict[str, object], path: str) -> dict[str, int]:
-        """Return a resource map parsed to milli-units, recording each bad entry."""
-        return {name: self.quantity(v, key_path(path, name)) for name, v in values.items()}
+        """Return a resource map parsed to milli-units, recording each bad entry (a resource
+        name is a qualified name, as Kubernetes' `ResourceName`: `cpu`, `nvidia.com/gpu`)."""
+        parsed: dict[str, int] = {}
+        for name, value in values.items():
+            problem = qualified_name_problem(name)
+            if problem is not None:
+                self.add(key_path(path, name), f"resource name: {problem}")
+            parsed[name] = self.quantity(value, key_path(path, name))
+        return parsed

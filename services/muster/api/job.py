@@ -7,12 +7,15 @@ The rules, as Kueue's Job integration applies them:
   template's `priorityClassName` names a scheduling.k8s.io PriorityClass;
 - one podset "main" of min(parallelism, completions) pods (parallelism defaults to 1), with
   `min_count` from annotation `kueue.x-k8s.io/job-min-parallelism` (partial admission);
-- name `job-<job name>-<5 hex digits>`, see `workload_name_for_job`.
+- name `job-<job name>-<5 hex digits>`, see `workload_name_for_job`;
+- `spec.scheduling` (Kubernetes v1.37) kept as the workload's `scheduling`: its pods are one
+  group with that policy (`gang.minCount` defaults to parallelism and may not exceed it).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 
 from muster.api.convert import (
     POD_PRIORITY_CLASS,
@@ -22,13 +25,16 @@ from muster.api.convert import (
 )
 from muster.api.errors import ObjectErrors, key_path
 from muster.api.model import ObjectMeta, OwnerReference, PriorityClassSource, Workload
+from muster.api.names import check_reference
 from muster.api.podspec import pod_set_from_template
 from muster.api.raw import RawJob
+from muster.api.scheduling_objects import job_scheduling
 
 QUEUE_NAME_KEY = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
 POD_SET_NAME = "main"
+_INTEGER = re.compile(r"[+-]?[0-9]{1,10}", re.ASCII)
 _MAX_NAME = 253
 
 
@@ -72,6 +78,14 @@ def workload_from_job(raw: RawJob, errs: ObjectErrors, *, namespace: str) -> Wor
         path="spec.template",
     )
     priority_class, source = _priority_class(raw)
+    # Kueue's Job webhook: the queue and priority class labels must name objects.
+    for where, keys in (
+        ("metadata.labels", job_meta.labels),
+        ("metadata.annotations", job_meta.annotations),
+    ):
+        for key in (QUEUE_NAME_KEY, PRIORITY_CLASS_LABEL):
+            check_reference(errs, keys.get(key), key_path(where, key))
+    scheduling = raw.spec.scheduling
     return Workload(
         meta=meta,
         queue_name=job_meta.labels.get(QUEUE_NAME_KEY)
@@ -79,7 +93,16 @@ def workload_from_job(raw: RawJob, errs: ObjectErrors, *, namespace: str) -> Wor
         pod_sets=(pod_set,),
         priority_class_name=priority_class,
         priority_class_source=source,
+        scheduling=(
+            job_scheduling(scheduling, parallelism=_parallelism(raw), errs=errs)
+            if scheduling is not None
+            else None
+        ),
     )
+
+
+def _parallelism(raw: RawJob) -> int:
+    return raw.spec.parallelism if raw.spec.parallelism is not None else 1
 
 
 def _pod_count(raw: RawJob, errs: ObjectErrors) -> int:
@@ -100,11 +123,10 @@ def _min_count(raw: RawJob, count: int, errs: ObjectErrors) -> int | None:
     if text is None:
         return None
     path = key_path("metadata.annotations", MIN_PARALLELISM_ANNOTATION)
-    try:
-        value = int(text)
-    except ValueError:
-        errs.add(path, f'must be an integer, got "{text}"')
+    if not _INTEGER.fullmatch(text):  # int() would also take "١٢" and "1_0"
+        errs.add(path, f'must be an integer, got "{text[:40]}"')
         return None
+    value = int(text)
     # Kueue's Job webhook: greater than 0 and less than the Job's parallelism.
     if value < 1 or value >= count:
         errs.add(path, f"must be >= 1 and < the pod count {count}, got {value}")

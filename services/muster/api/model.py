@@ -273,6 +273,7 @@ class PodSet(Frozen, frozen=True, kw_only=True):
     # Required node affinity, flattened: a pod fits a flavor if any term matches its labels.
     node_affinity_terms: tuple[LabelSelector, ...] = ()
     annotations: Mapping[str, str] = msgspec.field(default_factory=dict)  # pod template's
+    scheduling_group: str = ""  # the template's spec.schedulingGroup.podGroupName
 
 
 class PodSetAssignment(Frozen, frozen=True, kw_only=True):
@@ -330,6 +331,8 @@ class Workload(Frozen, frozen=True, kw_only=True):
     admission_checks: tuple[AdmissionCheckState, ...] = ()
     # Decoded from annotation muster.dev/alternatives, in order of preference after queue_name.
     alternatives: tuple[Alternative, ...] = ()
+    # A Job's spec.scheduling (Kubernetes v1.37): its pods are one group with this policy.
+    scheduling: GroupPolicy | None = None
 
     @property
     def key(self) -> WorkloadKey:
@@ -373,6 +376,7 @@ class Pod(Frozen, frozen=True, kw_only=True):
     priority: int | None = None  # spec.priority when written
     priority_class_name: str | None = None
     workload_ref: WorkloadRef | None = None
+    scheduling_group: str = ""  # spec.schedulingGroup.podGroupName (Kubernetes v1.36+)
 
     @property
     def key(self) -> str:
@@ -395,12 +399,81 @@ class WorkloadPodGroup(Frozen, frozen=True, kw_only=True):
 
 
 class SchedulingWorkload(Frozen, frozen=True, kw_only=True):
-    """A `scheduling.k8s.io/v1alpha1` Workload (Kubernetes v1.35): the pod groups its pods
-    join through `spec.workloadRef`. Not Kueue's Workload."""
+    """A `scheduling.k8s.io` Workload (not Kueue's). In v1alpha1 (Kubernetes v1.35) it holds the
+    pod groups its pods join through `spec.workloadRef` (`pod_groups`); from v1alpha2 (v1.36) on
+    it holds the templates PodGroups are made from (`templates`) and places nothing itself."""
 
     meta: ObjectMeta
     pod_groups: tuple[WorkloadPodGroup, ...] = ()
     controller_ref: OwnerReference | None = None
+    api_version: str = "scheduling.k8s.io/v1alpha1"
+    templates: tuple[GroupTemplate, ...] = ()
+
+
+# --- today's gang API: scheduling.k8s.io v1alpha2 (v1.36), v1beta1 and v1alpha3 (v1.37) ------
+
+Disruption = Literal["single", "all"]  # v1.36's "Pod" and "PodGroup"
+PreemptionPolicy = Literal["PreemptLowerPriority", "Never"]
+
+
+class GroupPolicy(Frozen, frozen=True, kw_only=True):
+    """How a PodGroup, a CompositePodGroup, their templates or a Job's `spec.scheduling` want
+    their members scheduled, whatever the version wrote.
+
+    `min_count`: a gang's `minCount` (pods) or, for a composite, `minGroupCount` (child
+    groups); None for the basic policy. `topology_key`: the node label all members share ("" for
+    none). `priority`: as written (None: from `priority_class_name`, resolved by the reader).
+    """
+
+    min_count: int | None = None
+    topology_key: str = ""
+    disruption: Disruption = "single"
+    priority_class_name: str = ""
+    priority: int | None = None
+    preemption_policy: PreemptionPolicy = "PreemptLowerPriority"
+
+    @property
+    def gang(self) -> bool:
+        return self.min_count is not None
+
+
+class GroupTemplate(Frozen, frozen=True, kw_only=True):
+    """A Workload's PodGroupTemplate, or (`composite`) CompositePodGroupTemplate with its
+    `children` templates."""
+
+    name: str
+    policy: GroupPolicy = msgspec.field(default_factory=GroupPolicy)
+    composite: bool = False
+    children: tuple[GroupTemplate, ...] = ()
+
+
+class GroupObject(Frozen, frozen=True, kw_only=True):
+    """What a scheduling.k8s.io PodGroup and CompositePodGroup share: the template they were
+    made from (`workload_name`, `template_name`), their parent CompositePodGroup (`parent`, ""
+    for a root), their policy and the conditions written on them."""
+
+    meta: ObjectMeta
+    api_version: str
+    workload_name: str = ""
+    template_name: str = ""
+    parent: str = ""
+    policy: GroupPolicy = msgspec.field(default_factory=GroupPolicy)
+    conditions: tuple[Condition, ...] = ()
+    timeout_s: float | None = None  # annotation muster.dev/gang-timeout-seconds; None: no deadline
+
+    @property
+    def key(self) -> str:
+        return f"{self.meta.namespace}/{self.meta.name}"
+
+
+class SchedulingPodGroup(GroupObject, frozen=True, kw_only=True):
+    """A `scheduling.k8s.io` PodGroup (v1alpha2, v1beta1, v1alpha3): a gang of the pods whose
+    `spec.schedulingGroup.podGroupName` names it. Not scheduler-plugins' `PodGroup`."""
+
+
+class CompositePodGroup(GroupObject, frozen=True, kw_only=True):
+    """A `scheduling.k8s.io/v1alpha3` CompositePodGroup: a gang of child PodGroups and
+    CompositePodGroups (those naming it in `parentCompositePodGroupName`)."""
 
 
 class PodGroup(Frozen, frozen=True, kw_only=True):
@@ -412,7 +485,7 @@ class PodGroup(Frozen, frozen=True, kw_only=True):
     schedule_timeout_seconds: float | None = None
 
 
-ClusterObject = Node | Pod | SchedulingWorkload | PodGroup
+ClusterObject = Node | Pod | SchedulingWorkload | PodGroup | SchedulingPodGroup | CompositePodGroup
 CLUSTER_TYPES = typing.get_args(ClusterObject)  # for isinstance()
 
 

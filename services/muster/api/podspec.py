@@ -22,6 +22,7 @@ from muster.api.model import (
     Toleration,
     Workload,
 )
+from muster.api.names import annotation_problems, label_problems
 from muster.api.raw import RawContainer, RawPodSpec, RawPodTemplate, RawTaint, RawToleration
 from muster.api.wellknown import (
     PREFERRED_TOPOLOGY_ANNOTATION,
@@ -130,9 +131,15 @@ def pod_set_from_template(
 ) -> PodSet:
     """Return the podset for `count` pods of `template`; `path` is the template's YAML path."""
     spec_path = f"{path}.spec"
-    check_topology_annotations(
-        template.metadata.annotations, errs, path=f"{path}.metadata.annotations"
-    )
+    meta = template.metadata
+    # The pods made from the template carry these: checked as the API server checks a pod's.
+    for field, problem in label_problems(meta.labels, path=f"{path}.metadata.labels"):
+        errs.add(field, problem)
+    for field, problem in annotation_problems(
+        meta.annotations, path=f"{path}.metadata.annotations"
+    ):
+        errs.add(field, problem)
+    check_topology_annotations(meta.annotations, errs, path=f"{path}.metadata.annotations")
     return PodSet(
         name=name,
         count=count,
@@ -142,6 +149,7 @@ def pod_set_from_template(
         tolerations=tolerations(template.spec.tolerations),
         node_affinity_terms=node_affinity_terms(template.spec, errs, path=spec_path),
         annotations=dict(template.metadata.annotations),
+        scheduling_group=group.pod_group_name if (group := template.spec.scheduling_group) else "",
     )
 
 

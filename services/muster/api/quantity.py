@@ -42,12 +42,18 @@ _BINARY_UNITS = (
 )
 
 # <sign><digits>[.<digits>] then either an exponent (e3, E-2) or one suffix. "1E" is exa, "1E3"
-# is an exponent: the exponent branch needs digits, so the regex tries it first.
+# is an exponent: the exponent branch needs digits, so the regex tries it first. Digits are
+# ASCII only, as in Kubernetes' grammar ("١٢" is not 12).
 _QUANTITY = re.compile(
-    r"(?P<number>[+-]?(?:\d+(?:\.\d*)?|\.\d+))"
-    r"(?:[eE](?P<exponent>[+-]?\d+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)"
+    r"(?P<number>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
+    r"(?:[eE](?P<exponent>[+-]?[0-9]+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)"
 )
 _EXAMPLES = "expected a quantity such as 500m, 2, 1.5, 10Gi or 1e3"
+# Kubernetes reads a quantity's milli-value as an int64 (cpu, in the scheduler and kubelet):
+# anything larger cannot be meant, and must never reach int64 arithmetic downstream.
+MAX_MILLI = 2**63 - 1
+_MAX_UNITS = Fraction(MAX_MILLI, 1000)
+_MAX_CHARS = 64  # a longer spelling is beyond int64 or below nano precision anyway
 
 
 class QuantityError(ValueError):
@@ -58,8 +64,19 @@ def parse_exact(value: str | int | float) -> Fraction:
     """Return the exact value of a quantity in whole units ("500m" -> 1/2, "1Ki" -> 1024).
 
     Accepts a quantity string or a YAML int or float (a float is read through its shortest
-    decimal spelling, so 0.1 is exactly 1/10). Raises QuantityError for anything else.
+    decimal spelling, so 0.1 is exactly 1/10). Raises QuantityError for anything else, and
+    for a magnitude beyond int64 milli-units.
     """
+    exact = _exact(value)
+    if abs(exact) > _MAX_UNITS:
+        raise QuantityError(
+            f"must be at most {MAX_MILLI}m in magnitude (Kubernetes reads quantities as"
+            f" 64-bit milli-units), got {_shown(value)}"
+        )
+    return exact
+
+
+def _exact(value: str | int | float) -> Fraction:
     if isinstance(value, bool):
         raise QuantityError(f"{_EXAMPLES}, got {str(value).lower()}")
     if isinstance(value, int):
@@ -70,9 +87,11 @@ def parse_exact(value: str | int | float) -> Fraction:
         return Fraction(repr(value))
     if not isinstance(value, str):
         raise QuantityError(f"{_EXAMPLES}, got {type(value).__name__}")
+    if len(value) > _MAX_CHARS:
+        raise QuantityError(f"{_EXAMPLES}, got {len(value)} characters (at most {_MAX_CHARS})")
     match = _QUANTITY.fullmatch(value)
     if match is None:
-        raise QuantityError(f'{_EXAMPLES}, got "{value}"')
+        raise QuantityError(f"{_EXAMPLES}, got {_shown(value)}")
     number = Fraction(match["number"])
     if match["exponent"] is not None:
         exponent = int(match["exponent"])
@@ -80,6 +99,14 @@ def parse_exact(value: str | int | float) -> Fraction:
             raise QuantityError(f'exponent out of range in "{value}"')
         return number * Fraction(10) ** exponent
     return number * _SUFFIXES[match["suffix"] or ""]
+
+
+def _shown(value: object) -> str:
+    """A value as messages show it: strings quoted, non-ASCII escaped, long ones cut."""
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return f'"{text}"' if text.isascii() else ascii(text)
 
 
 @functools.lru_cache(maxsize=4096)  # the same few strings ("100m", "64Mi") recur everywhere

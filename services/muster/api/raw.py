@@ -10,7 +10,7 @@ bad entry is reported with its key.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -26,6 +26,10 @@ from muster.api.wellknown import DEFAULT_SCHEDULER
 
 Quantity = str | int | float
 QuantityMap = dict[str, Any]  # parsed entry by entry, so each error names its resource
+# Kubernetes' integer widths: a value outside them is a field error here, never an overflow in
+# a protobuf field or an int64 table downstream.
+Int32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 
 class Wire(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=False):
@@ -50,7 +54,7 @@ class RawMeta(Wire):
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
     creation_timestamp: str | None = None
-    generation: int = 1
+    generation: Int64 = 1
     owner_references: list[RawOwnerReference] = []
 
 
@@ -73,7 +77,7 @@ class RawToleration(Wire):
     operator: Literal["Equal", "Exists"] = "Equal"
     value: str = ""
     effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = ""
-    toleration_seconds: int | None = None
+    toleration_seconds: Int64 | None = None
 
 
 class RawLabelSelectorRequirement(Wire):
@@ -121,6 +125,12 @@ class RawContainer(Wire):
     restart_policy: str | None = None  # "Always" on an init container makes it a sidecar
 
 
+class RawSchedulingGroup(Wire):
+    """A pod's `spec.schedulingGroup` (Kubernetes v1.36+): the PodGroup it joins."""
+
+    pod_group_name: str = ""  # required; conversion names it when missing
+
+
 class RawPodSpec(Wire):
     containers: list[RawContainer] = []
     init_containers: list[RawContainer] = []
@@ -129,6 +139,7 @@ class RawPodSpec(Wire):
     tolerations: list[RawToleration] = []
     affinity: RawAffinity | None = None
     priority_class_name: str | None = None
+    scheduling_group: RawSchedulingGroup | None = None
 
 
 class RawTemplateMeta(Wire):
@@ -167,7 +178,7 @@ class RawFairSharing(Wire):
 
 class RawBorrowWithinCohort(Wire):
     policy: BorrowWithinCohortPolicy = BorrowWithinCohortPolicy.NEVER
-    max_priority_threshold: int | None = None
+    max_priority_threshold: Int32 | None = None
 
 
 class RawPreemption(Wire):
@@ -241,12 +252,12 @@ class RawLocalQueue(Document, kw_only=True):
 
 
 class RawWorkloadPriorityClass(Document, kw_only=True):
-    value: int
+    value: Int32
     description: str = ""
 
 
 class RawPriorityClass(Document, kw_only=True):
-    value: int
+    value: Int32
     global_default: bool = False
     description: str = ""
 
@@ -287,8 +298,8 @@ class RawMultiKueueCluster(Document):
 
 class RawPodSet(Wire):
     name: str = "main"
-    count: int = 1
-    min_count: int | None = None
+    count: Int32 = 1
+    min_count: Int32 | None = None
     template: RawPodTemplate = msgspec.field(default_factory=RawPodTemplate)
 
 
@@ -301,7 +312,7 @@ class RawPriorityClassRef(Wire):
 class RawWorkloadSpec(Wire):
     pod_sets: list[RawPodSet] = []
     queue_name: str = ""
-    priority: int | None = None
+    priority: Int32 | None = None
     priority_class_name: str | None = None  # v1beta1
     priority_class_source: str | None = None  # v1beta1
     priority_class_ref: RawPriorityClassRef | None = None  # v1beta2
@@ -311,7 +322,7 @@ class RawWorkloadSpec(Wire):
 class RawPodSetAssignment(Wire):
     name: str = "main"
     flavors: dict[str, str] = {}
-    count: int | None = None
+    count: Int32 | None = None
     resource_usage: QuantityMap = {}
 
 
@@ -344,10 +355,55 @@ class RawWorkload(Document):
     status: RawWorkloadStatus = msgspec.field(default_factory=RawWorkloadStatus)
 
 
+# --- scheduling.k8s.io policy pieces (v1alpha2+), shared by PodGroups, their templates and a
+# Job's `spec.scheduling`; the documents themselves are in `muster.api.scheduling_raw`.
+
+
+class RawGang(Wire):
+    min_count: int | None = None  # pods; optional only in a Job's spec.scheduling
+    min_group_count: int | None = None  # child groups of a CompositePodGroup
+
+
+class RawEmpty(Wire):
+    pass
+
+
+class RawSchedulingPolicy(Wire):
+    """A union: exactly one of `basic` and `gang` (conversion checks)."""
+
+    basic: RawEmpty | None = None
+    gang: RawGang | None = None
+
+
+class RawTopologyConstraint(Wire):
+    key: str = ""
+
+
+class RawSchedulingConstraints(Wire):
+    topology: list[RawTopologyConstraint] = []
+
+
+class RawDisruptionMode(Wire):
+    """v1.37's union (`single: {}` or `all: {}`); v1.36 wrote a string (`Pod`, `PodGroup`)."""
+
+    single: RawEmpty | None = None
+    all: RawEmpty | None = None
+
+
+class RawJobScheduling(Wire):
+    """A Job's `spec.scheduling` (Kubernetes v1.37, gate WorkloadWithJob)."""
+
+    scheduling_policy: RawSchedulingPolicy | None = None
+    scheduling_constraints: RawSchedulingConstraints | None = None
+    disruption_mode: RawDisruptionMode | None = None
+    resource_claims: list[dict[str, Any]] = []
+
+
 class RawJobSpec(Wire):
-    parallelism: int | None = None
-    completions: int | None = None
+    parallelism: Int32 | None = None
+    completions: Int32 | None = None
     template: RawPodTemplate = msgspec.field(default_factory=RawPodTemplate)
+    scheduling: RawJobScheduling | None = None
 
 
 class RawJob(Document):
@@ -396,7 +452,7 @@ class RawPodFullSpec(RawPodSpec):
 
     scheduler_name: str = DEFAULT_SCHEDULER
     node_name: str = ""
-    priority: int | None = None
+    priority: Int32 | None = None
     workload_ref: RawWorkloadReference | None = None
 
 
@@ -414,7 +470,7 @@ class RawPod(Document):
 
 
 class RawGangSchedulingPolicy(Wire):
-    min_count: int | None = None  # required; conversion reports it missing
+    min_count: Int32 | None = None  # required; conversion reports it missing
 
 
 class RawBasicSchedulingPolicy(Wire):
@@ -449,8 +505,8 @@ class RawSchedulingWorkload(Document):
 
 
 class RawPodGroupSpec(Wire):
-    min_member: int | None = None
-    schedule_timeout_seconds: int | None = None
+    min_member: Int32 | None = None
+    schedule_timeout_seconds: Int32 | None = None
 
 
 class RawPodGroup(Document):
@@ -469,9 +525,9 @@ class RawFairSharingConfig(Wire):
 
 class RawRequeuingStrategy(Wire):
     timestamp: Literal["Eviction", "Creation"] | None = None
-    backoff_limit_count: int | None = None
-    backoff_base_seconds: int | None = None
-    backoff_max_seconds: int | None = None
+    backoff_limit_count: Int32 | None = None
+    backoff_base_seconds: Int32 | None = None
+    backoff_max_seconds: Int32 | None = None
 
 
 class RawWaitForPodsReady(Wire):

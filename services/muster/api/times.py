@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import re
 from collections.abc import Mapping
 
 from muster.api.wellknown import RUN_SECONDS_ANNOTATION
@@ -45,13 +46,20 @@ def timestamp_problem(text: str | None) -> str | None:
     return None
 
 
+# ASCII digits only: Python's float() would read "١٢" as 12 and "1_0" as 10.
+_SECONDS = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+
+
+def parse_seconds(text: str) -> float | None:
+    """A number of seconds written in decimal ("30", "2.5", "1e3"), or None when `text` is not
+    one or is not finite. Never negative."""
+    if len(text) > 64 or not _SECONDS.fullmatch(text):
+        return None
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
 def run_seconds_of(annotations: Mapping[str, str]) -> float | None:
     """Annotation muster.dev/run-seconds in seconds; None when absent or not a duration."""
     text = annotations.get(RUN_SECONDS_ANNOTATION)
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) and value >= 0 else None
+    return None if text is None else parse_seconds(text)

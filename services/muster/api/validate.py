@@ -65,8 +65,8 @@ def validate(
         return list(check_pod_sets(obj, who))
     if isinstance(obj, LocalQueue) and not obj.cluster_queue:
         return [FieldError(who, "spec.clusterQueue", "must not be empty")]
-    if isinstance(obj, SchedulingWorkload):
-        return list(check_pod_groups(obj, who))
+    if isinstance(obj, SchedulingWorkload):  # later versions are checked as they convert
+        return list(check_pod_groups(obj, who)) if obj.api_version.endswith("/v1alpha1") else []
     if isinstance(obj, PodGroup):
         return list(check_pod_group(obj, who))
     if isinstance(obj, Pod):
@@ -168,10 +168,19 @@ def check_parent(cohort: Cohort, who: str, *, api_version: str) -> Iterator[Fiel
         yield FieldError(who, field, f"a Cohort cannot be its own parent ({cohort.name})")
 
 
+# Kueue's CRD (v0.19 on: MaxItems=18 on spec.podSets; 8 before v0.17, then 10). The Workload
+# API's podGroups stay at 8 (MAX_POD_GROUPS).
+MAX_POD_SETS = 18
+
+
 def check_pod_sets(wl: Workload, who: str) -> Iterator[FieldError]:
-    """At least one podset; names unique; count >= 0; 1 <= minCount <= count."""
+    """1 to 18 podsets; names unique; count >= 0; 1 <= minCount <= count."""
     if not wl.pod_sets:
         yield FieldError(who, "spec.podSets", "must list at least 1 podset")
+    if len(wl.pod_sets) > MAX_POD_SETS:
+        yield FieldError(
+            who, "spec.podSets", f"must list at most {MAX_POD_SETS} podsets, got {len(wl.pod_sets)}"
+        )
     seen: set[str] = set()
     for p, ps in enumerate(wl.pod_sets):
         path = f"spec.podSets[{p}]"

@@ -22,6 +22,10 @@ DEFAULT_SCHEDULER = "default-scheduler"  # Kubernetes' default for a pod that na
 # scheduler-plugins' coscheduling: a pod joins PodGroup <value> in its namespace.
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 
+# On a scheduling.k8s.io PodGroup or CompositePodGroup (v1.36+, which have no deadline): muster's
+# shared gang deadline in seconds, turned on for this gang (docs/placement.md).
+GANG_TIMEOUT_ANNOTATION = "muster.dev/gang-timeout-seconds"
+
 # Kueue's topology annotations on a podset's pod template; the value is a node label key.
 REQUIRED_TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/podset-required-topology"
 PREFERRED_TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/podset-preferred-topology"

@@ -11,6 +11,7 @@ docs/routing.md derives the tiers' run times.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -329,6 +330,11 @@ def lanes(
         for i, slot in enumerate(slots):
             rows[node if len(slots) == 1 else f"{node} #{i + 1}"] = slot
     return rows
+
+
+def can_draw() -> bool:
+    """Whether matplotlib (muster's `bench` extra) is installed: only the charts need it."""
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def write_chart(result: SimulationResult, pools: Sequence[Pool], path: Path, *, title: str) -> None:

@@ -50,7 +50,8 @@ class PlacementRow(msgspec.Struct, frozen=True, kw_only=True):
     """One case in one mode; `-o json` prints exactly these fields."""
 
     section: str = SECTION
-    case: str  # "pods" (placed on their own) or "gangs"
+    case: str  # "pods" (placed on their own), "gangs", or a gang API case (`podgroups`)
+    api: str = ""  # a gang API case's: "v1beta1" (today's objects) or "v1alpha1" (v1.35's)
     mode: str  # "batched" or "streamed"
     scoring: str
     scale: float
@@ -178,7 +179,8 @@ def run_case(case: Case, mode: Mode, *, units: int, scale: float, scoring: Scori
 
 
 def run(*, scale: float, scoring: Scoring = "binpack") -> Iterator[PlacementRow]:
-    """Every case and mode at `scale`, one row each, as each finishes."""
+    """Every case and mode at `scale`, one row each, as each finishes (the gang API's rows
+    follow: `podgroups.run`)."""
     for mode in MODES:
         yield run_case(
             "pods", mode, units=scaled(PODS_MEASURED, scale), scale=scale, scoring=scoring
@@ -199,6 +201,7 @@ def render(rows: list[PlacementRow]) -> str:
     """The table, then one line per row saying whether it meets its target."""
     columns: list[Column[PlacementRow]] = [
         Column("CASE", lambda r: r.case, numeric=False),
+        Column("API", lambda r: r.api or "-", numeric=False),
         Column("MODE", lambda r: r.mode, numeric=False),
         Column("NODES", lambda r: str(r.nodes)),
         Column("PLACED", lambda r: str(r.placed_before)),
@@ -217,6 +220,8 @@ def render(rows: list[PlacementRow]) -> str:
 
 def target_note(row: PlacementRow) -> str:
     name = f"{row.case} {row.mode}" + (f" ({row.gangs} gangs)" if row.gangs else "")
+    if row.api:
+        return _api_note(row, f"{row.case} {row.api} {row.mode}")
     if row.ms_per_gang is not None:
         met = "met" if row.ms_per_gang <= TARGET_MS_PER_GANG else "MISSED"
         shown = number(row.ms_per_gang, digits=3)
@@ -224,3 +229,18 @@ def target_note(row: PlacementRow) -> str:
     met = "met" if row.pods_per_s >= TARGET_PODS_PER_S else "MISSED"
     shown = number(row.pods_per_s, digits=0)
     return f"{name}: >= {TARGET_PODS_PER_S:g} pods/s: {met} ({shown})"
+
+
+# The gang API's cases (`podgroups`) and their targets, in ms per gang or per decision.
+GANGS_CASE, BIG_CASE, TREE_CASE = "podgroups of 8", "podgroup of 1000, racks", "tree 16x8"
+API_TARGET_MS = {GANGS_CASE: 1.0, BIG_CASE: 50.0, TREE_CASE: 20.0}
+
+
+def _api_note(row: PlacementRow, name: str) -> str:
+    target = API_TARGET_MS.get(row.case)
+    unit = "per gang" if row.case == GANGS_CASE else "per decision"
+    shown = number(row.ms_per_gang, digits=3)
+    if target is None or row.ms_per_gang is None:
+        return f"{name}: {shown} ms {unit}"
+    met = "met" if row.ms_per_gang <= target else "MISSED"
+    return f"{name}: <= {target:g} ms {unit}: {met} ({shown})"

@@ -30,11 +30,12 @@ from muster.binder.translate import (
 )
 from muster.bus.envelope import new_event
 from muster.bus.errors import Reject, Retry
-from muster.cluster.backend import ClusterBackend
+from muster.cluster.backend import ClusterBackend, Identity
 from muster.cluster.errors import ClusterError
 from muster.contracts.v1 import events_pb2
 
 log = logging.getLogger(__name__)
+CLUSTER_ADMINS = "system:masters"  # Kubernetes' group that no authorizer can refuse
 
 
 class Publisher(Protocol):
@@ -246,7 +247,18 @@ async def on_apply(env: events_pb2.Envelope, ctx: BinderContext) -> None:
     object the cluster refuses for good (a Node where the binder may not create Nodes, on
     Kubernetes) is logged by name and the others are still written; the command is then
     dead-lettered with one line per refused object. A temporary failure retries the command.
+
+    Never a confused deputy: the objects are written as the user who submitted them (the
+    gateway's `submitter`), so on Kubernetes the API server judges that user; a command
+    without one is refused rather than written with the binder's own rights.
     """
+    submitter = env.apply_requested.submitter
+    if not submitter.user:
+        raise Reject(f"{env.event_id}: cmd.apply without a submitter: not written as the binder")
+    if CLUSTER_ADMINS in submitter.groups:
+        # Impersonating this group is cluster-admin: never through muster, whoever asks.
+        raise Reject(f"{env.event_id}: cmd.apply as a member of {CLUSTER_ADMINS}: refused")
+    as_user = Identity(user=submitter.user, groups=tuple(submitter.groups))
     refused: list[str] = []
     for text in env.apply_requested.manifests_json:
         try:
@@ -257,9 +269,9 @@ async def on_apply(env: events_pb2.Envelope, ctx: BinderContext) -> None:
             raise Reject(f"manifest in {env.event_id} is not an object")
         try:
             if manifest.get("kind") == "Pod":
-                await ctx.backend.create(manifest)
+                await ctx.backend.create(manifest, as_user=as_user)
             else:
-                await ctx.backend.apply(manifest)
+                await ctx.backend.apply(manifest, as_user=as_user)
         except ClusterError as err:
             if err.temporary:
                 raise Retry(1.0, f"applying {manifest.get('kind')}: {err}") from err

@@ -154,6 +154,8 @@ def outage_callbacks(nc: NatsClient, logger: logging.Logger) -> OutageCallbacks:
         logger.warning("NATS connection error: %r", exc)
 
     async def on_disconnect() -> None:
+        if nc.is_closed:  # closing on purpose (drain, close) is not news
+            return
         why = f" ({lost[0]!r})" if lost else ""
         logger.warning("disconnected from NATS%s; reconnecting", why)
 

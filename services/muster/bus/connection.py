@@ -23,7 +23,9 @@ from muster.bus.consumer import ConsumerSettings, Handler, consume
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
 from muster.bus.kv import open_bucket
 from muster.bus.publisher import Publisher
+from muster.bus.redact import redact_url
 from muster.bus.replay import last_sequence, replay
+from muster.bus.setup import ensure_stream
 from muster.bus.subjects import EVENTS_STREAM, stream_configs
 from muster.contracts.v1.events_pb2 import Envelope
 
@@ -39,7 +41,12 @@ class BusConfig(msgspec.Struct, frozen=True, kw_only=True):
     password: str | None = None
     token: str | None = None
     tls_ca_file: str | None = None
+    tls_cert_file: str | None = None  # a client certificate (nats-server's verify_and_map
+    tls_key_file: str | None = None  # finds the service's user from its subject)
     name: str = "muster"  # the connection's name, as the server's monitoring shows it
+    # Replies to this connection's requests arrive under this prefix; with per-service users
+    # (muster.bus.permissions) it is `_INBOX.<user>`, the only subjects the user may read.
+    inbox_prefix: str = "_INBOX"
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
     connect_timeout_s: float = 10.0  # connect() keeps trying this long before giving up
     publish_timeout_s: float = 5.0  # wait for a PubAck (or an ack's confirmation) this long
@@ -52,6 +59,26 @@ class BusConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"stream replicas must be in 1..5, got {self.stream_replicas}")
         if self.connect_timeout_s <= 0 or self.publish_timeout_s <= 0:
             raise ValueError("connect_timeout_s and publish_timeout_s must be > 0")
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ValueError("a NATS client certificate needs both its cert and its key file")
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """The TLS context to reach NATS with: the CA to trust, the client certificate."""
+        if not (self.tls_ca_file or self.tls_cert_file):
+            return None
+        context = ssl.create_default_context(cafile=self.tls_ca_file)
+        if self.tls_cert_file:
+            context.load_cert_chain(self.tls_cert_file, self.tls_key_file)
+        return context
+
+    def __repr__(self) -> str:
+        # Never the password or token: a config may end up in a log line or a traceback.
+        hidden = {"password", "token"}
+        fields = ", ".join(
+            f"{f}={'***' if f in hidden and getattr(self, f) else repr(getattr(self, f))}"
+            for f in self.__struct_fields__
+        )
+        return f"BusConfig({fields.replace(repr(self.url), repr(redact_url(self.url)))})"
 
 
 async def connect(config: BusConfig) -> Bus:
@@ -76,7 +103,8 @@ async def connect(config: BusConfig) -> Bus:
         user=config.user,
         password=config.password,
         token=config.token,
-        tls=ssl.create_default_context(cafile=config.tls_ca_file) if config.tls_ca_file else None,
+        tls=config.tls_context(),
+        inbox_prefix=config.inbox_prefix,
     )
     try:
         # nats-py retries a first connection forever when reconnecting is allowed: bound it.
@@ -84,9 +112,10 @@ async def connect(config: BusConfig) -> Bus:
     except TimeoutError:
         last = nc.last_error
         await nc.close()
+        # The URL may carry a user and password (nats://user:secret@host): never print them.
         raise ConnectionError(
-            f"NATS at {config.url} not reachable within {config.connect_timeout_s:g}s"
-            + (f": {last!r}" if last else "")
+            f"NATS at {redact_url(config.url)} not reachable within "
+            f"{config.connect_timeout_s:g}s" + (f": {last!r}" if last else "")
         ) from last
     return Bus(nc, config)
 
@@ -103,15 +132,13 @@ class Bus:
         )
 
     async def ensure_streams(self) -> None:
-        """Create muster's streams, or bring their config up to date; safe to call any time."""
+        """Create muster's streams, or bring their config up to date; safe to call any time.
+
+        Writes nothing when they are as this version wants them, so a service whose NATS user
+        may only read them (`muster nats-setup` made them) starts as well.
+        """
         for config in stream_configs(replicas=self.config.stream_replicas):
-            assert config.name is not None
-            try:
-                await self.js.stream_info(config.name)
-            except nats.js.errors.NotFoundError:
-                await self.js.add_stream(config)
-            else:
-                await self.js.update_stream(config)
+            await ensure_stream(self.js, config)
 
     async def close(self) -> None:
         """Flush what was published and close the connection (drains subscriptions first)."""

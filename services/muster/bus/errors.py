@@ -42,3 +42,8 @@ class Conflict(BusError):  # noqa: N818 (the spec names them; they are outcomes,
         super().__init__(f"{subject}: last sequence is no longer {expected}")
         self.subject = subject
         self.expected = expected
+
+
+class SetupError(Exception):
+    """A stream or bucket is missing or out of date, and this NATS user may not fix it (with
+    per-service users only the admin may: `muster nats-setup`)."""

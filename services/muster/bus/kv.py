@@ -12,6 +12,8 @@ import nats.js.errors
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
+from muster.bus.errors import SetupError
+
 _KEY = re.compile(r"[-/_=a-zA-Z0-9]+(\.[-/_=a-zA-Z0-9]+)*")
 
 
@@ -36,4 +38,12 @@ async def open_bucket(
     except nats.js.errors.BucketNotFoundError:
         pass
     # Two processes may create it at once: the server accepts an identical second create.
-    return await js.create_key_value(bucket=bucket, ttl=ttl_s, history=history, replicas=replicas)
+    try:
+        return await js.create_key_value(
+            bucket=bucket, ttl=ttl_s, history=history, replicas=replicas
+        )
+    except TimeoutError as exc:  # a user without the right gets no answer at all
+        raise SetupError(
+            f"cannot create key-value bucket {bucket} (it is missing): NATS did not answer; with "
+            "per-service NATS users run `muster nats-setup` with the admin user first"
+        ) from exc

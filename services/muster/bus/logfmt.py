@@ -3,7 +3,9 @@
 `log.info("admitted", extra={"workload": key})` prints
 `ts=2025-01-02T03:04:05.678Z level=info service=admission logger=muster.admission msg=admitted
 workload=team-a/train-1`; every `extra` field becomes a `key=value` pair. Tracebacks are kept on
-the same line (newlines escaped), so a record is always one line.
+the same line (newlines escaped), so a record is always one line. Credentials are masked
+(`muster.bus.redact`): whatever a message or a library's exception says, no NATS password,
+token or URL user reaches the log.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import datetime
 import logging
 import sys
 from typing import Final
+
+from muster.bus.redact import redact
 
 # Attributes every LogRecord has: anything else on a record came from `extra`.
 _STANDARD: Final = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
@@ -50,7 +54,7 @@ class LogfmtFormatter(logging.Formatter):
             pairs.append(("exc", self.formatException(record.exc_info)))
         elif record.exc_text:
             pairs.append(("exc", record.exc_text))
-        return " ".join(f"{k}={_value(v)}" for k, v in pairs)
+        return redact(" ".join(f"{k}={_value(v)}" for k, v in pairs))
 
 
 def setup_logging(service: str, level: str = "INFO") -> None:

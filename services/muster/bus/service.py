@@ -35,7 +35,10 @@ from grpc_health.v1._async import HealthServicer
 
 from muster.bus.connection import Bus, BusConfig, connect
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
+from muster.bus.errors import SetupError
 from muster.bus.logfmt import setup_logging
+from muster.bus.permissions import inbox_of
+from muster.bus.redact import register
 from muster.bus.subjects import DEFAULT_CLUSTER, check_cluster
 from muster.bus.tracing import setup_tracing
 
@@ -90,6 +93,10 @@ COMMON_FLAGS = (
     Flag("--nats-token", "SECRET", str, "MUSTER_NATS_TOKEN", None, "NATS token"),
     Flag("--nats-tls-ca", "FILE", str, "MUSTER_NATS_TLS_CA", None,
          "CA certificate to verify the NATS server with"),
+    Flag("--nats-tls-cert", "FILE", str, "MUSTER_NATS_TLS_CERT", None,
+         "client certificate for NATS (its subject names the service's NATS user)"),
+    Flag("--nats-tls-key", "FILE", str, "MUSTER_NATS_TLS_KEY", None,
+         "private key of --nats-tls-cert"),
     Flag("--nats-connect-timeout", "S", float, "MUSTER_NATS_CONNECT_TIMEOUT", "10",
          "give up when NATS is not reachable this long at start"),
     Flag("--cluster", "ID", str, "MUSTER_CLUSTER", DEFAULT_CLUSTER, "cluster id"),
@@ -175,7 +182,10 @@ def config_from_args(args: argparse.Namespace, name: str) -> ServiceConfig:
         password=args.nats_password,
         token=args.nats_token,
         tls_ca_file=args.nats_tls_ca,
+        tls_cert_file=args.nats_tls_cert,
+        tls_key_file=args.nats_tls_key,
         name=f"muster-{name}",
+        inbox_prefix=inbox_of(name, args.cluster),
         max_event_bytes=args.max_event_bytes,
         connect_timeout_s=args.nats_connect_timeout,
         stream_replicas=args.stream_replicas,
@@ -238,6 +248,7 @@ ServiceMain = Callable[[Bus, Health], Coroutine[Any, Any, None]]
 
 def run_service(config: ServiceConfig, main: ServiceMain) -> int:
     """Run service `main` until SIGTERM/SIGINT or until it fails; the process's exit status."""
+    register(config.bus.password, config.bus.token)  # masked in every log line (bus/redact.py)
     setup_logging(config.name, config.log_level)
     setup_tracing(config.name)
     profile_dir = os.environ.get(PROFILE_DIR_ENV)
@@ -319,6 +330,9 @@ async def _run_connected(
     try:
         try:
             await bus.ensure_streams()
+        except SetupError as exc:
+            log.error("%s", exc)
+            return EXIT_FAILED
         except Exception:
             log.exception("cannot create or update the streams")
             return EXIT_FAILED

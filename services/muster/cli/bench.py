@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
-from muster.bench import admission, light_gpu, placement
+from muster.bench import admission, light_gpu, placement, podgroups
 from muster.bench.kueue_perf import CONFIGS
 from muster.bench.table import render_json_line
 
@@ -113,6 +113,26 @@ def run_kube(args: argparse.Namespace) -> Iterator[Any]:
     return _kube().run(scale=args.scale)  # type: ignore[no-any-return]
 
 
+def _decode() -> Any:  # imported only when run: it plans Submits with the gateway's code
+    from muster.bench import decode
+
+    return decode
+
+
+def run_decode(args: argparse.Namespace) -> Iterator[Any]:
+    return _decode().run(scale=args.scale)  # type: ignore[no-any-return]
+
+
+def _gateway() -> Any:  # imported only when run: it starts a gateway process
+    from muster.bench import gateway
+
+    return gateway
+
+
+def run_gateway(args: argparse.Namespace) -> Iterator[Any]:
+    return _gateway().run(scale=args.scale)  # type: ignore[no-any-return]
+
+
 def add_placement_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--scoring",
@@ -123,7 +143,8 @@ def add_placement_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run_placement(args: argparse.Namespace) -> Iterator[placement.PlacementRow]:
-    return placement.run(scale=args.scale, scoring=args.scoring)
+    yield from placement.run(scale=args.scale, scoring=args.scoring)
+    yield from podgroups.run(scale=args.scale, scoring=args.scoring)
 
 
 def add_light_gpu_options(parser: argparse.ArgumentParser) -> None:
@@ -138,8 +159,19 @@ def add_light_gpu_options(parser: argparse.ArgumentParser) -> None:
     charts.add_argument("--no-charts", action="store_true", help="draw no charts")
 
 
+NO_MATPLOTLIB = (
+    "matplotlib is not installed (it is muster's `bench` extra: pip install 'muster[bench]')"
+)
+
+
 def run_light_gpu(args: argparse.Namespace) -> Iterator[light_gpu.LightGpuRow]:
     charts = None if args.no_charts else args.charts or light_gpu.default_charts_dir()
+    if charts is not None and not light_gpu.can_draw():
+        if args.charts:  # asked for by name: an error, not a silent table without them
+            print(f"muster bench light-gpu: --charts: {NO_MATPLOTLIB}", file=sys.stderr)
+            raise SystemExit(2)
+        print(f"muster bench light-gpu: no charts: {NO_MATPLOTLIB}", file=sys.stderr)
+        charts = None
     return light_gpu.run(scale=args.scale, charts=charts)
 
 
@@ -157,7 +189,8 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
         Section(
             name=placement.SECTION,
             help="the gang scheduler alone, as Kubernetes' scheduler_perf: pods/s over 5 000 "
-            "nodes, and ms per 3-pod gang for 1 000 / 2 000 / 3 000 gangs, batched and streamed",
+            "nodes, and ms per 3-pod gang for 1 000 / 2 000 / 3 000 gangs, batched and streamed; "
+            "then PodGroups and a CompositePodGroup beside the same gangs as v1alpha1",
             add_options=add_placement_options,
             run=run_placement,
             render=placement.render,
@@ -169,6 +202,14 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
             add_options=add_light_gpu_options,
             run=run_light_gpu,
             render=light_gpu.render,
+        ),
+        Section(
+            name="decode",
+            help="multi-document YAML (1 and 10 MiB of Workloads) decoded with strict field "
+            "validation, and one Submit of 1 000 objects planned: MiB/s and objects/s",
+            add_options=lambda parser: None,
+            run=run_decode,
+            render=lambda rows: _decode().render(rows),
         ),
         Section(
             name="e2e",
@@ -202,6 +243,14 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
             add_options=lambda parser: None,
             run=run_kube,
             render=lambda rows: _kube().render(rows),
+        ),
+        Section(
+            name="gateway",
+            help="what callers without valid credentials cost the gateway: its memory during "
+            "and after 128 parallel unauthenticated 4 MiB Submits",
+            add_options=lambda parser: None,
+            run=run_gateway,
+            render=lambda rows: _gateway().render(rows),
         ),
     )
 }

@@ -1,7 +1,10 @@
-"""What every gateway client command shares: --gateway/--token/--timeout, the channel, errors.
+"""What every gateway client command shares: the connection options, the channel, errors.
 
 Used by `muster submit`, `queues`, `workloads` and `events`. The commands are synchronous gRPC
-clients; the server side is `muster.gateway`.
+clients; the server side is `muster.gateway`. Connection options: `--gateway`, TLS (`--tls`,
+`--tls-ca` to verify the gateway, `--tls-cert`/`--tls-key` for mutual TLS), a bearer token
+(`--token-file`, or `--token`), each with an environment variable. No credential is ever
+printed: error messages show the gateway's address without any user:password@ part.
 """
 
 from __future__ import annotations
@@ -9,9 +12,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import sys
 from collections.abc import Iterator, Sequence
-from typing import Final
+from typing import Final, NoReturn
 
 import grpc
 from google.protobuf import json_format
@@ -28,19 +32,37 @@ _BAD_INPUT_CODES: Final = frozenset(
 )
 
 
+# (flag, metavar, environment variable, help) of the options that take a value.
+CONNECTION_OPTIONS: Final = (
+    ("--gateway", "HOST:PORT", "MUSTER_GATEWAY", "the gateway's address"),
+    ("--token-file", "FILE", "MUSTER_CLIENT_TOKEN_FILE", "read the bearer token from FILE"),
+    ("--token", "SECRET", "MUSTER_GATEWAY_TOKEN", "bearer token (--token-file keeps it out of ps)"),
+    ("--tls-ca", "FILE", "MUSTER_CLIENT_TLS_CA", "verify the gateway's certificate with this CA"),
+    ("--tls-cert", "FILE", "MUSTER_CLIENT_TLS_CERT", "client certificate, for mutual TLS"),
+    ("--tls-key", "FILE", "MUSTER_CLIENT_TLS_KEY", "the client certificate's private key"),
+    ("--tls-server-name", "NAME", "MUSTER_CLIENT_TLS_SERVER_NAME",
+     "the name to verify the gateway's certificate for, when not the --gateway host"),
+)  # fmt: skip
+
+
 def add_client_options(parser: argparse.ArgumentParser) -> None:
-    """Add --gateway, --token and --timeout (defaults from MUSTER_GATEWAY, _TOKEN)."""
+    """Add the connection options (see the module doc) and --timeout."""
     group = parser.add_argument_group("gateway connection")
+    for flag, metavar, env, about in CONNECTION_OPTIONS:
+        default = DEFAULT_GATEWAY if flag == "--gateway" else None
+        shown = f", default {default}" if default else ""
+        group.add_argument(
+            flag,
+            metavar=metavar,
+            default=os.environ.get(env) or default,
+            help=f"{about} ({env}{shown})",
+        )
     group.add_argument(
-        "--gateway",
-        metavar="HOST:PORT",
-        default=os.environ.get("MUSTER_GATEWAY") or DEFAULT_GATEWAY,
-        help="the gateway's address (MUSTER_GATEWAY, default %(default)s)",
-    )
-    group.add_argument(
-        "--token",
-        default=os.environ.get("MUSTER_GATEWAY_TOKEN") or None,
-        help="bearer token, when the gateway requires one (MUSTER_GATEWAY_TOKEN)",
+        "--tls",
+        action="store_true",
+        default=(os.environ.get("MUSTER_CLIENT_TLS") or "").lower() in ("1", "on", "true", "yes"),
+        help="connect with TLS, verifying the gateway with the system's CAs "
+        "(MUSTER_CLIENT_TLS=on; implied by the other --tls options)",
     )
     group.add_argument(
         "--timeout",
@@ -63,21 +85,69 @@ def add_output_option(parser: argparse.ArgumentParser) -> None:
 
 def call_metadata(args: argparse.Namespace) -> list[tuple[str, str]]:
     """The metadata every call carries: the bearer token when one is given."""
-    return [("authorization", f"Bearer {args.token}")] if args.token else []
+    token = args.token
+    if args.token_file:
+        token = _read(args.token_file, "--token-file").decode().strip()
+        if not token:
+            _fail(f"--token-file {args.token_file}: is empty")
+    return [("authorization", f"Bearer {token}")] if token else []
 
 
 @contextlib.contextmanager
 def channel(args: argparse.Namespace) -> Iterator[grpc.Channel]:
-    with grpc.insecure_channel(args.gateway) as ch:
+    """A channel to the gateway: TLS when any TLS option is given, else plaintext."""
+    credentials = channel_credentials(args)
+    if credentials is None:
+        with grpc.insecure_channel(args.gateway) as ch:
+            yield ch
+        return
+    options = [("grpc.ssl_target_name_override", args.tls_server_name)]
+    with grpc.secure_channel(
+        args.gateway, credentials, options=options if args.tls_server_name else None
+    ) as ch:
         yield ch
+
+
+def channel_credentials(args: argparse.Namespace) -> grpc.ChannelCredentials | None:
+    """The TLS credentials the options ask for (None: plaintext). Exits 2 on a bad file."""
+    if not (args.tls or args.tls_ca or args.tls_cert or args.tls_key):
+        return None
+    if bool(args.tls_cert) != bool(args.tls_key):
+        _fail("--tls-cert and --tls-key go together")
+    ca = _read(args.tls_ca, "--tls-ca") if args.tls_ca else None
+    key = _read(args.tls_key, "--tls-key") if args.tls_key else None
+    cert = _read(args.tls_cert, "--tls-cert") if args.tls_cert else None
+    return grpc.ssl_channel_credentials(
+        root_certificates=ca, private_key=key, certificate_chain=cert
+    )
+
+
+def _read(path: str, flag: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        _fail(f"{flag} {path}: cannot read: {exc.strerror or exc}")
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"muster: {message}", file=sys.stderr)
+    raise SystemExit(EXIT_BAD_INPUT)
+
+
+def shown_address(address: str) -> str:
+    """`address` without credentials ("user:secret@host:1" → "host:1"), for messages."""
+    return re.sub(r"^(?P<scheme>[a-z][a-z0-9+.-]*://+)?[^/@]*@", r"\g<scheme>", address)
 
 
 def report_error(args: argparse.Namespace, exc: grpc.RpcError, *, prefix: str = "") -> int:
     """Print a failed call's status to stderr, one line per line of detail; the exit status."""
     code: grpc.StatusCode = exc.code()
     details: str = exc.details() or ""
+    shown = shown_address(args.gateway)
+    details = details.replace(args.gateway, shown)  # gRPC's messages repeat the target
     if code == grpc.StatusCode.UNAVAILABLE and not details.startswith("the gateway"):
-        details = f"cannot reach the gateway at {args.gateway}: {details}"
+        details = f"cannot reach the gateway at {shown}: {details}"
     lines = details.splitlines() or [""]
     if len(lines) == 1:
         print(f"muster: {prefix}{code.name}: {lines[0]}", file=sys.stderr)

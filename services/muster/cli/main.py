@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from muster.cli import events, queues, run, simulate, submit, workloads
+    from muster.cli import events, nats_admin, queues, run, simulate, submit, workloads
 
     parser = argparse.ArgumentParser(
         prog="muster", description="Kueue-compatible batch admission for Kubernetes."
@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_parser(commands)
     for client_command in (submit, queues, workloads, events):  # gateway clients
         client_command.add_parser(commands)
+    nats_admin.add_parser(commands)
     # Listed for `muster --help` only: `main` hands `muster bench ...` over before parsing.
     commands.add_parser("bench", help="run the benchmarks (see `muster bench --help`)")
     commands.add_parser("service", help="run one muster service (see `muster service --help`)")

@@ -10,6 +10,7 @@ import argparse
 import sys
 from typing import Any
 
+from muster.api import VALIDATIONS, FieldError, Validation
 from muster.core.routing import POLICIES, Policy, RoutingSettings
 from muster.sim import (
     InvalidScenarioError,
@@ -45,6 +46,7 @@ def add_parser(commands: Any) -> None:  # Any: argparse's _SubParsersAction is p
     parser.add_argument(
         "--config", metavar="FILE", help="Kueue Configuration; wins over one in the scenario"
     )
+    add_validate_option(parser)
     parser.add_argument(
         "--routing-policy",
         choices=POLICIES,
@@ -65,6 +67,17 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_validate_option(parser: argparse.ArgumentParser) -> None:
+    """kubectl's --validate, shared with `muster submit`."""
+    parser.add_argument(
+        "--validate",
+        choices=VALIDATIONS,
+        default="strict",
+        help="unknown fields and keys written twice: refuse them (strict, the default, as "
+        "kubectl), print a warning (warn) or drop them (ignore)",
+    )
+
+
 def seconds_argument(text: str) -> float:
     try:
         value = float(text)
@@ -77,7 +90,13 @@ def seconds_argument(text: str) -> float:
 
 def handle(args: argparse.Namespace) -> int:
     routing = RoutingSettings(default_policy=Policy(args.routing_policy))
-    result = run_files(args.files, config_path=args.config, until_s=args.until, routing=routing)
+    result = run_files(
+        args.files,
+        config_path=args.config,
+        until_s=args.until,
+        routing=routing,
+        validation=args.validate,
+    )
     if isinstance(result, int):
         return result
     sys.stdout.write(RENDERERS[args.output](result))
@@ -90,17 +109,23 @@ def run_files(
     config_path: str | None,
     until_s: float | None,
     routing: RoutingSettings | None = None,
+    validation: Validation = "strict",
 ) -> SimulationResult | int:
     """Load and simulate; on failure print the problems to stderr and return the exit status."""
+    warnings: list[FieldError] = []
     try:
-        scenario = load_scenario(files, config_path=config_path)
+        scenario = load_scenario(
+            files, config_path=config_path, validation=validation, warnings=warnings
+        )
     except ScenarioFileError as exc:
         print(f"muster: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except InvalidScenarioError as exc:
+        _print_warnings(warnings)
         for error in exc.errors:
             print(error, file=sys.stderr)
         return EXIT_BAD_INPUT
+    _print_warnings(warnings)
     if scenario.cluster_arrivals and not scenario.placement:
         print(
             "muster: no Node in the scenario: Pods and gang objects are not simulated (quota only)",
@@ -111,3 +136,8 @@ def run_files(
     except SimulationError as exc:
         print(f"muster: simulation failed: {exc}", file=sys.stderr)
         return EXIT_FAILED
+
+
+def _print_warnings(warnings: list[FieldError]) -> None:
+    for warning in warnings:
+        print(f"Warning: {warning}", file=sys.stderr)

@@ -1,15 +1,19 @@
 """`muster submit FILE...`: send Jobs, Workloads and configuration to the gateway.
 
 Each file (or `-` for stdin) is one `Gateway.Submit`: all of its objects are accepted, or none
-and every problem is printed. The other files are still submitted.
+and every problem is printed. The other files are still submitted. A call that fails because
+the gateway or the bus is unavailable is retried (3 tries in all) with the same idempotency
+key, so the retry publishes nothing twice.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
+import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import grpc
 
@@ -21,9 +25,13 @@ from muster.cli.client import (
     channel,
     report_error,
 )
+from muster.cli.simulate import add_validate_option
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
 
 _VERB = {"Workload": "submitted"}  # configuration objects are "applied"
+TRIES: Final = 3
+RETRY_AFTER_S: Final = (0.5, 2.0)  # before the 2nd and the 3rd try
+_RETRIED: Final = frozenset({grpc.StatusCode.UNAVAILABLE})
 
 
 def add_parser(commands: Any) -> None:  # Any: argparse's _SubParsersAction is private
@@ -37,6 +45,7 @@ def add_parser(commands: Any) -> None:  # Any: argparse's _SubParsersAction is p
     parser.add_argument(
         "--cluster", metavar="ID", default="", help="cluster id (default: the gateway's)"
     )
+    add_validate_option(parser)
     add_client_options(parser)
     parser.set_defaults(handler=handle)
 
@@ -56,11 +65,22 @@ def _submit_file(args: argparse.Namespace, gateway: Any, name: str) -> int:
     except (OSError, UnicodeDecodeError) as exc:
         print(f"muster: {name}: cannot read: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    request = services_pb2.SubmitRequest(manifest=manifest, cluster=args.cluster)
-    try:
-        reply = gateway.Submit(request, metadata=call_metadata(args), timeout=args.timeout)
-    except grpc.RpcError as exc:
-        return report_error(args, exc, prefix=f"{name}: ")
+    request = services_pb2.SubmitRequest(
+        manifest=manifest,
+        cluster=args.cluster,
+        idempotency_key=uuid.uuid4().hex,  # one per file, the same on every retry
+        validation=args.validate,
+    )
+    for attempt in range(TRIES):
+        try:
+            reply = gateway.Submit(request, metadata=call_metadata(args), timeout=args.timeout)
+            break
+        except grpc.RpcError as exc:
+            if exc.code() not in _RETRIED or attempt == TRIES - 1:
+                return report_error(args, exc, prefix=f"{name}: ")
+            time.sleep(RETRY_AFTER_S[attempt])
+    for warning in reply.warnings:
+        print(f"Warning: {name}: {warning}", file=sys.stderr)
     for obj in reply.objects:
         verb = _VERB.get(obj.kind, "applied")
         print(f"{obj.kind} {obj.key} {verb} (event {obj.event_id})")

@@ -42,6 +42,18 @@ class ClusterChange(msgspec.Struct, frozen=True, kw_only=True):
     revision: int
 
 
+class Identity(msgspec.Struct, frozen=True, kw_only=True):
+    """Whom a write is made for: the user who submitted it through the gateway.
+
+    On Kubernetes the write is made as them (impersonation), so RBAC, Pod Security Admission,
+    quotas and webhooks judge the user instead of muster; the simulated cluster has no access
+    control and ignores it.
+    """
+
+    user: str
+    groups: tuple[str, ...] = ()
+
+
 class PodSetStart(msgspec.Struct, frozen=True, kw_only=True):
     """How to start one podset of an admitted workload: what the binder passes to start_workload.
 
@@ -62,17 +74,19 @@ class PodSetStart(msgspec.Struct, frozen=True, kw_only=True):
 class ClusterBackend(Protocol):
     """A cluster as muster's per-cluster services see it. Every method may raise ClusterError."""
 
-    async def apply(self, manifest: Mapping[str, Any]) -> None:
+    async def apply(self, manifest: Mapping[str, Any], *, as_user: Identity | None = None) -> None:
         """Create `manifest`, or replace the stored object of the same kind, namespace and name.
 
         Any kind: Nodes, Pods, Kueue objects, Jobs, Workloads. Server-set fields (uid,
         creationTimestamp) are kept across a replace, and so is `status` when the manifest has
         none. A namespaced kind without a namespace goes to "default". Raises InvalidObjectError
         for a Node or Pod that would not decode (bad quantity, wrong type), naming every field.
+        With `as_user`, every request of the write is made as that user (`Identity`); a
+        refusal is a ClusterError with reason "Forbidden".
         """
         ...
 
-    async def create(self, manifest: Mapping[str, Any]) -> bool:
+    async def create(self, manifest: Mapping[str, Any], *, as_user: Identity | None = None) -> bool:
         """Create `manifest` unless an object of the same kind, namespace and name exists.
 
         Returns False, changing nothing, when one exists (a Pod's spec cannot be replaced, and

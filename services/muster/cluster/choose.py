@@ -159,7 +159,10 @@ async def open_backend(
 
     backend = await KubeBackend.connect(config.kube)
     status = StatusWriter(
-        backend.transport, kueue_version=config.kube.kueue_version, settings=config.status
+        backend.transport,
+        kueue_version=config.kube.kueue_version,
+        settings=config.status,
+        gang_api=backend.gang_api,
     )
     try:
         yield OpenCluster(backend, status)

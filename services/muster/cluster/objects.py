@@ -151,25 +151,33 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
                 raw.spec.workload_ref.pod_group,
                 raw.spec.workload_ref.pod_group_replica_key,
             ),
+            scheduling_group=(
+                raw.spec.scheduling_group.pod_group_name if raw.spec.scheduling_group else ""
+            ),
         ),
     )
 
 
 def report_key(
-    namespace: str, labels: Mapping[str, str], workload_ref: tuple[str, str, str] | None
+    namespace: str,
+    labels: Mapping[str, str],
+    workload_ref: tuple[str, str, str] | None,
+    *,
+    scheduling_group: str = "",
 ) -> str:
     """The `workload` key of events about a pod's life (docs/events.md), "" for none.
 
     The pod's gang source, in gang placement's order: its Workload API pod group
     "<ns>/<workload>/<podGroup>", plus "/<replicaKey>" when it names one (`workload_ref` =
     name, podGroup, replica key), its PodGroup "<ns>/<name>" (label
-    scheduling.x-k8s.io/pod-group), or its Kueue workload "<ns>/<name>" (label
-    muster.dev/workload).
+    scheduling.x-k8s.io/pod-group), its Kueue workload "<ns>/<name>" (label
+    muster.dev/workload), or its scheduling.k8s.io PodGroup "<ns>/<name>"
+    (spec.schedulingGroup).
     """
     if workload_ref is not None:
         name, group, replica = workload_ref
         return "/".join((namespace, name, group, *([replica] if replica else [])))
-    source = labels.get(POD_GROUP_LABEL) or labels.get(WORKLOAD_LABEL)
+    source = labels.get(POD_GROUP_LABEL) or labels.get(WORKLOAD_LABEL) or scheduling_group
     return f"{namespace}/{source}" if source else ""
 
 

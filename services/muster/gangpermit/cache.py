@@ -2,7 +2,8 @@
 simulated store, or the API server's nodes, the pods to place and every bound pod), decoded into
 api objects.
 
-Nodes, Pods, scheduling.k8s.io Workloads, PodGroups and PriorityClasses are decoded once per
+Nodes, Pods, scheduling.k8s.io Workloads, PodGroups, CompositePodGroups, scheduler-plugins'
+PodGroups and PriorityClasses are decoded once per
 change (`muster.api`) and handed to a `Sink` (the gangpermit state) as they are now, or as they
 were when deleted. A pod whose metadata and spec did not change but for `spec.nodeName` (a
 bind) or whose status changed (the kubelet) is not decoded again: its node and phase are put
@@ -23,7 +24,15 @@ from typing import Any, NamedTuple, Protocol
 import msgspec
 
 from muster.api import decode_documents
-from muster.api.model import Node, Pod, PodGroup, PriorityClass, SchedulingWorkload
+from muster.api.model import (
+    CompositePodGroup,
+    Node,
+    Pod,
+    PodGroup,
+    PriorityClass,
+    SchedulingPodGroup,
+    SchedulingWorkload,
+)
 from muster.api.raw import RawPodStatus
 from muster.bus.poison import Quarantine
 from muster.cluster.backend import ClusterBackend, ClusterChange
@@ -32,6 +41,7 @@ from muster.cluster.sim.keys import (
     NODE_PREFIX,
     OBJECT_PREFIX,
     POD_PREFIX,
+    SCHEDULING_POD_GROUP_KIND,
     SCHEDULING_WORKLOAD_KIND,
     escape,
 )
@@ -46,12 +56,34 @@ WATCHED_PREFIXES = (
     POD_PREFIX,
     *(
         f"{OBJECT_PREFIX}{escape(kind)}."
-        for kind in (SCHEDULING_WORKLOAD_KIND, "PodGroup", "PriorityClass")
+        for kind in (
+            SCHEDULING_WORKLOAD_KIND,
+            SCHEDULING_POD_GROUP_KIND,
+            "CompositePodGroup",
+            "PodGroup",
+            "PriorityClass",
+        )
     ),
 )
 
-CachedObject = Node | Pod | SchedulingWorkload | PodGroup | PriorityClass
-_CACHED = (Node, Pod, SchedulingWorkload, PodGroup, PriorityClass)
+CachedObject = (
+    Node
+    | Pod
+    | SchedulingWorkload
+    | PodGroup
+    | SchedulingPodGroup
+    | CompositePodGroup
+    | PriorityClass
+)
+_CACHED = (
+    Node,
+    Pod,
+    SchedulingWorkload,
+    PodGroup,
+    SchedulingPodGroup,
+    CompositePodGroup,
+    PriorityClass,
+)
 # Metadata every write changes (Kubernetes): not part of what a pod decodes to.
 _WRITE_META = frozenset({"resourceVersion", "managedFields"})
 

@@ -27,11 +27,13 @@ import msgspec
 from muster.api import decode_documents, workload_from_json
 from muster.api.model import (
     Admission,
+    CompositePodGroup,
     Node,
     Pod,
     PodGroup,
     PodSetAssignment,
     PriorityClass,
+    SchedulingPodGroup,
     SchedulingWorkload,
     Workload,
 )
@@ -47,6 +49,7 @@ from muster.core.dispatch import ClusterCapacity, node_room
 from muster.core.placement.model import GangKey, GangSpec, NodeInfo, NodeName, PodKey, Scoring
 from muster.core.placement.scheduler import DEFAULT_TIMEOUT_S, GangScheduler
 from muster.core.placement.sources import (
+    GroupIndex,
     gang_of_admitted,
     handled_by,
     membership,
@@ -59,7 +62,15 @@ log = logging.getLogger(__name__)
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
-ClusterObject = Node | Pod | SchedulingWorkload | PodGroup | PriorityClass
+ClusterObject = (
+    Node
+    | Pod
+    | SchedulingWorkload
+    | PodGroup
+    | SchedulingPodGroup
+    | CompositePodGroup
+    | PriorityClass
+)
 
 
 class Permit(msgspec.Struct, kw_only=True):
@@ -110,6 +121,8 @@ class GangPermitState:
         self.owners: dict[PodKey, str] = {}  # what a preemption evicts with the pod
         self.workloads: dict[str, SchedulingWorkload] = {}
         self.pod_groups: dict[str, PodGroup] = {}
+        self.native_groups: dict[str, SchedulingPodGroup] = {}  # scheduling.k8s.io PodGroups
+        self.composites: dict[str, CompositePodGroup] = {}
         self.cluster_priority_classes: dict[str, PriorityClass] = {}
         self.by_source: dict[str, set[PodKey]] = {}  # "workload:ns/n", "podgroup:..", "kueue:.."
         self.source_of: dict[PodKey, str] = {}
@@ -222,6 +235,7 @@ class GangPermitState:
                 flavors={},  # the pods come from the cluster with their flavors' labels
                 priority=known.priority,
                 created_s=known.created_s,
+                groups=self._groups(),
             ).spec
         else:  # no spec at all (an older admission): all its admitted pods, at once
             spec = GangSpec(
@@ -354,9 +368,29 @@ class GangPermitState:
                 if self.pod_groups.get(key) != obj:
                     self.pod_groups[key] = obj
                     self._refresh(f"podgroup:{key}")
+            case SchedulingPodGroup():
+                before = self.native_groups.get(obj.key)
+                self.native_groups[obj.key] = obj
+                if not _same_spec(before, obj):  # its conditions are ours, not news
+                    self._groups_changed(obj)
+            case CompositePodGroup():
+                before_composite = self.composites.get(obj.key)
+                self.composites[obj.key] = obj
+                if not _same_spec(before_composite, obj):
+                    self._groups_changed(obj)
             case PriorityClass():
                 self.cluster_priority_classes[obj.meta.name] = obj
         return True
+
+    def _groups_changed(self, obj: SchedulingPodGroup | CompositePodGroup) -> None:
+        """A scheduling.k8s.io PodGroup (or CompositePodGroup) changed: its pods (those of every
+        PodGroup of its namespace, any may be under it) are looked at again."""
+        if isinstance(obj, SchedulingPodGroup):
+            self._refresh(f"group:{obj.key}")
+            return
+        prefix = f"group:{obj.meta.namespace}/"
+        for source in sorted(s for s in self.by_source if s.startswith(prefix)):
+            self._refresh(source)
 
     def _went_on(self, pod: Pod) -> bool:
         """Whether `pod` changed only as its placement goes on: bound to the node the scheduler
@@ -388,6 +422,12 @@ class GangPermitState:
                 key = f"{obj.meta.namespace}/{obj.meta.name}"
                 self.pod_groups.pop(key, None)
                 self._refresh(f"podgroup:{key}")
+            case SchedulingPodGroup():
+                self.native_groups.pop(obj.key, None)
+                self._groups_changed(obj)
+            case CompositePodGroup():
+                self.composites.pop(obj.key, None)
+                self._groups_changed(obj)
             case PriorityClass():
                 self.cluster_priority_classes.pop(obj.meta.name, None)
 
@@ -407,6 +447,7 @@ class GangPermitState:
         )
         gang: GangKey | None = None
         owner = ""
+        tree_owner = False
         if handled:
             m = membership(
                 pod,
@@ -414,12 +455,15 @@ class GangPermitState:
                 pod_groups=self.pod_groups,
                 admitted=admitted,
                 priority=priority,
+                groups=self._groups(),
             )
-            gang, owner = m.gang, m.workload
+            gang, owner, tree_owner = m.gang, m.workload, m.tree_owner
+            if m.priority is not None:  # a scheduling.k8s.io PodGroup's is its pods'
+                priority = m.priority
             if gang is not None and self._parks(gang, pod):
                 return
             self._set_spec(gang, m.spec)
-        info = pod_info(pod, gang=gang, workload=owner, priority=priority)
+        info = pod_info(pod, gang=gang, workload=owner, priority=priority, tree_owner=tree_owner)
         if pod.node_name:
             self.assumed.pop(key, None)
             self._seen_bound(gang or GangKey(key))
@@ -459,6 +503,13 @@ class GangPermitState:
             WORKLOAD_LABEL in self.pods[p].meta.labels
             for p in self.members.get(gang, ())
             if p in self.pods
+        )
+
+    def _groups(self) -> GroupIndex:
+        return GroupIndex(
+            pod_groups=self.native_groups,
+            composites=self.composites,
+            priority_classes=self._priority_classes(),
         )
 
     def _priority_classes(self) -> dict[str, PriorityClass]:
@@ -583,7 +634,18 @@ def _source_of(pod: Pod) -> str | None:
     name = pod.meta.labels.get(WORKLOAD_LABEL)
     if name:
         return f"kueue:{namespace}/{name}"
+    if pod.scheduling_group:
+        return f"group:{namespace}/{pod.scheduling_group}"
     return None
+
+
+def _same_spec(
+    a: SchedulingPodGroup | CompositePodGroup | None, b: SchedulingPodGroup | CompositePodGroup
+) -> bool:
+    """Whether two states of a group differ only in what placement does not read (status)."""
+    if a is None:
+        return False
+    return msgspec.structs.replace(a, conditions=()) == msgspec.structs.replace(b, conditions=())
 
 
 def _submitted(env: events_pb2.Envelope) -> Submitted:

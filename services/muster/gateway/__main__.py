@@ -1,23 +1,79 @@
 """`muster service gateway` (or `python -m muster.gateway`): flags → GatewayConfig → run.
 
-The common service flags (`--nats`, `--cluster`, `--health-port`, ...) plus `--listen`,
-`--token` and `--max-request-bytes`, each with its MUSTER_GATEWAY_* environment variable.
+The common service flags (`--nats`, `--cluster`, `--health-port`, ...) plus the gateway's own,
+each with its MUSTER_GATEWAY_* environment variable: where to listen, TLS, who may call
+(`--tokens-file`, `--client-ca`, `--authentication kube`, the legacy `--token`) and what they
+may do (`--policy-file`, `--authorization kube`), and the API server for the kube modes.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+from typing import cast
 
 from muster.bus.connection import Bus
-from muster.bus.service import Health, add_common_flags, config_from_args, run_service
+from muster.bus.redact import register
+from muster.bus.service import (
+    Flag,
+    Health,
+    add_common_flags,
+    add_flags,
+    config_from_args,
+    run_service,
+)
+from muster.cluster.choose import BACKEND_FLAGS, on_off
+from muster.cluster.kube.settings import KubeConfig
+from muster.gateway.auth_certs import TlsFiles
+from muster.gateway.auth_config import (
+    AUTHENTICATION_MODES,
+    AUTHORIZATION_MODES,
+    AuthenticationMode,
+    AuthorizationMode,
+    SecurityConfig,
+)
 from muster.gateway.service import (
     DEFAULT_LISTEN,
     DEFAULT_MAX_REQUEST_BYTES,
     GatewayConfig,
     run_gateway,
 )
+
+GATEWAY_FLAGS = (
+    Flag("--listen", "HOST:PORT", str, "MUSTER_GATEWAY_LISTEN", DEFAULT_LISTEN,
+         'where to serve gRPC; port 0 picks a free one, printed as "gateway: HOST:PORT"; '
+         "without authentication only a loopback address"),
+    Flag("--max-request-bytes", "N", int, "MUSTER_GATEWAY_MAX_REQUEST_BYTES",
+         str(DEFAULT_MAX_REQUEST_BYTES),
+         "largest request accepted; larger ones fail with RESOURCE_EXHAUSTED"),
+)  # fmt: skip
+SECURITY_FLAGS = (
+    Flag("--tls-cert", "FILE", str, "MUSTER_GATEWAY_TLS_CERT", None,
+         "serve TLS with this PEM certificate (chain); reloaded when it changes"),
+    Flag("--tls-key", "FILE", str, "MUSTER_GATEWAY_TLS_KEY", None,
+         "the PEM private key of --tls-cert"),
+    Flag("--client-ca", "FILE", str, "MUSTER_GATEWAY_CLIENT_CA", None,
+         "require a client certificate signed by this CA (mutual TLS): its CN is the user, "
+         "its O entries the groups"),
+    Flag("--tokens-file", "FILE", str, "MUSTER_GATEWAY_TOKENS_FILE", None,
+         "bearer tokens (by SHA-256) with their user and groups; reloaded when it changes"),
+    Flag("--token", "SECRET", str, "MUSTER_GATEWAY_TOKEN", None,
+         "legacy: one bearer token, whose holder is an admin (muster:legacy-token)"),
+    Flag("--authentication", "|".join(AUTHENTICATION_MODES), str,
+         "MUSTER_GATEWAY_AUTHENTICATION", "static",
+         "kube: also accept Kubernetes bearer tokens, checked with TokenReview"),
+    Flag("--authorization", "|".join(AUTHORIZATION_MODES), str,
+         "MUSTER_GATEWAY_AUTHORIZATION", "policy",
+         "policy: the --policy-file; kube: ask the API server (SubjectAccessReview)"),
+    Flag("--policy-file", "FILE", str, "MUSTER_GATEWAY_POLICY_FILE", None,
+         "who may submit, watch, ... where; reloaded when it changes (without: admins only)"),
+    Flag("--allow-anonymous", "on|off", on_off, "MUSTER_GATEWAY_ALLOW_ANONYMOUS", "off",
+         "without any authentication, serve anonymous admins on a non-loopback address too: "
+         "only where the network limits who reaches it (a container port published on "
+         "127.0.0.1)"),
+    *(f for f in BACKEND_FLAGS
+      if f.flag in ("--kube-host", "--kubeconfig", "--kube-context", "--kube-in-cluster")),
+)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,30 +83,42 @@ def build_parser() -> argparse.ArgumentParser:
         "watch events.",
     )
     add_common_flags(parser)
-    group = parser.add_argument_group("gateway options")
-    group.add_argument(
-        "--listen",
-        metavar="HOST:PORT",
-        default=os.environ.get("MUSTER_GATEWAY_LISTEN") or DEFAULT_LISTEN,
-        help="where to serve gRPC; port 0 picks a free one, printed as "
-        '"gateway: HOST:PORT" (MUSTER_GATEWAY_LISTEN, default %(default)s)',
-    )
-    group.add_argument(
-        "--token",
-        default=os.environ.get("MUSTER_GATEWAY_TOKEN") or None,
-        help="require metadata `authorization: Bearer TOKEN` on every call but health "
-        "(MUSTER_GATEWAY_TOKEN)",
-    )
-    group.add_argument(
-        "--max-request-bytes",
-        metavar="N",
-        type=int,
-        default=os.environ.get("MUSTER_GATEWAY_MAX_REQUEST_BYTES")
-        or str(DEFAULT_MAX_REQUEST_BYTES),
-        help="largest request accepted; larger ones fail with RESOURCE_EXHAUSTED "
-        "(MUSTER_GATEWAY_MAX_REQUEST_BYTES, default 4 MiB)",
-    )
+    add_flags(parser.add_argument_group("gateway options"), GATEWAY_FLAGS)
+    add_flags(parser.add_argument_group("who may call, and what they may do"), SECURITY_FLAGS)
     return parser
+
+
+def security_config(args: argparse.Namespace) -> SecurityConfig:
+    """The SecurityConfig of the flags; ValueError naming the flag when they do not fit."""
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise ValueError("--tls-cert and --tls-key go together")
+    if args.client_ca and not args.tls_cert:
+        raise ValueError("--client-ca needs --tls-cert and --tls-key (mutual TLS is TLS)")
+    if args.authentication not in AUTHENTICATION_MODES:
+        raise ValueError(f"--authentication must be static or kube, got {args.authentication!r}")
+    if args.authorization not in AUTHORIZATION_MODES:
+        raise ValueError(f"--authorization must be policy or kube, got {args.authorization!r}")
+    host = args.kube_host or ""
+    if host and not host.startswith(("http://", "https://")):
+        raise ValueError(f"--kube-host must be an http:// or https:// URL, got {host!r}")
+    tls = None
+    if args.tls_cert:
+        tls = TlsFiles(cert=args.tls_cert, key=args.tls_key, client_ca=args.client_ca or "")
+    return SecurityConfig(
+        token=args.token,
+        tokens_file=args.tokens_file or "",
+        tls=tls,
+        authentication=cast(AuthenticationMode, args.authentication),
+        authorization=cast(AuthorizationMode, args.authorization),
+        policy_file=args.policy_file or "",
+        allow_anonymous=args.allow_anonymous,
+        kube=KubeConfig(
+            host=host,
+            kubeconfig=args.kubeconfig or "",
+            context=args.kube_context or "",
+            in_cluster=args.kube_in_cluster,
+        ),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         service = config_from_args(args, "gateway")
         config = GatewayConfig(
             listen=args.listen,
-            token=args.token,
+            security=security_config(args),
             max_request_bytes=args.max_request_bytes,
             cluster=service.cluster,
             max_event_bytes=service.bus.max_event_bytes,
@@ -69,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ValueError as exc:
         parser.error(str(exc))  # exits 2
+
+    register(args.token)  # never in a log line (muster.bus.redact)
 
     async def body(bus: Bus, health: Health) -> None:
         await run_gateway(bus, health, config)

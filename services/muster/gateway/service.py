@@ -1,7 +1,11 @@
 """The gateway's gRPC server: Gateway.Submit, Visibility, Events.Watch and grpc.health.v1.
 
 `GatewayServer` wires the servicers to the bus (publish, replay, the visibility bucket), the
-bearer-token interceptor and the health service; `run_gateway` is the body `run_service` runs.
+authentication interceptor (`auth`), the authorizer (`permissions`), TLS and the health
+service; `run_gateway` is the body `run_service` runs. Every call is authorized: each object
+of a Submit (PERMISSION_DENIED names the permission, the object and the namespace), the
+namespaces a Watch shows, the queues a visibility answer lists. What a Submit publishes
+carries the caller as its `submitter`, so the binder writes into the cluster as them.
 
 Events.Watch follows new events unless the request sets `history_only` (or, deprecated, the
 call carries metadata `muster-follow: false`): then the stream ends at the last event stored
@@ -11,9 +15,11 @@ when the call started.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
-from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import Any, Final, NoReturn, Protocol
+from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
+from typing import Any, Final, NoReturn, Protocol, TypeVar, cast
 
 import grpc
 import grpc.aio
@@ -23,13 +29,34 @@ from grpc_health.v1._async import HealthServicer
 from nats.js.kv import KeyValue
 from opentelemetry import trace
 
+from muster.api import VALIDATIONS, FieldError, Validation
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
 from muster.bus.errors import BusError, Reject
 from muster.bus.subjects import DEFAULT_CLUSTER, check_cluster
 from muster.bus.tracing import continue_trace, trace_metadata
 from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
-from muster.gateway.auth import BearerTokenInterceptor
-from muster.gateway.submit import InvalidManifestError, envelopes, oversized, plan_submit
+from muster.gateway.auth import AuthInterceptor, current_caller
+from muster.gateway.auth_config import Security, SecurityConfig, open_security
+from muster.gateway.permissions import (
+    ALL_NAMESPACES,
+    Action,
+    Authorizer,
+    Caller,
+    Permission,
+    denial,
+    denials,
+    event_action,
+    submit_actions,
+    watch_action,
+)
+from muster.gateway.permissions_kube import AuthorizationUnavailableError
+from muster.gateway.submit import (
+    InvalidManifestError,
+    PlannedEvent,
+    envelopes,
+    oversized,
+    plan_submit,
+)
 from muster.gateway.visibility import (
     VISIBILITY_BUCKET,
     InvalidQueryError,
@@ -42,6 +69,7 @@ from muster.gateway.visibility import (
 from muster.gateway.watch import FOLLOW_METADATA, EventHistory, watch
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEFAULT_LISTEN: Final = "127.0.0.1:50051"
 DEFAULT_MAX_REQUEST_BYTES: Final = 4 * 1024 * 1024
@@ -57,19 +85,18 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     """The gateway's own settings (the common ones are in the bus's ServiceConfig)."""
 
     listen: str = DEFAULT_LISTEN  # HOST:PORT; port 0 picks a free one
-    token: str | None = None  # when set, every call but health needs `Bearer <token>`
+    security: SecurityConfig = SecurityConfig()  # none: loopback only, everyone an admin
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES  # larger requests: RESOURCE_EXHAUSTED
     cluster: str = DEFAULT_CLUSTER  # Submit's cluster when the request names none
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES  # the bus's limit on one envelope
     grace_s: float = 10.0  # how long unary calls in flight may take at shutdown
 
     def __post_init__(self) -> None:
-        split_listen(self.listen)
+        host, _ = split_listen(self.listen)
         check_cluster(self.cluster)
         if self.max_request_bytes < 1:
             raise ValueError(f"max request bytes must be >= 1, got {self.max_request_bytes}")
-        if self.token is not None and not self.token:
-            raise ValueError("token must not be empty")
+        self.security.check_listen(host)
 
 
 class GatewayBus(EventHistory, Protocol):
@@ -97,9 +124,10 @@ def split_listen(listen: str) -> tuple[str, int]:
 
 
 class GatewayServicer(services_pb2_grpc.GatewayServicer):
-    def __init__(self, bus: GatewayBus, config: GatewayConfig) -> None:
+    def __init__(self, bus: GatewayBus, config: GatewayConfig, authorizer: Authorizer) -> None:
         self._bus = bus
         self._config = config
+        self._authorizer = authorizer
 
     async def Submit(  # noqa: N802  # the RPC's name
         self, request: services_pb2.SubmitRequest, context: grpc.aio.ServicerContext
@@ -115,27 +143,64 @@ class GatewayServicer(services_pb2_grpc.GatewayServicer):
             kind=trace.SpanKind.SERVER,
             new_trace=True,
         ):
+            validation = request.validation or "strict"
+            if validation not in VALIDATIONS:
+                choices = ", ".join(VALIDATIONS)
+                problem = f"validation: must be one of {choices}, got {validation!r}"
+                await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, problem)
+            warnings: list[FieldError] = []
+            plan = functools.partial(
+                plan_submit,
+                request.manifest,
+                cluster=cluster,
+                submission=request.idempotency_key,
+                validation=cast(Validation, validation),
+                warnings=warnings,
+            )
             try:
                 if len(request.manifest) <= INLINE_MANIFEST_BYTES:  # a fraction of a millisecond
-                    planned = plan_submit(request.manifest, cluster=cluster)
+                    planned = plan()
                 else:  # parsing a large manifest takes a while: keep the loop serving meanwhile
-                    planned = await asyncio.to_thread(
-                        plan_submit, request.manifest, cluster=cluster
-                    )
+                    planned = await asyncio.to_thread(plan)
             except InvalidManifestError as exc:
-                await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "\n".join(exc.errors))
+                await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, exc.message)
+            except (ValueError, OverflowError, RecursionError) as exc:
+                # Planning reads nothing but the manifest: whatever it cannot take is the
+                # client's mistake (a number out of an int32's range, ...), never UNKNOWN.
+                message = f"manifest: {exc}"
+                await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, message)
+            caller = current_caller()
+            await self._authorize(caller, planned, cluster=cluster, context=context)
+            for p in planned:  # from the authenticated caller, never from the request
+                p.payload.submitter.CopyFrom(caller.submitter())
             envs = envelopes(planned, cluster=cluster)
             too_large = oversized(envs, max_event_bytes=self._config.max_event_bytes)
             if too_large:
                 await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "\n".join(too_large))
             await self._publish(envs, context)
-        log.debug("submitted %d objects to %s", len(planned), cluster)
+        log.debug("%s submitted %d objects to %s", caller.user, len(planned), cluster)
         return services_pb2.SubmitResponse(
             objects=[
                 services_pb2.SubmittedObject(kind=p.kind, key=p.key, event_id=p.event_id)
                 for p in planned
-            ]
+            ],
+            warnings=[str(w) for w in warnings],
         )
+
+    async def _authorize(
+        self,
+        caller: Caller,
+        planned: Sequence[PlannedEvent],
+        *,
+        cluster: str,
+        context: grpc.aio.ServicerContext,
+    ) -> None:
+        """PERMISSION_DENIED, one line per object `caller` may not submit, unless all may be."""
+        actions = submit_actions(planned, cluster=cluster, default_cluster=self._config.cluster)
+        denied = await _answer(denials(self._authorizer, caller, actions), context)
+        if denied:
+            log.info("%s was denied %d of %d objects", caller.user, len(denied), len(actions))
+            await _abort(context, grpc.StatusCode.PERMISSION_DENIED, "\n".join(denied))
 
     async def _publish(
         self, envs: Sequence[events_pb2.Envelope], context: grpc.aio.ServicerContext
@@ -151,26 +216,65 @@ class GatewayServicer(services_pb2_grpc.GatewayServicer):
 
 
 class VisibilityServicer(services_pb2_grpc.VisibilityServicer):
-    def __init__(self, store: VisibilityStore) -> None:
+    """Queue status and pending workloads, as far as the caller may read them.
+
+    As with Kueue's visibility API, ClusterQueues (their status, their pending workloads) are
+    for callers who may watch every namespace; a LocalQueue is for those who may watch its
+    namespace (or that LocalQueue). QueueStatus leaves out what the caller may not see.
+    """
+
+    def __init__(self, store: VisibilityStore, authorizer: Authorizer) -> None:
         self._store = store
+        self._authorizer = authorizer
 
     async def QueueStatus(  # noqa: N802  # the RPC's name
         self, request: services_pb2.QueueStatusRequest, context: grpc.aio.ServicerContext
     ) -> services_pb2.QueueStatusResponse:
+        caller = current_caller()
+        everything = await self._may(caller, watch_action(ALL_NAMESPACES), context)
+        if request.cluster_queue and not everything:
+            await _deny(context, caller, _cluster_queue_action(request.cluster_queue))
         try:
-            return await queue_status(self._store, cluster_queue=request.cluster_queue)
+            found = await queue_status(self._store, cluster_queue=request.cluster_queue)
         except UnknownQueueError as exc:
             await _abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
+        if everything:
+            return found
+        visible = [
+            lq
+            for lq in found.local_queues
+            if await self._may(caller, watch_action(lq.namespace, lq.name), context)
+        ]
+        return services_pb2.QueueStatusResponse(local_queues=visible)
 
     async def PendingWorkloads(  # noqa: N802  # the RPC's name
         self, request: services_pb2.PendingWorkloadsRequest, context: grpc.aio.ServicerContext
     ) -> services_pb2.PendingWorkloadsResponse:
+        caller = current_caller()
+        if request.cluster_queue:
+            action = _cluster_queue_action(request.cluster_queue)
+        else:
+            action = watch_action(request.namespace or "default", request.local_queue)
+        if (request.cluster_queue or request.local_queue) and not await self._may(
+            caller, action, context
+        ):
+            await _deny(context, caller, action)
         try:
             return await pending_workloads(self._store, request)
         except UnknownQueueError as exc:
             await _abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
         except InvalidQueryError as exc:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+
+    async def _may(self, caller: Caller, action: Action, context: grpc.aio.ServicerContext) -> bool:
+        return await _answer(self._authorizer.allowed(caller, action), context)
+
+
+def _cluster_queue_action(name: str) -> Action:
+    """Reading one ClusterQueue: what watching every namespace allows."""
+    return Action(
+        permission=Permission.WATCH, namespace=ALL_NAMESPACES, kind="ClusterQueue", name=name
+    )
 
 
 class _ShuttingDown:
@@ -186,10 +290,15 @@ class EventsServicer(services_pb2_grpc.EventsServicer):
 
     The reader task is what shutdown cancels; the RPC then ends with UNAVAILABLE and a message
     that says how to resume, instead of hanging until the server's grace period is over.
+
+    A watch of one namespace (or workload) needs `watch` there, else PERMISSION_DENIED; a
+    watch of all shows a caller who may not watch every namespace only the events of the
+    namespaces they may (asked per event: a revoked permission applies to a running watch).
     """
 
-    def __init__(self, history: EventHistory) -> None:
+    def __init__(self, history: EventHistory, authorizer: Authorizer) -> None:
         self._history = history
+        self._authorizer = authorizer
         self._readers: set[asyncio.Task[None]] = set()
 
     async def Watch(  # noqa: N802  # the RPC's name
@@ -198,9 +307,11 @@ class EventsServicer(services_pb2_grpc.EventsServicer):
         if _metadata_value(context.invocation_metadata(), FOLLOW_METADATA) == "false":
             # Deprecated: a client built before WatchRequest.history_only says it this way.
             request = _with_history_only(request)
+        caller = current_caller()
+        filtered = await self._needs_filter(caller, request, context)
         queue: asyncio.Queue[events_pb2.Envelope | BaseException | _ShuttingDown | None]
         queue = asyncio.Queue(maxsize=_WATCH_BUFFER)
-        reader = asyncio.create_task(self._read(request, queue))
+        reader = asyncio.create_task(self._read(request, queue, caller if filtered else None))
         self._readers.add(reader)
         try:
             while (item := await queue.get()) is not None:
@@ -213,13 +324,36 @@ class EventsServicer(services_pb2_grpc.EventsServicer):
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
 
+    async def _needs_filter(
+        self,
+        caller: Caller,
+        request: services_pb2.WatchRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> bool:
+        """Whether each event must be checked; PERMISSION_DENIED for a namespace the caller
+        may not watch (the request's own filter then keeps to that namespace)."""
+        namespace = request.namespace or request.workload.partition("/")[0]
+        if namespace:
+            action = watch_action(namespace, request.local_queue)
+            if not await _answer(self._authorizer.allowed(caller, action), context):
+                await _deny(context, caller, action)
+            return False
+        everything = watch_action(ALL_NAMESPACES)
+        return not await _answer(self._authorizer.allowed(caller, everything), context)
+
     async def _read(
         self,
         request: services_pb2.WatchRequest,
         queue: asyncio.Queue[events_pb2.Envelope | BaseException | _ShuttingDown | None],
+        caller: Caller | None,
     ) -> None:
+        """Put what the watch yields in `queue`; with `caller`, only what they may see."""
         try:
             async for env in watch(self._history, request):
+                if caller is not None and not await self._authorizer.allowed(
+                    caller, event_action(env)
+                ):
+                    continue
                 await queue.put(env)
             await queue.put(None)
         except asyncio.CancelledError:
@@ -253,7 +387,7 @@ async def _abort_watch(
         await _abort(context, grpc.StatusCode.UNAVAILABLE, message)
     if isinstance(reason, InvalidQueryError):
         await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(reason))
-    if isinstance(reason, BusError):
+    if isinstance(reason, BusError | AuthorizationUnavailableError):
         await _abort(context, grpc.StatusCode.UNAVAILABLE, f"reading events: {reason}")
     log.error("watch failed", exc_info=reason)
     await _abort(context, grpc.StatusCode.INTERNAL, f"reading events failed: {reason!r}")
@@ -268,46 +402,75 @@ class GatewayServer:
         self._bus = bus
         self.config = config
         self.health = health or HealthServicer()
-        self._events = EventsServicer(bus)
+        self._events: EventsServicer | None = None
         self._server: grpc.aio.Server | None = None
+        self._exits = contextlib.AsyncExitStack()
+        self.security: Security | None = None
         self.address = ""
 
     async def start(self) -> str:
-        """Listen, report SERVING for every service; return the address ("HOST:PORT")."""
+        """Listen, report SERVING for every service; return the address ("HOST:PORT").
+
+        Raises ValueError for a bad security file, ClusterError when a kube mode finds no
+        API server configuration, OSError when it cannot listen.
+        """
         store = KeyValueStore(await self._bus.kv(VISIBILITY_BUCKET))
-        interceptors = [BearerTokenInterceptor(self.config.token)] if self.config.token else []
+        try:
+            security = await self._exits.enter_async_context(open_security(self.config.security))
+            address = await self._serve(store, security)
+        except BaseException:
+            await self._exits.aclose()
+            raise
+        for name in ("", *SERVICE_NAMES):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self.security = security
+        self.address = address
+        return address
+
+    async def _serve(self, store: VisibilityStore, security: Security) -> str:
         server = grpc.aio.server(
-            interceptors=interceptors,
-            options=[("grpc.max_receive_message_length", self.config.max_request_bytes)],
+            interceptors=[AuthInterceptor(security.authentication)],
+            options=[
+                ("grpc.max_receive_message_length", self.config.max_request_bytes),
+                # BDP probing grows each stream's flow-control window to megabytes, which a
+                # refused call's unread body then fills: 128 unauthenticated 4 MiB calls cost
+                # 40 MiB kept after, against 2 MiB without (`muster bench gateway`).
+                ("grpc.http2.bdp_probe", 0),
+            ],
         )
+        authorizer = security.authorizer
+        self._events = EventsServicer(self._bus, authorizer)
         services_pb2_grpc.add_GatewayServicer_to_server(
-            GatewayServicer(self._bus, self.config), server
+            GatewayServicer(self._bus, self.config, authorizer), server
         )
-        services_pb2_grpc.add_VisibilityServicer_to_server(VisibilityServicer(store), server)
+        services_pb2_grpc.add_VisibilityServicer_to_server(
+            VisibilityServicer(store, authorizer), server
+        )
         services_pb2_grpc.add_EventsServicer_to_server(self._events, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         host, port = split_listen(self.config.listen)
         try:
-            bound = server.add_insecure_port(f"{host}:{port}")
+            if security.credentials is not None:
+                bound = server.add_secure_port(f"{host}:{port}", security.credentials)
+            else:
+                bound = server.add_insecure_port(f"{host}:{port}")
         except RuntimeError as exc:  # grpcio raises when it cannot bind
             raise OSError(f"cannot listen on {self.config.listen}: {exc}") from exc
         if bound == 0:
             raise OSError(f"cannot listen on {self.config.listen}")
         await server.start()
         self._server = server
-        for name in ("", *SERVICE_NAMES):
-            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        self.address = f"{host}:{bound}"
-        return self.address
+        return f"{host}:{bound}"
 
     async def stop(self) -> None:
         """Report NOT_SERVING, end the watches, let unary calls finish within the grace period."""
         await self.health.enter_graceful_shutdown()
-        if self._server is None:
-            return
-        self._events.end_watches()
-        await self._server.stop(grace=self.config.grace_s)
-        self._server = None
+        if self._server is not None:
+            if self._events is not None:
+                self._events.end_watches()
+            await self._server.stop(grace=self.config.grace_s)
+            self._server = None
+        await self._exits.aclose()
 
 
 async def run_gateway(bus: GatewayBus, health: HealthStatus, config: GatewayConfig) -> None:
@@ -321,6 +484,18 @@ async def run_gateway(bus: GatewayBus, health: HealthStatus, config: GatewayConf
         await asyncio.Event().wait()
     finally:
         await server.stop()
+
+
+async def _answer(question: Awaitable[T], context: grpc.aio.ServicerContext) -> T:
+    """The authorizer's answer; UNAVAILABLE when it cannot give one (the API server is away)."""
+    try:
+        return await question
+    except AuthorizationUnavailableError as exc:
+        await _abort(context, grpc.StatusCode.UNAVAILABLE, f"cannot check permissions now: {exc}")
+
+
+async def _deny(context: grpc.aio.ServicerContext, caller: Caller, action: Action) -> NoReturn:
+    await _abort(context, grpc.StatusCode.PERMISSION_DENIED, denial(caller, action))
 
 
 async def _abort(

@@ -3,8 +3,16 @@
 Configuration objects become `config.applied` (the document as written, as JSON); Workloads and
 Jobs become `workload.submitted` (the Kueue Workload, derived from the Job when needed); cluster
 objects (Nodes, Pods, scheduling.k8s.io Workloads, PodGroups) become `cmd.apply` for the
-cluster's binder, one command per object. Event ids are deterministic, so a retried Submit is
-deduplicated by JetStream. Used by `muster.gateway.service`; nothing here does I/O.
+cluster's binder, one command per object. Used by `muster.gateway.service`; nothing here does
+I/O.
+
+As the API server does on create, the `status` of what is submitted is dropped (a Node's
+excepted: its capacity is what the simulated cluster reads), so a Workload can never arrive
+already admitted; `generateName` is honoured. Event ids derive from the Submit's
+`submission` id (the request's idempotency key, else a fresh one per call): a Submit retried
+with the same key publishes the same ids, which JetStream drops as duplicates, and a later
+Submit of the same object, even with the same content, is never mistaken for one (a quota set
+4 → 0 → 4 ends at 4).
 """
 
 from __future__ import annotations
@@ -17,9 +25,16 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 import msgspec
-import yaml
 
-from muster.api import FieldError, decode_documents, quantities_to_strings, workload_to_kueue
+from muster.api import (
+    FieldError,
+    Validation,
+    decode_documents,
+    load_yaml,
+    quantities_to_strings,
+    with_generated_name,
+    workload_to_kueue,
+)
 from muster.api.model import (
     CLUSTER_TYPES,
     CONFIG_TYPES,
@@ -27,6 +42,7 @@ from muster.api.model import (
     ConfigObject,
     KueueConfig,
     ObjectMeta,
+    SchedulingPodGroup,
     SchedulingWorkload,
     Workload,
 )
@@ -38,18 +54,47 @@ from muster.contracts.v1 import events_pb2
 # Submit retried across a gateway upgrade.
 SUBMIT_ID_NAMESPACE: Final = uuid.uuid5(uuid.NAMESPACE_DNS, "gateway.muster.dev")
 SOURCE: Final = "gateway"
+MAX_IDEMPOTENCY_KEY: Final = 128  # characters; it is hashed, never used as a key itself
+_KEEPS_STATUS: Final = frozenset({"Node"})  # an admin's simulated node: status is its capacity
 
 _NOT_SUBMITTABLE: Final = (
     "Configuration: kind: is the scheduler's own configuration; it cannot be submitted"
 )
 
 
+# gRPC carries a status message in a trailer that clients refuse past 16 KiB, percent-encoded
+# (a newline or a non-ASCII byte costs 3): the message keeps its first problems within this.
+MAX_MESSAGE_BYTES: Final = 8 * 1024
+MAX_LINE_CHARS: Final = 300
+
+
 class InvalidManifestError(Exception):
-    """The manifest cannot be submitted; `errors` has one user-facing line per problem."""
+    """The manifest cannot be submitted; `errors` has one user-facing line per problem, and
+    `message` the first of them that fit a gRPC status, then how many more there are."""
 
     def __init__(self, errors: Sequence[str]) -> None:
         super().__init__("\n".join(errors))
         self.errors = tuple(errors)
+
+    @property
+    def message(self) -> str:
+        shown: list[str] = []
+        budget = MAX_MESSAGE_BYTES - 200  # room for the last line
+        for line in self.errors:
+            if len(line) > MAX_LINE_CHARS:
+                line = line[: MAX_LINE_CHARS - 3] + "..."
+            budget -= _encoded_size(line) + 3
+            if budget < 0:
+                rest = len(self.errors) - len(shown)
+                shown.append(f"... and {rest} more problems ({len(self.errors)} in all)")
+                break
+            shown.append(line)
+        return "\n".join(shown)
+
+
+def _encoded_size(text: str) -> int:
+    """Bytes of `text` in a grpc-message trailer (bytes outside printable ASCII, and %, cost 3)."""
+    return sum(3 if b < 0x20 or b > 0x7E or b == 0x25 else 1 for b in text.encode())
 
 
 class PlannedEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -64,32 +109,33 @@ class PlannedEvent(msgspec.Struct, frozen=True, kw_only=True):
     generation: int = 0
 
 
-# libyaml's parser when PyYAML was built with it (about 8x faster), else the pure-Python one.
-try:
-    from yaml import CSafeLoader as _SafeLoader
-except ImportError:  # PyYAML without libyaml
-    from yaml import SafeLoader as _SafeLoader  # type: ignore[assignment]
-
-
-class _ManifestLoader(_SafeLoader):
-    """SafeLoader that leaves timestamps as strings, as Kubernetes reads YAML (and muster.api)."""
-
-
-_ManifestLoader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-
-
-def plan_submit(manifest: str, *, cluster: str) -> list[PlannedEvent]:
+def plan_submit(
+    manifest: str,
+    *,
+    cluster: str,
+    submission: str = "",
+    validation: Validation = "strict",
+    warnings: list[FieldError] | None = None,
+) -> list[PlannedEvent]:
     """Return the events submitting `manifest` to `cluster` publishes, in document order.
 
+    `submission` identifies this Submit call (its idempotency key): the same key gives the same
+    event ids and generated names; "" draws a fresh one. `validation` is kubectl's: unknown
+    fields are refused ("strict"), reported in `warnings` ("warn") or dropped ("ignore").
     Raises InvalidManifestError, naming every problem, when any document is bad or cannot be
     submitted: then nothing may be published. `cluster` must be a valid cluster id.
     """
-    documents = _load(manifest)
+    if len(submission) > MAX_IDEMPOTENCY_KEY:
+        problem = f"must be at most {MAX_IDEMPOTENCY_KEY} characters, got {len(submission)}"
+        raise InvalidManifestError([f"idempotency_key: {problem}"])
+    submission = submission or uuid.uuid4().hex
+    documents = [
+        _as_created(doc, seed=f"{submission}/{i}") for i, doc in enumerate(_load(manifest))
+    ]
     skipped: list[str] = []
-    objects, errors = decode_documents(documents, skipped=skipped)
+    objects, errors = decode_documents(
+        documents, skipped=skipped, validation=validation, warnings=warnings, source="manifest"
+    )
     lines = [str(e) for e in errors]
     lines += [f"{note} (cannot be submitted)" for note in skipped]
     lines += [_NOT_SUBMITTABLE for obj in objects if isinstance(obj, KueueConfig)]
@@ -100,24 +146,53 @@ def plan_submit(manifest: str, *, cluster: str) -> list[PlannedEvent]:
     # With no problem, every object document decoded to exactly one object, in order.
     planned: list[PlannedEvent] = []
     problems: list[str] = []
-    for obj, raw in zip(objects, _flatten(documents), strict=True):
+    ids = _Ids(cluster=cluster, submission=submission)
+    raws = [doc for doc in documents if isinstance(doc, dict)]
+    for obj, raw in zip(objects, raws, strict=True):
         if isinstance(obj, Workload):
-            planned.append(_plan_workload(obj, cluster=cluster))
-        elif isinstance(obj, CLUSTER_TYPES):
-            found = _plan_cluster_object(obj, raw, cluster=cluster)
-            if isinstance(found, FieldError):
-                problems.append(str(found))
-            else:
-                planned.append(found)
+            planned.append(_plan_workload(obj, ids=ids))
+            continue
+        if isinstance(obj, CLUSTER_TYPES):
+            found = _plan_cluster_object(obj, raw, ids=ids)
         elif isinstance(obj, CONFIG_TYPES):
-            found = _plan_config(obj, raw, cluster=cluster)
-            if isinstance(found, FieldError):
-                problems.append(str(found))
-            else:
-                planned.append(found)
+            found = _plan_config(obj, raw, ids=ids)
+        else:
+            continue
+        if isinstance(found, FieldError):
+            problems.append(str(found))
+        else:
+            planned.append(found)
     if problems:
         raise InvalidManifestError(problems)
     return planned
+
+
+class _Ids(msgspec.Struct, frozen=True, kw_only=True):
+    """What every event id of one Submit derives from."""
+
+    cluster: str
+    submission: str
+
+    def of(self, *, event_type: str, kind: str, key: str, version: str, body: str) -> str:
+        return event_id(
+            cluster=self.cluster,
+            submission=self.submission,
+            event_type=event_type,
+            kind=kind,
+            key=key,
+            version=version,
+            body=body,
+        )
+
+
+def _as_created(doc: Any, *, seed: str) -> Any:
+    """`doc` as the API server would create it: without `status`, named when it asks for
+    `generateName` (from `seed`). Anything that is not an object is left to the decoder."""
+    if not isinstance(doc, dict):
+        return doc
+    if "status" in doc and not (isinstance(kind := doc.get("kind"), str) and kind in _KEEPS_STATUS):
+        doc = {k: v for k, v in doc.items() if k != "status"}
+    return with_generated_name(doc, seed=seed)
 
 
 def envelopes(
@@ -165,18 +240,28 @@ def _applied_name(env: events_pb2.Envelope) -> str:
     return ""
 
 
-def event_id(*, cluster: str, event_type: str, kind: str, key: str, version: str, body: str) -> str:
-    """The id of submitting object `kind`/`key` at `version` (uid/generation) with `body`.
+def event_id(
+    *,
+    cluster: str,
+    submission: str,
+    event_type: str,
+    kind: str,
+    key: str,
+    version: str,
+    body: str,
+) -> str:
+    """The id of submitting object `kind`/`key` at `version` (uid/generation) with `body`, in
+    the Submit call `submission`.
 
-    The same object submitted twice with the same content gets the same id; any change in
-    content, generation or uid gives a new one.
+    A retried call (same submission) gets the same id for the same content; another call, or
+    any change in content, generation or uid, gives a new one.
     """
     digest = hashlib.sha256(body.encode()).hexdigest()
-    name = f"{cluster}/{event_type}/{kind}/{key}/{version}/{digest}"
+    name = f"{cluster}/{submission}/{event_type}/{kind}/{key}/{version}/{digest}"
     return str(uuid.uuid5(SUBMIT_ID_NAMESPACE, name))
 
 
-def _plan_workload(wl: Workload, *, cluster: str) -> PlannedEvent:
+def _plan_workload(wl: Workload, *, ids: _Ids) -> PlannedEvent:
     manifest = workload_to_kueue(wl)
     body = _canonical_json(manifest)
     payload = events_pb2.WorkloadSubmitted(
@@ -202,13 +287,8 @@ def _plan_workload(wl: Workload, *, cluster: str) -> PlannedEvent:
     return PlannedEvent(
         kind="Workload",
         key=key,
-        event_id=event_id(
-            cluster=cluster,
-            event_type="workload.submitted",
-            kind="Workload",
-            key=key,
-            version=version,
-            body=body,
+        event_id=ids.of(
+            event_type="workload.submitted", kind="Workload", key=key, version=version, body=body
         ),
         payload_field="submitted",
         payload=payload,
@@ -227,9 +307,7 @@ def _controller(wl: Workload) -> events_pb2.OwnerRef | None:
     )
 
 
-def _plan_config(
-    obj: ConfigObject, raw: dict[str, Any], *, cluster: str
-) -> PlannedEvent | FieldError:
+def _plan_config(obj: ConfigObject, raw: dict[str, Any], *, ids: _Ids) -> PlannedEvent | FieldError:
     kind = type(obj).__name__
     meta = obj.meta
     key = f"{meta.namespace}/{meta.name}" if meta.namespace else meta.name
@@ -240,7 +318,7 @@ def _plan_config(
         return FieldError(f"{kind}/{key}", "(document)", f"cannot be written as JSON: {exc}")
     payload = events_pb2.ConfigApplied(kind=kind, name=key, manifest_json=manifest_json)
     return _planned_object(
-        kind, key, obj.meta, body, cluster=cluster, event_type="config.applied", payload=payload
+        kind, key, obj.meta, body, ids=ids, event_type="config.applied", payload=payload
     )
 
 
@@ -250,7 +328,7 @@ def _planned_object(
     meta: ObjectMeta,
     body: str,
     *,
-    cluster: str,
+    ids: _Ids,
     event_type: str,
     payload: events_pb2.ConfigApplied | events_pb2.ApplyRequested,
 ) -> PlannedEvent:
@@ -259,21 +337,14 @@ def _planned_object(
     return PlannedEvent(
         kind=kind,
         key=key,
-        event_id=event_id(
-            cluster=cluster,
-            event_type=event_type,
-            kind=kind,
-            key=key,
-            version=version,
-            body=body,
-        ),
+        event_id=ids.of(event_type=event_type, kind=kind, key=key, version=version, body=body),
         payload_field="config_applied" if event_type == "config.applied" else "apply_requested",
         payload=payload,
     )
 
 
 def _plan_cluster_object(
-    obj: ClusterObject, raw: dict[str, Any], *, cluster: str
+    obj: ClusterObject, raw: dict[str, Any], *, ids: _Ids
 ) -> PlannedEvent | FieldError:
     """A Node, Pod, scheduling.k8s.io Workload or PodGroup: `cmd.apply` to the cluster's binder,
     which writes it into the cluster as `kubectl apply` would (docs/services.md)."""
@@ -285,9 +356,7 @@ def _plan_cluster_object(
     except (TypeError, ValueError) as exc:
         return FieldError(f"{kind}/{key}", "(document)", f"cannot be written as JSON: {exc}")
     payload = events_pb2.ApplyRequested(manifests_json=[body])
-    return _planned_object(
-        kind, key, meta, body, cluster=cluster, event_type="cmd.apply", payload=payload
-    )
+    return _planned_object(kind, key, meta, body, ids=ids, event_type="cmd.apply", payload=payload)
 
 
 # How SubmitResponse names each cluster kind: the scheduling.k8s.io Workload is told apart
@@ -295,30 +364,29 @@ def _plan_cluster_object(
 CLUSTER_KINDS: Final[dict[type, str]] = {
     **{t: t.__name__ for t in CLUSTER_TYPES},
     SchedulingWorkload: "Workload.scheduling.k8s.io",
+    SchedulingPodGroup: "PodGroup.scheduling.k8s.io",
 }
 
 
-def _load(manifest: str) -> list[Any]:
-    try:
-        return list(yaml.load_all(manifest, Loader=_ManifestLoader))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "(yaml)"
-        problem = getattr(exc, "problem", None) or str(exc)
-        error = FieldError("manifest", where, f"invalid YAML: {problem}")
-        raise InvalidManifestError([str(error)]) from None
-    except RecursionError:
-        raise InvalidManifestError(["manifest: (yaml): nested too deeply"]) from None
+def _load(manifest: str) -> Iterator[Any]:
+    """The manifest's object documents, `kind: List` unpacked; raises InvalidManifestError."""
+    documents, problem = load_yaml(manifest, source="manifest")
+    if problem is not None:
+        raise InvalidManifestError([str(problem)])
+    return _flatten(documents)
 
 
-def _flatten(documents: list[Any]) -> Iterator[dict[str, Any]]:
-    """Yield the object documents in the order muster.api decodes them (Lists unpacked)."""
+def _flatten(documents: list[Any]) -> Iterator[Any]:
+    """Yield the documents in the order muster.api decodes them (Lists unpacked, empty left
+    out); what is not an object stays, for the decoder to name."""
     for doc in documents:
-        if not isinstance(doc, dict):
-            continue
-        if doc.get("kind") == "List" and isinstance(doc.get("items"), list):
+        if (
+            isinstance(doc, dict)
+            and doc.get("kind") == "List"
+            and isinstance(doc.get("items"), list)
+        ):
             yield from _flatten(doc["items"])
-        else:
+        elif doc is not None:
             yield doc
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 import yaml
 
+from muster.api import load_yaml
 from muster.bus.cancel import raise_if_cancelling
 from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
 
@@ -30,17 +31,26 @@ NOT_SUBMITTED = frozenset({"Node", "Configuration"})
 WORK_KINDS = frozenset({"Job", "Workload", "Pod", "PodGroup"})
 # How Gateway.Submit names a scheduling.k8s.io Workload (a Kueue Workload is "Workload").
 GANG_WORKLOAD_KIND = "Workload.scheduling.k8s.io"
+GANG_POD_GROUP_KIND = "PodGroup.scheduling.k8s.io"  # scheduler-plugins' is "PodGroup"
 
 
 CLUSTER_ANNOTATION = "muster.dev/cluster"  # on a Node: the cluster it belongs to
 LOST_AT = "muster.dev/lost-at-seconds"  # on a MultiKueueCluster: when its services stop
 
 
+def _documents(text: str) -> list[Any]:
+    """The scenario's documents, read with muster's bounded loader; ValueError names the line."""
+    documents, problem = load_yaml(text, source="scenario")
+    if problem is not None:
+        raise ValueError(str(problem))
+    return documents
+
+
 def multikueue_clusters(text: str) -> dict[str, float | None]:
     """The worker clusters the scenario declares (MultiKueueCluster names), each with the
     scenario time its services are stopped at (`muster.dev/lost-at-seconds`), if any."""
     found: dict[str, float | None] = {}
-    for doc in yaml.safe_load_all(text):
+    for doc in _documents(text):
         if not isinstance(doc, dict) or doc.get("kind") != "MultiKueueCluster":
             continue
         meta = doc.get("metadata") or {}
@@ -51,7 +61,7 @@ def multikueue_clusters(text: str) -> dict[str, float | None]:
 
 def kueue_configuration(text: str) -> str | None:
     """The scenario's Kueue `Configuration` document as YAML, if it has one."""
-    docs = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+    docs = [d for d in _documents(text) if isinstance(d, dict)]
     found = [d for d in docs if d.get("kind") == "Configuration"]
     return yaml.safe_dump(found[0]) if found else None
 
@@ -95,7 +105,7 @@ def split_scenario(
     Kueue's own `Configuration` is not among them: it is the admission service's
     `--kueue-config` (see `kueue_configuration`), not something clients submit.
     """
-    docs = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+    docs = [d for d in _documents(text) if isinstance(d, dict)]
     nodes = [d for d in docs if d.get("kind") == "Node"]
     config = [d for d in docs if d.get("kind") not in WORK_KINDS | NOT_SUBMITTED]
     work = [d for d in docs if d.get("kind") in WORK_KINDS]
@@ -187,8 +197,9 @@ class Driver:
                     if track.submitted_s is None:
                         track.submitted_s = self.now_s()
                     self._line(track, "submitted", f"to {track.queue}")
-                elif obj.kind in (GANG_WORKLOAD_KIND, "PodGroup"):
-                    # A PodGroup's gang is keyed by its name; a Workload's by name/group/replica.
+                elif obj.kind in (GANG_WORKLOAD_KIND, "PodGroup", GANG_POD_GROUP_KIND):
+                    # A PodGroup's gang is keyed by its name; a v1alpha1 Workload's by
+                    # name/group/replica (a later Workload's keys no gang: its PodGroups do).
                     prefix = obj.key + ("/" if obj.kind == GANG_WORKLOAD_KIND else "")
                     self.gang_sources[prefix] = self.now_s()
                     self.print_line(f"{self.now_s():7.1f}s  {obj.key:<36} {'submitted':<10} gang")

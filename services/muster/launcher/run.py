@@ -11,7 +11,10 @@ from typing import Any
 
 import grpc
 
+from muster.bus import Bus, BusConfig, connect
 from muster.bus.cancel import raise_if_cancelling
+from muster.bus.permissions import ADMIN, Deployment
+from muster.bus.setup import setup_nats
 from muster.cluster.sim.backend import SimBackend
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
 from muster.launcher.driver import (
@@ -58,14 +61,21 @@ async def run_live(
     loop = asyncio.get_running_loop()
     if main is not None:
         loop.add_signal_handler(signal.SIGTERM, main.cancel)
-    nats = None if nats_url is not None else NatsServer(log_dir / "jetstream")
+    # Our own server gets one NATS user per service; one given with --nats is used as it is.
+    everywhere = (cluster, *workers)
+    deployment = Deployment(clusters=everywhere, simulated=everywhere, admission_shards=shards)
+    nats = None
+    if nats_url is None:
+        nats = NatsServer(log_dir / "jetstream", deployment=deployment)
     stack: Stack | None = None
     backends: dict[str, SimBackend] = {}
     losses: list[asyncio.Task[None]] = []
+    admin: Bus | None = None
     try:
         if nats is not None:
             nats_url = await nats.start(log_path=log_dir / "nats-server.log")
         assert nats_url is not None
+        admin = await _prepare(nats_url, nats, deployment)
         stack = Stack(
             nats_url=nats_url,
             cluster=cluster,
@@ -78,6 +88,7 @@ async def run_live(
                 *("--routing-policy", routing_policy),
             ],
             workers=workers,
+            passwords=nats.passwords if nats is not None else None,
         )
         where = f" (started here, JetStream in {log_dir})" if nats else ""
         out(
@@ -88,7 +99,9 @@ async def run_live(
         await stack.start()
         out(f"  all services healthy; gateway on {stack.gateway_address}\n")
         for name in (cluster, *workers):
-            backends[name] = await SimBackend.connect(nats_url, cluster=name)
+            backends[name] = await SimBackend.open(
+                admin.js, cluster=name, publisher=admin.publisher
+            )
         # Ctrl-C during a connect: nats-py's waits may have swallowed it (Python 3.11).
         raise_if_cancelling()
         driver = Driver(
@@ -119,12 +132,29 @@ async def run_live(
         await asyncio.gather(*losses, return_exceptions=True)
         for backend in backends.values():
             await backend.close()
+        if admin is not None:
+            await admin.close()
         if stack is not None:
             await stack.stop()
         if nats is not None:
             await nats.stop()
             # The logs stay for the user to read; the JetStream data is only this run's state.
             shutil.rmtree(log_dir / "jetstream", ignore_errors=True)
+
+
+async def _prepare(url: str, nats: NatsServer | None, deployment: Deployment) -> Bus:
+    """Connect as the admin and create every stream and bucket the services will bind to (with
+    per-service users they may not create them); the launcher writes its nodes as the admin."""
+    config = BusConfig(url=url, name="muster-run")
+    if nats is not None:
+        config = BusConfig(url=url, name="muster-run", user=ADMIN, password=nats.admin_password)
+    bus = await connect(config)
+    try:
+        await setup_nats(bus.js, deployment=deployment)
+    except BaseException:
+        await bus.close()
+        raise
+    return bus
 
 
 def _kueue_config_args(text: str, log_dir: Path) -> list[str]:

@@ -19,6 +19,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from muster.bus.permissions import identity
 from muster.launcher.nats_server import LaunchError
 
 PER_CLUSTER = ("sim-cluster", "watcher", "binder", "gangpermit")  # in start order
@@ -34,6 +35,7 @@ class ServiceProcess:
     addresses: dict[str, str] = field(default_factory=dict)  # "health" / "gateway" -> host:port
     cluster: str = ""  # the cluster of a per-cluster service ("" for admission, ...)
     announced: asyncio.Event = field(default_factory=asyncio.Event)
+    env: dict[str, str] | None = None  # its environment (its NATS credentials), else ours
 
 
 def service_argv(name: str, *, nats_url: str, cluster: str, extra: Sequence[str] = ()) -> list[str]:
@@ -43,6 +45,21 @@ def service_argv(name: str, *, nats_url: str, cluster: str, extra: Sequence[str]
         *("--nats", nats_url, "--cluster", cluster, "--health-port", "0"),
         *extra,
     ]
+
+
+def _credentials(user: str, passwords: Mapping[str, str]) -> dict[str, str]:
+    """Our environment, with `user`'s NATS credentials instead of any we were given."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MUSTER_NATS_")}
+    return {**env, "MUSTER_NATS_USER": user, "MUSTER_NATS_PASSWORD": passwords[user]}
+
+
+def _environment(
+    credentials: dict[str, str] | None, extra: Mapping[str, str] | None
+) -> dict[str, str] | None:
+    """A service's environment: its credentials' (else ours), plus `extra`; None: ours."""
+    if not extra:
+        return credentials
+    return {**(credentials if credentials is not None else os.environ), **extra}
 
 
 class Stack:
@@ -60,17 +77,19 @@ class Stack:
         admission_args: Sequence[str] = (),
         only: Collection[str] | None = None,
         workers: Sequence[str] = (),
+        passwords: Mapping[str, str] | None = None,
         service_args: Mapping[str, Sequence[str]] | None = None,
         gateway_listen: str = "127.0.0.1:0",
         env: Mapping[str, str] | None = None,
     ):
         """`only`: start just these services (by name: "binder", "gangpermit", ...).
         `workers`: MultiKueue worker clusters, each with its own per-cluster services (labelled
-        `<service>-<cluster>`). `service_args`: more flags per service name. `gateway_listen`:
-        a fixed port keeps the gateway's address across its restarts. `env`: variables added
-        to every service's environment."""
+        `<service>-<cluster>`). `passwords`: NATS user → password; each service then connects
+        as its own user (muster.bus.permissions), told in its environment, not its argv.
+        `service_args`: more flags per service name. `gateway_listen`: a fixed port keeps the
+        gateway's address across its restarts. `env`: variables added to every service's
+        environment."""
         self.log_dir = log_dir
-        self.env = {**os.environ, **env} if env else None
         more = service_args or {}
         per_cluster = [
             (
@@ -107,6 +126,9 @@ class Stack:
                 argv=service_argv(name, nats_url=nats_url, cluster=c, extra=extra),
                 log_path=log_dir / f"{label}.log",
                 cluster=c if name in PER_CLUSTER else "",
+                env=_environment(
+                    None if passwords is None else _credentials(identity(name, c), passwords), env
+                ),
             )
             for label, name, extra, c in specs
             if only is None or name in only
@@ -134,10 +156,7 @@ class Stack:
 
     async def _spawn(self, svc: ServiceProcess) -> None:
         svc.process = await asyncio.create_subprocess_exec(
-            *svc.argv,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            env=self.env,
+            *svc.argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=svc.env
         )
         self._readers.append(asyncio.create_task(self._read(svc)))
 

@@ -70,6 +70,8 @@ def annotation_path(annotation: str) -> str:
 def parse_seconds(text: str) -> float:
     """A duration in seconds: a finite, non-negative decimal number such as "30" or "2.5"."""
     try:
+        if not text.isascii() or "_" in text:  # float() would read "١٢" as 12, "1_0" as 10
+            raise ValueError(text)
         value = float(text)
     except ValueError:
         raise ValueError(f"must be a number of seconds, got {text!r}") from None

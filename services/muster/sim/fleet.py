@@ -36,6 +36,7 @@ from muster.core.dispatch import (
 from muster.core.events import Event
 from muster.core.placement.sources import node_info
 from muster.sim.clusters import ClusterPlan, cluster_of
+from muster.sim.groups import GroupObject
 from muster.sim.placement import Placement, PlacementHost, PodState
 from muster.sim.scenario import ClusterArrival, Scenario
 from muster.sim.timeline import Action, SetCheck
@@ -226,6 +227,10 @@ class Fleet:
     def node_states(self) -> tuple[Node, ...]:
         nodes = [node for p in self.placements.values() for node in p.node_states()]
         return tuple(sorted(nodes, key=lambda node: node.meta.name))
+
+    def group_states(self) -> tuple[GroupObject, ...]:
+        groups = [group for p in self.placements.values() for group in p.group_states()]
+        return tuple(sorted(groups, key=lambda g: (type(g).__name__, g.key)))
 
 
 class ClusterHost:

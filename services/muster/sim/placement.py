@@ -17,11 +17,13 @@ import msgspec
 
 from muster.api.model import (
     Admission,
+    CompositePodGroup,
     Node,
     Pod,
     PodGroup,
     PriorityClass,
     ResourceFlavor,
+    SchedulingPodGroup,
     SchedulingWorkload,
     Workload,
     WorkloadKey,
@@ -40,6 +42,7 @@ from muster.core.placement.model import (
 )
 from muster.core.placement.scheduler import GangScheduler
 from muster.core.placement.sources import (
+    GroupIndex,
     gang_of_admitted,
     handled_by,
     membership,
@@ -47,6 +50,7 @@ from muster.core.placement.sources import (
     pod_info,
     priority_of,
 )
+from muster.sim.groups import GroupBook, GroupObject
 from muster.sim.scenario import ClusterArrival, Scenario
 from muster.sim.timeline import Action, PodFinish
 
@@ -123,7 +127,8 @@ class GangSource(msgspec.Struct, frozen=True, kw_only=True):
     run_s: float | None
 
 
-SourceKey = tuple[Literal["Workload", "PodGroup"], str]  # kind, "<namespace>/<name>"
+# kind, "<namespace>/<name>"
+SourceKey = tuple[Literal["Workload", "PodGroup", "PodGroup.scheduling.k8s.io"], str]
 
 
 class Placement:
@@ -143,6 +148,12 @@ class Placement:
         self.nodes: dict[str, Node] = {}
         self.workloads: dict[str, SchedulingWorkload] = {}  # keyed "<namespace>/<name>"
         self.pod_groups: dict[str, PodGroup] = {}
+        self.groups = GroupBook()  # scheduling.k8s.io PodGroups, CompositePodGroups
+        self.index = GroupIndex(
+            pod_groups=self.groups.pod_groups,
+            composites=self.groups.composites,
+            priority_classes=self.priority_classes,
+        )
         self.sources: dict[SourceKey, GangSource] = {}
         # Pods whose gang object has not arrived: they join again when it does.
         self.awaited: dict[SourceKey, list[str]] = {}
@@ -170,6 +181,14 @@ class Placement:
                 key = f"{obj.meta.namespace}/{obj.meta.name}"
                 self.pod_groups[key] = obj
                 self.source_arrived(("PodGroup", key), arrival, now_s=now_s)
+            case SchedulingPodGroup() | CompositePodGroup():
+                self.groups.arrived(obj)
+                if isinstance(obj, SchedulingPodGroup):
+                    source: SourceKey = ("PodGroup.scheduling.k8s.io", obj.key)
+                    if source not in self.sources:  # an update keeps when it was created
+                        run_s = arrival.script.run_s
+                        self.sources[source] = GangSource(arrived_s=now_s, run_s=run_s)
+                self.rejoin(obj.meta.namespace, now_s=now_s)
             case Pod():
                 self.add_pod(obj, run_s=arrival.script.run_s, now_s=now_s)
 
@@ -181,6 +200,19 @@ class Placement:
         for pod_key in self.awaited.pop(source_key, []):
             record = self.pods.get(pod_key)
             if record is not None and record.phase == "Pending":
+                self.join(record, now_s=now_s)
+
+    def rejoin(self, namespace: str, *, now_s: float) -> None:
+        """A PodGroup or CompositePodGroup of `namespace` arrived or changed: the pending pods
+        of its groups learn their gang (a spec, a tree, a new minCount)."""
+        for record in list(self.pods.values()):
+            pod = record.pod
+            if (
+                pod.scheduling_group
+                and pod.meta.namespace == namespace
+                and record.phase == "Pending"
+                and record.info is not None
+            ):
                 self.join(record, now_s=now_s)
 
     def add_pod(self, pod: Pod, *, run_s: float | None, now_s: float) -> None:
@@ -208,7 +240,10 @@ class Placement:
             pod_groups=self.pod_groups,
             admitted=self.admitted_specs,
             priority=priority,
+            groups=self.index,
         )
+        if found.priority is not None:  # a PodGroup's priority is its pods'
+            priority = found.priority
         source_key = source_of(pod)
         source = self.sources.get(source_key) if source_key is not None else None
         gang = found.gang
@@ -217,25 +252,32 @@ class Placement:
             self.members[old].pop(pod.key, None)
         if gang is not None:
             self.members.setdefault(gang, {})[pod.key] = None
-            if found.spec is not None and gang not in self.specs:
-                spec = found.spec
-                if source is not None:  # created when it arrived, on the simulation's clock
-                    spec = msgspec.structs.replace(spec, created_s=source.arrived_s)
-                self.specs[gang] = spec
-                self.scheduler.upsert_gang(spec)
+            if found.spec is not None:
+                self.register(gang, found.spec, source)
             elif source_key is not None and source is None:
                 self.awaited.setdefault(source_key, []).append(pod.key)
             if found.problem:
                 self.problems[gang] = found.problem
                 self.tell_waiting(gang, found.problem, now_s=now_s)
+            else:
+                self.problems.pop(gang, None)
         record.info = pod_info(
             pod,
             gang=gang,
             workload=found.workload,
             priority=priority,
             created_s=record.created_s,
+            tree_owner=found.tree_owner,
         )
         self.scheduler.upsert_pod(record.info)
+
+    def register(self, gang: GangKey, spec: GangSpec, source: GangSource | None) -> None:
+        """Tell the scheduler the gang's spec, created when its object arrived."""
+        if source is not None:  # created when it arrived, on the simulation's clock
+            spec = msgspec.structs.replace(spec, created_s=source.arrived_s)
+        if self.specs.get(gang) != spec:
+            self.specs[gang] = spec
+            self.scheduler.upsert_gang(spec)
 
     def admitted(
         self, wl: Workload, admission: Admission, *, run_s: float | None, now_s: float
@@ -246,7 +288,12 @@ class Placement:
         """
         priority = wl.priority or 0
         gang = gang_of_admitted(
-            wl, admission, flavors=self.flavors, priority=priority, created_s=now_s
+            wl,
+            admission,
+            flavors=self.flavors,
+            priority=priority,
+            created_s=now_s,
+            groups=self.index,
         )
         self.admitted_specs[wl.key] = gang.spec
         self.specs[gang.spec.key] = gang.spec
@@ -314,16 +361,21 @@ class Placement:
     def waiting(self, decision: GangWaiting, *, now_s: float) -> None:
         # A source that cannot take the gang says more than "waiting for its Workload".
         why = self.problems.get(decision.gang, decision.reason)
-        self.tell_waiting(decision.gang, why, now_s=now_s)
+        self.tell_waiting(decision.gang, why, now_s=now_s, groups=decision.groups)
 
-    def tell_waiting(self, unit: str, why: str, *, now_s: float) -> None:
-        """Report why a gang (or a pod on its own) waits, once per distinct reason."""
+    def tell_waiting(
+        self, unit: str, why: str, *, now_s: float, groups: tuple[GangKey, ...] = ()
+    ) -> None:
+        """Report why a gang (or a pod on its own, or a tree of the gangs `groups`) waits,
+        once per distinct reason."""
         if self.told.get(unit) == why:
             return
         self.told[unit] = why
         self.emit(EventType.GANG_WAITING, unit, UNSCHEDULABLE, why, now_s)
-        for record in self.pending_of(unit):
-            record.reason, record.message = UNSCHEDULABLE, why
+        for gang in groups or (unit,):
+            self.groups.waiting(gang, why)
+            for record in self.pending_of(gang):
+                record.reason, record.message = UNSCHEDULABLE, why
 
     def bind(self, decision: GangPermitted, *, now_s: float) -> None:
         """Bind every permitted pod at once; a Kueue workload's gang starts its run clock."""
@@ -334,6 +386,7 @@ class Placement:
         self.told.pop(decision.gang, None)
         if not decision.basic:
             self.emit(EventType.GANG_PERMITTED, decision.gang, "", summary, now_s)
+            self.groups.scheduled(decision.gang, summary)
         for binding in decision.bindings:
             record = self.pods[binding.pod]
             assert record.info is not None  # the scheduler permits only pods it was given
@@ -384,6 +437,9 @@ class Placement:
                 self.admission_ended(WorkloadKey(victim), finished=False, now_s=now_s)
         for pod_key in decision.pods:
             record = self.pods.get(pod_key)
+            info = record.info if record is not None else None
+            if info is not None and info.gang is not None and info.owner != info.key:
+                self.groups.disrupted(info.gang, message)  # evicted as a group, or a tree
             if record is not None and record.phase in ("Pending", "Running"):
                 self.scheduler.remove_pod(pod_key)
                 record.phase, record.ended_s = "Failed", now_s
@@ -412,6 +468,9 @@ class Placement:
     def node_states(self) -> tuple[Node, ...]:
         return tuple(self.nodes[name] for name in sorted(self.nodes))
 
+    def group_states(self) -> tuple[GroupObject, ...]:
+        return self.groups.states()
+
 
 def source_of(pod: Pod) -> SourceKey | None:
     """The gang object a pod names: its scheduling.k8s.io Workload, else its PodGroup."""
@@ -419,4 +478,8 @@ def source_of(pod: Pod) -> SourceKey | None:
     if pod.workload_ref is not None:
         return ("Workload", f"{namespace}/{pod.workload_ref.name}")
     group = pod.meta.labels.get(POD_GROUP_LABEL)
-    return ("PodGroup", f"{namespace}/{group}") if group else None
+    if group:
+        return ("PodGroup", f"{namespace}/{group}")
+    if pod.scheduling_group:
+        return ("PodGroup.scheduling.k8s.io", f"{namespace}/{pod.scheduling_group}")
+    return None

@@ -26,10 +26,11 @@ from muster.core.status import (
     PendingWorkload,
     QueueCondition,
 )
+from muster.sim.groups import group_entry
 from muster.sim.placement import PodState
 from muster.sim.runner import SimulationResult, WorkloadTiming
 
-CONTRACT_VERSION = "2.2"  # of the document below; bump with a note in docs/simulate-json.md
+CONTRACT_VERSION = "2.3"  # of the document below; bump with a note in docs/simulate-json.md
 OUTCOME_MESSAGE_WIDTH = 80
 # Kueue's prefix on flavor-assignment messages; the table keeps only the part after it.
 FLAVOR_MESSAGE_PREFIX = re.compile(r"^couldn't assign flavors to pod set [^:]*: ")
@@ -60,6 +61,7 @@ def to_document(result: SimulationResult) -> dict[str, Any]:
         ],
         "pods": [pod_entry(state) for state in result.pods],
         "nodes": [node_entry(node) for node in result.nodes],
+        "podGroups": [group_entry(group) for group in result.groups],
         "events": [event_entry(event) for event in result.events],
     }
     builtins: dict[str, Any] = msgspec.to_builtins(document)
@@ -194,6 +196,8 @@ def pod_entry(state: PodState) -> dict[str, Any]:
         spec["nodeSelector"] = dict(pod.node_selector)
     if pod.tolerations:
         spec["tolerations"] = [toleration_entry(t) for t in pod.tolerations]
+    if pod.scheduling_group:
+        spec["schedulingGroup"] = {"podGroupName": pod.scheduling_group}
     if pod.workload_ref is not None:
         ref = pod.workload_ref
         spec["workloadRef"] = {"name": ref.name, "podGroup": ref.pod_group}

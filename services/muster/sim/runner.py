@@ -30,6 +30,7 @@ from muster.core.routing import RoutingSettings, run_seconds_on
 from muster.core.status import ClusterQueueStatus, LocalQueueStatus, PendingWorkload
 from muster.sim.annotations import READY_AT_ONCE, WorkloadScript
 from muster.sim.fleet import Fleet
+from muster.sim.groups import GroupObject
 from muster.sim.placement import Placement, PodState
 from muster.sim.scenario import Arrival, Scenario, build_scenario
 from muster.sim.timeline import (
@@ -109,6 +110,8 @@ class SimulationResult(msgspec.Struct, frozen=True, kw_only=True):
     cluster_queue_specs: tuple[ClusterQueue, ...]  # for nominal quotas in reports
     pods: tuple[PodState, ...] = ()  # with nodes only: every pod that exists, sorted by key
     nodes: tuple[Node, ...] = ()  # with nodes only: every Node that arrived, sorted by name
+    # With nodes only: scheduling.k8s.io PodGroups and CompositePodGroups, with conditions.
+    groups: tuple[GroupObject, ...] = ()
     # With MultiKueue: the cluster each dispatched workload runs (or, finished, ran) in, and
     # what its MultiKueue checks say (the chosen cluster, or why none can take it yet).
     clusters: Mapping[WorkloadKey, str] = msgspec.field(default_factory=dict)
@@ -397,6 +400,7 @@ class Simulation:
             cluster_queue_specs=self.scenario.cluster_queues,
             pods=self.placement.pod_states() if self.placement is not None else (),
             nodes=self.placement.node_states() if self.placement is not None else (),
+            groups=self.placement.group_states() if self.placement is not None else (),
             clusters=dict(self.fleet.ran_on) if self.fleet is not None else {},
             check_messages=dict(self.fleet.messages) if self.fleet is not None else {},
             end_s=end_s,

@@ -16,7 +16,7 @@ from typing import TypeVar
 
 import msgspec
 
-from muster.api.decode import decode_files, decode_yaml, kueue_config_from_file
+from muster.api.decode import Validation, decode_files, decode_yaml, kueue_config_from_file
 from muster.api.errors import FieldError
 from muster.api.model import (
     CLUSTER_TYPES,
@@ -25,16 +25,18 @@ from muster.api.model import (
     ApiObject,
     ClusterObject,
     ClusterQueue,
+    CompositePodGroup,
     ConfigObject,
     KueueConfig,
     Node,
     ObjectMeta,
     Pod,
     PodGroup,
+    SchedulingPodGroup,
     SchedulingWorkload,
     Workload,
 )
-from muster.api.wellknown import CLUSTER_ANNOTATION
+from muster.api.wellknown import CLUSTER_ANNOTATION, GANG_TIMEOUT_ANNOTATION
 from muster.sim.annotations import (
     CHECK_RESULT,
     KNOWN_ON_NODES,
@@ -100,13 +102,18 @@ class ScenarioFileError(Exception):
 
 
 def load_scenario(
-    paths: Sequence[str | Path], *, config_path: str | Path | None = None
+    paths: Sequence[str | Path],
+    *,
+    config_path: str | Path | None = None,
+    validation: Validation = "strict",
+    warnings: list[FieldError] | None = None,
 ) -> Scenario:
     """Decode the scenario files (and the `--config` file), then build the scenario.
 
-    A Configuration from `config_path` replaces one found among `paths`.
+    A Configuration from `config_path` replaces one found among `paths`. `validation` says
+    what unknown fields do (kubectl's `--validate`); with "warn" they go to `warnings`.
     """
-    objects = decode_checked(paths)
+    objects = decode_checked(paths, validation=validation, warnings=warnings)
     config = None
     if config_path is not None:
         config = config_from_file(config_path)
@@ -121,13 +128,20 @@ def load_scenario_text(text: str, *, source: str) -> Scenario:
     return build_scenario(list(objects))
 
 
-def decode_checked(paths: Sequence[str | Path]) -> list[ApiObject]:
+def decode_checked(
+    paths: Sequence[str | Path],
+    *,
+    validation: Validation = "strict",
+    warnings: list[FieldError] | None = None,
+) -> list[ApiObject]:
     """Decode files with `muster.api`, raising `ScenarioFileError` or `InvalidScenarioError`."""
     for path in paths:
         if not Path(path).is_file():
             raise ScenarioFileError(f"{path}: no such file")
     try:
-        objects, errors = decode_files([Path(path) for path in paths])
+        objects, errors = decode_files(
+            [Path(path) for path in paths], validation=validation, warnings=warnings
+        )
     except OSError as exc:
         raise ScenarioFileError(f"{exc.filename}: {exc.strerror}") from exc
     if errors:
@@ -216,11 +230,22 @@ def timed_cluster_objects(
 
     def parse(obj: ClusterObject) -> WorkloadScript:
         known = KNOWN_ON_NODES if isinstance(obj, Node) else KNOWN_ON_PODS
-        # muster.dev/cluster (which cluster it is in) is read by plan_clusters, not scripted.
-        scripted = {k: v for k, v in obj.meta.annotations.items() if k != CLUSTER_ANNOTATION}
+        # muster.dev/cluster (which cluster it is in) is read by plan_clusters, and the gang
+        # deadline of a PodGroup by muster.api, not scripted.
+        skipped: tuple[str, ...] = (CLUSTER_ANNOTATION,)
+        if isinstance(obj, SchedulingPodGroup | CompositePodGroup):
+            skipped += (GANG_TIMEOUT_ANNOTATION,)
+        scripted = {k: v for k, v in obj.meta.annotations.items() if k not in skipped}
         return parse_workload_script(scripted, known=known)
 
-    timed = in_arrival_order(objects, errors, name_of=cluster_object_name, parse=parse)
+    timed = in_arrival_order(
+        objects,
+        errors,
+        name_of=cluster_object_name,
+        parse=parse,
+        # A PodGroup written again is an update (its minCount may change, Kubernetes v1.37).
+        repeatable=lambda obj: isinstance(obj, SchedulingPodGroup),
+    )
     return tuple(
         ClusterArrival(at_s=script.submit_after_s, rank=rank, obj=obj, script=script)
         for rank, obj, script in timed
@@ -233,6 +258,7 @@ def in_arrival_order(
     *,
     name_of: Callable[[_Timed], str],
     parse: Callable[[_Timed], WorkloadScript],
+    repeatable: Callable[[_Timed], bool] = lambda _: False,
 ) -> list[tuple[int, _Timed, WorkloadScript]]:
     """(rank, object, script) sorted by (submit-after, rank); rank is the order of arrival.
 
@@ -244,7 +270,7 @@ def in_arrival_order(
     seen: set[str] = set()
     for position, obj in enumerate(objects):
         name = name_of(obj)
-        if name in seen:
+        if name in seen and not repeatable(obj):
             errors.append(FieldError(obj=name, path="metadata.name", problem="duplicate"))
             continue
         seen.add(name)
@@ -290,6 +316,8 @@ CLUSTER_KINDS: Mapping[type, str] = {
     Pod: "Pod",
     SchedulingWorkload: "Workload.scheduling.k8s.io",
     PodGroup: "PodGroup",
+    SchedulingPodGroup: "PodGroup.scheduling.k8s.io",
+    CompositePodGroup: "CompositePodGroup",
 }
 
 

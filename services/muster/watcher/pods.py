@@ -98,7 +98,8 @@ def pod_state_of_view(pod: PodView) -> PodState | None:
 
 def pod_state(obj: Mapping[str, Any]) -> PodState | None:
     """The PodState of Kubernetes-shaped pod `obj`, or None when it belongs to no workload or
-    gang (`report_key`: its Workload API pod group, PodGroup, or Kueue workload)."""
+    gang (`report_key`: its Workload API pod group, PodGroup, Kueue workload or
+    scheduling.k8s.io PodGroup)."""
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
     namespace = meta.get("namespace") or "default"
@@ -113,7 +114,9 @@ def pod_state(obj: Mapping[str, Any]) -> PodState | None:
         if isinstance(ref, dict)
         else None
     )
-    workload = report_key(namespace, labels, workload_ref)
+    group = spec.get("schedulingGroup")
+    scheduling_group = group.get("podGroupName", "") if isinstance(group, dict) else ""
+    workload = report_key(namespace, labels, workload_ref, scheduling_group=str(scheduling_group))
     if not workload:
         return None
     status = obj.get("status") or {}

@@ -28,12 +28,15 @@ from muster.bus.errors import Retry
 from muster.bus.poison import Quarantine
 from muster.cluster.backend import ClusterBackend, ClusterChange
 from muster.cluster.errors import ClusterError
+from muster.cluster.sim.keys import SCHEDULING_POD_GROUP_KIND
 from muster.watcher.handlers import Handler, KueueWorkloads, WatcherContext, handler_for
 from muster.watcher.outbox import Outbox
 from muster.watcher.pods import Sent, pod_state_of_view
-from muster.watcher.status import StatusSink, write_statuses
+from muster.watcher.status import GroupStatuses, StatusSink, write_statuses
 
 log = logging.getLogger(__name__)
+
+GROUP_KINDS = frozenset({SCHEDULING_POD_GROUP_KIND, "CompositePodGroup"})
 
 WATCHER_BUCKET = "MUSTER_WATCHER"
 BATCH_MAX = 256  # changes handled before their events are published and remembered
@@ -150,16 +153,21 @@ async def run_watcher(
 ) -> None:
     """Publish what the cluster's changes mean, until cancelled. With `kueue` (Kubernetes),
     queued Jobs get their Kueue Workloads and a task writes the Kueue objects' statuses."""
+    groups = GroupStatuses(kueue) if kueue is not None else None
     async with asyncio.TaskGroup() as tasks:
         if kueue is not None:
             tasks.create_task(
                 write_statuses(
-                    bus, kueue, cluster=config.cluster, kueue_version=config.kueue_version
+                    bus,
+                    kueue,
+                    cluster=config.cluster,
+                    kueue_version=config.kueue_version,
+                    groups=groups,
                 ),
                 name="watcher-status",
             )
         tasks.create_task(
-            _watch(bus, health, backend=backend, config=config, workloads=kueue),
+            _watch(bus, health, backend=backend, config=config, workloads=kueue, groups=groups),
             name="watcher-watch",
         )
 
@@ -171,6 +179,7 @@ async def _watch(
     backend: ClusterBackend,
     config: WatcherConfig,
     workloads: KueueWorkloads | None,
+    groups: GroupStatuses | None = None,
 ) -> None:
     kv = await bus.kv(WATCHER_BUCKET)
     put = bus_put(bus, WATCHER_BUCKET)
@@ -194,6 +203,8 @@ async def _watch(
     try:
         async for batch in changes:
             for change in batch:
+                if groups is not None and change.kind in GROUP_KINDS:
+                    groups.seen(change)  # its conditions may now be written
                 handler = handler_for(change)
                 if handler is not None:
                     await _handle_until_done(handler, change, ctx, poison)

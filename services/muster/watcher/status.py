@@ -1,5 +1,6 @@
 """The watcher's status task (Kubernetes only): keeps the status of the cluster's Kueue
-Workloads, ClusterQueues and LocalQueues what muster decided.
+Workloads, ClusterQueues and LocalQueues, and the conditions of its scheduling.k8s.io
+PodGroups (`group_status`), what muster decided.
 
 It follows the cluster's workload events, admission's `queue.status` and the config events
 (which queues exist here), folds them into a `StatusBook`, and desires each changed status
@@ -16,7 +17,11 @@ from typing import Any, Protocol
 
 from muster.bus.connection import Bus
 from muster.bus.subjects import config_subject, queue_subject, workload_subject
+from muster.cluster.backend import ClusterChange
 from muster.cluster.kube.resources import ObjectRef
+from muster.cluster.sim.keys import SCHEDULING_POD_GROUP_KIND
+from muster.contracts.v1 import events_pb2 as pb
+from muster.watcher.group_status import GANG_EVENTS, GroupStatusBook
 from muster.watcher.kueue_status import WORKLOAD_EVENTS, StatusBook
 
 log = logging.getLogger(__name__)
@@ -27,12 +32,48 @@ class StatusSink(Protocol):
 
 
 def status_subjects(cluster: str) -> list[str]:
-    """The subjects whose events change the statuses of `cluster`'s Kueue objects."""
+    """The subjects whose events change the statuses of `cluster`'s Kueue objects and
+    scheduling.k8s.io PodGroups."""
     return [
-        *(workload_subject(cluster, e) for e in WORKLOAD_EVENTS),
+        *(workload_subject(cluster, e) for e in (*WORKLOAD_EVENTS, *GANG_EVENTS)),
         queue_subject(cluster),
         config_subject(cluster, ">"),
     ]
+
+
+class GroupStatuses:
+    """The PodGroup conditions of one cluster: folded from gang events (`apply`), desired once
+    the cluster watch has shown the PodGroup (`seen`)."""
+
+    def __init__(self, sink: StatusSink) -> None:
+        self.sink = sink
+        self.book = GroupStatusBook()
+
+    def seen(self, change: ClusterChange) -> None:
+        """A PodGroup or CompositePodGroup as the cluster watch shows it."""
+        meta = change.obj.get("metadata") or {}
+        namespace = meta.get("namespace", "")
+        key = f"{namespace}/{meta.get('name', '')}"
+        if change.type == "DELETED":
+            self.book.forget(key)
+            return
+        name = (change.obj.get("spec") or {}).get("parentCompositePodGroupName") or ""
+        parent = f"{namespace}/{name}" if name else ""
+        if change.kind != SCHEDULING_POD_GROUP_KIND:  # a CompositePodGroup: a link only
+            self.book.learn_parent(key, parent)
+            return
+        ref = self.book.learn(key, str(change.obj.get("apiVersion", "")), parent=parent)
+        if ref is not None:
+            self._desire([ref])
+
+    def apply(self, env: pb.Envelope) -> None:
+        self._desire(self.book.apply(env))
+
+    def _desire(self, refs: list[ObjectRef]) -> None:
+        for ref in refs:
+            status = self.book.status_of(f"{ref.namespace}/{ref.name}")
+            if status is not None:
+                self.sink.desire(ref, status)
 
 
 def _desire(book: StatusBook, sink: StatusSink, refs: list[ObjectRef]) -> None:
@@ -42,17 +83,30 @@ def _desire(book: StatusBook, sink: StatusSink, refs: list[ObjectRef]) -> None:
             sink.desire(ref, status)
 
 
-async def write_statuses(bus: Bus, sink: StatusSink, *, cluster: str, kueue_version: str) -> None:
-    """Desire the status of every Kueue object of `cluster` as events change it, until
-    cancelled."""
+async def write_statuses(
+    bus: Bus,
+    sink: StatusSink,
+    *,
+    cluster: str,
+    kueue_version: str,
+    groups: GroupStatuses | None = None,
+) -> None:
+    """Desire the status of every Kueue object of `cluster` (and, with `groups`, of its
+    PodGroups) as events change it, until cancelled."""
     book = StatusBook(kueue_version=kueue_version)
     subjects = status_subjects(cluster)
     last = await bus.last_sequence()
     if last:
         async for env in bus.replay(subjects, until_sequence=last):
             book.apply(env)
+            if groups is not None:
+                groups.book.apply(env)
     refs = list(book.refs())
     _desire(book, sink, refs)
+    if groups is not None:
+        groups._desire(list(groups.book.refs()))
     log.info("status of %d Kueue objects of cluster %s desired after replay", len(refs), cluster)
     async for env in bus.replay(subjects, from_sequence=last + 1, follow=True):
         _desire(book, sink, sorted(book.apply(env), key=str))
+        if groups is not None:
+            groups.apply(env)

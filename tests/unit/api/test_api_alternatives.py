@@ -85,7 +85,8 @@ spec: {queueName: gpu, podSets: [{name: main, count: 1, template: {spec: {contai
     [
         pytest.param(
             "[queueName: cpu",
-            f"Job/ml/sd-light: {ANNOTATION}: invalid YAML at line 2: expected ',' or ']'",
+            f"Job/ml/sd-light: {ANNOTATION}: invalid YAML at line 2: "
+            "did not find expected ',' or ']'",
             id="bad-yaml",
         ),
         pytest.param(

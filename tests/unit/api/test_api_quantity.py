@@ -30,14 +30,15 @@ GI = 2**30
         ("1G", 10**12),
         ("1T", 10**15),
         ("1P", 10**18),
-        ("1E", 10**21),
+        ("0.004E", 4 * 10**18),
         ("1Ki", 1024 * 1000),
         ("1Mi", 2**20 * 1000),
         ("10Gi", 10 * GI * 1000),
         ("1.5Gi", 3 * 2**29 * 1000),
         ("1Ti", 2**40 * 1000),
         ("1Pi", 2**50 * 1000),
-        ("1Ei", 2**60 * 1000),
+        ("0.0078125Ei", 2**53 * 1000),
+        ("9223372036854775807m", 2**63 - 1),  # the largest: Kubernetes' int64 milli-value
         ("1e3", 1_000_000),
         ("1E3", 1_000_000),
         ("5e-1", 500),
@@ -66,12 +67,32 @@ def test_parses_kubernetes_quantity_to_exact_milli_units(
         ("1ki", 'expected a quantity such as 500m, 2, 1.5, 10Gi or 1e3, got "1ki"'),
         (True, "expected a quantity such as 500m, 2, 1.5, 10Gi or 1e3, got true"),
         (float("nan"), "expected a quantity such as 500m, 2, 1.5, 10Gi or 1e3, got nan"),
+        # Digits are ASCII only: Arabic-Indic twelve is not 12.
+        ("١٢", "expected a quantity such as 500m, 2, 1.5, 10Gi or 1e3, got '\\u0661\\u0662'"),
+        (
+            "1" * 65,
+            "expected a quantity such as 500m, 2, 1.5, 10Gi or 1e3, got 65 characters (at most 64)",
+        ),
     ],
 )
 def test_rejects_junk_with_the_users_message(value: str | float, problem: str) -> None:
     with pytest.raises(QuantityError) as raised:
         parse_quantity(value)
     assert str(raised.value) == problem
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["1e30", "9223372036854775808m", "1E", "1Ei", "-1e19", 10**30, 1e300, "1" * 64],
+)
+def test_refuses_a_magnitude_beyond_int64_milli_units(value: str | int | float) -> None:
+    with pytest.raises(QuantityError) as raised:
+        parse_quantity(value)
+
+    assert str(raised.value).startswith(
+        "must be at most 9223372036854775807m in magnitude (Kubernetes reads quantities as"
+        " 64-bit milli-units), got "
+    )
 
 
 def test_keeps_fractional_value_exact() -> None:

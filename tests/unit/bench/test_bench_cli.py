@@ -114,6 +114,18 @@ def test_e2e_rows_tell_mode_shards_and_workloads_per_call(
     assert all(r["cpu_ms_per_workload"]["admission"] > 0 for r in rows)
 
 
+def test_gateway_rows_tell_what_refused_calls_cost(capsys: pytest.CaptureFixture[str]) -> None:
+    bench.main(["gateway", "--scale", "0.05", "-o", "json"])
+
+    rows = json_rows(capsys.readouterr().out)
+    assert [(r["case"], r["calls"], r["request_mib"], r["answered"]) for r in rows] == [
+        ("no credentials", 6, 4.0, "UNAUTHENTICATED"),
+        ("unknown bearer token", 6, 4.0, "UNAUTHENTICATED"),
+        ("no credentials, again", 6, 4.0, "UNAUTHENTICATED"),
+    ]
+    assert all(r["baseline_mib"] > 0 for r in rows)
+
+
 def test_options_after_the_section_win_over_those_before(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -171,3 +183,23 @@ def test_rejects_an_unknown_configuration(capsys: pytest.CaptureFixture[str]) ->
 
     assert exit_info.value.code == 2
     assert "invalid choice: 'huge'" in capsys.readouterr().err
+
+
+def test_decode_rows_tell_the_size_and_objects_of_each_case(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status = muster(["bench", "decode", "--scale", TINY, "-o", "json"])
+
+    rows = json_rows(capsys.readouterr().out)
+    assert status == 0
+    assert [r["case"] for r in rows] == ["yaml 0.001 MiB", "yaml 0.01 MiB", "submit plan 1"]
+    assert [r["objects"] for r in rows] == [4, 36, 1]
+    assert all(r["bytes"] > 0 and r["mib_per_s"] > 0 and r["objects_per_s"] > 0 for r in rows)
+
+
+def test_decode_table_names_the_target(capsys: pytest.CaptureFixture[str]) -> None:
+    bench.main(["decode", "--scale", TINY])
+
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].split() == ["case", "objects", "bytes", "wall", "s", "MiB/s", "objects/s"]
+    assert lines[-1].startswith("target >= 10 MiB/s decoding YAML: ")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -101,3 +102,24 @@ def test_threshold_moves_the_light_jobs_the_study_moved(
 @pytest.mark.parametrize("arrivals", ["uniform", "burst"])
 def test_the_documented_example_is_the_study_scenario(arrivals: str) -> None:
     assert (EXAMPLES / f"{arrivals}.yaml").read_text() == scenario_yaml("study", arrivals)
+
+
+def test_without_matplotlib_charts_asked_for_fail_with_how_to_install(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as in the service image
+    with pytest.raises(SystemExit) as exited:
+        muster(["bench", "light-gpu", "--scale", TINY, "--charts", str(tmp_path)])
+    assert exited.value.code == 2
+    assert "pip install 'muster[bench]'" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_without_matplotlib_the_default_run_prints_its_table_without_charts(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert muster(["bench", "light-gpu", "--scale", TINY, "-o", "json"]) == 0
+    out = capsys.readouterr()
+    assert "no charts: matplotlib is not installed" in out.err
+    assert all(row["chart"] == "" for row in json_rows(out.out))

@@ -15,6 +15,7 @@ TINY = "0.001"  # 5 nodes, 1 pod placed before, 10 pods, 1 / 2 / 3 gangs
 ROW_FIELDS = {
     "section",
     "case",
+    "api",
     "mode",
     "scoring",
     "scale",
@@ -51,13 +52,23 @@ def test_prints_one_json_row_per_case_and_mode_with_its_size(
         ("gangs", "streamed", 5, 6, 2),
         ("gangs", "batched", 5, 9, 3),
         ("gangs", "streamed", 5, 9, 3),
+        # today's gang API beside v1.35's: gangs of 8, a big gang in racks, a tree of gangs
+        ("podgroups of 8", "batched", 5, 8, 1),
+        ("podgroups of 8", "batched", 5, 8, 1),
+        ("podgroups of 8", "streamed", 5, 8, 1),
+        ("podgroups of 8", "streamed", 5, 8, 1),
+        ("podgroup of 1000, racks", "batched", 5, 1, 1),
+        ("podgroup of 1000, racks", "batched", 5, 1, 1),
+        ("tree 16x8", "batched", 5, 8, 1),
+        ("tree 16x8", "batched", 5, 8, 1),
     ]
+    assert [r["api"] for r in rows] == [""] * 8 + ["v1beta1", "v1alpha1"] * 4
     assert all(r["permitted"] == r["pods"] for r in rows)  # the cluster has room for all
     assert [r["passes"] for r in rows[:2]] == [1, 10]
-    assert [r["placed_before"] for r in rows] == [1, 1, 0, 0, 0, 0, 0, 0]
+    assert [r["placed_before"] for r in rows] == [1, 1] + [0] * 14
     assert all(r["scoring"] == "binpack" and r["scale"] == 0.001 for r in rows)
     assert all(r["pods_per_s"] > 0 for r in rows)
-    assert [r["ms_per_gang"] is None for r in rows] == [True, True] + [False] * 6
+    assert [r["ms_per_gang"] is None for r in rows] == [True, True] + [False] * 14
 
 
 def test_scoring_option_reaches_the_scheduler(capsys: pytest.CaptureFixture[str]) -> None:
@@ -77,6 +88,7 @@ def test_table_has_a_header_a_line_per_row_and_the_targets(
     assert lines[0] == "placement"
     assert lines[2].split() == [
         "CASE",
+        "API",
         "MODE",
         "NODES",
         "PLACED",
@@ -87,12 +99,14 @@ def test_table_has_a_header_a_line_per_row_and_the_targets(
         "PODS/s",
         "MS/GANG",
     ]
-    assert [line.split()[:2] for line in lines[3:11]] == [
-        ["pods", "batched"],
-        ["pods", "streamed"],
-        *[["gangs", mode] for _ in range(3) for mode in ("batched", "streamed")],
+    assert [line.split()[:3] for line in lines[3:11]] == [
+        ["pods", "-", "batched"],
+        ["pods", "-", "streamed"],
+        *[["gangs", "-", mode] for _ in range(3) for mode in ("batched", "streamed")],
     ]
-    notes = "\n".join(lines[11:])
+    notes = "\n".join(lines[19:])
+    assert "podgroups of 8 v1beta1 streamed: <= 1 ms per gang:" in notes
+    assert "tree 16x8 v1beta1 batched: <= 20 ms per decision:" in notes
     assert "pods streamed: >= 1500 pods/s:" in notes
     assert "gangs batched (3 gangs): <= 3 ms per gang:" in notes
     assert "(counts scaled with --scale; the targets are for scale 1)" in notes

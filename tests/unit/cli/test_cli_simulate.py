@@ -69,7 +69,7 @@ def simulate(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int
     return status, out, err
 
 
-def test_json_is_one_object_with_the_six_keys(
+def test_json_is_one_object_with_the_seven_keys(
     scenario: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     status, out, err = simulate(capsys, scenario, "-o", "json")
@@ -77,9 +77,9 @@ def test_json_is_one_object_with_the_six_keys(
     assert (status, err) == (0, "")
     document = json.loads(out)
     assert sorted(document) == [
-        *("clusterQueues", "events", "localQueues", "nodes", "pods", "workloads")
+        *("clusterQueues", "events", "localQueues", "nodes", "podGroups", "pods", "workloads")
     ]
-    assert (document["pods"], document["nodes"]) == ([], [])
+    assert (document["pods"], document["nodes"], document["podGroups"]) == ([], [], [])
     assert [cq["name"] for cq in document["clusterQueues"]] == ["main"]
     assert sorted(document["clusterQueues"][0]["status"]) == [
         "admittedWorkloads",

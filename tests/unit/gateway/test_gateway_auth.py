@@ -1,137 +1,113 @@
-"""The bearer-token check and the interceptor that applies it to every RPC but health."""
+"""The pure parts of authentication: bearer tokens in metadata, certificate subjects, the
+tokens file."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import grpc
 import pytest
 
-from muster.gateway.auth import (
-    UNAUTHENTICATED_MESSAGE,
-    BearerTokenInterceptor,
-    is_authorized,
-    needs_token,
-)
-
-
-class Details(grpc.HandlerCallDetails):
-    def __init__(self, method: str, metadata: tuple[tuple[str, str], ...]) -> None:
-        self.method = method
-        self.invocation_metadata = metadata
-
-
-class AbortedError(Exception):
-    pass
-
-
-class Context:
-    """The part of grpc.aio.ServicerContext a refusing handler uses."""
-
-    def __init__(self) -> None:
-        self.code: grpc.StatusCode | None = None
-        self.details = ""
-
-    async def abort(self, code: grpc.StatusCode, details: str) -> None:
-        self.code, self.details = code, details
-        raise AbortedError
-
-
-async def answer(request: Any, context: Any) -> str:
-    return "answered"
-
-
-async def stream(request: Any, context: Any) -> Any:
-    yield "streamed"
-
-
-async def run(behaviour: Any, context: Context, *, streaming: bool) -> None:
-    if streaming:
-        async for _ in behaviour(None, context):
-            pass
-    else:
-        await behaviour(None, context)
+from muster.gateway.auth import bearer_token
+from muster.gateway.auth_certs import split_subject, subject_caller
+from muster.gateway.auth_tokens import LegacyToken, parse_tokens, token_hash
+from muster.gateway.permissions import Caller, PolicyError
+from muster.gateway.reloading import FileError
 
 
 @pytest.mark.parametrize(
     ("metadata", "expected"),
     [
-        pytest.param([("authorization", "Bearer s3cret")], True, id="right"),
-        pytest.param([("Authorization", b"Bearer s3cret")], True, id="bytes, any case"),
-        pytest.param([("x", "y"), ("authorization", "Bearer s3cret")], True, id="among others"),
-        pytest.param([("authorization", "Bearer wrong")], False, id="wrong token"),
-        pytest.param([("authorization", "s3cret")], False, id="no Bearer"),
-        pytest.param([("authorization", "Basic s3cret")], False, id="other scheme"),
-        pytest.param([], False, id="none"),
-        pytest.param(None, False, id="no metadata"),
+        pytest.param([("authorization", "Bearer s3cret")], "s3cret", id="bearer"),
+        pytest.param([("Authorization", b"bearer s3cret")], "s3cret", id="bytes, any case"),
+        pytest.param([("x", "y"), ("authorization", "Bearer a b")], "a b", id="among others"),
+        pytest.param([("authorization", "Basic s3cret")], None, id="other scheme"),
+        pytest.param([("authorization", "Bearer ")], None, id="empty"),
+        pytest.param([], None, id="none"),
+        pytest.param(None, None, id="no metadata"),
     ],
 )
-def test_is_authorized_only_with_the_exact_bearer_token(
-    metadata: list[tuple[str, str | bytes]] | None, expected: bool
+def test_bearer_token_is_read_from_authorization_metadata(
+    metadata: list[tuple[str, str | bytes]] | None, expected: str | None
 ) -> None:
-    assert is_authorized(metadata, token="s3cret") is expected
-
-
-def test_health_needs_no_token_and_everything_else_does() -> None:
-    assert not needs_token("/grpc.health.v1.Health/Check")
-    assert not needs_token("/grpc.health.v1.Health/Watch")
-    assert needs_token("/muster.v1.Gateway/Submit")
-    assert needs_token("/muster.v1.Events/Watch")
-
-
-async def test_interceptor_passes_calls_with_the_token() -> None:
-    handler = grpc.unary_unary_rpc_method_handler(answer)
-
-    async def continuation(details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
-        return handler
-
-    interceptor = BearerTokenInterceptor("s3cret")
-    details = Details("/muster.v1.Gateway/Submit", (("authorization", "Bearer s3cret"),))
-
-    assert await interceptor.intercept_service(continuation, details) is handler
+    assert bearer_token(metadata) == expected
 
 
 @pytest.mark.parametrize(
-    ("make", "kind"),
+    ("subject", "pairs"),
     [
-        pytest.param(grpc.unary_unary_rpc_method_handler, "unary_unary", id="unary"),
-        pytest.param(grpc.unary_stream_rpc_method_handler, "unary_stream", id="stream"),
+        ("CN=alice", [("CN", "alice")]),
+        ("O=team-a,O=ml,CN=alice", [("O", "team-a"), ("O", "ml"), ("CN", "alice")]),
+        (r"O=ml\, research\+x,CN=a\=b", [("O", "ml, research+x"), ("CN", "a=b")]),
+        (r"CN=J\C3\A9r\C3\B4me", [("CN", "Jérôme")]),
+        ("CN=a+O=b", [("CN", "a"), ("O", "b")]),  # a multi-valued RDN
     ],
 )
-async def test_interceptor_refuses_calls_without_the_token_as_unauthenticated(
-    make: Any, kind: str
+def test_rfc2253_subjects_are_split_and_unescaped(
+    subject: str, pairs: list[tuple[str, str]]
 ) -> None:
-    behaviour = answer if kind == "unary_unary" else stream
+    assert split_subject(subject) == pairs
 
-    async def continuation(details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
-        return make(behaviour)
 
-    interceptor = BearerTokenInterceptor("s3cret")
-    refused = await interceptor.intercept_service(
-        continuation, Details("/muster.v1.Events/Watch", (("authorization", "Bearer no"),))
+@pytest.mark.parametrize("subject", ["CN", r"CN=a\ZZ", "CN=a\\"])
+def test_malformed_subjects_are_refused(subject: str) -> None:
+    with pytest.raises(ValueError, match="offset"):
+        split_subject(subject)
+
+
+def test_the_client_certificate_names_user_by_cn_and_groups_by_o_in_order() -> None:
+    context = {"x509_subject": [rb"O=ml\, research,O=team-a,CN=alice"]}
+
+    assert subject_caller(context) == Caller(
+        user="alice", groups=("team-a", "ml, research"), via="certificate"
     )
-    context = Context()
+    assert subject_caller({"x509_subject": [b"O=team-a"]}) is None  # no CN: no user
+    assert subject_caller({}) is None
 
-    with pytest.raises(AbortedError):
-        await run(getattr(refused, kind), context, streaming=kind == "unary_stream")
-    assert (context.code, context.details) == (
-        grpc.StatusCode.UNAUTHENTICATED,
-        UNAUTHENTICATED_MESSAGE,
+
+def test_the_tokens_file_maps_token_hashes_to_callers() -> None:
+    text = f"tokens:\n- {{sha256: {token_hash('t1')}, user: alice, groups: [a, b]}}\n"
+
+    found = parse_tokens(text.encode())
+
+    assert found == {token_hash("t1"): Caller(user="alice", groups=("a", "b"), via="token")}
+    assert parse_tokens(b"") == {}
+
+
+def test_a_bad_tokens_file_names_each_entry_and_field_but_no_value() -> None:
+    text = (
+        "tokens:\n"
+        "- {sha256: secret-looking-value, user: alice}\n"
+        f"- {{sha256: {token_hash('t')}, groups: [1]}}\n"
+        "- {sha256: " + token_hash("u") + ", user: x, extra: 1}\n"
     )
 
+    with pytest.raises(PolicyError) as caught:
+        parse_tokens(text.encode())
 
-async def test_interceptor_lets_health_checks_through_without_a_token() -> None:
-    handler = grpc.unary_unary_rpc_method_handler(answer)
-
-    async def continuation(details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
-        return handler
-
-    interceptor = BearerTokenInterceptor("s3cret")
-    details = Details("/grpc.health.v1.Health/Check", ())
-
-    assert await interceptor.intercept_service(continuation, details) is handler
+    assert caught.value.problems == (
+        "tokens: tokens[0].sha256: must be 64 hex digits (the SHA-256 of the token)",
+        "tokens: tokens[1].user: is required",
+        "tokens: tokens[1].groups: must be a list of non-empty strings",
+        "tokens: tokens[2].extra: unknown field",
+    )
+    with pytest.raises(FileError, match=r"^tokens: line 3: invalid YAML$"):
+        parse_tokens(b"tokens:\n - [secret-token\n")
 
 
-def test_an_empty_token_is_refused() -> None:
-    with pytest.raises(ValueError, match="non-empty"):
-        BearerTokenInterceptor("")
+def test_a_tokens_file_is_read_within_muster_yaml_bounds() -> None:
+    # An alias bomb in a mounted Secret must not stall the gateway on every reload.
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]\n" for i in range(8)
+    )
+
+    with pytest.raises(FileError, match=r"^tokens: line 5: invalid YAML$"):
+        parse_tokens(bomb.encode())
+    with pytest.raises(FileError, match=r"^tokens: \(file\): holds 2 YAML documents"):
+        parse_tokens(b"tokens: []\n---\ntokens: []\n")
+
+
+def test_the_legacy_token_is_an_admin_and_nothing_else_matches() -> None:
+    legacy = LegacyToken("s3cret")
+
+    assert legacy.caller("s3cret") == Caller(
+        user="muster:legacy-token", groups=("muster:admins",), via="legacy-token"
+    )
+    assert legacy.caller("s3cre") is None

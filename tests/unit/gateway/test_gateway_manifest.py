@@ -142,7 +142,7 @@ def test_every_problem_is_one_line_naming_object_and_field() -> None:
 
     assert caught.value.errors == (
         "Workload/ns/w: spec.podSets[0].count: Expected `int`, got `str`",
-        "document 3: (document): expected an object, got a list",
+        "manifest document 3: (document): expected an object, got a list",
     )
 
 
@@ -176,7 +176,7 @@ spec:
 
 
 def test_cluster_objects_become_one_apply_command_each_for_the_binder() -> None:
-    workload, pod = plan_submit(documents(GANG_WORKLOAD, GANG_POD), cluster="east")
+    workload, pod = plan_submit(documents(GANG_WORKLOAD, GANG_POD), cluster="east", submission="k")
 
     assert (workload.kind, workload.key) == ("Workload.scheduling.k8s.io", "ml/train")
     assert (pod.kind, pod.key) == ("Pod", "ml/train-0")
@@ -185,7 +185,7 @@ def test_cluster_objects_become_one_apply_command_each_for_the_binder() -> None:
     (manifest,) = envs[1].apply_requested.manifests_json
     assert json.loads(manifest)["spec"]["workloadRef"] == {"name": "train", "podGroup": "workers"}
     assert [e.event_id for e in envs] == [workload.event_id, pod.event_id]
-    again = plan_submit(documents(GANG_WORKLOAD, GANG_POD), cluster="east")
+    again = plan_submit(documents(GANG_WORKLOAD, GANG_POD), cluster="east", submission="k")
     assert [p.event_id for p in again] == [workload.event_id, pod.event_id]
 
 
@@ -216,11 +216,20 @@ def test_yaml_syntax_error_names_the_line() -> None:
     assert line.startswith("manifest: line 3: invalid YAML:")
 
 
-def test_event_ids_are_the_same_for_the_same_submit() -> None:
-    first = plan_submit(documents(CLUSTER_QUEUE, job()), cluster="local")
-    again = plan_submit(documents(CLUSTER_QUEUE, job()), cluster="local")
+def test_event_ids_are_the_same_for_a_retried_submit() -> None:
+    first = plan_submit(documents(CLUSTER_QUEUE, job()), cluster="local", submission="call-1")
+    again = plan_submit(documents(CLUSTER_QUEUE, job()), cluster="local", submission="call-1")
 
     assert [p.event_id for p in first] == [p.event_id for p in again]
+
+
+@pytest.mark.parametrize("second", ["call-2", ""], ids=["another-key", "no-key"])
+def test_the_same_content_in_another_submit_gets_new_event_ids(second: str) -> None:
+    # 4 -> 0 -> 4: the second "4" must not be taken for a retry of the first.
+    first = plan_submit(CLUSTER_QUEUE, cluster="local", submission="call-1")
+    again = plan_submit(CLUSTER_QUEUE, cluster="local", submission=second)
+
+    assert first[0].event_id != again[0].event_id
 
 
 @pytest.mark.parametrize(
@@ -232,8 +241,8 @@ def test_event_ids_are_the_same_for_the_same_submit() -> None:
     ],
 )
 def test_event_id_changes_with_content_cluster_or_generation(changed: str, cluster: str) -> None:
-    (original,) = plan_submit(WORKLOAD, cluster="local")
-    (other,) = plan_submit(changed, cluster=cluster)
+    (original,) = plan_submit(WORKLOAD, cluster="local", submission="k")
+    (other,) = plan_submit(changed, cluster=cluster, submission="k")
 
     assert other.event_id != original.event_id
 

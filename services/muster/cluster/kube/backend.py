@@ -11,6 +11,7 @@ retried (409 Conflict re-reads) before a ClusterError leaves; every client failu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
@@ -24,6 +25,7 @@ from muster.cluster.backend import (
     ADMISSION_LABEL,
     ClusterBackend,
     ClusterChange,
+    Identity,
     PodSetStart,
     Selection,
     admission_of,
@@ -37,6 +39,7 @@ from muster.cluster.errors import (
 )
 from muster.cluster.kube import jobs
 from muster.cluster.kube.config import api_client
+from muster.cluster.kube.discovery import GangApi
 from muster.cluster.kube.informer import SEQ_BITS, merged_watch, resource_version_now
 from muster.cluster.kube.ratelimit import TokenBucket
 from muster.cluster.kube.resources import (
@@ -70,6 +73,7 @@ class KubeBackend:
         self.transport = transport
         self.config = config
         self._kueue = kueue_resources(config.kueue_version)
+        self.gang_api = GangApi(transport)
 
     @classmethod
     async def connect(cls, config: KubeConfig) -> KubeBackend:
@@ -109,19 +113,19 @@ class KubeBackend:
             raise InvalidObjectError(resource.describe(name, namespace), problems)
         return resource, namespace, name, obj
 
-    async def apply(self, manifest: Mapping[str, Any]) -> None:
+    async def apply(self, manifest: Mapping[str, Any], *, as_user: Identity | None = None) -> None:
         resource, namespace, name, obj = self._prepared(manifest)
         who = resource.describe(name, namespace)
 
         async def create_or_replace() -> None:
             created = await self.transport.request(
-                "POST", resource.collection_path(namespace), obj=who, body=obj
+                "POST", resource.collection_path(namespace), obj=who, body=obj, as_user=as_user
             )
             if created.ok:
                 return
             if not _already_exists(created):
                 raise created.error(who)
-            current = await self._get(resource, name, namespace)
+            current = await self._get(resource, name, namespace, as_user=as_user)
             replacement = copy.deepcopy(obj)
             meta, old_meta = replacement["metadata"], current.get("metadata") or {}
             meta["resourceVersion"] = old_meta.get("resourceVersion", "")
@@ -129,18 +133,22 @@ class KubeBackend:
             if "status" not in replacement and "status" in current:
                 replacement["status"] = current["status"]
             await self.transport.checked(
-                "PUT", resource.object_path(name, namespace), obj=who, body=replacement
+                "PUT",
+                resource.object_path(name, namespace),
+                obj=who,
+                body=replacement,
+                as_user=as_user,
             )
 
         await self._retrying(create_or_replace)
 
-    async def create(self, manifest: Mapping[str, Any]) -> bool:
+    async def create(self, manifest: Mapping[str, Any], *, as_user: Identity | None = None) -> bool:
         resource, namespace, name, obj = self._prepared(manifest)
         who = resource.describe(name, namespace)
 
         async def create() -> bool:
             response = await self.transport.request(
-                "POST", resource.collection_path(namespace), obj=who, body=obj
+                "POST", resource.collection_path(namespace), obj=who, body=obj, as_user=as_user
             )
             if response.ok:
                 return True
@@ -175,10 +183,13 @@ class KubeBackend:
 
         return await self._retrying(delete)
 
-    async def _get(self, resource: Resource, name: str, namespace: str = "") -> dict[str, Any]:
+    async def _get(
+        self, resource: Resource, name: str, namespace: str = "", *, as_user: Identity | None = None
+    ) -> dict[str, Any]:
         who = resource.describe(name, namespace)
+        path = resource.object_path(name, namespace)
         obj: dict[str, Any] = await self._retrying(
-            lambda: self.transport.checked("GET", resource.object_path(name, namespace), obj=who)
+            lambda: self.transport.checked("GET", path, obj=who, as_user=as_user)
         )
         return obj
 
@@ -212,25 +223,33 @@ class KubeBackend:
         views = [_view(pod_view, obj) for obj in await self._list(PODS)]
         return sorted((v for v in views if v is not None), key=lambda v: (v.namespace, v.name))
 
-    def watch(
+    async def watch(
         self,
         *,
         from_revision: int = 0,
         selection: Selection = "workloads",
         on_progress: Callable[[int], None] | None = None,
     ) -> AsyncGenerator[ClusterChange, None]:
+        """As the protocol says; the gang API's resources are those the server serves now
+        (`discovery`), looked up again at each watch."""
+        self.gang_api.forget()
+        gang_api = await self._retrying(self.gang_api.resources)
         sources = watched_sources(
             scheduler_name=self.config.scheduler_name,
             kueue_version=self.config.kueue_version,
             selection=selection,
+            gang_api=gang_api,
         )
-        return merged_watch(
+        changes = merged_watch(
             self.transport,
             sources,
             settings=self.config.watch,
             from_revision=from_revision,
             on_progress=on_progress,
         )
+        async with contextlib.aclosing(changes):
+            async for change in changes:
+                yield change
 
     async def current_revision(self) -> int:
         """The API server's resourceVersion now, as a watch revision (`informer`).

@@ -18,7 +18,11 @@ from muster.api.job import QUEUE_NAME_KEY
 from muster.api.wellknown import WORKLOAD_LABEL
 from muster.cluster.backend import Selection
 from muster.cluster.errors import ClusterError
-from muster.cluster.sim.keys import SCHEDULING_WORKLOAD_KIND, object_key
+from muster.cluster.sim.keys import (
+    SCHEDULING_POD_GROUP_KIND,
+    SCHEDULING_WORKLOAD_KIND,
+    object_key,
+)
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 SCHEDULING_GROUP = "scheduling.k8s.io"
@@ -100,6 +104,29 @@ SCHEDULING_WORKLOADS = _r(
     optional=True,  # alpha: served only where the feature gate is on
 )
 POD_GROUPS = _r(POD_GROUP_GROUP, "v1alpha1", "podgroups", "PodGroup", True, optional=True)
+# Today's gang API (discovery picks the version): PodGroups apart from scheduler-plugins'.
+SCHEDULING_POD_GROUPS = _r(
+    SCHEDULING_GROUP,
+    "v1beta1",
+    "podgroups",
+    "PodGroup",
+    True,
+    change_kind=SCHEDULING_POD_GROUP_KIND,
+    optional=True,
+)
+COMPOSITE_POD_GROUPS = _r(
+    SCHEDULING_GROUP, "v1alpha3", "compositepodgroups", "CompositePodGroup", True, optional=True
+)
+_GANG_API = {
+    r.plural: r for r in (SCHEDULING_WORKLOADS, SCHEDULING_POD_GROUPS, COMPOSITE_POD_GROUPS)
+}
+
+
+def gang_resource(plural: str, version: str) -> Resource:
+    """The scheduling.k8s.io resource `plural` ("workloads", "podgroups",
+    "compositepodgroups") at `version`."""
+    return msgspec.structs.replace(_GANG_API[plural], version=version)
+
 
 # Kueue's kinds: (plural, kind, namespaced).
 _KUEUE_KINDS = (
@@ -122,7 +149,11 @@ def kueue_resources(version: str) -> dict[str, Resource]:
 
 
 def watched_sources(
-    *, scheduler_name: str, kueue_version: str, selection: Selection = "workloads"
+    *,
+    scheduler_name: str,
+    kueue_version: str,
+    selection: Selection = "workloads",
+    gang_api: Mapping[str, Resource] | None = None,
 ) -> tuple[Source, ...]:
     """What a watch of `selection` follows, selected on the server where the API allows it.
 
@@ -130,8 +161,14 @@ def watched_sources(
     muster's scheduler; for "workloads" those of muster workloads (a Job's pods get the workload
     label when the binder starts it); for "placement" every pod bound to a node, whichever
     scheduler bound it, for the room it takes. Jobs only when they name a queue by label.
+    `gang_api`: the scheduling.k8s.io resources discovered by kind (`discovery`); None for the
+    v1.35 Workload, tried whether served or not.
     """
-    gangs = (Source(resource=SCHEDULING_WORKLOADS), Source(resource=POD_GROUPS))
+    found = {"Workload": SCHEDULING_WORKLOADS} if gang_api is None else gang_api
+    gangs = (
+        *(Source(resource=found[kind]) for kind in sorted(found)),
+        Source(resource=POD_GROUPS),
+    )
     muster_pods = Source(resource=PODS, field_selector=f"spec.schedulerName={scheduler_name}")
     if selection == "placement":
         return (
@@ -185,6 +222,8 @@ def resource_for_kind(kind: str, *, kueue_version: str) -> Resource:
     """The resource of `kind` as `delete` names it ("Workload" is Kueue's)."""
     if kind == SCHEDULING_WORKLOAD_KIND:
         return SCHEDULING_WORKLOADS
+    if kind == SCHEDULING_POD_GROUP_KIND:
+        return SCHEDULING_POD_GROUPS
     return resource_for({"kind": kind}, kueue_version=kueue_version)
 
 
@@ -205,7 +244,9 @@ _KNOWN: tuple[Resource, ...] = (
     PRIORITY_CLASSES,
     *kueue_resources("v1beta1").values(),
     SCHEDULING_WORKLOADS,  # after Kueue's: a bare "Workload" is Kueue's
-    POD_GROUPS,
+    POD_GROUPS,  # before today's: a bare "PodGroup" is scheduler-plugins'
+    SCHEDULING_POD_GROUPS,
+    COMPOSITE_POD_GROUPS,
 )
 
 

@@ -28,6 +28,7 @@ from muster.api.errors import ObjectErrors
 from muster.api.job import workload_from_job
 from muster.api.raw import RawJob
 from muster.cluster.errors import ClusterError, InvalidObjectError, NotFoundError
+from muster.cluster.kube.discovery import GangApi
 from muster.cluster.kube.ratelimit import TokenBucket
 from muster.cluster.kube.resources import KUEUE_GROUP, ObjectRef, kueue_resources
 from muster.cluster.kube.retry import retrying
@@ -57,6 +58,8 @@ OWNED_STATUS_FIELDS: Mapping[str, tuple[str, ...]] = {
         "flavorsUsage",
         "flavorUsage",  # v1beta1's name of flavorsUsage
     ),
+    # scheduling.k8s.io PodGroup (the version the server serves: `discovery`).
+    "PodGroup": ("conditions",),
 }
 _LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
@@ -113,9 +116,11 @@ class StatusWriter:
         kueue_version: str = "v1beta1",
         settings: StatusWriterSettings | None = None,
         clock: Callable[[], float] = time.time,
+        gang_api: GangApi | None = None,
     ) -> None:
         settings = settings or StatusWriterSettings()
         self._transport = transport
+        self._gang_api = gang_api if gang_api is not None else GangApi(transport)
         self._resources = kueue_resources(kueue_version)
         self._kueue_version = kueue_version
         self._bucket = TokenBucket(settings.qps, settings.burst)
@@ -213,7 +218,13 @@ class StatusWriter:
         patch: dict[str, Any] = {f: None for f in OWNED_STATUS_FIELDS[ref.kind]}
         patch.update({f: None for f in previous})
         patch.update(status)
-        resource = self._resources[ref.kind]
+        resource = self._resources.get(ref.kind)
+        if resource is None:  # a PodGroup: the version the server serves
+            resource = (await self._gang_api.resources()).get(ref.kind)
+            if resource is None:
+                log.warning("dropping the status of %s: scheduling.k8s.io is not served", ref)
+                self.stats.dropped += 1
+                return None
         try:
             await self._transport.checked(
                 "PATCH",

@@ -16,7 +16,9 @@ import aiohttp
 import msgspec
 from kubernetes.aio.client import ApiClient
 from kubernetes.aio.client.exceptions import ApiException, OpenApiException
+from multidict import CIMultiDict
 
+from muster.cluster.backend import Identity
 from muster.cluster.errors import (
     ClusterError,
     ConflictError,
@@ -157,8 +159,9 @@ class Transport:
         body: Any,
         content_type: str,
         limits: aiohttp.ClientTimeout,
+        as_user: Identity | None = None,
     ) -> Any:
-        params = await self.api.param_serialize(
+        method, url, headers, data, post = await self.api.param_serialize(
             method,
             path,
             query_params=list(query) or None,
@@ -166,7 +169,12 @@ class Transport:
             body=body,
             auth_settings=["BearerToken"],
         )
-        response = await self.api.call_api(*params, _preload_content=False, _request_timeout=limits)
+        sent: Mapping[str, str] = headers
+        if as_user is not None:
+            sent = impersonating(headers, as_user)
+        response = await self.api.call_api(
+            method, url, sent, data, post, _preload_content=False, _request_timeout=limits
+        )
         self.requests += 1
         return response.response
 
@@ -180,10 +188,12 @@ class Transport:
         body: Any = None,
         content_type: str = JSON,
         paced: bool = True,
+        as_user: Identity | None = None,
     ) -> Response:
         """One request; the answer whatever its status. Raises ClusterError only when there
         is no answer (connection refused or reset, timeout). A write waits for the write
-        bucket unless not `paced` (a caller with a bucket of its own)."""
+        bucket unless not `paced` (a caller with a bucket of its own). With `as_user`, the
+        request is made as that user (`impersonating`)."""
         if paced and method in _WRITES:
             await self.writes.acquire()
         with client_errors(obj):
@@ -194,6 +204,7 @@ class Transport:
                 body=body,
                 content_type=content_type,
                 limits=self._timeout,
+                as_user=as_user,
             )
             try:
                 data = await raw.read()
@@ -211,10 +222,18 @@ class Transport:
         body: Any = None,
         content_type: str = JSON,
         paced: bool = True,
+        as_user: Identity | None = None,
     ) -> Any:
         """One request whose error answers raise (`status_error`); returns the decoded body."""
         response = await self.request(
-            method, path, obj=obj, query=query, body=body, content_type=content_type, paced=paced
+            method,
+            path,
+            obj=obj,
+            query=query,
+            body=body,
+            content_type=content_type,
+            paced=paced,
+            as_user=as_user,
         )
         if not response.ok:
             raise response.error(obj)
@@ -275,6 +294,17 @@ class Transport:
             yield self._lines(raw.content, obj)
         finally:
             raw.close()  # a watch connection is not reused: it may be mid-stream
+
+
+def impersonating(headers: Mapping[str, str], as_user: Identity) -> CIMultiDict[str]:
+    """`headers` plus Kubernetes impersonation: Impersonate-User, and one Impersonate-Group
+    line per group (a repeated header, which a dict cannot hold). The API server then judges
+    the request as that user, provided muster's own account may `impersonate` them."""
+    out = CIMultiDict(headers)
+    out["Impersonate-User"] = as_user.user
+    for group in as_user.groups:
+        out.add("Impersonate-Group", group)
+    return out
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:

@@ -29,6 +29,7 @@ from muster.cluster.backend import (
     ADMISSION_LABEL,
     ClusterBackend,
     ClusterChange,
+    Identity,
     PodSetStart,
     Selection,
     admission_of,
@@ -141,7 +142,8 @@ class SimBackend:
 
     # --- objects ------------------------------------------------------------------------------
 
-    async def apply(self, manifest: Mapping[str, Any]) -> None:
+    # `as_user`: the simulated cluster has no access control to judge the user by.
+    async def apply(self, manifest: Mapping[str, Any], *, as_user: Identity | None = None) -> None:
         kind, key, obj = _checked(manifest)
         for _ in range(_MAX_ATTEMPTS):
             current = await self.store.get(key)
@@ -156,7 +158,7 @@ class SimBackend:
             return
         raise ConflictError(describe(key), f"still changing after {_MAX_ATTEMPTS} attempts")
 
-    async def create(self, manifest: Mapping[str, Any]) -> bool:
+    async def create(self, manifest: Mapping[str, Any], *, as_user: Identity | None = None) -> bool:
         kind, key, obj = _checked(manifest)
         prepared = self._prepared(obj, kind=kind, current=None)
         try:

@@ -6,7 +6,8 @@
                                      <namespace> is "_" for a cluster-scoped kind
 
 A scheduling.k8s.io Workload (the Kubernetes Workload API) is stored as kind
-`Workload.scheduling.k8s.io`, apart from Kueue's Workload of the same name and namespace.
+`Workload.scheduling.k8s.io`, apart from Kueue's Workload of the same name and namespace, and a
+scheduling.k8s.io PodGroup as `PodGroup.scheduling.k8s.io`, apart from scheduler-plugins'.
 
 Each segment is escaped so that any name makes a valid KV key and the mapping is one-to-one:
 ASCII letters, digits and "-" stay as they are; every other character becomes "=" followed by
@@ -50,8 +51,9 @@ CLUSTER_SCOPED_KINDS = frozenset(
 
 # Kinds that another API group also uses: stored as "<kind>.<group>" outside the group that
 # owns the plain name (Kueue's Workload keeps "Workload").
-_SHARED_KINDS = {"Workload": "kueue.x-k8s.io"}
+_SHARED_KINDS = {"Workload": "kueue.x-k8s.io", "PodGroup": "scheduling.x-k8s.io"}
 SCHEDULING_WORKLOAD_KIND = "Workload.scheduling.k8s.io"
+SCHEDULING_POD_GROUP_KIND = "PodGroup.scheduling.k8s.io"  # scheduler-plugins' keeps "PodGroup"
 
 _PLAIN = re.compile(r"[A-Za-z0-9-]+")
 _NOT_PLAIN = re.compile(r"[^A-Za-z0-9-]")

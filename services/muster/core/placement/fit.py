@@ -276,6 +276,7 @@ class Placer:
         whole: bool = True,
         topology: TopologyRequest | None = None,
         domain: str | None = None,
+        within: Bools | None = None,
         explain: bool = True,
     ) -> Fit:
         """Place every pod of `groups` on the rows of `free` (allocatable minus everything that
@@ -283,27 +284,38 @@ class Placer:
 
         `whole`: all or nothing (a gang); else as many as fit (a run of identical pods placed on
         their own, one group). `topology` keeps the pods within one value of a node label
-        (`domain`, if given, is the only value allowed). Never changes `free`.
+        (`domain`, if given, is the only value allowed). `within` (a row mask) keeps them on
+        those rows: the domain of a CompositePodGroup above. Never changes `free`.
         """
         wanted = sum(g.count for g in groups)
         if topology is None:
-            return self._across(groups, free, whole=whole, within=None, explain=explain)
+            return self._across(groups, free, whole=whole, within=within, explain=explain)
         label = self.table.label(topology.key)
-        for code in self._domains(groups[0], free, label, domain):
-            fit = self._across(groups, free, whole=True, within=label.codes == code, explain=False)
+        for code in self._domains(groups[0], free, label, domain, within):
+            mask = label.codes == code
+            if within is not None:
+                mask &= within
+            fit = self._across(groups, free, whole=True, within=mask, explain=False)
             if fit.complete:
                 return fit
         if topology.required:
             reason = f"no domain of {topology.key} fits the gang ({wanted} pods)"
             return Fit(slots=(), placed=0, wanted=wanted, reason=reason)
-        return self._across(groups, free, whole=whole, within=None, explain=explain)
+        return self._across(groups, free, whole=whole, within=within, explain=explain)
 
     def _domains(
-        self, first: Group, free: Ints, label: LabelColumn, domain: str | None
+        self,
+        first: Group,
+        free: Ints,
+        label: LabelColumn,
+        domain: str | None,
+        within: Bools | None = None,
     ) -> list[int]:
         """Label values whose nodes have room for the first group, best first: binpack the
         tightest (fewest such pods fit), spread the roomiest; ties by value."""
         mask = first.sig.static_mask(self.table) & (label.codes != MISSING)
+        if within is not None:
+            mask &= within
         counts = fit_counts(self.table, first.sig, free, mask)
         rows = np.flatnonzero(counts)
         room = np.bincount(label.codes[rows], weights=counts[rows], minlength=len(label.values))

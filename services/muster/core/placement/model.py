@@ -7,6 +7,7 @@ with `muster.core.placement.sources`; `GangScheduler` owns the mutable state.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Literal, NewType
 
@@ -58,6 +59,9 @@ class PodInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     node_affinity_terms: tuple[LabelSelector, ...] = ()
     tolerations: tuple[Toleration, ...] = ()
     node: NodeName | Literal[""] = ""
+    # Whether `workload` is a CompositePodGroup (sub)tree: victims are spared in the order
+    # composite trees, groups, single pods (workload-aware preemption).
+    tree_owner: bool = False
 
     @property
     def owner(self) -> str:
@@ -72,11 +76,29 @@ class TopologyRequest(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     required: bool
 
 
+NO_DEADLINE = math.inf  # a gang's timeout_s when it waits as long as it takes (v1.36+)
+
+
+class CompositeSpec(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """A CompositePodGroup above a gang: at quorum when `min_groups` of its child groups are;
+    all its pods share one value of `topology` (required) when given."""
+
+    key: GangKey
+    min_groups: int = 1  # minGroupCount for a gang; 1 for the basic policy
+    topology: TopologyRequest | None = None
+    created_s: float = 0.0
+    # A root's: the deadline of its tree's first placement (None: none, as since v1.36).
+    timeout_s: float | None = None
+
+
 class GangSpec(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A gang: placed when `min_count` of its pods are pending, all of them at once or none.
 
-    `created_s` orders gangs of equal priority; `timeout_s` (None: the scheduler's default)
-    runs from the gang's first placement attempt and is shared by the whole gang.
+    `created_s` orders gangs of equal priority; `timeout_s` (None: the scheduler's default;
+    `NO_DEADLINE`: none) runs from the gang's first placement attempt and is shared by the
+    whole gang. `parents` are the CompositePodGroups above it, innermost first: the tree of
+    the outermost is placed as one unit until it has been placed once. `preempts` False: the
+    gang never evicts others (preemptionPolicy Never).
     """
 
     key: GangKey
@@ -86,6 +108,8 @@ class GangSpec(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     timeout_s: float | None = None
     topology: TopologyRequest | None = None
     workload: str = ""  # what a preemption evicts ("" means the gang key)
+    parents: tuple[CompositeSpec, ...] = ()
+    preempts: bool = True
 
 
 class Binding(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -101,12 +125,14 @@ class GangWaiting(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="Gang
 
     Returned when the reason first appears or changes, not on every pass. `reason` is what the
     user sees: "3 of 4 pods pending", "0/5 nodes are available: 2 Insufficient cpu, ...".
+    For a CompositePodGroup tree, `gang` is its root and `groups` the gangs in it.
     """
 
     gang: GangKey
     reason: str
     pending: int
     min_count: int
+    groups: tuple[GangKey, ...] = ()
 
 
 class GangPermitted(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="GangPermitted"):
@@ -158,9 +184,11 @@ class GangStatus(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
 __all__ = [
     "DEFAULT_MAX_PODS",
+    "NO_DEADLINE",
     "ONE_POD",
     "PODS",
     "Binding",
+    "CompositeSpec",
     "Decision",
     "GangKey",
     "GangPermitted",

@@ -37,10 +37,19 @@ Where the list above leaves room:
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from muster.core.placement import trees
+from muster.core.placement.domains import (
+    Where,
+    domains_above,
+    held_domain,
+    mask,
+    unheld_above,
+    where,
+)
 from muster.core.placement.fit import Fit, Group, Placer
 from muster.core.placement.model import (
     Binding,
@@ -53,7 +62,6 @@ from muster.core.placement.model import (
     GangWaiting,
     NodeInfo,
     NodeName,
-    PlacementPreempted,
     PodInfo,
     PodKey,
     Scoring,
@@ -62,12 +70,21 @@ from muster.core.placement.nodes import Ints
 from muster.core.placement.state import (
     WAITING_FOR_SPEC,
     GangRecord,
-    Nomination,
     PlacementState,
     PodRecord,
     UnitOrder,
 )
-from muster.core.placement.victims import Pool, candidates_below, pick_victims, usable_positions
+from muster.core.placement.treefit import (
+    Branch,
+    Leaf,
+    at_minimum,
+    flattened,
+    leaves_of,
+    place_tree,
+    place_under,
+)
+from muster.core.placement.units import at_quorum, groups_of
+from muster.core.placement.victims import Placed, Pool, candidates_below, preempt
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -153,10 +170,12 @@ class GangScheduler:
             state.dirty_gangs, state.dirty_singles = set(), set()
             for unit in self._units(gangs, singles):
                 self._forget_fits()
-                if isinstance(unit, GangRecord):
-                    self._decide_gang(unit, now_s, out)
-                else:
+                if isinstance(unit, list):
                     self._decide_singles(unit, out)
+                elif unit.composite is not None:
+                    self._decide_tree(unit, now_s, out)
+                else:
+                    self._decide_gang(unit, now_s, out)
 
     def _forget_fits(self) -> None:
         """Drop the fits tried so far once any room or nomination changed."""
@@ -217,22 +236,32 @@ class GangScheduler:
         signature and priority come as one run, placed in one step."""
         state = self._state
         units: list[tuple[UnitOrder, GangRecord | PodRecord]] = []
+        seen: set[GangKey] = set()
         for key in gangs:
             gang = state.gangs.get(key)
-            if gang is not None:
-                units.append((gang.order(), gang))
+            found = None if gang is None else trees.unit_of(state, gang)
+            if found is not None and found.key not in seen:
+                seen.add(found.key)
+                units.append((found.order(), found))
         for pod_key in singles:
             pod = state.pods.get(pod_key)
             if pod is not None and pod.node is None and state.is_single(pod):
                 units.append((pod.order(), pod))
         units.sort(key=lambda unit: unit[0])
         run: list[PodRecord] = []
+        inside: Where = ((), None)
         for _, unit in units:
             if isinstance(unit, PodRecord):
                 head = run[0] if run else unit
-                if unit.sig is not head.sig or unit.info.priority != head.info.priority:
+                found_where = where(self._state, unit)
+                if (
+                    unit.sig is not head.sig
+                    or unit.info.priority != head.info.priority
+                    or (run and found_where != inside)
+                ):
                     yield run
                     run = []
+                inside = found_where
                 run.append(unit)
                 continue
             if run:
@@ -241,14 +270,6 @@ class GangScheduler:
             yield unit
         if run:
             yield run
-
-    def _groups(self, pods: Sequence[PodKey]) -> Groups:
-        """`pods` by signature, largest first; each group's pods in key order."""
-        by_sig: dict[object, list[PodKey]] = {}
-        for key in pods:
-            by_sig.setdefault(self._state.pods[key].sig.key, []).append(key)
-        groups = [(Group(self._state.sigs[s], len(keys)), keys) for s, keys in by_sig.items()]
-        return sorted(groups, key=lambda group: group[0].sig.order)
 
     def _decide_gang(self, gang: GangRecord, now_s: float, out: list[Decision]) -> None:
         state = self._state
@@ -292,7 +313,7 @@ class GangScheduler:
             nomination = gang.nomination
             if nomination is not None and nomination.victim_pods:
                 return  # the victims are still terminating; their room is kept for the gang
-            if not (self._preemption and self._preempt(gang, spec, pending, out)):
+            if not (self._preemption and spec.preempts and self._preempt(gang, spec, pending, out)):
                 self._wait(gang, fit.reason, len(pending), spec.min_count, out)
 
     def _fit_gang(
@@ -300,40 +321,45 @@ class GangScheduler:
     ) -> tuple[Fit, Groups]:
         """Every pending pod if they all fit, else the first that make `min_count`."""
         need = spec.min_count - gang.held
-        domain = self._held_domain(gang)
+        domain = held_domain(self._state, gang)
+        inside = domains_above(self._state, gang)
+        unheld = unheld_above(self._state, gang)
         tries = [pending, pending[:need]] if len(pending) > need else [pending]
         free: Ints | None = None
         fit: Fit | None = None
         for pods in tries:
-            groups = self._groups(pods)
+            groups = groups_of(self._state, pods)
             plain = [g for g, _ in groups]
             # Gangs of the same shape fit alike until some room changes: try each shape once.
-            key = (tuple((g.sig, g.count) for g in plain), spec.topology, domain, spec.priority)
+            shape = tuple((g.sig, g.count) for g in plain)
+            key = (shape, spec.topology, domain, inside, spec.priority)
             fit = self._fits.get(key) if gang.nomination is None else None
             if fit is None:
                 if free is None:
                     free = self._state.view(spec.priority, own=gang.key)
-                fit = self._placer.place(plain, free, topology=spec.topology, domain=domain)
+                if unheld:
+                    leaf = Leaf(key=gang.key, tries=(groups,), topology=spec.topology)
+                    above = [
+                        (c.key, topology)
+                        for c in unheld
+                        if c.composite is not None and (topology := c.composite.topology)
+                    ]
+                    within = mask(self._state.table, inside)
+                    fit = place_under(self._placer, leaf, above, free, within=within)
+                else:
+                    fit = self._placer.place(
+                        plain,
+                        free,
+                        topology=spec.topology,
+                        domain=domain,
+                        within=mask(self._state.table, inside),
+                    )
                 if gang.nomination is None:
                     self._fits[key] = fit
             if fit.complete:
                 break
         assert fit is not None
         return fit, groups
-
-    def _held_domain(self, gang: GangRecord) -> str | None:
-        """The value of a required topology label where the gang's bound pods already are."""
-        spec = gang.spec
-        if spec is None or spec.topology is None or not spec.topology.required or not gang.held:
-            return None
-        table = self._state.table
-        for key in sorted(gang.pods):
-            node = self._state.pods[key].node
-            row = None if node is None else table.index.get(node)
-            info = None if row is None else table.infos[row]
-            if info is not None:
-                return info.labels.get(spec.topology.key)
-        return None
 
     def _place(self, groups: Groups, fit: Fit) -> list[Binding]:
         """Hold the room `fit` found for `groups`; the bindings, in the groups' pod order."""
@@ -369,12 +395,14 @@ class GangScheduler:
         state = self._state
         head = run[0]
         group = Group(head.sig, len(run))
+        domains, topology = where(self._state, head)
         # A signature none of which fits stays so until some room changes.
-        hopeless = ("alone", head.sig, head.info.priority)
+        hopeless = ("alone", head.sig, head.info.priority, domains, topology)
         fit = self._fits.get(hopeless)
         if fit is None:
             free = state.view(head.info.priority, own=None)
-            fit = self._placer.place([group], free, whole=False)
+            within = mask(self._state.table, domains)
+            fit = self._placer.place([group], free, whole=False, within=within, topology=topology)
             if not fit.placed:
                 self._fits[hopeless] = fit
         keys = [pod.info.key for pod in run]
@@ -389,22 +417,37 @@ class GangScheduler:
                 out.append(GangWaiting(gang=key, reason=fit.reason, pending=1, min_count=1))
 
     def _wait(
-        self, gang: GangRecord, reason: str, pending: int, min_count: int, out: list[Decision]
+        self,
+        gang: GangRecord,
+        reason: str,
+        pending: int,
+        min_count: int,
+        out: list[Decision],
+        *,
+        groups: tuple[GangKey, ...] = (),
     ) -> None:
-        """Report that `gang` waits, if the reason is new."""
+        """Report that `gang` (or a tree, whose gangs are `groups`) waits, if the reason is
+        new."""
         if gang.reason != reason:
             gang.reason = reason
             out.append(
-                GangWaiting(gang=gang.key, reason=reason, pending=pending, min_count=min_count)
+                GangWaiting(
+                    gang=gang.key,
+                    reason=reason,
+                    pending=pending,
+                    min_count=min_count,
+                    groups=groups,
+                )
             )
 
     def _time_out(
         self, gang: GangRecord, reason: str, pending: list[PodKey], out: list[Decision]
     ) -> None:
         state = self._state
-        spec = gang.spec
-        assert spec is not None
-        timeout = state.default_timeout_s if spec.timeout_s is None else spec.timeout_s
+        deadline = gang.deadline_s(state.default_timeout_s)
+        assert deadline is not None
+        assert gang.started_s is not None
+        timeout = deadline - gang.started_s
         gang.timed_out = True
         gang.started_s = None
         gang.reason = f"not placed within {timeout:g}s: {reason}"
@@ -429,47 +472,102 @@ class GangScheduler:
     ) -> bool:
         """Evict the fewest whole lower-priority workloads that let the gang's first
         `min_count` pods fit, and nominate their room; False if no such set exists."""
-        state = self._state
-        if not state.holds_below(spec.priority):
-            return False
-        groups = [g for g, _ in self._groups(pending[: spec.min_count - gang.held])]
-        base = state.view(spec.priority, own=gang.key)
-        domain = self._held_domain(gang)
+        groups = [g for g, _ in groups_of(self._state, pending[: spec.min_count - gang.held])]
+        domain = held_domain(self._state, gang)
+        within = mask(self._state.table, domains_above(self._state, gang))
 
-        def place(free: Ints) -> Fit:
-            return self._placer.place(
-                groups, free, topology=spec.topology, domain=domain, explain=False
+        def place(free: Ints) -> Placed | None:
+            fit = self._placer.place(
+                groups, free, topology=spec.topology, domain=domain, within=within, explain=False
             )
-
-        pool = self._pool(spec.priority)
-        usable = usable_positions(self._state, pool, groups)  # in eviction order
-
-        def placing(victims: Sequence[int]) -> Sequence[int] | None:
-            if isinstance(victims, range):  # a prefix, as a slice: no list of them built
-                positions = usable[victims.start : victims.stop]
-            else:
-                positions = usable[np.asarray(victims, dtype=np.int64)]
-            fit = place(pool.room(base, positions))
             if not fit.complete:
                 return None
-            rows = np.concatenate([slots.rows for slots in fit.slots])
-            touched = np.flatnonzero(np.isin(positions, pool.touching(positions, rows)))
-            return [victims[n] for n in touched.tolist()]
+            return [(g, s.rows, s.counts) for g, s in zip(groups, fit.slots, strict=True)]
 
-        chosen = pick_victims(len(usable), placing)
-        if chosen is None:
+        return self._preempt_for(gang, spec.priority, groups, place, out)
+
+    def _preempt_for(
+        self,
+        unit: GangRecord,
+        priority: int,
+        groups: Sequence[Group],
+        place: Callable[[Ints], Placed | None],
+        out: list[Decision],
+    ) -> bool:
+        """Workload-aware preemption for `unit` (a gang, or a tree's root): see `preempt`."""
+        if not self._state.holds_below(priority):
             return False
-        positions = usable[np.asarray(chosen, dtype=np.int64)]
-        fit = place(pool.room(base, positions))
-        victims = [pool.candidates[n] for n in positions.tolist()]
-        usage = [
-            (state.table.name(row), group.sig, count)
-            for group, slots in zip(groups, fit.slots, strict=True)
-            for row, count in zip(slots.rows.tolist(), slots.counts.tolist(), strict=True)
-        ]
-        state.nominate(gang, Nomination(spec.priority, usage, {k for v in victims for k in v.pods}))
-        owners = sorted(victim.owner for victim in victims)
-        every_pod = sorted(k for owner in owners for k in state.owned.get(owner, ()))
-        gang.reason = f"preempting {len(owners)} workload(s): {', '.join(owners)}"
-        out.append(PlacementPreempted(gang=gang.key, victims=tuple(owners), pods=tuple(every_pod)))
-        return True
+        found = preempt(self._state, self._pool(priority), unit, priority, groups, place)
+        if found is not None:
+            out.append(found)
+        return found is not None
+
+    # --- CompositePodGroup trees -----------------------------------------------------------------
+
+    def _decide_tree(self, root: GangRecord, now_s: float, out: list[Decision]) -> None:
+        """Place a tree not placed yet in one decision: every group at quorum, or nothing."""
+        state = self._state
+        if root.placed or root.timed_out:
+            return
+        pending = sum(len(state.pending(leaf)) for leaf in trees.leaves(state, root))
+        groups = trees.groups_below(state, root)
+        if not pending:
+            state.waiting_gangs.discard(root.key)
+            return
+        node, reason = at_quorum(self._state, root)
+        assert root.composite is not None
+        if node is None:
+            state.waiting_gangs.discard(root.key)
+            self._wait(root, reason, pending, root.composite.min_groups, out, groups=groups)
+            return
+        if root.started_s is None:  # the first attempt of this try starts the clock
+            root.started_s = now_s
+            state.push_deadline(root)
+        free = state.view(root.priority, own=root.key)
+        fit = place_tree(self._placer, node, free)
+        if fit.complete:
+            for key in sorted(fit.leaves):
+                leaf = fit.leaves[key]
+                self._permit_gang(state.gangs[key], leaf.fit, leaf.groups, out)
+            self._tree_placed(root)
+            return
+        deadline = root.deadline_s(state.default_timeout_s)
+        if deadline is not None and now_s >= deadline:
+            every = [p for leaf in trees.leaves(state, root) for p in state.pending(leaf)]
+            self._time_out(root, fit.reason, sorted(every), out)
+            return
+        root.tried = state.epoch
+        state.waiting_gangs.add(root.key)
+        nomination = root.nomination
+        if nomination is not None and nomination.victim_pods:
+            return  # the victims are still terminating; their room is kept for the tree
+        if not (self._preemption and self._preempts(root) and self._preempt_tree(root, node, out)):
+            self._wait(root, fit.reason, pending, root.composite.min_groups, out, groups=groups)
+
+    def _tree_placed(self, root: GangRecord) -> None:
+        state = self._state
+        root.placed = True
+        root.started_s = None
+        root.reason = ""
+        root.tried = -1
+        state.waiting_gangs.discard(root.key)
+        state.drop_nomination(root)
+        for leaf in trees.leaves(state, root):
+            if not leaf.placed:
+                state.regroup(leaf)  # its own gang from now on, inside the tree's domains
+
+    def _preempts(self, root: GangRecord) -> bool:
+        return all(
+            leaf.spec is None or leaf.spec.preempts for leaf in trees.leaves(self._state, root)
+        )
+
+    def _preempt_tree(self, root: GangRecord, node: Leaf | Branch, out: list[Decision]) -> bool:
+        """Workload-aware preemption with the whole tree (at quorum) as the preemptor."""
+        quorum = at_minimum(node)
+        groups = [g for leaf in leaves_of(quorum) for g, _ in leaf.tries[-1]]
+
+        def place(free: Ints) -> Placed | None:
+            fit = place_tree(self._placer, quorum, free, explain=False)
+            return flattened(fit) if fit.complete else None
+
+        return self._preempt_for(root, root.priority, groups, place, out)

@@ -1,11 +1,13 @@
 """Gang sources to the placement core's inputs: `NodeInfo`, `PodInfo` and `GangSpec`.
 
-Three sources make gangs (issue 4):
+Four sources make gangs (issues 4 and 14):
 - the Workload API: a pod's `spec.workloadRef` names a scheduling.k8s.io/v1alpha1 Workload and
   one of its pod groups; each `podGroupReplicaKey` is a gang of its own with the group's policy;
 - scheduler-plugins' PodGroup: a pod's label `scheduling.x-k8s.io/pod-group`;
 - a Kueue-admitted Workload or Job: its pods (label `muster.dev/workload`) form one gang,
-  described by `gang_of_admitted`.
+  described by `gang_of_admitted`;
+- today's gang API (Kubernetes v1.36+): a pod's `spec.schedulingGroup` names a scheduling.k8s.io
+  PodGroup, maybe under CompositePodGroups (`group_member`).
 Pure functions of decoded api objects, called by the gangpermit service and the simulator alike.
 """
 
@@ -19,6 +21,8 @@ import msgspec
 from muster.api.convert import KUEUE_V1BETA2, stable_uid
 from muster.api.model import (
     Admission,
+    CompositePodGroup,
+    GroupPolicy,
     Node,
     ObjectMeta,
     OwnerReference,
@@ -27,6 +31,7 @@ from muster.api.model import (
     PodSet,
     PriorityClass,
     ResourceFlavor,
+    SchedulingPodGroup,
     SchedulingWorkload,
     Workload,
     WorkloadRef,
@@ -43,7 +48,9 @@ from muster.api.wellknown import (
 )
 from muster.core.placement.model import (
     DEFAULT_MAX_PODS,
+    NO_DEADLINE,
     PODS,
+    CompositeSpec,
     GangKey,
     GangSpec,
     NodeInfo,
@@ -56,16 +63,21 @@ from muster.core.placement.model import (
 _NO_GANGS: Mapping[str, GangSpec] = MappingProxyType({})
 
 __all__ = [
+    "NO_GROUPS",
     "SCHEDULER_NAME",
     "AdmittedGang",
+    "GroupIndex",
     "Membership",
     "created_at_s",
     "gang_of_admitted",
+    "group_member",
     "handled_by",
     "membership",
     "node_info",
     "pod_info",
+    "pod_topology",
     "priority_of",
+    "resolve_priority",
     "topology_of",
 ]
 
@@ -100,6 +112,7 @@ def pod_info(
     workload: str = "",
     priority: int = 0,
     created_s: float | None = None,
+    tree_owner: bool = False,
 ) -> PodInfo:
     """The pod as placement sees it, bound when spec.nodeName is set.
 
@@ -117,6 +130,7 @@ def pod_info(
         node_affinity_terms=pod.node_affinity_terms,
         tolerations=pod.tolerations,
         node=NodeName(pod.node_name) if pod.node_name else "",
+        tree_owner=tree_owner,
     )
 
 
@@ -127,10 +141,17 @@ def priority_of(pod: Pod, priority_classes: Mapping[str, PriorityClass]) -> int:
     name, a pod Kubernetes would have refused); else the global default class's value (the
     first by name if several claim it); else 0. `priority_classes` are keyed by name.
     """
-    if pod.priority is not None:
-        return pod.priority
-    if pod.priority_class_name:
-        known = priority_classes.get(pod.priority_class_name)
+    return resolve_priority(pod.priority, pod.priority_class_name, priority_classes)
+
+
+def resolve_priority(
+    priority: int | None, class_name: str | None, priority_classes: Mapping[str, PriorityClass]
+) -> int:
+    """A pod's or a PodGroup's priority from what it wrote, as `priority_of` says."""
+    if priority is not None:
+        return priority
+    if class_name:
+        known = priority_classes.get(class_name)
         return known.value if known is not None else 0
     defaults = sorted(
         (name, pc.value) for name, pc in priority_classes.items() if pc.global_default
@@ -157,13 +178,29 @@ class Membership(msgspec.Struct, frozen=True, kw_only=True):
 
     `gang` None: the pod is placed on its own (no gang source, or a basic-policy pod group).
     `spec` None with a `gang`: the gang's Workload, PodGroup or admission is not known (yet), so
-    its pods wait. `problem` says why a known source still cannot take the pod.
+    its pods wait. `problem` says why a known source still cannot take the pod. `priority`,
+    when set, is the group's, which wins over the pod's own (a scheduling.k8s.io PodGroup);
+    `tree_owner`: `workload` is a CompositePodGroup (sub)tree evicted whole.
     """
 
     gang: GangKey | None = None
     spec: GangSpec | None = None
     workload: str = ""  # PodInfo.workload: "" evicts the pod alone
     problem: str = ""
+    priority: int | None = None
+    tree_owner: bool = False
+
+
+class GroupIndex(msgspec.Struct, frozen=True, kw_only=True):
+    """The scheduling.k8s.io PodGroups and CompositePodGroups of a cluster, keyed
+    "<namespace>/<name>", and the PriorityClasses their priorities resolve against."""
+
+    pod_groups: Mapping[str, SchedulingPodGroup] = msgspec.field(default_factory=dict)
+    composites: Mapping[str, CompositePodGroup] = msgspec.field(default_factory=dict)
+    priority_classes: Mapping[str, PriorityClass] = msgspec.field(default_factory=dict)
+
+
+NO_GROUPS = GroupIndex()
 
 
 def membership(
@@ -174,20 +211,27 @@ def membership(
     admitted: Mapping[str, GangSpec] = _NO_GANGS,
     priority: int = 0,
     default_timeout_s: float | None = None,
+    groups: GroupIndex = NO_GROUPS,
 ) -> Membership:
     """Return the gang `pod` joins. Maps are keyed "<namespace>/<name>".
 
     Sources, first match wins: spec.workloadRef (`workloads`), label
     `scheduling.x-k8s.io/pod-group` (`pod_groups`), label `muster.dev/workload` (`admitted`, the
-    specs from `gang_of_admitted` by workload key). `priority` becomes the gang's priority;
-    `default_timeout_s` its timeout when its source names none (None: the scheduler's default).
+    specs from `gang_of_admitted` by workload key), spec.schedulingGroup (`groups`, see
+    `group_member`). `priority` becomes the gang's priority (a scheduling.k8s.io PodGroup's own
+    wins); `default_timeout_s` its timeout when its source names none (None: the scheduler's
+    default). Kueue's podset topology annotations on the pod give a gang without a topology of
+    its own one.
     """
     namespace = pod.meta.namespace
     if pod.workload_ref is not None:
         ref = pod.workload_ref
         found = workloads.get(f"{namespace}/{ref.name}")
-        return _workload_api_member(
-            namespace, ref, found, priority=priority, timeout_s=default_timeout_s
+        return _with_pod_topology(
+            pod,
+            _workload_api_member(
+                namespace, ref, found, priority=priority, timeout_s=default_timeout_s
+            ),
         )
     group_name = pod.meta.labels.get(POD_GROUP_LABEL)
     if group_name:
@@ -204,12 +248,137 @@ def membership(
             timeout_s=default_timeout_s if timeout is None else timeout,
             workload=key,
         )
-        return Membership(gang=key, spec=spec, workload=key)
+        return _with_pod_topology(pod, Membership(gang=key, spec=spec, workload=key))
     workload_name = pod.meta.labels.get(WORKLOAD_LABEL)
     if workload_name:
         key = GangKey(f"{namespace}/{workload_name}")
         return Membership(gang=key, spec=admitted.get(key), workload=key)
+    if pod.scheduling_group:
+        return _with_pod_topology(pod, group_member(pod, groups))
     return Membership()
+
+
+def _with_pod_topology(pod: Pod, found: Membership) -> Membership:
+    """Kueue's podset topology annotations on a pod of a gang that has no topology of its own
+    (issue 13: honoured for every gang, not only Kueue-admitted podsets)."""
+    spec = found.spec
+    if spec is None or spec.topology is not None:
+        return found
+    topology = pod_topology(pod)
+    if topology is None:
+        return found
+    return msgspec.structs.replace(found, spec=msgspec.structs.replace(spec, topology=topology))
+
+
+def pod_topology(pod: Pod) -> TopologyRequest | None:
+    annotations = pod.meta.annotations
+    for annotation, required in (
+        (REQUIRED_TOPOLOGY_ANNOTATION, True),
+        (PREFERRED_TOPOLOGY_ANNOTATION, False),
+    ):
+        label = annotations.get(annotation)
+        if label:
+            return TopologyRequest(key=label, required=required)
+    return None
+
+
+# --- today's gang API: scheduling.k8s.io PodGroups and CompositePodGroups --------------------
+
+MAX_COMPOSITE_DEPTH = 3  # CompositePodGroups above a PodGroup: four levels in all
+
+
+def group_member(pod: Pod, groups: GroupIndex) -> Membership:
+    """The gang of a pod naming a scheduling.k8s.io PodGroup in spec.schedulingGroup.
+
+    - the gang is the PodGroup, "<namespace>/<name>": `minCount` for a gang, 1 for the basic
+      policy (its pods are placed as they come, as many as fit); its topology key required;
+    - the CompositePodGroups above it (`parentCompositePodGroupName`, up to three) are its
+      `parents`; until every one exists, or when they form a cycle or span Workloads, it waits
+      and says why;
+    - its priority is the PodGroup's (`priority`, else its PriorityClass, else the global
+      default), whatever its pods say;
+    - a preemption evicts the outermost group or tree whose disruption mode is `all`, else the
+      pod alone;
+    - no deadline (Kubernetes v1.36+), unless annotation `muster.dev/gang-timeout-seconds` on
+      the PodGroup (or its root CompositePodGroup) turns muster's on;
+    - preemptionPolicy Never anywhere in the tree: it never preempts.
+    """
+    namespace = pod.meta.namespace
+    key = GangKey(f"{namespace}/{pod.scheduling_group}")
+    group = groups.pod_groups.get(key)
+    if group is None:
+        return Membership(gang=key, workload=pod.key, problem=f"waiting for PodGroup {key}")
+    chain, problem = _composites_above(group, groups)
+    priority = resolve_priority(
+        group.policy.priority, group.policy.priority_class_name, groups.priority_classes
+    )
+    if problem:
+        return Membership(gang=key, workload=pod.key, problem=problem, priority=priority)
+    owner, tree_owner = _disruption_unit(pod.key, group, chain)
+    timeout = next(
+        (g.timeout_s for g in (group, *reversed(chain)) if g.timeout_s is not None), NO_DEADLINE
+    )
+    spec = GangSpec(
+        key=key,
+        min_count=group.policy.min_count or 1,
+        priority=priority,
+        created_s=created_at_s(group.meta),
+        timeout_s=timeout,
+        topology=_required(group.policy.topology_key),
+        workload="" if owner == pod.key else owner,  # the same for every pod of the gang
+        parents=tuple(
+            CompositeSpec(
+                key=GangKey(c.key),
+                min_groups=c.policy.min_count or 1,
+                topology=_required(c.policy.topology_key),
+                created_s=created_at_s(c.meta),
+                timeout_s=c.timeout_s,
+            )
+            for c in chain
+        ),
+        preempts=all(g.policy.preemption_policy != "Never" for g in (group, *chain)),
+    )
+    return Membership(gang=key, spec=spec, workload=owner, priority=priority, tree_owner=tree_owner)
+
+
+def _composites_above(
+    group: SchedulingPodGroup, groups: GroupIndex
+) -> tuple[list[CompositePodGroup], str]:
+    """The CompositePodGroups above `group`, innermost first, or why they cannot be used."""
+    chain: list[CompositePodGroup] = []
+    namespace, parent = group.meta.namespace, group.parent
+    workloads = {group.workload_name}
+    while parent:
+        key = f"{namespace}/{parent}"
+        found = groups.composites.get(key)
+        if found is None:
+            return [], f"waiting for CompositePodGroup {key}"
+        if any(c.key == key for c in chain):
+            return [], f"CompositePodGroup {key} is its own ancestor"
+        chain.append(found)
+        if len(chain) > MAX_COMPOSITE_DEPTH:
+            return [], f"more than {MAX_COMPOSITE_DEPTH + 1} levels of groups above {group.key}"
+        workloads.add(found.workload_name)
+        parent = found.parent
+    if len(workloads) > 1:
+        names = ", ".join(sorted(workloads))
+        return [], f"the groups above {group.key} belong to several Workloads ({names})"
+    return chain, ""
+
+
+def _disruption_unit(
+    pod: str, group: SchedulingPodGroup, chain: list[CompositePodGroup]
+) -> tuple[str, bool]:
+    """What a preemption evicts with the pod: the outermost group with disruption mode `all`
+    (a CompositePodGroup's whole subtree), else the pod alone."""
+    for composite in reversed(chain):
+        if composite.policy.disruption == "all":
+            return composite.key, True
+    return (group.key, False) if group.policy.disruption == "all" else (pod, False)
+
+
+def _required(label: str) -> TopologyRequest | None:
+    return TopologyRequest(key=label, required=True) if label else None
 
 
 def _workload_api_member(
@@ -269,6 +438,7 @@ def gang_of_admitted(
     priority: int,
     created_s: float,
     timeout_s: float | None = None,
+    groups: GroupIndex = NO_GROUPS,
 ) -> AdmittedGang:
     """Return the gang of Kueue workload `wl` under `admission`, for both gangpermit and the sim.
 
@@ -281,6 +451,10 @@ def gang_of_admitted(
       admitted count: a podset with minCount is a gang of that size;
     - topology: `kueue.x-k8s.io/podset-required-topology` of the first podset that sets it,
       else the first `podset-preferred-topology` (required wins);
+    - a gang policy of its own replaces the last two (queues and gangs together, issue 14): a
+      Job's `spec.scheduling` (`wl.scheduling`), else the scheduling.k8s.io PodGroup its pod
+      template names in `spec.schedulingGroup` (found in `groups`): a gang's `minCount`
+      (capped at the admitted count) or 1 for the basic policy, its topology key required;
     - `priority` and `created_s` (the workload's, as the admission core resolved them) order it
       among gangs; `timeout_s` None leaves the scheduler's default.
 
@@ -311,12 +485,31 @@ def gang_of_admitted(
         topology=topology_of(pod_sets),
         workload=key,
     )
+    policy = wl.scheduling or _template_group_policy(wl, pod_sets, groups)
+    if policy is not None:
+        admitted_count = sum(ps.count for ps in pod_sets)
+        spec = msgspec.structs.replace(
+            spec,
+            min_count=min(policy.min_count or 1, admitted_count),
+            topology=_required(policy.topology_key) or spec.topology,
+        )
     pods = tuple(
         _admitted_pod(wl, ps, index, priority=priority)
         for ps in pod_sets
         for index in range(ps.count)
     )
     return AdmittedGang(spec=spec, pod_sets=tuple(pod_sets), pods=pods)
+
+
+def _template_group_policy(
+    wl: Workload, pod_sets: Iterable[PodSet], groups: GroupIndex
+) -> GroupPolicy | None:
+    """The policy of the PodGroup the first podset naming one names, if it exists."""
+    for ps in pod_sets:
+        if ps.scheduling_group:
+            group = groups.pod_groups.get(f"{wl.meta.namespace}/{ps.scheduling_group}")
+            return None if group is None else group.policy
+    return None
 
 
 def topology_of(pod_sets: Iterable[PodSet]) -> TopologyRequest | None:

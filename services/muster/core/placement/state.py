@@ -9,12 +9,15 @@ in `scheduler`.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import Counter
 
 import numpy as np
 
+from muster.core.placement import trees
 from muster.core.placement.fit import Signature, SignatureKey, signature_key
 from muster.core.placement.model import (
+    CompositeSpec,
     GangKey,
     GangSpec,
     NodeInfo,
@@ -61,12 +64,18 @@ class Nomination:
 
 
 class GangRecord:
+    """A gang, or (`composite` set) a CompositePodGroup of a tree of gangs (`trees`)."""
+
     __slots__ = (
+        "children",
+        "composite",
         "held",
         "key",
         "nomination",
+        "parent",
         "placed",
         "pods",
+        "priority",
         "reason",
         "spec",
         "started_s",
@@ -85,14 +94,28 @@ class GangRecord:
         self.reason = ""  # the last GangWaiting (or timeout, preemption) reason
         self.tried = -1  # epoch of its last failed attempt
         self.nomination: Nomination | None = None
+        # A tree of gangs: the CompositePodGroup above (None for a root), the groups below a
+        # composite, its spec, and the priority its gangs have.
+        self.parent: GangKey | None = None
+        self.children: set[GangKey] = set()
+        self.composite: CompositeSpec | None = None
+        self.priority = 0
 
     def deadline_s(self, default_timeout_s: float) -> float | None:
-        if self.started_s is None or self.spec is None:
+        if self.started_s is None:
+            return None
+        if self.composite is not None:  # a tree's: its root's, if it has one
+            timeout = self.composite.timeout_s
+            return None if timeout is None else self.started_s + timeout
+        if self.spec is None:
             return None
         timeout = self.spec.timeout_s
-        return self.started_s + (default_timeout_s if timeout is None else timeout)
+        timeout = default_timeout_s if timeout is None else timeout
+        return None if math.isinf(timeout) else self.started_s + timeout
 
     def order(self) -> UnitOrder:
+        if self.composite is not None:
+            return (-self.priority, self.composite.created_s, self.key, 0)
         spec = self.spec
         if spec is None:
             return (0, 0.0, self.key, 0)
@@ -144,8 +167,11 @@ class PlacementState:
             return
         gang.spec = spec
         gang.timed_out = False
+        trees.link(self, gang, spec)
         if not gang.placed and gang.held:  # pods bound before the spec was known
             gang.placed = gang.held >= spec.min_count
+            if gang.placed:
+                trees.root_of(self, gang).placed = True  # the tree was placed before
         self.reprioritise(gang, spec.priority)
         self.push_deadline(gang)
         self._refresh_owners(gang)
@@ -160,6 +186,7 @@ class PlacementState:
         gang.timed_out = False
         self.drop_nomination(gang)
         self.waiting_gangs.discard(key)
+        trees.unlink(self, gang)
         if not gang.pods:
             self._forget(gang)
             return
@@ -222,6 +249,8 @@ class PlacementState:
         return gang
 
     def _forget(self, gang: GangRecord) -> None:
+        trees.unlink(self, gang)
+        self.drop_nomination(gang)
         del self.gangs[gang.key]
         self.dirty_gangs.discard(gang.key)
         self.waiting_gangs.discard(gang.key)
@@ -292,11 +321,14 @@ class PlacementState:
             self.epoch += 1  # a new holder: a possible victim
             if gang is not None and not gang.placed and gang.spec is not None:
                 gang.placed = gang.held >= gang.spec.min_count
+                if gang.placed:
+                    trees.root_of(self, gang).placed = True  # the tree was placed before
         if gang is None:
             self.dirty_singles.add(info.key)
             return
         if not info.node:
             gang.timed_out = False  # one of its pods changed: a new try
+            trees.root_of(self, gang).timed_out = False
         self.regroup(gang)
 
     def _detach(self, record: PodRecord) -> None:
@@ -351,6 +383,7 @@ class PlacementState:
         if gang.held == 0 and gang.placed:
             gang.placed = False
             self.regroup(gang)
+            trees.released(self, gang)
 
     def is_single(self, pod: PodRecord) -> bool:
         """Whether `pod` is placed on its own: no gang, or a late member of a permitted one."""

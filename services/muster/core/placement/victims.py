@@ -1,5 +1,6 @@
-"""Placement preemption: the smallest set of whole lower-priority workloads whose room lets a
-gang fit. The candidates come from `PlacementState`; `GangScheduler` says what fits."""
+"""Placement preemption: the smallest set of whole lower-priority units (a pod, a group, a tree,
+as their disruption mode says) whose room lets a gang or a tree fit. The candidates come from
+`PlacementState`; `GangScheduler` says what fits."""
 
 from __future__ import annotations
 
@@ -10,15 +11,18 @@ import numpy as np
 import numpy.typing as npt
 
 from muster.core.placement.fit import Group
-from muster.core.placement.model import NodeName, PodKey
+from muster.core.placement.model import NodeName, PlacementPreempted, PodKey
 from muster.core.placement.nodes import Ints, NodeTable
-from muster.core.placement.state import PlacementState
+from muster.core.placement.state import GangRecord, Nomination, PlacementState
+
+POD, GROUP, TREE = 0, 1, 2  # what a victim is, least important first
 
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """A workload that may be evicted as a whole: the pods of it that hold room, with the row
-    of each pod's node (-1 for a node the table no longer has) and its demand per column."""
+    """A unit that may be evicted as a whole (a pod, a group or workload, a CompositePodGroup
+    tree, as its disruption mode says): the pods of it that hold room, with the row of each
+    pod's node (-1 for a node the table no longer has) and its demand per column."""
 
     owner: str
     priority: int  # the highest of its pods
@@ -26,15 +30,20 @@ class Candidate:
     pods: tuple[PodKey, ...]
     rows: Ints  # one per pod
     demand: Ints  # pods × columns
+    kind: int = GROUP  # POD, GROUP or TREE
 
 
 def eviction_order(candidates: Sequence[Candidate]) -> list[Candidate]:
-    """Lowest priority first, then newest first, then by owner."""
-    return sorted(candidates, key=lambda c: (c.priority, -c.created_s, c.owner))
+    """Least important first, as workload-aware preemption (Kubernetes v1.37) spares them most
+    important first: lower priority, then single pods before groups before trees, then smaller
+    units, then the later started; ties by owner."""
+    return sorted(
+        candidates, key=lambda c: (c.priority, c.kind, len(c.pods), -c.created_s, c.owner)
+    )
 
 
 def candidates_below(state: PlacementState, priority: int) -> Pool:
-    """Every workload whose pods holding room all have a priority below `priority`."""
+    """Every unit whose pods holding room all have a priority below `priority`."""
     table = state.table
     candidates = []
     for owner, keys in state.holders.items():
@@ -46,7 +55,9 @@ def candidates_below(state: PlacementState, priority: int) -> Pool:
         demand = np.array([p.sig.demand(table) for p in pods], dtype=np.int64)
         created_s = min(p.info.created_s for p in pods)
         pod_keys = tuple(p.info.key for p in pods)
-        candidates.append(Candidate(owner, top, created_s, pod_keys, rows, demand))
+        first = pods[0].info
+        kind = POD if owner == first.key else TREE if first.tree_owner else GROUP
+        candidates.append(Candidate(owner, top, created_s, pod_keys, rows, demand, kind))
     return Pool(candidates)
 
 
@@ -151,3 +162,52 @@ def pick_victims(count: int, place: Placing) -> list[int] | None:
         if rest and place(rest) is not None:
             chosen = rest
     return chosen
+
+
+Placed = list[tuple[Group, Ints, Ints]]  # each group placed: its rows and pods per row
+
+
+def preempt(
+    state: PlacementState,
+    pool: Pool,
+    unit: GangRecord,
+    priority: int,
+    groups: Sequence[Group],
+    place: Callable[[Ints], Placed | None],
+) -> PlacementPreempted | None:
+    """Evict the fewest victims of `pool` (below `priority`) that let `unit` (a gang, or a
+    tree's root, whose pods are `groups`, placed by `place` on a matrix of free room) fit, and
+    nominate their room for it; None if no such set exists. Victims are spared most important
+    first (`eviction_order`, `pick_victims`)."""
+    base = state.view(priority, own=unit.key)
+    usable = usable_positions(state, pool, groups)  # in eviction order
+
+    def placing(victims: Sequence[int]) -> Sequence[int] | None:
+        if isinstance(victims, range):  # a prefix, as a slice: no list of them built
+            positions = usable[victims.start : victims.stop]
+        else:
+            positions = usable[np.asarray(victims, dtype=np.int64)]
+        placed = place(pool.room(base, positions))
+        if placed is None:
+            return None
+        rows = np.concatenate([rows for _, rows, _ in placed])
+        touched = np.flatnonzero(np.isin(positions, pool.touching(positions, rows)))
+        return [victims[n] for n in touched.tolist()]
+
+    chosen = pick_victims(len(usable), placing)
+    if chosen is None:
+        return None
+    positions = usable[np.asarray(chosen, dtype=np.int64)]
+    placed = place(pool.room(base, positions))
+    assert placed is not None
+    victims = [pool.candidates[n] for n in positions.tolist()]
+    usage = [
+        (state.table.name(row), group.sig, count)
+        for group, rows, counts in placed
+        for row, count in zip(rows.tolist(), counts.tolist(), strict=True)
+    ]
+    state.nominate(unit, Nomination(priority, usage, {k for v in victims for k in v.pods}))
+    owners = sorted(victim.owner for victim in victims)
+    every_pod = sorted(k for owner in owners for k in state.owned.get(owner, ()))
+    unit.reason = f"preempting {len(owners)} workload(s): {', '.join(owners)}"
+    return PlacementPreempted(gang=unit.key, victims=tuple(owners), pods=tuple(every_pod))

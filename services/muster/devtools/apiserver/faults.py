@@ -180,6 +180,7 @@ class Request(msgspec.Struct, frozen=True):
     path: str
     query: str
     code: int
+    user: str = ""  # who it was judged as, when the server checks access ("" otherwise)
 
 
 class RequestLog:

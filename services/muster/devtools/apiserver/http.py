@@ -23,8 +23,13 @@ class HttpRequest(msgspec.Struct, frozen=True, kw_only=True):
     path: str
     raw_query: str
     query: dict[str, str]
-    headers: dict[str, str]  # lower-case names
+    headers: dict[str, str]  # lower-case names; the last value of a repeated one
     body: bytes
+    header_pairs: tuple[tuple[str, str], ...] = ()  # every header line, names lower-case
+
+    def header_values(self, name: str) -> list[str]:
+        """Every value of header `name` (lower-case), in order (Impersonate-Group repeats)."""
+        return [v for k, v in self.header_pairs if k == name]
 
     @property
     def content_type(self) -> str:
@@ -50,11 +55,12 @@ async def read_request(reader: asyncio.StreamReader) -> HttpRequest | None:
         method, target, _version = lines[0].split(" ", 2)
     except ValueError as err:
         raise BadHttpError(f"bad request line {lines[0]!r}") from err
-    headers: dict[str, str] = {}
+    pairs: list[tuple[str, str]] = []
     for line in lines[1:]:
         if line:
             name, _, value = line.partition(":")
-            headers[name.strip().lower()] = value.strip()
+            pairs.append((name.strip().lower(), value.strip()))
+    headers = dict(pairs)
     body = await _read_body(reader, headers)
     url = urlsplit(target)
     return HttpRequest(
@@ -64,6 +70,7 @@ async def read_request(reader: asyncio.StreamReader) -> HttpRequest | None:
         query=dict(parse_qsl(url.query, keep_blank_values=True)),
         headers=headers,
         body=body,
+        header_pairs=tuple(pairs),
     )
 
 

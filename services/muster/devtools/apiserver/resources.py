@@ -103,8 +103,9 @@ def _rt(
     )
 
 
-def builtin_resources() -> tuple[ResourceType, ...]:
-    """What a bare cluster serves, as far as muster uses it."""
+def builtin_resources(gang_api: str | None = "1.35") -> tuple[ResourceType, ...]:
+    """What a bare cluster serves, as far as muster uses it; `gang_api` the release whose
+    scheduling.k8s.io gang API it serves (`gang_api_resources`)."""
     v1 = ("v1",)
     return (
         _rt(
@@ -195,9 +196,45 @@ def builtin_resources() -> tuple[ResourceType, ...]:
             short_names=("crd", "crds"),
             status=True,
         ),
-        # The v1.35 Workload API for gangs: built in, alpha.
-        _rt("scheduling.k8s.io", ("v1alpha1",), "workloads", "Workload", namespaced=True),
+        *gang_api_resources(gang_api),
     )
+
+
+# Kubernetes releases and the scheduling.k8s.io gang API each serves with its gates on.
+GANG_API_RELEASES = ("1.35", "1.36", "1.37")
+
+
+def gang_api_resources(release: str | None) -> tuple[ResourceType, ...]:
+    """The built-in gang API of Kubernetes `release` with GenericWorkload (and, in v1.37,
+    CompositePodGroup) on; None: the gates off, the resources not served at all.
+
+    v1.35: Workload v1alpha1. v1.36: Workload and PodGroup v1alpha2. v1.37: Workload and
+    PodGroup v1beta1 and v1alpha3, CompositePodGroup v1alpha3 (v1alpha2 dropped).
+    """
+    if release is None:
+        return ()
+    if release not in GANG_API_RELEASES:
+        raise ValueError(f"gang API of Kubernetes {release} unknown; one of {GANG_API_RELEASES}")
+    group = "scheduling.k8s.io"
+    if release == "1.35":
+        return (_rt(group, ("v1alpha1",), "workloads", "Workload", namespaced=True),)
+    versions = ("v1alpha2",) if release == "1.36" else ("v1beta1", "v1alpha3")
+    found: tuple[ResourceType, ...] = (
+        _rt(group, versions, "workloads", "Workload", namespaced=True),
+        _rt(group, versions, "podgroups", "PodGroup", namespaced=True, status=True),
+    )
+    if release == "1.37":
+        found += (
+            _rt(
+                group,
+                ("v1alpha3",),
+                "compositepodgroups",
+                "CompositePodGroup",
+                namespaced=True,
+                status=True,
+            ),
+        )
+    return found
 
 
 def kueue_resources() -> tuple[ResourceType, ...]:
@@ -243,9 +280,9 @@ def podgroup_resources() -> tuple[ResourceType, ...]:
     )
 
 
-def default_resources() -> tuple[ResourceType, ...]:
+def default_resources(gang_api: str | None = "1.35") -> tuple[ResourceType, ...]:
     """Built-ins plus Kueue and PodGroup CRDs: a cluster muster can run on."""
-    return builtin_resources() + kueue_resources() + podgroup_resources()
+    return builtin_resources(gang_api) + kueue_resources() + podgroup_resources()
 
 
 def from_crd(crd: JsonObj) -> tuple[ResourceType | None, list[Cause]]:

@@ -139,7 +139,7 @@ def _verb(request: HttpRequest, name: str, subresource: str) -> str:
     return method.lower()
 
 
-def _body(request: HttpRequest) -> object:
+def request_body(request: HttpRequest) -> object:
     if not request.body:
         return None
     try:
@@ -212,7 +212,9 @@ def dispatch(
         "update": lambda: Reply(
             200,
             served(
-                api.update(rt, version, ns, name, _body(request), subresource=sub, dry_run=dry_run)
+                api.update(
+                    rt, version, ns, name, request_body(request), subresource=sub, dry_run=dry_run
+                )
             ),
         ),
         "patch": lambda: Reply(
@@ -224,7 +226,7 @@ def dispatch(
                     ns,
                     name,
                     request.content_type,
-                    _body(request),
+                    request_body(request),
                     subresource=sub,
                     dry_run=dry_run,
                 )
@@ -233,20 +235,26 @@ def dispatch(
         "deletecollection": lambda: Reply(
             200,
             api.delete_collection(
-                rt, version, ns, _list_query(route, query), delete_options(_body(request), query)
+                rt,
+                version,
+                ns,
+                _list_query(route, query),
+                delete_options(request_body(request), query),
             ),
         ),
     }
     if route.verb == "create":
         if sub == "binding":
-            return Reply(201, bind(api, ns, name, _body(request)))
+            return Reply(201, bind(api, ns, name, request_body(request)))
         if name or (rt.namespaced and not ns):
             raise method_not_allowed()
-        return Reply(201, served(api.create(rt, version, ns, _body(request), dry_run=dry_run)))
+        return Reply(
+            201, served(api.create(rt, version, ns, request_body(request), dry_run=dry_run))
+        )
     if route.verb == "delete":
         if sub:
             raise method_not_allowed()
-        code, obj = api.delete(rt, version, ns, name, delete_options(_body(request), query))
+        code, obj = api.delete(rt, version, ns, name, delete_options(request_body(request), query))
         return Reply(code, obj)
     if (
         sub == "binding"

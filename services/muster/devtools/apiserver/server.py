@@ -20,6 +20,14 @@ from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Self, TypeVar
 
+from muster.devtools.apiserver.access import (
+    ACCESS_REVIEWS,
+    OPEN_PATHS,
+    TOKEN_REVIEWS,
+    Access,
+    Attributes,
+    User,
+)
 from muster.devtools.apiserver.deletion import Api
 from muster.devtools.apiserver.errors import ApiError, injected
 from muster.devtools.apiserver.faults import Faults, Request, RequestLog
@@ -33,9 +41,17 @@ from muster.devtools.apiserver.http import (
     read_request,
     stream_head,
 )
+from muster.devtools.apiserver.jobcontroller import JobController
 from muster.devtools.apiserver.objects import encode
 from muster.devtools.apiserver.resources import Registry, ResourceType, default_resources
-from muster.devtools.apiserver.routes import Route, dispatch, error_reply, resolve
+from muster.devtools.apiserver.routes import (
+    Reply,
+    Route,
+    dispatch,
+    error_reply,
+    request_body,
+    resolve,
+)
 from muster.devtools.apiserver.store import Store
 from muster.devtools.apiserver.watch import WatchStream
 
@@ -68,9 +84,13 @@ class ApiServer:
         default_watch_timeout_s: float = 1800.0,
         max_watch_pending: int = 100_000,
         garbage_collection: bool = True,
+        job_controller: bool = False,
+        workload_with_job: bool = True,
         clock: Callable[[], float] = time.time,
+        access: Access | None = None,
     ) -> None:
         self.host = host
+        self.access = access  # None: every request is allowed (access.py)
         self.port = port
         self.bookmark_interval_s = bookmark_interval_s
         self.default_watch_timeout_s = default_watch_timeout_s
@@ -84,6 +104,11 @@ class ApiServer:
             defer=self._defer,
             garbage_collection=garbage_collection,
         )
+        # Off by default: most tests play the Job controller themselves (kube_services_helpers).
+        self.jobs: JobController | None = None
+        if job_controller:
+            self.jobs = JobController(self.api, self.registry, workload_with_job=workload_with_job)
+            self.jobs.start()
         self.faults = Faults()
         self.requests = RequestLog()
         self._server: asyncio.Server | None = None
@@ -211,9 +236,15 @@ class ApiServer:
         """Answer one request; False when the connection must close."""
         verb = "get"
         extra: list[tuple[str, str]] = []
+        user: User | None = None
         try:
-            resolved = resolve(request, self.api)
+            if self.access is not None and request.path.rstrip("/") not in OPEN_PATHS:
+                user = self.access.requester(request)
+            review = self._review(request, user)
+            resolved = review if review is not None else resolve(request, self.api)
             verb = resolved.verb if isinstance(resolved, Route) else "get"
+            if user is not None and isinstance(resolved, Route):
+                self._authorize(user, resolved)
             latency = self.faults.latency_s(verb, request.path)
             if latency > 0:
                 await asyncio.sleep(latency)
@@ -235,7 +266,7 @@ class ApiServer:
                             fault.after_events,
                             fault.partial,
                         )
-                    self._log(verb, request, 200)
+                    self._log(verb, request, 200, user)
                     return await self._stream(result, reader, writer)
                 reply = result
             else:
@@ -246,7 +277,7 @@ class ApiServer:
             log.exception("request failed: %s %s", request.method, request.path)
             reply = error_reply(ApiError(500, "InternalError", f"stand-in error: {err!r}"))
         body = reply.body if isinstance(reply.body, bytes) else encode(reply.body)
-        self._log(verb, request, reply.code)
+        self._log(verb, request, reply.code, user)
         writer.write(
             full_response(
                 reply.code,
@@ -259,8 +290,31 @@ class ApiServer:
         await writer.drain()
         return request.keep_alive
 
-    def _log(self, verb: str, request: HttpRequest, code: int) -> None:
-        self.requests.record(Request(verb, request.path, request.raw_query, code))
+    def _log(self, verb: str, request: HttpRequest, code: int, user: User | None = None) -> None:
+        name = user.name if user is not None else ""
+        self.requests.record(Request(verb, request.path, request.raw_query, code, name))
+
+    def _review(self, request: HttpRequest, user: User | None) -> Reply | None:
+        """The answer of a TokenReview or SubjectAccessReview (served with `access` only)."""
+        if self.access is None or user is None or request.method != "POST":
+            return None
+        if request.path == TOKEN_REVIEWS:
+            return Reply(201, self.access.token_review(user, request_body(request)))
+        if request.path == ACCESS_REVIEWS:
+            return Reply(201, self.access.access_review(user, request_body(request)))
+        return None
+
+    def _authorize(self, user: User, route: Route) -> None:
+        assert self.access is not None
+        asked = Attributes(
+            verb=route.verb,
+            group=route.rt.group,
+            resource=route.rt.plural,
+            subresource=route.subresource,
+            namespace=route.namespace,
+            name=route.name,
+        )
+        self.access.check(user, asked)
 
     async def _stream(
         self, stream: WatchStream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter

@@ -10,14 +10,12 @@ fields, validation, and which fields an update may change.
   labels, annotations, nodeSelector, tolerations, affinity and schedulingGates while the Job is
   suspended and has never started (what Kueue uses to inject a flavor's node labels).
 - Namespaces, PriorityClasses and CustomResourceDefinitions get their server-set fields.
+- The scheduling.k8s.io gang API (Workloads, PodGroups, CompositePodGroups): `gangs`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
-
-import msgspec
 
 from muster.devtools.apiserver.errors import (
     Cause,
@@ -29,38 +27,16 @@ from muster.devtools.apiserver.errors import (
     required,
     unsupported,
 )
+from muster.devtools.apiserver.gangs import GANG_STRATEGIES
 from muster.devtools.apiserver.objects import JsonObj, meta, name_of
 from muster.devtools.apiserver.resources import ResourceType, crd_status, from_crd
+from muster.devtools.apiserver.strategy_base import Context, Strategy
 from muster.devtools.apiserver.validation import dns_label_causes
+
+__all__ = ["Context", "Strategy", "strategy_for"]
 
 INT32_MAX = 2**31 - 1
 DEFAULT_TOLERATION_SECONDS = 300
-
-
-class Context(msgspec.Struct, frozen=True, kw_only=True):
-    """What strategies may read besides the object: PriorityClasses and the time."""
-
-    priority_class: Callable[[str], JsonObj | None]
-    global_default_priority_class: Callable[[], JsonObj | None]
-    now: str
-
-
-class Strategy:
-    """The default: no defaults, no extra checks; metadata names are RFC 1123 subdomains."""
-
-    name_check = "subdomain"
-
-    def defaults(self, obj: JsonObj) -> None:
-        """Fill fields the server defaults when missing (on create and on update)."""
-
-    def prepare_create(self, obj: JsonObj, ctx: Context) -> None:
-        """Server-set fields of a new object; may raise ApiError (admission)."""
-
-    def causes(self, obj: JsonObj) -> list[Cause]:
-        return []
-
-    def update_causes(self, new: JsonObj, old: JsonObj) -> list[Cause]:
-        return []
 
 
 def _default_pod_spec(spec: JsonObj) -> None:
@@ -367,6 +343,7 @@ _STRATEGIES: dict[tuple[str, str], Strategy] = {
     ("", "namespaces"): NamespaceStrategy(),
     ("scheduling.k8s.io", "priorityclasses"): PriorityClassStrategy(),
     ("apiextensions.k8s.io", "customresourcedefinitions"): CrdStrategy(),
+    **GANG_STRATEGIES,
 }
 _DEFAULT = Strategy()
 

@@ -152,20 +152,31 @@ spec:
           requests: {requests}
 """
 
-# A Kubernetes v1.35 Workload API gang outside Kueue: four workers that start together or not
-# at all (gang policy, minCount 4), placed by muster's gang-permit (schedulerName: muster).
+# A Kubernetes v1.37 gang outside Kueue (scheduling.k8s.io/v1beta1): a Workload with one gang
+# template, the PodGroup made from it, and four workers that join it (spec.schedulingGroup)
+# and start together or not at all (minCount 4), placed by muster (schedulerName: muster).
 _GANG_NAME, _GANG_AFTER, _GANG_RUNS, _GANG_SIZE = "dist-train", 18, 30, 4
 _GANG_WORKLOAD = f"""\
-apiVersion: scheduling.k8s.io/v1alpha1
+apiVersion: scheduling.k8s.io/v1beta1
 kind: Workload
 metadata:
   namespace: team-a
   name: {_GANG_NAME}
   annotations: {{muster.dev/submit-after: "{_GANG_AFTER}"}}
 spec:
-  podGroups:
+  podGroupTemplates:
   - name: workers
-    policy: {{gang: {{minCount: {_GANG_SIZE}}}}}
+    schedulingPolicy: {{gang: {{minCount: {_GANG_SIZE}}}}}
+---
+apiVersion: scheduling.k8s.io/v1beta1
+kind: PodGroup
+metadata:
+  namespace: team-a
+  name: {_GANG_NAME}-workers
+  annotations: {{muster.dev/submit-after: "{_GANG_AFTER}"}}
+spec:
+  workloadRef: {{workloadName: {_GANG_NAME}, templateName: workers}}
+  schedulingPolicy: {{gang: {{minCount: {_GANG_SIZE}}}}}
 """
 _GANG_POD = """\
 apiVersion: v1
@@ -176,7 +187,7 @@ metadata:
   annotations: {{muster.dev/submit-after: "{after}", muster.dev/run-seconds: "{runs}"}}
 spec:
   schedulerName: muster
-  workloadRef: {{name: {workload}, podGroup: workers}}
+  schedulingGroup: {{podGroupName: {workload}-workers}}
   restartPolicy: Never
   containers:
   - name: main

@@ -1,0 +1,376 @@
+"""The one way muster reads user YAML and JSON: bounded in depth, alias expansion and size.
+
+`load_yaml` parses with libyaml (PyYAML's CParser) when PyYAML was built with it, else with
+PyYAML's pure-Python parser, and builds plain values from the parser's events itself. Why not
+`yaml.load`: PyYAML's constructor shares an anchored value among its aliases, so a 557-byte
+"billion laughs" document loads at once and blows up later, in whatever walks it (JSON
+encoding, msgspec); its constructor also recurses, so deep nesting ends in RecursionError.
+Here every alias counts as the whole value it stands for, nesting is counted as it opens,
+and each limit is an error naming the source and the line. Timestamps stay strings, as
+Kubernetes reads YAML. `load_json` applies the same limits to JSON.
+
+Used by `muster.api.decode` (files, scenarios, the gateway's manifests) and anywhere else a
+user's YAML or JSON is read.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+import yaml
+from yaml import events as ev
+from yaml.constructor import ConstructorError, SafeConstructor
+from yaml.nodes import ScalarNode
+from yaml.resolver import Resolver
+
+from muster.api.errors import FieldError
+
+try:  # libyaml's parser, about 10x faster than the pure-Python one
+    from yaml import CSafeLoader as _Parser
+except ImportError:  # PyYAML without libyaml
+    from yaml import SafeLoader as _Parser  # type: ignore[assignment]
+
+MAX_DEPTH: Final = 100  # nested maps and lists; a pod template needs about 15
+# Values aliases may add beyond those written out, over the whole text (not per document, or
+# many small bombs would add up): aliases can at most double the input
+# plus this much, so a small document never costs more than a bounded amount to walk.
+ALIAS_ALLOWANCE: Final = 10_000
+MAX_DOCUMENT_CHARS: Final = 3 * 1024 * 1024  # the API server's limit on one request body
+MAX_INT_DIGITS: Final = 64  # far above any int64; Python refuses int() over 4 300 digits
+
+_STR: Final = "tag:yaml.org,2002:str"
+_MERGE: Final = "tag:yaml.org,2002:merge"
+_SCALAR_TAGS: Final = frozenset(
+    f"tag:yaml.org,2002:{name}" for name in ("str", "int", "float", "bool", "null")
+)
+_MAP_TAGS: Final = frozenset({None, "!", "tag:yaml.org,2002:map"})
+_SEQ_TAGS: Final = frozenset({None, "!", "tag:yaml.org,2002:seq"})
+
+
+class LoadError(Exception):
+    """The input cannot be read; `error` names the source and the line."""
+
+    def __init__(self, error: FieldError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _KubernetesResolver(Resolver):
+    """YAML 1.1 implicit types as PyYAML's SafeLoader reads them, but timestamps stay strings."""
+
+
+_KubernetesResolver.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in Resolver.yaml_implicit_resolvers.items()
+}
+_RESOLVER: Final = _KubernetesResolver()
+_CONSTRUCTOR: Final = SafeConstructor()
+
+
+def load_yaml(
+    text: str, *, source: str = "", duplicates: list[FieldError] | None = None
+) -> tuple[list[Any], FieldError | None]:
+    """Return the documents of a multi-document YAML text, and the problem that stopped reading.
+
+    Documents before the problem are returned (each as plain dicts, lists and scalars; an
+    empty document is None). The problem names `source` and the line. A key written twice in
+    one map keeps its later value, as Kubernetes' lenient decoding does; pass a list as
+    `duplicates` to learn of each (strict field validation refuses them).
+    """
+    builder = _Builder(source or "(input)")
+    if duplicates is not None:
+        builder.duplicates = duplicates
+    parser = _Parser(text)
+    try:
+        builder.run(parser)
+    except LoadError as exc:
+        return builder.documents, exc.error
+    except yaml.YAMLError as exc:
+        return builder.documents, _yaml_error(exc, builder.source)
+    finally:
+        parser.dispose()
+    return builder.documents, None
+
+
+def load_json(text: str, *, source: str = "") -> Any:
+    """Return one JSON document, within the YAML limits; raise LoadError naming the problem."""
+    where = source or "(input)"
+    if len(text) > MAX_DOCUMENT_CHARS:
+        raise LoadError(FieldError(where, "(document)", _too_large(len(text))))
+    try:
+        value = json.loads(text, parse_int=_json_int, parse_constant=_json_constant)
+    except json.JSONDecodeError as exc:
+        raise LoadError(
+            FieldError(where, f"line {exc.lineno}", f"invalid JSON: {exc.msg}")
+        ) from None
+    except _JsonNumberError as exc:
+        raise LoadError(FieldError(where, "(document)", str(exc))) from None
+    except RecursionError:
+        raise LoadError(FieldError(where, "(document)", _too_deep())) from None
+    problem = _json_problem(value)
+    if problem is not None:
+        raise LoadError(FieldError(where, "(document)", problem))
+    return value
+
+
+class _Frame:
+    """A map or list being built: its value, its size so far (aliases counted whole)."""
+
+    __slots__ = ("anchor", "is_list", "key", "merged", "size", "value")
+
+    def __init__(self, value: dict[Any, Any] | list[Any], anchor: str | None) -> None:
+        self.value = value
+        self.is_list = type(value) is list
+        self.anchor = anchor
+        self.size = 1
+        self.key: Any = _NO_KEY  # a map's key waiting for its value
+        self.merged: list[tuple[Any, int]] = []  # `<<:` values, applied when the map ends
+
+
+_NO_KEY: Final = object()
+_MERGE_KEY: Final = object()  # stands for `<<` until its value arrives
+_SCALAR, _ALIAS, _DOC_END = ev.ScalarEvent, ev.AliasEvent, ev.DocumentEndEvent
+_MAP_START, _MAP_END = ev.MappingStartEvent, ev.MappingEndEvent
+_SEQ_START, _SEQ_END = ev.SequenceStartEvent, ev.SequenceEndEvent
+
+
+class _Builder:
+    """Plain values from parser events, one document at a time, with the limits enforced."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.documents: list[Any] = []
+        self.scalars: dict[str, Any] = {}  # plain scalar text -> value (most recur)
+        self.duplicates: list[FieldError] = []
+        self.own = self.aliased = 0
+
+    def run(self, parser: Any) -> None:
+        get_event = parser.get_event
+        while True:
+            event = get_event()
+            if isinstance(event, ev.DocumentStartEvent):
+                self.documents.append(self._document(get_event, event))
+            elif event is None or isinstance(event, ev.StreamEndEvent):
+                return
+
+    def _document(self, get_event: Any, start: Any) -> Any:
+        # One loop over the events, with the common cases inline: it runs once per value.
+        stack: list[_Frame] = []
+        top: _Frame | None = None  # stack[-1]
+        anchors: dict[str, tuple[Any, int] | None] = {}  # None while its node is open
+        # Values written out, values that aliases stand for: over the whole text so far.
+        own, aliased = self.own, self.aliased
+        scalars = self.scalars
+        result: Any = None
+        while True:
+            event = get_event()
+            cls = type(event)
+            if cls is _SCALAR:
+                own += 1
+                size = 1
+                value = scalars.get(event.value, _NO_KEY) if event.implicit[0] else _NO_KEY
+                if value is _NO_KEY or event.tag is not None:
+                    value = self._scalar(event)
+                if event.anchor is not None:
+                    anchors[event.anchor] = (value, 1)
+            elif cls is _MAP_START or cls is _SEQ_START:
+                own += 1
+                top = self._open(event, depth=len(stack) + 1)
+                stack.append(top)
+                if event.anchor is not None:
+                    anchors[event.anchor] = None
+                continue
+            elif cls is _MAP_END or cls is _SEQ_END:
+                frame = stack.pop()
+                top = stack[-1] if stack else None
+                if frame.merged:
+                    self._merge(frame)
+                value, size = frame.value, frame.size
+                if frame.anchor is not None:
+                    anchors[frame.anchor] = (value, size)
+            elif cls is _ALIAS:
+                value, size = self._alias(event, anchors)
+                aliased += size
+                if aliased > own + ALIAS_ALLOWANCE:
+                    raise self._error(event, _too_many_aliases())
+            elif cls is _DOC_END:
+                self.own, self.aliased = own, aliased
+                chars = event.end_mark.index - start.start_mark.index
+                if chars > MAX_DOCUMENT_CHARS:
+                    raise self._error(start, _too_large(chars))
+                return result
+            else:
+                raise self._error(event, f"unexpected {cls.__name__}")
+            if top is None:
+                result = "<<" if value is _MERGE_KEY else value
+            elif top.is_list:
+                top.size += size
+                top.value.append("<<" if value is _MERGE_KEY else value)  # type: ignore[union-attr]
+            elif top.key is _NO_KEY or top.key is _MERGE_KEY or value is _MERGE_KEY:
+                self._add(top, value, size, event)
+            else:
+                top.size += size
+                if top.key in top.value:
+                    self._duplicate(top.key, event)
+                top.value[top.key] = value
+                top.key = _NO_KEY
+
+    def _open(self, event: Any, *, depth: int) -> _Frame:
+        if depth > MAX_DEPTH:
+            raise self._error(event, _too_deep())
+        mapping = type(event) is ev.MappingStartEvent
+        if event.tag not in (_MAP_TAGS if mapping else _SEQ_TAGS):
+            raise self._error(event, f"tag {event.tag} is not supported")
+        return _Frame({} if mapping else [], event.anchor)
+
+    def _add(self, frame: _Frame, value: Any, size: int, event: Any) -> None:
+        frame.size += size
+        container = frame.value
+        key = frame.key
+        if value is _MERGE_KEY and not (key is _NO_KEY and type(container) is dict):
+            value = "<<"  # only a key merges
+        if type(container) is list:
+            container.append(value)
+            return
+        if key is _NO_KEY:
+            if type(value) is dict or type(value) is list:
+                raise self._error(event, "a map key must be a string, number or boolean")
+            frame.key = value
+        elif key is _MERGE_KEY:
+            frame.merged.append((value, event.start_mark.line))
+            frame.key = _NO_KEY
+        else:
+            if key in container:
+                self._duplicate(key, event)
+            container[key] = value
+            frame.key = _NO_KEY
+
+    def _scalar(self, event: Any) -> Any:
+        value: str = event.value
+        tag = event.tag
+        if tag is None and event.implicit[0]:  # plain: resolved by its spelling
+            if value in self.scalars:
+                return self.scalars[value]
+            tag = _RESOLVER.resolve(ScalarNode, value, (True, False))  # type: ignore[no-untyped-call]  # PyYAML's stubs leave it untyped
+            found = self._construct(tag, value, event)
+            if len(self.scalars) < 4096:
+                self.scalars[value] = found
+            return found
+        if tag is None or tag == "!" or tag == _STR:
+            return value
+        if tag not in _SCALAR_TAGS:
+            raise self._error(event, f"tag {tag} is not supported")
+        return self._construct(tag, value, event)
+
+    def _construct(self, tag: str, value: str, event: Any) -> Any:
+        if tag == _STR:
+            return value
+        if tag == _MERGE:
+            return _MERGE_KEY
+        if tag == "tag:yaml.org,2002:int" and sum(c.isdigit() for c in value) > MAX_INT_DIGITS:
+            raise self._error(event, f"integer has more than {MAX_INT_DIGITS} digits")
+        method = _CONSTRUCTOR.yaml_constructors.get(tag)
+        if method is None:
+            raise self._error(event, f"tag {tag} is not supported")
+        try:
+            return method(_CONSTRUCTOR, ScalarNode(tag, value))
+        except (ConstructorError, ValueError) as exc:
+            kind = tag.rsplit(":", 1)[-1]
+            raise self._error(event, f"cannot read {value!r} as {kind}: {exc}") from None
+
+    def _alias(self, event: Any, anchors: dict[str, tuple[Any, int] | None]) -> tuple[Any, int]:
+        if event.anchor not in anchors:
+            raise self._error(event, f"alias *{event.anchor} names no anchor before it")
+        found = anchors[event.anchor]
+        if found is None:
+            raise self._error(event, f"alias *{event.anchor} is inside its own anchor")
+        return found
+
+    def _merge(self, frame: _Frame) -> None:
+        """Apply `<<:` merge keys: a merged map's entries never replace the map's own keys."""
+        target = frame.value
+        assert isinstance(target, dict)
+        for value, line in frame.merged:
+            sources = value if isinstance(value, list) else [value]
+            for source in sources:
+                if not isinstance(source, dict):
+                    problem = "a merge key (<<) takes a map or a list of maps"
+                    raise LoadError(FieldError(self.source, f"line {line + 1}", problem))
+                for key, item in source.items():
+                    target.setdefault(key, item)
+
+    def _duplicate(self, key: Any, event: Any) -> None:
+        # The line of the value: the key's own event is gone by now.
+        problem = f"duplicate key {key!r}: the later value replaces the earlier"
+        self.duplicates.append(
+            FieldError(self.source, f"line {event.start_mark.line + 1}", problem)
+        )
+
+    def _error(self, event: Any, problem: str) -> LoadError:
+        return LoadError(FieldError(self.source, f"line {event.start_mark.line + 1}", problem))
+
+
+class _JsonNumberError(ValueError):
+    pass
+
+
+def _json_int(text: str) -> int:
+    if len(text) > MAX_INT_DIGITS:
+        raise _JsonNumberError(f"integer has more than {MAX_INT_DIGITS} digits")
+    return int(text)
+
+
+def _json_constant(text: str) -> float:
+    raise _JsonNumberError(f"{text} is not a JSON number")
+
+
+def _json_problem(value: Any) -> str | None:
+    """What makes loaded JSON unusable: nesting past MAX_DEPTH, or a string with a lone
+    surrogate (a `\\ud800` escape, which no UTF-8 encoder takes). Walks without recursion."""
+    todo: list[tuple[Any, int]] = [(value, 0)]
+    while todo:
+        item, depth = todo.pop()
+        if type(item) is str:
+            if not item.isascii() and _has_surrogate(item):
+                return "a string holds a lone UTF-16 surrogate (\\ud800-\\udfff)"
+            continue
+        if type(item) is dict:
+            if depth >= MAX_DEPTH:
+                return _too_deep()
+            todo.extend((key, depth) for key in item)
+            todo.extend((child, depth + 1) for child in item.values())
+        elif type(item) is list:
+            if depth >= MAX_DEPTH:
+                return _too_deep()
+            todo.extend((child, depth + 1) for child in item)
+    return None
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _yaml_error(exc: yaml.YAMLError, source: str) -> FieldError:
+    mark = getattr(exc, "problem_mark", None)
+    line = f"line {mark.line + 1}" if mark is not None else "(yaml)"
+    problem = getattr(exc, "problem", None) or str(exc)
+    return FieldError(source, line, f"invalid YAML: {problem}")
+
+
+def _too_deep() -> str:
+    return f"nested more than {MAX_DEPTH} levels deep"
+
+
+def _too_many_aliases() -> str:
+    return (
+        f"aliases expand to more than the input's own values + {ALIAS_ALLOWANCE} (an alias bomb?)"
+    )
+
+
+def _too_large(chars: int) -> str:
+    return f"document too large: {chars} characters > {MAX_DOCUMENT_CHARS}"

@@ -1,0 +1,103 @@
+"""What must exist on NATS before muster's services run: streams, buckets, the object store.
+
+`ensure_stream` creates a stream or brings it up to date, and writes nothing when it already is,
+so a service whose NATS user may only read it starts too. `setup_nats` creates everything the
+services use, as the admin user (`muster nats-setup`; `muster run` does it before starting
+them): with per-service users (muster.bus.permissions) the services then only bind to what
+exists, and create nothing but their own consumers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Any, Final
+
+import msgspec
+import nats.js.errors
+from nats.js import JetStreamContext, api
+
+from muster.bus.errors import SetupError
+from muster.bus.kv import open_bucket
+from muster.bus.permissions import SIM_BUCKET_PREFIX, Deployment
+from muster.bus.subjects import stream_configs
+
+SNAPSHOTS_BUCKET: Final = "MUSTER_SNAPSHOTS"  # admission's object store (admission/rebuild.py)
+DEFAULT_LEASE_TTL_S: Final = 5.0  # admission's --lease-ttl-seconds default
+
+
+class Bucket(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    ttl_s: float | None = None
+    history: int = 1
+
+
+def buckets(deployment: Deployment, *, lease_ttl_s: float = DEFAULT_LEASE_TTL_S) -> list[Bucket]:
+    """Every key-value bucket the services of `deployment` use, as they would create it."""
+    return [
+        Bucket(name="MUSTER_VISIBILITY"),
+        Bucket(name="MUSTER_SHARDS", ttl_s=lease_ttl_s),  # admission's leases expire
+        Bucket(name="MUSTER_WATCHER"),
+        Bucket(name="MUSTER_CLUSTERS"),
+        *(Bucket(name=SIM_BUCKET_PREFIX + c) for c in deployment.simulated),
+    ]
+
+
+def differences(wanted: api.StreamConfig, actual: api.StreamConfig) -> list[str]:
+    """The fields `wanted` sets to something other than what the server has."""
+    theirs = actual.as_dict()
+    return sorted(k for k, v in wanted.as_dict().items() if theirs.get(k) != v)
+
+
+async def ensure_stream(js: JetStreamContext, config: api.StreamConfig) -> None:
+    """Create stream `config.name`, or update it when it differs; nothing if it is as wanted."""
+    assert config.name is not None
+    try:
+        info = await js.stream_info(config.name)
+    except nats.js.errors.NotFoundError:
+        await _write(js.add_stream(config), f"create stream {config.name} (it is missing)")
+        return
+    changed = differences(config, info.config)
+    if changed:
+        what = f"update stream {config.name} ({', '.join(changed)} differ)"
+        await _write(js.update_stream(config), what)
+
+
+async def _write(call: Awaitable[Any], what: str) -> None:
+    try:
+        await call
+    except TimeoutError as exc:
+        # A user without the right gets no answer at all: its request is dropped by the server.
+        raise SetupError(
+            f"cannot {what}: NATS did not answer; with per-service NATS users only the admin "
+            "user may, so run `muster nats-setup` with it first (docs/security-nats.md)"
+        ) from exc
+
+
+async def setup_nats(
+    js: JetStreamContext,
+    *,
+    deployment: Deployment,
+    replicas: int = 1,
+    lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
+) -> list[str]:
+    """Create or update muster's streams, buckets and object store; what exists afterwards."""
+    done = []
+    for config in stream_configs(replicas=replicas):
+        await ensure_stream(js, config)
+        done.append(f"stream {config.name}")
+    for bucket in buckets(deployment, lease_ttl_s=lease_ttl_s):
+        await open_bucket(
+            js, bucket.name, ttl_s=bucket.ttl_s, history=bucket.history, replicas=replicas
+        )
+        done.append(f"key-value bucket {bucket.name}")
+    try:
+        await js.object_store(SNAPSHOTS_BUCKET)
+    except nats.js.errors.BucketNotFoundError:
+        store = api.ObjectStoreConfig(
+            description="admission snapshots (docs/services.md)",
+            replicas=replicas,
+            storage=api.StorageType.FILE,
+        )
+        await js.create_object_store(SNAPSHOTS_BUCKET, config=store)
+    done.append(f"object store {SNAPSHOTS_BUCKET}")
+    return done

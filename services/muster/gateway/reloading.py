@@ -1,0 +1,99 @@
+"""A file the gateway reads again when it changes: the tokens file, the policy file, and the
+TLS certificate and key (Kubernetes Secrets mounted as files are swapped by a symlink rename).
+
+The check is one `stat` per use, which costs about a microsecond: cheap enough for every call,
+so a change applies to the next call without a timer. A file that becomes invalid is logged
+(by path, never by content: it holds credentials) and the last good version stays in use.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from muster.api import load_yaml
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+MAX_FILE_BYTES = 16 * 1024 * 1024  # a tokens or policy file larger than this is a mistake
+
+Version = tuple[int, int, int, int]  # device, inode, mtime ns, size
+
+
+class FileError(ValueError):
+    """A file cannot be read or parsed; the message names the file and the problem."""
+
+
+def read_file(path: str) -> bytes:
+    """The bytes of `path`; FileError when unreadable or over MAX_FILE_BYTES."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise FileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise FileError(f"{path}: larger than {MAX_FILE_BYTES} bytes")
+    return data
+
+
+def yaml_document(data: bytes, *, source: str) -> Any:
+    """The one YAML document in `data`; FileError naming only the line (these files hold
+    credentials: a parser's message would quote them)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise FileError(f"{source}: (file): not UTF-8") from None
+    documents, problem = load_yaml(text, source=source)  # muster's bounded reader
+    if problem is not None:
+        raise FileError(f"{source}: {problem.path}: invalid YAML")
+    if len(documents) > 1:
+        raise FileError(f"{source}: (file): holds {len(documents)} YAML documents, expected one")
+    return documents[0] if documents else None
+
+
+def version_of(path: str) -> Version | None:
+    """What changes when the file does (None when it cannot be stat-ed)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+class ReloadingFile(Generic[T]):
+    """`current()` is `parse(bytes of path)`, parsed again whenever the file changes.
+
+    The first read happens in the constructor and raises FileError (or what `parse` raises, a
+    ValueError) so a bad file stops the gateway at start; later failures keep the last value.
+    """
+
+    def __init__(self, path: str, parse: Callable[[bytes], T], *, what: str) -> None:
+        self.path = path
+        self.what = what
+        self._parse = parse
+        self._version = version_of(path)
+        self._value = self._load()
+        self.reloads = 0  # successful reloads after the first read, for tests and logs
+
+    def _load(self) -> T:
+        data = read_file(self.path)
+        try:
+            return self._parse(data)
+        except ValueError as exc:
+            raise FileError(f"{self.what} {self.path}:\n{exc}") from None
+
+    def current(self) -> T:
+        version = version_of(self.path)
+        if version is not None and version != self._version:
+            self._version = version
+            try:
+                self._value = self._load()
+            except ValueError as exc:
+                log.error("keeping the last good %s: %s", self.what, exc)
+            else:
+                self.reloads += 1
+                log.info("reloaded %s %s", self.what, self.path)
+        return self._value

@@ -1,0 +1,25 @@
+"""Hostile documents shared by the api, gateway and fuzz tests: small inputs that cost a lot."""
+
+from __future__ import annotations
+
+
+def alias_bomb(levels: int = 9) -> str:
+    """A ResourceFlavor whose unknown field holds a "billion laughs": 9**levels strings."""
+    lines = ['  a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for i in range(1, levels):
+        refs = ",".join([f"*a{i - 1}"] * 9)
+        lines.append(f"  a{i}: &a{i} [{refs}]")
+    body = "\n".join(lines)
+    return (
+        "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ResourceFlavor\n"
+        f"metadata: {{name: lol}}\nspec:\n  nodeLabels: {{}}\nlaughs:\n{body}\n"
+    )
+
+
+def deeply_nested(depth: int) -> str:
+    """A Workload whose pod template holds `depth` nested lists (flow style)."""
+    return (
+        "apiVersion: kueue.x-k8s.io/v1beta2\nkind: Workload\n"
+        "metadata: {name: deep, namespace: ml}\n"
+        f"spec: {{queueName: q, podSets: {'[' * depth}{']' * depth}}}\n"
+    )
