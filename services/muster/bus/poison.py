@@ -67,9 +67,10 @@ class Quarantine:
         await self._store(identity, env.SerializeToString(), headers, what=what, err=err)
 
     async def object(
-        self, key: str, obj: Mapping[str, Any], err: BaseException, *, revision: int
+        self, key: str, obj: Mapping[str, Any], err: BaseException | str, *, revision: int
     ) -> None:
-        """Cluster object `key` at `revision` could not be taken in: copy it (JSON) with why."""
+        """Cluster object `key` at `revision` could not be taken in (`err` says why, an
+        exception or the problems found): copy it (JSON) with why."""
         identity = f"{key}@{revision}"
         headers = {
             MSG_ID: f"dlq/{self.consumer}/{identity}",
