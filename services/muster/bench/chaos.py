@@ -6,13 +6,15 @@ A run submits the scenario's workloads (`chaos_scenario`) through `Gateway.Submi
 rate, retrying a call the gateway did not answer. With faults, every `kill_every_s` (about) one
 service is killed with SIGKILL, in a shuffled round so every kind is hit, and started again
 after `restart_delay_s` with the same flags, as Kubernetes restarts a pod; nats-server is
-restarted (same port, same store) at even points of the submissions. Meanwhile this process
-follows the event stream (`EventBook`) and the cluster's watch (`ClusterBook`), and watches for
-a service that exits without being killed. Once every workload finished (or `timeout_s`), the
-row says what went wrong: lost (acknowledged, never in the stream), stuck (not finished),
-twice (finished twice, admitted twice without an eviction between, or more pods ran than were
-admitted), quota exceeded by admission's books or by the pods on the nodes, nodes
-over-committed, services that exited on their own; and evictions and wall time.
+restarted (same port, same store) at even points of the submissions. Faults stop
+`fault_tail_s` after the last submission (or once all finished); the run then drains.
+Meanwhile this process follows the event stream (`EventBook`) and the cluster's watch
+(`ClusterBook`), and watches for a service that exits without being killed. Once every
+workload finished (or `timeout_s`), the row says what went wrong: lost (acknowledged, never in
+the stream), stuck (not finished), twice (finished twice, admitted twice without an eviction
+between, or more pods ran than were admitted), quota exceeded by admission's books or by the
+pods on the nodes, nodes over-committed, services that exited on their own; and evictions and
+wall time.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True):
     kill_every_s: float = 1.5
     restart_delay_s: float = 0.5
     nats_restarts: int = 1
+    fault_tail_s: float = 15.0  # faults go on this long after the last submission
     evict_grace_s: float = 5.0  # preemption's --evict-grace-seconds
     timeout_s: float = 240.0  # for every workload to finish, from the first submission
 
@@ -186,11 +189,15 @@ class _Run:
                 )
             try:
                 await self._submit_all(gateway, started)
+                faults_end = time.monotonic() + self.config.fault_tail_s
+                await self._wait_finished(faults_end if chaos is not None else None)
+                if chaos is not None:
+                    await _stopped(chaos)
+                    await self.faults.restore()
                 await self._wait_finished(started + self.config.timeout_s)
             finally:
                 if chaos is not None:
-                    chaos.cancel()
-                    await asyncio.gather(chaos, return_exceptions=True)
+                    await _stopped(chaos)
                 await self.faults.restore()
 
     async def _submit_all(self, gateway: services_pb2_grpc.GatewayStub, started: float) -> None:
@@ -202,9 +209,11 @@ class _Run:
             await _submit(gateway, wl.manifest())
             self.acknowledged.add(wl.key)
 
-    async def _wait_finished(self, deadline: float) -> None:
+    async def _wait_finished(self, deadline: float | None) -> None:
+        """Until every workload finished, or `deadline` (monotonic; None: none)."""
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+            async with asyncio.timeout(left):
                 while not self.load.keys() <= self.events.finished.keys():
                     self.progress.clear()
                     await self.progress.wait()
@@ -267,6 +276,11 @@ class _Run:
         )
 
 
+async def _stopped(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
 async def _submit(gateway: services_pb2_grpc.GatewayStub, manifest: str) -> None:
     """Submit until the gateway answers OK (it may be down, or NATS may be)."""
     delay = 0.05
@@ -290,7 +304,16 @@ def _nats_times(config: ChaosConfig) -> list[float]:
 def run(*, scale: float, workloads: int, shards: int, seed: int) -> Iterator[ChaosRow]:
     """The same run without faults, then with: what the faults cost, and what they broke."""
     count = max(10, round(workloads * scale))
-    base = ChaosConfig(workloads=count, shards=shards, seed=seed, submit_s=max(5.0, count / 15))
+    submit_s = max(5.0, count / 15)
+    base = ChaosConfig(
+        workloads=count,
+        shards=shards,
+        seed=seed,
+        submit_s=submit_s,
+        kill_every_s=2.5,
+        nats_restarts=2,
+        timeout_s=120 + 4 * submit_s,
+    )
     for faults in (False, True):
         yield run_loop(run_chaos(msgspec.structs.replace(base, faults=faults)))
 
@@ -318,7 +341,9 @@ def render(rows: list[ChaosRow]) -> str:
         for r in rows
         if r.kills
     ]
-    notes = [f"logs kept in {r.log_dir}" for r in rows if r.log_dir]
+    notes = [f"exit: {e}" for r in rows for e in r.exits]
+    notes += [f"first breach: {b}" for r in rows for b in r.first_breaches]
+    notes += [f"logs kept in {r.log_dir}" for r in rows if r.log_dir]
     return (
         render_table(columns, rows)
         + "".join(f"\n{line}" for line in [*kills, *notes])

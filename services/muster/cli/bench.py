@@ -8,6 +8,7 @@ defaults. `-o json` prints one JSON object per row per line, so runs can be comp
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -73,6 +74,9 @@ def run_e2e(args: argparse.Namespace) -> Iterator[Any]:
 
 
 def _chaos() -> Any:  # imported only when run, as e2e
+    # It starts service processes again while its gRPC channel is open: gRPC's fork handlers
+    # would log a line at every start. Read when gRPC is first imported, as here.
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     from muster.bench import chaos
 
     return chaos

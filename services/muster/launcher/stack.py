@@ -207,9 +207,10 @@ class Stack:
             proc.kill()
         await proc.wait()
 
-    async def restart(self, name: str, *, timeout_s: float = 30.0) -> None:
+    async def restart(self, name: str, *, timeout_s: float | None = None) -> None:
         """Start service `name` again with the same flags (as Kubernetes restarts a pod) and
-        wait until it serves."""
+        wait until it serves (a restarted admission replica waits for its lease, then
+        rebuilds: no time limit unless `timeout_s`). LaunchError if it exits first."""
         svc = self.service(name)
         svc.addresses.clear()
         svc.announced = asyncio.Event()
