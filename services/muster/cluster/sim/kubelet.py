@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from muster.cluster.errors import ClusterError, ConflictError
 from muster.cluster.objects import format_time, parse_time, run_seconds_of
@@ -25,6 +27,7 @@ from muster.cluster.sim.keys import NODE_PREFIX, POD_PREFIX, describe, node_key
 from muster.cluster.sim.store import SimStore, StoreChange
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Pods started at once: a start is one write, made beside the watch (which then reads on)
 # rather than in its way; at most this many are in flight before the watch waits.
@@ -119,7 +122,9 @@ class Kubelet:
         """Whether `node` exists: known from the watch, else read (a node written after the pod,
         which a restarted kubelet's list shows later)."""
         key = node_key(node)
-        return key in self._nodes or await self._store.get(key) is not None
+        return (
+            key in self._nodes or await _waiting_out_nats(lambda: self._store.get(key)) is not None
+        )
 
     def _schedule_finish(self, change: StoreChange, uid: str, timers: asyncio.TaskGroup) -> None:
         """Arrange for a Running pod with a run time to succeed when that time is up."""
@@ -138,7 +143,7 @@ class Kubelet:
     async def _finish_at(self, key: str, uid: str, finish_at_s: float) -> None:
         await self._clock.sleep(finish_at_s - self._clock.now_s())
         while True:
-            current = await self._store.get(key)
+            current = await _waiting_out_nats(lambda: self._store.get(key))
             if current is None or _meta(current.obj).get("uid", "") != uid:
                 return  # deleted (or deleted and started again: a new pod, a new timer)
             status = dict(current.obj.get("status", {}))
@@ -150,10 +155,14 @@ class Kubelet:
                 reason="Completed",
                 conditions=_with_condition(status, "Ready", "False", now=now),
             )
+            update = functools.partial(
+                self._store.update,
+                key,
+                {**current.obj, "status": status},
+                revision=current.revision,
+            )
             try:
-                await self._store.update(
-                    key, {**current.obj, "status": status}, revision=current.revision
-                )
+                await _waiting_out_nats(update)
             except ConflictError:
                 continue  # someone wrote in between: look again
             log.info("pod succeeded", extra={"pod": describe(key)})
@@ -161,27 +170,32 @@ class Kubelet:
 
     async def _write(self, key: str, pod: dict[str, Any], *, revision: int) -> None:
         """Write `pod` over `revision`; a lost race is dropped, NATS away is waited out."""
-        delay_s = 0.1
-        while True:
-            try:
-                await self._store.update(key, pod, revision=revision)
-                return
-            except ConflictError:
-                log.debug(
-                    "pod changed under the kubelet; the watch brings it back",
-                    extra={"pod": describe(key)},
-                )
-                return
-            except ClusterError as err:
-                if not err.temporary:
-                    raise
-            await asyncio.sleep(delay_s)
-            delay_s = min(2.0, delay_s * 2)
+        try:
+            await _waiting_out_nats(lambda: self._store.update(key, pod, revision=revision))
+        except ConflictError:
+            log.debug(
+                "pod changed under the kubelet; the watch brings it back",
+                extra={"pod": describe(key)},
+            )
 
     def _cancel(self, key: str) -> None:
         known = self._timers.pop(key, None)
         if known is not None:
             known[1].cancel()
+
+
+async def _waiting_out_nats(op: Callable[[], Awaitable[T]]) -> T:
+    """`op()`, tried again while it fails for a temporary reason (NATS restarting): a pod's
+    start or end is never dropped because NATS was away, and the kubelet does not stop."""
+    delay_s = 0.1
+    while True:
+        try:
+            return await op()
+        except ClusterError as err:
+            if not err.temporary or isinstance(err, ConflictError):
+                raise
+        await asyncio.sleep(delay_s)
+        delay_s = min(2.0, delay_s * 2)
 
 
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:
