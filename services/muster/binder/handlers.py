@@ -31,7 +31,7 @@ from muster.binder.translate import (
 from muster.bus.envelope import new_event
 from muster.bus.errors import Reject, Retry
 from muster.cluster.backend import ClusterBackend, Identity
-from muster.cluster.errors import ClusterError
+from muster.cluster.errors import ClusterError, RequestsRefusedError
 from muster.contracts.v1 import events_pb2
 
 log = logging.getLogger(__name__)
@@ -119,7 +119,9 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
     An admission behind the workload's fence (evicted here since, finished or deleted) is
     skipped: it was delivered late (a redelivery after a crash, or this cluster was away).
     The start holds the workload's lock, so an eviction here waits for it or goes first; one
-    fenced by another replica while the pods were being written is undone at once.
+    fenced by another replica while the pods were being written is undone at once. When the
+    cluster refuses the requests it was admitted with (a routed Job), nothing starts and
+    `requests_refused` says why.
     """
     key, admission = env.workload, env.sequence
     wl = ctx.specs.get(key)
@@ -146,6 +148,13 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
                 await ctx.backend.stop_workload(
                     key, before=ctx.fences.fence_of(key), pod_sets=ctx.pod_sets(key)
                 )
+        except RequestsRefusedError as err:
+            # Routed to requests the cluster will not run it with: nothing started. Admission
+            # evicts it and puts it back on its declared queue (docs/routing.md, "On
+            # Kubernetes").
+            log.warning("requests refused: %s", err, extra={"workload": key})
+            payload = events_pb2.RequestsRefused(message=str(err))
+            await ctx.publish("requests_refused", payload, cause=env)
         except ClusterError as err:
             raise _as_retry_or_reject(err, f"starting {key}") from err
 

@@ -146,7 +146,7 @@ def details(env: events_pb2.Envelope) -> str:
     if field == "routed":
         r = env.routed
         where = f"{r.from_cluster_queue} → {r.to_cluster_queue} (LocalQueue {r.queue_name})"
-        return f"{where} {r.policy}: {r.message}"
+        return f"{where} {r.policy or r.reason}: {r.message}"  # RequestsRefused: no policy
     if field == "finished":
         ok = "succeeded" if env.finished.succeeded else "failed"
         return f"{ok} {env.finished.message}".rstrip()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import signal
 from collections.abc import Callable, Mapping, Sequence
@@ -10,13 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import msgspec
+import nats.js.errors
 
+from muster.admission.clusters import CLUSTERS_BUCKET
 from muster.bus import Bus, BusConfig, connect
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.permissions import ADMIN, Deployment
 from muster.bus.setup import setup_nats
 from muster.cluster.sim.backend import SimBackend
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
+from muster.core.dispatch import ClusterCapacity
 from muster.launcher.driver import (
     CLUSTER_ANNOTATION,
     Driver,
@@ -108,7 +113,9 @@ async def run_live(
             gateway=stack.gateway_address,
             speed=speed,
             print_line=out,
-            apply_nodes=_node_applier(backends, default=cluster),
+            apply_nodes=_node_applier(
+                backends, default=cluster, reported=admin if workers else None
+            ),
             multicluster=bool(workers),
         )
         for name, at_s in sorted(declared.items()):
@@ -168,23 +175,48 @@ def _kueue_config_args(text: str, log_dir: Path) -> list[str]:
 
 
 def _node_applier(
-    backends: Mapping[str, SimBackend], *, default: str
+    backends: Mapping[str, SimBackend], *, default: str, reported: Bus | None = None
 ) -> Callable[[Sequence[dict[str, Any]]], Any]:
-    """Write each Node into the store of the cluster its `muster.dev/cluster` names."""
+    """Write each Node into the store of the cluster its `muster.dev/cluster` names; with
+    `reported` (several clusters), then wait until each cluster's heartbeat lists them."""
 
     async def apply(nodes: Sequence[dict[str, Any]]) -> None:
+        expected: dict[str, set[str]] = {}
         for node in nodes:
-            annotations = (node.get("metadata") or {}).get("annotations") or {}
-            name = annotations.get(CLUSTER_ANNOTATION, default)
+            meta = node.get("metadata") or {}
+            name = (meta.get("annotations") or {}).get(CLUSTER_ANNOTATION, default)
             backend = backends.get(name)
             if backend is None:
                 known = ", ".join(sorted(backends))
-                raise LaunchError(
-                    f"Node {node['metadata'].get('name')}: no cluster {name!r} ({known})"
-                )
+                raise LaunchError(f"Node {meta.get('name')}: no cluster {name!r} ({known})")
             await backend.apply(node)
+            if not (node.get("spec") or {}).get("unschedulable"):
+                expected.setdefault(name, set()).add(str(meta.get("name")))
+        if reported is not None:
+            await _until_reported(reported, expected)
 
     return apply
+
+
+async def _until_reported(
+    admin: Bus, expected: Mapping[str, set[str]], *, timeout_s: float = 30.0
+) -> None:
+    """Wait (at most `timeout_s`) until every cluster's gang-permit heartbeat lists its nodes.
+
+    Dispatch goes by the room heartbeats report: without this the first workloads would go to
+    whichever cluster happened to report first, not where the scenario's order says.
+    """
+    kv = await admin.kv(CLUSTERS_BUCKET)
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    waiting = dict(expected)
+    while waiting and asyncio.get_running_loop().time() < deadline:
+        for cluster, names in list(waiting.items()):
+            with contextlib.suppress(nats.js.errors.KeyNotFoundError, msgspec.DecodeError):
+                entry = await kv.get(cluster)
+                capacity = msgspec.json.decode(entry.value or b"{}", type=ClusterCapacity)
+                if names <= {room.name for room in capacity.nodes}:
+                    del waiting[cluster]
+        await asyncio.sleep(0.1)
 
 
 async def _lose(stack: Stack, cluster: str, after_s: float, out: Callable[[str], None]) -> None:
