@@ -124,18 +124,13 @@ async def test_an_event_gangpermit_cannot_apply_is_dead_lettered(
 async def test_a_pod_the_watcher_cannot_read_is_dead_lettered_and_the_watch_goes_on(
     bus: Bus, events: EventLog
 ) -> None:
-    async with placement_stack(bus, events) as stack:
-        await stack.backend.apply(node("a"))
-        odd = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "odd", "namespace": "ns", "labels": ["not", "a", "map"]},
-            "spec": {"schedulerName": "muster", "containers": []},
-        }
-        await stack.backend.store.create(pod_key("ns", "odd"), odd)  # as stored long ago
-        key = await submit_and_admit(stack, "after", count=1)
-        await stack.events.wait_for("finished", workload=key, timeout_s=15)
-        assert_alive(stack)
+    odd = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "odd", "namespace": "ns", "labels": ["not", "a", "map"]},
+        "spec": {"schedulerName": "muster", "containers": []},
+    }
+    await stored_long_ago_then_a_workload_runs(bus, events, odd)
     (letter,) = [m for m in await dead_letters(bus) if m.subject.endswith("watcher-local")]
     assert (letter.headers or {})["Muster-Dlq-Subject"] == "pod.ns.odd"
     assert "AttributeError" in (letter.headers or {})["Muster-Dlq-Reason"]
@@ -144,16 +139,25 @@ async def test_a_pod_the_watcher_cannot_read_is_dead_lettered_and_the_watch_goes
 async def test_a_stored_pod_the_kubelet_cannot_read_does_not_stop_the_others(
     bus: Bus, events: EventLog
 ) -> None:
+    broken = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "broken", "namespace": "ns"},
+        "spec": {"nodeName": "a", "containers": []},
+        "status": "Running",  # not an object: what no reader expects
+    }
+    await stored_long_ago_then_a_workload_runs(bus, events, broken)
+
+
+async def stored_long_ago_then_a_workload_runs(
+    bus: Bus, events: EventLog, pod: dict[str, Any]
+) -> None:
+    """Put `pod` straight into the store (as written before anything checked it), then run a
+    workload through every per-cluster service: it finishes, and every service still runs."""
     async with placement_stack(bus, events) as stack:
         await stack.backend.apply(node("a"))
-        broken = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "broken", "namespace": "ns"},
-            "spec": {"nodeName": "a", "containers": []},
-            "status": "Running",  # not an object: what no reader expects
-        }
-        await stack.backend.store.create(pod_key("ns", "broken"), broken)  # as stored long ago
+        meta = pod["metadata"]
+        await stack.backend.store.create(pod_key(meta["namespace"], meta["name"]), pod)
         key = await submit_and_admit(stack, "after", count=1)
         await stack.events.wait_for("finished", workload=key, timeout_s=15)
         assert_alive(stack)
