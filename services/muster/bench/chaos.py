@@ -118,7 +118,7 @@ async def run_chaos(config: ChaosConfig) -> ChaosRow:
         log_dir=log_dir,
         service_args={"preemption": ["--evict-grace-seconds", f"{config.evict_grace_s:g}"]},
         gateway_listen=f"127.0.0.1:{free_port()}",
-        env={"PYTHONFAULTHANDLER": "1"},  # a crash in C code leaves its stack in the log
+        environment={"PYTHONFAULTHANDLER": "1"},  # a crash in C code leaves its stack in the log
     )
     try:
         await stack.start()

@@ -6,6 +6,10 @@ same event ids), and returns; the consume loop then acks. Start, bind and stop a
 in the backend, fenced (`fences.py`: nothing older than a workload's latest eviction, finish or
 deletion starts or binds; an eviction stops only the admissions before it) and, per workload,
 done one at a time, so a redelivered or late event does no harm.
+
+Tracing: each step is a span (`binder.start`, `binder.bind`, `binder.evict`) in the handled
+event's trace, when spans are recorded; the pods it starts carry that trace's `traceparent`
+(annotation `muster.dev/traceparent`), so what the watcher reports about them joins it.
 """
 
 from __future__ import annotations
@@ -13,14 +17,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
+import msgspec
 from google.protobuf.message import Message
 
 from muster.api import workload_from_json
 from muster.api.model import Workload
-from muster.api.wellknown import BIND_FAILED
+from muster.api.wellknown import BIND_FAILED, TRACEPARENT_ANNOTATION
 from muster.binder.fences import Fences, WorkloadLocks
 from muster.binder.pacing import BindPacer
 from muster.binder.translate import (
@@ -30,9 +36,11 @@ from muster.binder.translate import (
 )
 from muster.bus.envelope import new_event
 from muster.bus.errors import Reject, Retry
-from muster.cluster.backend import ClusterBackend, Identity
+from muster.bus.tracing import step, trace_headers
+from muster.cluster.backend import ClusterBackend, Identity, PodSetStart
 from muster.cluster.errors import ClusterError, RequestsRefusedError
 from muster.contracts.v1 import events_pb2
+from muster.metrics.services import BinderSeries
 
 log = logging.getLogger(__name__)
 CLUSTER_ADMINS = "system:masters"  # Kubernetes' group that no authorizer can refuse
@@ -77,6 +85,7 @@ class BinderContext:
         specs: WorkloadSpecs,
         pacer: BindPacer,
         fences: Fences | None = None,
+        metrics: BinderSeries | None = None,
     ) -> None:
         self.cluster = cluster
         self.backend = backend
@@ -85,6 +94,7 @@ class BinderContext:
         self.pacer = pacer
         self.fences = fences if fences is not None else Fences(cluster=cluster)
         self.locks = WorkloadLocks()  # start, binds and stop of one workload: one at a time
+        self.metrics = metrics
         self.source = f"binder/{cluster}"
 
     def pod_sets(self, workload: str) -> dict[str, int] | None:
@@ -139,24 +149,42 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
         starts = pod_set_starts(wl, env.admitted)
     except MissingPodSetError as err:
         raise Reject(str(err)) from None
-    async with ctx.locks.hold(key):
-        if ctx.fences.stale(key, admission):
-            return  # evicted here while this start waited for the lock
-        try:
-            await ctx.backend.start_workload(key, pod_sets=starts, admission=admission)
+    with step("binder.start", attributes=lambda: {"muster.workload": key}):
+        async with ctx.locks.hold(key):
             if ctx.fences.stale(key, admission):
-                await ctx.backend.stop_workload(
-                    key, before=ctx.fences.fence_of(key), pod_sets=ctx.pod_sets(key)
-                )
-        except RequestsRefusedError as err:
-            # Routed to requests the cluster will not run it with: nothing started. Admission
-            # evicts it and puts it back on its declared queue (docs/routing.md, "On
-            # Kubernetes").
-            log.warning("requests refused: %s", err, extra={"workload": key})
-            payload = events_pb2.RequestsRefused(message=str(err))
-            await ctx.publish("requests_refused", payload, cause=env)
-        except ClusterError as err:
-            raise _as_retry_or_reject(err, f"starting {key}") from err
+                return  # evicted here while this start waited for the lock
+            await _start(env, ctx, starts)
+
+
+async def _start(env: events_pb2.Envelope, ctx: BinderContext, starts: list[PodSetStart]) -> None:
+    """Create the pods (under the workload's lock); take them out again if a fence went up
+    meanwhile."""
+    key, admission = env.workload, env.sequence
+    try:
+        await ctx.backend.start_workload(key, pod_sets=traced(starts), admission=admission)
+        if ctx.fences.stale(key, admission):
+            await ctx.backend.stop_workload(
+                key, before=ctx.fences.fence_of(key), pod_sets=ctx.pod_sets(key)
+            )
+    except RequestsRefusedError as err:
+        # Routed to requests the cluster will not run it with: nothing started. Admission
+        # evicts it and puts it back on its declared queue (docs/routing.md, "On Kubernetes").
+        log.warning("requests refused: %s", err, extra={"workload": key})
+        payload = events_pb2.RequestsRefused(message=str(err))
+        await ctx.publish("requests_refused", payload, cause=env)
+    except ClusterError as err:
+        raise _as_retry_or_reject(err, f"starting {key}") from err
+
+
+def traced(starts: list[PodSetStart]) -> list[PodSetStart]:
+    """`starts` with the current trace's `traceparent` on every pod (none: as they are)."""
+    parent = trace_headers().get("traceparent")
+    if not parent:
+        return starts
+    return [
+        msgspec.structs.replace(s, annotations={**s.annotations, TRACEPARENT_ANNOTATION: parent})
+        for s in starts
+    ]
 
 
 async def on_gang_permitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
@@ -178,13 +206,19 @@ async def _bind_gang(env: events_pb2.Envelope, ctx: BinderContext) -> None:
 
     async def bind(b: events_pb2.PodBinding) -> None:
         async with ctx.pacer.slot():
+            started = time.perf_counter()
             await ctx.backend.bind(b.pod.namespace, b.pod.name, b.node, uid=b.pod.uid)
+            if ctx.metrics is not None:
+                ctx.metrics.bound(time.perf_counter() - started)
 
-    results = await _settled([bind(b) for b in bindings])
+    with step("binder.bind", attributes=lambda: {"muster.pods": len(bindings)}):
+        results = await _settled([bind(b) for b in bindings])
     failures: list[tuple[events_pb2.PodBinding, ClusterError]] = []
     for b, result in zip(bindings, results, strict=True):
         if isinstance(result, ClusterError):
             failures.append((b, result))
+            if ctx.metrics is not None:
+                ctx.metrics.failed(temporary=result.temporary)
         elif isinstance(result, BaseException):
             raise result  # a bug: the consume loop naks and retries
     permanent = [(b, err) for b, err in failures if not err.temporary]
@@ -229,18 +263,21 @@ async def on_evict(env: events_pb2.Envelope, ctx: BinderContext) -> None:
         return
     async with ctx.locks.hold(key):
         ctx.fences.fence(key, eviction)
-        try:
-            if command.pods:
-                await asyncio.gather(
-                    *(
-                        ctx.backend.delete("Pod", p.name, namespace=p.namespace, uid=p.uid)
-                        for p in command.pods
+        with step("binder.evict", attributes=lambda: {"muster.workload": key}):
+            try:
+                if command.pods:
+                    await asyncio.gather(
+                        *(
+                            ctx.backend.delete("Pod", p.name, namespace=p.namespace, uid=p.uid)
+                            for p in command.pods
+                        )
                     )
-                )
-            else:
-                await ctx.backend.stop_workload(key, before=eviction, pod_sets=ctx.pod_sets(key))
-        except ClusterError as err:
-            raise _as_retry_or_reject(err, f"stopping {key}") from err
+                else:
+                    await ctx.backend.stop_workload(
+                        key, before=eviction, pod_sets=ctx.pod_sets(key)
+                    )
+            except ClusterError as err:
+                raise _as_retry_or_reject(err, f"stopping {key}") from err
         payload = events_pb2.EvictionCompleted(
             eviction_id=command.eviction_id, eviction_sequence=eviction
         )

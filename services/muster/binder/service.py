@@ -32,6 +32,7 @@ from muster.bus.poison import Quarantine
 from muster.bus.subjects import COMMANDS_STREAM, command_subject, workload_subject
 from muster.cluster.backend import ClusterBackend
 from muster.contracts.v1 import events_pb2
+from muster.metrics.services import BinderSeries
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,11 @@ async def run_binder(
             max_concurrent=config.max_concurrent_binds, per_second=config.binds_per_second
         ),
         fences=fences,
+        metrics=(
+            BinderSeries(bus.metrics.registry, cluster=config.cluster)
+            if bus.metrics is not None
+            else None
+        ),
     )
     poison = Quarantine(bus.publisher, consumer=f"binder-{config.cluster}-specs")
 

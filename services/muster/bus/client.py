@@ -139,10 +139,17 @@ class OutageCallbacks(NamedTuple):
     reconnected_cb: Callable[[], Awaitable[None]]
 
 
-def outage_callbacks(nc: NatsClient, logger: logging.Logger) -> OutageCallbacks:
+def outage_callbacks(
+    nc: NatsClient,
+    logger: logging.Logger,
+    *,
+    on_down: Callable[[], None] | None = None,
+    on_up: Callable[[], None] | None = None,
+) -> OutageCallbacks:
     """nats-py connection callbacks that tell an outage in one line as it starts
     (`disconnected from NATS (why); reconnecting`) and one as it ends, instead of nats-py's
-    default: a traceback for every reconnect attempt."""
+    default: a traceback for every reconnect attempt. `on_down`/`on_up` are told too (the
+    bus's metrics count them)."""
     lost: list[Exception] = []  # why the connection went, told with the disconnection
 
     async def on_error(exc: Exception) -> None:
@@ -158,9 +165,13 @@ def outage_callbacks(nc: NatsClient, logger: logging.Logger) -> OutageCallbacks:
             return
         why = f" ({lost[0]!r})" if lost else ""
         logger.warning("disconnected from NATS%s; reconnecting", why)
+        if on_down is not None:
+            on_down()
 
     async def on_reconnect() -> None:
         lost.clear()
         logger.info("reconnected to NATS")
+        if on_up is not None:
+            on_up()
 
     return OutageCallbacks(on_error, on_disconnect, on_reconnect)

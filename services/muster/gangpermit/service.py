@@ -4,7 +4,10 @@ At start it replays the cluster's events (its own past decisions included, see
 `muster.gangpermit.state`), then reads the whole cluster through a watch of its backend, and
 only then decides. A pass (`decisions.decide`) runs when a cluster object or a followed event may
 let a gang go, and at the scheduler's next deadline; its events are published together, each
-retried with the same id until JetStream has it. Every few seconds, and soon after a pass, it
+retried with the same id until JetStream has it. With spans recorded, a pass is the span
+`gangpermit.pass` and each decision a span `gangpermit.<decision>` in its gang's trace (a Kueue
+workload's: its admission's); with metrics on, `muster_placement_pass_duration_seconds` and
+`muster_gangs_waiting`. Every few seconds, and soon after a pass, it
 puts the cluster's free room in `MUSTER_CLUSTERS` for admission's MultiKueue dispatch
 (docs/multicluster.md).
 """
@@ -29,6 +32,7 @@ from muster.bus.connection import Bus
 from muster.bus.errors import Reject
 from muster.bus.poison import Quarantine
 from muster.bus.subjects import config_subject, workload_subject
+from muster.bus.tracing import start_span, trace_decisions
 from muster.cluster.backend import ClusterBackend
 from muster.contracts.v1 import events_pb2
 from muster.core.placement.model import Scoring
@@ -36,6 +40,7 @@ from muster.core.placement.scheduler import DEFAULT_TIMEOUT_S
 from muster.gangpermit.cache import ClusterCache
 from muster.gangpermit.decisions import decide
 from muster.gangpermit.state import GangPermitState
+from muster.metrics.services import PlacementSeries
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +138,11 @@ async def run_gangpermit(
             if await apply_event(state, env, events):
                 wake.set()
 
+    series = (
+        PlacementSeries(bus.metrics.registry, cluster=config.cluster)
+        if bus.metrics is not None
+        else None
+    )
     failures = PassFailures()
 
     async def passes() -> None:
@@ -146,15 +156,18 @@ async def run_gangpermit(
             if wake.is_set():
                 await asyncio.sleep(BATCH_WINDOW_S)
             wake.clear()
+            started_ns, started = time.time_ns(), time.perf_counter()
             try:
                 envs = decide(state, now_s=clock_s())
             except Exception:  # a bug, or data nothing caught before: the next change retries
                 failures.failed()
                 continue
             failures.recovered()
+            if series is not None:
+                series.passed(time.perf_counter() - started, waiting=len(state.waiting))
             beat.set()  # the room may have changed: tell admission soon
             if envs:
-                await publish_until_done(bus, envs)
+                await _publish_traced(bus, envs, started_ns=started_ns)
 
     async with asyncio.TaskGroup() as tasks:
         tasks.create_task(cache.run(), name="gangpermit-cluster-watch")
@@ -192,6 +205,19 @@ class PassFailures:
         if self.count:
             log.info("scheduling passes work again after %d failures", self.count)
         self.count = 0
+
+
+async def _publish_traced(
+    bus: Bus, envs: Sequence[events_pb2.Envelope], *, started_ns: int
+) -> None:
+    """Publish a pass's decisions; with spans recorded, in the pass's span and their own."""
+    span = start_span("gangpermit.pass", None, start_ns=started_ns)
+    spans = trace_decisions(envs, service="gangpermit", start_ns=started_ns)
+    try:
+        await publish_until_done(bus, envs)
+    finally:
+        for s in [*spans, *([span] if span is not None else [])]:
+            s.end()
 
 
 async def heartbeat(

@@ -23,7 +23,7 @@ from muster.bus.permissions import identity
 from muster.launcher.nats_server import LaunchError
 
 PER_CLUSTER = ("sim-cluster", "watcher", "binder", "gangpermit")  # in start order
-_ANNOUNCE = re.compile(rb"^(health|gateway): (\S+)")
+_ANNOUNCE = re.compile(rb"^(health|gateway|metrics): (\S+)")
 
 
 @dataclass
@@ -32,7 +32,8 @@ class ServiceProcess:
     argv: list[str]
     log_path: Path
     process: asyncio.subprocess.Process | None = None
-    addresses: dict[str, str] = field(default_factory=dict)  # "health" / "gateway" -> host:port
+    # "health" / "gateway" / "metrics" (with --metrics-port) -> host:port
+    addresses: dict[str, str] = field(default_factory=dict)
     cluster: str = ""  # the cluster of a per-cluster service ("" for admission, ...)
     announced: asyncio.Event = field(default_factory=asyncio.Event)
     env: dict[str, str] | None = None  # its environment (its NATS credentials), else ours
@@ -54,12 +55,12 @@ def _credentials(user: str, passwords: Mapping[str, str]) -> dict[str, str]:
 
 
 def _environment(
-    credentials: dict[str, str] | None, extra: Mapping[str, str] | None
+    env: dict[str, str] | None, extra: Mapping[str, str] | None
 ) -> dict[str, str] | None:
-    """A service's environment: its credentials' (else ours), plus `extra`; None: ours."""
-    if not extra:
-        return credentials
-    return {**(credentials if credentials is not None else os.environ), **extra}
+    """`env` (None: ours) with `extra` added; None when both are None (the child inherits)."""
+    if extra is None:
+        return env
+    return {**(os.environ if env is None else env), **extra}
 
 
 class Stack:
@@ -80,15 +81,15 @@ class Stack:
         passwords: Mapping[str, str] | None = None,
         service_args: Mapping[str, Sequence[str]] | None = None,
         gateway_listen: str = "127.0.0.1:0",
-        env: Mapping[str, str] | None = None,
+        environment: Mapping[str, str] | None = None,
     ):
         """`only`: start just these services (by name: "binder", "gangpermit", ...).
         `workers`: MultiKueue worker clusters, each with its own per-cluster services (labelled
         `<service>-<cluster>`). `passwords`: NATS user → password; each service then connects
         as its own user (muster.bus.permissions), told in its environment, not its argv.
         `service_args`: more flags per service name. `gateway_listen`: a fixed port keeps the
-        gateway's address across its restarts. `env`: variables added to every service's
-        environment."""
+        gateway's address across its restarts. `environment`: variables added to every
+        service's (MUSTER_METRICS_PORT, OTEL_*)."""
         self.log_dir = log_dir
         more = service_args or {}
         per_cluster = [
@@ -127,7 +128,8 @@ class Stack:
                 log_path=log_dir / f"{label}.log",
                 cluster=c if name in PER_CLUSTER else "",
                 env=_environment(
-                    None if passwords is None else _credentials(identity(name, c), passwords), env
+                    None if passwords is None else _credentials(identity(name, c), passwords),
+                    environment,
                 ),
             )
             for label, name, extra, c in specs

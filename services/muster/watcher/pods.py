@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from muster.api.wellknown import TRACEPARENT_ANNOTATION
 from muster.cluster.objects import POD_SET_ANNOTATION, PodView, report_key
 from muster.contracts.v1 import events_pb2
 from muster.watcher.translate import Outgoing
@@ -33,6 +34,7 @@ class PodState(msgspec.Struct, frozen=True, kw_only=True):
     message: str = ""
     # Controlled by a batch Job: the Job's conditions say when it is over (`job_finished`).
     of_job: bool = False
+    traceparent: str = ""  # its workload's trace, when muster started it (binder)
 
     @property
     def key(self) -> str:
@@ -52,6 +54,8 @@ class Sent(msgspec.Struct, kw_only=True):
     pods_ready: list[str] = msgspec.field(default_factory=list)
     finished: list[str] = msgspec.field(default_factory=list)
     job_finished: str = ""  # uid of the Job whose end was published
+    # check name → the last answer seen in the Kueue Workload's status (`check_updates`)
+    checks: dict[str, str] = msgspec.field(default_factory=dict)
 
     def record(self, out: Outgoing, uids: Iterable[str]) -> None:
         """Remember that `out` (from `due_events`) was published for pods `uids`."""
@@ -78,6 +82,7 @@ class Sent(msgspec.Struct, kw_only=True):
             or self.pods_ready
             or self.finished
             or self.job_finished
+            or self.checks
         )
 
 
@@ -137,6 +142,7 @@ def pod_state(obj: Mapping[str, Any]) -> PodState | None:
             and (ref.get("apiVersion"), ref.get("kind")) == ("batch/v1", "Job")
             for ref in meta.get("ownerReferences") or []
         ),
+        traceparent=str(annotations.get(TRACEPARENT_ANNOTATION) or ""),
     )
 
 
