@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any, Final, NoReturn, Protocol, TypeVar, cast
 
 import grpc
@@ -35,6 +35,9 @@ from muster.bus.errors import BusError, Reject
 from muster.bus.subjects import DEFAULT_CLUSTER, check_cluster
 from muster.bus.tracing import continue_trace, trace_metadata
 from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
+from muster.gateway.aborts import abort as _abort
+from muster.gateway.aborts import answer as _answer
+from muster.gateway.aborts import deny as _deny
 from muster.gateway.auth import AuthInterceptor, current_caller
 from muster.gateway.auth_config import Security, SecurityConfig, open_security
 from muster.gateway.permissions import (
@@ -43,7 +46,6 @@ from muster.gateway.permissions import (
     Authorizer,
     Caller,
     Permission,
-    denial,
     denials,
     event_action,
     submit_actions,
@@ -67,6 +69,8 @@ from muster.gateway.visibility import (
     queue_status,
 )
 from muster.gateway.watch import FOLLOW_METADATA, EventHistory, watch
+from muster.gateway.workload_rpcs import ControlRpcs, WorkloadRpcs
+from muster.gateway.workloads import BookFollower
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -123,11 +127,18 @@ def split_listen(listen: str) -> tuple[str, int]:
     return host, int(port)
 
 
-class GatewayServicer(services_pb2_grpc.GatewayServicer):
-    def __init__(self, bus: GatewayBus, config: GatewayConfig, authorizer: Authorizer) -> None:
+class GatewayServicer(ControlRpcs, services_pb2_grpc.GatewayServicer):
+    def __init__(
+        self,
+        bus: GatewayBus,
+        config: GatewayConfig,
+        authorizer: Authorizer,
+        follower: BookFollower,
+    ) -> None:
         self._bus = bus
         self._config = config
         self._authorizer = authorizer
+        self._follower = follower
 
     async def Submit(  # noqa: N802  # the RPC's name
         self, request: services_pb2.SubmitRequest, context: grpc.aio.ServicerContext
@@ -215,7 +226,7 @@ class GatewayServicer(services_pb2_grpc.GatewayServicer):
             await _abort(context, grpc.StatusCode.UNAVAILABLE, message)
 
 
-class VisibilityServicer(services_pb2_grpc.VisibilityServicer):
+class VisibilityServicer(WorkloadRpcs, services_pb2_grpc.VisibilityServicer):
     """Queue status and pending workloads, as far as the caller may read them.
 
     As with Kueue's visibility API, ClusterQueues (their status, their pending workloads) are
@@ -223,9 +234,12 @@ class VisibilityServicer(services_pb2_grpc.VisibilityServicer):
     namespace (or that LocalQueue). QueueStatus leaves out what the caller may not see.
     """
 
-    def __init__(self, store: VisibilityStore, authorizer: Authorizer) -> None:
+    def __init__(
+        self, store: VisibilityStore, authorizer: Authorizer, follower: BookFollower
+    ) -> None:
         self._store = store
         self._authorizer = authorizer
+        self._follower = follower
 
     async def QueueStatus(  # noqa: N802  # the RPC's name
         self, request: services_pb2.QueueStatusRequest, context: grpc.aio.ServicerContext
@@ -407,6 +421,9 @@ class GatewayServer:
         self._exits = contextlib.AsyncExitStack()
         self.security: Security | None = None
         self.address = ""
+        # The workload book (ListWorkloads, DescribeWorkload, Stop, ...): read from the stream
+        # from its first event on, from the first call that needs it until `stop`.
+        self.follower = BookFollower(bus)
 
     async def start(self) -> str:
         """Listen, report SERVING for every service; return the address ("HOST:PORT").
@@ -441,10 +458,10 @@ class GatewayServer:
         authorizer = security.authorizer
         self._events = EventsServicer(self._bus, authorizer)
         services_pb2_grpc.add_GatewayServicer_to_server(
-            GatewayServicer(self._bus, self.config, authorizer), server
+            GatewayServicer(self._bus, self.config, authorizer, self.follower), server
         )
         services_pb2_grpc.add_VisibilityServicer_to_server(
-            VisibilityServicer(store, authorizer), server
+            VisibilityServicer(store, authorizer, self.follower), server
         )
         services_pb2_grpc.add_EventsServicer_to_server(self._events, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
@@ -470,6 +487,7 @@ class GatewayServer:
                 self._events.end_watches()
             await self._server.stop(grace=self.config.grace_s)
             self._server = None
+        await self.follower.stop()
         await self._exits.aclose()
 
 
@@ -484,25 +502,6 @@ async def run_gateway(bus: GatewayBus, health: HealthStatus, config: GatewayConf
         await asyncio.Event().wait()
     finally:
         await server.stop()
-
-
-async def _answer(question: Awaitable[T], context: grpc.aio.ServicerContext) -> T:
-    """The authorizer's answer; UNAVAILABLE when it cannot give one (the API server is away)."""
-    try:
-        return await question
-    except AuthorizationUnavailableError as exc:
-        await _abort(context, grpc.StatusCode.UNAVAILABLE, f"cannot check permissions now: {exc}")
-
-
-async def _deny(context: grpc.aio.ServicerContext, caller: Caller, action: Action) -> NoReturn:
-    await _abort(context, grpc.StatusCode.PERMISSION_DENIED, denial(caller, action))
-
-
-async def _abort(
-    context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str
-) -> NoReturn:
-    await context.abort(code, message)
-    raise AssertionError("unreachable: ServicerContext.abort raises")
 
 
 def _metadata_value(metadata: Iterable[tuple[str, Any]] | None, key: str) -> str | None:
