@@ -172,7 +172,7 @@ ROLES: Final[tuple[Role, ...]] = (
             "cmd.apply",
         ),
         replays=(EVENTS_STREAM,),
-        key_values=(KeyValue("MUSTER_VISIBILITY"),),
+        key_values=(KeyValue("MUSTER_VISIBILITY"), KeyValue("MUSTER_CLUSTERS")),
     ),
     Role(
         service="sim-cluster",

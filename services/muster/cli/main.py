@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         run,
         simulate,
         submit,
+        up,
         workloads,
     )
 
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     run.add_parser(commands)
+    up.add_parsers(commands)  # up, down, status
     simulate.add_parser(commands)
     for client_command in (submit, queues, workloads, describe, events):  # gateway clients
         client_command.add_parser(commands)

@@ -40,6 +40,7 @@ from muster.gateway.aborts import answer as _answer
 from muster.gateway.aborts import deny as _deny
 from muster.gateway.auth import AuthInterceptor, current_caller
 from muster.gateway.auth_config import Security, SecurityConfig, open_security
+from muster.gateway.clusters import CLUSTERS_BUCKET
 from muster.gateway.permissions import (
     ALL_NAMESPACES,
     Action,
@@ -69,7 +70,7 @@ from muster.gateway.visibility import (
     queue_status,
 )
 from muster.gateway.watch import FOLLOW_METADATA, EventHistory, watch
-from muster.gateway.workload_rpcs import ControlRpcs, WorkloadRpcs
+from muster.gateway.workload_rpcs import ClustersBucket, ControlRpcs, WorkloadRpcs
 from muster.gateway.workloads import BookFollower
 
 log = logging.getLogger(__name__)
@@ -235,11 +236,16 @@ class VisibilityServicer(WorkloadRpcs, services_pb2_grpc.VisibilityServicer):
     """
 
     def __init__(
-        self, store: VisibilityStore, authorizer: Authorizer, follower: BookFollower
+        self,
+        store: VisibilityStore,
+        authorizer: Authorizer,
+        follower: BookFollower,
+        clusters: ClustersBucket,
     ) -> None:
         self._store = store
         self._authorizer = authorizer
         self._follower = follower
+        self._clusters = clusters
 
     async def QueueStatus(  # noqa: N802  # the RPC's name
         self, request: services_pb2.QueueStatusRequest, context: grpc.aio.ServicerContext
@@ -424,6 +430,7 @@ class GatewayServer:
         # The workload book (ListWorkloads, DescribeWorkload, Stop, ...): read from the stream
         # from its first event on, from the first call that needs it until `stop`.
         self.follower = BookFollower(bus)
+        self._clusters: KeyValue | None = None  # MUSTER_CLUSTERS, opened when first asked
 
     async def start(self) -> str:
         """Listen, report SERVING for every service; return the address ("HOST:PORT").
@@ -461,7 +468,7 @@ class GatewayServer:
             GatewayServicer(self._bus, self.config, authorizer, self.follower), server
         )
         services_pb2_grpc.add_VisibilityServicer_to_server(
-            VisibilityServicer(store, authorizer, self.follower), server
+            VisibilityServicer(store, authorizer, self.follower, self._clusters_bucket), server
         )
         services_pb2_grpc.add_EventsServicer_to_server(self._events, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
@@ -478,6 +485,11 @@ class GatewayServer:
         await server.start()
         self._server = server
         return f"{host}:{bound}"
+
+    async def _clusters_bucket(self) -> KeyValue:
+        if self._clusters is None:
+            self._clusters = await self._bus.kv(CLUSTERS_BUCKET)
+        return self._clusters
 
     async def stop(self) -> None:
         """Report NOT_SERVING, end the watches, let unary calls finish within the grace period."""

@@ -10,17 +10,19 @@ workload need `cancel` there, a LocalQueue `create_queue`, a ClusterQueue `admin
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Protocol
 
 import grpc
 import grpc.aio
+from nats.js.kv import KeyValue
 
 from muster.bus.errors import BusError, Reject
 from muster.contracts.v1 import events_pb2, services_pb2
 from muster.gateway.aborts import abort, answer, deny
 from muster.gateway.auth import current_caller
 from muster.gateway.book import Entry, WorkloadBook
+from muster.gateway.clusters import clusters_view, heartbeats
 from muster.gateway.control import (
     DELETE,
     HOLD,
@@ -37,7 +39,7 @@ from muster.gateway.control import (
     queue_action,
     workload_action,
 )
-from muster.gateway.permissions import Action, Authorizer, Caller, watch_action
+from muster.gateway.permissions import ALL_NAMESPACES, Action, Authorizer, Caller, watch_action
 from muster.gateway.visibility import InvalidQueryError, VisibilityStore
 from muster.gateway.workloads import (
     BookFollower,
@@ -49,6 +51,9 @@ from muster.gateway.workloads import (
 )
 
 log = logging.getLogger(__name__)
+
+
+ClustersBucket = Callable[[], Awaitable[KeyValue]]  # MUSTER_CLUSTERS, opened when first asked
 
 
 class _Publisher(Protocol):
@@ -197,11 +202,26 @@ class ControlRpcs:
 
 
 class WorkloadRpcs:
-    """Visibility.ListWorkloads and DescribeWorkload."""
+    """Visibility.ListWorkloads, DescribeWorkload and Clusters."""
 
     _authorizer: Authorizer
     _follower: BookFollower
     _store: VisibilityStore
+    _clusters: ClustersBucket
+
+    async def Clusters(  # noqa: N802  # the RPC's name
+        self, request: services_pb2.ClustersRequest, context: grpc.aio.ServicerContext
+    ) -> services_pb2.ClustersResponse:
+        caller = current_caller()
+        action = watch_action(ALL_NAMESPACES)  # nodes are the cluster's, in no namespace
+        if not await _may(self._authorizer, caller, action, context):
+            await deny(context, caller, action)
+        book = await _book(self._follower, context)
+        try:
+            reported = await heartbeats(await self._clusters())
+        except BusError as exc:
+            await abort(context, grpc.StatusCode.UNAVAILABLE, f"reading heartbeats: {exc}")
+        return clusters_view(reported, book)
 
     async def ListWorkloads(  # noqa: N802  # the RPC's name
         self, request: services_pb2.ListWorkloadsRequest, context: grpc.aio.ServicerContext

@@ -69,11 +69,13 @@ class Stack:
         only: Collection[str] | None = None,
         workers: Sequence[str] = (),
         passwords: Mapping[str, str] | None = None,
+        gateway_listen: str = "127.0.0.1:0",
     ):
         """`only`: start just these services (by name: "binder", "gangpermit", ...).
         `workers`: MultiKueue worker clusters, each with its own per-cluster services (labelled
         `<service>-<cluster>`). `passwords`: NATS user → password; each service then connects
-        as its own user (muster.bus.permissions), told in its environment, not its argv."""
+        as its own user (muster.bus.permissions), told in its environment, not its argv.
+        `gateway_listen`: the gateway's --listen (port 0: a free one)."""
         self.log_dir = log_dir
         per_cluster = [
             (name, ["--speed", f"{speed:g}"] if name == "sim-cluster" else [])
@@ -95,7 +97,7 @@ class Stack:
                 for i in range(shards)
             ),
             ("preemption", "preemption", [], cluster),
-            ("gateway", "gateway", ["--listen", "127.0.0.1:0"], cluster),
+            ("gateway", "gateway", ["--listen", gateway_listen], cluster),
         ]
         self.services = [
             ServiceProcess(
