@@ -152,8 +152,10 @@ async def test_workloads_lists_every_state_with_positions_of_the_pending_ones(
 ) -> None:
     await put_queues(bus)
     await bus.publish_all(
-        [submitted("ml/w0"), pending("ml/w0", "1 more needed"), submitted("ml/w1")]
-        + [submitted("other/done", queue="lq"), finished("other/done")]
+        [
+            *(submitted("ml/w0"), pending("ml/w0", "1 more needed"), submitted("ml/w1")),
+            *(submitted("other/done", queue="lq"), finished("other/done")),
+        ]
     )
 
     status = await muster(gw, "workloads", "--local-queue", "ml/main")
