@@ -34,7 +34,7 @@ def test_the_default_nodes_are_four_ready_nodes_two_with_gpus() -> None:
 
 def test_a_nodes_file_names_each_bad_document_and_field() -> None:
     text = "kind: Pod\nmetadata: {name: p}\n---\nkind: Node\nmetadata: {}\n"
-    with pytest.raises(ValueError, match="nodes.yaml") as err:
+    with pytest.raises(ValueError, match=r"nodes\.yaml") as err:
         nodes_of(text, source="nodes.yaml")
     assert str(err.value).splitlines() == [
         "nodes.yaml: document 1: kind: must be Node",
