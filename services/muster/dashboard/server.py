@@ -65,60 +65,39 @@ def _error(exc: grpc.aio.AioRpcError) -> web.Response:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _unary(call: Callable[[grpc.aio.Channel, web.Request], Awaitable[Message]]) -> Handler:
-    """A route answering one gateway call's reply as JSON (its errors as HTTP statuses)."""
+def _visibility(method: str, request_of: Callable[[web.Request], Message]) -> Handler:
+    """A route answering one Visibility call's reply as JSON (its errors as HTTP statuses)."""
 
     async def handler(request: web.Request) -> web.StreamResponse:
+        stub = services_pb2_grpc.VisibilityStub(request.app[GATEWAY_KEY])
+        call = getattr(stub, method)
         try:
-            return _json(await call(request.app[GATEWAY_KEY], request))
+            reply = await call(
+                request_of(request), metadata=_metadata(request), timeout=CALL_TIMEOUT_S
+            )
         except grpc.aio.AioRpcError as exc:
             return _error(exc)
+        return _json(reply)
 
     return handler
 
 
-async def _queues(ch: grpc.aio.Channel, request: web.Request) -> Message:
-    stub = services_pb2_grpc.VisibilityStub(ch)
-    reply: Message = await stub.QueueStatus(
-        services_pb2.QueueStatusRequest(), metadata=_metadata(request), timeout=CALL_TIMEOUT_S
-    )
-    return reply
-
-
-async def _workloads(ch: grpc.aio.Channel, request: web.Request) -> Message:
+def _list_request(request: web.Request) -> Message:
     q = request.query
-    list_request = services_pb2.ListWorkloadsRequest(
+    return services_pb2.ListWorkloadsRequest(
         namespace=q.get("namespace", ""),
         cluster_queue=q.get("cluster_queue", ""),
         local_queue=q.get("local_queue", ""),
         statuses=q.getall("status", []),
         name=q.get("name", ""),
     )
-    stub = services_pb2_grpc.VisibilityStub(ch)
-    reply: Message = await stub.ListWorkloads(
-        list_request, metadata=_metadata(request), timeout=CALL_TIMEOUT_S
-    )
-    return reply
 
 
-async def _workload(ch: grpc.aio.Channel, request: web.Request) -> Message:
+def _describe_request(request: web.Request) -> Message:
     q = request.query
-    describe = services_pb2.DescribeWorkloadRequest(
+    return services_pb2.DescribeWorkloadRequest(
         namespace=q.get("namespace", ""), name=q.get("name", "")
     )
-    stub = services_pb2_grpc.VisibilityStub(ch)
-    reply: Message = await stub.DescribeWorkload(
-        describe, metadata=_metadata(request), timeout=CALL_TIMEOUT_S
-    )
-    return reply
-
-
-async def _clusters(ch: grpc.aio.Channel, request: web.Request) -> Message:
-    stub = services_pb2_grpc.VisibilityStub(ch)
-    reply: Message = await stub.Clusters(
-        services_pb2.ClustersRequest(), metadata=_metadata(request), timeout=CALL_TIMEOUT_S
-    )
-    return reply
 
 
 def event_json(env: events_pb2.Envelope) -> dict[str, Any]:
@@ -198,10 +177,12 @@ def build_app(channel: grpc.aio.Channel) -> web.Application:
     app[GATEWAY_KEY] = channel
     app.router.add_get("/", _index)
     app.router.add_get("/healthz", _healthz)
-    app.router.add_get("/api/queues", _unary(_queues))
-    app.router.add_get("/api/workloads", _unary(_workloads))
-    app.router.add_get("/api/workload", _unary(_workload))
-    app.router.add_get("/api/clusters", _unary(_clusters))
+    queues = _visibility("QueueStatus", lambda _: services_pb2.QueueStatusRequest())
+    app.router.add_get("/api/queues", queues)
+    app.router.add_get("/api/workloads", _visibility("ListWorkloads", _list_request))
+    app.router.add_get("/api/workload", _visibility("DescribeWorkload", _describe_request))
+    clusters = _visibility("Clusters", lambda _: services_pb2.ClustersRequest())
+    app.router.add_get("/api/clusters", clusters)
     app.router.add_get("/api/events", _events)
     app.router.add_static("/static", STATIC)
     return app
