@@ -31,6 +31,7 @@ from muster.api import decode_files
 from muster.bus.service import ServiceConfig
 from muster.cli.main import main as muster_main
 from muster.cli.service import SERVICES
+from muster.gateway.__main__ import cluster_backend, visibility_serving
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -46,6 +47,8 @@ needs_kubectl = pytest.mark.skipif(
 Obj = dict[str, Any]
 WORKLOAD_KINDS = ("Deployment", "StatefulSet")
 CLUSTER_SERVICES = ("watcher", "binder", "gangpermit")  # they open the cluster's backend
+# They talk to the API server: the cluster's backend, and the gateway's Submit and reviews.
+API_CLIENTS = (*CLUSTER_SERVICES, "gateway")
 # Read outside the flags (muster.bus.service, muster.bus.tracing).
 OTHER_ENV = frozenset({"MUSTER_PROFILE_DIR", "MUSTER_TRACE_CONSOLE"})
 
@@ -400,8 +403,10 @@ def test_network_policies_let_clients_reach_only_the_gateway(name: str) -> None:
             assert allowed_ports(egress, "egress") == {53, 6222}
             continue
         expected_in = {8081, 50051} if component == "gateway" else {8081}
+        if component == "gateway" and name == "prod":  # + Kueue's visibility API
+            expected_in |= {8443}
         assert allowed_ports(ingress, "ingress") == expected_in, component
-        api = {443, 6443} if component in CLUSTER_SERVICES else set()
+        api = {443, 6443} if component in API_CLIENTS else set()
         assert allowed_ports(egress, "egress") == {53, 4222} | api, component
 
 
@@ -553,6 +558,14 @@ def test_every_service_runs_once_with_its_real_flags(
             assert (security.authentication, security.authorization) == ("kube", "kube")
             assert security.kube.in_cluster
             assert (security.tls is not None) == (name == "prod")
+            # Submit writes into this cluster, at the Kueue version the watcher reads.
+            args = gateway_args(flags, env)
+            assert cluster_backend(args) == "kube"
+            assert args.kueue_version == env["MUSTER_KUEUE_VERSION"]
+            serving = visibility_serving(args)
+            assert (serving is not None) == (name == "prod")  # deploy/components/visibility
+            if serving is not None:
+                assert int(serving.listen.rsplit(":", 1)[1]) == ports["visibility"]
         if service == "admission":
             shards = int(env["MUSTER_ADMISSION_SHARDS"])
             assert shards == obj["spec"]["replicas"], "one pod per shard"
@@ -575,6 +588,18 @@ def test_every_service_runs_once_with_its_real_flags(
     # Not deployed: the simulated cluster, and the dashboard (a gateway client without NATS,
     # run by `muster up`; deploy/ does not run it yet).
     assert sorted(seen) == sorted(s for s in SERVICES if s not in ("sim-cluster", "dashboard"))
+
+
+def gateway_args(flags: list[str], env: dict[str, str]) -> argparse.Namespace:
+    from muster.gateway.__main__ import build_parser
+
+    old = dict(os.environ)
+    try:
+        os.environ.update(env)
+        return build_parser().parse_args(flags)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
 
 
 def gateway_security(flags: list[str], env: dict[str, str]) -> Any:
@@ -768,10 +793,13 @@ REQUIRED: dict[str, set[tuple[str, str, str]]] = {
     },
     "admission": set(),
     "preemption": set(),
-    # auth_kube (TokenReview), permissions_kube (SubjectAccessReview).
+    # auth_kube (TokenReview), permissions_kube (SubjectAccessReview), kube_submit (writes
+    # as the caller).
     "gateway": {
         ("authentication.k8s.io", "tokenreviews", "create"),
         ("authorization.k8s.io", "subjectaccessreviews", "create"),
+        ("", "users", "impersonate"),
+        ("", "groups", "impersonate"),
     },
 }
 
@@ -811,8 +839,8 @@ def test_rbac_has_no_wildcards_or_cluster_admin() -> None:
             assert "nonResourceURLs" not in rule
             assert "resourceNames" not in rule
             assert not {"escalate", "bind"} & set(rule["verbs"])
-            if "impersonate" in rule["verbs"]:  # the binder writes as the submitter, only
-                assert role["metadata"]["name"] == "muster-binder", rule
+            if "impersonate" in rule["verbs"]:  # binder and gateway write as the caller
+                assert role["metadata"]["name"] in ("muster-binder", "muster-gateway"), rule
                 assert (rule["apiGroups"], set(rule["resources"])) == ([""], {"users", "groups"})
             assert not {"secrets", "clusterroles", "clusterrolebindings"} & set(rule["resources"])
     for binding in by_kind(objs, "ClusterRoleBinding"):
@@ -953,3 +981,24 @@ def test_today_s_gang_examples_place_as_their_comments_say(
     }
     assert conditions["ring-workers"] == {"PodGroupInitiallyScheduled": "True"}
     assert conditions["trainer-shard-b"] == {"PodGroupInitiallyScheduled": "True"}
+
+
+@needs_kubectl
+def test_kueues_visibility_api_is_served_by_the_gateway_of_the_prod_overlay() -> None:
+    apis = rendered("k8s/visibility")
+    services = {s["metadata"]["name"]: s for s in by_kind(overlay("prod"), "Service")}
+    versions = []
+    for api in by_kind(apis, "APIService"):
+        spec = api["spec"]
+        assert api["metadata"]["name"] == f"{spec['version']}.{spec['group']}"
+        target = spec["service"]
+        assert (target["namespace"], target["port"]) == ("muster", 443)
+        assert [p["port"] for p in services[target["name"]]["spec"]["ports"]] == [443]
+        versions.append(spec["version"])
+    assert sorted(versions) == ["v1beta1", "v1beta2"]
+    (reader,) = by_kind(apis, "RoleBinding")
+    assert reader["metadata"]["namespace"] == "kube-system"
+    assert reader["subjects"] == [
+        {"kind": "ServiceAccount", "name": "muster-gateway", "namespace": "muster"}
+    ]
+    assert "gateway-visibility" not in names(overlay("dev"), "Service")

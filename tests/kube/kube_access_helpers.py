@@ -7,8 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import grpc.aio
 import yaml
 
+from muster.contracts.v1 import services_pb2, services_pb2_grpc
 from muster.devtools.apiserver.access import Access, Grant, User
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,3 +103,26 @@ def kubeconfig(directory: Path, url: str, account: str) -> Path:
     }
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def own_credentials(directory: Path) -> dict[str, list[str]]:
+    """Each per-cluster service's own token, as its ServiceAccount gives it (the kubeconfig's
+    server is overridden by the stack's --kube-host)."""
+    return {
+        service: ["--kubeconfig", str(kubeconfig(directory, "http://127.0.0.1:1", service))]
+        for service in ("watcher", "gangpermit", "binder")
+    }
+
+
+def bearer(account: str) -> tuple[tuple[str, str], ...]:
+    secret = token(account) if account != "nobody" else "a-token-nobody-issued"
+    return (("authorization", f"Bearer {secret}"),)
+
+
+async def submit(channel: grpc.aio.Channel, text: str, account: str) -> tuple[str, str]:
+    stub = services_pb2_grpc.GatewayStub(channel)
+    try:
+        await stub.Submit(services_pb2.SubmitRequest(manifest=text), metadata=bearer(account))
+    except grpc.aio.AioRpcError as exc:
+        return exc.code().name, exc.details() or ""
+    return "OK", ""

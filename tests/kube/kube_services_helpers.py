@@ -31,6 +31,7 @@ from muster.preemption.service import PreemptionConfig, run_preemption
 from muster.watcher import __main__ as watcher_main
 
 T = TypeVar("T")
+CRDS = Path(__file__).resolve().parents[2] / "k8s" / "crds"
 KUEUE = ("kueue.x-k8s.io", "v1beta1")
 SCHEDULING = "scheduling.k8s.io"
 # kind → (plural, namespaced) of the Kueue objects the tests write
@@ -39,6 +40,7 @@ KUEUE_KINDS = {
     "ClusterQueue": ("clusterqueues", False),
     "LocalQueue": ("localqueues", True),
     "WorkloadPriorityClass": ("workloadpriorityclasses", False),
+    "Cohort": ("cohorts", False),
     "Workload": ("workloads", True),
 }
 
@@ -54,6 +56,15 @@ async def eventually(check: Callable[[], Awaitable[T | None]], *, timeout_s: flo
             return last
         await asyncio.sleep(0.02)  # the state lives in the API server or NATS: ask again
     raise AssertionError(f"not so after {timeout_s:g}s; last seen: {last!r}")
+
+
+def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
+    """The condition `type_` of `obj`'s status ({} when it has none)."""
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c["type"] == type_:
+            found: dict[str, Any] = c
+            return found
+    return {}
 
 
 class Kubectl:
@@ -88,10 +99,11 @@ class Kubectl:
             self.custom.create_namespaced_custom_object(SCHEDULING, version, namespace, plural, obj)
         elif kind in KUEUE_KINDS:
             plural, namespaced = KUEUE_KINDS[kind]
+            group, version = str(obj.get("apiVersion", "/".join(KUEUE))).split("/")
             if namespaced:
-                self.custom.create_namespaced_custom_object(*KUEUE, namespace, plural, obj)
+                self.custom.create_namespaced_custom_object(group, version, namespace, plural, obj)
             else:
-                self.custom.create_cluster_custom_object(*KUEUE, plural, obj)
+                self.custom.create_cluster_custom_object(group, version, plural, obj)
         elif kind == "Namespace":
             self.core.create_namespace(obj)
         elif kind == "Node":
@@ -106,6 +118,15 @@ class Kubectl:
             self.custom.create_namespaced_custom_object(SCHEDULING, version, namespace, plural, obj)
         else:
             raise AssertionError(f"the tests do not create {kind}")
+
+    async def install_crds(self) -> None:
+        """muster's own Kueue CRDs (k8s/crds), as on a cluster without Kueue: what muster writes
+        with `fieldValidation=Strict` is then checked against their schemas."""
+        extensions = client.ApiextensionsV1Api(self._api)
+        for path in sorted(CRDS.glob("*.yaml")):
+            for doc in yaml.safe_load_all(path.read_text()):
+                if doc and doc.get("kind") == "CustomResourceDefinition":
+                    await asyncio.to_thread(extensions.create_custom_resource_definition, doc)
 
     async def list_pods(self, namespace: str) -> list[dict[str, Any]]:
         """The pods of `namespace` as stored (JSON)."""
@@ -341,6 +362,7 @@ async def running_stack(
         await bus.ensure_streams()
         async with ApiServer(bookmark_interval_s=0.2, access=access, **(server or {})) as standin:
             kubectl = Kubectl(standin.url, token=admin_token)
+            await kubectl.install_crds()
             events = Events(bus)
             events.start()
             stack = Stack(bus=bus, server=standin, kubectl=kubectl, events=events)
@@ -355,3 +377,69 @@ async def running_stack(
                 await bus.close()
     finally:
         await nats.stop()
+
+
+# --- waiting for object state ------------------------------------------------------------
+
+
+async def workload_of_job(kubectl: Kubectl, namespace: str, job: str) -> dict[str, Any]:
+    """The Kueue Workload controlled by Job `job`, once it exists."""
+    uid = (await kubectl.get("Job", job, namespace) or {})["metadata"]["uid"]
+
+    async def owned() -> dict[str, Any] | None:
+        for wl in await kubectl.workloads(namespace):
+            refs = wl["metadata"].get("ownerReferences") or []
+            if any(r["uid"] == uid and r.get("controller") and r["kind"] == "Job" for r in refs):
+                return wl
+        return None
+
+    return await eventually(owned)
+
+
+async def status_when(
+    kubectl: Kubectl, kind: str, name: str, namespace: str = "", **expected: Any
+) -> dict[str, Any]:
+    """The object once its status has every `expected` field (camelCase) as given."""
+
+    seen: list[Any] = [None]
+
+    async def matches() -> dict[str, Any] | None:
+        obj = await kubectl.get(kind, name, namespace)
+        status = seen[0] = (obj or {}).get("status") or {}
+        return obj if all(status.get(k) == v for k, v in expected.items()) else None
+
+    try:
+        return await eventually(matches)
+    except AssertionError:
+        raise AssertionError(f"{kind}/{name} status never had {expected}: {seen[0]}") from None
+
+
+async def condition_when(
+    kubectl: Kubectl, kind: str, name: str, namespace: str, type_: str, status: str
+) -> dict[str, Any]:
+    async def holds() -> dict[str, Any] | None:
+        found = condition(await kubectl.get(kind, name, namespace), type_)
+        return found if found.get("status") == status else None
+
+    return await eventually(holds)
+
+
+async def job_when(kubectl: Kubectl, namespace: str, name: str, *, suspended: bool) -> Any:
+    async def check() -> dict[str, Any] | None:
+        job = await kubectl.get("Job", name, namespace)
+        return job if job is not None and job["spec"]["suspend"] is suspended else None
+
+    return await eventually(check)
+
+
+async def pods_bound(kubectl: Kubectl, namespace: str, names: list[str]) -> list[str]:
+    """The nodes of `names`, once each is bound."""
+
+    async def bound() -> list[str] | None:
+        nodes = [
+            (await kubectl.get("Pod", n, namespace) or {}).get("spec", {}).get("nodeName")
+            for n in names
+        ]
+        return [str(n) for n in nodes] if all(nodes) else None
+
+    return await eventually(bound)

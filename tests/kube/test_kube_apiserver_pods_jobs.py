@@ -4,9 +4,11 @@ immutability, admission defaults, and the Job template rules Kueue relies on."""
 from __future__ import annotations
 
 import pytest
-from kube_helpers import job, node, pod, status_of
+from kube_helpers import api_client, job, node, pod, status_of
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+
+from muster.devtools.apiserver import ApiServer, FeatureGates, ThreadedApiServer
 
 
 def _bind(core: client.CoreV1Api, name: str, node: str) -> int:
@@ -204,6 +206,77 @@ def test_a_started_job_keeps_its_template_even_when_suspended_again(
     batch.patch_namespaced_job(
         "train", "default", {"spec": {"template": {"spec": {"nodeSelector": {"a": "b"}}}}}
     )
+
+
+RESIZED = {
+    "spec": {
+        "suspend": False,
+        "template": {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "main",
+                        "resources": {"requests": {"cpu": "4"}, "limits": {"cpu": "4"}},
+                    }
+                ]
+            }
+        },
+    }
+}
+
+
+def test_a_suspended_jobs_resources_change_in_the_write_that_unsuspends_it(
+    batch: client.BatchV1Api,
+) -> None:
+    """KEP-5440 (v1.36): requests and limits are mutable while the old Job is suspended."""
+    batch.create_namespaced_job("default", job("train", suspend=True))
+    started = batch.patch_namespaced_job("train", "default", RESIZED)
+    assert started.spec.template.spec.containers[0].resources.requests == {"cpu": "4"}
+    with pytest.raises(ApiException) as caught:  # running: immutable again
+        batch.patch_namespaced_job(
+            "train",
+            "default",
+            RESIZED
+            | {
+                "spec": {
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {"name": "main", "resources": {"requests": {"cpu": "1"}}}
+                            ]
+                        }
+                    }
+                }
+            },
+        )
+    assert caught.value.status == 422
+
+
+def test_a_suspended_jobs_resources_wait_for_its_active_pods_to_stop(
+    batch: client.BatchV1Api,
+) -> None:
+    batch.create_namespaced_job("default", job("train", suspend=True))
+    batch.patch_namespaced_job_status("train", "default", {"status": {"active": 3}})
+    with pytest.raises(ApiException) as caught:
+        batch.patch_namespaced_job("train", "default", RESIZED)
+    assert caught.value.status == 422
+    batch.patch_namespaced_job_status("train", "default", {"status": {"active": 0}})
+    batch.patch_namespaced_job("train", "default", RESIZED)
+
+
+def test_an_older_cluster_refuses_to_change_a_suspended_jobs_resources() -> None:
+    gates = FeatureGates(mutable_pod_resources_for_suspended_jobs=False)
+    with ThreadedApiServer(ApiServer(gates=gates)) as server:
+        api = api_client(server.url)
+        batch = client.BatchV1Api(api)
+        batch.create_namespaced_job("default", job("train", suspend=True))
+        with pytest.raises(ApiException) as caught:
+            batch.patch_namespaced_job("train", "default", RESIZED)
+        assert caught.value.status == 422
+        assert status_of(caught.value)["details"]["causes"][0]["field"] == "spec.template"
+        node_only = {"spec": {"template": {"spec": {"nodeSelector": {"a": "b"}}}}}
+        batch.patch_namespaced_job("train", "default", node_only)  # scheduling directives may
+        api.close()
 
 
 def test_nodes_keep_the_status_they_are_created_with(core: client.CoreV1Api) -> None:

@@ -16,7 +16,14 @@ from typing import Any
 import grpc
 import grpc.aio
 import pytest
-from kube_access_helpers import cluster_access, kubeconfig, token
+from kube_access_helpers import (
+    bearer,
+    cluster_access,
+    kubeconfig,
+    own_credentials,
+    submit,
+    token,
+)
 from kube_services_helpers import eventually, running_stack
 
 from muster.bus import DLQ_STREAM, Bus, BusConfig, connect
@@ -58,11 +65,6 @@ NAMESPACES = "".join(
 )
 
 
-def bearer(account: str) -> tuple[tuple[str, str], ...]:
-    secret = token(account) if account != "nobody" else "a-token-nobody-issued"
-    return (("authorization", f"Bearer {secret}"),)
-
-
 @contextlib.asynccontextmanager
 async def gateway_on(bus: Bus, security: SecurityConfig) -> AsyncIterator[grpc.aio.Channel]:
     server = GatewayServer(bus, GatewayConfig(listen="127.0.0.1:0", security=security, grace_s=1))
@@ -72,15 +74,6 @@ async def gateway_on(bus: Bus, security: SecurityConfig) -> AsyncIterator[grpc.a
             yield channel
     finally:
         await server.stop()
-
-
-async def submit(channel: grpc.aio.Channel, text: str, account: str) -> tuple[str, str]:
-    stub = services_pb2_grpc.GatewayStub(channel)
-    try:
-        await stub.Submit(services_pb2.SubmitRequest(manifest=text), metadata=bearer(account))
-    except grpc.aio.AioRpcError as exc:
-        return exc.code().name, exc.details() or ""
-    return "OK", ""
 
 
 async def test_the_gateway_authenticates_and_authorizes_with_the_api_server(
@@ -167,12 +160,3 @@ async def test_what_the_gateway_lets_through_is_written_as_the_caller(tmp_path: 
         ("/api/v1/namespaces/team-b/pods", 201, "bob"),
         ("/api/v1/namespaces/kube-system/pods", 403, "bob"),
     ]
-
-
-def own_credentials(directory: Path) -> dict[str, list[str]]:
-    """Each per-cluster service's own token, as its ServiceAccount gives it (the kubeconfig's
-    server is overridden by the stack's --kube-host)."""
-    return {
-        service: ["--kubeconfig", str(kubeconfig(directory, "http://127.0.0.1:1", service))]
-        for service in ("watcher", "gangpermit", "binder")
-    }

@@ -10,7 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_services_helpers import Kubectl, eventually, running_stack
+from kube_services_helpers import (
+    condition,
+    condition_when,
+    eventually,
+    job_when,
+    pods_bound,
+    running_stack,
+    status_when,
+    workload_of_job,
+)
 
 from muster.bus import DLQ_STREAM, new_event
 from muster.contracts.v1 import events_pb2 as pb
@@ -61,77 +70,6 @@ ONCE = (
     "workload.pods_ready",
     "workload.finished",
 )
-
-
-def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
-    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if c["type"] == type_:
-            found: dict[str, Any] = c
-            return found
-    return {}
-
-
-async def workload_of_job(kubectl: Kubectl, namespace: str, job: str) -> dict[str, Any]:
-    """The Kueue Workload controlled by Job `job`, once it exists."""
-    uid = (await kubectl.get("Job", job, namespace) or {})["metadata"]["uid"]
-
-    async def owned() -> dict[str, Any] | None:
-        for wl in await kubectl.workloads(namespace):
-            refs = wl["metadata"].get("ownerReferences") or []
-            if any(r["uid"] == uid and r.get("controller") and r["kind"] == "Job" for r in refs):
-                return wl
-        return None
-
-    return await eventually(owned)
-
-
-async def status_when(
-    kubectl: Kubectl, kind: str, name: str, namespace: str = "", **expected: Any
-) -> dict[str, Any]:
-    """The object once its status has every `expected` field (camelCase) as given."""
-
-    seen: list[Any] = [None]
-
-    async def matches() -> dict[str, Any] | None:
-        obj = await kubectl.get(kind, name, namespace)
-        status = seen[0] = (obj or {}).get("status") or {}
-        return obj if all(status.get(k) == v for k, v in expected.items()) else None
-
-    try:
-        return await eventually(matches)
-    except AssertionError:
-        raise AssertionError(f"{kind}/{name} status never had {expected}: {seen[0]}") from None
-
-
-async def condition_when(
-    kubectl: Kubectl, kind: str, name: str, namespace: str, type_: str, status: str
-) -> dict[str, Any]:
-    async def holds() -> dict[str, Any] | None:
-        found = condition(await kubectl.get(kind, name, namespace), type_)
-        return found if found.get("status") == status else None
-
-    return await eventually(holds)
-
-
-async def job_when(kubectl: Kubectl, namespace: str, name: str, *, suspended: bool) -> Any:
-    async def check() -> dict[str, Any] | None:
-        job = await kubectl.get("Job", name, namespace)
-        return job if job is not None and job["spec"]["suspend"] is suspended else None
-
-    return await eventually(check)
-
-
-async def pods_bound(kubectl: Kubectl, namespace: str, names: list[str]) -> list[str]:
-    """The nodes of `names`, once each is bound."""
-
-    async def bound() -> list[str] | None:
-        nodes = [
-            (await kubectl.get("Pod", n, namespace) or {}).get("spec", {}).get("nodeName")
-            for n in names
-        ]
-        return [str(n) for n in nodes] if all(nodes) else None
-
-    return await eventually(bound)
 
 
 def usage(status: dict[str, Any], field: str = "flavorsUsage") -> dict[str, str]:

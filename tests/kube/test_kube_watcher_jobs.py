@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import msgspec
 import pytest
 
 from muster.api.model import Toleration
@@ -63,6 +64,20 @@ def test_a_job_started_by_muster_is_still_the_workload_first_submitted() -> None
     assert translate.incarnation(after) == translate.incarnation(before)
     assert translate.submitted(after).payload == translate.submitted(before).payload
     assert after.pod_sets[0].count == 3  # not the 2 admitted
+
+
+def test_a_job_started_with_routed_requests_is_still_the_workload_first_submitted() -> None:
+    routed = msgspec.structs.replace(STARTED, requests={"cpu": 4000})  # the alternative's
+    out = jobs.started_job(JOB, [routed], workload=jobs.workload_name(JOB))
+    assert out is not None
+    assert out["spec"]["template"]["spec"]["containers"][0]["resources"] == {
+        "requests": {"cpu": "4"}
+    }
+    before, _ = translate.workload_of(JOB)
+    after, _ = translate.workload_of(out)
+    assert before is not None
+    assert after is not None
+    assert translate.submitted(after).payload == translate.submitted(before).payload
 
 
 def test_a_job_changed_by_its_owner_after_the_start_is_read_as_written() -> None:

@@ -15,8 +15,15 @@ from gateway_helpers import AUTH, JOB, TOKEN
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
-from muster.gateway.__main__ import build_parser, main, security_config
+from muster.gateway.__main__ import (
+    build_parser,
+    cluster_backend,
+    main,
+    security_config,
+    visibility_serving,
+)
 from muster.gateway.auth_certs import TlsFiles
+from muster.gateway.kube_visibility_server import VisibilityServing
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -86,6 +93,9 @@ async def test_process_serves_with_its_flags_and_exits_0_on_sigterm(
         pytest.param(["--authentication", "ldap"], id="authentication"),
         pytest.param(["--authorization", "kube", "--policy-file", "p"], id="policy with kube"),
         pytest.param(["--allow-anonymous", "on", "--token", "t"], id="anonymous and a token"),
+        pytest.param(["--cluster-backend", "k8s"], id="cluster backend"),
+        pytest.param(["--kueue-version", "v1"], id="kueue version"),
+        pytest.param(["--visibility-listen", "0.0.0.0:8443"], id="visibility without a cert"),
     ],
 )
 def test_bad_flags_exit_2(flags: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -115,6 +125,34 @@ def test_security_flags_make_the_security_config(
     anonymous = security_config(build_parser().parse_args(["--allow-anonymous", "on"]))
     assert anonymous.allow_anonymous
     assert not anonymous.authenticates
+
+
+def test_the_cluster_backend_flags_say_where_submit_writes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MUSTER_KUEUE_VERSION", "v1beta2")
+    args = build_parser().parse_args(["--cluster-backend", "kube", "--kube-host", "http://a:1"])
+
+    assert cluster_backend(args) == "kube"
+    assert security_config(args).kube.kueue_version == "v1beta2"
+    assert cluster_backend(build_parser().parse_args([])) == "sim"
+
+
+def test_the_visibility_flags_serve_kueues_visibility_api() -> None:
+    flags = ["--visibility-listen", "0.0.0.0:8443", "--visibility-tls-cert", "v.crt"]
+    flags += ["--visibility-tls-key", "v.key", "--visibility-client-ca", "proxy.crt"]
+    flags += ["--visibility-allowed-names", "front-proxy-client, aggregator"]
+
+    serving = visibility_serving(build_parser().parse_args(flags))
+
+    assert serving == VisibilityServing(
+        listen="0.0.0.0:8443",
+        tls_cert="v.crt",
+        tls_key="v.key",
+        client_ca="proxy.crt",
+        allowed_names=("front-proxy-client", "aggregator"),
+    )
+    assert visibility_serving(build_parser().parse_args([])) is None
 
 
 def test_flags_default_to_their_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -44,6 +44,7 @@ from muster.admission.translate import (
     PlacementPreempted,
     PodsReady,
     Recorded,
+    RequestsRefused,
     Stopped,
 )
 from muster.api.model import AdmissionCheck, MultiKueueCluster, MultiKueueConfig, WorkloadKey
@@ -69,7 +70,7 @@ READY, PENDING = "Ready", "Pending"
 _RESERVED = "QuotaReserved"  # the engine's Phase values this module reads
 _HOLDING = frozenset({"QuotaReserved", "Admitted"})
 _EVICTING = "Evicting"
-WORKER_FACTS = (Finish, Stopped, PodsReady, GangRejected)
+WORKER_FACTS = (Finish, Stopped, PodsReady, GangRejected, RequestsRefused)
 
 
 @dataclass(frozen=True, slots=True)

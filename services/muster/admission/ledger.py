@@ -42,6 +42,7 @@ class Entry:
     phase: Phase = Phase.PENDING
     decided: bool = False  # some decision about it has been recorded (a route aside)
     routed_queue: str = ""  # the LocalQueue its last recorded Routed event sent it to
+    declared_only: bool = False  # a cluster refused its routed requests: never routed again
     admission: Admission | None = None
     checks: tuple[str, ...] = ()
     reserved_s: float = 0.0
@@ -136,6 +137,13 @@ class Ledger:
         entry = self.entries.get(key)
         if entry is not None and entry.phase is Phase.ADMITTED:
             entry.pods_ready = True
+
+    def requests_refused(self, key: WorkloadKey) -> None:
+        """The cluster refused the requests of the alternative it was routed to: from now on
+        it runs on its declared queue only."""
+        entry = self.entries.get(key)
+        if entry is not None:
+            entry.declared_only = True
 
     def check_updated(self, key: WorkloadKey, check: str, state: str) -> None:
         entry = self.entries.get(key)

@@ -42,6 +42,7 @@ from muster.admission.translate import (
     PlacementPreempted,
     PodsReady,
     Recorded,
+    RequestsRefused,
     SetActive,
     Stopped,
     Submit,
@@ -251,6 +252,11 @@ class AdmissionState:
                 )
             case GangRejected(key, reason, message):
                 return self._gang_rejected(key, reason, message, now_s=now_s)
+            case RequestsRefused(key, message):
+                ledger.requests_refused(key)
+                return self._engine_fact(
+                    key, lambda: engine.refuse_route(key, message=message, now_s=now_s)
+                )
             case PlacementPreempted(gang, victims):
                 return self._placement_preempted(gang, victims, now_s=now_s)
             case ApplyConfig():
@@ -417,7 +423,11 @@ class AdmissionState:
     # --- routing ---------------------------------------------------------------------------
 
     def _routable(self, entry: Entry) -> Workload:
-        """The workload as this shard routes it (`routing.routable`); remembers the note."""
+        """The workload as this shard routes it (`routing.routable`); remembers the note.
+        One whose routed requests a cluster refused has no alternatives any more."""
+        if entry.declared_only:
+            self.notes.pop(entry.key, None)
+            return msgspec.structs.replace(entry.workload, alternatives=())
         wl, note = routable(entry.workload, self.sharding, keep=entry.routed_queue)
         if note:
             self.notes[entry.key] = note

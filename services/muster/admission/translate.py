@@ -118,6 +118,15 @@ class GangRejected:
 
 
 @dataclass(frozen=True, slots=True)
+class RequestsRefused:
+    """The cluster will not run the admitted workload with the requests it was admitted with
+    (a routed Job): evicted, and back on its declared queue for good."""
+
+    key: WorkloadKey
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class PlacementPreempted:
     """Gang placement needs these workloads' nodes: the Kueue ones among them are evicted here
     (admission owns their quota); gangpermit evicts the others itself."""
@@ -168,6 +177,7 @@ Fact = (
     | SetActive
     | CheckUpdated
     | GangRejected
+    | RequestsRefused
     | PlacementPreempted
     | ApplyConfig
     | DeleteConfig
@@ -184,6 +194,7 @@ WORKLOAD_FACTS = (
     "pods_ready",
     "admission_check",
     "gang_rejected",
+    "requests_refused",
     "placement_preempted",
     "active_changed",
 )
@@ -218,6 +229,8 @@ def fact_of(env: pb.Envelope) -> Fact | None:
             return GangRejected(
                 key, reason=env.gang_rejected.reason, message=env.gang_rejected.message
             )
+        case "requests_refused":
+            return RequestsRefused(key, message=env.requests_refused.message)
         case "placement_preempted":
             victims = tuple(WorkloadKey(v) for v in env.placement_preempted.victims)
             return PlacementPreempted(env.workload, victims)

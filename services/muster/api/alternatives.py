@@ -10,6 +10,7 @@ core never parses text. docs/routing.md describes the annotation.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import msgspec
 
@@ -43,6 +44,24 @@ def with_alternatives(wl: Workload, *, who: str) -> tuple[Workload, list[FieldEr
     if errors:
         return wl, errors
     return msgspec.structs.replace(wl, alternatives=alternatives), []
+
+
+def unmade_pods_errors(annotations: Mapping[str, str], *, who: str) -> list[FieldError]:
+    """Problems of `muster.dev/alternatives` on an object whose pods muster does not create (a
+    Pod, a gang): every problem of the annotation, and each alternative that changes requests,
+    which nothing could give those pods (docs/routing.md, "On Kubernetes")."""
+    text = annotations.get(ALTERNATIVES_ANNOTATION)
+    if text is None:
+        return []
+    alternatives, errors = parse_alternatives(text, who=who, declared_queue="")
+    for i, alternative in enumerate(alternatives):
+        if alternative.requests is not None:
+            problem = (
+                "cannot change the requests of pods muster does not create (a Pod, the pods "
+                "of a gang); submit a Job or a Kueue Workload to run with other requests"
+            )
+            errors.append(FieldError(who, f"{ANNOTATION_PATH}[{i}].requests", problem))
+    return errors
 
 
 def routing_policy_errors(cq: ClusterQueue, *, who: str) -> list[FieldError]:

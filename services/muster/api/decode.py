@@ -24,7 +24,7 @@ from typing import Any, Final, Literal, NamedTuple, TypeGuard, get_args
 import msgspec
 
 from muster.api import raw as wire
-from muster.api.alternatives import routing_policy_errors, with_alternatives
+from muster.api.alternatives import routing_policy_errors, unmade_pods_errors, with_alternatives
 from muster.api.cluster_objects import (
     SCHEDULER_PLUGINS_V1ALPHA1,
     SCHEDULING_V1ALPHA1,
@@ -51,7 +51,15 @@ from muster.api.convert import (
 from muster.api.errors import FieldError, ObjectErrors
 from muster.api.job import workload_from_job
 from muster.api.load import LoadError, load_json, load_yaml
-from muster.api.model import ApiObject, ClusterQueue, KueueConfig, ObjectMeta, Workload
+from muster.api.model import (
+    CLUSTER_TYPES,
+    ApiObject,
+    ClusterQueue,
+    KueueConfig,
+    Node,
+    ObjectMeta,
+    Workload,
+)
 from muster.api.multikueue import (
     admission_check_from_raw,
     multikueue_cluster_from_raw,
@@ -414,6 +422,8 @@ def _decode_object(
         errs.errors.extend(problems)
     elif isinstance(found, ClusterQueue):
         errs.errors.extend(routing_policy_errors(found, who=who))
+    elif isinstance(found, CLUSTER_TYPES) and not isinstance(found, Node):
+        errs.errors.extend(unmade_pods_errors(found.meta.annotations, who=who))
     if errs.errors:
         return None, errs.errors
     if spec.validated:

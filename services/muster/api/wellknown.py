@@ -34,6 +34,8 @@ PREFERRED_TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/podset-preferred-topology"
 # (docs/events.md), so every service takes them from here.
 PREEMPTED = "Preempted"  # Kueue's eviction reason; also a pod evicted by placement preemption
 GANG_TIMED_OUT = "GangTimedOut"  # a gang not placed before its deadline
+# The eviction (and Routed) reason of a routed workload whose requests the cluster refused.
+REQUESTS_REFUSED = "RequestsRefused"
 BIND_FAILED = "BindFailed"  # the binder could not bind a permitted gang
 PLACEMENT_PREEMPTED = "PlacementPreempted"  # an eviction asked for to place a gang
 CLUSTER_LOST = "ClusterLost"  # the worker cluster a workload was dispatched to was lost

@@ -28,7 +28,7 @@ from muster.binder.translate import (
 from muster.bus.envelope import new_event
 from muster.bus.errors import Reject, Retry
 from muster.cluster.backend import ClusterBackend, Identity
-from muster.cluster.errors import ClusterError
+from muster.cluster.errors import ClusterError, RequestsRefusedError
 from muster.contracts.v1 import events_pb2
 
 log = logging.getLogger(__name__)
@@ -118,6 +118,8 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
 
     An admission superseded by a later eviction here is skipped: it was delivered late (this
     cluster was away) and the workload has been requeued, maybe to another cluster, since.
+    When the cluster refuses the requests it was admitted with (a routed Job), nothing starts
+    and `requests_refused` says why.
     """
     if ctx.specs.superseded(env):
         log.warning("skipping an admission evicted since", extra={"workload": env.workload})
@@ -136,6 +138,12 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
         raise Reject(str(err)) from None
     try:
         await ctx.backend.start_workload(env.workload, pod_sets=starts)
+    except RequestsRefusedError as err:
+        # Routed to requests the cluster will not run it with: nothing started. Admission
+        # evicts it and puts it back on its declared queue (docs/routing.md, "On Kubernetes").
+        log.warning("requests refused: %s", err, extra={"workload": env.workload})
+        payload = events_pb2.RequestsRefused(message=str(err))
+        await ctx.publish("requests_refused", payload, cause=env)
     except ClusterError as err:
         raise _as_retry_or_reject(err, f"starting {env.workload}") from err
 

@@ -151,7 +151,12 @@ ROLES: Final[tuple[Role, ...]] = (
         service="binder",
         per_cluster=True,
         about="starts, binds and stops the cluster's pods",
-        publishes=_own("workload.bound", "workload.gang_rejected", "workload.eviction_completed"),
+        publishes=_own(
+            "workload.bound",
+            "workload.gang_rejected",
+            "workload.eviction_completed",
+            "workload.requests_refused",
+        ),
         durables=(
             Durable(EVENTS_STREAM, "binder-{cluster}", _events("admitted", "gang_permitted")),
             Durable(COMMANDS_STREAM, "binder-{cluster}-evict", (_OWN + ".cmd.evict",)),

@@ -16,6 +16,7 @@ from muster.cluster.errors import (
     ConflictError,
     InvalidObjectError,
     NotFoundError,
+    RequestsRefusedError,
 )
 from muster.cluster.objects import (
     POD_SET_ANNOTATION,
@@ -44,6 +45,7 @@ __all__ = [
     "NotFoundError",
     "PodSetStart",
     "PodView",
+    "RequestsRefusedError",
     "Selection",
     "node_view",
     "pod_view",

@@ -56,3 +56,13 @@ class BindConflictError(ClusterError):
         )
         self.bound_to = bound_to
         self.wanted = wanted
+
+
+class RequestsRefusedError(ClusterError):
+    """The cluster will not run the workload with the requests its admission covers: a Job's
+    pod template whose resources the API server refuses to change (before Kubernetes v1.36, or
+    with `MutablePodResourcesForSuspendedJobs` off), or cannot be made to ask for exactly those.
+    Nothing was started."""
+
+    def __init__(self, obj: str, message: str) -> None:
+        super().__init__(obj, "RequestsRefused", message)

@@ -25,7 +25,7 @@ from muster.api.model import (
     Workload,
     WorkloadKey,
 )
-from muster.api.wellknown import PREEMPTED
+from muster.api.wellknown import PREEMPTED, REQUESTS_REFUSED
 from muster.core.config import Configuration
 from muster.core.events import Event, EventType
 from muster.core.flavors import Assignment, Mode, assign_flavors
@@ -170,6 +170,26 @@ class Engine:
         if r is None or not r.holds_quota or r.phase is Phase.EVICTING:
             return []
         self._evict(r, reason=reason, message=message)
+        return self._take_events()
+
+    def refuse_route(self, key: WorkloadKey, *, message: str, now_s: float) -> list[Event]:
+        """The cluster will not run `key` with the requests of the alternative it was admitted
+        through (docs/routing.md, "On Kubernetes"): it goes back to its declared queue for good
+        (Routed, reason RequestsRefused) and is evicted from the alternative's quota.
+
+        A workload not holding quota on an alternative is left alone.
+        """
+        self.now_s = now_s
+        r = self.records.get(key)
+        if r is None or self.routing is None or not r.holds_quota or r.phase is Phase.EVICTING:
+            return []
+        take = self.routing.refuse(key, message=message)
+        if take is None:
+            return []
+        # Moved first: an eviction that releases at once requeues it on the declared queue.
+        # Its quota is the alternative's until released (it follows `r.cluster_queue`).
+        self._take(r, take)
+        self._evict(r, reason=REQUESTS_REFUSED, message=message)
         return self._take_events()
 
     def forget(self, key: WorkloadKey) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import cast
+from typing import Literal, cast
 
 from muster.bus.connection import Bus
 from muster.bus.redact import register
@@ -22,8 +22,8 @@ from muster.bus.service import (
     config_from_args,
     run_service,
 )
-from muster.cluster.choose import BACKEND_FLAGS, on_off
-from muster.cluster.kube.settings import KubeConfig
+from muster.cluster.choose import BACKEND_FLAGS, BACKENDS, on_off
+from muster.cluster.kube.settings import KUEUE_VERSIONS, KubeConfig
 from muster.gateway.auth_certs import TlsFiles
 from muster.gateway.auth_config import (
     AUTHENTICATION_MODES,
@@ -32,6 +32,7 @@ from muster.gateway.auth_config import (
     AuthorizationMode,
     SecurityConfig,
 )
+from muster.gateway.kube_visibility_server import VisibilityServing
 from muster.gateway.service import (
     DEFAULT_LISTEN,
     DEFAULT_MAX_REQUEST_BYTES,
@@ -74,6 +75,25 @@ SECURITY_FLAGS = (
     *(f for f in BACKEND_FLAGS
       if f.flag in ("--kube-host", "--kubeconfig", "--kube-context", "--kube-in-cluster")),
 )  # fmt: skip
+VISIBILITY_FLAGS = (
+    Flag("--visibility-listen", "HOST:PORT", str, "MUSTER_GATEWAY_VISIBILITY_LISTEN", None,
+         "serve Kueue's visibility API (visibility.kueue.x-k8s.io) over HTTPS here, for the "
+         "API server's aggregation layer (an APIService); off without it"),
+    Flag("--visibility-tls-cert", "FILE", str, "MUSTER_GATEWAY_VISIBILITY_TLS_CERT", None,
+         "its PEM certificate (chain)"),
+    Flag("--visibility-tls-key", "FILE", str, "MUSTER_GATEWAY_VISIBILITY_TLS_KEY", None,
+         "the PEM private key of --visibility-tls-cert"),
+    Flag("--visibility-client-ca", "FILE", str, "MUSTER_GATEWAY_VISIBILITY_CLIENT_CA", None,
+         "the front proxy's CA (requestheader-client-ca); default: read from ConfigMap "
+         "kube-system/extension-apiserver-authentication"),
+    Flag("--visibility-allowed-names", "CN,...", str, "MUSTER_GATEWAY_VISIBILITY_ALLOWED_NAMES",
+         None, "CNs the front proxy's certificate may have (default: the ConfigMap's, or any)"),
+)  # fmt: skip
+# Where Submit goes: "kube" writes what it receives into the API server (as the caller), as the
+# per-cluster services' --cluster-backend says where their cluster is.
+CLUSTER_FLAGS = tuple(
+    f for f in BACKEND_FLAGS if f.flag in ("--cluster-backend", "--kueue-version")
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_common_flags(parser)
     add_flags(parser.add_argument_group("gateway options"), GATEWAY_FLAGS)
     add_flags(parser.add_argument_group("who may call, and what they may do"), SECURITY_FLAGS)
+    add_flags(parser.add_argument_group("where Submit writes"), CLUSTER_FLAGS)
+    add_flags(parser.add_argument_group("Kueue's visibility API"), VISIBILITY_FLAGS)
     return parser
 
 
@@ -117,8 +139,37 @@ def security_config(args: argparse.Namespace) -> SecurityConfig:
             kubeconfig=args.kubeconfig or "",
             context=args.kube_context or "",
             in_cluster=args.kube_in_cluster,
+            kueue_version=args.kueue_version,
         ),
     )
+
+
+def visibility_serving(args: argparse.Namespace) -> VisibilityServing | None:
+    """The visibility API's settings, or None when it is off; ValueError naming the flag."""
+    if not args.visibility_listen:
+        return None
+    if not (args.visibility_tls_cert and args.visibility_tls_key):
+        raise ValueError("--visibility-listen needs --visibility-tls-cert and --visibility-tls-key")
+    names = tuple(n.strip() for n in (args.visibility_allowed_names or "").split(",") if n.strip())
+    return VisibilityServing(
+        listen=args.visibility_listen,
+        tls_cert=args.visibility_tls_cert,
+        tls_key=args.visibility_tls_key,
+        client_ca=args.visibility_client_ca or "",
+        allowed_names=names,
+    )
+
+
+def cluster_backend(args: argparse.Namespace) -> Literal["sim", "kube"]:
+    """--cluster-backend; ValueError naming the flag when it is neither sim nor kube."""
+    if args.cluster_backend not in BACKENDS:
+        raise ValueError(f"--cluster-backend must be sim or kube, got {args.cluster_backend!r}")
+    if args.kueue_version not in KUEUE_VERSIONS:
+        raise ValueError(
+            f"--kueue-version must be one of {', '.join(KUEUE_VERSIONS)}, "
+            f"got {args.kueue_version!r}"
+        )
+    return cast(Literal["sim", "kube"], args.cluster_backend)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
             cluster=service.cluster,
             max_event_bytes=service.bus.max_event_bytes,
             grace_s=service.grace_s,
+            cluster_backend=cluster_backend(args),
+            visibility=visibility_serving(args),
         )
     except ValueError as exc:
         parser.error(str(exc))  # exits 2

@@ -126,7 +126,7 @@ async def open_security(config: SecurityConfig) -> AsyncIterator[Security]:
             from muster.gateway.auth_kube import KubeTokens
             from muster.gateway.permissions_kube import KubeAuthorizer
 
-            reviews = await _reviews(config.kube)
+            reviews = await open_reviews(config.kube)
             stack.push_async_callback(reviews.close)
             if config.authentication == "kube":
                 tokens.append(KubeTokens(reviews))
@@ -142,7 +142,8 @@ async def open_security(config: SecurityConfig) -> AsyncIterator[Security]:
         )
 
 
-async def _reviews(kube: KubeConfig) -> Reviews:
+async def open_reviews(kube: KubeConfig) -> Reviews:
+    """TokenReview and SubjectAccessReview against the API server of `kube` (close it)."""
     from muster.cluster.kube.config import api_client
     from muster.cluster.kube.ratelimit import TokenBucket
     from muster.cluster.kube.reviews import Reviews

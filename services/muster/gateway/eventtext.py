@@ -74,7 +74,7 @@ def _admission(env: events_pb2.Envelope) -> str:
 def _routed(env: events_pb2.Envelope) -> str:
     r = env.routed
     where = f"{r.from_cluster_queue} → {r.to_cluster_queue} (LocalQueue {r.queue_name})"
-    return f"{where} {r.policy}: {r.message}"
+    return f"{where} {r.policy or r.reason}: {r.message}"  # RequestsRefused: no policy
 
 
 def _finished(env: events_pb2.Envelope) -> str:
@@ -154,6 +154,7 @@ _FORMATS: Final[dict[str, Callable[[events_pb2.Envelope], str]]] = {
     "preemption_requested": _preemption_requested,
     "admission_check": _admission_check,
     "active_changed": _active_changed,
+    "requests_refused": lambda env: f"requests refused: {env.requests_refused.message}",
     "eviction_completed": lambda _: "pods stopped",
     "running": lambda _: "pods running",
     "pods_ready": lambda _: "all pods ready",

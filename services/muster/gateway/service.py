@@ -19,7 +19,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import Any, Final, NoReturn, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, Protocol, TypeVar, cast
 
 import grpc
 import grpc.aio
@@ -39,8 +39,10 @@ from muster.gateway.aborts import abort as _abort
 from muster.gateway.aborts import answer as _answer
 from muster.gateway.aborts import deny as _deny
 from muster.gateway.auth import AuthInterceptor, current_caller
-from muster.gateway.auth_config import Security, SecurityConfig, open_security
+from muster.gateway.auth_config import Security, SecurityConfig, open_reviews, open_security
 from muster.gateway.clusters import CLUSTERS_BUCKET
+from muster.gateway.kube_submit import SubmitRefusedError, Written, write_objects
+from muster.gateway.kube_visibility_server import VisibilityServing
 from muster.gateway.permissions import (
     ALL_NAMESPACES,
     Action,
@@ -73,6 +75,9 @@ from muster.gateway.watch import FOLLOW_METADATA, EventHistory, watch
 from muster.gateway.workload_rpcs import ClustersBucket, ControlRpcs, WorkloadRpcs
 from muster.gateway.workloads import BookFollower
 
+if TYPE_CHECKING:
+    from muster.cluster.kube.backend import KubeBackend
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -95,10 +100,18 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     cluster: str = DEFAULT_CLUSTER  # Submit's cluster when the request names none
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES  # the bus's limit on one envelope
     grace_s: float = 10.0  # how long unary calls in flight may take at shutdown
+    # "kube": Submit writes into the API server of `security.kube` as the caller (kube_submit)
+    cluster_backend: Literal["sim", "kube"] = "sim"
+    # Kueue's visibility API for the API server's aggregation layer (kube_visibility_server)
+    visibility: VisibilityServing | None = None
 
     def __post_init__(self) -> None:
         host, _ = split_listen(self.listen)
         check_cluster(self.cluster)
+        if self.cluster_backend not in ("sim", "kube"):
+            raise ValueError(f"cluster backend must be sim or kube, got {self.cluster_backend!r}")
+        if self.visibility is not None:
+            split_listen(self.visibility.listen)
         if self.max_request_bytes < 1:
             raise ValueError(f"max request bytes must be >= 1, got {self.max_request_bytes}")
         self.security.check_listen(host)
@@ -129,17 +142,24 @@ def split_listen(listen: str) -> tuple[str, int]:
 
 
 class GatewayServicer(ControlRpcs, services_pb2_grpc.GatewayServicer):
+    """Gateway.Submit: published on NATS, or, with `kube` (the cluster backend is Kubernetes),
+    written into the API server as the caller (`kube_submit`); Stop, Resume and Delete
+    (`workload_rpcs.ControlRpcs`)."""
+
     def __init__(
         self,
         bus: GatewayBus,
         config: GatewayConfig,
         authorizer: Authorizer,
         follower: BookFollower,
+        *,
+        kube: KubeBackend | None = None,
     ) -> None:
         self._bus = bus
         self._config = config
         self._authorizer = authorizer
         self._follower = follower
+        self._kube = kube
 
     async def Submit(  # noqa: N802  # the RPC's name
         self, request: services_pb2.SubmitRequest, context: grpc.aio.ServicerContext
@@ -183,6 +203,17 @@ class GatewayServicer(ControlRpcs, services_pb2_grpc.GatewayServicer):
                 await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, message)
             caller = current_caller()
             await self._authorize(caller, planned, cluster=cluster, context=context)
+            if self._kube is not None:
+                written = await self._write(planned, caller, validation, cluster, context)
+                return services_pb2.SubmitResponse(
+                    objects=[
+                        services_pb2.SubmittedObject(kind=w.kind, key=w.key, outcome=w.outcome)
+                        for w in written
+                    ],
+                    warnings=[str(w) for w in warnings]
+                    + [f"{w.kind}/{w.key}: already exists; left as it is"
+                       for w in written if w.outcome == "exists"],
+                )  # fmt: skip
             for p in planned:  # from the authenticated caller, never from the request
                 p.payload.submitter.CopyFrom(caller.submitter())
             envs = envelopes(planned, cluster=cluster)
@@ -198,6 +229,30 @@ class GatewayServicer(ControlRpcs, services_pb2_grpc.GatewayServicer):
             ],
             warnings=[str(w) for w in warnings],
         )
+
+    async def _write(
+        self,
+        planned: Sequence[PlannedEvent],
+        caller: Caller,
+        validation: str,
+        cluster: str,
+        context: grpc.aio.ServicerContext,
+    ) -> list[Written]:
+        """Write `planned` into the API server as `caller`; the gRPC error the refusal asks."""
+        assert self._kube is not None
+        if cluster != self._config.cluster:
+            message = (
+                f"cluster: this gateway writes into the API server of cluster "
+                f"{self._config.cluster} only, got {cluster!r}"
+            )
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, message)
+        try:
+            return await write_objects(
+                self._kube, planned, caller=caller, validation=cast(Validation, validation)
+            )
+        except SubmitRefusedError as err:
+            log.info("submit refused by the API server for %s: %s", caller.user, err)
+            await _abort(context, getattr(grpc.StatusCode, err.code), str(err))
 
     async def _authorize(
         self,
@@ -425,6 +480,8 @@ class GatewayServer:
         self._events: EventsServicer | None = None
         self._server: grpc.aio.Server | None = None
         self._exits = contextlib.AsyncExitStack()
+        self._kube: KubeBackend | None = None
+        self.visibility_address = ""  # Kueue's visibility API, when served
         self.security: Security | None = None
         self.address = ""
         # The workload book (ListWorkloads, DescribeWorkload, Stop, ...): read from the stream
@@ -441,6 +498,12 @@ class GatewayServer:
         store = KeyValueStore(await self._bus.kv(VISIBILITY_BUCKET))
         try:
             security = await self._exits.enter_async_context(open_security(self.config.security))
+            if self.config.cluster_backend == "kube":
+                self._kube = await self._open_kube()
+            if self.config.visibility is not None:
+                self.visibility_address = await self._serve_visibility(
+                    store, self.config.visibility
+                )
             address = await self._serve(store, security)
         except BaseException:
             await self._exits.aclose()
@@ -449,6 +512,26 @@ class GatewayServer:
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self.security = security
         self.address = address
+        return address
+
+    async def _open_kube(self) -> KubeBackend:
+        """The API server Submit writes into, for the server's lifetime."""
+        from muster.cluster.kube.backend import KubeBackend  # the client: on Kubernetes only
+
+        backend = await KubeBackend.connect(self.config.security.kube)
+        self._exits.push_async_callback(backend.close)
+        return backend
+
+    async def _serve_visibility(self, store: VisibilityStore, serving: VisibilityServing) -> str:
+        """Kueue's visibility API over HTTPS, for the server's lifetime; its address."""
+        from muster.gateway.kube_visibility_server import VisibilityServer, front_proxy_of
+
+        reviews = await open_reviews(self.config.security.kube)
+        self._exits.push_async_callback(reviews.close)
+        proxy = await front_proxy_of(serving, reviews)
+        server = VisibilityServer(store, reviews, serving=serving, front_proxy=proxy)
+        address = await server.start()
+        self._exits.push_async_callback(server.stop)
         return address
 
     async def _serve(self, store: VisibilityStore, security: Security) -> str:
@@ -465,7 +548,8 @@ class GatewayServer:
         authorizer = security.authorizer
         self._events = EventsServicer(self._bus, authorizer)
         services_pb2_grpc.add_GatewayServicer_to_server(
-            GatewayServicer(self._bus, self.config, authorizer, self.follower), server
+            GatewayServicer(self._bus, self.config, authorizer, self.follower, kube=self._kube),
+            server,
         )
         services_pb2_grpc.add_VisibilityServicer_to_server(
             VisibilityServicer(store, authorizer, self.follower, self._clusters_bucket), server
@@ -509,6 +593,8 @@ async def run_gateway(bus: GatewayBus, health: HealthStatus, config: GatewayConf
     address = await server.start()
     health.ready()
     print(f"gateway: {address}", flush=True)
+    if server.visibility_address:
+        print(f"visibility: {server.visibility_address}", flush=True)
     log.info("gateway listening on %s", address)
     try:
         await asyncio.Event().wait()

@@ -107,6 +107,9 @@ class PlannedEvent(msgspec.Struct, frozen=True, kw_only=True):
     payload: events_pb2.WorkloadSubmitted | events_pb2.ConfigApplied | events_pb2.ApplyRequested
     workload: str = ""  # the envelope's workload key; "" for configuration
     generation: int = 0
+    # The object as written (a Job as such, not its derived Workload), `status` dropped and a
+    # `generateName` named: what a Submit on Kubernetes writes into the API server.
+    document: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 def plan_submit(
@@ -150,9 +153,8 @@ def plan_submit(
     raws = [doc for doc in documents if isinstance(doc, dict)]
     for obj, raw in zip(objects, raws, strict=True):
         if isinstance(obj, Workload):
-            planned.append(_plan_workload(obj, ids=ids))
-            continue
-        if isinstance(obj, CLUSTER_TYPES):
+            found: PlannedEvent | FieldError = _plan_workload(obj, ids=ids)
+        elif isinstance(obj, CLUSTER_TYPES):
             found = _plan_cluster_object(obj, raw, ids=ids)
         elif isinstance(obj, CONFIG_TYPES):
             found = _plan_config(obj, raw, ids=ids)
@@ -161,7 +163,7 @@ def plan_submit(
         if isinstance(found, FieldError):
             problems.append(str(found))
         else:
-            planned.append(found)
+            planned.append(msgspec.structs.replace(found, document=raw))
     if problems:
         raise InvalidManifestError(problems)
     return planned

@@ -299,3 +299,62 @@ def test_a_shard_owning_no_alternative_says_the_workload_stays() -> None:
         "stays in ClusterQueue gpu; not considered: LocalQueue l40 (cohort tree cq/l40 is "
         "decided by admission shard 1)"
     )
+
+
+def refused() -> pb.Envelope:
+    message = "Job/ns/light: the API server refused to change its pod template's resources"
+    return reported("requests_refused", LIGHT, pb.RequestsRefused(message=message), at_s=11.0)
+
+
+def routed_to_cpu_then_refused(stream: Stream, state: AdmissionState) -> list[pb.Envelope]:
+    gpu_and_cpu(stream, state)
+    busy_gpu(stream, state)
+    assert payloads(stream.run(state, light())) == ["routed", "quota_reserved", "admitted"]
+    return stream.run(state, refused(), now_s=11.0)
+
+
+def test_refused_requests_evict_the_workload_back_to_its_declared_queue_for_good() -> None:
+    stream, state = Stream(), owning()
+
+    out = routed_to_cpu_then_refused(stream, state)
+
+    assert payloads(out) == ["routed", "evicted"]
+    back = out[0].routed
+    assert (back.from_cluster_queue, back.to_cluster_queue, back.queue_name) == (
+        "cpu",
+        "gpu",
+        "gpu",
+    )
+    assert back.reason == "RequestsRefused"
+    assert "refused to change its pod template's resources" in back.message
+    assert out[1].evicted.reason == "RequestsRefused"
+    assert state.engine.holds_quota(LIGHT)  # the CPU quota, until the binder says it stopped
+
+    requeued = stream.run(state, reported("eviction_completed", LIGHT, at_s=12.0), now_s=12.0)
+    assert payloads(requeued) == ["requeued", "pending"]
+    assert state.engine.records[LIGHT].cluster_queue == "gpu"
+    # However long the GPU queue, it never goes to the CPU queue again.
+    later = stream.run(state, reported("finished", "ns/g0", at_s=40.0), now_s=40.0)
+    assert "routed" not in payloads(later)
+    assert [e.routed.to_cluster_queue for e in stream.of("routed", LIGHT)] == ["cpu", "gpu"]
+
+
+def test_a_rebuilt_replica_keeps_a_workload_whose_requests_were_refused_on_its_queue() -> None:
+    stream, live = Stream(), owning()
+    routed_to_cpu_then_refused(stream, live)
+    stream.run(live, reported("eviction_completed", LIGHT, at_s=12.0), now_s=12.0)
+
+    rebuilt = stream.rebuild()
+    assert caught_up(rebuilt, now_s=13.0) == []
+    assert rebuilt.engine.records[LIGHT].cluster_queue == "gpu"
+    assert not rebuilt.engine.records[LIGHT].wl.alternatives
+    later = stream.run(rebuilt, reported("finished", "ns/g0", at_s=40.0), now_s=40.0)
+    assert "routed" not in payloads(later)
+
+
+def test_refused_requests_of_a_workload_on_its_declared_queue_change_nothing() -> None:
+    stream, state = Stream(), owning()
+    gpu_and_cpu(stream, state)
+    stream.run(state, light())  # stays on the GPU queue, admitted there
+
+    assert stream.run(state, refused(), now_s=11.0) == []

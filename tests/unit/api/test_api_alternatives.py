@@ -174,3 +174,35 @@ def test_reports_every_problem_of_every_entry() -> None:
         f"{ANNOTATION}[0].runSeconds",
         f"{ANNOTATION}[1].queueName",
     ]
+
+
+GANG_POD = """
+apiVersion: v1
+kind: Pod
+metadata:
+  namespace: ml
+  name: worker-0
+  labels: {scheduling.x-k8s.io/pod-group: ring}
+  annotations:
+    muster.dev/alternatives: '[{queueName: l40}, {queueName: cpu, requests: {nvidia.com/gpu: 0}}]'
+spec:
+  schedulerName: muster
+  containers: [{name: c, image: x, resources: {limits: {nvidia.com/gpu: "1"}}}]
+"""
+
+
+def test_an_alternative_that_changes_requests_of_pods_muster_does_not_create_is_refused() -> None:
+    objects, errors = decode_yaml(GANG_POD)
+
+    assert list(objects) == []
+    assert [str(e) for e in errors] == [
+        f"Pod/ml/worker-0: {ANNOTATION}[1].requests: cannot change the requests of pods muster "
+        "does not create (a Pod, the pods of a gang); submit a Job or a Kueue Workload to run "
+        "with other requests"
+    ]
+
+
+def test_an_alternative_that_keeps_the_requests_of_such_pods_passes() -> None:
+    objects, errors = decode_yaml(GANG_POD.replace(", requests: {nvidia.com/gpu: 0}", ""))
+
+    assert (len(list(objects)), list(errors)) == (1, [])

@@ -34,12 +34,14 @@ from muster.cluster.errors import (
     ClusterError,
     InvalidObjectError,
     NotFoundError,
+    RequestsRefusedError,
 )
 from muster.cluster.kube import jobs
 from muster.cluster.kube.config import api_client
 from muster.cluster.kube.discovery import GangApi
 from muster.cluster.kube.informer import SEQ_BITS, merged_watch, resource_version_now
 from muster.cluster.kube.ratelimit import TokenBucket
+from muster.cluster.kube.resize import ResizeError, resized
 from muster.cluster.kube.resources import (
     JOBS,
     NODES,
@@ -59,6 +61,11 @@ log = logging.getLogger(__name__)
 V = TypeVar("V")
 
 _NAMESPACED_DEFAULT = "default"
+# What muster writes is checked as kubectl's writes are: an unknown field is an error, not a
+# warning, so a field muster got wrong never silently disappears. (Status writes are not:
+# `status`.)
+STRICT = "Strict"
+_STRICT = (("fieldValidation", STRICT),)
 
 
 class KubeBackend:
@@ -111,13 +118,27 @@ class KubeBackend:
             raise InvalidObjectError(resource.describe(name, namespace), problems)
         return resource, namespace, name, obj
 
-    async def apply(self, manifest: Mapping[str, Any], *, as_user: Identity | None = None) -> None:
+    async def apply(
+        self,
+        manifest: Mapping[str, Any],
+        *,
+        as_user: Identity | None = None,
+        field_validation: str = STRICT,
+    ) -> None:
+        """As the protocol says; the API server validates the fields as `field_validation`
+        asks (Strict: an unknown field is refused, in its words)."""
         resource, namespace, name, obj = self._prepared(manifest)
         who = resource.describe(name, namespace)
+        query = [("fieldValidation", field_validation)]
 
         async def create_or_replace() -> None:
             created = await self.transport.request(
-                "POST", resource.collection_path(namespace), obj=who, body=obj, as_user=as_user
+                "POST",
+                resource.collection_path(namespace),
+                obj=who,
+                query=query,
+                body=obj,
+                as_user=as_user,
             )
             if created.ok:
                 return
@@ -134,19 +155,31 @@ class KubeBackend:
                 "PUT",
                 resource.object_path(name, namespace),
                 obj=who,
+                query=query,
                 body=replacement,
                 as_user=as_user,
             )
 
         await self._retrying(create_or_replace)
 
-    async def create(self, manifest: Mapping[str, Any], *, as_user: Identity | None = None) -> bool:
+    async def create(
+        self,
+        manifest: Mapping[str, Any],
+        *,
+        as_user: Identity | None = None,
+        field_validation: str = STRICT,
+    ) -> bool:
         resource, namespace, name, obj = self._prepared(manifest)
         who = resource.describe(name, namespace)
 
         async def create() -> bool:
             response = await self.transport.request(
-                "POST", resource.collection_path(namespace), obj=who, body=obj, as_user=as_user
+                "POST",
+                resource.collection_path(namespace),
+                obj=who,
+                query=[("fieldValidation", field_validation)],
+                body=obj,
+                as_user=as_user,
             )
             if response.ok:
                 return True
@@ -306,6 +339,7 @@ class KubeBackend:
     ) -> None:
         meta = job.get("metadata") or {}
         job_name, namespace = str(meta.get("name")), str(meta.get("namespace"))
+        path, who = JOBS.object_path(job_name, namespace), JOBS.describe(job_name, namespace)
         current: Mapping[str, Any] | None = job
 
         async def start() -> None:
@@ -314,15 +348,23 @@ class KubeBackend:
             current = None  # a retry reads again
             if jobs.is_suspended(fresh) and (fresh.get("status") or {}).get("startTime"):
                 fresh = await self._clear_start_time(job_name, namespace)  # else no template change
-            started = jobs.started_job(fresh, pod_sets, workload=workload)
+            try:
+                started = jobs.started_job(fresh, pod_sets, workload=workload)
+            except ResizeError as err:
+                message = f"its pod template cannot ask for the admitted requests: {err}"
+                raise RequestsRefusedError(who, message) from None
             if started is None:
                 return
-            await self.transport.checked(
-                "PUT",
-                JOBS.object_path(job_name, namespace),
-                obj=JOBS.describe(job_name, namespace),
-                body=started,
-            )
+            # One write: the new requests and the unsuspend together (KEP-5440's advice), so
+            # a refusal leaves the Job suspended as it was, never running with other requests.
+            try:
+                await self.transport.checked("PUT", path, obj=who, query=_STRICT, body=started)
+            except ClusterError as err:
+                refused = isinstance(err, InvalidObjectError) or err.reason == "Forbidden"
+                if not refused or not jobs.resources_changed(fresh, started):
+                    raise
+                message = f"the API server refused to change its pod template's resources: {err}"
+                raise RequestsRefusedError(who, message) from err
 
         await self._retrying(start)
 
@@ -335,15 +377,27 @@ class KubeBackend:
             current = await self._get(JOBS, job_name, namespace)
             suspended = jobs.suspended_job(current)
             if suspended is not None:
-                current = await self.transport.checked("PUT", path, obj=who, body=suspended)
+                current = await self.transport.checked(
+                    "PUT", path, obj=who, query=_STRICT, body=suspended
+                )
             if (current.get("status") or {}).get("startTime"):
                 current = await self._clear_start_time(job_name, namespace)
             restored = jobs.restored_job(current)
             if restored is None:
                 return
             try:
-                await self.transport.checked("PUT", path, obj=who, body=restored)
-            except InvalidObjectError as err:  # suspended is what counts; restore next time
+                await self.transport.checked("PUT", path, obj=who, query=_STRICT, body=restored)
+            except InvalidObjectError as err:
+                active = (current.get("status") or {}).get("active") or 0
+                if active and jobs.resources_changed(current, restored):
+                    # Its resources may change once the Job controller has removed its pods
+                    # (KEP-5440): until then the Job holds its quota, as Kueue's does.
+                    raise ClusterError(
+                        who,
+                        "Invalid",
+                        f"waiting for its {active} active pods to stop",
+                        temporary=True,
+                    ) from err
                 log.warning("cannot restore the pod template of %s: %s", who, err)
 
         await self._retrying(stop)
@@ -367,17 +421,24 @@ class KubeBackend:
             ps.get("name"): ps.get("template") or {}
             for ps in (workload.get("spec") or {}).get("podSets") or []
         }
-        pods = [
-            _pod(
-                workload,
-                ps,
-                i,
-                template=templates.get(ps.name) or {},
-                scheduler=self.config.scheduler_name,
-            )
-            for ps in pod_sets
-            for i in range(ps.count)
-        ]
+        try:
+            pods = [
+                _pod(
+                    workload,
+                    ps,
+                    i,
+                    template=templates.get(ps.name) or {},
+                    scheduler=self.config.scheduler_name,
+                )
+                for ps in pod_sets
+                for i in range(ps.count)
+            ]
+        except ResizeError as err:
+            meta = workload.get("metadata") or {}
+            name, namespace = str(meta.get("name")), str(meta.get("namespace"))
+            who = self._kueue["Workload"].describe(name, namespace)
+            message = f"its podset template cannot ask for the admitted requests: {err}"
+            raise RequestsRefusedError(who, message) from None
         await asyncio.gather(*(self.create(pod) for pod in pods))
 
     async def _pods_of(self, namespace: str, name: str) -> list[dict[str, Any]]:
@@ -459,6 +520,7 @@ def _pod(
     name = str(meta.get("name"))
     t_meta = template.get("metadata") or {}
     spec = copy.deepcopy(dict(template.get("spec") or {}))
+    spec = resized(spec, pod_set.requests) or spec  # routed: the alternative's requests
     spec["schedulerName"] = scheduler
     if pod_set.node_selector:
         spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **pod_set.node_selector}

@@ -3,11 +3,14 @@ functions from the Job as read to the Job to write (None: nothing to write).
 
 Start unsuspends the Job, sets its parallelism to the admitted count, and injects the admitted
 flavors' node selector and tolerations into the pod template, plus muster's workload label and
-podset annotation (so the Job's pods are watched and grouped like any muster pod). What the
-template and parallelism were before is kept in annotation `muster.dev/pod-template-original`
-on the Job, and put back on stop. The API server lets a template change only while the Job is
-suspended and has no `status.startTime`, so stop is three writes: suspend, clear the start
-time (status), restore.
+podset annotation (so the Job's pods are watched and grouped like any muster pod). When the
+admission covers other requests than the template's (a Job routed to an alternative,
+docs/routing.md), the containers' requests and limits are rewritten to them (`resize`), in the
+same write: the API server allows it while the Job is suspended (KEP-5440). What the template,
+its containers' resources and parallelism were before is kept in annotation
+`muster.dev/pod-template-original` on the Job, and put back on stop. The API server lets a
+template change only while the Job is suspended and has no `status.startTime` (its resources:
+no active pods), so stop is three writes: suspend, clear the start time (status), restore.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from muster.api.job import POD_SET_NAME, workload_name_for_job
 from muster.api.model import Toleration
 from muster.api.wellknown import POD_SET_ANNOTATION, WORKLOAD_LABEL
 from muster.cluster.backend import PodSetStart
+from muster.cluster.kube.resize import resized, resources_of, with_resources
 
 ORIGINAL_ANNOTATION = "muster.dev/pod-template-original"
 # What start changes in the template: (where, field).
@@ -33,6 +37,7 @@ _TEMPLATE_FIELDS = (
     ("spec", "tolerations"),
 )
 _ABSENT = None  # a field the template did not have, in the saved original
+_RESOURCES = "spec.resources"  # in the saved original: every container's `resources`
 
 
 def toleration_manifest(t: Toleration) -> dict[str, str]:
@@ -68,7 +73,9 @@ def _pod_set(pod_sets: Sequence[PodSetStart]) -> PodSetStart | None:
 def started_job(
     job: Mapping[str, Any], pod_sets: Sequence[PodSetStart], *, workload: str
 ) -> dict[str, Any] | None:
-    """`job` unsuspended with the admitted podset's placement injected; None when started."""
+    """`job` unsuspended with the admitted podset's placement injected, its containers asking
+    for the admitted requests; None when started. Raises `resize.ResizeError` when the
+    template cannot ask for exactly those requests."""
     if not is_suspended(job):
         return None
     out = copy.deepcopy(dict(job))
@@ -81,6 +88,7 @@ def started_job(
             for part, field in _TEMPLATE_FIELDS
         }
         original["parallelism"] = spec.get("parallelism", _ABSENT)
+        original[_RESOURCES] = resources_of(template.get("spec") or {})
         annotations[ORIGINAL_ANNOTATION] = json.dumps(original, sort_keys=True)
     spec["suspend"] = False
     pod_set = _pod_set(pod_sets)
@@ -100,7 +108,19 @@ def started_job(
                 tolerations.append(t)
         if tolerations:
             t_spec["tolerations"] = tolerations
+        rewritten = resized(t_spec, pod_set.requests)
+        if rewritten is not None:
+            template["spec"] = rewritten
     return out
+
+
+def resources_changed(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
+    """Whether the pod template's container resources differ between two versions of a Job."""
+    return resources_of(_template_spec(before)) != resources_of(_template_spec(after))
+
+
+def _template_spec(job: Mapping[str, Any]) -> Mapping[str, Any]:
+    return ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
 
 
 def suspended_job(job: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -144,6 +164,9 @@ def _restore_template(job: dict[str, Any], original: Mapping[str, Any]) -> None:
     template = job.setdefault("spec", {}).setdefault("template", {})
     for part, field in _TEMPLATE_FIELDS:
         _put(template.setdefault(part, {}), field, original.get(f"{part}.{field}"))
+    saved = original.get(_RESOURCES)
+    if isinstance(saved, dict):  # absent in what a binder before routing on Kubernetes saved
+        template["spec"] = with_resources(template["spec"], saved)
     if not template["metadata"]:
         del template["metadata"]
     del job["metadata"]["annotations"][ORIGINAL_ANNOTATION]

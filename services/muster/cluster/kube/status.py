@@ -273,7 +273,12 @@ class StatusWriter:
         async def create() -> None:
             await self._bucket.acquire()
             response = await self._transport.request(
-                "POST", resource.collection_path(namespace), obj=who, body=manifest, paced=False
+                "POST",
+                resource.collection_path(namespace),
+                obj=who,
+                query=(("fieldValidation", "Strict"),),  # muster's own object: exactly right
+                body=manifest,
+                paced=False,
             )
             if response.ok:
                 return

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from muster.api.model import WorkloadKey
+from muster.api.wellknown import REQUESTS_REFUSED
 from muster.core.queues import Park, PendingGroup
 from muster.core.records import Phase, WorkloadRecord
 from muster.core.routing.model import REASONS, Choice, Policy, RouteOption, RoutingSettings
@@ -115,6 +116,16 @@ class RoutingControl:
         if index == route.current:
             return None
         return _take(route, Choice(index=index, message=""))
+
+    def refuse(self, key: WorkloadKey, *, message: str) -> Take | None:
+        """The cluster refused `key`'s requests on the alternative it is on: the take that
+        puts it back on its declared queue for good, or None when it is not on one."""
+        route = self.router.routes.get(key)
+        if route is None or route.current == 0:
+            return None
+        route.current = 0
+        self.router.settle(key)
+        return Take(option=route.options[0], moves=True, reason=REQUESTS_REFUSED, message=message)
 
     # --- a queue's own workloads first ---------------------------------------------------
 

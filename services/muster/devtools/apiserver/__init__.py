@@ -15,10 +15,12 @@ from muster.devtools.apiserver.resources import (
     podgroup_resources,
 )
 from muster.devtools.apiserver.server import ApiServer, ThreadedApiServer
+from muster.devtools.apiserver.strategy_base import FeatureGates
 
 __all__ = [
     "ApiServer",
     "Faults",
+    "FeatureGates",
     "Request",
     "RequestLog",
     "ResourceType",

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 import msgspec
 
+from muster.devtools.apiserver.builtin_schemas import BUILTIN
 from muster.devtools.apiserver.errors import Cause, bad_value, required, unsupported
 from muster.devtools.apiserver.objects import JsonObj, lookup, name_of
 
@@ -348,6 +349,17 @@ def from_crd(crd: JsonObj) -> tuple[ResourceType | None, list[Cause]]:
     ), []
 
 
+def crd_schemas(crd: JsonObj) -> dict[str, JsonObj]:
+    """Each served version's `openAPIV3Schema` of a CustomResourceDefinition."""
+    found: dict[str, JsonObj] = {}
+    versions = lookup(crd, "spec.versions")
+    for version in versions if isinstance(versions, list) else []:
+        schema = lookup(version, "schema.openAPIV3Schema") if isinstance(version, dict) else None
+        if isinstance(schema, dict) and version.get("served"):
+            found[str(version.get("name"))] = schema
+    return found
+
+
 def crd_status(crd: JsonObj, *, now: str) -> JsonObj:
     """The status the apiextensions controller gives an accepted CRD."""
     spec = crd.get("spec", {})
@@ -371,13 +383,26 @@ class Registry:
 
     def __init__(self, types: Iterable[ResourceType]) -> None:
         self._by_key: dict[tuple[str, str], ResourceType] = {}
+        # Field validation's schemas: a CRD's per version, a built-in kind's for every one.
+        self._schemas: dict[tuple[str, str], dict[str, JsonObj]] = {}
         for rt in types:
             self.add(rt)
 
-    def add(self, rt: ResourceType) -> None:
+    def add(self, rt: ResourceType, *, schemas: dict[str, JsonObj] | None = None) -> None:
         self._by_key[rt.key] = rt
+        if schemas is not None:
+            self._schemas[rt.key] = schemas
+        elif rt.key in BUILTIN:
+            self._schemas[rt.key] = dict.fromkeys(rt.versions, BUILTIN[rt.key])
+        else:
+            self._schemas.pop(rt.key, None)
+
+    def schema(self, rt: ResourceType, version: str) -> JsonObj | None:
+        """The structural schema of `rt` at `version` (None: its fields are not checked)."""
+        return self._schemas.get(rt.key, {}).get(version)
 
     def remove(self, key: tuple[str, str]) -> ResourceType | None:
+        self._schemas.pop(key, None)
         return self._by_key.pop(key, None)
 
     def lookup(self, group: str, version: str, plural: str) -> ResourceType | None:

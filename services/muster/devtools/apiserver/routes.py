@@ -199,6 +199,7 @@ def dispatch(
     )
     query = request.query
     dry_run = query.get("dryRun") == "All"
+    field_validation = query.get("fieldValidation") or ""
 
     def served(obj: JsonObj) -> JsonObj:
         return stamp_version(obj, rt, version)
@@ -213,7 +214,14 @@ def dispatch(
             200,
             served(
                 api.update(
-                    rt, version, ns, name, request_body(request), subresource=sub, dry_run=dry_run
+                    rt,
+                    version,
+                    ns,
+                    name,
+                    request_body(request),
+                    subresource=sub,
+                    dry_run=dry_run,
+                    field_validation=field_validation,
                 )
             ),
         ),
@@ -229,6 +237,7 @@ def dispatch(
                     request_body(request),
                     subresource=sub,
                     dry_run=dry_run,
+                    field_validation=field_validation,
                 )
             ),
         ),
@@ -249,7 +258,17 @@ def dispatch(
         if name or (rt.namespaced and not ns):
             raise method_not_allowed()
         return Reply(
-            201, served(api.create(rt, version, ns, request_body(request), dry_run=dry_run))
+            201,
+            served(
+                api.create(
+                    rt,
+                    version,
+                    ns,
+                    request_body(request),
+                    dry_run=dry_run,
+                    field_validation=field_validation,
+                )
+            ),
         )
     if route.verb == "delete":
         if sub:

@@ -53,6 +53,7 @@ from muster.devtools.apiserver.routes import (
     resolve,
 )
 from muster.devtools.apiserver.store import Store
+from muster.devtools.apiserver.strategy_base import V1_36, FeatureGates
 from muster.devtools.apiserver.watch import WatchStream
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,7 @@ class ApiServer:
         workload_with_job: bool = True,
         clock: Callable[[], float] = time.time,
         access: Access | None = None,
+        gates: FeatureGates = V1_36,
     ) -> None:
         self.host = host
         self.access = access  # None: every request is allowed (access.py)
@@ -103,6 +105,7 @@ class ApiServer:
             clock=clock,
             defer=self._defer,
             garbage_collection=garbage_collection,
+            gates=gates,
         )
         # Off by default: most tests play the Job controller themselves (kube_services_helpers).
         self.jobs: JobController | None = None

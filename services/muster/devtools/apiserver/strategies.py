@@ -8,7 +8,10 @@ fields, validation, and which fields an update may change.
 - Jobs: selector and controller-uid/job-name labels, completions/parallelism/backoffLimit
   defaults; `restartPolicy` OnFailure or Never; the pod template is immutable except its
   labels, annotations, nodeSelector, tolerations, affinity and schedulingGates while the Job is
-  suspended and has never started (what Kueue uses to inject a flavor's node labels).
+  suspended and has never started (what Kueue uses to inject a flavor's node labels), and,
+  with `FeatureGates.mutable_pod_resources_for_suspended_jobs` (KEP-5440), its containers' and
+  init containers' resources while the Job is suspended and has no active pods (the update
+  that unsuspends it may change them: the old Job's state counts).
 - Namespaces, PriorityClasses and CustomResourceDefinitions get their server-set fields.
 - The scheduling.k8s.io gang API (Workloads, PodGroups, CompositePodGroups): `gangs`.
 """
@@ -30,7 +33,7 @@ from muster.devtools.apiserver.errors import (
 from muster.devtools.apiserver.gangs import GANG_STRATEGIES
 from muster.devtools.apiserver.objects import JsonObj, meta, name_of
 from muster.devtools.apiserver.resources import ResourceType, crd_status, from_crd
-from muster.devtools.apiserver.strategy_base import Context, Strategy
+from muster.devtools.apiserver.strategy_base import V1_36, Context, FeatureGates, Strategy
 from muster.devtools.apiserver.validation import dns_label_causes
 
 __all__ = ["Context", "Strategy", "strategy_for"]
@@ -212,6 +215,9 @@ _MUTABLE_WHILE_SUSPENDED_META = ("labels", "annotations")
 class JobStrategy(Strategy):
     name_check = "label-value"  # the name becomes the job-name label
 
+    def __init__(self, gates: FeatureGates = V1_36) -> None:
+        self.gates = gates
+
     def defaults(self, obj: JsonObj) -> None:
         spec = obj.setdefault("spec", {})
         if not isinstance(spec, dict):
@@ -282,23 +288,44 @@ class JobStrategy(Strategy):
         new_template, old_template = new_spec.get("template") or {}, old_spec.get("template") or {}
         if new_template == old_template:
             return causes
-        never_started = (old.get("status") or {}).get("startTime") is None
+        old_status = old.get("status") or {}
+        never_started = old_status.get("startTime") is None
+        comparable = {
+            **new_template,
+            "metadata": dict(new_template.get("metadata") or {}),
+            "spec": dict(new_template.get("spec") or {}),
+        }
         if old_spec.get("suspend") and never_started:
-            comparable = {
-                **new_template,
-                "metadata": dict(new_template.get("metadata") or {}),
-                "spec": dict(new_template.get("spec") or {}),
-            }
             for field in _MUTABLE_WHILE_SUSPENDED_META:
                 _restore(comparable["metadata"], old_template.get("metadata") or {}, field)
             for field in _MUTABLE_WHILE_SUSPENDED_SPEC:
                 _restore(comparable["spec"], old_template.get("spec") or {}, field)
-            if not comparable["metadata"] and "metadata" not in old_template:
-                del comparable["metadata"]
-            if comparable == old_template:
-                return causes
-        causes.append(immutable("spec.template", "{...}"))
+        resizable = self.gates.mutable_pod_resources_for_suspended_jobs
+        if resizable and old_spec.get("suspend") and not old_status.get("active"):
+            _restore_resources(comparable["spec"], old_template.get("spec") or {})
+        if not comparable["metadata"] and "metadata" not in old_template:
+            del comparable["metadata"]
+        if comparable != old_template:
+            causes.append(immutable("spec.template", "{...}"))
         return causes
+
+
+def _restore_resources(spec: JsonObj, old_spec: JsonObj) -> None:
+    """Put the old containers' `resources` into `spec` (the same containers only), so that a
+    comparison ignores them (KEP-5440)."""
+    for field in ("containers", "initContainers"):
+        new, old = spec.get(field), old_spec.get(field)
+        if not isinstance(new, list) or not isinstance(old, list) or len(new) != len(old):
+            continue
+        if not all(isinstance(c, dict) for c in (*new, *old)):
+            continue
+        restored = []
+        for n, o in zip(new, old, strict=True):
+            container = {k: v for k, v in n.items() if k != "resources"}
+            if "resources" in o:
+                container["resources"] = o["resources"]
+            restored.append(container)
+        spec[field] = restored
 
 
 class NamespaceStrategy(Strategy):
@@ -348,5 +375,7 @@ _STRATEGIES: dict[tuple[str, str], Strategy] = {
 _DEFAULT = Strategy()
 
 
-def strategy_for(rt: ResourceType) -> Strategy:
+def strategy_for(rt: ResourceType, gates: FeatureGates = V1_36) -> Strategy:
+    if rt.key == ("batch", "jobs") and gates != V1_36:
+        return JobStrategy(gates)
     return _STRATEGIES.get(rt.key, _DEFAULT)

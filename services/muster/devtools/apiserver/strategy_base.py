@@ -11,6 +11,20 @@ from muster.devtools.apiserver.errors import Cause
 from muster.devtools.apiserver.objects import JsonObj
 
 
+class FeatureGates(msgspec.Struct, frozen=True, kw_only=True):
+    """The API server's feature gates the stand-in models; the defaults are Kubernetes v1.36's.
+
+    `mutable_pod_resources_for_suspended_jobs` (KEP-5440, `MutablePodResourcesForSuspendedJobs`:
+    alpha in v1.35, beta and on since v1.36): a suspended Job's container requests and limits
+    may change. Off models an older cluster, which refuses such an update.
+    """
+
+    mutable_pod_resources_for_suspended_jobs: bool = True
+
+
+V1_36 = FeatureGates()  # the defaults
+
+
 class Context(msgspec.Struct, frozen=True, kw_only=True):
     """What strategies may read besides the object: PriorityClasses and the time."""
 

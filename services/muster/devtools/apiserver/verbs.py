@@ -39,6 +39,7 @@ from muster.devtools.apiserver.errors import (
     precondition_failed,
     too_large_resource_version,
 )
+from muster.devtools.apiserver.fields import STRICT, strict_error, unknown_fields
 from muster.devtools.apiserver.objects import (
     JsonObj,
     ObjKey,
@@ -49,10 +50,17 @@ from muster.devtools.apiserver.objects import (
     resource_version_of,
     timestamp,
 )
-from muster.devtools.apiserver.resources import Registry, ResourceType, from_crd, stamp_version
+from muster.devtools.apiserver.resources import (
+    Registry,
+    ResourceType,
+    crd_schemas,
+    from_crd,
+    stamp_version,
+)
 from muster.devtools.apiserver.selectors import FieldSelector, LabelSelector
 from muster.devtools.apiserver.store import Store
 from muster.devtools.apiserver.strategies import Context, strategy_for
+from muster.devtools.apiserver.strategy_base import V1_36, FeatureGates
 from muster.devtools.apiserver.validation import metadata_causes
 
 _GENERATED_CHARS = "bcdfghjklmnpqrstvwxz2456789"
@@ -114,12 +122,14 @@ class Verbs:
         clock: Callable[[], float],
         defer: Callable[[Callable[[], None]], None],
         garbage_collection: bool = True,
+        gates: FeatureGates = V1_36,
     ) -> None:
         self.registry = registry
         self.store = store
         self.clock = clock
         self.defer = defer
         self.garbage_collection = garbage_collection
+        self.gates = gates
 
     # --- reads -----------------------------------------------------------------------------
 
@@ -204,9 +214,17 @@ class Verbs:
     # --- create ----------------------------------------------------------------------------
 
     def create(
-        self, rt: ResourceType, version: str, namespace: str, body: Any, *, dry_run: bool = False
+        self,
+        rt: ResourceType,
+        version: str,
+        namespace: str,
+        body: Any,
+        *,
+        dry_run: bool = False,
+        field_validation: str = "",
     ) -> JsonObj:
         obj = self._decode_body(rt, version, namespace, body)
+        self._check_fields(rt, version, obj, field_validation)
         md = meta(obj)
         if not md.get("name") and md.get("generateName"):
             md["name"] = self._generate_name(rt, namespace, str(md["generateName"]))
@@ -218,7 +236,7 @@ class Verbs:
         md["creationTimestamp"] = timestamp(self.clock())
         if rt.generation:
             md["generation"] = 1
-        strategy = strategy_for(rt)
+        strategy = strategy_for(rt, self.gates)
         strategy.defaults(obj)
         if rt.namespaced:
             self._check_namespace_open(namespace)
@@ -265,6 +283,16 @@ class Verbs:
             md.pop("namespace", None)
         return obj
 
+    def _check_fields(
+        self, rt: ResourceType, version: str, obj: JsonObj, field_validation: str
+    ) -> None:
+        """`fieldValidation=Strict`: 400 naming every field the kind does not have."""
+        if field_validation != STRICT:
+            return
+        unknown = unknown_fields(obj, self.registry.schema(rt, version))
+        if unknown:
+            raise strict_error(rt.kind, version, unknown)
+
     def _check_namespace_open(self, namespace: str) -> None:
         ns_rt = self.registry.by_key(NAMESPACES)
         ns = self.store.get(ns_rt, ("", namespace)) if ns_rt else None
@@ -281,7 +309,7 @@ class Verbs:
             )
 
     def _validate(self, rt: ResourceType, obj: JsonObj, extra: list[Cause]) -> None:
-        strategy = strategy_for(rt)
+        strategy = strategy_for(rt, self.gates)
         causes = (
             metadata_causes(obj, name_check=strategy.name_check, namespaced=rt.namespaced) + extra
         )
@@ -311,7 +339,7 @@ class Verbs:
     def _register_crd(self, crd: JsonObj) -> None:
         rt, _ = from_crd(crd)
         if rt is not None:
-            self.registry.add(rt)
+            self.registry.add(rt, schemas=crd_schemas(crd))
 
     # --- update and patch ------------------------------------------------------------------
 
@@ -325,9 +353,12 @@ class Verbs:
         *,
         subresource: str = "",
         dry_run: bool = False,
+        field_validation: str = "",
     ) -> JsonObj:
         old = self.get(rt, namespace, name)
         obj = self._decode_body(rt, version, namespace, body)
+        if not subresource:
+            self._check_fields(rt, version, obj, field_validation)
         if not meta(obj).get("resourceVersion"):
             if rt.custom:
                 raise invalid(
@@ -350,6 +381,7 @@ class Verbs:
         *,
         subresource: str = "",
         dry_run: bool = False,
+        field_validation: str = "",
     ) -> JsonObj:
         old = self.get(rt, namespace, name)
         target = deep_copy(stamp_version(old, rt, version))
@@ -359,6 +391,8 @@ class Verbs:
                 rt.group, rt.kind, name, [bad_value("", "", "the patched object is not an object")]
             )
         obj = self._decode_body(rt, version, namespace, patched)
+        if not subresource:
+            self._check_fields(rt, version, obj, field_validation)
         return self._write(rt, name, obj, old, subresource=subresource, dry_run=dry_run)
 
     def _write(
@@ -398,7 +432,7 @@ class Verbs:
                 obj.pop("status", None)
                 if "status" in old:
                     obj["status"] = old["status"]
-            strategy = strategy_for(rt)
+            strategy = strategy_for(rt, self.gates)
             strategy.defaults(obj)
             causes = (
                 strategy.causes(obj)
