@@ -655,6 +655,8 @@ EXPECTED_CRDS = {
     "workloads.kueue.x-k8s.io": True,
     "workloadpriorityclasses.kueue.x-k8s.io": False,
     "admissionchecks.kueue.x-k8s.io": True,
+    "provisioningrequestconfigs.kueue.x-k8s.io": False,
+    "provisioningrequests.autoscaling.x-k8s.io": True,
     "podgroups.scheduling.x-k8s.io": True,
 }  # name → has the status subresource
 
@@ -742,21 +744,35 @@ _WATCHED = {
             "workloadpriorityclasses",
             "admissionchecks",
             "workloads",
+            "provisioningrequestconfigs",
         )
     },
 }
 REQUIRED: dict[str, set[tuple[str, str, str]]] = {
     # resources.watched_sources (list-then-watch; namespaces also for the starting
-    # resourceVersion), status.StatusWriter (merge patch of status), create_workload_for_job
-    # (POST, GET on AlreadyExists; blockOwnerDeletion on the Job → jobs/finalizers).
+    # resourceVersion), status.StatusWriter (merge patch of status; GET of a Workload's status
+    # before its check list is written), create_workload_for_job (POST, GET on AlreadyExists;
+    # blockOwnerDeletion on the Job → jobs/finalizers), checks.runner (ProvisioningRequests
+    # and PodTemplates: watch, POST, GET on AlreadyExists, DELETE, PATCH of the owner;
+    # blockOwnerDeletion on the Workload and the request → their finalizers), and
+    # kube.events (events.k8s.io: POST, PATCH of a series).
     "watcher": {(g, r, v) for g, r in _WATCHED for v in _READ}
     | {
         ("kueue.x-k8s.io", "workloads", "create"),
         ("kueue.x-k8s.io", "workloads", "get"),
         ("kueue.x-k8s.io", "workloads/status", "patch"),
+        ("kueue.x-k8s.io", "workloads/status", "get"),
+        ("kueue.x-k8s.io", "workloads/finalizers", "update"),
         ("kueue.x-k8s.io", "clusterqueues/status", "patch"),
         ("kueue.x-k8s.io", "localqueues/status", "patch"),
         ("batch", "jobs/finalizers", "update"),
+        *{
+            ("autoscaling.x-k8s.io", "provisioningrequests", v)
+            for v in (*_READ, "get", "create", "delete")
+        },
+        ("autoscaling.x-k8s.io", "provisioningrequests/finalizers", "update"),
+        *{("", "podtemplates", v) for v in ("get", "create", "patch")},
+        *{("events.k8s.io", "events", v) for v in ("create", "patch")},
     },
     # backend: _job_of (GET job, GET workload, LIST jobs), _start_job/_stop_job (PUT job, PATCH
     # jobs/status), _create_pods (POST pods, owner workload with blockOwnerDeletion),

@@ -1,14 +1,17 @@
 """Fixtures: a fresh API-server stand-in per test (on its own thread, free loopback port) and
-the official client's API objects pointed at it."""
+the official client's API objects pointed at it; or one on the test's own event loop
+(`server`) with a KubeBackend tuned for fast tests (`backend`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from kube_backend_helpers import backend_for
 from kube_helpers import api_client
 from kubernetes import client
 
+from muster.cluster.kube import KubeBackend
 from muster.devtools.apiserver import ApiServer, ThreadedApiServer
 
 
@@ -38,3 +41,15 @@ def batch(kube: client.ApiClient) -> client.BatchV1Api:
 @pytest.fixture
 def custom(kube: client.ApiClient) -> client.CustomObjectsApi:
     return client.CustomObjectsApi(kube)
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[ApiServer]:
+    async with ApiServer() as running:
+        yield running
+
+
+@pytest.fixture
+async def backend(server: ApiServer) -> AsyncIterator[KubeBackend]:
+    async with backend_for(server) as made:
+        yield made

@@ -42,6 +42,8 @@ KUEUE_KINDS = {
     "WorkloadPriorityClass": ("workloadpriorityclasses", False),
     "Cohort": ("cohorts", False),
     "Workload": ("workloads", True),
+    "AdmissionCheck": ("admissionchecks", False),
+    "ProvisioningRequestConfig": ("provisioningrequestconfigs", False),
 }
 
 

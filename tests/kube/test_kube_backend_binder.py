@@ -5,7 +5,6 @@ the write rate limit."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -33,18 +32,6 @@ ADMITTED = PodSetStart(
     tolerations=(Toleration(key="gpu", operator="Exists", effect="NoSchedule"),),
     annotations={"muster.dev/run-seconds": "60"},
 )
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[ApiServer]:
-    async with ApiServer() as running:
-        yield running
-
-
-@pytest.fixture
-async def backend(server: ApiServer) -> AsyncIterator[KubeBackend]:
-    async with backend_for(server) as made:
-        yield made
 
 
 def stored(server: ApiServer, plural: str, name: str, *, group: str = "") -> dict[str, Any]:

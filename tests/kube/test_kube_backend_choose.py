@@ -91,6 +91,45 @@ def test_the_watcher_takes_the_status_write_rate() -> None:
     assert main.keywords["config"].kueue_version == "v1beta2"  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize(
+    ("value", "controllers"),
+    [
+        (None, ("provisioning-request",)),
+        ("none", ()),
+        (" provisioning-request ", ("provisioning-request",)),
+    ],
+)
+def test_the_watcher_runs_the_check_controllers_named(
+    value: str | None, controllers: tuple[str, ...]
+) -> None:
+    _, main = watcher_main.parse(["--check-controllers", value] if value is not None else [])
+    assert main.keywords["config"].check_controllers == controllers  # type: ignore[attr-defined]
+
+
+def test_the_watcher_takes_the_event_write_rate(capsys: pytest.CaptureFixture[str]) -> None:
+    _, main = watcher_main.parse(["--kube-event-qps", "2.5", "--kube-event-burst", "7"])
+    kube = main.keywords["kube"]  # type: ignore[attr-defined]
+    assert (kube.event_qps, kube.event_burst) == (2.5, 7)
+    for argv, message in (
+        (["--kube-event-qps", "-1"], "--kube-event-qps must be >= 0"),
+        (["--kube-event-burst", "0"], "--kube-event-burst must be >= 1"),
+    ):
+        with pytest.raises(SystemExit):
+            watcher_main.main(argv)
+        assert message in capsys.readouterr().err
+
+
+def test_an_unknown_check_controller_exits_2_naming_the_known_ones(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        watcher_main.main(["--check-controllers", "provisioning-request,multikueue"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "--check-controllers: unknown controller multikueue" in err
+    assert "one of provisioning-request, none" in err
+
+
 def test_gangpermit_places_the_pods_of_the_scheduler_its_backend_watches() -> None:
     _, main = gangpermit_main.parse(["--scheduler-name", "gangs"])
     keywords = main.keywords  # type: ignore[attr-defined]

@@ -29,12 +29,6 @@ FAST = Backoff(initial_s=0.01, max_s=0.05)
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[ApiServer]:
-    async with ApiServer() as running:
-        yield running
-
-
-@pytest.fixture
 async def backend(server: ApiServer) -> AsyncIterator[KubeBackend]:
     async with backend_for(server) as made:
         await made.apply(cluster_queue("cq"))

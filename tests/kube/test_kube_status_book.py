@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from muster.api.check_states import ChecksWanted
 from muster.bus import new_event
 from muster.cluster.kube import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
@@ -189,3 +190,36 @@ def test_events_of_gangs_outside_kueue_and_unknown_workloads_write_nothing() -> 
     assert made.apply(event("finished", finished, workload="ml/train-gang/workers")) == set()
     assert made.apply(event("finished", finished, workload="ml/never-submitted")) == set()
     assert list(made.refs()) == [WL, CQ, LQ]
+
+
+def test_a_reservation_with_checks_wants_them_and_an_eviction_resets_them() -> None:
+    reserved = pb.QuotaReserved(admission=admission(), admission_checks=["prov", "budget"])
+    made = book(event("quota_reserved", reserved))
+    assert made.checks_of(WL) == ChecksWanted(names=("budget", "prov"))
+    evicted = event("evicted", pb.WorkloadEvicted(reason="AdmissionCheck", message="retry"))
+    made.apply(evicted)
+    wanted = made.checks_of(WL)
+    assert wanted is not None
+    assert wanted.evicted_at_s == evicted.time_unix_nano / 1e9
+    # Requeued to a ClusterQueue without checks: the list is emptied, not left alone.
+    made.apply(event("requeued", pb.WorkloadRequeued(reason="Evicted", message="requeued")))
+    made.apply(event("quota_reserved", pb.QuotaReserved(admission=admission())))
+    assert made.checks_of(WL) == ChecksWanted(names=(), evicted_at_s=wanted.evicted_at_s)
+
+
+def test_a_workload_whose_reservations_never_had_checks_leaves_the_list_alone() -> None:
+    made = book(event("quota_reserved", pb.QuotaReserved(admission=admission())))
+    assert made.checks_of(WL) is None
+    assert made.checks_of(LQ) is None
+
+
+def test_a_deactivated_workload_gives_its_quota_back_and_is_not_requeued() -> None:
+    reserved = pb.QuotaReserved(admission=admission(), admission_checks=["prov"])
+    rejected = pb.WorkloadEvicted(reason="InactiveWorkload", message="prov was rejected")
+    made = book(event("quota_reserved", reserved), event("evicted", rejected))
+    assert conditions(made)["Evicted"] == ("True", "InactiveWorkload", "prov was rejected")
+    assert conditions(made)["QuotaReserved"][:2] == ("False", "Pending")
+    assert conditions(made)["Requeued"][:2] == ("False", "Deactivated")
+    assert "admission" not in (made.status_of(WL) or {})
+    lq = made.status_of(LQ) or {}
+    assert (lq["pendingWorkloads"], lq["reservingWorkloads"]) == (0, 0)

@@ -7,7 +7,10 @@ side measured here does not share an interpreter with the server. Rows:
 - watch-stream: a watch resumed from the last revision while every pod changed once, until
   every change is shown (watch event lines decoded by msgspec);
 - status-writes: `StatusWriter` keeping the status of N ClusterQueues, each desired several
-  times, at a configured QPS (0: unlimited): writes/s achieved and desires per write.
+  times, at a configured QPS (0: unlimited): writes/s achieved and desires per write;
+- event-writes: `EventRecorder` recording the same Pending Event of N Workloads round after
+  round (a workload waiting for quota), unlimited: Events recorded against API writes sent
+  (each Workload's Event, then its series when it starts).
 """
 
 from __future__ import annotations
@@ -32,23 +35,27 @@ from muster.cluster.kube import (
     StatusWriterSettings,
     WatchSettings,
 )
+from muster.cluster.kube.events import EventRecorder, EventSettings
 from muster.cluster.kube.informer import SEQ_BITS, current_resource_version
+from muster.cluster.kube.references import Reference
 from muster.cluster.kube.transport import MERGE_PATCH
+from muster.watcher.kube_events import ADMISSION
 
 SECTION = "kube"
 IN_FLIGHT = 64  # concurrent writes while filling the stand-in
 DESIRES_PER_OBJECT = 5
+PENDING_ROUNDS = 20  # event-writes: Pending Events recorded per Workload
 STATUS_QPS = (50.0, 200.0, 0.0)
 
 
 class KubeRow(msgspec.Struct, frozen=True, kw_only=True):
     section: str = SECTION
-    measure: str  # "watch-list", "watch-stream" or "status-writes"
-    objects: int  # pods watched, or ClusterQueues whose status is written
-    events: int  # watch lines decoded, or status writes sent
-    shown: int  # changes the watch yielded, or desire() calls
+    measure: str  # "watch-list", "watch-stream", "status-writes" or "event-writes"
+    objects: int  # pods watched, ClusterQueues whose status is written, Workloads told about
+    events: int  # watch lines decoded, or status or Event writes sent
+    shown: int  # changes the watch yielded, desire() calls, or Events recorded
     seconds: float
-    per_s: float  # events (watch) or writes (status) per second
+    per_s: float  # events (watch) or writes (status, Events) per second
     qps_limit: float | None = None  # status-writes: the configured rate, 0 = unlimited
 
 
@@ -238,6 +245,42 @@ async def status_row(queues: int, *, qps: float) -> KubeRow:
             await backend.close()
 
 
+async def event_row(workloads: int) -> KubeRow:
+    async with standin(history=10 * workloads + 1000) as url:
+        backend = await KubeBackend.connect(_config(url))
+        try:
+            await backend.create({"apiVersion": "v1", "kind": "Namespace",
+                                  "metadata": {"name": "ml"}})  # fmt: skip
+            settings = EventSettings(qps=0.0, queue_size=workloads * PENDING_ROUNDS)
+            recorder = EventRecorder(backend.transport, controller=ADMISSION, settings=settings)
+            started = time.perf_counter()
+            for _ in range(PENDING_ROUNDS):
+                for w in range(workloads):
+                    regarding = Reference(
+                        api_version="kueue.x-k8s.io/v1beta1", kind="Workload", namespace="ml",
+                        name=f"wl-{w}", uid=f"uid-{w}",
+                    )  # fmt: skip
+                    note = "couldn't assign flavors: insufficient unused quota for cpu"
+                    recorder.record(
+                        regarding, type_="Warning", reason="Pending", note=note, action="Pending"
+                    )
+                await asyncio.sleep(0)  # rounds come one after another
+            await recorder.flush(timeout_s=600)
+            seconds = time.perf_counter() - started
+            await recorder.close()
+            return KubeRow(
+                measure="event-writes",
+                objects=workloads,
+                events=recorder.written,
+                shown=workloads * PENDING_ROUNDS,
+                seconds=seconds,
+                per_s=recorder.written / seconds,
+                qps_limit=0.0,
+            )
+        finally:
+            await backend.close()
+
+
 def run_kube_bench(
     *, scale: float = 1.0, status_qps: tuple[float, ...] = STATUS_QPS
 ) -> list[KubeRow]:
@@ -251,6 +294,7 @@ def run(*, scale: float, status_qps: tuple[float, ...] = STATUS_QPS) -> Iterator
     yield from asyncio.run(watch_rows(pods))
     for qps in status_qps:
         yield asyncio.run(status_row(queues, qps=qps))
+    yield asyncio.run(event_row(queues))
 
 
 def render(rows: list[KubeRow]) -> str:

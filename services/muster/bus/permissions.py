@@ -92,6 +92,7 @@ ROLES: Final[tuple[Role, ...]] = (
             "workload.pods_pending",
             "workload.running",
             "workload.pods_ready",
+            "workload.admission_check",  # check controllers' answers (Kubernetes)
             "config.applied",
             "config.deleted",
         ),

@@ -3,26 +3,59 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import functools
 import sys
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import msgspec
 
 from muster.bus import Bus
-from muster.bus.service import Health, ServiceConfig, ServiceMain, parse_service, service_main
+from muster.bus.service import (
+    Flag,
+    Health,
+    ServiceConfig,
+    ServiceMain,
+    parse_service,
+    service_main,
+)
+from muster.checks.registry import CONTROLLERS, controller_names
 from muster.cluster.choose import (
     BACKEND_FLAGS,
     STATUS_FLAGS,
     BackendConfig,
+    OpenCluster,
     backend_config,
     open_backend,
 )
+from muster.watcher.kube_events import ADMISSION
 from muster.watcher.service import WatcherConfig, run_watcher
+
+if TYPE_CHECKING:
+    from muster.checks.runner import NoteSink
+    from muster.cluster.kube.events import EventRecorder
+
+_FLUSH_S = 2.0  # at shutdown, Events not yet written get this long
 
 NAME = "watcher"
 DESCRIPTION = (
     "Watch one cluster and publish submitted, config and pod events; on Kubernetes, also "
-    "create queued Jobs' Kueue Workloads and write Kueue statuses."
+    "create queued Jobs' Kueue Workloads, write Kueue statuses and run admission check "
+    "controllers."
 )
-FLAGS = (*BACKEND_FLAGS, *STATUS_FLAGS)
+KUBE_WATCHER_FLAGS = (
+    Flag("--check-controllers", "NAMES", str, "MUSTER_CHECK_CONTROLLERS", ",".join(CONTROLLERS),
+         "kube: the admission check controllers to run, comma-separated (none: none), from: "
+         + ", ".join(CONTROLLERS)),
+    Flag("--kube-event-qps", "R", float, "MUSTER_KUBE_EVENT_QPS", "10",
+         "kube: Kubernetes Events written per second (repeats are counted, not written); "
+         "0 = unlimited"),
+    Flag("--kube-event-burst", "N", int, "MUSTER_KUBE_EVENT_BURST", "50",
+         "kube: Events written at once after a quiet spell"),
+)  # fmt: skip
+FLAGS = (*BACKEND_FLAGS, *STATUS_FLAGS, *KUBE_WATCHER_FLAGS)
 
 
 def main(argv: list[str]) -> int:
@@ -35,18 +68,100 @@ def parse(argv: list[str]) -> tuple[ServiceConfig, ServiceMain]:
     return parse_service(argv, name=NAME, description=DESCRIPTION, flags=FLAGS, make=build)
 
 
+class KubeWatcherConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """What the watcher does on Kubernetes besides watching: its Events' write rate."""
+
+    event_qps: float = 10.0
+    event_burst: int = 50
+
+
 def build(args: argparse.Namespace, config: ServiceConfig) -> ServiceMain:
     backend = backend_config(args)
-    watcher = WatcherConfig(cluster=config.cluster, kueue_version=backend.kube.kueue_version)
-    return functools.partial(serve, config=watcher, backend=backend)
+    watcher = WatcherConfig(
+        cluster=config.cluster,
+        kueue_version=backend.kube.kueue_version,
+        check_controllers=controller_names(args.check_controllers),
+    )
+    if args.kube_event_qps < 0:
+        raise ValueError(
+            f"--kube-event-qps must be >= 0 (0 = unlimited), got {args.kube_event_qps:g}"
+        )
+    if args.kube_event_burst < 1:
+        raise ValueError(f"--kube-event-burst must be >= 1, got {args.kube_event_burst}")
+    kube = KubeWatcherConfig(event_qps=args.kube_event_qps, event_burst=args.kube_event_burst)
+    return functools.partial(serve, config=watcher, backend=backend, kube=kube)
 
 
-async def serve(bus: Bus, health: Health, *, config: WatcherConfig, backend: BackendConfig) -> None:
-    """Watch cluster `config.cluster`, simulated or Kubernetes (`backend`)."""
-    async with open_backend(
-        backend, js=bus.js, cluster=config.cluster, publisher=bus.publisher
-    ) as opened:
-        await run_watcher(bus, health, backend=opened.backend, config=config, kueue=opened.status)
+async def serve(
+    bus: Bus,
+    health: Health,
+    *,
+    config: WatcherConfig,
+    backend: BackendConfig,
+    kube: KubeWatcherConfig | None = None,
+) -> None:
+    """Watch cluster `config.cluster`, simulated or Kubernetes (`backend`); on Kubernetes,
+    record Kubernetes Events and run the admission check controllers beside."""
+    async with (
+        open_backend(backend, js=bus.js, cluster=config.cluster, publisher=bus.publisher) as opened,
+        _recorder(opened, config, kube or KubeWatcherConfig()) as events,
+        asyncio.TaskGroup() as tasks,
+    ):
+        if events is not None and config.check_controllers:
+            tasks.create_task(_run_checks(opened, backend, config, events), name="watcher-checks")
+        await run_watcher(
+            bus, health, backend=opened.backend, config=config, kueue=opened.status, events=events
+        )
+
+
+@contextlib.asynccontextmanager
+async def _recorder(
+    opened: OpenCluster, config: WatcherConfig, kube: KubeWatcherConfig
+) -> AsyncIterator[EventRecorder | None]:
+    """The Kubernetes Event recorder (None on the simulated cluster); what it still has to
+    write gets a short while at the end."""
+    if opened.status is None:
+        yield None
+        return
+    # Imported here: the client library is loaded by services on Kubernetes only.
+    from muster.cluster.kube.backend import KubeBackend
+    from muster.cluster.kube.events import EventRecorder, EventSettings
+    from muster.cluster.kube.resources import JOBS, kueue_resources
+
+    assert isinstance(opened.backend, KubeBackend)
+    recorder = EventRecorder(
+        opened.backend.transport,
+        controller=ADMISSION,
+        instance=f"muster-watcher-{config.cluster}",
+        settings=EventSettings(qps=kube.event_qps, burst=kube.event_burst),
+        lookup={"Workload": kueue_resources(config.kueue_version)["Workload"], "Job": JOBS},
+    )
+    try:
+        yield recorder
+    finally:
+        with contextlib.suppress(TimeoutError):
+            await recorder.flush(timeout_s=_FLUSH_S)
+        await recorder.close()
+
+
+async def _run_checks(
+    opened: OpenCluster, backend: BackendConfig, config: WatcherConfig, notes: NoteSink
+) -> None:
+    # Imported here: the client library is loaded by services on Kubernetes only.
+    from muster.checks.registry import make
+    from muster.checks.runner import CheckRunner
+    from muster.cluster.kube.backend import KubeBackend
+
+    assert isinstance(opened.backend, KubeBackend)
+    controllers = make(config.check_controllers, kueue_version=config.kueue_version)
+    runner = CheckRunner(
+        opened.backend.transport,
+        controllers,
+        kueue_version=config.kueue_version,
+        watch=backend.kube.watch,
+        notes=notes,
+    )
+    await runner.run()
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 Config objects and Namespaces → config.applied/deleted; queued Jobs and Kueue Workloads →
 workload.submitted/deleted (a Job first gets its Kueue Workload on Kubernetes) and a Job's end
-→ finished; pods of a workload → pods_pending, running, pods_ready, finished.
+→ finished; what check controllers write into any Kueue Workload's `status.admissionChecks`
+→ admission_check; pods of a workload → pods_pending, running, pods_ready, finished.
 Each event id is derived from the fact (`Outgoing.id_key`), and what was sent is remembered in
 `MUSTER_WATCHER` (`Marks`), so no fact is published twice, across restarts too. Handlers do no
 I/O of their own (but a Job's Kueue Workload): events go to the batch's `Outbox` and marks are
@@ -58,6 +59,7 @@ class WatcherContext:
         marks: MarksStore,
         workloads: KueueWorkloads | None = None,
         clock_ns: Callable[[], int] = time.time_ns,
+        pods: dict[str, dict[str, PodState]] | None = None,
     ) -> None:
         self.cluster = cluster
         self.outbox = outbox
@@ -65,7 +67,8 @@ class WatcherContext:
         self.workloads = workloads
         self.clock_ns = clock_ns
         self.source = f"watcher/{cluster}"
-        self.pods: dict[str, dict[str, PodState]] = {}  # workload key → pod key → state
+        # workload key → pod key → state (`pods`: a dict shared with others who read it)
+        self.pods: dict[str, dict[str, PodState]] = {} if pods is None else pods
         # Change key → id key of the config.applied last published (a restart sends each once).
         self.configs: dict[str, str] = {}
 
@@ -107,13 +110,34 @@ async def on_config(change: ClusterChange, ctx: WatcherContext) -> None:
     ctx.configs[change.key] = out.id_key
 
 
+async def on_workload_checks(change: ClusterChange, ctx: WatcherContext) -> None:
+    """A Kueue Workload changed: publish each check controller's new answer once."""
+    meta = change.obj.get("metadata") or {}
+    key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    sent = ctx.marks.load(key)
+    if change.type == "DELETED":
+        if sent.checks:
+            sent.checks = {}
+            ctx.marks.save(key, sent)
+        return
+    answers = translate.check_updates(change.obj, sent.checks)
+    for answer in answers:
+        if answer.event is not None:
+            ctx.publish(answer.event)
+        sent.checks[answer.name] = answer.mark
+    if answers:
+        ctx.marks.save(key, sent)
+
+
 async def on_workload_object(change: ClusterChange, ctx: WatcherContext) -> None:
     """A queued Job or Kueue Workload changed: submitted once per incarnation, finished once
-    a Job says it is over, or deleted."""
+    a Job says it is over, or deleted; a Kueue Workload's check answers (`on_workload_checks`)."""
     wl, problems = translate.workload_of(change.obj)
     if wl is None:
         log.warning("ignoring %s: %s", change.key, "; ".join(problems), extra={"key": change.key})
         return
+    if translate.is_kueue_workload(change.obj):
+        await on_workload_checks(change, ctx)
     sent = ctx.marks.load(wl.key)
     if change.type == "DELETED":
         ctx.publish(translate.deleted(wl))
@@ -173,4 +197,6 @@ def handler_for(change: ClusterChange) -> Handler | None:
         return on_config
     if translate.is_workload_source(change.obj):
         return on_workload_object
+    if translate.is_kueue_workload(change.obj):
+        return on_workload_checks  # a Job's Workload: the Job is the source
     return None

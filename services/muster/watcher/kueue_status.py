@@ -5,7 +5,9 @@ feeds it events and desires what changed.
 
 - Workload: conditions QuotaReserved, Admitted, Evicted, Requeued, Finished (reason and
   message as Kueue words them) and `admission` (ClusterQueue, podSetAssignments), from
-  `pending`, `quota_reserved`, `admitted`, `evicted`, `requeued`, `finished`.
+  `pending`, `quota_reserved`, `admitted`, `evicted`, `requeued`, `finished`; and what its
+  check list should hold (`checks_of`: the checks its reservation requires, its last
+  eviction), which the writer merges into the stored list (`muster.api.check_states`).
 - ClusterQueue: admission's own `queue.status` (counts, flavorsReservation, flavorsUsage,
   Active).
 - LocalQueue: counts and flavor sums over its workloads (a workload evicted but not yet
@@ -19,6 +21,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
+from muster.api.check_states import ChecksWanted
 from muster.api.encode import is_byte_resource
 from muster.api.quantity import QuantityError, format_quantity, parse_quantity
 from muster.cluster.kube.resources import ObjectRef
@@ -39,7 +42,9 @@ WORKLOAD_EVENTS = (
 _CONDITION_ORDER = ("QuotaReserved", "Admitted", "Evicted", "Requeued", "Finished")
 _DEFAULT_QUEUE = "default"  # a workload naming no LocalQueue is in its namespace's "default"
 
-State = Literal["pending", "reserving", "admitted", "finished"]
+# "inactive": deactivated (a check Rejected it, ...), it reserves nothing and waits for nothing.
+State = Literal["pending", "reserving", "admitted", "finished", "inactive"]
+DEACTIVATED = "InactiveWorkload"  # admission's eviction reason for a deactivation
 FlavorResource = tuple[str, str]  # (flavor, resource)
 
 
@@ -75,7 +80,15 @@ def _flavor_list(sums: Mapping[FlavorResource, int]) -> list[dict[str, Any]]:
 class _Workload:
     """What the statuses need of one Kueue workload."""
 
-    __slots__ = ("admission", "conditions", "local_queue", "state", "usage")
+    __slots__ = (
+        "admission",
+        "checks",
+        "conditions",
+        "evicted_at_s",
+        "local_queue",
+        "state",
+        "usage",
+    )
 
     def __init__(self, local_queue: tuple[str, str]) -> None:
         self.local_queue = local_queue  # (namespace, name)
@@ -83,6 +96,13 @@ class _Workload:
         self.conditions: dict[str, dict[str, str]] = {}
         self.admission: dict[str, Any] | None = None
         self.usage: Counter[FlavorResource] = Counter()  # of the admission, per flavor
+        self.checks: tuple[str, ...] | None = None  # None: no reservation ever required one
+        self.evicted_at_s = 0.0  # when last evicted (event time)
+
+    def checks_wanted(self) -> ChecksWanted | None:
+        if self.checks is None:
+            return None
+        return ChecksWanted(names=self.checks, evicted_at_s=self.evicted_at_s)
 
     def set(self, type_: str, status: bool, reason: str, message: str) -> None:
         self.conditions[type_] = _condition(type_, status, reason, message)
@@ -156,10 +176,11 @@ class StatusBook:
         if field in ("config_applied", "config_deleted"):
             return self._config(env)
         if field in WORKLOAD_EVENTS:
-            return self._workload_event(env.workload, field, getattr(env, field))
+            at_s = env.time_unix_nano / 1e9
+            return self._workload_event(env.workload, field, getattr(env, field), at_s=at_s)
         return set()
 
-    def _workload_event(self, key: str, field: str, payload: Any) -> set[ObjectRef]:
+    def _workload_event(self, key: str, field: str, payload: Any, *, at_s: float) -> set[ObjectRef]:
         namespace, _, name = key.partition("/")
         if not namespace or not name or "/" in name:
             return set()  # a gang outside Kueue: no Kueue Workload to write
@@ -178,7 +199,7 @@ class StatusBook:
         if field == "deleted":
             del self._workloads[key]
             return {self._lq_ref(wl.local_queue)}
-        _transition(wl, field, payload)
+        _transition(wl, field, payload, at_s=at_s)
         tally.add(wl, 1)
         return {_workload_ref(key), self._lq_ref(wl.local_queue)}
 
@@ -221,6 +242,13 @@ class StatusBook:
         if ref.kind == "LocalQueue":
             return self._local_queue_status((ref.namespace, ref.name))
         return None
+
+    def checks_of(self, ref: ObjectRef) -> ChecksWanted | None:
+        """What a Workload's check list should hold; None: muster leaves it alone."""
+        if ref.kind != "Workload":
+            return None
+        wl = self._workloads.get(f"{ref.namespace}/{ref.name}")
+        return None if wl is None else wl.checks_wanted()
 
     def refs(self) -> Iterator[ObjectRef]:
         """Every object with a status to write, in a stable order."""
@@ -272,7 +300,7 @@ def _workload_ref(key: str) -> ObjectRef:
     return ObjectRef(kind="Workload", namespace=namespace, name=name)
 
 
-def _transition(wl: _Workload, field: str, payload: Any) -> None:
+def _transition(wl: _Workload, field: str, payload: Any, *, at_s: float) -> None:
     """Move `wl` on for one admission, eviction or end event, as Kueue words the conditions."""
     if field == "pending":
         reason = "Inadmissible" if payload.reason == "Inadmissible" else "Pending"
@@ -291,11 +319,22 @@ def _transition(wl: _Workload, field: str, payload: Any) -> None:
             wl.set("Admitted", True, "Admitted", "The workload is admitted")
         else:
             wl.state = "reserving"
+            checks = tuple(sorted(payload.admission_checks))
+            if checks or wl.checks is not None:
+                wl.checks = checks
     elif field == "evicted":
-        # The quota stays reserved until the pods are gone (then `requeued`).
-        wl.state = "reserving"
-        wl.set("Evicted", True, payload.reason or "Evicted", payload.message)
-        wl.set("Admitted", False, payload.reason or "Evicted", payload.message)
+        reason = payload.reason or "Evicted"
+        wl.evicted_at_s = at_s
+        wl.set("Evicted", True, reason, payload.message)
+        wl.set("Admitted", False, reason, payload.message)
+        if reason == DEACTIVATED:
+            # Its quota is given back at once and it is not requeued (Kueue: spec.active false).
+            wl.state = "inactive"
+            wl.unadmit()
+            wl.set("QuotaReserved", False, "Pending", payload.message)
+            wl.set("Requeued", False, "Deactivated", payload.message)
+        else:
+            wl.state = "reserving"  # the quota stays reserved until the pods are gone
     elif field == "requeued":
         wl.state = "pending"
         wl.unadmit()

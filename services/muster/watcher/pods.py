@@ -52,6 +52,8 @@ class Sent(msgspec.Struct, kw_only=True):
     pods_ready: list[str] = msgspec.field(default_factory=list)
     finished: list[str] = msgspec.field(default_factory=list)
     job_finished: str = ""  # uid of the Job whose end was published
+    # check name → the last answer seen in the Kueue Workload's status (`check_updates`)
+    checks: dict[str, str] = msgspec.field(default_factory=dict)
 
     def record(self, out: Outgoing, uids: Iterable[str]) -> None:
         """Remember that `out` (from `due_events`) was published for pods `uids`."""
@@ -78,6 +80,7 @@ class Sent(msgspec.Struct, kw_only=True):
             or self.pods_ready
             or self.finished
             or self.job_finished
+            or self.checks
         )
 
 

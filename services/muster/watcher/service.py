@@ -29,9 +29,10 @@ from muster.cluster.backend import ClusterBackend, ClusterChange
 from muster.cluster.errors import ClusterError
 from muster.cluster.sim.keys import SCHEDULING_POD_GROUP_KIND
 from muster.watcher.handlers import Handler, KueueWorkloads, WatcherContext, handler_for
+from muster.watcher.kube_events import EventBook
 from muster.watcher.outbox import Outbox
-from muster.watcher.pods import Sent, pod_state_of_view
-from muster.watcher.status import GroupStatuses, StatusSink, write_statuses
+from muster.watcher.pods import PodState, Sent, pod_state_of_view
+from muster.watcher.status import EventSink, GroupStatuses, StatusSink, write_statuses
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ class Readiness(Protocol):
 class WatcherConfig(msgspec.Struct, frozen=True, kw_only=True):
     cluster: str
     kueue_version: str = "v1beta1"  # the shape of LocalQueue statuses written (Kubernetes)
+    check_controllers: tuple[str, ...] = ()  # admission check controllers run (Kubernetes)
 
 
 class KueueWriter(KueueWorkloads, StatusSink, Protocol):
@@ -149,12 +151,19 @@ async def run_watcher(
     backend: ClusterBackend,
     config: WatcherConfig,
     kueue: KueueWriter | None = None,
+    events: EventSink | None = None,
 ) -> None:
     """Publish what the cluster's changes mean, until cancelled. With `kueue` (Kubernetes),
-    queued Jobs get their Kueue Workloads and a task writes the Kueue objects' statuses."""
+    queued Jobs get their Kueue Workloads and a task writes the Kueue objects' statuses; with
+    `events` it also records Kubernetes Events of what happens to them."""
     groups = GroupStatuses(kueue) if kueue is not None else None
+    pods: dict[str, dict[str, PodState]] = {}  # the watch's view, shared with the Events
     async with asyncio.TaskGroup() as tasks:
         if kueue is not None:
+            book = EventBook(
+                kueue_version=config.kueue_version,
+                pods_of=lambda key: list(pods.get(key, {}).values()),
+            )
             tasks.create_task(
                 write_statuses(
                     bus,
@@ -162,11 +171,21 @@ async def run_watcher(
                     cluster=config.cluster,
                     kueue_version=config.kueue_version,
                     groups=groups,
+                    events=(book, events) if events is not None else None,
                 ),
                 name="watcher-status",
             )
         tasks.create_task(
-            _watch(bus, health, backend=backend, config=config, workloads=kueue, groups=groups),
+            _watch(
+                bus,
+                health,
+                backend=backend,
+                config=config,
+                workloads=kueue,
+                groups=groups,
+                pods=pods,
+                events=events,
+            ),
             name="watcher-watch",
         )
 
@@ -179,13 +198,17 @@ async def _watch(
     config: WatcherConfig,
     workloads: KueueWorkloads | None,
     groups: GroupStatuses | None = None,
+    pods: dict[str, dict[str, PodState]] | None = None,
+    events: EventSink | None = None,
 ) -> None:
     kv = await bus.kv(WATCHER_BUCKET)
     put = bus_put(bus, WATCHER_BUCKET)
     marks = KvMarks(kv, cluster=config.cluster, put=put)
     await marks.read_all()
     outbox = Outbox(bus)
-    ctx = WatcherContext(cluster=config.cluster, outbox=outbox, marks=marks, workloads=workloads)
+    ctx = WatcherContext(
+        cluster=config.cluster, outbox=outbox, marks=marks, workloads=workloads, pods=pods
+    )
     revision = await load_revision(kv, config.cluster)
     if revision:
         # A resumed watch shows only what changed; the workload's other pods come from a list.
@@ -203,6 +226,8 @@ async def _watch(
             for change in batch:
                 if groups is not None and change.kind in GROUP_KINDS:
                     groups.seen(change)  # its conditions may now be written
+                if events is not None and change.kind in ("Workload", "Job"):
+                    events.learn(change.obj)  # its uid, for the Events about it
                 handler = handler_for(change)
                 if handler is not None:
                     await _handle_until_done(handler, change, ctx)

@@ -1,6 +1,8 @@
 """The watcher's status task (Kubernetes only): keeps the status of the cluster's Kueue
 Workloads, ClusterQueues and LocalQueues, and the conditions of its scheduling.k8s.io
-PodGroups (`group_status`), what muster decided.
+PodGroups (`group_status`), what muster decided; and records Kubernetes Events of what
+happens to them from now on (`kube_events`: not those of the events replayed at start, which
+were recorded before or are stale).
 
 It follows the cluster's workload events, admission's `queue.status` and the config events
 (which queues exist here), folds them into a `StatusBook`, and desires each changed status
@@ -15,27 +17,51 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from muster.api.check_states import ChecksWanted
 from muster.bus.connection import Bus
 from muster.bus.subjects import config_subject, queue_subject, workload_subject
 from muster.cluster.backend import ClusterChange
+from muster.cluster.kube.references import Reference
 from muster.cluster.kube.resources import ObjectRef
 from muster.cluster.sim.keys import SCHEDULING_POD_GROUP_KIND
 from muster.contracts.v1 import events_pb2 as pb
 from muster.watcher.group_status import GANG_EVENTS, GroupStatusBook
+from muster.watcher.kube_events import EVENT_SOURCES, EventBook
 from muster.watcher.kueue_status import WORKLOAD_EVENTS, StatusBook
 
 log = logging.getLogger(__name__)
 
 
+class EventSink(Protocol):
+    """Where Kubernetes Events go (`muster.cluster.kube.events.EventRecorder`)."""
+
+    def record(
+        self,
+        regarding: Reference,
+        *,
+        type_: str,
+        reason: str,
+        note: str,
+        action: str,
+        controller: str = "",
+    ) -> None: ...
+
+    def learn(self, obj: Mapping[str, Any]) -> None:
+        """The uid of an object the watch shows."""
+
+
 class StatusSink(Protocol):
-    def desire(self, ref: ObjectRef, status: Mapping[str, Any]) -> None: ...
+    def desire(
+        self, ref: ObjectRef, status: Mapping[str, Any], *, checks: ChecksWanted | None = None
+    ) -> None: ...
 
 
 def status_subjects(cluster: str) -> list[str]:
     """The subjects whose events change the statuses of `cluster`'s Kueue objects and
     scheduling.k8s.io PodGroups."""
+    events = dict.fromkeys((*WORKLOAD_EVENTS, *GANG_EVENTS, *EVENT_SOURCES))
     return [
-        *(workload_subject(cluster, e) for e in (*WORKLOAD_EVENTS, *GANG_EVENTS)),
+        *(workload_subject(cluster, e) for e in events),
         queue_subject(cluster),
         config_subject(cluster, ">"),
     ]
@@ -80,7 +106,7 @@ def _desire(book: StatusBook, sink: StatusSink, refs: list[ObjectRef]) -> None:
     for ref in refs:
         status = book.status_of(ref)
         if status is not None:
-            sink.desire(ref, status)
+            sink.desire(ref, status, checks=book.checks_of(ref))
 
 
 async def write_statuses(
@@ -90,9 +116,11 @@ async def write_statuses(
     cluster: str,
     kueue_version: str,
     groups: GroupStatuses | None = None,
+    events: tuple[EventBook, EventSink] | None = None,
 ) -> None:
     """Desire the status of every Kueue object of `cluster` (and, with `groups`, of its
-    PodGroups) as events change it, until cancelled."""
+    PodGroups) as events change it, and with `events` record their Kubernetes Events, until
+    cancelled."""
     book = StatusBook(kueue_version=kueue_version)
     subjects = status_subjects(cluster)
     last = await bus.last_sequence()
@@ -101,6 +129,8 @@ async def write_statuses(
             book.apply(env)
             if groups is not None:
                 groups.book.apply(env)
+            if events is not None:
+                events[0].apply(env)  # what it knows of each workload, nothing recorded
     refs = list(book.refs())
     _desire(book, sink, refs)
     if groups is not None:
@@ -110,3 +140,13 @@ async def write_statuses(
         _desire(book, sink, sorted(book.apply(env), key=str))
         if groups is not None:
             groups.apply(env)
+        if events is not None:
+            for spec in events[0].apply(env):
+                events[1].record(
+                    spec.regarding,
+                    type_=spec.type,
+                    reason=spec.reason,
+                    note=spec.note,
+                    action=spec.action,
+                    controller=spec.controller,
+                )

@@ -1,7 +1,9 @@
 """What the watcher publishes about one changed cluster object: events as data, no I/O.
 
 Config objects and Namespaces become `config.applied`/`config.deleted`; a queued Job or a Kueue
-Workload becomes `workload.submitted`/`workload.deleted`. Each `Outgoing` carries an `id_key`
+Workload becomes `workload.submitted`/`workload.deleted`; what a check controller wrote into a
+Kueue Workload's `status.admissionChecks` becomes `workload.admission_check`. Each `Outgoing`
+carries an `id_key`
 that is the same whenever the same fact is seen again, so the service derives a deterministic
 event id from it and a republished fact is dropped by JetStream's dedupe.
 """
@@ -11,11 +13,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
-from muster.api import decode_documents, quantities_to_strings, workload_to_kueue
+from muster.api import check_states, decode_documents, quantities_to_strings, workload_to_kueue
 from muster.api.job import QUEUE_NAME_KEY
 from muster.api.model import Workload
 from muster.cluster.kube import jobs
@@ -86,6 +88,11 @@ def _controller_kind(obj: Mapping[str, Any]) -> str:
         if isinstance(ref, Mapping) and ref.get("controller"):
             return f"{ref.get('apiVersion')}/{ref.get('kind')}"
     return ""
+
+
+def is_kueue_workload(obj: Mapping[str, Any]) -> bool:
+    """Whether `obj` is a Kueue Workload (of its own or of a Job): it has check states."""
+    return obj.get("kind") == "Workload" and _group(obj) == KUEUE_GROUP
 
 
 def is_workload_source(obj: Mapping[str, Any]) -> bool:
@@ -240,3 +247,43 @@ def job_finished(job: Mapping[str, Any], wl: Workload) -> Outgoing | None:
         id_key=f"finished/job/{_meta(job).get('uid', '')}",
         workload=wl.key,
     )
+
+
+class CheckAnswer(NamedTuple):
+    """A check entry that changed: its name, its mark (state, when it was set, retries), and
+    the event telling admission, or None when there is nothing to tell."""
+
+    name: str
+    mark: str
+    event: Outgoing | None
+
+
+def check_updates(obj: Mapping[str, Any], sent: Mapping[str, str]) -> list[CheckAnswer]:
+    """What Kueue Workload `obj`'s check controllers answered since `sent` (check name → the
+    mark last seen): each changed entry, with `workload.admission_check` unless the check is
+    still Pending (muster's own entry, or its reset after an eviction, tells admission nothing).
+    """
+    meta = _meta(obj)
+    key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    out: list[CheckAnswer] = []
+    for entry in check_states.entries_of(obj.get("status")):
+        name, state = str(entry["name"]), str(entry.get("state", ""))
+        mark = f"{state}/{entry.get('lastTransitionTime', '')}/{entry.get('retryCount', 0)}"
+        before = sent.get(name)
+        if before == mark:
+            continue
+        was_pending = before is None or before.startswith(f"{check_states.PENDING}/")
+        if state == check_states.PENDING and was_pending:
+            out.append(CheckAnswer(name, mark, None))
+            continue
+        payload = events_pb2.AdmissionCheckUpdated(
+            check=name, state=state, message=str(entry.get("message") or "")
+        )
+        event = Outgoing(
+            field="admission_check",
+            payload=payload,
+            id_key=f"check/{meta.get('uid', '')}/{name}/{mark}",
+            workload=key,
+        )
+        out.append(CheckAnswer(name, mark, event))
+    return out

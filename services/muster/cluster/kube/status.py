@@ -9,6 +9,12 @@ sent as null), paced by a token bucket: desires that arrive while an object wait
 replace each other, so N desires cost at most a few writes. Temporary failures (429, 5xx,
 conflicts, lost connections) are retried with back-off; an object that no longer exists is
 dropped.
+
+A Workload's `status.admissionChecks` is shared with the check controllers, so it is never
+part of the merge patch: when what muster wants of it changes (`ChecksWanted`: the checks a
+reservation requires, the last eviction), the write reads the object first and sends the list
+with the entries muster adds or resets, under the object's resourceVersion (a controller's
+write in between makes it 409, read again and retried): nobody's entry is ever overwritten.
 """
 
 from __future__ import annotations
@@ -19,10 +25,11 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
+from muster.api.check_states import ChecksWanted, entries_of, format_time, wanted_entries
 from muster.api.encode import workload_to_kueue
 from muster.api.errors import ObjectErrors
 from muster.api.job import workload_from_job
@@ -39,7 +46,8 @@ log = logging.getLogger(__name__)
 
 # Status fields muster owns per Kueue kind: when a desired status lacks one, it is cleared.
 OWNED_STATUS_FIELDS: Mapping[str, tuple[str, ...]] = {
-    "Workload": ("conditions", "admission", "admissionChecks", "requeueState"),
+    # Not admissionChecks: the check controllers write it too (`check_states`).
+    "Workload": ("conditions", "admission", "requeueState"),
     "ClusterQueue": (
         "conditions",
         "pendingWorkloads",
@@ -64,17 +72,17 @@ OWNED_STATUS_FIELDS: Mapping[str, tuple[str, ...]] = {
 _LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
+class _Desired(NamedTuple):
+    status: dict[str, Any]
+    checks: ChecksWanted | None
+
+
 class StatusWriterStats(msgspec.Struct, kw_only=True):
     desired: int = 0  # desire() calls
     writes: int = 0  # status writes that succeeded
     skipped: int = 0  # desired statuses equal to the one written last
     retries: int = 0  # writes that failed temporarily and were tried again
     dropped: int = 0  # objects gone, or statuses the server refused
-
-
-def format_condition_time(seconds: float) -> str:
-    """metav1.Time: RFC 3339 in UTC, whole seconds."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
 def completed_conditions(
@@ -127,8 +135,9 @@ class StatusWriter:
         self._concurrency = settings.concurrency
         self._backoff = settings.backoff
         self._clock = clock
-        self._desired: dict[ObjectRef, dict[str, Any]] = {}
+        self._desired: dict[ObjectRef, _Desired] = {}
         self._written: dict[ObjectRef, dict[str, Any]] = {}
+        self._checks_written: dict[ObjectRef, ChecksWanted] = {}
         self._ready: deque[ObjectRef] = deque()  # refs waiting for a writer, each once
         self._waiting: set[ObjectRef] = set()  # in _ready, in flight, or backing off
         self._failures: dict[ObjectRef, int] = {}
@@ -140,12 +149,15 @@ class StatusWriter:
 
     # --- the caller's side --------------------------------------------------------------------
 
-    def desire(self, ref: ObjectRef, status: Mapping[str, Any]) -> None:
-        """Make `status` the status `ref` should have; returns at once, writes later."""
+    def desire(
+        self, ref: ObjectRef, status: Mapping[str, Any], *, checks: ChecksWanted | None = None
+    ) -> None:
+        """Make `status` the status `ref` should have, and `checks` what its check list
+        should hold (a Workload's; None: leave it alone); returns at once, writes later."""
         if ref.kind not in OWNED_STATUS_FIELDS:
             raise ValueError(f"muster writes no status of kind {ref.kind}")
         self.stats.desired += 1
-        self._desired[ref] = copy.deepcopy(dict(status))
+        self._desired[ref] = _Desired(copy.deepcopy(dict(status)), checks)
         if ref not in self._waiting:
             self._enqueue(ref)
         self._start()
@@ -188,8 +200,8 @@ class StatusWriter:
             ref = self._ready.popleft()
             # The token first: desires arriving meanwhile are folded into this write.
             await self._bucket.acquire()
-            status = self._desired.pop(ref, None)
-            retry_in_s = None if status is None else await self._write(ref, status)
+            desired = self._desired.pop(ref, None)
+            retry_in_s = None if desired is None else await self._write(ref, desired)
             if retry_in_s is not None:
                 asyncio.get_running_loop().call_later(retry_in_s, self._enqueue_again, ref)
             elif ref in self._desired:
@@ -203,21 +215,24 @@ class StatusWriter:
         self._ready.append(ref)
         self._wake.set()
 
-    async def _write(self, ref: ObjectRef, status: dict[str, Any]) -> float | None:
+    async def _write(self, ref: ObjectRef, desired: _Desired) -> float | None:
         """Write one status; the delay before trying again, or None when done with it."""
+        status, checks = desired
         previous = self._written.get(ref, {})
         if "conditions" in status:
             status["conditions"] = completed_conditions(
                 status["conditions"],
                 previous.get("conditions", ()),
-                now=format_condition_time(self._clock()),
+                now=format_time(self._clock()),
             )
-        if ref in self._written and status == previous:
+        checks_due = checks is not None and checks != self._checks_written.get(ref)
+        if ref in self._written and status == previous and not checks_due:
             self.stats.skipped += 1
             return None
         patch: dict[str, Any] = {f: None for f in OWNED_STATUS_FIELDS[ref.kind]}
         patch.update({f: None for f in previous})
         patch.update(status)
+        body: dict[str, Any] = {"status": patch}
         resource = self._resources.get(ref.kind)
         if resource is None:  # a PodGroup: the version the server serves
             resource = (await self._gang_api.resources()).get(ref.kind)
@@ -225,12 +240,15 @@ class StatusWriter:
                 log.warning("dropping the status of %s: scheduling.k8s.io is not served", ref)
                 self.stats.dropped += 1
                 return None
+        path = resource.object_path(ref.name, ref.namespace, "status")
         try:
+            if checks_due and checks is not None:
+                await self._add_checks(body, ref, path, checks)
             await self._transport.checked(
                 "PATCH",
-                resource.object_path(ref.name, ref.namespace, "status"),
+                path,
                 obj=str(ref),
-                body={"status": patch},
+                body=body,
                 content_type=MERGE_PATCH,
                 paced=False,  # this writer's own bucket paced it
             )
@@ -238,6 +256,7 @@ class StatusWriter:
             log.warning("dropping the status of %s: %s", ref, err)
             self.stats.dropped += 1
             self._written.pop(ref, None)
+            self._checks_written.pop(ref, None)
             self._failures.pop(ref, None)
             return None
         except ClusterError as err:
@@ -247,12 +266,28 @@ class StatusWriter:
                 return None
             failures = self._failures[ref] = self._failures.get(ref, 0) + 1
             self.stats.retries += 1
-            self._desired.setdefault(ref, status)  # a newer desire wins
+            self._desired.setdefault(ref, desired)  # a newer desire wins
             return self._backoff.wait_s(self._backoff.delay_s(failures), err)
         self._failures.pop(ref, None)
         self._written[ref] = status
+        if checks is not None:
+            self._checks_written[ref] = checks
         self.stats.writes += 1
         return None
+
+    async def _add_checks(
+        self, body: dict[str, Any], ref: ObjectRef, path: str, checks: ChecksWanted
+    ) -> None:
+        """Put into `body` the check list `checks` makes of the stored one, and the stored
+        resourceVersion as the write's precondition; nothing when the list is as wanted."""
+        current = await self._transport.checked("GET", path, obj=str(ref))
+        entries = entries_of(current.get("status"))
+        written = self._checks_written.get(ref)
+        wanted = wanted_entries(entries, checks, now_s=self._clock(), written=written)
+        if wanted != entries:
+            body["status"]["admissionChecks"] = wanted
+            rv = (current.get("metadata") or {}).get("resourceVersion", "")
+            body["metadata"] = {"resourceVersion": rv}
 
     # --- Workload objects ---------------------------------------------------------------------
 

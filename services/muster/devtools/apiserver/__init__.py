@@ -9,6 +9,7 @@ Run one by hand with `python -m muster.devtools.apiserver --port 8080`.
 from muster.devtools.apiserver.faults import Faults, Request, RequestLog
 from muster.devtools.apiserver.resources import (
     ResourceType,
+    autoscaling_resources,
     builtin_resources,
     default_resources,
     kueue_resources,
@@ -25,6 +26,7 @@ __all__ = [
     "RequestLog",
     "ResourceType",
     "ThreadedApiServer",
+    "autoscaling_resources",
     "builtin_resources",
     "default_resources",
     "kueue_resources",

@@ -160,6 +160,7 @@ def builtin_resources(gang_api: str | None = "1.35") -> tuple[ResourceType, ...]
             short_names=("cm",),
             generation=False,
         ),
+        _rt("", v1, "podtemplates", "PodTemplate", namespaced=True, generation=False),
         _rt(
             "events.k8s.io",
             v1,
@@ -262,6 +263,23 @@ def kueue_resources() -> tuple[ResourceType, ...]:
         kueue("workloadpriorityclasses", "WorkloadPriorityClass", False, False),
         kueue("admissionchecks", "AdmissionCheck", False, True),
         kueue("cohorts", "Cohort", False, True),
+        kueue("provisioningrequestconfigs", "ProvisioningRequestConfig", False, False, "prc"),
+    )
+
+
+def autoscaling_resources() -> tuple[ResourceType, ...]:
+    """The cluster-autoscaler's ProvisioningRequest CRD (what Kueue's check asks it for)."""
+    return (
+        _rt(
+            "autoscaling.x-k8s.io",
+            ("v1",),
+            "provisioningrequests",
+            "ProvisioningRequest",
+            namespaced=True,
+            status=True,
+            custom=True,
+            short_names=("provreq", "provreqs"),
+        ),
     )
 
 
@@ -282,8 +300,14 @@ def podgroup_resources() -> tuple[ResourceType, ...]:
 
 
 def default_resources(gang_api: str | None = "1.35") -> tuple[ResourceType, ...]:
-    """Built-ins plus Kueue and PodGroup CRDs: a cluster muster can run on."""
-    return builtin_resources(gang_api) + kueue_resources() + podgroup_resources()
+    """Built-ins plus Kueue, PodGroup and ProvisioningRequest CRDs: a cluster muster can run
+    on, with the cluster-autoscaler's provisioning."""
+    return (
+        builtin_resources(gang_api)
+        + kueue_resources()
+        + podgroup_resources()
+        + autoscaling_resources()
+    )
 
 
 def from_crd(crd: JsonObj) -> tuple[ResourceType | None, list[Cause]]:

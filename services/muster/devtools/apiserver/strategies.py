@@ -14,6 +14,7 @@ fields, validation, and which fields an update may change.
   that unsuspends it may change them: the old Job's state counts).
 - Namespaces, PriorityClasses and CustomResourceDefinitions get their server-set fields.
 - The scheduling.k8s.io gang API (Workloads, PodGroups, CompositePodGroups): `gangs`.
+- events.k8s.io/v1 Events: `events`; PodTemplates and ProvisioningRequests: `provisioning`.
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ from muster.devtools.apiserver.errors import (
     required,
     unsupported,
 )
+from muster.devtools.apiserver.events import EventStrategy
 from muster.devtools.apiserver.gangs import GANG_STRATEGIES
 from muster.devtools.apiserver.objects import JsonObj, meta, name_of
+from muster.devtools.apiserver.provisioning import PROVISIONING_STRATEGIES
 from muster.devtools.apiserver.resources import ResourceType, crd_status, from_crd
 from muster.devtools.apiserver.strategy_base import V1_36, Context, FeatureGates, Strategy
 from muster.devtools.apiserver.validation import dns_label_causes
@@ -370,7 +373,9 @@ _STRATEGIES: dict[tuple[str, str], Strategy] = {
     ("", "namespaces"): NamespaceStrategy(),
     ("scheduling.k8s.io", "priorityclasses"): PriorityClassStrategy(),
     ("apiextensions.k8s.io", "customresourcedefinitions"): CrdStrategy(),
+    ("events.k8s.io", "events"): EventStrategy(),
     **GANG_STRATEGIES,
+    **PROVISIONING_STRATEGIES,
 }
 _DEFAULT = Strategy()
 

@@ -39,12 +39,14 @@ from muster.devtools.apiserver.errors import (
     precondition_failed,
     too_large_resource_version,
 )
+from muster.devtools.apiserver.events import core_view
 from muster.devtools.apiserver.fields import STRICT, strict_error, unknown_fields
 from muster.devtools.apiserver.objects import (
     JsonObj,
     ObjKey,
     deep_copy,
     encode,
+    key_of,
     meta,
     name_of,
     resource_version_of,
@@ -74,6 +76,7 @@ _SERVER_SET = (
 NAMESPACES = ("", "namespaces")
 PRIORITY_CLASSES = ("scheduling.k8s.io", "priorityclasses")
 CRDS = ("apiextensions.k8s.io", "customresourcedefinitions")
+EVENTS_V1 = ("events.k8s.io", "events")  # also served as core/v1 Events
 
 
 class ListQuery(msgspec.Struct, frozen=True, kw_only=True):
@@ -251,7 +254,20 @@ class Verbs:
         if rt.key == CRDS:
             self._register_crd(obj)
         self.store.put(rt, obj, None)
+        self._mirror(rt, obj)
         return obj
+
+    def _mirror(self, rt: ResourceType, obj: JsonObj | None, *, key: ObjKey = ("", "")) -> None:
+        """An events.k8s.io Event is a core/v1 Event too (`events.core_view`); None: gone."""
+        core = self.registry.by_key(("", "events")) if rt.key == EVENTS_V1 else None
+        if core is None:
+            return
+        key = key_of(obj) if obj is not None else key
+        old = self.store.get(core, key)
+        if obj is not None:
+            self.store.put(core, core_view(obj), old)
+        elif old is not None:
+            self.store.remove(core, old)
 
     def _generate_name(self, rt: ResourceType, namespace: str, prefix: str) -> str:
         prefix = prefix[:58]
@@ -454,6 +470,7 @@ class Verbs:
             self.finish_deletion(rt, old, last_state=obj)
             return obj
         self.store.put(rt, obj, old)
+        self._mirror(rt, obj)
         return obj
 
     def _finalizer_causes(self, obj: JsonObj, old: JsonObj) -> list[Cause]:
@@ -478,6 +495,7 @@ class Verbs:
         """Remove a stored object nothing holds up any more; `deletion.Api` adds what follows
         (dependents, CRD instances)."""
         self.store.remove(rt, obj, last_state=last_state)
+        self._mirror(rt, None, key=key_of(obj))
 
 
 def _parse_rv(text: str) -> int:
