@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -126,3 +128,14 @@ def test_up_twice_says_it_is_up_and_a_taken_port_is_named(tmp_path: Path) -> Non
         )
     finally:
         muster(up, "down")
+
+
+def test_a_stack_whose_state_directory_is_removed_stops_itself(tmp_path: Path) -> None:
+    up = start(tmp_path / "gone")
+    processes = [up.state.supervisor, *up.state.processes]
+    shutil.rmtree(up.directory)  # nothing could find it to stop it any more
+
+    deadline = time.monotonic() + 60
+    while any(alive(p) for p in processes) and time.monotonic() < deadline:
+        time.sleep(0.2)  # processes exiting: nothing to wait on but /proc
+    assert [p.name for p in processes if alive(p)] == []

@@ -31,6 +31,7 @@ from muster.launcher.stack import Stack
 from muster.launcher.upstate import (
     StackState,
     process,
+    read_state,
     remove_state,
     write_state,
 )
@@ -50,6 +51,7 @@ status:
     for i, gpus in ((1, ""), (2, ""), (3, ', nvidia.com/gpu: "2"'), (4, ', nvidia.com/gpu: "2"'))
 )
 DASHBOARD_START_S: Final = 30.0
+STATE_CHECK_S: Final = 2.0  # how often the supervisor checks that its state file names it
 _COPYING: set[asyncio.Task[None]] = set()  # the dashboard's output into its log
 
 
@@ -121,7 +123,7 @@ async def supervise(config: UpConfig) -> int:
         dashboard, dashboard_url = await _start_dashboard(config, stack.gateway_address, log_dir)
         state = _ready_state(state, config, nats, stack, nodes, dashboard, dashboard_url)
         write_state(config.state_dir, state)
-        await stop.wait()
+        await _until_stopped(stop, config.state_dir)
         return 0
     except (LaunchError, OSError, ValueError) as exc:
         state.error = str(exc)
@@ -138,6 +140,20 @@ async def supervise(config: UpConfig) -> int:
         shutil.rmtree(store, ignore_errors=True)  # its passwords go with it
         if not state.error:
             remove_state(config.state_dir)
+
+
+async def _until_stopped(stop: asyncio.Event, directory: Path) -> None:
+    """Wait for SIGTERM; or stop when the state file no longer names this process (its
+    directory was removed or another stack took it): nothing could find this stack then, and
+    a stack nobody can stop must not live on."""
+    while True:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(STATE_CHECK_S):
+                await stop.wait()
+                return
+        state = read_state(directory)
+        if state is None or state.supervisor.pid != os.getpid():
+            return
 
 
 async def _apply_nodes(admin: Any, config: UpConfig) -> list[str]:
