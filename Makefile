@@ -61,8 +61,8 @@ LOCK_FLAGS := --quiet --generate-hashes --python-version 3.11 \
 lock:
 	rm -rf .venv-lock && $(PY) -m venv .venv-lock
 	.venv-lock/bin/pip install --quiet uv==$(UV_VERSION)
-	.venv-lock/bin/uv pip compile $(LOCK_FLAGS) pyproject.toml -o requirements/service.txt
-	.venv-lock/bin/uv pip compile $(LOCK_FLAGS) --extra dev --extra bench pyproject.toml \
+	.venv-lock/bin/uv pip compile $(LOCK_FLAGS) --extra otlp pyproject.toml -o requirements/service.txt
+	.venv-lock/bin/uv pip compile $(LOCK_FLAGS) --extra dev --extra bench --extra otlp pyproject.toml \
 		requirements/build.in -c requirements/service.txt -o requirements/dev.txt
 	rm -rf .venv-lock
 

@@ -402,7 +402,7 @@ def test_network_policies_let_clients_reach_only_the_gateway(name: str) -> None:
                 assert rule["from"], "NATS: from muster's pods and its own servers only"
             assert allowed_ports(egress, "egress") == {53, 6222}
             continue
-        expected_in = {8081, 50051} if component == "gateway" else {8081}
+        expected_in = {8080, 8081, 50051} if component == "gateway" else {8080, 8081}
         if component == "gateway" and name == "prod":  # + Kueue's visibility API
             expected_in |= {8443}
         assert allowed_ports(ingress, "ingress") == expected_in, component

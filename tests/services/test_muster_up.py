@@ -16,6 +16,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from urllib.request import urlopen
 
 import pytest
 from up_stack import MUSTER, ROOT, muster, start, up_env, wait_for_event
@@ -56,7 +57,8 @@ def test_the_readme_commands_work_verbatim_after_muster_up(tmp_path: Path) -> No
     assert outputs["stop clusterqueue"].strip() == (
         "clusterqueue.kueue.x-k8s.io/cluster-queue stopped (HoldAndDrain)"
     )
-    assert re.search(r"^gateway +\d+ +127\.0\.0\.1:\d+ +running$", outputs["status"], re.M)
+    status = outputs["status"]
+    assert re.search(r"^gateway +\d+ +127\.0\.0\.1:\d+ +running +127\.0\.0\.1:\d+$", status, re.M)
     assert outputs["down"].strip() == "muster is down."
     assert [p.name for p in processes if alive(p)] == []
     assert read_state(tmp_path) is None
@@ -99,9 +101,9 @@ def test_down_after_a_crash_stops_what_is_left_and_status_says_what_died(
 
     status = muster(up, "status", ok=False)
     assert status.returncode == 1
-    assert re.search(r"^supervisor +\d+ +- +exited$", status.stdout, re.M)
-    assert re.search(r"^gateway +\d+ .* exited$", status.stdout, re.M)
-    assert re.search(r"^admission-0 +\d+ .* running$", status.stdout, re.M)
+    assert re.search(r"^supervisor +\d+ +- +exited +-$", status.stdout, re.M)
+    assert re.search(r"^gateway +\d+ .* exited +\S+$", status.stdout, re.M)
+    assert re.search(r"^admission-0 +\d+ .* running +\S+$", status.stdout, re.M)
 
     done = muster(up, "down")
     assert done.stdout.startswith("muster was down already (it had crashed)")
@@ -112,6 +114,9 @@ def test_down_after_a_crash_stops_what_is_left_and_status_says_what_died(
 def test_up_twice_says_it_is_up_and_a_taken_port_is_named(tmp_path: Path) -> None:
     up = start(tmp_path / "a")
     try:
+        (admission,) = [p for p in up.state.processes if p.name == "admission-0"]
+        with urlopen(f"http://{admission.metrics}/metrics", timeout=10) as reply:
+            assert "kueue_cluster_queue_status" in reply.read().decode()  # Kueue's series
         again = muster(up, "up")
         assert again.stdout.startswith("muster is already up.")
         taken = up.gateway.rsplit(":", 1)[1]

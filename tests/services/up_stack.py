@@ -41,6 +41,7 @@ def up_env(directory: Path) -> dict[str, str]:
         "MUSTER_UP_GATEWAY_PORT": "0",
         "MUSTER_UP_NATS_PORT": "0",
         "MUSTER_UP_DASHBOARD_PORT": "0",
+        "MUSTER_UP_METRICS_PORT": "0",
     }
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 
 import nats.errors
@@ -27,6 +28,7 @@ from muster.bus.client import stream_sequence
 from muster.bus.consumer import consumer_config
 from muster.bus.pull import PullFeed
 from muster.contracts.v1 import events_pb2 as pb
+from muster.metrics.bus import ACK, DEAD_LETTER
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +66,13 @@ async def consume_in_order(
     )
     await feed.start()
     try:
-        while True:
-            raise_if_cancelling()
-            msgs = await feed.take(settings.batch, timeout_s=fetch_timeout_s)
-            if not msgs:
-                continue
-            await finishing(_handle_batch(bus, durable, msgs, handle, settings))
+        async with bus.following_lag(settings.stream, durable):
+            while True:
+                raise_if_cancelling()
+                msgs = await feed.take(settings.batch, timeout_s=fetch_timeout_s)
+                if not msgs:
+                    continue
+                await finishing(_handle_batch(bus, durable, msgs, handle, settings))
     finally:
         # Delivered but never handled: not naked, since a redelivery would come out of order
         # (after what follows it); the ack wait hands them to the next owner, which skips
@@ -91,7 +94,15 @@ async def _handle_batch(
             continue
         env.sequence = stream_sequence(msg)
         readable.append((msg, env))
+    started = time.perf_counter()
     outcomes = await handle([env for _, env in readable], [msg.data for msg, _ in readable])
+    if bus.metrics is not None:
+        bus.metrics.consumed_batch(
+            durable,
+            [env.type for _, env in readable],
+            [ACK if outcome is None else DEAD_LETTER for outcome in outcomes],
+            time.perf_counter() - started,
+        )
     for (msg, env), outcome in zip(readable, outcomes, strict=True):
         if outcome is None:
             await _quietly(msg.ack())

@@ -30,27 +30,40 @@ back-off, waitForPodsReady timeouts).
 
 With snapshots on, every event applied (its own decisions' echoes included) then goes to the
 `CompactLog` (snapshot.py), with its bytes as the consumer fetched them.
+
+Tracing: each decision is published in its workload's trace (the trace of the first event
+about it that this replica consumed; a batch mixes many workloads' traces). With spans
+recorded, a round is the span `admission.round` (linked to the traces of its facts) and each
+decision a span `admission.<decision>` in its workload's trace, from the round's start until
+JetStream has it. With metrics on (`AdmissionMetrics`), each round is reported before its
+decisions are published (a finished workload is still in the engine then).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
+
+from opentelemetry import trace
 
 from muster.admission.snapshot import CompactLog
 from muster.admission.state import AdmissionState
 from muster.admission.translate import (
     RECORDED,
+    Delete,
     Fact,
     FactError,
+    Finish,
     Recorded,
     envelopes_of,
     fact_of,
 )
 from muster.bus import Reject, Retry
 from muster.bus.cancel import finishing, raise_if_cancelling
+from muster.bus.tracing import headers_of_envelope, recording, start_span, trace_decisions
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.events import Event
 
@@ -65,6 +78,19 @@ class Publisher(Protocol):
     async def publish(self, env: pb.Envelope) -> int: ...
 
 
+class RoundObserver(Protocol):
+    """What rounds report to when metrics are on (`admission.metrics.AdmissionMetrics`)."""
+
+    def round(
+        self, facts: Sequence[Fact], events: Sequence[Event], *, decide_s: float | None
+    ) -> None: ...
+
+    def published(self, seconds: float) -> None: ...
+
+
+MAX_LINKS = 128  # traces a round's span links to, at most (a batch holds up to 256 facts)
+
+
 class Rounds:
     """Applies consumed facts in rounds, publishes decisions, and fires the engine's timers."""
 
@@ -77,8 +103,12 @@ class Rounds:
         on_round: Callable[[], None] = lambda: None,
         retry_s: float = 0.5,
         history: CompactLog | None = None,
+        metrics: RoundObserver | None = None,
     ) -> None:
         self.state = state
+        self.metrics = metrics
+        # Workload → the trace (W3C headers) its decisions are published in.
+        self.traces: dict[str, dict[str, str]] = {}
         self.history = history  # with snapshots on: what the state depends on (snapshot.py)
         self.publisher = publisher
         self.clock = clock
@@ -120,12 +150,17 @@ class Rounds:
                 fact = self.state.counted(fact, cluster=env.cluster)
             if fact is None or (isinstance(fact, Recorded) and fact.source == self.state.source):
                 continue  # nothing for admission, or our own decision (recorded when published)
+            if env.traceparent and env.workload not in self.traces:
+                self.traces[env.workload] = headers_of_envelope(env.traceparent, env.tracestate)
             facts.append((env, fact))
         # The decisions' cause: the last event applied (their ids derive from it). A batch of
         # echoes changed nothing a round could act on: most batches, under load, are those.
         rejected = (
             {} if echoes_only else await self._round(facts, cause=facts[-1][0] if facts else None)
         )
+        for env, fact in facts:
+            if isinstance(fact, Finish | Delete):
+                self.traces.pop(env.workload, None)  # its last decisions are published
         # No await from here on: a snapshot, taken between rounds, sees the log and the last
         # sequence agree. The log reads the ledger as the whole round left it.
         history = self.history
@@ -143,6 +178,8 @@ class Rounds:
     ) -> dict[str, Reject]:
         rejected: dict[str, Reject] = {}
         async with self.lock:
+            started_ns = time.time_ns()
+            started = time.perf_counter()
             now_s = self.clock()
             version = self.state.engine.version
             events: list[Event] = []
@@ -161,12 +198,35 @@ class Rounds:
                 return rejected
             events += self.state.decide(now_s=now_s)
             changed = changed or bool(events)
-            await self.publish(events, cause=cause or self._tick_cause(now_s))
+            if self.metrics is not None:
+                decide_s = time.perf_counter() - started
+                self.metrics.round([f for _, f in facts], events, decide_s=decide_s)
+            span = self._round_span(facts, started_ns=started_ns)
+            try:
+                await self.publish(
+                    events, cause=cause or self._tick_cause(now_s), started_ns=started_ns
+                )
+            finally:
+                if span is not None:
+                    span.set_attribute("muster.decisions", len(events))
+                    span.end()
             self.rounds += 1
         self._timers_changed.set()
         if changed:  # the views are the engine's: a round about other shards' workloads,
             self.on_round()  # or one that decided nothing, leaves them as they were
         return rejected
+
+    def _round_span(
+        self, facts: Sequence[tuple[pb.Envelope, Fact]], *, started_ns: int
+    ) -> trace.Span | None:
+        """The round's span, linked to its facts' traces; None unless spans are recorded."""
+        if not recording():
+            return None
+        links = [self.traces[e.workload] for e, _ in facts[:MAX_LINKS] if e.workload in self.traces]
+        attributes = {"muster.shard": self.state.sharding.shard, "muster.facts": len(facts)}
+        return start_span(
+            "admission.round", None, start_ns=started_ns, links=links, attributes=attributes
+        )
 
     # --- timers ----------------------------------------------------------------------------
 
@@ -189,6 +249,8 @@ class Rounds:
         """Publish what taking ownership decided, with ids fixed by the rebuild's end."""
         cause = pb.Envelope(event_id=f"rebuild/{self.state.source}/{replay_end}")
         async with self.lock:
+            if self.metrics is not None:
+                self.metrics.round((), events, decide_s=None)
             await self.publish(events, cause=cause)
         self._timers_changed.set()
         self.on_round()
@@ -198,20 +260,36 @@ class Rounds:
 
     # --- publishing ------------------------------------------------------------------------
 
-    async def publish(self, events: Sequence[Event], *, cause: pb.Envelope) -> None:
+    async def publish(
+        self, events: Sequence[Event], *, cause: pb.Envelope, started_ns: int | None = None
+    ) -> None:
         """Publish the decisions in `events`: one workload's in order, workloads side by side.
 
         Each wave holds at most one decision per workload and starts once the previous wave is
         stored, so a workload's decisions are stored in the order made (quota_reserved before
         admitted) while a round of many workloads costs a few round trips, not one per event.
         A temporary failure is retried with the same envelope (same id) until it is stored.
+        Each goes in its workload's trace (`started_ns`: when its span starts, if recorded).
         """
         state = self.state
         envs = envelopes_of(state.decisions(events), cause=cause, source=state.source)
-        for wave in waves_by_workload(envs):
-            await asyncio.gather(*(self._publish_until_stored(env) for env in wave))
+        spans = trace_decisions(
+            envs, service="admission", trace_of=self._trace_of, start_ns=started_ns
+        )
+        started = time.perf_counter()
+        try:
+            for wave in waves_by_workload(envs):
+                await asyncio.gather(*(self._publish_until_stored(env) for env in wave))
+        finally:
+            for span in spans:
+                span.end()
+        if self.metrics is not None and envs:
+            self.metrics.published(time.perf_counter() - started)
         published = [fact for env in envs if isinstance(fact := fact_of(env), Recorded)]
         state.record_published(published)
+
+    def _trace_of(self, env: pb.Envelope) -> dict[str, str] | None:
+        return self.traces.get(env.workload)
 
     async def _publish_until_stored(self, env: pb.Envelope) -> None:
         while True:

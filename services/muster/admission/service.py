@@ -30,6 +30,7 @@ from muster.admission.clusters import follow_clusters
 from muster.admission.consumer import consume_in_order, ensure_consumer
 from muster.admission.handlers import Clock, Rounds
 from muster.admission.lease import SHARDS_BUCKET, ShardLease
+from muster.admission.metrics import AdmissionMetrics
 from muster.admission.rebuild import SnapshotStore, replay_event, restore
 from muster.admission.snapshot import CompactLog, encode_snapshot
 from muster.admission.state import AdmissionState
@@ -190,8 +191,17 @@ class AdmissionService:
         self.snapshot_sequence = 0  # of the last snapshot read or written
         self.stream_created = ""  # when MUSTER_EVENTS was created: set by `start`
         self._dirty = asyncio.Event()
+        # With /metrics: Kueue's series for this shard's trees, and its own rounds.
+        self.metrics = (
+            AdmissionMetrics(bus.metrics.registry, self.state) if bus.metrics is not None else None
+        )
         self.rounds = Rounds(
-            self.state, bus, clock=clock, on_round=self._dirty.set, history=self.history
+            self.state,
+            bus,
+            clock=clock,
+            on_round=self._dirty.set,
+            history=self.history,
+            metrics=self.metrics,
         )
 
     async def start(self) -> None:
@@ -247,6 +257,8 @@ class AdmissionService:
             max_event_bytes=self.bus.config.max_event_bytes,
         )
         self.snapshot_sequence = snapshot.sequence
+        if self.metrics is not None:
+            self.metrics.own.snapshot_taken()
         log.info(
             "snapshot at sequence %d loaded: %d events, %d bytes, in %.3fs",
             snapshot.sequence,
@@ -297,6 +309,8 @@ class AdmissionService:
         data = await asyncio.to_thread(encode_snapshot, snapshot)
         await self.snapshots.put(self.config.durable, snapshot, data)
         self.snapshot_sequence = snapshot.sequence
+        if self.metrics is not None:
+            self.metrics.own.snapshot_taken()
         log.info(
             "snapshot at sequence %d written: %d events, %d bytes (%d stored), in %.3fs",
             snapshot.sequence,
@@ -311,7 +325,8 @@ class AdmissionService:
 
         At most once per `visibility_interval_s`, and less often when computing the views
         takes long (many workloads): they are read from the engine's records, and are not on
-        the decision path, so they get at most 1/VISIBILITY_CPU_SHARE of the time.
+        the decision path, so they get at most 1/VISIBILITY_CPU_SHARE of the time. Kueue's
+        gauges (metrics on) are computed with them, in that share.
         """
         kv = await self.bus.kv(VISIBILITY_BUCKET)
         writer = VisibilityWriter(kv)
@@ -322,6 +337,8 @@ class AdmissionService:
             started = time.perf_counter()
             async with self.rounds.lock:
                 values = visibility_values(self.state.engine, self.state.sharding)
+                if self.metrics is not None:
+                    self.metrics.refresh_gauges()
             spent_s = time.perf_counter() - started
             try:
                 put = await writer.write(values)

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 WORKLOAD_LABEL = "muster.dev/workload"  # on a pod: the name of its workload (same namespace)
 POD_SET_ANNOTATION = "muster.dev/pod-set"  # on a pod: its podset's name
+# On a pod muster started: the W3C traceparent of its workload's trace, so that what the
+# watcher reports about it joins that trace (docs/observability.md).
+TRACEPARENT_ANNOTATION = "muster.dev/traceparent"
 RUN_SECONDS_ANNOTATION = "muster.dev/run-seconds"  # on a workload, Job or pod: run time
 # On a workload or Job: other ways it may run, in order of preference (docs/routing.md).
 ALTERNATIVES_ANNOTATION = "muster.dev/alternatives"

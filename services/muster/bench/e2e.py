@@ -19,6 +19,11 @@ kubelet started its pod), so the per-cluster services' work that lags behind adm
 counted too. The client only polls the stream's per-subject counts meanwhile, and reads the
 events' times once all went through (`Events.Watch`, not following): watching live would make
 the gateway and the client compete with what is measured.
+
+`--observe` runs each case with observability `off` (the default), `on` (every service serves
+/metrics; tracing as configured by default: no exporter, so no spans) and `otlp` (the same, and
+every service exports spans over OTLP/HTTP to a receiver in this process that counts them), in
+that order per case, so that their rows can be compared.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from muster.bus.service import run_loop
 from muster.bus.subjects import EVENTS_STREAM, workload_subject
 from muster.cluster.sim.backend import SimBackend
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
+from muster.devtools.otlp import OtlpReceiver
 from muster.launcher.nats_server import NatsServer
 from muster.launcher.stack import Stack
 
@@ -53,6 +59,7 @@ CLUSTER = "local"
 DONE = ("admitted", "bound", "running")  # a workload went through once it has all three
 POLL_S = 0.02
 BATCHED_PER_CALL = 16  # workloads per Submit in the batched burst
+OBSERVE = ("off", "on", "otlp")  # metrics and tracing: see the module docstring
 
 
 class E2ERow(msgspec.Struct, frozen=True, kw_only=True):
@@ -70,6 +77,8 @@ class E2ERow(msgspec.Struct, frozen=True, kw_only=True):
     bound_p50_ms: float
     bound_p99_ms: float
     cpu_ms_per_workload: dict[str, float]  # process -> CPU ms per workload, "total" included
+    observe: str = "off"  # metrics and tracing: off, on (no exporter), otlp
+    spans_exported: int = 0  # OTLP requests received (otlp only)
 
 
 _QUEUE = """apiVersion: kueue.x-k8s.io/v1beta2
@@ -181,13 +190,41 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def observed(observe: str, receiver: OtlpReceiver | None) -> dict[str, str] | None:
+    """The services' environment for `observe` (None: as ours)."""
+    if observe == "off":
+        return None
+    env = {"MUSTER_METRICS_PORT": "0"}
+    if receiver is not None:
+        env |= {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        }
+    return env
+
+
 async def run_case(
-    *, shards: int, workloads: int, rate_per_s: float | None, per_call: int = 1
+    *,
+    shards: int,
+    workloads: int,
+    rate_per_s: float | None,
+    per_call: int = 1,
+    observe: str = "off",
 ) -> E2ERow:
+    if observe not in OBSERVE:
+        raise ValueError(f"observe must be one of {', '.join(OBSERVE)}, got {observe!r}")
     log_dir = Path(tempfile.mkdtemp(prefix="muster-bench-e2e-"))
     nats = NatsServer(log_dir / "jetstream")
     url = await nats.start(log_path=log_dir / "nats-server.log")
-    stack = Stack(nats_url=url, cluster="local", shards=shards, speed=1.0, log_dir=log_dir)
+    receiver = OtlpReceiver(keep=False).start() if observe == "otlp" else None
+    stack = Stack(
+        nats_url=url,
+        cluster="local",
+        shards=shards,
+        speed=1.0,
+        log_dir=log_dir,
+        environment=observed(observe, receiver),
+    )
     try:
         await stack.start()
         backend = await SimBackend.connect(url, cluster="local")
@@ -212,6 +249,11 @@ async def run_case(
     finally:
         await stack.stop()
         await nats.stop()
+        if receiver is not None:
+            receiver.stop()
+    row = msgspec.structs.replace(
+        row, observe=observe, spans_exported=0 if receiver is None else receiver.requests
+    )
     # Kept when the case failed (the error names it); a finished case leaves nothing behind:
     # its JetStream store is megabytes per case.
     shutil.rmtree(log_dir, ignore_errors=True)
@@ -319,14 +361,31 @@ async def _measure(
     )
 
 
-def run(*, scale: float, shard_counts: tuple[int, ...] = (1, 2, 4)) -> Iterator[E2ERow]:
+def run(
+    *,
+    scale: float,
+    shard_counts: tuple[int, ...] = (1, 2, 4),
+    observe: tuple[str, ...] = ("off",),
+) -> Iterator[E2ERow]:
     count = max(10, round(1000 * scale))
     for shards in shard_counts:
         # The client on the services' loop (uvloop when installed): it shares their 2 cores.
-        for per_call in (1, BATCHED_PER_CALL):
-            burst = run_case(shards=shards, workloads=3 * count, rate_per_s=None, per_call=per_call)
-            yield run_loop(burst)
-        yield run_loop(run_case(shards=shards, workloads=count, rate_per_s=200.0))
+        loads = [
+            Load(shards=shards, workloads=3 * count, rate_per_s=None, per_call=per_call)
+            for per_call in (1, BATCHED_PER_CALL)
+        ]
+        loads.append(Load(shards=shards, workloads=count, rate_per_s=200.0))
+        for load in loads:
+            for mode in observe:  # side by side, so that drift on the machine weighs alike
+                yield run_loop(
+                    run_case(
+                        shards=load.shards,
+                        workloads=load.workloads,
+                        rate_per_s=load.rate_per_s,
+                        per_call=load.per_call,
+                        observe=mode,
+                    )
+                )
 
 
 def render(rows: list[E2ERow]) -> str:
@@ -337,6 +396,7 @@ def render(rows: list[E2ERow]) -> str:
 def render_cpu(rows: list[E2ERow]) -> str:
     columns: list[Column[E2ERow]] = [
         Column("CPU ms/workload", lambda r: r.mode, numeric=False),
+        Column("OBSERVE", lambda r: r.observe, numeric=False),
         Column("SHARDS", lambda r: str(r.shards)),
         Column("WORKLOADS", lambda r: str(r.workloads)),
         Column("PER CALL", lambda r: str(r.per_call)),
@@ -352,6 +412,7 @@ def _cpu_column(process: str) -> Column[E2ERow]:
 def render_latency(rows: list[E2ERow]) -> str:
     columns: list[Column[E2ERow]] = [
         Column("MODE", lambda r: r.mode, numeric=False),
+        Column("OBSERVE", lambda r: r.observe, numeric=False),
         Column("SHARDS", lambda r: str(r.shards)),
         Column("WORKLOADS", lambda r: str(r.workloads)),
         Column("PER CALL", lambda r: str(r.per_call)),

@@ -4,6 +4,10 @@ apply submitted cluster objects.
 Each publishes what it did, caused by the event it handled (so a redelivery republishes the
 same event ids), and returns; the consume loop then acks. Start, bind and stop are idempotent
 in the backend, so a redelivered event does no harm.
+
+Tracing: each step is a span (`binder.start`, `binder.bind`, `binder.evict`) in the handled
+event's trace, when spans are recorded; the pods it starts carry that trace's `traceparent`
+(annotation `muster.dev/traceparent`), so what the watcher reports about them joins it.
 """
 
 from __future__ import annotations
@@ -11,14 +15,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
+import msgspec
 from google.protobuf.message import Message
 
 from muster.api import workload_from_json
 from muster.api.model import Workload
-from muster.api.wellknown import BIND_FAILED
+from muster.api.wellknown import BIND_FAILED, TRACEPARENT_ANNOTATION
 from muster.binder.pacing import BindPacer
 from muster.binder.translate import (
     MissingPodSetError,
@@ -27,9 +33,11 @@ from muster.binder.translate import (
 )
 from muster.bus.envelope import new_event
 from muster.bus.errors import Reject, Retry
-from muster.cluster.backend import ClusterBackend, Identity
+from muster.bus.tracing import step, trace_headers
+from muster.cluster.backend import ClusterBackend, Identity, PodSetStart
 from muster.cluster.errors import ClusterError, RequestsRefusedError
 from muster.contracts.v1 import events_pb2
+from muster.metrics.services import BinderSeries
 
 log = logging.getLogger(__name__)
 CLUSTER_ADMINS = "system:masters"  # Kubernetes' group that no authorizer can refuse
@@ -86,12 +94,14 @@ class BinderContext:
         publisher: Publisher,
         specs: WorkloadSpecs,
         pacer: BindPacer,
+        metrics: BinderSeries | None = None,
     ) -> None:
         self.cluster = cluster
         self.backend = backend
         self.publisher = publisher
         self.specs = specs
         self.pacer = pacer
+        self.metrics = metrics
         self.source = f"binder/{cluster}"
 
     async def publish(self, field: str, payload: Message, *, cause: events_pb2.Envelope) -> None:
@@ -136,16 +146,28 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
         starts = pod_set_starts(wl, env.admitted)
     except MissingPodSetError as err:
         raise Reject(str(err)) from None
-    try:
-        await ctx.backend.start_workload(env.workload, pod_sets=starts)
-    except RequestsRefusedError as err:
-        # Routed to requests the cluster will not run it with: nothing started. Admission
-        # evicts it and puts it back on its declared queue (docs/routing.md, "On Kubernetes").
-        log.warning("requests refused: %s", err, extra={"workload": env.workload})
-        payload = events_pb2.RequestsRefused(message=str(err))
-        await ctx.publish("requests_refused", payload, cause=env)
-    except ClusterError as err:
-        raise _as_retry_or_reject(err, f"starting {env.workload}") from err
+    with step("binder.start", attributes=lambda: {"muster.workload": env.workload}):
+        try:
+            await ctx.backend.start_workload(env.workload, pod_sets=traced(starts))
+        except RequestsRefusedError as err:
+            # Routed to requests the cluster will not run it with: nothing started. Admission
+            # evicts it and puts it back on its declared queue (docs/routing.md, "On Kubernetes").
+            log.warning("requests refused: %s", err, extra={"workload": env.workload})
+            payload = events_pb2.RequestsRefused(message=str(err))
+            await ctx.publish("requests_refused", payload, cause=env)
+        except ClusterError as err:
+            raise _as_retry_or_reject(err, f"starting {env.workload}") from err
+
+
+def traced(starts: list[PodSetStart]) -> list[PodSetStart]:
+    """`starts` with the current trace's `traceparent` on every pod (none: as they are)."""
+    parent = trace_headers().get("traceparent")
+    if not parent:
+        return starts
+    return [
+        msgspec.structs.replace(s, annotations={**s.annotations, TRACEPARENT_ANNOTATION: parent})
+        for s in starts
+    ]
 
 
 async def on_gang_permitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
@@ -154,13 +176,19 @@ async def on_gang_permitted(env: events_pb2.Envelope, ctx: BinderContext) -> Non
 
     async def bind(b: events_pb2.PodBinding) -> None:
         async with ctx.pacer.slot():
+            started = time.perf_counter()
             await ctx.backend.bind(b.pod.namespace, b.pod.name, b.node)
+            if ctx.metrics is not None:
+                ctx.metrics.bound(time.perf_counter() - started)
 
-    results = await _settled([bind(b) for b in bindings])
+    with step("binder.bind", attributes=lambda: {"muster.pods": len(bindings)}):
+        results = await _settled([bind(b) for b in bindings])
     failures: list[tuple[events_pb2.PodBinding, ClusterError]] = []
     for b, result in zip(bindings, results, strict=True):
         if isinstance(result, ClusterError):
             failures.append((b, result))
+            if ctx.metrics is not None:
+                ctx.metrics.failed(temporary=result.temporary)
         elif isinstance(result, BaseException):
             raise result  # a bug: the consume loop naks and retries
     permanent = [(b, err) for b, err in failures if not err.temporary]
@@ -194,15 +222,16 @@ async def on_evict(env: events_pb2.Envelope, ctx: BinderContext) -> None:
     """Stop the workload's pods (or exactly the pods listed), then publish
     `eviction_completed`."""
     pods = env.evict_requested.pods
-    try:
-        if pods:
-            await asyncio.gather(
-                *(ctx.backend.delete("Pod", p.name, namespace=p.namespace) for p in pods)
-            )
-        else:
-            await ctx.backend.stop_workload(env.workload)
-    except ClusterError as err:
-        raise _as_retry_or_reject(err, f"stopping {env.workload}") from err
+    with step("binder.evict", attributes=lambda: {"muster.workload": env.workload}):
+        try:
+            if pods:
+                await asyncio.gather(
+                    *(ctx.backend.delete("Pod", p.name, namespace=p.namespace) for p in pods)
+                )
+            else:
+                await ctx.backend.stop_workload(env.workload)
+        except ClusterError as err:
+            raise _as_retry_or_reject(err, f"stopping {env.workload}") from err
     await ctx.publish("eviction_completed", events_pb2.EvictionCompleted(), cause=env)
 
 

@@ -29,6 +29,7 @@ from muster.bus.errors import Reject
 from muster.bus.subjects import COMMANDS_STREAM, command_subject, workload_subject
 from muster.cluster.backend import ClusterBackend
 from muster.contracts.v1 import events_pb2
+from muster.metrics.services import BinderSeries
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,11 @@ async def run_binder(
         specs=specs,
         pacer=BindPacer(
             max_concurrent=config.max_concurrent_binds, per_second=config.binds_per_second
+        ),
+        metrics=(
+            BinderSeries(bus.metrics.registry, cluster=config.cluster)
+            if bus.metrics is not None
+            else None
         ),
     )
     # Catch up on specs before taking work, so an admitted event finds its workload.

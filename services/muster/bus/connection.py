@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -21,6 +22,7 @@ from nats.js.kv import KeyValue
 from muster.bus.client import MusterClient
 from muster.bus.consumer import ConsumerSettings, Handler, consume
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
+from muster.bus.errors import Reject, Retry
 from muster.bus.kv import open_bucket
 from muster.bus.publisher import Publisher
 from muster.bus.redact import redact_url
@@ -28,8 +30,10 @@ from muster.bus.replay import last_sequence, replay
 from muster.bus.setup import ensure_stream
 from muster.bus.subjects import EVENTS_STREAM, stream_configs
 from muster.contracts.v1.events_pb2 import Envelope
+from muster.metrics.bus import DEAD_LETTER, ERROR, RETRY, BusMetrics, instrument
 
 log = logging.getLogger(__name__)
+LAG_EVERY_S = 5.0  # how often a consumer's lag is read from NATS, with metrics on
 
 
 class BusConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -81,11 +85,12 @@ class BusConfig(msgspec.Struct, frozen=True, kw_only=True):
         return f"BusConfig({fields.replace(repr(self.url), repr(redact_url(self.url)))})"
 
 
-async def connect(config: BusConfig) -> Bus:
+async def connect(config: BusConfig, *, metrics: BusMetrics | None = None) -> Bus:
     """A Bus connected to `config.url`, reconnecting forever once connected.
 
     Keeps trying the first connection for `config.connect_timeout_s` (NATS may start after us,
-    as under `muster run`), then raises ConnectionError naming the last error.
+    as under `muster run`), then raises ConnectionError naming the last error. With `metrics`
+    (the service serves /metrics), the bus keeps the generic series (`muster.metrics.bus`).
     """
     nc = MusterClient()
 
@@ -95,9 +100,13 @@ async def connect(config: BusConfig) -> Bus:
     async def on_disconnect() -> None:
         if not nc.is_closed:  # closing on purpose (drain, close) is not news
             log.warning("disconnected from NATS; reconnecting")
+            if metrics is not None:
+                metrics.disconnected()
 
     async def on_reconnect() -> None:
         log.info("reconnected to NATS")
+        if metrics is not None:
+            metrics.reconnected()
 
     attempt = nc.connect(
         servers=[u.strip() for u in config.url.split(",") if u.strip()],
@@ -127,19 +136,35 @@ async def connect(config: BusConfig) -> Bus:
             f"NATS at {redact_url(config.url)} not reachable within "
             f"{config.connect_timeout_s:g}s" + (f": {last!r}" if last else "")
         ) from last
-    return Bus(nc, config)
+    return Bus(nc, config, metrics=metrics)
+
+
+def _type_of(env: Envelope) -> str:
+    return env.type
+
+
+def _outcome_of(exc: BaseException) -> str:
+    """What the consume loop does with a message whose handler raised `exc`."""
+    if isinstance(exc, Retry):
+        return RETRY
+    return DEAD_LETTER if isinstance(exc, Reject) else ERROR
 
 
 class Bus:
     """A NATS connection with muster's streams, publisher, consumers, replays and buckets."""
 
-    def __init__(self, nc: NatsClient, config: BusConfig) -> None:
+    def __init__(
+        self, nc: NatsClient, config: BusConfig, *, metrics: BusMetrics | None = None
+    ) -> None:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream(timeout=config.publish_timeout_s)
         self.config = config
+        # The service's series (None: it serves no /metrics, and nothing is counted).
+        self.metrics = metrics
         self.publisher = Publisher(
             nc, self.js, max_event_bytes=config.max_event_bytes, timeout_s=config.publish_timeout_s
         )
+        self.publisher.metrics = metrics
 
     async def ensure_streams(self) -> None:
         """Create muster's streams, or bring their config up to date; safe to call any time.
@@ -207,7 +232,42 @@ class Bus:
         settings: ConsumerSettings,
     ) -> None:
         """`consume` with every setting spelled out in a `ConsumerSettings`."""
-        await consume(self.nc, self.js, self.publisher, durable, subjects, handler, settings)
+        if self.metrics is not None:
+            handler = instrument(
+                self.metrics, durable, handler, type_of=_type_of, outcome_of=_outcome_of
+            )
+        async with self.following_lag(settings.stream, durable):
+            await consume(self.nc, self.js, self.publisher, durable, subjects, handler, settings)
+
+    @contextlib.asynccontextmanager
+    async def following_lag(
+        self, stream: str, durable: str, *, every_s: float = LAG_EVERY_S
+    ) -> AsyncIterator[None]:
+        """While the body runs, read durable `durable`'s lag every `every_s` into the metrics
+        (with none, nothing is read)."""
+        if self.metrics is None:
+            yield
+            return
+        task = asyncio.create_task(self._follow_lag(stream, durable, every_s), name="lag")
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _follow_lag(self, stream: str, durable: str, every_s: float) -> None:
+        assert self.metrics is not None
+        while True:
+            try:
+                info = await self.js.consumer_info(stream, durable)
+            except (nats.errors.Error, TimeoutError) as exc:
+                log.debug("lag of %s not read: %r", durable, exc)
+            else:
+                self.metrics.lag(
+                    durable, pending=int(info.num_pending or 0), ack_pending=info.num_ack_pending
+                )
+            await asyncio.sleep(every_s)
 
     def replay(
         self,

@@ -25,6 +25,7 @@ from muster.bus.errors import Conflict, Reject, Retry
 from muster.bus.subjects import dlq_subject, subject_of
 from muster.bus.tracing import trace_headers
 from muster.contracts.v1.events_pb2 import Envelope
+from muster.metrics.bus import BusMetrics
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ class Publisher:
         self.max_event_bytes = max_event_bytes
         self.timeout_s = timeout_s
         self._acks = _PubAcks(nc)
+        self.metrics: BusMetrics | None = None  # set by the Bus when the service has metrics
 
     async def publish(
         self, env: Envelope, *, expected_last_subject_sequence: int | None = None
@@ -87,7 +89,10 @@ class Publisher:
             headers.update(trace_headers())
         if expected_last_subject_sequence is not None:
             headers[EXPECTED_LAST_SUBJECT_SEQUENCE] = str(expected_last_subject_sequence)
-        return await self.publish_raw(subject_of(env), data, headers)
+        sequence = await self.publish_raw(subject_of(env), data, headers)
+        if self.metrics is not None:
+            self.metrics.published(env.type)
+        return sequence
 
     async def publish_all(self, envs: Iterable[Envelope]) -> list[int]:
         """Publish `envs` one after the other, so they are stored in this order; their sequences."""
@@ -149,9 +154,12 @@ class Publisher:
             headers[DLQ_TRUNCATED] = str(len(data))
             data = data[: max(0, room)]
         try:
-            return await self.publish_raw(dlq_subject(consumer), data, headers)
+            sequence = await self.publish_raw(dlq_subject(consumer), data, headers)
         except Reject as exc:
             raise Retry(5.0, f"cannot dead-letter: {exc}") from exc
+        if self.metrics is not None:
+            self.metrics.dead_lettered(consumer)
+        return sequence
 
 
 def _header_value(text: str, limit: int = 1024) -> str:

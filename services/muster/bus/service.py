@@ -32,6 +32,7 @@ import grpc
 import msgspec
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
+from prometheus_client import CollectorRegistry, ProcessCollector
 
 from muster.bus.connection import Bus, BusConfig, connect
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
@@ -41,6 +42,8 @@ from muster.bus.permissions import inbox_of
 from muster.bus.redact import register
 from muster.bus.subjects import DEFAULT_CLUSTER, check_cluster
 from muster.bus.tracing import setup_tracing
+from muster.metrics.bus import BusMetrics
+from muster.metrics.server import serve_metrics
 
 log = logging.getLogger(__name__)
 
@@ -62,11 +65,16 @@ class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
     health_port: int = 0  # 0: any free port, printed as "health: <host>:<port>" on stdout
     grace_s: float = 10.0  # how long in-flight work may take to finish after SIGTERM
     log_level: str = "INFO"
+    # /metrics on the health host; None: no metrics (nothing counted); 0: any free port, printed
+    # as "metrics: <host>:<port>" on stdout.
+    metrics_port: int | None = None
 
     def __post_init__(self) -> None:
         check_cluster(self.cluster)
         if not 0 <= self.health_port <= 65535:
             raise ValueError(f"health port must be in 0..65535, got {self.health_port}")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"metrics port must be in 0..65535, got {self.metrics_port}")
         if self.grace_s < 0:
             raise ValueError(f"grace seconds must be >= 0, got {self.grace_s:g}")
         if self.log_level.upper() not in logging.getLevelNamesMapping():
@@ -111,6 +119,9 @@ COMMON_FLAGS = (
     Flag("--log-level", "LEVEL", str, "MUSTER_LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR"),
     Flag("--stream-replicas", "N", int, "MUSTER_STREAM_REPLICAS", "1",
          "servers holding each stream and bucket muster creates (3 on a NATS cluster of 3)"),
+    Flag("--metrics-port", "N", int, "MUSTER_METRICS_PORT", None,
+         "serve Prometheus metrics on http://<health host>:N/metrics (0: any free port, "
+         "printed); unset: no metrics"),
 )  # fmt: skip
 
 
@@ -198,6 +209,7 @@ def config_from_args(args: argparse.Namespace, name: str) -> ServiceConfig:
         health_port=args.health_port,
         grace_s=args.grace_seconds,
         log_level=args.log_level.upper(),
+        metrics_port=args.metrics_port,
     )
 
 
@@ -307,21 +319,47 @@ async def serve(config: ServiceConfig, main: ServiceMain) -> int:
     await server.start()
     print(f"health: {config.health_host}:{port}", flush=True)
     log.info("starting; health on %s:%d", config.health_host, port)
+    metrics, stop_metrics = None, None
     try:
-        return await _run_connected(config, main, health, stop)
+        if config.metrics_port is not None:
+            try:
+                metrics, stop_metrics = _serve_metrics(config)
+            except OSError as exc:
+                where = f"{config.health_host}:{config.metrics_port}"
+                log.error("cannot serve metrics on %s: %s", where, exc)
+                return EXIT_FAILED
+        return await _run_connected(config, main, health, stop, metrics)
     finally:
         health.not_serving()
         await health.settle()
         await server.stop(grace=0.5)
+        if stop_metrics is not None:
+            stop_metrics()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
 
 
+def _serve_metrics(config: ServiceConfig) -> tuple[BusMetrics, Callable[[], None]]:
+    """The service's registry (with the process's CPU and memory), served on the health host."""
+    assert config.metrics_port is not None
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    metrics = BusMetrics(registry, service=config.name)
+    port, stop = serve_metrics(registry, host=config.health_host, port=config.metrics_port)
+    print(f"metrics: {config.health_host}:{port}", flush=True)
+    log.info("metrics on http://%s:%d/metrics", config.health_host, port)
+    return metrics, stop
+
+
 async def _run_connected(
-    config: ServiceConfig, main: ServiceMain, health: Health, stop: asyncio.Event
+    config: ServiceConfig,
+    main: ServiceMain,
+    health: Health,
+    stop: asyncio.Event,
+    metrics: BusMetrics | None = None,
 ) -> int:
     try:
-        bus = await _unless_stopped(connect(config.bus), stop)
+        bus = await _unless_stopped(connect(config.bus, metrics=metrics), stop)
     except ConnectionError as exc:
         log.error("cannot connect to NATS: %s", exc)
         return EXIT_FAILED

@@ -30,17 +30,20 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from muster.contracts.v1.events_pb2 import Envelope
+
 log = logging.getLogger(__name__)
 
 TRACE_HEADERS = ("traceparent", "tracestate")
 _PROPAGATOR = TraceContextTextMapPropagator()
 
-# (module, class) of the OTLP exporters, tried in order when OTEL_EXPORTER_OTLP_* is set. They
-# are optional: muster does not depend on them, a deployment that wants them installs one.
-_OTLP_EXPORTERS = (
-    ("opentelemetry.exporter.otlp.proto.grpc.trace_exporter", "OTLPSpanExporter"),
-    ("opentelemetry.exporter.otlp.proto.http.trace_exporter", "OTLPSpanExporter"),
-)
+# (module, class) of the OTLP span exporters by protocol, as OTEL_EXPORTER_OTLP_PROTOCOL names
+# it. They are the `otlp` extra (the service image has it): without it, no spans are exported.
+_OTLP_EXPORTERS = {
+    "http/protobuf": ("opentelemetry.exporter.otlp.proto.http.trace_exporter", "OTLPSpanExporter"),
+    "grpc": ("opentelemetry.exporter.otlp.proto.grpc.trace_exporter", "OTLPSpanExporter"),
+}
+DEFAULT_OTLP_PROTOCOL = "http/protobuf"  # the OpenTelemetry specification's default
 
 
 def setup_tracing(service_name: str, *, record: bool = False) -> None:
@@ -74,17 +77,25 @@ def recording() -> bool:
 
 
 def _otlp_exporter() -> SpanExporter | None:
+    """The OTLP exporter the standard variables ask for (endpoint set), else None."""
     if not any(k.startswith("OTEL_EXPORTER_OTLP") and k.endswith("ENDPOINT") for k in os.environ):
         return None
-    for module_name, class_name in _OTLP_EXPORTERS:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        exporter: SpanExporter = getattr(module, class_name)()
-        return exporter
-    log.warning("OTEL_EXPORTER_OTLP_*ENDPOINT is set but no OTLP exporter package is installed")
-    return None
+    protocol = (
+        os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or DEFAULT_OTLP_PROTOCOL
+    )
+    if protocol not in _OTLP_EXPORTERS:
+        log.warning("OTLP protocol %r is not supported (grpc, http/protobuf): no spans", protocol)
+        return None
+    module_name, class_name = _OTLP_EXPORTERS[protocol]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        log.warning("OTEL_EXPORTER_OTLP_*ENDPOINT is set but %s is not installed", module_name)
+        return None
+    exporter: SpanExporter = getattr(module, class_name)()
+    return exporter
 
 
 _tracer: tuple[trace.TracerProvider, trace.Tracer] | None = None
@@ -179,3 +190,100 @@ def context_from_metadata(
 def metadata_from_context(ctx: otel_context.Context | None = None) -> list[tuple[str, str]]:
     """gRPC metadata carrying `ctx` (default: the current context), to pass with a call."""
     return sorted(trace_headers(ctx).items())
+
+
+# --- spans of a workload's steps ------------------------------------------------------------
+# Every helper below makes nothing (returns None) unless spans are recorded, so a service
+# without an exporter pays one check per step.
+
+
+@contextlib.contextmanager
+def step(
+    name: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    attributes: Callable[[], Mapping[str, str | int]] | None = None,
+) -> Iterator[trace.Span | None]:
+    """A span `name` around the body: a child of the current span, or of the trace `headers`
+    carry when given; None (no span) unless spans are recorded."""
+    if not recording():
+        yield None
+        return
+    context = None if headers is None else context_from_headers(headers)
+    with tracer().start_as_current_span(
+        name, context=context, attributes=None if attributes is None else attributes()
+    ) as span:
+        yield span
+
+
+def start_span(
+    name: str,
+    headers: Mapping[str, str] | None,
+    *,
+    start_ns: int | None = None,
+    links: Iterable[Mapping[str, str]] = (),
+    attributes: Mapping[str, str | int] | None = None,
+) -> trace.Span | None:
+    """A span the caller ends, in the trace `headers` carry (a new trace without them),
+    linked to the traces of `links` (each W3C headers); None unless spans are recorded."""
+    if not recording():
+        return None
+    linked = []
+    for carried in links:
+        span_context = trace.get_current_span(context_from_headers(carried)).get_span_context()
+        if span_context.is_valid:
+            linked.append(trace.Link(span_context))
+    return tracer().start_span(
+        name,
+        context=context_from_headers(headers),
+        start_time=start_ns,
+        links=linked,
+        attributes=attributes,
+    )
+
+
+def headers_of(span: trace.Span) -> dict[str, str]:
+    """The W3C headers that make `span` the parent of what is published with them."""
+    return trace_headers(trace.set_span_in_context(span))
+
+
+def headers_of_envelope(traceparent: str, tracestate: str) -> dict[str, str]:
+    """An envelope's trace fields as W3C headers ({} when it carries none)."""
+    if not traceparent:
+        return {}
+    if not tracestate:
+        return {"traceparent": traceparent}
+    return {"traceparent": traceparent, "tracestate": tracestate}
+
+
+def trace_decisions(
+    envs: Iterable[Envelope],
+    *,
+    service: str,
+    trace_of: Callable[[Envelope], Mapping[str, str] | None] | None = None,
+    start_ns: int | None = None,
+) -> list[trace.Span]:
+    """Put each decision in `envs` in its workload's trace: `trace_of(env)` (default: the trace
+    it carries already). With spans recorded, each gets a span `<service>.<payload field>`
+    there, which it then carries; the caller ends them once they are published."""
+    spans: list[trace.Span] = []
+    for env in envs:
+        headers = (
+            trace_of(env)
+            if trace_of is not None
+            else headers_of_envelope(env.traceparent, env.tracestate)
+        )
+        if not headers:
+            continue  # no trace known: it keeps what it has
+        span = start_span(
+            f"{service}.{env.WhichOneof('payload')}",
+            headers,
+            start_ns=start_ns,
+            attributes={"muster.workload": env.workload, "messaging.message.id": env.event_id},
+        )
+        if span is not None:
+            spans.append(span)
+            headers = headers_of(span)
+        env.traceparent = headers.get("traceparent", "")
+        env.tracestate = headers.get("tracestate", "")
+    return spans

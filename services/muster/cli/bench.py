@@ -66,10 +66,21 @@ def add_e2e_options(parser: argparse.ArgumentParser) -> None:
         default=[1, 2, 4],
         help="admission shard counts to measure (default: 1 2 4)",
     )
+    parser.add_argument(
+        "--observe",
+        nargs="+",
+        choices=("off", "on", "otlp"),
+        default=["off"],
+        help="metrics and tracing of the services: off, on (/metrics, no span exporter), otlp "
+        "(and spans exported over OTLP to a receiver here); each case runs once per mode given "
+        "(default: off)",
+    )
 
 
 def run_e2e(args: argparse.Namespace) -> Iterator[Any]:
-    return _e2e().run(scale=args.scale, shard_counts=tuple(args.shards))  # type: ignore[no-any-return]
+    return _e2e().run(  # type: ignore[no-any-return]
+        scale=args.scale, shard_counts=tuple(args.shards), observe=tuple(args.observe)
+    )
 
 
 def _placement_e2e() -> Any:  # imported only when run, as e2e

@@ -38,7 +38,9 @@ PORT_FLAGS: Final = (
     ("--gateway-port", "gateway", "MUSTER_UP_GATEWAY_PORT"),
     ("--nats-port", "nats", "MUSTER_UP_NATS_PORT"),
     ("--dashboard-port", "dashboard", "MUSTER_UP_DASHBOARD_PORT"),
+    ("--metrics-port", "metrics", "MUSTER_UP_METRICS_PORT"),
 )
+SERVICES_STARTED: Final = 7  # one cluster: sim-cluster ... gateway (their metrics ports)
 
 
 def add_parsers(commands: Any) -> None:  # Any: argparse's _SubParsersAction is private
@@ -97,6 +99,12 @@ def handle_up(args: argparse.Namespace) -> int:
         remove_state(directory)
     busy = [f"{flag} {getattr(args, flag[2:].replace('-', '_'))}" for flag, _, _ in PORT_FLAGS]
     busy = [b for b in busy if _busy(int(b.split()[1]))]
+    first = args.metrics_port
+    busy += [
+        f"metrics port {first + i}"
+        for i in range(1, SERVICES_STARTED)
+        if _busy(first and first + i)
+    ]
     if busy:
         print(
             f"muster up: in use: {', '.join(busy)}; choose other ports (0: any free one)",
@@ -168,6 +176,7 @@ def _supervise(args: argparse.Namespace, directory: Path) -> int:
         gateway_port=args.gateway_port,
         nats_port=args.nats_port,
         dashboard_port=args.dashboard_port,
+        metrics_port=args.metrics_port,
         nodes_yaml=nodes,
         speed=args.speed,
     )
@@ -183,10 +192,19 @@ def describe(state: StackState) -> str:
         f"  gateway    {state.gateway}   muster submit|queues|workloads|events --gateway ...\n"
         f"  dashboard  {state.dashboard}\n"
         f"  NATS       {state.nats}   (one user per service)\n"
+        f"  metrics    {_metrics(state)}\n"
         f"  cluster    {state.cluster}: {len(state.nodes)} simulated nodes ({nodes}), "
         f"pods at {state.speed:g}x speed\n"
         "Stop it with: muster down"
     )
+
+
+def _metrics(state: StackState) -> str:
+    """ "http://127.0.0.1:9400/metrics (sim-cluster) ... :9406 (gateway)", or where each is."""
+    found = [(p.name, p.metrics) for p in state.processes if p.metrics]
+    if not found:
+        return "-"
+    return f"http://{found[0][1]}/metrics ({found[0][0]}) ... {found[-1][1]} ({found[-1][0]})"
 
 
 # --- down -------------------------------------------------------------------------------
@@ -218,16 +236,16 @@ def handle_status(args: argparse.Namespace) -> int:
     if state is None or not state.ready:
         print("muster is not up.")
         return EXIT_NOT_UP
-    rows = [("COMPONENT", "PID", "ADDRESS", "STATE")]
+    rows = [("COMPONENT", "PID", "ADDRESS", "STATE", "METRICS")]
     down = 0
     supervisor = "running" if alive(state.supervisor) else "exited"
-    rows.append(("supervisor", str(state.supervisor.pid), "-", supervisor))
+    rows.append(("supervisor", str(state.supervisor.pid), "-", supervisor, "-"))
     for p in state.processes:
         health = _health(p.kind, p.address) if alive(p) else "exited"
         down += health != "running"
-        rows.append((p.name, str(p.pid), p.address or "-", health))
+        rows.append((p.name, str(p.pid), p.address or "-", health, p.metrics or "-"))
     down += supervisor != "running"
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     print(f"gateway {state.gateway}, dashboard {state.dashboard}")

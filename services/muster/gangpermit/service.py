@@ -4,7 +4,10 @@ At start it replays the cluster's events (its own past decisions included, see
 `muster.gangpermit.state`), then reads the whole cluster through a watch of its backend, and
 only then decides. A pass (`decisions.decide`) runs when a cluster object or a followed event may
 let a gang go, and at the scheduler's next deadline; its events are published together, each
-retried with the same id until JetStream has it. Every few seconds, and soon after a pass, it
+retried with the same id until JetStream has it. With spans recorded, a pass is the span
+`gangpermit.pass` and each decision a span `gangpermit.<decision>` in its gang's trace (a Kueue
+workload's: its admission's); with metrics on, `muster_placement_pass_duration_seconds` and
+`muster_gangs_waiting`. Every few seconds, and soon after a pass, it
 puts the cluster's free room in `MUSTER_CLUSTERS` for admission's MultiKueue dispatch
 (docs/multicluster.md).
 """
@@ -28,6 +31,7 @@ from muster.bus.cancel import raise_if_cancelling
 from muster.bus.connection import Bus
 from muster.bus.errors import Reject
 from muster.bus.subjects import config_subject, workload_subject
+from muster.bus.tracing import start_span, trace_decisions
 from muster.cluster.backend import ClusterBackend
 from muster.contracts.v1 import events_pb2
 from muster.core.placement.model import Scoring
@@ -35,6 +39,7 @@ from muster.core.placement.scheduler import DEFAULT_TIMEOUT_S
 from muster.gangpermit.cache import ClusterCache
 from muster.gangpermit.decisions import decide
 from muster.gangpermit.state import GangPermitState
+from muster.metrics.services import PlacementSeries
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +131,12 @@ async def run_gangpermit(
             if state.apply_event(env):
                 wake.set()
 
+    series = (
+        PlacementSeries(bus.metrics.registry, cluster=config.cluster)
+        if bus.metrics is not None
+        else None
+    )
+
     async def passes() -> None:
         while True:
             raise_if_cancelling()  # nats-py's waits (and wait_for here) may have swallowed it
@@ -137,10 +148,13 @@ async def run_gangpermit(
             if wake.is_set():
                 await asyncio.sleep(BATCH_WINDOW_S)
             wake.clear()
+            started_ns, started = time.time_ns(), time.perf_counter()
             envs = decide(state, now_s=clock_s())
+            if series is not None:
+                series.passed(time.perf_counter() - started, waiting=len(state.waiting))
             beat.set()  # the room may have changed: tell admission soon
             if envs:
-                await publish_until_done(bus, envs)
+                await _publish_traced(bus, envs, started_ns=started_ns)
 
     async with asyncio.TaskGroup() as tasks:
         tasks.create_task(cache.run(), name="gangpermit-cluster-watch")
@@ -150,6 +164,19 @@ async def run_gangpermit(
         tasks.create_task(follow(), name="gangpermit-events")
         tasks.create_task(passes(), name="gangpermit-passes")
         tasks.create_task(heartbeat(bus, state, config, beat), name="gangpermit-heartbeat")
+
+
+async def _publish_traced(
+    bus: Bus, envs: Sequence[events_pb2.Envelope], *, started_ns: int
+) -> None:
+    """Publish a pass's decisions; with spans recorded, in the pass's span and their own."""
+    span = start_span("gangpermit.pass", None, start_ns=started_ns)
+    spans = trace_decisions(envs, service="gangpermit", start_ns=started_ns)
+    try:
+        await publish_until_done(bus, envs)
+    finally:
+        for s in [*spans, *([span] if span is not None else [])]:
+            s.end()
 
 
 async def heartbeat(

@@ -23,7 +23,7 @@ from muster.bus.permissions import identity
 from muster.launcher.nats_server import LaunchError
 
 PER_CLUSTER = ("sim-cluster", "watcher", "binder", "gangpermit")  # in start order
-_ANNOUNCE = re.compile(rb"^(health|gateway): (\S+)")
+_ANNOUNCE = re.compile(rb"^(health|gateway|metrics): (\S+)")
 
 
 @dataclass
@@ -32,7 +32,8 @@ class ServiceProcess:
     argv: list[str]
     log_path: Path
     process: asyncio.subprocess.Process | None = None
-    addresses: dict[str, str] = field(default_factory=dict)  # "health" / "gateway" -> host:port
+    # "health" / "gateway" / "metrics" (with --metrics-port) -> host:port
+    addresses: dict[str, str] = field(default_factory=dict)
     cluster: str = ""  # the cluster of a per-cluster service ("" for admission, ...)
     announced: asyncio.Event = field(default_factory=asyncio.Event)
     env: dict[str, str] | None = None  # its environment (its NATS credentials), else ours
@@ -53,6 +54,15 @@ def _credentials(user: str, passwords: Mapping[str, str]) -> dict[str, str]:
     return {**env, "MUSTER_NATS_USER": user, "MUSTER_NATS_PASSWORD": passwords[user]}
 
 
+def _environment(
+    env: dict[str, str] | None, extra: Mapping[str, str] | None
+) -> dict[str, str] | None:
+    """`env` (None: ours) with `extra` added; None when both are None (the child inherits)."""
+    if extra is None:
+        return env
+    return {**(os.environ if env is None else env), **extra}
+
+
 class Stack:
     """Start order: the simulated cluster, then the per-cluster services, admission shards,
     preemption and, last, the gateway. Stop order is the reverse."""
@@ -70,12 +80,16 @@ class Stack:
         workers: Sequence[str] = (),
         passwords: Mapping[str, str] | None = None,
         gateway_listen: str = "127.0.0.1:0",
+        environment: Mapping[str, str] | None = None,
+        metrics_ports: int | None = None,
     ):
         """`only`: start just these services (by name: "binder", "gangpermit", ...).
         `workers`: MultiKueue worker clusters, each with its own per-cluster services (labelled
         `<service>-<cluster>`). `passwords`: NATS user → password; each service then connects
         as its own user (muster.bus.permissions), told in its environment, not its argv.
-        `gateway_listen`: the gateway's --listen (port 0: a free one)."""
+        `gateway_listen`: the gateway's --listen (port 0: a free one). `environment`: variables
+        added to every service's (MUSTER_METRICS_PORT, OTEL_*). `metrics_ports`: each service
+        serves metrics on this port plus its place in the start order (0: each a free one)."""
         self.log_dir = log_dir
         per_cluster = [
             (name, ["--speed", f"{speed:g}"] if name == "sim-cluster" else [])
@@ -99,13 +113,26 @@ class Stack:
             ("preemption", "preemption", [], cluster),
             ("gateway", "gateway", ["--listen", gateway_listen], cluster),
         ]
+        if metrics_ports is not None:
+            specs = [
+                (
+                    label,
+                    name,
+                    [*extra, "--metrics-port", str(metrics_ports and metrics_ports + i)],
+                    c,
+                )
+                for i, (label, name, extra, c) in enumerate(specs)
+            ]
         self.services = [
             ServiceProcess(
                 name=label,
                 argv=service_argv(name, nats_url=nats_url, cluster=c, extra=extra),
                 log_path=log_dir / f"{label}.log",
                 cluster=c if name in PER_CLUSTER else "",
-                env=None if passwords is None else _credentials(identity(name, c), passwords),
+                env=_environment(
+                    None if passwords is None else _credentials(identity(name, c), passwords),
+                    environment,
+                ),
             )
             for label, name, extra, c in specs
             if only is None or name in only

@@ -62,6 +62,7 @@ class UpConfig:
     nats_port: int
     dashboard_port: int
     nodes_yaml: str
+    metrics_port: int = 0  # the first service's; the others follow in start order
     speed: float = 1.0
     cluster: str = "local"
 
@@ -115,6 +116,7 @@ async def supervise(config: UpConfig) -> int:
                 log_dir=log_dir,
                 passwords=nats.passwords,
                 gateway_listen=f"127.0.0.1:{config.gateway_port}",
+                metrics_ports=config.metrics_port,
             )
             await stack.start()
             nodes = await _apply_nodes(admin, config)
@@ -221,7 +223,9 @@ def _ready_state(
     for svc in stack.services:
         if svc.process is not None:
             health = svc.addresses.get("health", "")
-            processes.append(process(svc.name, svc.process.pid, address=health))
+            started = process(svc.name, svc.process.pid, address=health)
+            started.metrics = svc.addresses.get("metrics", "")
+            processes.append(started)
     processes.append(process("dashboard", dashboard.pid, address=dashboard_url, kind="dashboard"))
     state.ready = True
     state.gateway = stack.gateway_address

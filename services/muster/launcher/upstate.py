@@ -22,7 +22,8 @@ from typing import Final
 import msgspec
 
 STATE_FILE: Final = "stack.json"
-DEFAULT_PORTS: Final = {"gateway": 50051, "nats": 4222, "dashboard": 8080}
+# Metrics: the first service's port; each next one in start order takes the next port.
+DEFAULT_PORTS: Final = {"gateway": 50051, "nats": 4222, "dashboard": 8080, "metrics": 9400}
 
 
 def state_dir(explicit: str | None = None) -> Path:
@@ -44,6 +45,7 @@ class Process(msgspec.Struct, kw_only=True):
     started: int  # /proc/<pid>/stat start time (clock ticks since boot): tells pid reuse apart
     address: str = ""  # gRPC health (services), nats://, http:// (dashboard)
     kind: str = "service"  # service, nats, dashboard
+    metrics: str = ""  # host:port of its Prometheus /metrics (services)
 
 
 class StackState(msgspec.Struct, kw_only=True):

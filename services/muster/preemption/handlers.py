@@ -2,7 +2,8 @@
 
 `on_evicted` sends attempt 1 of `cmd.evict`; `on_eviction_completed` ends the flight; `resend`
 sends the next attempt of every flight whose grace period is over, and gives up after the
-last one: an error in the log and a copy of the `evicted` event in `MUSTER_DLQ`.
+last one: an error in the log and a copy of the `evicted` event in `MUSTER_DLQ`. With spans
+recorded, each command sent is the span `preemption.evict`, in the victim's trace.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from muster.bus.publisher import (
     MSG_ID,
 )
 from muster.bus.subjects import EVENTS_STREAM, subject_of
+from muster.bus.tracing import step
 from muster.contracts.v1 import events_pb2 as pb
 from muster.preemption.state import Evictions, Flight
 from muster.preemption.translate import evict_command
@@ -51,9 +53,10 @@ async def on_evicted(env: pb.Envelope, ctx: PreemptionContext) -> None:
     flight = ctx.evictions.evicted(env, now_s=ctx.clock())
     if flight is None:
         return
-    await ctx.publisher.publish(
-        evict_command(flight.evicted, attempt=flight.attempt, source=ctx.source)
-    )
+    with step("preemption.evict", attributes=lambda: {"muster.workload": env.workload}):
+        await ctx.publisher.publish(
+            evict_command(flight.evicted, attempt=flight.attempt, source=ctx.source)
+        )
     ctx.wake()
 
 

@@ -8,6 +8,11 @@ Each event id is derived from the fact (`Outgoing.id_key`), and what was sent is
 `MUSTER_WATCHER` (`Marks`), so no fact is published twice, across restarts too. Handlers do no
 I/O of their own (but a Job's Kueue Workload): events go to the batch's `Outbox` and marks are
 written when the batch is over (`muster.watcher.service`).
+
+Tracing: a workload the watcher reports first (`submitted`) starts its trace here (or continues
+the one its object's `muster.dev/traceparent` names); what its pods do is reported in the
+trace their `muster.dev/traceparent` names (the binder's), else in the one started here. With
+spans recorded, each event is the span `watcher.translate` in that trace.
 """
 
 from __future__ import annotations
@@ -18,7 +23,11 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
+from opentelemetry import trace
+
+from muster.api.wellknown import TRACEPARENT_ANNOTATION
 from muster.bus.envelope import new_event
+from muster.bus.tracing import continue_trace, headers_of_envelope
 from muster.cluster.backend import ClusterChange
 from muster.cluster.kube import jobs
 from muster.contracts.v1 import events_pb2
@@ -71,6 +80,8 @@ class WatcherContext:
         self.pods: dict[str, dict[str, PodState]] = {} if pods is None else pods
         # Change key → id key of the config.applied last published (a restart sends each once).
         self.configs: dict[str, str] = {}
+        # Workload → the trace its `submitted` (published here) went in, until it is deleted.
+        self.traces: dict[str, dict[str, str]] = {}
 
     def seed(self, pod: PodState) -> None:
         """Know `pod` without publishing anything (a restart's initial list)."""
@@ -91,9 +102,25 @@ class WatcherContext:
         env.event_id = str(uuid.uuid5(WATCHER_ID_NAMESPACE, fact))
         return env
 
-    def publish(self, out: Outgoing) -> None:
-        """Publish `out` with the batch (the outbox keeps one workload's events in order)."""
-        self.outbox.add(self.envelope(out))
+    def publish(
+        self,
+        out: Outgoing,
+        *,
+        trace_headers: Mapping[str, str] | None = None,
+        new_trace: bool = False,
+    ) -> events_pb2.Envelope:
+        """Publish `out` with the batch (the outbox keeps one workload's events in order), in
+        the trace `trace_headers` carry (`new_trace`: a new one without them)."""
+        with continue_trace(
+            trace_headers or {},
+            "watcher.translate",
+            kind=trace.SpanKind.PRODUCER,
+            attributes=lambda: {"muster.workload": out.workload, "muster.event": out.field},
+            new_trace=new_trace,
+        ):
+            env = self.envelope(out)
+        self.outbox.add(env)
+        return env
 
 
 async def on_config(change: ClusterChange, ctx: WatcherContext) -> None:
@@ -140,7 +167,7 @@ async def on_workload_object(change: ClusterChange, ctx: WatcherContext) -> None
         await on_workload_checks(change, ctx)
     sent = ctx.marks.load(wl.key)
     if change.type == "DELETED":
-        ctx.publish(translate.deleted(wl))
+        ctx.publish(translate.deleted(wl), trace_headers=ctx.traces.pop(wl.key, None))
         sent.submitted = ""
         ctx.marks.save(wl.key, sent)
         return
@@ -150,13 +177,16 @@ async def on_workload_object(change: ClusterChange, ctx: WatcherContext) -> None
         if job and ctx.workloads is not None:
             # Before `submitted`: its status is written there once admission decides.
             await ctx.workloads.create_workload_for_job(jobs.as_written(change.obj))
-        ctx.publish(translate.submitted(wl))
+        env = ctx.publish(
+            translate.submitted(wl), trace_headers=_object_trace(change.obj), new_trace=True
+        )
+        ctx.traces[wl.key] = headers_of_envelope(env.traceparent, env.tracestate)
         sent.submitted = mark
         ctx.marks.save(wl.key, sent)
     finished = translate.job_finished(change.obj, wl) if job else None
     uid = str((change.obj.get("metadata") or {}).get("uid", ""))
     if finished is not None and sent.job_finished != uid:
-        ctx.publish(finished)
+        ctx.publish(finished, trace_headers=ctx.traces.get(wl.key))
         sent.job_finished = uid
         ctx.marks.save(wl.key, sent)
 
@@ -175,8 +205,10 @@ async def on_pod(change: ClusterChange, ctx: WatcherContext) -> None:
     sent = ctx.marks.load(pod.workload)
     due = due_events(pod.workload, list(pods.values()), sent, after_delete=deleted)
     uids = [p.uid for p in pods.values()]
+    traced = next((p.traceparent for p in pods.values() if p.traceparent), pod.traceparent)
+    headers = {"traceparent": traced} if traced else ctx.traces.get(pod.workload)
     for out in due:
-        ctx.publish(out)
+        ctx.publish(out, trace_headers=headers)
         sent.record(out, uids)
     had_pod_marks = bool(sent.pending or sent.running or sent.pods_ready or sent.finished)
     sent.forget_pods_except(uids)
@@ -184,6 +216,13 @@ async def on_pod(change: ClusterChange, ctx: WatcherContext) -> None:
         del ctx.pods[pod.workload]
     if due or (not pods and had_pod_marks):
         ctx.marks.save(pod.workload, sent)
+
+
+def _object_trace(obj: Mapping[str, Any]) -> dict[str, str] | None:
+    """The trace a workload object names (`muster.dev/traceparent`), if any."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    parent = annotations.get(TRACEPARENT_ANNOTATION)
+    return {"traceparent": parent} if isinstance(parent, str) and parent else None
 
 
 Handler = Callable[[ClusterChange, WatcherContext], Awaitable[None]]

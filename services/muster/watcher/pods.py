@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from muster.api.wellknown import TRACEPARENT_ANNOTATION
 from muster.cluster.objects import POD_SET_ANNOTATION, PodView, report_key
 from muster.contracts.v1 import events_pb2
 from muster.watcher.translate import Outgoing
@@ -33,6 +34,7 @@ class PodState(msgspec.Struct, frozen=True, kw_only=True):
     message: str = ""
     # Controlled by a batch Job: the Job's conditions say when it is over (`job_finished`).
     of_job: bool = False
+    traceparent: str = ""  # its workload's trace, when muster started it (binder)
 
     @property
     def key(self) -> str:
@@ -140,6 +142,7 @@ def pod_state(obj: Mapping[str, Any]) -> PodState | None:
             and (ref.get("apiVersion"), ref.get("kind")) == ("batch/v1", "Job")
             for ref in meta.get("ownerReferences") or []
         ),
+        traceparent=str(annotations.get(TRACEPARENT_ANNOTATION) or ""),
     )
 
 

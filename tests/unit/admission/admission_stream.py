@@ -138,3 +138,14 @@ class Stream:
         return [
             e for e in self.log if e.WhichOneof("payload") == field and key in (None, e.workload)
         ]
+
+
+class StoringPublisher:
+    """What rounds publish through, storing each envelope in order."""
+
+    def __init__(self) -> None:
+        self.stored: list[pb.Envelope] = []
+
+    async def publish(self, env: pb.Envelope) -> int:
+        self.stored.append(env)
+        return len(self.stored)

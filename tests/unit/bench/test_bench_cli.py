@@ -86,7 +86,11 @@ def test_no_section_runs_every_section(
     # One shard count keeps this short (each case starts every service); the e2e test below
     # runs another.
     monkeypatch.setattr(
-        e2e, "run", lambda *, scale, shard_counts: every(scale=scale, shard_counts=(1,))
+        e2e,
+        "run",
+        lambda *, scale, shard_counts, observe: every(
+            scale=scale, shard_counts=(1,), observe=observe
+        ),
     )
     status = muster(["bench", "--scale", TINY, "-o", "json"])
 
@@ -112,6 +116,15 @@ def test_e2e_rows_tell_mode_shards_and_workloads_per_call(
     ]
     assert all(r["admitted"] == r["bound"] == r["workloads"] for r in rows)
     assert all(r["cpu_ms_per_workload"]["admission"] > 0 for r in rows)
+
+
+def test_e2e_with_otlp_exports_spans_from_the_services() -> None:
+    from muster.bench import e2e
+    from muster.bus.service import run_loop
+
+    row = run_loop(e2e.run_case(shards=1, workloads=10, rate_per_s=100.0, observe="otlp"))
+    assert (row.observe, row.admitted, row.bound) == ("otlp", 10, 10)
+    assert row.spans_exported > 0  # every service exported to the bench's receiver
 
 
 def test_gateway_rows_tell_what_refused_calls_cost(capsys: pytest.CaptureFixture[str]) -> None:

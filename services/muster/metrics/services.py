@@ -1,0 +1,131 @@
+"""Each service's own `muster_*` series, beside the bus's (`bus.py`) and Kueue's.
+
+- admission: `muster_admission_round_duration_seconds{shard,phase}` (phase `decide`: applying
+  the batch and deciding; `publish`: until every decision has its PubAck),
+  `muster_admission_round_size{shard,kind}` (`facts` applied, `decisions` made per round),
+  `muster_admission_snapshot_age_seconds{shard}` (since the snapshot last read or written);
+- gangpermit: `muster_placement_pass_duration_seconds{cluster}` (one placement pass, the
+  decision latency), `muster_gangs_waiting{cluster}` (gangs that do not fit yet);
+- binder: `muster_bind_duration_seconds{cluster}` (one pod's bind through the cluster's API),
+  `muster_bind_errors_total{cluster,kind}` (`temporary`: retried, `permanent`: the gang is
+  rejected with BindFailed).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# Compute times: tens of microseconds (one pod) to seconds (a round of thousands).
+DURATION_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
+)  # fmt: skip
+SIZE_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
+
+
+class AdmissionSeries:
+    """Rounds and snapshots of admission replica `shard`."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        shard: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        labels = ["shard"]
+        self.shard = str(shard)
+        round_s = Histogram(
+            "muster_admission_round_duration_seconds",
+            "Time an admission round took: deciding (decide) and storing its decisions (publish).",
+            [*labels, "phase"],
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self._decide_s = round_s.labels(self.shard, "decide")
+        self._publish_s = round_s.labels(self.shard, "publish")
+        size = Histogram(
+            "muster_admission_round_size",
+            "Facts applied (facts) and decisions made (decisions) per admission round.",
+            [*labels, "kind"],
+            buckets=SIZE_BUCKETS,
+            registry=registry,
+        )
+        self._facts = size.labels(self.shard, "facts")
+        self._decisions = size.labels(self.shard, "decisions")
+        self._snapshot_at: float | None = None
+        self._clock = clock
+        Gauge(
+            "muster_admission_snapshot_age_seconds",
+            "Seconds since this replica's snapshot was last written or read (NaN: never).",
+            labels,
+            registry=registry,
+        ).labels(self.shard).set_function(self._snapshot_age)
+
+    def decided(self, seconds: float, *, facts: int, decisions: int) -> None:
+        self._decide_s.observe(seconds)
+        self._facts.observe(facts)
+        self._decisions.observe(decisions)
+
+    def published(self, seconds: float) -> None:
+        self._publish_s.observe(seconds)
+
+    def snapshot_taken(self) -> None:
+        """A snapshot was just written (or read at start)."""
+        self._snapshot_at = self._clock()
+
+    def _snapshot_age(self) -> float:
+        at = self._snapshot_at  # read once: a scrape runs on another thread
+        return float("nan") if at is None else max(0.0, self._clock() - at)
+
+
+class PlacementSeries:
+    """gangpermit's passes over cluster `cluster`."""
+
+    def __init__(self, registry: CollectorRegistry, *, cluster: str) -> None:
+        self._pass_s = Histogram(
+            "muster_placement_pass_duration_seconds",
+            "Time one placement pass took to decide (its events not yet published).",
+            ["cluster"],
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        ).labels(cluster)
+        self._waiting = Gauge(
+            "muster_gangs_waiting",
+            "Gangs with pods that do not fit yet (GangWaiting), after the last pass.",
+            ["cluster"],
+            registry=registry,
+        ).labels(cluster)
+
+    def passed(self, seconds: float, *, waiting: int) -> None:
+        self._pass_s.observe(seconds)
+        self._waiting.set(waiting)
+
+
+class BinderSeries:
+    """The binder's binds in cluster `cluster`."""
+
+    def __init__(self, registry: CollectorRegistry, *, cluster: str) -> None:
+        self._bind_s = Histogram(
+            "muster_bind_duration_seconds",
+            "Time one pod's bind took (the Binding API, or the simulated store).",
+            ["cluster"],
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        ).labels(cluster)
+        errors = Counter(
+            "muster_bind_errors_total",
+            "Pod binds that failed: temporary (retried) or permanent (gang rejected).",
+            ["cluster", "kind"],
+            registry=registry,
+        )
+        self._temporary = errors.labels(cluster, "temporary")
+        self._permanent = errors.labels(cluster, "permanent")
+
+    def bound(self, seconds: float) -> None:
+        self._bind_s.observe(seconds)
+
+    def failed(self, *, temporary: bool) -> None:
+        (self._temporary if temporary else self._permanent).inc()
