@@ -98,14 +98,15 @@ def test_down_after_a_crash_stops_what_is_left_and_status_says_what_died(
     os.kill(state.supervisor.pid, signal.SIGKILL)  # the supervisor dies; its children live on
     (gateway,) = [p for p in state.processes if p.name == "gateway"]
     os.kill(gateway.pid, signal.SIGKILL)
+    try:
+        status = muster(up, "status", ok=False)
+    finally:  # whatever the status says, what is left is stopped
+        done = muster(up, "down")
 
-    status = muster(up, "status", ok=False)
     assert status.returncode == 1
     assert re.search(r"^supervisor +\d+ +- +exited +-$", status.stdout, re.M)
     assert re.search(r"^gateway +\d+ .* exited +\S+$", status.stdout, re.M)
     assert re.search(r"^admission-0 +\d+ .* running +\S+$", status.stdout, re.M)
-
-    done = muster(up, "down")
     assert done.stdout.startswith("muster was down already (it had crashed)")
     assert [p.name for p in state.processes if alive(p)] == []
     assert muster(up, "status", ok=False).returncode == 3
