@@ -51,6 +51,7 @@ class Entry:
     evicted_reason: str = ""
     evicted_message: str = ""
     evicted_s: float = 0.0
+    eviction_id: str = ""  # the event id of its last `evicted`: what eviction_completed names
     stopped_s: float = 0.0
     pending_reason: str = ""
     pending_message: str = ""
@@ -162,6 +163,15 @@ class Ledger:
         elif active and entry.phase is Phase.INACTIVE:
             _requeue(entry)
 
+    def completes(self, key: WorkloadKey, eviction_id: str) -> bool:
+        """Whether an eviction_completed naming `eviction_id` completes `key`'s eviction now:
+        it is being evicted, and that was its last eviction ("" names none: any, as before
+        evictions were named)."""
+        entry = self.entries.get(key)
+        if entry is None or entry.phase is not Phase.EVICTING:
+            return False
+        return not eviction_id or not entry.eviction_id or entry.eviction_id == eviction_id
+
     def stopped(self, key: WorkloadKey, *, at_s: float) -> None:
         """eviction_completed: quota is released; back-off after a PodsReady timeout; a
         stopped workload (spec.active false) stays inactive."""
@@ -213,6 +223,7 @@ class Ledger:
                     entry.phase = Phase.EVICTING
                     entry.evicted_reason, entry.evicted_message = fact.reason, fact.message
                     entry.evicted_s = fact.at_s
+                    entry.eviction_id = fact.event_id
             case "requeued":
                 if entry.phase in (Phase.EVICTING, Phase.BACKOFF):
                     _requeue(entry)

@@ -83,10 +83,15 @@ class Delete:
 
 @dataclass(frozen=True, slots=True)
 class Stopped:
-    """eviction_completed: the evicted workload's pods are gone."""
+    """eviction_completed: the evicted workload's pods are gone.
+
+    `eviction_id` names the eviction completed (the `evicted` event's id); "" in events
+    written before binders named it, and in admission's own for a lost cluster.
+    """
 
     key: WorkloadKey
     at_s: float
+    eviction_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +166,7 @@ class Recorded:
     kind: str
     source: str
     at_s: float
+    event_id: str = ""  # of the decision (an eviction is named by it: `Stopped.eviction_id`)
     reason: str = ""
     message: str = ""
     admission: Admission | None = None
@@ -217,7 +223,8 @@ def fact_of(env: pb.Envelope) -> Fact | None:
         case "deleted":
             return Delete(key)
         case "eviction_completed":
-            return Stopped(key, at_s=time_s_of(env))
+            named = env.eviction_completed.eviction_id
+            return Stopped(key, at_s=time_s_of(env), eviction_id=named)
         case "pods_ready":
             return PodsReady(key)
         case "active_changed":
@@ -311,6 +318,7 @@ def _recorded_of(env: pb.Envelope, field: str) -> Recorded:
         kind=field,
         source=env.source,
         at_s=at_s,
+        event_id=env.event_id,
         reason=reason,
         message=message,
         admission=admission,

@@ -3,7 +3,8 @@
 Durable consumers `binder-<cluster>` (admitted, gang_permitted), `binder-<cluster>-evict`
 (cmd.evict) and `binder-<cluster>-apply` (cmd.apply), the last two on the MUSTER_COMMANDS
 work queue. Each replica also follows every cluster's submitted/deleted/finished events to know
-every workload's spec, and this cluster's evicted ones (`WorkloadSpecs`).
+every workload's spec (`WorkloadSpecs`), and with this cluster's evicted and
+eviction_completed, each workload's fence (`Fences`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Protocol
 
 import msgspec
 
+from muster.binder.fences import Fences
 from muster.binder.handlers import (
     BinderContext,
     WorkloadSpecs,
@@ -26,6 +28,7 @@ from muster.binder.handlers import (
 from muster.binder.pacing import BindPacer
 from muster.bus.connection import Bus
 from muster.bus.errors import Reject
+from muster.bus.poison import Quarantine
 from muster.bus.subjects import COMMANDS_STREAM, command_subject, workload_subject
 from muster.cluster.backend import ClusterBackend
 from muster.contracts.v1 import events_pb2
@@ -47,10 +50,12 @@ class BinderConfig(msgspec.Struct, frozen=True, kw_only=True):
 
 def spec_subjects(cluster: str) -> list[str]:
     """Every cluster's submitted, deleted and finished (a workload may be dispatched here from
-    another cluster), and this cluster's evicted (a late admission is not started)."""
+    another cluster), and this cluster's evicted and eviction_completed (the fences: a late
+    admission is not started, an eviction carried out is not carried out again)."""
     return [
         *(workload_subject("*", e) for e in ("submitted", "deleted", "finished")),
         workload_subject(cluster, "evicted"),
+        workload_subject(cluster, "eviction_completed"),
     ]
 
 
@@ -59,6 +64,7 @@ async def run_binder(
 ) -> None:
     """Start, bind and stop the cluster's pods as events ask, until cancelled."""
     specs = WorkloadSpecs()
+    fences = Fences(cluster=config.cluster)
     ctx = BinderContext(
         cluster=config.cluster,
         backend=backend,
@@ -67,23 +73,34 @@ async def run_binder(
         pacer=BindPacer(
             max_concurrent=config.max_concurrent_binds, per_second=config.binds_per_second
         ),
+        fences=fences,
         metrics=(
             BinderSeries(bus.metrics.registry, cluster=config.cluster)
             if bus.metrics is not None
             else None
         ),
     )
-    # Catch up on specs before taking work, so an admitted event finds its workload.
+    poison = Quarantine(bus.publisher, consumer=f"binder-{config.cluster}-specs")
+
+    async def apply(env: events_pb2.Envelope) -> None:
+        try:
+            specs.apply(env)
+            fences.apply(env)
+        except Exception as err:  # poison: the same event fails the same way after a restart
+            await poison.event(env, err)
+
+    # Catch up on specs and fences before taking work, so an admitted event finds its
+    # workload, and one evicted or ended since is known to be stale.
     last = await bus.last_sequence()
     if last:
         async for env in bus.replay(spec_subjects(config.cluster), until_sequence=last):
-            specs.apply(env)
+            await apply(env)
 
     async def follow_specs() -> None:
         async for env in bus.replay(
             spec_subjects(config.cluster), from_sequence=last + 1, follow=True
         ):
-            specs.apply(env)
+            await apply(env)
 
     handlers: dict[str, Callable[[events_pb2.Envelope, BinderContext], Awaitable[None]]] = {
         "workload.admitted": on_admitted,

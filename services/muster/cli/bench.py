@@ -8,6 +8,7 @@ defaults. `-o json` prints one JSON object per row per line, so runs can be comp
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -80,6 +81,30 @@ def add_e2e_options(parser: argparse.ArgumentParser) -> None:
 def run_e2e(args: argparse.Namespace) -> Iterator[Any]:
     return _e2e().run(  # type: ignore[no-any-return]
         scale=args.scale, shard_counts=tuple(args.shards), observe=tuple(args.observe)
+    )
+
+
+def _chaos() -> Any:  # imported only when run, as e2e
+    # It starts service processes again while its gRPC channel is open: gRPC's fork handlers
+    # would log a line at every start. Read when gRPC is first imported, as here.
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+    from muster.bench import chaos
+
+    return chaos
+
+
+def add_chaos_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--workloads", type=int, default=300, help="workloads per run (default: 300)"
+    )
+    parser.add_argument("--shards", type=int, default=1, help="admission shards (default: 1)")
+    parser.add_argument("--seed", type=int, default=1, help="of the workloads and the kills")
+
+
+def run_chaos(args: argparse.Namespace) -> Iterator[Any]:
+    chaos = _chaos()
+    return chaos.run(  # type: ignore[no-any-return]
+        scale=args.scale, workloads=args.workloads, shards=args.shards, seed=args.seed
     )
 
 
@@ -234,6 +259,15 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
             add_options=lambda parser: None,
             run=run_placement_e2e,
             render=lambda rows: _placement_e2e().render(rows),
+        ),
+        Section(
+            name="chaos",
+            help="every service as a process under SIGKILLs and nats-server restarts, the same "
+            "workloads without and with faults: lost, stuck, run twice, quota and node "
+            "violations, evictions, wall time",
+            add_options=add_chaos_options,
+            run=run_chaos,
+            render=lambda rows: _chaos().render(rows),
         ),
         Section(
             name="kube",
