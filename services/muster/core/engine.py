@@ -206,6 +206,36 @@ class Engine:
         self._drop(r)
         self.version += 1
 
+    def set_active(self, key: WorkloadKey, active: bool, *, now_s: float) -> list[Event]:
+        """spec.active changed (kueuectl's stop and resume workload).
+
+        Deactivated: a pending (or backing-off) workload leaves its queue; one holding quota is
+        evicted (reason Deactivated) and, once stopped, stays inactive instead of requeueing.
+        Reactivated: an inactive workload, whatever deactivated it, is queued again (Requeued,
+        reason Reactivated). A finished or deleted workload is left alone.
+        """
+        self.now_s = now_s
+        r = self.records.get(key)
+        if r is None or r.phase in (Phase.FINISHED, Phase.DELETED):
+            return []
+        r.wl = msgspec.structs.replace(r.wl, active=active)
+        if active and r.phase is Phase.INACTIVE:
+            r.requeue_count = 0
+            r.pending_message = ""
+            r.conditions.pop(EVICTED, None)
+            r.set_condition(REQUEUED, True, "Reactivated", "The workload was reactivated")
+            self._enqueue(r)
+            if r.group is not None:  # its group may be parked with no head since it left
+                self._retry(r.group)
+            self._emit(EventType.REQUEUED, r, "Reactivated", "The workload was reactivated")
+        elif not active and r.phase in (Phase.PENDING, Phase.BACKOFF):
+            self._release(r)  # off its queue; a back-off's timer no longer fires
+            r.phase = Phase.INACTIVE
+            r.set_condition(QUOTA_RESERVED, False, "Inactive", "The workload is deactivated")
+        elif not active and r.holds_quota and r.phase is not Phase.EVICTING:
+            self._evict(r, reason="Deactivated", message="The workload is deactivated")
+        return self._take_events()
+
     def stopped(self, key: WorkloadKey, *, now_s: float) -> list[Event]:
         """An evicted workload's pods are gone: release its quota and requeue it."""
         self.now_s = now_s
@@ -758,6 +788,9 @@ class Engine:
         r.checks = {}
         r.pods_ready = False
         r.pods_ready_deadline_s = None
+        if not r.wl.active:  # deactivated (kueuectl stop workload): it waits to be resumed
+            r.phase = Phase.INACTIVE
+            return
         evicted = r.conditions.get(EVICTED)
         if evicted is not None and evicted.reason == "PodsReadyTimeout":
             self._back_off(r)
