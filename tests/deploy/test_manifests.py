@@ -585,7 +585,9 @@ def test_every_service_runs_once_with_its_real_flags(
         if service == "watcher":
             assert (keywords["backend"].status.qps, keywords["backend"].status.burst) == (20, 40)
             assert keywords["config"].kueue_version == keywords["backend"].kube.kueue_version
-    assert sorted(seen) == sorted(s for s in SERVICES if s != "sim-cluster")
+    # Not deployed: the simulated cluster, and the dashboard (a gateway client without NATS,
+    # run by `muster up`; deploy/ does not run it yet).
+    assert sorted(seen) == sorted(s for s in SERVICES if s not in ("sim-cluster", "dashboard"))
 
 
 def gateway_args(flags: list[str], env: dict[str, str]) -> argparse.Namespace:

@@ -57,6 +57,7 @@ class Entry:
     pending_message: str = ""
     check_states: dict[str, str] = field(default_factory=dict)  # reported since reserved
     manifest_json: str = ""  # as submitted, for its `admitted` (translate.MANIFEST_COPY_LIMIT)
+    active: bool = True  # spec.active as last set through the gateway (active_changed)
 
     @property
     def key(self) -> WorkloadKey:
@@ -150,6 +151,18 @@ class Ledger:
         if entry is not None and entry.phase is Phase.RESERVED and check in entry.checks:
             entry.check_states[check] = state
 
+    def set_active(self, key: WorkloadKey, active: bool) -> None:
+        """active_changed: a pending workload stopped is inactive at once, one holding quota
+        once its pods are gone (`stopped`); an inactive one resumed is pending again."""
+        entry = self.entries.get(key)
+        if entry is None:
+            return
+        entry.active = active
+        if not active and entry.phase in (Phase.PENDING, Phase.BACKOFF):
+            entry.phase = Phase.INACTIVE
+        elif active and entry.phase is Phase.INACTIVE:
+            _requeue(entry)
+
     def completes(self, key: WorkloadKey, eviction_id: str) -> bool:
         """Whether an eviction_completed naming `eviction_id` completes `key`'s eviction now:
         it is being evicted, and that was its last eviction ("" names none: any, as before
@@ -160,12 +173,16 @@ class Ledger:
         return not eviction_id or not entry.eviction_id or entry.eviction_id == eviction_id
 
     def stopped(self, key: WorkloadKey, *, at_s: float) -> None:
-        """eviction_completed: quota is released; back-off after a PodsReady timeout."""
+        """eviction_completed: quota is released; back-off after a PodsReady timeout; a
+        stopped workload (spec.active false) stays inactive."""
         entry = self.entries.get(key)
         if entry is None or entry.phase is not Phase.EVICTING:
             return
         entry.stopped_s = at_s
-        if entry.evicted_reason == "PodsReadyTimeout":
+        if not entry.active:
+            entry.phase = Phase.INACTIVE
+            entry.admission = None
+        elif entry.evicted_reason == "PodsReadyTimeout":
             entry.phase = Phase.BACKOFF
         else:
             _requeue(entry)

@@ -44,6 +44,7 @@ from muster.admission.translate import (
     PodsReady,
     Recorded,
     RequestsRefused,
+    SetActive,
     Stopped,
     Submit,
     decisions_from,
@@ -262,6 +263,9 @@ class AdmissionState:
             case PodsReady(key):
                 ledger.pods_ready(key)
                 return self._engine_fact(key, lambda: engine.pods_ready(key, now_s=now_s))
+            case SetActive(key, active):
+                ledger.set_active(key, active)
+                return self._engine_fact(key, lambda: engine.set_active(key, active, now_s=now_s))
             case CheckUpdated(key, check, state, message):
                 ledger.check_updated(key, check, state)
                 return self._engine_fact(
@@ -435,6 +439,8 @@ class AdmissionState:
                 )
             if entry.phase is Phase.BACKOFF:
                 engine.stopped(key, now_s=entry.stopped_s)
+            if not entry.active:  # stopped while it held quota: inactive once evicted
+                engine.set_active(key, False, now_s=entry.evicted_s)
             if entry.phase is Phase.RESERVED:
                 return self._ready_checks(entry) if entry.checks else self._admit_now(entry)
         elif entry.phase is Phase.PENDING and entry.pending_message:

@@ -100,6 +100,14 @@ class PodsReady:
 
 
 @dataclass(frozen=True, slots=True)
+class SetActive:
+    """active_changed: spec.active set through the gateway (kueuectl's stop and resume)."""
+
+    key: WorkloadKey
+    active: bool
+
+
+@dataclass(frozen=True, slots=True)
 class CheckUpdated:
     key: WorkloadKey
     check: str
@@ -172,6 +180,7 @@ Fact = (
     | Delete
     | Stopped
     | PodsReady
+    | SetActive
     | CheckUpdated
     | GangRejected
     | RequestsRefused
@@ -193,6 +202,7 @@ WORKLOAD_FACTS = (
     "gang_rejected",
     "requests_refused",
     "placement_preempted",
+    "active_changed",
 )
 RECORDED = ("pending", "quota_reserved", "admitted", "evicted", "requeued", "routed")
 
@@ -217,6 +227,8 @@ def fact_of(env: pb.Envelope) -> Fact | None:
             return Stopped(key, at_s=time_s_of(env), eviction_id=named)
         case "pods_ready":
             return PodsReady(key)
+        case "active_changed":
+            return SetActive(key, active=env.active_changed.active)
         case "admission_check":
             ac = env.admission_check
             return CheckUpdated(key, check=ac.check, state=ac.state, message=ac.message)

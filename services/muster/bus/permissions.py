@@ -175,10 +175,16 @@ ROLES: Final[tuple[Role, ...]] = (
     Role(
         service="gateway",
         per_cluster=False,
-        about="the gRPC API: Submit, queue status, Watch",
-        publishes=_any("workload.submitted", "config.applied", "cmd.apply"),
+        about="the gRPC API: Submit, stop, resume and delete, queue status, Watch",
+        publishes=_any(
+            "workload.submitted",
+            "workload.active_changed",
+            "workload.deleted",
+            "config.applied",
+            "cmd.apply",
+        ),
         replays=(EVENTS_STREAM,),
-        key_values=(KeyValue("MUSTER_VISIBILITY"),),
+        key_values=(KeyValue("MUSTER_VISIBILITY"), KeyValue("MUSTER_CLUSTERS")),
     ),
     Role(
         service="sim-cluster",

@@ -138,6 +138,16 @@ def run_decode(args: argparse.Namespace) -> Iterator[Any]:
     return _decode().run(scale=args.scale)  # type: ignore[no-any-return]
 
 
+def _book() -> Any:  # imported only when run: it folds events with the gateway's code
+    from muster.bench import book
+
+    return book
+
+
+def run_book(args: argparse.Namespace) -> Iterator[Any]:
+    return _book().run(scale=args.scale)  # type: ignore[no-any-return]
+
+
 def _gateway() -> Any:  # imported only when run: it starts a gateway process
     from muster.bench import gateway
 
@@ -225,6 +235,14 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
             add_options=lambda parser: None,
             run=run_decode,
             render=lambda rows: _decode().render(rows),
+        ),
+        Section(
+            name="book",
+            help="the gateway's workload book (muster workloads, the dashboard): events folded "
+            "per second, one list of every workload, memory per workload (10 000 and 50 000)",
+            add_options=lambda parser: None,
+            run=run_book,
+            render=lambda rows: _book().render(rows),
         ),
         Section(
             name="e2e",

@@ -225,6 +225,38 @@ class Engine:
         self._drop(r)
         self.version += 1
 
+    def set_active(self, key: WorkloadKey, active: bool, *, now_s: float) -> list[Event]:
+        """spec.active changed (kueuectl's stop and resume workload).
+
+        Deactivated: a pending (or backing-off) workload leaves its queue; one holding quota is
+        evicted (reason Deactivated) and, once stopped, stays inactive instead of requeueing.
+        Reactivated: an inactive workload, whatever deactivated it, is queued again (Requeued,
+        reason Reactivated). A finished or deleted workload is left alone.
+        """
+        self.now_s = now_s
+        r = self.records.get(key)
+        if r is None or r.phase in (Phase.FINISHED, Phase.DELETED):
+            return []
+        r.wl = msgspec.structs.replace(r.wl, active=active)
+        if active and r.phase is Phase.INACTIVE:
+            r.requeue_count = 0
+            r.pending_message = ""
+            r.conditions.pop(EVICTED, None)
+            r.set_condition(REQUEUED, True, "Reactivated", "The workload was reactivated")
+            self._enqueue(r)
+            if r.group is not None:  # its group may be parked with no head since it left
+                self._retry(r.group)
+            self._emit(EventType.REQUEUED, r, "Reactivated", "The workload was reactivated")
+        elif not active and r.phase in (Phase.PENDING, Phase.BACKOFF):
+            self._release(
+                r
+            )  # off its queue (and any reservation); a back-off's timer no longer fires
+            self.awaiting_victims.discard(r.key)
+            self._deactivate(r)
+        elif not active and r.holds_quota and r.phase is not Phase.EVICTING:
+            self._evict(r, reason="Deactivated", message="The workload is deactivated")
+        return self._take_events()
+
     def stopped(self, key: WorkloadKey, *, now_s: float) -> list[Event]:
         """An evicted workload's pods are gone: release its quota and requeue it."""
         self.now_s = now_s
@@ -958,6 +990,9 @@ class Engine:
         r.checks = {}
         r.pods_ready = False
         r.pods_ready_deadline_s = None
+        if not r.wl.active:  # deactivated (kueuectl stop workload): it waits to be resumed
+            self._deactivate(r)
+            return
         evicted = r.conditions.get(EVICTED)
         if evicted is not None and evicted.reason == "PodsReadyTimeout":
             self._back_off(r)
@@ -995,8 +1030,8 @@ class Engine:
     def _deactivate(self, r: WorkloadRecord) -> None:
         """spec.active false: it waits for nothing (Kueue: QuotaReserved=False, Deactivated)."""
         r.phase = Phase.INACTIVE
-        if self.config.kueue.granular_pending_reasons:
-            r.set_condition(QUOTA_RESERVED, False, DEACTIVATED, DEACTIVATED_MESSAGE)
+        reason = self.config.reason(DEACTIVATED, "Inactive")
+        r.set_condition(QUOTA_RESERVED, False, reason, DEACTIVATED_MESSAGE)
 
     def _release(self, r: WorkloadRecord) -> None:
         """Give back whatever `r` holds and leave its queue; wake groups it may unblock."""

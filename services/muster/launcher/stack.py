@@ -82,6 +82,7 @@ class Stack:
         service_args: Mapping[str, Sequence[str]] | None = None,
         gateway_listen: str = "127.0.0.1:0",
         environment: Mapping[str, str] | None = None,
+        metrics_ports: int | None = None,
     ):
         """`only`: start just these services (by name: "binder", "gangpermit", ...).
         `workers`: MultiKueue worker clusters, each with its own per-cluster services (labelled
@@ -89,7 +90,8 @@ class Stack:
         as its own user (muster.bus.permissions), told in its environment, not its argv.
         `service_args`: more flags per service name. `gateway_listen`: a fixed port keeps the
         gateway's address across its restarts. `environment`: variables added to every
-        service's (MUSTER_METRICS_PORT, OTEL_*)."""
+        service's (MUSTER_METRICS_PORT, OTEL_*). `metrics_ports`: each service serves metrics
+        on this port plus its place in the start order (0: each a free one)."""
         self.log_dir = log_dir
         more = service_args or {}
         per_cluster = [
@@ -121,6 +123,16 @@ class Stack:
             ("preemption", "preemption", [*more.get("preemption", ())], cluster),
             ("gateway", "gateway", ["--listen", gateway_listen, *more.get("gateway", ())], cluster),
         ]  # fmt: skip
+        if metrics_ports is not None:
+            specs = [
+                (
+                    label,
+                    name,
+                    [*extra, "--metrics-port", str(metrics_ports and metrics_ports + i)],
+                    c,
+                )
+                for i, (label, name, extra, c) in enumerate(specs)
+            ]
         self.services = [
             ServiceProcess(
                 name=label,

@@ -117,3 +117,15 @@ def test_in_a_strict_queue_higher_priority_work_may_take_what_a_preemptor_waits_
     engine.submit(_workload("vip", cpu=2, priority=20), now_s=2)
     engine.stopped(WorkloadKey(victims[0]), now_s=2)
     assert _keys(engine.schedule(now_s=2), EventType.QUOTA_RESERVED) == ["ns/vip"]
+
+
+def test_a_preemptor_stopped_while_its_victims_stop_gives_up_what_it_was_waiting_for() -> None:
+    # kueuectl stop workload on urgent: the quota its victims free goes to the queue again.
+    engine, events = _running_lows_and_a_preemptor()
+    victims = _keys(events, EventType.PREEMPTED)
+    assert engine.set_active(WorkloadKey("ns/urgent"), False, now_s=2) == []
+    assert engine.phase(WorkloadKey("ns/urgent")) == "Inactive"
+    engine.stopped(WorkloadKey(victims[0]), now_s=2)
+    # The victim, requeued by its creation time, is first in the queue again.
+    assert _keys(engine.schedule(now_s=2), EventType.QUOTA_RESERVED) == [victims[0]]
+    assert engine.phase(WorkloadKey("ns/urgent")) == "Inactive"
