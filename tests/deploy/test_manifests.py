@@ -943,6 +943,22 @@ def test_simulate_runs_the_classic_setup_on_one_node(
     assert "Finished" in out
 
 
+def test_simulate_admits_the_gpu_example_job_on_its_tainted_flavor(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # gpu-nodes is tainted and tolerates its own taint; the Job has no toleration (issue 13).
+    files = [str(K8S / "examples" / n) for n in ("two-teams.yaml", "gpu-cpu-queues.yaml")]
+    assert muster_main(["simulate", *files, "-o", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    finetune = next(
+        wl
+        for wl in document["workloads"]
+        if wl["metadata"]["ownerReferences"][0]["name"] == "finetune"
+    )
+    (assignment,) = finetune["status"]["admission"]["podSetAssignments"]
+    assert assignment["flavors"]["nvidia.com/gpu"] == "gpu-nodes"
+
+
 CLUSTER = """\
 apiVersion: v1
 kind: List

@@ -199,6 +199,8 @@ class Ledger:
         entry.decided = True
         match fact.kind:
             case "pending":
+                if entry.phase is Phase.RESERVED:
+                    _requeue(entry)  # a stopped queue took back quota only reserved
                 entry.pending_reason, entry.pending_message = fact.reason, fact.message
             case "quota_reserved":
                 if entry.holds_quota or fact.admission is None:
