@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from muster.contracts.v1 import events_pb2, services_pb2
+from muster.core.engine import DEACTIVATED, DEACTIVATED_MESSAGE
 from muster.gateway.eventtext import line_of, same_line
 
 FINISHED_KEPT: Final = 10_000
@@ -283,8 +284,8 @@ def _active_changed(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None
     e.active = env.active_changed.active
     if not e.active and e.summary.status == PENDING:
         e.summary.status = INACTIVE
-        message = "The workload is deactivated"
-        e.condition("QuotaReserved", False, "Inactive", message, env.time_unix_nano)
+        # Kueue's granular reason (on by default since v0.19), as the engine writes it.
+        e.condition("QuotaReserved", False, DEACTIVATED, DEACTIVATED_MESSAGE, env.time_unix_nano)
 
 
 def _bound(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:

@@ -62,6 +62,22 @@ def test_a_workload_goes_pending_admitted_stopped_and_is_found_by_its_jobs_name(
     assert entry.describe().pods == []
 
 
+def test_a_pending_workload_stopped_says_deactivated_as_kueue_does() -> None:
+    book = book_of(
+        submitted(),
+        env("pending", events_pb2.WorkloadPending(reason="WaitingForQuota", cluster_queue="cq")),
+        env("active_changed", events_pb2.WorkloadActiveChanged(active=False)),
+    )
+    (entry,) = book.find("ml", "train")
+    reserved = entry.conditions["QuotaReserved"]
+    assert (entry.summary.status, reserved.status, reserved.reason) == (
+        "INACTIVE",
+        "False",
+        "Deactivated",
+    )
+    assert reserved.message == "The workload is deactivated"
+
+
 def test_a_gang_outside_kueue_is_found_by_its_source_name() -> None:
     key = "ml/allreduce/workers"
     waiting = events_pb2.GangWaiting(reason="3 of 4 pods pending", pending=3, min_count=4)
