@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from muster.api.check_states import ChecksWanted
 from muster.bus.connection import Bus
-from muster.bus.subjects import config_subject, queue_subject, workload_subject
+from muster.bus.subjects import config_subject, queue_subject, workload_filters
 from muster.cluster.backend import ClusterChange
 from muster.cluster.kube.references import Reference
 from muster.cluster.kube.resources import ObjectRef
@@ -61,7 +61,7 @@ def status_subjects(cluster: str) -> list[str]:
     scheduling.k8s.io PodGroups."""
     events = dict.fromkeys((*WORKLOAD_EVENTS, *GANG_EVENTS, *EVENT_SOURCES))
     return [
-        *(workload_subject(cluster, e) for e in events),
+        *(f for e in events for f in workload_filters(cluster, e)),
         queue_subject(cluster),
         config_subject(cluster, ">"),
     ]

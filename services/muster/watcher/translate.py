@@ -49,6 +49,10 @@ class Outgoing(msgspec.Struct, frozen=True, kw_only=True):
     id_key: str  # same fact, same key: the service derives the event id from it
     workload: str = ""
     generation: int = 0
+    # Where its admission partition comes from: its pods' annotation, or its LocalQueue
+    # ("<namespace>/<name>") looked up in MUSTER_PARTITIONS (docs/events.md, "Partitions").
+    partition: str = ""
+    local_queue: str = ""
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -213,7 +217,12 @@ def submitted(wl: Workload) -> Outgoing:
         id_key=f"submitted/{incarnation(wl)}",
         workload=wl.key,
         generation=wl.meta.generation,
+        local_queue=local_queue_of(wl),
     )
+
+
+def local_queue_of(wl: Workload) -> str:
+    return f"{wl.meta.namespace}/{wl.queue_name or 'default'}"
 
 
 def deleted(wl: Workload) -> Outgoing:
@@ -223,6 +232,7 @@ def deleted(wl: Workload) -> Outgoing:
         id_key=f"deleted/{incarnation(wl)}",
         workload=wl.key,
         generation=wl.meta.generation,
+        local_queue=local_queue_of(wl),
     )
 
 
@@ -246,6 +256,7 @@ def job_finished(job: Mapping[str, Any], wl: Workload) -> Outgoing | None:
         payload=events_pb2.WorkloadFinished(succeeded=succeeded, message=message),
         id_key=f"finished/job/{_meta(job).get('uid', '')}",
         workload=wl.key,
+        local_queue=local_queue_of(wl),
     )
 
 
@@ -265,6 +276,9 @@ def check_updates(obj: Mapping[str, Any], sent: Mapping[str, str]) -> list[Check
     """
     meta = _meta(obj)
     key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    spec = obj.get("spec")
+    queue = spec.get("queueName") if isinstance(spec, Mapping) else None
+    local_queue = f"{meta.get('namespace', '')}/{queue or 'default'}"
     out: list[CheckAnswer] = []
     for entry in check_states.entries_of(obj.get("status")):
         name, state = str(entry["name"]), str(entry.get("state", ""))
@@ -284,6 +298,7 @@ def check_updates(obj: Mapping[str, Any], sent: Mapping[str, str]) -> list[Check
             payload=payload,
             id_key=f"check/{meta.get('uid', '')}/{name}/{mark}",
             workload=key,
+            local_queue=local_queue,
         )
         out.append(CheckAnswer(name, mark, event))
     return out
