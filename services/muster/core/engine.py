@@ -46,6 +46,7 @@ from muster.core.routing import RoutingSettings
 from muster.core.routing.control import RoutingControl, Take
 from muster.core.status import ClusterQueueStatus, LocalQueueStatus, PendingWorkload
 from muster.core.tournament import FairKeys, Tournament
+from muster.core.usage import Usage
 from muster.core.visibility import (
     QuotaRow,
     cluster_queue_status,
@@ -102,8 +103,9 @@ class Engine:
         self.awaiting_victims: set[WorkloadKey] = set()
         self.version = 0  # bumped by every call that may change state; keys cached views
         self.routing = RoutingControl(routing) if routing is not None else None
-        self.attempts = Attempts(self.config, self.records)
-        self.fair_keys = FairKeys(self.config, self.attempts)
+        self.usage = Usage(self.config)
+        self.attempts = Attempts(self.config, self.usage, self.records)
+        self.fair_keys = FairKeys(self.config, self.usage, self.attempts)
         self.reserving = False  # once a preemptor has held quota (services), reservations count
         # While a preemptor takes what its victims free at once: what they freed, per resource.
         self._deferred: dict[FlavorResource, int] | None = None
@@ -317,7 +319,7 @@ class Engine:
         r.reserved_at_s = now_s
         r.evicted = False
         r.pending_message = ""
-        self.config.hold(r)
+        self.usage.hold(r)
         r.set_condition(
             QUOTA_RESERVED,
             True,
@@ -507,7 +509,8 @@ class Engine:
     def _rebuild(self) -> None:
         """Recompute trees, layouts and usage after a configuration change; requeue all."""
         holders = [r for r in self.records.values() if r.holds_quota]
-        self.config.build(holders)
+        self.config.build()
+        self.usage.rebuild(holders)
         self.trees = {}
         self.queues = {}
         if self.routing is not None:
@@ -904,7 +907,7 @@ class Engine:
         r.evicted = False
         r.evicted_by = None
         r.pending_message = ""
-        self.config.hold(r)
+        self.usage.hold(r)
         if self.routing is not None:
             for group in self.routing.started(self, r):
                 self._retry(group)
@@ -967,7 +970,7 @@ class Engine:
         )
         r.evicted = True
         r.evicted_by = WorkloadKey(by) if by else None
-        self.config.touch(r.cluster_queue)  # a workload being evicted is no one else's victim
+        self.usage.touch(r.cluster_queue)  # a workload being evicted is no one else's victim
         # Kueue's queue order: by the eviction's time after an admission check's Retry (and a
         # PodsReady timeout under requeuingStrategy Eviction, set by the back-off), else by
         # creation, so work that waited behind it goes first.
@@ -1041,7 +1044,7 @@ class Engine:
             return
         if not r.holds_quota:
             return
-        freed = self.config.unhold(r)
+        freed = self.usage.unhold(r)
         queue = self.queues.get(r.cluster_queue)
         if queue is None:
             return
@@ -1144,7 +1147,7 @@ class Engine:
             return False
         return any(
             r.phase is Phase.ADMITTED and not r.pods_ready
-            for held in self.config.holders.values()
+            for held in self.usage.holders.values()
             for r in held.values()
         )
 

@@ -44,7 +44,7 @@ def quota_rows(engine: Engine, name: str) -> list[QuotaRow]:
     cq = engine.config.cluster_queues[name]
     node = engine.config.tree.cluster_queues[name]
     used: dict[tuple[str, str], int] = {}
-    for r in engine.config.holders.get(name, {}).values():
+    for r in engine.usage.holders.get(name, {}).values():
         if r.phase is Phase.ADMITTED:
             for fr, amount in r.usage.items():
                 used[fr] = used.get(fr, 0) + amount

@@ -34,7 +34,7 @@ def queue_load(engine: Engine, router: Router, name: str) -> QueueLoad:
                 used = node.usage.get((flavor.name, quota.name), 0)
                 reserved[quota.name] = reserved.get(quota.name, 0) + used
     records = engine.records_by_queue()[0].get(name, [])
-    holders = list(engine.config.holders.get(name, {}).values())
+    holders = list(engine.usage.holders.get(name, {}).values())
     waiting = sorted((r for r in records if r.phase is Phase.PENDING), key=lambda r: r.order_key)
     return QueueLoad(
         name=name,
