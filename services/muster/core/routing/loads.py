@@ -1,6 +1,6 @@
 """Routing's view of the engine: each ClusterQueue's load and each option's candidate.
 
-Read-only over the engine's records and configuration, like `muster.core.visibility`; the
+Read-only over `EngineState`'s records, usage and configuration, like `muster.core.visibility`; the
 router calls it before deciding and never changes what it reads.
 """
 
@@ -15,16 +15,16 @@ from muster.core.routing.model import NEVER, Candidate, QueueLoad, RouteOption, 
 from muster.core.routing.options import declared_run_seconds, demand_of
 
 if TYPE_CHECKING:
-    from muster.core.engine import Engine
     from muster.core.routing.router import Router
+    from muster.core.state import EngineState
 
 _WAITING = (Phase.PENDING, Phase.BACKOFF)
 
 
-def queue_load(engine: Engine, router: Router, name: str) -> QueueLoad:
+def queue_load(state: EngineState, router: Router, name: str) -> QueueLoad:
     """ClusterQueue `name` now: quota per resource, who holds it until when, who waits."""
-    cq = engine.config.cluster_queues[name]
-    node = engine.config.tree.cluster_queues[name]
+    cq = state.config.cluster_queues[name]
+    node = state.config.tree.cluster_queues[name]
     nominal: dict[str, int] = {}
     reserved: dict[str, int] = {}
     for group in cq.resource_groups:
@@ -33,8 +33,8 @@ def queue_load(engine: Engine, router: Router, name: str) -> QueueLoad:
                 nominal[quota.name] = nominal.get(quota.name, 0) + quota.nominal_quota
                 used = node.usage.get((flavor.name, quota.name), 0)
                 reserved[quota.name] = reserved.get(quota.name, 0) + used
-    records = engine.records_by_queue()[0].get(name, [])
-    holders = list(engine.usage.holders.get(name, {}).values())
+    records = state.records_by_queue()[0].get(name, [])
+    holders = list(state.usage.holders.get(name, {}).values())
     waiting = sorted((r for r in records if r.phase is Phase.PENDING), key=lambda r: r.order_key)
     return QueueLoad(
         name=name,
@@ -42,7 +42,7 @@ def queue_load(engine: Engine, router: Router, name: str) -> QueueLoad:
         reserved=reserved,
         pending=sum(1 for r in records if r.phase in _WAITING),
         reserving=len(holders),
-        running=tuple(_running(r, router, now_s=engine.now_s) for r in holders),
+        running=tuple(_running(r, router, now_s=state.now_s) for r in holders),
         waiting=tuple(
             Waiting(
                 key=r.key,
@@ -75,9 +75,11 @@ def run_seconds_of(r: WorkloadRecord, router: Router) -> float | None:
     return declared_run_seconds(r.wl)
 
 
-def candidate(engine: Engine, router: Router, r: WorkloadRecord, option: RouteOption) -> Candidate:
+def candidate(
+    state: EngineState, router: Router, r: WorkloadRecord, option: RouteOption
+) -> Candidate:
     """Where `option` leads `r`, with that ClusterQueue's load, or why it cannot be used."""
-    config = engine.config
+    config = state.config
     probe = WorkloadRecord(
         msgspec.structs.replace(r.wl, queue_name=option.queue_name, pod_sets=option.pod_sets),
         seq=r.seq,
@@ -91,4 +93,4 @@ def candidate(engine: Engine, router: Router, r: WorkloadRecord, option: RouteOp
     inadmissible = config.admissibility(probe)
     if inadmissible is not None:
         return Candidate(option=option, cluster_queue=cq, load=None, problem=inadmissible[1])
-    return Candidate(option=option, cluster_queue=cq, load=router.load(engine, cq))
+    return Candidate(option=option, cluster_queue=cq, load=router.load(state, cq))

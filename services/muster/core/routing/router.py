@@ -1,6 +1,6 @@
 """Routing state of one engine: which workloads have options, and which option each is on.
 
-The engine owns the queues and moves workloads; the router reads the engine (`loads`) and
+The engine owns the queues and moves workloads; the router reads `EngineState` (`loads`) and
 answers with a `Choice`. Routes of workloads that may still move under `fastest` are kept in
 arrival order in `open`, so a pass looks at those only.
 """
@@ -24,7 +24,7 @@ from muster.core.routing.model import (
 from muster.core.routing.options import options_of
 
 if TYPE_CHECKING:
-    from muster.core.engine import Engine
+    from muster.core.state import EngineState
 
 
 class Route:
@@ -48,13 +48,13 @@ class Router:
         self._loads: dict[str, QueueLoad] = {}
         self._loads_version = -1
 
-    def track(self, engine: Engine, r: WorkloadRecord) -> Route | None:
+    def track(self, state: EngineState, r: WorkloadRecord) -> Route | None:
         """Start routing `r` if it has alternatives and its declared ClusterQueue's policy
         is not static; its route, or None."""
         if not r.wl.alternatives:
             return None
-        lq = engine.config.local_queues.get(r.local_queue)
-        cq = engine.config.cluster_queues.get(lq.cluster_queue) if lq is not None else None
+        lq = state.config.local_queues.get(r.local_queue)
+        cq = state.config.cluster_queues.get(lq.cluster_queue) if lq is not None else None
         policy = self.settings.policy_of(cq)
         if policy is Policy.STATIC:
             return None
@@ -79,22 +79,22 @@ class Router:
         route = self.routes.get(key)
         return route is not None and route.current != 0
 
-    def load(self, engine: Engine, cluster_queue: str) -> QueueLoad:
+    def load(self, state: EngineState, cluster_queue: str) -> QueueLoad:
         """The ClusterQueue's load, computed once per engine state version."""
-        if self._loads_version != engine.version:
+        if self._loads_version != state.version:
             self._loads = {}
-            self._loads_version = engine.version
+            self._loads_version = state.version
         load = self._loads.get(cluster_queue)
         if load is None:
-            load = self._loads[cluster_queue] = queue_load(engine, self, cluster_queue)
+            load = self._loads[cluster_queue] = queue_load(state, self, cluster_queue)
         return load
 
-    def candidates(self, engine: Engine, r: WorkloadRecord, route: Route) -> list[Candidate]:
-        return [candidate(engine, self, r, option) for option in route.options]
+    def candidates(self, state: EngineState, r: WorkloadRecord, route: Route) -> list[Candidate]:
+        return [candidate(state, self, r, option) for option in route.options]
 
-    def decide(self, engine: Engine, r: WorkloadRecord, route: Route) -> Choice:
+    def decide(self, state: EngineState, r: WorkloadRecord, route: Route) -> Choice:
         """The option `r` should take now under its policy."""
-        found = self.candidates(engine, r, route)
+        found = self.candidates(state, r, route)
         if route.policy is Policy.THRESHOLD:
             return threshold.decide(found[0], found[1:], rule=self.settings.threshold)
         return fastest.decide(
@@ -102,6 +102,6 @@ class Router:
             current=route.current,
             key=r.key,
             order=r.order_key,
-            now_s=engine.now_s,
+            now_s=state.now_s,
             hysteresis=self.settings.hysteresis,
         )
