@@ -18,8 +18,9 @@ from muster.api.model import WorkloadKey
 from muster.api.wellknown import REQUESTS_REFUSED
 from muster.core.queues import Park, PendingGroup
 from muster.core.records import Phase, WorkloadRecord
-from muster.core.routing.model import REASONS, Choice, Policy, RouteOption, RoutingSettings
-from muster.core.routing.router import Route, Router
+from muster.core.routing.model import REASONS, Choice, Route, RouteOption, RoutingSettings
+from muster.core.routing.policies import rule_of
+from muster.core.routing.router import Router
 
 if TYPE_CHECKING:
     from muster.core.state import EngineState
@@ -75,7 +76,8 @@ class RoutingControl:
         if route is None:
             return None
         self.reroute_due = True  # a workload for `fastest` to look at
-        if route.policy is not Policy.THRESHOLD:
+        rule = rule_of(route.policy)
+        if rule is None or not rule.once:
             return None
         take = _take(route, self.router.decide(state, r, route))
         self.router.settle(r.key)
