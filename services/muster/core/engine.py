@@ -7,7 +7,7 @@ A long-running caller `forget`s workloads that are done, so memory follows the l
 
 The engine holds the facts and the round; what it knows is `EngineState`, one workload's
 transitions are `Lifecycle`'s, where pending work waits is `Queueing`'s, and the views are
-`visibility`'s (docs/adr/0007-admission-engine-split.md).
+`visibility`'s (docs/adr/0002-admission-engine-split.md).
 
 Differs from Kueue: one `schedule()` admits everything that fits, in the order Kueue's cycles
 would, instead of one head per ClusterQueue per cycle.
