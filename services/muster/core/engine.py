@@ -266,23 +266,43 @@ class Engine(EngineViews):
         return self.state.take_events()
 
     def set_admission_check(
-        self, key: WorkloadKey, check: str, state: str, *, message: str = "", now_s: float
+        self,
+        key: WorkloadKey,
+        check: str,
+        state: str,
+        *,
+        message: str = "",
+        requeue_after_s: float | None = None,
+        now_s: float,
     ) -> list[Event]:
-        """An admission check controller reports Ready, Retry, Rejected or Pending."""
+        """An admission check controller reports Ready, Retry, Rejected or Pending.
+
+        As in Kueue's workload controller, Retry and Rejected count for as long as the workload
+        holds quota, admitted or not: Retry evicts it, to queue again once `requeue_after_s`
+        (the check's requeueAfterSeconds) has passed; Rejected deactivates it, after its pods
+        stop when it was admitted."""
         self.state.now_s = now_s
         r = self.state.records.get(key)
-        if r is None or r.phase is not Phase.RESERVED or check not in r.checks:
+        if r is None or r.phase not in (Phase.RESERVED, Phase.ADMITTED) or check not in r.checks:
             return []
         r.checks[check] = state
+        detail = f'"{check}" ({message})' if message else f'"{check}"'
+        why = f"AdmissionCheck in {state} state: {detail}"  # Kueue's wording
         if state == "Rejected":
-            text = f"Admission check(s): [{check}], were rejected"
-            self.lifecycle.evict(
-                r, reason="AdmissionCheck", message=message or text, deactivate=True
-            )
+            deactivated = f"The workload is deactivated due to {why}"
+            if r.phase is Phase.RESERVED:  # nothing runs yet: its quota goes back at once
+                self.lifecycle.evict(
+                    r, reason="AdmissionCheck", message=deactivated, deactivate=True
+                )
+            else:
+                r.wl = msgspec.structs.replace(r.wl, active=False)
+                self.lifecycle.evict(
+                    r, reason="DeactivatedDueToAdmissionCheck", message=deactivated
+                )
         elif state == "Retry":
-            text = f"At least one admission check is false: [{check}]"
-            self.lifecycle.evict(r, reason="AdmissionCheck", message=message or text)
-        elif all(s == "Ready" for s in r.checks.values()):
+            r.requeue_at_s = now_s + requeue_after_s if requeue_after_s else None
+            self.lifecycle.evict(r, reason="AdmissionCheck", message=f"Evicted due to {why}")
+        elif r.phase is Phase.RESERVED and all(s == "Ready" for s in r.checks.values()):
             self.lifecycle.admit(r)
         return self.state.take_events()
 
@@ -382,9 +402,9 @@ class Engine(EngineViews):
         state.now_s = now_s
         self.lifecycle.fire_timers()
         state.preempted_this_round = set()
-        if not self._admission_blocked():
+        if not self.lifecycle.admission_blocked():
             if self.routing is not None:
-                self._reroute(self.routing)
+                self.lifecycle.reroute(self.routing)
                 for group in self.routing.release(state):
                     self.queueing.retry(group)
             for name in sorted(state.trees):
@@ -408,27 +428,6 @@ class Engine(EngineViews):
         state.config.build()
         state.usage.rebuild(holders)
         self.queueing.rebuild()
-
-    def _admission_blocked(self) -> bool:
-        """waitForPodsReady.blockAdmission: nothing new starts while pods are still starting."""
-        wait = self.state.config.kueue.wait_for_pods_ready
-        if not (wait.enable and wait.block_admission):
-            return False
-        return any(
-            r.phase is Phase.ADMITTED and not r.pods_ready
-            for held in self.state.usage.holders.values()
-            for r in held.values()
-        )
-
-    def _reroute(self, routing: RoutingControl) -> None:
-        """`fastest`: carry out what it decides for the pending workloads it routes."""
-        for r, take in routing.reroute(self.state):
-            old = r.group
-            self.lifecycle.take(r, take)
-            if take.moves:  # off its old queue, onto the new one
-                self.queueing.enqueue(r)
-                if old is not None and old.head() is not None:
-                    self.queueing.retry(old)  # its head changed
 
     # --- the round -----------------------------------------------------------------------
 

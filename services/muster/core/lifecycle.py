@@ -200,6 +200,10 @@ class Lifecycle:
         if evicted is not None and evicted.reason == "PodsReadyTimeout":
             self.back_off(r)
             return
+        retry_at_s, r.requeue_at_s = r.requeue_at_s, None
+        if retry_at_s is not None and retry_at_s > self.state.now_s:  # requeueAfterSeconds
+            self.wait_until(r, retry_at_s, reason="AdmissionCheck")
+            return
         r.pending_message = ""
         self.queueing.enqueue(r)
         self.state.emit(EventType.REQUEUED, r, "Evicted", "Requeued after eviction")
@@ -224,12 +228,16 @@ class Lifecycle:
             strategy.backoff_base_seconds * 2 ** (r.requeue_count - 1),
             strategy.backoff_max_seconds,
         )
-        r.phase = Phase.BACKOFF
-        r.requeue_at_s = state.now_s + delay
-        r.set_condition(REQUEUED, False, "PodsReadyTimeout", f"Requeue in {delay:g}s")
         if strategy.timestamp == "Eviction":
             r.queue_ts = state.now_s
-        state.add_timer(r.requeue_at_s, "requeue", r.key)
+        self.wait_until(r, state.now_s + delay, reason="PodsReadyTimeout")
+
+    def wait_until(self, r: WorkloadRecord, at_s: float, *, reason: str) -> None:
+        """Out of the queue until `at_s`, then requeued (BackoffFinished)."""
+        r.phase = Phase.BACKOFF
+        r.requeue_at_s = at_s
+        r.set_condition(REQUEUED, False, reason, f"Requeue in {at_s - self.state.now_s:g}s")
+        self.state.add_timer(at_s, "requeue", r.key)
 
     def deactivate(self, r: WorkloadRecord) -> None:
         """spec.active false: it waits for nothing (Kueue: QuotaReserved=False, Deactivated)."""
@@ -310,7 +318,29 @@ class Lifecycle:
             to_queue=after.cluster_queue if after is not None else "",
         )
 
-    # --- timers --------------------------------------------------------------------------
+    def reroute(self, routing: RoutingControl) -> None:
+        """`fastest`: carry out what it decides for the pending workloads it routes."""
+        for r, take in routing.reroute(self.state):
+            old = r.group
+            self.take(r, take)
+            if take.moves:  # off its old queue, onto the new one
+                self.queueing.enqueue(r)
+                if old is not None and old.head() is not None:
+                    self.queueing.retry(old)  # its head changed
+
+    # --- timers and waitForPodsReady ------------------------------------------------------
+
+    def admission_blocked(self) -> bool:
+        """waitForPodsReady.blockAdmission: nothing new starts while pods are still starting."""
+        state = self.state
+        wait = state.config.kueue.wait_for_pods_ready
+        if not (wait.enable and wait.block_admission):
+            return False
+        return any(
+            r.phase is Phase.ADMITTED and not r.pods_ready
+            for held in state.usage.holders.values()
+            for r in held.values()
+        )
 
     def timer_live(self, kind: str, key: WorkloadKey, at: float) -> bool:
         r = self.state.records.get(key)

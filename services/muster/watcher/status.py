@@ -27,7 +27,7 @@ from muster.cluster.sim.keys import SCHEDULING_POD_GROUP_KIND
 from muster.contracts.v1 import events_pb2 as pb
 from muster.watcher.group_status import GANG_EVENTS, GroupStatusBook
 from muster.watcher.kube_events import EVENT_SOURCES, EventBook
-from muster.watcher.kueue_status import WORKLOAD_EVENTS, StatusBook
+from muster.watcher.kueue_status import EVICTION_COMPLETED, WORKLOAD_EVENTS, StatusBook
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class StatusSink(Protocol):
 def status_subjects(cluster: str) -> list[str]:
     """The subjects whose events change the statuses of `cluster`'s Kueue objects and
     scheduling.k8s.io PodGroups."""
-    events = dict.fromkeys((*WORKLOAD_EVENTS, *GANG_EVENTS, *EVENT_SOURCES))
+    events = dict.fromkeys((*WORKLOAD_EVENTS, EVICTION_COMPLETED, *GANG_EVENTS, *EVENT_SOURCES))
     return [
         *(workload_subject(cluster, e) for e in events),
         queue_subject(cluster),

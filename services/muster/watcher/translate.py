@@ -277,7 +277,10 @@ def check_updates(obj: Mapping[str, Any], sent: Mapping[str, str]) -> list[Check
             out.append(CheckAnswer(name, mark, None))
             continue
         payload = events_pb2.AdmissionCheckUpdated(
-            check=name, state=state, message=str(entry.get("message") or "")
+            check=name,
+            state=state,
+            message=str(entry.get("message") or ""),
+            requeue_after_seconds=_requeue_after(entry.get("requeueAfterSeconds")),
         )
         event = Outgoing(
             field="admission_check",
@@ -287,3 +290,10 @@ def check_updates(obj: Mapping[str, Any], sent: Mapping[str, str]) -> list[Check
         )
         out.append(CheckAnswer(name, mark, event))
     return out
+
+
+def _requeue_after(value: object) -> int:
+    """A check's requeueAfterSeconds as an int32 the event can carry (anything else: 0)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return 0
+    return max(0, min(value, 2**31 - 1))

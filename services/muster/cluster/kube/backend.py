@@ -42,6 +42,7 @@ from muster.cluster.kube import jobs
 from muster.cluster.kube.config import api_client
 from muster.cluster.kube.discovery import GangApi
 from muster.cluster.kube.informer import SEQ_BITS, merged_watch, resource_version_now
+from muster.cluster.kube.pod_set_updates import with_check_updates
 from muster.cluster.kube.ratelimit import TokenBucket
 from muster.cluster.kube.resize import ResizeError, resized
 from muster.cluster.kube.resources import (
@@ -301,6 +302,9 @@ class KubeBackend:
     ) -> None:
         namespace, name = split_workload_key(workload_key)
         job, workload = await self._job_of(namespace, name)
+        if job is not None and workload is None:
+            workload = await self._get_or_none(self._kueue["Workload"], name, namespace)
+        pod_sets = with_check_updates(pod_sets, workload)  # what its checks asked for
         if job is not None:
             await self._start_job(job, pod_sets, workload=name, admission=admission)
         elif workload is not None:
@@ -569,6 +573,7 @@ def _pod(
             "namespace": meta.get("namespace"),
             "labels": {
                 **(t_meta.get("labels") or {}),
+                **pod_set.labels,
                 WORKLOAD_LABEL: name,
                 **({ADMISSION_LABEL: str(admission)} if admission else {}),
             },
