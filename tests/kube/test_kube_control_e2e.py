@@ -19,7 +19,7 @@ from kube_services_helpers import (
     job_when,
     running_stack,
 )
-from test_kube_checks_e2e import job_yaml
+from test_kube_checks_e2e import job_yaml, queues
 from test_kube_services_e2e import NODE, workload_of_job
 from test_kube_submit_e2e import kube_gateway, muster
 
@@ -27,33 +27,6 @@ from muster.cluster.kube.settings import KubeConfig
 from muster.gateway.auth_config import SecurityConfig
 
 pytestmark = pytest.mark.timeout(90)
-
-QUEUES = """
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {name: default-flavor}
-spec: {nodeLabels: {pool: batch}}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {name: cq}
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-  - coveredResources: [cpu]
-    flavors:
-    - name: default-flavor
-      resources: [{name: cpu, nominalQuota: "16"}]
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: ml}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {name: lq, namespace: ml}
-spec: {clusterQueue: cq}
-"""
 
 
 async def patch_active(kubectl: Kubectl, name: str, active: bool) -> None:
@@ -71,7 +44,7 @@ async def patch_active(kubectl: Kubectl, name: str, active: bool) -> None:
 async def test_stop_resume_and_delete_write_into_the_api_server(tmp_path: Path) -> None:
     async with running_stack(tmp_path) as stack:
         kubectl = stack.kubectl
-        await kubectl.apply(QUEUES + "---" + NODE)
+        await kubectl.apply(queues(None) + "---" + NODE)
         await kubectl.apply(job_yaml("train") + "---" + job_yaml("tune"))
         train = (await workload_of_job(kubectl, "ml", "train"))["metadata"]["name"]
         tune = (await workload_of_job(kubectl, "ml", "tune"))["metadata"]["name"]
