@@ -21,9 +21,10 @@ from test_kube_services_e2e import NODE, condition, condition_when, job_when, wo
 pytestmark = pytest.mark.timeout(90)
 
 
-def queues(check: str, *, flavor: str = "default-flavor") -> str:
+def queues(check: str | None, *, flavor: str = "default-flavor") -> str:
     """A flavor (on node pool `batch`), a ClusterQueue of 16 cpu requiring AdmissionCheck
-    `check`, and LocalQueue lq in namespace ml."""
+    `check` (None: no check), and LocalQueue lq in namespace ml."""
+    checks = f"[{check}]" if check else "[]"
     return f"""
 apiVersion: kueue.x-k8s.io/v1beta1
 kind: ResourceFlavor
@@ -35,7 +36,7 @@ kind: ClusterQueue
 metadata: {{name: cq}}
 spec:
   namespaceSelector: {{}}
-  admissionChecks: [{check}]
+  admissionChecks: {checks}
   resourceGroups:
   - coveredResources: [cpu]
     flavors:

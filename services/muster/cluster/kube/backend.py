@@ -192,13 +192,52 @@ class KubeBackend:
 
         return await self._retrying(create)
 
-    async def delete(self, kind: str, name: str, *, namespace: str = "", uid: str = "") -> bool:
+    async def delete(
+        self,
+        kind: str,
+        name: str,
+        *,
+        namespace: str = "",
+        uid: str = "",
+        as_user: Identity | None = None,
+    ) -> bool:
         resource = resource_for_kind(kind, kueue_version=self.config.kueue_version)
         namespace = (namespace or _NAMESPACED_DEFAULT) if resource.namespaced else ""
-        return await self._delete(resource, name, namespace, uid=uid)
+        return await self._delete(resource, name, namespace, uid=uid, as_user=as_user)
+
+    async def merge_patch(
+        self,
+        kind: str,
+        name: str,
+        patch: Mapping[str, Any],
+        *,
+        namespace: str = "",
+        as_user: Identity | None = None,
+    ) -> None:
+        """Merge `patch` into object `kind` `name` (NotFoundError when there is none)."""
+        resource = resource_for_kind(kind, kueue_version=self.config.kueue_version)
+        namespace = (namespace or _NAMESPACED_DEFAULT) if resource.namespaced else ""
+        path, who = resource.object_path(name, namespace), resource.describe(name, namespace)
+        await self._retrying(
+            lambda: self.transport.checked(
+                "PATCH",
+                path,
+                obj=who,
+                query=_STRICT,
+                body=dict(patch),
+                content_type=MERGE_PATCH,
+                as_user=as_user,
+            )
+        )
 
     async def _delete(
-        self, resource: Resource, name: str, namespace: str, *, uid: str = ""
+        self,
+        resource: Resource,
+        name: str,
+        namespace: str,
+        *,
+        uid: str = "",
+        as_user: Identity | None = None,
     ) -> bool:
         who = resource.describe(name, namespace)
         options: dict[str, Any] = {"propagationPolicy": "Background"}
@@ -207,7 +246,11 @@ class KubeBackend:
 
         async def delete() -> bool:
             response = await self.transport.request(
-                "DELETE", resource.object_path(name, namespace), obj=who, body=options
+                "DELETE",
+                resource.object_path(name, namespace),
+                obj=who,
+                body=options,
+                as_user=as_user,
             )
             if response.status == 404 or (uid and response.status == 409):
                 return False
