@@ -653,6 +653,8 @@ EXPECTED_CRDS = {
     "workloads.kueue.x-k8s.io": True,
     "workloadpriorityclasses.kueue.x-k8s.io": False,
     "admissionchecks.kueue.x-k8s.io": True,
+    "multikueueconfigs.kueue.x-k8s.io": False,
+    "multikueueclusters.kueue.x-k8s.io": True,
     "provisioningrequestconfigs.kueue.x-k8s.io": False,
     "provisioningrequests.autoscaling.x-k8s.io": True,
     "podgroups.scheduling.x-k8s.io": True,
@@ -741,6 +743,8 @@ _WATCHED = {
             "localqueues",
             "workloadpriorityclasses",
             "admissionchecks",
+            "multikueueconfigs",
+            "multikueueclusters",
             "workloads",
             "provisioningrequestconfigs",
         )
@@ -763,6 +767,7 @@ REQUIRED: dict[str, set[tuple[str, str, str]]] = {
         ("kueue.x-k8s.io", "workloads/finalizers", "update"),
         ("kueue.x-k8s.io", "clusterqueues/status", "patch"),
         ("kueue.x-k8s.io", "localqueues/status", "patch"),
+        ("kueue.x-k8s.io", "multikueueclusters/status", "patch"),
         ("batch", "jobs/finalizers", "update"),
         *{
             ("autoscaling.x-k8s.io", "provisioningrequests", v)

@@ -114,8 +114,10 @@ class RefusingBackend:
             raise ClusterError(f"Pod/{namespace}/{pod}", "Forbidden", "refused by a webhook")
         await self._backend.bind(namespace, pod, node)
 
-    async def start_workload(self, workload_key: str, *, pod_sets: Sequence[Any]) -> None:
-        await self._backend.start_workload(workload_key, pod_sets=pod_sets)
+    async def start_workload(
+        self, workload_key: str, *, pod_sets: Sequence[Any], origin: Any = None
+    ) -> None:
+        await self._backend.start_workload(workload_key, pod_sets=pod_sets, origin=origin)
 
     async def stop_workload(self, workload_key: str) -> None:
         await self._backend.stop_workload(workload_key)

@@ -39,6 +39,7 @@ from muster.admission.translate import (
     Fact,
     Finish,
     GangRejected,
+    Manifests,
     PlacementPreempted,
     PodsReady,
     Recorded,
@@ -215,6 +216,7 @@ class AdmissionState:
                     generation=fact.generation,
                     at_s=at_s,
                     manifest_json=fact.manifest_json,
+                    owner_manifest_json=fact.owner_manifest_json,
                 )
                 if entry is None or not self.owning or not self._owns(entry):
                     return []  # a duplicate, history, or another shard's
@@ -467,9 +469,15 @@ class AdmissionState:
         entry = self.ledger.get(key)
         return 0 if entry is None else entry.generation
 
-    def manifest_of(self, key: WorkloadKey) -> str:
+    def manifests_of(self, key: WorkloadKey) -> Manifests:
         entry = self.ledger.get(key)
-        return "" if entry is None else entry.manifest_json
+        if entry is None:
+            return Manifests()
+        return Manifests(
+            workload_json=entry.manifest_json,
+            owner_json=entry.owner_manifest_json,
+            origin_cluster=entry.cluster or self.default_cluster,
+        )
 
     def route_of(self, key: WorkloadKey) -> WorkloadRoute | None:
         entry, r = self.ledger.get(key), self.engine.records.get(key)

@@ -17,12 +17,12 @@ import json
 import logging
 import time
 from collections.abc import Coroutine
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import msgspec
 from google.protobuf.message import Message
 
-from muster.api import workload_from_json
+from muster.api import workload_from_json, workload_to_kueue
 from muster.api.model import Workload
 from muster.api.wellknown import BIND_FAILED, TRACEPARENT_ANNOTATION
 from muster.binder.pacing import BindPacer
@@ -34,55 +34,99 @@ from muster.binder.translate import (
 from muster.bus.envelope import new_event
 from muster.bus.errors import Reject, Retry
 from muster.bus.tracing import step, trace_headers
-from muster.cluster.backend import ClusterBackend, Identity, PodSetStart
+from muster.cluster.backend import ClusterBackend, Identity, PodSetStart, WorkloadOrigin
 from muster.cluster.errors import ClusterError, RequestsRefusedError
 from muster.contracts.v1 import events_pb2
 from muster.metrics.services import BinderSeries
 
 log = logging.getLogger(__name__)
 CLUSTER_ADMINS = "system:masters"  # Kubernetes' group that no authorizer can refuse
+# Finished and deleted workloads remembered, so their copies in this cluster are known stale.
+DONE_KEPT = 100_000
+# A cluster that does not answer is asked again after these many seconds, doubling.
+_PROBE_FIRST_S, _PROBE_MAX_S = 0.2, 10.0
 
 
 class Publisher(Protocol):
     async def publish(self, env: events_pb2.Envelope) -> int: ...
 
 
+class Submission(NamedTuple):
+    """What the binder keeps of a workload's `submitted`."""
+
+    workload: Workload
+    cluster: str  # where it was submitted
+    owner_json: str  # the Job it stands for, as its owner wrote it ("" for none)
+
+
 class WorkloadSpecs:
     """The spec of every workload submitted (on any cluster) and not yet done with, and when
-    each was last evicted here.
+    each was last admitted and evicted here.
 
     Fed from `workload.submitted`, `deleted` and `finished` of every cluster (MultiKueue may
-    dispatch a workload submitted elsewhere to this one) and this cluster's `evicted`, by a
-    replay of the stream, so every replica knows every workload whichever replica gets its
-    `admitted`.
+    dispatch a workload submitted elsewhere to this one) and this cluster's `admitted` and
+    `evicted`, by a replay of the stream, so every replica knows every workload whichever
+    replica gets its `admitted`, and which copies from other clusters should be here.
     """
 
-    def __init__(self) -> None:
-        self._specs: dict[str, Workload] = {}
+    def __init__(self, *, done_kept: int = DONE_KEPT) -> None:
+        self._specs: dict[str, Submission] = {}
         self._evicted_at: dict[str, int] = {}  # stream sequence of its last eviction here
+        self._admitted_at: dict[str, int] = {}  # and of its last admission here
+        self._done: dict[str, None] = {}  # finished or deleted, the newest last
+        self._done_kept = done_kept
+        self.origins: set[str] = set()  # the clusters workloads were submitted in
+        self.position = 0  # the last stream sequence applied
 
     def apply(self, env: events_pb2.Envelope) -> None:
+        """Fold one event in; one already applied (by sequence) changes nothing."""
+        if env.sequence:
+            if env.sequence <= self.position:
+                return
+            self.position = env.sequence
         if env.type == "workload.evicted":
             self._evicted_at[env.workload] = max(
                 env.sequence, self._evicted_at.get(env.workload, 0)
+            )
+        elif env.type == "workload.admitted":
+            self._admitted_at[env.workload] = max(
+                env.sequence, self._admitted_at.get(env.workload, 0)
             )
         elif env.type == "workload.submitted":
             wl = workload_from_submitted(env.submitted)
             if wl is None:
                 log.warning("undecodable workload manifest", extra={"workload": env.workload})
                 return
-            self._specs[env.workload] = wl
+            owner = env.submitted.owner_manifest_json
+            self._specs[env.workload] = Submission(wl, env.cluster, owner)
+            self.origins.add(env.cluster)
         elif env.type in ("workload.deleted", "workload.finished"):
             self._specs.pop(env.workload, None)
             self._evicted_at.pop(env.workload, None)
+            self._admitted_at.pop(env.workload, None)
+            self._done[env.workload] = None
+            if len(self._done) > self._done_kept:
+                del self._done[next(iter(self._done))]
 
     def get(self, workload: str) -> Workload | None:
+        found = self._specs.get(workload)
+        return None if found is None else found.workload
+
+    def submission(self, workload: str) -> Submission | None:
         return self._specs.get(workload)
 
     def superseded(self, env: events_pb2.Envelope) -> bool:
         """Whether `env` (an admission) was followed by an eviction here: the admission is
         no longer current (its cluster was lost meanwhile, and the workload moved on)."""
         return 0 < env.sequence < self._evicted_at.get(env.workload, 0)
+
+    def stale(self, workload: str) -> bool:
+        """Whether a copy of `workload` here is known to be stale (`muster.binder.copies`):
+        it finished or was deleted, or was evicted here after its last admission here. A
+        workload this binder knows nothing of is not (it may predate what it replayed)."""
+        if workload in self._done:
+            return True
+        return self._evicted_at.get(workload, 0) > self._admitted_at.get(workload, 0)
 
 
 class BinderContext:
@@ -103,6 +147,27 @@ class BinderContext:
         self.pacer = pacer
         self.metrics = metrics
         self.source = f"binder/{cluster}"
+        self._away = ""  # why the cluster did not answer, while it does not
+
+    async def until_reachable(self, what: str) -> bool:
+        """Wait until the cluster answers (`probe`), backing off; whether it was away. Its
+        absence is logged once, with the cluster and what waits, and its return once."""
+        delay_s = _PROBE_FIRST_S
+        waited = False
+        while why := await self.backend.probe():
+            if why != self._away:
+                log.warning(
+                    "cluster %s does not answer (%s): %s waits", self.cluster, why, what,
+                    extra={"cluster": self.cluster},
+                )  # fmt: skip
+                self._away = why
+            waited = True
+            await asyncio.sleep(delay_s)
+            delay_s = min(delay_s * 2, _PROBE_MAX_S)
+        if self._away:
+            log.warning("cluster %s answers again", self.cluster, extra={"cluster": self.cluster})
+            self._away = ""
+        return waited
 
     async def publish(self, field: str, payload: Message, *, cause: events_pb2.Envelope) -> None:
         env = new_event(
@@ -117,10 +182,15 @@ class BinderContext:
         await self.publisher.publish(env)
 
 
-def _as_retry_or_reject(err: ClusterError, what: str) -> Exception:
-    if err.temporary:
-        return Retry(1.0, f"{what}: {err}")
-    return Reject(f"{what}: {err}")
+async def _retry_or_reject(err: ClusterError, ctx: BinderContext, what: str) -> Exception:
+    """What a failed cluster call becomes: Reject when it failed for good; Retry when it may
+    pass later, once the cluster answers again (a worker whose API server is away is waited
+    for here, not retried until the message is dead-lettered: it may be away for long)."""
+    if not err.temporary:
+        return Reject(f"{what}: {err}")
+    if await ctx.until_reachable(what):
+        return Retry(0.0, f"{what}: {err}; the cluster answers again")
+    return Retry(1.0, f"{what}: {err}")
 
 
 async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
@@ -134,7 +204,8 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
     if ctx.specs.superseded(env):
         log.warning("skipping an admission evicted since", extra={"workload": env.workload})
         return
-    wl = ctx.specs.get(env.workload)
+    submission = ctx.specs.submission(env.workload)
+    wl = submission.workload if submission is not None else None
     if wl is None and env.admitted.manifest_json:
         # Submitted before what this replica replayed (it restarted after the `submitted` left
         # the stream): the admission carries the spec.
@@ -146,9 +217,10 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
         starts = pod_set_starts(wl, env.admitted)
     except MissingPodSetError as err:
         raise Reject(str(err)) from None
+    origin = origin_of(env, submission, wl, cluster=ctx.cluster)
     with step("binder.start", attributes=lambda: {"muster.workload": env.workload}):
         try:
-            await ctx.backend.start_workload(env.workload, pod_sets=traced(starts))
+            await ctx.backend.start_workload(env.workload, pod_sets=traced(starts), origin=origin)
         except RequestsRefusedError as err:
             # Routed to requests the cluster will not run it with: nothing started. Admission
             # evicts it and puts it back on its declared queue (docs/routing.md, "On Kubernetes").
@@ -156,7 +228,21 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
             payload = events_pb2.RequestsRefused(message=str(err))
             await ctx.publish("requests_refused", payload, cause=env)
         except ClusterError as err:
-            raise _as_retry_or_reject(err, f"starting {env.workload}") from err
+            raise await _retry_or_reject(err, ctx, f"starting {env.workload}") from err
+
+
+def origin_of(
+    env: events_pb2.Envelope, submission: Submission | None, wl: Workload, *, cluster: str
+) -> WorkloadOrigin | None:
+    """Where an admitted workload comes from when MultiKueue dispatched it here from another
+    cluster (None: it was submitted here, its objects are here)."""
+    admitted = env.admitted
+    origin = admitted.origin_cluster or (submission.cluster if submission is not None else "")
+    if not origin or origin == cluster:
+        return None
+    owner = admitted.owner_manifest_json or (submission.owner_json if submission else "")
+    manifest = admitted.manifest_json or json.dumps(workload_to_kueue(wl), sort_keys=True)
+    return WorkloadOrigin(cluster=origin, workload_json=manifest, owner_json=owner)
 
 
 def traced(starts: list[PodSetStart]) -> list[PodSetStart]:
@@ -231,7 +317,7 @@ async def on_evict(env: events_pb2.Envelope, ctx: BinderContext) -> None:
             else:
                 await ctx.backend.stop_workload(env.workload)
         except ClusterError as err:
-            raise _as_retry_or_reject(err, f"stopping {env.workload}") from err
+            raise await _retry_or_reject(err, ctx, f"stopping {env.workload}") from err
     await ctx.publish("eviction_completed", events_pb2.EvictionCompleted(), cause=env)
 
 

@@ -23,6 +23,7 @@ from muster.binder.handlers import (
     on_evict,
     on_gang_permitted,
 )
+from muster.binder.copies import CopyCluster, collect_copies
 from muster.binder.pacing import BindPacer
 from muster.bus.connection import Bus
 from muster.bus.errors import Reject
@@ -47,17 +48,25 @@ class BinderConfig(msgspec.Struct, frozen=True, kw_only=True):
 
 def spec_subjects(cluster: str) -> list[str]:
     """Every cluster's submitted, deleted and finished (a workload may be dispatched here from
-    another cluster), and this cluster's evicted (a late admission is not started)."""
+    another cluster), and this cluster's admitted and evicted (a late admission is not
+    started; a copy of a workload no longer admitted here is stale)."""
     return [
         *(workload_subject("*", e) for e in ("submitted", "deleted", "finished")),
+        workload_subject(cluster, "admitted"),
         workload_subject(cluster, "evicted"),
     ]
 
 
 async def run_binder(
-    bus: Bus, health: Readiness, *, backend: ClusterBackend, config: BinderConfig
+    bus: Bus,
+    health: Readiness,
+    *,
+    backend: ClusterBackend,
+    config: BinderConfig,
+    copies: CopyCluster | None = None,
 ) -> None:
-    """Start, bind and stop the cluster's pods as events ask, until cancelled."""
+    """Start, bind and stop the cluster's pods as events ask, until cancelled. With `copies`
+    (a Kubernetes cluster), stale copies of other clusters' workloads are collected too."""
     specs = WorkloadSpecs()
     ctx = BinderContext(
         cluster=config.cluster,
@@ -79,11 +88,25 @@ async def run_binder(
         async for env in bus.replay(spec_subjects(config.cluster), until_sequence=last):
             specs.apply(env)
 
+    wake = asyncio.Event()  # something may have made a copy here stale
+    ends = {f"workload.{e}" for e in ("finished", "deleted", "evicted")}
+
     async def follow_specs() -> None:
         async for env in bus.replay(
             spec_subjects(config.cluster), from_sequence=last + 1, follow=True
         ):
             specs.apply(env)
+            if env.type in ends:
+                wake.set()
+
+    async def catch_up() -> None:
+        end = await bus.last_sequence()
+        if end > specs.position:
+            subjects = spec_subjects(config.cluster)
+            async for env in bus.replay(
+                subjects, from_sequence=specs.position + 1, until_sequence=end
+            ):
+                specs.apply(env)
 
     handlers: dict[str, Callable[[events_pb2.Envelope, BinderContext], Awaitable[None]]] = {
         "workload.admitted": on_admitted,
@@ -101,6 +124,11 @@ async def run_binder(
     health.ready()
     async with asyncio.TaskGroup() as tasks:
         tasks.create_task(follow_specs(), name="binder-specs")
+        if copies is not None:
+            collector = collect_copies(
+                copies, specs, own_cluster=config.cluster, catch_up=catch_up, wake=wake
+            )
+            tasks.create_task(collector, name="binder-copies")
         tasks.create_task(
             bus.consume(
                 f"binder-{config.cluster}",

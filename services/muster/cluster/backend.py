@@ -8,8 +8,9 @@ error.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 import msgspec
 
@@ -65,6 +66,40 @@ class PodSetStart(msgspec.Struct, frozen=True, kw_only=True):
     node_selector: Mapping[str, str] = msgspec.field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
     annotations: Mapping[str, str] = msgspec.field(default_factory=dict)
+
+
+class WorkloadCopy(NamedTuple):
+    """A copy in this cluster of a workload submitted in another (MultiKueue): the
+    workload's key there, and that cluster."""
+
+    workload: str
+    origin: str
+
+
+class WorkloadOrigin(msgspec.Struct, frozen=True, kw_only=True):
+    """Where an admitted workload was submitted when that is another cluster, and what to
+    copy from there: the Kueue Workload as submitted, and the Job it stands for (if any)."""
+
+    cluster: str
+    workload_json: str
+    owner_json: str = ""
+
+    def workload(self) -> dict[str, Any]:
+        return _object(self.workload_json)
+
+    def owner(self) -> dict[str, Any] | None:
+        return _object(self.owner_json) if self.owner_json else None
+
+
+def _object(text: str) -> dict[str, Any]:
+    """A manifest carried by an event; ClusterError (permanent) when it is not an object."""
+    try:
+        value = json.loads(text)
+    except ValueError as err:
+        raise ClusterError("", "Invalid", f"an undecodable manifest: {err}") from None
+    if not isinstance(value, dict):
+        raise ClusterError("", "Invalid", "a manifest that is not an object")
+    return value
 
 
 class ClusterBackend(Protocol):
@@ -133,13 +168,22 @@ class ClusterBackend(Protocol):
         every write made before this call."""
         ...
 
-    async def start_workload(self, workload_key: str, *, pod_sets: Sequence[PodSetStart]) -> None:
+    async def start_workload(
+        self,
+        workload_key: str,
+        *,
+        pod_sets: Sequence[PodSetStart],
+        origin: WorkloadOrigin | None = None,
+    ) -> None:
         """Create the pods of admitted workload "<namespace>/<name>" (the binder's unsuspend).
 
         Per podset, `count` pods named `<name>-<podset>-<i>` in the workload's namespace,
         labelled `muster.dev/workload: <name>`, annotated `muster.dev/pod-set: <podset>`, with
         schedulerName "muster", unbound and Pending. Idempotent: pods that already exist are left
         as they are. Returns when every pod is stored.
+
+        With `origin` the workload was submitted in another cluster (MultiKueue): a backend
+        whose pods come from objects (Kubernetes) first creates a copy of them here.
         """
         ...
 
@@ -155,8 +199,14 @@ class ClusterBackend(Protocol):
     async def stop_workload(self, workload_key: str) -> None:
         """Delete every pod of workload "<namespace>/<name>"; return when they are gone.
 
-        Idempotent: a workload without pods is already stopped.
+        Idempotent: a workload without pods is already stopped. A copy made for `origin` is
+        deleted with its pods.
         """
+        ...
+
+    async def probe(self) -> str:
+        """Why the cluster cannot be reached now, in one line ("" when it can): one request,
+        no retries, so a heartbeat can tell the truth at once."""
         ...
 
     async def close(self) -> None:

@@ -12,7 +12,7 @@ from muster.binder.pacing import BindPacer
 from muster.binder.service import spec_subjects
 from muster.bus import new_event
 from muster.bus.errors import Retry
-from muster.cluster.backend import PodSetStart
+from muster.cluster.backend import PodSetStart, WorkloadOrigin
 from muster.contracts.v1 import events_pb2 as pb
 
 MANIFEST = {
@@ -34,6 +34,7 @@ def test_follows_specs_of_every_cluster_and_evictions_of_its_own() -> None:
         "muster.v1.*.workload.submitted",
         "muster.v1.*.workload.deleted",
         "muster.v1.*.workload.finished",
+        "muster.v1.west.workload.admitted",
         "muster.v1.west.workload.evicted",
     ]
 
@@ -62,9 +63,13 @@ class _Backend:
 
     def __init__(self) -> None:
         self.started: dict[str, list[PodSetStart]] = {}
+        self.origins: dict[str, WorkloadOrigin | None] = {}
 
-    async def start_workload(self, key: str, *, pod_sets: list[PodSetStart]) -> None:
+    async def start_workload(
+        self, key: str, *, pod_sets: list[PodSetStart], origin: WorkloadOrigin | None = None
+    ) -> None:
         self.started[key] = pod_sets
+        self.origins[key] = origin
 
 
 def _context(backend: _Backend) -> BinderContext:

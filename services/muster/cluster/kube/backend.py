@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import copy
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
@@ -27,6 +27,8 @@ from muster.cluster.backend import (
     Identity,
     PodSetStart,
     Selection,
+    WorkloadCopy,
+    WorkloadOrigin,
     split_workload_key,
 )
 from muster.cluster.errors import (
@@ -36,7 +38,7 @@ from muster.cluster.errors import (
     NotFoundError,
     RequestsRefusedError,
 )
-from muster.cluster.kube import jobs
+from muster.cluster.kube import copies, jobs
 from muster.cluster.kube.config import api_client
 from muster.cluster.kube.discovery import GangApi
 from muster.cluster.kube.informer import SEQ_BITS, merged_watch, resource_version_now
@@ -44,6 +46,7 @@ from muster.cluster.kube.ratelimit import TokenBucket
 from muster.cluster.kube.resize import ResizeError, resized
 from muster.cluster.kube.resources import (
     JOBS,
+    NAMESPACES,
     NODES,
     PODS,
     Resource,
@@ -292,9 +295,22 @@ class KubeBackend:
 
     # --- workloads ----------------------------------------------------------------------------
 
-    async def start_workload(self, workload_key: str, *, pod_sets: Sequence[PodSetStart]) -> None:
+    async def start_workload(
+        self,
+        workload_key: str,
+        *,
+        pod_sets: Sequence[PodSetStart],
+        origin: WorkloadOrigin | None = None,
+    ) -> None:
+        """As the protocol says. With `origin` (MultiKueue dispatched it here from the manager
+        it names), what it stands for is created here first when absent (`copies`): its Job,
+        started in the same write, or its Kueue Workload, whose pods are then created."""
         namespace, name = split_workload_key(workload_key)
         job, workload = await self._job_of(namespace, name)
+        if job is None and workload is None and origin is not None:
+            job, workload = await self._copy(namespace, name, origin, pod_sets)
+            if job is not None:
+                return  # created started
         if job is not None:
             await self._start_job(job, pod_sets, workload=name)
         elif workload is not None:
@@ -302,13 +318,96 @@ class KubeBackend:
         # Otherwise a pod group: its pods exist already.
 
     async def stop_workload(self, workload_key: str) -> None:
+        """As the protocol says; a copy from another cluster (MultiKueue) is deleted, as
+        Kueue deletes remote objects, so nothing of it can run here again."""
         namespace, name = split_workload_key(workload_key)
-        job, _ = await self._job_of(namespace, name)
-        if job is not None:
+        job, workload = await self._job_of(namespace, name)
+        if job is not None and copies.origin_of(job):
+            await self._delete(JOBS, str(job["metadata"]["name"]), namespace)
+        elif job is not None:
             await self._stop_job(job)
             return
         pods = await self._pods_of(namespace, name)
         await asyncio.gather(*(self._delete(PODS, p["metadata"]["name"], namespace) for p in pods))
+        if workload is not None and copies.origin_of(workload):
+            await self._delete(self._kueue["Workload"], name, namespace)
+
+    async def _copy(
+        self, namespace: str, name: str, origin: WorkloadOrigin, pod_sets: Sequence[PodSetStart]
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """Create the copy of workload `name` from cluster `origin.cluster`: (its Job, created
+        started) or (None, its Kueue Workload, created); ClusterError when the cluster refuses,
+        naming the namespace when that is what is missing here."""
+        owner = origin.owner()
+        if owner is not None and owner.get("kind") == "Job":
+            made = copies.job_copy(owner, origin=origin.cluster, workload=name)
+            try:
+                started = jobs.started_job(made, pod_sets, workload=name) or made
+            except ResizeError as err:
+                who = JOBS.describe(str(made["metadata"].get("name")), namespace)
+                raise RequestsRefusedError(who, f"its pod template cannot ask for {err}") from None
+            return await self._create_copy(JOBS, started), None
+        made = copies.workload_copy(origin.workload(), origin=origin.cluster)
+        return None, await self._create_copy(self._kueue["Workload"], made)
+
+    async def _create_copy(self, resource: Resource, manifest: dict[str, Any]) -> dict[str, Any]:
+        meta = manifest["metadata"]
+        name, namespace = str(meta.get("name", "")), str(meta.get("namespace", ""))
+        who = resource.describe(name, namespace)
+
+        async def create() -> dict[str, Any]:
+            response = await self.transport.request(
+                "POST",
+                resource.collection_path(namespace),
+                obj=who,
+                query=_STRICT,
+                body={**manifest, "apiVersion": resource.api_version},
+            )
+            if response.ok:
+                created: dict[str, Any] = response.json()
+                return created
+            if _already_exists(response):
+                return await self._get(resource, name, namespace)
+            if response.status == 404:  # the collection is there: its namespace is not
+                raise ClusterError(
+                    who,
+                    "NamespaceNotFound",
+                    f"namespace {namespace} does not exist in this cluster",
+                )
+            raise response.error(who)
+
+        return await self._retrying(create)
+
+    async def copies_of(self, origins: Collection[str]) -> list[WorkloadCopy]:
+        """The copies here of workloads from clusters `origins` (MultiKueue): Jobs and Kueue
+        Workloads labelled with one of them as their origin, sorted."""
+        if not origins:
+            return []
+        selector = f"{copies.ORIGIN_LABEL} in ({','.join(sorted(origins))})"
+        found: list[WorkloadCopy] = []
+        for resource in (JOBS, self._kueue["Workload"]):
+            try:
+                items = await self._list(resource, labelSelector=selector)
+            except NotFoundError:
+                continue  # Kueue's Workload CRD not installed here: no copies of that kind
+            for obj in items:
+                key = copies.copied_workload(obj)
+                if key:
+                    found.append(WorkloadCopy(workload=key, origin=copies.origin_of(obj)))
+        return sorted(set(found))
+
+    async def probe(self) -> str:
+        """One list of one Namespace (the cheapest read every muster role may make), no
+        retry; "" when answered, else the failure in one line."""
+        try:
+            response = await self.transport.request(
+                "GET", NAMESPACES.collection_path(), obj="Namespace", query=[("limit", 1)]
+            )
+        except ClusterError as err:
+            return err.message
+        if response.ok:
+            return ""
+        return str(response.error("API server"))
 
     async def _job_of(
         self, namespace: str, name: str
@@ -320,8 +419,8 @@ class KubeBackend:
         """
         if name.startswith("job-") and len(name) > len("job--12345"):
             guess = await self._get_or_none(JOBS, name[len("job-") : -6], namespace)
-            if guess is not None and jobs.workload_name(guess) == name:
-                return guess, None
+            if guess is not None and name in (jobs.workload_name(guess), _prebuilt(guess)):
+                return guess, None  # the Job, or its copy from another cluster
         workload = await self._get_or_none(self._kueue["Workload"], name, namespace)
         owner = _controller(workload) if workload is not None else None
         if owner is not None and owner.get("kind") == "Job":
@@ -330,7 +429,7 @@ class KubeBackend:
                 return job, workload
         if workload is None and name.startswith("job-"):
             for job in await self._list(JOBS, namespace=namespace, labelSelector=QUEUE_NAME_KEY):
-                if jobs.workload_name(job) == name:
+                if name in (jobs.workload_name(job), _prebuilt(job)):
                     return job, None
         return None, workload
 
@@ -491,6 +590,12 @@ class KubeBackend:
 
 def _already_exists(response: Response) -> bool:
     return response.status == 409 and b'"AlreadyExists"' in response.body
+
+
+def _prebuilt(job: Mapping[str, Any]) -> str:
+    """The Kueue Workload a copied Job stands for ("" for a Job of this cluster's own)."""
+    labels = (job.get("metadata") or {}).get("labels") or {}
+    return str(labels.get(copies.PREBUILT_WORKLOAD_LABEL) or "") if copies.origin_of(job) else ""
 
 
 def _controller(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:

@@ -31,6 +31,7 @@ from muster.cluster.backend import (
     Identity,
     PodSetStart,
     Selection,
+    WorkloadOrigin,
     split_workload_key,
 )
 from muster.cluster.errors import (
@@ -245,7 +246,15 @@ class SimBackend:
 
     # --- workloads ----------------------------------------------------------------------------
 
-    async def start_workload(self, workload_key: str, *, pod_sets: Sequence[PodSetStart]) -> None:
+    async def start_workload(
+        self,
+        workload_key: str,
+        *,
+        pod_sets: Sequence[PodSetStart],
+        origin: WorkloadOrigin | None = None,
+    ) -> None:
+        """As the protocol says; a workload from another cluster (`origin`) needs no copy
+        here: the simulated cluster's pods stand on their own."""
         namespace, name = split_workload_key(workload_key)
         annotations: dict[str, str] = {}
         if not all(RUN_SECONDS_ANNOTATION in ps.annotations for ps in pod_sets):
@@ -318,6 +327,11 @@ class SimBackend:
         pods = await self.store.list(namespace_prefix(namespace))
         ours = [p.key for p in pods if _labels(p.obj).get(WORKLOAD_LABEL) == name]
         await asyncio.gather(*(self._delete(key) for key in ours))
+
+    async def probe(self) -> str:
+        """The simulated cluster is its NATS bucket: reachable while the bus is (a lost
+        simulated cluster is one whose services stopped)."""
+        return ""
 
 
 # --- helpers: objects the sim writes -----------------------------------------------------------
