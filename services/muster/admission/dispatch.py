@@ -47,7 +47,13 @@ from muster.admission.translate import (
     RequestsRefused,
     Stopped,
 )
-from muster.api.model import AdmissionCheck, MultiKueueCluster, MultiKueueConfig, WorkloadKey
+from muster.api.model import (
+    AdmissionCheck,
+    MultiKueueCluster,
+    MultiKueueConfig,
+    Namespace,
+    WorkloadKey,
+)
 from muster.api.wellknown import CLUSTER_LOST
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.dispatch import (
@@ -114,14 +120,21 @@ class Dispatcher:
         self.lost: dict[WorkloadKey, str] = {}  # evicted for a lost cluster, not stopped yet
         self.fenced: dict[WorkloadKey, set[str]] = {}
         self.told: dict[WorkloadKey, tuple[str, str]] = {}  # check state and message published
+        # The namespaces each cluster's watcher reported (none yet: not checked, as a
+        # simulated cluster's): a workload goes only where its namespace exists.
+        self.namespaces: dict[str, set[str]] = {}
         self._out: list[Outgoing] = []
 
     # --- the registry ------------------------------------------------------------------------
 
     def heartbeat(self, capacity: ClusterCapacity, *, now_s: float) -> None:
-        """A cluster's gang-permit reported its room; holds it has caught up with end."""
+        """A cluster's gang-permit reported its room; holds it has caught up with end. One
+        that says the cluster is unreachable is kept for its reason, but the cluster counts as
+        silent: unreachable for longer than `lost_after_s`, it is lost."""
         name = capacity.cluster
         self.capacity[name] = capacity
+        if capacity.unreachable:
+            return
         self.seen_s[name] = now_s
         self.down.discard(name)
         placed = set(capacity.placed)
@@ -200,6 +213,10 @@ class Dispatcher:
                 self.configs.pop(name, None)
             case DeleteConfig(kind="MultiKueueCluster", name=name):
                 self.declared.pop(name, None)
+            case ApplyConfig(obj=Namespace() as namespace):
+                self.namespaces.setdefault(cluster, set()).add(namespace.meta.name)
+            case DeleteConfig(kind="Namespace", name=name):
+                self.namespaces.get(cluster, set()).discard(name)
             case Recorded(kind="admitted", key=key) if cluster:
                 self._target(key, cluster)
             case Recorded(kind="evicted", key=key, reason=reason) if reason == CLUSTER_LOST:
@@ -336,8 +353,15 @@ class Dispatcher:
             return Candidate(cluster=name, unavailable="still stopping it there")
         if name not in self.capacity:
             return Candidate(cluster=name, unavailable="no heartbeat yet")
+        why = self.capacity[name].unreachable
         if self.is_lost(name, now_s=now_s):
-            return Candidate(cluster=name, unavailable="lost")
+            return Candidate(cluster=name, unavailable=f"lost: {why}" if why else "lost")
+        if why:
+            return Candidate(cluster=name, unavailable=f"not reachable now: {why}")
+        namespaces = self.namespaces.get(name)
+        if namespaces is not None and key.partition("/")[0] not in namespaces:
+            missing = f"namespace {key.partition('/')[0]} does not exist there"
+            return Candidate(cluster=name, unavailable=missing)
         if name not in room:
             held = [takes for c, takes in self.holds.values() if c == name]
             room[name] = minus(self.capacity[name], held)
@@ -352,7 +376,12 @@ class Dispatcher:
             if not self.on[cluster] or not self.is_lost(cluster, now_s=now_s):
                 continue
             self.down.add(cluster)
-            silent = f"no heartbeat for over {self.lost_after_s:g}s"
+            why = self.capacity[cluster].unreachable if cluster in self.capacity else ""
+            silent = (
+                f"unreachable for over {self.lost_after_s:g}s: {why}"
+                if why
+                else f"no heartbeat for over {self.lost_after_s:g}s"
+            )
             message = f"worker cluster {cluster} was lost: {silent}"
             for key in sorted(self.on[cluster]):
                 phase = engine.phase(key)

@@ -154,7 +154,8 @@ class BinderContext:
         absence is logged once, with the cluster and what waits, and its return once."""
         delay_s = _PROBE_FIRST_S
         waited = False
-        while why := await self.backend.probe():
+        while failure := await self.backend.probe():
+            why = failure.message
             if why != self._away:
                 log.warning(
                     "cluster %s does not answer (%s): %s waits", self.cluster, why, what,

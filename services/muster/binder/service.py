@@ -15,6 +15,7 @@ from typing import Protocol
 
 import msgspec
 
+from muster.binder.copies import CopyCluster, collect_copies
 from muster.binder.handlers import (
     BinderContext,
     WorkloadSpecs,
@@ -23,7 +24,6 @@ from muster.binder.handlers import (
     on_evict,
     on_gang_permitted,
 )
-from muster.binder.copies import CopyCluster, collect_copies
 from muster.binder.pacing import BindPacer
 from muster.bus.connection import Bus
 from muster.bus.errors import Reject

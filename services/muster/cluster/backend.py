@@ -204,9 +204,9 @@ class ClusterBackend(Protocol):
         """
         ...
 
-    async def probe(self) -> str:
-        """Why the cluster cannot be reached now, in one line ("" when it can): one request,
-        no retries, so a heartbeat can tell the truth at once."""
+    async def probe(self) -> ClusterError | None:
+        """Why the cluster cannot be reached now (None when it can): one request, no
+        retries, so a heartbeat can tell the truth at once."""
         ...
 
     async def close(self) -> None:

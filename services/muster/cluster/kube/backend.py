@@ -91,6 +91,13 @@ class KubeBackend:
         transport = Transport(api, writes=writes, request_timeout_s=config.request_timeout_s)
         return cls(transport, config=config)
 
+    @classmethod
+    def unconnected(cls, config: KubeConfig) -> KubeBackend:
+        """A backend whose client comes later (`Transport.use`): a worker's (`worker`)."""
+        writes = TokenBucket(config.write_qps, config.write_burst)
+        transport = Transport(None, writes=writes, request_timeout_s=config.request_timeout_s)
+        return cls(transport, config=config)
+
     async def close(self) -> None:
         await self.transport.close()
 
@@ -396,18 +403,16 @@ class KubeBackend:
                     found.append(WorkloadCopy(workload=key, origin=copies.origin_of(obj)))
         return sorted(set(found))
 
-    async def probe(self) -> str:
+    async def probe(self) -> ClusterError | None:
         """One list of one Namespace (the cheapest read every muster role may make), no
-        retry; "" when answered, else the failure in one line."""
+        retry: None when answered, else why not."""
         try:
             response = await self.transport.request(
-                "GET", NAMESPACES.collection_path(), obj="Namespace", query=[("limit", 1)]
+                "GET", NAMESPACES.collection_path(), obj="", query=[("limit", 1)]
             )
         except ClusterError as err:
-            return err.message
-        if response.ok:
-            return ""
-        return str(response.error("API server"))
+            return err
+        return None if response.ok else response.error("")
 
     async def _job_of(
         self, namespace: str, name: str

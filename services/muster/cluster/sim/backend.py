@@ -36,6 +36,7 @@ from muster.cluster.backend import (
 )
 from muster.cluster.errors import (
     BindConflictError,
+    ClusterError,
     ConflictError,
     InvalidObjectError,
     NotFoundError,
@@ -328,10 +329,10 @@ class SimBackend:
         ours = [p.key for p in pods if _labels(p.obj).get(WORKLOAD_LABEL) == name]
         await asyncio.gather(*(self._delete(key) for key in ours))
 
-    async def probe(self) -> str:
+    async def probe(self) -> ClusterError | None:
         """The simulated cluster is its NATS bucket: reachable while the bus is (a lost
         simulated cluster is one whose services stopped)."""
-        return ""
+        return None
 
 
 # --- helpers: objects the sim writes -----------------------------------------------------------
