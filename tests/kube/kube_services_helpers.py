@@ -44,6 +44,8 @@ KUEUE_KINDS = {
     "Workload": ("workloads", True),
     "AdmissionCheck": ("admissionchecks", False),
     "ProvisioningRequestConfig": ("provisioningrequestconfigs", False),
+    "MultiKueueConfig": ("multikueueconfigs", False),
+    "MultiKueueCluster": ("multikueueclusters", False),
 }
 
 
@@ -108,6 +110,8 @@ class Kubectl:
                 self.custom.create_cluster_custom_object(group, version, plural, obj)
         elif kind == "Namespace":
             self.core.create_namespace(obj)
+        elif kind == "Secret":
+            self.core.create_namespaced_secret(namespace, obj)
         elif kind == "Node":
             self.core.create_node(obj)
         elif kind == "Pod":

@@ -286,6 +286,8 @@ def dispatch(
             f"dispatched to cluster {chosen.cluster}: the most room left "
             f"({share:.0%} of its dominant resource free)"
         )
+    if why:  # the clusters passed over, and why (those not tried after the choice: none)
+        message += f"; not {'; not '.join(why)}"
     return Dispatched(cluster=chosen.cluster, takes=takes, message=message)
 
 

@@ -204,6 +204,9 @@ class StatusBook:
             return set()
         answer = env.admission_check
         wl.answers[answer.check] = AnsweredCheck(answer.check, answer.state, answer.message)
+        # Its reservation requires it, though its quota_reserved may not list it: answered
+        # in the same round, it was no longer waited for.
+        wl.checks = tuple(sorted({*(wl.checks or ()), answer.check}))
         return {_workload_ref(env.workload)}
 
     def _workload_event(self, key: str, field: str, payload: Any, *, at_s: float) -> set[ObjectRef]:

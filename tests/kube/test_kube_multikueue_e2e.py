@@ -1,0 +1,228 @@
+"""MultiKueue on Kubernetes, end to end: a manager cluster and worker clusters, each an API-server
+stand-in with its Job controller, on one nats-server, every service started from its own flags.
+Kueue's MultiKueue objects go into the manager as an operator writes them; a Job submitted
+there runs in a worker and finishes on the manager (issue 16).
+
+East is served from the manager's side (`--multikueue-cluster east`: its API server is the one
+its MultiKueueCluster's kubeconfig Secret names); west from its own API server, as from inside
+it. The test plays the kubelet: it sets the phases of the pods muster bound."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kube_services_helpers import Kubectl, condition, eventually, job_when, workload_of_job
+from multikueue_stack import (
+    MANAGER,
+    Cluster,
+    MultiKueueStack,
+    kubeconfig,
+    multikueue_stack,
+    pods_of,
+    secret,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+NAMESPACE = "team-a"
+MANAGER_OBJECTS = """
+apiVersion: v1
+kind: Namespace
+metadata: {name: team-a}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: muster}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: default}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: AdmissionCheck
+metadata: {name: dispatch}
+spec:
+  controllerName: kueue.x-k8s.io/multikueue
+  parameters: {apiGroup: kueue.x-k8s.io, kind: MultiKueueConfig, name: workers}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: MultiKueueConfig
+metadata: {name: workers}
+spec: {clusters: [east, west]}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: MultiKueueCluster
+metadata: {name: east}
+spec:
+  kubeConfig: {locationType: Secret, location: east-kubeconfig}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: MultiKueueCluster
+metadata: {name: west}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: global}
+spec:
+  namespaceSelector: {}
+  admissionChecks: [dispatch]
+  resourceGroups:
+  - coveredResources: [cpu]
+    flavors:
+    - name: default
+      resources: [{name: cpu, nominalQuota: 8}]
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: main, namespace: team-a}
+spec: {clusterQueue: global}
+"""
+WORKER_OBJECTS = """
+apiVersion: v1
+kind: Namespace
+metadata: {name: team-a}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: NODE, labels: {kubernetes.io/hostname: NODE}}
+status:
+  capacity: {cpu: "4", memory: 16Gi, pods: "110"}
+  conditions: [{type: Ready, status: "True"}]
+"""
+JOB = """
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: train
+  namespace: team-a
+  labels: {kueue.x-k8s.io/queue-name: main}
+spec:
+  suspend: true
+  parallelism: 2
+  completions: 2
+  template:
+    spec:
+      schedulerName: muster
+      restartPolicy: Never
+      containers: [{name: main, image: busybox:1.36, resources: {requests: {cpu: "1"}}}]
+"""
+
+
+async def start_workers(stack: MultiKueueStack, *, east_kubeconfig: str | None = None) -> None:
+    """East from the manager's side with its kubeconfig Secret; west from its own API server."""
+    manager = stack.manager.kubectl
+    await manager.apply(MANAGER_OBJECTS)
+    config = east_kubeconfig if east_kubeconfig is not None else kubeconfig(
+        stack.clusters["east"].server.url
+    )
+    key = "kubeconfig" if east_kubeconfig is None else "config"  # the wrong key, when told
+    await manager.apply(secret("east-kubeconfig", {key: config}))
+    for name in ("east", "west"):
+        await stack.clusters[name].kubectl.apply(WORKER_OBJECTS.replace("NODE", f"{name}-1"))
+    await stack.start_services("east", from_manager=True)
+    await stack.start_services("west")
+
+
+async def running_pods(cluster: Cluster, workload: str, count: int) -> list[str]:
+    """The names of `workload`'s pods in `cluster` once `count` are bound to its node; the
+    test, as the kubelet, then sets them Running."""
+
+    async def bound() -> list[dict[str, Any]] | None:
+        pods = pods_of(await cluster.kubectl.list_pods(NAMESPACE), workload)
+        placed = [p for p in pods if p["spec"].get("nodeName") == f"{cluster.name}-1"]
+        return placed if len(placed) == count else None
+
+    names = [p["metadata"]["name"] for p in await eventually(bound, timeout_s=20)]
+    for name in names:
+        await cluster.kubectl.set_pod_phase(NAMESPACE, name, "Running")
+    return names
+
+
+async def succeed(cluster: Cluster, names: list[str]) -> None:
+    for name in names:
+        await cluster.kubectl.set_pod_phase(NAMESPACE, name, "Succeeded")
+
+
+async def check_of(kubectl: Kubectl, workload: str, state: str) -> dict[str, Any]:
+    """The manager's Workload's MultiKueue check entry, once in `state`."""
+
+    async def entry() -> dict[str, Any] | None:
+        wl = await kubectl.get("Workload", workload, NAMESPACE) or {}
+        for found in (wl.get("status") or {}).get("admissionChecks") or []:
+            if found["name"] == "dispatch" and found["state"] == state:
+                return dict(found)
+        return None
+
+    return await eventually(entry, timeout_s=20)
+
+
+async def status_of(kubectl: Kubectl, workload: str, **expected: Any) -> dict[str, Any]:
+    """The manager's Workload once its status has `expected` (conditions by type: status)."""
+
+    async def matches() -> dict[str, Any] | None:
+        wl = await kubectl.get("Workload", workload, NAMESPACE) or {}
+        for type_, status in expected.items():
+            if condition(wl, type_).get("status") != status:
+                return None
+        return wl
+
+    return await eventually(matches, timeout_s=30)
+
+
+async def active(kubectl: Kubectl, cluster: str, status: str) -> dict[str, Any]:
+    """MultiKueueCluster `cluster`'s Active condition, once it has `status`."""
+
+    async def holds() -> dict[str, Any] | None:
+        found = condition(await kubectl.get("MultiKueueCluster", cluster), "Active")
+        return found if found.get("status") == status else None
+
+    return await eventually(holds, timeout_s=20)
+
+
+async def copy_gone(cluster: Cluster, name: str) -> None:
+    async def gone() -> bool:
+        return await cluster.kubectl.get("Job", name, NAMESPACE) is None
+
+    await eventually(gone, timeout_s=20)
+
+
+async def test_a_job_submitted_on_the_manager_runs_in_a_worker_and_finishes_on_the_manager(
+    tmp_path: Path,
+) -> None:
+    async with multikueue_stack(tmp_path, "east", "west") as stack:
+        await start_workers(stack)
+        manager, east = stack.manager.kubectl, stack.clusters["east"]
+        for name in ("east", "west"):
+            condition_ = await active(manager, name, "True")
+            assert (condition_["reason"], condition_["message"]) == ("Active", "Connected")
+        await manager.apply(JOB)
+        wl = (await workload_of_job(manager, NAMESPACE, "train"))["metadata"]["name"]
+        key = f"{NAMESPACE}/{wl}"
+
+        # Dispatched to east (listed first, with room), created there from the manager's Job.
+        admitted = await status_of(manager, wl, Admitted="True")
+        assert admitted["status"]["clusterName"] == "east"
+        check = await check_of(manager, wl, "Ready")
+        assert check["message"].startswith("dispatched to cluster east")
+        copy = await eventually(lambda: east.kubectl.get("Job", "train", NAMESPACE))
+        labels = copy["metadata"]["labels"]
+        assert labels["kueue.x-k8s.io/multikueue-origin"] == MANAGER
+        assert labels["kueue.x-k8s.io/prebuilt-workload-name"] == wl
+        assert copy["spec"]["suspend"] is False
+        assert copy["spec"]["template"]["metadata"]["labels"]["muster.dev/workload"] == wl
+
+        # It runs in east, never on the manager, whose Job stays suspended.
+        pods = await running_pods(east, key, 2)
+        await stack.events.wait_for(key, "workload.running")
+        assert pods_of(await manager.list_pods(NAMESPACE), key) == []
+        assert (await job_when(manager, NAMESPACE, "train", suspended=True))["spec"]["suspend"]
+
+        # East's Job completes: the manager's Workload says Finished, and the copy is removed.
+        await succeed(east, pods)
+        finished = await status_of(manager, wl, Finished="True")
+        assert condition(finished, "Finished")["reason"] == "Succeeded"
+        await copy_gone(east, "train")
+        assert [e.cluster for e in stack.events.of(key, "workload.finished")] == ["east"]
+        assert await stack.clusters["west"].kubectl.get("Job", "train", NAMESPACE) is None
