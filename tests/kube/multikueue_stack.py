@@ -111,9 +111,13 @@ class MultiKueueStack:
         self._tasks[name] = task
         return task, health
 
-    async def start_services(self, cluster: str, *, from_manager: bool = False) -> None:
+    async def start_services(
+        self, cluster: str, *, from_manager: bool = False, reachable: bool = True
+    ) -> None:
         """Watcher, gang-permit and binder of `cluster` from their flags: against its own API
-        server, or (`from_manager`) against the manager's with `--multikueue-cluster`."""
+        server, or (`from_manager`) against the manager's with `--multikueue-cluster`; once
+        each serves (gang-permit not before it has read its cluster: not `reachable`, only
+        the others)."""
         own = self.clusters[cluster]
         host = self.manager.server.url if from_manager else own.server.url
         flags = [
@@ -134,7 +138,8 @@ class MultiKueueStack:
             _, main = module.parse([*flags, *extra[service]])
             task, health = await self._start(f"{service}-{cluster}", main)
             own.tasks[service], own.healths[service] = task, health
-        await self._serving(own.healths.values())
+        waited = [h for s, h in own.healths.items() if reachable or s != "gangpermit"]
+        await self._serving(waited)
 
     async def start_admission(self) -> None:
         settings = AdmissionConfig(
@@ -217,4 +222,6 @@ async def multikueue_stack(tmp_path: Path, *workers: str) -> AsyncIterator[Multi
 def pods_of(pods: list[dict[str, Any]], workload: str) -> list[dict[str, Any]]:
     """The pods labelled as `workload`'s (muster.dev/workload: its name)."""
     name = workload.partition("/")[2]
-    return [p for p in pods if (p["metadata"].get("labels") or {}).get("muster.dev/workload") == name]
+    return [
+        p for p in pods if (p["metadata"].get("labels") or {}).get("muster.dev/workload") == name
+    ]

@@ -114,14 +114,16 @@ async def start_workers(stack: MultiKueueStack, *, east_kubeconfig: str | None =
     """East from the manager's side with its kubeconfig Secret; west from its own API server."""
     manager = stack.manager.kubectl
     await manager.apply(MANAGER_OBJECTS)
-    config = east_kubeconfig if east_kubeconfig is not None else kubeconfig(
-        stack.clusters["east"].server.url
+    config = (
+        east_kubeconfig
+        if east_kubeconfig is not None
+        else kubeconfig(stack.clusters["east"].server.url)
     )
     key = "kubeconfig" if east_kubeconfig is None else "config"  # the wrong key, when told
     await manager.apply(secret("east-kubeconfig", {key: config}))
     for name in ("east", "west"):
         await stack.clusters[name].kubectl.apply(WORKER_OBJECTS.replace("NODE", f"{name}-1"))
-    await stack.start_services("east", from_manager=True)
+    await stack.start_services("east", from_manager=True, reachable=east_kubeconfig is None)
     await stack.start_services("west")
 
 
@@ -226,3 +228,73 @@ async def test_a_job_submitted_on_the_manager_runs_in_a_worker_and_finishes_on_t
         await copy_gone(east, "train")
         assert [e.cluster for e in stack.events.of(key, "workload.finished")] == ["east"]
         assert await stack.clusters["west"].kubectl.get("Job", "train", NAMESPACE) is None
+
+
+async def test_a_worker_that_goes_away_mid_run_is_lost_and_its_job_runs_once_elsewhere(
+    tmp_path: Path,
+) -> None:
+    async with multikueue_stack(tmp_path, "east", "west") as stack:
+        await start_workers(stack)
+        manager, east, west = (stack.clusters[n] for n in (MANAGER, "east", "west"))
+        await active(manager.kubectl, "east", "True")
+        await manager.kubectl.apply(JOB)
+        wl = (await workload_of_job(manager.kubectl, NAMESPACE, "train"))["metadata"]["name"]
+        key = f"{NAMESPACE}/{wl}"
+        await running_pods(east, key, 2)
+
+        # East's API server goes away: its services say so, and past --cluster-lost-seconds
+        # admission evicts the workload there (ClusterLost) and dispatches it to west.
+        await east.stop_api_server()
+        gone = await active(manager.kubectl, "east", "False")
+        assert gone["reason"] == "ClientConnectionFailed"
+        await stack.events.wait_for(key, "workload.evicted", timeout_s=20)
+        (evicted,) = stack.events.of(key, "workload.evicted")
+        assert (evicted.cluster, evicted.evicted.reason) == ("east", "ClusterLost")
+        assert "unreachable for over" in evicted.evicted.message
+        moved = await running_pods(west, key, 2)
+        relocated = await status_of(manager.kubectl, wl, Admitted="True")
+        assert relocated["status"]["clusterName"] == "west"
+        assert [e.cluster for e in stack.events.of(key, "workload.admitted")] == ["east", "west"]
+
+        # East returns: the eviction that waited for it deletes the stale copy there; what
+        # east says meanwhile about it counts for nothing, and it never starts there again.
+        await east.start_api_server()
+        await copy_gone(east, "train")
+        await active(manager.kubectl, "east", "True")
+        completed = [
+            e
+            for e in stack.events.of(key, "workload.eviction_completed")
+            if e.source == "binder/east"
+        ]
+        assert completed, "east's binder reports the stale copy stopped"
+        await succeed(west, moved)
+        finished = await status_of(manager.kubectl, wl, Finished="True")
+        assert finished["status"].get("clusterName") == "west"
+        await copy_gone(west, "train")
+        assert [e.cluster for e in stack.events.of(key, "workload.admitted")] == ["east", "west"]
+        assert [e.cluster for e in stack.events.of(key, "workload.finished")] == ["west"]
+        assert pods_of(await east.kubectl.list_pods(NAMESPACE), key) == []
+
+
+async def test_a_worker_whose_kubeconfig_secret_is_wrong_shows_why_on_the_manager(
+    tmp_path: Path,
+) -> None:
+    async with multikueue_stack(tmp_path, "east", "west") as stack:
+        east_url = stack.clusters["east"].server.url
+        await start_workers(stack, east_kubeconfig=kubeconfig(east_url))  # under the wrong key
+        manager = stack.manager.kubectl
+        why = "Secret muster/east-kubeconfig: key 'kubeconfig' not found"
+        bad = await active(manager, "east", "False")
+        assert (bad["reason"], bad["message"]) == ("BadKubeConfig", why)
+        await manager.apply(JOB)
+        wl = (await workload_of_job(manager, NAMESPACE, "train"))["metadata"]["name"]
+        check = await check_of(manager, wl, "Ready")
+        assert check["message"] == (
+            "dispatched to cluster west: the first listed with room; "
+            f"not east: not reachable now: {why}"
+        )
+
+        # The Secret put right, east is reached without a restart.
+        fixed = {"kubeconfig": kubeconfig(east_url)}
+        await manager.replace_secret("muster", "east-kubeconfig", fixed)
+        assert (await active(manager, "east", "True"))["reason"] == "Active"

@@ -270,9 +270,10 @@ class KubeBackend:
         on_progress: Callable[[int], None] | None = None,
     ) -> AsyncGenerator[ClusterChange, None]:
         """As the protocol says; the gang API's resources are those the server serves now
-        (`discovery`), looked up again at each watch."""
+        (`discovery`), looked up again at each watch, as long as the server takes to answer
+        (a worker's may be away: the watch starts when it is back)."""
         self.gang_api.forget()
-        gang_api = await self._retrying(self.gang_api.resources)
+        gang_api = await self._discovered()
         sources = watched_sources(
             scheduler_name=self.config.scheduler_name,
             kueue_version=self.config.kueue_version,
@@ -289,6 +290,23 @@ class KubeBackend:
         async with contextlib.aclosing(changes):
             async for change in changes:
                 yield change
+
+    async def _discovered(self) -> dict[str, Resource]:
+        """The gang API's resources, asked again with back-off while the server does not
+        answer (logged when the failure changes)."""
+        delays = self.config.watch.backoff.delays()
+        told = ""
+        while True:
+            try:
+                return await self._retrying(self.gang_api.resources)
+            except ClusterError as err:
+                if not err.temporary:
+                    raise
+                delay_s = self.config.watch.backoff.wait_s(next(delays), err)
+                if str(err) != told:
+                    log.warning("discovery: %s; asking again", err)
+                    told = str(err)
+                await asyncio.sleep(delay_s)
 
     async def current_revision(self) -> int:
         """The API server's resourceVersion now, as a watch revision (`informer`).

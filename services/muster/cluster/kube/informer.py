@@ -86,6 +86,7 @@ class _SourceLoop:
         self._cache = cache
         self._queue = queue
         self._settings = settings
+        self._failing = ""  # the failure last logged, until the watch works again
         self.progress = start_rv
         self._needs_list = start_rv == 0
         self._warned_missing = False
@@ -122,8 +123,15 @@ class _SourceLoop:
                     self._needs_list = True
                     continue
                 delay_s = self._settings.backoff.wait_s(next(delays), err)
-                log.warning("%s: %s; again in %.1fs", self.source.name, err, delay_s)
+                # Once per failure, not per retry: a server away for an hour is one line.
+                level = logging.DEBUG if str(err) == self._failing else logging.WARNING
+                log.log(level, "%s: %s; again in %.1fs", self.source.name, err, delay_s)
+                self._failing = str(err)
                 await asyncio.sleep(delay_s)
+                continue
+            if self._failing:
+                log.info("%s: answered again", self.source.name)
+                self._failing = ""
 
     async def _emit(self, change: Pending | None, progress: int = 0) -> None:
         if change is not None or progress:
