@@ -18,6 +18,7 @@ import yaml
 from kube_services_helpers import Events, Kubectl, eventually
 
 from muster.admission.service import AdmissionConfig, run_admission
+from muster.api.wellknown import WORKLOAD_LABEL
 from muster.binder import __main__ as binder_main
 from muster.bus import Bus, BusConfig, connect
 from muster.bus.service import Health
@@ -222,6 +223,4 @@ async def multikueue_stack(tmp_path: Path, *workers: str) -> AsyncIterator[Multi
 def pods_of(pods: list[dict[str, Any]], workload: str) -> list[dict[str, Any]]:
     """The pods labelled as `workload`'s (muster.dev/workload: its name)."""
     name = workload.partition("/")[2]
-    return [
-        p for p in pods if (p["metadata"].get("labels") or {}).get("muster.dev/workload") == name
-    ]
+    return [p for p in pods if (p["metadata"].get("labels") or {}).get(WORKLOAD_LABEL) == name]
