@@ -781,12 +781,19 @@ REQUIRED: dict[str, set[tuple[str, str, str]]] = {
     # jobs/status), _create_pods (POST pods, owner workload with blockOwnerDeletion),
     # _pods_of (LIST pods), delete (DELETE pods), bind (POST pods/binding, GET pod after 409),
     # and impersonating the submitter of cmd.apply's Pods and gangs.
+    # MultiKueue (backend._copy, copies_of, stop_workload of a copy): a workload's copy in a
+    # worker created, listed by origin, deleted.
     "binder": {
         ("batch", "jobs", "get"),
         ("batch", "jobs", "list"),
         ("batch", "jobs", "update"),
+        ("batch", "jobs", "create"),
+        ("batch", "jobs", "delete"),
         ("batch", "jobs/status", "patch"),
         ("kueue.x-k8s.io", "workloads", "get"),
+        ("kueue.x-k8s.io", "workloads", "list"),
+        ("kueue.x-k8s.io", "workloads", "create"),
+        ("kueue.x-k8s.io", "workloads", "delete"),
         ("kueue.x-k8s.io", "workloads/finalizers", "update"),
         ("", "pods", "create"),
         ("", "pods", "get"),
