@@ -9,6 +9,7 @@ it. The test plays the kubelet: it sets the phases of the pods muster bound."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -183,6 +184,21 @@ async def active(kubectl: Kubectl, cluster: str, status: str) -> dict[str, Any]:
     return await eventually(holds, timeout_s=20)
 
 
+async def event_notes(kubectl: Kubectl, workload: str, reason: str) -> list[str]:
+    """The notes of the manager's Events `reason` about Workload `workload`, once there is
+    one (as `kubectl describe workload` lists them)."""
+    selector = f"involvedObject.kind=Workload,involvedObject.name={workload}"
+
+    async def notes() -> list[str] | None:
+        listed = await asyncio.to_thread(
+            kubectl.core.list_namespaced_event, NAMESPACE, field_selector=selector
+        )
+        found = [e.message for e in listed.items if e.reason == reason]
+        return found or None
+
+    return await eventually(notes, timeout_s=20)
+
+
 async def copy_gone(cluster: Cluster, name: str) -> None:
     async def gone() -> bool:
         return await cluster.kubectl.get("Job", name, NAMESPACE) is None
@@ -254,6 +270,8 @@ async def test_a_worker_that_goes_away_mid_run_is_lost_and_its_job_runs_once_els
         moved = await running_pods(west, key, 2)
         relocated = await status_of(manager.kubectl, wl, Admitted="True")
         assert relocated["status"]["clusterName"] == "west"
+        lost = await event_notes(manager.kubectl, wl, "EvictedDueToClusterLost")
+        assert lost[0].startswith("worker cluster east was lost: unreachable for over 2s")
         assert [e.cluster for e in stack.events.of(key, "workload.admitted")] == ["east", "west"]
 
         # East returns: the eviction that waited for it deletes the stale copy there; what
@@ -293,6 +311,7 @@ async def test_a_worker_whose_kubeconfig_secret_is_wrong_shows_why_on_the_manage
             "dispatched to cluster west: the first listed with room; "
             f"not east: not reachable now: {why}"
         )
+        assert check["message"] in await event_notes(manager, wl, "MultiKueue")
 
         # The Secret put right, east is reached without a restart.
         fixed = {"kubeconfig": kubeconfig(east_url)}
