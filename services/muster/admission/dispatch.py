@@ -54,7 +54,7 @@ from muster.api.model import (
     Namespace,
     WorkloadKey,
 )
-from muster.api.wellknown import CLUSTER_LOST
+from muster.api.wellknown import ADMISSION_CHECK, CLUSTER_LOST
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.dispatch import (
     Candidate,
@@ -72,7 +72,10 @@ from muster.core.dispatch import (
 from muster.core.engine import Engine
 from muster.core.events import Event, EventType
 
-READY, PENDING = "Ready", "Pending"
+READY, PENDING, RETRY = "Ready", "Pending", "Retry"
+# A worker that refused to create a workload is passed over for it this long, doubling per
+# refusal up to REFUSED_MAX_S (Kueue's MultiKueue: 5 s steps up to about 5 minutes).
+REFUSED_S, REFUSED_MAX_S = 5.0, 320.0
 _RESERVED = "QuotaReserved"  # the engine's Phase values this module reads
 _HOLDING = frozenset({"QuotaReserved", "Admitted"})
 _EVICTING = "Evicting"
@@ -123,6 +126,9 @@ class Dispatcher:
         # The namespaces each cluster's watcher reported (none yet: not checked, as a
         # simulated cluster's): a workload goes only where its namespace exists.
         self.namespaces: dict[str, set[str]] = {}
+        # (workload, cluster) → (refusals so far, passed over until, why): the owner's own,
+        # not rebuilt (after a restart a refusing cluster is tried, and refuses, once more).
+        self.refusals: dict[tuple[WorkloadKey, str], tuple[int, float, str]] = {}
         self._out: list[Outgoing] = []
 
     # --- the registry ------------------------------------------------------------------------
@@ -228,6 +234,8 @@ class Dispatcher:
                 self.last.pop(key, None)
                 self.fenced.pop(key, None)
                 self.told.pop(key, None)
+                for refusal in [r for r in self.refusals if r[0] == key]:
+                    del self.refusals[refusal]
 
     def _stopped(self, key: WorkloadKey) -> None:
         """Its pods are gone: no target, no hold; off a lost cluster until that one agrees."""
@@ -243,6 +251,29 @@ class Dispatcher:
 
     def target(self, key: WorkloadKey) -> str | None:
         return self.targets.get(key)
+
+    def refused(
+        self, engine: Engine, key: WorkloadKey, message: str, *, now_s: float
+    ) -> list[Event]:
+        """The cluster `key` was dispatched to refused to create it there (StartFailed): its
+        check says Retry and why, it is evicted (AdmissionCheck) and requeued, and that
+        cluster is passed over for it for a while (`REFUSED_S`, doubling per refusal), as
+        Kueue backs off a worker that fails."""
+        cluster = self.targets.get(key)
+        check = self._check_of(engine, key)
+        if cluster is None or check is None:
+            return []
+        count, _, _ = self.refusals.get((key, cluster), (0, 0.0, ""))
+        delay_s = min(REFUSED_S * 2**count, REFUSED_MAX_S)
+        self.refusals[(key, cluster)] = (count + 1, now_s + delay_s, message)
+        self._tell(key, check, RETRY, message, now_s=now_s)
+        return engine.evict(key, reason=ADMISSION_CHECK, message=message, now_s=now_s)
+
+    def _check_of(self, engine: Engine, key: WorkloadKey) -> str | None:
+        """The MultiKueue check of `key`'s reservation."""
+        record = engine.records.get(key)
+        multikueue = self.multikueue_checks
+        return next((c for c in sorted(record.checks) if c in multikueue), None) if record else None
 
     def _target(self, key: WorkloadKey, cluster: str) -> None:
         old = self.targets.get(key)
@@ -351,6 +382,9 @@ class Dispatcher:
             return Candidate(cluster=name, unavailable="no MultiKueueCluster")
         if name in self.fenced.get(key, ()):
             return Candidate(cluster=name, unavailable="still stopping it there")
+        _, until_s, why = self.refusals.get((key, name), (0, 0.0, ""))
+        if until_s > now_s:
+            return Candidate(cluster=name, unavailable=f"refused it ({why})")
         if name not in self.capacity:
             return Candidate(cluster=name, unavailable="no heartbeat yet")
         why = self.capacity[name].unreachable

@@ -56,7 +56,7 @@ from muster.api.model import (
     Workload,
     WorkloadKey,
 )
-from muster.api.wellknown import GANG_TIMED_OUT, PREEMPTED
+from muster.api.wellknown import GANG_TIMED_OUT, PREEMPTED, START_FAILED
 from muster.core.engine import Engine
 from muster.core.events import Event, EventType
 from muster.core.routing import Policy, RoutingSettings, run_seconds_on
@@ -313,8 +313,13 @@ class AdmissionState:
     ) -> list[Event]:
         """The gang timed out: evict the workload (reason GangRejected); it keeps its quota until
         eviction_completed, then requeues. A workload not holding quota is left alone. A failed
-        bind is not a rejection of the workload: gangpermit retries the gang as a whole."""
-        if not self.owning or key not in self.adopted or reason != GANG_TIMED_OUT:
+        bind is not a rejection of the workload: gangpermit retries the gang as a whole. A
+        worker that refused to create it (StartFailed): MultiKueue sends it elsewhere."""
+        if not self.owning or key not in self.adopted:
+            return []
+        if reason == START_FAILED:
+            return self.dispatch.refused(self.engine, key, message, now_s=now_s)
+        if reason != GANG_TIMED_OUT:
             return []
         text = f"{reason}: {message}" if message else reason
         return self.engine.evict(key, reason=GANG_REJECTED, message=text, now_s=now_s)

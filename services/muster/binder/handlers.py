@@ -24,7 +24,7 @@ from google.protobuf.message import Message
 
 from muster.api import workload_from_json, workload_to_kueue
 from muster.api.model import Workload
-from muster.api.wellknown import BIND_FAILED, TRACEPARENT_ANNOTATION
+from muster.api.wellknown import BIND_FAILED, START_FAILED, TRACEPARENT_ANNOTATION
 from muster.binder.pacing import BindPacer
 from muster.binder.translate import (
     MissingPodSetError,
@@ -229,7 +229,14 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
             payload = events_pb2.RequestsRefused(message=str(err))
             await ctx.publish("requests_refused", payload, cause=env)
         except ClusterError as err:
-            raise await _retry_or_reject(err, ctx, f"starting {env.workload}") from err
+            if origin is None or err.temporary:
+                raise await _retry_or_reject(err, ctx, f"starting {env.workload}") from err
+            # This worker will not create it (RBAC, a webhook, a quota): said to admission,
+            # which sends it elsewhere, and shown on the manager's Workload.
+            message = f"cluster {ctx.cluster}: {err}"
+            log.warning("cannot start a copy: %s", message, extra={"workload": env.workload})
+            rejected = events_pb2.GangRejected(reason=START_FAILED, message=message)
+            await ctx.publish("gang_rejected", rejected, cause=env)
 
 
 def origin_of(

@@ -11,7 +11,7 @@ events: what `kubectl describe workload`, `kubectl describe job`, `kubectl descr
 | requeued | the Workload and its Job | Requeued | why |
 | routed | the Workload and its Job | Routed | where to and why |
 | finished | the Workload and its Job | Finished (Warning when it failed) | how it ended |
-| admission_check (admission's, MultiKueue) | the Workload and its Job | MultiKueue (Warning while no worker can take it) | where it was dispatched, or why nowhere |
+| admission_check | the Workload and its Job | MultiKueue (Warning: not Ready) | where it went |
 | gang_waiting | each pending pod of the gang | FailedScheduling (Warning) | the gang's reason |
 | bound | each pod bound | Scheduled | Successfully assigned ns/pod to node |
 

@@ -285,3 +285,28 @@ def test_a_workload_goes_only_where_its_namespace_exists() -> None:
         "no worker cluster can run it now: east: namespace ns does not exist there; "
         "west: 0 of 1 pods fit"
     )
+
+
+def test_a_worker_that_refuses_to_create_it_is_passed_over_and_it_goes_elsewhere() -> None:
+    stream, state = world()
+    stream.run(state, submitted(workload("a", cpu="2")))
+    refusal = pb.GangRejected(reason="StartFailed", message="cluster east: forbidden")
+    out = stream.run(state, from_cluster_payload(refusal, "east"), now_s=2.0)
+    assert said(out) == [("evicted", "ns/a", "east"), ("admission_check", "ns/a", "east")]
+    assert out[0].evicted.reason == "AdmissionCheck"
+    assert (out[1].admission_check.state, out[1].admission_check.message) == (
+        "Retry",
+        "cluster east: forbidden",
+    )
+    out = stream.run(state, from_cluster("eviction_completed", "ns/a", "east"), now_s=3.0)
+    assert said(out)[2] == ("admitted", "ns/a", "west")
+    assert out[-1].admission_check.message == (
+        "dispatched to cluster west: the first listed with room; "
+        "not east: refused it (cluster east: forbidden)"
+    )
+
+
+def from_cluster_payload(payload: pb.GangRejected, cluster: str) -> pb.Envelope:
+    env = reported("gang_rejected", "ns/a", payload)
+    env.cluster = cluster
+    return env
