@@ -125,6 +125,14 @@ def test_a_bad_secret_says_why_in_kueues_words(
     assert message in caught.value.message
 
 
+def test_a_kubeconfig_that_is_not_yaml_is_not_quoted() -> None:
+    text = "clusters:\n- {name: c, cluster: {server: s}}\nusers: [{user: {token: SECRET-TOKEN\n"
+    with pytest.raises(WorkerConfigError) as caught:
+        parsed_kubeconfig(text, where="Secret muster/east: key 'kubeconfig'")
+    assert "SECRET-TOKEN" not in str(caught.value)
+    assert "not YAML at line" in str(caught.value)
+
+
 def test_an_insecure_kubeconfig_has_its_own_reason() -> None:
     text = "clusters: [{name: c, cluster: {server: s, insecure-skip-tls-verify: true}}]\n"
     with pytest.raises(WorkerConfigError) as caught:

@@ -100,7 +100,11 @@ def parsed_kubeconfig(text: str, *, where: str) -> dict[str, Any]:
     try:
         config = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise WorkerConfigError(BAD, f"{where}: not YAML: {err}") from None
+        # Where and what only: the parser's own message quotes the text, tokens included.
+        mark = getattr(err, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or "unreadable"
+        raise WorkerConfigError(BAD, f"{where}: not YAML{at}: {problem}") from None
     if not isinstance(config, dict) or not config.get("clusters"):
         raise WorkerConfigError(BAD, f"{where}: not a kubeconfig (no clusters)")
     problems = kubeconfig_problems(config)
