@@ -30,7 +30,10 @@ from muster.watcher import __main__ as watcher_main
 
 MANAGER = "local"
 MUSTER_NAMESPACE = "muster"
-LOST_AFTER_S = 2.0  # admission's and the watchers' --cluster-lost-seconds
+# admission's and the watchers' --cluster-lost-seconds: short, yet several heartbeats (0.2 s)
+# long, so that a loaded machine does not lose a worker that is there
+LOST_AFTER_S = 4.0
+_STOP_S = 15.0  # a service that does not end this long after it is cancelled is a bug
 PER_CLUSTER = (("watcher", watcher_main), ("gangpermit", gangpermit_main), ("binder", binder_main))
 
 
@@ -181,7 +184,9 @@ class MultiKueueStack:
     async def stop(self) -> None:
         for task in self._tasks.values():
             task.cancel()
-        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        if self._tasks:
+            _, stuck = await asyncio.wait(self._tasks.values(), timeout=_STOP_S)
+            assert not stuck, f"services that did not stop: {sorted(t.get_name() for t in stuck)}"
         for bus in self._buses:
             await bus.close()
         for cluster in self.clusters.values():

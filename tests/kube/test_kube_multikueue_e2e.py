@@ -26,6 +26,7 @@ from multikueue_stack import (
 )
 
 pytestmark = pytest.mark.timeout(120)
+TEST_S = 90.0  # a step that hangs fails where it hangs, before pytest-timeout
 
 NAMESPACE = "team-a"
 MANAGER_OBJECTS = """
@@ -199,6 +200,11 @@ async def event_notes(kubectl: Kubectl, workload: str, reason: str) -> list[str]
     return await eventually(notes, timeout_s=20)
 
 
+async def stopped_by(stack: MultiKueueStack, key: str, source: str) -> bool:
+    """Whether `source` reported `key`'s eviction completed."""
+    return any(e.source == source for e in stack.events.of(key, "workload.eviction_completed"))
+
+
 async def copy_gone(cluster: Cluster, name: str) -> None:
     async def gone() -> bool:
         return await cluster.kubectl.get("Job", name, NAMESPACE) is None
@@ -209,7 +215,7 @@ async def copy_gone(cluster: Cluster, name: str) -> None:
 async def test_a_job_submitted_on_the_manager_runs_in_a_worker_and_finishes_on_the_manager(
     tmp_path: Path,
 ) -> None:
-    async with multikueue_stack(tmp_path, "east", "west") as stack:
+    async with multikueue_stack(tmp_path, "east", "west") as stack, asyncio.timeout(TEST_S):
         await start_workers(stack)
         manager, east = stack.manager.kubectl, stack.clusters["east"]
         for name in ("east", "west"):
@@ -249,7 +255,7 @@ async def test_a_job_submitted_on_the_manager_runs_in_a_worker_and_finishes_on_t
 async def test_a_worker_that_goes_away_mid_run_is_lost_and_its_job_runs_once_elsewhere(
     tmp_path: Path,
 ) -> None:
-    async with multikueue_stack(tmp_path, "east", "west") as stack:
+    async with multikueue_stack(tmp_path, "east", "west") as stack, asyncio.timeout(TEST_S):
         await start_workers(stack)
         manager, east, west = (stack.clusters[n] for n in (MANAGER, "east", "west"))
         await active(manager.kubectl, "east", "True")
@@ -271,7 +277,7 @@ async def test_a_worker_that_goes_away_mid_run_is_lost_and_its_job_runs_once_els
         relocated = await status_of(manager.kubectl, wl, Admitted="True")
         assert relocated["status"]["clusterName"] == "west"
         lost = await event_notes(manager.kubectl, wl, "EvictedDueToClusterLost")
-        assert lost[0].startswith("worker cluster east was lost: unreachable for over 2s")
+        assert lost[0].startswith("worker cluster east was lost: unreachable for over 4s")
         assert [e.cluster for e in stack.events.of(key, "workload.admitted")] == ["east", "west"]
 
         # East returns: the eviction that waited for it deletes the stale copy there; what
@@ -279,12 +285,7 @@ async def test_a_worker_that_goes_away_mid_run_is_lost_and_its_job_runs_once_els
         await east.start_api_server()
         await copy_gone(east, "train")
         await active(manager.kubectl, "east", "True")
-        completed = [
-            e
-            for e in stack.events.of(key, "workload.eviction_completed")
-            if e.source == "binder/east"
-        ]
-        assert completed, "east's binder reports the stale copy stopped"
+        await eventually(lambda: stopped_by(stack, key, "binder/east"))  # east's own word
         await succeed(west, moved)
         finished = await status_of(manager.kubectl, wl, Finished="True")
         assert finished["status"].get("clusterName") == "west"
@@ -297,7 +298,7 @@ async def test_a_worker_that_goes_away_mid_run_is_lost_and_its_job_runs_once_els
 async def test_a_worker_whose_kubeconfig_secret_is_wrong_shows_why_on_the_manager(
     tmp_path: Path,
 ) -> None:
-    async with multikueue_stack(tmp_path, "east", "west") as stack:
+    async with multikueue_stack(tmp_path, "east", "west") as stack, asyncio.timeout(TEST_S):
         east_url = stack.clusters["east"].server.url
         await start_workers(stack, east_kubeconfig=kubeconfig(east_url))  # under the wrong key
         manager = stack.manager.kubectl

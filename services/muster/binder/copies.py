@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Collection
 from typing import Protocol
 
 from muster.binder.handlers import WorkloadSpecs
+from muster.bus.cancel import raise_if_cancelling
 from muster.cluster.backend import WorkloadCopy
 from muster.cluster.errors import ClusterError
 
@@ -51,6 +52,7 @@ async def collect_copies(
     """Delete stale copies until cancelled. `catch_up()` applies to `specs` every event of
     the stream up to its end (the binder's spec replay, bounded)."""
     while True:
+        raise_if_cancelling()  # wait_for may have swallowed it (bus.cancel)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(wake.wait(), interval_s)
         await asyncio.sleep(_SETTLE_S)

@@ -31,6 +31,7 @@ from muster.binder.translate import (
     pod_set_starts,
     workload_from_submitted,
 )
+from muster.bus.cancel import raise_if_cancelling
 from muster.bus.envelope import new_event
 from muster.bus.errors import Reject, Retry
 from muster.bus.tracing import step, trace_headers
@@ -155,6 +156,7 @@ class BinderContext:
         delay_s = _PROBE_FIRST_S
         waited = False
         while failure := await self.backend.probe():
+            raise_if_cancelling()  # a probe's timeout may have swallowed it (bus.cancel)
             why = failure.message
             if why != self._away:
                 log.warning(

@@ -32,6 +32,7 @@ from muster.api.model import (
     SchedulingWorkload,
 )
 from muster.api.raw import RawPodStatus
+from muster.bus.cancel import raise_if_cancelling
 from muster.cluster.backend import ClusterBackend, ClusterChange
 from muster.cluster.errors import ClusterError
 from muster.cluster.sim.keys import (
@@ -131,6 +132,7 @@ class ClusterCache:
                         self.apply(change)
                         self._read_up_to(change.revision)
             except ClusterError as err:
+                raise_if_cancelling()  # a timeout may have swallowed it (bus.cancel)
                 log.warning("cluster watch failed, resuming: %s", err)
                 await asyncio.sleep(_RETRY_S)
 

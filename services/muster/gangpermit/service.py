@@ -176,6 +176,7 @@ async def _read_cluster(cache: ClusterCache, config: GangPermitConfig) -> None:
     """Wait until the cache holds the whole cluster, however long it is away (a worker whose
     API server does not answer yet: its heartbeat says why meanwhile)."""
     while True:
+        raise_if_cancelling()
         try:
             await cache.sync(timeout_s=config.sync_timeout_s)
         except ClusterError as err:
@@ -213,6 +214,7 @@ async def heartbeat(
     yet: `synced`)."""
     kv = None
     while True:
+        raise_if_cancelling()  # the waits below may have swallowed it (bus.cancel)
         capacity = await _room(state, config, backend=backend, synced=synced.is_set())
         try:
             kv = kv or await bus.kv(CLUSTERS_BUCKET)

@@ -55,7 +55,7 @@ from muster.cluster.kube.resources import (
     resource_for_kind,
     watched_sources,
 )
-from muster.cluster.kube.retry import retrying
+from muster.cluster.kube.retry import cancelling_check, retrying
 from muster.cluster.kube.settings import KubeConfig
 from muster.cluster.kube.transport import MERGE_PATCH, Response, Transport
 from muster.cluster.objects import NodeView, PodView, check_node, check_pod, node_view, pod_view
@@ -302,6 +302,7 @@ class KubeBackend:
             except ClusterError as err:
                 if not err.temporary:
                     raise
+                cancelling_check()
                 delay_s = self.config.watch.backoff.wait_s(next(delays), err)
                 if str(err) != told:
                     log.warning("discovery: %s; asking again", err)

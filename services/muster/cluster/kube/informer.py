@@ -31,7 +31,7 @@ from muster.cluster.backend import ClusterChange
 from muster.cluster.errors import ClusterError, NotFoundError
 from muster.cluster.kube.changes import ChangeCache, Pending, resource_version
 from muster.cluster.kube.resources import NAMESPACES, Source, change_key
-from muster.cluster.kube.retry import UnavailableError
+from muster.cluster.kube.retry import UnavailableError, cancelling_check
 from muster.cluster.kube.settings import WatchSettings
 from muster.cluster.kube.transport import Transport, decode_status
 
@@ -103,6 +103,7 @@ class _SourceLoop:
     async def run(self) -> None:
         delays = self._settings.backoff.delays()
         while True:
+            cancelling_check()  # its merged watch waits for it to end
             try:
                 if self._needs_list:
                     await self._list()

@@ -33,6 +33,7 @@ from muster.api import decode_documents
 from muster.api.model import KubeConfigRef, MultiKueueCluster
 from muster.cluster.errors import ClusterError, NotFoundError
 from muster.cluster.kube.resources import kueue_resources
+from muster.cluster.kube.retry import cancelling_check
 from muster.cluster.kube.settings import WorkerSource
 from muster.cluster.kube.transport import Transport
 
@@ -211,3 +212,4 @@ class WorkerLink:
         while True:
             await asyncio.sleep(self.source.refresh_s)
             await self.refresh()
+            cancelling_check()
