@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test lint fmt bench golden proto clean lock fuzz
+.PHONY: setup run test lint fmt bench chaos golden proto clean lock fuzz
 
 CONTRACTS := services/muster/contracts/v1/events_pb2.py
 PROTOS := $(wildcard proto/muster/v1/*.proto)
@@ -46,6 +46,11 @@ fmt: $(STAMP)
 
 bench: setup
 	$(BIN)/muster bench
+
+# Issue 20's long run: every service killed at random and nats-server restarted, 2 000 workloads
+# over 2 admission shards, against the same run without faults (README, "Restart anything").
+chaos: setup
+	$(BIN)/muster bench chaos --workloads 2000 --shards 2
 
 golden: setup
 	$(BIN)/python tests/golden/regenerate.py

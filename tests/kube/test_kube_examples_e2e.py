@@ -36,11 +36,6 @@ metadata: {name: team-a}
 """
 
 
-@pytest.mark.xfail(
-    reason="admission does not yet count a ResourceFlavor's own tolerations against its "
-    "nodeTaints (the kueue-fidelity work, issue 13, fixes the rule): the GPU Job stays pending",
-    strict=True,
-)
 async def test_the_gpu_example_admits_its_gpu_job_and_runs_it_on_the_gpu_node(
     tmp_path: Path,
 ) -> None:

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from muster.binder import __main__ as binder_main
+from muster.binder.copies import is_stale
+from muster.binder.fences import Fences
 from muster.binder.handlers import WorkloadSpecs
 from muster.bus import new_event
 from muster.cluster.kube.copies import copied_workload, job_copy, origin_of
@@ -187,18 +189,22 @@ def sequenced(field: str, cluster: str, payload: Any, sequence: int) -> pb.Envel
 
 
 def test_a_copy_is_stale_once_evicted_finished_or_deleted_never_when_unknown() -> None:
-    specs = WorkloadSpecs()
-    assert not specs.stale("ml/w")  # nothing known: it may predate what was replayed
-    specs.apply(sequenced("admitted", "east", pb.WorkloadAdmitted(), 3))
-    assert not specs.stale("ml/w")
-    specs.apply(sequenced("evicted", "east", pb.WorkloadEvicted(), 5))
-    assert specs.stale("ml/w")
-    specs.apply(sequenced("admitted", "east", pb.WorkloadAdmitted(), 8))
-    assert not specs.stale("ml/w")  # admitted here again since
-    specs.apply(sequenced("evicted", "east", pb.WorkloadEvicted(), 7))  # replayed: no change
-    assert not specs.stale("ml/w")
-    specs.apply(sequenced("finished", "east", pb.WorkloadFinished(), 9))
-    assert specs.stale("ml/w")
+    specs, fences = WorkloadSpecs(), Fences(cluster="east")
+
+    def apply(field: str, payload: Any, sequence: int) -> None:
+        env = sequenced(field, "east", payload, sequence)
+        specs.apply(env)
+        fences.apply(env)
+
+    assert not is_stale("ml/w", specs, fences)  # nothing known: it may predate the replay
+    apply("admitted", pb.WorkloadAdmitted(), 3)
+    assert not is_stale("ml/w", specs, fences)
+    apply("evicted", pb.WorkloadEvicted(), 5)
+    assert is_stale("ml/w", specs, fences)
+    apply("admitted", pb.WorkloadAdmitted(), 8)
+    assert not is_stale("ml/w", specs, fences)  # admitted here again since
+    apply("finished", pb.WorkloadFinished(), 9)
+    assert is_stale("ml/w", specs, fences)
 
 
 MANAGER_FLAGS = ["--cluster-backend", "kube", "--kube-host", "http://127.0.0.1:1"]

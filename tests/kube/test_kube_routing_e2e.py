@@ -233,8 +233,14 @@ async def test_a_cluster_that_refuses_the_rewrite_keeps_the_job_on_its_queue_and
         assert "refused to change its pod template's resources" in evicted["message"]
         assert "Job/sd/light" in evicted["message"]
         assert await routed_to(stack, key) == ["cpu", "gpu"]
-        pending = await condition_when(kubectl, "Workload", name, "sd", "QuotaReserved", "False")
-        assert pending["reason"] == "Pending"
+
+        # Pending on its declared queue while the GPU job holds the quota, with Kueue's reason.
+        async def waiting() -> dict[str, Any] | None:
+            found = condition(await kubectl.get("Workload", name, "sd"), "QuotaReserved")
+            return found if found.get("reason") == "WaitingForQuota" else None
+
+        pending = await eventually(waiting)
+        assert pending["status"] == "False"
         job = await kubectl.get("Job", "light", "sd")
         assert job is not None
         assert job["spec"]["suspend"] is True

@@ -115,8 +115,8 @@ async def test_the_two_team_example_is_admitted_placed_bound_and_finished(
         reserved = await condition_when(
             kubectl, "Workload", lost, "team-a", "QuotaReserved", "False"
         )
-        assert reserved["reason"] == "Inadmissible"
-        assert "no-such-queue" in reserved["message"]
+        assert reserved["reason"] == "Misconfigured"
+        assert reserved["message"] == "LocalQueue no-such-queue doesn't exist"
         assert (await kubectl.get("Job", "lost", "team-a") or {})["spec"]["suspend"] is True
 
         # Every watch is cut mid-stream and the history compacted: resumes get 410 and list
@@ -265,8 +265,14 @@ async def test_a_higher_priority_job_preempts_and_the_victim_job_is_suspended(
             await kubectl.delete_pod("ml", name)
         high = await job_when(kubectl, "ml", "high", suspended=False)
         await pods_bound(kubectl, "ml", await kubectl.run_job_pods(high))
-        requeued = await condition_when(kubectl, "Workload", low_wl, "ml", "QuotaReserved", "False")
-        assert requeued["reason"] == "Pending"
+
+        # Requeued, it waits for quota with Kueue's granular reason (on by default since v0.19).
+        async def waiting() -> dict[str, Any] | None:
+            found = condition(await kubectl.get("Workload", low_wl, "ml"), "QuotaReserved")
+            return found if found.get("reason") == "WaitingForQuota" else None
+
+        requeued = await eventually(waiting)
+        assert requeued["status"] == "False"
         assert condition(await kubectl.get("Workload", low_wl, "ml"), "Admitted")["status"] == (
             "False"
         )

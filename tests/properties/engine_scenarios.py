@@ -344,7 +344,7 @@ def scenarios(
 class Step:
     """One engine call: what it was, the events it returned, and who held quota afterwards."""
 
-    call: str  # "submit" | "schedule" | "finish"
+    call: str  # "submit" | "schedule" | "finish" | "stopped"
     now_s: float
     target: str  # the workload submitted or finished; "" for schedule
     events: tuple[Event, ...]
@@ -369,12 +369,18 @@ def holds_quota(wl: Workload) -> bool:
 RELEASING = frozenset({EventType.EVICTED, EventType.FINISHED, EventType.DEACTIVATED})
 
 
-def play(scn: Scenario, *, max_steps: int = 1000) -> Trace:
-    """Run `scn` until nothing arrives and nothing runs; fail if it does not settle."""
-    engine = Engine(scn.objects, config=scn.config)
+def play(scn: Scenario, *, max_steps: int = 1000, stop_after_s: int | None = None) -> Trace:
+    """Run `scn` until nothing arrives and nothing runs; fail if it does not settle.
+
+    `stop_after_s`: run the engine as the services do (hold_quota_until_stopped), an evicted
+    workload's pods stopping that long after its eviction.
+    """
+    hold = stop_after_s is not None
+    engine = Engine(scn.objects, config=scn.config, hold_quota_until_stopped=hold)
     runs = {a.workload.key: a.runs_s for a in scn.arrivals}
     waiting = deque(scn.arrivals)
     due: dict[str, float] = {}  # running workload -> when it finishes
+    stopping: dict[str, float] = {}  # evicted workload -> when its pods are gone
     steps: list[Step] = []
 
     def record(call: str, now_s: float, target: str, events: list[Event]) -> None:
@@ -383,11 +389,16 @@ def play(scn: Scenario, *, max_steps: int = 1000) -> Trace:
                 due[e.object] = now_s + runs[e.object]
             elif e.type in RELEASING:
                 due.pop(e.object, None)
+                if hold and e.type is EventType.EVICTED:
+                    stopping[e.object] = now_s + (stop_after_s or 0)
         held = {w.key: w.admission for w in engine.workloads() if holds_quota(w)}
         steps.append(Step(call, now_s, target, tuple(events), held))
 
-    while waiting or due:
-        now = min([*due.values(), *([waiting[0].at_s] if waiting else [])])
+    while waiting or due or stopping:
+        now = min([*due.values(), *stopping.values(), *([waiting[0].at_s] if waiting else [])])
+        for key in sorted(k for k, at in stopping.items() if at <= now):
+            del stopping[key]
+            record("stopped", now, key, engine.stopped(WorkloadKey(key), now_s=now))
         for key in sorted(k for k, at in due.items() if at <= now):
             record("finish", now, key, engine.finish(WorkloadKey(key), now_s=now))
         while waiting and waiting[0].at_s <= now:

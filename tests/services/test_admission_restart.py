@@ -18,7 +18,8 @@ from admission_world import (
     workload,
 )
 
-from muster.bus import Bus, BusConfig
+from muster.bus import Bus, BusConfig, new_event
+from muster.contracts.v1 import events_pb2 as pb
 from muster.core.routing import Policy
 
 pytestmark = pytest.mark.timeout(60)
@@ -132,3 +133,30 @@ TO_CPU = "- queueName: cpu\n  requests: {nvidia.com/gpu: 0}\n  runSeconds: 20\n"
 
 def runs(seconds: float) -> dict[str, str]:
     return {"muster.dev/run-seconds": f"{seconds:g}"}
+
+
+async def test_a_replica_killed_between_reserving_and_admitting_is_followed_by_an_admission(
+    bus: Bus, bus_config: BusConfig, events
+) -> None:
+    await basic_config(bus, cpu="4")
+    await publish(bus, submitted(workload("a", cpu="3")))
+    # What a replica killed between its two waves leaves: the reservation, not the admission.
+    assignment = pb.PodSetAssignment(
+        name="main", count=1, flavors={"cpu": "default"}, resource_usage={"cpu": "3"}
+    )
+    admission = pb.Admission(cluster_queue="cq", pod_set_assignments=[assignment])
+    reserved = pb.QuotaReserved(admission=admission)
+    source = "admission/0"
+    env = new_event("quota_reserved", reserved, cluster="local", workload="ns/a", source=source)
+    await bus.publish(env)
+
+    second = await start_admission(bus_config)
+    try:
+        await second.wait_serving()
+        admitted = await events.wait_for("admitted", workload="ns/a")
+        assert admitted.admitted.admission.cluster_queue == "cq"
+        await publish(bus, submitted(workload("b", cpu="2")))
+        await events.wait_for("pending", workload="ns/b")  # ns/a holds 3 of 4, once
+        assert count(events, "quota_reserved", "ns/a") == 1
+    finally:
+        await second.stop()

@@ -14,6 +14,7 @@ from muster.bus import Bus
 from muster.cluster import (
     BindConflictError,
     ClusterChange,
+    ClusterError,
     InvalidObjectError,
     NotFoundError,
     PodSetStart,
@@ -308,6 +309,40 @@ async def test_stop_deletes_the_workloads_pods_only(sim: SimBackend) -> None:
     await sim.stop_workload("ml/a")  # idempotent
 
     assert [p.name for p in await sim.list_pods()] == ["b-main-0"]
+
+
+async def test_stop_before_an_admission_keeps_that_admissions_pods_and_later_ones(
+    sim: SimBackend,
+) -> None:
+    await sim.start_workload("ml/a", pod_sets=[pod_set(count=2)], admission=10)
+    await sim.stop_workload("ml/a", before=10, pod_sets={"main": 2})  # an eviction of before
+    assert [p.name for p in await pods_of(sim, "ml/a")] == ["a-main-0", "a-main-1"]
+
+    await sim.stop_workload("ml/a", before=12, pod_sets={"main": 4})  # more names than pods
+    assert await pods_of(sim, "ml/a") == []
+
+
+async def test_stop_by_name_leaves_a_pod_of_that_name_that_is_not_the_workloads(
+    sim: SimBackend,
+) -> None:
+    await sim.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a-main-0",
+                     "namespace": "ml"}, "spec": {"containers": []}})  # fmt: skip
+    await sim.stop_workload("ml/a", pod_sets={"main": 1})
+    assert [p.name for p in await sim.list_pods()] == ["a-main-0"]
+
+
+async def test_bind_and_delete_with_a_uid_leave_a_pod_made_again_alone(sim: SimBackend) -> None:
+    await sim.start_workload("ml/w", pod_sets=[pod_set(count=1)], admission=3)
+    (old,) = await sim.list_pods()
+    await sim.stop_workload("ml/w")
+    await sim.start_workload("ml/w", pod_sets=[pod_set(count=1)], admission=9)
+
+    with pytest.raises(ClusterError, match="Precondition failed: UID in precondition"):
+        await sim.bind("ml", "w-main-0", "n1", uid=old.uid)
+    assert not await sim.delete("Pod", "w-main-0", namespace="ml", uid=old.uid)
+    (new,) = await sim.list_pods()
+    assert (new.node_name, new.uid != old.uid) == ("", True)
+    await sim.bind("ml", "w-main-0", "n1", uid=new.uid)
 
 
 # --- watch -----------------------------------------------------------------------------------

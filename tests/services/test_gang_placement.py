@@ -108,19 +108,28 @@ class RefusingBackend:
         self._backend = backend
         self.refusals = refusals
 
-    async def bind(self, namespace: str, pod: str, node: str) -> None:
+    async def bind(self, namespace: str, pod: str, node: str, *, uid: str = "") -> None:
         if self.refusals > 0:
             self.refusals -= 1
             raise ClusterError(f"Pod/{namespace}/{pod}", "Forbidden", "refused by a webhook")
-        await self._backend.bind(namespace, pod, node)
+        await self._backend.bind(namespace, pod, node, uid=uid)
 
     async def start_workload(
-        self, workload_key: str, *, pod_sets: Sequence[Any], origin: Any = None
+        self,
+        workload_key: str,
+        *,
+        pod_sets: Sequence[Any],
+        admission: int = 0,
+        origin: Any = None,
     ) -> None:
-        await self._backend.start_workload(workload_key, pod_sets=pod_sets, origin=origin)
+        await self._backend.start_workload(
+            workload_key, pod_sets=pod_sets, admission=admission, origin=origin
+        )
 
-    async def stop_workload(self, workload_key: str) -> None:
-        await self._backend.stop_workload(workload_key)
+    async def stop_workload(
+        self, workload_key: str, *, before: int = 0, pod_sets: Mapping[str, int] | None = None
+    ) -> None:
+        await self._backend.stop_workload(workload_key, before=before, pod_sets=pod_sets)
 
     async def apply(self, manifest: Mapping[str, Any], *, as_user: Any = None) -> None:
         await self._backend.apply(manifest, as_user=as_user)
@@ -128,8 +137,8 @@ class RefusingBackend:
     async def create(self, manifest: Mapping[str, Any], *, as_user: Any = None) -> bool:
         return await self._backend.create(manifest, as_user=as_user)
 
-    async def delete(self, kind: str, name: str, *, namespace: str = "") -> bool:
-        return await self._backend.delete(kind, name, namespace=namespace)
+    async def delete(self, kind: str, name: str, *, namespace: str = "", uid: str = "") -> bool:
+        return await self._backend.delete(kind, name, namespace=namespace, uid=uid)
 
 
 async def test_bind_failure_retries_the_gang_as_a_whole(bus: Bus, events: EventLog) -> None:

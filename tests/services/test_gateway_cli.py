@@ -147,28 +147,54 @@ async def test_queues_as_json(
     assert reply["localQueues"][0]["name"] == "main"
 
 
-async def test_workloads_lists_a_local_queue_with_positions(
+async def test_workloads_lists_every_state_with_positions_of_the_pending_ones(
     gw: RunningGateway, bus: Bus, capsys: pytest.CaptureFixture[str]
 ) -> None:
     await put_queues(bus)
+    await bus.publish_all(
+        [
+            *(submitted("ml/w0"), pending("ml/w0", "1 more needed"), submitted("ml/w1")),
+            *(submitted("other/done", queue="lq"), finished("other/done")),
+        ]
+    )
 
-    status = await muster(gw, "workloads", "--local-queue", "ml/main", "--limit", "1")
+    status = await muster(gw, "workloads", "--local-queue", "ml/main")
 
+    rows = [line.split()[:7] for line in capsys.readouterr().out.splitlines()]
     assert status == 0
-    assert capsys.readouterr().out.splitlines() == [
-        "CQ-POS  LQ-POS  NAMESPACE  NAME  LOCALQUEUE  CLUSTERQUEUE  PRIORITY",
-        "0       0       ml         w0    main        team-a        10",
-        "showing 1-1 of 2",
+    assert rows == [
+        ["NAMESPACE", "NAME", "JOB", "LOCALQUEUE", "CLUSTERQUEUE", "STATUS", "POSITION"],
+        ["ml", "w0", "-", "main", "-", "PENDING", "0"],
+        ["ml", "w1", "-", "main", "-", "PENDING", "1"],
     ]
 
 
-async def test_workloads_of_an_unknown_cluster_queue_exits_2(
+async def test_workloads_filter_by_status_and_print_json(
+    gw: RunningGateway, bus: Bus, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await bus.publish_all([submitted("ml/w0"), submitted("ml/w1"), finished("ml/w1")])
+
+    status = await muster(gw, "workloads", "--status", "finished", "-o", "json")
+
+    reply = json.loads(capsys.readouterr().out)
+    assert status == 0
+    assert [(w["key"], w["status"]) for w in reply["items"]] == [("ml/w1", "FINISHED")]
+
+
+async def test_workloads_with_an_unknown_status_exits_2(
     gw: RunningGateway, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    status = await muster(gw, "workloads", "--cluster-queue", "nope", "-o", "json")
+    status = await muster(gw, "workloads", "--status", "running")
 
     assert status == 2
-    assert capsys.readouterr().err == 'muster: NOT_FOUND: ClusterQueue "nope" not found\n'
+    assert capsys.readouterr().err.startswith(
+        'muster: INVALID_ARGUMENT: statuses[0]: unknown status "running" (all, pending'
+    )
+
+
+def finished(workload: str) -> events_pb2.Envelope:
+    payload = events_pb2.WorkloadFinished(succeeded=True)
+    return new_event("finished", payload, cluster="local", workload=workload, source="test")
 
 
 async def test_events_prints_stored_events_and_exits(
@@ -182,7 +208,11 @@ async def test_events_prints_stored_events_and_exits(
     assert status == 0
     assert header.split() == ["SEQ", "TIME", "TYPE", "WORKLOAD"]
     assert [line.split()[0] for line in lines] == ["1", "2"]
-    assert lines[0].split()[2:] == ["workload.submitted", "ml/a", "queue=main"]
+    assert lines[0].split(maxsplit=4)[2:] == [
+        "workload.submitted",
+        "ml/a",
+        "to LocalQueue main, priority 0",
+    ]
     assert lines[1].split()[2:] == ["workload.pending", "ml/a", "WaitingForQuota:", "1", "more",
                                     "needed"]  # fmt: skip
 

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import NatsServer
 
 RUN = [sys.executable, "-m", "muster.cli.main", "run", "--speed", "40"]
 
@@ -167,3 +168,35 @@ def test_a_scenarios_kueue_configuration_reaches_admission(tmp_path: Path) -> No
     # With the gate off, Kueue's classic reason instead of muster's default WaitingForQuota.
     assert pending
     assert all("Pending: couldn't assign flavors" in line for line in pending), pending
+
+
+def late_job(name: str, *, after_s: int) -> str:
+    """JOB, submitted `after_s` scenario seconds into the run."""
+    run = 'muster.dev/run-seconds: "10"'
+    return JOB.format(name=name).replace(run, f'{run}, muster.dev/submit-after: "{after_s}"')
+
+
+@pytest.mark.timeout(150)
+def test_a_run_outlives_a_nats_server_restart(tmp_path: Path, nats_process: NatsServer) -> None:
+    path = tmp_path / "scenario.yaml"
+    jobs = [JOB.format(name="first"), JOB.format(name="second")]
+    jobs += [late_job(f"late-{i}", after_s=40 + 10 * i) for i in range(2)]
+    path.write_text(SCENARIO_WITH_KUEUE_CONFIG + "".join(jobs))
+    argv = [*RUN[:-1], "10", "--nats", nats_process.url, "--scenario", str(path)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    seen = ""
+    while " admitted " not in seen:
+        line = proc.stdout.readline()
+        assert line, seen  # it ended before admitting anything
+        seen += line
+
+    nats_process.restart()  # same port and store: the services and the run carry on
+    rest, _ = proc.communicate(timeout=120)
+
+    output = seen + rest
+    assert proc.returncode == 0, output[-4000:]
+    table = output.split("\nWORKLOAD ", 1)[1].split("\n\n", 1)[0]
+    assert len(table.splitlines()[1:]) == 4
+    assert all(re.search(r"\bFinished\b", row) for row in table.splitlines()[1:]), table
+    assert "Traceback" not in output

@@ -1,7 +1,8 @@
 """A minimal service on muster's runtime, run as a subprocess by test_bus_service.py.
 
 On `workload.submitted` it publishes `workload.running` (the handler started), works for
-`--work-seconds`, then publishes `workload.pending` (the handler finished).
+`--work-seconds`, then publishes `workload.pending` (the handler finished). A submission of
+`ns/crash` makes another of its loops die.
 """
 
 from __future__ import annotations
@@ -28,7 +29,16 @@ def main(argv: list[str]) -> int:
     cluster = config.cluster
 
     async def serve(bus: Bus, health: Health) -> None:
+        crash = asyncio.Event()
+
+        async def crashes() -> None:  # a loop of the service that dies (a bug)
+            await crash.wait()
+            raise RuntimeError("a loop of tiny died")
+
         async def on_submitted(env: Envelope) -> None:
+            if env.workload == "ns/crash":
+                crash.set()
+                return
             started = new_event(
                 "running", events_pb2.WorkloadRunning(), cluster=cluster,
                 workload=env.workload, cause=env, source="tiny",
@@ -45,6 +55,7 @@ def main(argv: list[str]) -> int:
             loops.create_task(
                 bus.consume("tiny", [workload_subject(cluster, "submitted")], on_submitted)
             )
+            loops.create_task(crashes())
             health.ready()
 
     return run_service(config, serve)

@@ -51,12 +51,14 @@ class Entry:
     evicted_reason: str = ""
     evicted_message: str = ""
     evicted_s: float = 0.0
+    eviction_id: str = ""  # the event id of its last `evicted`: what eviction_completed names
     stopped_s: float = 0.0
     pending_reason: str = ""
     pending_message: str = ""
     check_states: dict[str, str] = field(default_factory=dict)  # reported since reserved
     manifest_json: str = ""  # as submitted, for its `admitted` (translate.MANIFEST_COPY_LIMIT)
     owner_manifest_json: str = ""  # the Job it stands for, likewise
+    active: bool = True  # spec.active as last set through the gateway (active_changed)
 
     @property
     def key(self) -> WorkloadKey:
@@ -158,13 +160,38 @@ class Ledger:
         if entry is not None and entry.phase is Phase.RESERVED and check in entry.checks:
             entry.check_states[check] = state
 
+    def set_active(self, key: WorkloadKey, active: bool) -> None:
+        """active_changed: a pending workload stopped is inactive at once, one holding quota
+        once its pods are gone (`stopped`); an inactive one resumed is pending again."""
+        entry = self.entries.get(key)
+        if entry is None:
+            return
+        entry.active = active
+        if not active and entry.phase in (Phase.PENDING, Phase.BACKOFF):
+            entry.phase = Phase.INACTIVE
+        elif active and entry.phase is Phase.INACTIVE:
+            _requeue(entry)
+
+    def completes(self, key: WorkloadKey, eviction_id: str) -> bool:
+        """Whether an eviction_completed naming `eviction_id` completes `key`'s eviction now:
+        it is being evicted, and that was its last eviction ("" names none: any, as before
+        evictions were named)."""
+        entry = self.entries.get(key)
+        if entry is None or entry.phase is not Phase.EVICTING:
+            return False
+        return not eviction_id or not entry.eviction_id or entry.eviction_id == eviction_id
+
     def stopped(self, key: WorkloadKey, *, at_s: float) -> None:
-        """eviction_completed: quota is released; back-off after a PodsReady timeout."""
+        """eviction_completed: quota is released; back-off after a PodsReady timeout; a
+        stopped workload (spec.active false) stays inactive."""
         entry = self.entries.get(key)
         if entry is None or entry.phase is not Phase.EVICTING:
             return
         entry.stopped_s = at_s
-        if entry.evicted_reason == "PodsReadyTimeout":
+        if not entry.active:
+            entry.phase = Phase.INACTIVE
+            entry.admission = None
+        elif entry.evicted_reason == "PodsReadyTimeout":
             entry.phase = Phase.BACKOFF
         else:
             _requeue(entry)
@@ -181,6 +208,8 @@ class Ledger:
         entry.decided = True
         match fact.kind:
             case "pending":
+                if entry.phase is Phase.RESERVED:
+                    _requeue(entry)  # a stopped queue took back quota only reserved
                 entry.pending_reason, entry.pending_message = fact.reason, fact.message
             case "quota_reserved":
                 if entry.holds_quota or fact.admission is None:
@@ -205,6 +234,7 @@ class Ledger:
                     entry.phase = Phase.EVICTING
                     entry.evicted_reason, entry.evicted_message = fact.reason, fact.message
                     entry.evicted_s = fact.at_s
+                    entry.eviction_id = fact.event_id
             case "requeued":
                 if entry.phase in (Phase.EVICTING, Phase.BACKOFF):
                     _requeue(entry)

@@ -21,6 +21,7 @@ and is not announced again. A shard routes only among the alternatives in its ow
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 
 import msgspec
@@ -44,6 +45,7 @@ from muster.admission.translate import (
     PodsReady,
     Recorded,
     RequestsRefused,
+    SetActive,
     Stopped,
     Submit,
     decisions_from,
@@ -62,6 +64,10 @@ from muster.core.events import Event, EventType
 from muster.core.routing import Policy, RoutingSettings, run_seconds_on
 
 _PENDING = "Pending"  # the engine's Phase value of a queued workload
+# Eviction reason (muster's; Kueue has no such case): its pods were stopped under it.
+PODS_STOPPED = "PodsStopped"
+
+log = logging.getLogger(__name__)
 
 
 class AdmissionState:
@@ -123,9 +129,26 @@ class AdmissionState:
         a workload from a cluster it does not run on: admission/dispatch.py). Call once per
         event, in stream order, before `apply`."""
         counted = self.dispatch.admit_fact(fact, cluster=cluster)
+        if isinstance(counted, Stopped) and self._stale_completion(counted):
+            return None
         if counted is not None:
             self.dispatch.observe(counted, cluster=cluster)
         return counted
+
+    def _stale_completion(self, fact: Stopped) -> bool:
+        """Whether `fact` completes an eviction other than the workload's current one.
+
+        The binder stopped only that eviction's admission's pods (it fences on the eviction):
+        whatever runs now is untouched, so nothing is released. Said in the log, not silently.
+        """
+        if not fact.eviction_id or self.ledger.completes(fact.key, fact.eviction_id):
+            return False
+        log.info(
+            "ignoring eviction_completed of eviction %s: not the current one",
+            fact.eviction_id,
+            extra={"workload": fact.key},
+        )
+        return True
 
     def apply(self, fact: Fact, *, now_s: float) -> list[Event]:
         """Apply one consumed fact; returns what the engine reported (decide comes after)."""
@@ -234,12 +257,17 @@ class AdmissionState:
                     return []
                 self._done.append(key)
                 return engine.delete(key, now_s=now_s)  # finished ones too: out of its views
-            case Stopped(key, at_s):
+            case Stopped(key, at_s, eviction_id):
+                if not eviction_id and self._admitted_now(key):
+                    return self._stopped_while_admitted(key, now_s=now_s)
                 ledger.stopped(key, at_s=at_s)
                 return self._engine_fact(key, lambda: engine.stopped(key, now_s=now_s))
             case PodsReady(key):
                 ledger.pods_ready(key)
                 return self._engine_fact(key, lambda: engine.pods_ready(key, now_s=now_s))
+            case SetActive(key, active):
+                ledger.set_active(key, active)
+                return self._engine_fact(key, lambda: engine.set_active(key, active, now_s=now_s))
             case CheckUpdated(key, check, state, message):
                 ledger.check_updated(key, check, state)
                 return self._engine_fact(
@@ -307,6 +335,20 @@ class AdmissionState:
                 engine.restore_pending(key, reason=fact.reason, message=fact.message)
             case "routed":
                 engine.restore_routed(key, queue_name=fact.queue_name)
+
+    def _admitted_now(self, key: WorkloadKey) -> bool:
+        entry = self.ledger.get(key)
+        return entry is not None and entry.phase is Phase.ADMITTED
+
+    def _stopped_while_admitted(self, key: WorkloadKey, *, now_s: float) -> list[Event]:
+        """An eviction_completed naming no eviction, while admitted: a binder from before
+        evictions were named stopped every pod of the workload, the current admission's too.
+        Holding quota with no pods, it would never finish: it is evicted (then requeued once
+        this eviction completes), instead of the completion being ignored."""
+        if not self.owning or key not in self.adopted:
+            return []
+        message = "its pods were stopped by an earlier eviction's late completion"
+        return self.engine.evict(key, reason=PODS_STOPPED, message=message, now_s=now_s)
 
     def _gang_rejected(
         self, key: WorkloadKey, reason: str, message: str, *, now_s: float
@@ -404,12 +446,31 @@ class AdmissionState:
                 )
             if entry.phase is Phase.BACKOFF:
                 engine.stopped(key, now_s=entry.stopped_s)
+            if not entry.active:  # stopped while it held quota: inactive once evicted
+                engine.set_active(key, False, now_s=entry.evicted_s)
             if entry.phase is Phase.RESERVED:
-                return self._ready_checks(entry)
+                return self._ready_checks(entry) if entry.checks else self._admit_now(entry)
         elif entry.phase is Phase.PENDING and entry.pending_message:
             # A preemptor recorded as waiting for its victims stays parked: no second preemption.
             engine.restore_pending(key, reason=entry.pending_reason, message=entry.pending_message)
         return []
+
+    def _admit_now(self, entry: Entry) -> list[Event]:
+        """Reserved with no check to pass, yet not admitted: the round that reserved it admitted
+        it too, but its replica died between publishing the two (they go in separate waves).
+        Admitted now, or it would hold its quota and never start."""
+        self.engine.restore_admitted(entry.key, now_s=entry.reserved_s)
+        cq = entry.admission.cluster_queue if entry.admission is not None else ""
+        message = f"The workload is admitted to ClusterQueue {cq}"
+        return [
+            Event(
+                time=entry.reserved_s,
+                type=EventType.ADMITTED,
+                object=entry.key,
+                reason="Admitted",
+                message=message,
+            )
+        ]
 
     def _ready_checks(self, entry: Entry) -> list[Event]:
         """Checks reported Ready after the reservation count again (they may admit it)."""

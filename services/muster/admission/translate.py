@@ -94,15 +94,28 @@ class Delete:
 
 @dataclass(frozen=True, slots=True)
 class Stopped:
-    """eviction_completed: the evicted workload's pods are gone."""
+    """eviction_completed: the evicted workload's pods are gone.
+
+    `eviction_id` names the eviction completed (the `evicted` event's id); "" in events
+    written before binders named it, and in admission's own for a lost cluster.
+    """
 
     key: WorkloadKey
     at_s: float
+    eviction_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class PodsReady:
     key: WorkloadKey
+
+
+@dataclass(frozen=True, slots=True)
+class SetActive:
+    """active_changed: spec.active set through the gateway (kueuectl's stop and resume)."""
+
+    key: WorkloadKey
+    active: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +177,7 @@ class Recorded:
     kind: str
     source: str
     at_s: float
+    event_id: str = ""  # of the decision (an eviction is named by it: `Stopped.eviction_id`)
     reason: str = ""
     message: str = ""
     admission: Admission | None = None
@@ -177,6 +191,7 @@ Fact = (
     | Delete
     | Stopped
     | PodsReady
+    | SetActive
     | CheckUpdated
     | GangRejected
     | RequestsRefused
@@ -198,6 +213,7 @@ WORKLOAD_FACTS = (
     "gang_rejected",
     "requests_refused",
     "placement_preempted",
+    "active_changed",
 )
 RECORDED = ("pending", "quota_reserved", "admitted", "evicted", "requeued", "routed")
 
@@ -218,9 +234,12 @@ def fact_of(env: pb.Envelope) -> Fact | None:
         case "deleted":
             return Delete(key)
         case "eviction_completed":
-            return Stopped(key, at_s=time_s_of(env))
+            named = env.eviction_completed.eviction_id
+            return Stopped(key, at_s=time_s_of(env), eviction_id=named)
         case "pods_ready":
             return PodsReady(key)
+        case "active_changed":
+            return SetActive(key, active=env.active_changed.active)
         case "admission_check":
             ac = env.admission_check
             return CheckUpdated(key, check=ac.check, state=ac.state, message=ac.message)
@@ -311,6 +330,7 @@ def _recorded_of(env: pb.Envelope, field: str) -> Recorded:
         kind=field,
         source=env.source,
         at_s=at_s,
+        event_id=env.event_id,
         reason=reason,
         message=message,
         admission=admission,

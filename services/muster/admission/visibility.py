@@ -9,16 +9,20 @@ ClusterQueue, in admission order). A replica writes only the queues of its own s
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from muster.admission.shards import Sharding
 from muster.api import format_quantity
 from muster.api.encode import is_byte_resource
+from muster.bus.kv import valid_key
 from muster.contracts.v1 import events_pb2 as pb
 from muster.contracts.v1 import services_pb2
 from muster.core.engine import Engine
 from muster.core.status import FlavorUsage
+
+log = logging.getLogger(__name__)
 
 
 def quantity(resource: str, milli: int) -> str:
@@ -161,6 +165,7 @@ class VisibilityWriter:
     def __init__(self, kv: KeyValueWriter) -> None:
         self.kv = kv
         self.written: dict[str, bytes] = {}
+        self.refused: set[str] = set()  # invalid keys, logged once
 
     def changes(self, values: Mapping[str, bytes]) -> tuple[dict[str, bytes], list[str]]:
         """(keys to put with their values, keys to delete), against what was written."""
@@ -175,6 +180,13 @@ class VisibilityWriter:
         leaves the rest to the next call.
         """
         put, gone = self.changes(values)
+        for key in [k for k in put if not valid_key(k)]:
+            # A name stored before names were checked (a LocalQueue `../x`): it cannot be a key,
+            # and must not keep the other keys from being written. Said once.
+            del put[key]
+            if key not in self.refused:
+                self.refused.add(key)
+                log.error("visibility key %r is not a valid key: not written", key)
 
         async def put_one(key: str, value: bytes) -> None:
             await self.kv.put(key, value)

@@ -19,6 +19,7 @@ from muster.api.model import (
     Cohort,
     Condition,
     FlavorFungibility,
+    FlavorFungibilityPreference,
     FlavorQuotas,
     FungibilityPolicy,
     LabelSelector,
@@ -332,7 +333,19 @@ def _fungibility(
             chosen.append(FungibilityPolicy.MAY_STOP_SEARCH)
         else:
             chosen.append(FungibilityPolicy(value))
-    return FlavorFungibility(when_can_borrow=chosen[0], when_can_preempt=chosen[1])
+    if raw.preference is None:
+        return FlavorFungibility(when_can_borrow=chosen[0], when_can_preempt=chosen[1])
+    if any(policy is not FungibilityPolicy.TRY_NEXT_FLAVOR for policy in chosen):
+        errs.add(
+            "spec.flavorFungibility.preference",
+            "preference can only be set when both whenCanBorrow and whenCanPreempt are "
+            "TryNextFlavor",
+        )
+    return FlavorFungibility(
+        when_can_borrow=chosen[0],
+        when_can_preempt=chosen[1],
+        preference=FlavorFungibilityPreference(raw.preference),
+    )
 
 
 def _admission_checks(

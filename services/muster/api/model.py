@@ -146,9 +146,18 @@ class FungibilityPolicy(StrEnum):
     TRY_NEXT_FLAVOR = "TryNextFlavor"
 
 
+class FlavorFungibilityPreference(StrEnum):
+    """Which of two viable flavors wins: the one that borrows less, or the one that preempts
+    less (Kueue's flavorFungibility.preference)."""
+
+    BORROWING_OVER_PREEMPTION = "BorrowingOverPreemption"
+    PREEMPTION_OVER_BORROWING = "PreemptionOverBorrowing"
+
+
 class FlavorFungibility(Frozen, frozen=True, kw_only=True):
     when_can_borrow: FungibilityPolicy = FungibilityPolicy.MAY_STOP_SEARCH
     when_can_preempt: FungibilityPolicy = FungibilityPolicy.TRY_NEXT_FLAVOR
+    preference: FlavorFungibilityPreference = FlavorFungibilityPreference.BORROWING_OVER_PREEMPTION
 
 
 class StopPolicy(StrEnum):
@@ -542,9 +551,9 @@ class KueueConfig(Frozen, frozen=True, kw_only=True):
     )
     # Kueue's feature gate PartialAdmission is on by default.
     partial_admission: bool = True
-    # Kueue's gate UnadmittedWorkloadsObservability: granular QuotaReserved=False reasons
-    # (WaitingForQuota, NoMatchingFlavor, ExceedsMaxQuota, Misconfigured, ...) instead of
-    # "Pending". Differs from Kueue: on by default, because the reasons say what to fix.
+    # Kueue's gate UnadmittedWorkloadsObservability (on by default since Kueue v0.19):
+    # granular QuotaReserved=False reasons (WaitingForQuota, NoMatchingFlavor, ExceedsMaxQuota,
+    # Misconfigured, Suspended, ...) instead of "Pending" / "Inadmissible".
     granular_pending_reasons: bool = True
 
 

@@ -191,6 +191,7 @@ class RawFlavorFungibility(Wire):
     # v1beta1 also spells MayStopSearch as Borrow / Preempt; conversion maps or rejects them.
     when_can_borrow: Literal["Borrow", "MayStopSearch", "TryNextFlavor"] | None = None
     when_can_preempt: Literal["Preempt", "MayStopSearch", "TryNextFlavor"] | None = None
+    preference: Literal["BorrowingOverPreemption", "PreemptionOverBorrowing"] | None = None
 
 
 class RawAdmissionCheckStrategyRule(Wire):

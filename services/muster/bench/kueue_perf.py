@@ -4,6 +4,7 @@ Every ClusterQueue has one flavor ("default") with 20 cpu nominal and a borrowin
 100 cpu, BestEffortFIFO, `reclaimWithinCohort: Any` and `withinClusterQueue: LowerPriority`;
 it sits in a cohort of its configuration's size and serves one LocalQueue ("main") in a
 namespace of its own. Each ClusterQueue gets the same three classes of one-pod workloads.
+muster's own `hierarchical-fair` nests Cohorts below each root and turns fair sharing on.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ import msgspec
 from muster.api.model import (
     ApiObject,
     ClusterQueue,
+    Cohort,
+    FairSharingConfig,
     FlavorQuotas,
+    KueueConfig,
     LabelSelector,
     LocalQueue,
     ObjectMeta,
@@ -59,6 +63,17 @@ class PerfConfig(msgspec.Struct, frozen=True, kw_only=True):
     nominal_cpu_milli: int = 20 * MILLI_PER_CPU
     borrowing_limit_cpu_milli: int = 100 * MILLI_PER_CPU
     classes: tuple[WorkloadClass, ...]
+    # Cohorts nested below each root: (4, 5) is 4 children per root, 5 per child, the
+    # ClusterQueues under the last level; () puts them straight under the root.
+    sub_cohorts: tuple[int, ...] = ()
+    fair_sharing: bool = False
+
+    @property
+    def cluster_queues_per_root(self) -> int:
+        n = self.cluster_queues_per_cohort
+        for fan_out in self.sub_cohorts:
+            n *= fan_out
+        return n
 
 
 Triple = tuple[int, int, int]  # small, medium, large
@@ -98,7 +113,17 @@ LARGE_SCALE = PerfConfig(
     cluster_queues_per_cohort=100,
     classes=three_classes(counts=(35, 11, 4), runs_ms=(150, 350, 700), intervals_ms=(60, 300, 700)),
 )
-CONFIGS: Mapping[str, PerfConfig] = {c.name: c for c in (BASELINE, LARGE_SCALE)}
+# Not one of Kueue's: the large-scale load over cohorts three levels deep with fair sharing on
+# (5 roots x 4 x 5 Cohorts x 10 ClusterQueues = 1 000 ClusterQueues, 50 000 workloads).
+HIERARCHICAL_FAIR = PerfConfig(
+    name="hierarchical-fair",
+    cohorts=5,
+    cluster_queues_per_cohort=10,
+    sub_cohorts=(4, 5),
+    fair_sharing=True,
+    classes=LARGE_SCALE.classes,
+)
+CONFIGS: Mapping[str, PerfConfig] = {c.name: c for c in (BASELINE, LARGE_SCALE, HIERARCHICAL_FAIR)}
 
 
 class PlannedWorkload(msgspec.Struct, frozen=True, kw_only=True):
@@ -138,14 +163,18 @@ def generate(config: PerfConfig, *, scale: float = 1.0) -> Plan:
     if not scale > 0:
         raise ValueError(f"scale must be > 0, got {scale!r}")
     objects: list[ApiObject] = [ResourceFlavor(meta=ObjectMeta(name=FLAVOR))]
+    if config.fair_sharing:
+        objects.append(KueueConfig(fair_sharing=FairSharingConfig(enable=True)))
     workloads: list[Workload] = []
     planned: list[PlannedWorkload] = []
     nominal: dict[str, int] = {}
     for c in range(config.cohorts):
-        cohort = f"cohort-{c}"
-        nominal[cohort] = config.cluster_queues_per_cohort * config.nominal_cpu_milli
-        for q in range(config.cluster_queues_per_cohort):
+        root = f"cohort-{c}"
+        nominal[root] = config.cluster_queues_per_root * config.nominal_cpu_milli
+        leaves = _nested_cohorts(root, config.sub_cohorts, objects)
+        for q in range(config.cluster_queues_per_root):
             cq_name, namespace = f"cq-{c}-{q}", f"ns-{c}-{q}"
+            cohort = leaves[q // config.cluster_queues_per_cohort]
             objects.append(cluster_queue(config, name=cq_name, cohort=cohort))
             objects.append(
                 LocalQueue(
@@ -161,7 +190,7 @@ def generate(config: PerfConfig, *, scale: float = 1.0) -> Plan:
                             key=wl.key,
                             workload_class=wc.name,
                             cluster_queue=cq_name,
-                            cohort=cohort,
+                            cohort=root,
                             cpu_milli=wc.cpu_milli,
                             arrival_s=float(wl.meta.annotations[SUBMIT_AFTER]),
                         )
@@ -171,10 +200,25 @@ def generate(config: PerfConfig, *, scale: float = 1.0) -> Plan:
         scale=scale,
         objects=(*objects, *workloads),
         workloads=tuple(planned),
-        cluster_queues=config.cohorts * config.cluster_queues_per_cohort,
+        cluster_queues=config.cohorts * config.cluster_queues_per_root,
         cohort_nominal_milli=nominal,
         classes=tuple(wc.name for wc in config.classes),
     )
+
+
+def _nested_cohorts(root: str, fan_outs: tuple[int, ...], objects: list[ApiObject]) -> list[str]:
+    """Add the Cohorts below `root` (`fan_outs[i]` children per Cohort at depth i) to
+    `objects`; the names of the deepest level, in order (just `root` without nesting)."""
+    level = [root]
+    for depth, fan_out in enumerate(fan_outs):
+        below = []
+        for parent in level:
+            for i in range(fan_out):
+                name = f"{parent}-{i}" if depth else f"{root}-{i}"
+                objects.append(Cohort(meta=ObjectMeta(name=name), parent=parent))
+                below.append(name)
+        level = below
+    return level
 
 
 def cluster_queue(config: PerfConfig, *, name: str, cohort: str) -> ClusterQueue:

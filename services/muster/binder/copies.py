@@ -19,6 +19,7 @@ import logging
 from collections.abc import Awaitable, Callable, Collection
 from typing import Protocol
 
+from muster.binder.fences import Fences
 from muster.binder.handlers import WorkloadSpecs
 from muster.bus.cancel import raise_if_cancelling
 from muster.cluster.backend import WorkloadCopy
@@ -43,6 +44,7 @@ class CopyCluster(Protocol):
 async def collect_copies(
     cluster: CopyCluster,
     specs: WorkloadSpecs,
+    fences: Fences,
     *,
     own_cluster: str,
     catch_up: Callable[[], Awaitable[None]],
@@ -58,7 +60,9 @@ async def collect_copies(
         await asyncio.sleep(_SETTLE_S)
         wake.clear()
         try:
-            removed = await sweep(cluster, specs, own_cluster=own_cluster, catch_up=catch_up)
+            removed = await sweep(
+                cluster, specs, fences, own_cluster=own_cluster, catch_up=catch_up
+            )
         except ClusterError as err:
             log.warning("stale copies not collected in %s: %s", own_cluster, err)
             continue
@@ -74,6 +78,7 @@ async def collect_copies(
 async def sweep(
     cluster: CopyCluster,
     specs: WorkloadSpecs,
+    fences: Fences,
     *,
     own_cluster: str,
     catch_up: Callable[[], Awaitable[None]],
@@ -86,7 +91,14 @@ async def sweep(
     if not found:
         return []
     await catch_up()  # every admission of a copy listed is in the stream by now
-    stale = [c for c in found if specs.stale(c.workload)]
+    stale = [c for c in found if is_stale(c.workload, specs, fences)]
     for copy in stale:
         await cluster.stop_workload(copy.workload)
     return stale
+
+
+def is_stale(workload: str, specs: WorkloadSpecs, fences: Fences) -> bool:
+    """Whether a copy of `workload` here is known to be stale: its fence (an eviction here,
+    its finish or deletion) is newer than its last admission here. A workload this binder
+    knows nothing of is not (it may predate what it replayed)."""
+    return fences.fence_of(workload) > specs.admitted_at(workload)

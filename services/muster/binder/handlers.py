@@ -3,7 +3,9 @@ apply submitted cluster objects.
 
 Each publishes what it did, caused by the event it handled (so a redelivery republishes the
 same event ids), and returns; the consume loop then acks. Start, bind and stop are idempotent
-in the backend, so a redelivered event does no harm.
+in the backend, fenced (`fences.py`: nothing older than a workload's latest eviction, finish or
+deletion starts or binds; an eviction stops only the admissions before it) and, per workload,
+done one at a time, so a redelivered or late event does no harm.
 
 Tracing: each step is a span (`binder.start`, `binder.bind`, `binder.evict`) in the handled
 event's trace, when spans are recorded; the pods it starts carry that trace's `traceparent`
@@ -25,6 +27,7 @@ from google.protobuf.message import Message
 from muster.api import workload_from_json, workload_to_kueue
 from muster.api.model import Workload
 from muster.api.wellknown import BIND_FAILED, START_FAILED, TRACEPARENT_ANNOTATION
+from muster.binder.fences import Fences, WorkloadLocks
 from muster.binder.pacing import BindPacer
 from muster.binder.translate import (
     MissingPodSetError,
@@ -42,8 +45,6 @@ from muster.metrics.services import BinderSeries
 
 log = logging.getLogger(__name__)
 CLUSTER_ADMINS = "system:masters"  # Kubernetes' group that no authorizer can refuse
-# Finished and deleted workloads remembered, so their copies in this cluster are known stale.
-DONE_KEPT = 100_000
 # A cluster that does not answer is asked again after these many seconds, doubling.
 _PROBE_FIRST_S, _PROBE_MAX_S = 0.2, 10.0
 
@@ -61,21 +62,18 @@ class Submission(NamedTuple):
 
 
 class WorkloadSpecs:
-    """The spec of every workload submitted (on any cluster) and not yet done with, and when
-    each was last admitted and evicted here.
+    """The spec of every workload submitted (on any cluster) and not yet done with, and the
+    last admission of each here.
 
     Fed from `workload.submitted`, `deleted` and `finished` of every cluster (MultiKueue may
-    dispatch a workload submitted elsewhere to this one) and this cluster's `admitted` and
-    `evicted`, by a replay of the stream, so every replica knows every workload whichever
-    replica gets its `admitted`, and which copies from other clusters should be here.
+    dispatch a workload submitted elsewhere to this one) and this cluster's `admitted`, by a
+    replay of the stream, so every replica knows every workload whichever replica gets its
+    `admitted`, and (with the fences) which copies from other clusters are current here.
     """
 
-    def __init__(self, *, done_kept: int = DONE_KEPT) -> None:
+    def __init__(self) -> None:
         self._specs: dict[str, Submission] = {}
-        self._evicted_at: dict[str, int] = {}  # stream sequence of its last eviction here
-        self._admitted_at: dict[str, int] = {}  # and of its last admission here
-        self._done: dict[str, None] = {}  # finished or deleted, the newest last
-        self._done_kept = done_kept
+        self._admitted_at: dict[str, int] = {}  # stream sequence of its last admission here
         self.origins: set[str] = set()  # the clusters workloads were submitted in
         self.position = 0  # the last stream sequence applied
 
@@ -85,14 +83,8 @@ class WorkloadSpecs:
             if env.sequence <= self.position:
                 return
             self.position = env.sequence
-        if env.type == "workload.evicted":
-            self._evicted_at[env.workload] = max(
-                env.sequence, self._evicted_at.get(env.workload, 0)
-            )
-        elif env.type == "workload.admitted":
-            self._admitted_at[env.workload] = max(
-                env.sequence, self._admitted_at.get(env.workload, 0)
-            )
+        if env.type == "workload.admitted":
+            self._admitted_at[env.workload] = env.sequence
         elif env.type == "workload.submitted":
             wl = workload_from_submitted(env.submitted)
             if wl is None:
@@ -103,11 +95,7 @@ class WorkloadSpecs:
             self.origins.add(env.cluster)
         elif env.type in ("workload.deleted", "workload.finished"):
             self._specs.pop(env.workload, None)
-            self._evicted_at.pop(env.workload, None)
             self._admitted_at.pop(env.workload, None)
-            self._done[env.workload] = None
-            if len(self._done) > self._done_kept:
-                del self._done[next(iter(self._done))]
 
     def get(self, workload: str) -> Workload | None:
         found = self._specs.get(workload)
@@ -116,18 +104,9 @@ class WorkloadSpecs:
     def submission(self, workload: str) -> Submission | None:
         return self._specs.get(workload)
 
-    def superseded(self, env: events_pb2.Envelope) -> bool:
-        """Whether `env` (an admission) was followed by an eviction here: the admission is
-        no longer current (its cluster was lost meanwhile, and the workload moved on)."""
-        return 0 < env.sequence < self._evicted_at.get(env.workload, 0)
-
-    def stale(self, workload: str) -> bool:
-        """Whether a copy of `workload` here is known to be stale (`muster.binder.copies`):
-        it finished or was deleted, or was evicted here after its last admission here. A
-        workload this binder knows nothing of is not (it may predate what it replayed)."""
-        if workload in self._done:
-            return True
-        return self._evicted_at.get(workload, 0) > self._admitted_at.get(workload, 0)
+    def admitted_at(self, workload: str) -> int:
+        """The stream sequence of its last admission here (0: none known)."""
+        return self._admitted_at.get(workload, 0)
 
 
 class BinderContext:
@@ -139,6 +118,7 @@ class BinderContext:
         publisher: Publisher,
         specs: WorkloadSpecs,
         pacer: BindPacer,
+        fences: Fences | None = None,
         metrics: BinderSeries | None = None,
     ) -> None:
         self.cluster = cluster
@@ -146,6 +126,8 @@ class BinderContext:
         self.publisher = publisher
         self.specs = specs
         self.pacer = pacer
+        self.fences = fences if fences is not None else Fences(cluster=cluster)
+        self.locks = WorkloadLocks()  # start, binds and stop of one workload: one at a time
         self.metrics = metrics
         self.source = f"binder/{cluster}"
         self._away = ""  # why the cluster did not answer, while it does not
@@ -172,6 +154,12 @@ class BinderContext:
             self._away = ""
         return waited
 
+    def pod_sets(self, workload: str) -> dict[str, int] | None:
+        """The most pods each podset of `workload` may have (its spec's counts: an admission
+        may shrink them), so its pods can be found by name; None when its spec is unknown."""
+        wl = self.specs.get(workload)
+        return None if wl is None else {ps.name: ps.count for ps in wl.pod_sets}
+
     async def publish(self, field: str, payload: Message, *, cause: events_pb2.Envelope) -> None:
         env = new_event(
             field,
@@ -197,48 +185,39 @@ async def _retry_or_reject(err: ClusterError, ctx: BinderContext, what: str) -> 
 
 
 async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
-    """Create the admitted workload's pods (the Job controller's part of unsuspending it).
+    """Create the admitted workload's pods (the Job controller's part of unsuspending it),
+    labelled with the admission's stream sequence.
 
-    An admission superseded by a later eviction here is skipped: it was delivered late (this
-    cluster was away) and the workload has been requeued, maybe to another cluster, since.
-    When the cluster refuses the requests it was admitted with (a routed Job), nothing starts
-    and `requests_refused` says why.
+    An admission behind the workload's fence (evicted here since, finished or deleted) is
+    skipped: it was delivered late (a redelivery after a crash, or this cluster was away).
+    The start holds the workload's lock, so an eviction here waits for it or goes first; one
+    fenced by another replica while the pods were being written is undone at once. When the
+    cluster refuses the requests it was admitted with (a routed Job), nothing starts and
+    `requests_refused` says why.
     """
-    if ctx.specs.superseded(env):
-        log.warning("skipping an admission evicted since", extra={"workload": env.workload})
-        return
-    submission = ctx.specs.submission(env.workload)
+    key, admission = env.workload, env.sequence
+    submission = ctx.specs.submission(key)
     wl = submission.workload if submission is not None else None
+    if ctx.fences.stale(key, admission, known=wl is not None):
+        log.info("skipping an admission evicted or ended since", extra={"workload": key})
+        return
     if wl is None and env.admitted.manifest_json:
         # Submitted before what this replica replayed (it restarted after the `submitted` left
         # the stream): the admission carries the spec.
         wl = workload_from_json(env.admitted.manifest_json)
     if wl is None:
         # Its submitted event may not have reached this replica's spec replay yet.
-        raise Retry(0.5, f"no spec known yet for {env.workload}")
+        raise Retry(0.5, f"no spec known yet for {key}")
     try:
         starts = pod_set_starts(wl, env.admitted)
     except MissingPodSetError as err:
         raise Reject(str(err)) from None
     origin = origin_of(env, submission, wl, cluster=ctx.cluster)
-    with step("binder.start", attributes=lambda: {"muster.workload": env.workload}):
-        try:
-            await ctx.backend.start_workload(env.workload, pod_sets=traced(starts), origin=origin)
-        except RequestsRefusedError as err:
-            # Routed to requests the cluster will not run it with: nothing started. Admission
-            # evicts it and puts it back on its declared queue (docs/routing.md, "On Kubernetes").
-            log.warning("requests refused: %s", err, extra={"workload": env.workload})
-            payload = events_pb2.RequestsRefused(message=str(err))
-            await ctx.publish("requests_refused", payload, cause=env)
-        except ClusterError as err:
-            if origin is None or err.temporary:
-                raise await _retry_or_reject(err, ctx, f"starting {env.workload}") from err
-            # This worker will not create it (RBAC, a webhook, a quota): said to admission,
-            # which sends it elsewhere, and shown on the manager's Workload.
-            message = f"cluster {ctx.cluster}: {err}"
-            log.warning("cannot start a copy: %s", message, extra={"workload": env.workload})
-            rejected = events_pb2.GangRejected(reason=START_FAILED, message=message)
-            await ctx.publish("gang_rejected", rejected, cause=env)
+    with step("binder.start", attributes=lambda: {"muster.workload": key}):
+        async with ctx.locks.hold(key):
+            if ctx.fences.stale(key, admission):
+                return  # evicted here while this start waited for the lock
+            await _start(env, ctx, starts, origin)
 
 
 def origin_of(
@@ -255,6 +234,40 @@ def origin_of(
     return WorkloadOrigin(cluster=origin, workload_json=manifest, owner_json=owner)
 
 
+async def _start(
+    env: events_pb2.Envelope,
+    ctx: BinderContext,
+    starts: list[PodSetStart],
+    origin: WorkloadOrigin | None,
+) -> None:
+    """Create the pods (under the workload's lock), first a copy of what they come from when
+    they come from another cluster; take them out again if a fence went up meanwhile."""
+    key, admission = env.workload, env.sequence
+    try:
+        await ctx.backend.start_workload(
+            key, pod_sets=traced(starts), admission=admission, origin=origin
+        )
+        if ctx.fences.stale(key, admission):
+            await ctx.backend.stop_workload(
+                key, before=ctx.fences.fence_of(key), pod_sets=ctx.pod_sets(key)
+            )
+    except RequestsRefusedError as err:
+        # Routed to requests the cluster will not run it with: nothing started. Admission
+        # evicts it and puts it back on its declared queue (docs/routing.md, "On Kubernetes").
+        log.warning("requests refused: %s", err, extra={"workload": key})
+        payload = events_pb2.RequestsRefused(message=str(err))
+        await ctx.publish("requests_refused", payload, cause=env)
+    except ClusterError as err:
+        if origin is None or err.temporary:
+            raise await _retry_or_reject(err, ctx, f"starting {key}") from err
+        # This worker will not create it (RBAC, a webhook, a quota): said to admission,
+        # which sends it elsewhere, and shown on the manager's Workload.
+        message = f"cluster {ctx.cluster}: {err}"
+        log.warning("cannot start a copy: %s", message, extra={"workload": key})
+        rejected = events_pb2.GangRejected(reason=START_FAILED, message=message)
+        await ctx.publish("gang_rejected", rejected, cause=env)
+
+
 def traced(starts: list[PodSetStart]) -> list[PodSetStart]:
     """`starts` with the current trace's `traceparent` on every pod (none: as they are)."""
     parent = trace_headers().get("traceparent")
@@ -267,13 +280,26 @@ def traced(starts: list[PodSetStart]) -> list[PodSetStart]:
 
 
 async def on_gang_permitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
-    """Bind every pod of the gang, then publish `bound`; any bind failure rejects the gang."""
+    """Bind every pod of the gang, then publish `bound`; any bind failure rejects the gang.
+
+    Only the pods the permit names by uid are bound (a pod of that name made again since, for
+    a later admission, is not the one gang-permit placed). A permit stored before the gang's
+    latest eviction here, finish or deletion is skipped.
+    """
+    if ctx.fences.stale(env.workload, env.sequence):
+        log.info("skipping a permit evicted or ended since", extra={"workload": env.workload})
+        return
+    async with ctx.locks.hold(env.workload):
+        await _bind_gang(env, ctx)
+
+
+async def _bind_gang(env: events_pb2.Envelope, ctx: BinderContext) -> None:
     bindings = list(env.gang_permitted.bindings)
 
     async def bind(b: events_pb2.PodBinding) -> None:
         async with ctx.pacer.slot():
             started = time.perf_counter()
-            await ctx.backend.bind(b.pod.namespace, b.pod.name, b.node)
+            await ctx.backend.bind(b.pod.namespace, b.pod.name, b.node, uid=b.pod.uid)
             if ctx.metrics is not None:
                 ctx.metrics.bound(time.perf_counter() - started)
 
@@ -315,20 +341,40 @@ async def _settled(calls: list[Coroutine[Any, Any, None]]) -> list[BaseException
 
 
 async def on_evict(env: events_pb2.Envelope, ctx: BinderContext) -> None:
-    """Stop the workload's pods (or exactly the pods listed), then publish
-    `eviction_completed`."""
-    pods = env.evict_requested.pods
-    with step("binder.evict", attributes=lambda: {"muster.workload": env.workload}):
-        try:
-            if pods:
-                await asyncio.gather(
-                    *(ctx.backend.delete("Pod", p.name, namespace=p.namespace) for p in pods)
-                )
-            else:
-                await ctx.backend.stop_workload(env.workload)
-        except ClusterError as err:
-            raise await _retry_or_reject(err, ctx, f"stopping {env.workload}") from err
-    await ctx.publish("eviction_completed", events_pb2.EvictionCompleted(), cause=env)
+    """Stop the pods of the admission the eviction ends (or exactly the pods listed), then
+    publish `eviction_completed` naming the eviction.
+
+    The fence goes up before anything is listed, under the workload's lock: no admission
+    stored before the eviction starts pods afterwards. Pods of a later admission are left
+    alone, and an eviction carried out already is not carried out again (nothing published).
+    """
+    command = env.evict_requested
+    key, eviction = env.workload, command.eviction_sequence
+    if ctx.fences.done(key, eviction):
+        log.info("eviction already carried out", extra={"workload": key})
+        return
+    async with ctx.locks.hold(key):
+        ctx.fences.fence(key, eviction)
+        with step("binder.evict", attributes=lambda: {"muster.workload": key}):
+            try:
+                if command.pods:
+                    await asyncio.gather(
+                        *(
+                            ctx.backend.delete("Pod", p.name, namespace=p.namespace, uid=p.uid)
+                            for p in command.pods
+                        )
+                    )
+                else:
+                    await ctx.backend.stop_workload(
+                        key, before=eviction, pod_sets=ctx.pod_sets(key)
+                    )
+            except ClusterError as err:
+                raise await _retry_or_reject(err, ctx, f"stopping {key}") from err
+        payload = events_pb2.EvictionCompleted(
+            eviction_id=command.eviction_id, eviction_sequence=eviction
+        )
+        await ctx.publish("eviction_completed", payload, cause=env)
+        ctx.fences.completed(key, eviction)
 
 
 async def on_apply(env: events_pb2.Envelope, ctx: BinderContext) -> None:

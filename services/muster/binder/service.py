@@ -3,7 +3,8 @@
 Durable consumers `binder-<cluster>` (admitted, gang_permitted), `binder-<cluster>-evict`
 (cmd.evict) and `binder-<cluster>-apply` (cmd.apply), the last two on the MUSTER_COMMANDS
 work queue. Each replica also follows every cluster's submitted/deleted/finished events to know
-every workload's spec, and this cluster's evicted ones (`WorkloadSpecs`).
+every workload's spec (`WorkloadSpecs`), and with this cluster's evicted and
+eviction_completed, each workload's fence (`Fences`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Protocol
 import msgspec
 
 from muster.binder.copies import CopyCluster, collect_copies
+from muster.binder.fences import Fences
 from muster.binder.handlers import (
     BinderContext,
     WorkloadSpecs,
@@ -27,6 +29,7 @@ from muster.binder.handlers import (
 from muster.binder.pacing import BindPacer
 from muster.bus.connection import Bus
 from muster.bus.errors import Reject
+from muster.bus.poison import Quarantine
 from muster.bus.subjects import COMMANDS_STREAM, command_subject, workload_subject
 from muster.cluster.backend import ClusterBackend
 from muster.contracts.v1 import events_pb2
@@ -48,12 +51,14 @@ class BinderConfig(msgspec.Struct, frozen=True, kw_only=True):
 
 def spec_subjects(cluster: str) -> list[str]:
     """Every cluster's submitted, deleted and finished (a workload may be dispatched here from
-    another cluster), and this cluster's admitted and evicted (a late admission is not
-    started; a copy of a workload no longer admitted here is stale)."""
+    another cluster), and this cluster's admitted, evicted and eviction_completed (the fences:
+    a late admission is not started, an eviction carried out is not carried out again; and a
+    copy of a workload no longer admitted here is stale)."""
     return [
         *(workload_subject("*", e) for e in ("submitted", "deleted", "finished")),
         workload_subject(cluster, "admitted"),
         workload_subject(cluster, "evicted"),
+        workload_subject(cluster, "eviction_completed"),
     ]
 
 
@@ -68,6 +73,7 @@ async def run_binder(
     """Start, bind and stop the cluster's pods as events ask, until cancelled. With `copies`
     (a Kubernetes cluster), stale copies of other clusters' workloads are collected too."""
     specs = WorkloadSpecs()
+    fences = Fences(cluster=config.cluster)
     ctx = BinderContext(
         cluster=config.cluster,
         backend=backend,
@@ -76,28 +82,28 @@ async def run_binder(
         pacer=BindPacer(
             max_concurrent=config.max_concurrent_binds, per_second=config.binds_per_second
         ),
+        fences=fences,
         metrics=(
             BinderSeries(bus.metrics.registry, cluster=config.cluster)
             if bus.metrics is not None
             else None
         ),
     )
-    # Catch up on specs before taking work, so an admitted event finds its workload.
-    last = await bus.last_sequence()
-    if last:
-        async for env in bus.replay(spec_subjects(config.cluster), until_sequence=last):
-            specs.apply(env)
+    poison = Quarantine(bus.publisher, consumer=f"binder-{config.cluster}-specs")
 
     wake = asyncio.Event()  # something may have made a copy here stale
     ends = {f"workload.{e}" for e in ("finished", "deleted", "evicted")}
 
-    async def follow_specs() -> None:
-        async for env in bus.replay(
-            spec_subjects(config.cluster), from_sequence=last + 1, follow=True
-        ):
+    async def apply(env: events_pb2.Envelope) -> None:
+        if env.sequence and env.sequence <= specs.position:
+            return  # applied already (by a sweep's catch-up)
+        try:
             specs.apply(env)
-            if env.type in ends:
-                wake.set()
+            fences.apply(env)
+        except Exception as err:  # poison: the same event fails the same way after a restart
+            await poison.event(env, err)
+        if env.type in ends:
+            wake.set()
 
     async def catch_up() -> None:
         end = await bus.last_sequence()
@@ -106,7 +112,20 @@ async def run_binder(
             async for env in bus.replay(
                 subjects, from_sequence=specs.position + 1, until_sequence=end
             ):
-                specs.apply(env)
+                await apply(env)
+
+    # Catch up on specs and fences before taking work, so an admitted event finds its
+    # workload, and one evicted or ended since is known to be stale.
+    last = await bus.last_sequence()
+    if last:
+        async for env in bus.replay(spec_subjects(config.cluster), until_sequence=last):
+            await apply(env)
+
+    async def follow_specs() -> None:
+        async for env in bus.replay(
+            spec_subjects(config.cluster), from_sequence=last + 1, follow=True
+        ):
+            await apply(env)
 
     handlers: dict[str, Callable[[events_pb2.Envelope, BinderContext], Awaitable[None]]] = {
         "workload.admitted": on_admitted,
@@ -126,7 +145,7 @@ async def run_binder(
         tasks.create_task(follow_specs(), name="binder-specs")
         if copies is not None:
             collector = collect_copies(
-                copies, specs, own_cluster=config.cluster, catch_up=catch_up, wake=wake
+                copies, specs, fences, own_cluster=config.cluster, catch_up=catch_up, wake=wake
             )
             tasks.create_task(collector, name="binder-copies")
         tasks.create_task(

@@ -11,9 +11,10 @@ control and ordered-consumer resets, requests, KV watches) keeps nats-py's own p
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, NamedTuple
 
+import nats.errors
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -118,7 +119,59 @@ async def subscribe_direct(nc: NatsClient, subject: str, cb: DirectCallback) -> 
 
 
 async def connect(servers: str | list[str], **options: Any) -> MusterClient:
-    """`nats.connect` returning a MusterClient."""
+    """`nats.connect` returning a MusterClient (with `outage_callbacks` unless given others)."""
     nc = MusterClient()
+    told = outage_callbacks(nc, log)
+    options.setdefault("error_cb", told.error_cb)
+    options.setdefault("disconnected_cb", told.disconnected_cb)
+    options.setdefault("reconnected_cb", told.reconnected_cb)
     await nc.connect(servers, **options)
     return nc
+
+
+# How a lost connection shows in nats-py's error callback (before and while reconnecting).
+_CONNECTION_LOST = (nats.errors.UnexpectedEOF, nats.errors.StaleConnectionError, OSError)
+
+
+class OutageCallbacks(NamedTuple):
+    error_cb: Callable[[Exception], Awaitable[None]]
+    disconnected_cb: Callable[[], Awaitable[None]]
+    reconnected_cb: Callable[[], Awaitable[None]]
+
+
+def outage_callbacks(
+    nc: NatsClient,
+    logger: logging.Logger,
+    *,
+    on_down: Callable[[], None] | None = None,
+    on_up: Callable[[], None] | None = None,
+) -> OutageCallbacks:
+    """nats-py connection callbacks that tell an outage in one line as it starts
+    (`disconnected from NATS (why); reconnecting`) and one as it ends, instead of nats-py's
+    default: a traceback for every reconnect attempt. `on_down`/`on_up` are told too (the
+    bus's metrics count them)."""
+    lost: list[Exception] = []  # why the connection went, told with the disconnection
+
+    async def on_error(exc: Exception) -> None:
+        # A lost connection, and every reconnect attempt while NATS is away, fail alike.
+        if nc.is_reconnecting or isinstance(exc, _CONNECTION_LOST):
+            lost[:] = [exc]
+            logger.debug("NATS connection: %r", exc)
+            return
+        logger.warning("NATS connection error: %r", exc)
+
+    async def on_disconnect() -> None:
+        if nc.is_closed:  # closing on purpose (drain, close) is not news
+            return
+        why = f" ({lost[0]!r})" if lost else ""
+        logger.warning("disconnected from NATS%s; reconnecting", why)
+        if on_down is not None:
+            on_down()
+
+    async def on_reconnect() -> None:
+        lost.clear()
+        logger.info("reconnected to NATS")
+        if on_up is not None:
+            on_up()
+
+    return OutageCallbacks(on_error, on_disconnect, on_reconnect)

@@ -19,7 +19,7 @@ from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
-from muster.bus.client import MusterClient
+from muster.bus.client import MusterClient, outage_callbacks
 from muster.bus.consumer import ConsumerSettings, Handler, consume
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
 from muster.bus.errors import Reject, Retry
@@ -93,21 +93,12 @@ async def connect(config: BusConfig, *, metrics: BusMetrics | None = None) -> Bu
     (the service serves /metrics), the bus keeps the generic series (`muster.metrics.bus`).
     """
     nc = MusterClient()
-
-    async def on_error(exc: Exception) -> None:
-        log.warning("NATS connection error: %r", exc)
-
-    async def on_disconnect() -> None:
-        if not nc.is_closed:  # closing on purpose (drain, close) is not news
-            log.warning("disconnected from NATS; reconnecting")
-            if metrics is not None:
-                metrics.disconnected()
-
-    async def on_reconnect() -> None:
-        log.info("reconnected to NATS")
-        if metrics is not None:
-            metrics.reconnected()
-
+    told = outage_callbacks(
+        nc,
+        log,
+        on_down=metrics.disconnected if metrics is not None else None,
+        on_up=metrics.reconnected if metrics is not None else None,
+    )
     attempt = nc.connect(
         servers=[u.strip() for u in config.url.split(",") if u.strip()],
         name=config.name,
@@ -115,9 +106,9 @@ async def connect(config: BusConfig, *, metrics: BusMetrics | None = None) -> Bu
         max_reconnect_attempts=-1,  # a service waits for NATS to come back, however long
         reconnect_time_wait=1,
         connect_timeout=max(1, round(min(config.connect_timeout_s, 5.0))),
-        error_cb=on_error,
-        disconnected_cb=on_disconnect,
-        reconnected_cb=on_reconnect,
+        error_cb=told.error_cb,
+        disconnected_cb=told.disconnected_cb,
+        reconnected_cb=told.reconnected_cb,
         user_credentials=config.creds_file,
         user=config.user,
         password=config.password,

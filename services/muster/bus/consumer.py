@@ -5,12 +5,15 @@ different workloads run in parallel, one handler per lane at most. The loop acks
 after its handler returned (handlers publish, and wait for PubAcks, before returning), naks on
 `Retry` or a bug, and dead-letters on `Reject`, on undecodable data and at the last delivery.
 Processes consuming with the same durable name share its messages (replicas scale that way).
+The loop outlives NATS: it waits out an outage with back-off, and when the server has deleted
+its consumer it creates it again from the first message it has not handled.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -27,8 +30,9 @@ from muster.bus.cancel import raise_if_cancelling
 from muster.bus.client import stream_sequence
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES, decode
 from muster.bus.errors import Reject, Retry
+from muster.bus.outage import UNAVAILABLE, Outage
 from muster.bus.publisher import Publisher
-from muster.bus.pull import PullFeed
+from muster.bus.pull import ConsumerDeletedError, PullFeed
 from muster.bus.subjects import EVENTS_STREAM, check_token
 from muster.bus.tracing import continue_trace
 from muster.contracts.v1.events_pb2 import Envelope
@@ -97,18 +101,71 @@ async def consume(
     On cancellation it stops pulling, gives back (naks) what no handler has started, lets
     running handlers finish for up to `settings.drain_timeout_s`, then re-raises; past that,
     or cancelled again, it cancels those handlers (their messages are naked and redelivered).
-    Raises when the consumer cannot go on (its connection closed, the consumer deleted).
+    While NATS is away it waits; when the server deleted the consumer, it makes it again,
+    starting at the first message this process has not handled (or, never having handled
+    one, as `settings` says).
     """
-    await js.add_consumer(settings.stream, config=consumer_config(durable, subjects, settings))
-    feed = PullFeed(
-        nc,
-        stream=settings.stream,
-        consumer=durable,
-        batch=min(settings.batch, settings.max_ack_pending),
-        expires_s=settings.fetch_timeout_s,
-    )
-    await feed.start()
-    await _ConsumeLoop(nc, feed, publisher, durable, handler, settings).run()
+    config = consumer_config(durable, subjects, settings)
+    outage = Outage(f"consumer {durable}", logger=log)
+    resume_from = 0
+    while True:
+        raise_if_cancelling()
+        feed = PullFeed(
+            nc,
+            stream=settings.stream,
+            consumer=durable,
+            batch=min(settings.batch, settings.max_ack_pending),
+            expires_s=settings.fetch_timeout_s,
+        )
+        try:
+            await ensure_consumer(js, settings.stream, config, resume_from=resume_from)
+            await feed.start()
+        except UNAVAILABLE as exc:
+            await feed.close()
+            await outage.failed(exc)
+            continue
+        outage.recovered()
+        loop = _ConsumeLoop(nc, feed, publisher, durable, handler, settings)
+        try:
+            await loop.run()
+        except ConsumerDeletedError:
+            resume_from = loop.resume_from or resume_from
+            log.warning(
+                "consumer %s was deleted; creating it again from sequence %s",
+                durable,
+                resume_from or "its start",
+            )
+
+
+async def ensure_consumer(
+    js: JetStreamContext, stream: str, config: api.ConsumerConfig, *, resume_from: int = 0
+) -> None:
+    """Create durable `config` on `stream`, or bring an existing one's settings up to date.
+
+    With `resume_from`, a consumer created here starts at that stream sequence. An existing one
+    keeps where it starts (the server cannot change that): a replica that re-created it after
+    a deletion chose it, and a replica starting later must not fail on it.
+    """
+    if resume_from:
+        config = dataclasses.replace(
+            config, deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=resume_from
+        )
+    try:
+        await js.add_consumer(stream, config=config)
+    except nats.js.errors.APIError as exc:
+        if exc.err_code != _DELIVER_POLICY_FIXED or config.durable_name is None:
+            raise
+        existing = (await js.consumer_info(stream, config.durable_name)).config
+        kept = dataclasses.replace(
+            config,
+            deliver_policy=existing.deliver_policy,
+            opt_start_seq=existing.opt_start_seq,
+            opt_start_time=existing.opt_start_time,
+        )
+        await js.add_consumer(stream, config=kept)
+
+
+_DELIVER_POLICY_FIXED = 10012  # JetStream: "deliver policy can not be updated"
 
 
 class _ConsumeLoop:
@@ -133,6 +190,15 @@ class _ConsumeLoop:
         self._in_flight = 0
         self._room = asyncio.Condition()
         self._stopping = False
+        self._open: set[int] = set()  # stream sequences delivered here and not handled yet
+        self._last = 0  # the highest stream sequence delivered here
+
+    @property
+    def resume_from(self) -> int:
+        """The first stream sequence not handled here (0: none was delivered)."""
+        if self._open:
+            return min(self._open)
+        return self._last + 1 if self._last else 0
 
     async def run(self) -> None:
         lanes = [
@@ -189,6 +255,8 @@ class _ConsumeLoop:
             await self._dead_letter(msg, str(err))
             return
         env.sequence = stream_sequence(msg)
+        self._open.add(env.sequence)
+        self._last = max(self._last, env.sequence)
         lane = zlib.crc32(env.workload.encode()) % len(self._queues)
         self._in_flight += 1
         self._queues[lane].put_nowait((msg, env))
@@ -201,6 +269,7 @@ class _ConsumeLoop:
                     await _quietly(msg.nak())
                 else:
                     await self._handle(msg, env)
+                    self._open.discard(env.sequence)
             finally:
                 await self._release()
 
@@ -260,7 +329,9 @@ class _ConsumeLoop:
                     await self._handler(env)
             except Retry as err:
                 if last:
-                    await self._dead_letter(msg, f"still failing after {md.num_delivered}: {err}")
+                    reason = f"still failing after {md.num_delivered}: {err}"
+                    log.error("dead-lettering: %s", reason, extra=fields)
+                    await self._dead_letter(msg, reason)
                 else:
                     log.info("retrying later: %s", err, extra=fields)
                     await _quietly(msg.nak(delay=err.delay_s))
@@ -274,11 +345,16 @@ class _ConsumeLoop:
                 if span is not None:
                     span.record_exception(err)
                     span.set_status(trace.StatusCode.ERROR, str(err))
-                log.exception("handler failed on delivery %d", md.num_delivered, extra=fields)
-                if last:
-                    await self._dead_letter(
-                        msg, f"handler failed {md.num_delivered} times: {err!r}"
+                if md.num_delivered == 1:  # the traceback once; the retries say how many
+                    log.exception("handler failed; retrying", extra=fields)
+                else:
+                    log.info(
+                        "handler failed on delivery %d: %r", md.num_delivered, err, extra=fields
                     )
+                if last:
+                    reason = f"handler failed {md.num_delivered} times: {err!r}"
+                    log.error("dead-lettering: %s", reason, extra=fields)
+                    await self._dead_letter(msg, reason)
                 else:
                     await _quietly(msg.nak(delay=self._backoff_s(md.num_delivered)))
             else:

@@ -6,11 +6,21 @@ are nats-py's `KeyValue` methods (`get`, `put`, `create`, `update`, `delete`, `w
 
 from __future__ import annotations
 
+import re
+
 import nats.js.errors
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from muster.bus.errors import SetupError
+
+_KEY = re.compile(r"[-/_=a-zA-Z0-9]+(\.[-/_=a-zA-Z0-9]+)*")
+
+
+def valid_key(key: str) -> bool:
+    """Whether `key` can be stored: JetStream's key characters in non-empty dot-separated
+    tokens (`lq.ns.../x` has an empty one: the server would refuse its subject)."""
+    return _KEY.fullmatch(key) is not None
 
 
 async def open_bucket(

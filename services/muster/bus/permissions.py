@@ -61,6 +61,9 @@ class Role(msgspec.Struct, frozen=True, kw_only=True):
     key_values: tuple[KeyValue, ...] = ()
     object_stores: tuple[str, ...] = ()  # read and written (a replaced object purges chunks)
     sim_store: Literal["", "read", "write"] = ""  # MUSTER_SIM_<cluster>, when simulated
+    # Dead letters of its loops besides its durables' (bus.poison: followers, cluster
+    # watches), as `muster.v1.dlq.<name>` ("{cluster}" filled in).
+    dead_letters: tuple[str, ...] = ()
     only_simulated: bool = False  # exists only for simulated clusters (the sim kubelet)
     about: str = ""
 
@@ -103,6 +106,7 @@ ROLES: Final[tuple[Role, ...]] = (
             KeyValue("MUSTER_CLUSTERS"),
         ),
         sim_store="read",
+        dead_letters=("watcher-{cluster}",),
     ),
     Role(
         service="admission",
@@ -151,6 +155,7 @@ ROLES: Final[tuple[Role, ...]] = (
         replays=(EVENTS_STREAM,),
         key_values=(KeyValue("MUSTER_CLUSTERS", writes=("{cluster}",)),),
         sim_store="read",
+        dead_letters=("gangpermit-{cluster}", "gangpermit-{cluster}-cluster"),
     ),
     Role(
         service="binder",
@@ -169,14 +174,21 @@ ROLES: Final[tuple[Role, ...]] = (
         ),
         replays=(EVENTS_STREAM,),
         sim_store="write",
+        dead_letters=("binder-{cluster}-specs",),
     ),
     Role(
         service="gateway",
         per_cluster=False,
-        about="the gRPC API: Submit, queue status, Watch",
-        publishes=_any("workload.submitted", "config.applied", "cmd.apply"),
+        about="the gRPC API: Submit, stop, resume and delete, queue status, Watch",
+        publishes=_any(
+            "workload.submitted",
+            "workload.active_changed",
+            "workload.deleted",
+            "config.applied",
+            "cmd.apply",
+        ),
         replays=(EVENTS_STREAM,),
-        key_values=(KeyValue("MUSTER_VISIBILITY"),),
+        key_values=(KeyValue("MUSTER_VISIBILITY"), KeyValue("MUSTER_CLUSTERS")),
     ),
     Role(
         service="sim-cluster",
@@ -297,6 +309,7 @@ def _compile(
         publish += _durable_subjects(durable, name, cluster)
     for stream in r.replays:
         publish += _reader_subjects(stream)
+    publish += [f"{PREFIX}.dlq.{name.format(cluster=cluster)}" for name in r.dead_letters]
     for kv in r.key_values:
         bucket = kv.bucket.format(cluster=cluster)
         publish += _reader_subjects(f"KV_{bucket}", direct_get=True)

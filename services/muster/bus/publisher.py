@@ -138,7 +138,7 @@ class Publisher:
         md = msg.metadata
         headers = {
             MSG_ID: f"dlq/{consumer}/{md.stream}/{md.sequence.stream}",
-            DLQ_REASON: _header_value(reason),
+            DLQ_REASON: header_value(reason),
             DLQ_SUBJECT: msg.subject,
             DLQ_STREAM_HEADER: md.stream,
             DLQ_SEQUENCE: str(md.sequence.stream),
@@ -162,7 +162,7 @@ class Publisher:
         return sequence
 
 
-def _header_value(text: str, limit: int = 1024) -> str:
+def header_value(text: str, limit: int = 1024) -> str:
     """`text` made safe for one NATS header line."""
     one_line = " ".join(text.split())
     return one_line if len(one_line) <= limit else one_line[: limit - 3] + "..."

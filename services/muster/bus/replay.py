@@ -4,6 +4,9 @@
 through a `PullFeed`.
 It checks each message's consumer sequence; on a gap (a pull lost in a reconnect) it makes a new
 consumer from the last sequence it yielded, so every message comes once and in stream order.
+The same when the server deletes the consumer (an in-memory consumer does not outlive a
+nats-server restart): a reader outlives NATS restarts and outages, waiting with back-off while
+the server is away (`outage.Outage`), and ends only when its caller stops it.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 
 import nats.errors
+import nats.js.errors
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
@@ -20,7 +24,8 @@ from nats.js import JetStreamContext, api
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES, decode
 from muster.bus.errors import Reject
-from muster.bus.pull import PullFeed
+from muster.bus.outage import UNAVAILABLE, Outage
+from muster.bus.pull import ConsumerDeletedError, PullFeed
 from muster.contracts.v1.events_pb2 import Envelope
 
 log = logging.getLogger(__name__)
@@ -55,12 +60,21 @@ async def replay(
     """
     if not subjects:
         raise ValueError("replay: no subjects")
+    outage = Outage(f"replay of {stream}", logger=log)
     until = until_sequence
-    if until is None and not follow:
-        until = await last_sequence(js, stream)
+    while until is None and not follow:
+        try:
+            until = await last_sequence(js, stream)
+        except UNAVAILABLE as exc:
+            await outage.failed(exc)
     next_seq = max(1, from_sequence)
     while until is None or next_seq <= until:
-        reader = await _Reader.start(nc, js, subjects, stream=stream, from_sequence=next_seq)
+        try:
+            reader = await _Reader.start(nc, js, subjects, stream=stream, from_sequence=next_seq)
+        except UNAVAILABLE as exc:
+            await outage.failed(exc)
+            continue
+        outage.recovered()
         try:
             if not follow and reader.pending == 0:
                 return
@@ -80,9 +94,12 @@ async def replay(
                     return  # caught up: what is left was stored after the call
             if not reader.gap:
                 return
+        except ConsumerDeletedError:
+            log.info("replay of %s: reader gone; reading on from %d", stream, next_seq)
         finally:
             await reader.close()
-        # A gap in consumer sequences: read again from the message after the last one yielded.
+        # A gap in consumer sequences, or no consumer: read again from the message after the
+        # last one yielded.
 
 
 class _Reader:
@@ -143,7 +160,12 @@ class _Reader:
                 yield msg
 
     async def _caught_up(self) -> bool:
-        info = await self._js.consumer_info(self._info.stream_name, self._info.name)
+        try:
+            info = await self._js.consumer_info(self._info.stream_name, self._info.name)
+        except nats.js.errors.NotFoundError:
+            raise ConsumerDeletedError(self._info.stream_name, self._info.name) from None
+        except UNAVAILABLE:  # away for now: ask again after the next empty take
+            return False
         return not info.num_pending
 
     async def close(self) -> None:

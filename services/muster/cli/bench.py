@@ -8,6 +8,7 @@ defaults. `-o json` prints one JSON object per row per line, so runs can be comp
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -83,6 +84,30 @@ def run_e2e(args: argparse.Namespace) -> Iterator[Any]:
     )
 
 
+def _chaos() -> Any:  # imported only when run, as e2e
+    # It starts service processes again while its gRPC channel is open: gRPC's fork handlers
+    # would log a line at every start. Read when gRPC is first imported, as here.
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+    from muster.bench import chaos
+
+    return chaos
+
+
+def add_chaos_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--workloads", type=int, default=300, help="workloads per run (default: 300)"
+    )
+    parser.add_argument("--shards", type=int, default=1, help="admission shards (default: 1)")
+    parser.add_argument("--seed", type=int, default=1, help="of the workloads and the kills")
+
+
+def run_chaos(args: argparse.Namespace) -> Iterator[Any]:
+    chaos = _chaos()
+    return chaos.run(  # type: ignore[no-any-return]
+        scale=args.scale, workloads=args.workloads, shards=args.shards, seed=args.seed
+    )
+
+
 def _placement_e2e() -> Any:  # imported only when run, as e2e
     from muster.bench import placement_e2e
 
@@ -111,6 +136,16 @@ def _decode() -> Any:  # imported only when run: it plans Submits with the gatew
 
 def run_decode(args: argparse.Namespace) -> Iterator[Any]:
     return _decode().run(scale=args.scale)  # type: ignore[no-any-return]
+
+
+def _book() -> Any:  # imported only when run: it folds events with the gateway's code
+    from muster.bench import book
+
+    return book
+
+
+def run_book(args: argparse.Namespace) -> Iterator[Any]:
+    return _book().run(scale=args.scale)  # type: ignore[no-any-return]
 
 
 def _gateway() -> Any:  # imported only when run: it starts a gateway process
@@ -202,6 +237,14 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
             render=lambda rows: _decode().render(rows),
         ),
         Section(
+            name="book",
+            help="the gateway's workload book (muster workloads, the dashboard): events folded "
+            "per second, one list of every workload, memory per workload (10 000 and 50 000)",
+            add_options=lambda parser: None,
+            run=run_book,
+            render=lambda rows: _book().render(rows),
+        ),
+        Section(
             name="e2e",
             help="workloads through NATS and every service process on the simulated cluster: "
             "throughput and submit->admitted / submit->bound latency at 1, 2 and 4 shards",
@@ -216,6 +259,15 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
             add_options=lambda parser: None,
             run=run_placement_e2e,
             render=lambda rows: _placement_e2e().render(rows),
+        ),
+        Section(
+            name="chaos",
+            help="every service as a process under SIGKILLs and nats-server restarts, the same "
+            "workloads without and with faults: lost, stuck, run twice, quota and node "
+            "violations, evictions, wall time",
+            add_options=add_chaos_options,
+            run=run_chaos,
+            render=lambda rows: _chaos().render(rows),
         ),
         Section(
             name="kube",

@@ -1,9 +1,10 @@
 """What every gateway client command shares: the connection options, the channel, errors.
 
-Used by `muster submit`, `queues`, `workloads` and `events`. The commands are synchronous gRPC
-clients; the server side is `muster.gateway`. Connection options: `--gateway`, TLS (`--tls`,
-`--tls-ca` to verify the gateway, `--tls-cert`/`--tls-key` for mutual TLS), a bearer token
-(`--token-file`, or `--token`), each with an environment variable. No credential is ever
+Used by `muster submit`, `queues`, `workloads`, `describe`, `events`, `stop`, `resume` and
+`delete`. The commands are synchronous gRPC clients; the server side is `muster.gateway`.
+Connection options: `--gateway`, TLS (`--tls`, `--tls-ca` to verify the gateway,
+`--tls-cert`/`--tls-key` for mutual TLS), a bearer token (`--token-file`, or `--token`), each
+with an environment variable. No credential is ever
 printed: error messages show the gateway's address without any user:password@ part.
 """
 
@@ -163,6 +164,17 @@ def to_json(message: Message, *, indent: int | None = 2) -> str:
     return json_format.MessageToJson(
         message, always_print_fields_with_no_presence=True, indent=indent, sort_keys=False
     )
+
+
+def print_structured(message: Message, output: str) -> None:
+    """Print `message` as JSON (`to_json`) or, with output "yaml", the same fields as YAML."""
+    if output == "yaml":
+        import yaml  # only here: most commands never print YAML
+
+        fields = json_format.MessageToDict(message, always_print_fields_with_no_presence=True)
+        sys.stdout.write(yaml.safe_dump(fields, sort_keys=False, allow_unicode=True))
+    else:
+        print(to_json(message))
 
 
 def render_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

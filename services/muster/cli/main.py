@@ -15,16 +15,29 @@ from collections.abc import Sequence
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from muster.cli import events, nats_admin, queues, run, simulate, submit, workloads
+    from muster.cli import (
+        control,
+        describe,
+        events,
+        nats_admin,
+        queues,
+        run,
+        simulate,
+        submit,
+        up,
+        workloads,
+    )
 
     parser = argparse.ArgumentParser(
         prog="muster", description="Kueue-compatible batch admission for Kubernetes."
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     run.add_parser(commands)
+    up.add_parsers(commands)  # up, down, status
     simulate.add_parser(commands)
-    for client_command in (submit, queues, workloads, events):  # gateway clients
+    for client_command in (submit, queues, workloads, describe, events):  # gateway clients
         client_command.add_parser(commands)
+    control.add_parsers(commands)  # stop, resume, delete
     nats_admin.add_parser(commands)
     # Listed for `muster --help` only: `main` hands `muster bench ...` over before parsing.
     commands.add_parser("bench", help="run the benchmarks (see `muster bench --help`)")

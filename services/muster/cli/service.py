@@ -24,6 +24,7 @@ SERVICES: Final = MappingProxyType(
         "binder": "muster.binder.__main__",
         "gateway": "muster.gateway.__main__",
         "sim-cluster": "muster.cluster.sim.__main__",
+        "dashboard": "muster.dashboard.__main__",
     }
 )
 

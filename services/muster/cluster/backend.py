@@ -19,6 +19,10 @@ from muster.cluster.errors import ClusterError
 from muster.cluster.objects import NodeView, PodView
 
 ChangeType = Literal["ADDED", "MODIFIED", "DELETED"]
+# On a pod muster created for an admitted workload: the stream sequence of that `admitted`. An
+# eviction stops only the pods of admissions stored before it (docs/events.md, "Fencing").
+ADMISSION_LABEL = "muster.dev/admission"
+
 # What a watch follows. "workloads": what the watcher reports (configuration, queued Jobs, Kueue
 # Workloads, muster's pods, nodes, gangs). "placement": what gang placement needs (nodes, the
 # pods muster places and every pod bound to a node, whoever bound it, gangs, priorities).
@@ -125,8 +129,9 @@ class ClusterBackend(Protocol):
         """
         ...
 
-    async def delete(self, kind: str, name: str, *, namespace: str = "") -> bool:
-        """Delete one object; return False when it did not exist."""
+    async def delete(self, kind: str, name: str, *, namespace: str = "", uid: str = "") -> bool:
+        """Delete one object; return False when it did not exist (or, with `uid`, when the
+        object of that name now is another one: it is left alone)."""
         ...
 
     async def list_nodes(self) -> list[NodeView]:
@@ -173,34 +178,44 @@ class ClusterBackend(Protocol):
         workload_key: str,
         *,
         pod_sets: Sequence[PodSetStart],
+        admission: int = 0,
         origin: WorkloadOrigin | None = None,
     ) -> None:
         """Create the pods of admitted workload "<namespace>/<name>" (the binder's unsuspend).
 
         Per podset, `count` pods named `<name>-<podset>-<i>` in the workload's namespace,
-        labelled `muster.dev/workload: <name>`, annotated `muster.dev/pod-set: <podset>`, with
-        schedulerName "muster", unbound and Pending. Idempotent: pods that already exist are left
-        as they are. Returns when every pod is stored.
+        labelled `muster.dev/workload: <name>` (and `muster.dev/admission: <admission>`, the
+        admission's stream sequence, when given), annotated `muster.dev/pod-set: <podset>`,
+        with schedulerName "muster", unbound and Pending. Idempotent: pods that already exist
+        are left as they are. Returns when every pod is stored.
 
         With `origin` the workload was submitted in another cluster (MultiKueue): a backend
         whose pods come from objects (Kubernetes) first creates a copy of them here.
         """
         ...
 
-    async def bind(self, namespace: str, pod: str, node: str) -> None:
+    async def bind(self, namespace: str, pod: str, node: str, *, uid: str = "") -> None:
         """Set the pod's spec.nodeName to `node` (the Binding API).
 
         Binding to the node it is already bound to does nothing; to another node raises
-        BindConflictError; a missing pod raises NotFoundError. Whether the node exists is the
-        kubelet's concern.
+        BindConflictError; a missing pod raises NotFoundError; with `uid`, a pod of that name
+        that is another one than permitted (deleted and made again) is a permanent
+        ClusterError "Conflict", as the Binding API's uid precondition. Whether the node exists
+        is the kubelet's concern.
         """
         ...
 
-    async def stop_workload(self, workload_key: str) -> None:
-        """Delete every pod of workload "<namespace>/<name>"; return when they are gone.
+    async def stop_workload(
+        self, workload_key: str, *, before: int = 0, pod_sets: Mapping[str, int] | None = None
+    ) -> None:
+        """Delete the pods of workload "<namespace>/<name>"; return when they are gone.
 
-        Idempotent: a workload without pods is already stopped. A copy made for `origin` is
-        deleted with its pods.
+        With `before`, only pods of admissions stored before that stream sequence (by their
+        `muster.dev/admission` label; a pod without one counts as older): a later admission's
+        pods stay. With `pod_sets` (podset name -> most pods it may have), pods are found by
+        their names (`<name>-<podset>-<i>`), not by listing. Idempotent: a workload without
+        pods is already stopped. A copy made
+        for `origin` (of an admission before `before`) is deleted with its pods.
         """
         ...
 
@@ -212,6 +227,15 @@ class ClusterBackend(Protocol):
     async def close(self) -> None:
         """Release what the backend holds (its connection, when it opened it)."""
         ...
+
+
+def admission_of(obj: Mapping[str, Any]) -> int:
+    """The admission sequence a pod's `muster.dev/admission` label names (0: none, or not a
+    number: a pod from before admissions were named counts as the oldest)."""
+    meta = obj.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    value = labels.get(ADMISSION_LABEL) if isinstance(labels, Mapping) else None
+    return int(value) if isinstance(value, str) and value.isascii() and value.isdigit() else 0
 
 
 def split_workload_key(workload_key: str) -> tuple[str, str]:

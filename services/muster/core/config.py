@@ -7,7 +7,7 @@ a workload, may it be admitted there at all, which checks does it need).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from muster.api.model import (
@@ -29,7 +29,6 @@ from muster.api.model import (
     WorkloadKey,
     WorkloadPriorityClass,
 )
-from muster.core.fairshare import dominant_share, lendable_by_resource
 from muster.core.flavors import Assignment, QueueLayout
 from muster.core.matching import selector_matches
 from muster.core.quota import FlavorResource, QuotaNode, QuotaTree, tree_id
@@ -38,6 +37,7 @@ if TYPE_CHECKING:
     from muster.core.records import WorkloadRecord
 
 Problem = tuple[str, str]  # (reason, message)
+NAMESPACE_MISMATCH = "workload namespace doesn't match ClusterQueue selector"
 
 
 class Configuration:
@@ -56,7 +56,13 @@ class Configuration:
         self.holders: dict[str, dict[WorkloadKey, WorkloadRecord]] = {}
         self.inactive: dict[str, Problem] = {}
         self._members: dict[str, dict[str, QuotaNode]] = {}  # root name -> CQ nodes
-        self._lendable: dict[str, dict[str, int]] = {}
+        # ClusterQueue name -> the ClusterQueues of its tree using more than their subtree quota
+        # of something (one set per tree): the only ones preemption may reclaim from
+        self._borrowers: dict[str, set[str]] = {}
+        self._roots: dict[str, QuotaNode] = {}  # ClusterQueue name -> the root of its tree
+        # Bumped when the tree is rebuilt; with its root's `epoch` (bumped whenever who holds
+        # what there changes), says whether a cached decision about a tree still holds.
+        self.epoch = 0
 
     def put(self, obj: ApiObject) -> None:
         if isinstance(obj, KueueConfig):
@@ -103,14 +109,16 @@ class Configuration:
 
     def build(self, holders: list[WorkloadRecord]) -> None:
         """Rebuild the quota tree and layouts; carry the usage of `holders` over."""
+        self.epoch += 1
         self.tree = tree = QuotaTree()
         self.inactive = {}
+        cycles = cohort_cycles(self.cohorts)
         for name in sorted(self.cohorts):
             cohort = self.cohorts[name]
             node = tree.cohort(name)
             node.set_groups(cohort.resource_groups)
             node.weight = cohort.fair_sharing_weight
-            if cohort.parent and not tree.has_cycle(name, cohort.parent):
+            if cohort.parent and name not in cycles:
                 tree.link(node, cohort.parent)
         fair = self.fair_sharing_enabled
         for name in sorted(self.cluster_queues):
@@ -119,8 +127,8 @@ class Configuration:
             node.set_groups(cq.resource_groups)
             node.weight = cq.fair_sharing_weight
             tree.link(node, cq.cohort)
-            self.layouts[name] = QueueLayout.of(cq, self.flavors, fair_sharing=fair)
-            problem = self._inactivity(cq)
+            self.layouts[name] = QueueLayout.of(cq, fair_sharing=fair)
+            problem = self._inactivity(cq, cycles)
             if problem is not None:
                 self.inactive[name] = problem
         self.holders = {name: {} for name in self.cluster_queues}
@@ -132,14 +140,20 @@ class Configuration:
                 cq_usage[fr] = cq_usage.get(fr, 0) + amount
         tree.recompute(usage)
         self._members = {}
-        self._lendable = {}
+        self._borrowers = {}
+        self._roots = {}
+        per_tree: dict[str, set[str]] = {}
         for name, node in tree.cluster_queues.items():
-            root = node.root()
-            self._members.setdefault(tree_id(root), {})[name] = node
-            if tree_id(root) not in self._lendable:
-                self._lendable[tree_id(root)] = lendable_by_resource(root)
+            self._roots[name] = node.root()
+            root = tree_id(self._roots[name])
+            self._members.setdefault(root, {})[name] = node
+            borrowers = self._borrowers[name] = per_tree.setdefault(root, set())
+            if _over_quota(node):
+                borrowers.add(name)
 
-    def _inactivity(self, cq: ClusterQueue) -> Problem | None:
+    def _inactivity(
+        self, cq: ClusterQueue, cycles: Mapping[str, tuple[str, ...]]
+    ) -> Problem | None:
         missing = sorted(
             {f.name for g in cq.resource_groups for f in g.flavors} - self.flavors.keys()
         )
@@ -152,14 +166,13 @@ class Configuration:
             return "AdmissionCheckNotFound", f"references missing AdmissionCheck(s): [{listed}]"
         if cq.stop_policy is not StopPolicy.NONE:
             return "Stopped", "is stopped"
-        if cq.cohort and self.tree.cohorts.get(cq.cohort) is not None:
-            cohort = self.cohorts.get(cq.cohort)
-            if (
-                cohort is not None
-                and cohort.parent
-                and self.tree.has_cycle(cq.cohort, cohort.parent)
-            ):
-                return "CohortCycle", f"cohort {cq.cohort} is part of a cycle"
+        loop = cycles.get(cq.cohort or "")
+        if loop is not None:
+            # Differs from Kueue, whose snapshot skips such queues without saying why on the
+            # ClusterQueue: the condition names the cycle, so it can be fixed.
+            shown = " -> ".join((*loop, loop[0]))
+            where = "is part of" if cq.cohort in loop else "leads into"
+            return "CohortCycle", f"cohort {cq.cohort} {where} the cohort cycle {shown}"
         return None
 
     # --- usage ---------------------------------------------------------------------------
@@ -168,8 +181,10 @@ class Configuration:
         self.holders.setdefault(r.cluster_queue, {})[r.key] = r
         node = self.tree.cluster_queues.get(r.cluster_queue)
         if node is not None:
+            self._roots[node.name].epoch += 1
             for fr, amount in r.usage.items():
                 node.add_usage(fr, amount)
+            self._note_borrowing(node)
 
     def unhold(self, r: WorkloadRecord) -> Mapping[FlavorResource, int]:
         held = self.holders.get(r.cluster_queue, {})
@@ -177,8 +192,10 @@ class Configuration:
             return {}
         node = self.tree.cluster_queues.get(r.cluster_queue)
         if node is not None:
+            self._roots[node.name].epoch += 1
             for fr, amount in r.usage.items():
                 node.add_usage(fr, -amount)
+            self._note_borrowing(node)
         return r.usage
 
     # --- questions -----------------------------------------------------------------------
@@ -231,29 +248,40 @@ class Configuration:
     def admissibility(self, r: WorkloadRecord) -> Problem | None:
         """Why `r` cannot be admitted in its ClusterQueue whatever the quota, or None."""
         cq = self.cluster_queues[r.cluster_queue]
-        problem = self.inactive.get(r.cluster_queue)
-        if problem is not None:
-            stopped = problem[0] == "Stopped"
-            return self.reason("Inadmissible" if stopped else "Misconfigured", "Inadmissible"), (
-                f"ClusterQueue {cq.name} is inactive"
-            )
+        # Kueue's workload controller (getQueueBlocker) and scheduler (nominate) words.
+        if r.cluster_queue in self.inactive:
+            return self.reason("Suspended", "Inadmissible"), f"ClusterQueue {cq.name} is inactive"
         lq = self.local_queues[r.local_queue]
         if lq.stop_policy is not StopPolicy.NONE:
-            return "Inadmissible", f"LocalQueue {lq.meta.name} is inactive"
+            return self.reason(
+                "Suspended", "Inadmissible"
+            ), f"LocalQueue {lq.meta.name} is inactive"
         ns_name = r.wl.meta.namespace
         ns = self.namespaces.get(ns_name)
         labels = {"kubernetes.io/metadata.name": ns_name, **(ns.meta.labels if ns else {})}
         if cq.namespace_selector is None or not selector_matches(cq.namespace_selector, labels):
-            return "Inadmissible", "Workload namespace doesn't match ClusterQueue selector"
+            return self.reason("Misconfigured", "Pending"), NAMESPACE_MISMATCH
         return None
 
     def drain_reason(self, cq: str, lq: str) -> Problem | None:
-        queue = self.cluster_queues.get(cq)
-        if queue is not None and queue.stop_policy is StopPolicy.HOLD_AND_DRAIN:
-            return "ClusterQueueStopped", "The ClusterQueue is stopped"
+        """Why HoldAndDrain evicts an admitted workload (the LocalQueue is looked at first)."""
         local = self.local_queues.get(lq)
         if local is not None and local.stop_policy is StopPolicy.HOLD_AND_DRAIN:
             return "LocalQueueStopped", "The LocalQueue is stopped"
+        queue = self.cluster_queues.get(cq)
+        if queue is not None and queue.stop_policy is StopPolicy.HOLD_AND_DRAIN:
+            return "ClusterQueueStopped", "The ClusterQueue is stopped"
+        return None
+
+    def stop_reason(self, cq: str, lq: str) -> Problem | None:
+        """Why a stopped queue (Hold or HoldAndDrain) takes back quota only reserved."""
+        suspended = self.reason("Suspended", "Inadmissible")
+        local = self.local_queues.get(lq)
+        if local is not None and local.stop_policy is not StopPolicy.NONE:
+            return suspended, f"LocalQueue {local.meta.name} is stopped"
+        queue = self.cluster_queues.get(cq)
+        if queue is not None and queue.stop_policy is not StopPolicy.NONE:
+            return suspended, f"ClusterQueue {cq} is stopped"
         return None
 
     def checks_for(self, cq: str, a: Assignment) -> list[str]:
@@ -273,13 +301,62 @@ class Configuration:
             or policy.reclaim_within_cohort is not ReclaimWithinCohort.NEVER
         )
 
+    def _note_borrowing(self, node: QuotaNode) -> None:
+        usage = node.usage
+        for fr, quota in node.subtree_quota.items():
+            if usage.get(fr, 0) > quota:
+                self._borrowers[node.name].add(node.name)
+                return
+        self._borrowers[node.name].discard(node.name)
+
+    def touch(self, cq: str) -> None:
+        """Who holds what in `cq`'s tree changed without usage changing (an eviction)."""
+        root = self._roots.get(cq)
+        if root is not None:
+            root.epoch += 1
+
+    def borrowers_in(self, cq: str) -> Collection[str]:
+        """ClusterQueues of `cq`'s tree using more than their subtree quota of something (a
+        live view: read it before changing usage)."""
+        return self._borrowers[cq]
+
+    def stamp(self, cq: str) -> tuple[int, int]:
+        """Changes whenever who holds what in `cq`'s cohort tree does (or trees are rebuilt)."""
+        return self.epoch, self._roots[cq].epoch
+
     def tree_members(self, cq: str) -> Mapping[str, QuotaNode]:
         return self._members[tree_id(self.tree.cluster_queues[cq].root())]
 
-    def lendable_of(self, cq: str) -> Mapping[str, int]:
-        return self._lendable[tree_id(self.tree.cluster_queues[cq].root())]
 
-    def share_with(self, cq: str, a: Assignment) -> float:
-        if not self.fair_sharing_enabled:
-            return 0.0
-        return dominant_share(self.tree.cluster_queues[cq], self.lendable_of(cq), plus=a.usage)
+def _over_quota(node: QuotaNode) -> bool:
+    usage = node.usage
+    return any(usage.get(fr, 0) > quota for fr, quota in node.subtree_quota.items())
+
+
+def cohort_cycles(cohorts: Mapping[str, Cohort]) -> dict[str, tuple[str, ...]]:
+    """Every Cohort whose chain of parents loops, with the loop it reaches.
+
+    Kueue's HasCycle holds for a Cohort on a loop and for one whose parents lead into one; the
+    loop is named from its smallest name, so the answer does not depend on names or order.
+    """
+    found: dict[str, tuple[str, ...]] = {}
+    for name in sorted(cohorts):
+        chain: list[str] = []
+        at: dict[str, int] = {}
+        node: str | None = name
+        while node is not None and node not in at and node not in found:
+            at[node] = len(chain)
+            chain.append(node)
+            cohort = cohorts.get(node)
+            node = cohort.parent if cohort is not None else None
+        if node is None:
+            continue
+        if node in found:
+            loop = found[node]
+        else:
+            ring = chain[at[node] :]
+            start = ring.index(min(ring))
+            loop = tuple(ring[start:] + ring[:start])
+        for member in chain:
+            found[member] = loop
+    return found

@@ -12,7 +12,7 @@ would, instead of one head per ClusterQueue per cycle.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
 
@@ -26,17 +26,26 @@ from muster.api.model import (
     WorkloadKey,
 )
 from muster.api.wellknown import PREEMPTED, REQUESTS_REFUSED
-from muster.core.config import Configuration
+from muster.core.attempt import Attempts
+from muster.core.config import NAMESPACE_MISMATCH, Configuration
 from muster.core.events import Event, EventType
-from muster.core.flavors import Assignment, Mode, assign_flavors
-from muster.core.partial import reduced_assignment
-from muster.core.preemption import PreemptionRequest, TreeView, Victims, pick_victims
-from muster.core.queues import Park, PendingGroup, QueueRuntime, TreeRuntime
-from muster.core.quota import tree_id
+from muster.core.fairshare import ZERO, borrows_on, dominant_share, with_usage
+from muster.core.flavors import Assignment, Mode
+from muster.core.preemption import Victims, preemption_message
+from muster.core.queues import (
+    SET_ASIDE,
+    Park,
+    PendingGroup,
+    QueueRuntime,
+    Reservation,
+    TreeRuntime,
+)
+from muster.core.quota import FlavorResource, tree_id
 from muster.core.records import Phase, WorkloadRecord
 from muster.core.routing import RoutingSettings
 from muster.core.routing.control import RoutingControl, Take
 from muster.core.status import ClusterQueueStatus, LocalQueueStatus, PendingWorkload
+from muster.core.tournament import FairKeys, Tournament
 from muster.core.visibility import (
     QuotaRow,
     cluster_queue_status,
@@ -52,7 +61,12 @@ FINISHED = "Finished"
 REQUEUED = "Requeued"
 PODS_READY = "PodsReady"
 WAITING_FOR_VICTIMS = "WaitingForPreemptedWorkloads"
-WAITING_FOR_VICTIMS_MESSAGE = "Waiting for preempted workloads to stop"
+PENDING_PREEMPTION = (
+    ". Pending the preemption of"  # Kueue: "<why>. Pending the preemption of N workload(s)"
+)
+NO_LONGER_FITS = "Workload no longer fits after processing another workload"  # Kueue's words
+DEACTIVATED = "Deactivated"
+DEACTIVATED_MESSAGE = "The workload is deactivated"
 _DONE = frozenset({Phase.FINISHED, Phase.DELETED, Phase.INACTIVE})
 
 
@@ -88,6 +102,11 @@ class Engine:
         self.awaiting_victims: set[WorkloadKey] = set()
         self.version = 0  # bumped by every call that may change state; keys cached views
         self.routing = RoutingControl(routing) if routing is not None else None
+        self.attempts = Attempts(self.config, self.records)
+        self.fair_keys = FairKeys(self.config, self.attempts)
+        self.reserving = False  # once a preemptor has held quota (services), reservations count
+        # While a preemptor takes what its victims free at once: what they freed, per resource.
+        self._deferred: dict[FlavorResource, int] | None = None
         self._by_queue: (
             tuple[int, dict[str, list[WorkloadRecord]], dict[str, list[WorkloadRecord]]] | None
         ) = None
@@ -102,7 +121,7 @@ class Engine:
         self.now_s = now_s
         self.config.put(obj)
         self._rebuild()
-        self._drain_stopped_queues()
+        self._apply_stop_policies()
         return self._take_events()
 
     def remove(self, kind: str, name: str, *, namespace: str = "", now_s: float) -> list[Event]:
@@ -126,7 +145,7 @@ class Engine:
             self._drop(old)  # deleted before: the new one arrives last
         self.records[r.key] = r
         if not wl.active:
-            r.phase = Phase.INACTIVE
+            self._deactivate(r)
         elif wl.admission is not None:
             self._arrive_admitted(r, wl.admission)
         else:
@@ -205,6 +224,38 @@ class Engine:
             return
         self._drop(r)
         self.version += 1
+
+    def set_active(self, key: WorkloadKey, active: bool, *, now_s: float) -> list[Event]:
+        """spec.active changed (kueuectl's stop and resume workload).
+
+        Deactivated: a pending (or backing-off) workload leaves its queue; one holding quota is
+        evicted (reason Deactivated) and, once stopped, stays inactive instead of requeueing.
+        Reactivated: an inactive workload, whatever deactivated it, is queued again (Requeued,
+        reason Reactivated). A finished or deleted workload is left alone.
+        """
+        self.now_s = now_s
+        r = self.records.get(key)
+        if r is None or r.phase in (Phase.FINISHED, Phase.DELETED):
+            return []
+        r.wl = msgspec.structs.replace(r.wl, active=active)
+        if active and r.phase is Phase.INACTIVE:
+            r.requeue_count = 0
+            r.pending_message = ""
+            r.conditions.pop(EVICTED, None)
+            r.set_condition(REQUEUED, True, "Reactivated", "The workload was reactivated")
+            self._enqueue(r)
+            if r.group is not None:  # its group may be parked with no head since it left
+                self._retry(r.group)
+            self._emit(EventType.REQUEUED, r, "Reactivated", "The workload was reactivated")
+        elif not active and r.phase in (Phase.PENDING, Phase.BACKOFF):
+            self._release(
+                r
+            )  # off its queue (and any reservation); a back-off's timer no longer fires
+            self.awaiting_victims.discard(r.key)
+            self._deactivate(r)
+        elif not active and r.holds_quota and r.phase is not Phase.EVICTING:
+            self._evict(r, reason="Deactivated", message="The workload is deactivated")
+        return self._take_events()
 
     def stopped(self, key: WorkloadKey, *, now_s: float) -> list[Event]:
         """An evicted workload's pods are gone: release its quota and requeue it."""
@@ -289,30 +340,37 @@ class Engine:
         self._admit(r)
         self._take_events()
 
-    def restore_evicted(self, key: WorkloadKey, *, reason: str, message: str, now_s: float) -> None:
-        """The recorded eviction of `key`; with hold_quota_until_stopped it keeps its quota
-        until `stopped()`."""
+    def restore_evicted(
+        self, key: WorkloadKey, *, reason: str, message: str, now_s: float, by: str = ""
+    ) -> None:
+        """The recorded eviction of `key` (for preemptor `by`, when known); with
+        hold_quota_until_stopped it keeps its quota until `stopped()`."""
         r = self.records.get(key)
         if r is None or not r.holds_quota or r.phase is Phase.EVICTING:
             return
         self.now_s = now_s
-        self._evict(r, reason=reason, message=message)
+        self._evict(r, reason=reason, message=message, by=by)
         self._take_events()
 
     def restore_pending(self, key: WorkloadKey, *, reason: str, message: str) -> None:
         """The recorded pending reason, so that a rebuild does not announce it again.
 
-        A preemptor recorded as waiting for its victims to stop (reason
-        WaitingForPreemptedWorkloads, or Pending with that message when pending reasons are
-        not granular) does not preempt again: as on the live path after a preemption in hold
-        mode, its group stays parked, keeping this reason, until quota is released.
+        A workload recorded as having only reserved quota gives it back (a stopped queue took
+        it). A preemptor recorded as waiting for its victims to stop (reason
+        WaitingForPreemptedWorkloads, or Pending with Kueue's "Pending the preemption of"
+        message when pending reasons are not granular) does not preempt again: as on the live
+        path, it waits, keeping this reason, until quota is released.
         """
         r = self.records.get(key)
+        if r is not None and r.phase is Phase.RESERVED:
+            self._unreserve(r, (reason, message))
+            self._take_events()
+            return
         if r is None or r.phase is not Phase.PENDING:
             return
         r.set_condition(QUOTA_RESERVED, False, reason, message)
         r.pending_message = message
-        if reason == WAITING_FOR_VICTIMS or message == WAITING_FOR_VICTIMS_MESSAGE:
+        if reason == WAITING_FOR_VICTIMS or PENDING_PREEMPTION in message:
             self.awaiting_victims.add(key)
 
     def restore_routed(self, key: WorkloadKey, *, queue_name: str) -> None:
@@ -454,26 +512,45 @@ class Engine:
         self.queues = {}
         if self.routing is not None:
             self.routing.drop_held()  # every pending workload is enqueued again below
+        fair = self.config.fair_sharing_enabled
         for name in sorted(self.config.cluster_queues):
-            tree_name = tree_id(self.config.tree.cluster_queues[name].root())
-            tree = self.trees.get(tree_name)
+            node = self.config.tree.cluster_queues[name]
+            root = node.root()
+            tree = self.trees.get(tree_id(root))
             if tree is None:
-                tree = self.trees[tree_name] = TreeRuntime(tree_name)
-            self.queues[name] = QueueRuntime(name, tree)
+                tournament = Tournament(self.fair_keys.key) if fair and root.is_cohort else None
+                tree = self.trees[tree_id(root)] = TreeRuntime(tree_id(root), root, tournament)
+            self.queues[name] = QueueRuntime(name, tree, node)
         for r in self.records.values():
             r.group = None
             if r.phase is Phase.PENDING:
                 self._enqueue(r)
 
-    def _drain_stopped_queues(self) -> None:
-        """HoldAndDrain: evict what a stopped ClusterQueue or LocalQueue has admitted."""
+    def _apply_stop_policies(self) -> None:
         for r in list(self.records.values()):
-            if not r.holds_quota or r.phase is Phase.EVICTING:
-                continue
-            stop = self.config.drain_reason(r.cluster_queue, r.local_queue)
-            if stop is not None:
-                reason, message = stop
-                self._evict(r, reason=reason, message=message)
+            self._apply_stop_policy(r)
+
+    def _apply_stop_policy(self, r: WorkloadRecord) -> None:
+        """A stopped queue's hold on what `r` holds (Kueue's workload controller): quota only
+        reserved (admission checks pending) is given back under Hold and HoldAndDrain; an
+        admitted workload is evicted under HoldAndDrain."""
+        if r.phase is Phase.RESERVED:
+            stopped = self.config.stop_reason(r.cluster_queue, r.local_queue)
+            if stopped is not None:
+                self._unreserve(r, stopped)
+        elif r.phase is Phase.ADMITTED:
+            drain = self.config.drain_reason(r.cluster_queue, r.local_queue)
+            if drain is not None:
+                self._evict(r, reason=drain[0], message=drain[1])
+
+    def _unreserve(self, r: WorkloadRecord, why: tuple[str, str]) -> None:
+        """Give back quota that `r` reserved but was not admitted with; it queues again."""
+        self._release(r)
+        r.assignment = None
+        r.checks = {}
+        r.conditions.pop(ADMITTED, None)
+        self._enqueue(r)
+        self._mark_pending(r, *why)
 
     # --- queueing ------------------------------------------------------------------------
 
@@ -482,7 +559,7 @@ class Engine:
         cq_name, problem = self.config.resolve_queue(r)
         if problem is not None:
             r.cluster_queue = cq_name or ""
-            self._mark_pending(r, "Inadmissible", problem)
+            self._mark_pending(r, self.config.reason("Misconfigured", "Inadmissible"), problem)
             return
         r.cluster_queue = cq_name or ""
         cq = self.queues[r.cluster_queue]
@@ -506,19 +583,36 @@ class Engine:
         self._list_queue(group.cq)
 
     def _list_queue(self, cq: QueueRuntime) -> None:
+        if cq.tree.tournament is not None:
+            cq.tree.tournament.touch(cq)
+            return
         group = cq.best_group()
         if group is None:
             return
         head = group.head()
         assert head is not None
-        cq.tree.list_queue(cq, self._sort_key(head, borrows=False, share=0.0))
+        cq.tree.list_queue(cq, self._list_key(head))
 
-    def _sort_key(self, r: WorkloadRecord, *, borrows: bool, share: float) -> tuple[object, ...]:
-        """Kueue's cycle order: by fair share when enabled, else non-borrowing first;
-        then priority, then FIFO."""
+    def _list_key(self, r: WorkloadRecord) -> tuple[object, ...]:
+        """A lower bound of `r`'s `_sort_key`, known before its flavors are."""
         if self.config.fair_sharing_enabled:
-            return (share, -r.priority, r.queue_ts, r.seq)
-        return (borrows, -r.priority, r.queue_ts, r.seq)
+            return (False, ZERO, -r.priority, r.queue_ts, r.seq)
+        return (0, -r.priority, r.queue_ts, r.seq)
+
+    def _sort_key(self, r: WorkloadRecord, a: Assignment) -> tuple[object, ...]:
+        """Kueue's cycle order. Classical: the borrowing level (how high in the cohort tree the
+        quota comes from), then priority, then FIFO. Fair sharing: not borrowing on what it
+        asks for first, then the share of its ClusterQueue with it admitted, then priority,
+        then FIFO."""
+        if not self.config.fair_sharing_enabled:
+            return (a.borrowing, -r.priority, r.queue_ts, r.seq)
+        node = self.config.tree.cluster_queues[r.cluster_queue]
+        with_usage(node, a.usage, 1)
+        try:
+            flag, share = borrows_on(node, a.usage), dominant_share(node)
+        finally:
+            with_usage(node, a.usage, -1)
+        return (flag, share, -r.priority, r.queue_ts, r.seq)
 
     def _mark_pending(self, r: WorkloadRecord, reason: str, message: str) -> None:
         r.set_condition(QUOTA_RESERVED, False, reason, message)
@@ -530,6 +624,13 @@ class Engine:
 
     def _schedule_tree(self, tree: TreeRuntime) -> None:
         """Try queues of one cohort tree, best first, until none has an admissible head."""
+        if tree.tournament is not None:
+            while (won := tree.tournament.winner(tree.root)) is not None:
+                cq, nominee = won
+                best = cq.best_group()
+                assert best is not None
+                self._try_head(tree, cq, best, nominee, None)
+            return
         while True:
             nxt = tree.next_queue()
             if nxt is None:
@@ -548,62 +649,143 @@ class Engine:
         cq: QueueRuntime,
         group: PendingGroup,
         r: WorkloadRecord,
-        listed_key: tuple[object, ...],
+        listed_key: tuple[object, ...] | None,
     ) -> None:
+        """Decide for head `r`; `listed_key` is the lower bound it was listed with, None when
+        its turn is exact (the fair-sharing tournament)."""
         problem = self.config.admissibility(r)
         if problem is not None:
-            self._park(tree, group, r, problem, {})
+            if problem[1] == NAMESPACE_MISMATCH and not group.shape:
+                self._set_aside(tree, cq, group, r, problem)
+            else:
+                self._drop_reservation(r)
+                self._park(tree, group, r, problem, {})
             return
         held = self.routing.hold_back(self, r, group) if self.routing is not None else None
         if held is not None:
+            self._drop_reservation(r)
             self._park(tree, group, r, (self.config.reason("WaitingForQuota", "Pending"), held), {})
             return
-        a = self._assign(r)
-        if a.mode is Mode.FIT:
-            key = self._sort_key(r, borrows=a.borrows, share=self.config.share_with(cq.name, a))
-            top = tree.peek_key()
-            if key > listed_key and top is not None and key > top:
+        a, victims = self.attempts.attempt(r)
+        if a.mode is Mode.FIT or victims is not None:
+            key = self._sort_key(r, a)
+            top = tree.peek_key() if listed_key is not None else None
+            if listed_key is not None and key > listed_key and top is not None and key > top:
                 cq.tree.list_queue(cq, key)  # others come first now; retry in order
                 return
-            group.pop_head()
-            self._reserve(r, a)
-            cq.list_group(group)
-            self._list_queue(cq)
-            return
-        if r.key in self.awaiting_victims:
-            self.awaiting_victims.discard(r.key)
-            if a.mode is Mode.PREEMPT:  # restored as a preemptor whose victims are stopping
-                tree.park(group, dict.fromkeys(a.short, 1))
-                self._list_queue(cq)
+            short = self._held_for_preemptors(tree, r, key, a, victims) if tree.reservations else {}
+            if short:  # a preemptor held back keeps what it holds: its need is unchanged
+                why = (self.config.reason("WaitingForQuota", "Pending"), NO_LONGER_FITS)
+                self._park(tree, group, r, why, short)
                 return
-        # One preemption per head per round: if the freed quota went elsewhere, wait instead of
-        # evicting again (the victims' requeue could otherwise ping-pong with the preemptor).
-        may_preempt = a.mode is Mode.PREEMPT and r.key not in self.preempted_this_round
-        victims = self._victims(r, a) if may_preempt else None
-        if victims is not None:
-            self.preempted_this_round.add(r.key)
+        if a.mode is Mode.FIT:
+            self._admit_head(cq, group, r, a)
+            return
+        if r.key in self.awaiting_victims and a.mode is Mode.PREEMPT:
+            # Restored as a preemptor whose victims stop (which they are is not recorded):
+            # it waits, as it did, and preempts no one else.
+            self.awaiting_victims.discard(r.key)
+            self._await_victims(tree, cq, group, r, a, None)
+            return
+        if victims is not None and r.key not in self.preempted_this_round:
+            self._preempt_for(tree, cq, group, r, a, victims)
+            return
+        self.awaiting_victims.discard(r.key)
+        # Kueue: a workload that needs preemption but has no victim waits for quota.
+        reason = a.pending_reason if a.mode is Mode.NO_FIT else "WaitingForQuota"
+        if reason != "WaitingForQuota":
+            self._drop_reservation(r)  # it cannot fit at all: a preemptor gives up
+        # else a preemptor whose freed quota went to work ahead of it keeps what it holds
+        why = (self.config.reason(reason, "Pending"), a.message)
+        self._park(tree, group, r, why, self._wake_thresholds(cq.name, a))
+
+    def _admit_head(
+        self, cq: QueueRuntime, group: PendingGroup, r: WorkloadRecord, a: Assignment
+    ) -> None:
+        group.pop_head()
+        self._reserve(r, a)
+        cq.list_group(group)
+        self._list_queue(cq)
+
+    def _preempt_for(
+        self,
+        tree: TreeRuntime,
+        cq: QueueRuntime,
+        group: PendingGroup,
+        r: WorkloadRecord,
+        a: Assignment,
+        victims: Victims,
+    ) -> None:
+        """Evict `r`'s victims (those not already being evicted for it); the quota they free
+        is `r`'s before anything that comes after it (Kueue reserves it in the cycle and keeps
+        the preemptor at the head of its queue)."""
+        self.preempted_this_round.add(r.key)
+        if self.hold_quota_until_stopped:
             self._preempt(r, victims)
-            if self.hold_quota_until_stopped:
-                reason = self.config.reason(WAITING_FOR_VICTIMS, "Pending")
-                self._mark_pending(r, reason, WAITING_FOR_VICTIMS_MESSAGE)
-                tree.park(group, dict.fromkeys(a.short, 1))
+            self._await_victims(tree, cq, group, r, a, len(victims.targets))
+            return
+        # The victims are gone at once: admit the preemptor now, before anything else can,
+        # and wake parked work only for what is left over (most often nothing).
+        deferred: dict[FlavorResource, int] = {}
+        self._deferred = deferred
+        try:
+            self._preempt(r, victims)
+            again = self.attempts.assign(r, [ps.count for ps in a.pod_sets])
+            if again.mode is Mode.FIT:
+                self._admit_head(cq, group, r, again)
+                for fr, amount in again.usage.items():
+                    deferred[fr] = deferred.get(fr, 0) - amount
             else:
                 cq.list_group(group)
-            self._list_queue(cq)
-            return
-        partial = (
-            reduced_assignment(r.wl.pod_sets, lambda counts: self._assign(r, counts))
-            if self.config.partial_admission
-            else None
-        )
-        if partial is not None:
-            group.pop_head()
-            self._reserve(r, partial)
-            cq.list_group(group)
-            self._list_queue(cq)
-            return
-        why = (self.config.reason(a.pending_reason, "Pending"), a.message)
-        self._park(tree, group, r, why, self._wake_thresholds(cq.name, a))
+                self._list_queue(cq)
+        finally:
+            self._deferred = None
+        for fr, amount in sorted(deferred.items()):
+            if amount > 0:
+                for woken in tree.release(fr, amount):
+                    self._retry(woken)
+
+    def _await_victims(
+        self,
+        tree: TreeRuntime,
+        cq: QueueRuntime,
+        group: PendingGroup,
+        r: WorkloadRecord,
+        a: Assignment,
+        count: int | None,
+    ) -> None:
+        """`r` waits for its `count` victims to stop (None: as recorded), holding what it
+        will use against later work."""
+        self._set_reservation(tree, r, self._sort_key(r, a), a.usage)
+        if count is not None:
+            reason = self.config.reason(WAITING_FOR_VICTIMS, "Pending")
+            self._mark_pending(r, reason, f"{a.message}{PENDING_PREEMPTION} {count} workload(s)")
+        tree.park(group, dict.fromkeys(a.short, 1))
+        self._list_queue(cq)
+
+    def _set_aside(
+        self,
+        tree: TreeRuntime,
+        cq: QueueRuntime,
+        group: PendingGroup,
+        r: WorkloadRecord,
+        why: tuple[str, str],
+    ) -> None:
+        """StrictFIFO: a head whose namespace the ClusterQueue does not select steps aside and
+        the next workload becomes the head (Kueue's one exception to head-of-line blocking,
+        RequeueReasonNamespaceMismatch). A configuration change tries it again."""
+        self._drop_reservation(r)
+        group.pop_head()
+        aside = cq.groups.get(SET_ASIDE)
+        if aside is None:
+            aside = cq.groups[SET_ASIDE] = PendingGroup(cq, SET_ASIDE)
+        r.group = aside
+        aside.push(r)
+        self._mark_pending(r, *why)
+        aside.why = why
+        tree.park(aside, {})
+        cq.list_group(group)
+        self._list_queue(cq)
 
     def _park(
         self,
@@ -619,16 +801,6 @@ class Engine:
         tree.park(group, thresholds)
         self._list_queue(group.cq)
 
-    def _assign(self, r: WorkloadRecord, counts: Sequence[int] | None = None) -> Assignment:
-        cq = r.cluster_queue
-        return assign_flavors(
-            r.wl.pod_sets,
-            counts if counts is not None else [ps.count for ps in r.wl.pod_sets],
-            node=self.config.tree.cluster_queues[cq],
-            layout=self.config.layouts[cq],
-            flavors=self.config.flavors,
-        )
-
     def _wake_thresholds(self, cq: str, a: Assignment) -> dict[tuple[str, str], int]:
         """How much must be released, per short resource, before the head is worth a retry.
 
@@ -638,38 +810,81 @@ class Engine:
             return dict.fromkeys(a.shortages, 1)
         return dict(a.shortages)
 
-    def _victims(self, r: WorkloadRecord, a: Assignment) -> Victims | None:
-        cq = self.config.cluster_queues[r.cluster_queue]
-        req = PreemptionRequest(
-            cluster_queue=r.cluster_queue,
-            priority=r.priority,
-            queue_ts=r.queue_ts,
-            seq=r.seq,
-            policy=cq.preemption,
-            usage=a.usage,
-            short=a.short,
-        )
-        view = TreeView(
-            nodes=self.config.tree_members(r.cluster_queue),
-            holders=self._holders_of,
-            fair_sharing=self.config.fair_sharing_strategies,
-            lendable=self.config.lendable_of(r.cluster_queue),
-        )
-        return pick_victims(req, view)
+    # --- quota held for preemptors (Kueue: the preemptor's usage counts in the cycle) ------
 
-    def _holders_of(self, cq: str) -> list[WorkloadRecord]:
-        return [
-            r for r in self.config.holders.get(cq, {}).values() if r.phase is not Phase.EVICTING
-        ]
+    def _held_for_preemptors(
+        self,
+        tree: TreeRuntime,
+        r: WorkloadRecord,
+        key: tuple[object, ...],
+        a: Assignment,
+        victims: Victims | None,
+    ) -> dict[FlavorResource, int]:
+        """What `a` lacks once the quota held for preemptors ahead of `r` in the cycle order
+        counts as used (Kueue adds a preemptor's usage to the cycle's snapshot, so work after it
+        cannot take what its victims free); {} if it still fits."""
+        if not tree.reservations:
+            return {}
+        node = self.config.tree.cluster_queues[r.cluster_queue]
+        sticky = self.config.best_effort(r.cluster_queue)
+        held = tree.hold_for(r, key, cq=node, sticky=sticky)
+        if not held:
+            return {}
+        gone = [self.records[k] for k in victims.targets] if victims is not None else []
+        for v in gone:
+            with_usage(self.config.tree.cluster_queues[v.cluster_queue], v.usage, -1)
+        try:
+            return {
+                fr: val - max(0, node.available(fr))
+                for fr, val in a.usage.items()
+                if val > node.available(fr)
+            }
+        finally:
+            for v in gone:
+                with_usage(self.config.tree.cluster_queues[v.cluster_queue], v.usage, 1)
+            tree.unhold(held)
+
+    def _set_reservation(
+        self,
+        tree: TreeRuntime,
+        r: WorkloadRecord,
+        key: tuple[object, ...],
+        usage: Mapping[FlavorResource, int],
+    ) -> None:
+        self._drop_reservation(r, keep=usage)
+        node = self.config.tree.cluster_queues[r.cluster_queue]
+        self.reserving = True
+        tree.reservations[r.key] = Reservation(
+            order=key, queue_order=r.order_key, node=node, usage=usage
+        )
+
+    def _drop_reservation(
+        self, r: WorkloadRecord, *, keep: Mapping[FlavorResource, int] | None = None
+    ) -> None:
+        """Forget what `r` held as a preemptor; what is no longer held (beyond `keep`) may
+        help the groups parked in its tree."""
+        if not self.reserving:
+            return
+        queue = self.queues.get(r.cluster_queue)
+        if queue is None or not queue.tree.reservations:
+            return
+        tree = queue.tree
+        old = tree.reservations.pop(r.key, None)
+        if old is None:
+            return
+        for fr, amount in old.usage.items():
+            freed = amount - (keep or {}).get(fr, 0)
+            if freed > 0:
+                for group in tree.release(fr, freed):
+                    self._retry(group)
 
     def _preempt(self, preemptor: WorkloadRecord, victims: Victims) -> None:
         for key in victims.targets:
             victim = self.records[key]
+            if victim.phase is Phase.EVICTING:
+                continue  # already being evicted for this preemptor: never twice
             reason = victims.reasons[key]
-            message = (
-                f"Preempted to accommodate a workload (UID: {preemptor.wl.meta.uid or '-'}) "
-                f"({preemptor.key}) due to {_PREEMPTION_CAUSE[reason]}"
-            )
+            message = preemption_message(preemptor, victim, reason, self.config.tree)
             victim.set_condition(PREEMPTED, True, reason, message)
             self._emit(EventType.PREEMPTED, victim, reason, message, by=preemptor.key)
             self._evict(victim, reason=PREEMPTED, message=message, by=preemptor.key)
@@ -678,10 +893,16 @@ class Engine:
 
     def _reserve(self, r: WorkloadRecord, a: Assignment) -> None:
         """Reserve quota; admit at once unless admission checks must pass first."""
+        if self.reserving:
+            self._drop_reservation(r, keep=a.usage)
+        if self.config.fair_sharing_enabled:  # only the fair-sharing order caches per head
+            self.attempts.forget(r.key)
+            self.fair_keys.forget(r.key)
         r.assignment = a
         r.phase = Phase.RESERVED
         r.reserved_at_s = self.now_s
         r.evicted = False
+        r.evicted_by = None
         r.pending_message = ""
         self.config.hold(r)
         if self.routing is not None:
@@ -708,22 +929,27 @@ class Engine:
             self._timer(r.pods_ready_deadline_s, "pods-ready", r.key)
 
     def _arrive_admitted(self, r: WorkloadRecord, admission: Admission) -> None:
-        """A workload that arrives with status.admission holds that quota from the start."""
+        """A workload that arrives with status.admission holds that quota from the start:
+        admitted, unless its conditions say it has only reserved quota (QuotaReserved but not
+        Admitted), when its admission checks start from the states its status gives."""
         r.cluster_queue = admission.cluster_queue
         a = _assignment_of(admission)
         if admission.cluster_queue not in self.config.cluster_queues:
             self._mark_pending(
-                r, "Inadmissible", f"ClusterQueue {admission.cluster_queue} doesn't exist"
+                r,
+                self.config.reason("Misconfigured", "Inadmissible"),
+                f"ClusterQueue {admission.cluster_queue} doesn't exist",
             )
             return
         self._reserve(r, a)
-        for check in r.checks:
-            r.checks[check] = "Ready"
         if r.phase is Phase.RESERVED:
-            self._admit(r)
-        stop = self.config.drain_reason(r.cluster_queue, r.local_queue)
-        if stop is not None:  # HoldAndDrain applies to what a stopped queue already holds
-            self._evict(r, reason=stop[0], message=stop[1])
+            given = {c.name: c.state for c in r.wl.admission_checks}
+            reserved_only = _reserved_only(r.wl)
+            for check in r.checks:
+                r.checks[check] = given.get(check, "Pending") if reserved_only else "Ready"
+            if all(state == "Ready" for state in r.checks.values()):
+                self._admit(r)
+        self._apply_stop_policy(r)
 
     def _evict(
         self,
@@ -740,10 +966,16 @@ class Engine:
             QUOTA_RESERVED, False, self.config.reason("PendingEvaluation", "Pending"), message
         )
         r.evicted = True
+        r.evicted_by = WorkloadKey(by) if by else None
+        self.config.touch(r.cluster_queue)  # a workload being evicted is no one else's victim
+        # Kueue's queue order: by the eviction's time after an admission check's Retry (and a
+        # PodsReady timeout under requeuingStrategy Eviction, set by the back-off), else by
+        # creation, so work that waited behind it goes first.
+        r.queue_ts = self.now_s if reason == "AdmissionCheck" else r.created_s
         self._emit(EventType.EVICTED, r, reason, message, by=by)
         if deactivate:
             self._release(r)
-            r.phase = Phase.INACTIVE
+            self._deactivate(r)
             self._emit(EventType.DEACTIVATED, r, reason, message)
             return
         if self.hold_quota_until_stopped:
@@ -758,6 +990,9 @@ class Engine:
         r.checks = {}
         r.pods_ready = False
         r.pods_ready_deadline_s = None
+        if not r.wl.active:  # deactivated (kueuectl stop workload): it waits to be resumed
+            self._deactivate(r)
+            return
         evicted = r.conditions.get(EVICTED)
         if evicted is not None and evicted.reason == "PodsReadyTimeout":
             self._back_off(r)
@@ -773,7 +1008,7 @@ class Engine:
             strategy.backoff_limit_count is not None
             and r.requeue_count > strategy.backoff_limit_count
         ):
-            r.phase = Phase.INACTIVE
+            self._deactivate(r)
             message = (
                 "The workload is deactivated due to exceeding the maximum number of "
                 "re-queuing retries"
@@ -792,16 +1027,30 @@ class Engine:
             r.queue_ts = self.now_s
         self._timer(r.requeue_at_s, "requeue", r.key)
 
+    def _deactivate(self, r: WorkloadRecord) -> None:
+        """spec.active false: it waits for nothing (Kueue: QuotaReserved=False, Deactivated)."""
+        r.phase = Phase.INACTIVE
+        reason = self.config.reason(DEACTIVATED, "Inactive")
+        r.set_condition(QUOTA_RESERVED, False, reason, DEACTIVATED_MESSAGE)
+
     def _release(self, r: WorkloadRecord) -> None:
         """Give back whatever `r` holds and leave its queue; wake groups it may unblock."""
         if r.phase is Phase.PENDING:
+            self._drop_reservation(r)
             r.phase = Phase.DELETED  # off the queue; the caller sets the real phase
             return
         if not r.holds_quota:
             return
         freed = self.config.unhold(r)
-        tree = self.queues[r.cluster_queue].tree if r.cluster_queue in self.queues else None
-        if tree is None:
+        queue = self.queues.get(r.cluster_queue)
+        if queue is None:
+            return
+        tree = queue.tree
+        if tree.tournament is not None:
+            tree.tournament.touch(queue)  # lower shares on its path: keys there may drop
+        if self._deferred is not None:  # freed for a preemptor: see _preempt_for
+            for fr, amount in freed.items():
+                self._deferred[fr] = self._deferred.get(fr, 0) + amount
             return
         for fr, amount in freed.items():
             for group in tree.release(fr, amount):
@@ -813,6 +1062,9 @@ class Engine:
         A stale entry in its group's heap (a workload deleted while pending) keeps the record
         only until the group's head passes it; `group` is cleared so that it never counts.
         """
+        self._drop_reservation(r)
+        self.attempts.forget(r.key)
+        self.fair_keys.forget(r.key)
         del self.records[r.key]
         self.awaiting_victims.discard(r.key)
         r.group = None
@@ -836,6 +1088,7 @@ class Engine:
         caller to enqueue it (through the option's LocalQueue, keeping its key and order)."""
         before = self.config.local_queues.get(r.local_queue)
         if take.moves:
+            self._drop_reservation(r)
             option = take.option
             r.wl = msgspec.structs.replace(
                 r.wl, queue_name=option.queue_name, pod_sets=option.pod_sets
@@ -942,17 +1195,15 @@ class Engine:
         return self._by_queue[1], self._by_queue[2]
 
 
-_PREEMPTION_CAUSE = {
-    "InClusterQueue": "prioritization in the ClusterQueue",
-    "InCohortReclamation": "reclamation within the cohort",
-    "InCohortReclaimWhileBorrowing": "reclamation within the cohort while borrowing",
-    "InCohortFairSharing": "fair sharing within the cohort",
-}
-
-
 def _shape_of(r: WorkloadRecord) -> bytes:
     """What BestEffortFIFO groups by: workloads of one shape are decided alike."""
     return msgspec.json.encode((r.local_queue, r.priority, r.wl.pod_sets))
+
+
+def _reserved_only(wl: Workload) -> bool:
+    """True if the status says QuotaReserved but not Admitted."""
+    states = {c.type: c.status for c in wl.conditions}
+    return states.get(QUOTA_RESERVED) == "True" and states.get(ADMITTED) != "True"
 
 
 def _assignment_of(admission: Admission) -> Assignment:
@@ -963,5 +1214,5 @@ def _assignment_of(admission: Admission) -> Assignment:
             fr = (ps.flavors.get(resource, ""), resource)
             usage[fr] = usage.get(fr, 0) + amount
     return Assignment(
-        pod_sets=admission.pod_set_assignments, usage=usage, mode=Mode.FIT, borrows=False
+        pod_sets=admission.pod_set_assignments, usage=usage, mode=Mode.FIT, borrowing=0
     )

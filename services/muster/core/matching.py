@@ -53,32 +53,32 @@ def untolerated_taint(taints: Iterable[Taint], tolerations: Iterable[Toleration]
     return None
 
 
-def flavor_mismatch(
-    pod_set: PodSet, flavor: ResourceFlavor, *, label_keys: frozenset[str]
-) -> str | None:
-    """Why `pod_set` cannot use `flavor`, or None if it can.
+def flavor_mismatch(pod_set: PodSet, flavor: ResourceFlavor) -> str | None:
+    """Why `pod_set` cannot use `flavor`, or None if it can (Kueue's checkFlavorForPodSets).
 
-    Kueue compares the podset's node selector and required node affinity only on the label
-    keys that the flavors of the resource group define (`label_keys`): other keys are left to
-    the pod scheduler.
+    The flavor's own tolerations count as the pods' when matching its taints. The podset's
+    node selector and required node affinity are compared only on the label keys that this
+    flavor defines (Kueue >= v0.19): other keys are left to the pod scheduler.
     """
-    taint = untolerated_taint(flavor.node_taints, pod_set.tolerations)
+    taints = flavor.node_taints
+    taint = (
+        untolerated_taint(taints, (*pod_set.tolerations, *flavor.tolerations)) if taints else None
+    )
     if taint is not None:
         # Kueue prints the Taint struct as Go's %v does: {key value effect timeAdded}.
         shown = f"{{{taint.key} {taint.value} {taint.effect} <nil>}}"
         return f"untolerated taint {shown} in flavor {flavor.name}"
+    labels = flavor.node_labels
     for key, value in pod_set.node_selector.items():
-        if key in label_keys and flavor.node_labels.get(key) != value:
+        if key in labels and labels[key] != value:
             return f"flavor {flavor.name} doesn't match node affinity"
-    if pod_set.node_affinity_terms and not any(
-        _term_matches(term, flavor.node_labels, label_keys) for term in pod_set.node_affinity_terms
-    ):
+    if not pod_set.node_affinity_terms:
+        return None
+    terms = [
+        [r for r in term.match_expressions if r.key in labels]
+        for term in pod_set.node_affinity_terms
+    ]
+    # Terms are ORed: one left without a relevant key matches any flavor.
+    if all(terms) and not any(all(requirement_matches(r, labels) for r in t) for t in terms):
         return f"flavor {flavor.name} doesn't match node affinity"
     return None
-
-
-def _term_matches(
-    term: LabelSelector, labels: Mapping[str, str], label_keys: frozenset[str]
-) -> bool:
-    relevant = [r for r in term.match_expressions if r.key in label_keys]
-    return all(requirement_matches(r, labels) for r in relevant)

@@ -1,37 +1,41 @@
-"""Partial admission: the largest podset counts, down to each `minCount`, that fit now."""
+"""Partial admission: the largest podset counts, down to each `minCount`, that can be admitted."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from muster.api.model import PodSet
-from muster.core.flavors import Assignment, Mode
+
+T = TypeVar("T")
 
 
-def reduced_assignment(
-    pod_sets: Sequence[PodSet], assign: Callable[[list[int]], Assignment]
-) -> Assignment | None:
-    """Binary-search the smallest reduction that fits, shrinking podsets together.
+def reduce_counts(pod_sets: Sequence[PodSet], admit: Callable[[list[int]], T | None]) -> T | None:
+    """The result of `admit` at the largest reduced counts it accepts, or None.
 
-    Kueue's rule: every podset with a `minCount` gives up pods in proportion to how far it
-    may shrink; podsets without one keep their count. None if nothing down to the minimum fits.
+    Kueue's PodSetReducer: step i of D (D the sum of what every podset may give up) takes
+    floor(i * d / D) pods off a podset that may give up d, so podsets shrink together; a binary
+    search (Go's sort.Search) finds the smallest step `admit` accepts, assuming that fewer pods
+    never fit worse. `admit` may accept a count that fits only after preemption.
     """
-    slack = [ps.count - ps.min_count if ps.min_count is not None else 0 for ps in pod_sets]
-    most = max(slack, default=0)
-    if most <= 0:
+    deltas = [
+        ps.count - (ps.min_count if ps.min_count is not None else ps.count) for ps in pod_sets
+    ]
+    total = sum(deltas)
+    if total <= 0:
         return None
 
     def counts(step: int) -> list[int]:
-        # ceil(step * slack / most) pods fewer in each podset
-        return [ps.count - (-(-step * s // most)) for ps, s in zip(pod_sets, slack, strict=True)]
+        return [ps.count - d * step // total for ps, d in zip(pod_sets, deltas, strict=True)]
 
-    best: Assignment | None = None
-    lo, hi = 1, most
-    while lo <= hi:
+    lo, hi = 0, total + 1
+    found: T | None = None
+    found_at = 0
+    while lo < hi:
         mid = (lo + hi) // 2
-        a = assign(counts(mid))
-        if a.mode is Mode.FIT:
-            best, hi = a, mid - 1
-        else:
+        result = admit(counts(mid))
+        if result is None:
             lo = mid + 1
-    return best
+        else:
+            hi, found, found_at = mid, result, mid
+    return found if lo == found_at else None

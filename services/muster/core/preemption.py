@@ -5,16 +5,19 @@ borrowing ClusterQueues of the cohort (`reclaimWithinCohort`), or taken while bo
 (`borrowWithinCohort` below a priority threshold); candidates are ordered (other queues
 first, lower priority first, most recently admitted first), removed one by one until the
 workload fits, then every victim whose return would still let it fit is spared (fill-back).
-With fair sharing, victims come from the queues with the highest share while the
-configured strategies (LessThanOrEqualToFinalShare, LessThanInitialShare) allow it.
+With fair sharing, victims come from the queues with the highest share, found by walking the
+cohort tree from the root (at each level the child with the highest share), while the
+configured strategies (LessThanOrEqualToFinalShare, LessThanInitialShare) allow it, comparing
+the shares of the two children of the lowest common cohort (Kueue's `fairsharing` package).
+Workloads already being evicted stay candidates, ordered first: a preemptor that is tried again
+while its victims stop picks them again instead of evicting more.
 
 The search removes candidates' usage from the quota tree tentatively and always restores it.
 """
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 import msgspec
@@ -24,10 +27,11 @@ from muster.api.model import (
     Preemption,
     ReclaimWithinCohort,
     WithinClusterQueue,
+    Workload,
     WorkloadKey,
 )
-from muster.core.fairshare import dominant_share
-from muster.core.quota import FlavorResource, QuotaNode
+from muster.core.fairshare import Share, dominant_share, with_usage
+from muster.core.quota import FlavorResource, QuotaNode, QuotaTree
 
 
 class QuotaHolder(Protocol):
@@ -67,7 +71,9 @@ class TreeView(msgspec.Struct, frozen=True, kw_only=True):
     nodes: Mapping[str, QuotaNode]  # ClusterQueue name -> node, every CQ of the tree
     holders: Callable[[str], Iterable[QuotaHolder]]  # ClusterQueue name -> its quota holders
     fair_sharing: tuple[FairSharingStrategy, ...] | None  # None: fair sharing off
-    lendable: Mapping[str, int]
+    # ClusterQueues of the tree over their subtree quota of something (a superset of those
+    # borrowing what is needed): the only ones to reclaim from
+    borrowers: Collection[str]
 
 
 class Victims(msgspec.Struct, frozen=True, kw_only=True):
@@ -75,13 +81,23 @@ class Victims(msgspec.Struct, frozen=True, kw_only=True):
     reasons: Mapping[WorkloadKey, str]  # Kueue's preemption reason per victim
 
 
-Strategy = Callable[[float, float, float], bool]
+class Preemptor(Protocol):
+    """The preempting workload, as its victims' message names it."""
+
+    @property
+    def wl(self) -> Workload: ...
+    @property
+    def cluster_queue(self) -> str: ...
+
+
+Strategy = Callable[[Share, Share, Share], bool]  # (preemptor new, target old, target new)
 _STRATEGIES: dict[FairSharingStrategy, Strategy] = {
     FairSharingStrategy.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE: lambda new_p, _old_t, new_t: (
         new_p <= new_t
     ),
     FairSharingStrategy.LESS_THAN_INITIAL_SHARE: lambda new_p, old_t, _new_t: new_p < old_t,
 }
+_NEGATIVE = Share(False, -1.0)  # below every share: where a search for the highest starts
 
 
 def pick_victims(req: PreemptionRequest, tree: TreeView) -> Victims | None:
@@ -95,11 +111,11 @@ def pick_victims(req: PreemptionRequest, tree: TreeView) -> Victims | None:
     candidates = _find_candidates(req, tree, include_cohort=cohort_helps)
     if not candidates:
         return None
+    if tree.fair_sharing is not None:
+        return _fair(req, tree, candidates)
     same_queue = [c for c in candidates if c.cluster_queue == req.cluster_queue]
     if len(same_queue) == len(candidates):
         return _minimal(req, tree, candidates, allow_borrowing=True, below=None)
-    if tree.fair_sharing is not None:
-        return _fair(req, tree, candidates, below=threshold)
     if threshold is not None:
         if not under_nominal:
             candidates = [
@@ -132,7 +148,7 @@ def _find_candidates(
             found.append(c)
     if include_cohort and policy.reclaim_within_cohort != ReclaimWithinCohort.NEVER:
         only_lower = policy.reclaim_within_cohort != ReclaimWithinCohort.ANY
-        for name in sorted(tree.nodes):
+        for name in sorted(tree.borrowers):
             node = tree.nodes[name]
             if name == req.cluster_queue or not any(node.is_borrowing(fr) for fr in req.short):
                 continue
@@ -197,8 +213,6 @@ def _restore(tree: TreeView, c: QuotaHolder) -> None:
 def _reason(c: QuotaHolder, req: PreemptionRequest, tree: TreeView) -> str:
     if c.cluster_queue == req.cluster_queue:
         return "InClusterQueue"
-    if tree.fair_sharing is not None:
-        return "InCohortFairSharing"
     # Called while the victims are out of the tree: does the preemptor still borrow then?
     cq = tree.nodes[req.cluster_queue]
     if any(cq.borrows_with(fr, val) for fr, val in req.usage.items()):
@@ -262,83 +276,261 @@ def _fill_back(
     return victims
 
 
-class _QueueCandidates:
-    __slots__ = ("name", "share", "workloads")
-
-    def __init__(self, name: str, share: float, workloads: list[QuotaHolder]) -> None:
-        self.name = name
-        self.share = share
-        self.workloads = workloads
-
-
 def _fair(
-    req: PreemptionRequest, tree: TreeView, candidates: Sequence[QuotaHolder], *, below: int | None
+    req: PreemptionRequest, tree: TreeView, candidates: Sequence[QuotaHolder]
 ) -> Victims | None:
-    """Kueue's fairPreemptions: take from the highest-share queue while a strategy allows."""
+    """Kueue's fairPreemptions: rule S2-a (the first strategy), then S2-b (the second) over
+    the candidates S2-a passed by, then fill-back. Shares include the incoming workload."""
     strategies = [_STRATEGIES[s] for s in tree.fair_sharing or ()]
     cq = tree.nodes[req.cluster_queue]
     removed: list[QuotaHolder] = []
-    retry: list[QuotaHolder] = []
-    fits = False
+    reasons: dict[WorkloadKey, str] = {}
     try:
-        new_share = dominant_share(cq, tree.lendable, plus=req.usage)
-        heap = _share_heap(candidates, tree)
-        while heap and not fits:
-            _, _, entry = heapq.heappop(heap)
-            if entry.name == req.cluster_queue:
-                c = entry.workloads.pop(0)
-                _remove(tree, c)
-                removed.append(c)
-                fits = _fits(req, cq, allow_borrowing=True)
-                new_share = dominant_share(cq, tree.lendable, plus=req.usage)
-                if entry.workloads:
-                    heapq.heappush(heap, (-entry.share, entry.name, entry))
-                continue
-            node = tree.nodes[entry.name]
-            for i, c in enumerate(entry.workloads):
-                below_threshold = below is not None and c.priority < below
-                target_new = dominant_share(node, tree.lendable, minus=c.usage)
-                if below_threshold or strategies[0](new_share, entry.share, target_new):
-                    _remove(tree, c)
-                    removed.append(c)
-                    fits = _fits(req, cq, allow_borrowing=True)
-                    rest = entry.workloads[i + 1 :]
-                    if rest and any(node.is_borrowing(fr) for fr in req.short):
-                        entry.workloads, entry.share = rest, target_new
-                        heapq.heappush(heap, (-entry.share, entry.name, entry))
-                    break
-                retry.append(c)
-        if not fits and len(strategies) > 1:
-            heap = _share_heap(retry, tree)
-            while heap and not fits:
-                _, _, entry = heapq.heappop(heap)
-                if strategies[1](new_share, entry.share, 0.0):
-                    c = entry.workloads[0]
-                    _remove(tree, c)
-                    removed.append(c)
-                    fits = _fits(req, cq, allow_borrowing=True)
+        with_usage(cq, req.usage, 1)
+        try:
+            fits, retry = _first_strategy(req, tree, candidates, strategies[0], removed, reasons)
+            if not fits and len(strategies) > 1:
+                fits = _second_strategy(req, tree, retry, removed, reasons)
+        finally:
+            with_usage(cq, req.usage, -1)
         if not fits:
             return None
         victims = _fill_back(req, tree, removed, allow_borrowing=True)
         return Victims(
-            targets=tuple(v.key for v in victims),
-            reasons={v.key: _reason(v, req, tree) for v in victims},
+            targets=tuple(v.key for v in victims), reasons={v.key: reasons[v.key] for v in victims}
         )
     finally:
         for c in removed:
             _restore(tree, c)
 
 
-def _share_heap(
-    candidates: Iterable[QuotaHolder], tree: TreeView
-) -> list[tuple[float, str, _QueueCandidates]]:
-    by_queue: dict[str, list[QuotaHolder]] = {}
-    for c in candidates:
-        by_queue.setdefault(c.cluster_queue, []).append(c)
-    heap = [
-        (-share, name, _QueueCandidates(name, share, workloads))
-        for name, workloads in by_queue.items()
-        for share in [dominant_share(tree.nodes[name], tree.lendable)]
-    ]
-    heapq.heapify(heap)
-    return heap
+def _fits_fair(req: PreemptionRequest, tree: TreeView) -> bool:
+    """Does the incoming workload fit, its own (simulated) usage taken out first?"""
+    cq = tree.nodes[req.cluster_queue]
+    with_usage(cq, req.usage, -1)
+    try:
+        return _fits(req, cq, allow_borrowing=True)
+    finally:
+        with_usage(cq, req.usage, 1)
+
+
+def _take(
+    tree: TreeView,
+    c: QuotaHolder,
+    reason: str,
+    removed: list[QuotaHolder],
+    reasons: dict[WorkloadKey, str],
+) -> None:
+    _remove(tree, c)
+    removed.append(c)
+    reasons[c.key] = reason
+
+
+def _first_strategy(
+    req: PreemptionRequest,
+    tree: TreeView,
+    candidates: Sequence[QuotaHolder],
+    strategy: Strategy,
+    removed: list[QuotaHolder],
+    reasons: dict[WorkloadKey, str],
+) -> tuple[bool, list[QuotaHolder]]:
+    """Rule S2-a; returns whether it fits and the candidates it passed by (for S2-b)."""
+    ordering = _TargetOrdering(req, tree, candidates)
+    retry: list[QuotaHolder] = []
+    # Kueue's FairSharingPreemptWithinNominal: a preemptor within its nominal quota for the
+    # contested resources reclaims whatever the shares say.
+    cq = tree.nodes[req.cluster_queue]
+    within_nominal = not any(cq.is_borrowing(fr) for fr in req.short)
+    for target in ordering.targets():
+        if target == req.cluster_queue:
+            _take(tree, ordering.pop(target), "InClusterQueue", removed, reasons)
+            if _fits_fair(req, tree):
+                return True, retry
+            continue
+        if within_nominal:
+            _take(tree, ordering.pop(target), "InCohortReclamation", removed, reasons)
+            if _fits_fair(req, tree):
+                return True, retry
+            continue
+        preemptor_new, target_old = ordering.shares(target)
+        while ordering.has(target):
+            c = ordering.pop(target)
+            if strategy(preemptor_new, target_old, ordering.share_without(target, c)):
+                _take(tree, c, "InCohortFairSharing", removed, reasons)
+                if _fits_fair(req, tree):
+                    return True, retry
+                break  # the shares changed: choose the target again
+            retry.append(c)
+    return False, retry
+
+
+def _second_strategy(
+    req: PreemptionRequest,
+    tree: TreeView,
+    retry: Sequence[QuotaHolder],
+    removed: list[QuotaHolder],
+    reasons: dict[WorkloadKey, str],
+) -> bool:
+    """Rule S2-b (LessThanInitialShare): at most one more victim per ClusterQueue."""
+    ordering = _TargetOrdering(req, tree, retry)
+    for target in ordering.targets():
+        preemptor_new, target_old = ordering.shares(target)
+        c = ordering.pop(target)
+        if preemptor_new < target_old:
+            _take(tree, c, "InCohortFairSharing", removed, reasons)
+            if _fits_fair(req, tree):
+                return True
+        ordering.drop(target)
+    return False
+
+
+class _TargetOrdering:
+    """Kueue's TargetClusterQueueOrdering: which ClusterQueue to take the next victim from.
+
+    From the root, descend into the child (Cohort or ClusterQueue) with the highest share,
+    pruning children that do not borrow (and are not on the preemptor's path) or have no
+    candidate left. Shares of the preemptor and a target are those of the two children of
+    their lowest common Cohort (the "almost LCAs").
+    """
+
+    def __init__(
+        self, req: PreemptionRequest, tree: TreeView, candidates: Iterable[QuotaHolder]
+    ) -> None:
+        self.tree = tree
+        self.preemptor = tree.nodes[req.cluster_queue]
+        self.path = _path(self.preemptor)
+        self.by_queue: dict[str, list[QuotaHolder]] = {}
+        for c in candidates:
+            self.by_queue.setdefault(c.cluster_queue, []).append(c)
+        self.pruned_queues: set[str] = set()
+        self.pruned_cohorts: set[str] = set()
+
+    def has(self, cq: str) -> bool:
+        return bool(self.by_queue.get(cq))
+
+    def pop(self, cq: str) -> QuotaHolder:
+        return self.by_queue[cq].pop(0)
+
+    def drop(self, cq: str) -> None:
+        self.pruned_queues.add(cq)
+
+    def targets(self) -> Iterator[str]:
+        preemptor = self.preemptor
+        if preemptor.parent is None:
+            while preemptor.name not in self.pruned_queues and self.has(preemptor.name):
+                yield preemptor.name
+            return
+        root = preemptor.root()
+        while root.name not in self.pruned_cohorts:
+            target = self._next(root)
+            if target is not None:
+                yield target
+
+    def _next(self, cohort: QuotaNode) -> str | None:
+        best_cq: QuotaNode | None = None
+        best_cq_share = _NEGATIVE
+        best_cohort: QuotaNode | None = None
+        best_cohort_share = _NEGATIVE
+        for child in sorted(cohort.children, key=lambda n: (n.is_cohort, n.name)):
+            share = dominant_share(child)
+            borrowing = _borrowing(child)
+            if not child.is_cohort:
+                if child.name in self.pruned_queues:
+                    continue
+                if (not borrowing and child is not self.preemptor) or not self.has(child.name):
+                    self.pruned_queues.add(child.name)
+                elif share == best_cq_share and best_cq is not None:
+                    ahead = _candidate_order(self.by_queue[child.name][0], self.preemptor.name)
+                    now = _candidate_order(self.by_queue[best_cq.name][0], self.preemptor.name)
+                    if ahead < now:
+                        best_cq = child
+                elif share > best_cq_share:
+                    best_cq, best_cq_share = child, share
+            elif child.name not in self.pruned_cohorts:
+                if not borrowing and child.name not in self.path:
+                    self.pruned_cohorts.add(child.name)
+                elif share >= best_cohort_share:
+                    best_cohort, best_cohort_share = child, share
+        if best_cohort is None and best_cq is None:
+            self.pruned_cohorts.add(cohort.name)
+            return None
+        if best_cohort is not None and best_cohort_share >= best_cq_share:
+            return self._next(best_cohort)
+        assert best_cq is not None
+        return best_cq.name
+
+    def shares(self, target: str) -> tuple[Share, Share]:
+        """(the preemptor's share, the target's share), each at its almost-LCA."""
+        mine, theirs = self._almost_lcas(target)
+        return dominant_share(mine), dominant_share(theirs)
+
+    def share_without(self, target: str, c: QuotaHolder) -> Share:
+        """The target's share at its almost-LCA once `c` is gone."""
+        node = self.tree.nodes[target]
+        with_usage(node, c.usage, -1)
+        try:
+            return dominant_share(self._almost_lcas(target)[1])
+        finally:
+            with_usage(node, c.usage, 1)
+
+    def _almost_lcas(self, target: str) -> tuple[QuotaNode, QuotaNode]:
+        node = self.tree.nodes[target]
+        theirs = node
+        while theirs.parent is not None and theirs.parent.name not in self.path:
+            theirs = theirs.parent
+        lca = theirs.parent
+        mine = self.preemptor
+        while mine.parent is not lca and mine.parent is not None:
+            mine = mine.parent
+        return mine, theirs
+
+
+def _path(cq: QuotaNode) -> set[str]:
+    """Names of the Cohorts above `cq`."""
+    found: set[str] = set()
+    node = cq.parent
+    while node is not None:
+        found.add(node.name)
+        node = node.parent
+    return found
+
+
+def _borrowing(node: QuotaNode) -> bool:
+    """Kueue's DRS.IsBorrowing: over its subtree quota for some flavor and resource."""
+    usage = node.usage
+    return any(usage.get(fr, 0) > quota for fr, quota in node.subtree_quota.items())
+
+
+_PREEMPTION_CAUSE = {
+    "InClusterQueue": "prioritization in the ClusterQueue",
+    "InCohortReclamation": "reclamation within the cohort",
+    "InCohortReclaimWhileBorrowing": "reclamation within the cohort while borrowing",
+    "InCohortFairSharing": "Fair Sharing within the cohort",
+}
+_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+
+
+def preemption_message(
+    preemptor: Preemptor, victim: QuotaHolder, reason: str, tree: QuotaTree
+) -> str:
+    """Kueue's message on a victim's Preempted and Evicted conditions (preemption.go)."""
+    meta = preemptor.wl.meta
+    job_uid = meta.labels.get(_JOB_UID_LABEL) or next(
+        (o.uid for o in meta.owner_references if o.kind == "Job" and o.uid), "UNKNOWN"
+    )
+    return (
+        f"Preempted to accommodate a workload (UID: {meta.uid or 'UNKNOWN'}, JobUID: "
+        f"{job_uid}) due to {_PREEMPTION_CAUSE[reason]}; preemptor path: "
+        f"{_cq_path(tree, preemptor.cluster_queue)}; preemptee path: "
+        f"{_cq_path(tree, victim.cluster_queue)}"
+    )
+
+
+def _cq_path(tree: QuotaTree, cluster_queue: str) -> str:
+    """ "/<root cohort>/.../<cluster queue>", as Kueue's buildCQPath writes it."""
+    names: list[str] = []
+    node = tree.cluster_queues.get(cluster_queue)
+    while node is not None:
+        names.append(node.name)
+        node = node.parent
+    return "/" + "/".join(reversed(names or [cluster_queue]))

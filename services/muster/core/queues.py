@@ -10,15 +10,28 @@ only when enough quota is released in its cohort tree (or the configuration chan
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
-from muster.core.quota import FlavorResource
+from muster.api.model import WorkloadKey
+from muster.core.quota import FlavorResource, QuotaNode
 
 if TYPE_CHECKING:
     from muster.core.records import WorkloadRecord
+    from muster.core.tournament import Tournament
 
 OrderKey = tuple[int, float, int]  # (-priority, queue timestamp, arrival sequence)
+SET_ASIDE = b"\x00set-aside"  # a StrictFIFO queue's heads that its namespace selector refuses
+
+
+class Reservation(NamedTuple):
+    """What a preemptor will use, held for it while its victims stop."""
+
+    order: tuple[object, ...]  # the preemptor's cycle order: work after it may not take this
+    queue_order: OrderKey  # its order within its ClusterQueue
+    node: QuotaNode  # the preemptor's ClusterQueue
+    usage: Mapping[FlavorResource, int]
 
 
 class Park(Enum):
@@ -59,11 +72,12 @@ class PendingGroup:
 class QueueRuntime:
     """A ClusterQueue's pending side: its groups and the heap of its unparked ones."""
 
-    __slots__ = ("active", "groups", "name", "token", "tree")
+    __slots__ = ("active", "groups", "name", "node", "token", "tree")
 
-    def __init__(self, name: str, tree: TreeRuntime) -> None:
+    def __init__(self, name: str, tree: TreeRuntime, node: QuotaNode) -> None:
         self.name = name
         self.tree = tree
+        self.node = node  # its node in the quota tree
         self.groups: dict[bytes, PendingGroup] = {}
         self.active: list[tuple[OrderKey, int, PendingGroup]] = []
         self.token = 0  # bumped when the queue is (re)listed in its tree's ready heap
@@ -90,16 +104,61 @@ class QueueRuntime:
 class TreeRuntime:
     """A cohort tree's scheduling state: queues ready to be tried, and parked groups."""
 
-    __slots__ = ("freed", "name", "parked", "ready", "seq")
+    __slots__ = ("freed", "name", "parked", "ready", "reservations", "root", "seq", "tournament")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, root: QuotaNode, tournament: Tournament | None = None) -> None:
         self.name = name
+        self.root = root
+        # Fair sharing over a cohort tree: the order is a tournament, not `ready`.
+        self.tournament = tournament
         # (sort key, token, queue): queues whose best group should be tried, best first
         self.ready: list[tuple[tuple[object, ...], int, QueueRuntime]] = []
         # Cumulative quota released per (flavor, resource): parked groups wait for it to grow.
         self.freed: dict[FlavorResource, int] = {}
         self.parked: dict[FlavorResource, list[tuple[int, int, int, PendingGroup]]] = {}
         self.seq = 0
+        # Preemptors waiting for their victims to stop (services: quota is held until then).
+        self.reservations: dict[WorkloadKey, Reservation] = {}
+
+    def hold_for(
+        self,
+        r: WorkloadRecord,
+        order: tuple[object, ...],
+        *,
+        cq: QuotaNode,
+        sticky: bool,
+    ) -> list[Reservation]:
+        """Count, in the quota tree, what the preemptors that go before head `r` hold: those
+        ahead of `order` in the cycle order; in a `sticky` (BestEffortFIFO) ClusterQueue `cq`,
+        its preemptors (Kueue keeps a preemptor at the head of such a queue), except for a
+        preemptor ahead of them in the queue; and always the one that evicted `r`, so that a
+        victim never takes back what it gave up. `unhold` the result once `r` is decided."""
+        if not self.reservations:
+            return []
+        mine = self.reservations.get(r.key)
+        ahead = [
+            res
+            for k, res in sorted(self.reservations.items())
+            if k != r.key
+            and (
+                k == r.evicted_by
+                or (
+                    (mine is None or res.queue_order < r.order_key)
+                    if sticky and res.node is cq
+                    else res.order < order
+                )
+            )
+        ]
+        for res in ahead:
+            for fr, amount in res.usage.items():
+                res.node.add_usage(fr, amount)
+        return ahead
+
+    @staticmethod
+    def unhold(held: list[Reservation]) -> None:
+        for res in held:
+            for fr, amount in res.usage.items():
+                res.node.add_usage(fr, -amount)
 
     def list_queue(self, cq: QueueRuntime, key: tuple[object, ...]) -> None:
         cq.token += 1

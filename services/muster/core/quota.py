@@ -23,8 +23,11 @@ class QuotaNode:
     __slots__ = (
         "borrowing_limit",
         "children",
+        "epoch",
         "guaranteed",
+        "height",
         "is_cohort",
+        "lendable",
         "lending_limit",
         "name",
         "nominal",
@@ -46,6 +49,11 @@ class QuotaNode:
         self.guaranteed: dict[FlavorResource, int] = {}
         self.usage: dict[FlavorResource, int] = {}
         self.weight = 1.0
+        self.epoch = 0  # roots: bumped whenever who holds what in the tree changes
+        self.height = 0  # distance to the furthest leaf below (Kueue's getNodeHeight)
+        # Cohorts: what the node could ever lend its children, per resource name (the
+        # denominator of their fair shares, Kueue's calculateLendable).
+        self.lendable: dict[str, int] = {}
 
     def set_groups(self, groups: tuple[ResourceGroup, ...]) -> None:
         self.nominal.clear()
@@ -95,6 +103,10 @@ class QuotaNode:
             most = min(most, self.subtree_quota.get(fr, 0) + limit)
         return most
 
+    def local_available(self, fr: FlavorResource) -> int:
+        """Guaranteed quota (kept from the parent by a lending limit) that usage leaves free."""
+        return max(0, self.guaranteed.get(fr, 0) - self.usage.get(fr, 0))
+
     def borrows_with(self, fr: FlavorResource, amount: int) -> bool:
         """True if taking `amount` more of `fr` puts this node above its subtree quota."""
         return self.usage.get(fr, 0) + amount > self.subtree_quota.get(fr, 0)
@@ -141,6 +153,11 @@ class QuotaTree:
         for root in self._roots():
             self._compute_quota(root)
             self._compute_usage(root, cq_usage)
+        for node in self.cohorts.values():
+            node.lendable = {}
+            for fr in node.root().subtree_quota:
+                lent = node.lendable.get(fr[1], 0) + node.potential_available(fr)
+                node.lendable[fr[1]] = lent
 
     def _roots(self) -> list[QuotaNode]:
         nodes = [*self.cohorts.values(), *self.cluster_queues.values()]
@@ -148,8 +165,11 @@ class QuotaTree:
 
     def _compute_quota(self, node: QuotaNode) -> None:
         node.subtree_quota = dict(node.nominal)
+        node.height = min(len(node.children), 1)
         for child in node.children:
             self._compute_quota(child)
+            if child.is_cohort:
+                node.height = max(node.height, child.height + 1)
             for fr, quota in child.subtree_quota.items():
                 lent = quota - child.guaranteed.get(fr, 0)
                 node.subtree_quota[fr] = node.subtree_quota.get(fr, 0) + lent
@@ -171,16 +191,29 @@ class QuotaTree:
                 excess = max(0, used - child.guaranteed.get(fr, 0))
                 node.usage[fr] = node.usage.get(fr, 0) + excess
 
-    def has_cycle(self, name: str, parent: str | None) -> bool:
-        """True if making `parent` the parent of cohort `name` would close a loop."""
-        seen = {name}
-        while parent is not None:
-            if parent in seen:
-                return True
-            seen.add(parent)
-            node = self.cohorts.get(parent)
-            parent = node.parent.name if node is not None and node.parent is not None else None
-        return False
+
+def borrowing_level(cq: QuotaNode, fr: FlavorResource, amount: int) -> tuple[int, bool]:
+    """How high in the cohort tree `amount` more of `fr` must come from, and whether that
+    subtree is smaller than the whole tree (Kueue's FindHeightOfLowestSubtreeThatFits).
+
+    0 when the ClusterQueue's own quota suffices; otherwise the height of the lowest ancestor
+    whose subtree quota covers it (the root's height when none does). The second value tells
+    whether quota could be reclaimed from within that smaller subtree.
+    """
+    if cq.parent is None:
+        return 0, False
+    used = cq.usage.get(fr, 0)
+    if used + amount <= cq.subtree_quota.get(fr, 0):
+        return 0, True
+    remaining = amount - max(0, cq.guaranteed.get(fr, 0) - used)
+    node: QuotaNode | None = cq.parent
+    while node is not None:
+        used = node.usage.get(fr, 0)
+        if used + remaining <= node.subtree_quota.get(fr, 0):
+            return node.height, node.parent is not None
+        remaining -= max(0, node.guaranteed.get(fr, 0) - used)
+        node = node.parent
+    return cq.root().height, False
 
 
 def tree_id(root: QuotaNode) -> str:

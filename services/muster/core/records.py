@@ -34,7 +34,9 @@ class WorkloadRecord:
         "checks",
         "cluster_queue",
         "conditions",
+        "created_s",
         "evicted",
+        "evicted_by",
         "group",
         "key",
         "local_queue",
@@ -58,6 +60,9 @@ class WorkloadRecord:
         self.key: WorkloadKey = wl.key
         self.seq = seq
         self.priority = priority
+        self.created_s = now_s
+        # Kueue's queue-order timestamp: creation, or the last eviction by an admission check
+        # (or by the PodsReady timeout, with requeuingStrategy timestamp Eviction).
         self.queue_ts = now_s
         self.local_queue = f"{wl.meta.namespace}/{wl.queue_name or 'default'}"
         self.cluster_queue = ""  # resolved through the LocalQueue
@@ -67,6 +72,7 @@ class WorkloadRecord:
         self.conditions: dict[str, Condition] = {}
         self.checks: dict[str, str] = {}
         self.evicted = False
+        self.evicted_by: WorkloadKey | None = None  # the preemptor, while being evicted for one
         self.group: PendingGroup | None = None
         self.queue_token = 0
         self.pending_message = ""

@@ -8,7 +8,9 @@ change (`muster.api`) and handed to a `Sink` (the gangpermit state) as they are 
 were when deleted. A pod whose metadata and spec did not change but for `spec.nodeName` (a
 bind) or whose status changed (the kubelet) is not decoded again: its node and phase are put
 into the pod decoded before. `sync` waits until the watch has shown every write made before the
-call, so a first pass sees the whole cluster.
+call, so a first pass sees the whole cluster. An object that does not decode, or that the sink
+cannot take, is left out and dead-lettered (`bus.poison`) with why; its next change is tried
+again.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from muster.api.model import (
 )
 from muster.api.raw import RawPodStatus
 from muster.bus.cancel import raise_if_cancelling
+from muster.bus.poison import Quarantine
 from muster.cluster.backend import ClusterBackend, ClusterChange
 from muster.cluster.errors import ClusterError
 from muster.cluster.sim.keys import (
@@ -112,11 +115,14 @@ class ClusterCache:
         *,
         sink: Sink,
         on_change: Callable[[], None] = lambda: None,
+        quarantine: Quarantine | None = None,
     ) -> None:
         self._backend = backend
         self._sink = sink
         self._on_change = on_change
+        self._quarantine = quarantine
         self._objects: dict[str, _Known] = {}  # by change key: what the sink holds
+        self.refused: list[tuple[ClusterChange, str]] = []  # not decoded: to dead-letter
         self.revision = 0  # the watch has shown every change up to here
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []  # (revision, woken there)
 
@@ -129,7 +135,12 @@ class ClusterCache:
             try:
                 async with contextlib.aclosing(changes):
                     async for change in changes:
-                        self.apply(change)
+                        try:
+                            self.apply(change)
+                        except Exception as err:  # poison: one object never stops the watch
+                            await self._poisoned(change, err)
+                        while self.refused:
+                            await self._dead_letter(*self.refused.pop(0))
                         self._read_up_to(change.revision)
             except ClusterError as err:
                 raise_if_cancelling()  # a timeout may have swallowed it (bus.cancel)
@@ -172,7 +183,8 @@ class ClusterCache:
             self._sink.remove(gone.obj)
         else:
             known = self._decoded(key, change.obj)
-            if known is None:
+            if isinstance(known, str):  # it does not decode: left out, dead-lettered by `run`
+                self.refused.append((change, known))
                 gone = self._objects.pop(key, None)
                 if gone is not None:
                     self._sink.remove(gone.obj)
@@ -182,20 +194,37 @@ class ClusterCache:
                 return
         self._on_change()
 
-    def _decoded(self, key: str, raw: dict[str, Any]) -> _Known | None:
+    async def _poisoned(self, change: ClusterChange, err: Exception) -> None:
+        """`change` made the sink raise: take out what it holds of the object, dead-letter it."""
+        gone = self._objects.pop(change.key, None)
+        if gone is not None:
+            try:
+                self._sink.remove(gone.obj)
+            except Exception as again:  # logged: the watch goes on
+                log.warning("cannot take out %s: %r", change.key, again)
+        await self._dead_letter(change, err)
+        self._on_change()
+
+    async def _dead_letter(self, change: ClusterChange, why: Exception | str) -> None:
+        if self._quarantine is not None:
+            await self._quarantine.object(change.key, change.obj, why, revision=change.revision)
+        else:
+            log.warning("skipping %s: %s", change.key, why)
+
+    def _decoded(self, key: str, raw: dict[str, Any]) -> _Known | str:
         """The object at `key` now: a pod from its earlier decode when only its node or status
-        changed, else decoded afresh (None when it does not decode)."""
+        changed, else decoded afresh (what is wrong with it when it does not decode)."""
         if not key.startswith(POD_PREFIX):
-            obj = _decoded(key, raw)
-            return None if obj is None else _Known(obj)
+            obj = _decoded(raw)
+            return obj if isinstance(obj, str) else _Known(obj)
         basis = _pod_basis(raw)
         before = self._objects.get(key)
         if basis is not None and before is not None and before.basis == basis:
             rebound = _rebound(before.obj, raw)
             if rebound is not None:
                 return _Known(rebound, basis)
-        obj = _decoded(key, raw)
-        return None if obj is None else _Known(obj, basis)
+        obj = _decoded(raw)
+        return obj if isinstance(obj, str) else _Known(obj, basis)
 
     def _read_up_to(self, revision: int) -> None:
         if revision <= self.revision:
@@ -235,11 +264,9 @@ def _rebound(before: CachedObject, raw: dict[str, Any]) -> Pod | None:
     return msgspec.structs.replace(before, node_name=node, phase=status.phase)
 
 
-def _decoded(key: str, obj: dict[str, Any]) -> CachedObject | None:
-    """The api object stored at `key`; one that does not decode is logged and left out."""
+def _decoded(obj: dict[str, Any]) -> CachedObject | str:
+    """The api object `obj` stores, or what is wrong with it."""
     objects, errors = decode_documents([obj])
     if errors or len(objects) != 1 or not isinstance(objects[0], _CACHED):
-        problems = "; ".join(str(e) for e in errors) or "not a cluster object"
-        log.warning("skipping undecodable object", extra={"key": key, "error": problems})
-        return None
+        return "; ".join(str(e) for e in errors) or "not a cluster object"
     return objects[0]

@@ -30,6 +30,7 @@ from muster.api.wellknown import SCHEDULER_NAME
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.connection import Bus
 from muster.bus.errors import Reject
+from muster.bus.poison import Quarantine
 from muster.bus.subjects import config_subject, workload_subject
 from muster.bus.tracing import start_span, trace_decisions
 from muster.cluster.backend import ClusterBackend
@@ -117,20 +118,26 @@ async def run_gangpermit(
         scoring=config.scoring,
         preemption=config.preemption,
     )
+    events = Quarantine(bus.publisher, consumer=f"gangpermit-{config.cluster}")
     last = await bus.last_sequence()
     if last:
         restored = followed_subjects(config.cluster, RESTORED_EVENTS)
         async for env in bus.replay(restored, until_sequence=last):
-            state.apply_event(env)
+            await apply_event(state, env, events)
     state.restored()
     wake = asyncio.Event()
     beat = asyncio.Event()
-    cache = ClusterCache(backend, sink=state, on_change=wake.set)
+    cache = ClusterCache(
+        backend,
+        sink=state,
+        on_change=wake.set,
+        quarantine=Quarantine(bus.publisher, consumer=f"gangpermit-{config.cluster}-cluster"),
+    )
 
     async def follow() -> None:
         subjects = followed_subjects(config.cluster)
         async for env in bus.replay(subjects, from_sequence=last + 1, follow=True):
-            if state.apply_event(env):
+            if await apply_event(state, env, events):
                 wake.set()
 
     series = (
@@ -138,6 +145,7 @@ async def run_gangpermit(
         if bus.metrics is not None
         else None
     )
+    failures = PassFailures()
 
     async def passes() -> None:
         while True:
@@ -151,7 +159,12 @@ async def run_gangpermit(
                 await asyncio.sleep(BATCH_WINDOW_S)
             wake.clear()
             started_ns, started = time.time_ns(), time.perf_counter()
-            envs = decide(state, now_s=clock_s())
+            try:
+                envs = decide(state, now_s=clock_s())
+            except Exception:  # a bug, or data nothing caught before: the next change retries
+                failures.failed()
+                continue
+            failures.recovered()
             if series is not None:
                 series.passed(time.perf_counter() - started, waiting=len(state.waiting))
             beat.set()  # the room may have changed: tell admission soon
@@ -184,6 +197,34 @@ async def _read_cluster(cache: ClusterCache, config: GangPermitConfig) -> None:
             continue
         log.info("cluster %s read up to revision %d", config.cluster, cache.revision)
         return
+
+
+async def apply_event(
+    state: GangPermitState, env: events_pb2.Envelope, quarantine: Quarantine
+) -> bool:
+    """`state.apply_event(env)`; an event it cannot take is dead-lettered and changes nothing."""
+    try:
+        return state.apply_event(env)
+    except Exception as err:  # poison: the same event fails the same way after a restart too
+        await quarantine.event(env, err)
+        return False
+
+
+class PassFailures:
+    """Passes that raised: the first of a run is logged with its traceback, the rest counted."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def failed(self) -> None:
+        self.count += 1
+        if self.count == 1:
+            log.exception("scheduling pass failed; retrying at the next change")
+
+    def recovered(self) -> None:
+        if self.count:
+            log.info("scheduling passes work again after %d failures", self.count)
+        self.count = 0
 
 
 async def _publish_traced(

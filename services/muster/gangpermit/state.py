@@ -79,6 +79,7 @@ class Permit(msgspec.Struct, kw_only=True):
     event_id: str
     bindings: dict[PodKey, NodeName]
     restored: bool  # read back from the stream at start, not decided by this process
+    uids: dict[PodKey, str] = msgspec.field(default_factory=dict)  # of the pods permitted
 
 
 class KueueGang(msgspec.Struct, kw_only=True):
@@ -133,7 +134,8 @@ class GangPermitState:
         self.admitted: dict[str, KueueGang] = {}  # by workload (= gang) key
         self.stream_priority_classes: dict[str, PriorityClass] = {}
         self.permits: dict[GangKey, Permit] = {}
-        self.assumed: dict[PodKey, NodeName] = {}  # restored permits' pods, until bound
+        # Restored permits' pods, until bound: the node, and the uid permitted ("" for any).
+        self.assumed: dict[PodKey, tuple[NodeName, str]] = {}
         self.parked: dict[GangKey, frozenset[str]] = {}  # timed out before a restart: pod uids
         self.held: dict[GangKey, set[PodKey]] = {}  # parked gangs' pods, kept from the scheduler
         self.waiting: dict[GangKey, str] = {}  # the last waiting reason published
@@ -165,8 +167,11 @@ class GangPermitState:
                 return False
             case "admitted":
                 return self._admit(env)  # a pass only once the binder's pods are seen
+            case "eviction_completed" if self._admitted_since(env):
+                return False  # an earlier eviction's: the admission held now was not stopped
             case "finished" | "eviction_completed" | "deleted":
                 self.admitted.pop(key, None)
+                self._drop_permit(GangKey(key))
                 self.touch(key)
                 if field != "eviction_completed":
                     self.submitted.pop(key, None)
@@ -191,12 +196,29 @@ class GangPermitState:
                 return False
         return True
 
+    def _admitted_since(self, completed: events_pb2.Envelope) -> bool:
+        """Whether the Kueue admission held for `completed`'s workload came after the
+        eviction it completes (the binder stops only the admissions before an eviction)."""
+        gang = self.admitted.get(completed.workload)
+        eviction = completed.eviction_completed.eviction_sequence
+        return gang is not None and 0 < eviction < gang.admitted.sequence
+
     def restored(self) -> None:
         """The stream is replayed: restored permits hold their nodes from now on."""
         self.restoring = False
         for permit in self.permits.values():
-            self.assumed.update(permit.bindings)
+            for pod, node in permit.bindings.items():
+                self.assumed[pod] = (node, permit.uids.get(pod, ""))
         self.touch_all()
+
+    def _drop_permit(self, gang: GangKey) -> None:
+        """The gang's admission ended (or a new one began): a permit not answered yet names
+        pods that are gone, and must not hold their nodes for pods made again under the
+        same names."""
+        permit = self.permits.pop(gang, None)
+        if permit is not None:
+            for pod in permit.bindings:
+                self.assumed.pop(pod, None)
 
     def _admit(self, env: events_pb2.Envelope) -> bool:
         """Hold a Kueue workload's admission as its gang; whether any of its pods is known."""
@@ -224,6 +246,7 @@ class GangPermitState:
             )
         self.admitted[key] = KueueGang(spec=spec, admitted=env)
         self.attempts.pop(GangKey(key), None)  # a new admission: its own attempts
+        self._drop_permit(GangKey(key))  # and its own permit
         self.touch(key)
         return self._refresh(f"kueue:{key}")
 
@@ -243,11 +266,12 @@ class GangPermitState:
 
     def _permitted_before(self, gang: GangKey, env: events_pb2.Envelope) -> None:
         """Our own permit, read back while restoring: it holds until the binder answers."""
-        bindings = {
-            PodKey(f"{b.pod.namespace}/{b.pod.name}"): NodeName(b.node)
-            for b in env.gang_permitted.bindings
-        }
-        self.permits[gang] = Permit(event_id=env.event_id, bindings=bindings, restored=True)
+        bound = env.gang_permitted.bindings
+        bindings = {PodKey(f"{b.pod.namespace}/{b.pod.name}"): NodeName(b.node) for b in bound}
+        uids = {PodKey(f"{b.pod.namespace}/{b.pod.name}"): b.pod.uid for b in bound}
+        self.permits[gang] = Permit(
+            event_id=env.event_id, bindings=bindings, restored=True, uids=uids
+        )
         self.waiting.pop(gang, None)
         self.parked.pop(gang, None)  # retried after an earlier time-out
 
@@ -444,7 +468,11 @@ class GangPermitState:
             self.assumed.pop(key, None)
             self._seen_bound(gang or GangKey(key))
         elif key in self.assumed:
-            info = msgspec.structs.replace(info, node=self.assumed[key])
+            node, uid = self.assumed[key]
+            if not uid or uid == pod.meta.uid:
+                info = msgspec.structs.replace(info, node=node)
+            else:  # another pod of that name than the one permitted: not held
+                del self.assumed[key]
         self._join(key, gang)
         self.owners[key] = info.owner
         self.scheduler.upsert_pod(info)

@@ -11,7 +11,7 @@ groups in namespaces ("team-a"), in one LocalQueue ("team-a/gpu") or everywhere 
 | permission   | scope               | allows                                                     |
 |--------------|---------------------|------------------------------------------------------------|
 | submit       | namespace or LQ     | Jobs, Workloads (by their LocalQueue), Pods, pod groups     |
-| cancel       | namespace or LQ     | reserved for a cancel call (muster has none yet)           |
+| cancel       | namespace or LQ     | stopping, resuming and deleting a workload (Gateway.Stop)  |
 | watch        | namespace or LQ     | Events.Watch, LocalQueue status and pending workloads      |
 | create_queue | namespace           | LocalQueues                                                |
 | admin        | cluster             | cluster-scoped objects, choosing a cluster id, everything  |

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, Protocol, TypeVar, cast
 
 import grpc
@@ -35,8 +35,12 @@ from muster.bus.errors import BusError, Reject
 from muster.bus.subjects import DEFAULT_CLUSTER, check_cluster
 from muster.bus.tracing import continue_trace, trace_metadata
 from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
+from muster.gateway.aborts import abort as _abort
+from muster.gateway.aborts import answer as _answer
+from muster.gateway.aborts import deny as _deny
 from muster.gateway.auth import AuthInterceptor, current_caller
 from muster.gateway.auth_config import Security, SecurityConfig, open_reviews, open_security
+from muster.gateway.clusters import CLUSTERS_BUCKET
 from muster.gateway.kube_submit import SubmitRefusedError, Written, write_objects
 from muster.gateway.kube_visibility_server import VisibilityServing
 from muster.gateway.permissions import (
@@ -45,7 +49,6 @@ from muster.gateway.permissions import (
     Authorizer,
     Caller,
     Permission,
-    denial,
     denials,
     event_action,
     submit_actions,
@@ -69,6 +72,8 @@ from muster.gateway.visibility import (
     queue_status,
 )
 from muster.gateway.watch import FOLLOW_METADATA, EventHistory, watch
+from muster.gateway.workload_rpcs import ClustersBucket, ControlRpcs, WorkloadRpcs
+from muster.gateway.workloads import BookFollower
 
 if TYPE_CHECKING:
     from muster.cluster.kube.backend import KubeBackend
@@ -136,21 +141,24 @@ def split_listen(listen: str) -> tuple[str, int]:
     return host, int(port)
 
 
-class GatewayServicer(services_pb2_grpc.GatewayServicer):
+class GatewayServicer(ControlRpcs, services_pb2_grpc.GatewayServicer):
     """Gateway.Submit: published on NATS, or, with `kube` (the cluster backend is Kubernetes),
-    written into the API server as the caller (`kube_submit`)."""
+    written into the API server as the caller (`kube_submit`); Stop, Resume and Delete
+    (`workload_rpcs.ControlRpcs`)."""
 
     def __init__(
         self,
         bus: GatewayBus,
         config: GatewayConfig,
         authorizer: Authorizer,
+        follower: BookFollower,
         *,
         kube: KubeBackend | None = None,
     ) -> None:
         self._bus = bus
         self._config = config
         self._authorizer = authorizer
+        self._follower = follower
         self._kube = kube
 
     async def Submit(  # noqa: N802  # the RPC's name
@@ -274,7 +282,7 @@ class GatewayServicer(services_pb2_grpc.GatewayServicer):
             await _abort(context, grpc.StatusCode.UNAVAILABLE, message)
 
 
-class VisibilityServicer(services_pb2_grpc.VisibilityServicer):
+class VisibilityServicer(WorkloadRpcs, services_pb2_grpc.VisibilityServicer):
     """Queue status and pending workloads, as far as the caller may read them.
 
     As with Kueue's visibility API, ClusterQueues (their status, their pending workloads) are
@@ -282,9 +290,17 @@ class VisibilityServicer(services_pb2_grpc.VisibilityServicer):
     namespace (or that LocalQueue). QueueStatus leaves out what the caller may not see.
     """
 
-    def __init__(self, store: VisibilityStore, authorizer: Authorizer) -> None:
+    def __init__(
+        self,
+        store: VisibilityStore,
+        authorizer: Authorizer,
+        follower: BookFollower,
+        clusters: ClustersBucket,
+    ) -> None:
         self._store = store
         self._authorizer = authorizer
+        self._follower = follower
+        self._clusters = clusters
 
     async def QueueStatus(  # noqa: N802  # the RPC's name
         self, request: services_pb2.QueueStatusRequest, context: grpc.aio.ServicerContext
@@ -468,6 +484,10 @@ class GatewayServer:
         self.visibility_address = ""  # Kueue's visibility API, when served
         self.security: Security | None = None
         self.address = ""
+        # The workload book (ListWorkloads, DescribeWorkload, Stop, ...): read from the stream
+        # from its first event on, from the first call that needs it until `stop`.
+        self.follower = BookFollower(bus)
+        self._clusters: KeyValue | None = None  # MUSTER_CLUSTERS, opened when first asked
 
     async def start(self) -> str:
         """Listen, report SERVING for every service; return the address ("HOST:PORT").
@@ -528,10 +548,11 @@ class GatewayServer:
         authorizer = security.authorizer
         self._events = EventsServicer(self._bus, authorizer)
         services_pb2_grpc.add_GatewayServicer_to_server(
-            GatewayServicer(self._bus, self.config, authorizer, kube=self._kube), server
+            GatewayServicer(self._bus, self.config, authorizer, self.follower, kube=self._kube),
+            server,
         )
         services_pb2_grpc.add_VisibilityServicer_to_server(
-            VisibilityServicer(store, authorizer), server
+            VisibilityServicer(store, authorizer, self.follower, self._clusters_bucket), server
         )
         services_pb2_grpc.add_EventsServicer_to_server(self._events, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
@@ -549,6 +570,11 @@ class GatewayServer:
         self._server = server
         return f"{host}:{bound}"
 
+    async def _clusters_bucket(self) -> KeyValue:
+        if self._clusters is None:
+            self._clusters = await self._bus.kv(CLUSTERS_BUCKET)
+        return self._clusters
+
     async def stop(self) -> None:
         """Report NOT_SERVING, end the watches, let unary calls finish within the grace period."""
         await self.health.enter_graceful_shutdown()
@@ -557,6 +583,7 @@ class GatewayServer:
                 self._events.end_watches()
             await self._server.stop(grace=self.config.grace_s)
             self._server = None
+        await self.follower.stop()
         await self._exits.aclose()
 
 
@@ -573,25 +600,6 @@ async def run_gateway(bus: GatewayBus, health: HealthStatus, config: GatewayConf
         await asyncio.Event().wait()
     finally:
         await server.stop()
-
-
-async def _answer(question: Awaitable[T], context: grpc.aio.ServicerContext) -> T:
-    """The authorizer's answer; UNAVAILABLE when it cannot give one (the API server is away)."""
-    try:
-        return await question
-    except AuthorizationUnavailableError as exc:
-        await _abort(context, grpc.StatusCode.UNAVAILABLE, f"cannot check permissions now: {exc}")
-
-
-async def _deny(context: grpc.aio.ServicerContext, caller: Caller, action: Action) -> NoReturn:
-    await _abort(context, grpc.StatusCode.PERMISSION_DENIED, denial(caller, action))
-
-
-async def _abort(
-    context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str
-) -> NoReturn:
-    await context.abort(code, message)
-    raise AssertionError("unreachable: ServicerContext.abort raises")
 
 
 def _metadata_value(metadata: Iterable[tuple[str, Any]] | None, key: str) -> str | None:

@@ -27,7 +27,7 @@ from muster.gateway.visibility import InvalidQueryError
 # Deprecated request metadata that turns following off, as `WatchRequest.history_only` does;
 # honoured for clients built against the contract before that field.
 FOLLOW_METADATA: Final = "muster-follow"
-_ALL_SUBJECTS: Final = (f"{PREFIX}.*.workload.>", f"{PREFIX}.*.queue.>", f"{PREFIX}.*.config.>")
+ALL_SUBJECTS: Final = (f"{PREFIX}.*.workload.>", f"{PREFIX}.*.queue.>", f"{PREFIX}.*.config.>")
 _SUBMITTED: Final = "workload.submitted"
 _ROUTED: Final = "workload.routed"
 _FINISHED: Final = "workload.finished"
@@ -149,7 +149,7 @@ class WatchFilter(msgspec.Struct, kw_only=True):
             return _subjects_of({*self.types, *membership})
         if self.namespace or self.workload or self.local_queue:
             return [workload_subject("*", ">")]
-        return list(_ALL_SUBJECTS)
+        return list(ALL_SUBJECTS)
 
     def membership_subjects(self) -> list[str]:
         """Return the subjects of the events that say which workloads are in the LocalQueue."""

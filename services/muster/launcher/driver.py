@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ import yaml
 from muster.api import load_yaml
 from muster.bus.cancel import raise_if_cancelling
 from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
+
+log = logging.getLogger(__name__)
 
 SUBMIT_AFTER = "muster.dev/submit-after"
 NOT_SUBMITTED = frozenset({"Node", "Configuration"})
@@ -114,6 +117,25 @@ def split_scenario(
     return nodes, config, work
 
 
+async def submit(gateway: Any, manifest: str) -> services_pb2.SubmitResponse:
+    """Gateway.Submit, tried again while the gateway answers UNAVAILABLE (NATS restarting):
+    a run outlives a NATS restart. A resubmission is harmless: a workload's second
+    `submitted` is a duplicate admission drops."""
+    delay_s = 0.1
+    while True:
+        try:
+            reply: services_pb2.SubmitResponse = await gateway.Submit(
+                services_pb2.SubmitRequest(manifest=manifest)
+            )
+            return reply
+        except grpc.aio.AioRpcError as err:
+            if err.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
+            log.warning("gateway unavailable (%s); submitting again", err.details())
+        await asyncio.sleep(delay_s)
+        delay_s = min(2.0, delay_s * 2)
+
+
 class Driver:
     def __init__(
         self,
@@ -146,9 +168,7 @@ class Driver:
             events = services_pb2_grpc.EventsStub(channel)
             await self.apply_nodes(nodes)
             if config:
-                await gateway.Submit(
-                    services_pb2.SubmitRequest(manifest=yaml.safe_dump_all(config))
-                )
+                await submit(gateway, yaml.safe_dump_all(config))
             self.started = time.monotonic()
             watch = asyncio.create_task(self._watch(events))
             try:
@@ -169,7 +189,7 @@ class Driver:
             delay = after / self.speed - (time.monotonic() - self.started)
             if delay > 0:
                 await asyncio.sleep(delay)
-            reply = await gateway.Submit(services_pb2.SubmitRequest(manifest=yaml.safe_dump(doc)))
+            reply = await submit(gateway, yaml.safe_dump(doc))
             for obj in reply.objects:
                 if obj.kind == "Workload":
                     track = self.tracks.setdefault(obj.key, Track(key=obj.key))
@@ -194,9 +214,20 @@ class Driver:
                 await asyncio.wait_for(self.changed.wait(), 0.5)
 
     async def _watch(self, events: Any) -> None:
-        async for env in events.Watch(services_pb2.WatchRequest(from_sequence=1)):
-            self._apply(env)
-            self.changed.set()
+        """Follow every event; a cut stream is resumed after the last event seen."""
+        after = 0
+        while True:
+            try:
+                request = services_pb2.WatchRequest(from_sequence=after + 1)
+                async for env in events.Watch(request):
+                    after = env.sequence
+                    self._apply(env)
+                    self.changed.set()
+                return
+            except grpc.aio.AioRpcError as err:
+                if err.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+            await asyncio.sleep(0.5)
 
     def _track(self, key: str) -> Track:
         track = self.tracks.get(key)

@@ -45,15 +45,19 @@ def nats_server_binary() -> str:
 
 
 class NatsServer:
-    """Starts on a free loopback port; `stop()` terminates it. JetStream data in `store_dir`.
+    """Starts on a loopback port (a free one unless given); `stop()` terminates it. JetStream
+    data in `store_dir`.
 
     With `deployment`, every service of it gets its own user (`passwords`: user → password,
     the admin's included); without, anyone on this machine may connect and do anything.
     """
 
-    def __init__(self, store_dir: Path, *, deployment: Deployment | None = None) -> None:
+    def __init__(
+        self, store_dir: Path, *, deployment: Deployment | None = None, port: int = 0
+    ) -> None:
+        """`port` 0: a free one."""
         self.store_dir = store_dir
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"nats://127.0.0.1:{self.port}"
         self.process: asyncio.subprocess.Process | None = None
         self.deployment = deployment

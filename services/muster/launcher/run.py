@@ -32,7 +32,7 @@ from muster.launcher.driver import (
 from muster.launcher.nats_server import LaunchError, NatsServer
 from muster.launcher.stack import Stack
 
-__all__ = ["LaunchError", "run_live"]
+__all__ = ["LaunchError", "prepare_nats", "run_live"]
 
 # Admission's --cluster-lost-seconds in a live run with worker clusters: gang-permit's
 # heartbeat comes every 2 s, so a cluster silent for 5 s is gone.
@@ -80,7 +80,7 @@ async def run_live(
         if nats is not None:
             nats_url = await nats.start(log_path=log_dir / "nats-server.log")
         assert nats_url is not None
-        admin = await _prepare(nats_url, nats, deployment)
+        admin = await prepare_nats(nats_url, nats, deployment)
         stack = Stack(
             nats_url=nats_url,
             cluster=cluster,
@@ -149,7 +149,7 @@ async def run_live(
             shutil.rmtree(log_dir / "jetstream", ignore_errors=True)
 
 
-async def _prepare(url: str, nats: NatsServer | None, deployment: Deployment) -> Bus:
+async def prepare_nats(url: str, nats: NatsServer | None, deployment: Deployment) -> Bus:
     """Connect as the admin and create every stream and bucket the services will bind to (with
     per-service users they may not create them); the launcher writes its nodes as the admin."""
     config = BusConfig(url=url, name="muster-run")

@@ -79,16 +79,29 @@ class Stack:
         only: Collection[str] | None = None,
         workers: Sequence[str] = (),
         passwords: Mapping[str, str] | None = None,
+        service_args: Mapping[str, Sequence[str]] | None = None,
+        gateway_listen: str = "127.0.0.1:0",
         environment: Mapping[str, str] | None = None,
+        metrics_ports: int | None = None,
     ):
         """`only`: start just these services (by name: "binder", "gangpermit", ...).
         `workers`: MultiKueue worker clusters, each with its own per-cluster services (labelled
         `<service>-<cluster>`). `passwords`: NATS user → password; each service then connects
         as its own user (muster.bus.permissions), told in its environment, not its argv.
-        `environment`: variables added to every service's (MUSTER_METRICS_PORT, OTEL_*)."""
+        `service_args`: more flags per service name. `gateway_listen`: a fixed port keeps the
+        gateway's address across its restarts. `environment`: variables added to every
+        service's (MUSTER_METRICS_PORT, OTEL_*). `metrics_ports`: each service serves metrics
+        on this port plus its place in the start order (0: each a free one)."""
         self.log_dir = log_dir
+        more = service_args or {}
         per_cluster = [
-            (name, ["--speed", f"{speed:g}"] if name == "sim-cluster" else [])
+            (
+                name,
+                [
+                    *(["--speed", f"{speed:g}"] if name == "sim-cluster" else []),
+                    *more.get(name, ()),
+                ],
+            )
             for name in PER_CLUSTER
         ]
         specs: list[tuple[str, str, list[str], str]] = [
@@ -101,14 +114,25 @@ class Stack:
                 (
                     f"admission-{i}",
                     "admission",
-                    ["--shard", str(i), "--shards", str(shards), *admission_args],
+                    ["--shard", str(i), "--shards", str(shards), *admission_args,
+                     *more.get("admission", ())],
                     cluster,
                 )
                 for i in range(shards)
             ),
-            ("preemption", "preemption", [], cluster),
-            ("gateway", "gateway", ["--listen", "127.0.0.1:0"], cluster),
-        ]
+            ("preemption", "preemption", [*more.get("preemption", ())], cluster),
+            ("gateway", "gateway", ["--listen", gateway_listen, *more.get("gateway", ())], cluster),
+        ]  # fmt: skip
+        if metrics_ports is not None:
+            specs = [
+                (
+                    label,
+                    name,
+                    [*extra, "--metrics-port", str(metrics_ports and metrics_ports + i)],
+                    c,
+                )
+                for i, (label, name, extra, c) in enumerate(specs)
+            ]
         self.services = [
             ServiceProcess(
                 name=label,
@@ -152,10 +176,11 @@ class Stack:
 
     async def _read(self, svc: ServiceProcess) -> None:
         """Copy the service's output to its log, noting the addresses it announces."""
-        assert svc.process is not None
-        assert svc.process.stdout is not None
+        process, announced = svc.process, svc.announced  # this run's: a restart has its own
+        assert process is not None
+        assert process.stdout is not None
         with svc.log_path.open("ab") as log:
-            async for line in svc.process.stdout:
+            async for line in process.stdout:
                 log.write(line)
                 log.flush()
                 match = _ANNOUNCE.match(line)
@@ -164,8 +189,8 @@ class Stack:
                     if "health" in svc.addresses and (
                         svc.name != "gateway" or "gateway" in svc.addresses
                     ):
-                        svc.announced.set()
-        svc.announced.set()  # exited: let waiters see it
+                        announced.set()
+        announced.set()  # exited: let waiters see it
 
     async def _wait_serving(self, svc: ServiceProcess) -> None:
         await svc.announced.wait()
@@ -182,6 +207,33 @@ class Stack:
                 if svc.process.returncode is not None:
                     raise LaunchError(f"{svc.name} exited at start; see {svc.log_path}")
                 await asyncio.sleep(0.05)
+
+    def service(self, name: str) -> ServiceProcess:
+        (found,) = [s for s in self.services if s.name == name]
+        return found
+
+    async def kill(self, name: str) -> None:
+        """SIGKILL service `name` (a crash, as far as everything else can tell); wait for it."""
+        proc = self.service(name).process
+        if proc is None or proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+
+    async def restart(self, name: str, *, timeout_s: float | None = None) -> None:
+        """Start service `name` again with the same flags (as Kubernetes restarts a pod) and
+        wait until it serves (a restarted admission replica waits for its lease, then
+        rebuilds: no time limit unless `timeout_s`). LaunchError if it exits first."""
+        svc = self.service(name)
+        svc.addresses.clear()
+        svc.announced = asyncio.Event()
+        await self._spawn(svc)
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._wait_serving(svc)
+        except TimeoutError:
+            raise LaunchError(f"{name} did not serve again in {timeout_s:g}s") from None
 
     def died(self) -> list[str]:
         return [

@@ -13,16 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from muster.bus import dlq_subject, encode
-from muster.bus.publisher import (
-    DLQ_CONSUMER,
-    DLQ_REASON,
-    DLQ_SEQUENCE,
-    DLQ_STREAM_HEADER,
-    DLQ_SUBJECT,
-    MSG_ID,
-)
-from muster.bus.subjects import EVENTS_STREAM, subject_of
+from muster.bus.poison import Quarantine
 from muster.bus.tracing import step
 from muster.contracts.v1 import events_pb2 as pb
 from muster.preemption.state import Evictions, Flight
@@ -46,6 +37,10 @@ class PreemptionContext:
     clock: Callable[[], float]
     source: str = "preemption"
     wake: Callable[[], None] = lambda: None  # the resend timer has a new deadline
+
+    @property
+    def dead_letters(self) -> Quarantine:
+        return Quarantine(self.publisher, consumer=DURABLE)
 
 
 async def on_evicted(env: pb.Envelope, ctx: PreemptionContext) -> None:
@@ -93,15 +88,5 @@ async def resend(ctx: PreemptionContext) -> None:
 
 async def give_up(flight: Flight, ctx: PreemptionContext) -> None:
     """Log the failure and keep a copy of the eviction in the DLQ for operators."""
-    env = flight.evicted
     reason = f"eviction not completed after {flight.attempt} attempts"
-    log.error(reason, extra={"workload": env.workload, "cluster": env.cluster})
-    headers = {
-        MSG_ID: f"dlq/{DURABLE}/{env.event_id}",
-        DLQ_REASON: reason,
-        DLQ_SUBJECT: subject_of(env),
-        DLQ_STREAM_HEADER: EVENTS_STREAM,
-        DLQ_SEQUENCE: str(env.sequence),
-        DLQ_CONSUMER: DURABLE,
-    }
-    await ctx.publisher.publish_raw(dlq_subject(DURABLE), encode(env), headers)
+    await ctx.dead_letters.event(flight.evicted, reason)

@@ -64,8 +64,16 @@ class Evictions:
         return flight
 
     def completed(self, env: pb.Envelope) -> Flight | None:
-        """The pods are gone: the flight ends. Returns it, or None when none was in flight."""
+        """The pods are gone: the flight ends. Returns it, or None when none was in flight.
+
+        A completion naming another eviction than the one in flight (a command of an earlier
+        eviction, redelivered late) changes nothing: the eviction in flight is not done.
+        """
         key = (env.cluster, env.workload)
+        named = env.eviction_completed.eviction_id
+        flight = self.flights.get(key)
+        if named and (flight is None or flight.evicted.event_id != named):
+            return None
         self.completed_at[key] = max(self.completed_at.get(key, 0), env.sequence)
         if len(self.completed_at) > 65536:  # only recent completions can race an eviction
             for old in list(self.completed_at)[: len(self.completed_at) // 2]:

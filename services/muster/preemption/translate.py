@@ -12,10 +12,16 @@ def evict_command(evicted: pb.Envelope, *, attempt: int, source: str = SOURCE) -
     """Attempt `attempt` of stopping the pods of `evicted`'s workload, on its cluster.
 
     The id is derived from the eviction and the attempt, so re-sending one attempt is a
-    duplicate JetStream drops, and each new attempt is a new command.
+    duplicate JetStream drops, and each new attempt is a new command. Every attempt names the
+    eviction (its event id and stream sequence): the binder fences on it, and its
+    `eviction_completed` says which eviction it completes.
     """
     payload = pb.EvictRequested(
-        reason=evicted.evicted.reason, message=evicted.evicted.message, attempt=attempt
+        reason=evicted.evicted.reason,
+        message=evicted.evicted.message,
+        attempt=attempt,
+        eviction_sequence=evicted.sequence,
+        eviction_id=evicted.event_id,
     )
     return new_event(
         "evict_requested",

@@ -332,7 +332,8 @@ def _workload_ref(key: str) -> ObjectRef:
 def _transition(wl: _Workload, field: str, payload: Any, *, at_s: float) -> None:
     """Move `wl` on for one admission, eviction or end event, as Kueue words the conditions."""
     if field == "pending":
-        reason = "Inadmissible" if payload.reason == "Inadmissible" else "Pending"
+        # Kueue's reasons as admission decided them (granular since Kueue v0.19).
+        reason = payload.reason or "Pending"
         wl.state = "pending"
         wl.unadmit()
         wl.set("QuotaReserved", False, reason, payload.message)

@@ -25,6 +25,7 @@ from nats.js.kv import KeyValue
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.connection import Bus
 from muster.bus.errors import Retry
+from muster.bus.poison import Quarantine
 from muster.cluster.backend import ClusterBackend, ClusterChange
 from muster.cluster.errors import ClusterError
 from muster.cluster.sim.keys import SCHEDULING_POD_GROUP_KIND
@@ -216,6 +217,7 @@ async def _watch(
     ctx = WatcherContext(
         cluster=config.cluster, outbox=outbox, marks=marks, workloads=workloads, pods=pods
     )
+    poison = Quarantine(bus.publisher, consumer=f"watcher-{config.cluster}")
     revision = await load_revision(kv, config.cluster)
     if revision:
         # A resumed watch shows only what changed; the workload's other pods come from a list.
@@ -237,7 +239,7 @@ async def _watch(
                     events.learn(change.obj)  # its uid, for the Events about it
                 handler = handler_for(change)
                 if handler is not None:
-                    await _handle_until_done(handler, change, ctx)
+                    await _handle_until_done(handler, change, ctx, poison)
             # Handled, then remembered: events stored first, then marks, then the revision.
             await outbox.flush()
             await marks.flush()
@@ -341,11 +343,14 @@ class RevisionSaver:
                     await self._stop.wait()
 
 
-async def _handle_until_done(handler: Handler, change: ClusterChange, ctx: WatcherContext) -> None:
+async def _handle_until_done(
+    handler: Handler, change: ClusterChange, ctx: WatcherContext, poison: Quarantine
+) -> None:
     """Run `handler` on `change`, retrying temporary failures until it succeeds.
 
     Handlers publish before they remember, so a retry republishes the same event ids and
-    JetStream drops the copies. A bug is logged and the change skipped: the watch goes on.
+    JetStream drops the copies. A bug (or an object no handler can take) is dead-lettered
+    with its reason and the change skipped: the watch goes on.
     """
     delay_s = 0.1
     while True:
@@ -359,8 +364,8 @@ async def _handle_until_done(handler: Handler, change: ClusterChange, ctx: Watch
                 log.error("skipping %s %s: %s", change.type, change.key, err)
                 return
             log.warning("retrying %s %s: %s", change.type, change.key, err)
-        except Exception:
-            log.exception("handler failed on %s %s; skipping it", change.type, change.key)
+        except Exception as err:
+            await poison.object(change.key, change.obj, err, revision=change.revision)
             return
         await asyncio.sleep(delay_s)
         delay_s = min(delay_s * 2, 5.0)

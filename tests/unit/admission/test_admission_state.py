@@ -269,3 +269,26 @@ def test_each_shard_decides_only_its_own_tree_and_adopts_moved_workloads() -> No
     assert shards[1].engine.holds_quota(WorkloadKey("ns/w"))
     assert not shards[0].engine.holds_quota(WorkloadKey("ns/w"))
     assert kinds(stream.of("quota_reserved")) == [("quota_reserved", "ns/w")]
+
+
+def test_a_stopped_workload_stays_inactive_through_a_rebuild_and_resumes_after_it() -> None:
+    stream, live = Stream(), owning()
+    configured(stream, live, cpu="4")
+    stream.run(live, submitted(workload("a", cpu="3")))
+    stop = pb.WorkloadActiveChanged(active=False)
+    (evicted,) = stream.run(live, reported("active_changed", "ns/a", stop))
+    assert (evicted.evicted.reason, live.engine.holds_quota(WorkloadKey("ns/a"))) == (
+        "Deactivated",
+        True,
+    )
+    assert stream.run(live, reported("eviction_completed", "ns/a")) == []  # not requeued
+    waiting = stream.run(live, submitted(workload("b", cpu="3")))
+    assert kinds(waiting) == [("quota_reserved", "ns/b"), ("admitted", "ns/b")]
+
+    rebuilt = stream.rebuild()
+    assert rebuilt.take_ownership(now_s=20.0) == []
+    assert rebuilt.engine.phase(WorkloadKey("ns/a")) == "Inactive"
+    resume = reported("active_changed", "ns/a", pb.WorkloadActiveChanged(active=True))
+    out = stream.run(rebuilt, resume)
+    assert [(e.WhichOneof("payload"), e.workload) for e in out][:1] == [("requeued", "ns/a")]
+    assert out[0].requeued.reason == "Reactivated"

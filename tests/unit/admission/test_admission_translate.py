@@ -175,7 +175,7 @@ def test_published_decisions_read_back_as_recorded_facts() -> None:
     fact = fact_of(env)
     assert fact == Recorded(
         WorkloadKey("ns/a"), kind="quota_reserved", source="admission/1", at_s=2.0,
-        admission=ADMISSION, checks=("prov",),
+        event_id=env.event_id, admission=ADMISSION, checks=("prov",),
     )  # fmt: skip
 
 

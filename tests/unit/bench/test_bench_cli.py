@@ -65,6 +65,7 @@ def test_config_all_runs_every_configuration_in_order(
     assert [(r["config"], r["workloads"], r["cluster_queues"]) for r in rows] == [
         ("baseline", 90, 30),
         ("large-scale", 3000, 1000),
+        ("hierarchical-fair", 3000, 1000),
     ]
     assert all(r["max_usage_pct"] <= 100 for r in rows)
 
@@ -100,6 +101,7 @@ def test_no_section_runs_every_section(
     assert [r["config"] for r in rows if r["section"] == "admission"] == [
         "baseline",
         "large-scale",
+        "hierarchical-fair",
     ]
 
 
@@ -174,7 +176,9 @@ def test_table_output_has_a_header_one_line_per_config_and_the_targets(
     ]
     assert lines[3].split()[:3] == ["baseline", "90", "30"]
     assert lines[4].split()[:3] == ["large-scale", "3000", "1000"]
+    assert lines[5].split()[:3] == ["hierarchical-fair", "3000", "1000"]
     assert "large-scale: >= 5000 decisions/s:" in out
+    assert "hierarchical-fair: >= 5000 decisions/s:" in out
     assert "baseline: mean usage while work waits >= 90 %:" in out
     assert "(counts scaled with --scale; the targets are for scale 1)" in out
 

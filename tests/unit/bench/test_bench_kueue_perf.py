@@ -9,6 +9,8 @@ import pytest
 
 from muster.api.model import (
     ClusterQueue,
+    Cohort,
+    KueueConfig,
     LabelSelector,
     LocalQueue,
     QueueingStrategy,
@@ -17,7 +19,14 @@ from muster.api.model import (
     WithinClusterQueue,
     Workload,
 )
-from muster.bench.kueue_perf import BASELINE, CONFIGS, LARGE_SCALE, generate, scaled_count
+from muster.bench.kueue_perf import (
+    BASELINE,
+    CONFIGS,
+    HIERARCHICAL_FAIR,
+    LARGE_SCALE,
+    generate,
+    scaled_count,
+)
 from muster.sim import build_scenario
 
 
@@ -152,4 +161,25 @@ def test_rejects_a_scale_that_is_not_positive(scale: float) -> None:
 
 
 def test_configurations_are_registered_by_name() -> None:
-    assert list(CONFIGS) == ["baseline", "large-scale"]
+    assert list(CONFIGS) == ["baseline", "large-scale", "hierarchical-fair"]
+
+
+def test_hierarchical_fair_nests_cohorts_three_deep_with_fair_sharing_on() -> None:
+    plan = generate(HIERARCHICAL_FAIR)
+
+    assert (len(plan.workloads), plan.cluster_queues) == (50_000, 1_000)
+    (config,) = [obj for obj in plan.objects if isinstance(obj, KueueConfig)]
+    assert config.fair_sharing.enable
+    cohorts = {obj.name: obj.parent for obj in plan.objects if isinstance(obj, Cohort)}
+    assert len(cohorts) == 5 * 4 + 5 * 4 * 5  # the roots are implicit
+    queues = [obj for obj in plan.objects if isinstance(obj, ClusterQueue)]
+    for cq in queues:
+        leaf = cq.cohort
+        assert leaf is not None
+        mid = cohorts[leaf]
+        assert mid is not None
+        root = cohorts[mid]
+        assert root is not None
+        assert root not in cohorts  # implicit: a root
+    assert set(Counter(cq.cohort for cq in queues).values()) == {10}
+    assert set(plan.cohort_nominal_milli.values()) == {200 * 20_000}

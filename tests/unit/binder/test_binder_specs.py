@@ -1,5 +1,5 @@
 """The binder's view of workloads: specs from every cluster (MultiKueue dispatches across
-clusters), and admissions superseded by a later eviction on its own cluster."""
+clusters), and the fences its own cluster's evictions and every cluster's ends put up."""
 
 from __future__ import annotations
 
@@ -37,10 +37,11 @@ def test_follows_specs_of_every_cluster_and_evictions_of_its_own() -> None:
         "muster.v1.*.workload.finished",
         "muster.v1.west.workload.admitted",
         "muster.v1.west.workload.evicted",
+        "muster.v1.west.workload.eviction_completed",
     ]
 
 
-def test_a_spec_submitted_elsewhere_is_known_and_a_late_admission_is_superseded() -> None:
+def test_a_spec_submitted_elsewhere_is_known_until_it_finishes() -> None:
     specs = WorkloadSpecs()
     specs.apply(
         on("local", "submitted", pb.WorkloadSubmitted(manifest_json=json.dumps(MANIFEST)), 1)
@@ -48,15 +49,8 @@ def test_a_spec_submitted_elsewhere_is_known_and_a_late_admission_is_superseded(
     spec = specs.get("ns/w")
     assert spec is not None
     assert spec.key == "ns/w"
-    first = on("west", "admitted", pb.WorkloadAdmitted(), 2)
-    assert not specs.superseded(first)
-    specs.apply(on("west", "evicted", pb.WorkloadEvicted(reason="ClusterLost"), 5))
-    assert specs.superseded(first)  # delivered after west came back: not started
-    again = on("west", "admitted", pb.WorkloadAdmitted(), 9)
-    assert not specs.superseded(again)  # admitted here again since
     specs.apply(on("west", "finished", pb.WorkloadFinished(), 12))
     assert specs.get("ns/w") is None
-    assert not specs.superseded(first)
 
 
 class _Backend:
@@ -67,7 +61,12 @@ class _Backend:
         self.origins: dict[str, WorkloadOrigin | None] = {}
 
     async def start_workload(
-        self, key: str, *, pod_sets: list[PodSetStart], origin: WorkloadOrigin | None = None
+        self,
+        key: str,
+        *,
+        pod_sets: list[PodSetStart],
+        admission: int = 0,
+        origin: WorkloadOrigin | None = None,
     ) -> None:
         self.started[key] = pod_sets
         self.origins[key] = origin
@@ -107,9 +106,14 @@ class _Refusing(_Backend):
     """A worker cluster that will not create what it is given."""
 
     async def start_workload(
-        self, key: str, *, pod_sets: list[PodSetStart], origin: WorkloadOrigin | None = None
+        self,
+        key: str,
+        *,
+        pod_sets: list[PodSetStart],
+        admission: int = 0,
+        origin: WorkloadOrigin | None = None,
     ) -> None:
-        await super().start_workload(key, pod_sets=pod_sets, origin=origin)
+        await super().start_workload(key, pod_sets=pod_sets, admission=admission, origin=origin)
         raise ClusterError("Job/ns/train", "Forbidden", 'jobs.batch is forbidden: user "mk"')
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from muster.api.model import FlavorQuotas, ResourceGroup, ResourceQuota
-from muster.core.quota import QuotaNode, QuotaTree
+import pytest
+
+from muster.api.model import Cohort, FlavorQuotas, ObjectMeta, ResourceGroup, ResourceQuota
+from muster.core.config import cohort_cycles
+from muster.core.quota import QuotaNode, QuotaTree, borrowing_level
 
 FR = ("default", "cpu")
 
@@ -111,7 +114,29 @@ def test_usage_changes_propagate_up_incrementally() -> None:
     assert tree.cohorts["root"].usage[FR] == 0
 
 
-def test_cycle_detection_between_cohorts() -> None:
-    tree = _tree({}, cohorts={"x": {"nominal": 0, "parent": "y"}, "y": {"nominal": 0}})
-    assert tree.has_cycle("y", "x")
-    assert not tree.has_cycle("y", None)
+@pytest.mark.parametrize(("first", "second"), [("a", "b"), ("b", "a"), ("z", "m")])
+def test_a_cohort_cycle_is_found_and_named_whatever_the_names(first: str, second: str) -> None:
+    def cohort(name: str, parent: str | None = None) -> Cohort:
+        return Cohort(meta=ObjectMeta(name=name), parent=parent)
+
+    cohorts = {
+        first: cohort(first, second),
+        second: cohort(second, first),
+        "into": cohort("into", first),  # not on the loop, but its parents lead into it
+        "free": cohort("free", "root"),
+    }
+    loop = tuple(sorted((first, second)))
+    assert cohort_cycles(cohorts) == {first: loop, second: loop, "into": loop}
+
+
+def test_borrowing_level_is_the_height_of_the_lowest_subtree_that_fits() -> None:
+    # root (4) -> mid (2) -> cq (1); another cq under root.
+    tree = _tree(
+        {"cq": {"nominal": 1, "cohort": "mid"}, "other": {"nominal": 0, "cohort": "root"}},
+        cohorts={"root": {"nominal": 4}, "mid": {"nominal": 2, "parent": "root"}},
+    )
+    cq = tree.cluster_queues["cq"]
+    assert borrowing_level(cq, FR, 1) == (0, True)  # its own quota
+    assert borrowing_level(cq, FR, 3) == (1, True)  # mid's subtree (1 + 2), below the root
+    assert borrowing_level(cq, FR, 7) == (2, False)  # the whole tree (1 + 2 + 4)
+    assert borrowing_level(cq, FR, 8) == (2, False)  # nowhere: the root's height

@@ -128,7 +128,10 @@ def test_restored_preemptor_waits_for_its_victim_without_preempting_again(granul
     live, events = _two_low_and_urgent(granular)
     (victim,) = [WorkloadKey(e.object) for e in events if e.type is EventType.PREEMPTED]
     (waiting,) = [e for e in events if e.type is EventType.PENDING and e.object == "ns/urgent"]
-    assert waiting.message == "Waiting for preempted workloads to stop"
+    assert waiting.message == (
+        "couldn't assign flavors to pod set main: insufficient unused quota for cpu in flavor f, "
+        "2 more needed. Pending the preemption of 1 workload(s)"
+    )
 
     rebuilt = Engine(_objects(), config=live.config.kueue, hold_quota_until_stopped=True)
     for name in ("a", "b", "urgent"):

@@ -232,3 +232,45 @@ def test_an_admission_wakes_a_pass_only_once_its_pods_are_seen() -> None:
     assert state.apply_event(readmitted) is True  # its pods are there: their gang changed
     finished = event("finished", events_pb2.WorkloadFinished(), workload="ns/other")
     assert state.apply_event(finished) is False  # no pod of it here
+
+
+def test_a_late_completion_of_an_earlier_eviction_keeps_the_admission_held_now() -> None:
+    state = fed(node("a", cpu="2"))
+    readmitted = job_admitted()
+    readmitted.sequence = 20
+    state.apply_event(readmitted)
+
+    def completed(eviction: int, *, at: int) -> events_pb2.Envelope:
+        payload = events_pb2.EvictionCompleted(
+            eviction_id=f"e{eviction}", eviction_sequence=eviction
+        )
+        env = event("eviction_completed", payload, workload="ns/job")
+        env.sequence = at
+        return env
+
+    state.apply_event(completed(12, at=25))
+    assert "ns/job" in state.admitted  # the binder left this admission's pods alone
+    state.apply_event(completed(22, at=26))
+    assert "ns/job" not in state.admitted
+
+
+def test_a_restored_permit_of_an_evicted_admission_holds_nothing_for_the_next_one() -> None:
+    # Admitted, permitted, evicted before the binder answered; admitted again, its pods made
+    # again under the same names. A gang-permit restarted now must place the new pods.
+    first = kueue_workload("w", 1)
+    pods = pod("w-main-0", labels={"muster.dev/workload": "w"}, uid="old")
+    state = fed(node("a"), stream=first)
+    for obj in objects(pods):
+        state.put(obj)
+    (permit,) = decide(state, now_s=1.0)
+    evicted = event("eviction_completed", events_pb2.EvictionCompleted(), workload="ns/w")
+    again = event("admitted", first[1].admitted, workload="ns/w")
+    stream = [*first, permit, evicted, again]
+    for seq, env in enumerate(stream, start=1):
+        env.sequence = seq
+
+    restarted = fed(node("a") + pod("w-main-0", labels={"muster.dev/workload": "w"}, uid="new"),
+                    stream=stream)  # fmt: skip
+    (placed,) = decide(restarted, now_s=2.0)
+    assert placed.type == "workload.gang_permitted"
+    assert [b.pod.uid for b in placed.gang_permitted.bindings] == ["new"]

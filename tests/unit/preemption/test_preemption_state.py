@@ -90,3 +90,28 @@ def test_evict_command_goes_to_the_victims_cluster_with_an_id_per_attempt() -> N
 def test_settings_are_validated(resend_s: float, attempts: int) -> None:
     with pytest.raises(ValueError, match="resend"):
         Evictions(resend_s=resend_s, max_attempts=attempts)
+
+
+def test_a_completion_of_an_earlier_eviction_leaves_the_current_one_in_flight() -> None:
+    flights = Evictions(resend_s=30, max_attempts=10)
+    earlier = evicted(seq=1)
+    flights.evicted(earlier, now_s=0)
+    flights.completed(completed(seq=2))
+    current = evicted(seq=9)
+    flight = flights.evicted(current, now_s=40)
+    late = completed(seq=12)  # attempt 2 of the earlier eviction, carried out late
+    late.eviction_completed.eviction_id = earlier.event_id
+    assert flights.completed(late) is None
+    assert flights.flights[("local", "ns/v")] is flight  # still re-sent until its own comes
+    done = completed(seq=14)
+    done.eviction_completed.eviction_id = current.event_id
+    assert flights.completed(done) is flight
+
+
+def test_every_attempt_names_the_eviction_it_carries_out() -> None:
+    env = evicted(seq=7)
+    command = evict_command(env, attempt=3)
+    assert (command.evict_requested.eviction_id, command.evict_requested.eviction_sequence) == (
+        env.event_id,
+        7,
+    )

@@ -22,6 +22,7 @@ import msgspec
 from muster.api.job import QUEUE_NAME_KEY
 from muster.api.wellknown import POD_GROUP_LABEL, POD_SET_ANNOTATION, WORKLOAD_LABEL
 from muster.cluster.backend import (
+    ADMISSION_LABEL,
     ClusterBackend,
     ClusterChange,
     Identity,
@@ -29,6 +30,7 @@ from muster.cluster.backend import (
     Selection,
     WorkloadCopy,
     WorkloadOrigin,
+    admission_of,
     split_workload_key,
 )
 from muster.cluster.errors import (
@@ -199,22 +201,24 @@ class KubeBackend:
 
         return await self._retrying(create)
 
-    async def delete(self, kind: str, name: str, *, namespace: str = "") -> bool:
+    async def delete(self, kind: str, name: str, *, namespace: str = "", uid: str = "") -> bool:
         resource = resource_for_kind(kind, kueue_version=self.config.kueue_version)
         namespace = (namespace or _NAMESPACED_DEFAULT) if resource.namespaced else ""
-        return await self._delete(resource, name, namespace)
+        return await self._delete(resource, name, namespace, uid=uid)
 
-    async def _delete(self, resource: Resource, name: str, namespace: str) -> bool:
+    async def _delete(
+        self, resource: Resource, name: str, namespace: str, *, uid: str = ""
+    ) -> bool:
         who = resource.describe(name, namespace)
+        options: dict[str, Any] = {"propagationPolicy": "Background"}
+        if uid:  # another object of that name is left alone (409: the precondition failed)
+            options["preconditions"] = {"uid": uid}
 
         async def delete() -> bool:
             response = await self.transport.request(
-                "DELETE",
-                resource.object_path(name, namespace),
-                obj=who,
-                body={"propagationPolicy": "Background"},
+                "DELETE", resource.object_path(name, namespace), obj=who, body=options
             )
-            if response.status == 404:
+            if response.status == 404 or (uid and response.status == 409):
                 return False
             if not response.ok:
                 raise response.error(who)
@@ -326,6 +330,7 @@ class KubeBackend:
         workload_key: str,
         *,
         pod_sets: Sequence[PodSetStart],
+        admission: int = 0,
         origin: WorkloadOrigin | None = None,
     ) -> None:
         """As the protocol says. With `origin` (MultiKueue dispatched it here from the manager
@@ -334,32 +339,52 @@ class KubeBackend:
         namespace, name = split_workload_key(workload_key)
         job, workload = await self._job_of(namespace, name)
         if job is None and workload is None and origin is not None:
-            job, workload = await self._copy(namespace, name, origin, pod_sets)
+            job, workload = await self._copy(namespace, name, origin, pod_sets, admission)
             if job is not None:
                 return  # created started
         if job is not None:
-            await self._start_job(job, pod_sets, workload=name)
+            await self._start_job(job, pod_sets, workload=name, admission=admission)
         elif workload is not None:
-            await self._create_pods(workload, pod_sets)
+            await self._create_pods(workload, pod_sets, admission=admission)
         # Otherwise a pod group: its pods exist already.
 
-    async def stop_workload(self, workload_key: str) -> None:
-        """As the protocol says; a copy from another cluster (MultiKueue) is deleted, as
-        Kueue deletes remote objects, so nothing of it can run here again."""
+    async def stop_workload(
+        self, workload_key: str, *, before: int = 0, pod_sets: Mapping[str, int] | None = None
+    ) -> None:
+        """A Job is suspended (unless a later admission started it); other pods are found by
+        label (the API server's index), so `pod_sets` is not needed here. A copy from another
+        cluster (MultiKueue) is deleted, as Kueue deletes remote objects, so nothing of it can
+        run here again."""
         namespace, name = split_workload_key(workload_key)
         job, workload = await self._job_of(namespace, name)
-        if job is not None and copies.origin_of(job):
-            await self._delete(JOBS, str(job["metadata"]["name"]), namespace)
-        elif job is not None:
-            await self._stop_job(job)
-            return
-        pods = await self._pods_of(namespace, name)
-        await asyncio.gather(*(self._delete(PODS, p["metadata"]["name"], namespace) for p in pods))
-        if workload is not None and copies.origin_of(workload):
-            await self._delete(self._kueue["Workload"], name, namespace)
+        if job is not None:
+            if before and jobs.admission_of_job(job) >= before:
+                return  # started by a later admission than the eviction's
+            if not copies.origin_of(job):
+                await self._stop_job(job)
+                return
+            meta = job["metadata"]
+            await self._delete(JOBS, str(meta["name"]), namespace, uid=str(meta.get("uid", "")))
+        found = await self._pods_of(namespace, name)
+        pods = [p for p in found if not before or admission_of(p) < before]
+        await asyncio.gather(
+            *(
+                self._delete(
+                    PODS, p["metadata"]["name"], namespace, uid=p["metadata"].get("uid", "")
+                )
+                for p in pods
+            )
+        )
+        if workload is not None and copies.origin_of(workload) and len(pods) == len(found):
+            await self._delete(self._kueue["Workload"], name, namespace)  # no later admission's
 
     async def _copy(
-        self, namespace: str, name: str, origin: WorkloadOrigin, pod_sets: Sequence[PodSetStart]
+        self,
+        namespace: str,
+        name: str,
+        origin: WorkloadOrigin,
+        pod_sets: Sequence[PodSetStart],
+        admission: int,
     ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         """Create the copy of workload `name` from cluster `origin.cluster`: (its Job, created
         started) or (None, its Kueue Workload, created); ClusterError when the cluster refuses,
@@ -368,7 +393,9 @@ class KubeBackend:
         if owner is not None and owner.get("kind") == "Job":
             made = copies.job_copy(owner, origin=origin.cluster, workload=name)
             try:
-                started = jobs.started_job(made, pod_sets, workload=name) or made
+                started = (
+                    jobs.started_job(made, pod_sets, workload=name, admission=admission) or made
+                )
             except ResizeError as err:
                 who = JOBS.describe(str(made["metadata"].get("name")), namespace)
                 raise RequestsRefusedError(who, f"its pod template cannot ask for {err}") from None
@@ -458,7 +485,12 @@ class KubeBackend:
         return None, workload
 
     async def _start_job(
-        self, job: Mapping[str, Any], pod_sets: Sequence[PodSetStart], *, workload: str
+        self,
+        job: Mapping[str, Any],
+        pod_sets: Sequence[PodSetStart],
+        *,
+        workload: str,
+        admission: int,
     ) -> None:
         meta = job.get("metadata") or {}
         job_name, namespace = str(meta.get("name")), str(meta.get("namespace"))
@@ -472,7 +504,7 @@ class KubeBackend:
             if jobs.is_suspended(fresh) and (fresh.get("status") or {}).get("startTime"):
                 fresh = await self._clear_start_time(job_name, namespace)  # else no template change
             try:
-                started = jobs.started_job(fresh, pod_sets, workload=workload)
+                started = jobs.started_job(fresh, pod_sets, workload=workload, admission=admission)
             except ResizeError as err:
                 message = f"its pod template cannot ask for the admitted requests: {err}"
                 raise RequestsRefusedError(who, message) from None
@@ -537,7 +569,7 @@ class KubeBackend:
         return job
 
     async def _create_pods(
-        self, workload: Mapping[str, Any], pod_sets: Sequence[PodSetStart]
+        self, workload: Mapping[str, Any], pod_sets: Sequence[PodSetStart], *, admission: int
     ) -> None:
         """Create the pods of a bare Kueue Workload from its podset templates (idempotent)."""
         templates = {
@@ -552,6 +584,7 @@ class KubeBackend:
                     i,
                     template=templates.get(ps.name) or {},
                     scheduler=self.config.scheduler_name,
+                    admission=admission,
                 )
                 for ps in pod_sets
                 for i in range(ps.count)
@@ -581,12 +614,13 @@ class KubeBackend:
         by_name = {p["metadata"]["name"]: p for p in (*labelled, *grouped)}
         return [by_name[n] for n in sorted(by_name)]
 
-    async def bind(self, namespace: str, pod: str, node: str) -> None:
+    async def bind(self, namespace: str, pod: str, node: str, *, uid: str = "") -> None:
         who = PODS.describe(pod, namespace)
+        meta = {"name": pod, "namespace": namespace, **({"uid": uid} if uid else {})}
         binding = {
             "apiVersion": "v1",
             "kind": "Binding",
-            "metadata": {"name": pod, "namespace": namespace},
+            "metadata": meta,  # with a uid: the server binds only that pod (a precondition)
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
 
@@ -643,6 +677,7 @@ def _pod(
     *,
     template: Mapping[str, Any],
     scheduler: str,
+    admission: int = 0,
 ) -> dict[str, Any]:
     """Pod `index` of `pod_set` from the Workload's template, placed as admitted."""
     meta = workload.get("metadata") or {}
@@ -665,7 +700,11 @@ def _pod(
         "metadata": {
             "name": f"{name}-{pod_set.name}-{index}",
             "namespace": meta.get("namespace"),
-            "labels": {**(t_meta.get("labels") or {}), WORKLOAD_LABEL: name},
+            "labels": {
+                **(t_meta.get("labels") or {}),
+                WORKLOAD_LABEL: name,
+                **({ADMISSION_LABEL: str(admission)} if admission else {}),
+            },
             "annotations": {
                 **(t_meta.get("annotations") or {}),
                 **pod_set.annotations,

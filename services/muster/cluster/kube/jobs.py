@@ -25,7 +25,7 @@ import msgspec
 from muster.api.job import POD_SET_NAME, workload_name_for_job
 from muster.api.model import Toleration
 from muster.api.wellknown import POD_SET_ANNOTATION, WORKLOAD_LABEL
-from muster.cluster.backend import PodSetStart
+from muster.cluster.backend import ADMISSION_LABEL, PodSetStart, admission_of
 from muster.cluster.kube.resize import resized, resources_of, with_resources
 
 ORIGINAL_ANNOTATION = "muster.dev/pod-template-original"
@@ -70,12 +70,22 @@ def _pod_set(pod_sets: Sequence[PodSetStart]) -> PodSetStart | None:
     return named[0] if named else (pod_sets[0] if pod_sets else None)
 
 
+def admission_of_job(job: Mapping[str, Any]) -> int:
+    """The admission sequence that started `job` (its pod template's label; 0: none)."""
+    template = (job.get("spec") or {}).get("template") or {}
+    return admission_of(template) if not is_suspended(job) else 0
+
+
 def started_job(
-    job: Mapping[str, Any], pod_sets: Sequence[PodSetStart], *, workload: str
+    job: Mapping[str, Any], pod_sets: Sequence[PodSetStart], *, workload: str, admission: int = 0
 ) -> dict[str, Any] | None:
     """`job` unsuspended with the admitted podset's placement injected, its containers asking
     for the admitted requests; None when started. Raises `resize.ResizeError` when the
-    template cannot ask for exactly those requests."""
+    template cannot ask for exactly those requests.
+
+    Its pods are labelled with `admission` (when given): an eviction stops the Job only when
+    it carries out an eviction of that admission or a later one.
+    """
     if not is_suspended(job):
         return None
     out = copy.deepcopy(dict(job))
@@ -94,7 +104,10 @@ def started_job(
     pod_set = _pod_set(pod_sets)
     t_meta = template.setdefault("metadata", {})
     t_spec = template.setdefault("spec", {})
-    t_meta.setdefault("labels", {})[WORKLOAD_LABEL] = workload
+    labels = t_meta.setdefault("labels", {})
+    labels[WORKLOAD_LABEL] = workload
+    if admission:
+        labels[ADMISSION_LABEL] = str(admission)
     if pod_set is not None:
         spec["parallelism"] = pod_set.count
         t_meta.setdefault("annotations", {}).update(

@@ -26,12 +26,14 @@ from muster.bus.client import connect
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
 from muster.bus.publisher import Publisher
 from muster.cluster.backend import (
+    ADMISSION_LABEL,
     ClusterBackend,
     ClusterChange,
     Identity,
     PodSetStart,
     Selection,
     WorkloadOrigin,
+    admission_of,
     split_workload_key,
 )
 from muster.cluster.errors import (
@@ -199,16 +201,20 @@ class SimBackend:
             obj.setdefault("status", {}).setdefault("phase", "Pending")
         return obj
 
-    async def delete(self, kind: str, name: str, *, namespace: str = "") -> bool:
+    async def delete(self, kind: str, name: str, *, namespace: str = "", uid: str = "") -> bool:
         manifest = {"kind": kind, "metadata": {"name": name, "namespace": namespace}}
-        return await self._delete(object_key(*identity(manifest)))
+        keep = None if not uid else (lambda obj: _meta(obj).get("uid") != uid)
+        return await self._delete(object_key(*identity(manifest)), keep=keep)
 
-    async def _delete(self, key: str) -> bool:
-        self._created.pop(key, None)
+    async def _delete(
+        self, key: str, *, keep: Callable[[dict[str, Any]], bool] | None = None
+    ) -> bool:
+        """Delete `key` unless `keep(object)` says to leave it; whether it deleted it."""
         for _ in range(_MAX_ATTEMPTS):
             current = await self.store.get(key)
-            if current is None:
+            if current is None or (keep is not None and keep(current.obj)):
                 return False
+            self._created.pop(key, None)
             try:
                 await self.store.delete(current)
             except ConflictError:
@@ -252,6 +258,7 @@ class SimBackend:
         workload_key: str,
         *,
         pod_sets: Sequence[PodSetStart],
+        admission: int = 0,
         origin: WorkloadOrigin | None = None,
     ) -> None:
         """As the protocol says; a workload from another cluster (`origin`) needs no copy
@@ -260,8 +267,10 @@ class SimBackend:
         annotations: dict[str, str] = {}
         if not all(RUN_SECONDS_ANNOTATION in ps.annotations for ps in pod_sets):
             annotations = await self._workload_annotations(namespace, name)
+        labels = {WORKLOAD_LABEL: name, **({ADMISSION_LABEL: str(admission)} if admission else {})}
+        now_s = self._clock.now_s()
         pods = [
-            _pod(namespace, name, ps, i, annotations=annotations, created=self._clock.now_s())
+            _pod(namespace, name, ps, i, labels=labels, annotations=annotations, created=now_s)
             for ps in pod_sets
             for i in range(ps.count)
         ]
@@ -296,7 +305,7 @@ class SimBackend:
                 return {RUN_SECONDS_ANNOTATION: value}
         return {}
 
-    async def bind(self, namespace: str, pod: str, node: str) -> None:
+    async def bind(self, namespace: str, pod: str, node: str, *, uid: str = "") -> None:
         """Bind from the pod as this backend created it when it still knows it (no read: the
         update names that revision, so a pod changed since is a conflict, then read afresh)."""
         key = pod_key(namespace, pod)
@@ -306,6 +315,10 @@ class SimBackend:
                 current = await self.store.get(key)
                 if current is None:
                     raise NotFoundError(describe(key))
+            found = _meta(current.obj).get("uid")
+            if uid and found != uid:  # the Binding API's uid precondition
+                problem = f"Precondition failed: UID in precondition: {uid}, UID in object: {found}"
+                raise ClusterError(describe(key), "Conflict", problem)
             obj = current.obj  # ours alone (read for this bind, or popped): changed in place
             spec = obj.setdefault("spec", {})
             bound_to = spec.get("nodeName") or ""
@@ -323,11 +336,26 @@ class SimBackend:
             return
         raise ConflictError(describe(key), f"still changing after {_MAX_ATTEMPTS} attempts")
 
-    async def stop_workload(self, workload_key: str) -> None:
+    async def stop_workload(
+        self, workload_key: str, *, before: int = 0, pod_sets: Mapping[str, int] | None = None
+    ) -> None:
         namespace, name = split_workload_key(workload_key)
-        pods = await self.store.list(namespace_prefix(namespace))
-        ours = [p.key for p in pods if _labels(p.obj).get(WORKLOAD_LABEL) == name]
-        await asyncio.gather(*(self._delete(key) for key in ours))
+        if pod_sets is not None:
+            keys = [
+                pod_key(namespace, f"{name}-{pod_set}-{i}")
+                for pod_set, count in sorted(pod_sets.items())
+                for i in range(count)
+            ]
+        else:  # names unknown: every pod of the namespace, read to find the workload's
+            pods = await self.store.list(namespace_prefix(namespace))
+            keys = [p.key for p in pods if _labels(p.obj).get(WORKLOAD_LABEL) == name]
+
+        def keep(obj: dict[str, Any]) -> bool:
+            if _labels(obj).get(WORKLOAD_LABEL) != name:
+                return True  # a pod of that name, not the workload's
+            return bool(before) and admission_of(obj) >= before  # a later admission's
+
+        await asyncio.gather(*(self._delete(key, keep=keep) for key in keys))
 
     async def probe(self) -> ClusterError | None:
         """The simulated cluster is its NATS bucket: reachable while the bus is (a lost
@@ -362,6 +390,7 @@ def _pod(
     pod_set: PodSetStart,
     index: int,
     *,
+    labels: Mapping[str, str],
     annotations: Mapping[str, str],
     created: float,
 ) -> dict[str, Any]:
@@ -386,7 +415,7 @@ def _pod(
         "metadata": {
             "name": f"{workload}-{pod_set.name}-{index}",
             "namespace": namespace,
-            "labels": {WORKLOAD_LABEL: workload},
+            "labels": dict(labels),
             "annotations": {
                 **annotations,
                 **pod_set.annotations,
@@ -425,8 +454,13 @@ def _set_condition(obj: dict[str, Any], condition: str, status: str, *, now: flo
     obj["status"]["conditions"] = conditions
 
 
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata", {})
+    return meta if isinstance(meta, Mapping) else {}
+
+
 def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    labels = obj.get("metadata", {}).get("labels", {})
+    labels = _meta(obj).get("labels", {})
     return labels if isinstance(labels, Mapping) else {}
 
 

@@ -15,16 +15,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
-from muster.cluster.errors import ConflictError
+from muster.cluster.errors import ClusterError, ConflictError
 from muster.cluster.objects import format_time, parse_time, run_seconds_of
 from muster.cluster.sim.clock import Clock
 from muster.cluster.sim.keys import NODE_PREFIX, POD_PREFIX, describe, node_key
 from muster.cluster.sim.store import SimStore, StoreChange
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Pods started at once: a start is one write, made beside the watch (which then reads on)
 # rather than in its way; at most this many are in flight before the watch waits.
@@ -57,8 +60,11 @@ class Kubelet:
                 async for change in changes:
                     if change.key.startswith(NODE_PREFIX):
                         self._on_node(change)
-                    else:
+                        continue
+                    try:
                         await self._on_change(change, tasks)
+                    except Exception:  # a pod it cannot read: skipped, the others still run
+                        log.exception("skipping pod %s at revision %d", change.key, change.revision)
         finally:
             for _, task in self._timers.values():
                 task.cancel()
@@ -88,6 +94,8 @@ class Kubelet:
         releases a start slot."""
         try:
             await self._write_start(change, node)
+        except Exception:  # a pod it cannot start: skipped, the others still run
+            log.exception("cannot start pod %s", change.key)
         finally:
             self._starts.release()
 
@@ -114,7 +122,9 @@ class Kubelet:
         """Whether `node` exists: known from the watch, else read (a node written after the pod,
         which a restarted kubelet's list shows later)."""
         key = node_key(node)
-        return key in self._nodes or await self._store.get(key) is not None
+        return (
+            key in self._nodes or await _waiting_out_nats(lambda: self._store.get(key)) is not None
+        )
 
     def _schedule_finish(self, change: StoreChange, uid: str, timers: asyncio.TaskGroup) -> None:
         """Arrange for a Running pod with a run time to succeed when that time is up."""
@@ -133,7 +143,7 @@ class Kubelet:
     async def _finish_at(self, key: str, uid: str, finish_at_s: float) -> None:
         await self._clock.sleep(finish_at_s - self._clock.now_s())
         while True:
-            current = await self._store.get(key)
+            current = await _waiting_out_nats(lambda: self._store.get(key))
             if current is None or _meta(current.obj).get("uid", "") != uid:
                 return  # deleted (or deleted and started again: a new pod, a new timer)
             status = dict(current.obj.get("status", {}))
@@ -145,18 +155,23 @@ class Kubelet:
                 reason="Completed",
                 conditions=_with_condition(status, "Ready", "False", now=now),
             )
+            update = functools.partial(
+                self._store.update,
+                key,
+                {**current.obj, "status": status},
+                revision=current.revision,
+            )
             try:
-                await self._store.update(
-                    key, {**current.obj, "status": status}, revision=current.revision
-                )
+                await _waiting_out_nats(update)
             except ConflictError:
                 continue  # someone wrote in between: look again
             log.info("pod succeeded", extra={"pod": describe(key)})
             return
 
     async def _write(self, key: str, pod: dict[str, Any], *, revision: int) -> None:
+        """Write `pod` over `revision`; a lost race is dropped, NATS away is waited out."""
         try:
-            await self._store.update(key, pod, revision=revision)
+            await _waiting_out_nats(lambda: self._store.update(key, pod, revision=revision))
         except ConflictError:
             log.debug(
                 "pod changed under the kubelet; the watch brings it back",
@@ -167,6 +182,20 @@ class Kubelet:
         known = self._timers.pop(key, None)
         if known is not None:
             known[1].cancel()
+
+
+async def _waiting_out_nats(op: Callable[[], Awaitable[T]]) -> T:
+    """`op()`, tried again while it fails for a temporary reason (NATS restarting): a pod's
+    start or end is never dropped because NATS was away, and the kubelet does not stop."""
+    delay_s = 0.1
+    while True:
+        try:
+            return await op()
+        except ClusterError as err:
+            if not err.temporary or isinstance(err, ConflictError):
+                raise
+        await asyncio.sleep(delay_s)
+        delay_s = min(2.0, delay_s * 2)
 
 
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:

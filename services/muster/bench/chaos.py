@@ -1,0 +1,354 @@
+"""`muster bench chaos`: every service as its own process on a real nats-server, workloads that
+queue and preempt, random SIGKILLs of every kind of service and nats-server restarts, then the
+invariants of issue 20 checked from the event stream and from the cluster's own state.
+
+A run submits the scenario's workloads (`chaos_scenario`) through `Gateway.Submit` at a steady
+rate, retrying a call the gateway did not answer. With faults, every `kill_every_s` (about) one
+service is killed with SIGKILL, in a shuffled round so every kind is hit, and started again
+after `restart_delay_s` with the same flags, as Kubernetes restarts a pod; nats-server is
+restarted (same port, same store) at even points of the submissions. Faults stop
+`fault_tail_s` after the last submission (or once all finished); the run then drains.
+Meanwhile this process follows the event stream (`EventBook`) and the cluster's watch
+(`ClusterBook`), and watches for a service that exits without being killed. Once every
+workload finished (or `timeout_s`), the row says what went wrong: lost (acknowledged, never in
+the stream), stuck (not finished), twice (finished twice, admitted twice without an eviction
+between, or more pods ran than were admitted), quota exceeded by admission's books or by the
+pods on the nodes, nodes over-committed, services that exited on their own; and evictions and
+wall time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import msgspec
+
+from muster.bench.chaos_checks import ClusterBook, EventBook
+from muster.bench.chaos_faults import Faults
+from muster.bench.chaos_scenario import (
+    ChaosWorkload,
+    cohort_of,
+    cohort_quota_milli,
+    config_yaml,
+    nodes,
+    workloads,
+)
+from muster.bench.table import Column, render_table
+from muster.bus import DLQ_STREAM, EVENTS_STREAM, Bus, BusConfig, connect
+from muster.bus.service import run_loop
+from muster.cluster.errors import ClusterError
+from muster.cluster.sim.backend import SimBackend
+from muster.contracts.v1 import services_pb2, services_pb2_grpc
+from muster.launcher.nats_server import NatsServer, free_port
+from muster.launcher.stack import Stack
+
+SECTION = "chaos"
+CLUSTER = "local"
+_RETRYABLE = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.INTERNAL}
+)
+
+
+class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True):
+    workloads: int = 300
+    shards: int = 1
+    faults: bool = True
+    seed: int = 1
+    speed: float = 20.0  # virtual seconds per real second, for the pods' run time
+    submit_s: float = 20.0  # submissions spread over this long
+    kill_every_s: float = 1.5
+    restart_delay_s: float = 0.5
+    nats_restarts: int = 1
+    fault_tail_s: float = 15.0  # faults go on this long after the last submission
+    evict_grace_s: float = 5.0  # preemption's --evict-grace-seconds
+    timeout_s: float = 240.0  # for every workload to finish, from the first submission
+
+
+class ChaosRow(msgspec.Struct, frozen=True, kw_only=True):
+    section: str = SECTION
+    workloads: int
+    shards: int
+    faults: bool
+    kills: dict[str, int]  # service -> SIGKILLs
+    nats_restarts: int
+    lost: int  # acknowledged by the gateway, never in the stream
+    stuck: int  # in the stream, not finished in time
+    twice: int  # finished twice, admitted twice without an eviction, or ran more pods
+    books_over_quota: int  # events after which admission's books held more than a cohort's quota
+    pods_over_quota: int  # cluster changes after which bound pods held more than a cohort's quota
+    node_overcommits: int  # cluster changes after which a node held more than its cpu
+    exits: list[str]  # services that exited without being killed
+    first_breaches: list[str]  # the first time each bound was exceeded, where
+    evictions: int
+    dead_letters: int
+    wall_s: float
+    log_dir: str = ""  # kept when something went wrong
+
+    @property
+    def violations(self) -> int:
+        return (
+            self.lost
+            + self.stuck
+            + self.twice
+            + self.books_over_quota
+            + self.pods_over_quota
+            + self.node_overcommits
+            + len(self.exits)
+        )
+
+
+async def run_chaos(config: ChaosConfig) -> ChaosRow:
+    """One run; its log directory is removed unless something went wrong."""
+    log_dir = Path(tempfile.mkdtemp(prefix="muster-chaos-"))
+    nats = NatsServer(log_dir / "jetstream")
+    url = await nats.start(log_path=log_dir / "nats-server.log")
+    stack = Stack(
+        nats_url=url,
+        cluster=CLUSTER,
+        shards=config.shards,
+        speed=config.speed,
+        log_dir=log_dir,
+        service_args={"preemption": ["--evict-grace-seconds", f"{config.evict_grace_s:g}"]},
+        gateway_listen=f"127.0.0.1:{free_port()}",
+        environment={"PYTHONFAULTHANDLER": "1"},  # a crash in C code leaves its stack in the log
+    )
+    try:
+        await stack.start()
+        row = await _Run(config, stack, nats, url).go()
+    finally:
+        await stack.stop()
+        await nats.stop()
+    if row.violations:
+        return msgspec.structs.replace(row, log_dir=str(log_dir))
+    shutil.rmtree(log_dir, ignore_errors=True)
+    return row
+
+
+class _Run:
+    def __init__(self, config: ChaosConfig, stack: Stack, nats: NatsServer, url: str) -> None:
+        self.config = config
+        self.stack = stack
+        self.url = url
+        self.load = {wl.key: wl for wl in workloads(config.workloads, seed=config.seed)}
+        queues = cohort_of()
+        quota = cohort_quota_milli()
+        self.events = EventBook(cohort_of=queues, quota=quota)
+        self.cluster = ClusterBook(
+            cohort_of_workload={k: queues[wl.cluster_queue] for k, wl in self.load.items()},
+            quota=quota,
+        )
+        self.faults = Faults(stack, nats, rng=random.Random(config.seed), log_dir=stack.log_dir)
+        self.acknowledged: set[str] = set()
+        self.progress = asyncio.Event()
+        self.last_sequence = 0  # of the events read
+
+    async def go(self) -> ChaosRow:
+        bus = await connect(BusConfig(url=self.url, name="muster-chaos", connect_timeout_s=10))
+        backend = await SimBackend.connect(self.url, cluster=CLUSTER)
+        try:
+            for node in nodes():
+                await backend.apply(node)
+            async with asyncio.TaskGroup() as tasks:
+                followers = [
+                    tasks.create_task(self._follow_events(bus)),
+                    tasks.create_task(self._follow_cluster(backend)),
+                    tasks.create_task(self.faults.watch_exits()),
+                ]
+                started = time.monotonic()
+                await self._run(started)
+                wall_s = time.monotonic() - started
+                await self._settle(bus, backend)
+                for task in followers:
+                    task.cancel()
+            dead = (await bus.js.stream_info(DLQ_STREAM)).state.messages
+        finally:
+            await backend.close()
+            await bus.close()
+        return self._row(wall_s=wall_s, dead_letters=dead)
+
+    async def _run(self, started: float) -> None:
+        async with grpc.aio.insecure_channel(self.stack.gateway_address) as channel:
+            gateway = services_pb2_grpc.GatewayStub(channel)
+            await _submit(gateway, config_yaml())
+            chaos = None
+            if self.config.faults:
+                chaos = asyncio.create_task(
+                    self.faults.run(
+                        every_s=self.config.kill_every_s,
+                        restart_delay_s=self.config.restart_delay_s,
+                        nats_at_s=_nats_times(self.config),
+                    )
+                )
+            try:
+                await self._submit_all(gateway, started)
+                faults_end = time.monotonic() + self.config.fault_tail_s
+                await self._wait_finished(faults_end if chaos is not None else None)
+                if chaos is not None:
+                    await _stopped(chaos)
+                    await self.faults.restore()
+                await self._wait_finished(started + self.config.timeout_s)
+            finally:
+                if chaos is not None:
+                    await _stopped(chaos)
+                await self.faults.restore()
+
+    async def _submit_all(self, gateway: services_pb2_grpc.GatewayStub, started: float) -> None:
+        step_s = self.config.submit_s / max(len(self.load), 1)
+        for i, wl in enumerate(self.load.values()):
+            delay = started + i * step_s - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await _submit(gateway, wl.manifest())
+            self.acknowledged.add(wl.key)
+
+    async def _wait_finished(self, deadline: float | None) -> None:
+        """Until every workload finished, or `deadline` (monotonic; None: none)."""
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(left):
+                while not self.load.keys() <= self.events.finished.keys():
+                    self.progress.clear()
+                    await self.progress.wait()
+
+    async def _follow_events(self, bus: Bus) -> None:
+        async for env in bus.replay([">"], stream=EVENTS_STREAM, follow=True):
+            self.events.apply(env)
+            self.last_sequence = env.sequence
+            if env.type == "workload.finished":
+                self.progress.set()
+
+    async def _follow_cluster(self, backend: SimBackend) -> None:
+        while True:
+            changes = backend.watch(from_revision=self.cluster.revision)
+            try:
+                async with contextlib.aclosing(changes):
+                    async for change in changes:
+                        self.cluster.apply(change)
+            except ClusterError:  # NATS restarting: read on from the last revision
+                await asyncio.sleep(0.2)
+
+    async def _settle(self, bus: Bus, backend: SimBackend) -> None:
+        """Wait until both followers have read everything written so far (bounded)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(30):
+                end = await bus.last_sequence()
+                revision = await backend.current_revision()
+                while self.last_sequence < end or self.cluster.revision < revision:  # noqa: ASYNC110 - two followers, polled
+                    await asyncio.sleep(0.05)  # both followers advance on their own
+
+    def _row(self, *, wall_s: float, dead_letters: int) -> ChaosRow:
+        events, cluster = self.events, self.cluster
+        twice = events.twice_admitted | events.finished_twice
+        twice |= {k for k, uids in cluster.ran.items() if len(uids) > events.admissions.get(k, 0)}
+        return ChaosRow(
+            workloads=len(self.load),
+            shards=self.config.shards,
+            faults=self.config.faults,
+            kills=dict(sorted(self.faults.kills.items())),
+            nats_restarts=self.faults.nats_restarts,
+            lost=len(self.acknowledged - events.submitted),
+            stuck=len(events.submitted & self.load.keys() - events.finished.keys()),
+            twice=len(twice),
+            books_over_quota=events.books.count,
+            pods_over_quota=cluster.pods_outside_quota.count,
+            node_overcommits=cluster.node_overcommit.count,
+            exits=list(self.faults.exits),
+            first_breaches=[
+                f"{what}: {b.first}"
+                for what, b in (
+                    ("admission's books", events.books),
+                    ("bound pods", cluster.pods_outside_quota),
+                    ("node", cluster.node_overcommit),
+                )
+                if b.first
+            ],
+            evictions=events.evictions,
+            dead_letters=dead_letters,
+            wall_s=round(wall_s, 1),
+        )
+
+
+async def _stopped(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def _submit(gateway: services_pb2_grpc.GatewayStub, manifest: str) -> None:
+    """Submit until the gateway answers OK (it may be down, or NATS may be)."""
+    delay = 0.05
+    while True:
+        try:
+            await gateway.Submit(services_pb2.SubmitRequest(manifest=manifest), timeout=10)
+            return
+        except grpc.aio.AioRpcError as err:
+            if err.code() not in _RETRYABLE:
+                raise
+        await asyncio.sleep(delay)
+        delay = min(1.0, delay * 2)
+
+
+def _nats_times(config: ChaosConfig) -> list[float]:
+    """Seconds into the run at which nats-server restarts: evenly inside the submissions."""
+    n = config.nats_restarts
+    return [config.submit_s * (i + 1) / (n + 1) for i in range(n)]
+
+
+def run(*, scale: float, workloads: int, shards: int, seed: int) -> Iterator[ChaosRow]:
+    """The same run without faults, then with: what the faults cost, and what they broke."""
+    count = max(10, round(workloads * scale))
+    submit_s = max(5.0, count / 15)
+    base = ChaosConfig(
+        workloads=count,
+        shards=shards,
+        seed=seed,
+        submit_s=submit_s,
+        kill_every_s=2.5,
+        nats_restarts=2,
+        timeout_s=120 + 4 * submit_s,
+    )
+    for faults in (False, True):
+        yield run_loop(run_chaos(msgspec.structs.replace(base, faults=faults)))
+
+
+def render(rows: list[ChaosRow]) -> str:
+    columns: list[Column[ChaosRow]] = [
+        Column("FAULTS", lambda r: "yes" if r.faults else "no", numeric=False),
+        Column("WORKLOADS", lambda r: str(r.workloads)),
+        Column("SHARDS", lambda r: str(r.shards)),
+        Column("KILLS", lambda r: str(sum(r.kills.values()))),
+        Column("NATS RESTARTS", lambda r: str(r.nats_restarts)),
+        Column("LOST", lambda r: str(r.lost)),
+        Column("STUCK", lambda r: str(r.stuck)),
+        Column("TWICE", lambda r: str(r.twice)),
+        Column("BOOKS>QUOTA", lambda r: str(r.books_over_quota)),
+        Column("PODS>QUOTA", lambda r: str(r.pods_over_quota)),
+        Column("NODE>CPU", lambda r: str(r.node_overcommits)),
+        Column("EXITS", lambda r: str(len(r.exits))),
+        Column("EVICTIONS", lambda r: str(r.evictions)),
+        Column("WALL s", lambda r: f"{r.wall_s:g}"),
+    ]
+    kills = [
+        f"kills ({'yes' if r.faults else 'no'} faults): "
+        + ", ".join(f"{name} {n}" for name, n in r.kills.items())
+        for r in rows
+        if r.kills
+    ]
+    notes = [f"exit: {e}" for r in rows for e in r.exits]
+    notes += [f"first breach: {b}" for r in rows for b in r.first_breaches]
+    notes += [f"logs kept in {r.log_dir}" for r in rows if r.log_dir]
+    return (
+        render_table(columns, rows)
+        + "".join(f"\n{line}" for line in [*kills, *notes])
+        + ("\n" if kills or notes else "")
+    )
+
+
+__all__ = ["ChaosConfig", "ChaosRow", "ChaosWorkload", "render", "run", "run_chaos"]

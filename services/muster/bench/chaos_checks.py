@@ -1,0 +1,192 @@
+"""The invariants `muster bench chaos` checks, folded from what was recorded. Pure.
+
+`EventBook` reads the event stream in order: every workload finished once, never admitted twice
+without an eviction between, and admission's books (quota held from `quota_reserved` until
+the completion of its current eviction, `requeued`, `pending`, `finished` or `deleted`) within
+each cohort's quota after every event.
+`ClusterBook` reads the simulated cluster's changes in revision order: the pods bound and not
+done (what actually runs, or is about to on its node) within each cohort's quota and each
+node's allocatable cpu after every change, and how many distinct pods of each workload ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from muster.api import parse_quantity
+from muster.cluster.backend import ClusterChange
+from muster.cluster.objects import node_view, pod_view
+from muster.contracts.v1 import events_pb2 as pb
+
+DONE_PHASES = frozenset({"Succeeded", "Failed"})
+DEACTIVATED = "InactiveWorkload"
+
+
+@dataclass(slots=True)
+class Breach:
+    """Times a bound was exceeded, by how much at most (milli-cpu), and the first time."""
+
+    count: int = 0
+    worst_milli: int = 0
+    first: str = ""  # where and when, for the one who reads the logs
+
+    def check(self, used: int, limit: int, *, where: str) -> None:
+        if used > limit:
+            self.count += 1
+            self.worst_milli = max(self.worst_milli, used - limit)
+            self.first = self.first or f"{where}: {used}m of {limit}m"
+
+
+@dataclass(slots=True)
+class EventBook:
+    """The stream's view; feed every event of MUSTER_EVENTS in order (`apply`)."""
+
+    cohort_of: Mapping[str, str]  # ClusterQueue -> cohort
+    quota: Mapping[str, int]  # cohort -> milli-cpu
+    submitted: set[str] = field(default_factory=set)
+    finished: dict[str, int] = field(default_factory=dict)  # workload -> finished events
+    admissions: dict[str, int] = field(default_factory=dict)  # workload -> pods admitted, summed
+    twice_admitted: set[str] = field(default_factory=set)
+    evictions: int = 0
+    books: Breach = field(default_factory=Breach)
+    _admitted: set[str] = field(default_factory=set)  # admitted since its last eviction
+    _holds: dict[str, tuple[str, int]] = field(default_factory=dict)  # key -> (cohort, milli)
+    _evicting: dict[str, str] = field(default_factory=dict)  # key -> its eviction's event id
+    _used: dict[str, int] = field(default_factory=dict)  # cohort -> milli held
+
+    def apply(self, env: pb.Envelope) -> None:
+        key = env.workload
+        match env.WhichOneof("payload"):
+            case "submitted":
+                self.submitted.add(key)
+            case "quota_reserved":
+                self._release(key)
+                self._hold(key, env.quota_reserved.admission, at=env.sequence)
+            case "admitted":
+                if key in self._admitted:
+                    self.twice_admitted.add(key)
+                self._admitted.add(key)
+                pods = sum(a.count for a in env.admitted.admission.pod_set_assignments)
+                self.admissions[key] = self.admissions.get(key, 0) + pods
+            case "evicted":
+                self.evictions += 1
+                self._admitted.discard(key)
+                if env.evicted.reason == DEACTIVATED:
+                    self._release(key)
+                elif key in self._holds:
+                    self._evicting[key] = env.event_id
+            case "eviction_completed":
+                # Released when it completes the current eviction (or names none, as binders
+                # from before evictions were named wrote it): admission's rule, so that an
+                # admission accepting a stale completion shows here as going over quota.
+                named = env.eviction_completed.eviction_id
+                if key in self._evicting and named in ("", self._evicting[key]):
+                    self._release(key)
+            case "requeued" | "pending" | "deleted":
+                self._release(key)
+            case "finished":
+                self.finished[key] = self.finished.get(key, 0) + 1
+                self._release(key)
+
+    @property
+    def finished_twice(self) -> set[str]:
+        return {key for key, n in self.finished.items() if n > 1}
+
+    def _hold(self, key: str, admission: pb.Admission, *, at: int) -> None:
+        cohort = self.cohort_of.get(admission.cluster_queue, admission.cluster_queue)
+        milli = sum(
+            parse_quantity(usage)
+            for a in admission.pod_set_assignments
+            for resource, usage in a.resource_usage.items()
+            if resource == "cpu"
+        )
+        self._holds[key] = (cohort, milli)
+        self._used[cohort] = self._used.get(cohort, 0) + milli
+        holders = sorted(k for k, (c, _) in self._holds.items() if c == cohort)
+        where = f"cohort {cohort} at #{at} ({key} reserved; held by {', '.join(holders)})"
+        self.books.check(self._used[cohort], self.quota.get(cohort, 0), where=where)
+
+    def _release(self, key: str) -> None:
+        self._evicting.pop(key, None)
+        held = self._holds.pop(key, None)
+        if held is not None:
+            self._used[held[0]] -= held[1]
+
+
+@dataclass(frozen=True, slots=True)
+class _Pod:
+    workload: str  # "<namespace>/<name>", "" for a pod of no workload
+    node: str
+    cpu_milli: int
+
+
+@dataclass(slots=True)
+class ClusterBook:
+    """The cluster's view; feed every change of its watch in revision order (`apply`)."""
+
+    cohort_of_workload: Mapping[str, str]  # workload key -> cohort
+    quota: Mapping[str, int]  # cohort -> milli-cpu
+    pods_outside_quota: Breach = field(default_factory=Breach)
+    node_overcommit: Breach = field(default_factory=Breach)
+    ran: dict[str, set[str]] = field(default_factory=dict)  # workload -> uids seen Running
+    revision: int = 0
+    _pods: dict[str, _Pod] = field(default_factory=dict)  # bound and not done, by key
+    _nodes: dict[str, int] = field(default_factory=dict)  # name -> allocatable milli-cpu
+    _on_node: dict[str, int] = field(default_factory=dict)
+    _in_cohort: dict[str, int] = field(default_factory=dict)
+
+    def apply(self, change: ClusterChange) -> None:
+        self.revision = max(self.revision, change.revision)
+        if change.kind == "Node":
+            self._node(change)
+        elif change.kind == "Pod":
+            self._pod(change.key, change.obj, deleted=change.type == "DELETED")
+
+    def _node(self, change: ClusterChange) -> None:
+        if change.type == "DELETED":
+            self._nodes.pop(change.key, None)
+            return
+        try:
+            view = node_view(change.obj)
+        except msgspec.ValidationError:
+            return
+        self._nodes[view.name] = view.allocatable.get("cpu", 0)
+
+    def _pod(self, key: str, obj: Mapping[str, Any], *, deleted: bool) -> None:
+        old = self._pods.pop(key, None)
+        if old is not None:
+            self._count(old, -1)
+        if deleted:
+            return
+        try:
+            view = pod_view(obj)
+        except msgspec.ValidationError:
+            return
+        workload = f"{view.namespace}/{view.workload}" if view.workload else ""
+        if view.phase == "Running" and workload:
+            self.ran.setdefault(workload, set()).add(view.uid)
+        if not view.node_name or view.phase in DONE_PHASES:
+            return
+        pod = _Pod(workload=workload, node=view.node_name, cpu_milli=view.requests.get("cpu", 0))
+        self._pods[key] = pod
+        self._count(pod, +1)
+
+    def _count(self, pod: _Pod, sign: int) -> None:
+        self._on_node[pod.node] = self._on_node.get(pod.node, 0) + sign * pod.cpu_milli
+        cohort = self.cohort_of_workload.get(pod.workload)
+        if cohort is not None:
+            self._in_cohort[cohort] = self._in_cohort.get(cohort, 0) + sign * pod.cpu_milli
+        if sign > 0:
+            where = f"node {pod.node} at revision {self.revision} ({pod.workload})"
+            self.node_overcommit.check(
+                self._on_node[pod.node], self._nodes.get(pod.node, 0), where=where
+            )
+            if cohort is not None:
+                where = f"cohort {cohort} at revision {self.revision} ({pod.workload})"
+                self.pods_outside_quota.check(
+                    self._in_cohort[cohort], self.quota.get(cohort, 0), where=where
+                )

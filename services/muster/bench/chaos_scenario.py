@@ -1,0 +1,139 @@
+"""What `muster bench chaos` submits: 4 ClusterQueues in 2 cohorts over 8 nodes, and workloads
+that ask for more than the quota, at three priorities, so that they queue, borrow and preempt.
+
+Every ClusterQueue has 8 cpu of nominal quota in flavor `default` (its cohort: 16; the nodes: 32
+cpu, as much as all the quota), preempts lower priorities in itself and reclaims what its cohort
+borrowed. A workload is 1 to 3 pods of 1 cpu for 10 to 40 virtual seconds, in a random queue;
+a tenth are high priority, three tenths mid. Seeded: the same seed gives the same workloads.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from typing import Final
+
+import msgspec
+
+NAMESPACE: Final = "chaos"
+COHORTS: Final = {"alpha": ("a1", "a2"), "beta": ("b1", "b2")}
+NOMINAL_CPU: Final = 8
+NODES: Final = 8
+NODE_CPU: Final = 4
+PRIORITIES: Final = ((100, 0.1), (50, 0.3), (10, 0.6))  # (priority, share), high first
+
+
+class ChaosWorkload(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    cluster_queue: str
+    pods: int
+    priority: int
+    run_s: int  # virtual seconds
+
+    @property
+    def key(self) -> str:
+        return f"{NAMESPACE}/{self.name}"
+
+    def manifest(self) -> str:
+        return _WORKLOAD.format(
+            name=self.name,
+            namespace=NAMESPACE,
+            queue=f"lq-{self.cluster_queue}",
+            run_s=self.run_s,
+            pods=self.pods,
+            priority=self.priority,
+        )
+
+
+def cohort_of() -> dict[str, str]:
+    """ClusterQueue -> its cohort."""
+    return {cq: cohort for cohort, cqs in COHORTS.items() for cq in cqs}
+
+
+def cohort_quota_milli() -> dict[str, int]:
+    """Cohort -> the cpu its ClusterQueues hold together, in millicores."""
+    return {cohort: len(cqs) * NOMINAL_CPU * 1000 for cohort, cqs in COHORTS.items()}
+
+
+def workloads(count: int, *, seed: int) -> list[ChaosWorkload]:
+    rng = random.Random(seed)
+    queues = sorted(cohort_of())
+    out = []
+    for i in range(count):
+        draw, priority = rng.random(), PRIORITIES[-1][0]
+        for value, share in PRIORITIES:
+            if draw < share:
+                priority = value
+                break
+            draw -= share
+        out.append(
+            ChaosWorkload(
+                name=f"w-{i:05d}",
+                cluster_queue=rng.choice(queues),
+                pods=rng.randint(1, 3),
+                priority=priority,
+                run_s=rng.randint(10, 40),
+            )
+        )
+    return out
+
+
+def config_yaml() -> str:
+    """Flavor, ClusterQueues and LocalQueues, as one manifest for Gateway.Submit."""
+    docs = ["apiVersion: kueue.x-k8s.io/v1beta2\nkind: ResourceFlavor\nmetadata: {name: default}"]
+    for cq, cohort in sorted(cohort_of().items()):
+        docs.append(_QUEUE.format(cq=cq, cohort=cohort, cpu=NOMINAL_CPU, namespace=NAMESPACE))
+    return "\n---\n".join(docs)
+
+
+def nodes() -> list[dict[str, object]]:
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": f"node-{n}"},
+            "status": {"allocatable": {"cpu": str(NODE_CPU), "memory": "64Gi", "pods": "110"}},
+        }
+        for n in range(NODES)
+    ]
+
+
+def queues_of(submitted: Mapping[str, ChaosWorkload]) -> dict[str, str]:
+    """Workload key -> its ClusterQueue."""
+    return {key: wl.cluster_queue for key, wl in submitted.items()}
+
+
+_QUEUE = """apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {{name: {cq}}}
+spec:
+  cohort: {cohort}
+  namespaceSelector: {{}}
+  preemption: {{withinClusterQueue: LowerPriority, reclaimWithinCohort: Any}}
+  resourceGroups:
+  - coveredResources: [cpu]
+    flavors:
+    - name: default
+      resources: [{{name: cpu, nominalQuota: {cpu}}}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {{namespace: {namespace}, name: lq-{cq}}}
+spec: {{clusterQueue: {cq}}}"""
+
+_WORKLOAD = """apiVersion: kueue.x-k8s.io/v1beta2
+kind: Workload
+metadata:
+  namespace: {namespace}
+  name: {name}
+  annotations: {{muster.dev/run-seconds: "{run_s}"}}
+spec:
+  queueName: {queue}
+  priority: {priority}
+  podSets:
+  - name: main
+    count: {pods}
+    template:
+      spec:
+        containers: [{{name: c, resources: {{requests: {{cpu: "1"}}}}}}]
+"""

@@ -1,0 +1,281 @@
+"""`muster up`, `muster down`, `muster status`: a local stack that stays up.
+
+`up` starts, in the background, a loopback NATS server, every service on a simulated cluster
+whose Nodes come from `--nodes FILE` (four nodes by default), and the dashboard, on fixed
+ports (gateway 127.0.0.1:50051, NATS 4222, dashboard 8080; `--gateway-port` and friends, or
+their MUSTER_UP_* variables, move them; 0 picks free ones), then prints where everything is
+and returns. `down` stops it, also after a crash (the recorded processes that still run are
+stopped). `status` says what runs: exit 0 when everything does, 1 when something died, 3
+when no stack is up. State lives in the per-user state directory (`muster.launcher.upstate`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Final
+from urllib.request import urlopen
+
+from muster.launcher.upstate import (
+    DEFAULT_PORTS,
+    StackState,
+    alive,
+    port_in_use,
+    read_state,
+    remove_state,
+    state_dir,
+    terminate,
+)
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NOT_UP = 0, 1, 2, 3
+START_TIMEOUT_S: Final = 90.0
+PORT_FLAGS: Final = (
+    ("--gateway-port", "gateway", "MUSTER_UP_GATEWAY_PORT"),
+    ("--nats-port", "nats", "MUSTER_UP_NATS_PORT"),
+    ("--dashboard-port", "dashboard", "MUSTER_UP_DASHBOARD_PORT"),
+    ("--metrics-port", "metrics", "MUSTER_UP_METRICS_PORT"),
+)
+SERVICES_STARTED: Final = 7  # one cluster: sim-cluster ... gateway (their metrics ports)
+
+
+def add_parsers(commands: Any) -> None:  # Any: argparse's _SubParsersAction is private
+    up = commands.add_parser(
+        "up",
+        help="start NATS, every service and the dashboard in the background",
+        description="Start a local muster in the background: NATS, every service on a "
+        "simulated cluster, and the dashboard, on fixed loopback ports; stop it with "
+        "`muster down`.",
+    )
+    _state_option(up)
+    for flag, name, env in PORT_FLAGS:
+        default = int(os.environ.get(env) or DEFAULT_PORTS[name])
+        up.add_argument(
+            flag, type=int, default=default, metavar="PORT", help=f"({env}, default {default})"
+        )
+    up.add_argument("--nodes", metavar="FILE", help="the cluster's Nodes (YAML); default: 4")
+    up.add_argument("--speed", type=float, default=1.0, help="pods run X times faster (default 1)")
+    up.add_argument("--supervise", action="store_true", help=argparse.SUPPRESS)
+    up.set_defaults(handler=handle_up)
+    down = commands.add_parser("down", help="stop what `muster up` started")
+    _state_option(down)
+    down.set_defaults(handler=handle_down)
+    status = commands.add_parser("status", help="say what `muster up` started and what runs")
+    _state_option(status)
+    status.set_defaults(handler=handle_status)
+
+
+def _state_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help="where the stack's state and logs are (MUSTER_STATE_DIR; default "
+        "$XDG_STATE_HOME/muster or ~/.local/state/muster)",
+    )
+
+
+# --- up ---------------------------------------------------------------------------------
+
+
+def handle_up(args: argparse.Namespace) -> int:
+    directory = state_dir(args.state_dir)
+    if args.supervise:
+        return _supervise(args, directory)
+    problem = _check_up_args(args)
+    if problem:
+        print(f"muster up: {problem}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    state = read_state(directory)
+    if state is not None and alive(state.supervisor):
+        print("muster is already up.")
+        print(describe(state))
+        return EXIT_OK
+    if state is not None:  # a stack that crashed: stop what is left of it first
+        terminate(state.processes)
+        remove_state(directory)
+    busy = [f"{flag} {getattr(args, flag[2:].replace('-', '_'))}" for flag, _, _ in PORT_FLAGS]
+    busy = [b for b in busy if _busy(int(b.split()[1]))]
+    first = args.metrics_port
+    busy += [
+        f"metrics port {first + i}"
+        for i in range(1, SERVICES_STARTED)
+        if _busy(first and first + i)
+    ]
+    if busy:
+        print(
+            f"muster up: in use: {', '.join(busy)}; choose other ports (0: any free one)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    return _start(args, directory)
+
+
+def _check_up_args(args: argparse.Namespace) -> str:
+    for flag, _, _ in PORT_FLAGS:
+        port = getattr(args, flag[2:].replace("-", "_"))
+        if not 0 <= port <= 65535:
+            return f"{flag}: must be 0..65535, got {port}"
+    if not args.speed > 0:
+        return f"--speed: must be > 0, got {args.speed:g}"
+    if args.nodes and not Path(args.nodes).is_file():
+        return f"--nodes {args.nodes}: no such file"
+    return ""
+
+
+def _busy(port: int) -> bool:
+    return port != 0 and port_in_use(port)
+
+
+def _start(args: argparse.Namespace, directory: Path) -> int:
+    """Start the supervisor detached (its own session: it outlives this command and the
+    terminal), then wait until it says the stack is ready, or why not."""
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    (directory / "logs").mkdir(exist_ok=True)
+    argv = [sys.executable, "-m", "muster.cli.main", "up", "--supervise"]
+    argv += ["--state-dir", str(directory), "--speed", f"{args.speed:g}"]
+    for flag, _, _ in PORT_FLAGS:
+        argv += [flag, str(getattr(args, flag[2:].replace("-", "_")))]
+    if args.nodes:
+        argv += ["--nodes", str(Path(args.nodes).resolve())]
+    with (directory / "logs" / "up.log").open("ab") as log:
+        supervisor = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+        )
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        state = read_state(directory)
+        if state is not None and state.supervisor.pid == supervisor.pid:
+            if state.ready:
+                print(describe(state))
+                return EXIT_OK
+            if state.error:
+                supervisor.wait(timeout=30)
+                remove_state(directory)
+                print(f"muster up: {state.error}", file=sys.stderr)
+                return EXIT_FAILED
+        if supervisor.poll() is not None:
+            print(f"muster up: failed; see {directory / 'logs' / 'up.log'}", file=sys.stderr)
+            return EXIT_FAILED
+        time.sleep(0.1)
+    supervisor.terminate()
+    print(f"muster up: not ready in {START_TIMEOUT_S:g}s; see {directory}/logs", file=sys.stderr)
+    return EXIT_FAILED
+
+
+def _supervise(args: argparse.Namespace, directory: Path) -> int:
+    from muster.bus.service import run_loop  # NATS and gRPC: only in the supervisor
+    from muster.launcher.up import DEFAULT_NODES, UpConfig, supervise
+
+    nodes = Path(args.nodes).read_text() if args.nodes else DEFAULT_NODES
+    config = UpConfig(
+        state_dir=directory,
+        gateway_port=args.gateway_port,
+        nats_port=args.nats_port,
+        dashboard_port=args.dashboard_port,
+        metrics_port=args.metrics_port,
+        nodes_yaml=nodes,
+        speed=args.speed,
+    )
+    status: int = run_loop(supervise(config))
+    return status
+
+
+def describe(state: StackState) -> str:
+    """Where everything is, and how to stop it."""
+    nodes = ", ".join(state.nodes)
+    return (
+        f"muster is up (supervisor pid {state.supervisor.pid}; logs in {state.log_dir})\n"
+        f"  gateway    {state.gateway}   muster submit|queues|workloads|events --gateway ...\n"
+        f"  dashboard  {state.dashboard}\n"
+        f"  NATS       {state.nats}   (one user per service)\n"
+        f"  metrics    {_metrics(state)}\n"
+        f"  cluster    {state.cluster}: {len(state.nodes)} simulated nodes ({nodes}), "
+        f"pods at {state.speed:g}x speed\n"
+        "Stop it with: muster down"
+    )
+
+
+def _metrics(state: StackState) -> str:
+    """ "http://127.0.0.1:9400/metrics (sim-cluster) ... :9406 (gateway)", or where each is."""
+    found = [(p.name, p.metrics) for p in state.processes if p.metrics]
+    if not found:
+        return "-"
+    return f"http://{found[0][1]}/metrics ({found[0][0]}) ... {found[-1][1]} ({found[-1][0]})"
+
+
+# --- down -------------------------------------------------------------------------------
+
+
+def handle_down(args: argparse.Namespace) -> int:
+    directory = state_dir(args.state_dir)
+    state = read_state(directory)
+    if state is None:
+        print("muster is not up.")
+        return EXIT_OK
+    crashed = not alive(state.supervisor)
+    if not crashed:
+        terminate([state.supervisor], grace_s=60.0)  # it stops its services in order
+    left = terminate(state.processes)
+    remove_state(directory)
+    if crashed:
+        print(f"muster was down already (it had crashed); stopped what was left: {len(left)}")
+    else:
+        print("muster is down.")
+    return EXIT_OK
+
+
+# --- status -----------------------------------------------------------------------------
+
+
+def handle_status(args: argparse.Namespace) -> int:
+    state = read_state(state_dir(args.state_dir))
+    if state is None or not state.ready:
+        print("muster is not up.")
+        return EXIT_NOT_UP
+    rows = [("COMPONENT", "PID", "ADDRESS", "STATE", "METRICS")]
+    down = 0
+    supervisor = "running" if alive(state.supervisor) else "exited"
+    rows.append(("supervisor", str(state.supervisor.pid), "-", supervisor, "-"))
+    for p in state.processes:
+        health = _health(p.kind, p.address) if alive(p) else "exited"
+        down += health != "running"
+        rows.append((p.name, str(p.pid), p.address or "-", health, p.metrics or "-"))
+    down += supervisor != "running"
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    print(f"gateway {state.gateway}, dashboard {state.dashboard}")
+    return EXIT_FAILED if down else EXIT_OK
+
+
+def _health(kind: str, address: str) -> str:
+    """running, or unhealthy: a service's gRPC health, NATS's port, the dashboard's /healthz."""
+    try:
+        if kind == "dashboard":
+            with urlopen(f"{address}/healthz", timeout=2) as reply:  # our URL
+                return "running" if reply.status == 200 else "unhealthy"
+        if kind == "nats":
+            host, port = address.removeprefix("nats://").rsplit(":", 1)
+            with socket.create_connection((host, int(port)), timeout=2):
+                return "running"
+        return "running" if not address or _serving(address) else "unhealthy"
+    except OSError:
+        return "unhealthy"
+
+
+def _serving(address: str) -> bool:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(address) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=""), timeout=2
+            )
+        except grpc.RpcError:
+            return False
+    return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)

@@ -1,0 +1,210 @@
+"""The dashboard's web server: static pages, and JSON and server-sent events from the gateway.
+
+A gateway client, not a reader of NATS: every answer is the gateway's (Visibility and
+Events.Watch), asked with the bearer token the browser sends, so the dashboard sees what that
+user may see, through the same authentication and `watch` permission as `muster queues` and
+`muster events`. It only reads: it calls no RPC that changes anything.
+
+Routes: `/` and `/static/*` (the page: plain HTML, JS and CSS, no build step), `/healthz`,
+`/api/queues`, `/api/workloads`, `/api/workload?namespace=&name=`, `/api/clusters` (JSON,
+the protobuf answers with their proto field names in camelCase), `/api/events?from=N`
+(server-sent events: one `muster` event per envelope, with its sequence as the id, its
+readable detail, and a comment every KEEPALIVE_S so a dead client is noticed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Final
+
+import grpc
+import grpc.aio
+from aiohttp import web
+from google.protobuf import json_format
+from google.protobuf.message import Message
+
+from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
+from muster.gateway.eventtext import detail
+
+log = logging.getLogger(__name__)
+
+STATIC: Final = Path(__file__).parent / "static"
+KEEPALIVE_S: Final = 15.0
+CALL_TIMEOUT_S: Final = 15.0
+_HTTP_STATUS: Final = {
+    grpc.StatusCode.UNAUTHENTICATED: 401,
+    grpc.StatusCode.PERMISSION_DENIED: 403,
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.UNAVAILABLE: 503,
+}
+GATEWAY_KEY: Final = web.AppKey("gateway", grpc.aio.Channel)
+
+
+def _metadata(request: web.Request) -> list[tuple[str, str]]:
+    """The browser's bearer token, passed on to the gateway (never logged, never stored)."""
+    auth = request.headers.get("Authorization", "")
+    return [("authorization", auth)] if auth else []
+
+
+def _json(message: Message) -> web.Response:
+    body = json_format.MessageToJson(message, always_print_fields_with_no_presence=True)
+    return web.Response(text=body, content_type="application/json")
+
+
+def _error(exc: grpc.aio.AioRpcError) -> web.Response:
+    status = _HTTP_STATUS.get(exc.code(), 502)
+    body = {"code": exc.code().name, "error": exc.details() or ""}
+    return web.json_response(body, status=status)
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _visibility(method: str, request_of: Callable[[web.Request], Message]) -> Handler:
+    """A route answering one Visibility call's reply as JSON (its errors as HTTP statuses)."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        stub = services_pb2_grpc.VisibilityStub(request.app[GATEWAY_KEY])
+        call = getattr(stub, method)
+        try:
+            reply = await call(
+                request_of(request), metadata=_metadata(request), timeout=CALL_TIMEOUT_S
+            )
+        except grpc.aio.AioRpcError as exc:
+            return _error(exc)
+        return _json(reply)
+
+    return handler
+
+
+def _list_request(request: web.Request) -> Message:
+    q = request.query
+    return services_pb2.ListWorkloadsRequest(
+        namespace=q.get("namespace", ""),
+        cluster_queue=q.get("cluster_queue", ""),
+        local_queue=q.get("local_queue", ""),
+        statuses=q.getall("status", []),
+        name=q.get("name", ""),
+    )
+
+
+def _describe_request(request: web.Request) -> Message:
+    q = request.query
+    return services_pb2.DescribeWorkloadRequest(
+        namespace=q.get("namespace", ""), name=q.get("name", "")
+    )
+
+
+def event_json(env: events_pb2.Envelope) -> dict[str, Any]:
+    """What the page needs of one event: no payload, its readable line instead."""
+    field = env.WhichOneof("payload")
+    out: dict[str, Any] = {
+        "sequence": env.sequence,
+        "time": env.time_unix_nano // 1_000_000,  # ms, as JavaScript's Date
+        "type": env.type,
+        "workload": env.workload,
+        "cluster": env.cluster,
+        "detail": detail(env),
+    }
+    if field in ("admitted", "quota_reserved"):
+        out["clusterQueue"] = getattr(env, field).admission.cluster_queue
+    elif field == "pending":
+        out["clusterQueue"] = env.pending.cluster_queue
+    return out
+
+
+async def _events(request: web.Request) -> web.StreamResponse:
+    """Events.Watch as server-sent events, from `from` (default 1: everything stored)."""
+    try:
+        start = int(request.query.get("from", "1"))
+    except ValueError:
+        return web.json_response({"error": "from: must be a number"}, status=400)
+    last_id = request.headers.get("Last-Event-ID", "")
+    if last_id.isdigit():
+        start = int(last_id) + 1
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
+    await response.prepare(request)
+    stub = services_pb2_grpc.EventsStub(request.app[GATEWAY_KEY])
+    call = stub.Watch(
+        services_pb2.WatchRequest(from_sequence=max(start, 0)), metadata=_metadata(request)
+    )
+    try:
+        await _relay(call, response)
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() != grpc.StatusCode.CANCELLED:
+            body = json.dumps({"code": exc.code().name, "error": exc.details() or ""})
+            await response.write(f"event: failure\ndata: {body}\n\n".encode())
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass  # the page went away
+    finally:
+        call.cancel()
+    return response
+
+
+async def _relay(call: Any, response: web.StreamResponse) -> None:
+    """Write each envelope of `call` as an event; a comment when nothing came for a while."""
+    stream = aiter(call)
+    while True:
+        try:
+            async with asyncio.timeout(KEEPALIVE_S):
+                env = await anext(stream)
+        except TimeoutError:
+            await response.write(b": keepalive\n\n")
+            continue
+        except StopAsyncIteration:
+            return
+        data = json.dumps(event_json(env), separators=(",", ":"))
+        await response.write(f"id: {env.sequence}\nevent: muster\ndata: {data}\n\n".encode())
+
+
+async def _index(_: web.Request) -> web.StreamResponse:
+    return web.FileResponse(STATIC / "index.html")
+
+
+async def _healthz(_: web.Request) -> web.StreamResponse:
+    return web.Response(text="ok\n")
+
+
+def build_app(channel: grpc.aio.Channel) -> web.Application:
+    app = web.Application()
+    app[GATEWAY_KEY] = channel
+    app.router.add_get("/", _index)
+    app.router.add_get("/healthz", _healthz)
+    queues = _visibility("QueueStatus", lambda _: services_pb2.QueueStatusRequest())
+    app.router.add_get("/api/queues", queues)
+    app.router.add_get("/api/workloads", _visibility("ListWorkloads", _list_request))
+    app.router.add_get("/api/workload", _visibility("DescribeWorkload", _describe_request))
+    clusters = _visibility("Clusters", lambda _: services_pb2.ClustersRequest())
+    app.router.add_get("/api/clusters", clusters)
+    app.router.add_get("/api/events", _events)
+    app.router.add_static("/static", STATIC)
+    return app
+
+
+async def serve(
+    *, host: str, port: int, gateway: str, credentials: grpc.ChannelCredentials | None
+) -> None:
+    """Serve until cancelled; prints "dashboard: http://HOST:PORT" once listening."""
+    if credentials is None:
+        channel = grpc.aio.insecure_channel(gateway)
+    else:
+        channel = grpc.aio.secure_channel(gateway, credentials)
+    runner = web.AppRunner(build_app(channel), access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound = runner.addresses[0][1] if runner.addresses else port
+        print(f"dashboard: http://{host}:{bound}", flush=True)
+        log.info("dashboard on http://%s:%s, gateway %s", host, bound, gateway)
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+        await channel.close()

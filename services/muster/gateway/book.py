@@ -1,0 +1,351 @@
+"""Every workload as the event stream tells it, for listing, describing and acting on. Pure.
+
+`WorkloadBook.apply(envelope)`, called in stream order with MUSTER_EVENTS' workload and config
+events, keeps one `Entry` per workload (a Kueue workload from its `submitted`, a gang outside
+Kueue from its first event): its state in kueuectl's words (PENDING, QUOTARESERVED,
+ADMITTED, FINISHED, and INACTIVE for a stopped one; WAITING and PERMITTED for gangs), its
+conditions, its last events folded (`eventtext`), its route and where its pods are; and the
+latest `config.applied` of every configuration object (what `muster stop localqueue` patches).
+Nothing else is kept anywhere: the gateway's follower (`workloads.BookFollower`) rebuilds the
+book from the stream at start, so any gateway answers the same.
+
+Memory: live workloads, plus the last FINISHED_KEPT finished ones (a deleted one is dropped),
+each with its last EVENTS_KEPT event lines.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Final
+
+from muster.contracts.v1 import events_pb2, services_pb2
+from muster.core.engine import DEACTIVATED, DEACTIVATED_MESSAGE
+from muster.gateway.eventtext import line_of, same_line
+
+FINISHED_KEPT: Final = 10_000
+EVENTS_KEPT: Final = 64
+
+PENDING, RESERVED, ADMITTED, FINISHED = "PENDING", "QUOTARESERVED", "ADMITTED", "FINISHED"
+INACTIVE, WAITING, PERMITTED = "INACTIVE", "WAITING", "PERMITTED"
+STATUSES: Final = (PENDING, RESERVED, ADMITTED, FINISHED, INACTIVE, WAITING, PERMITTED)
+DEACTIVATED_BY_ADMISSION: Final = "InactiveWorkload"  # admission/translate.DEACTIVATED
+
+
+@dataclass
+class Entry:
+    """One workload: the summary `ListWorkloads` answers, and what `DescribeWorkload` adds."""
+
+    summary: services_pb2.WorkloadSummary
+    active: bool = True
+    conditions: dict[str, services_pb2.WorkloadCondition] = field(default_factory=dict)
+    lines: deque[services_pb2.EventLine] = field(default_factory=lambda: deque(maxlen=EVENTS_KEPT))
+    pods: dict[str, events_pb2.PodBinding] = field(default_factory=dict)
+    admission: events_pb2.Admission | None = None
+    route: events_pb2.WorkloadRouted | None = None
+    pod_sets: tuple[events_pb2.PodSetSummary, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return self.summary.key
+
+    @property
+    def kueue(self) -> bool:
+        """Admitted by Kueue's rules (it was submitted), not a gang placed on its own."""
+        return bool(self.summary.local_queue)
+
+    def condition(self, type_: str, status: bool, reason: str, message: str, at: int) -> None:
+        self.conditions[type_] = services_pb2.WorkloadCondition(
+            type=type_,
+            status="True" if status else "False",
+            reason=reason,
+            message=message,
+            time_unix_nano=at,
+        )
+
+    def note(self, env: events_pb2.Envelope) -> None:
+        """Add the event's line, folded into the last one when alike."""
+        line = line_of(env)
+        if self.lines and same_line(self.lines[-1], line):
+            line.count = self.lines[-1].count + 1
+            self.lines[-1] = line
+        else:
+            self.lines.append(line)
+
+    def describe(self) -> services_pb2.WorkloadDescription:
+        conditions: list[services_pb2.WorkloadCondition] = sorted(
+            self.conditions.values(), key=lambda c: c.time_unix_nano
+        )
+        return services_pb2.WorkloadDescription(
+            summary=self.summary,
+            conditions=conditions,
+            events=list(self.lines),
+            pods=[self.pods[name] for name in sorted(self.pods)],
+            admission=self.admission,
+            route=self.route,
+            pod_sets=list(self.pod_sets),
+        )
+
+
+def _split(key: str) -> tuple[str, str]:
+    namespace, _, name = key.partition("/")
+    return namespace, name
+
+
+class WorkloadBook:
+    """Workloads and configuration by key, as of stream sequence `sequence`."""
+
+    def __init__(self, *, finished_kept: int = FINISHED_KEPT) -> None:
+        self.entries: dict[str, Entry] = {}
+        self.finished: OrderedDict[str, None] = OrderedDict()  # finished keys, oldest first
+        self.finished_kept = finished_kept
+        # (kind, name) -> (cluster, manifest JSON) of the latest config.applied
+        self.configs: dict[tuple[str, str], tuple[str, str]] = {}
+        self.sequence = 0
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def apply(self, env: events_pb2.Envelope) -> None:
+        """Learn what `env` says; call in stream order."""
+        self.sequence = max(self.sequence, env.sequence)
+        payload = env.WhichOneof("payload")
+        if payload == "config_applied":
+            applied = env.config_applied
+            self.configs[(applied.kind, applied.name)] = (env.cluster, applied.manifest_json)
+            return
+        if payload == "config_deleted":
+            self.configs.pop((env.config_deleted.kind, env.config_deleted.name), None)
+            return
+        if not env.workload or payload is None:
+            return
+        if payload == "submitted":
+            self._submitted(env)
+        elif payload == "deleted":
+            self._forget(env.workload)
+            return
+        entry = self.entries.get(env.workload)
+        if entry is None:
+            if payload not in _GANG_OPENERS:
+                return  # about a workload submitted before the stream's first event
+            entry = self._gang(env)
+        handler = _HANDLERS.get(payload)
+        if handler is not None:
+            handler(self, entry, env)
+        entry.note(env)
+
+    # --- lookups -------------------------------------------------------------------------
+
+    def find(self, namespace: str, name: str) -> list[Entry]:
+        """The workloads `name` names in `namespace` ("" = any): its key's name, its Job's (or
+        other owner's) name, or a gang's source (`<name>/...` keys of the Workload API)."""
+        return [e for e in self.entries.values() if _named(e, namespace, name)]
+
+    def config(self, kind: str, name: str) -> tuple[str, str] | None:
+        """(cluster, manifest JSON) of the latest `config.applied` of that object, if any."""
+        return self.configs.get((kind, name))
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(self.entries.values())
+
+    # --- events --------------------------------------------------------------------------
+
+    def _submitted(self, env: events_pb2.Envelope) -> None:
+        self._forget(env.workload)  # a new workload under a key used before
+        namespace, name = _split(env.workload)
+        s = env.submitted
+        self.entries[env.workload] = Entry(
+            summary=services_pb2.WorkloadSummary(
+                namespace=namespace,
+                name=name,
+                key=env.workload,
+                owner_kind=s.owner.kind,
+                owner_name=s.owner.name,
+                local_queue=s.queue_name or "default",
+                status=PENDING,
+                position_in_local_queue=-1,
+                position_in_cluster_queue=-1,
+                priority=s.priority,
+                submitted_unix_nano=env.time_unix_nano,
+                cluster=env.cluster,
+            ),
+            pod_sets=tuple(s.pod_sets),
+        )
+
+    def _gang(self, env: events_pb2.Envelope) -> Entry:
+        namespace, name = _split(env.workload)
+        entry = Entry(
+            summary=services_pb2.WorkloadSummary(
+                namespace=namespace,
+                name=name,
+                key=env.workload,
+                status=WAITING,
+                position_in_local_queue=-1,
+                position_in_cluster_queue=-1,
+                submitted_unix_nano=env.time_unix_nano,
+                cluster=env.cluster,
+            )
+        )
+        self.entries[env.workload] = entry
+        return entry
+
+    def _forget(self, key: str) -> None:
+        self.entries.pop(key, None)
+        self.finished.pop(key, None)
+
+    def finish(self, key: str) -> None:
+        """Count `key` among the finished, forgetting the oldest past `finished_kept`."""
+        self.finished[key] = None
+        self.finished.move_to_end(key)
+        while len(self.finished) > self.finished_kept:
+            old, _ = self.finished.popitem(last=False)
+            self.entries.pop(old, None)
+
+
+def _named(entry: Entry, namespace: str, name: str) -> bool:
+    s = entry.summary
+    if namespace and s.namespace != namespace:
+        return False
+    return name in (s.name, s.owner_name) or s.name.startswith(f"{name}/")
+
+
+# --- what each event does to an entry ------------------------------------------------------
+
+_Handler = Callable[[WorkloadBook, Entry, events_pb2.Envelope], None]
+# A gang outside Kueue is known from the first event gang-permit or the watcher write about it.
+_GANG_OPENERS: Final = frozenset({"pods_pending", "gang_waiting", "gang_permitted", "bound"})
+
+
+def _pending(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
+    p = env.pending
+    if e.summary.status != INACTIVE:
+        e.summary.status = PENDING
+    e.summary.reason, e.summary.message = p.reason, p.message
+    if p.cluster_queue:
+        e.summary.cluster_queue = p.cluster_queue
+    e.condition("QuotaReserved", False, p.reason, p.message, env.time_unix_nano)
+
+
+def _quota_reserved(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
+    admission = env.quota_reserved.admission
+    e.summary.status = RESERVED
+    e.summary.cluster_queue = admission.cluster_queue
+    e.summary.reason = e.summary.message = ""
+    e.admission = admission
+    message = f"Quota reserved in ClusterQueue {admission.cluster_queue}"
+    e.condition("QuotaReserved", True, "QuotaReserved", message, env.time_unix_nano)
+    e.conditions.pop("Evicted", None)
+
+
+def _admitted(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
+    admission = env.admitted.admission
+    e.summary.status = ADMITTED
+    e.summary.cluster_queue = admission.cluster_queue
+    e.summary.admitted_unix_nano = env.time_unix_nano
+    e.summary.cluster = env.cluster
+    e.admission = admission
+    message = "The workload is admitted"
+    e.condition("Admitted", True, "Admitted", message, env.time_unix_nano)
+
+
+def _evicted(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
+    ev = env.evicted
+    e.summary.evictions += 1
+    e.summary.reason, e.summary.message = ev.reason, ev.message
+    e.condition("Evicted", True, ev.reason, ev.message, env.time_unix_nano)
+    e.conditions.pop("Admitted", None)
+    if ev.reason == DEACTIVATED_BY_ADMISSION:
+        e.summary.status = INACTIVE
+
+
+def _eviction_completed(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
+    e.pods.clear()
+    del e.summary.nodes[:]
+    if e.kueue:
+        message = "The workload's pods are stopped"
+        e.condition("QuotaReserved", False, "Evicted", message, env.time_unix_nano)
+        e.summary.status = PENDING if e.active else INACTIVE
+
+
+def _requeued(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
+    r = env.requeued
+    e.summary.status = PENDING
+    e.condition("Requeued", True, r.reason, r.message, env.time_unix_nano)
+
+
+def _routed(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
+    e.route = env.routed
+    e.summary.local_queue = env.routed.queue_name or e.summary.local_queue
+    e.summary.cluster_queue = env.routed.to_cluster_queue
+
+
+def _active_changed(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
+    e.active = env.active_changed.active
+    if not e.active and e.summary.status == PENDING:
+        e.summary.status = INACTIVE
+        # Kueue's granular reason (on by default since v0.19), as the engine writes it.
+        e.condition("QuotaReserved", False, DEACTIVATED, DEACTIVATED_MESSAGE, env.time_unix_nano)
+
+
+def _bound(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
+    for binding in env.bound.bindings:
+        e.pods[binding.pod.name] = binding
+    e.summary.nodes[:] = sorted({b.node for b in e.pods.values()})
+
+
+def _gang_waiting(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
+    e.summary.reason, e.summary.message = env.gang_waiting.reason, ""
+    if not e.kueue and e.summary.status != FINISHED:
+        e.summary.status = WAITING
+
+
+def _gang_permitted(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
+    if not e.kueue:
+        e.summary.status = PERMITTED
+        e.summary.admitted_unix_nano = env.time_unix_nano
+        e.summary.reason = ""
+
+
+def _gang_rejected(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
+    g = env.gang_rejected
+    e.summary.reason, e.summary.message = g.reason, g.message
+
+
+def _pods_ready(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
+    e.condition("PodsReady", True, "PodsReady", "All pods are ready", env.time_unix_nano)
+
+
+def _finished(book: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
+    f = env.finished
+    e.summary.status = FINISHED
+    e.summary.succeeded = f.succeeded
+    e.summary.finished_unix_nano = env.time_unix_nano
+    reason = "Succeeded" if f.succeeded else "Failed"
+    e.condition("Finished", True, reason, f.message or reason, env.time_unix_nano)
+    book.finish(e.key)
+
+
+def _admission_check(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
+    ac = env.admission_check
+    at = env.time_unix_nano
+    e.condition(f"AdmissionCheck/{ac.check}", ac.state == "Ready", ac.state, ac.message, at)
+
+
+_HANDLERS: Final[dict[str, _Handler]] = {
+    "pending": _pending,
+    "quota_reserved": _quota_reserved,
+    "admitted": _admitted,
+    "evicted": _evicted,
+    "eviction_completed": _eviction_completed,
+    "requeued": _requeued,
+    "routed": _routed,
+    "active_changed": _active_changed,
+    "bound": _bound,
+    "gang_waiting": _gang_waiting,
+    "gang_permitted": _gang_permitted,
+    "gang_rejected": _gang_rejected,
+    "pods_ready": _pods_ready,
+    "finished": _finished,
+    "admission_check": _admission_check,
+}

@@ -1,0 +1,200 @@
+"""One readable line per event, and the folding of repeated ones. Pure.
+
+Used by `muster events`, `muster describe workload` (through the gateway's workload book) and
+the dashboard, so that every place shows an event the same way: what a person scanning a list
+needs (the reason, the queue, the nodes), never a payload dumped as JSON. Pod lists are cut
+to a few names: a gang of 1 000 pods is one short line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from typing import Final
+
+from google.protobuf import json_format
+
+from muster.contracts.v1 import events_pb2, services_pb2
+
+NAMES_SHOWN: Final = 3  # pod or node names in one line, then "+N more"
+LONGEST: Final = 240  # characters of a detail; longer ones end with "…"
+# Events that repeat with a changing count while nothing happens (the watcher's pending pods):
+# consecutive ones fold into one line whatever their detail says, showing the latest.
+FOLDED_BY_TYPE: Final = frozenset({"workload.pods_pending", "workload.gang_waiting"})
+
+
+def names(items: Iterable[str], *, shown: int = NAMES_SHOWN) -> str:
+    """ "a, b, c +2 more": the first `shown` of `items` (sorted, unique), then how many more."""
+    unique = sorted(set(items))
+    head = ", ".join(unique[:shown])
+    return head + (f" +{len(unique) - shown} more" if len(unique) > shown else "")
+
+
+def detail(env: events_pb2.Envelope) -> str:
+    """A one-line summary of `env`'s payload, at most LONGEST characters."""
+    field = env.WhichOneof("payload")
+    if field is None:
+        return ""
+    known = _FORMATS.get(field)
+    if known is not None:
+        return _cut(known(env))
+    compact = json_format.MessageToDict(getattr(env, field))
+    return _cut(json.dumps(compact, separators=(",", ":")) if compact else "")
+
+
+def _plural(count: int, what: str) -> str:
+    return f"{count} {what}{'s' if count != 1 else ''}"
+
+
+def _submitted(env: events_pb2.Envelope) -> str:
+    s = env.submitted
+    owner = f" from {s.owner.kind} {s.owner.name}" if s.owner.name else ""
+    return f"to LocalQueue {s.queue_name or 'default'}, priority {s.priority}{owner}"
+
+
+def _reason(env: events_pb2.Envelope) -> str:
+    field = env.WhichOneof("payload")
+    payload = getattr(env, field or "")
+    text = f"{payload.reason}: {payload.message}".strip(": ")
+    if field == "evicted" and env.evicted.preemptor:
+        text += f" (by {env.evicted.preemptor})"
+    return text
+
+
+def _admission(env: events_pb2.Envelope) -> str:
+    field = env.WhichOneof("payload") or ""
+    admission = getattr(env, field).admission
+    flavors = sorted(
+        {f"{r}={f}" for ps in admission.pod_set_assignments for r, f in ps.flavors.items()}
+    )
+    where = f" in cluster {env.cluster}" if field == "admitted" else ""
+    return f"ClusterQueue {admission.cluster_queue}{where}: {' '.join(flavors)}".rstrip(": ")
+
+
+def _routed(env: events_pb2.Envelope) -> str:
+    r = env.routed
+    where = f"{r.from_cluster_queue} → {r.to_cluster_queue} (LocalQueue {r.queue_name})"
+    return f"{where} {r.policy or r.reason}: {r.message}"  # RequestsRefused: no policy
+
+
+def _finished(env: events_pb2.Envelope) -> str:
+    ok = "succeeded" if env.finished.succeeded else "failed"
+    return f"{ok} {env.finished.message}".rstrip()
+
+
+def _pods_pending(env: events_pb2.Envelope) -> str:
+    pods = env.pods_pending.pods
+    return f"{_plural(len(pods), 'pod')} pending: {names(p.name for p in pods)}"
+
+
+def _gang_waiting(env: events_pb2.Envelope) -> str:
+    g = env.gang_waiting
+    return f"{g.reason} ({g.pending} of {g.min_count} pods pending)"
+
+
+def _bindings(env: events_pb2.Envelope) -> str:
+    field = env.WhichOneof("payload") or ""
+    bindings = getattr(env, field).bindings
+    return f"{_plural(len(bindings), 'pod')} on {names(b.node for b in bindings)}"
+
+
+def _placement_preempted(env: events_pb2.Envelope) -> str:
+    p = env.placement_preempted
+    return f"preempts {names(p.victims)} ({_plural(len(p.pods), 'pod')})"
+
+
+def _preemption_requested(env: events_pb2.Envelope) -> str:
+    victims = env.preemption_requested.victims
+    if not victims:
+        return ""
+    return f"preempts {names(v.workload for v in victims)}: {victims[0].reason}"
+
+
+def _admission_check(env: events_pb2.Envelope) -> str:
+    ac = env.admission_check
+    return f"check {ac.check}: {ac.state} {ac.message}".rstrip()
+
+
+def _active_changed(env: events_pb2.Envelope) -> str:
+    changed = env.active_changed
+    who = f" by {changed.submitter.user}" if changed.submitter.user else ""
+    verb = "resumed" if changed.active else "stopped"
+    return f"{verb}{who} (spec.active={'true' if changed.active else 'false'})"
+
+
+def _config(env: events_pb2.Envelope) -> str:
+    field = env.WhichOneof("payload") or ""
+    payload = getattr(env, field)
+    return f"{payload.kind}/{payload.name}"
+
+
+def _queue_status(env: events_pb2.Envelope) -> str:
+    cq = env.queue_status.cluster_queue
+    return (
+        f"ClusterQueue/{cq.name}: {cq.pending_workloads} pending, "
+        f"{cq.reserving_workloads} reserving, {cq.admitted_workloads} admitted"
+    )
+
+
+_FORMATS: Final[dict[str, Callable[[events_pb2.Envelope], str]]] = {
+    "submitted": _submitted,
+    "pending": _reason,
+    "evicted": _reason,
+    "requeued": _reason,
+    "gang_rejected": _reason,
+    "quota_reserved": _admission,
+    "admitted": _admission,
+    "routed": _routed,
+    "finished": _finished,
+    "pods_pending": _pods_pending,
+    "gang_waiting": _gang_waiting,
+    "gang_permitted": _bindings,
+    "bound": _bindings,
+    "placement_preempted": _placement_preempted,
+    "preemption_requested": _preemption_requested,
+    "admission_check": _admission_check,
+    "active_changed": _active_changed,
+    "requests_refused": lambda env: f"requests refused: {env.requests_refused.message}",
+    "eviction_completed": lambda _: "pods stopped",
+    "running": lambda _: "pods running",
+    "pods_ready": lambda _: "all pods ready",
+    "deleted": lambda _: "deleted",
+    "config_applied": _config,
+    "config_deleted": _config,
+    "queue_status": _queue_status,
+}
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= LONGEST else text[: LONGEST - 1] + "…"
+
+
+def same_line(a: services_pb2.EventLine, b: services_pb2.EventLine) -> bool:
+    """Whether `b`, right after `a`, folds into it: the same type and detail, or a type that
+    only repeats a changing count (FOLDED_BY_TYPE)."""
+    return a.type == b.type and (a.detail == b.detail or a.type in FOLDED_BY_TYPE)
+
+
+def line_of(env: events_pb2.Envelope) -> services_pb2.EventLine:
+    return services_pb2.EventLine(
+        sequence=env.sequence,
+        time_unix_nano=env.time_unix_nano,
+        type=env.type,
+        detail=detail(env),
+        count=1,
+    )
+
+
+def fold(lines: Iterable[services_pb2.EventLine]) -> list[services_pb2.EventLine]:
+    """`lines` with each run of alike ones (`same_line`) as one: the last of the run, whose
+    `count` says how many it stands for."""
+    out: list[services_pb2.EventLine] = []
+    for line in lines:
+        if out and same_line(out[-1], line):
+            merged = services_pb2.EventLine()
+            merged.CopyFrom(line)
+            merged.count = out[-1].count + max(line.count, 1)
+            out[-1] = merged
+        else:
+            out.append(line)
+    return out

@@ -1,0 +1,267 @@
+"""The gateway's RPCs about single workloads and queues: kueuectl's verbs and listings.
+
+`ControlRpcs` (Gateway.Stop, Resume, Delete) and `WorkloadRpcs` (Visibility.ListWorkloads,
+DescribeWorkload) are mixed into the servicers of `service`; both read the `BookFollower`'s
+book. Every call is authorized: listing and describing need `watch` in the workload's
+namespace (a list leaves out what the caller may not see); stopping, resuming and deleting a
+workload need `cancel` there, a LocalQueue `create_queue`, a ClusterQueue `admin`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Protocol
+
+import grpc
+import grpc.aio
+from nats.js.kv import KeyValue
+
+from muster.bus.errors import BusError, Reject
+from muster.contracts.v1 import events_pb2, services_pb2
+from muster.gateway.aborts import abort, answer, deny
+from muster.gateway.auth import current_caller
+from muster.gateway.book import Entry, WorkloadBook
+from muster.gateway.clusters import clusters_view, heartbeats
+from muster.gateway.control import (
+    DELETE,
+    HOLD,
+    HOLD_AND_DRAIN,
+    LOCAL_QUEUE,
+    NONE,
+    RESUME,
+    STOP,
+    WORKLOAD,
+    Plan,
+    kind_of,
+    plan_queue,
+    plan_workload,
+    queue_action,
+    workload_action,
+)
+from muster.gateway.permissions import ALL_NAMESPACES, Action, Authorizer, Caller, watch_action
+from muster.gateway.visibility import InvalidQueryError, VisibilityStore
+from muster.gateway.workloads import (
+    BookFollower,
+    BookUnavailableError,
+    matching,
+    one_named,
+    positions,
+    summaries,
+)
+
+log = logging.getLogger(__name__)
+
+
+ClustersBucket = Callable[[], Awaitable[KeyValue]]  # MUSTER_CLUSTERS, opened when first asked
+
+
+class _Publisher(Protocol):
+    async def publish_all(self, envs: Iterable[events_pb2.Envelope]) -> list[int]: ...
+
+
+async def _book(follower: BookFollower, context: grpc.aio.ServicerContext) -> WorkloadBook:
+    try:
+        return await follower.current()
+    except BookUnavailableError as exc:
+        await abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
+
+
+async def _workload(
+    book: WorkloadBook, namespace: str, name: str, context: grpc.aio.ServicerContext
+) -> Entry:
+    try:
+        return one_named(book, namespace, name)
+    except LookupError as exc:
+        await abort(context, grpc.StatusCode.NOT_FOUND, str(exc.args[0]))
+    except InvalidQueryError as exc:
+        await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+
+
+async def _may(
+    authorizer: Authorizer, caller: Caller, action: Action, context: grpc.aio.ServicerContext
+) -> bool:
+    return await answer(authorizer.allowed(caller, action), context)
+
+
+class ControlRpcs:
+    """Gateway.Stop, Resume and Delete (kueuectl's verbs)."""
+
+    _authorizer: Authorizer
+    _follower: BookFollower
+    _bus: _Publisher
+
+    async def Stop(  # noqa: N802  # the RPC's name
+        self, request: services_pb2.StopRequest, context: grpc.aio.ServicerContext
+    ) -> services_pb2.ControlResponse:
+        policy = HOLD if request.keep_already_running else HOLD_AND_DRAIN
+        return await self._control(STOP, request.object, policy, request.idempotency_key, context)
+
+    async def Resume(  # noqa: N802  # the RPC's name
+        self, request: services_pb2.ResumeRequest, context: grpc.aio.ServicerContext
+    ) -> services_pb2.ControlResponse:
+        return await self._control(RESUME, request.object, NONE, request.idempotency_key, context)
+
+    async def Delete(  # noqa: N802  # the RPC's name
+        self, request: services_pb2.DeleteRequest, context: grpc.aio.ServicerContext
+    ) -> services_pb2.ControlResponse:
+        return await self._control(DELETE, request.object, "", request.idempotency_key, context)
+
+    async def _control(
+        self,
+        verb: str,
+        ref: services_pb2.ObjectRef,
+        policy: str,
+        idempotency_key: str,
+        context: grpc.aio.ServicerContext,
+    ) -> services_pb2.ControlResponse:
+        try:
+            kind = kind_of(ref.kind)
+            if verb == DELETE and kind != WORKLOAD:
+                raise InvalidQueryError(f"object.kind: only workloads are deleted, got {kind}")
+        except InvalidQueryError as exc:
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        caller = current_caller()
+        book = await _book(self._follower, context)
+        if kind == WORKLOAD:
+            plan = await self._workload_plan(book, verb, ref, caller, idempotency_key, context)
+        else:
+            plan = await self._queue_plan(
+                book, (verb, kind, policy), ref, caller, idempotency_key, context
+            )
+        await self._publish(plan.events, context)
+        log.info("%s: %s %s/%s: %s", caller.user, verb, kind, plan.key, plan.message)
+        return services_pb2.ControlResponse(
+            kind=kind,
+            key=plan.key,
+            event_ids=[e.event_id for e in plan.events],
+            message=plan.message,
+        )
+
+    async def _workload_plan(
+        self,
+        book: WorkloadBook,
+        verb: str,
+        ref: services_pb2.ObjectRef,
+        caller: Caller,
+        idempotency_key: str,
+        context: grpc.aio.ServicerContext,
+    ) -> Plan:
+        entry = await _workload(book, ref.namespace or "default", ref.name, context)
+        if not entry.kueue:
+            message = f"{entry.key} is a gang outside Kueue: delete its pods or pod group instead"
+            await abort(context, grpc.StatusCode.FAILED_PRECONDITION, message)
+        action = workload_action(entry)
+        if not await _may(self._authorizer, caller, action, context):
+            await deny(context, caller, action)
+        return plan_workload(entry, verb, caller, idempotency_key=idempotency_key)
+
+    async def _queue_plan(
+        self,
+        book: WorkloadBook,
+        what: tuple[str, str, str],
+        ref: services_pb2.ObjectRef,
+        caller: Caller,
+        idempotency_key: str,
+        context: grpc.aio.ServicerContext,
+    ) -> Plan:
+        """`what`: (verb, kind, stopPolicy to set)."""
+        verb, kind, policy = what
+        key = f"{ref.namespace or 'default'}/{ref.name}" if kind == LOCAL_QUEUE else ref.name
+        action = queue_action(kind, key)
+        if not await _may(self._authorizer, caller, action, context):
+            await deny(context, caller, action)
+        applied = book.config(kind, key)
+        if applied is None:
+            await abort(context, grpc.StatusCode.NOT_FOUND, f'{kind} "{key}" not found')
+        try:
+            return plan_queue(
+                kind,
+                key,
+                applied,
+                policy=policy,
+                caller=caller,
+                verb=verb,
+                idempotency_key=idempotency_key,
+            )
+        except (ValueError, KeyError) as exc:  # a manifest muster wrote itself: a bug
+            await abort(context, grpc.StatusCode.INTERNAL, f"{kind} {key}: {exc}")
+
+    async def _publish(
+        self, envs: Sequence[events_pb2.Envelope], context: grpc.aio.ServicerContext
+    ) -> None:
+        if not envs:
+            return
+        try:
+            await self._bus.publish_all(envs)
+        except Reject as exc:
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except BusError as exc:
+            message = f"{exc}; retry: events already stored are deduplicated"
+            await abort(context, grpc.StatusCode.UNAVAILABLE, message)
+
+
+class WorkloadRpcs:
+    """Visibility.ListWorkloads, DescribeWorkload and Clusters."""
+
+    _authorizer: Authorizer
+    _follower: BookFollower
+    _store: VisibilityStore
+    _clusters: ClustersBucket
+
+    async def Clusters(  # noqa: N802  # the RPC's name
+        self, request: services_pb2.ClustersRequest, context: grpc.aio.ServicerContext
+    ) -> services_pb2.ClustersResponse:
+        caller = current_caller()
+        action = watch_action(ALL_NAMESPACES)  # nodes are the cluster's, in no namespace
+        if not await _may(self._authorizer, caller, action, context):
+            await deny(context, caller, action)
+        book = await _book(self._follower, context)
+        try:
+            reported = await heartbeats(await self._clusters())
+        except BusError as exc:
+            await abort(context, grpc.StatusCode.UNAVAILABLE, f"reading heartbeats: {exc}")
+        return clusters_view(reported, book)
+
+    async def ListWorkloads(  # noqa: N802  # the RPC's name
+        self, request: services_pb2.ListWorkloadsRequest, context: grpc.aio.ServicerContext
+    ) -> services_pb2.ListWorkloadsResponse:
+        caller = current_caller()
+        if request.namespace:
+            action = watch_action(request.namespace, request.local_queue)
+            if not await _may(self._authorizer, caller, action, context):
+                await deny(context, caller, action)
+        book = await _book(self._follower, context)
+        try:
+            entries = matching(book, request)
+        except InvalidQueryError as exc:
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        allowed: dict[str, bool] = {}
+        visible = []
+        for entry in entries:
+            namespace = entry.summary.namespace
+            if namespace not in allowed:
+                allowed[namespace] = await _may(
+                    self._authorizer, caller, watch_action(namespace), context
+                )
+            if allowed[namespace]:
+                visible.append(entry)
+        pending = await positions(self._store)
+        return services_pb2.ListWorkloadsResponse(
+            items=summaries(visible, pending), sequence=book.sequence
+        )
+
+    async def DescribeWorkload(  # noqa: N802  # the RPC's name
+        self, request: services_pb2.DescribeWorkloadRequest, context: grpc.aio.ServicerContext
+    ) -> services_pb2.WorkloadDescription:
+        caller = current_caller()
+        namespace = request.namespace or "default"
+        action = watch_action(namespace)
+        if not await _may(self._authorizer, caller, action, context):
+            await deny(context, caller, action)
+        book = await _book(self._follower, context)
+        entry = await _workload(book, namespace, request.name, context)
+        description = entry.describe()
+        (summary,) = summaries([entry], await positions(self._store))
+        description.summary.CopyFrom(summary)
+        return description

@@ -1,0 +1,138 @@
+"""Where `muster up` keeps its stack's state, and how `down` and `status` read it.
+
+One directory per user (`--state-dir`, `MUSTER_STATE_DIR`, else `$XDG_STATE_HOME/muster`,
+else `~/.local/state/muster`), never inside a checkout: `stack.json` (the supervisor's pid,
+every process it started with its pid and start time, the addresses), `logs/` and the NATS
+server's JetStream data and configuration (readable by this user only).
+
+A pid is trusted only with the start time recorded beside it (`/proc/<pid>/stat`), so a stale
+file after a crash or a reboot never names someone else's process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+STATE_FILE: Final = "stack.json"
+# Metrics: the first service's port; each next one in start order takes the next port.
+DEFAULT_PORTS: Final = {"gateway": 50051, "nats": 4222, "dashboard": 8080, "metrics": 9400}
+
+
+def state_dir(explicit: str | None = None) -> Path:
+    """The state directory: `explicit`, `MUSTER_STATE_DIR`, XDG's state home, or ~/.local/state."""
+    if explicit:
+        return Path(explicit).expanduser()
+    if os.environ.get("MUSTER_STATE_DIR"):
+        return Path(os.environ["MUSTER_STATE_DIR"]).expanduser()
+    xdg = os.environ.get("XDG_STATE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "state"
+    return base / "muster"
+
+
+class Process(msgspec.Struct, kw_only=True):
+    """One process the supervisor started."""
+
+    name: str
+    pid: int
+    started: int  # /proc/<pid>/stat start time (clock ticks since boot): tells pid reuse apart
+    address: str = ""  # gRPC health (services), nats://, http:// (dashboard)
+    kind: str = "service"  # service, nats, dashboard
+    metrics: str = ""  # host:port of its Prometheus /metrics (services)
+
+
+class StackState(msgspec.Struct, kw_only=True):
+    """What `stack.json` holds."""
+
+    supervisor: Process
+    ready: bool = False
+    error: str = ""  # why the start failed, for the `muster up` that waits
+    gateway: str = ""
+    dashboard: str = ""
+    nats: str = ""
+    cluster: str = "local"
+    nodes: list[str] = msgspec.field(default_factory=list)
+    speed: float = 1.0
+    log_dir: str = ""
+    processes: list[Process] = msgspec.field(default_factory=list)
+
+
+def read_state(directory: Path) -> StackState | None:
+    """The recorded state; None when there is none (or it is unreadable: a torn write)."""
+    try:
+        return msgspec.json.decode((directory / STATE_FILE).read_bytes(), type=StackState)
+    except (OSError, msgspec.DecodeError):
+        return None
+
+
+def write_state(directory: Path, state: StackState) -> None:
+    """Replace the state file at once (a reader never sees half of it)."""
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = directory / f".{STATE_FILE}.{os.getpid()}"
+    tmp.write_bytes(msgspec.json.encode(state))
+    tmp.replace(directory / STATE_FILE)
+
+
+def remove_state(directory: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        (directory / STATE_FILE).unlink()
+
+
+def start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot; None when it does not exist."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (2nd field) is in parentheses and may hold spaces: split after it.
+    fields = stat.rsplit(")", 1)[1].split()
+    return int(fields[19])  # field 22 of the whole line
+
+
+def process(name: str, pid: int, *, address: str = "", kind: str = "service") -> Process:
+    return Process(name=name, pid=pid, started=start_time(pid) or 0, address=address, kind=kind)
+
+
+def alive(p: Process) -> bool:
+    """Whether the recorded process still runs (the same one: same pid, same start time)."""
+    found = start_time(p.pid)
+    if found is None or found != p.started:
+        return False
+    with contextlib.suppress(FileNotFoundError):
+        if Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            return False  # a zombie: exited, waiting for its parent
+    return True
+
+
+def terminate(processes: list[Process], *, grace_s: float = 10.0) -> list[str]:
+    """SIGTERM each live one, SIGKILL what is left after `grace_s`; the names stopped."""
+    live = [p for p in processes if alive(p)]
+    for p in live:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while any(alive(p) for p in live) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for p in live:
+        if alive(p):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGKILL)
+    return [p.name for p in live]
+
+
+def port_in_use(port: int) -> bool:
+    """Whether something listens on loopback `port` already."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False

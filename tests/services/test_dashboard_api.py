@@ -1,0 +1,68 @@
+"""The dashboard's server against a gateway that asks for a token: it passes the browser's
+token on, answers the gateway's refusals as HTTP statuses, and relays events as server-sent
+events with their sequence and readable line."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from bus_helpers import pending, submitted
+from gateway_helpers import TOKEN, running_gateway
+
+from muster.bus import Bus
+from muster.dashboard.server import build_app
+
+pytestmark = pytest.mark.timeout(60)
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture
+async def client(bus: Bus) -> AsyncIterator[TestClient]:
+    async with (
+        running_gateway(bus, token=TOKEN) as gw,
+        TestClient(TestServer(build_app(gw.channel))) as http,
+    ):
+        yield http
+
+
+async def test_without_the_token_the_gateways_refusal_is_a_401(client: TestClient) -> None:
+    reply = await client.get("/api/queues")
+    assert reply.status == 401
+    assert (await reply.json())["code"] == "UNAUTHENTICATED"
+
+
+async def test_with_the_token_lists_workloads_and_describes_one(
+    client: TestClient, bus: Bus
+) -> None:
+    await bus.publish_all([submitted("ml/w0"), pending("ml/w0", "1 more needed")])
+
+    listed = await client.get("/api/workloads", headers=BEARER)
+    assert listed.status == 200
+    (item,) = (await listed.json())["items"]
+    assert (item["key"], item["status"], item["message"]) == ("ml/w0", "PENDING", "1 more needed")
+    missing = await client.get("/api/workload?namespace=ml&name=nope", headers=BEARER)
+    assert missing.status == 404
+
+
+async def test_events_arrive_as_server_sent_events(client: TestClient, bus: Bus) -> None:
+    await bus.publish_all([submitted("ml/w0"), pending("ml/w0", "1 more needed")])
+
+    reply = await client.get("/api/events?from=1", headers=BEARER)
+    assert reply.headers["Content-Type"] == "text/event-stream"
+    blocks = []
+    while len(blocks) < 2:
+        block = (await reply.content.readuntil(b"\n\n")).decode()
+        if not block.startswith(":"):
+            blocks.append(block)
+    reply.close()
+    first = dict(line.split(": ", 1) for line in blocks[1].strip().splitlines())
+    assert (first["id"], first["event"]) == ("2", "muster")
+    data = json.loads(first["data"])
+    assert (data["type"], data["workload"], data["detail"]) == (
+        "workload.pending",
+        "ml/w0",
+        "WaitingForQuota: 1 more needed",
+    )

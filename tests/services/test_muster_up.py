@@ -1,0 +1,147 @@
+"""`muster up` → the README's "Talk to it" commands, verbatim → `muster down`; and a crash.
+
+The commands are read from the README itself, so the section cannot drift from what works.
+The stack runs on free ports in a state directory of the test's (MUSTER_UP_*_PORT=0,
+MUSTER_STATE_DIR), the overrides the README documents, and every client command finds the
+gateway through MUSTER_GATEWAY, as the README says.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from urllib.request import urlopen
+
+import pytest
+from up_stack import MUSTER, ROOT, muster, start, up_env, wait_for_event
+
+from muster.launcher.upstate import Process, alive, read_state
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def readme_commands() -> list[list[str]]:
+    """The commands of the README's "Talk to it" block, comments dropped."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Talk to it", 1)[1]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    commands = [shlex.split(line.split("  #", 1)[0]) for line in block.splitlines()]
+    return [c for c in commands if c]
+
+
+def test_the_readme_commands_work_verbatim_after_muster_up(tmp_path: Path) -> None:
+    commands = readme_commands()
+    assert commands[0] == ["muster", "up"]
+    assert commands[-1] == ["muster", "down"]
+    env = up_env(tmp_path)
+    try:
+        outputs, processes = run_all(commands, env, tmp_path)
+    finally:  # whatever failed, nothing stays up
+        subprocess.run([*MUSTER, "down"], env=env, capture_output=True, timeout=120, check=False)
+
+    assert "gateway    127.0.0.1:" in outputs["up"]
+    assert "Stop it with: muster down" in outputs["up"]
+    assert re.search(r"^cluster-queue +- +yes", outputs["queues"], re.M)
+    workloads = outputs["workloads"]
+    assert re.search(r"^team-a +job-sample-job-team-a-\w+ +job/sample-job-team-a", workloads, re.M)
+    describe = outputs["describe workload"]
+    assert re.search(r"^Owner: +Job/sample-job-team-a$", describe, re.M)
+    assert re.search(r"^  job-sample-job-team-a-\w+-main-0 +main +node-\d$", describe, re.M)
+    assert "workload.admitted" in outputs["events --workload"]
+    assert outputs["stop clusterqueue"].strip() == (
+        "clusterqueue.kueue.x-k8s.io/cluster-queue stopped (HoldAndDrain)"
+    )
+    status = outputs["status"]
+    assert re.search(r"^gateway +\d+ +127\.0\.0\.1:\d+ +running +127\.0\.0\.1:\d+$", status, re.M)
+    assert outputs["down"].strip() == "muster is down."
+    assert [p.name for p in processes if alive(p)] == []
+    assert read_state(tmp_path) is None
+
+
+def run_all(
+    commands: list[list[str]], env: dict[str, str], directory: Path
+) -> tuple[dict[str, str], list[Process]]:
+    """Run each command as the README shows it; (outputs by its first two words, every
+    process `muster up` started)."""
+    outputs: dict[str, str] = {}
+    processes: list[Process] = []
+    for argv in commands:
+        done = subprocess.run(
+            [*MUSTER, *argv[1:]], env=env, capture_output=True, text=True, timeout=150, cwd=ROOT
+        )
+        assert done.returncode == 0, f"{shlex.join(argv)}:\n{done.stdout}{done.stderr}"
+        outputs[shlex.join(argv[1:3])] = done.stdout
+        if argv[1] == "up":
+            state = read_state(directory)
+            assert state is not None
+            env["MUSTER_GATEWAY"] = state.gateway  # the README's way to a gateway moved
+            processes = [state.supervisor, *state.processes]
+        if argv[1:3] == ["submit", "k8s/examples/jobs.yaml"]:
+            # What the next commands show is admission's answer: wait for it.
+            for team in ("team-a", "team-b"):
+                prefix = f"{team}/job-sample-job-{team}"
+                wait_for_event(env["MUSTER_GATEWAY"], prefix, "workload.admitted")
+    return outputs, processes
+
+
+def test_down_after_a_crash_stops_what_is_left_and_status_says_what_died(
+    tmp_path: Path,
+) -> None:
+    up = start(tmp_path)
+    state = up.state
+    os.kill(state.supervisor.pid, signal.SIGKILL)  # the supervisor dies; its children live on
+    (gateway,) = [p for p in state.processes if p.name == "gateway"]
+    os.kill(gateway.pid, signal.SIGKILL)
+    try:
+        status = muster(up, "status", ok=False)
+    finally:  # whatever the status says, what is left is stopped
+        done = muster(up, "down")
+
+    assert status.returncode == 1
+    assert re.search(r"^supervisor +\d+ +- +exited +-$", status.stdout, re.M)
+    assert re.search(r"^gateway +\d+ .* exited +\S+$", status.stdout, re.M)
+    assert re.search(r"^admission-0 +\d+ .* running +\S+$", status.stdout, re.M)
+    assert done.stdout.startswith("muster was down already (it had crashed)")
+    assert [p.name for p in state.processes if alive(p)] == []
+    assert muster(up, "status", ok=False).returncode == 3
+
+
+def test_up_twice_says_it_is_up_and_a_taken_port_is_named(tmp_path: Path) -> None:
+    up = start(tmp_path / "a")
+    try:
+        (admission,) = [p for p in up.state.processes if p.name == "admission-0"]
+        with urlopen(f"http://{admission.metrics}/metrics", timeout=10) as reply:
+            assert "kueue_cluster_queue_status" in reply.read().decode()  # Kueue's series
+        again = muster(up, "up")
+        assert again.stdout.startswith("muster is already up.")
+        taken = up.gateway.rsplit(":", 1)[1]
+        other = subprocess.run(
+            [*MUSTER, "up", "--gateway-port", taken],
+            env=up_env(tmp_path / "b"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert other.returncode == 1
+        assert other.stderr == (
+            f"muster up: in use: --gateway-port {taken}; choose other ports (0: any free one)\n"
+        )
+    finally:
+        muster(up, "down")
+
+
+def test_a_stack_whose_state_directory_is_removed_stops_itself(tmp_path: Path) -> None:
+    up = start(tmp_path / "gone")
+    processes = [up.state.supervisor, *up.state.processes]
+    shutil.rmtree(up.directory)  # nothing could find it to stop it any more
+
+    deadline = time.monotonic() + 60
+    while any(alive(p) for p in processes) and time.monotonic() < deadline:
+        time.sleep(0.2)  # processes exiting: nothing to wait on but /proc
+    assert [p.name for p in processes if alive(p)] == []

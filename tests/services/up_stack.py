@@ -1,0 +1,91 @@
+"""`muster up` for tests: a stack in a state directory of the test's, on free ports.
+
+`start(directory)` runs `muster up` as a user would (with MUSTER_UP_*_PORT=0 and
+MUSTER_STATE_DIR, the overrides the README names), reads where it listens from its state file,
+and returns the environment that points every client command at it (MUSTER_GATEWAY).
+`wait_for_event` waits on the gateway's Events.Watch, never on a clock.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
+from muster.launcher.upstate import StackState, read_state
+
+MUSTER = [sys.executable, "-m", "muster.cli.main"]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Up:
+    directory: Path
+    env: dict[str, str]
+    state: StackState
+
+    @property
+    def gateway(self) -> str:
+        return self.state.gateway
+
+
+def up_env(directory: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "MUSTER_STATE_DIR": str(directory),
+        "MUSTER_UP_GATEWAY_PORT": "0",
+        "MUSTER_UP_NATS_PORT": "0",
+        "MUSTER_UP_DASHBOARD_PORT": "0",
+        "MUSTER_UP_METRICS_PORT": "0",
+    }
+
+
+def start(directory: Path, *extra: str) -> Up:
+    env = up_env(directory)
+    done = subprocess.run(
+        [*MUSTER, "up", *extra], env=env, capture_output=True, text=True, timeout=150, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    state = read_state(directory)
+    assert state is not None, done.stdout
+    assert state.ready, done.stdout
+    return Up(directory=directory, env={**env, "MUSTER_GATEWAY": state.gateway}, state=state)
+
+
+def muster(up: Up, *argv: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run `muster ARGV` against the stack; with `ok`, fail the test unless it exits 0."""
+    done = subprocess.run(
+        [*MUSTER, *argv], env=up.env, capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    if ok:
+        assert done.returncode == 0, f"muster {' '.join(argv)}: {done.stdout}{done.stderr}"
+    return done
+
+
+def down(up: Up) -> None:
+    subprocess.run([*MUSTER, "down"], env=up.env, capture_output=True, timeout=120, check=False)
+
+
+def wait_for_event(
+    gateway: str, workload_prefix: str, event_type: str, *, after: int = 0, timeout_s: float = 60.0
+) -> events_pb2.Envelope:
+    """The first `event_type` event, after sequence `after`, of a workload whose key starts
+    with `workload_prefix`; DEADLINE_EXCEEDED fails the test."""
+    namespace = workload_prefix.split("/", 1)[0]
+    request = services_pb2.WatchRequest(
+        namespace=namespace, types=[event_type], from_sequence=after + 1
+    )
+    with grpc.insecure_channel(gateway) as channel:
+        call = services_pb2_grpc.EventsStub(channel).Watch(request, timeout=timeout_s)
+        try:
+            for env in call:
+                if env.workload.startswith(workload_prefix):
+                    return env
+        finally:
+            call.cancel()
+    raise AssertionError(f"the watch ended without {event_type} of {workload_prefix}")

@@ -1,0 +1,167 @@
+"""The workload book, the stop/resume/delete plans and the event lines, from envelopes. Pure."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from muster.bus import new_event
+from muster.contracts.v1 import events_pb2
+from muster.gateway.book import WorkloadBook
+from muster.gateway.control import DELETE, RESUME, STOP, kind_of, plan_queue, plan_workload
+from muster.gateway.eventtext import detail, fold, line_of
+from muster.gateway.permissions import Caller
+from muster.gateway.visibility import InvalidQueryError
+
+ALICE = Caller(user="alice", groups=("team-a",))
+_seq = iter(range(1, 10_000))
+
+
+def env(field: str, payload: object, workload: str = "ml/job-train-1a2b3") -> events_pb2.Envelope:
+    e = new_event(field, payload, cluster="local", workload=workload, source="t")  # type: ignore[arg-type]
+    e.sequence = next(_seq)
+    return e
+
+
+def submitted(workload: str = "ml/job-train-1a2b3", job: str = "train") -> events_pb2.Envelope:
+    owner = events_pb2.OwnerRef(kind="Job", name=job)
+    return env("submitted", events_pb2.WorkloadSubmitted(queue_name="lq", owner=owner), workload)
+
+
+def admission(cq: str = "cq") -> events_pb2.Admission:
+    return events_pb2.Admission(cluster_queue=cq)
+
+
+def book_of(*envs: events_pb2.Envelope) -> WorkloadBook:
+    book = WorkloadBook()
+    for e in envs:
+        book.apply(e)
+    return book
+
+
+def test_a_workload_goes_pending_admitted_stopped_and_is_found_by_its_jobs_name() -> None:
+    pods = [events_pb2.PodBinding(pod=events_pb2.PodRef(name="p0"), node="n1")]
+    book = book_of(
+        submitted(),
+        env("pending", events_pb2.WorkloadPending(reason="WaitingForQuota", cluster_queue="cq")),
+        env("quota_reserved", events_pb2.QuotaReserved(admission=admission())),
+        env("admitted", events_pb2.WorkloadAdmitted(admission=admission())),
+        env("bound", events_pb2.PodsBound(bindings=pods)),
+    )
+    (entry,) = book.find("ml", "train")
+    assert (entry.summary.status, list(entry.summary.nodes)) == ("ADMITTED", ["n1"])
+    assert book.find("ml", "job-train-1a2b3") == [entry]
+    assert book.find("other", "train") == []
+
+    book.apply(env("active_changed", events_pb2.WorkloadActiveChanged(active=False)))
+    book.apply(env("evicted", events_pb2.WorkloadEvicted(reason="Deactivated")))
+    book.apply(env("eviction_completed", events_pb2.EvictionCompleted()))
+    assert (entry.summary.status, entry.summary.evictions) == ("INACTIVE", 1)
+    assert entry.conditions["Evicted"].reason == "Deactivated"
+    assert entry.describe().pods == []
+
+
+def test_a_pending_workload_stopped_says_deactivated_as_kueue_does() -> None:
+    book = book_of(
+        submitted(),
+        env("pending", events_pb2.WorkloadPending(reason="WaitingForQuota", cluster_queue="cq")),
+        env("active_changed", events_pb2.WorkloadActiveChanged(active=False)),
+    )
+    (entry,) = book.find("ml", "train")
+    reserved = entry.conditions["QuotaReserved"]
+    assert (entry.summary.status, reserved.status, reserved.reason) == (
+        "INACTIVE",
+        "False",
+        "Deactivated",
+    )
+    assert reserved.message == "The workload is deactivated"
+
+
+def test_a_gang_outside_kueue_is_found_by_its_source_name() -> None:
+    key = "ml/allreduce/workers"
+    waiting = events_pb2.GangWaiting(reason="3 of 4 pods pending", pending=3, min_count=4)
+    book = book_of(env("gang_waiting", waiting, key), env("gang_waiting", waiting, key))
+    (entry,) = book.find("ml", "allreduce")
+    assert (entry.key, entry.summary.status, entry.kueue) == (key, "WAITING", False)
+    assert [line.count for line in entry.lines] == [2]  # folded
+
+
+def test_deleted_and_old_finished_workloads_are_forgotten() -> None:
+    book = WorkloadBook(finished_kept=1)
+    for name in ("a", "b"):
+        book.apply(submitted(f"ml/{name}", job=name))
+        book.apply(env("finished", events_pb2.WorkloadFinished(succeeded=True), f"ml/{name}"))
+    assert [e.key for e in book] == ["ml/b"]
+    book.apply(env("deleted", events_pb2.WorkloadDeleted(), "ml/b"))
+    assert len(book) == 0
+
+
+def test_plans_stop_resume_and_delete_a_workload_and_say_when_nothing_changes() -> None:
+    book = book_of(submitted())
+    (entry,) = book.find("ml", "train")
+
+    stop = plan_workload(entry, STOP, ALICE, idempotency_key="k1")
+    assert [e.type for e in stop.events] == ["workload.active_changed"]
+    assert stop.events[0].active_changed.submitter.user == "alice"
+    retried = plan_workload(entry, STOP, ALICE, idempotency_key="k1")
+    assert retried.events[0].event_id == stop.events[0].event_id  # deduplicated by JetStream
+    assert plan_workload(entry, RESUME, ALICE, idempotency_key="").events == ()
+    deleted = plan_workload(entry, DELETE, ALICE, idempotency_key="")
+    assert [e.type for e in deleted.events] == ["workload.active_changed", "workload.deleted"]
+
+    book.apply(stop.events[0])
+    assert plan_workload(entry, STOP, ALICE, idempotency_key="").message == "already stopped"
+    assert [e.type for e in plan_workload(entry, RESUME, ALICE, idempotency_key="").events] == [
+        "workload.active_changed"
+    ]
+
+
+def test_a_queue_stop_patches_its_last_manifest_and_resume_removes_the_policy() -> None:
+    manifest = {"kind": "LocalQueue", "metadata": {"name": "lq"}, "spec": {"clusterQueue": "cq"}}
+    applied = ("east", json.dumps(manifest))
+
+    plan = plan_queue("LocalQueue", "ml/lq", applied, policy="Hold", caller=ALICE, verb=STOP,
+                      idempotency_key="")  # fmt: skip
+    (event,) = plan.events
+    assert (event.cluster, event.config_applied.kind, event.config_applied.name) == (
+        "east",
+        "LocalQueue",
+        "ml/lq",
+    )
+    patched = json.loads(event.config_applied.manifest_json)
+    assert patched["spec"] == {"clusterQueue": "cq", "stopPolicy": "Hold"}
+    again = plan_queue("LocalQueue", "ml/lq", ("east", event.config_applied.manifest_json),
+                       policy="Hold", caller=ALICE, verb=STOP, idempotency_key="")  # fmt: skip
+    assert (again.events, again.message) == ((), "stopPolicy already Hold")
+    resumed = plan_queue("LocalQueue", "ml/lq", ("east", event.config_applied.manifest_json),
+                         policy="None", caller=ALICE, verb=RESUME, idempotency_key="")  # fmt: skip
+    assert json.loads(resumed.events[0].config_applied.manifest_json)["spec"] == {
+        "clusterQueue": "cq"
+    }
+
+
+@pytest.mark.parametrize(
+    ("typed", "kind"), [("wl", "Workload"), ("LocalQueue", "LocalQueue"), ("cq", "ClusterQueue")]
+)
+def test_kinds_take_kueuectls_spellings(typed: str, kind: str) -> None:
+    assert kind_of(typed) == kind
+
+
+def test_an_unknown_kind_names_the_field() -> None:
+    with pytest.raises(InvalidQueryError, match=r'object\.kind: must be .* got "pod"'):
+        kind_of("pod")
+
+
+def test_event_lines_are_short_and_pending_pod_counts_fold() -> None:
+    pods = [events_pb2.PodRef(name=f"w-{i}") for i in range(1000)]
+    many = env("pods_pending", events_pb2.PodsPending(pods=pods))
+    assert detail(many) == "1000 pods pending: w-0, w-1, w-10 +997 more"
+    fewer = env("pods_pending", events_pb2.PodsPending(pods=pods[:2]))
+    admitted = env("admitted", events_pb2.WorkloadAdmitted(admission=admission()))
+    lines = fold([line_of(many), line_of(fewer), line_of(admitted)])
+    assert [(line.type, line.count) for line in lines] == [
+        ("workload.pods_pending", 2),
+        ("workload.admitted", 1),
+    ]
+    assert lines[0].detail == "2 pods pending: w-0, w-1"  # the latest of the run
