@@ -81,11 +81,12 @@ kind: LocalQueue
 metadata: {name: main, namespace: team-a}
 spec: {clusterQueue: global}
 """
-WORKER_OBJECTS = """
+WORKER_NAMESPACE = """
 apiVersion: v1
 kind: Namespace
-metadata: {name: team-a}
----
+metadata: {name: NAMESPACE}
+"""
+WORKER_NODE = """
 apiVersion: v1
 kind: Node
 metadata: {name: NODE, labels: {kubernetes.io/hostname: NODE}}
@@ -112,8 +113,11 @@ spec:
 """
 
 
-async def start_workers(stack: MultiKueueStack, *, east_kubeconfig: str | None = None) -> None:
-    """East from the manager's side with its kubeconfig Secret; west from its own API server."""
+async def start_workers(
+    stack: MultiKueueStack, *, east_kubeconfig: str | None = None, east_namespace: str = NAMESPACE
+) -> None:
+    """East from the manager's side with its kubeconfig Secret; west from its own API server.
+    Each has one node and namespace team-a (east `east_namespace` instead, when told)."""
     manager = stack.manager.kubectl
     await manager.apply(MANAGER_OBJECTS)
     config = (
@@ -124,7 +128,12 @@ async def start_workers(stack: MultiKueueStack, *, east_kubeconfig: str | None =
     key = "kubeconfig" if east_kubeconfig is None else "config"  # the wrong key, when told
     await manager.apply(secret("east-kubeconfig", {key: config}))
     for name in ("east", "west"):
-        await stack.clusters[name].kubectl.apply(WORKER_OBJECTS.replace("NODE", f"{name}-1"))
+        namespace = east_namespace if name == "east" else NAMESPACE
+        await stack.clusters[name].kubectl.apply(
+            WORKER_NAMESPACE.replace("NAMESPACE", namespace)
+            + "---"
+            + WORKER_NODE.replace("NODE", f"{name}-1")
+        )
     await stack.start_services("east", from_manager=True, reachable=east_kubeconfig is None)
     await stack.start_services("west")
 
@@ -318,3 +327,60 @@ async def test_a_worker_whose_kubeconfig_secret_is_wrong_shows_why_on_the_manage
         fixed = {"kubeconfig": kubeconfig(east_url)}
         await manager.replace_secret("muster", "east-kubeconfig", fixed)
         assert (await active(manager, "east", "True"))["reason"] == "Active"
+
+
+async def test_a_worker_without_the_namespace_is_passed_over_and_the_check_says_so(
+    tmp_path: Path,
+) -> None:
+    async with multikueue_stack(tmp_path, "east", "west") as stack, asyncio.timeout(TEST_S):
+        await start_workers(stack, east_namespace="team-b")
+        manager = stack.manager.kubectl
+
+        async def east_namespaces_reported() -> bool:
+            return any(
+                e.cluster == "east" and e.config_applied.kind == "Namespace"
+                for e in stack.events.seen
+                if e.type == "config.applied"
+            )
+
+        # East's namespaces are in the stream before the Job's submission, so dispatch knows.
+        await eventually(east_namespaces_reported, timeout_s=20)
+        await manager.apply(JOB)
+        wl = (await workload_of_job(manager, NAMESPACE, "train"))["metadata"]["name"]
+        check = await check_of(manager, wl, "Ready")
+        assert check["message"] == (
+            "dispatched to cluster west: the first listed with room; "
+            "not east: namespace team-a does not exist there"
+        )
+        await running_pods(stack.clusters["west"], f"{NAMESPACE}/{wl}", 2)
+        assert await stack.clusters["east"].kubectl.get("Job", "train", NAMESPACE) is None
+
+
+async def test_a_job_runs_once_in_a_worker_through_errors_and_dropped_watches_everywhere(
+    tmp_path: Path,
+) -> None:
+    async with multikueue_stack(tmp_path, "east", "west") as stack, asyncio.timeout(TEST_S):
+        await start_workers(stack)
+        manager, east = stack.manager, stack.clusters["east"]
+        await active(manager.kubectl, "east", "True")
+        # The manager throttles and fails status writes and cuts its watches; east fails the
+        # copy's creation, its reads and cuts its watches.
+        manager.server.faults.fail_next(2, status=429, retry_after_s=0, verb="patch")
+        manager.server.faults.fail_next(2, status=500, verb="update")
+        manager.server.faults.drop_next_watch(3, after_events=1)
+        east.server.faults.fail_next(2, status=500, verb="create", path="/jobs$")
+        east.server.faults.fail_next(2, status=429, retry_after_s=0, verb="get")
+        east.server.faults.drop_next_watch(3, after_events=1)
+        await manager.kubectl.apply(JOB)
+        wl = (await workload_of_job(manager.kubectl, NAMESPACE, "train"))["metadata"]["name"]
+        key = f"{NAMESPACE}/{wl}"
+
+        pods = await running_pods(east, key, 2)
+        await succeed(east, pods)
+        finished = await status_of(manager.kubectl, wl, Finished="True")
+        assert finished["status"]["clusterName"] == "east"
+        await copy_gone(east, "train")
+        assert east.server.faults.injected >= 4
+        assert manager.server.faults.injected >= 2
+        assert [e.cluster for e in stack.events.of(key, "workload.admitted")] == ["east"]
+        assert [e.cluster for e in stack.events.of(key, "workload.finished")] == ["east"]
