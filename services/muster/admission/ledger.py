@@ -231,6 +231,8 @@ class Ledger:
                     entry.phase = Phase.INACTIVE
                     entry.admission = None
                 elif entry.phase in (Phase.RESERVED, Phase.ADMITTED):
+                    if fact.reason.startswith("Deactivated"):  # a check Rejected it: it stays
+                        entry.active = False  # inactive once its pods are gone, as if stopped
                     entry.phase = Phase.EVICTING
                     entry.evicted_reason, entry.evicted_message = fact.reason, fact.message
                     entry.evicted_s = fact.at_s

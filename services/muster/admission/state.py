@@ -268,12 +268,17 @@ class AdmissionState:
             case SetActive(key, active):
                 ledger.set_active(key, active)
                 return self._engine_fact(key, lambda: engine.set_active(key, active, now_s=now_s))
-            case CheckUpdated(key, check, state, message):
+            case CheckUpdated(key, check, state, message, requeue_after_s):
                 ledger.check_updated(key, check, state)
                 return self._engine_fact(
                     key,
                     lambda: engine.set_admission_check(
-                        key, check, state, message=message, now_s=now_s
+                        key,
+                        check,
+                        state,
+                        message=message,
+                        requeue_after_s=requeue_after_s,
+                        now_s=now_s,
                     ),
                 )
             case GangRejected(key, reason, message):

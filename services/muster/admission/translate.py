@@ -124,6 +124,7 @@ class CheckUpdated:
     check: str
     state: str
     message: str
+    requeue_after_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +243,13 @@ def fact_of(env: pb.Envelope) -> Fact | None:
             return SetActive(key, active=env.active_changed.active)
         case "admission_check":
             ac = env.admission_check
-            return CheckUpdated(key, check=ac.check, state=ac.state, message=ac.message)
+            return CheckUpdated(
+                key,
+                check=ac.check,
+                state=ac.state,
+                message=ac.message,
+                requeue_after_s=max(0, ac.requeue_after_seconds),
+            )
         case "gang_rejected":
             return GangRejected(
                 key, reason=env.gang_rejected.reason, message=env.gang_rejected.message

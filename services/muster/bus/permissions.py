@@ -96,6 +96,7 @@ ROLES: Final[tuple[Role, ...]] = (
             "workload.running",
             "workload.pods_ready",
             "workload.admission_check",  # check controllers' answers (Kubernetes)
+            "workload.active_changed",  # a Kueue Workload's spec.active (Kubernetes)
             "config.applied",
             "config.deleted",
         ),

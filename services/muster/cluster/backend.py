@@ -61,7 +61,7 @@ class PodSetStart(msgspec.Struct, frozen=True, kw_only=True):
     `requests` are per pod, in milli-units. `node_selector` and `tolerations` are the podset's
     own merged with what the assigned flavors inject (WorkloadAdmitted's placement hints).
     `annotations` go onto every pod (the pod template's; `muster.dev/run-seconds` among them
-    when the binder knows it).
+    when the binder knows it), and `labels` too (an admission check's podSetUpdates).
     """
 
     name: str
@@ -70,6 +70,7 @@ class PodSetStart(msgspec.Struct, frozen=True, kw_only=True):
     node_selector: Mapping[str, str] = msgspec.field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
     annotations: Mapping[str, str] = msgspec.field(default_factory=dict)
+    labels: Mapping[str, str] = msgspec.field(default_factory=dict)
 
 
 class WorkloadCopy(NamedTuple):

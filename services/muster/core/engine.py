@@ -268,21 +268,39 @@ class Engine:
         return self._take_events()
 
     def set_admission_check(
-        self, key: WorkloadKey, check: str, state: str, *, message: str = "", now_s: float
+        self,
+        key: WorkloadKey,
+        check: str,
+        state: str,
+        *,
+        message: str = "",
+        requeue_after_s: float | None = None,
+        now_s: float,
     ) -> list[Event]:
-        """An admission check controller reports Ready, Retry, Rejected or Pending."""
+        """An admission check controller reports Ready, Retry, Rejected or Pending.
+
+        As in Kueue's workload controller, Retry and Rejected count for as long as the workload
+        holds quota, admitted or not: Retry evicts it, to queue again once `requeue_after_s`
+        (the check's requeueAfterSeconds) has passed; Rejected deactivates it, after its pods
+        stop when it was admitted."""
         self.now_s = now_s
         r = self.records.get(key)
-        if r is None or r.phase is not Phase.RESERVED or check not in r.checks:
+        if r is None or r.phase not in (Phase.RESERVED, Phase.ADMITTED) or check not in r.checks:
             return []
         r.checks[check] = state
+        detail = f'"{check}" ({message})' if message else f'"{check}"'
+        why = f"AdmissionCheck in {state} state: {detail}"  # Kueue's wording
         if state == "Rejected":
-            text = f"Admission check(s): [{check}], were rejected"
-            self._evict(r, reason="AdmissionCheck", message=message or text, deactivate=True)
+            deactivated = f"The workload is deactivated due to {why}"
+            if r.phase is Phase.RESERVED:  # nothing runs yet: its quota goes back at once
+                self._evict(r, reason="AdmissionCheck", message=deactivated, deactivate=True)
+            else:
+                r.wl = msgspec.structs.replace(r.wl, active=False)
+                self._evict(r, reason="DeactivatedDueToAdmissionCheck", message=deactivated)
         elif state == "Retry":
-            text = f"At least one admission check is false: [{check}]"
-            self._evict(r, reason="AdmissionCheck", message=message or text)
-        elif all(s == "Ready" for s in r.checks.values()):
+            r.requeue_at_s = now_s + requeue_after_s if requeue_after_s else None
+            self._evict(r, reason="AdmissionCheck", message=f"Evicted due to {why}")
+        elif r.phase is Phase.RESERVED and all(s == "Ready" for s in r.checks.values()):
             self._admit(r)
         return self._take_events()
 
@@ -997,6 +1015,10 @@ class Engine:
         if evicted is not None and evicted.reason == "PodsReadyTimeout":
             self._back_off(r)
             return
+        retry_at_s, r.requeue_at_s = r.requeue_at_s, None
+        if retry_at_s is not None and retry_at_s > self.now_s:  # a check's requeueAfterSeconds
+            self._wait_until(r, retry_at_s, reason="AdmissionCheck")
+            return
         r.pending_message = ""
         self._enqueue(r)
         self._emit(EventType.REQUEUED, r, "Evicted", "Requeued after eviction")
@@ -1020,12 +1042,16 @@ class Engine:
             strategy.backoff_base_seconds * 2 ** (r.requeue_count - 1),
             strategy.backoff_max_seconds,
         )
-        r.phase = Phase.BACKOFF
-        r.requeue_at_s = self.now_s + delay
-        r.set_condition(REQUEUED, False, "PodsReadyTimeout", f"Requeue in {delay:g}s")
         if strategy.timestamp == "Eviction":
             r.queue_ts = self.now_s
-        self._timer(r.requeue_at_s, "requeue", r.key)
+        self._wait_until(r, self.now_s + delay, reason="PodsReadyTimeout")
+
+    def _wait_until(self, r: WorkloadRecord, at_s: float, *, reason: str) -> None:
+        """Out of the queue until `at_s`, then requeued (BackoffFinished)."""
+        r.phase = Phase.BACKOFF
+        r.requeue_at_s = at_s
+        r.set_condition(REQUEUED, False, reason, f"Requeue in {at_s - self.now_s:g}s")
+        self._timer(at_s, "requeue", r.key)
 
     def _deactivate(self, r: WorkloadRecord) -> None:
         """spec.active false: it waits for nothing (Kueue: QuotaReserved=False, Deactivated)."""

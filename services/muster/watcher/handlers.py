@@ -137,34 +137,40 @@ async def on_config(change: ClusterChange, ctx: WatcherContext) -> None:
     ctx.configs[change.key] = out.id_key
 
 
-async def on_workload_checks(change: ClusterChange, ctx: WatcherContext) -> None:
-    """A Kueue Workload changed: publish each check controller's new answer once."""
+async def on_kueue_workload(change: ClusterChange, ctx: WatcherContext) -> None:
+    """A Kueue Workload changed: publish each check controller's new answer once, and its
+    spec.active when someone changed it (kueuectl stop|resume workload, `kubectl patch`)."""
     meta = change.obj.get("metadata") or {}
     key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
     sent = ctx.marks.load(key)
     if change.type == "DELETED":
-        if sent.checks:
-            sent.checks = {}
+        if sent.checks or sent.active is not None:
+            sent.checks, sent.active = {}, None
             ctx.marks.save(key, sent)
         return
+    changed = translate.active_change(change.obj, sent.active)
+    if changed is not None:
+        ctx.publish(changed, trace_headers=ctx.traces.get(key))
     answers = translate.check_updates(change.obj, sent.checks)
     for answer in answers:
         if answer.event is not None:
             ctx.publish(answer.event)
         sent.checks[answer.name] = answer.mark
-    if answers:
+    active = translate.spec_active(change.obj)
+    if answers or sent.active != active:
+        sent.active = active
         ctx.marks.save(key, sent)
 
 
 async def on_workload_object(change: ClusterChange, ctx: WatcherContext) -> None:
     """A queued Job or Kueue Workload changed: submitted once per incarnation, finished once
-    a Job says it is over, or deleted; a Kueue Workload's check answers (`on_workload_checks`)."""
+    a Job says it is over, or deleted; what else a Kueue Workload says (`on_kueue_workload`)."""
     wl, problems = translate.workload_of(change.obj)
     if wl is None:
         log.warning("ignoring %s: %s", change.key, "; ".join(problems), extra={"key": change.key})
         return
     if translate.is_kueue_workload(change.obj):
-        await on_workload_checks(change, ctx)
+        await on_kueue_workload(change, ctx)
     sent = ctx.marks.load(wl.key)
     if change.type == "DELETED":
         ctx.publish(translate.deleted(wl), trace_headers=ctx.traces.pop(wl.key, None))
@@ -261,5 +267,5 @@ def handler_for(change: ClusterChange) -> Handler | None:
     if translate.is_workload_source(change.obj):
         return on_workload_object
     if translate.is_kueue_workload(change.obj):
-        return on_workload_checks  # a Job's Workload: the Job is the source
+        return on_kueue_workload  # a Job's Workload: the Job is the source
     return None

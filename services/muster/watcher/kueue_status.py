@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from muster.api.check_states import AnsweredCheck, ChecksWanted
 from muster.api.encode import is_byte_resource
@@ -38,6 +38,9 @@ WORKLOAD_EVENTS = (
     "finished",
     "deleted",
 )
+# The binder's word that an evicted workload's pods are gone: a deactivated one reserves
+# nothing from then on.
+EVICTION_COMPLETED: Final = "eviction_completed"
 # Conditions in the order `kubectl describe` lists them.
 _CONDITION_ORDER = ("QuotaReserved", "Admitted", "Evicted", "Requeued", "Finished")
 _DEFAULT_QUEUE = "default"  # a workload naming no LocalQueue is in its namespace's "default"
@@ -186,7 +189,7 @@ class StatusBook:
             return self._config(env)
         if field == "admission_check":
             return self._answer(env)
-        if field in WORKLOAD_EVENTS:
+        if field in WORKLOAD_EVENTS or field == EVICTION_COMPLETED:
             at_s = env.time_unix_nano / 1e9
             refs = self._workload_event(env.workload, field, getattr(env, field), at_s=at_s)
             wl = self._workloads.get(env.workload)
@@ -360,12 +363,14 @@ def _transition(wl: _Workload, field: str, payload: Any, *, at_s: float) -> None
         wl.set("Admitted", False, reason, payload.message)
         if reason == DEACTIVATED:
             # Its quota is given back at once and it is not requeued (Kueue: spec.active false).
-            wl.state = "inactive"
-            wl.unadmit()
-            wl.set("QuotaReserved", False, "Pending", payload.message)
-            wl.set("Requeued", False, "Deactivated", payload.message)
+            _inactive(wl, payload.message)
         else:
             wl.state = "reserving"  # the quota stays reserved until the pods are gone
+    elif field == "eviction_completed":
+        # Stopped (kueuectl), or a check Rejected it: no requeue follows.
+        evicted = wl.conditions.get("Evicted") or {}
+        if wl.state == "reserving" and evicted.get("reason", "").startswith("Deactivated"):
+            _inactive(wl, evicted["message"])
     elif field == "requeued":
         wl.state = "pending"
         wl.unadmit()
@@ -376,6 +381,13 @@ def _transition(wl: _Workload, field: str, payload: Any, *, at_s: float) -> None
         wl.state = "finished"
         succeeded = bool(payload.succeeded)
         wl.set("Finished", True, "Succeeded" if succeeded else "Failed", payload.message)
+
+
+def _inactive(wl: _Workload, message: str) -> None:
+    wl.state = "inactive"
+    wl.unadmit()
+    wl.set("QuotaReserved", False, "Pending", message)
+    wl.set("Requeued", False, "Deactivated", message)
 
 
 def cluster_queue_status(status: pb.ClusterQueueStatus) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from muster.cluster.sim.keys import SCHEDULING_POD_GROUP_KIND
 from muster.contracts.v1 import events_pb2 as pb
 from muster.watcher.group_status import GANG_EVENTS, GroupStatusBook
 from muster.watcher.kube_events import EVENT_SOURCES, EventBook
-from muster.watcher.kueue_status import WORKLOAD_EVENTS, StatusBook
+from muster.watcher.kueue_status import EVICTION_COMPLETED, WORKLOAD_EVENTS, StatusBook
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,8 @@ class StatusSink(Protocol):
 
 
 # What is said of a workload dispatched to a worker cluster (MultiKueue) is published on that
-# worker's subjects: admission's decisions, its check's answers, the worker's `finished`.
+# worker's subjects: admission's decisions, its check's answers, the worker's `finished` and
+# `eviction_completed`.
 DISPATCHED_EVENTS = (
     "pending",
     "quota_reserved",
@@ -73,6 +74,7 @@ DISPATCHED_EVENTS = (
     "evicted",
     "requeued",
     "finished",
+    "eviction_completed",
     "admission_check",
 )
 
@@ -81,7 +83,7 @@ def status_subjects(cluster: str) -> list[str]:
     """The subjects whose events change the statuses of `cluster`'s Kueue objects and
     scheduling.k8s.io PodGroups: its own, and every cluster's about a workload's admission
     and end (a workload submitted here may run in a worker cluster)."""
-    events = dict.fromkeys((*WORKLOAD_EVENTS, *GANG_EVENTS, *EVENT_SOURCES))
+    events = dict.fromkeys((*WORKLOAD_EVENTS, EVICTION_COMPLETED, *GANG_EVENTS, *EVENT_SOURCES))
     return [
         *(workload_subject("*", e) for e in DISPATCHED_EVENTS),
         *(workload_subject(cluster, e) for e in events if e not in DISPATCHED_EVENTS),

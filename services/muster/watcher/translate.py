@@ -285,6 +285,32 @@ class CheckAnswer(NamedTuple):
     event: Outgoing | None
 
 
+def spec_active(obj: Mapping[str, Any]) -> bool:
+    """A Kueue Workload's spec.active (absent: true)."""
+    spec = obj.get("spec")
+    return not isinstance(spec, dict) or spec.get("active", True) is not False
+
+
+def active_change(obj: Mapping[str, Any], seen: bool | None) -> Outgoing | None:
+    """`workload.active_changed` when Kueue Workload `obj`'s spec.active differs from `seen`
+    (what was last seen; None: nothing yet). A Workload first seen tells nothing of its own:
+    its `submitted` carries spec.active; a Job's Workload is created active, so a first
+    sight inactive is news (stopped before the watcher saw it)."""
+    active = spec_active(obj)
+    if seen is None:
+        seen = True if not is_workload_source(obj) else active
+    if active == seen:
+        return None
+    meta = _meta(obj)
+    key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    return Outgoing(
+        field="active_changed",
+        payload=events_pb2.WorkloadActiveChanged(active=active),
+        id_key=f"active/{meta.get('uid', '')}/{meta.get('generation', 0)}/{active}",
+        workload=key,
+    )
+
+
 def check_updates(obj: Mapping[str, Any], sent: Mapping[str, str]) -> list[CheckAnswer]:
     """What Kueue Workload `obj`'s check controllers answered since `sent` (check name → the
     mark last seen): each changed entry, with `workload.admission_check` unless the check is
@@ -304,7 +330,10 @@ def check_updates(obj: Mapping[str, Any], sent: Mapping[str, str]) -> list[Check
             out.append(CheckAnswer(name, mark, None))
             continue
         payload = events_pb2.AdmissionCheckUpdated(
-            check=name, state=state, message=str(entry.get("message") or "")
+            check=name,
+            state=state,
+            message=str(entry.get("message") or ""),
+            requeue_after_seconds=_requeue_after(entry.get("requeueAfterSeconds")),
         )
         event = Outgoing(
             field="admission_check",
@@ -314,3 +343,10 @@ def check_updates(obj: Mapping[str, Any], sent: Mapping[str, str]) -> list[Check
         )
         out.append(CheckAnswer(name, mark, event))
     return out
+
+
+def _requeue_after(value: object) -> int:
+    """A check's requeueAfterSeconds as an int32 the event can carry (anything else: 0)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return 0
+    return max(0, min(value, 2**31 - 1))

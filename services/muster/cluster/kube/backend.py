@@ -44,6 +44,7 @@ from muster.cluster.kube import copies, jobs
 from muster.cluster.kube.config import api_client
 from muster.cluster.kube.discovery import GangApi
 from muster.cluster.kube.informer import SEQ_BITS, merged_watch, resource_version_now
+from muster.cluster.kube.pod_set_updates import with_check_updates
 from muster.cluster.kube.ratelimit import TokenBucket
 from muster.cluster.kube.resize import ResizeError, resized
 from muster.cluster.kube.resources import (
@@ -201,13 +202,52 @@ class KubeBackend:
 
         return await self._retrying(create)
 
-    async def delete(self, kind: str, name: str, *, namespace: str = "", uid: str = "") -> bool:
+    async def delete(
+        self,
+        kind: str,
+        name: str,
+        *,
+        namespace: str = "",
+        uid: str = "",
+        as_user: Identity | None = None,
+    ) -> bool:
         resource = resource_for_kind(kind, kueue_version=self.config.kueue_version)
         namespace = (namespace or _NAMESPACED_DEFAULT) if resource.namespaced else ""
-        return await self._delete(resource, name, namespace, uid=uid)
+        return await self._delete(resource, name, namespace, uid=uid, as_user=as_user)
+
+    async def merge_patch(
+        self,
+        kind: str,
+        name: str,
+        patch: Mapping[str, Any],
+        *,
+        namespace: str = "",
+        as_user: Identity | None = None,
+    ) -> None:
+        """Merge `patch` into object `kind` `name` (NotFoundError when there is none)."""
+        resource = resource_for_kind(kind, kueue_version=self.config.kueue_version)
+        namespace = (namespace or _NAMESPACED_DEFAULT) if resource.namespaced else ""
+        path, who = resource.object_path(name, namespace), resource.describe(name, namespace)
+        await self._retrying(
+            lambda: self.transport.checked(
+                "PATCH",
+                path,
+                obj=who,
+                query=_STRICT,
+                body=dict(patch),
+                content_type=MERGE_PATCH,
+                as_user=as_user,
+            )
+        )
 
     async def _delete(
-        self, resource: Resource, name: str, namespace: str, *, uid: str = ""
+        self,
+        resource: Resource,
+        name: str,
+        namespace: str,
+        *,
+        uid: str = "",
+        as_user: Identity | None = None,
     ) -> bool:
         who = resource.describe(name, namespace)
         options: dict[str, Any] = {"propagationPolicy": "Background"}
@@ -216,7 +256,11 @@ class KubeBackend:
 
         async def delete() -> bool:
             response = await self.transport.request(
-                "DELETE", resource.object_path(name, namespace), obj=who, body=options
+                "DELETE",
+                resource.object_path(name, namespace),
+                obj=who,
+                body=options,
+                as_user=as_user,
             )
             if response.status == 404 or (uid and response.status == 409):
                 return False
@@ -338,6 +382,9 @@ class KubeBackend:
         started in the same write, or its Kueue Workload, whose pods are then created."""
         namespace, name = split_workload_key(workload_key)
         job, workload = await self._job_of(namespace, name)
+        if job is not None and workload is None:
+            workload = await self._get_or_none(self._kueue["Workload"], name, namespace)
+        pod_sets = with_check_updates(pod_sets, workload)  # what its checks asked for
         if job is None and workload is None and origin is not None:
             job, workload = await self._copy(namespace, name, origin, pod_sets, admission)
             if job is not None:
@@ -702,6 +749,7 @@ def _pod(
             "namespace": meta.get("namespace"),
             "labels": {
                 **(t_meta.get("labels") or {}),
+                **pod_set.labels,
                 WORKLOAD_LABEL: name,
                 **({ADMISSION_LABEL: str(admission)} if admission else {}),
             },
