@@ -655,6 +655,8 @@ EXPECTED_CRDS = {
     "workloads.kueue.x-k8s.io": True,
     "workloadpriorityclasses.kueue.x-k8s.io": False,
     "admissionchecks.kueue.x-k8s.io": True,
+    "multikueueconfigs.kueue.x-k8s.io": False,
+    "multikueueclusters.kueue.x-k8s.io": True,
     "provisioningrequestconfigs.kueue.x-k8s.io": False,
     "provisioningrequests.autoscaling.x-k8s.io": True,
     "podgroups.scheduling.x-k8s.io": True,
@@ -743,6 +745,8 @@ _WATCHED = {
             "localqueues",
             "workloadpriorityclasses",
             "admissionchecks",
+            "multikueueconfigs",
+            "multikueueclusters",
             "workloads",
             "provisioningrequestconfigs",
         )
@@ -765,6 +769,7 @@ REQUIRED: dict[str, set[tuple[str, str, str]]] = {
         ("kueue.x-k8s.io", "workloads/finalizers", "update"),
         ("kueue.x-k8s.io", "clusterqueues/status", "patch"),
         ("kueue.x-k8s.io", "localqueues/status", "patch"),
+        ("kueue.x-k8s.io", "multikueueclusters/status", "patch"),
         ("batch", "jobs/finalizers", "update"),
         *{
             ("autoscaling.x-k8s.io", "provisioningrequests", v)
@@ -778,12 +783,19 @@ REQUIRED: dict[str, set[tuple[str, str, str]]] = {
     # jobs/status), _create_pods (POST pods, owner workload with blockOwnerDeletion),
     # _pods_of (LIST pods), delete (DELETE pods), bind (POST pods/binding, GET pod after 409),
     # and impersonating the submitter of cmd.apply's Pods and gangs.
+    # MultiKueue (backend._copy, copies_of, stop_workload of a copy): a workload's copy in a
+    # worker created, listed by origin, deleted.
     "binder": {
         ("batch", "jobs", "get"),
         ("batch", "jobs", "list"),
         ("batch", "jobs", "update"),
+        ("batch", "jobs", "create"),
+        ("batch", "jobs", "delete"),
         ("batch", "jobs/status", "patch"),
         ("kueue.x-k8s.io", "workloads", "get"),
+        ("kueue.x-k8s.io", "workloads", "list"),
+        ("kueue.x-k8s.io", "workloads", "create"),
+        ("kueue.x-k8s.io", "workloads", "delete"),
         ("kueue.x-k8s.io", "workloads/finalizers", "update"),
         ("", "pods", "create"),
         ("", "pods", "get"),

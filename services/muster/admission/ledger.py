@@ -57,6 +57,7 @@ class Entry:
     pending_message: str = ""
     check_states: dict[str, str] = field(default_factory=dict)  # reported since reserved
     manifest_json: str = ""  # as submitted, for its `admitted` (translate.MANIFEST_COPY_LIMIT)
+    owner_manifest_json: str = ""  # the Job it stands for, likewise
     active: bool = True  # spec.active as last set through the gateway (active_changed)
 
     @property
@@ -98,7 +99,14 @@ class Ledger:
         return iter(sorted(self.entries.values(), key=lambda e: e.order))
 
     def submit(
-        self, wl: Workload, *, cluster: str, generation: int, at_s: float, manifest_json: str = ""
+        self,
+        wl: Workload,
+        *,
+        cluster: str,
+        generation: int,
+        at_s: float,
+        manifest_json: str = "",
+        owner_manifest_json: str = "",
     ) -> Entry | None:
         """Record a submission; None when the workload is already known (a duplicate)."""
         key = wl.key
@@ -112,6 +120,7 @@ class Ledger:
             submitted_s=at_s,
             order=self._order,
             manifest_json=manifest_json,
+            owner_manifest_json=owner_manifest_json,
         )
         self.entries[key] = entry
         return entry

@@ -40,6 +40,7 @@ from muster.admission.translate import (
     Fact,
     Finish,
     GangRejected,
+    Manifests,
     PlacementPreempted,
     PodsReady,
     Recorded,
@@ -57,7 +58,7 @@ from muster.api.model import (
     Workload,
     WorkloadKey,
 )
-from muster.api.wellknown import GANG_TIMED_OUT, PREEMPTED
+from muster.api.wellknown import GANG_TIMED_OUT, PREEMPTED, START_FAILED
 from muster.core.engine import Engine
 from muster.core.events import Event, EventType
 from muster.core.routing import Policy, RoutingSettings, run_seconds_on
@@ -238,6 +239,7 @@ class AdmissionState:
                     generation=fact.generation,
                     at_s=at_s,
                     manifest_json=fact.manifest_json,
+                    owner_manifest_json=fact.owner_manifest_json,
                 )
                 if entry is None or not self.owning or not self._owns(entry):
                     return []  # a duplicate, history, or another shard's
@@ -358,8 +360,13 @@ class AdmissionState:
     ) -> list[Event]:
         """The gang timed out: evict the workload (reason GangRejected); it keeps its quota until
         eviction_completed, then requeues. A workload not holding quota is left alone. A failed
-        bind is not a rejection of the workload: gangpermit retries the gang as a whole."""
-        if not self.owning or key not in self.adopted or reason != GANG_TIMED_OUT:
+        bind is not a rejection of the workload: gangpermit retries the gang as a whole. A
+        worker that refused to create it (StartFailed): MultiKueue sends it elsewhere."""
+        if not self.owning or key not in self.adopted:
+            return []
+        if reason == START_FAILED:
+            return self.dispatch.refused(self.engine, key, message, now_s=now_s)
+        if reason != GANG_TIMED_OUT:
             return []
         text = f"{reason}: {message}" if message else reason
         return self.engine.evict(key, reason=GANG_REJECTED, message=text, now_s=now_s)
@@ -533,9 +540,15 @@ class AdmissionState:
         entry = self.ledger.get(key)
         return 0 if entry is None else entry.generation
 
-    def manifest_of(self, key: WorkloadKey) -> str:
+    def manifests_of(self, key: WorkloadKey) -> Manifests:
         entry = self.ledger.get(key)
-        return "" if entry is None else entry.manifest_json
+        if entry is None:
+            return Manifests()
+        return Manifests(
+            workload_json=entry.manifest_json,
+            owner_json=entry.owner_manifest_json,
+            origin_cluster=entry.cluster or self.default_cluster,
+        )
 
     def route_of(self, key: WorkloadKey) -> WorkloadRoute | None:
         entry, r = self.ledger.get(key), self.engine.records.get(key)

@@ -69,6 +69,17 @@ class Submit:
     generation: int
     at_s: float
     manifest_json: str = ""  # as submitted: copied into its `admitted` (MANIFEST_COPY_LIMIT)
+    owner_manifest_json: str = ""  # the Job it stands for, likewise (MultiKueue copies it)
+
+
+@dataclass(frozen=True, slots=True)
+class Manifests:
+    """What a workload's `admitted` carries of its submission, so a binder that never saw the
+    `submitted` (or a worker cluster's, which must create a copy) has it."""
+
+    workload_json: str = ""  # the Kueue Workload as submitted
+    owner_json: str = ""  # the Job it stands for
+    origin_cluster: str = ""  # where it was submitted
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,6 +295,7 @@ def _submit_of(env: pb.Envelope) -> Submit:
         generation=env.generation,
         at_s=time_s_of(env),
         manifest_json=env.submitted.manifest_json,
+        owner_manifest_json=env.submitted.owner_manifest_json,
     )
 
 
@@ -429,8 +441,8 @@ class DecisionContext(Protocol):
 
     def generation_of(self, key: WorkloadKey) -> int: ...
 
-    def manifest_of(self, key: WorkloadKey) -> str:
-        """The workload's manifest as submitted ("" when not known)."""
+    def manifests_of(self, key: WorkloadKey) -> Manifests:
+        """The workload's manifests as submitted, and where (empty when not known)."""
         ...
 
     def route_of(self, key: WorkloadKey) -> WorkloadRoute | None:
@@ -491,11 +503,13 @@ def decisions_from(events: Sequence[Event], ctx: DecisionContext) -> list[Decisi
                 admission = ctx.admission_of(key)
                 if admission is None:
                     continue
-                manifest = ctx.manifest_of(key)
+                manifests = ctx.manifests_of(key)
                 admitted = pb.WorkloadAdmitted(
                     admission=admission_to_proto(admission),
                     hints=placement_hints(admission, ctx.flavors, ctx.route_of(key)),
-                    manifest_json=manifest if len(manifest) <= MANIFEST_COPY_LIMIT else "",
+                    manifest_json=_copied(manifests.workload_json),
+                    owner_manifest_json=_copied(manifests.owner_json),
+                    origin_cluster=manifests.origin_cluster,
                 )
                 add("admitted", admitted, e)
             case EventType.PREEMPTED:
@@ -522,6 +536,10 @@ def decisions_from(events: Sequence[Event], ctx: DecisionContext) -> list[Decisi
             case _:
                 continue  # Submitted, Finished: facts others reported, not decisions
     return out
+
+
+def _copied(manifest: str) -> str:
+    return manifest if len(manifest) <= MANIFEST_COPY_LIMIT else ""
 
 
 def envelopes_of(

@@ -101,7 +101,11 @@ ROLES: Final[tuple[Role, ...]] = (
             "config.deleted",
         ),
         replays=(EVENTS_STREAM,),
-        key_values=(KeyValue("MUSTER_WATCHER", writes=("{cluster}", "{cluster}.>")),),
+        key_values=(
+            KeyValue("MUSTER_WATCHER", writes=("{cluster}", "{cluster}.>")),
+            # Heartbeats: a MultiKueueCluster's Active condition (Kubernetes).
+            KeyValue("MUSTER_CLUSTERS"),
+        ),
         sim_store="read",
         dead_letters=("watcher-{cluster}",),
     ),

@@ -29,7 +29,7 @@ from muster.api.wellknown import TRACEPARENT_ANNOTATION
 from muster.bus.envelope import new_event
 from muster.bus.tracing import continue_trace, headers_of_envelope
 from muster.cluster.backend import ClusterChange
-from muster.cluster.kube import jobs
+from muster.cluster.kube import copies, jobs
 from muster.contracts.v1 import events_pb2
 from muster.watcher import translate
 from muster.watcher.outbox import Outbox
@@ -183,18 +183,40 @@ async def on_workload_object(change: ClusterChange, ctx: WatcherContext) -> None
         if job and ctx.workloads is not None:
             # Before `submitted`: its status is written there once admission decides.
             await ctx.workloads.create_workload_for_job(jobs.as_written(change.obj))
+        owner = translate.owner_manifest(change.obj) if job else ""
         env = ctx.publish(
-            translate.submitted(wl), trace_headers=_object_trace(change.obj), new_trace=True
+            translate.submitted(wl, owner=owner),
+            trace_headers=_object_trace(change.obj),
+            new_trace=True,
         )
         ctx.traces[wl.key] = headers_of_envelope(env.traceparent, env.tracestate)
         sent.submitted = mark
         ctx.marks.save(wl.key, sent)
-    finished = translate.job_finished(change.obj, wl) if job else None
-    uid = str((change.obj.get("metadata") or {}).get("uid", ""))
+    if job:
+        _job_end(change.obj, wl.key, ctx)
+
+
+def _job_end(job: Mapping[str, Any], key: str, ctx: WatcherContext) -> None:
+    """Publish workload `key`'s `finished` once its Job says it is over."""
+    finished = translate.job_finished(job, key)
+    uid = str((job.get("metadata") or {}).get("uid", ""))
+    sent = ctx.marks.load(key)
     if finished is not None and sent.job_finished != uid:
-        ctx.publish(finished, trace_headers=ctx.traces.get(wl.key))
+        ctx.publish(finished, trace_headers=ctx.traces.get(key))
         sent.job_finished = uid
-        ctx.marks.save(wl.key, sent)
+        ctx.marks.save(key, sent)
+
+
+async def on_copy(change: ClusterChange, ctx: WatcherContext) -> None:
+    """A copy here of a workload submitted in another cluster (MultiKueue: labelled with its
+    origin): no workload of this cluster's, so never submitted or deleted from here; its Job's
+    end is the workload's `finished`, under the workload's own key (its pods report under it
+    too: the binder labelled them so)."""
+    if change.type == "DELETED" or not translate.is_job(change.obj):
+        return
+    key = copies.copied_workload(change.obj)
+    if key:
+        _job_end(change.obj, key, ctx)
 
 
 async def on_pod(change: ClusterChange, ctx: WatcherContext) -> None:
@@ -238,6 +260,8 @@ def handler_for(change: ClusterChange) -> Handler | None:
     """The handler of `change`, or None for objects the watcher does not report (Nodes)."""
     if change.kind == "Pod":
         return on_pod
+    if copies.origin_of(change.obj) and change.kind in ("Job", "Workload"):
+        return on_copy
     if translate.is_config(change.obj):
         return on_config
     if translate.is_workload_source(change.obj):

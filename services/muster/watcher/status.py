@@ -50,21 +50,69 @@ class EventSink(Protocol):
         """The uid of an object the watch shows."""
 
 
+class WorkerConfigs(Protocol):
+    """Where the config events go that declare MultiKueueClusters (`worker_status`)."""
+
+    def apply(self, env: pb.Envelope) -> None: ...
+
+    def desire_all(self) -> None: ...
+
+
 class StatusSink(Protocol):
     def desire(
         self, ref: ObjectRef, status: Mapping[str, Any], *, checks: ChecksWanted | None = None
     ) -> None: ...
 
 
+# What is said of a workload dispatched to a worker cluster (MultiKueue) is published on that
+# worker's subjects: admission's decisions, its check's answers, the worker's `finished` and
+# `eviction_completed`.
+DISPATCHED_EVENTS = (
+    "pending",
+    "quota_reserved",
+    "admitted",
+    "evicted",
+    "requeued",
+    "finished",
+    "eviction_completed",
+    "admission_check",
+)
+
+
 def status_subjects(cluster: str) -> list[str]:
     """The subjects whose events change the statuses of `cluster`'s Kueue objects and
-    scheduling.k8s.io PodGroups."""
+    scheduling.k8s.io PodGroups: its own, and every cluster's about a workload's admission
+    and end (a workload submitted here may run in a worker cluster)."""
     events = dict.fromkeys((*WORKLOAD_EVENTS, EVICTION_COMPLETED, *GANG_EVENTS, *EVENT_SOURCES))
     return [
-        *(workload_subject(cluster, e) for e in events),
+        *(workload_subject("*", e) for e in DISPATCHED_EVENTS),
+        *(workload_subject(cluster, e) for e in events if e not in DISPATCHED_EVENTS),
         queue_subject(cluster),
         config_subject(cluster, ">"),
     ]
+
+
+class RunsOn:
+    """Which events about this cluster's workloads count, by where they come from: a
+    workload's `finished` only from the cluster it was last admitted to (a lost worker that
+    returns may still report a stale copy's end), anything else only when it is about a
+    workload submitted here (another cluster's workloads have their own watcher)."""
+
+    def __init__(self, cluster: str) -> None:
+        self._cluster = cluster
+        self._admitted: dict[str, str] = {}  # workload → the cluster it was last admitted to
+
+    def counts(self, env: pb.Envelope) -> bool:
+        field = env.WhichOneof("payload")
+        if env.cluster == self._cluster and field not in ("admitted", "finished", "deleted"):
+            return True
+        if field == "admitted":
+            self._admitted[env.workload] = env.cluster
+        elif field == "finished":
+            return env.cluster == self._admitted.get(env.workload, self._cluster)
+        elif field == "deleted":
+            self._admitted.pop(env.workload, None)
+        return True
 
 
 class GroupStatuses:
@@ -117,27 +165,39 @@ async def write_statuses(
     kueue_version: str,
     groups: GroupStatuses | None = None,
     events: tuple[EventBook, EventSink] | None = None,
+    workers: WorkerConfigs | None = None,
 ) -> None:
     """Desire the status of every Kueue object of `cluster` (and, with `groups`, of its
     PodGroups) as events change it, and with `events` record their Kubernetes Events, until
-    cancelled."""
-    book = StatusBook(kueue_version=kueue_version)
+    cancelled; `workers` is told which MultiKueueClusters the config events declare."""
+    book = StatusBook(kueue_version=kueue_version, cluster=cluster)
     subjects = status_subjects(cluster)
+    runs_on = RunsOn(cluster)
     last = await bus.last_sequence()
     if last:
         async for env in bus.replay(subjects, until_sequence=last):
+            if not runs_on.counts(env):
+                continue
             book.apply(env)
+            if workers is not None:
+                workers.apply(env)
             if groups is not None:
                 groups.book.apply(env)
             if events is not None:
                 events[0].apply(env)  # what it knows of each workload, nothing recorded
     refs = list(book.refs())
     _desire(book, sink, refs)
+    if workers is not None:
+        workers.desire_all()
     if groups is not None:
         groups._desire(list(groups.book.refs()))
     log.info("status of %d Kueue objects of cluster %s desired after replay", len(refs), cluster)
     async for env in bus.replay(subjects, from_sequence=last + 1, follow=True):
+        if not runs_on.counts(env):
+            continue
         _desire(book, sink, sorted(book.apply(env), key=str))
+        if workers is not None:
+            workers.apply(env)
         if groups is not None:
             groups.apply(env)
         if events is not None:

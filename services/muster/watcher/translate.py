@@ -183,8 +183,34 @@ def incarnation(wl: Workload) -> str:
     return f"{wl.meta.uid}/{wl.meta.generation}/{wl.meta.creation_timestamp or ''}"
 
 
-def submitted(wl: Workload) -> Outgoing:
-    """`workload.submitted` for `wl`, once per incarnation (uid, generation, creation)."""
+# What a copy of a Job in a worker cluster needs of its metadata (MultiKueue): the rest is the
+# manager's API server's (resourceVersion, managedFields, ...), or kubectl's bookkeeping.
+_OWNER_META = ("name", "namespace", "uid", "labels", "annotations")
+_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def owner_manifest(job: Mapping[str, Any]) -> str:
+    """A Job as its owner wrote it, for `WorkloadSubmitted.owner_manifest_json`: what the
+    binder changed to start it put back, without status or server-kept metadata."""
+    written = jobs.as_written(job)
+    meta = {k: v for k, v in _meta(written).items() if k in _OWNER_META}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k != _LAST_APPLIED}
+    if annotations:
+        meta["annotations"] = annotations
+    else:
+        meta.pop("annotations", None)
+    out = {
+        "apiVersion": written.get("apiVersion"),
+        "kind": written.get("kind"),
+        "metadata": meta,
+        "spec": written.get("spec") or {},
+    }
+    return json.dumps(out, sort_keys=True, separators=(",", ":"))
+
+
+def submitted(wl: Workload, *, owner: str = "") -> Outgoing:
+    """`workload.submitted` for `wl`, once per incarnation (uid, generation, creation);
+    `owner` is the Job it stands for (`owner_manifest`), when it stands for one."""
     pod_sets = [
         events_pb2.PodSetSummary(
             name=ps.name,
@@ -199,12 +225,13 @@ def submitted(wl: Workload) -> Outgoing:
         queue_name=wl.queue_name,
         priority=wl.priority or 0,
         pod_sets=pod_sets,
+        owner_manifest_json=owner,
     )
-    owner = next((o for o in wl.meta.owner_references if o.controller), None)
-    if owner is not None:
+    ref = next((o for o in wl.meta.owner_references if o.controller), None)
+    if ref is not None:
         payload.owner.CopyFrom(
             events_pb2.OwnerRef(
-                api_version=owner.api_version, kind=owner.kind, name=owner.name, uid=owner.uid
+                api_version=ref.api_version, kind=ref.kind, name=ref.name, uid=ref.uid
             )
         )
     return Outgoing(
@@ -226,7 +253,7 @@ def deleted(wl: Workload) -> Outgoing:
     )
 
 
-def job_finished(job: Mapping[str, Any], wl: Workload) -> Outgoing | None:
+def job_finished(job: Mapping[str, Any], workload: str) -> Outgoing | None:
     """`workload.finished` once a Job's controller says it is over (condition Complete or
     Failed), as Kueue's Job integration reads it; None while it runs. A Job's pods do not tell:
     failed pods are retried, and more pods may follow those that succeeded."""
@@ -245,7 +272,7 @@ def job_finished(job: Mapping[str, Any], wl: Workload) -> Outgoing | None:
         field="finished",
         payload=events_pb2.WorkloadFinished(succeeded=succeeded, message=message),
         id_key=f"finished/job/{_meta(job).get('uid', '')}",
-        workload=wl.key,
+        workload=workload,
     )
 
 

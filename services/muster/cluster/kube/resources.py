@@ -136,6 +136,8 @@ _KUEUE_KINDS = (
     ("localqueues", "LocalQueue", True),
     ("workloadpriorityclasses", "WorkloadPriorityClass", False),
     ("admissionchecks", "AdmissionCheck", False),
+    ("multikueueconfigs", "MultiKueueConfig", False),
+    ("multikueueclusters", "MultiKueueCluster", False),
     ("workloads", "Workload", True),
 )
 

@@ -47,7 +47,9 @@ log = logging.getLogger(__name__)
 # Status fields muster owns per Kueue kind: when a desired status lacks one, it is cleared.
 OWNED_STATUS_FIELDS: Mapping[str, tuple[str, ...]] = {
     # Not admissionChecks: the check controllers write it too (`check_states`).
-    "Workload": ("conditions", "admission", "requeueState"),
+    "Workload": ("conditions", "admission", "requeueState", "clusterName"),
+    # Its Active condition: whether the services serving that worker reach it.
+    "MultiKueueCluster": ("conditions",),
     "ClusterQueue": (
         "conditions",
         "pendingWorkloads",
