@@ -1,4 +1,5 @@
-"""One scheduling pass of gang-permit as the events to publish (docs/events.md), and its memos.
+"""Gang-permit's decisions to events, as `translate.py` in the other services: one scheduling
+pass as the events to publish (docs/events.md), and its memos. Pure.
 
 `decide(state, now_s=...)` runs `GangScheduler.schedule` and turns each decision into events:
 GangPermitted → `workload.gang_permitted`; GangTimedOut → `workload.gang_rejected` (reason
