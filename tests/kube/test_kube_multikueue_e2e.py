@@ -111,6 +111,10 @@ spec:
       restartPolicy: Never
       containers: [{name: main, image: busybox:1.36, resources: {requests: {cpu: "1"}}}]
 """
+# As Kueue's webhook makes a Job queued to a ClusterQueue with a MultiKueue check.
+MANAGED_JOB = JOB.replace(
+    "  suspend: true\n", "  suspend: true\n  managedBy: kueue.x-k8s.io/multikueue\n"
+)
 
 
 async def start_workers(
@@ -214,6 +218,19 @@ async def stopped_by(stack: MultiKueueStack, key: str, source: str) -> bool:
     return any(e.source == source for e in stack.events.of(key, "workload.eviction_completed"))
 
 
+async def job_status(kubectl: Kubectl, name: str, **wanted: object) -> dict[str, Any]:
+    """Job `name`'s status on `kubectl`'s cluster, once it has `wanted` (a field's value, or a
+    condition's status by its type)."""
+
+    async def has() -> dict[str, Any] | None:
+        status = ((await kubectl.get("Job", name, NAMESPACE)) or {}).get("status") or {}
+        true = {c["type"]: c["status"] for c in status.get("conditions") or []}
+        ok = all(status.get(k) == v or true.get(k) == v for k, v in wanted.items())
+        return status if ok else None
+
+    return await eventually(has, timeout_s=20)
+
+
 async def copy_gone(cluster: Cluster, name: str) -> None:
     async def gone() -> bool:
         return await cluster.kubectl.get("Job", name, NAMESPACE) is None
@@ -230,7 +247,7 @@ async def test_a_job_submitted_on_the_manager_runs_in_a_worker_and_finishes_on_t
         for name in ("east", "west"):
             condition_ = await active(manager, name, "True")
             assert (condition_["reason"], condition_["message"]) == ("Active", "Connected")
-        await manager.apply(JOB)
+        await manager.apply(MANAGED_JOB)
         wl = (await workload_of_job(manager, NAMESPACE, "train"))["metadata"]["name"]
         key = f"{NAMESPACE}/{wl}"
 
@@ -244,16 +261,25 @@ async def test_a_job_submitted_on_the_manager_runs_in_a_worker_and_finishes_on_t
         assert labels["kueue.x-k8s.io/multikueue-origin"] == MANAGER
         assert labels["kueue.x-k8s.io/prebuilt-workload-name"] == wl
         assert copy["spec"]["suspend"] is False
+        assert "managedBy" not in copy["spec"]  # east's Job controller runs it
         assert copy["spec"]["template"]["metadata"]["labels"]["muster.dev/workload"] == wl
 
-        # It runs in east, never on the manager, whose Job stays suspended.
+        # It runs in east, never on the manager, whose Job stays suspended and, managed by
+        # MultiKueue, shows the copy's status: `kubectl get job` says it runs.
         pods = await running_pods(east, key, 2)
         await stack.events.wait_for(key, "workload.running")
         assert pods_of(await manager.list_pods(NAMESPACE), key) == []
         assert (await job_when(manager, NAMESPACE, "train", suspended=True))["spec"]["suspend"]
+        running = await job_status(manager, "train", active=2)
+        copied = (await east.kubectl.get("Job", "train", NAMESPACE))["status"]
+        assert running["startTime"] == copied["startTime"]
 
-        # East's Job completes: the manager's Workload says Finished, and the copy is removed.
+        # East's Job completes: the manager's Job says Complete as east's does, its Workload
+        # Finished, and the copy is removed.
         await succeed(east, pods)
+        done = await job_status(manager, "train", Complete="True", succeeded=2, active=0)
+        assert done["completionTime"] >= done["startTime"] == running["startTime"]
+        assert {c["type"] for c in done["conditions"]} == {"SuccessCriteriaMet", "Complete"}
         finished = await status_of(manager, wl, Finished="True")
         assert condition(finished, "Finished")["reason"] == "Succeeded"
         await copy_gone(east, "train")

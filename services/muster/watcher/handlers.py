@@ -193,7 +193,8 @@ async def on_workload_object(change: ClusterChange, ctx: WatcherContext) -> None
         ctx.traces[wl.key] = headers_of_envelope(env.traceparent, env.tracestate)
         sent.submitted = mark
         ctx.marks.save(wl.key, sent)
-    if job:
+    if job and not copies.managed_by_multikueue(change.obj):
+        # One managed by MultiKueue ends where it runs: its status here is the copy's, mirrored.
         _job_end(change.obj, wl.key, ctx)
 
 

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from muster.api.wellknown import MULTIKUEUE_CONTROLLER
+from muster.cluster.kube import copies
 from muster.cluster.kube.resources import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
 
@@ -106,8 +106,8 @@ def managed_job(owner_json: str) -> tuple[ObjectRef | None, str]:
         return None, ""
     if not isinstance(owner, dict) or owner.get("kind") != "Job":
         return None, ""
-    spec, meta = owner.get("spec"), owner.get("metadata")
-    if not isinstance(spec, dict) or spec.get("managedBy") != MULTIKUEUE_CONTROLLER:
+    meta = owner.get("metadata")
+    if not copies.managed_by_multikueue(owner):
         return None, ""
     if not isinstance(meta, dict) or not meta.get("name") or not meta.get("namespace"):
         return None, ""
