@@ -294,10 +294,11 @@ async def test_a_worker_that_goes_away_mid_run_is_lost_and_its_job_runs_once_els
         await start_workers(stack)
         manager, east, west = (stack.clusters[n] for n in (MANAGER, "east", "west"))
         await active(manager.kubectl, "east", "True")
-        await manager.kubectl.apply(JOB)
+        await manager.kubectl.apply(MANAGED_JOB)
         wl = (await workload_of_job(manager.kubectl, NAMESPACE, "train"))["metadata"]["name"]
         key = f"{NAMESPACE}/{wl}"
         await running_pods(east, key, 2)
+        await job_status(manager.kubectl, "train", active=2)
 
         # East's API server goes away: its services say so, and past --cluster-lost-seconds
         # admission evicts the workload there (ClusterLost) and dispatches it to west.
@@ -314,6 +315,10 @@ async def test_a_worker_that_goes_away_mid_run_is_lost_and_its_job_runs_once_els
         lost = await event_notes(manager.kubectl, wl, "EvictedDueToClusterLost")
         assert lost[0].startswith("worker cluster east was lost: unreachable for over 4s")
         assert [e.cluster for e in stack.events.of(key, "workload.admitted")] == ["east", "west"]
+        # The manager's Job shows west's copy now.
+        west_copy = await eventually(lambda: west.kubectl.get("Job", "train", NAMESPACE))
+        started = await job_status(manager.kubectl, "train", active=2)
+        assert started["startTime"] == (west_copy.get("status") or {}).get("startTime")
 
         # East returns: the eviction that waited for it deletes the stale copy there; what
         # east says meanwhile about it counts for nothing, and it never starts there again.
@@ -324,6 +329,7 @@ async def test_a_worker_that_goes_away_mid_run_is_lost_and_its_job_runs_once_els
         await succeed(west, moved)
         finished = await status_of(manager.kubectl, wl, Finished="True")
         assert finished["status"].get("clusterName") == "west"
+        await job_status(manager.kubectl, "train", Complete="True", succeeded=2)
         await copy_gone(west, "train")
         assert [e.cluster for e in stack.events.of(key, "workload.admitted")] == ["east", "west"]
         assert [e.cluster for e in stack.events.of(key, "workload.finished")] == ["west"]
@@ -410,3 +416,7 @@ async def test_a_job_runs_once_in_a_worker_through_errors_and_dropped_watches_ev
         assert manager.server.faults.injected >= 2
         assert [e.cluster for e in stack.events.of(key, "workload.admitted")] == ["east"]
         assert [e.cluster for e in stack.events.of(key, "workload.finished")] == ["east"]
+        # Not managed by MultiKueue: the manager's Job shows nothing of the copy's status.
+        own = (await manager.kubectl.get("Job", "train", NAMESPACE))["status"]
+        assert not own.get("succeeded")
+        assert "Complete" not in [c["type"] for c in own.get("conditions") or []]
