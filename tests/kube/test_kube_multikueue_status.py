@@ -120,6 +120,7 @@ def test_a_moved_workload_keeps_its_counts_and_stops_running_when_evicted() -> N
     # Evicted (east lost): nothing runs any more; what its pods did stays.
     [(_, stopped)] = m.apply(env("evicted", "east", pb.WorkloadEvicted()))
     assert stopped == {"succeeded": 1, "failed": 1}
+    assert m.apply(copied("east", running(1, succeeded=1, failed=1))) == []  # being deleted
     m.apply(env("admitted", "west", pb.WorkloadAdmitted()))
     assert m.apply(copied("east", running(2))) == []  # east, back, reports its stale copy
     [(_, moved)] = m.apply(copied("west", running(2)))

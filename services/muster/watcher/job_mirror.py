@@ -7,7 +7,8 @@ lets through only those of the cluster the workload was last admitted to. The AP
 refuses to lower `succeeded` and `failed` of a Job managed elsewhere, so they stay at the
 highest mirrored: a workload moved to another worker keeps what its pods did in the first.
 When the workload is evicted, its Job is no longer running anywhere: `active`, `ready`,
-`terminating` and `startTime` go (the manager's Job is suspended, so the server allows it).
+`terminating` and `startTime` go (the manager's Job is suspended, so the server allows it),
+and what its copy says while it is deleted counts for nothing until the next admission.
 
 A Job without that managedBy is never written here: its Kueue Workload carries the story, and
 the Job's own controller owns its status.
@@ -39,6 +40,7 @@ class JobMirror:
     def __init__(self) -> None:
         self._jobs: dict[str, tuple[ObjectRef, str]] = {}  # workload → its Job, the Job's uid
         self._status: dict[str, dict[str, Any]] = {}  # workload → the status desired last
+        self._evicted: set[str] = set()  # workloads evicted since their last admission
 
     def apply(self, env: pb.Envelope) -> list[Desire]:
         """Fold `env` in; the Job statuses it changes."""
@@ -48,9 +50,13 @@ class JobMirror:
         elif field == "deleted":
             self._jobs.pop(env.workload, None)
             self._status.pop(env.workload, None)
-        elif field == "copy_status":
+            self._evicted.discard(env.workload)
+        elif field == "admitted":
+            self._evicted.discard(env.workload)
+        elif field == "copy_status" and env.workload not in self._evicted:
             return self._mirror(env.workload, env.copy_status.status_json)
         elif field == "evicted":
+            self._evicted.add(env.workload)
             return self._stopped(env.workload)
         return []
 

@@ -95,11 +95,14 @@ def status_subjects(cluster: str) -> list[str]:
     ]
 
 
+_WHERE_IT_RUNS = ("admitted", "finished", "copy_status", "deleted")
+
+
 class RunsOn:
     """Which events about this cluster's workloads count, by where they come from: a
     workload's `finished` and `copy_status` only from the cluster it was last admitted to (a
-    lost worker that returns may still report a stale copy), anything else only when it is about a
-    workload submitted here (another cluster's workloads have their own watcher)."""
+    lost worker that returns may still report a stale copy), anything else only when it is
+    about a workload submitted here (another cluster's workloads have their own watcher)."""
 
     def __init__(self, cluster: str) -> None:
         self._cluster = cluster
@@ -107,7 +110,7 @@ class RunsOn:
 
     def counts(self, env: pb.Envelope) -> bool:
         field = env.WhichOneof("payload")
-        if env.cluster == self._cluster and field not in ("admitted", "finished", "deleted"):
+        if env.cluster == self._cluster and field not in _WHERE_IT_RUNS:
             return True
         if field == "admitted":
             self._admitted[env.workload] = env.cluster
