@@ -111,6 +111,10 @@ spec:
       restartPolicy: Never
       containers: [{name: main, image: busybox:1.36, resources: {requests: {cpu: "1"}}}]
 """
+# As Kueue's webhook makes a Job queued to a ClusterQueue with a MultiKueue check.
+MANAGED_JOB = JOB.replace(
+    "  suspend: true\n", "  suspend: true\n  managedBy: kueue.x-k8s.io/multikueue\n"
+)
 
 
 async def start_workers(
@@ -214,6 +218,19 @@ async def stopped_by(stack: MultiKueueStack, key: str, source: str) -> bool:
     return any(e.source == source for e in stack.events.of(key, "workload.eviction_completed"))
 
 
+async def job_status(kubectl: Kubectl, name: str, **wanted: object) -> dict[str, Any]:
+    """Job `name`'s status on `kubectl`'s cluster, once it has `wanted` (a field's value, or a
+    condition's status by its type)."""
+
+    async def has() -> dict[str, Any] | None:
+        status = ((await kubectl.get("Job", name, NAMESPACE)) or {}).get("status") or {}
+        true = {c["type"]: c["status"] for c in status.get("conditions") or []}
+        ok = all(status.get(k) == v or true.get(k) == v for k, v in wanted.items())
+        return status if ok else None
+
+    return await eventually(has, timeout_s=20)
+
+
 async def copy_gone(cluster: Cluster, name: str) -> None:
     async def gone() -> bool:
         return await cluster.kubectl.get("Job", name, NAMESPACE) is None
@@ -230,7 +247,7 @@ async def test_a_job_submitted_on_the_manager_runs_in_a_worker_and_finishes_on_t
         for name in ("east", "west"):
             condition_ = await active(manager, name, "True")
             assert (condition_["reason"], condition_["message"]) == ("Active", "Connected")
-        await manager.apply(JOB)
+        await manager.apply(MANAGED_JOB)
         wl = (await workload_of_job(manager, NAMESPACE, "train"))["metadata"]["name"]
         key = f"{NAMESPACE}/{wl}"
 
@@ -244,16 +261,25 @@ async def test_a_job_submitted_on_the_manager_runs_in_a_worker_and_finishes_on_t
         assert labels["kueue.x-k8s.io/multikueue-origin"] == MANAGER
         assert labels["kueue.x-k8s.io/prebuilt-workload-name"] == wl
         assert copy["spec"]["suspend"] is False
+        assert "managedBy" not in copy["spec"]  # east's Job controller runs it
         assert copy["spec"]["template"]["metadata"]["labels"]["muster.dev/workload"] == wl
 
-        # It runs in east, never on the manager, whose Job stays suspended.
+        # It runs in east, never on the manager, whose Job stays suspended and, managed by
+        # MultiKueue, shows the copy's status: `kubectl get job` says it runs.
         pods = await running_pods(east, key, 2)
         await stack.events.wait_for(key, "workload.running")
         assert pods_of(await manager.list_pods(NAMESPACE), key) == []
         assert (await job_when(manager, NAMESPACE, "train", suspended=True))["spec"]["suspend"]
+        running = await job_status(manager, "train", active=2)
+        copied = (await east.kubectl.get("Job", "train", NAMESPACE))["status"]
+        assert running["startTime"] == copied["startTime"]
 
-        # East's Job completes: the manager's Workload says Finished, and the copy is removed.
+        # East's Job completes: the manager's Job says Complete as east's does, its Workload
+        # Finished, and the copy is removed.
         await succeed(east, pods)
+        done = await job_status(manager, "train", Complete="True", succeeded=2, active=0)
+        assert done["completionTime"] >= done["startTime"] == running["startTime"]
+        assert {c["type"] for c in done["conditions"]} == {"SuccessCriteriaMet", "Complete"}
         finished = await status_of(manager, wl, Finished="True")
         assert condition(finished, "Finished")["reason"] == "Succeeded"
         await copy_gone(east, "train")
@@ -268,10 +294,11 @@ async def test_a_worker_that_goes_away_mid_run_is_lost_and_its_job_runs_once_els
         await start_workers(stack)
         manager, east, west = (stack.clusters[n] for n in (MANAGER, "east", "west"))
         await active(manager.kubectl, "east", "True")
-        await manager.kubectl.apply(JOB)
+        await manager.kubectl.apply(MANAGED_JOB)
         wl = (await workload_of_job(manager.kubectl, NAMESPACE, "train"))["metadata"]["name"]
         key = f"{NAMESPACE}/{wl}"
         await running_pods(east, key, 2)
+        await job_status(manager.kubectl, "train", active=2)
 
         # East's API server goes away: its services say so, and past --cluster-lost-seconds
         # admission evicts the workload there (ClusterLost) and dispatches it to west.
@@ -288,6 +315,10 @@ async def test_a_worker_that_goes_away_mid_run_is_lost_and_its_job_runs_once_els
         lost = await event_notes(manager.kubectl, wl, "EvictedDueToClusterLost")
         assert lost[0].startswith("worker cluster east was lost: unreachable for over 4s")
         assert [e.cluster for e in stack.events.of(key, "workload.admitted")] == ["east", "west"]
+        # The manager's Job shows west's copy now.
+        west_copy = await eventually(lambda: west.kubectl.get("Job", "train", NAMESPACE))
+        started = await job_status(manager.kubectl, "train", active=2)
+        assert started["startTime"] == (west_copy.get("status") or {}).get("startTime")
 
         # East returns: the eviction that waited for it deletes the stale copy there; what
         # east says meanwhile about it counts for nothing, and it never starts there again.
@@ -298,6 +329,7 @@ async def test_a_worker_that_goes_away_mid_run_is_lost_and_its_job_runs_once_els
         await succeed(west, moved)
         finished = await status_of(manager.kubectl, wl, Finished="True")
         assert finished["status"].get("clusterName") == "west"
+        await job_status(manager.kubectl, "train", Complete="True", succeeded=2)
         await copy_gone(west, "train")
         assert [e.cluster for e in stack.events.of(key, "workload.admitted")] == ["east", "west"]
         assert [e.cluster for e in stack.events.of(key, "workload.finished")] == ["west"]
@@ -384,3 +416,7 @@ async def test_a_job_runs_once_in_a_worker_through_errors_and_dropped_watches_ev
         assert manager.server.faults.injected >= 2
         assert [e.cluster for e in stack.events.of(key, "workload.admitted")] == ["east"]
         assert [e.cluster for e in stack.events.of(key, "workload.finished")] == ["east"]
+        # Not managed by MultiKueue: the manager's Job shows nothing of the copy's status.
+        own = (await manager.kubectl.get("Job", "train", NAMESPACE))["status"]
+        assert not own.get("succeeded")
+        assert "Complete" not in [c["type"] for c in own.get("conditions") or []]

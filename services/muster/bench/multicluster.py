@@ -6,11 +6,13 @@ cluster's watcher, gang-permit and binder, and admission and preemption, are ser
 (`muster service ...` with `--cluster-backend kube`), on one loopback nats-server. In the
 multicluster case the manager's ClusterQueue has a MultiKueue admission check over the three
 workers (each served from its own API server, with one node), so every Job is dispatched and
-its copy created, started, placed and bound in a worker; in the single case the manager has the
-three nodes and binds the Jobs itself. The Jobs (100m cpu) are created in the manager, 64 in
-flight, after every service serves (and, multicluster, every worker is Active). The services'
-writes are not rate-limited (`--kube-write-qps 0`): at the default 50/s, the manager's watcher
-(each Job's Workload and its status changes) bounds both cases alike.
+its copy created, started, placed and bound in a worker, and, managed by MultiKueue
+(`spec.managedBy`), has its copy's status mirrored onto it in the manager; in the single case
+the manager has the three nodes and binds the Jobs itself. The Jobs (100m cpu) are created in
+the manager, 64 in flight, after every service serves (and, multicluster, every worker is
+Active). The services' writes are not rate-limited (`--kube-write-qps 0`): at the default
+50/s, the manager's watcher (each Job's Workload and its status changes) bounds both cases
+alike.
 
 Rows: throughput = Jobs / (last bound - first create); dispatch->bound = the `bound` event's
 time minus the `admitted` one's (`Envelope.time_unix_nano`, one host clock), p50 and p99. The
@@ -31,6 +33,7 @@ from typing import Any
 
 import msgspec
 
+from muster.api.wellknown import MULTIKUEUE_CONTROLLER
 from muster.bench.e2e import percentile
 from muster.bench.kube import standin
 from muster.bench.table import Column, number, render_table
@@ -88,7 +91,7 @@ def manager_objects(*, workers: Sequence[str], jobs: int, nodes: int) -> list[di
     if workers:
         queue["admissionChecks"] = ["dispatch"]
         parameters = {"apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": "workers"}
-        controller = "kueue.x-k8s.io/multikueue"
+        controller = MULTIKUEUE_CONTROLLER
         objects += [
             _kueue("AdmissionCheck", "dispatch", spec={"controllerName": controller,
                                                        "parameters": parameters}),
@@ -114,7 +117,8 @@ def node(name: str, *, jobs: int, nodes: int) -> dict[str, Any]:
     }
 
 
-def job(i: int) -> dict[str, Any]:
+def job(i: int, *, managed: bool = False) -> dict[str, Any]:
+    """Job `i`; `managed`: by MultiKueue (`spec.managedBy`), so the manager mirrors its status."""
     container = {
         "name": "main",
         "image": "busybox:1.36",
@@ -130,6 +134,7 @@ def job(i: int) -> dict[str, Any]:
         },
         "spec": {
             "suspend": True,
+            **({"managedBy": MULTIKUEUE_CONTROLLER} if managed else {}),
             "template": {
                 "spec": {
                     "schedulerName": "muster",
@@ -255,7 +260,7 @@ async def _measure(
 
         async def create(i: int) -> None:
             async with gate:
-                await manager.create(job(i))
+                await manager.create(job(i, managed=bool(workers)))
 
         started_ns = time.time_ns()
         await asyncio.gather(*(create(i) for i in range(jobs)))

@@ -97,6 +97,7 @@ ROLES: Final[tuple[Role, ...]] = (
             "workload.pods_ready",
             "workload.admission_check",  # check controllers' answers (Kubernetes)
             "workload.active_changed",  # a Kueue Workload's spec.active (Kubernetes)
+            "workload.copy_status",  # a MultiKueue copy's status, for the manager's Job
             "config.applied",
             "config.deleted",
         ),

@@ -2,8 +2,9 @@
 
 Config objects and Namespaces → config.applied/deleted; queued Jobs and Kueue Workloads →
 workload.submitted/deleted (a Job first gets its Kueue Workload on Kubernetes) and a Job's end
-→ finished; what check controllers write into any Kueue Workload's `status.admissionChecks`
-→ admission_check; pods of a workload → pods_pending, running, pods_ready, finished.
+→ finished; a MultiKueue copy's status → copy_status; what check controllers write into any
+Kueue Workload's `status.admissionChecks` → admission_check; pods of a workload →
+pods_pending, running, pods_ready, finished.
 Each event id is derived from the fact (`Outgoing.id_key`), and what was sent is remembered in
 `MUSTER_WATCHER` (`Marks`), so no fact is published twice, across restarts too. Handlers do no
 I/O of their own (but a Job's Kueue Workload): events go to the batch's `Outbox` and marks are
@@ -192,7 +193,8 @@ async def on_workload_object(change: ClusterChange, ctx: WatcherContext) -> None
         ctx.traces[wl.key] = headers_of_envelope(env.traceparent, env.tracestate)
         sent.submitted = mark
         ctx.marks.save(wl.key, sent)
-    if job:
+    if job and not copies.managed_by_multikueue(change.obj):
+        # One managed by MultiKueue ends where it runs: its status here is the copy's, mirrored.
         _job_end(change.obj, wl.key, ctx)
 
 
@@ -210,13 +212,26 @@ def _job_end(job: Mapping[str, Any], key: str, ctx: WatcherContext) -> None:
 async def on_copy(change: ClusterChange, ctx: WatcherContext) -> None:
     """A copy here of a workload submitted in another cluster (MultiKueue: labelled with its
     origin): no workload of this cluster's, so never submitted or deleted from here; its Job's
-    end is the workload's `finished`, under the workload's own key (its pods report under it
-    too: the binder labelled them so)."""
+    status, each time it changes, is the workload's `copy_status` (the manager mirrors it onto
+    its Job), and its end the workload's `finished`, under the workload's own key (its pods
+    report under it too: the binder labelled them so)."""
     if change.type == "DELETED" or not translate.is_job(change.obj):
         return
     key = copies.copied_workload(change.obj)
     if key:
+        _copy_status(change.obj, key, ctx)
         _job_end(change.obj, key, ctx)
+
+
+def _copy_status(job: Mapping[str, Any], key: str, ctx: WatcherContext) -> None:
+    """Publish workload `key`'s `copy_status` when its copy's status changed."""
+    out = translate.copy_status(job, key)
+    sent = ctx.marks.load(key)
+    mark = translate.copy_status_mark(job.get("status") or {})
+    if out is not None and sent.copy_status != mark:
+        ctx.publish(out, trace_headers=ctx.traces.get(key))
+        sent.copy_status = mark
+        ctx.marks.save(key, sent)
 
 
 async def on_pod(change: ClusterChange, ctx: WatcherContext) -> None:

@@ -276,6 +276,27 @@ def job_finished(job: Mapping[str, Any], workload: str) -> Outgoing | None:
     )
 
 
+def copy_status(job: Mapping[str, Any], workload: str) -> Outgoing | None:
+    """`workload.copy_status`: the status of `workload`'s Job copy here (MultiKueue), for the
+    manager's watcher to mirror onto the manager's Job; None while the copy has none. Same
+    status, same event id, so a resumed watch repeats nothing."""
+    status = job.get("status")
+    if not isinstance(status, Mapping) or not status:
+        return None
+    text = json.dumps(status, sort_keys=True, separators=(",", ":"))
+    return Outgoing(
+        field="copy_status",
+        payload=events_pb2.CopyStatus(status_json=text),
+        id_key=f"copy_status/{_meta(job).get('uid', '')}/{copy_status_mark(status)}",
+        workload=workload,
+    )
+
+
+def copy_status_mark(status: Mapping[str, Any]) -> str:
+    """What `Sent.copy_status` keeps of a copy's status published: a digest of it."""
+    return _content_hash(status)
+
+
 class CheckAnswer(NamedTuple):
     """A check entry that changed: its name, its mark (state, when it was set, retries), and
     the event telling admission, or None when there is nothing to tell."""

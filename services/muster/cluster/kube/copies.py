@@ -23,6 +23,8 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from muster.api.wellknown import MULTIKUEUE_CONTROLLER
+
 ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
 PREBUILT_WORKLOAD_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"
 ORIGIN_UID_ANNOTATION = "kueue.x-k8s.io/multikueue-origin-uid"
@@ -84,6 +86,13 @@ def workload_copy(wl: Mapping[str, Any], *, origin: str) -> dict[str, Any]:
         "metadata": _cloned_meta(wl, origin=origin, workload=name),
         "spec": copy.deepcopy(dict(wl.get("spec") or {})),
     }
+
+
+def managed_by_multikueue(job: Mapping[str, Any]) -> bool:
+    """Whether `job` (a batch/v1 Job in the manager) is managed by MultiKueue
+    (`spec.managedBy`): its Job controller leaves it alone and its status is its copy's."""
+    spec = job.get("spec")
+    return isinstance(spec, Mapping) and spec.get("managedBy") == MULTIKUEUE_CONTROLLER
 
 
 def origin_of(obj: Mapping[str, Any]) -> str:

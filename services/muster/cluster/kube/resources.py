@@ -253,7 +253,8 @@ _KNOWN: tuple[Resource, ...] = (
 
 
 class ObjectRef(msgspec.Struct, frozen=True, kw_only=True):
-    """A Kueue object whose status muster writes: "ClusterQueue", "LocalQueue", "Workload"."""
+    """An object whose status muster writes: "ClusterQueue", "LocalQueue", "Workload", ...;
+    a "Job" that MultiKueue manages."""
 
     kind: str
     name: str
