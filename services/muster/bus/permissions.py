@@ -29,7 +29,7 @@ from muster.bus.subjects import (
 
 JS_API: Final = "$JS.API"
 ADMIN: Final = "admin"  # creates streams and buckets (`muster nats-setup`); nothing else uses it
-SIM_BUCKET_PREFIX: Final = "MUSTER_SIM_"  # + cluster id (muster.cluster.sim.keys.bucket_name)
+SIM_BUCKET_PREFIX: Final = "MUSTER_SIM_"  # + cluster id (muster.cluster.keys.bucket_name)
 
 Scope = Literal["own", "any"]
 """A subject's cluster token: the service's own cluster, or any cluster (`*`)."""

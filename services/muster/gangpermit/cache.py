@@ -38,7 +38,7 @@ from muster.bus.cancel import raise_if_cancelling
 from muster.bus.poison import Quarantine
 from muster.cluster.backend import ClusterBackend, ClusterChange
 from muster.cluster.errors import ClusterError
-from muster.cluster.sim.keys import (
+from muster.cluster.keys import (
     NODE_PREFIX,
     OBJECT_PREFIX,
     POD_PREFIX,

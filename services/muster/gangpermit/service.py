@@ -2,7 +2,7 @@
 
 At start it replays the cluster's events (its own past decisions included, see
 `muster.gangpermit.state`), then reads the whole cluster through a watch of its backend, and
-only then decides. A pass (`decisions.decide`) runs when a cluster object or a followed event may
+only then decides. A pass (`translate.decide`) runs when a cluster object or a followed event may
 let a gang go, and at the scheduler's next deadline; its events are published together, each
 retried with the same id until JetStream has it. With spans recorded, a pass is the span
 `gangpermit.pass` and each decision a span `gangpermit.<decision>` in its gang's trace (a Kueue
@@ -40,8 +40,8 @@ from muster.core.dispatch import ClusterCapacity
 from muster.core.placement.model import Scoring
 from muster.core.placement.scheduler import DEFAULT_TIMEOUT_S
 from muster.gangpermit.cache import ClusterCache
-from muster.gangpermit.decisions import decide
 from muster.gangpermit.state import GangPermitState
+from muster.gangpermit.translate import decide
 from muster.metrics.services import PlacementSeries
 
 log = logging.getLogger(__name__)

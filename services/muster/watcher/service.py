@@ -28,7 +28,7 @@ from muster.bus.errors import Retry
 from muster.bus.poison import Quarantine
 from muster.cluster.backend import ClusterBackend, ClusterChange
 from muster.cluster.errors import ClusterError
-from muster.cluster.sim.keys import SCHEDULING_POD_GROUP_KIND
+from muster.cluster.keys import SCHEDULING_POD_GROUP_KIND
 from muster.watcher.handlers import Handler, KueueWorkloads, WatcherContext, handler_for
 from muster.watcher.kube_events import EventBook
 from muster.watcher.outbox import Outbox

@@ -22,9 +22,9 @@ from muster.api.check_states import ChecksWanted
 from muster.bus.connection import Bus
 from muster.bus.subjects import config_subject, queue_subject, workload_subject
 from muster.cluster.backend import ClusterChange
+from muster.cluster.keys import SCHEDULING_POD_GROUP_KIND
 from muster.cluster.kube.references import Reference
 from muster.cluster.kube.resources import ObjectRef
-from muster.cluster.sim.keys import SCHEDULING_POD_GROUP_KIND
 from muster.contracts.v1 import events_pb2 as pb
 from muster.watcher.group_status import GANG_EVENTS, GroupStatusBook
 from muster.watcher.job_mirror import Desire, JobMirror

@@ -12,7 +12,7 @@ import msgspec
 from cluster_docs import GANG, event, fed, gang, kueue_workload, node, objects, pod
 
 from muster.contracts.v1 import events_pb2
-from muster.gangpermit.decisions import decide
+from muster.gangpermit.translate import decide
 
 
 def test_gang_that_fits_is_permitted_whole_with_every_pod_and_its_uid() -> None:

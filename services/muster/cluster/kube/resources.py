@@ -2,7 +2,7 @@
 
 `watched_sources` is what `KubeBackend.watch` follows (one list-then-watch per entry);
 `resource_for_kind` resolves the kinds `apply`, `create` and `delete` accept. Keys and kinds of
-changes are the simulated cluster's (`muster.cluster.sim.keys`), so consumers see one format
+changes are the simulated cluster's (`muster.cluster.keys`), so consumers see one format
 whichever backend runs.
 """
 
@@ -18,7 +18,7 @@ from muster.api.job import QUEUE_NAME_KEY
 from muster.api.wellknown import WORKLOAD_LABEL
 from muster.cluster.backend import Selection
 from muster.cluster.errors import ClusterError
-from muster.cluster.sim.keys import (
+from muster.cluster.keys import (
     SCHEDULING_POD_GROUP_KIND,
     SCHEDULING_WORKLOAD_KIND,
     object_key,

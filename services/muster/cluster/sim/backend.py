@@ -43,6 +43,18 @@ from muster.cluster.errors import (
     InvalidObjectError,
     NotFoundError,
 )
+from muster.cluster.keys import (
+    NODE_PREFIX,
+    OBJECT_PREFIX,
+    POD_PREFIX,
+    describe,
+    escape,
+    identity,
+    kind_of,
+    namespace_prefix,
+    object_key,
+    pod_key,
+)
 from muster.cluster.objects import (
     DEFAULT_MAX_PODS,
     DEFAULT_SCHEDULER,
@@ -59,18 +71,6 @@ from muster.cluster.objects import (
     pod_view,
 )
 from muster.cluster.sim.clock import Clock, WallClock
-from muster.cluster.sim.keys import (
-    NODE_PREFIX,
-    OBJECT_PREFIX,
-    POD_PREFIX,
-    describe,
-    escape,
-    identity,
-    kind_of,
-    namespace_prefix,
-    object_key,
-    pod_key,
-)
 from muster.cluster.sim.store import RawPublisher, SimStore, StoredObject, nats_errors
 
 log = logging.getLogger(__name__)
