@@ -655,6 +655,8 @@ EXPECTED_CRDS = {
     "workloads.kueue.x-k8s.io": True,
     "workloadpriorityclasses.kueue.x-k8s.io": False,
     "admissionchecks.kueue.x-k8s.io": True,
+    "multikueueconfigs.kueue.x-k8s.io": False,
+    "multikueueclusters.kueue.x-k8s.io": True,
     "provisioningrequestconfigs.kueue.x-k8s.io": False,
     "provisioningrequests.autoscaling.x-k8s.io": True,
     "podgroups.scheduling.x-k8s.io": True,
@@ -743,6 +745,8 @@ _WATCHED = {
             "localqueues",
             "workloadpriorityclasses",
             "admissionchecks",
+            "multikueueconfigs",
+            "multikueueclusters",
             "workloads",
             "provisioningrequestconfigs",
         )
@@ -765,6 +769,7 @@ REQUIRED: dict[str, set[tuple[str, str, str]]] = {
         ("kueue.x-k8s.io", "workloads/finalizers", "update"),
         ("kueue.x-k8s.io", "clusterqueues/status", "patch"),
         ("kueue.x-k8s.io", "localqueues/status", "patch"),
+        ("kueue.x-k8s.io", "multikueueclusters/status", "patch"),
         ("batch", "jobs/finalizers", "update"),
         *{
             ("autoscaling.x-k8s.io", "provisioningrequests", v)
@@ -778,12 +783,19 @@ REQUIRED: dict[str, set[tuple[str, str, str]]] = {
     # jobs/status), _create_pods (POST pods, owner workload with blockOwnerDeletion),
     # _pods_of (LIST pods), delete (DELETE pods), bind (POST pods/binding, GET pod after 409),
     # and impersonating the submitter of cmd.apply's Pods and gangs.
+    # MultiKueue (backend._copy, copies_of, stop_workload of a copy): a workload's copy in a
+    # worker created, listed by origin, deleted.
     "binder": {
         ("batch", "jobs", "get"),
         ("batch", "jobs", "list"),
         ("batch", "jobs", "update"),
+        ("batch", "jobs", "create"),
+        ("batch", "jobs", "delete"),
         ("batch", "jobs/status", "patch"),
         ("kueue.x-k8s.io", "workloads", "get"),
+        ("kueue.x-k8s.io", "workloads", "list"),
+        ("kueue.x-k8s.io", "workloads", "create"),
+        ("kueue.x-k8s.io", "workloads", "delete"),
         ("kueue.x-k8s.io", "workloads/finalizers", "update"),
         ("", "pods", "create"),
         ("", "pods", "get"),
@@ -1034,3 +1046,33 @@ def test_kueues_visibility_api_is_served_by_the_gateway_of_the_prod_overlay() ->
         {"kind": "ServiceAccount", "name": "muster-gateway", "namespace": "muster"}
     ]
     assert "gateway-visibility" not in names(overlay("dev"), "Service")
+
+
+@needs_kubectl
+def test_the_dashboard_component_serves_the_page_and_reaches_only_the_gateway(
+    tmp_path: Path,
+) -> None:
+    overlay_dir = tmp_path / "with-dashboard"
+    overlay_dir.mkdir()
+    (overlay_dir / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources: [{os.path.relpath(DEPLOY / 'overlays' / 'dev', overlay_dir)}]\n"
+        f"components: [{os.path.relpath(DEPLOY / 'components' / 'dashboard', overlay_dir)}]\n"
+    )
+    assert KUBECTL is not None
+    out = subprocess.run(
+        [KUBECTL, "kustomize", str(overlay_dir)], check=True, capture_output=True, text=True
+    ).stdout
+    objs = tuple(doc for doc in yaml.safe_load_all(out) if doc is not None)
+    (deployment,) = [d for d in by_kind(objs, "Deployment") if d["metadata"]["name"] == "dashboard"]
+    (c,) = containers(deployment)
+    service, flags = service_args(c)
+    args = importlib.import_module(SERVICES[service]).build_parser().parse_args(flags)
+    gateway = {s["metadata"]["name"]: s for s in by_kind(objs, "Service")}["gateway"]
+    assert args.gateway == f"gateway:{gateway['spec']['ports'][0]['port']}"
+    assert int(args.listen.rsplit(":", 1)[1]) == c["ports"][0]["containerPort"]
+    (svc,) = [s for s in by_kind(objs, "Service") if s["metadata"]["name"] == "dashboard"]
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert label_match(svc["spec"]["selector"], labels)
+    assert allowed_ports(policies_selecting(objs, labels, "Ingress"), "ingress") == {8080, 8081}
+    assert allowed_ports(policies_selecting(objs, labels, "Egress"), "egress") == {53, 4222, 50051}

@@ -6,6 +6,7 @@ the official client as an operator (and a Job controller) would, and the events 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import time
@@ -44,6 +45,8 @@ KUEUE_KINDS = {
     "Workload": ("workloads", True),
     "AdmissionCheck": ("admissionchecks", False),
     "ProvisioningRequestConfig": ("provisioningrequestconfigs", False),
+    "MultiKueueConfig": ("multikueueconfigs", False),
+    "MultiKueueCluster": ("multikueueclusters", False),
 }
 
 
@@ -108,6 +111,8 @@ class Kubectl:
                 self.custom.create_cluster_custom_object(group, version, plural, obj)
         elif kind == "Namespace":
             self.core.create_namespace(obj)
+        elif kind == "Secret":
+            self.core.create_namespaced_secret(namespace, obj)
         elif kind == "Node":
             self.core.create_node(obj)
         elif kind == "Pod":
@@ -129,6 +134,12 @@ class Kubectl:
             for doc in yaml.safe_load_all(path.read_text()):
                 if doc and doc.get("kind") == "CustomResourceDefinition":
                     await asyncio.to_thread(extensions.create_custom_resource_definition, doc)
+
+    async def replace_secret(self, namespace: str, name: str, data: dict[str, str]) -> None:
+        """Replace Secret `name`'s data (plain text values, stored base64-encoded)."""
+        encoded = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
+        body = {"metadata": {"name": name, "namespace": namespace}, "data": encoded}
+        await asyncio.to_thread(self.core.replace_namespaced_secret, name, namespace, body)
 
     async def list_pods(self, namespace: str) -> list[dict[str, Any]]:
         """The pods of `namespace` as stored (JSON)."""

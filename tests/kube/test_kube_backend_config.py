@@ -83,4 +83,4 @@ async def test_the_kueue_version_is_the_one_read(server: ApiServer) -> None:
             shown = await log.wait_key("obj.ClusterQueue._.cq", "ADDED")
             await log.barrier(server, backend)  # every source has listed
         assert shown.obj["apiVersion"] == "kueue.x-k8s.io/v1beta2"
-        assert server.requests.count(verb="list", path="/kueue.x-k8s.io/v1beta2/") == 7
+        assert server.requests.count(verb="list", path="/kueue.x-k8s.io/v1beta2/") == 9

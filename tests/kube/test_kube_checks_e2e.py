@@ -21,9 +21,10 @@ from test_kube_services_e2e import NODE, condition, condition_when, job_when, wo
 pytestmark = pytest.mark.timeout(90)
 
 
-def queues(check: str, *, flavor: str = "default-flavor") -> str:
+def queues(check: str | None, *, flavor: str = "default-flavor") -> str:
     """A flavor (on node pool `batch`), a ClusterQueue of 16 cpu requiring AdmissionCheck
-    `check`, and LocalQueue lq in namespace ml."""
+    `check` (None: no check), and LocalQueue lq in namespace ml."""
+    checks = f"[{check}]" if check else "[]"
     return f"""
 apiVersion: kueue.x-k8s.io/v1beta1
 kind: ResourceFlavor
@@ -35,7 +36,7 @@ kind: ClusterQueue
 metadata: {{name: cq}}
 spec:
   namespaceSelector: {{}}
-  admissionChecks: [{check}]
+  admissionChecks: {checks}
   resourceGroups:
   - coveredResources: [cpu]
     flavors:
@@ -109,9 +110,10 @@ async def check_when(
     return await eventually(reached, timeout_s=20.0)
 
 
-async def answer(kubectl: Kubectl, name: str, state: str, message: str) -> None:
-    """What the check's controller writes: its entry, under the resourceVersion it read (a
-    conflict means someone wrote meanwhile: read again)."""
+async def answer(kubectl: Kubectl, name: str, state: str, message: str, **fields: object) -> None:
+    """What the check's controller writes: its entry (with `fields`, such as
+    requeueAfterSeconds), under the resourceVersion it read (a conflict means someone wrote
+    meanwhile: read again)."""
 
     def write() -> None:
         while True:
@@ -119,7 +121,7 @@ async def answer(kubectl: Kubectl, name: str, state: str, message: str) -> None:
             entries = [dict(e) for e in wl["status"]["admissionChecks"]]
             for entry in entries:
                 if entry["name"] == "budget":
-                    entry.update(state=state, message=message)
+                    entry.update(state=state, message=message, **fields)
                     entry["lastTransitionTime"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             body = {
                 "metadata": {"resourceVersion": wl["metadata"]["resourceVersion"]},
@@ -198,3 +200,46 @@ async def test_a_check_controllers_answers_admit_requeue_and_deactivate(tmp_path
             "retry": ["Retry", "Pending", "Ready"],  # the Pending: muster's reset
             "rejected": ["Rejected", "Pending"],
         }
+
+
+async def test_answers_after_admission_stop_the_running_job(tmp_path: Path) -> None:
+    """As Kueue's workload controller: Retry or Rejected still count once the workload runs
+    (a ProvisioningRequest's capacity revoked, say). Retry stops the Job and requeues it after
+    the check's requeueAfterSeconds; Rejected stops it and deactivates it."""
+    async with running_stack(tmp_path) as stack:
+        kubectl, events = stack.kubectl, stack.events
+        await kubectl.apply(BUDGET + "---" + queues("budget") + "---" + NODE)
+        await kubectl.apply("---".join(job_yaml(n) for n in ("retry", "rejected")))
+        names = {
+            job: (await workload_of_job(kubectl, "ml", job))["metadata"]["name"]
+            for job in ("retry", "rejected")
+        }
+        for job, name in names.items():
+            await check_when(kubectl, name, state="Pending")
+            await answer(kubectl, name, "Ready", "provisioned")
+            await job_when(kubectl, "ml", job, suspended=False)
+
+        await answer(kubectl, names["retry"], "Retry", "capacity revoked", requeueAfterSeconds=1)
+        key = f"ml/{names['retry']}"
+        await events.wait_for(key, "workload.requeued", timeout_s=20)
+        (evicted,) = [e.evicted for e in events.of(key, "workload.evicted")]
+        assert (evicted.reason, evicted.message) == (
+            "AdmissionCheck",
+            'Evicted due to AdmissionCheck in Retry state: "budget" (capacity revoked)',
+        )
+        assert events.of(key, "workload.eviction_completed")  # its pods went first
+        (requeued,) = [e.requeued for e in events.of(key, "workload.requeued")]
+        assert requeued.reason == "BackoffFinished"  # it waited out requeueAfterSeconds
+
+        await answer(kubectl, names["rejected"], "Rejected", "capacity revoked")
+        await job_when(kubectl, "ml", "rejected", suspended=True)
+        gone = await condition_when(
+            kubectl, "Workload", names["rejected"], "ml", "QuotaReserved", "False"
+        )
+        assert gone["message"] == (
+            'The workload is deactivated due to AdmissionCheck in Rejected state: "budget" '
+            "(capacity revoked)"
+        )
+        wl = await kubectl.get("Workload", names["rejected"], "ml")
+        assert condition(wl, "Evicted")["reason"] == "DeactivatedDueToAdmissionCheck"
+        assert not events.of(f"ml/{names['rejected']}", "workload.requeued")

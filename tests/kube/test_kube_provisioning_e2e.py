@@ -141,6 +141,10 @@ async def test_provisioned_capacity_admits_and_failures_retry_then_reject(tmp_pa
         assert annotations["autoscaling.x-k8s.io/consume-provisioning-request"] == (
             f"{train}-capacity-1"
         )
+        # ... which the Job's pods carry, as Kueue applies a Ready check's podSetUpdates.
+        started = await kubectl.get("Job", "train", "ml") or {}
+        on_pods = started["spec"]["template"]["metadata"]["annotations"]
+        assert {k: on_pods.get(k) for k in annotations} == annotations
 
         # Failed: Retry evicts it, its request is cleaned up, and after the back-off (1 s)
         # a second attempt is made; that failing too, the check rejects it.

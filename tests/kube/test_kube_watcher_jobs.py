@@ -130,7 +130,7 @@ def test_a_jobs_end_is_what_its_conditions_say(
     job["status"] = {"conditions": conditions}
     wl, _ = translate.workload_of(job)
     assert wl is not None
-    out = translate.job_finished(job, wl)
+    out = translate.job_finished(job, wl.key)
     if expected is None:
         assert out is None
         return

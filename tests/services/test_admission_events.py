@@ -156,7 +156,9 @@ async def test_admission_check_ready_admits_and_rejected_deactivates(
     await events.wait_for("admitted", workload="ns/ok")
     evicted = await events.wait_for("evicted", workload="ns/no")
     assert evicted.evicted.reason == "InactiveWorkload"
-    assert evicted.evicted.message == "Admission check(s): [prov], were rejected"
+    assert evicted.evicted.message == (
+        'The workload is deactivated due to AdmissionCheck in Rejected state: "prov"'
+    )
     await drained(bus, "admission-0")
     assert count(events, "evicted", "ns/no") == 1
 

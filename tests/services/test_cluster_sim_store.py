@@ -10,8 +10,7 @@ import pytest
 
 from muster.bus import Bus
 from muster.cluster import ClusterError, ConflictError, InvalidObjectError
-from muster.cluster.sim import SimStore, StoreChange
-from muster.cluster.sim.keys import (
+from muster.cluster.keys import (
     bucket_name,
     describe,
     escape,
@@ -22,6 +21,7 @@ from muster.cluster.sim.keys import (
     pod_key,
     unescape,
 )
+from muster.cluster.sim import SimStore, StoreChange
 
 pytestmark = pytest.mark.timeout(30)
 

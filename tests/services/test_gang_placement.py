@@ -115,9 +115,16 @@ class RefusingBackend:
         await self._backend.bind(namespace, pod, node, uid=uid)
 
     async def start_workload(
-        self, workload_key: str, *, pod_sets: Sequence[Any], admission: int = 0
+        self,
+        workload_key: str,
+        *,
+        pod_sets: Sequence[Any],
+        admission: int = 0,
+        origin: Any = None,
     ) -> None:
-        await self._backend.start_workload(workload_key, pod_sets=pod_sets, admission=admission)
+        await self._backend.start_workload(
+            workload_key, pod_sets=pod_sets, admission=admission, origin=origin
+        )
 
     async def stop_workload(
         self, workload_key: str, *, before: int = 0, pod_sets: Mapping[str, int] | None = None

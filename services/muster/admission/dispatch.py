@@ -47,8 +47,14 @@ from muster.admission.translate import (
     RequestsRefused,
     Stopped,
 )
-from muster.api.model import AdmissionCheck, MultiKueueCluster, MultiKueueConfig, WorkloadKey
-from muster.api.wellknown import CLUSTER_LOST
+from muster.api.model import (
+    AdmissionCheck,
+    MultiKueueCluster,
+    MultiKueueConfig,
+    Namespace,
+    WorkloadKey,
+)
+from muster.api.wellknown import ADMISSION_CHECK, CLUSTER_LOST
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.dispatch import (
     Candidate,
@@ -66,7 +72,10 @@ from muster.core.dispatch import (
 from muster.core.engine import Engine
 from muster.core.events import Event, EventType
 
-READY, PENDING = "Ready", "Pending"
+READY, PENDING, RETRY = "Ready", "Pending", "Retry"
+# A worker that refused to create a workload is passed over for it this long, doubling per
+# refusal up to REFUSED_MAX_S (Kueue's MultiKueue: 5 s steps up to about 5 minutes).
+REFUSED_S, REFUSED_MAX_S = 5.0, 320.0
 _RESERVED = "QuotaReserved"  # the engine's Phase values this module reads
 _HOLDING = frozenset({"QuotaReserved", "Admitted"})
 _EVICTING = "Evicting"
@@ -114,14 +123,24 @@ class Dispatcher:
         self.lost: dict[WorkloadKey, str] = {}  # evicted for a lost cluster, not stopped yet
         self.fenced: dict[WorkloadKey, set[str]] = {}
         self.told: dict[WorkloadKey, tuple[str, str]] = {}  # check state and message published
+        # The namespaces each cluster's watcher reported (none yet: not checked, as a
+        # simulated cluster's): a workload goes only where its namespace exists.
+        self.namespaces: dict[str, set[str]] = {}
+        # (workload, cluster) → (refusals so far, passed over until, why): the owner's own,
+        # not rebuilt (after a restart a refusing cluster is tried, and refuses, once more).
+        self.refusals: dict[tuple[WorkloadKey, str], tuple[int, float, str]] = {}
         self._out: list[Outgoing] = []
 
     # --- the registry ------------------------------------------------------------------------
 
     def heartbeat(self, capacity: ClusterCapacity, *, now_s: float) -> None:
-        """A cluster's gang-permit reported its room; holds it has caught up with end."""
+        """A cluster's gang-permit reported its room; holds it has caught up with end. One
+        that says the cluster is unreachable is kept for its reason, but the cluster counts as
+        silent: unreachable for longer than `lost_after_s`, it is lost."""
         name = capacity.cluster
         self.capacity[name] = capacity
+        if capacity.unreachable:
+            return
         self.seen_s[name] = now_s
         self.down.discard(name)
         placed = set(capacity.placed)
@@ -200,6 +219,10 @@ class Dispatcher:
                 self.configs.pop(name, None)
             case DeleteConfig(kind="MultiKueueCluster", name=name):
                 self.declared.pop(name, None)
+            case ApplyConfig(obj=Namespace() as namespace):
+                self.namespaces.setdefault(cluster, set()).add(namespace.meta.name)
+            case DeleteConfig(kind="Namespace", name=name):
+                self.namespaces.get(cluster, set()).discard(name)
             case Recorded(kind="admitted", key=key) if cluster:
                 self._target(key, cluster)
             case Recorded(kind="evicted", key=key, reason=reason) if reason == CLUSTER_LOST:
@@ -211,6 +234,8 @@ class Dispatcher:
                 self.last.pop(key, None)
                 self.fenced.pop(key, None)
                 self.told.pop(key, None)
+                for refusal in [r for r in self.refusals if r[0] == key]:
+                    del self.refusals[refusal]
 
     def _stopped(self, key: WorkloadKey) -> None:
         """Its pods are gone: no target, no hold; off a lost cluster until that one agrees."""
@@ -226,6 +251,29 @@ class Dispatcher:
 
     def target(self, key: WorkloadKey) -> str | None:
         return self.targets.get(key)
+
+    def refused(
+        self, engine: Engine, key: WorkloadKey, message: str, *, now_s: float
+    ) -> list[Event]:
+        """The cluster `key` was dispatched to refused to create it there (StartFailed): its
+        check says Retry and why, it is evicted (AdmissionCheck) and requeued, and that
+        cluster is passed over for it for a while (`REFUSED_S`, doubling per refusal), as
+        Kueue backs off a worker that fails."""
+        cluster = self.targets.get(key)
+        check = self._check_of(engine, key)
+        if cluster is None or check is None:
+            return []
+        count, _, _ = self.refusals.get((key, cluster), (0, 0.0, ""))
+        delay_s = min(REFUSED_S * 2**count, REFUSED_MAX_S)
+        self.refusals[(key, cluster)] = (count + 1, now_s + delay_s, message)
+        self._tell(key, check, RETRY, message, now_s=now_s)
+        return engine.evict(key, reason=ADMISSION_CHECK, message=message, now_s=now_s)
+
+    def _check_of(self, engine: Engine, key: WorkloadKey) -> str | None:
+        """The MultiKueue check of `key`'s reservation."""
+        record = engine.records.get(key)
+        multikueue = self.multikueue_checks
+        return next((c for c in sorted(record.checks) if c in multikueue), None) if record else None
 
     def _target(self, key: WorkloadKey, cluster: str) -> None:
         old = self.targets.get(key)
@@ -334,10 +382,20 @@ class Dispatcher:
             return Candidate(cluster=name, unavailable="no MultiKueueCluster")
         if name in self.fenced.get(key, ()):
             return Candidate(cluster=name, unavailable="still stopping it there")
+        _, until_s, why = self.refusals.get((key, name), (0, 0.0, ""))
+        if until_s > now_s:
+            return Candidate(cluster=name, unavailable=f"refused it ({why})")
         if name not in self.capacity:
             return Candidate(cluster=name, unavailable="no heartbeat yet")
+        why = self.capacity[name].unreachable
         if self.is_lost(name, now_s=now_s):
-            return Candidate(cluster=name, unavailable="lost")
+            return Candidate(cluster=name, unavailable=f"lost: {why}" if why else "lost")
+        if why:
+            return Candidate(cluster=name, unavailable=f"not reachable now: {why}")
+        namespaces = self.namespaces.get(name)
+        if namespaces is not None and key.partition("/")[0] not in namespaces:
+            missing = f"namespace {key.partition('/')[0]} does not exist there"
+            return Candidate(cluster=name, unavailable=missing)
         if name not in room:
             held = [takes for c, takes in self.holds.values() if c == name]
             room[name] = minus(self.capacity[name], held)
@@ -352,7 +410,12 @@ class Dispatcher:
             if not self.on[cluster] or not self.is_lost(cluster, now_s=now_s):
                 continue
             self.down.add(cluster)
-            silent = f"no heartbeat for over {self.lost_after_s:g}s"
+            why = self.capacity[cluster].unreachable if cluster in self.capacity else ""
+            silent = (
+                f"unreachable for over {self.lost_after_s:g}s: {why}"
+                if why
+                else f"no heartbeat for over {self.lost_after_s:g}s"
+            )
             message = f"worker cluster {cluster} was lost: {silent}"
             for key in sorted(self.on[cluster]):
                 phase = engine.phase(key)

@@ -59,6 +59,7 @@ class Entry:
     pending_message: str = ""
     check_states: dict[str, str] = field(default_factory=dict)  # reported since reserved
     manifest_json: str = ""  # as submitted, for its `admitted` (translate.MANIFEST_COPY_LIMIT)
+    owner_manifest_json: str = ""  # the Job it stands for, likewise
     active: bool = True  # spec.active as last set through the gateway (active_changed)
     # The partition whose events tell its story (its `submitted`'s, or where they were
     # forwarded); None for a workload stored before partitions (docs/events.md, "Partitions").
@@ -116,6 +117,7 @@ class Ledger:
         at_s: float,
         manifest_json: str = "",
         partition: int | None = None,
+        owner_manifest_json: str = "",
     ) -> Entry | None:
         """Record a submission; None when the workload is already known (a duplicate)."""
         key = wl.key
@@ -130,6 +132,7 @@ class Ledger:
             order=self._order,
             manifest_json=manifest_json,
             partition=partition,
+            owner_manifest_json=owner_manifest_json,
         )
         self.entries[key] = entry
         return entry
@@ -240,6 +243,8 @@ class Ledger:
                     entry.phase = Phase.INACTIVE
                     entry.admission = None
                 elif entry.phase in (Phase.RESERVED, Phase.ADMITTED):
+                    if fact.reason.startswith("Deactivated"):  # a check Rejected it: it stays
+                        entry.active = False  # inactive once its pods are gone, as if stopped
                     entry.phase = Phase.EVICTING
                     entry.evicted_reason, entry.evicted_message = fact.reason, fact.message
                     entry.evicted_s = fact.at_s

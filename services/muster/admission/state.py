@@ -42,6 +42,7 @@ from muster.admission.translate import (
     Fact,
     Finish,
     GangRejected,
+    Manifests,
     PartitionRecord,
     PlacementPreempted,
     PodsReady,
@@ -60,7 +61,7 @@ from muster.api.model import (
     Workload,
     WorkloadKey,
 )
-from muster.api.wellknown import GANG_TIMED_OUT, PREEMPTED
+from muster.api.wellknown import GANG_TIMED_OUT, PREEMPTED, START_FAILED
 from muster.core.engine import Engine
 from muster.core.events import Event, EventType
 from muster.core.routing import Policy, RoutingSettings, run_seconds_on
@@ -261,6 +262,7 @@ class AdmissionState:
                     at_s=at_s,
                     manifest_json=fact.manifest_json,
                     partition=fact.partition,
+                    owner_manifest_json=fact.owner_manifest_json,
                 )
                 if entry is None or not self.owning:
                     return []  # a duplicate, or history
@@ -296,12 +298,17 @@ class AdmissionState:
             case SetActive(key, active):
                 ledger.set_active(key, active)
                 return self._engine_fact(key, lambda: engine.set_active(key, active, now_s=now_s))
-            case CheckUpdated(key, check, state, message):
+            case CheckUpdated(key, check, state, message, requeue_after_s):
                 ledger.check_updated(key, check, state)
                 return self._engine_fact(
                     key,
                     lambda: engine.set_admission_check(
-                        key, check, state, message=message, now_s=now_s
+                        key,
+                        check,
+                        state,
+                        message=message,
+                        requeue_after_s=requeue_after_s,
+                        now_s=now_s,
                     ),
                 )
             case GangRejected(key, reason, message):
@@ -385,8 +392,13 @@ class AdmissionState:
     ) -> list[Event]:
         """The gang timed out: evict the workload (reason GangRejected); it keeps its quota until
         eviction_completed, then requeues. A workload not holding quota is left alone. A failed
-        bind is not a rejection of the workload: gangpermit retries the gang as a whole."""
-        if not self.owning or key not in self.adopted or reason != GANG_TIMED_OUT:
+        bind is not a rejection of the workload: gangpermit retries the gang as a whole. A
+        worker that refused to create it (StartFailed): MultiKueue sends it elsewhere."""
+        if not self.owning or key not in self.adopted:
+            return []
+        if reason == START_FAILED:
+            return self.dispatch.refused(self.engine, key, message, now_s=now_s)
+        if reason != GANG_TIMED_OUT:
             return []
         text = f"{reason}: {message}" if message else reason
         return self.engine.evict(key, reason=GANG_REJECTED, message=text, now_s=now_s)
@@ -625,9 +637,15 @@ class AdmissionState:
         entry = self.ledger.get(key)
         return 0 if entry is None else entry.generation
 
-    def manifest_of(self, key: WorkloadKey) -> str:
+    def manifests_of(self, key: WorkloadKey) -> Manifests:
         entry = self.ledger.get(key)
-        return "" if entry is None else entry.manifest_json
+        if entry is None:
+            return Manifests()
+        return Manifests(
+            workload_json=entry.manifest_json,
+            owner_json=entry.owner_manifest_json,
+            origin_cluster=entry.cluster or self.default_cluster,
+        )
 
     def route_of(self, key: WorkloadKey) -> WorkloadRoute | None:
         entry, r = self.ledger.get(key), self.engine.records.get(key)

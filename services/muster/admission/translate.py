@@ -71,6 +71,17 @@ class Submit:
     at_s: float
     manifest_json: str = ""  # as submitted: copied into its `admitted` (MANIFEST_COPY_LIMIT)
     partition: int | None = None  # the partition it was published in (None: none named)
+    owner_manifest_json: str = ""  # the Job it stands for, likewise (MultiKueue copies it)
+
+
+@dataclass(frozen=True, slots=True)
+class Manifests:
+    """What a workload's `admitted` carries of its submission, so a binder that never saw the
+    `submitted` (or a worker cluster's, which must create a copy) has it."""
+
+    workload_json: str = ""  # the Kueue Workload as submitted
+    owner_json: str = ""  # the Job it stands for
+    origin_cluster: str = ""  # where it was submitted
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +126,7 @@ class CheckUpdated:
     check: str
     state: str
     message: str
+    requeue_after_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +259,13 @@ def fact_of(env: pb.Envelope) -> Fact | None:
             return SetActive(key, active=env.active_changed.active)
         case "admission_check":
             ac = env.admission_check
-            return CheckUpdated(key, check=ac.check, state=ac.state, message=ac.message)
+            return CheckUpdated(
+                key,
+                check=ac.check,
+                state=ac.state,
+                message=ac.message,
+                requeue_after_s=max(0, ac.requeue_after_seconds),
+            )
         case "gang_rejected":
             return GangRejected(
                 key, reason=env.gang_rejected.reason, message=env.gang_rejected.message
@@ -296,6 +314,7 @@ def _submit_of(env: pb.Envelope) -> Submit:
         at_s=time_s_of(env),
         manifest_json=env.submitted.manifest_json,
         partition=parse_token(env.partition),
+        owner_manifest_json=env.submitted.owner_manifest_json,
     )
 
 
@@ -462,8 +481,8 @@ class DecisionContext(Protocol):
 
     def generation_of(self, key: WorkloadKey) -> int: ...
 
-    def manifest_of(self, key: WorkloadKey) -> str:
-        """The workload's manifest as submitted ("" when not known)."""
+    def manifests_of(self, key: WorkloadKey) -> Manifests:
+        """The workload's manifests as submitted, and where (empty when not known)."""
         ...
 
     def route_of(self, key: WorkloadKey) -> WorkloadRoute | None:
@@ -524,11 +543,13 @@ def decisions_from(events: Sequence[Event], ctx: DecisionContext) -> list[Decisi
                 admission = ctx.admission_of(key)
                 if admission is None:
                     continue
-                manifest = ctx.manifest_of(key)
+                manifests = ctx.manifests_of(key)
                 admitted = pb.WorkloadAdmitted(
                     admission=admission_to_proto(admission),
                     hints=placement_hints(admission, ctx.flavors, ctx.route_of(key)),
-                    manifest_json=manifest if len(manifest) <= MANIFEST_COPY_LIMIT else "",
+                    manifest_json=_copied(manifests.workload_json),
+                    owner_manifest_json=_copied(manifests.owner_json),
+                    origin_cluster=manifests.origin_cluster,
                 )
                 add("admitted", admitted, e)
             case EventType.PREEMPTED:
@@ -555,6 +576,10 @@ def decisions_from(events: Sequence[Event], ctx: DecisionContext) -> list[Decisi
             case _:
                 continue  # Submitted, Finished: facts others reported, not decisions
     return out
+
+
+def _copied(manifest: str) -> str:
+    return manifest if len(manifest) <= MANIFEST_COPY_LIMIT else ""
 
 
 def envelopes_of(

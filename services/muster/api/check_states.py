@@ -26,12 +26,22 @@ RESET_MESSAGE = "Reset to Pending after eviction. Previously: "
 Entry = dict[str, Any]
 
 
+class AnsweredCheck(msgspec.Struct, frozen=True):
+    """The state of a check muster itself answers (MultiKueue's: admission dispatches)."""
+
+    name: str
+    state: str
+    message: str = ""
+
+
 class ChecksWanted(msgspec.Struct, frozen=True, kw_only=True):
     """What muster wants of one Workload's check list: the checks its reservation requires,
-    and when it was last evicted (entries set then or before are reset to Pending)."""
+    when it was last evicted (entries set then or before are reset to Pending), and the
+    answers of the checks muster is the controller of (`answers`, set in their entries)."""
 
     names: tuple[str, ...]
     evicted_at_s: float = 0.0  # 0: never evicted
+    answers: tuple[AnsweredCheck, ...] = ()
 
 
 def format_time(seconds: float) -> str:
@@ -146,10 +156,11 @@ def wanted_entries(
     know whether its eviction was written resets only the answers set at or before it.
     """
     now = format_time(now_s)
-    synced = sync_required(entries, wanted.names, now=now)
-    if wanted.evicted_at_s <= 0 or (
-        written is not None and written.evicted_at_s == wanted.evicted_at_s
-    ):
-        return synced
-    evicted_at_s = math.inf if written is not None else wanted.evicted_at_s
-    return reset_after_eviction(synced, evicted_at_s=evicted_at_s, now=now)
+    out = sync_required(entries, wanted.names, now=now)
+    if wanted.evicted_at_s > 0 and (written is None or written.evicted_at_s != wanted.evicted_at_s):
+        evicted_at_s = math.inf if written is not None else wanted.evicted_at_s
+        out = reset_after_eviction(out, evicted_at_s=evicted_at_s, now=now)
+    for answer in wanted.answers:
+        if answer.name in wanted.names:
+            out = set_state(out, answer.name, answer.state, now=now, message=answer.message)
+    return out

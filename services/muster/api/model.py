@@ -255,10 +255,24 @@ class MultiKueueConfig(Frozen, frozen=True, kw_only=True):
     dispatch: DispatchStrategy = "first-fit"
 
 
+KubeConfigLocation = Literal["Secret", "Path"]
+
+
+class KubeConfigRef(Frozen, frozen=True, kw_only=True):
+    """Where a worker's kubeconfig is: key `kubeconfig` of Secret `location` in muster's
+    namespace, or the file at path `location` (Kueue's MultiKueueCluster `kubeConfig`)."""
+
+    location: str
+    location_type: KubeConfigLocation = "Secret"
+
+
 class MultiKueueCluster(Frozen, frozen=True, kw_only=True):
-    """A worker cluster; its name is the muster cluster id its services run with."""
+    """A worker cluster; its name is the muster cluster id its services run with, and
+    `kube_config` where they find its API server when they serve it from the manager's side
+    (None: its services run inside it, docs/multicluster.md)."""
 
     meta: ObjectMeta
+    kube_config: KubeConfigRef | None = None
 
     @property
     def name(self) -> str:

@@ -3,7 +3,8 @@ of a MultiKueue AdmissionCheck (Kueue v1beta1 and v1beta2 spell them alike).
 
 A worker cluster is named by its MultiKueueCluster, whose name is the id that cluster's muster
 services run with (`--cluster`): a NATS subject token, so `[A-Za-z0-9_-]+` and not `dlq`. Its
-kubeConfig is not read: muster reaches every cluster through its own services on the bus.
+kubeConfig (v1beta1 `spec.kubeConfig`, v1beta2 `spec.clusterSource.kubeConfig`) says where
+services serving it from the manager's side find its API server (`muster.cluster.kube.worker`).
 `muster.api.decode` calls the `*_from_raw` functions; problems go to `errs`.
 """
 
@@ -17,15 +18,23 @@ from muster.api.model import (
     AdmissionCheck,
     AdmissionCheckParameters,
     DispatchStrategy,
+    KubeConfigLocation,
+    KubeConfigRef,
     MultiKueueCluster,
     MultiKueueConfig,
     ObjectMeta,
 )
-from muster.api.raw import RawAdmissionCheck, RawMultiKueueCluster, RawMultiKueueConfig
+from muster.api.raw import (
+    RawAdmissionCheck,
+    RawKubeConfig,
+    RawMultiKueueCluster,
+    RawMultiKueueConfig,
+)
 from muster.api.wellknown import DISPATCH_ANNOTATION, KUEUE_GROUP, MULTIKUEUE_CONTROLLER
 
 MULTIKUEUE_CONFIG_KIND = "MultiKueueConfig"
 DISPATCH_STRATEGIES: tuple[str, ...] = get_args(DispatchStrategy)
+LOCATION_TYPES: tuple[str, ...] = get_args(KubeConfigLocation)
 _CLUSTER_ID = re.compile(r"[A-Za-z0-9_-]+")
 _RESERVED_IDS = frozenset({"dlq"})  # a subject token muster uses itself
 
@@ -105,8 +114,36 @@ def multikueue_config_from_raw(
 def multikueue_cluster_from_raw(
     raw: RawMultiKueueCluster, meta: ObjectMeta, errs: ObjectErrors
 ) -> MultiKueueCluster:
-    """A worker cluster; its name must be a muster cluster id."""
+    """A worker cluster; its name must be a muster cluster id, and a kubeConfig, when given,
+    names a location of type Secret or Path. A clusterProfileRef (Kueue's ClusterProfile
+    source) is accepted without a kubeConfig: its services then run inside the worker."""
     problem = cluster_id_problem(meta.name)
     if problem is not None:
         errs.add("metadata.name", problem)
-    return MultiKueueCluster(meta=meta)
+    spec = raw.spec
+    source = spec.cluster_source
+    if spec.kube_config is not None and source is not None and source.kube_config is not None:
+        errs.add("spec.clusterSource.kubeConfig", "must not be given with spec.kubeConfig")
+    ref = None
+    if spec.kube_config is not None:
+        ref = _kube_config(spec.kube_config, "spec.kubeConfig", errs)
+    elif source is not None and source.kube_config is not None:
+        ref = _kube_config(source.kube_config, "spec.clusterSource.kubeConfig", errs)
+    return MultiKueueCluster(meta=meta, kube_config=ref)
+
+
+def _kube_config(raw: RawKubeConfig, path: str, errs: ObjectErrors) -> KubeConfigRef | None:
+    ok = True
+    if not raw.location:
+        errs.add(f"{path}.location", "is required")
+        ok = False
+    if raw.location_type not in LOCATION_TYPES:
+        expected = " or ".join(LOCATION_TYPES)
+        errs.add(f"{path}.locationType", f"must be {expected}, got {raw.location_type!r}")
+        ok = False
+    if not ok:
+        return None
+    return KubeConfigRef(
+        location=raw.location,
+        location_type=raw.location_type,  # type: ignore[arg-type]  # checked against LOCATION_TYPES
+    )

@@ -290,8 +290,31 @@ class RawMultiKueueConfig(Document):
     spec: RawMultiKueueConfigSpec = msgspec.field(default_factory=RawMultiKueueConfigSpec)
 
 
+class RawKubeConfig(Wire):
+    location: str = ""
+    location_type: str = "Secret"  # Kueue's default
+
+
+class RawClusterProfileRef(Wire):
+    name: str = ""
+
+
+class RawClusterSource(Wire):
+    kube_config: RawKubeConfig | None = None
+    cluster_profile_ref: RawClusterProfileRef | None = None
+
+
+class RawMultiKueueClusterSpec(Wire):
+    kube_config: RawKubeConfig | None = None  # v1beta1
+    cluster_source: RawClusterSource | None = None  # v1beta2
+    cluster_profile_ref: RawClusterProfileRef | None = None  # v1beta1, kept for conversion
+
+
 class RawMultiKueueCluster(Document):
-    """Its spec (kubeConfig, clusterSource) is not read: each cluster runs its own services."""
+    """Where the worker's API server is: a kubeconfig in a Secret or a file (`spec.kubeConfig`
+    in v1beta1, `spec.clusterSource.kubeConfig` in v1beta2)."""
+
+    spec: RawMultiKueueClusterSpec = msgspec.field(default_factory=RawMultiKueueClusterSpec)
 
 
 # --- workloads --------------------------------------------------------------------------------

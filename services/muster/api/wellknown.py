@@ -43,6 +43,10 @@ GANG_TIMED_OUT = "GangTimedOut"  # a gang not placed before its deadline
 # The eviction (and Routed) reason of a routed workload whose requests the cluster refused.
 REQUESTS_REFUSED = "RequestsRefused"
 BIND_FAILED = "BindFailed"  # the binder could not bind a permitted gang
+# A worker cluster refused to create the copy of a workload MultiKueue dispatched to it
+# (gang_rejected from its binder): admission evicts it and passes that cluster over a while.
+START_FAILED = "StartFailed"
+ADMISSION_CHECK = "AdmissionCheck"  # Kueue's eviction reason when a check asks for a retry
 PLACEMENT_PREEMPTED = "PlacementPreempted"  # an eviction asked for to place a gang
 CLUSTER_LOST = "ClusterLost"  # the worker cluster a workload was dispatched to was lost
 

@@ -60,18 +60,13 @@ class KubeRow(msgspec.Struct, frozen=True, kw_only=True):
 
 
 @contextlib.asynccontextmanager
-async def standin(*, history: int) -> AsyncIterator[str]:
-    """The stand-in in a child process; yields its URL."""
+async def standin(*, history: int, job_controller: bool = False) -> AsyncIterator[str]:
+    """The stand-in in a child process (with its Job controller, when told); yields its URL."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
-        "-m",
-        "muster.devtools.apiserver",
-        "--port",
-        "0",
-        "--history",
-        str(history),
-        "--bookmark-interval",
-        "0.5",
+        *("-m", "muster.devtools.apiserver", "--port", "0"),
+        *("--history", str(history), "--bookmark-interval", "0.5"),
+        *(["--job-controller"] if job_controller else []),
         stdout=subprocess.PIPE,
     )
     try:

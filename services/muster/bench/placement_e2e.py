@@ -23,8 +23,8 @@ from typing import Any
 import msgspec
 
 from muster.bench.table import Column, render_table
+from muster.cluster.keys import POD_PREFIX
 from muster.cluster.sim.backend import SimBackend
-from muster.cluster.sim.keys import POD_PREFIX
 from muster.launcher.nats_server import NatsServer
 from muster.launcher.stack import Stack
 

@@ -69,7 +69,14 @@ async def serve(bus: Bus, health: Health, *, config: BinderConfig, backend: Back
     async with open_backend(
         backend, js=bus.js, cluster=config.cluster, publisher=bus.publisher
     ) as opened:
-        await run_binder(bus, health, backend=opened.backend, config=config)
+        copies = None
+        if backend.kind == "kube":
+            # Imported here: the client library is loaded by services on Kubernetes only.
+            from muster.cluster.kube.backend import KubeBackend
+
+            assert isinstance(opened.backend, KubeBackend)
+            copies = opened.backend  # MultiKueue's copies here are collected when stale
+        await run_binder(bus, health, backend=opened.backend, config=config, copies=copies)
 
 
 if __name__ == "__main__":

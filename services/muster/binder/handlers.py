@@ -19,14 +19,14 @@ import json
 import logging
 import time
 from collections.abc import Coroutine
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import msgspec
 from google.protobuf.message import Message
 
-from muster.api import workload_from_json
+from muster.api import workload_from_json, workload_to_kueue
 from muster.api.model import Workload
-from muster.api.wellknown import BIND_FAILED, TRACEPARENT_ANNOTATION
+from muster.api.wellknown import BIND_FAILED, START_FAILED, TRACEPARENT_ANNOTATION
 from muster.binder.fences import Fences, WorkloadLocks
 from muster.binder.pacing import BindPacer
 from muster.binder.translate import (
@@ -34,45 +34,79 @@ from muster.binder.translate import (
     pod_set_starts,
     workload_from_submitted,
 )
+from muster.bus.cancel import raise_if_cancelling
 from muster.bus.envelope import new_event
 from muster.bus.errors import Reject, Retry
 from muster.bus.tracing import step, trace_headers
-from muster.cluster.backend import ClusterBackend, Identity, PodSetStart
+from muster.cluster.backend import ClusterBackend, Identity, PodSetStart, WorkloadOrigin
 from muster.cluster.errors import ClusterError, RequestsRefusedError
 from muster.contracts.v1 import events_pb2
 from muster.metrics.services import BinderSeries
 
 log = logging.getLogger(__name__)
 CLUSTER_ADMINS = "system:masters"  # Kubernetes' group that no authorizer can refuse
+# A cluster that does not answer is asked again after these many seconds, doubling.
+_PROBE_FIRST_S, _PROBE_MAX_S = 0.2, 10.0
 
 
 class Publisher(Protocol):
     async def publish(self, env: events_pb2.Envelope) -> int: ...
 
 
+class Submission(NamedTuple):
+    """What the binder keeps of a workload's `submitted`."""
+
+    workload: Workload
+    cluster: str  # where it was submitted
+    owner_json: str  # the Job it stands for, as its owner wrote it ("" for none)
+
+
 class WorkloadSpecs:
-    """The spec of every workload submitted (on any cluster) and not yet done with.
+    """The spec of every workload submitted (on any cluster) and not yet done with, and the
+    last admission of each here.
 
     Fed from `workload.submitted`, `deleted` and `finished` of every cluster (MultiKueue may
-    dispatch a workload submitted elsewhere to this one), by a replay of the stream, so every
-    replica knows every workload whichever replica gets its `admitted`.
+    dispatch a workload submitted elsewhere to this one) and this cluster's `admitted`, by a
+    replay of the stream, so every replica knows every workload whichever replica gets its
+    `admitted`, and (with the fences) which copies from other clusters are current here.
     """
 
     def __init__(self) -> None:
-        self._specs: dict[str, Workload] = {}
+        self._specs: dict[str, Submission] = {}
+        self._admitted_at: dict[str, int] = {}  # stream sequence of its last admission here
+        self.origins: set[str] = set()  # the clusters workloads were submitted in
+        self.position = 0  # the last stream sequence applied
 
     def apply(self, env: events_pb2.Envelope) -> None:
-        if env.type == "workload.submitted":
+        """Fold one event in; one already applied (by sequence) changes nothing."""
+        if env.sequence:
+            if env.sequence <= self.position:
+                return
+            self.position = env.sequence
+        if env.type == "workload.admitted":
+            self._admitted_at[env.workload] = env.sequence
+        elif env.type == "workload.submitted":
             wl = workload_from_submitted(env.submitted)
             if wl is None:
                 log.warning("undecodable workload manifest", extra={"workload": env.workload})
                 return
-            self._specs[env.workload] = wl
+            owner = env.submitted.owner_manifest_json
+            self._specs[env.workload] = Submission(wl, env.cluster, owner)
+            self.origins.add(env.cluster)
         elif env.type in ("workload.deleted", "workload.finished"):
             self._specs.pop(env.workload, None)
+            self._admitted_at.pop(env.workload, None)
 
     def get(self, workload: str) -> Workload | None:
+        found = self._specs.get(workload)
+        return None if found is None else found.workload
+
+    def submission(self, workload: str) -> Submission | None:
         return self._specs.get(workload)
+
+    def admitted_at(self, workload: str) -> int:
+        """The stream sequence of its last admission here (0: none known)."""
+        return self._admitted_at.get(workload, 0)
 
 
 class BinderContext:
@@ -96,6 +130,29 @@ class BinderContext:
         self.locks = WorkloadLocks()  # start, binds and stop of one workload: one at a time
         self.metrics = metrics
         self.source = f"binder/{cluster}"
+        self._away = ""  # why the cluster did not answer, while it does not
+
+    async def until_reachable(self, what: str) -> bool:
+        """Wait until the cluster answers (`probe`), backing off; whether it was away. Its
+        absence is logged once, with the cluster and what waits, and its return once."""
+        delay_s = _PROBE_FIRST_S
+        waited = False
+        while failure := await self.backend.probe():
+            raise_if_cancelling()  # a probe's timeout may have swallowed it (bus.cancel)
+            why = failure.message
+            if why != self._away:
+                log.warning(
+                    "cluster %s does not answer (%s): %s waits", self.cluster, why, what,
+                    extra={"cluster": self.cluster},
+                )  # fmt: skip
+                self._away = why
+            waited = True
+            await asyncio.sleep(delay_s)
+            delay_s = min(delay_s * 2, _PROBE_MAX_S)
+        if self._away:
+            log.warning("cluster %s answers again", self.cluster, extra={"cluster": self.cluster})
+            self._away = ""
+        return waited
 
     def pod_sets(self, workload: str) -> dict[str, int] | None:
         """The most pods each podset of `workload` may have (its spec's counts: an admission
@@ -116,10 +173,15 @@ class BinderContext:
         await self.publisher.publish(env)
 
 
-def _as_retry_or_reject(err: ClusterError, what: str) -> Exception:
-    if err.temporary:
-        return Retry(1.0, f"{what}: {err}")
-    return Reject(f"{what}: {err}")
+async def _retry_or_reject(err: ClusterError, ctx: BinderContext, what: str) -> Exception:
+    """What a failed cluster call becomes: Reject when it failed for good; Retry when it may
+    pass later, once the cluster answers again (a worker whose API server is away is waited
+    for here, not retried until the message is dead-lettered: it may be away for long)."""
+    if not err.temporary:
+        return Reject(f"{what}: {err}")
+    if await ctx.until_reachable(what):
+        return Retry(0.0, f"{what}: {err}; the cluster answers again")
+    return Retry(1.0, f"{what}: {err}")
 
 
 async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
@@ -134,7 +196,8 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
     `requests_refused` says why.
     """
     key, admission = env.workload, env.sequence
-    wl = ctx.specs.get(key)
+    submission = ctx.specs.submission(key)
+    wl = submission.workload if submission is not None else None
     if ctx.fences.stale(key, admission, known=wl is not None):
         log.info("skipping an admission evicted or ended since", extra={"workload": key})
         return
@@ -149,19 +212,41 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
         starts = pod_set_starts(wl, env.admitted)
     except MissingPodSetError as err:
         raise Reject(str(err)) from None
+    origin = origin_of(env, submission, wl, cluster=ctx.cluster)
     with step("binder.start", attributes=lambda: {"muster.workload": key}):
         async with ctx.locks.hold(key):
             if ctx.fences.stale(key, admission):
                 return  # evicted here while this start waited for the lock
-            await _start(env, ctx, starts)
+            await _start(env, ctx, starts, origin)
 
 
-async def _start(env: events_pb2.Envelope, ctx: BinderContext, starts: list[PodSetStart]) -> None:
-    """Create the pods (under the workload's lock); take them out again if a fence went up
-    meanwhile."""
+def origin_of(
+    env: events_pb2.Envelope, submission: Submission | None, wl: Workload, *, cluster: str
+) -> WorkloadOrigin | None:
+    """Where an admitted workload comes from when MultiKueue dispatched it here from another
+    cluster (None: it was submitted here, its objects are here)."""
+    admitted = env.admitted
+    origin = admitted.origin_cluster or (submission.cluster if submission is not None else "")
+    if not origin or origin == cluster:
+        return None
+    owner = admitted.owner_manifest_json or (submission.owner_json if submission else "")
+    manifest = admitted.manifest_json or json.dumps(workload_to_kueue(wl), sort_keys=True)
+    return WorkloadOrigin(cluster=origin, workload_json=manifest, owner_json=owner)
+
+
+async def _start(
+    env: events_pb2.Envelope,
+    ctx: BinderContext,
+    starts: list[PodSetStart],
+    origin: WorkloadOrigin | None,
+) -> None:
+    """Create the pods (under the workload's lock), first a copy of what they come from when
+    they come from another cluster; take them out again if a fence went up meanwhile."""
     key, admission = env.workload, env.sequence
     try:
-        await ctx.backend.start_workload(key, pod_sets=traced(starts), admission=admission)
+        await ctx.backend.start_workload(
+            key, pod_sets=traced(starts), admission=admission, origin=origin
+        )
         if ctx.fences.stale(key, admission):
             await ctx.backend.stop_workload(
                 key, before=ctx.fences.fence_of(key), pod_sets=ctx.pod_sets(key)
@@ -173,7 +258,14 @@ async def _start(env: events_pb2.Envelope, ctx: BinderContext, starts: list[PodS
         payload = events_pb2.RequestsRefused(message=str(err))
         await ctx.publish("requests_refused", payload, cause=env)
     except ClusterError as err:
-        raise _as_retry_or_reject(err, f"starting {key}") from err
+        if origin is None or err.temporary:
+            raise await _retry_or_reject(err, ctx, f"starting {key}") from err
+        # This worker will not create it (RBAC, a webhook, a quota): said to admission,
+        # which sends it elsewhere, and shown on the manager's Workload.
+        message = f"cluster {ctx.cluster}: {err}"
+        log.warning("cannot start a copy: %s", message, extra={"workload": key})
+        rejected = events_pb2.GangRejected(reason=START_FAILED, message=message)
+        await ctx.publish("gang_rejected", rejected, cause=env)
 
 
 def traced(starts: list[PodSetStart]) -> list[PodSetStart]:
@@ -277,7 +369,7 @@ async def on_evict(env: events_pb2.Envelope, ctx: BinderContext) -> None:
                         key, before=eviction, pod_sets=ctx.pod_sets(key)
                     )
             except ClusterError as err:
-                raise _as_retry_or_reject(err, f"stopping {key}") from err
+                raise await _retry_or_reject(err, ctx, f"stopping {key}") from err
         payload = events_pb2.EvictionCompleted(
             eviction_id=command.eviction_id, eviction_sequence=eviction
         )

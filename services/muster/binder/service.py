@@ -16,6 +16,7 @@ from typing import Protocol
 
 import msgspec
 
+from muster.binder.copies import CopyCluster, collect_copies
 from muster.binder.fences import Fences
 from muster.binder.handlers import (
     BinderContext,
@@ -50,19 +51,27 @@ class BinderConfig(msgspec.Struct, frozen=True, kw_only=True):
 
 def spec_subjects(cluster: str) -> list[str]:
     """Every cluster's submitted, deleted and finished (a workload may be dispatched here from
-    another cluster), and this cluster's evicted and eviction_completed (the fences: a late
-    admission is not started, an eviction carried out is not carried out again)."""
+    another cluster), and this cluster's admitted, evicted and eviction_completed (the fences:
+    a late admission is not started, an eviction carried out is not carried out again; and a
+    copy of a workload no longer admitted here is stale)."""
     return [
         *(f for e in ("submitted", "deleted", "finished") for f in workload_filters("*", e)),
+        *workload_filters(cluster, "admitted"),
         *workload_filters(cluster, "evicted"),
         *workload_filters(cluster, "eviction_completed"),
     ]
 
 
 async def run_binder(
-    bus: Bus, health: Readiness, *, backend: ClusterBackend, config: BinderConfig
+    bus: Bus,
+    health: Readiness,
+    *,
+    backend: ClusterBackend,
+    config: BinderConfig,
+    copies: CopyCluster | None = None,
 ) -> None:
-    """Start, bind and stop the cluster's pods as events ask, until cancelled."""
+    """Start, bind and stop the cluster's pods as events ask, until cancelled. With `copies`
+    (a Kubernetes cluster), stale copies of other clusters' workloads are collected too."""
     specs = WorkloadSpecs()
     fences = Fences(cluster=config.cluster)
     ctx = BinderContext(
@@ -82,12 +91,28 @@ async def run_binder(
     )
     poison = Quarantine(bus.publisher, consumer=f"binder-{config.cluster}-specs")
 
+    wake = asyncio.Event()  # something may have made a copy here stale
+    ends = {f"workload.{e}" for e in ("finished", "deleted", "evicted")}
+
     async def apply(env: events_pb2.Envelope) -> None:
+        if env.sequence and env.sequence <= specs.position:
+            return  # applied already (by a sweep's catch-up)
         try:
             specs.apply(env)
             fences.apply(env)
         except Exception as err:  # poison: the same event fails the same way after a restart
             await poison.event(env, err)
+        if env.type in ends:
+            wake.set()
+
+    async def catch_up() -> None:
+        end = await bus.last_sequence()
+        if end > specs.position:
+            subjects = spec_subjects(config.cluster)
+            async for env in bus.replay(
+                subjects, from_sequence=specs.position + 1, until_sequence=end
+            ):
+                await apply(env)
 
     # Catch up on specs and fences before taking work, so an admitted event finds its
     # workload, and one evicted or ended since is known to be stale.
@@ -118,6 +143,11 @@ async def run_binder(
     health.ready()
     async with asyncio.TaskGroup() as tasks:
         tasks.create_task(follow_specs(), name="binder-specs")
+        if copies is not None:
+            collector = collect_copies(
+                copies, specs, fences, own_cluster=config.cluster, catch_up=catch_up, wake=wake
+            )
+            tasks.create_task(collector, name="binder-copies")
         tasks.create_task(
             bus.consume(
                 f"binder-{config.cluster}",

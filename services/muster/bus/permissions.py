@@ -30,7 +30,7 @@ from muster.bus.subjects import (
 
 JS_API: Final = "$JS.API"
 ADMIN: Final = "admin"  # creates streams and buckets (`muster nats-setup`); nothing else uses it
-SIM_BUCKET_PREFIX: Final = "MUSTER_SIM_"  # + cluster id (muster.cluster.sim.keys.bucket_name)
+SIM_BUCKET_PREFIX: Final = "MUSTER_SIM_"  # + cluster id (muster.cluster.keys.bucket_name)
 
 Scope = Literal["own", "any"]
 """A subject's cluster token: the service's own cluster, or any cluster (`*`)."""
@@ -99,6 +99,8 @@ ROLES: Final[tuple[Role, ...]] = (
             "workload.running",
             "workload.pods_ready",
             "workload.admission_check",  # check controllers' answers (Kubernetes)
+            "workload.active_changed",  # a Kueue Workload's spec.active (Kubernetes)
+            "workload.copy_status",  # a MultiKueue copy's status, for the manager's Job
             "config.applied",
             "config.deleted",
         ),
@@ -106,6 +108,8 @@ ROLES: Final[tuple[Role, ...]] = (
         key_values=(
             KeyValue("MUSTER_WATCHER", writes=("{cluster}", "{cluster}.>")),
             KeyValue("MUSTER_PARTITIONS"),
+            # Heartbeats: a MultiKueueCluster's Active condition (Kubernetes).
+            KeyValue("MUSTER_CLUSTERS"),
         ),
         sim_store="read",
         dead_letters=("watcher-{cluster}",),

@@ -124,6 +124,16 @@ def _kube() -> Any:  # imported only when run: it starts the API-server stand-in
     return kube
 
 
+def _multicluster() -> Any:  # imported only when run: it starts stand-ins and services
+    from muster.bench import multicluster
+
+    return multicluster
+
+
+def run_multicluster(args: argparse.Namespace) -> Iterator[Any]:
+    return _multicluster().run(scale=args.scale)  # type: ignore[no-any-return]
+
+
 def run_kube(args: argparse.Namespace) -> Iterator[Any]:
     return _kube().run(scale=args.scale)  # type: ignore[no-any-return]
 
@@ -276,6 +286,14 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
             add_options=lambda parser: None,
             run=run_kube,
             render=lambda rows: _kube().render(rows),
+        ),
+        Section(
+            name="multicluster",
+            help="one-pod Jobs through the services on Kubernetes stand-ins, over a manager and "
+            "3 MultiKueue workers, against one cluster: Jobs/s and dispatch->bound p50/p99",
+            add_options=lambda parser: None,
+            run=run_multicluster,
+            render=lambda rows: _multicluster().render(rows),
         ),
         Section(
             name="gateway",

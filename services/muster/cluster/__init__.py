@@ -1,6 +1,7 @@
-"""muster.cluster: the ClusterBackend seam (`backend`), node and pod views (`objects`), the errors
-every backend raises (`errors`), the simulated cluster (`sim`), a real one through the
-official client (`kube`), and the service flags that choose between them (`choose`).
+"""muster.cluster: the ClusterBackend seam (`backend`), the keys its changes name objects by
+(`keys`), node and pod views (`objects`), the errors every backend raises (`errors`), the
+simulated cluster (`sim`), a real one through the official client (`kube`), and the service
+flags that choose between them (`choose`). The two backends never import each other.
 """
 
 from muster.cluster.backend import (

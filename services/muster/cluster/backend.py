@@ -8,8 +8,9 @@ error.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 import msgspec
 
@@ -60,7 +61,7 @@ class PodSetStart(msgspec.Struct, frozen=True, kw_only=True):
     `requests` are per pod, in milli-units. `node_selector` and `tolerations` are the podset's
     own merged with what the assigned flavors inject (WorkloadAdmitted's placement hints).
     `annotations` go onto every pod (the pod template's; `muster.dev/run-seconds` among them
-    when the binder knows it).
+    when the binder knows it), and `labels` too (an admission check's podSetUpdates).
     """
 
     name: str
@@ -69,6 +70,41 @@ class PodSetStart(msgspec.Struct, frozen=True, kw_only=True):
     node_selector: Mapping[str, str] = msgspec.field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
     annotations: Mapping[str, str] = msgspec.field(default_factory=dict)
+    labels: Mapping[str, str] = msgspec.field(default_factory=dict)
+
+
+class WorkloadCopy(NamedTuple):
+    """A copy in this cluster of a workload submitted in another (MultiKueue): the
+    workload's key there, and that cluster."""
+
+    workload: str
+    origin: str
+
+
+class WorkloadOrigin(msgspec.Struct, frozen=True, kw_only=True):
+    """Where an admitted workload was submitted when that is another cluster, and what to
+    copy from there: the Kueue Workload as submitted, and the Job it stands for (if any)."""
+
+    cluster: str
+    workload_json: str
+    owner_json: str = ""
+
+    def workload(self) -> dict[str, Any]:
+        return _object(self.workload_json)
+
+    def owner(self) -> dict[str, Any] | None:
+        return _object(self.owner_json) if self.owner_json else None
+
+
+def _object(text: str) -> dict[str, Any]:
+    """A manifest carried by an event; ClusterError (permanent) when it is not an object."""
+    try:
+        value = json.loads(text)
+    except ValueError as err:
+        raise ClusterError("", "Invalid", f"an undecodable manifest: {err}") from None
+    if not isinstance(value, dict):
+        raise ClusterError("", "Invalid", "a manifest that is not an object")
+    return value
 
 
 class ClusterBackend(Protocol):
@@ -139,7 +175,12 @@ class ClusterBackend(Protocol):
         ...
 
     async def start_workload(
-        self, workload_key: str, *, pod_sets: Sequence[PodSetStart], admission: int = 0
+        self,
+        workload_key: str,
+        *,
+        pod_sets: Sequence[PodSetStart],
+        admission: int = 0,
+        origin: WorkloadOrigin | None = None,
     ) -> None:
         """Create the pods of admitted workload "<namespace>/<name>" (the binder's unsuspend).
 
@@ -148,6 +189,9 @@ class ClusterBackend(Protocol):
         admission's stream sequence, when given), annotated `muster.dev/pod-set: <podset>`,
         with schedulerName "muster", unbound and Pending. Idempotent: pods that already exist
         are left as they are. Returns when every pod is stored.
+
+        With `origin` the workload was submitted in another cluster (MultiKueue): a backend
+        whose pods come from objects (Kubernetes) first creates a copy of them here.
         """
         ...
 
@@ -171,8 +215,14 @@ class ClusterBackend(Protocol):
         `muster.dev/admission` label; a pod without one counts as older): a later admission's
         pods stay. With `pod_sets` (podset name -> most pods it may have), pods are found by
         their names (`<name>-<podset>-<i>`), not by listing. Idempotent: a workload without
-        pods is already stopped.
+        pods is already stopped. A copy made
+        for `origin` (of an admission before `before`) is deleted with its pods.
         """
+        ...
+
+    async def probe(self) -> ClusterError | None:
+        """Why the cluster cannot be reached now (None when it can): one request, no
+        retries, so a heartbeat can tell the truth at once."""
         ...
 
     async def close(self) -> None:

@@ -10,6 +10,7 @@ writer when it is Kubernetes.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Literal, NamedTuple, cast
@@ -20,11 +21,17 @@ from nats.js import JetStreamContext
 from muster.api.wellknown import SCHEDULER_NAME
 from muster.bus.service import Flag
 from muster.cluster.backend import ClusterBackend
-from muster.cluster.kube.settings import KUEUE_VERSIONS, KubeConfig, StatusWriterSettings
+from muster.cluster.kube.settings import (
+    KUEUE_VERSIONS,
+    KubeConfig,
+    StatusWriterSettings,
+    WorkerSource,
+)
 from muster.cluster.sim.backend import SimBackend
 from muster.cluster.sim.store import RawPublisher
 
 if TYPE_CHECKING:
+    from muster.cluster.kube.backend import KubeBackend
     from muster.cluster.kube.status import StatusWriter
 
 BackendKind = Literal["sim", "kube"]
@@ -61,6 +68,14 @@ BACKEND_FLAGS = (
          "kube: the kueue.x-k8s.io version read and written"),
     Flag("--scheduler-name", "NAME", str, "MUSTER_SCHEDULER_NAME", SCHEDULER_NAME,
          "muster places the pods whose spec.schedulerName is NAME and leaves the others alone"),
+    Flag("--multikueue-cluster", "NAME", str, "MUSTER_MULTIKUEUE_CLUSTER", None,
+         "kube: serve worker cluster NAME (= --cluster) from the manager's side: the client "
+         "flags reach the manager, the worker's API server is the one its MultiKueueCluster's "
+         "kubeConfig names"),
+    Flag("--multikueue-namespace", "NS", str, "MUSTER_MULTIKUEUE_NAMESPACE", "muster",
+         "kube: the namespace of the Secrets MultiKueueClusters name (muster's own)"),
+    Flag("--multikueue-refresh-seconds", "S", float, "MUSTER_MULTIKUEUE_REFRESH_SECONDS", "10",
+         "kube: how often a worker's kubeconfig is read again (a change takes effect then)"),
 )  # fmt: skip
 STATUS_FLAGS = (
     Flag("--kube-status-qps", "R", float, "MUSTER_KUBE_STATUS_QPS", "20",
@@ -71,11 +86,14 @@ STATUS_FLAGS = (
 
 
 class BackendConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """The cluster backend a service opens; `kube` and `status` matter for "kube" only."""
+    """The cluster backend a service opens; `kube` and `status` matter for "kube" only, and
+    `worker` when the cluster is a worker served from the manager's side (`kube` then
+    reaches the manager)."""
 
     kind: BackendKind = "sim"
     kube: KubeConfig = KubeConfig()
     status: StatusWriterSettings = StatusWriterSettings()
+    worker: WorkerSource | None = None
 
 
 class OpenCluster(NamedTuple):
@@ -135,7 +153,37 @@ def backend_config(args: argparse.Namespace) -> BackendConfig:
     problems = kube.problems()
     if problems:  # every field is checked above; this is a backstop
         raise ValueError("; ".join(problems))
-    return BackendConfig(kind=cast(BackendKind, args.cluster_backend), kube=kube, status=status)
+    return BackendConfig(
+        kind=cast(BackendKind, args.cluster_backend),
+        kube=kube,
+        status=status,
+        worker=_worker_source(args),
+    )
+
+
+def _worker_source(args: argparse.Namespace) -> WorkerSource | None:
+    """The worker served from the manager's side (`--multikueue-cluster`), checked."""
+    name = args.multikueue_cluster or ""
+    if not name:
+        return None
+    if args.cluster_backend != "kube":
+        raise ValueError("--multikueue-cluster needs --cluster-backend kube")
+    if name != args.cluster:
+        raise ValueError(
+            f"--multikueue-cluster {name!r} must be the cluster id (--cluster), "
+            f"got {args.cluster!r}"
+        )
+    if not args.multikueue_namespace:
+        raise ValueError("--multikueue-namespace must not be empty")
+    if not args.multikueue_refresh_seconds > 0:
+        raise ValueError(
+            f"--multikueue-refresh-seconds must be > 0, got {args.multikueue_refresh_seconds:g}"
+        )
+    return WorkerSource(
+        cluster=name,
+        namespace=args.multikueue_namespace,
+        refresh_s=args.multikueue_refresh_seconds,
+    )
 
 
 @contextlib.asynccontextmanager
@@ -154,20 +202,51 @@ async def open_backend(
         yield OpenCluster(await SimBackend.open(js, cluster=cluster, publisher=publisher), None)
         return
     # Imported here: the client library is loaded by services on Kubernetes only.
-    from muster.cluster.kube.backend import KubeBackend
     from muster.cluster.kube.status import StatusWriter
 
-    backend = await KubeBackend.connect(config.kube)
-    status = StatusWriter(
-        backend.transport,
-        kueue_version=config.kube.kueue_version,
-        settings=config.status,
-        gang_api=backend.gang_api,
+    async with _kube_backend(config) as backend:
+        status = StatusWriter(
+            backend.transport,
+            kueue_version=config.kube.kueue_version,
+            settings=config.status,
+            gang_api=backend.gang_api,
+        )
+        try:
+            yield OpenCluster(backend, status)
+        finally:
+            with contextlib.suppress(TimeoutError):
+                await status.flush(timeout_s=_STATUS_FLUSH_S)
+            await status.close()
+
+
+@contextlib.asynccontextmanager
+async def _kube_backend(config: BackendConfig) -> AsyncIterator[KubeBackend]:
+    """The API server's backend; for a worker served from the manager's side, the worker's,
+    its client kept up to date from its MultiKueueCluster (`worker.WorkerLink`)."""
+    from muster.cluster.kube.backend import KubeBackend
+    from muster.cluster.kube.worker import WorkerLink
+
+    if config.worker is None:
+        backend = await KubeBackend.connect(config.kube)
+        try:
+            yield backend
+        finally:
+            await backend.close()
+        return
+    manager = await KubeBackend.connect(config.kube)
+    worker = KubeBackend.unconnected(config.kube)
+    link = WorkerLink(
+        manager.transport, worker.transport, config.worker, version=config.kube.kueue_version
     )
     try:
-        yield OpenCluster(backend, status)
+        await link.refresh()
+        refreshing = asyncio.create_task(link.run(), name="worker-kubeconfig")
+        try:
+            yield worker
+        finally:
+            refreshing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await refreshing
     finally:
-        with contextlib.suppress(TimeoutError):
-            await status.flush(timeout_s=_STATUS_FLUSH_S)
-        await status.close()
-        await backend.close()
+        await worker.close()
+        await manager.close()

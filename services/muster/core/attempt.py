@@ -19,6 +19,7 @@ from muster.core.partial import reduce_counts
 from muster.core.preemption import PreemptionRequest, TreeView, Victims, pick_victims
 from muster.core.quota import FlavorResource, borrowing_level
 from muster.core.records import Phase, WorkloadRecord
+from muster.core.usage import Usage
 
 
 class Attempt(NamedTuple):
@@ -27,10 +28,13 @@ class Attempt(NamedTuple):
 
 
 class Attempts:
-    """Computes attempts against the engine's configuration and records."""
+    """Computes attempts against the engine's configuration, usage and records."""
 
-    def __init__(self, config: Configuration, records: Mapping[WorkloadKey, WorkloadRecord]):
+    def __init__(
+        self, config: Configuration, usage: Usage, records: Mapping[WorkloadKey, WorkloadRecord]
+    ):
         self.config = config
+        self.usage = usage
         self.records = records
         # Victims the oracle found for one (flavor, resource) and amount during the current
         # attempt: a one-resource workload asks for exactly those again.
@@ -44,7 +48,7 @@ class Attempts:
         """Kueue's getInitialAssignments for head `r` of its ClusterQueue."""
         if not self.config.fair_sharing_enabled:
             return self._attempt(r)  # only the fair-sharing order asks twice
-        stamp = (self.config.stamp(r.cluster_queue), r.cluster_queue, r.priority, r.queue_ts)
+        stamp = (self.usage.stamp(r.cluster_queue), r.cluster_queue, r.priority, r.queue_ts)
         made = self._made.get(r.key)
         if made is not None and made[0] is r.wl and made[1] == stamp:
             return made[2]
@@ -136,7 +140,7 @@ class Attempts:
         )
 
     def _view(self, r: WorkloadRecord) -> TreeView:
-        holders = self.config.holders
+        holders = self.usage.holders
         key = r.key
 
         def holders_of(cq: str) -> list[WorkloadRecord]:
@@ -152,5 +156,5 @@ class Attempts:
             nodes=self.config.tree_members(r.cluster_queue),
             holders=holders_of,
             fair_sharing=self.config.fair_sharing_strategies,
-            borrowers=self.config.borrowers_in(r.cluster_queue),
+            borrowers=self.usage.borrowers_in(r.cluster_queue),
         )

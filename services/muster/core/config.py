@@ -1,13 +1,14 @@
-"""The engine's view of configuration objects and of who holds quota where.
+"""The engine's view of configuration objects.
 
 Indexes flavors, queues, cohorts, classes and namespaces by name; builds the quota tree and
 each ClusterQueue's layout; answers the questions the round asks (which ClusterQueue serves
-a workload, may it be admitted there at all, which checks does it need).
+a workload, may it be admitted there at all, which checks does it need). Who holds quota is
+`muster.core.usage`'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from muster.api.model import (
@@ -26,12 +27,11 @@ from muster.api.model import (
     StopPolicy,
     WithinClusterQueue,
     Workload,
-    WorkloadKey,
     WorkloadPriorityClass,
 )
 from muster.core.flavors import Assignment, QueueLayout
 from muster.core.matching import selector_matches
-from muster.core.quota import FlavorResource, QuotaNode, QuotaTree, tree_id
+from muster.core.quota import QuotaNode, QuotaTree, tree_id
 
 if TYPE_CHECKING:
     from muster.core.records import WorkloadRecord
@@ -53,13 +53,9 @@ class Configuration:
         self.namespaces: dict[str, Namespace] = {}
         self.tree = QuotaTree()
         self.layouts: dict[str, QueueLayout] = {}
-        self.holders: dict[str, dict[WorkloadKey, WorkloadRecord]] = {}
         self.inactive: dict[str, Problem] = {}
         self._members: dict[str, dict[str, QuotaNode]] = {}  # root name -> CQ nodes
-        # ClusterQueue name -> the ClusterQueues of its tree using more than their subtree quota
-        # of something (one set per tree): the only ones preemption may reclaim from
-        self._borrowers: dict[str, set[str]] = {}
-        self._roots: dict[str, QuotaNode] = {}  # ClusterQueue name -> the root of its tree
+        self.roots: dict[str, QuotaNode] = {}  # ClusterQueue name -> the root of its tree
         # Bumped when the tree is rebuilt; with its root's `epoch` (bumped whenever who holds
         # what there changes), says whether a cached decision about a tree still holds.
         self.epoch = 0
@@ -107,8 +103,8 @@ class Configuration:
 
     # --- building ------------------------------------------------------------------------
 
-    def build(self, holders: list[WorkloadRecord]) -> None:
-        """Rebuild the quota tree and layouts; carry the usage of `holders` over."""
+    def build(self) -> None:
+        """Rebuild the quota tree (with no usage: `Usage.rebuild` carries it over) and layouts."""
         self.epoch += 1
         self.tree = tree = QuotaTree()
         self.inactive = {}
@@ -131,25 +127,11 @@ class Configuration:
             problem = self._inactivity(cq, cycles)
             if problem is not None:
                 self.inactive[name] = problem
-        self.holders = {name: {} for name in self.cluster_queues}
-        usage: dict[str, dict[FlavorResource, int]] = {}
-        for r in holders:
-            self.holders.setdefault(r.cluster_queue, {})[r.key] = r
-            cq_usage = usage.setdefault(r.cluster_queue, {})
-            for fr, amount in r.usage.items():
-                cq_usage[fr] = cq_usage.get(fr, 0) + amount
-        tree.recompute(usage)
         self._members = {}
-        self._borrowers = {}
-        self._roots = {}
-        per_tree: dict[str, set[str]] = {}
+        self.roots = {}
         for name, node in tree.cluster_queues.items():
-            self._roots[name] = node.root()
-            root = tree_id(self._roots[name])
-            self._members.setdefault(root, {})[name] = node
-            borrowers = self._borrowers[name] = per_tree.setdefault(root, set())
-            if _over_quota(node):
-                borrowers.add(name)
+            self.roots[name] = node.root()
+            self._members.setdefault(tree_id(self.roots[name]), {})[name] = node
 
     def _inactivity(
         self, cq: ClusterQueue, cycles: Mapping[str, tuple[str, ...]]
@@ -174,29 +156,6 @@ class Configuration:
             where = "is part of" if cq.cohort in loop else "leads into"
             return "CohortCycle", f"cohort {cq.cohort} {where} the cohort cycle {shown}"
         return None
-
-    # --- usage ---------------------------------------------------------------------------
-
-    def hold(self, r: WorkloadRecord) -> None:
-        self.holders.setdefault(r.cluster_queue, {})[r.key] = r
-        node = self.tree.cluster_queues.get(r.cluster_queue)
-        if node is not None:
-            self._roots[node.name].epoch += 1
-            for fr, amount in r.usage.items():
-                node.add_usage(fr, amount)
-            self._note_borrowing(node)
-
-    def unhold(self, r: WorkloadRecord) -> Mapping[FlavorResource, int]:
-        held = self.holders.get(r.cluster_queue, {})
-        if held.pop(r.key, None) is None:
-            return {}
-        node = self.tree.cluster_queues.get(r.cluster_queue)
-        if node is not None:
-            self._roots[node.name].epoch += 1
-            for fr, amount in r.usage.items():
-                node.add_usage(fr, -amount)
-            self._note_borrowing(node)
-        return r.usage
 
     # --- questions -----------------------------------------------------------------------
 
@@ -301,36 +260,11 @@ class Configuration:
             or policy.reclaim_within_cohort is not ReclaimWithinCohort.NEVER
         )
 
-    def _note_borrowing(self, node: QuotaNode) -> None:
-        usage = node.usage
-        for fr, quota in node.subtree_quota.items():
-            if usage.get(fr, 0) > quota:
-                self._borrowers[node.name].add(node.name)
-                return
-        self._borrowers[node.name].discard(node.name)
-
-    def touch(self, cq: str) -> None:
-        """Who holds what in `cq`'s tree changed without usage changing (an eviction)."""
-        root = self._roots.get(cq)
-        if root is not None:
-            root.epoch += 1
-
-    def borrowers_in(self, cq: str) -> Collection[str]:
-        """ClusterQueues of `cq`'s tree using more than their subtree quota of something (a
-        live view: read it before changing usage)."""
-        return self._borrowers[cq]
-
-    def stamp(self, cq: str) -> tuple[int, int]:
-        """Changes whenever who holds what in `cq`'s cohort tree does (or trees are rebuilt)."""
-        return self.epoch, self._roots[cq].epoch
+    def root_of(self, cq: str) -> QuotaNode:
+        return self.roots[cq]
 
     def tree_members(self, cq: str) -> Mapping[str, QuotaNode]:
         return self._members[tree_id(self.tree.cluster_queues[cq].root())]
-
-
-def _over_quota(node: QuotaNode) -> bool:
-    usage = node.usage
-    return any(usage.get(fr, 0) > quota for fr, quota in node.subtree_quota.items())
 
 
 def cohort_cycles(cohorts: Mapping[str, Cohort]) -> dict[str, tuple[str, ...]]:

@@ -58,11 +58,16 @@ class ClusterCapacity(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
     `placed` lists the Kueue workloads whose pods `free` already counts (permitted or bound),
     so a dispatcher knows which of its own tentative holds the report has caught up with.
+    `unreachable` says why the cluster's services cannot reach it now (its API server does not
+    answer, its kubeConfig is bad), with Kueue's `reason` for a MultiKueueCluster's Active
+    condition (ClientConnectionFailed, BadKubeConfig, ...); then it reports no room.
     """
 
     cluster: str
     nodes: tuple[NodeRoom, ...] = ()
     placed: tuple[str, ...] = ()
+    unreachable: str = ""
+    reason: str = ""
 
 
 def node_room(node: NodeInfo, free: Mapping[str, int]) -> NodeRoom | None:
@@ -281,6 +286,8 @@ def dispatch(
             f"dispatched to cluster {chosen.cluster}: the most room left "
             f"({share:.0%} of its dominant resource free)"
         )
+    if why:  # the clusters passed over, and why (those not tried after the choice: none)
+        message += f"; not {'; not '.join(why)}"
     return Dispatched(cluster=chosen.cluster, takes=takes, message=message)
 
 

@@ -12,16 +12,26 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping
 from enum import Enum
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from muster.api.model import WorkloadKey
 from muster.core.quota import FlavorResource, QuotaNode
 
 if TYPE_CHECKING:
     from muster.core.records import WorkloadRecord
-    from muster.core.tournament import Tournament
 
 OrderKey = tuple[int, float, int]  # (-priority, queue timestamp, arrival sequence)
+
+
+class Ranking(Protocol):
+    """A cohort tree's fair-sharing order (`muster.core.tournament.Tournament`) as its queues
+    and the round use it; declared here so that the queues need not know the tournament."""
+
+    def touch(self, cq: QueueRuntime) -> None: ...
+
+    def winner(self, root: QuotaNode) -> tuple[QueueRuntime, WorkloadRecord] | None: ...
+
+
 SET_ASIDE = b"\x00set-aside"  # a StrictFIFO queue's heads that its namespace selector refuses
 
 
@@ -106,7 +116,7 @@ class TreeRuntime:
 
     __slots__ = ("freed", "name", "parked", "ready", "reservations", "root", "seq", "tournament")
 
-    def __init__(self, name: str, root: QuotaNode, tournament: Tournament | None = None) -> None:
+    def __init__(self, name: str, root: QuotaNode, tournament: Ranking | None = None) -> None:
         self.name = name
         self.root = root
         # Fair sharing over a cohort tree: the order is a tournament, not `ready`.

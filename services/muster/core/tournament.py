@@ -23,6 +23,7 @@ from muster.core.attempt import Attempts
 from muster.core.config import Configuration
 from muster.core.fairshare import Share, borrows_on, dominant_share, with_usage
 from muster.core.quota import QuotaNode
+from muster.core.usage import Usage
 
 if TYPE_CHECKING:
     from muster.core.queues import QueueRuntime
@@ -104,8 +105,9 @@ class FairKeys:
     """Heads' keys in the tournament (Kueue's entryComparer), cached per head while holders
     in its tree stay as they are."""
 
-    def __init__(self, config: Configuration, attempts: Attempts) -> None:
+    def __init__(self, config: Configuration, usage: Usage, attempts: Attempts) -> None:
         self.config = config
+        self.usage = usage
         self.attempts = attempts
         self._levels: dict[WorkloadKey, tuple[tuple[int, int], dict[str, tuple[bool, Share]]]] = {}
 
@@ -113,7 +115,7 @@ class FairKeys:
         """Head `r`'s key in the tournament of `node`'s parent (`node` is its ClusterQueue or
         a Cohort above it): not borrowing there on what `r` asks for first, then the share of
         `node` with `r` admitted, then priority, then FIFO."""
-        stamp = self.config.stamp(r.cluster_queue)
+        stamp = self.usage.stamp(r.cluster_queue)
         cached = self._levels.get(r.key)
         if cached is None or cached[0] != stamp:
             cached = self._levels[r.key] = (stamp, self._levels_of(r))

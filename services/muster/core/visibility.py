@@ -1,15 +1,19 @@
-"""Queue statuses and pending positions, computed from the engine's records on demand.
+"""Views of the engine: workloads, queue statuses, quota rows and pending positions, computed
+from `EngineState` on demand.
 
 Views are not on the decision path, so they read the records instead of keeping counters.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
 
+from muster.api.model import Admission, AdmissionCheckState, Condition, Workload, WorkloadKey
+from muster.core.conditions import QUOTA_RESERVED
+from muster.core.quota import tree_id
 from muster.core.records import Phase, WorkloadRecord
 from muster.core.status import (
     ClusterQueueStatus,
@@ -21,7 +25,7 @@ from muster.core.status import (
 )
 
 if TYPE_CHECKING:
-    from muster.core.engine import Engine
+    from muster.core.state import EngineState
 
 _WAITING = (Phase.PENDING, Phase.BACKOFF)
 
@@ -40,11 +44,11 @@ class QuotaRow(msgspec.Struct, frozen=True, kw_only=True):
     available: int  # what one more workload could get now, from the cohort too
 
 
-def quota_rows(engine: Engine, name: str) -> list[QuotaRow]:
-    cq = engine.config.cluster_queues[name]
-    node = engine.config.tree.cluster_queues[name]
+def quota_rows(state: EngineState, name: str) -> list[QuotaRow]:
+    cq = state.config.cluster_queues[name]
+    node = state.config.tree.cluster_queues[name]
     used: dict[tuple[str, str], int] = {}
-    for r in engine.config.holders.get(name, {}).values():
+    for r in state.usage.holders.get(name, {}).values():
         if r.phase is Phase.ADMITTED:
             for fr, amount in r.usage.items():
                 used[fr] = used.get(fr, 0) + amount
@@ -70,12 +74,12 @@ def quota_rows(engine: Engine, name: str) -> list[QuotaRow]:
     return rows
 
 
-def cluster_queue_status(engine: Engine, name: str) -> ClusterQueueStatus:
-    cq = engine.config.cluster_queues[name]
-    records = engine.records_by_queue()[0].get(name, [])
+def cluster_queue_status(state: EngineState, name: str) -> ClusterQueueStatus:
+    cq = state.config.cluster_queues[name]
+    records = state.records_by_queue()[0].get(name, [])
     holders = [r for r in records if r.holds_quota]
     admitted = [r for r in holders if r.phase is Phase.ADMITTED]
-    node = engine.config.tree.cluster_queues[name]
+    node = state.config.tree.cluster_queues[name]
     layout = [
         (f.name, [q.name for q in f.resources]) for g in cq.resource_groups for f in g.flavors
     ]
@@ -103,7 +107,7 @@ def cluster_queue_status(engine: Engine, name: str) -> ClusterQueueStatus:
             for flavor, resources in layout
         )
 
-    problem = engine.config.inactive.get(name)
+    problem = state.config.inactive.get(name)
     condition = (
         QueueCondition(
             type="Active", status="True", reason="Ready", message="Can admit new workloads"
@@ -127,10 +131,10 @@ def cluster_queue_status(engine: Engine, name: str) -> ClusterQueueStatus:
     )
 
 
-def local_queue_status(engine: Engine, namespace: str, name: str) -> LocalQueueStatus:
+def local_queue_status(state: EngineState, namespace: str, name: str) -> LocalQueueStatus:
     key = f"{namespace}/{name}"
-    lq = engine.config.local_queues[key]
-    records = engine.records_by_queue()[1].get(key, [])
+    lq = state.config.local_queues[key]
+    records = state.records_by_queue()[1].get(key, [])
     holders = [r for r in records if r.holds_quota]
     admitted = [r for r in holders if r.phase is Phase.ADMITTED]
 
@@ -150,7 +154,7 @@ def local_queue_status(engine: Engine, namespace: str, name: str) -> LocalQueueS
             for flavor, per in sorted(totals.items())
         )
 
-    cq_exists = lq.cluster_queue in engine.config.cluster_queues
+    cq_exists = lq.cluster_queue in state.config.cluster_queues
     condition = (
         QueueCondition(
             type="Active", status="True", reason="Ready", message="Can submit new workloads"
@@ -176,10 +180,10 @@ def local_queue_status(engine: Engine, namespace: str, name: str) -> LocalQueueS
     )
 
 
-def pending_in_order(engine: Engine, cluster_queue: str) -> list[PendingWorkload]:
+def pending_in_order(state: EngineState, cluster_queue: str) -> list[PendingWorkload]:
     """Pending workloads of a ClusterQueue by priority, then FIFO, with their positions."""
     waiting = sorted(
-        (r for r in engine.records_by_queue()[0].get(cluster_queue, []) if r.phase in _WAITING),
+        (r for r in state.records_by_queue()[0].get(cluster_queue, []) if r.phase in _WAITING),
         key=lambda r: r.order_key,
     )
     in_local: dict[str, int] = {}
@@ -198,3 +202,99 @@ def pending_in_order(engine: Engine, cluster_queue: str) -> list[PendingWorkload
             )
         )
     return result
+
+
+class EngineViews:
+    """What callers may ask the engine about its state; reads `state`, never changes it."""
+
+    def __init__(self, state: EngineState) -> None:
+        self.state = state
+
+    def workload(self, key: WorkloadKey) -> Workload:
+        """The workload as it stands: spec as submitted, status (admission, conditions) current."""
+        r = self.state.records[key]
+        # Kueue keeps status.admission on a finished workload; eviction clears it.
+        admission = self.admission(key)
+        conditions = r.conditions
+        group = r.group
+        if r.is_queued and group is not None and group.shape and group.why is not None:
+            # BestEffortFIFO: the members of a parked group wait for the reason its head does,
+            # as Kueue would have told each of them after trying it.
+            reason, message = group.why
+            waiting = Condition(type=QUOTA_RESERVED, status="False", reason=reason, message=message)
+            conditions = {**conditions, QUOTA_RESERVED: waiting}
+        return msgspec.structs.replace(
+            r.wl,
+            priority=r.priority,
+            admission=admission,
+            conditions=tuple(conditions.values()),
+            admission_checks=tuple(
+                AdmissionCheckState(name=name, state=state)  # type: ignore[arg-type]
+                for name, state in sorted(r.checks.items())
+            ),
+            active=r.phase is not Phase.INACTIVE,
+        )
+
+    def admission(self, key: WorkloadKey) -> Admission | None:
+        """The workload's current (or, once finished, last) admission; cheap."""
+        r = self.state.records[key]
+        if r.assignment is None or not (r.holds_quota or r.phase is Phase.FINISHED):
+            return None
+        return Admission(cluster_queue=r.cluster_queue, pod_set_assignments=r.assignment.pod_sets)
+
+    def workloads(self) -> Sequence[Workload]:
+        """Every workload the engine knows, in arrival order."""
+        return [
+            self.workload(k) for k, r in self.state.records.items() if r.phase is not Phase.DELETED
+        ]
+
+    def required_checks(self, key: WorkloadKey) -> tuple[str, ...]:
+        """Admission checks the workload needs before it is Admitted (after QuotaReserved)."""
+        return tuple(sorted(self.state.records[key].checks))
+
+    def holds_quota(self, key: WorkloadKey) -> bool:
+        r = self.state.records.get(key)
+        return r is not None and r.holds_quota
+
+    def phase(self, key: WorkloadKey) -> str | None:
+        """The workload's Phase value ("Pending", "Admitted", "Finished", ...), or None when
+        the engine does not know it (never submitted, or forgotten)."""
+        r = self.state.records.get(key)
+        return None if r is None else r.phase.value
+
+    def cluster_queue_status(self, name: str) -> ClusterQueueStatus:
+        return cluster_queue_status(self.state, name)
+
+    def local_queue_status(self, namespace: str, name: str) -> LocalQueueStatus:
+        return local_queue_status(self.state, namespace, name)
+
+    def cluster_queue_names(self) -> Sequence[str]:
+        return sorted(self.state.config.cluster_queues)
+
+    def local_queue_keys(self) -> Sequence[tuple[str, str]]:
+        """(namespace, name) of every LocalQueue, sorted."""
+        keys = self.state.config.local_queues
+        return sorted(tuple(k.split("/", 1)) for k in keys)  # type: ignore[misc]
+
+    def tree_of_queue(self, namespace: str, queue_name: str) -> str | None:
+        """The cohort tree whose quota serves LocalQueue `namespace/queue_name` (the unit
+        admission shards on), or None while the LocalQueue or its ClusterQueue is missing."""
+        config = self.state.config
+        lq = config.local_queues.get(f"{namespace}/{queue_name or 'default'}")
+        if lq is None or lq.cluster_queue not in config.tree.cluster_queues:
+            return None
+        return tree_id(config.tree.cluster_queues[lq.cluster_queue].root())
+
+    def tree_of_cluster_queue(self, name: str) -> str | None:
+        """The cohort tree ClusterQueue `name` belongs to ("cohort/<root>" or "cq/<name>"), or
+        None when it does not exist."""
+        node = self.state.config.tree.cluster_queues.get(name)
+        return None if node is None else tree_id(node.root())
+
+    def quota(self, cluster_queue: str) -> Sequence[QuotaRow]:
+        """Per flavor and resource of a ClusterQueue: nominal, limits, reserved, used, available."""
+        return quota_rows(self.state, cluster_queue)
+
+    def pending_workloads(self, cluster_queue: str) -> Sequence[PendingWorkload]:
+        """Pending workloads of a ClusterQueue in admission order, with their positions."""
+        return pending_in_order(self.state, cluster_queue)

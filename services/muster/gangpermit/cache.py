@@ -34,10 +34,11 @@ from muster.api.model import (
     SchedulingWorkload,
 )
 from muster.api.raw import RawPodStatus
+from muster.bus.cancel import raise_if_cancelling
 from muster.bus.poison import Quarantine
 from muster.cluster.backend import ClusterBackend, ClusterChange
 from muster.cluster.errors import ClusterError
-from muster.cluster.sim.keys import (
+from muster.cluster.keys import (
     NODE_PREFIX,
     OBJECT_PREFIX,
     POD_PREFIX,
@@ -142,6 +143,7 @@ class ClusterCache:
                             await self._dead_letter(*self.refused.pop(0))
                         self._read_up_to(change.revision)
             except ClusterError as err:
+                raise_if_cancelling()  # a timeout may have swallowed it (bus.cancel)
                 log.warning("cluster watch failed, resuming: %s", err)
                 await asyncio.sleep(_RETRY_S)
 

@@ -2,7 +2,7 @@
 
 At start it replays the cluster's events (its own past decisions included, see
 `muster.gangpermit.state`), then reads the whole cluster through a watch of its backend, and
-only then decides. A pass (`decisions.decide`) runs when a cluster object or a followed event may
+only then decides. A pass (`translate.decide`) runs when a cluster object or a followed event may
 let a gang go, and at the scheduler's next deadline; its events are published together, each
 retried with the same id until JetStream has it. With spans recorded, a pass is the span
 `gangpermit.pass` and each decision a span `gangpermit.<decision>` in its gang's trace (a Kueue
@@ -34,12 +34,14 @@ from muster.bus.poison import Quarantine
 from muster.bus.subjects import config_subject, workload_filters
 from muster.bus.tracing import start_span, trace_decisions
 from muster.cluster.backend import ClusterBackend
+from muster.cluster.errors import ClusterError
 from muster.contracts.v1 import events_pb2
+from muster.core.dispatch import ClusterCapacity
 from muster.core.placement.model import Scoring
 from muster.core.placement.scheduler import DEFAULT_TIMEOUT_S
 from muster.gangpermit.cache import ClusterCache
-from muster.gangpermit.decisions import decide
 from muster.gangpermit.state import GangPermitState
+from muster.gangpermit.translate import decide
 from muster.metrics.services import PlacementSeries
 
 log = logging.getLogger(__name__)
@@ -169,14 +171,32 @@ async def run_gangpermit(
             if envs:
                 await _publish_traced(bus, envs, started_ns=started_ns)
 
+    synced = asyncio.Event()
     async with asyncio.TaskGroup() as tasks:
         tasks.create_task(cache.run(), name="gangpermit-cluster-watch")
-        await cache.sync(timeout_s=config.sync_timeout_s)  # the whole cluster, then decide
-        log.info("cluster %s read up to revision %d", config.cluster, cache.revision)
+        # From the start: while the cluster is not read (or not reached), admission is told why.
+        beats = heartbeat(bus, state, config, beat, backend=backend, synced=synced)
+        tasks.create_task(beats, name="gangpermit-heartbeat")
+        await _read_cluster(cache, config)  # the whole cluster, then decide
+        synced.set()
+        beat.set()
         health.ready()
         tasks.create_task(follow(), name="gangpermit-events")
         tasks.create_task(passes(), name="gangpermit-passes")
-        tasks.create_task(heartbeat(bus, state, config, beat), name="gangpermit-heartbeat")
+
+
+async def _read_cluster(cache: ClusterCache, config: GangPermitConfig) -> None:
+    """Wait until the cache holds the whole cluster, however long it is away (a worker whose
+    API server does not answer yet: its heartbeat says why meanwhile)."""
+    while True:
+        raise_if_cancelling()
+        try:
+            await cache.sync(timeout_s=config.sync_timeout_s)
+        except ClusterError as err:
+            log.warning("cluster %s not read yet: %s", config.cluster, err)
+            continue
+        log.info("cluster %s read up to revision %d", config.cluster, cache.revision)
+        return
 
 
 async def apply_event(
@@ -221,22 +241,49 @@ async def _publish_traced(
 
 
 async def heartbeat(
-    bus: Bus, state: GangPermitState, config: GangPermitConfig, changed: asyncio.Event
+    bus: Bus,
+    state: GangPermitState,
+    config: GangPermitConfig,
+    changed: asyncio.Event,
+    *,
+    backend: ClusterBackend,
+    synced: asyncio.Event,
 ) -> None:
     """Put the cluster's room in MUSTER_CLUSTERS every `heartbeat_s`, and soon after a pass
     (`changed`), until cancelled: it tells admission the cluster is alive and what a
-    dispatched workload would find there."""
+    dispatched workload would find there, or why it is not reachable (`probe`; or not read
+    yet: `synced`)."""
     kv = None
     while True:
+        raise_if_cancelling()  # the waits below may have swallowed it (bus.cancel)
+        capacity = await _room(state, config, backend=backend, synced=synced.is_set())
         try:
             kv = kv or await bus.kv(CLUSTERS_BUCKET)
-            await kv.put(config.cluster, msgspec.json.encode(state.capacity()))
+            await kv.put(config.cluster, msgspec.json.encode(capacity))
         except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
             log.warning("heartbeat not written: %r", exc)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(changed.wait(), config.heartbeat_s)
         changed.clear()
         await asyncio.sleep(min(HEARTBEAT_MIN_S, config.heartbeat_s))  # one put per burst
+
+
+# Why a cluster does not answer, as Kueue's MultiKueueCluster Active condition words it.
+_UNREACHABLE_REASONS = {"Unavailable": "ClientConnectionFailed"}
+
+
+async def _room(
+    state: GangPermitState, config: GangPermitConfig, *, backend: ClusterBackend, synced: bool
+) -> ClusterCapacity:
+    """What the heartbeat says: the room, or why there is none to tell."""
+    failure = await backend.probe()
+    if failure is not None:
+        reason = _UNREACHABLE_REASONS.get(failure.reason, failure.reason)
+        return ClusterCapacity(cluster=config.cluster, unreachable=failure.message, reason=reason)
+    if not synced:
+        message = "its services are still reading it"
+        return ClusterCapacity(cluster=config.cluster, unreachable=message, reason="Syncing")
+    return state.capacity()
 
 
 async def publish_until_done(publisher: Publisher, envs: Sequence[events_pb2.Envelope]) -> None:

@@ -1,5 +1,6 @@
-"""Gang-permit's state: the cluster's gang sources and pods, what the event stream says about
-Kueue workloads and past decisions, and the `GangScheduler` they feed. Pure: no I/O, no clock.
+"""Gang-permit's state: the cluster's pods, what the event stream says about Kueue workloads
+and past decisions, and the `GangScheduler` they feed. Pure: no I/O, no clock. Which gang a pod
+is in, and which pods a gang source's change touches, is the shared `GangFeed`'s to say.
 
 Facts arrive from two places, in any order:
 - the cluster (`put`/`remove`, decoded api objects): Nodes, Pods, scheduling.k8s.io Workloads,
@@ -37,26 +38,13 @@ from muster.api.model import (
     SchedulingWorkload,
     Workload,
 )
-from muster.api.wellknown import (
-    BIND_FAILED,
-    GANG_TIMED_OUT,
-    POD_GROUP_LABEL,
-    SCHEDULER_NAME,
-    WORKLOAD_LABEL,
-)
+from muster.api.wellknown import BIND_FAILED, GANG_TIMED_OUT, SCHEDULER_NAME, WORKLOAD_LABEL
 from muster.contracts.v1 import events_pb2
 from muster.core.dispatch import ClusterCapacity, node_room
+from muster.core.placement.feed import GangFeed, Left
 from muster.core.placement.model import GangKey, GangSpec, NodeInfo, NodeName, PodKey, Scoring
 from muster.core.placement.scheduler import DEFAULT_TIMEOUT_S, GangScheduler
-from muster.core.placement.sources import (
-    GroupIndex,
-    gang_of_admitted,
-    handled_by,
-    membership,
-    node_info,
-    pod_info,
-    priority_of,
-)
+from muster.core.placement.sources import gang_of_admitted, handled_by, node_info, pod_info
 
 log = logging.getLogger(__name__)
 
@@ -119,20 +107,12 @@ class GangPermitState:
         self.nodes: dict[NodeName, NodeInfo] = {}  # for the capacity heartbeat
         self.pods: dict[PodKey, Pod] = {}  # pods the scheduler knows (handled, or bound)
         self.owners: dict[PodKey, str] = {}  # what a preemption evicts with the pod
-        self.workloads: dict[str, SchedulingWorkload] = {}
-        self.pod_groups: dict[str, PodGroup] = {}
-        self.native_groups: dict[str, SchedulingPodGroup] = {}  # scheduling.k8s.io PodGroups
-        self.composites: dict[str, CompositePodGroup] = {}
-        self.cluster_priority_classes: dict[str, PriorityClass] = {}
-        self.by_source: dict[str, set[PodKey]] = {}  # "workload:ns/n", "podgroup:..", "kueue:.."
-        self.source_of: dict[PodKey, str] = {}
-        self.members: dict[GangKey, set[PodKey]] = {}  # pods of each gang known to the scheduler
-        self.gang_of: dict[PodKey, GangKey] = {}
+        # Gang sources and membership; the stream's PriorityClasses are its `configured`.
+        self.feed = GangFeed()
         self.specs: dict[GangKey, GangSpec] = {}  # as given to the scheduler
         # --- from the stream
         self.submitted: dict[str, Submitted] = {}
         self.admitted: dict[str, KueueGang] = {}  # by workload (= gang) key
-        self.stream_priority_classes: dict[str, PriorityClass] = {}
         self.permits: dict[GangKey, Permit] = {}
         # Restored permits' pods, until bound: the node, and the uid permitted ("" for any).
         self.assumed: dict[PodKey, tuple[NodeName, str]] = {}
@@ -175,7 +155,7 @@ class GangPermitState:
                 self.touch(key)
                 if field != "eviction_completed":
                     self.submitted.pop(key, None)
-                return self._refresh(f"kueue:{key}")
+                return self._refresh(self.feed.end(key))
             case "config_applied" | "config_deleted":
                 return self._priority_class(env)
             case "bound":
@@ -235,7 +215,7 @@ class GangPermitState:
                 flavors={},  # the pods come from the cluster with their flavors' labels
                 priority=known.priority,
                 created_s=known.created_s,
-                groups=self._groups(),
+                groups=self.feed.groups(),
             ).spec
         else:  # no spec at all (an older admission): all its admitted pods, at once
             spec = GangSpec(
@@ -248,7 +228,7 @@ class GangPermitState:
         self.attempts.pop(GangKey(key), None)  # a new admission: its own attempts
         self._drop_permit(GangKey(key))  # and its own permit
         self.touch(key)
-        return self._refresh(f"kueue:{key}")
+        return self._refresh(self.feed.admit(spec))
 
     def _priority_class(self, env: events_pb2.Envelope) -> bool:
         if env.HasField("config_applied"):
@@ -259,9 +239,9 @@ class GangPermitState:
             found = [o for o in objects if isinstance(o, PriorityClass)]
             if errors or not found:
                 return False
-            self.stream_priority_classes[found[0].meta.name] = found[0]
+            self.feed.configured[found[0].meta.name] = found[0]
         elif env.config_deleted.kind == "PriorityClass":
-            self.stream_priority_classes.pop(env.config_deleted.name, None)
+            self.feed.configured.pop(env.config_deleted.name, None)
         return False  # read when a pod is next seen; placed pods keep their priority
 
     def _permitted_before(self, gang: GangKey, env: events_pb2.Envelope) -> None:
@@ -338,7 +318,7 @@ class GangPermitState:
         self._recheck = None
 
     def _is_placed(self, spec: GangSpec) -> bool:
-        pods = self.members.get(spec.key, set())
+        pods = self.feed.members.get(spec.key, {})
         return len(pods) >= spec.min_count and all(
             self.scheduler.node_of(pod) is not None for pod in pods
         )
@@ -358,39 +338,9 @@ class GangPermitState:
                 settled = self._went_on(obj)
                 self._put_pod(obj)
                 return not settled
-            case SchedulingWorkload():
-                key = f"{obj.meta.namespace}/{obj.meta.name}"
-                if self.workloads.get(key) != obj:
-                    self.workloads[key] = obj
-                    self._refresh(f"workload:{key}")
-            case PodGroup():
-                key = f"{obj.meta.namespace}/{obj.meta.name}"
-                if self.pod_groups.get(key) != obj:
-                    self.pod_groups[key] = obj
-                    self._refresh(f"podgroup:{key}")
-            case SchedulingPodGroup():
-                before = self.native_groups.get(obj.key)
-                self.native_groups[obj.key] = obj
-                if not _same_spec(before, obj):  # its conditions are ours, not news
-                    self._groups_changed(obj)
-            case CompositePodGroup():
-                before_composite = self.composites.get(obj.key)
-                self.composites[obj.key] = obj
-                if not _same_spec(before_composite, obj):
-                    self._groups_changed(obj)
-            case PriorityClass():
-                self.cluster_priority_classes[obj.meta.name] = obj
+            case _:
+                self._refresh(self.feed.put(obj))
         return True
-
-    def _groups_changed(self, obj: SchedulingPodGroup | CompositePodGroup) -> None:
-        """A scheduling.k8s.io PodGroup (or CompositePodGroup) changed: its pods (those of every
-        PodGroup of its namespace, any may be under it) are looked at again."""
-        if isinstance(obj, SchedulingPodGroup):
-            self._refresh(f"group:{obj.key}")
-            return
-        prefix = f"group:{obj.meta.namespace}/"
-        for source in sorted(s for s in self.by_source if s.startswith(prefix)):
-            self._refresh(source)
 
     def _went_on(self, pod: Pod) -> bool:
         """Whether `pod` changed only as its placement goes on: bound to the node the scheduler
@@ -414,22 +364,8 @@ class GangPermitState:
                 self.touch_all()
             case Pod():
                 self._forget_pod(PodKey(obj.key))
-            case SchedulingWorkload():
-                key = f"{obj.meta.namespace}/{obj.meta.name}"
-                self.workloads.pop(key, None)
-                self._refresh(f"workload:{key}")
-            case PodGroup():
-                key = f"{obj.meta.namespace}/{obj.meta.name}"
-                self.pod_groups.pop(key, None)
-                self._refresh(f"podgroup:{key}")
-            case SchedulingPodGroup():
-                self.native_groups.pop(obj.key, None)
-                self._groups_changed(obj)
-            case CompositePodGroup():
-                self.composites.pop(obj.key, None)
-                self._groups_changed(obj)
-            case PriorityClass():
-                self.cluster_priority_classes.pop(obj.meta.name, None)
+            case _:
+                self._refresh(self.feed.remove(obj))
 
     def _put_pod(self, pod: Pod) -> None:
         key = PodKey(pod.key)
@@ -437,32 +373,19 @@ class GangPermitState:
         if pod.phase in TERMINAL_PHASES or not (handled or pod.node_name):
             self._forget_pod(key)  # done, or another scheduler's pod still waiting
             return
-        self._index(key, pod if handled else None)
         self.pods[key] = pod
-        admitted = self._admitted_of(pod) if handled else {}
-        # A Kueue workload's pods have its priority (the binder writes none on them).
-        priority = next(
-            (spec.priority for spec in admitted.values()),
-            priority_of(pod, self._priority_classes()),
-        )
         gang: GangKey | None = None
         owner = ""
         tree_owner = False
         if handled:
-            m = membership(
-                pod,
-                workloads=self.workloads,
-                pod_groups=self.pod_groups,
-                admitted=admitted,
-                priority=priority,
-                groups=self._groups(),
-            )
+            m, priority = self.feed.membership(pod)
             gang, owner, tree_owner = m.gang, m.workload, m.tree_owner
-            if m.priority is not None:  # a scheduling.k8s.io PodGroup's is its pods'
-                priority = m.priority
             if gang is not None and self._parks(gang, pod):
                 return
             self._set_spec(gang, m.spec)
+        else:  # bound by another scheduler: it only takes room
+            self.feed.index(key, None)
+            priority = self.feed.priority(pod)
         info = pod_info(pod, gang=gang, workload=owner, priority=priority, tree_owner=tree_owner)
         if pod.node_name:
             self.assumed.pop(key, None)
@@ -487,13 +410,6 @@ class GangPermitState:
         ):
             del self.permits[gang]
 
-    def _admitted_of(self, pod: Pod) -> dict[str, GangSpec]:
-        """The spec of the pod's Kueue gang if admitted, by key (one lookup, not a copy of all)."""
-        name = pod.meta.labels.get(WORKLOAD_LABEL)
-        key = f"{pod.meta.namespace}/{name}"
-        found = self.admitted.get(key) if name else None
-        return {key: found.spec} if found is not None else {}
-
     def awaits_admission(self, gang: GangKey) -> bool:
         """Whether `gang` is a Kueue workload's whose `admitted` event is not folded in yet: its
         pods (created by the binder on admission) can reach the cluster watch first."""
@@ -501,21 +417,9 @@ class GangPermitState:
             return False
         return any(
             WORKLOAD_LABEL in self.pods[p].meta.labels
-            for p in self.members.get(gang, ())
+            for p in self.feed.members.get(gang, ())
             if p in self.pods
         )
-
-    def _groups(self) -> GroupIndex:
-        return GroupIndex(
-            pod_groups=self.native_groups,
-            composites=self.composites,
-            priority_classes=self._priority_classes(),
-        )
-
-    def _priority_classes(self) -> dict[str, PriorityClass]:
-        if not self.cluster_priority_classes:
-            return self.stream_priority_classes
-        return {**self.stream_priority_classes, **self.cluster_priority_classes}
 
     def _parks(self, gang: GangKey, pod: Pod) -> bool:
         """Whether `pod` waits outside the scheduler: its gang timed out before a restart and
@@ -549,20 +453,12 @@ class GangPermitState:
 
     def _join(self, key: PodKey, gang: GangKey | None) -> None:
         """Record `key` as a pod of `gang` (leaving the gang it was in before, if another)."""
-        old = self.gang_of.get(key)
-        if old == gang:
-            return
-        self.touch(old)
-        if old is not None:
-            del self.gang_of[key]
-            pods = self.members[old]
-            pods.discard(key)
-            if not pods:
-                del self.members[old]
-                self._gone(old)
-        if gang is not None:
-            self.gang_of[key] = gang
-            self.members.setdefault(gang, set()).add(key)
+        self._left(self.feed.enter(key, gang))
+
+    def _left(self, left: Left) -> None:
+        self.touch(left.gang)
+        if left.gang is not None and left.emptied:
+            self._gone(left.gang)
 
     def _gone(self, gang: GangKey) -> None:
         """No pod of `gang` is left in the cluster: forget it (a Kueue admission stays)."""
@@ -581,8 +477,8 @@ class GangPermitState:
         pod = self.pods.pop(key, None)
         if pod is None:
             return
-        self.touch(self.gang_of.get(key))
-        self._index(key, None)
+        self.touch(self.feed.gang_of.get(key))
+        self.feed.index(key, None)
         self.owners.pop(key, None)
         self.assumed.pop(key, None)
         for gang, held in list(self.held.items()):
@@ -594,58 +490,16 @@ class GangPermitState:
         self.scheduler.remove_pod(key)
         self._forget_memos(GangKey(key))  # a pod placed on its own is keyed as its own gang
 
-    def _index(self, key: PodKey, pod: Pod | None) -> None:
-        """Index `key` under its gang source, so that a source's change revisits its pods."""
-        source = _source_of(pod) if pod is not None else None
-        old = self.source_of.get(key)
-        if old == source:
-            return
-        if old is not None:
-            del self.source_of[key]
-            pods = self.by_source[old]
-            pods.discard(key)
-            if not pods:
-                del self.by_source[old]
-        if source is not None:
-            self.source_of[key] = source
-            self.by_source.setdefault(source, set()).add(key)
-
-    def _refresh(self, source: str) -> bool:
-        """A gang source changed (Workload, PodGroup, admission): look at its pods again; a
-        parked gang among them is parked no more (its spec may have changed). Whether it has
-        any pod (else nothing a pass decides on changed)."""
-        keys = sorted(self.by_source.get(source, set()))
+    def _refresh(self, keys: tuple[PodKey, ...]) -> bool:
+        """A gang source changed (Workload, PodGroup, admission): look at its pods (`keys`)
+        again; a parked gang among them is parked no more (its spec may have changed). Whether
+        it has any pod (else nothing a pass decides on changed)."""
         for gang in [g for g, held in self.held.items() if not held.isdisjoint(keys)]:
             del self.held[gang]
             self.parked.pop(gang, None)
         for key in keys:
             self._put_pod(self.pods[key])
         return bool(keys)
-
-
-def _source_of(pod: Pod) -> str | None:
-    """Which gang source `pod` belongs to, in `membership`'s order of precedence."""
-    namespace = pod.meta.namespace
-    if pod.workload_ref is not None:
-        return f"workload:{namespace}/{pod.workload_ref.name}"
-    group = pod.meta.labels.get(POD_GROUP_LABEL)
-    if group:
-        return f"podgroup:{namespace}/{group}"
-    name = pod.meta.labels.get(WORKLOAD_LABEL)
-    if name:
-        return f"kueue:{namespace}/{name}"
-    if pod.scheduling_group:
-        return f"group:{namespace}/{pod.scheduling_group}"
-    return None
-
-
-def _same_spec(
-    a: SchedulingPodGroup | CompositePodGroup | None, b: SchedulingPodGroup | CompositePodGroup
-) -> bool:
-    """Whether two states of a group differ only in what placement does not read (status)."""
-    if a is None:
-        return False
-    return msgspec.structs.replace(a, conditions=()) == msgspec.structs.replace(b, conditions=())
 
 
 def _submitted(env: events_pb2.Envelope) -> Submitted:

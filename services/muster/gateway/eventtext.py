@@ -122,6 +122,28 @@ def _active_changed(env: events_pb2.Envelope) -> str:
     return f"{verb}{who} (spec.active={'true' if changed.active else 'false'})"
 
 
+def _copy_status(env: events_pb2.Envelope) -> str:
+    """A MultiKueue copy's Job status as `kubectl get job` tells it: its counts, and its
+    Complete or Failed condition once there."""
+    try:
+        status = json.loads(env.copy_status.status_json)
+    except ValueError:
+        return "copy's status unreadable"
+    if not isinstance(status, dict):
+        return "copy's status unreadable"
+    counts = ", ".join(
+        f"{status[k]} {k}" for k in ("active", "ready", "succeeded", "failed") if status.get(k)
+    )
+    ended = [
+        str(c.get("type"))
+        for c in status.get("conditions") or []
+        if isinstance(c, dict)
+        and c.get("type") in ("Complete", "Failed")
+        and c.get("status") == "True"
+    ]
+    return "copy: " + ", ".join([*ended, counts or "no pods"])
+
+
 def _config(env: events_pb2.Envelope) -> str:
     field = env.WhichOneof("payload") or ""
     payload = getattr(env, field)
@@ -154,6 +176,7 @@ _FORMATS: Final[dict[str, Callable[[events_pb2.Envelope], str]]] = {
     "preemption_requested": _preemption_requested,
     "admission_check": _admission_check,
     "active_changed": _active_changed,
+    "copy_status": _copy_status,
     "requests_refused": lambda env: f"requests refused: {env.requests_refused.message}",
     "eviction_completed": lambda _: "pods stopped",
     "running": lambda _: "pods running",

@@ -22,7 +22,7 @@ import msgspec
 
 from muster.api import Validation
 from muster.cluster.backend import Identity
-from muster.cluster.errors import ClusterError
+from muster.cluster.errors import ClusterError, NotFoundError
 from muster.gateway.permissions import Caller
 from muster.gateway.submit import PlannedEvent
 
@@ -37,6 +37,7 @@ _FIELD_VALIDATION: Final[dict[str, str]] = {"strict": "Strict", "warn": "Warn", 
 _CREATED_KINDS: Final = frozenset({"Job", "Workload", "Pod"})
 
 Outcome = Literal["created", "applied", "exists"]
+RefusalCode = Literal["PERMISSION_DENIED", "INVALID_ARGUMENT", "UNAVAILABLE", "NOT_FOUND"]
 
 
 class Written(msgspec.Struct, frozen=True, kw_only=True):
@@ -51,10 +52,18 @@ class SubmitRefusedError(Exception):
     """The API server refused an object (`code`: the gRPC status to answer); str() names the
     object and says what was written before it."""
 
-    def __init__(self, code: Literal["PERMISSION_DENIED", "INVALID_ARGUMENT", "UNAVAILABLE"],
-                 message: str) -> None:  # fmt: skip
+    def __init__(self, code: RefusalCode, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+def refusal_code(err: ClusterError, *, not_found: RefusalCode = "INVALID_ARGUMENT") -> RefusalCode:
+    """The gRPC status for the API server's refusal `err` (`not_found` for a 404)."""
+    if err.temporary:
+        return "UNAVAILABLE"
+    if err.reason == "Forbidden":
+        return "PERMISSION_DENIED"
+    return not_found if isinstance(err, NotFoundError) else "INVALID_ARGUMENT"
 
 
 def identity_of(caller: Caller) -> Identity:
@@ -123,9 +132,6 @@ def _refused(err: ClusterError, written: Sequence[Written]) -> SubmitRefusedErro
         if written
         else " (nothing was written)"
     )
-    message = f"{err}{before}"
-    if err.temporary:
-        return SubmitRefusedError("UNAVAILABLE", f"{message}; retry the Submit")
-    if err.reason == "Forbidden":
-        return SubmitRefusedError("PERMISSION_DENIED", message)
-    return SubmitRefusedError("INVALID_ARGUMENT", message)
+    code = refusal_code(err)
+    retry = "; retry the Submit" if code == "UNAVAILABLE" else ""
+    return SubmitRefusedError(code, f"{err}{before}{retry}")

@@ -18,6 +18,7 @@ import grpc.aio
 from nats.js.kv import KeyValue
 
 from muster.bus.errors import BusError, Reject
+from muster.cluster.kube.backend import KubeBackend
 from muster.contracts.v1 import events_pb2, services_pb2
 from muster.gateway.aborts import abort, answer, deny
 from muster.gateway.auth import current_caller
@@ -39,6 +40,8 @@ from muster.gateway.control import (
     queue_action,
     workload_action,
 )
+from muster.gateway.kube_control import control_queue, control_workload
+from muster.gateway.kube_submit import SubmitRefusedError
 from muster.gateway.permissions import ALL_NAMESPACES, Action, Authorizer, Caller, watch_action
 from muster.gateway.visibility import InvalidQueryError, VisibilityStore
 from muster.gateway.workloads import (
@@ -85,11 +88,14 @@ async def _may(
 
 
 class ControlRpcs:
-    """Gateway.Stop, Resume and Delete (kueuectl's verbs)."""
+    """Gateway.Stop, Resume and Delete (kueuectl's verbs): published on NATS, or, with `_kube`
+    (the cluster backend is Kubernetes), written into the API server as the caller
+    (`kube_control`)."""
 
     _authorizer: Authorizer
     _follower: BookFollower
     _bus: _Publisher
+    _kube: KubeBackend | None
 
     async def Stop(  # noqa: N802  # the RPC's name
         self, request: services_pb2.StopRequest, context: grpc.aio.ServicerContext
@@ -123,30 +129,55 @@ class ControlRpcs:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         caller = current_caller()
         book = await _book(self._follower, context)
+        entry = None
         if kind == WORKLOAD:
-            plan = await self._workload_plan(book, verb, ref, caller, idempotency_key, context)
+            entry = await self._workload_entry(book, ref, caller, context)
+            plan = plan_workload(entry, verb, caller, idempotency_key=idempotency_key)
         else:
             plan = await self._queue_plan(
                 book, (verb, kind, policy), ref, caller, idempotency_key, context
             )
-        await self._publish(plan.events, context)
+        if self._kube is None or not plan.events:
+            await self._publish(plan.events, context)
+            event_ids = [e.event_id for e in plan.events]
+        else:  # the watcher publishes what the API server then holds
+            await self._write_control(
+                self._kube, (verb, kind, policy), plan.key, entry, caller, context
+            )
+            event_ids = []
         log.info("%s: %s %s/%s: %s", caller.user, verb, kind, plan.key, plan.message)
         return services_pb2.ControlResponse(
-            kind=kind,
-            key=plan.key,
-            event_ids=[e.event_id for e in plan.events],
-            message=plan.message,
+            kind=kind, key=plan.key, event_ids=event_ids, message=plan.message
         )
 
-    async def _workload_plan(
+    @staticmethod
+    async def _write_control(
+        kube: KubeBackend,
+        what: tuple[str, str, str],
+        key: str,
+        entry: Entry | None,
+        caller: Caller,
+        context: grpc.aio.ServicerContext,
+    ) -> None:
+        """`what` (verb, kind, stopPolicy to set) done in the API server as `caller`."""
+        verb, kind, policy = what
+        try:
+            if entry is not None:
+                await control_workload(kube, entry, verb, caller)
+            else:
+                await control_queue(kube, kind, key, verb, policy, caller)
+        except SubmitRefusedError as err:
+            log.info("%s %s/%s refused by the API server: %s", verb, kind, key, err)
+            await abort(context, getattr(grpc.StatusCode, err.code), str(err))
+
+    async def _workload_entry(
         self,
         book: WorkloadBook,
-        verb: str,
         ref: services_pb2.ObjectRef,
         caller: Caller,
-        idempotency_key: str,
         context: grpc.aio.ServicerContext,
-    ) -> Plan:
+    ) -> Entry:
+        """The Kueue workload `ref` names, once `caller` may stop, resume or delete it."""
         entry = await _workload(book, ref.namespace or "default", ref.name, context)
         if not entry.kueue:
             message = f"{entry.key} is a gang outside Kueue: delete its pods or pod group instead"
@@ -154,7 +185,7 @@ class ControlRpcs:
         action = workload_action(entry)
         if not await _may(self._authorizer, caller, action, context):
             await deny(context, caller, action)
-        return plan_workload(entry, verb, caller, idempotency_key=idempotency_key)
+        return entry
 
     async def _queue_plan(
         self,

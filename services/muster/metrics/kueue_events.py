@@ -141,7 +141,7 @@ class KueueRecorder:
         return out
 
     def _evicted(self, e: Event, f: WorkloadFacts, *, deactivated: bool) -> list[Sample]:
-        reason, cause = e.reason, ""
+        reason, _, cause = e.reason.partition("DueTo")  # Kueue's reason with its cause
         if deactivated and reason == ADMISSION_CHECK:
             reason, cause = DEACTIVATED, ADMISSION_CHECK
         cq = (f.cluster_queue, reason, cause, f.priority_class)

@@ -3,13 +3,15 @@
 `Simulation` (runner.py) makes one when the scenario holds a Node. It reports arrivals (Nodes,
 Pods, scheduling.k8s.io Workloads, PodGroups) and the pods of Kueue-admitted workloads to the
 scheduler, applies its decisions after each engine pass (binding is instant), and keeps every
-pod's record for the report. Its work follows the pods and gangs that change.
+pod's record for the report. Which gang a pod is in, and which pods an arriving gang object
+touches, is the `GangFeed`'s to say, as in gang-permit; what is the simulator's own is the
+virtual clock: when each pod and gang object arrived, how long it runs.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -28,8 +30,9 @@ from muster.api.model import (
     Workload,
     WorkloadKey,
 )
-from muster.api.wellknown import GANG_TIMED_OUT, POD_GROUP_LABEL, PREEMPTED
+from muster.api.wellknown import GANG_TIMED_OUT, PREEMPTED
 from muster.core.events import Event, EventType
+from muster.core.placement.feed import GangFeed, source_key
 from muster.core.placement.model import (
     GangKey,
     GangPermitted,
@@ -41,15 +44,7 @@ from muster.core.placement.model import (
     PodKey,
 )
 from muster.core.placement.scheduler import GangScheduler
-from muster.core.placement.sources import (
-    GroupIndex,
-    gang_of_admitted,
-    handled_by,
-    membership,
-    node_info,
-    pod_info,
-    priority_of,
-)
+from muster.core.placement.sources import gang_of_admitted, handled_by, node_info, pod_info
 from muster.sim.groups import GroupBook, GroupObject
 from muster.sim.scenario import ClusterArrival, Scenario
 from muster.sim.timeline import Action, PodFinish
@@ -127,42 +122,27 @@ class GangSource(msgspec.Struct, frozen=True, kw_only=True):
     run_s: float | None
 
 
-# kind, "<namespace>/<name>"
-SourceKey = tuple[Literal["Workload", "PodGroup", "PodGroup.scheduling.k8s.io"], str]
-
-
 class Placement:
     """Pods on nodes for one simulation; see the module docstring."""
 
     def __init__(self, host: PlacementHost, scenario: Scenario) -> None:
         self.host = host
         self.scheduler = GangScheduler()
-        self.priority_classes: Mapping[str, PriorityClass] = {
+        priority_classes: Mapping[str, PriorityClass] = {
             obj.meta.name: obj for obj in scenario.objects if isinstance(obj, PriorityClass)
         }
+        self.feed = GangFeed(configured=priority_classes)
         self.flavors: Mapping[str, ResourceFlavor] = {
             obj.meta.name: obj for obj in scenario.objects if isinstance(obj, ResourceFlavor)
         }
         self.serials = itertools.count()
         self.pods: dict[str, PodRecord] = {}
         self.nodes: dict[str, Node] = {}
-        self.workloads: dict[str, SchedulingWorkload] = {}  # keyed "<namespace>/<name>"
-        self.pod_groups: dict[str, PodGroup] = {}
-        self.groups = GroupBook()  # scheduling.k8s.io PodGroups, CompositePodGroups
-        self.index = GroupIndex(
-            pod_groups=self.groups.pod_groups,
-            composites=self.groups.composites,
-            priority_classes=self.priority_classes,
-        )
-        self.sources: dict[SourceKey, GangSource] = {}
-        # Pods whose gang object has not arrived: they join again when it does.
-        self.awaited: dict[SourceKey, list[str]] = {}
+        self.groups = GroupBook()  # scheduling.k8s.io PodGroups' conditions, for the report
+        self.sources: dict[str, GangSource] = {}  # by `source_key`
         self.problems: dict[GangKey, str] = {}  # why a known source cannot take the gang
         self.told: dict[str, str] = {}  # the last GangWaiting message of each waiting unit
         self.specs: dict[GangKey, GangSpec] = {}  # what the scheduler was told
-        self.members: dict[GangKey, dict[str, None]] = {}  # pods by gang, in arrival order
-        # The gangs of admitted Kueue workloads (keyed by workload, as their gangs are).
-        self.admitted_specs: dict[str, GangSpec] = {}
 
     # --- facts from the timeline and the engine -------------------------------------------------
 
@@ -175,44 +155,35 @@ class Placement:
                 self.scheduler.upsert_node(node_info(obj))
             case SchedulingWorkload():
                 key = f"{obj.meta.namespace}/{obj.meta.name}"
-                self.workloads[key] = obj
-                self.source_arrived(("Workload", key), arrival, now_s=now_s)
+                self.source_arrived(f"workload:{key}", arrival, now_s=now_s)
+                self.rejoin(self.feed.put(obj), now_s=now_s)
             case PodGroup():
                 key = f"{obj.meta.namespace}/{obj.meta.name}"
-                self.pod_groups[key] = obj
-                self.source_arrived(("PodGroup", key), arrival, now_s=now_s)
+                self.source_arrived(f"podgroup:{key}", arrival, now_s=now_s)
+                self.rejoin(self.feed.put(obj), now_s=now_s)
             case SchedulingPodGroup() | CompositePodGroup():
                 self.groups.arrived(obj)
-                if isinstance(obj, SchedulingPodGroup):
-                    source: SourceKey = ("PodGroup.scheduling.k8s.io", obj.key)
-                    if source not in self.sources:  # an update keeps when it was created
-                        run_s = arrival.script.run_s
-                        self.sources[source] = GangSource(arrived_s=now_s, run_s=run_s)
-                self.rejoin(obj.meta.namespace, now_s=now_s)
+                source = f"group:{obj.key}"
+                if isinstance(obj, SchedulingPodGroup) and source not in self.sources:
+                    # an update keeps when it was created, and its run time
+                    self.sources[source] = GangSource(arrived_s=now_s, run_s=arrival.script.run_s)
+                self.rejoin(self.feed.put(obj), now_s=now_s)
             case Pod():
                 self.add_pod(obj, run_s=arrival.script.run_s, now_s=now_s)
 
-    def source_arrived(
-        self, source_key: SourceKey, arrival: ClusterArrival, *, now_s: float
-    ) -> None:
-        """A gang object arrived: the gangs that waited for it learn their spec."""
-        self.sources[source_key] = GangSource(arrived_s=now_s, run_s=arrival.script.run_s)
-        for pod_key in self.awaited.pop(source_key, []):
-            record = self.pods.get(pod_key)
-            if record is not None and record.phase == "Pending":
-                self.join(record, now_s=now_s)
+    def source_arrived(self, source: str, arrival: ClusterArrival, *, now_s: float) -> None:
+        """A Workload or PodGroup arrived: its pods' run time is its latest; it was created when
+        it first arrived."""
+        known = self.sources.get(source)
+        arrived_s = now_s if known is None else known.arrived_s
+        self.sources[source] = GangSource(arrived_s=arrived_s, run_s=arrival.script.run_s)
 
-    def rejoin(self, namespace: str, *, now_s: float) -> None:
-        """A PodGroup or CompositePodGroup of `namespace` arrived or changed: the pending pods
-        of its groups learn their gang (a spec, a tree, a new minCount)."""
-        for record in list(self.pods.values()):
-            pod = record.pod
-            if (
-                pod.scheduling_group
-                and pod.meta.namespace == namespace
-                and record.phase == "Pending"
-                and record.info is not None
-            ):
+    def rejoin(self, keys: Iterable[str], *, now_s: float) -> None:
+        """A gang object arrived or changed: its pending pods learn their gang again (a spec, a
+        tree, a new minCount), in the order they arrived."""
+        records = [r for key in keys if (r := self.pods.get(key)) is not None]
+        for record in sorted(records, key=lambda r: r.serial):
+            if record.phase == "Pending" and record.info is not None:
                 self.join(record, now_s=now_s)
 
     def add_pod(self, pod: Pod, *, run_s: float | None, now_s: float) -> None:
@@ -233,29 +204,14 @@ class Placement:
     def join(self, record: PodRecord, *, now_s: float) -> None:
         """Give a pending pod of muster's to the scheduler, with its gang if it has one."""
         pod = record.pod
-        priority = self.priority(pod)
-        found = membership(
-            pod,
-            workloads=self.workloads,
-            pod_groups=self.pod_groups,
-            admitted=self.admitted_specs,
-            priority=priority,
-            groups=self.index,
-        )
-        if found.priority is not None:  # a PodGroup's priority is its pods'
-            priority = found.priority
-        source_key = source_of(pod)
-        source = self.sources.get(source_key) if source_key is not None else None
+        found, priority = self.feed.membership(pod)
+        source_name = source_key(pod)
+        source = self.sources.get(source_name) if source_name is not None else None
         gang = found.gang
-        old = record.info.gang if record.info is not None else None
-        if old is not None and old != gang:  # its Workload's policy turned out basic
-            self.members[old].pop(pod.key, None)
+        self.feed.enter(PodKey(pod.key), gang)
         if gang is not None:
-            self.members.setdefault(gang, {})[pod.key] = None
             if found.spec is not None:
                 self.register(gang, found.spec, source)
-            elif source_key is not None and source is None:
-                self.awaited.setdefault(source_key, []).append(pod.key)
             if found.problem:
                 self.problems[gang] = found.problem
                 self.tell_waiting(gang, found.problem, now_s=now_s)
@@ -293,12 +249,11 @@ class Placement:
             flavors=self.flavors,
             priority=priority,
             created_s=now_s,
-            groups=self.index,
+            groups=self.feed.groups(),
         )
-        self.admitted_specs[wl.key] = gang.spec
+        touched = self.feed.admit(gang.spec)
         self.specs[gang.spec.key] = gang.spec
         self.scheduler.upsert_gang(gang.spec)
-        members = self.members[gang.spec.key] = {}
         for pod in gang.pods:
             record = PodRecord(pod=pod, serial=next(self.serials), created_s=now_s)
             record.info = pod_info(
@@ -309,16 +264,19 @@ class Placement:
                 created_s=now_s,
             )
             self.pods[pod.key] = record
-            members[pod.key] = None
+            self.feed.enter(PodKey(pod.key), gang.spec.key)
             self.scheduler.upsert_pod(record.info)
+        self.rejoin(touched, now_s=now_s)  # the scenario's own pods of the workload, if any
 
     def admission_ended(self, key: WorkloadKey, *, finished: bool, now_s: float) -> None:
         """A Kueue workload finished (its running pods succeed) or lost its admission (its
         pods are deleted); either way its pods and gang leave the scheduler."""
-        spec = self.admitted_specs.pop(key, None)
+        spec = self.feed.admitted.get(key)
         if spec is None:
             return
-        for pod_key in self.members.pop(spec.key, {}):
+        touched = self.feed.end(key)
+        for pod_key in list(self.feed.members.get(spec.key, {})):
+            self.feed.enter(pod_key, None)
             record = self.pods[pod_key]
             self.scheduler.remove_pod(PodKey(pod_key))
             if finished and record.phase == "Running":
@@ -328,6 +286,7 @@ class Placement:
         self.scheduler.remove_gang(spec.key)
         self.specs.pop(spec.key, None)
         self.told.pop(spec.key, None)
+        self.rejoin(touched, now_s=now_s)
 
     def finish_pod(self, key: str, serial: int, *, now_s: float) -> None:
         """A pod's run-seconds are over: it succeeds and frees its room."""
@@ -394,7 +353,7 @@ class Placement:
             self.scheduler.upsert_pod(record.info)
             self.start(record, binding.node, now_s=now_s)
         self.emit(EventType.BOUND, decision.gang, SCHEDULED, summary, now_s)
-        if not decision.basic and decision.gang in self.admitted_specs:
+        if not decision.basic and decision.gang in self.feed.admitted:
             self.host.gang_bound(WorkloadKey(decision.gang))
 
     def start(self, record: PodRecord, node: str, *, now_s: float) -> None:
@@ -402,8 +361,8 @@ class Placement:
         record.phase, record.node, record.bound_s = "Running", node, now_s
         record.reason = record.message = ""
         run_s = record.run_s
-        if run_s is None and (source_key := source_of(record.pod)) is not None:
-            source = self.sources.get(source_key)
+        if run_s is None and (source_name := source_key(record.pod)) is not None:
+            source = self.sources.get(source_name)
             run_s = source.run_s if source is not None else None
         if run_s is not None:
             self.host.push(now_s + run_s, PodFinish(record.pod.key, record.serial))
@@ -413,7 +372,7 @@ class Placement:
         gang = decision.gang
         self.told.pop(gang, None)
         self.emit(EventType.GANG_TIMED_OUT, gang, GANG_TIMED_OUT, decision.reason, now_s)
-        if gang in self.admitted_specs:
+        if gang in self.feed.admitted:
             self.host.evict(WorkloadKey(gang), reason=GANG_TIMED_OUT, message=decision.reason)
             return True
         for pod_key in decision.pods:
@@ -431,7 +390,7 @@ class Placement:
                 EventType.PLACEMENT_PREEMPTED, victim, PREEMPTED, message, now_s, by=decision.gang
             )
         for victim in decision.victims:
-            if victim in self.admitted_specs:
+            if victim in self.feed.admitted:
                 self.host.evict(WorkloadKey(victim), reason=PREEMPTED, message=message)
                 # The engine leaves a workload alone that it no longer holds as admitted.
                 self.admission_ended(WorkloadKey(victim), finished=False, now_s=now_s)
@@ -455,12 +414,12 @@ class Placement:
 
     def pending_of(self, gang: str) -> list[PodRecord]:
         """The pending pods of a gang, or the pod itself for one placed on its own."""
-        members = self.members.get(GangKey(gang))
+        members = self.feed.members.get(GangKey(gang))
         keys = list(members) if members is not None else [gang]
         return [r for key in keys if (r := self.pods.get(key)) and r.phase == "Pending"]
 
     def priority(self, pod: Pod) -> int:
-        return priority_of(pod, self.priority_classes)
+        return self.feed.priority(pod)
 
     def pod_states(self) -> tuple[PodState, ...]:
         return tuple(self.pods[key].state() for key in sorted(self.pods))
@@ -470,16 +429,3 @@ class Placement:
 
     def group_states(self) -> tuple[GroupObject, ...]:
         return self.groups.states()
-
-
-def source_of(pod: Pod) -> SourceKey | None:
-    """The gang object a pod names: its scheduling.k8s.io Workload, else its PodGroup."""
-    namespace = pod.meta.namespace
-    if pod.workload_ref is not None:
-        return ("Workload", f"{namespace}/{pod.workload_ref.name}")
-    group = pod.meta.labels.get(POD_GROUP_LABEL)
-    if group:
-        return ("PodGroup", f"{namespace}/{group}")
-    if pod.scheduling_group:
-        return ("PodGroup.scheduling.k8s.io", f"{namespace}/{pod.scheduling_group}")
-    return None

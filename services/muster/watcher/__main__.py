@@ -54,6 +54,9 @@ KUBE_WATCHER_FLAGS = (
          "0 = unlimited"),
     Flag("--kube-event-burst", "N", int, "MUSTER_KUBE_EVENT_BURST", "50",
          "kube: Events written at once after a quiet spell"),
+    Flag("--cluster-lost-seconds", "S", float, "MUSTER_CLUSTER_LOST_SECONDS", "10",
+         "kube: a MultiKueueCluster whose services have not reported for this long is not "
+         "Active (as admission's flag of that name)"),
 )  # fmt: skip
 FLAGS = (*BACKEND_FLAGS, *STATUS_FLAGS, *KUBE_WATCHER_FLAGS)
 
@@ -77,10 +80,15 @@ class KubeWatcherConfig(msgspec.Struct, frozen=True, kw_only=True):
 
 def build(args: argparse.Namespace, config: ServiceConfig) -> ServiceMain:
     backend = backend_config(args)
+    if not args.cluster_lost_seconds > 0:
+        raise ValueError(
+            f"--cluster-lost-seconds must be > 0 seconds, got {args.cluster_lost_seconds:g}"
+        )
     watcher = WatcherConfig(
         cluster=config.cluster,
         kueue_version=backend.kube.kueue_version,
         check_controllers=controller_names(args.check_controllers),
+        cluster_lost_s=args.cluster_lost_seconds,
     )
     if args.kube_event_qps < 0:
         raise ValueError(

@@ -2,8 +2,9 @@
 
 Config objects and Namespaces → config.applied/deleted; queued Jobs and Kueue Workloads →
 workload.submitted/deleted (a Job first gets its Kueue Workload on Kubernetes) and a Job's end
-→ finished; what check controllers write into any Kueue Workload's `status.admissionChecks`
-→ admission_check; pods of a workload → pods_pending, running, pods_ready, finished.
+→ finished; a MultiKueue copy's status → copy_status; what check controllers write into any
+Kueue Workload's `status.admissionChecks` → admission_check; pods of a workload →
+pods_pending, running, pods_ready, finished.
 Each event id is derived from the fact (`Outgoing.id_key`), and what was sent is remembered in
 `MUSTER_WATCHER` (`Marks`), so no fact is published twice, across restarts too. Handlers do no
 I/O of their own (but a Job's Kueue Workload): events go to the batch's `Outbox` and marks are
@@ -30,7 +31,7 @@ from muster.bus.envelope import new_event
 from muster.bus.partitions import QueuePartitions
 from muster.bus.tracing import continue_trace, headers_of_envelope
 from muster.cluster.backend import ClusterChange
-from muster.cluster.kube import jobs
+from muster.cluster.kube import copies, jobs
 from muster.contracts.v1 import events_pb2
 from muster.watcher import translate
 from muster.watcher.outbox import Outbox
@@ -157,34 +158,40 @@ async def on_config(change: ClusterChange, ctx: WatcherContext) -> None:
     ctx.configs[change.key] = out.id_key
 
 
-async def on_workload_checks(change: ClusterChange, ctx: WatcherContext) -> None:
-    """A Kueue Workload changed: publish each check controller's new answer once."""
+async def on_kueue_workload(change: ClusterChange, ctx: WatcherContext) -> None:
+    """A Kueue Workload changed: publish each check controller's new answer once, and its
+    spec.active when someone changed it (kueuectl stop|resume workload, `kubectl patch`)."""
     meta = change.obj.get("metadata") or {}
     key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
     sent = ctx.marks.load(key)
     if change.type == "DELETED":
-        if sent.checks:
-            sent.checks = {}
+        if sent.checks or sent.active is not None:
+            sent.checks, sent.active = {}, None
             ctx.marks.save(key, sent)
         return
+    changed = translate.active_change(change.obj, sent.active)
+    if changed is not None:
+        ctx.publish(changed, trace_headers=ctx.traces.get(key))
     answers = translate.check_updates(change.obj, sent.checks)
     for answer in answers:
         if answer.event is not None:
             ctx.publish(answer.event)
         sent.checks[answer.name] = answer.mark
-    if answers:
+    active = translate.spec_active(change.obj)
+    if answers or sent.active != active:
+        sent.active = active
         ctx.marks.save(key, sent)
 
 
 async def on_workload_object(change: ClusterChange, ctx: WatcherContext) -> None:
     """A queued Job or Kueue Workload changed: submitted once per incarnation, finished once
-    a Job says it is over, or deleted; a Kueue Workload's check answers (`on_workload_checks`)."""
+    a Job says it is over, or deleted; what else a Kueue Workload says (`on_kueue_workload`)."""
     wl, problems = translate.workload_of(change.obj)
     if wl is None:
         log.warning("ignoring %s: %s", change.key, "; ".join(problems), extra={"key": change.key})
         return
     if translate.is_kueue_workload(change.obj):
-        await on_workload_checks(change, ctx)
+        await on_kueue_workload(change, ctx)
     sent = ctx.marks.load(wl.key)
     if change.type == "DELETED":
         ctx.publish(translate.deleted(wl), trace_headers=ctx.traces.pop(wl.key, None))
@@ -197,18 +204,54 @@ async def on_workload_object(change: ClusterChange, ctx: WatcherContext) -> None
         if job and ctx.workloads is not None:
             # Before `submitted`: its status is written there once admission decides.
             await ctx.workloads.create_workload_for_job(jobs.as_written(change.obj))
+        owner = translate.owner_manifest(change.obj) if job else ""
         env = ctx.publish(
-            translate.submitted(wl), trace_headers=_object_trace(change.obj), new_trace=True
+            translate.submitted(wl, owner=owner),
+            trace_headers=_object_trace(change.obj),
+            new_trace=True,
         )
         ctx.traces[wl.key] = headers_of_envelope(env.traceparent, env.tracestate)
         sent.submitted = mark
         ctx.marks.save(wl.key, sent)
-    finished = translate.job_finished(change.obj, wl) if job else None
-    uid = str((change.obj.get("metadata") or {}).get("uid", ""))
+    if job and not copies.managed_by_multikueue(change.obj):
+        # One managed by MultiKueue ends where it runs: its status here is the copy's, mirrored.
+        _job_end(change.obj, wl.key, ctx)
+
+
+def _job_end(job: Mapping[str, Any], key: str, ctx: WatcherContext) -> None:
+    """Publish workload `key`'s `finished` once its Job says it is over."""
+    finished = translate.job_finished(job, key)
+    uid = str((job.get("metadata") or {}).get("uid", ""))
+    sent = ctx.marks.load(key)
     if finished is not None and sent.job_finished != uid:
-        ctx.publish(finished, trace_headers=ctx.traces.get(wl.key))
+        ctx.publish(finished, trace_headers=ctx.traces.get(key))
         sent.job_finished = uid
-        ctx.marks.save(wl.key, sent)
+        ctx.marks.save(key, sent)
+
+
+async def on_copy(change: ClusterChange, ctx: WatcherContext) -> None:
+    """A copy here of a workload submitted in another cluster (MultiKueue: labelled with its
+    origin): no workload of this cluster's, so never submitted or deleted from here; its Job's
+    status, each time it changes, is the workload's `copy_status` (the manager mirrors it onto
+    its Job), and its end the workload's `finished`, under the workload's own key (its pods
+    report under it too: the binder labelled them so)."""
+    if change.type == "DELETED" or not translate.is_job(change.obj):
+        return
+    key = copies.copied_workload(change.obj)
+    if key:
+        _copy_status(change.obj, key, ctx)
+        _job_end(change.obj, key, ctx)
+
+
+def _copy_status(job: Mapping[str, Any], key: str, ctx: WatcherContext) -> None:
+    """Publish workload `key`'s `copy_status` when its copy's status changed."""
+    out = translate.copy_status(job, key)
+    sent = ctx.marks.load(key)
+    mark = translate.copy_status_mark(job.get("status") or {})
+    if out is not None and sent.copy_status != mark:
+        ctx.publish(out, trace_headers=ctx.traces.get(key))
+        sent.copy_status = mark
+        ctx.marks.save(key, sent)
 
 
 async def on_pod(change: ClusterChange, ctx: WatcherContext) -> None:
@@ -252,10 +295,12 @@ def handler_for(change: ClusterChange) -> Handler | None:
     """The handler of `change`, or None for objects the watcher does not report (Nodes)."""
     if change.kind == "Pod":
         return on_pod
+    if copies.origin_of(change.obj) and change.kind in ("Job", "Workload"):
+        return on_copy
     if translate.is_config(change.obj):
         return on_config
     if translate.is_workload_source(change.obj):
         return on_workload_object
     if translate.is_kueue_workload(change.obj):
-        return on_workload_checks  # a Job's Workload: the Job is the source
+        return on_kueue_workload  # a Job's Workload: the Job is the source
     return None

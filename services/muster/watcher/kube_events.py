@@ -11,6 +11,7 @@ events: what `kubectl describe workload`, `kubectl describe job`, `kubectl descr
 | requeued | the Workload and its Job | Requeued | why |
 | routed | the Workload and its Job | Routed | where to and why |
 | finished | the Workload and its Job | Finished (Warning when it failed) | how it ended |
+| admission_check | the Workload and its Job | MultiKueue (Warning: not Ready) | where it went |
 | gang_waiting | each pending pod of the gang | FailedScheduling (Warning) | the gang's reason |
 | bound | each pod bound | Scheduled | Successfully assigned ns/pod to node |
 
@@ -32,7 +33,8 @@ from muster.watcher.pods import PENDING, PodState
 ADMISSION = "muster.dev/admission"  # reportingController of workload Events
 # The muster events whose Kubernetes Events are recorded (their subjects are followed): a
 # workload's as its status follows them, and its routing and its pods' placement.
-EVENT_SOURCES = (*WORKLOAD_EVENTS, "routed", "gang_waiting", "bound")
+EVENT_SOURCES = (*WORKLOAD_EVENTS, "routed", "gang_waiting", "bound", "admission_check")
+_ADMISSION_SOURCE = "admission/"  # Envelope.source of admission's own answers (MultiKueue)
 _DEACTIVATED = "InactiveWorkload"
 
 
@@ -94,6 +96,8 @@ class EventBook:
         known = self._known.get(env.workload)
         if known is None:
             return []
+        if field == "admission_check" and not env.source.startswith(_ADMISSION_SOURCE):
+            return []  # a check controller's answer: it records its own Events
         if field == "deleted":
             del self._known[env.workload]
             return []
@@ -135,6 +139,9 @@ class EventBook:
         if field == "finished":
             type_ = "Normal" if payload.succeeded else "Warning"
             return [(type_, "Finished", payload.message)]
+        if field == "admission_check":  # MultiKueue's dispatch, as admission answers it
+            type_ = "Normal" if payload.state == "Ready" else "Warning"
+            return [(type_, "MultiKueue", payload.message)]
         return []
 
     def _about(

@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
-from muster.api.check_states import ChecksWanted
+from muster.api.check_states import AnsweredCheck, ChecksWanted
 from muster.api.encode import is_byte_resource
 from muster.api.quantity import QuantityError, format_quantity, parse_quantity
 from muster.cluster.kube.resources import ObjectRef
@@ -38,9 +38,13 @@ WORKLOAD_EVENTS = (
     "finished",
     "deleted",
 )
+# The binder's word that an evicted workload's pods are gone: a deactivated one reserves
+# nothing from then on.
+EVICTION_COMPLETED: Final = "eviction_completed"
 # Conditions in the order `kubectl describe` lists them.
 _CONDITION_ORDER = ("QuotaReserved", "Admitted", "Evicted", "Requeued", "Finished")
 _DEFAULT_QUEUE = "default"  # a workload naming no LocalQueue is in its namespace's "default"
+_ADMISSION_SOURCE = "admission/"  # Envelope.source of admission's decisions
 
 # "inactive": deactivated (a check Rejected it, ...), it reserves nothing and waits for nothing.
 State = Literal["pending", "reserving", "admitted", "finished", "inactive"]
@@ -82,7 +86,9 @@ class _Workload:
 
     __slots__ = (
         "admission",
+        "answers",
         "checks",
+        "cluster_name",
         "conditions",
         "evicted_at_s",
         "local_queue",
@@ -98,11 +104,14 @@ class _Workload:
         self.usage: Counter[FlavorResource] = Counter()  # of the admission, per flavor
         self.checks: tuple[str, ...] | None = None  # None: no reservation ever required one
         self.evicted_at_s = 0.0  # when last evicted (event time)
+        self.answers: dict[str, AnsweredCheck] = {}  # of checks admission answers (MultiKueue)
+        self.cluster_name = ""  # the worker cluster MultiKueue dispatched it to
 
     def checks_wanted(self) -> ChecksWanted | None:
         if self.checks is None:
             return None
-        return ChecksWanted(names=self.checks, evicted_at_s=self.evicted_at_s)
+        answers = tuple(self.answers[name] for name in sorted(self.answers))
+        return ChecksWanted(names=self.checks, evicted_at_s=self.evicted_at_s, answers=answers)
 
     def set(self, type_: str, status: bool, reason: str, message: str) -> None:
         self.conditions[type_] = _condition(type_, status, reason, message)
@@ -134,6 +143,8 @@ class _Workload:
         out: dict[str, Any] = {"conditions": conditions}
         if self.admission is not None:
             out["admission"] = self.admission
+        if self.cluster_name:
+            out["clusterName"] = self.cluster_name
         return out
 
 
@@ -158,7 +169,8 @@ class _Tally:
 class StatusBook:
     """The statuses of one cluster's Kueue objects, as the events so far make them."""
 
-    def __init__(self, *, kueue_version: str = "v1beta1") -> None:
+    def __init__(self, *, kueue_version: str = "v1beta1", cluster: str = "") -> None:
+        self._cluster = cluster  # its own: a workload admitted elsewhere shows clusterName
         # v1beta1 calls a LocalQueue's flavorsUsage `flavorUsage`.
         self._lq_usage_field = "flavorUsage" if kueue_version == "v1beta1" else "flavorsUsage"
         self._workloads: dict[str, _Workload] = {}
@@ -175,10 +187,30 @@ class StatusBook:
             return self._queue_status(env.queue_status.cluster_queue)
         if field in ("config_applied", "config_deleted"):
             return self._config(env)
-        if field in WORKLOAD_EVENTS:
+        if field == "admission_check":
+            return self._answer(env)
+        if field in WORKLOAD_EVENTS or field == EVICTION_COMPLETED:
             at_s = env.time_unix_nano / 1e9
-            return self._workload_event(env.workload, field, getattr(env, field), at_s=at_s)
+            refs = self._workload_event(env.workload, field, getattr(env, field), at_s=at_s)
+            wl = self._workloads.get(env.workload)
+            if field == "admitted" and wl is not None:
+                wl.cluster_name = env.cluster if env.cluster != self._cluster else ""
+            return refs
         return set()
+
+    def _answer(self, env: pb.Envelope) -> set[ObjectRef]:
+        """A check admission answers itself (MultiKueue's): its state goes into the
+        Workload's entry. What a check controller wrote there (the watcher's report of it)
+        is already in the entry."""
+        wl = self._workloads.get(env.workload)
+        if wl is None or not env.source.startswith(_ADMISSION_SOURCE):
+            return set()
+        answer = env.admission_check
+        wl.answers[answer.check] = AnsweredCheck(answer.check, answer.state, answer.message)
+        # Its reservation requires it, though its quota_reserved may not list it: answered
+        # in the same round, it was no longer waited for.
+        wl.checks = tuple(sorted({*(wl.checks or ()), answer.check}))
+        return {_workload_ref(env.workload)}
 
     def _workload_event(self, key: str, field: str, payload: Any, *, at_s: float) -> set[ObjectRef]:
         namespace, _, name = key.partition("/")
@@ -326,25 +358,36 @@ def _transition(wl: _Workload, field: str, payload: Any, *, at_s: float) -> None
     elif field == "evicted":
         reason = payload.reason or "Evicted"
         wl.evicted_at_s = at_s
+        wl.answers.clear()  # reset with the others; the next reservation is answered anew
         wl.set("Evicted", True, reason, payload.message)
         wl.set("Admitted", False, reason, payload.message)
         if reason == DEACTIVATED:
             # Its quota is given back at once and it is not requeued (Kueue: spec.active false).
-            wl.state = "inactive"
-            wl.unadmit()
-            wl.set("QuotaReserved", False, "Pending", payload.message)
-            wl.set("Requeued", False, "Deactivated", payload.message)
+            _inactive(wl, payload.message)
         else:
             wl.state = "reserving"  # the quota stays reserved until the pods are gone
+    elif field == "eviction_completed":
+        # Stopped (kueuectl), or a check Rejected it: no requeue follows.
+        evicted = wl.conditions.get("Evicted") or {}
+        if wl.state == "reserving" and evicted.get("reason", "").startswith("Deactivated"):
+            _inactive(wl, evicted["message"])
     elif field == "requeued":
         wl.state = "pending"
         wl.unadmit()
+        wl.cluster_name = ""
         wl.set("QuotaReserved", False, "Pending", payload.message or "The workload was requeued")
         wl.set("Requeued", True, payload.reason or "Requeued", payload.message)
     elif field == "finished":
         wl.state = "finished"
         succeeded = bool(payload.succeeded)
         wl.set("Finished", True, "Succeeded" if succeeded else "Failed", payload.message)
+
+
+def _inactive(wl: _Workload, message: str) -> None:
+    wl.state = "inactive"
+    wl.unadmit()
+    wl.set("QuotaReserved", False, "Pending", message)
+    wl.set("Requeued", False, "Deactivated", message)
 
 
 def cluster_queue_status(status: pb.ClusterQueueStatus) -> dict[str, Any]:

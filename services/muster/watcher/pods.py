@@ -57,6 +57,8 @@ class Sent(msgspec.Struct, kw_only=True):
     job_finished: str = ""  # uid of the Job whose end was published
     # check name → the last answer seen in the Kueue Workload's status (`check_updates`)
     checks: dict[str, str] = msgspec.field(default_factory=dict)
+    active: bool | None = None  # the Kueue Workload's spec.active last seen (None: never)
+    copy_status: str = ""  # `translate.copy_status_mark` of the copy's status last published
 
     def record(self, out: Outgoing, uids: Iterable[str]) -> None:
         """Remember that `out` (from `due_events`) was published for pods `uids`."""
@@ -83,6 +85,7 @@ class Sent(msgspec.Struct, kw_only=True):
             or self.pods_ready
             or self.finished
             or self.job_finished
+            or self.copy_status
             or self.checks
         )
 

@@ -28,12 +28,13 @@ from muster.bus.errors import Retry
 from muster.bus.poison import Quarantine
 from muster.cluster.backend import ClusterBackend, ClusterChange
 from muster.cluster.errors import ClusterError
-from muster.cluster.sim.keys import SCHEDULING_POD_GROUP_KIND
+from muster.cluster.keys import SCHEDULING_POD_GROUP_KIND
 from muster.watcher.handlers import Handler, KueueWorkloads, WatcherContext, handler_for
 from muster.watcher.kube_events import EventBook
 from muster.watcher.outbox import Outbox
 from muster.watcher.pods import PodState, Sent, pod_state_of_view
 from muster.watcher.status import EventSink, GroupStatuses, StatusSink, write_statuses
+from muster.watcher.worker_status import WorkerStatuses
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,8 @@ class WatcherConfig(msgspec.Struct, frozen=True, kw_only=True):
     cluster: str
     kueue_version: str = "v1beta1"  # the shape of LocalQueue statuses written (Kubernetes)
     check_controllers: tuple[str, ...] = ()  # admission check controllers run (Kubernetes)
+    # A MultiKueueCluster whose services have not reported for this long is not Active.
+    cluster_lost_s: float = 10.0
 
 
 class KueueWriter(KueueWorkloads, StatusSink, Protocol):
@@ -160,7 +163,10 @@ async def run_watcher(
     groups = GroupStatuses(kueue) if kueue is not None else None
     pods: dict[str, dict[str, PodState]] = {}  # the watch's view, shared with the Events
     async with asyncio.TaskGroup() as tasks:
+        workers = None
         if kueue is not None:
+            workers = WorkerStatuses(kueue, lost_after_s=config.cluster_lost_s)
+            tasks.create_task(workers.follow(bus), name="watcher-workers")
             book = EventBook(
                 kueue_version=config.kueue_version,
                 pods_of=lambda key: list(pods.get(key, {}).values()),
@@ -173,6 +179,7 @@ async def run_watcher(
                     kueue_version=config.kueue_version,
                     groups=groups,
                     events=(book, events) if events is not None else None,
+                    workers=workers,
                 ),
                 name="watcher-status",
             )

@@ -1,8 +1,9 @@
 """The watcher's status task (Kubernetes only): keeps the status of the cluster's Kueue
 Workloads, ClusterQueues and LocalQueues, and the conditions of its scheduling.k8s.io
-PodGroups (`group_status`), what muster decided; and records Kubernetes Events of what
-happens to them from now on (`kube_events`: not those of the events replayed at start, which
-were recorded before or are stale).
+PodGroups (`group_status`), what muster decided; the status of its Jobs that MultiKueue
+manages, their copy's in the worker they run on (`job_mirror`); and records Kubernetes
+Events of what happens to them from now on (`kube_events`: not those of the events replayed
+at start, which were recorded before or are stale).
 
 It follows the cluster's workload events, admission's `queue.status` and the config events
 (which queues exist here), folds them into a `StatusBook`, and desires each changed status
@@ -21,13 +22,14 @@ from muster.api.check_states import ChecksWanted
 from muster.bus.connection import Bus
 from muster.bus.subjects import config_subject, queue_subject, workload_filters
 from muster.cluster.backend import ClusterChange
+from muster.cluster.keys import SCHEDULING_POD_GROUP_KIND
 from muster.cluster.kube.references import Reference
 from muster.cluster.kube.resources import ObjectRef
-from muster.cluster.sim.keys import SCHEDULING_POD_GROUP_KIND
 from muster.contracts.v1 import events_pb2 as pb
 from muster.watcher.group_status import GANG_EVENTS, GroupStatusBook
+from muster.watcher.job_mirror import Desire, JobMirror
 from muster.watcher.kube_events import EVENT_SOURCES, EventBook
-from muster.watcher.kueue_status import WORKLOAD_EVENTS, StatusBook
+from muster.watcher.kueue_status import EVICTION_COMPLETED, WORKLOAD_EVENTS, StatusBook
 
 log = logging.getLogger(__name__)
 
@@ -50,21 +52,73 @@ class EventSink(Protocol):
         """The uid of an object the watch shows."""
 
 
+class WorkerConfigs(Protocol):
+    """Where the config events go that declare MultiKueueClusters (`worker_status`)."""
+
+    def apply(self, env: pb.Envelope) -> None: ...
+
+    def desire_all(self) -> None: ...
+
+
 class StatusSink(Protocol):
     def desire(
         self, ref: ObjectRef, status: Mapping[str, Any], *, checks: ChecksWanted | None = None
     ) -> None: ...
 
 
+# What is said of a workload dispatched to a worker cluster (MultiKueue) is published on that
+# worker's subjects: admission's decisions, its check's answers, the worker's `finished`,
+# `eviction_completed` and its copy's status.
+DISPATCHED_EVENTS = (
+    "pending",
+    "quota_reserved",
+    "admitted",
+    "evicted",
+    "requeued",
+    "finished",
+    "eviction_completed",
+    "admission_check",
+    "copy_status",
+)
+
+
 def status_subjects(cluster: str) -> list[str]:
     """The subjects whose events change the statuses of `cluster`'s Kueue objects and
-    scheduling.k8s.io PodGroups."""
-    events = dict.fromkeys((*WORKLOAD_EVENTS, *GANG_EVENTS, *EVENT_SOURCES))
+    scheduling.k8s.io PodGroups: its own, and every cluster's about a workload's admission
+    and end (a workload submitted here may run in a worker cluster)."""
+    events = dict.fromkeys((*WORKLOAD_EVENTS, EVICTION_COMPLETED, *GANG_EVENTS, *EVENT_SOURCES))
     return [
-        *(f for e in events for f in workload_filters(cluster, e)),
+        *(f for e in DISPATCHED_EVENTS for f in workload_filters("*", e)),
+        *(f for e in events if e not in DISPATCHED_EVENTS for f in workload_filters(cluster, e)),
         queue_subject(cluster),
         config_subject(cluster, ">"),
     ]
+
+
+_WHERE_IT_RUNS = ("admitted", "finished", "copy_status", "deleted")
+
+
+class RunsOn:
+    """Which events about this cluster's workloads count, by where they come from: a
+    workload's `finished` and `copy_status` only from the cluster it was last admitted to (a
+    lost worker that returns may still report a stale copy), anything else only when it is
+    about a workload submitted here (another cluster's workloads have their own watcher)."""
+
+    def __init__(self, cluster: str) -> None:
+        self._cluster = cluster
+        self._admitted: dict[str, str] = {}  # workload → the cluster it was last admitted to
+
+    def counts(self, env: pb.Envelope) -> bool:
+        field = env.WhichOneof("payload")
+        if env.cluster == self._cluster and field not in _WHERE_IT_RUNS:
+            return True
+        if field == "admitted":
+            self._admitted[env.workload] = env.cluster
+        elif field in ("finished", "copy_status"):
+            return env.cluster == self._admitted.get(env.workload, self._cluster)
+        elif field == "deleted":
+            self._admitted.pop(env.workload, None)
+        return True
 
 
 class GroupStatuses:
@@ -109,6 +163,11 @@ def _desire(book: StatusBook, sink: StatusSink, refs: list[ObjectRef]) -> None:
             sink.desire(ref, status, checks=book.checks_of(ref))
 
 
+def _desire_jobs(sink: StatusSink, desires: list[Desire]) -> None:
+    for ref, status in desires:
+        sink.desire(ref, status)
+
+
 async def write_statuses(
     bus: Bus,
     sink: StatusSink,
@@ -117,27 +176,44 @@ async def write_statuses(
     kueue_version: str,
     groups: GroupStatuses | None = None,
     events: tuple[EventBook, EventSink] | None = None,
+    workers: WorkerConfigs | None = None,
 ) -> None:
     """Desire the status of every Kueue object of `cluster` (and, with `groups`, of its
-    PodGroups) as events change it, and with `events` record their Kubernetes Events, until
-    cancelled."""
-    book = StatusBook(kueue_version=kueue_version)
+    PodGroups; of its Jobs managed by MultiKueue: `job_mirror`) as events change it, and with
+    `events` record their Kubernetes Events, until cancelled; `workers` is told which
+    MultiKueueClusters the config events declare."""
+    book = StatusBook(kueue_version=kueue_version, cluster=cluster)
+    mirror = JobMirror()
     subjects = status_subjects(cluster)
+    runs_on = RunsOn(cluster)
     last = await bus.last_sequence()
     if last:
         async for env in bus.replay(subjects, until_sequence=last):
+            if not runs_on.counts(env):
+                continue
             book.apply(env)
+            mirror.apply(env)
+            if workers is not None:
+                workers.apply(env)
             if groups is not None:
                 groups.book.apply(env)
             if events is not None:
                 events[0].apply(env)  # what it knows of each workload, nothing recorded
     refs = list(book.refs())
     _desire(book, sink, refs)
+    _desire_jobs(sink, mirror.desired())
+    if workers is not None:
+        workers.desire_all()
     if groups is not None:
         groups._desire(list(groups.book.refs()))
     log.info("status of %d Kueue objects of cluster %s desired after replay", len(refs), cluster)
     async for env in bus.replay(subjects, from_sequence=last + 1, follow=True):
+        if not runs_on.counts(env):
+            continue
         _desire(book, sink, sorted(book.apply(env), key=str))
+        _desire_jobs(sink, mirror.apply(env))
+        if workers is not None:
+            workers.apply(env)
         if groups is not None:
             groups.apply(env)
         if events is not None:

@@ -187,8 +187,34 @@ def incarnation(wl: Workload) -> str:
     return f"{wl.meta.uid}/{wl.meta.generation}/{wl.meta.creation_timestamp or ''}"
 
 
-def submitted(wl: Workload) -> Outgoing:
-    """`workload.submitted` for `wl`, once per incarnation (uid, generation, creation)."""
+# What a copy of a Job in a worker cluster needs of its metadata (MultiKueue): the rest is the
+# manager's API server's (resourceVersion, managedFields, ...), or kubectl's bookkeeping.
+_OWNER_META = ("name", "namespace", "uid", "labels", "annotations")
+_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def owner_manifest(job: Mapping[str, Any]) -> str:
+    """A Job as its owner wrote it, for `WorkloadSubmitted.owner_manifest_json`: what the
+    binder changed to start it put back, without status or server-kept metadata."""
+    written = jobs.as_written(job)
+    meta = {k: v for k, v in _meta(written).items() if k in _OWNER_META}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k != _LAST_APPLIED}
+    if annotations:
+        meta["annotations"] = annotations
+    else:
+        meta.pop("annotations", None)
+    out = {
+        "apiVersion": written.get("apiVersion"),
+        "kind": written.get("kind"),
+        "metadata": meta,
+        "spec": written.get("spec") or {},
+    }
+    return json.dumps(out, sort_keys=True, separators=(",", ":"))
+
+
+def submitted(wl: Workload, *, owner: str = "") -> Outgoing:
+    """`workload.submitted` for `wl`, once per incarnation (uid, generation, creation);
+    `owner` is the Job it stands for (`owner_manifest`), when it stands for one."""
     pod_sets = [
         events_pb2.PodSetSummary(
             name=ps.name,
@@ -203,12 +229,13 @@ def submitted(wl: Workload) -> Outgoing:
         queue_name=wl.queue_name,
         priority=wl.priority or 0,
         pod_sets=pod_sets,
+        owner_manifest_json=owner,
     )
-    owner = next((o for o in wl.meta.owner_references if o.controller), None)
-    if owner is not None:
+    ref = next((o for o in wl.meta.owner_references if o.controller), None)
+    if ref is not None:
         payload.owner.CopyFrom(
             events_pb2.OwnerRef(
-                api_version=owner.api_version, kind=owner.kind, name=owner.name, uid=owner.uid
+                api_version=ref.api_version, kind=ref.kind, name=ref.name, uid=ref.uid
             )
         )
     return Outgoing(
@@ -225,6 +252,16 @@ def local_queue_of(wl: Workload) -> str:
     return f"{wl.meta.namespace}/{wl.queue_name or 'default'}"
 
 
+def job_local_queue(job: Mapping[str, Any]) -> str:
+    """The LocalQueue a Job names (its label, else annotation), as `local_queue_of` spells it;
+    a MultiKueue copy keeps its origin's."""
+    meta = _meta(job)
+    queue = (meta.get("labels") or {}).get(QUEUE_NAME_KEY) or (meta.get("annotations") or {}).get(
+        QUEUE_NAME_KEY
+    )
+    return f"{meta.get('namespace', '')}/{queue or 'default'}"
+
+
 def deleted(wl: Workload) -> Outgoing:
     return Outgoing(
         field="deleted",
@@ -236,7 +273,7 @@ def deleted(wl: Workload) -> Outgoing:
     )
 
 
-def job_finished(job: Mapping[str, Any], wl: Workload) -> Outgoing | None:
+def job_finished(job: Mapping[str, Any], workload: str) -> Outgoing | None:
     """`workload.finished` once a Job's controller says it is over (condition Complete or
     Failed), as Kueue's Job integration reads it; None while it runs. A Job's pods do not tell:
     failed pods are retried, and more pods may follow those that succeeded."""
@@ -255,9 +292,31 @@ def job_finished(job: Mapping[str, Any], wl: Workload) -> Outgoing | None:
         field="finished",
         payload=events_pb2.WorkloadFinished(succeeded=succeeded, message=message),
         id_key=f"finished/job/{_meta(job).get('uid', '')}",
-        workload=wl.key,
-        local_queue=local_queue_of(wl),
+        workload=workload,
+        local_queue=job_local_queue(job),
     )
+
+
+def copy_status(job: Mapping[str, Any], workload: str) -> Outgoing | None:
+    """`workload.copy_status`: the status of `workload`'s Job copy here (MultiKueue), for the
+    manager's watcher to mirror onto the manager's Job; None while the copy has none. Same
+    status, same event id, so a resumed watch repeats nothing."""
+    status = job.get("status")
+    if not isinstance(status, Mapping) or not status:
+        return None
+    text = json.dumps(status, sort_keys=True, separators=(",", ":"))
+    return Outgoing(
+        field="copy_status",
+        payload=events_pb2.CopyStatus(status_json=text),
+        id_key=f"copy_status/{_meta(job).get('uid', '')}/{copy_status_mark(status)}",
+        workload=workload,
+        local_queue=job_local_queue(job),
+    )
+
+
+def copy_status_mark(status: Mapping[str, Any]) -> str:
+    """What `Sent.copy_status` keeps of a copy's status published: a digest of it."""
+    return _content_hash(status)
 
 
 class CheckAnswer(NamedTuple):
@@ -267,6 +326,32 @@ class CheckAnswer(NamedTuple):
     name: str
     mark: str
     event: Outgoing | None
+
+
+def spec_active(obj: Mapping[str, Any]) -> bool:
+    """A Kueue Workload's spec.active (absent: true)."""
+    spec = obj.get("spec")
+    return not isinstance(spec, dict) or spec.get("active", True) is not False
+
+
+def active_change(obj: Mapping[str, Any], seen: bool | None) -> Outgoing | None:
+    """`workload.active_changed` when Kueue Workload `obj`'s spec.active differs from `seen`
+    (what was last seen; None: nothing yet). A Workload first seen tells nothing of its own:
+    its `submitted` carries spec.active; a Job's Workload is created active, so a first
+    sight inactive is news (stopped before the watcher saw it)."""
+    active = spec_active(obj)
+    if seen is None:
+        seen = True if not is_workload_source(obj) else active
+    if active == seen:
+        return None
+    meta = _meta(obj)
+    key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    return Outgoing(
+        field="active_changed",
+        payload=events_pb2.WorkloadActiveChanged(active=active),
+        id_key=f"active/{meta.get('uid', '')}/{meta.get('generation', 0)}/{active}",
+        workload=key,
+    )
 
 
 def check_updates(obj: Mapping[str, Any], sent: Mapping[str, str]) -> list[CheckAnswer]:
@@ -291,7 +376,10 @@ def check_updates(obj: Mapping[str, Any], sent: Mapping[str, str]) -> list[Check
             out.append(CheckAnswer(name, mark, None))
             continue
         payload = events_pb2.AdmissionCheckUpdated(
-            check=name, state=state, message=str(entry.get("message") or "")
+            check=name,
+            state=state,
+            message=str(entry.get("message") or ""),
+            requeue_after_seconds=_requeue_after(entry.get("requeueAfterSeconds")),
         )
         event = Outgoing(
             field="admission_check",
@@ -302,3 +390,10 @@ def check_updates(obj: Mapping[str, Any], sent: Mapping[str, str]) -> list[Check
         )
         out.append(CheckAnswer(name, mark, event))
     return out
+
+
+def _requeue_after(value: object) -> int:
+    """A check's requeueAfterSeconds as an int32 the event can carry (anything else: 0)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return 0
+    return max(0, min(value, 2**31 - 1))

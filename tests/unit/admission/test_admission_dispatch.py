@@ -251,3 +251,62 @@ def test_cluster_lost_seconds_must_be_positive(capsys: pytest.CaptureFixture[str
     with pytest.raises(SystemExit):
         configs(["--cluster-lost-seconds", "0"])
     assert "--cluster-lost-seconds must be > 0" in capsys.readouterr().err
+
+
+def test_an_unreachable_cluster_is_passed_over_with_why_then_lost() -> None:
+    stream, state = world()
+    why = "API server: connection refused"
+    gone = ClusterCapacity(cluster="east", unreachable=why, reason="ClientConnectionFailed")
+    state.dispatch.heartbeat(gone, now_s=1.0)
+    out = stream.run(state, submitted(workload("a", cpu="2")), now_s=1.0)
+    assert said(out)[1] == ("admitted", "ns/a", "west")  # east is first, but does not answer
+    # Its services keep saying so: that is no sign of life; past the timeout east is lost.
+    state.dispatch.heartbeat(capacity("west", 8), now_s=11.0)
+    state.dispatch.heartbeat(gone, now_s=11.0)
+    assert state.dispatch.is_lost("east", now_s=11.0)
+    state.dispatch.heartbeat(capacity("west", 0), now_s=11.0)
+    out = stream.run(state, submitted(workload("b", cpu="2")), now_s=11.0)
+    assert out[-1].admission_check.message == (
+        f"no worker cluster can run it now: east: lost: {why}; west: 0 of 1 pods fit"
+    )
+
+
+def test_a_workload_goes_only_where_its_namespace_exists() -> None:
+    stream, state = world()
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other"}}
+    east = applied(namespace)
+    east.cluster = "east"
+    stream.run(state, east)
+    out = stream.run(state, submitted(workload("a", cpu="2")))
+    assert said(out)[1] == ("admitted", "ns/a", "west")  # east has no namespace ns
+    state.dispatch.heartbeat(capacity("west", 0), now_s=1.0)
+    out = stream.run(state, submitted(workload("b", cpu="1")), now_s=1.0)
+    assert out[-1].admission_check.message == (
+        "no worker cluster can run it now: east: namespace ns does not exist there; "
+        "west: 0 of 1 pods fit"
+    )
+
+
+def test_a_worker_that_refuses_to_create_it_is_passed_over_and_it_goes_elsewhere() -> None:
+    stream, state = world()
+    stream.run(state, submitted(workload("a", cpu="2")))
+    refusal = pb.GangRejected(reason="StartFailed", message="cluster east: forbidden")
+    out = stream.run(state, from_cluster_payload(refusal, "east"), now_s=2.0)
+    assert said(out) == [("evicted", "ns/a", "east"), ("admission_check", "ns/a", "east")]
+    assert out[0].evicted.reason == "AdmissionCheck"
+    assert (out[1].admission_check.state, out[1].admission_check.message) == (
+        "Retry",
+        "cluster east: forbidden",
+    )
+    out = stream.run(state, from_cluster("eviction_completed", "ns/a", "east"), now_s=3.0)
+    assert said(out)[2] == ("admitted", "ns/a", "west")
+    assert out[-1].admission_check.message == (
+        "dispatched to cluster west: the first listed with room; "
+        "not east: refused it (cluster east: forbidden)"
+    )
+
+
+def from_cluster_payload(payload: pb.GangRejected, cluster: str) -> pb.Envelope:
+    env = reported("gang_rejected", "ns/a", payload)
+    env.cluster = cluster
+    return env

@@ -18,6 +18,7 @@ from muster.admission.translate import (
     FactError,
     Finish,
     GangRejected,
+    Manifests,
     Recorded,
     Stopped,
     Submit,
@@ -82,8 +83,8 @@ class Context:
     def generation_of(self, key: WorkloadKey) -> int:
         return 3
 
-    def manifest_of(self, key: WorkloadKey) -> str:
-        return self.manifests.get(key, "")
+    def manifests_of(self, key: WorkloadKey) -> Manifests:
+        return Manifests(workload_json=self.manifests.get(key, ""), origin_cluster="local")
 
     def route_of(self, key: WorkloadKey) -> WorkloadRoute | None:
         return self.routes.get(key)
@@ -371,4 +372,13 @@ def test_an_admission_carries_the_manifest_as_submitted_up_to_the_limit() -> Non
     assert isinstance(copied, pb.WorkloadAdmitted)
     assert isinstance(too_big, pb.WorkloadAdmitted)
     assert copied.manifest_json == fact.manifest_json
+    assert copied.origin_cluster == "local"
     assert too_big.manifest_json == ""  # the submitted alone carries it
+
+
+def test_a_submission_carries_the_job_it_stands_for() -> None:
+    env = submitted(workload("a", cpu="500m"))
+    env.submitted.owner_manifest_json = '{"kind": "Job"}'
+    fact = fact_of(env)
+    assert isinstance(fact, Submit)
+    assert fact.owner_manifest_json == '{"kind": "Job"}'

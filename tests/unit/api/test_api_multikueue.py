@@ -170,3 +170,50 @@ metadata: {name: eu.west}
         "MultiKueueCluster/eu.west: metadata.name: must be a muster cluster id (letters, digits, "
         "'-' and '_'), got 'eu.west'"
     ]
+
+
+@pytest.mark.parametrize(
+    ("version", "spec"),
+    [
+        ("v1beta1", "kubeConfig: {locationType: Secret, location: east-secret}"),
+        ("v1beta2", "clusterSource: {kubeConfig: {location: east-secret}}"),
+    ],
+)
+def test_multikueue_cluster_kubeconfig_is_read_in_both_versions(version: str, spec: str) -> None:
+    text = f"""
+apiVersion: kueue.x-k8s.io/{version}
+kind: MultiKueueCluster
+metadata: {{name: east}}
+spec:
+  {spec}
+"""
+    objects, errors = decode_yaml(text)
+    assert errors == []
+    (cluster,) = objects
+    assert isinstance(cluster, MultiKueueCluster)
+    assert cluster.kube_config is not None
+    assert (cluster.kube_config.location_type, cluster.kube_config.location) == (
+        "Secret",
+        "east-secret",
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        (
+            "kubeConfig: {locationType: Url, location: x}",
+            "spec.kubeConfig.locationType: must be Secret or Path, got 'Url'",
+        ),
+        ("kubeConfig: {locationType: Path}", "spec.kubeConfig.location: is required"),
+    ],
+)
+def test_bad_multikueue_cluster_kubeconfig_names_the_field(spec: str, expected: str) -> None:
+    text = f"""
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: MultiKueueCluster
+metadata: {{name: east}}
+spec:
+  {spec}
+"""
+    assert errors_of(text) == [f"MultiKueueCluster/east: {expected}"]

@@ -103,6 +103,11 @@ def test_no_section_runs_every_section(
         "large-scale",
         "hierarchical-fair",
     ]
+    # Every Job, on one cluster and over MultiKueue's three workers, was bound.
+    multicluster = [r for r in rows if r["section"] == "multicluster"]
+    assert [(r["case"], r["clusters"]) for r in multicluster] == [("single", 1), ("multikueue", 3)]
+    assert all(r["bound"] == r["jobs"] == 6 for r in multicluster)
+    assert multicluster[1]["vs_single_pct"] > 0
 
 
 def test_e2e_rows_tell_mode_shards_and_workloads_per_call(

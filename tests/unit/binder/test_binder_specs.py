@@ -11,8 +11,9 @@ from muster.binder.handlers import BinderContext, WorkloadSpecs, on_admitted
 from muster.binder.pacing import BindPacer
 from muster.binder.service import spec_subjects
 from muster.bus import new_event
-from muster.bus.errors import Retry
-from muster.cluster.backend import PodSetStart
+from muster.bus.errors import Reject, Retry
+from muster.cluster.backend import PodSetStart, WorkloadOrigin
+from muster.cluster.errors import ClusterError
 from muster.contracts.v1 import events_pb2 as pb
 
 MANIFEST = {
@@ -38,6 +39,8 @@ def test_follows_specs_of_every_cluster_and_evictions_of_its_own() -> None:
         "muster.v1.*.workload.deleted.*",
         "muster.v1.*.workload.finished",
         "muster.v1.*.workload.finished.*",
+        "muster.v1.west.workload.admitted",
+        "muster.v1.west.workload.admitted.*",
         "muster.v1.west.workload.evicted",
         "muster.v1.west.workload.evicted.*",
         "muster.v1.west.workload.eviction_completed",
@@ -62,11 +65,18 @@ class _Backend:
 
     def __init__(self) -> None:
         self.started: dict[str, list[PodSetStart]] = {}
+        self.origins: dict[str, WorkloadOrigin | None] = {}
 
     async def start_workload(
-        self, key: str, *, pod_sets: list[PodSetStart], admission: int = 0
+        self,
+        key: str,
+        *,
+        pod_sets: list[PodSetStart],
+        admission: int = 0,
+        origin: WorkloadOrigin | None = None,
     ) -> None:
         self.started[key] = pod_sets
+        self.origins[key] = origin
 
 
 def _context(backend: _Backend) -> BinderContext:
@@ -97,3 +107,50 @@ async def test_without_a_copy_of_the_spec_an_admission_waits_for_its_submitted()
     with pytest.raises(Retry, match="no spec known yet for ns/w"):
         await on_admitted(_admitted(""), _context(backend))
     assert backend.started == {}
+
+
+class _Refusing(_Backend):
+    """A worker cluster that will not create what it is given."""
+
+    async def start_workload(
+        self,
+        key: str,
+        *,
+        pod_sets: list[PodSetStart],
+        admission: int = 0,
+        origin: WorkloadOrigin | None = None,
+    ) -> None:
+        await super().start_workload(key, pod_sets=pod_sets, admission=admission, origin=origin)
+        raise ClusterError("Job/ns/train", "Forbidden", 'jobs.batch is forbidden: user "mk"')
+
+
+class _Published:
+    def __init__(self) -> None:
+        self.seen: list[pb.Envelope] = []
+
+    async def publish(self, env: pb.Envelope) -> int:
+        self.seen.append(env)
+        return len(self.seen)
+
+
+async def test_a_workload_from_another_cluster_is_copied_and_a_refusal_said_to_admission() -> None:
+    backend, published = _Refusing(), _Published()
+    ctx = _context(backend)
+    ctx.cluster, ctx.publisher = "east", published
+    admitted = _admitted(json.dumps(MANIFEST))
+    admitted.admitted.origin_cluster = "local"
+    admitted.admitted.owner_manifest_json = '{"kind": "Job"}'
+    await on_admitted(admitted, ctx)
+    origin = backend.origins["ns/w"]
+    assert origin is not None
+    assert (origin.cluster, origin.owner_json) == ("local", '{"kind": "Job"}')
+    (rejected,) = published.seen
+    assert (rejected.type, rejected.cluster) == ("workload.gang_rejected", "east")
+    assert rejected.gang_rejected.reason == "StartFailed"
+    assert rejected.gang_rejected.message.startswith("cluster east: Job/ns/train: jobs.batch")
+    # One of its own cluster's: its objects are here, nothing is copied; a refusal is a bug
+    # to retry, not a dispatch to undo.
+    ctx.cluster = "local"
+    with pytest.raises(Reject):
+        await on_admitted(admitted, ctx)
+    assert backend.origins["ns/w"] is None

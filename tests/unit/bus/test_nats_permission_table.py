@@ -45,7 +45,7 @@ def test_buckets_are_the_ones_the_services_open() -> None:
     from muster.admission.rebuild import SNAPSHOTS_BUCKET as ADMISSION_SNAPSHOTS
     from muster.admission.service import VISIBILITY_BUCKET
     from muster.bus.partitions import PARTITIONS_BUCKET
-    from muster.cluster.sim.keys import bucket_name
+    from muster.cluster.keys import bucket_name
     from muster.gangpermit.service import CLUSTERS_BUCKET
     from muster.gateway.visibility import VISIBILITY_BUCKET as GATEWAY_VISIBILITY
     from muster.watcher.service import WATCHER_BUCKET

@@ -119,7 +119,9 @@ def test_first_fit_takes_the_first_listed_cluster_with_room_for_the_whole_worklo
     assert chosen(outcome) == "b"
     assert isinstance(outcome, Dispatched)
     assert outcome.takes == {"b1": {"cpu": 3 * CPU, "pods": 3 * POD}}
-    assert outcome.message == "dispatched to cluster b: the first listed with room"
+    assert outcome.message == (
+        "dispatched to cluster b: the first listed with room; not a: 2 of 3 pods fit"
+    )
 
 
 def test_best_fit_takes_the_cluster_left_with_the_most_of_the_dominant_resource() -> None:

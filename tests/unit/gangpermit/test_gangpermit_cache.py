@@ -7,7 +7,7 @@ from typing import Any, cast
 from muster.api import decode_documents
 from muster.api.model import Node, Pod, SchedulingWorkload
 from muster.cluster.backend import ChangeType
-from muster.cluster.sim.keys import node_key, object_key, pod_key
+from muster.cluster.keys import node_key, object_key, pod_key
 from muster.cluster.sim.store import SimStore, StoreChange
 from muster.gangpermit.cache import CachedObject, ClusterCache
 

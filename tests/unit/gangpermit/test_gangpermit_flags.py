@@ -7,8 +7,8 @@ import pytest
 from cluster_docs import gang, node, objects, pod
 
 from muster.gangpermit.__main__ import configs
-from muster.gangpermit.decisions import decide
 from muster.gangpermit.state import GangPermitState
+from muster.gangpermit.translate import decide
 
 
 def test_flags_reach_the_config() -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from cluster_docs import fed, kueue_workload, node, objects, pod
 
-from muster.gangpermit.decisions import decide
 from muster.gangpermit.service import GangPermitConfig, followed_subjects
+from muster.gangpermit.translate import decide
 
 CPU = 1000
 

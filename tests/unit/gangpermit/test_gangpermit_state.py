@@ -12,7 +12,7 @@ import msgspec
 from cluster_docs import GANG, event, fed, gang, kueue_workload, node, objects, pod
 
 from muster.contracts.v1 import events_pb2
-from muster.gangpermit.decisions import decide
+from muster.gangpermit.translate import decide
 
 
 def test_gang_that_fits_is_permitted_whole_with_every_pod_and_its_uid() -> None:
@@ -274,3 +274,29 @@ def test_a_restored_permit_of_an_evicted_admission_holds_nothing_for_the_next_on
     (placed,) = decide(restarted, now_s=2.0)
     assert placed.type == "workload.gang_permitted"
     assert [b.pod.uid for b in placed.gang_permitted.bindings] == ["new"]
+
+
+def test_a_pod_of_a_parked_gang_that_goes_away_leaves_the_gang() -> None:
+    """A gang that timed out before a restart stays parked, its pods held outside the feed;
+    one of them deleted unparks it, and only the pods still there become its members (a
+    ghost member would count toward its quorum)."""
+    timed_out = event(
+        "gang_rejected",
+        events_pb2.GangRejected(
+            reason="GangTimedOut",
+            message="timed out",
+            pods=[
+                events_pb2.PodRef(namespace="ns", name=f"train-{i}", uid=f"uid-train-{i}")
+                for i in range(3)
+            ],
+        ),
+        workload=GANG,
+    )
+    timed_out.sequence = 1
+    cluster = node("a", cpu="1") + gang(pods=3, min_count=2)
+    state = fed(cluster, stream=[timed_out])
+    assert decide(state, now_s=10.0) == []  # parked: nothing tried
+
+    (gone,) = objects([d for d in cluster if d["metadata"]["name"] == "train-2"])
+    state.remove(gone)
+    assert sorted(state.feed.members[GANG]) == ["ns/train-0", "ns/train-1"]

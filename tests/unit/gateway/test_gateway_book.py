@@ -165,3 +165,14 @@ def test_event_lines_are_short_and_pending_pod_counts_fold() -> None:
         ("workload.admitted", 1),
     ]
     assert lines[0].detail == "2 pods pending: w-0, w-1"  # the latest of the run
+
+
+def test_a_copys_status_reads_as_kubectl_get_job_tells_it() -> None:
+    def copied(status: str) -> str:
+        return detail(env("copy_status", events_pb2.CopyStatus(status_json=status)))
+
+    assert copied('{"active": 2, "ready": 1}') == "copy: 2 active, 1 ready"
+    done = '{"succeeded": 2, "conditions": [{"type": "Complete", "status": "True"}]}'
+    assert copied(done) == "copy: Complete, 2 succeeded"
+    assert copied("{}") == "copy: no pods"
+    assert copied("[1") == "copy's status unreadable"

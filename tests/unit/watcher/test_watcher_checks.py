@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from muster.cluster.backend import ClusterChange
-from muster.watcher.handlers import handler_for, on_workload_checks, on_workload_object
-from muster.watcher.translate import check_updates
+from muster.watcher.handlers import handler_for, on_kueue_workload, on_workload_object
+from muster.watcher.translate import active_change, check_updates
 
 
 def workload(*checks: dict[str, Any], owner: str = "") -> dict[str, Any]:
@@ -68,8 +68,31 @@ def change(obj: dict[str, Any]) -> ClusterChange:
 
 def test_a_jobs_workload_is_read_for_its_checks_only() -> None:
     assert handler_for(change(workload(check("prov", "Ready"), owner="train"))) is (
-        on_workload_checks
+        on_kueue_workload
     )
     assert handler_for(change(workload())) is on_workload_object
     gang = {"kind": "Workload", "apiVersion": "scheduling.k8s.io/v1alpha1", "metadata": {}}
     assert handler_for(change(gang)) is None
+
+
+def _active(obj: dict[str, Any], active: bool) -> dict[str, Any]:
+    return {**obj, "spec": {"active": active, "queueName": "lq"}}
+
+
+def test_spec_active_is_told_when_it_changes_and_a_first_sight_tells_little() -> None:
+    jobs, bare = workload(owner="train"), workload()
+    # A Job's Workload is created active: first seen inactive, someone stopped it.
+    first = active_change(_active(jobs, False), None)
+    assert first is not None
+    assert first.payload.active is False
+    assert active_change(_active(jobs, True), None) is None
+    # A Workload of its own carries spec.active in its `submitted`: nothing more to tell.
+    assert active_change(_active(bare, False), None) is None
+    changed = active_change(_active(bare, True), False)
+    assert changed is not None
+    assert (changed.field, changed.payload.active) == (
+        "active_changed",
+        True,
+    )
+    assert active_change(bare, True) is None  # absent: active
+    assert active_change({**bare, "spec": "odd"}, True) is None

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import copy
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
@@ -28,6 +28,8 @@ from muster.cluster.backend import (
     Identity,
     PodSetStart,
     Selection,
+    WorkloadCopy,
+    WorkloadOrigin,
     admission_of,
     split_workload_key,
 )
@@ -38,14 +40,16 @@ from muster.cluster.errors import (
     NotFoundError,
     RequestsRefusedError,
 )
-from muster.cluster.kube import jobs
+from muster.cluster.kube import copies, jobs
 from muster.cluster.kube.config import api_client
 from muster.cluster.kube.discovery import GangApi
 from muster.cluster.kube.informer import SEQ_BITS, merged_watch, resource_version_now
+from muster.cluster.kube.pod_set_updates import with_check_updates
 from muster.cluster.kube.ratelimit import TokenBucket
 from muster.cluster.kube.resize import ResizeError, resized
 from muster.cluster.kube.resources import (
     JOBS,
+    NAMESPACES,
     NODES,
     PODS,
     Resource,
@@ -54,7 +58,7 @@ from muster.cluster.kube.resources import (
     resource_for_kind,
     watched_sources,
 )
-from muster.cluster.kube.retry import retrying
+from muster.cluster.kube.retry import cancelling_check, retrying
 from muster.cluster.kube.settings import KubeConfig
 from muster.cluster.kube.transport import MERGE_PATCH, Response, Transport
 from muster.cluster.objects import NodeView, PodView, check_node, check_pod, node_view, pod_view
@@ -88,6 +92,13 @@ class KubeBackend:
         api = await api_client(config)
         writes = TokenBucket(config.write_qps, config.write_burst)
         transport = Transport(api, writes=writes, request_timeout_s=config.request_timeout_s)
+        return cls(transport, config=config)
+
+    @classmethod
+    def unconnected(cls, config: KubeConfig) -> KubeBackend:
+        """A backend whose client comes later (`Transport.use`): a worker's (`worker`)."""
+        writes = TokenBucket(config.write_qps, config.write_burst)
+        transport = Transport(None, writes=writes, request_timeout_s=config.request_timeout_s)
         return cls(transport, config=config)
 
     async def close(self) -> None:
@@ -191,13 +202,52 @@ class KubeBackend:
 
         return await self._retrying(create)
 
-    async def delete(self, kind: str, name: str, *, namespace: str = "", uid: str = "") -> bool:
+    async def delete(
+        self,
+        kind: str,
+        name: str,
+        *,
+        namespace: str = "",
+        uid: str = "",
+        as_user: Identity | None = None,
+    ) -> bool:
         resource = resource_for_kind(kind, kueue_version=self.config.kueue_version)
         namespace = (namespace or _NAMESPACED_DEFAULT) if resource.namespaced else ""
-        return await self._delete(resource, name, namespace, uid=uid)
+        return await self._delete(resource, name, namespace, uid=uid, as_user=as_user)
+
+    async def merge_patch(
+        self,
+        kind: str,
+        name: str,
+        patch: Mapping[str, Any],
+        *,
+        namespace: str = "",
+        as_user: Identity | None = None,
+    ) -> None:
+        """Merge `patch` into object `kind` `name` (NotFoundError when there is none)."""
+        resource = resource_for_kind(kind, kueue_version=self.config.kueue_version)
+        namespace = (namespace or _NAMESPACED_DEFAULT) if resource.namespaced else ""
+        path, who = resource.object_path(name, namespace), resource.describe(name, namespace)
+        await self._retrying(
+            lambda: self.transport.checked(
+                "PATCH",
+                path,
+                obj=who,
+                query=_STRICT,
+                body=dict(patch),
+                content_type=MERGE_PATCH,
+                as_user=as_user,
+            )
+        )
 
     async def _delete(
-        self, resource: Resource, name: str, namespace: str, *, uid: str = ""
+        self,
+        resource: Resource,
+        name: str,
+        namespace: str,
+        *,
+        uid: str = "",
+        as_user: Identity | None = None,
     ) -> bool:
         who = resource.describe(name, namespace)
         options: dict[str, Any] = {"propagationPolicy": "Background"}
@@ -206,7 +256,11 @@ class KubeBackend:
 
         async def delete() -> bool:
             response = await self.transport.request(
-                "DELETE", resource.object_path(name, namespace), obj=who, body=options
+                "DELETE",
+                resource.object_path(name, namespace),
+                obj=who,
+                body=options,
+                as_user=as_user,
             )
             if response.status == 404 or (uid and response.status == 409):
                 return False
@@ -264,9 +318,10 @@ class KubeBackend:
         on_progress: Callable[[int], None] | None = None,
     ) -> AsyncGenerator[ClusterChange, None]:
         """As the protocol says; the gang API's resources are those the server serves now
-        (`discovery`), looked up again at each watch."""
+        (`discovery`), looked up again at each watch, as long as the server takes to answer
+        (a worker's may be away: the watch starts when it is back)."""
         self.gang_api.forget()
-        gang_api = await self._retrying(self.gang_api.resources)
+        gang_api = await self._discovered()
         sources = watched_sources(
             scheduler_name=self.config.scheduler_name,
             kueue_version=self.config.kueue_version,
@@ -284,6 +339,24 @@ class KubeBackend:
             async for change in changes:
                 yield change
 
+    async def _discovered(self) -> dict[str, Resource]:
+        """The gang API's resources, asked again with back-off while the server does not
+        answer (logged when the failure changes)."""
+        delays = self.config.watch.backoff.delays()
+        told = ""
+        while True:
+            try:
+                return await self._retrying(self.gang_api.resources)
+            except ClusterError as err:
+                if not err.temporary:
+                    raise
+                cancelling_check()
+                delay_s = self.config.watch.backoff.wait_s(next(delays), err)
+                if str(err) != told:
+                    log.warning("discovery: %s; asking again", err)
+                    told = str(err)
+                await asyncio.sleep(delay_s)
+
     async def current_revision(self) -> int:
         """The API server's resourceVersion now, as a watch revision (`informer`).
 
@@ -297,10 +370,25 @@ class KubeBackend:
     # --- workloads ----------------------------------------------------------------------------
 
     async def start_workload(
-        self, workload_key: str, *, pod_sets: Sequence[PodSetStart], admission: int = 0
+        self,
+        workload_key: str,
+        *,
+        pod_sets: Sequence[PodSetStart],
+        admission: int = 0,
+        origin: WorkloadOrigin | None = None,
     ) -> None:
+        """As the protocol says. With `origin` (MultiKueue dispatched it here from the manager
+        it names), what it stands for is created here first when absent (`copies`): its Job,
+        started in the same write, or its Kueue Workload, whose pods are then created."""
         namespace, name = split_workload_key(workload_key)
         job, workload = await self._job_of(namespace, name)
+        if job is not None and workload is None:
+            workload = await self._get_or_none(self._kueue["Workload"], name, namespace)
+        pod_sets = with_check_updates(pod_sets, workload)  # what its checks asked for
+        if job is None and workload is None and origin is not None:
+            job, workload = await self._copy(namespace, name, origin, pod_sets, admission)
+            if job is not None:
+                return  # created started
         if job is not None:
             await self._start_job(job, pod_sets, workload=name, admission=admission)
         elif workload is not None:
@@ -311,19 +399,21 @@ class KubeBackend:
         self, workload_key: str, *, before: int = 0, pod_sets: Mapping[str, int] | None = None
     ) -> None:
         """A Job is suspended (unless a later admission started it); other pods are found by
-        label (the API server's index), so `pod_sets` is not needed here."""
+        label (the API server's index), so `pod_sets` is not needed here. A copy from another
+        cluster (MultiKueue) is deleted, as Kueue deletes remote objects, so nothing of it can
+        run here again."""
         namespace, name = split_workload_key(workload_key)
-        job, _ = await self._job_of(namespace, name)
+        job, workload = await self._job_of(namespace, name)
         if job is not None:
             if before and jobs.admission_of_job(job) >= before:
                 return  # started by a later admission than the eviction's
-            await self._stop_job(job)
-            return
-        pods = [
-            p
-            for p in await self._pods_of(namespace, name)
-            if not before or admission_of(p) < before
-        ]
+            if not copies.origin_of(job):
+                await self._stop_job(job)
+                return
+            meta = job["metadata"]
+            await self._delete(JOBS, str(meta["name"]), namespace, uid=str(meta.get("uid", "")))
+        found = await self._pods_of(namespace, name)
+        pods = [p for p in found if not before or admission_of(p) < before]
         await asyncio.gather(
             *(
                 self._delete(
@@ -332,6 +422,90 @@ class KubeBackend:
                 for p in pods
             )
         )
+        if workload is not None and copies.origin_of(workload) and len(pods) == len(found):
+            await self._delete(self._kueue["Workload"], name, namespace)  # no later admission's
+
+    async def _copy(
+        self,
+        namespace: str,
+        name: str,
+        origin: WorkloadOrigin,
+        pod_sets: Sequence[PodSetStart],
+        admission: int,
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """Create the copy of workload `name` from cluster `origin.cluster`: (its Job, created
+        started) or (None, its Kueue Workload, created); ClusterError when the cluster refuses,
+        naming the namespace when that is what is missing here."""
+        owner = origin.owner()
+        if owner is not None and owner.get("kind") == "Job":
+            made = copies.job_copy(owner, origin=origin.cluster, workload=name)
+            try:
+                started = (
+                    jobs.started_job(made, pod_sets, workload=name, admission=admission) or made
+                )
+            except ResizeError as err:
+                who = JOBS.describe(str(made["metadata"].get("name")), namespace)
+                raise RequestsRefusedError(who, f"its pod template cannot ask for {err}") from None
+            return await self._create_copy(JOBS, started), None
+        made = copies.workload_copy(origin.workload(), origin=origin.cluster)
+        return None, await self._create_copy(self._kueue["Workload"], made)
+
+    async def _create_copy(self, resource: Resource, manifest: dict[str, Any]) -> dict[str, Any]:
+        meta = manifest["metadata"]
+        name, namespace = str(meta.get("name", "")), str(meta.get("namespace", ""))
+        who = resource.describe(name, namespace)
+
+        async def create() -> dict[str, Any]:
+            response = await self.transport.request(
+                "POST",
+                resource.collection_path(namespace),
+                obj=who,
+                query=_STRICT,
+                body={**manifest, "apiVersion": resource.api_version},
+            )
+            if response.ok:
+                created: dict[str, Any] = response.json()
+                return created
+            if _already_exists(response):
+                return await self._get(resource, name, namespace)
+            if response.status == 404:  # the collection is there: its namespace is not
+                raise ClusterError(
+                    who,
+                    "NamespaceNotFound",
+                    f"namespace {namespace} does not exist in this cluster",
+                )
+            raise response.error(who)
+
+        return await self._retrying(create)
+
+    async def copies_of(self, origins: Collection[str]) -> list[WorkloadCopy]:
+        """The copies here of workloads from clusters `origins` (MultiKueue): Jobs and Kueue
+        Workloads labelled with one of them as their origin, sorted."""
+        if not origins:
+            return []
+        selector = f"{copies.ORIGIN_LABEL} in ({','.join(sorted(origins))})"
+        found: list[WorkloadCopy] = []
+        for resource in (JOBS, self._kueue["Workload"]):
+            try:
+                items = await self._list(resource, labelSelector=selector)
+            except NotFoundError:
+                continue  # Kueue's Workload CRD not installed here: no copies of that kind
+            for obj in items:
+                key = copies.copied_workload(obj)
+                if key:
+                    found.append(WorkloadCopy(workload=key, origin=copies.origin_of(obj)))
+        return sorted(set(found))
+
+    async def probe(self) -> ClusterError | None:
+        """One list of one Namespace (the cheapest read every muster role may make), no
+        retry: None when answered, else why not."""
+        try:
+            response = await self.transport.request(
+                "GET", NAMESPACES.collection_path(), obj="", query=[("limit", 1)]
+            )
+        except ClusterError as err:
+            return err
+        return None if response.ok else response.error("")
 
     async def _job_of(
         self, namespace: str, name: str
@@ -343,8 +517,8 @@ class KubeBackend:
         """
         if name.startswith("job-") and len(name) > len("job--12345"):
             guess = await self._get_or_none(JOBS, name[len("job-") : -6], namespace)
-            if guess is not None and jobs.workload_name(guess) == name:
-                return guess, None
+            if guess is not None and name in (jobs.workload_name(guess), _prebuilt(guess)):
+                return guess, None  # the Job, or its copy from another cluster
         workload = await self._get_or_none(self._kueue["Workload"], name, namespace)
         owner = _controller(workload) if workload is not None else None
         if owner is not None and owner.get("kind") == "Job":
@@ -353,7 +527,7 @@ class KubeBackend:
                 return job, workload
         if workload is None and name.startswith("job-"):
             for job in await self._list(JOBS, namespace=namespace, labelSelector=QUEUE_NAME_KEY):
-                if jobs.workload_name(job) == name:
+                if name in (jobs.workload_name(job), _prebuilt(job)):
                     return job, None
         return None, workload
 
@@ -523,6 +697,12 @@ def _already_exists(response: Response) -> bool:
     return response.status == 409 and b'"AlreadyExists"' in response.body
 
 
+def _prebuilt(job: Mapping[str, Any]) -> str:
+    """The Kueue Workload a copied Job stands for ("" for a Job of this cluster's own)."""
+    labels = (job.get("metadata") or {}).get("labels") or {}
+    return str(labels.get(copies.PREBUILT_WORKLOAD_LABEL) or "") if copies.origin_of(job) else ""
+
+
 def _controller(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
         if isinstance(ref, Mapping) and ref.get("controller"):
@@ -569,6 +749,7 @@ def _pod(
             "namespace": meta.get("namespace"),
             "labels": {
                 **(t_meta.get("labels") or {}),
+                **pod_set.labels,
                 WORKLOAD_LABEL: name,
                 **({ADMISSION_LABEL: str(admission)} if admission else {}),
             },

@@ -31,7 +31,7 @@ from muster.cluster.backend import ClusterChange
 from muster.cluster.errors import ClusterError, NotFoundError
 from muster.cluster.kube.changes import ChangeCache, Pending, resource_version
 from muster.cluster.kube.resources import NAMESPACES, Source, change_key
-from muster.cluster.kube.retry import UnavailableError
+from muster.cluster.kube.retry import UnavailableError, cancelling_check
 from muster.cluster.kube.settings import WatchSettings
 from muster.cluster.kube.transport import Transport, decode_status
 
@@ -86,6 +86,7 @@ class _SourceLoop:
         self._cache = cache
         self._queue = queue
         self._settings = settings
+        self._failing = ""  # the failure last logged, until the watch works again
         self.progress = start_rv
         self._needs_list = start_rv == 0
         self._warned_missing = False
@@ -102,6 +103,7 @@ class _SourceLoop:
     async def run(self) -> None:
         delays = self._settings.backoff.delays()
         while True:
+            cancelling_check()  # its merged watch waits for it to end
             try:
                 if self._needs_list:
                     await self._list()
@@ -122,8 +124,15 @@ class _SourceLoop:
                     self._needs_list = True
                     continue
                 delay_s = self._settings.backoff.wait_s(next(delays), err)
-                log.warning("%s: %s; again in %.1fs", self.source.name, err, delay_s)
+                # Once per failure, not per retry: a server away for an hour is one line.
+                level = logging.DEBUG if str(err) == self._failing else logging.WARNING
+                log.log(level, "%s: %s; again in %.1fs", self.source.name, err, delay_s)
+                self._failing = str(err)
                 await asyncio.sleep(delay_s)
+                continue
+            if self._failing:
+                log.info("%s: answered again", self.source.name)
+                self._failing = ""
 
     async def _emit(self, change: Pending | None, progress: int = 0) -> None:
         if change is not None or progress:

@@ -105,6 +105,8 @@ def started_job(
     t_meta = template.setdefault("metadata", {})
     t_spec = template.setdefault("spec", {})
     labels = t_meta.setdefault("labels", {})
+    if pod_set is not None:
+        labels.update(pod_set.labels)
     labels[WORKLOAD_LABEL] = workload
     if admission:
         labels[ADMISSION_LABEL] = str(admission)

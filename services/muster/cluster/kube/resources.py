@@ -2,7 +2,7 @@
 
 `watched_sources` is what `KubeBackend.watch` follows (one list-then-watch per entry);
 `resource_for_kind` resolves the kinds `apply`, `create` and `delete` accept. Keys and kinds of
-changes are the simulated cluster's (`muster.cluster.sim.keys`), so consumers see one format
+changes are the simulated cluster's (`muster.cluster.keys`), so consumers see one format
 whichever backend runs.
 """
 
@@ -18,7 +18,7 @@ from muster.api.job import QUEUE_NAME_KEY
 from muster.api.wellknown import WORKLOAD_LABEL
 from muster.cluster.backend import Selection
 from muster.cluster.errors import ClusterError
-from muster.cluster.sim.keys import (
+from muster.cluster.keys import (
     SCHEDULING_POD_GROUP_KIND,
     SCHEDULING_WORKLOAD_KIND,
     object_key,
@@ -136,6 +136,8 @@ _KUEUE_KINDS = (
     ("localqueues", "LocalQueue", True),
     ("workloadpriorityclasses", "WorkloadPriorityClass", False),
     ("admissionchecks", "AdmissionCheck", False),
+    ("multikueueconfigs", "MultiKueueConfig", False),
+    ("multikueueclusters", "MultiKueueCluster", False),
     ("workloads", "Workload", True),
 )
 
@@ -251,7 +253,8 @@ _KNOWN: tuple[Resource, ...] = (
 
 
 class ObjectRef(msgspec.Struct, frozen=True, kw_only=True):
-    """A Kueue object whose status muster writes: "ClusterQueue", "LocalQueue", "Workload"."""
+    """An object whose status muster writes: "ClusterQueue", "LocalQueue", "Workload", ...;
+    a "Job" that MultiKueue manages."""
 
     kind: str
     name: str

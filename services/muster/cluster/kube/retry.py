@@ -17,6 +17,15 @@ from muster.cluster.errors import ClusterError
 T = TypeVar("T")
 
 
+def cancelling_check() -> None:
+    """Raise CancelledError if this task was asked to stop. An aiohttp timeout that fires just
+    as the task is cancelled turns the cancellation into a timeout (a temporary ClusterError
+    here): a loop that retries those calls this first, or it would never stop."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 class UnavailableError(ClusterError):
     """A temporary error answer (429, 5xx, ...); `retry_after_s` when the server said when."""
 

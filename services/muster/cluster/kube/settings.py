@@ -54,3 +54,12 @@ class KubeConfig(msgspec.Struct, frozen=True, kw_only=True):
         if not self.scheduler_name:
             out.append("scheduler_name: is required")
         return out
+
+
+class WorkerSource(msgspec.Struct, frozen=True, kw_only=True):
+    """Which MultiKueueCluster this service serves, where its Secrets are, and how often its
+    kubeconfig is read again."""
+
+    cluster: str
+    namespace: str = "muster"
+    refresh_s: float = 10.0

@@ -37,7 +37,7 @@ from muster.api.raw import RawJob
 from muster.cluster.errors import ClusterError, InvalidObjectError, NotFoundError
 from muster.cluster.kube.discovery import GangApi
 from muster.cluster.kube.ratelimit import TokenBucket
-from muster.cluster.kube.resources import KUEUE_GROUP, ObjectRef, kueue_resources
+from muster.cluster.kube.resources import JOBS, KUEUE_GROUP, ObjectRef, kueue_resources
 from muster.cluster.kube.retry import retrying
 from muster.cluster.kube.settings import StatusWriterSettings
 from muster.cluster.kube.transport import MERGE_PATCH, Transport
@@ -47,7 +47,9 @@ log = logging.getLogger(__name__)
 # Status fields muster owns per Kueue kind: when a desired status lacks one, it is cleared.
 OWNED_STATUS_FIELDS: Mapping[str, tuple[str, ...]] = {
     # Not admissionChecks: the check controllers write it too (`check_states`).
-    "Workload": ("conditions", "admission", "requeueState"),
+    "Workload": ("conditions", "admission", "requeueState", "clusterName"),
+    # Its Active condition: whether the services serving that worker reach it.
+    "MultiKueueCluster": ("conditions",),
     "ClusterQueue": (
         "conditions",
         "pendingWorkloads",
@@ -68,6 +70,20 @@ OWNED_STATUS_FIELDS: Mapping[str, tuple[str, ...]] = {
     ),
     # scheduling.k8s.io PodGroup (the version the server serves: `discovery`).
     "PodGroup": ("conditions",),
+    # A batch/v1 Job MultiKueue manages (spec.managedBy): its copy's whole status, mirrored.
+    "Job": (
+        "active",
+        "ready",
+        "terminating",
+        "succeeded",
+        "failed",
+        "startTime",
+        "completionTime",
+        "conditions",
+        "completedIndexes",
+        "failedIndexes",
+        "uncountedTerminatedPods",
+    ),
 }
 _LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
@@ -129,7 +145,7 @@ class StatusWriter:
         settings = settings or StatusWriterSettings()
         self._transport = transport
         self._gang_api = gang_api if gang_api is not None else GangApi(transport)
-        self._resources = kueue_resources(kueue_version)
+        self._resources = {**kueue_resources(kueue_version), "Job": JOBS}
         self._kueue_version = kueue_version
         self._bucket = TokenBucket(settings.qps, settings.burst)
         self._concurrency = settings.concurrency

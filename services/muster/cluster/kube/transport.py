@@ -128,27 +128,41 @@ def client_errors(obj: str) -> Iterator[None]:
 
 
 class Transport:
-    """Requests and watch streams over one `ApiClient` (closed by `close` when owned)."""
+    """Requests and watch streams over one `ApiClient` (closed by `close` when owned).
+
+    The client may come later, and be replaced (`use`): a worker cluster's comes from its
+    MultiKueueCluster's kubeconfig, read again as it changes (`worker`). Without one, every
+    request fails at once with why (`missing`), as a connection that is refused would.
+    """
 
     def __init__(
         self,
-        api: ApiClient,
+        api: ApiClient | None,
         *,
         writes: TokenBucket,
         owns_client: bool = True,
         request_timeout_s: float = 30.0,
     ) -> None:
         self.api = api
+        self.missing = ClusterError("", "Unconfigured", "no client yet", temporary=True)
         self.writes = writes
         self._owns_client = owns_client
         self._timeout = aiohttp.ClientTimeout(total=request_timeout_s)
         self.requests = 0  # answered requests, for benchmarks and tests
         self.watch_lines = 0  # watch event lines received (bookmarks included)
 
-    async def close(self) -> None:
-        if self._owns_client:
+    async def use(self, api: ApiClient | None, *, why: ClusterError | None = None) -> None:
+        """Send from now on through `api` (None: fail every request with `why`); the client
+        used before is closed, so its watches end and resume on the new one."""
+        old, self.api = self.api, api
+        if why is not None:
+            self.missing = why
+        if old is not None and old is not api and self._owns_client:
             with contextlib.suppress(Exception):  # closing is best effort
-                await self.api.close()  # type: ignore[no-untyped-call]  # the client has no hints here
+                await old.close()  # type: ignore[no-untyped-call]  # the client has no hints here
+
+    async def close(self) -> None:
+        await self.use(None)
 
     async def _send(
         self,
@@ -161,7 +175,11 @@ class Transport:
         limits: aiohttp.ClientTimeout,
         as_user: Identity | None = None,
     ) -> Any:
-        method, url, headers, data, post = await self.api.param_serialize(
+        api = self.api
+        if api is None:
+            why = self.missing  # a new error each time: one raised again keeps its traceback
+            raise ClusterError(why.obj, why.reason, why.message, temporary=why.temporary)
+        method, url, headers, data, post = await api.param_serialize(
             method,
             path,
             query_params=list(query) or None,
@@ -172,7 +190,7 @@ class Transport:
         sent: Mapping[str, str] = headers
         if as_user is not None:
             sent = impersonating(headers, as_user)
-        response = await self.api.call_api(
+        response = await api.call_api(
             method, url, sent, data, post, _preload_content=False, _request_timeout=limits
         )
         self.requests += 1

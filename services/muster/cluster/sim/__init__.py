@@ -5,9 +5,9 @@ its ClusterBackend, `Kubelet` runs its pods (`muster service sim-cluster`), and 
 the wall clock and the manual clock tests drive.
 """
 
+from muster.cluster.keys import bucket_name, node_key, object_key, pod_key
 from muster.cluster.sim.backend import SimBackend
 from muster.cluster.sim.clock import Clock, ManualClock, WallClock
-from muster.cluster.sim.keys import bucket_name, node_key, object_key, pod_key
 from muster.cluster.sim.kubelet import Kubelet
 from muster.cluster.sim.store import SimStore, StoreChange, StoredObject
 

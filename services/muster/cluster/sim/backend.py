@@ -32,6 +32,7 @@ from muster.cluster.backend import (
     Identity,
     PodSetStart,
     Selection,
+    WorkloadOrigin,
     admission_of,
     split_workload_key,
 )
@@ -41,6 +42,18 @@ from muster.cluster.errors import (
     ConflictError,
     InvalidObjectError,
     NotFoundError,
+)
+from muster.cluster.keys import (
+    NODE_PREFIX,
+    OBJECT_PREFIX,
+    POD_PREFIX,
+    describe,
+    escape,
+    identity,
+    kind_of,
+    namespace_prefix,
+    object_key,
+    pod_key,
 )
 from muster.cluster.objects import (
     DEFAULT_MAX_PODS,
@@ -58,18 +71,6 @@ from muster.cluster.objects import (
     pod_view,
 )
 from muster.cluster.sim.clock import Clock, WallClock
-from muster.cluster.sim.keys import (
-    NODE_PREFIX,
-    OBJECT_PREFIX,
-    POD_PREFIX,
-    describe,
-    escape,
-    identity,
-    kind_of,
-    namespace_prefix,
-    object_key,
-    pod_key,
-)
 from muster.cluster.sim.store import RawPublisher, SimStore, StoredObject, nats_errors
 
 log = logging.getLogger(__name__)
@@ -253,8 +254,15 @@ class SimBackend:
     # --- workloads ----------------------------------------------------------------------------
 
     async def start_workload(
-        self, workload_key: str, *, pod_sets: Sequence[PodSetStart], admission: int = 0
+        self,
+        workload_key: str,
+        *,
+        pod_sets: Sequence[PodSetStart],
+        admission: int = 0,
+        origin: WorkloadOrigin | None = None,
     ) -> None:
+        """As the protocol says; a workload from another cluster (`origin`) needs no copy
+        here: the simulated cluster's pods stand on their own."""
         namespace, name = split_workload_key(workload_key)
         annotations: dict[str, str] = {}
         if not all(RUN_SECONDS_ANNOTATION in ps.annotations for ps in pod_sets):
@@ -348,6 +356,11 @@ class SimBackend:
             return bool(before) and admission_of(obj) >= before  # a later admission's
 
         await asyncio.gather(*(self._delete(key, keep=keep) for key in keys))
+
+    async def probe(self) -> ClusterError | None:
+        """The simulated cluster is its NATS bucket: reachable while the bus is (a lost
+        simulated cluster is one whose services stopped)."""
+        return None
 
 
 # --- helpers: objects the sim writes -----------------------------------------------------------

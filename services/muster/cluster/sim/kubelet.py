@@ -21,9 +21,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from muster.cluster.errors import ClusterError, ConflictError
+from muster.cluster.keys import NODE_PREFIX, POD_PREFIX, describe, node_key
 from muster.cluster.objects import format_time, parse_time, run_seconds_of
 from muster.cluster.sim.clock import Clock
-from muster.cluster.sim.keys import NODE_PREFIX, POD_PREFIX, describe, node_key
 from muster.cluster.sim.store import SimStore, StoreChange
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ from muster.bus.client import stream_sequence
 from muster.bus.errors import Conflict, Reject, Retry
 from muster.cluster.backend import ChangeType
 from muster.cluster.errors import ClusterError, ConflictError
-from muster.cluster.sim.keys import bucket_name, describe
+from muster.cluster.keys import bucket_name, describe
 
 _KV_OPERATION = "KV-Operation"  # KV protocol header: DEL or PURGE marks a tombstone
 _EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"  # optimistic write: the key's last seq

@@ -1,9 +1,10 @@
 """The engine's side of routing: when to decide, what each decision asks of the engine, and
 which routed groups wait while a ClusterQueue's own workloads are pending there.
 
-`Engine` owns one `RoutingControl` when routing is on. The control reads the engine, as
-`loads` does, and answers with `Take`s and groups to retry; the engine moves its records and
-queues itself. docs/routing.md explains the policies and why a queue's own workloads go first.
+`Engine` owns one `RoutingControl` when routing is on. The control reads `EngineState`, as
+`loads` does, and answers with `Take`s and groups to retry; the engine's lifecycle and
+queueing move records and queues themselves (routing never calls back into the engine).
+docs/routing.md explains the policies and why a queue's own workloads go first.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from muster.api.model import WorkloadKey
 from muster.api.wellknown import REQUESTS_REFUSED
 from muster.core.queues import Park, PendingGroup
 from muster.core.records import Phase, WorkloadRecord
-from muster.core.routing.model import REASONS, Choice, Policy, RouteOption, RoutingSettings
-from muster.core.routing.router import Route, Router
+from muster.core.routing.model import REASONS, Choice, Route, RouteOption, RoutingSettings
+from muster.core.routing.policies import rule_of
+from muster.core.routing.router import Router
 
 if TYPE_CHECKING:
-    from muster.core.engine import Engine
+    from muster.core.state import EngineState
 
 
 class Take(msgspec.Struct, frozen=True, kw_only=True):
@@ -44,13 +46,11 @@ class RoutingControl:
         self.router = Router(settings)
         # Groups of workloads routed into a ClusterQueue, parked while its own workloads wait.
         self.held: dict[str, list[PendingGroup]] = {}
-        self.reroute_due = False  # something changed since `fastest` last looked
+        self.reroute_due = False  # a workload arrived for `fastest` to look at
+        self._seen = 0  # `EngineState.emitted` when `fastest` last looked: any event since
+        # (something happened) is a reason to look again
 
     # --- the engine reports --------------------------------------------------------------
-
-    def changed(self) -> None:
-        """Something happened (the engine emitted an event): `fastest` looks again."""
-        self.reroute_due = True
 
     def drop_held(self) -> None:
         """Forget every held group: the engine is enqueuing every pending workload again."""
@@ -69,39 +69,41 @@ class RoutingControl:
 
     # --- decisions -----------------------------------------------------------------------
 
-    def arrive(self, engine: Engine, r: WorkloadRecord) -> Take | None:
+    def arrive(self, state: EngineState, r: WorkloadRecord) -> Take | None:
         """Start routing `r` if it has alternatives. `threshold` decides here, once: what `r`
         takes, or None when it has no route yet or its policy decides later."""
-        route = self.router.track(engine, r)
+        route = self.router.track(state, r)
         if route is None:
             return None
         self.reroute_due = True  # a workload for `fastest` to look at
-        if route.policy is not Policy.THRESHOLD:
+        rule = rule_of(route.policy)
+        if rule is None or not rule.once:
             return None
-        take = _take(route, self.router.decide(engine, r, route))
+        take = _take(route, self.router.decide(state, r, route))
         self.router.settle(r.key)
         return take
 
-    def reroute(self, engine: Engine) -> Iterator[tuple[WorkloadRecord, Take]]:
+    def reroute(self, state: EngineState) -> Iterator[tuple[WorkloadRecord, Take]]:
         """`fastest`: what each pending workload it routes takes, after any change; only the
         moves and the decisions not yet announced.
 
         Lazy on purpose: the engine carries out each take before the next workload is decided,
         so every decision sees the queues as the moves before it left them.
         """
-        if not self.reroute_due:
+        if not self.reroute_due and state.emitted == self._seen:
             return
         router = self.router
         for key in list(router.open):
-            r = engine.records[key]
+            r = state.records[key]
             if r.phase is not Phase.PENDING:
                 continue
             route = router.routes[key]
-            choice = router.decide(engine, r, route)
+            choice = router.decide(state, r, route)
             if choice.index == route.current and route.announced:
                 continue
             yield r, _take(route, choice)
         self.reroute_due = False  # its own Routed events are no reason to look again
+        self._seen = state.emitted
 
     def restore(self, key: WorkloadKey, *, queue_name: str) -> Take | None:
         """The recorded routing of `key` to LocalQueue `queue_name` (state rebuild): the take
@@ -129,13 +131,13 @@ class RoutingControl:
 
     # --- a queue's own workloads first ---------------------------------------------------
 
-    def hold_back(self, engine: Engine, r: WorkloadRecord, group: PendingGroup) -> str | None:
+    def hold_back(self, state: EngineState, r: WorkloadRecord, group: PendingGroup) -> str | None:
         """Hold `group` if `r` was routed into its ClusterQueue while workloads of that queue's
         own wait there: they go first, so routing never takes capacity they are waiting for.
 
         The message the engine parks the group with, or None when `r` may be tried now.
         """
-        if not self.router.is_routed(r.key) or not self._natives_waiting(engine, r.cluster_queue):
+        if not self.router.is_routed(r.key) or not self._natives_waiting(state, r.cluster_queue):
             return None
         self.held.setdefault(r.cluster_queue, []).append(group)
         return (
@@ -143,7 +145,9 @@ class RoutingControl:
             "are pending there"
         )
 
-    def release(self, engine: Engine, cluster_queue: str | None = None) -> Iterator[PendingGroup]:
+    def release(
+        self, state: EngineState, cluster_queue: str | None = None
+    ) -> Iterator[PendingGroup]:
         """The held groups to retry in `cluster_queue` (every one when None) once none of its
         own wait there.
 
@@ -152,24 +156,24 @@ class RoutingControl:
         """
         names = list(self.held) if cluster_queue is None else [cluster_queue]
         for name in names:
-            if name not in self.held or self._natives_waiting(engine, name):
+            if name not in self.held or self._natives_waiting(state, name):
                 continue
             for group in self.held.pop(name):
                 if group.park is Park.PARKED and group.head() is not None:
                     yield group
 
-    def started(self, engine: Engine, r: WorkloadRecord) -> Iterator[PendingGroup]:
+    def started(self, state: EngineState, r: WorkloadRecord) -> Iterator[PendingGroup]:
         """`r` reserved quota: its route is final. The held groups to retry: a queue's own
         workload starting may release the routed ones held behind it."""
         self.router.settle(r.key)  # now, not when the groups are iterated
         if r.cluster_queue in self.held and not self.router.is_routed(r.key):
-            return self.release(engine, r.cluster_queue)
+            return self.release(state, r.cluster_queue)
         return iter(())
 
-    def _natives_waiting(self, engine: Engine, cluster_queue: str) -> bool:
+    def _natives_waiting(self, state: EngineState, cluster_queue: str) -> bool:
         return any(
             other.phase is Phase.PENDING and not self.router.is_routed(other.key)
-            for other in engine.records_by_queue()[0].get(cluster_queue, ())
+            for other in state.records_by_queue()[0].get(cluster_queue, ())
         )
 
 

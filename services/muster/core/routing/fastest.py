@@ -16,12 +16,14 @@ from collections.abc import Iterable, Sequence
 from muster.api.model import WorkloadKey
 from muster.core.routing.model import (
     NEVER,
+    Ask,
     Candidate,
     Choice,
     Demand,
     Hysteresis,
     OrderKey,
     QueueLoad,
+    RoutingSettings,
     Waiting,
 )
 
@@ -99,6 +101,18 @@ def _fits(demand: Demand, room: Demand) -> bool:
 def _take(free: dict[str, int], demand: Demand) -> None:
     for resource, amount in demand.items():
         free[resource] -= amount
+
+
+def rule(candidates: Sequence[Candidate], ask: Ask, settings: RoutingSettings) -> Choice:
+    """The policy's entry in the registry (`policies.RULES`)."""
+    return decide(
+        candidates,
+        current=ask.current,
+        key=ask.key,
+        order=ask.order,
+        now_s=ask.now_s,
+        hysteresis=settings.hysteresis,
+    )
 
 
 def decide(

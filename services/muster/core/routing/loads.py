@@ -1,30 +1,31 @@
-"""Routing's view of the engine: each ClusterQueue's load and each option's candidate.
+"""Routing's view of the engine: each ClusterQueue's load.
 
-Read-only over the engine's records and configuration, like `muster.core.visibility`; the
-router calls it before deciding and never changes what it reads.
+Read-only over `EngineState`'s records, usage and configuration (like `muster.core.visibility`)
+and the router's routes; the router calls it before deciding and never changes what it reads.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-import msgspec
-
+from muster.api.model import WorkloadKey
 from muster.core.records import Phase, WorkloadRecord
-from muster.core.routing.model import NEVER, Candidate, QueueLoad, RouteOption, Running, Waiting
+from muster.core.routing.model import NEVER, QueueLoad, Route, Running, Waiting
 from muster.core.routing.options import declared_run_seconds, demand_of
 
 if TYPE_CHECKING:
-    from muster.core.engine import Engine
-    from muster.core.routing.router import Router
+    from muster.core.state import EngineState
+
+Routes = Mapping[WorkloadKey, Route]  # the router's: each routed workload's options
 
 _WAITING = (Phase.PENDING, Phase.BACKOFF)
 
 
-def queue_load(engine: Engine, router: Router, name: str) -> QueueLoad:
+def queue_load(state: EngineState, routes: Routes, name: str) -> QueueLoad:
     """ClusterQueue `name` now: quota per resource, who holds it until when, who waits."""
-    cq = engine.config.cluster_queues[name]
-    node = engine.config.tree.cluster_queues[name]
+    cq = state.config.cluster_queues[name]
+    node = state.config.tree.cluster_queues[name]
     nominal: dict[str, int] = {}
     reserved: dict[str, int] = {}
     for group in cq.resource_groups:
@@ -33,8 +34,8 @@ def queue_load(engine: Engine, router: Router, name: str) -> QueueLoad:
                 nominal[quota.name] = nominal.get(quota.name, 0) + quota.nominal_quota
                 used = node.usage.get((flavor.name, quota.name), 0)
                 reserved[quota.name] = reserved.get(quota.name, 0) + used
-    records = engine.records_by_queue()[0].get(name, [])
-    holders = list(engine.config.holders.get(name, {}).values())
+    records = state.records_by_queue()[0].get(name, [])
+    holders = list(state.usage.holders.get(name, {}).values())
     waiting = sorted((r for r in records if r.phase is Phase.PENDING), key=lambda r: r.order_key)
     return QueueLoad(
         name=name,
@@ -42,53 +43,40 @@ def queue_load(engine: Engine, router: Router, name: str) -> QueueLoad:
         reserved=reserved,
         pending=sum(1 for r in records if r.phase in _WAITING),
         reserving=len(holders),
-        running=tuple(_running(r, router, now_s=engine.now_s) for r in holders),
+        running=tuple(_running(r, routes, now_s=state.now_s) for r in holders),
         waiting=tuple(
             Waiting(
                 key=r.key,
                 order=r.order_key,
-                native=not router.is_routed(r.key),
+                native=not is_routed(routes, r.key),
                 demand=demand_of(r.wl.pod_sets),
-                run_s=run_seconds_of(r, router),
+                run_s=run_seconds_of(r, routes),
             )
             for r in waiting
         ),
     )
 
 
-def _running(r: WorkloadRecord, router: Router, *, now_s: float) -> Running:
+def _running(r: WorkloadRecord, routes: Routes, *, now_s: float) -> Running:
     usage: dict[str, int] = {}
     for (_, resource), amount in r.usage.items():
         usage[resource] = usage.get(resource, 0) + amount
     if r.phase is Phase.EVICTING:
         return Running(demand=usage, release_at_s=now_s)  # on its way out
-    run_s = run_seconds_of(r, router)
+    run_s = run_seconds_of(r, routes)
     release_at_s = NEVER if run_s is None else r.reserved_at_s + run_s
     return Running(demand=usage, release_at_s=release_at_s)
 
 
-def run_seconds_of(r: WorkloadRecord, router: Router) -> float | None:
+def is_routed(routes: Routes, key: WorkloadKey) -> bool:
+    """Whether `key` is on an alternative, away from its declared queue."""
+    route = routes.get(key)
+    return route is not None and route.current != 0
+
+
+def run_seconds_of(r: WorkloadRecord, routes: Routes) -> float | None:
     """How long `r` is expected to run on the option it is on."""
-    route = router.routes.get(r.key)
+    route = routes.get(r.key)
     if route is not None:
         return route.options[route.current].run_s
     return declared_run_seconds(r.wl)
-
-
-def candidate(engine: Engine, router: Router, r: WorkloadRecord, option: RouteOption) -> Candidate:
-    """Where `option` leads `r`, with that ClusterQueue's load, or why it cannot be used."""
-    config = engine.config
-    probe = WorkloadRecord(
-        msgspec.structs.replace(r.wl, queue_name=option.queue_name, pod_sets=option.pod_sets),
-        seq=r.seq,
-        priority=r.priority,
-        now_s=r.queue_ts,
-    )
-    cq, problem = config.resolve_queue(probe)
-    if problem is not None or cq is None:
-        return Candidate(option=option, cluster_queue=cq or "", load=None, problem=problem or "")
-    probe.cluster_queue = cq
-    inadmissible = config.admissibility(probe)
-    if inadmissible is not None:
-        return Candidate(option=option, cluster_queue=cq, load=None, problem=inadmissible[1])
-    return Candidate(option=option, cluster_queue=cq, load=router.load(engine, cq))

@@ -1,4 +1,5 @@
-"""What routing decides on and what it decides: policies, settings, options, queue loads, choices.
+"""What routing decides on and what it decides: policies, settings, options, queue loads, choices,
+and each routed workload's `Route`.
 
 A workload with alternatives (`Workload.alternatives`) has options: index 0 is its declared
 queue, index i its i-th alternative. A `QueueLoad` is a frozen picture of one ClusterQueue as
@@ -136,3 +137,26 @@ class Choice(msgspec.Struct, frozen=True, kw_only=True):
 
     index: int
     message: str
+
+
+class Ask(msgspec.Struct, frozen=True, kw_only=True):
+    """What a policy's rule is asked: where workload `key` (queue order `order`) should run,
+    being on option `current` at `now_s`."""
+
+    key: WorkloadKey
+    order: OrderKey
+    current: int
+    now_s: float
+
+
+class Route:
+    """One workload's options and the one it is on; mutable, owned by the `Router`."""
+
+    __slots__ = ("announced", "current", "options", "policy", "settled")
+
+    def __init__(self, options: tuple[RouteOption, ...], policy: Policy) -> None:
+        self.options = options
+        self.policy = policy
+        self.current = 0  # index into options; 0 is the declared queue
+        self.announced = False  # a Routed event was emitted for it
+        self.settled = False  # decided for good (threshold, or the workload started)

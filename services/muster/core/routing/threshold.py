@@ -15,7 +15,19 @@ from collections.abc import Sequence
 
 from muster.api.encode import is_byte_resource
 from muster.api.quantity import format_quantity
-from muster.core.routing.model import Candidate, Choice, QueueLoad, ThresholdRule
+from muster.core.routing.model import (
+    Ask,
+    Candidate,
+    Choice,
+    QueueLoad,
+    RoutingSettings,
+    ThresholdRule,
+)
+
+
+def rule(candidates: Sequence[Candidate], _ask: Ask, settings: RoutingSettings) -> Choice:
+    """The policy's entry in the registry (`policies.RULES`)."""
+    return decide(candidates[0], candidates[1:], rule=settings.threshold)
 
 
 def decide(

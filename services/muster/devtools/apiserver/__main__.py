@@ -28,6 +28,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--bare", action="store_true", help="built-in resources only (no Kueue or PodGroup CRDs)"
     )
+    parser.add_argument(
+        "--job-controller",
+        action="store_true",
+        help="run the stand-in's Job controller (pods for unsuspended Jobs, Job conditions)",
+    )
     return parser.parse_args(argv)
 
 
@@ -38,6 +43,7 @@ async def serve(args: argparse.Namespace) -> None:
         resources=builtin_resources() if args.bare else default_resources(),
         history_limit=args.history,
         bookmark_interval_s=args.bookmark_interval,
+        job_controller=args.job_controller,
     )
     async with server:
         print(f"serving the Kubernetes API stand-in at {server.url}", flush=True)

@@ -8,6 +8,8 @@ and the Job's `Complete` / `Failed` conditions once its pods finish.
 - Succeeded pods count towards `completions`; once reached, `Complete` (and
   `SuccessCriteriaMet`). Failed pods beyond `backoffLimit`: `Failed` (`BackoffLimitExceeded`)
   and the active pods are deleted.
+- A Job whose `spec.managedBy` names another controller is left alone (no pods, no status):
+  its manager writes its status.
 - Kubernetes v1.37's `WorkloadWithJob` (`workload_with_job`, when PodGroups are served): for a
   Job with `spec.scheduling`, a Workload and a PodGroup named after the Job, owned by it, with
   the Job's policy (`gang.minCount` defaulting to parallelism), and every pod's
@@ -25,6 +27,7 @@ from typing import Any
 
 from muster.devtools.apiserver.deletion import Api, DeleteOptions
 from muster.devtools.apiserver.errors import ApiError
+from muster.devtools.apiserver.job_status import managed_elsewhere
 from muster.devtools.apiserver.objects import JsonObj, meta, timestamp
 from muster.devtools.apiserver.resources import Registry, ResourceType
 from muster.devtools.apiserver.store import Change
@@ -80,8 +83,8 @@ class JobController:
         self._pending.discard((namespace, name))
         jobs = self._rt(JOBS)
         job = self.api.store.get(jobs, (namespace, name))
-        if job is None or meta(job).get("deletionTimestamp"):
-            return
+        if job is None or meta(job).get("deletionTimestamp") or managed_elsewhere(job):
+            return  # gone, going, or another controller's (spec.managedBy): left alone
         spec, status = job.get("spec") or {}, dict(job.get("status") or {})
         pods = self._pods_of(job)
         active = [p for p in pods if (p.get("status") or {}).get("phase") not in FINISHED]

@@ -161,6 +161,7 @@ def builtin_resources(gang_api: str | None = "1.35") -> tuple[ResourceType, ...]
             generation=False,
         ),
         _rt("", v1, "podtemplates", "PodTemplate", namespaced=True, generation=False),
+        _rt("", v1, "secrets", "Secret", namespaced=True, generation=False),
         _rt(
             "events.k8s.io",
             v1,
@@ -264,6 +265,8 @@ def kueue_resources() -> tuple[ResourceType, ...]:
         kueue("admissionchecks", "AdmissionCheck", False, True),
         kueue("cohorts", "Cohort", False, True),
         kueue("provisioningrequestconfigs", "ProvisioningRequestConfig", False, False, "prc"),
+        kueue("multikueueconfigs", "MultiKueueConfig", False, False, "mkconf"),
+        kueue("multikueueclusters", "MultiKueueCluster", False, True, "mkc"),
     )
 
 

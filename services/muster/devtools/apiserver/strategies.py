@@ -11,7 +11,8 @@ fields, validation, and which fields an update may change.
   suspended and has never started (what Kueue uses to inject a flavor's node labels), and,
   with `FeatureGates.mutable_pod_resources_for_suspended_jobs` (KEP-5440), its containers' and
   init containers' resources while the Job is suspended and has no active pods (the update
-  that unsuspends it may change them: the old Job's state counts).
+  that unsuspends it may change them: the old Job's state counts). The status of a Job
+  managed by another controller (`spec.managedBy`) follows `job_status`'s rules.
 - Namespaces, PriorityClasses and CustomResourceDefinitions get their server-set fields.
 - The scheduling.k8s.io gang API (Workloads, PodGroups, CompositePodGroups): `gangs`.
 - events.k8s.io/v1 Events: `events`; PodTemplates and ProvisioningRequests: `provisioning`.
@@ -33,6 +34,7 @@ from muster.devtools.apiserver.errors import (
 )
 from muster.devtools.apiserver.events import EventStrategy
 from muster.devtools.apiserver.gangs import GANG_STRATEGIES
+from muster.devtools.apiserver.job_status import job_status_causes, managed_elsewhere
 from muster.devtools.apiserver.objects import JsonObj, meta, name_of
 from muster.devtools.apiserver.provisioning import PROVISIONING_STRATEGIES
 from muster.devtools.apiserver.resources import ResourceType, crd_status, from_crd
@@ -311,6 +313,9 @@ class JobStrategy(Strategy):
         if comparable != old_template:
             causes.append(immutable("spec.template", "{...}"))
         return causes
+
+    def status_causes(self, new: JsonObj, old: JsonObj) -> list[Cause]:
+        return job_status_causes(new, old) if managed_elsewhere(new) else []
 
 
 def _restore_resources(spec: JsonObj, old_spec: JsonObj) -> None:

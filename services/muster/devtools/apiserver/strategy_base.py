@@ -49,3 +49,7 @@ class Strategy:
 
     def update_causes(self, new: JsonObj, old: JsonObj) -> list[Cause]:
         return []
+
+    def status_causes(self, new: JsonObj, old: JsonObj) -> list[Cause]:
+        """Why a write of the status subresource is refused."""
+        return []

@@ -438,6 +438,9 @@ class Verbs:
             if status is not None:
                 obj["status"] = status
             md = obj["metadata"]
+            status_causes = strategy_for(rt, self.gates).status_causes(obj, old)
+            if status_causes:
+                self._validate(rt, obj, status_causes)
         else:
             for field in _SERVER_SET:
                 if field in old_md:

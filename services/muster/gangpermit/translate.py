@@ -1,4 +1,5 @@
-"""One scheduling pass of gang-permit as the events to publish (docs/events.md), and its memos.
+"""Gang-permit's decisions to events, as `translate.py` in the other services: one scheduling
+pass as the events to publish (docs/events.md), and its memos. Pure.
 
 `decide(state, now_s=...)` runs `GangScheduler.schedule` and turns each decision into events:
 GangPermitted → `workload.gang_permitted`; GangTimedOut → `workload.gang_rejected` (reason
@@ -55,7 +56,7 @@ def decide(state: GangPermitState, *, now_s: float) -> list[events_pb2.Envelope]
                 state.permits[gang] = Permit(event_id=env.event_id, bindings=nodes, restored=False)
                 state.waiting.pop(gang, None)
                 for pod in nodes:  # a late pod of a Kueue gang is permitted as its own unit
-                    state.touch(state.gang_of.get(pod))
+                    state.touch(state.feed.gang_of.get(pod))
                 out.append(env)
             case GangTimedOut(gang=gang, reason=reason, pods=pods):
                 state.touch_all()
@@ -164,7 +165,7 @@ def _event(
         source=state.source,
         now_ns=now_ns,
     )
-    pods = state.members.get(gang) or {PodKey(gang)}
+    pods = state.feed.members.get(gang) or {PodKey(gang): None}
     uids = sorted(state.pods[p].meta.uid for p in pods if p in state.pods)
     digest = hashlib.sha256(
         "\n".join([*uids, payload.SerializeToString(deterministic=True).hex()]).encode()

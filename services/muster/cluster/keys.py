@@ -1,4 +1,6 @@
-"""Keys of the simulated cluster's objects in KV bucket `MUSTER_SIM_<cluster>`.
+"""Object keys of the cluster seam: how a `ClusterChange` names its object, whichever backend
+made it, and the keys of the simulated cluster's objects in KV bucket `MUSTER_SIM_<cluster>`
+(the Kubernetes backend names its changes the same way, so consumers see one format).
 
     node.<name>                      v1 Node
     pod.<namespace>.<name>           v1 Pod

@@ -1,0 +1,16 @@
+"""Kueue's words on a Workload: condition types, and the reasons and messages the engine
+gives that callers (the gateway's workload book) must spell exactly as it does."""
+
+QUOTA_RESERVED = "QuotaReserved"
+ADMITTED = "Admitted"
+EVICTED = "Evicted"
+FINISHED = "Finished"
+REQUEUED = "Requeued"
+PODS_READY = "PodsReady"
+WAITING_FOR_VICTIMS = "WaitingForPreemptedWorkloads"
+PENDING_PREEMPTION = (
+    ". Pending the preemption of"  # Kueue: "<why>. Pending the preemption of N workload(s)"
+)
+NO_LONGER_FITS = "Workload no longer fits after processing another workload"  # Kueue's words
+DEACTIVATED = "Deactivated"
+DEACTIVATED_MESSAGE = "The workload is deactivated"

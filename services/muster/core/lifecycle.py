@@ -1,0 +1,388 @@
+"""One workload's life: reserve, admit, evict, release, back off, deactivate.
+
+Each transition changes the record, the usage and the queues in `EngineState` and emits what
+it did. The restore paths (a restarted service replaying decisions it published) reuse them:
+`hold` with `announce` False puts quota back without deciding or reporting anything.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import msgspec
+
+from muster.api.model import Admission, Workload, WorkloadKey
+from muster.api.wellknown import PREEMPTED
+from muster.core.conditions import (
+    ADMITTED,
+    DEACTIVATED,
+    DEACTIVATED_MESSAGE,
+    EVICTED,
+    FINISHED,
+    PODS_READY,
+    QUOTA_RESERVED,
+    REQUEUED,
+)
+from muster.core.events import EventType
+from muster.core.flavors import Assignment, Mode
+from muster.core.preemption import Victims, preemption_message
+from muster.core.queueing import Queueing
+from muster.core.records import Phase, WorkloadRecord
+from muster.core.routing.control import RoutingControl, Take
+from muster.core.state import EngineState, shape_of
+
+
+class Lifecycle:
+    """Transitions of one workload at a time over one `EngineState`."""
+
+    def __init__(
+        self, state: EngineState, queueing: Queueing, routing: RoutingControl | None
+    ) -> None:
+        self.state = state
+        self.queueing = queueing
+        self.routing = routing
+
+    # --- quota held ----------------------------------------------------------------------
+
+    def reserve(self, r: WorkloadRecord, a: Assignment) -> None:
+        """Reserve quota; admit at once unless admission checks must pass first."""
+        state = self.state
+        if state.reserving:
+            self.queueing.drop_reservation(r, keep=a.usage)
+        if state.config.fair_sharing_enabled:  # only the fair-sharing order caches per head
+            state.attempts.forget(r.key)
+            state.fair_keys.forget(r.key)
+        r.evicted_by = None
+        self.hold(r, a, announce=True)
+        r.checks = dict.fromkeys(state.config.checks_for(r.cluster_queue, a), "Pending")
+        if not r.checks:
+            self.admit(r)
+
+    def hold(self, r: WorkloadRecord, a: Assignment, *, announce: bool) -> None:
+        """`r` holds `a` in its ClusterQueue (QuotaReserved). Announced, its route is final
+        and held groups it releases are retried; not (a restore), its route is only settled."""
+        state = self.state
+        r.assignment = a
+        r.phase = Phase.RESERVED
+        r.reserved_at_s = state.now_s
+        r.evicted = False
+        r.pending_message = ""
+        state.usage.hold(r)
+        if self.routing is not None and announce:
+            for group in self.routing.started(state, r):
+                self.queueing.retry(group)
+        elif self.routing is not None:
+            self.routing.settle(r.key)
+        message = f"Quota reserved in ClusterQueue {r.cluster_queue}"
+        r.set_condition(QUOTA_RESERVED, True, "QuotaReserved", message)
+        r.conditions.pop(EVICTED, None)
+        r.conditions.pop(PREEMPTED, None)
+        if announce:
+            state.emit(EventType.QUOTA_RESERVED, r, "QuotaReserved", message)
+
+    def admit(self, r: WorkloadRecord) -> None:
+        state = self.state
+        r.phase = Phase.ADMITTED
+        message = f"The workload is admitted to ClusterQueue {r.cluster_queue}"
+        r.set_condition(ADMITTED, True, "Admitted", message)
+        state.emit(EventType.ADMITTED, r, "Admitted", message)
+        wait = state.config.kueue.wait_for_pods_ready
+        if wait.enable and not r.pods_ready:
+            r.pods_ready_deadline_s = state.now_s + wait.timeout_seconds
+            r.set_condition(PODS_READY, False, "PodsReady", "Not all pods are ready or succeeded")
+            state.add_timer(r.pods_ready_deadline_s, "pods-ready", r.key)
+
+    def arrive_admitted(self, r: WorkloadRecord, admission: Admission) -> None:
+        """A workload that arrives with status.admission holds that quota from the start:
+        admitted, unless its conditions say it has only reserved quota (QuotaReserved but not
+        Admitted), when its admission checks start from the states its status gives."""
+        config = self.state.config
+        r.cluster_queue = admission.cluster_queue
+        a = assignment_of(admission)
+        if admission.cluster_queue not in config.cluster_queues:
+            self.queueing.mark_pending(
+                r,
+                config.reason("Misconfigured", "Inadmissible"),
+                f"ClusterQueue {admission.cluster_queue} doesn't exist",
+            )
+            return
+        self.reserve(r, a)
+        if r.phase is Phase.RESERVED:
+            given = {c.name: c.state for c in r.wl.admission_checks}
+            reserved_only = _reserved_only(r.wl)
+            for check in r.checks:
+                r.checks[check] = given.get(check, "Pending") if reserved_only else "Ready"
+            if all(state == "Ready" for state in r.checks.values()):
+                self.admit(r)
+        self.apply_stop_policy(r)
+
+    def apply_stop_policy(self, r: WorkloadRecord) -> None:
+        """A stopped queue's hold on what `r` holds (Kueue's workload controller): quota only
+        reserved (admission checks pending) is given back under Hold and HoldAndDrain; an
+        admitted workload is evicted under HoldAndDrain."""
+        config = self.state.config
+        if r.phase is Phase.RESERVED:
+            stopped = config.stop_reason(r.cluster_queue, r.local_queue)
+            if stopped is not None:
+                self.unreserve(r, stopped)
+        elif r.phase is Phase.ADMITTED:
+            drain = config.drain_reason(r.cluster_queue, r.local_queue)
+            if drain is not None:
+                self.evict(r, reason=drain[0], message=drain[1])
+
+    def unreserve(self, r: WorkloadRecord, why: tuple[str, str]) -> None:
+        """Give back quota that `r` reserved but was not admitted with; it queues again."""
+        self.release(r)
+        r.assignment = None
+        r.checks = {}
+        r.conditions.pop(ADMITTED, None)
+        self.queueing.enqueue(r)
+        self.queueing.mark_pending(r, *why)
+
+    # --- quota given back ----------------------------------------------------------------
+
+    def preempt(self, preemptor: WorkloadRecord, victims: Victims) -> None:
+        state = self.state
+        for key in victims.targets:
+            victim = state.records[key]
+            if victim.phase is Phase.EVICTING:
+                continue  # already being evicted for this preemptor: never twice
+            reason = victims.reasons[key]
+            message = preemption_message(preemptor, victim, reason, state.config.tree)
+            victim.set_condition(PREEMPTED, True, reason, message)
+            state.emit(EventType.PREEMPTED, victim, reason, message, by=preemptor.key)
+            self.evict(victim, reason=PREEMPTED, message=message, by=preemptor.key)
+
+    def evict(
+        self,
+        r: WorkloadRecord,
+        *,
+        reason: str,
+        message: str,
+        by: str = "",
+        deactivate: bool = False,
+    ) -> None:
+        state = self.state
+        r.set_condition(EVICTED, True, reason, message)
+        r.conditions.pop(ADMITTED, None)
+        r.set_condition(
+            QUOTA_RESERVED, False, state.config.reason("PendingEvaluation", "Pending"), message
+        )
+        r.evicted = True
+        r.evicted_by = WorkloadKey(by) if by else None
+        state.usage.touch(r.cluster_queue)  # a workload being evicted is no one else's victim
+        # Kueue's queue order: by the eviction's time after an admission check's Retry (and a
+        # PodsReady timeout under requeuingStrategy Eviction, set by the back-off), else by
+        # creation, so work that waited behind it goes first.
+        r.queue_ts = state.now_s if reason == "AdmissionCheck" else r.created_s
+        state.emit(EventType.EVICTED, r, reason, message, by=by)
+        if deactivate:
+            self.release(r)
+            self.deactivate(r)
+            state.emit(EventType.DEACTIVATED, r, reason, message)
+            return
+        if state.hold_quota_until_stopped:
+            r.phase = Phase.EVICTING
+            return
+        self.release(r)
+        self.after_eviction(r)
+
+    def after_eviction(self, r: WorkloadRecord) -> None:
+        """Requeue an evicted workload, after a back-off when pods were not ready in time."""
+        r.assignment = None
+        r.checks = {}
+        r.pods_ready = False
+        r.pods_ready_deadline_s = None
+        if not r.wl.active:  # deactivated (kueuectl stop workload): it waits to be resumed
+            self.deactivate(r)
+            return
+        evicted = r.conditions.get(EVICTED)
+        if evicted is not None and evicted.reason == "PodsReadyTimeout":
+            self.back_off(r)
+            return
+        retry_at_s, r.requeue_at_s = r.requeue_at_s, None
+        if retry_at_s is not None and retry_at_s > self.state.now_s:  # requeueAfterSeconds
+            self.wait_until(r, retry_at_s, reason="AdmissionCheck")
+            return
+        r.pending_message = ""
+        self.queueing.enqueue(r)
+        self.state.emit(EventType.REQUEUED, r, "Evicted", "Requeued after eviction")
+
+    def back_off(self, r: WorkloadRecord) -> None:
+        state = self.state
+        strategy = state.config.kueue.wait_for_pods_ready.requeuing_strategy
+        r.requeue_count += 1
+        if (
+            strategy.backoff_limit_count is not None
+            and r.requeue_count > strategy.backoff_limit_count
+        ):
+            self.deactivate(r)
+            message = (
+                "The workload is deactivated due to exceeding the maximum number of "
+                "re-queuing retries"
+            )
+            r.set_condition("Requeued", False, "RequeuingLimitExceeded", message)
+            state.emit(EventType.DEACTIVATED, r, "RequeuingLimitExceeded", message)
+            return
+        delay = min(
+            strategy.backoff_base_seconds * 2 ** (r.requeue_count - 1),
+            strategy.backoff_max_seconds,
+        )
+        if strategy.timestamp == "Eviction":
+            r.queue_ts = state.now_s
+        self.wait_until(r, state.now_s + delay, reason="PodsReadyTimeout")
+
+    def wait_until(self, r: WorkloadRecord, at_s: float, *, reason: str) -> None:
+        """Out of the queue until `at_s`, then requeued (BackoffFinished)."""
+        r.phase = Phase.BACKOFF
+        r.requeue_at_s = at_s
+        r.set_condition(REQUEUED, False, reason, f"Requeue in {at_s - self.state.now_s:g}s")
+        self.state.add_timer(at_s, "requeue", r.key)
+
+    def deactivate(self, r: WorkloadRecord) -> None:
+        """spec.active false: it waits for nothing (Kueue: QuotaReserved=False, Deactivated)."""
+        r.phase = Phase.INACTIVE
+        reason = self.state.config.reason(DEACTIVATED, "Inactive")
+        r.set_condition(QUOTA_RESERVED, False, reason, DEACTIVATED_MESSAGE)
+
+    def finish(self, r: WorkloadRecord) -> None:
+        self.release(r)
+        r.phase = Phase.FINISHED
+        r.set_condition(FINISHED, True, "Succeeded", "Job finished successfully")
+        self.state.emit(EventType.FINISHED, r, "Succeeded", "Job finished successfully")
+
+    def release(self, r: WorkloadRecord) -> None:
+        """Give back whatever `r` holds and leave its queue; wake groups it may unblock."""
+        state = self.state
+        if r.phase is Phase.PENDING:
+            self.queueing.drop_reservation(r)
+            r.phase = Phase.DELETED  # off the queue; the caller sets the real phase
+            return
+        if not r.holds_quota:
+            return
+        freed = state.usage.unhold(r)
+        queue = state.queues.get(r.cluster_queue)
+        if queue is None:
+            return
+        tree = queue.tree
+        if tree.tournament is not None:
+            tree.tournament.touch(queue)  # lower shares on its path: keys there may drop
+        if state.deferred is not None:  # freed for a preemptor: see Engine._preempt_for
+            for fr, amount in freed.items():
+                state.deferred[fr] = state.deferred.get(fr, 0) + amount
+            return
+        for fr, amount in freed.items():
+            for group in tree.release(fr, amount):
+                self.queueing.retry(group)
+
+    def drop(self, r: WorkloadRecord) -> None:
+        """Remove a record that no longer queues or holds anything from every index.
+
+        A stale entry in its group's heap (a workload deleted while pending) keeps the record
+        only until the group's head passes it; `group` is cleared so that it never counts.
+        """
+        state = self.state
+        self.queueing.drop_reservation(r)
+        state.attempts.forget(r.key)
+        state.fair_keys.forget(r.key)
+        del state.records[r.key]
+        state.awaiting_victims.discard(r.key)
+        r.group = None
+        if self.routing is not None:
+            self.routing.forget(r.key)
+
+    # --- routing (docs/routing.md; the decisions are RoutingControl's) -------------------
+
+    def take(self, r: WorkloadRecord, take: Take) -> None:
+        """Put `r` on the option routing chose and say so; a move leaves `r.group` None for the
+        caller to enqueue it (through the option's LocalQueue, keeping its key and order)."""
+        state = self.state
+        before = state.config.local_queues.get(r.local_queue)
+        if take.moves:
+            self.queueing.drop_reservation(r)
+            option = take.option
+            r.wl = msgspec.structs.replace(
+                r.wl, queue_name=option.queue_name, pod_sets=option.pod_sets
+            )
+            r.local_queue = f"{r.wl.meta.namespace}/{option.queue_name or 'default'}"
+            r.shape = shape_of(r)
+            r.group = None
+            state.version += 1  # cached views group records by queue
+        after = state.config.local_queues.get(r.local_queue)
+        state.emit(
+            EventType.ROUTED,
+            r,
+            take.reason,
+            take.message,
+            from_queue=before.cluster_queue if before is not None else "",
+            to_queue=after.cluster_queue if after is not None else "",
+        )
+
+    def reroute(self, routing: RoutingControl) -> None:
+        """`fastest`: carry out what it decides for the pending workloads it routes."""
+        for r, take in routing.reroute(self.state):
+            old = r.group
+            self.take(r, take)
+            if take.moves:  # off its old queue, onto the new one
+                self.queueing.enqueue(r)
+                if old is not None and old.head() is not None:
+                    self.queueing.retry(old)  # its head changed
+
+    # --- timers and waitForPodsReady ------------------------------------------------------
+
+    def admission_blocked(self) -> bool:
+        """waitForPodsReady.blockAdmission: nothing new starts while pods are still starting."""
+        state = self.state
+        wait = state.config.kueue.wait_for_pods_ready
+        if not (wait.enable and wait.block_admission):
+            return False
+        return any(
+            r.phase is Phase.ADMITTED and not r.pods_ready
+            for held in state.usage.holders.values()
+            for r in held.values()
+        )
+
+    def timer_live(self, kind: str, key: WorkloadKey, at: float) -> bool:
+        r = self.state.records.get(key)
+        if r is None:
+            return False
+        if kind == "requeue":
+            return r.phase is Phase.BACKOFF and r.requeue_at_s == at
+        return r.phase is Phase.ADMITTED and r.pods_ready_deadline_s == at
+
+    def fire_timers(self) -> None:
+        """Requeue workloads whose back-off is over; evict those whose pods were not ready in
+        time (waitForPodsReady)."""
+        state = self.state
+        while state.timers and state.timers[0][0] <= state.now_s:
+            at, _, kind, key = heapq.heappop(state.timers)
+            if not self.timer_live(kind, key, at):
+                continue
+            r = state.records[key]
+            if kind == "requeue":
+                r.requeue_at_s = None
+                r.pending_message = ""
+                r.set_condition(REQUEUED, True, "BackoffFinished", "The workload is requeued")
+                self.queueing.enqueue(r)
+                state.emit(EventType.REQUEUED, r, "BackoffFinished", "Requeued after back-off")
+            else:
+                message = f"Exceeded the PodsReady timeout {r.key}"
+                self.evict(r, reason="PodsReadyTimeout", message=message)
+
+
+def _reserved_only(wl: Workload) -> bool:
+    """True if the status says QuotaReserved but not Admitted."""
+    states = {c.type: c.status for c in wl.conditions}
+    return states.get(QUOTA_RESERVED) == "True" and states.get(ADMITTED) != "True"
+
+
+def assignment_of(admission: Admission) -> Assignment:
+    """The usage an admission holds, as the engine accounts it."""
+    usage: dict[tuple[str, str], int] = {}
+    for ps in admission.pod_set_assignments:
+        for resource, amount in ps.resource_usage.items():
+            fr = (ps.flavors.get(resource, ""), resource)
+            usage[fr] = usage.get(fr, 0) + amount
+    return Assignment(
+        pod_sets=admission.pod_set_assignments, usage=usage, mode=Mode.FIT, borrowing=0
+    )

@@ -1,0 +1,113 @@
+"""What the admission engine knows between calls: `EngineState`.
+
+The records of every workload, the cohort trees' and ClusterQueues' runtime queues, timers,
+the clock as last told, the events of the call in progress, and the caches the round keeps
+(attempts, fair-sharing keys). `queueing` and `lifecycle` change it; `engine` drives them;
+views (`visibility`) and routing (`routing.loads`, `routing.router`) only read it.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import msgspec
+
+from muster.api.model import WorkloadKey
+from muster.core.attempt import Attempts
+from muster.core.config import Configuration
+from muster.core.events import Event, EventType
+from muster.core.queues import QueueRuntime, TreeRuntime
+from muster.core.quota import FlavorResource
+from muster.core.records import WorkloadRecord
+from muster.core.tournament import FairKeys
+from muster.core.usage import Usage
+
+# A timer: when it fires, a tie-breaker, what it is ("requeue", "pods-ready"), whose.
+Timer = tuple[float, int, str, WorkloadKey]
+
+
+class EngineState:
+    """Records, trees, queues, timers, clock and events of one engine.
+
+    `hold_quota_until_stopped`: when False (the quota-only simulator), an evicted workload
+    gives its quota back at once; when True (services), only after its pods are gone.
+    """
+
+    def __init__(self, config: Configuration, *, hold_quota_until_stopped: bool) -> None:
+        self.config = config
+        self.usage = Usage(config)
+        self.hold_quota_until_stopped = hold_quota_until_stopped
+        # Every workload known, in arrival order (a resubmission after deletion moves to the end).
+        self.records: dict[WorkloadKey, WorkloadRecord] = {}
+        self.trees: dict[str, TreeRuntime] = {}
+        self.queues: dict[str, QueueRuntime] = {}
+        self.timers: list[Timer] = []
+        self.seq = 0
+        self.now_s = 0.0
+        self.events: list[Event] = []
+        self.emitted = 0  # events ever emitted: says whether anything happened since a look
+        self.version = 0  # bumped by every call that may change state; keys cached views
+        self.preempted_this_round: set[WorkloadKey] = set()
+        # Restored as waiting for its victims: its next try parks it instead of preempting.
+        self.awaiting_victims: set[WorkloadKey] = set()
+        self.reserving = False  # once a preemptor has held quota (services), reservations count
+        # While a preemptor takes what its victims free at once: what they freed, per resource.
+        self.deferred: dict[FlavorResource, int] | None = None
+        self.attempts = Attempts(config, self.usage, self.records)
+        self.fair_keys = FairKeys(config, self.usage, self.attempts)
+        self._by_queue: (
+            tuple[int, dict[str, list[WorkloadRecord]], dict[str, list[WorkloadRecord]]] | None
+        ) = None
+
+    def emit(
+        self,
+        type_: EventType,
+        r: WorkloadRecord,
+        reason: str,
+        message: str,
+        *,
+        by: str = "",
+        from_queue: str = "",
+        to_queue: str = "",
+    ) -> None:
+        self.emitted += 1
+        self.events.append(
+            Event(
+                time=self.now_s,
+                type=type_,
+                object=r.key,
+                reason=reason,
+                message=message,
+                by=by,
+                from_queue=from_queue,
+                to_queue=to_queue,
+            )
+        )
+
+    def take_events(self) -> list[Event]:
+        """The events of the call that ends; the state has a new version."""
+        self.version += 1
+        events, self.events = self.events, []
+        return events
+
+    def add_timer(self, at: float, kind: str, key: WorkloadKey) -> None:
+        self.seq += 1
+        heapq.heappush(self.timers, (at, self.seq, kind, key))
+
+    def records_by_queue(
+        self,
+    ) -> tuple[dict[str, list[WorkloadRecord]], dict[str, list[WorkloadRecord]]]:
+        """Records grouped by ClusterQueue and by LocalQueue key, built once per state version."""
+        if self._by_queue is None or self._by_queue[0] != self.version:
+            by_cq: dict[str, list[WorkloadRecord]] = {}
+            by_lq: dict[str, list[WorkloadRecord]] = {}
+            for r in self.records.values():
+                by_cq.setdefault(r.cluster_queue, []).append(r)
+                by_lq.setdefault(r.local_queue, []).append(r)
+            self._by_queue = (self.version, by_cq, by_lq)
+        return self._by_queue[1], self._by_queue[2]
+
+
+def shape_of(r: WorkloadRecord) -> bytes:
+    """What BestEffortFIFO groups by: workloads of one shape are decided alike."""
+    return msgspec.json.encode((r.local_queue, r.priority, r.wl.pod_sets))

@@ -1,0 +1,70 @@
+"""A Ready check's podSetUpdates merged into how a workload's pods start, whatever shape the
+Workload's status has (a controller's writes are input like any other)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from muster.api.model import Toleration
+from muster.cluster.backend import PodSetStart
+from muster.cluster.kube.pod_set_updates import with_check_updates
+
+MAIN = PodSetStart(
+    name="main",
+    count=2,
+    requests={"cpu": 1000},
+    node_selector={"pool": "batch"},
+    annotations={"keep": "me"},
+)
+
+
+def workload(*entries: Any) -> dict[str, Any]:
+    return {"status": {"admissionChecks": list(entries)}}
+
+
+def test_ready_checks_add_labels_annotations_node_selector_and_tolerations() -> None:
+    update = {
+        "name": "main",
+        "labels": {"team": "ml"},
+        "annotations": {"autoscaling.x-k8s.io/consume-provisioning-request": "wl-prov-1"},
+        "nodeSelector": {"zone": "a"},
+        "tolerations": [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}],
+    }
+    other = {"name": "workers", "labels": {"not": "mine"}}
+    (started,) = with_check_updates(
+        [MAIN], workload({"name": "prov", "state": "Ready", "podSetUpdates": [update, other]})
+    )
+    assert started.labels == {"team": "ml"}
+    assert started.annotations == {
+        "keep": "me",
+        "autoscaling.x-k8s.io/consume-provisioning-request": "wl-prov-1",
+    }
+    assert started.node_selector == {"pool": "batch", "zone": "a"}
+    assert started.tolerations == (Toleration(key="spot", operator="Exists", effect="NoSchedule"),)
+
+
+def test_only_ready_answers_count() -> None:
+    update = [{"name": "main", "labels": {"x": "y"}}]
+    for state in ("Pending", "Retry", "Rejected"):
+        entry = {"name": "prov", "state": state, "podSetUpdates": update}
+        assert with_check_updates([MAIN], workload(entry)) == [MAIN]
+
+
+def test_odd_shapes_are_left_out_not_raised() -> None:
+    odd: list[Any] = [
+        None,
+        {"status": None},
+        {"status": {"admissionChecks": "x"}},
+        workload(None, 7, {"state": "Ready", "podSetUpdates": {"name": "main"}}),
+        workload(
+            {
+                "state": "Ready",
+                "podSetUpdates": [
+                    {"name": "main", "labels": ["a"], "nodeSelector": {"k": 1}},
+                    {"name": "main", "tolerations": [{"operator": "Sideways"}, "x", None]},
+                ],
+            }
+        ),
+    ]
+    for obj in odd:
+        assert with_check_updates([MAIN], obj) == [MAIN]
