@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import nats.errors
 import nats.js.errors
 from nats.aio.msg import Msg
+from nats.js import api
 
 from muster.bus import Bus, ConsumerSettings, Reject, Retry, decode
 from muster.bus.cancel import finishing, raise_if_cancelling
@@ -36,27 +37,36 @@ log = logging.getLogger(__name__)
 BatchHandler = Callable[[Sequence[pb.Envelope], Sequence[bytes]], Awaitable[list[Reject | None]]]
 
 
-async def ensure_consumer(
-    bus: Bus, durable: str, subjects: Sequence[str], settings: ConsumerSettings
+async def make_consumer(
+    bus: Bus,
+    durable: str,
+    subjects: Sequence[str],
+    settings: ConsumerSettings,
+    *,
+    start_sequence: int,
 ) -> None:
-    """Create durable `durable` if missing (a new one starts at the stream's end)."""
-    await bus.js.add_consumer(settings.stream, config=consumer_config(durable, subjects, settings))
+    """Make durable `durable` anew: over `subjects` (the partitions this replica decides, which
+    change), starting at stream sequence `start_sequence` (just after its rebuild)."""
+    with contextlib.suppress(nats.js.errors.NotFoundError):
+        await bus.js.delete_consumer(settings.stream, durable)
+    config = consumer_config(durable, subjects, settings)
+    config.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
+    config.opt_start_seq = start_sequence
+    await bus.js.add_consumer(settings.stream, config=config)
 
 
 async def consume_in_order(
     bus: Bus,
     durable: str,
-    subjects: Sequence[str],
     handle: BatchHandler,
     settings: ConsumerSettings,
     *,
     fetch_timeout_s: float = 1.0,
 ) -> None:
-    """Fetch, handle and ack batches of durable `durable` until cancelled.
+    """Fetch, handle and ack batches of durable `durable` (`make_consumer`) until cancelled.
 
     Cancelled while a batch is being handled, it lets that batch finish and acks it first.
     """
-    await ensure_consumer(bus, durable, subjects, settings)
     feed = PullFeed(
         bus.nc,
         stream=settings.stream,

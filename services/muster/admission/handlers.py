@@ -45,10 +45,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from opentelemetry import trace
 
+from muster.admission.forwarding import reported_key, unwrap
+from muster.admission.relocation import Relocator, Report, StoryFetch
 from muster.admission.snapshot import CompactLog
 from muster.admission.state import AdmissionState
 from muster.admission.translate import (
@@ -61,8 +63,12 @@ from muster.admission.translate import (
     envelopes_of,
     fact_of,
 )
-from muster.bus import Reject, Retry
+from muster.api.model import WorkloadKey
+from muster.bus import Conflict, Reject, Retry
 from muster.bus.cancel import finishing, raise_if_cancelling
+from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
+from muster.bus.partitions import parse_token, token
+from muster.bus.subjects import record_filter
 from muster.bus.tracing import headers_of_envelope, recording, start_span, trace_decisions
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.events import Event
@@ -73,9 +79,16 @@ Clock = Callable[[], float]
 
 
 class Publisher(Protocol):
-    """What rounds publish through: `Bus.publish` returns once JetStream has the event."""
+    """What rounds publish through: `Bus.publish` returns once JetStream has the event; with an
+    expected last sequence it raises Conflict when another writer came first."""
 
-    async def publish(self, env: pb.Envelope) -> int: ...
+    async def publish(
+        self,
+        env: pb.Envelope,
+        *,
+        expected_last_subject_sequence: int | None = None,
+        fenced_on: str | None = None,
+    ) -> int: ...
 
 
 class RoundObserver(Protocol):
@@ -91,6 +104,22 @@ class RoundObserver(Protocol):
 MAX_LINKS = 128  # traces a round's span links to, at most (a batch holds up to 256 facts)
 
 
+class Reown(Exception):  # noqa: N818 (an outcome the service acts on, as Conflict)
+    """The partitions this replica decides changed under it (a record moved one, or fenced a
+    decision out): its state may hold decisions that were not stored, so it rebuilds."""
+
+
+class Item(NamedTuple):
+    """One consumed event: as stored, the event it carries (itself, or what it forwards)
+    and what that means to admission."""
+
+    env: pb.Envelope
+    data: bytes | None
+    inner: pb.Envelope
+    fact: Fact | None
+    forward: pb.WorkloadForwarded | None = None
+
+
 class Rounds:
     """Applies consumed facts in rounds, publishes decisions, and fires the engine's timers."""
 
@@ -104,16 +133,23 @@ class Rounds:
         retry_s: float = 0.5,
         history: CompactLog | None = None,
         metrics: RoundObserver | None = None,
+        fetch: StoryFetch | None = None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         self.state = state
         self.metrics = metrics
         # Workload → the trace (W3C headers) its decisions are published in.
         self.traces: dict[str, dict[str, str]] = {}
-        self.history = history  # with snapshots on: what the state depends on (snapshot.py)
+        # What the state depends on (snapshot.py), and what a moving story is forwarded from.
+        self.history = history if history is not None else CompactLog(state.ledger)
         self.publisher = publisher
         self.clock = clock
         self.on_round = on_round
         self.retry_s = retry_s
+        self.max_event_bytes = max_event_bytes
+        self.relocator = Relocator(
+            state, self.history, self._store, fetch=fetch, max_event_bytes=max_event_bytes
+        )
         self.lock = asyncio.Lock()  # one round at a time; readers of the engine take it too
         self.rounds = 0
         self._timers_changed = asyncio.Event()
@@ -128,53 +164,51 @@ class Rounds:
         Returns once every decision of the round is stored. Events at or below the last
         applied sequence (replayed by the rebuild, or redelivered) are skipped. `raw` holds the
         envelopes as stored, for the snapshot log (without it, what it keeps is encoded again).
+        Raises Reown when the replica must rebuild before deciding again.
         """
-        outcomes: list[Reject | None] = []
-        facts: list[tuple[pb.Envelope, Fact]] = []
-        # Every event is our own decision coming back, or already applied. (No event at all
-        # asks for a round: the cluster registry does, when a worker cluster changes.)
-        echoes_only = bool(envs)
-        for env in envs:
-            outcomes.append(None)
+        outcomes: list[Reject | None] = [None] * len(envs)
+        items: list[Item] = []
+        for i, env in enumerate(envs):
             if env.sequence and env.sequence <= self.state.last_sequence:
                 continue
-            if env.source == self.state.source and env.WhichOneof("payload") in RECORDED:
-                continue  # our own decision, recorded when published: not even decoded
-            echoes_only = False
+            field = env.WhichOneof("payload")
+            if env.source == self.state.source and (field in RECORDED or field == "forwarded"):
+                continue  # our own, kept when published: not even decoded
             try:
-                fact = fact_of(env)
+                items.append(self._read(env, None if raw is None else raw[i]))
             except FactError as exc:
-                outcomes[-1] = Reject(str(exc))
-                continue
-            if fact is not None:
-                fact = self.state.counted(fact, cluster=env.cluster)
-            if fact is None or (isinstance(fact, Recorded) and fact.source == self.state.source):
-                continue  # nothing for admission, or our own decision (recorded when published)
-            if env.traceparent and env.workload not in self.traces:
-                self.traces[env.workload] = headers_of_envelope(env.traceparent, env.tracestate)
-            facts.append((env, fact))
+                outcomes[i] = Reject(str(exc))
         # The decisions' cause: the last event applied (their ids derive from it). A batch of
-        # echoes changed nothing a round could act on: most batches, under load, are those.
+        # echoes changed nothing a round could act on. (No event at all asks for a round: the
+        # cluster registry does, when a worker cluster changes.)
         rejected = (
-            {} if echoes_only else await self._round(facts, cause=facts[-1][0] if facts else None)
+            await self._round(items, cause=items[-1].env if items else None)
+            if items or not envs
+            else {}
         )
-        for env, fact in facts:
-            if isinstance(fact, Finish | Delete):
-                self.traces.pop(env.workload, None)  # its last decisions are published
-        # No await from here on: a snapshot, taken between rounds, sees the log and the last
-        # sequence agree. The log reads the ledger as the whole round left it.
-        history = self.history
+        for item in items:
+            if isinstance(item.fact, Finish | Delete):
+                self.traces.pop(item.inner.workload, None)  # its last decisions are published
         for i, env in enumerate(envs):
             if env.event_id in rejected:
                 outcomes[i] = rejected[env.event_id]
-            if env.sequence > self.state.last_sequence:
-                self.state.last_sequence = env.sequence
-                if history is not None and outcomes[i] is None:
-                    history.add(env, None if raw is None else raw[i])
+            self.state.last_sequence = max(self.state.last_sequence, env.sequence)
         return outcomes
 
+    def _read(self, env: pb.Envelope, data: bytes | None) -> Item:
+        """`env` as admission reads it; raises FactError when it cannot be read."""
+        inner, forward = env, None
+        if env.WhichOneof("payload") == "forwarded":
+            inner, forward = unwrap(env, max_event_bytes=self.max_event_bytes)
+        fact = fact_of(inner)
+        if fact is not None:
+            fact = self.state.counted(fact, cluster=inner.cluster)
+        if inner.traceparent and inner.workload not in self.traces:
+            self.traces[inner.workload] = headers_of_envelope(inner.traceparent, inner.tracestate)
+        return Item(env, data, inner, fact, forward)
+
     async def _round(
-        self, facts: Sequence[tuple[pb.Envelope, Fact]], *, cause: pb.Envelope | None
+        self, items: Sequence[Item], *, cause: pb.Envelope | None
     ) -> dict[str, Reject]:
         rejected: dict[str, Reject] = {}
         async with self.lock:
@@ -183,18 +217,33 @@ class Rounds:
             now_s = self.clock()
             version = self.state.engine.version
             events: list[Event] = []
-            for env, fact in facts:
+            reports: list[Report] = []
+            facts: list[tuple[pb.Envelope, Fact]] = []
+            for item in items:
                 try:
-                    events += self.state.apply(fact, now_s=now_s)
+                    applied = self._apply(item, reports, now_s=now_s)
                 except Exception as exc:  # a bug: dead-letter this event, keep the others
-                    log.exception("applying %s failed", env.type, extra={"workload": env.workload})
-                    rejected[env.event_id] = Reject(f"admission could not apply it: {exc!r}")
+                    log.exception(
+                        "applying %s failed", item.env.type, extra={"workload": item.env.workload}
+                    )
+                    rejected[item.env.event_id] = Reject(f"admission could not apply it: {exc!r}")
+                    continue
+                if applied is None:
+                    continue
+                events += applied
+                if item.fact is not None:
+                    facts.append((item.inner, item.fact))
+                # After it applied: the log reads from the ledger whether its workload lives.
+                self.history.add(item.env, item.data)
+            events += await self.relocator.run(reports, now_s=now_s)
+            if self.state.repartitioned:
+                raise Reown("a config.partition record moved a partition to or from here")
             # The engine counts every call that returns events as a change, decide's included:
             # what tells is whether applying the facts changed it, or the round decided anything.
             changed = self.state.engine.version != version
-            if facts and not changed and self.state.settled():
-                # Only other shards' workloads (ledger history): the last round's decisions
-                # stand. With several shards, most of a replica's batches are these.
+            if items and not changed and self.state.settled():
+                # Nothing for the engine (history, another replica's workloads, reports passed
+                # on): the last round's decisions stand.
                 return rejected
             events += self.state.decide(now_s=now_s)
             changed = changed or bool(events)
@@ -212,9 +261,31 @@ class Rounds:
                     span.end()
             self.rounds += 1
         self._timers_changed.set()
-        if changed:  # the views are the engine's: a round about other shards' workloads,
+        if changed:  # the views are the engine's: a round about other replicas' workloads,
             self.on_round()  # or one that decided nothing, leaves them as they were
         return rejected
+
+    def _apply(self, item: Item, reports: list[Report], *, now_s: float) -> list[Event] | None:
+        """Apply one item; None when it is not taken at all (a forwarded story this replica
+        has, a report taken already). A report about a workload whose home another replica
+        decides is passed on (`reports`), and applied here too (its ledger entry follows)."""
+        state, fact, forward = self.state, item.fact, item.forward
+        if fact is None:
+            return []
+        if forward is not None:
+            known = item.inner.workload in state.ledger
+            if not state.forwards.takes(
+                forward, item.inner, known=known, sequence=item.env.sequence
+            ):
+                return None
+        elif (key := reported_key(fact)) is not None:
+            target = state.forward_target(key, arrived_on=parse_token(item.env.partition))
+            if target is not None:
+                data = item.data or item.env.SerializeToString()
+                reports.append(Report(data, item.env.sequence, target, state.queue_of(key)))
+        if forward is not None and forward.story:
+            return state.apply(fact, now_s=now_s, story=True)
+        return state.apply(fact, now_s=now_s)
 
     def _round_span(
         self, facts: Sequence[tuple[pb.Envelope, Fact]], *, started_ns: int
@@ -246,9 +317,12 @@ class Rounds:
             await finishing(self._round((), cause=None))  # its events are being published
 
     async def catch_up(self, events: Sequence[Event], *, replay_end: int) -> None:
-        """Publish what taking ownership decided, with ids fixed by the rebuild's end."""
+        """Forward the stories that must still follow their workloads (a replica may have died
+        before it had), then publish what taking ownership decided, with ids fixed by the
+        rebuild's end."""
         cause = pb.Envelope(event_id=f"rebuild/{self.state.source}/{replay_end}")
         async with self.lock:
+            await self.relocator.moves()
             if self.metrics is not None:
                 self.metrics.round((), events, decide_s=None)
             await self.publish(events, cause=cause)
@@ -269,7 +343,11 @@ class Rounds:
         stored, so a workload's decisions are stored in the order made (quota_reserved before
         admitted) while a round of many workloads costs a few round trips, not one per event.
         A temporary failure is retried with the same envelope (same id) until it is stored.
-        Each goes in its workload's trace (`started_ns`: when its span starts, if recorded).
+        Each goes in its workload's trace (`started_ns`: when its span starts, if recorded),
+        in its workload's partition, fenced on that partition's last record (Reown when a
+        newer one fenced it out), and into the ledger and the log once stored. A workload routed
+        to a partition other than its home's has its story forwarded there after its `routed`,
+        and its next decisions go there (homes.py).
         """
         state = self.state
         envs = envelopes_of(state.decisions(events), cause=cause, source=state.source)
@@ -279,29 +357,63 @@ class Rounds:
         started = time.perf_counter()
         try:
             for wave in waves_by_workload(envs):
+                for env in wave:
+                    env.partition = token(state.partition_for(WorkloadKey(env.workload)))
                 await asyncio.gather(*(self._publish_until_stored(env) for env in wave))
+                state.record_published(
+                    [fact for env in wave if isinstance(fact := fact_of(env), Recorded)]
+                )
+                for env in wave:
+                    self.history.add(env)
+                    if env.WhichOneof("payload") == "routed":
+                        state.routed_home(WorkloadKey(env.workload))
+                await self.relocator.moves()
         finally:
             for span in spans:
                 span.end()
         if self.metrics is not None and envs:
             self.metrics.published(time.perf_counter() - started)
-        published = [fact for env in envs if isinstance(fact := fact_of(env), Recorded)]
-        state.record_published(published)
 
     def _trace_of(self, env: pb.Envelope) -> dict[str, str] | None:
         return self.traces.get(env.workload)
 
     async def _publish_until_stored(self, env: pb.Envelope) -> None:
+        """Publish a decision, fenced on its partition's last record; its sequence is set."""
+        partition = parse_token(env.partition)
+        if partition is None:
+            await self._store(env)
+            return
+        fence = self.state.fences.get(partition, 0)
+        try:
+            await self._store(
+                env, expected_last_subject_sequence=fence, fenced_on=record_filter(partition)
+            )
+        except Conflict as exc:
+            raise Reown(f"a record fenced partition {partition} out: {exc}") from exc
+
+    async def _store(
+        self,
+        env: pb.Envelope,
+        *,
+        expected_last_subject_sequence: int | None = None,
+        fenced_on: str | None = None,
+    ) -> int:
+        """Publish `env` until JetStream has it (a temporary failure is retried with the same
+        id); its sequence (0: refused for good, logged)."""
         while True:
             try:
-                await self.publisher.publish(env)
+                env.sequence = await self.publisher.publish(
+                    env,
+                    expected_last_subject_sequence=expected_last_subject_sequence,
+                    fenced_on=fenced_on,
+                )
             except Retry as exc:
                 log.warning("publish of %s failed, retrying: %s", env.type, exc)
                 await asyncio.sleep(self.retry_s)
                 continue
             except Reject as exc:
                 log.error("cannot publish %s for %s: %s", env.type, env.workload, exc)
-            return
+            return env.sequence
 
 
 def waves_by_workload(envs: Sequence[pb.Envelope]) -> list[list[pb.Envelope]]:

@@ -1,11 +1,13 @@
-"""An index of every live workload, in every shard, with its last recorded state. Pure.
+"""An index of every live workload a replica reads about, with its last recorded state. Pure.
 
-Every admission replica reads every event. For the workloads of its own shard it keeps an
-`Engine`; for all of them it keeps this ledger: the spec and cluster from `submitted`, and what
-the decisions published so far (by any replica) and the facts reported since say about it.
-When a configuration change moves a workload into this replica's shard, the ledger is what the
-replica adopts it from (`state.adopt`); after a restart, replaying the stream into the ledger
-is the rebuild.
+An admission replica reads the events of its own partitions (and, from before partitions, every
+event). For the workloads it decides it keeps an `Engine`; for all it reads about it keeps this
+ledger: the spec and cluster from `submitted`, and what the decisions published so far and the
+facts reported since say about it. When a workload comes to decide here (a configuration change,
+a route, a partition's history handed over), the ledger is what the replica adopts it from
+(`state.adopt`); after a restart, replaying the stream into the ledger is the rebuild. A
+workload whose LocalQueue went to a partition another replica decides stays here, away: what
+still arrives about it here is forwarded there.
 """
 
 from __future__ import annotations
@@ -59,10 +61,18 @@ class Entry:
     manifest_json: str = ""  # as submitted, for its `admitted` (translate.MANIFEST_COPY_LIMIT)
     owner_manifest_json: str = ""  # the Job it stands for, likewise
     active: bool = True  # spec.active as last set through the gateway (active_changed)
+    # The partition whose events tell its story (its `submitted`'s, or where they were
+    # forwarded); None for a workload stored before partitions (docs/events.md, "Partitions").
+    partition: int | None = None
 
     @property
     def key(self) -> WorkloadKey:
         return self.workload.key
+
+    @property
+    def queue_name(self) -> str:
+        """The LocalQueue it waits or runs in now: where it was routed, else as declared."""
+        return self.routed_queue or self.workload.queue_name
 
     @property
     def holds_quota(self) -> bool:
@@ -106,6 +116,7 @@ class Ledger:
         generation: int,
         at_s: float,
         manifest_json: str = "",
+        partition: int | None = None,
         owner_manifest_json: str = "",
     ) -> Entry | None:
         """Record a submission; None when the workload is already known (a duplicate)."""
@@ -120,6 +131,7 @@ class Ledger:
             submitted_s=at_s,
             order=self._order,
             manifest_json=manifest_json,
+            partition=partition,
             owner_manifest_json=owner_manifest_json,
         )
         self.entries[key] = entry

@@ -1,41 +1,52 @@
 """The rebuild's pieces: replaying stored events into the state, and the snapshots' bucket.
 
 `replay_event` is the one path every stored event takes during a rebuild, a snapshot's and the
-stream's alike: read as a fact, replayed into `AdmissionState`, kept in the `CompactLog`.
-`restore` replays a snapshot that way.
+stream's alike: read as a fact (a forwarded one as the event it carries), replayed into
+`AdmissionState`, kept in the `CompactLog`. `restore_config` replays a snapshot's configuration
+and partition records, `restore_partitions` its events about some partitions.
 
 `SnapshotStore` is the `MUSTER_SNAPSHOTS` object store bucket: object `admission-<shard>`
-holds the last snapshot written by that shard's replica, its sequence in the object's headers.
-Every replica folds the same stream, so any shard's snapshot can seed any replica: a rebuild
-starts from the newest one it can read (`newest`).
+holds the last snapshot written by that shard's replica, its sequence and the partitions it
+covers in the object's headers. A replica's snapshot holds every configuration event and its
+own partitions' workloads, so any snapshot seeds the configuration, and the newest covering a
+partition seeds that partition (`available`, then `load`).
 """
 
 from __future__ import annotations
 
 import io
 import logging
-from typing import Final
+from collections.abc import AsyncIterator, Collection, Iterator, Sequence
+from typing import Final, NamedTuple, Protocol
 
 import nats.js.errors
 from nats.js import JetStreamContext, api
 from nats.js.object_store import ObjectStore
 
+from muster.admission.forwarding import unwrap
 from muster.admission.snapshot import (
+    ANY,
+    CONFIG,
     CompactLog,
     Snapshot,
     SnapshotError,
     decode_snapshot,
+    partitions_in,
     sequence_in,
     snapshot_headers,
 )
 from muster.admission.state import AdmissionState
+from muster.admission.subjects import CONFIG_SUBJECTS, replay_subjects
 from muster.admission.translate import fact_of
 from muster.bus import Reject, decode
+from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
+from muster.bus.partitions import parse_token
 from muster.contracts.v1 import events_pb2 as pb
 
 SNAPSHOTS_BUCKET: Final = "MUSTER_SNAPSHOTS"
 # Chunks well under NATS's default max_payload (1 MiB): fewer round trips than nats-py's 128 KiB.
 _CHUNK_BYTES: Final = 512 * 1024
+_CONFIG_FIELDS: Final = frozenset({"config_applied", "config_deleted", "partition_changed"})
 
 log = logging.getLogger(__name__)
 
@@ -46,41 +57,92 @@ def replay_event(
     *,
     history: CompactLog | None,
     data: bytes | None = None,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
 ) -> None:
     """Replay one stored event (sequence set) into `state`, then keep it in `history` if the
     state depends on it (`data`: the event as stored; None: encoded again if kept)."""
+    inner, taken = env, True
     try:
-        fact = fact_of(env)
+        if env.WhichOneof("payload") == "forwarded":
+            inner, forward = unwrap(env, max_event_bytes=max_event_bytes)
+            known = inner.workload in state.ledger
+            taken = state.forwards.takes(forward, inner, known=known, sequence=env.sequence)
+        fact = fact_of(inner) if taken else None
     except ValueError as exc:
         log.warning("rebuild skips %s#%d: %s", env.type, env.sequence, exc)
         fact = None
-    state.replay(fact, sequence=env.sequence, cluster=env.cluster)
-    if history is not None:
+    state.replay(fact, sequence=env.sequence, cluster=inner.cluster)
+    if history is not None and taken:
         history.add(env, data)
 
 
-def restore(
-    state: AdmissionState,
-    snapshot: Snapshot,
-    *,
-    history: CompactLog | None,
-    max_event_bytes: int,
-) -> None:
-    """Replay `snapshot` into a new `state`: its finished workloads, then its events in order.
-
-    Each event is decoded with the bus's checks; one it refuses is skipped, as a replay would.
-    Afterwards `state.last_sequence` is the snapshot's: the stream is read on from the next.
-    """
-    state.ledger.remember_finished(snapshot.finished)
-    for seq, data in zip(snapshot.sequences, snapshot.events, strict=True):
+def snapshot_events(
+    snapshot: Snapshot, *, max_event_bytes: int, config: bool, partitions: Collection[int] = ()
+) -> Iterator[tuple[pb.Envelope, bytes]]:
+    """`snapshot`'s configuration events (`config`), or its events about `partitions` and
+    those stored before partitions, decoded with the bus's checks (one it refuses is skipped,
+    as a replay would), each with its sequence set."""
+    wanted = frozenset(partitions)
+    for i, (seq, data) in enumerate(zip(snapshot.sequences, snapshot.events, strict=True)):
+        tag = snapshot.tag_of(i)
+        if tag >= 0 and (config or tag not in wanted):
+            continue
+        if tag == CONFIG and not config:
+            continue
         try:
             env = decode(data, max_bytes=max_event_bytes)
         except Reject as err:
             log.warning("rebuild skips snapshot event #%d: %s", seq, err)
             continue
+        if tag == ANY and (env.WhichOneof("payload") in _CONFIG_FIELDS) != config:
+            continue  # version 1 tags nothing: what it is says which part it belongs to
         env.sequence = seq
-        replay_event(state, env, history=history, data=data)
+        yield env, data
+
+
+def restore_config(
+    state: AdmissionState, snapshot: Snapshot, *, history: CompactLog | None, max_event_bytes: int
+) -> None:
+    """Replay `snapshot`'s configuration and partition records into a new `state`."""
+    for env, data in snapshot_events(snapshot, max_event_bytes=max_event_bytes, config=True):
+        replay_event(state, env, history=history, data=data, max_event_bytes=max_event_bytes)
+
+
+def restore(
+    state: AdmissionState, snapshot: Snapshot, *, history: CompactLog | None, max_event_bytes: int
+) -> None:
+    """Replay all of `snapshot` into a new `state`: its configuration, then the partitions it
+    covers. Afterwards `state.last_sequence` is the snapshot's: the stream is read on after."""
+    restore_config(state, snapshot, history=history, max_event_bytes=max_event_bytes)
+    restore_partitions(
+        state, snapshot, snapshot.partitions, history=history, max_event_bytes=max_event_bytes
+    )
     state.last_sequence = max(state.last_sequence, snapshot.sequence)
+
+
+def restore_partitions(
+    state: AdmissionState,
+    snapshot: Snapshot,
+    partitions: Collection[int],
+    *,
+    history: CompactLog | None,
+    max_event_bytes: int,
+) -> None:
+    """Replay `snapshot`'s finished workloads and its events about `partitions`, in order."""
+    state.ledger.remember_finished(snapshot.finished)
+    events = snapshot_events(
+        snapshot, max_event_bytes=max_event_bytes, config=False, partitions=partitions
+    )
+    for env, data in events:
+        replay_event(state, env, history=history, data=data, max_event_bytes=max_event_bytes)
+
+
+class Stored(NamedTuple):
+    """A snapshot in the bucket, as its headers announce it."""
+
+    sequence: int
+    name: str
+    partitions: frozenset[int]
 
 
 class SnapshotStore:
@@ -106,35 +168,43 @@ class SnapshotStore:
         )
         await bucket.put(name, data, meta=meta)
 
-    async def newest(self, *, stream: str, at_most: int) -> Snapshot | None:
-        """The readable snapshot of the stream created at `stream` with the highest sequence
-        up to `at_most` (the stream's last), or None.
+    async def available(self, *, stream: str, at_most: int) -> list[Stored]:
+        """The snapshots of the stream created at `stream` up to sequence `at_most` (the
+        stream's last), newest first, as their headers announce them."""
+        bucket = await self._open(create=False)
+        if bucket is None:
+            return []
+        try:
+            infos = await bucket.list(ignore_deletes=True)
+        except nats.js.errors.NotFoundError:
+            return []  # an empty bucket
+        stored = []
+        for info in infos:
+            seq = sequence_in(info.headers, stream=stream)
+            if seq is None:
+                continue
+            if seq > at_most:
+                log.warning("snapshot %s is at sequence %d, past the stream's last (%d): ignored",
+                            info.name, seq, at_most)  # fmt: skip
+                continue
+            stored.append(Stored(seq, info.name, partitions_in(info.headers)))
+        return sorted(stored, reverse=True)
 
-        A snapshot that cannot be read is logged and the next newest is tried.
-        """
+    async def load(self, stored: Stored, *, stream: str) -> Snapshot | None:
+        """The snapshot `stored` names, or None (logged) when it cannot be read or is not
+        what its headers say."""
         bucket = await self._open(create=False)
         if bucket is None:
             return None
         try:
-            infos = await bucket.list(ignore_deletes=True)
-        except nats.js.errors.NotFoundError:
-            return None  # an empty bucket
-        announced = ((sequence_in(i.headers, stream=stream), i.name) for i in infos)
-        candidates = sorted(((s, name) for s, name in announced if s is not None), reverse=True)
-        for seq, name in candidates:
-            if seq > at_most:
-                log.warning("snapshot %s is at sequence %d, past the stream's last (%d): ignored",
-                            name, seq, at_most)  # fmt: skip
-                continue
-            try:
-                snapshot = decode_snapshot(await self._download(bucket, name))
-            except SnapshotError as exc:
-                log.warning("snapshot %s ignored: %s", name, exc)
-                continue
-            if (snapshot.stream, snapshot.sequence) == (stream, seq):
-                return snapshot
-            log.warning("snapshot %s ignored: it is not what its headers say", name)
-        return None
+            snapshot = decode_snapshot(await self._download(bucket, stored.name))
+        except SnapshotError as exc:
+            log.warning("snapshot %s ignored: %s", stored.name, exc)
+            return None
+        if (snapshot.stream, snapshot.sequence) != (stream, stored.sequence):
+            log.warning("snapshot %s ignored: it is not what its headers say", stored.name)
+            return None
+        return snapshot
 
     @staticmethod
     async def _download(bucket: ObjectStore, name: str) -> bytes:
@@ -165,3 +235,84 @@ class SnapshotStore:
                 )
                 self._bucket = await self._js.create_object_store(SNAPSHOTS_BUCKET, config=config)
         return self._bucket
+
+
+class Rebuilt(NamedTuple):
+    """What a rebuild read."""
+
+    snapshot_events: int
+    stream_events: int
+    snapshot_sequence: int  # of the newest snapshot it read (0: none)
+
+
+class History(Protocol):
+    """What a rebuild reads the stream through (`Bus.replay`)."""
+
+    def replay(
+        self, subjects: Sequence[str], *, from_sequence: int = 1, until_sequence: int | None = None
+    ) -> AsyncIterator[pb.Envelope]: ...
+
+
+async def rebuild(
+    stream: History,
+    state: AdmissionState,
+    *,
+    history: CompactLog,
+    snapshots: SnapshotStore | None,
+    stream_created: str,
+    end: int,
+    max_event_bytes: int,
+) -> Rebuilt:
+    """Rebuild `state` to stream sequence `end`, in two passes (replay does not depend on the
+    order of configuration and workload events: it only records them).
+
+    1. Configuration: the newest readable snapshot's, then every `config.*` event after it.
+       This says which partitions the replica decides (`config.partition` records).
+    2. Those partitions: each from the newest snapshot covering it, then their events after
+       it (an event at or below its partition's snapshot is in that snapshot already).
+    `snapshots` None: no snapshot is read (`--snapshot-seconds 0`).
+    """
+    stored = (
+        [] if snapshots is None else await snapshots.available(stream=stream_created, at_most=end)
+    )
+    loaded: dict[str, Snapshot | None] = {}
+
+    async def load(item: Stored) -> Snapshot | None:
+        if item.name not in loaded and snapshots is not None:
+            loaded[item.name] = await snapshots.load(item, stream=stream_created)
+        return loaded.get(item.name)
+
+    counted, newest = 0, 0
+    for item in stored:
+        snapshot = await load(item)
+        if snapshot is not None:
+            restore_config(state, snapshot, history=history, max_event_bytes=max_event_bytes)
+            newest = snapshot.sequence
+            counted += len(snapshot.events)
+            break
+    replayed = 0
+    async for env in stream.replay(CONFIG_SUBJECTS, from_sequence=newest + 1, until_sequence=end):
+        replay_event(state, env, history=history, max_event_bytes=max_event_bytes)
+        replayed += 1
+    owned = state.sharding.owned
+    covered: dict[int, int] = {}  # partition -> sequence of the snapshot it was restored from
+    for item in stored:
+        wanted = (item.partitions & owned) - covered.keys()
+        snapshot = await load(item) if wanted else None
+        if snapshot is None:
+            continue
+        restore_partitions(
+            state, snapshot, wanted, history=history, max_event_bytes=max_event_bytes
+        )
+        covered |= dict.fromkeys(wanted, snapshot.sequence)
+    low = min((covered.get(p, 0) for p in owned), default=end)
+    async for env in stream.replay(
+        replay_subjects(owned), from_sequence=low + 1, until_sequence=end
+    ):
+        partition = parse_token(env.partition)
+        if env.sequence <= (low if partition is None else covered.get(partition, 0)):
+            continue
+        replay_event(state, env, history=history, max_event_bytes=max_event_bytes)
+        replayed += 1
+    state.last_sequence = max(state.last_sequence, end)
+    return Rebuilt(counted, replayed, newest)

@@ -25,16 +25,19 @@ from typing import Final
 
 import msgspec
 import nats.errors
+import nats.js.errors
 
 from muster.admission.clusters import follow_clusters
-from muster.admission.consumer import consume_in_order, ensure_consumer
-from muster.admission.handlers import Clock, Rounds
+from muster.admission.consumer import consume_in_order, make_consumer
+from muster.admission.handlers import Clock, Reown, Rounds
+from muster.admission.handover import StoryFetcher
+from muster.admission.homes import bucket_values
 from muster.admission.lease import SHARDS_BUCKET, ShardLease
 from muster.admission.metrics import AdmissionMetrics
-from muster.admission.rebuild import SnapshotStore, replay_event, restore
+from muster.admission.rebuild import SnapshotStore, rebuild
 from muster.admission.snapshot import CompactLog, encode_snapshot
 from muster.admission.state import AdmissionState
-from muster.admission.translate import RECORDED, WORKLOAD_FACTS
+from muster.admission.subjects import consumer_subjects
 from muster.admission.visibility import VisibilityWriter, visibility_values
 from muster.api.model import KueueConfig
 from muster.bus import (
@@ -43,11 +46,10 @@ from muster.bus import (
     Bus,
     BusError,
     ConsumerSettings,
-    config_subject,
     new_event,
-    workload_subject,
 )
 from muster.bus.cancel import finishing, raise_if_cancelling
+from muster.bus.partitions import PARTITIONS_BUCKET
 from muster.bus.service import Health
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.routing import POLICIES, Policy
@@ -55,13 +57,6 @@ from muster.core.routing import POLICIES, Policy
 VISIBILITY_BUCKET: Final = "MUSTER_VISIBILITY"
 LAST_SNAPSHOT_S: Final = 5.0  # at shutdown, within the service's grace period (10 s)
 VISIBILITY_CPU_SHARE: Final = 20  # views wait at least this many times what computing them took
-# Only the events `fact_of` reads, filtered by the server: the others (bound, running,
-# gang_permitted, ...) are most of the stream, and each would cost a delivery and an ack.
-SUBJECTS: Final = (
-    *(workload_subject("*", field) for field in (*WORKLOAD_FACTS, *RECORDED)),
-    config_subject("*", ">"),
-)
-
 log = logging.getLogger(__name__)
 
 
@@ -122,7 +117,10 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
 async def run_admission(
     bus: Bus, health: Health, config: AdmissionConfig, *, clock: Clock = time.time
 ) -> None:
-    """Own shard `config.shard` and decide for it until cancelled (or the lease is lost)."""
+    """Own shard `config.shard` and decide for it until cancelled (or the lease is lost).
+
+    When the partitions it decides change under it (Reown), it rebuilds and goes on.
+    """
     kv = await bus.kv(SHARDS_BUCKET, ttl_s=config.lease_ttl_s)
     owner = f"{socket.gethostname()}/{os.getpid()}/{id(health):x}"
     lease = ShardLease(
@@ -136,37 +134,55 @@ async def run_admission(
     try:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(lease.hold(), name="admission-lease")
-            service = AdmissionService(bus, config, clock=clock)
-            await service.start()
-            tg.create_task(service.rounds.run_timers(), name="admission-timers")
-            tg.create_task(service.write_visibility(), name="admission-visibility")
-            if config.snapshot_s > 0:
-                tg.create_task(service.write_snapshots(), name="admission-snapshots")
-            tg.create_task(
-                follow_clusters(
-                    bus, service.state.dispatch, service.rounds.apply_batch, clock=clock
-                ),
-                name="admission-clusters",
-            )
-            tg.create_task(
-                consume_in_order(
-                    bus,
-                    config.durable,
-                    SUBJECTS,
-                    service.rounds.apply_batch,
-                    config.consumer_settings(),
-                ),
-                name="admission-consumer",
-            )
-            health.ready()
-            log.info(
-                "serving shard %d of %d (rebuilt to sequence %d)",
-                config.shard,
-                config.shards,
-                service.state.last_sequence,
-            )
+            tg.create_task(_decide(bus, health, config, clock=clock), name="admission")
     finally:
         await asyncio.shield(lease.release())
+
+
+async def _decide(bus: Bus, health: Health, config: AdmissionConfig, *, clock: Clock) -> None:
+    """Rebuild, then decide, until cancelled; again from a rebuild after each Reown."""
+    while True:
+        try:
+            await _live(bus, health, config, clock=clock)
+        except Reown as exc:
+            log.warning("rebuilding: %s", exc)
+
+
+async def _live(bus: Bus, health: Health, config: AdmissionConfig, *, clock: Clock) -> None:
+    """Rebuild, then decide until cancelled or a Reown (raised).
+
+    Its loops are plain tasks, not a TaskGroup: in Python 3.11 a TaskGroup whose task failed
+    leaves its parent task cancelling, which would stop the next life at once.
+    """
+    service = AdmissionService(bus, config, clock=clock)
+    await service.start()
+    loops = [
+        service.rounds.run_timers(),
+        service.write_visibility(),
+        follow_clusters(bus, service.state.dispatch, service.rounds.apply_batch, clock=clock),
+        consume_in_order(
+            bus, config.durable, service.rounds.apply_batch, config.consumer_settings()
+        ),
+    ]
+    if config.snapshot_s > 0:
+        loops.append(service.write_snapshots())
+    tasks = [asyncio.create_task(loop) for loop in loops]
+    try:
+        health.ready()
+        log.info(
+            "serving shard %d of %d, partitions %s (rebuilt to sequence %d)",
+            config.shard,
+            config.shards,
+            ",".join(map(str, sorted(service.state.sharding.owned))) or "none",
+            service.state.last_sequence,
+        )
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            task.result()  # a Reown, or a failure that ends the service
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class AdmissionService:
@@ -185,8 +201,9 @@ class AdmissionService:
             cluster_lost_s=config.cluster_lost_s,
             routing_policy=Policy(config.routing_policy),
         )
-        # Snapshots on: the events the state depends on, kept as they are applied.
-        self.history = CompactLog(self.state.ledger) if config.snapshot_s > 0 else None
+        # The events the state depends on, kept as they are applied: snapshots are taken from
+        # it, and a workload's story is forwarded from it when its home moves (homes.py).
+        self.history = CompactLog(self.state.ledger)
         self.snapshots = SnapshotStore(bus.js, replicas=bus.config.stream_replicas)
         self.snapshot_sequence = 0  # of the last snapshot read or written
         self.stream_created = ""  # when MUSTER_EVENTS was created: set by `start`
@@ -195,6 +212,7 @@ class AdmissionService:
         self.metrics = (
             AdmissionMetrics(bus.metrics.registry, self.state) if bus.metrics is not None else None
         )
+        max_event_bytes = bus.config.max_event_bytes
         self.rounds = Rounds(
             self.state,
             bus,
@@ -202,71 +220,67 @@ class AdmissionService:
             on_round=self._dirty.set,
             history=self.history,
             metrics=self.metrics,
+            fetch=StoryFetcher(
+                bus, self.state, self.snapshots, self._stream, max_event_bytes=max_event_bytes
+            ),
+            max_event_bytes=max_event_bytes,
         )
 
+    def _stream(self) -> str:
+        return self.stream_created
+
     async def start(self) -> None:
-        """Catch up before owning: make the durable, rebuild, adopt, decide once."""
-        await ensure_consumer(
-            self.bus, self.config.durable, SUBJECTS, self.config.consumer_settings()
-        )
+        """Catch up before owning: rebuild, make the durable after it, adopt, decide once."""
         stream = await self.bus.js.stream_info(EVENTS_STREAM)
         # Sequences start over in a stream deleted and made again: snapshots name theirs.
         self.stream_created = stream.created.isoformat() if stream.created else ""
         end = int(stream.state.last_seq)
         started = time.perf_counter()
-        restored = await self._restore(end=end)
-        start = self.state.last_sequence + 1
+        rebuilt = await rebuild(
+            self.bus,
+            self.state,
+            history=self.history,
+            snapshots=self.snapshots if self.config.snapshot_s > 0 else None,
+            stream_created=self.stream_created,
+            end=end,
+            max_event_bytes=self.bus.config.max_event_bytes,
+        )
+        self.snapshot_sequence = rebuilt.snapshot_sequence
+        if rebuilt.snapshot_sequence:
+            log.info(
+                "snapshot at sequence %d loaded: %d events",
+                rebuilt.snapshot_sequence,
+                rebuilt.snapshot_events,
+            )
+            if self.metrics is not None:
+                self.metrics.own.snapshot_taken()
         first = int(stream.state.first_seq)
-        if first > start and end >= start:
+        if first > rebuilt.snapshot_sequence + 1 and end > rebuilt.snapshot_sequence:
             log.warning(
                 "events %d..%d are no longer in %s (retention): the rebuild misses what they "
                 "said (workloads submitted, finished or deleted then)",
-                start,
+                rebuilt.snapshot_sequence + 1,
                 first - 1,
                 EVENTS_STREAM,
             )
-        replayed = 0
-        async for env in self.bus.replay(list(SUBJECTS), from_sequence=start, until_sequence=end):
-            replay_event(self.state, env, history=self.history)
-            replayed += 1
-        self.state.last_sequence = max(self.state.last_sequence, end)
+        await make_consumer(
+            self.bus,
+            self.config.durable,
+            consumer_subjects(self.state.sharding.owned),
+            self.config.consumer_settings(),
+            start_sequence=end + 1,
+        )
         events = self.state.take_ownership(now_s=self.clock())
         await self.rounds.catch_up(events, replay_end=end)
         log.info(
             "rebuilt from %d snapshot events and %d stream events in %.3fs: "
-            "%d live workloads, %d in this shard",
-            restored,
-            replayed,
+            "%d live workloads read, %d decided here",
+            rebuilt.snapshot_events,
+            rebuilt.stream_events,
             time.perf_counter() - started,
             len(self.state.ledger),
             len(self.state.adopted),
         )
-
-    async def _restore(self, *, end: int) -> int:
-        """Replay the newest snapshot into the state (snapshots on); how many events it held."""
-        if self.history is None:
-            return 0
-        started = time.perf_counter()
-        snapshot = await self.snapshots.newest(stream=self.stream_created, at_most=end)
-        if snapshot is None:
-            return 0
-        restore(
-            self.state,
-            snapshot,
-            history=self.history,
-            max_event_bytes=self.bus.config.max_event_bytes,
-        )
-        self.snapshot_sequence = snapshot.sequence
-        if self.metrics is not None:
-            self.metrics.own.snapshot_taken()
-        log.info(
-            "snapshot at sequence %d loaded: %d events, %d bytes, in %.3fs",
-            snapshot.sequence,
-            len(snapshot.events),
-            snapshot.size,
-            time.perf_counter() - started,
-        )
-        return len(snapshot.events)
 
     async def write_snapshots(self) -> None:
         """Every `snapshot_s`, store a snapshot if anything was applied since the last one;
@@ -276,6 +290,7 @@ class AdmissionService:
             while True:
                 raise_if_cancelling()
                 await asyncio.sleep(self.config.snapshot_s)
+                await self._caught_up()
                 if self.state.last_sequence <= self.snapshot_sequence:
                     continue
                 try:
@@ -289,7 +304,23 @@ class AdmissionService:
             await self._last_snapshot()
             raise
 
+    async def _caught_up(self) -> None:
+        """Count as applied every event stored before the consumer was seen drained.
+
+        The consumer reads none of this replica's own decisions, so the last applied sequence
+        would stay below them, and a snapshot would not say it holds them.
+        """
+        try:
+            end = int((await self.bus.js.stream_info(EVENTS_STREAM)).state.last_seq)
+            async with self.rounds.lock:  # no batch applied meanwhile, none half-way
+                info = await self.bus.js.consumer_info(EVENTS_STREAM, self.config.durable)
+                if not info.num_pending and not info.num_ack_pending:
+                    self.state.last_sequence = max(self.state.last_sequence, end)
+        except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
+            log.debug("consumer not read, the last sequence stays: %r", exc)
+
     async def _last_snapshot(self) -> None:
+        await self._caught_up()
         if self.state.last_sequence <= self.snapshot_sequence:
             return
         try:
@@ -303,8 +334,12 @@ class AdmissionService:
         assert self.history is not None, "snapshots are off"
         started = time.perf_counter()
         async with self.rounds.lock:  # between rounds: the log and the last sequence agree
+            if self.state.repartitioned:  # it names partitions whose events it may not hold
+                return
             snapshot = self.history.snapshot(
-                sequence=self.state.last_sequence, stream=self.stream_created
+                sequence=self.state.last_sequence,
+                stream=self.stream_created,
+                partitions=tuple(sorted(self.state.sharding.owned)),
             )
         data = await asyncio.to_thread(encode_snapshot, snapshot)
         await self.snapshots.put(self.config.durable, snapshot, data)
@@ -321,7 +356,8 @@ class AdmissionService:
         )
 
     async def write_visibility(self) -> None:
-        """Write changed queue statuses and pending lists; publish queue.status on change.
+        """Write changed queue statuses and pending lists; publish queue.status on change;
+        write each LocalQueue's partition (homes.py) into `MUSTER_PARTITIONS`.
 
         At most once per `visibility_interval_s`, and less often when computing the views
         takes long (many workloads): they are read from the engine's records, and are not on
@@ -330,6 +366,7 @@ class AdmissionService:
         """
         kv = await self.bus.kv(VISIBILITY_BUCKET)
         writer = VisibilityWriter(kv)
+        queues = VisibilityWriter(await self.bus.kv(PARTITIONS_BUCKET))
         while True:
             raise_if_cancelling()
             await self._dirty.wait()
@@ -337,12 +374,14 @@ class AdmissionService:
             started = time.perf_counter()
             async with self.rounds.lock:
                 values = visibility_values(self.state.engine, self.state.sharding)
+                homes = bucket_values(self.state.homes)
                 if self.metrics is not None:
                     self.metrics.refresh_gauges()
             spent_s = time.perf_counter() - started
             try:
                 put = await writer.write(values)
                 await self._publish_statuses(put, values)
+                await queues.write(homes)
             except (nats.errors.Error, TimeoutError, BusError) as exc:
                 log.warning("visibility not written, retrying: %r", exc)
                 self._dirty.set()

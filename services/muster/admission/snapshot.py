@@ -3,13 +3,17 @@
 A rebuild replays `MUSTER_EVENTS`, whose retention (7 days, 10 GiB) would forget a workload
 that lives longer than its own `submitted`. So each replica keeps in memory the bytes of every
 event its state still depends on (`CompactLog`): for each live workload, every event about it
-since its `submitted`; for each configuration object, its latest `config.applied`. Every
-`--snapshot-seconds` the service stores them as a `Snapshot`, with the last sequence they
-account for and the ledger's recently finished workloads; a rebuild replays a snapshot's events
-through the same path as the stream's, then the stream after the snapshot (`rebuild.py`).
+since its `submitted`; for each configuration object, its latest `config.applied`; for each
+partition, its latest `config.partition` records. Every `--snapshot-seconds` the service stores
+them as a `Snapshot`, with the last sequence they account for, the partitions they cover and
+the ledger's recently finished workloads; a rebuild replays a snapshot's events through the same
+path as the stream's, then the stream after the snapshot (`rebuild.py`). The log is also where a
+workload's story is forwarded from when its home moves (homes.py).
 
 The events are kept as stored, not as state: a snapshot is read by the code that reads the
-stream, so a replica of another version reads it the same way it reads history.
+stream, so a replica of another version reads it the same way it reads history. Each event is
+tagged with the partition it tells about (`CONFIG` for configuration, `ANY` for an event stored
+before partitions), so a replica that takes a partition over restores that partition's part.
 """
 
 from __future__ import annotations
@@ -23,19 +27,27 @@ import msgspec
 
 from muster.admission.ledger import Ledger
 from muster.admission.translate import RECORDED, WORKLOAD_FACTS
+from muster.bus.partitions import PARTITIONS, parse_token
 from muster.contracts.v1 import events_pb2 as pb
 
-VERSION: Final = 1  # of the encoding; a reader reads its own version only
+VERSION: Final = 2  # of the encoding; a reader reads its own and version 1 (partitions: ANY)
+CONFIG: Final = -2  # the tag of a configuration event or a partition record
+ANY: Final = -1  # the tag of an event stored before partitions: every partition's history
+EVERY: Final = tuple(range(PARTITIONS))
 # Object headers, so that a reader picks the newest snapshot without downloading each one.
 SEQUENCE_HEADER: Final = "Muster-Snapshot-Sequence"
 STREAM_HEADER: Final = "Muster-Snapshot-Stream"
 VERSION_HEADER: Final = "Muster-Snapshot-Version"
+PARTITIONS_HEADER: Final = "Muster-Snapshot-Partitions"  # "0,1,2", "-": none; absent: all
 # zlib level 1: most of the gain of level 6 (the events' JSON manifests repeat a lot) at a
 # fraction of the time (docs/services.md, "Admission snapshots").
 _ZLIB_LEVEL: Final = 1
-_WORKLOAD_FIELDS: Final = frozenset((*WORKLOAD_FACTS, *RECORDED))
+_WORKLOAD_FIELDS: Final = frozenset((*WORKLOAD_FACTS, *RECORDED, "forwarded"))
 
 ConfigKey = tuple[str, str]  # (kind, name) as config.applied and config.deleted name them
+# config.partition records kept: per partition the last record (the fence) and the last move.
+_RECORD = "config.partition"
+_MOVE = "config.partition/move"
 
 
 class SnapshotError(ValueError):
@@ -52,6 +64,13 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     sequences: tuple[int, ...] = ()  # the stream sequence of each of `events`, ascending
     events: tuple[bytes, ...] = ()  # Envelopes, as stored in MUSTER_EVENTS
     finished: tuple[str, ...] = ()  # the ledger's recently finished workloads, oldest first
+    # The partitions whose history it holds (version 1: every one), and each event's tag:
+    # its partition, CONFIG or ANY (version 1: none, read as ANY).
+    partitions: tuple[int, ...] = EVERY
+    tags: tuple[int, ...] = ()
+
+    def tag_of(self, i: int) -> int:
+        return self.tags[i] if self.tags else ANY
 
     @property
     def size(self) -> int:
@@ -61,6 +80,15 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
 
 class _Versioned(msgspec.Struct):
     version: int
+
+
+_READABLE: Final = (1, VERSION)
+
+
+def _tag_of(env: pb.Envelope) -> int:
+    """The partition an event tells about (the one it was stored in), ANY when none."""
+    partition = parse_token(env.partition)
+    return ANY if partition is None else partition
 
 
 class CompactLog:
@@ -74,7 +102,9 @@ class CompactLog:
 
     def __init__(self, ledger: Ledger) -> None:
         self._ledger = ledger
-        self._events: dict[int, bytes] = {}  # by sequence; added in stream order, so sorted
+        # By sequence: consumed events come in stream order, the replica's own as it stores them.
+        self._events: dict[int, bytes] = {}
+        self._tags: dict[int, int] = {}  # by sequence: the partition each event tells about
         self._workloads: dict[str, list[int]] = {}  # the sequences kept for each live workload
         self._config: dict[ConfigKey, int] = {}  # the latest config.applied of each object
 
@@ -92,43 +122,79 @@ class CompactLog:
         field = env.WhichOneof("payload")
         seq = env.sequence
         if field in _WORKLOAD_FIELDS:
-            key = env.workload
+            key = env.workload  # a forwarded event names the workload it carries an event of
             if key in self._ledger.entries:
-                self._events[seq] = env.SerializeToString() if data is None else data
+                self._keep(seq, env, data, _tag_of(env))
                 kept = self._workloads.get(key)
                 if kept is None:
                     self._workloads[key] = [seq]
                 else:
                     kept.append(seq)
             else:
-                for old in self._workloads.pop(key, ()):
-                    self._events.pop(old, None)
+                self.forget(key)
         elif field == "config_applied":
             config = (env.config_applied.kind, env.config_applied.name)
             self._drop_config(config)
             self._config[config] = seq
-            self._events[seq] = env.SerializeToString() if data is None else data
+            self._keep(seq, env, data, CONFIG)
         elif field == "config_deleted":
             self._drop_config((env.config_deleted.kind, env.config_deleted.name))
+        elif field == "partition_changed":
+            partition = str(env.partition_changed.partition)
+            self._drop_config((_RECORD, partition))
+            self._config[(_RECORD, partition)] = seq
+            if env.partition_changed.WhichOneof("change") == "shard":
+                self._drop_config((_MOVE, partition))
+                self._config[(_MOVE, partition)] = seq
+            self._keep(seq, env, data, CONFIG)
+
+    def _keep(self, seq: int, env: pb.Envelope, data: bytes | None, tag: int) -> None:
+        self._events[seq] = env.SerializeToString() if data is None else data
+        self._tags[seq] = tag
+
+    def forget(self, key: str) -> None:
+        """Drop what is kept about workload `key`."""
+        for old in self._workloads.pop(key, ()):
+            self._events.pop(old, None)
+            self._tags.pop(old, None)
+
+    def story_of(self, key: str) -> list[tuple[int, bytes]]:
+        """The events kept about workload `key`, in stream order, with their sequences."""
+        return [(seq, self._events[seq]) for seq in self._workloads.get(key, ())]
 
     def _drop_config(self, key: ConfigKey) -> None:
         old = self._config.pop(key, None)
-        if old is not None:
-            self._events.pop(old, None)
+        if old is None:
+            return
+        kind, name = key
+        twin = {_RECORD: _MOVE, _MOVE: _RECORD}.get(kind)
+        if twin is not None and self._config.get((twin, name)) == old:
+            return  # a move is also the last record of its partition: still kept as that
+        self._events.pop(old, None)
+        self._tags.pop(old, None)
 
-    def snapshot(self, *, sequence: int, stream: str = "") -> Snapshot:
+    def snapshot(
+        self, *, sequence: int, stream: str = "", partitions: tuple[int, ...] = EVERY
+    ) -> Snapshot:
         """What the log holds, as of `sequence` (the last sequence the state applied) of the
-        stream created at `stream`.
+        stream created at `stream`, for `partitions` (those the replica decides).
 
         Copies references only (the bytes are shared), so it is cheap to take between rounds
-        and encode afterwards.
+        and encode afterwards. The replica's own decisions are kept as they are stored, which
+        may be past `sequence` (the consumer has not read up to them): those are left to the
+        stream after the snapshot, which a rebuild reads anyway.
         """
+        seqs = [seq for seq in self._events if seq <= sequence]
+        if any(a > b for a, b in pairwise(seqs)):
+            seqs.sort()
         return Snapshot(
             stream=stream,
             sequence=sequence,
-            sequences=tuple(self._events),
-            events=tuple(self._events.values()),
+            sequences=tuple(seqs),
+            events=tuple(self._events[seq] for seq in seqs),
             finished=tuple(self._ledger.finished),
+            partitions=partitions,
+            tags=tuple(self._tags[seq] for seq in seqs),
         )
 
 
@@ -145,8 +211,8 @@ def decode_snapshot(data: bytes) -> Snapshot:
         version = msgspec.msgpack.decode(raw, type=_Versioned).version
     except (zlib.error, msgspec.DecodeError) as exc:
         raise SnapshotError(f"not a snapshot: {exc}") from None
-    if version != VERSION:
-        raise SnapshotError(f"snapshot version {version}, this replica reads {VERSION}")
+    if version not in _READABLE:
+        raise SnapshotError(f"snapshot version {version}, this replica reads {_READABLE}")
     try:
         snapshot = msgspec.msgpack.decode(raw, type=Snapshot)
     except msgspec.DecodeError as exc:
@@ -154,6 +220,10 @@ def decode_snapshot(data: bytes) -> Snapshot:
     seqs = snapshot.sequences
     if len(seqs) != len(snapshot.events):
         raise SnapshotError(f"{len(seqs)} sequences for {len(snapshot.events)} events")
+    if snapshot.tags and len(snapshot.tags) != len(seqs):
+        raise SnapshotError(f"{len(snapshot.tags)} tags for {len(seqs)} events")
+    if any(not 0 <= p < PARTITIONS for p in snapshot.partitions):
+        raise SnapshotError(f"partitions {snapshot.partitions} out of 0..{PARTITIONS - 1}")
     if any(a >= b for a, b in pairwise(seqs)):
         raise SnapshotError("event sequences out of order")
     if seqs and (seqs[0] < 1 or seqs[-1] > snapshot.sequence):
@@ -167,6 +237,7 @@ def snapshot_headers(snapshot: Snapshot) -> dict[str, list[str]]:
         SEQUENCE_HEADER: [str(snapshot.sequence)],
         STREAM_HEADER: [snapshot.stream],
         VERSION_HEADER: [str(snapshot.version)],
+        PARTITIONS_HEADER: [",".join(map(str, snapshot.partitions)) or "-"],
     }
 
 
@@ -179,9 +250,20 @@ def sequence_in(headers: Mapping[str, object] | None, *, stream: str) -> int | N
         version, sequence, written_for = (
             _first(headers.get(h)) for h in (VERSION_HEADER, SEQUENCE_HEADER, STREAM_HEADER)
         )
-        return int(sequence) if int(version) == VERSION and written_for == stream else None
+        return int(sequence) if int(version) in _READABLE and written_for == stream else None
     except (TypeError, ValueError):
         return None
+
+
+def partitions_in(headers: Mapping[str, object] | None) -> frozenset[int]:
+    """The partitions a stored snapshot's headers say it covers (none said: every one)."""
+    try:
+        listed = _first((headers or {}).get(PARTITIONS_HEADER))
+        if listed == "-":
+            return frozenset()
+        return frozenset(p for p in map(int, listed.split(",")) if 0 <= p < PARTITIONS)
+    except (TypeError, ValueError):  # absent (version 1), or not ours
+        return frozenset(range(PARTITIONS))
 
 
 def _first(value: object) -> str:

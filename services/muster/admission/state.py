@@ -27,9 +27,11 @@ from collections.abc import Callable, Mapping, Sequence
 import msgspec
 
 from muster.admission.dispatch import Dispatcher
+from muster.admission.forwarding import Forwards
+from muster.admission.homes import Handover, Move, QueueHomes, queue_key
 from muster.admission.ledger import Entry, Ledger, Phase
 from muster.admission.routing import WorkloadRoute, routable, stays_event
-from muster.admission.shards import Sharding
+from muster.admission.shards import PartitionMap, Sharding
 from muster.admission.translate import (
     GANG_REJECTED,
     ApplyConfig,
@@ -41,6 +43,7 @@ from muster.admission.translate import (
     Finish,
     GangRejected,
     Manifests,
+    PartitionRecord,
     PlacementPreempted,
     PodsReady,
     Recorded,
@@ -71,7 +74,7 @@ log = logging.getLogger(__name__)
 
 
 class AdmissionState:
-    """The engine of shard `shard` of `shards` and the ledger of every live workload."""
+    """The engine of shard `shard` of `shards` and the ledger of the workloads it reads about."""
 
     def __init__(
         self,
@@ -89,7 +92,16 @@ class AdmissionState:
         self.engine = Engine(config=kueue, hold_quota_until_stopped=True, routing=self.routing)
         self.dispatch = Dispatcher(lost_after_s=cluster_lost_s)  # MultiKueue (admission/dispatch)
         self.ledger = Ledger()
-        self.sharding = Sharding(self.engine, shard=shard, shards=shards)
+        self.partitions = PartitionMap(shards=shards)  # moved by config.partition records
+        self.sharding = Sharding(self.engine, shard=shard, partitions=self.partitions)
+        self.homes = QueueHomes()  # each LocalQueue's partition, to see what a change moves
+        # Partition -> sequence of its last config.partition record: what this replica's
+        # decisions about its workloads are fenced on (docs/events.md, "Partitions").
+        self.fences: dict[int, int] = {}
+        self.moves: dict[WorkloadKey, Move] = {}  # stories to forward (the shell takes them)
+        self.handovers: list[Handover] = []  # LocalQueues to fetch from another's partition
+        self.repartitioned = False  # a record moved a partition to or from this replica
+        self.forwards = Forwards()  # what was taken through forwards (forwarding.py)
         self.source = source
         self.default_cluster = default_cluster
         self.adopted: set[WorkloadKey] = set()  # in the engine: live workloads of this shard
@@ -113,12 +125,18 @@ class AdmissionState:
         """End the rebuild: adopt the live workloads of this shard, then run one round.
 
         Returns what adoption and the round decided that was not recorded yet (a replica that
-        died between consuming and publishing left it undecided).
+        died between consuming and publishing left it undecided). A workload whose story is
+        stored away from its home is to be forwarded there (`moves`) again: its replica may have
+        died before it had, and a story forwarded twice changes nothing.
         """
         self.owning = True
+        self.homes.update(self.engine)
         events: list[Event] = []
         for entry in self.ledger.live():
-            if self._owns(entry):
+            home = self.home_of(entry)
+            if entry.partition is not None and entry.partition != home:
+                self.moves[entry.key] = Move(entry.key, home)
+            if home in self.sharding.owned:
                 events += self._adopt(entry)
         return events + self.decide(now_s=now_s)
 
@@ -150,9 +168,13 @@ class AdmissionState:
         )
         return True
 
-    def apply(self, fact: Fact, *, now_s: float) -> list[Event]:
-        """Apply one consumed fact; returns what the engine reported (decide comes after)."""
-        return self._record(fact, now_s=now_s)
+    def apply(self, fact: Fact, *, now_s: float, story: bool = False) -> list[Event]:
+        """Apply one consumed fact; returns what the engine reported (decide comes after).
+
+        `story`: part of a workload's story forwarded here (forwarding.py): a decision in it is
+        history even when this replica made it once.
+        """
+        return self._record(fact, now_s=now_s, story=story)
 
     def decide(self, *, now_s: float) -> list[Event]:
         """One admission round: admit what fits, preempt where allowed; fire due timers.
@@ -228,7 +250,7 @@ class AdmissionState:
 
     # --- facts -----------------------------------------------------------------------------
 
-    def _record(self, fact: Fact, *, now_s: float) -> list[Event]:
+    def _record(self, fact: Fact, *, now_s: float, story: bool = False) -> list[Event]:
         engine, ledger = self.engine, self.ledger
         match fact:
             case Submit():
@@ -239,19 +261,27 @@ class AdmissionState:
                     generation=fact.generation,
                     at_s=at_s,
                     manifest_json=fact.manifest_json,
+                    partition=fact.partition,
                     owner_manifest_json=fact.owner_manifest_json,
                 )
-                if entry is None or not self.owning or not self._owns(entry):
-                    return []  # a duplicate, history, or another shard's
+                if entry is None or not self.owning:
+                    return []  # a duplicate, or history
+                home = self.home_of(entry)
+                if entry.partition is not None and entry.partition != home:
+                    self.moves[entry.key] = Move(entry.key, home)  # published in the wrong one
+                if home not in self.sharding.owned:
+                    return []  # another replica's
                 self.adopted.add(entry.key)
                 self._fresh.append(entry.key)
                 wl = self._routable(entry)
                 return engine.submit(wl, now_s=at_s) + self._stays_unrouted(entry, wl, at_s)
             case Finish(key):
                 ledger.finish(key)
+                self.forwards.forget(key)
                 return self._engine_fact(key, lambda: engine.finish(key, now_s=now_s), drop=True)
             case Delete(key):
                 ledger.delete(key)
+                self.forwards.forget(key)
                 self.adopted.discard(key)
                 if not self.owning or engine.phase(key) is None:
                     return []
@@ -301,8 +331,10 @@ class AdmissionState:
                 )
                 events = engine.remove(kind, name, namespace=namespace, now_s=now_s)
                 return events + self._rebalance(now_s=now_s)
+            case PartitionRecord():
+                self._partition_record(fact)
             case Recorded():
-                return self._recorded(fact)
+                return self._recorded(fact, story=story)
         return []
 
     def _engine_fact(
@@ -315,8 +347,8 @@ class AdmissionState:
             self._done.append(key)
         return call()
 
-    def _recorded(self, fact: Recorded) -> list[Event]:
-        if self.owning and fact.source == self.source:
+    def _recorded(self, fact: Recorded, *, story: bool = False) -> list[Event]:
+        if self.owning and fact.source == self.source and not story:
             return []  # ours: the ledger has it since we published it
         self.ledger.record(fact)
         if self.owning and fact.key in self.adopted:
@@ -386,27 +418,92 @@ class AdmissionState:
 
     # --- ownership -------------------------------------------------------------------------
 
+    def home_of(self, entry: Entry) -> int:
+        """The partition `entry`'s events belong in now (homes.py)."""
+        return self.sharding.partition_of_local_queue(
+            entry.workload.meta.namespace, entry.queue_name
+        )
+
     def _owns(self, entry: Entry) -> bool:
-        wl = entry.workload
-        return self.sharding.owns_local_queue(wl.meta.namespace, wl.queue_name)
+        return self.home_of(entry) in self.sharding.owned
+
+    def forward_target(self, key: WorkloadKey, *, arrived_on: int | None) -> int | None:
+        """Where to forward a report about `key` that arrived in partition `arrived_on`: its
+        home, when another replica decides that and it is not where the report is (a
+        publisher still named the old one). None: nowhere (call before applying it)."""
+        entry = self.ledger.get(key)
+        if entry is None or arrived_on is None or not self.owning:
+            return None
+        home = self.home_of(entry)
+        return home if home != arrived_on and home not in self.sharding.owned else None
+
+    def _partition_record(self, record: PartitionRecord) -> None:
+        """A record fences its partition; one naming a shard moves the partition there."""
+        self.fences[record.partition] = max(self.fences.get(record.partition, 0), record.sequence)
+        if record.shard is not None:
+            self.partitions.move(record.partition, record.shard)
+            self.repartitioned = self.sharding.refresh() or self.repartitioned
 
     def _rebalance(self, *, now_s: float) -> list[Event]:
-        """After a configuration change: adopt workloads moved into this shard, drop those
-        moved out (their new owner adopts them from its own ledger)."""
-        if not self.owning or self.sharding.shards == 1:
+        """After a configuration change: the LocalQueues it moved to another partition take
+        their workloads along (homes.py). Adopt those whose home is now one of ours, drop
+        those that left (their story is forwarded to their new home), and fetch the stories
+        of LocalQueues that came from another replica's partition (`handovers`)."""
+        if not self.owning:
             return []
+        moved = self.homes.update(self.engine)
+        if not moved:
+            return []
+        owned = self.sharding.owned
+        for queue, (old, new) in sorted(moved.items()):
+            if new.partition in owned and old.partition not in owned and old.in_tree:
+                self.handovers.append(Handover(queue, old.partition, new.partition))
         events: list[Event] = []
         for entry in self.ledger.live():
-            owned = self._owns(entry)
-            if owned and entry.key not in self.adopted:
+            if queue_key(entry.workload.meta.namespace, entry.queue_name) not in moved:
+                continue
+            home = self.home_of(entry)
+            if entry.partition is not None and entry.partition != home:
+                self.moves[entry.key] = Move(entry.key, home)
+            if home in owned and entry.key not in self.adopted:
                 events += self._adopt(entry)
-            elif not owned and entry.key in self.adopted:
+            elif home not in owned and entry.key in self.adopted:
                 self.adopted.discard(entry.key)
                 self.notes.pop(entry.key, None)
                 self.engine.delete(entry.key, now_s=now_s)
                 self._done.append(entry.key)
                 events = [e for e in events if e.object != entry.key]
         return events
+
+    def partition_for(self, key: WorkloadKey) -> int | None:
+        """The partition `key`'s decisions are stored in: where its story is."""
+        entry = self.ledger.get(key)
+        if entry is None:
+            return None
+        return self.home_of(entry) if entry.partition is None else entry.partition
+
+    def queue_of(self, key: WorkloadKey) -> str:
+        """`namespace/name` of the LocalQueue `key` is in now ("" when unknown)."""
+        entry = self.ledger.get(key)
+        if entry is None:
+            return ""
+        return queue_key(entry.workload.meta.namespace, entry.queue_name)
+
+    def routed_home(self, key: WorkloadKey) -> None:
+        """After its `routed` was stored: a workload routed to another partition's tree moves
+        there (`moves`)."""
+        entry = self.ledger.get(key)
+        if entry is None or entry.partition is None:
+            return
+        home = self.home_of(entry)
+        if home != entry.partition:
+            self.moves[key] = Move(key, home)
+
+    def moved(self, key: WorkloadKey, partition: int) -> None:
+        """`key`'s story is now stored in `partition` too (forwarded there)."""
+        entry = self.ledger.get(key)
+        if entry is not None and partition in self.sharding.owned:
+            entry.partition = partition  # ours: its story is there from now on
 
     def _adopt(self, entry: Entry) -> list[Event]:
         """Put a live workload into the engine as the ledger records it.

@@ -42,6 +42,7 @@ from muster.api.model import (
 from muster.api.podspec import flavor_placement
 from muster.api.wellknown import RUN_SECONDS_ANNOTATION
 from muster.bus.envelope import new_event
+from muster.bus.partitions import PARTITIONS, parse_token
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.events import Event, EventType
 
@@ -69,6 +70,7 @@ class Submit:
     generation: int
     at_s: float
     manifest_json: str = ""  # as submitted: copied into its `admitted` (MANIFEST_COPY_LIMIT)
+    partition: int | None = None  # the partition it was published in (None: none named)
     owner_manifest_json: str = ""  # the Job it stands for, likewise (MultiKueue copies it)
 
 
@@ -167,6 +169,19 @@ class DeleteConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionRecord:
+    """config.partition: who decides `partition` from this record on (`shard`), or a LocalQueue
+    that left it. Admission's decisions about the partition are fenced on `sequence`."""
+
+    partition: int
+    sequence: int
+    shard: int | None = None
+    local_queue: str = ""  # "<namespace>/<name>"
+    to_partition: int = 0
+    adopted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Recorded:
     """A decision an admission replica published: history to rebuild from, never re-decided.
 
@@ -199,6 +214,7 @@ Fact = (
     | PlacementPreempted
     | ApplyConfig
     | DeleteConfig
+    | PartitionRecord
     | Recorded
 )
 
@@ -263,6 +279,8 @@ def fact_of(env: pb.Envelope) -> Fact | None:
             return _apply_of(env)
         case "config_deleted":
             return DeleteConfig(kind=env.config_deleted.kind, name=env.config_deleted.name)
+        case "partition_changed":
+            return _partition_record_of(env)
         case "pending" | "quota_reserved" | "admitted" | "evicted" | "requeued" | "routed":
             return _recorded_of(env, field)
         case _:
@@ -295,8 +313,30 @@ def _submit_of(env: pb.Envelope) -> Submit:
         generation=env.generation,
         at_s=time_s_of(env),
         manifest_json=env.submitted.manifest_json,
+        partition=parse_token(env.partition),
         owner_manifest_json=env.submitted.owner_manifest_json,
     )
+
+
+def _partition_record_of(env: pb.Envelope) -> PartitionRecord | None:
+    changed = env.partition_changed
+    if changed.partition >= PARTITIONS:
+        raise FactError(f"config.partition: partition {changed.partition} is not in 0..15")
+    match changed.WhichOneof("change"):
+        case "shard":
+            return PartitionRecord(changed.partition, env.sequence, shard=changed.shard)
+        case "queue_left":
+            left = changed.queue_left
+            if left.to_partition >= PARTITIONS or "/" not in left.local_queue:
+                raise FactError(f"config.partition: bad queue_left {left.local_queue!r}")
+            return PartitionRecord(
+                changed.partition,
+                env.sequence,
+                local_queue=left.local_queue,
+                to_partition=left.to_partition,
+                adopted=left.adopted,
+            )
+    return None
 
 
 def _replace_queue(wl: Workload, queue_name: str) -> Workload:

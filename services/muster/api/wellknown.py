@@ -12,6 +12,9 @@ POD_SET_ANNOTATION = "muster.dev/pod-set"  # on a pod: its podset's name
 # On a pod muster started: the W3C traceparent of its workload's trace, so that what the
 # watcher reports about it joins that trace (docs/observability.md).
 TRACEPARENT_ANNOTATION = "muster.dev/traceparent"
+# The admission partition of a pod's workload (docs/events.md, "Partitions"), for the events
+# the watcher publishes about its pods.
+PARTITION_ANNOTATION = "muster.dev/partition"
 RUN_SECONDS_ANNOTATION = "muster.dev/run-seconds"  # on a workload, Job or pod: run time
 # On a workload or Job: other ways it may run, in order of preference (docs/routing.md).
 ALTERNATIVES_ANNOTATION = "muster.dev/alternatives"

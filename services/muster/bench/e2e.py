@@ -262,9 +262,14 @@ async def run_case(
 
 async def stored_counts(js: JetStreamContext) -> dict[str, int]:
     """How many events of each workload event type the cluster's subjects hold so far."""
-    info = await js.stream_info(EVENTS_STREAM, subjects_filter=workload_subject(CLUSTER, "*"))
-    subjects = info.state.subjects or {}
-    return {subject.rsplit(".", 1)[1]: count for subject, count in subjects.items()}
+    # With and without the partition token (docs/events.md, "Partitions").
+    info = await js.stream_info(EVENTS_STREAM, subjects_filter=workload_subject(CLUSTER, ">"))
+    counts: dict[str, int] = {}
+    prefix = len(workload_subject(CLUSTER, ">")) - 1  # up to the event's token
+    for subject, count in (info.state.subjects or {}).items():
+        event = subject[prefix:].split(".", 1)[0]
+        counts[event] = counts.get(event, 0) + count
+    return counts
 
 
 async def wait_stored(js: JetStreamContext, count: int, *, timeout_s: float) -> None:

@@ -39,7 +39,7 @@ from muster.bench.kube import standin
 from muster.bench.table import Column, number, render_table
 from muster.bus import BusConfig, connect
 from muster.bus.service import run_loop
-from muster.bus.subjects import workload_subject
+from muster.bus.subjects import workload_filters
 from muster.cluster.kube import KubeBackend, KubeConfig
 from muster.cluster.kube.resources import resource_for_kind
 from muster.launcher.nats_server import NatsServer
@@ -289,7 +289,7 @@ async def _wait_bound(
     Job is bound or `timeout_s` passed (the row then shows how many were)."""
     admitted: dict[str, int] = {}
     bound: dict[str, int] = {}
-    subjects = [workload_subject("*", "admitted"), workload_subject("*", "bound")]
+    subjects = [*workload_filters("*", "admitted"), *workload_filters("*", "bound")]
     position = 1
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(timeout_s):

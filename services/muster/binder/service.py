@@ -30,7 +30,7 @@ from muster.binder.pacing import BindPacer
 from muster.bus.connection import Bus
 from muster.bus.errors import Reject
 from muster.bus.poison import Quarantine
-from muster.bus.subjects import COMMANDS_STREAM, command_subject, workload_subject
+from muster.bus.subjects import COMMANDS_STREAM, command_subject, workload_filters
 from muster.cluster.backend import ClusterBackend
 from muster.contracts.v1 import events_pb2
 from muster.metrics.services import BinderSeries
@@ -55,10 +55,10 @@ def spec_subjects(cluster: str) -> list[str]:
     a late admission is not started, an eviction carried out is not carried out again; and a
     copy of a workload no longer admitted here is stale)."""
     return [
-        *(workload_subject("*", e) for e in ("submitted", "deleted", "finished")),
-        workload_subject(cluster, "admitted"),
-        workload_subject(cluster, "evicted"),
-        workload_subject(cluster, "eviction_completed"),
+        *(f for e in ("submitted", "deleted", "finished") for f in workload_filters("*", e)),
+        *workload_filters(cluster, "admitted"),
+        *workload_filters(cluster, "evicted"),
+        *workload_filters(cluster, "eviction_completed"),
     ]
 
 
@@ -152,8 +152,8 @@ async def run_binder(
             bus.consume(
                 f"binder-{config.cluster}",
                 [
-                    workload_subject(config.cluster, "admitted"),
-                    workload_subject(config.cluster, "gang_permitted"),
+                    *workload_filters(config.cluster, "admitted"),
+                    *workload_filters(config.cluster, "gang_permitted"),
                 ],
                 handle,
                 lanes=config.lanes,

@@ -19,6 +19,7 @@ from muster.bus.subjects import (
     dlq_subject,
     queue_subject,
     subject_of,
+    workload_filters,
     workload_subject,
 )
 
@@ -44,5 +45,6 @@ __all__ = [
     "new_event",
     "queue_subject",
     "subject_of",
+    "workload_filters",
     "workload_subject",
 ]

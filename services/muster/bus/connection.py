@@ -177,11 +177,17 @@ class Bus:
             await self.nc.close()
 
     async def publish(
-        self, env: Envelope, *, expected_last_subject_sequence: int | None = None
+        self,
+        env: Envelope,
+        *,
+        expected_last_subject_sequence: int | None = None,
+        fenced_on: str | None = None,
     ) -> int:
         """Store `env`; its stream sequence once JetStream acked it (see `Publisher.publish`)."""
         return await self.publisher.publish(
-            env, expected_last_subject_sequence=expected_last_subject_sequence
+            env,
+            expected_last_subject_sequence=expected_last_subject_sequence,
+            fenced_on=fenced_on,
         )
 
     async def publish_all(self, envs: Iterable[Envelope]) -> list[int]:

@@ -49,12 +49,15 @@ def new_event(
     source: str,
     n: int = 0,
     now_ns: int | None = None,
+    partition: str | None = None,
 ) -> Envelope:
     """A new envelope carrying `payload` in field `payload_field`, ready to publish.
 
     The id is `uuid5(cause.event_id/type/workload/n)` when there is a cause (use `n` to tell
     apart several events of one type and workload caused by one event), random otherwise. The
     trace context is the current span's, else the cause's. `sequence` stays 0: readers set it.
+    The admission partition is `partition`, else the cause's when it is about the same workload
+    (docs/events.md, "Partitions").
     """
     event_type = event_type_of(payload_field)
     check_cluster(cluster)
@@ -66,6 +69,10 @@ def new_event(
         generation=generation,
         source=source,
     )
+    if partition is not None:
+        env.partition = partition
+    elif cause is not None and cause.workload == workload:
+        env.partition = cause.partition
     try:
         getattr(env, payload_field).CopyFrom(payload)
     except TypeError as exc:

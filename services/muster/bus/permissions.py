@@ -25,6 +25,7 @@ from muster.bus.subjects import (
     EVENTS_STREAM,
     PREFIX,
     check_cluster,
+    partitioned,
 )
 
 JS_API: Final = "$JS.API"
@@ -80,7 +81,9 @@ _OWN: Final = PREFIX + ".{cluster}"  # a subject of the service's own cluster, f
 
 
 def _events(*events: str) -> tuple[str, ...]:
-    return tuple(f"{_OWN}.workload.{e}" for e in events)
+    """Filters of these workload events of the service's own cluster, with and without the
+    partition token (docs/events.md, "Partitions")."""
+    return tuple(s for e in events for s in (f"{_OWN}.workload.{e}", f"{_OWN}.workload.{e}.*"))
 
 
 ROLES: Final[tuple[Role, ...]] = (
@@ -104,6 +107,7 @@ ROLES: Final[tuple[Role, ...]] = (
         replays=(EVENTS_STREAM,),
         key_values=(
             KeyValue("MUSTER_WATCHER", writes=("{cluster}", "{cluster}.>")),
+            KeyValue("MUSTER_PARTITIONS"),
             # Heartbeats: a MultiKueueCluster's Active condition (Kubernetes).
             KeyValue("MUSTER_CLUSTERS"),
         ),
@@ -113,7 +117,7 @@ ROLES: Final[tuple[Role, ...]] = (
     Role(
         service="admission",
         per_cluster=False,
-        about="decides admission for its shards' cohort trees",
+        about="decides admission for its partitions' cohort trees",
         publishes=_any(
             "workload.pending",
             "workload.quota_reserved",
@@ -124,7 +128,9 @@ ROLES: Final[tuple[Role, ...]] = (
             "workload.requeued",
             "workload.routed",
             "workload.admission_check",
+            "workload.forwarded",  # to the partition a LocalQueue moved to
             "queue.status",
+            "config.partition",  # a LocalQueue left a partition
         ),
         durables=(Durable(EVENTS_STREAM, "admission-{shard}", ()),),
         replays=(EVENTS_STREAM,),
@@ -132,6 +138,7 @@ ROLES: Final[tuple[Role, ...]] = (
             KeyValue("MUSTER_SHARDS", writes=(">",)),
             KeyValue("MUSTER_VISIBILITY", writes=(">",)),
             KeyValue("MUSTER_CLUSTERS"),
+            KeyValue("MUSTER_PARTITIONS", writes=(">",)),
         ),
         object_stores=("MUSTER_SNAPSHOTS",),
     ),
@@ -190,7 +197,11 @@ ROLES: Final[tuple[Role, ...]] = (
             "cmd.apply",
         ),
         replays=(EVENTS_STREAM,),
-        key_values=(KeyValue("MUSTER_VISIBILITY"), KeyValue("MUSTER_CLUSTERS")),
+        key_values=(
+            KeyValue("MUSTER_VISIBILITY"),
+            KeyValue("MUSTER_CLUSTERS"),
+            KeyValue("MUSTER_PARTITIONS"),
+        ),
     ),
     Role(
         service="sim-cluster",
@@ -306,7 +317,9 @@ def _compile(
     # Every service checks at start that muster's streams exist (Bus.ensure_streams).
     publish = [_stream_info(s) for s in (EVENTS_STREAM, COMMANDS_STREAM, DLQ_STREAM)]
     for event_type, scope in r.publishes:
-        publish.append(f"{PREFIX}.{cluster if scope == 'own' else '*'}.{event_type}")
+        subject = f"{PREFIX}.{cluster if scope == 'own' else '*'}.{event_type}"
+        # With its partition token; without, as a service from before partitions publishes.
+        publish += [subject, f"{subject}.*"] if partitioned(event_type) else [subject]
     for durable, name in owned:
         publish += _durable_subjects(durable, name, cluster)
     for stream in r.replays:
@@ -358,6 +371,8 @@ def _durable_subjects(durable: Durable, name: str, cluster: str) -> list[str]:
         _stream_info(stream),
         *create,
         f"{JS_API}.CONSUMER.INFO.{stream}.{name}",
+        # Made again with other filters (admission, when the partitions it decides change).
+        f"{JS_API}.CONSUMER.DELETE.{stream}.{name}",
         f"{JS_API}.CONSUMER.MSG.NEXT.{stream}.{name}",
         f"$JS.ACK.{stream}.{name}.>",
         f"{PREFIX}.dlq.{name}",

@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 MSG_ID = "Nats-Msg-Id"
 EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
+# Which subject (wildcards allowed) the expected sequence is of, when not the message's own.
+EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 # Headers on a dead letter: where the original came from and why it could not be handled.
 DLQ_REASON = "Muster-Dlq-Reason"
 DLQ_SUBJECT = "Muster-Dlq-Subject"
@@ -65,13 +67,18 @@ class Publisher:
         self.metrics: BusMetrics | None = None  # set by the Bus when the service has metrics
 
     async def publish(
-        self, env: Envelope, *, expected_last_subject_sequence: int | None = None
+        self,
+        env: Envelope,
+        *,
+        expected_last_subject_sequence: int | None = None,
+        fenced_on: str | None = None,
     ) -> int:
         """Store `env` on its subject; return its stream sequence once JetStream has it.
 
         A duplicate of an event stored within the dedupe window returns the original's sequence.
         With `expected_last_subject_sequence` the write is fenced: it raises Conflict unless the
-        subject's last message still has that sequence (0: the subject is empty).
+        last message on its subject (or on `fenced_on`, which may hold wildcards) still has
+        that sequence (0: there is none).
         Raises Reject when `env` is over the size limit, Retry when NATS does not answer.
         """
         data = encode(env)
@@ -89,6 +96,8 @@ class Publisher:
             headers.update(trace_headers())
         if expected_last_subject_sequence is not None:
             headers[EXPECTED_LAST_SUBJECT_SEQUENCE] = str(expected_last_subject_sequence)
+            if fenced_on is not None:
+                headers[EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT] = fenced_on
         sequence = await self.publish_raw(subject_of(env), data, headers)
         if self.metrics is not None:
             self.metrics.published(env.type)

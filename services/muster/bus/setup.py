@@ -38,6 +38,7 @@ def buckets(deployment: Deployment, *, lease_ttl_s: float = DEFAULT_LEASE_TTL_S)
         Bucket(name="MUSTER_SHARDS", ttl_s=lease_ttl_s),  # admission's leases expire
         Bucket(name="MUSTER_WATCHER"),
         Bucket(name="MUSTER_CLUSTERS"),
+        Bucket(name="MUSTER_PARTITIONS"),  # each LocalQueue's admission partition
         *(Bucket(name=SIM_BUCKET_PREFIX + c) for c in deployment.simulated),
     ]
 

@@ -1,8 +1,12 @@
 """Subjects, event types and streams of contract v1 (docs/events.md), derived from the proto.
 
 A subject is `muster.v1.<cluster>.<kind>.<event>`; an event's type is `<kind>.<event>`, named
-after its field in the `Envelope.payload` oneof (`admitted` → `workload.admitted`). Services
-build the subjects they publish and consume with the functions here, never by hand.
+after its field in the `Envelope.payload` oneof (`admitted` → `workload.admitted`). A workload
+event that names its admission partition (`Envelope.partition`, `partitions.py`) has one more
+subject token, the partition, and so does a `config.partition` record. One that names none (it
+is about no Kueue workload, its publisher did not know, or it was stored before partitions) has
+not: every admission replica reads those, so readers filter on both (`workload_filters`).
+Services build the subjects they publish and consume with the functions here, never by hand.
 """
 
 from __future__ import annotations
@@ -34,7 +38,10 @@ _NOT_WORKLOAD_EVENTS: Final = {
     "config_deleted": "config.deleted",
     "evict_requested": "cmd.evict",
     "apply_requested": "cmd.apply",
+    "partition_changed": "config.partition",
 }
+# Events whose subject ends with the partition token.
+_PARTITIONED_KINDS: Final = ("workload.", "config.partition")
 
 
 def _event_types() -> dict[str, str]:
@@ -81,8 +88,19 @@ def _cluster_token(cluster: str) -> str:
 
 
 def workload_subject(cluster: str, event: str) -> str:
-    """`muster.v1.<cluster>.workload.<event>`; `cluster` or `event` may be a wildcard."""
+    """`muster.v1.<cluster>.workload.<event>`, without a partition token (as stored before
+    partitions); `cluster` or `event` may be a wildcard (`>`: every workload event)."""
     return f"{PREFIX}.{_cluster_token(cluster)}.workload.{_event_token(event)}"
+
+
+def workload_filters(cluster: str, event: str, partition: str = "*") -> tuple[str, ...]:
+    """The filters that read `event` about `cluster` in `partition` (a token, or `*`): as
+    stored now (with the token) and, for every partition, as stored before partitions."""
+    base = workload_subject(cluster, event)
+    if event == ">":
+        return (base,)
+    token = partition if partition == "*" else check_token(partition, what="partition")
+    return (base, f"{base}.{token}")
 
 
 def command_subject(cluster: str, command: str) -> str:
@@ -100,6 +118,12 @@ def config_subject(cluster: str, event: str) -> str:
     return f"{PREFIX}.{_cluster_token(cluster)}.config.{_event_token(event)}"
 
 
+def record_filter(partition: int) -> str:
+    """Every cluster's `config.partition` records of admission partition `partition`: what an
+    admission decision about its workloads is fenced on (docs/events.md, "Partitions")."""
+    return f"{PREFIX}.*.config.partition.{partition}"
+
+
 def dlq_subject(consumer: str) -> str:
     """`muster.v1.dlq.<consumer>`: where `consumer` copies the messages it could not handle."""
     return f"{PREFIX}.dlq.{check_token(consumer, what='consumer name')}"
@@ -112,9 +136,20 @@ def event_subject(cluster: str, event_type: str) -> str:
     return f"{PREFIX}.{check_cluster(cluster)}.{event_type}"
 
 
+def partitioned(event_type: str) -> bool:
+    """Whether events of `event_type` carry their partition as their subject's last token."""
+    return event_type.startswith(_PARTITIONED_KINDS)
+
+
 def subject_of(env: events_pb2.Envelope) -> str:
-    """The subject `env` is published on: `muster.v1.<env.cluster>.<env.type>`."""
-    return event_subject(env.cluster, env.type)
+    """The subject `env` is published on: `muster.v1.<env.cluster>.<env.type>`, plus its
+    partition token for a workload event or a `config.partition` record."""
+    subject = event_subject(env.cluster, env.type)
+    if not partitioned(env.type):
+        return subject
+    if not env.partition:
+        return subject  # read by every admission replica, as before partitions
+    return f"{subject}.{check_token(env.partition, what='partition')}"
 
 
 def stream_of(event_type: str) -> str:

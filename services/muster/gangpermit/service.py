@@ -31,7 +31,7 @@ from muster.bus.cancel import raise_if_cancelling
 from muster.bus.connection import Bus
 from muster.bus.errors import Reject
 from muster.bus.poison import Quarantine
-from muster.bus.subjects import config_subject, workload_subject
+from muster.bus.subjects import config_subject, workload_filters
 from muster.bus.tracing import start_span, trace_decisions
 from muster.cluster.backend import ClusterBackend
 from muster.cluster.errors import ClusterError
@@ -97,7 +97,7 @@ class GangPermitConfig(msgspec.Struct, frozen=True, kw_only=True):
 
 def followed_subjects(cluster: str, events: Sequence[str] = FOLLOWED_EVENTS) -> list[str]:
     return [
-        *(workload_subject("*" if e in SPEC_EVENTS else cluster, e) for e in events),
+        *(f for e in events for f in workload_filters("*" if e in SPEC_EVENTS else cluster, e)),
         config_subject(cluster, ">"),
     ]
 

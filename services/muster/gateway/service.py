@@ -32,6 +32,7 @@ from opentelemetry import trace
 from muster.api import VALIDATIONS, FieldError, Validation
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
 from muster.bus.errors import BusError, Reject
+from muster.bus.partitions import QueuePartitions
 from muster.bus.subjects import DEFAULT_CLUSTER, check_cluster
 from muster.bus.tracing import continue_trace, trace_metadata
 from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
@@ -86,6 +87,7 @@ DEFAULT_MAX_REQUEST_BYTES: Final = 4 * 1024 * 1024
 # Manifests up to this size are planned on the event loop: handing them to a thread costs more
 # than parsing them (a one-Workload manifest takes about 0.2 ms with libyaml).
 INLINE_MANIFEST_BYTES: Final = 16 * 1024
+PARTITIONS_LOAD_S: Final = 2.0  # at start, how long to wait for the LocalQueues' partitions
 SERVICE_NAMES: Final = tuple(
     d.full_name for d in services_pb2.DESCRIPTOR.services_by_name.values()
 )  # muster.v1.Gateway, muster.v1.Visibility, muster.v1.Events
@@ -154,12 +156,15 @@ class GatewayServicer(ControlRpcs, services_pb2_grpc.GatewayServicer):
         follower: BookFollower,
         *,
         kube: KubeBackend | None = None,
+        partitions: QueuePartitions | None = None,
     ) -> None:
         self._bus = bus
         self._config = config
         self._authorizer = authorizer
         self._follower = follower
         self._kube = kube
+        # Each LocalQueue's admission partition, for the subjects of what Submit publishes.
+        self._partitions = partitions or QueuePartitions()
 
     async def Submit(  # noqa: N802  # the RPC's name
         self, request: services_pb2.SubmitRequest, context: grpc.aio.ServicerContext
@@ -216,7 +221,7 @@ class GatewayServicer(ControlRpcs, services_pb2_grpc.GatewayServicer):
                 )  # fmt: skip
             for p in planned:  # from the authenticated caller, never from the request
                 p.payload.submitter.CopyFrom(caller.submitter())
-            envs = envelopes(planned, cluster=cluster)
+            envs = envelopes(planned, cluster=cluster, partition_of=self._partitions.of)
             too_large = oversized(envs, max_event_bytes=self._config.max_event_bytes)
             if too_large:
                 await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "\n".join(too_large))
@@ -488,6 +493,7 @@ class GatewayServer:
         # from its first event on, from the first call that needs it until `stop`.
         self.follower = BookFollower(bus)
         self._clusters: KeyValue | None = None  # MUSTER_CLUSTERS, opened when first asked
+        self.partitions = QueuePartitions()
 
     async def start(self) -> str:
         """Listen, report SERVING for every service; return the address ("HOST:PORT").
@@ -496,6 +502,8 @@ class GatewayServer:
         API server configuration, OSError when it cannot listen.
         """
         store = KeyValueStore(await self._bus.kv(VISIBILITY_BUCKET))
+        if self.config.cluster_backend == "sim":  # Submit publishes workloads: their partitions
+            await self._follow_partitions()
         try:
             security = await self._exits.enter_async_context(open_security(self.config.security))
             if self.config.cluster_backend == "kube":
@@ -513,6 +521,20 @@ class GatewayServer:
         self.security = security
         self.address = address
         return address
+
+    async def _follow_partitions(self) -> None:
+        """Follow the LocalQueues' partitions for the server's lifetime; wait a little for what
+        is stored (a workload published in its stand-in partition is forwarded, only slower)."""
+        follow = asyncio.create_task(self.partitions.follow(self._bus.kv), name="partitions")
+
+        async def stop() -> None:
+            follow.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follow
+
+        self._exits.push_async_callback(stop)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.partitions.loaded.wait(), PARTITIONS_LOAD_S)
 
     async def _open_kube(self) -> KubeBackend:
         """The API server Submit writes into, for the server's lifetime."""
@@ -548,7 +570,14 @@ class GatewayServer:
         authorizer = security.authorizer
         self._events = EventsServicer(self._bus, authorizer)
         services_pb2_grpc.add_GatewayServicer_to_server(
-            GatewayServicer(self._bus, self.config, authorizer, self.follower, kube=self._kube),
+            GatewayServicer(
+                self._bus,
+                self.config,
+                authorizer,
+                self.follower,
+                kube=self._kube,
+                partitions=self.partitions,
+            ),
             server,
         )
         services_pb2_grpc.add_VisibilityServicer_to_server(

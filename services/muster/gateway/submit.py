@@ -21,7 +21,7 @@ import datetime
 import hashlib
 import json
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
 import msgspec
@@ -198,11 +198,17 @@ def _as_created(doc: Any, *, seed: str) -> Any:
 
 
 def envelopes(
-    planned: Sequence[PlannedEvent], *, cluster: str, now_ns: int | None = None
+    planned: Sequence[PlannedEvent],
+    *,
+    cluster: str,
+    now_ns: int | None = None,
+    partition_of: Callable[[str, str], str] | None = None,
 ) -> list[events_pb2.Envelope]:
     """Return `planned` as envelopes for `cluster`, with their deterministic ids.
 
-    The trace context is the current span's (the gateway opens one continuing the caller's).
+    A workload's envelope names the admission partition `partition_of(namespace, queue)` of its
+    LocalQueue (docs/events.md, "Partitions"). The trace context is the current span's (the
+    gateway opens one continuing the caller's).
     """
     check_cluster(cluster)
     out = []
@@ -217,6 +223,9 @@ def envelopes(
             now_ns=now_ns,
         )
         env.event_id = event.event_id
+        if partition_of is not None and isinstance(event.payload, events_pb2.WorkloadSubmitted):
+            namespace = event.workload.partition("/")[0]
+            env.partition = partition_of(namespace, event.payload.queue_name)
         out.append(env)
     return out
 

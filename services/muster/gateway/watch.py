@@ -20,7 +20,14 @@ from typing import Final, Protocol
 
 import msgspec
 
-from muster.bus.subjects import EVENTS_STREAM, PAYLOAD_FIELDS, PREFIX, stream_of, workload_subject
+from muster.bus.subjects import (
+    EVENTS_STREAM,
+    PAYLOAD_FIELDS,
+    PREFIX,
+    stream_of,
+    workload_filters,
+    workload_subject,
+)
 from muster.contracts.v1 import events_pb2, services_pb2
 from muster.gateway.visibility import InvalidQueryError
 
@@ -32,6 +39,8 @@ _SUBMITTED: Final = "workload.submitted"
 _ROUTED: Final = "workload.routed"
 _FINISHED: Final = "workload.finished"
 _DELETED: Final = "workload.deleted"
+# Admission's copy of an event into another partition (docs/events.md, "Partitions").
+FORWARDED: Final = "workload.forwarded"
 # The events that say which LocalQueue a workload is in, or that it is gone.
 _MEMBERSHIP_TYPES: Final = (_SUBMITTED, _ROUTED, _FINISHED, _DELETED)
 DEFAULT_QUEUE: Final = "default"
@@ -164,11 +173,14 @@ class WatchFilter(msgspec.Struct, kw_only=True):
         """Learn from `env` (`observe`), then return whether the caller wants it.
 
         An event that moves its workload out of the LocalQueue (routed elsewhere, deleted) is
-        still wanted: it is the last one the watch sends about it.
+        still wanted: it is the last one the watch sends about it. A `workload.forwarded`
+        (admission's copy of an event into another partition) only when asked for by type.
         """
         was_member = self.members is not None and env.workload in self.members
         self.observe(env)
         if self.types and env.type not in self.types:
+            return False
+        if not self.types and env.type == FORWARDED:
             return False
         if self.workload and env.workload != self.workload:
             return False
@@ -186,7 +198,16 @@ class WatchFilter(msgspec.Struct, kw_only=True):
 
 
 def _subjects_of(types: Iterable[str]) -> list[str]:
-    return [f"{PREFIX}.*.{t}" for t in sorted(types)]
+    """The filters of `types`: a workload event's with and without its partition token."""
+    return [
+        subject
+        for t in sorted(types)
+        for subject in (
+            workload_filters("*", t.removeprefix("workload."))
+            if t.startswith("workload.")
+            else (f"{PREFIX}.*.{t}",)
+        )
+    ]
 
 
 async def watch(

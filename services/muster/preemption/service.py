@@ -17,7 +17,7 @@ from typing import Final
 
 import msgspec
 
-from muster.bus import EVENTS_STREAM, Bus, ConsumerSettings, workload_subject
+from muster.bus import EVENTS_STREAM, Bus, ConsumerSettings, workload_filters
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.consumer import consumer_config
 from muster.bus.service import Health
@@ -26,7 +26,7 @@ from muster.preemption.handlers import DURABLE, PreemptionContext, handle, resen
 from muster.preemption.state import Evictions
 from muster.preemption.translate import evict_command
 
-SUBJECTS: Final = (workload_subject("*", "evicted"), workload_subject("*", "eviction_completed"))
+SUBJECTS: Final = (*workload_filters("*", "evicted"), *workload_filters("*", "eviction_completed"))
 
 log = logging.getLogger(__name__)
 

@@ -28,6 +28,7 @@ from opentelemetry import trace
 
 from muster.api.wellknown import TRACEPARENT_ANNOTATION
 from muster.bus.envelope import new_event
+from muster.bus.partitions import QueuePartitions
 from muster.bus.tracing import continue_trace, headers_of_envelope
 from muster.cluster.backend import ClusterChange
 from muster.cluster.kube import copies, jobs
@@ -70,6 +71,7 @@ class WatcherContext:
         workloads: KueueWorkloads | None = None,
         clock_ns: Callable[[], int] = time.time_ns,
         pods: dict[str, dict[str, PodState]] | None = None,
+        queues: QueuePartitions | None = None,
     ) -> None:
         self.cluster = cluster
         self.outbox = outbox
@@ -83,6 +85,10 @@ class WatcherContext:
         self.configs: dict[str, str] = {}
         # Workload → the trace its `submitted` (published here) went in, until it is deleted.
         self.traces: dict[str, dict[str, str]] = {}
+        # Each LocalQueue's admission partition (MUSTER_PARTITIONS), and the partition each
+        # workload's events went to, so that a later one goes there too.
+        self.queues = queues or QueuePartitions()
+        self.homes: dict[str, str] = {}
 
     def seed(self, pod: PodState) -> None:
         """Know `pod` without publishing anything (a restart's initial list)."""
@@ -97,11 +103,25 @@ class WatcherContext:
             generation=out.generation,
             source=self.source,
             now_ns=self.clock_ns(),
+            partition=self.partition_of(out),
         )
         # Deterministic: the same fact seen again (a resumed watch) is deduplicated by JetStream.
         fact = f"{self.cluster}/{out.workload}/{out.id_key}"
         env.event_id = str(uuid.uuid5(WATCHER_ID_NAMESPACE, fact))
         return env
+
+    def partition_of(self, out: Outgoing) -> str:
+        """The partition of `out`'s workload: what its pods say, else the one its earlier
+        events went to, else its LocalQueue's; "" for a workload of no LocalQueue (a gang)."""
+        partition = out.partition or self.homes.get(out.workload, "")
+        if not partition and out.local_queue:
+            namespace, _, name = out.local_queue.partition("/")
+            partition = self.queues.of(namespace, name)
+        if partition and out.field != "deleted":
+            self.homes[out.workload] = partition
+        else:
+            self.homes.pop(out.workload, None)
+        return partition
 
     def publish(
         self,

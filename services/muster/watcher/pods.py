@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from muster.api.wellknown import TRACEPARENT_ANNOTATION
+from muster.api.wellknown import PARTITION_ANNOTATION, TRACEPARENT_ANNOTATION
 from muster.cluster.objects import POD_SET_ANNOTATION, PodView, report_key
 from muster.contracts.v1 import events_pb2
 from muster.watcher.translate import Outgoing
@@ -35,6 +35,7 @@ class PodState(msgspec.Struct, frozen=True, kw_only=True):
     # Controlled by a batch Job: the Job's conditions say when it is over (`job_finished`).
     of_job: bool = False
     traceparent: str = ""  # its workload's trace, when muster started it (binder)
+    partition: str = ""  # its workload's admission partition, when muster started it (binder)
 
     @property
     def key(self) -> str:
@@ -146,6 +147,7 @@ def pod_state(obj: Mapping[str, Any]) -> PodState | None:
             for ref in meta.get("ownerReferences") or []
         ),
         traceparent=str(annotations.get(TRACEPARENT_ANNOTATION) or ""),
+        partition=str(annotations.get(PARTITION_ANNOTATION) or ""),
     )
 
 
@@ -175,6 +177,7 @@ def due_events(
         return []
     uids = {p.uid for p in pods}
     everyone = _digest(uids)
+    partition = next((p.partition for p in pods if p.partition), "")
     out: list[Outgoing] = []
     if not after_delete and not uids & set(sent.finished):
         pending = [p for p in pods if p.phase == PENDING and not p.node]
@@ -185,6 +188,7 @@ def due_events(
                     payload=events_pb2.PodsPending(pods=[_ref(p) for p in pending]),
                     id_key=f"pods_pending/{_digest(p.uid for p in pending)}",
                     workload=workload,
+                    partition=partition,
                 )
             )
     failed = [p for p in pods if p.phase == FAILED]
@@ -197,7 +201,11 @@ def due_events(
         ):
             out.append(
                 Outgoing(
-                    field=field, payload=payload, id_key=f"{field}/{everyone}", workload=workload
+                    field=field,
+                    payload=payload,
+                    id_key=f"{field}/{everyone}",
+                    workload=workload,
+                    partition=partition,
                 )
             )
     of_job = any(p.of_job for p in pods)
@@ -216,6 +224,7 @@ def due_events(
                 payload=events_pb2.WorkloadFinished(succeeded=not failed, message=message),
                 id_key=f"finished/{everyone}",
                 workload=workload,
+                partition=partition,
             )
         )
     return out

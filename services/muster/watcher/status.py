@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from muster.api.check_states import ChecksWanted
 from muster.bus.connection import Bus
-from muster.bus.subjects import config_subject, queue_subject, workload_subject
+from muster.bus.subjects import config_subject, queue_subject, workload_filters
 from muster.cluster.backend import ClusterChange
 from muster.cluster.keys import SCHEDULING_POD_GROUP_KIND
 from muster.cluster.kube.references import Reference
@@ -88,8 +88,8 @@ def status_subjects(cluster: str) -> list[str]:
     and end (a workload submitted here may run in a worker cluster)."""
     events = dict.fromkeys((*WORKLOAD_EVENTS, EVICTION_COMPLETED, *GANG_EVENTS, *EVENT_SOURCES))
     return [
-        *(workload_subject("*", e) for e in DISPATCHED_EVENTS),
-        *(workload_subject(cluster, e) for e in events if e not in DISPATCHED_EVENTS),
+        *(f for e in DISPATCHED_EVENTS for f in workload_filters("*", e)),
+        *(f for e in events if e not in DISPATCHED_EVENTS for f in workload_filters(cluster, e)),
         queue_subject(cluster),
         config_subject(cluster, ">"),
     ]

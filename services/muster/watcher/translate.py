@@ -49,6 +49,10 @@ class Outgoing(msgspec.Struct, frozen=True, kw_only=True):
     id_key: str  # same fact, same key: the service derives the event id from it
     workload: str = ""
     generation: int = 0
+    # Where its admission partition comes from: its pods' annotation, or its LocalQueue
+    # ("<namespace>/<name>") looked up in MUSTER_PARTITIONS (docs/events.md, "Partitions").
+    partition: str = ""
+    local_queue: str = ""
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -240,7 +244,22 @@ def submitted(wl: Workload, *, owner: str = "") -> Outgoing:
         id_key=f"submitted/{incarnation(wl)}",
         workload=wl.key,
         generation=wl.meta.generation,
+        local_queue=local_queue_of(wl),
     )
+
+
+def local_queue_of(wl: Workload) -> str:
+    return f"{wl.meta.namespace}/{wl.queue_name or 'default'}"
+
+
+def job_local_queue(job: Mapping[str, Any]) -> str:
+    """The LocalQueue a Job names (its label, else annotation), as `local_queue_of` spells it;
+    a MultiKueue copy keeps its origin's."""
+    meta = _meta(job)
+    queue = (meta.get("labels") or {}).get(QUEUE_NAME_KEY) or (meta.get("annotations") or {}).get(
+        QUEUE_NAME_KEY
+    )
+    return f"{meta.get('namespace', '')}/{queue or 'default'}"
 
 
 def deleted(wl: Workload) -> Outgoing:
@@ -250,6 +269,7 @@ def deleted(wl: Workload) -> Outgoing:
         id_key=f"deleted/{incarnation(wl)}",
         workload=wl.key,
         generation=wl.meta.generation,
+        local_queue=local_queue_of(wl),
     )
 
 
@@ -273,6 +293,7 @@ def job_finished(job: Mapping[str, Any], workload: str) -> Outgoing | None:
         payload=events_pb2.WorkloadFinished(succeeded=succeeded, message=message),
         id_key=f"finished/job/{_meta(job).get('uid', '')}",
         workload=workload,
+        local_queue=job_local_queue(job),
     )
 
 
@@ -289,6 +310,7 @@ def copy_status(job: Mapping[str, Any], workload: str) -> Outgoing | None:
         payload=events_pb2.CopyStatus(status_json=text),
         id_key=f"copy_status/{_meta(job).get('uid', '')}/{copy_status_mark(status)}",
         workload=workload,
+        local_queue=job_local_queue(job),
     )
 
 
@@ -339,6 +361,9 @@ def check_updates(obj: Mapping[str, Any], sent: Mapping[str, str]) -> list[Check
     """
     meta = _meta(obj)
     key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    spec = obj.get("spec")
+    queue = spec.get("queueName") if isinstance(spec, Mapping) else None
+    local_queue = f"{meta.get('namespace', '')}/{queue or 'default'}"
     out: list[CheckAnswer] = []
     for entry in check_states.entries_of(obj.get("status")):
         name, state = str(entry["name"]), str(entry.get("state", ""))
@@ -361,6 +386,7 @@ def check_updates(obj: Mapping[str, Any], sent: Mapping[str, str]) -> list[Check
             payload=payload,
             id_key=f"check/{meta.get('uid', '')}/{name}/{mark}",
             workload=key,
+            local_queue=local_queue,
         )
         out.append(CheckAnswer(name, mark, event))
     return out

@@ -146,6 +146,6 @@ class StoringPublisher:
     def __init__(self) -> None:
         self.stored: list[pb.Envelope] = []
 
-    async def publish(self, env: pb.Envelope) -> int:
+    async def publish(self, env: pb.Envelope, **_: object) -> int:
         self.stored.append(env)
         return len(self.stored)

@@ -24,7 +24,7 @@ class StoredStream:
         self.data.append(env.SerializeToString())
         return len(self.data)
 
-    async def publish(self, env: pb.Envelope) -> int:
+    async def publish(self, env: pb.Envelope, **_: object) -> int:
         return self.put(env)
 
     @property

@@ -32,7 +32,7 @@ class Publisher:
         self.attempts: list[str] = []
         self.fail_first = fail_first
 
-    async def publish(self, env: pb.Envelope) -> int:
+    async def publish(self, env: pb.Envelope, **_: object) -> int:
         self.attempts.append(env.event_id)
         if len(self.attempts) <= self.fail_first:
             raise Retry(0.0, "no PubAck")
@@ -170,7 +170,7 @@ class SlowPublisher(Publisher):
         self.in_flight = 0
         self.most_in_flight = 0
 
-    async def publish(self, env: pb.Envelope) -> int:
+    async def publish(self, env: pb.Envelope, **_: object) -> int:
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
         await asyncio.sleep(0.01 / (len(self.attempts) + 1))

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from snapshot_world import LiveReplica, StoredStream, rebuilt, summary, taking_over
 
 from muster.admission.snapshot import (
+    PARTITIONS_HEADER,
     SEQUENCE_HEADER,
     STREAM_HEADER,
     VERSION,
@@ -244,6 +245,7 @@ def test_a_snapshot_survives_encoding_and_announces_its_stream_and_sequence() ->
         SEQUENCE_HEADER: ["9"],
         STREAM_HEADER: [CREATED],
         VERSION_HEADER: [str(VERSION)],
+        PARTITIONS_HEADER: [",".join(map(str, range(16)))],
     }
     assert sequence_in(headers, stream=CREATED) == 9
     # MUSTER_EVENTS deleted and made again: its sequences started over.

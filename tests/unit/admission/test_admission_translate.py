@@ -8,7 +8,7 @@ import pytest
 from admission_stream import applied, cluster_queue, reported, submitted, workload
 
 from muster.admission.routing import WorkloadRoute
-from muster.admission.service import SUBJECTS
+from muster.admission.subjects import CONFIG_SUBJECTS, consumer_subjects, replay_subjects
 from muster.admission.translate import (
     MANIFEST_COPY_LIMIT,
     ApplyConfig,
@@ -39,7 +39,7 @@ from muster.api.model import (
     WorkloadKey,
 )
 from muster.bus import EVENTS_STREAM, new_event
-from muster.bus.subjects import EVENT_TYPES, event_subject, stream_of
+from muster.bus.subjects import EVENT_TYPES, event_subject, stream_of, subject_of
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.events import Event, EventType
 
@@ -323,17 +323,40 @@ def _subject_matches(pattern: str, subject: str) -> bool:
     return len(want) == len(got)
 
 
+# Read by the rounds themselves (unwrapped, or a record naming nothing is not a fact).
+_READ_ELSEWHERE = frozenset({"forwarded", "partition_changed"})
+
+
 @pytest.mark.parametrize("field", sorted(EVENT_TYPES))
-def test_admission_consumes_exactly_the_events_it_reads(field: str) -> None:
-    env = pb.Envelope(type=EVENT_TYPES[field], cluster="local", workload="ns/w")
+@pytest.mark.parametrize("stored", ["in a partition", "in none", "before partitions"])
+def test_admission_reads_exactly_the_events_it_reads(field: str, stored: str) -> None:
+    """What the consumer and the rebuild read: in a partition, what admission reads; in none
+    or stored before partitions, every workload event (every replica does, and ignores what
+    it does not read)."""
+    partition = "3" if stored == "in a partition" else ""
+    event_type = EVENT_TYPES[field]
+    env = pb.Envelope(type=event_type, cluster="local", workload="ns/w", partition=partition)
     getattr(env, field).SetInParent()
     try:
-        reads = fact_of(env) is not None
+        reads = fact_of(env) is not None or field in _READ_ELSEWHERE
     except FactError:  # an empty manifest: read, and found wanting
         reads = True
-    subject = event_subject("local", EVENT_TYPES[field])
-    consumed = any(_subject_matches(p, subject) for p in SUBJECTS)
-    assert consumed == (reads and stream_of(EVENT_TYPES[field]) == EVENTS_STREAM)
+    owned = (3, 5)  # some partitions: deciding every one reads `*`, which `_` matches too
+    filters = {*consumer_subjects(owned), *replay_subjects(owned), *CONFIG_SUBJECTS}
+    subject = event_subject("local", event_type) if stored == "before partitions" else None
+    consumed = any(_subject_matches(p, subject or subject_of(env)) for p in filters)
+    expected = reads and stream_of(event_type) == EVENTS_STREAM
+    if stored != "in a partition" and event_type.startswith("workload."):
+        expected = True
+    assert consumed == expected
+
+
+def test_a_replica_reads_only_its_partitions_reports() -> None:
+    own = consumer_subjects([2, 5])
+    of = [pb.Envelope(type="workload.finished", cluster="c", partition=p) for p in ("2", "3")]
+    for env in of:
+        env.finished.SetInParent()
+    assert [any(_subject_matches(f, subject_of(e)) for f in own) for e in of] == [True, False]
 
 
 def test_an_admission_carries_the_manifest_as_submitted_up_to_the_limit() -> None:

@@ -44,13 +44,21 @@ def test_buckets_are_the_ones_the_services_open() -> None:
     from muster.admission.lease import SHARDS_BUCKET
     from muster.admission.rebuild import SNAPSHOTS_BUCKET as ADMISSION_SNAPSHOTS
     from muster.admission.service import VISIBILITY_BUCKET
+    from muster.bus.partitions import PARTITIONS_BUCKET
     from muster.cluster.keys import bucket_name
     from muster.gangpermit.service import CLUSTERS_BUCKET
     from muster.gateway.visibility import VISIBILITY_BUCKET as GATEWAY_VISIBILITY
     from muster.watcher.service import WATCHER_BUCKET
 
     in_table = {kv.bucket for r in ROLES for kv in r.key_values}
-    opened = {SHARDS_BUCKET, VISIBILITY_BUCKET, GATEWAY_VISIBILITY, CLUSTERS_BUCKET, WATCHER_BUCKET}
+    opened = {
+        SHARDS_BUCKET,
+        VISIBILITY_BUCKET,
+        GATEWAY_VISIBILITY,
+        CLUSTERS_BUCKET,
+        WATCHER_BUCKET,
+        PARTITIONS_BUCKET,
+    }
     assert in_table == opened
     made = {b.name for b in buckets(EVERYWHERE)}
     assert made == opened | {bucket_name("local"), bucket_name("east")}

@@ -158,17 +158,20 @@ async def test_bad_requests_name_the_field(request_: dict[str, object], field: s
         pytest.param({"namespace": "ml"}, ["muster.v1.*.workload.>"], id="workloads only"),
         pytest.param(
             {"types": ["workload.admitted", "workload.pending"]},
-            ["muster.v1.*.workload.admitted", "muster.v1.*.workload.pending"],
+            [
+                "muster.v1.*.workload.admitted",
+                "muster.v1.*.workload.admitted.*",
+                "muster.v1.*.workload.pending",
+                "muster.v1.*.workload.pending.*",
+            ],
             id="types",
         ),
         pytest.param(
             {"types": ["workload.admitted"], "local_queue": "main"},
             [
-                "muster.v1.*.workload.admitted",
-                "muster.v1.*.workload.deleted",
-                "muster.v1.*.workload.finished",
-                "muster.v1.*.workload.routed",
-                "muster.v1.*.workload.submitted",
+                f"muster.v1.*.workload.{e}{partition}"
+                for e in ("admitted", "deleted", "finished", "routed", "submitted")
+                for partition in ("", ".*")
             ],
             id="types and local queue read the membership events too",
         ),

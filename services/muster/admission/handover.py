@@ -1,0 +1,128 @@
+"""A LocalQueue's workloads fetched from another replica's partition (homes.py, `Handover`).
+
+When a configuration change moves a LocalQueue's tree into a partition this replica decides
+from one it does not, the replica that decided it may be slow, or gone. So this replica:
+1. fences the old partition: a `config.partition` record (`QueueLeft`) written only if that
+   partition's last record is still the one it knows. From then on the old decider's decisions
+   about that partition are refused (they are fenced on its last record), so nothing it decides
+   afterwards lands;
+2. reads the old partition's history up to that record: the newest snapshot covering it, then
+   its events after the snapshot, into a scratch ledger and log;
+3. returns the stories of the LocalQueue's live workloads, which the round forwards here and
+   applies before it decides (relocation.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Protocol
+
+from muster.admission.handlers import Publisher
+from muster.admission.homes import Handover, queue_key
+from muster.admission.rebuild import History, SnapshotStore, replay_event, restore_partitions
+from muster.admission.relocation import Story
+from muster.admission.snapshot import CompactLog
+from muster.admission.state import AdmissionState
+from muster.admission.subjects import replay_subjects
+from muster.admission.translate import PartitionRecord
+from muster.bus import Conflict, new_event
+from muster.bus.envelope import EVENT_ID_NAMESPACE
+from muster.bus.partitions import token
+from muster.bus.subjects import record_filter
+from muster.contracts.v1 import events_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+
+class Fencing(History, Publisher, Protocol):
+    """What a handover writes and reads (`Bus`)."""
+
+
+class StoryFetcher:
+    """`relocation.StoryFetch` over the bus and the snapshots' bucket."""
+
+    def __init__(
+        self,
+        bus: Fencing,
+        state: AdmissionState,
+        snapshots: SnapshotStore,
+        stream_created: Callable[[], str],
+        *,
+        max_event_bytes: int,
+    ) -> None:
+        self.bus = bus
+        self.state = state
+        self.snapshots = snapshots
+        self.stream_created = stream_created
+        self.max_event_bytes = max_event_bytes
+
+    async def __call__(self, handover: Handover) -> list[Story]:
+        fence = await self._fence(handover)
+        scratch = AdmissionState(source=self.state.source)
+        history = CompactLog(scratch.ledger)
+        partition, low = handover.from_partition, 0
+        stream = self.stream_created()
+        for item in await self.snapshots.available(stream=stream, at_most=fence):
+            snapshot = None
+            if partition in item.partitions:
+                snapshot = await self.snapshots.load(item, stream=stream)
+            if snapshot is not None:
+                restore_partitions(
+                    scratch,
+                    snapshot,
+                    (partition,),
+                    history=history,
+                    max_event_bytes=self.max_event_bytes,
+                )
+                low = snapshot.sequence
+                break
+        subjects = replay_subjects((partition,))
+        async for env in self.bus.replay(subjects, from_sequence=low + 1, until_sequence=fence):
+            replay_event(scratch, env, history=history, max_event_bytes=self.max_event_bytes)
+        stories = [
+            history.story_of(entry.key)
+            for entry in scratch.ledger.live()
+            if queue_key(entry.workload.meta.namespace, entry.queue_name) == handover.local_queue
+        ]
+        log.info(
+            "LocalQueue %s came from partition %d: %d live workloads fetched",
+            handover.local_queue,
+            partition,
+            len(stories),
+        )
+        return stories
+
+    async def _fence(self, handover: Handover) -> int:
+        """Write the record that fences the old partition; its sequence. A newer record
+        written meanwhile is read and taken into account, then the write is tried again."""
+        partition = handover.from_partition
+        state = self.state
+        left = pb.QueueLeft(local_queue=handover.local_queue, to_partition=handover.to_partition)
+        record = new_event(
+            "partition_changed",
+            pb.PartitionChanged(partition=partition, queue_left=left),
+            cluster=state.default_cluster,
+            source=state.source,
+            partition=token(partition),
+        )
+        record.event_id = str(
+            uuid.uuid5(EVENT_ID_NAMESPACE, f"{handover}/{state.fences.get(partition, 0)}")
+        )
+        while True:
+            expected = state.fences.get(partition, 0)
+            try:
+                return await self.bus.publish(
+                    record,
+                    expected_last_subject_sequence=expected,
+                    fenced_on=record_filter(partition),
+                )
+            except Conflict:
+                await self._read_records(partition, after=expected)
+
+    async def _read_records(self, partition: int, *, after: int) -> None:
+        async for env in self.bus.replay([record_filter(partition)], from_sequence=after + 1):
+            changed = env.partition_changed
+            shard = changed.shard if changed.WhichOneof("change") == "shard" else None
+            self.state.apply(PartitionRecord(partition, env.sequence, shard=shard), now_s=0.0)

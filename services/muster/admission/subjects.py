@@ -1,0 +1,48 @@
+"""What an admission replica reads: the subjects of its own partitions, filtered by the server.
+
+Its consumer reads, for the partitions it decides, the reports it acts on and what is forwarded
+to them (`consumer_subjects`); every `config.*` event (each replica knows the whole
+configuration, which says which tree a LocalQueue is in, and every `config.partition` record);
+every `placement_preempted` (its victims may be in any partition); and events that name no
+partition (stored before partitions, or reports whose publisher did not know it). It reads its
+own decisions only when it rebuilds (`replay_subjects`): it keeps them as it publishes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Final
+
+from muster.admission.translate import RECORDED, WORKLOAD_FACTS
+from muster.bus.partitions import PARTITIONS
+from muster.bus.subjects import config_subject, workload_subject
+
+GLOBAL_FACTS: Final = ("placement_preempted",)  # read in every partition
+REPORTS: Final = tuple(f for f in WORKLOAD_FACTS if f not in GLOBAL_FACTS)
+CONFIG_SUBJECTS: Final = (config_subject("*", ">"),)
+# Every workload event that names no partition (stored before partitions, or its publisher did
+# not know it: one token fewer): read by every replica, as before partitions.
+LEGACY: Final = (workload_subject("*", "*"),)
+
+
+def _partitioned(events: Collection[str], partitions: Collection[int]) -> list[str]:
+    """Filters of `events` in `partitions` (one wildcard when that is every partition)."""
+    if len(partitions) == PARTITIONS:
+        return [f"{workload_subject('*', e)}.*" for e in events]
+    return [f"{workload_subject('*', e)}.{p}" for p in sorted(partitions) for e in events]
+
+
+def consumer_subjects(partitions: Collection[int]) -> list[str]:
+    """The filters of the consumer of a replica deciding `partitions`."""
+    return [
+        *_partitioned((*REPORTS, "forwarded"), partitions),
+        *(f"{workload_subject('*', e)}.*" for e in GLOBAL_FACTS),
+        *LEGACY,
+        *CONFIG_SUBJECTS,
+    ]
+
+
+def replay_subjects(partitions: Collection[int]) -> list[str]:
+    """What a rebuild replays for `partitions` (configuration comes before, on its own): their
+    reports, forwards and decisions, and events stored before partitions."""
+    return [*_partitioned((*REPORTS, *RECORDED, "forwarded"), partitions), *LEGACY]

@@ -1,0 +1,138 @@
+"""Partitions: a replica reads only its own trees' events, and a tree moves between replicas
+safely while work flows (docs/events.md, "Partitions")."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from admission_world import (
+    Running,
+    cluster_queue,
+    config_applied,
+    count,
+    drained,
+    fact,
+    flavor,
+    local_queue,
+    publish,
+    start_admission,
+    submitted,
+    workload,
+)
+
+from muster.admission.moves import move_partition
+from muster.bus import EVENTS_STREAM, Bus, BusConfig
+from muster.bus.partitions import partition_of
+from muster.contracts.v1 import events_pb2 as pb
+
+pytestmark = pytest.mark.timeout(60)
+
+SHARDS = 2
+
+
+def in_partition(env: pb.Envelope, partition: int) -> pb.Envelope:
+    """`env` as the gateway or the watcher publishes it: naming its LocalQueue's partition."""
+    env.partition = str(partition)
+    return env
+
+
+def trees() -> tuple[str, str]:
+    """Two cohorts whose partitions two shards decide apart."""
+    names = [f"team-{i}" for i in range(50)]
+    by_shard = {partition_of(f"cohort/{n}") % SHARDS: n for n in names}
+    return by_shard[0], by_shard[1]
+
+
+def config_of(*cohorts: str, cpu: str = "4") -> list[pb.Envelope]:
+    out = [config_applied(flavor())]
+    for cohort in cohorts:
+        out.append(config_applied(cluster_queue(f"cq-{cohort}", cpu=cpu, cohort=cohort)))
+        out.append(config_applied(local_queue(f"lq-{cohort}", cq=f"cq-{cohort}")))
+    return out
+
+
+async def delivered(bus: Bus, durable: str) -> int:
+    """How many messages the server delivered to consumer `durable` so far."""
+    info = await bus.js.consumer_info(EVENTS_STREAM, durable)
+    return int(info.delivered.consumer_seq)
+
+
+async def test_a_replica_receives_no_event_of_a_tree_it_does_not_decide(
+    bus: Bus, bus_config: BusConfig, events: Any
+) -> None:
+    mine, theirs = trees()
+    replicas = [await start_admission(bus_config, shard=i, shards=SHARDS) for i in range(SHARDS)]
+    try:
+        await asyncio.gather(*(r.wait_serving() for r in replicas))
+        await publish(bus, *config_of(mine, theirs))
+        for durable in ("admission-0", "admission-1"):
+            await drained(bus, durable)
+        before = await delivered(bus, "admission-0")
+        other = partition_of(f"cohort/{theirs}")
+        work = [
+            in_partition(submitted(workload(f"w{i}", queue=f"lq-{theirs}")), other)
+            for i in range(12)
+        ]
+        await publish(bus, *work)
+        await events.wait_for("admitted", workload="ns/w3")
+        await events.wait_for("pending", workload="ns/w11")
+        await publish(bus, *(in_partition(fact("finished", f"ns/w{i}"), other) for i in range(4)))
+        await events.wait_for("admitted", workload="ns/w7")
+        for durable in ("admission-0", "admission-1"):
+            await drained(bus, durable)
+
+        assert await delivered(bus, "admission-0") == before  # not one of them
+        assert await delivered(bus, "admission-1") >= 12 + 4
+        decided = {e.source for e in events.seen if e.type == "workload.quota_reserved"}
+        assert decided == {"admission/1"}
+    finally:
+        for r in replicas:
+            await r.stop()
+
+
+async def test_a_tree_moved_between_replicas_under_load_admits_nothing_twice_and_loses_nothing(
+    bus: Bus, bus_config: BusConfig, events: Any
+) -> None:
+    tree, _ = trees()
+    partition = partition_of(f"cohort/{tree}")
+    old, new = partition % SHARDS, (partition + 1) % SHARDS
+    replicas: dict[int, Running] = {
+        i: await start_admission(bus_config, shard=i, shards=SHARDS) for i in range(SHARDS)
+    }
+    keys = [f"ns/w{i}" for i in range(24)]
+    try:
+        await asyncio.gather(*(r.wait_serving() for r in replicas.values()))
+        await publish(bus, *config_of(tree))
+        queue = f"lq-{tree}"
+        await publish(
+            bus,
+            *(in_partition(submitted(workload(k[3:], queue=queue)), partition) for k in keys),
+        )
+        moved_at = 0
+        for i, key in enumerate(keys):  # one cpu each, 4 of quota: FIFO, 4 at a time
+            await events.wait_for("admitted", workload=key, timeout_s=15.0)
+            await publish(bus, in_partition(fact("finished", key), partition))
+            if i == 4:  # the move, while 4 run and 19 wait
+                moved_at = await move_partition(bus, partition, new)
+            elif i == 6:  # the old owner dies and comes back after the move
+                await replicas[old].kill()
+                replicas[old] = await start_admission(bus_config, shard=old, shards=SHARDS)
+            elif i == 12:  # and so does the new owner, while it decides the tree
+                await replicas[new].kill()
+                replicas[new] = await start_admission(bus_config, shard=new, shards=SHARDS)
+        for r in replicas.values():
+            await r.wait_serving()
+        for durable in ("admission-0", "admission-1"):
+            await drained(bus, durable)
+
+        for key in keys:
+            assert (count(events, "quota_reserved", key), count(events, "admitted", key)) == (1, 1)
+        late = [
+            e.source for e in events.seen if e.type == "workload.admitted" and e.sequence > moved_at
+        ]
+        assert set(late) == {f"admission/{new}"}  # nothing of the old owner's after the move
+    finally:
+        for r in replicas.values():
+            await r.stop()
