@@ -9,24 +9,19 @@ and runs a round when a workload waits for room, since the new room may let it g
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
 import msgspec
-import nats.errors
-import nats.js.errors
 
 from muster.admission.dispatch import Dispatcher
 from muster.bus import Bus
-from muster.bus.cancel import raise_if_cancelling
+from muster.bus.kv import follow_bucket
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.dispatch import ClusterCapacity
 
 CLUSTERS_BUCKET: Final = "MUSTER_CLUSTERS"
-_RETRY_S = 1.0
-_DELETED = ("DEL", "PURGE")
 
 log = logging.getLogger(__name__)
 
@@ -37,31 +32,18 @@ async def follow_clusters(
     bus: Bus, dispatcher: Dispatcher, run_round: Round, *, clock: Callable[[], float]
 ) -> None:
     """Feed every heartbeat to `dispatcher` until cancelled; `run_round([])` runs a round."""
-    while True:
-        raise_if_cancelling()
+
+    async def heard(cluster: str, value: bytes | None) -> None:
+        if value is None:
+            dispatcher.forget_cluster(cluster)
+            return
         try:
-            kv = await bus.kv(CLUSTERS_BUCKET)
-            watcher = await kv.watchall()
-            try:
-                # Setting up the watch may have swallowed a cancellation (bus/cancel.py), and
-                # with no heartbeat coming the loop below would never look again.
-                raise_if_cancelling()
-                async for entry in watcher:
-                    if entry is None:  # caught up with the stored values
-                        continue
-                    if entry.operation in _DELETED:
-                        dispatcher.forget_cluster(entry.key)
-                        continue
-                    try:
-                        capacity = msgspec.json.decode(entry.value or b"", type=ClusterCapacity)
-                    except msgspec.DecodeError as exc:
-                        log.warning("bad heartbeat of %s: %s", entry.key, exc)
-                        continue
-                    dispatcher.heartbeat(capacity, now_s=clock())
-                    if dispatcher.wants_round():
-                        await run_round([])
-            finally:
-                await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py leaves it unannotated
-        except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
-            log.warning("cluster registry watch failed, again in %gs: %r", _RETRY_S, exc)
-        await asyncio.sleep(_RETRY_S)
+            capacity = msgspec.json.decode(value, type=ClusterCapacity)
+        except msgspec.DecodeError as exc:
+            log.warning("bad heartbeat of %s: %s", cluster, exc)
+            return
+        dispatcher.heartbeat(capacity, now_s=clock())
+        if dispatcher.wants_round():
+            await run_round([])
+
+    await follow_bucket(bus.kv, CLUSTERS_BUCKET, heard)

@@ -18,24 +18,16 @@ its stand-in tree's partition: admission forwards what lands in the wrong partit
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
 import zlib
-from typing import Final, Protocol
+from typing import Final
 
-import nats.errors
-import nats.js.errors
-from nats.js.kv import KeyValue
-
-from muster.bus.cancel import raise_if_cancelling
+from muster.bus.kv import OpenBucket, follow_bucket
 
 PARTITIONS: Final = 16  # of the contract: changing it moves every tree (docs/events.md)
 PARTITIONS_BUCKET: Final = "MUSTER_PARTITIONS"
 PARTITION_LABEL: Final = "muster.dev/partition"  # on the pods muster starts for a workload
-_RETRY_S: Final = 1.0
 _UNSAFE = re.compile(r"[^A-Za-z0-9-]")
-
-log = logging.getLogger(__name__)
 
 
 def partition_of(tree: str) -> int:
@@ -79,12 +71,6 @@ def _escape(name: str) -> str:
     return _UNSAFE.sub(lambda m: "".join(f"={b:02X}" for b in m.group().encode()), name)
 
 
-class OpenBucket(Protocol):
-    """`Bus.kv`: the bucket of that name, created when missing."""
-
-    async def __call__(self, bucket: str) -> KeyValue: ...
-
-
 class QueuePartitions:
     """Each LocalQueue's partition as admission wrote it in `MUSTER_PARTITIONS`, followed live.
 
@@ -113,21 +99,4 @@ class QueuePartitions:
 
     async def follow(self, open_bucket: OpenBucket) -> None:
         """Follow the bucket until cancelled, again after any NATS error."""
-        while True:
-            raise_if_cancelling()
-            try:
-                kv = await open_bucket(PARTITIONS_BUCKET)
-                watcher = await kv.watchall()
-                try:
-                    raise_if_cancelling()
-                    async for entry in watcher:
-                        if entry is None:  # the stored values are all in
-                            self.loaded.set()
-                            continue
-                        deleted = entry.operation in ("DEL", "PURGE")
-                        self.learn(entry.key, None if deleted else entry.value)
-                finally:
-                    await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py leaves it unannotated
-            except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
-                log.warning("LocalQueue partitions not followed, again in %gs: %r", _RETRY_S, exc)
-            await asyncio.sleep(_RETRY_S)
+        await follow_bucket(open_bucket, PARTITIONS_BUCKET, self.learn, on_loaded=self.loaded.set)

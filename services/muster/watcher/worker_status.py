@@ -27,11 +27,9 @@ from collections.abc import Callable
 from typing import Any, Final
 
 import msgspec
-import nats.errors
-import nats.js.errors
 
-from muster.bus.cancel import raise_if_cancelling
 from muster.bus.connection import Bus
+from muster.bus.kv import follow_bucket
 from muster.cluster.kube.resources import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.dispatch import ClusterCapacity
@@ -41,8 +39,6 @@ log = logging.getLogger(__name__)
 
 CLUSTERS_BUCKET: Final = "MUSTER_CLUSTERS"
 KIND = "MultiKueueCluster"
-_DELETED = ("DEL", "PURGE")
-_RETRY_S = 1.0
 _IDLE_S = 5.0  # with no heartbeat to turn stale, look again this often
 _PAST_S = 0.05  # wake just past a heartbeat's staleness
 
@@ -140,29 +136,15 @@ class WorkerStatuses:
             tasks.create_task(self._stale(), name="watcher-worker-stale")
 
     async def _heartbeats(self, bus: Bus) -> None:
-        while True:
-            raise_if_cancelling()
-            try:
-                kv = await bus.kv(CLUSTERS_BUCKET)
-                watcher = await kv.watchall()
-                try:
-                    raise_if_cancelling()
-                    async for entry in watcher:
-                        if entry is None:  # caught up with the stored values
-                            continue
-                        self._heard(entry.key, entry.operation, entry.value)
-                finally:
-                    await watcher.stop()  # type: ignore[no-untyped-call]  # unannotated
-            except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
-                log.warning("heartbeat watch failed, again in %gs: %r", _RETRY_S, exc)
-            await asyncio.sleep(_RETRY_S)
+        await follow_bucket(bus.kv, CLUSTERS_BUCKET, self._heard)
 
-    def _heard(self, key: str, operation: str | None, value: bytes | None) -> None:
-        if operation in _DELETED:
+    def _heard(self, key: str, value: bytes | None) -> None:
+        """A heartbeat (None: its key was deleted)."""
+        if value is None:
             self._desire(self.book.forget(key))
             return
         try:
-            capacity = msgspec.json.decode(value or b"", type=ClusterCapacity)
+            capacity = msgspec.json.decode(value, type=ClusterCapacity)
         except msgspec.DecodeError as exc:
             log.warning("bad heartbeat of %s: %s", key, exc)
             return
