@@ -161,3 +161,20 @@ async def stored_long_ago_then_a_workload_runs(
         key = await submit_and_admit(stack, "after", count=1)
         await stack.events.wait_for("finished", workload=key, timeout_s=15)
         assert_alive(stack)
+
+
+async def test_an_event_jetstream_refuses_for_good_is_kept_in_the_dead_letter_stream(
+    bus: Bus,
+) -> None:
+    """What admission does with a decision JetStream will never store (over the size limit)."""
+    env = new_event("finished", pb.WorkloadFinished(message="x" * 100), cluster="local",
+                    workload="ns/w", source="test")  # fmt: skip
+    reason = "JetStream refused this decision: too large"
+    await bus.dead_letter_unstored(env, consumer="admission-0", reason=reason)
+    await bus.dead_letter_unstored(env, consumer="admission-0", reason=reason)  # a retry
+    (letter,) = await dead_letters(bus)
+    assert letter.subject == "muster.v1.dlq.admission-0"
+    assert pb.Envelope.FromString(letter.data).event_id == env.event_id
+    headers = letter.headers or {}
+    assert headers["Muster-Dlq-Reason"] == reason
+    assert headers["Muster-Dlq-Subject"] == "muster.v1.local.workload.finished"

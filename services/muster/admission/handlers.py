@@ -90,6 +90,10 @@ class Publisher(Protocol):
         fenced_on: str | None = None,
     ) -> int: ...
 
+    async def dead_letter_unstored(
+        self, env: pb.Envelope, *, consumer: str, reason: str
+    ) -> int: ...
+
 
 class RoundObserver(Protocol):
     """What rounds report to when metrics are on (`admission.metrics.AdmissionMetrics`)."""
@@ -135,8 +139,10 @@ class Rounds:
         metrics: RoundObserver | None = None,
         fetch: StoryFetch | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        dead_letters: str = "admission",
     ) -> None:
         self.state = state
+        self.dead_letters = dead_letters  # `muster.v1.dlq.<this>`: decisions refused for good
         self.metrics = metrics
         # Workload → the trace (W3C headers) its decisions are published in.
         self.traces: dict[str, dict[str, str]] = {}
@@ -412,8 +418,23 @@ class Rounds:
                 await asyncio.sleep(self.retry_s)
                 continue
             except Reject as exc:
-                log.error("cannot publish %s for %s: %s", env.type, env.workload, exc)
+                await self._dead_letter(env, exc)
             return env.sequence
+
+    async def _dead_letter(self, env: pb.Envelope, refused: Reject) -> None:
+        """A decision JetStream refuses for good (its size): kept in the dead-letter stream with
+        why, for an operator to see; retried while even that cannot be stored."""
+        log.error("cannot publish %s for %s: %s", env.type, env.workload, refused)
+        reason = f"JetStream refused this decision: {refused}"
+        while True:
+            try:
+                await self.publisher.dead_letter_unstored(
+                    env, consumer=self.dead_letters, reason=reason
+                )
+                return
+            except Retry as exc:
+                log.warning("dead-lettering %s failed, retrying: %s", env.type, exc)
+                await asyncio.sleep(self.retry_s)
 
 
 def waves_by_workload(envs: Sequence[pb.Envelope]) -> list[list[pb.Envelope]]:

@@ -224,6 +224,7 @@ class AdmissionService:
                 bus, self.state, self.snapshots, self._stream, max_event_bytes=max_event_bytes
             ),
             max_event_bytes=max_event_bytes,
+            dead_letters=config.durable,
         )
 
     def _stream(self) -> str:

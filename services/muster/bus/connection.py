@@ -190,6 +190,10 @@ class Bus:
             fenced_on=fenced_on,
         )
 
+    async def dead_letter_unstored(self, env: Envelope, *, consumer: str, reason: str) -> int:
+        """See `Publisher.dead_letter_unstored`."""
+        return await self.publisher.dead_letter_unstored(env, consumer=consumer, reason=reason)
+
     async def publish_all(self, envs: Iterable[Envelope]) -> list[int]:
         """Store `envs` in order, each acked before the next is sent; their sequences."""
         return await self.publisher.publish_all(envs)

@@ -157,9 +157,23 @@ class Publisher:
         for name in ("traceparent", "tracestate"):
             if msg.headers and name in msg.headers:
                 headers[name] = msg.headers[name]
-        data = msg.data
+        return await self._dead_letter(consumer, msg.data, headers)
+
+    async def dead_letter_unstored(self, env: Envelope, *, consumer: str, reason: str) -> int:
+        """Copy `env`, which JetStream refused for good, to `muster.v1.dlq.<consumer>` with
+        why (cut to fit when it was refused for its size); its sequence. Raises as
+        `dead_letter`."""
+        headers = {
+            MSG_ID: f"dlq/{consumer}/{env.event_id}",
+            DLQ_REASON: header_value(reason),
+            DLQ_SUBJECT: subject_of(env),
+            DLQ_CONSUMER: consumer,
+        }
+        return await self._dead_letter(consumer, encode(env), headers)
+
+    async def _dead_letter(self, consumer: str, data: bytes, headers: dict[str, str]) -> int:
         room = self._nc.max_payload - headers_size(headers) - 64
-        if len(data) > room:  # only when the original's own headers were smaller than ours
+        if len(data) > room:
             headers[DLQ_TRUNCATED] = str(len(data))
             data = data[: max(0, room)]
         try:

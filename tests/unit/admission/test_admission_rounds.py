@@ -29,6 +29,7 @@ pytestmark = pytest.mark.timeout(10)
 class Publisher:
     def __init__(self, *, fail_first: int = 0) -> None:
         self.stored: list[pb.Envelope] = []
+        self.dead: list[tuple[str, str, str, str]] = []
         self.attempts: list[str] = []
         self.fail_first = fail_first
 
@@ -41,6 +42,23 @@ class Publisher:
 
     def of(self, event_type: str) -> list[str]:
         return [e.workload for e in self.stored if e.type == event_type]
+
+    async def dead_letter_unstored(self, env: pb.Envelope, *, consumer: str, reason: str) -> int:
+        self.dead.append((consumer, env.type, env.workload, reason))
+        return len(self.dead)
+
+
+class Refusing(Publisher):
+    """JetStream refusing every `refused` decision for good (as it refuses one over its size)."""
+
+    def __init__(self, refused: str) -> None:
+        super().__init__()
+        self.refused = refused
+
+    async def publish(self, env: pb.Envelope, **kw: object) -> int:
+        if env.type == self.refused:
+            raise Reject(f"{env.type} for {env.workload} is 9 MiB, over the limit")
+        return await super().publish(env)
 
 
 def configured_state(*extra: pb.Envelope) -> AdmissionState:
@@ -219,3 +237,15 @@ async def test_views_are_rewritten_only_after_rounds_that_changed_the_engine() -
     # A timer's round (no event) still runs.
     await rounds.apply_batch([])
     assert rounds.rounds == 2
+
+
+async def test_a_decision_jetstream_refuses_for_good_is_dead_lettered_with_why() -> None:
+    publisher = Refusing("workload.admitted")
+    rounds = Rounds(configured_state(), publisher, clock=lambda: 100.0, dead_letters="admission-0")
+    assert await rounds.apply_batch([sequenced(submitted(workload("w")), 10)]) == [None]
+    assert publisher.of("workload.quota_reserved") == ["ns/w"]
+    ((consumer, kind, key, reason),) = publisher.dead
+    assert (consumer, kind, key) == ("admission-0", "workload.admitted", "ns/w")
+    assert reason == (
+        "JetStream refused this decision: workload.admitted for ns/w is 9 MiB, over the limit"
+    )
