@@ -42,6 +42,7 @@ import msgspec
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
+from muster.bench.jetstream import publish_ack_rate
 from muster.bench.table import Column, render_table
 from muster.bus.service import run_loop
 from muster.bus.subjects import EVENTS_STREAM, workload_subject
@@ -79,6 +80,14 @@ class E2ERow(msgspec.Struct, frozen=True, kw_only=True):
     cpu_ms_per_workload: dict[str, float]  # process -> CPU ms per workload, "total" included
     observe: str = "off"  # metrics and tracing: off, on (no exporter), otlp
     spans_exported: int = 0  # OTLP requests received (otlp only)
+    events_per_workload: float = 0.0  # workload events stored per workload submitted
+    jetstream_acks_per_s: float = 0.0  # the same server's own publish+ack rate (jetstream.py)
+
+    @property
+    def jetstream_share(self) -> float:
+        """The part of that rate muster's events take at the row's throughput."""
+        used = self.events_per_workload * self.throughput_per_s
+        return used / self.jetstream_acks_per_s if self.jetstream_acks_per_s else 0.0
 
 
 _QUEUE = """apiVersion: kueue.x-k8s.io/v1beta2
@@ -244,6 +253,9 @@ async def run_case(
                 Load(shards=shards, workloads=workloads, rate_per_s=rate_per_s, per_call=per_call),
                 meter,
             )
+            # The yardstick, once the services are idle again.
+            acks = await publish_ack_rate(nc.jetstream())
+            row = msgspec.structs.replace(row, jetstream_acks_per_s=round(acks))
         finally:
             await nc.close()
     finally:
@@ -319,6 +331,7 @@ async def _measure(
         await gw.Submit(services_pb2.SubmitRequest(manifest=workload_yaml(0, name="warm-up")))
         await wait_stored(js, 1, timeout_s=30)
         limit = asyncio.Semaphore(IN_FLIGHT)
+        stored_before = sum((await stored_counts(js)).values())
         cpu_before = meter()
         start = time.monotonic()
 
@@ -341,6 +354,7 @@ async def _measure(
         # With the warm-up workload.
         await wait_stored(js, load.workloads + 1, timeout_s=60 + load.workloads / 20)
         cpu_after = meter()
+        stored = sum((await stored_counts(js)).values()) - stored_before
         # Read once everything went through: a live watch would compete with the services.
         events = services_pb2_grpc.EventsStub(channel)
         admitted = await event_times(events, "admitted")
@@ -363,6 +377,7 @@ async def _measure(
         bound_p50_ms=round(percentile(bound_ms, 0.50), 1),
         bound_p99_ms=round(percentile(bound_ms, 0.99), 1),
         cpu_ms_per_workload=cpu_per_workload(cpu_before, cpu_after, load.workloads),
+        events_per_workload=round(stored / load.workloads, 2),
     )
 
 
@@ -429,5 +444,8 @@ def render_latency(rows: list[E2ERow]) -> str:
         Column("ADMIT p99 ms", lambda r: f"{r.admit_p99_ms:g}"),
         Column("BOUND p50 ms", lambda r: f"{r.bound_p50_ms:g}"),
         Column("BOUND p99 ms", lambda r: f"{r.bound_p99_ms:g}"),
+        Column("EVENTS/wl", lambda r: f"{r.events_per_workload:g}"),
+        Column("JS ACKS/s", lambda r: f"{r.jetstream_acks_per_s:g}"),
+        Column("JS SHARE", lambda r: f"{100 * r.jetstream_share:.0f} %"),
     ]
     return render_table(columns, rows)

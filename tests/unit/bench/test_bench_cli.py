@@ -123,6 +123,10 @@ def test_e2e_rows_tell_mode_shards_and_workloads_per_call(
     ]
     assert all(r["admitted"] == r["bound"] == r["workloads"] for r in rows)
     assert all(r["cpu_ms_per_workload"]["admission"] > 0 for r in rows)
+    # Each workload's story is several events (submitted, admitted, bound, running, ...), and
+    # the same server's own publish+ack rate is measured beside it.
+    assert all(r["events_per_workload"] >= 4 for r in rows)
+    assert all(r["jetstream_acks_per_s"] > 0 for r in rows)
 
 
 def test_e2e_with_otlp_exports_spans_from_the_services() -> None:
