@@ -48,7 +48,7 @@ from muster.bus import (
     ConsumerSettings,
     new_event,
 )
-from muster.bus.cancel import finishing, raise_if_cancelling
+from muster.bus.cancel import finishing, gather_or_cancel, raise_if_cancelling
 from muster.bus.partitions import PARTITIONS_BUCKET
 from muster.bus.service import Health
 from muster.contracts.v1 import events_pb2 as pb
@@ -406,4 +406,4 @@ class AdmissionService:
                     source=self.config.source,
                 )
             )
-        await asyncio.gather(*(self.bus.publish(env) for env in envs))
+        await gather_or_cancel(*(self.bus.publish(env) for env in envs))
