@@ -44,9 +44,9 @@ async def gather_or_cancel(*work: Awaitable[T]) -> list[T]:
     the same when this is cancelled): `asyncio.gather` would leave them running, orphans that
     go on publishing (and retrying) after their caller gave up on them.
     """
+    if len(work) <= 1:  # nothing to run beside it: awaited here, as cheap as can be
+        return [await w for w in work]
     tasks = [asyncio.ensure_future(w) for w in work]
-    if not tasks:
-        return []
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
     finally:
