@@ -28,7 +28,6 @@ import nats.errors
 import nats.js.errors
 
 from muster.admission.clusters import follow_clusters
-from muster.admission.consumer import consume_in_order, make_consumer
 from muster.admission.handlers import Clock, Reown, Rounds
 from muster.admission.handover import StoryFetcher
 from muster.admission.homes import bucket_values
@@ -49,6 +48,7 @@ from muster.bus import (
     new_event,
 )
 from muster.bus.cancel import finishing, raise_if_cancelling
+from muster.bus.ordered import consume_in_order, make_consumer
 from muster.bus.partitions import PARTITIONS_BUCKET
 from muster.bus.service import Health
 from muster.contracts.v1 import events_pb2 as pb
