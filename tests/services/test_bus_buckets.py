@@ -64,9 +64,9 @@ async def test_objects_round_trip_in_chunks_with_headers(bus: Bus) -> None:
     with pytest.raises(NotFound):
         await store.get("admission-0")
     data = bytes(range(256)) * 20
-    await store.put("admission-0", data, headers={"Muster-Sequence": "7"})
+    await store.put("admission-0", data, headers={"Muster-Sequence": ["7"]})
     assert await store.get("admission-0") == data
     [listed] = await store.list()
-    assert (listed.name, listed.headers["Muster-Sequence"]) == ("admission-0", "7")
+    assert (listed.name, listed.headers["Muster-Sequence"]) == ("admission-0", ["7"])
     with pytest.raises(NotFound):
         await store.get("admission-1")

@@ -20,7 +20,7 @@ from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
 from muster.bus.client import MusterClient, outage_callbacks
-from muster.bus.consumer import ConsumerSettings, Handler, consume
+from muster.bus.consumer import ConsumerSettings, Handler, consume, consumer_config
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
 from muster.bus.errors import Reject, Retry, wrapped
 from muster.bus.kv import Bucket, open_bucket
@@ -303,6 +303,17 @@ class Bus:
     async def last_sequence(self, stream: str = EVENTS_STREAM) -> int:
         """The last sequence stored in `stream` (0 if none)."""
         return await last_sequence(self.js, stream)
+
+    async def add_consumer(
+        self, durable: str, subjects: Sequence[str], settings: ConsumerSettings
+    ) -> None:
+        """Make durable consumer `durable` over `subjects` now (or keep it as it is), so that
+        it holds what is stored from here on before `consume` runs; `Unavailable` when NATS
+        fails."""
+        with wrapped(f"consumer {durable}"):
+            await self.js.add_consumer(
+                settings.stream, config=consumer_config(durable, subjects, settings)
+            )
 
     async def stream_state(self, stream: str = EVENTS_STREAM) -> StreamState:
         """`stream`'s first and last sequences and when it was made; `Unavailable` when NATS

@@ -22,7 +22,7 @@ class StoredObject(NamedTuple):
     """An object in the bucket, as listed."""
 
     name: str
-    headers: Mapping[str, str]
+    headers: Mapping[str, list[str]]  # NATS headers: each a list of values
 
 
 class ObjectBucket:
@@ -45,7 +45,7 @@ class ObjectBucket:
         self._bucket: ObjectStore | None = None
 
     async def put(
-        self, name: str, data: bytes, *, headers: Mapping[str, str], description: str = ""
+        self, name: str, data: bytes, *, headers: Mapping[str, list[str]], description: str = ""
     ) -> None:
         """Store `data` as object `name`, replacing what it held (kept when a write fails)."""
         bucket = await self._open(create=True)
