@@ -17,18 +17,8 @@ def lease_key(shard: int) -> str:
 
 
 class ShardLease(Lease):
-    """Ownership of shard `shard` by `owner` (a host, process and instance)."""
+    """Ownership of shard `shard` by `owner` (a host, process and instance); `timing` is
+    `Lease`'s (`ttl_s`, `renew_s`, `poll_s`)."""
 
-    def __init__(
-        self,
-        kv: LeaseStore,
-        *,
-        shard: int,
-        owner: str,
-        ttl_s: float = 5.0,
-        renew_s: float = 1.0,
-        poll_s: float = 0.5,
-    ) -> None:
-        super().__init__(
-            kv, key=lease_key(shard), owner=owner, ttl_s=ttl_s, renew_s=renew_s, poll_s=poll_s
-        )
+    def __init__(self, kv: LeaseStore, *, shard: int, owner: str, **timing: float) -> None:
+        super().__init__(kv, key=lease_key(shard), owner=owner, **timing)

@@ -1,7 +1,9 @@
 """`BusConfig`, `connect` and `Bus`: one NATS connection with everything a service does on it.
 
-`Bus` is the facade services use: publish (publisher.py), consume (consumer.py), replay
-(replay.py) and key-value buckets (kv.py). It holds no state besides the connection.
+`Bus` is the facade services use: publish (publisher.py), consume (consumer.py; in stream
+order: ordered.py), replay (replay.py), key-value buckets (kv.py), object buckets (objects.py)
+and stream facts, each raising the bus's errors (errors.py), never nats-py's. It holds no
+state besides the connection.
 """
 
 from __future__ import annotations
