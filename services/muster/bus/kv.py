@@ -49,7 +49,7 @@ async def open_bucket(
     `replicas` (servers of a NATS cluster holding it; an existing bucket is left as it is)."""
     try:
         with wrapped(f"key-value bucket {bucket}"):
-            return Bucket(await js.key_value(bucket))
+            return Bucket(await js.key_value(bucket), bucket)
     except NotFound:
         pass
     # Two processes may create it at once: the server accepts an identical second create.
@@ -66,7 +66,7 @@ async def open_bucket(
             f"cannot create key-value bucket {bucket} (it is missing): NATS did not answer; with "
             "per-service NATS users run `muster nats-setup` with the admin user first"
         ) from exc.__cause__
-    return Bucket(kv)
+    return Bucket(kv, bucket)
 
 
 class Entry(NamedTuple):
@@ -97,9 +97,9 @@ class Bucket:
     answer; `create` and `update` raise `Conflict` when the key's revision is not the one
     expected (it exists already, or another writer came first)."""
 
-    def __init__(self, kv: KeyValue) -> None:
+    def __init__(self, kv: KeyValue, name: str) -> None:
         self._kv = kv
-        self.name: str = kv._name
+        self.name = name
 
     def _subject(self, key: str) -> str:
         return f"$KV.{self.name}.{key}"
