@@ -43,8 +43,9 @@ from muster.api.model import (
     Workload,
 )
 from muster.api.wellknown import CLUSTER_ANNOTATION, GANG_TIMEOUT_ANNOTATION
-from muster.checks.registry import config_kinds
+from muster.checks.registry import by_controller_name, config_kinds
 from muster.sim.annotations import (
+    CHECK_PREFIX,
     CHECK_RESULT,
     KNOWN_ON_NODES,
     KNOWN_ON_PODS,
@@ -202,6 +203,7 @@ def build_scenario(
     named = [(cluster_object_name(a.obj), a.obj.meta.annotations) for a in cluster_arrivals]
     clusters = plan_clusters(config_objects, named, errors)
     provisioning = provisioning_scripts(check_objects, errors)
+    unscriptable_checks(config_objects, arrivals, errors)
     if errors:
         raise InvalidScenarioError(errors)
     return Scenario(
@@ -214,6 +216,43 @@ def build_scenario(
         check_objects=tuple(check_objects),
         provisioning=provisioning,
     )
+
+
+def unscriptable_checks(
+    objects: Sequence[ConfigObject], arrivals: Sequence[Arrival], errors: list[FieldError]
+) -> None:
+    """A check script for a check that a registered controller answers is an error: the
+    controller's rules answer it (sim/checks.py), and the script would be ignored."""
+    controllers = by_controller_name()
+    run = {
+        o.meta.name: o.controller_name
+        for o in objects
+        if isinstance(o, AdmissionCheck) and o.controller_name in controllers
+    }
+    if not run:
+        return
+    why = (
+        "is answered by its controller ({}), not by a script; what to script instead: "
+        'docs/simulate-json.md, "Controller-run checks"'
+    )
+    for obj in objects:
+        if (
+            isinstance(obj, AdmissionCheck)
+            and obj.meta.name in run
+            and CHECK_RESULT in obj.meta.annotations
+        ):
+            problem = f"AdmissionCheck {obj.meta.name} " + why.format(run[obj.meta.name])
+            errors.append(
+                FieldError(
+                    f"AdmissionCheck/{obj.meta.name}", annotation_path(CHECK_RESULT), problem
+                )
+            )
+    for arrival in arrivals:
+        for check in sorted(arrival.script.checks):
+            if check in run:
+                path = annotation_path(CHECK_PREFIX + check)
+                problem = f"AdmissionCheck {check} " + why.format(run[check])
+                errors.append(FieldError(source_name(arrival.workload), path, problem))
 
 
 def provisioning_scripts(
