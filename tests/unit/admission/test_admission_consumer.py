@@ -1,5 +1,6 @@
-"""How admission answers a fetched batch: one ack for the batch (the durable acks all), a term
-for each event dead-lettered, and nothing past an event whose copy could not be stored."""
+"""How admission's in-order consumer (`muster.bus.ordered`) answers a fetched batch: one ack
+for the batch (the durable acks all), a term for each event dead-lettered, and nothing past an
+event whose copy could not be stored."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from collections.abc import Sequence
 import pytest
 from admission_stream import submitted, workload
 
-from muster.admission.consumer import _handle_batch
 from muster.bus import ConsumerSettings, Reject, Retry, encode
+from muster.bus.ordered import _handle_batch
 from muster.contracts.v1 import events_pb2 as pb
 
 pytestmark = pytest.mark.timeout(10)
