@@ -182,11 +182,19 @@ def add_kueue_live_options(parser: argparse.ArgumentParser) -> None:
         help="which of Kueue's scalability configurations to run (default: baseline)",
     )
     parser.add_argument("--shards", type=int, default=1, help="admission shards (default: 1)")
+    parser.add_argument(
+        "--run-from",
+        nargs="+",
+        choices=("created", "started"),
+        default=["created"],
+        help="what a pod's run time counts from, one run each: created (when its workload was "
+        "admitted, as Kueue's perf runner finishes workloads; default) or started",
+    )
 
 
 def run_kueue_live(args: argparse.Namespace) -> Iterator[Any]:
     return _kueue_live().run(  # type: ignore[no-any-return]
-        config=CONFIGS[args.config], scale=args.scale, shards=args.shards
+        config=CONFIGS[args.config], scale=args.scale, shards=args.shards, run_from=args.run_from
     )
 
 
