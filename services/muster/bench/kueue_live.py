@@ -35,7 +35,6 @@ from nats.js import JetStreamContext
 
 from muster.bench.e2e import cpu_meter, stored_counts
 from muster.bench.kueue_live_plan import (
-    WARM_UP_KEY,
     LiveEvent,
     arrived,
     as_sim_events,
@@ -43,7 +42,7 @@ from muster.bench.kueue_live_plan import (
     warm_up_manifest,
     workload_manifests,
 )
-from muster.bench.kueue_perf import Plan, PerfConfig, PlannedWorkload, generate
+from muster.bench.kueue_perf import PerfConfig, Plan, PlannedWorkload, generate
 from muster.bench.metrics import measure, percentile
 from muster.bench.table import Column, number, render_table
 from muster.bus.service import run_loop
@@ -318,7 +317,7 @@ def admit_latency(
 
 def stage_latency(plan: Plan, events: Sequence[LiveEvent]) -> dict[str, tuple[float, float]]:
     """p50 and p99 ms of each of `STAGES`, over the workloads admitted once and never evicted."""
-    run_s = {wl.key: wl.run_s for wl in plan.workloads}
+    run_s: dict[str, float] = {wl.key: wl.run_s for wl in plan.workloads}
     seen: dict[str, dict[str, int]] = {}
     for e in events:
         seen.setdefault(e.workload, {}).setdefault(e.type, e.time_ns)
@@ -398,4 +397,3 @@ def target_notes(row: KueueLiveRow) -> list[str]:
            else f"{met(usage >= TARGET_USAGE_PCT)} ({number(usage, digits=1)} %)"),
         f"{row.config}: workloads lost = 0: {met(row.lost == 0)} ({row.lost})",
     ]  # fmt: skip
-

@@ -60,9 +60,10 @@ def cluster_queue_manifest(cq: ClusterQueue) -> dict[str, Any]:
             "flavors": [
                 {
                     "name": flavor.name,
-                    "resources": [_quota(q.name, q.nominal_quota, q.borrowing_limit)
-                                  for q in flavor.resources],
-                }  # fmt: skip
+                    "resources": [
+                        _quota(q.name, q.nominal_quota, q.borrowing_limit) for q in flavor.resources
+                    ],
+                }
                 for flavor in group.flavors
             ],
         }
@@ -97,10 +98,12 @@ def local_queue_manifest(namespace: str, name: str, cluster_queue: str) -> dict[
 
 
 def warm_up_queue_manifest() -> dict[str, Any]:
+    flavor = {"name": "default", "resources": [_quota("cpu", 1000, None)]}
+    spec = {"namespaceSelector": {}, "resourceGroups": [
+        {"coveredResources": ["cpu"], "flavors": [flavor]}
+    ]}  # fmt: skip
     return {"apiVersion": KUEUE, "kind": "ClusterQueue", "metadata": {"name": WARM_UP_QUEUE},
-            "spec": {"namespaceSelector": {}, "resourceGroups": [{
-                "coveredResources": ["cpu"],
-                "flavors": [{"name": "default", "resources": [_quota("cpu", 1000, None)]}]}]}}  # fmt: skip
+            "spec": spec}  # fmt: skip
 
 
 def workload_manifests(plan: Plan) -> dict[str, str]:

@@ -37,10 +37,12 @@ def test_the_submitted_configuration_decodes_to_the_plans_queues() -> None:
                 obj.cohort, obj.resource_groups, obj.preemption, obj.queueing_strategy
             )  # fmt: skip
         else:
-            assert isinstance(got, LocalQueue) and got.cluster_queue == obj.cluster_queue
+            assert isinstance(got, LocalQueue)
+            assert got.cluster_queue == obj.cluster_queue
     # Plus the warm-up queue, in no cohort, so it borrows from no one.
     warm_up = by_name[("ClusterQueue", "", WARM_UP_QUEUE)]
-    assert isinstance(warm_up, ClusterQueue) and not warm_up.cohort
+    assert isinstance(warm_up, ClusterQueue)
+    assert not warm_up.cohort
 
 
 def test_workloads_are_submitted_as_planned_but_without_the_simulators_arrival() -> None:
@@ -59,7 +61,8 @@ def test_workloads_are_submitted_as_planned_but_without_the_simulators_arrival()
         assert wl.meta.annotations == {RUN_SECONDS: want.meta.annotations[RUN_SECONDS]}
         assert SUBMIT_AFTER not in text
     (warm_up,), errors = decode_yaml(warm_up_manifest())
-    assert errors == [] and isinstance(warm_up, Workload)
+    assert errors == []
+    assert isinstance(warm_up, Workload)
     assert warm_up.queue_name == WARM_UP_QUEUE
 
 
@@ -108,8 +111,9 @@ def test_stages_count_only_workloads_never_evicted_and_subtract_the_run_time() -
 
 def row(**changes: object) -> KueueLiveRow:
     fields: dict[str, object] = {
-        "config": "baseline", "scale": 1.0, "shards": 1, "workloads": 15000,
-        "run_from": "created", "cluster_queues": 30, "cohorts": 5, "finished": 15000, "lost": 0, "preemptions": 5000,
+        "config": "baseline", "scale": 1.0, "shards": 1, "run_from": "created",
+        "workloads": 15000, "cluster_queues": 30, "cohorts": 5, "finished": 15000, "lost": 0,
+        "preemptions": 5000,
         "wall_s": 80.0, "virtual_makespan_s": 75.9, "mean_usage_pct": 95.0,
         "virtual_mean_usage_pct": 100.0,
         "admit": {"small": ClassLatency(workloads=10500, admitted=10500, p50_ms=50000.0,

@@ -2,10 +2,7 @@
 
 A bound Pending pod becomes Running at once (startTime, Ready); after its
 `muster.dev/run-seconds` divided by `speed` it becomes Succeeded. A pod without run-seconds runs
-until it is deleted; a deleted pod simply stops. With `run_from="created"` the run time counts
-from the pod's creationTimestamp instead (the Job controller created it when its workload was
-admitted): a benchmark then finishes work its run time after admission, as Kueue's perf runner
-does, and the time spent binding and starting the pod is not added to the time quota is held. A pod bound to a node that does not exist is
+until it is deleted; a deleted pod simply stops. A pod bound to a node that does not exist is
 marked Failed. Resource accounting is not the kubelet's job: gang-permit checks fit first.
 
 Nothing is kept but timers and the names of the nodes: a restarted kubelet lists every pod
@@ -40,7 +37,13 @@ RUN_FROM = (STARTED, CREATED)
 
 
 class Kubelet:
-    """Runs every bound pod of one simulated cluster; `run` until cancelled."""
+    """Runs every bound pod of one simulated cluster; `run` until cancelled.
+
+    `run_from="created"` counts a pod's run time from its creationTimestamp rather than its
+    startTime: the Job controller created it when its workload was admitted, so work finishes
+    its run time after admission, as Kueue's perf runner finishes Workloads, and the time
+    spent binding and starting the pod is not added to the time quota is held.
+    """
 
     def __init__(
         self, store: SimStore, *, clock: Clock, speed: float = 1.0, run_from: str = STARTED
