@@ -362,6 +362,7 @@ def render(rows: list[KueueLiveRow]) -> str:
         Column("USAGE%", lambda r: number(r.mean_usage_pct, digits=1)),
         Column("VIRTUAL-USAGE%", lambda r: number(r.virtual_mean_usage_pct, digits=1)),
         *(_admit_column(name) for name in classes),
+        Column("HELD+ p50/p99(ms)", _held_beyond_run),
         Column("PREEMPTIONS", lambda r: str(r.preemptions)),
         Column("LOST", lambda r: str(r.lost)),
         Column("CPU(s)", lambda r: number(r.cpu_s.get("total", 0.0), digits=1)),
@@ -370,6 +371,12 @@ def render(rows: list[KueueLiveRow]) -> str:
     if any(row.scale != 1.0 for row in rows):
         notes.append("(counts scaled with --scale; the targets are for scale 1)")
     return render_table(columns, rows) + "\n" + "".join(f"{note}\n" for note in notes)
+
+
+def _held_beyond_run(row: KueueLiveRow) -> str:
+    """How much longer than its run time a workload held its quota (the virtual clock: 0)."""
+    held = row.stages_ms.get("admitted->finished")
+    return "-" if held is None else f"{number(held[0], digits=0)}/{number(held[1], digits=0)}"
 
 
 def _admit_column(name: str) -> Column[KueueLiveRow]:

@@ -118,7 +118,7 @@ def row(**changes: object) -> KueueLiveRow:
         "virtual_mean_usage_pct": 100.0,
         "admit": {"small": ClassLatency(workloads=10500, admitted=10500, p50_ms=50000.0,
                                         p99_ms=70000.0)},
-        "stages_ms": {}, "max_submit_lag_ms": 3.0, "cpu_s": {"total": 100.0},
+        "stages_ms": {"admitted->finished": (40.0, 120.0)}, "max_submit_lag_ms": 3.0, "cpu_s": {"total": 100.0},
     }  # fmt: skip
     return KueueLiveRow(**{**fields, **changes})  # type: ignore[arg-type]
 
@@ -133,6 +133,7 @@ def test_the_table_says_which_targets_a_run_met() -> None:
     assert lines[1].split()[:7] == ["baseline", "15000", "30", "1", "created", "80", "75.9"]
     assert lines[1].split()[7] == "1.05"
     assert "50000/70000" in lines[1]
+    assert "40/120" in lines[1]  # held beyond its run time
     notes = lines[4:]
     assert notes[:4] == [
         "baseline: wall <= 1.2x the virtual makespan: met (1.05x)",
