@@ -44,6 +44,7 @@ from muster.bench.kueue_live_plan import (
 )
 from muster.bench.kueue_perf import PerfConfig, Plan, PlannedWorkload, generate
 from muster.bench.metrics import measure, percentile
+from muster.bench.sim_nodes import node_manifests
 from muster.bench.table import Column, number, render_table
 from muster.bus.service import run_loop
 from muster.cluster.sim.backend import SimBackend
@@ -167,15 +168,7 @@ async def run_live(plan: Plan, *, shards: int, run_from: str, timeout_s: float) 
 
 
 def nodes() -> list[dict[str, object]]:
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": f"node-{n:02d}"},
-            "status": {"allocatable": {"cpu": str(NODE_CPU), "memory": "1Ti", "pods": "1000"}},
-        }
-        for n in range(NODES)
-    ]
+    return node_manifests(NODES, cpu=NODE_CPU, memory="1Ti", pods=1000)
 
 
 async def _drive(
