@@ -140,10 +140,10 @@ async def test_finishes_a_pod_without_reading_it_again_unless_it_changed(
         # Someone writes `touched` while it runs: its finish conflicts and reads it afresh.
         current = await get(touched)
         assert current is not None
-        labelled = {**current.obj["metadata"], "labels": {"team": "a"}}
-        await store.update(touched, {**current.obj, "metadata": labelled}, revision=current.revision)
+        labelled = {**current.obj, "metadata": {**current.obj["metadata"], "labels": {"team": "a"}}}
+        await store.update(touched, labelled, revision=current.revision)
         clock.advance(5)
-        _, plain_pod = await phases_until(store, plain, phase_is("Succeeded"))
+        await phases_until(store, plain, phase_is("Succeeded"))
         _, touched_pod = await phases_until(store, touched, phase_is("Succeeded"))
 
     assert touched_pod["metadata"]["labels"] == {"team": "a"}

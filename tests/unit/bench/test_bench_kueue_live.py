@@ -118,7 +118,8 @@ def row(**changes: object) -> KueueLiveRow:
         "virtual_mean_usage_pct": 100.0,
         "admit": {"small": ClassLatency(workloads=10500, admitted=10500, p50_ms=50000.0,
                                         p99_ms=70000.0)},
-        "stages_ms": {"admitted->finished": (40.0, 120.0)}, "max_submit_lag_ms": 3.0, "cpu_s": {"total": 100.0},
+        "stages_ms": {"admitted->finished": (40.0, 120.0)}, "max_submit_lag_ms": 3.0,
+        "cpu_s": {"total": 100.0},
     }  # fmt: skip
     return KueueLiveRow(**{**fields, **changes})  # type: ignore[arg-type]
 
