@@ -122,34 +122,6 @@ async def test_run_from_created_counts_the_run_time_from_the_pods_creation(
     assert parse_time(pod["status"]["startTime"]) == pytest.approx(born + 7.0)
 
 
-async def test_finishes_a_pod_without_reading_it_again_unless_it_changed(
-    store: SimStore, sim: SimBackend, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    plain = await bound_pod(sim, "plain", run_seconds="5")
-    touched = await bound_pod(sim, "touched", run_seconds="5")
-    reads: list[str] = []
-    get = store.get
-
-    async def counted(key: str) -> Any:
-        reads.append(key)
-        return await get(key)
-
-    monkeypatch.setattr(store, "get", counted)
-    async with running(Kubelet(store, clock=clock)):
-        await clock.wait_for_sleepers(2)
-        # Someone writes `touched` while it runs: its finish conflicts and reads it afresh.
-        current = await get(touched)
-        assert current is not None
-        labelled = {**current.obj, "metadata": {**current.obj["metadata"], "labels": {"team": "a"}}}
-        await store.update(touched, labelled, revision=current.revision)
-        clock.advance(5)
-        await phases_until(store, plain, phase_is("Succeeded"))
-        _, touched_pod = await phases_until(store, touched, phase_is("Succeeded"))
-
-    assert touched_pod["metadata"]["labels"] == {"team": "a"}
-    assert reads == [touched]  # the watch's copy was enough for `plain`
-
-
 async def test_leaves_unbound_pods_pending(
     store: SimStore, sim: SimBackend, clock: ManualClock
 ) -> None:

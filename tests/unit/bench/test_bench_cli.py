@@ -78,6 +78,7 @@ def test_scale_changes_the_workload_count(capsys: pytest.CaptureFixture[str]) ->
     assert row["scale"] == 0.01
 
 
+@pytest.mark.timeout(600)  # every section, a dozen service stacks among them
 def test_no_section_runs_every_section(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -24,7 +24,7 @@ from muster.cluster.errors import ClusterError, ConflictError
 from muster.cluster.keys import NODE_PREFIX, POD_PREFIX, describe, node_key
 from muster.cluster.objects import format_time, parse_time, run_seconds_of
 from muster.cluster.sim.clock import Clock
-from muster.cluster.sim.store import SimStore, StoreChange, StoredObject
+from muster.cluster.sim.store import SimStore, StoreChange
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -152,16 +152,13 @@ class Kubelet:
             return
         self._cancel(change.key)
         finish_at = parse_time(start) + run_s / self._speed
-        task = timers.create_task(self._finish_at(change, uid, finish_at))
+        task = timers.create_task(self._finish_at(change.key, uid, finish_at))
         self._timers[change.key] = (uid, task)
 
-    async def _finish_at(self, running: StoreChange, uid: str, finish_at_s: float) -> None:
+    async def _finish_at(self, key: str, uid: str, finish_at_s: float) -> None:
         await self._clock.sleep(finish_at_s - self._clock.now_s())
-        key = running.key
-        # Written over as the watch brought it, without reading it again (one round trip per
-        # pod fewer); a write in between makes the update conflict, and it is read afresh.
-        current: StoreChange | StoredObject | None = running
         while True:
+            current = await _waiting_out_nats(lambda: self._store.get(key))
             if current is None or _meta(current.obj).get("uid", "") != uid:
                 return  # deleted (or deleted and started again: a new pod, a new timer)
             status = dict(current.obj.get("status", {}))
@@ -181,9 +178,8 @@ class Kubelet:
             )
             try:
                 await _waiting_out_nats(update)
-            except ConflictError:  # someone wrote in between: look again
-                current = await _waiting_out_nats(lambda: self._store.get(key))
-                continue
+            except ConflictError:
+                continue  # someone wrote in between: look again
             log.info("pod succeeded", extra={"pod": describe(key)})
             return
 
