@@ -28,6 +28,7 @@ from muster.api.model import (
     WorkloadKey,
 )
 from muster.api.wellknown import REQUESTS_REFUSED
+from muster.core.attempt import Attempt
 from muster.core.conditions import (
     DEACTIVATED,
     DEACTIVATED_MESSAGE,
@@ -477,7 +478,7 @@ class Engine(EngineViews):
             queueing.drop_reservation(r)
             queueing.park(tree, group, r, (config.reason("WaitingForQuota", "Pending"), held), {})
             return
-        a, victims = state.attempts.attempt(r)
+        a, victims = self._attempt(r)
         if a.mode is Mode.FIT or victims is not None:
             key = queueing.sort_key(r, a)
             top = tree.peek_key() if listed_key is not None else None
@@ -509,6 +510,19 @@ class Engine(EngineViews):
         # else a preemptor whose freed quota went to work ahead of it keeps what it holds
         why = (config.reason(reason, "Pending"), a.message)
         queueing.park(tree, group, r, why, queueing.wake_thresholds(cq.name, a))
+
+    def _attempt(self, r: WorkloadRecord) -> Attempt:
+        """Head `r`'s attempt. A preemptor holding quota is admitted with the pods it preempted
+        for once they fit, as it is at once when evicted quota is free at once (`_preempt_for`):
+        taking more than its victims freed for it (a partial admission grown to the full
+        count) could make its victims' queue the one fair sharing favours, and the two would
+        preempt each other for ever."""
+        counts = self.queueing.reserved_counts(r)
+        if counts is not None:
+            held = self.state.attempts.assign(r, counts)
+            if held.mode is Mode.FIT:
+                return Attempt(held, None)
+        return self.state.attempts.attempt(r)
 
     def _admit_head(
         self, cq: QueueRuntime, group: PendingGroup, r: WorkloadRecord, a: Assignment
@@ -569,7 +583,7 @@ class Engine(EngineViews):
         """`r` waits for its `count` victims to stop (None: as recorded), holding what it
         will use against later work."""
         queueing = self.queueing
-        queueing.set_reservation(tree, r, queueing.sort_key(r, a), a.usage)
+        queueing.set_reservation(tree, r, queueing.sort_key(r, a, preempting=True), a)
         if count is not None:
             reason = self.state.config.reason(WAITING_FOR_VICTIMS, "Pending")
             message = f"{a.message}{PENDING_PREEMPTION} {count} workload(s)"
