@@ -512,11 +512,11 @@ class Engine(EngineViews):
         queueing.park(tree, group, r, why, queueing.wake_thresholds(cq.name, a))
 
     def _attempt(self, r: WorkloadRecord) -> Attempt:
-        """Head `r`'s attempt. A preemptor holding quota is admitted with the pods it preempted
-        for once they fit, as it is at once when evicted quota is free at once (`_preempt_for`):
-        taking more than its victims freed for it (a partial admission grown to the full
-        count) could make its victims' queue the one fair sharing favours, and the two would
-        preempt each other for ever."""
+        """Head `r`'s attempt. A preemptor holding quota for its victims is admitted with the
+        pods it preempted for as soon as they fit, as it is at once when evicted quota is free
+        at once (`_preempt_for`): its victims may come back into whatever else is free, and a
+        fresh attempt for more pods (a partial admission grown towards its full count) would
+        evict them again for the same need."""
         counts = self.queueing.reserved_counts(r)
         if counts is not None:
             held = self.state.attempts.assign(r, counts)
@@ -583,7 +583,7 @@ class Engine(EngineViews):
         """`r` waits for its `count` victims to stop (None: as recorded), holding what it
         will use against later work."""
         queueing = self.queueing
-        queueing.set_reservation(tree, r, queueing.sort_key(r, a, preempting=True), a)
+        queueing.set_reservation(tree, r, queueing.sort_key(r, a), a)
         if count is not None:
             reason = self.state.config.reason(WAITING_FOR_VICTIMS, "Pending")
             message = f"{a.message}{PENDING_PREEMPTION} {count} workload(s)"

@@ -23,13 +23,11 @@ from muster.core.queues import (
     Reservation,
     TreeRuntime,
 )
-from muster.core.quota import FlavorResource, QuotaNode, tree_id
+from muster.core.quota import FlavorResource, tree_id
 from muster.core.records import Phase, WorkloadRecord
 from muster.core.routing.control import RoutingControl
 from muster.core.state import EngineState
 from muster.core.tournament import Tournament
-
-_PREEMPTOR, _OTHER = 0, 1  # a head's rank, first in its tree's cycle order
 
 
 class Queueing:
@@ -54,7 +52,7 @@ class Queueing:
             root = node.root()
             tree = state.trees.get(tree_id(root))
             if tree is None:
-                tournament = Tournament(self.fair_key) if fair and root.is_cohort else None
+                tournament = Tournament(state.fair_keys.key) if fair and root.is_cohort else None
                 tree = state.trees[tree_id(root)] = TreeRuntime(tree_id(root), root, tournament)
             state.queues[name] = QueueRuntime(name, tree, node)
         for r in state.records.values():
@@ -104,46 +102,25 @@ class Queueing:
 
     def list_key(self, r: WorkloadRecord) -> tuple[object, ...]:
         """A lower bound of `r`'s `sort_key`, known before its flavors are."""
-        rank = self.rank(r)
         if self.state.config.fair_sharing_enabled:
-            return (rank, False, ZERO, -r.priority, r.queue_ts, r.seq)
-        return (rank, 0, -r.priority, r.queue_ts, r.seq)
+            return (False, ZERO, -r.priority, r.queue_ts, r.seq)
+        return (0, -r.priority, r.queue_ts, r.seq)
 
-    def sort_key(
-        self, r: WorkloadRecord, a: Assignment, *, preempting: bool = False
-    ) -> tuple[object, ...]:
-        """Kueue's cycle order. A preemptor waiting for its victims first (`rank`). Then,
-        classical: the borrowing level (how high in the cohort tree the quota comes from),
-        then priority, then FIFO. Fair sharing: not borrowing on what it asks for first, then
-        the share of its ClusterQueue with it admitted, then priority, then FIFO.
-        `preempting`: the key `r` has once it holds quota as a preemptor."""
+    def sort_key(self, r: WorkloadRecord, a: Assignment) -> tuple[object, ...]:
+        """Kueue's cycle order. Classical: the borrowing level (how high in the cohort tree the
+        quota comes from), then priority, then FIFO. Fair sharing: not borrowing on what it
+        asks for first, then the share of its ClusterQueue with it admitted, then priority,
+        then FIFO."""
         config = self.state.config
-        rank = _PREEMPTOR if preempting else self.rank(r)
         if not config.fair_sharing_enabled:
-            return (rank, a.borrowing, -r.priority, r.queue_ts, r.seq)
+            return (a.borrowing, -r.priority, r.queue_ts, r.seq)
         node = config.tree.cluster_queues[r.cluster_queue]
         with_usage(node, a.usage, 1)
         try:
             flag, share = borrows_on(node, a.usage), dominant_share(node)
         finally:
             with_usage(node, a.usage, -1)
-        return (rank, flag, share, -r.priority, r.queue_ts, r.seq)
-
-    def fair_key(self, r: WorkloadRecord, node: QuotaNode) -> tuple[object, ...]:
-        """Head `r`'s key in the fair-sharing tournament of `node`'s parent: a preemptor
-        waiting for its victims first at every level, then Kueue's entry order."""
-        return (self.rank(r), *self.state.fair_keys.key(r, node))
-
-    def rank(self, r: WorkloadRecord) -> int:
-        """Kueue's PrioritizePreemptorWorkloads: a workload holding quota as a preemptor while
-        its victims stop comes before every other head of its tree, so that what they free is
-        not taken by work that would make it preempt again (thrashing)."""
-        if not self.state.reserving:
-            return _OTHER
-        queue = self.state.queues.get(r.cluster_queue)
-        if queue is None or r.key not in queue.tree.reservations:
-            return _OTHER
-        return _PREEMPTOR
+        return (flag, share, -r.priority, r.queue_ts, r.seq)
 
     def mark_pending(self, r: WorkloadRecord, reason: str, message: str) -> None:
         r.set_condition(QUOTA_RESERVED, False, reason, message)

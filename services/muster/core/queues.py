@@ -112,23 +112,6 @@ class QueueRuntime:
         return None
 
 
-def _ahead(
-    res: Reservation,
-    r: WorkloadRecord,
-    order: tuple[object, ...],
-    cq: QuotaNode,
-    sticky: bool,
-    mine: Reservation | None,
-) -> bool:
-    """Does the preemptor holding `res` go before head `r` (cycle order `order`, leading with
-    its rank)?"""
-    if res.node is not cq:
-        return res.order < order
-    if sticky:
-        return mine is None or res.queue_order < r.order_key
-    return res.order[1:] < order[1:]
-
-
 class TreeRuntime:
     """A cohort tree's scheduling state: queues ready to be tried, and parked groups."""
 
@@ -157,19 +140,25 @@ class TreeRuntime:
         sticky: bool,
     ) -> list[Reservation]:
         """Count, in the quota tree, what the preemptors that go before head `r` hold: those
-        ahead of `order` in the cycle order (where every preemptor comes first); in `r`'s own
-        ClusterQueue `cq`, those ahead of it by its order without that rank (a StrictFIFO head
-        of higher priority is tried first), or, `sticky` (BestEffortFIFO), all of them (Kueue
-        keeps a preemptor at the head of such a queue) except for a preemptor ahead of them in
-        the queue; and always the one that evicted `r`, so that a victim never takes back what
-        it gave up. `unhold` the result once `r` is decided."""
+        ahead of `order` in the cycle order; in a `sticky` (BestEffortFIFO) ClusterQueue `cq`,
+        its preemptors (Kueue keeps a preemptor at the head of such a queue), except for a
+        preemptor ahead of them in the queue; and always the one that evicted `r`, so that a
+        victim never takes back what it gave up. `unhold` the result once `r` is decided."""
         if not self.reservations:
             return []
         mine = self.reservations.get(r.key)
         ahead = [
             res
             for k, res in sorted(self.reservations.items())
-            if k != r.key and (k == r.evicted_by or _ahead(res, r, order, cq, sticky, mine))
+            if k != r.key
+            and (
+                k == r.evicted_by
+                or (
+                    (mine is None or res.queue_order < r.order_key)
+                    if sticky and res.node is cq
+                    else res.order < order
+                )
+            )
         ]
         for res in ahead:
             for fr, amount in res.usage.items():
