@@ -59,6 +59,7 @@ from muster.core.visibility import EngineViews
 __all__ = ["DEACTIVATED", "DEACTIVATED_MESSAGE", "Engine"]
 
 _DONE = frozenset({Phase.FINISHED, Phase.DELETED, Phase.INACTIVE})
+_WAITING = "WaitingForQuota"  # no fit now, some would do once quota is released
 
 
 class Engine(EngineViews):
@@ -512,17 +513,23 @@ class Engine(EngineViews):
         queueing.park(tree, group, r, why, queueing.wake_thresholds(cq.name, a))
 
     def _attempt(self, r: WorkloadRecord) -> Attempt:
-        """Head `r`'s attempt. A preemptor holding quota for its victims is admitted with the
-        pods it preempted for as soon as they fit, as it is at once when evicted quota is free
-        at once (`_preempt_for`): its victims may come back into whatever else is free, and a
-        fresh attempt for more pods (a partial admission grown towards its full count) would
-        evict them again for the same need."""
+        """Head `r`'s attempt. A preemptor holding quota for its victims keeps the need it
+        preempted for: admitted with those pod counts as soon as they fit (as the simulator's
+        engine admits it at once when evicted quota is free at once, `_preempt_for`), and
+        still waiting for them while a fresh attempt finds no fit now (work before it took
+        quota it needs). Its victims may come back into whatever else is free meanwhile; a
+        fresh attempt for more pods, or one given up and made again, would evict them a second
+        time for the same need. It gives up only when those counts can never fit."""
         counts = self.queueing.reserved_counts(r)
-        if counts is not None:
-            held = self.state.attempts.assign(r, counts)
-            if held.mode is Mode.FIT:
-                return Attempt(held, None)
-        return self.state.attempts.attempt(r)
+        if counts is None:
+            return self.state.attempts.attempt(r)
+        held = self.state.attempts.assign(r, counts)
+        if held.mode is Mode.FIT:
+            return Attempt(held, None)
+        fresh = self.state.attempts.attempt(r)
+        if fresh.assignment.mode is Mode.NO_FIT and held.pending_reason in ("", _WAITING):
+            return Attempt(held, None)  # waits, holding what it has
+        return fresh
 
     def _admit_head(
         self, cq: QueueRuntime, group: PendingGroup, r: WorkloadRecord, a: Assignment
