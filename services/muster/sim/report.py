@@ -30,7 +30,7 @@ from muster.sim.groups import group_entry
 from muster.sim.placement import PodState
 from muster.sim.runner import SimulationResult, WorkloadTiming
 
-CONTRACT_VERSION = "2.5"  # of the document below; bump with a note in docs/simulate-json.md
+CONTRACT_VERSION = "2.6"  # of the document below; bump with a note in docs/simulate-json.md
 OUTCOME_MESSAGE_WIDTH = 80
 # Kueue's prefix on flavor-assignment messages; the table keeps only the part after it.
 FLAVOR_MESSAGE_PREFIX = re.compile(r"^couldn't assign flavors to pod set [^:]*: ")
@@ -70,10 +70,14 @@ def to_document(result: SimulationResult) -> dict[str, Any]:
 
 def workload_entry(wl: Workload, result: SimulationResult) -> dict[str, Any]:
     """The Kueue Workload manifest; with MultiKueue, `status.clusterName` (the worker cluster
-    it runs or ran in) and its MultiKueue checks' messages, as Kueue's controller writes them."""
+    it runs or ran in); the messages of its checks that MultiKueue or a registered controller
+    answers, as those controllers write them."""
     manifest = workload_to_kueue(wl)
     cluster = result.clusters.get(wl.key)
-    messages = result.check_messages.get(wl.key, {})
+    messages = {
+        **result.controller_messages.get(wl.key, {}),
+        **result.check_messages.get(wl.key, {}),
+    }
     if cluster is None and not messages:
         return manifest
     status = manifest.setdefault("status", {})
