@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from muster.core.placement import trees
-from muster.core.placement.fit import NO_CODE
 from muster.core.placement.model import TopologyRequest
 from muster.core.placement.nodes import Bools, NodeTable
+from muster.core.placement.signature import NO_CODE
 from muster.core.placement.state import GangRecord, PlacementState, PodRecord
 
 Domains = tuple[tuple[str, str], ...]  # (node label, value) pairs a unit must stay inside

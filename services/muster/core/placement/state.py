@@ -15,7 +15,6 @@ from collections import Counter
 import numpy as np
 
 from muster.core.placement import trees
-from muster.core.placement.fit import Signature, SignatureKey, signature_key
 from muster.core.placement.model import (
     CompositeSpec,
     GangKey,
@@ -26,6 +25,7 @@ from muster.core.placement.model import (
     PodKey,
 )
 from muster.core.placement.nodes import Ints, NodeTable
+from muster.core.placement.signature import Signature, SignatureKey, signature_key
 
 WAITING_FOR_SPEC = "waiting for its Workload/PodGroup"
 
@@ -470,7 +470,10 @@ class PlacementState:
 
     def view(self, priority: int, *, own: GangKey | None) -> Ints:
         """Free room for a unit of `priority`: allocatable minus used, minus the room nominated
-        for other preemptors of the same or a higher priority. A fresh matrix."""
+        for other preemptors of the same or a higher priority. Read it, never write it: with
+        no such nomination it is the table's own (`NodeTable.live_free`), else a fresh matrix."""
+        if all(n.priority < priority for n in self.nominations.values()):
+            return self.table.live_free()  # every matrix at `priority` or above is zero
         free = self.table.free()
         for level, matrix in self._nominated().items():
             if level >= priority:
