@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from muster.core.placement.counting import RoomCache, choose, fit_counts, order_key
+from muster.core.placement.counting import Rooms, choose, fit_counts, order_key
 from muster.core.placement.model import PODS, Scoring, TopologyRequest
 from muster.core.placement.nodes import MISSING, Bools, Ints, LabelColumn, NodeTable
 from muster.core.placement.signature import Signature
@@ -61,6 +61,10 @@ class Placer:
 
     table: NodeTable
     scoring: Scoring
+    rooms: Rooms = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rooms", Rooms(self.table, self.scoring))  # frozen otherwise
 
     def place(
         self,
@@ -135,7 +139,7 @@ class Placer:
         placed = 0
         for n, group in enumerate(groups):
             if n == 0 and within is None and table.is_live(free):
-                rows, per_row = RoomCache.of(table, group.sig, self.scoring).choose(group.count)
+                rows, per_row = self.rooms.of(group.sig).choose(group.count)
             else:
                 mask = group.sig.static_mask(table)
                 if within is not None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Hashable
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,9 +17,6 @@ from muster.api.model import LabelSelector, LabelSelectorRequirement, Toleration
 from muster.core.matching import untolerated_taint
 from muster.core.placement.model import ONE_POD, PODS, PodInfo
 from muster.core.placement.nodes import MISSING, Bools, Ints, LabelColumn, NodeTable
-
-if TYPE_CHECKING:  # the cache of a signature's counts lives beside it
-    from muster.core.placement.counting import RoomCache
 
 NO_CODE = -2  # matches no row: a label value no node has
 
@@ -44,6 +40,7 @@ class Signature:
     """One scheduling signature: its demand per column and its cached static node mask."""
 
     __slots__ = (
+        "__weakref__",  # `counting.Rooms` forgets a signature's counts with it
         "_demand",
         "_mask",
         "_mask_version",
@@ -55,7 +52,6 @@ class Signature:
         "order",
         "refs",
         "requests",
-        "room",
         "score_cols",
         "tolerations",
     )
@@ -83,7 +79,6 @@ class Signature:
         self._mask: Bools | None = None
         self._mask_version = -1
         self._static_reasons: Counter[str] = Counter()
-        self.room: RoomCache | None = None  # kept by `counting.RoomCache.of`
 
     def demand(self, table: NodeTable) -> Ints:
         """One pod's demand per column of `table`, `pods` included."""

@@ -1,6 +1,6 @@
-"""RoomCache: the counts, order and choice it keeps row by row equal those computed over every
-node, whatever happened to the table in between (use added and freed, nodes changed, added and
-removed, a new resource, more changes than the table remembers)."""
+"""Rooms: the counts, order and choice each signature's RoomCache keeps row by row equal those
+computed over every node, whatever happened to the table in between (use added and freed, nodes
+changed, added and removed, a new resource, more changes than the table remembers)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from muster.core.placement.counting import RoomCache, choose, fit_counts, order_key
+from muster.core.placement.counting import Rooms, choose, fit_counts, order_key
 from muster.core.placement.model import NodeInfo, NodeName, PodInfo, PodKey, Scoring
 from muster.core.placement.nodes import CHANGES_KEPT, NodeTable
 from muster.core.placement.signature import Signature, signature_key
@@ -36,10 +36,8 @@ def over_every_node(
     return rows.tolist(), per_row.tolist()
 
 
-def kept(
-    table: NodeTable, sig: Signature, scoring: Scoring, wanted: int
-) -> tuple[list[int], list[int]]:
-    rows, per_row = RoomCache.of(table, sig, scoring).choose(wanted)
+def kept(rooms: Rooms, sig: Signature, wanted: int) -> tuple[list[int], list[int]]:
+    rows, per_row = rooms.of(sig).choose(wanted)
     return rows.tolist(), per_row.tolist()
 
 
@@ -68,14 +66,17 @@ def test_kept_choice_equals_the_choice_over_every_node(scoring: Scoring) -> None
     for i in range(60):
         table.upsert(node(f"n{i:03d}", rng.choice((500, 1_000, 4_000))))
     small, large = signature(table, cpu=100), signature(table, cpu=700, memory=1_000)
+    rooms = Rooms(table, scoring)
 
     for step in range(400):
         change(table, rng, small if step % 2 else large)
         for sig in (small, large):
             for wanted in WANTED:
-                assert kept(table, sig, scoring, wanted) == over_every_node(
-                    table, sig, scoring, wanted
-                ), (step, sig.requests, wanted)
+                assert kept(rooms, sig, wanted) == over_every_node(table, sig, scoring, wanted), (
+                    step,
+                    sig.requests,
+                    wanted,
+                )
 
 
 def test_equal_nodes_are_taken_by_name_whatever_their_rows() -> None:
@@ -84,7 +85,7 @@ def test_equal_nodes_are_taken_by_name_whatever_their_rows() -> None:
         table.upsert(node(name, 1_000))
     sig = signature(table, cpu=400)
 
-    rows, per_row = RoomCache.of(table, sig, "binpack").choose(5)
+    rows, per_row = Rooms(table, "binpack").of(sig).choose(5)
 
     assert [table.name(r) for r in rows.tolist()] == ["a", "b", "c"]
     assert per_row.tolist() == [2, 2, 1]
@@ -95,14 +96,15 @@ def test_a_cache_older_than_the_changes_kept_starts_over() -> None:
     for i in range(10):
         table.upsert(node(f"n{i}", 4_000))
     sig = signature(table, cpu=100)
-    RoomCache.of(table, sig, "binpack")
+    rooms = Rooms(table, "binpack")
+    rooms.of(sig)
     row = table.index[NodeName("n7")]
     for n in range(2 * CHANGES_KEPT + 1):  # the first of them is forgotten; one pod is left
         table.add_use(NodeName("n7"), sig.demand(table), times=1 if n % 2 == 0 else -1)
 
     assert table.changed_rows(0) is None
-    assert kept(table, sig, "binpack", 1) == ([row], [1])
-    assert kept(table, sig, "binpack", 1) == over_every_node(table, sig, "binpack", 1)
+    assert kept(rooms, sig, 1) == ([row], [1])
+    assert kept(rooms, sig, 1) == over_every_node(table, sig, "binpack", 1)
 
 
 def test_a_new_resource_column_rebuilds_the_cache() -> None:
@@ -111,9 +113,19 @@ def test_a_new_resource_column_rebuilds_the_cache() -> None:
     table.upsert(node("b", 1_000))
     sig = signature(table, cpu=300)
     table.add_use(NodeName("a"), sig.demand(table))
-    RoomCache.of(table, sig, "binpack")
+    rooms = Rooms(table, "binpack")
+    rooms.of(sig)
 
     table.upsert(NodeInfo(name=NodeName("c"), allocatable={"cpu": 1_000, "gpu": 1}))
     table.add_use(NodeName("b"), sig.demand(table), times=2)
 
-    assert kept(table, sig, "binpack", 4) == over_every_node(table, sig, "binpack", 4)
+    assert kept(rooms, sig, 4) == over_every_node(table, sig, "binpack", 4)
+
+
+def test_a_signature_forgotten_takes_its_counts_with_it() -> None:
+    table = NodeTable()
+    table.upsert(node("a", 1_000))
+    rooms = Rooms(table, "binpack")
+    rooms.of(signature(table, cpu=300))  # nothing else holds the signature
+
+    assert len(rooms) == 0
