@@ -67,13 +67,8 @@ from muster.core.placement.model import (
     Scoring,
 )
 from muster.core.placement.nodes import Ints
-from muster.core.placement.state import (
-    WAITING_FOR_SPEC,
-    GangRecord,
-    PlacementState,
-    PodRecord,
-    UnitOrder,
-)
+from muster.core.placement.records import WAITING_FOR_SPEC, GangRecord, PodRecord, UnitOrder
+from muster.core.placement.state import PlacementState
 from muster.core.placement.treefit import (
     Branch,
     Leaf,
@@ -179,14 +174,14 @@ class GangScheduler:
 
     def _forget_fits(self) -> None:
         """Drop the fits tried so far once any room or nomination changed."""
-        version = (self._state.table.room_version, self._state.nomination_version)
+        version = (self._state.table.room_version, self._state.nominated.version)
         if version != self._fits_version:
             self._fits.clear()
             self._fits_version = version
 
     def next_deadline_s(self) -> float | None:
         """The earliest deadline of a waiting gang, for the caller's timer; None if none."""
-        return self._state.next_deadline_s()
+        return self._state.deadlines.next_s()
 
     # --- views ---------------------------------------------------------------------------------
 
@@ -225,7 +220,7 @@ class GangScheduler:
 
     def free(self, node: NodeName) -> dict[str, int]:
         """Allocatable minus used, reserved and nominated room, `pods` included."""
-        return self._state.free_of(node)
+        return self._state.nominated.free_of(node)
 
     # --- one pass ------------------------------------------------------------------------------
 
@@ -300,7 +295,7 @@ class GangScheduler:
             return
         if gang.started_s is None:  # the first attempt of this try starts the clock
             gang.started_s = now_s
-            state.push_deadline(gang)
+            state.deadlines.push(gang)
             deadline = gang.deadline_s(state.default_timeout_s)
         fit, groups = self._fit_gang(gang, spec, pending)
         if fit.complete:
@@ -336,7 +331,7 @@ class GangScheduler:
             fit = self._fits.get(key) if gang.nomination is None else None
             if fit is None:
                 if free is None:
-                    free = self._state.view(spec.priority, own=gang.key)
+                    free = self._state.nominated.view(spec.priority, own=gang.key)
                 if unheld:
                     leaf = Leaf(key=gang.key, tries=(groups,), topology=spec.topology)
                     above = [
@@ -400,7 +395,7 @@ class GangScheduler:
         hopeless = ("alone", head.sig, head.info.priority, domains, topology)
         fit = self._fits.get(hopeless)
         if fit is None:
-            free = state.view(head.info.priority, own=None)
+            free = state.nominated.view(head.info.priority, own=None)
             within = mask(self._state.table, domains)
             fit = self._placer.place([group], free, whole=False, within=within, topology=topology)
             if not fit.placed:
@@ -522,8 +517,8 @@ class GangScheduler:
             return
         if root.started_s is None:  # the first attempt of this try starts the clock
             root.started_s = now_s
-            state.push_deadline(root)
-        free = state.view(root.priority, own=root.key)
+            state.deadlines.push(root)
+        free = state.nominated.view(root.priority, own=root.key)
         fit = place_tree(self._placer, node, free)
         if fit.complete:
             for key in sorted(fit.leaves):
