@@ -99,6 +99,9 @@ def _deal(per_row: Ints, wanted: int) -> Ints:
     return taken
 
 
+FEW = 8  # nodes taken one argmin each before one partition of every key is cheaper
+
+
 class RoomCache:
     """`fit_counts` and `order_key` of one signature over the table's own free room, kept up to
     date on the rows whose room changed (`NodeTable.changed_rows`).
@@ -139,29 +142,61 @@ class RoomCache:
         self.keys[positions] = np.where(counts > 0, keys, np.inf)
 
     def choose(self, wanted: int) -> tuple[Ints, Ints]:
-        """What `choose` answers for the same counts and keys, from the first `wanted` nodes
-        in order: no node after them gets a pod, so the rest need no sorting."""
-        keys, counts = self.keys, self.counts
-        if wanted <= 0 or len(keys) == 0:
+        """What `choose` answers for the same counts and keys, from the first nodes in order
+        only: no node after the first `wanted` gets a pod, so the rest need no sorting."""
+        if wanted <= 0 or len(self.keys) == 0:
             return _EMPTY, _EMPTY
-        if self.scoring == "binpack" or wanted == 1:
-            best = int(np.argmin(keys))
-            if keys[best] == np.inf:
+        if self.scoring == "binpack" or wanted == 1:  # the best node alone, most often
+            best = int(np.argmin(self.keys))
+            if self.keys[best] == np.inf:
                 return _EMPTY, _EMPTY
-            if counts[best] >= wanted:
+            if self.counts[best] >= wanted:
                 return self.by_rank[best : best + 1], np.array([wanted])
-        first = min(wanted, int(np.count_nonzero(counts)))
-        if first == 0:
+        chosen = self._first(wanted) if self.scoring == "binpack" else None
+        if chosen is None:
+            chosen = self._first_sorted(wanted)
+        if len(chosen) == 0:
             return _EMPTY, _EMPTY
+        per_row = self.counts[chosen]
+        taken = _fill(per_row, wanted) if self.scoring == "binpack" else _deal(per_row, wanted)
+        used = taken > 0
+        return self.by_rank[chosen[used]], taken[used]
+
+    def _first(self, wanted: int) -> Ints | None:
+        """The first nodes in order until `wanted` pods fit (or none is left), one argmin
+        each; None if that takes more than `FEW`."""
+        keys = self.keys
+        chosen: list[int] = []
+        saved: list[float] = []
+        total = 0
+        try:
+            while len(chosen) < FEW:
+                best = int(np.argmin(keys))
+                if keys[best] == np.inf:
+                    break
+                chosen.append(best)
+                saved.append(float(keys[best]))
+                keys[best] = np.inf  # taken: the next argmin finds the next node
+                total += int(self.counts[best])
+                if total >= wanted:
+                    break
+            else:
+                return None
+        finally:
+            keys[chosen] = saved
+        return np.array(chosen, dtype=np.int64)
+
+    def _first_sorted(self, wanted: int) -> Ints:
+        """The first `wanted` nodes in order (all, if fewer have room), by one partition."""
+        keys = self.keys
+        first = min(wanted, int(np.count_nonzero(self.counts)))
+        if first == 0:
+            return _EMPTY
         bound = np.partition(keys, first - 1)[first - 1]
         below = np.flatnonzero(keys < bound)
         ties = np.flatnonzero(keys == bound)[: first - len(below)]
         chosen = np.concatenate([below, ties])
-        chosen = chosen[np.lexsort((chosen, keys[chosen]))]
-        per_row = counts[chosen]
-        taken = _fill(per_row, wanted) if self.scoring == "binpack" else _deal(per_row, wanted)
-        used = taken > 0
-        return self.by_rank[chosen[used]], taken[used]
+        return chosen[np.lexsort((chosen, keys[chosen]))]
 
 
 class Rooms:

@@ -231,7 +231,9 @@ class NodeTable:
         if start < 0:
             return None
         changes = self._changes[start:]
-        return np.concatenate(changes) if changes else _NO_ROWS
+        if len(changes) <= 1:  # the common case: one change since the reader last looked
+            return changes[0] if changes else _NO_ROWS
+        return np.concatenate(changes)
 
     def _set_room(self, room: Ints) -> None:
         self.room = room

@@ -81,7 +81,7 @@ class NominatedRoom:
         """Free room for a unit of `priority`: allocatable minus used, minus the room nominated
         for other preemptors of the same or a higher priority. Read it, never write it: with
         no such nomination it is the table's own (`NodeTable.live_free`), else a fresh matrix."""
-        if all(n.priority < priority for n in self.by_gang.values()):
+        if not self.by_gang or all(n.priority < priority for n in self.by_gang.values()):
             return self.table.live_free()  # every matrix at `priority` or above is zero
         free = self.table.free()
         for level, matrix in self._matrices().items():
