@@ -167,12 +167,7 @@ class Decider:
     def permit_gang(self, gang: GangRecord, fit: Fit, groups: Groups, out: list[Decision]) -> None:
         state = self.state
         bindings = sorted(self._place(groups, fit), key=lambda b: b.pod)
-        gang.placed = True
-        gang.started_s = None
-        gang.reason = ""
-        gang.tried = -1
-        state.waiting_gangs.discard(gang.key)
-        state.drop_nomination(gang)
+        state.mark_placed(gang)
         state.regroup(gang)  # pods left pending are placed on their own
         state.dirty_gangs.discard(gang.key)
         out.append(GangPermitted(gang=gang.key, bindings=tuple(bindings)))

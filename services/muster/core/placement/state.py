@@ -302,6 +302,15 @@ class PlacementState:
                 self.dirty_singles.discard(key)
                 self.waiting_singles.discard(key)
 
+    def mark_placed(self, gang: GangRecord) -> None:
+        """`gang` (or a tree's root) was permitted: its try ends and its nomination goes."""
+        gang.placed = True
+        gang.started_s = None
+        gang.reason = ""
+        gang.tried = -1
+        self.waiting_gangs.discard(gang.key)
+        self.drop_nomination(gang)
+
     def pending(self, gang: GangRecord) -> list[PodKey]:
         """`gang`'s pods that hold nothing, by key."""
         return sorted(k for k in gang.pods if self.pods[k].node is None)

@@ -68,12 +68,7 @@ def decide_tree(decider: Decider, root: GangRecord, now_s: float, out: list[Deci
 
 
 def _tree_placed(state: PlacementState, root: GangRecord) -> None:
-    root.placed = True
-    root.started_s = None
-    root.reason = ""
-    root.tried = -1
-    state.waiting_gangs.discard(root.key)
-    state.drop_nomination(root)
+    state.mark_placed(root)
     for leaf in trees.leaves(state, root):
         if not leaf.placed:
             state.regroup(leaf)  # its own gang from now on, inside the tree's domains
