@@ -59,6 +59,8 @@ class Decider:
             self._fits_version = version
 
     def gang(self, gang: GangRecord, now_s: float, out: list[Decision]) -> None:
+        """Permit `gang` whole, or say why it waits, time it out, or preempt for it (the
+        rules are in `scheduler`'s docstring)."""
         state = self.state
         spec = gang.spec
         if gang.timed_out or (gang.placed and spec is not None):

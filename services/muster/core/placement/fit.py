@@ -2,7 +2,7 @@
 
 Groups of pods of one signature (`signature`) are placed in one step each: how many more fit on
 every node, the nodes' order by score, and the choice (`counting`), several on one node when
-they fit. Used by `GangScheduler`; pure, numpy only.
+they fit. Used by `decisions.Decider` and `treefit`; pure, numpy only.
 """
 
 from __future__ import annotations

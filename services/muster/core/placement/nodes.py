@@ -2,7 +2,8 @@
 
 Rows are nodes, columns resources (one per name seen, `pods` first; a new name adds a column).
 A removed node's row is reused by the next node added, so row numbers say nothing about order:
-`rank` (the nodes sorted by name) breaks ties. Owned by `GangScheduler`; `fit` reads it.
+`rank` (the nodes sorted by name) breaks ties. Owned by `PlacementState`; `fit`, `counting`
+and `nominated` read it.
 """
 
 from __future__ import annotations
