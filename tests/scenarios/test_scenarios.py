@@ -19,6 +19,7 @@ The expect file lists only the fields worth comparing; anything not listed is ig
         active: bool         # spec.active
         priority: n          # spec.priority
         conditions: {<Type>: "True" | "False" | null | {status, reason, message}}
+        admissionChecks: {<check>: {state, message}}   # status.admissionChecks, by name
     events:     # a subsequence of the full event list, in order; only the keys given
       - {time, type, object, reason, message, by}   # object/by may use job:<ns>/<name>
     no_events:  # no event may match any of these
@@ -76,6 +77,7 @@ WORKLOAD_FIELDS = {
     "active",
     "priority",
     "conditions",
+    "admissionChecks",
 }
 QUEUE_FIELDS = {
     "pendingWorkloads",
@@ -170,6 +172,10 @@ def workload_view(wl: dict[str, Any]) -> dict[str, Any]:
         "active": wl["spec"].get("active", True),
         "priority": wl["spec"].get("priority"),
         "conditions": conditions,
+        "admissionChecks": {
+            c["name"]: {"state": c.get("state"), "message": c.get("message")}
+            for c in status.get("admissionChecks", [])
+        },
     }
 
 

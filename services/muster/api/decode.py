@@ -4,7 +4,8 @@ Entry points: `decode_yaml`, `decode_documents`, `decode_files`; each returns
 `(objects, errors)`. Every document is decoded on its own, so one bad object never blocks the
 others; an object with any error is left out of `objects`. Objects muster reads later but not
 yet (Kueue Topologies) are neither objects nor errors: pass a list as `skipped` to learn which
-were passed over.
+were passed over. Documents of kinds a caller names in `kept` (the configuration objects of
+admission check controllers) are handed back as they are.
 
 Text is read by `muster.api.load` (bounded YAML and JSON). `validation` is kubectl's
 `--validate`: "strict" refuses unknown fields (`muster.api.schema`) and keys written twice,
@@ -96,11 +97,21 @@ Validation = Literal["strict", "warn", "ignore"]
 VALIDATIONS: Final[tuple[str, ...]] = get_args(Validation)
 
 
+class Kept(NamedTuple):
+    """Documents of kinds muster.api does not decode that a caller wants as they are (the
+    configuration objects of admission check controllers: `muster simulate` runs them);
+    `documents` receives them, in input order."""
+
+    kinds: frozenset[tuple[str, str]]  # (apiVersion, kind)
+    documents: list[dict[str, Any]]
+
+
 class _Reading(NamedTuple):
     """How documents are read: where they come from and what to do with unknown fields."""
 
     source: str
     skipped: list[str]
+    kept: Kept | None
     validation: Validation
     warnings: list[FieldError]
     name_seed: str
@@ -191,6 +202,7 @@ def decode_yaml(
     validation: Validation = "strict",
     warnings: list[FieldError] | None = None,
     name_seed: str | None = None,
+    kept: Kept | None = None,
 ) -> Decoded:
     """Return the objects in a multi-document YAML (or JSON) text, and every problem found.
 
@@ -200,7 +212,7 @@ def decode_yaml(
     """
     duplicates: list[FieldError] = []
     documents, syntax = load_yaml(text, source=source, duplicates=duplicates)
-    reading = _reading(source, skipped, validation, warnings, name_seed)
+    reading = _reading(source, skipped, validation, warnings, name_seed, kept)
     objects, errors = _decode_all(documents, reading)
     if validation == "strict":
         errors += duplicates
@@ -217,6 +229,7 @@ def decode_documents(
     validation: Validation = "ignore",
     warnings: list[FieldError] | None = None,
     name_seed: str | None = None,
+    kept: Kept | None = None,
 ) -> Decoded:
     """Return the objects in already-parsed documents (dicts as from YAML or JSON).
 
@@ -224,7 +237,7 @@ def decode_documents(
     Unknown fields are ignored unless `validation` says otherwise: the documents usually come
     from muster itself or from a cluster.
     """
-    return _decode_all(docs, _reading(source, skipped, validation, warnings, name_seed))
+    return _decode_all(docs, _reading(source, skipped, validation, warnings, name_seed, kept))
 
 
 def workload_from_json(text: str) -> Workload | None:
@@ -245,6 +258,7 @@ def decode_files(
     skipped: list[str] | None = None,
     validation: Validation = "strict",
     warnings: list[FieldError] | None = None,
+    kept: Kept | None = None,
 ) -> Decoded:
     """Return the objects in YAML or JSON files (`.json` is read as one JSON document)."""
     objects: list[ApiObject] = []
@@ -256,7 +270,7 @@ def decode_files(
         except (OSError, UnicodeDecodeError) as exc:
             errors.append(FieldError(source, "(file)", f"cannot read: {exc}"))
             continue
-        options: dict[str, Any] = {"skipped": skipped, "validation": validation}
+        options: dict[str, Any] = {"skipped": skipped, "validation": validation, "kept": kept}
         if source.endswith(".json"):
             try:
                 doc = load_json(text, source=source)
@@ -277,12 +291,14 @@ def _reading(
     validation: Validation,
     warnings: list[FieldError] | None,
     name_seed: str | None,
+    kept: Kept | None = None,
 ) -> _Reading:
     if validation not in VALIDATIONS:
         raise ValueError(f"validation must be one of {', '.join(VALIDATIONS)}, got {validation!r}")
     return _Reading(
         source=source,
         skipped=[] if skipped is None else skipped,
+        kept=kept,
         validation=validation,
         warnings=[] if warnings is None else warnings,
         name_seed=source if name_seed is None else name_seed,
@@ -326,7 +342,9 @@ def _decode_document(
     name, namespace = _name_and_namespace(doc, namespaced=spec.namespaced if spec else None)
     who = "/".join(part for part in (kind, namespace, name) if part)
     if spec is None:
-        if (api_version, kind) in _SKIPPED:
+        if reading.kept is not None and (api_version, kind) in reading.kept.kinds:
+            reading.kept.documents.append(doc)
+        elif (api_version, kind) in _SKIPPED:
             reading.skipped.append(f"{who}: {_SKIPPED[api_version, kind]}")
         else:
             errors.append(

@@ -53,6 +53,10 @@ CLUSTER_LOST = "ClusterLost"  # the worker cluster a workload was dispatched to 
 # MultiKueue (issue 6): Kueue's controller name for its multi-cluster admission check, and the
 # annotations muster reads on its objects and, in scenarios, on cluster objects.
 MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"
+# The ProvisioningRequest admission check's controller (muster.checks.provisioning). Every
+# `*_CONTROLLER` here is a check kind muster answers: tests/unit/checks/test_checks_registry.py
+# fails for one without a controller in muster.checks.registry (or MultiKueue's dispatch).
+PROVISIONING_CONTROLLER = "kueue.x-k8s.io/provisioning-request"
 KUEUE_GROUP = "kueue.x-k8s.io"
 DISPATCH_ANNOTATION = "muster.dev/dispatch"  # on a MultiKueueConfig: first-fit or best-fit
 CLUSTER_ANNOTATION = "muster.dev/cluster"  # in a scenario: the cluster of a Node, Pod, gang

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import msgspec
 
 from muster.api import check_states
-from muster.cluster.kube.resources import Resource
+from muster.api.resource import Resource
 
 JsonObj = dict[str, Any]
 

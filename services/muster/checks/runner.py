@@ -28,11 +28,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from muster.api import check_states
+from muster.api.resource import Resource
 from muster.checks.framework import CheckController, Inputs, Plan, checks_for, config_of
 from muster.cluster.backend import ClusterChange
 from muster.cluster.errors import ClusterError, ConflictError, NotFoundError
 from muster.cluster.kube.informer import SEQ_BITS, current_resource_version, merged_watch
-from muster.cluster.kube.resources import Resource, Source, kueue_resources
+from muster.cluster.kube.resources import Source, kueue_resources
 from muster.cluster.kube.retry import Backoff
 from muster.cluster.kube.settings import WatchSettings
 from muster.cluster.kube.transport import MERGE_PATCH, Transport

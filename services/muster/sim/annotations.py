@@ -22,6 +22,9 @@ RUN_SECONDS = "muster.dev/run-seconds"
 PODS_READY_AFTER = "muster.dev/pods-ready-after"
 CHECK_PREFIX = "muster.dev/check."  # + AdmissionCheck name, on a workload (or its Job)
 CHECK_RESULT = "muster.dev/check-result"  # on an AdmissionCheck: the default for every workload
+# On a ProvisioningRequestConfig: what the cluster-autoscaler does with each request made for
+# it (sim/checks.py), "Condition@seconds" per attempt, as a check script.
+PROVISIONING = "muster.dev/provisioning"
 
 NEVER = "never"
 
@@ -82,19 +85,52 @@ def parse_seconds(text: str) -> float:
 
 def parse_check_script(text: str) -> CheckScript:
     """Parse "State[@delaySeconds][,State[@delaySeconds]...]" into one attempt per element."""
-    attempts: list[CheckAttempt] = []
+    return tuple(
+        CheckAttempt(state=state, delay_s=delay_s)  # type: ignore[arg-type]  # checked against CHECK_STATES
+        for state, delay_s in _timed_elements(text, CHECK_STATES, what="state")
+    )
+
+
+def _timed_elements(text: str, allowed: tuple[str, ...], *, what: str) -> list[tuple[str, float]]:
+    """The (word, delay) of each "Word[@delaySeconds]" element of `text`, comma-separated;
+    ValueError naming the element for a word not in `allowed` or a bad delay."""
+    elements: list[tuple[str, float]] = []
     for i, element in enumerate(text.split(",")):
-        state, _, delay = element.strip().partition("@")
-        state = state.strip()
-        if state not in CHECK_STATES:
-            expected = ", ".join(CHECK_STATES)
-            raise ValueError(f"element {i}: state must be one of {expected}, got {state!r}")
+        word, _, delay = element.strip().partition("@")
+        word = word.strip()
+        if word not in allowed:
+            raise ValueError(
+                f"element {i}: {what} must be one of {', '.join(allowed)}, got {word!r}"
+            )
         try:
             delay_s = parse_seconds(delay.strip()) if delay else 0.0
         except ValueError as exc:
             raise ValueError(f"element {i}: delay {exc}") from None
-        attempts.append(CheckAttempt(state=state, delay_s=delay_s))  # type: ignore[arg-type]  # checked against CHECK_STATES above
-    return tuple(attempts)
+        elements.append((word, delay_s))
+    return elements
+
+
+ProvisioningCondition = Literal["Provisioned", "Failed", "CapacityRevoked"]
+PROVISIONING_CONDITIONS: tuple[str, ...] = get_args(ProvisioningCondition)
+
+
+class ProvisioningAttempt(msgspec.Struct, frozen=True, kw_only=True):
+    """The condition the cluster-autoscaler sets on one ProvisioningRequest, that many seconds
+    after the request was created."""
+
+    condition: ProvisioningCondition
+    delay_s: float = 0.0
+
+
+ProvisioningScript = tuple[ProvisioningAttempt, ...]  # attempt n uses element n; the last repeats
+
+
+def parse_provisioning_script(text: str) -> ProvisioningScript:
+    """Parse "Condition[@delaySeconds][,...]" (Provisioned, Failed, CapacityRevoked)."""
+    return tuple(
+        ProvisioningAttempt(condition=condition, delay_s=delay_s)  # type: ignore[arg-type]  # checked against PROVISIONING_CONDITIONS
+        for condition, delay_s in _timed_elements(text, PROVISIONING_CONDITIONS, what="condition")
+    )
 
 
 def parse_workload_script(

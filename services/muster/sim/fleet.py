@@ -12,27 +12,20 @@ dispatch expected it to take is held, so two dispatches in one pass do not count
 A cluster lost (`muster.dev/lost-at-seconds`) takes no more work, and every workload dispatched
 to it and not finished is evicted (reason ClusterLost), requeued by the engine and dispatched
 again elsewhere; its pods there are gone. Without Nodes, every cluster is taken to have room.
+
+What waits, where each workload went, the room held and the clusters lost are
+`muster.core.dispatcher`'s bookkeeping, the same the admission service keeps; the Fleet keeps
+the clusters' Placements and turns dispatch decisions into timeline entries.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 
 from muster.api.model import Admission, Node, ResourceFlavor, Workload, WorkloadKey
 from muster.api.wellknown import CLUSTER_LOST, LOCAL_CLUSTER
-from muster.core.dispatch import (
-    Candidate,
-    ClusterCapacity,
-    Demand,
-    Dispatched,
-    Route,
-    Takes,
-    demand_of,
-    dispatch,
-    minus,
-    node_room,
-)
+from muster.core.dispatch import ClusterCapacity, demand_of, node_room
+from muster.core.dispatcher import ClusterView, DispatcherState, Sent, Try, Waiting
 from muster.core.events import Event
 from muster.core.placement.sources import node_info
 from muster.sim.clusters import ClusterPlan, cluster_of
@@ -42,16 +35,6 @@ from muster.sim.scenario import ClusterArrival, Scenario
 from muster.sim.timeline import Action, SetCheck
 
 READY = "Ready"
-
-
-@dataclass(slots=True)
-class Waiting:
-    """A reservation whose MultiKueue check waits for a cluster; mutable, fleet-private."""
-
-    epoch: int  # the reservation's epoch: its SetCheck is dropped if it has ended since
-    checks: list[str]
-    route: Route
-    demand: Demand
 
 
 class Fleet:
@@ -68,17 +51,19 @@ class Fleet:
             if scenario.placement
             else {}
         )
-        self.alive = set(plan.clusters)
+        self.book = DispatcherState()  # waiting, live dispatches (targets), holds, lost clusters
         self.losses = sorted((at_s, name) for name, at_s in plan.lost_at.items())
-        self.waiting: dict[WorkloadKey, Waiting] = {}  # in order of reservation
-        self.dispatched: dict[WorkloadKey, str] = {}  # live dispatches
         self.where: dict[WorkloadKey, str] = {}  # the cluster each admitted workload runs in
-        self.holds: dict[WorkloadKey, tuple[str, Takes]] = {}
         self.ran_on: dict[WorkloadKey, str] = {}  # status.clusterName: kept once finished
         self.messages: dict[WorkloadKey, dict[str, str]] = {}  # MultiKueue checks' messages
         self.changed = False  # room may have changed since the last dispatch attempt
 
     # --- what the runner asks ----------------------------------------------------------------
+
+    @property
+    def alive(self) -> list[str]:
+        """The clusters not lost, in name order."""
+        return [name for name in self.plan.clusters if name not in self.book.down]
 
     def dispatches(self, check: str) -> bool:
         """Whether `check` is a MultiKueue check (answered by dispatch, not by a script)."""
@@ -88,14 +73,13 @@ class Fleet:
         self, wl: Workload, admission: Admission, *, epoch: int, checks: list[str]
     ) -> None:
         """Quota is reserved for `wl` and its MultiKueue `checks` wait for a cluster."""
-        route = self.plan.routes[checks[0]]
         demand = demand_of(wl, admission, flavors=self.flavors)
-        self.waiting[wl.key] = Waiting(epoch=epoch, checks=checks, route=route, demand=demand)
+        self.book.wait(wl.key, Waiting(checks=tuple(checks), demand=demand, epoch=epoch))
         self.changed = True
 
     def arrive(self, arrival: ClusterArrival, *, now_s: float) -> None:
         cluster = cluster_of(arrival.obj.meta.annotations)
-        if cluster in self.alive and cluster in self.placements:
+        if cluster not in self.book.down and cluster in self.placements:
             self.placements[cluster].arrive(arrival, now_s=now_s)
             self.changed = True
 
@@ -103,20 +87,20 @@ class Fleet:
         self, wl: Workload, admission: Admission, *, run_s: float | None, now_s: float
     ) -> None:
         """Place the pods of an admitted workload where it was dispatched (else locally)."""
-        cluster = self.dispatched.get(wl.key, LOCAL_CLUSTER)
+        cluster = self.book.targets.get(wl.key, LOCAL_CLUSTER)
         self.where[wl.key] = cluster
         placement = self.placements.get(cluster)
         if placement is None:  # no nodes in the scenario: it runs at once
             self.host.gang_bound(wl.key)
             return
-        if cluster in self.alive:
+        if cluster not in self.book.down:
             placement.admitted(wl, admission, run_s=run_s, now_s=now_s)
 
     def admission_ended(self, key: WorkloadKey, *, finished: bool, now_s: float) -> None:
-        self.waiting.pop(key, None)
-        self.holds.pop(key, None)
-        self.dispatched.pop(key, None)
-        if not finished:
+        if finished:
+            self.book.forget(key)
+        else:
+            self.book.stopped(key)
             self.ran_on.pop(key, None)
         cluster = self.where.pop(key, None)
         if cluster is not None and cluster in self.placements:
@@ -124,7 +108,7 @@ class Fleet:
         self.changed = True
 
     def finish_pod(self, key: str, serial: int, *, now_s: float) -> None:
-        for name in sorted(self.alive):
+        for name in self.alive:
             placement = self.placements.get(name)
             if placement is not None and key in placement.pods:
                 placement.finish_pod(key, serial, now_s=now_s)
@@ -139,7 +123,7 @@ class Fleet:
         while self.losses and self.losses[0][0] <= now_s:
             _, name = self.losses.pop(0)
             again |= self.lose(name)
-        for name in sorted(self.alive):
+        for name in self.alive:
             placement = self.placements.get(name)
             if placement is not None:
                 again |= placement.schedule(now_s)
@@ -149,7 +133,9 @@ class Fleet:
         return again
 
     def next_deadline_s(self) -> float | None:
-        times = [p.next_deadline_s() for name, p in self.placements.items() if name in self.alive]
+        times = [
+            p.next_deadline_s() for name, p in self.placements.items() if name not in self.book.down
+        ]
         if self.losses:
             times.append(self.losses[0][0])
         due = [t for t in times if t is not None]
@@ -158,38 +144,30 @@ class Fleet:
     # --- dispatch and loss ----------------------------------------------------------------
 
     def dispatch_waiting(self, now_s: float) -> None:
-        """Try every waiting workload in order of reservation; a chosen cluster's check turns
+        """Try every waiting workload in order of reservation; a chosen cluster's checks turn
         Ready now, and what it takes there is held until its gang is bound."""
-        capacities = {name: self.capacity(name) for name in self.plan.clusters}
-        for key, waiting in list(self.waiting.items()):
-            route = waiting.route
-            candidates = [self.candidate(name, capacities) for name in route.clusters]
-            outcome = dispatch(waiting.demand, candidates, strategy=route.strategy)
-            self.messages[key] = dict.fromkeys(waiting.checks, outcome.message)
-            if not isinstance(outcome, Dispatched):
-                continue
-            del self.waiting[key]
-            cluster = outcome.cluster
-            self.dispatched[key] = self.ran_on[key] = cluster
-            if outcome.takes:
-                self.holds[key] = (cluster, outcome.takes)
-                held = capacities[cluster]
-                if held is not None:
-                    capacities[cluster] = minus(held, [outcome.takes])
-            for check in waiting.checks:
-                self.host.push(now_s, SetCheck(key, waiting.epoch, check, READY))
+        views = {name: self.view(name) for name in self.plan.clusters}
+        tries = [
+            Try(key=key, route=self.plan.routes[waiting.checks[0]], demand=waiting.demand)
+            for key, waiting in self.book.waiting.items()
+        ]
+        epochs = {key: waiting.epoch for key, waiting in self.book.waiting.items()}
+        for decision in self.book.dispatch_round(tries, views, now_s=now_s):
+            key = decision.key
+            self.messages[key] = dict.fromkeys(decision.checks, decision.message)
+            if isinstance(decision, Sent):
+                self.ran_on[key] = decision.cluster
+                for check in decision.checks:
+                    self.host.push(now_s, SetCheck(key, epochs[key], check, READY))
 
-    def candidate(self, name: str, capacities: Mapping[str, ClusterCapacity | None]) -> Candidate:
-        if name not in self.alive:
-            return Candidate(cluster=name, unavailable="lost")
-        return Candidate(cluster=name, capacity=capacities.get(name))
-
-    def capacity(self, name: str) -> ClusterCapacity | None:
-        """The free room of a live cluster's nodes, less what dispatched workloads hold; None
-        without Nodes (unknown: any cluster has room)."""
+    def view(self, name: str) -> ClusterView:
+        """A cluster as dispatch sees it: lost, or the free room of its nodes (None without
+        Nodes: unknown, any cluster has room)."""
+        if name in self.book.down:
+            return ClusterView(unavailable="lost")
         placement = self.placements.get(name)
-        if placement is None or name not in self.alive:
-            return None
+        if placement is None:
+            return ClusterView()
         scheduler = placement.scheduler
         rooms = []
         for node_name in sorted(placement.nodes):
@@ -197,22 +175,20 @@ class Fleet:
             room = node_room(info, scheduler.free(info.name))
             if room is not None:
                 rooms.append(room)
-        capacity = ClusterCapacity(cluster=name, nodes=tuple(rooms))
-        return minus(capacity, [takes for c, takes in self.holds.values() if c == name])
+        return ClusterView(capacity=ClusterCapacity(cluster=name, nodes=tuple(rooms)))
 
     def lose(self, name: str) -> bool:
         """Cluster `name` is gone: evict what was dispatched there (requeued, dispatched again
         elsewhere). True when anything was evicted."""
-        self.alive.discard(name)
+        victims = self.book.lose(name)
         self.changed = True
-        victims = sorted(key for key, cluster in self.dispatched.items() if cluster == name)
         for key in victims:
             message = f"worker cluster {name} was lost"
             self.host.evict(key, reason=CLUSTER_LOST, message=message)
         return bool(victims)
 
     def gang_bound(self, key: WorkloadKey) -> None:
-        self.holds.pop(key, None)  # its pods count on their nodes now
+        self.book.holds.pop(key, None)  # its pods count on their nodes now
         self.host.gang_bound(key)
 
     # --- the report ----------------------------------------------------------------------------

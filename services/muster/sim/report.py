@@ -70,10 +70,14 @@ def to_document(result: SimulationResult) -> dict[str, Any]:
 
 def workload_entry(wl: Workload, result: SimulationResult) -> dict[str, Any]:
     """The Kueue Workload manifest; with MultiKueue, `status.clusterName` (the worker cluster
-    it runs or ran in) and its MultiKueue checks' messages, as Kueue's controller writes them."""
+    it runs or ran in); the messages of its checks that MultiKueue or a registered controller
+    answers, as those controllers write them."""
     manifest = workload_to_kueue(wl)
     cluster = result.clusters.get(wl.key)
-    messages = result.check_messages.get(wl.key, {})
+    messages = {
+        **result.controller_messages.get(wl.key, {}),
+        **result.check_messages.get(wl.key, {}),
+    }
     if cluster is None and not messages:
         return manifest
     status = manifest.setdefault("status", {})

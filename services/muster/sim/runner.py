@@ -29,6 +29,7 @@ from muster.core.events import Event, EventType
 from muster.core.routing import RoutingSettings, run_seconds_on
 from muster.core.status import ClusterQueueStatus, LocalQueueStatus, PendingWorkload
 from muster.sim.annotations import READY_AT_ONCE, WorkloadScript
+from muster.sim.checks import CheckModels
 from muster.sim.fleet import Fleet
 from muster.sim.groups import GroupObject
 from muster.sim.placement import Placement, PodState
@@ -40,6 +41,7 @@ from muster.sim.timeline import (
     Finish,
     PodFinish,
     PodsReady,
+    RunChecks,
     SetCheck,
     Timeline,
 )
@@ -116,6 +118,10 @@ class SimulationResult(msgspec.Struct, frozen=True, kw_only=True):
     # what its MultiKueue checks say (the chosen cluster, or why none can take it yet).
     clusters: Mapping[WorkloadKey, str] = msgspec.field(default_factory=dict)
     check_messages: Mapping[WorkloadKey, Mapping[str, str]] = msgspec.field(default_factory=dict)
+    # The last message of each check a registered controller answers (sim/checks.py).
+    controller_messages: Mapping[WorkloadKey, Mapping[str, str]] = msgspec.field(
+        default_factory=dict
+    )
     end_s: float  # `until_s` when given, else the time of the last thing that happened
     until_s: float | None
 
@@ -204,6 +210,8 @@ class Simulation:
         # With MultiKueue, a Fleet of clusters (each its own Placement) dispatches workloads.
         self.fleet = Fleet(self, scenario, scenario.clusters) if scenario.clusters else None
         self.placement: Placement | Fleet | None = self.fleet
+        # Checks whose controller is registered (muster.checks) run it instead of a script.
+        self.check_models = CheckModels(self, scenario)
         if self.fleet is None and scenario.placement:
             self.placement = Placement(self, scenario)
         # Nodes, Pods and gang objects first, so that workloads arriving at the same time find
@@ -275,6 +283,8 @@ class Simulation:
                 self.react(engine.finish(key, now_s=now_s))
             case SetCheck(key, epoch, check, state) if self.tracks[key].epoch == epoch:
                 self.react(engine.set_admission_check(key, check, state, now_s=now_s))
+            case RunChecks(key, epoch) if self.tracks[key].epoch == epoch:
+                self.check_models.reconcile(key, now_s=now_s)
             case PodsReady(key, epoch) if self.tracks[key].epoch == epoch:
                 self.react(engine.pods_ready(key, now_s=now_s))
             case ArriveObject(arrival) if self.placement is not None:
@@ -300,8 +310,9 @@ class Simulation:
                     track.finished_s = self.now_s
                 elif event.type is EventType.EVICTED:
                     track.evictions += 1
+                finished = event.type is EventType.FINISHED
+                self.check_models.ended(key, finished=finished, now_s=self.now_s)
                 if self.placement is not None:
-                    finished = event.type is EventType.FINISHED
                     self.placement.admission_ended(key, finished=finished, now_s=self.now_s)
 
     def on_quota_reserved(self, key: WorkloadKey, track: Track) -> None:
@@ -320,6 +331,14 @@ class Simulation:
                 wl = self.engine.workload(key)
                 self.fleet.reserved(wl, admission, epoch=track.epoch, checks=dispatched)
             checks = tuple(c for c in checks if c not in dispatched)
+        if controlled := tuple(c for c in checks if self.check_models.runs(c)):
+            admission = self.engine.admission(key)
+            if admission is not None:
+                wl = self.engine.workload(key)
+                self.check_models.reserved(
+                    wl, admission, epoch=track.epoch, checks=controlled, now_s=self.now_s
+                )
+            checks = tuple(c for c in checks if c not in controlled)
         for check in checks:
             script = track.script.checks.get(check) or self.scenario.check_results.get(
                 check, READY_AT_ONCE
@@ -403,6 +422,7 @@ class Simulation:
             groups=self.placement.group_states() if self.placement is not None else (),
             clusters=dict(self.fleet.ran_on) if self.fleet is not None else {},
             check_messages=dict(self.fleet.messages) if self.fleet is not None else {},
+            controller_messages=dict(self.check_models.messages),
             end_s=end_s,
             until_s=self.until_s,
         )

@@ -12,11 +12,17 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
-from muster.api.decode import Validation, decode_files, decode_yaml, kueue_config_from_file
+from muster.api.decode import (
+    Kept,
+    Validation,
+    decode_files,
+    decode_yaml,
+    kueue_config_from_file,
+)
 from muster.api.errors import FieldError
 from muster.api.model import (
     CLUSTER_TYPES,
@@ -37,15 +43,20 @@ from muster.api.model import (
     Workload,
 )
 from muster.api.wellknown import CLUSTER_ANNOTATION, GANG_TIMEOUT_ANNOTATION
+from muster.checks.registry import by_controller_name, config_kinds
 from muster.sim.annotations import (
+    CHECK_PREFIX,
     CHECK_RESULT,
     KNOWN_ON_NODES,
     KNOWN_ON_PODS,
+    PROVISIONING,
     AnnotationError,
     CheckScript,
+    ProvisioningScript,
     WorkloadScript,
     annotation_path,
     parse_check_script,
+    parse_provisioning_script,
     parse_workload_script,
 )
 from muster.sim.clusters import ClusterPlan, plan_clusters
@@ -78,6 +89,10 @@ class Scenario(msgspec.Struct, frozen=True, kw_only=True):
     check_results: Mapping[str, CheckScript]  # AdmissionCheck name -> default script
     cluster_arrivals: tuple[ClusterArrival, ...] = ()  # sorted by (at_s, rank)
     clusters: ClusterPlan | None = None  # with MultiKueue: the worker clusters (sim/clusters.py)
+    # The configuration objects of registered check controllers, as written (sim/checks.py),
+    # and the cluster-autoscaler's script for each (`muster.dev/provisioning`), by name.
+    check_objects: tuple[Mapping[str, Any], ...] = ()
+    provisioning: Mapping[str, ProvisioningScript] = msgspec.field(default_factory=dict)
 
     @property
     def cluster_queues(self) -> tuple[ClusterQueue, ...]:
@@ -113,11 +128,12 @@ def load_scenario(
     A Configuration from `config_path` replaces one found among `paths`. `validation` says
     what unknown fields do (kubectl's `--validate`); with "warn" they go to `warnings`.
     """
-    objects = decode_checked(paths, validation=validation, warnings=warnings)
+    kept = Kept(kinds=config_kinds(), documents=[])
+    objects = decode_checked(paths, validation=validation, warnings=warnings, kept=kept)
     config = None
     if config_path is not None:
         config = config_from_file(config_path)
-    return build_scenario(objects, config=config)
+    return build_scenario(objects, config=config, check_objects=kept.documents)
 
 
 def load_scenario_text(text: str, *, source: str) -> Scenario:
@@ -133,14 +149,16 @@ def decode_checked(
     *,
     validation: Validation = "strict",
     warnings: list[FieldError] | None = None,
+    kept: Kept | None = None,
 ) -> list[ApiObject]:
-    """Decode files with `muster.api`, raising `ScenarioFileError` or `InvalidScenarioError`."""
+    """Decode files with `muster.api`, raising `ScenarioFileError` or `InvalidScenarioError`;
+    documents of the kinds `kept` names go to it as written."""
     for path in paths:
         if not Path(path).is_file():
             raise ScenarioFileError(f"{path}: no such file")
     try:
         objects, errors = decode_files(
-            [Path(path) for path in paths], validation=validation, warnings=warnings
+            [Path(path) for path in paths], validation=validation, warnings=warnings, kept=kept
         )
     except OSError as exc:
         raise ScenarioFileError(f"{exc.filename}: {exc.strerror}") from exc
@@ -157,7 +175,12 @@ def config_from_file(path: str | Path) -> KueueConfig:
     return config
 
 
-def build_scenario(objects: Sequence[ApiObject], *, config: KueueConfig | None = None) -> Scenario:
+def build_scenario(
+    objects: Sequence[ApiObject],
+    *,
+    config: KueueConfig | None = None,
+    check_objects: Sequence[Mapping[str, Any]] = (),
+) -> Scenario:
     """Split decoded objects into engine configuration and timed arrivals.
 
     `config`, when given, wins over a Configuration among `objects`. Order of arrival is
@@ -179,6 +202,8 @@ def build_scenario(objects: Sequence[ApiObject], *, config: KueueConfig | None =
     cluster_arrivals = timed_cluster_objects(cluster_objects, errors)
     named = [(cluster_object_name(a.obj), a.obj.meta.annotations) for a in cluster_arrivals]
     clusters = plan_clusters(config_objects, named, errors)
+    provisioning = provisioning_scripts(check_objects, errors)
+    unscriptable_checks(config_objects, arrivals, errors)
     if errors:
         raise InvalidScenarioError(errors)
     return Scenario(
@@ -188,7 +213,65 @@ def build_scenario(objects: Sequence[ApiObject], *, config: KueueConfig | None =
         check_results=check_results,
         cluster_arrivals=cluster_arrivals,
         clusters=clusters,
+        check_objects=tuple(check_objects),
+        provisioning=provisioning,
     )
+
+
+def unscriptable_checks(
+    objects: Sequence[ConfigObject], arrivals: Sequence[Arrival], errors: list[FieldError]
+) -> None:
+    """A check script for a check that a registered controller answers is an error: the
+    controller's rules answer it (sim/checks.py), and the script would be ignored."""
+    controllers = by_controller_name()
+    run = {
+        o.meta.name: o.controller_name
+        for o in objects
+        if isinstance(o, AdmissionCheck) and o.controller_name in controllers
+    }
+    if not run:
+        return
+    why = (
+        "is answered by its controller ({}), not by a script; what to script instead: "
+        'docs/simulate-json.md, "Controller-run checks"'
+    )
+    for obj in objects:
+        if (
+            isinstance(obj, AdmissionCheck)
+            and obj.meta.name in run
+            and CHECK_RESULT in obj.meta.annotations
+        ):
+            problem = f"AdmissionCheck {obj.meta.name} " + why.format(run[obj.meta.name])
+            errors.append(
+                FieldError(
+                    f"AdmissionCheck/{obj.meta.name}", annotation_path(CHECK_RESULT), problem
+                )
+            )
+    for arrival in arrivals:
+        for check in sorted(arrival.script.checks):
+            if check in run:
+                path = annotation_path(CHECK_PREFIX + check)
+                problem = f"AdmissionCheck {check} " + why.format(run[check])
+                errors.append(FieldError(source_name(arrival.workload), path, problem))
+
+
+def provisioning_scripts(
+    check_objects: Sequence[Mapping[str, Any]], errors: list[FieldError]
+) -> dict[str, ProvisioningScript]:
+    """The cluster-autoscaler's script of each check configuration object that has one."""
+    scripts: dict[str, ProvisioningScript] = {}
+    for obj in check_objects:
+        meta = obj.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        if PROVISIONING not in annotations:
+            continue
+        name = str(meta.get("name", ""))
+        try:
+            scripts[name] = parse_provisioning_script(str(annotations[PROVISIONING]))
+        except ValueError as exc:
+            who = f"{obj.get('kind')}/{name}"
+            errors.append(FieldError(who, annotation_path(PROVISIONING), str(exc)))
+    return scripts
 
 
 def admission_check_results(

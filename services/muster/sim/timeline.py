@@ -1,11 +1,11 @@
 """The virtual clock: a heap of timed actions, applied in (time, order of scheduling) order.
 
 Actions are facts the simulated world reports to the engine (an arrival, a finished run, an
-admission check's answer, ready pods) or, with nodes, to gang placement (a Node, Pod or gang
-object appears, a pod's run ends). Facts about one admission carry its `epoch`, facts about one
-pod its `serial`; the runner drops them when the workload has lost that admission since
-(evicted, finished, deactivated) or the pod is gone, which cancels them without searching the
-heap.
+admission check's answer, ready pods), to a check controller (look at a workload again) or,
+with nodes, to gang placement (a Node, Pod or gang object appears, a pod's run ends). Facts
+about one admission carry its `epoch`, facts about one pod its `serial`; the runner drops them
+when the workload has lost that admission since (evicted, finished, deactivated) or the pod is
+gone, which cancels them without searching the heap.
 """
 
 from __future__ import annotations
@@ -36,6 +36,13 @@ class SetCheck(msgspec.Struct, frozen=True, tag=True):
     state: str
 
 
+class RunChecks(msgspec.Struct, frozen=True, tag=True):
+    """Reconcile the workload's controller-run checks again (sim/checks.py)."""
+
+    key: WorkloadKey
+    epoch: int
+
+
 class PodsReady(msgspec.Struct, frozen=True, tag=True):
     key: WorkloadKey
     epoch: int
@@ -50,7 +57,7 @@ class PodFinish(msgspec.Struct, frozen=True, tag=True):
     serial: int
 
 
-Action = Arrive | Finish | SetCheck | PodsReady | ArriveObject | PodFinish
+Action = Arrive | Finish | SetCheck | RunChecks | PodsReady | ArriveObject | PodFinish
 
 
 class Timeline:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from muster.api import decode_documents, decode_files, decode_yaml
+from muster.api.decode import Kept
 from muster.api.model import ClusterQueue, LocalQueue, ResourceFlavor
 
 GOOD_AND_BAD = """
@@ -80,6 +81,27 @@ def test_topologies_are_skipped_not_errors() -> None:
     assert skipped == [
         "Topology/dc: not used until topology-aware scheduling",
         "Topology/old: not used until topology-aware scheduling",
+    ]
+
+
+def test_kept_kinds_come_back_as_written_in_yaml_and_json_files(tmp_path: Path) -> None:
+    config = "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ProvisioningRequestConfig\n"
+    config += "metadata: {name: gpu}\nspec: {provisioningClassName: queued}\n"
+    (tmp_path / "a.yaml").write_text(config + "---\n" + GOOD_AND_BAD.split("---")[0])
+    (tmp_path / "b.json").write_text(
+        json.dumps({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ProvisioningRequestConfig"})
+    )
+    kinds = frozenset(
+        ("kueue.x-k8s.io/" + v, "ProvisioningRequestConfig") for v in ("v1beta1", "v1beta2")
+    )
+    kept = Kept(kinds=kinds, documents=[])
+    objects, errors = decode_files([tmp_path / "a.yaml", tmp_path / "b.json"], kept=kept)
+    assert (len(objects), errors) == (1, [])  # the ResourceFlavor
+    assert [d.get("metadata", {}).get("name") for d in kept.documents] == ["gpu", None]
+    assert kept.documents[0]["spec"] == {"provisioningClassName": "queued"}
+    _, errors = decode_yaml(config)  # not kept: an unknown kind, as before
+    assert [e.problem for e in errors] == [
+        "kind ProvisioningRequestConfig in kueue.x-k8s.io/v1beta2 is not supported"
     ]
 
 

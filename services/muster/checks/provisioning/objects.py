@@ -11,10 +11,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from muster.api.resource import Resource
+from muster.api.wellknown import KUEUE_GROUP, PROVISIONING_CONTROLLER
 from muster.checks.framework import Creation, Inputs, JsonObj
-from muster.cluster.kube.resources import KUEUE_GROUP, Resource
 
-CONTROLLER_NAME = "kueue.x-k8s.io/provisioning-request"
+CONTROLLER_NAME = PROVISIONING_CONTROLLER
 CONFIG_KIND = "ProvisioningRequestConfig"
 CONSUME_ANNOTATION = "autoscaling.x-k8s.io/consume-provisioning-request"
 CLASS_ANNOTATION = "autoscaling.x-k8s.io/provisioning-class-name"

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from muster.api import check_states
+from muster.api.resource import Resource
+from muster.api.wellknown import KUEUE_GROUP
 from muster.checks.framework import Answer, Inputs, Note, Plan, condition_message, condition_true
 from muster.checks.provisioning.objects import (
     CONFIG_KIND,
@@ -23,7 +25,6 @@ from muster.checks.provisioning.objects import (
     spec_of,
     synced,
 )
-from muster.cluster.kube.resources import KUEUE_GROUP, Resource
 
 
 class RetryStrategy(NamedTuple):

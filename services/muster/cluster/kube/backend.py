@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 
 from muster.api.job import QUEUE_NAME_KEY
+from muster.api.resource import Resource
 from muster.api.wellknown import POD_GROUP_LABEL, POD_SET_ANNOTATION, WORKLOAD_LABEL
 from muster.cluster.backend import (
     ADMISSION_LABEL,
@@ -52,7 +53,6 @@ from muster.cluster.kube.resources import (
     NAMESPACES,
     NODES,
     PODS,
-    Resource,
     kueue_resources,
     resource_for,
     resource_for_kind,

@@ -13,10 +13,10 @@ import asyncio
 import re
 from collections.abc import Mapping
 
+from muster.api.resource import Resource
 from muster.cluster.errors import NotFoundError
 from muster.cluster.kube.resources import (
     SCHEDULING_GROUP,
-    Resource,
     gang_resource,
 )
 from muster.cluster.kube.transport import Transport

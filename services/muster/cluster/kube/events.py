@@ -31,10 +31,10 @@ from typing import Any
 
 import msgspec
 
+from muster.api.resource import Resource
 from muster.cluster.errors import ClusterError, NotFoundError
 from muster.cluster.kube.ratelimit import TokenBucket
 from muster.cluster.kube.references import Reference, reference_of
-from muster.cluster.kube.resources import Resource
 from muster.cluster.kube.retry import Backoff
 from muster.cluster.kube.transport import MERGE_PATCH, Transport
 
