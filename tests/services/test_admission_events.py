@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 
-import nats.js.errors
 import pytest
 from admission_world import (
     Running,
@@ -26,6 +25,7 @@ from admission_world import (
 )
 
 from muster.bus import Bus, BusConfig, new_event
+from muster.bus.kv import Bucket
 from muster.contracts.v1 import events_pb2 as pb
 from muster.contracts.v1 import services_pb2
 
@@ -91,6 +91,12 @@ async def test_admitted_carries_the_flavors_node_labels_and_tolerations(
     ]
 
 
+async def value(kv: Bucket, key: str) -> bytes:
+    entry = await kv.get(key)
+    assert entry is not None, f"{kv.name}: no {key}"
+    return entry.value or b""
+
+
 async def test_visibility_bucket_and_queue_status_follow_the_queues(
     bus: Bus, admission: Running, events
 ) -> None:
@@ -100,11 +106,10 @@ async def test_visibility_bucket_and_queue_status_follow_the_queues(
     kv = await bus.kv("MUSTER_VISIBILITY")
 
     async def status() -> pb.ClusterQueueStatus | None:
-        try:
-            entry = await kv.get("cq.cq")
-        except nats.js.errors.KeyNotFoundError:
+        entry = await kv.get("cq.cq")
+        if entry is None:
             return None
-        return pb.ClusterQueueStatus.FromString(entry.value)
+        return pb.ClusterQueueStatus.FromString(entry.value or b"")
 
     async def one_pending() -> bool:
         cq = await status()
@@ -123,9 +128,9 @@ async def test_visibility_bucket_and_queue_status_follow_the_queues(
         "1",
     )
     assert row.borrowing_limit == ""
-    pending = services_pb2.PendingWorkloadsResponse.FromString((await kv.get("pending.cq")).value)
+    pending = services_pb2.PendingWorkloadsResponse.FromString(await value(kv, "pending.cq"))
     assert [(p.name, p.position_in_cluster_queue) for p in pending.items] == [("b", 0)]
-    lq = pb.LocalQueueStatus.FromString((await kv.get("lq.ns.lq")).value)
+    lq = pb.LocalQueueStatus.FromString(await value(kv, "lq.ns.lq"))
     assert (lq.cluster_queue, lq.pending_workloads, lq.admitted_workloads) == ("cq", 1, 1)
     change = await events.wait_for("queue_status")
     assert change.queue_status.cluster_queue.name == "cq"

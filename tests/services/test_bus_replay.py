@@ -111,5 +111,5 @@ async def test_kv_round_trip_and_reopen(bus: Bus) -> None:
 async def test_kv_bucket_is_created_with_ttl_and_history(bus: Bus) -> None:
     kv = await bus.kv("MUSTER_SHARDS", ttl_s=5, history=3)
     status = await kv.status()
-    assert status.ttl == 5
+    assert status.ttl_s == 5
     assert status.history == 3

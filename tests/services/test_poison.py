@@ -91,14 +91,15 @@ async def test_a_local_queue_named_dot_dot_slash_x_does_not_stop_queue_visibilit
         kv = await bus.kv("MUSTER_VISIBILITY")
 
         async def written() -> bool:
-            try:
-                entry = await kv.get("cq.cq")
-            except nats.js.errors.KeyNotFoundError:
+            entry = await kv.get("cq.cq")
+            if entry is None:
                 return False
             return pb.ClusterQueueStatus.FromString(entry.value or b"").admitted_workloads == 1
 
         await eventually(written, timeout_s=5)
-        assert (await kv.get("lq.ns.lq")).value
+        lq = await kv.get("lq.ns.lq")
+        assert lq is not None
+        assert lq.value
         assert not admission.task.done()
     finally:
         await admission.stop()

@@ -1,9 +1,9 @@
 """Rounds: consumed events into the engine, in stream order, one `schedule()` per batch.
 
-`Rounds.apply_batch(envelopes)` is what the consumer (`consumer.py`) calls with the events it
-fetched together, in stream order. Each event is read as a fact (`translate.fact_of`) and
-applied; then the engine decides once, and every decision is published, each after the
-previous one's PubAck. Only then does the consumer ack the batch.
+`Rounds.apply_batch(envelopes)` is what the in-order consumer (`muster.bus.ordered`) calls
+with the events it fetched together, in stream order. Each event is read as a fact
+(`translate.fact_of`) and applied; then the engine decides once, and every decision is
+published, each after the previous one's PubAck. Only then does the consumer ack the batch.
 
 Every event type takes that path (one round per fetched batch rather than one handler per
 event type, so that a batch is decided once and in stream order). What each fact does is in

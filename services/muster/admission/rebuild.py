@@ -14,14 +14,9 @@ partition seeds that partition (`available`, then `load`).
 
 from __future__ import annotations
 
-import io
 import logging
 from collections.abc import AsyncIterator, Collection, Iterator, Sequence
 from typing import Final, NamedTuple, Protocol
-
-import nats.js.errors
-from nats.js import JetStreamContext, api
-from nats.js.object_store import ObjectStore
 
 from muster.admission.forwarding import unwrap
 from muster.admission.snapshot import (
@@ -38,8 +33,9 @@ from muster.admission.snapshot import (
 from muster.admission.state import AdmissionState
 from muster.admission.subjects import CONFIG_SUBJECTS, replay_subjects
 from muster.admission.translate import fact_of
-from muster.bus import Reject, decode
+from muster.bus import Bus, Reject, decode
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
+from muster.bus.errors import NotFound
 from muster.bus.partitions import parse_token
 from muster.contracts.v1 import events_pb2 as pb
 
@@ -146,40 +142,32 @@ class Stored(NamedTuple):
 
 
 class SnapshotStore:
-    """The snapshots' bucket, opened when first needed (created when first written)."""
+    """The snapshots' bucket (the bus's `ObjectBucket`, created when first written)."""
 
-    def __init__(self, js: JetStreamContext, *, replicas: int = 1) -> None:
-        self._js = js
-        self._replicas = replicas
-        self._bucket: ObjectStore | None = None
+    def __init__(self, bus: Bus) -> None:
+        self._bucket = bus.objects(
+            SNAPSHOTS_BUCKET,
+            description="admission snapshots (docs/services.md)",
+            chunk_bytes=_CHUNK_BYTES,
+        )
 
     async def put(self, name: str, snapshot: Snapshot, data: bytes) -> None:
         """Store `data` (`snapshot` encoded) as object `name`, replacing what it held.
 
-        Raises nats-py's errors; the object keeps its last snapshot when a write fails.
+        Raises the bus's `Unavailable`; the object keeps its last snapshot when a write fails.
         """
-        bucket = await self._open(create=True)
-        assert bucket is not None
-        meta = api.ObjectMeta(
-            name=name,
-            description=f"admission snapshot at sequence {snapshot.sequence}",
+        await self._bucket.put(
+            name,
+            data,
             headers=snapshot_headers(snapshot),
-            options=api.ObjectMetaOptions(max_chunk_size=_CHUNK_BYTES),
+            description=f"admission snapshot at sequence {snapshot.sequence}",
         )
-        await bucket.put(name, data, meta=meta)
 
     async def available(self, *, stream: str, at_most: int) -> list[Stored]:
         """The snapshots of the stream created at `stream` up to sequence `at_most` (the
         stream's last), newest first, as their headers announce them."""
-        bucket = await self._open(create=False)
-        if bucket is None:
-            return []
-        try:
-            infos = await bucket.list(ignore_deletes=True)
-        except nats.js.errors.NotFoundError:
-            return []  # an empty bucket
         stored = []
-        for info in infos:
+        for info in await self._bucket.list():
             seq = sequence_in(info.headers, stream=stream)
             if seq is None:
                 continue
@@ -193,48 +181,15 @@ class SnapshotStore:
     async def load(self, stored: Stored, *, stream: str) -> Snapshot | None:
         """The snapshot `stored` names, or None (logged) when it cannot be read or is not
         what its headers say."""
-        bucket = await self._open(create=False)
-        if bucket is None:
-            return None
         try:
-            snapshot = decode_snapshot(await self._download(bucket, stored.name))
-        except SnapshotError as exc:
+            snapshot = decode_snapshot(await self._bucket.get(stored.name))
+        except (NotFound, SnapshotError) as exc:  # deleted since it was listed, or torn
             log.warning("snapshot %s ignored: %s", stored.name, exc)
             return None
         if (snapshot.stream, snapshot.sequence) != (stream, stored.sequence):
             log.warning("snapshot %s ignored: it is not what its headers say", stored.name)
             return None
         return snapshot
-
-    @staticmethod
-    async def _download(bucket: ObjectStore, name: str) -> bytes:
-        # Into a buffer: nats-py otherwise joins the chunks with `bytes +=`, quadratic in them.
-        buffer = io.BytesIO()
-        try:
-            await bucket.get(name, writeinto=buffer)
-        except (
-            nats.js.errors.DigestMismatchError,
-            nats.js.errors.BadObjectMetaError,
-            nats.js.errors.ObjectNotFoundError,  # deleted since it was listed
-        ) as exc:
-            raise SnapshotError(f"cannot be read: {exc!r}") from None
-        return buffer.getvalue()
-
-    async def _open(self, *, create: bool) -> ObjectStore | None:
-        if self._bucket is None:
-            try:
-                self._bucket = await self._js.object_store(SNAPSHOTS_BUCKET)
-            except nats.js.errors.BucketNotFoundError:
-                if not create:
-                    return None
-                # Two replicas may create it at once: the server accepts an identical second one.
-                config = api.ObjectStoreConfig(
-                    description="admission snapshots (docs/services.md)",
-                    replicas=self._replicas,
-                    storage=api.StorageType.FILE,
-                )
-                self._bucket = await self._js.create_object_store(SNAPSHOTS_BUCKET, config=config)
-        return self._bucket
 
 
 class Rebuilt(NamedTuple):

@@ -24,11 +24,8 @@ import time
 from typing import Final
 
 import msgspec
-import nats.errors
-import nats.js.errors
 
 from muster.admission.clusters import follow_clusters
-from muster.admission.consumer import consume_in_order, make_consumer
 from muster.admission.handlers import Clock, Reown, Rounds
 from muster.admission.handover import StoryFetcher
 from muster.admission.homes import bucket_values
@@ -49,6 +46,8 @@ from muster.bus import (
     new_event,
 )
 from muster.bus.cancel import finishing, raise_if_cancelling
+from muster.bus.errors import NotFound, Unavailable
+from muster.bus.ordered import consume_in_order, make_consumer
 from muster.bus.partitions import PARTITIONS_BUCKET
 from muster.bus.service import Health
 from muster.contracts.v1 import events_pb2 as pb
@@ -204,7 +203,7 @@ class AdmissionService:
         # The events the state depends on, kept as they are applied: snapshots are taken from
         # it, and a workload's story is forwarded from it when its home moves (homes.py).
         self.history = CompactLog(self.state.ledger)
-        self.snapshots = SnapshotStore(bus.js, replicas=bus.config.stream_replicas)
+        self.snapshots = SnapshotStore(bus)
         self.snapshot_sequence = 0  # of the last snapshot read or written
         self.stream_created = ""  # when MUSTER_EVENTS was created: set by `start`
         self._dirty = asyncio.Event()
@@ -232,10 +231,10 @@ class AdmissionService:
 
     async def start(self) -> None:
         """Catch up before owning: rebuild, make the durable after it, adopt, decide once."""
-        stream = await self.bus.js.stream_info(EVENTS_STREAM)
+        stream = await self.bus.stream_state(EVENTS_STREAM)
         # Sequences start over in a stream deleted and made again: snapshots name theirs.
-        self.stream_created = stream.created.isoformat() if stream.created else ""
-        end = int(stream.state.last_seq)
+        self.stream_created = stream.created
+        end = stream.last
         started = time.perf_counter()
         rebuilt = await rebuild(
             self.bus,
@@ -255,7 +254,7 @@ class AdmissionService:
             )
             if self.metrics is not None:
                 self.metrics.own.snapshot_taken()
-        first = int(stream.state.first_seq)
+        first = stream.first
         if first > rebuilt.snapshot_sequence + 1 and end > rebuilt.snapshot_sequence:
             log.warning(
                 "events %d..%d are no longer in %s (retention): the rebuild misses what they "
@@ -297,7 +296,7 @@ class AdmissionService:
                 try:
                     # Let a write finish at shutdown: one cut short leaves its chunks behind.
                     await finishing(self.write_snapshot())
-                except (nats.errors.Error, TimeoutError) as exc:
+                except (Unavailable, TimeoutError) as exc:
                     log.warning(
                         "snapshot not written, again in %gs: %r", self.config.snapshot_s, exc
                     )
@@ -312,12 +311,11 @@ class AdmissionService:
         would stay below them, and a snapshot would not say it holds them.
         """
         try:
-            end = int((await self.bus.js.stream_info(EVENTS_STREAM)).state.last_seq)
+            end = (await self.bus.stream_state(EVENTS_STREAM)).last
             async with self.rounds.lock:  # no batch applied meanwhile, none half-way
-                info = await self.bus.js.consumer_info(EVENTS_STREAM, self.config.durable)
-                if not info.num_pending and not info.num_ack_pending:
+                if await self.bus.drained(self.config.durable, stream=EVENTS_STREAM):
                     self.state.last_sequence = max(self.state.last_sequence, end)
-        except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
+        except (Unavailable, NotFound, TimeoutError) as exc:
             log.debug("consumer not read, the last sequence stays: %r", exc)
 
     async def _last_snapshot(self) -> None:
@@ -327,7 +325,7 @@ class AdmissionService:
         try:
             async with asyncio.timeout(LAST_SNAPSHOT_S):
                 await self.write_snapshot()
-        except (nats.errors.Error, TimeoutError, BusError) as exc:
+        except (TimeoutError, BusError) as exc:
             log.warning("no snapshot at shutdown: %r", exc)
 
     async def write_snapshot(self) -> None:
@@ -383,7 +381,7 @@ class AdmissionService:
                 put = await writer.write(values)
                 await self._publish_statuses(put, values)
                 await queues.write(homes)
-            except (nats.errors.Error, TimeoutError, BusError) as exc:
+            except (TimeoutError, BusError) as exc:
                 log.warning("visibility not written, retrying: %r", exc)
                 self._dirty.set()
             await asyncio.sleep(

@@ -20,7 +20,6 @@ its pods starts them as routed.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -29,7 +28,7 @@ import msgspec
 from google.protobuf.message import Message
 
 from muster.admission.routing import WorkloadRoute, routed_payload
-from muster.api import decode_documents, parse_quantity, quantities_to_strings
+from muster.api import parse_quantity, quantities_to_strings
 from muster.api.model import (
     Admission,
     ApiObject,
@@ -45,6 +44,7 @@ from muster.bus.envelope import new_event
 from muster.bus.partitions import PARTITIONS, parse_token
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.events import Event, EventType
+from muster.payloads import PayloadError, applied_object, decode_manifest
 
 # Kueue's WorkloadEvictedByDeactivation: the workload was deactivated (check rejected,
 # requeuing limit exceeded); it gives its quota back at once and is not requeued.
@@ -289,15 +289,9 @@ def fact_of(env: pb.Envelope) -> Fact | None:
 
 def _decode_one(manifest_json: str, *, what: str) -> ApiObject:
     try:
-        doc = json.loads(manifest_json)
-    except json.JSONDecodeError as exc:
-        raise FactError(f"{what}: manifest is not JSON: {exc}") from exc
-    objects, errors = decode_documents([doc], source=what)
-    if errors:
-        raise FactError("; ".join(str(e) for e in errors))
-    if len(objects) != 1:
-        raise FactError(f"{what}: expected one object, got {len(objects)}")
-    return objects[0]
+        return decode_manifest(manifest_json, what=what)
+    except PayloadError as exc:
+        raise FactError(str(exc)) from exc
 
 
 def _submit_of(env: pb.Envelope) -> Submit:
@@ -345,7 +339,10 @@ def _replace_queue(wl: Workload, queue_name: str) -> Workload:
 
 def _apply_of(env: pb.Envelope) -> ApplyConfig:
     applied = env.config_applied
-    obj = _decode_one(applied.manifest_json, what=f"{applied.kind}/{applied.name}")
+    try:
+        obj = applied_object(applied)
+    except PayloadError as exc:
+        raise FactError(str(exc)) from exc
     if isinstance(obj, Workload):
         raise FactError(f"{applied.kind}/{applied.name}: workloads are submitted, not applied")
     kind = "Configuration" if isinstance(obj, KueueConfig) else applied.kind

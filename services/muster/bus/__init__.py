@@ -1,14 +1,16 @@
 """muster.bus: the NATS JetStream layer every muster service stands on (docs/services.md).
 
-Subjects and streams (`subjects`), the envelope codec (`envelope`), `Retry`/`Reject` (`errors`),
-the connection and its publish/consume/replay/key-value API (`connection`), tracing, and the
+Subjects and streams (`subjects`), the envelope codec (`envelope`), its errors (`errors`:
+`Retry`, `Reject`, `Conflict`, `Unavailable`, `NotFound`; services never see nats-py's), the
+connection and its publish/consume/replay/bucket API (`connection`), in-order consumption
+(`ordered`), key-value and object buckets (`kv`, `objects`), leases (`lease`), tracing, and the
 service runtime (`service`, imported on its own: it brings in gRPC).
 """
 
 from muster.bus.connection import Bus, BusConfig, connect
 from muster.bus.consumer import ConsumerSettings, Handler
 from muster.bus.envelope import decode, encode, new_event
-from muster.bus.errors import BusError, Conflict, Reject, Retry
+from muster.bus.errors import BusError, Conflict, NotFound, Reject, Retry, Unavailable
 from muster.bus.subjects import (
     COMMANDS_STREAM,
     DEFAULT_CLUSTER,
@@ -34,8 +36,10 @@ __all__ = [
     "Conflict",
     "ConsumerSettings",
     "Handler",
+    "NotFound",
     "Reject",
     "Retry",
+    "Unavailable",
     "command_subject",
     "config_subject",
     "connect",

@@ -1,7 +1,9 @@
 """`BusConfig`, `connect` and `Bus`: one NATS connection with everything a service does on it.
 
-`Bus` is the facade services use: publish (publisher.py), consume (consumer.py), replay
-(replay.py) and key-value buckets (kv.py). It holds no state besides the connection.
+`Bus` is the facade services use: publish (publisher.py), consume (consumer.py; in stream
+order: ordered.py), replay (replay.py), key-value buckets (kv.py), object buckets (objects.py)
+and stream facts, each raising the bus's errors (errors.py), never nats-py's. It holds no
+state besides the connection.
 """
 
 from __future__ import annotations
@@ -11,19 +13,20 @@ import contextlib
 import logging
 import ssl
 from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import NamedTuple
 
 import msgspec
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
-from nats.js.kv import KeyValue
 
 from muster.bus.client import MusterClient, outage_callbacks
-from muster.bus.consumer import ConsumerSettings, Handler, consume
+from muster.bus.consumer import ConsumerSettings, Handler, consume, consumer_config
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
-from muster.bus.errors import Reject, Retry
-from muster.bus.kv import open_bucket
+from muster.bus.errors import Reject, Retry, wrapped
+from muster.bus.kv import Bucket, open_bucket
+from muster.bus.objects import ObjectBucket
 from muster.bus.publisher import Publisher
 from muster.bus.redact import redact_url
 from muster.bus.replay import last_sequence, replay
@@ -128,6 +131,14 @@ async def connect(config: BusConfig, *, metrics: BusMetrics | None = None) -> Bu
             f"{config.connect_timeout_s:g}s" + (f": {last!r}" if last else "")
         ) from last
     return Bus(nc, config, metrics=metrics)
+
+
+class StreamState(NamedTuple):
+    """Where a stream stands."""
+
+    first: int  # its oldest sequence still stored
+    last: int  # its newest (0: none yet)
+    created: str  # when it was made (ISO 8601): sequences start over in a stream made again
 
 
 def _type_of(env: Envelope) -> str:
@@ -295,7 +306,43 @@ class Bus:
         """The last sequence stored in `stream` (0 if none)."""
         return await last_sequence(self.js, stream)
 
-    async def kv(self, bucket: str, *, ttl_s: float | None = None, history: int = 1) -> KeyValue:
+    async def add_consumer(
+        self, durable: str, subjects: Sequence[str], settings: ConsumerSettings
+    ) -> None:
+        """Make durable consumer `durable` over `subjects` now (or keep it as it is), so that
+        it holds what is stored from here on before `consume` runs; `Unavailable` when NATS
+        fails."""
+        with wrapped(f"consumer {durable}"):
+            await self.js.add_consumer(
+                settings.stream, config=consumer_config(durable, subjects, settings)
+            )
+
+    async def stream_state(self, stream: str = EVENTS_STREAM) -> StreamState:
+        """`stream`'s first and last sequences and when it was made; `Unavailable` when NATS
+        fails."""
+        with wrapped(f"stream {stream}"):
+            info = await self.js.stream_info(stream)
+        created = info.created.isoformat() if info.created else ""
+        return StreamState(int(info.state.first_seq), int(info.state.last_seq), created)
+
+    async def drained(self, durable: str, *, stream: str = EVENTS_STREAM) -> bool:
+        """Whether durable `durable` has nothing left to deliver nor awaiting its ack."""
+        with wrapped(f"consumer {durable}"):
+            info = await self.js.consumer_info(stream, durable)
+        return not info.num_pending and not info.num_ack_pending
+
+    def objects(self, bucket: str, *, description: str = "", chunk_bytes: int) -> ObjectBucket:
+        """The object-store bucket `bucket`, created on `stream_replicas` servers when first
+        written."""
+        return ObjectBucket(
+            self.js,
+            bucket,
+            description=description,
+            replicas=self.config.stream_replicas,
+            chunk_bytes=chunk_bytes,
+        )
+
+    async def kv(self, bucket: str, *, ttl_s: float | None = None, history: int = 1) -> Bucket:
         """The key-value bucket `bucket`, created if missing (on `stream_replicas` servers)."""
         return await open_bucket(
             self.js, bucket, ttl_s=ttl_s, history=history, replicas=self.config.stream_replicas

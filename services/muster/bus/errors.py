@@ -2,10 +2,21 @@
 
 The consume loop maps them: `Retry` naks the message for redelivery after `delay_s`, `Reject`
 copies it to `MUSTER_DLQ` and terminates it. `Conflict` is what a fenced publish raises when
-another writer got there first.
+another writer got there first (a publish, or a key-value create or update).
+
+Services never see nats-py's errors: what the bus does for them (buckets, objects, leases,
+ordered consumption, stream facts) raises `Unavailable` when NATS failed or did not answer,
+`NotFound` when what was asked for is not there, `Conflict` when a compare-and-set lost.
+`wrapped` is how the bus turns one into the other.
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import nats.errors
+import nats.js.errors
 
 
 class BusError(Exception):
@@ -42,6 +53,30 @@ class Conflict(BusError):  # noqa: N818 (the spec names them; they are outcomes,
         super().__init__(f"{subject}: last sequence is no longer {expected}")
         self.subject = subject
         self.expected = expected
+
+
+class Unavailable(BusError):  # noqa: N818 (an outcome, like Retry)
+    """NATS failed or did not answer (down, reconnecting, timed out, an API error): temporary
+    as far as the caller can tell, so it is retried or reported, never dead-lettered."""
+
+
+class NotFound(BusError):  # noqa: N818 (an outcome, like Retry)
+    """What was asked for (a consumer, an object, a bucket) is not there."""
+
+
+@contextlib.contextmanager
+def wrapped(what: str, *, subject: str = "", expected: int = 0) -> Iterator[None]:
+    """Raise each nats-py failure inside as the bus's own: a lost compare-and-set as
+    `Conflict(subject, expected)`, a missing thing as `NotFound`, the rest (and a timeout) as
+    `Unavailable`; `what` says what was being done, for the message."""
+    try:
+        yield
+    except nats.js.errors.KeyWrongLastSequenceError as exc:
+        raise Conflict(subject or what, expected) from exc
+    except nats.js.errors.NotFoundError as exc:  # buckets, keys, objects, consumers, streams
+        raise NotFound(f"{what}: not found") from exc
+    except (nats.errors.Error, TimeoutError) as exc:
+        raise Unavailable(f"{what}: {exc or repr(exc)}") from exc
 
 
 class SetupError(Exception):

@@ -1,27 +1,27 @@
 """JetStream key-value buckets (`MUSTER_VISIBILITY`, `MUSTER_SHARDS`, `MUSTER_SIM_<cluster>`).
 
-`open_bucket` binds to a bucket, creating it first if it is missing; reads, writes and watches
-are nats-py's `KeyValue` methods (`get`, `put`, `create`, `update`, `delete`, `watch`, `keys`).
-`follow_bucket` hands every entry of a bucket to a callback, for as long as the service runs,
-across NATS restarts.
+`open_bucket` binds to a bucket, creating it first if it is missing, as a `Bucket`: reads,
+writes, compare-and-set and watches, each raising the bus's errors (errors.py), never
+nats-py's. `follow_bucket` hands every entry of a bucket to a callback, for as long as the
+service runs, across NATS restarts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import inspect
 import logging
 import re
-from collections.abc import Awaitable, Callable
-from typing import Final, Protocol
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Final, NamedTuple, Protocol
 
-import nats.errors
 import nats.js.errors
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from muster.bus.cancel import raise_if_cancelling
-from muster.bus.errors import SetupError
+from muster.bus.errors import NotFound, SetupError, Unavailable, wrapped
 
 log = logging.getLogger(__name__)
 
@@ -44,29 +44,142 @@ async def open_bucket(
     ttl_s: float | None = None,
     history: int = 1,
     replicas: int = 1,
-) -> KeyValue:
+) -> Bucket:
     """The bucket named `bucket`, created with `ttl_s` (None: keep forever), `history` and
     `replicas` (servers of a NATS cluster holding it; an existing bucket is left as it is)."""
     try:
-        return await js.key_value(bucket)
-    except nats.js.errors.BucketNotFoundError:
+        with wrapped(f"key-value bucket {bucket}"):
+            return Bucket(await js.key_value(bucket), bucket)
+    except NotFound:
         pass
     # Two processes may create it at once: the server accepts an identical second create.
     try:
-        return await js.create_key_value(
-            bucket=bucket, ttl=ttl_s, history=history, replicas=replicas
-        )
-    except TimeoutError as exc:  # a user without the right gets no answer at all
+        with wrapped(f"creating key-value bucket {bucket}"):
+            kv = await js.create_key_value(
+                bucket=bucket, ttl=ttl_s, history=history, replicas=replicas
+            )
+    except Unavailable as exc:
+        if not isinstance(exc.__cause__, TimeoutError):
+            raise
+        # A user without the right to create it gets no answer at all.
         raise SetupError(
             f"cannot create key-value bucket {bucket} (it is missing): NATS did not answer; with "
             "per-service NATS users run `muster nats-setup` with the admin user first"
-        ) from exc
+        ) from exc.__cause__
+    return Bucket(kv, bucket)
+
+
+class Entry(NamedTuple):
+    """One key's value as stored; `value` None: deleted (or purged)."""
+
+    key: str
+    value: bytes | None
+    revision: int
+    created: float  # when the server stored it, in Unix seconds (0: not said)
+
+
+class BucketStatus(NamedTuple):
+    """How a bucket was made."""
+
+    ttl_s: float | None  # None: values are kept forever
+    history: int
+
+
+def _entry(raw: KeyValue.Entry) -> Entry:
+    deleted = raw.operation in _DELETED
+    stamp: object = raw.created  # a datetime from a watch, whatever nats-py's annotation says
+    created = stamp.timestamp() if isinstance(stamp, datetime.datetime) else 0.0
+    return Entry(raw.key, None if deleted else (raw.value or b""), raw.revision or 0, created)
+
+
+class Bucket:
+    """A key-value bucket. Every method raises `Unavailable` when NATS fails or does not
+    answer; `create` and `update` raise `Conflict` when the key's revision is not the one
+    expected (it exists already, or another writer came first)."""
+
+    def __init__(self, kv: KeyValue, name: str) -> None:
+        self._kv = kv
+        self.name = name
+
+    def _subject(self, key: str) -> str:
+        return f"$KV.{self.name}.{key}"
+
+    async def get(self, key: str) -> Entry | None:
+        """The live value of `key`; None when it is absent, deleted, or a name no key can have."""
+        try:
+            with wrapped(f"{self.name} get {key}"):
+                raw = await self._kv.get(key)
+        except NotFound:
+            return None
+        except Unavailable as exc:
+            if isinstance(exc.__cause__, nats.js.errors.InvalidKeyError):
+                return None
+            raise
+        return _entry(raw)
+
+    async def put(self, key: str, value: bytes) -> int:
+        """Store `value` under `key`; its revision."""
+        with wrapped(f"{self.name} put {key}"):
+            return await self._kv.put(key, value)
+
+    async def create(self, key: str, value: bytes) -> int:
+        """Store `value` under `key` only if the key has no live value; its revision."""
+        with wrapped(f"{self.name} create {key}", subject=self._subject(key)):
+            return await self._kv.create(key, value)
+
+    async def update(self, key: str, value: bytes, last: int) -> int:
+        """Store `value` under `key` only if its revision is still `last`; the new revision."""
+        with wrapped(f"{self.name} update {key}", subject=self._subject(key), expected=last):
+            return await self._kv.update(key, value, last=last)
+
+    async def delete(self, key: str, last: int | None = None) -> None:
+        """Delete `key` (only at revision `last` when given); deleting nothing is fine."""
+        try:
+            with wrapped(
+                f"{self.name} delete {key}", subject=self._subject(key), expected=last or 0
+            ):
+                await self._kv.delete(key, last=last)
+        except NotFound:
+            pass
+
+    async def status(self) -> BucketStatus:
+        with wrapped(f"{self.name} status"):
+            status = await self._kv.status()
+        return BucketStatus(status.ttl, status.history)
+
+    async def snapshot(self, pattern: str = ">", *, timeout_s: float = 5.0) -> dict[str, Entry]:
+        """The live value of every key matching NATS subject `pattern` (`cq.>`), in one ordered
+        pass over the latest of each (cheaper than keys then gets); `Unavailable` when no
+        entry comes for `timeout_s` before the last."""
+        with wrapped(f"{self.name} read {pattern}"):
+            watcher = await self._kv.watch(pattern, ignore_deletes=True)
+            found: dict[str, Entry] = {}
+            try:
+                while True:
+                    # nats-py leaves KeyWatcher's methods unannotated; None: every key was read.
+                    raw = await watcher.updates(timeout_s)  # type: ignore[no-untyped-call]
+                    if raw is None:
+                        return found
+                    found[raw.key] = _entry(raw)
+            finally:
+                await watcher.stop()  # type: ignore[no-untyped-call]
+
+    async def watch(self, pattern: str = ">") -> AsyncGenerator[Entry | None, None]:
+        """Every stored entry matching `pattern`, then None (all read), then each change as it
+        comes, until the caller stops; `Unavailable` when NATS fails meanwhile."""
+        with wrapped(f"{self.name} watch {pattern}"):
+            watcher = await self._kv.watch(pattern)
+            try:
+                async for raw in watcher:
+                    yield None if raw is None else _entry(raw)
+            finally:
+                await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py leaves it unannotated
 
 
 class OpenBucket(Protocol):
     """`Bus.kv`: the bucket of that name, created when missing."""
 
-    async def __call__(self, bucket: str) -> KeyValue: ...
+    async def __call__(self, bucket: str) -> Bucket: ...
 
 
 # A key and its value (None: the key was deleted); may be a coroutine function.
@@ -87,22 +200,21 @@ async def follow_bucket(
         raise_if_cancelling()
         try:
             kv = await open_bucket(bucket)
-            watcher = await kv.watchall()
+            entries = kv.watch()
             try:
                 # Setting up the watch may have swallowed a cancellation (bus/cancel.py), and
                 # with nothing written to the bucket the loop below would never look again.
-                raise_if_cancelling()
-                async for entry in watcher:
+                async for entry in entries:
+                    raise_if_cancelling()
                     if entry is None:  # the stored values are all in
                         if on_loaded is not None:
                             on_loaded()
                         continue
-                    deleted = entry.operation in _DELETED
-                    done = on_entry(entry.key, None if deleted else (entry.value or b""))
+                    done = on_entry(entry.key, entry.value)
                     if inspect.isawaitable(done):
                         await done
             finally:
-                await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py leaves it unannotated
-        except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
+                await entries.aclose()
+        except (Unavailable, NotFound) as exc:
             log.warning("%s not followed, again in %gs: %r", bucket, _RETRY_S, exc)
         await asyncio.sleep(_RETRY_S)

@@ -136,6 +136,8 @@ class Publisher:
             nats.errors.ConnectionDrainingError,
         ) as exc:
             raise Retry(1.0, f"NATS connection not usable for {subject}: {exc!r}") from exc
+        except nats.errors.Error as exc:  # anything else nats-py raises: no nats error leaves
+            raise Retry(1.0, f"publishing to {subject} failed: {exc!r}") from exc
         return seq
 
     async def dead_letter(self, msg: Msg, *, consumer: str, reason: str) -> int:

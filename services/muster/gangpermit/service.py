@@ -23,13 +23,11 @@ from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
 import msgspec
-import nats.errors
-import nats.js.errors
 
 from muster.api.wellknown import SCHEDULER_NAME
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.connection import Bus
-from muster.bus.errors import Reject
+from muster.bus.errors import Reject, Unavailable
 from muster.bus.poison import Quarantine
 from muster.bus.subjects import config_subject, workload_filters
 from muster.bus.tracing import start_span, trace_decisions
@@ -260,7 +258,7 @@ async def heartbeat(
         try:
             kv = kv or await bus.kv(CLUSTERS_BUCKET)
             await kv.put(config.cluster, msgspec.json.encode(capacity))
-        except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
+        except (Unavailable, TimeoutError) as exc:
             log.warning("heartbeat not written: %r", exc)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(changed.wait(), config.heartbeat_s)

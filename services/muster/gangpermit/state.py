@@ -20,12 +20,11 @@ scheduling pass into events (`muster.gangpermit.translate`).
 
 from __future__ import annotations
 
-import json
 import logging
 
 import msgspec
 
-from muster.api import decode_documents, workload_from_json
+from muster.api import workload_from_json
 from muster.api.model import (
     Admission,
     CompositePodGroup,
@@ -45,6 +44,7 @@ from muster.core.placement.feed import GangFeed, Left
 from muster.core.placement.model import GangKey, GangSpec, NodeInfo, NodeName, PodKey, Scoring
 from muster.core.placement.scheduler import DEFAULT_TIMEOUT_S, GangScheduler
 from muster.core.placement.sources import gang_of_admitted, handled_by, node_info, pod_info
+from muster.payloads import PayloadError, applied_document, applied_object
 
 log = logging.getLogger(__name__)
 
@@ -235,11 +235,14 @@ class GangPermitState:
             applied = env.config_applied
             if applied.kind != "PriorityClass":
                 return False
-            objects, errors = decode_documents([json.loads(applied.manifest_json)])
-            found = [o for o in objects if isinstance(o, PriorityClass)]
-            if errors or not found:
+            try:
+                obj = applied_object(applied)
+            except PayloadError:
+                applied_document(applied)  # not JSON: raises, and the event is dead-lettered
+                return False  # a PriorityClass muster cannot read: pods keep the default
+            if not isinstance(obj, PriorityClass):
                 return False
-            self.feed.configured[found[0].meta.name] = found[0]
+            self.feed.configured[obj.meta.name] = obj
         elif env.config_deleted.kind == "PriorityClass":
             self.feed.configured.pop(env.config_deleted.name, None)
         return False  # read when a pod is next seen; placed pods keep their priority

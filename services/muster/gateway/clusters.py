@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from typing import Final
 
 import msgspec
-from nats.js.kv import KeyValue
 
 from muster.api import quantities_to_strings
+from muster.bus.kv import Bucket
 from muster.contracts.v1 import events_pb2, services_pb2
 from muster.core.dispatch import ClusterCapacity
 from muster.gateway.book import FINISHED, WorkloadBook
@@ -24,21 +24,14 @@ CLUSTERS_BUCKET: Final = "MUSTER_CLUSTERS"
 SILENT_AFTER_S: Final = 10.0
 
 
-async def heartbeats(kv: KeyValue) -> dict[str, tuple[bytes, float]]:
+async def heartbeats(kv: Bucket) -> dict[str, tuple[bytes, float]]:
     """cluster -> (its last heartbeat, its age in seconds)."""
-    watcher = await kv.watch(">", ignore_deletes=True)
-    found: dict[str, tuple[bytes, float]] = {}
+    found = await kv.snapshot()
     now = time.time()
-    try:
-        async for entry in watcher:
-            if entry is None:  # caught up
-                break
-            created = getattr(entry, "created", None)
-            age = now - created.timestamp() if created is not None else 0.0
-            found[entry.key] = (entry.value or b"", max(0.0, age))
-    finally:
-        await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py leaves it unannotated
-    return found
+    return {
+        key: (entry.value or b"", max(0.0, now - entry.created) if entry.created else 0.0)
+        for key, entry in found.items()
+    }
 
 
 def clusters_view(

@@ -26,12 +26,12 @@ import grpc.aio
 import msgspec
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
-from nats.js.kv import KeyValue
 from opentelemetry import trace
 
 from muster.api import VALIDATIONS, FieldError, Validation
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
 from muster.bus.errors import BusError, Reject
+from muster.bus.kv import Bucket
 from muster.bus.partitions import QueuePartitions
 from muster.bus.subjects import DEFAULT_CLUSTER, check_cluster
 from muster.bus.tracing import continue_trace, trace_metadata
@@ -124,7 +124,7 @@ class GatewayBus(EventHistory, Protocol):
 
     async def publish_all(self, envs: Iterable[events_pb2.Envelope]) -> list[int]: ...
 
-    async def kv(self, bucket: str) -> KeyValue: ...
+    async def kv(self, bucket: str) -> Bucket: ...
 
 
 class HealthStatus(Protocol):
@@ -492,7 +492,7 @@ class GatewayServer:
         # The workload book (ListWorkloads, DescribeWorkload, Stop, ...): read from the stream
         # from its first event on, from the first call that needs it until `stop`.
         self.follower = BookFollower(bus)
-        self._clusters: KeyValue | None = None  # MUSTER_CLUSTERS, opened when first asked
+        self._clusters: Bucket | None = None  # MUSTER_CLUSTERS, opened when first asked
         self.partitions = QueuePartitions()
 
     async def start(self) -> str:
@@ -599,7 +599,7 @@ class GatewayServer:
         self._server = server
         return f"{host}:{bound}"
 
-    async def _clusters_bucket(self) -> KeyValue:
+    async def _clusters_bucket(self) -> Bucket:
         if self._clusters is None:
             self._clusters = await self._bus.kv(CLUSTERS_BUCKET)
         return self._clusters

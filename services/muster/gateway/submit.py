@@ -17,7 +17,6 @@ Submit of the same object, even with the same content, is never mistaken for one
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
 import uuid
@@ -31,9 +30,7 @@ from muster.api import (
     Validation,
     decode_documents,
     load_yaml,
-    quantities_to_strings,
     with_generated_name,
-    workload_to_kueue,
 )
 from muster.api.model import (
     CLUSTER_TYPES,
@@ -49,6 +46,7 @@ from muster.api.model import (
 from muster.bus.envelope import encode, new_event
 from muster.bus.subjects import check_cluster
 from muster.contracts.v1 import events_pb2
+from muster.payloads import config_applied, manifest_json, workload_submitted
 
 # The namespace of submitted events' uuid5 ids. Fixed forever: changing it breaks dedupe of a
 # Submit retried across a gateway upgrade.
@@ -273,26 +271,8 @@ def event_id(
 
 
 def _plan_workload(wl: Workload, *, ids: _Ids) -> PlannedEvent:
-    manifest = workload_to_kueue(wl)
-    body = _canonical_json(manifest)
-    payload = events_pb2.WorkloadSubmitted(
-        manifest_json=json.dumps(manifest, separators=(",", ":")),
-        queue_name=wl.queue_name,
-        # Only spec.priority as written: priority classes are resolved by admission.
-        priority=wl.priority or 0,
-        pod_sets=[
-            events_pb2.PodSetSummary(
-                name=ps.name,
-                count=ps.count,
-                min_count=ps.min_count or 0,
-                requests=quantities_to_strings(ps.requests),
-            )
-            for ps in wl.pod_sets
-        ],
-    )
-    owner = _controller(wl)
-    if owner is not None:
-        payload.owner.CopyFrom(owner)
+    payload = workload_submitted(wl)
+    body = payload.manifest_json  # the id's content: the Workload as written, canonical JSON
     version = f"{wl.meta.uid}/{wl.meta.generation}"
     key = str(wl.key)
     return PlannedEvent(
@@ -308,28 +288,22 @@ def _plan_workload(wl: Workload, *, ids: _Ids) -> PlannedEvent:
     )
 
 
-def _controller(wl: Workload) -> events_pb2.OwnerRef | None:
-    refs = wl.meta.owner_references
-    if not refs:
-        return None
-    ref = next((r for r in refs if r.controller), refs[0])
-    return events_pb2.OwnerRef(
-        api_version=ref.api_version, kind=ref.kind, name=ref.name, uid=ref.uid
-    )
-
-
 def _plan_config(obj: ConfigObject, raw: dict[str, Any], *, ids: _Ids) -> PlannedEvent | FieldError:
     kind = type(obj).__name__
     meta = obj.meta
     key = f"{meta.namespace}/{meta.name}" if meta.namespace else meta.name
     try:
-        manifest_json = json.dumps(raw, separators=(",", ":"), default=_json_scalar)
-        body = _canonical_json(raw)
+        payload = config_applied(kind, key, raw)
     except (TypeError, ValueError) as exc:
         return FieldError(f"{kind}/{key}", "(document)", f"cannot be written as JSON: {exc}")
-    payload = events_pb2.ConfigApplied(kind=kind, name=key, manifest_json=manifest_json)
     return _planned_object(
-        kind, key, obj.meta, body, ids=ids, event_type="config.applied", payload=payload
+        kind,
+        key,
+        obj.meta,
+        payload.manifest_json,
+        ids=ids,
+        event_type="config.applied",
+        payload=payload,
     )
 
 
@@ -363,7 +337,7 @@ def _plan_cluster_object(
     meta = obj.meta
     key = f"{meta.namespace or 'default'}/{meta.name}" if kind != "Node" else meta.name
     try:
-        body = _canonical_json(raw)
+        body = manifest_json(raw)
     except (TypeError, ValueError) as exc:
         return FieldError(f"{kind}/{key}", "(document)", f"cannot be written as JSON: {exc}")
     payload = events_pb2.ApplyRequested(manifests_json=[body])
@@ -399,13 +373,3 @@ def _flatten(documents: list[Any]) -> Iterator[Any]:
             yield from _flatten(doc["items"])
         elif doc is not None:
             yield doc
-
-
-def _canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_json_scalar)
-
-
-def _json_scalar(value: object) -> object:
-    if isinstance(value, datetime.date | datetime.datetime):
-        return value.isoformat().replace("+00:00", "Z")
-    raise TypeError(f"{type(value).__name__} is not JSON")

@@ -11,9 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final, Protocol, TypeVar
 
-import nats.js.errors
-from nats.js.kv import KeyValue
-
+from muster.bus.kv import Bucket
 from muster.contracts.v1 import events_pb2, services_pb2
 
 VISIBILITY_BUCKET: Final = "MUSTER_VISIBILITY"
@@ -44,32 +42,18 @@ class InvalidQueryError(Exception):
 
 
 class KeyValueStore:
-    """`VisibilityStore` over a JetStream key-value bucket (nats-py's KeyValue)."""
+    """`VisibilityStore` over a key-value bucket (the bus's `Bucket`)."""
 
-    def __init__(self, kv: KeyValue) -> None:
+    def __init__(self, kv: Bucket) -> None:
         self._kv = kv
 
     async def get(self, key: str) -> bytes | None:
-        try:
-            entry = await self._kv.get(key)
-        except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
-            return None
-        except nats.js.errors.InvalidKeyError:  # a name no queue can have ("a b", "*")
-            return None
-        return entry.value
+        entry = await self._kv.get(key)  # None also for a name no queue can have ("a b", "*")
+        return None if entry is None else entry.value
 
     async def entries(self, pattern: str) -> dict[str, bytes]:
-        # One ordered pass over the latest value of each key: cheaper than keys() then get()s.
-        watcher = await self._kv.watch(pattern, ignore_deletes=True)
-        found: dict[str, bytes] = {}
-        try:
-            async for entry in watcher:
-                if entry is None:  # the watcher's "caught up" marker
-                    break
-                found[entry.key] = entry.value or b""
-        finally:
-            await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py leaves it unannotated
-        return found
+        found = await self._kv.snapshot(pattern)
+        return {key: entry.value or b"" for key, entry in found.items()}
 
 
 def page_bounds(offset: int, limit: int) -> tuple[int, int]:

@@ -15,9 +15,9 @@ from typing import Protocol
 
 import grpc
 import grpc.aio
-from nats.js.kv import KeyValue
 
 from muster.bus.errors import BusError, Reject
+from muster.bus.kv import Bucket
 from muster.cluster.kube.backend import KubeBackend
 from muster.contracts.v1 import events_pb2, services_pb2
 from muster.gateway.aborts import abort, answer, deny
@@ -56,7 +56,7 @@ from muster.gateway.workloads import (
 log = logging.getLogger(__name__)
 
 
-ClustersBucket = Callable[[], Awaitable[KeyValue]]  # MUSTER_CLUSTERS, opened when first asked
+ClustersBucket = Callable[[], Awaitable[Bucket]]  # MUSTER_CLUSTERS, opened when first asked
 
 
 class _Publisher(Protocol):

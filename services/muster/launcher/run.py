@@ -12,7 +12,6 @@ from typing import Any
 
 import grpc
 import msgspec
-import nats.js.errors
 
 from muster.admission.clusters import CLUSTERS_BUCKET
 from muster.bus import Bus, BusConfig, connect
@@ -211,8 +210,10 @@ async def _until_reported(
     waiting = dict(expected)
     while waiting and asyncio.get_running_loop().time() < deadline:
         for cluster, names in list(waiting.items()):
-            with contextlib.suppress(nats.js.errors.KeyNotFoundError, msgspec.DecodeError):
-                entry = await kv.get(cluster)
+            entry = await kv.get(cluster)
+            if entry is None:  # not reported yet
+                continue
+            with contextlib.suppress(msgspec.DecodeError):
                 capacity = msgspec.json.decode(entry.value or b"{}", type=ClusterCapacity)
                 if names <= {room.name for room in capacity.nodes}:
                     del waiting[cluster]

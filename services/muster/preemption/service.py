@@ -19,7 +19,6 @@ import msgspec
 
 from muster.bus import EVENTS_STREAM, Bus, ConsumerSettings, workload_filters
 from muster.bus.cancel import raise_if_cancelling
-from muster.bus.consumer import consumer_config
 from muster.bus.service import Health
 from muster.contracts.v1 import events_pb2 as pb
 from muster.preemption.handlers import DURABLE, PreemptionContext, handle, resend
@@ -55,7 +54,7 @@ async def run_preemption(
     wake = asyncio.Event()
     ctx = PreemptionContext(evictions, bus.publisher, clock, wake=wake.set)
     settings = ConsumerSettings(stream=EVENTS_STREAM, lanes=config.lanes, deliver_new=True)
-    await bus.js.add_consumer(EVENTS_STREAM, config=consumer_config(DURABLE, SUBJECTS, settings))
+    await bus.add_consumer(DURABLE, SUBJECTS, settings)
     end = await rebuild(bus, evictions, clock=clock)
 
     async def handler(env: pb.Envelope) -> None:

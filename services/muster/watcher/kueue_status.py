@@ -16,7 +16,6 @@ feeds it events and desires what changed.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any, Final, Literal
@@ -26,6 +25,7 @@ from muster.api.encode import is_byte_resource
 from muster.api.quantity import QuantityError, format_quantity, parse_quantity
 from muster.cluster.kube.resources import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
+from muster.payloads import PayloadError, applied_document
 
 # The events whose payloads change a Workload's status (the status task follows these).
 WORKLOAD_EVENTS = (
@@ -251,7 +251,10 @@ class StatusBook:
             if not applied:
                 self._local_queues.pop(lq, None)
                 return set()
-            manifest = json.loads(env.config_applied.manifest_json or "{}")
+            try:
+                manifest = applied_document(env.config_applied)
+            except PayloadError:  # admission dead-letters it; no ClusterQueue known here
+                manifest = {}
             self._local_queues[lq] = str((manifest.get("spec") or {}).get("clusterQueue") or "")
             return {self._lq_ref(lq)}
         if kind == "ClusterQueue":

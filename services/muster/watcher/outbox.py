@@ -18,9 +18,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import Protocol
 
-import nats.errors
-
-from muster.bus.errors import Reject, Retry
+from muster.bus.errors import Reject, Retry, Unavailable
 from muster.contracts.v1 import events_pb2
 
 log = logging.getLogger(__name__)
@@ -72,7 +70,7 @@ class Outbox:
             try:
                 await self._publisher.publish(env)
                 return
-            except (Retry, nats.errors.Error, TimeoutError) as err:
+            except (Retry, Unavailable, TimeoutError) as err:
                 log.warning(
                     "retrying %s: %s", env.type, err, extra={"workload": env.workload or "-"}
                 )

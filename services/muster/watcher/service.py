@@ -18,13 +18,11 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Protocol
 
 import msgspec
-import nats.errors
-import nats.js.errors
-from nats.js.kv import KeyValue
 
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.connection import Bus
-from muster.bus.errors import Retry
+from muster.bus.errors import Retry, Unavailable
+from muster.bus.kv import Bucket
 from muster.bus.poison import Quarantine
 from muster.cluster.backend import ClusterBackend, ClusterChange
 from muster.cluster.errors import ClusterError
@@ -80,7 +78,7 @@ class KvMarks:
     """`MarksStore` over the `MUSTER_WATCHER` bucket: every mark of the cluster in memory (read
     once at start), the changed ones written by `flush` (through `put`, else `kv.put`)."""
 
-    def __init__(self, kv: KeyValue, *, cluster: str, put: Put | None = None) -> None:
+    def __init__(self, kv: Bucket, *, cluster: str, put: Put | None = None) -> None:
         self._kv = kv
         self._put = put or kv.put
         self._cluster = cluster
@@ -94,18 +92,12 @@ class KvMarks:
 
     async def read_all(self) -> None:
         """Read every mark of the cluster: from then on a workload without one sent nothing."""
-        watcher = await self._kv.watch(f"{self._prefix}>", ignore_deletes=True)
-        try:
-            while True:
-                # nats-py leaves KeyWatcher's methods unannotated; None: every key was read.
-                entry = await watcher.updates(_READ_TIMEOUT_S)  # type: ignore[no-untyped-call]
-                if entry is None:
-                    return
-                namespace, _, name = entry.key.removeprefix(self._prefix).partition(".")
-                sent = msgspec.json.decode(entry.value or b"{}", type=Sent)
-                self._cache[f"{namespace}/{name}"] = sent
-        finally:
-            await watcher.stop()  # type: ignore[no-untyped-call]
+        found = await self._kv.snapshot(f"{self._prefix}>", timeout_s=_READ_TIMEOUT_S)
+        for key, entry in found.items():
+            namespace, _, name = key.removeprefix(self._prefix).partition(".")
+            self._cache[f"{namespace}/{name}"] = msgspec.json.decode(
+                entry.value or b"{}", type=Sent
+            )
 
     def load(self, workload: str) -> Sent:
         return self._cache.setdefault(workload, Sent())
@@ -135,17 +127,13 @@ class KvMarks:
             await _until_done(f"saving marks of {workload}", write)
 
     async def _forget(self, key: str) -> None:
-        with contextlib.suppress(nats.js.errors.KeyNotFoundError):
-            await self._kv.delete(key)
+        await self._kv.delete(key)
 
 
-async def load_revision(kv: KeyValue, cluster: str) -> int:
+async def load_revision(kv: Bucket, cluster: str) -> int:
     """The last cluster revision the watcher of `cluster` handled (0: never ran)."""
-    try:
-        entry = await kv.get(cluster)
-    except nats.js.errors.KeyNotFoundError:
-        return 0
-    return int(entry.value or b"0")
+    entry = await kv.get(cluster)
+    return 0 if entry is None else int(entry.value or b"0")
 
 
 async def run_watcher(
@@ -357,7 +345,7 @@ async def _handle_until_done(
         try:
             await handler(change, ctx)
             return
-        except (Retry, nats.errors.Error, TimeoutError) as err:
+        except (Retry, Unavailable, TimeoutError) as err:
             log.warning("retrying %s %s: %s", change.type, change.key, err)
         except ClusterError as err:
             if not err.temporary:
@@ -378,7 +366,7 @@ async def _until_done(what: str, write: Callable[[], Awaitable[object]]) -> None
         try:
             await write()
             return
-        except (Retry, nats.errors.Error, TimeoutError) as err:
+        except (Retry, Unavailable, TimeoutError) as err:
             log.warning("%s failed: %r; retrying", what, err)
         await asyncio.sleep(delay_s)
         delay_s = min(delay_s * 2, 5.0)

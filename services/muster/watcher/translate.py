@@ -17,11 +17,13 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from muster.api import check_states, decode_documents, quantities_to_strings, workload_to_kueue
+from muster.api import check_states, decode_documents
 from muster.api.job import QUEUE_NAME_KEY
 from muster.api.model import Workload
 from muster.cluster.kube import jobs
 from muster.contracts.v1 import events_pb2
+from muster.payloads import config_applied as config_applied_payload
+from muster.payloads import workload_submitted
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 # Kueue configuration kinds whose changes admission needs; plus Namespaces and PriorityClasses.
@@ -139,12 +141,9 @@ def config_applied(obj: Mapping[str, Any]) -> Outgoing:
     always gets the same id key."""
     kind, name = str(obj.get("kind")), object_name(obj)
     configured = as_configured(obj)
-    payload = events_pb2.ConfigApplied(
-        kind=kind, name=name, manifest_json=json.dumps(configured, sort_keys=True, default=str)
-    )
     return Outgoing(
         field="config_applied",
-        payload=payload,
+        payload=config_applied_payload(kind, name, configured),
         id_key=f"config/{kind}/{name}/{_content_hash(configured)}",
     )
 
@@ -215,29 +214,7 @@ def owner_manifest(job: Mapping[str, Any]) -> str:
 def submitted(wl: Workload, *, owner: str = "") -> Outgoing:
     """`workload.submitted` for `wl`, once per incarnation (uid, generation, creation);
     `owner` is the Job it stands for (`owner_manifest`), when it stands for one."""
-    pod_sets = [
-        events_pb2.PodSetSummary(
-            name=ps.name,
-            count=ps.count,
-            min_count=ps.min_count or 0,
-            requests=quantities_to_strings(ps.requests),
-        )
-        for ps in wl.pod_sets
-    ]
-    payload = events_pb2.WorkloadSubmitted(
-        manifest_json=json.dumps(workload_to_kueue(wl), sort_keys=True),
-        queue_name=wl.queue_name,
-        priority=wl.priority or 0,
-        pod_sets=pod_sets,
-        owner_manifest_json=owner,
-    )
-    ref = next((o for o in wl.meta.owner_references if o.controller), None)
-    if ref is not None:
-        payload.owner.CopyFrom(
-            events_pb2.OwnerRef(
-                api_version=ref.api_version, kind=ref.kind, name=ref.name, uid=ref.uid
-            )
-        )
+    payload = workload_submitted(wl, owner_manifest=owner)
     return Outgoing(
         field="submitted",
         payload=payload,

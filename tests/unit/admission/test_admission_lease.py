@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-import nats.errors
-import nats.js.errors
 import pytest
 
 from muster.admission.lease import LeaseLostError, ShardLease
+from muster.bus.errors import Conflict, Unavailable
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -23,24 +22,23 @@ class MemoryBucket:
 
     def _check(self) -> None:
         if self.down:
-            raise nats.errors.TimeoutError
+            raise Unavailable("bucket down")
 
     async def create(self, key: str, value: bytes) -> int:
         self._check()
         if key in self.keys:
-            raise nats.js.errors.KeyWrongLastSequenceError
+            raise Conflict(key, 0)
         return self._put(key, value)
 
-    async def update(self, key: str, value: bytes, last: int | None = None) -> int:
+    async def update(self, key: str, value: bytes, last: int) -> int:
         self._check()
         if key not in self.keys or self.keys[key][0] != last:
-            raise nats.js.errors.KeyWrongLastSequenceError
+            raise Conflict(key, last)
         return self._put(key, value)
 
-    async def delete(self, key: str, last: int | None = None) -> bool:
+    async def delete(self, key: str, last: int | None = None) -> None:
         self._check()
         self.keys.pop(key, None)
-        return True
 
     def expire(self, key: str) -> None:
         self.keys.pop(key, None)

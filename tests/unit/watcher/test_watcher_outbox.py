@@ -10,10 +10,10 @@ from typing import cast
 
 import msgspec
 import pytest
-from nats.js.kv import KeyValue
 
 from muster.bus import new_event
 from muster.bus.errors import Reject, Retry
+from muster.bus.kv import Bucket
 from muster.cluster import ClusterChange
 from muster.contracts.v1 import events_pb2
 from muster.watcher.outbox import Outbox
@@ -154,7 +154,7 @@ class FakeBucket:
 
 async def test_marks_are_written_once_per_flush_and_forgotten_when_empty() -> None:
     bucket = FakeBucket()
-    marks = KvMarks(cast(KeyValue, bucket), cluster="east")
+    marks = KvMarks(cast(Bucket, bucket), cluster="east")
     sent = marks.load("ns/a")
     sent.running.append("uid-1")
     marks.save("ns/a", sent)

@@ -1,11 +1,11 @@
-"""An in-order batch consumer: fetch what is there, apply it as one round, then ack it all.
+"""An in-order batch consumer: fetch what is there, hand it over as one batch, then ack it all.
 
 Admission's engine is one state machine: a LocalQueue created just before a workload arrives
 must be applied before it. `Bus.consume` runs a lane per workload, which keeps one workload's
 events in order but not events of different workloads (configuration included), so admission
-pulls its durable consumer itself: what has arrived (up to `batch` messages, in stream order)
-is one round, and its messages are acked only after every event the round caused has its
-PubAck.
+consumes with `consume_in_order`: what has arrived (up to `batch` messages, in stream order)
+is one batch (a round), and its messages are acked only after the handler returned (admission's
+returns once every event the round caused has its PubAck).
 
 An event that cannot be read or applied is copied to `MUSTER_DLQ` and terminated (the bus's
 dead-letter path); nothing is nak'ed, since a redelivery would come out of order.
@@ -23,10 +23,12 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import api
 
-from muster.bus import Bus, ConsumerSettings, Reject, Retry, decode
 from muster.bus.cancel import finishing, raise_if_cancelling
 from muster.bus.client import stream_sequence
-from muster.bus.consumer import consumer_config
+from muster.bus.connection import Bus
+from muster.bus.consumer import ConsumerSettings, consumer_config
+from muster.bus.envelope import decode
+from muster.bus.errors import Reject, Retry, wrapped
 from muster.bus.pull import PullFeed
 from muster.contracts.v1 import events_pb2 as pb
 from muster.metrics.bus import ACK, DEAD_LETTER
@@ -46,13 +48,15 @@ async def make_consumer(
     start_sequence: int,
 ) -> None:
     """Make durable `durable` anew: over `subjects` (the partitions this replica decides, which
-    change), starting at stream sequence `start_sequence` (just after its rebuild)."""
-    with contextlib.suppress(nats.js.errors.NotFoundError):
-        await bus.js.delete_consumer(settings.stream, durable)
-    config = consumer_config(durable, subjects, settings)
-    config.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
-    config.opt_start_seq = start_sequence
-    await bus.js.add_consumer(settings.stream, config=config)
+    change), starting at stream sequence `start_sequence` (just after its rebuild).
+    `Unavailable` when NATS fails."""
+    with wrapped(f"consumer {durable}"):
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await bus.js.delete_consumer(settings.stream, durable)
+        config = consumer_config(durable, subjects, settings)
+        config.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
+        config.opt_start_seq = start_sequence
+        await bus.js.add_consumer(settings.stream, config=config)
 
 
 async def consume_in_order(

@@ -1,0 +1,112 @@
+"""A lease: one key of a key-value bucket with a TTL, owned by whoever created it last.
+
+Admission's shard lease is key `admission.<shard>` in `MUSTER_SHARDS` (docs/services.md).
+The bucket's TTL (5 s by default) makes a lease expire when its owner stops renewing it.
+`acquire` creates the key if absent and otherwise waits; `hold` renews it every `renew_s` with
+a compare-and-set on its revision, and raises `LeaseLostError` when that fails (someone else
+owns it now) or when no renewal succeeded for a whole TTL (NATS unreachable: assume it expired).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Protocol
+
+from muster.bus.cancel import raise_if_cancelling
+from muster.bus.errors import BusError, Conflict, Unavailable
+
+log = logging.getLogger(__name__)
+
+
+class LeaseLostError(RuntimeError):
+    """The lease is no longer this owner's: what it guards must stop at once."""
+
+
+class LeaseStore(Protocol):
+    """The compare-and-set operations of a key-value bucket (`Bucket`) that a lease needs:
+    `Conflict` when the revision is not the one expected, `Unavailable` when NATS fails."""
+
+    async def create(self, key: str, value: bytes) -> int: ...
+
+    async def update(self, key: str, value: bytes, last: int) -> int: ...
+
+    async def delete(self, key: str, last: int | None = None) -> None: ...
+
+
+class Lease:
+    """Ownership of `key` by `owner`, renewed every `renew_s` while `hold` runs."""
+
+    def __init__(
+        self,
+        kv: LeaseStore,
+        *,
+        key: str,
+        owner: str,
+        ttl_s: float = 5.0,
+        renew_s: float = 1.0,
+        poll_s: float = 0.5,
+    ) -> None:
+        if not 0 < renew_s < ttl_s:
+            raise ValueError(f"lease renewal ({renew_s:g}s) must be shorter than its TTL")
+        self.kv = kv
+        self.key = key
+        self.owner = owner
+        self.ttl_s = ttl_s
+        self.renew_s = renew_s
+        self.poll_s = poll_s
+        self.revision: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self.revision is not None
+
+    async def acquire(self) -> None:
+        """Wait until this replica owns the shard (the previous owner's lease expired)."""
+        waiting = False
+        while True:
+            raise_if_cancelling()  # nats-py may swallow a cancellation (3.11)
+            try:
+                self.revision = await self.kv.create(self.key, self.owner.encode())
+            except Conflict:
+                if not waiting:
+                    log.info("lease %s is held by another owner; waiting", self.key)
+                    waiting = True
+            except Unavailable as exc:
+                log.warning("cannot reach the lease %s: %r", self.key, exc)
+            else:
+                log.info("acquired lease %s as %s", self.key, self.owner)
+                return
+            await asyncio.sleep(self.poll_s)
+
+    async def hold(self) -> None:
+        """Renew the lease until cancelled; raise LeaseLostError when it cannot be renewed."""
+        renewed_at = time.monotonic()
+        while True:
+            raise_if_cancelling()  # nats-py may swallow a cancellation (3.11)
+            await asyncio.sleep(self.renew_s)
+            assert self.revision is not None, "hold() before acquire()"
+            try:
+                self.revision = await self.kv.update(
+                    self.key, self.owner.encode(), last=self.revision
+                )
+            except Conflict as exc:
+                self.revision = None
+                raise LeaseLostError(f"lease {self.key} was taken over") from exc
+            except Unavailable as exc:
+                if time.monotonic() - renewed_at >= self.ttl_s - self.renew_s:
+                    self.revision = None
+                    raise LeaseLostError(f"lease {self.key} not renewed for a TTL") from exc
+                log.warning("lease %s not renewed: %r", self.key, exc)
+            else:
+                renewed_at = time.monotonic()
+
+    async def release(self) -> None:
+        """Give the lease up (clean shutdown), so that a successor need not wait for the TTL."""
+        if self.revision is None:
+            return
+        revision, self.revision = self.revision, None
+        with contextlib.suppress(BusError):  # not released: it expires after its TTL
+            await self.kv.delete(self.key, last=revision)

@@ -1,0 +1,120 @@
+"""Api objects to event payloads and back, once each (docs/events.md is the wire contract).
+
+Every service that writes a `workload.submitted` or a `config.applied` builds its payload here,
+and every service that reads an applied configuration object decodes it here, so a manifest
+has one JSON encoding and one reading, with one error naming the object when it is not one.
+
+The encoding is JSON with sorted keys and no spaces: the same document always gives the same
+bytes, whoever sends it. Readers take any JSON (older events carry other spacing and key
+orders), so the subjects stay compatible with what was stored before.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from muster.api import decode_documents, quantities_to_strings, workload_to_kueue
+from muster.api.model import ApiObject, Workload
+from muster.contracts.v1 import events_pb2
+
+__all__ = [
+    "PayloadError",
+    "applied_document",
+    "applied_object",
+    "config_applied",
+    "decode_manifest",
+    "manifest_json",
+    "workload_submitted",
+]
+
+
+class PayloadError(ValueError):
+    """A payload's manifest is not the object it should be; str() names the object."""
+
+
+def _scalar(value: object) -> object:
+    # YAML reads dates as dates; the API server writes them as RFC 3339 strings.
+    if isinstance(value, datetime.date | datetime.datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def manifest_json(doc: Mapping[str, Any]) -> str:
+    """`doc` as a payload carries it; TypeError (or ValueError) when it is not JSON."""
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), default=_scalar)
+
+
+def workload_submitted(wl: Workload, *, owner_manifest: str = "") -> events_pb2.WorkloadSubmitted:
+    """`workload.submitted`'s payload for `wl`; `owner_manifest` is the Job it stands for
+    (as its owner wrote it), when it stands for one."""
+    payload = events_pb2.WorkloadSubmitted(
+        manifest_json=manifest_json(workload_to_kueue(wl)),
+        queue_name=wl.queue_name,
+        # Only spec.priority as written: priority classes are resolved by admission.
+        priority=wl.priority or 0,
+        pod_sets=[
+            events_pb2.PodSetSummary(
+                name=ps.name,
+                count=ps.count,
+                min_count=ps.min_count or 0,
+                requests=quantities_to_strings(ps.requests),
+            )
+            for ps in wl.pod_sets
+        ],
+        owner_manifest_json=owner_manifest,
+    )
+    refs = wl.meta.owner_references
+    # The controller, as Kubernetes means "the owner"; a lone non-controller ref as written.
+    ref = next((r for r in refs if r.controller), refs[0] if refs else None)
+    if ref is not None:
+        payload.owner.CopyFrom(
+            events_pb2.OwnerRef(
+                api_version=ref.api_version, kind=ref.kind, name=ref.name, uid=ref.uid
+            )
+        )
+    return payload
+
+
+def config_applied(
+    kind: str, name: str, doc: Mapping[str, Any], *, submitter: events_pb2.Submitter | None = None
+) -> events_pb2.ConfigApplied:
+    """`config.applied`'s payload for configuration object `kind`/`name` written as `doc`;
+    TypeError when `doc` is not JSON."""
+    return events_pb2.ConfigApplied(
+        kind=kind, name=name, manifest_json=manifest_json(doc), submitter=submitter
+    )
+
+
+def applied_document(payload: events_pb2.ConfigApplied) -> dict[str, Any]:
+    """The document a `config.applied` carries; PayloadError when it is not a JSON object."""
+    what = f"{payload.kind}/{payload.name}"
+    try:
+        doc = json.loads(payload.manifest_json)
+    except json.JSONDecodeError as exc:
+        raise PayloadError(f"{what}: manifest is not JSON ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(doc, dict):
+        raise PayloadError(f"{what}: manifest is a JSON {type(doc).__name__}, not an object")
+    return doc
+
+
+def applied_object(payload: events_pb2.ConfigApplied) -> ApiObject:
+    """The one api object a `config.applied` carries, validated as `muster apply` would;
+    PayloadError naming it and the field when it is not."""
+    return decode_manifest(payload.manifest_json, what=f"{payload.kind}/{payload.name}")
+
+
+def decode_manifest(text: str, *, what: str) -> ApiObject:
+    """The one api object `text` (a payload's manifest) holds; PayloadError naming `what`."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PayloadError(f"{what}: manifest is not JSON ({type(exc).__name__}: {exc})") from exc
+    objects, errors = decode_documents([doc], source=what)
+    if errors:
+        raise PayloadError("; ".join(str(e) for e in errors))
+    if len(objects) != 1:
+        raise PayloadError(f"{what}: expected one object, got {len(objects)}")
+    return objects[0]
