@@ -277,8 +277,9 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
         Section(
             name=placement.SECTION,
             help="the gang scheduler alone, as Kubernetes' scheduler_perf: pods/s over 5 000 "
-            "nodes, and ms per 3-pod gang for 1 000 / 2 000 / 3 000 gangs, batched and streamed; "
-            "then PodGroups and a CompositePodGroup beside the same gangs as v1alpha1",
+            "nodes, and ms per 3-pod gang for 1 000 / 2 000 / 3 000 gangs; then 100 000 pods "
+            "and 1 000 gangs of 32 over 50 000 nodes, with RSS; batched and streamed; then "
+            "PodGroups and a CompositePodGroup beside the same gangs as v1alpha1",
             add_options=add_placement_options,
             run=run_placement,
             render=placement.render,
