@@ -168,6 +168,36 @@ def run_gateway(args: argparse.Namespace) -> Iterator[Any]:
     return _gateway().run(scale=args.scale)  # type: ignore[no-any-return]
 
 
+def _kueue_live() -> Any:  # imported only when run: it starts the service processes
+    from muster.bench import kueue_live
+
+    return kueue_live
+
+
+def add_kueue_live_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        choices=list(CONFIGS),
+        default="baseline",
+        help="which of Kueue's scalability configurations to run (default: baseline)",
+    )
+    parser.add_argument("--shards", type=int, default=1, help="admission shards (default: 1)")
+    parser.add_argument(
+        "--run-from",
+        nargs="+",
+        choices=("created", "started"),
+        default=["created"],
+        help="what a pod's run time counts from, one run each: created (when its workload was "
+        "admitted, as Kueue's perf runner finishes workloads; default) or started",
+    )
+
+
+def run_kueue_live(args: argparse.Namespace) -> Iterator[Any]:
+    return _kueue_live().run(  # type: ignore[no-any-return]
+        config=CONFIGS[args.config], scale=args.scale, shards=args.shards, run_from=args.run_from
+    )
+
+
 def add_placement_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--scoring",
@@ -261,6 +291,15 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
             add_options=add_e2e_options,
             run=run_e2e,
             render=lambda rows: _e2e().render(rows),
+        ),
+        Section(
+            name="kueue-live",
+            help="Kueue's baseline (15 000 workloads, 30 ClusterQueues) through the gateway, "
+            "NATS and every service in real time: wall time against the virtual-clock makespan "
+            "of the same plan, usage while work waits, submit->admitted per class, lost",
+            add_options=add_kueue_live_options,
+            run=run_kueue_live,
+            render=lambda rows: _kueue_live().render(rows),
         ),
         Section(
             name="placement-e2e",

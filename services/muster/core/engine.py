@@ -28,6 +28,7 @@ from muster.api.model import (
     WorkloadKey,
 )
 from muster.api.wellknown import REQUESTS_REFUSED
+from muster.core.attempt import Attempt
 from muster.core.conditions import (
     DEACTIVATED,
     DEACTIVATED_MESSAGE,
@@ -58,6 +59,7 @@ from muster.core.visibility import EngineViews
 __all__ = ["DEACTIVATED", "DEACTIVATED_MESSAGE", "Engine"]
 
 _DONE = frozenset({Phase.FINISHED, Phase.DELETED, Phase.INACTIVE})
+_WAITING = "WaitingForQuota"  # no fit now, some would do once quota is released
 
 
 class Engine(EngineViews):
@@ -477,7 +479,7 @@ class Engine(EngineViews):
             queueing.drop_reservation(r)
             queueing.park(tree, group, r, (config.reason("WaitingForQuota", "Pending"), held), {})
             return
-        a, victims = state.attempts.attempt(r)
+        a, victims = self._attempt(r)
         if a.mode is Mode.FIT or victims is not None:
             key = queueing.sort_key(r, a)
             top = tree.peek_key() if listed_key is not None else None
@@ -509,6 +511,25 @@ class Engine(EngineViews):
         # else a preemptor whose freed quota went to work ahead of it keeps what it holds
         why = (config.reason(reason, "Pending"), a.message)
         queueing.park(tree, group, r, why, queueing.wake_thresholds(cq.name, a))
+
+    def _attempt(self, r: WorkloadRecord) -> Attempt:
+        """Head `r`'s attempt. A preemptor holding quota for its victims keeps the need it
+        preempted for: admitted with those pod counts as soon as they fit (as the simulator's
+        engine admits it at once when evicted quota is free at once, `_preempt_for`), and
+        still waiting for them while a fresh attempt finds no fit now (work before it took
+        quota it needs). Its victims may come back into whatever else is free meanwhile; a
+        fresh attempt for more pods, or one given up and made again, would evict them a second
+        time for the same need. It gives up only when those counts can never fit."""
+        counts = self.queueing.reserved_counts(r)
+        if counts is None:
+            return self.state.attempts.attempt(r)
+        held = self.state.attempts.assign(r, counts)
+        if held.mode is Mode.FIT:
+            return Attempt(held, None)
+        fresh = self.state.attempts.attempt(r)
+        if fresh.assignment.mode is Mode.NO_FIT and held.pending_reason in ("", _WAITING):
+            return Attempt(held, None)  # waits, holding what it has
+        return fresh
 
     def _admit_head(
         self, cq: QueueRuntime, group: PendingGroup, r: WorkloadRecord, a: Assignment
@@ -569,7 +590,7 @@ class Engine(EngineViews):
         """`r` waits for its `count` victims to stop (None: as recorded), holding what it
         will use against later work."""
         queueing = self.queueing
-        queueing.set_reservation(tree, r, queueing.sort_key(r, a), a.usage)
+        queueing.set_reservation(tree, r, queueing.sort_key(r, a), a)
         if count is not None:
             reason = self.state.config.reason(WAITING_FOR_VICTIMS, "Pending")
             message = f"{a.message}{PENDING_PREEMPTION} {count} workload(s)"
