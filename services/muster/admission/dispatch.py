@@ -391,6 +391,7 @@ class Dispatcher:
                 cluster=o.cluster or ctx.cluster_of(o.key),
                 generation=ctx.generation_of(o.key),
                 time_s=o.time_s,
+                submitted_id=ctx.submitted_id_of(o.key),
             )
             for o in out
         ]

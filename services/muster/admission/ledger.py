@@ -12,6 +12,7 @@ still arrives about it here is forwarded there.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -64,6 +65,7 @@ class Entry:
     # The partition whose events tell its story (its `submitted`'s, or where they were
     # forwarded); None for a workload stored before partitions (docs/events.md, "Partitions").
     partition: int | None = None
+    submitted_id: str = ""  # the event id of its `submitted`, which its decisions name
 
     @property
     def key(self) -> WorkloadKey:
@@ -118,6 +120,7 @@ class Ledger:
         manifest_json: str = "",
         partition: int | None = None,
         owner_manifest_json: str = "",
+        submitted_id: str = "",
     ) -> Entry | None:
         """Record a submission; None when the workload is already known (a duplicate)."""
         key = wl.key
@@ -133,6 +136,7 @@ class Ledger:
             manifest_json=manifest_json,
             partition=partition,
             owner_manifest_json=owner_manifest_json,
+            submitted_id=submitted_id,
         )
         self.entries[key] = entry
         return entry
@@ -208,24 +212,33 @@ class Ledger:
         else:
             _requeue(entry)
 
-    def record(self, fact: Recorded) -> None:
-        """Apply a published decision about a workload."""
+    def record(self, fact: Recorded) -> bool:
+        """Apply a published decision about a workload; False when it is not about a live one.
+
+        A decision naming another `submitted` than the entry's is about an earlier workload of
+        that name, deleted since: its replica decided before it read the deletion and the
+        submission after it, but stored the decision after both.
+        """
         entry = self.entries.get(fact.key)
         if entry is None:
-            return
+            return False
+        if fact.submitted_id and entry.submitted_id and fact.submitted_id != entry.submitted_id:
+            return False
         if fact.kind == "routed":
             # Where it waits, not what became of it: it still needs an answer.
             entry.routed_queue = fact.queue_name
-            return
+            return True
         entry.decided = True
         match fact.kind:
             case "pending":
                 if entry.phase is Phase.RESERVED:
                     _requeue(entry)  # a stopped queue took back quota only reserved
-                entry.pending_reason, entry.pending_message = fact.reason, fact.message
+                # Interned: a queue's waiting workloads are told the same few messages.
+                entry.pending_reason = sys.intern(fact.reason)
+                entry.pending_message = sys.intern(fact.message)
             case "quota_reserved":
                 if entry.holds_quota or fact.admission is None:
-                    return
+                    return True
                 entry.phase = Phase.RESERVED
                 entry.admission = fact.admission
                 entry.checks = fact.checks
@@ -252,6 +265,7 @@ class Ledger:
             case "requeued":
                 if entry.phase in (Phase.EVICTING, Phase.BACKOFF):
                     _requeue(entry)
+        return True
 
 
 def _requeue(entry: Entry) -> None:

@@ -130,6 +130,7 @@ class AdmissionState:
         died before it had, and a story forwarded twice changes nothing.
         """
         self.owning = True
+        self.engine.settle()
         self.homes.update(self.engine)
         events: list[Event] = []
         for entry in self.ledger.live():
@@ -263,6 +264,7 @@ class AdmissionState:
                     manifest_json=fact.manifest_json,
                     partition=fact.partition,
                     owner_manifest_json=fact.owner_manifest_json,
+                    submitted_id=fact.event_id,
                 )
                 if entry is None or not self.owning:
                     return []  # a duplicate, or history
@@ -323,13 +325,16 @@ class AdmissionState:
             case ApplyConfig():
                 if isinstance(fact.obj, ClusterQueue):
                     self.cluster_queue_clusters[fact.obj.meta.name] = fact.cluster
-                events = engine.apply(fact.obj, now_s=now_s)
+                # Replaying history: the trees are built once, when ownership is taken.
+                events = engine.apply(fact.obj, now_s=now_s, defer=not self.owning)
                 return events + self._rebalance(now_s=now_s)
             case DeleteConfig(kind, name):
                 namespace, _, name = (
                     name.rpartition("/") if kind == "LocalQueue" else ("", "", name)
                 )
-                events = engine.remove(kind, name, namespace=namespace, now_s=now_s)
+                events = engine.remove(
+                    kind, name, namespace=namespace, now_s=now_s, defer=not self.owning
+                )
                 return events + self._rebalance(now_s=now_s)
             case PartitionRecord():
                 self._partition_record(fact)
@@ -350,7 +355,8 @@ class AdmissionState:
     def _recorded(self, fact: Recorded, *, story: bool = False) -> list[Event]:
         if self.owning and fact.source == self.source and not story:
             return []  # ours: the ledger has it since we published it
-        self.ledger.record(fact)
+        if not self.ledger.record(fact):
+            return []  # about no live workload, or an earlier one of its name
         if self.owning and fact.key in self.adopted:
             # Another replica decided for a workload of ours: it was its own until a
             # configuration change moved it here. Keep the engine in line with history.
@@ -636,6 +642,10 @@ class AdmissionState:
     def generation_of(self, key: WorkloadKey) -> int:
         entry = self.ledger.get(key)
         return 0 if entry is None else entry.generation
+
+    def submitted_id_of(self, key: WorkloadKey) -> str:
+        entry = self.ledger.get(key)
+        return "" if entry is None else entry.submitted_id
 
     def manifests_of(self, key: WorkloadKey) -> Manifests:
         entry = self.ledger.get(key)

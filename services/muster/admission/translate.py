@@ -72,6 +72,7 @@ class Submit:
     manifest_json: str = ""  # as submitted: copied into its `admitted` (MANIFEST_COPY_LIMIT)
     partition: int | None = None  # the partition it was published in (None: none named)
     owner_manifest_json: str = ""  # the Job it stands for, likewise (MultiKueue copies it)
+    event_id: str = ""  # of its `submitted`: what the decisions about it name (`submitted_id`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +195,7 @@ class Recorded:
     source: str
     at_s: float
     event_id: str = ""  # of the decision (an eviction is named by it: `Stopped.eviction_id`)
+    submitted_id: str = ""  # the `submitted` it decides about ("": an older writer's)
     reason: str = ""
     message: str = ""
     admission: Admission | None = None
@@ -309,6 +311,7 @@ def _submit_of(env: pb.Envelope) -> Submit:
         manifest_json=env.submitted.manifest_json,
         partition=parse_token(env.partition),
         owner_manifest_json=env.submitted.owner_manifest_json,
+        event_id=env.event_id,
     )
 
 
@@ -375,6 +378,7 @@ def _recorded_of(env: pb.Envelope, field: str) -> Recorded:
         source=env.source,
         at_s=at_s,
         event_id=env.event_id,
+        submitted_id=env.submitted_id,
         reason=reason,
         message=message,
         admission=admission,
@@ -463,6 +467,7 @@ class Decision:
     generation: int
     time_s: float
     n: int = 0
+    submitted_id: str = ""  # the event id of the `submitted` it is about
 
 
 class DecisionContext(Protocol):
@@ -477,6 +482,10 @@ class DecisionContext(Protocol):
     def cluster_of(self, key: WorkloadKey) -> str: ...
 
     def generation_of(self, key: WorkloadKey) -> int: ...
+
+    def submitted_id_of(self, key: WorkloadKey) -> str:
+        """The event id of the `submitted` the live workload `key` came from ("" unknown)."""
+        ...
 
     def manifests_of(self, key: WorkloadKey) -> Manifests:
         """The workload's manifests as submitted, and where (empty when not known)."""
@@ -514,6 +523,7 @@ def decisions_from(events: Sequence[Event], ctx: DecisionContext) -> list[Decisi
                 generation=ctx.generation_of(key),
                 time_s=e.time,
                 n=n,
+                submitted_id=ctx.submitted_id_of(key),
             )
         )
 
@@ -583,8 +593,9 @@ def envelopes_of(
     decisions: Sequence[Decision], *, cause: pb.Envelope, source: str
 ) -> list[pb.Envelope]:
     """The envelopes to publish for `decisions`, with ids derived from `cause` (dedupe)."""
-    return [
-        new_event(
+    out = []
+    for d in decisions:
+        env = new_event(
             d.field,
             d.payload,
             cluster=d.cluster,
@@ -595,5 +606,6 @@ def envelopes_of(
             n=d.n,
             now_ns=int(d.time_s * 1e9),
         )
-        for d in decisions
-    ]
+        env.submitted_id = d.submitted_id
+        out.append(env)
+    return out

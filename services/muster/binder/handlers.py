@@ -19,7 +19,7 @@ import json
 import logging
 import time
 from collections.abc import Coroutine
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 import msgspec
 from google.protobuf.message import Message
@@ -49,6 +49,10 @@ from muster.contracts.v1 import events_pb2
 from muster.metrics.services import BinderSeries
 
 log = logging.getLogger(__name__)
+
+# Ids of the `submitted` of ended workloads remembered, the newest kept (as many as the fences'
+# tombstones): a late admission names one within minutes.
+_ENDED_KEPT: Final = 200_000
 CLUSTER_ADMINS = "system:masters"  # Kubernetes' group that no authorizer can refuse
 # A cluster that does not answer is asked again after these many seconds, doubling.
 _PROBE_FIRST_S, _PROBE_MAX_S = 0.2, 10.0
@@ -79,6 +83,8 @@ class WorkloadSpecs:
     def __init__(self) -> None:
         self._specs: dict[str, Submission] = {}
         self._admitted_at: dict[str, int] = {}  # stream sequence of its last admission here
+        self._submitted_ids: dict[str, list[str]] = {}  # the ids of its `submitted` since it ended
+        self._ended_ids: dict[str, None] = {}  # those of workloads that ended, oldest first
         self.origins: set[str] = set()  # the clusters workloads were submitted in
         self.position = 0  # the last stream sequence applied
 
@@ -97,10 +103,20 @@ class WorkloadSpecs:
                 return
             owner = env.submitted.owner_manifest_json
             self._specs[env.workload] = Submission(wl, env.cluster, owner)
+            self._submitted_ids.setdefault(env.workload, []).append(env.event_id)
             self.origins.add(env.cluster)
         elif env.type in ("workload.deleted", "workload.finished"):
             self._specs.pop(env.workload, None)
             self._admitted_at.pop(env.workload, None)
+            self._ended_ids.update(dict.fromkeys(self._submitted_ids.pop(env.workload, ())))
+            while len(self._ended_ids) > _ENDED_KEPT:
+                del self._ended_ids[next(iter(self._ended_ids))]
+
+    def ended(self, submitted_id: str) -> bool:
+        """Whether an admission naming `submitted_id` (`Envelope.submitted_id`) is about a
+        workload that finished or was deleted since: admission decided before it read that,
+        and stored the decision after it (its name may be submitted again since)."""
+        return bool(submitted_id) and submitted_id in self._ended_ids
 
     def get(self, workload: str) -> Workload | None:
         found = self._specs.get(workload)
@@ -203,7 +219,8 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
     key, admission = env.workload, env.sequence
     submission = ctx.specs.submission(key)
     wl = submission.workload if submission is not None else None
-    if ctx.fences.stale(key, admission, known=wl is not None):
+    stale = ctx.fences.stale(key, admission, known=wl is not None)
+    if stale or ctx.specs.ended(env.submitted_id):
         log.info("skipping an admission evicted or ended since", extra={"workload": key})
         return
     if wl is None and env.admitted.manifest_json:

@@ -87,11 +87,13 @@ class Engine(EngineViews):
         self.lifecycle = Lifecycle(state, self.queueing, self.routing)
         for obj in objects:
             configuration.put(obj)
+        self._stale = False  # configuration changed without a rebuild (`apply(..., defer=True)`)
         self._rebuild()
 
     # What callers outside core read of the state (services' metrics, sharding, routing).
     @property
     def config(self) -> Configuration:
+        self.settle()
         return self.state.config
 
     @property
@@ -117,25 +119,45 @@ class Engine(EngineViews):
 
     # --- facts ---------------------------------------------------------------------------
 
-    def apply(self, obj: ApiObject, *, now_s: float) -> list[Event]:
-        """Create or replace a configuration object (flavor, queue, cohort, class, namespace)."""
+    def apply(self, obj: ApiObject, *, now_s: float, defer: bool = False) -> list[Event]:
+        """Create or replace a configuration object (flavor, queue, cohort, class, namespace).
+
+        `defer`: while the engine holds no workload (a replica replaying its history), only
+        record it; the trees are rebuilt once, by `settle()` or the next call that needs them,
+        instead of once per object (quadratic in the ClusterQueues).
+        """
         self.state.now_s = now_s
         self.state.config.put(obj)
+        if defer and not self.state.records:
+            self._stale = True
+            return self.state.take_events()
         self._rebuild()
         for r in list(self.state.records.values()):
             self.lifecycle.apply_stop_policy(r)
         return self.state.take_events()
 
-    def remove(self, kind: str, name: str, *, namespace: str = "", now_s: float) -> list[Event]:
+    def remove(
+        self, kind: str, name: str, *, namespace: str = "", now_s: float, defer: bool = False
+    ) -> list[Event]:
         """Delete a configuration object. Workloads it served wait again with the reason (a
-        LocalQueue or ClusterQueue that no longer exists); those holding quota keep it."""
+        LocalQueue or ClusterQueue that no longer exists); those holding quota keep it.
+        `defer` as in `apply`."""
         self.state.now_s = now_s
         if self.state.config.remove(kind, name, namespace):
-            self._rebuild()
+            if defer and not self.state.records:
+                self._stale = True
+            else:
+                self._rebuild()
         return self.state.take_events()
+
+    def settle(self) -> None:
+        """Rebuild what deferred configuration changes left stale (nothing when none did)."""
+        if self._stale:
+            self._rebuild()
 
     def submit(self, wl: Workload, *, now_s: float) -> list[Event]:
         """A workload arrives. If `wl.admission` is set it arrives admitted, holding that quota."""
+        self.settle()
         state = self.state
         state.now_s = now_s
         old = state.records.get(wl.key)
@@ -400,6 +422,7 @@ class Engine(EngineViews):
 
         Also fires timers that are due (requeue back-off, waitForPodsReady timeouts).
         """
+        self.settle()
         state = self.state
         state.now_s = now_s
         self.lifecycle.fire_timers()
@@ -426,6 +449,7 @@ class Engine(EngineViews):
     def _rebuild(self) -> None:
         """Recompute trees, layouts and usage after a configuration change; requeue all."""
         state = self.state
+        self._stale = False
         holders = [r for r in state.records.values() if r.holds_quota]
         state.config.build()
         state.usage.rebuild(holders)

@@ -76,6 +76,8 @@ class Queueing:
         group = cq.groups.get(shape)
         if group is None:
             group = cq.groups[shape] = PendingGroup(cq, shape)
+        elif group.shape == r.shape:
+            r.shape = group.shape  # one copy of the bytes per group, not one per workload
         r.group = group
         old_head = group.head()
         group.push(r)

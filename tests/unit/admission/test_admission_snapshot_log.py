@@ -18,7 +18,7 @@ from admission_stream import (
     submitted,
     workload,
 )
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from snapshot_world import LiveReplica, StoredStream, rebuilt, summary, taking_over
 
@@ -206,7 +206,14 @@ async def run_world(ops: list[Op]) -> tuple[StoredStream, list[Snapshot]]:
     return stream, snapshots
 
 
+W0 = ("submit", "w0", "1", 0)
+# The replica decides about w0 before it reads w0's deletion and the new w0 submitted after it:
+# its decisions about the first w0 are stored after the second's `submitted`.
+DECIDED_BEFORE_A_RESUBMISSION = [W0, W0, W0, ("deleted", "w0"), W0, W0, W0, W0, ("consume", 4), W0]
+
+
 @given(OPS)
+@example(DECIDED_BEFORE_A_RESUBMISSION)
 def test_a_snapshot_and_the_stream_after_it_rebuild_what_the_whole_stream_does(
     ops: list[Op],
 ) -> None:

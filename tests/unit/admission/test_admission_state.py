@@ -97,6 +97,25 @@ def test_rebuild_from_the_stream_ends_where_the_live_replica_was() -> None:
     )
 
 
+def test_decisions_about_a_deleted_workload_do_not_admit_the_one_submitted_after_it() -> None:
+    stream, live = Stream(), owning()
+    configured(stream, live, cpu="2")
+    first = stream.append(submitted(workload("a", cpu="1")))
+    deleted = stream.append(reported("deleted", "ns/a"))
+    again = stream.append(submitted(workload("a", cpu="3"), at_s=2))  # more than the quota
+    # The replica decides about the first `a` before it reads the rest: stored after them.
+    assert kinds(stream.run(live, first)) == [("quota_reserved", "ns/a"), ("admitted", "ns/a")]
+    stream.run(live, deleted)
+    assert kinds(stream.run(live, again)) == [("pending", "ns/a")]
+
+    rebuilt = stream.rebuild()
+    assert rebuilt.take_ownership(now_s=20.0) == []
+    key = WorkloadKey("ns/a")
+    assert rebuilt.ledger.entries[key].phase == "Pending"
+    assert rebuilt.engine.phase(key) == live.engine.phase(key) == "Pending"
+    assert not rebuilt.engine.holds_quota(key)
+
+
 def test_rebuilt_preemptor_waits_for_its_victim_instead_of_preempting_again() -> None:
     stream, live = Stream(), owning()
     configured(stream, live, cpu="4", preempt=True)

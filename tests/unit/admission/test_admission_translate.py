@@ -83,6 +83,9 @@ class Context:
     def generation_of(self, key: WorkloadKey) -> int:
         return 3
 
+    def submitted_id_of(self, key: WorkloadKey) -> str:
+        return f"submitted-{key}"
+
     def manifests_of(self, key: WorkloadKey) -> Manifests:
         return Manifests(workload_json=self.manifests.get(key, ""), origin_cluster="local")
 
@@ -107,6 +110,7 @@ def test_submitted_becomes_a_submit_with_cluster_generation_and_time() -> None:
     assert fact.workload.key == "ns/a"
     assert fact.workload.pod_sets[0].requests == {"cpu": 500}
     assert (fact.cluster, fact.generation, fact.at_s) == ("east", 1, 7.0)
+    assert fact.event_id  # what the decisions about it name
 
 
 def test_the_envelopes_queue_name_wins_over_the_manifests() -> None:
@@ -172,10 +176,11 @@ def test_published_decisions_read_back_as_recorded_facts() -> None:
         source="admission/1",
         now_ns=2_000_000_000,
     )
+    env.submitted_id = "submitted-1"
     fact = fact_of(env)
     assert fact == Recorded(
         WorkloadKey("ns/a"), kind="quota_reserved", source="admission/1", at_s=2.0,
-        event_id=env.event_id, admission=ADMISSION, checks=("prov",),
+        event_id=env.event_id, submitted_id="submitted-1", admission=ADMISSION, checks=("prov",),
     )  # fmt: skip
 
 
@@ -310,6 +315,7 @@ def test_envelope_ids_are_deterministic_per_cause() -> None:
         3,
         5_000_000_000,
     )
+    assert {e.submitted_id for e in first} == {"submitted-ns/a"}
 
 
 def _subject_matches(pattern: str, subject: str) -> bool:

@@ -109,6 +109,32 @@ async def test_without_a_copy_of_the_spec_an_admission_waits_for_its_submitted()
     assert backend.started == {}
 
 
+@pytest.mark.parametrize("again", [False, True], ids=["deleted", "deleted-and-submitted-again"])
+async def test_an_admission_of_a_workload_deleted_before_it_was_stored_starts_nothing(
+    again: bool,
+) -> None:
+    """Admission decided before it read the deletion (and a new `submitted` of the name): the
+    decision, stored after them, names the first `submitted` and is not carried out."""
+    backend = _Backend()
+    ctx = _context(backend)
+    manifest = json.dumps(MANIFEST)
+    first = on("local", "submitted", pb.WorkloadSubmitted(manifest_json=manifest), 1)
+    stored = [first, on("local", "deleted", pb.WorkloadDeleted(), 2)]
+    if again:
+        stored.append(on("local", "submitted", pb.WorkloadSubmitted(manifest_json=manifest), 3))
+    for env in stored:
+        ctx.specs.apply(env)
+        ctx.fences.apply(env)
+    late = _admitted(manifest)
+    late.submitted_id = first.event_id
+    await on_admitted(late, ctx)
+    assert backend.started == {}
+    if again:  # the new one's own admission starts it
+        late.submitted_id = stored[-1].event_id
+        await on_admitted(late, ctx)
+        assert list(backend.started) == ["ns/w"]
+
+
 class _Refusing(_Backend):
     """A worker cluster that will not create what it is given."""
 
