@@ -66,6 +66,13 @@ _KubernetesResolver.yaml_implicit_resolvers = {
 }
 _RESOLVER: Final = _KubernetesResolver()
 _CONSTRUCTOR: Final = SafeConstructor()
+# Plain scalar spelling -> its value, shared by every load: a value depends on its spelling
+# alone and is immutable (str, int, float, bool, None), and resolving one by regexes was a
+# third of loading a small manifest (`muster bench decode`). Short spellings only, and emptied
+# when full, so no input can grow it or keep the common ones out for long.
+_PLAIN: Final[dict[str, Any]] = {}
+_PLAIN_MAX_ENTRIES: Final = 4096
+_PLAIN_MAX_CHARS: Final = 64
 
 
 def load_yaml(
@@ -141,7 +148,6 @@ class _Builder:
     def __init__(self, source: str) -> None:
         self.source = source
         self.documents: list[Any] = []
-        self.scalars: dict[str, Any] = {}  # plain scalar text -> value (most recur)
         self.duplicates: list[FieldError] = []
         self.own = self.aliased = 0
 
@@ -161,7 +167,7 @@ class _Builder:
         anchors: dict[str, tuple[Any, int] | None] = {}  # None while its node is open
         # Values written out, values that aliases stand for: over the whole text so far.
         own, aliased = self.own, self.aliased
-        scalars = self.scalars
+        scalars = _PLAIN
         result: Any = None
         while True:
             event = get_event()
@@ -250,12 +256,14 @@ class _Builder:
         value: str = event.value
         tag = event.tag
         if tag is None and event.implicit[0]:  # plain: resolved by its spelling
-            if value in self.scalars:
-                return self.scalars[value]
+            if value in _PLAIN:
+                return _PLAIN[value]
             tag = _RESOLVER.resolve(ScalarNode, value, (True, False))  # type: ignore[no-untyped-call]  # PyYAML's stubs leave it untyped
             found = self._construct(tag, value, event)
-            if len(self.scalars) < 4096:
-                self.scalars[value] = found
+            if len(value) <= _PLAIN_MAX_CHARS:
+                if len(_PLAIN) >= _PLAIN_MAX_ENTRIES:
+                    _PLAIN.clear()
+                _PLAIN[value] = found
             return found
         if tag is None or tag == "!" or tag == _STR:
             return value

@@ -168,3 +168,22 @@ def test_json_syntax_error_names_the_line() -> None:
         load_json('{\n"a": 1,\n}', source="w.json")
 
     assert str(raised.value).startswith("w.json: line 3: invalid JSON: ")
+
+
+def test_plain_scalars_read_the_same_in_every_load_and_their_shared_table_stays_bounded() -> None:
+    from muster.api import load as loader
+
+    # A caller's many distinct spellings (hostile or not) neither grow the table nor stay in it.
+    flood = "\n".join(f"k{i}: v{i}" for i in range(3 * loader._PLAIN_MAX_ENTRIES))
+    assert len(load_yaml(flood)[0][0]) == 3 * loader._PLAIN_MAX_ENTRIES
+    long = "x" * (loader._PLAIN_MAX_CHARS + 1)
+    assert load_yaml(f"a: {long}")[0] == [{"a": long}]
+
+    assert len(loader._PLAIN) <= loader._PLAIN_MAX_ENTRIES
+    assert long not in loader._PLAIN
+    # The same spelling gives the same value in a later load, whatever came before; quoted
+    # and tagged spellings are not plain, and are read as written.
+    first = load_yaml("a: 010\nb: yes\nc: ~\nd: 1e3")[0]
+    again = load_yaml("a: 010\nb: yes\nc: ~\nd: 1e3\ne: '010'\nf: !!str yes")[0]
+    assert first == [{"a": 8, "b": True, "c": None, "d": "1e3"}]
+    assert again == [{"a": 8, "b": True, "c": None, "d": "1e3", "e": "010", "f": "yes"}]
