@@ -105,6 +105,23 @@ async def test_speed_divides_the_run_time(
         await phases_until(store, key, phase_is("Succeeded"))
 
 
+async def test_run_from_created_counts_the_run_time_from_the_pods_creation(
+    store: SimStore, sim: SimBackend, clock: ManualClock
+) -> None:
+    key = await bound_pod(sim, "w", run_seconds="30")
+    created = await store.get(key)
+    assert created is not None
+    clock.advance(7.0)  # bound and started 7 s after the Job controller created it
+    async with running(Kubelet(store, clock=clock, speed=10, run_from="created")):
+        # Its 3 s (30 at speed 10) were up before it started: it succeeds with no time passing.
+        async with asyncio.timeout(10):
+            phases, pod = await phases_until(store, key, phase_is("Succeeded"))
+
+    assert phases[-2:] == ["Running", "Succeeded"]
+    born = parse_time(created.obj["metadata"]["creationTimestamp"])
+    assert parse_time(pod["status"]["startTime"]) == pytest.approx(born + 7.0)
+
+
 async def test_leaves_unbound_pods_pending(
     store: SimStore, sim: SimBackend, clock: ManualClock
 ) -> None:
@@ -212,6 +229,13 @@ def test_refuses_a_speed_that_is_not_positive(capsys: pytest.CaptureFixture[str]
         main(["--speed", "0"])
     assert exited.value.code == 2
     assert "--speed must be > 0, got 0" in capsys.readouterr().err
+
+
+def test_refuses_an_unknown_run_clock(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--run-from", "bound"])
+    assert exited.value.code == 2
+    assert "--run-from must be one of started, created, got 'bound'" in capsys.readouterr().err
 
 
 @pytest.mark.timeout(60)

@@ -65,7 +65,7 @@ from muster.admission.translate import (
 )
 from muster.api.model import WorkloadKey
 from muster.bus import Conflict, Reject, Retry
-from muster.bus.cancel import finishing, raise_if_cancelling
+from muster.bus.cancel import finishing, gather_or_cancel, raise_if_cancelling
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
 from muster.bus.partitions import parse_token, token
 from muster.bus.subjects import record_filter
@@ -365,7 +365,7 @@ class Rounds:
             for wave in waves_by_workload(envs):
                 for env in wave:
                     env.partition = token(state.partition_for(WorkloadKey(env.workload)))
-                await asyncio.gather(*(self._publish_until_stored(env) for env in wave))
+                await gather_or_cancel(*(self._publish_until_stored(env) for env in wave))
                 state.record_published(
                     [fact for env in wave if isinstance(fact := fact_of(env), Recorded)]
                 )

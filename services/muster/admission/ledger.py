@@ -12,6 +12,7 @@ still arrives about it here is forwarded there.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -222,7 +223,9 @@ class Ledger:
             case "pending":
                 if entry.phase is Phase.RESERVED:
                     _requeue(entry)  # a stopped queue took back quota only reserved
-                entry.pending_reason, entry.pending_message = fact.reason, fact.message
+                # Interned: a queue's waiting workloads are told the same few messages.
+                entry.pending_reason = sys.intern(fact.reason)
+                entry.pending_message = sys.intern(fact.message)
             case "quota_reserved":
                 if entry.holds_quota or fact.admission is None:
                     return

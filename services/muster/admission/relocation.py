@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import NamedTuple, Protocol
 
@@ -22,6 +21,7 @@ from muster.admission.homes import Handover, Move, queue_key
 from muster.admission.snapshot import CompactLog
 from muster.admission.state import AdmissionState
 from muster.admission.translate import fact_of
+from muster.bus.cancel import gather_or_cancel
 from muster.bus.partitions import parse_token
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.events import Event
@@ -78,7 +78,7 @@ class Relocator:
         """Forward `reports`, the state's moves and handovers; what applying the handed-over
         stories reported (the round decides after)."""
         source = self.state.source
-        await asyncio.gather(
+        await gather_or_cancel(
             *(
                 self.store(
                     forwarded(
@@ -139,7 +139,7 @@ class Relocator:
                 )
                 for n, (seq, data) in wave
             ]
-            sequences = await asyncio.gather(*(self.store(env) for env in envs))
+            sequences = await gather_or_cancel(*(self.store(env) for env in envs))
             for (n, _), env, seq in zip(wave, envs, sequences, strict=True):
                 env.sequence = seq
                 if i == 0:

@@ -45,7 +45,7 @@ from muster.bus import (
     ConsumerSettings,
     new_event,
 )
-from muster.bus.cancel import finishing, raise_if_cancelling
+from muster.bus.cancel import finishing, gather_or_cancel, raise_if_cancelling
 from muster.bus.errors import NotFound, Unavailable
 from muster.bus.ordered import consume_in_order, make_consumer
 from muster.bus.partitions import PARTITIONS_BUCKET
@@ -404,4 +404,4 @@ class AdmissionService:
                     source=self.config.source,
                 )
             )
-        await asyncio.gather(*(self.bus.publish(env) for env in envs))
+        await gather_or_cancel(*(self.bus.publish(env) for env in envs))

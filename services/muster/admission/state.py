@@ -130,6 +130,7 @@ class AdmissionState:
         died before it had, and a story forwarded twice changes nothing.
         """
         self.owning = True
+        self.engine.settle()
         self.homes.update(self.engine)
         events: list[Event] = []
         for entry in self.ledger.live():
@@ -323,13 +324,16 @@ class AdmissionState:
             case ApplyConfig():
                 if isinstance(fact.obj, ClusterQueue):
                     self.cluster_queue_clusters[fact.obj.meta.name] = fact.cluster
-                events = engine.apply(fact.obj, now_s=now_s)
+                # Replaying history: the trees are built once, when ownership is taken.
+                events = engine.apply(fact.obj, now_s=now_s, defer=not self.owning)
                 return events + self._rebalance(now_s=now_s)
             case DeleteConfig(kind, name):
                 namespace, _, name = (
                     name.rpartition("/") if kind == "LocalQueue" else ("", "", name)
                 )
-                events = engine.remove(kind, name, namespace=namespace, now_s=now_s)
+                events = engine.remove(
+                    kind, name, namespace=namespace, now_s=now_s, defer=not self.owning
+                )
                 return events + self._rebalance(now_s=now_s)
             case PartitionRecord():
                 self._partition_record(fact)

@@ -3,9 +3,14 @@
 Its consumer reads, for the partitions it decides, the reports it acts on and what is forwarded
 to them (`consumer_subjects`); every `config.*` event (each replica knows the whole
 configuration, which says which tree a LocalQueue is in, and every `config.partition` record);
-every `placement_preempted` (its victims may be in any partition); and events that name no
-partition (stored before partitions, or reports whose publisher did not know it). It reads its
-own decisions only when it rebuilds (`replay_subjects`): it keeps them as it publishes them.
+every `placement_preempted` (its victims may be in any partition); and, of the event types it
+reads, those that name no partition (stored before partitions, or reports whose publisher did
+not know it). It reads its own decisions only when it rebuilds (`replay_subjects`): it keeps
+them as it publishes them.
+
+Filters name event types, never every workload event: the pods' reports (`pods_pending`,
+`running`, `bound`, ...) are most of a workload's events, and a replica that received them
+would pay for every workload of every tree only to drop them.
 """
 
 from __future__ import annotations
@@ -20,9 +25,10 @@ from muster.bus.subjects import config_subject, workload_subject
 GLOBAL_FACTS: Final = ("placement_preempted",)  # read in every partition
 REPORTS: Final = tuple(f for f in WORKLOAD_FACTS if f not in GLOBAL_FACTS)
 CONFIG_SUBJECTS: Final = (config_subject("*", ">"),)
-# Every workload event that names no partition (stored before partitions, or its publisher did
-# not know it: one token fewer): read by every replica, as before partitions.
-LEGACY: Final = (workload_subject("*", "*"),)
+# The workload events admission reads that name no partition (stored before partitions, or
+# their publisher did not know it: one token fewer): read by every replica, as before
+# partitions. (A forward always names its partition.)
+LEGACY: Final = tuple(workload_subject("*", e) for e in (*WORKLOAD_FACTS, *RECORDED))
 
 
 def _partitioned(events: Collection[str], partitions: Collection[int]) -> list[str]:

@@ -15,6 +15,8 @@ from typing import Final
 
 import msgspec
 
+from muster.bench.sim_nodes import node_manifests
+
 NAMESPACE: Final = "chaos"
 COHORTS: Final = {"alpha": ("a1", "a2"), "beta": ("b1", "b2")}
 NOMINAL_CPU: Final = 8
@@ -87,15 +89,7 @@ def config_yaml() -> str:
 
 
 def nodes() -> list[dict[str, object]]:
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": f"node-{n}"},
-            "status": {"allocatable": {"cpu": str(NODE_CPU), "memory": "64Gi", "pods": "110"}},
-        }
-        for n in range(NODES)
-    ]
+    return node_manifests(NODES, cpu=NODE_CPU, memory="64Gi", pods=110)
 
 
 def queues_of(submitted: Mapping[str, ChaosWorkload]) -> dict[str, str]:

@@ -43,6 +43,7 @@ from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
 from muster.bench.jetstream import publish_ack_rate
+from muster.bench.sim_nodes import node_manifests
 from muster.bench.table import Column, render_table
 from muster.bus.service import run_loop
 from muster.bus.subjects import EVENTS_STREAM, workload_subject
@@ -134,15 +135,7 @@ def workload_yaml(i: int, *, name: str | None = None) -> str:
 
 def nodes(workloads: int) -> list[dict[str, object]]:
     count = max(4, workloads // 200 + 1)
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": f"node-{n:03d}"},
-            "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "250"}},
-        }
-        for n in range(count)
-    ]
+    return node_manifests(count, cpu=64, memory="256Gi", pods=250, digits=3)
 
 
 # The processes of the CPU table, in pipeline order; admission shards are summed.

@@ -25,6 +25,7 @@ import grpc
 import grpc.aio
 import msgspec
 
+from muster.bench.memory import rss_mib
 from muster.bench.table import Column, number, render_table
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
 from muster.gateway.auth_tokens import token_hash
@@ -48,15 +49,6 @@ class GatewayRow(msgspec.Struct, frozen=True, kw_only=True):
     peak_growth_mib: float  # highest RSS during the burst, minus the baseline
     after_growth_mib: float  # RSS a second after the burst, minus the baseline
     wall_s: float
-
-
-def rss_mib(pid: int) -> float:
-    """The resident memory of process `pid` in MiB (Linux /proc)."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for process {pid}")
 
 
 @contextlib.asynccontextmanager

@@ -135,6 +135,7 @@ class PlannedWorkload(msgspec.Struct, frozen=True, kw_only=True):
     cohort: str
     cpu_milli: int
     arrival_s: float
+    run_s: float = 0.0  # how long it runs once admitted (0: unknown)
 
 
 class Plan(msgspec.Struct, frozen=True, kw_only=True):
@@ -193,6 +194,7 @@ def generate(config: PerfConfig, *, scale: float = 1.0) -> Plan:
                             cohort=root,
                             cpu_milli=wc.cpu_milli,
                             arrival_s=float(wl.meta.annotations[SUBMIT_AFTER]),
+                            run_s=wc.run_ms / 1000,
                         )
                     )
     return Plan(

@@ -24,7 +24,12 @@ import msgspec
 from google.protobuf.message import Message
 
 from muster.api.model import Workload
-from muster.api.wellknown import BIND_FAILED, START_FAILED, TRACEPARENT_ANNOTATION
+from muster.api.wellknown import (
+    BIND_FAILED,
+    PARTITION_ANNOTATION,
+    START_FAILED,
+    TRACEPARENT_ANNOTATION,
+)
 from muster.binder.fences import Fences, WorkloadLocks
 from muster.binder.pacing import BindPacer
 from muster.binder.translate import (
@@ -256,7 +261,10 @@ async def _start(
     key, admission = env.workload, env.sequence
     try:
         await ctx.backend.start_workload(
-            key, pod_sets=traced(starts), admission=admission, origin=origin
+            key,
+            pod_sets=traced(in_partition(starts, env.partition)),
+            admission=admission,
+            origin=origin,
         )
         if ctx.fences.stale(key, admission):
             await ctx.backend.stop_workload(
@@ -277,6 +285,18 @@ async def _start(
         log.warning("cannot start a copy: %s", message, extra={"workload": key})
         rejected = events_pb2.GangRejected(reason=START_FAILED, message=message)
         await ctx.publish("gang_rejected", rejected, cause=env)
+
+
+def in_partition(starts: list[PodSetStart], partition: str) -> list[PodSetStart]:
+    """`starts` with the workload's admission partition on every pod ("": as they are), so
+    that the watcher's reports about them go to that partition's replica alone, not to every
+    replica (docs/events.md, "Partitions")."""
+    if not partition:
+        return starts
+    return [
+        msgspec.structs.replace(s, annotations={**s.annotations, PARTITION_ANNOTATION: partition})
+        for s in starts
+    ]
 
 
 def traced(starts: list[PodSetStart]) -> list[PodSetStart]:

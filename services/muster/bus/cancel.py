@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def raise_if_cancelling() -> None:
@@ -32,3 +35,28 @@ async def finishing(work: Coroutine[object, object, object]) -> None:
         with contextlib.suppress(Exception):
             await task
         raise
+
+
+async def gather_or_cancel(*work: Awaitable[T]) -> list[T]:
+    """Await `work` side by side; their results in order.
+
+    When one fails, the others are cancelled and awaited before its exception is raised (and
+    the same when this is cancelled): `asyncio.gather` would leave them running, orphans that
+    go on publishing (and retrying) after their caller gave up on them.
+    """
+    if len(work) <= 1:  # nothing to run beside it: awaited here, as cheap as can be
+        return [await w for w in work]
+    tasks = [asyncio.ensure_future(w) for w in work]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        left = [t for t in tasks if not t.done()]
+        for task in left:
+            task.cancel()
+        if left:
+            await asyncio.wait(left)
+        # Read even when cancelled, so that no failure goes unretrieved.
+        failed = [e for t in tasks if not t.cancelled() and (e := t.exception()) is not None]
+    if failed:
+        raise failed[0]
+    return [t.result() for t in tasks]

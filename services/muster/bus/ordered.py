@@ -5,10 +5,15 @@ must be applied before it. `Bus.consume` runs a lane per workload, which keeps o
 events in order but not events of different workloads (configuration included), so admission
 consumes with `consume_in_order`: what has arrived (up to `batch` messages, in stream order)
 is one batch (a round), and its messages are acked only after the handler returned (admission's
-returns once every event the round caused has its PubAck).
+returns once every event the round caused has its PubAck). The durable acks all
+(`AckPolicy.ALL`): one ack of a batch's last message answers for the whole batch, instead of
+one ack per message for the client and the server to send and track.
 
 An event that cannot be read or applied is copied to `MUSTER_DLQ` and terminated (the bus's
-dead-letter path); nothing is nak'ed, since a redelivery would come out of order.
+dead-letter path), once its batch is handled, so that no ack covers an event before it is
+applied; nothing is nak'ed, since a redelivery would come out of order. An event whose copy
+could not be stored is left to redelivery: the batch is acked only up to the event before it
+(what follows comes back too, and is skipped as applied).
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ async def make_consumer(
         with contextlib.suppress(nats.js.errors.NotFoundError):
             await bus.js.delete_consumer(settings.stream, durable)
         config = consumer_config(durable, subjects, settings)
+        config.ack_policy = api.AckPolicy.ALL  # one ack per batch (the module docstring)
         config.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
         config.opt_start_seq = start_sequence
         await bus.js.add_consumer(settings.stream, config=config)
@@ -99,17 +105,18 @@ async def consume_in_order(
 async def _handle_batch(
     bus: Bus, durable: str, msgs: Sequence[Msg], handle: BatchHandler, settings: ConsumerSettings
 ) -> None:
-    readable: list[tuple[Msg, pb.Envelope]] = []
-    for msg in msgs:
+    readable: list[tuple[int, pb.Envelope]] = []  # index in `msgs`, envelope
+    refused: dict[int, str] = {}  # index in `msgs` -> why it goes to the dead-letter stream
+    for i, msg in enumerate(msgs):
         try:
             env = decode(msg.data, max_bytes=settings.max_event_bytes)
         except Reject as err:
-            await _dead_letter(bus, durable, msg, str(err))
+            refused[i] = str(err)
             continue
         env.sequence = stream_sequence(msg)
-        readable.append((msg, env))
+        readable.append((i, env))
     started = time.perf_counter()
-    outcomes = await handle([env for _, env in readable], [msg.data for msg, _ in readable])
+    outcomes = await handle([env for _, env in readable], [msgs[i].data for i, _ in readable])
     if bus.metrics is not None:
         bus.metrics.consumed_batch(
             durable,
@@ -117,22 +124,39 @@ async def _handle_batch(
             [ACK if outcome is None else DEAD_LETTER for outcome in outcomes],
             time.perf_counter() - started,
         )
-    for (msg, env), outcome in zip(readable, outcomes, strict=True):
-        if outcome is None:
-            await _quietly(msg.ack())
-        else:
+    for (i, env), outcome in zip(readable, outcomes, strict=True):
+        if outcome is not None:
             log.error("rejected: %s", outcome, extra={"workload": env.workload, "event": env.type})
-            await _dead_letter(bus, durable, msg, str(outcome))
+            refused[i] = str(outcome)
+    await _answer(bus, durable, msgs, refused)
 
 
-async def _dead_letter(bus: Bus, durable: str, msg: Msg, reason: str) -> None:
-    """Copy `msg` to the DLQ, then terminate it; if the copy fails, leave it to redelivery."""
+async def _answer(bus: Bus, durable: str, msgs: Sequence[Msg], refused: dict[int, str]) -> None:
+    """Dead-letter the `refused` messages of a handled batch in order, then ack the batch.
+
+    An ack or a term answers for every message before it too (`AckPolicy.ALL`). A copy that
+    cannot be stored stops there: that message and those after it are left unanswered, and
+    come back after the ack wait (the rounds skip what they applied).
+    """
+    covered = len(msgs)
+    for i in sorted(refused):
+        if not await _dead_letter(bus, durable, msgs[i], refused[i]):
+            covered = i
+            break
+    if covered and covered - 1 not in refused:  # else its term answered for the batch
+        await _quietly(msgs[covered - 1].ack())
+
+
+async def _dead_letter(bus: Bus, durable: str, msg: Msg, reason: str) -> bool:
+    """Copy `msg` to the DLQ, then terminate it; if the copy fails, leave it to redelivery
+    (False)."""
     try:
         await bus.publisher.dead_letter(msg, consumer=durable, reason=reason)
     except Retry as err:
         log.error("cannot dead-letter, it will come back: %s", err, extra={"consumer": durable})
-        return
+        return False
     await _quietly(msg.term())
+    return True
 
 
 async def _quietly(reply: Awaitable[None]) -> None:

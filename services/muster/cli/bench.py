@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
-from muster.bench import admission, light_gpu, placement, podgroups
+from muster.bench import admission, admission_pending, light_gpu, placement, podgroups
 from muster.bench.kueue_perf import CONFIGS
 from muster.bench.table import render_json_line
 
@@ -45,12 +45,35 @@ def add_admission_options(parser: argparse.ArgumentParser) -> None:
         default=ALL,
         help="which of Kueue's scalability configurations to run (default: all)",
     )
+    parser.add_argument(
+        "--pending",
+        type=int,
+        nargs="*",
+        metavar="N",
+        help="instead: N workloads queued over 1 000 ClusterQueues before any quota frees, one "
+        "row per N (none given: 10 000, 100 000 and 1 000 000, times --scale): memory, load "
+        "time, decision latency and rebuild from the snapshot",
+    )
 
 
-def run_admission(args: argparse.Namespace) -> Iterator[admission.AdmissionRow]:
+def run_admission(args: argparse.Namespace) -> Iterator[msgspec.Struct]:
+    if args.pending is not None:
+        if any(n < 1 for n in args.pending):
+            raise SystemExit(f"muster bench admission: --pending: must be >= 1: {args.pending}")
+        counts = args.pending or admission_pending.default_counts(args.scale)
+        yield from admission_pending.run(counts=counts, scale=args.scale)
+        return
     names = list(CONFIGS) if args.config == ALL else [args.config]
     for name in names:
         yield admission.run_config(CONFIGS[name], scale=args.scale)
+
+
+def render_admission(rows: list[msgspec.Struct]) -> str:
+    """Kueue's configurations, or the pending rows (`--pending`)."""
+    pending = [row for row in rows if isinstance(row, admission_pending.PendingRow)]
+    if pending:
+        return admission_pending.render(pending)
+    return admission.render([row for row in rows if isinstance(row, admission.AdmissionRow)])
 
 
 def _e2e() -> Any:  # imported only when run: it needs gRPC and the service processes
@@ -168,6 +191,36 @@ def run_gateway(args: argparse.Namespace) -> Iterator[Any]:
     return _gateway().run(scale=args.scale)  # type: ignore[no-any-return]
 
 
+def _kueue_live() -> Any:  # imported only when run: it starts the service processes
+    from muster.bench import kueue_live
+
+    return kueue_live
+
+
+def add_kueue_live_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        choices=list(CONFIGS),
+        default="baseline",
+        help="which of Kueue's scalability configurations to run (default: baseline)",
+    )
+    parser.add_argument("--shards", type=int, default=1, help="admission shards (default: 1)")
+    parser.add_argument(
+        "--run-from",
+        nargs="+",
+        choices=("created", "started"),
+        default=["created"],
+        help="what a pod's run time counts from, one run each: created (when its workload was "
+        "admitted, as Kueue's perf runner finishes workloads; default) or started",
+    )
+
+
+def run_kueue_live(args: argparse.Namespace) -> Iterator[Any]:
+    return _kueue_live().run(  # type: ignore[no-any-return]
+        config=CONFIGS[args.config], scale=args.scale, shards=args.shards, run_from=args.run_from
+    )
+
+
 def add_placement_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--scoring",
@@ -219,13 +272,14 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
             "second of wall time, waits and cohort usage",
             add_options=add_admission_options,
             run=run_admission,
-            render=admission.render,
+            render=render_admission,
         ),
         Section(
             name=placement.SECTION,
             help="the gang scheduler alone, as Kubernetes' scheduler_perf: pods/s over 5 000 "
-            "nodes, and ms per 3-pod gang for 1 000 / 2 000 / 3 000 gangs, batched and streamed; "
-            "then PodGroups and a CompositePodGroup beside the same gangs as v1alpha1",
+            "nodes, and ms per 3-pod gang for 1 000 / 2 000 / 3 000 gangs; then 100 000 pods "
+            "and 1 000 gangs of 32 over 50 000 nodes, with RSS; batched and streamed; then "
+            "PodGroups and a CompositePodGroup beside the same gangs as v1alpha1",
             add_options=add_placement_options,
             run=run_placement,
             render=placement.render,
@@ -261,6 +315,15 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
             add_options=add_e2e_options,
             run=run_e2e,
             render=lambda rows: _e2e().render(rows),
+        ),
+        Section(
+            name="kueue-live",
+            help="Kueue's baseline (15 000 workloads, 30 ClusterQueues) through the gateway, "
+            "NATS and every service in real time: wall time against the virtual-clock makespan "
+            "of the same plan, usage while work waits, submit->admitted per class, lost",
+            add_options=add_kueue_live_options,
+            run=run_kueue_live,
+            render=lambda rows: _kueue_live().render(rows),
         ),
         Section(
             name="placement-e2e",

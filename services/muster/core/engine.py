@@ -28,6 +28,7 @@ from muster.api.model import (
     WorkloadKey,
 )
 from muster.api.wellknown import REQUESTS_REFUSED
+from muster.core.attempt import Attempt
 from muster.core.conditions import (
     DEACTIVATED,
     DEACTIVATED_MESSAGE,
@@ -58,6 +59,7 @@ from muster.core.visibility import EngineViews
 __all__ = ["DEACTIVATED", "DEACTIVATED_MESSAGE", "Engine"]
 
 _DONE = frozenset({Phase.FINISHED, Phase.DELETED, Phase.INACTIVE})
+_WAITING = "WaitingForQuota"  # no fit now, some would do once quota is released
 
 
 class Engine(EngineViews):
@@ -85,11 +87,13 @@ class Engine(EngineViews):
         self.lifecycle = Lifecycle(state, self.queueing, self.routing)
         for obj in objects:
             configuration.put(obj)
+        self._stale = False  # configuration changed without a rebuild (`apply(..., defer=True)`)
         self._rebuild()
 
     # What callers outside core read of the state (services' metrics, sharding, routing).
     @property
     def config(self) -> Configuration:
+        self.settle()
         return self.state.config
 
     @property
@@ -115,25 +119,45 @@ class Engine(EngineViews):
 
     # --- facts ---------------------------------------------------------------------------
 
-    def apply(self, obj: ApiObject, *, now_s: float) -> list[Event]:
-        """Create or replace a configuration object (flavor, queue, cohort, class, namespace)."""
+    def apply(self, obj: ApiObject, *, now_s: float, defer: bool = False) -> list[Event]:
+        """Create or replace a configuration object (flavor, queue, cohort, class, namespace).
+
+        `defer`: while the engine holds no workload (a replica replaying its history), only
+        record it; the trees are rebuilt once, by `settle()` or the next call that needs them,
+        instead of once per object (quadratic in the ClusterQueues).
+        """
         self.state.now_s = now_s
         self.state.config.put(obj)
+        if defer and not self.state.records:
+            self._stale = True
+            return self.state.take_events()
         self._rebuild()
         for r in list(self.state.records.values()):
             self.lifecycle.apply_stop_policy(r)
         return self.state.take_events()
 
-    def remove(self, kind: str, name: str, *, namespace: str = "", now_s: float) -> list[Event]:
+    def remove(
+        self, kind: str, name: str, *, namespace: str = "", now_s: float, defer: bool = False
+    ) -> list[Event]:
         """Delete a configuration object. Workloads it served wait again with the reason (a
-        LocalQueue or ClusterQueue that no longer exists); those holding quota keep it."""
+        LocalQueue or ClusterQueue that no longer exists); those holding quota keep it.
+        `defer` as in `apply`."""
         self.state.now_s = now_s
         if self.state.config.remove(kind, name, namespace):
-            self._rebuild()
+            if defer and not self.state.records:
+                self._stale = True
+            else:
+                self._rebuild()
         return self.state.take_events()
+
+    def settle(self) -> None:
+        """Rebuild what deferred configuration changes left stale (nothing when none did)."""
+        if self._stale:
+            self._rebuild()
 
     def submit(self, wl: Workload, *, now_s: float) -> list[Event]:
         """A workload arrives. If `wl.admission` is set it arrives admitted, holding that quota."""
+        self.settle()
         state = self.state
         state.now_s = now_s
         old = state.records.get(wl.key)
@@ -398,6 +422,7 @@ class Engine(EngineViews):
 
         Also fires timers that are due (requeue back-off, waitForPodsReady timeouts).
         """
+        self.settle()
         state = self.state
         state.now_s = now_s
         self.lifecycle.fire_timers()
@@ -424,6 +449,7 @@ class Engine(EngineViews):
     def _rebuild(self) -> None:
         """Recompute trees, layouts and usage after a configuration change; requeue all."""
         state = self.state
+        self._stale = False
         holders = [r for r in state.records.values() if r.holds_quota]
         state.config.build()
         state.usage.rebuild(holders)
@@ -477,7 +503,7 @@ class Engine(EngineViews):
             queueing.drop_reservation(r)
             queueing.park(tree, group, r, (config.reason("WaitingForQuota", "Pending"), held), {})
             return
-        a, victims = state.attempts.attempt(r)
+        a, victims = self._attempt(r)
         if a.mode is Mode.FIT or victims is not None:
             key = queueing.sort_key(r, a)
             top = tree.peek_key() if listed_key is not None else None
@@ -509,6 +535,25 @@ class Engine(EngineViews):
         # else a preemptor whose freed quota went to work ahead of it keeps what it holds
         why = (config.reason(reason, "Pending"), a.message)
         queueing.park(tree, group, r, why, queueing.wake_thresholds(cq.name, a))
+
+    def _attempt(self, r: WorkloadRecord) -> Attempt:
+        """Head `r`'s attempt. A preemptor holding quota for its victims keeps the need it
+        preempted for: admitted with those pod counts as soon as they fit (as the simulator's
+        engine admits it at once when evicted quota is free at once, `_preempt_for`), and
+        still waiting for them while a fresh attempt finds no fit now (work before it took
+        quota it needs). Its victims may come back into whatever else is free meanwhile; a
+        fresh attempt for more pods, or one given up and made again, would evict them a second
+        time for the same need. It gives up only when those counts can never fit."""
+        counts = self.queueing.reserved_counts(r)
+        if counts is None:
+            return self.state.attempts.attempt(r)
+        held = self.state.attempts.assign(r, counts)
+        if held.mode is Mode.FIT:
+            return Attempt(held, None)
+        fresh = self.state.attempts.attempt(r)
+        if fresh.assignment.mode is Mode.NO_FIT and held.pending_reason in ("", _WAITING):
+            return Attempt(held, None)  # waits, holding what it has
+        return fresh
 
     def _admit_head(
         self, cq: QueueRuntime, group: PendingGroup, r: WorkloadRecord, a: Assignment
@@ -569,7 +614,7 @@ class Engine(EngineViews):
         """`r` waits for its `count` victims to stop (None: as recorded), holding what it
         will use against later work."""
         queueing = self.queueing
-        queueing.set_reservation(tree, r, queueing.sort_key(r, a), a.usage)
+        queueing.set_reservation(tree, r, queueing.sort_key(r, a), a)
         if count is not None:
             reason = self.state.config.reason(WAITING_FOR_VICTIMS, "Pending")
             message = f"{a.message}{PENDING_PREEMPTION} {count} workload(s)"

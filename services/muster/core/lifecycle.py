@@ -25,7 +25,8 @@ from muster.core.conditions import (
 )
 from muster.core.events import EventType
 from muster.core.flavors import Assignment, Mode
-from muster.core.preemption import Victims, preemption_message
+from muster.core.preemption import Victims
+from muster.core.preemption_message import preemption_message
 from muster.core.queueing import Queueing
 from muster.core.records import Phase, WorkloadRecord
 from muster.core.routing.control import RoutingControl, Take

@@ -76,6 +76,8 @@ class Queueing:
         group = cq.groups.get(shape)
         if group is None:
             group = cq.groups[shape] = PendingGroup(cq, shape)
+        elif group.shape == r.shape:
+            r.shape = group.shape  # one copy of the bytes per group, not one per workload
         r.group = group
         old_head = group.head()
         group.push(r)
@@ -212,18 +214,26 @@ class Queueing:
             tree.unhold(held)
 
     def set_reservation(
-        self,
-        tree: TreeRuntime,
-        r: WorkloadRecord,
-        key: tuple[object, ...],
-        usage: Mapping[FlavorResource, int],
+        self, tree: TreeRuntime, r: WorkloadRecord, key: tuple[object, ...], a: Assignment
     ) -> None:
-        self.drop_reservation(r, keep=usage)
+        self.drop_reservation(r, keep=a.usage)
         node = self.state.config.tree.cluster_queues[r.cluster_queue]
         self.state.reserving = True
         tree.reservations[r.key] = Reservation(
-            order=key, queue_order=r.order_key, node=node, usage=usage
+            order=key,
+            queue_order=r.order_key,
+            node=node,
+            usage=a.usage,
+            counts=tuple(ps.count for ps in a.pod_sets),
         )
+
+    def reserved_counts(self, r: WorkloadRecord) -> tuple[int, ...] | None:
+        """The pods per podset preemptor `r` holds quota for, None if it holds none."""
+        if not self.state.reserving:
+            return None
+        queue = self.state.queues.get(r.cluster_queue)
+        held = queue.tree.reservations.get(r.key) if queue is not None else None
+        return held.counts if held is not None else None
 
     def drop_reservation(
         self, r: WorkloadRecord, *, keep: Mapping[FlavorResource, int] | None = None

@@ -42,6 +42,7 @@ class Reservation(NamedTuple):
     queue_order: OrderKey  # its order within its ClusterQueue
     node: QuotaNode  # the preemptor's ClusterQueue
     usage: Mapping[FlavorResource, int]
+    counts: tuple[int, ...] = ()  # the pods per podset it preempted for
 
 
 class Park(Enum):

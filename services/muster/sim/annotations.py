@@ -20,6 +20,7 @@ from muster.api.wellknown import ALTERNATIVES_ANNOTATION
 SUBMIT_AFTER = "muster.dev/submit-after"
 RUN_SECONDS = "muster.dev/run-seconds"
 PODS_READY_AFTER = "muster.dev/pods-ready-after"
+STOP_AFTER = "muster.dev/stop-after"
 CHECK_PREFIX = "muster.dev/check."  # + AdmissionCheck name, on a workload (or its Job)
 CHECK_RESULT = "muster.dev/check-result"  # on an AdmissionCheck: the default for every workload
 # On a ProvisioningRequestConfig: what the cluster-autoscaler does with each request made for
@@ -50,6 +51,8 @@ class WorkloadScript(msgspec.Struct, frozen=True, kw_only=True):
     submit_after_s: float = 0.0
     run_s: float | None = None  # None: runs until the simulation ends
     pods_ready_after_s: float | None = 0.0  # None: pods never become ready
+    # Seconds from an eviction until its pods are gone; None: its quota is free at once.
+    stop_after_s: float | None = None
     checks: Mapping[str, CheckScript] = msgspec.field(default_factory=dict)  # check -> script
 
 
@@ -148,6 +151,7 @@ def parse_workload_script(
     submit_after_s = 0.0
     run_s: float | None = None
     pods_ready_after_s: float | None = 0.0
+    stop_after_s: float | None = None
     checks: dict[str, CheckScript] = {}
     for key in sorted(annotations):
         if not key.startswith("muster.dev/"):
@@ -165,6 +169,8 @@ def parse_workload_script(
             elif key == PODS_READY_AFTER:
                 never = value.strip() == NEVER
                 pods_ready_after_s = None if never else parse_seconds(value)
+            elif key == STOP_AFTER:
+                stop_after_s = parse_seconds(value)
             else:
                 checks[key.removeprefix(CHECK_PREFIX)] = parse_check_script(value)
         except ValueError as exc:
@@ -173,6 +179,7 @@ def parse_workload_script(
         submit_after_s=submit_after_s,
         run_s=run_s,
         pods_ready_after_s=pods_ready_after_s,
+        stop_after_s=stop_after_s,
         checks=checks,
     )
 
@@ -187,6 +194,7 @@ KNOWN_ON_WORKLOADS = (
     SUBMIT_AFTER,
     RUN_SECONDS,
     PODS_READY_AFTER,
+    STOP_AFTER,
     CHECK_PREFIX + "<check>",
     ALTERNATIVES_ANNOTATION,
 )

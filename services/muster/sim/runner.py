@@ -43,6 +43,7 @@ from muster.sim.timeline import (
     PodsReady,
     RunChecks,
     SetCheck,
+    Stopped,
     Timeline,
 )
 
@@ -71,6 +72,7 @@ class AdmissionEngine(Protocol):
         self, key: WorkloadKey, check: str, state: str, *, message: str = "", now_s: float
     ) -> list[Event]: ...
     def pods_ready(self, key: WorkloadKey, *, now_s: float) -> list[Event]: ...
+    def stopped(self, key: WorkloadKey, *, now_s: float) -> list[Event]: ...
     def evict(
         self, key: WorkloadKey, *, reason: str, message: str, now_s: float
     ) -> list[Event]: ...
@@ -186,16 +188,24 @@ def simulate(
 ) -> SimulationResult:
     """Run `scenario` on a fresh quota-only `Engine` until nothing more happens, or `until_s`.
 
+    With `muster.dev/stop-after` on any workload, an evicted workload holds its quota until
+    its pods are gone, as the services run the engine (`holds_until_stopped`).
+
     `routing` (default: static unless a ClusterQueue names another policy) routes workloads
     with alternatives.
     """
     engine = Engine(
         scenario.objects,
         config=scenario.config,
-        hold_quota_until_stopped=False,
+        hold_quota_until_stopped=holds_until_stopped(scenario),
         routing=routing or RoutingSettings(),
     )
     return Simulation(engine, scenario, until_s=until_s).run()
+
+
+def holds_until_stopped(scenario: Scenario) -> bool:
+    """Does any workload say how long its pods take to stop once evicted?"""
+    return any(a.script.stop_after_s is not None for a in scenario.arrivals)
 
 
 class Simulation:
@@ -227,6 +237,7 @@ class Simulation:
         self.stepped = False
         config = scenario.config or KueueConfig()
         self.pods_ready_enabled = config.wait_for_pods_ready.enable
+        self.stops = holds_until_stopped(scenario)
 
     def run(self) -> SimulationResult:
         while (now_s := self.next_time()) is not None:
@@ -287,6 +298,8 @@ class Simulation:
                 self.check_models.reconcile(key, now_s=now_s)
             case PodsReady(key, epoch) if self.tracks[key].epoch == epoch:
                 self.react(engine.pods_ready(key, now_s=now_s))
+            case Stopped(key):
+                self.react(engine.stopped(key, now_s=now_s))
             case ArriveObject(arrival) if self.placement is not None:
                 self.placement.arrive(arrival, now_s=now_s)
             case PodFinish(key, serial) if self.placement is not None:
@@ -310,6 +323,9 @@ class Simulation:
                     track.finished_s = self.now_s
                 elif event.type is EventType.EVICTED:
                     track.evictions += 1
+                    if self.stops:
+                        stop_s = track.script.stop_after_s or 0.0
+                        self.timeline.push(self.now_s + stop_s, Stopped(key))
                 finished = event.type is EventType.FINISHED
                 self.check_models.ended(key, finished=finished, now_s=self.now_s)
                 if self.placement is not None:

@@ -48,6 +48,12 @@ class PodsReady(msgspec.Struct, frozen=True, tag=True):
     epoch: int
 
 
+class Stopped(msgspec.Struct, frozen=True, tag=True):
+    """An evicted workload's pods are gone (`muster.dev/stop-after`)."""
+
+    key: WorkloadKey
+
+
 class ArriveObject(msgspec.Struct, frozen=True, tag=True):
     arrival: ClusterArrival
 
@@ -57,7 +63,7 @@ class PodFinish(msgspec.Struct, frozen=True, tag=True):
     serial: int
 
 
-Action = Arrive | Finish | SetCheck | RunChecks | PodsReady | ArriveObject | PodFinish
+Action = Arrive | Finish | SetCheck | RunChecks | PodsReady | Stopped | ArriveObject | PodFinish
 
 
 class Timeline:

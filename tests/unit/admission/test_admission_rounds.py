@@ -18,9 +18,9 @@ from admission_stream import (
     workload,
 )
 
-from muster.admission.handlers import Rounds
+from muster.admission.handlers import Reown, Rounds
 from muster.admission.state import AdmissionState
-from muster.bus import Reject, Retry, new_event
+from muster.bus import Conflict, Reject, Retry, new_event
 from muster.contracts.v1 import events_pb2 as pb
 
 pytestmark = pytest.mark.timeout(10)
@@ -205,6 +205,40 @@ async def test_a_round_publishes_workloads_side_by_side_each_in_its_own_order() 
     for i in range(5):
         mine = [e.type for e in publisher.stored if e.workload == f"ns/w{i}"]
         assert mine == ["workload.quota_reserved", "workload.admitted"]
+
+
+class FencedOut(Publisher):
+    """A record moved the partition away: the first decision fails its fence, the others wait
+    for PubAcks that do not come; counts those still waiting."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = 0
+
+    async def publish(self, env: pb.Envelope, **kw: object) -> int:
+        first = not self.attempts
+        self.attempts.append(env.event_id)
+        if first:
+            raise Conflict(str(kw.get("fenced_on")), 7)
+        self.waiting += 1
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self.waiting -= 1
+        raise AssertionError("unreachable")
+
+
+async def test_a_refused_decision_leaves_no_publish_of_its_round_running() -> None:
+    publisher = FencedOut()
+    rounds = Rounds(configured_state(), publisher, clock=lambda: 100.0)
+    batch = [sequenced(submitted(workload(f"w{i}")), 10 + i) for i in range(5)]
+
+    with pytest.raises(Reown, match="fenced partition"):
+        await rounds.apply_batch(batch)
+
+    assert len(publisher.attempts) > 1  # the others were under way
+    assert publisher.waiting == 0  # and none is left behind, to land after the rebuild
+    assert asyncio.all_tasks() == {asyncio.current_task()}
 
 
 async def test_our_own_decisions_coming_back_run_no_round() -> None:

@@ -78,6 +78,7 @@ def test_scale_changes_the_workload_count(capsys: pytest.CaptureFixture[str]) ->
     assert row["scale"] == 0.01
 
 
+@pytest.mark.timeout(600)  # every section, a dozen service stacks among them
 def test_no_section_runs_every_section(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -104,10 +105,27 @@ def test_no_section_runs_every_section(
         "hierarchical-fair",
     ]
     # Every Job, on one cluster and over MultiKueue's three workers, was bound.
-    multicluster = [r for r in rows if r["section"] == "multicluster"]
+    multicluster = of(rows, "multicluster")
     assert [(r["case"], r["clusters"]) for r in multicluster] == [("single", 1), ("multikueue", 3)]
     assert all(r["bound"] == r["jobs"] == 6 for r in multicluster)
     assert multicluster[1]["vs_single_pct"] > 0
+    # The sections that have no run of their own below: each did its work at this scale.
+    assert [(r["workloads"], r["events"] > 0) for r in of(rows, "book")] == [(10, True), (50, True)]
+    assert all(r["bound"] == r["pods"] > 0 for r in of(rows, "placement-e2e"))
+    chaos = of(rows, "chaos")
+    assert [r["faults"] for r in chaos] == [False, True]
+    assert sum(chaos[1]["kills"].values()) > 0
+    assert all(r["lost"] == r["stuck"] == r["twice"] == 0 == len(r["exits"]) for r in chaos)
+    kube = of(rows, "kube")
+    assert {r["measure"] for r in kube} == {"watch-list", "watch-stream", "status-writes",
+                                           "event-writes"}  # fmt: skip
+    assert all(r["per_s"] > 0 for r in kube)
+    (live,) = of(rows, "kueue-live")
+    assert (live["workloads"], live["finished"], live["lost"]) == (90, 90, 0)
+
+
+def of(rows: list[dict[str, Any]], section: str) -> list[dict[str, Any]]:
+    return [r for r in rows if r["section"] == section]
 
 
 def test_e2e_rows_tell_mode_shards_and_workloads_per_call(
@@ -229,3 +247,31 @@ def test_decode_table_names_the_target(capsys: pytest.CaptureFixture[str]) -> No
     lines = capsys.readouterr().out.splitlines()
     assert lines[2].split() == ["case", "objects", "bytes", "wall", "s", "MiB/s", "objects/s"]
     assert lines[-1].startswith("target >= 10 MiB/s decoding YAML: ")
+
+
+def test_kueue_live_runs_the_baseline_through_the_services_beside_its_virtual_makespan(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from muster.bench.admission import run_config
+    from muster.bench.kueue_perf import BASELINE
+
+    status = muster(["bench", "kueue-live", "--scale", TINY, "-o", "json"])
+
+    (row,) = json_rows(capsys.readouterr().out)
+    assert status == 0
+    assert (row["section"], row["config"], row["scale"], row["shards"], row["run_from"]) == (
+        "kueue-live", "baseline", 0.001, 1, "created"
+    )  # fmt: skip
+    assert (row["workloads"], row["cluster_queues"], row["cohorts"]) == (90, 30, 5)
+    assert (row["finished"], row["lost"]) == (90, 0)
+    # The same plan on the virtual clock, in the same run: what the quota itself allows.
+    assert row["virtual_makespan_s"] == run_config(BASELINE, scale=0.001).makespan_s
+    assert row["wall_s"] >= row["virtual_makespan_s"] * 0.9  # real time: pods ran their time
+    assert set(row["admit"]) == {"small", "medium", "large"}
+    for latency in row["admit"].values():
+        assert latency["workloads"] == latency["admitted"] == 30
+        assert 0 <= latency["p50_ms"] <= latency["p99_ms"]
+    # Each ClusterQueue asks for 26 cpu against 20 nominal in a cohort of 120: some wait.
+    assert 0 < row["mean_usage_pct"] <= 100
+    assert set(row["stages_ms"]) == {"admitted->bound", "bound->running", "admitted->finished"}
+    assert row["cpu_s"]["admission"] > 0

@@ -57,6 +57,7 @@ def test_reads_every_workload_annotation() -> None:
             "muster.dev/submit-after": "5",
             "muster.dev/run-seconds": "60.5",
             "muster.dev/pods-ready-after": "never",
+            "muster.dev/stop-after": "1.5",
             "muster.dev/check.prov": "Retry,Ready@3",
             "example.com/other": "ignored",
         }
@@ -65,6 +66,7 @@ def test_reads_every_workload_annotation() -> None:
     assert script.submit_after_s == 5
     assert script.run_s == 60.5
     assert script.pods_ready_after_s is None
+    assert script.stop_after_s == 1.5
     assert script.checks == {
         "prov": (CheckAttempt(state="Retry"), CheckAttempt(state="Ready", delay_s=3))
     }
@@ -75,6 +77,7 @@ def test_defaults_without_annotations() -> None:
 
     assert script is DEFAULT_SCRIPT
     assert (script.submit_after_s, script.run_s, script.pods_ready_after_s) == (0, None, 0)
+    assert script.stop_after_s is None  # evicted quota is free at once
 
 
 @pytest.mark.parametrize(
@@ -84,6 +87,7 @@ def test_defaults_without_annotations() -> None:
         ("muster.dev/check.", "Ready", "unknown annotation"),
         ("muster.dev/run-seconds", "ten", "must be a number of seconds"),
         ("muster.dev/pods-ready-after", "later", "must be a number of seconds"),
+        ("muster.dev/stop-after", "-1", "must be a finite number of seconds >= 0"),
     ],
 )
 def test_names_the_bad_annotation(key: str, value: str, problem: str) -> None:

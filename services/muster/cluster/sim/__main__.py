@@ -1,7 +1,8 @@
 """`muster service sim-cluster`: the kubelet of a simulated cluster, as a service.
 
 Runs the bound pods in KV bucket `MUSTER_SIM_<cluster>` for their `muster.dev/run-seconds`
-divided by `--speed`. Takes every service's common flags (`muster.bus.service`).
+divided by `--speed`, counted from their start (or, with `--run-from created`, from their
+creation: see `Kubelet`). Takes every service's common flags (`muster.bus.service`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import functools
 from muster.bus import Bus
 from muster.bus.service import Flag, Health, ServiceConfig, ServiceMain, service_main
 from muster.cluster.sim.clock import Clock, WallClock
-from muster.cluster.sim.kubelet import Kubelet
+from muster.cluster.sim.kubelet import RUN_FROM, STARTED, Kubelet
 from muster.cluster.sim.store import SimStore
 
 NAME = "sim-cluster"
@@ -33,6 +34,14 @@ def main(argv: list[str]) -> int:
                 "1",
                 "run pods X times faster than their muster.dev/run-seconds",
             ),
+            Flag(
+                "--run-from",
+                "WHEN",
+                str,
+                "MUSTER_SIM_RUN_FROM",
+                STARTED,
+                f"count a pod's run time from when it is {' or '.join(RUN_FROM)}",
+            ),
         ),
         build=build,
     )
@@ -41,15 +50,25 @@ def main(argv: list[str]) -> int:
 def build(args: argparse.Namespace, config: ServiceConfig) -> ServiceMain:
     if not args.speed > 0:
         raise ValueError(f"--speed must be > 0, got {args.speed:g}")
-    return functools.partial(serve, cluster=config.cluster, speed=args.speed)
+    if args.run_from not in RUN_FROM:
+        raise ValueError(f"--run-from must be one of {', '.join(RUN_FROM)}, got {args.run_from!r}")
+    return functools.partial(
+        serve, cluster=config.cluster, speed=args.speed, run_from=args.run_from
+    )
 
 
 async def serve(
-    bus: Bus, health: Health, *, cluster: str, speed: float, clock: Clock | None = None
+    bus: Bus,
+    health: Health,
+    *,
+    cluster: str,
+    speed: float,
+    run_from: str = STARTED,
+    clock: Clock | None = None,
 ) -> None:
     """Open the cluster's store and run its kubelet until cancelled."""
     store = await SimStore.open(bus.kv, cluster=cluster)
-    kubelet = Kubelet(store, clock=clock or WallClock(), speed=speed)
+    kubelet = Kubelet(store, clock=clock or WallClock(), speed=speed, run_from=run_from)
     health.ready()
     await kubelet.run()
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from muster.core.placement import trees
-from muster.core.placement.fit import NO_CODE
 from muster.core.placement.model import TopologyRequest
 from muster.core.placement.nodes import Bools, NodeTable
-from muster.core.placement.state import GangRecord, PlacementState, PodRecord
+from muster.core.placement.records import GangRecord, PodRecord
+from muster.core.placement.signature import NO_CODE
+from muster.core.placement.state import PlacementState
 
 Domains = tuple[tuple[str, str], ...]  # (node label, value) pairs a unit must stay inside
 Where = tuple[Domains, TopologyRequest | None]  # and a label whose one value it must choose

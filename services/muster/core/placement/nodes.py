@@ -2,7 +2,8 @@
 
 Rows are nodes, columns resources (one per name seen, `pods` first; a new name adds a column).
 A removed node's row is reused by the next node added, so row numbers say nothing about order:
-`rank` (the nodes sorted by name) breaks ties. Owned by `GangScheduler`; `fit` reads it.
+`rank` (the nodes sorted by name) breaks ties. Owned by `PlacementState`; `fit`, `counting`
+and `nominated` read it.
 """
 
 from __future__ import annotations
@@ -49,7 +50,10 @@ class NodeTable:
     bound (the scheduler adds and removes them). Use recorded for a node the table does not
     know (removed, or not seen yet) is kept by name and comes back with the node.
     `version` changes whenever a static fact (labels, taints, readiness, the set of nodes)
-    does, so masks computed from them can be cached; `room_version` whenever any room does.
+    does, so masks computed from them can be cached; `room_version` whenever any room does,
+    and `changed_rows` says which rows, so what is derived from the room (`fit.RoomCache`)
+    follows it row by row instead of over every node. `room` (allocatable minus used) is kept
+    up to date as use changes: a pass reads it without building it (`live_free`).
     """
 
     def __init__(self) -> None:
@@ -57,6 +61,8 @@ class NodeTable:
         self.resource_names: list[str] = [PODS]
         self.alloc: Ints = np.zeros((0, 1), dtype=np.int64, order="F")
         self.used: Ints = np.zeros((0, 1), dtype=np.int64, order="F")
+        self.room: Ints = np.zeros((0, 1), dtype=np.int64, order="F")  # alloc - used
+        self._live: Ints = _read_only(self.room)
         self.alive: Bools = np.zeros(0, dtype=np.bool_)
         self.ready: Bools = np.zeros(0, dtype=np.bool_)
         self.unschedulable: Bools = np.zeros(0, dtype=np.bool_)
@@ -70,6 +76,8 @@ class NodeTable:
         self._labels: dict[str, LabelColumn] = {}
         self.version = 0
         self.room_version = 0
+        self._changes: list[Ints] = []  # rows whose room changed, one entry per room_version
+        self._changes_from = 0  # the room_version before the first entry
         self._rank: Ints | None = None
         self._inv_alloc: Floats | None = None
 
@@ -93,6 +101,7 @@ class NodeTable:
             self.resource_names.append(resource)
             self.alloc = _with_column(self.alloc)
             self.used = _with_column(self.used)
+            self._set_room(_with_column(self.room))
             self._inv_alloc = None
         return col
 
@@ -101,6 +110,7 @@ class NodeTable:
         new = max(8, 2 * old)
         self.alloc = _with_rows(self.alloc, new)
         self.used = _with_rows(self.used, new)
+        self._set_room(_with_rows(self.room, new))
         self.alive = np.concatenate([self.alive, np.zeros(new - old, dtype=np.bool_)])
         self.ready = np.concatenate([self.ready, np.zeros(new - old, dtype=np.bool_)])
         self.unschedulable = np.concatenate(
@@ -138,13 +148,14 @@ class NodeTable:
         self.alloc[row, :] = 0
         for col, amount in cols:
             self.alloc[row, col] = amount
+        self.room[row] = self.alloc[row] - self.used[row]
         self.ready[row] = node.ready
         self.unschedulable[row] = node.unschedulable
         self.taint_class[row] = self._taint_id(node.taints)
         for key, label in self._labels.items():
             label.codes[row] = label.code(node.labels.get(key))
         self.version += 1
-        self.room_version += 1
+        self._room_changed(np.array([row]))
         self._inv_alloc = None
         return True
 
@@ -163,6 +174,7 @@ class NodeTable:
         self.infos[row] = None
         self.alloc[row, :] = 0
         self.used[row, :] = 0
+        self.room[row, :] = 0
         self.alive[row] = False
         self.ready[row] = False
         self.unschedulable[row] = False
@@ -172,7 +184,7 @@ class NodeTable:
         self._free_rows.append(row)
         self._rank = None
         self.version += 1
-        self.room_version += 1
+        self._room_changed(np.array([row]))
         self._inv_alloc = None
         return True
 
@@ -188,7 +200,8 @@ class NodeTable:
         row = self.index.get(node)
         if row is not None:
             self.used[row, : len(demand)] += demand * times
-            self.room_version += 1
+            self.room[row, : len(demand)] -= demand * times
+            self._room_changed(np.array([row]))
             return
         absent = self._absent_used.setdefault(node, {})
         for col, amount in enumerate(demand.tolist()):
@@ -200,8 +213,32 @@ class NodeTable:
 
     def add_use_rows(self, rows: Ints, counts: Ints, demand: Ints) -> None:
         """Add `counts[i]` × `demand` to each of `rows` (distinct rows), in one step."""
-        self.used[rows, : len(demand)] += np.outer(counts, demand)
+        taken = np.outer(counts, demand)
+        self.used[rows, : len(demand)] += taken
+        self.room[rows, : len(demand)] -= taken
+        self._room_changed(rows)
+
+    def _room_changed(self, rows: Ints) -> None:
         self.room_version += 1
+        self._changes.append(rows)
+        if len(self._changes) > 2 * CHANGES_KEPT:  # older readers start over from `room`
+            del self._changes[:CHANGES_KEPT]
+            self._changes_from += CHANGES_KEPT
+
+    def changed_rows(self, since: int) -> Ints | None:
+        """The rows whose room changed after `room_version` `since` (repeats possible); None
+        when that is too long ago to say."""
+        start = since - self._changes_from
+        if start < 0:
+            return None
+        changes = self._changes[start:]
+        if len(changes) <= 1:  # the common case: one change since the reader last looked
+            return changes[0] if changes else _NO_ROWS
+        return np.concatenate(changes)
+
+    def _set_room(self, room: Ints) -> None:
+        self.room = room
+        self._live = _read_only(room)
 
     # --- derived views ---------------------------------------------------------------------
 
@@ -243,7 +280,16 @@ class NodeTable:
 
     def free(self) -> Ints:
         """Allocatable minus used, every row and column: a fresh matrix the caller owns."""
-        return self.alloc - self.used
+        return self.room.copy(order="F")
+
+    def live_free(self) -> Ints:
+        """Allocatable minus used as the table keeps it: read-only, and it changes with the
+        table, so it is for reading now, not for keeping."""
+        return self._live
+
+    def is_live(self, free: Ints) -> bool:
+        """Whether `free` is `live_free()`: what is derived from it can be kept up to date."""
+        return free is self._live
 
     def free_of(self, node: NodeName) -> dict[str, int]:
         """`node`'s allocatable minus used, for every resource it has or uses."""
@@ -267,6 +313,16 @@ class NodeTable:
         for col, amount in cols:
             vector[col] = amount
         return vector
+
+
+CHANGES_KEPT = 1024  # room changes remembered for `changed_rows`
+_NO_ROWS = np.zeros(0, dtype=np.int64)
+
+
+def _read_only(matrix: Ints) -> Ints:
+    view = matrix.view()
+    view.flags.writeable = False
+    return view
 
 
 def _with_column(matrix: Ints) -> Ints:

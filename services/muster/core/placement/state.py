@@ -1,125 +1,23 @@
 """What `GangScheduler` knows between passes: pods, gangs, nominations, and what changed.
 
 Facts go in through the same verbs as the scheduler's (upsert/remove node, gang and pod,
-bind_failed); this module keeps the records consistent with the node table (room held by
-permitted and bound pods) and remembers which units a pass must look at. Decisions are made
-in `scheduler`.
+bind_failed); this module keeps the records (`records`) consistent with the node table (room
+held by permitted and bound pods), the owners a preemption evicts, the nominations
+(`nominated`) and deadlines (`deadlines`), and remembers which units a pass must look at.
+Decisions are made in `scheduler` and `decisions`.
 """
 
 from __future__ import annotations
 
-import heapq
-import math
 from collections import Counter
 
-import numpy as np
-
 from muster.core.placement import trees
-from muster.core.placement.fit import Signature, SignatureKey, signature_key
-from muster.core.placement.model import (
-    CompositeSpec,
-    GangKey,
-    GangSpec,
-    NodeInfo,
-    NodeName,
-    PodInfo,
-    PodKey,
-)
-from muster.core.placement.nodes import Ints, NodeTable
-
-WAITING_FOR_SPEC = "waiting for its Workload/PodGroup"
-
-UnitOrder = tuple[int, float, str, int]  # -priority, created_s, key, 0 for a gang / 1 a pod
-
-
-class PodRecord:
-    """A pod: pending (`node` None), permitted (`node`, not `bound`) or bound."""
-
-    __slots__ = ("bound", "info", "node", "owner", "reason", "sig", "tried")
-
-    def __init__(self, info: PodInfo, sig: Signature, owner: str) -> None:
-        self.info = info
-        self.sig = sig
-        self.owner = owner  # what a preemption evicts with it
-        self.node: NodeName | None = None
-        self.bound = False
-        self.reason = ""  # the last GangWaiting reason, placed on its own
-        self.tried = -1  # epoch of its last failed attempt, placed on its own
-
-    def order(self) -> UnitOrder:
-        return (-self.info.priority, self.info.created_s, self.info.key, 1)
-
-
-class Nomination:
-    """Room kept for a preemptor: its planned placement, and the victims' pods still holding."""
-
-    __slots__ = ("priority", "usage", "victim_pods")
-
-    def __init__(
-        self, priority: int, usage: list[tuple[NodeName, Signature, int]], victim_pods: set[PodKey]
-    ) -> None:
-        self.priority = priority
-        self.usage = usage  # (node, signature, pods of it)
-        self.victim_pods = victim_pods
-
-
-class GangRecord:
-    """A gang, or (`composite` set) a CompositePodGroup of a tree of gangs (`trees`)."""
-
-    __slots__ = (
-        "children",
-        "composite",
-        "held",
-        "key",
-        "nomination",
-        "parent",
-        "placed",
-        "pods",
-        "priority",
-        "reason",
-        "spec",
-        "started_s",
-        "timed_out",
-        "tried",
-    )
-
-    def __init__(self, key: GangKey) -> None:
-        self.key = key
-        self.spec: GangSpec | None = None
-        self.pods: set[PodKey] = set()
-        self.held = 0  # pods permitted or bound
-        self.placed = False  # permitted as a gang: later pods are placed on their own
-        self.started_s: float | None = None  # the first attempt of the current try
-        self.timed_out = False
-        self.reason = ""  # the last GangWaiting (or timeout, preemption) reason
-        self.tried = -1  # epoch of its last failed attempt
-        self.nomination: Nomination | None = None
-        # A tree of gangs: the CompositePodGroup above (None for a root), the groups below a
-        # composite, its spec, and the priority its gangs have.
-        self.parent: GangKey | None = None
-        self.children: set[GangKey] = set()
-        self.composite: CompositeSpec | None = None
-        self.priority = 0
-
-    def deadline_s(self, default_timeout_s: float) -> float | None:
-        if self.started_s is None:
-            return None
-        if self.composite is not None:  # a tree's: its root's, if it has one
-            timeout = self.composite.timeout_s
-            return None if timeout is None else self.started_s + timeout
-        if self.spec is None:
-            return None
-        timeout = self.spec.timeout_s
-        timeout = default_timeout_s if timeout is None else timeout
-        return None if math.isinf(timeout) else self.started_s + timeout
-
-    def order(self) -> UnitOrder:
-        if self.composite is not None:
-            return (-self.priority, self.composite.created_s, self.key, 0)
-        spec = self.spec
-        if spec is None:
-            return (0, 0.0, self.key, 0)
-        return (-spec.priority, spec.created_s, self.key, 0)
+from muster.core.placement.deadlines import Deadlines
+from muster.core.placement.model import GangKey, GangSpec, NodeInfo, NodeName, PodInfo, PodKey
+from muster.core.placement.nodes import NodeTable
+from muster.core.placement.nominated import NominatedRoom
+from muster.core.placement.records import GangRecord, Nomination, PodRecord
+from muster.core.placement.signature import Signature, SignatureKey, signature_key
 
 
 class PlacementState:
@@ -139,17 +37,13 @@ class PlacementState:
         self.owned: dict[str, set[PodKey]] = {}  # owner -> its pods
         self.holders: dict[str, set[PodKey]] = {}  # owner -> its pods that hold room
         self.held_priorities: Counter[int] = Counter()  # of the pods that hold room
-        self.nominations: dict[GangKey, Nomination] = {}
-        self.evicting: dict[PodKey, GangKey] = {}  # victim pod -> its preemptor
+        self.nominated = NominatedRoom(self.table)
         self.dirty_gangs: set[GangKey] = set()
         self.dirty_singles: set[PodKey] = set()
         self.waiting_gangs: set[GangKey] = set()
         self.waiting_singles: set[PodKey] = set()
         self.epoch = 0
-        self.nomination_version = 0
-        self._by_priority: dict[int, Ints] = {}
-        self._nominated_shape: tuple[int, tuple[int, ...]] = (-1, ())
-        self.deadlines: list[tuple[float, GangKey]] = []  # a heap, stale entries skipped
+        self.deadlines = Deadlines(self.gangs, default_timeout_s=default_timeout_s)
 
     # --- facts ---------------------------------------------------------------------------------
 
@@ -172,8 +66,9 @@ class PlacementState:
             gang.placed = gang.held >= spec.min_count
             if gang.placed:
                 trees.root_of(self, gang).placed = True  # the tree was placed before
-        self.reprioritise(gang, spec.priority)
-        self.push_deadline(gang)
+        if gang.nomination is not None:
+            self.nominated.move(gang.nomination, spec.priority)
+        self.deadlines.push(gang)
         self._refresh_owners(gang)
         self.regroup(gang)
 
@@ -370,7 +265,7 @@ class PlacementState:
         pod.bound = False
         pod.reason = ""
         self.epoch += 1
-        preemptor = self.evicting.pop(pod.info.key, None)
+        preemptor = self.nominated.evicting.pop(pod.info.key, None)
         if preemptor is not None:
             nomination = self.gangs[preemptor].nomination
             assert nomination is not None
@@ -407,6 +302,15 @@ class PlacementState:
                 self.dirty_singles.discard(key)
                 self.waiting_singles.discard(key)
 
+    def mark_placed(self, gang: GangRecord) -> None:
+        """`gang` (or a tree's root) was permitted: its try ends and its nomination goes."""
+        gang.placed = True
+        gang.started_s = None
+        gang.reason = ""
+        gang.tried = -1
+        self.waiting_gangs.discard(gang.key)
+        self.drop_nomination(gang)
+
     def pending(self, gang: GangRecord) -> list[PodKey]:
         """`gang`'s pods that hold nothing, by key."""
         return sorted(k for k in gang.pods if self.pods[k].node is None)
@@ -415,116 +319,21 @@ class PlacementState:
 
     def nominate(self, gang: GangRecord, nomination: Nomination) -> None:
         self.drop_nomination(gang)
-        self._nominated()  # up to date before it changes
-        gang.nomination = self.nominations[gang.key] = nomination
-        self._count(nomination, 1)
-        self.nomination_version += 1
-        for key in nomination.victim_pods:
-            self.evicting[key] = gang.key
+        gang.nomination = nomination
+        self.nominated.add(gang.key, nomination)
 
     def drop_nomination(self, gang: GangRecord) -> None:
-        nomination = gang.nomination
-        if nomination is None:
+        if gang.nomination is None:
             return
-        self._nominated()
-        self._count(nomination, -1)
+        self.nominated.remove(gang.key)
         gang.nomination = None
-        del self.nominations[gang.key]
-        self.nomination_version += 1
-        for key in nomination.victim_pods:
-            self.evicting.pop(key, None)
         self.epoch += 1  # the room it kept is free for others again
-
-    def reprioritise(self, gang: GangRecord, priority: int) -> None:
-        """Move `gang`'s nomination to its new priority."""
-        nomination = gang.nomination
-        if nomination is None or nomination.priority == priority:
-            return
-        self._nominated()
-        self._count(nomination, -1)
-        nomination.priority = priority
-        self._count(nomination, 1)
-        self.nomination_version += 1
-
-    def _nominated(self) -> dict[int, Ints]:
-        """The room nominated per preemptor priority, one matrix each; rebuilt from the
-        nominations when nodes changed (rows are reused)."""
-        shape = (self.table.version, self.table.alloc.shape)
-        if shape != self._nominated_shape:
-            self._nominated_shape = shape
-            self._by_priority = {}
-            for nomination in self.nominations.values():
-                self._count(nomination, 1)
-        return self._by_priority
-
-    def _count(self, nomination: Nomination, sign: int) -> None:
-        table = self.table
-        matrix = self._by_priority.get(nomination.priority)
-        if matrix is None:
-            matrix = self._by_priority[nomination.priority] = np.zeros_like(table.alloc)
-        for node, sig, count in nomination.usage:
-            row = table.index.get(node)
-            if row is not None:
-                demand = sig.demand(table)
-                matrix[row, : len(demand)] += demand * (sign * count)
-
-    def view(self, priority: int, *, own: GangKey | None) -> Ints:
-        """Free room for a unit of `priority`: allocatable minus used, minus the room nominated
-        for other preemptors of the same or a higher priority. A fresh matrix."""
-        free = self.table.free()
-        for level, matrix in self._nominated().items():
-            if level >= priority:
-                free -= matrix
-        mine = None if own is None else self.nominations.get(own)
-        if mine is not None and mine.priority >= priority:
-            for node, sig, count in mine.usage:
-                row = self.table.index.get(node)
-                if row is not None:
-                    demand = sig.demand(self.table)
-                    free[row, : len(demand)] += demand * count
-        return free
-
-    def free_of(self, node: NodeName) -> dict[str, int]:
-        """`node`'s allocatable minus used and every nomination on it."""
-        free = self.table.free_of(node)
-        for nomination in self.nominations.values():
-            for name, sig, count in nomination.usage:
-                if name == node:
-                    demand = self.table.resources_of(sig.demand(self.table))
-                    for resource, amount in demand.items():
-                        free[resource] = free.get(resource, 0) - amount * count
-        return free
 
     # --- deadlines -----------------------------------------------------------------------------
 
-    def push_deadline(self, gang: GangRecord) -> None:
-        deadline = gang.deadline_s(self.default_timeout_s)
-        if deadline is not None:
-            heapq.heappush(self.deadlines, (deadline, gang.key))
-
-    def _deadline_valid(self, deadline: float, key: GangKey) -> bool:
-        gang = self.gangs.get(key)
-        return (
-            gang is not None
-            and not gang.placed
-            and not gang.timed_out
-            and gang.deadline_s(self.default_timeout_s) == deadline
-        )
-
     def take_due(self, now_s: float) -> None:
         """Mark every gang whose deadline has come for the next pass."""
-        while self.deadlines and self.deadlines[0][0] <= now_s:
-            deadline, key = heapq.heappop(self.deadlines)
-            if self._deadline_valid(deadline, key):
-                self.dirty_gangs.add(key)
-
-    def next_deadline_s(self) -> float | None:
-        while self.deadlines:
-            deadline, key = self.deadlines[0]
-            if self._deadline_valid(deadline, key):
-                return deadline
-            heapq.heappop(self.deadlines)
-        return None
+        self.dirty_gangs.update(self.deadlines.take_due(now_s))
 
 
 def _discard(index: dict[str, set[PodKey]], owner: str, key: PodKey) -> None:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from muster.core.placement.fit import Fit, Group, Placer, fit_counts
+from muster.core.placement.counting import fit_counts
+from muster.core.placement.fit import Fit, Group, Placer
 from muster.core.placement.model import GangKey, PodKey, TopologyRequest
 from muster.core.placement.nodes import MISSING, Bools, Ints, LabelColumn
 

@@ -13,9 +13,10 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from muster.core.placement.model import GangKey, GangSpec
+from muster.core.placement.records import GangRecord
 
 if TYPE_CHECKING:
-    from muster.core.placement.state import GangRecord, PlacementState
+    from muster.core.placement.state import PlacementState
 
 
 def link(state: PlacementState, gang: GangRecord, spec: GangSpec) -> None:

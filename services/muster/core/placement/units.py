@@ -9,7 +9,8 @@ from collections.abc import Sequence
 
 from muster.core.placement.fit import Group
 from muster.core.placement.model import PodKey
-from muster.core.placement.state import WAITING_FOR_SPEC, GangRecord, PlacementState
+from muster.core.placement.records import WAITING_FOR_SPEC, GangRecord
+from muster.core.placement.state import PlacementState
 from muster.core.placement.treefit import Branch, Groups, Leaf
 
 

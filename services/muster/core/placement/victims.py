@@ -13,7 +13,8 @@ import numpy.typing as npt
 from muster.core.placement.fit import Group
 from muster.core.placement.model import NodeName, PlacementPreempted, PodKey
 from muster.core.placement.nodes import Ints, NodeTable
-from muster.core.placement.state import GangRecord, Nomination, PlacementState
+from muster.core.placement.records import GangRecord, Nomination
+from muster.core.placement.state import PlacementState
 
 POD, GROUP, TREE = 0, 1, 2  # what a victim is, least important first
 
@@ -68,7 +69,7 @@ def usable_positions(state: PlacementState, pool: Pool, groups: Sequence[Group])
     known = pool.rows >= 0
     keep = np.zeros(len(pool), dtype=np.bool_)
     keep[pool.candidate_of[known][usable[pool.rows[known]]]] = True
-    for key in state.evicting:
+    for key in state.nominated.evicting:
         found = pool.position(state.pods[key].owner)
         if found is not None:
             keep[found] = False
@@ -179,7 +180,7 @@ def preempt(
     tree's root, whose pods are `groups`, placed by `place` on a matrix of free room) fit, and
     nominate their room for it; None if no such set exists. Victims are spared most important
     first (`eviction_order`, `pick_victims`)."""
-    base = state.view(priority, own=unit.key)
+    base = state.nominated.view(priority, own=unit.key)
     usable = usable_positions(state, pool, groups)  # in eviction order
 
     def placing(victims: Sequence[int]) -> Sequence[int] | None:

@@ -1,0 +1,109 @@
+"""Preemption's search space: the request, the cohort tree it is searched in, the victims found,
+and the tentative moves both searches (classic and fair sharing) make on the quota tree.
+
+A candidate's usage is removed from the tree while the search tries it and always restored;
+`fill_back` gives back every victim whose return still lets the preemptor fit (Kueue).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import Protocol
+
+import msgspec
+
+from muster.api.model import FairSharingStrategy, Preemption, WorkloadKey
+from muster.core.quota import FlavorResource, QuotaNode
+
+
+class QuotaHolder(Protocol):
+    """An admitted (quota-reserving) workload as preemption sees it."""
+
+    @property
+    def key(self) -> WorkloadKey: ...
+    @property
+    def cluster_queue(self) -> str: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def queue_ts(self) -> float: ...
+    @property
+    def reserved_at_s(self) -> float: ...
+    @property
+    def usage(self) -> Mapping[FlavorResource, int]: ...
+    @property
+    def evicted(self) -> bool: ...
+    @property
+    def seq(self) -> int: ...
+
+
+class PreemptionRequest(msgspec.Struct, frozen=True, kw_only=True):
+    cluster_queue: str
+    priority: int
+    queue_ts: float
+    seq: int
+    policy: Preemption
+    usage: Mapping[FlavorResource, int]  # the assignment's total usage
+    short: frozenset[FlavorResource]  # resources that need preemption
+
+
+class TreeView(msgspec.Struct, frozen=True, kw_only=True):
+    """The cohort tree the request lives in: nodes and who holds quota where."""
+
+    nodes: Mapping[str, QuotaNode]  # ClusterQueue name -> node, every CQ of the tree
+    holders: Callable[[str], Iterable[QuotaHolder]]  # ClusterQueue name -> its quota holders
+    fair_sharing: tuple[FairSharingStrategy, ...] | None  # None: fair sharing off
+    # ClusterQueues of the tree over their subtree quota of something (a superset of those
+    # borrowing what is needed): the only ones to reclaim from
+    borrowers: Collection[str]
+
+
+class Victims(msgspec.Struct, frozen=True, kw_only=True):
+    targets: tuple[WorkloadKey, ...]
+    reasons: Mapping[WorkloadKey, str]  # Kueue's preemption reason per victim
+
+
+def candidate_order(c: QuotaHolder, cq: str) -> tuple[bool, bool, int, float, int]:
+    # Already evicted first, other queues first, lower priority first, newest reservation first.
+    return (not c.evicted, c.cluster_queue == cq, c.priority, -c.reserved_at_s, -c.seq)
+
+
+def fits(req: PreemptionRequest, cq: QuotaNode, *, allow_borrowing: bool) -> bool:
+    for fr, val in req.usage.items():
+        if val > cq.available(fr):
+            return False
+        if not allow_borrowing and cq.borrows_with(fr, val):
+            return False
+    return True
+
+
+def remove(tree: TreeView, c: QuotaHolder) -> None:
+    node = tree.nodes[c.cluster_queue]
+    for fr, amount in c.usage.items():
+        node.add_usage(fr, -amount)
+
+
+def restore(tree: TreeView, c: QuotaHolder) -> None:
+    node = tree.nodes[c.cluster_queue]
+    for fr, amount in c.usage.items():
+        node.add_usage(fr, amount)
+
+
+def fill_back(
+    req: PreemptionRequest, tree: TreeView, removed: list[QuotaHolder], *, allow_borrowing: bool
+) -> list[QuotaHolder]:
+    """Give back, newest removal first (the last one is needed), every victim it can spare.
+
+    Leaves exactly the victims removed from the tree; the caller restores `removed`.
+    """
+    cq = tree.nodes[req.cluster_queue]
+    victims = list(removed)
+    for i in range(len(removed) - 2, -1, -1):
+        c = removed[i]
+        restore(tree, c)
+        if fits(req, cq, allow_borrowing=allow_borrowing):
+            victims.remove(c)
+            removed.pop(i)  # spared: already back in the tree
+        else:
+            remove(tree, c)
+    return victims

@@ -1,0 +1,90 @@
+"""How admission's in-order consumer (`muster.bus.ordered`) answers a fetched batch: one ack
+for the batch (the durable acks all), a term for each event dead-lettered, and nothing past an
+event whose copy could not be stored."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+from admission_stream import submitted, workload
+
+from muster.bus import ConsumerSettings, Reject, Retry, encode
+from muster.bus.ordered import _handle_batch
+from muster.contracts.v1 import events_pb2 as pb
+
+pytestmark = pytest.mark.timeout(10)
+
+
+class Msg:
+    """A JetStream delivery, recording how it was answered."""
+
+    def __init__(self, data: bytes, sequence: int, answers: list[tuple[str, int]]) -> None:
+        self.data = data
+        self.sequence = sequence
+        self.reply = f"$JS.ACK.MUSTER_EVENTS.admission-0.1.{sequence}.{sequence}.0.0"
+        self.subject = "muster.v1.local.workload.submitted.3"
+        self.headers = None
+        self._answers = answers
+
+    async def ack(self) -> None:
+        self._answers.append(("ack", self.sequence))
+
+    async def term(self) -> None:
+        self._answers.append(("term", self.sequence))
+
+
+class Publisher:
+    def __init__(self, *, failing: int | None = None) -> None:
+        self.copied: list[int] = []
+        self.failing = failing  # the sequence whose copy cannot be stored
+
+    async def dead_letter(self, msg: Msg, *, consumer: str, reason: str) -> int:
+        if msg.sequence == self.failing:
+            raise Retry(1.0, "no PubAck")
+        self.copied.append(msg.sequence)
+        return len(self.copied)
+
+
+class Bus:
+    def __init__(self, publisher: Publisher) -> None:
+        self.publisher = publisher
+        self.metrics = None
+
+
+def batch(answers: list[tuple[str, int]]) -> list[Msg]:
+    """Sequences 10..14: 11 cannot be read, 13 is refused by the rounds."""
+    data = [encode(submitted(workload(f"w{i}"))) for i in range(5)]
+    data[1] = b"\xff not an envelope"
+    return [Msg(d, 10 + i, answers) for i, d in enumerate(data)]
+
+
+async def refuse_13(envs: Sequence[pb.Envelope], raw: Sequence[bytes]) -> list[Reject | None]:
+    return [Reject("cannot apply") if e.sequence == 13 else None for e in envs]
+
+
+async def answered(publisher: Publisher) -> list[tuple[str, int]]:
+    answers: list[tuple[str, int]] = []
+    bus = Bus(publisher)
+    await _handle_batch(bus, "admission-0", batch(answers), refuse_13, ConsumerSettings())
+    return answers
+
+
+async def test_a_batch_is_answered_by_its_terms_and_one_ack_of_its_last_event() -> None:
+    publisher = Publisher()
+    assert await answered(publisher) == [("term", 11), ("term", 13), ("ack", 14)]
+    assert publisher.copied == [11, 13]
+
+
+async def test_nothing_past_an_event_whose_copy_failed_is_answered() -> None:
+    publisher = Publisher(failing=11)
+    # 10 is acked; 11 (not copied) and what follows come back after the ack wait.
+    assert await answered(publisher) == [("ack", 10)]
+    assert publisher.copied == []
+
+
+async def test_an_event_refused_last_answers_for_the_batch_with_its_term() -> None:
+    answers: list[tuple[str, int]] = []
+    msgs = batch(answers)[:4]  # 13, refused, is the last
+    await _handle_batch(Bus(Publisher()), "admission-0", msgs, refuse_13, ConsumerSettings())
+    assert answers == [("term", 11), ("term", 13)]

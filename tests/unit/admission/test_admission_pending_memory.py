@@ -1,0 +1,105 @@
+"""A replica with many queues and many waiting workloads: what it builds once, what it shares.
+
+The configuration a rebuild replays is built into quota trees once, when the replica takes
+ownership, not once per object (quadratic in the ClusterQueues); the workloads waiting in one
+group share its shape, and the ledger keeps one copy of each pending message.
+"""
+
+from __future__ import annotations
+
+from admission_stream import (
+    Stream,
+    applied,
+    cluster_queue,
+    flavor,
+    local_queue,
+    submitted,
+    workload,
+)
+
+from muster.admission.state import AdmissionState
+from muster.admission.translate import fact_of
+from muster.api.model import WorkloadKey
+from muster.bus import new_event
+from muster.contracts.v1 import events_pb2 as pb
+
+QUEUES = 30
+
+
+def config_stream() -> Stream:
+    """A flavor and QUEUES ClusterQueues (1 cpu each, one cohort) with a LocalQueue each."""
+    stream = Stream()
+    stream.append(applied(flavor()))
+    for q in range(QUEUES):
+        stream.append(applied(cluster_queue(f"cq-{q}", cpu="1", cohort="all")))
+        stream.append(applied(local_queue(f"lq-{q}", cq=f"cq-{q}")))
+    return stream
+
+
+def replayed(stream: Stream) -> AdmissionState:
+    state = AdmissionState()
+    for env in stream.log:
+        state.replay(fact_of(env), sequence=env.sequence)
+    return state
+
+
+def test_a_rebuild_builds_the_replayed_configuration_once_when_it_takes_ownership() -> None:
+    stream = config_stream()
+    stream.append(submitted(workload("a", cpu="1", queue="lq-7")))
+    state = replayed(stream)
+    built = state.engine.state.config.epoch  # not `engine.config`: reading that settles it
+
+    events = state.take_ownership(now_s=1.0)
+
+    assert built == 1  # the empty engine's own build; none per replayed object
+    assert state.engine.state.config.epoch == 2
+    assert [(e.type.value, e.object) for e in events] == [
+        ("QuotaReserved", "ns/a"),
+        ("Admitted", "ns/a"),
+    ]
+    assert state.engine.tree_of_cluster_queue("cq-29") == "cohort/all"
+
+
+def test_replayed_changes_and_deletions_are_built_with_the_rest() -> None:
+    stream = config_stream()
+    stream.append(applied(cluster_queue("cq-3", cpu="1"), at_ns=2))  # out of the cohort
+    deleted = pb.ConfigDeleted(kind="ClusterQueue", name="cq-4")
+    stream.append(new_event("config_deleted", deleted, cluster="local", source="test"))
+    state = replayed(stream)
+
+    state.take_ownership(now_s=1.0)
+
+    assert state.engine.state.config.epoch == 2
+    assert state.engine.tree_of_cluster_queue("cq-3") == "cq/cq-3"
+    assert state.engine.tree_of_cluster_queue("cq-4") is None
+    assert state.engine.tree_of_cluster_queue("cq-5") == "cohort/all"
+
+
+def test_configuration_applied_while_owning_is_built_at_once() -> None:
+    stream, state = config_stream(), AdmissionState()
+    state.take_ownership(now_s=0.0)
+    for env in stream.log[:3]:
+        stream.run(state, env)
+
+    assert state.engine.state.config.epoch == 1 + 3
+    assert state.engine.tree_of_cluster_queue("cq-0") == "cohort/all"
+
+
+def test_workloads_waiting_in_one_group_share_its_shape_and_the_ledger_their_message() -> None:
+    stream, state = config_stream(), AdmissionState()
+    state.take_ownership(now_s=0.0)
+    for env in list(stream.log):
+        stream.run(state, env)
+    for n in range(QUEUES + 4):  # 1 cpu each: QUEUES run (borrowing), 4 wait in one group
+        stream.run(state, submitted(workload(f"w{n}", cpu="1", queue="lq-0")))
+
+    waiting = [WorkloadKey(f"ns/w{n}") for n in range(QUEUES, QUEUES + 4)]
+    records = [state.engine.records[key] for key in waiting]
+    entries = [state.ledger.entries[key] for key in waiting]
+    assert state.engine.phase(WorkloadKey(f"ns/w{QUEUES - 1}")) == "Admitted"
+    assert {state.engine.phase(key) for key in waiting} == {"Pending"}
+    group = records[0].group
+    assert group is not None
+    assert all(r.group is group and r.shape is group.shape for r in records)
+    assert entries[0].pending_message.startswith("couldn't assign flavors")
+    assert all(e.pending_message is entries[0].pending_message for e in entries)
