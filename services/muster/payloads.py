@@ -1,8 +1,10 @@
 """Api objects to event payloads and back, once each (docs/events.md is the wire contract).
 
-Every service that writes a `workload.submitted` or a `config.applied` builds its payload here,
-and every service that reads an applied configuration object decodes it here, so a manifest
-has one JSON encoding and one reading, with one error naming the object when it is not one.
+Every service that writes a `workload.submitted` or a `config.applied` (or a workload's manifest
+into an `admitted`'s copy) builds its payload here, and every service that reads a manifest out
+of a payload (an applied configuration object, a submitted or admitted workload, a `cmd.apply`
+object) decodes it here, so a manifest has one JSON encoding and one reading, with one error
+naming the object when it is not one.
 
 The encoding is JSON with sorted keys and no spaces: the same document always gives the same
 bytes, whoever sends it. Readers take any JSON (older events carry other spacing and key
@@ -26,7 +28,10 @@ __all__ = [
     "applied_object",
     "config_applied",
     "decode_manifest",
+    "manifest_document",
     "manifest_json",
+    "manifest_workload",
+    "workload_manifest",
     "workload_submitted",
 ]
 
@@ -47,11 +52,16 @@ def manifest_json(doc: Mapping[str, Any]) -> str:
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), default=_scalar)
 
 
+def workload_manifest(wl: Workload) -> str:
+    """`wl` as a payload's manifest carries it (Kueue's spelling, canonical JSON)."""
+    return manifest_json(workload_to_kueue(wl))
+
+
 def workload_submitted(wl: Workload, *, owner_manifest: str = "") -> events_pb2.WorkloadSubmitted:
     """`workload.submitted`'s payload for `wl`; `owner_manifest` is the Job it stands for
     (as its owner wrote it), when it stands for one."""
     payload = events_pb2.WorkloadSubmitted(
-        manifest_json=manifest_json(workload_to_kueue(wl)),
+        manifest_json=workload_manifest(wl),
         queue_name=wl.queue_name,
         # Only spec.priority as written: priority classes are resolved by admission.
         priority=wl.priority or 0,
@@ -88,16 +98,24 @@ def config_applied(
     )
 
 
-def applied_document(payload: events_pb2.ConfigApplied) -> dict[str, Any]:
-    """The document a `config.applied` carries; PayloadError when it is not a JSON object."""
-    what = f"{payload.kind}/{payload.name}"
+def _parsed(text: str, *, what: str) -> Any:
     try:
-        doc = json.loads(payload.manifest_json)
-    except json.JSONDecodeError as exc:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, an int too long
         raise PayloadError(f"{what}: manifest is not JSON ({type(exc).__name__}: {exc})") from exc
+
+
+def manifest_document(text: str, *, what: str) -> dict[str, Any]:
+    """The JSON object `text` (a payload's manifest) holds; PayloadError naming `what`."""
+    doc = _parsed(text, what=what)
     if not isinstance(doc, dict):
         raise PayloadError(f"{what}: manifest is a JSON {type(doc).__name__}, not an object")
     return doc
+
+
+def applied_document(payload: events_pb2.ConfigApplied) -> dict[str, Any]:
+    """The document a `config.applied` carries; PayloadError when it is not a JSON object."""
+    return manifest_document(payload.manifest_json, what=f"{payload.kind}/{payload.name}")
 
 
 def applied_object(payload: events_pb2.ConfigApplied) -> ApiObject:
@@ -108,13 +126,18 @@ def applied_object(payload: events_pb2.ConfigApplied) -> ApiObject:
 
 def decode_manifest(text: str, *, what: str) -> ApiObject:
     """The one api object `text` (a payload's manifest) holds; PayloadError naming `what`."""
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise PayloadError(f"{what}: manifest is not JSON ({type(exc).__name__}: {exc})") from exc
-    objects, errors = decode_documents([doc], source=what)
+    objects, errors = decode_documents([_parsed(text, what=what)], source=what)
     if errors:
         raise PayloadError("; ".join(str(e) for e in errors))
     if len(objects) != 1:
         raise PayloadError(f"{what}: expected one object, got {len(objects)}")
     return objects[0]
+
+
+def manifest_workload(text: str, *, what: str) -> Workload:
+    """The Workload a `submitted` or an `admitted` carries; PayloadError naming `what` when the
+    manifest is not one valid Workload."""
+    obj = decode_manifest(text, what=what)
+    if not isinstance(obj, Workload):
+        raise PayloadError(f"{what}: manifest is a {type(obj).__name__}, not a Workload")
+    return obj

@@ -4,6 +4,7 @@ values naming the flag, and open what was chosen."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import nats
 import pytest
 
 from muster.binder import __main__ as binder_main
+from muster.bus.kv import open_bucket
 from muster.bus.service import ServiceConfig
 from muster.cluster.choose import BackendConfig, open_backend
 from muster.cluster.errors import ClusterError
@@ -196,7 +198,9 @@ async def nats_url(tmp_path: Path) -> AsyncIterator[str]:
 async def test_open_backend_gives_the_sim_over_the_services_connection(nats_url: str) -> None:
     nc = await nats.connect(nats_url)
     try:
-        made = await opened(BackendConfig(), js=nc.jetstream(), cluster="east")
+        made = await opened(
+            BackendConfig(), buckets=functools.partial(open_bucket, nc.jetstream()), cluster="east"
+        )
         assert made == (SimBackend, None)
         bucket = await nc.jetstream().key_value("MUSTER_SIM_east")  # opened: the sim's store
         assert bucket is not None
@@ -207,7 +211,7 @@ async def test_open_backend_gives_the_sim_over_the_services_connection(nats_url:
 async def test_open_backend_gives_kubernetes_with_its_status_writer() -> None:
     async with ApiServer() as server:
         _, backend = backend_of("binder", ["--cluster-backend", "kube", "--kube-host", server.url])
-        made = await opened(backend, js=None, cluster="local")  # type: ignore[arg-type]
+        made = await opened(backend, buckets=None, cluster="local")  # type: ignore[arg-type]
         assert made == (KubeBackend, StatusWriter)
 
 
@@ -217,4 +221,4 @@ async def test_kubernetes_without_any_configuration_fails_clearly(
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     _, backend = backend_of("gangpermit", ["--cluster-backend", "kube"])
     with pytest.raises(ClusterError, match="no Kubernetes client configuration"):
-        await opened(backend, js=None, cluster="local")  # type: ignore[arg-type]
+        await opened(backend, buckets=None, cluster="local")  # type: ignore[arg-type]

@@ -91,7 +91,7 @@ class SimCluster:
 async def sim_clusters(bus: Bus, *names: str) -> Any:
     """The named clusters, started; stopped when the block ends."""
     clusters = [
-        SimCluster(name, bus, SimBackend(await SimStore.open(bus.js, cluster=name)))
+        SimCluster(name, bus, SimBackend(await SimStore.open(bus.kv, cluster=name)))
         for name in names
     ]
     try:

@@ -137,7 +137,7 @@ async def placement_stack(
     kubelet: bool = True,
 ) -> AsyncIterator[Stack]:
     """watcher, gangpermit (`gangpermit` config overrides), binder, kubelet and a gateway."""
-    backend = SimBackend(await SimStore.open(bus.js, cluster=CLUSTER))
+    backend = SimBackend(await SimStore.open(bus.kv, cluster=CLUSTER))
     stack = Stack(bus=bus, backend=backend, events=events)
     async with contextlib.AsyncExitStack() as exits:
         if gateway:

@@ -29,7 +29,7 @@ GI = 2**30 * 1000  # one Gi in milli-units
 
 @pytest.fixture
 async def sim(bus: Bus) -> SimBackend:
-    store = await SimStore.open(bus.js, cluster="local", publisher=bus.publisher)
+    store = await SimStore.open(bus.kv, cluster="local")
     uids = iter(range(1_000_000))
     return SimBackend(store, clock=ManualClock(), new_uid=lambda: f"uid-{next(uids)}")
 

@@ -26,7 +26,7 @@ Pod = dict[str, Any]
 
 @pytest.fixture
 async def store(bus: Bus) -> SimStore:
-    return await SimStore.open(bus.js, cluster="local", publisher=bus.publisher)
+    return await SimStore.open(bus.kv, cluster="local")
 
 
 @pytest.fixture

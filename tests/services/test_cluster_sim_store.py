@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from muster.bus import Bus
+from muster.bus.kv import open_bucket
 from muster.cluster import ClusterError, ConflictError, InvalidObjectError
 from muster.cluster.keys import (
     bucket_name,
@@ -31,8 +32,9 @@ VALID_KEY_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01234
 @pytest.fixture(params=["bus-publisher", "nats-py"])
 async def store(bus: Bus, request: pytest.FixtureRequest) -> SimStore:
     """The store writing through the bus's publisher (as services do), or through nats-py."""
-    publisher = bus.publisher if request.param == "bus-publisher" else None
-    return await SimStore.open(bus.js, cluster="local", publisher=publisher)
+    if request.param == "bus-publisher":
+        return await SimStore.open(bus.kv, cluster="local")
+    return SimStore(await open_bucket(bus.js, bucket_name("local")))
 
 
 async def take(changes: AsyncIterator[StoreChange], count: int) -> list[StoreChange]:

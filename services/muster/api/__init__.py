@@ -14,7 +14,6 @@ from muster.api.decode import (
     kueue_config_from_file,
     structural_error,
     with_generated_name,
-    workload_from_json,
 )
 from muster.api.encode import quantities_to_strings, workload_to_kueue
 from muster.api.errors import FieldError
@@ -42,7 +41,6 @@ __all__ = [
     "structural_error",
     "validate",
     "with_generated_name",
-    "workload_from_json",
     "workload_name_for_job",
     "workload_to_kueue",
 ]

@@ -240,18 +240,6 @@ def decode_documents(
     return _decode_all(docs, _reading(source, skipped, validation, warnings, name_seed, kept))
 
 
-def workload_from_json(text: str) -> Workload | None:
-    """The Workload a JSON manifest holds (as the gateway and watcher publish it in
-    `workload.submitted`), or None when it is not JSON or not one valid Workload."""
-    try:
-        doc = load_json(text)
-    except LoadError:
-        return None
-    objects, errors = decode_documents([doc])
-    found = [o for o in objects if isinstance(o, Workload)]
-    return found[0] if found and not errors else None
-
-
 def decode_files(
     paths: Sequence[str | Path],
     *,

@@ -66,9 +66,7 @@ def build(args: argparse.Namespace, config: ServiceConfig) -> ServiceMain:
 
 async def serve(bus: Bus, health: Health, *, config: BinderConfig, backend: BackendConfig) -> None:
     """Bind on cluster `config.cluster`, simulated or Kubernetes (`backend`)."""
-    async with open_backend(
-        backend, js=bus.js, cluster=config.cluster, publisher=bus.publisher
-    ) as opened:
+    async with open_backend(backend, buckets=bus.kv, cluster=config.cluster) as opened:
         copies = None
         if backend.kind == "kube":
             # Imported here: the client library is loaded by services on Kubernetes only.

@@ -15,7 +15,6 @@ event's trace, when spans are recorded; the pods it starts carry that trace's `t
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Coroutine
@@ -24,7 +23,6 @@ from typing import Any, Final, NamedTuple, Protocol
 import msgspec
 from google.protobuf.message import Message
 
-from muster.api import workload_from_json, workload_to_kueue
 from muster.api.model import Workload
 from muster.api.wellknown import (
     BIND_FAILED,
@@ -47,6 +45,12 @@ from muster.cluster.backend import ClusterBackend, Identity, PodSetStart, Worklo
 from muster.cluster.errors import ClusterError, RequestsRefusedError
 from muster.contracts.v1 import events_pb2
 from muster.metrics.services import BinderSeries
+from muster.payloads import (
+    PayloadError,
+    manifest_document,
+    manifest_workload,
+    workload_manifest,
+)
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +101,12 @@ class WorkloadSpecs:
         if env.type == "workload.admitted":
             self._admitted_at[env.workload] = env.sequence
         elif env.type == "workload.submitted":
-            wl = workload_from_submitted(env.submitted)
-            if wl is None:
-                log.warning("undecodable workload manifest", extra={"workload": env.workload})
+            try:
+                wl = workload_from_submitted(env.submitted, what=env.workload)
+            except PayloadError as err:
+                log.warning(
+                    "undecodable workload manifest: %s", err, extra={"workload": env.workload}
+                )
                 return
             owner = env.submitted.owner_manifest_json
             self._specs[env.workload] = Submission(wl, env.cluster, owner)
@@ -226,7 +233,11 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
     if wl is None and env.admitted.manifest_json:
         # Submitted before what this replica replayed (it restarted after the `submitted` left
         # the stream): the admission carries the spec.
-        wl = workload_from_json(env.admitted.manifest_json)
+        # One that does not decode never will: dead-lettered, naming the workload.
+        try:
+            wl = manifest_workload(env.admitted.manifest_json, what=key)
+        except PayloadError as err:
+            raise Reject(str(err)) from None
     if wl is None:
         # Its submitted event may not have reached this replica's spec replay yet.
         raise Retry(0.5, f"no spec known yet for {key}")
@@ -252,7 +263,7 @@ def origin_of(
     if not origin or origin == cluster:
         return None
     owner = admitted.owner_manifest_json or (submission.owner_json if submission else "")
-    manifest = admitted.manifest_json or json.dumps(workload_to_kueue(wl), sort_keys=True)
+    manifest = admitted.manifest_json or workload_manifest(wl)
     return WorkloadOrigin(cluster=origin, workload_json=manifest, owner_json=owner)
 
 
@@ -435,13 +446,11 @@ async def on_apply(env: events_pb2.Envelope, ctx: BinderContext) -> None:
         raise Reject(f"{env.event_id}: cmd.apply as a member of {CLUSTER_ADMINS}: refused")
     as_user = Identity(user=submitter.user, groups=tuple(submitter.groups))
     refused: list[str] = []
-    for text in env.apply_requested.manifests_json:
+    for n, text in enumerate(env.apply_requested.manifests_json):
         try:
-            manifest = json.loads(text)
-        except ValueError as err:
-            raise Reject(f"undecodable manifest in {env.event_id}: {err}") from None
-        if not isinstance(manifest, dict):
-            raise Reject(f"manifest in {env.event_id} is not an object")
+            manifest = manifest_document(text, what=f"{env.event_id}: manifests_json[{n}]")
+        except PayloadError as err:
+            raise Reject(str(err)) from None
         try:
             if manifest.get("kind") == "Pod":
                 await ctx.backend.create(manifest, as_user=as_user)

@@ -9,20 +9,22 @@ from __future__ import annotations
 
 from typing import Literal, cast
 
-from muster.api import parse_quantity, workload_from_json
+from muster.api import parse_quantity
 from muster.api.model import PodSet, Toleration, Workload
 from muster.api.podspec import admitted_pod_set
 from muster.cluster.backend import PodSetStart
 from muster.contracts.v1 import events_pb2
+from muster.payloads import manifest_workload
 
 
 class MissingPodSetError(ValueError):
     """The admission names a podset the workload does not have."""
 
 
-def workload_from_submitted(payload: events_pb2.WorkloadSubmitted) -> Workload | None:
-    """The Workload in `workload.submitted`'s manifest, or None if it does not decode."""
-    return workload_from_json(payload.manifest_json)
+def workload_from_submitted(payload: events_pb2.WorkloadSubmitted, *, what: str) -> Workload:
+    """The Workload in `workload.submitted`'s manifest; PayloadError naming `what` (the
+    workload's key) when it does not decode."""
+    return manifest_workload(payload.manifest_json, what=what)
 
 
 def _toleration(t: events_pb2.Toleration) -> Toleration:

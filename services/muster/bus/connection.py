@@ -345,5 +345,10 @@ class Bus:
     async def kv(self, bucket: str, *, ttl_s: float | None = None, history: int = 1) -> Bucket:
         """The key-value bucket `bucket`, created if missing (on `stream_replicas` servers)."""
         return await open_bucket(
-            self.js, bucket, ttl_s=ttl_s, history=history, replicas=self.config.stream_replicas
+            self.js,
+            bucket,
+            ttl_s=ttl_s,
+            history=history,
+            replicas=self.config.stream_replicas,
+            writer=self.publisher,
         )

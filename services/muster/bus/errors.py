@@ -64,6 +64,10 @@ class NotFound(BusError):  # noqa: N818 (an outcome, like Retry)
     """What was asked for (a consumer, an object, a bucket) is not there."""
 
 
+# JetStream's err_codes of a write whose Nats-Expected-Last-*-Sequence is no longer the last.
+_WRONG_LAST_SEQUENCE = (10071, 10164)
+
+
 @contextlib.contextmanager
 def wrapped(what: str, *, subject: str = "", expected: int = 0) -> Iterator[None]:
     """Raise each nats-py failure inside as the bus's own: a lost compare-and-set as
@@ -75,6 +79,10 @@ def wrapped(what: str, *, subject: str = "", expected: int = 0) -> Iterator[None
         raise Conflict(subject or what, expected) from exc
     except nats.js.errors.NotFoundError as exc:  # buckets, keys, objects, consumers, streams
         raise NotFound(f"{what}: not found") from exc
+    except nats.js.errors.APIError as exc:
+        if exc.err_code in _WRONG_LAST_SEQUENCE:  # a fenced publish that lost (not nats-py's KV)
+            raise Conflict(subject or what, expected) from exc
+        raise Unavailable(f"{what}: {exc or repr(exc)}") from exc
     except (nats.errors.Error, TimeoutError) as exc:
         raise Unavailable(f"{what}: {exc or repr(exc)}") from exc
 

@@ -2,13 +2,17 @@
 
 `open_bucket` binds to a bucket, creating it first if it is missing, as a `Bucket`: reads,
 writes, compare-and-set and watches, each raising the bus's errors (errors.py), never
-nats-py's. `follow_bucket` hands every entry of a bucket to a callback, for as long as the
-service runs, across NATS restarts.
+nats-py's. A storage engine over the KV protocol (the simulated cluster's store, ADR 0005)
+also gets a key's last write with tombstones, fenced raw writes whose tombstones carry a body,
+the bucket's last revision, its keys under a prefix and an ordered change feed by revision.
+`follow_bucket` hands every entry of a bucket to a callback, for as long as the service runs,
+across NATS restarts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import inspect
 import logging
@@ -16,17 +20,25 @@ import re
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Final, NamedTuple, Protocol
 
+import nats.errors
 import nats.js.errors
-from nats.js import JetStreamContext
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext, api
 from nats.js.kv import KeyValue
 
 from muster.bus.cancel import raise_if_cancelling
-from muster.bus.errors import NotFound, SetupError, Unavailable, wrapped
+from muster.bus.client import stream_sequence
+from muster.bus.errors import NotFound, Retry, SetupError, Unavailable, wrapped
+from muster.bus.publisher import EXPECTED_LAST_SUBJECT_SEQUENCE
 
 log = logging.getLogger(__name__)
 
 _RETRY_S: Final = 1.0
 _DELETED: Final = ("DEL", "PURGE")
+_OPERATION: Final = "KV-Operation"  # the KV protocol's header marking a tombstone
+# A change feed notices a lost consumer (NATS restarted) after about two missed heartbeats,
+# and nats-py's ordered consumer resumes after the last revision it delivered.
+_HEARTBEAT_S: Final = 1.0
 
 _KEY = re.compile(r"[-/_=a-zA-Z0-9]+(\.[-/_=a-zA-Z0-9]+)*")
 
@@ -44,12 +56,14 @@ async def open_bucket(
     ttl_s: float | None = None,
     history: int = 1,
     replicas: int = 1,
+    writer: RawWriter | None = None,
 ) -> Bucket:
     """The bucket named `bucket`, created with `ttl_s` (None: keep forever), `history` and
-    `replicas` (servers of a NATS cluster holding it; an existing bucket is left as it is)."""
+    `replicas` (servers of a NATS cluster holding it; an existing bucket is left as it is).
+    `Bucket.write` goes through `writer` when given (the bus's publisher), else through `js`."""
     try:
         with wrapped(f"key-value bucket {bucket}"):
-            return Bucket(await js.key_value(bucket), bucket)
+            return Bucket(await js.key_value(bucket), bucket, js=js, writer=writer)
     except NotFound:
         pass
     # Two processes may create it at once: the server accepts an identical second create.
@@ -66,7 +80,7 @@ async def open_bucket(
             f"cannot create key-value bucket {bucket} (it is missing): NATS did not answer; with "
             "per-service NATS users run `muster nats-setup` with the admin user first"
         ) from exc.__cause__
-    return Bucket(kv, bucket)
+    return Bucket(kv, bucket, js=js, writer=writer)
 
 
 class Entry(NamedTuple):
@@ -76,6 +90,23 @@ class Entry(NamedTuple):
     value: bytes | None
     revision: int
     created: float  # when the server stored it, in Unix seconds (0: not said)
+
+
+class Change(NamedTuple):
+    """One write as a change feed reads it; a tombstone (`deleted`) keeps the body it was
+    written with (b"" from other KV clients)."""
+
+    key: str
+    data: bytes
+    revision: int
+    deleted: bool
+
+
+class RawWriter(Protocol):
+    """Stores `data` on `subject` with `headers` and returns its stream sequence
+    (`muster.bus.Publisher`): raises the bus's Conflict, Retry or Reject."""
+
+    async def publish_raw(self, subject: str, data: bytes, headers: dict[str, str]) -> int: ...
 
 
 class BucketStatus(NamedTuple):
@@ -97,12 +128,18 @@ class Bucket:
     answer; `create` and `update` raise `Conflict` when the key's revision is not the one
     expected (it exists already, or another writer came first)."""
 
-    def __init__(self, kv: KeyValue, name: str) -> None:
+    def __init__(
+        self, kv: KeyValue, name: str, *, js: JetStreamContext, writer: RawWriter | None = None
+    ) -> None:
         self._kv = kv
+        self._js = js
+        self._writer = writer
         self.name = name
+        self._stream = f"KV_{name}"  # the KV protocol's stream and subject names
+        self._prefix = f"$KV.{name}."
 
     def _subject(self, key: str) -> str:
-        return f"$KV.{self.name}.{key}"
+        return self._prefix + key
 
     async def get(self, key: str) -> Entry | None:
         """The live value of `key`; None when it is absent, deleted, or a name no key can have."""
@@ -174,6 +211,95 @@ class Bucket:
                     yield None if raw is None else _entry(raw)
             finally:
                 await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py leaves it unannotated
+
+    # --- a storage engine's view of the KV protocol --------------------------------------------
+
+    async def last_write(self, key: str) -> Entry | None:
+        """`key`'s last write, a tombstone included (`value` None); None when never written."""
+        try:
+            with wrapped(f"{self.name} get {key}"):
+                raw = await self._kv.get(key)
+        except NotFound as exc:
+            tombstone = getattr(exc.__cause__, "entry", None)  # set when the key was deleted
+            return None if tombstone is None else _entry(tombstone)._replace(value=None)
+        return _entry(raw)
+
+    async def write(self, key: str, data: bytes, *, last: int, deleting: bool = False) -> int:
+        """Store `data` at `key` only while `last` is its last revision (0: never written), as
+        a tombstone carrying `data` when `deleting`; the new revision. `Conflict` when `last`
+        is no longer the last; `Reject` when the server refuses the message (too large)."""
+        headers = {EXPECTED_LAST_SUBJECT_SEQUENCE: str(last)}
+        if deleting:
+            headers[_OPERATION] = "DEL"
+        subject = self._subject(key)
+        if self._writer is not None:
+            try:
+                return await self._writer.publish_raw(subject, data, headers)
+            except Retry as exc:
+                raise Unavailable(f"{self.name} write {key}: {exc}") from exc
+        with wrapped(f"{self.name} write {key}", subject=subject, expected=last):
+            ack = await self._js.publish(subject, data, headers=headers)
+        return ack.seq
+
+    async def last_revision(self) -> int:
+        """The revision of the bucket's latest write (0: none yet)."""
+        with wrapped(f"{self.name} last revision"):
+            info = await self._js.stream_info(self._stream)
+        return int(info.state.last_seq)
+
+    async def keys(self, prefix: str = "") -> list[str]:
+        """Every key whose last write starts with `prefix` (whole tokens: "pod.ml."), tombstones
+        included, sorted: the stream's own subject list, exact at one instant."""
+        with wrapped(f"{self.name} keys {prefix}"):
+            info = await self._js.stream_info(
+                self._stream, subjects_filter=f"{self._prefix}{prefix}>"
+            )
+        subjects = (info.state.subjects or {}) if info.state else {}
+        return sorted(subject.removeprefix(self._prefix) for subject in subjects)
+
+    async def changes(
+        self, *prefixes: str, after: int | None = None
+    ) -> AsyncGenerator[Change, None]:
+        """Each key under `prefixes` (whole tokens; none: every key) at its last write, then
+        every write as it comes, in revision order across prefixes; with `after` (a revision),
+        every write after it instead. Until the caller stops; `Unavailable` when NATS fails."""
+        # Delivered through a callback into a queue: nats-py's `next_msg` makes a task and a
+        # uuid per message, which costs more than the rest of a change together.
+        arrived: asyncio.Queue[Msg] = asyncio.Queue()
+
+        async def deliver(msg: Msg) -> None:
+            arrived.put_nowait(msg)
+
+        subjects = [f"{self._prefix}{prefix}>" for prefix in prefixes or ("",)]
+        config = api.ConsumerConfig(
+            deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT
+            if after is None
+            else api.DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=None if after is None else after + 1,
+            # One subject goes as the subscription's own filter; several as the consumer's.
+            filter_subjects=subjects if len(subjects) > 1 else None,
+        )
+        with wrapped(f"{self.name} changes {' '.join(prefixes)}"):
+            sub = await self._js.subscribe(
+                subjects[0],
+                stream=self._stream,
+                cb=deliver,
+                config=config,
+                ordered_consumer=True,
+                inactive_threshold=60.0,
+                idle_heartbeat=_HEARTBEAT_S,
+            )
+        try:
+            while True:
+                raise_if_cancelling()
+                msg = await arrived.get()
+                headers = msg.headers
+                deleted = headers is not None and headers.get(_OPERATION) in _DELETED
+                key = msg.subject.removeprefix(self._prefix)
+                yield Change(key, msg.data, stream_sequence(msg), deleted)
+        finally:
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
 
 
 class OpenBucket(Protocol):

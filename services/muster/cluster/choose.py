@@ -16,9 +16,9 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Literal, NamedTuple, cast
 
 import msgspec
-from nats.js import JetStreamContext
 
 from muster.api.wellknown import SCHEDULER_NAME
+from muster.bus.kv import OpenBucket
 from muster.bus.service import Flag
 from muster.cluster.backend import ClusterBackend
 from muster.cluster.kube.settings import (
@@ -28,7 +28,6 @@ from muster.cluster.kube.settings import (
     WorkerSource,
 )
 from muster.cluster.sim.backend import SimBackend
-from muster.cluster.sim.store import RawPublisher
 
 if TYPE_CHECKING:
     from muster.cluster.kube.backend import KubeBackend
@@ -190,16 +189,15 @@ def _worker_source(args: argparse.Namespace) -> WorkerSource | None:
 async def open_backend(
     config: BackendConfig,
     *,
-    js: JetStreamContext,
+    buckets: OpenBucket,
     cluster: str,
-    publisher: RawPublisher | None = None,
 ) -> AsyncIterator[OpenCluster]:
-    """The backend of `cluster` for the body: the simulated one over the service's own NATS
-    connection (`js`; writes through `publisher`, the bus's, when given), or the API server
+    """The backend of `cluster` for the body: the simulated one in the service's own NATS
+    key-value buckets (`buckets`: `Bus.kv`, writing through the bus's publisher), or the API server
     (ClusterError when no client configuration is found). On Kubernetes, statuses desired but
     not yet written get a short while at the end."""
     if config.kind == "sim":
-        yield OpenCluster(await SimBackend.open(js, cluster=cluster, publisher=publisher), None)
+        yield OpenCluster(await SimBackend.open(buckets, cluster=cluster), None)
         return
     # Imported here: the client library is loaded by services on Kubernetes only.
     from muster.cluster.kube.status import StatusWriter

@@ -100,9 +100,7 @@ async def serve(
     bus: Bus, health: Health, *, config: GangPermitConfig, backend: BackendConfig
 ) -> None:
     """Place gangs on cluster `config.cluster`, simulated or Kubernetes (`backend`)."""
-    async with open_backend(
-        backend, js=bus.js, cluster=config.cluster, publisher=bus.publisher
-    ) as opened:
+    async with open_backend(backend, buckets=bus.kv, cluster=config.cluster) as opened:
         await run_gangpermit(bus, health, backend=opened.backend, config=config)
 
 

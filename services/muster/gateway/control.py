@@ -13,7 +13,6 @@ idempotency key (a retried call publishes the same ids, deduplicated) or are fre
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -25,6 +24,7 @@ from muster.contracts.v1 import events_pb2
 from muster.gateway.book import FINISHED, INACTIVE, Entry
 from muster.gateway.permissions import Action, Caller, Permission
 from muster.gateway.visibility import InvalidQueryError
+from muster.payloads import config_applied, manifest_document
 
 WORKLOAD, LOCAL_QUEUE, CLUSTER_QUEUE = "Workload", "LocalQueue", "ClusterQueue"
 KINDS: Final = {
@@ -148,9 +148,10 @@ def plan_queue(
     idempotency_key: str,
 ) -> Plan:
     """The `config.applied` setting the queue's stopPolicy to `policy`; `applied` is the
-    (cluster, manifest JSON) it was last applied with."""
+    (cluster, manifest JSON) it was last applied with. PayloadError (a ValueError) when that
+    manifest is not a JSON object."""
     cluster, manifest_json = applied
-    doc = json.loads(manifest_json)
+    doc = manifest_document(manifest_json, what=f"{kind}/{key}")
     spec = doc.get("spec")
     if not isinstance(spec, dict):
         spec = doc["spec"] = {}
@@ -160,12 +161,7 @@ def plan_queue(
         spec.pop("stopPolicy", None)
     else:
         spec["stopPolicy"] = policy
-    payload = events_pb2.ConfigApplied(
-        kind=kind,
-        name=key,
-        manifest_json=json.dumps(doc, separators=(",", ":")),
-        submitter=caller.submitter(),
-    )
+    payload = config_applied(kind, key, doc, submitter=caller.submitter())
     events = _envelopes(
         [("config_applied", payload)],
         key=f"{kind}/{key}",

@@ -103,9 +103,7 @@ async def run_live(
         await stack.start()
         out(f"  all services healthy; gateway on {stack.gateway_address}\n")
         for name in (cluster, *workers):
-            backends[name] = await SimBackend.open(
-                admin.js, cluster=name, publisher=admin.publisher
-            )
+            backends[name] = await SimBackend.open(admin.kv, cluster=name)
         # Ctrl-C during a connect: nats-py's waits may have swallowed it (Python 3.11).
         raise_if_cancelling()
         driver = Driver(

@@ -159,7 +159,7 @@ async def _until_stopped(stop: asyncio.Event, directory: Path) -> None:
 
 
 async def _apply_nodes(admin: Any, config: UpConfig) -> list[str]:
-    backend = await SimBackend.open(admin.js, cluster=config.cluster, publisher=admin.publisher)
+    backend = await SimBackend.open(admin.kv, cluster=config.cluster)
     try:
         nodes = nodes_of(config.nodes_yaml, source="nodes")
         for node in nodes:

@@ -111,7 +111,7 @@ async def serve(
     """Watch cluster `config.cluster`, simulated or Kubernetes (`backend`); on Kubernetes,
     record Kubernetes Events and run the admission check controllers beside."""
     async with (
-        open_backend(backend, js=bus.js, cluster=config.cluster, publisher=bus.publisher) as opened,
+        open_backend(backend, buckets=bus.kv, cluster=config.cluster) as opened,
         _recorder(opened, config, kube or KubeWatcherConfig()) as events,
         asyncio.TaskGroup() as tasks,
     ):

@@ -23,7 +23,7 @@ from muster.api.model import Workload
 from muster.cluster.kube import jobs
 from muster.contracts.v1 import events_pb2
 from muster.payloads import config_applied as config_applied_payload
-from muster.payloads import workload_submitted
+from muster.payloads import manifest_json, workload_submitted
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 # Kueue configuration kinds whose changes admission needs; plus Namespaces and PriorityClasses.
@@ -208,7 +208,7 @@ def owner_manifest(job: Mapping[str, Any]) -> str:
         "metadata": meta,
         "spec": written.get("spec") or {},
     }
-    return json.dumps(out, sort_keys=True, separators=(",", ":"))
+    return manifest_json(out)
 
 
 def submitted(wl: Workload, *, owner: str = "") -> Outgoing:
@@ -281,7 +281,7 @@ def copy_status(job: Mapping[str, Any], workload: str) -> Outgoing | None:
     status = job.get("status")
     if not isinstance(status, Mapping) or not status:
         return None
-    text = json.dumps(status, sort_keys=True, separators=(",", ":"))
+    text = manifest_json(status)
     return Outgoing(
         field="copy_status",
         payload=events_pb2.CopyStatus(status_json=text),

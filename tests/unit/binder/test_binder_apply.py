@@ -84,3 +84,10 @@ async def test_a_command_not_to_be_written_as_its_submitter_is_rejected(
         await on_apply(command(submitter), context(cluster))
 
     assert cluster.writes == []
+
+
+async def test_an_object_that_is_not_a_json_object_is_rejected_naming_its_place() -> None:
+    env = command(events_pb2.Submitter(user="alice"))
+    env.apply_requested.manifests_json[1] = "[]"
+    with pytest.raises(Reject, match=r"manifests_json\[1\]: manifest is a JSON list, not an obj"):
+        await on_apply(env, context(RecordingCluster()))

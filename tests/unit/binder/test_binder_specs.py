@@ -15,6 +15,7 @@ from muster.bus.errors import Reject, Retry
 from muster.cluster.backend import PodSetStart, WorkloadOrigin
 from muster.cluster.errors import ClusterError
 from muster.contracts.v1 import events_pb2 as pb
+from muster.payloads import workload_submitted
 
 MANIFEST = {
     "apiVersion": "kueue.x-k8s.io/v1beta2",
@@ -180,3 +181,31 @@ async def test_a_workload_from_another_cluster_is_copied_and_a_refusal_said_to_a
     with pytest.raises(Reject):
         await on_admitted(admitted, ctx)
     assert backend.origins["ns/w"] is None
+
+
+async def test_a_copy_of_a_spec_known_from_its_submitted_is_the_manifest_submitted_carries() -> (
+    None
+):
+    # A dispatch whose admission carries no copy: the binder writes the spec it holds, with the
+    # one encoding a `workload.submitted` has (so the worker gets the same bytes either way).
+    backend = _Backend()
+    ctx = _context(backend)
+    ctx.cluster = "east"
+    submitted = pb.WorkloadSubmitted(manifest_json=json.dumps(MANIFEST))
+    ctx.specs.apply(on("local", "submitted", submitted, 1))
+    spec = ctx.specs.get("ns/w")
+    assert spec is not None
+    await on_admitted(_admitted(""), ctx)
+    origin = backend.origins["ns/w"]
+    assert origin is not None
+    assert origin.workload_json == workload_submitted(spec).manifest_json
+    assert origin.workload_json == json.dumps(
+        json.loads(origin.workload_json), sort_keys=True, separators=(",", ":")
+    )
+
+
+async def test_an_admission_whose_copy_of_the_spec_does_not_decode_is_dead_lettered() -> None:
+    backend = _Backend()
+    with pytest.raises(Reject, match=r"^ns/w.*expected an object, got a list"):
+        await on_admitted(_admitted("[1]"), _context(backend))
+    assert backend.started == {}

@@ -10,6 +10,7 @@ import pytest
 from muster.api.model import Toleration
 from muster.binder.translate import MissingPodSetError, pod_set_starts, workload_from_submitted
 from muster.contracts.v1 import events_pb2
+from muster.payloads import PayloadError
 
 
 def submitted(
@@ -53,7 +54,9 @@ def admitted(count: int = 3, *, pod_set: str = "workers") -> events_pb2.Workload
 
 
 def test_pods_take_the_admitted_count_the_podset_requests_and_the_flavor_hints() -> None:
-    wl = workload_from_submitted(submitted(annotations={"muster.dev/run-seconds": "30"}))
+    wl = workload_from_submitted(
+        submitted(annotations={"muster.dev/run-seconds": "30"}), what="ns/w"
+    )
     assert wl is not None
     [start] = pod_set_starts(wl, admitted(3))
     assert (start.name, start.count) == ("workers", 3)
@@ -71,19 +74,31 @@ def test_the_pod_templates_run_seconds_wins_over_the_workloads() -> None:
         annotations={"muster.dev/run-seconds": "30"},
         pod_annotations={"muster.dev/run-seconds": "5"},
     )
-    wl = workload_from_submitted(payload)
+    wl = workload_from_submitted(payload, what="ns/w")
     assert wl is not None
     [start] = pod_set_starts(wl, admitted())
     assert start.annotations["muster.dev/run-seconds"] == "5"
 
 
 def test_an_admission_naming_an_unknown_podset_is_refused() -> None:
-    wl = workload_from_submitted(submitted())
+    wl = workload_from_submitted(submitted(), what="ns/w")
     assert wl is not None
     with pytest.raises(MissingPodSetError, match="podset 'driver'"):
         pod_set_starts(wl, admitted(pod_set="driver"))
 
 
-@pytest.mark.parametrize("manifest", ["not json", "{}", json.dumps({"kind": "Workload"})])
-def test_an_undecodable_manifest_gives_no_workload(manifest: str) -> None:
-    assert workload_from_submitted(events_pb2.WorkloadSubmitted(manifest_json=manifest)) is None
+@pytest.mark.parametrize(
+    ("manifest", "problem"),
+    [
+        ("not json", "manifest is not JSON"),
+        ("{}", "apiVersion: is required"),
+        (json.dumps({"kind": "Workload"}), "apiVersion: is required"),
+        ("[" * 100_000, "manifest is not JSON"),  # deeper than Python recurses
+    ],
+)
+def test_an_undecodable_manifest_is_an_error_naming_the_workload(
+    manifest: str, problem: str
+) -> None:
+    with pytest.raises(PayloadError, match=f"ns/w.*{problem}") as caught:
+        workload_from_submitted(events_pb2.WorkloadSubmitted(manifest_json=manifest), what="ns/w")
+    assert str(caught.value).startswith("ns/w")

@@ -13,6 +13,8 @@ from muster.gateway.control import DELETE, RESUME, STOP, kind_of, plan_queue, pl
 from muster.gateway.eventtext import detail, fold, line_of
 from muster.gateway.permissions import Caller
 from muster.gateway.visibility import InvalidQueryError
+from muster.payloads import PayloadError
+from muster.watcher.translate import config_applied
 
 ALICE = Caller(user="alice", groups=("team-a",))
 _seq = iter(range(1, 10_000))
@@ -139,6 +141,23 @@ def test_a_queue_stop_patches_its_last_manifest_and_resume_removes_the_policy() 
     assert json.loads(resumed.events[0].config_applied.manifest_json)["spec"] == {
         "clusterQueue": "cq"
     }
+
+
+def test_a_queue_stop_sends_the_one_encoding_a_config_applied_has() -> None:
+    # As the watcher sends it for the same object: same bytes, whoever sends it.
+    manifest = {"spec": {"clusterQueue": "cq"}, "metadata": {"name": "cq-lq"}, "kind": "LocalQueue",
+                "apiVersion": "kueue.x-k8s.io/v1beta1"}  # fmt: skip
+    plan = plan_queue("LocalQueue", "cq-lq", ("east", json.dumps(manifest)), policy="Hold",
+                      caller=ALICE, verb=STOP, idempotency_key="")  # fmt: skip
+    (event,) = plan.events
+    held = {**manifest, "spec": {"clusterQueue": "cq", "stopPolicy": "Hold"}}
+    assert event.config_applied.manifest_json == config_applied(held).payload.manifest_json
+
+
+def test_a_queue_last_applied_as_no_object_is_an_error_naming_it() -> None:
+    with pytest.raises(PayloadError, match=r"^LocalQueue/ml/lq: manifest is a JSON list"):
+        plan_queue("LocalQueue", "ml/lq", ("east", "[]"), policy="Hold", caller=ALICE, verb=STOP,
+                   idempotency_key="")  # fmt: skip
 
 
 @pytest.mark.parametrize(

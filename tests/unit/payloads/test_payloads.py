@@ -12,7 +12,13 @@ from muster.api import decode_documents
 from muster.api.model import LocalQueue, Workload
 from muster.contracts.v1 import events_pb2
 from muster.gateway.submit import plan_submit
-from muster.payloads import PayloadError, applied_document, applied_object, workload_submitted
+from muster.payloads import (
+    PayloadError,
+    applied_document,
+    applied_object,
+    manifest_workload,
+    workload_submitted,
+)
 from muster.watcher import translate
 
 WORKLOAD = textwrap.dedent(
@@ -110,3 +116,18 @@ def test_an_applied_document_must_be_a_json_object() -> None:
     payload = events_pb2.ConfigApplied(kind="LocalQueue", name="ml/lq", manifest_json="[1]")
     with pytest.raises(PayloadError, match="LocalQueue/ml/lq: manifest is a JSON list"):
         applied_document(payload)
+
+
+def test_a_workload_reads_back_from_its_manifest_and_anything_else_is_an_error_naming_it() -> None:
+    assert manifest_workload(workload_submitted(workload()).manifest_json, what="ml/train") == (
+        workload()
+    )
+    queue = json.dumps(yaml.safe_load(LOCAL_QUEUE))
+    with pytest.raises(PayloadError, match=r"^ml/train: manifest is a LocalQueue, not a Workload"):
+        manifest_workload(queue, what="ml/train")
+
+
+def test_a_manifest_nested_deeper_than_python_recurses_is_an_error_not_a_crash() -> None:
+    payload = events_pb2.ConfigApplied(kind="LocalQueue", name="ml/lq", manifest_json="[" * 10**5)
+    with pytest.raises(PayloadError, match=r"LocalQueue/ml/lq: manifest is not JSON \(Recursion"):
+        applied_object(payload)

@@ -67,7 +67,7 @@ async def serve(
     clock: Clock | None = None,
 ) -> None:
     """Open the cluster's store and run its kubelet until cancelled."""
-    store = await SimStore.open(bus.js, cluster=cluster, publisher=bus.publisher)
+    store = await SimStore.open(bus.kv, cluster=cluster)
     kubelet = Kubelet(store, clock=clock or WallClock(), speed=speed, run_from=run_from)
     health.ready()
     await kubelet.run()

@@ -17,13 +17,14 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequen
 from typing import Any, TypeVar
 
 import msgspec
-from nats.js import JetStreamContext
 
 from muster.api.convert import KUEUE_V1BETA1, stable_uid
 from muster.api.job import workload_name_for_job
 from muster.api.quantity import format_quantity
 from muster.bus.client import connect
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
+from muster.bus.errors import wrapped
+from muster.bus.kv import OpenBucket, open_bucket
 from muster.bus.publisher import Publisher
 from muster.cluster.backend import (
     ADMISSION_LABEL,
@@ -47,6 +48,7 @@ from muster.cluster.keys import (
     NODE_PREFIX,
     OBJECT_PREFIX,
     POD_PREFIX,
+    bucket_name,
     describe,
     escape,
     identity,
@@ -71,7 +73,7 @@ from muster.cluster.objects import (
     pod_view,
 )
 from muster.cluster.sim.clock import Clock, WallClock
-from muster.cluster.sim.store import RawPublisher, SimStore, StoredObject, nats_errors
+from muster.cluster.sim.store import SimStore, StoredObject, bus_errors
 
 log = logging.getLogger(__name__)
 V = TypeVar("V")
@@ -109,36 +111,32 @@ class SimBackend:
     @classmethod
     async def connect(cls, url: str, *, cluster: str, clock: Clock | None = None) -> SimBackend:
         """Connect to NATS at `url` and open `cluster`'s store; `close` drains the connection."""
-        with nats_errors():
+        with bus_errors(), wrapped(f"connecting to NATS at {url}"):
             nc = await connect(url, name=f"muster-sim-{cluster}")
         try:
             js = nc.jetstream()
             writes = Publisher(
                 nc, js, max_event_bytes=DEFAULT_MAX_EVENT_BYTES, timeout_s=_WRITE_TIMEOUT_S
             )
-            store = await SimStore.open(js, cluster=cluster, publisher=writes)
+            with bus_errors():
+                bucket = await open_bucket(js, bucket_name(cluster), writer=writes)
         except BaseException:
             await nc.close()
             raise
-        return cls(store, clock=clock, on_close=nc.drain)
+        return cls(SimStore(bucket), clock=clock, on_close=nc.drain)
 
     @classmethod
     async def open(
-        cls,
-        js: JetStreamContext,
-        *,
-        cluster: str,
-        clock: Clock | None = None,
-        publisher: RawPublisher | None = None,
+        cls, open_bucket: OpenBucket, *, cluster: str, clock: Clock | None = None
     ) -> SimBackend:
-        """Open `cluster`'s store over a connection the caller owns (`Bus.js`), writing through
-        `publisher` when given (`Bus.publisher`)."""
-        return cls(await SimStore.open(js, cluster=cluster, publisher=publisher), clock=clock)
+        """Open `cluster`'s store in the buckets `open_bucket` opens over a connection the
+        caller owns (`Bus.kv`)."""
+        return cls(await SimStore.open(open_bucket, cluster=cluster), clock=clock)
 
     async def close(self) -> None:
         if self._on_close is not None:
             on_close, self._on_close = self._on_close, None
-            with nats_errors():
+            with bus_errors(), wrapped("draining the NATS connection"):
                 await on_close()
 
     # --- objects ------------------------------------------------------------------------------
