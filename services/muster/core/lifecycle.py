@@ -268,7 +268,7 @@ class Lifecycle:
         tree = queue.tree
         if tree.tournament is not None:
             tree.tournament.touch(queue)  # lower shares on its path: keys there may drop
-        if state.deferred is not None:  # freed for a preemptor: see Engine._preempt_for
+        if state.deferred is not None:  # freed for a preemptor: see Heads._preempt_for
             for fr, amount in freed.items():
                 state.deferred[fr] = state.deferred.get(fr, 0) + amount
             return

@@ -1,0 +1,185 @@
+"""One head's turn in a round: admit it, preempt for it, or park it (Kueue's scheduler does
+this per head in `schedule`; docs/adr/0002-admission-engine-split.md).
+
+The engine walks a cohort tree's queues best first and hands each head here. A preemptor
+keeps the quota its victims free until it is admitted or can never fit, so work after it
+does not take that quota and evict-again loops cannot start (issue 20, docs/kueue-
+compatibility.md).
+"""
+
+from __future__ import annotations
+
+from muster.core.attempt import Attempt
+from muster.core.conditions import NO_LONGER_FITS, PENDING_PREEMPTION, WAITING_FOR_VICTIMS
+from muster.core.config import NAMESPACE_MISMATCH
+from muster.core.flavors import Assignment, Mode
+from muster.core.lifecycle import Lifecycle
+from muster.core.preemption import Victims
+from muster.core.queueing import Queueing
+from muster.core.queues import PendingGroup, QueueRuntime, TreeRuntime
+from muster.core.quota import FlavorResource
+from muster.core.records import WorkloadRecord
+from muster.core.routing.control import RoutingControl
+from muster.core.state import EngineState
+
+_WAITING = "WaitingForQuota"  # no fit now, some would do once quota is released
+
+
+class Heads:
+    """Decides for the head of a queue, given the engine's state and its transitions."""
+
+    def __init__(
+        self,
+        state: EngineState,
+        queueing: Queueing,
+        lifecycle: Lifecycle,
+        routing: RoutingControl | None,
+    ) -> None:
+        self.state = state
+        self.queueing = queueing
+        self.lifecycle = lifecycle
+        self.routing = routing
+
+    def decide(
+        self,
+        tree: TreeRuntime,
+        cq: QueueRuntime,
+        group: PendingGroup,
+        r: WorkloadRecord,
+        listed_key: tuple[object, ...] | None,
+    ) -> None:
+        """Decide for head `r`; `listed_key` is the lower bound it was listed with, None when
+        its turn is exact (the fair-sharing tournament)."""
+        state, queueing = self.state, self.queueing
+        config = state.config
+        problem = config.admissibility(r)
+        if problem is not None:
+            if problem[1] == NAMESPACE_MISMATCH and not group.shape:
+                queueing.set_aside(tree, cq, group, r, problem)
+            else:
+                queueing.drop_reservation(r)
+                queueing.park(tree, group, r, problem, {})
+            return
+        held = self.routing.hold_back(state, r, group) if self.routing is not None else None
+        if held is not None:
+            queueing.drop_reservation(r)
+            queueing.park(tree, group, r, (config.reason("WaitingForQuota", "Pending"), held), {})
+            return
+        a, victims = self.attempt(r)
+        if a.mode is Mode.FIT or victims is not None:
+            key = queueing.sort_key(r, a)
+            top = tree.peek_key() if listed_key is not None else None
+            if listed_key is not None and key > listed_key and top is not None and key > top:
+                cq.tree.list_queue(cq, key)  # others come first now; retry in order
+                return
+            short = queueing.held_for_preemptors(tree, r, key, a, victims)
+            if short:  # a preemptor held back keeps what it holds: its need is unchanged
+                why = (config.reason("WaitingForQuota", "Pending"), NO_LONGER_FITS)
+                queueing.park(tree, group, r, why, short)
+                return
+        if a.mode is Mode.FIT:
+            self._admit_head(cq, group, r, a)
+            return
+        if r.key in state.awaiting_victims and a.mode is Mode.PREEMPT:
+            # Restored as a preemptor whose victims stop (which they are is not recorded):
+            # it waits, as it did, and preempts no one else.
+            state.awaiting_victims.discard(r.key)
+            self._await_victims(tree, cq, group, r, a, None)
+            return
+        if victims is not None and r.key not in state.preempted_this_round:
+            self._preempt_for(tree, cq, group, r, a, victims)
+            return
+        state.awaiting_victims.discard(r.key)
+        # Kueue: a workload that needs preemption but has no victim waits for quota.
+        reason = a.pending_reason if a.mode is Mode.NO_FIT else "WaitingForQuota"
+        if reason != "WaitingForQuota":
+            queueing.drop_reservation(r)  # it cannot fit at all: a preemptor gives up
+        # else a preemptor whose freed quota went to work ahead of it keeps what it holds
+        why = (config.reason(reason, "Pending"), a.message)
+        queueing.park(tree, group, r, why, queueing.wake_thresholds(cq.name, a))
+
+    def attempt(self, r: WorkloadRecord) -> Attempt:
+        """Head `r`'s attempt. A preemptor holding quota for its victims keeps the need it
+        preempted for: admitted with those pod counts as soon as they fit (as the simulator's
+        engine admits it at once when evicted quota is free at once, `_preempt_for`), and
+        still waiting for them while a fresh attempt finds no fit now (work before it took
+        quota it needs). Its victims may come back into whatever else is free meanwhile; a
+        fresh attempt for more pods, or one given up and made again, would evict them a second
+        time for the same need. It gives up only when those counts can never fit."""
+        counts = self.queueing.reserved_counts(r)
+        if counts is None:
+            return self.state.attempts.attempt(r)
+        held = self.state.attempts.assign(r, counts)
+        if held.mode is Mode.FIT:
+            return Attempt(held, None)
+        fresh = self.state.attempts.attempt(r)
+        if fresh.assignment.mode is Mode.NO_FIT and held.pending_reason in ("", _WAITING):
+            return Attempt(held, None)  # waits, holding what it has
+        return fresh
+
+    def _admit_head(
+        self, cq: QueueRuntime, group: PendingGroup, r: WorkloadRecord, a: Assignment
+    ) -> None:
+        group.pop_head()
+        self.lifecycle.reserve(r, a)
+        cq.list_group(group)
+        self.queueing.list_queue(cq)
+
+    def _preempt_for(
+        self,
+        tree: TreeRuntime,
+        cq: QueueRuntime,
+        group: PendingGroup,
+        r: WorkloadRecord,
+        a: Assignment,
+        victims: Victims,
+    ) -> None:
+        """Evict `r`'s victims (those not already being evicted for it); the quota they free
+        is `r`'s before anything that comes after it (Kueue reserves it in the cycle and keeps
+        the preemptor at the head of its queue)."""
+        state = self.state
+        state.preempted_this_round.add(r.key)
+        if state.hold_quota_until_stopped:
+            self.lifecycle.preempt(r, victims)
+            self._await_victims(tree, cq, group, r, a, len(victims.targets))
+            return
+        # The victims are gone at once: admit the preemptor now, before anything else can,
+        # and wake parked work only for what is left over (most often nothing).
+        deferred: dict[FlavorResource, int] = {}
+        state.deferred = deferred
+        try:
+            self.lifecycle.preempt(r, victims)
+            again = state.attempts.assign(r, [ps.count for ps in a.pod_sets])
+            if again.mode is Mode.FIT:
+                self._admit_head(cq, group, r, again)
+                for fr, amount in again.usage.items():
+                    deferred[fr] = deferred.get(fr, 0) - amount
+            else:
+                cq.list_group(group)
+                self.queueing.list_queue(cq)
+        finally:
+            state.deferred = None
+        for fr, amount in sorted(deferred.items()):
+            if amount > 0:
+                for woken in tree.release(fr, amount):
+                    self.queueing.retry(woken)
+
+    def _await_victims(
+        self,
+        tree: TreeRuntime,
+        cq: QueueRuntime,
+        group: PendingGroup,
+        r: WorkloadRecord,
+        a: Assignment,
+        count: int | None,
+    ) -> None:
+        """`r` waits for its `count` victims to stop (None: as recorded), holding what it
+        will use against later work."""
+        queueing = self.queueing
+        queueing.set_reservation(tree, r, queueing.sort_key(r, a), a)
+        if count is not None:
+            reason = self.state.config.reason(WAITING_FOR_VICTIMS, "Pending")
+            message = f"{a.message}{PENDING_PREEMPTION} {count} workload(s)"
+            queueing.mark_pending(r, reason, message)
+        tree.park(group, dict.fromkeys(a.short, 1))
+        queueing.list_queue(cq)
