@@ -256,8 +256,9 @@ class _Builder:
         value: str = event.value
         tag = event.tag
         if tag is None and event.implicit[0]:  # plain: resolved by its spelling
-            if value in _PLAIN:
-                return _PLAIN[value]
+            known = _PLAIN.get(value, _NO_KEY)  # one lookup: another Submit's thread may clear it
+            if known is not _NO_KEY:
+                return known
             tag = _RESOLVER.resolve(ScalarNode, value, (True, False))  # type: ignore[no-untyped-call]  # PyYAML's stubs leave it untyped
             found = self._construct(tag, value, event)
             if len(value) <= _PLAIN_MAX_CHARS:
