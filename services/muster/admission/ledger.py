@@ -13,11 +13,11 @@ still arrives about it here is forwarded there.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from muster.admission.translate import DEACTIVATED, Recorded
+from muster.admission.translate import DEACTIVATED, Manifests, Recorded
 from muster.api.model import Admission, Workload, WorkloadKey
 
 
@@ -59,8 +59,10 @@ class Entry:
     pending_reason: str = ""
     pending_message: str = ""
     check_states: dict[str, str] = field(default_factory=dict)  # reported since reserved
-    manifest_json: str = ""  # as submitted, for its `admitted` (translate.MANIFEST_COPY_LIMIT)
-    owner_manifest_json: str = ""  # the Job it stands for, likewise
+    # As submitted, for its `admitted` (translate.MANIFEST_COPY_LIMIT), and the Job it stands
+    # for: kept here only when no log keeps its `submitted` (`Ledger.submissions`).
+    manifest_json: str = ""
+    owner_manifest_json: str = ""
     active: bool = True  # spec.active as last set through the gateway (active_changed)
     # The partition whose events tell its story (its `submitted`'s, or where they were
     # forwarded); None for a workload stored before partitions (docs/events.md, "Partitions").
@@ -96,6 +98,10 @@ class Ledger:
         self.finished: dict[WorkloadKey, None] = {}
         self.finished_kept = finished_kept
         self._order = 0
+        # Where a live workload's manifests are read back from: the log that keeps its
+        # `submitted` (snapshot.CompactLog sets it). A manifest is the largest part of a
+        # waiting workload; kept twice, it was a tenth of a replica's memory (issue 19).
+        self.submissions: Callable[[WorkloadKey], tuple[str, str]] | None = None
 
     def __contains__(self, key: object) -> bool:
         return key in self.entries
@@ -133,13 +139,27 @@ class Ledger:
             generation=generation,
             submitted_s=at_s,
             order=self._order,
-            manifest_json=manifest_json,
             partition=partition,
-            owner_manifest_json=owner_manifest_json,
             submitted_id=submitted_id,
         )
+        if self.submissions is None:
+            entry.manifest_json, entry.owner_manifest_json = manifest_json, owner_manifest_json
         self.entries[key] = entry
         return entry
+
+    def manifests(self, key: WorkloadKey, *, default_cluster: str) -> Manifests:
+        """Live workload `key`'s manifests as submitted (empty when not known), and where."""
+        entry = self.entries.get(key)
+        if entry is None:
+            return Manifests()
+        workload_json, owner_json = entry.manifest_json, entry.owner_manifest_json
+        if self.submissions is not None and not workload_json:
+            workload_json, owner_json = self.submissions(key)
+        return Manifests(
+            workload_json=workload_json,
+            owner_json=owner_json,
+            origin_cluster=entry.cluster or default_cluster,
+        )
 
     def finish(self, key: WorkloadKey) -> None:
         if self.entries.pop(key, None) is not None:

@@ -25,6 +25,7 @@ from typing import Final
 
 import msgspec
 
+from muster.admission.forwarding import original
 from muster.admission.ledger import Ledger
 from muster.admission.translate import RECORDED, WORKLOAD_FACTS
 from muster.bus.partitions import PARTITIONS, parse_token
@@ -107,6 +108,17 @@ class CompactLog:
         self._tags: dict[int, int] = {}  # by sequence: the partition each event tells about
         self._workloads: dict[str, list[int]] = {}  # the sequences kept for each live workload
         self._config: dict[ConfigKey, int] = {}  # the latest config.applied of each object
+        ledger.submissions = self.submitted_manifests  # read back, not kept twice
+
+    def submitted_manifests(self, key: str) -> tuple[str, str]:
+        """Live workload `key`'s manifests (Workload, owner) as its kept `submitted` carries
+        them, ("", "") when none is kept. The first kept is the one the ledger took: a later
+        `submitted` of a live workload is a copy, and a deleted workload's story was dropped."""
+        for seq in self._workloads.get(key, ()):
+            env, _, _ = original(self._events[seq], seq)
+            if env.WhichOneof("payload") == "submitted":
+                return env.submitted.manifest_json, env.submitted.owner_manifest_json
+        return "", ""
 
     def __len__(self) -> int:
         return len(self._events)

@@ -648,14 +648,7 @@ class AdmissionState:
         return "" if entry is None else entry.submitted_id
 
     def manifests_of(self, key: WorkloadKey) -> Manifests:
-        entry = self.ledger.get(key)
-        if entry is None:
-            return Manifests()
-        return Manifests(
-            workload_json=entry.manifest_json,
-            owner_json=entry.owner_manifest_json,
-            origin_cluster=entry.cluster or self.default_cluster,
-        )
+        return self.ledger.manifests(key, default_cluster=self.default_cluster)
 
     def route_of(self, key: WorkloadKey) -> WorkloadRoute | None:
         entry, r = self.ledger.get(key), self.engine.records.get(key)

@@ -35,6 +35,7 @@ from muster.admission.snapshot import (
     sequence_in,
     snapshot_headers,
 )
+from muster.api.model import WorkloadKey
 from muster.bus import new_event
 from muster.contracts.v1 import events_pb2 as pb
 
@@ -108,6 +109,26 @@ async def test_a_workload_that_finished_or_was_deleted_leaves_the_log(end: str) 
             ("admitted", "ns/b"),
         ]
     )
+
+
+async def test_a_manifest_is_kept_once_and_read_back_for_the_admitted_that_copies_it() -> None:
+    stream, replica = await configured(cpu="1")
+    await world(stream, replica, submitted(workload("a")), submitted(workload("b")))
+    sent = next(
+        env.submitted.manifest_json
+        for env in map(stream.envelope, range(1, stream.last + 1))
+        if env.WhichOneof("payload") == "submitted" and env.workload == "ns/b"
+    )
+    waiting = replica.state.ledger.entries[WorkloadKey("ns/b")]
+    assert waiting.manifest_json == ""  # the log keeps it, in its `submitted`
+
+    await world(stream, replica, reported("finished", "ns/a"))
+    admitted = stream.envelope(stream.last)
+    assert (admitted.WhichOneof("payload"), admitted.workload) == ("admitted", "ns/b")
+    assert admitted.admitted.manifest_json == sent
+
+    state, _ = rebuilt(stream, replica.snapshot())
+    assert state.manifests_of(WorkloadKey("ns/b")).workload_json == sent
 
 
 async def test_configuration_keeps_the_latest_applied_and_forgets_deleted_objects() -> None:
