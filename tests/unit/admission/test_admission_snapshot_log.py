@@ -4,6 +4,7 @@ that a snapshot plus the stream after it rebuilds what the whole history rebuild
 from __future__ import annotations
 
 import asyncio
+import tracemalloc
 import zlib
 from typing import Any
 
@@ -278,6 +279,35 @@ def test_a_snapshot_survives_encoding_and_announces_its_stream_and_sequence() ->
     assert sequence_in(headers, stream=CREATED) == 9
     # MUSTER_EVENTS deleted and made again: its sequences started over.
     assert sequence_in(headers, stream="2025-02-01T00:00:00+00:00") is None
+
+
+@pytest.mark.parametrize("count", [0, 15, 16, 4097, 70_000])  # msgpack's three array headers
+def test_a_snapshot_written_a_slice_at_a_time_reads_as_one_encoding(count: int) -> None:
+    events = tuple(f"e{n}".encode() for n in range(count))
+    snapshot = Snapshot(
+        sequence=count, sequences=tuple(range(1, count + 1)), events=events, tags=(-2,) * count
+    )
+
+    data = zlib.decompress(encode_snapshot(snapshot))
+
+    assert msgspec.msgpack.decode(data) == msgspec.msgpack.decode(msgspec.msgpack.encode(snapshot))
+    assert decode_snapshot(encode_snapshot(snapshot)) == snapshot
+
+
+def test_a_snapshot_is_encoded_without_its_whole_encoding_in_memory_at_once() -> None:
+    count, size = 32_768, 1024  # 32 MiB of events, each a line of a log, compressing well
+    events = tuple(f"{n:08d}".encode().ljust(size, b".") for n in range(count))
+    snapshot = Snapshot(sequence=count, sequences=tuple(range(1, count + 1)), events=events)
+
+    tracemalloc.start()
+    try:
+        data = encode_snapshot(snapshot)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+    assert peak < count * size // 2  # a slice at a time: whole, it was 40 MiB
+    assert decode_snapshot(data).events == events
 
 
 @pytest.mark.parametrize(
