@@ -17,8 +17,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+import msgspec
+
 from muster.admission.translate import DEACTIVATED, Manifests, Recorded
-from muster.api.model import Admission, Workload, WorkloadKey
+from muster.api.model import Admission, PodSet, Workload, WorkloadKey
 
 
 class Phase(StrEnum):
@@ -83,6 +85,35 @@ class Entry:
         return self.phase in _HOLDING
 
 
+class SharedPodSets:
+    """One copy of each distinct `pod_sets` among the workloads kept.
+
+    Workloads of one Job template, or of one class of jobs, ask for the same pods: decoded,
+    each had its own pod sets (structs and dicts, about 0.5 KiB). Keyed by their encoding, so
+    a workload gets an equal copy; the table is started over when full (`limit`), which costs
+    only sharing.
+    """
+
+    def __init__(self, *, limit: int = 1 << 16) -> None:
+        self._known: dict[bytes, tuple[PodSet, ...]] = {}
+        self._limit = limit
+        self._encoder = msgspec.msgpack.Encoder()
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+    def of(self, wl: Workload) -> Workload:
+        """`wl`, its pod sets replaced by the equal ones kept already (if any)."""
+        key = self._encoder.encode(wl.pod_sets)
+        known = self._known.get(key)
+        if known is None:
+            if len(self._known) >= self._limit:
+                self._known.clear()
+            self._known[key] = wl.pod_sets
+            return wl
+        return msgspec.structs.replace(wl, pod_sets=known)
+
+
 # Finished workloads remembered, newest last. A submitted event redelivered after its workload
 # finished comes within minutes; by then far fewer workloads have finished than this.
 FINISHED_KEPT = 100_000
@@ -98,6 +129,7 @@ class Ledger:
         self.finished: dict[WorkloadKey, None] = {}
         self.finished_kept = finished_kept
         self._order = 0
+        self.pod_sets = SharedPodSets()
         # Where a live workload's manifests are read back from: the log that keeps its
         # `submitted` (snapshot.CompactLog sets it). A manifest is the largest part of a
         # waiting workload; kept twice, it was a tenth of a replica's memory (issue 19).
@@ -134,7 +166,7 @@ class Ledger:
             return None
         self._order += 1
         entry = Entry(
-            wl,
+            self.pod_sets.of(wl),
             cluster=cluster,
             generation=generation,
             submitted_s=at_s,
