@@ -39,7 +39,7 @@ from typing import Any
 import msgspec
 
 from muster.admission.handlers import Rounds
-from muster.admission.rebuild import replay_event, restore
+from muster.admission.rebuild import rebuilding, replay_event, restore
 from muster.admission.snapshot import CompactLog, decode_snapshot, encode_snapshot
 from muster.admission.state import AdmissionState
 from muster.bench.metrics import percentile
@@ -319,16 +319,18 @@ def rebuild(data: bytes) -> tuple[float, AdmissionState]:
     """Seconds to rebuild a replica from snapshot `data`, as `AdmissionService.start` does when
     nothing was stored after it; and the rebuilt state."""
     started = time.perf_counter()
-    snapshot = decode_snapshot(data)
-    state = AdmissionState()
-    history = CompactLog(state.ledger)
-    restore(state, snapshot, history=history, max_event_bytes=1 << 20)
-    events = state.take_ownership(now_s=1.0)
-    rounds = Rounds(state, NumberingPublisher([snapshot.sequence]), clock=lambda: 1.0,
-                    history=history)  # fmt: skip
-    loop = asyncio.new_event_loop()
-    loop.run_until_complete(rounds.catch_up(events, replay_end=snapshot.sequence))
-    loop.close()
+    with rebuilding():
+        snapshot = decode_snapshot(data)
+        state = AdmissionState()
+        history = CompactLog(state.ledger)
+        restore(state, snapshot, history=history, max_event_bytes=1 << 20)
+        events = state.take_ownership(now_s=1.0)
+        rounds = Rounds(state, NumberingPublisher([snapshot.sequence]), clock=lambda: 1.0,
+                        history=history)  # fmt: skip
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(rounds.catch_up(events, replay_end=snapshot.sequence))
+        loop.close()
+        del snapshot  # its events are the log's now
     return time.perf_counter() - started, state
 
 
