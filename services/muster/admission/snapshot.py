@@ -18,6 +18,7 @@ before partitions), so a replica that takes a partition over restores that parti
 
 from __future__ import annotations
 
+import logging
 import zlib
 from collections.abc import Mapping
 from itertools import pairwise
@@ -28,6 +29,7 @@ import msgspec
 from muster.admission.forwarding import original
 from muster.admission.ledger import Ledger
 from muster.admission.translate import RECORDED, WORKLOAD_FACTS
+from muster.api.model import Workload, WorkloadKey
 from muster.bus.partitions import PARTITIONS, parse_token
 from muster.contracts.v1 import events_pb2 as pb
 
@@ -53,6 +55,9 @@ _RECORD = "config.partition"
 _MOVE = "config.partition/move"
 
 
+log = logging.getLogger(__name__)
+
+
 class SnapshotError(ValueError):
     """A snapshot that cannot be read: corrupt, inconsistent, or of another version."""
 
@@ -71,9 +76,17 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     # its partition, CONFIG or ANY (version 1: none, read as ANY).
     partitions: tuple[int, ...] = EVERY
     tags: tuple[int, ...] = ()
+    # Per event: a live workload's first kept `submitted` as the ledger took it (its manifest
+    # decoded and validated), None for the rest; () in a snapshot written before it was kept.
+    # A rebuild takes it instead of decoding each manifest again (40 % of its time). Added
+    # without a new version: a reader that does not know the field skips it.
+    workloads: tuple[Workload | None, ...] = ()
 
     def tag_of(self, i: int) -> int:
         return self.tags[i] if self.tags else ANY
+
+    def workload_of(self, i: int) -> Workload | None:
+        return self.workloads[i] if self.workloads else None
 
     @property
     def size(self) -> int:
@@ -83,6 +96,20 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
 
 class _Versioned(msgspec.Struct):
     version: int
+
+
+class _Unmodelled(msgspec.Struct, kw_only=True):
+    """A snapshot read without its decoded workloads: those of a model this reader cannot
+    decode are left out, and the rebuild decodes the manifests instead."""
+
+    version: int = VERSION
+    stream: str = ""
+    sequence: int
+    sequences: tuple[int, ...] = ()
+    events: tuple[bytes, ...] = ()
+    finished: tuple[str, ...] = ()
+    partitions: tuple[int, ...] = EVERY
+    tags: tuple[int, ...] = ()
 
 
 _READABLE: Final = (1, VERSION)
@@ -201,6 +228,12 @@ class CompactLog:
         seqs = [seq for seq in self._events if seq <= sequence]
         if any(a > b for a, b in pairwise(seqs)):
             seqs.sort()
+        entries = self._ledger.entries
+        decoded = {  # the first event kept of a live workload is the submitted it took
+            kept[0]: entry.workload
+            for key, kept in self._workloads.items()
+            if (entry := entries.get(WorkloadKey(key))) is not None
+        }
         return Snapshot(
             stream=stream,
             sequence=sequence,
@@ -209,6 +242,7 @@ class CompactLog:
             finished=tuple(self._ledger.finished),
             partitions=partitions,
             tags=tuple(self._tags[seq] for seq in seqs),
+            workloads=tuple(decoded.get(seq) for seq in seqs),
         )
 
 
@@ -218,17 +252,16 @@ def encode_snapshot(snapshot: Snapshot) -> bytes:
     Encoded and compressed a slice of events at a time: the whole encoding is as large as every
     event kept (0.8 GiB at a million pending), and held at once it was the replica's peak."""
     fields = msgspec.structs.asdict(snapshot)
-    events = fields.pop("events")
+    long = {name: fields.pop(name) for name in ("events", "workloads")}
     head = _ENCODER.encode(fields)  # a fixmap (under 16 fields): its first byte says how many
     out = zlib.compressobj(_ZLIB_LEVEL)
-    parts = [
-        out.compress(bytes((head[0] + 1,)) + head[1:]),  # one more field: events, last
-        out.compress(_ENCODER.encode("events") + _array_header(len(events))),
-    ]
-    for start in range(0, len(events), _SLICE):
-        part = events[start : start + _SLICE]
-        body = _ENCODER.encode(part)
-        parts.append(out.compress(memoryview(body)[len(_array_header(len(part))) :]))
+    parts = [out.compress(bytes((head[0] + len(long),)) + head[1:])]  # the long ones last
+    for name, items in long.items():
+        parts.append(out.compress(_ENCODER.encode(name) + _array_header(len(items))))
+        for start in range(0, len(items), _SLICE):
+            part = items[start : start + _SLICE]
+            body = _ENCODER.encode(part)
+            parts.append(out.compress(memoryview(body)[len(_array_header(len(part))) :]))
     parts.append(out.flush())
     return b"".join(parts)
 
@@ -254,13 +287,15 @@ def decode_snapshot(data: bytes) -> Snapshot:
         raise SnapshotError(f"snapshot version {version}, this replica reads {_READABLE}")
     try:
         snapshot = msgspec.msgpack.decode(raw, type=Snapshot)
-    except msgspec.DecodeError as exc:
-        raise SnapshotError(f"corrupt snapshot: {exc}") from None
+    except msgspec.DecodeError:
+        snapshot = _without_workloads(raw)
     seqs = snapshot.sequences
     if len(seqs) != len(snapshot.events):
         raise SnapshotError(f"{len(seqs)} sequences for {len(snapshot.events)} events")
     if snapshot.tags and len(snapshot.tags) != len(seqs):
         raise SnapshotError(f"{len(snapshot.tags)} tags for {len(seqs)} events")
+    if snapshot.workloads and len(snapshot.workloads) != len(seqs):
+        raise SnapshotError(f"{len(snapshot.workloads)} workloads for {len(seqs)} events")
     if any(not 0 <= p < PARTITIONS for p in snapshot.partitions):
         raise SnapshotError(f"partitions {snapshot.partitions} out of 0..{PARTITIONS - 1}")
     if any(a >= b for a, b in pairwise(seqs)):
@@ -268,6 +303,17 @@ def decode_snapshot(data: bytes) -> Snapshot:
     if seqs and (seqs[0] < 1 or seqs[-1] > snapshot.sequence):
         raise SnapshotError(f"event sequences {seqs[0]}..{seqs[-1]} beyond {snapshot.sequence}")
     return snapshot
+
+
+def _without_workloads(raw: bytes) -> Snapshot:
+    """`raw` read as a snapshot whose decoded workloads are left out (a model this reader
+    cannot decode: the manifests are decoded instead); raises SnapshotError when corrupt."""
+    try:
+        plain = msgspec.msgpack.decode(raw, type=_Unmodelled)
+    except msgspec.DecodeError as exc:
+        raise SnapshotError(f"corrupt snapshot: {exc}") from None
+    log.warning("snapshot's decoded workloads unreadable: its manifests are decoded instead")
+    return Snapshot(**msgspec.structs.asdict(plain))
 
 
 def snapshot_headers(snapshot: Snapshot) -> dict[str, list[str]]:

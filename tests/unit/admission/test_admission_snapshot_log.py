@@ -23,6 +23,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from snapshot_world import LiveReplica, StoredStream, rebuilt, summary, taking_over
 
+from muster.admission import translate
 from muster.admission.snapshot import (
     PARTITIONS_HEADER,
     SEQUENCE_HEADER,
@@ -36,7 +37,7 @@ from muster.admission.snapshot import (
     sequence_in,
     snapshot_headers,
 )
-from muster.api.model import WorkloadKey
+from muster.api.model import ApiObject, WorkloadKey
 from muster.bus import new_event
 from muster.contracts.v1 import events_pb2 as pb
 
@@ -175,6 +176,55 @@ async def test_a_snapshot_keeps_a_workload_whose_history_the_stream_lost() -> No
 
     state, _ = rebuilt(stream, snapshot)
     assert state.ledger.get("ns/a") is not None  # type: ignore[arg-type]
+    assert taking_over(state, now_s=20.0)["phases"] == {"ns/a": "Admitted", "ns/b": "Pending"}
+
+
+def decoded_manifests(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The workloads whose manifest the translation decodes from now on."""
+    decoded: list[str] = []
+    real = translate.decode_manifest
+
+    def counting(manifest_json: str, *, what: str) -> ApiObject:
+        decoded.append(what)
+        return real(manifest_json, what=what)
+
+    monkeypatch.setattr(translate, "decode_manifest", counting)
+    return decoded
+
+
+async def test_a_rebuild_takes_the_workloads_a_snapshot_kept_decoded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stream, replica = await configured(cpu="1")
+    await world(stream, replica, *(submitted(workload(n)) for n in "abc"))
+    await world(stream, replica, reported("finished", "ns/a"))
+    snapshot = decode_snapshot(encode_snapshot(replica.snapshot()))
+    kept = [w.key for w in snapshot.workloads if w is not None]
+    decoded = decoded_manifests(monkeypatch)
+
+    with_workloads, _ = rebuilt(stream, snapshot)
+    assert (sorted(kept), decoded) == (["ns/b", "ns/c"], [])
+
+    as_before, _ = rebuilt(stream, msgspec.structs.replace(snapshot, workloads=()))
+    assert decoded == ["submitted ns/b", "submitted ns/c"]  # as a snapshot written before
+    assert summary(with_workloads) == summary(as_before)
+    assert taking_over(with_workloads, now_s=20.0) == taking_over(as_before, now_s=20.0)
+
+
+async def test_workloads_this_model_cannot_read_are_left_to_the_manifests() -> None:
+    stream, replica = await configured(cpu="1")
+    await world(stream, replica, submitted(workload("a")), submitted(workload("b")))
+    snapshot = replica.snapshot()
+    fields = msgspec.structs.asdict(snapshot)
+    fields["workloads"] = [
+        None if w is None else {"spec": "of another model"} for w in snapshot.workloads
+    ]
+    data = zlib.compress(msgspec.msgpack.encode(fields))
+
+    read = decode_snapshot(data)
+
+    assert read == msgspec.structs.replace(snapshot, workloads=())
+    state, _ = rebuilt(stream, read)
     assert taking_over(state, now_s=20.0)["phases"] == {"ns/a": "Admitted", "ns/b": "Pending"}
 
 
