@@ -13,7 +13,7 @@ still arrives about it here is forwarded there.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -85,33 +85,47 @@ class Entry:
         return self.phase in _HOLDING
 
 
-class SharedPodSets:
-    """One copy of each distinct `pod_sets` among the workloads kept.
+_NO_ENTRIES: Mapping[str, str] = {}  # read-only by its type, as every map of the model
+
+
+class SharedParts:
+    """One copy of each part of a Workload that many workloads have alike.
 
     Workloads of one Job template, or of one class of jobs, ask for the same pods: decoded,
-    each had its own pod sets (structs and dicts, about 0.5 KiB). Keyed by their encoding, so
-    a workload gets an equal copy; the table is started over when full (`limit`), which costs
-    only sharing.
+    each had its own pod sets (structs and dicts, about 0.5 KiB), its own empty label and
+    annotation maps, its own copy of its namespace and queue name. Pod sets are keyed by their
+    encoding, so a workload gets an equal copy; that table is started over when full
+    (`limit`), which costs only sharing.
     """
 
     def __init__(self, *, limit: int = 1 << 16) -> None:
-        self._known: dict[bytes, tuple[PodSet, ...]] = {}
+        self._pod_sets: dict[bytes, tuple[PodSet, ...]] = {}
         self._limit = limit
         self._encoder = msgspec.msgpack.Encoder()
 
     def __len__(self) -> int:
-        return len(self._known)
+        return len(self._pod_sets)
 
     def of(self, wl: Workload) -> Workload:
-        """`wl`, its pod sets replaced by the equal ones kept already (if any)."""
+        """`wl` with the parts it has alike with workloads kept already taken from them."""
+        meta = msgspec.structs.replace(
+            wl.meta,
+            namespace=sys.intern(wl.meta.namespace),
+            labels=wl.meta.labels or _NO_ENTRIES,
+            annotations=wl.meta.annotations or _NO_ENTRIES,
+        )
+        return msgspec.structs.replace(
+            wl, meta=meta, queue_name=sys.intern(wl.queue_name), pod_sets=self._shared(wl)
+        )
+
+    def _shared(self, wl: Workload) -> tuple[PodSet, ...]:
         key = self._encoder.encode(wl.pod_sets)
-        known = self._known.get(key)
+        known = self._pod_sets.get(key)
         if known is None:
-            if len(self._known) >= self._limit:
-                self._known.clear()
-            self._known[key] = wl.pod_sets
-            return wl
-        return msgspec.structs.replace(wl, pod_sets=known)
+            if len(self._pod_sets) >= self._limit:
+                self._pod_sets.clear()
+            known = self._pod_sets[key] = wl.pod_sets
+        return known
 
 
 # Finished workloads remembered, newest last. A submitted event redelivered after its workload
@@ -129,7 +143,7 @@ class Ledger:
         self.finished: dict[WorkloadKey, None] = {}
         self.finished_kept = finished_kept
         self._order = 0
-        self.pod_sets = SharedPodSets()
+        self.shared = SharedParts()
         # Where a live workload's manifests are read back from: the log that keeps its
         # `submitted` (snapshot.CompactLog sets it). A manifest is the largest part of a
         # waiting workload; kept twice, it was a tenth of a replica's memory (issue 19).
@@ -166,7 +180,7 @@ class Ledger:
             return None
         self._order += 1
         entry = Entry(
-            self.pod_sets.of(wl),
+            self.shared.of(wl),
             cluster=cluster,
             generation=generation,
             submitted_s=at_s,

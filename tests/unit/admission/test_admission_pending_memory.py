@@ -105,7 +105,7 @@ def test_workloads_waiting_in_one_group_share_its_shape_and_the_ledger_their_mes
     assert all(e.pending_message is entries[0].pending_message for e in entries)
 
 
-def test_workloads_asking_for_the_same_pods_share_one_copy_of_their_pod_sets() -> None:
+def test_workloads_asking_for_the_same_pods_share_one_copy_of_their_pod_sets_and_meta() -> None:
     stream, state = config_stream(), AdmissionState()
     state.take_ownership(now_s=0.0)
     for env in list(stream.log):
@@ -124,4 +124,7 @@ def test_workloads_asking_for_the_same_pods_share_one_copy_of_their_pod_sets() -
     assert all(
         state.engine.records[WorkloadKey(f"ns/w{n}")].wl.pod_sets is pod_sets[n] for n in range(6)
     )
-    assert len(state.ledger.pod_sets) == 2
+    assert len(state.ledger.shared) == 2
+    metas = [state.ledger.entries[WorkloadKey(f"ns/w{n}")].workload.meta for n in range(6)]
+    assert all(m.labels is metas[0].labels and m.namespace is metas[0].namespace for m in metas)
+    assert (metas[5].name, metas[5].namespace, metas[5].labels) == ("w5", "ns", {})
