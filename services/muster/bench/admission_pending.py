@@ -17,7 +17,8 @@ which wait. Each row then measures, on that state:
   reserved and admitted (usually a 1-cpu head of the same queue), p50/p99;
 - rebuild: the replica's snapshot (`CompactLog.snapshot`, encoded as the service stores it) is
   decoded and replayed into a new replica, which takes ownership and decides once, as after a
-  restart. Its state replaces the first one's (which is dropped first).
+  restart, inside `rebuilding()` as the service's is (no cyclic garbage collection until then).
+  Its state replaces the first one's (which is dropped first).
 
 Each row runs in a child process of its own (`spawn`), so its resident memory (RSS, from /proc)
 is the replica's and the interpreter's only: before loading (`base`), the peak, and after
