@@ -48,6 +48,7 @@ _ZLIB_LEVEL: Final = 1
 _WORKLOAD_FIELDS: Final = frozenset((*WORKLOAD_FACTS, *RECORDED, "forwarded"))
 _ENCODER: Final = msgspec.msgpack.Encoder()
 _SLICE: Final = 4096  # events encoded at a time
+_WORKLOAD: Final = msgspec.msgpack.Decoder(Workload)
 
 ConfigKey = tuple[str, str]  # (kind, name) as config.applied and config.deleted name them
 # config.partition records kept: per partition the last record (the fence) and the last move.
@@ -77,16 +78,30 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     partitions: tuple[int, ...] = EVERY
     tags: tuple[int, ...] = ()
     # Per event: a live workload's first kept `submitted` as the ledger took it (its manifest
-    # decoded and validated), None for the rest; () in a snapshot written before it was kept.
-    # A rebuild takes it instead of decoding each manifest again (40 % of its time). Added
-    # without a new version: a reader that does not know the field skips it.
-    workloads: tuple[Workload | None, ...] = ()
+    # decoded and validated), None or b"" for the rest; () in a snapshot written before it was
+    # kept. Taken (`CompactLog.snapshot`) as the Workload, stored and read as its msgpack
+    # bytes, each decoded only as its event is replayed: decoded all at once, they were a
+    # rebuild's peak memory. A rebuild takes it instead of decoding each manifest again (40 %
+    # of its time). Added without a new version: a reader that does not know it skips it.
+    workloads: tuple[Workload | bytes | None, ...] = ()
 
     def tag_of(self, i: int) -> int:
         return self.tags[i] if self.tags else ANY
 
     def workload_of(self, i: int) -> Workload | None:
-        return self.workloads[i] if self.workloads else None
+        """The Workload kept beside event `i`; None when none is, or when this reader's model
+        cannot decode it (the manifest is decoded instead)."""
+        kept = self.workloads[i] if self.workloads else None
+        if not isinstance(kept, bytes):
+            return kept
+        if not kept:
+            return None
+        try:
+            return _WORKLOAD.decode(kept)
+        except msgspec.DecodeError as exc:
+            log.warning("snapshot event #%d: its decoded workload is unreadable (%s): its "
+                        "manifest is decoded instead", self.sequences[i], exc)  # fmt: skip
+            return None
 
     @property
     def size(self) -> int:
@@ -96,20 +111,6 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
 
 class _Versioned(msgspec.Struct):
     version: int
-
-
-class _Unmodelled(msgspec.Struct, kw_only=True):
-    """A snapshot read without its decoded workloads: those of a model this reader cannot
-    decode are left out, and the rebuild decodes the manifests instead."""
-
-    version: int = VERSION
-    stream: str = ""
-    sequence: int
-    sequences: tuple[int, ...] = ()
-    events: tuple[bytes, ...] = ()
-    finished: tuple[str, ...] = ()
-    partitions: tuple[int, ...] = EVERY
-    tags: tuple[int, ...] = ()
 
 
 _READABLE: Final = (1, VERSION)
@@ -260,6 +261,10 @@ def encode_snapshot(snapshot: Snapshot) -> bytes:
         parts.append(out.compress(_ENCODER.encode(name) + _array_header(len(items))))
         for start in range(0, len(items), _SLICE):
             part = items[start : start + _SLICE]
+            if name == "workloads":  # each its own bytes, decoded one at a time when read
+                part = tuple(
+                    _ENCODER.encode(w) if isinstance(w, Workload) else w or b"" for w in part
+                )
             body = _ENCODER.encode(part)
             parts.append(out.compress(memoryview(body)[len(_array_header(len(part))) :]))
     parts.append(out.flush())
@@ -287,8 +292,8 @@ def decode_snapshot(data: bytes) -> Snapshot:
         raise SnapshotError(f"snapshot version {version}, this replica reads {_READABLE}")
     try:
         snapshot = msgspec.msgpack.decode(raw, type=Snapshot)
-    except msgspec.DecodeError:
-        snapshot = _without_workloads(raw)
+    except msgspec.DecodeError as exc:
+        raise SnapshotError(f"corrupt snapshot: {exc}") from None
     seqs = snapshot.sequences
     if len(seqs) != len(snapshot.events):
         raise SnapshotError(f"{len(seqs)} sequences for {len(snapshot.events)} events")
@@ -303,17 +308,6 @@ def decode_snapshot(data: bytes) -> Snapshot:
     if seqs and (seqs[0] < 1 or seqs[-1] > snapshot.sequence):
         raise SnapshotError(f"event sequences {seqs[0]}..{seqs[-1]} beyond {snapshot.sequence}")
     return snapshot
-
-
-def _without_workloads(raw: bytes) -> Snapshot:
-    """`raw` read as a snapshot whose decoded workloads are left out (a model this reader
-    cannot decode: the manifests are decoded instead); raises SnapshotError when corrupt."""
-    try:
-        plain = msgspec.msgpack.decode(raw, type=_Unmodelled)
-    except msgspec.DecodeError as exc:
-        raise SnapshotError(f"corrupt snapshot: {exc}") from None
-    log.warning("snapshot's decoded workloads unreadable: its manifests are decoded instead")
-    return Snapshot(**msgspec.structs.asdict(plain))
 
 
 def snapshot_headers(snapshot: Snapshot) -> dict[str, list[str]]:
