@@ -143,16 +143,13 @@ def restore_partitions(
 
 @contextmanager
 def rebuilding() -> Iterator[None]:
-    """Around a replica's rebuild, until it has taken ownership: no cyclic garbage collection
-    while the state is built, then what was built is frozen (`gc.freeze`).
+    """Around a replica's rebuild, until it has taken ownership: no cyclic garbage collection.
 
     A rebuild allocates tens of millions of objects at a million pending, nearly all of which
-    live on; each full collection walked them all again (a fifth of the rebuild's CPU). Frozen,
-    later full collections skip them too. One collection first, so that no garbage is frozen;
-    and what an earlier rebuild froze is thawed first, so that the state it built (dropped by a
-    Reown) can be collected with the rest.
+    live on; each full collection walked them all again (a fifth of the rebuild's CPU). Not
+    frozen afterwards (`gc.freeze`): in a process that runs other services, or tests, what is
+    frozen with the state would never be collected.
     """
-    gc.unfreeze()
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -160,8 +157,6 @@ def rebuilding() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
-    gc.collect()
-    gc.freeze()
 
 
 class Stored(NamedTuple):
