@@ -325,13 +325,14 @@ def rebuild(data: bytes) -> tuple[float, AdmissionState]:
         state = AdmissionState()
         history = CompactLog(state.ledger)
         restore(state, snapshot, history=history, max_event_bytes=1 << 20)
+        sequence = snapshot.sequence
+        del snapshot  # as the service's `rebuild` returns: what the state needs, the log holds
         events = state.take_ownership(now_s=1.0)
-        rounds = Rounds(state, NumberingPublisher([snapshot.sequence]), clock=lambda: 1.0,
+        rounds = Rounds(state, NumberingPublisher([sequence]), clock=lambda: 1.0,
                         history=history)  # fmt: skip
         loop = asyncio.new_event_loop()
-        loop.run_until_complete(rounds.catch_up(events, replay_end=snapshot.sequence))
+        loop.run_until_complete(rounds.catch_up(events, replay_end=sequence))
         loop.close()
-        del snapshot  # its events are the log's now
     return time.perf_counter() - started, state
 
 
