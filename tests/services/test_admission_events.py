@@ -168,23 +168,18 @@ async def test_admission_check_ready_admits_and_rejected_deactivates(
     assert count(events, "evicted", "ns/no") == 1
 
 
-def wait_for_pods_ready(**settings: object) -> pb.Envelope:
-    """Kueue's Configuration with `waitForPodsReady` set to `settings`, as applied."""
+async def test_pods_ready_timeout_fires_from_the_engine_timer(
+    bus: Bus, admission: Running, events
+) -> None:
     configuration = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta1",
         "kind": "Configuration",
-        "waitForPodsReady": settings,
+        "waitForPodsReady": {"enable": True, "timeout": "2s"},
     }
     applied = pb.ConfigApplied(
         kind="Configuration", name="kueue", manifest_json=json.dumps(configuration)
     )
-    return new_event("config_applied", applied, cluster="local", source="test")
-
-
-async def test_pods_ready_timeout_fires_from_the_engine_timer(
-    bus: Bus, admission: Running, events
-) -> None:
-    await publish(bus, wait_for_pods_ready(enable=True, timeout="2s"))
+    await publish(bus, new_event("config_applied", applied, cluster="local", source="test"))
     await basic_config(bus, cpu="4")
     await publish(bus, submitted(workload("quick")))
     await events.wait_for("admitted", workload="ns/quick")
@@ -195,39 +190,6 @@ async def test_pods_ready_timeout_fires_from_the_engine_timer(
     assert evicted.cause.startswith("timer/admission/0/")  # no event caused it
     await drained(bus, "admission-0")
     assert count(events, "evicted", "ns/quick") == 0
-
-
-async def test_without_wait_for_pods_ready_the_replica_does_not_read_pods_ready(
-    bus: Bus, admission: Running, events
-) -> None:
-    """pods_ready changes nothing admission decides then: the consumer is not given it."""
-    await basic_config(bus, cpu="4")
-    await publish(bus, submitted(workload("a")))
-    await events.wait_for("admitted", workload="ns/a")
-    await drained(bus, "admission-0")
-    await publish(bus, fact("pods_ready", "ns/a"))
-    await events.wait_for("pods_ready", workload="ns/a")  # stored
-    info = await bus.js.consumer_info("MUSTER_EVENTS", "admission-0")
-    assert info.num_pending == 0
-    assert info.num_ack_pending == 0
-    assert all("pods_ready" not in subject for subject in info.config.filter_subjects or [])
-
-
-async def test_turning_wait_for_pods_ready_on_replays_the_pods_ready_not_read(
-    bus: Bus, admission: Running, events
-) -> None:
-    """Off, the replica skips pods_ready; turned on, it rebuilds and reads them from the stream,
-    so a workload whose pods were ready meanwhile does not block admission (blockAdmission)."""
-    await basic_config(bus, cpu="4")
-    await publish(bus, submitted(workload("early")))
-    await events.wait_for("admitted", workload="ns/early")
-    await publish(bus, fact("pods_ready", "ns/early"))
-    await events.wait_for("pods_ready", workload="ns/early")
-    await publish(bus, wait_for_pods_ready(enable=True, blockAdmission=True, timeout="5m"))
-    await publish(bus, submitted(workload("late")))
-    await events.wait_for("admitted", workload="ns/late")
-    await drained(bus, "admission-0")
-    assert count(events, "evicted", "ns/early") == 0
 
 
 async def test_gang_rejected_evicts_and_eviction_completed_requeues(

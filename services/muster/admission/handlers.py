@@ -12,7 +12,7 @@ event type, so that a batch is decided once and in stream order). What each fact
     submitted            engine.submit when this shard owns the queue's cohort tree; indexed
     finished, deleted    engine.finish / engine.delete: quota released
     eviction_completed   engine.stopped: the evicted workload releases quota and is requeued
-    pods_ready           engine.pods_ready (waitForPodsReady; consumed only while it is on)
+    pods_ready           engine.pods_ready (waitForPodsReady)
     admission_check      Ready admits, Retry evicts, Rejected deactivates
     gang_rejected        GangTimedOut: evicted (reason GangRejected), quota held until
                          eviction_completed; BindFailed: nothing (gangpermit retries the gang)
@@ -53,7 +53,6 @@ from muster.admission.forwarding import reported_key, unwrap
 from muster.admission.relocation import Relocator, Report, StoryFetch
 from muster.admission.snapshot import CompactLog
 from muster.admission.state import AdmissionState
-from muster.admission.subjects import live_reports
 from muster.admission.translate import (
     RECORDED,
     Delete,
@@ -111,8 +110,7 @@ MAX_LINKS = 128  # traces a round's span links to, at most (a batch holds up to 
 
 class Reown(Exception):  # noqa: N818 (an outcome the service acts on, as Conflict)
     """The partitions this replica decides changed under it (a record moved one, or fenced a
-    decision out), or the reports it must read did (waitForPodsReady turned on or off): its
-    state may hold decisions that were not stored, or miss reports, so it rebuilds."""
+    decision out): its state may hold decisions that were not stored, so it rebuilds."""
 
 
 class Item(NamedTuple):
@@ -160,9 +158,6 @@ class Rounds:
         )
         self.lock = asyncio.Lock()  # one round at a time; readers of the engine take it too
         self.rounds = 0
-        # The reports the consumer was made to read (subjects.live_reports), once it is: a
-        # configuration that changes them calls for a rebuild (Reown).
-        self.reports: tuple[str, ...] | None = None
         self._timers_changed = asyncio.Event()
 
     # --- consumed events -------------------------------------------------------------------
@@ -249,9 +244,6 @@ class Rounds:
             events += await self.relocator.run(reports, now_s=now_s)
             if self.state.repartitioned:
                 raise Reown("a config.partition record moved a partition to or from here")
-            if self.reports is not None and self.reports != self._live_reports():
-                # Reports it did not read (pods_ready) must be replayed before it decides on.
-                raise Reown("waitForPodsReady changed: the reports consumed change with it")
             # The engine counts every call that returns events as a change, decide's included:
             # what tells is whether applying the facts changed it, or the round decided anything.
             changed = self.state.engine.version != version
@@ -278,9 +270,6 @@ class Rounds:
         if changed:  # the views are the engine's: a round about other replicas' workloads,
             self.on_round()  # or one that decided nothing, leaves them as they were
         return rejected
-
-    def _live_reports(self) -> tuple[str, ...]:
-        return live_reports(self.state.engine.config.kueue)
 
     def _apply(self, item: Item, reports: list[Report], *, now_s: float) -> list[Event] | None:
         """Apply one item; None when it is not taken at all (a forwarded story this replica

@@ -34,7 +34,7 @@ from muster.admission.metrics import AdmissionMetrics
 from muster.admission.rebuild import SnapshotStore, rebuild
 from muster.admission.snapshot import CompactLog, encode_snapshot
 from muster.admission.state import AdmissionState
-from muster.admission.subjects import consumer_subjects, live_reports
+from muster.admission.subjects import consumer_subjects
 from muster.admission.visibility import VisibilityWriter, visibility_values
 from muster.api.model import KueueConfig
 from muster.bus import (
@@ -263,15 +263,13 @@ class AdmissionService:
                 first - 1,
                 EVENTS_STREAM,
             )
-        reports = live_reports(self.state.engine.config.kueue)
         await make_consumer(
             self.bus,
             self.config.durable,
-            consumer_subjects(self.state.sharding.owned, reports),
+            consumer_subjects(self.state.sharding.owned),
             self.config.consumer_settings(),
             start_sequence=end + 1,
         )
-        self.rounds.reports = reports
         events = self.state.take_ownership(now_s=self.clock())
         await self.rounds.catch_up(events, replay_end=end)
         log.info(

@@ -10,11 +10,7 @@ them as it publishes them.
 
 Filters name event types, never every workload event: the pods' reports (`pods_pending`,
 `running`, `bound`, ...) are most of a workload's events, and a replica that received them
-would pay for every workload of every tree only to drop them. For the same reason a replica
-whose Kueue configuration has waitForPodsReady off does not consume `pods_ready`
-(`live_reports`): it changes nothing the engine decides then, and at several shards it would
-cost a round of its own per workload. A rebuild still replays it, so a replica restarted with
-waitForPodsReady on knows which pods are ready.
+would pay for every workload of every tree only to drop them.
 """
 
 from __future__ import annotations
@@ -23,7 +19,6 @@ from collections.abc import Collection
 from typing import Final
 
 from muster.admission.translate import RECORDED, WORKLOAD_FACTS
-from muster.api.model import KueueConfig
 from muster.bus.partitions import PARTITIONS
 from muster.bus.subjects import config_subject, workload_subject
 
@@ -43,21 +38,12 @@ def _partitioned(events: Collection[str], partitions: Collection[int]) -> list[s
     return [f"{workload_subject('*', e)}.{p}" for p in sorted(partitions) for e in events]
 
 
-def live_reports(kueue: KueueConfig) -> tuple[str, ...]:
-    """The reports a replica deciding under `kueue` consumes: `pods_ready` only with
-    waitForPodsReady on (the module docstring)."""
-    if kueue.wait_for_pods_ready.enable:
-        return REPORTS
-    return tuple(r for r in REPORTS if r != "pods_ready")
-
-
-def consumer_subjects(partitions: Collection[int], reports: Collection[str] = REPORTS) -> list[str]:
-    """The filters of the consumer of a replica deciding `partitions`, reading `reports`."""
-    legacy = (s for s in LEGACY if s.rsplit(".", 1)[1] in (*reports, *GLOBAL_FACTS, *RECORDED))
+def consumer_subjects(partitions: Collection[int]) -> list[str]:
+    """The filters of the consumer of a replica deciding `partitions`."""
     return [
-        *_partitioned((*reports, "forwarded"), partitions),
+        *_partitioned((*REPORTS, "forwarded"), partitions),
         *(f"{workload_subject('*', e)}.*" for e in GLOBAL_FACTS),
-        *legacy,
+        *LEGACY,
         *CONFIG_SUBJECTS,
     ]
 

@@ -8,12 +8,7 @@ import pytest
 from admission_stream import applied, cluster_queue, reported, submitted, workload
 
 from muster.admission.routing import WorkloadRoute
-from muster.admission.subjects import (
-    CONFIG_SUBJECTS,
-    consumer_subjects,
-    live_reports,
-    replay_subjects,
-)
+from muster.admission.subjects import CONFIG_SUBJECTS, consumer_subjects, replay_subjects
 from muster.admission.translate import (
     MANIFEST_COPY_LIMIT,
     ApplyConfig,
@@ -37,12 +32,10 @@ from muster.admission.translate import (
 from muster.api.model import (
     Admission,
     ClusterQueue,
-    KueueConfig,
     ObjectMeta,
     PodSetAssignment,
     ResourceFlavor,
     Toleration,
-    WaitForPodsReadyConfig,
     WorkloadKey,
 )
 from muster.bus import EVENTS_STREAM, new_event
@@ -370,20 +363,6 @@ def test_a_replica_reads_only_its_partitions_reports() -> None:
     for env in of:
         env.finished.SetInParent()
     assert [any(_subject_matches(f, subject_of(e)) for f in own) for e in of] == [True, False]
-
-
-@pytest.mark.parametrize("enable", [False, True])
-def test_pods_ready_is_consumed_only_with_wait_for_pods_ready_and_always_replayed(
-    enable: bool,
-) -> None:
-    kueue = KueueConfig(wait_for_pods_ready=WaitForPodsReadyConfig(enable=enable))
-    live = consumer_subjects([2], live_reports(kueue))
-    of = [pb.Envelope(type="workload.pods_ready", cluster="c", partition=p) for p in ("2", "")]
-    for env in of:
-        env.pods_ready.SetInParent()
-    assert [any(_subject_matches(f, subject_of(e)) for f in live) for e in of] == [enable] * 2
-    replayed = replay_subjects([2])
-    assert all(any(_subject_matches(f, subject_of(e)) for f in replayed) for e in of)
 
 
 def test_an_admission_carries_the_manifest_as_submitted_up_to_the_limit() -> None:
