@@ -248,3 +248,31 @@ def test_pod_template_labels_are_checked_as_a_pods() -> None:
         'Job/ml/j: spec.template.metadata.labels["scheduling.x-k8s.io/pod-group"]:'
         " must be a label value"
     )
+
+
+# The gateway answers at most 600 characters a line: a hostile name or key must not push the
+# problem, which ends the line, out of it (nor make the line hard to read).
+LINE_SHOWN = 300
+
+
+def test_a_name_too_long_leaves_the_problem_in_view() -> None:
+    name = "a" * 5000
+    text = f"{KUEUE}\nkind: ResourceFlavor\nmetadata: {{name: {name}}}\n"
+
+    (line,) = errors_of(text)
+
+    assert len(line) < LINE_SHOWN
+    assert line.startswith("ResourceFlavor/aaaa")
+    assert "...(5015 characters): " in line  # "ResourceFlavor/" and the name
+    assert line.endswith("metadata.name: must be no more than 253 characters, got 5000")
+
+
+def test_an_unknown_field_with_a_huge_key_leaves_the_problem_in_view() -> None:
+    key = "k" * 1000  # YAML allows an implicit key up to 1024 characters
+    text = f"{KUEUE}\nkind: ResourceFlavor\nmetadata: {{name: f}}\nspec: {{{key}: 1}}\n"
+
+    (line,) = errors_of(text)
+
+    assert len(line) < LINE_SHOWN
+    assert line.startswith("ResourceFlavor/f: spec.kkkk")
+    assert line.endswith(": unknown field")
