@@ -16,6 +16,8 @@ from security_helpers import as_user, manifest, secured_gateway
 from muster.bus import Bus
 from muster.contracts.v1 import services_pb2
 
+Metadata = tuple[tuple[str, str], ...]
+
 pytestmark = pytest.mark.timeout(120)
 
 
@@ -97,6 +99,11 @@ async def test_a_hostile_reference_is_invalid_argument_naming_the_field(
 HUGE = "q" * 100_000
 
 
+async def watch_all(gw: RunningGateway, request: services_pb2.WatchRequest, md: Metadata) -> None:
+    async for _ in gw.events.Watch(request, metadata=md, timeout=10):
+        pass
+
+
 @pytest.mark.parametrize(
     "call",
     [
@@ -114,8 +121,9 @@ HUGE = "q" * 100_000
         lambda gw, md: gw.visibility.ListWorkloads(
             services_pb2.ListWorkloadsRequest(statuses=[HUGE]), metadata=md, timeout=10
         ),
+        lambda gw, md: watch_all(gw, services_pb2.WatchRequest(workload=HUGE), md),
     ],
-    ids=["queue-status", "pending-workloads", "describe", "list"],
+    ids=["queue-status", "pending-workloads", "describe", "list", "watch"],
 )
 async def test_a_huge_name_in_a_query_gets_a_readable_answer(gw: RunningGateway, call) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(grpc.aio.AioRpcError) as raised:

@@ -60,9 +60,10 @@ _NOT_SUBMITTABLE: Final = (
 )
 
 
-# gRPC carries a status message in a trailer that clients refuse past 16 KiB, percent-encoded
-# (a newline or a non-ASCII byte costs 3): the message keeps its first problems within this.
-MAX_MESSAGE_BYTES: Final = 8 * 1024
+# gRPC carries a status message in a trailer that clients refuse past 16 KiB, and may refuse
+# past 8 KiB with its other headers (about 150 bytes), percent-encoded (a newline or a
+# non-ASCII byte costs 3): the message keeps its first problems within this.
+MAX_MESSAGE_BYTES: Final = 7680
 MAX_LINE_CHARS: Final = 600  # api.errors cuts hostile names and paths well within it
 
 
