@@ -276,3 +276,16 @@ def test_an_unknown_field_with_a_huge_key_leaves_the_problem_in_view() -> None:
     assert len(line) < LINE_SHOWN
     assert line.startswith("ResourceFlavor/f: spec.kkkk")
     assert line.endswith(": unknown field")
+
+
+def test_every_wrong_type_of_an_object_is_named_in_one_pass() -> None:
+    # msgspec stops at an object's first wrong type: a newcomer fixed them one run at a time.
+    text = workload(
+        "{queueName: lq, priority: high, podSets: [{name: main, count: lots,"
+        " template: {spec: {containers: [{name: c}]}}}]}"
+    )
+
+    assert errors_of(text) == [
+        "Workload/ml/w: spec.priority: Expected `int | null`, got `str`",
+        "Workload/ml/w: spec.podSets[0].count: Expected `int`, got `str`",
+    ]
