@@ -357,3 +357,18 @@ def test_the_table_says_why_a_cluster_queue_is_inactive(
         "ClusterQueue main is inactive (CohortCycle): Can't admit new workloads: "
         "cohort a is part of the cohort cycle a -> b -> a"
     )
+
+
+def test_a_directory_or_a_device_is_not_called_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, err = simulate(capsys, tmp_path)
+    assert (status, out) == (2, "")
+    assert (
+        err
+        == f"muster: {tmp_path}: is a directory: name the YAML files in it ({tmp_path}/*.yaml)\n"
+    )
+
+    status, out, err = simulate(capsys, "/dev/null")
+    assert (status, out) == (2, "")
+    assert err == "muster: /dev/null: not a regular file\n"

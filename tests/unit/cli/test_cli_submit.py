@@ -95,3 +95,18 @@ def test_it_gives_up_after_three_tries(
     assert status == 1
     assert len(gateway.requests) == 3
     assert "UNAVAILABLE" in capsys.readouterr().err
+
+
+def test_an_endless_input_is_refused_without_reading_it_all(
+    args: argparse.Namespace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `muster submit /dev/zero` (or a pipe that never ends) grew to 13 GB in 30 s.
+    gateway = FlakyGateway(failures=0)
+
+    status = submit._submit_file(args, gateway, "/dev/zero")
+
+    assert (status, gateway.requests) == (2, [])
+    assert capsys.readouterr().err == (
+        "muster: /dev/zero: more than 64 MiB: not a manifest a gateway takes "
+        "(4 MiB by default, the gateway's --max-request-bytes)\n"
+    )
