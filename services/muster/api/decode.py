@@ -493,6 +493,9 @@ def structural_error(who: str, exc: msgspec.ValidationError) -> FieldError:
     message = str(exc)
     match = _AT.fullmatch(message)
     if match is None:
+        missing = _MISSING.fullmatch(message)  # at the top level msgspec names no place
+        if missing:
+            return FieldError(who, missing["field"], "is required")
         return FieldError(who, "(object)", message)
     problem, path = match["problem"], match["path"].removeprefix(".")
     if match["key"]:

@@ -289,3 +289,15 @@ def test_every_wrong_type_of_an_object_is_named_in_one_pass() -> None:
         "Workload/ml/w: spec.priority: Expected `int | null`, got `str`",
         "Workload/ml/w: spec.podSets[0].count: Expected `int`, got `str`",
     ]
+
+
+def test_a_wrong_top_level_field_is_named_once() -> None:
+    text = f"{KUEUE}\nkind: WorkloadPriorityClass\nmetadata: {{name: p}}\nvalue: -2147483649\n"
+
+    assert errors_of(text) == ["WorkloadPriorityClass/p: value: Expected `int` >= -2147483648"]
+
+
+def test_a_missing_top_level_field_names_it() -> None:
+    text = f"{KUEUE}\nkind: WorkloadPriorityClass\nmetadata: {{name: p}}\n"
+
+    assert errors_of(text) == ["WorkloadPriorityClass/p: value: is required"]
