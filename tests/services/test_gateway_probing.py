@@ -10,11 +10,12 @@ from pathlib import Path
 import grpc
 import grpc.aio
 import pytest
-from gateway_helpers import RunningGateway
-from security_helpers import as_user, manifest, secured_gateway
+from gateway_helpers import RunningGateway, running_gateway
+from security_helpers import USERS, as_user, manifest, secured_gateway, tokens_yaml
 
 from muster.bus import Bus
 from muster.contracts.v1 import services_pb2
+from muster.gateway.auth_config import SecurityConfig
 
 Metadata = tuple[tuple[str, str], ...]
 
@@ -74,6 +75,21 @@ async def test_a_caller_who_may_watch_still_hears_not_found(gw: RunningGateway) 
     code, details = await control(gw, "viewer", "stop", "team-a", "secret")
     assert code is grpc.StatusCode.PERMISSION_DENIED
     assert details.startswith("Workload/team-a/job-secret") or "permission cancel" in details
+
+
+async def test_a_caller_who_may_cancel_but_not_watch_hears_not_found(
+    bus: Bus, tmp_path: Path
+) -> None:
+    # Allowed to act in the namespace, so existence is no secret: 404, as Kubernetes answers.
+    tokens, policy = tmp_path / "tokens.yaml", tmp_path / "policy.yaml"
+    tokens.write_text(tokens_yaml(USERS))
+    policy.write_text("rules:\n- users: [bob]\n  permissions: [cancel]\n  namespaces: [team-a]\n")
+    security = SecurityConfig(tokens_file=str(tokens), policy_file=str(policy))
+    async with running_gateway(bus, security=security) as running:
+        assert await control(running, "bob", "stop", "team-a", "nothing-here") == (
+            grpc.StatusCode.NOT_FOUND,
+            'workload "nothing-here" not found in namespace team-a',
+        )
 
 
 @pytest.mark.parametrize(

@@ -188,8 +188,17 @@ class ControlRpcs:
     ) -> Entry:
         """The Kueue workload `ref` names, once `caller` may stop, resume or delete it."""
         namespace = ref.namespace or "default"
-        if not await _may(self._authorizer, caller, watch_action(namespace), context):
-            return await self._blind_entry(book, namespace, ref.name, caller, context)
+        blind = Action(
+            permission=Permission.CANCEL,
+            namespace=namespace,
+            kind=WORKLOAD,
+            name=f"{namespace}/{ref.name}",
+        )
+        # Who may read the namespace, or act on all of it, may learn what is there.
+        if not await _may(
+            self._authorizer, caller, watch_action(namespace), context
+        ) and not await _may(self._authorizer, caller, blind, context):
+            return await self._blind_entry(book, blind, ref.name, caller, context)
         entry = await _workload(book, namespace, ref.name, context)
         if not entry.kueue:
             message = f"{entry.key} is a gang outside Kueue: delete its pods or pod group instead"
@@ -202,16 +211,16 @@ class ControlRpcs:
     async def _blind_entry(
         self,
         book: WorkloadBook,
-        namespace: str,
+        blind: Action,
         name: str,
         caller: Caller,
         context: grpc.aio.ServicerContext,
     ) -> Entry:
-        """For a caller who may not read `namespace`: the workload if they may act on it, else
-        one denial whether it exists or not (NOT_FOUND, "a gang" or its LocalQueue would tell
-        them what they may not read), as Kubernetes answers 403 before it looks."""
+        """For a caller who may not read `blind`'s namespace: the workload if they may act on
+        it, else `blind` denied whether it exists or not (NOT_FOUND, "a gang" or its LocalQueue
+        would tell them what they may not read), as Kubernetes answers 403 before it looks."""
         try:
-            entry: Entry | None = one_named(book, namespace, name)
+            entry: Entry | None = one_named(book, blind.namespace, name)
         except (LookupError, InvalidQueryError):
             entry = None
         if (
@@ -220,12 +229,6 @@ class ControlRpcs:
             and await _may(self._authorizer, caller, workload_action(entry), context)
         ):
             return entry
-        blind = Action(
-            permission=Permission.CANCEL,
-            namespace=namespace,
-            kind=WORKLOAD,
-            name=f"{namespace}/{name}",
-        )
         await deny(context, caller, blind)
 
     async def _queue_plan(
