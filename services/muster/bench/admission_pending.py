@@ -18,8 +18,7 @@ which wait. Each row then measures, on that state:
 - rebuild: the replica's snapshot (`CompactLog.snapshot`, encoded as the service stores it) is
   decoded and replayed into a new replica, which takes ownership and decides once, as after a
   restart, inside `rebuilding()` as the service's is (no cyclic garbage collection until then).
-  It runs in a new process, as a restarted replica does (run in the loading process, on the
-  memory the first replica's state left in pieces, it held more than a new process does).
+  It runs in a new process, as a restarted replica does.
 
 Each row loads in a child process of its own (`spawn`) and rebuilds in another, so resident
 memory (RSS, from /proc) is the replica's and the interpreter's only: before loading (`base`),
