@@ -220,11 +220,17 @@ def count(events: Any, event_type: str, workload: str) -> int:
 async def drained(bus: Bus, durable: str, *, timeout_s: float = 10.0) -> None:
     """Wait until durable consumer `durable` has handled and acked everything stored so far."""
 
+    last: list[str] = ["nothing"]
+
     async def done() -> bool:
         info = await bus.js.consumer_info(EVENTS_STREAM, durable)
+        last[0] = f"{info.num_pending} pending, {info.num_ack_pending} unacked, {info.delivered}"
         return not info.num_pending and not info.num_ack_pending
 
-    await eventually(done, timeout_s=timeout_s)
+    try:
+        await eventually(done, timeout_s=timeout_s)
+    except TimeoutError:
+        raise AssertionError(f"{durable} not drained after {timeout_s:g}s: {last[0]}") from None
 
 
 class FakeBinder:
