@@ -13,9 +13,12 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+from admission_world import eventually
 from bus_helpers import EventLog
 from placement_stack import Ready
 
+from muster.admission.clusters import CLUSTERS_BUCKET
 from muster.binder.service import BinderConfig, run_binder
 from muster.bus import Bus
 from muster.cluster.objects import PodView
@@ -24,6 +27,7 @@ from muster.cluster.sim.clock import WallClock
 from muster.cluster.sim.kubelet import Kubelet
 from muster.cluster.sim.store import SimStore
 from muster.contracts.v1 import events_pb2
+from muster.core.dispatch import ClusterCapacity
 from muster.gangpermit.service import GangPermitConfig, run_gangpermit
 from muster.watcher.service import WatcherConfig, run_watcher
 
@@ -101,6 +105,22 @@ async def sim_clusters(bus: Bus, *names: str) -> Any:
     finally:
         for cluster in clusters:
             await cluster.kill()
+
+
+async def reported(bus: Bus, cluster: str, *nodes: str) -> None:
+    """Wait until `cluster`'s heartbeat lists `nodes`, as `muster run` does before its first
+    workload: dispatch goes by the room heartbeats report, so a workload submitted earlier
+    would go to whichever cluster happened to report its node first."""
+    kv = await bus.kv(CLUSTERS_BUCKET)
+
+    async def listed() -> bool:
+        entry = await kv.get(cluster)
+        if entry is None or not entry.value:
+            return False
+        capacity = msgspec.json.decode(entry.value, type=ClusterCapacity)
+        return set(nodes) <= {room.name for room in capacity.nodes}
+
+    await eventually(listed)
 
 
 def node(name: str, *, cpu: str) -> dict[str, Any]:

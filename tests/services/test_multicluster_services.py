@@ -15,7 +15,7 @@ import yaml
 from admission_world import Running, start_admission, start_preemption
 from bus_helpers import EventLog
 from gateway_helpers import RunningGateway, running_gateway
-from multicluster_stack import SimCluster, about, node, sim_clusters, wait_for
+from multicluster_stack import SimCluster, about, node, reported, sim_clusters, wait_for
 
 from muster.bus import Bus, BusConfig
 from muster.contracts.v1 import services_pb2
@@ -122,6 +122,8 @@ async def world(bus: Bus, bus_config: BusConfig, events: EventLog) -> AsyncItera
                 await svc.wait_serving()
             await clusters["east"].backend.apply(node("east-1", cpu="2"))
             await clusters["west"].backend.apply(node("west-1", cpu="4"))
+            await reported(bus, "east", "east-1")
+            await reported(bus, "west", "west-1")
             world = World(clusters, gateway, events)
             await world.submit(CONFIG)
             yield world
