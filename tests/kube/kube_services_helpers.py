@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+from budget import wait_s
 from kube_helpers import api_client
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -50,9 +51,12 @@ KUEUE_KINDS = {
 }
 
 
-async def eventually(check: Callable[[], Awaitable[T | None]], *, timeout_s: float = 10.0) -> T:
-    """The first truthy result of `check()`, asked every 20 ms until `timeout_s` (then the
-    test fails with the last result)."""
+async def eventually(
+    check: Callable[[], Awaitable[T | None]], *, timeout_s: float | None = None
+) -> T:
+    """The first truthy result of `check()`, asked every 20 ms until `timeout_s` (None: what
+    is left of the test's time, `tests/budget.py`), then the test fails with the last result."""
+    timeout_s = wait_s(timeout_s)
     deadline = time.monotonic() + timeout_s
     last: T | None = None
     while time.monotonic() < deadline:
@@ -271,7 +275,9 @@ class Events:
             if e.workload == workload and (event_type is None or e.type == event_type)
         ]
 
-    async def wait_for(self, workload: str, event_type: str, *, timeout_s: float = 10.0) -> None:
+    async def wait_for(
+        self, workload: str, event_type: str, *, timeout_s: float | None = None
+    ) -> None:
         async def seen() -> bool:
             return bool(self.of(workload, event_type))
 
@@ -334,7 +340,7 @@ class Stack:
                     raise AssertionError(f"{name} ended before serving")
             return all(h.serving for h in self.healths.values())
 
-        await eventually(serving, timeout_s=20.0)
+        await eventually(serving)
 
     def check_alive(self) -> None:
         """Fail with the error of a service that died."""

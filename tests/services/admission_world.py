@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import nats.js.errors
+from budget import wait_s
 
 from muster.admission.rebuild import SNAPSHOTS_BUCKET
 from muster.admission.service import AdmissionConfig, run_admission
@@ -206,9 +207,12 @@ async def running(*services: Running) -> AsyncIterator[Sequence[Running]]:
             await svc.stop()
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], *, timeout_s: float = 10.0) -> None:
-    """Wait until `check()` holds: state in NATS (a bucket, a consumer) or in another task."""
-    async with asyncio.timeout(timeout_s):
+async def eventually(
+    check: Callable[[], Awaitable[bool]], *, timeout_s: float | None = None
+) -> None:
+    """Wait until `check()` holds: state in NATS (a bucket, a consumer) or in another task
+    (at most `timeout_s`; None: what is left of the test's time, `tests/budget.py`)."""
+    async with asyncio.timeout(wait_s(timeout_s)):
         while not await check():  # noqa: ASYNC110 (the state lives in the server: poll it)
             await asyncio.sleep(0.02)
 
@@ -217,7 +221,7 @@ def count(events: Any, event_type: str, workload: str) -> int:
     return len(events.matching(event_type, workload=workload))
 
 
-async def drained(bus: Bus, durable: str, *, timeout_s: float = 10.0) -> None:
+async def drained(bus: Bus, durable: str, *, timeout_s: float | None = None) -> None:
     """Wait until durable consumer `durable` has handled and acked everything stored so far."""
 
     last: list[str] = ["nothing"]
@@ -227,10 +231,11 @@ async def drained(bus: Bus, durable: str, *, timeout_s: float = 10.0) -> None:
         last[0] = f"{info.num_pending} pending, {info.num_ack_pending} unacked, {info.delivered}"
         return not info.num_pending and not info.num_ack_pending
 
+    bound = wait_s(timeout_s)
     try:
-        await eventually(done, timeout_s=timeout_s)
+        await eventually(done, timeout_s=bound)
     except TimeoutError:
-        raise AssertionError(f"{durable} not drained after {timeout_s:g}s: {last[0]}") from None
+        raise AssertionError(f"{durable} not drained after {bound:.1f}s: {last[0]}") from None
 
 
 class FakeBinder:

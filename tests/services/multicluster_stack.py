@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 from admission_world import eventually
+from budget import wait_s
 from bus_helpers import EventLog
 from placement_stack import Ready
 
@@ -144,7 +145,7 @@ async def wait_for(
     *,
     cluster: str | None = None,
     source: str | None = None,
-    timeout_s: float = 15.0,
+    timeout_s: float | None = None,
 ) -> events_pb2.Envelope:
     """The first `field` event about `workload` (from `cluster`, by `source`), waiting."""
 
@@ -157,7 +158,7 @@ async def wait_for(
     changed = events._changed  # EventLog's condition, notified on every event it records
     async with changed:
         try:
-            await asyncio.wait_for(changed.wait_for(lambda: found() is not None), timeout_s)
+            await asyncio.wait_for(changed.wait_for(lambda: found() is not None), wait_s(timeout_s))
         except TimeoutError:
             seen = [f"{e.type} {e.workload} @{e.cluster}" for e in events.seen]
             raise AssertionError(f"no {field} of {workload} from {cluster}: {seen}") from None

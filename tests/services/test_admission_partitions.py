@@ -112,7 +112,7 @@ async def test_a_tree_moved_between_replicas_under_load_admits_nothing_twice_and
         )
         moved_at = 0
         for i, key in enumerate(keys):  # one cpu each, 4 of quota: FIFO, 4 at a time
-            await events.wait_for("admitted", workload=key, timeout_s=15.0)
+            await events.wait_for("admitted", workload=key)
             await publish(bus, in_partition(fact("finished", key), partition))
             if i == 4:  # the move, while 4 run and 19 wait
                 moved_at = await move_partition(bus, partition, new)

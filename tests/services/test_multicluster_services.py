@@ -191,7 +191,7 @@ async def test_a_lost_clusters_workload_finishes_elsewhere_exactly_once(world: W
     assert completed.source.startswith("admission/")  # east cannot say so: admission does
     readmitted = await wait_for(events, "admitted", "ml/long", cluster="west")
     assert readmitted.sequence > completed.sequence
-    finished = await wait_for(events, "finished", "ml/long", cluster="west", timeout_s=20)
+    finished = await wait_for(events, "finished", "ml/long", cluster="west")
     assert finished.finished.succeeded
     assert clusters_of(events, "admitted", "ml/long") == ["east", "west"]
     assert clusters_of(events, "finished", "ml/long") == ["west"]
