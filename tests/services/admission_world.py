@@ -222,12 +222,19 @@ def count(events: Any, event_type: str, workload: str) -> int:
 
 
 async def drained(bus: Bus, durable: str, *, timeout_s: float | None = None) -> None:
-    """Wait until durable consumer `durable` has handled and acked everything stored so far."""
+    """Wait until durable consumer `durable` has handled and acked everything stored so far.
+
+    A consumer that does not exist is not drained yet: an admission replica makes its own anew
+    at each rebuild (a restart, a partition moved to or from it)."""
 
     last: list[str] = ["nothing"]
 
     async def done() -> bool:
-        info = await bus.js.consumer_info(EVENTS_STREAM, durable)
+        try:
+            info = await bus.js.consumer_info(EVENTS_STREAM, durable)
+        except nats.js.errors.NotFoundError:
+            last[0] = "no such consumer (being made anew)"
+            return False
         last[0] = f"{info.num_pending} pending, {info.num_ack_pending} unacked, {info.delivered}"
         return not info.num_pending and not info.num_ack_pending
 
