@@ -33,6 +33,9 @@ from muster.preemption.service import PreemptionConfig, run_preemption
 from muster.watcher import __main__ as watcher_main
 
 T = TypeVar("T")
+# No test here restarts admission, so its shard lease need not expire for a successor: with a
+# 2 s TTL, a loaded test process that did not renew it for 1.5 s lost it (LeaseLostError).
+UNEXPIRING_LEASE_S = 600.0
 CRDS = Path(__file__).resolve().parents[2] / "k8s" / "crds"
 KUEUE = ("kueue.x-k8s.io", "v1beta1")
 SCHEDULING = "scheduling.k8s.io"
@@ -323,7 +326,9 @@ class Stack:
             own = (service_flags or {}).get(name, ())
             _, main = module.parse([*flags, *kube_flags, *own])
             await self._start(name, main, nats_url)
-        admission = AdmissionConfig(lease_ttl_s=2.0, lease_renew_s=0.5, ack_wait_s=2.0)
+        admission = AdmissionConfig(
+            lease_ttl_s=UNEXPIRING_LEASE_S, lease_renew_s=0.5, ack_wait_s=2.0
+        )
         await self._start(
             "admission", lambda bus, health: run_admission(bus, health, admission), nats_url
         )

@@ -176,6 +176,12 @@ class Running:
         await self.kill()
 
 
+# For a test that restarts no replica: its lease need not expire for a successor, and with
+# the 2 s TTL of `start_admission` a loaded test process that did not renew it for 1.5 s lost
+# it (LeaseLostError). A test that kills a replica keeps the short TTL: the successor waits it.
+UNEXPIRING_LEASE_S = 600.0
+
+
 async def start_admission(bus_config: BusConfig, **settings: Any) -> Running:
     bus = await connect(msgspec_replace(bus_config, name="muster-admission-test"))
     health = Health("admission")

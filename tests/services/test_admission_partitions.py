@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from admission_world import (
+    UNEXPIRING_LEASE_S,
     Running,
     cluster_queue,
     config_applied,
@@ -63,7 +64,10 @@ async def test_a_replica_receives_no_event_of_a_tree_it_does_not_decide(
     bus: Bus, bus_config: BusConfig, events: Any
 ) -> None:
     mine, theirs = trees()
-    replicas = [await start_admission(bus_config, shard=i, shards=SHARDS) for i in range(SHARDS)]
+    replicas = [
+        await start_admission(bus_config, shard=i, shards=SHARDS, lease_ttl_s=UNEXPIRING_LEASE_S)
+        for i in range(SHARDS)
+    ]
     try:
         await asyncio.gather(*(r.wait_serving() for r in replicas))
         await publish(bus, *config_of(mine, theirs))
@@ -149,7 +153,10 @@ async def test_after_a_move_each_replica_rebuilds_once_not_at_every_batch(
     tree, _ = trees()
     partition = partition_of(f"cohort/{tree}")
     new = (partition + 1) % SHARDS
-    replicas = [await start_admission(bus_config, shard=i, shards=SHARDS) for i in range(SHARDS)]
+    replicas = [
+        await start_admission(bus_config, shard=i, shards=SHARDS, lease_ttl_s=UNEXPIRING_LEASE_S)
+        for i in range(SHARDS)
+    ]
     queue = f"lq-{tree}"
     try:
         await asyncio.gather(*(r.wait_serving() for r in replicas))
