@@ -48,8 +48,8 @@ from muster.metrics.services import BinderSeries
 from muster.payloads import (
     PayloadError,
     manifest_document,
-    manifest_workload,
     workload_manifest,
+    written_workload,
 )
 
 log = logging.getLogger(__name__)
@@ -235,7 +235,7 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
         # the stream): the admission carries the spec.
         # One that does not decode never will: dead-lettered, naming the workload.
         try:
-            wl = manifest_workload(env.admitted.manifest_json, what=key)
+            wl = written_workload(env.admitted.manifest_json, what=key)
         except PayloadError as err:
             raise Reject(str(err)) from None
     if wl is None:

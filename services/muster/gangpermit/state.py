@@ -43,7 +43,7 @@ from muster.core.placement.feed import GangFeed, Left
 from muster.core.placement.model import GangKey, GangSpec, NodeInfo, NodeName, PodKey, Scoring
 from muster.core.placement.scheduler import DEFAULT_TIMEOUT_S, GangScheduler
 from muster.core.placement.sources import gang_of_admitted, handled_by, node_info, pod_info
-from muster.payloads import PayloadError, applied_document, applied_object, manifest_workload
+from muster.payloads import PayloadError, applied_document, applied_object, written_workload
 
 log = logging.getLogger(__name__)
 
@@ -525,7 +525,7 @@ def _submitted_from(manifest_json: str, admitted: events_pb2.Envelope) -> Submit
 
 def _workload_of(manifest_json: str, env: events_pb2.Envelope) -> Workload | None:
     try:
-        return manifest_workload(manifest_json, what=env.workload)
+        return written_workload(manifest_json, what=env.workload)
     except PayloadError as err:
         log.warning("undecodable workload manifest: %s", err, extra={"workload": env.workload})
         return None
