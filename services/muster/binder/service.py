@@ -21,6 +21,7 @@ from muster.binder.fences import Fences
 from muster.binder.handlers import (
     BinderContext,
     WorkloadSpecs,
+    follow,
     on_admitted,
     on_apply,
     on_evict,
@@ -98,8 +99,7 @@ async def run_binder(
         if env.sequence and env.sequence <= specs.position:
             return  # applied already (by a sweep's catch-up)
         try:
-            specs.apply(env)
-            fences.apply(env)
+            follow(env, specs, fences)
         except Exception as err:  # poison: the same event fails the same way after a restart
             await poison.event(env, err)
         if env.type in ends:
