@@ -62,11 +62,13 @@ def test_a_spec_submitted_elsewhere_is_known_until_it_finishes() -> None:
 
 
 class _Backend:
-    """Records the workloads started (the only call `on_admitted` makes)."""
+    """Records the workloads started (the only call `on_admitted` makes), and stopped."""
 
     def __init__(self) -> None:
         self.started: dict[str, list[PodSetStart]] = {}
         self.origins: dict[str, WorkloadOrigin | None] = {}
+        self.admissions: list[int] = []  # started, in order
+        self.stopped: list[int] = []  # the evictions carried out, in order
 
     async def start_workload(
         self,
@@ -78,6 +80,12 @@ class _Backend:
     ) -> None:
         self.started[key] = pod_sets
         self.origins[key] = origin
+        self.admissions.append(admission)
+
+    async def stop_workload(
+        self, key: str, *, before: int, pod_sets: dict[str, int] | None = None
+    ) -> None:
+        self.stopped.append(before)
 
 
 def _context(backend: _Backend) -> BinderContext:
