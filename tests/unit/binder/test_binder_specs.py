@@ -47,6 +47,11 @@ def test_follows_specs_of_every_cluster_and_evictions_of_its_own() -> None:
         "muster.v1.west.workload.eviction_completed",
         "muster.v1.west.workload.eviction_completed.*",
     ]
+    # Without copies to collect (a simulated cluster) an admission is read by the consumer
+    # alone: the follower would read every one a second time for nothing.
+    assert spec_subjects("west", copies=False) == [
+        s for s in spec_subjects("west") if ".workload.admitted" not in s
+    ]
 
 
 def test_a_spec_submitted_elsewhere_is_known_until_it_finishes() -> None:
