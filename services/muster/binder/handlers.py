@@ -125,6 +125,13 @@ class WorkloadSpecs:
         found = self._specs.get(workload)
         return None if found is None else found.workload
 
+    def replaced(self, workload: str, submitted_id: str) -> bool:
+        """Whether a decision naming `submitted_id` is about an earlier workload of the name
+        `workload` has now (ended, and submitted again since): an eviction of it must not
+        stop the new one's pods. One that ended without a successor is still carried out:
+        its pods here (a MultiKueue copy that finished elsewhere) must go."""
+        return self._ended.replaced(workload, submitted_id)
+
     def submission(self, workload: str) -> Submission | None:
         return self._specs.get(workload)
 
@@ -135,10 +142,11 @@ class WorkloadSpecs:
 
 def follow(env: events_pb2.Envelope, specs: WorkloadSpecs, fences: Fences) -> None:
     """Fold one followed event (`spec_subjects`) into the specs and the fences. A late
-    `evicted` of a workload that ended since fences nothing: a new workload of its name may be
-    admitted here already (docs/events.md, "A name used again")."""
+    `evicted` of a workload that ended and whose name was submitted again since fences
+    nothing: the new workload may be admitted here already (docs/events.md, "A name used
+    again")."""
     specs.apply(env)
-    if env.type != "workload.evicted" or not specs.ended(env.submitted_id):
+    if env.type != "workload.evicted" or not specs.replaced(env.workload, env.submitted_id):
         fences.apply(env)
 
 
@@ -400,14 +408,15 @@ async def on_evict(env: events_pb2.Envelope, ctx: BinderContext) -> None:
     The fence goes up before anything is listed, under the workload's lock: no admission
     stored before the eviction starts pods afterwards. Pods of a later admission are left
     alone, and an eviction carried out already is not carried out again (nothing published),
-    nor one naming a submission that ended since (docs/events.md, "A name used again").
+    nor one naming a workload that ended and was submitted again since (docs/events.md, "A
+    name used again").
     """
     command = env.evict_requested
     key, eviction = env.workload, command.eviction_sequence
-    if ctx.specs.ended(env.submitted_id):
-        # Decided before the workload ended, stored after: its pods are gone, and pods of
-        # that name now are a new workload's.
-        log.info("skipping an eviction of a workload ended since", extra={"workload": key})
+    if ctx.specs.replaced(key, env.submitted_id):
+        # Decided before the workload ended, stored after its name was submitted again:
+        # the pods of that name now are the new workload's.
+        log.info("skipping an eviction of a workload replaced since", extra={"workload": key})
         return
     if ctx.fences.done(key, eviction):
         log.info("eviction already carried out", extra={"workload": key})

@@ -36,6 +36,11 @@ class EndedSubmissions:
         while len(self._ended) > self.kept:
             del self._ended[next(iter(self._ended))]
 
+    def replaced(self, workload: str, submitted_id: str) -> bool:
+        """Whether `submitted_id` ended and `workload` has been submitted again since: the
+        pods of that name may be the new workload's."""
+        return submitted_id in self and workload in self._open
+
     def __contains__(self, submitted_id: object) -> bool:
         """Whether a decision naming `submitted_id` is about a workload that ended since ("":
         a decision written before the field, never taken as ended)."""

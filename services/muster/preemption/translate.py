@@ -15,8 +15,8 @@ def evict_command(evicted: pb.Envelope, *, attempt: int, source: str = SOURCE) -
     duplicate JetStream drops, and each new attempt is a new command. Every attempt names the
     eviction (its event id and stream sequence): the binder fences on it, and its
     `eviction_completed` says which eviction it completes. It names the `submitted` the
-    eviction is about, as the eviction does: a binder that saw that workload end since drops
-    it, so it never stops the pods of a new workload of the same name.
+    eviction is about, as the eviction does: a binder that saw that workload end and its name
+    submitted again since drops it, so it never stops the pods of the new workload.
     """
     payload = pb.EvictRequested(
         reason=evicted.evicted.reason,

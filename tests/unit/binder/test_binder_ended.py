@@ -81,3 +81,16 @@ async def test_an_eviction_written_before_submitted_ids_is_carried_out_as_before
     follow(older, ctx.specs, ctx.fences)
     await on_evict(evict_command(older, attempt=1), ctx)
     assert cluster.stopped == [5]
+
+
+async def test_a_late_eviction_of_a_workload_ended_without_a_successor_is_carried_out() -> None:
+    """A MultiKueue copy that finished elsewhere while this cluster was away: its pods here go."""
+    ctx, cluster, published = binder()
+    manifest = json.dumps(MANIFEST)
+    submitted = event("submitted", pb.WorkloadSubmitted(manifest_json=manifest), 1)
+    for env in (submitted, event("finished", pb.WorkloadFinished(), 3)):
+        follow(env, ctx.specs, ctx.fences)
+    late = evicted(2, submitted_id=submitted.event_id)
+    await on_evict(evict_command(late, attempt=1), ctx)
+    assert cluster.stopped == [2]
+    assert [e.type for e in published.seen] == ["workload.eviction_completed"]
