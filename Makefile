@@ -27,7 +27,7 @@ setup: $(STAMP) $(CONTRACTS)
 proto: $(STAMP)
 	$(BIN)/python proto/generate.py
 
-# The embedded default: for now the admission core on the virtual clock over the built-in demo.
+# The demo: NATS and every service as processes, the built-in scenario replayed at 10x (README).
 run: setup
 	$(BIN)/muster run
 

@@ -174,16 +174,22 @@ async def test_a_workload_submitted_twice_in_two_calls_runs_once(
         await admission.wait_serving()
         await submit(gw, flavor(), cluster_queue(cpu="4"), local_queue())
         await submit(gw, workload("once", cpu="1"))
+        await events.wait_for("admitted", workload="ns/once")
         await submit(gw, workload("once", cpu="1"))  # another call: a new event, same workload
         await submit(gw, workload("after", cpu="1"))
 
         await events.wait_for("admitted", workload="ns/after")  # handled in stream order
+        listed = await gw.visibility.ListWorkloads(
+            services_pb2.ListWorkloadsRequest(namespace="ns", name="once"), timeout=10
+        )
     finally:
         await admission.stop()
 
     assert len(events.matching("submitted", workload="ns/once")) == 2
     assert len(events.matching("quota_reserved", workload="ns/once")) == 1
     assert len(events.matching("admitted", workload="ns/once")) == 1
+    # Admission took the second as a duplicate; the listing showed it PENDING, for good.
+    assert [(w.key, w.status) for w in listed.items] == [("ns/once", "ADMITTED")]
 
 
 async def test_thousands_of_problems_answer_the_first_ones_and_a_count(

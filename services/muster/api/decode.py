@@ -193,6 +193,8 @@ _NAMESPACED_SKIPPED: frozenset[str] = frozenset()  # Topology is cluster-scoped
 # "... - at `key` in `$.metadata.labels`".
 _AT = re.compile(r"(?P<problem>.*) - at (?P<key>`key` in )?`\$(?P<path>[^`]*)`", re.DOTALL)
 _MISSING = re.compile(r"Object missing required field `(?P<field>[^`]+)`")
+_STEP = re.compile(r"\.([A-Za-z0-9_-]+)|\[(\d+)\]")
+MAX_STRUCTURAL = 20
 
 
 def decode_yaml(
@@ -423,10 +425,9 @@ def _unknown_field_problems(
 def _decode_object(
     doc: dict[str, Any], spec: _Kind, who: str, namespace: str
 ) -> tuple[ApiObject | None, list[FieldError]]:
-    try:
-        raw = msgspec.convert(doc, spec.wire_type)
-    except msgspec.ValidationError as exc:
-        return None, [structural_error(who, exc)]
+    raw, structural = _converted(doc, spec.wire_type, who)
+    if raw is None:
+        return None, structural
     errs = ObjectErrors(who)
     meta = meta_from_raw(raw.metadata, namespace=namespace)
     if not meta.uid and spec.named:
@@ -446,11 +447,64 @@ def _decode_object(
     return found, []
 
 
+def _converted(doc: dict[str, Any], wire_type: Any, who: str) -> tuple[Any, list[FieldError]]:
+    """`doc` as `wire_type`, or None and its structural problems: msgspec names one at a
+    time, so each wrong field is taken out of a copy and the rest converted again, and all of
+    an object's wrong types are named in one pass (at most MAX_STRUCTURAL)."""
+    problems: list[FieldError] = []
+    removed: set[str] = set()
+    for _ in range(MAX_STRUCTURAL):
+        try:
+            raw = msgspec.convert(doc, wire_type)
+        except msgspec.ValidationError as exc:
+            error = structural_error(who, exc)
+            if error.path in removed:  # a field taken out that is required: said already
+                break
+            problems.append(error)
+            pruned = _without(doc, error.path)
+            if pruned is None:
+                break
+            doc = pruned
+            removed.add(error.path)
+            continue
+        return (None if problems else raw), problems
+    return None, problems
+
+
+def _without(doc: dict[str, Any], path: str) -> dict[str, Any] | None:
+    """A copy of `doc` without the map entry at `path` ("spec.podSets[0].count"), copying only
+    the containers on the way; None when `path` does not end in a plain map key."""
+    steps = [int(i) if i else key for key, i in _STEP.findall("." + path)]
+    if not steps or "." + path != "".join(
+        f"[{s}]" if isinstance(s, int) else f".{s}" for s in steps
+    ):
+        return None
+    *parents, last = steps
+    if not isinstance(last, str):
+        return None
+    top: dict[str, Any] = dict(doc)
+    node: Any = top
+    for step in parents:
+        child = node[step] if isinstance(node, list) else node.get(step)
+        if not isinstance(child, dict | list):
+            return None
+        child = list(child) if isinstance(child, list) else dict(child)
+        node[step] = child
+        node = child
+    if not isinstance(node, dict) or last not in node:
+        return None
+    del node[last]
+    return top
+
+
 def structural_error(who: str, exc: msgspec.ValidationError) -> FieldError:
     """Return msgspec's first structural error as a FieldError with a YAML path."""
     message = str(exc)
     match = _AT.fullmatch(message)
     if match is None:
+        missing = _MISSING.fullmatch(message)  # at the top level msgspec names no place
+        if missing:
+            return FieldError(who, missing["field"], "is required")
         return FieldError(who, "(object)", message)
     problem, path = match["problem"], match["path"].removeprefix(".")
     if match["key"]:

@@ -14,6 +14,11 @@ from muster.api.quantity import QuantityError, negative_problem, parse_quantity
 
 __all__ = ["FieldError", "ObjectErrors", "key_path"]
 
+# A hostile name or key can be thousands of characters; the problem ends the line, and the
+# gateway shows 600 characters a line, so the object and the path are shown cut to these.
+MAX_OBJ_SHOWN = 120
+MAX_PATH_SHOWN = 200
+
 
 class FieldError(msgspec.Struct, frozen=True):
     """One problem with one field of one object. str() is exactly what the user sees."""
@@ -23,7 +28,15 @@ class FieldError(msgspec.Struct, frozen=True):
     problem: str  # "must be >= 0, got -2"
 
     def __str__(self) -> str:
-        return f"{self.obj}: {self.path}: {self.problem}"
+        obj, path = _clipped(self.obj, MAX_OBJ_SHOWN), _clipped(self.path, MAX_PATH_SHOWN)
+        return f"{obj}: {path}: {self.problem}"
+
+
+def _clipped(text: str, limit: int) -> str:
+    """`text`, or its start and its length when longer than `limit`."""
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 25]}...({len(text)} characters)"
 
 
 class ObjectErrors:

@@ -94,7 +94,7 @@ def load_yaml(
     except LoadError as exc:
         return builder.documents, exc.error
     except yaml.YAMLError as exc:
-        return builder.documents, _yaml_error(exc, builder.source)
+        return builder.documents, _yaml_error(exc, builder.source, text)
     finally:
         parser.dispose()
     return builder.documents, None
@@ -364,9 +364,17 @@ def _has_surrogate(text: str) -> bool:
     return False
 
 
-def _yaml_error(exc: yaml.YAMLError, source: str) -> FieldError:
+def _yaml_error(exc: yaml.YAMLError, source: str, text: str) -> FieldError:
+    """One line: the reader's own message spans two and names "<unicode string>"."""
     mark = getattr(exc, "problem_mark", None)
-    line = f"line {mark.line + 1}" if mark is not None else "(yaml)"
+    if mark is not None:
+        line = f"line {mark.line + 1}"
+    elif isinstance(exc, yaml.reader.ReaderError):  # a character YAML refuses, by offset
+        line = f"line {text.count(chr(10), 0, exc.position) + 1}"
+        problem = f"unacceptable character #x{exc.character:04x}: {exc.reason}"
+        return FieldError(source, line, f"invalid YAML: {problem}")
+    else:
+        line = "(yaml)"
     problem = getattr(exc, "problem", None) or str(exc)
     return FieldError(source, line, f"invalid YAML: {problem}")
 

@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
+import gc
 import logging
 import os
 import signal
@@ -53,6 +54,8 @@ EXIT_OK = 0
 PROFILE_DIR_ENV = "MUSTER_PROFILE_DIR"  # set: every service runs under cProfile, stats dumped here
 EXIT_FAILED = 1
 EVENT_LOOP_ENV = "MUSTER_EVENT_LOOP"  # "asyncio": the standard loop even when uvloop is installed
+# Allocations between two young-generation collections (CPython's default: 700). See `tune_gc`.
+GC_YOUNG_THRESHOLD = 20_000
 
 
 class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -263,10 +266,25 @@ def run_service(config: ServiceConfig, main: ServiceMain) -> int:
     register(config.bus.password, config.bus.token)  # masked in every log line (bus/redact.py)
     setup_logging(config.name, config.log_level)
     setup_tracing(config.name)
+    tune_gc()
     profile_dir = os.environ.get(PROFILE_DIR_ENV)
     if not profile_dir:
         return run_loop(serve(config, main))
     return _profiled(profile_dir, config, main)
+
+
+def tune_gc() -> None:
+    """Leave what start-up built out of every later collection, and collect less often.
+
+    A service allocates a few dozen objects per event, nearly all freed by reference counting
+    at once; at CPython's default threshold the cyclic collector still ran every few events and
+    took about 5 % of the gateway's CPU under a burst (py-spy). Frozen, the imported modules'
+    objects (kubernetes, protobuf, grpc) are no longer walked by the full collections either.
+    """
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
 
 
 def run_loop(coro: Coroutine[Any, Any, T]) -> T:

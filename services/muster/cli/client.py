@@ -149,6 +149,16 @@ def report_error(args: argparse.Namespace, exc: grpc.RpcError, *, prefix: str = 
     details = details.replace(args.gateway, shown)  # gRPC's messages repeat the target
     if code == grpc.StatusCode.UNAVAILABLE and not details.startswith("the gateway"):
         details = f"cannot reach the gateway at {shown}: {details}"
+        if "Connection refused" in details:
+            details += (
+                " (nothing listens there: start one with `muster up`, or name it with"
+                " --gateway or MUSTER_GATEWAY)"
+            )
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details:
+        details += (
+            ": the gateway's request limit (--max-request-bytes); split the manifest into"
+            " several files"
+        )
     lines = details.splitlines() or [""]
     if len(lines) == 1:
         print(f"muster: {prefix}{code.name}: {lines[0]}", file=sys.stderr)

@@ -99,11 +99,6 @@ def handle(args: argparse.Namespace) -> int:
             types=args.types,
             history_only=not args.follow,
         )
-        if args.output == "table":
-            header = _ROW.format(
-                seq="SEQ", time="TIME", type="TYPE", workload="WORKLOAD", details=""
-            )
-            print(header.rstrip(), flush=True)
         call = services_pb2_grpc.EventsStub(ch).Watch(request, metadata=metadata)
         return _print_events(args, call, keys)
 
@@ -138,8 +133,18 @@ def _print_events(args: argparse.Namespace, call: Any, keys: frozenset[str]) -> 
             for env in wanted:
                 print(to_json(env, indent=None), flush=True)
         else:
+            # The header comes with the first line (or a clean end), so a gateway that cannot
+            # be reached gets one line of error and no table.
+            header = _ROW.format(
+                seq="SEQ", time="TIME", type="TYPE", workload="WORKLOAD", details=""
+            ).rstrip()
             for line in folded_lines(wanted):
+                if header:
+                    print(header, flush=True)
+                    header = ""
                 print(line, flush=True)
+            if header:
+                print(header, flush=True)
     except grpc.RpcError as exc:
         if exc.code() == grpc.StatusCode.CANCELLED:
             return EXIT_OK

@@ -12,7 +12,6 @@ import argparse
 import sys
 import time
 import uuid
-from pathlib import Path
 from typing import Any, Final
 
 import grpc
@@ -50,6 +49,26 @@ def add_parser(commands: Any) -> None:  # Any: argparse's _SubParsersAction is p
     parser.set_defaults(handler=handle)
 
 
+# Far above any gateway's request limit: a device or an endless pipe is refused at this
+# instead of filling memory.
+MAX_MANIFEST_BYTES = 64 << 20
+
+
+def _read_manifest(name: str) -> str | None:
+    """The file (or stdin, "-") as text; None when it is longer than MAX_MANIFEST_BYTES."""
+    if name == "-" and not hasattr(sys.stdin, "buffer"):  # a text stream put in its place
+        text = sys.stdin.read(MAX_MANIFEST_BYTES + 1)
+        return text if len(text) <= MAX_MANIFEST_BYTES else None
+    if name == "-":
+        data = sys.stdin.buffer.read(MAX_MANIFEST_BYTES + 1)
+    else:
+        with open(name, "rb") as f:
+            data = f.read(MAX_MANIFEST_BYTES + 1)
+    if len(data) > MAX_MANIFEST_BYTES:
+        return None
+    return data.decode("utf-8")
+
+
 def handle(args: argparse.Namespace) -> int:
     status = EXIT_OK
     with channel(args) as ch:
@@ -61,9 +80,16 @@ def handle(args: argparse.Namespace) -> int:
 
 def _submit_file(args: argparse.Namespace, gateway: Any, name: str) -> int:
     try:
-        manifest = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
+        manifest = _read_manifest(name)
     except (OSError, UnicodeDecodeError) as exc:
         print(f"muster: {name}: cannot read: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if manifest is None:
+        print(
+            f"muster: {name}: more than {MAX_MANIFEST_BYTES >> 20} MiB: not a manifest a gateway"
+            " takes (4 MiB by default, the gateway's --max-request-bytes)",
+            file=sys.stderr,
+        )
         return EXIT_BAD_INPUT
     request = services_pb2.SubmitRequest(
         manifest=manifest,

@@ -152,7 +152,12 @@ class WorkloadBook:
     # --- events --------------------------------------------------------------------------
 
     def _submitted(self, env: events_pb2.Envelope) -> None:
-        self._forget(env.workload)  # a new workload under a key used before
+        old = self.entries.get(env.workload)
+        if old is not None and old.kueue:
+            # Known, live or finished: admission takes this as a duplicate (a Submit sent
+            # again, a watcher's resend) and so does the book; a deleted one was forgotten.
+            return
+        self._forget(env.workload)  # a gang's key, now a Kueue workload's
         namespace, name = _split(env.workload)
         s = env.submitted
         self.entries[env.workload] = Entry(

@@ -60,10 +60,11 @@ _NOT_SUBMITTABLE: Final = (
 )
 
 
-# gRPC carries a status message in a trailer that clients refuse past 16 KiB, percent-encoded
-# (a newline or a non-ASCII byte costs 3): the message keeps its first problems within this.
-MAX_MESSAGE_BYTES: Final = 8 * 1024
-MAX_LINE_CHARS: Final = 300
+# gRPC carries a status message in a trailer that clients refuse past 16 KiB, and may refuse
+# past 8 KiB with its other headers (about 150 bytes), percent-encoded (a newline or a
+# non-ASCII byte costs 3): the message keeps its first problems within this.
+MAX_MESSAGE_BYTES: Final = 7680
+MAX_LINE_CHARS: Final = 600  # api.errors cuts hostile names and paths well within it
 
 
 class InvalidManifestError(Exception):
@@ -81,7 +82,7 @@ class InvalidManifestError(Exception):
         for line in self.errors:
             if len(line) > MAX_LINE_CHARS:
                 line = line[: MAX_LINE_CHARS - 3] + "..."
-            budget -= _encoded_size(line) + 3
+            budget -= encoded_size(line) + 3
             if budget < 0:
                 rest = len(self.errors) - len(shown)
                 shown.append(f"... and {rest} more problems ({len(self.errors)} in all)")
@@ -90,9 +91,9 @@ class InvalidManifestError(Exception):
         return "\n".join(shown)
 
 
-def _encoded_size(text: str) -> int:
+def encoded_size(text: str) -> int:
     """Bytes of `text` in a grpc-message trailer (bytes outside printable ASCII, and %, cost 3)."""
-    return sum(3 if b < 0x20 or b > 0x7E or b == 0x25 else 1 for b in text.encode())
+    return sum(3 if b < 0x20 or b > 0x7E or b == 0x25 else 1 for b in text.encode(errors="replace"))
 
 
 class PlannedEvent(msgspec.Struct, frozen=True, kw_only=True):

@@ -20,6 +20,7 @@ from typing import Final, Protocol
 
 import msgspec
 
+from muster.api.names import dns1123_label_problem, dns1123_subdomain_problem
 from muster.bus.subjects import (
     EVENTS_STREAM,
     PAYLOAD_FIELDS,
@@ -143,6 +144,7 @@ class WatchFilter(msgspec.Struct, kw_only=True):
         for t in request.types:
             if t not in PAYLOAD_FIELDS or stream_of(t) != EVENTS_STREAM:
                 raise InvalidQueryError(f'types: unknown event type "{t}"')
+        _check_names(request)
         return cls(
             namespace=request.namespace,
             local_queue=request.local_queue,
@@ -195,6 +197,20 @@ class WatchFilter(msgspec.Struct, kw_only=True):
 
     def _in_namespace(self, workload: str) -> bool:
         return not self.namespace or workload.startswith(f"{self.namespace}/")
+
+
+def _check_names(request: services_pb2.WatchRequest) -> None:
+    """InvalidQueryError for a filter no object can match (it would follow nothing, forever):
+    a namespace that is not a DNS-1123 label, a LocalQueue or workload name part that is not a
+    DNS-1123 subdomain."""
+    checks = [("namespace", request.namespace, dns1123_label_problem)]
+    checks.append(("local_queue", request.local_queue, dns1123_subdomain_problem))
+    namespace, _, rest = request.workload.partition("/")
+    checks.append(("workload", namespace, dns1123_label_problem))
+    checks += [("workload", part, dns1123_subdomain_problem) for part in rest.split("/")]
+    for field, value, check in checks:
+        if value and (problem := check(value)) is not None:
+            raise InvalidQueryError(f"{field}: {problem}")
 
 
 def _subjects_of(types: Iterable[str]) -> list[str]:

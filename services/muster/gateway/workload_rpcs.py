@@ -34,6 +34,7 @@ from muster.gateway.control import (
     STOP,
     WORKLOAD,
     Plan,
+    check_ref,
     kind_of,
     plan_queue,
     plan_workload,
@@ -42,7 +43,14 @@ from muster.gateway.control import (
 )
 from muster.gateway.kube_control import control_queue, control_workload
 from muster.gateway.kube_submit import SubmitRefusedError
-from muster.gateway.permissions import ALL_NAMESPACES, Action, Authorizer, Caller, watch_action
+from muster.gateway.permissions import (
+    ALL_NAMESPACES,
+    Action,
+    Authorizer,
+    Caller,
+    Permission,
+    watch_action,
+)
 from muster.gateway.visibility import InvalidQueryError, VisibilityStore
 from muster.gateway.workloads import (
     BookFollower,
@@ -125,6 +133,7 @@ class ControlRpcs:
             kind = kind_of(ref.kind)
             if verb == DELETE and kind != WORKLOAD:
                 raise InvalidQueryError(f"object.kind: only workloads are deleted, got {kind}")
+            check_ref(kind, ref)
         except InvalidQueryError as exc:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         caller = current_caller()
@@ -178,7 +187,19 @@ class ControlRpcs:
         context: grpc.aio.ServicerContext,
     ) -> Entry:
         """The Kueue workload `ref` names, once `caller` may stop, resume or delete it."""
-        entry = await _workload(book, ref.namespace or "default", ref.name, context)
+        namespace = ref.namespace or "default"
+        blind = Action(
+            permission=Permission.CANCEL,
+            namespace=namespace,
+            kind=WORKLOAD,
+            name=f"{namespace}/{ref.name}",
+        )
+        # Who may read the namespace, or act on all of it, may learn what is there.
+        if not await _may(
+            self._authorizer, caller, watch_action(namespace), context
+        ) and not await _may(self._authorizer, caller, blind, context):
+            return await self._blind_entry(book, blind, ref.name, caller, context)
+        entry = await _workload(book, namespace, ref.name, context)
         if not entry.kueue:
             message = f"{entry.key} is a gang outside Kueue: delete its pods or pod group instead"
             await abort(context, grpc.StatusCode.FAILED_PRECONDITION, message)
@@ -186,6 +207,29 @@ class ControlRpcs:
         if not await _may(self._authorizer, caller, action, context):
             await deny(context, caller, action)
         return entry
+
+    async def _blind_entry(
+        self,
+        book: WorkloadBook,
+        blind: Action,
+        name: str,
+        caller: Caller,
+        context: grpc.aio.ServicerContext,
+    ) -> Entry:
+        """For a caller who may not read `blind`'s namespace: the workload if they may act on
+        it, else `blind` denied whether it exists or not (NOT_FOUND, "a gang" or its LocalQueue
+        would tell them what they may not read), as Kubernetes answers 403 before it looks."""
+        try:
+            entry: Entry | None = one_named(book, blind.namespace, name)
+        except (LookupError, InvalidQueryError):
+            entry = None
+        if (
+            entry is not None
+            and entry.kueue
+            and await _may(self._authorizer, caller, workload_action(entry), context)
+        ):
+            return entry
+        await deny(context, caller, blind)
 
     async def _queue_plan(
         self,

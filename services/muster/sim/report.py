@@ -30,7 +30,7 @@ from muster.sim.groups import group_entry
 from muster.sim.placement import PodState
 from muster.sim.runner import SimulationResult, WorkloadTiming
 
-CONTRACT_VERSION = "2.6"  # of the document below; bump with a note in docs/simulate-json.md
+CONTRACT_VERSION = "2.7"  # of the document below; bump with a note in docs/simulate-json.md
 OUTCOME_MESSAGE_WIDTH = 80
 # Kueue's prefix on flavor-assignment messages; the table keeps only the part after it.
 FLAVOR_MESSAGE_PREFIX = re.compile(r"^couldn't assign flavors to pod set [^:]*: ")
@@ -354,7 +354,14 @@ def cluster_queue_table(result: SimulationResult) -> str:
         for i, (flavor, quota) in enumerate(flavor_rows):
             name_and_counts = (status.name, *counts) if i == 0 else ("", "", "", "")
             rows.append((*name_and_counts, flavor, quota))
-    return aligned(rows)
+    # Its workloads only say "ClusterQueue x is inactive": say why under the table.
+    notes = [
+        f"ClusterQueue {status.name} is inactive ({c.reason}): {c.message}"
+        for status in result.cluster_queues
+        for c in status.conditions
+        if c.type == "Active" and c.status == "False"
+    ]
+    return "\n".join([aligned(rows), *notes])
 
 
 def routing_table(events: Sequence[Event]) -> str:

@@ -155,7 +155,7 @@ def decode_checked(
     documents of the kinds `kept` names go to it as written."""
     for path in paths:
         if not Path(path).is_file():
-            raise ScenarioFileError(f"{path}: no such file")
+            raise ScenarioFileError(f"{path}: {_not_a_file(Path(path))}")
     try:
         objects, errors = decode_files(
             [Path(path) for path in paths], validation=validation, warnings=warnings, kept=kept
@@ -165,6 +165,12 @@ def decode_checked(
     if errors:
         raise InvalidScenarioError(errors)
     return list(objects)
+
+
+def _not_a_file(path: Path) -> str:
+    if path.is_dir():
+        return f"is a directory: name the YAML files in it ({path}/*.yaml)"
+    return "not a regular file" if path.exists() else "no such file"
 
 
 def config_from_file(path: str | Path) -> KueueConfig:

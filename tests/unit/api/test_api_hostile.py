@@ -248,3 +248,56 @@ def test_pod_template_labels_are_checked_as_a_pods() -> None:
         'Job/ml/j: spec.template.metadata.labels["scheduling.x-k8s.io/pod-group"]:'
         " must be a label value"
     )
+
+
+# The gateway answers at most 600 characters a line: a hostile name or key must not push the
+# problem, which ends the line, out of it (nor make the line hard to read).
+LINE_SHOWN = 300
+
+
+def test_a_name_too_long_leaves_the_problem_in_view() -> None:
+    name = "a" * 5000
+    text = f"{KUEUE}\nkind: ResourceFlavor\nmetadata: {{name: {name}}}\n"
+
+    (line,) = errors_of(text)
+
+    assert len(line) < LINE_SHOWN
+    assert line.startswith("ResourceFlavor/aaaa")
+    assert "...(5015 characters): " in line  # "ResourceFlavor/" and the name
+    assert line.endswith("metadata.name: must be no more than 253 characters, got 5000")
+
+
+def test_an_unknown_field_with_a_huge_key_leaves_the_problem_in_view() -> None:
+    key = "k" * 1000  # YAML allows an implicit key up to 1024 characters
+    text = f"{KUEUE}\nkind: ResourceFlavor\nmetadata: {{name: f}}\nspec: {{{key}: 1}}\n"
+
+    (line,) = errors_of(text)
+
+    assert len(line) < LINE_SHOWN
+    assert line.startswith("ResourceFlavor/f: spec.kkkk")
+    assert line.endswith(": unknown field")
+
+
+def test_every_wrong_type_of_an_object_is_named_in_one_pass() -> None:
+    # msgspec stops at an object's first wrong type: a newcomer fixed them one run at a time.
+    text = workload(
+        "{queueName: lq, priority: high, podSets: [{name: main, count: lots,"
+        " template: {spec: {containers: [{name: c}]}}}]}"
+    )
+
+    assert errors_of(text) == [
+        "Workload/ml/w: spec.priority: Expected `int | null`, got `str`",
+        "Workload/ml/w: spec.podSets[0].count: Expected `int`, got `str`",
+    ]
+
+
+def test_a_wrong_top_level_field_is_named_once() -> None:
+    text = f"{KUEUE}\nkind: WorkloadPriorityClass\nmetadata: {{name: p}}\nvalue: -2147483649\n"
+
+    assert errors_of(text) == ["WorkloadPriorityClass/p: value: Expected `int` >= -2147483648"]
+
+
+def test_a_missing_top_level_field_names_it() -> None:
+    text = f"{KUEUE}\nkind: WorkloadPriorityClass\nmetadata: {{name: p}}\n"
+
+    assert errors_of(text) == ["WorkloadPriorityClass/p: value: is required"]

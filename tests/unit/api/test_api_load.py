@@ -187,3 +187,13 @@ def test_plain_scalars_read_the_same_in_every_load_and_their_shared_table_stays_
     again = load_yaml("a: 010\nb: yes\nc: ~\nd: 1e3\ne: '010'\nf: !!str yes")[0]
     assert first == [{"a": 8, "b": True, "c": None, "d": "1e3"}]
     assert again == [{"a": 8, "b": True, "c": None, "d": "1e3", "e": "010", "f": "yes"}]
+
+
+def test_a_control_character_is_one_line_naming_where_it_is() -> None:
+    from muster.api import decode_yaml
+
+    _, errors = decode_yaml("a: b\nc: d\x00e\n", source="f.yaml")
+
+    (line,) = [str(e) for e in errors]
+    assert "\n" not in line
+    assert line.startswith("f.yaml: line 2: invalid YAML: unacceptable character #x0000")

@@ -39,3 +39,22 @@ def test_a_command_is_required(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert caught.value.code == 2
     assert "COMMAND" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["workloads"], ["events"], ["queues"]])
+def test_no_gateway_listening_says_how_to_start_one_and_prints_nothing_else(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A newcomer's first `muster workloads` before `muster up`: the gRPC error alone did not say
+    # what to do, and `muster events` printed its table header before failing.
+    status = main([*command, "--gateway", "127.0.0.1:1", "--timeout", "5"])
+
+    out, err = capsys.readouterr()
+    assert status == 1
+    assert out == ""
+    (line,) = err.splitlines()
+    assert line.startswith("muster: UNAVAILABLE: cannot reach the gateway at 127.0.0.1:1: ")
+    assert line.endswith(
+        "(nothing listens there: start one with `muster up`, or name it with --gateway or "
+        "MUSTER_GATEWAY)"
+    )

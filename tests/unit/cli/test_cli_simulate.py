@@ -324,3 +324,51 @@ def test_pods_without_a_node_are_not_simulated_and_say_so(
     assert status == 0
     assert json.loads(out)["pods"] == []
     assert "no Node in the scenario" in err
+
+
+COHORT_CYCLE = """\
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: Cohort
+metadata: {name: a}
+spec: {parentName: b}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: Cohort
+metadata: {name: b}
+spec: {parentName: a}
+"""
+
+
+def test_the_table_says_why_a_cluster_queue_is_inactive(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Its workloads only say "ClusterQueue main is inactive"; the reason was in -o json alone.
+    path = tmp_path / "cycle.yaml"
+    in_cycle = CLUSTER.replace(
+        "  namespaceSelector: {}\n", "  namespaceSelector: {}\n  cohortName: a\n"
+    )
+    path.write_text("---\n".join([COHORT_CYCLE, in_cycle, job("first")]))
+
+    status, out, _ = simulate(capsys, path)
+
+    assert status == 0
+    assert "Pending: ClusterQueue main is inactive" in out
+    assert out.rstrip().endswith(
+        "ClusterQueue main is inactive (CohortCycle): Can't admit new workloads: "
+        "cohort a is part of the cohort cycle a -> b -> a"
+    )
+
+
+def test_a_directory_or_a_device_is_not_called_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, err = simulate(capsys, tmp_path)
+    assert (status, out) == (2, "")
+    assert (
+        err
+        == f"muster: {tmp_path}: is a directory: name the YAML files in it ({tmp_path}/*.yaml)\n"
+    )
+
+    status, out, err = simulate(capsys, "/dev/null")
+    assert (status, out) == (2, "")
+    assert err == "muster: /dev/null: not a regular file\n"

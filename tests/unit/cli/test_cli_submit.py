@@ -95,3 +95,46 @@ def test_it_gives_up_after_three_tries(
     assert status == 1
     assert len(gateway.requests) == 3
     assert "UNAVAILABLE" in capsys.readouterr().err
+
+
+def test_an_endless_input_is_refused_without_reading_it_all(
+    args: argparse.Namespace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `muster submit /dev/zero` (or a pipe that never ends) grew to 13 GB in 30 s.
+    gateway = FlakyGateway(failures=0)
+
+    status = submit._submit_file(args, gateway, "/dev/zero")
+
+    assert (status, gateway.requests) == (2, [])
+    assert capsys.readouterr().err == (
+        "muster: /dev/zero: more than 64 MiB: not a manifest a gateway takes "
+        "(4 MiB by default, the gateway's --max-request-bytes)\n"
+    )
+
+
+class TooLarge(grpc.RpcError):
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.RESOURCE_EXHAUSTED
+
+    def details(self) -> str:
+        return "Received message larger than max (5242891 vs. 4194304)"
+
+
+def test_a_manifest_over_the_gateways_limit_says_what_to_do(
+    args: argparse.Namespace, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = tmp_path / "w.yaml"
+    manifest.write_text("kind: Workload\n")
+
+    class Refusing(FlakyGateway):
+        def Submit(self, request: services_pb2.SubmitRequest, **_: Any) -> Any:  # noqa: N802
+            raise TooLarge
+
+    status = submit._submit_file(args, Refusing(failures=0), str(manifest))
+
+    assert status == 2
+    assert capsys.readouterr().err == (
+        f"muster: {manifest}: RESOURCE_EXHAUSTED: Received message larger than max "
+        "(5242891 vs. 4194304): the gateway's request limit (--max-request-bytes); "
+        "split the manifest into several files\n"
+    )

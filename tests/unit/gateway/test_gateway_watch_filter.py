@@ -140,6 +140,11 @@ async def test_local_queue_filter_survives_a_resume_after_the_submitted_event() 
         pytest.param({"workload": "/no-namespace"}, "workload", id="empty namespace"),
         pytest.param({"types": ["workload.nope"]}, "types", id="unknown type"),
         pytest.param({"types": ["cmd.evict"]}, "types", id="a command"),
+        # These matched nothing and the watch followed forever, saying nothing.
+        pytest.param({"namespace": "Team A"}, "namespace", id="namespace not a label"),
+        pytest.param({"local_queue": "../lq"}, "local_queue", id="queue a path"),
+        pytest.param({"workload": "../x"}, "workload", id="workload a path"),
+        pytest.param({"workload": "ml/" + "w" * 300}, "workload", id="workload too long"),
     ],
 )
 async def test_bad_requests_name_the_field(request_: dict[str, object], field: str) -> None:
