@@ -13,12 +13,14 @@ still arrives about it here is forwarded there.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from muster.admission.translate import DEACTIVATED, Recorded
-from muster.api.model import Admission, Workload, WorkloadKey
+import msgspec
+
+from muster.admission.translate import DEACTIVATED, Manifests, Recorded
+from muster.api.model import Admission, PodSet, Workload, WorkloadKey
 
 
 class Phase(StrEnum):
@@ -59,8 +61,10 @@ class Entry:
     pending_reason: str = ""
     pending_message: str = ""
     check_states: dict[str, str] = field(default_factory=dict)  # reported since reserved
-    manifest_json: str = ""  # as submitted, for its `admitted` (translate.MANIFEST_COPY_LIMIT)
-    owner_manifest_json: str = ""  # the Job it stands for, likewise
+    # As submitted, for its `admitted` (translate.MANIFEST_COPY_LIMIT), and the Job it stands
+    # for: kept here only when no log keeps its `submitted` (`Ledger.submissions`).
+    manifest_json: str = ""
+    owner_manifest_json: str = ""
     active: bool = True  # spec.active as last set through the gateway (active_changed)
     # The partition whose events tell its story (its `submitted`'s, or where they were
     # forwarded); None for a workload stored before partitions (docs/events.md, "Partitions").
@@ -81,6 +85,49 @@ class Entry:
         return self.phase in _HOLDING
 
 
+_NO_ENTRIES: Mapping[str, str] = {}  # read-only by its type, as every map of the model
+
+
+class SharedParts:
+    """One copy of each part of a Workload that many workloads have alike.
+
+    Workloads of one Job template, or of one class of jobs, ask for the same pods: decoded,
+    each had its own pod sets (structs and dicts, about 0.5 KiB), its own empty label and
+    annotation maps, its own copy of its namespace and queue name. Pod sets are keyed by their
+    encoding, so a workload gets an equal copy; that table is started over when full
+    (`limit`), which costs only sharing.
+    """
+
+    def __init__(self, *, limit: int = 1 << 16) -> None:
+        self._pod_sets: dict[bytes, tuple[PodSet, ...]] = {}
+        self._limit = limit
+        self._encoder = msgspec.msgpack.Encoder()
+
+    def __len__(self) -> int:
+        return len(self._pod_sets)
+
+    def of(self, wl: Workload) -> Workload:
+        """`wl` with the parts it has alike with workloads kept already taken from them."""
+        meta = msgspec.structs.replace(
+            wl.meta,
+            namespace=sys.intern(wl.meta.namespace),
+            labels=wl.meta.labels or _NO_ENTRIES,
+            annotations=wl.meta.annotations or _NO_ENTRIES,
+        )
+        return msgspec.structs.replace(
+            wl, meta=meta, queue_name=sys.intern(wl.queue_name), pod_sets=self._shared(wl)
+        )
+
+    def _shared(self, wl: Workload) -> tuple[PodSet, ...]:
+        key = self._encoder.encode(wl.pod_sets)
+        known = self._pod_sets.get(key)
+        if known is None:
+            if len(self._pod_sets) >= self._limit:
+                self._pod_sets.clear()
+            known = self._pod_sets[key] = wl.pod_sets
+        return known
+
+
 # Finished workloads remembered, newest last. A submitted event redelivered after its workload
 # finished comes within minutes; by then far fewer workloads have finished than this.
 FINISHED_KEPT = 100_000
@@ -96,6 +143,11 @@ class Ledger:
         self.finished: dict[WorkloadKey, None] = {}
         self.finished_kept = finished_kept
         self._order = 0
+        self.shared = SharedParts()
+        # Where a live workload's manifests are read back from: the log that keeps its
+        # `submitted` (snapshot.CompactLog sets it). A manifest is the largest part of a
+        # waiting workload; kept twice, it was a tenth of a replica's memory (issue 19).
+        self.submissions: Callable[[WorkloadKey], tuple[str, str]] | None = None
 
     def __contains__(self, key: object) -> bool:
         return key in self.entries
@@ -128,18 +180,32 @@ class Ledger:
             return None
         self._order += 1
         entry = Entry(
-            wl,
+            self.shared.of(wl),
             cluster=cluster,
             generation=generation,
             submitted_s=at_s,
             order=self._order,
-            manifest_json=manifest_json,
             partition=partition,
-            owner_manifest_json=owner_manifest_json,
             submitted_id=submitted_id,
         )
+        if self.submissions is None:
+            entry.manifest_json, entry.owner_manifest_json = manifest_json, owner_manifest_json
         self.entries[key] = entry
         return entry
+
+    def manifests(self, key: WorkloadKey, *, default_cluster: str) -> Manifests:
+        """Live workload `key`'s manifests as submitted (empty when not known), and where."""
+        entry = self.entries.get(key)
+        if entry is None:
+            return Manifests()
+        workload_json, owner_json = entry.manifest_json, entry.owner_manifest_json
+        if self.submissions is not None and not workload_json:
+            workload_json, owner_json = self.submissions(key)
+        return Manifests(
+            workload_json=workload_json,
+            owner_json=owner_json,
+            origin_cluster=entry.cluster or default_cluster,
+        )
 
     def finish(self, key: WorkloadKey) -> None:
         if self.entries.pop(key, None) is not None:

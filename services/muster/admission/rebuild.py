@@ -14,8 +14,10 @@ partition seeds that partition (`available`, then `load`).
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import AsyncIterator, Collection, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Final, NamedTuple, Protocol
 
 from muster.admission.forwarding import unwrap
@@ -33,6 +35,7 @@ from muster.admission.snapshot import (
 from muster.admission.state import AdmissionState
 from muster.admission.subjects import CONFIG_SUBJECTS, replay_subjects
 from muster.admission.translate import fact_of
+from muster.api.model import Workload
 from muster.bus import Bus, Reject, decode
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
 from muster.bus.errors import NotFound
@@ -54,16 +57,18 @@ def replay_event(
     history: CompactLog | None,
     data: bytes | None = None,
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    decoded: Workload | None = None,
 ) -> None:
     """Replay one stored event (sequence set) into `state`, then keep it in `history` if the
-    state depends on it (`data`: the event as stored; None: encoded again if kept)."""
+    state depends on it (`data`: the event as stored; None: encoded again if kept; `decoded`:
+    a `submitted`'s Workload as a snapshot kept it)."""
     inner, taken = env, True
     try:
         if env.WhichOneof("payload") == "forwarded":
             inner, forward = unwrap(env, max_event_bytes=max_event_bytes)
             known = inner.workload in state.ledger
             taken = state.forwards.takes(forward, inner, known=known, sequence=env.sequence)
-        fact = fact_of(inner) if taken else None
+        fact = fact_of(inner, decoded=decoded) if taken else None
     except ValueError as exc:
         log.warning("rebuild skips %s#%d: %s", env.type, env.sequence, exc)
         fact = None
@@ -74,10 +79,10 @@ def replay_event(
 
 def snapshot_events(
     snapshot: Snapshot, *, max_event_bytes: int, config: bool, partitions: Collection[int] = ()
-) -> Iterator[tuple[pb.Envelope, bytes]]:
+) -> Iterator[tuple[pb.Envelope, bytes, Workload | None]]:
     """`snapshot`'s configuration events (`config`), or its events about `partitions` and
     those stored before partitions, decoded with the bus's checks (one it refuses is skipped,
-    as a replay would), each with its sequence set."""
+    as a replay would), each with its sequence set, and the Workload kept of a `submitted`."""
     wanted = frozenset(partitions)
     for i, (seq, data) in enumerate(zip(snapshot.sequences, snapshot.events, strict=True)):
         tag = snapshot.tag_of(i)
@@ -93,14 +98,14 @@ def snapshot_events(
         if tag == ANY and (env.WhichOneof("payload") in _CONFIG_FIELDS) != config:
             continue  # version 1 tags nothing: what it is says which part it belongs to
         env.sequence = seq
-        yield env, data
+        yield env, data, snapshot.workload_of(i)
 
 
 def restore_config(
     state: AdmissionState, snapshot: Snapshot, *, history: CompactLog | None, max_event_bytes: int
 ) -> None:
     """Replay `snapshot`'s configuration and partition records into a new `state`."""
-    for env, data in snapshot_events(snapshot, max_event_bytes=max_event_bytes, config=True):
+    for env, data, _ in snapshot_events(snapshot, max_event_bytes=max_event_bytes, config=True):
         replay_event(state, env, history=history, data=data, max_event_bytes=max_event_bytes)
 
 
@@ -129,8 +134,29 @@ def restore_partitions(
     events = snapshot_events(
         snapshot, max_event_bytes=max_event_bytes, config=False, partitions=partitions
     )
-    for env, data in events:
-        replay_event(state, env, history=history, data=data, max_event_bytes=max_event_bytes)
+    for env, data, decoded in events:
+        replay_event(
+            state, env, history=history, data=data, max_event_bytes=max_event_bytes,
+            decoded=decoded,
+        )  # fmt: skip
+
+
+@contextmanager
+def rebuilding() -> Iterator[None]:
+    """Around a replica's rebuild, until it has taken ownership: no cyclic garbage collection.
+
+    A rebuild allocates tens of millions of objects at a million pending, nearly all of which
+    live on; each full collection walked them all again (a fifth of the rebuild's CPU). Not
+    frozen afterwards (`gc.freeze`): in a process that runs other services, or tests, what is
+    frozen with the state would never be collected.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class Stored(NamedTuple):

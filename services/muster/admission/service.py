@@ -31,7 +31,7 @@ from muster.admission.handover import StoryFetcher
 from muster.admission.homes import bucket_values
 from muster.admission.lease import SHARDS_BUCKET, ShardLease
 from muster.admission.metrics import AdmissionMetrics
-from muster.admission.rebuild import SnapshotStore, rebuild
+from muster.admission.rebuild import SnapshotStore, rebuild, rebuilding
 from muster.admission.snapshot import CompactLog, encode_snapshot
 from muster.admission.state import AdmissionState
 from muster.admission.subjects import consumer_subjects
@@ -154,7 +154,8 @@ async def _live(bus: Bus, health: Health, config: AdmissionConfig, *, clock: Clo
     leaves its parent task cancelling, which would stop the next life at once.
     """
     service = AdmissionService(bus, config, clock=clock)
-    await service.start()
+    with rebuilding():
+        await service.start()
     loops = [
         service.rounds.run_timers(),
         service.write_visibility(),

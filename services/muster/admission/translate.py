@@ -241,13 +241,16 @@ def time_s_of(env: pb.Envelope) -> float:
     return env.time_unix_nano / 1e9
 
 
-def fact_of(env: pb.Envelope) -> Fact | None:
-    """What `env` means to admission, or None when nothing; raises FactError when unreadable."""
+def fact_of(env: pb.Envelope, *, decoded: Workload | None = None) -> Fact | None:
+    """What `env` means to admission, or None when nothing; raises FactError when unreadable.
+
+    `decoded`: a `submitted`'s manifest as a replica decoded it before (a snapshot keeps it),
+    so that a rebuild does not decode and validate every manifest again."""
     field = env.WhichOneof("payload")
     key = WorkloadKey(env.workload)
     match field:
         case "submitted":
-            return _submit_of(env)
+            return _submit_of(env, decoded)
         case "finished":
             return Finish(key)
         case "deleted":
@@ -296,8 +299,12 @@ def _decode_one(manifest_json: str, *, what: str) -> ApiObject:
         raise FactError(str(exc)) from exc
 
 
-def _submit_of(env: pb.Envelope) -> Submit:
-    obj = _decode_one(env.submitted.manifest_json, what=f"submitted {env.workload}")
+def _submit_of(env: pb.Envelope, decoded: Workload | None = None) -> Submit:
+    obj: ApiObject
+    if decoded is not None and decoded.key == env.workload:
+        obj = decoded
+    else:
+        obj = _decode_one(env.submitted.manifest_json, what=f"submitted {env.workload}")
     if not isinstance(obj, Workload):
         raise FactError(f"submitted {env.workload}: manifest is a {type(obj).__name__}")
     if env.submitted.queue_name and env.submitted.queue_name != obj.queue_name:

@@ -17,7 +17,8 @@ which wait. Each row then measures, on that state:
   reserved and admitted (usually a 1-cpu head of the same queue), p50/p99;
 - rebuild: the replica's snapshot (`CompactLog.snapshot`, encoded as the service stores it) is
   decoded and replayed into a new replica, which takes ownership and decides once, as after a
-  restart. Its state replaces the first one's (which is dropped first).
+  restart, inside `rebuilding()` as the service's is (no cyclic garbage collection until then).
+  Its state replaces the first one's (which is dropped first).
 
 Each row runs in a child process of its own (`spawn`), so its resident memory (RSS, from /proc)
 is the replica's and the interpreter's only: before loading (`base`), the peak, and after
@@ -39,7 +40,7 @@ from typing import Any
 import msgspec
 
 from muster.admission.handlers import Rounds
-from muster.admission.rebuild import replay_event, restore
+from muster.admission.rebuild import rebuilding, replay_event, restore
 from muster.admission.snapshot import CompactLog, decode_snapshot, encode_snapshot
 from muster.admission.state import AdmissionState
 from muster.bench.metrics import percentile
@@ -319,16 +320,19 @@ def rebuild(data: bytes) -> tuple[float, AdmissionState]:
     """Seconds to rebuild a replica from snapshot `data`, as `AdmissionService.start` does when
     nothing was stored after it; and the rebuilt state."""
     started = time.perf_counter()
-    snapshot = decode_snapshot(data)
-    state = AdmissionState()
-    history = CompactLog(state.ledger)
-    restore(state, snapshot, history=history, max_event_bytes=1 << 20)
-    events = state.take_ownership(now_s=1.0)
-    rounds = Rounds(state, NumberingPublisher([snapshot.sequence]), clock=lambda: 1.0,
-                    history=history)  # fmt: skip
-    loop = asyncio.new_event_loop()
-    loop.run_until_complete(rounds.catch_up(events, replay_end=snapshot.sequence))
-    loop.close()
+    with rebuilding():
+        snapshot = decode_snapshot(data)
+        state = AdmissionState()
+        history = CompactLog(state.ledger)
+        restore(state, snapshot, history=history, max_event_bytes=1 << 20)
+        sequence = snapshot.sequence
+        del snapshot  # as the service's `rebuild` returns: what the state needs, the log holds
+        events = state.take_ownership(now_s=1.0)
+        rounds = Rounds(state, NumberingPublisher([sequence]), clock=lambda: 1.0,
+                        history=history)  # fmt: skip
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(rounds.catch_up(events, replay_end=sequence))
+        loop.close()
     return time.perf_counter() - started, state
 
 

@@ -103,3 +103,28 @@ def test_workloads_waiting_in_one_group_share_its_shape_and_the_ledger_their_mes
     assert all(r.group is group and r.shape is group.shape for r in records)
     assert entries[0].pending_message.startswith("couldn't assign flavors")
     assert all(e.pending_message is entries[0].pending_message for e in entries)
+
+
+def test_workloads_asking_for_the_same_pods_share_one_copy_of_their_pod_sets_and_meta() -> None:
+    stream, state = config_stream(), AdmissionState()
+    state.take_ownership(now_s=0.0)
+    for env in list(stream.log):
+        stream.run(state, env)
+    for n in range(6):  # two sizes, three of each, over two queues
+        cpu = "1" if n % 2 else "2"
+        stream.run(state, submitted(workload(f"w{n}", cpu=cpu, queue=f"lq-{n % 3}")))
+
+    pod_sets = {
+        n: state.ledger.entries[WorkloadKey(f"ns/w{n}")].workload.pod_sets for n in range(6)
+    }
+    assert pod_sets[1] is pod_sets[3] is pod_sets[5]
+    assert pod_sets[0] is pod_sets[2] is pod_sets[4]
+    assert pod_sets[0] != pod_sets[1]
+    assert pod_sets[1][0].requests == {"cpu": 1000}
+    assert all(
+        state.engine.records[WorkloadKey(f"ns/w{n}")].wl.pod_sets is pod_sets[n] for n in range(6)
+    )
+    assert len(state.ledger.shared) == 2
+    metas = [state.ledger.entries[WorkloadKey(f"ns/w{n}")].workload.meta for n in range(6)]
+    assert all(m.labels is metas[0].labels and m.namespace is metas[0].namespace for m in metas)
+    assert (metas[5].name, metas[5].namespace, metas[5].labels) == ("w5", "ns", {})

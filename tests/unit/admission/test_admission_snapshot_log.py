@@ -4,6 +4,7 @@ that a snapshot plus the stream after it rebuilds what the whole history rebuild
 from __future__ import annotations
 
 import asyncio
+import tracemalloc
 import zlib
 from typing import Any
 
@@ -35,8 +36,10 @@ from muster.admission.snapshot import (
     sequence_in,
     snapshot_headers,
 )
+from muster.api.model import ApiObject, WorkloadKey
 from muster.bus import new_event
 from muster.contracts.v1 import events_pb2 as pb
+from muster.payloads import decode_manifest
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -110,6 +113,26 @@ async def test_a_workload_that_finished_or_was_deleted_leaves_the_log(end: str) 
     )
 
 
+async def test_a_manifest_is_kept_once_and_read_back_for_the_admitted_that_copies_it() -> None:
+    stream, replica = await configured(cpu="1")
+    await world(stream, replica, submitted(workload("a")), submitted(workload("b")))
+    sent = next(
+        env.submitted.manifest_json
+        for env in map(stream.envelope, range(1, stream.last + 1))
+        if env.WhichOneof("payload") == "submitted" and env.workload == "ns/b"
+    )
+    waiting = replica.state.ledger.entries[WorkloadKey("ns/b")]
+    assert waiting.manifest_json == ""  # the log keeps it, in its `submitted`
+
+    await world(stream, replica, reported("finished", "ns/a"))
+    admitted = stream.envelope(stream.last)
+    assert (admitted.WhichOneof("payload"), admitted.workload) == ("admitted", "ns/b")
+    assert admitted.admitted.manifest_json == sent
+
+    state, _ = rebuilt(stream, replica.snapshot())
+    assert state.manifests_of(WorkloadKey("ns/b")).workload_json == sent
+
+
 async def test_configuration_keeps_the_latest_applied_and_forgets_deleted_objects() -> None:
     stream, replica = await configured()
     await world(
@@ -153,6 +176,66 @@ async def test_a_snapshot_keeps_a_workload_whose_history_the_stream_lost() -> No
 
     state, _ = rebuilt(stream, snapshot)
     assert state.ledger.get("ns/a") is not None  # type: ignore[arg-type]
+    assert taking_over(state, now_s=20.0)["phases"] == {"ns/a": "Admitted", "ns/b": "Pending"}
+
+
+def same(stored: Snapshot, taken: Snapshot) -> bool:
+    """Whether `stored` is `taken` written and read: its workloads, bytes then, decode alike."""
+    workloads = [stored.workload_of(i) == taken.workload_of(i) for i in range(len(taken.events))]
+    no_workloads = {"workloads": ()}
+    return all(workloads) and msgspec.structs.replace(
+        stored, **no_workloads
+    ) == msgspec.structs.replace(taken, **no_workloads)
+
+
+def decoded_manifests(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The workloads whose manifest the translation decodes from now on."""
+    decoded: list[str] = []
+    real = decode_manifest
+
+    def counting(manifest_json: str, *, what: str) -> ApiObject:
+        decoded.append(what)
+        return real(manifest_json, what=what)
+
+    monkeypatch.setattr("muster.admission.translate.decode_manifest", counting)
+    return decoded
+
+
+async def test_a_rebuild_takes_the_workloads_a_snapshot_kept_decoded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stream, replica = await configured(cpu="1")
+    await world(stream, replica, *(submitted(workload(n)) for n in "abc"))
+    await world(stream, replica, reported("finished", "ns/a"))
+    snapshot = decode_snapshot(encode_snapshot(replica.snapshot()))
+    kept = [w.key for i in range(len(snapshot.events)) if (w := snapshot.workload_of(i))]
+    decoded = decoded_manifests(monkeypatch)
+
+    with_workloads, _ = rebuilt(stream, snapshot)
+    assert (sorted(kept), decoded) == (["ns/b", "ns/c"], [])
+
+    as_before, _ = rebuilt(stream, msgspec.structs.replace(snapshot, workloads=()))
+    assert decoded == ["submitted ns/b", "submitted ns/c"]  # as a snapshot written before
+    assert summary(with_workloads) == summary(as_before)
+    assert taking_over(with_workloads, now_s=20.0) == taking_over(as_before, now_s=20.0)
+
+
+async def test_a_workload_this_model_cannot_read_is_left_to_its_manifest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stream, replica = await configured(cpu="1")
+    await world(stream, replica, submitted(workload("a")), submitted(workload("b")))
+    snapshot = decode_snapshot(encode_snapshot(replica.snapshot()))
+    of_another_model = msgspec.msgpack.encode({"spec": "of another model"})
+    workloads = list(snapshot.workloads)
+    last = max(i for i, kept in enumerate(workloads) if kept)  # the last submitted: b's
+    workloads[last] = of_another_model
+    read = msgspec.structs.replace(snapshot, workloads=tuple(workloads))
+    decoded = decoded_manifests(monkeypatch)
+
+    state, _ = rebuilt(stream, read)
+
+    assert decoded == ["submitted ns/b"]
     assert taking_over(state, now_s=20.0)["phases"] == {"ns/a": "Admitted", "ns/b": "Pending"}
 
 
@@ -223,7 +306,7 @@ def test_a_snapshot_and_the_stream_after_it_rebuild_what_the_whole_stream_does(
     decided = taking_over(reference, now_s=1000.0)
     for snapshot in snapshots:
         stored = decode_snapshot(encode_snapshot(snapshot))
-        assert stored == snapshot
+        assert same(stored, snapshot)
         state, history = rebuilt(stream, stored)  # the stream up to the snapshot is gone
         assert summary(state) == expected
         # A replica rebuilt from a snapshot writes one that rebuilds the same again.
@@ -257,6 +340,35 @@ def test_a_snapshot_survives_encoding_and_announces_its_stream_and_sequence() ->
     assert sequence_in(headers, stream=CREATED) == 9
     # MUSTER_EVENTS deleted and made again: its sequences started over.
     assert sequence_in(headers, stream="2025-02-01T00:00:00+00:00") is None
+
+
+@pytest.mark.parametrize("count", [0, 15, 16, 4097, 70_000])  # msgpack's three array headers
+def test_a_snapshot_written_a_slice_at_a_time_reads_as_one_encoding(count: int) -> None:
+    events = tuple(f"e{n}".encode() for n in range(count))
+    snapshot = Snapshot(
+        sequence=count, sequences=tuple(range(1, count + 1)), events=events, tags=(-2,) * count
+    )
+
+    data = zlib.decompress(encode_snapshot(snapshot))
+
+    assert msgspec.msgpack.decode(data) == msgspec.msgpack.decode(msgspec.msgpack.encode(snapshot))
+    assert decode_snapshot(encode_snapshot(snapshot)) == snapshot
+
+
+def test_a_snapshot_is_encoded_without_its_whole_encoding_in_memory_at_once() -> None:
+    count, size = 32_768, 1024  # 32 MiB of events, each a line of a log, compressing well
+    events = tuple(f"{n:08d}".encode().ljust(size, b".") for n in range(count))
+    snapshot = Snapshot(sequence=count, sequences=tuple(range(1, count + 1)), events=events)
+
+    tracemalloc.start()
+    try:
+        data = encode_snapshot(snapshot)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+    assert peak < count * size // 2  # a slice at a time: whole, it was 40 MiB
+    assert decode_snapshot(data).events == events
 
 
 @pytest.mark.parametrize(
