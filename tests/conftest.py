@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 
+import budget
+import pytest
 from hypothesis import settings
 
 settings.register_profile(
@@ -17,3 +19,13 @@ settings.register_profile("deep", deadline=None, max_examples=3000)
 settings.load_profile(
     os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
 )
+
+
+@pytest.fixture(autouse=True)
+def _wait_budget(request: pytest.FixtureRequest) -> None:
+    """Start the clock waits in the test are bounded by (`tests/budget.py`)."""
+    marker = request.node.get_closest_marker("timeout")
+    timeout = marker.args[0] if marker and marker.args else marker and marker.kwargs.get("timeout")
+    if timeout is None:
+        timeout = request.config.getoption("timeout", None) or request.config.getini("timeout")
+    budget.start(float(timeout or 0))

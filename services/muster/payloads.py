@@ -16,10 +16,16 @@ from __future__ import annotations
 import datetime
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
+
+import msgspec
 
 from muster.api import decode_documents, quantities_to_strings, workload_to_kueue
+from muster.api.alternatives import with_alternatives
+from muster.api.convert import KUEUE_V1BETA2, meta_from_raw, stable_uid, workload_from_raw
+from muster.api.errors import ObjectErrors
 from muster.api.model import ApiObject, Workload
+from muster.api.raw import RawWorkload
 from muster.contracts.v1 import events_pb2
 
 __all__ = [
@@ -33,6 +39,7 @@ __all__ = [
     "manifest_workload",
     "workload_manifest",
     "workload_submitted",
+    "written_workload",
 ]
 
 
@@ -141,3 +148,35 @@ def manifest_workload(text: str, *, what: str) -> Workload:
     if not isinstance(obj, Workload):
         raise PayloadError(f"{what}: manifest is a {type(obj).__name__}, not a Workload")
     return obj
+
+
+_WORKLOAD_JSON: Final = msgspec.json.Decoder(RawWorkload)
+
+
+def written_workload(text: str, *, what: str) -> Workload:
+    """The Workload of a manifest `workload_manifest` wrote, as `manifest_workload` reads it,
+    in one pass: what the binder and gang-permit read of a `submitted` or an `admitted`.
+
+    They act on admitted workloads only, and admission admits none that `manifest_workload`
+    refuses: the names, labels and fields it checks are not checked again here. A manifest
+    not of that shape (another apiVersion or kind, no name, a problem) is read by
+    `manifest_workload`, so it decodes the same or fails with the same PayloadError.
+    """
+    try:
+        raw = _WORKLOAD_JSON.decode(text)
+    except msgspec.DecodeError:  # ValidationError too; not JSON, or not a Workload's fields
+        return manifest_workload(text, what=what)
+    meta = raw.metadata
+    if raw.api_version != KUEUE_V1BETA2 or raw.kind != "Workload" or not meta.name:
+        return manifest_workload(text, what=what)
+    namespace = meta.namespace or "default"  # as `decode_documents` names it
+    model_meta = meta_from_raw(meta, namespace=namespace)
+    if not model_meta.uid:
+        uid = stable_uid("Workload", namespace, meta.name)
+        model_meta = msgspec.structs.replace(model_meta, uid=uid)
+    errs = ObjectErrors(f"Workload/{namespace}/{meta.name}")
+    wl = workload_from_raw(raw, model_meta, errs)
+    wl, problems = with_alternatives(wl, who=errs.obj)
+    if errs.errors or problems:
+        return manifest_workload(text, what=what)
+    return wl

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+from budget import wait_s
 from kube_helpers import api_client
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -32,6 +33,9 @@ from muster.preemption.service import PreemptionConfig, run_preemption
 from muster.watcher import __main__ as watcher_main
 
 T = TypeVar("T")
+# No test here restarts admission, so its shard lease need not expire for a successor: with a
+# 2 s TTL, a loaded test process that did not renew it for 1.5 s lost it (LeaseLostError).
+UNEXPIRING_LEASE_S = 600.0
 CRDS = Path(__file__).resolve().parents[2] / "k8s" / "crds"
 KUEUE = ("kueue.x-k8s.io", "v1beta1")
 SCHEDULING = "scheduling.k8s.io"
@@ -50,9 +54,12 @@ KUEUE_KINDS = {
 }
 
 
-async def eventually(check: Callable[[], Awaitable[T | None]], *, timeout_s: float = 10.0) -> T:
-    """The first truthy result of `check()`, asked every 20 ms until `timeout_s` (then the
-    test fails with the last result)."""
+async def eventually(
+    check: Callable[[], Awaitable[T | None]], *, timeout_s: float | None = None
+) -> T:
+    """The first truthy result of `check()`, asked every 20 ms until `timeout_s` (None: what
+    is left of the test's time, `tests/budget.py`), then the test fails with the last result."""
+    timeout_s = wait_s(timeout_s)
     deadline = time.monotonic() + timeout_s
     last: T | None = None
     while time.monotonic() < deadline:
@@ -271,7 +278,9 @@ class Events:
             if e.workload == workload and (event_type is None or e.type == event_type)
         ]
 
-    async def wait_for(self, workload: str, event_type: str, *, timeout_s: float = 10.0) -> None:
+    async def wait_for(
+        self, workload: str, event_type: str, *, timeout_s: float | None = None
+    ) -> None:
         async def seen() -> bool:
             return bool(self.of(workload, event_type))
 
@@ -317,7 +326,9 @@ class Stack:
             own = (service_flags or {}).get(name, ())
             _, main = module.parse([*flags, *kube_flags, *own])
             await self._start(name, main, nats_url)
-        admission = AdmissionConfig(lease_ttl_s=2.0, lease_renew_s=0.5, ack_wait_s=2.0)
+        admission = AdmissionConfig(
+            lease_ttl_s=UNEXPIRING_LEASE_S, lease_renew_s=0.5, ack_wait_s=2.0
+        )
         await self._start(
             "admission", lambda bus, health: run_admission(bus, health, admission), nats_url
         )
@@ -334,7 +345,7 @@ class Stack:
                     raise AssertionError(f"{name} ended before serving")
             return all(h.serving for h in self.healths.values())
 
-        await eventually(serving, timeout_s=20.0)
+        await eventually(serving)
 
     def check_alive(self) -> None:
         """Fail with the error of a service that died."""

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kube_services_helpers import Events, Kubectl, eventually
+from kube_services_helpers import UNEXPIRING_LEASE_S, Events, Kubectl, eventually
 
 from muster.admission.service import AdmissionConfig, run_admission
 from muster.api.wellknown import WORKLOAD_LABEL
@@ -147,7 +147,10 @@ class MultiKueueStack:
 
     async def start_admission(self) -> None:
         settings = AdmissionConfig(
-            lease_ttl_s=2.0, lease_renew_s=0.5, ack_wait_s=2.0, cluster_lost_s=LOST_AFTER_S
+            lease_ttl_s=UNEXPIRING_LEASE_S,
+            lease_renew_s=0.5,
+            ack_wait_s=2.0,
+            cluster_lost_s=LOST_AFTER_S,
         )
         _, admission = await self._start(
             "admission", lambda bus, health: run_admission(bus, health, settings)

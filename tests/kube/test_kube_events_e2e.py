@@ -57,7 +57,7 @@ async def reasons_when(kubectl: Kubectl, kind: str, name: str, *wanted: str) -> 
         reasons = iter(e.reason for e in found)
         return found if all(w in reasons for w in wanted) else None
 
-    return await eventually(told, timeout_s=20.0)
+    return await eventually(told)
 
 
 async def test_kubectl_get_events_tells_a_preempted_workloads_story(tmp_path: Path) -> None:

@@ -55,7 +55,7 @@ async def request(kubectl: Kubectl, name: str) -> dict[str, Any]:
         )
         return next((r for r in listed["items"] if r["metadata"]["name"] == name), None)
 
-    return await eventually(found, timeout_s=20.0)
+    return await eventually(found)
 
 
 async def requests_of(kubectl: Kubectl) -> list[str]:
@@ -150,7 +150,7 @@ async def test_provisioned_capacity_admits_and_failures_retry_then_reject(tmp_pa
         # a second attempt is made; that failing too, the check rejects it.
         await request(kubectl, f"{doomed}-capacity-1")
         await autoscaler_says(kubectl, f"{doomed}-capacity-1", "Failed", "no quota in zone")
-        await events.wait_for(f"ml/{doomed}", "workload.requeued", timeout_s=20)
+        await events.wait_for(f"ml/{doomed}", "workload.requeued")
         await request(kubectl, f"{doomed}-capacity-2")
         assert f"{doomed}-capacity-1" not in await requests_of(kubectl)
         await autoscaler_says(kubectl, f"{doomed}-capacity-2", "Failed", "still no quota")
@@ -161,12 +161,12 @@ async def test_provisioned_capacity_admits_and_failures_retry_then_reject(tmp_pa
             evicted = next(c for c in wl["status"]["conditions"] if c["type"] == "Evicted")
             return evicted if evicted["reason"] == "InactiveWorkload" else None
 
-        evicted = await eventually(deactivated, timeout_s=20)
+        evicted = await eventually(deactivated)
         assert "still no quota" in evicted["message"]
         assert (await kubectl.get("Job", "doomed", "ml") or {})["spec"]["suspend"] is True
 
         async def cleaned() -> bool:
             return f"{doomed}-capacity-2" not in await requests_of(kubectl)
 
-        await eventually(cleaned, timeout_s=20)
+        await eventually(cleaned)
         assert await requests_of(kubectl) == [f"{train}-capacity-1"]  # the admitted one stays

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import nats.js.errors
+from budget import wait_s
 
 from muster.admission.rebuild import SNAPSHOTS_BUCKET
 from muster.admission.service import AdmissionConfig, run_admission
@@ -175,6 +176,12 @@ class Running:
         await self.kill()
 
 
+# For a test that restarts no replica: its lease need not expire for a successor, and with
+# the 2 s TTL of `start_admission` a loaded test process that did not renew it for 1.5 s lost
+# it (LeaseLostError). A test that kills a replica keeps the short TTL: the successor waits it.
+UNEXPIRING_LEASE_S = 600.0
+
+
 async def start_admission(bus_config: BusConfig, **settings: Any) -> Running:
     bus = await connect(msgspec_replace(bus_config, name="muster-admission-test"))
     health = Health("admission")
@@ -206,9 +213,12 @@ async def running(*services: Running) -> AsyncIterator[Sequence[Running]]:
             await svc.stop()
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], *, timeout_s: float = 10.0) -> None:
-    """Wait until `check()` holds: state in NATS (a bucket, a consumer) or in another task."""
-    async with asyncio.timeout(timeout_s):
+async def eventually(
+    check: Callable[[], Awaitable[bool]], *, timeout_s: float | None = None
+) -> None:
+    """Wait until `check()` holds: state in NATS (a bucket, a consumer) or in another task
+    (at most `timeout_s`; None: what is left of the test's time, `tests/budget.py`)."""
+    async with asyncio.timeout(wait_s(timeout_s)):
         while not await check():  # noqa: ASYNC110 (the state lives in the server: poll it)
             await asyncio.sleep(0.02)
 
@@ -217,14 +227,28 @@ def count(events: Any, event_type: str, workload: str) -> int:
     return len(events.matching(event_type, workload=workload))
 
 
-async def drained(bus: Bus, durable: str, *, timeout_s: float = 10.0) -> None:
-    """Wait until durable consumer `durable` has handled and acked everything stored so far."""
+async def drained(bus: Bus, durable: str, *, timeout_s: float | None = None) -> None:
+    """Wait until durable consumer `durable` has handled and acked everything stored so far.
+
+    A consumer that does not exist is not drained yet: an admission replica makes its own anew
+    at each rebuild (a restart, a partition moved to or from it)."""
+
+    last: list[str] = ["nothing"]
 
     async def done() -> bool:
-        info = await bus.js.consumer_info(EVENTS_STREAM, durable)
+        try:
+            info = await bus.js.consumer_info(EVENTS_STREAM, durable)
+        except nats.js.errors.NotFoundError:
+            last[0] = "no such consumer (being made anew)"
+            return False
+        last[0] = f"{info.num_pending} pending, {info.num_ack_pending} unacked, {info.delivered}"
         return not info.num_pending and not info.num_ack_pending
 
-    await eventually(done, timeout_s=timeout_s)
+    bound = wait_s(timeout_s)
+    try:
+        await eventually(done, timeout_s=bound)
+    except TimeoutError:
+        raise AssertionError(f"{durable} not drained after {bound:.1f}s: {last[0]}") from None
 
 
 class FakeBinder:

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import pytest
+from budget import wait_s
 
 from muster.bus import Bus, new_event, workload_subject
 from muster.bus.subjects import EVENT_TYPES
@@ -90,18 +91,20 @@ class EventLog:
         return [e for e in self.seen if e.type == wanted and workload in (None, e.workload)]
 
     async def wait_for(
-        self, event_type: str, *, workload: str | None = None, timeout_s: float = 5.0
+        self, event_type: str, *, workload: str | None = None, timeout_s: float | None = None
     ) -> Envelope:
-        """The first envelope of `event_type` (about `workload`), waiting up to `timeout_s`."""
+        """The first envelope of `event_type` (about `workload`), waiting up to `timeout_s`
+        (None: what is left of the test's time, `tests/budget.py`)."""
+        bound = wait_s(timeout_s)
         async with self._changed:
             try:
                 await asyncio.wait_for(
                     self._changed.wait_for(lambda: self.matching(event_type, workload=workload)),
-                    timeout_s,
+                    bound,
                 )
             except TimeoutError:
                 seen = [f"{e.type} {e.workload}" for e in self.seen]
-                pytest.fail(f"no {event_type} for {workload or 'any workload'} in {timeout_s}s; "
+                pytest.fail(f"no {event_type} for {workload or 'any workload'} in {bound:.1f}s; "
                             f"seen: {seen}")  # fmt: skip
             return self.matching(event_type, workload=workload)[0]
 

@@ -13,9 +13,13 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+from admission_world import eventually
+from budget import wait_s
 from bus_helpers import EventLog
 from placement_stack import Ready
 
+from muster.admission.clusters import CLUSTERS_BUCKET
 from muster.binder.service import BinderConfig, run_binder
 from muster.bus import Bus
 from muster.cluster.objects import PodView
@@ -24,6 +28,7 @@ from muster.cluster.sim.clock import WallClock
 from muster.cluster.sim.kubelet import Kubelet
 from muster.cluster.sim.store import SimStore
 from muster.contracts.v1 import events_pb2
+from muster.core.dispatch import ClusterCapacity
 from muster.gangpermit.service import GangPermitConfig, run_gangpermit
 from muster.watcher.service import WatcherConfig, run_watcher
 
@@ -103,6 +108,22 @@ async def sim_clusters(bus: Bus, *names: str) -> Any:
             await cluster.kill()
 
 
+async def reported(bus: Bus, cluster: str, *nodes: str) -> None:
+    """Wait until `cluster`'s heartbeat lists `nodes`, as `muster run` does before its first
+    workload: dispatch goes by the room heartbeats report, so a workload submitted earlier
+    would go to whichever cluster happened to report its node first."""
+    kv = await bus.kv(CLUSTERS_BUCKET)
+
+    async def listed() -> bool:
+        entry = await kv.get(cluster)
+        if entry is None or not entry.value:
+            return False
+        capacity = msgspec.json.decode(entry.value, type=ClusterCapacity)
+        return set(nodes) <= {room.name for room in capacity.nodes}
+
+    await eventually(listed)
+
+
 def node(name: str, *, cpu: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -124,7 +145,7 @@ async def wait_for(
     *,
     cluster: str | None = None,
     source: str | None = None,
-    timeout_s: float = 15.0,
+    timeout_s: float | None = None,
 ) -> events_pb2.Envelope:
     """The first `field` event about `workload` (from `cluster`, by `source`), waiting."""
 
@@ -137,7 +158,7 @@ async def wait_for(
     changed = events._changed  # EventLog's condition, notified on every event it records
     async with changed:
         try:
-            await asyncio.wait_for(changed.wait_for(lambda: found() is not None), timeout_s)
+            await asyncio.wait_for(changed.wait_for(lambda: found() is not None), wait_s(timeout_s))
         except TimeoutError:
             seen = [f"{e.type} {e.workload} @{e.cluster}" for e in events.seen]
             raise AssertionError(f"no {field} of {workload} from {cluster}: {seen}") from None

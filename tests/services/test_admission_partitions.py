@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from admission_world import (
+    UNEXPIRING_LEASE_S,
     Running,
     cluster_queue,
     config_applied,
@@ -63,7 +64,10 @@ async def test_a_replica_receives_no_event_of_a_tree_it_does_not_decide(
     bus: Bus, bus_config: BusConfig, events: Any
 ) -> None:
     mine, theirs = trees()
-    replicas = [await start_admission(bus_config, shard=i, shards=SHARDS) for i in range(SHARDS)]
+    replicas = [
+        await start_admission(bus_config, shard=i, shards=SHARDS, lease_ttl_s=UNEXPIRING_LEASE_S)
+        for i in range(SHARDS)
+    ]
     try:
         await asyncio.gather(*(r.wait_serving() for r in replicas))
         await publish(bus, *config_of(mine, theirs))
@@ -112,7 +116,7 @@ async def test_a_tree_moved_between_replicas_under_load_admits_nothing_twice_and
         )
         moved_at = 0
         for i, key in enumerate(keys):  # one cpu each, 4 of quota: FIFO, 4 at a time
-            await events.wait_for("admitted", workload=key, timeout_s=15.0)
+            await events.wait_for("admitted", workload=key)
             await publish(bus, in_partition(fact("finished", key), partition))
             if i == 4:  # the move, while 4 run and 19 wait
                 moved_at = await move_partition(bus, partition, new)
@@ -135,4 +139,44 @@ async def test_a_tree_moved_between_replicas_under_load_admits_nothing_twice_and
         assert set(late) == {f"admission/{new}"}  # nothing of the old owner's after the move
     finally:
         for r in replicas.values():
+            await r.stop()
+
+
+async def created(bus: Bus, durable: str) -> object:
+    """When consumer `durable` was made: a replica makes it anew at each rebuild."""
+    return (await bus.js.consumer_info(EVENTS_STREAM, durable)).created
+
+
+async def test_after_a_move_each_replica_rebuilds_once_not_at_every_batch(
+    bus: Bus, bus_config: BusConfig, events: Any
+) -> None:
+    tree, _ = trees()
+    partition = partition_of(f"cohort/{tree}")
+    new = (partition + 1) % SHARDS
+    replicas = [
+        await start_admission(bus_config, shard=i, shards=SHARDS, lease_ttl_s=UNEXPIRING_LEASE_S)
+        for i in range(SHARDS)
+    ]
+    queue = f"lq-{tree}"
+    try:
+        await asyncio.gather(*(r.wait_serving() for r in replicas))
+        await publish(bus, *config_of(tree))
+        await move_partition(bus, partition, new)
+        await publish(bus, in_partition(submitted(workload("w0", queue=queue)), partition))
+        await events.wait_for("admitted", workload="ns/w0")
+        for durable in ("admission-0", "admission-1"):
+            await drained(bus, durable)
+        made = {d: await created(bus, d) for d in ("admission-0", "admission-1")}
+
+        for i in range(1, 4):  # one batch each, after both replicas rebuilt for the move
+            await publish(bus, in_partition(submitted(workload(f"w{i}", queue=queue)), partition))
+            await events.wait_for("admitted", workload=f"ns/w{i}")
+        for durable in ("admission-0", "admission-1"):
+            await drained(bus, durable)
+
+        assert {d: await created(bus, d) for d in made} == made
+        late = {e.source for e in events.seen if e.type == "workload.admitted"}
+        assert late == {f"admission/{new}"}
+    finally:
+        for r in replicas:
             await r.stop()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from budget import seconds_left, wait_s
 from bus_helpers import EventLog, submitted
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -30,7 +31,7 @@ class Service:
         self.health = health
         self.log = log
 
-    async def wait_for_status(self, status: int, *, timeout_s: float = 10.0) -> None:
+    async def wait_for_status(self, status: int, *, timeout_s: float | None = None) -> None:
         """Watch the gRPC health service until it reports `status` for "tiny"."""
         async with grpc.aio.insecure_channel(self.health) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
@@ -42,7 +43,7 @@ class Service:
                         return
 
             try:
-                await asyncio.wait_for(until(), timeout_s)
+                await asyncio.wait_for(until(), wait_s(timeout_s))
             finally:
                 watch.cancel()
 
@@ -63,7 +64,7 @@ async def tiny_service(nats_url: str, tmp_path: Path, *args: str) -> AsyncIterat
         )  # fmt: skip
     try:
         assert proc.stdout is not None
-        line = await asyncio.wait_for(proc.stdout.readline(), 20)
+        line = await asyncio.wait_for(proc.stdout.readline(), seconds_left())  # started
         assert line.startswith(b"health: "), (line, log.read_text())
         yield Service(proc, line.decode().split(" ", 1)[1].strip(), log)
     finally:

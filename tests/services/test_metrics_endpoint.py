@@ -10,6 +10,8 @@ import socket
 from pathlib import Path
 
 import pytest
+from admission_world import drained
+from budget import seconds_left
 from bus_helpers import EventLog, submitted
 from scrape_helpers import scrape
 from test_bus_service import SERVING, tiny_service
@@ -25,12 +27,14 @@ async def test_metrics_count_what_the_service_consumed_and_published(
 ) -> None:
     async with tiny_service(nats_server, tmp_path, "--metrics-port", "0") as service:
         assert service.proc.stdout is not None
-        line = await asyncio.wait_for(service.proc.stdout.readline(), 20)
+        line = await asyncio.wait_for(service.proc.stdout.readline(), seconds_left())
         assert line.startswith(b"metrics: 127.0.0.1:"), line
         address = line.decode().split(" ", 1)[1].strip()
         await service.wait_for_status(SERVING)
         await bus.publish(submitted("ns/a"))
-        await events.wait_for("pending", workload="ns/a", timeout_s=10)
+        await events.wait_for("pending", workload="ns/a")
+        # The handler's last publish is seen before its consumer counts it: its ack follows.
+        await drained(bus, "tiny")
         samples = await asyncio.to_thread(scrape, address)
     consumed = {
         ("service", "tiny"),
@@ -53,7 +57,7 @@ async def test_a_metrics_port_in_use_stops_the_service_with_status_1(
         taken.listen()
         port = str(taken.getsockname()[1])
         async with tiny_service(nats_server, tmp_path, "--metrics-port", port) as service:
-            assert await service.exit_status(timeout_s=10) == 1
+            assert await service.exit_status(timeout_s=seconds_left()) == 1
     assert f"cannot serve metrics on 127.0.0.1:{port}" in service.log.read_text()
 
 

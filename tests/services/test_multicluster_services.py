@@ -15,7 +15,7 @@ import yaml
 from admission_world import Running, start_admission, start_preemption
 from bus_helpers import EventLog
 from gateway_helpers import RunningGateway, running_gateway
-from multicluster_stack import SimCluster, about, node, sim_clusters, wait_for
+from multicluster_stack import SimCluster, about, node, reported, sim_clusters, wait_for
 
 from muster.bus import Bus, BusConfig
 from muster.contracts.v1 import services_pb2
@@ -122,6 +122,8 @@ async def world(bus: Bus, bus_config: BusConfig, events: EventLog) -> AsyncItera
                 await svc.wait_serving()
             await clusters["east"].backend.apply(node("east-1", cpu="2"))
             await clusters["west"].backend.apply(node("west-1", cpu="4"))
+            await reported(bus, "east", "east-1")
+            await reported(bus, "west", "west-1")
             world = World(clusters, gateway, events)
             await world.submit(CONFIG)
             yield world
@@ -189,7 +191,7 @@ async def test_a_lost_clusters_workload_finishes_elsewhere_exactly_once(world: W
     assert completed.source.startswith("admission/")  # east cannot say so: admission does
     readmitted = await wait_for(events, "admitted", "ml/long", cluster="west")
     assert readmitted.sequence > completed.sequence
-    finished = await wait_for(events, "finished", "ml/long", cluster="west", timeout_s=20)
+    finished = await wait_for(events, "finished", "ml/long", cluster="west")
     assert finished.finished.succeeded
     assert clusters_of(events, "admitted", "ml/long") == ["east", "west"]
     assert clusters_of(events, "finished", "ml/long") == ["west"]

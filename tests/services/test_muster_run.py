@@ -49,9 +49,22 @@ def permission_violations(log_dir: Path) -> list[str]:
     return [line for line in text.splitlines() if "Violation" in line]
 
 
+def _in_the_foreground() -> None:
+    """SIGINT as a shell leaves it for the command it runs in the foreground: a test run in the
+    background of a non-interactive shell (`pytest &`) has it ignored, and so would its child,
+    which Ctrl-C then could not stop."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.timeout(120)
 def test_ctrl_c_stops_every_process_it_started() -> None:
-    proc = subprocess.Popen(RUN, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        RUN,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=_in_the_foreground,
+    )
     assert proc.stdout is not None
     header = ""
     deadline = time.monotonic() + 90

@@ -130,6 +130,9 @@ class AdmissionState:
         died before it had, and a story forwarded twice changes nothing.
         """
         self.owning = True
+        # The rebuild read its partitions after every record it replayed: only a record
+        # applied from now on calls for another (left set, every batch rebuilt again).
+        self.repartitioned = False
         self.engine.settle()
         self.homes.update(self.engine)
         events: list[Event] = []

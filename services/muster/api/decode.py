@@ -115,6 +115,7 @@ class _Reading(NamedTuple):
     validation: Validation
     warnings: list[FieldError]
     name_seed: str
+    names_checked: bool = False  # names, labels and annotations: checked where stored
 
 
 class _Kind(NamedTuple):
@@ -232,14 +233,18 @@ def decode_documents(
     warnings: list[FieldError] | None = None,
     name_seed: str | None = None,
     kept: Kept | None = None,
+    names_checked: bool = False,
 ) -> Decoded:
     """Return the objects in already-parsed documents (dicts as from YAML or JSON).
 
     `source` (a file name) appears in messages about documents that cannot name themselves.
     Unknown fields are ignored unless `validation` says otherwise: the documents usually come
-    from muster itself or from a cluster.
+    from muster itself or from a cluster. `names_checked`: the documents were read from a
+    cluster, whose API server refuses a bad name, namespace, label or annotation (and the
+    simulated one stores only objects muster checked or named), so those are not checked again.
     """
-    return _decode_all(docs, _reading(source, skipped, validation, warnings, name_seed, kept))
+    reading = _reading(source, skipped, validation, warnings, name_seed, kept)
+    return _decode_all(docs, reading._replace(names_checked=names_checked))
 
 
 def decode_files(
@@ -344,7 +349,11 @@ def _decode_document(
     if spec.named and not name:
         errors.append(FieldError(f"{kind} ({where})", "metadata.name", "is required"))
         return
-    problems = _identity_problems(doc, spec, who, kind=kind, generated=doc is not written)
+    problems = (
+        []
+        if reading.names_checked
+        else _identity_problems(doc, spec, who, kind=kind, generated=doc is not written)
+    )
     problems += _unknown_field_problems(doc, who, (api_version, kind), reading)
     found, more = _decode_object(doc, spec, who, namespace)
     errors.extend(problems + more)

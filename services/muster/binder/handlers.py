@@ -18,7 +18,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Coroutine
-from typing import Any, Final, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import msgspec
 from google.protobuf.message import Message
@@ -44,19 +44,17 @@ from muster.bus.tracing import step, trace_headers
 from muster.cluster.backend import ClusterBackend, Identity, PodSetStart, WorkloadOrigin
 from muster.cluster.errors import ClusterError, RequestsRefusedError
 from muster.contracts.v1 import events_pb2
+from muster.core.submissions import EndedSubmissions
 from muster.metrics.services import BinderSeries
 from muster.payloads import (
     PayloadError,
     manifest_document,
-    manifest_workload,
     workload_manifest,
+    written_workload,
 )
 
 log = logging.getLogger(__name__)
 
-# Ids of the `submitted` of ended workloads remembered, the newest kept (as many as the fences'
-# tombstones): a late admission names one within minutes.
-_ENDED_KEPT: Final = 200_000
 CLUSTER_ADMINS = "system:masters"  # Kubernetes' group that no authorizer can refuse
 # A cluster that does not answer is asked again after these many seconds, doubling.
 _PROBE_FIRST_S, _PROBE_MAX_S = 0.2, 10.0
@@ -87,8 +85,7 @@ class WorkloadSpecs:
     def __init__(self) -> None:
         self._specs: dict[str, Submission] = {}
         self._admitted_at: dict[str, int] = {}  # stream sequence of its last admission here
-        self._submitted_ids: dict[str, list[str]] = {}  # the ids of its `submitted` since it ended
-        self._ended_ids: dict[str, None] = {}  # those of workloads that ended, oldest first
+        self._ended = EndedSubmissions()
         self.origins: set[str] = set()  # the clusters workloads were submitted in
         self.position = 0  # the last stream sequence applied
 
@@ -110,24 +107,30 @@ class WorkloadSpecs:
                 return
             owner = env.submitted.owner_manifest_json
             self._specs[env.workload] = Submission(wl, env.cluster, owner)
-            self._submitted_ids.setdefault(env.workload, []).append(env.event_id)
+            self._ended.submitted(env.workload, env.event_id)
             self.origins.add(env.cluster)
         elif env.type in ("workload.deleted", "workload.finished"):
             self._specs.pop(env.workload, None)
             self._admitted_at.pop(env.workload, None)
-            self._ended_ids.update(dict.fromkeys(self._submitted_ids.pop(env.workload, ())))
-            while len(self._ended_ids) > _ENDED_KEPT:
-                del self._ended_ids[next(iter(self._ended_ids))]
+            self._ended.ended(env.workload)
 
     def ended(self, submitted_id: str) -> bool:
-        """Whether an admission naming `submitted_id` (`Envelope.submitted_id`) is about a
-        workload that finished or was deleted since: admission decided before it read that,
-        and stored the decision after it (its name may be submitted again since)."""
-        return bool(submitted_id) and submitted_id in self._ended_ids
+        """Whether a decision naming `submitted_id` (`Envelope.submitted_id`: an admission, an
+        eviction) is about a workload that finished or was deleted since: admission decided
+        before it read that, and stored the decision after it (its name may be submitted
+        again since)."""
+        return submitted_id in self._ended
 
     def get(self, workload: str) -> Workload | None:
         found = self._specs.get(workload)
         return None if found is None else found.workload
+
+    def replaced(self, workload: str, submitted_id: str) -> bool:
+        """Whether a decision naming `submitted_id` is about an earlier workload of the name
+        `workload` has now (ended, and submitted again since): an eviction of it must not
+        stop the new one's pods. One that ended without a successor is still carried out:
+        its pods here (a MultiKueue copy that finished elsewhere) must go."""
+        return self._ended.replaced(workload, submitted_id)
 
     def submission(self, workload: str) -> Submission | None:
         return self._specs.get(workload)
@@ -135,6 +138,16 @@ class WorkloadSpecs:
     def admitted_at(self, workload: str) -> int:
         """The stream sequence of its last admission here (0: none known)."""
         return self._admitted_at.get(workload, 0)
+
+
+def follow(env: events_pb2.Envelope, specs: WorkloadSpecs, fences: Fences) -> None:
+    """Fold one followed event (`spec_subjects`) into the specs and the fences. A late
+    `evicted` of a workload that ended and whose name was submitted again since fences
+    nothing: the new workload may be admitted here already (docs/events.md, "A name used
+    again")."""
+    specs.apply(env)
+    if env.type != "workload.evicted" or not specs.replaced(env.workload, env.submitted_id):
+        fences.apply(env)
 
 
 class BinderContext:
@@ -235,7 +248,7 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
         # the stream): the admission carries the spec.
         # One that does not decode never will: dead-lettered, naming the workload.
         try:
-            wl = manifest_workload(env.admitted.manifest_json, what=key)
+            wl = written_workload(env.admitted.manifest_json, what=key)
         except PayloadError as err:
             raise Reject(str(err)) from None
     if wl is None:
@@ -394,10 +407,17 @@ async def on_evict(env: events_pb2.Envelope, ctx: BinderContext) -> None:
 
     The fence goes up before anything is listed, under the workload's lock: no admission
     stored before the eviction starts pods afterwards. Pods of a later admission are left
-    alone, and an eviction carried out already is not carried out again (nothing published).
+    alone, and an eviction carried out already is not carried out again (nothing published),
+    nor one naming a workload that ended and was submitted again since (docs/events.md, "A
+    name used again").
     """
     command = env.evict_requested
     key, eviction = env.workload, command.eviction_sequence
+    if ctx.specs.replaced(key, env.submitted_id):
+        # Decided before the workload ended, stored after its name was submitted again:
+        # the pods of that name now are the new workload's.
+        log.info("skipping an eviction of a workload replaced since", extra={"workload": key})
+        return
     if ctx.fences.done(key, eviction):
         log.info("eviction already carried out", extra={"workload": key})
         return

@@ -21,6 +21,7 @@ from muster.binder.fences import Fences
 from muster.binder.handlers import (
     BinderContext,
     WorkloadSpecs,
+    follow,
     on_admitted,
     on_apply,
     on_evict,
@@ -49,14 +50,15 @@ class BinderConfig(msgspec.Struct, frozen=True, kw_only=True):
     lanes: int = 8  # workloads handled at once
 
 
-def spec_subjects(cluster: str) -> list[str]:
+def spec_subjects(cluster: str, *, copies: bool = True) -> list[str]:
     """Every cluster's submitted, deleted and finished (a workload may be dispatched here from
-    another cluster), and this cluster's admitted, evicted and eviction_completed (the fences:
-    a late admission is not started, an eviction carried out is not carried out again; and a
-    copy of a workload no longer admitted here is stale)."""
+    another cluster), and this cluster's evicted and eviction_completed (the fences: a late
+    admission is not started, an eviction carried out is not carried out again), and with
+    `copies` (collected on Kubernetes) its admitted too: a copy of a workload evicted since its
+    last admission here is stale. Without, each admission is read once, by the consumer."""
     return [
         *(f for e in ("submitted", "deleted", "finished") for f in workload_filters("*", e)),
-        *workload_filters(cluster, "admitted"),
+        *(workload_filters(cluster, "admitted") if copies else ()),
         *workload_filters(cluster, "evicted"),
         *workload_filters(cluster, "eviction_completed"),
     ]
@@ -90,6 +92,7 @@ async def run_binder(
         ),
     )
     poison = Quarantine(bus.publisher, consumer=f"binder-{config.cluster}-specs")
+    followed = spec_subjects(config.cluster, copies=copies is not None)
 
     wake = asyncio.Event()  # something may have made a copy here stale
     ends = {f"workload.{e}" for e in ("finished", "deleted", "evicted")}
@@ -98,8 +101,7 @@ async def run_binder(
         if env.sequence and env.sequence <= specs.position:
             return  # applied already (by a sweep's catch-up)
         try:
-            specs.apply(env)
-            fences.apply(env)
+            follow(env, specs, fences)
         except Exception as err:  # poison: the same event fails the same way after a restart
             await poison.event(env, err)
         if env.type in ends:
@@ -108,9 +110,8 @@ async def run_binder(
     async def catch_up() -> None:
         end = await bus.last_sequence()
         if end > specs.position:
-            subjects = spec_subjects(config.cluster)
             async for env in bus.replay(
-                subjects, from_sequence=specs.position + 1, until_sequence=end
+                followed, from_sequence=specs.position + 1, until_sequence=end
             ):
                 await apply(env)
 
@@ -118,13 +119,11 @@ async def run_binder(
     # workload, and one evicted or ended since is known to be stale.
     last = await bus.last_sequence()
     if last:
-        async for env in bus.replay(spec_subjects(config.cluster), until_sequence=last):
+        async for env in bus.replay(followed, until_sequence=last):
             await apply(env)
 
     async def follow_specs() -> None:
-        async for env in bus.replay(
-            spec_subjects(config.cluster), from_sequence=last + 1, follow=True
-        ):
+        async for env in bus.replay(followed, from_sequence=last + 1, follow=True):
             await apply(env)
 
     handlers: dict[str, Callable[[events_pb2.Envelope, BinderContext], Awaitable[None]]] = {

@@ -14,7 +14,7 @@ from muster.api.model import PodSet, Toleration, Workload
 from muster.api.podspec import admitted_pod_set
 from muster.cluster.backend import PodSetStart
 from muster.contracts.v1 import events_pb2
-from muster.payloads import manifest_workload
+from muster.payloads import written_workload
 
 
 class MissingPodSetError(ValueError):
@@ -24,7 +24,7 @@ class MissingPodSetError(ValueError):
 def workload_from_submitted(payload: events_pb2.WorkloadSubmitted, *, what: str) -> Workload:
     """The Workload in `workload.submitted`'s manifest; PayloadError naming `what` (the
     workload's key) when it does not decode."""
-    return manifest_workload(payload.manifest_json, what=what)
+    return written_workload(payload.manifest_json, what=what)
 
 
 def _toleration(t: events_pb2.Toleration) -> Toleration:

@@ -29,7 +29,7 @@ from nats.js.kv import KeyValue
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.client import stream_sequence
 from muster.bus.errors import NotFound, Retry, SetupError, Unavailable, wrapped
-from muster.bus.publisher import EXPECTED_LAST_SUBJECT_SEQUENCE
+from muster.bus.publisher import EXPECTED_LAST_SUBJECT_SEQUENCE, RawWriter
 
 log = logging.getLogger(__name__)
 
@@ -100,13 +100,6 @@ class Change(NamedTuple):
     data: bytes
     revision: int
     deleted: bool
-
-
-class RawWriter(Protocol):
-    """Stores `data` on `subject` with `headers` and returns its stream sequence
-    (`muster.bus.Publisher`): raises the bus's Conflict, Retry or Reject."""
-
-    async def publish_raw(self, subject: str, data: bytes, headers: dict[str, str]) -> int: ...
 
 
 class BucketStatus(NamedTuple):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import msgspec
 
@@ -26,6 +26,7 @@ from muster.bus.publisher import (
     DLQ_STREAM_HEADER,
     DLQ_SUBJECT,
     MSG_ID,
+    RawWriter,
     header_value,
 )
 from muster.bus.subjects import EVENTS_STREAM, dlq_subject, subject_of
@@ -38,14 +39,10 @@ CLUSTER_ORIGIN: Final = "cluster"
 _REMEMBERED = 4096  # identities logged once each; then the oldest are forgotten
 
 
-class RawPublisher(Protocol):
-    async def publish_raw(self, subject: str, data: bytes, headers: dict[str, str]) -> int: ...
-
-
 class Quarantine:
     """Dead letters of one loop, under DLQ subject `muster.v1.dlq.<consumer>`."""
 
-    def __init__(self, publisher: RawPublisher, *, consumer: str) -> None:
+    def __init__(self, publisher: RawWriter, *, consumer: str) -> None:
         self._publisher = publisher
         self.consumer = consumer
         self._told: dict[str, None] = {}  # identities already logged, oldest first

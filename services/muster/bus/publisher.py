@@ -12,6 +12,7 @@ import itertools
 import json
 import logging
 from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 import nats.errors
 import nats.js.errors
@@ -51,6 +52,13 @@ _NO_RESPONDERS = "503"
 def headers_size(headers: Mapping[str, str]) -> int:
     """Bytes the NATS header block takes on the wire; the server counts it against max_payload."""
     return len("NATS/1.0\r\n\r\n") + sum(len(k) + len(v) + 4 for k, v in headers.items())
+
+
+class RawWriter(Protocol):
+    """Stores `data` on `subject` with `headers` and returns its stream sequence (`Publisher`
+    is one): raises the bus's Conflict, Retry or Reject."""
+
+    async def publish_raw(self, subject: str, data: bytes, headers: dict[str, str]) -> int: ...
 
 
 class Publisher:

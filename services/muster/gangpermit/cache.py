@@ -266,7 +266,7 @@ def _rebound(before: CachedObject, raw: dict[str, Any]) -> Pod | None:
 
 def _decoded(obj: dict[str, Any]) -> CachedObject | str:
     """The api object `obj` stores, or what is wrong with it."""
-    objects, errors = decode_documents([obj])
+    objects, errors = decode_documents([obj], names_checked=True)
     if errors or len(objects) != 1 or not isinstance(objects[0], _CACHED):
         return "; ".join(str(e) for e in errors) or "not a cluster object"
     return objects[0]

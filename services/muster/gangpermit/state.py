@@ -6,8 +6,9 @@ Facts arrive from two places, in any order:
 - the cluster (`put`/`remove`, decoded api objects): Nodes, Pods, scheduling.k8s.io Workloads,
   PodGroups and PriorityClasses. Pods whose `spec.schedulerName` is gang-permit's are placed;
   other bound pods only take room.
-- the event stream (`apply_event`): Kueue workloads (`submitted`: spec and priority;
-  `admitted`: their gang; `finished`, `eviction_completed`, `deleted`: done), PriorityClasses
+- the event stream (`apply_event`): Kueue workloads (`submitted`: spec and priority, read by
+  `muster.gangpermit.submitted`; `admitted`: their gang, unless it names a submission that
+  ended since; `finished`, `eviction_completed`, `deleted`: done), PriorityClasses
   (`config.applied`), the binder's answers (`bound`, `gang_rejected` BindFailed), and, while
   `restoring`, gang-permit's own past decisions.
 
@@ -25,16 +26,13 @@ import logging
 import msgspec
 
 from muster.api.model import (
-    Admission,
     CompositePodGroup,
     Node,
     Pod,
     PodGroup,
-    PodSetAssignment,
     PriorityClass,
     SchedulingPodGroup,
     SchedulingWorkload,
-    Workload,
 )
 from muster.api.wellknown import BIND_FAILED, GANG_TIMED_OUT, SCHEDULER_NAME, WORKLOAD_LABEL
 from muster.contracts.v1 import events_pb2
@@ -43,7 +41,9 @@ from muster.core.placement.feed import GangFeed, Left
 from muster.core.placement.model import GangKey, GangSpec, NodeInfo, NodeName, PodKey, Scoring
 from muster.core.placement.scheduler import DEFAULT_TIMEOUT_S, GangScheduler
 from muster.core.placement.sources import gang_of_admitted, handled_by, node_info, pod_info
-from muster.payloads import PayloadError, applied_document, applied_object, manifest_workload
+from muster.core.submissions import EndedSubmissions
+from muster.gangpermit.submitted import Submitted, admission_of, submitted_from, submitted_of
+from muster.payloads import PayloadError, applied_document, applied_object
 
 log = logging.getLogger(__name__)
 
@@ -76,12 +76,6 @@ class KueueGang(msgspec.Struct, kw_only=True):
     admitted: events_pb2.Envelope
 
 
-class Submitted(msgspec.Struct, frozen=True, kw_only=True):
-    workload: Workload | None  # None when the manifest does not decode
-    priority: int
-    created_s: float
-
-
 class GangPermitState:
     """Everything gang-permit knows about one cluster, and its scheduler."""
 
@@ -111,6 +105,7 @@ class GangPermitState:
         self.specs: dict[GangKey, GangSpec] = {}  # as given to the scheduler
         # --- from the stream
         self.submitted: dict[str, Submitted] = {}
+        self.ended = EndedSubmissions()  # a late admission of a workload ended since is dropped
         self.admitted: dict[str, KueueGang] = {}  # by workload (= gang) key
         self.permits: dict[GangKey, Permit] = {}
         # Restored permits' pods, until bound: the node, and the uid permitted ("" for any).
@@ -142,7 +137,8 @@ class GangPermitState:
         key = env.workload
         match field:
             case "submitted":
-                self.submitted[key] = _submitted(env)
+                self.submitted[key] = submitted_of(env)
+                self.ended.submitted(key, env.event_id)
                 return False
             case "admitted":
                 return self._admit(env)  # a pass only once the binder's pods are seen
@@ -154,6 +150,7 @@ class GangPermitState:
                 self.touch(key)
                 if field != "eviction_completed":
                     self.submitted.pop(key, None)
+                    self.ended.ended(key)
                 return self._refresh(self.feed.end(key))
             case "config_applied" | "config_deleted":
                 return self._priority_class(env)
@@ -200,13 +197,21 @@ class GangPermitState:
                 self.assumed.pop(pod, None)
 
     def _admit(self, env: events_pb2.Envelope) -> bool:
-        """Hold a Kueue workload's admission as its gang; whether any of its pods is known."""
+        """Hold a Kueue workload's admission as its gang; whether any of its pods is known.
+
+        An admission of a workload that finished or was deleted since is dropped: admission
+        decided it before it read that, and stored it after (docs/events.md, "A name used
+        again"); the pods of that name now are a new workload's.
+        """
         key = env.workload
+        if env.submitted_id in self.ended:
+            log.info("skipping an admission of a workload ended since", extra={"workload": key})
+            return False
         known = self.submitted.get(key)
         if known is None and env.admitted.manifest_json:
             # Submitted before what this replica replayed: the admission carries the spec.
-            known = _submitted_from(env.admitted.manifest_json, env)
-        admission = _admission(env.admitted.admission)
+            known = submitted_from(env.admitted.manifest_json, env)
+        admission = admission_of(env.admitted.admission)
         if known is not None and known.workload is not None:
             spec = gang_of_admitted(
                 known.workload,
@@ -502,41 +507,3 @@ class GangPermitState:
         for key in keys:
             self._put_pod(self.pods[key])
         return bool(keys)
-
-
-def _submitted(env: events_pb2.Envelope) -> Submitted:
-    return Submitted(
-        workload=_workload_of(env.submitted.manifest_json, env),
-        priority=env.submitted.priority,
-        created_s=env.time_unix_nano / 1e9,
-    )
-
-
-def _submitted_from(manifest_json: str, admitted: events_pb2.Envelope) -> Submitted:
-    """What a `submitted` would have said, from the copy of the manifest an admission carries
-    (its priority as written in it; its creation time unknown, so the admission's)."""
-    workload = _workload_of(manifest_json, admitted)
-    return Submitted(
-        workload=workload,
-        priority=(workload.priority or 0) if workload is not None else 0,
-        created_s=admitted.time_unix_nano / 1e9,
-    )
-
-
-def _workload_of(manifest_json: str, env: events_pb2.Envelope) -> Workload | None:
-    try:
-        return manifest_workload(manifest_json, what=env.workload)
-    except PayloadError as err:
-        log.warning("undecodable workload manifest: %s", err, extra={"workload": env.workload})
-        return None
-
-
-def _admission(admission: events_pb2.Admission) -> Admission:
-    """The admission as the api model spells it (usage left out: placement does not read it)."""
-    return Admission(
-        cluster_queue=admission.cluster_queue,
-        pod_set_assignments=tuple(
-            PodSetAssignment(name=a.name, flavors=dict(a.flavors), count=a.count, resource_usage={})
-            for a in admission.pod_set_assignments
-        ),
-    )

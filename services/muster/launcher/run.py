@@ -62,24 +62,23 @@ async def run_live(
     declared = multikueue_clusters(text)
     workers = sorted({*clusters, *declared} - {cluster})
     main = asyncio.current_task()
-    loop = asyncio.get_running_loop()
-    if main is not None:
-        loop.add_signal_handler(signal.SIGTERM, main.cancel)
-    # Our own server gets one NATS user per service; one given with --nats is used as it is.
-    everywhere = (cluster, *workers)
-    deployment = Deployment(clusters=everywhere, simulated=everywhere, admission_shards=shards)
-    nats = None
-    if nats_url is None:
-        nats = NatsServer(log_dir / "jetstream", deployment=deployment)
-    stack: Stack | None = None
-    backends: dict[str, SimBackend] = {}
-    losses: list[asyncio.Task[None]] = []
-    admin: Bus | None = None
-    try:
-        if nats is not None:
+    # Everything started is stopped, in reverse, even when one stop raises: a failing
+    # connection close during Ctrl-C once left the nats-server running.
+    async with contextlib.AsyncExitStack() as started:
+        if main is not None:
+            loop = asyncio.get_running_loop()
+            loop.add_signal_handler(signal.SIGTERM, main.cancel)
+            started.callback(loop.remove_signal_handler, signal.SIGTERM)
+        # Our own server gets one NATS user per service; one given with --nats is used as it is.
+        everywhere = (cluster, *workers)
+        deployment = Deployment(clusters=everywhere, simulated=everywhere, admission_shards=shards)
+        nats = None
+        if nats_url is None:
+            nats = NatsServer(log_dir / "jetstream", deployment=deployment)
+            started.push_async_callback(_stop_nats, nats, log_dir)
             nats_url = await nats.start(log_path=log_dir / "nats-server.log")
-        assert nats_url is not None
         admin = await prepare_nats(nats_url, nats, deployment)
+        started.push_async_callback(admin.close)
         stack = Stack(
             nats_url=nats_url,
             cluster=cluster,
@@ -94,6 +93,7 @@ async def run_live(
             workers=workers,
             passwords=nats.passwords if nats is not None else None,
         )
+        started.push_async_callback(stack.stop)
         where = f" (started here, JetStream in {log_dir})" if nats else ""
         out(
             f"muster run: {about}\n  NATS {nats_url}{where}; {len(stack.services)} service "
@@ -102,8 +102,10 @@ async def run_live(
         )
         await stack.start()
         out(f"  all services healthy; gateway on {stack.gateway_address}\n")
+        backends: dict[str, SimBackend] = {}
         for name in (cluster, *workers):
             backends[name] = await SimBackend.open(admin.kv, cluster=name)
+            started.push_async_callback(backends[name].close)
         # Ctrl-C during a connect: nats-py's waits may have swallowed it (Python 3.11).
         raise_if_cancelling()
         driver = Driver(
@@ -115,6 +117,8 @@ async def run_live(
             ),
             multicluster=bool(workers),
         )
+        losses: list[asyncio.Task[None]] = []
+        started.push_async_callback(_cancel_all, losses)
         for name, at_s in sorted(declared.items()):
             if at_s is not None:
                 losses.append(asyncio.create_task(_lose(stack, name, at_s / speed, out)))
@@ -128,22 +132,18 @@ async def run_live(
             out(f"muster run: services exited early: {', '.join(died)} (see their logs)")
             return 1
         return 0 if until_s is not None or all_done else 1
-    finally:
-        if main is not None:
-            loop.remove_signal_handler(signal.SIGTERM)
-        for task in losses:
-            task.cancel()
-        await asyncio.gather(*losses, return_exceptions=True)
-        for backend in backends.values():
-            await backend.close()
-        if admin is not None:
-            await admin.close()
-        if stack is not None:
-            await stack.stop()
-        if nats is not None:
-            await nats.stop()
-            # The logs stay for the user to read; the JetStream data is only this run's state.
-            shutil.rmtree(log_dir / "jetstream", ignore_errors=True)
+
+
+async def _stop_nats(nats: NatsServer, log_dir: Path) -> None:
+    await nats.stop()
+    # The logs stay for the user to read; the JetStream data is only this run's state.
+    shutil.rmtree(log_dir / "jetstream", ignore_errors=True)
+
+
+async def _cancel_all(tasks: Sequence[asyncio.Task[None]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def prepare_nats(url: str, nats: NatsServer | None, deployment: Deployment) -> Bus:

@@ -14,7 +14,9 @@ def evict_command(evicted: pb.Envelope, *, attempt: int, source: str = SOURCE) -
     The id is derived from the eviction and the attempt, so re-sending one attempt is a
     duplicate JetStream drops, and each new attempt is a new command. Every attempt names the
     eviction (its event id and stream sequence): the binder fences on it, and its
-    `eviction_completed` says which eviction it completes.
+    `eviction_completed` says which eviction it completes. It names the `submitted` the
+    eviction is about, as the eviction does: a binder that saw that workload end and its name
+    submitted again since drops it, so it never stops the pods of the new workload.
     """
     payload = pb.EvictRequested(
         reason=evicted.evicted.reason,
@@ -23,7 +25,7 @@ def evict_command(evicted: pb.Envelope, *, attempt: int, source: str = SOURCE) -
         eviction_sequence=evicted.sequence,
         eviction_id=evicted.event_id,
     )
-    return new_event(
+    command = new_event(
         "evict_requested",
         payload,
         cluster=evicted.cluster,
@@ -33,3 +35,5 @@ def evict_command(evicted: pb.Envelope, *, attempt: int, source: str = SOURCE) -
         source=source,
         n=attempt,
     )
+    command.submitted_id = evicted.submitted_id
+    return command

@@ -47,6 +47,11 @@ def test_follows_specs_of_every_cluster_and_evictions_of_its_own() -> None:
         "muster.v1.west.workload.eviction_completed",
         "muster.v1.west.workload.eviction_completed.*",
     ]
+    # Without copies to collect (a simulated cluster) an admission is read by the consumer
+    # alone: the follower would read every one a second time for nothing.
+    assert spec_subjects("west", copies=False) == [
+        s for s in spec_subjects("west") if ".workload.admitted" not in s
+    ]
 
 
 def test_a_spec_submitted_elsewhere_is_known_until_it_finishes() -> None:
@@ -62,11 +67,13 @@ def test_a_spec_submitted_elsewhere_is_known_until_it_finishes() -> None:
 
 
 class _Backend:
-    """Records the workloads started (the only call `on_admitted` makes)."""
+    """Records the workloads started (the only call `on_admitted` makes), and stopped."""
 
     def __init__(self) -> None:
         self.started: dict[str, list[PodSetStart]] = {}
         self.origins: dict[str, WorkloadOrigin | None] = {}
+        self.admissions: list[int] = []  # started, in order
+        self.stopped: list[int] = []  # the evictions carried out, in order
 
     async def start_workload(
         self,
@@ -78,6 +85,12 @@ class _Backend:
     ) -> None:
         self.started[key] = pod_sets
         self.origins[key] = origin
+        self.admissions.append(admission)
+
+    async def stop_workload(
+        self, key: str, *, before: int, pod_sets: dict[str, int] | None = None
+    ) -> None:
+        self.stopped.append(before)
 
 
 def _context(backend: _Backend) -> BinderContext:
