@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from muster.api.model import Condition, Workload, WorkloadKey
 from muster.core.flavors import Assignment
@@ -12,6 +12,12 @@ from muster.core.quota import FlavorResource
 
 if TYPE_CHECKING:
     from muster.core.queues import OrderKey, PendingGroup
+
+
+# One empty map shared by every record without admission checks (most of them: 64 bytes each at
+# a million pending). Values are only set for checks already in a record's map (engine.py,
+# lifecycle.py), so nothing writes to it; a record given checks gets a map of its own.
+_NO_CHECKS: Final[dict[str, str]] = {}
 
 
 class Phase(Enum):
@@ -70,7 +76,7 @@ class WorkloadRecord:
         self.assignment: Assignment | None = None
         self.reserved_at_s = 0.0
         self.conditions: dict[str, Condition] = {}
-        self.checks: dict[str, str] = {}
+        self.checks: dict[str, str] = _NO_CHECKS  # replaced, never written, while empty
         self.evicted = False
         self.evicted_by: WorkloadKey | None = None  # the preemptor, while being evicted for one
         self.group: PendingGroup | None = None

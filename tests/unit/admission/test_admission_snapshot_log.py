@@ -23,6 +23,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from snapshot_world import LiveReplica, StoredStream, rebuilt, summary, taking_over
 
+from muster.admission.snapshot import ANY as ANY_TAG
+from muster.admission.snapshot import CONFIG as CONFIG_TAG
 from muster.admission.snapshot import (
     PARTITIONS_HEADER,
     SEQUENCE_HEADER,
@@ -38,6 +40,7 @@ from muster.admission.snapshot import (
 )
 from muster.api.model import ApiObject, WorkloadKey
 from muster.bus import new_event
+from muster.bus.partitions import parse_token
 from muster.contracts.v1 import events_pb2 as pb
 from muster.payloads import decode_manifest
 
@@ -95,6 +98,34 @@ async def test_keeps_a_live_workloads_events_and_its_own_decisions_echoes() -> N
         ]
     )
     assert replica.snapshot().sequence == stream.last
+
+
+async def test_each_kept_event_is_tagged_with_the_partition_it_was_stored_in() -> None:
+    """Tags are kept once per workload, but an event of its story stored in another partition
+    (after its home moved: its ClusterQueue joined a cohort) keeps its own tag."""
+    stream, replica = await configured(cpu="0")
+    await world(stream, replica, submitted(workload("a")), submitted(workload("b")))
+    await world(stream, replica, applied(cluster_queue(cpu="0", cohort="moved")))
+    await world(stream, replica, reported("deleted", "ns/b"), submitted(workload("c")))
+    snapshot = replica.snapshot()
+    told = dict(zip(stream.types(snapshot.sequences), snapshot.tags, strict=True))
+    assert told == {
+        told_about: stored_tag(stream.envelope(seq))
+        for told_about, seq in zip(
+            stream.types(snapshot.sequences), snapshot.sequences, strict=True
+        )
+    }
+    assert told[("submitted", "ns/a")] == ANY_TAG != told[("pending", "ns/a")]
+    assert told[("pending", "ns/a")] != told[("pending", "ns/c")]  # the home moved between
+    assert ("submitted", "ns/b") not in told
+
+
+def stored_tag(env: pb.Envelope) -> int:
+    """The partition an event was stored in, as a snapshot tags it."""
+    if env.WhichOneof("payload") == "config_applied":
+        return CONFIG_TAG
+    partition = parse_token(env.partition)
+    return ANY_TAG if partition is None else partition
 
 
 @pytest.mark.parametrize("end", ["finished", "deleted"])

@@ -18,6 +18,7 @@ from muster.core.engine import Engine
 from muster.core.events import EventType
 
 B = WorkloadKey("ns/b")
+C = WorkloadKey("ns/c")
 
 
 def _engine() -> Engine:
@@ -116,3 +117,19 @@ def test_an_answer_while_being_evicted_changes_nothing() -> None:
     engine.set_admission_check(A, "prov", "Retry", now_s=10)
     assert engine.set_admission_check(A, "prov", "Rejected", now_s=11) == []
     assert _kinds(engine.stopped(A, now_s=12)) == [(EventType.REQUEUED, "ns/a")]
+
+
+def test_workloads_without_checks_share_one_empty_map_that_no_answer_writes_to() -> None:
+    engine = _engine()
+    _admitted(engine)  # holds all the quota: the next ones wait
+    engine.submit(_wl("b", cpu=4), now_s=2)
+    engine.submit(_wl("c", cpu=4), now_s=2)
+    records = engine.state.records
+    assert records[B].checks is records[C].checks  # 64 bytes each at a million pending
+
+    assert engine.set_admission_check(B, "prov", "Ready", now_s=3) == []  # not asked yet
+    engine.finish(A, now_s=4)
+    assert (EventType.QUOTA_RESERVED, "ns/b") in _kinds(engine.schedule(now_s=4))
+    assert (records[B].checks, records[C].checks) == ({"prov": "Pending"}, {})
+    engine.set_admission_check(B, "prov", "Ready", now_s=5)
+    assert (records[B].checks, records[C].checks) == ({"prov": "Ready"}, {})
