@@ -58,6 +58,18 @@ async def request(kubectl: Kubectl, name: str) -> dict[str, Any]:
     return await eventually(found)
 
 
+async def adopted(kubectl: Kubectl, template: str, request: str) -> Any:
+    """The PodTemplate `template` in ml, once `request` owns it: the controller creates the
+    templates (owned by the Workload) before the request, and adopts them once it exists."""
+
+    async def owned() -> Any:
+        found = await asyncio.to_thread(kubectl.core.read_namespaced_pod_template, template, "ml")
+        owners = (found.metadata.owner_references if found.metadata else None) or []
+        return found if owners and owners[0].name == request else None
+
+    return await eventually(owned)
+
+
 async def requests_of(kubectl: Kubectl) -> list[str]:
     listed = await asyncio.to_thread(
         kubectl.custom.list_namespaced_custom_object, *AUTOSCALING, "ml", "provisioningrequests"
@@ -120,12 +132,9 @@ async def test_provisioned_capacity_admits_and_failures_retry_then_reject(tmp_pa
         assert made["metadata"]["ownerReferences"][0]["name"] == train
         (pod_set,) = made["spec"]["podSets"]
         assert pod_set["count"] == 2
-        template = await asyncio.to_thread(
-            kubectl.core.read_namespaced_pod_template, pod_set["podTemplateRef"]["name"], "ml"
-        )
+        template = await adopted(kubectl, pod_set["podTemplateRef"]["name"], f"{train}-capacity-1")
         assert template.template.spec.node_selector == {"pool": "batch"}
         assert template.template.spec.containers[0].resources.requests == {"cpu": "2"}
-        assert template.metadata.owner_references[0].name == f"{train}-capacity-1"
         assert (await kubectl.get("Job", "train", "ml") or {})["spec"]["suspend"] is True
         assert server.drop_watches() > 0  # cut, and resumed through 410 Gone
         server.compact()
