@@ -1,0 +1,251 @@
+"""The gateway's gRPC server: gRPC's threaded server, each call's handler run on the event loop.
+
+The servicers are async and stay so: the bus, the book and the authorizers live on the
+gateway's loop. A call arrives on one of gRPC's threads, which runs the servicer's method on
+the loop and waits for it. Why not grpc.aio's server, which runs them there directly: its
+calls cost more (`muster bench submit`, docs/benchmarks.md). It wakes the loop once per step of
+every call (four per Submit), so calls rarely share a loop iteration and each call's NATS
+publish leaves in a write of its own; calls handed over from threads reach the loop together
+and their publishes share writes, gRPC's threads answer calls together, and the nats-server and
+the client do less per call too.
+
+Every call but the health service's is authenticated before its request is read (`auth`):
+each handler is registered as request-streaming with no deserializer, so gRPC leaves the
+request's bytes unread until the caller is known; a request that does not decode answers
+INVALID_ARGUMENT (gRPC's own decoding would answer UNKNOWN).
+
+A call holds one of `max_calls` threads while it is in flight, a Watch for as long as it
+follows: a call past them is refused with RESOURCE_EXHAUSTED, not queued behind the watches.
+A call that ends early (the client cancelled, or the server stopped) cancels its handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from typing import Any, Final, NoReturn, TypeVar
+
+import grpc
+
+from muster.gateway.auth import CALLER, Authentication, authenticate
+from muster.gateway.permissions import Caller
+
+T = TypeVar("T")
+HEALTH_PREFIX: Final = "/grpc.health.v1.Health/"
+
+
+class CallContext:
+    """What the servicers use of a call's context, as grpc.aio's ServicerContext offers it."""
+
+    def __init__(self, context: grpc.ServicerContext) -> None:
+        self._context = context
+
+    def invocation_metadata(self) -> Any:
+        return self._context.invocation_metadata()
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        return self._context.auth_context()  # type: ignore[no-any-return]  # untyped
+
+    def peer(self) -> str:
+        return self._context.peer()  # type: ignore[no-any-return]  # untyped
+
+    async def abort(self, code: grpc.StatusCode, details: str) -> NoReturn:
+        raise _AbortedError(code, details)
+
+
+class _AbortedError(Exception):
+    """A handler ended its call with a status; the call's thread tells gRPC."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+class _Call:
+    """One call's way to the loop: runs coroutines there, and cancels them if the call ends."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, context: grpc.ServicerContext) -> None:
+        self.loop = loop
+        self.grpc_context = context
+        self.context = CallContext(context)
+        self.caller: Caller | None = None  # once authenticated (health calls are not)
+        self._running: concurrent.futures.Future[Any] | None = None
+        self._lock = threading.Lock()
+        self._ended = False
+        context.add_callback(self._end)
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """`coro`'s result, run on the loop; its abort becomes the call's status."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        with self._lock:
+            self._running = future
+            if self._ended:
+                future.cancel()
+        try:
+            return future.result()
+        except _AbortedError as exc:
+            self.abort(exc.code, exc.details)
+        except concurrent.futures.CancelledError:
+            self.abort(grpc.StatusCode.CANCELLED, "the call ended")
+
+    def abort(self, code: grpc.StatusCode, details: str) -> NoReturn:
+        self.grpc_context.abort(code, details)
+        raise AssertionError("unreachable: ServicerContext.abort raises")
+
+    def _end(self) -> None:
+        with self._lock:
+            self._ended = True
+            if self._running is not None:
+                self._running.cancel()
+
+
+class LoopServer:
+    """A `grpc.Server` whose servicers (async, as for grpc.aio) run on `loop`; the servicers
+    are added as to any server, with the generated `add_*Servicer_to_server`."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        authentication: Authentication,
+        *,
+        max_calls: int,
+        options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        self._loop = loop
+        self._authentication = authentication
+        self._server = grpc.server(
+            concurrent.futures.ThreadPoolExecutor(max_calls, thread_name_prefix="grpc-call"),
+            options=options,
+            maximum_concurrent_rpcs=max_calls,
+        )
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
+        self._server.add_generic_rpc_handlers([_Generic(h, self._bridge) for h in handlers])
+
+    def add_registered_method_handlers(
+        self, service: str, handlers: dict[str, grpc.RpcMethodHandler]
+    ) -> None:
+        bridged = {name: self._bridge(h, f"/{service}/{name}") for name, h in handlers.items()}
+        self._server.add_registered_method_handlers(service, bridged)
+
+    def add_insecure_port(self, address: str) -> int:
+        return int(self._server.add_insecure_port(address))
+
+    def add_secure_port(self, address: str, credentials: grpc.ServerCredentials) -> int:
+        return int(self._server.add_secure_port(address, credentials))
+
+    def start(self) -> None:
+        self._server.start()
+
+    async def stop(self, grace: float) -> None:
+        """Refuse new calls, let those in flight finish within `grace` seconds, end the rest."""
+        stopped = self._server.stop(grace)
+        await asyncio.to_thread(stopped.wait)
+
+    def _bridge(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+        return bridged(handler, method, self._loop, self._authentication)
+
+
+class _Generic(grpc.GenericRpcHandler):  # type: ignore[misc]  # untyped base
+    """A generic handler whose methods are bridged."""
+
+    def __init__(
+        self,
+        inner: grpc.GenericRpcHandler,
+        bridge: Callable[[grpc.RpcMethodHandler, str], grpc.RpcMethodHandler],
+    ) -> None:
+        self._inner = inner
+        self._bridge = bridge
+
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        handler = self._inner.service(details)
+        return None if handler is None else self._bridge(handler, details.method)
+
+
+def bridged(
+    handler: grpc.RpcMethodHandler,
+    method: str,
+    loop: asyncio.AbstractEventLoop,
+    authentication: Authentication,
+) -> grpc.RpcMethodHandler:
+    """`handler` (async, as grpc.aio calls it) as a threaded request-streaming handler that
+    authenticates the call (not health's), reads its one request and runs it on `loop`."""
+    decode: Callable[[bytes], Any] = handler.request_deserializer or (lambda raw: raw)
+    serialize = handler.response_serializer
+    checked = not method.startswith(HEALTH_PREFIX)
+
+    def admitted(requests: Iterator[bytes], context: grpc.ServicerContext) -> tuple[_Call, Any]:
+        call = _Call(loop, context)
+        if checked:
+            call.caller = call.run(authenticate(authentication, call.context, method))
+        return call, _one_request(requests, call, decode, method)
+
+    if handler.unary_unary is not None:
+        unary = handler.unary_unary
+
+        def unary_call(requests: Iterator[bytes], context: grpc.ServicerContext) -> Any:
+            call, request = admitted(requests, context)
+            return call.run(_as(call.caller, unary(request, call.context)))
+
+        return grpc.stream_unary_rpc_method_handler(unary_call, response_serializer=serialize)
+    if handler.unary_stream is not None:
+        streaming = handler.unary_stream
+
+        def stream_call(requests: Iterator[bytes], context: grpc.ServicerContext) -> Any:
+            call, request = admitted(requests, context)
+            responses = _streamed_as(call.caller, streaming, request, call.context)
+            try:
+                while True:
+                    try:
+                        item = call.run(_next(responses))
+                    except StopAsyncIteration:
+                        return
+                    yield item
+            finally:  # on the loop, where the generator runs; nobody waits for it
+                asyncio.run_coroutine_threadsafe(responses.aclose(), loop)
+
+        return grpc.stream_stream_rpc_method_handler(stream_call, response_serializer=serialize)
+    raise TypeError(f"{method}: request streaming RPCs are not served by the gateway")
+
+
+async def _as(caller: Caller | None, coro: Coroutine[Any, Any, T]) -> T:
+    """`coro`, run with `caller` as `current_caller()`."""
+    if caller is not None:
+        CALLER.set(caller)
+    return await coro
+
+
+async def _streamed_as(
+    caller: Caller | None,
+    streaming: Callable[..., AsyncIterator[Any]],
+    request: Any,
+    context: CallContext,
+) -> AsyncGenerator[Any, None]:
+    if caller is not None:
+        CALLER.set(caller)  # the first step's context: the servicer reads the caller there
+    async for item in streaming(request, context):
+        yield item
+
+
+async def _next(responses: AsyncIterator[Any]) -> Any:
+    return await anext(responses)
+
+
+def _one_request(
+    requests: Iterator[bytes], call: _Call, decode: Callable[[bytes], Any], method: str
+) -> Any:
+    """Read and decode the call's one request message; INVALID_ARGUMENT when it will not."""
+    raw = next(requests, None)
+    if raw is None:
+        call.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{method}: no request message")
+    try:
+        return decode(raw)
+    except Exception as exc:  # protobuf's DecodeError, or invalid UTF-8 in a string field
+        name = method.rsplit("/", 1)[-1]
+        call.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"the {name} request is not a valid message ({len(raw)} bytes): {exc}",
+        )
