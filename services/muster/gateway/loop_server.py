@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import queue
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from typing import Any, Final, NoReturn, TypeVar
@@ -34,6 +35,7 @@ from muster.gateway.permissions import Caller
 
 T = TypeVar("T")
 HEALTH_PREFIX: Final = "/grpc.health.v1.Health/"
+_WINDOW: Final = 64  # a stream's responses read ahead of what its call's thread has sent
 
 
 class CallContext:
@@ -79,17 +81,22 @@ class _Call:
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """`coro`'s result, run on the loop; its abort becomes the call's status."""
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        with self._lock:
-            self._running = future
-            if self._ended:
-                future.cancel()
+        future = self.start(coro)
         try:
             return future.result()
         except _AbortedError as exc:
             self.abort(exc.code, exc.details)
         except concurrent.futures.CancelledError:
             self.abort(grpc.StatusCode.CANCELLED, "the call ended")
+
+    def start(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """`coro` started on the loop, cancelled if the call ends before it does."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        with self._lock:
+            self._running = future
+            if self._ended:
+                future.cancel()
+        return future
 
     def abort(self, code: grpc.StatusCode, details: str) -> NoReturn:
         self.grpc_context.abort(code, details)
@@ -196,19 +203,63 @@ def bridged(
 
         def stream_call(requests: Iterator[bytes], context: grpc.ServicerContext) -> Any:
             call, request = admitted(requests, context)
-            responses = _streamed_as(call.caller, streaming, request, call.context)
-            try:
-                while True:
-                    try:
-                        item = call.run(_next(responses))
-                    except StopAsyncIteration:
-                        return
-                    yield item
-            finally:  # on the loop, where the generator runs; nobody waits for it
-                asyncio.run_coroutine_threadsafe(responses.aclose(), loop)
+            yield from _Stream(call, _streamed_as(call.caller, streaming, request, call.context))
 
         return grpc.stream_stream_rpc_method_handler(stream_call, response_serializer=serialize)
     raise TypeError(f"{method}: request streaming RPCs are not served by the gateway")
+
+
+class _Ended:
+    """The end of a stream's responses: `error` None when they all came."""
+
+    def __init__(self, error: BaseException | None) -> None:
+        self.error = error
+
+
+class _Stream:
+    """A server-streaming handler's responses, read on the loop by one task and handed to the
+    call's thread through a queue: the thread gives back room for more once per batch, not a
+    hop per response. At most `_WINDOW` wait unsent, so a slow client holds them back."""
+
+    def __init__(self, call: _Call, responses: AsyncGenerator[Any, None]) -> None:
+        self._call = call
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._room = asyncio.Semaphore(_WINDOW)
+        call.start(self._pump(responses))
+
+    def __iter__(self) -> Iterator[Any]:
+        taken = 0
+        while not isinstance(item := self._queue.get(), _Ended):
+            yield item
+            taken += 1
+            if taken >= _WINDOW // 4 or self._queue.empty():
+                self._call.loop.call_soon_threadsafe(_release, self._room, taken)
+                taken = 0
+        error = item.error
+        if isinstance(error, _AbortedError):
+            self._call.abort(error.code, error.details)
+        if isinstance(error, asyncio.CancelledError):
+            self._call.abort(grpc.StatusCode.CANCELLED, "the call ended")
+        if error is not None:
+            raise error
+
+    async def _pump(self, responses: AsyncGenerator[Any, None]) -> None:
+        error: BaseException | None = None
+        try:
+            async for item in responses:
+                await self._room.acquire()
+                self._queue.put(item)
+        except BaseException as exc:  # the call's thread reports it, cancellation included
+            error = exc
+            raise
+        finally:
+            self._queue.put(_Ended(error))
+            await responses.aclose()
+
+
+def _release(room: asyncio.Semaphore, n: int) -> None:
+    for _ in range(n):
+        room.release()
 
 
 async def _as(caller: Caller | None, coro: Coroutine[Any, Any, T]) -> T:
@@ -228,10 +279,6 @@ async def _streamed_as(
         CALLER.set(caller)  # the first step's context: the servicer reads the caller there
     async for item in streaming(request, context):
         yield item
-
-
-async def _next(responses: AsyncIterator[Any]) -> Any:
-    return await anext(responses)
 
 
 def _one_request(
