@@ -77,7 +77,9 @@ class _Call:
         self._running: concurrent.futures.Future[Any] | None = None
         self._lock = threading.Lock()
         self._ended = False
-        context.add_callback(self._end)
+        self._on_end: list[Callable[[], None]] = []
+        if not context.add_callback(self._end):  # the call ended before it reached us
+            self._ended = True
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """`coro`'s result, run on the loop; its abort becomes the call's status."""
@@ -102,11 +104,22 @@ class _Call:
         self.grpc_context.abort(code, details)
         raise AssertionError("unreachable: ServicerContext.abort raises")
 
+    def on_end(self, callback: Callable[[], None]) -> None:
+        """Call `callback` (on gRPC's thread) when the call ends, however it ends."""
+        with self._lock:
+            ended = self._ended
+            self._on_end.append(callback)
+        if ended:
+            callback()
+
     def _end(self) -> None:
         with self._lock:
             self._ended = True
             if self._running is not None:
                 self._running.cancel()
+            callbacks = list(self._on_end)
+        for callback in callbacks:
+            callback()
 
 
 class LoopServer:
@@ -225,6 +238,8 @@ class _Stream:
         self._call = call
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._room = asyncio.Semaphore(_WINDOW)
+        # Unblocks the call's thread even when the loop is gone and the pump never ends.
+        call.on_end(lambda: self._queue.put(_Ended(asyncio.CancelledError())))
         call.start(self._pump(responses))
 
     def __iter__(self) -> Iterator[Any]:
