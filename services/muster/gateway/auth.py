@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections.abc import Iterable, Sequence
-from typing import Final, NoReturn, Protocol
+from typing import Final, NoReturn, Protocol, cast, runtime_checkable
 
 import grpc
 
@@ -44,6 +44,13 @@ class TokenAuthenticator(Protocol):
     async def authenticate(self, token: str) -> Caller | None: ...
 
 
+@runtime_checkable
+class LocalTokens(TokenAuthenticator, Protocol):
+    """A `TokenAuthenticator` that asks no one (a tokens file): it can answer on any thread."""
+
+    def known(self, token: str) -> Caller | None: ...
+
+
 class Authentication:
     """The chain every call goes through: client certificate, then bearer tokens.
 
@@ -60,23 +67,48 @@ class Authentication:
         self.tokens = tuple(tokens)
         self.certificates = certificates
         self.anonymous = anonymous
+        # Whether `caller_at_once` may answer: no authenticator asks anyone (TokenReview).
+        self.at_once = all(isinstance(t, LocalTokens) for t in self.tokens)
 
     async def caller(
         self, metadata: Metadata | None, auth_context: dict[str, list[bytes]] | None
     ) -> Caller | None:
         """Who is calling, or None. A certificate wins over a token, as in Kubernetes."""
+        found, token = self._without_tokens(metadata, auth_context)
+        if token is None:
+            return found
+        for authenticator in self.tokens:
+            found = await authenticator.authenticate(token)
+            if found is not None:
+                return found
+        return None  # a token nobody knows is refused, even where anonymous is allowed
+
+    def caller_at_once(
+        self, metadata: Metadata | None, auth_context: dict[str, list[bytes]] | None
+    ) -> Caller | None:
+        """`caller` without waiting, on any thread; only when `at_once`."""
+        found, token = self._without_tokens(metadata, auth_context)
+        if token is None:
+            return found
+        for authenticator in self.tokens:
+            found = cast(LocalTokens, authenticator).known(token)
+            if found is not None:
+                return found
+        return None
+
+    def _without_tokens(
+        self, metadata: Metadata | None, auth_context: dict[str, list[bytes]] | None
+    ) -> tuple[Caller | None, str | None]:
+        """The caller a certificate, or a call without a token, stands for (and None); else
+        None and the bearer token the token authenticators must look at."""
         if self.certificates and auth_context:
             found = subject_caller(auth_context)
             if found is not None:
-                return found
+                return found, None
         token = bearer_token(metadata)
         if token is not None and self.tokens:  # with none configured a token means nothing
-            for authenticator in self.tokens:
-                found = await authenticator.authenticate(token)
-                if found is not None:
-                    return found
-            return None  # a token nobody knows is refused, even where anonymous is allowed
-        return self.anonymous
+            return None, token
+        return self.anonymous, None
 
 
 def bearer_token(metadata: Metadata | None) -> str | None:
@@ -115,7 +147,12 @@ async def authenticate(authentication: Authentication, context: CallContext, met
     except AuthenticationUnavailableError as exc:
         await context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot check credentials now: {exc}")
     if caller is None:
-        # The peer and method only: never the credential.
-        log.info("refused an unauthenticated call to %s from %s", method, context.peer())
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, UNAUTHENTICATED_MESSAGE)
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, unauthenticated(method, context))
     return caller
+
+
+def unauthenticated(method: str, context: CallContext) -> str:
+    """The status message of a call refused for want of credentials, logged."""
+    # The peer and method only: never the credential.
+    log.info("refused an unauthenticated call to %s from %s", method, context.peer())
+    return UNAUTHENTICATED_MESSAGE
