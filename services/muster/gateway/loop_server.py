@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import inspect
 import queue
 import threading
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, Final, NoReturn, TypeVar
 
 import grpc
@@ -43,6 +45,8 @@ class CallContext:
 
     def __init__(self, context: grpc.ServicerContext) -> None:
         self._context = context
+        # A streaming call's: how a handler that writes its responses (health's Watch) sends.
+        self.writer: Callable[[Any], Coroutine[Any, Any, None]] | None = None
 
     def invocation_metadata(self) -> Any:
         return self._context.invocation_metadata()
@@ -55,6 +59,11 @@ class CallContext:
 
     async def abort(self, code: grpc.StatusCode, details: str) -> NoReturn:
         raise _AbortedError(code, details)
+
+    async def write(self, message: Any) -> None:
+        if self.writer is None:
+            raise RuntimeError("write() is for server-streaming calls")
+        await self.writer(message)
 
 
 class _AbortedError(Exception):
@@ -216,7 +225,7 @@ def bridged(
 
         def stream_call(requests: Iterator[bytes], context: grpc.ServicerContext) -> Any:
             call, request = admitted(requests, context)
-            yield from _Stream(call, _streamed_as(call.caller, streaming, request, call.context))
+            yield from _Stream(call, lambda: streaming(request, call.context))
 
         return grpc.stream_stream_rpc_method_handler(stream_call, response_serializer=serialize)
     raise TypeError(f"{method}: request streaming RPCs are not served by the gateway")
@@ -230,17 +239,19 @@ class _Ended:
 
 
 class _Stream:
-    """A server-streaming handler's responses, read on the loop by one task and handed to the
-    call's thread through a queue: the thread gives back room for more once per batch, not a
-    hop per response. At most `_WINDOW` wait unsent, so a slow client holds them back."""
+    """A server-streaming handler's responses (yielded, or written with `context.write`),
+    produced on the loop by one task and handed to the call's thread through a queue: the
+    thread gives back room for more once per batch, not a hop per response. At most `_WINDOW`
+    wait unsent, so a slow client holds them back."""
 
-    def __init__(self, call: _Call, responses: AsyncGenerator[Any, None]) -> None:
+    def __init__(self, call: _Call, produce: Callable[[], Any]) -> None:
         self._call = call
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._room = asyncio.Semaphore(_WINDOW)
+        call.context.writer = self._put
         # Unblocks the call's thread even when the loop is gone and the pump never ends.
         call.on_end(lambda: self._queue.put(_Ended(asyncio.CancelledError())))
-        call.start(self._pump(responses))
+        call.start(self._pump(produce))
 
     def __iter__(self) -> Iterator[Any]:
         taken = 0
@@ -258,18 +269,29 @@ class _Stream:
         if error is not None:
             raise error
 
-    async def _pump(self, responses: AsyncGenerator[Any, None]) -> None:
+    async def _put(self, item: Any) -> None:
+        await self._room.acquire()
+        self._queue.put(item)
+
+    async def _pump(self, produce: Callable[[], Any]) -> None:
+        if self._call.caller is not None:  # this task's context: every step of the handler's
+            CALLER.set(self._call.caller)
         error: BaseException | None = None
         try:
-            async for item in responses:
-                await self._room.acquire()
-                self._queue.put(item)
+            produced = produce()
+            if inspect.isasyncgen(produced):
+                # Closed at once when the call ends: its cleanup (a Watch's reader) must not
+                # wait for the garbage collector.
+                async with contextlib.aclosing(produced) as responses:
+                    async for item in responses:
+                        await self._put(item)
+            else:  # a coroutine that writes its responses
+                await produced
         except BaseException as exc:  # the call's thread reports it, cancellation included
             error = exc
             raise
         finally:
             self._queue.put(_Ended(error))
-            await responses.aclose()
 
 
 def _release(room: asyncio.Semaphore, n: int) -> None:
@@ -294,18 +316,6 @@ async def _as(caller: Caller | None, coro: Coroutine[Any, Any, T]) -> T:
     if caller is not None:
         CALLER.set(caller)
     return await coro
-
-
-async def _streamed_as(
-    caller: Caller | None,
-    streaming: Callable[..., AsyncIterator[Any]],
-    request: Any,
-    context: CallContext,
-) -> AsyncGenerator[Any, None]:
-    if caller is not None:
-        CALLER.set(caller)  # the first step's context: the servicer reads the caller there
-    async for item in streaming(request, context):
-        yield item
 
 
 def _one_request(
