@@ -305,3 +305,18 @@ async def answers(gw: RunningGateway) -> bool:
             return False
         raise
     return True
+
+
+async def test_more_watches_than_hot_threads_hold_up_no_other_call(bus: Bus) -> None:
+    from muster.gateway.loop_server import HOT_THREADS
+
+    async with running_gateway(bus) as gw:
+        watches = [
+            gw.events.Watch(services_pb2.WatchRequest(from_sequence=0))
+            for _ in range(HOT_THREADS + 2)
+        ]
+        await eventually(lambda: consumer_count_is(bus, HOT_THREADS + 2))
+        async with asyncio.timeout(10):
+            assert await answers(gw)
+        for watch in watches:
+            watch.cancel()

@@ -14,9 +14,13 @@ each handler is registered as request-streaming with no deserializer, so gRPC le
 request's bytes unread until the caller is known; a request that does not decode answers
 INVALID_ARGUMENT (gRPC's own decoding would answer UNKNOWN).
 
-A call holds one of `max_calls` threads while it is in flight, a Watch for as long as it
-follows: a call past them is refused with RESOURCE_EXHAUSTED, not queued behind the watches.
-A call that ends early (the client cancelled, or the server stopped) cancels its handler.
+Short calls take turns on `HOT_THREADS` threads: with a thread per call in flight, 64 calls
+at once woke 64 threads, and on a busy machine that cost the gateway more than grpc.aio did in
+a quarter of the runs. A streaming call (a Watch) holds its thread while it follows, so it
+hands its place among the hot threads to a new one and its own ends with it: watchers never
+hold up Submits. At most `max_calls` calls are in flight; one past them is refused with
+RESOURCE_EXHAUSTED. A call that ends early (the client cancelled, or the server stopped)
+cancels its handler.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from muster.gateway.permissions import Caller
 T = TypeVar("T")
 HEALTH_PREFIX: Final = "/grpc.health.v1.Health/"
 _WINDOW: Final = 64  # a stream's responses read ahead of what its call's thread has sent
+HOT_THREADS: Final = 8  # threads short calls take turns on (docs/benchmarks.md, "submit")
 
 
 class CallContext:
@@ -145,10 +150,9 @@ class LoopServer:
     ) -> None:
         self._loop = loop
         self._authentication = authentication
+        self._threads = _Threads(HOT_THREADS)
         self._server = grpc.server(
-            concurrent.futures.ThreadPoolExecutor(max_calls, thread_name_prefix="grpc-call"),
-            options=options,
-            maximum_concurrent_rpcs=max_calls,
+            self._threads, options=options, maximum_concurrent_rpcs=max_calls
         )
 
     def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
@@ -173,9 +177,10 @@ class LoopServer:
         """Refuse new calls, let those in flight finish within `grace` seconds, end the rest."""
         stopped = self._server.stop(grace)
         await asyncio.to_thread(stopped.wait)
+        self._threads.shutdown()
 
     def _bridge(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
-        return bridged(handler, method, self._loop, self._authentication)
+        return bridged(handler, method, self._loop, self._authentication, self._threads)
 
 
 class _Generic(grpc.GenericRpcHandler):  # type: ignore[misc]  # untyped base
@@ -194,11 +199,75 @@ class _Generic(grpc.GenericRpcHandler):  # type: ignore[misc]  # untyped base
         return None if handler is None else self._bridge(handler, details.method)
 
 
+class _Threads(concurrent.futures.Executor):
+    """The threads gRPC runs calls on: `hot` of them take the calls in turn, and a call that
+    will last (`lasting`) gets a new thread to take its place among them."""
+
+    def __init__(self, hot: int) -> None:
+        self._work: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()
+        self._mine = threading.local()  # a thread's own: whether its call is lasting
+        self._count = 0
+        self._lock = threading.Lock()
+        for _ in range(hot):
+            self._spawn()
+
+    def submit(
+        self, fn: Callable[..., T], /, *args: Any, **kwargs: Any
+    ) -> concurrent.futures.Future[T]:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._work.put(_Work(future, lambda: fn(*args, **kwargs)))
+        return future
+
+    def lasting(self) -> None:
+        """On a call's thread: the call will last; its thread ends with it, another takes its
+        place now."""
+        self._mine.lasting = True
+        self._spawn()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            count = self._count
+        for _ in range(count):  # each thread takes one and ends; the lasting ones end anyway
+            self._work.put(None)
+
+    def _spawn(self) -> None:
+        with self._lock:
+            self._count += 1
+        # A daemon: a thread still waiting on a loop that is gone must not hold up the exit.
+        threading.Thread(target=self._serve, name="grpc-call", daemon=True).start()
+
+    def _serve(self) -> None:
+        self._mine.lasting = False
+        while not self._mine.lasting and (work := self._work.get()) is not None:
+            work.run()
+        with self._lock:
+            self._count -= 1
+
+
+class _Work:
+    """One call for a thread: `run` it into its future."""
+
+    def __init__(self, future: concurrent.futures.Future[Any], run: Callable[[], Any]) -> None:
+        self._future = future
+        self._run = run
+
+    def run(self) -> None:
+        if not self._future.set_running_or_notify_cancel():
+            return
+        try:
+            result = self._run()
+        except BaseException as exc:  # the future carries it to gRPC, as an executor's does
+            self._future.set_exception(exc)
+        else:
+            self._future.set_result(result)
+
+
 def bridged(
     handler: grpc.RpcMethodHandler,
     method: str,
     loop: asyncio.AbstractEventLoop,
     authentication: Authentication,
+    threads: _Threads,
 ) -> grpc.RpcMethodHandler:
     """`handler` (async, as grpc.aio calls it) as a threaded request-streaming handler that
     authenticates the call (not health's), reads its one request and runs it on `loop`."""
@@ -224,6 +293,7 @@ def bridged(
         streaming = handler.unary_stream
 
         def stream_call(requests: Iterator[bytes], context: grpc.ServicerContext) -> Any:
+            threads.lasting()
             call, request = admitted(requests, context)
             yield from _Stream(call, lambda: streaming(request, call.context))
 
