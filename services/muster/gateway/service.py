@@ -85,7 +85,7 @@ T = TypeVar("T")
 
 DEFAULT_LISTEN: Final = "127.0.0.1:50051"
 DEFAULT_MAX_REQUEST_BYTES: Final = 4 * 1024 * 1024
-DEFAULT_MAX_CALLS: Final = 256  # each holds a thread while in flight (loop_server)
+DEFAULT_MAX_CALLS: Final = 256  # a Watch holds a thread of its own while it follows
 # Manifests up to this size are planned on the event loop: handing them to a thread costs more
 # than parsing them (a one-Workload manifest takes about 0.2 ms with libyaml).
 INLINE_MANIFEST_BYTES: Final = 16 * 1024
@@ -104,8 +104,8 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     cluster: str = DEFAULT_CLUSTER  # Submit's cluster when the request names none
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES  # the bus's limit on one envelope
     grace_s: float = 10.0  # how long unary calls in flight may take at shutdown
-    # Calls in flight at once, each on a thread while it lasts (a Watch too); past them a call
-    # is refused with RESOURCE_EXHAUSTED (loop_server)
+    # Calls in flight at once (a following Watch counted); past them a call is refused with
+    # RESOURCE_EXHAUSTED (loop_server)
     max_calls: int = DEFAULT_MAX_CALLS
     # "kube": Submit writes into the API server of `security.kube` as the caller (kube_submit)
     cluster_backend: Literal["sim", "kube"] = "sim"
