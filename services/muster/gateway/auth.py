@@ -74,12 +74,13 @@ class Authentication:
         self, metadata: Metadata | None, auth_context: dict[str, list[bytes]] | None
     ) -> Caller | None:
         """Who is calling, or None. A certificate wins over a token, as in Kubernetes."""
+        if self.at_once:
+            return self.caller_at_once(metadata, auth_context)
         found, token = self._without_tokens(metadata, auth_context)
         if token is None:
             return found
         for authenticator in self.tokens:
-            found = await authenticator.authenticate(token)
-            if found is not None:
+            if (found := await authenticator.authenticate(token)) is not None:
                 return found
         return None  # a token nobody knows is refused, even where anonymous is allowed
 
@@ -90,11 +91,8 @@ class Authentication:
         found, token = self._without_tokens(metadata, auth_context)
         if token is None:
             return found
-        for authenticator in self.tokens:
-            found = cast(LocalTokens, authenticator).known(token)
-            if found is not None:
-                return found
-        return None
+        known = (cast(LocalTokens, t).known(token) for t in self.tokens)
+        return next((caller for caller in known if caller is not None), None)
 
     def _without_tokens(
         self, metadata: Metadata | None, auth_context: dict[str, list[bytes]] | None
