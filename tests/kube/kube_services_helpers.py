@@ -278,6 +278,13 @@ class Events:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
 
+    def check_alive(self) -> None:
+        """Fail with the error that ended the following (else a wait for an event that was
+        published would wait out the test's budget)."""
+        if self._task is not None and self._task.done() and not self._task.cancelled():
+            error = self._task.exception()
+            raise AssertionError(f"following the events ended: {error!r}") from error
+
     def of(self, workload: str, event_type: str | None = None) -> list[pb.Envelope]:
         return [
             e
@@ -352,7 +359,8 @@ class Stack:
         await eventually(serving)
 
     def check_alive(self) -> None:
-        """Fail with the error of a service that died."""
+        """Fail with the error of a service that died (or of the events' follower)."""
+        self.events.check_alive()
         for name, task in self.tasks.items():
             if task.done() and not task.cancelled():
                 error = task.exception()
