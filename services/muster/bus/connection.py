@@ -380,7 +380,8 @@ async def outlasting(
     """`op()`, tried again while NATS does not answer (a nats-server restarting, JetStream not
     serving yet), for `patience_s` at most, then its error: a service that sets up while the
     server restarts waits for it, as its connection does. An answer that is an error (a
-    refused change, a missing right) is raised at once."""
+    refused change), or a creation NATS does not answer (no right to: SetupError), is raised
+    at once."""
     deadline = time.monotonic() + patience_s
     delay_s, told = 0.1, False
     while True:
