@@ -40,6 +40,8 @@ class Entry:
     """One live workload as the stream tells it."""
 
     workload: Workload
+    # `workload.key`, made once: the ledger, the log, the engine and `adopted` share it.
+    key: WorkloadKey
     cluster: str
     generation: int
     submitted_s: float
@@ -70,10 +72,6 @@ class Entry:
     # forwarded); None for a workload stored before partitions (docs/events.md, "Partitions").
     partition: int | None = None
     submitted_id: str = ""  # the event id of its `submitted`, which its decisions name
-
-    @property
-    def key(self) -> WorkloadKey:
-        return self.workload.key
 
     @property
     def queue_name(self) -> str:
@@ -181,6 +179,7 @@ class Ledger:
         self._order += 1
         entry = Entry(
             self.shared.of(wl),
+            key=key,
             cluster=cluster,
             generation=generation,
             submitted_s=at_s,

@@ -172,12 +172,13 @@ class CompactLog:
         seq = env.sequence
         if field in _WORKLOAD_FIELDS:
             key = env.workload  # a forwarded event names the workload it carries an event of
-            if key in self._ledger.entries:
+            entry = self._ledger.entries.get(WorkloadKey(key))
+            if entry is not None:
                 self._keep(seq, env, data)
                 tag = _tag_of(env)
                 kept = self._workloads.get(key)
                 if kept is None:
-                    self._workloads[key] = [tag, seq]
+                    self._workloads[entry.key] = [tag, seq]  # the ledger's copy of the key
                 else:
                     kept.append(seq)
                     if tag != kept[0]:

@@ -61,9 +61,11 @@ class WorkloadRecord:
         "wl",
     )
 
-    def __init__(self, wl: Workload, *, seq: int, priority: int, now_s: float) -> None:
+    def __init__(
+        self, wl: Workload, *, seq: int, priority: int, now_s: float, key: WorkloadKey | None = None
+    ) -> None:
         self.wl = wl
-        self.key: WorkloadKey = wl.key
+        self.key: WorkloadKey = wl.key if key is None else key  # `key`: the caller's copy
         self.seq = seq
         self.priority = priority
         self.created_s = now_s
