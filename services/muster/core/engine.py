@@ -151,9 +151,7 @@ class Engine(EngineViews):
         if self._stale:
             self._rebuild()
 
-    def submit(
-        self, wl: Workload, *, now_s: float, key: WorkloadKey | None = None
-    ) -> list[Event]:
+    def submit(self, wl: Workload, *, now_s: float, key: WorkloadKey | None = None) -> list[Event]:
         """A workload arrives. If `wl.admission` is set it arrives admitted, holding that quota.
 
         `key`: `wl.key` as the caller keeps it already, so that both share one string (a
