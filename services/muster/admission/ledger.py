@@ -33,6 +33,9 @@ class Phase(StrEnum):
 
 
 _HOLDING = frozenset({Phase.RESERVED, Phase.ADMITTED, Phase.EVICTING})
+# Check states are only set for checks a reservation named, in the map that reservation gave its
+# entry (`record`); every other entry shares this one (an empty map each was 64 MB at a million).
+_NO_CHECK_STATES: dict[str, str] = {}
 
 
 @dataclass(slots=True)
@@ -62,7 +65,8 @@ class Entry:
     stopped_s: float = 0.0
     pending_reason: str = ""
     pending_message: str = ""
-    check_states: dict[str, str] = field(default_factory=dict)  # reported since reserved
+    # Reported since reserved; while none are, the one shared empty map (never written).
+    check_states: dict[str, str] = field(default_factory=lambda: _NO_CHECK_STATES)
     # As submitted, for its `admitted` (translate.MANIFEST_COPY_LIMIT), and the Job it stands
     # for: kept here only when no log keeps its `submitted` (`Ledger.submissions`).
     manifest_json: str = ""
@@ -337,7 +341,7 @@ def _requeue(entry: Entry) -> None:
     entry.phase = Phase.PENDING
     entry.admission = None
     entry.checks = ()
-    entry.check_states = {}
+    entry.check_states = _NO_CHECK_STATES
     entry.admitted_s = None
     entry.pods_ready = False
     entry.pending_reason = entry.pending_message = ""

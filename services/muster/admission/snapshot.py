@@ -18,6 +18,7 @@ before partitions), so a replica that takes a partition over restores that parti
 
 from __future__ import annotations
 
+import io
 import logging
 import zlib
 from collections.abc import Mapping
@@ -270,14 +271,17 @@ def encode_snapshot(snapshot: Snapshot) -> bytes:
     """`snapshot` as stored: msgpack, compressed with zlib.
 
     Encoded and compressed a slice of events at a time: the whole encoding is as large as every
-    event kept (0.8 GiB at a million pending), and held at once it was the replica's peak."""
+    event kept (0.8 GiB at a million pending), and held at once it was the replica's peak. The
+    compressed parts go into one buffer that becomes the result: joined from a list, they were
+    held twice (0.13 GiB more at a million pending)."""
     fields = msgspec.structs.asdict(snapshot)
     long = {name: fields.pop(name) for name in ("events", "workloads")}
     head = _ENCODER.encode(fields)  # a fixmap (under 16 fields): its first byte says how many
     out = zlib.compressobj(_ZLIB_LEVEL)
-    parts = [out.compress(bytes((head[0] + len(long),)) + head[1:])]  # the long ones last
+    buffer = io.BytesIO()
+    buffer.write(out.compress(bytes((head[0] + len(long),)) + head[1:]))  # the long ones last
     for name, items in long.items():
-        parts.append(out.compress(_ENCODER.encode(name) + _array_header(len(items))))
+        buffer.write(out.compress(_ENCODER.encode(name) + _array_header(len(items))))
         for start in range(0, len(items), _SLICE):
             part = items[start : start + _SLICE]
             if name == "workloads":  # each its own bytes, decoded one at a time when read
@@ -285,9 +289,9 @@ def encode_snapshot(snapshot: Snapshot) -> bytes:
                     _ENCODER.encode(w) if isinstance(w, Workload) else w or b"" for w in part
                 )
             body = _ENCODER.encode(part)
-            parts.append(out.compress(memoryview(body)[len(_array_header(len(part))) :]))
-    parts.append(out.flush())
-    return b"".join(parts)
+            buffer.write(out.compress(memoryview(body)[len(_array_header(len(part))) :]))
+    buffer.write(out.flush())
+    return buffer.getvalue()  # CPython hands over the buffer itself, trimmed: no copy
 
 
 def _array_header(length: int) -> bytes:

@@ -265,7 +265,7 @@ class Engine(EngineViews):
         if active and r.phase is Phase.INACTIVE:
             r.requeue_count = 0
             r.pending_message = ""
-            r.conditions.pop(EVICTED, None)
+            r.drop_conditions(EVICTED)
             r.set_condition(REQUEUED, True, "Reactivated", "The workload was reactivated")
             self.queueing.enqueue(r)
             if r.group is not None:  # its group may be parked with no head since it left

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from enum import Enum
 from typing import TYPE_CHECKING, Final
@@ -18,6 +19,34 @@ if TYPE_CHECKING:
 # a million pending). Values are only set for checks already in a record's map (engine.py,
 # lifecycle.py), so nothing writes to it; a record given checks gets a map of its own.
 _NO_CHECKS: Final[dict[str, str]] = {}
+
+# Conditions alike are one object, and so are condition maps alike: the workloads waiting in a
+# group are all told the same (a map and a condition each were 0.2 KiB per workload at a
+# million pending). A record's map is therefore replaced, never changed in place. Either table
+# starts over when full, which costs only sharing.
+_SHARED_LIMIT: Final = 4096
+_CONDITIONS: dict[Condition, Condition] = {}
+_MAPS: dict[tuple[Condition, ...], Mapping[str, Condition]] = {}
+_NO_CONDITIONS: Final[Mapping[str, Condition]] = {}
+
+
+def _shared_condition(condition: Condition) -> Condition:
+    known = _CONDITIONS.get(condition)
+    if known is None:
+        if len(_CONDITIONS) >= _SHARED_LIMIT:
+            _CONDITIONS.clear()
+        known = _CONDITIONS[condition] = condition
+    return known
+
+
+def _shared_map(conditions: dict[str, Condition]) -> Mapping[str, Condition]:
+    key = tuple(conditions.values())  # each condition names its type: in order, they say all
+    known = _MAPS.get(key)
+    if known is None:
+        if len(_MAPS) >= _SHARED_LIMIT:
+            _MAPS.clear()
+        known = _MAPS[key] = conditions
+    return known
 
 
 class Phase(Enum):
@@ -72,12 +101,12 @@ class WorkloadRecord:
         # Kueue's queue-order timestamp: creation, or the last eviction by an admission check
         # (or by the PodsReady timeout, with requeuingStrategy timestamp Eviction).
         self.queue_ts = now_s
-        self.local_queue = f"{wl.meta.namespace}/{wl.queue_name or 'default'}"
+        self.local_queue = local_queue_of(wl.meta.namespace, wl.queue_name)
         self.cluster_queue = ""  # resolved through the LocalQueue
         self.phase = Phase.PENDING
         self.assignment: Assignment | None = None
         self.reserved_at_s = 0.0
-        self.conditions: dict[str, Condition] = {}
+        self.conditions: Mapping[str, Condition] = _NO_CONDITIONS  # shared: set_condition
         self.checks: dict[str, str] = _NO_CHECKS  # replaced, never written, while empty
         self.evicted = False
         self.evicted_by: WorkloadKey | None = None  # the preemptor, while being evicted for one
@@ -107,6 +136,20 @@ class WorkloadRecord:
         return self.assignment.usage if self.assignment is not None else {}
 
     def set_condition(self, type_: str, status: bool, reason: str, message: str) -> None:
-        self.conditions[type_] = Condition(
-            type=type_, status="True" if status else "False", reason=reason, message=message
+        condition = _shared_condition(
+            Condition(
+                type=type_, status="True" if status else "False", reason=reason, message=message
+            )
         )
+        if self.conditions.get(type_) is not condition:
+            self.conditions = _shared_map({**self.conditions, type_: condition})
+
+    def drop_conditions(self, *types: str) -> None:
+        if any(t in self.conditions for t in types):
+            kept = {t: c for t, c in self.conditions.items() if t not in types}
+            self.conditions = _shared_map(kept)
+
+
+def local_queue_of(namespace: str, queue_name: str) -> str:
+    """`namespace/queue` of a LocalQueue: one string per queue (interned), not per workload."""
+    return sys.intern(f"{namespace}/{queue_name or 'default'}")
