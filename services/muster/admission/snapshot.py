@@ -28,7 +28,7 @@ from typing import Final
 import msgspec
 
 from muster.admission.forwarding import original
-from muster.admission.ledger import Ledger
+from muster.admission.ledger import Entry, Ledger
 from muster.admission.translate import RECORDED, WORKLOAD_FACTS
 from muster.api.model import Workload, WorkloadKey
 from muster.bus.partitions import PARTITIONS, parse_token
@@ -239,13 +239,7 @@ class CompactLog:
         seqs = [seq for seq in self._events if seq <= sequence]
         if any(a > b for a, b in pairwise(seqs)):
             seqs.sort()
-        entries = self._ledger.entries
         tags = self._tags_by_sequence()
-        decoded = {  # the first event kept of a live workload is the submitted it took
-            kept[1]: entry.workload
-            for key, kept in self._workloads.items()
-            if (entry := entries.get(WorkloadKey(key))) is not None
-        }
         return Snapshot(
             stream=stream,
             sequence=sequence,
@@ -253,15 +247,25 @@ class CompactLog:
             events=tuple(self._events[seq] for seq in seqs),
             finished=tuple(self._ledger.finished),
             partitions=partitions,
-            tags=tuple(map(tags.__getitem__, seqs)),
-            workloads=tuple(decoded.get(seq) for seq in seqs),
+            tags=tuple(
+                t if isinstance(t, int) else self._workloads[t.key][0]
+                for t in map(tags.__getitem__, seqs)
+            ),
+            workloads=tuple(
+                None if isinstance(t, int) else t.workload for t in map(tags.__getitem__, seqs)
+            ),
         )
 
-    def _tags_by_sequence(self) -> dict[int, int]:
-        """Each kept event's tag, by sequence (built for a snapshot, then dropped)."""
-        tags = dict.fromkeys(self._config.values(), CONFIG)
-        for kept in self._workloads.values():
-            for seq in islice(kept, 1, None):
+    def _tags_by_sequence(self) -> dict[int, int | Entry]:
+        """Each kept event's tag, by sequence; for a live workload's first kept event (the
+        `submitted` the ledger took) its ledger entry, whose workload's tag it has. Built for a
+        snapshot, then dropped: one table, not one more by sequence for the Workloads."""
+        entries = self._ledger.entries
+        tags: dict[int, int | Entry] = dict.fromkeys(self._config.values(), CONFIG)
+        for key, kept in self._workloads.items():
+            entry = entries.get(WorkloadKey(key))
+            tags[kept[1]] = kept[0] if entry is None else entry
+            for seq in islice(kept, 2, None):
                 tags[seq] = kept[0]
         tags.update(self._moved)
         return tags
