@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from enum import Enum
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from muster.api.model import Condition, Workload, WorkloadKey
 from muster.core.flavors import Assignment
@@ -25,27 +25,20 @@ _NO_CHECKS: Final[dict[str, str]] = {}
 # million pending). A record's map is therefore replaced, never changed in place. Either table
 # starts over when full, which costs only sharing.
 _SHARED_LIMIT: Final = 4096
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 _CONDITIONS: dict[Condition, Condition] = {}
 _MAPS: dict[tuple[Condition, ...], Mapping[str, Condition]] = {}
 _NO_CONDITIONS: Final[Mapping[str, Condition]] = {}
 
 
-def _shared_condition(condition: Condition) -> Condition:
-    known = _CONDITIONS.get(condition)
+def _shared(table: dict[_K, _V], key: _K, value: _V) -> _V:
+    """The value kept in `table` under `key`, or `value`, kept from now on."""
+    known = table.get(key)
     if known is None:
-        if len(_CONDITIONS) >= _SHARED_LIMIT:
-            _CONDITIONS.clear()
-        known = _CONDITIONS[condition] = condition
-    return known
-
-
-def _shared_map(conditions: dict[str, Condition]) -> Mapping[str, Condition]:
-    key = tuple(conditions.values())  # each condition names its type: in order, they say all
-    known = _MAPS.get(key)
-    if known is None:
-        if len(_MAPS) >= _SHARED_LIMIT:
-            _MAPS.clear()
-        known = _MAPS[key] = conditions
+        if len(table) >= _SHARED_LIMIT:
+            table.clear()
+        known = table[key] = value
     return known
 
 
@@ -136,18 +129,20 @@ class WorkloadRecord:
         return self.assignment.usage if self.assignment is not None else {}
 
     def set_condition(self, type_: str, status: bool, reason: str, message: str) -> None:
-        condition = _shared_condition(
-            Condition(
-                type=type_, status="True" if status else "False", reason=reason, message=message
-            )
+        condition = Condition(
+            type=type_, status="True" if status else "False", reason=reason, message=message
         )
+        condition = _shared(_CONDITIONS, condition, condition)
         if self.conditions.get(type_) is not condition:
-            self.conditions = _shared_map({**self.conditions, type_: condition})
+            self._set_conditions({**self.conditions, type_: condition})
 
     def drop_conditions(self, *types: str) -> None:
         if any(t in self.conditions for t in types):
-            kept = {t: c for t, c in self.conditions.items() if t not in types}
-            self.conditions = _shared_map(kept)
+            self._set_conditions({t: c for t, c in self.conditions.items() if t not in types})
+
+    def _set_conditions(self, conditions: dict[str, Condition]) -> None:
+        # Each condition names its type: in order, the conditions say all the map does.
+        self.conditions = _shared(_MAPS, tuple(conditions.values()), conditions)
 
 
 def local_queue_of(namespace: str, queue_name: str) -> str:
