@@ -3,9 +3,10 @@ Kubernetes it also writes the status of the cluster's Kueue objects (`status`).
 
 Resumes the cluster watch after the last revision it handled (KV `MUSTER_WATCHER`, key
 `<cluster>`); what it sent per workload lives in the same bucket (`<cluster>.wl.<ns>.<name>`),
-so a restart neither loses nor repeats a fact. Changes are handled in batches (what arrived
-while the last batch was handled): a batch's events are published together, then its marks
-written, then its revision stored.
+so a restart neither loses nor repeats a fact (but the `pods_pending` of pods still pending,
+whose mark waits for the workload's next write: docs/events.md). Changes are handled in
+batches (what arrived while the last batch was handled): a batch's events are published
+together, then its marks written, then its revision stored.
 """
 
 from __future__ import annotations
