@@ -48,6 +48,7 @@ _MESSAGE_TOO_LARGE = 10054  # JetStream err_code: message over the stream's max_
 _STATUS = "Status"
 # A message handed to the connection: its reply token, and the future its PubAck answers.
 _Pending = tuple[str, "asyncio.Future[bytes | None]"]
+_Message = tuple[int, str, bytes, dict[str, str]]  # its index in a batch, subject, data, headers
 _UNSENT = Retry(1.0, "not sent: an earlier event of its workload was not stored")
 _NO_RESPONDERS = "503"
 
@@ -136,26 +137,21 @@ class Publisher:
         results: list[int | BusError] = [_UNSENT] * len(envs)
         failed: set[str] = set()  # workloads whose events stop here
         for wave in _waves(envs):
-            sent: list[tuple[int, str, _Pending]] = []
+            messages: list[_Message] = []
             for i in wave:
-                env = envs[i]
-                if env.workload in failed:
+                if envs[i].workload in failed:
                     continue  # stays _UNSENT
                 try:
-                    subject, data, headers = self._message(env)
-                    sent.append((i, subject, await self._send(subject, data, headers)))
-                except BusError as exc:
+                    messages.append((i, *self._message(envs[i])))
+                except Reject as exc:
                     results[i] = exc
-                    failed.add(env.workload)
-            answers = await self._acks.answers([p for _, _, p in sent], timeout_s=self.timeout_s)
-            for (i, subject, _), answer in zip(sent, answers, strict=True):
-                if isinstance(answer, int):
-                    results[i] = answer
-                    if self.metrics is not None:
-                        self.metrics.published(envs[i].type)
-                else:
-                    results[i] = _bus_error(answer, subject, {}, self.timeout_s)
                     failed.add(envs[i].workload)
+            for i in await self._flight(messages, results):
+                failed.add(envs[i].workload)
+        if self.metrics is not None:
+            for env, result in zip(envs, results, strict=True):
+                if isinstance(result, int):
+                    self.metrics.published(env.type)
         return results
 
     async def publish_raw(self, subject: str, data: bytes, headers: dict[str, str]) -> int:
@@ -171,21 +167,36 @@ class Publisher:
         """Store each (subject, data), without headers, all in flight together (KV puts of
         distinct keys: no order among them); per message its sequence, or why it is not."""
         results: list[int | BusError] = [_UNSENT] * len(messages)
-        sent: list[tuple[int, _Pending]] = []
-        for i, (subject, data) in enumerate(messages):
-            try:
-                sent.append((i, await self._send(subject, data, {})))
-            except BusError as exc:
-                results[i] = exc
-        answers = await self._acks.answers([p for _, p in sent], timeout_s=self.timeout_s)
-        for (i, _), answer in zip(sent, answers, strict=True):
-            subject = messages[i][0]
-            results[i] = (
-                answer
-                if isinstance(answer, int)
-                else _bus_error(answer, subject, {}, self.timeout_s)
-            )
+        await self._flight(
+            [(i, subject, data, {}) for i, (subject, data) in enumerate(messages)], results
+        )
         return results
+
+    async def _flight(
+        self, messages: Sequence[_Message], results: list[int | BusError]
+    ) -> list[int]:
+        """Send `messages` (index, subject, data, headers), then await their PubAcks as one;
+        each one's sequence or error goes to `results` at its index. The indexes that failed."""
+        failed: list[int] = []
+        sent: list[tuple[int, str, _Pending]] = []
+        try:
+            for i, subject, data, headers in messages:
+                try:
+                    sent.append((i, subject, await self._send(subject, data, headers)))
+                except BusError as exc:
+                    results[i] = exc
+                    failed.append(i)
+        except BaseException:  # cancelled while sending: no reply will be awaited
+            self._acks.forget([pending for _, _, pending in sent])
+            raise
+        answers = await self._acks.answers([p for _, _, p in sent], timeout_s=self.timeout_s)
+        for (i, subject, _), answer in zip(sent, answers, strict=True):
+            if isinstance(answer, int):
+                results[i] = answer
+            else:
+                results[i] = _bus_error(answer, subject, {}, self.timeout_s)
+                failed.append(i)
+        return failed
 
     async def _send(self, subject: str, data: bytes, headers: dict[str, str]) -> _Pending:
         """Hand the message to the connection (its PubAck still to come); raises the bus's
@@ -337,9 +348,13 @@ class _PubAcks:
         except TimeoutError:
             pass  # those not answered are reported one by one below
         finally:
-            for token, _ in pending:
-                self._waiting.pop(token, None)
+            self.forget(pending)
         return [_sequence_of(answer) for _, answer in pending]
+
+    def forget(self, pending: Sequence[_Pending]) -> None:
+        """Stop waiting for the PubAcks of `pending`."""
+        for token, _ in pending:
+            self._waiting.pop(token, None)
 
     async def _subscribe(self) -> None:
         if self._subscribing is None:
