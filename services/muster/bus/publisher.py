@@ -136,7 +136,7 @@ class Publisher:
         """
         results: list[int | BusError] = [_UNSENT] * len(envs)
         failed: set[str] = set()  # workloads whose events stop here
-        for wave in _waves(envs):
+        for wave in wave_indexes(envs):
             messages: list[_Message] = []
             for i in wave:
                 if envs[i].workload in failed:
@@ -287,7 +287,7 @@ def _bus_error(
     return Retry(1.0, f"publishing to {subject} failed: {exc!r}")  # no nats error leaves
 
 
-def _waves(envs: Sequence[Envelope]) -> list[list[int]]:
+def wave_indexes(envs: Sequence[Envelope]) -> list[list[int]]:
     """Indexes of `envs` by rank within their workload: wave n holds each workload's n-th."""
     rank: dict[str, int] = {}
     waves: list[list[int]] = []
@@ -298,6 +298,11 @@ def _waves(envs: Sequence[Envelope]) -> list[list[int]]:
             waves.append([])
         waves[n].append(i)
     return waves
+
+
+def waves_by_workload(envs: Sequence[Envelope]) -> list[list[Envelope]]:
+    """Split `envs` into waves: the n-th wave holds each workload's n-th envelope, in order."""
+    return [[envs[i] for i in wave] for wave in wave_indexes(envs)]
 
 
 def header_value(text: str, limit: int = 1024) -> str:
