@@ -155,3 +155,22 @@ async def test_publish_raw_many_reports_each_message_alone(bus: Bus) -> None:
     stored = await bus.js.get_msg(EVENTS_STREAM, 2)
     assert stored.data == b"three"
     assert not stored.headers
+
+
+async def test_a_publish_nobody_acks_is_a_retry_after_the_timeout(bus_config: BusConfig) -> None:
+    quick = await connect(BusConfig(url=bus_config.url, publish_timeout_s=0.2))
+    try:
+        await quick.ensure_streams()
+        # A plain subscriber, not a stream: the server finds a responder, which never answers.
+        silent = await quick.nc.subscribe("silent.subject")
+        with pytest.raises(Retry, match="no PubAck"):
+            await quick.publisher.publish_raw("silent.subject", b"x", {})
+        results = await quick.publisher.publish_raw_many(
+            [("silent.subject", b"y"), (SUBMITTED, b"stored")]
+        )
+        assert isinstance(results[0], Retry)
+        assert "no PubAck" in str(results[0])
+        assert results[1] == 1
+        await silent.unsubscribe()
+    finally:
+        await quick.close()

@@ -388,7 +388,7 @@ class _Reply(msgspec.Struct):
 
 
 def _sequence_of(answer: asyncio.Future[bytes | None]) -> int | Exception:
-    if not answer.done():
+    if not answer.done() or answer.cancelled():  # the one awaited at the timeout is cancelled
         return TimeoutError()
     raw = answer.result()
     if raw is None:  # the server's "503 no responders": no stream for this subject
