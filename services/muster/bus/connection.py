@@ -26,7 +26,7 @@ from nats.js import JetStreamContext
 from muster.bus.client import MusterClient, outage_callbacks
 from muster.bus.consumer import ConsumerSettings, Handler, consume, consumer_config
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
-from muster.bus.errors import Reject, Retry, Unavailable, wrapped
+from muster.bus.errors import BusError, Reject, Retry, Unavailable, wrapped
 from muster.bus.kv import Bucket, open_bucket
 from muster.bus.objects import ObjectBucket
 from muster.bus.publisher import Publisher
@@ -225,6 +225,10 @@ class Bus:
     async def publish_all(self, envs: Iterable[Envelope]) -> list[int]:
         """Store `envs` in order, each acked before the next is sent; their sequences."""
         return await self.publisher.publish_all(envs)
+
+    async def publish_many(self, envs: Sequence[Envelope]) -> list[int | BusError]:
+        """Store `envs` many at a time, each workload's in order (`Publisher.publish_many`)."""
+        return await self.publisher.publish_many(envs)
 
     async def consume(
         self,
