@@ -16,16 +16,22 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Protocol
 
 from muster.admission.handlers import Publisher
 from muster.admission.homes import Handover, queue_key
-from muster.admission.rebuild import History, SnapshotStore, replay_event, restore_partitions
+from muster.admission.rebuild import (
+    History,
+    SnapshotStore,
+    left_out_of,
+    replay_event,
+    restore_partitions,
+)
 from muster.admission.relocation import Story
 from muster.admission.snapshot import CompactLog
 from muster.admission.state import AdmissionState
-from muster.admission.subjects import replay_subjects
+from muster.admission.subjects import NO_REPORTS, replay_subjects
 from muster.admission.translate import PartitionRecord
 from muster.bus import Conflict, new_event
 from muster.bus.envelope import EVENT_ID_NAMESPACE
@@ -51,8 +57,10 @@ class StoryFetcher:
         stream_created: Callable[[], str],
         *,
         max_event_bytes: int,
+        unread: Collection[str] = NO_REPORTS,
     ) -> None:
         self.bus = bus
+        self.unread = unread  # the reports this replica does not read
         self.state = state
         self.snapshots = snapshots
         self.stream_created = stream_created
@@ -69,16 +77,18 @@ class StoryFetcher:
             if partition in item.partitions:
                 snapshot = await self.snapshots.load(item, stream=stream)
             if snapshot is not None:
+                left_out = await left_out_of(self.bus, snapshot, (partition,), unread=self.unread)
                 restore_partitions(
                     scratch,
                     snapshot,
                     (partition,),
                     history=history,
                     max_event_bytes=self.max_event_bytes,
+                    left_out=left_out,
                 )
                 low = snapshot.sequence
                 break
-        subjects = replay_subjects((partition,))
+        subjects = replay_subjects((partition,), unread=self.unread)
         async for env in self.bus.replay(subjects, from_sequence=low + 1, until_sequence=fence):
             replay_event(scratch, env, history=history, max_event_bytes=self.max_event_bytes)
         stories = [
