@@ -53,6 +53,7 @@ from muster.admission.forwarding import reported_key, unwrap
 from muster.admission.relocation import Relocator, Report, StoryFetch
 from muster.admission.snapshot import CompactLog
 from muster.admission.state import AdmissionState
+from muster.admission.subjects import NO_REPORTS, unread_reports
 from muster.admission.translate import (
     RECORDED,
     Delete,
@@ -158,6 +159,7 @@ class Rounds:
         )
         self.lock = asyncio.Lock()  # one round at a time; readers of the engine take it too
         self.rounds = 0
+        self.unread: frozenset[str] = NO_REPORTS  # reports its consumer leaves out (subjects.py)
         self._timers_changed = asyncio.Event()
 
     # --- consumed events -------------------------------------------------------------------
@@ -244,6 +246,9 @@ class Rounds:
             events += await self.relocator.run(reports, now_s=now_s)
             if self.state.repartitioned:
                 raise Reown("a config.partition record moved a partition to or from here")
+            if self.unread and self.unread - unread_reports(self.state.engine.kueue):
+                # Its consumer and log left them out: read from the stream again, then on.
+                raise Reown("waitForPodsReady was turned on: pods_ready is read from now on")
             # The engine counts every call that returns events as a change, decide's included:
             # what tells is whether applying the facts changed it, or the round decided anything.
             changed = self.state.engine.version != version

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Protocol
 
 from muster.admission.handlers import Publisher
@@ -31,7 +31,7 @@ from muster.admission.rebuild import (
 from muster.admission.relocation import Story
 from muster.admission.snapshot import CompactLog
 from muster.admission.state import AdmissionState
-from muster.admission.subjects import NO_REPORTS, replay_subjects
+from muster.admission.subjects import replay_subjects, unread_reports
 from muster.admission.translate import PartitionRecord
 from muster.bus import Conflict, new_event
 from muster.bus.envelope import EVENT_ID_NAMESPACE
@@ -57,10 +57,8 @@ class StoryFetcher:
         stream_created: Callable[[], str],
         *,
         max_event_bytes: int,
-        unread: Collection[str] = NO_REPORTS,
     ) -> None:
         self.bus = bus
-        self.unread = unread  # the reports this replica does not read
         self.state = state
         self.snapshots = snapshots
         self.stream_created = stream_created
@@ -72,12 +70,13 @@ class StoryFetcher:
         history = CompactLog(scratch.ledger)
         partition, low = handover.from_partition, 0
         stream = self.stream_created()
+        unread = unread_reports(self.state.engine.kueue)  # what this replica reads
         for item in await self.snapshots.available(stream=stream, at_most=fence):
             snapshot = None
             if partition in item.partitions:
                 snapshot = await self.snapshots.load(item, stream=stream)
             if snapshot is not None:
-                left_out = await left_out_of(self.bus, snapshot, (partition,), unread=self.unread)
+                left_out = await left_out_of(self.bus, snapshot, (partition,), unread=unread)
                 restore_partitions(
                     scratch,
                     snapshot,
@@ -88,7 +87,7 @@ class StoryFetcher:
                 )
                 low = snapshot.sequence
                 break
-        subjects = replay_subjects((partition,), unread=self.unread)
+        subjects = replay_subjects((partition,), unread=unread)
         async for env in self.bus.replay(subjects, from_sequence=low + 1, until_sequence=fence):
             replay_event(scratch, env, history=history, max_event_bytes=self.max_event_bytes)
         stories = [

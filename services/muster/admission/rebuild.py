@@ -39,6 +39,7 @@ from muster.admission.subjects import (
     NO_REPORTS,
     replay_subjects,
     report_subjects,
+    unread_reports,
 )
 from muster.admission.translate import fact_of
 from muster.api.model import Workload
@@ -257,6 +258,7 @@ class Rebuilt(NamedTuple):
     snapshot_events: int
     stream_events: int
     snapshot_sequence: int  # of the newest snapshot it read (0: none)
+    unread: frozenset[str] = NO_REPORTS  # the reports it did not replay: the consumer's too
 
 
 class History(Protocol):
@@ -276,7 +278,6 @@ async def rebuild(
     stream_created: str,
     end: int,
     max_event_bytes: int,
-    unread: Collection[str] = NO_REPORTS,
 ) -> Rebuilt:
     """Rebuild `state` to stream sequence `end`, in two passes (replay does not depend on the
     order of configuration and workload events: it only records them).
@@ -285,9 +286,9 @@ async def rebuild(
        This says which partitions the replica decides (`config.partition` records).
     2. Those partitions: each from the newest snapshot covering it, then their events after
        it (an event at or below its partition's snapshot is in that snapshot already).
-       The reports in `unread` are not replayed (the replica does not read them); those a
-       snapshot's writer left out and this replica reads are read from the stream and merged
-       into that snapshot's events (`left_out_of`).
+       The reports the configuration says this replica does not read (`unread_reports`) are
+       not replayed; those a snapshot's writer left out and this replica reads are read from
+       the stream and merged into that snapshot's events (`left_out_of`).
     `snapshots` None: no snapshot is read (`--snapshot-seconds 0`).
     """
     stored = (
@@ -313,6 +314,7 @@ async def rebuild(
         replay_event(state, env, history=history, max_event_bytes=max_event_bytes)
         replayed += 1
     owned = state.sharding.owned
+    unread = unread_reports(state.engine.kueue)
     covered: dict[int, int] = {}  # partition -> sequence of the snapshot it was restored from
     for item in stored:
         wanted = (item.partitions & owned) - covered.keys()
@@ -335,4 +337,4 @@ async def rebuild(
         replay_event(state, env, history=history, max_event_bytes=max_event_bytes)
         replayed += 1
     state.last_sequence = max(state.last_sequence, end)
-    return Rebuilt(counted, replayed, newest)
+    return Rebuilt(counted, replayed, newest, unread)

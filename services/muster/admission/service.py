@@ -34,7 +34,7 @@ from muster.admission.metrics import AdmissionMetrics
 from muster.admission.rebuild import SnapshotStore, rebuild, rebuilding
 from muster.admission.snapshot import CompactLog, encode_snapshot
 from muster.admission.state import AdmissionState
-from muster.admission.subjects import consumer_subjects, unread_reports
+from muster.admission.subjects import consumer_subjects
 from muster.admission.visibility import VisibilityWriter, visibility_values
 from muster.api.model import KueueConfig
 from muster.bus import (
@@ -205,7 +205,6 @@ class AdmissionService:
         # it, and a workload's story is forwarded from it when its home moves (homes.py).
         self.history = CompactLog(self.state.ledger)
         self.snapshots = SnapshotStore(bus)
-        self.unread = unread_reports(config.kueue)  # reports this replica does not read
         self.snapshot_sequence = 0  # of the last snapshot read or written
         self.stream_created = ""  # when MUSTER_EVENTS was created: set by `start`
         self._dirty = asyncio.Event()
@@ -227,7 +226,6 @@ class AdmissionService:
                 self.snapshots,
                 self._stream,
                 max_event_bytes=max_event_bytes,
-                unread=self.unread,
             ),
             max_event_bytes=max_event_bytes,
             dead_letters=config.durable,
@@ -251,8 +249,8 @@ class AdmissionService:
             stream_created=self.stream_created,
             end=end,
             max_event_bytes=self.bus.config.max_event_bytes,
-            unread=self.unread,
         )
+        self.rounds.unread = rebuilt.unread  # what its consumer leaves out, its snapshots say
         self.snapshot_sequence = rebuilt.snapshot_sequence
         if rebuilt.snapshot_sequence:
             log.info(
@@ -274,7 +272,7 @@ class AdmissionService:
         await make_consumer(
             self.bus,
             self.config.durable,
-            consumer_subjects(self.state.sharding.owned, unread=self.unread),
+            consumer_subjects(self.state.sharding.owned, unread=self.rounds.unread),
             self.config.consumer_settings(),
             start_sequence=end + 1,
         )
@@ -348,7 +346,7 @@ class AdmissionService:
                 stream=self.stream_created,
                 partitions=tuple(sorted(self.state.sharding.owned)),
             )
-            snapshot = msgspec.structs.replace(snapshot, unread=tuple(sorted(self.unread)))
+            snapshot = msgspec.structs.replace(snapshot, unread=tuple(sorted(self.rounds.unread)))
         data = await asyncio.to_thread(encode_snapshot, snapshot)
         await self.snapshots.put(self.config.durable, snapshot, data)
         self.snapshot_sequence = snapshot.sequence

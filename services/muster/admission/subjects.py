@@ -14,7 +14,8 @@ would pay for every workload of every tree only to drop them. For the same reaso
 reads `pods_ready` only while waitForPodsReady is on (`unread_reports`): it changes nothing
 admission decides otherwise, and it was half of what a replica at 4 shards received. Its
 snapshots say so (`Snapshot.unread`), and a replica that needs them replays them from the
-stream when it rebuilds from such a snapshot (rebuild.py).
+stream when it rebuilds from such a snapshot (rebuild.py); a Configuration that turns it on
+while a replica runs makes it rebuild (handlers.py, Reown).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from muster.admission.handlers import Rounds
 from muster.admission.rebuild import Stored, rebuild, replay_event, restore
 from muster.admission.snapshot import CompactLog, Snapshot
 from muster.admission.state import AdmissionState
+from muster.api.model import KueueConfig
 from muster.bus import decode
 from muster.bus.subjects import subject_of
 from muster.contracts.v1 import events_pb2 as pb
@@ -137,11 +138,11 @@ class OneSnapshot:
 
 
 async def rebuilt_by_service(
-    stream: StoredStream, snapshot: Snapshot, *, unread: Collection[str] = ()
+    stream: StoredStream, snapshot: Snapshot, *, kueue: KueueConfig | None = None
 ) -> AdmissionState:
     """A new replica's state (not owning yet) as `AdmissionService.start` rebuilds it, from
-    `snapshot` and `stream`, not reading the reports in `unread`."""
-    state = AdmissionState()
+    `snapshot` and `stream`, with Kueue's configuration `kueue`."""
+    state = AdmissionState(kueue=kueue)
     await rebuild(
         stream,
         state,
@@ -150,7 +151,6 @@ async def rebuilt_by_service(
         stream_created="",
         end=stream.last,
         max_event_bytes=1 << 20,
-        unread=frozenset(unread),
     )
     return state
 

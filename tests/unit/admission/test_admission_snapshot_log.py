@@ -45,7 +45,7 @@ from muster.admission.snapshot import (
     sequence_in,
     snapshot_headers,
 )
-from muster.api.model import ApiObject, WorkloadKey
+from muster.api.model import ApiObject, KueueConfig, WaitForPodsReadyConfig, WorkloadKey
 from muster.bus import new_event
 from muster.bus.partitions import parse_token
 from muster.contracts.v1 import events_pb2 as pb
@@ -355,6 +355,7 @@ def test_a_snapshot_and_the_stream_after_it_rebuild_what_the_whole_stream_does(
         assert taking_over(state, now_s=1000.0) == decided
 
 
+WAITING_FOR_PODS = KueueConfig(wait_for_pods_ready=WaitForPodsReadyConfig(enable=True))
 # Ready, evicted by a preemptor and admitted again, all before the snapshot: the `pods_ready`
 # read back from the stream counts for the first admission only.
 READY_THEN_PREEMPTED = [
@@ -386,7 +387,7 @@ def test_a_snapshot_written_without_pods_ready_is_made_whole_from_the_stream(
     for snapshot in snapshots:
         stored = decode_snapshot(encode_snapshot(snapshot))
         assert stored.unread == ("pods_ready",)
-        state = asyncio.run(rebuilt_by_service(stream, stored))
+        state = asyncio.run(rebuilt_by_service(stream, stored, kueue=WAITING_FOR_PODS))
         assert summary(state) == expected
 
 
