@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Collection, Sequence
 from typing import Any
 
 import msgspec
+from nats_subjects import subject_matches
 
 from muster.admission.handlers import Rounds
 from muster.admission.rebuild import Stored, rebuild, replay_event, restore
@@ -17,17 +18,6 @@ from muster.api.model import KueueConfig
 from muster.bus import decode
 from muster.bus.subjects import subject_of
 from muster.contracts.v1 import events_pb2 as pb
-
-
-def subject_matches(pattern: str, subject: str) -> bool:
-    """NATS subject matching: `*` is one token, a final `>` one or more."""
-    want, got = pattern.split("."), subject.split(".")
-    for i, token in enumerate(want):
-        if token == ">":
-            return len(got) > i
-        if i >= len(got) or token not in ("*", got[i]):
-            return False
-    return len(want) == len(got)
 
 
 class StoredStream:

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 from admission_stream import applied, cluster_queue, reported, submitted, workload
-from snapshot_world import subject_matches
+from nats_subjects import subject_matches
 
 from muster.admission.routing import WorkloadRoute
 from muster.admission.subjects import (
