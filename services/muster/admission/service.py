@@ -221,11 +221,7 @@ class AdmissionService:
             history=self.history,
             metrics=self.metrics,
             fetch=StoryFetcher(
-                bus,
-                self.state,
-                self.snapshots,
-                self._stream,
-                max_event_bytes=max_event_bytes,
+                bus, self.state, self.snapshots, self._stream, max_event_bytes=max_event_bytes
             ),
             max_event_bytes=max_event_bytes,
             dead_letters=config.durable,

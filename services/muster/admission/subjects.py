@@ -43,6 +43,10 @@ def unread_reports(kueue: KueueConfig | None) -> frozenset[str]:
     return frozenset((PODS_READY,))
 
 
+def _reports(unread: Collection[str]) -> list[str]:
+    return [r for r in REPORTS if r not in unread]
+
+
 def _legacy(events: Collection[str]) -> list[str]:
     """The filters of `events` stored without a partition (before partitions, or by a publisher
     that did not know it: one token fewer): every replica reads those, as before partitions.
@@ -62,7 +66,7 @@ def consumer_subjects(
 ) -> list[str]:
     """The filters of the consumer of a replica deciding `partitions` that does not read the
     reports in `unread`."""
-    reports = [r for r in REPORTS if r not in unread]
+    reports = _reports(unread)
     return [
         *_partitioned((*reports, "forwarded"), partitions),
         *(f"{workload_subject('*', e)}.*" for e in GLOBAL_FACTS),
@@ -76,7 +80,7 @@ def replay_subjects(
 ) -> list[str]:
     """What a rebuild replays for `partitions` (configuration comes before, on its own): their
     reports (but `unread`), forwards and decisions, and events stored before partitions."""
-    reports = [r for r in REPORTS if r not in unread]
+    reports = _reports(unread)
     return [
         *_partitioned((*reports, *RECORDED, "forwarded"), partitions),
         *_legacy((*reports, *GLOBAL_FACTS, *RECORDED)),
