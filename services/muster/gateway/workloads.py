@@ -137,6 +137,16 @@ def matching(book: WorkloadBook, request: services_pb2.ListWorkloadsRequest) -> 
     return selected
 
 
+def local_queues(book: WorkloadBook, namespace: str) -> list[str]:
+    """The LocalQueues of `namespace` the book knows: configured, or named by a workload."""
+    configured = {
+        name.partition("/")[2] for kind, name in book.configs if kind == "LocalQueue"
+        and name.partition("/")[0] == namespace
+    }  # fmt: skip
+    named = {e.summary.local_queue for e in book if e.summary.namespace == namespace}
+    return sorted((configured | named) - {""})
+
+
 async def positions(store: VisibilityStore) -> dict[str, services_pb2.PendingWorkload]:
     """Every pending workload's positions, by key, as admission last wrote them."""
     found: dict[str, services_pb2.PendingWorkload] = {}
