@@ -372,3 +372,20 @@ def test_a_directory_or_a_device_is_not_called_missing(
     status, out, err = simulate(capsys, "/dev/null")
     assert (status, out) == (2, "")
     assert err == "muster: /dev/null: not a regular file\n"
+
+
+def test_a_file_too_large_is_refused_before_it_is_read(
+    scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As `muster submit` stops at 64 MiB: a scenario or --config file larger is not read."""
+    big = tmp_path / "big.yaml"
+    with big.open("wb") as f:  # sparse: 64 MiB and one byte, none of them written
+        f.truncate((64 << 20) + 1)
+
+    for args in ([big], ["--config", big, scenario]):
+        status, out, err = simulate(capsys, *args)
+        assert (status, out) == (2, "")
+        assert err == (
+            f"muster: {big}: larger than 64 MiB: not read"
+            " (split a scenario this large into several files)\n"
+        )
