@@ -121,7 +121,7 @@ async def test_priority_beyond_int32_is_invalid_argument_naming_the_field(
 ) -> None:
     details = await refused(gw, workload("w", priority=2**31))
 
-    assert details == "Workload/ns/w: spec.priority: Expected `int` <= 2147483647"
+    assert details == "Workload/ns/w: spec.priority: expected an integer <= 2147483647"
     assert await stored_count(bus) == 0
 
 

@@ -131,7 +131,7 @@ async def test_malformed_manifest_is_invalid_argument_naming_object_and_field_an
 
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert caught.value.details() == (
-        "Workload/ns/w: spec.podSets[0].count: Expected `int`, got `str`"
+        "Workload/ns/w: spec.podSets[0].count: expected an integer, got a string"
     )
     assert await stored_count(bus) == 0  # not even the good Job
 

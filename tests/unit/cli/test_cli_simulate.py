@@ -389,3 +389,22 @@ def test_a_file_too_large_is_refused_before_it_is_read(
             f"muster: {big}: larger than 64 MiB: not read"
             " (split a scenario this large into several files)\n"
         )
+
+
+def test_a_wrong_type_is_said_in_plain_words_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "wrong.yaml"
+    path.write_text(
+        "apiVersion: kueue.x-k8s.io/v1beta1\nkind: Workload\nmetadata: {name: w, namespace: ml}\n"
+        "spec:\n  priority: high\n"
+        "  podSets: [{name: main, count: two, template: {spec: {containers: []}}}]\n"
+    )
+
+    status, out, err = simulate(capsys, path)
+
+    assert (status, out) == (2, "")
+    assert err.splitlines() == [
+        "Workload/ml/w: spec.priority: expected an integer or null, got a string",
+        "Workload/ml/w: spec.podSets[0].count: expected an integer, got a string",
+    ]
