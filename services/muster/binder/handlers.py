@@ -201,7 +201,9 @@ class BinderContext:
         wl = self.specs.get(workload)
         return None if wl is None else {ps.name: ps.count for ps in wl.pod_sets}
 
-    async def publish(self, field: str, payload: Message, *, cause: events_pb2.Envelope) -> None:
+    async def publish(
+        self, field: str, payload: Message, *, cause: events_pb2.Envelope, submitted_id: str = ""
+    ) -> None:
         env = new_event(
             field,
             payload,
@@ -211,6 +213,7 @@ class BinderContext:
             cause=cause,
             source=self.source,
         )
+        env.submitted_id = submitted_id
         await self.publisher.publish(env)
 
 
@@ -454,17 +457,7 @@ async def _dropped(env: events_pb2.Envelope, ctx: BinderContext) -> None:
     payload = events_pb2.EvictionDropped(
         eviction_id=command.eviction_id, eviction_sequence=command.eviction_sequence
     )
-    answer = new_event(
-        "eviction_dropped",
-        payload,
-        cluster=ctx.cluster,
-        workload=env.workload,
-        generation=env.generation,
-        cause=env,
-        source=ctx.source,
-    )
-    answer.submitted_id = env.submitted_id
-    await ctx.publisher.publish(answer)
+    await ctx.publish("eviction_dropped", payload, cause=env, submitted_id=env.submitted_id)
 
 
 async def on_apply(env: events_pb2.Envelope, ctx: BinderContext) -> None:

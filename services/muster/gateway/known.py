@@ -26,12 +26,12 @@ from muster.bus.subjects import EVENTS_STREAM, workload_filters
 from muster.contracts.v1 import events_pb2
 from muster.gateway.submit import PlannedEvent
 from muster.gateway.watch import EventHistory
+from muster.gateway.workloads import RETRY_S, follow_forever
 
 log = logging.getLogger(__name__)
 
 FINISHED_KEPT: Final = 100_000  # admission's (admission/ledger.py): the test holds them equal
 CATCH_UP_S: Final = 10.0
-RETRY_S: Final = 1.0
 SUBJECTS: Final = tuple(
     subject
     for event in ("submitted", "finished", "deleted")
@@ -139,18 +139,17 @@ class KnownFollower:
 
     async def _run(self) -> None:
         """Read the stream to its end, then follow it; a bus failure is retried."""
-        while True:
+        while not self._ready.is_set():
             try:
                 await self._read_to_end()
                 self._ready.set()
-                follow = self.history.replay(
-                    list(SUBJECTS),
-                    stream=EVENTS_STREAM,
-                    from_sequence=self.known.sequence + 1,
-                    follow=True,
-                )
-                async for env in follow:
-                    self.known.apply(env)
             except BusError as exc:
                 log.warning("known workloads: reading events failed, retrying: %s", exc)
                 await asyncio.sleep(RETRY_S)
+        await follow_forever(
+            self.history,
+            SUBJECTS,
+            lambda: self.known.sequence + 1,
+            self.known.apply,
+            what="known workloads",
+        )
