@@ -33,6 +33,9 @@ class Phase(StrEnum):
 
 
 _HOLDING = frozenset({Phase.RESERVED, Phase.ADMITTED, Phase.EVICTING})
+# Check states are only set for checks a reservation named, in the map that reservation gave its
+# entry (`record`); every other entry shares this one (an empty map each was 64 MB at a million).
+_NO_CHECK_STATES: dict[str, str] = {}
 
 
 @dataclass(slots=True)
@@ -40,6 +43,8 @@ class Entry:
     """One live workload as the stream tells it."""
 
     workload: Workload
+    # `workload.key`, made once: the ledger, the log, the engine and `adopted` share it.
+    key: WorkloadKey
     cluster: str
     generation: int
     submitted_s: float
@@ -60,7 +65,8 @@ class Entry:
     stopped_s: float = 0.0
     pending_reason: str = ""
     pending_message: str = ""
-    check_states: dict[str, str] = field(default_factory=dict)  # reported since reserved
+    # Reported since reserved; while none are, the one shared empty map (never written).
+    check_states: dict[str, str] = field(default_factory=lambda: _NO_CHECK_STATES)
     # As submitted, for its `admitted` (translate.MANIFEST_COPY_LIMIT), and the Job it stands
     # for: kept here only when no log keeps its `submitted` (`Ledger.submissions`).
     manifest_json: str = ""
@@ -70,10 +76,6 @@ class Entry:
     # forwarded); None for a workload stored before partitions (docs/events.md, "Partitions").
     partition: int | None = None
     submitted_id: str = ""  # the event id of its `submitted`, which its decisions name
-
-    @property
-    def key(self) -> WorkloadKey:
-        return self.workload.key
 
     @property
     def queue_name(self) -> str:
@@ -181,6 +183,7 @@ class Ledger:
         self._order += 1
         entry = Entry(
             self.shared.of(wl),
+            key=key,
             cluster=cluster,
             generation=generation,
             submitted_s=at_s,
@@ -338,7 +341,7 @@ def _requeue(entry: Entry) -> None:
     entry.phase = Phase.PENDING
     entry.admission = None
     entry.checks = ()
-    entry.check_states = {}
+    entry.check_states = _NO_CHECK_STATES
     entry.admitted_s = None
     entry.pods_ready = False
     entry.pending_reason = entry.pending_message = ""

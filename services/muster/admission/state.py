@@ -279,7 +279,8 @@ class AdmissionState:
                 self.adopted.add(entry.key)
                 self._fresh.append(entry.key)
                 wl = self._routable(entry)
-                return engine.submit(wl, now_s=at_s) + self._stays_unrouted(entry, wl, at_s)
+                events = engine.submit(wl, now_s=at_s, key=entry.key)
+                return events + self._stays_unrouted(entry, wl, at_s)
             case Finish(key):
                 ledger.finish(key)
                 self.forwards.forget(key)
@@ -527,7 +528,7 @@ class AdmissionState:
             wl = msgspec.structs.replace(wl, admission=None)
         if entry.phase is Phase.INACTIVE and wl.active:
             wl = msgspec.structs.replace(wl, active=False)
-        events = engine.submit(wl, now_s=entry.submitted_s)
+        events = engine.submit(wl, now_s=entry.submitted_s, key=key)
         self.adopted.add(key)
         if entry.routed_queue:
             # Back where its last Routed sent it, before its quota is restored; announced then.

@@ -28,7 +28,7 @@ from muster.core.flavors import Assignment, Mode
 from muster.core.preemption import Victims
 from muster.core.preemption_message import preemption_message
 from muster.core.queueing import Queueing
-from muster.core.records import Phase, WorkloadRecord
+from muster.core.records import Phase, WorkloadRecord, local_queue_of
 from muster.core.routing.control import RoutingControl, Take
 from muster.core.state import EngineState, shape_of
 
@@ -76,8 +76,7 @@ class Lifecycle:
             self.routing.settle(r.key)
         message = f"Quota reserved in ClusterQueue {r.cluster_queue}"
         r.set_condition(QUOTA_RESERVED, True, "QuotaReserved", message)
-        r.conditions.pop(EVICTED, None)
-        r.conditions.pop(PREEMPTED, None)
+        r.drop_conditions(EVICTED, PREEMPTED)
         if announce:
             state.emit(EventType.QUOTA_RESERVED, r, "QuotaReserved", message)
 
@@ -136,7 +135,7 @@ class Lifecycle:
         self.release(r)
         r.assignment = None
         r.checks = {}
-        r.conditions.pop(ADMITTED, None)
+        r.drop_conditions(ADMITTED)
         self.queueing.enqueue(r)
         self.queueing.mark_pending(r, *why)
 
@@ -165,7 +164,7 @@ class Lifecycle:
     ) -> None:
         state = self.state
         r.set_condition(EVICTED, True, reason, message)
-        r.conditions.pop(ADMITTED, None)
+        r.drop_conditions(ADMITTED)
         r.set_condition(
             QUOTA_RESERVED, False, state.config.reason("PendingEvaluation", "Pending"), message
         )
@@ -305,7 +304,7 @@ class Lifecycle:
             r.wl = msgspec.structs.replace(
                 r.wl, queue_name=option.queue_name, pod_sets=option.pod_sets
             )
-            r.local_queue = f"{r.wl.meta.namespace}/{option.queue_name or 'default'}"
+            r.local_queue = local_queue_of(r.wl.meta.namespace, option.queue_name)
             r.shape = shape_of(r)
             r.group = None
             state.version += 1  # cached views group records by queue

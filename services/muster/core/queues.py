@@ -53,7 +53,7 @@ class Park(Enum):
 class PendingGroup:
     """Workloads of one ClusterQueue that the assigner would treat identically, FIFO."""
 
-    __slots__ = ("cq", "heap", "park", "shape", "token", "why")
+    __slots__ = ("cq", "heap", "listed", "park", "shape", "token", "why")
 
     def __init__(self, cq: QueueRuntime, shape: bytes) -> None:
         self.cq = cq
@@ -61,6 +61,7 @@ class PendingGroup:
         self.heap: list[tuple[OrderKey, int, WorkloadRecord]] = []
         self.park = Park.ACTIVE
         self.token = 0  # bumped whenever the group is parked or re-listed; stale entries skip
+        self.listed: OrderKey | None = None  # the key of its valid entry in `cq.active`, if any
         self.why: tuple[str, str] | None = None  # (reason, message) of the last park
 
     def push(self, r: WorkloadRecord) -> None:
@@ -83,7 +84,7 @@ class PendingGroup:
 class QueueRuntime:
     """A ClusterQueue's pending side: its groups and the heap of its unparked ones."""
 
-    __slots__ = ("active", "groups", "name", "node", "token", "tree")
+    __slots__ = ("active", "groups", "listed", "name", "node", "token", "tree")
 
     def __init__(self, name: str, tree: TreeRuntime, node: QuotaNode) -> None:
         self.name = name
@@ -92,15 +93,24 @@ class QueueRuntime:
         self.groups: dict[bytes, PendingGroup] = {}
         self.active: list[tuple[OrderKey, int, PendingGroup]] = []
         self.token = 0  # bumped when the queue is (re)listed in its tree's ready heap
+        self.listed: tuple[object, ...] | None = None  # the key of its valid `ready` entry
 
     def list_group(self, group: PendingGroup) -> None:
-        """Put `group` among the active ones, keyed by its current head."""
+        """Put `group` among the active ones, keyed by its current head.
+
+        Not again under the key it is listed with: each arrival behind a head re-listed its
+        group, and a replica adopting a million workloads before its first round held a
+        million stale entries until then (freed, their memory stayed the process's)."""
         head = group.head()
         if head is None:
             return
+        key = head.order_key
+        if group.listed == key:
+            return
         group.park = Park.ACTIVE
         group.token += 1
-        heapq.heappush(self.active, (head.order_key, group.token, group))
+        group.listed = key
+        heapq.heappush(self.active, (key, group.token, group))
 
     def best_group(self) -> PendingGroup | None:
         active = self.active
@@ -108,6 +118,8 @@ class QueueRuntime:
             _, token, group = active[0]
             if group.token == token and group.park is Park.ACTIVE and group.head() is not None:
                 return group
+            if group.token == token:
+                group.listed = None
             heapq.heappop(active)
         return None
 
@@ -172,13 +184,18 @@ class TreeRuntime:
                 res.node.add_usage(fr, -amount)
 
     def list_queue(self, cq: QueueRuntime, key: tuple[object, ...]) -> None:
+        """List `cq` under `key`, unless it is listed under that key already (as groups)."""
+        if cq.listed == key:
+            return
         cq.token += 1
+        cq.listed = key
         heapq.heappush(self.ready, (key, cq.token, cq))
 
     def next_queue(self) -> tuple[tuple[object, ...], QueueRuntime] | None:
         while self.ready:
             key, token, cq = heapq.heappop(self.ready)
             if cq.token == token:
+                cq.listed = None
                 return key, cq
         return None
 
@@ -197,6 +214,7 @@ class TreeRuntime:
         """
         group.park = Park.PARKED
         group.token += 1
+        group.listed = None
         for fr, short in shortages.items():
             self.seq += 1
             threshold = self.freed.get(fr, 0) + max(1, short)

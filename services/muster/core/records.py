@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from enum import Enum
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from muster.api.model import Condition, Workload, WorkloadKey
 from muster.core.flavors import Assignment
@@ -18,6 +19,27 @@ if TYPE_CHECKING:
 # a million pending). Values are only set for checks already in a record's map (engine.py,
 # lifecycle.py), so nothing writes to it; a record given checks gets a map of its own.
 _NO_CHECKS: Final[dict[str, str]] = {}
+
+# Conditions alike are one object, and so are condition maps alike: the workloads waiting in a
+# group are all told the same (a map and a condition each were 0.2 KiB per workload at a
+# million pending). A record's map is therefore replaced, never changed in place. Either table
+# starts over when full, which costs only sharing.
+_SHARED_LIMIT: Final = 4096
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+_CONDITIONS: dict[Condition, Condition] = {}
+_MAPS: dict[tuple[Condition, ...], Mapping[str, Condition]] = {}
+_NO_CONDITIONS: Final[Mapping[str, Condition]] = {}
+
+
+def _shared(table: dict[_K, _V], key: _K, value: _V) -> _V:
+    """The value kept in `table` under `key`, or `value`, kept from now on."""
+    known = table.get(key)
+    if known is None:
+        if len(table) >= _SHARED_LIMIT:
+            table.clear()
+        known = table[key] = value
+    return known
 
 
 class Phase(Enum):
@@ -61,21 +83,23 @@ class WorkloadRecord:
         "wl",
     )
 
-    def __init__(self, wl: Workload, *, seq: int, priority: int, now_s: float) -> None:
+    def __init__(
+        self, wl: Workload, *, seq: int, priority: int, now_s: float, key: WorkloadKey | None = None
+    ) -> None:
         self.wl = wl
-        self.key: WorkloadKey = wl.key
+        self.key: WorkloadKey = wl.key if key is None else key  # `key`: the caller's copy
         self.seq = seq
         self.priority = priority
         self.created_s = now_s
         # Kueue's queue-order timestamp: creation, or the last eviction by an admission check
         # (or by the PodsReady timeout, with requeuingStrategy timestamp Eviction).
         self.queue_ts = now_s
-        self.local_queue = f"{wl.meta.namespace}/{wl.queue_name or 'default'}"
+        self.local_queue = local_queue_of(wl.meta.namespace, wl.queue_name)
         self.cluster_queue = ""  # resolved through the LocalQueue
         self.phase = Phase.PENDING
         self.assignment: Assignment | None = None
         self.reserved_at_s = 0.0
-        self.conditions: dict[str, Condition] = {}
+        self.conditions: Mapping[str, Condition] = _NO_CONDITIONS  # shared: set_condition
         self.checks: dict[str, str] = _NO_CHECKS  # replaced, never written, while empty
         self.evicted = False
         self.evicted_by: WorkloadKey | None = None  # the preemptor, while being evicted for one
@@ -105,6 +129,22 @@ class WorkloadRecord:
         return self.assignment.usage if self.assignment is not None else {}
 
     def set_condition(self, type_: str, status: bool, reason: str, message: str) -> None:
-        self.conditions[type_] = Condition(
+        condition = Condition(
             type=type_, status="True" if status else "False", reason=reason, message=message
         )
+        condition = _shared(_CONDITIONS, condition, condition)
+        if self.conditions.get(type_) is not condition:
+            self._set_conditions({**self.conditions, type_: condition})
+
+    def drop_conditions(self, *types: str) -> None:
+        if any(t in self.conditions for t in types):
+            self._set_conditions({t: c for t, c in self.conditions.items() if t not in types})
+
+    def _set_conditions(self, conditions: dict[str, Condition]) -> None:
+        # Each condition names its type: in order, the conditions say all the map does.
+        self.conditions = _shared(_MAPS, tuple(conditions.values()), conditions)
+
+
+def local_queue_of(namespace: str, queue_name: str) -> str:
+    """`namespace/queue` of a LocalQueue: one string per queue (interned), not per workload."""
+    return sys.intern(f"{namespace}/{queue_name or 'default'}")

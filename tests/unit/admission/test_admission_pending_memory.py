@@ -103,6 +103,29 @@ def test_workloads_waiting_in_one_group_share_its_shape_and_the_ledger_their_mes
     assert all(r.group is group and r.shape is group.shape for r in records)
     assert entries[0].pending_message.startswith("couldn't assign flavors")
     assert all(e.pending_message is entries[0].pending_message for e in entries)
+    # One map of conditions, one LocalQueue name, one empty map of check states for them all.
+    assert records[0].conditions["QuotaReserved"].message == entries[0].pending_message
+    assert all(r.conditions is records[0].conditions for r in records)
+    assert all(r.local_queue is records[0].local_queue == "ns/lq-0" for r in records)
+    assert all(e.check_states is entries[0].check_states == {} for e in entries)
+
+
+def test_a_workloads_key_is_one_string_in_the_ledger_the_engine_and_adopted() -> None:
+    stream = config_stream()
+    for n in range(3):
+        stream.append(submitted(workload(f"w{n}", cpu="1", queue="lq-0")))
+    rebuilt, state = replayed(stream), AdmissionState()
+    rebuilt.take_ownership(now_s=1.0)
+    state.take_ownership(now_s=0.0)
+    for env in list(stream.log):
+        stream.run(state, env)
+
+    for replica in (rebuilt, state):
+        for key, entry in replica.ledger.entries.items():
+            record = replica.engine.records[key]
+            (adopted,) = (k for k in replica.adopted if k == key)
+            assert entry.key is key is record.key is adopted
+            assert next(k for k in replica.engine.records if k == key) is key
 
 
 def test_workloads_asking_for_the_same_pods_share_one_copy_of_their_pod_sets_and_meta() -> None:

@@ -30,6 +30,7 @@ def test_pending_rows_default_to_the_three_sizes_scaled(
         assert row["snapshot_events"] >= 21 + 2 * (40 + row["pending"])
         assert 0 < row["rss_base_mib"] < row["rss_peak_mib"]
         assert row["rss_loaded_mib"] <= row["rss_peak_mib"]
+        assert 0 < row["rss_rebuilt_mib"] <= row["rss_peak_mib"]
         assert 0 < row["arrival_p50_ms"] <= row["arrival_p99_ms"]
         assert 0 < row["release_p50_ms"] <= row["release_p99_ms"]
         assert row["load_s"] > 0
@@ -46,6 +47,9 @@ def test_pending_counts_given_are_run_as_given_in_a_table(
     assert lines[0] == "admission"
     assert lines[2].split()[:4] == ["PENDING", "CQS", "RUNNING", "SAMPLES"]
     assert lines[3].split()[:4] == ["50", "10", "40", "10"]
+    header = lines[2].split()  # the three RSS figures the target is about, side by side
+    rss = header.index("RSS-LOADED(MiB)")
+    assert header[rss : rss + 3] == ["RSS-LOADED(MiB)", "RSS-PEAK(MiB)", "RSS-REBUILT(MiB)"]
 
 
 def test_a_pending_count_below_one_is_refused(capsys: pytest.CaptureFixture[str]) -> None:

@@ -170,3 +170,24 @@ def test_phase_and_tree_of_cluster_queue_read_what_the_engine_knows() -> None:
     assert engine.phase(A) == "Admitted"
     engine.finish(A, now_s=1)
     assert engine.phase(A) == "Finished"
+
+
+def test_workloads_arriving_before_a_round_list_their_group_and_queue_once() -> None:
+    engine = _engine()
+    for n in range(50):  # as a rebuilt replica adopts them: every arrival before one round
+        engine.submit(_wl(f"w{n}"), now_s=0)
+
+    queue = engine.state.queues["cq"]
+    assert (len(queue.active), len(queue.tree.ready)) == (1, 1)  # not one entry per arrival
+    admitted = [e.object for e in engine.schedule(now_s=0) if e.type is EventType.ADMITTED]
+    assert admitted == ["ns/w0", "ns/w1", "ns/w2", "ns/w3"]
+
+
+def test_a_head_that_left_its_group_and_came_back_is_listed_again() -> None:
+    engine = _engine(hold=True)
+    engine.submit(_wl("a", cpu=4), now_s=0)
+    assert _kinds(engine.schedule(now_s=0))[-1] == (EventType.ADMITTED, "ns/a")
+    engine.evict(A, reason="GangRejected", message="2 of 3 placed", now_s=1)
+    engine.stopped(A, now_s=2)  # back in its group, in its old place: the key it was listed by
+
+    assert _kinds(engine.schedule(now_s=3))[-1] == (EventType.ADMITTED, "ns/a")
