@@ -1,9 +1,11 @@
 """Fixtures: a fresh API-server stand-in per test (on its own thread, free loopback port) and
 the official client's API objects pointed at it; or one on the test's own event loop
-(`server`) with a KubeBackend tuned for fast tests (`backend`)."""
+(`server`) with a KubeBackend tuned for fast tests (`backend`); muster's INFO logs kept for
+a failed test's report."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -53,3 +55,10 @@ async def server() -> AsyncIterator[ApiServer]:
 async def backend(server: ApiServer) -> AsyncIterator[KubeBackend]:
     async with backend_for(server) as made:
         yield made
+
+
+@pytest.fixture(autouse=True)
+def _muster_info_logs(caplog: pytest.LogCaptureFixture) -> None:
+    """A failed test shows muster's INFO lines too (relists, reconciles, leases): the few a
+    test writes say which step of a chain of services did not happen."""
+    caplog.set_level(logging.INFO, logger="muster")

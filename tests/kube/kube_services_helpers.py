@@ -33,6 +33,10 @@ from muster.preemption.service import PreemptionConfig, run_preemption
 from muster.watcher import __main__ as watcher_main
 
 T = TypeVar("T")
+# The stacks running now. A service that dies ends nothing else (its task holds the error
+# until the stack stops), so the waits look at them: else a dead watcher looked like a
+# stalled one until the test's budget ran out, its error never shown.
+_RUNNING: list[Stack] = []
 # No test here restarts admission, so its shard lease need not expire for a successor: with a
 # 2 s TTL, a loaded test process that did not renew it for 1.5 s lost it (LeaseLostError).
 UNEXPIRING_LEASE_S = 600.0
@@ -58,11 +62,14 @@ async def eventually(
     check: Callable[[], Awaitable[T | None]], *, timeout_s: float | None = None
 ) -> T:
     """The first truthy result of `check()`, asked every 20 ms until `timeout_s` (None: what
-    is left of the test's time, `tests/budget.py`), then the test fails with the last result."""
+    is left of the test's time, `tests/budget.py`), then the test fails with the last result.
+    A service of a running stack that died fails it at once, with the service's error."""
     timeout_s = wait_s(timeout_s)
     deadline = time.monotonic() + timeout_s
     last: T | None = None
     while time.monotonic() < deadline:
+        for stack in _RUNNING:
+            stack.check_alive()
         last = await check()
         if last:
             return last
@@ -271,6 +278,13 @@ class Events:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
 
+    def check_alive(self) -> None:
+        """Fail with the error that ended the following (else a wait for an event that was
+        published would wait out the test's budget)."""
+        if self._task is not None and self._task.done() and not self._task.cancelled():
+            error = self._task.exception()
+            raise AssertionError(f"following the events ended: {error!r}") from error
+
     def of(self, workload: str, event_type: str | None = None) -> list[pb.Envelope]:
         return [
             e
@@ -339,20 +353,18 @@ class Stack:
         )
 
         async def serving() -> bool:
-            for name, task in self.tasks.items():
-                if task.done():
-                    task.result()
-                    raise AssertionError(f"{name} ended before serving")
+            self.check_alive()
             return all(h.serving for h in self.healths.values())
 
         await eventually(serving)
 
     def check_alive(self) -> None:
-        """Fail with the error of a service that died."""
+        """Fail with the error of a service that died (or of the events' follower)."""
+        self.events.check_alive()
         for name, task in self.tasks.items():
-            if task.done():
-                task.result()
-                raise AssertionError(f"{name} ended")
+            if task.done() and not task.cancelled():
+                error = task.exception()
+                raise AssertionError(f"service {name} ended: {error!r}") from error
 
     async def stop(self) -> None:
         for task in self.tasks.values():
@@ -390,11 +402,13 @@ async def running_stack(
             events = Events(bus)
             events.start()
             stack = Stack(bus=bus, server=standin, kubectl=kubectl, events=events)
+            _RUNNING.append(stack)
             try:
                 await stack.start(url, kube_flags=list(kube_flags), service_flags=service_flags)
                 yield stack
                 stack.check_alive()
             finally:
+                _RUNNING.remove(stack)
                 await stack.stop()
                 await events.stop()
                 kubectl.close()

@@ -18,7 +18,7 @@ from kube_backend_helpers import (
 )
 from kube_helpers import cluster_queue
 
-from muster.cluster.kube import KubeBackend, floor_of
+from muster.cluster.kube import Backoff, KubeBackend, WatchSettings, floor_of
 from muster.cluster.kube.changes import ChangeCache, Pending, matches
 from muster.cluster.kube.resources import watched_sources
 from muster.devtools.apiserver import (
@@ -306,3 +306,26 @@ def test_a_field_selector_that_negates_matches_as_the_server_does() -> None:
     assert matches(bound, {"spec": {"nodeName": "n1"}})
     assert not matches(bound, {"spec": {"nodeName": ""}})
     assert not matches(bound, {"spec": {}})
+
+
+async def test_each_cut_of_a_watch_that_worked_waits_the_first_delay_only(
+    server: ApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Cuts apart in time, each after events went through, are separate outages: the back-off
+    # starts over (it climbed to its 10 s maximum over a long-lived watcher's occasional cuts).
+    climbing = WatchSettings(backoff=Backoff(initial_s=0.1, max_s=3.2))
+    caplog.set_level(logging.DEBUG, logger="muster.cluster.kube.informer")
+    async with backend_for(server, watch=climbing) as backend, ChangeLog(backend) as log:
+        await backend.apply(pod("p", workload="w"))
+        for step in range(6):
+            relabel(server, "p", {"step": str(step)})
+            await log.barrier(server, backend)  # every source watches again, and delivered
+            server.drop_watches()
+        await log.barrier(server, backend)
+    source = "pods.core[muster.dev/workload]: "
+    waits = [
+        r.getMessage().rsplit("; again in ", 1)[1]
+        for r in caplog.records
+        if r.getMessage().startswith(source) and "; again in " in r.getMessage()
+    ]
+    assert waits == ["0.1s"] * 6

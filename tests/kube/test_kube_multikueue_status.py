@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -17,6 +17,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from muster.bus import new_event
+from muster.bus.errors import BusError
 from muster.cluster import ClusterChange
 from muster.cluster.kube.resources import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
@@ -164,9 +165,9 @@ class Recorder:
     def __init__(self) -> None:
         self.published: list[pb.Envelope] = []
 
-    async def publish(self, e: pb.Envelope) -> int:
-        self.published.append(e)
-        return len(self.published)
+    async def publish_many(self, envs: Sequence[pb.Envelope]) -> list[int | BusError]:
+        self.published.extend(envs)
+        return list(range(len(self.published) - len(envs) + 1, len(self.published) + 1))
 
 
 def the_copy(status: dict[str, Any]) -> dict[str, Any]:

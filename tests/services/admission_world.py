@@ -157,8 +157,9 @@ class Running:
         self.health = health
         self.bus = bus
 
-    async def wait_serving(self, timeout_s: float = 10.0) -> None:
-        async with asyncio.timeout(timeout_s):
+    async def wait_serving(self, timeout_s: float | None = None) -> None:
+        """Until it serves (at most `timeout_s`; None: what is left of the test's time)."""
+        async with asyncio.timeout(wait_s(timeout_s)):
             while not self.health.serving:
                 if self.task.done():
                     self.task.result()
@@ -176,16 +177,18 @@ class Running:
         await self.kill()
 
 
-# For a test that restarts no replica: its lease need not expire for a successor, and with
-# the 2 s TTL of `start_admission` a loaded test process that did not renew it for 1.5 s lost
-# it (LeaseLostError). A test that kills a replica keeps the short TTL: the successor waits it.
-UNEXPIRING_LEASE_S = 600.0
+# The shard lease's TTL here. `kill` cancels a replica, which gives its lease up on the way
+# out (`run_admission`), so a successor takes over within one poll whatever the TTL: the TTL
+# only bounds how long a loaded test process may go without renewing. With 2 s, one that did
+# not renew for 1.5 s (load ~40 on 2 cores) lost it (LeaseLostError) and stopped deciding.
+LEASE_TTL_S = 60.0
+UNEXPIRING_LEASE_S = 600.0  # for a test that restarts no replica
 
 
 async def start_admission(bus_config: BusConfig, **settings: Any) -> Running:
     bus = await connect(msgspec_replace(bus_config, name="muster-admission-test"))
     health = Health("admission")
-    defaults = {"lease_ttl_s": 2.0, "lease_renew_s": 0.5, "ack_wait_s": 2.0}
+    defaults = {"lease_ttl_s": LEASE_TTL_S, "lease_renew_s": 0.5, "ack_wait_s": 2.0}
     config = AdmissionConfig(**{**defaults, **settings})
     task = asyncio.create_task(run_admission(bus, health, config))
     return Running(task, health, bus)

@@ -19,6 +19,7 @@ from admission_world import (
     submitted,
     workload,
 )
+from budget import wait_s
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from muster.bus import Bus
@@ -26,6 +27,10 @@ from muster.bus import Bus
 pytestmark = pytest.mark.timeout(90)
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
+# The successor waits this long for a SIGKILLed replica's lease (its TTL). With 2 s (renewed
+# every 0.67 s) a replica that went 1.33 s without renewing, as a loaded test process may
+# (load ~40 on 2 cores), lost its lease and stopped before it was killed.
+LEASE_TTL_S = "5"
 
 
 class Process:
@@ -34,7 +39,9 @@ class Process:
         self.health = health
         self.log = log
 
-    async def wait_serving(self, *, timeout_s: float = 20.0) -> None:
+    async def wait_serving(self, *, timeout_s: float | None = None) -> None:
+        """Until it serves (at most `timeout_s`; None: what is left of the test's time)."""
+        timeout_s = wait_s(timeout_s)
         async with grpc.aio.insecure_channel(self.health) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             watch = stub.Watch(health_pb2.HealthCheckRequest(service="admission"))
@@ -57,7 +64,7 @@ async def admission_process(nats_url: str, log: Path, *args: str) -> AsyncIterat
     with log.open("ab") as stderr:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "muster.cli.main", "service", "admission",
-            "--nats", nats_url, "--health-port", "0", "--lease-ttl-seconds", "2", *args,
+            "--nats", nats_url, "--health-port", "0", "--lease-ttl-seconds", LEASE_TTL_S, *args,
             stdout=asyncio.subprocess.PIPE, stderr=stderr,
         )  # fmt: skip
     try:
@@ -87,7 +94,7 @@ async def test_sigkilled_process_is_replaced_without_losing_or_repeating_admissi
 
     await publish(bus, fact("finished", "ns/p0"), submitted(workload("p5", cpu="1")))
     async with admission_process(nats_server, log) as second:
-        await second.wait_serving()  # once the dead one's lease expired (2 s)
+        await second.wait_serving()  # once the dead one's lease expired
         await events.wait_for("admitted", workload="ns/p3")
         await publish(bus, fact("finished", "ns/p1"), fact("finished", "ns/p2"))
         await events.wait_for("admitted", workload="ns/p4")

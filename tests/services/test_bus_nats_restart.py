@@ -1,5 +1,5 @@
 """Readers that outlive NATS: a nats-server restarted mid-test (same port, same store), and
-consumers the server deleted."""
+consumers the server deleted; setting up (a bucket) waits for a server that is away."""
 
 from __future__ import annotations
 
@@ -7,10 +7,14 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 
+import msgspec
 import pytest
+from admission_world import eventually
+from budget import wait_s
 from bus_helpers import PENDING, Recorder, consuming, pending
+from conftest import NatsServer
 
-from muster.bus import EVENTS_STREAM, Bus
+from muster.bus import EVENTS_STREAM, Bus, BusConfig, connect
 from muster.contracts.v1.events_pb2 import Envelope
 
 pytestmark = pytest.mark.timeout(60)
@@ -79,3 +83,31 @@ async def publish_when_back(bus: Bus, envs: list[Envelope], *, timeout_s: float 
                     await asyncio.sleep(0.1)
 
     await asyncio.wait_for(publish(), timeout_s)
+
+
+async def test_a_bucket_opened_while_nats_server_restarts_is_opened_once_it_is_back(
+    bus_config: BusConfig, nats_process: NatsServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # What a service does as it starts (the gateway, admission after its lease); a request
+    # NATS does not answer fails in 0.5 s here, as one the restart swallowed does in 5 s.
+    quick = msgspec.structs.replace(bus_config, publish_timeout_s=0.5)
+    bus = await connect(quick)
+    try:
+        nats_process.stop()
+        opening = asyncio.create_task(bus.kv("MUSTER_TEST_RESTART"))
+
+        async def told() -> bool:
+            if opening.done():
+                opening.result()  # it gave up (raises), or NATS answered while it was away
+                raise AssertionError("opened while nats-server was away")
+            return "NATS does not answer" in caplog.text
+
+        await eventually(told)
+        nats_process.start()
+        bucket = await asyncio.wait_for(opening, wait_s(None))
+        await bucket.put("k", b"v")
+        stored = await bucket.get("k")
+        assert stored is not None
+        assert stored.value == b"v"
+    finally:
+        await bus.close()

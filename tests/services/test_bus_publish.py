@@ -16,6 +16,7 @@ from muster.bus import (
     connect,
     subject_of,
 )
+from muster.bus.envelope import encode
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -95,3 +96,81 @@ async def test_publishing_with_no_stream_raises_retry(bus: Bus) -> None:
     await bus.js.delete_stream(EVENTS_STREAM)
     with pytest.raises(Retry):
         await bus.publish(submitted("ns/a"))
+
+
+async def test_publish_many_stores_each_workloads_events_in_order(bus: Bus) -> None:
+    envs = [pending(f"ns/{w}", str(n)) for n in range(3) for w in "abc"]  # a0 b0 c0 a1 ...
+    envs.insert(0, submitted("ns/a"))
+
+    results = await bus.publish_many(envs)
+
+    assert sorted(r for r in results if isinstance(r, int)) == list(range(1, len(envs) + 1))
+    for workload in ("ns/a", "ns/b", "ns/c"):
+        mine = [
+            (r, e.event_id) for r, e in zip(results, envs, strict=True) if e.workload == workload
+        ]
+        assert mine == sorted(mine)  # stored in the order given
+    again = await bus.publish_many(envs)  # a retried batch: JetStream drops the copies
+    assert again == results
+    assert await bus.last_sequence(EVENTS_STREAM) == len(envs)
+
+
+async def test_publish_many_sends_nothing_of_a_workload_after_its_event_that_failed(
+    bus_config: BusConfig,
+) -> None:
+    small = await connect(BusConfig(url=bus_config.url, max_event_bytes=500))
+    try:
+        await small.ensure_streams()
+        a0, a1, a2 = (
+            pending("ns/a", "0"),
+            submitted("ns/a", manifest="x" * 1000),
+            pending("ns/a", "2"),
+        )
+        b0, b1 = pending("ns/b", "0"), pending("ns/b", "1")
+
+        results = await small.publish_many([a0, b0, a1, b1, a2])
+
+        assert isinstance(results[0], int)
+        assert isinstance(results[1], int)
+        assert isinstance(results[2], Reject)
+        assert isinstance(results[3], int)
+        assert isinstance(results[4], Retry)
+        assert "not sent" in str(results[4])
+        stored = [(await small.js.get_msg(EVENTS_STREAM, seq)).data for seq in (1, 2, 3)]
+        assert stored == [encode(a0), encode(b0), encode(b1)]
+        assert await small.last_sequence(EVENTS_STREAM) == 3
+    finally:
+        await small.close()
+
+
+async def test_publish_raw_many_reports_each_message_alone(bus: Bus) -> None:
+    results = await bus.publisher.publish_raw_many(
+        [(SUBMITTED, b"one"), ("no.stream.here", b"two"), (SUBMITTED, b"three")]
+    )
+
+    assert results[0] == 1
+    assert results[2] == 2
+    assert isinstance(results[1], Retry)
+    assert "no stream answered" in str(results[1])
+    stored = await bus.js.get_msg(EVENTS_STREAM, 2)
+    assert stored.data == b"three"
+    assert not stored.headers
+
+
+async def test_a_publish_nobody_acks_is_a_retry_after_the_timeout(bus_config: BusConfig) -> None:
+    quick = await connect(BusConfig(url=bus_config.url, publish_timeout_s=0.2))
+    try:
+        await quick.ensure_streams()
+        # A plain subscriber, not a stream: the server finds a responder, which never answers.
+        silent = await quick.nc.subscribe("silent.subject")
+        with pytest.raises(Retry, match="no PubAck"):
+            await quick.publisher.publish_raw("silent.subject", b"x", {})
+        results = await quick.publisher.publish_raw_many(
+            [("silent.subject", b"y"), (SUBMITTED, b"stored")]
+        )
+        assert isinstance(results[0], Retry)
+        assert "no PubAck" in str(results[0])
+        assert results[1] == 1
+        await silent.unsubscribe()
+    finally:
+        await quick.close()

@@ -10,9 +10,11 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 
+import msgspec
 import pytest
 from bus_helpers import EventLog
 from placement_stack import (
+    CLUSTER,
     Stack,
     node,
     placement_stack,
@@ -24,8 +26,16 @@ from placement_stack import (
 from muster.bus import EVENTS_STREAM, Bus
 from muster.cluster.backend import PodSetStart
 from muster.contracts.v1 import events_pb2
+from muster.watcher.pods import Sent
+from muster.watcher.service import WATCHER_BUCKET
 
 pytestmark = pytest.mark.timeout(60)
+
+FLAVOR = {
+    "apiVersion": "kueue.x-k8s.io/v1beta1",
+    "kind": "ResourceFlavor",
+    "metadata": {"name": "default"},
+}
 
 
 @pytest.fixture
@@ -127,12 +137,7 @@ async def test_restarted_watcher_publishes_finished_once(stack: Stack) -> None:
     # the restart shows the watcher has caught up past the pods' changes.
     await stack.stop("watcher")
     await stack.start_watcher()
-    flavor = {
-        "apiVersion": "kueue.x-k8s.io/v1beta1",
-        "kind": "ResourceFlavor",
-        "metadata": {"name": "default"},
-    }
-    await stack.backend.apply(flavor)
+    await stack.backend.apply(FLAVOR)
     applied = await stack.events.wait_for("config_applied", timeout_s=10)
     assert applied.config_applied.name == "default"
     assert len(stack.events.matching("finished", workload=key)) == 1
@@ -227,3 +232,27 @@ async def test_a_binder_restarted_after_a_submitted_left_the_stream_starts_it_fr
     else:  # what a binder did before admissions carried the manifest: it never starts it
         await asyncio.sleep(1.0)
         assert await stack.pods_of(key) == []
+
+
+async def test_pods_only_pending_cost_the_watcher_no_mark_until_they_run(stack: Stack) -> None:
+    key = await submit_and_admit(stack, "later", count=2, run_seconds=None)  # no node yet
+    pending = await stack.events.wait_for("pods_pending", workload=key, timeout_s=10)
+    while len(pending.pods_pending.pods) < 2:  # the binder may create the pods one at a time
+        pending = await stack.events.wait_for_next("pods_pending", after=pending, timeout_s=10)
+    # A later batch's event: the batch that published pods_pending is over, marks and all.
+    await stack.backend.apply(FLAVOR)
+    applied = await stack.events.wait_for("config_applied", timeout_s=10)
+    marks = await stack.bus.kv(WATCHER_BUCKET)
+    namespace, _, name = key.partition("/")
+    mark_key = f"{CLUSTER}.wl.{namespace}.{name}"
+    assert await marks.get(mark_key) is None
+
+    await stack.backend.apply(node("a"))
+    await stack.events.wait_for("pods_ready", workload=key, timeout_s=10)
+    await stack.backend.apply({**FLAVOR, "metadata": {"name": "second"}})
+    await stack.events.wait_for_next("config_applied", after=applied, timeout_s=10)
+    stored = await marks.get(mark_key)
+    assert stored is not None
+    sent = msgspec.json.decode(stored.value or b"", type=Sent)
+    assert len(sent.running) == len(sent.pods_ready) == 2
+    assert len(sent.pending) >= 1  # what was remembered in memory is written with them

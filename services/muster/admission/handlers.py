@@ -68,6 +68,7 @@ from muster.bus import Conflict, Reject, Retry
 from muster.bus.cancel import finishing, gather_or_cancel, raise_if_cancelling
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
 from muster.bus.partitions import parse_token, token
+from muster.bus.publisher import waves_by_workload
 from muster.bus.subjects import record_filter
 from muster.bus.tracing import headers_of_envelope, recording, start_span, trace_decisions
 from muster.contracts.v1 import events_pb2 as pb
@@ -435,16 +436,3 @@ class Rounds:
             except Retry as exc:
                 log.warning("dead-lettering %s failed, retrying: %s", env.type, exc)
                 await asyncio.sleep(self.retry_s)
-
-
-def waves_by_workload(envs: Sequence[pb.Envelope]) -> list[list[pb.Envelope]]:
-    """Split `envs` into waves: the n-th wave holds each workload's n-th envelope, in order."""
-    waves: list[list[pb.Envelope]] = []
-    seen: dict[str, int] = {}
-    for env in envs:
-        n = seen.get(env.workload, 0)
-        seen[env.workload] = n + 1
-        if n == len(waves):
-            waves.append([])
-        waves[n].append(env)
-    return waves

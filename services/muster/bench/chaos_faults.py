@@ -71,7 +71,9 @@ class Faults:
                 proc = svc.process
                 if proc is None or proc.returncode is None or svc.name in self._ours:
                     continue
-                self.exits.append(f"{svc.name} exited with status {proc.returncode}")
+                self.exits.append(
+                    f"{svc.name} exited with status {proc.returncode}; see {svc.log_path}"
+                )
                 log.error("%s exited on its own (status %s)", svc.name, proc.returncode)
                 self._ours.add(svc.name)
                 self._bring_back(svc.name, delay_s=0.0)

@@ -169,7 +169,7 @@ def services(urls: dict[str, str], *, nats_url: str, log_dir: Path) -> list[Serv
                 cluster=cluster,
                 extra=["--cluster-backend", "kube", "--kube-host", url, *UNLIMITED],
             ),
-            log_path=log_dir / f"{name}-{cluster}.log",
+            log_dir=log_dir,
             cluster=cluster,
         )
         for cluster, url in urls.items()

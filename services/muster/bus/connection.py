@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import ssl
-from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import NamedTuple
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from typing import NamedTuple, TypeVar
 
 import msgspec
 import nats.errors
@@ -24,7 +26,7 @@ from nats.js import JetStreamContext
 from muster.bus.client import MusterClient, outage_callbacks
 from muster.bus.consumer import ConsumerSettings, Handler, consume, consumer_config
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
-from muster.bus.errors import Reject, Retry, wrapped
+from muster.bus.errors import BusError, Reject, Retry, Unavailable, wrapped
 from muster.bus.kv import Bucket, open_bucket
 from muster.bus.objects import ObjectBucket
 from muster.bus.publisher import Publisher
@@ -36,7 +38,20 @@ from muster.contracts.v1.events_pb2 import Envelope
 from muster.metrics.bus import DEAD_LETTER, ERROR, RETRY, BusMetrics, instrument
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 LAG_EVERY_S = 5.0  # how often a consumer's lag is read from NATS, with metrics on
+# How long setting up (streams, buckets) waits for a NATS that does not answer: a restart of
+# nats-server takes seconds on a loaded machine, and a service starting meanwhile exited.
+OUTAGE_PATIENCE_S = 30.0
+# What NATS not answering looks like (a request lost with the connection, none served yet).
+_NO_ANSWER = (
+    TimeoutError,  # nats.errors.TimeoutError too
+    nats.errors.NoRespondersError,
+    nats.errors.ConnectionClosedError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.StaleConnectionError,
+    nats.js.errors.ServiceUnavailableError,
+)
 
 
 class BusConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -175,7 +190,9 @@ class Bus:
         may only read them (`muster nats-setup` made them) starts as well.
         """
         for config in stream_configs(replicas=self.config.stream_replicas):
-            await ensure_stream(self.js, config)
+            await outlasting(
+                f"stream {config.name}", functools.partial(ensure_stream, self.js, config)
+            )
 
     async def close(self) -> None:
         """Flush what was published and close the connection (drains subscriptions first)."""
@@ -208,6 +225,10 @@ class Bus:
     async def publish_all(self, envs: Iterable[Envelope]) -> list[int]:
         """Store `envs` in order, each acked before the next is sent; their sequences."""
         return await self.publisher.publish_all(envs)
+
+    async def publish_many(self, envs: Sequence[Envelope]) -> list[int | BusError]:
+        """Store `envs` many at a time, each workload's in order (`Publisher.publish_many`)."""
+        return await self.publisher.publish_many(envs)
 
     async def consume(
         self,
@@ -343,8 +364,10 @@ class Bus:
         )
 
     async def kv(self, bucket: str, *, ttl_s: float | None = None, history: int = 1) -> Bucket:
-        """The key-value bucket `bucket`, created if missing (on `stream_replicas` servers)."""
-        return await open_bucket(
+        """The key-value bucket `bucket`, created if missing (on `stream_replicas` servers);
+        waits for a NATS that does not answer (`outlasting`)."""
+        opening = functools.partial(
+            open_bucket,
             self.js,
             bucket,
             ttl_s=ttl_s,
@@ -352,3 +375,36 @@ class Bus:
             replicas=self.config.stream_replicas,
             writer=self.publisher,
         )
+        return await outlasting(f"key-value bucket {bucket}", opening)
+
+
+async def outlasting(
+    what: str, op: Callable[[], Awaitable[T]], *, patience_s: float = OUTAGE_PATIENCE_S
+) -> T:
+    """`op()`, tried again while NATS does not answer (a nats-server restarting, JetStream not
+    serving yet), for `patience_s` at most, then its error: a service that sets up while the
+    server restarts waits for it, as its connection does. An answer that is an error (a
+    refused change), or a creation NATS does not answer (no right to: SetupError), is raised
+    at once."""
+    deadline = time.monotonic() + patience_s
+    delay_s, told = 0.1, False
+    while True:
+        try:
+            return await op()
+        except (Unavailable, nats.errors.Error, TimeoutError) as exc:
+            if not _no_answer(exc) or time.monotonic() + delay_s >= deadline:
+                raise
+            if not told:
+                log.warning("%s: NATS does not answer (%r); trying again", what, exc)
+                told = True
+        await asyncio.sleep(delay_s)
+        delay_s = min(2 * delay_s, 1.0)
+
+
+def _no_answer(exc: BaseException | None) -> bool:
+    """Whether `exc`, or what it was raised from, is NATS not answering."""
+    while exc is not None:
+        if isinstance(exc, _NO_ANSWER):
+            return True
+        exc = exc.__cause__
+    return False

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
-from collections.abc import Iterable, Mapping
-from typing import Protocol
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
+import msgspec
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client as NatsClient
@@ -22,7 +22,7 @@ from nats.js import JetStreamContext
 
 from muster.bus.client import subscribe_direct
 from muster.bus.envelope import encode
-from muster.bus.errors import Conflict, Reject, Retry
+from muster.bus.errors import BusError, Conflict, Reject, Retry
 from muster.bus.subjects import dlq_subject, subject_of
 from muster.bus.tracing import trace_headers
 from muster.contracts.v1.events_pb2 import Envelope
@@ -46,6 +46,10 @@ DLQ_TRUNCATED = "Muster-Dlq-Truncated-From"
 _WRONG_LAST_SEQUENCE = 10071  # JetStream err_code: Nats-Expected-Last-*-Sequence mismatch
 _MESSAGE_TOO_LARGE = 10054  # JetStream err_code: message over the stream's max_msg_size
 _STATUS = "Status"
+# A message handed to the connection: its reply token, and the future its PubAck answers.
+_Pending = tuple[str, "asyncio.Future[bytes | None]"]
+_Message = tuple[int, str, bytes, dict[str, str]]  # its index in a batch, subject, data, headers
+_UNSENT = Retry(1.0, "not sent: an earlier event of its workload was not stored")
 _NO_RESPONDERS = "503"
 
 
@@ -89,6 +93,18 @@ class Publisher:
         that sequence (0: there is none).
         Raises Reject when `env` is over the size limit, Retry when NATS does not answer.
         """
+        subject, data, headers = self._message(env)
+        if expected_last_subject_sequence is not None:
+            headers[EXPECTED_LAST_SUBJECT_SEQUENCE] = str(expected_last_subject_sequence)
+            if fenced_on is not None:
+                headers[EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT] = fenced_on
+        sequence = await self.publish_raw(subject, data, headers)
+        if self.metrics is not None:
+            self.metrics.published(env.type)
+        return sequence
+
+    def _message(self, env: Envelope) -> tuple[str, bytes, dict[str, str]]:
+        """`env`'s subject, bytes and headers (dedupe id, trace); Reject when it is too large."""
         data = encode(env)
         if len(data) > self.max_event_bytes:
             raise Reject(
@@ -102,51 +118,99 @@ class Publisher:
                 headers["tracestate"] = env.tracestate
         else:
             headers.update(trace_headers())
-        if expected_last_subject_sequence is not None:
-            headers[EXPECTED_LAST_SUBJECT_SEQUENCE] = str(expected_last_subject_sequence)
-            if fenced_on is not None:
-                headers[EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT] = fenced_on
-        sequence = await self.publish_raw(subject_of(env), data, headers)
-        if self.metrics is not None:
-            self.metrics.published(env.type)
-        return sequence
+        return subject_of(env), data, headers
 
     async def publish_all(self, envs: Iterable[Envelope]) -> list[int]:
         """Publish `envs` one after the other, so they are stored in this order; their sequences."""
         return [await self.publish(env) for env in envs]
 
+    async def publish_many(self, envs: Sequence[Envelope]) -> list[int | BusError]:
+        """Store `envs` with many in flight; per envelope its sequence, or why it is not stored.
+
+        One workload's events are stored in the order given: each is sent only once the one
+        before it has its PubAck, so a failure leaves no later event of that workload stored
+        before it (they come back as `Retry`, unsent). Different workloads' events (and a
+        workload's first, second, ... event) go out together, their PubAcks awaited as one.
+        The caller retries what failed with the same ids (at-least-once; JetStream drops the
+        copies of what was stored).
+        """
+        results: list[int | BusError] = [_UNSENT] * len(envs)
+        failed: set[str] = set()  # workloads whose events stop here
+        for wave in wave_indexes(envs):
+            messages: list[_Message] = []
+            for i in wave:
+                if envs[i].workload in failed:
+                    continue  # stays _UNSENT
+                try:
+                    messages.append((i, *self._message(envs[i])))
+                except Reject as exc:
+                    results[i] = exc
+                    failed.add(envs[i].workload)
+            for i in await self._flight(messages, results):
+                failed.add(envs[i].workload)
+        if self.metrics is not None:
+            for env, result in zip(envs, results, strict=True):
+                if isinstance(result, int):
+                    self.metrics.published(env.type)
+        return results
+
     async def publish_raw(self, subject: str, data: bytes, headers: dict[str, str]) -> int:
         """Store `data` on `subject` and return its sequence; maps NATS errors to Retry/Reject."""
-        size = len(data) + headers_size(headers)
+        [answer] = await self._acks.answers(
+            [await self._send(subject, data, headers)], timeout_s=self.timeout_s
+        )
+        if isinstance(answer, BaseException):
+            raise _bus_error(answer, subject, headers, self.timeout_s) from answer
+        return answer
+
+    async def publish_raw_many(self, messages: Sequence[tuple[str, bytes]]) -> list[int | BusError]:
+        """Store each (subject, data), without headers, all in flight together (KV puts of
+        distinct keys: no order among them); per message its sequence, or why it is not."""
+        results: list[int | BusError] = [_UNSENT] * len(messages)
+        await self._flight(
+            [(i, subject, data, {}) for i, (subject, data) in enumerate(messages)], results
+        )
+        return results
+
+    async def _flight(
+        self, messages: Sequence[_Message], results: list[int | BusError]
+    ) -> list[int]:
+        """Send `messages` (index, subject, data, headers), then await their PubAcks as one;
+        each one's sequence or error goes to `results` at its index. The indexes that failed."""
+        failed: list[int] = []
+        sent: list[tuple[int, str, _Pending]] = []
+        try:
+            for i, subject, data, headers in messages:
+                try:
+                    sent.append((i, subject, await self._send(subject, data, headers)))
+                except BusError as exc:
+                    results[i] = exc
+                    failed.append(i)
+        except BaseException:  # cancelled while sending: no reply will be awaited
+            self._acks.forget([pending for _, _, pending in sent])
+            raise
+        answers = await self._acks.answers([p for _, _, p in sent], timeout_s=self.timeout_s)
+        for (i, subject, _), answer in zip(sent, answers, strict=True):
+            if isinstance(answer, int):
+                results[i] = answer
+            else:
+                results[i] = _bus_error(answer, subject, {}, self.timeout_s)
+                failed.append(i)
+        return failed
+
+    async def _send(self, subject: str, data: bytes, headers: dict[str, str]) -> _Pending:
+        """Hand the message to the connection (its PubAck still to come); raises the bus's
+        errors: Reject when it is over the server's max_payload."""
+        size = len(data) + (headers_size(headers) if headers else 0)
         if size > self._nc.max_payload:
             raise Reject(
                 f"message for {subject} is {size} bytes with headers, over the server's "
                 f"max_payload of {self._nc.max_payload}"
             )
         try:
-            seq = await self._acks.publish(subject, data, headers, timeout_s=self.timeout_s)
-        except nats.errors.MaxPayloadError as exc:
-            raise Reject(f"message for {subject} is over the server's max_payload") from exc
-        except nats.js.errors.APIError as exc:
-            if exc.err_code == _WRONG_LAST_SEQUENCE:
-                raise Conflict(subject, int(headers[EXPECTED_LAST_SUBJECT_SEQUENCE])) from exc
-            if exc.err_code == _MESSAGE_TOO_LARGE:
-                raise Reject(f"message for {subject}: {exc.description}") from exc
-            raise Retry(1.0, f"JetStream refused a message for {subject}: {exc}") from exc
-        except TimeoutError as exc:
-            raise Retry(1.0, f"no PubAck for {subject} within {self.timeout_s:g}s") from exc
-        except (nats.js.errors.NoStreamResponseError, nats.errors.NoRespondersError) as exc:
-            raise Retry(1.0, f"no stream answered for {subject}") from exc
-        except (
-            nats.errors.OutboundBufferLimitError,
-            nats.errors.ConnectionReconnectingError,
-            nats.errors.ConnectionClosedError,
-            nats.errors.ConnectionDrainingError,
-        ) as exc:
-            raise Retry(1.0, f"NATS connection not usable for {subject}: {exc!r}") from exc
-        except nats.errors.Error as exc:  # anything else nats-py raises: no nats error leaves
-            raise Retry(1.0, f"publishing to {subject} failed: {exc!r}") from exc
-        return seq
+            return await self._acks.send(subject, data, headers or None)
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise _bus_error(exc, subject, headers, self.timeout_s) from exc
 
     async def dead_letter(self, msg: Msg, *, consumer: str, reason: str) -> int:
         """Copy `msg`, bytes as they were, to `muster.v1.dlq.<consumer>` with why; its sequence.
@@ -195,6 +259,52 @@ class Publisher:
         return sequence
 
 
+def _bus_error(
+    exc: BaseException, subject: str, headers: Mapping[str, str], timeout_s: float
+) -> BusError:
+    """The bus's error for nats-py's `exc` about a message to `subject`: Conflict (a fence
+    lost), Reject (too large, for good), else Retry."""
+    if isinstance(exc, nats.errors.MaxPayloadError):
+        return Reject(f"message for {subject} is over the server's max_payload")
+    if isinstance(exc, nats.js.errors.APIError):
+        if exc.err_code == _WRONG_LAST_SEQUENCE:
+            return Conflict(subject, int(headers.get(EXPECTED_LAST_SUBJECT_SEQUENCE, "0")))
+        if exc.err_code == _MESSAGE_TOO_LARGE:
+            return Reject(f"message for {subject}: {exc.description}")
+        return Retry(1.0, f"JetStream refused a message for {subject}: {exc}")
+    if isinstance(exc, TimeoutError):
+        return Retry(1.0, f"no PubAck for {subject} within {timeout_s:g}s")
+    if isinstance(exc, nats.js.errors.NoStreamResponseError | nats.errors.NoRespondersError):
+        return Retry(1.0, f"no stream answered for {subject}")
+    if isinstance(
+        exc,
+        nats.errors.OutboundBufferLimitError
+        | nats.errors.ConnectionReconnectingError
+        | nats.errors.ConnectionClosedError
+        | nats.errors.ConnectionDrainingError,
+    ):
+        return Retry(1.0, f"NATS connection not usable for {subject}: {exc!r}")
+    return Retry(1.0, f"publishing to {subject} failed: {exc!r}")  # no nats error leaves
+
+
+def wave_indexes(envs: Sequence[Envelope]) -> list[list[int]]:
+    """Indexes of `envs` by rank within their workload: wave n holds each workload's n-th."""
+    rank: dict[str, int] = {}
+    waves: list[list[int]] = []
+    for i, env in enumerate(envs):
+        n = rank.get(env.workload, 0)
+        rank[env.workload] = n + 1
+        if n == len(waves):
+            waves.append([])
+        waves[n].append(i)
+    return waves
+
+
+def waves_by_workload(envs: Sequence[Envelope]) -> list[list[Envelope]]:
+    """Split `envs` into waves: the n-th wave holds each workload's n-th envelope, in order."""
+    return [[envs[i] for i in wave] for wave in wave_indexes(envs)]
+
+
 def header_value(text: str, limit: int = 1024) -> str:
     """`text` made safe for one NATS header line."""
     one_line = " ".join(text.split())
@@ -216,14 +326,9 @@ class _PubAcks:
         self._waiting: dict[str, asyncio.Future[bytes | None]] = {}
         self._tokens = itertools.count()
 
-    async def publish(
-        self, subject: str, data: bytes, headers: dict[str, str], *, timeout_s: float
-    ) -> int:
-        """The stream sequence of `data` stored on `subject`.
-
-        Raises what `JetStreamContext.publish` raises: TimeoutError, NoStreamResponseError,
-        APIError, and the connection's errors from sending.
-        """
+    async def send(self, subject: str, data: bytes, headers: dict[str, str] | None) -> _Pending:
+        """Send `data` to `subject`; its PubAck is then awaited with `answers`. Raises the
+        connection's errors from sending."""
         if not self._prefix:
             await self._subscribe()
         token = str(next(self._tokens))
@@ -231,16 +336,30 @@ class _PubAcks:
         self._waiting[token] = answer
         try:
             await self._nc.publish(subject, data, reply=self._prefix + token, headers=headers)
+        except BaseException:
+            del self._waiting[token]
+            raise
+        return token, answer
+
+    async def answers(
+        self, pending: Sequence[_Pending], *, timeout_s: float
+    ) -> list[int | Exception]:
+        """Per message sent, its stream sequence or what `JetStreamContext.publish` would
+        raise (TimeoutError, NoStreamResponseError, APIError); one timeout for them all."""
+        try:
             async with asyncio.timeout(timeout_s):
-                raw = await answer
+                for _, answer in pending:
+                    await answer
+        except TimeoutError:
+            pass  # those not answered are reported one by one below
         finally:
+            self.forget(pending)
+        return [_sequence_of(answer) for _, answer in pending]
+
+    def forget(self, pending: Sequence[_Pending]) -> None:
+        """Stop waiting for the PubAcks of `pending`."""
+        for token, _ in pending:
             self._waiting.pop(token, None)
-        if raw is None:  # the server's "503 no responders": no stream for this subject
-            raise nats.js.errors.NoStreamResponseError
-        reply = json.loads(raw)
-        if "error" in reply:
-            raise nats.js.errors.APIError.from_error(reply["error"])
-        return int(reply["seq"])
 
     async def _subscribe(self) -> None:
         if self._subscribing is None:
@@ -259,3 +378,25 @@ class _PubAcks:
             answer.set_result(None)
         else:
             answer.set_result(msg.data)
+
+
+class _Reply(msgspec.Struct):
+    """A PubAck (`seq`) or JetStream's error."""
+
+    seq: int = 0
+    error: dict[str, Any] | None = None
+
+
+def _sequence_of(answer: asyncio.Future[bytes | None]) -> int | Exception:
+    if not answer.done() or answer.cancelled():  # the one awaited at the timeout is cancelled
+        return TimeoutError()
+    raw = answer.result()
+    if raw is None:  # the server's "503 no responders": no stream for this subject
+        return nats.js.errors.NoStreamResponseError()
+    reply = msgspec.json.decode(raw, type=_Reply)
+    if reply.error is not None:
+        try:
+            nats.js.errors.APIError.from_error(reply.error)  # raises the error's own class
+        except nats.js.errors.APIError as exc:
+            return exc
+    return reply.seq

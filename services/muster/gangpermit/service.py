@@ -27,7 +27,7 @@ import msgspec
 from muster.api.wellknown import SCHEDULER_NAME
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.connection import Bus
-from muster.bus.errors import Reject, Unavailable
+from muster.bus.errors import BusError, Reject, Unavailable
 from muster.bus.poison import Quarantine
 from muster.bus.subjects import config_subject, workload_filters
 from muster.bus.tracing import start_span, trace_decisions
@@ -72,7 +72,7 @@ class Readiness(Protocol):
 
 
 class Publisher(Protocol):
-    async def publish(self, env: events_pb2.Envelope) -> int: ...
+    async def publish_many(self, envs: Sequence[events_pb2.Envelope]) -> list[int | BusError]: ...
 
 
 class GangPermitConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -293,19 +293,14 @@ async def publish_until_done(publisher: Publisher, envs: Sequence[events_pb2.Env
     """
     left = list(envs)
     for attempt in itertools.count():
-        results = await asyncio.gather(
-            *(publisher.publish(e) for e in left), return_exceptions=True
-        )
+        # All in flight together, one workload's in order (`Publisher.publish_many`).
+        results = await publisher.publish_many(left)
         failed = []
         for env, result in zip(left, results, strict=True):
             if isinstance(result, Reject):
                 log.error("event refused: %s", result, extra={"workload": env.workload})
-            elif isinstance(result, asyncio.CancelledError):
-                raise result
-            elif isinstance(result, Exception):
+            elif isinstance(result, BusError):
                 failed.append(env)
-            elif isinstance(result, BaseException):
-                raise result
         if not failed:
             return
         left = failed

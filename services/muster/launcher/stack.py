@@ -26,17 +26,49 @@ PER_CLUSTER = ("sim-cluster", "watcher", "binder", "gangpermit")  # in start ord
 _ANNOUNCE = re.compile(rb"^(health|gateway|metrics): (\S+)")
 
 
+_LOG_TAIL_LINES = 20  # of a service's log, in the error when it exits at start
+_REAP_S = 5.0  # for a process that closed its output to be gone
+
+
 @dataclass
 class ServiceProcess:
     name: str
     argv: list[str]
-    log_path: Path
+    log_dir: Path
     process: asyncio.subprocess.Process | None = None
+    starts: int = 0  # how many times it was started
+    reader: asyncio.Task[None] | None = None  # copying this start's output to its log
     # "health" / "gateway" / "metrics" (with --metrics-port) -> host:port
     addresses: dict[str, str] = field(default_factory=dict)
     cluster: str = ""  # the cluster of a per-cluster service ("" for admission, ...)
     announced: asyncio.Event = field(default_factory=asyncio.Event)
     env: dict[str, str] | None = None  # its environment (its NATS credentials), else ours
+
+    @property
+    def log_path(self) -> Path:
+        """This start's log: `<name>.log`, then `<name>.1.log`, ... for each restart (a restart
+        that fails leaves the log of the run before it as it was)."""
+        restart = self.starts - 1
+        return self.log_dir / (f"{self.name}.{restart}.log" if restart > 0 else f"{self.name}.log")
+
+    async def exit_error(self) -> LaunchError:
+        """Why it is gone, once its output is copied: its exit status and the end of its log
+        (waited for a moment at most: it closed its output, so it is ending)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(_REAP_S):
+                if self.process is not None:
+                    await self.process.wait()
+                if self.reader is not None:
+                    await asyncio.shield(self.reader)
+        status = self.process.returncode if self.process is not None else None
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()[-_LOG_TAIL_LINES:]
+        except OSError as err:
+            lines = [f"(its log cannot be read: {err})"]
+        tail = "".join(f"\n  | {line}" for line in lines)
+        return LaunchError(
+            f"{self.name} exited at start (status {status}); see {self.log_path}{tail}"
+        )
 
 
 def service_argv(name: str, *, nats_url: str, cluster: str, extra: Sequence[str] = ()) -> list[str]:
@@ -137,7 +169,7 @@ class Stack:
             ServiceProcess(
                 name=label,
                 argv=service_argv(name, nats_url=nats_url, cluster=c, extra=extra),
-                log_path=log_dir / f"{label}.log",
+                log_dir=log_dir,
                 cluster=c if name in PER_CLUSTER else "",
                 env=_environment(
                     None if passwords is None else _credentials(identity(name, c), passwords),
@@ -169,17 +201,20 @@ class Stack:
             ) from None
 
     async def _spawn(self, svc: ServiceProcess) -> None:
+        svc.starts += 1
         svc.process = await asyncio.create_subprocess_exec(
             *svc.argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=svc.env
         )
-        self._readers.append(asyncio.create_task(self._read(svc)))
+        svc.reader = asyncio.create_task(self._read(svc))
+        self._readers.append(svc.reader)
 
     async def _read(self, svc: ServiceProcess) -> None:
         """Copy the service's output to its log, noting the addresses it announces."""
-        process, announced = svc.process, svc.announced  # this run's: a restart has its own
+        # This run's: a restart has its own.
+        process, announced, log_path = svc.process, svc.announced, svc.log_path
         assert process is not None
         assert process.stdout is not None
-        with svc.log_path.open("ab") as log:
+        with log_path.open("ab") as log:
             async for line in process.stdout:
                 log.write(line)
                 log.flush()
@@ -196,7 +231,7 @@ class Stack:
         await svc.announced.wait()
         assert svc.process is not None
         if svc.process.returncode is not None or "health" not in svc.addresses:
-            raise LaunchError(f"{svc.name} exited at start; see {svc.log_path}")
+            raise await svc.exit_error()
         async with grpc.aio.insecure_channel(svc.addresses["health"]) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             while True:
@@ -205,7 +240,7 @@ class Stack:
                     if reply.status == health_pb2.HealthCheckResponse.SERVING:
                         return
                 if svc.process.returncode is not None:
-                    raise LaunchError(f"{svc.name} exited at start; see {svc.log_path}")
+                    raise await svc.exit_error()
                 await asyncio.sleep(0.05)
 
     def service(self, name: str) -> ServiceProcess:

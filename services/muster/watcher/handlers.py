@@ -276,7 +276,9 @@ async def on_pod(change: ClusterChange, ctx: WatcherContext) -> None:
     sent.forget_pods_except(uids)
     if not pods:
         del ctx.pods[pod.workload]
-    if due or (not pods and had_pod_marks):
+    # A pods_pending alone is remembered here, not written: a restart may publish it again
+    # (same id) for pods still pending then, which saves a KV write for every new pod.
+    if any(out.field != "pods_pending" for out in due) or (not pods and had_pod_marks):
         ctx.marks.save(pod.workload, sent)
 
 

@@ -3,9 +3,10 @@ Kubernetes it also writes the status of the cluster's Kueue objects (`status`).
 
 Resumes the cluster watch after the last revision it handled (KV `MUSTER_WATCHER`, key
 `<cluster>`); what it sent per workload lives in the same bucket (`<cluster>.wl.<ns>.<name>`),
-so a restart neither loses nor repeats a fact. Changes are handled in batches (what arrived
-while the last batch was handled): a batch's events are published together, then its marks
-written, then its revision stored.
+so a restart neither loses nor repeats a fact (but the `pods_pending` of pods still pending,
+whose mark waits for the workload's next write: docs/events.md). Changes are handled in
+batches (what arrived while the last batch was handled): a batch's events are published
+together, then its marks written, then its revision stored.
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Protocol
 
 import msgspec
 
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.connection import Bus
-from muster.bus.errors import Retry, Unavailable
+from muster.bus.errors import BusError, Reject, Retry, Unavailable
 from muster.bus.kv import Bucket
 from muster.bus.poison import Quarantine
 from muster.cluster.backend import ClusterBackend, ClusterChange
@@ -61,6 +62,8 @@ class KueueWriter(KueueWorkloads, StatusSink, Protocol):
 
 
 Put = Callable[[str, bytes], Awaitable[int]]  # a KV put: key, value -> revision
+# KV puts of distinct keys, in flight together: per (key, value) its revision or why not.
+PutMany = Callable[[Sequence[tuple[str, bytes]]], Awaitable[Sequence[int | BusError]]]
 
 
 def bus_put(bus: Bus, bucket: str) -> Put:
@@ -74,13 +77,24 @@ def bus_put(bus: Bus, bucket: str) -> Put:
     return put
 
 
+def bus_put_many(bus: Bus, bucket: str) -> PutMany:
+    """Puts into `bucket` as `bus_put`, all in flight together (`publish_raw_many`)."""
+    prefix = f"$KV.{bucket}."
+
+    async def put_many(items: Sequence[tuple[str, bytes]]) -> Sequence[int | BusError]:
+        return await bus.publisher.publish_raw_many([(prefix + k, v) for k, v in items])
+
+    return put_many
+
+
 class KvMarks:
     """`MarksStore` over the `MUSTER_WATCHER` bucket: every mark of the cluster in memory (read
-    once at start), the changed ones written by `flush` (through `put`, else `kv.put`)."""
+    once at start), the changed ones written by `flush` (through `put_many`, else one by one
+    with `kv.put`)."""
 
-    def __init__(self, kv: Bucket, *, cluster: str, put: Put | None = None) -> None:
+    def __init__(self, kv: Bucket, *, cluster: str, put_many: PutMany | None = None) -> None:
         self._kv = kv
-        self._put = put or kv.put
+        self._put_many = put_many or self._put_one_by_one
         self._cluster = cluster
         self._prefix = f"{cluster}.wl."
         self._cache: dict[str, Sent] = {}
@@ -107,27 +121,46 @@ class KvMarks:
         self._changed.add(workload)
 
     async def flush(self) -> None:
-        """Write every mark changed since the last flush (side by side), retrying until done."""
+        """Write every mark changed since the last flush (all in flight together), and forget
+        the emptied ones, retrying until done."""
         changed, self._changed = self._changed, set()
-        if len(changed) == 1:  # the usual batch at a steady pace: no tasks for a gather
-            await self._write(changed.pop())
-        elif changed:
-            await asyncio.gather(*(self._write(workload) for workload in sorted(changed)))
+        puts: list[tuple[str, bytes]] = []
+        for workload in sorted(changed):
+            sent = self._cache.get(workload, Sent())
+            key = self._key(workload)
+            if sent.empty:
+                self._cache.pop(workload, None)
+                forget = functools.partial(self._kv.delete, key)
+                await _until_done(f"forgetting marks of {workload}", forget)
+            else:
+                puts.append((key, msgspec.json.encode(sent)))
+        delay_s = 0.1
+        while puts:
+            results = await self._put_many(puts)
+            left = [put for put, result in zip(puts, results, strict=True) if _again(put, result)]
+            if left:
+                log.warning("saving %d marks failed; retrying", len(left))
+                await asyncio.sleep(delay_s)
+                delay_s = min(delay_s * 2, 5.0)
+            puts = left
 
-    async def _write(self, workload: str) -> None:
-        sent = self._cache.get(workload, Sent())
-        key = self._key(workload)
-        if sent.empty:
-            self._cache.pop(workload, None)
-            forget = functools.partial(self._forget, key)
-            await _until_done(f"forgetting marks of {workload}", forget)
-        else:
-            value = msgspec.json.encode(sent)
-            write = functools.partial(self._put, key, value)
-            await _until_done(f"saving marks of {workload}", write)
+    async def _put_one_by_one(self, items: Sequence[tuple[str, bytes]]) -> list[int | BusError]:
+        results: list[int | BusError] = []
+        for key, value in items:
+            try:
+                results.append(await self._kv.put(key, value))
+            except BusError as exc:
+                results.append(exc)
+        return results
 
-    async def _forget(self, key: str) -> None:
-        await self._kv.delete(key)
+
+def _again(put: tuple[str, bytes], result: int | BusError) -> bool:
+    """Whether the put of a mark must be tried again: any failure but one for good (logged:
+    its workload's facts may then be published again after a restart)."""
+    if isinstance(result, Reject):
+        log.error("marks not saved: %s", result, extra={"key": put[0]})
+        return False
+    return isinstance(result, BusError)
 
 
 async def load_revision(kv: Bucket, cluster: str) -> int:
@@ -199,7 +232,7 @@ async def _watch(
 ) -> None:
     kv = await bus.kv(WATCHER_BUCKET)
     put = bus_put(bus, WATCHER_BUCKET)
-    marks = KvMarks(kv, cluster=config.cluster, put=put)
+    marks = KvMarks(kv, cluster=config.cluster, put_many=bus_put_many(bus, WATCHER_BUCKET))
     await marks.read_all()
     outbox = Outbox(bus)
     ctx = WatcherContext(

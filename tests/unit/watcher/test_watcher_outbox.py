@@ -5,14 +5,14 @@ drawn from the watch in batches (`batches`), and how a batch is remembered (`KvM
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import AsyncGenerator, Iterable, Sequence
 from typing import cast
 
 import msgspec
 import pytest
 
 from muster.bus import new_event
-from muster.bus.errors import Reject, Retry
+from muster.bus.errors import BusError, Reject, Retry
 from muster.bus.kv import Bucket
 from muster.cluster import ClusterChange
 from muster.contracts.v1 import events_pb2
@@ -23,20 +23,30 @@ pytestmark = pytest.mark.timeout(10)
 
 
 class Recorder:
-    """Publishes in the order calls complete; each publish waits for the loop to turn, so
-    publishes of different workloads interleave as they would on a real connection."""
+    """Stores what `publish_many` is given as the bus does: a workload's events in order, none
+    after one of its own that failed (`failures`: event id → what its next tries return)."""
 
-    def __init__(self, failures: dict[str, list[Exception]] | None = None) -> None:
+    def __init__(self, failures: dict[str, list[BusError]] | None = None) -> None:
         self.stored: list[tuple[str, str]] = []  # (workload, type)
         self.failures = failures or {}
+        self.calls = 0
 
-    async def publish(self, env: events_pb2.Envelope) -> int:
+    async def publish_many(self, envs: Sequence[events_pb2.Envelope]) -> list[int | BusError]:
+        self.calls += 1
         await asyncio.sleep(0)
-        left = self.failures.get(env.event_id)
-        if left:
-            raise left.pop(0)
-        self.stored.append((env.workload, env.type))
-        return len(self.stored)
+        results: list[int | BusError] = []
+        stopped: set[str] = set()
+        for env in envs:
+            left = self.failures.get(env.event_id)
+            if env.workload in stopped:
+                results.append(Retry(0.0, "not sent"))
+            elif left:
+                results.append(left.pop(0))
+                stopped.add(env.workload)
+            else:
+                self.stored.append((env.workload, env.type))
+                results.append(len(self.stored))
+        return results
 
 
 def event(field: str, workload: str = "") -> events_pb2.Envelope:
@@ -77,6 +87,7 @@ async def test_keeps_each_workloads_events_in_order_and_config_events_between() 
     config = stored.index(("", "config.applied"))
     assert stored.index(("ns/b", "workload.running")) < config
     assert stored.index(("ns/b", "workload.pods_ready")) > config
+    assert publisher.calls == 3  # one batch of publishes per side of the config event
 
 
 async def test_retries_a_temporary_failure_with_the_same_event_before_the_next() -> None:
@@ -86,6 +97,20 @@ async def test_retries_a_temporary_failure_with_the_same_event_before_the_next()
     await filled(publisher, [running, ready]).flush()
 
     assert publisher.stored == [("ns/a", "workload.running"), ("ns/a", "workload.pods_ready")]
+
+
+async def test_retries_only_what_failed_and_what_came_after_it_in_its_workload() -> None:
+    a0, a1, b0 = event("running", "ns/a"), event("pods_ready", "ns/a"), event("running", "ns/b")
+    publisher = Recorder({a0.event_id: [Retry(0.0, "no PubAck")]})
+
+    await filled(publisher, [a0, b0, a1]).flush()
+
+    assert publisher.stored == [
+        ("ns/b", "workload.running"),
+        ("ns/a", "workload.running"),
+        ("ns/a", "workload.pods_ready"),
+    ]
+    assert publisher.calls == 2
 
 
 async def test_drops_an_event_refused_for_good_and_publishes_the_rest() -> None:
@@ -169,6 +194,28 @@ async def test_marks_are_written_once_per_flush_and_forgotten_when_empty() -> No
     assert bucket.deletes == ["east.wl.ns.gone"]
     await marks.flush()
     assert len(bucket.puts) == 1  # nothing changed since
+
+
+async def test_marks_are_written_together_and_a_failed_write_is_tried_again() -> None:
+    bucket = FakeBucket()
+    calls: list[list[str]] = []
+
+    async def put_many(items: Sequence[tuple[str, bytes]]) -> list[int | BusError]:
+        calls.append([key for key, _ in items])
+        if len(calls) == 1:  # the first write of ns/b gets no PubAck; ns/c's is too large
+            return [1, Retry(0.0, "no PubAck"), Reject("too large")]
+        return [2]
+
+    marks = KvMarks(cast(Bucket, bucket), cluster="east", put_many=put_many)
+    for workload in ("ns/a", "ns/b", "ns/c"):
+        sent = marks.load(workload)
+        sent.running.append(f"uid-{workload}")
+        marks.save(workload, sent)
+
+    await marks.flush()
+
+    assert calls == [["east.wl.ns.a", "east.wl.ns.b", "east.wl.ns.c"], ["east.wl.ns.b"]]
+    assert bucket.puts == []  # all went through put_many
 
 
 async def test_revision_saver_stores_the_last_revision_handed_over_before_it_stops() -> None:

@@ -3,8 +3,9 @@ one `ClusterChange` stream.
 
 Each source lists (paged), then watches from the list's resourceVersion with bookmarks; a cut
 stream resumes from the last resourceVersion it saw, `410 Gone` relists (showing only
-differences, see `changes`), other failures back off exponentially, and a resource that is not
-served (a CRD not installed) is retried every `missing_retry_s`, with one warning.
+differences, see `changes`), other failures back off exponentially (from the first delay again
+once a watch delivered something: cuts hours apart are not one outage), and a resource that is
+not served (a CRD not installed) is retried every `missing_retry_s`, with one warning.
 
 Revisions. The API server's resourceVersion is etcd's one global revision, but separate watch
 streams deliver it out of order between resources, so a change's own resourceVersion is no
@@ -91,6 +92,7 @@ class _SourceLoop:
         self._needs_list = start_rv == 0
         self._warned_missing = False
         self._seen_before_request = 0  # cache.max_rv when the last request was sent
+        self._streamed = False  # the watch since the last failure delivered something
 
     def _selectors(self) -> list[tuple[str, str]]:
         query = []
@@ -123,6 +125,8 @@ class _SourceLoop:
                 if isinstance(err, UnavailableError) and err.reason in _EXPIRED:
                     self._needs_list = True
                     continue
+                if self._streamed:  # it worked until cut: a new failure, not the same one
+                    delays, self._streamed = self._settings.backoff.delays(), False
                 delay_s = self._settings.backoff.wait_s(next(delays), err)
                 # Once per failure, not per retry: a server away for an hour is one line.
                 level = logging.DEBUG if str(err) == self._failing else logging.WARNING
@@ -193,6 +197,7 @@ class _SourceLoop:
             raise ClusterError(
                 self.source.name, "Unavailable", "watch cut mid-event", temporary=True
             ) from err
+        self._streamed = True
         if event.type == "BOOKMARK":
             await self._advance(resource_version(event.object))
             return
