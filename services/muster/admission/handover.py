@@ -115,9 +115,9 @@ class StoryFetcher:
             cluster=state.default_cluster,
             source=state.source,
             partition=token(partition),
-        )
-        record.event_id = str(
-            uuid.uuid5(EVENT_ID_NAMESPACE, f"{handover}/{state.fences.get(partition, 0)}")
+            event_id=str(
+                uuid.uuid5(EVENT_ID_NAMESPACE, f"{handover}/{state.fences.get(partition, 0)}")
+            ),
         )
         while True:
             expected = state.fences.get(partition, 0)
