@@ -85,6 +85,14 @@ def test_an_admitted_workload_has_its_admission_and_both_conditions() -> None:
     }  # fmt: skip
 
 
+def test_an_admission_stored_before_its_reservation_stays_admitted() -> None:
+    admitted = event("admitted", pb.WorkloadAdmitted(admission=admission()))
+    made = book(admitted, event("quota_reserved", pb.QuotaReserved(admission=admission())))
+    assert conditions(made)["Admitted"][0] == "True"
+    status = made.status_of(LQ) or {}
+    assert (status["reservingWorkloads"], status["admittedWorkloads"]) == (1, 1)
+
+
 def test_an_evicted_workload_is_requeued_then_admitted_again() -> None:
     evicted = pb.WorkloadEvicted(reason="Preempted", message="to admit ml/urgent")
     made = book(

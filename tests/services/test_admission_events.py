@@ -192,6 +192,32 @@ async def test_pods_ready_timeout_fires_from_the_engine_timer(
     assert count(events, "evicted", "ns/quick") == 0
 
 
+async def test_pods_ready_stored_before_wait_for_pods_ready_was_turned_on_count(
+    bus: Bus, admission: Running, events
+) -> None:
+    """Off (Kueue's default), the replica reads no pods_ready. A Configuration turning it on
+    with blockAdmission makes it rebuild, reading those stored before: quick's pods were ready,
+    so it neither blocks slow nor is evicted at the timeout (already past)."""
+    await basic_config(bus, cpu="4")
+    await publish(bus, submitted(workload("quick")))
+    await events.wait_for("admitted", workload="ns/quick")
+    await publish(bus, fact("pods_ready", "ns/quick"))
+    await drained(bus, "admission-0")
+    configuration = {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta1",
+        "kind": "Configuration",
+        "waitForPodsReady": {"enable": True, "timeout": "1ms", "blockAdmission": True},
+    }
+    applied = pb.ConfigApplied(
+        kind="Configuration", name="kueue", manifest_json=json.dumps(configuration)
+    )
+    await publish(bus, new_event("config_applied", applied, cluster="local", source="test"))
+    await publish(bus, submitted(workload("slow")))
+    await events.wait_for("admitted", workload="ns/slow")
+    await drained(bus, "admission-0")
+    assert count(events, "evicted", "ns/quick") == 0
+
+
 async def test_gang_rejected_evicts_and_eviction_completed_requeues(
     bus: Bus, admission: Running, events
 ) -> None:

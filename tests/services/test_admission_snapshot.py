@@ -23,6 +23,7 @@ from nats.js import api
 
 from muster.admission.rebuild import SNAPSHOTS_BUCKET
 from muster.admission.snapshot import SEQUENCE_HEADER
+from muster.api.model import KueueConfig, WaitForPodsReadyConfig
 from muster.bus import EVENTS_STREAM, Bus, BusConfig
 
 pytestmark = pytest.mark.timeout(60)
@@ -197,3 +198,34 @@ async def test_a_replica_that_stops_leaves_a_snapshot_of_everything_it_applied(
     await running.stop()  # cancelled, as SIGTERM does
 
     assert (await snapshot_sequence(bus) or 0) >= admitted.sequence
+
+
+async def test_pods_ready_left_out_of_a_snapshot_count_for_a_replica_started_waiting_for_them(
+    bus: Bus, bus_config: BusConfig, events: EventLog
+) -> None:
+    """A replica with waitForPodsReady off (Kueue's default) reads no `pods_ready`, and its
+    snapshot holds none. Restarted with it on and blockAdmission, the replica reads them from
+    the stream: A, whose pods were ready before the snapshot, neither blocks B nor is evicted
+    at the timeout (already past since A was admitted)."""
+    first = await start_admission(bus_config, snapshot_s=SNAPSHOT_S)
+    await first.wait_serving()
+    await basic_config(bus, cpu="2")
+    await publish(bus, submitted(workload("a", cpu="1")))
+    await events.wait_for("admitted", workload="ns/a")
+    ready = await bus.publish(fact("pods_ready", "ns/a"))
+    await drained(bus, "admission-0")
+    await snapshot_written(bus, at_least=ready)
+    await first.kill()
+
+    wait = WaitForPodsReadyConfig(enable=True, timeout_seconds=0.001, block_admission=True)
+    second = await start_admission(
+        bus_config, snapshot_s=SNAPSHOT_S, kueue=KueueConfig(wait_for_pods_ready=wait)
+    )
+    try:
+        await second.wait_serving()
+        await publish(bus, submitted(workload("b", cpu="1")))
+        await events.wait_for("admitted", workload="ns/b")  # A's pods count as ready
+        await drained(bus, "admission-0")
+        assert count(events, "evicted", "ns/a") == 0
+    finally:
+        await second.stop()

@@ -61,7 +61,7 @@ async def test_submit_of_a_bad_file_prints_every_problem_and_exits_2(
     assert status == 2
     assert capsys.readouterr().err.splitlines() == [
         f"muster: {bad}: INVALID_ARGUMENT:",
-        "  Workload/ns/w: spec.podSets[0].count: Expected `int`, got `str`",
+        "  Workload/ns/w: spec.podSets[0].count: expected an integer, got a string",
         "  manifest document 2: (document): expected an object, got a list",
     ]
 

@@ -121,7 +121,7 @@ async def test_priority_beyond_int32_is_invalid_argument_naming_the_field(
 ) -> None:
     details = await refused(gw, workload("w", priority=2**31))
 
-    assert details == "Workload/ns/w: spec.priority: Expected `int` <= 2147483647"
+    assert details == "Workload/ns/w: spec.priority: expected an integer <= 2147483647"
     assert await stored_count(bus) == 0
 
 
@@ -132,7 +132,8 @@ async def test_unknown_fields_refused_warned_or_ignored_as_asked(
 
     strict = await refused(gw, typo)
     warned = await submit(gw, typo, validation="warn")
-    ignored = await submit(gw, typo, validation="ignore")
+    # Another Job: the same one again would be a duplicate, with a warning saying so.
+    ignored = await submit(gw, typo.replace("name: train", "name: other"), validation="ignore")
     bad_mode = await refused(gw, JOB, validation="lenient")
 
     assert strict == "Job/ml/train: spec.suspnd: unknown field"
@@ -175,7 +176,7 @@ async def test_a_workload_submitted_twice_in_two_calls_runs_once(
         await submit(gw, flavor(), cluster_queue(cpu="4"), local_queue())
         await submit(gw, workload("once", cpu="1"))
         await events.wait_for("admitted", workload="ns/once")
-        await submit(gw, workload("once", cpu="1"))  # another call: a new event, same workload
+        second = await submit(gw, workload("once", cpu="1"))  # another call, same workload
         await submit(gw, workload("after", cpu="1"))
 
         await events.wait_for("admitted", workload="ns/after")  # handled in stream order
@@ -185,10 +186,12 @@ async def test_a_workload_submitted_twice_in_two_calls_runs_once(
     finally:
         await admission.stop()
 
-    assert len(events.matching("submitted", workload="ns/once")) == 2
+    # The gateway answered what admission would do with it: a duplicate, not published.
+    assert [(o.key, o.outcome) for o in second.objects] == [("ns/once", "exists")]
+    assert list(second.warnings) == ["Workload/ns/once: already exists; left as it is"]
+    assert len(events.matching("submitted", workload="ns/once")) == 1
     assert len(events.matching("quota_reserved", workload="ns/once")) == 1
     assert len(events.matching("admitted", workload="ns/once")) == 1
-    # Admission took the second as a duplicate; the listing showed it PENDING, for good.
     assert [(w.key, w.status) for w in listed.items] == [("ns/once", "ADMITTED")]
 
 

@@ -188,6 +188,62 @@ async def test_a_watch_of_a_namespace_needs_watch_there(gw: RunningGateway) -> N
 # --- Visibility ----------------------------------------------------------------------------------
 
 
+async def listed(gw: RunningGateway, user: str, **request: str) -> list[str] | str:
+    """The workload keys `user` is shown, or the error's code and details."""
+    try:
+        reply = await gw.visibility.ListWorkloads(
+            services_pb2.ListWorkloadsRequest(**request), metadata=as_user(user), timeout=10
+        )
+    except grpc.aio.AioRpcError as exc:
+        return f"{exc.code().name}: {exc.details()}"
+    return [w.key for w in reply.items]
+
+
+async def test_a_listing_shows_the_workloads_of_the_local_queues_the_caller_may_read(
+    gw: RunningGateway,
+) -> None:
+    """`muster workloads` for carol, who may watch LocalQueue team-b/gpu only: its workloads,
+    whether she names the namespace, the queue or neither; another queue or namespace is
+    denied by name. She may describe them too, and nothing else in team-b, there or not."""
+    await fill(gw)
+    assert sorted(await listed(gw, "viewer", namespace="team-b")) == ["team-b/c", "team-b/g"]
+
+    assert await listed(gw, "carol") == ["team-b/g"]
+    assert await listed(gw, "carol", namespace="team-b") == ["team-b/g"]
+    assert await listed(gw, "carol", namespace="team-b", local_queue="gpu") == ["team-b/g"]
+    assert await listed(gw, "carol", namespace="team-b", local_queue="cpu") == (
+        "PERMISSION_DENIED: LocalQueue/team-b/cpu: permission watch denied to user"
+        ' "carol" in namespace team-b (LocalQueue cpu)'
+    )
+    assert await listed(gw, "carol", namespace="team-a") == (
+        "PERMISSION_DENIED: namespace team-a: permission watch denied to user"
+        ' "carol" in namespace team-a'
+    )
+    assert await listed(gw, "bob") == []
+
+    own = await gw.visibility.DescribeWorkload(
+        services_pb2.DescribeWorkloadRequest(namespace="team-b", name="g"),
+        metadata=as_user("carol"),
+        timeout=10,
+    )
+    assert own.summary.key == "team-b/g"
+    denials = set()
+    for name in ("c", "missing"):  # another queue's, and none: the same answer
+        with pytest.raises(grpc.aio.AioRpcError) as denied:
+            await gw.visibility.DescribeWorkload(
+                services_pb2.DescribeWorkloadRequest(namespace="team-b", name=name),
+                metadata=as_user("carol"),
+                timeout=10,
+            )
+        denials.add((denied.value.code(), denied.value.details()))
+    assert denials == {
+        (
+            grpc.StatusCode.PERMISSION_DENIED,
+            'namespace team-b: permission watch denied to user "carol" in namespace team-b',
+        )
+    }
+
+
 async def test_visibility_lists_only_the_queues_the_caller_may_read(
     gw: RunningGateway, bus: Bus
 ) -> None:

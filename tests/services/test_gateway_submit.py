@@ -87,6 +87,43 @@ async def test_a_retried_submit_is_stored_once(
     assert await stored_count(bus) == 1
 
 
+WORKLOAD = """\
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: Workload
+metadata: {name: w, namespace: ml}
+spec:
+  queueName: team-a
+  podSets: [{name: main, count: 1, template: {spec: {containers: [{name: c}]}}}]
+"""
+
+
+async def test_a_workload_submitted_again_already_exists_until_it_is_deleted(
+    gw: RunningGateway, bus: Bus, events: EventLog
+) -> None:
+    """Admission ignores a `submitted` of a workload it knows, live or finished: the gateway
+    says so and publishes nothing, as the Kubernetes path does; a retry of one Submit (same
+    idempotency key) is that same submission; once deleted, the name is free again."""
+    (first,) = (await submit(gw, WORKLOAD, idempotency_key="call-1")).objects
+    stored = await events.wait_for("workload.submitted", workload="ml/w")
+    retried = await submit(gw, WORKLOAD, idempotency_key="call-1")
+    assert [o.event_id for o in retried.objects] == [first.event_id]
+
+    again = await submit(gw, WORKLOAD, idempotency_key="call-2")
+    assert [(o.kind, o.key, o.outcome, o.event_id) for o in again.objects] == [
+        ("Workload", "ml/w", "exists", "")
+    ]
+    assert list(again.warnings) == ["Workload/ml/w: already exists; left as it is"]
+    assert await stored_count(bus) == 1
+
+    ref = services_pb2.ObjectRef(kind="Workload", namespace="ml", name="w")
+    await gw.gateway.Delete(services_pb2.DeleteRequest(object=ref), timeout=10)
+    after = await submit(gw, WORKLOAD, idempotency_key="call-3")
+    (obj,) = after.objects
+    assert (obj.outcome, list(after.warnings)) == ("", [])
+    env = await events.wait_for_next("workload.submitted", after=stored)
+    assert env.event_id == obj.event_id
+
+
 async def test_malformed_manifest_is_invalid_argument_naming_object_and_field_and_publishes_nothing(
     gw: RunningGateway, bus: Bus
 ) -> None:
@@ -95,7 +132,7 @@ async def test_malformed_manifest_is_invalid_argument_naming_object_and_field_an
 
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert caught.value.details() == (
-        "Workload/ns/w: spec.podSets[0].count: Expected `int`, got `str`"
+        "Workload/ns/w: spec.podSets[0].count: expected an integer, got a string"
     )
     assert await stored_count(bus) == 0  # not even the good Job
 

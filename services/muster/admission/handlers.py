@@ -3,7 +3,8 @@
 `Rounds.apply_batch(envelopes)` is what the in-order consumer (`muster.bus.ordered`) calls
 with the events it fetched together, in stream order. Each event is read as a fact
 (`translate.fact_of`) and applied; then the engine decides once, and every decision is
-published, each after the previous one's PubAck. Only then does the consumer ack the batch.
+published, a workload's each after the previous one's PubAck (but an `admitted` right after its
+`quota_reserved`: `sent_together`). Only then does the consumer ack the batch.
 
 Every event type takes that path (one round per fetched batch rather than one handler per
 event type, so that a batch is decided once and in stream order). What each fact does is in
@@ -53,6 +54,7 @@ from muster.admission.forwarding import reported_key, unwrap
 from muster.admission.relocation import Relocator, Report, StoryFetch
 from muster.admission.snapshot import CompactLog
 from muster.admission.state import AdmissionState
+from muster.admission.subjects import NO_REPORTS, unread_reports
 from muster.admission.translate import (
     RECORDED,
     Delete,
@@ -159,6 +161,7 @@ class Rounds:
         )
         self.lock = asyncio.Lock()  # one round at a time; readers of the engine take it too
         self.rounds = 0
+        self.unread: frozenset[str] = NO_REPORTS  # reports its consumer leaves out (subjects.py)
         self._timers_changed = asyncio.Event()
 
     # --- consumed events -------------------------------------------------------------------
@@ -245,6 +248,9 @@ class Rounds:
             events += await self.relocator.run(reports, now_s=now_s)
             if self.state.repartitioned:
                 raise Reown("a config.partition record moved a partition to or from here")
+            if self.unread and self.unread - unread_reports(self.state.engine.kueue):
+                # Its consumer and log left them out: read from the stream again, then on.
+                raise Reown("waitForPodsReady was turned on: pods_ready is read from now on")
             # The engine counts every call that returns events as a change, decide's included:
             # what tells is whether applying the facts changed it, or the round decided anything.
             changed = self.state.engine.version != version
@@ -347,8 +353,9 @@ class Rounds:
         """Publish the decisions in `events`: one workload's in order, workloads side by side.
 
         Each wave holds at most one decision per workload and starts once the previous wave is
-        stored, so a workload's decisions are stored in the order made (quota_reserved before
-        admitted) while a round of many workloads costs a few round trips, not one per event.
+        stored, so a workload's decisions are stored in the order made while a round of many
+        workloads costs a few round trips, not one per event; a wave of admissions right after
+        their reservations goes with them (`sent_together`).
         A temporary failure is retried with the same envelope (same id) until it is stored.
         Each goes in its workload's trace (`started_ns`: when its span starts, if recorded),
         in its workload's partition, fenced on that partition's last record (Reown when a
@@ -363,14 +370,15 @@ class Rounds:
         )
         started = time.perf_counter()
         try:
-            for wave in waves_by_workload(envs):
-                for env in wave:
+            for waves in sent_together(waves_by_workload(envs)):
+                sent = [env for wave in waves for env in wave]
+                for env in sent:
                     env.partition = token(state.partition_for(WorkloadKey(env.workload)))
-                await gather_or_cancel(*(self._publish_until_stored(env) for env in wave))
+                await gather_or_cancel(*(self._publish_until_stored(env) for env in sent))
                 state.record_published(
-                    [fact for env in wave if isinstance(fact := fact_of(env), Recorded)]
+                    [fact for env in sent if isinstance(fact := fact_of(env), Recorded)]
                 )
-                for env in wave:
+                for env in sorted(sent, key=_sequence):  # the log keeps stream order
                     self.history.add(env)
                     if env.WhichOneof("payload") == "routed":
                         state.routed_home(WorkloadKey(env.workload))
@@ -436,3 +444,43 @@ class Rounds:
             except Retry as exc:
                 log.warning("dead-lettering %s failed, retrying: %s", env.type, exc)
                 await asyncio.sleep(self.retry_s)
+
+
+def sent_together(waves: Sequence[list[pb.Envelope]]) -> list[list[list[pb.Envelope]]]:
+    """Group `waves` into what is sent without waiting for the PubAcks in between: a wave
+    joins the previous one's group when each of its decisions is an `admitted` right after a
+    `quota_reserved` with no admission check to pass, in a group with no `routed` (which moves
+    where the next decisions go). Sent in order on one connection, they are stored in order;
+    when a reconnect loses the first and stores the second, the `admitted` comes first, and
+    readers take it as both (docs/events.md, "Order"). Rounds of one workload that reserve and
+    admit at once cost one round trip instead of two."""
+    groups: list[list[list[pb.Envelope]]] = []
+    last: dict[str, pb.Envelope] = {}  # each workload's decision in the wave before
+    for wave in waves:
+        if groups and _joins(wave, groups[-1], last):
+            groups[-1].append(wave)
+        else:
+            groups.append([wave])
+        last.update((env.workload, env) for env in wave)
+    return groups
+
+
+def _joins(
+    wave: list[pb.Envelope], group: list[list[pb.Envelope]], last: dict[str, pb.Envelope]
+) -> bool:
+    if any(env.WhichOneof("payload") == "routed" for sent in group for env in sent):
+        return False
+    return all(_admits_what_it_reserved(env, last.get(env.workload)) for env in wave)
+
+
+def _admits_what_it_reserved(env: pb.Envelope, before: pb.Envelope | None) -> bool:
+    return (
+        env.WhichOneof("payload") == "admitted"
+        and before is not None
+        and before.WhichOneof("payload") == "quota_reserved"
+        and not before.quota_reserved.admission_checks
+    )
+
+
+def _sequence(env: pb.Envelope) -> int:
+    return env.sequence

@@ -21,11 +21,17 @@ from typing import Protocol
 
 from muster.admission.handlers import Publisher
 from muster.admission.homes import Handover, queue_key
-from muster.admission.rebuild import History, SnapshotStore, replay_event, restore_partitions
+from muster.admission.rebuild import (
+    History,
+    SnapshotStore,
+    left_out_of,
+    replay_event,
+    restore_partitions,
+)
 from muster.admission.relocation import Story
 from muster.admission.snapshot import CompactLog
 from muster.admission.state import AdmissionState
-from muster.admission.subjects import replay_subjects
+from muster.admission.subjects import replay_subjects, unread_reports
 from muster.admission.translate import PartitionRecord
 from muster.bus import Conflict, new_event
 from muster.bus.envelope import EVENT_ID_NAMESPACE
@@ -64,21 +70,24 @@ class StoryFetcher:
         history = CompactLog(scratch.ledger)
         partition, low = handover.from_partition, 0
         stream = self.stream_created()
+        unread = unread_reports(self.state.engine.kueue)  # what this replica reads
         for item in await self.snapshots.available(stream=stream, at_most=fence):
             snapshot = None
             if partition in item.partitions:
                 snapshot = await self.snapshots.load(item, stream=stream)
             if snapshot is not None:
+                left_out = await left_out_of(self.bus, snapshot, (partition,), unread=unread)
                 restore_partitions(
                     scratch,
                     snapshot,
                     (partition,),
                     history=history,
                     max_event_bytes=self.max_event_bytes,
+                    left_out=left_out,
                 )
                 low = snapshot.sequence
                 break
-        subjects = replay_subjects((partition,))
+        subjects = replay_subjects((partition,), unread=unread)
         async for env in self.bus.replay(subjects, from_sequence=low + 1, until_sequence=fence):
             replay_event(scratch, env, history=history, max_event_bytes=self.max_event_bytes)
         stories = [
@@ -106,9 +115,9 @@ class StoryFetcher:
             cluster=state.default_cluster,
             source=state.source,
             partition=token(partition),
-        )
-        record.event_id = str(
-            uuid.uuid5(EVENT_ID_NAMESPACE, f"{handover}/{state.fences.get(partition, 0)}")
+            event_id=str(
+                uuid.uuid5(EVENT_ID_NAMESPACE, f"{handover}/{state.fences.get(partition, 0)}")
+            ),
         )
         while True:
             expected = state.fences.get(partition, 0)

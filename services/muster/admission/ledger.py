@@ -307,16 +307,12 @@ class Ledger:
                 entry.pending_message = sys.intern(fact.message)
             case "quota_reserved":
                 if entry.holds_quota or fact.admission is None:
-                    return True
-                entry.phase = Phase.RESERVED
-                entry.admission = fact.admission
-                entry.checks = fact.checks
-                entry.check_states = {}
-                entry.reserved_s = fact.at_s
-                entry.admitted_s = None
-                entry.pods_ready = False
-                entry.pending_reason = entry.pending_message = ""
+                    return True  # a late copy of what its `admitted` said already
+                _reserve(entry, fact)
             case "admitted":
+                if entry.phase is Phase.PENDING and fact.admission is not None:
+                    # Its quota_reserved, sent beside it, is not stored yet (events.md, "Order").
+                    _reserve(entry, fact)
                 if entry.phase is Phase.RESERVED:
                     entry.phase = Phase.ADMITTED
                     entry.admitted_s = fact.at_s
@@ -335,6 +331,17 @@ class Ledger:
                 if entry.phase in (Phase.EVICTING, Phase.BACKOFF):
                     _requeue(entry)
         return True
+
+
+def _reserve(entry: Entry, fact: Recorded) -> None:
+    entry.phase = Phase.RESERVED
+    entry.admission = fact.admission
+    entry.checks = fact.checks
+    entry.check_states = {}
+    entry.reserved_s = fact.at_s
+    entry.admitted_s = None
+    entry.pods_ready = False
+    entry.pending_reason = entry.pending_message = ""
 
 
 def _requeue(entry: Entry) -> None:

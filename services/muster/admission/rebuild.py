@@ -15,6 +15,7 @@ partition seeds that partition (`available`, then `load`).
 from __future__ import annotations
 
 import gc
+import heapq
 import logging
 from collections.abc import AsyncIterator, Collection, Iterator, Sequence
 from contextlib import contextmanager
@@ -33,7 +34,13 @@ from muster.admission.snapshot import (
     snapshot_headers,
 )
 from muster.admission.state import AdmissionState
-from muster.admission.subjects import CONFIG_SUBJECTS, replay_subjects
+from muster.admission.subjects import (
+    CONFIG_SUBJECTS,
+    NO_REPORTS,
+    replay_subjects,
+    report_subjects,
+    unread_reports,
+)
 from muster.admission.translate import fact_of
 from muster.api.model import Workload
 from muster.bus import Bus, Reject, decode
@@ -128,17 +135,44 @@ def restore_partitions(
     *,
     history: CompactLog | None,
     max_event_bytes: int,
+    left_out: Sequence[pb.Envelope] = (),
 ) -> None:
-    """Replay `snapshot`'s finished workloads and its events about `partitions`, in order."""
+    """Replay `snapshot`'s finished workloads and its events about `partitions`, in order;
+    with `left_out` (stored events its writer did not read, ascending sequences: `left_out_of`)
+    merged in where the stream had them, as if its writer had read them."""
     state.ledger.remember_finished(snapshot.finished)
     events = snapshot_events(
         snapshot, max_event_bytes=max_event_bytes, config=False, partitions=partitions
     )
-    for env, data, decoded in events:
+    extra = ((env, None, None) for env in left_out)
+    last = 0
+    for env, data, decoded in heapq.merge(events, extra, key=lambda e: e[0].sequence):
+        if env.sequence == last:
+            continue  # in the snapshot too: a writer that read it once (its log kept it)
+        last = env.sequence
         replay_event(
             state, env, history=history, data=data, max_event_bytes=max_event_bytes,
             decoded=decoded,
         )  # fmt: skip
+
+
+async def left_out_of(
+    stream: History, snapshot: Snapshot, partitions: Collection[int], *, unread: Collection[str]
+) -> list[pb.Envelope]:
+    """The reports about `partitions` up to `snapshot`'s sequence that its writer did not read
+    and a replica not leaving out `unread` does (none when it read them all), from the stream.
+
+    A writer with waitForPodsReady off keeps no `pods_ready`; without them a replica with it on
+    would take workloads whose pods were ready for workloads still starting, and evict them at
+    the timeout. What retention took from the stream is lost to it, as to any rebuild."""
+    wanted = sorted(set(snapshot.unread) - set(unread))
+    if not wanted or not partitions:
+        return []
+    subjects = report_subjects(wanted, partitions)
+    found = [env async for env in stream.replay(subjects, until_sequence=snapshot.sequence)]
+    log.info("snapshot at sequence %d was written without %s: %d read from the stream",
+             snapshot.sequence, ", ".join(wanted), len(found))  # fmt: skip
+    return found
 
 
 @contextmanager
@@ -224,6 +258,7 @@ class Rebuilt(NamedTuple):
     snapshot_events: int
     stream_events: int
     snapshot_sequence: int  # of the newest snapshot it read (0: none)
+    unread: frozenset[str] = NO_REPORTS  # the reports it did not replay: the consumer's too
 
 
 class History(Protocol):
@@ -251,6 +286,9 @@ async def rebuild(
        This says which partitions the replica decides (`config.partition` records).
     2. Those partitions: each from the newest snapshot covering it, then their events after
        it (an event at or below its partition's snapshot is in that snapshot already).
+       The reports the configuration says this replica does not read (`unread_reports`) are
+       not replayed; those a snapshot's writer left out and this replica reads are read from
+       the stream and merged into that snapshot's events (`left_out_of`).
     `snapshots` None: no snapshot is read (`--snapshot-seconds 0`).
     """
     stored = (
@@ -276,19 +314,22 @@ async def rebuild(
         replay_event(state, env, history=history, max_event_bytes=max_event_bytes)
         replayed += 1
     owned = state.sharding.owned
+    unread = unread_reports(state.engine.kueue)
     covered: dict[int, int] = {}  # partition -> sequence of the snapshot it was restored from
     for item in stored:
         wanted = (item.partitions & owned) - covered.keys()
         snapshot = await load(item) if wanted else None
         if snapshot is None:
             continue
+        left_out = await left_out_of(stream, snapshot, wanted, unread=unread)
         restore_partitions(
-            state, snapshot, wanted, history=history, max_event_bytes=max_event_bytes
-        )
+            state, snapshot, wanted, history=history, max_event_bytes=max_event_bytes,
+            left_out=left_out,
+        )  # fmt: skip
         covered |= dict.fromkeys(wanted, snapshot.sequence)
     low = min((covered.get(p, 0) for p in owned), default=end)
     async for env in stream.replay(
-        replay_subjects(owned), from_sequence=low + 1, until_sequence=end
+        replay_subjects(owned, unread=unread), from_sequence=low + 1, until_sequence=end
     ):
         partition = parse_token(env.partition)
         if env.sequence <= (low if partition is None else covered.get(partition, 0)):
@@ -296,4 +337,4 @@ async def rebuild(
         replay_event(state, env, history=history, max_event_bytes=max_event_bytes)
         replayed += 1
     state.last_sequence = max(state.last_sequence, end)
-    return Rebuilt(counted, replayed, newest)
+    return Rebuilt(counted, replayed, newest, unread)

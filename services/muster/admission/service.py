@@ -246,6 +246,7 @@ class AdmissionService:
             end=end,
             max_event_bytes=self.bus.config.max_event_bytes,
         )
+        self.rounds.unread = rebuilt.unread  # what its consumer leaves out, its snapshots say
         self.snapshot_sequence = rebuilt.snapshot_sequence
         if rebuilt.snapshot_sequence:
             log.info(
@@ -267,7 +268,7 @@ class AdmissionService:
         await make_consumer(
             self.bus,
             self.config.durable,
-            consumer_subjects(self.state.sharding.owned),
+            consumer_subjects(self.state.sharding.owned, unread=self.rounds.unread),
             self.config.consumer_settings(),
             start_sequence=end + 1,
         )
@@ -341,6 +342,7 @@ class AdmissionService:
                 stream=self.stream_created,
                 partitions=tuple(sorted(self.state.sharding.owned)),
             )
+            snapshot = msgspec.structs.replace(snapshot, unread=tuple(sorted(self.rounds.unread)))
         data = await asyncio.to_thread(encode_snapshot, snapshot)
         await self.snapshots.put(self.config.durable, snapshot, data)
         self.snapshot_sequence = snapshot.sequence

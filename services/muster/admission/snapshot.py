@@ -85,6 +85,10 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     # rebuild's peak memory. A rebuild takes it instead of decoding each manifest again (40 %
     # of its time). Added without a new version: a reader that does not know it skips it.
     workloads: tuple[Workload | bytes | None, ...] = ()
+    # The reports its writer did not read (admission/subjects.py, `unread_reports`), so the log
+    # holds none: a replica that reads them replays them from the stream (rebuild.py). Added
+    # without a new version, as `workloads`: a snapshot without it was written reading all.
+    unread: tuple[str, ...] = ()
 
     def tag_of(self, i: int) -> int:
         return self.tags[i] if self.tags else ANY

@@ -373,6 +373,8 @@ class AdmissionState:
             case "quota_reserved" if fact.admission is not None:
                 engine.restore_reserved(key, fact.admission, checks=fact.checks, now_s=fact.at_s)
             case "admitted":
+                if fact.admission is not None:  # stored before its quota_reserved: both
+                    engine.restore_reserved(key, fact.admission, checks=(), now_s=fact.at_s)
                 engine.restore_admitted(key, now_s=fact.at_s)
             case "evicted":
                 engine.restore_evicted(

@@ -10,7 +10,12 @@ them as it publishes them.
 
 Filters name event types, never every workload event: the pods' reports (`pods_pending`,
 `running`, `bound`, ...) are most of a workload's events, and a replica that received them
-would pay for every workload of every tree only to drop them.
+would pay for every workload of every tree only to drop them. For the same reason a replica
+reads `pods_ready` only while waitForPodsReady is on (`unread_reports`): it changes nothing
+admission decides otherwise, and it was half of what a replica at 4 shards received. Its
+snapshots say so (`Snapshot.unread`), and a replica that needs them replays them from the
+stream when it rebuilds from such a snapshot (rebuild.py); a Configuration that turns it on
+while a replica runs makes it rebuild (handlers.py, Reown).
 """
 
 from __future__ import annotations
@@ -19,16 +24,34 @@ from collections.abc import Collection
 from typing import Final
 
 from muster.admission.translate import RECORDED, WORKLOAD_FACTS
+from muster.api.model import KueueConfig
 from muster.bus.partitions import PARTITIONS
 from muster.bus.subjects import config_subject, workload_subject
 
 GLOBAL_FACTS: Final = ("placement_preempted",)  # read in every partition
 REPORTS: Final = tuple(f for f in WORKLOAD_FACTS if f not in GLOBAL_FACTS)
 CONFIG_SUBJECTS: Final = (config_subject("*", ">"),)
-# The workload events admission reads that name no partition (stored before partitions, or
-# their publisher did not know it: one token fewer): read by every replica, as before
-# partitions. (A forward always names its partition.)
-LEGACY: Final = tuple(workload_subject("*", e) for e in (*WORKLOAD_FACTS, *RECORDED))
+PODS_READY: Final = "pods_ready"
+NO_REPORTS: Final[frozenset[str]] = frozenset()
+
+
+def unread_reports(kueue: KueueConfig | None) -> frozenset[str]:
+    """The reports a replica deciding with Kueue's configuration `kueue` does not read:
+    `pods_ready` while waitForPodsReady is off (Kueue's default)."""
+    if kueue is not None and kueue.wait_for_pods_ready.enable:
+        return NO_REPORTS
+    return frozenset((PODS_READY,))
+
+
+def _reports(unread: Collection[str]) -> list[str]:
+    return [r for r in REPORTS if r not in unread]
+
+
+def _legacy(events: Collection[str]) -> list[str]:
+    """The filters of `events` stored without a partition (before partitions, or by a publisher
+    that did not know it: one token fewer): every replica reads those, as before partitions.
+    (A forward always names its partition.)"""
+    return [workload_subject("*", e) for e in events]
 
 
 def _partitioned(events: Collection[str], partitions: Collection[int]) -> list[str]:
@@ -38,17 +61,32 @@ def _partitioned(events: Collection[str], partitions: Collection[int]) -> list[s
     return [f"{workload_subject('*', e)}.{p}" for p in sorted(partitions) for e in events]
 
 
-def consumer_subjects(partitions: Collection[int]) -> list[str]:
-    """The filters of the consumer of a replica deciding `partitions`."""
+def consumer_subjects(
+    partitions: Collection[int], *, unread: Collection[str] = NO_REPORTS
+) -> list[str]:
+    """The filters of the consumer of a replica deciding `partitions` that does not read the
+    reports in `unread`."""
+    reports = _reports(unread)
     return [
-        *_partitioned((*REPORTS, "forwarded"), partitions),
+        *_partitioned((*reports, "forwarded"), partitions),
         *(f"{workload_subject('*', e)}.*" for e in GLOBAL_FACTS),
-        *LEGACY,
+        *_legacy((*reports, *GLOBAL_FACTS, *RECORDED)),
         *CONFIG_SUBJECTS,
     ]
 
 
-def replay_subjects(partitions: Collection[int]) -> list[str]:
+def replay_subjects(
+    partitions: Collection[int], *, unread: Collection[str] = NO_REPORTS
+) -> list[str]:
     """What a rebuild replays for `partitions` (configuration comes before, on its own): their
-    reports, forwards and decisions, and events stored before partitions."""
-    return [*_partitioned((*REPORTS, *RECORDED, "forwarded"), partitions), *LEGACY]
+    reports (but `unread`), forwards and decisions, and events stored before partitions."""
+    reports = _reports(unread)
+    return [
+        *_partitioned((*reports, *RECORDED, "forwarded"), partitions),
+        *_legacy((*reports, *GLOBAL_FACTS, *RECORDED)),
+    ]
+
+
+def report_subjects(reports: Collection[str], partitions: Collection[int]) -> list[str]:
+    """The filters of `reports` about `partitions`, and of those stored without a partition."""
+    return [*_partitioned(reports, partitions), *_legacy(reports)]

@@ -372,6 +372,8 @@ def _recorded_of(env: pb.Envelope, field: str) -> Recorded:
         case "quota_reserved":
             admission = admission_from_proto(env.quota_reserved.admission)
             checks = tuple(env.quota_reserved.admission_checks)
+        case "admitted":  # it stands alone when stored before its quota_reserved (events.md)
+            admission = admission_from_proto(env.admitted.admission)
         case "evicted":
             reason, message = env.evicted.reason, env.evicted.message
         case "requeued":

@@ -91,6 +91,7 @@ from muster.api.scheduling_raw import (
 )
 from muster.api.schema import SCHEMAS, unknown_fields
 from muster.api.validate import validate
+from muster.api.wording import structural
 
 Decoded = tuple[list[ApiObject], list[FieldError]]
 Validation = Literal["strict", "warn", "ignore"]
@@ -189,10 +190,7 @@ _SKIPPED: dict[tuple[str, str], str] = {
 }
 _NAMESPACED_SKIPPED: frozenset[str] = frozenset()  # Topology is cluster-scoped
 
-# msgspec: "Expected `int`, got `str` - at `$.spec.podSets[0].count"; map keys read
-# "... - at `key` in `$.metadata.labels`".
-_AT = re.compile(r"(?P<problem>.*) - at (?P<key>`key` in )?`\$(?P<path>[^`]*)`", re.DOTALL)
-_MISSING = re.compile(r"Object missing required field `(?P<field>[^`]+)`")
+# A path as `wording.structural` gives it: "spec.podSets[0].count".
 _STEP = re.compile(r"\.([A-Za-z0-9_-]+)|\[(\d+)\]")
 MAX_STRUCTURAL = 20
 
@@ -498,22 +496,9 @@ def _without(doc: dict[str, Any], path: str) -> dict[str, Any] | None:
 
 
 def structural_error(who: str, exc: msgspec.ValidationError) -> FieldError:
-    """Return msgspec's first structural error as a FieldError with a YAML path."""
-    message = str(exc)
-    match = _AT.fullmatch(message)
-    if match is None:
-        missing = _MISSING.fullmatch(message)  # at the top level msgspec names no place
-        if missing:
-            return FieldError(who, missing["field"], "is required")
-        return FieldError(who, "(object)", message)
-    problem, path = match["problem"], match["path"].removeprefix(".")
-    if match["key"]:
-        return FieldError(who, path, f"map key: {problem}")
-    missing = _MISSING.fullmatch(problem)
-    if missing:
-        field = missing["field"]
-        return FieldError(who, f"{path}.{field}" if path else field, "is required")
-    return FieldError(who, path or "(object)", problem)
+    """msgspec's first structural error as a FieldError with a YAML path, in plain words."""
+    where = structural(str(exc))
+    return FieldError(who, where.path or "(object)", where.problem)
 
 
 def _name_and_namespace(doc: dict[str, Any], *, namespaced: bool | None) -> tuple[str, str]:

@@ -64,12 +64,16 @@ class EventBook:
             case "submitted":
                 self.submitted.add(key)
             case "quota_reserved":
+                if key in self._admitted:
+                    return  # stored after its admitted, which held it (docs/events.md, "Order")
                 self._release(key)
                 self._hold(key, env.quota_reserved.admission, at=env.sequence)
             case "admitted":
                 if key in self._admitted:
                     self.twice_admitted.add(key)
                 self._admitted.add(key)
+                if key not in self._holds:  # its quota_reserved is stored after it
+                    self._hold(key, env.admitted.admission, at=env.sequence)
                 pods = sum(a.count for a in env.admitted.admission.pod_set_assignments)
                 self.admissions[key] = self.admissions.get(key, 0) + pods
             case "evicted":

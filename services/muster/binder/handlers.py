@@ -201,7 +201,9 @@ class BinderContext:
         wl = self.specs.get(workload)
         return None if wl is None else {ps.name: ps.count for ps in wl.pod_sets}
 
-    async def publish(self, field: str, payload: Message, *, cause: events_pb2.Envelope) -> None:
+    async def publish(
+        self, field: str, payload: Message, *, cause: events_pb2.Envelope, submitted_id: str = ""
+    ) -> None:
         env = new_event(
             field,
             payload,
@@ -211,6 +213,7 @@ class BinderContext:
             cause=cause,
             source=self.source,
         )
+        env.submitted_id = submitted_id
         await self.publisher.publish(env)
 
 
@@ -408,15 +411,17 @@ async def on_evict(env: events_pb2.Envelope, ctx: BinderContext) -> None:
     The fence goes up before anything is listed, under the workload's lock: no admission
     stored before the eviction starts pods afterwards. Pods of a later admission are left
     alone, and an eviction carried out already is not carried out again (nothing published),
-    nor one naming a workload that ended and was submitted again since (docs/events.md, "A
-    name used again").
+    nor one naming a workload that ended and was submitted again since (answered with
+    `eviction_dropped`; docs/events.md, "A name used again").
     """
     command = env.evict_requested
     key, eviction = env.workload, command.eviction_sequence
     if ctx.specs.replaced(key, env.submitted_id):
         # Decided before the workload ended, stored after its name was submitted again:
-        # the pods of that name now are the new workload's.
-        log.info("skipping an eviction of a workload replaced since", extra={"workload": key})
+        # the pods of that name now are the new workload's. The answer settles the eviction,
+        # so the preemption service stops asking.
+        log.info("dropping an eviction of a workload replaced since", extra={"workload": key})
+        await _dropped(env, ctx)
         return
     if ctx.fences.done(key, eviction):
         log.info("eviction already carried out", extra={"workload": key})
@@ -443,6 +448,16 @@ async def on_evict(env: events_pb2.Envelope, ctx: BinderContext) -> None:
         )
         await ctx.publish("eviction_completed", payload, cause=env)
         ctx.fences.completed(key, eviction)
+
+
+async def _dropped(env: events_pb2.Envelope, ctx: BinderContext) -> None:
+    """Answer a `cmd.evict` dropped as late with `eviction_dropped`, naming its eviction and,
+    in the envelope, the ended submission it was about."""
+    command = env.evict_requested
+    payload = events_pb2.EvictionDropped(
+        eviction_id=command.eviction_id, eviction_sequence=command.eviction_sequence
+    )
+    await ctx.publish("eviction_dropped", payload, cause=env, submitted_id=env.submitted_id)
 
 
 async def on_apply(env: events_pb2.Envelope, ctx: BinderContext) -> None:

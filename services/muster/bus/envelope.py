@@ -51,11 +51,14 @@ def new_event(
     n: int = 0,
     now_ns: int | None = None,
     partition: str | None = None,
+    event_id: str | None = None,
 ) -> Envelope:
     """A new envelope carrying `payload` in field `payload_field`, ready to publish.
 
-    The id is `uuid5(cause.event_id/type/workload/n)` when there is a cause (use `n` to tell
-    apart several events of one type and workload caused by one event), random otherwise. The
+    The id is `event_id` when given (a writer's own deterministic id: none is drawn to be
+    thrown away), else `uuid5(cause.event_id/type/workload/n)` when there is a cause (use `n`
+    to tell apart several events of one type and workload caused by one event), else random.
+    The
     trace context is the current span's, else the cause's. `sequence` stays 0: readers set it.
     The admission partition is `partition`, else the cause's when it is about the same workload
     (docs/events.md, "Partitions").
@@ -80,6 +83,9 @@ def new_event(
         raise TypeError(f"payload for {payload_field!r}: {exc}") from None
     if cause is not None:
         env.cause = cause.event_id
+    if event_id is not None:
+        env.event_id = event_id
+    elif cause is not None:
         env.event_id = caused_event_id(cause.event_id, event_type, workload, n)
     else:
         env.event_id = uuid4_text()

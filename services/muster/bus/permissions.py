@@ -174,6 +174,7 @@ ROLES: Final[tuple[Role, ...]] = (
             "workload.bound",
             "workload.gang_rejected",
             "workload.eviction_completed",
+            "workload.eviction_dropped",  # a late eviction's answer, for preemption
             "workload.requests_refused",
         ),
         durables=(

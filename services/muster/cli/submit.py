@@ -108,7 +108,7 @@ def _submit_file(args: argparse.Namespace, gateway: Any, name: str) -> int:
     for warning in reply.warnings:
         print(f"Warning: {name}: {warning}", file=sys.stderr)
     for obj in reply.objects:
-        if obj.outcome:  # written into the API server (a gateway on Kubernetes)
+        if obj.outcome:  # written into the API server (on Kubernetes), or "exists": left as is
             print(f"{obj.kind} {obj.key} {obj.outcome}")
             continue
         verb = _VERB.get(obj.kind, "applied")

@@ -36,6 +36,7 @@ from muster.api.wellknown import (
     SCHEDULER_NAME,
     WORKLOAD_LABEL,
 )
+from muster.api.wording import structural
 
 DEFAULT_MAX_PODS = "110"  # the kubelet's default --max-pods, for a node without allocatable.pods
 
@@ -222,8 +223,7 @@ def _decoded(obj: Mapping[str, Any], kind: type[_W]) -> tuple[_W | None, str]:
 
 
 def structural_problem(exc: msgspec.ValidationError) -> str:
-    """Return msgspec's message as "<field path>: <problem>" (paths as written in YAML)."""
-    problem, _, path = str(exc).rpartition(" - at `$")
-    if not problem:
-        return str(exc)
-    return f"{path.rstrip('`').removeprefix('.') or '(object)'}: {problem}"
+    """Return msgspec's message as "<field path>: <problem>" (paths as written in YAML), in
+    plain words."""
+    where = structural(str(exc))
+    return f"{where.path or '(object)'}: {where.problem}"

@@ -93,6 +93,11 @@ class Engine(EngineViews):
         return self.state.config
 
     @property
+    def kueue(self) -> KueueConfig:
+        """Kueue's Configuration in force (the trees are not settled to read it)."""
+        return self.state.config.kueue
+
+    @property
     def usage(self) -> Usage:
         return self.state.usage
 

@@ -155,16 +155,6 @@ def _event(
     from the gang's attempt, its pods and `detail` (see the module docstring)."""
     kueue = state.admitted.get(gang)
     cause = kueue.admitted if kueue is not None else None
-    env = new_event(
-        field,
-        payload,
-        cluster=state.cluster,
-        workload=gang,
-        generation=cause.generation if cause is not None else 0,
-        cause=cause,
-        source=state.source,
-        now_ns=now_ns,
-    )
     pods = state.feed.members.get(gang) or {PodKey(gang): None}
     uids = sorted(state.pods[p].meta.uid for p in pods if p in state.pods)
     digest = hashlib.sha256(
@@ -181,5 +171,14 @@ def _event(
             digest.hexdigest()[:32],
         ]
     )
-    env.event_id = str(uuid.uuid5(DECISION_ID_NAMESPACE, fact))
-    return env
+    return new_event(
+        field,
+        payload,
+        cluster=state.cluster,
+        workload=gang,
+        generation=cause.generation if cause is not None else 0,
+        cause=cause,
+        source=state.source,
+        now_ns=now_ns,
+        event_id=str(uuid.uuid5(DECISION_ID_NAMESPACE, fact)),
+    )

@@ -234,12 +234,14 @@ def _pending(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
 
 def _quota_reserved(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
     admission = env.quota_reserved.admission
+    message = f"Quota reserved in ClusterQueue {admission.cluster_queue}"
+    e.condition("QuotaReserved", True, "QuotaReserved", message, env.time_unix_nano)
+    if "Admitted" in e.conditions:
+        return  # stored after its admitted (docs/events.md, "Order"): the status stands
     e.summary.status = RESERVED
     e.summary.cluster_queue = admission.cluster_queue
     e.summary.reason = e.summary.message = ""
     e.admission = admission
-    message = f"Quota reserved in ClusterQueue {admission.cluster_queue}"
-    e.condition("QuotaReserved", True, "QuotaReserved", message, env.time_unix_nano)
     e.conditions.pop("Evicted", None)
 
 

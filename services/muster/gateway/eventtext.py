@@ -179,6 +179,7 @@ _FORMATS: Final[dict[str, Callable[[events_pb2.Envelope], str]]] = {
     "copy_status": _copy_status,
     "requests_refused": lambda env: f"requests refused: {env.requests_refused.message}",
     "eviction_completed": lambda _: "pods stopped",
+    "eviction_dropped": lambda _: "a late eviction of an earlier workload of this name: dropped",
     "running": lambda _: "pods running",
     "pods_ready": lambda _: "all pods ready",
     "deleted": lambda _: "deleted",

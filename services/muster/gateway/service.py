@@ -42,6 +42,7 @@ from muster.gateway.aborts import deny as _deny
 from muster.gateway.auth import current_caller
 from muster.gateway.auth_config import Security, SecurityConfig, open_reviews, open_security
 from muster.gateway.clusters import CLUSTERS_BUCKET
+from muster.gateway.known import KnownFollower
 from muster.gateway.kube_submit import SubmitRefusedError, Written, write_objects
 from muster.gateway.kube_visibility_server import VisibilityServing
 from muster.gateway.loop_server import LoopServer
@@ -164,12 +165,15 @@ class GatewayServicer(ControlRpcs, services_pb2_grpc.GatewayServicer):
         *,
         kube: KubeBackend | None = None,
         partitions: QueuePartitions | None = None,
+        known: KnownFollower | None = None,
     ) -> None:
         self._bus = bus
         self._config = config
         self._authorizer = authorizer
         self._follower = follower
         self._kube = kube
+        # What admission would ignore as a duplicate: answered "already exists", not published.
+        self._known = known or KnownFollower(bus)
         # Each LocalQueue's admission partition, for the subjects of what Submit publishes.
         self._partitions = partitions or QueuePartitions()
 
@@ -228,19 +232,15 @@ class GatewayServicer(ControlRpcs, services_pb2_grpc.GatewayServicer):
                 )  # fmt: skip
             for p in planned:  # from the authenticated caller, never from the request
                 p.payload.submitter.CopyFrom(caller.submitter())
-            envs = envelopes(planned, cluster=cluster, partition_of=self._partitions.of)
+            exists = {p.event_id for p in await self._known.duplicates(planned)}
+            published = [p for p in planned if p.event_id not in exists]
+            envs = envelopes(published, cluster=cluster, partition_of=self._partitions.of)
             too_large = oversized(envs, max_event_bytes=self._config.max_event_bytes)
             if too_large:
                 await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "\n".join(too_large))
             await self._publish(envs, context)
-        log.debug("%s submitted %d objects to %s", caller.user, len(planned), cluster)
-        return services_pb2.SubmitResponse(
-            objects=[
-                services_pb2.SubmittedObject(kind=p.kind, key=p.key, event_id=p.event_id)
-                for p in planned
-            ],
-            warnings=[str(w) for w in warnings],
-        )
+        log.debug("%s submitted %d objects to %s", caller.user, len(published), cluster)
+        return submit_response(planned, exists, warnings)
 
     async def _write(
         self,
@@ -292,6 +292,28 @@ class GatewayServicer(ControlRpcs, services_pb2_grpc.GatewayServicer):
             log.warning("submit: publishing failed: %s", exc)
             message = f"{exc}; retry the Submit: events already stored are deduplicated"
             await _abort(context, grpc.StatusCode.UNAVAILABLE, message)
+
+
+def submit_response(
+    planned: Sequence[PlannedEvent], exists: set[str], warnings: Sequence[FieldError]
+) -> services_pb2.SubmitResponse:
+    """What a Submit on the NATS path answers: each object's event, or "exists" for those
+    not published (`exists`: their event ids) with the warning the Kubernetes path gives."""
+    objects = [
+        services_pb2.SubmittedObject(kind=p.kind, key=p.key, outcome="exists")
+        if p.event_id in exists
+        else services_pb2.SubmittedObject(kind=p.kind, key=p.key, event_id=p.event_id)
+        for p in planned
+    ]
+    return services_pb2.SubmitResponse(
+        objects=objects,
+        warnings=[str(w) for w in warnings]
+        + [
+            f"{p.kind}/{p.key}: already exists; left as it is"
+            for p in planned
+            if p.event_id in exists
+        ],
+    )
 
 
 class VisibilityServicer(WorkloadRpcs, services_pb2_grpc.VisibilityServicer):
@@ -499,6 +521,7 @@ class GatewayServer:
         # The workload book (ListWorkloads, DescribeWorkload, Stop, ...): read from the stream
         # from its first event on, from the first call that needs it until `stop`.
         self.follower = BookFollower(bus)
+        self.known = KnownFollower(bus)  # Submit's duplicates, from the first Submit on
         self._clusters: Bucket | None = None  # MUSTER_CLUSTERS, opened when first asked
         self.partitions = QueuePartitions()
 
@@ -586,6 +609,7 @@ class GatewayServer:
                 self.follower,
                 kube=self._kube,
                 partitions=self.partitions,
+                known=self.known,
             ),
             server,
         )
@@ -622,6 +646,7 @@ class GatewayServer:
             await self._server.stop(grace=self.config.grace_s)
             self._server = None
         await self.follower.stop()
+        await self.known.stop()
         await self._exits.aclose()
 
 

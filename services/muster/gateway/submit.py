@@ -222,8 +222,8 @@ def envelopes(
             generation=event.generation,
             source=SOURCE,
             now_ns=now_ns,
+            event_id=event.event_id,
         )
-        env.event_id = event.event_id
         if partition_of is not None and isinstance(event.payload, events_pb2.WorkloadSubmitted):
             namespace = event.workload.partition("/")[0]
             env.partition = partition_of(namespace, event.payload.queue_name)

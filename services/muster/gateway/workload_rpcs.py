@@ -55,6 +55,7 @@ from muster.gateway.visibility import InvalidQueryError, VisibilityStore
 from muster.gateway.workloads import (
     BookFollower,
     BookUnavailableError,
+    local_queues,
     matching,
     one_named,
     positions,
@@ -93,6 +94,24 @@ async def _may(
     authorizer: Authorizer, caller: Caller, action: Action, context: grpc.aio.ServicerContext
 ) -> bool:
     return await answer(authorizer.allowed(caller, action), context)
+
+
+class _MayWatch:
+    """Whether `caller` may watch a namespace (or one LocalQueue of it), each question asked
+    once per call (a listing of 10 000 workloads of one LocalQueue asks two)."""
+
+    def __init__(
+        self, authorizer: Authorizer, caller: Caller, context: grpc.aio.ServicerContext
+    ) -> None:
+        self._authorizer, self._caller, self._context = authorizer, caller, context
+        self._known: dict[tuple[str, str], bool] = {}
+
+    async def __call__(self, namespace: str, local_queue: str = "") -> bool:
+        key = (namespace, local_queue)
+        if key not in self._known:
+            action = watch_action(namespace, local_queue)
+            self._known[key] = await _may(self._authorizer, self._caller, action, self._context)
+        return self._known[key]
 
 
 class ControlRpcs:
@@ -302,25 +321,27 @@ class WorkloadRpcs:
         self, request: services_pb2.ListWorkloadsRequest, context: grpc.aio.ServicerContext
     ) -> services_pb2.ListWorkloadsResponse:
         caller = current_caller()
-        if request.namespace:
-            action = watch_action(request.namespace, request.local_queue)
-            if not await _may(self._authorizer, caller, action, context):
-                await deny(context, caller, action)
+        may = _MayWatch(self._authorizer, caller, context)
+        namespace, local_queue = request.namespace, request.local_queue
+        if namespace and local_queue and not await may(namespace, local_queue):
+            await deny(context, caller, watch_action(namespace, local_queue))
         book = await _book(self._follower, context)
         try:
             entries = matching(book, request)
         except InvalidQueryError as exc:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        allowed: dict[str, bool] = {}
-        visible = []
-        for entry in entries:
-            namespace = entry.summary.namespace
-            if namespace not in allowed:
-                allowed[namespace] = await _may(
-                    self._authorizer, caller, watch_action(namespace), context
-                )
-            if allowed[namespace]:
-                visible.append(entry)
+        # Who may read one LocalQueue sees that queue's workloads, as QueueStatus shows it;
+        # who may read no queue of the namespace is denied the namespace.
+        if namespace and not local_queue and not await may(namespace):
+            queues = local_queues(book, namespace)
+            if not [q for q in queues if await may(namespace, q)]:
+                await deny(context, caller, watch_action(namespace))
+        visible = [
+            e
+            for e in entries
+            if await may(e.summary.namespace)
+            or await may(e.summary.namespace, e.summary.local_queue)
+        ]
         pending = await positions(self._store)
         return services_pb2.ListWorkloadsResponse(
             items=summaries(visible, pending), sequence=book.sequence
@@ -331,11 +352,17 @@ class WorkloadRpcs:
     ) -> services_pb2.WorkloadDescription:
         caller = current_caller()
         namespace = request.namespace or "default"
-        action = watch_action(namespace)
-        if not await _may(self._authorizer, caller, action, context):
-            await deny(context, caller, action)
+        may = _MayWatch(self._authorizer, caller, context)
         book = await _book(self._follower, context)
-        entry = await _workload(book, namespace, request.name, context)
+        if await may(namespace):
+            entry = await _workload(book, namespace, request.name, context)
+        else:  # one of a LocalQueue the caller may read; else denied, there or not
+            try:
+                entry = one_named(book, namespace, request.name)
+            except (LookupError, InvalidQueryError):
+                await deny(context, caller, watch_action(namespace))
+            if not await may(namespace, entry.summary.local_queue):
+                await deny(context, caller, watch_action(namespace))
         description = entry.describe()
         (summary,) = summaries([entry], await positions(self._store))
         description.summary.CopyFrom(summary)

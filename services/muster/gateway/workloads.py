@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Sequence
-from typing import Final
+from collections.abc import Callable, Iterable, Sequence
+from typing import Final, NoReturn
 
 from muster.bus.errors import BusError
 from muster.bus.subjects import EVENTS_STREAM
 from muster.contracts.v1 import services_pb2
+from muster.contracts.v1.events_pb2 import Envelope
 from muster.gateway.book import STATUSES, Entry, WorkloadBook
 from muster.gateway.visibility import InvalidQueryError, VisibilityStore
 from muster.gateway.watch import ALL_SUBJECTS, EventHistory
@@ -42,6 +43,28 @@ class BookUnavailableError(Exception):
     """The book is behind the stream for longer than a call may wait (UNAVAILABLE)."""
 
 
+async def follow_forever(
+    history: EventHistory,
+    subjects: Sequence[str],
+    start: Callable[[], int],
+    apply: Callable[[Envelope], None],
+    *,
+    what: str,
+) -> NoReturn:
+    """Apply every event of MUSTER_EVENTS on `subjects` from sequence `start()` on, and keep
+    following; after a bus failure, read on from `start()` again."""
+    while True:
+        try:
+            events = history.replay(
+                list(subjects), stream=EVENTS_STREAM, from_sequence=start(), follow=True
+            )
+            async for env in events:
+                apply(env)
+        except BusError as exc:
+            log.warning("%s: reading events failed, retrying: %s", what, exc)
+            await asyncio.sleep(RETRY_S)
+
+
 class BookFollower:
     """Feeds a `WorkloadBook` from the stream until cancelled (`run`); `current` waits."""
 
@@ -61,20 +84,14 @@ class BookFollower:
 
     async def run(self) -> None:
         """Follow MUSTER_EVENTS from where the book is; a bus failure is retried."""
-        while True:
-            try:
-                events = self.history.replay(
-                    list(ALL_SUBJECTS),
-                    stream=EVENTS_STREAM,
-                    from_sequence=self.book.sequence + 1,
-                    follow=True,
-                )
-                async for env in events:
-                    self.book.apply(env)
-                    self._moved.set()
-            except BusError as exc:
-                log.warning("workload book: reading events failed, retrying: %s", exc)
-                await asyncio.sleep(RETRY_S)
+
+        def apply(env: Envelope) -> None:
+            self.book.apply(env)
+            self._moved.set()
+
+        await follow_forever(
+            self.history, ALL_SUBJECTS, lambda: self.book.sequence + 1, apply, what="workload book"
+        )
 
     async def current(self) -> WorkloadBook:
         """The book, once it has every event stored now; BookUnavailableError after
@@ -135,6 +152,16 @@ def matching(book: WorkloadBook, request: services_pb2.ListWorkloadsRequest) -> 
     ]
     selected.sort(key=lambda e: (e.summary.namespace, e.summary.submitted_unix_nano, e.key))
     return selected
+
+
+def local_queues(book: WorkloadBook, namespace: str) -> list[str]:
+    """The LocalQueues of `namespace` the book knows: configured, or named by a workload."""
+    configured = {
+        name.partition("/")[2] for kind, name in book.configs if kind == "LocalQueue"
+        and name.partition("/")[0] == namespace
+    }  # fmt: skip
+    named = {e.summary.local_queue for e in book if e.summary.namespace == namespace}
+    return sorted((configured | named) - {""})
 
 
 async def positions(store: VisibilityStore) -> dict[str, services_pb2.PendingWorkload]:

@@ -1,6 +1,7 @@
 """One async function per consumed event type, and the resend timer's step.
 
-`on_evicted` sends attempt 1 of `cmd.evict`; `on_eviction_completed` ends the flight; `resend`
+`on_evicted` sends attempt 1 of `cmd.evict`; `on_eviction_completed` and `on_eviction_dropped`
+(the binder's answer to a late eviction) end the flight; `resend`
 sends the next attempt of every flight whose grace period is over, and gives up after the
 last one: an error in the log and a copy of the `evicted` event in `MUSTER_DLQ`. With spans
 recorded, each command sent is the span `preemption.evict`, in the victim's trace.
@@ -61,12 +62,24 @@ async def on_eviction_completed(env: pb.Envelope, ctx: PreemptionContext) -> Non
         log.info("eviction completed", extra={"workload": env.workload, "cluster": env.cluster})
 
 
+async def on_eviction_dropped(env: pb.Envelope, ctx: PreemptionContext) -> None:
+    """The binder dropped the eviction as late (the workload ended and its name was
+    submitted again): a decided outcome, so no more re-sends and nothing dead-lettered."""
+    if ctx.evictions.completed(env) is not None:
+        log.info(
+            "eviction dropped by the binder: the workload ended and its name was submitted again",
+            extra={"workload": env.workload, "cluster": env.cluster},
+        )
+
+
 async def handle(env: pb.Envelope, ctx: PreemptionContext) -> None:
     match env.WhichOneof("payload"):
         case "evicted":
             await on_evicted(env, ctx)
         case "eviction_completed":
             await on_eviction_completed(env, ctx)
+        case "eviction_dropped":
+            await on_eviction_dropped(env, ctx)
 
 
 async def resend(ctx: PreemptionContext) -> None:

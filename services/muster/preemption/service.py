@@ -1,9 +1,10 @@
 """The preemption service's wiring: rebuild the evictions in flight, consume, resend.
 
 `run_preemption(bus, health, config)` creates the durable consumer `preemption` (if missing,
-starting at the stream's end), replays `evicted` and `eviction_completed` from `MUSTER_EVENTS`
-to rebuild the evictions in flight, re-sends their current attempt (same ids: JetStream drops
-what was already stored), then consumes and runs the resend timer; it reports SERVING.
+starting at the stream's end), replays `evicted` and its answers (`eviction_completed`,
+`eviction_dropped`) from `MUSTER_EVENTS` to rebuild the evictions in flight, re-sends their
+current attempt (same ids: JetStream drops what was already stored), then consumes and runs
+the resend timer; it reports SERVING.
 """
 
 from __future__ import annotations
@@ -25,7 +26,11 @@ from muster.preemption.handlers import DURABLE, PreemptionContext, handle, resen
 from muster.preemption.state import Evictions
 from muster.preemption.translate import evict_command
 
-SUBJECTS: Final = (*workload_filters("*", "evicted"), *workload_filters("*", "eviction_completed"))
+SUBJECTS: Final = (
+    *workload_filters("*", "evicted"),
+    *workload_filters("*", "eviction_completed"),
+    *workload_filters("*", "eviction_dropped"),
+)
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +76,7 @@ async def run_preemption(
 
 
 async def rebuild(bus: Bus, evictions: Evictions, *, clock: Callable[[], float]) -> int:
-    """Replay evicted minus eviction_completed; re-send what is in flight. The replay's end."""
+    """Replay evicted minus its answers; re-send what is in flight. The replay's end."""
     end = await bus.last_sequence(EVENTS_STREAM)
     async for env in bus.replay(list(SUBJECTS), until_sequence=end):
         if env.WhichOneof("payload") == "evicted":

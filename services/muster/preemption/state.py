@@ -1,6 +1,7 @@
 """Evictions in flight: evicted and not completed yet, with their attempts. Pure.
 
-Rebuilt on start by replaying `evicted` minus `eviction_completed`. Every method is idempotent:
+Rebuilt on start by replaying `evicted` minus `eviction_completed` and `eviction_dropped`.
+Every method is idempotent:
 a duplicate `evicted` (same or other event id) changes nothing.
 """
 
@@ -64,13 +65,17 @@ class Evictions:
         return flight
 
     def completed(self, env: pb.Envelope) -> Flight | None:
-        """The pods are gone: the flight ends. Returns it, or None when none was in flight.
+        """The pods are gone, or the binder dropped the eviction as late (`eviction_dropped`):
+        the flight ends. Returns it, or None when none was in flight.
 
-        A completion naming another eviction than the one in flight (a command of an earlier
+        An answer naming another eviction than the one in flight (a command of an earlier
         eviction, redelivered late) changes nothing: the eviction in flight is not done.
         """
         key = (env.cluster, env.workload)
-        named = env.eviction_completed.eviction_id
+        if env.WhichOneof("payload") == "eviction_dropped":
+            named = env.eviction_dropped.eviction_id
+        else:
+            named = env.eviction_completed.eviction_id
         flight = self.flights.get(key)
         if named and (flight is None or flight.evicted.event_id != named):
             return None

@@ -116,6 +116,11 @@ class ScenarioFileError(Exception):
     """A scenario or config file cannot be read; str() names the file and the reason."""
 
 
+# A file is read whole, then parsed: this bounds the memory one file takes (as `muster
+# submit`'s 64 MiB does), far above any scenario written by hand.
+MAX_FILE_BYTES = 64 << 20
+
+
 def load_scenario(
     paths: Sequence[str | Path],
     *,
@@ -156,6 +161,7 @@ def decode_checked(
     for path in paths:
         if not Path(path).is_file():
             raise ScenarioFileError(f"{path}: {_not_a_file(Path(path))}")
+        _check_size(Path(path))
     try:
         objects, errors = decode_files(
             [Path(path) for path in paths], validation=validation, warnings=warnings, kept=kept
@@ -173,8 +179,23 @@ def _not_a_file(path: Path) -> str:
     return "not a regular file" if path.exists() else "no such file"
 
 
+def _check_size(path: Path) -> None:
+    """ScenarioFileError when `path` is larger than MAX_FILE_BYTES: it is never read whole."""
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise ScenarioFileError(f"{path}: {exc.strerror}") from exc
+    if size > MAX_FILE_BYTES:
+        raise ScenarioFileError(
+            f"{path}: larger than {MAX_FILE_BYTES >> 20} MiB: not read"
+            " (split a scenario this large into several files)"
+        )
+
+
 def config_from_file(path: str | Path) -> KueueConfig:
     """The one Kueue Configuration a `--config` file must hold."""
+    if Path(path).is_file():
+        _check_size(Path(path))
     config, errors = kueue_config_from_file(path)
     if config is None:
         raise InvalidScenarioError(errors)

@@ -95,7 +95,9 @@ class WatcherContext:
         self.pods.setdefault(pod.workload, {})[pod.key] = pod
 
     def envelope(self, out: Outgoing) -> events_pb2.Envelope:
-        env = new_event(
+        # Deterministic: the same fact seen again (a resumed watch) is deduplicated by JetStream.
+        fact = f"{self.cluster}/{out.workload}/{out.id_key}"
+        return new_event(
             out.field,
             out.payload,
             cluster=self.cluster,
@@ -104,11 +106,8 @@ class WatcherContext:
             source=self.source,
             now_ns=self.clock_ns(),
             partition=self.partition_of(out),
+            event_id=str(uuid.uuid5(WATCHER_ID_NAMESPACE, fact)),
         )
-        # Deterministic: the same fact seen again (a resumed watch) is deduplicated by JetStream.
-        fact = f"{self.cluster}/{out.workload}/{out.id_key}"
-        env.event_id = str(uuid.uuid5(WATCHER_ID_NAMESPACE, fact))
-        return env
 
     def partition_of(self, out: Outgoing) -> str:
         """The partition of `out`'s workload: what its pods say, else the one its earlier

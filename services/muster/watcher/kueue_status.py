@@ -343,6 +343,8 @@ def _transition(wl: _Workload, field: str, payload: Any, *, at_s: float) -> None
         wl.state = "pending"
         wl.unadmit()
         wl.set("QuotaReserved", False, reason, payload.message)
+    elif field == "quota_reserved" and wl.state == "admitted":
+        pass  # stored after its admitted (docs/events.md, "Order"): said already
     elif field in ("quota_reserved", "admitted"):
         cq = payload.admission.cluster_queue
         wl.admit(payload.admission)

@@ -4,13 +4,19 @@ a snapshot), for the snapshot tests. Pure: no NATS."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import AsyncIterator, Collection, Sequence
 from typing import Any
 
+import msgspec
+from nats_subjects import subject_matches
+
 from muster.admission.handlers import Rounds
-from muster.admission.rebuild import replay_event, restore
+from muster.admission.rebuild import Stored, rebuild, replay_event, restore
 from muster.admission.snapshot import CompactLog, Snapshot
 from muster.admission.state import AdmissionState
+from muster.api.model import KueueConfig
 from muster.bus import decode
+from muster.bus.subjects import subject_of
 from muster.contracts.v1 import events_pb2 as pb
 
 
@@ -36,6 +42,15 @@ class StoredStream:
         env.sequence = seq
         return env
 
+    async def replay(
+        self, subjects: Sequence[str], *, from_sequence: int = 1, until_sequence: int | None = None
+    ) -> AsyncIterator[pb.Envelope]:
+        """As `Bus.replay`: the stored events on `subjects`, in stream order."""
+        for seq in range(max(1, from_sequence), (until_sequence or self.last) + 1):
+            env = self.envelope(seq)
+            if any(subject_matches(s, subject_of(env)) for s in subjects):
+                yield env
+
     def types(self, seqs: tuple[int, ...]) -> list[tuple[str, str]]:
         """(payload field, workload or config name) of each stored event in `seqs`."""
         out = []
@@ -48,10 +63,14 @@ class StoredStream:
 
 
 class LiveReplica:
-    """A replica owning the only shard, consuming `stream` in batches as the service does."""
+    """A replica owning the only shard, consuming `stream` in batches as the service does;
+    the reports in `unread` are not delivered to it, as its consumer's filters would not."""
 
-    def __init__(self, stream: StoredStream, *, clock: list[float]) -> None:
+    def __init__(
+        self, stream: StoredStream, *, clock: list[float], unread: Collection[str] = ()
+    ) -> None:
         self.stream = stream
+        self.unread = tuple(sorted(unread))
         self.state = AdmissionState()
         self.state.take_ownership(now_s=0.0)
         self.history = CompactLog(self.state.ledger)
@@ -61,8 +80,12 @@ class LiveReplica:
     async def consume(self, most: int) -> None:
         """One fetched batch: up to `most` of the events not consumed yet."""
         seqs = range(self.consumed + 1, min(self.stream.last, self.consumed + most) + 1)
-        envs = [self.stream.envelope(seq) for seq in seqs]
-        await self.rounds.apply_batch(envs, [self.stream.data[seq - 1] for seq in seqs])
+        delivered = [
+            (env, self.stream.data[env.sequence - 1])
+            for env in map(self.stream.envelope, seqs)
+            if env.WhichOneof("payload") not in self.unread
+        ]
+        await self.rounds.apply_batch([e for e, _ in delivered], [d for _, d in delivered])
         self.consumed = seqs[-1] if seqs else self.consumed
 
     async def catch_up(self, *, batch: int = 8) -> None:
@@ -71,7 +94,9 @@ class LiveReplica:
             await self.consume(batch)
 
     def snapshot(self) -> Snapshot:
-        return self.history.snapshot(sequence=self.state.last_sequence)
+        # As the service: every event up to the last consumed is accounted for.
+        snapshot = self.history.snapshot(sequence=max(self.consumed, self.state.last_sequence))
+        return msgspec.structs.replace(snapshot, unread=self.unread)
 
 
 def rebuilt(
@@ -86,6 +111,38 @@ def rebuilt(
     for seq in range(state.last_sequence + 1, stream.last + 1):
         replay_event(state, stream.envelope(seq), history=history, data=stream.data[seq - 1])
     return state, history
+
+
+class OneSnapshot:
+    """The snapshots' bucket holding `snapshot` alone (`rebuild.SnapshotStore`)."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+
+    async def available(self, *, stream: str, at_most: int) -> list[Stored]:
+        partitions = frozenset(self.snapshot.partitions)
+        return [Stored(self.snapshot.sequence, "admission-0", partitions)]
+
+    async def load(self, stored: Stored, *, stream: str) -> Snapshot:
+        return self.snapshot
+
+
+async def rebuilt_by_service(
+    stream: StoredStream, snapshot: Snapshot, *, kueue: KueueConfig | None = None
+) -> AdmissionState:
+    """A new replica's state (not owning yet) as `AdmissionService.start` rebuilds it, from
+    `snapshot` and `stream`, with Kueue's configuration `kueue`."""
+    state = AdmissionState(kueue=kueue)
+    await rebuild(
+        stream,
+        state,
+        history=CompactLog(state.ledger),
+        snapshots=OneSnapshot(snapshot),  # type: ignore[arg-type]
+        stream_created="",
+        end=stream.last,
+        max_event_bytes=1 << 20,
+    )
+    return state
 
 
 def summary(state: AdmissionState) -> dict[str, Any]:

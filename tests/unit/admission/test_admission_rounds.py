@@ -18,7 +18,7 @@ from admission_stream import (
     workload,
 )
 
-from muster.admission.handlers import Reown, Rounds
+from muster.admission.handlers import Reown, Rounds, sent_together
 from muster.admission.state import AdmissionState
 from muster.bus import Conflict, Reject, Retry, new_event
 from muster.contracts.v1 import events_pb2 as pb
@@ -104,8 +104,9 @@ async def test_a_failed_publish_is_retried_with_the_same_ids() -> None:
     rounds = Rounds(configured_state(), publisher, clock=lambda: 100.0, retry_s=0.0)
     await rounds.apply_batch([sequenced(submitted(workload("a")), 10)])
     assert [e.type for e in publisher.stored] == ["workload.quota_reserved", "workload.admitted"]
-    first = publisher.stored[0].event_id
-    assert publisher.attempts[:3] == [first, first, first]
+    reserved, admitted = (e.event_id for e in publisher.stored)
+    # Sent together (events.md, "Order"): both failed once, then each was sent again as it was.
+    assert publisher.attempts == [reserved, admitted, reserved, admitted]
 
 
 async def test_replayed_events_are_skipped_and_unreadable_ones_rejected() -> None:
@@ -180,8 +181,8 @@ async def test_due_timers_run_a_round_of_their_own() -> None:
 
 
 class SlowPublisher(Publisher):
-    """Stores each event after a delay that shrinks with every call, so concurrent publishes
-    would overtake earlier ones; counts how many were in flight at once."""
+    """Stores each event as it is sent (one connection: in the order sent) and answers after a
+    delay that shrinks with every call; counts how many were in flight at once."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -191,20 +192,46 @@ class SlowPublisher(Publisher):
     async def publish(self, env: pb.Envelope, **_: object) -> int:
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        await asyncio.sleep(0.01 / (len(self.attempts) + 1))
+        sequence = await super().publish(env)
+        await asyncio.sleep(0.01 / len(self.attempts))
         self.in_flight -= 1
-        return await super().publish(env)
+        return sequence
 
 
-async def test_a_round_publishes_workloads_side_by_side_each_in_its_own_order() -> None:
+async def test_a_round_sends_each_workloads_reservation_and_admission_together_in_order() -> None:
     publisher = SlowPublisher()
     rounds = Rounds(configured_state(), publisher, clock=lambda: 100.0)
     batch = [sequenced(submitted(workload(f"w{i}")), 10 + i) for i in range(5)]
     await rounds.apply_batch(batch)
-    assert publisher.most_in_flight == 5  # one wave per decision kind, not one event at a time
+    assert publisher.most_in_flight == 10  # no PubAck awaited between a reservation and admission
     for i in range(5):
         mine = [e.type for e in publisher.stored if e.workload == f"ns/w{i}"]
         assert mine == ["workload.quota_reserved", "workload.admitted"]
+
+
+def decision(field: str, workload: str, *checks: str) -> pb.Envelope:
+    payload = getattr(pb.Envelope(), field).__class__()
+    env = new_event(field, payload, cluster="c", workload=workload, source="admission/0")
+    if checks:
+        env.quota_reserved.admission_checks.extend(checks)
+    return env
+
+
+@pytest.mark.parametrize(
+    ("first", "together"),
+    [
+        ([decision("quota_reserved", "ns/a")], True),
+        ([decision("quota_reserved", "ns/a", "prov")], False),  # admitted by a check's answer
+        ([decision("quota_reserved", "ns/a"), decision("routed", "ns/b")], False),
+        ([decision("pending", "ns/a")], False),
+    ],
+    ids=["reserved", "reserved-with-checks", "beside-a-route", "after-another-decision"],
+)
+def test_only_an_admission_right_after_its_reservation_is_sent_without_waiting(
+    first: list[pb.Envelope], together: bool
+) -> None:
+    waves = [first, [decision("admitted", "ns/a")]]
+    assert sent_together(waves) == ([waves] if together else [[w] for w in waves])
 
 
 class FencedOut(Publisher):

@@ -21,7 +21,14 @@ from admission_stream import (
 )
 from hypothesis import example, given
 from hypothesis import strategies as st
-from snapshot_world import LiveReplica, StoredStream, rebuilt, summary, taking_over
+from snapshot_world import (
+    LiveReplica,
+    StoredStream,
+    rebuilt,
+    rebuilt_by_service,
+    summary,
+    taking_over,
+)
 
 from muster.admission.snapshot import ANY as ANY_TAG
 from muster.admission.snapshot import CONFIG as CONFIG_TAG
@@ -38,7 +45,7 @@ from muster.admission.snapshot import (
     sequence_in,
     snapshot_headers,
 )
-from muster.api.model import ApiObject, WorkloadKey
+from muster.api.model import ApiObject, KueueConfig, WaitForPodsReadyConfig, WorkloadKey
 from muster.bus import new_event
 from muster.bus.partitions import parse_token
 from muster.contracts.v1 import events_pb2 as pb
@@ -289,12 +296,14 @@ OPS = st.lists(
 )
 
 
-async def run_world(ops: list[Op]) -> tuple[StoredStream, list[Snapshot]]:
-    """Store what `ops` report, in order, while a live replica consumes and decides; return
-    the stream and the snapshots taken along the way (and one at the end)."""
+async def run_world(
+    ops: list[Op], *, unread: tuple[str, ...] = ()
+) -> tuple[StoredStream, list[Snapshot]]:
+    """Store what `ops` report, in order, while a live replica (not reading `unread`) consumes
+    and decides; return the stream and the snapshots taken along the way (and one at the end)."""
     clock = [10.0]
     stream = StoredStream()
-    replica = LiveReplica(stream, clock=clock)
+    replica = LiveReplica(stream, clock=clock, unread=unread)
     for manifest in CONFIG:
         stream.put(applied(manifest))
     snapshots: list[Snapshot] = []
@@ -344,6 +353,42 @@ def test_a_snapshot_and_the_stream_after_it_rebuild_what_the_whole_stream_does(
         again, _ = rebuilt(stream, history.snapshot(sequence=state.last_sequence))
         assert summary(again) == expected
         assert taking_over(state, now_s=1000.0) == decided
+
+
+WAITING_FOR_PODS = KueueConfig(wait_for_pods_ready=WaitForPodsReadyConfig(enable=True))
+# Ready, evicted by a preemptor and admitted again, all before the snapshot: the `pods_ready`
+# read back from the stream counts for the first admission only.
+READY_THEN_PREEMPTED = [
+    ("submit", "w0", "3", 0),
+    ("consume", 8),
+    ("pods_ready", "w0"),
+    ("submit", "w1", "2", 2),
+    ("consume", 8),
+    ("eviction_completed", "w0"),
+    ("finished", "w1"),
+    ("consume", 8),
+    ("consume", 8),
+    ("snapshot",),
+]
+
+
+@given(OPS)
+@example([("submit", "w0", "1", 0), ("consume", 8), ("pods_ready", "w0"), ("snapshot",)])
+@example(READY_THEN_PREEMPTED)
+def test_a_snapshot_written_without_pods_ready_is_made_whole_from_the_stream(
+    ops: list[Op],
+) -> None:
+    """A replica with waitForPodsReady off reads no `pods_ready`, and its snapshots say so; one
+    that reads them, rebuilt from such a snapshot, reads them back from the stream where they
+    were stored: it knows what a replica that read the whole stream knows."""
+    stream, snapshots = asyncio.run(run_world(ops, unread=("pods_ready",)))
+    reference, _ = rebuilt(stream)
+    expected = summary(reference)
+    for snapshot in snapshots:
+        stored = decode_snapshot(encode_snapshot(snapshot))
+        assert stored.unread == ("pods_ready",)
+        state = asyncio.run(rebuilt_by_service(stream, stored, kueue=WAITING_FOR_PODS))
+        assert summary(state) == expected
 
 
 # --- encoding -----------------------------------------------------------------------------------

@@ -6,9 +6,15 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 from admission_stream import applied, cluster_queue, reported, submitted, workload
+from nats_subjects import subject_matches
 
 from muster.admission.routing import WorkloadRoute
-from muster.admission.subjects import CONFIG_SUBJECTS, consumer_subjects, replay_subjects
+from muster.admission.subjects import (
+    CONFIG_SUBJECTS,
+    consumer_subjects,
+    replay_subjects,
+    unread_reports,
+)
 from muster.admission.translate import (
     MANIFEST_COPY_LIMIT,
     ApplyConfig,
@@ -32,10 +38,12 @@ from muster.admission.translate import (
 from muster.api.model import (
     Admission,
     ClusterQueue,
+    KueueConfig,
     ObjectMeta,
     PodSetAssignment,
     ResourceFlavor,
     Toleration,
+    WaitForPodsReadyConfig,
     WorkloadKey,
 )
 from muster.bus import EVENTS_STREAM, new_event
@@ -318,17 +326,6 @@ def test_envelope_ids_are_deterministic_per_cause() -> None:
     assert {e.submitted_id for e in first} == {"submitted-ns/a"}
 
 
-def _subject_matches(pattern: str, subject: str) -> bool:
-    """NATS subject matching: `*` is one token, a final `>` one or more."""
-    want, got = pattern.split("."), subject.split(".")
-    for i, token in enumerate(want):
-        if token == ">":
-            return len(got) > i
-        if i >= len(got) or token not in ("*", got[i]):
-            return False
-    return len(want) == len(got)
-
-
 # Read by the rounds themselves (unwrapped, or a record naming nothing is not a fact).
 _READ_ELSEWHERE = frozenset({"forwarded", "partition_changed"})
 
@@ -350,7 +347,7 @@ def test_admission_reads_exactly_the_events_it_reads(field: str, stored: str) ->
     owned = (3, 5)  # some partitions: deciding every one reads `*`, which `_` matches too
     filters = {*consumer_subjects(owned), *replay_subjects(owned), *CONFIG_SUBJECTS}
     subject = event_subject("local", event_type) if stored == "before partitions" else None
-    consumed = any(_subject_matches(p, subject or subject_of(env)) for p in filters)
+    consumed = any(subject_matches(p, subject or subject_of(env)) for p in filters)
     expected = reads and stream_of(event_type) == EVENTS_STREAM
     if stored != "in a partition" and field == "forwarded":
         expected = False
@@ -362,7 +359,21 @@ def test_a_replica_reads_only_its_partitions_reports() -> None:
     of = [pb.Envelope(type="workload.finished", cluster="c", partition=p) for p in ("2", "3")]
     for env in of:
         env.finished.SetInParent()
-    assert [any(_subject_matches(f, subject_of(e)) for f in own) for e in of] == [True, False]
+    assert [any(subject_matches(f, subject_of(e)) for f in own) for e in of] == [True, False]
+
+
+@pytest.mark.parametrize("waits", [False, True], ids=["waitForPodsReady-off", "on"])
+@pytest.mark.parametrize("partition", ["2", ""], ids=["in-its-partition", "before-partitions"])
+def test_a_replica_reads_pods_ready_only_while_it_waits_for_pods(
+    waits: bool, partition: str
+) -> None:
+    kueue = KueueConfig(wait_for_pods_ready=WaitForPodsReadyConfig(enable=waits))
+    unread = unread_reports(kueue)
+    env = pb.Envelope(type="workload.pods_ready", cluster="c", workload="ns/w", partition=partition)
+    env.pods_ready.SetInParent()
+    for filters in (consumer_subjects([2], unread=unread), replay_subjects([2], unread=unread)):
+        assert any(subject_matches(f, subject_of(env)) for f in filters) == waits
+    assert unread_reports(None) == unread_reports(KueueConfig())  # Kueue's default: off
 
 
 def test_an_admission_carries_the_manifest_as_submitted_up_to_the_limit() -> None:

@@ -147,7 +147,7 @@ def test_structural_error_strips_the_dollar_and_names_the_field() -> None:
         "metadata: {name: f, labels: {tier: 1}}\n"
     )
     assert [str(e) for e in errors] == [
-        "ResourceFlavor/f: metadata.labels[...]: Expected `str`, got `int`"
+        "ResourceFlavor/f: metadata.labels[...]: expected a string, got an integer"
     ]
 
 

@@ -116,13 +116,13 @@ def test_a_label_key_and_value_are_checked() -> None:
         pytest.param(
             f"{{queueName: q, priority: 2147483648, podSets: [{POD_SET}]}}",
             "spec.priority",
-            "Expected `int` <= 2147483647",
+            "expected an integer <= 2147483647",
             id="priority",
         ),
         pytest.param(
             "{queueName: q, podSets: [{name: main, count: -2147483649}]}",
             "spec.podSets[0].count",
-            "Expected `int` >= -2147483648",
+            "expected an integer >= -2147483648",
             id="count",
         ),
         pytest.param(
@@ -286,15 +286,15 @@ def test_every_wrong_type_of_an_object_is_named_in_one_pass() -> None:
     )
 
     assert errors_of(text) == [
-        "Workload/ml/w: spec.priority: Expected `int | null`, got `str`",
-        "Workload/ml/w: spec.podSets[0].count: Expected `int`, got `str`",
+        "Workload/ml/w: spec.priority: expected an integer or null, got a string",
+        "Workload/ml/w: spec.podSets[0].count: expected an integer, got a string",
     ]
 
 
 def test_a_wrong_top_level_field_is_named_once() -> None:
     text = f"{KUEUE}\nkind: WorkloadPriorityClass\nmetadata: {{name: p}}\nvalue: -2147483649\n"
 
-    assert errors_of(text) == ["WorkloadPriorityClass/p: value: Expected `int` >= -2147483648"]
+    assert errors_of(text) == ["WorkloadPriorityClass/p: value: expected an integer >= -2147483648"]
 
 
 def test_a_missing_top_level_field_names_it() -> None:

@@ -48,4 +48,4 @@ def test_a_name_is_the_clusters_to_check_but_a_field_is_still_read() -> None:
     assert isinstance(read, Pod)
     wrong_type = pod(labels={"k": 1})
     (error,) = decode_documents([wrong_type], names_checked=True)[1]
-    assert str(error) == "Pod/ns/p: metadata.labels[...]: Expected `str`, got `int`"
+    assert str(error) == "Pod/ns/p: metadata.labels[...]: expected a string, got an integer"

@@ -372,3 +372,39 @@ def test_a_directory_or_a_device_is_not_called_missing(
     status, out, err = simulate(capsys, "/dev/null")
     assert (status, out) == (2, "")
     assert err == "muster: /dev/null: not a regular file\n"
+
+
+def test_a_file_too_large_is_refused_before_it_is_read(
+    scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As `muster submit` stops at 64 MiB: a scenario or --config file larger is not read."""
+    big = tmp_path / "big.yaml"
+    with big.open("wb") as f:  # sparse: 64 MiB and one byte, none of them written
+        f.truncate((64 << 20) + 1)
+
+    for args in ([big], ["--config", big, scenario]):
+        status, out, err = simulate(capsys, *args)
+        assert (status, out) == (2, "")
+        assert err == (
+            f"muster: {big}: larger than 64 MiB: not read"
+            " (split a scenario this large into several files)\n"
+        )
+
+
+def test_a_wrong_type_is_said_in_plain_words_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "wrong.yaml"
+    path.write_text(
+        "apiVersion: kueue.x-k8s.io/v1beta1\nkind: Workload\nmetadata: {name: w, namespace: ml}\n"
+        "spec:\n  priority: high\n"
+        "  podSets: [{name: main, count: two, template: {spec: {containers: []}}}]\n"
+    )
+
+    status, out, err = simulate(capsys, path)
+
+    assert (status, out) == (2, "")
+    assert err.splitlines() == [
+        "Workload/ml/w: spec.priority: expected an integer or null, got a string",
+        "Workload/ml/w: spec.podSets[0].count: expected an integer, got a string",
+    ]

@@ -64,6 +64,19 @@ def test_a_workload_goes_pending_admitted_stopped_and_is_found_by_its_jobs_name(
     assert entry.describe().pods == []
 
 
+@pytest.mark.parametrize("copies", [1, 2], ids=["reordered", "reordered-and-copied"])
+def test_an_admission_stored_before_its_reservation_stays_admitted(copies: int) -> None:
+    admitted = env("admitted", events_pb2.WorkloadAdmitted(admission=admission()))
+    reserved = env("quota_reserved", events_pb2.QuotaReserved(admission=admission()))
+    book = book_of(submitted(), *[admitted] * copies, reserved)
+    (entry,) = book.find("ml", "train")
+    assert (entry.summary.status, entry.summary.cluster_queue) == ("ADMITTED", "cq")
+    assert {c.type: c.status for c in entry.conditions.values()} == {
+        "Admitted": "True",
+        "QuotaReserved": "True",
+    }
+
+
 def test_a_pending_workload_stopped_says_deactivated_as_kueue_does() -> None:
     book = book_of(
         submitted(),

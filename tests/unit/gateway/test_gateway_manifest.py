@@ -141,7 +141,7 @@ def test_every_problem_is_one_line_naming_object_and_field() -> None:
         plan_submit(documents(CLUSTER_QUEUE, BAD_WORKLOAD, "- not an object\n"), cluster="local")
 
     assert caught.value.errors == (
-        "Workload/ns/w: spec.podSets[0].count: Expected `int`, got `str`",
+        "Workload/ns/w: spec.podSets[0].count: expected an integer, got a string",
         "manifest document 3: (document): expected an object, got a list",
     )
 

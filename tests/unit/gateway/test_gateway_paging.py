@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from nats_subjects import subject_matches
 
 from muster.contracts.v1 import events_pb2, services_pb2
 from muster.gateway.visibility import (
@@ -27,17 +28,7 @@ class DictStore:
         return self.data.get(key)
 
     async def entries(self, pattern: str) -> dict[str, bytes]:
-        return {k: v for k, v in self.data.items() if matches(pattern, k)}
-
-
-def matches(pattern: str, key: str) -> bool:
-    want, got = pattern.split("."), key.split(".")
-    for i, token in enumerate(want):
-        if token == ">":
-            return len(got) > i
-        if i >= len(got) or token not in ("*", got[i]):
-            return False
-    return len(want) == len(got)
+        return {k: v for k, v in self.data.items() if subject_matches(pattern, k)}
 
 
 def pending(cq: str, *names: tuple[str, str, str]) -> bytes:

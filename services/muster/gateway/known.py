@@ -1,0 +1,155 @@
+"""Which workloads a Submit would find already there, by admission's duplicate rule.
+
+Admission ignores a `submitted` of a workload it knows, live or finished (the last
+FINISHED_KEPT finished; a deleted one is forgotten: `admission.ledger.Ledger.submit`). The
+gateway keeps the same index (`KnownWorkloads`, pure) from the same events, so that Submit on
+the NATS path answers "already exists; left as it is" for such a workload, as the API server
+does on Kubernetes, and publishes nothing for it, instead of "submitted" for what admission
+would drop (tests/unit/gateway/test_gateway_known.py holds the two rules together).
+
+`KnownFollower` reads only `submitted`, `finished` and `deleted`, from the first Submit on (a
+gateway nobody submits to reads nothing more than before). An index that may be behind is
+trusted to say "new"; when it says "known", the stream is read up to its end first, so a
+deletion stored just before is seen, as admission will see it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Final
+
+from muster.bus.errors import BusError
+from muster.bus.subjects import EVENTS_STREAM, workload_filters
+from muster.contracts.v1 import events_pb2
+from muster.gateway.submit import PlannedEvent
+from muster.gateway.watch import EventHistory
+from muster.gateway.workloads import RETRY_S, follow_forever
+
+log = logging.getLogger(__name__)
+
+FINISHED_KEPT: Final = 100_000  # admission's (admission/ledger.py): the test holds them equal
+CATCH_UP_S: Final = 10.0
+SUBJECTS: Final = tuple(
+    subject
+    for event in ("submitted", "finished", "deleted")
+    for subject in workload_filters("*", event)
+)
+
+
+class KnownWorkloads:
+    """Workloads submitted and not deleted (the last `finished_kept` finished ones), with the
+    event id of their `submitted`, as of stream sequence `sequence`."""
+
+    def __init__(self, *, finished_kept: int = FINISHED_KEPT) -> None:
+        self.live: dict[str, str] = {}
+        self.finished: OrderedDict[str, str] = OrderedDict()  # oldest first
+        self.finished_kept = finished_kept
+        self.sequence = 0
+
+    def apply(self, env: events_pb2.Envelope) -> None:
+        """Learn what `env` says; one at or below `sequence` was read already."""
+        if env.sequence and env.sequence <= self.sequence:
+            return
+        self.sequence = max(self.sequence, env.sequence)
+        key = env.workload
+        match env.WhichOneof("payload"):
+            case "submitted" if key not in self.live and key not in self.finished:
+                self.live[key] = env.event_id
+            case "finished" if key in self.live:
+                self.finished[key] = self.live.pop(key)
+                if len(self.finished) > self.finished_kept:
+                    self.finished.popitem(last=False)
+            case "deleted":
+                self.live.pop(key, None)
+                self.finished.pop(key, None)
+
+    def duplicate(self, key: str, event_id: str) -> bool:
+        """Whether admission would ignore a `submitted` of `key` with id `event_id`: the key is
+        known by another `submitted` (a Submit retried with its idempotency key publishes the
+        same id again: the same submission, which JetStream drops)."""
+        known = self.live.get(key) or self.finished.get(key)
+        return known is not None and known != event_id
+
+
+def duplicates(known: KnownWorkloads, planned: Sequence[PlannedEvent]) -> list[PlannedEvent]:
+    """The workloads of `planned` that `known` says admission would ignore."""
+    return [
+        p
+        for p in planned
+        if p.payload_field == "submitted" and known.duplicate(p.workload, p.event_id)
+    ]
+
+
+class KnownFollower:
+    """Feeds a `KnownWorkloads` from MUSTER_EVENTS, from the first `duplicates` call on."""
+
+    def __init__(self, history: EventHistory, *, catch_up_s: float = CATCH_UP_S) -> None:
+        self.history = history
+        self.known = KnownWorkloads()
+        self.catch_up_s = catch_up_s
+        self._ready = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def duplicates(self, planned: Sequence[PlannedEvent]) -> list[PlannedEvent]:
+        """What of `planned` admission would ignore as duplicates; none when the index cannot
+        be read in `catch_up_s` (then admission alone decides, as before)."""
+        if not any(p.payload_field == "submitted" for p in planned):
+            return []
+        try:
+            async with asyncio.timeout(self.catch_up_s):
+                if self._task is None:
+                    self._task = asyncio.create_task(self._run(), name="known-workloads")
+                await self._ready.wait()
+                if not duplicates(self.known, planned):
+                    return []
+                await self._read_to_end()  # "known" may be stale: a deletion just stored
+        except TimeoutError:
+            log.warning(
+                "submit: events not read in %gs: duplicates left to admission", self.catch_up_s
+            )
+            return []
+        except BusError as exc:
+            log.warning("submit: events not read (%s): duplicates left to admission", exc)
+            return []
+        return duplicates(self.known, planned)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def _read_to_end(self) -> None:
+        """Read every event stored now into the index (the follower may be behind)."""
+        last = await self.history.last_sequence(EVENTS_STREAM)
+        if last <= self.known.sequence:
+            return
+        replay = self.history.replay(
+            list(SUBJECTS),
+            stream=EVENTS_STREAM,
+            from_sequence=self.known.sequence + 1,
+            until_sequence=last,
+        )
+        async for env in replay:
+            self.known.apply(env)
+        self.known.sequence = max(self.known.sequence, last)
+
+    async def _run(self) -> None:
+        """Read the stream to its end, then follow it; a bus failure is retried."""
+        while not self._ready.is_set():
+            try:
+                await self._read_to_end()
+                self._ready.set()
+            except BusError as exc:
+                log.warning("known workloads: reading events failed, retrying: %s", exc)
+                await asyncio.sleep(RETRY_S)
+        await follow_forever(
+            self.history,
+            SUBJECTS,
+            lambda: self.known.sequence + 1,
+            self.known.apply,
+            what="known workloads",
+        )

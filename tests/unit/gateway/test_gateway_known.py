@@ -1,0 +1,87 @@
+"""The gateway's duplicate rule is admission's: for any history of submissions, finishes and
+deletions, Submit says "already exists" exactly when admission's ledger would ignore the
+`submitted` (gateway/known.py; admission/ledger.py is the authority)."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from muster.admission import ledger as admission_ledger
+from muster.admission.ledger import Ledger
+from muster.admission.translate import Submit, fact_of
+from muster.api.model import WorkloadKey
+from muster.bus import new_event
+from muster.contracts.v1 import events_pb2 as pb
+from muster.gateway import known as gateway_known
+from muster.gateway.known import KnownWorkloads
+
+KEYS = ("ns/a", "ns/b", "ns/c")
+Step = tuple[str, str]  # (what, key)
+steps = st.lists(st.tuples(st.sampled_from(["submit", "finish", "delete"]), st.sampled_from(KEYS)))
+
+
+def submitted(key: str) -> pb.Envelope:
+    namespace, name = key.split("/")
+    container = {"name": "c", "resources": {"requests": {"cpu": "1"}}}
+    pod_set = {"name": "main", "count": 1, "template": {"spec": {"containers": [container]}}}
+    manifest = {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"queueName": "lq", "podSets": [pod_set]},
+    }
+    payload = pb.WorkloadSubmitted(manifest_json=json.dumps(manifest))
+    return new_event("submitted", payload, cluster="local", workload=key, source="test")
+
+
+def ended(what: str, key: str) -> pb.Envelope:
+    payload = pb.WorkloadFinished() if what == "finish" else pb.WorkloadDeleted()
+    field = "finished" if what == "finish" else "deleted"
+    return new_event(field, payload, cluster="local", workload=key, source="test")
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps)
+def test_submit_says_exists_exactly_when_admission_ignores_the_submission(
+    history: list[Step],
+) -> None:
+    ledger, known = Ledger(finished_kept=2), KnownWorkloads(finished_kept=2)
+    for sequence, (what, key) in enumerate(history, start=1):
+        env = submitted(key) if what == "submit" else ended(what, key)
+        env.sequence = sequence
+        if what == "submit":
+            fact = fact_of(env)
+            assert isinstance(fact, Submit)
+            duplicate = known.duplicate(key, env.event_id)
+            taken = ledger.submit(fact.workload, cluster="local", generation=1, at_s=0.0)
+            assert duplicate == (taken is None), (what, key)
+        elif what == "finish":
+            ledger.finish(WorkloadKey(key))
+        else:
+            ledger.delete(WorkloadKey(key))
+        known.apply(env)
+
+
+def test_both_remember_as_many_finished_workloads() -> None:
+    assert gateway_known.FINISHED_KEPT == admission_ledger.FINISHED_KEPT
+
+
+def test_a_submit_retried_with_its_idempotency_key_is_the_same_submission() -> None:
+    known = KnownWorkloads()
+    first = submitted("ns/a")
+    first.sequence = 1
+    known.apply(first)
+    assert not known.duplicate("ns/a", first.event_id)  # JetStream drops the copy
+    assert known.duplicate("ns/a", "another-id")
+
+
+def test_an_event_read_twice_changes_nothing() -> None:
+    known = KnownWorkloads()
+    first, gone = submitted("ns/a"), ended("delete", "ns/a")
+    first.sequence, gone.sequence = 1, 2
+    for env in (first, gone, first):  # the follower and a catch-up read overlap
+        known.apply(env)
+    assert not known.duplicate("ns/a", "another-id")
