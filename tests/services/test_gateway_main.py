@@ -86,6 +86,7 @@ async def test_process_serves_with_its_flags_and_exits_0_on_sigterm(
     [
         pytest.param(["--listen", "no-port"], id="listen"),
         pytest.param(["--max-request-bytes", "0"], id="max request bytes"),
+        pytest.param(["--max-calls", "0"], id="max calls"),
         pytest.param(["--cluster", "a.b"], id="cluster"),
         pytest.param(["--listen", "0.0.0.0:1"], id="anonymous beyond loopback"),
         pytest.param(["--tls-cert", "c.pem"], id="cert without key"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 
@@ -213,6 +214,18 @@ async def test_health_is_serving_for_every_service_without_a_token(bus: Bus) -> 
 
     assert set(SERVICE_NAMES) == {"muster.v1.Gateway", "muster.v1.Visibility", "muster.v1.Events"}
     assert set(statuses.values()) == {health_pb2.HealthCheckResponse.SERVING}
+
+
+async def test_health_watch_on_the_gateway_port_streams_the_status_without_a_token(
+    bus: Bus,
+) -> None:
+    async with running_gateway(bus, token=TOKEN) as gw:
+        health = health_pb2_grpc.HealthStub(gw.channel)
+        call = health.Watch(health_pb2.HealthCheckRequest(service="muster.v1.Gateway"))
+        first = await asyncio.wait_for(call.read(), timeout=10)
+        call.cancel()
+
+    assert first.status == health_pb2.HealthCheckResponse.SERVING
 
 
 async def test_health_is_not_serving_once_the_gateway_stops(bus: Bus) -> None:

@@ -276,3 +276,47 @@ async def test_stopping_the_gateway_ends_watches_with_unavailable(bus: Bus) -> N
 
     assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
     assert "shutting down" in (caught.value.details() or "")
+
+
+async def test_a_call_past_max_calls_is_refused_and_a_cancelled_watch_frees_its_place(
+    bus: Bus,
+) -> None:
+    async with running_gateway(bus, max_calls=2) as gw:
+        first = gw.events.Watch(services_pb2.WatchRequest(from_sequence=0))
+        second = gw.events.Watch(services_pb2.WatchRequest(from_sequence=0))
+        await eventually(lambda: consumer_count_is(bus, 2))
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await gw.visibility.QueueStatus(services_pb2.QueueStatusRequest())
+        assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+        first.cancel()
+        await eventually(lambda: consumer_count_is(bus, 1))
+        # The cancelled watch's thread is free again: one more call fits beside the other watch.
+        await eventually(lambda: answers(gw))
+        second.cancel()
+
+
+async def answers(gw: RunningGateway) -> bool:
+    """Whether a QueueStatus call is answered (not refused for want of a free call)."""
+    try:
+        await gw.visibility.QueueStatus(services_pb2.QueueStatusRequest())
+    except grpc.aio.AioRpcError as err:
+        if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            return False
+        raise
+    return True
+
+
+async def test_more_watches_than_hot_threads_hold_up_no_other_call(bus: Bus) -> None:
+    from muster.gateway.loop_server import HOT_THREADS
+
+    async with running_gateway(bus) as gw:
+        watches = [
+            gw.events.Watch(services_pb2.WatchRequest(from_sequence=0))
+            for _ in range(HOT_THREADS + 2)
+        ]
+        await eventually(lambda: consumer_count_is(bus, HOT_THREADS + 2))
+        async with asyncio.timeout(10):
+            assert await answers(gw)
+        for watch in watches:
+            watch.cancel()

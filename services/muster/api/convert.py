@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 
 from muster.api.errors import ObjectErrors, key_path
+from muster.api.ids import uuid5_text
 from muster.api.model import (
     Admission,
     AdmissionCheckState,
@@ -75,7 +76,7 @@ def stable_uid(kind: str, namespace: str, name: str) -> str:
 
     Core breaks ties on uids; deriving them keeps runs over the same files identical.
     """
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"muster:{kind}/{namespace}/{name}"))
+    return uuid5_text(uuid.NAMESPACE_URL, f"muster:{kind}/{namespace}/{name}")
 
 
 def meta_from_raw(raw: RawMeta, *, namespace: str = "") -> ObjectMeta:

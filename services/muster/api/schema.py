@@ -240,22 +240,31 @@ def unknown_fields(doc: Mapping[str, Any], fields: Fields) -> Iterator[str]:
     """The path of every field of `doc` outside `fields`, in document order.
 
     Lists apply their field's schema to each item; a value of the wrong shape (a string where
-    a map belongs) is left to the decoder, which names it better.
+    a map belongs) is left to the decoder, which names it better. Paths are kept as their
+    parts and spelled only for an unknown field: nearly every document has none.
     """
-    todo: list[tuple[Any, Fields, str]] = [(doc, fields, "")]
+    todo: list[tuple[Any, Fields, tuple[str | int, ...]]] = [(doc, fields, ())]
     while todo:
         value, schema, path = todo.pop(0)
         if isinstance(value, list):
-            todo[:0] = [(item, schema, f"{path}[{i}]") for i, item in enumerate(value)]
+            todo[:0] = [(item, schema, (*path, i)) for i, item in enumerate(value)]
             continue
         if not isinstance(value, dict):
             continue
-        nested: list[tuple[Any, Fields, str]] = []
+        nested: list[tuple[Any, Fields, tuple[str | int, ...]]] = []
         for key, child in value.items():
             if key not in schema:
-                yield key_path(path, str(key))
+                yield _spelled(path, str(key))
                 continue
             sub = schema[key]
             if sub is not None and isinstance(child, dict | list):
-                nested.append((child, sub, key_path(path, key)))
+                nested.append((child, sub, (*path, key)))
         todo[:0] = nested
+
+
+def _spelled(parts: tuple[str | int, ...], last: str) -> str:
+    """The path of field `last` under `parts` (map keys, list indexes) as messages write it."""
+    text = ""
+    for part in parts:
+        text = f"{text}[{part}]" if isinstance(part, int) else key_path(text, part)
+    return key_path(text, last)

@@ -52,16 +52,22 @@ class GatewayRow(msgspec.Struct, frozen=True, kw_only=True):
 
 
 @contextlib.asynccontextmanager
-async def gateway_process(directory: Path) -> AsyncIterator[tuple[int, str]]:
-    """A nats-server and a gateway process with a tokens file; (gateway pid, address)."""
+async def gateway_process(
+    directory: Path, *, tokens: bool = True
+) -> AsyncIterator[tuple[int, str, NatsServer]]:
+    """A nats-server and a gateway process, with a tokens file unless `tokens` is False
+    (then everyone is an admin, as under `muster run`); (gateway pid, address, nats-server)."""
     nats = NatsServer(directory / "nats")
     url = await nats.start(log_path=directory / "nats.log")
-    tokens = directory / "tokens.yaml"
-    tokens.write_text(f"tokens: [{{sha256: {token_hash(secrets.token_hex())}, user: someone}}]\n")
+    security: tuple[str, ...] = ()
+    if tokens:
+        path = directory / "tokens.yaml"
+        path.write_text(f"tokens: [{{sha256: {token_hash(secrets.token_hex())}, user: someone}}]\n")
+        security = ("--tokens-file", str(path))
     with (directory / "gateway.log").open("ab") as log:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "muster.gateway", "--nats", url, "--listen", "127.0.0.1:0",
-            "--tokens-file", str(tokens), "--log-level", "WARNING",
+            *security, "--log-level", "WARNING",
             stdout=asyncio.subprocess.PIPE, stderr=log,
         )  # fmt: skip
     try:
@@ -74,7 +80,7 @@ async def gateway_process(directory: Path) -> AsyncIterator[tuple[int, str]]:
                     raise RuntimeError("the gateway exited before listening")
                 found = re.match(r"gateway: (\S+)", line)
                 address = found.group(1) if found else ""
-        yield proc.pid, address
+        yield proc.pid, address, nats
     finally:
         if proc.returncode is None:
             proc.terminate()
@@ -141,7 +147,7 @@ async def _run(scale: float) -> list[GatewayRow]:
         ("no credentials, again", ()),
     )
     with tempfile.TemporaryDirectory(prefix="muster-bench-gateway-") as tmp:
-        async with gateway_process(Path(tmp)) as (pid, address):
+        async with gateway_process(Path(tmp)) as (pid, address, _):
             await burst(address, calls=1, request_bytes=1024, metadata=())  # warm up
             await asyncio.sleep(_SETTLE_S)
             return [

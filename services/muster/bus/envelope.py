@@ -13,6 +13,7 @@ from typing import Final
 
 from google.protobuf.message import DecodeError, Message
 
+from muster.api.ids import uuid4_text, uuid5_text
 from muster.bus.errors import Reject
 from muster.bus.subjects import EVENT_TYPES, check_cluster
 from muster.bus.tracing import trace_headers
@@ -35,7 +36,7 @@ def event_type_of(payload_field: str) -> str:
 
 def caused_event_id(cause_id: str, event_type: str, workload: str, n: int) -> str:
     """The id of the `n`th event of `event_type` about `workload` that `cause_id` led to."""
-    return str(uuid.uuid5(EVENT_ID_NAMESPACE, f"{cause_id}/{event_type}/{workload}/{n}"))
+    return uuid5_text(EVENT_ID_NAMESPACE, f"{cause_id}/{event_type}/{workload}/{n}")
 
 
 def new_event(
@@ -87,7 +88,7 @@ def new_event(
     elif cause is not None:
         env.event_id = caused_event_id(cause.event_id, event_type, workload, n)
     else:
-        env.event_id = str(uuid.uuid4())
+        env.event_id = uuid4_text()
     headers = trace_headers()
     if "traceparent" in headers:
         env.traceparent = headers["traceparent"]

@@ -191,6 +191,16 @@ def run_gateway(args: argparse.Namespace) -> Iterator[Any]:
     return _gateway().run(scale=args.scale)  # type: ignore[no-any-return]
 
 
+def _submit() -> Any:  # imported only when run: it starts a gateway process
+    from muster.bench import submit_calls
+
+    return submit_calls
+
+
+def run_submit(args: argparse.Namespace) -> Iterator[Any]:
+    return _submit().run(scale=args.scale)  # type: ignore[no-any-return]
+
+
 def _kueue_live() -> Any:  # imported only when run: it starts the service processes
     from muster.bench import kueue_live
 
@@ -365,6 +375,14 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
             add_options=lambda parser: None,
             run=run_gateway,
             render=lambda rows: _gateway().render(rows),
+        ),
+        Section(
+            name="submit",
+            help="the gateway's and the client's CPU per one-workload Submit: a gateway and a "
+            "nats-server, no other service; 64 calls in flight, then one",
+            add_options=lambda parser: None,
+            run=run_submit,
+            render=lambda rows: _submit().render(rows),
         ),
     )
 }

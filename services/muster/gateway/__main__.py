@@ -35,6 +35,7 @@ from muster.gateway.auth_config import (
 from muster.gateway.kube_visibility_server import VisibilityServing
 from muster.gateway.service import (
     DEFAULT_LISTEN,
+    DEFAULT_MAX_CALLS,
     DEFAULT_MAX_REQUEST_BYTES,
     GatewayConfig,
     run_gateway,
@@ -47,6 +48,9 @@ GATEWAY_FLAGS = (
     Flag("--max-request-bytes", "N", int, "MUSTER_GATEWAY_MAX_REQUEST_BYTES",
          str(DEFAULT_MAX_REQUEST_BYTES),
          "largest request accepted; larger ones fail with RESOURCE_EXHAUSTED"),
+    Flag("--max-calls", "N", int, "MUSTER_GATEWAY_MAX_CALLS", str(DEFAULT_MAX_CALLS),
+         "calls in flight at once, each Watch one while it follows; more fail with "
+         "RESOURCE_EXHAUSTED"),
 )  # fmt: skip
 SECURITY_FLAGS = (
     Flag("--tls-cert", "FILE", str, "MUSTER_GATEWAY_TLS_CERT", None,
@@ -182,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             listen=args.listen,
             security=security_config(args),
             max_request_bytes=args.max_request_bytes,
+            max_calls=args.max_calls,
             cluster=service.cluster,
             max_event_bytes=service.bus.max_event_bytes,
             grace_s=service.grace_s,

@@ -162,3 +162,6 @@ class _Sync:
 
     async def authenticate(self, token: str) -> Caller | None:
         return self.table.caller(token)
+
+    def known(self, token: str) -> Caller | None:
+        return self.table.caller(token)

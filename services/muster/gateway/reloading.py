@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -77,6 +78,8 @@ class ReloadingFile(Generic[T]):
         self._version = version_of(path)
         self._value = self._load()
         self.reloads = 0  # successful reloads after the first read, for tests and logs
+        # Calls read it on gRPC's threads (loop_server): one of them reloads, the others wait.
+        self._reloading = threading.Lock()
 
     def _load(self) -> T:
         data = read_file(self.path)
@@ -87,13 +90,16 @@ class ReloadingFile(Generic[T]):
 
     def current(self) -> T:
         version = version_of(self.path)
-        if version is not None and version != self._version:
-            self._version = version
-            try:
-                self._value = self._load()
-            except ValueError as exc:
-                log.error("keeping the last good %s: %s", self.what, exc)
-            else:
-                self.reloads += 1
-                log.info("reloaded %s %s", self.what, self.path)
+        if version is None or version == self._version:
+            return self._value
+        with self._reloading:
+            if version != self._version:
+                try:
+                    self._value = self._load()
+                except ValueError as exc:
+                    log.error("keeping the last good %s: %s", self.what, exc)
+                else:
+                    self.reloads += 1
+                    log.info("reloaded %s %s", self.what, self.path)
+                self._version = version
         return self._value

@@ -39,12 +39,13 @@ from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
 from muster.gateway.aborts import abort as _abort
 from muster.gateway.aborts import answer as _answer
 from muster.gateway.aborts import deny as _deny
-from muster.gateway.auth import AuthInterceptor, current_caller
+from muster.gateway.auth import current_caller
 from muster.gateway.auth_config import Security, SecurityConfig, open_reviews, open_security
 from muster.gateway.clusters import CLUSTERS_BUCKET
 from muster.gateway.known import KnownFollower
 from muster.gateway.kube_submit import SubmitRefusedError, Written, write_objects
 from muster.gateway.kube_visibility_server import VisibilityServing
+from muster.gateway.loop_server import LoopServer
 from muster.gateway.permissions import (
     ALL_NAMESPACES,
     Action,
@@ -85,6 +86,7 @@ T = TypeVar("T")
 
 DEFAULT_LISTEN: Final = "127.0.0.1:50051"
 DEFAULT_MAX_REQUEST_BYTES: Final = 4 * 1024 * 1024
+DEFAULT_MAX_CALLS: Final = 256  # a Watch holds a thread of its own while it follows
 # Manifests up to this size are planned on the event loop: handing them to a thread costs more
 # than parsing them (a one-Workload manifest takes about 0.2 ms with libyaml).
 INLINE_MANIFEST_BYTES: Final = 16 * 1024
@@ -103,6 +105,9 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     cluster: str = DEFAULT_CLUSTER  # Submit's cluster when the request names none
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES  # the bus's limit on one envelope
     grace_s: float = 10.0  # how long unary calls in flight may take at shutdown
+    # Calls in flight at once (a following Watch counted); past them a call is refused with
+    # RESOURCE_EXHAUSTED (loop_server)
+    max_calls: int = DEFAULT_MAX_CALLS
     # "kube": Submit writes into the API server of `security.kube` as the caller (kube_submit)
     cluster_backend: Literal["sim", "kube"] = "sim"
     # Kueue's visibility API for the API server's aggregation layer (kube_visibility_server)
@@ -115,6 +120,8 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"cluster backend must be sim or kube, got {self.cluster_backend!r}")
         if self.visibility is not None:
             split_listen(self.visibility.listen)
+        if self.max_calls < 1:
+            raise ValueError(f"max calls must be >= 1, got {self.max_calls}")
         if self.max_request_bytes < 1:
             raise ValueError(f"max request bytes must be >= 1, got {self.max_request_bytes}")
         self.security.check_listen(host)
@@ -505,7 +512,7 @@ class GatewayServer:
         self.config = config
         self.health = health or HealthServicer()
         self._events: EventsServicer | None = None
-        self._server: grpc.aio.Server | None = None
+        self._server: LoopServer | None = None
         self._exits = contextlib.AsyncExitStack()
         self._kube: KubeBackend | None = None
         self.visibility_address = ""  # Kueue's visibility API, when served
@@ -580,8 +587,10 @@ class GatewayServer:
         return address
 
     async def _serve(self, store: VisibilityStore, security: Security) -> str:
-        server = grpc.aio.server(
-            interceptors=[AuthInterceptor(security.authentication)],
+        server = LoopServer(
+            asyncio.get_running_loop(),
+            security.authentication,
+            max_calls=self.config.max_calls,
             options=[
                 ("grpc.max_receive_message_length", self.config.max_request_bytes),
                 # BDP probing grows each stream's flow-control window to megabytes, which a
@@ -619,7 +628,7 @@ class GatewayServer:
             raise OSError(f"cannot listen on {self.config.listen}: {exc}") from exc
         if bound == 0:
             raise OSError(f"cannot listen on {self.config.listen}")
-        await server.start()
+        server.start()
         self._server = server
         return f"{host}:{bound}"
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
@@ -32,6 +33,7 @@ from muster.api import (
     load_yaml,
     with_generated_name,
 )
+from muster.api.ids import uuid5_text
 from muster.api.model import (
     CLUSTER_TYPES,
     CONFIG_TYPES,
@@ -130,7 +132,7 @@ def plan_submit(
     if len(submission) > MAX_IDEMPOTENCY_KEY:
         problem = f"must be at most {MAX_IDEMPOTENCY_KEY} characters, got {len(submission)}"
         raise InvalidManifestError([f"idempotency_key: {problem}"])
-    submission = submission or uuid.uuid4().hex
+    submission = submission or os.urandom(16).hex()
     documents = [
         _as_created(doc, seed=f"{submission}/{i}") for i, doc in enumerate(_load(manifest))
     ]
@@ -268,7 +270,7 @@ def event_id(
     """
     digest = hashlib.sha256(body.encode()).hexdigest()
     name = f"{cluster}/{submission}/{event_type}/{kind}/{key}/{version}/{digest}"
-    return str(uuid.uuid5(SUBMIT_ID_NAMESPACE, name))
+    return uuid5_text(SUBMIT_ID_NAMESPACE, name)
 
 
 def _plan_workload(wl: Workload, *, ids: _Ids) -> PlannedEvent:

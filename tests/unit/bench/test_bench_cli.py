@@ -168,6 +168,17 @@ def test_gateway_rows_tell_what_refused_calls_cost(capsys: pytest.CaptureFixture
     assert all(r["baseline_mib"] > 0 for r in rows)
 
 
+def test_submit_rows_say_what_each_call_cost_and_store_one_event_per_call(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status = muster(["bench", "submit", "--scale", "0.005", "-o", "json"])
+
+    rows = json_rows(capsys.readouterr().out)
+    assert status == 0
+    assert [(r["calls"], r["in_flight"], r["stored"]) for r in rows] == [(30, 64, 30), (30, 1, 30)]
+    assert all(r["gateway_ms"] > 0 and r["client_ms"] > 0 and r["calls_per_s"] > 0 for r in rows)
+
+
 def test_options_after_the_section_win_over_those_before(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

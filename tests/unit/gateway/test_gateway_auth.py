@@ -111,3 +111,21 @@ def test_the_legacy_token_is_an_admin_and_nothing_else_matches() -> None:
         user="muster:legacy-token", groups=("muster:admins",), via="legacy-token"
     )
     assert legacy.caller("s3cre") is None
+
+
+async def test_local_tokens_answer_at_once_as_the_chain_does_and_a_review_does_not() -> None:
+    from muster.gateway.auth import ANONYMOUS, Authentication
+    from muster.gateway.auth_config import _Sync
+
+    class Reviewed:  # a TokenReview stands for any authenticator that asks someone
+        async def authenticate(self, token: str) -> Caller | None:
+            return None
+
+    local = Authentication(tokens=[_Sync(LegacyToken("s3cret"))])
+    asked = [(("authorization", f"Bearer {t}"),) for t in ("s3cret", "wrong")] + [()]
+    assert local.at_once
+    for metadata in asked:
+        assert local.caller_at_once(metadata, None) == await local.caller(metadata, None)
+    assert [local.caller_at_once(m, None) is None for m in asked] == [False, True, True]
+    assert Authentication(anonymous=ANONYMOUS).caller_at_once((), None) == ANONYMOUS
+    assert not Authentication(tokens=[_Sync(LegacyToken("s3cret")), Reviewed()]).at_once

@@ -1,0 +1,405 @@
+"""The gateway's gRPC server: gRPC's threaded server, each call's handler run on the event loop.
+
+The servicers are async and stay so: the bus, the book and the authorizers live on the
+gateway's loop. A call arrives on one of gRPC's threads, which runs the servicer's method on
+the loop and waits for it. Why not grpc.aio's server, which runs them there directly: its
+calls cost more (`muster bench submit`, docs/benchmarks.md). It wakes the loop once per step of
+every call (four per Submit), so calls rarely share a loop iteration and each call's NATS
+publish leaves in a write of its own; calls handed over from threads reach the loop together
+and their publishes share writes, gRPC's threads answer calls together, and the nats-server and
+the client do less per call too.
+
+Every call but the health service's is authenticated before its request is read (`auth`):
+each handler is registered as request-streaming with no deserializer, so gRPC leaves the
+request's bytes unread until the caller is known; a request that does not decode answers
+INVALID_ARGUMENT (gRPC's own decoding would answer UNKNOWN).
+
+Short calls take turns on `HOT_THREADS` threads: with a thread per call in flight, 64 calls
+at once woke 64 threads, and on a busy machine that cost the gateway more than grpc.aio did in
+a quarter of the runs. A streaming call (a Watch) holds its thread while it follows, so it
+hands its place among the hot threads to a new one and its own ends with it: watchers never
+hold up Submits. At most `max_calls` calls are in flight; one past them is refused with
+RESOURCE_EXHAUSTED. A call that ends early (the client cancelled, or the server stopped)
+cancels its handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import inspect
+import queue
+import threading
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from typing import Any, Final, NoReturn, TypeVar
+
+import grpc
+
+from muster.gateway.auth import CALLER, Authentication, authenticate, unauthenticated
+from muster.gateway.permissions import Caller
+
+T = TypeVar("T")
+HEALTH_PREFIX: Final = "/grpc.health.v1.Health/"
+_WINDOW: Final = 64  # a stream's responses read ahead of what its call's thread has sent
+HOT_THREADS: Final = 8  # threads short calls take turns on (docs/benchmarks.md, "submit")
+
+
+class CallContext:
+    """What the servicers use of a call's context, as grpc.aio's ServicerContext offers it."""
+
+    def __init__(self, context: grpc.ServicerContext) -> None:
+        self._context = context
+        # A streaming call's: how a handler that writes its responses (health's Watch) sends.
+        self.writer: Callable[[Any], Coroutine[Any, Any, None]] | None = None
+
+    def invocation_metadata(self) -> Any:
+        return self._context.invocation_metadata()
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        return self._context.auth_context()  # type: ignore[no-any-return]  # untyped
+
+    def peer(self) -> str:
+        return self._context.peer()  # type: ignore[no-any-return]  # untyped
+
+    async def abort(self, code: grpc.StatusCode, details: str) -> NoReturn:
+        raise _AbortedError(code, details)
+
+    async def write(self, message: Any) -> None:
+        if self.writer is None:
+            raise RuntimeError("write() is for server-streaming calls")
+        await self.writer(message)
+
+
+class _AbortedError(Exception):
+    """A handler ended its call with a status; the call's thread tells gRPC."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+class _Call:
+    """One call's way to the loop: runs coroutines there, and cancels them if the call ends."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, context: grpc.ServicerContext) -> None:
+        self.loop = loop
+        self.grpc_context = context
+        self.context = CallContext(context)
+        self.caller: Caller | None = None  # once authenticated (health calls are not)
+        self._running: concurrent.futures.Future[Any] | None = None
+        self._lock = threading.Lock()
+        self._ended = False
+        self._on_end: list[Callable[[], None]] = []
+        if not context.add_callback(self._end):  # the call ended before it reached us
+            self._ended = True
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """`coro`'s result, run on the loop; its abort becomes the call's status."""
+        future = self.start(coro)
+        try:
+            return future.result()
+        except _AbortedError as exc:
+            self.abort(exc.code, exc.details)
+        except concurrent.futures.CancelledError:
+            self.abort(grpc.StatusCode.CANCELLED, "the call ended")
+
+    def start(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """`coro` started on the loop, cancelled if the call ends before it does."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        with self._lock:
+            self._running = future
+            if self._ended:
+                future.cancel()
+        return future
+
+    def abort(self, code: grpc.StatusCode, details: str) -> NoReturn:
+        self.grpc_context.abort(code, details)
+        raise AssertionError("unreachable: ServicerContext.abort raises")
+
+    def on_end(self, callback: Callable[[], None]) -> None:
+        """Call `callback` (on gRPC's thread) when the call ends, however it ends."""
+        with self._lock:
+            ended = self._ended
+            self._on_end.append(callback)
+        if ended:
+            callback()
+
+    def _end(self) -> None:
+        with self._lock:
+            self._ended = True
+            if self._running is not None:
+                self._running.cancel()
+            callbacks = list(self._on_end)
+        for callback in callbacks:
+            callback()
+
+
+class LoopServer:
+    """A `grpc.Server` whose servicers (async, as for grpc.aio) run on `loop`; the servicers
+    are added as to any server, with the generated `add_*Servicer_to_server`."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        authentication: Authentication,
+        *,
+        max_calls: int,
+        options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        self._loop = loop
+        self._authentication = authentication
+        self._threads = _Threads(HOT_THREADS)
+        self._server = grpc.server(
+            self._threads, options=options, maximum_concurrent_rpcs=max_calls
+        )
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
+        self._server.add_generic_rpc_handlers([_Generic(h, self._bridge) for h in handlers])
+
+    def add_registered_method_handlers(
+        self, service: str, handlers: dict[str, grpc.RpcMethodHandler]
+    ) -> None:
+        bridged = {name: self._bridge(h, f"/{service}/{name}") for name, h in handlers.items()}
+        self._server.add_registered_method_handlers(service, bridged)
+
+    def add_insecure_port(self, address: str) -> int:
+        return int(self._server.add_insecure_port(address))
+
+    def add_secure_port(self, address: str, credentials: grpc.ServerCredentials) -> int:
+        return int(self._server.add_secure_port(address, credentials))
+
+    def start(self) -> None:
+        self._server.start()
+
+    async def stop(self, grace: float) -> None:
+        """Refuse new calls, let those in flight finish within `grace` seconds, end the rest."""
+        stopped = self._server.stop(grace)
+        await asyncio.to_thread(stopped.wait)
+        self._threads.shutdown()
+
+    def _bridge(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+        return bridged(handler, method, self._loop, self._authentication, self._threads)
+
+
+class _Generic(grpc.GenericRpcHandler):  # type: ignore[misc]  # untyped base
+    """A generic handler whose methods are bridged."""
+
+    def __init__(
+        self,
+        inner: grpc.GenericRpcHandler,
+        bridge: Callable[[grpc.RpcMethodHandler, str], grpc.RpcMethodHandler],
+    ) -> None:
+        self._inner = inner
+        self._bridge = bridge
+
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        handler = self._inner.service(details)
+        return None if handler is None else self._bridge(handler, details.method)
+
+
+class _Threads(concurrent.futures.Executor):
+    """The threads gRPC runs calls on: `hot` of them take the calls in turn, and a call that
+    will last (`lasting`) gets a new thread to take its place among them."""
+
+    def __init__(self, hot: int) -> None:
+        self._work: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()
+        self._mine = threading.local()  # a thread's own: whether its call is lasting
+        self._count = 0
+        self._lock = threading.Lock()
+        for _ in range(hot):
+            self._spawn()
+
+    def submit(
+        self, fn: Callable[..., T], /, *args: Any, **kwargs: Any
+    ) -> concurrent.futures.Future[T]:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._work.put(_Work(future, lambda: fn(*args, **kwargs)))
+        return future
+
+    def lasting(self) -> None:
+        """On a call's thread: the call will last; its thread ends with it, another takes its
+        place now."""
+        self._mine.lasting = True
+        self._spawn()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            count = self._count
+        for _ in range(count):  # each thread takes one and ends; the lasting ones end anyway
+            self._work.put(None)
+
+    def _spawn(self) -> None:
+        with self._lock:
+            self._count += 1
+        # A daemon: a thread still waiting on a loop that is gone must not hold up the exit.
+        threading.Thread(target=self._serve, name="grpc-call", daemon=True).start()
+
+    def _serve(self) -> None:
+        self._mine.lasting = False
+        while not self._mine.lasting and (work := self._work.get()) is not None:
+            work.run()
+        with self._lock:
+            self._count -= 1
+
+
+class _Work:
+    """One call for a thread: `run` it into its future."""
+
+    def __init__(self, future: concurrent.futures.Future[Any], run: Callable[[], Any]) -> None:
+        self._future = future
+        self._run = run
+
+    def run(self) -> None:
+        if not self._future.set_running_or_notify_cancel():
+            return
+        try:
+            result = self._run()
+        except BaseException as exc:  # the future carries it to gRPC, as an executor's does
+            self._future.set_exception(exc)
+        else:
+            self._future.set_result(result)
+
+
+def bridged(
+    handler: grpc.RpcMethodHandler,
+    method: str,
+    loop: asyncio.AbstractEventLoop,
+    authentication: Authentication,
+    threads: _Threads,
+) -> grpc.RpcMethodHandler:
+    """`handler` (async, as grpc.aio calls it) as a threaded request-streaming handler that
+    authenticates the call (not health's), reads its one request and runs it on `loop`."""
+    decode: Callable[[bytes], Any] = handler.request_deserializer or (lambda raw: raw)
+    serialize = handler.response_serializer
+    checked = not method.startswith(HEALTH_PREFIX)
+
+    def admitted(requests: Iterator[bytes], context: grpc.ServicerContext) -> tuple[_Call, Any]:
+        call = _Call(loop, context)
+        if checked:
+            call.caller = _authenticated(call, authentication, method)
+        return call, _one_request(requests, call, decode, method)
+
+    if handler.unary_unary is not None:
+        unary = handler.unary_unary
+
+        def unary_call(requests: Iterator[bytes], context: grpc.ServicerContext) -> Any:
+            call, request = admitted(requests, context)
+            return call.run(_as(call.caller, unary(request, call.context)))
+
+        return grpc.stream_unary_rpc_method_handler(unary_call, response_serializer=serialize)
+    if handler.unary_stream is not None:
+        streaming = handler.unary_stream
+
+        def stream_call(requests: Iterator[bytes], context: grpc.ServicerContext) -> Any:
+            threads.lasting()
+            call, request = admitted(requests, context)
+            yield from _Stream(call, lambda: streaming(request, call.context))
+
+        return grpc.stream_stream_rpc_method_handler(stream_call, response_serializer=serialize)
+    raise TypeError(f"{method}: request streaming RPCs are not served by the gateway")
+
+
+class _Ended:
+    """The end of a stream's responses: `error` None when they all came."""
+
+    def __init__(self, error: BaseException | None) -> None:
+        self.error = error
+
+
+class _Stream:
+    """A server-streaming handler's responses (yielded, or written with `context.write`),
+    produced on the loop by one task and handed to the call's thread through a queue: the
+    thread gives back room for more once per batch, not a hop per response. At most `_WINDOW`
+    wait unsent, so a slow client holds them back."""
+
+    def __init__(self, call: _Call, produce: Callable[[], Any]) -> None:
+        self._call = call
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._room = asyncio.Semaphore(_WINDOW)
+        call.context.writer = self._put
+        # Unblocks the call's thread even when the loop is gone and the pump never ends.
+        call.on_end(lambda: self._queue.put(_Ended(asyncio.CancelledError())))
+        call.start(self._pump(produce))
+
+    def __iter__(self) -> Iterator[Any]:
+        taken = 0
+        while not isinstance(item := self._queue.get(), _Ended):
+            yield item
+            taken += 1
+            if taken >= _WINDOW // 4 or self._queue.empty():
+                self._call.loop.call_soon_threadsafe(_release, self._room, taken)
+                taken = 0
+        error = item.error
+        if isinstance(error, _AbortedError):
+            self._call.abort(error.code, error.details)
+        if isinstance(error, asyncio.CancelledError):
+            self._call.abort(grpc.StatusCode.CANCELLED, "the call ended")
+        if error is not None:
+            raise error
+
+    async def _put(self, item: Any) -> None:
+        await self._room.acquire()
+        self._queue.put(item)
+
+    async def _pump(self, produce: Callable[[], Any]) -> None:
+        if self._call.caller is not None:  # this task's context: every step of the handler's
+            CALLER.set(self._call.caller)
+        error: BaseException | None = None
+        try:
+            produced = produce()
+            if inspect.isasyncgen(produced):
+                # Closed at once when the call ends: its cleanup (a Watch's reader) must not
+                # wait for the garbage collector.
+                async with contextlib.aclosing(produced) as responses:
+                    async for item in responses:
+                        await self._put(item)
+            else:  # a coroutine that writes its responses
+                await produced
+        except BaseException as exc:  # the call's thread reports it, cancellation included
+            error = exc
+            raise
+        finally:
+            self._queue.put(_Ended(error))
+
+
+def _release(room: asyncio.Semaphore, n: int) -> None:
+    for _ in range(n):
+        room.release()
+
+
+def _authenticated(call: _Call, authentication: Authentication, method: str) -> Caller:
+    """Who is calling: on the call's thread when nobody need be asked (one hop to the loop
+    fewer per call), else on the loop."""
+    if not authentication.at_once:
+        return call.run(authenticate(authentication, call.context, method))
+    context = call.context
+    caller = authentication.caller_at_once(context.invocation_metadata(), context.auth_context())
+    if caller is None:
+        call.abort(grpc.StatusCode.UNAUTHENTICATED, unauthenticated(method, context))
+    return caller
+
+
+async def _as(caller: Caller | None, coro: Coroutine[Any, Any, T]) -> T:
+    """`coro`, run with `caller` as `current_caller()`."""
+    if caller is not None:
+        CALLER.set(caller)
+    return await coro
+
+
+def _one_request(
+    requests: Iterator[bytes], call: _Call, decode: Callable[[bytes], Any], method: str
+) -> Any:
+    """Read and decode the call's one request message; INVALID_ARGUMENT when it will not."""
+    raw = next(requests, None)
+    if raw is None:
+        call.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{method}: no request message")
+    try:
+        return decode(raw)
+    except Exception as exc:  # protobuf's DecodeError, or invalid UTF-8 in a string field
+        name = method.rsplit("/", 1)[-1]
+        call.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"the {name} request is not a valid message ({len(raw)} bytes): {exc}",
+        )
