@@ -328,4 +328,7 @@ async def test_each_cut_of_a_watch_that_worked_waits_the_first_delay_only(
         for r in caplog.records
         if r.getMessage().startswith(source) and "; again in " in r.getMessage()
     ]
-    assert waits == ["0.1s"] * 6
+    # A cut that lands between two chunks ends the response cleanly and is retried at once,
+    # without a wait: so at most six, and every one the first delay.
+    assert 3 <= len(waits) <= 6
+    assert set(waits) == {"0.1s"}
