@@ -48,6 +48,9 @@ class KnownWorkloads:
         self.finished: OrderedDict[str, str] = OrderedDict()  # oldest first
         self.finished_kept = finished_kept
         self.sequence = 0
+        # This gateway's own submissions not read back yet: a second call right after the
+        # first must not find the name new only because the follower is behind.
+        self.sent: dict[str, str] = {}
 
     def apply(self, env: events_pb2.Envelope) -> None:
         """Learn what `env` says; one at or below `sequence` was read already."""
@@ -55,6 +58,8 @@ class KnownWorkloads:
             return
         self.sequence = max(self.sequence, env.sequence)
         key = env.workload
+        if self.sent.get(key) == env.event_id:
+            del self.sent[key]
         match env.WhichOneof("payload"):
             case "submitted" if key not in self.live and key not in self.finished:
                 self.live[key] = env.event_id
@@ -65,12 +70,18 @@ class KnownWorkloads:
             case "deleted":
                 self.live.pop(key, None)
                 self.finished.pop(key, None)
+                self.sent.pop(key, None)
+
+    def published(self, key: str, event_id: str) -> None:
+        """This gateway stored a `submitted` of `key`: known before the follower reads it."""
+        if key not in self.live and key not in self.finished:
+            self.sent[key] = event_id
 
     def duplicate(self, key: str, event_id: str) -> bool:
         """Whether admission would ignore a `submitted` of `key` with id `event_id`: the key is
         known by another `submitted` (a Submit retried with its idempotency key publishes the
         same id again: the same submission, which JetStream drops)."""
-        known = self.live.get(key) or self.finished.get(key)
+        known = self.live.get(key) or self.finished.get(key) or self.sent.get(key)
         return known is not None and known != event_id
 
 
@@ -115,6 +126,12 @@ class KnownFollower:
             log.warning("submit: events not read (%s): duplicates left to admission", exc)
             return []
         return duplicates(self.known, planned)
+
+    def published(self, planned: Sequence[PlannedEvent]) -> None:
+        """`planned` was stored: its submissions are known from now on."""
+        for p in planned:
+            if p.payload_field == "submitted":
+                self.known.published(p.workload, p.event_id)
 
     async def stop(self) -> None:
         if self._task is not None:

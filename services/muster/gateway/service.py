@@ -239,6 +239,7 @@ class GatewayServicer(ControlRpcs, services_pb2_grpc.GatewayServicer):
             if too_large:
                 await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "\n".join(too_large))
             await self._publish(envs, context)
+            self._known.published(published)
         log.debug("%s submitted %d objects to %s", caller.user, len(published), cluster)
         return submit_response(planned, exists, warnings)
 

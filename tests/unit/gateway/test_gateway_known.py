@@ -58,6 +58,8 @@ def test_submit_says_exists_exactly_when_admission_ignores_the_submission(
             duplicate = known.duplicate(key, env.event_id)
             taken = ledger.submit(fact.workload, cluster="local", generation=1, at_s=0.0)
             assert duplicate == (taken is None), (what, key)
+            if not duplicate:  # the gateway published it: known before it is read back
+                known.published(key, env.event_id)
         elif what == "finish":
             ledger.finish(WorkloadKey(key))
         else:
@@ -84,4 +86,20 @@ def test_an_event_read_twice_changes_nothing() -> None:
     first.sequence, gone.sequence = 1, 2
     for env in (first, gone, first):  # the follower and a catch-up read overlap
         known.apply(env)
+    assert not known.duplicate("ns/a", "another-id")
+
+
+def test_a_second_call_right_after_the_first_finds_the_name_known() -> None:
+    known = KnownWorkloads()
+    first = submitted("ns/a")
+    known.published("ns/a", first.event_id)  # stored, not read back yet
+    assert known.duplicate("ns/a", "another-id")
+    assert not known.duplicate("ns/a", first.event_id)
+
+    first.sequence = 1
+    known.apply(first)
+    assert known.sent == {}
+    gone = ended("delete", "ns/a")
+    gone.sequence = 2
+    known.apply(gone)
     assert not known.duplicate("ns/a", "another-id")
