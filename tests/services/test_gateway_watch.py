@@ -320,3 +320,51 @@ async def test_more_watches_than_hot_threads_hold_up_no_other_call(bus: Bus) -> 
             assert await answers(gw)
         for watch in watches:
             watch.cancel()
+
+
+async def test_slow_calls_beyond_the_hot_threads_hold_up_no_quick_one(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from muster.gateway.loop_server import HOT_THREADS
+
+    async with running_gateway(bus) as gw:
+        # Submits that wait on the event stream (its catch-up may take up to 10 s).
+        stream_answers = asyncio.Event()
+        waiting: list[object] = []
+
+        async def slow_duplicates(planned: object) -> list[object]:
+            waiting.append(planned)
+            await stream_answers.wait()
+            return []
+
+        monkeypatch.setattr(gw.server.known, "duplicates", slow_duplicates)
+        manifest = "\n".join(
+            [
+                "apiVersion: kueue.x-k8s.io/v1beta1",
+                "kind: Workload",
+                "metadata: {name: w, namespace: ns}",
+                "spec:",
+                "  queueName: main",
+                "  podSets: [{name: main, count: 1, template: {spec: {containers: [{name: c}]}}}]",
+            ]
+        )
+        submits = [
+            asyncio.ensure_future(
+                gw.gateway.Submit(
+                    services_pb2.SubmitRequest(manifest=manifest.replace("name: w", f"name: w{i}")),
+                    timeout=30,
+                )
+            )
+            for i in range(HOT_THREADS + 2)
+        ]
+
+        async def all_waiting() -> bool:  # quick calls queued behind slow ones would not be
+            return len(waiting) == HOT_THREADS + 2
+
+        await eventually(all_waiting)
+        async with asyncio.timeout(10):
+            assert await answers(gw)
+        stream_answers.set()
+        done = await asyncio.gather(*submits)
+    assert all(o.event_id for r in done for o in r.objects)  # each published
+    assert len({o.key for r in done for o in r.objects}) == HOT_THREADS + 2

@@ -18,9 +18,10 @@ Short calls take turns on `HOT_THREADS` threads: with a thread per call in fligh
 at once woke 64 threads, and on a busy machine that cost the gateway more than grpc.aio did in
 a quarter of the runs. A streaming call (a Watch) holds its thread while it follows, so it
 hands its place among the hot threads to a new one and its own ends with it: watchers never
-hold up Submits. At most `max_calls` calls are in flight; one past them is refused with
-RESOURCE_EXHAUSTED. A call that ends early (the client cancelled, or the server stopped)
-cancels its handler.
+hold up Submits. So does a short call still running after `SLOW_S` (a Submit waiting for a
+slow NATS): slow calls never hold up quick ones, health checks included. At most `max_calls`
+calls are in flight; one past them is refused with RESOURCE_EXHAUSTED. A call that ends early
+(the client cancelled, or the server stopped) cancels its handler.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ T = TypeVar("T")
 HEALTH_PREFIX: Final = "/grpc.health.v1.Health/"
 _WINDOW: Final = 64  # a stream's responses read ahead of what its call's thread has sent
 HOT_THREADS: Final = 8  # threads short calls take turns on (docs/benchmarks.md, "submit")
+SLOW_S: Final = 0.1  # a call still running after this hands its hot thread's place on
 
 
 class CallContext:
@@ -83,8 +85,14 @@ class _AbortedError(Exception):
 class _Call:
     """One call's way to the loop: runs coroutines there, and cancels them if the call ends."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, context: grpc.ServicerContext) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        context: grpc.ServicerContext,
+        on_slow: Callable[[], None],
+    ) -> None:
         self.loop = loop
+        self._on_slow = on_slow
         self.grpc_context = context
         self.context = CallContext(context)
         self.caller: Caller | None = None  # once authenticated (health calls are not)
@@ -99,6 +107,8 @@ class _Call:
         """`coro`'s result, run on the loop; its abort becomes the call's status."""
         future = self.start(coro)
         try:
+            if not concurrent.futures.wait((future,), timeout=SLOW_S).done:
+                self._on_slow()
             return future.result()
         except _AbortedError as exc:
             self.abort(exc.code, exc.details)
@@ -220,7 +230,9 @@ class _Threads(concurrent.futures.Executor):
 
     def lasting(self) -> None:
         """On a call's thread: the call will last; its thread ends with it, another takes its
-        place now."""
+        place now (once per call)."""
+        if getattr(self._mine, "lasting", False):
+            return
         self._mine.lasting = True
         self._spawn()
 
@@ -276,7 +288,7 @@ def bridged(
     checked = not method.startswith(HEALTH_PREFIX)
 
     def admitted(requests: Iterator[bytes], context: grpc.ServicerContext) -> tuple[_Call, Any]:
-        call = _Call(loop, context)
+        call = _Call(loop, context, threads.lasting)
         if checked:
             call.caller = _authenticated(call, authentication, method)
         return call, _one_request(requests, call, decode, method)
