@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 FINISHED_KEPT: Final = 100_000  # admission's (admission/ledger.py): the test holds them equal
 CATCH_UP_S: Final = 10.0
+SENT_KEPT: Final = 10_000  # own submissions awaiting read-back; beyond, admission decides
 SUBJECTS: Final = tuple(
     subject
     for event in ("submitted", "finished", "deleted")
@@ -43,14 +44,15 @@ class KnownWorkloads:
     """Workloads submitted and not deleted (the last `finished_kept` finished ones), with the
     event id of their `submitted`, as of stream sequence `sequence`."""
 
-    def __init__(self, *, finished_kept: int = FINISHED_KEPT) -> None:
+    def __init__(self, *, finished_kept: int = FINISHED_KEPT, sent_kept: int = SENT_KEPT) -> None:
         self.live: dict[str, str] = {}
         self.finished: OrderedDict[str, str] = OrderedDict()  # oldest first
         self.finished_kept = finished_kept
         self.sequence = 0
         # This gateway's own submissions not read back yet: a second call right after the
         # first must not find the name new only because the follower is behind.
-        self.sent: dict[str, str] = {}
+        self.sent: dict[str, str] = {}  # oldest first
+        self.sent_kept = sent_kept
 
     def apply(self, env: events_pb2.Envelope) -> None:
         """Learn what `env` says; one at or below `sequence` was read already."""
@@ -76,6 +78,8 @@ class KnownWorkloads:
         """This gateway stored a `submitted` of `key`: known before the follower reads it."""
         if key not in self.live and key not in self.finished:
             self.sent[key] = event_id
+            if len(self.sent) > self.sent_kept:  # a follower that stopped reading: stay bounded
+                del self.sent[next(iter(self.sent))]
 
     def duplicate(self, key: str, event_id: str) -> bool:
         """Whether admission would ignore a `submitted` of `key` with id `event_id`: the key is

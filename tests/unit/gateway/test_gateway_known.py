@@ -103,3 +103,12 @@ def test_a_second_call_right_after_the_first_finds_the_name_known() -> None:
     gone.sequence = 2
     known.apply(gone)
     assert not known.duplicate("ns/a", "another-id")
+
+
+def test_own_submissions_not_read_back_stay_bounded() -> None:
+    known = KnownWorkloads(sent_kept=2)
+    for name in ("a", "b", "c"):
+        known.published(f"ns/{name}", f"id-{name}")
+    assert list(known.sent) == ["ns/b", "ns/c"]  # the oldest left to admission's rule
+    assert not known.duplicate("ns/a", "another-id")
+    assert known.duplicate("ns/c", "another-id")
