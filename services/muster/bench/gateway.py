@@ -27,7 +27,6 @@ import msgspec
 
 from muster.bench.memory import rss_mib
 from muster.bench.table import Column, number, render_table
-from muster.bus.service import PARENT_PID_ENV
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
 from muster.gateway.auth_tokens import token_hash
 from muster.launcher.nats_server import NatsServer
@@ -70,7 +69,6 @@ async def gateway_process(
             sys.executable, "-m", "muster.gateway", "--nats", url, "--listen", "127.0.0.1:0",
             *security, "--log-level", "WARNING",
             stdout=asyncio.subprocess.PIPE, stderr=log,
-            env={**os.environ, PARENT_PID_ENV: str(os.getpid())},
         )  # fmt: skip
     try:
         assert proc.stdout is not None

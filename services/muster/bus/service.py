@@ -27,7 +27,7 @@ import os
 import signal
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, Final, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import grpc
 import msgspec
@@ -54,9 +54,6 @@ EXIT_OK = 0
 PROFILE_DIR_ENV = "MUSTER_PROFILE_DIR"  # set: every service runs under cProfile, stats dumped here
 EXIT_FAILED = 1
 EVENT_LOOP_ENV = "MUSTER_EVENT_LOOP"  # "asyncio": the standard loop even when uvloop is installed
-# Set by muster's launchers to their own pid: the service stops once that process is gone.
-PARENT_PID_ENV: Final = "MUSTER_PARENT_PID"
-ORPHAN_POLL_S: Final = 1.0
 # Allocations between two young-generation collections (CPython's default: 700). See `tune_gc`.
 GC_YOUNG_THRESHOLD = 20_000
 
@@ -331,7 +328,6 @@ async def serve(config: ServiceConfig, main: ServiceMain) -> int:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    orphaned = _stop_when_orphaned(os.environ.get(PARENT_PID_ENV, ""), stop)
     health = Health(config.name)
     health.not_serving()
     await health.settle()
@@ -359,24 +355,6 @@ async def serve(config: ServiceConfig, main: ServiceMain) -> int:
             stop_metrics()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
-        if orphaned is not None:
-            orphaned.cancel()
-
-
-def _stop_when_orphaned(parent: str, stop: asyncio.Event) -> asyncio.Task[None] | None:
-    """Set `stop` once process `parent` (the launcher that started this one) is gone: a
-    SIGKILLed launcher cannot stop its services, which would otherwise run on for ever,
-    reconnecting to a NATS that went with it. None when no launcher asked for it."""
-    if not parent.isdigit():
-        return None
-
-    async def watch() -> None:
-        while os.getppid() == int(parent):  # noqa: ASYNC110  # no event says a parent died
-            await asyncio.sleep(ORPHAN_POLL_S)
-        log.warning("the launcher that started this service (pid %s) is gone: stopping", parent)
-        stop.set()
-
-    return asyncio.create_task(watch(), name="orphan-watch")
 
 
 def _serve_metrics(config: ServiceConfig) -> tuple[BusMetrics, Callable[[], None]]:

@@ -20,7 +20,6 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from muster.bus.permissions import identity
-from muster.bus.service import PARENT_PID_ENV
 from muster.launcher.nats_server import LaunchError
 
 PER_CLUSTER = ("sim-cluster", "watcher", "binder", "gangpermit")  # in start order
@@ -203,9 +202,8 @@ class Stack:
 
     async def _spawn(self, svc: ServiceProcess) -> None:
         svc.starts += 1
-        env = {**(os.environ if svc.env is None else svc.env), PARENT_PID_ENV: str(os.getpid())}
         svc.process = await asyncio.create_subprocess_exec(
-            *svc.argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env
+            *svc.argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=svc.env
         )
         svc.reader = asyncio.create_task(self._read(svc))
         self._readers.append(svc.reader)
