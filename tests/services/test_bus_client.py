@@ -17,6 +17,7 @@ from muster.bus import Bus
 from muster.bus.client import (
     MusterClient,
     connect,
+    header_block,
     parse_header_lines,
     stream_sequence,
     subscribe_direct,
@@ -136,6 +137,41 @@ def test_header_parsing_agrees_with_nats_py(lines: list[bytes]) -> None:
     expected = NatsClient._parse_header_lines(raw)
     expected.pop("", None)  # nats-py keeps a line with no name under ""; we skip it
     assert parse_header_lines(raw) == expected
+
+
+async def _written(client: NatsClient, headers: dict[str, str]) -> bytes:
+    """The command `client` writes to publish `headers` (not connected: nothing is sent)."""
+    commands: list[bytes] = []
+
+    async def keep(cmd: bytes, priority: bool = False) -> None:
+        commands.append(cmd)
+
+    client._send_command = keep  # type: ignore[method-assign]
+    await client._send_publish("s.t", "_INBOX.r", b"data", 4, headers)
+    return commands[0]
+
+
+_HEADERS = st.dictionaries(
+    st.text(max_size=10) | st.sampled_from(["Nats-Msg-Id", "traceparent", " traceparent "]),
+    st.text(max_size=20),
+    max_size=4,
+)
+
+
+@given(_HEADERS)
+async def test_published_headers_are_the_bytes_nats_py_writes(headers: dict[str, str]) -> None:
+    try:
+        expected = await _written(NatsClient(), headers)
+    except nats.errors.BadHeaderError:
+        with pytest.raises(nats.errors.BadHeaderError):
+            header_block(headers)
+        return
+    assert await _written(MusterClient(), headers) == expected
+
+
+def test_a_header_value_cannot_break_the_block() -> None:
+    block = header_block({"Nats-Msg-Id": "a\r\nX-Forged: 1", "traceparent": " 00-aa \n"})
+    assert block == b"NATS/1.0\r\nNats-Msg-Id: a  X-Forged: 1\r\ntraceparent: 00-aa\r\n\r\n"
 
 
 def test_muster_headers_parse() -> None:
