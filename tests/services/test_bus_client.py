@@ -19,6 +19,7 @@ from muster.bus.client import (
     connect,
     header_block,
     parse_header_lines,
+    position,
     stream_sequence,
     subscribe_direct,
 )
@@ -194,6 +195,21 @@ def test_muster_headers_parse() -> None:
 def test_stream_sequence_reads_the_reply_as_nats_py_does(reply: str) -> None:
     assert stream_sequence(Msg(None, subject="s", reply=reply)) == 1234  # type: ignore[arg-type]
     assert Msg(None, subject="s", reply=reply).metadata.sequence.stream == 1234  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "$JS.ACK.MUSTER_EVENTS.replay.1.1234.99.1700000000000000000.7",
+        "$JS.ACK.hub.ACCHASH.MUSTER_EVENTS.replay.2.1234.98.1700000000000000000.5.rnd",
+        "$JS.ACK.hub.ACCHASH.MUSTER_EVENTS.replay.2.1234.98.1700000000000000000.5",
+    ],
+    ids=["v1", "with-domain", "eleven-tokens"],
+)
+def test_position_reads_the_reply_as_nats_py_does(reply: str) -> None:
+    md = Msg(None, subject="s", reply=reply).metadata  # type: ignore[arg-type]
+    at = position(Msg(None, subject="s", reply=reply))  # type: ignore[arg-type]
+    assert at == (md.sequence.stream, md.sequence.consumer, md.num_pending)
 
 
 def test_stream_sequence_of_a_core_message_is_an_error() -> None:

@@ -96,6 +96,27 @@ def stream_sequence(msg: Msg) -> int:
     return msg.metadata.sequence.stream  # anything else: nats-py's parser (and its errors)
 
 
+class Position(NamedTuple):
+    """Where a JetStream delivery stands: its stream and consumer sequences, and how many
+    messages the consumer had left after it."""
+
+    stream: int
+    consumer: int
+    pending: int
+
+
+def position(msg: Msg) -> Position:
+    """`msg`'s `Position`, read straight from its reply subject as `stream_sequence` reads it
+    (what `msg.metadata` says, without its timestamp and objects)."""
+    tokens = (msg.reply or "").split(".")
+    if len(tokens) == _V1_TOKENS and tokens[1] == "ACK":
+        return Position(int(tokens[5]), int(tokens[6]), int(tokens[8]))
+    if len(tokens) >= _V2_TOKENS and tokens[1] == "ACK":
+        return Position(int(tokens[7]), int(tokens[8]), int(tokens[10]))
+    md = msg.metadata  # anything else: nats-py's parser (and its errors)
+    return Position(md.sequence.stream, md.sequence.consumer, md.num_pending)
+
+
 class MusterClient(NatsClient):
     """A nats-py `Client` that can deliver a subscription's messages straight to a function."""
 
