@@ -20,6 +20,7 @@ from types import MappingProxyType
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.environment_variables import OTEL_PYTHON_TRACER_PROVIDER
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import (
@@ -71,9 +72,17 @@ def setup_tracing(service_name: str, *, record: bool = False) -> None:
     trace.set_tracer_provider(provider)
 
 
+# Asked several times per event. OpenTelemetry's `get_tracer_provider` reads the environment on
+# every call while none is installed (about 1 us); a provider named there is loaded at the
+# first call, so only then is that needed: otherwise what `set_tracer_provider` sets is read.
+_PROVIDER_NAMED = OTEL_PYTHON_TRACER_PROVIDER in os.environ
+
+
 def recording() -> bool:
     """Whether spans are made (a tracer provider is installed, by `setup_tracing` or a host)."""
-    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    if _PROVIDER_NAMED:
+        return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    return trace._TRACER_PROVIDER is not None  # set once, never unset
 
 
 def _otlp_exporter() -> SpanExporter | None:
