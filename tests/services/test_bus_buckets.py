@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from nats.js.api import AckPolicy
 
 from muster.bus import Bus
 from muster.bus.errors import Conflict, NotFound, Unavailable
@@ -124,41 +123,3 @@ async def test_keys_last_revision_and_a_change_feed_in_revision_order(bus: Bus) 
     finally:
         await feed.aclose()
     assert await kv.last_revision() == later
-
-
-async def test_a_change_feed_whose_consumer_is_deleted_goes_on_after_its_last_change(
-    bus: Bus,
-) -> None:
-    kv = await bus.kv("MUSTER_SIM_local")
-    first = await kv.write("pod.ml.a", b"a1", last=0)
-    feed = kv.changes("pod.")
-    try:
-        assert await anext(feed) == Change("pod.ml.a", b"a1", first, False)
-        # What an operator, a server's clean-up or a lost leader does to it.
-        for consumer in await bus.js.consumers_info("KV_MUSTER_SIM_local"):
-            await bus.js.delete_consumer("KV_MUSTER_SIM_local", consumer.name)
-        second = await kv.write("pod.ml.a", b"a2", last=first)
-        third = await kv.write("pod.ml.b", b"b1", last=0)
-        # Neither lost nor repeated: the next consumer starts just after the last change given.
-        assert [await anext(feed), await anext(feed)] == [
-            Change("pod.ml.a", b"a2", second, False),
-            Change("pod.ml.b", b"b1", third, False),
-        ]
-    finally:
-        await feed.aclose()
-    assert await bus.js.consumers_info("KV_MUSTER_SIM_local") == []
-
-
-async def test_a_change_feed_pulls_without_acks(bus: Bus) -> None:
-    kv = await bus.kv("MUSTER_SIM_local")
-    await kv.write("pod.ml.a", b"a1", last=0)
-    feed = kv.changes("pod.")
-    try:
-        await anext(feed)
-        [consumer] = await bus.js.consumers_info("KV_MUSTER_SIM_local")
-        # A pull consumer (no deliver subject) that needs no acks: nothing per change but the
-        # delivery itself, taken straight from the read loop (`muster.bus.kvfeed`).
-        assert consumer.config.deliver_subject is None
-        assert consumer.config.ack_policy == AckPolicy.NONE
-    finally:
-        await feed.aclose()

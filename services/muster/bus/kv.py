@@ -12,6 +12,7 @@ across NATS restarts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import inspect
 import logging
@@ -21,13 +22,13 @@ from typing import Final, NamedTuple, Protocol
 
 import nats.errors
 import nats.js.errors
-from nats.js import JetStreamContext
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext, api
 from nats.js.kv import KeyValue
 
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.client import stream_sequence
 from muster.bus.errors import NotFound, Retry, SetupError, Unavailable, wrapped
-from muster.bus.kvfeed import ChangeFeed
 from muster.bus.publisher import EXPECTED_LAST_SUBJECT_SEQUENCE, RawWriter
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,9 @@ log = logging.getLogger(__name__)
 _RETRY_S: Final = 1.0
 _DELETED: Final = ("DEL", "PURGE")
 _OPERATION: Final = "KV-Operation"  # the KV protocol's header marking a tombstone
+# A change feed notices a lost consumer (NATS restarted) after about two missed heartbeats,
+# and nats-py's ordered consumer resumes after the last revision it delivered.
+_HEARTBEAT_S: Final = 1.0
 
 _KEY = re.compile(r"[-/_=a-zA-Z0-9]+(\.[-/_=a-zA-Z0-9]+)*")
 
@@ -251,20 +255,44 @@ class Bucket:
     ) -> AsyncGenerator[Change, None]:
         """Each key under `prefixes` (whole tokens; none: every key) at its last write, then
         every write as it comes, in revision order across prefixes; with `after` (a revision),
-        every write after it instead. Until the caller stops, across NATS restarts
-        (`ChangeFeed`); `Unavailable` when NATS fails as it starts."""
+        every write after it instead. Until the caller stops; `Unavailable` when NATS fails."""
+        # Delivered through a callback into a queue: nats-py's `next_msg` makes a task and a
+        # uuid per message, which costs more than the rest of a change together.
+        arrived: asyncio.Queue[Msg] = asyncio.Queue()
+
+        async def deliver(msg: Msg) -> None:
+            arrived.put_nowait(msg)
+
         subjects = [f"{self._prefix}{prefix}>" for prefix in prefixes or ("",)]
-        feed = ChangeFeed(self._js, self._stream, subjects, after=after)
-        await feed.start()
+        config = api.ConsumerConfig(
+            deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT
+            if after is None
+            else api.DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=None if after is None else after + 1,
+            # One subject goes as the subscription's own filter; several as the consumer's.
+            filter_subjects=subjects if len(subjects) > 1 else None,
+        )
+        with wrapped(f"{self.name} changes {' '.join(prefixes)}"):
+            sub = await self._js.subscribe(
+                subjects[0],
+                stream=self._stream,
+                cb=deliver,
+                config=config,
+                ordered_consumer=True,
+                inactive_threshold=60.0,
+                idle_heartbeat=_HEARTBEAT_S,
+            )
         try:
             while True:
-                for msg in await feed.take():
-                    headers = msg.headers
-                    deleted = headers is not None and headers.get(_OPERATION) in _DELETED
-                    key = msg.subject.removeprefix(self._prefix)
-                    yield Change(key, msg.data, stream_sequence(msg), deleted)
+                raise_if_cancelling()
+                msg = await arrived.get()
+                headers = msg.headers
+                deleted = headers is not None and headers.get(_OPERATION) in _DELETED
+                key = msg.subject.removeprefix(self._prefix)
+                yield Change(key, msg.data, stream_sequence(msg), deleted)
         finally:
-            await feed.close()
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
 
 
 class OpenBucket(Protocol):
