@@ -17,7 +17,9 @@ from muster.bus import Bus
 from muster.bus.client import (
     MusterClient,
     connect,
+    header_block,
     parse_header_lines,
+    position,
     stream_sequence,
     subscribe_direct,
 )
@@ -138,6 +140,41 @@ def test_header_parsing_agrees_with_nats_py(lines: list[bytes]) -> None:
     assert parse_header_lines(raw) == expected
 
 
+async def _written(client: NatsClient, headers: dict[str, str]) -> bytes:
+    """The command `client` writes to publish `headers` (not connected: nothing is sent)."""
+    commands: list[bytes] = []
+
+    async def keep(cmd: bytes, priority: bool = False) -> None:
+        commands.append(cmd)
+
+    client._send_command = keep  # type: ignore[method-assign]
+    await client._send_publish("s.t", "_INBOX.r", b"data", 4, headers)
+    return commands[0]
+
+
+_HEADERS = st.dictionaries(
+    st.text(max_size=10) | st.sampled_from(["Nats-Msg-Id", "traceparent", " traceparent "]),
+    st.text(max_size=20),
+    max_size=4,
+)
+
+
+@given(_HEADERS)
+async def test_published_headers_are_the_bytes_nats_py_writes(headers: dict[str, str]) -> None:
+    try:
+        expected = await _written(NatsClient(), headers)
+    except nats.errors.BadHeaderError:
+        with pytest.raises(nats.errors.BadHeaderError):
+            header_block(headers)
+        return
+    assert await _written(MusterClient(), headers) == expected
+
+
+def test_a_header_value_cannot_break_the_block() -> None:
+    block = header_block({"Nats-Msg-Id": "a\r\nX-Forged: 1", "traceparent": " 00-aa \n"})
+    assert block == b"NATS/1.0\r\nNats-Msg-Id: a  X-Forged: 1\r\ntraceparent: 00-aa\r\n\r\n"
+
+
 def test_muster_headers_parse() -> None:
     raw = b"Nats-Msg-Id: abc\r\ntraceparent: 00-aa-bb-01\r\nStatus:  503 \r\n\r\n"
     assert parse_header_lines(raw) == {
@@ -158,6 +195,21 @@ def test_muster_headers_parse() -> None:
 def test_stream_sequence_reads_the_reply_as_nats_py_does(reply: str) -> None:
     assert stream_sequence(Msg(None, subject="s", reply=reply)) == 1234  # type: ignore[arg-type]
     assert Msg(None, subject="s", reply=reply).metadata.sequence.stream == 1234  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "$JS.ACK.MUSTER_EVENTS.replay.1.1234.99.1700000000000000000.7",
+        "$JS.ACK.hub.ACCHASH.MUSTER_EVENTS.replay.2.1234.98.1700000000000000000.5.rnd",
+        "$JS.ACK.hub.ACCHASH.MUSTER_EVENTS.replay.2.1234.98.1700000000000000000.5",
+    ],
+    ids=["v1", "with-domain", "eleven-tokens"],
+)
+def test_position_reads_the_reply_as_nats_py_does(reply: str) -> None:
+    md = Msg(None, subject="s", reply=reply).metadata  # type: ignore[arg-type]
+    at = position(Msg(None, subject="s", reply=reply))  # type: ignore[arg-type]
+    assert at == (md.sequence.stream, md.sequence.consumer, md.num_pending)
 
 
 def test_stream_sequence_of_a_core_message_is_an_error() -> None:

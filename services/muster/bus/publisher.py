@@ -8,6 +8,7 @@ the same event ids; JetStream answers `duplicate` with the original sequence.
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
@@ -51,6 +52,7 @@ _Pending = tuple[str, "asyncio.Future[bytes | None]"]
 _Message = tuple[int, str, bytes, dict[str, str]]  # its index in a batch, subject, data, headers
 _UNSENT = Retry(1.0, "not sent: an earlier event of its workload was not stored")
 _NO_RESPONDERS = "503"
+_OVERDUE = b"overdue"  # this object (by identity) answers a message nothing answered in time
 
 
 def headers_size(headers: Mapping[str, str]) -> int:
@@ -74,9 +76,13 @@ class Publisher:
         self._nc = nc
         self._js = js
         self.max_event_bytes = max_event_bytes
-        self.timeout_s = timeout_s
-        self._acks = _PubAcks(nc)
+        self._acks = _PubAcks(nc, timeout_s=timeout_s)
         self.metrics: BusMetrics | None = None  # set by the Bus when the service has metrics
+
+    @property
+    def timeout_s(self) -> float:
+        """How long a message waits for its PubAck."""
+        return self._acks.timeout_s
 
     async def publish(
         self,
@@ -156,9 +162,7 @@ class Publisher:
 
     async def publish_raw(self, subject: str, data: bytes, headers: dict[str, str]) -> int:
         """Store `data` on `subject` and return its sequence; maps NATS errors to Retry/Reject."""
-        [answer] = await self._acks.answers(
-            [await self._send(subject, data, headers)], timeout_s=self.timeout_s
-        )
+        [answer] = await self._acks.answers([await self._send(subject, data, headers)])
         if isinstance(answer, BaseException):
             raise _bus_error(answer, subject, headers, self.timeout_s) from answer
         return answer
@@ -189,7 +193,7 @@ class Publisher:
         except BaseException:  # cancelled while sending: no reply will be awaited
             self._acks.forget([pending for _, _, pending in sent])
             raise
-        answers = await self._acks.answers([p for _, _, p in sent], timeout_s=self.timeout_s)
+        answers = await self._acks.answers([p for _, _, p in sent])
         for (i, subject, _), answer in zip(sent, answers, strict=True):
             if isinstance(answer, int):
                 results[i] = answer
@@ -317,41 +321,48 @@ class _PubAcks:
     What `JetStreamContext.publish` does, for about 15 % less CPU per event: no request
     machinery around each message (`asyncio.wait_for`, a response map per call, a full `PubAck`
     object), only a future per message, answered by a callback that reads `seq` or `error`.
+    Nor a timer per message (about 5 us each): every message is due `timeout_s` after it was
+    sent, so they fall due in the order sent, and one timer, at the deadline of the oldest
+    still unanswered, fails what is overdue.
     """
 
-    def __init__(self, nc: NatsClient) -> None:
+    def __init__(self, nc: NatsClient, *, timeout_s: float) -> None:
         self._nc = nc
+        self.timeout_s = timeout_s
         self._prefix = ""  # "<inbox>." once subscribed; a reply goes to prefix + token
         self._subscribing: asyncio.Lock | None = None
         self._waiting: dict[str, asyncio.Future[bytes | None]] = {}
         self._tokens = itertools.count()
+        self._due: collections.deque[tuple[float, str]] = collections.deque()  # as sent
+        self._timer: asyncio.TimerHandle | None = None
 
     async def send(self, subject: str, data: bytes, headers: dict[str, str] | None) -> _Pending:
-        """Send `data` to `subject`; its PubAck is then awaited with `answers`. Raises the
-        connection's errors from sending."""
+        """Send `data` to `subject`; its PubAck is then awaited with `answers` (TimeoutError
+        `timeout_s` after now). Raises the connection's errors from sending."""
         if not self._prefix:
             await self._subscribe()
         token = str(next(self._tokens))
-        answer: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[bytes | None] = loop.create_future()
         self._waiting[token] = answer
         try:
             await self._nc.publish(subject, data, reply=self._prefix + token, headers=headers)
         except BaseException:
             del self._waiting[token]
             raise
+        self._due.append((loop.time() + self.timeout_s, token))
+        while self._due[0][1] not in self._waiting:  # answered: no longer due
+            self._due.popleft()
+        if self._timer is None:
+            self._timer = loop.call_at(self._due[0][0], self._expire, loop)
         return token, answer
 
-    async def answers(
-        self, pending: Sequence[_Pending], *, timeout_s: float
-    ) -> list[int | Exception]:
+    async def answers(self, pending: Sequence[_Pending]) -> list[int | Exception]:
         """Per message sent, its stream sequence or what `JetStreamContext.publish` would
-        raise (TimeoutError, NoStreamResponseError, APIError); one timeout for them all."""
+        raise (TimeoutError, NoStreamResponseError, APIError)."""
         try:
-            async with asyncio.timeout(timeout_s):
-                for _, answer in pending:
-                    await answer
-        except TimeoutError:
-            pass  # those not answered are reported one by one below
+            for _, answer in pending:
+                await answer
         finally:
             self.forget(pending)
         return [_sequence_of(answer) for _, answer in pending]
@@ -360,6 +371,21 @@ class _PubAcks:
         """Stop waiting for the PubAcks of `pending`."""
         for token, _ in pending:
             self._waiting.pop(token, None)
+
+    def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Fail (TimeoutError) every message whose deadline has passed unanswered; then wait
+        for the next one's."""
+        self._timer = None
+        now = loop.time()
+        while self._due:
+            deadline, token = self._due[0]
+            answer = self._waiting.get(token)
+            if answer is not None and not answer.done():
+                if deadline > now:
+                    self._timer = loop.call_at(deadline, self._expire, loop)
+                    return
+                answer.set_result(_OVERDUE)
+            self._due.popleft()
 
     async def _subscribe(self) -> None:
         if self._subscribing is None:
@@ -388,9 +414,11 @@ class _Reply(msgspec.Struct):
 
 
 def _sequence_of(answer: asyncio.Future[bytes | None]) -> int | Exception:
-    if not answer.done() or answer.cancelled():  # the one awaited at the timeout is cancelled
+    if not answer.done() or answer.cancelled():
         return TimeoutError()
     raw = answer.result()
+    if raw is _OVERDUE:
+        return TimeoutError()
     if raw is None:  # the server's "503 no responders": no stream for this subject
         return nats.js.errors.NoStreamResponseError()
     reply = msgspec.json.decode(raw, type=_Reply)

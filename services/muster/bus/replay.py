@@ -22,6 +22,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
 from muster.bus.cancel import raise_if_cancelling
+from muster.bus.client import Position, position
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES, decode
 from muster.bus.errors import Reject
 from muster.bus.outage import UNAVAILABLE, Outage
@@ -78,8 +79,8 @@ async def replay(
         try:
             if not follow and reader.pending == 0:
                 return
-            async for msg in reader.messages(follow=follow):
-                seq = msg.metadata.sequence.stream
+            async for msg, at in reader.messages(follow=follow):
+                seq = at.stream
                 if until is not None and seq > until:
                     return
                 next_seq = seq + 1
@@ -90,7 +91,7 @@ async def replay(
                 else:
                     env.sequence = seq
                     yield env
-                if not follow and msg.metadata.num_pending == 0:
+                if not follow and at.pending == 0:
                     return  # caught up: what is left was stored after the call
             if not reader.gap:
                 return
@@ -142,7 +143,7 @@ class _Reader:
         await feed.start()
         return cls(js, feed, info)
 
-    async def messages(self, *, follow: bool) -> AsyncIterator[Msg]:
+    async def messages(self, *, follow: bool) -> AsyncIterator[tuple[Msg, Position]]:
         expected = 1
         while True:
             raise_if_cancelling()
@@ -152,12 +153,13 @@ class _Reader:
                     return
                 continue
             for msg in msgs:
-                if msg.metadata.sequence.consumer != expected:
+                at = position(msg)
+                if at.consumer != expected:
                     log.info("replay: consumer sequence gap, reading again")
                     self.gap = True
                     return
                 expected += 1
-                yield msg
+                yield msg, at
 
     async def _caught_up(self) -> bool:
         try:

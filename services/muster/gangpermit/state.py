@@ -343,6 +343,12 @@ class GangPermitState:
                 self.touch_all()
             case Pod():
                 settled = self._went_on(obj)
+                old = self.pods.get(PodKey(obj.key))
+                if settled and old is not None and old.node_name and old.node_name == obj.node_name:
+                    # A bound pod's phase moved on (Pending to Running): placement reads no
+                    # phase, so only the pod is kept (a third of a workload's pod changes).
+                    self.pods[PodKey(obj.key)] = obj
+                    return False
                 self._put_pod(obj)
                 return not settled
             case _:

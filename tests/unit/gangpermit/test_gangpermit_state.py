@@ -12,7 +12,10 @@ import msgspec
 from cluster_docs import GANG, event, fed, gang, kueue_workload, node, objects, pod
 
 from muster.contracts.v1 import events_pb2
+from muster.core.placement.model import PodKey
 from muster.gangpermit.translate import decide
+
+GANG_POD = PodKey("ns/train-0")
 
 
 def test_gang_that_fits_is_permitted_whole_with_every_pod_and_its_uid() -> None:
@@ -199,6 +202,25 @@ def test_a_pod_bound_where_it_was_permitted_or_running_there_wakes_no_pass() -> 
     assert state.put(objects(pod("new", workload="train"))[0]) is True
     done = msgspec.structs.replace(running, phase="Succeeded")
     assert state.put(done) is True  # its room is free
+
+
+def test_a_bound_pod_that_starts_running_is_kept_without_asking_the_scheduler_again() -> None:
+    state = fed(node("a") + gang(pods=1))
+    (permit,) = decide(state, now_s=10.0)
+    node_name = permit.gang_permitted.bindings[0].node
+    bound = objects(pod("train-0", workload="train", node_name=node_name))[0]
+    state.put(bound)
+    asked: list[object] = []
+    state.scheduler.upsert_pod = asked.append  # type: ignore[method-assign,assignment]
+
+    running = msgspec.structs.replace(bound, phase="Running")
+    assert state.put(running) is False
+
+    assert state.pods[GANG_POD] == running
+    assert asked == []  # nothing placement reads changed
+    done = msgspec.structs.replace(running, phase="Succeeded")
+    assert state.put(done) is True  # its room is free: the scheduler is told
+    assert GANG_POD not in state.pods
 
 
 def test_heartbeat_looks_again_only_at_gangs_that_changed_and_agrees_with_a_full_look() -> None:
