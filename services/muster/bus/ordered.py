@@ -9,11 +9,11 @@ returns once every event the round caused has its PubAck). The durable acks all
 (`AckPolicy.ALL`): one ack of a batch's last message answers for the whole batch, instead of
 one ack per message for the client and the server to send and track. And it answers for the
 batches before it: a handled batch's ack waits up to `ACK_LINGER_S` for the next batch, whose
-ack is then the only one sent (up to `batch` messages handled and unacked; an ack is sent at
-once beyond that, and when the loop stops). Events come a few milliseconds apart to a replica
-that owns a quarter of the trees, and its rounds hold one or two: an ack each was a message,
-a write and a wake-up per round. Waiting changes nothing the server redelivers (the ack wait
-is 30 s) nor what a new owner replays (it rebuilds from the stream).
+ack is then the only one sent (for up to half the durable's `max_ack_pending` messages; an ack
+is sent at once beyond that, and when the loop stops). Events come a few milliseconds apart to
+a replica that owns a quarter of the trees, and its rounds hold one or two: an ack each was a
+message, a write and a wake-up per round. Waiting changes nothing the server redelivers (the
+ack wait is 30 s) nor what a new owner replays (it rebuilds from the stream).
 
 An event that cannot be read or applied is copied to `MUSTER_DLQ` and terminated (the bus's
 dead-letter path), once its batch is handled, so that no ack covers an event before it is
@@ -94,7 +94,7 @@ async def consume_in_order(
         expires_s=fetch_timeout_s,
     )
     await feed.start()
-    acks = _Acks(limit=settings.batch)
+    acks = _Acks(limit=max(1, settings.max_ack_pending // 2))  # the server stops at the max
     try:
         async with bus.following_lag(settings.stream, durable):
             while True:
