@@ -163,6 +163,7 @@ class Rounds:
         self.rounds = 0
         self.unread: frozenset[str] = NO_REPORTS  # reports its consumer leaves out (subjects.py)
         self._timers_changed = asyncio.Event()
+        self._timer_at: float | None = None  # the timer `run_timers` waits for (None: none)
 
     # --- consumed events -------------------------------------------------------------------
 
@@ -273,7 +274,7 @@ class Rounds:
                     span.set_attribute("muster.decisions", len(events))
                     span.end()
             self.rounds += 1
-        self._timers_changed.set()
+        self._timers_moved()
         if changed:  # the views are the engine's: a round about other replicas' workloads,
             self.on_round()  # or one that decided nothing, leaves them as they were
         return rejected
@@ -318,16 +319,27 @@ class Rounds:
         """Run a round whenever the engine's next timer is due, until cancelled."""
         while True:
             raise_if_cancelling()
-            wakeup = self.state.next_wakeup_s()
+            wakeup = self._timer_at = self.state.next_wakeup_s()
             timeout = None if wakeup is None else max(0.0, wakeup - self.clock())
             self._timers_changed.clear()
             try:
                 async with asyncio.timeout(timeout):
-                    await self._timers_changed.wait()  # a round ran: the next timer may move
+                    await self._timers_changed.wait()  # a round brought the next timer nearer
                 continue
             except TimeoutError:
                 pass
+            due = self.state.next_wakeup_s()
+            if due is None or due > self.clock():
+                continue  # a round moved it later (or took it away): wait for that instead
             await finishing(self._round((), cause=None))  # its events are being published
+
+    def _timers_moved(self) -> None:
+        """Wake `run_timers` when a round brought the next timer nearer than the one it waits
+        for. Most rounds leave it as it was (no timer at all, most often), and a wake-up per
+        round is a fixed cost that a replica deciding a few workloads per round feels."""
+        wakeup = self.state.next_wakeup_s()
+        if wakeup is not None and (self._timer_at is None or wakeup < self._timer_at):
+            self._timers_changed.set()
 
     async def catch_up(self, events: Sequence[Event], *, replay_end: int) -> None:
         """Forward the stories that must still follow their workloads (a replica may have died
@@ -339,7 +351,7 @@ class Rounds:
             if self.metrics is not None:
                 self.metrics.round((), events, decide_s=None)
             await self.publish(events, cause=cause)
-        self._timers_changed.set()
+        self._timers_moved()
         self.on_round()
 
     def _tick_cause(self, now_s: float) -> pb.Envelope:

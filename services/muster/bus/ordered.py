@@ -7,7 +7,13 @@ consumes with `consume_in_order`: what has arrived (up to `batch` messages, in s
 is one batch (a round), and its messages are acked only after the handler returned (admission's
 returns once every event the round caused has its PubAck). The durable acks all
 (`AckPolicy.ALL`): one ack of a batch's last message answers for the whole batch, instead of
-one ack per message for the client and the server to send and track.
+one ack per message for the client and the server to send and track. And it answers for the
+batches before it: a handled batch's ack waits up to `ACK_LINGER_S` for the next batch, whose
+ack is then the only one sent (for up to half the durable's `max_ack_pending` messages; an ack
+is sent at once beyond that, and when the loop stops). Events come a few milliseconds apart to
+a replica that owns a quarter of the trees, and its rounds hold one or two: an ack each was a
+message, a write and a wake-up per round. Waiting changes nothing the server redelivers (the
+ack wait is 30 s) nor what a new owner replays (it rebuilds from the stream).
 
 An event that cannot be read or applied is copied to `MUSTER_DLQ` and terminated (the bus's
 dead-letter path), once its batch is handled, so that no ack covers an event before it is
@@ -22,6 +28,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from typing import NamedTuple
 
 import nats.errors
 import nats.js.errors
@@ -39,6 +46,8 @@ from muster.contracts.v1 import events_pb2 as pb
 from muster.metrics.bus import ACK, DEAD_LETTER
 
 log = logging.getLogger(__name__)
+
+ACK_LINGER_S = 0.05  # a handled batch's ack waits this long for the next batch's (docstring)
 
 # The envelopes of a batch, and the same as stored (the snapshot log keeps those bytes).
 BatchHandler = Callable[[Sequence[pb.Envelope], Sequence[bytes]], Awaitable[list[Reject | None]]]
@@ -85,15 +94,21 @@ async def consume_in_order(
         expires_s=fetch_timeout_s,
     )
     await feed.start()
+    acks = _Acks(limit=max(1, settings.max_ack_pending // 2))  # the server stops at the max
     try:
         async with bus.following_lag(settings.stream, durable):
             while True:
                 raise_if_cancelling()
-                msgs = await feed.take(settings.batch, timeout_s=fetch_timeout_s)
+                wait_s = fetch_timeout_s if acks.due is None else ACK_LINGER_S
+                msgs = await feed.take(settings.batch, timeout_s=wait_s)
                 if not msgs:
+                    await acks.send()  # none came meanwhile: the last batch's goes alone
                     continue
-                await finishing(_handle_batch(bus, durable, msgs, handle, settings))
+                await finishing(_handle_batch(bus, durable, msgs, handle, settings, acks))
+                if acks.full:
+                    await acks.send()
     finally:
+        await acks.send()  # what was handled is answered before the loop goes
         # Delivered but never handled: not naked, since a redelivery would come out of order
         # (after what follows it); the ack wait hands them to the next owner, which skips
         # what it already applied.
@@ -102,8 +117,50 @@ async def consume_in_order(
             await bus.nc.flush()  # the acks leave before the caller goes on
 
 
+class _Acks:
+    """The ack owed for the batches handled since the last one sent: of the last message
+    handled (`AckPolicy.ALL`), sent by `send`."""
+
+    def __init__(self, *, limit: int) -> None:
+        self.due: Msg | None = None
+        self.limit = limit  # handled messages left unacked at most
+        self.handled = 0
+
+    @property
+    def full(self) -> bool:
+        return self.handled >= self.limit
+
+    def after(self, answer: _Answer) -> None:
+        """Take a handled batch's `_Answer`: its ack replaces the one owed; a term sent
+        for its last message answered for all."""
+        if answer.ack is not None:
+            self.due = answer.ack
+            self.handled += answer.messages
+        elif answer.answered:
+            self.due, self.handled = None, 0
+
+    async def send(self) -> None:
+        if self.due is not None:
+            due, self.due, self.handled = self.due, None, 0
+            await _quietly(due.ack())
+
+
+class _Answer(NamedTuple):
+    """What a handled batch leaves to answer: `ack` (None when nothing) covering `messages`;
+    `answered`: its last message was terminated, which answered for all before."""
+
+    ack: Msg | None
+    messages: int
+    answered: bool = False
+
+
 async def _handle_batch(
-    bus: Bus, durable: str, msgs: Sequence[Msg], handle: BatchHandler, settings: ConsumerSettings
+    bus: Bus,
+    durable: str,
+    msgs: Sequence[Msg],
+    handle: BatchHandler,
+    settings: ConsumerSettings,
+    acks: _Acks,
 ) -> None:
     readable: list[tuple[int, pb.Envelope]] = []  # index in `msgs`, envelope
     refused: dict[int, str] = {}  # index in `msgs` -> why it goes to the dead-letter stream
@@ -128,11 +185,11 @@ async def _handle_batch(
         if outcome is not None:
             log.error("rejected: %s", outcome, extra={"workload": env.workload, "event": env.type})
             refused[i] = str(outcome)
-    await _answer(bus, durable, msgs, refused)
+    acks.after(await _answer(bus, durable, msgs, refused))
 
 
-async def _answer(bus: Bus, durable: str, msgs: Sequence[Msg], refused: dict[int, str]) -> None:
-    """Dead-letter the `refused` messages of a handled batch in order, then ack the batch.
+async def _answer(bus: Bus, durable: str, msgs: Sequence[Msg], refused: dict[int, str]) -> _Answer:
+    """Dead-letter the `refused` messages of a handled batch in order; what is left to ack.
 
     An ack or a term answers for every message before it too (`AckPolicy.ALL`). A copy that
     cannot be stored stops there: that message and those after it are left unanswered, and
@@ -143,8 +200,11 @@ async def _answer(bus: Bus, durable: str, msgs: Sequence[Msg], refused: dict[int
         if not await _dead_letter(bus, durable, msgs[i], refused[i]):
             covered = i
             break
-    if covered and covered - 1 not in refused:  # else its term answered for the batch
-        await _quietly(msgs[covered - 1].ack())
+    if not covered:
+        return _Answer(None, 0)
+    if covered - 1 in refused:  # its term answered for the batch
+        return _Answer(None, covered, answered=True)
+    return _Answer(msgs[covered - 1], covered)
 
 
 async def _dead_letter(bus: Bus, durable: str, msg: Msg, reason: str) -> bool:

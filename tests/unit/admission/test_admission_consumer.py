@@ -1,6 +1,6 @@
 """How admission's in-order consumer (`muster.bus.ordered`) answers a fetched batch: one ack
 for the batch (the durable acks all), a term for each event dead-lettered, and nothing past an
-event whose copy could not be stored."""
+event whose copy could not be stored; batches handled one after another share one ack."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from admission_stream import submitted, workload
 
 from muster.bus import ConsumerSettings, Reject, Retry, encode
-from muster.bus.ordered import _handle_batch
+from muster.bus.ordered import _Acks, _handle_batch
 from muster.contracts.v1 import events_pb2 as pb
 
 pytestmark = pytest.mark.timeout(10)
@@ -63,10 +63,19 @@ async def refuse_13(envs: Sequence[pb.Envelope], raw: Sequence[bytes]) -> list[R
     return [Reject("cannot apply") if e.sequence == 13 else None for e in envs]
 
 
+async def handled(
+    msgs: list[Msg], publisher: Publisher | None = None, acks: _Acks | None = None
+) -> _Acks:
+    """`msgs` handled as the consumer loop does; the ack owed is left in the `_Acks`."""
+    acks = acks if acks is not None else _Acks(limit=256)
+    bus = Bus(publisher or Publisher())
+    await _handle_batch(bus, "admission-0", msgs, refuse_13, ConsumerSettings(), acks)
+    return acks
+
+
 async def answered(publisher: Publisher) -> list[tuple[str, int]]:
     answers: list[tuple[str, int]] = []
-    bus = Bus(publisher)
-    await _handle_batch(bus, "admission-0", batch(answers), refuse_13, ConsumerSettings())
+    await (await handled(batch(answers), publisher)).send()
     return answers
 
 
@@ -86,5 +95,36 @@ async def test_nothing_past_an_event_whose_copy_failed_is_answered() -> None:
 async def test_an_event_refused_last_answers_for_the_batch_with_its_term() -> None:
     answers: list[tuple[str, int]] = []
     msgs = batch(answers)[:4]  # 13, refused, is the last
-    await _handle_batch(Bus(Publisher()), "admission-0", msgs, refuse_13, ConsumerSettings())
+    await (await handled(msgs)).send()
     assert answers == [("term", 11), ("term", 13)]
+
+
+def readable(answers: list[tuple[str, int]], first: int, count: int) -> list[Msg]:
+    return [
+        Msg(encode(submitted(workload(f"w{s}"))), s, answers) for s in range(first, first + count)
+    ]
+
+
+async def test_batches_handled_one_after_another_are_answered_by_one_ack_of_the_last() -> None:
+    answers: list[tuple[str, int]] = []
+    acks = await handled(readable(answers, 20, 3))
+    await handled(readable(answers, 23, 2), acks=acks)
+    assert answers == []  # owed, not sent: the next batch's ack would answer for them too
+    await acks.send()
+    assert answers == [("ack", 24)]
+
+
+async def test_a_term_of_a_later_batch_answers_for_the_ack_owed_before_it() -> None:
+    answers: list[tuple[str, int]] = []
+    acks = await handled(readable(answers, 5, 2))
+    await handled(batch(answers)[:4], acks=acks)  # ends with 13, refused
+    await acks.send()
+    assert answers == [("term", 11), ("term", 13)]
+
+
+async def test_an_ack_is_owed_for_no_more_than_the_limit_of_messages() -> None:
+    answers: list[tuple[str, int]] = []
+    acks = await handled(readable(answers, 30, 3), acks=_Acks(limit=5))
+    assert not acks.full
+    await handled(readable(answers, 33, 2), acks=acks)
+    assert acks.full  # the loop sends it at once

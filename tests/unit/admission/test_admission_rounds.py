@@ -151,7 +151,8 @@ async def test_an_event_the_engine_fails_on_is_rejected_and_the_rest_applied(
     assert publisher.of("workload.admitted") == ["ns/ok"]
 
 
-async def test_due_timers_run_a_round_of_their_own() -> None:
+def pods_ready_timeout() -> pb.Envelope:
+    """Kueue's Configuration with waitForPodsReady on: each admission starts a 5 s timer."""
     configuration = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta1",
         "kind": "Configuration",
@@ -160,10 +161,13 @@ async def test_due_timers_run_a_round_of_their_own() -> None:
     payload = pb.ConfigApplied(
         kind="Configuration", name="kueue", manifest_json=json.dumps(configuration)
     )
-    kueue = new_event("config_applied", payload, cluster="local", source="test")
+    return new_event("config_applied", payload, cluster="local", source="test")
+
+
+async def test_due_timers_run_a_round_of_their_own() -> None:
     now = [100.0]
     publisher = Publisher()
-    rounds = Rounds(configured_state(kueue), publisher, clock=lambda: now[0])
+    rounds = Rounds(configured_state(pods_ready_timeout()), publisher, clock=lambda: now[0])
     await rounds.apply_batch([sequenced(submitted(workload("slow")), 10)])
     assert rounds.state.next_wakeup_s() == 105.0
     now[0] = 106.0
@@ -178,6 +182,26 @@ async def test_due_timers_run_a_round_of_their_own() -> None:
     (evicted,) = [e for e in publisher.stored if e.type == "workload.evicted"]
     assert evicted.evicted.reason == "PodsReadyTimeout"
     assert evicted.cause == "timer/admission/0/106000"
+
+
+@pytest.mark.parametrize(
+    ("timers", "woken"), [(False, False), (True, True)], ids=["none", "nearer"]
+)
+async def test_the_timer_loop_is_woken_only_by_a_round_that_brings_a_timer_nearer(
+    timers: bool, woken: bool
+) -> None:
+    config = (pods_ready_timeout(),) if timers else ()
+    rounds = Rounds(configured_state(*config), Publisher(), clock=lambda: 100.0)
+    loop = asyncio.create_task(rounds.run_timers())
+    try:
+        await asyncio.sleep(0)  # it waits, with no timer to wait for
+        await rounds.apply_batch([sequenced(submitted(workload("w")), 10)])
+        # Admitted: with waitForPodsReady on, its pods have 5 s; else no timer at all.
+        assert (rounds.state.next_wakeup_s() is not None) is timers
+        assert rounds._timers_changed.is_set() is woken
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
 
 
 class SlowPublisher(Publisher):

@@ -1,0 +1,51 @@
+"""Admission's in-order consumer (`muster.bus.ordered`) against a real nats-server: batches
+handled one after another are answered by one ack, sent once no batch follows."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+from admission_world import drained
+from bus_helpers import SUBMITTED, submitted
+from nats.aio.msg import Msg
+
+from muster.bus import EVENTS_STREAM, Bus, ConsumerSettings, Reject
+from muster.bus.ordered import consume_in_order, make_consumer
+from muster.contracts.v1 import events_pb2 as pb
+
+pytestmark = pytest.mark.timeout(30)
+
+
+async def test_batches_handled_back_to_back_share_one_ack_sent_once_none_follows(
+    bus: Bus,
+) -> None:
+    for i in range(6):
+        await bus.publish(submitted(f"ns/w{i}"))
+    settings = ConsumerSettings(stream=EVENTS_STREAM, batch=2)  # 3 batches at least
+    await make_consumer(bus, "in-order", [SUBMITTED], settings, start_sequence=1)
+    acks: list[int] = []  # the stream sequence each ack answers for
+
+    async def seen(msg: Msg) -> None:
+        # $JS.ACK.<stream>.<consumer>.<delivered>.<stream sequence>.<consumer sequence>...
+        acks.append(int(msg.subject.split(".")[5]))
+
+    # The server reads acks on their reply subjects; a plain subscriber sees them too.
+    watcher = await bus.nc.subscribe(f"$JS.ACK.{EVENTS_STREAM}.in-order.>", cb=seen)
+    handled: list[int] = []
+
+    async def handle(envs: Sequence[pb.Envelope], raw: Sequence[bytes]) -> list[Reject | None]:
+        handled.extend(env.sequence for env in envs)
+        return [None] * len(envs)
+
+    loop = asyncio.create_task(consume_in_order(bus, "in-order", handle, settings))
+    try:
+        await drained(bus, "in-order", timeout_s=10)  # the owed ack went once none followed
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+    await bus.nc.flush()
+    await watcher.unsubscribe()
+    assert handled == [1, 2, 3, 4, 5, 6]
+    assert acks == [6]  # one ack, of the last, answered for every batch
