@@ -17,13 +17,16 @@ ack wait is 30 s) nor what a new owner replays (it rebuilds from the stream).
 
 An event that cannot be read or applied is copied to `MUSTER_DLQ` and terminated (the bus's
 dead-letter path), once its batch is handled, so that no ack covers an event before it is
-applied; nothing is nak'ed, since a redelivery would come out of order. An event whose copy
-could not be stored is left to redelivery: the batch is acked only up to the event before it
-(what follows comes back too, and is skipped as applied).
+applied; nothing is nak'ed, since a redelivery would come out of order. A copy that cannot be
+stored is made again, after a growing pause, until it is: left unanswered, the event would be
+answered by the next batch's ack (the durable acks all) without ever reaching the dead-letter
+stream, lost without a trace. The consumer waits meanwhile, as every publish of its rounds
+would.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -48,6 +51,7 @@ from muster.metrics.bus import ACK, DEAD_LETTER
 log = logging.getLogger(__name__)
 
 ACK_LINGER_S = 0.05  # a handled batch's ack waits this long for the next batch's (docstring)
+DEAD_LETTER_RETRY_S = (0.1, 5.0)  # a failed dead-letter copy is made again after: first, most
 
 # The envelopes of a batch, and the same as stored (the snapshot log keeps those bytes).
 BatchHandler = Callable[[Sequence[pb.Envelope], Sequence[bytes]], Awaitable[list[Reject | None]]]
@@ -191,32 +195,30 @@ async def _handle_batch(
 async def _answer(bus: Bus, durable: str, msgs: Sequence[Msg], refused: dict[int, str]) -> _Answer:
     """Dead-letter the `refused` messages of a handled batch in order; what is left to ack.
 
-    An ack or a term answers for every message before it too (`AckPolicy.ALL`). A copy that
-    cannot be stored stops there: that message and those after it are left unanswered, and
-    come back after the ack wait (the rounds skip what they applied).
-    """
-    covered = len(msgs)
+    An ack or a term answers for every message before it too (`AckPolicy.ALL`)."""
     for i in sorted(refused):
-        if not await _dead_letter(bus, durable, msgs[i], refused[i]):
-            covered = i
+        await _dead_letter(bus, durable, msgs[i], refused[i])
+    if len(msgs) - 1 in refused:  # its term answered for the batch
+        return _Answer(None, len(msgs), answered=True)
+    return _Answer(msgs[-1], len(msgs))
+
+
+async def _dead_letter(bus: Bus, durable: str, msg: Msg, reason: str) -> None:
+    """Copy `msg` to the DLQ, then terminate it; a copy that fails is made again until stored
+    (module docstring)."""
+    pause_s, most_s = DEAD_LETTER_RETRY_S
+    while True:
+        try:
+            await bus.publisher.dead_letter(msg, consumer=durable, reason=reason)
             break
-    if not covered:
-        return _Answer(None, 0)
-    if covered - 1 in refused:  # its term answered for the batch
-        return _Answer(None, covered, answered=True)
-    return _Answer(msgs[covered - 1], covered)
-
-
-async def _dead_letter(bus: Bus, durable: str, msg: Msg, reason: str) -> bool:
-    """Copy `msg` to the DLQ, then terminate it; if the copy fails, leave it to redelivery
-    (False)."""
-    try:
-        await bus.publisher.dead_letter(msg, consumer=durable, reason=reason)
-    except Retry as err:
-        log.error("cannot dead-letter, it will come back: %s", err, extra={"consumer": durable})
-        return False
+        except Retry as err:
+            log.error(
+                "cannot dead-letter, trying again in %gs: %s", pause_s, err,
+                extra={"consumer": durable},
+            )  # fmt: skip
+        await asyncio.sleep(pause_s)
+        pause_s = min(pause_s * 2, most_s)
     await _quietly(msg.term())
-    return True
 
 
 async def _quietly(reply: Awaitable[None]) -> None:

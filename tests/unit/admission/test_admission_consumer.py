@@ -1,6 +1,7 @@
 """How admission's in-order consumer (`muster.bus.ordered`) answers a fetched batch: one ack
-for the batch (the durable acks all), a term for each event dead-lettered, and nothing past an
-event whose copy could not be stored; batches handled one after another share one ack."""
+for the batch (the durable acks all), a term for each event dead-lettered, a copy that could
+not be stored made again before anything after it is answered; batches handled one after
+another share one ack."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Sequence
 import pytest
 from admission_stream import submitted, workload
 
-from muster.bus import ConsumerSettings, Reject, Retry, encode
+from muster.bus import ConsumerSettings, Reject, Retry, encode, ordered
 from muster.bus.ordered import _Acks, _handle_batch
 from muster.contracts.v1 import events_pb2 as pb
 
@@ -35,12 +36,16 @@ class Msg:
 
 
 class Publisher:
-    def __init__(self, *, failing: int | None = None) -> None:
+    def __init__(self, *, failing: int | None = None, failures: int = 0) -> None:
         self.copied: list[int] = []
         self.failing = failing  # the sequence whose copy cannot be stored
+        self.failures = failures  # how many times
+        self.tries: list[int] = []
 
     async def dead_letter(self, msg: Msg, *, consumer: str, reason: str) -> int:
-        if msg.sequence == self.failing:
+        self.tries.append(msg.sequence)
+        if msg.sequence == self.failing and self.failures:
+            self.failures -= 1
             raise Retry(1.0, "no PubAck")
         self.copied.append(msg.sequence)
         return len(self.copied)
@@ -85,11 +90,15 @@ async def test_a_batch_is_answered_by_its_terms_and_one_ack_of_its_last_event() 
     assert publisher.copied == [11, 13]
 
 
-async def test_nothing_past_an_event_whose_copy_failed_is_answered() -> None:
-    publisher = Publisher(failing=11)
-    # 10 is acked; 11 (not copied) and what follows come back after the ack wait.
-    assert await answered(publisher) == [("ack", 10)]
-    assert publisher.copied == []
+async def test_a_copy_that_failed_is_made_again_before_anything_after_it_is_answered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Left unanswered, 11 would be answered by the next batch's ack, never copied.
+    monkeypatch.setattr(ordered, "DEAD_LETTER_RETRY_S", (0.01, 0.02))
+    publisher = Publisher(failing=11, failures=3)
+    assert await answered(publisher) == [("term", 11), ("term", 13), ("ack", 14)]
+    assert publisher.tries == [11, 11, 11, 11, 13]
+    assert publisher.copied == [11, 13]
 
 
 async def test_an_event_refused_last_answers_for_the_batch_with_its_term() -> None:
