@@ -11,6 +11,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 
+import nats.js.errors
 import pytest
 from bus_helpers import EventLog
 from placement_stack import Stack, node, placement_stack, submit_and_admit, workload_manifest
@@ -53,7 +54,10 @@ async def settled(bus: Bus, *, timeout_s: float = 10.0) -> None:
 
     async def done() -> bool:
         commands = await bus.js.stream_info(COMMANDS_STREAM)
-        events = await bus.js.consumer_info(EVENTS_STREAM, "binder-local")
+        try:
+            events = await bus.js.consumer_info(EVENTS_STREAM, "binder-local")
+        except nats.js.errors.NotFoundError:  # a binder just started has not made it yet
+            return False
         return (
             commands.state.messages == 0 and not events.num_ack_pending and not events.num_pending
         )
