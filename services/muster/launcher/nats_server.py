@@ -16,10 +16,18 @@ import socket
 import sysconfig
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Final
 
 from muster.bus.natsconf import authorization, server_config
 from muster.bus.permissions import ADMIN, Deployment, users
 from muster.launcher.lifeline import ends_with_launcher
+
+# The Go runtime's settings for a server that shares its machine with every service (`muster
+# run`, `muster up`, the benches), unless set in the environment: one thread running Go code
+# at a time and a heap that may grow to 4x the live data before a collection. Measured in
+# alternating `bench e2e` pairs, the server's CPU per workload fell by a fifth to a quarter,
+# its threads no longer waking each other for every message (docs/benchmarks.md).
+GO_RUNTIME: Final = {"GOMAXPROCS": "1", "GOGC": "400"}
 
 
 class LaunchError(Exception):
@@ -98,6 +106,7 @@ class NatsServer:
         log = log_path.open("ab")
         self.process = await asyncio.create_subprocess_exec(
             nats_server_binary(), *self._arguments(), stdout=log, stderr=log,
+            env={**GO_RUNTIME, **os.environ},
             preexec_fn=None if self.outlive_launcher else ends_with_launcher(),
         )  # fmt: skip
         log.close()
