@@ -12,7 +12,7 @@ import pytest
 from admission_world import eventually
 from budget import wait_s
 from bus_helpers import PENDING, Recorder, consuming, pending
-from conftest import NatsServer
+from nats_process import NatsServer
 
 from muster.bus import EVENTS_STREAM, Bus, BusConfig, connect
 from muster.contracts.v1.events_pb2 import Envelope

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import NatsServer
+from nats_process import NatsServer
 
 RUN = [sys.executable, "-m", "muster.cli.main", "run", "--speed", "40"]
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import nats
 import nats.errors
 import pytest
-from conftest import NatsServer
 from nats.aio.client import Client as NatsClient
 from nats.js import api
+from nats_process import NatsServer
 
 from muster.bus import BusConfig, connect
 from muster.bus.errors import SetupError

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from conftest import NatsServer
+from nats_process import NatsServer
 
 from muster.bus import BusConfig, Retry, connect, new_event
 from muster.bus.natsconf import authorization, cert_subject, server_config, tls_block

@@ -29,6 +29,7 @@ from muster.bench.memory import rss_mib
 from muster.bench.table import Column, number, render_table
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
 from muster.gateway.auth_tokens import token_hash
+from muster.launcher.lifeline import ends_with_launcher
 from muster.launcher.nats_server import NatsServer
 
 SECTION: Final = "gateway"
@@ -68,7 +69,7 @@ async def gateway_process(
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "muster.gateway", "--nats", url, "--listen", "127.0.0.1:0",
             *security, "--log-level", "WARNING",
-            stdout=asyncio.subprocess.PIPE, stderr=log,
+            stdout=asyncio.subprocess.PIPE, stderr=log, preexec_fn=ends_with_launcher(),
         )  # fmt: skip
     try:
         assert proc.stdout is not None

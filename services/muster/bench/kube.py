@@ -39,6 +39,7 @@ from muster.cluster.kube.events import EventRecorder, EventSettings
 from muster.cluster.kube.informer import SEQ_BITS, current_resource_version
 from muster.cluster.kube.references import Reference
 from muster.cluster.kube.transport import MERGE_PATCH
+from muster.launcher.lifeline import ends_with_launcher
 from muster.watcher.kube_events import ADMISSION
 
 SECTION = "kube"
@@ -68,6 +69,7 @@ async def standin(*, history: int, job_controller: bool = False) -> AsyncIterato
         *("--history", str(history), "--bookmark-interval", "0.5"),
         *(["--job-controller"] if job_controller else []),
         stdout=subprocess.PIPE,
+        preexec_fn=ends_with_launcher(),
     )
     try:
         assert proc.stdout is not None

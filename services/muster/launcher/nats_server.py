@@ -19,6 +19,7 @@ from pathlib import Path
 
 from muster.bus.natsconf import authorization, server_config
 from muster.bus.permissions import ADMIN, Deployment, users
+from muster.launcher.lifeline import ends_with_launcher
 
 
 class LaunchError(Exception):
@@ -53,9 +54,15 @@ class NatsServer:
     """
 
     def __init__(
-        self, store_dir: Path, *, deployment: Deployment | None = None, port: int = 0
+        self,
+        store_dir: Path,
+        *,
+        deployment: Deployment | None = None,
+        port: int = 0,
+        outlive_launcher: bool = False,
     ) -> None:
-        """`port` 0: a free one."""
+        """`port` 0: a free one. `outlive_launcher`: as `Stack`'s."""
+        self.outlive_launcher = outlive_launcher
         self.store_dir = store_dir
         self.port = port or free_port()
         self.url = f"nats://127.0.0.1:{self.port}"
@@ -90,8 +97,9 @@ class NatsServer:
         self.store_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         log = log_path.open("ab")
         self.process = await asyncio.create_subprocess_exec(
-            nats_server_binary(), *self._arguments(), stdout=log, stderr=log
-        )
+            nats_server_binary(), *self._arguments(), stdout=log, stderr=log,
+            preexec_fn=None if self.outlive_launcher else ends_with_launcher(),
+        )  # fmt: skip
         log.close()
         deadline = asyncio.get_running_loop().time() + timeout_s
         while True:

@@ -20,6 +20,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from muster.bus.permissions import identity
+from muster.launcher.lifeline import ends_with_launcher
 from muster.launcher.nats_server import LaunchError
 
 PER_CLUSTER = ("sim-cluster", "watcher", "binder", "gangpermit")  # in start order
@@ -115,6 +116,7 @@ class Stack:
         gateway_listen: str = "127.0.0.1:0",
         environment: Mapping[str, str] | None = None,
         metrics_ports: int | None = None,
+        outlive_launcher: bool = False,
     ):
         """`only`: start just these services (by name: "binder", "gangpermit", ...).
         `workers`: MultiKueue worker clusters, each with its own per-cluster services (labelled
@@ -123,8 +125,11 @@ class Stack:
         `service_args`: more flags per service name. `gateway_listen`: a fixed port keeps the
         gateway's address across its restarts. `environment`: variables added to every
         service's (MUSTER_METRICS_PORT, OTEL_*). `metrics_ports`: each service serves metrics
-        on this port plus its place in the start order (0: each a free one)."""
+        on this port plus its place in the start order (0: each a free one).
+        `outlive_launcher`: the services run on if this process is killed (`muster up`: for
+        `muster down` to stop); otherwise they stop with it (`muster.launcher.lifeline`)."""
         self.log_dir = log_dir
+        self._preexec = None if outlive_launcher else ends_with_launcher()
         more = service_args or {}
         per_cluster = [
             (
@@ -203,8 +208,9 @@ class Stack:
     async def _spawn(self, svc: ServiceProcess) -> None:
         svc.starts += 1
         svc.process = await asyncio.create_subprocess_exec(
-            *svc.argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=svc.env
-        )
+            *svc.argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            env=svc.env, preexec_fn=self._preexec,
+        )  # fmt: skip
         svc.reader = asyncio.create_task(self._read(svc))
         self._readers.append(svc.reader)
 

@@ -101,7 +101,8 @@ async def supervise(config: UpConfig) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     deployment = Deployment(clusters=(config.cluster,), simulated=(config.cluster,))
-    nats = NatsServer(store, deployment=deployment, port=config.nats_port)
+    # Its children outlive a crashed supervisor: `muster status` shows it, `muster down` ends them.
+    nats = NatsServer(store, deployment=deployment, port=config.nats_port, outlive_launcher=True)
     stack: Stack | None = None
     dashboard: asyncio.subprocess.Process | None = None
     try:
@@ -117,6 +118,7 @@ async def supervise(config: UpConfig) -> int:
                 passwords=nats.passwords,
                 gateway_listen=f"127.0.0.1:{config.gateway_port}",
                 metrics_ports=config.metrics_port,
+                outlive_launcher=True,
             )
             await stack.start()
             nodes = await _apply_nodes(admin, config)

@@ -6,7 +6,7 @@ events: what `kubectl describe workload`, `kubectl describe job`, `kubectl descr
 |---|---|---|---|
 | pending | the Workload and its Job | Pending or Inadmissible (Warning) | why it waits |
 | quota_reserved | the Workload and its Job | QuotaReserved | ... wait time since queued was Ns |
-| admitted | the Workload and its Job | Admitted | ... wait time since reservation was Ns |
+| admitted | the Workload and its Job | Admitted (below) | ... wait time since reservation was Ns |
 | evicted | the Workload and its Job | Preempted (if so), EvictedDueTo<reason> | why |
 | requeued | the Workload and its Job | Requeued | why |
 | routed | the Workload and its Job | Routed | where to and why |
@@ -17,7 +17,9 @@ events: what `kubectl describe workload`, `kubectl describe job`, `kubectl descr
 
 Workload Events are reported by `muster.dev/admission`, pod Events by the scheduler (muster).
 Repeats of one Event become a series in the recorder, so a workload waiting round after round
-for the same reason makes one Event with a count.
+for the same reason makes one Event with a count. An `admitted` stored before its
+`quota_reserved` (docs/events.md, "Order of admission's decisions") tells both in Kueue's order;
+the late `quota_reserved` then tells nothing.
 """
 
 from __future__ import annotations
@@ -50,12 +52,20 @@ class EventSpec(NamedTuple):
 
 
 class _Known:
-    __slots__ = ("job", "queued_s", "reserved_s")
+    __slots__ = ("admitted", "job", "queued_s", "reserved", "reserved_s")
 
     def __init__(self, job: Reference | None, at_s: float) -> None:
         self.job = job  # the Job it stands for, if any
         self.queued_s = at_s  # since when it waits (submitted, or requeued)
         self.reserved_s = at_s
+        # Of its admission since it was last queued: an `admitted` may be stored before its
+        # `quota_reserved` (docs/events.md, "Order of admission's decisions").
+        self.reserved = False
+        self.admitted = False
+
+    def queued(self, at_s: float) -> None:
+        self.queued_s = at_s
+        self.reserved = self.admitted = False
 
 
 class EventBook:
@@ -115,24 +125,24 @@ class EventBook:
             reason = "Inadmissible" if payload.reason == "Inadmissible" else "Pending"
             return [("Warning", reason, payload.message)]
         if field == "quota_reserved":
-            known.reserved_s = at_s
-            wait = at_s - known.queued_s
-            cq = payload.admission.cluster_queue
-            note = f"Quota reserved in ClusterQueue {cq}, wait time since queued was {wait:.0f}s"
-            return [("Normal", "QuotaReserved", note)]
+            return [] if known.admitted else [_reserved(known, payload, at_s)]
         if field == "admitted":
+            # Stored before its reservation: the Events tell both, in Kueue's order.
+            told = [] if known.reserved else [_reserved(known, payload, at_s)]
+            known.admitted = True
             wait = at_s - known.reserved_s
             cq = payload.admission.cluster_queue
             note = f"Admitted by ClusterQueue {cq}, wait time since reservation was {wait:.0f}s"
-            return [("Normal", "Admitted", note)]
+            return [*told, ("Normal", "Admitted", note)]
         if field == "evicted":
+            known.reserved = known.admitted = False
             cause = "Deactivated" if payload.reason == _DEACTIVATED else payload.reason
             found = [("Normal", f"EvictedDueTo{cause or 'Eviction'}", payload.message)]
             if payload.reason == "Preempted":
                 found.insert(0, ("Normal", "Preempted", payload.message))
             return found
         if field == "requeued":
-            known.queued_s = at_s
+            known.queued(at_s)
             return [("Normal", "Requeued", payload.message or "Requeued")]
         if field == "routed":
             return [("Normal", "Routed", payload.message)]
@@ -182,6 +192,18 @@ class EventBook:
             note = f"Successfully assigned {namespace}/{name} to {b.node}"
             found.append(EventSpec(pod, "Normal", "Scheduled", "Binding", note, self._scheduler))
         return found
+
+
+def _reserved(known: _Known, payload: Any, at_s: float) -> tuple[str, str, str]:
+    """The QuotaReserved Event of a `quota_reserved` or of an `admitted` stored before it."""
+    known.reserved, known.reserved_s = True, at_s
+    wait = at_s - known.queued_s
+    cq = payload.admission.cluster_queue
+    return (
+        "Normal",
+        "QuotaReserved",
+        f"Quota reserved in ClusterQueue {cq}, wait time since queued was {wait:.0f}s",
+    )
 
 
 def _namespace(key: str) -> str:

@@ -61,6 +61,28 @@ def test_a_jobs_workload_tells_its_story_on_the_workload_and_the_job() -> None:
     assert told(book, event("requeued", pb.WorkloadRequeued(), at_s=122)) == []  # forgotten
 
 
+def test_an_admitted_stored_before_its_reservation_tells_both_in_kueues_order() -> None:
+    book = EventBook()
+    book.apply(event("submitted", pb.WorkloadSubmitted(), at_s=100, workload="ml/wl"))
+    admitted = event("admitted", pb.WorkloadAdmitted(admission=admission()), at_s=104,
+                     workload="ml/wl")  # fmt: skip
+    assert told(book, admitted) == [
+        ("Workload", "Normal", "QuotaReserved",
+         "Quota reserved in ClusterQueue cq, wait time since queued was 4s"),
+        ("Workload", "Normal", "Admitted",
+         "Admitted by ClusterQueue cq, wait time since reservation was 0s"),
+    ]  # fmt: skip
+    late = event("quota_reserved", pb.QuotaReserved(admission=admission()), at_s=104,
+                 workload="ml/wl")  # fmt: skip
+    assert told(book, late) == []  # said already
+
+    # Queued again: the next admission tells its own reservation.
+    book.apply(event("evicted", pb.WorkloadEvicted(reason="Preempted"), at_s=110, workload="ml/wl"))
+    book.apply(event("requeued", pb.WorkloadRequeued(), at_s=111, workload="ml/wl"))
+    assert [r for _, _, r, _ in told(book, late)] == ["QuotaReserved"]
+    assert [r for _, _, r, _ in told(book, admitted)] == ["Admitted"]
+
+
 def test_a_deactivation_is_told_as_kueue_tells_it() -> None:
     book = EventBook()
     book.apply(event("submitted", pb.WorkloadSubmitted(), at_s=1, workload="ml/wl"))
