@@ -78,8 +78,8 @@ class MusterClient(NatsClient):
         # nats-py wakes its flusher at the first publish of a loop iteration, so the flusher
         # writes in the next one. With `flush_late`, the wake-up itself waits an iteration:
         # what tasks publish in that next iteration (calls that reached the loop just after)
-        # shares the write. The gateway's Submits: a fifth fewer writes, and fewer PubAck
-        # packets from the server (docs/benchmarks.md, "submit").
+        # shares the write. For the gateway's Submits that means fewer writes, and fewer
+        # PubAck packets from the server (docs/benchmarks.md, "submit").
         self.flush_late = False
         self._wake_due = False
 
