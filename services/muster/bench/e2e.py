@@ -45,6 +45,7 @@ from nats.js import JetStreamContext
 from muster.bench.jetstream import publish_ack_rate
 from muster.bench.sim_nodes import node_manifests
 from muster.bench.table import Column, render_table
+from muster.bench.wire import per_workload, wire_count
 from muster.bus.service import run_loop
 from muster.bus.subjects import EVENTS_STREAM, workload_subject
 from muster.cluster.sim.backend import SimBackend
@@ -83,6 +84,10 @@ class E2ERow(msgspec.Struct, frozen=True, kw_only=True):
     spans_exported: int = 0  # OTLP requests received (otlp only)
     events_per_workload: float = 0.0  # workload events stored per workload submitted
     jetstream_acks_per_s: float = 0.0  # the same server's own publish+ack rate (jetstream.py)
+    # Messages JetStream stored (each with its PubAck) and delivered per workload, per stream
+    # and "total" (`bench.wire`).
+    stored_per_workload: dict[str, float] = msgspec.field(default_factory=dict)
+    delivered_per_workload: dict[str, float] = msgspec.field(default_factory=dict)
 
     @property
     def jetstream_share(self) -> float:
@@ -325,6 +330,7 @@ async def _measure(
         await wait_stored(js, 1, timeout_s=30)
         limit = asyncio.Semaphore(IN_FLIGHT)
         stored_before = sum((await stored_counts(js)).values())
+        wire_before = await wire_count(js)
         cpu_before = meter()
         start = time.monotonic()
 
@@ -347,6 +353,7 @@ async def _measure(
         # With the warm-up workload.
         await wait_stored(js, load.workloads + 1, timeout_s=60 + load.workloads / 20)
         cpu_after = meter()
+        wire = per_workload(wire_before, await wire_count(js), load.workloads)
         stored = sum((await stored_counts(js)).values()) - stored_before
         # Read once everything went through: a live watch would compete with the services.
         events = services_pb2_grpc.EventsStub(channel)
@@ -371,6 +378,8 @@ async def _measure(
         bound_p99_ms=round(percentile(bound_ms, 0.99), 1),
         cpu_ms_per_workload=cpu_per_workload(cpu_before, cpu_after, load.workloads),
         events_per_workload=round(stored / load.workloads, 2),
+        stored_per_workload=wire[0],
+        delivered_per_workload=wire[1],
     )
 
 
@@ -438,6 +447,8 @@ def render_latency(rows: list[E2ERow]) -> str:
         Column("BOUND p50 ms", lambda r: f"{r.bound_p50_ms:g}"),
         Column("BOUND p99 ms", lambda r: f"{r.bound_p99_ms:g}"),
         Column("EVENTS/wl", lambda r: f"{r.events_per_workload:g}"),
+        Column("JS STORED/wl", lambda r: f"{r.stored_per_workload.get('total', 0.0):g}"),
+        Column("JS DELIVERED/wl", lambda r: f"{r.delivered_per_workload.get('total', 0.0):g}"),
         Column("JS ACKS/s", lambda r: f"{r.jetstream_acks_per_s:g}"),
         Column("JS SHARE", lambda r: f"{100 * r.jetstream_share:.0f} %"),
     ]

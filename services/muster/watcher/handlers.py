@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from opentelemetry import trace
 
+from muster.api.ids import uuid5_text
 from muster.api.wellknown import TRACEPARENT_ANNOTATION
 from muster.bus.envelope import new_event
 from muster.bus.partitions import QueuePartitions
@@ -106,7 +107,7 @@ class WatcherContext:
             source=self.source,
             now_ns=self.clock_ns(),
             partition=self.partition_of(out),
-            event_id=str(uuid.uuid5(WATCHER_ID_NAMESPACE, fact)),
+            event_id=uuid5_text(WATCHER_ID_NAMESPACE, fact),
         )
 
     def partition_of(self, out: Outgoing) -> str:

@@ -191,6 +191,11 @@ def _encode(obj: dict[str, Any]) -> bytes:
     return msgspec.json.encode(obj, order="sorted")
 
 
+# One decoder for every read: `msgspec.json.decode(data, type=dict[str, Any])` looks the type up
+# on each call, which took longer than decoding a pod (5.7 µs against 2.0 for a 950-byte one).
+_OBJECT = msgspec.json.Decoder(dict[str, Any])
+
+
 def _decode(data: bytes) -> dict[str, Any]:
     """Return a stored object; an empty body (a tombstone another client wrote) is {}."""
-    return msgspec.json.decode(data, type=dict[str, Any]) if data else {}
+    return _OBJECT.decode(data) if data else {}
