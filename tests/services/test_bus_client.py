@@ -223,3 +223,69 @@ async def test_stream_sequence_of_a_real_delivery(bus: Bus) -> None:
     sub = await bus.js.pull_subscribe("muster.v1.local.workload.running", durable="seq-reader")
     (msg,) = await sub.fetch(1, timeout=5)
     assert stream_sequence(msg) == msg.metadata.sequence.stream >= 1
+
+
+async def _publish_in_two_iterations(nc: MusterClient, subject: str, count: int) -> int:
+    """Publish `count` messages from tasks, half of them one loop iteration after the others
+    (as Submits reach the gateway's loop); how many socket writes carried them."""
+    writes = 0
+    transport = nc._transport
+    assert transport is not None
+    write = transport.writelines
+
+    def counted(data: list[bytes]) -> None:
+        nonlocal writes
+        writes += 1
+        write(data)
+
+    transport.writelines = counted  # type: ignore[method-assign,assignment]  # counted in place
+    try:
+
+        async def publish(i: int) -> None:
+            if i % 2:
+                await asyncio.sleep(0)  # arrives an iteration later
+            await nc.publish(subject, str(i).encode())
+
+        await asyncio.gather(*(publish(i) for i in range(count)))
+        await nc.flush()  # a PING written, and its PONG back: everything before it was sent
+    finally:
+        transport.writelines = write  # type: ignore[method-assign]
+    return writes
+
+
+@pytest.mark.parametrize("late", [False, True])
+async def test_late_flushes_send_publishes_of_two_iterations_in_one_write(
+    nats_server: str, late: bool
+) -> None:
+    reader, nc = await connect(nats_server), await connect(nats_server)
+    got: list[Msg] = []
+    try:
+        await reader.subscribe_direct("t.late", got.append)
+        await reader.flush()
+        nc.flush_late = late
+        writes = await _publish_in_two_iterations(nc, "t.late", 20)
+        await until(lambda: len(got) == 20)
+        assert sorted(int(m.data) for m in got) == list(range(20))
+        # The flush's PING is one more write, the same either way.
+        assert writes == (2 if late else 3)
+    finally:
+        await nc.close()
+        await reader.close()
+
+
+async def test_what_a_late_flushing_client_published_is_sent_when_it_closes(
+    nats_server: str,
+) -> None:
+    reader, nc = await connect(nats_server), await connect(nats_server)
+    got: list[Msg] = []
+    try:
+        await reader.subscribe_direct("t.closing", got.append)
+        await reader.flush()
+        nc.flush_late = True
+        for i in range(5):
+            await nc.publish("t.closing", str(i).encode())
+        await nc.close()  # before the flusher was woken
+        await until(lambda: len(got) == 5)
+        assert [m.data for m in got] == [str(i).encode() for i in range(5)]
+    finally:
+        await reader.close()

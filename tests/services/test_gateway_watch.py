@@ -322,6 +322,18 @@ async def test_more_watches_than_hot_threads_hold_up_no_other_call(bus: Bus) -> 
             watch.cancel()
 
 
+WORKLOAD_W = "\n".join(
+    [
+        "apiVersion: kueue.x-k8s.io/v1beta1",
+        "kind: Workload",
+        "metadata: {name: w, namespace: ns}",
+        "spec:",
+        "  queueName: main",
+        "  podSets: [{name: main, count: 1, template: {spec: {containers: [{name: c}]}}}]",
+    ]
+)
+
+
 async def test_slow_calls_beyond_the_hot_threads_hold_up_no_quick_one(
     bus: Bus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -338,16 +350,7 @@ async def test_slow_calls_beyond_the_hot_threads_hold_up_no_quick_one(
             return []
 
         monkeypatch.setattr(gw.server.known, "duplicates", slow_duplicates)
-        manifest = "\n".join(
-            [
-                "apiVersion: kueue.x-k8s.io/v1beta1",
-                "kind: Workload",
-                "metadata: {name: w, namespace: ns}",
-                "spec:",
-                "  queueName: main",
-                "  podSets: [{name: main, count: 1, template: {spec: {containers: [{name: c}]}}}]",
-            ]
-        )
+        manifest = WORKLOAD_W
         submits = [
             asyncio.ensure_future(
                 gw.gateway.Submit(
@@ -368,3 +371,32 @@ async def test_slow_calls_beyond_the_hot_threads_hold_up_no_quick_one(
         done = await asyncio.gather(*submits)
     assert all(o.event_id for r in done for o in r.objects)  # each published
     assert len({o.key for r in done for o in r.objects}) == HOT_THREADS + 2
+
+
+async def test_a_submit_its_client_cancels_stops_its_handler_and_the_next_call_is_served(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with running_gateway(bus) as gw:
+        entered, stopped = asyncio.Event(), asyncio.Event()
+
+        async def stuck_duplicates(planned: object) -> list[object]:
+            entered.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                stopped.set()
+                raise
+            return []
+
+        monkeypatch.setattr(gw.server.known, "duplicates", stuck_duplicates)
+        manifest = WORKLOAD_W
+        call = gw.gateway.Submit(services_pb2.SubmitRequest(manifest=manifest), timeout=30)
+        async with asyncio.timeout(10):
+            await entered.wait()
+        call.cancel()
+        async with asyncio.timeout(10):  # the handler's task is cancelled, not left waiting
+            await stopped.wait()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        async with asyncio.timeout(10):
+            assert await answers(gw)

@@ -12,6 +12,7 @@ in one join (`header_block`) instead of a regular-expression check and four appe
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
@@ -118,13 +119,39 @@ def position(msg: Msg) -> Position:
 
 
 class MusterClient(NatsClient):
-    """A nats-py `Client` that can deliver a subscription's messages straight to a function."""
+    """A nats-py `Client` that can deliver a subscription's messages straight to a function,
+    and, with `flush_late`, send what was published one loop iteration later than nats-py."""
 
     _parse_header_lines = staticmethod(parse_header_lines)
 
     def __init__(self) -> None:
         super().__init__()
         self._direct: dict[int, DirectCallback] = {}
+        # nats-py wakes its flusher at the first publish of a loop iteration, so the flusher
+        # writes in the next one. With `flush_late`, the wake-up itself waits an iteration:
+        # what tasks publish in that next iteration (calls that reached the loop just after)
+        # shares the write. For the gateway's Submits that means fewer writes, and fewer
+        # PubAck packets from the server (docs/benchmarks.md, "submit").
+        self.flush_late = False
+        self._wake_due = False
+
+    async def _flush_pending(self, force_flush: bool = False) -> Any:
+        flusher = self._flusher_task
+        if force_flush or not self.flush_late or not self.is_connected or flusher is None:
+            return await super()._flush_pending(force_flush)
+        if flusher.done():
+            return await super()._flush_pending(force_flush)  # nats-py then writes at once
+        if not self._wake_due:
+            self._wake_due = True
+            asyncio.get_running_loop().call_soon(self._wake_flusher)
+        return None
+
+    def _wake_flusher(self) -> None:
+        self._wake_due = False
+        queue = self._flush_queue
+        if not self.is_connected or queue is None or not queue.empty():
+            return  # reconnecting (nats-py sends what is pending then), or a wake-up is due
+        queue.put_nowait(asyncio.get_running_loop().create_future())
 
     async def subscribe_direct(self, subject: str, cb: DirectCallback) -> Subscription:
         """Subscribe to `subject`; each message is passed to `cb` as soon as it is parsed.

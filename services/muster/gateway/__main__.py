@@ -12,6 +12,7 @@ import argparse
 import sys
 from typing import Literal, cast
 
+from muster.bus.client import MusterClient
 from muster.bus.connection import Bus
 from muster.bus.redact import register
 from muster.bus.service import (
@@ -199,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     register(args.token)  # never in a log line (muster.bus.redact)
 
     async def body(bus: Bus, health: Health) -> None:
+        if isinstance(bus.nc, MusterClient):  # Submits reaching the loop together share writes
+            bus.nc.flush_late = True
         await run_gateway(bus, health, config)
 
     return run_service(service, body)

@@ -113,6 +113,8 @@ class KnownFollower:
         be read in `catch_up_s` (then admission alone decides, as before)."""
         if not any(p.payload_field == "submitted" for p in planned):
             return []
+        if self._ready.is_set() and not duplicates(self.known, planned):
+            return []  # the common case: no timer to arm for a wait that cannot happen
         try:
             async with asyncio.timeout(self.catch_up_s):
                 if self._task is None:
