@@ -140,7 +140,10 @@ def test_e2e_rows_tell_mode_shards_and_workloads_per_call(
         ("rate", 2, 10, 1),
     ]
     assert all(r["admitted"] == r["bound"] == r["workloads"] for r in rows)
-    assert all(r["cpu_ms_per_workload"]["admission"] > 0 for r in rows)
+    # Every process is metered (one replica's share of 30 workloads may be under one 10 ms
+    # clock tick; all of them together are not).
+    assert all(r["cpu_ms_per_workload"]["admission"] >= 0 for r in rows)
+    assert all(r["cpu_ms_per_workload"]["total"] > 0 for r in rows)
     # Each workload's story is several events (submitted, admitted, bound, running, ...), and
     # the same server's own publish+ack rate is measured beside it.
     assert all(r["events_per_workload"] >= 4 for r in rows)
