@@ -12,7 +12,7 @@ import msgspec
 from cluster_docs import GANG, event, fed, gang, kueue_workload, node, objects, pod
 
 from muster.contracts.v1 import events_pb2
-from muster.core.placement.model import PodKey
+from muster.core.placement.model import GangKey, PodKey
 from muster.gangpermit.translate import decide
 
 GANG_POD = PodKey("ns/train-0")
@@ -321,4 +321,4 @@ def test_a_pod_of_a_parked_gang_that_goes_away_leaves_the_gang() -> None:
 
     (gone,) = objects([d for d in cluster if d["metadata"]["name"] == "train-2"])
     state.remove(gone)
-    assert sorted(state.feed.members[GANG]) == ["ns/train-0", "ns/train-1"]
+    assert sorted(state.feed.members[GangKey(GANG)]) == ["ns/train-0", "ns/train-1"]
