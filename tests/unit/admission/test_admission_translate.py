@@ -79,8 +79,13 @@ class Context:
     def admission_of(self, key: WorkloadKey) -> Admission | None:
         return ADMISSION
 
+    checks: tuple[str, ...] = ("prov",)
+
     def checks_of(self, key: WorkloadKey) -> Sequence[str]:
-        return ("prov",)
+        return self.checks
+
+    def has_checks(self, key: WorkloadKey) -> bool:
+        return bool(self.checks)
 
     def cluster_queue_of(self, key: WorkloadKey) -> str:
         return "cq"
@@ -301,6 +306,31 @@ def test_placement_hints_are_the_assigned_flavors_labels_and_tolerations() -> No
     (empty,) = placement_hints(ADMISSION, {})
     assert not empty.node_selector
     assert not empty.tolerations
+
+
+def test_a_check_less_reservation_is_told_by_its_admitted_alone() -> None:
+    ctx = Context()
+    ctx.checks = ()
+    reserved_then_admitted = [
+        event(EventType.QUOTA_RESERVED, "ns/a"),
+        event(EventType.ADMITTED, "ns/a"),
+    ]
+    (admitted,) = decisions_from(reserved_then_admitted, ctx)
+    assert admitted.field == "admitted"
+    assert isinstance(admitted.payload, pb.WorkloadAdmitted)
+    assert admitted.payload.with_reservation
+    # Reserved only (its admission comes in a later round): told as before.
+    (reserved,) = decisions_from(reserved_then_admitted[:1], ctx)
+    assert reserved.field == "quota_reserved"
+    # An admission with checks: both, the admitted without the reservation.
+    checked = decisions_from(reserved_then_admitted, Context())
+    assert [d.field for d in checked] == ["quota_reserved", "admitted"]
+    assert isinstance(checked[1].payload, pb.WorkloadAdmitted)
+    assert not checked[1].payload.with_reservation
+    # Admitted later, after its checks passed: no reservation to tell.
+    (later,) = decisions_from(reserved_then_admitted[1:], ctx)
+    assert isinstance(later.payload, pb.WorkloadAdmitted)
+    assert not later.payload.with_reservation
 
 
 def test_envelope_ids_are_deterministic_per_cause() -> None:
