@@ -52,7 +52,6 @@ async def test_duplicate_submissions_change_nothing(bus: Bus, admission: Running
     await events.wait_for("admitted", workload="ns/a")
     await drained(bus, "admission-0")
     assert count(events, "submitted", "ns/a") == 2
-    assert count(events, "quota_reserved", "ns/a") == 1
     assert count(events, "admitted", "ns/a") == 1
 
 
@@ -230,7 +229,7 @@ async def test_gang_rejected_evicts_and_eviction_completed_requeues(
     assert evicted.evicted.reason == "GangRejected"
     assert evicted.evicted.message == "GangTimedOut: 3 of 4 pods placed"
     await drained(bus, "admission-0")
-    assert count(events, "quota_reserved", "ns/gang") == 1  # holds its quota until stopped
+    assert count(events, "admitted", "ns/gang") == 1  # holds its quota until stopped
     await publish(bus, fact("eviction_completed", "ns/gang"))
     await events.wait_for("requeued", workload="ns/gang")
 
