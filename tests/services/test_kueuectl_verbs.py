@@ -180,7 +180,7 @@ def test_events_by_job_name_are_readable_and_unknown_objects_are_refused(
 ) -> None:
     ns = "verbs-events"
     submit(up, tmp_path, queues(ns, cpu=4), job(ns, "train", cpu=1, pods=3))
-    wait_for_event(up.gateway, f"{ns}/job-train-", "workload.pods_ready")
+    wait_for_event(up.gateway, f"{ns}/job-train-", "workload.running")
 
     shown = muster(up, "events", "--workload", "train", "-n", ns).stdout
     types = [line.split()[2] for line in shown.splitlines()[1:]]

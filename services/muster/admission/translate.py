@@ -230,6 +230,7 @@ WORKLOAD_FACTS = (
     "deleted",
     "eviction_completed",
     "pods_ready",
+    "running",  # with its pods ready (docs/events.md, "Running and ready")
     "admission_check",
     "gang_rejected",
     "requests_refused",
@@ -262,6 +263,8 @@ def fact_of(env: pb.Envelope, *, decoded: Workload | None = None) -> Fact | None
             return Stopped(key, at_s=time_s_of(env), eviction_id=named)
         case "pods_ready":
             return PodsReady(key)
+        case "running":  # ready as it started: no pods_ready follows
+            return PodsReady(key) if env.running.pods_ready else None
         case "active_changed":
             return SetActive(key, active=env.active_changed.active)
         case "admission_check":

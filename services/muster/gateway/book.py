@@ -331,6 +331,11 @@ def _pods_ready(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
     e.condition("PodsReady", True, "PodsReady", "All pods are ready", env.time_unix_nano)
 
 
+def _running(book: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
+    if env.running.pods_ready:  # ready as they started (docs/events.md, "Running and ready")
+        _pods_ready(book, e, env)
+
+
 def _finished(book: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
     f = env.finished
     e.summary.status = FINISHED
@@ -361,6 +366,7 @@ _HANDLERS: Final[dict[str, _Handler]] = {
     "gang_permitted": _gang_permitted,
     "gang_rejected": _gang_rejected,
     "pods_ready": _pods_ready,
+    "running": _running,
     "finished": _finished,
     "admission_check": _admission_check,
 }

@@ -183,7 +183,7 @@ _FORMATS: Final[dict[str, Callable[[events_pb2.Envelope], str]]] = {
     "requests_refused": lambda env: f"requests refused: {env.requests_refused.message}",
     "eviction_completed": lambda _: "pods stopped",
     "eviction_dropped": lambda _: "a late eviction of an earlier workload of this name: dropped",
-    "running": lambda _: "pods running",
+    "running": lambda env: "pods running and ready" if env.running.pods_ready else "pods running",
     "pods_ready": lambda _: "all pods ready",
     "deleted": lambda _: "deleted",
     "config_applied": _config,

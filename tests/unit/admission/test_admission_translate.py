@@ -370,6 +370,8 @@ def test_admission_reads_exactly_the_events_it_reads(field: str, stored: str) ->
     event_type = EVENT_TYPES[field]
     env = pb.Envelope(type=event_type, cluster="local", workload="ns/w", partition=partition)
     getattr(env, field).SetInParent()
+    if field == "running":
+        env.running.pods_ready = True  # ready as they started: a PodsReady
     try:
         reads = fact_of(env) is not None or field in _READ_ELSEWHERE
     except FactError:  # an empty manifest: read, and found wanting
@@ -394,13 +396,14 @@ def test_a_replica_reads_only_its_partitions_reports() -> None:
 
 @pytest.mark.parametrize("waits", [False, True], ids=["waitForPodsReady-off", "on"])
 @pytest.mark.parametrize("partition", ["2", ""], ids=["in-its-partition", "before-partitions"])
+@pytest.mark.parametrize("field", ["pods_ready", "running"])
 def test_a_replica_reads_pods_ready_only_while_it_waits_for_pods(
-    waits: bool, partition: str
+    waits: bool, partition: str, field: str
 ) -> None:
     kueue = KueueConfig(wait_for_pods_ready=WaitForPodsReadyConfig(enable=waits))
     unread = unread_reports(kueue)
-    env = pb.Envelope(type="workload.pods_ready", cluster="c", workload="ns/w", partition=partition)
-    env.pods_ready.SetInParent()
+    env = pb.Envelope(type=EVENT_TYPES[field], cluster="c", workload="ns/w", partition=partition)
+    getattr(env, field).SetInParent()
     for filters in (consumer_subjects([2], unread=unread), replay_subjects([2], unread=unread)):
         assert any(subject_matches(f, subject_of(env)) for f in filters) == waits
     assert unread_reports(None) == unread_reports(KueueConfig())  # Kueue's default: off

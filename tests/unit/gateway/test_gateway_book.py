@@ -114,6 +114,18 @@ def test_an_admission_with_its_reservation_reads_as_the_two_events_did() -> None
     assert (now.summary.status, now.summary.cluster_queue) == ("ADMITTED", "b")
 
 
+def test_pods_running_and_ready_read_as_running_then_pods_ready_did() -> None:
+    admitted = env("admitted", events_pb2.WorkloadAdmitted(admission=admission()))
+    written_before = book_of(submitted(), admitted, env("running", events_pb2.WorkloadRunning()))
+    assert "PodsReady" not in conditions_of(written_before)  # running, not yet ready
+    written_before.apply(env("pods_ready", events_pb2.PodsReady()))
+    now = events_pb2.WorkloadRunning(pods_ready=True)
+    written_now = book_of(submitted(), admitted, env("running", now))
+    assert conditions_of(written_now) == conditions_of(written_before)
+    assert conditions_of(written_now)["PodsReady"] == ("True", "PodsReady", "All pods are ready")
+    assert detail(env("running", now)) == "pods running and ready"
+
+
 def test_a_pending_workload_stopped_says_deactivated_as_kueue_does() -> None:
     book = book_of(
         submitted(),
