@@ -18,7 +18,7 @@ import yaml
 from budget import wait_s
 from kube_helpers import api_client
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from muster.admission.service import AdmissionConfig, run_admission
 from muster.binder import __main__ as binder_main

@@ -11,7 +11,7 @@ from kube_access_helpers import cluster_access, kubeconfig, token
 from kube_backend_helpers import fast_config
 from kube_helpers import api_client, pod, status_of
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from muster.cluster.backend import Identity
 from muster.cluster.errors import ClusterError

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kube_helpers import job, namespace, pod, status_of, workload
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 KUEUE = "kueue.x-k8s.io"
 

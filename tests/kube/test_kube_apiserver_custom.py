@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kube_helpers import api_client, cluster_queue, status_of, workload
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from muster.devtools.apiserver import ApiServer, ThreadedApiServer, builtin_resources
 

@@ -9,7 +9,7 @@ import pytest
 import urllib3
 from kube_helpers import job, pod, status_of
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from muster.devtools.apiserver import ThreadedApiServer
 

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import pytest
 from kube_helpers import api_client, job, status_of
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from muster.devtools.apiserver import ApiServer, ThreadedApiServer, default_resources
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kube_helpers import pod, status_of
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from muster.devtools.apiserver import ThreadedApiServer
 

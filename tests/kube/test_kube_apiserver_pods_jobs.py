@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kube_helpers import api_client, job, node, pod, status_of
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from muster.devtools.apiserver import ApiServer, FeatureGates, ThreadedApiServer
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kube_helpers import status_of
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 AUTOSCALING = ("autoscaling.x-k8s.io", "v1")
 

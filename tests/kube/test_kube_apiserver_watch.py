@@ -11,7 +11,7 @@ import pytest
 import urllib3
 from kube_helpers import END, WatchThread, api_client, pod, summary, workload
 from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from muster.devtools.apiserver import ApiServer, ThreadedApiServer
 

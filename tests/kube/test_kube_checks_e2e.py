@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from kube_services_helpers import KUEUE, Kubectl, eventually, running_stack
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from test_kube_services_e2e import NODE, condition, condition_when, job_when, workload_of_job
 
 pytestmark = pytest.mark.timeout(90)

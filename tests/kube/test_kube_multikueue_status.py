@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kube_helpers import api_client, job, status_of
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from muster.bus import new_event
 from muster.bus.errors import BusError
