@@ -1,7 +1,7 @@
 """Helpers for driving the API-server stand-in with the official `kubernetes` client: a client
 configured for a stand-in URL, object factories (plain dicts, as the client accepts), the
-Status body of an ApiException, and the two bridges to the client's typed models (`as_model`,
-`present`)."""
+Status body of an ApiException, and the bridges to the client's types (`as_model`, `present`,
+`as_json`, `http_response`)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
+import urllib3
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel
@@ -47,6 +48,20 @@ def present(value: T | None) -> T:
     """A field the server sets, which the client's models declare optional."""
     assert value is not None
     return value
+
+
+def as_json(value: object) -> dict[str, Any]:
+    """A custom object as the client returns it: the decoded JSON, which its signature types
+    as `object`."""
+    assert isinstance(value, dict)
+    return value
+
+
+def http_response(answer: object) -> urllib3.BaseHTTPResponse:
+    """What a call made with `_preload_content=False` returns: the HTTP response, though the
+    method's signature names its model."""
+    assert isinstance(answer, urllib3.BaseHTTPResponse)
+    return answer
 
 
 def pod(
