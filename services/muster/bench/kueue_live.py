@@ -14,8 +14,8 @@ Wall time is from the schedule's start to the last `finished` event. Submit->adm
 the workload's planned arrival (so a client falling behind counts against the row) to its first
 `admitted` event. Mean usage while work waits is `bench admission`'s (`muster.bench.metrics`),
 read from the stored events: quota held from its reservation (`quota_reserved`, or an `admitted`
-with it) until `eviction_completed` or `finished`, waiting from the Submit until then. Lost: planned workloads that never
-finished (the run waits for every one, up to a timeout).
+with it) until `eviction_completed` or `finished`, waiting from the Submit until then. Lost:
+planned workloads that never finished (the run waits for every one, up to a timeout).
 """
 
 from __future__ import annotations
