@@ -11,7 +11,9 @@ Only MultiKueue reads the registry, and only for the clusters its MultiKueueClus
 a replica follows the bucket only once one is declared (looked at every `WANTED_S`): without
 MultiKueue (one cluster), each heartbeat would be a delivery to read and a body to decode per
 replica, ten a second under load, whatever share of the work the replica has. Once followed,
-the bucket's stored values come first, as at a replica's start.
+the bucket's stored values come first, as at a replica's start, and no round runs for them
+until they are all in: a round on the first one heard would dispatch a waiting workload there
+while a cluster listed before it, with room, is not heard yet.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ async def follow_clusters(
     """Feed every heartbeat to `dispatcher` until cancelled, once it declares a worker cluster;
     `run_round([])` runs a round."""
 
+    loaded = False  # the stored heartbeats are all in
+
     async def heard(cluster: str, value: bytes | None) -> None:
         if value is None:
             dispatcher.forget_cluster(cluster)
@@ -59,6 +63,12 @@ async def follow_clusters(
             log.warning("bad heartbeat of %s: %s", cluster, exc)
             return
         dispatcher.heartbeat(capacity, now_s=clock())
+        if loaded and dispatcher.wants_round():
+            await run_round([])
+
+    async def all_in() -> None:
+        nonlocal loaded
+        loaded = True
         if dispatcher.wants_round():
             await run_round([])
 
@@ -66,4 +76,4 @@ async def follow_clusters(
         raise_if_cancelling()
         await asyncio.sleep(wanted_s)
     log.info("following %s: worker clusters declared", CLUSTERS_BUCKET)
-    await follow_bucket(bus.kv, CLUSTERS_BUCKET, heard)
+    await follow_bucket(bus.kv, CLUSTERS_BUCKET, heard, on_loaded=all_in)
