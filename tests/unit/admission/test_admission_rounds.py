@@ -283,9 +283,9 @@ async def test_a_refused_decision_leaves_no_publish_of_its_round_running() -> No
     with pytest.raises(Reown, match="fenced partition"):
         await rounds.apply_batch(batch)
 
-    # The round's ten decisions went out together; none is sent again, to land after the
-    # rebuild, and nothing is left running.
-    assert len(publisher.attempts) == 10
+    # The round's five decisions (admitted, with their reservations) went out together; none
+    # is sent again, to land after the rebuild, and nothing is left running.
+    assert len(publisher.attempts) == 5
     assert publisher.stored == []
     assert asyncio.all_tasks() == {asyncio.current_task()}
 
