@@ -198,7 +198,9 @@ class Bus:
         """
         for config in stream_configs(replicas=self.config.stream_replicas):
             await outlasting(
-                f"stream {config.name}", functools.partial(ensure_stream, self.js, config)
+                f"stream {config.name}",
+                functools.partial(ensure_stream, self.js, config),
+                denied=self.denied,
             )
 
     async def close(self, *, drain_s: float | None = None) -> None:
@@ -400,24 +402,33 @@ class Bus:
             replicas=self.config.stream_replicas,
             writer=self.publisher,
         )
-        return await outlasting(f"key-value bucket {bucket}", opening)
+        return await outlasting(f"key-value bucket {bucket}", opening, denied=self.denied)
 
 
 async def outlasting(
-    what: str, op: Callable[[], Awaitable[T]], *, patience_s: float = OUTAGE_PATIENCE_S
+    what: str,
+    op: Callable[[], Awaitable[T]],
+    *,
+    patience_s: float = OUTAGE_PATIENCE_S,
+    denied: Sequence[Exception] = (),
 ) -> T:
     """`op()`, tried again while NATS does not answer (a nats-server restarting, JetStream not
     serving yet), for `patience_s` at most, then its error: a service that sets up while the
     server restarts waits for it, as its connection does. An answer that is an error (a
-    refused change), or a creation NATS does not answer (no right to: SetupError), is raised
-    at once."""
+    refused change), a creation NATS does not answer (no right to: SetupError), or no answer
+    after NATS reported a permissions violation (`Bus.denied` grew) is raised at once."""
     deadline = time.monotonic() + patience_s
     delay_s, told = 0.1, False
+    refusals = len(denied)
     while True:
         try:
             return await op()
         except (Unavailable, nats.errors.Error, TimeoutError) as exc:
-            if not _no_answer(exc) or time.monotonic() + delay_s >= deadline:
+            if (
+                not _no_answer(exc)
+                or len(denied) > refusals
+                or time.monotonic() + delay_s >= deadline
+            ):
                 raise
             if not told:
                 log.warning("%s: NATS does not answer (%r); trying again", what, exc)
