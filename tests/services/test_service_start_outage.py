@@ -9,13 +9,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
 import pytest
-from admission_world import basic_config, eventually, submitted, workload
+from admission_world import (
+    basic_config,
+    cluster_queue,
+    eventually,
+    flavor,
+    local_queue,
+    submitted,
+    workload,
+)
 from budget import wait_s
 from bus_helpers import EventLog
 from nats_cut import StepCut
@@ -50,39 +59,9 @@ STEPS = [
     ("watcher", b"$JS.API.STREAM.MSG.GET.KV_MUSTER_WATCHER", 1),  # its revision
 ]
 
-WORKLOAD = """apiVersion: kueue.x-k8s.io/v1beta2
-kind: Workload
-metadata:
-  namespace: ns
-  name: w
-  annotations: {muster.dev/run-seconds: "1"}
-spec:
-  queueName: lq
-  podSets:
-  - name: main
-    count: 1
-    template:
-      spec:
-        containers: [{name: c, resources: {requests: {cpu: 100m}}}]
-"""
-QUEUES = """apiVersion: kueue.x-k8s.io/v1beta2
-kind: ResourceFlavor
-metadata: {name: default}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: cq}
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-  - coveredResources: [cpu]
-    flavors: [{name: default, resources: [{name: cpu, nominalQuota: 4}]}]
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {namespace: ns, name: lq}
-spec: {clusterQueue: cq}
-"""
+# Kueue's objects as a user submits them (JSON documents are YAML), and a workload of 1 s.
+QUEUES = "\n---\n".join(json.dumps(m) for m in (flavor(), cluster_queue(cpu="4"), local_queue()))
+WORKLOAD = json.dumps(workload("w", cpu="100m", annotations={"muster.dev/run-seconds": "1"}))
 NODE = {
     "apiVersion": "v1",
     "kind": "Node",
