@@ -49,10 +49,8 @@ STOPS_WITHIN_S = 10.0
 STEPS = [
     ("admission", b"$JS.API.STREAM.INFO.MUSTER_EVENTS", 2),  # the rebuild's end
     ("admission", b"$JS.API.STREAM.INFO.OBJ_MUSTER_SNAPSHOTS", 1),  # the snapshot store
-    ("admission", b"$JS.API.CONSUMER.DELETE.MUSTER_EVENTS.admission-0", 1),  # its durable
-    ("admission", b"$JS.API.CONSUMER.CREATE.MUSTER_EVENTS.admission-0", 1),
+    ("admission", b"$JS.API.CONSUMER.CREATE.MUSTER_EVENTS.admission-0", 1),  # its durable
     ("preemption", b"$JS.API.CONSUMER.CREATE.MUSTER_EVENTS.preemption", 1),
-    ("preemption", b"$JS.API.STREAM.INFO.MUSTER_EVENTS", 2),  # the rebuild's end
     ("binder", b"$JS.API.STREAM.INFO.MUSTER_EVENTS", 2),
     ("gangpermit", b"$JS.API.STREAM.INFO.MUSTER_EVENTS", 2),
     ("watcher", b"$JS.API.CONSUMER.CREATE.KV_MUSTER_WATCHER", 1),  # its marks
