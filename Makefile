@@ -39,6 +39,7 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	$(BIN)/mypy
+	for conftest in $$(find tests -mindepth 2 -name conftest.py | sort); do $(BIN)/mypy $$conftest || exit 1; done
 
 fmt: $(STAMP)
 	$(BIN)/ruff format .

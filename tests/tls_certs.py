@@ -59,7 +59,7 @@ class Authority:
         return self._issue(attributes, None)
 
     def _issue(
-        self, attributes: list[x509.NameAttribute], san: x509.SubjectAlternativeName | None
+        self, attributes: list[x509.NameAttribute[str]], san: x509.SubjectAlternativeName | None
     ) -> Pem:
         key = ec.generate_private_key(ec.SECP256R1())
         builder = _builder(x509.Name(attributes), key.public_key()).issuer_name(self._name)

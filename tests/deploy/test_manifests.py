@@ -546,9 +546,9 @@ def test_every_service_runs_once_with_its_real_flags(
             assert config.bus.user, "its NATS user from its Secret"
             assert config.bus.password, "its NATS password from its Secret"
         else:  # its client certificate names its user; the CA checks the server's
-            files = (config.bus.tls_ca_file, config.bus.tls_cert_file, config.bus.tls_key_file)
+            tls = (config.bus.tls_ca_file, config.bus.tls_cert_file, config.bus.tls_key_file)
             mounts = tuple(m["mountPath"] for m in c["volumeMounts"])
-            assert all(f and f.startswith(mounts) for f in files), files
+            assert all(f and f.startswith(mounts) for f in tls), tls
         if service == "gateway":
             listen = parsed_gateway_listen(flags, env)
             assert int(listen.rsplit(":", 1)[1]) == ports["grpc"]

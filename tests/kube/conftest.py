@@ -27,7 +27,7 @@ def apiserver() -> Iterator[ThreadedApiServer]:
 def kube(apiserver: ThreadedApiServer) -> Iterator[client.ApiClient]:
     api = api_client(apiserver.url)
     yield api
-    api.close()
+    api.close()  # type: ignore[no-untyped-call]  # the client has no hints here
 
 
 @pytest.fixture

@@ -1,16 +1,23 @@
 """Helpers for driving the API-server stand-in with the official `kubernetes` client: a client
-configured for a stand-in URL, object factories (plain dicts, as the client accepts), and the
-Status body of an ApiException."""
+configured for a stand-in URL, object factories (plain dicts, as the client accepts), the
+Status body of an ApiException, and the bridges to the client's types (`as_model`, `present`,
+`as_json`, `http_response`)."""
 
 from __future__ import annotations
 
 import json
 import queue
 import threading
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
+import urllib3
 from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
+from pydantic import BaseModel
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+T = TypeVar("T")
 
 
 def api_client(url: str, *, token: str | None = None) -> client.ApiClient:
@@ -27,8 +34,34 @@ def api_client(url: str, *, token: str | None = None) -> client.ApiClient:
 
 def status_of(err: ApiException) -> dict[str, Any]:
     """The Status object the server answered with."""
-    body: dict[str, Any] = json.loads(err.body)
+    body: dict[str, Any] = json.loads(present(err.body))
     return body
+
+
+def as_model(model: type[ModelT], doc: Mapping[str, Any]) -> ModelT:
+    """`doc` as the client's `model`: what a typed method does itself with a plain dict passed
+    as its body (pydantic's validate_call), done where mypy sees it; the same body is sent."""
+    return model.model_validate(doc)
+
+
+def present(value: T | None) -> T:
+    """A field the server sets, which the client's models declare optional."""
+    assert value is not None
+    return value
+
+
+def as_json(value: object) -> dict[str, Any]:
+    """A custom object as the client returns it: the decoded JSON, which its signature types
+    as `object`."""
+    assert isinstance(value, dict)
+    return value
+
+
+def http_response(answer: object) -> urllib3.BaseHTTPResponse:
+    """What a call made with `_preload_content=False` returns: the HTTP response, though the
+    method's signature names its model."""
+    assert isinstance(answer, urllib3.BaseHTTPResponse)
+    return answer
 
 
 def pod(
@@ -148,7 +181,7 @@ class WatchThread:
     a watch is open and wait for outcomes with a timeout instead of sleeping."""
 
     def __init__(self, func: Any, *args: Any, **kwargs: Any) -> None:
-        self.watch = watch.Watch()
+        self.watch = watch.Watch()  # type: ignore[no-untyped-call]  # the client has no hints here
         self._items: queue.Queue[Any] = queue.Queue()
         self._thread = threading.Thread(target=self._run, args=(func, args, kwargs), daemon=True)
 
@@ -157,12 +190,13 @@ class WatchThread:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.watch.stop()
+        self.watch.stop()  # type: ignore[no-untyped-call]  # the client has no hints here
         self._thread.join(5)
 
     def _run(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         try:
-            for event in self.watch.stream(func, *args, **kwargs):
+            events = self.watch.stream(func, *args, **kwargs)  # type: ignore[no-untyped-call]  # unhinted
+            for event in events:
                 self._items.put(event)
         except BaseException as err:  # handed to the test, which asserts on it
             self._items.put(err)

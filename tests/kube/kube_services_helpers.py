@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 
 import yaml
 from budget import wait_s
-from kube_helpers import api_client
+from kube_helpers import api_client, as_json, as_model, http_response
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from muster.admission.service import AdmissionConfig, run_admission
 from muster.binder import __main__ as binder_main
@@ -97,7 +97,7 @@ class Kubectl:
         self.custom = client.CustomObjectsApi(self._api)
 
     def close(self) -> None:
-        self._api.close()
+        self._api.close()  # type: ignore[no-untyped-call]  # the client has no hints here
 
     async def apply(self, text: str) -> None:
         """Create every document of `text` (YAML), in order."""
@@ -124,15 +124,15 @@ class Kubectl:
             else:
                 self.custom.create_cluster_custom_object(group, version, plural, obj)
         elif kind == "Namespace":
-            self.core.create_namespace(obj)
+            self.core.create_namespace(as_model(client.V1Namespace, obj))
         elif kind == "Secret":
-            self.core.create_namespaced_secret(namespace, obj)
+            self.core.create_namespaced_secret(namespace, as_model(client.V1Secret, obj))
         elif kind == "Node":
-            self.core.create_node(obj)
+            self.core.create_node(as_model(client.V1Node, obj))
         elif kind == "Pod":
-            self.core.create_namespaced_pod(namespace, obj)
+            self.core.create_namespaced_pod(namespace, as_model(client.V1Pod, obj))
         elif kind == "Job":
-            self.batch.create_namespaced_job(namespace, obj)
+            self.batch.create_namespaced_job(namespace, as_model(client.V1Job, obj))
         elif str(obj.get("apiVersion", "")).startswith(f"{SCHEDULING}/"):
             version = obj["apiVersion"].split("/")[1]
             plural = f"{kind.lower()}s"
@@ -153,13 +153,15 @@ class Kubectl:
         """Replace Secret `name`'s data (plain text values, stored base64-encoded)."""
         encoded = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
         body = {"metadata": {"name": name, "namespace": namespace}, "data": encoded}
-        await asyncio.to_thread(self.core.replace_namespaced_secret, name, namespace, body)
+        await asyncio.to_thread(
+            self.core.replace_namespaced_secret, name, namespace, as_model(client.V1Secret, body)
+        )
 
     async def list_pods(self, namespace: str) -> list[dict[str, Any]]:
         """The pods of `namespace` as stored (JSON)."""
 
         def read() -> list[dict[str, Any]]:
-            raw = self.core.list_namespaced_pod(namespace, _preload_content=False)
+            raw = http_response(self.core.list_namespaced_pod(namespace, _preload_content=False))
             items: list[dict[str, Any]] = json.loads(raw.data)["items"]
             return items
 
@@ -169,10 +171,10 @@ class Kubectl:
         self, plural: str, name: str, namespace: str, *, version: str = "v1beta1"
     ) -> dict[str, Any]:
         """A scheduling.k8s.io object (PodGroup, Workload) as stored."""
-        found: dict[str, Any] = await asyncio.to_thread(
+        found = await asyncio.to_thread(
             self.custom.get_namespaced_custom_object, SCHEDULING, version, namespace, plural, name
         )
-        return found
+        return as_json(found)
 
     async def get(self, kind: str, name: str, namespace: str = "") -> dict[str, Any] | None:
         """The object as stored, or None when it does not exist."""
@@ -181,17 +183,17 @@ class Kubectl:
             try:
                 if kind in KUEUE_KINDS:
                     plural, namespaced = KUEUE_KINDS[kind]
-                    got: dict[str, Any] = (
+                    got = (
                         self.custom.get_namespaced_custom_object(*KUEUE, namespace, plural, name)
                         if namespaced
                         else self.custom.get_cluster_custom_object(*KUEUE, plural, name)
                     )
-                    return got
+                    return as_json(got)
                 reader = {
                     "Job": self.batch.read_namespaced_job,
                     "Pod": self.core.read_namespaced_pod,
                 }[kind]
-                raw = reader(name, namespace, _preload_content=False)
+                raw = http_response(reader(name, namespace, _preload_content=False))
                 decoded: dict[str, Any] = json.loads(raw.data)
                 return decoded
             except ApiException as err:
@@ -205,7 +207,7 @@ class Kubectl:
         found = await asyncio.to_thread(
             self.custom.list_namespaced_custom_object, *KUEUE, namespace, "workloads"
         )
-        items: list[dict[str, Any]] = found["items"]
+        items: list[dict[str, Any]] = as_json(found)["items"]
         return items
 
     async def run_job_pods(self, job: dict[str, Any]) -> list[str]:

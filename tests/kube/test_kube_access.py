@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from kube_access_helpers import cluster_access, kubeconfig, token
 from kube_backend_helpers import fast_config
-from kube_helpers import api_client, pod, status_of
+from kube_helpers import api_client, as_model, pod, present, status_of
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from muster.cluster.backend import Identity
 from muster.cluster.errors import ClusterError
@@ -27,14 +27,14 @@ def guarded() -> Iterator[ThreadedApiServer]:
     with ThreadedApiServer(ApiServer(access=cluster_access())) as server:
         admin = client.CoreV1Api(api_client(server.url, token=token("admin")))
         for name in NAMESPACES:
-            admin.create_namespace({"metadata": {"name": name}})
+            admin.create_namespace(as_model(client.V1Namespace, {"metadata": {"name": name}}))
         yield server
 
 
 def core_as(server: ThreadedApiServer, account: str | None, **headers: str) -> client.CoreV1Api:
     api = api_client(server.url, token=token(account) if account else None)
     for name, value in headers.items():
-        api.set_default_header(name.replace("_", "-"), value)
+        api.set_default_header(name.replace("_", "-"), value)  # type: ignore[no-untyped-call]  # the client has no hints here
     return client.CoreV1Api(api)
 
 
@@ -61,7 +61,9 @@ def test_a_request_outside_the_grants_is_forbidden_as_the_api_server_says(
 ) -> None:
     bob = core_as(guarded, "bob")
 
-    code, message = refusal(lambda: bob.create_namespaced_pod("kube-system", pod("evil")))
+    code, message = refusal(
+        lambda: bob.create_namespaced_pod("kube-system", as_model(client.V1Pod, pod("evil")))
+    )
 
     assert code == 403
     assert message == (
@@ -77,9 +79,13 @@ def test_impersonation_needs_the_right_and_then_judges_the_impersonated_user(
     binder = core_as(guarded, "binder", **as_bob)
     alice = core_as(guarded, "alice", **as_bob)
 
-    binder.create_namespaced_pod("team-b", pod("ok"))
-    denied = refusal(lambda: binder.create_namespaced_pod("kube-system", pod("evil")))
-    no_right = refusal(lambda: alice.create_namespaced_pod("team-b", pod("sneaky")))
+    binder.create_namespaced_pod("team-b", as_model(client.V1Pod, pod("ok")))
+    denied = refusal(
+        lambda: binder.create_namespaced_pod("kube-system", as_model(client.V1Pod, pod("evil")))
+    )
+    no_right = refusal(
+        lambda: alice.create_namespaced_pod("team-b", as_model(client.V1Pod, pod("sneaky")))
+    )
 
     assert denied[0] == 403
     assert 'User "bob" cannot create resource "pods"' in denied[1]
@@ -100,26 +106,50 @@ def test_token_and_subject_access_reviews_answer_for_the_access_policy(
     def review(user: str, groups: list[str], namespace: str) -> bool:
         attrs = {"verb": "create", "resource": "pods", "namespace": namespace}
         spec = {"user": user, "groups": groups, "resourceAttributes": attrs}
-        return bool(authz.create_subject_access_review({"spec": spec}).status.allowed)
+        return bool(
+            present(
+                authz.create_subject_access_review(
+                    as_model(client.V1SubjectAccessReview, {"spec": spec})
+                ).status
+            ).allowed
+        )
 
-    known = authn.create_token_review({"spec": {"token": token("alice")}}).status
-    unknown = authn.create_token_review({"spec": {"token": "guess"}}).status
+    known = present(
+        authn.create_token_review(
+            as_model(client.V1TokenReview, {"spec": {"token": token("alice")}})
+        ).status
+    )
+    unknown = present(
+        authn.create_token_review(
+            as_model(client.V1TokenReview, {"spec": {"token": "guess"}})
+        ).status
+    )
     bob = client.AuthenticationV1Api(api_client(guarded.url, token=token("bob")))
 
-    assert (known.authenticated, known.user.username) == (True, "alice")
-    assert known.user.groups == ["team-a", "system:authenticated"]
+    assert (known.authenticated, present(known.user).username) == (True, "alice")
+    assert present(known.user).groups == ["team-a", "system:authenticated"]
     assert unknown.authenticated is False
     assert review("alice", ["team-a"], "team-a") is True
     assert review("alice", ["team-a"], "kube-system") is False
-    assert refusal(lambda: bob.create_token_review({"spec": {"token": "x"}}))[0] == 403
+    assert (
+        refusal(
+            lambda: bob.create_token_review(
+                as_model(client.V1TokenReview, {"spec": {"token": "x"}})
+            )
+        )[0]
+        == 403
+    )
 
 
 async def test_the_kube_backend_writes_as_the_identity_it_is_given(tmp_path: Path) -> None:
     async with ApiServer(access=cluster_access()) as server:
         for name in NAMESPACES:
             server.api.create(
-                server.registry.by_key(("", "namespaces")), "v1", "", {"metadata": {"name": name}}
-            )  # type: ignore[arg-type]
+                present(server.registry.by_key(("", "namespaces"))),
+                "v1",
+                "",
+                {"metadata": {"name": name}},
+            )
         config = fast_config(server.url, kubeconfig=str(kubeconfig(tmp_path, server.url, "binder")))
         backend = await KubeBackend.connect(config)
         alice = Identity(user="alice", groups=("team-a",))

@@ -9,15 +9,19 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import pytest
-from kube_helpers import pod
+from kube_helpers import as_model, pod, present
 
 from muster.devtools.apiserver import ApiServer
 
-aio_client = pytest.importorskip(
-    "kubernetes.aio.client", reason="kubernetes.aio ships with client 37+"
-)
+if TYPE_CHECKING:
+    import kubernetes.aio.client as aio_client  # as importorskip gives it
+else:
+    aio_client = pytest.importorskip(
+        "kubernetes.aio.client", reason="kubernetes.aio ships with client 37+"
+    )
 aio_watch = pytest.importorskip("kubernetes.aio.watch")
 
 
@@ -39,8 +43,8 @@ async def core(server: ApiServer) -> AsyncIterator[aio_client.CoreV1Api]:
 async def test_the_asyncio_client_lists_creates_and_watches(
     server: ApiServer, core: aio_client.CoreV1Api
 ) -> None:
-    since = (await core.list_namespaced_pod("default")).metadata.resource_version
-    await core.create_namespaced_pod("default", pod("p"))
+    since = present((await core.list_namespaced_pod("default")).metadata).resource_version
+    await core.create_namespaced_pod("default", as_model(aio_client.V1Pod, pod("p")))
     seen = []
     watcher = aio_watch.Watch()
     async with watcher.stream(
@@ -56,8 +60,8 @@ async def test_the_asyncio_client_lists_creates_and_watches(
 async def test_an_expired_watch_raises_410_in_the_asyncio_client(
     server: ApiServer, core: aio_client.CoreV1Api
 ) -> None:
-    since = (await core.list_namespaced_pod("default")).metadata.resource_version
-    await core.create_namespaced_pod("default", pod("p"))
+    since = present((await core.list_namespaced_pod("default")).metadata).resource_version
+    await core.create_namespaced_pod("default", as_model(aio_client.V1Pod, pod("p")))
     server.compact()
     with pytest.raises(aio_client.ApiException) as caught:
         await _watch_to_the_end(core, resource_version=since)

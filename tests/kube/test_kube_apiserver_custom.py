@@ -7,9 +7,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kube_helpers import api_client, cluster_queue, status_of, workload
+from kube_helpers import api_client, as_json, as_model, cluster_queue, present, status_of, workload
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from muster.devtools.apiserver import ApiServer, ThreadedApiServer, builtin_resources
 
@@ -18,9 +18,9 @@ KUEUE = "kueue.x-k8s.io"
 
 def test_a_kueue_object_is_served_at_both_versions(custom: client.CustomObjectsApi) -> None:
     custom.create_cluster_custom_object(KUEUE, "v1beta1", "clusterqueues", cluster_queue("cq"))
-    as_v1beta2 = custom.get_cluster_custom_object(KUEUE, "v1beta2", "clusterqueues", "cq")
+    as_v1beta2 = as_json(custom.get_cluster_custom_object(KUEUE, "v1beta2", "clusterqueues", "cq"))
     assert as_v1beta2["apiVersion"] == "kueue.x-k8s.io/v1beta2"
-    listed = custom.list_cluster_custom_object(KUEUE, "v1beta1", "clusterqueues")
+    listed = as_json(custom.list_cluster_custom_object(KUEUE, "v1beta1", "clusterqueues"))
     assert listed["kind"] == "ClusterQueueList"
     assert listed["apiVersion"] == "kueue.x-k8s.io/v1beta1"
     assert [i["metadata"]["name"] for i in listed["items"]] == ["cq"]
@@ -31,23 +31,29 @@ def test_custom_status_is_dropped_on_create_and_written_through_status(
 ) -> None:
     body = cluster_queue("cq")
     body["status"] = {"pendingWorkloads": 5}
-    created = custom.create_cluster_custom_object(KUEUE, "v1beta1", "clusterqueues", body)
+    created = as_json(custom.create_cluster_custom_object(KUEUE, "v1beta1", "clusterqueues", body))
     assert "status" not in created
-    ignored = custom.patch_cluster_custom_object(
-        KUEUE, "v1beta1", "clusterqueues", "cq", {"status": {"pendingWorkloads": 1}}
+    ignored = as_json(
+        custom.patch_cluster_custom_object(
+            KUEUE, "v1beta1", "clusterqueues", "cq", {"status": {"pendingWorkloads": 1}}
+        )
     )
     assert "status" not in ignored
     status: dict[str, Any] = {
         "pendingWorkloads": 1,
         "conditions": [{"type": "Active", "status": "True"}],
     }
-    written = custom.patch_cluster_custom_object_status(
-        KUEUE, "v1beta1", "clusterqueues", "cq", {"status": status}
+    written = as_json(
+        custom.patch_cluster_custom_object_status(
+            KUEUE, "v1beta1", "clusterqueues", "cq", {"status": status}
+        )
     )
     assert written["status"] == status
     assert written["metadata"]["generation"] == 1
-    respec = custom.patch_cluster_custom_object(
-        KUEUE, "v1beta1", "clusterqueues", "cq", {"spec": {"cohort": "all"}}
+    respec = as_json(
+        custom.patch_cluster_custom_object(
+            KUEUE, "v1beta1", "clusterqueues", "cq", {"spec": {"cohort": "all"}}
+        )
     )
     assert respec["metadata"]["generation"] == 2
     assert respec["status"] == status
@@ -56,8 +62,10 @@ def test_custom_status_is_dropped_on_create_and_written_through_status(
 def test_a_workload_status_update_conflicts_on_a_stale_resource_version(
     custom: client.CustomObjectsApi,
 ) -> None:
-    created = custom.create_namespaced_custom_object(
-        KUEUE, "v1beta1", "default", "workloads", workload("w")
+    created = as_json(
+        custom.create_namespaced_custom_object(
+            KUEUE, "v1beta1", "default", "workloads", workload("w")
+        )
     )
     custom.patch_namespaced_custom_object(
         KUEUE, "v1beta1", "default", "workloads", "w", {"metadata": {"labels": {"a": "b"}}}
@@ -121,8 +129,10 @@ def test_pod_groups_and_the_workload_api_are_served(custom: client.CustomObjects
         "scheduling.k8s.io", "v1alpha1", "default", "workloads", gang
     )
     assert (
-        custom.get_namespaced_custom_object(
-            "scheduling.k8s.io", "v1alpha1", "default", "workloads", "gang"
+        as_json(
+            custom.get_namespaced_custom_object(
+                "scheduling.k8s.io", "v1alpha1", "default", "workloads", "gang"
+            )
         )["spec"]
         == gang["spec"]
     )
@@ -168,13 +178,18 @@ def test_a_crd_applied_through_the_api_serves_its_resource(bare: ThreadedApiServ
     with pytest.raises(ApiException) as missing:
         custom.list_cluster_custom_object(KUEUE, "v1beta1", "clusterqueues")
     assert missing.value.status == 404
-    created = extensions.create_custom_resource_definition(_crd())
-    assert {c.type for c in created.status.conditions} == {"NamesAccepted", "Established"}
+    created = extensions.create_custom_resource_definition(
+        as_model(client.V1CustomResourceDefinition, _crd())
+    )
+    assert {c.type for c in present(present(created.status).conditions)} == {
+        "NamesAccepted",
+        "Established",
+    }
     custom.create_cluster_custom_object(
         KUEUE, "v1beta2", "clusterqueues", cluster_queue("cq", version="v1beta2")
     )
     assert (
-        custom.get_cluster_custom_object_status(KUEUE, "v1beta1", "clusterqueues", "cq")[
+        as_json(custom.get_cluster_custom_object_status(KUEUE, "v1beta1", "clusterqueues", "cq"))[
             "metadata"
         ]["name"]
         == "cq"
@@ -189,7 +204,9 @@ def test_a_crd_named_unlike_its_plural_and_group_is_invalid(bare: ThreadedApiSer
     body = _crd()
     body["metadata"]["name"] = "queues.example.com"
     with pytest.raises(ApiException) as caught:
-        client.ApiextensionsV1Api(api_client(bare.url)).create_custom_resource_definition(body)
+        client.ApiextensionsV1Api(api_client(bare.url)).create_custom_resource_definition(
+            as_model(client.V1CustomResourceDefinition, body)
+        )
     assert caught.value.status == 422
     assert status_of(caught.value)["details"]["causes"][0]["field"] == "metadata.name"
 
@@ -198,7 +215,7 @@ def test_discovery_lists_groups_versions_and_resources(kube: client.ApiClient) -
     assert client.CoreApi(kube).get_api_versions().versions == ["v1"]
     groups = {g.name: g for g in client.ApisApi(kube).get_api_versions().groups}
     assert {KUEUE, "batch", "scheduling.k8s.io", "scheduling.x-k8s.io"} <= set(groups)
-    assert groups[KUEUE].preferred_version.version == "v1beta2"
+    assert present(groups[KUEUE].preferred_version).version == "v1beta2"
     assert [v.version for v in groups[KUEUE].versions] == ["v1beta2", "v1beta1"]
     core = {r.name: r for r in client.CoreV1Api(kube).get_api_resources().resources}
     assert core["pods"].namespaced

@@ -7,9 +7,9 @@ import time
 
 import pytest
 import urllib3
-from kube_helpers import job, pod, status_of
+from kube_helpers import as_model, job, pod, present, status_of
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from muster.devtools.apiserver import ThreadedApiServer
 
@@ -17,18 +17,18 @@ from muster.devtools.apiserver import ThreadedApiServer
 def test_a_429_on_a_write_carries_retry_after_and_is_not_retried(
     apiserver: ThreadedApiServer, core: client.CoreV1Api
 ) -> None:
-    core.create_namespaced_pod("default", pod("p"))
+    core.create_namespaced_pod("default", as_model(client.V1Pod, pod("p")))
     apiserver.faults.fail_next(1, status=429, retry_after_s=1, verb="patch")
     with pytest.raises(ApiException) as caught:
         core.patch_namespaced_pod("p", "default", {"metadata": {"labels": {"a": "b"}}})
     status = status_of(caught.value)
     assert caught.value.status == 429
-    assert caught.value.headers["Retry-After"] == "1"
+    assert present(caught.value.headers)["Retry-After"] == "1"
     assert status["reason"] == "TooManyRequests"
     assert status["details"] == {"retryAfterSeconds": 1}
-    assert core.patch_namespaced_pod(
-        "p", "default", {"metadata": {"labels": {"a": "b"}}}
-    ).metadata.labels == {"a": "b"}
+    assert present(
+        core.patch_namespaced_pod("p", "default", {"metadata": {"labels": {"a": "b"}}}).metadata
+    ).labels == {"a": "b"}
     assert apiserver.requests.count(verb="patch") == 2
 
 
@@ -36,9 +36,9 @@ def test_the_client_retries_a_read_answered_429_with_retry_after(
     apiserver: ThreadedApiServer, core: client.CoreV1Api
 ) -> None:
     """urllib3's default policy retries GETs on 429 + Retry-After, three times at most."""
-    core.create_namespaced_pod("default", pod("p"))
+    core.create_namespaced_pod("default", as_model(client.V1Pod, pod("p")))
     apiserver.faults.fail_next(1, status=429, retry_after_s=0, verb="get")
-    assert core.read_namespaced_pod("p", "default").metadata.name == "p"
+    assert present(core.read_namespaced_pod("p", "default").metadata).name == "p"
     apiserver.faults.fail_next(10, status=429, retry_after_s=0, verb="get")
     with pytest.raises(ApiException) as caught:
         core.read_namespaced_pod("p", "default")
@@ -61,7 +61,7 @@ def test_a_500_surfaces_once_and_the_next_request_succeeds(
 def test_faults_match_on_verb_and_path(
     apiserver: ThreadedApiServer, batch: client.BatchV1Api
 ) -> None:
-    batch.create_namespaced_job("default", job("train"))
+    batch.create_namespaced_job("default", as_model(client.V1Job, job("train")))
     apiserver.faults.fail_next(2, status=503, verb="patch", path=r"/status$")
     batch.patch_namespaced_job("train", "default", {"metadata": {"labels": {"a": "b"}}})
     for _ in range(2):
@@ -69,9 +69,9 @@ def test_faults_match_on_verb_and_path(
             batch.patch_namespaced_job_status("train", "default", {"status": {"active": 1}})
         assert caught.value.status == 503
     assert (
-        batch.patch_namespaced_job_status(
-            "train", "default", {"status": {"active": 1}}
-        ).status.active
+        present(
+            batch.patch_namespaced_job_status("train", "default", {"status": {"active": 1}}).status
+        ).active
         == 1
     )
 
@@ -79,12 +79,12 @@ def test_faults_match_on_verb_and_path(
 def test_a_reset_connection_is_retried_for_reads_but_not_for_creates(
     apiserver: ThreadedApiServer, core: client.CoreV1Api
 ) -> None:
-    core.create_namespaced_pod("default", pod("p"))
+    core.create_namespaced_pod("default", as_model(client.V1Pod, pod("p")))
     apiserver.faults.reset_next(verb="get")
-    assert core.read_namespaced_pod("p", "default").metadata.name == "p"
+    assert present(core.read_namespaced_pod("p", "default").metadata).name == "p"
     apiserver.faults.reset_next(verb="create")
     with pytest.raises(urllib3.exceptions.ProtocolError):
-        core.create_namespaced_pod("default", pod("q"))
+        core.create_namespaced_pod("default", as_model(client.V1Pod, pod("q")))
     assert apiserver.requests.count(code=0) == 2
     with pytest.raises(ApiException):  # the create never happened
         core.read_namespaced_pod("q", "default")

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from kube_helpers import api_client, job, status_of
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from muster.devtools.apiserver import ApiServer, ThreadedApiServer, builtin_resources
 
@@ -31,7 +32,7 @@ def with_crds() -> Iterator[client.ApiClient]:
                 if doc and doc.get("kind") == "CustomResourceDefinition":
                     extensions.create_custom_resource_definition(doc)
         yield api
-        api.close()
+        api.close()  # type: ignore[no-untyped-call]  # the client has no hints here
 
 
 # The typed client refuses unknown fields itself; its untyped one sends them, as kubectl does.
@@ -70,7 +71,7 @@ def test_a_custom_resource_is_checked_against_its_crds_schema(
     with_crds: client.ApiClient,
 ) -> None:
     custom = client.CustomObjectsApi(with_crds)
-    queue = {
+    queue: dict[str, Any] = {
         "apiVersion": "kueue.x-k8s.io/v1beta1",
         "kind": "ClusterQueue",
         "metadata": {"name": "cq"},

@@ -10,9 +10,9 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import pytest
-from kube_helpers import api_client, job, status_of
+from kube_helpers import api_client, as_json, as_model, job, present, status_of
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from muster.devtools.apiserver import ApiServer, ThreadedApiServer, default_resources
 
@@ -43,7 +43,7 @@ def server() -> Iterator[ThreadedApiServer]:
 def kube(server: ThreadedApiServer) -> Iterator[client.ApiClient]:
     api = api_client(server.url)
     yield api
-    api.close()
+    api.close()  # type: ignore[no-untyped-call]  # the client has no hints here
 
 
 def pod_group(name: str, **spec: Any) -> dict[str, Any]:
@@ -71,7 +71,7 @@ def test_each_release_serves_its_versions(release: str, versions: list[str]) -> 
             (found,) = [g for g in group.groups if g.name == GROUP]
             assert [v.version for v in found.versions] == ["v1", *versions]
         finally:
-            api.close()
+            api.close()  # type: ignore[no-untyped-call]  # the client has no hints here
 
 
 def test_a_cluster_without_the_gates_serves_only_priority_classes() -> None:
@@ -82,7 +82,7 @@ def test_a_cluster_without_the_gates_serves_only_priority_classes() -> None:
             (found,) = [g for g in groups if g.name == GROUP]
             assert [v.version for v in found.versions] == ["v1"]
         finally:
-            api.close()
+            api.close()  # type: ignore[no-untyped-call]  # the client has no hints here
 
 
 def test_pod_group_policy_is_validated(kube: client.ApiClient) -> None:
@@ -100,11 +100,13 @@ def test_only_min_count_of_a_pod_group_spec_changes_and_status_is_a_subresource(
 ) -> None:
     custom = client.CustomObjectsApi(kube)
     args = (GROUP, "v1beta1", "default", "podgroups")
-    created = custom.create_namespaced_custom_object(*args, pod_group("g"))
+    created = as_json(custom.create_namespaced_custom_object(*args, pod_group("g")))
     assert created["spec"]["disruptionMode"] == {"single": {}}  # defaulted
     assert created["spec"]["priority"] == 0  # priority admission
-    lowered = custom.patch_namespaced_custom_object(
-        *args, "g", {"spec": {"schedulingPolicy": {"gang": {"minCount": 2}}}}
+    lowered = as_json(
+        custom.patch_namespaced_custom_object(
+            *args, "g", {"spec": {"schedulingPolicy": {"gang": {"minCount": 2}}}}
+        )
     )
     assert lowered["spec"]["schedulingPolicy"] == {"gang": {"minCount": 2}}
     with pytest.raises(ApiException) as err:
@@ -113,8 +115,10 @@ def test_only_min_count_of_a_pod_group_spec_changes_and_status_is_a_subresource(
         )
     assert status_of(err.value)["reason"] == "Invalid"
     condition = {"type": "PodGroupInitiallyScheduled", "status": "True", "reason": "Scheduled"}
-    written = custom.patch_namespaced_custom_object_status(
-        *args, "g", {"status": {"conditions": [condition]}, "spec": {"schedulingPolicy": {}}}
+    written = as_json(
+        custom.patch_namespaced_custom_object_status(
+            *args, "g", {"status": {"conditions": [condition]}, "spec": {"schedulingPolicy": {}}}
+        )
     )
     assert written["status"]["conditions"] == [condition]
     assert written["spec"]["schedulingPolicy"] == {"gang": {"minCount": 2}}  # status only
@@ -128,40 +132,51 @@ def test_job_runs_pods_that_join_its_pod_group_then_completes(kube: client.ApiCl
         "schedulingPolicy": {"gang": {}},
         "disruptionMode": {"all": {}},
     }
-    created = batch.create_namespaced_job("default", manifest)
+    created = batch.create_namespaced_job("default", as_model(client.V1Job, manifest))
 
     until(lambda: len(core.list_namespaced_pod("default").items) == 2)
     pods = core.list_namespaced_pod("default").items
-    assert [p.spec.scheduling_group.pod_group_name for p in pods] == ["train", "train"]
-    group = custom.get_namespaced_custom_object(GROUP, "v1beta1", "default", "podgroups", "train")
+    assert [present(present(p.spec).scheduling_group).pod_group_name for p in pods] == [
+        "train",
+        "train",
+    ]
+    group = as_json(
+        custom.get_namespaced_custom_object(GROUP, "v1beta1", "default", "podgroups", "train")
+    )
     assert group["spec"]["schedulingPolicy"] == {"gang": {"minCount": 2}}
     assert group["spec"]["disruptionMode"] == {"all": {}}
     (owner,) = group["metadata"]["ownerReferences"]
-    assert (owner["kind"], owner["name"], owner["uid"]) == ("Job", "train", created.metadata.uid)
+    assert (owner["kind"], owner["name"], owner["uid"]) == (
+        "Job",
+        "train",
+        present(created.metadata).uid,
+    )
 
     for p in pods:
         finished = {"status": {"phase": "Succeeded"}}
-        core.patch_namespaced_pod_status(p.metadata.name, "default", finished)
+        core.patch_namespaced_pod_status(present(present(p.metadata).name), "default", finished)
     done = until(
         lambda: [
             c.type
-            for c in batch.read_namespaced_job("train", "default").status.conditions or []
+            for c in present(batch.read_namespaced_job("train", "default").status).conditions or []
             if c.status == "True"
         ]
     )
     assert set(done) == {"SuccessCriteriaMet", "Complete"}
-    assert batch.read_namespaced_job("train", "default").status.succeeded == 2
+    assert present(batch.read_namespaced_job("train", "default").status).succeeded == 2
 
 
 def test_suspending_a_job_deletes_its_pods(kube: client.ApiClient) -> None:
     core, batch = client.CoreV1Api(kube), client.BatchV1Api(kube)
-    batch.create_namespaced_job("default", job("j", suspend=True, parallelism=3))
+    batch.create_namespaced_job(
+        "default", as_model(client.V1Job, job("j", suspend=True, parallelism=3))
+    )
     assert core.list_namespaced_pod("default").items == []
     batch.patch_namespaced_job("j", "default", {"spec": {"suspend": False}})
     until(lambda: len(core.list_namespaced_pod("default").items) == 3)
-    assert batch.read_namespaced_job("j", "default").status.start_time is not None
+    assert present(batch.read_namespaced_job("j", "default").status).start_time is not None
     batch.patch_namespaced_job("j", "default", {"spec": {"suspend": True}})
     until(lambda: core.list_namespaced_pod("default").items == [])
-    status = batch.read_namespaced_job("j", "default").status
+    status = present(batch.read_namespaced_job("j", "default").status)
     assert status.active == 0
-    assert [c.type for c in status.conditions] == ["Suspended"]
+    assert [c.type for c in present(status.conditions)] == ["Suspended"]

@@ -4,15 +4,15 @@ resourceVersion, resourceVersion and resourceVersionMatch semantics, 410 for exp
 from __future__ import annotations
 
 import pytest
-from kube_helpers import pod, status_of
+from kube_helpers import as_model, pod, present, status_of
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from muster.devtools.apiserver import ThreadedApiServer
 
 
 def _names(listed: client.V1PodList) -> list[str]:
-    return [p.metadata.name for p in listed.items]
+    return [present(present(p.metadata).name) for p in listed.items]
 
 
 @pytest.fixture
@@ -23,8 +23,10 @@ def team_pods(core: client.CoreV1Api) -> None:
         ("b1", "b", "1"),
         ("c1", "c", "3"),
     ]:
-        core.create_namespaced_pod("default", pod(name, labels={"team": team, "tier": tier}))
-    core.create_namespaced_pod("default", pod("bare"))
+        core.create_namespaced_pod(
+            "default", as_model(client.V1Pod, pod(name, labels={"team": team, "tier": tier}))
+        )
+    core.create_namespaced_pod("default", as_model(client.V1Pod, pod("bare")))
 
 
 @pytest.mark.usefixtures("team_pods")
@@ -54,9 +56,9 @@ def test_a_malformed_label_selector_is_400(core: client.CoreV1Api) -> None:
 
 
 def test_field_selectors_on_node_name_scheduler_name_and_name(core: client.CoreV1Api) -> None:
-    core.create_namespaced_pod("default", pod("bound", node="node-1"))
-    core.create_namespaced_pod("default", pod("mine", scheduler="muster"))
-    core.create_namespaced_pod("default", pod("other"))
+    core.create_namespaced_pod("default", as_model(client.V1Pod, pod("bound", node="node-1")))
+    core.create_namespaced_pod("default", as_model(client.V1Pod, pod("mine", scheduler="muster")))
+    core.create_namespaced_pod("default", as_model(client.V1Pod, pod("other")))
     unbound_mine = core.list_pod_for_all_namespaces(
         field_selector="spec.nodeName=,spec.schedulerName=muster"
     )
@@ -79,11 +81,11 @@ def test_an_unsupported_field_label_is_400(core: client.CoreV1Api) -> None:
 
 
 def test_all_namespace_lists_are_ordered_by_namespace_then_name(core: client.CoreV1Api) -> None:
-    core.create_namespace({"metadata": {"name": "alpha"}})
+    core.create_namespace(as_model(client.V1Namespace, {"metadata": {"name": "alpha"}}))
     for ns, name in [("default", "b"), ("alpha", "z"), ("default", "a")]:
-        core.create_namespaced_pod(ns, pod(name))
+        core.create_namespaced_pod(ns, as_model(client.V1Pod, pod(name)))
     listed = core.list_pod_for_all_namespaces()
-    assert [(p.metadata.namespace, p.metadata.name) for p in listed.items] == [
+    assert [(present(p.metadata).namespace, present(p.metadata).name) for p in listed.items] == [
         ("alpha", "z"),
         ("default", "a"),
         ("default", "b"),
@@ -94,21 +96,25 @@ def test_paging_serves_every_page_at_the_first_pages_resource_version(
     core: client.CoreV1Api,
 ) -> None:
     for i in range(5):
-        core.create_namespaced_pod("default", pod(f"p{i}"))
+        core.create_namespaced_pod("default", as_model(client.V1Pod, pod(f"p{i}")))
     first = core.list_namespaced_pod("default", limit=2)
     assert _names(first) == ["p0", "p1"]
-    assert first.metadata.remaining_item_count == 3
+    assert present(first.metadata).remaining_item_count == 3
     core.delete_namespaced_pod("p3", "default")  # after the first page: not seen by the rest
-    core.create_namespaced_pod("default", pod("p5"))
-    second = core.list_namespaced_pod("default", limit=2, _continue=first.metadata._continue)
-    third = core.list_namespaced_pod("default", limit=2, _continue=second.metadata._continue)
+    core.create_namespaced_pod("default", as_model(client.V1Pod, pod("p5")))
+    second = core.list_namespaced_pod(
+        "default", limit=2, _continue=present(first.metadata)._continue
+    )
+    third = core.list_namespaced_pod(
+        "default", limit=2, _continue=present(second.metadata)._continue
+    )
     assert _names(second) == ["p2", "p3"]
     assert _names(third) == ["p4"]
-    assert third.metadata._continue is None
+    assert present(third.metadata)._continue is None
     assert (
-        first.metadata.resource_version
-        == second.metadata.resource_version
-        == third.metadata.resource_version
+        present(first.metadata).resource_version
+        == present(second.metadata).resource_version
+        == present(third.metadata).resource_version
     )
 
 
@@ -116,26 +122,26 @@ def test_a_continue_token_older_than_the_history_is_410_expired(
     apiserver: ThreadedApiServer, core: client.CoreV1Api
 ) -> None:
     for i in range(3):
-        core.create_namespaced_pod("default", pod(f"p{i}"))
+        core.create_namespaced_pod("default", as_model(client.V1Pod, pod(f"p{i}")))
     first = core.list_namespaced_pod("default", limit=1)
-    core.create_namespaced_pod("default", pod("later"))
+    core.create_namespaced_pod("default", as_model(client.V1Pod, pod("later")))
     apiserver.compact()
     with pytest.raises(ApiException) as caught:
-        core.list_namespaced_pod("default", limit=1, _continue=first.metadata._continue)
+        core.list_namespaced_pod("default", limit=1, _continue=present(first.metadata)._continue)
     assert caught.value.status == 410
     assert status_of(caught.value)["reason"] == "Expired"
 
 
 def test_resource_version_match_exact_lists_the_past(core: client.CoreV1Api) -> None:
-    core.create_namespaced_pod("default", pod("early"))
-    then = core.list_namespaced_pod("default").metadata.resource_version
-    core.create_namespaced_pod("default", pod("late"))
+    core.create_namespaced_pod("default", as_model(client.V1Pod, pod("early")))
+    then = present(core.list_namespaced_pod("default").metadata).resource_version
+    core.create_namespaced_pod("default", as_model(client.V1Pod, pod("late")))
     core.delete_namespaced_pod("early", "default")
     past = core.list_namespaced_pod(
         "default", resource_version=then, resource_version_match="Exact"
     )
     assert _names(past) == ["early"]
-    assert past.metadata.resource_version == then
+    assert present(past.metadata).resource_version == then
     now = core.list_namespaced_pod(
         "default", resource_version=then, resource_version_match="NotOlderThan"
     )
@@ -144,7 +150,7 @@ def test_resource_version_match_exact_lists_the_past(core: client.CoreV1Api) -> 
 
 
 def test_a_resource_version_from_the_future_is_504_too_large(core: client.CoreV1Api) -> None:
-    current = int(core.list_namespaced_pod("default").metadata.resource_version)
+    current = int(present(present(core.list_namespaced_pod("default").metadata).resource_version))
     with pytest.raises(ApiException) as caught:
         core.list_namespaced_pod("default", resource_version=str(current + 100))
     status = status_of(caught.value)

@@ -8,9 +8,9 @@ import json
 from typing import Any
 
 import pytest
-from kube_helpers import status_of
+from kube_helpers import as_json, as_model, present, status_of
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 AUTOSCALING = ("autoscaling.x-k8s.io", "v1")
 
@@ -25,8 +25,8 @@ def posted(kube: client.ApiClient, path: str, body: dict[str, Any]) -> tuple[int
         "POST", path, header_params={"Content-Type": "application/json"}, body=body
     )
     answer = kube.call_api(method, url, headers, data, post)
-    answer.read()
-    return answer.status, json.loads(answer.data)
+    answered = answer.read()  # type: ignore[no-untyped-call]  # the client has no hints here
+    return answer.status, json.loads(answered)
 
 
 def template(name: str, *, containers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -49,10 +49,14 @@ def request(name: str, **spec: Any) -> dict[str, Any]:
 
 def test_pod_templates_are_stored_and_need_containers(kube: client.ApiClient) -> None:
     core = client.CoreV1Api(kube)
-    made = core.create_namespaced_pod_template("default", template("ppt-1"))
-    assert made.template.spec.containers[0].image == "busybox"
+    made = core.create_namespaced_pod_template(
+        "default", as_model(client.V1PodTemplate, template("ppt-1"))
+    )
+    assert present(present(made.template).spec).containers[0].image == "busybox"
     with pytest.raises(ApiException) as err:
-        core.create_namespaced_pod_template("default", template("bad", containers=[]))
+        core.create_namespaced_pod_template(
+            "default", as_model(client.V1PodTemplate, template("bad", containers=[]))
+        )
     assert err.value.status == 422
     assert causes(err.value) == ["template.spec.containers"]
 
@@ -60,8 +64,10 @@ def test_pod_templates_are_stored_and_need_containers(kube: client.ApiClient) ->
 def test_provisioning_requests_are_checked_and_their_spec_is_immutable(
     custom: client.CustomObjectsApi,
 ) -> None:
-    made = custom.create_namespaced_custom_object(
-        *AUTOSCALING, "default", "provisioningrequests", request("wl-prov-1")
+    made = as_json(
+        custom.create_namespaced_custom_object(
+            *AUTOSCALING, "default", "provisioningrequests", request("wl-prov-1")
+        )
     )
     assert made["metadata"]["generation"] == 1
     bad = request("bad", podSets=[{"podTemplateRef": {}, "count": 0}])
@@ -80,10 +86,10 @@ def test_provisioning_requests_are_checked_and_their_spec_is_immutable(
         )  # fmt: skip
     assert causes(err.value) == ["spec"]
     provisioned = {"type": "Provisioned", "status": "True", "reason": "Provisioned"}
-    written = custom.patch_namespaced_custom_object_status(
+    written = as_json(custom.patch_namespaced_custom_object_status(
         *AUTOSCALING, "default", "provisioningrequests", "wl-prov-1",
         {"status": {"conditions": [provisioned]}},
-    )  # fmt: skip
+    ))  # fmt: skip
     assert written["status"]["conditions"] == [provisioned]
 
 
@@ -99,8 +105,10 @@ def test_provisioning_request_configs_are_kueue_objects_at_both_versions(
     custom.create_cluster_custom_object(
         "kueue.x-k8s.io", "v1beta1", "provisioningrequestconfigs", config
     )
-    got = custom.get_cluster_custom_object(
-        "kueue.x-k8s.io", "v1beta2", "provisioningrequestconfigs", "prc"
+    got = as_json(
+        custom.get_cluster_custom_object(
+            "kueue.x-k8s.io", "v1beta2", "provisioningrequestconfigs", "prc"
+        )
     )
     assert got["spec"] == config["spec"]
 
@@ -126,7 +134,7 @@ def test_events_are_checked_as_the_api_server_does_and_series_counted(
     kube: client.ApiClient,
 ) -> None:
     events = client.EventsV1Api(kube)
-    events.create_namespaced_event("default", event("train.1"))
+    events.create_namespaced_event("default", as_model(client.EventsV1Event, event("train.1")))
     bad = event(
         "train.2",
         type="Info",
@@ -151,12 +159,14 @@ def test_events_are_checked_as_the_api_server_does_and_series_counted(
     ]
     series = {"count": 2, "lastObservedTime": "2026-01-01T00:00:09.000000Z"}
     patched = events.patch_namespaced_event("train.1", "default", {"series": series})
-    assert patched.series.count == 2
+    assert present(patched.series).count == 2
     with pytest.raises(ApiException) as err:
         events.patch_namespaced_event("train.1", "default", {"reason": "Admitted"})
     assert causes(err.value) == ["reason"]
     listed = events.list_namespaced_event("default")
-    assert [(e.metadata.name, e.reason) for e in listed.items] == [("train.1", "QuotaReserved")]
+    assert [(present(e.metadata).name, e.reason) for e in listed.items] == [
+        ("train.1", "QuotaReserved")
+    ]
 
 
 def test_events_are_served_as_core_v1_events_too_as_kubectl_describe_lists_them(
@@ -164,7 +174,7 @@ def test_events_are_served_as_core_v1_events_too_as_kubectl_describe_lists_them(
 ) -> None:
     events = client.EventsV1Api(kube)
     core = client.CoreV1Api(kube)
-    events.create_namespaced_event("default", event("train.1"))
+    events.create_namespaced_event("default", as_model(client.EventsV1Event, event("train.1")))
     selector = "involvedObject.kind=Workload,involvedObject.name=train,involvedObject.uid=u"
     (seen,) = core.list_namespaced_event("default", field_selector=selector).items
     assert (seen.reason, seen.message, seen.type) == (
@@ -172,9 +182,11 @@ def test_events_are_served_as_core_v1_events_too_as_kubectl_describe_lists_them(
         "Quota reserved in ClusterQueue cq",
         "Normal",
     )
-    assert (seen.reporting_component, seen.source.component) == ("muster.dev/admission",) * 2
+    assert (seen.reporting_component, present(seen.source).component) == (
+        "muster.dev/admission",
+    ) * 2
     series = {"count": 3, "lastObservedTime": "2026-01-01T00:00:09.000000Z"}
     events.patch_namespaced_event("train.1", "default", {"series": series})
-    assert core.read_namespaced_event("train.1", "default").series.count == 3
+    assert present(core.read_namespaced_event("train.1", "default").series).count == 3
     events.delete_namespaced_event("train.1", "default")
     assert core.list_namespaced_event("default").items == []

@@ -9,34 +9,49 @@ from collections.abc import Iterator
 
 import pytest
 import urllib3
-from kube_helpers import END, WatchThread, api_client, pod, summary, workload
+from kube_helpers import (
+    END,
+    WatchThread,
+    api_client,
+    as_json,
+    as_model,
+    http_response,
+    pod,
+    present,
+    summary,
+    workload,
+)
 from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from muster.devtools.apiserver import ApiServer, ThreadedApiServer
 
 
 def _rv(core: client.CoreV1Api) -> str:
-    return str(core.list_namespaced_pod("default").metadata.resource_version)
+    return str(present(core.list_namespaced_pod("default").metadata).resource_version)
 
 
 def test_a_watch_from_a_resource_version_sees_exactly_the_later_changes_in_order(
     core: client.CoreV1Api,
 ) -> None:
-    core.create_namespaced_pod("default", pod("before"))
+    core.create_namespaced_pod("default", as_model(client.V1Pod, pod("before")))
     since = _rv(core)
     with WatchThread(core.list_namespaced_pod, "default", resource_version=since) as stream:
         written = [
-            core.create_namespaced_pod("default", pod("p1")).metadata.resource_version,
-            core.patch_namespaced_pod(
-                "before", "default", {"metadata": {"labels": {"a": "b"}}}
-            ).metadata.resource_version,
+            present(
+                core.create_namespaced_pod("default", as_model(client.V1Pod, pod("p1"))).metadata
+            ).resource_version,
+            present(
+                core.patch_namespaced_pod(
+                    "before", "default", {"metadata": {"labels": {"a": "b"}}}
+                ).metadata
+            ).resource_version,
         ]
         core.delete_namespaced_pod("p1", "default")
         events = stream.events(3)
     assert summary(events) == [("ADDED", "p1"), ("MODIFIED", "before"), ("DELETED", "p1")]
     versions = [int(e["raw_object"]["metadata"]["resourceVersion"]) for e in events]
-    assert versions[:2] == [int(v) for v in written]
+    assert versions[:2] == [int(present(v)) for v in written]
     assert versions == sorted(versions)
     assert versions[2] > versions[1]
 
@@ -44,11 +59,11 @@ def test_a_watch_from_a_resource_version_sees_exactly_the_later_changes_in_order
 def test_a_watch_without_resource_version_starts_with_every_current_object(
     core: client.CoreV1Api,
 ) -> None:
-    core.create_namespaced_pod("default", pod("b"))
-    core.create_namespaced_pod("default", pod("a"))
+    core.create_namespaced_pod("default", as_model(client.V1Pod, pod("b")))
+    core.create_namespaced_pod("default", as_model(client.V1Pod, pod("a")))
     with WatchThread(core.list_namespaced_pod, "default") as stream:
         initial = stream.events(2)
-        core.create_namespaced_pod("default", pod("c"))
+        core.create_namespaced_pod("default", as_model(client.V1Pod, pod("c")))
         live = stream.events(1)
     assert summary(initial + live) == [("ADDED", "a"), ("ADDED", "b"), ("ADDED", "c")]
 
@@ -57,20 +72,20 @@ def test_watch_objects_are_typed_by_the_client_and_it_tracks_the_resource_versio
     core: client.CoreV1Api,
 ) -> None:
     since = _rv(core)
-    created = core.create_namespaced_pod("default", pod("p"))
-    w = watch.Watch()
-    for event in w.stream(
+    created = core.create_namespaced_pod("default", as_model(client.V1Pod, pod("p")))
+    w = watch.Watch()  # type: ignore[no-untyped-call]  # the client has no hints here
+    for event in w.stream(  # type: ignore[no-untyped-call]  # the client has no hints here
         core.list_namespaced_pod, "default", resource_version=since, timeout_seconds=5
     ):
         assert isinstance(event["object"], client.V1Pod)
-        w.stop()
-    assert w.resource_version == created.metadata.resource_version
+        w.stop()  # type: ignore[no-untyped-call]  # the client has no hints here
+    assert w.resource_version == present(created.metadata).resource_version
 
 
 def test_an_object_leaving_or_joining_a_selector_is_deleted_or_added(
     core: client.CoreV1Api,
 ) -> None:
-    core.create_namespaced_pod("default", pod("p", labels={"team": "a"}))
+    core.create_namespaced_pod("default", as_model(client.V1Pod, pod("p", labels={"team": "a"})))
     since = _rv(core)
     with WatchThread(
         core.list_namespaced_pod, "default", label_selector="team=a", resource_version=since
@@ -90,8 +105,10 @@ def test_a_field_selected_watch_sees_pods_for_its_scheduler_only(core: client.Co
         field_selector="spec.schedulerName=muster",
         resource_version=since,
     ) as stream:
-        core.create_namespaced_pod("default", pod("theirs"))
-        core.create_namespaced_pod("default", pod("mine", scheduler="muster"))
+        core.create_namespaced_pod("default", as_model(client.V1Pod, pod("theirs")))
+        core.create_namespaced_pod(
+            "default", as_model(client.V1Pod, pod("mine", scheduler="muster"))
+        )
         assert summary(stream.events(1)) == [("ADDED", "mine")]
 
 
@@ -99,11 +116,13 @@ def test_a_resource_version_older_than_the_history_is_410_gone(
     apiserver: ThreadedApiServer, core: client.CoreV1Api
 ) -> None:
     since = _rv(core)
-    core.create_namespaced_pod("default", pod("p"))
+    core.create_namespaced_pod("default", as_model(client.V1Pod, pod("p")))
     apiserver.compact()
     # The server answers 200 with one ERROR event carrying a 410 Expired Status ...
-    raw = core.list_namespaced_pod(
-        "default", watch=True, resource_version=since, _preload_content=False
+    raw = http_response(
+        core.list_namespaced_pod(
+            "default", watch=True, resource_version=since, _preload_content=False
+        )
     )
     lines = [json.loads(line) for line in raw.read().decode().splitlines()]
     assert raw.status == 200
@@ -119,7 +138,7 @@ def test_a_resource_version_older_than_the_history_is_410_gone(
     }
     # ... which the client's Watch turns into ApiException 410 after one retry.
     with pytest.raises(ApiException) as caught:
-        list(watch.Watch().stream(core.list_namespaced_pod, "default", resource_version=since))
+        list(watch.Watch().stream(core.list_namespaced_pod, "default", resource_version=since))  # type: ignore[no-untyped-call]  # the client has no hints here
     assert caught.value.status == 410
     assert apiserver.requests.count(verb="watch") == 3
 
@@ -129,10 +148,10 @@ def test_the_history_window_is_bounded(core: client.CoreV1Api) -> None:
         small_core = client.CoreV1Api(api_client(small.url))
         since = _rv(small_core)
         for i in range(4):
-            small_core.create_namespaced_pod("default", pod(f"p{i}"))
+            small_core.create_namespaced_pod("default", as_model(client.V1Pod, pod(f"p{i}")))
         with pytest.raises(ApiException) as caught:
             list(
-                watch.Watch().stream(
+                watch.Watch().stream(  # type: ignore[no-untyped-call]  # the client has no hints here
                     small_core.list_namespaced_pod,
                     "default",
                     resource_version=since,
@@ -157,7 +176,7 @@ def test_bookmarks_arrive_periodically_with_the_current_resource_version(
     bookmarking: ThreadedApiServer,
 ) -> None:
     core = client.CoreV1Api(api_client(bookmarking.url))
-    core.create_namespaced_pod("default", pod("p"))
+    core.create_namespaced_pod("default", as_model(client.V1Pod, pod("p")))
     since = _rv(core)
     with WatchThread(
         core.list_namespaced_pod, "default", resource_version=since, allow_watch_bookmarks=True
@@ -169,7 +188,7 @@ def test_bookmarks_arrive_periodically_with_the_current_resource_version(
             "apiVersion": "v1",
             "metadata": {"resourceVersion": since},
         }
-        core.create_namespaced_pod("default", pod("q"))
+        core.create_namespaced_pod("default", as_model(client.V1Pod, pod("q")))
         after = stream.next()
         while after["type"] == "BOOKMARK":
             after = stream.next()
@@ -189,12 +208,12 @@ def test_bookmarks_only_when_asked_for(
     since = _rv(core)
     with WatchThread(core.list_namespaced_pod, "default", resource_version=since) as stream:
         apiserver.send_bookmarks()
-        core.create_namespaced_pod("default", pod("p"))
+        core.create_namespaced_pod("default", as_model(client.V1Pod, pod("p")))
         assert summary(stream.events(1)) == [("ADDED", "p")]
 
 
 def test_send_initial_events_ends_with_an_annotated_bookmark(core: client.CoreV1Api) -> None:
-    core.create_namespaced_pod("default", pod("p"))
+    core.create_namespaced_pod("default", as_model(client.V1Pod, pod("p")))
     with WatchThread(
         core.list_namespaced_pod,
         "default",
@@ -214,13 +233,13 @@ def test_a_watch_cut_mid_stream_resumes_without_loss_or_duplicates(
 ) -> None:
     since = _rv(core)
     for i in range(5):
-        core.create_namespaced_pod("default", pod(f"p{i}"))
+        core.create_namespaced_pod("default", as_model(client.V1Pod, pod(f"p{i}")))
     apiserver.faults.drop_next_watch(after_events=2, partial=True)
     seen: list[str] = []
-    w = watch.Watch()
+    w = watch.Watch()  # type: ignore[no-untyped-call]  # the client has no hints here
 
     def watch_until_cut() -> None:
-        events = w.stream(core.list_namespaced_pod, "default", resource_version=since)
+        events = w.stream(core.list_namespaced_pod, "default", resource_version=since)  # type: ignore[no-untyped-call]  # the client has no hints here
         seen.extend(e["raw_object"]["metadata"]["name"] for e in events)  # kept up to the cut
 
     with pytest.raises(urllib3.exceptions.ProtocolError):
@@ -228,12 +247,12 @@ def test_a_watch_cut_mid_stream_resumes_without_loss_or_duplicates(
     assert seen == ["p0", "p1"]
     resumed = w.resource_version
     assert resumed is not None
-    for event in w.stream(
+    for event in w.stream(  # type: ignore[no-untyped-call]  # the client has no hints here
         core.list_namespaced_pod, "default", resource_version=resumed, timeout_seconds=5
     ):
         seen.append(event["raw_object"]["metadata"]["name"])
         if len(seen) == 5:
-            w.stop()
+            w.stop()  # type: ignore[no-untyped-call]  # the client has no hints here
     assert seen == ["p0", "p1", "p2", "p3", "p4"]
 
 
@@ -242,7 +261,7 @@ def test_dropping_open_watches_ends_them_with_an_error(
 ) -> None:
     since = _rv(core)
     with WatchThread(core.list_namespaced_pod, "default", resource_version=since) as stream:
-        core.create_namespaced_pod("default", pod("p"))
+        core.create_namespaced_pod("default", as_model(client.V1Pod, pod("p")))
         stream.events(1)
         assert apiserver.drop_watches() == 1
         assert isinstance(stream.next(), urllib3.exceptions.ProtocolError)
@@ -255,7 +274,7 @@ def test_a_server_side_end_finishes_a_watch_with_a_timeout_cleanly(
     with WatchThread(
         core.list_namespaced_pod, "default", resource_version=since, timeout_seconds=60
     ) as stream:
-        core.create_namespaced_pod("default", pod("p"))
+        core.create_namespaced_pod("default", as_model(client.V1Pod, pod("p")))
         stream.events(1)
         assert apiserver.end_watches() == 1
         assert stream.next() == END
@@ -266,7 +285,7 @@ def test_custom_resources_are_watched_at_the_version_asked_for(
     custom: client.CustomObjectsApi,
 ) -> None:
     group = "kueue.x-k8s.io"
-    since = custom.list_namespaced_custom_object(group, "v1beta2", "default", "workloads")[
+    since = as_json(custom.list_namespaced_custom_object(group, "v1beta2", "default", "workloads"))[
         "metadata"
     ]["resourceVersion"]
     with WatchThread(

@@ -40,7 +40,7 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def backend_of(service: str, argv: list[str]) -> tuple[ServiceConfig, BackendConfig]:
     config, main = SERVICES[service].parse(argv)
-    backend: BackendConfig = main.keywords["backend"]  # type: ignore[attr-defined]
+    backend: BackendConfig = main.keywords["backend"]
     return config, backend
 
 
@@ -211,7 +211,7 @@ async def test_open_backend_gives_the_sim_over_the_services_connection(nats_url:
 async def test_open_backend_gives_kubernetes_with_its_status_writer() -> None:
     async with ApiServer() as server:
         _, backend = backend_of("binder", ["--cluster-backend", "kube", "--kube-host", server.url])
-        made = await opened(backend, buckets=None, cluster="local")  # type: ignore[arg-type]
+        made = await opened(backend, buckets=None, cluster="local")
         assert made == (KubeBackend, StatusWriter)
 
 
@@ -221,4 +221,4 @@ async def test_kubernetes_without_any_configuration_fails_clearly(
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     _, backend = backend_of("gangpermit", ["--cluster-backend", "kube"])
     with pytest.raises(ClusterError, match="no Kubernetes client configuration"):
-        await opened(backend, buckets=None, cluster="local")  # type: ignore[arg-type]
+        await opened(backend, buckets=None, cluster="local")

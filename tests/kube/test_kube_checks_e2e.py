@@ -14,9 +14,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_services_helpers import KUEUE, Kubectl, eventually, running_stack
-from kubernetes.client.rest import ApiException
-from test_kube_services_e2e import NODE, condition, condition_when, job_when, workload_of_job
+from kube_helpers import as_json
+from kube_services_helpers import (
+    KUEUE,
+    Kubectl,
+    condition,
+    condition_when,
+    eventually,
+    job_when,
+    running_stack,
+    workload_of_job,
+)
+from kubernetes.client.exceptions import ApiException
+from test_kube_services_e2e import NODE
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -117,7 +127,9 @@ async def answer(kubectl: Kubectl, name: str, state: str, message: str, **fields
 
     def write() -> None:
         while True:
-            wl = kubectl.custom.get_namespaced_custom_object(*KUEUE, "ml", "workloads", name)
+            wl = as_json(
+                kubectl.custom.get_namespaced_custom_object(*KUEUE, "ml", "workloads", name)
+            )
             entries = [dict(e) for e in wl["status"]["admissionChecks"]]
             for entry in entries:
                 if entry["name"] == "budget":

@@ -18,9 +18,10 @@ from kube_services_helpers import (
     eventually,
     job_when,
     running_stack,
+    workload_of_job,
 )
 from test_kube_checks_e2e import job_yaml, queues
-from test_kube_services_e2e import NODE, workload_of_job
+from test_kube_services_e2e import NODE
 from test_kube_submit_e2e import kube_gateway, muster
 
 from muster.cluster.kube.settings import KubeConfig

@@ -15,15 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_services_helpers import Kubectl, eventually, running_stack
-from test_kube_services_e2e import (
-    EVICTION,
-    NODE,
+from kube_services_helpers import (
+    Kubectl,
+    eventually,
     job_when,
-    job_yaml,
     pods_bound,
+    running_stack,
     workload_of_job,
 )
+from test_kube_services_e2e import EVICTION, NODE, job_yaml
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kube_helpers import present
 from kube_services_helpers import Kubectl, condition, eventually, job_when, workload_of_job
 from multikueue_stack import (
     MANAGER,
@@ -207,7 +208,7 @@ async def event_notes(kubectl: Kubectl, workload: str, reason: str) -> list[str]
         listed = await asyncio.to_thread(
             kubectl.core.list_namespaced_event, NAMESPACE, field_selector=selector
         )
-        found = [e.message for e in listed.items if e.reason == reason]
+        found = [present(e.message) for e in listed.items if e.reason == reason]
         return found or None
 
     return await eventually(notes, timeout_s=20)
@@ -271,7 +272,7 @@ async def test_a_job_submitted_on_the_manager_runs_in_a_worker_and_finishes_on_t
         assert pods_of(await manager.list_pods(NAMESPACE), key) == []
         assert (await job_when(manager, NAMESPACE, "train", suspended=True))["spec"]["suspend"]
         running = await job_status(manager, "train", active=2)
-        copied = (await east.kubectl.get("Job", "train", NAMESPACE))["status"]
+        copied = present(await east.kubectl.get("Job", "train", NAMESPACE))["status"]
         assert running["startTime"] == copied["startTime"]
 
         # East's Job completes: the manager's Job says Complete as east's does, its Workload
@@ -417,6 +418,6 @@ async def test_a_job_runs_once_in_a_worker_through_errors_and_dropped_watches_ev
         assert [e.cluster for e in stack.events.of(key, "workload.admitted")] == ["east"]
         assert [e.cluster for e in stack.events.of(key, "workload.finished")] == ["east"]
         # Not managed by MultiKueue: the manager's Job shows nothing of the copy's status.
-        own = (await manager.kubectl.get("Job", "train", NAMESPACE))["status"]
+        own = present(await manager.kubectl.get("Job", "train", NAMESPACE))["status"]
         assert not own.get("succeeded")
         assert "Complete" not in [c["type"] for c in own.get("conditions") or []]

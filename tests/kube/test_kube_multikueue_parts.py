@@ -6,6 +6,7 @@ copies a worker's binder takes for stale, and the flags that serve a worker from
 from __future__ import annotations
 
 import base64
+import functools
 from typing import Any
 
 import pytest
@@ -237,6 +238,7 @@ def test_the_watcher_takes_the_cluster_lost_timeout_for_active(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     _, main = watcher_main.parse([*MANAGER_FLAGS, "--cluster-lost-seconds", "4"])
+    assert isinstance(main, functools.partial)
     assert main.keywords["config"].cluster_lost_s == 4.0
     with pytest.raises(SystemExit):
         watcher_main.parse([*MANAGER_FLAGS, "--cluster-lost-seconds", "0"])

@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
-from kube_helpers import api_client, job, status_of
+from kube_helpers import api_client, as_model, job, present, status_of
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from muster.bus import new_event
 from muster.bus.errors import BusError
@@ -56,7 +56,7 @@ def running(active: int, *, succeeded: int = 0, failed: int = 0) -> dict[str, An
     return {"startTime": T0, "active": active, "succeeded": succeeded, "failed": failed}
 
 
-COMPLETE = {
+COMPLETE: dict[str, Any] = {
     "startTime": T0,
     "completionTime": T1,
     "active": 0,
@@ -232,7 +232,7 @@ def batch() -> Iterator[client.BatchV1Api]:
     with ThreadedApiServer(ApiServer(job_controller=True)) as server:
         api = api_client(server.url)
         yield client.BatchV1Api(api)
-        api.close()
+        api.close()  # type: ignore[no-untyped-call]  # the client has no hints here
 
 
 def until(check: Callable[[], Any], timeout_s: float = 5.0) -> Any:
@@ -253,18 +253,23 @@ def managed(name: str = "train") -> dict[str, Any]:
 def test_the_job_controller_leaves_a_job_managed_elsewhere_alone(
     batch: client.BatchV1Api,
 ) -> None:
-    batch.create_namespaced_job("default", managed("mirrored"))
-    batch.create_namespaced_job("default", job("own", suspend=False, parallelism=2))
-    until(lambda: batch.read_namespaced_job_status("own", "default").status.active == 2)
-    left = batch.read_namespaced_job_status("mirrored", "default").status
+    batch.create_namespaced_job("default", as_model(client.V1Job, managed("mirrored")))
+    batch.create_namespaced_job(
+        "default", as_model(client.V1Job, job("own", suspend=False, parallelism=2))
+    )
+    until(lambda: present(batch.read_namespaced_job_status("own", "default").status).active == 2)
+    left = present(batch.read_namespaced_job_status("mirrored", "default").status)
     assert (left.active, left.start_time, left.conditions) == (None, None, None)
 
 
 def test_a_managed_jobs_status_is_taken_running_then_complete(batch: client.BatchV1Api) -> None:
-    batch.create_namespaced_job("default", managed())
+    batch.create_namespaced_job("default", as_model(client.V1Job, managed()))
     batch.patch_namespaced_job_status("train", "default", {"status": running(2)})
     done = batch.patch_namespaced_job_status("train", "default", {"status": COMPLETE})
-    assert [c.type for c in done.status.conditions] == ["SuccessCriteriaMet", "Complete"]
+    assert [c.type for c in present(present(done.status).conditions)] == [
+        "SuccessCriteriaMet",
+        "Complete",
+    ]
 
 
 def _complete(**changes: Any) -> dict[str, Any]:
@@ -293,7 +298,7 @@ def _complete(**changes: Any) -> dict[str, Any]:
 def test_a_managed_jobs_status_that_breaks_the_servers_rules_is_422(
     batch: client.BatchV1Api, status: dict[str, Any], field: str
 ) -> None:
-    batch.create_namespaced_job("default", managed())
+    batch.create_namespaced_job("default", as_model(client.V1Job, managed()))
     with pytest.raises(ApiException) as caught:
         batch.patch_namespaced_job_status("train", "default", {"status": status})
     assert caught.value.status == 422
@@ -312,7 +317,7 @@ def test_a_managed_jobs_status_that_breaks_the_servers_rules_is_422(
 def test_what_a_managed_job_reached_cannot_be_taken_back(
     batch: client.BatchV1Api, then: dict[str, Any], field: str
 ) -> None:
-    batch.create_namespaced_job("default", managed())
+    batch.create_namespaced_job("default", as_model(client.V1Job, managed()))
     before = COMPLETE if field != "status.succeeded" else running(1, succeeded=1)
     batch.patch_namespaced_job_status("train", "default", {"status": before})
     with pytest.raises(ApiException) as caught:

@@ -12,11 +12,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_access_helpers import ACCOUNTS, role_grants, token
-from kube_services_helpers import Kubectl, eventually, running_stack
+from kube_access_helpers import ACCOUNTS, own_credentials, role_grants, token
+from kube_helpers import as_json, present
+from kube_services_helpers import (
+    Kubectl,
+    condition_when,
+    eventually,
+    job_when,
+    running_stack,
+    workload_of_job,
+)
 from test_kube_checks_e2e import check_of, job_yaml, queues
-from test_kube_security_e2e import own_credentials
-from test_kube_services_e2e import NODE, condition_when, job_when, workload_of_job
+from test_kube_services_e2e import NODE
 
 from muster.devtools.apiserver.access import Access, Grant
 
@@ -53,7 +60,7 @@ async def request(kubectl: Kubectl, name: str) -> dict[str, Any]:
         listed = await asyncio.to_thread(
             kubectl.custom.list_namespaced_custom_object, *AUTOSCALING, "ml", "provisioningrequests"
         )
-        return next((r for r in listed["items"] if r["metadata"]["name"] == name), None)
+        return next((r for r in as_json(listed)["items"] if r["metadata"]["name"] == name), None)
 
     return await eventually(found)
 
@@ -74,7 +81,7 @@ async def requests_of(kubectl: Kubectl) -> list[str]:
     listed = await asyncio.to_thread(
         kubectl.custom.list_namespaced_custom_object, *AUTOSCALING, "ml", "provisioningrequests"
     )
-    return sorted(r["metadata"]["name"] for r in listed["items"])
+    return sorted(r["metadata"]["name"] for r in as_json(listed)["items"])
 
 
 async def autoscaler_says(kubectl: Kubectl, name: str, type_: str, message: str) -> None:
@@ -166,7 +173,7 @@ async def test_provisioned_capacity_admits_and_failures_retry_then_reject(tmp_pa
         evicted = await condition_when(kubectl, "Workload", doomed, "ml", "Evicted", "True")
 
         async def deactivated() -> dict[str, Any] | None:
-            wl = await kubectl.get("Workload", doomed, "ml")
+            wl = present(await kubectl.get("Workload", doomed, "ml"))
             evicted = next(c for c in wl["status"]["conditions"] if c["type"] == "Evicted")
             return evicted if evicted["reason"] == "InactiveWorkload" else None
 

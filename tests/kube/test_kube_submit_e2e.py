@@ -16,6 +16,7 @@ import grpc
 import grpc.aio
 import pytest
 from kube_access_helpers import cluster_access, kubeconfig, own_credentials, submit, token
+from kube_helpers import present
 from kube_services_helpers import Stack, condition_when, eventually, job_when, running_stack
 
 from muster.bus import Bus
@@ -94,7 +95,7 @@ async def test_kueues_sample_created_with_kubectl_is_named_by_the_api_server_and
 
         async def named() -> str | None:
             jobs = await asyncio.to_thread(stack.kubectl.batch.list_namespaced_job, "default")
-            return next((j.metadata.name for j in jobs.items), None)
+            return next((present(j.metadata).name for j in jobs.items), None)
 
         name = await eventually(named)
         assert name.startswith("sample-job-")

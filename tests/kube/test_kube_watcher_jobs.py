@@ -166,7 +166,7 @@ def test_a_failed_pod_of_a_job_does_not_end_its_workload() -> None:
 
 
 def test_a_status_write_is_no_configuration_change() -> None:
-    queue = {
+    queue: dict[str, Any] = {
         "apiVersion": "kueue.x-k8s.io/v1beta1",
         "kind": "ClusterQueue",
         "metadata": {"name": "cq", "resourceVersion": "10", "generation": 1},

@@ -377,7 +377,7 @@ def play(scn: Scenario, *, max_steps: int = 1000, stop_after_s: int | None = Non
     """
     hold = stop_after_s is not None
     engine = Engine(scn.objects, config=scn.config, hold_quota_until_stopped=hold)
-    runs = {a.workload.key: a.runs_s for a in scn.arrivals}
+    runs: dict[str, int] = {a.workload.key: a.runs_s for a in scn.arrivals}
     waiting = deque(scn.arrivals)
     due: dict[str, float] = {}  # running workload -> when it finishes
     stopping: dict[str, float] = {}  # evicted workload -> when its pods are gone
@@ -391,7 +391,11 @@ def play(scn: Scenario, *, max_steps: int = 1000, stop_after_s: int | None = Non
                 due.pop(e.object, None)
                 if hold and e.type is EventType.EVICTED:
                     stopping[e.object] = now_s + (stop_after_s or 0)
-        held = {w.key: w.admission for w in engine.workloads() if holds_quota(w)}
+        held: dict[str, Admission] = {
+            w.key: w.admission
+            for w in engine.workloads()
+            if holds_quota(w) and w.admission is not None
+        }
         steps.append(Step(call, now_s, target, tuple(events), held))
 
     while waiting or due or stopping:

@@ -241,12 +241,12 @@ class Player:
                 assert amount <= allocatable.get(resource, 0), f"{name} over-committed: {use}"
         # 2. a gang holds nothing or at least min_count
         holding: set[GangKey] = set()
-        for key, spec in self.specs.items():
-            count = sum(1 for k in self.members(key) if self.s.node_of(k) is not None)
-            lawful = count == 0 or count >= spec.min_count or key in self.cut
-            assert lawful, f"{key} holds {count} of {spec}"
+        for gang, spec in self.specs.items():
+            count = sum(1 for k in self.members(gang) if self.s.node_of(k) is not None)
+            lawful = count == 0 or count >= spec.min_count or gang in self.cut
+            assert lawful, f"{gang} holds {count} of {spec}"
             if count and spec.parents:
-                holding.add(key)
+                holding.add(gang)
         # 3. a tree that held nothing holds nothing or its quorum, in one domain of its label
         tree = next((spec.parents[0] for spec in self.specs.values() if spec.parents), None)
         if tree is not None and not self.tree_held:

@@ -23,6 +23,7 @@ from admission_world import (
     submitted,
     workload,
 )
+from bus_helpers import EventLog
 
 from muster.bus import Bus, BusConfig, new_event
 from muster.bus.kv import Bucket
@@ -42,7 +43,9 @@ async def admission(bus_config: BusConfig) -> AsyncIterator[Running]:
         await running.stop()
 
 
-async def test_duplicate_submissions_change_nothing(bus: Bus, admission: Running, events) -> None:
+async def test_duplicate_submissions_change_nothing(
+    bus: Bus, admission: Running, events: EventLog
+) -> None:
     await basic_config(bus, cpu="4")
     original = submitted(workload("a", cpu="1"))
     await publish(bus, original, original)  # the same event id: JetStream keeps one
@@ -57,7 +60,7 @@ async def test_duplicate_submissions_change_nothing(bus: Bus, admission: Running
 
 
 async def test_decisions_carry_cluster_cause_and_a_deterministic_source(
-    bus: Bus, admission: Running, events
+    bus: Bus, admission: Running, events: EventLog
 ) -> None:
     await basic_config(bus, cpu="4")
     sub = submitted(workload("a"), cluster="east")
@@ -69,7 +72,7 @@ async def test_decisions_carry_cluster_cause_and_a_deterministic_source(
 
 
 async def test_admitted_carries_the_flavors_node_labels_and_tolerations(
-    bus: Bus, admission: Running, events
+    bus: Bus, admission: Running, events: EventLog
 ) -> None:
     gpu = flavor("gpu", **{"cloud.example.com/accelerator": "a100"})
     gpu["spec"]["tolerations"] = [
@@ -98,7 +101,7 @@ async def value(kv: Bucket, key: str) -> bytes:
 
 
 async def test_visibility_bucket_and_queue_status_follow_the_queues(
-    bus: Bus, admission: Running, events
+    bus: Bus, admission: Running, events: EventLog
 ) -> None:
     await basic_config(bus, cpu="4")
     await publish(bus, submitted(workload("a", cpu="3")), submitted(workload("b", cpu="2")))
@@ -137,7 +140,7 @@ async def test_visibility_bucket_and_queue_status_follow_the_queues(
 
 
 async def test_admission_check_ready_admits_and_rejected_deactivates(
-    bus: Bus, admission: Running, events
+    bus: Bus, admission: Running, events: EventLog
 ) -> None:
     check = {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
@@ -169,7 +172,7 @@ async def test_admission_check_ready_admits_and_rejected_deactivates(
 
 
 async def test_pods_ready_timeout_fires_from_the_engine_timer(
-    bus: Bus, admission: Running, events
+    bus: Bus, admission: Running, events: EventLog
 ) -> None:
     configuration = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta1",
@@ -193,7 +196,7 @@ async def test_pods_ready_timeout_fires_from_the_engine_timer(
 
 
 async def test_pods_ready_stored_before_wait_for_pods_ready_was_turned_on_count(
-    bus: Bus, admission: Running, events
+    bus: Bus, admission: Running, events: EventLog
 ) -> None:
     """Off (Kueue's default), the replica reads no pods_ready. A Configuration turning it on
     with blockAdmission makes it rebuild, reading those stored before: quick's pods were ready,
@@ -219,7 +222,7 @@ async def test_pods_ready_stored_before_wait_for_pods_ready_was_turned_on_count(
 
 
 async def test_gang_rejected_evicts_and_eviction_completed_requeues(
-    bus: Bus, admission: Running, events
+    bus: Bus, admission: Running, events: EventLog
 ) -> None:
     await basic_config(bus, cpu="4")
     await publish(bus, submitted(workload("gang", cpu="4")))
@@ -241,7 +244,7 @@ async def test_gang_rejected_evicts_and_eviction_completed_requeues(
 
 
 async def test_deleting_a_local_queue_makes_new_workloads_inadmissible(
-    bus: Bus, admission: Running, events
+    bus: Bus, admission: Running, events: EventLog
 ) -> None:
     await basic_config(bus, cpu="4")
     await publish(bus, config_deleted("LocalQueue", "ns/lq"), submitted(workload("late")))

@@ -11,6 +11,7 @@ from admission_world import (
     submitted,
     workload,
 )
+from bus_helpers import EventLog
 
 from muster.bus import Bus, BusConfig
 
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.timeout(30)
 
 
 async def test_admits_what_fits_and_pends_the_rest_until_quota_is_released(
-    bus: Bus, bus_config: BusConfig, events
+    bus: Bus, bus_config: BusConfig, events: EventLog
 ) -> None:
     admission = await start_admission(bus_config)
     try:

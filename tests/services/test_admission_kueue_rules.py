@@ -16,6 +16,7 @@ from admission_world import (
     submitted,
     workload,
 )
+from bus_helpers import EventLog
 
 from muster.bus import Bus, BusConfig
 
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.timeout(30)
 
 
 async def test_quota_freed_for_a_waiting_preemptor_stays_its_own(
-    bus: Bus, bus_config: BusConfig, events
+    bus: Bus, bus_config: BusConfig, events: EventLog
 ) -> None:
     admission = await start_admission(bus_config)
     try:
@@ -61,7 +62,7 @@ async def test_quota_freed_for_a_waiting_preemptor_stays_its_own(
 
 
 async def test_a_cohort_cycle_stops_every_queue_on_it(
-    bus: Bus, bus_config: BusConfig, events
+    bus: Bus, bus_config: BusConfig, events: EventLog
 ) -> None:
     admission = await start_admission(bus_config)
     try:
@@ -101,7 +102,7 @@ async def test_a_cohort_cycle_stops_every_queue_on_it(
 
 
 async def test_a_stopped_queue_takes_back_quota_only_reserved(
-    bus: Bus, bus_config: BusConfig, events
+    bus: Bus, bus_config: BusConfig, events: EventLog
 ) -> None:
     admission = await start_admission(bus_config)
     try:

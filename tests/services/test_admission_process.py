@@ -20,6 +20,7 @@ from admission_world import (
     workload,
 )
 from budget import wait_s
+from bus_helpers import EventLog
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from muster.bus import Bus
@@ -79,7 +80,7 @@ async def admission_process(nats_url: str, log: Path, *args: str) -> AsyncIterat
 
 
 async def test_sigkilled_process_is_replaced_without_losing_or_repeating_admissions(
-    bus: Bus, nats_server: str, tmp_path: Path, events
+    bus: Bus, nats_server: str, tmp_path: Path, events: EventLog
 ) -> None:
     log = tmp_path / "admission.log"
     await basic_config(bus, cpu="3")

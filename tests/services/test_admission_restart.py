@@ -17,6 +17,7 @@ from admission_world import (
     submitted,
     workload,
 )
+from bus_helpers import EventLog
 
 from muster.bus import Bus, BusConfig, new_event
 from muster.contracts.v1 import events_pb2 as pb
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.timeout(60)
 
 
 async def test_restart_keeps_admissions_and_admits_pending_ones_later(
-    bus: Bus, bus_config: BusConfig, events
+    bus: Bus, bus_config: BusConfig, events: EventLog
 ) -> None:
     first = await start_admission(bus_config)
     await first.wait_serving()
@@ -57,7 +58,7 @@ async def test_restart_keeps_admissions_and_admits_pending_ones_later(
 
 
 async def test_kill_during_a_burst_loses_nothing_and_admits_nothing_twice(
-    bus: Bus, bus_config: BusConfig, events
+    bus: Bus, bus_config: BusConfig, events: EventLog
 ) -> None:
     first = await start_admission(bus_config)
     await first.wait_serving()
@@ -86,7 +87,7 @@ async def test_kill_during_a_burst_loses_nothing_and_admits_nothing_twice(
 
 
 async def test_a_restarted_replica_keeps_a_route_and_announces_nothing_twice(
-    bus: Bus, bus_config: BusConfig, events
+    bus: Bus, bus_config: BusConfig, events: EventLog
 ) -> None:
     # --routing-policy fastest: the ClusterQueues name no policy of their own.
     first = await start_admission(bus_config, routing_policy=Policy.FASTEST)
@@ -136,7 +137,7 @@ def runs(seconds: float) -> dict[str, str]:
 
 
 async def test_a_replica_killed_between_reserving_and_admitting_is_followed_by_an_admission(
-    bus: Bus, bus_config: BusConfig, events
+    bus: Bus, bus_config: BusConfig, events: EventLog
 ) -> None:
     await basic_config(bus, cpu="4")
     await publish(bus, submitted(workload("a", cpu="3")))

@@ -17,6 +17,7 @@ from admission_world import (
     submitted,
     workload,
 )
+from bus_helpers import EventLog
 
 from muster.admission.shards import shard_of
 from muster.bus import Bus, BusConfig
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.timeout(30)
 
 
 async def test_second_replica_of_a_shard_waits_for_the_lease_and_takes_over(
-    bus: Bus, bus_config: BusConfig, events
+    bus: Bus, bus_config: BusConfig, events: EventLog
 ) -> None:
     first = await start_admission(bus_config)
     await first.wait_serving()
@@ -57,7 +58,7 @@ async def test_second_replica_of_a_shard_waits_for_the_lease_and_takes_over(
 
 
 async def test_two_shards_decide_their_own_cohort_trees(
-    bus: Bus, bus_config: BusConfig, events
+    bus: Bus, bus_config: BusConfig, events: EventLog
 ) -> None:
     # crc32("cohort/alpha") % 2 == 1, crc32("cohort/beta") % 2 == 0
     assert shard_of("cohort/alpha", shards=2) == 1
@@ -100,7 +101,7 @@ async def test_two_shards_decide_their_own_cohort_trees(
 
 
 async def test_a_shard_routes_only_to_alternatives_in_its_own_trees_and_says_so(
-    bus: Bus, bus_config: BusConfig, events
+    bus: Bus, bus_config: BusConfig, events: EventLog
 ) -> None:
     # crc32 puts the trees of ClusterQueues gpu and cpu in shard 0 of 2, l40's in shard 1.
     assert [shard_of(f"cq/{name}", shards=2) for name in ("gpu", "cpu", "l40")] == [0, 0, 1]

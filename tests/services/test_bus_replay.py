@@ -14,8 +14,11 @@ from muster.contracts.v1.events_pb2 import Envelope
 pytestmark = pytest.mark.timeout(30)
 
 
-async def collect(bus: Bus, subjects: list[str], **kw: int) -> list[Envelope]:
-    return [env async for env in bus.replay(subjects, **kw)]
+async def collect(
+    bus: Bus, subjects: list[str], *, from_sequence: int = 1, until_sequence: int | None = None
+) -> list[Envelope]:
+    found = bus.replay(subjects, from_sequence=from_sequence, until_sequence=until_sequence)
+    return [env async for env in found]
 
 
 async def test_replay_returns_history_in_order_from_a_sequence(bus: Bus) -> None:
@@ -104,6 +107,7 @@ async def test_kv_round_trip_and_reopen(bus: Bus) -> None:
     revision = await kv.put("cq.team-a", b"status")
     again = await bus.kv("MUSTER_VISIBILITY")  # exists now: opened, not created
     entry = await again.get("cq.team-a")
+    assert entry is not None
     assert entry.value == b"status"
     assert entry.revision == revision
 

@@ -8,6 +8,7 @@ import json
 from collections.abc import AsyncIterator
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from bus_helpers import pending, submitted
 from gateway_helpers import TOKEN, running_gateway
@@ -17,10 +18,11 @@ from muster.dashboard.server import build_app
 
 pytestmark = pytest.mark.timeout(60)
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
+Http = TestClient[web.Request, web.Application]  # the dashboard app, served for the test
 
 
 @pytest.fixture
-async def client(bus: Bus) -> AsyncIterator[TestClient]:
+async def client(bus: Bus) -> AsyncIterator[Http]:
     async with (
         running_gateway(bus, token=TOKEN) as gw,
         TestClient(TestServer(build_app(gw.channel))) as http,
@@ -28,15 +30,13 @@ async def client(bus: Bus) -> AsyncIterator[TestClient]:
         yield http
 
 
-async def test_without_the_token_the_gateways_refusal_is_a_401(client: TestClient) -> None:
+async def test_without_the_token_the_gateways_refusal_is_a_401(client: Http) -> None:
     reply = await client.get("/api/queues")
     assert reply.status == 401
     assert (await reply.json())["code"] == "UNAUTHENTICATED"
 
 
-async def test_with_the_token_lists_workloads_and_describes_one(
-    client: TestClient, bus: Bus
-) -> None:
+async def test_with_the_token_lists_workloads_and_describes_one(client: Http, bus: Bus) -> None:
     await bus.publish_all([submitted("ml/w0"), pending("ml/w0", "1 more needed")])
 
     listed = await client.get("/api/workloads", headers=BEARER)
@@ -47,12 +47,12 @@ async def test_with_the_token_lists_workloads_and_describes_one(
     assert missing.status == 404
 
 
-async def test_events_arrive_as_server_sent_events(client: TestClient, bus: Bus) -> None:
+async def test_events_arrive_as_server_sent_events(client: Http, bus: Bus) -> None:
     await bus.publish_all([submitted("ml/w0"), pending("ml/w0", "1 more needed")])
 
     reply = await client.get("/api/events?from=1", headers=BEARER)
     assert reply.headers["Content-Type"] == "text/event-stream"
-    blocks = []
+    blocks: list[str] = []
     while len(blocks) < 2:
         block = (await reply.content.readuntil(b"\n\n")).decode()
         if not block.startswith(":"):

@@ -4,7 +4,7 @@ gets a readable INVALID_ARGUMENT, never a transport error."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import grpc
@@ -34,12 +34,12 @@ async def control(
     gw: RunningGateway, user: str, verb: str, namespace: str, name: str
 ) -> tuple[grpc.StatusCode, str]:
     ref = services_pb2.ObjectRef(kind="workload", namespace=namespace, name=name)
-    call = {
+    kw = {"metadata": as_user(user), "timeout": 10}
+    call: Callable[[], Awaitable[object]] = {
         "stop": lambda: gw.gateway.Stop(services_pb2.StopRequest(object=ref), **kw),
         "resume": lambda: gw.gateway.Resume(services_pb2.ResumeRequest(object=ref), **kw),
         "delete": lambda: gw.gateway.Delete(services_pb2.DeleteRequest(object=ref), **kw),
     }[verb]
-    kw = {"metadata": as_user(user), "timeout": 10}
     try:
         await call()
     except grpc.aio.AioRpcError as exc:

@@ -37,7 +37,7 @@ async def gw(bus: Bus) -> AsyncIterator[RunningGateway]:
         yield running
 
 
-async def submit(gw: RunningGateway, manifest: str, **kw: object) -> services_pb2.SubmitResponse:
+async def submit(gw: RunningGateway, manifest: str, **kw: str) -> services_pb2.SubmitResponse:
     request = services_pb2.SubmitRequest(manifest=manifest, **kw)
     reply: services_pb2.SubmitResponse = await gw.gateway.Submit(request, timeout=10)
     return reply

@@ -17,7 +17,7 @@ from tls_certs import Authority
 
 from muster.bus import Bus
 from muster.cli.main import main
-from muster.contracts.v1 import events_pb2, services_pb2
+from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
 from muster.gateway.auth_certs import TlsFiles
 from muster.gateway.auth_config import SecurityConfig
 
@@ -50,13 +50,14 @@ async def status_of(address: str, credentials: grpc.ChannelCredentials | None, *
         try:
             await stub.QueueStatus(services_pb2.QueueStatusRequest(), timeout=5, **kw)
         except grpc.aio.AioRpcError as exc:
-            return exc.code().name
+            code: str = exc.code().name
+            return code
     return "OK"
 
 
-def services_pb2_grpc_visibility(channel: grpc.aio.Channel) -> object:
-    from muster.contracts.v1 import services_pb2_grpc
-
+def services_pb2_grpc_visibility(
+    channel: grpc.aio.Channel,
+) -> services_pb2_grpc.VisibilityStub:
     return services_pb2_grpc.VisibilityStub(channel)
 
 

@@ -26,7 +26,7 @@ async def gw(bus: Bus) -> AsyncIterator[RunningGateway]:
 
 async def read(call: grpc.aio.UnaryStreamCall, n: int) -> list[events_pb2.Envelope]:
     """The next `n` envelopes of a Watch, failing after 10 s without one."""
-    got = []
+    got: list[events_pb2.Envelope] = []
     for _ in range(n):
         env = await asyncio.wait_for(call.read(), timeout=10)
         assert env is not grpc.aio.EOF, f"stream ended after {len(got)} of {n}"

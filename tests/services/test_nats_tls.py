@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -56,7 +57,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def server(pki: Path, tmp_path: Path) -> NatsServer:
+def server(pki: Path, tmp_path: Path) -> Iterator[NatsServer]:
     tls = tls_block(
         cert_file=str(pki / "server.crt"),
         key_file=str(pki / "server.key"),
@@ -66,7 +67,7 @@ def server(pki: Path, tmp_path: Path) -> NatsServer:
     config = server_config(port=-1, store_dir=str(tmp_path / "js"), authorization_block=block)
     nats = NatsServer(tmp_path, config=config)
     nats.start()
-    yield nats  # type: ignore[misc]
+    yield nats
     nats.stop()
 
 

@@ -12,6 +12,7 @@ from admission_world import (
     submitted,
     workload,
 )
+from bus_helpers import EventLog
 
 from muster.bus import Bus, BusConfig
 
@@ -21,7 +22,7 @@ WITHIN = {"withinClusterQueue": "LowerPriority"}
 
 
 async def test_urgent_workload_preempts_and_is_admitted_once_the_victim_stopped(
-    bus: Bus, bus_config: BusConfig, events
+    bus: Bus, bus_config: BusConfig, events: EventLog
 ) -> None:
     admission = await start_admission(bus_config)
     preemption = await start_preemption(bus_config)

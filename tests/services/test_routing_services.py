@@ -131,7 +131,8 @@ class World:
 
     async def submit(self, manifest: str) -> str:
         """The key of the first object submitted: a Job's is its Workload's."""
-        reply = await self.gateway.gateway.Submit(services_pb2.SubmitRequest(manifest=manifest))
+        request = services_pb2.SubmitRequest(manifest=manifest)
+        reply: services_pb2.SubmitResponse = await self.gateway.gateway.Submit(request)
         return reply.objects[0].key
 
 

@@ -82,6 +82,7 @@ def wait_for_event(
     )
     with grpc.insecure_channel(gateway) as channel:
         call = services_pb2_grpc.EventsStub(channel).Watch(request, timeout=timeout_s)
+        env: events_pb2.Envelope
         try:
             for env in call:
                 if env.workload.startswith(workload_prefix):

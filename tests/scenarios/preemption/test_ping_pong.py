@@ -125,7 +125,7 @@ def run_holding_quota(text: str, *, stop_after_s: float) -> list[Event]:
     engine = Engine(
         [o for o in objects if not isinstance(o, Workload)], hold_quota_until_stopped=True
     )
-    runs = {wl.key: float(wl.meta.annotations[RUN_SECONDS]) for wl in workloads}
+    runs: dict[str, float] = {wl.key: float(wl.meta.annotations[RUN_SECONDS]) for wl in workloads}
     facts: list[tuple[float, int, str, str, int]] = []  # (time, seq, fact, workload, attempt)
     for i, wl in enumerate(workloads):
         facts.append((float(wl.meta.annotations[SUBMIT_AFTER]), i, "submit", wl.key, 0))

@@ -149,3 +149,6 @@ class StoringPublisher:
     async def publish(self, env: pb.Envelope, **_: object) -> int:
         self.stored.append(env)
         return len(self.stored)
+
+    async def dead_letter_unstored(self, env: pb.Envelope, *, consumer: str, reason: str) -> int:
+        raise AssertionError(f"{env.type} for {env.workload} refused: {reason}")

@@ -33,6 +33,9 @@ class StoredStream:
     async def publish(self, env: pb.Envelope, **_: object) -> int:
         return self.put(env)
 
+    async def dead_letter_unstored(self, env: pb.Envelope, *, consumer: str, reason: str) -> int:
+        raise AssertionError(f"{env.type} for {env.workload} refused: {reason}")
+
     @property
     def last(self) -> int:
         return len(self.data)

@@ -6,11 +6,14 @@ another share one ack."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
+import nats.aio.msg
 import pytest
 from admission_stream import submitted, workload
 
 from muster.bus import ConsumerSettings, Reject, Retry, encode, ordered
+from muster.bus import connection as real
 from muster.bus.ordered import _Acks, _handle_batch
 from muster.contracts.v1 import events_pb2 as pb
 
@@ -74,7 +77,9 @@ async def handled(
     """`msgs` handled as the consumer loop does; the ack owed is left in the `_Acks`."""
     acks = acks if acks is not None else _Acks(limit=256)
     bus = Bus(publisher or Publisher())
-    await _handle_batch(bus, "admission-0", msgs, refuse_13, ConsumerSettings(), acks)
+    # Stand-ins with only what _handle_batch reads of a Bus and of nats' Msg.
+    real_bus, real_msgs = cast(real.Bus, bus), cast(list[nats.aio.msg.Msg], msgs)
+    await _handle_batch(real_bus, "admission-0", real_msgs, refuse_13, ConsumerSettings(), acks)
     return acks
 
 

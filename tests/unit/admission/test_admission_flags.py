@@ -15,7 +15,8 @@ def test_shard_flags_and_lease_ttl() -> None:
     )
     assert (config.shard, config.shards, config.cluster) == (1, 3, "east")
     assert (config.source, config.durable) == ("admission/1", "admission-1")
-    assert (config.lease_ttl_s, config.lease_renew_s) == (2.0, pytest.approx(2 / 3))
+    assert config.lease_ttl_s == 2.0
+    assert config.lease_renew_s == pytest.approx(2 / 3)
     assert service.name == "admission"
 
 

@@ -20,8 +20,10 @@ from admission_stream import (
 
 from muster.admission.handlers import Reown, Rounds, sent_together
 from muster.admission.state import AdmissionState
+from muster.admission.translate import Fact
 from muster.bus import Conflict, Reject, Retry, new_event
 from muster.contracts.v1 import events_pb2 as pb
+from muster.core.events import Event
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -132,10 +134,10 @@ async def test_an_event_the_engine_fails_on_is_rejected_and_the_rest_applied(
     state = configured_state()
     apply = state.apply
 
-    def fragile(fact: object, *, now_s: float) -> list[object]:
+    def fragile(fact: Fact, *, now_s: float) -> list[Event]:
         if getattr(fact, "key", "") == "ns/poison":
             raise RuntimeError("bug")
-        return apply(fact, now_s=now_s)  # type: ignore[arg-type]
+        return apply(fact, now_s=now_s)
 
     monkeypatch.setattr(state, "apply", fragile)
     rounds = Rounds(state, publisher, clock=lambda: 100.0)

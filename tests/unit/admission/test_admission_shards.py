@@ -22,7 +22,7 @@ from muster.core.engine import Engine
 def engine_with(*manifests: dict[str, object]) -> Engine:
     engine = Engine(hold_quota_until_stopped=True)
     for manifest in manifests:
-        fact = fact_of(applied(manifest))  # type: ignore[arg-type]
+        fact = fact_of(applied(manifest))
         assert isinstance(fact, ApplyConfig)
         engine.apply(fact.obj, now_s=0)
     return engine

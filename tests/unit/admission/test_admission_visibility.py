@@ -93,10 +93,9 @@ class MemoryKV:
         self.writes.append(key)
         return len(self.writes)
 
-    async def delete(self, key: str) -> bool:
+    async def delete(self, key: str) -> None:
         self.data.pop(key, None)
         self.writes.append(f"-{key}")
-        return True
 
 
 async def test_writer_writes_only_changes_and_deletes_vanished_keys() -> None:

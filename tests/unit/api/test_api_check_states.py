@@ -40,7 +40,7 @@ def test_a_reservation_adds_missing_checks_pending_keeps_others_and_drops_the_re
 
 
 def test_an_eviction_resets_what_was_set_until_then_and_counts_retries() -> None:
-    stored = [
+    stored: list[dict[str, object]] = [
         entry("a", "Retry", T0, retryCount=2, requeueAfterSeconds=120, message="no room"),
         entry("b", "Ready", T0 + 10, podSetUpdates=[{"name": "main"}]),
         entry("c", "Ready", T0 + 11),  # after the eviction: a newer reservation's answer

@@ -7,6 +7,7 @@ the cheap spelling is checked against `uuid` itself over arbitrary names.
 from __future__ import annotations
 
 import uuid
+from typing import Literal
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,7 +19,12 @@ from muster.gateway.submit import SUBMIT_ID_NAMESPACE
 NAMESPACES = [uuid.NAMESPACE_URL, uuid.NAMESPACE_DNS, EVENT_ID_NAMESPACE, SUBMIT_ID_NAMESPACE]
 
 
-@given(name=st.text(st.characters(blacklist_categories=("Cs",))), which=st.sampled_from(NAMESPACES))
+SURROGATES: tuple[Literal["Cs"]] = ("Cs",)  # not encodable as UTF-8
+
+
+@given(
+    name=st.text(st.characters(exclude_categories=SURROGATES)), which=st.sampled_from(NAMESPACES)
+)
 def test_uuid5_text_is_the_standard_librarys(name: str, which: uuid.UUID) -> None:
     assert uuid5_text(which, name) == str(uuid.uuid5(which, name))
 

@@ -48,7 +48,7 @@ def test_the_submitted_configuration_decodes_to_the_plans_queues() -> None:
 def test_workloads_are_submitted_as_planned_but_without_the_simulators_arrival() -> None:
     manifests = workload_manifests(PLAN)
 
-    planned = {o.key: o for o in PLAN.objects if isinstance(o, Workload)}
+    planned: dict[str, Workload] = {o.key: o for o in PLAN.objects if isinstance(o, Workload)}
     assert list(manifests) == list(planned)
     for key, text in manifests.items():
         (wl,), errors = decode_yaml(text)
@@ -94,7 +94,7 @@ def test_stages_count_only_workloads_never_evicted_and_subtract_the_run_time() -
     small, medium = [wl for wl in PLAN.workloads if wl.cluster_queue == "cq-0-0"][:2]
     ms = 1_000_000
 
-    def path(key: str, run_ms: float, *, bind_ms: int) -> list[LiveEvent]:
+    def path(key: str, run_ms: int, *, bind_ms: int) -> list[LiveEvent]:
         times = {"admitted": 0, "bound": bind_ms, "running": 30, "finished": 30 + run_ms + 5}
         return [LiveEvent(t, key, at * ms) for t, at in times.items()]
 

@@ -24,6 +24,7 @@ from muster.bench.kueue_perf import (
     CONFIGS,
     HIERARCHICAL_FAIR,
     LARGE_SCALE,
+    PerfConfig,
     generate,
     scaled_count,
 )
@@ -45,7 +46,7 @@ def kinds(objects: tuple[object, ...]) -> Counter[str]:
     ids=["baseline", "large-scale"],
 )
 def test_generates_kueues_workload_and_queue_counts(
-    config, workloads: int, cluster_queues: int, per_class: dict[str, int]
+    config: PerfConfig, workloads: int, cluster_queues: int, per_class: dict[str, int]
 ) -> None:
     plan = generate(config)
 
@@ -96,7 +97,7 @@ def test_each_cluster_queue_has_a_local_queue_in_its_own_namespace() -> None:
 
 def test_workloads_carry_class_shape_priority_and_arrival_annotations() -> None:
     plan = generate(BASELINE)
-    workloads = {wl.key: wl for wl in plan.objects if isinstance(wl, Workload)}
+    workloads: dict[str, Workload] = {wl.key: wl for wl in plan.objects if isinstance(wl, Workload)}
 
     small = workloads["ns-2-3/small-349"]
     assert small.meta.annotations == {

@@ -28,7 +28,7 @@ def no_random_ids(monkeypatch: pytest.MonkeyPatch) -> None:
     def drawn() -> uuid.UUID:
         raise AssertionError("a random event id was drawn")
 
-    monkeypatch.setattr(envelope.uuid, "uuid4", drawn)
+    monkeypatch.setattr("muster.bus.envelope.uuid.uuid4", drawn)
 
 
 @pytest.mark.usefixtures("no_random_ids")

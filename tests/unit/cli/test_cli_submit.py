@@ -14,7 +14,7 @@ from muster.cli.main import build_parser
 from muster.contracts.v1 import services_pb2
 
 
-class Unavailable(grpc.RpcError):
+class Unavailable(grpc.RpcError):  # type: ignore[misc]  # grpc has no type stubs
     def code(self) -> grpc.StatusCode:
         return grpc.StatusCode.UNAVAILABLE
 
@@ -48,7 +48,7 @@ def args(monkeypatch: pytest.MonkeyPatch) -> argparse.Namespace:
 
 @pytest.fixture(autouse=True)
 def no_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(submit.time, "sleep", lambda _s: None)
+    monkeypatch.setattr("muster.cli.submit.time.sleep", lambda _s: None)
 
 
 def test_a_retry_sends_the_same_idempotency_key(
@@ -112,7 +112,7 @@ def test_an_endless_input_is_refused_without_reading_it_all(
     )
 
 
-class TooLarge(grpc.RpcError):
+class TooLarge(grpc.RpcError):  # type: ignore[misc]  # grpc has no type stubs
     def code(self) -> grpc.StatusCode:
         return grpc.StatusCode.RESOURCE_EXHAUSTED
 

@@ -36,7 +36,7 @@ def test_stopping_a_pending_workload_takes_it_off_the_queue_and_resume_puts_it_b
 
     assert engine.set_active(A, False, now_s=1) == []
     assert engine.phase(A) == "Inactive"
-    assert [p.name for p in engine.pending_workloads("cq")] == []
+    assert [p.key for p in engine.pending_workloads("cq")] == []
     engine.finish(B, now_s=2)
     assert engine.schedule(now_s=2) == []  # room, but it is stopped
 

@@ -9,6 +9,7 @@ from test_engine_lifecycle import A, _cq, _kinds, _wl
 from muster.api.model import (
     AdmissionCheck,
     AdmissionCheckStrategyRule,
+    ApiObject,
     LocalQueue,
     ObjectMeta,
     ResourceFlavor,
@@ -25,7 +26,7 @@ def _engine() -> Engine:
     checked = msgspec.structs.replace(
         _cq("cq"), admission_checks=(AdmissionCheckStrategyRule(name="prov"),)
     )
-    objects = [
+    objects: list[ApiObject] = [
         ResourceFlavor(meta=ObjectMeta(name="f")),
         AdmissionCheck(meta=ObjectMeta(name="prov"), controller_name="example.com/prov"),
         checked,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from muster.api.model import (
+    ApiObject,
     ClusterQueue,
     Cohort,
     FlavorQuotas,
@@ -19,7 +20,7 @@ from muster.api.model import (
     WorkloadKey,
 )
 from muster.core.engine import Engine
-from muster.core.events import EventType
+from muster.core.events import Event, EventType
 
 
 def _cq(name: str, *, cpu: int = 4, cohort: str | None = None) -> ClusterQueue:
@@ -40,7 +41,7 @@ def _cq(name: str, *, cpu: int = 4, cohort: str | None = None) -> ClusterQueue:
 
 
 def _engine(*, hold: bool = False) -> Engine:
-    objects = [
+    objects: list[ApiObject] = [
         ResourceFlavor(meta=ObjectMeta(name="f")),
         _cq("cq"),
         LocalQueue(meta=ObjectMeta(name="lq", namespace="ns"), cluster_queue="cq"),
@@ -57,7 +58,7 @@ def _wl(name: str, cpu: int = 1, *, active: bool = True) -> Workload:
     )
 
 
-def _kinds(events: list) -> list[tuple[EventType, str]]:
+def _kinds(events: list[Event]) -> list[tuple[EventType, str]]:
     return [(e.type, e.object) for e in events]
 
 

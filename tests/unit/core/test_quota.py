@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Required, TypedDict
+
 import pytest
 
 from muster.api.model import Cohort, FlavorQuotas, ObjectMeta, ResourceGroup, ResourceQuota
@@ -11,7 +13,22 @@ from muster.core.quota import QuotaNode, QuotaTree, borrowing_level
 FR = ("default", "cpu")
 
 
-def _groups(nominal: int, *, borrowing: int | None = None, lending: int | None = None):
+class QueueSpec(TypedDict, total=False):
+    nominal: Required[int]
+    used: int
+    borrowing: int
+    lending: int
+    cohort: str
+
+
+class CohortSpec(TypedDict, total=False):
+    nominal: int
+    parent: str
+
+
+def _groups(
+    nominal: int, *, borrowing: int | None = None, lending: int | None = None
+) -> tuple[ResourceGroup, ...]:
     quota = ResourceQuota(
         name="cpu", nominal_quota=nominal, borrowing_limit=borrowing, lending_limit=lending
     )
@@ -22,13 +39,13 @@ def _groups(nominal: int, *, borrowing: int | None = None, lending: int | None =
     )
 
 
-def _tree(queues: dict[str, dict], cohorts: dict[str, dict] | None = None) -> QuotaTree:
+def _tree(queues: dict[str, QueueSpec], cohorts: dict[str, CohortSpec] | None = None) -> QuotaTree:
     tree = QuotaTree()
-    for name, spec in (cohorts or {}).items():
+    for name, cohort in (cohorts or {}).items():
         node = tree.cohort(name)
-        node.set_groups(_groups(spec.get("nominal", 0)))
-        tree.link(node, spec.get("parent"))
-    usage = {}
+        node.set_groups(_groups(cohort.get("nominal", 0)))
+        tree.link(node, cohort.get("parent"))
+    usage: dict[str, dict[tuple[str, str], int]] = {}
     for name, spec in queues.items():
         node = tree.cluster_queues[name] = QuotaNode(name, is_cohort=False)
         node.set_groups(

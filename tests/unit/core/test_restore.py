@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from muster.api.model import (
+    Admission,
+    ApiObject,
     ClusterQueue,
     FlavorQuotas,
     KueueConfig,
@@ -16,6 +18,7 @@ from muster.api.model import (
     ResourceFlavor,
     ResourceGroup,
     ResourceQuota,
+    WithinClusterQueue,
     Workload,
     WorkloadKey,
 )
@@ -23,7 +26,7 @@ from muster.core.engine import Engine
 from muster.core.events import Event, EventType
 
 
-def _objects() -> list:
+def _objects() -> list[ApiObject]:
     group = ResourceGroup(
         covered_resources=("cpu",),
         flavors=(
@@ -36,7 +39,7 @@ def _objects() -> list:
             meta=ObjectMeta(name="cq"),
             namespace_selector=LabelSelector(),
             resource_groups=(group,),
-            preemption=Preemption(within_cluster_queue="LowerPriority"),
+            preemption=Preemption(within_cluster_queue=WithinClusterQueue.LOWER_PRIORITY),
         ),
         LocalQueue(meta=ObjectMeta(name="lq", namespace="ns"), cluster_queue="cq"),
     ]
@@ -53,7 +56,7 @@ def _wl(name: str, cpu: int, priority: int) -> Workload:
 
 def test_replaying_recorded_decisions_rebuilds_queues_usage_and_evictions() -> None:
     live = Engine(_objects(), hold_quota_until_stopped=True)
-    log: list[tuple[str, object]] = []
+    log: list[tuple[str, Workload]] = []
     events: list[Event] = []
     for t, wl in enumerate([_wl("a", 3, 0), _wl("b", 2, 0), _wl("urgent", 3, 10)]):
         live.submit(wl, now_s=t)
@@ -64,7 +67,7 @@ def test_replaying_recorded_decisions_rebuilds_queues_usage_and_evictions() -> N
 
     rebuilt = Engine(_objects(), hold_quota_until_stopped=True)
     for _, wl in log:
-        rebuilt.submit(wl, now_s=0)  # type: ignore[arg-type]
+        rebuilt.submit(wl, now_s=0)
     for e in events:
         key = WorkloadKey(e.object)
         if e.type is EventType.QUOTA_RESERVED:
@@ -93,8 +96,11 @@ def test_replaying_recorded_decisions_rebuilds_queues_usage_and_evictions() -> N
     ]
 
 
-def _admission_of_a(live: Engine):  # a is being evicted: its admission is still held
-    return live.workload(WorkloadKey("ns/a")).admission
+def _admission_of_a(live: Engine) -> Admission:
+    """a is being evicted: its admission is still held."""
+    admission = live.workload(WorkloadKey("ns/a")).admission
+    assert admission is not None
+    return admission
 
 
 def test_removing_a_local_queue_leaves_new_workloads_waiting_with_the_reason() -> None:

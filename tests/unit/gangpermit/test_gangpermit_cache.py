@@ -6,9 +6,8 @@ from typing import Any, cast
 
 from muster.api import decode_documents
 from muster.api.model import Node, Pod, SchedulingWorkload
-from muster.cluster.backend import ChangeType
+from muster.cluster.backend import ChangeType, ClusterBackend, ClusterChange
 from muster.cluster.keys import node_key, object_key, pod_key
-from muster.cluster.sim.store import SimStore, StoreChange
 from muster.gangpermit.cache import CachedObject, ClusterCache
 
 
@@ -22,6 +21,11 @@ class Recording:
 
     def remove(self, obj: CachedObject) -> None:
         self.calls.append(("remove", f"{type(obj).__name__}/{obj.meta.name}"))
+
+
+def change(*, type: ChangeType, key: str, obj: dict[str, Any], revision: int) -> ClusterChange:
+    """A change as a backend's watch yields it; the cache goes by the key, not by `kind`."""
+    return ClusterChange(kind=obj.get("kind", ""), type=type, key=key, obj=obj, revision=revision)
 
 
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}
@@ -43,7 +47,9 @@ KUEUE_WORKLOAD = {**GANG_WORKLOAD, "apiVersion": "kueue.x-k8s.io/v1beta2"}
 def test_watched_kinds_are_decoded_and_others_skipped() -> None:
     sink = Recording()
     woken: list[None] = []
-    cache = ClusterCache(cast(SimStore, None), sink=sink, on_change=lambda: woken.append(None))
+    cache = ClusterCache(
+        cast(ClusterBackend, None), sink=sink, on_change=lambda: woken.append(None)
+    )
     changes: list[tuple[ChangeType, str, dict[str, Any]]] = [
         ("ADDED", node_key("n1"), NODE),
         ("ADDED", pod_key("ns", "p"), POD),
@@ -54,7 +60,7 @@ def test_watched_kinds_are_decoded_and_others_skipped() -> None:
         ("DELETED", pod_key("ns", "never-seen"), POD),
     ]
     for revision, (kind, key, obj) in enumerate(changes, start=1):
-        cache.apply(StoreChange(type=kind, key=key, obj=obj, revision=revision))
+        cache.apply(change(type=kind, key=key, obj=obj, revision=revision))
 
     assert sink.calls == [
         ("put", "Node/n1"),
@@ -73,12 +79,12 @@ def test_decoded_objects_are_the_api_model() -> None:
             got.append(obj)
             return True
 
-    cache = ClusterCache(cast(SimStore, None), sink=Keep())
+    cache = ClusterCache(cast(ClusterBackend, None), sink=Keep())
     for revision, (key, obj) in enumerate(
         [(node_key("n1"), NODE), (pod_key("ns", "p"), POD),
          (object_key("Workload.scheduling.k8s.io", "ns", "w"), GANG_WORKLOAD)], start=1
     ):  # fmt: skip
-        cache.apply(StoreChange(type="ADDED", key=key, obj=obj, revision=revision))
+        cache.apply(change(type="ADDED", key=key, obj=obj, revision=revision))
 
     node, pod, workload = got
     assert isinstance(node, Node)
@@ -111,13 +117,14 @@ def rebound(obj: dict[str, Any], *, node: str, phase: str) -> dict[str, Any]:
 
 def test_a_pod_changed_only_in_node_and_status_is_the_one_decoded_before_updated() -> None:
     sink = Keeping()
-    cache = ClusterCache(cast(SimStore, None), sink=sink)
+    cache = ClusterCache(cast(ClusterBackend, None), sink=sink)
     key = pod_key("ns", "p")
     changes = [POD, *(rebound(POD, node="n1", phase=p) for p in ("Pending", "Running"))]
     for revision, obj in enumerate(changes, start=1):
-        cache.apply(StoreChange(type="MODIFIED", key=key, obj=obj, revision=revision))
+        cache.apply(change(type="MODIFIED", key=key, obj=obj, revision=revision))
 
     first, bound, running = sink.objects
+    assert isinstance(first, Pod)
     assert isinstance(bound, Pod)
     assert isinstance(running, Pod)
     assert (bound.node_name, bound.phase) == ("n1", "Pending")
@@ -130,11 +137,11 @@ def test_a_pod_changed_only_in_node_and_status_is_the_one_decoded_before_updated
 
 def test_a_pod_whose_status_does_not_decode_is_decoded_whole_and_left_out() -> None:
     sink = Recording()
-    cache = ClusterCache(cast(SimStore, None), sink=sink)
+    cache = ClusterCache(cast(ClusterBackend, None), sink=sink)
     key = pod_key("ns", "p")
     bad = rebound(POD, node="n1", phase="Lost")  # not a pod phase
     for revision, obj in enumerate([POD, bad], start=1):
-        cache.apply(StoreChange(type="MODIFIED", key=key, obj=obj, revision=revision))
+        cache.apply(change(type="MODIFIED", key=key, obj=obj, revision=revision))
 
     assert sink.calls == [("put", "Pod/p"), ("remove", "Pod/p")]
 
@@ -146,9 +153,11 @@ def test_only_changes_the_sink_calls_news_wake_the_passes() -> None:
             return isinstance(obj, Node)  # say pods change no decision
 
     woken: list[None] = []
-    cache = ClusterCache(cast(SimStore, None), sink=Quiet(), on_change=lambda: woken.append(None))
-    cache.apply(StoreChange(type="ADDED", key=pod_key("ns", "p"), obj=POD, revision=1))
+    cache = ClusterCache(
+        cast(ClusterBackend, None), sink=Quiet(), on_change=lambda: woken.append(None)
+    )
+    cache.apply(change(type="ADDED", key=pod_key("ns", "p"), obj=POD, revision=1))
     assert woken == []
-    cache.apply(StoreChange(type="ADDED", key=node_key("n1"), obj=NODE, revision=2))
-    cache.apply(StoreChange(type="DELETED", key=pod_key("ns", "p"), obj=POD, revision=3))
+    cache.apply(change(type="ADDED", key=node_key("n1"), obj=NODE, revision=2))
+    cache.apply(change(type="DELETED", key=pod_key("ns", "p"), obj=POD, revision=3))
     assert len(woken) == 2  # a node, and a pod gone (its room is free)

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from muster.bus import decode
+from muster.contracts.v1 import events_pb2
 from muster.gateway.submit import (
     InvalidManifestError,
     envelopes,
@@ -89,6 +90,7 @@ def test_job_becomes_workload_submitted_with_queue_from_its_label() -> None:
     assert event.key == event.workload
     assert event.key.startswith("ml/job-train-")
     payload = event.payload
+    assert isinstance(payload, events_pb2.WorkloadSubmitted)
     assert payload.queue_name == "team-a"
     assert [(ps.name, ps.count, dict(ps.requests)) for ps in payload.pod_sets] == [
         ("main", 3, {"cpu": "500m", "memory": "2Gi"})
@@ -107,6 +109,7 @@ def test_job_becomes_workload_submitted_with_queue_from_its_label() -> None:
 def test_job_without_queue_label_goes_to_the_default_local_queue() -> None:
     (event,) = plan_submit(job(queue=None), cluster="local")
 
+    assert isinstance(event.payload, events_pb2.WorkloadSubmitted)
     assert event.payload.queue_name == ""
 
 
@@ -120,6 +123,7 @@ def test_configuration_kinds_become_config_applied_with_the_document_as_written(
         "",
     )
     assert (lq.kind, lq.key) == ("LocalQueue", "ml/team-a")
+    assert isinstance(cq.payload, events_pb2.ConfigApplied)
     written = json.loads(cq.payload.manifest_json)
     assert written["apiVersion"] == "kueue.x-k8s.io/v1beta1"  # not converted
     assert written["metadata"]["creationTimestamp"] == "2024-01-01T00:00:00Z"

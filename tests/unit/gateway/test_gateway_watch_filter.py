@@ -4,6 +4,7 @@ which workloads a LocalQueue holds (routed ones too), and how much a watch remem
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from typing import TypedDict, Unpack
 
 import pytest
 
@@ -80,7 +81,17 @@ class History:
         return len(self.stored)
 
 
-async def collect(history: History, **request: object) -> list[tuple[int, str, str]]:
+class Request(TypedDict, total=False):
+    """The WatchRequest fields a test sets."""
+
+    namespace: str
+    local_queue: str
+    workload: str
+    from_sequence: int
+    types: list[str]
+
+
+async def collect(history: History, **request: Unpack[Request]) -> list[tuple[int, str, str]]:
     found = watch(history, services_pb2.WatchRequest(history_only=True, **request))
     return [(e.sequence, e.type, e.workload) async for e in found]
 
@@ -118,8 +129,9 @@ async def test_from_sequence_zero_starts_after_the_last_stored_event() -> None:
         ),
     ],
 )
-async def test_filters(request_: dict[str, object], expected: list[int]) -> None:
-    found = await collect(History(STORED), from_sequence=1, **request_)
+async def test_filters(request_: Request, expected: list[int]) -> None:
+    query: Request = {"from_sequence": 1, **request_}
+    found = await collect(History(STORED), **query)
 
     assert [seq for seq, _, _ in found] == expected
 
@@ -147,7 +159,7 @@ async def test_local_queue_filter_survives_a_resume_after_the_submitted_event() 
         pytest.param({"workload": "ml/" + "w" * 300}, "workload", id="workload too long"),
     ],
 )
-async def test_bad_requests_name_the_field(request_: dict[str, object], field: str) -> None:
+async def test_bad_requests_name_the_field(request_: Request, field: str) -> None:
     with pytest.raises(InvalidQueryError, match=f"^{field}: "):
         await collect(History(STORED), **request_)
 
@@ -182,9 +194,7 @@ async def test_bad_requests_name_the_field(request_: dict[str, object], field: s
         ),
     ],
 )
-def test_subjects_are_as_narrow_as_the_filter(
-    request_: dict[str, object], subjects: list[str]
-) -> None:
+def test_subjects_are_as_narrow_as_the_filter(request_: Request, subjects: list[str]) -> None:
     wanted = WatchFilter.from_request(services_pb2.WatchRequest(**request_))
 
     assert wanted.subjects() == subjects
@@ -245,9 +255,10 @@ ROUTED_AND_RUN = [
     ],
 )
 async def test_a_routed_workload_matches_the_local_queue_it_was_routed_to(
-    request_: dict[str, object], expected: list[int]
+    request_: Request, expected: list[int]
 ) -> None:
-    found = await collect(History(ROUTED_AND_RUN), **{"from_sequence": 1, **request_})
+    query: Request = {"from_sequence": 1, **request_}
+    found = await collect(History(ROUTED_AND_RUN), **query)
 
     assert [seq for seq, _, _ in found] == expected
 

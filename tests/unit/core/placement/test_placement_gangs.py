@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from placement_cluster import (
     bind_all,
     bound,
@@ -28,7 +30,13 @@ from muster.core.placement.model import (
     PodKey,
 )
 
-ONE_CPU = {"cpu": "1", "memory": "4Gi"}
+
+class Capacity(TypedDict):
+    cpu: str
+    memory: str
+
+
+ONE_CPU: Capacity = {"cpu": "1", "memory": "4Gi"}
 
 
 def small_nodes(count: int) -> list[NodeInfo]:
