@@ -193,12 +193,13 @@ async def test_pending_workloads_are_listed_with_their_positions_through_the_agg
             root = f"/apis/{GROUP}/v1beta2"
 
             async def all_three() -> dict[str, Any] | None:
-                # Admission writes the bucket coalesced (every 100 ms at most): soon, not at once.
+                # Admission writes the bucket coalesced (within 1 s under a stream of rounds):
+                # soon, not at once; until its first write the queue is not found there.
                 code, body = await api.get(
                     f"{root}/clusterqueues/cq/pendingworkloads", user="carol"
                 )
-                assert code == 200
-                return body if len(body["items"]) == 3 else None
+                assert code in (200, 404), body
+                return body if code == 200 and len(body["items"]) == 3 else None
 
             cq = await eventually(all_three)
             assert (cq["kind"], cq["apiVersion"]) == ("PendingWorkloadsSummary", f"{GROUP}/v1beta2")

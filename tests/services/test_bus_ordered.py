@@ -49,3 +49,32 @@ async def test_batches_handled_back_to_back_share_one_ack_sent_once_none_follows
     await watcher.unsubscribe()
     assert handled == [1, 2, 3, 4, 5, 6]
     assert acks == [6]  # one ack, of the last, answered for every batch
+
+
+async def test_cancelled_while_handling_the_batch_finishes_and_is_acked_before_it_stops(
+    bus: Bus,
+) -> None:
+    for i in range(3):
+        await bus.publish(submitted(f"ns/w{i}"))
+    settings = ConsumerSettings(stream=EVENTS_STREAM, batch=8)
+    await make_consumer(bus, "in-order", [SUBMITTED], settings, start_sequence=1)
+    started, release = asyncio.Event(), asyncio.Event()
+    finished: list[int] = []
+
+    async def handle(envs: Sequence[pb.Envelope], raw: Sequence[bytes]) -> list[Reject | None]:
+        started.set()
+        await release.wait()  # a round's decisions waiting for their PubAcks
+        finished.extend(env.sequence for env in envs)
+        return [None] * len(envs)
+
+    loop = asyncio.create_task(consume_in_order(bus, "in-order", handle, settings))
+    await started.wait()
+    loop.cancel()
+    await asyncio.sleep(0)  # the cancellation reached the loop, mid-batch
+    assert not loop.done()
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await loop
+    assert finished == [1, 2, 3]
+    info = await bus.js.consumer_info(EVENTS_STREAM, "in-order")
+    assert info.ack_floor.stream_seq == 3  # acked before the loop ended

@@ -92,6 +92,20 @@ async def test_a_fenced_publish_conflicts_when_another_writer_came_first(bus: Bu
         await bus.publish(pending("ns/a", "3"), expected_last_subject_sequence=seq)
 
 
+async def test_publish_together_stores_in_order_and_tells_each_lost_fence(bus: Bus) -> None:
+    record = pending("ns/record", "1")
+    fence = await bus.publish(record), subject_of(record)  # the last record: sequence 1
+    envs = [pending("ns/a", "1"), pending("ns/b", "1"), submitted("ns/c")]
+
+    results = await bus.publish_together(envs, [fence, (0, fence[1]), None])
+
+    assert (results[0], results[2]) == (2, 3)  # stored in the order sent
+    lost = results[1]
+    assert isinstance(lost, Conflict)
+    assert (lost.subject, lost.expected) == (subject_of(envs[1]), 0)
+    assert await bus.last_sequence(EVENTS_STREAM) == 3
+
+
 async def test_publishing_with_no_stream_raises_retry(bus: Bus) -> None:
     await bus.js.delete_stream(EVENTS_STREAM)
     with pytest.raises(Retry):

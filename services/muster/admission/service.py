@@ -35,7 +35,7 @@ from muster.admission.rebuild import SnapshotStore, rebuild, rebuilding
 from muster.admission.snapshot import CompactLog, encode_snapshot
 from muster.admission.state import AdmissionState
 from muster.admission.subjects import consumer_subjects
-from muster.admission.visibility import VisibilityWriter, visibility_values
+from muster.admission.visibility import VisibilityPace, VisibilityWriter, visibility_values
 from muster.api.model import KueueConfig
 from muster.bus import (
     DEFAULT_CLUSTER,
@@ -67,7 +67,10 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
     cluster: str = DEFAULT_CLUSTER  # for events whose workload's cluster is unknown
     lease_ttl_s: float = 5.0
     lease_renew_s: float = 1.0
-    visibility_interval_s: float = 0.1  # at most one write per key per interval
+    # Views are written at most every interval after a quiet spell; under a stream of rounds
+    # the rest doubles up to `visibility_busy_s` (visibility.py VisibilityPace).
+    visibility_interval_s: float = 0.1
+    visibility_busy_s: float = 1.0
     batch: int = 256  # events fetched together, applied in one round
     ack_wait_s: float = 30.0  # a dead replica's unacked events come back after this long
     kueue: KueueConfig | None = None  # Kueue's Configuration (--kueue-config)
@@ -83,8 +86,8 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"--shard must be in 0..{self.shards - 1}, got {self.shard}")
         if not 0 < self.lease_renew_s < self.lease_ttl_s:
             raise ValueError("the lease renewal interval must be shorter than its TTL")
-        if self.visibility_interval_s < 0:
-            raise ValueError("the visibility interval must be >= 0")
+        if not 0 <= self.visibility_interval_s <= self.visibility_busy_s:
+            raise ValueError("the visibility intervals must be 0 <= quiet <= busy")
         if self.snapshot_s < 0:
             raise ValueError(f"--snapshot-seconds must be >= 0, got {self.snapshot_s:g}")
         if not self.cluster_lost_s > 0:
@@ -208,6 +211,7 @@ class AdmissionService:
         self.snapshot_sequence = 0  # of the last snapshot read or written
         self.stream_created = ""  # when MUSTER_EVENTS was created: set by `start`
         self._dirty = asyncio.Event()
+        self._changed_rounds = 0  # rounds that changed the views since they were last computed
         # With /metrics: Kueue's series for this shard's trees, and its own rounds.
         self.metrics = (
             AdmissionMetrics(bus.metrics.registry, self.state) if bus.metrics is not None else None
@@ -217,7 +221,7 @@ class AdmissionService:
             self.state,
             bus,
             clock=clock,
-            on_round=self._dirty.set,
+            on_round=self._changed,
             history=self.history,
             metrics=self.metrics,
             fetch=StoryFetcher(
@@ -226,6 +230,10 @@ class AdmissionService:
             max_event_bytes=max_event_bytes,
             dead_letters=config.durable,
         )
+
+    def _changed(self) -> None:
+        self._changed_rounds += 1
+        self._dirty.set()
 
     def _stream(self) -> str:
         return self.stream_created
@@ -361,18 +369,25 @@ class AdmissionService:
         """Write changed queue statuses and pending lists; publish queue.status on change;
         write each LocalQueue's partition (homes.py) into `MUSTER_PARTITIONS`.
 
-        At most once per `visibility_interval_s`, and less often when computing the views
-        takes long (many workloads): they are read from the engine's records, and are not on
-        the decision path, so they get at most 1/VISIBILITY_CPU_SHARE of the time. Kueue's
-        gauges (metrics on) are computed with them, in that share.
+        Paced by `VisibilityPace`: within `visibility_interval_s` of a change after a quiet
+        spell, within `visibility_busy_s` under a stream of rounds, and less often when
+        computing the views takes long (many workloads): they are read from the engine's
+        records, and are not on the decision path, so they get at most 1/VISIBILITY_CPU_SHARE
+        of the time. Kueue's gauges (metrics on) are computed with them, in that share.
         """
         kv = await self.bus.kv(VISIBILITY_BUCKET)
         writer = VisibilityWriter(kv)
         queues = VisibilityWriter(await self.bus.kv(PARTITIONS_BUCKET))
+        pace = VisibilityPace(
+            quiet_s=self.config.visibility_interval_s,
+            busy_s=self.config.visibility_busy_s,
+            cpu_share=VISIBILITY_CPU_SHARE,
+        )
         while True:
             raise_if_cancelling()
             await self._dirty.wait()
             self._dirty.clear()
+            rounds, self._changed_rounds = self._changed_rounds, 0
             started = time.perf_counter()
             async with self.rounds.lock:
                 values = visibility_values(self.state.engine, self.state.sharding)
@@ -387,9 +402,7 @@ class AdmissionService:
             except (TimeoutError, BusError) as exc:
                 log.warning("visibility not written, retrying: %r", exc)
                 self._dirty.set()
-            await asyncio.sleep(
-                max(self.config.visibility_interval_s, spent_s * VISIBILITY_CPU_SHARE)
-            )
+            await asyncio.sleep(pace.rest_s(rounds=rounds, spent_s=spent_s))
 
     async def _publish_statuses(self, keys: list[str], values: dict[str, bytes]) -> None:
         """One queue.status per ClusterQueue whose status changed, published side by side."""

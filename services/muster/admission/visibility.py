@@ -3,7 +3,8 @@
 Keys (docs/services.md): `cq.<name>` → `ClusterQueueStatus`, `lq.<namespace>.<name>` →
 `LocalQueueStatus`, `pending.<cq>` → `PendingWorkloadsResponse` (every pending workload of the
 ClusterQueue, in admission order). A replica writes only the queues of its own shard.
-`visibility_values` is pure; `VisibilityWriter` remembers what it wrote and writes changes.
+`visibility_values` is pure; `VisibilityWriter` remembers what it wrote and writes changes;
+`VisibilityPace` says how long the loop rests between writes.
 """
 
 from __future__ import annotations
@@ -205,3 +206,37 @@ class VisibilityWriter:
             if isinstance(result, BaseException):
                 raise result
         return list(put)
+
+
+class VisibilityPace:
+    """How long the visibility loop rests after a write, so that views lag by a known bound.
+
+    A write for at most one round's change (the engine was quiet: a kubectl apply, one
+    workload, a test's step) is followed by `quiet_s`, so the next change shows within it.
+    Each write for several rounds' changes doubles the rest, up to `busy_s`: under a stream of
+    rounds the views are computed and written about once per `busy_s` instead of once per
+    `quiet_s`. A write costs a computation over every record of the replica's queues and a KV
+    put (and a `queue.status`) per changed queue, with their PubAcks: a cost per second that
+    every replica pays whatever share of the work it has. A rest is never shorter than
+    `cpu_share` times what computing the views took, so they get at most 1/`cpu_share` of the
+    replica's time.
+    """
+
+    def __init__(self, *, quiet_s: float, busy_s: float, cpu_share: float) -> None:
+        if not 0 <= quiet_s <= busy_s:
+            raise ValueError(
+                f"visibility rests need 0 <= quiet ({quiet_s:g}s) <= busy ({busy_s:g}s)"
+            )
+        self.quiet_s = quiet_s
+        self.busy_s = busy_s
+        self.cpu_share = cpu_share
+        self._rest_s = quiet_s
+
+    def rest_s(self, *, rounds: int, spent_s: float) -> float:
+        """The rest after a write of what `rounds` rounds changed, whose views took `spent_s`
+        to compute."""
+        if rounds <= 1:
+            self._rest_s = self.quiet_s
+        else:
+            self._rest_s = min(self.busy_s, max(self._rest_s * 2, self.quiet_s))
+        return max(self._rest_s, spent_s * self.cpu_share)

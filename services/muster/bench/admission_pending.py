@@ -34,7 +34,7 @@ import multiprocessing
 import random
 import resource
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import msgspec
@@ -45,8 +45,9 @@ from muster.admission.snapshot import CompactLog, decode_snapshot, encode_snapsh
 from muster.admission.state import AdmissionState
 from muster.bench.metrics import percentile
 from muster.bench.table import Column, number, render_table
-from muster.bus import decode, new_event
+from muster.bus import BusError, decode, new_event
 from muster.bus.partitions import token
+from muster.bus.publisher import Fence
 from muster.contracts.v1 import events_pb2 as pb
 
 SECTION = "admission"
@@ -211,6 +212,11 @@ class NumberingPublisher:
             self.admitted.append(env.workload)
         self._stream[0] += 1
         return self._stream[0]
+
+    async def publish_together(
+        self, envs: Sequence[pb.Envelope], fences: Sequence[Fence | None]
+    ) -> list[int | BusError]:
+        return [await self.publish(env) for env in envs]
 
     async def dead_letter_unstored(self, env: pb.Envelope, *, consumer: str, reason: str) -> int:
         raise AssertionError(f"{env.type} for {env.workload} refused: {reason}")

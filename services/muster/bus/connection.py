@@ -29,7 +29,7 @@ from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
 from muster.bus.errors import BusError, Reject, Retry, Unavailable, wrapped
 from muster.bus.kv import Bucket, open_bucket
 from muster.bus.objects import ObjectBucket
-from muster.bus.publisher import Publisher
+from muster.bus.publisher import Fence, Publisher
 from muster.bus.redact import redact_url
 from muster.bus.replay import last_sequence, replay
 from muster.bus.setup import ensure_stream
@@ -252,6 +252,12 @@ class Bus:
     async def publish_all(self, envs: Iterable[Envelope]) -> list[int]:
         """Store `envs` in order, each acked before the next is sent; their sequences."""
         return await self.publisher.publish_all(envs)
+
+    async def publish_together(
+        self, envs: Sequence[Envelope], fences: Sequence[Fence | None]
+    ) -> list[int | BusError]:
+        """Store `envs` side by side, each fenced where given (`Publisher.publish_together`)."""
+        return await self.publisher.publish_together(envs, fences)
 
     async def publish_many(self, envs: Sequence[Envelope]) -> list[int | BusError]:
         """Store `envs` many at a time, each workload's in order (`Publisher.publish_many`)."""

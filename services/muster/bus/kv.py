@@ -315,7 +315,7 @@ async def follow_bucket(
     bucket: str,
     on_entry: OnEntry,
     *,
-    on_loaded: Callable[[], None] | None = None,
+    on_loaded: Callable[[], Awaitable[None] | None] | None = None,
 ) -> None:
     """Hand every entry of `bucket` to `on_entry`: the stored ones (then `on_loaded()`), then
     each change, until cancelled; after any NATS error (a server restart) the watch starts over
@@ -331,8 +331,9 @@ async def follow_bucket(
                 async for entry in entries:
                     raise_if_cancelling()
                     if entry is None:  # the stored values are all in
-                        if on_loaded is not None:
-                            on_loaded()
+                        loaded = on_loaded() if on_loaded is not None else None
+                        if inspect.isawaitable(loaded):
+                            await loaded
                         continue
                     done = on_entry(entry.key, entry.value)
                     if inspect.isawaitable(done):

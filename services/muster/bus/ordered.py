@@ -38,7 +38,7 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import api
 
-from muster.bus.cancel import finishing, raise_if_cancelling
+from muster.bus.cancel import raise_if_cancelling
 from muster.bus.client import stream_sequence
 from muster.bus.connection import Bus
 from muster.bus.consumer import ConsumerSettings, consumer_config
@@ -89,7 +89,42 @@ async def consume_in_order(
     """Fetch, handle and ack batches of durable `durable` (`make_consumer`) until cancelled.
 
     Cancelled while a batch is being handled, it lets that batch finish and acks it first.
+    The loop runs in a task of its own, made once and shielded: the caller's cancellation is
+    passed on to it only while it waits for messages, and otherwise once the batch is
+    handled. (Shielding each batch instead costs a task per batch: two more hand-offs
+    between tasks per round, which a replica with a round per event feels.)
     """
+    where = _Where()
+    loop = asyncio.ensure_future(
+        _consume(bus, durable, handle, settings, fetch_timeout_s=fetch_timeout_s, where=where)
+    )
+    try:
+        await asyncio.shield(loop)
+    except asyncio.CancelledError:
+        where.stopping = True
+        if not where.handling:
+            loop.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await loop  # stopping: what the last batch raised is not the caller's any more
+        raise
+
+
+class _Where:
+    """Whether the loop is handling a batch, and whether it must stop once that is done."""
+
+    handling = False
+    stopping = False
+
+
+async def _consume(
+    bus: Bus,
+    durable: str,
+    handle: BatchHandler,
+    settings: ConsumerSettings,
+    *,
+    fetch_timeout_s: float,
+    where: _Where,
+) -> None:
     feed = PullFeed(
         bus.nc,
         stream=settings.stream,
@@ -108,7 +143,13 @@ async def consume_in_order(
                 if not msgs:
                     await acks.send()  # none came meanwhile: the last batch's goes alone
                     continue
-                await finishing(_handle_batch(bus, durable, msgs, handle, settings, acks))
+                where.handling = True
+                try:
+                    await _handle_batch(bus, durable, msgs, handle, settings, acks)
+                finally:
+                    where.handling = False
+                if where.stopping:
+                    raise asyncio.CancelledError
                 if acks.full:
                     await acks.send()
     finally:

@@ -50,6 +50,7 @@ _STATUS = "Status"
 # A message handed to the connection: its reply token, and the future its PubAck answers.
 _Pending = tuple[str, "asyncio.Future[bytes | None]"]
 _Message = tuple[int, str, bytes, dict[str, str]]  # its index in a batch, subject, data, headers
+Fence = tuple[int, str]  # a write's expected last sequence, on the subjects of this filter
 _UNSENT = Retry(1.0, "not sent: an earlier event of its workload was not stored")
 _NO_RESPONDERS = "503"
 _OVERDUE = b"overdue"  # this object (by identity) answers a message nothing answered in time
@@ -160,6 +161,33 @@ class Publisher:
                     self.metrics.published(env.type)
         return results
 
+    async def publish_together(
+        self, envs: Sequence[Envelope], fences: Sequence[Fence | None]
+    ) -> list[int | BusError]:
+        """Store `envs` side by side: each sent in the order given (fenced as `publish` does
+        where its fence is given), then their PubAcks awaited as one, with no task each; per
+        envelope its sequence, or why it is not stored (Conflict: its fence was lost). Sent on
+        one connection, they are stored in that order unless a reconnect loses some; the
+        caller retries what failed with the same ids."""
+        results: list[int | BusError] = [_UNSENT] * len(envs)
+        messages: list[_Message] = []
+        for i, (env, fence) in enumerate(zip(envs, fences, strict=True)):
+            try:
+                subject, data, headers = self._message(env)
+            except Reject as exc:
+                results[i] = exc
+                continue
+            if fence is not None:
+                headers[EXPECTED_LAST_SUBJECT_SEQUENCE] = str(fence[0])
+                headers[EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT] = fence[1]
+            messages.append((i, subject, data, headers))
+        await self._flight(messages, results)
+        if self.metrics is not None:
+            for env, result in zip(envs, results, strict=True):
+                if isinstance(result, int):
+                    self.metrics.published(env.type)
+        return results
+
     async def publish_raw(self, subject: str, data: bytes, headers: dict[str, str]) -> int:
         """Store `data` on `subject` and return its sequence; maps NATS errors to Retry/Reject."""
         [answer] = await self._acks.answers([await self._send(subject, data, headers)])
@@ -182,23 +210,23 @@ class Publisher:
         """Send `messages` (index, subject, data, headers), then await their PubAcks as one;
         each one's sequence or error goes to `results` at its index. The indexes that failed."""
         failed: list[int] = []
-        sent: list[tuple[int, str, _Pending]] = []
+        sent: list[tuple[int, str, dict[str, str], _Pending]] = []
         try:
             for i, subject, data, headers in messages:
                 try:
-                    sent.append((i, subject, await self._send(subject, data, headers)))
+                    sent.append((i, subject, headers, await self._send(subject, data, headers)))
                 except BusError as exc:
                     results[i] = exc
                     failed.append(i)
         except BaseException:  # cancelled while sending: no reply will be awaited
-            self._acks.forget([pending for _, _, pending in sent])
+            self._acks.forget([pending for *_, pending in sent])
             raise
-        answers = await self._acks.answers([p for _, _, p in sent])
-        for (i, subject, _), answer in zip(sent, answers, strict=True):
+        answers = await self._acks.answers([p for *_, p in sent])
+        for (i, subject, headers, _), answer in zip(sent, answers, strict=True):
             if isinstance(answer, int):
                 results[i] = answer
-            else:
-                results[i] = _bus_error(answer, subject, {}, self.timeout_s)
+            else:  # the headers name a fence's expected sequence (Conflict)
+                results[i] = _bus_error(answer, subject, headers, self.timeout_s)
                 failed.append(i)
         return failed
 

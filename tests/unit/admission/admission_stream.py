@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from muster.admission.state import AdmissionState
 from muster.admission.translate import Recorded, envelopes_of, fact_of
-from muster.bus import new_event
+from muster.bus import BusError, new_event
+from muster.bus.publisher import Fence
 from muster.contracts.v1 import events_pb2 as pb
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
@@ -140,7 +143,36 @@ class Stream:
         ]
 
 
-class StoringPublisher:
+class SideBySide:
+    """`publish_together` over the fake's own `publish` (which a fake overrides to fail or
+    wait): each envelope's publish side by side, a failure as its result."""
+
+    async def publish(
+        self,
+        env: pb.Envelope,
+        *,
+        expected_last_subject_sequence: int | None = None,
+        fenced_on: str | None = None,
+    ) -> int:
+        raise NotImplementedError
+
+    async def publish_together(
+        self, envs: Sequence[pb.Envelope], fences: Sequence[Fence | None]
+    ) -> list[int | BusError]:
+        async def one(env: pb.Envelope, fence: Fence | None) -> int | BusError:
+            try:
+                if fence is None:
+                    return await self.publish(env)
+                return await self.publish(
+                    env, expected_last_subject_sequence=fence[0], fenced_on=fence[1]
+                )
+            except BusError as exc:
+                return exc
+
+        return list(await asyncio.gather(*map(one, envs, fences)))
+
+
+class StoringPublisher(SideBySide):
     """What rounds publish through, storing each envelope in order."""
 
     def __init__(self) -> None:

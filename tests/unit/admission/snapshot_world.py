@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Collection, Sequence
 from typing import Any
 
 import msgspec
+from admission_stream import SideBySide
 from nats_subjects import subject_matches
 
 from muster.admission.handlers import Rounds
@@ -20,7 +21,7 @@ from muster.bus.subjects import subject_of
 from muster.contracts.v1 import events_pb2 as pb
 
 
-class StoredStream:
+class StoredStream(SideBySide):
     """MUSTER_EVENTS as the bytes stored, sequence n at index n - 1; the replica's Publisher."""
 
     def __init__(self) -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 
 import pytest
 from admission_stream import (
+    SideBySide,
     Stream,
     applied,
     cluster_queue,
@@ -21,14 +23,15 @@ from admission_stream import (
 from muster.admission.handlers import Reown, Rounds, sent_together
 from muster.admission.state import AdmissionState
 from muster.admission.translate import Fact
-from muster.bus import Conflict, Reject, Retry, new_event
+from muster.bus import BusError, Conflict, Reject, Retry, new_event
+from muster.bus.publisher import Fence
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.events import Event
 
 pytestmark = pytest.mark.timeout(10)
 
 
-class Publisher:
+class Publisher(SideBySide):
     def __init__(self, *, fail_first: int = 0) -> None:
         self.stored: list[pb.Envelope] = []
         self.dead: list[tuple[str, str, str, str]] = []
@@ -261,36 +264,30 @@ def test_only_an_admission_right_after_its_reservation_is_sent_without_waiting(
 
 
 class FencedOut(Publisher):
-    """A record moved the partition away: the first decision fails its fence, the others wait
-    for PubAcks that do not come; counts those still waiting."""
+    """A record moved the partition away: the first decision of a round fails its fence, and
+    the PubAcks of the others sent beside it do not come (they time out)."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.waiting = 0
-
-    async def publish(self, env: pb.Envelope, **kw: object) -> int:
-        first = not self.attempts
-        self.attempts.append(env.event_id)
-        if first:
-            raise Conflict(str(kw.get("fenced_on")), 7)
-        self.waiting += 1
-        try:
-            await asyncio.Event().wait()
-        finally:
-            self.waiting -= 1
-        raise AssertionError("unreachable")
+    async def publish_together(
+        self, envs: Sequence[pb.Envelope], fences: Sequence[Fence | None]
+    ) -> list[int | BusError]:
+        self.attempts += [env.event_id for env in envs]
+        first = fences[0]
+        assert first is not None
+        return [Conflict(first[1], 7), *(Retry(1.0, "no PubAck") for _ in envs[1:])]
 
 
 async def test_a_refused_decision_leaves_no_publish_of_its_round_running() -> None:
     publisher = FencedOut()
-    rounds = Rounds(configured_state(), publisher, clock=lambda: 100.0)
+    rounds = Rounds(configured_state(), publisher, clock=lambda: 100.0, retry_s=0.0)
     batch = [sequenced(submitted(workload(f"w{i}")), 10 + i) for i in range(5)]
 
     with pytest.raises(Reown, match="fenced partition"):
         await rounds.apply_batch(batch)
 
-    assert len(publisher.attempts) > 1  # the others were under way
-    assert publisher.waiting == 0  # and none is left behind, to land after the rebuild
+    # The round's ten decisions went out together; none is sent again, to land after the
+    # rebuild, and nothing is left running.
+    assert len(publisher.attempts) == 10
+    assert publisher.stored == []
     assert asyncio.all_tasks() == {asyncio.current_task()}
 
 

@@ -15,6 +15,7 @@ from admission_stream import (
 
 from muster.admission.state import AdmissionState
 from muster.admission.visibility import (
+    VisibilityPace,
     VisibilityWriter,
     cluster_queue_status,
     local_queue_status,
@@ -129,3 +130,23 @@ async def test_a_key_whose_write_failed_is_written_on_the_next_call() -> None:
     assert kv.data == {"cq.a": b"1"}  # the other write went through all the same
     kv.failing.clear()
     assert await writer.write({"cq.a": b"1", "cq.b": b"2"}) == ["cq.b"]
+
+
+def test_pace_rests_little_after_one_round_and_backs_off_under_a_stream() -> None:
+    pace = VisibilityPace(quiet_s=0.1, busy_s=1.0, cpu_share=20)
+    assert pace.rest_s(rounds=1, spent_s=0.0) == 0.1  # one kubectl apply: the next shows soon
+    # A stream of rounds: each write found several rounds' changes waiting.
+    rests = [pace.rest_s(rounds=12, spent_s=0.0) for _ in range(6)]
+    assert rests == [0.2, 0.4, 0.8, 1.0, 1.0, 1.0]
+    assert pace.rest_s(rounds=1, spent_s=0.0) == 0.1  # quiet again: prompt again
+    assert pace.rest_s(rounds=0, spent_s=0.0) == 0.1  # a retry after a failed write
+
+
+def test_pace_gives_the_views_at_most_their_share_of_the_time() -> None:
+    pace = VisibilityPace(quiet_s=0.1, busy_s=1.0, cpu_share=20)
+    assert pace.rest_s(rounds=1, spent_s=0.2) == pytest.approx(4.0)  # 200 ms of views: 4 s apart
+
+
+def test_pace_refuses_a_quiet_rest_longer_than_the_busy_one() -> None:
+    with pytest.raises(ValueError, match="quiet"):
+        VisibilityPace(quiet_s=2.0, busy_s=1.0, cpu_share=20)
