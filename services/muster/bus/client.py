@@ -23,6 +23,7 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.protocol.command import hpub_cmd
+from nats.protocol.parser import PERMISSIONS_ERR
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +185,17 @@ class MusterClient(NatsClient):
         if self._flush_queue is not None and self._flush_queue.empty():
             await self._flush_pending()
 
+    async def abandon(self) -> None:
+        """Close now, with the server unreachable: what is buffered for it is dropped (nats-py
+        would write it to the lost connection's transport, and raise), and every request
+        waiting for an answer fails at once with ConnectionClosedError instead of timing out."""
+        self._pending = []
+        self._pending_data_size = 0
+        for future in list(self._resp_map.values()):
+            if not future.done():
+                future.set_exception(nats.errors.ConnectionClosedError())
+        await self.close()
+
     def _remove_sub(self, sid: int, max_msgs: int = 0) -> None:
         self._direct.pop(sid, None)
         super()._remove_sub(sid, max_msgs)
@@ -243,11 +255,13 @@ def outage_callbacks(
     *,
     on_down: Callable[[], None] | None = None,
     on_up: Callable[[], None] | None = None,
+    on_denied: Callable[[Exception], None] | None = None,
 ) -> OutageCallbacks:
     """nats-py connection callbacks that tell an outage in one line as it starts
     (`disconnected from NATS (why); reconnecting`) and one as it ends, instead of nats-py's
     default: a traceback for every reconnect attempt. `on_down`/`on_up` are told too (the
-    bus's metrics count them)."""
+    bus's metrics count them), and `on_denied` of each permissions violation the server
+    reports (a request it dropped, which otherwise only times out)."""
     lost: list[Exception] = []  # why the connection went, told with the disconnection
 
     async def on_error(exc: Exception) -> None:
@@ -257,6 +271,8 @@ def outage_callbacks(
             logger.debug("NATS connection: %r", exc)
             return
         logger.warning("NATS connection error: %r", exc)
+        if on_denied is not None and PERMISSIONS_ERR in str(exc):
+            on_denied(exc)
 
     async def on_disconnect() -> None:
         if nc.is_closed:  # closing on purpose (drain, close) is not news

@@ -111,11 +111,13 @@ async def connect(config: BusConfig, *, metrics: BusMetrics | None = None) -> Bu
     (the service serves /metrics), the bus keeps the generic series (`muster.metrics.bus`).
     """
     nc = MusterClient()
+    denied: list[Exception] = []
     told = outage_callbacks(
         nc,
         log,
         on_down=metrics.disconnected if metrics is not None else None,
         on_up=metrics.reconnected if metrics is not None else None,
+        on_denied=denied.append,
     )
     attempt = nc.connect(
         servers=[u.strip() for u in config.url.split(",") if u.strip()],
@@ -145,7 +147,9 @@ async def connect(config: BusConfig, *, metrics: BusMetrics | None = None) -> Bu
             f"NATS at {redact_url(config.url)} not reachable within "
             f"{config.connect_timeout_s:g}s" + (f": {last!r}" if last else "")
         ) from last
-    return Bus(nc, config, metrics=metrics)
+    bus = Bus(nc, config, metrics=metrics)
+    bus.denied = denied
+    return bus
 
 
 class StreamState(NamedTuple):
@@ -182,6 +186,9 @@ class Bus:
             nc, self.js, max_event_bytes=config.max_event_bytes, timeout_s=config.publish_timeout_s
         )
         self.publisher.metrics = metrics
+        # Each permissions violation NATS reported on this connection (`connect` fills it): a
+        # request it refused goes unanswered, like one lost to a restart, but never succeeds.
+        self.denied: list[Exception] = []
 
     async def ensure_streams(self) -> None:
         """Create muster's streams, or bring their config up to date; safe to call any time.
@@ -191,17 +198,37 @@ class Bus:
         """
         for config in stream_configs(replicas=self.config.stream_replicas):
             await outlasting(
-                f"stream {config.name}", functools.partial(ensure_stream, self.js, config)
+                f"stream {config.name}",
+                functools.partial(ensure_stream, self.js, config),
+                denied=self.denied,
             )
 
-    async def close(self) -> None:
-        """Flush what was published and close the connection (drains subscriptions first)."""
+    async def close(self, *, drain_s: float | None = None) -> None:
+        """Flush what was published and close the connection (drains subscriptions first).
+
+        With `drain_s`, the drain gets that long; with NATS unreachable there is nothing to
+        drain into, and the connection is closed at once (nats-py's drain would wait for a
+        reconnection, then its own 30 s timeout)."""
         if self.nc.is_closed:
             return
+        if not self.nc.is_connected:
+            await self.abandon()
+            return
         try:
-            await self.nc.drain()
-        except nats.errors.Error as exc:
+            await asyncio.wait_for(self.nc.drain(), drain_s)
+        except (nats.errors.Error, TimeoutError) as exc:
             log.warning("NATS drain failed: %r", exc)
+            await self.nc.close()
+
+    async def abandon(self) -> None:
+        """Close without draining, NATS being unreachable: what waits for an answer fails now
+        (`MusterClient.abandon`), so that whatever still runs on the bus ends promptly."""
+        if self.nc.is_closed:
+            return
+        log.info("NATS unreachable: closing without draining")
+        if isinstance(self.nc, MusterClient):
+            await self.nc.abandon()
+        else:
             await self.nc.close()
 
     async def publish(
@@ -381,30 +408,54 @@ class Bus:
             replicas=self.config.stream_replicas,
             writer=self.publisher,
         )
-        return await outlasting(f"key-value bucket {bucket}", opening)
+        return await outlasting(f"key-value bucket {bucket}", opening, denied=self.denied)
 
 
 async def outlasting(
-    what: str, op: Callable[[], Awaitable[T]], *, patience_s: float = OUTAGE_PATIENCE_S
+    what: str,
+    op: Callable[[], Awaitable[T]],
+    *,
+    patience_s: float = OUTAGE_PATIENCE_S,
+    denied: Sequence[Exception] = (),
 ) -> T:
     """`op()`, tried again while NATS does not answer (a nats-server restarting, JetStream not
     serving yet), for `patience_s` at most, then its error: a service that sets up while the
     server restarts waits for it, as its connection does. An answer that is an error (a
-    refused change), or a creation NATS does not answer (no right to: SetupError), is raised
-    at once."""
+    refused change), a creation NATS does not answer (no right to: SetupError), or no answer
+    after NATS reported a permissions violation (`Bus.denied` grew) is raised at once."""
     deadline = time.monotonic() + patience_s
     delay_s, told = 0.1, False
+    refusals = len(denied)
     while True:
         try:
             return await op()
         except (Unavailable, nats.errors.Error, TimeoutError) as exc:
-            if not _no_answer(exc) or time.monotonic() + delay_s >= deadline:
+            if (
+                not _no_answer(exc)
+                or len(denied) > refusals
+                or time.monotonic() + delay_s >= deadline
+            ):
                 raise
             if not told:
                 log.warning("%s: NATS does not answer (%r); trying again", what, exc)
                 told = True
         await asyncio.sleep(delay_s)
         delay_s = min(2 * delay_s, 1.0)
+
+
+def nats_outage(exc: BaseException) -> bool:
+    """Whether `exc` says NATS was away (not answering, a connection lost or reconnecting), and
+    nothing else: the bus's `Retry` (temporary by definition) or `Unavailable` raised from
+    NATS not answering, or a group (a TaskGroup's) of such. Anything besides (a refusal, a
+    lease lost, a bug) is not, even when NATS not answering caused it."""
+    if isinstance(exc, BaseExceptionGroup):
+        errors = [e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)]
+        return bool(errors) and all(nats_outage(e) for e in errors)
+    if isinstance(exc, Retry):
+        return True
+    while isinstance(exc, Unavailable) and exc.__cause__ is not None:
+        exc = exc.__cause__
+    return isinstance(exc, _NO_ANSWER)
 
 
 def _no_answer(exc: BaseException | None) -> bool:

@@ -28,7 +28,7 @@ from nats.js.kv import KeyValue
 
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.client import stream_sequence
-from muster.bus.errors import NotFound, Retry, SetupError, Unavailable, wrapped
+from muster.bus.errors import Conflict, NotFound, Retry, SetupError, Unavailable, wrapped
 from muster.bus.publisher import EXPECTED_LAST_SUBJECT_SEQUENCE, RawWriter
 
 log = logging.getLogger(__name__)
@@ -155,7 +155,12 @@ class Bucket:
     async def create(self, key: str, value: bytes) -> int:
         """Store `value` under `key` only if the key has no live value; its revision."""
         with wrapped(f"{self.name} create {key}", subject=self._subject(key)):
-            return await self._kv.create(key, value)
+            try:
+                return await self._kv.create(key, value)
+            except nats.js.errors.KeyNotFoundError as exc:
+                # nats-py reads the key after a refused create (to tell a deleted one): gone by
+                # then (its TTL ended in between), the create lost a race, as to another writer.
+                raise Conflict(self._subject(key), 0) from exc
 
     async def update(self, key: str, value: bytes, last: int) -> int:
         """Store `value` under `key` only if its revision is still `last`; the new revision."""

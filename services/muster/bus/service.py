@@ -35,7 +35,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from prometheus_client import CollectorRegistry, ProcessCollector
 
-from muster.bus.connection import Bus, BusConfig, connect
+from muster.bus.connection import Bus, BusConfig, connect, nats_outage
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
 from muster.bus.errors import SetupError
 from muster.bus.logfmt import setup_logging
@@ -54,6 +54,15 @@ EXIT_OK = 0
 PROFILE_DIR_ENV = "MUSTER_PROFILE_DIR"  # set: every service runs under cProfile, stats dumped here
 EXIT_FAILED = 1
 EVENT_LOOP_ENV = "MUSTER_EVENT_LOOP"  # "asyncio": the standard loop even when uvloop is installed
+# A start that NATS cut short is made again after this long, twice as long each time after.
+START_RETRY_FIRST_S = 0.5
+START_RETRY_MAX_S = 5.0
+# Stopping: NATS unreachable this long ends the wait for in-flight work (see
+# `_finished_unless_nats_gone`), which is then given this long to end once cancelled again.
+NATS_GONE_S = 1.0
+ABANDON_S = 2.0
+STOP_POLL_S = 0.1
+CLOSE_S = 2.0  # the connection's drain at exit, at most (then it is closed)
 # Allocations between two young-generation collections (CPython's default: 700). See `tune_gc`.
 GC_YOUNG_THRESHOLD = 20_000
 
@@ -219,7 +228,8 @@ def config_from_args(args: argparse.Namespace, name: str) -> ServiceConfig:
 class Health:
     """The service's `grpc.health.v1` status: NOT_SERVING until `ready()`, again at shutdown.
 
-    Reported both for the overall server ("") and for the service's own name.
+    Reported both for the overall server ("") and for the service's own name. `detail` says
+    in words what the status cannot (`starting: waiting for NATS (<step>)`), for the log.
     """
 
     def __init__(self, service_name: str) -> None:
@@ -227,14 +237,27 @@ class Health:
         self._names = ("", service_name)
         self._serving = False
         self._updates: set[asyncio.Task[None]] = set()
+        self.detail = "starting"
+        self.was_ready = False  # since the last `starting()`
 
     @property
     def serving(self) -> bool:
         return self._serving
 
+    def starting(self) -> None:
+        """A start begins (again): not ready yet."""
+        self.was_ready = False
+
     def ready(self) -> None:
         """Report SERVING: call once the service has caught up and can do its work."""
+        self.detail = "serving"
+        self.was_ready = True
         self._set(serving=True)
+
+    def waiting(self, detail: str) -> None:
+        """Report NOT_SERVING while the service cannot start or work, saying why."""
+        self.detail = detail
+        self._set(serving=False)
 
     def not_serving(self) -> None:
         """Report NOT_SERVING (at shutdown, or while a service cannot work)."""
@@ -384,17 +407,69 @@ async def _run_connected(
     if bus is None:
         return EXIT_OK
     try:
-        try:
-            await bus.ensure_streams()
-        except SetupError as exc:
-            log.error("%s", exc)
-            return EXIT_FAILED
-        except Exception:
-            log.exception("cannot create or update the streams")
-            return EXIT_FAILED
-        return await _run_main(config, main(bus, health), health, stop)
+        return await _start_until_up(config, main, bus, health, stop)
     finally:
-        await bus.close()
+        await bus.close(drain_s=CLOSE_S)
+
+
+async def _start_until_up(
+    config: ServiceConfig, main: ServiceMain, bus: Bus, health: Health, stop: asyncio.Event
+) -> int:
+    """Set up and run `main`; a start that NATS cut short is made again, after a back-off.
+
+    Until `main` reports ready, a NATS outage (`nats_outage`: a restart, an unreachable
+    server) ends the attempt, and `main` starts over from the beginning: each service's start
+    is re-entrant (its durable consumers are made or kept, its rebuild starts afresh, its
+    lease waits for its own last one to expire). What is not an outage still exits 1: a
+    refused permission, a setup the user may not make, a lease lost, a bug.
+    """
+    delay_s = START_RETRY_FIRST_S
+    while True:
+        denied = len(bus.denied)
+        outage = await _attempt(config, main, bus, health, stop)
+        if isinstance(outage, int):
+            return outage
+        if len(bus.denied) > denied:
+            log.error("NATS refused a permission: %s", bus.denied[-1], exc_info=outage)
+            return EXIT_FAILED
+        health.waiting(f"starting: waiting for NATS ({_step_of(outage)})")
+        log.warning("%s; starting again in %gs", health.detail, delay_s)
+        if await _unless_stopped(asyncio.sleep(delay_s, result=False), stop) is None:
+            log.info("stopped while starting")
+            return EXIT_OK
+        delay_s = min(2 * delay_s, START_RETRY_MAX_S)
+
+
+async def _attempt(
+    config: ServiceConfig, main: ServiceMain, bus: Bus, health: Health, stop: asyncio.Event
+) -> int | BaseException:
+    """One start: the exit status, or the NATS outage that ended it before it was ready."""
+    try:
+        if await _unless_stopped(_ensure_streams(bus), stop) is None:
+            log.info("stopped while starting")
+            return EXIT_OK
+    except SetupError as exc:
+        log.error("%s", exc)
+        return EXIT_FAILED
+    except Exception as exc:
+        if nats_outage(exc):
+            return exc
+        log.exception("cannot create or update the streams")
+        return EXIT_FAILED
+    return await _run_main(config, main(bus, health), bus, health, stop)
+
+
+async def _ensure_streams(bus: Bus) -> bool:
+    await bus.ensure_streams()
+    return True
+
+
+def _step_of(exc: BaseException) -> str:
+    """What a start was doing when NATS went away, from the error that ended it: the bus's
+    errors name it (`consumer admission-0: nats: timeout`)."""
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return str(exc) or repr(exc)
 
 
 async def _unless_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> T | None:
@@ -412,22 +487,34 @@ async def _unless_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> 
 
 
 async def _run_main(
-    config: ServiceConfig, body: Coroutine[Any, Any, None], health: Health, stop: asyncio.Event
-) -> int:
-    """Run `body` until it ends or `stop` is set; then cancel it and give it the grace period."""
+    config: ServiceConfig,
+    body: Coroutine[Any, Any, None],
+    bus: Bus,
+    health: Health,
+    stop: asyncio.Event,
+) -> int | BaseException:
+    """Run `body` until it ends or `stop` is set; then cancel it and give it the grace period.
+
+    The exit status, or the NATS outage (`nats_outage`) that ended `body` before it was ready.
+    """
+    health.starting()
     task = asyncio.create_task(body, name=f"{config.name}-main")
     stopped = asyncio.create_task(stop.wait())
     await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
     stopped.cancel()
+    was_ready = health.was_ready
     health.not_serving()
     if not task.done():
         log.info("stopping: finishing in-flight work (up to %gs)", config.grace_s)
         task.cancel()
-        await asyncio.wait({task}, timeout=config.grace_s)
-        if not task.done():
-            log.warning("in-flight work took longer than %gs; abandoning it", config.grace_s)
+        if not await _finished_unless_nats_gone(task, bus, config.grace_s):
             task.cancel()  # handlers are cancelled; their messages are redelivered
-            await asyncio.wait({task})
+            if not bus.nc.is_connected:
+                await bus.abandon()  # what they wait for NATS for fails now
+            await asyncio.wait({task}, timeout=ABANDON_S)
+            if not task.done():
+                log.warning("in-flight work did not stop in %gs; exiting without it", ABANDON_S)
+                return EXIT_OK
         if task.cancelled():
             log.info("stopped")
             return EXIT_OK
@@ -436,7 +523,33 @@ async def _run_main(
         return EXIT_FAILED
     exc = task.exception()
     if exc is not None:
+        if not was_ready and nats_outage(exc):
+            return exc
         log.error("stopped: the service failed", exc_info=exc)
         return EXIT_FAILED
     log.info("stopped: the service finished")
     return EXIT_OK
+
+
+async def _finished_unless_nats_gone(task: asyncio.Task[None], bus: Bus, grace_s: float) -> bool:
+    """Wait up to `grace_s` for `task`; whether it finished. With NATS unreachable for
+    `NATS_GONE_S` meanwhile, stop waiting: what the task still has to send cannot arrive,
+    and what it did not ack comes back to the next replica."""
+    deadline = time.monotonic() + grace_s
+    gone_since: float | None = None
+    while not task.done():
+        now = time.monotonic()
+        if now >= deadline:
+            log.warning("in-flight work took longer than %gs; abandoning it", grace_s)
+            return False
+        if bus.nc.is_connected:
+            gone_since = None
+        elif gone_since is None:
+            gone_since = now
+        elif now - gone_since >= NATS_GONE_S:
+            log.warning(
+                "NATS unreachable for %gs while stopping; abandoning in-flight work", NATS_GONE_S
+            )
+            return False
+        await asyncio.wait({task}, timeout=min(STOP_POLL_S, deadline - now))
+    return True
