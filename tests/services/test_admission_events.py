@@ -55,7 +55,6 @@ async def test_duplicate_submissions_change_nothing(
     await events.wait_for("admitted", workload="ns/a")
     await drained(bus, "admission-0")
     assert count(events, "submitted", "ns/a") == 2
-    assert count(events, "quota_reserved", "ns/a") == 1
     assert count(events, "admitted", "ns/a") == 1
 
 
@@ -171,8 +170,20 @@ async def test_admission_check_ready_admits_and_rejected_deactivates(
     assert count(events, "evicted", "ns/no") == 1
 
 
+def ready(key: str, told_by: str) -> pb.Envelope:
+    """`key`'s pods all ready: as the watcher tells it today (a `running` with its pods ready)
+    or as it did before (a `pods_ready` after the `running`; docs/events.md)."""
+    if told_by == "running":
+        return fact("running", key, pb.WorkloadRunning(pods_ready=True))
+    return fact("pods_ready", key)
+
+
+READY_TOLD_BY = pytest.mark.parametrize("told_by", ["running", "pods_ready"])
+
+
+@READY_TOLD_BY
 async def test_pods_ready_timeout_fires_from_the_engine_timer(
-    bus: Bus, admission: Running, events: EventLog
+    bus: Bus, admission: Running, events: EventLog, told_by: str
 ) -> None:
     configuration = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta1",
@@ -187,7 +198,7 @@ async def test_pods_ready_timeout_fires_from_the_engine_timer(
     await publish(bus, submitted(workload("quick")))
     await events.wait_for("admitted", workload="ns/quick")
     # Applied in stream order: quick's pods are ready before slow is even admitted.
-    await publish(bus, fact("pods_ready", "ns/quick"), submitted(workload("slow")))
+    await publish(bus, ready("ns/quick", told_by), submitted(workload("slow")))
     evicted = await events.wait_for("evicted", workload="ns/slow", timeout_s=5)
     assert evicted.evicted.reason == "PodsReadyTimeout"
     assert evicted.cause.startswith("timer/admission/0/")  # no event caused it
@@ -195,8 +206,9 @@ async def test_pods_ready_timeout_fires_from_the_engine_timer(
     assert count(events, "evicted", "ns/quick") == 0
 
 
+@READY_TOLD_BY
 async def test_pods_ready_stored_before_wait_for_pods_ready_was_turned_on_count(
-    bus: Bus, admission: Running, events: EventLog
+    bus: Bus, admission: Running, events: EventLog, told_by: str
 ) -> None:
     """Off (Kueue's default), the replica reads no pods_ready. A Configuration turning it on
     with blockAdmission makes it rebuild, reading those stored before: quick's pods were ready,
@@ -204,7 +216,7 @@ async def test_pods_ready_stored_before_wait_for_pods_ready_was_turned_on_count(
     await basic_config(bus, cpu="4")
     await publish(bus, submitted(workload("quick")))
     await events.wait_for("admitted", workload="ns/quick")
-    await publish(bus, fact("pods_ready", "ns/quick"))
+    await publish(bus, ready("ns/quick", told_by))
     await drained(bus, "admission-0")
     configuration = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta1",
@@ -233,7 +245,7 @@ async def test_gang_rejected_evicts_and_eviction_completed_requeues(
     assert evicted.evicted.reason == "GangRejected"
     assert evicted.evicted.message == "GangTimedOut: 3 of 4 pods placed"
     await drained(bus, "admission-0")
-    assert count(events, "quota_reserved", "ns/gang") == 1  # holds its quota until stopped
+    assert count(events, "admitted", "ns/gang") == 1  # holds its quota until stopped
     await publish(bus, fact("eviction_completed", "ns/gang"))
     await events.wait_for("requeued", workload="ns/gang")
 

@@ -54,7 +54,7 @@ async def test_quota_freed_for_a_waiting_preemptor_stays_its_own(
         await publish(bus, fact("eviction_completed", victims[1]))
         await events.wait_for("admitted", workload="ns/urgent")
 
-        assert events.matching("quota_reserved", workload="ns/waiting") == []
+        assert events.matching("admitted", workload="ns/waiting") == []
         assert len(events.matching("preemption_requested", workload="ns/urgent")) == 1
         assert events.matching("evicted", workload="ns/low1") == []
     finally:
@@ -96,7 +96,7 @@ async def test_a_cohort_cycle_stops_every_queue_on_it(
                 "Suspended",
                 f"ClusterQueue {cq} is inactive",
             )
-        assert events.matching("quota_reserved") == []
+        assert events.matching("admitted") == []
     finally:
         await admission.stop()
 

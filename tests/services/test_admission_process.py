@@ -105,7 +105,7 @@ async def test_sigkilled_process_is_replaced_without_losing_or_repeating_admissi
         await publish(bus, fact("finished", "ns/p3"), submitted(workload("last", cpu="1")))
         await events.wait_for("admitted", workload="ns/last")
         for i in range(6):
-            assert count(events, "quota_reserved", f"ns/p{i}") == 1, i
+            assert count(events, "admitted", f"ns/p{i}") == 1, i
 
         second.proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(second.proc.wait(), 15) == 0

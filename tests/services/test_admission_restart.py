@@ -51,7 +51,6 @@ async def test_restart_keeps_admissions_and_admits_pending_ones_later(
         await events.wait_for("admitted", workload="ns/w7")
         await drained(bus, "admission-0")
         for n in [*names, "w7"]:
-            assert count(events, "quota_reserved", f"ns/{n}") == 1, n
             assert count(events, "admitted", f"ns/{n}") == 1, n
     finally:
         await second.stop()
@@ -65,7 +64,7 @@ async def test_kill_during_a_burst_loses_nothing_and_admits_nothing_twice(
     await basic_config(bus, cpu="10")
     names = [f"b{i:02d}" for i in range(30)]
     await publish(bus, *(submitted(workload(n, cpu="1")) for n in names))
-    await events.wait_for("quota_reserved")
+    await events.wait_for("admitted")
     await first.kill()  # somewhere in the middle of the burst
 
     second = await start_admission(bus_config)
@@ -81,7 +80,7 @@ async def test_kill_during_a_burst_loses_nothing_and_admits_nothing_twice(
             finished |= set(wave)
         await drained(bus, "admission-0")
         for n in names:
-            assert count(events, "quota_reserved", f"ns/{n}") == 1, n
+            assert count(events, "admitted", f"ns/{n}") == 1, n
     finally:
         await second.stop()
 
@@ -120,11 +119,11 @@ async def test_a_restarted_replica_keeps_a_route_and_announces_nothing_twice(
             "cpu": "4"
         }
         await drained(bus, "admission-0")
-        for kind in ("routed", "pending", "quota_reserved", "admitted"):
+        for kind in ("routed", "pending", "admitted"):
             assert count(events, kind, "ns/light") == 1, kind
         for key in ("ns/native", *(f"ns/g{i}" for i in range(4))):
             assert count(events, "routed", key) == 0, key
-            assert count(events, "quota_reserved", key) <= 1, key
+            assert count(events, "admitted", key) <= 1, key
     finally:
         await second.stop()
 
@@ -156,6 +155,7 @@ async def test_a_replica_killed_between_reserving_and_admitting_is_followed_by_a
         await second.wait_serving()
         admitted = await events.wait_for("admitted", workload="ns/a")
         assert admitted.admitted.admission.cluster_queue == "cq"
+        assert not admitted.admitted.with_reservation  # the reservation was told already
         await publish(bus, submitted(workload("b", cpu="2")))
         await events.wait_for("pending", workload="ns/b")  # ns/a holds 3 of 4, once
         assert count(events, "quota_reserved", "ns/a") == 1

@@ -43,15 +43,15 @@ async def test_second_replica_of_a_shard_waits_for_the_lease_and_takes_over(
         await events.wait_for("admitted", workload="ns/a")
         await drained(bus, "admission-0")
         assert not second.health.serving  # still waiting for the lease
-        assert count(events, "quota_reserved", "ns/a") == 1
+        assert count(events, "admitted", "ns/a") == 1
 
         await first.kill()
         await second.wait_serving()
         await publish(bus, submitted(workload("b", cpu="1")))
         await events.wait_for("admitted", workload="ns/b")
         await drained(bus, "admission-0")
-        assert count(events, "quota_reserved", "ns/a") == 1
-        assert count(events, "quota_reserved", "ns/b") == 1
+        assert count(events, "admitted", "ns/a") == 1
+        assert count(events, "admitted", "ns/b") == 1
     finally:
         await second.stop()
         await first.stop()
@@ -88,7 +88,7 @@ async def test_two_shards_decide_their_own_cohort_trees(
         for durable in ("admission-0", "admission-1"):
             await drained(bus, durable)
         for key in ("ns/in-alpha", "ns/in-beta"):
-            assert count(events, "quota_reserved", key) == 1
+            assert count(events, "admitted", key) == 1
         assert count(events, "pending", "ns/nowhere") == 1
 
         # The missing LocalQueue appears, in tree alpha: shard 1 adopts the workload.
@@ -139,7 +139,7 @@ async def test_a_shard_routes_only_to_alternatives_in_its_own_trees_and_says_so(
             await drained(bus, durable)
         assert [e.source for e in events.seen if e.workload == "ns/light"][1:] == [
             "admission/0"
-        ] * 3  # routed, quota_reserved, admitted: from shard 0 only
+        ] * 2  # routed, admitted (with its reservation): from shard 0 only
     finally:
         for r in replicas:
             await r.stop()

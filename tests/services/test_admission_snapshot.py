@@ -25,6 +25,7 @@ from muster.admission.rebuild import SNAPSHOTS_BUCKET
 from muster.admission.snapshot import SEQUENCE_HEADER
 from muster.api.model import KueueConfig, WaitForPodsReadyConfig
 from muster.bus import EVENTS_STREAM, Bus, BusConfig
+from muster.contracts.v1 import events_pb2 as pb
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -84,17 +85,17 @@ async def test_a_running_workload_keeps_its_quota_after_its_events_left_the_stre
         assert pending.pending.reason == "WaitingForQuota"
         assert "insufficient unused quota for cpu in flavor default" in pending.pending.message
         await drained(bus, "admission-0")
-        assert count(events, "quota_reserved", "ns/b") == 0
+        assert count(events, "admitted", "ns/b") == 0
 
         await publish(bus, fact("finished", "ns/a"))
         await events.wait_for("admitted", workload="ns/c")  # it waited longer than B
         await drained(bus, "admission-0")
-        assert count(events, "quota_reserved", "ns/b") == 0
+        assert count(events, "admitted", "ns/b") == 0
         await publish(bus, fact("finished", "ns/c"))
         await events.wait_for("admitted", workload="ns/b")
         await drained(bus, "admission-0")
         for key in ("ns/a", "ns/b", "ns/c"):
-            assert count(events, "quota_reserved", key) == 1, key  # none decided twice
+            assert count(events, "admitted", key) == 1, key  # none decided twice
     finally:
         await second.stop()
 
@@ -200,8 +201,9 @@ async def test_a_replica_that_stops_leaves_a_snapshot_of_everything_it_applied(
     assert (await snapshot_sequence(bus) or 0) >= admitted.sequence
 
 
+@pytest.mark.parametrize("told_by", ["running", "pods_ready"])  # today's, and before
 async def test_pods_ready_left_out_of_a_snapshot_count_for_a_replica_started_waiting_for_them(
-    bus: Bus, bus_config: BusConfig, events: EventLog
+    bus: Bus, bus_config: BusConfig, events: EventLog, told_by: str
 ) -> None:
     """A replica with waitForPodsReady off (Kueue's default) reads no `pods_ready`, and its
     snapshot holds none. Restarted with it on and blockAdmission, the replica reads them from
@@ -212,7 +214,8 @@ async def test_pods_ready_left_out_of_a_snapshot_count_for_a_replica_started_wai
     await basic_config(bus, cpu="2")
     await publish(bus, submitted(workload("a", cpu="1")))
     await events.wait_for("admitted", workload="ns/a")
-    ready = await bus.publish(fact("pods_ready", "ns/a"))
+    told = pb.WorkloadRunning(pods_ready=True) if told_by == "running" else None
+    ready = await bus.publish(fact(told_by, "ns/a", told))
     await drained(bus, "admission-0")
     await snapshot_written(bus, at_least=ready)
     await first.kill()

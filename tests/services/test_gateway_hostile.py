@@ -67,7 +67,7 @@ async def test_a_submitted_status_admission_is_not_taken_as_admitted(
         (await events.wait_for("submitted", workload="ns/greedy")).submitted.manifest_json
     )
     assert pending.pending.reason == "ExceedsMaxQuota" or "1000" in pending.pending.message
-    assert events.matching("quota_reserved", workload="ns/greedy") == []
+    assert events.matching("admitted", workload="ns/greedy") == []
 
 
 async def test_quota_set_4_then_0_then_4_ends_at_4(
@@ -190,7 +190,6 @@ async def test_a_workload_submitted_twice_in_two_calls_runs_once(
     assert [(o.key, o.outcome) for o in second.objects] == [("ns/once", "exists")]
     assert list(second.warnings) == ["Workload/ns/once: already exists; left as it is"]
     assert len(events.matching("submitted", workload="ns/once")) == 1
-    assert len(events.matching("quota_reserved", workload="ns/once")) == 1
     assert len(events.matching("admitted", workload="ns/once")) == 1
     assert [(w.key, w.status) for w in listed.items] == [("ns/once", "ADMITTED")]
 

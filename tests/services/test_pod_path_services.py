@@ -57,8 +57,8 @@ async def test_admitted_gang_of_three_is_started_permitted_bound_run_and_finishe
     assert {b.node for b in permitted.gang_permitted.bindings} == {"a", "b"}
     bound = await stack.events.wait_for("bound", workload=key)
     assert bound.cause == permitted.event_id
-    await stack.events.wait_for("running", workload=key)
-    await stack.events.wait_for("pods_ready", workload=key)
+    running = await stack.events.wait_for("running", workload=key)
+    assert running.running.pods_ready  # every pod ready as it started: no pods_ready follows
     finished = await stack.events.wait_for("finished", workload=key)
     assert finished.finished.succeeded
     noise = ("workload.pods_pending", "workload.gang_waiting")  # as the pods appear one by one
@@ -69,7 +69,6 @@ async def test_admitted_gang_of_three_is_started_permitted_bound_run_and_finishe
         "workload.gang_permitted",
         "workload.bound",
         "workload.running",
-        "workload.pods_ready",
         "workload.finished",
     ]
     placed = sorted(b.node for b in permitted.gang_permitted.bindings)
@@ -248,11 +247,11 @@ async def test_pods_only_pending_cost_the_watcher_no_mark_until_they_run(stack: 
     assert await marks.get(mark_key) is None
 
     await stack.backend.apply(node("a"))
-    await stack.events.wait_for("pods_ready", workload=key, timeout_s=10)
+    await stack.events.wait_for("running", workload=key, timeout_s=10)
     await stack.backend.apply({**FLAVOR, "metadata": {"name": "second"}})
     await stack.events.wait_for_next("config_applied", after=applied, timeout_s=10)
     stored = await marks.get(mark_key)
     assert stored is not None
     sent = msgspec.json.decode(stored.value or b"", type=Sent)
-    assert len(sent.running) == len(sent.pods_ready) == 2
+    assert (len(sent.running), sent.pods_ready) == (2, [])  # running tells ready
     assert len(sent.pending) >= 1  # what was remembered in memory is written with them

@@ -310,8 +310,9 @@ class Ledger:
                     return True  # a late copy of what its `admitted` said already
                 _reserve(entry, fact)
             case "admitted":
-                if entry.phase is Phase.PENDING and fact.admission is not None:
-                    # Its quota_reserved, sent beside it, is not stored yet (events.md, "Order").
+                if not entry.holds_quota and fact.admission is not None:
+                    # It tells the reservation too (events.md, "Admitted with its reservation"),
+                    # as a `quota_reserved` would have.
                     _reserve(entry, fact)
                 if entry.phase is Phase.RESERVED:
                     entry.phase = Phase.ADMITTED

@@ -635,6 +635,10 @@ class AdmissionState:
             return ()
         return tuple(sorted(c for c, s in r.checks.items() if s != "Ready"))
 
+    def has_checks(self, key: WorkloadKey) -> bool:
+        r = self.engine.records.get(key)
+        return r is not None and bool(r.checks)
+
     def cluster_queue_of(self, key: WorkloadKey) -> str:
         r = self.engine.records.get(key)
         return "" if r is None else r.cluster_queue

@@ -11,8 +11,9 @@ them as it publishes them.
 Filters name event types, never every workload event: the pods' reports (`pods_pending`,
 `running`, `bound`, ...) are most of a workload's events, and a replica that received them
 would pay for every workload of every tree only to drop them. For the same reason a replica
-reads `pods_ready` only while waitForPodsReady is on (`unread_reports`): it changes nothing
-admission decides otherwise, and it was half of what a replica at 4 shards received. Its
+reads `pods_ready` and `running` (which tells pods ready as they start) only while
+waitForPodsReady is on (`unread_reports`): they change nothing admission decides otherwise, and
+they were half of what a replica at 4 shards received. Its
 snapshots say so (`Snapshot.unread`), and a replica that needs them replays them from the
 stream when it rebuilds from such a snapshot (rebuild.py); a Configuration that turns it on
 while a replica runs makes it rebuild (handlers.py, Reown).
@@ -31,16 +32,16 @@ from muster.bus.subjects import config_subject, workload_subject
 GLOBAL_FACTS: Final = ("placement_preempted",)  # read in every partition
 REPORTS: Final = tuple(f for f in WORKLOAD_FACTS if f not in GLOBAL_FACTS)
 CONFIG_SUBJECTS: Final = (config_subject("*", ">"),)
-PODS_READY: Final = "pods_ready"
+PODS_READY: Final = ("pods_ready", "running")  # a running tells pods ready too
 NO_REPORTS: Final[frozenset[str]] = frozenset()
 
 
 def unread_reports(kueue: KueueConfig | None) -> frozenset[str]:
     """The reports a replica deciding with Kueue's configuration `kueue` does not read:
-    `pods_ready` while waitForPodsReady is off (Kueue's default)."""
+    `pods_ready` and `running` while waitForPodsReady is off (Kueue's default)."""
     if kueue is not None and kueue.wait_for_pods_ready.enable:
         return NO_REPORTS
-    return frozenset((PODS_READY,))
+    return frozenset(PODS_READY)
 
 
 def _reports(unread: Collection[str]) -> list[str]:

@@ -5,8 +5,10 @@ admission does not care. `decisions_from(events, ctx)` turns what one `Engine` c
 into `Decision`s, the payloads admission publishes (docs/events.md):
 
     Pending       -> workload.pending
-    QuotaReserved -> workload.quota_reserved (admission, checks still to pass)
-    Admitted      -> workload.admitted (admission, node labels and tolerations of its flavors)
+    QuotaReserved -> workload.quota_reserved (admission, checks still to pass); none when
+                     no check is to pass and the Admitted follows: it says both
+    Admitted      -> workload.admitted (admission, node labels and tolerations of its flavors;
+                     `with_reservation` when it also tells the QuotaReserved)
     Preempted     -> workload.preemption_requested, one per preemptor, listing its victims
     Evicted       -> workload.evicted (quota held until eviction_completed)
     Deactivated   -> workload.evicted with reason "InactiveWorkload" (quota released at once)
@@ -228,6 +230,7 @@ WORKLOAD_FACTS = (
     "deleted",
     "eviction_completed",
     "pods_ready",
+    "running",  # with its pods ready (docs/events.md, "Running and ready")
     "admission_check",
     "gang_rejected",
     "requests_refused",
@@ -260,6 +263,8 @@ def fact_of(env: pb.Envelope, *, decoded: Workload | None = None) -> Fact | None
             return Stopped(key, at_s=time_s_of(env), eviction_id=named)
         case "pods_ready":
             return PodsReady(key)
+        case "running":  # ready as it started: no pods_ready follows
+            return PodsReady(key) if env.running.pods_ready else None
         case "active_changed":
             return SetActive(key, active=env.active_changed.active)
         case "admission_check":
@@ -484,7 +489,13 @@ class DecisionContext(Protocol):
 
     def admission_of(self, key: WorkloadKey) -> Admission | None: ...
 
-    def checks_of(self, key: WorkloadKey) -> Sequence[str]: ...
+    def checks_of(self, key: WorkloadKey) -> Sequence[str]:
+        """The admission checks of `key`'s reservation still to pass (not Ready)."""
+        ...
+
+    def has_checks(self, key: WorkloadKey) -> bool:
+        """Whether `key`'s reservation has any admission check, passed or not."""
+        ...
 
     def cluster_queue_of(self, key: WorkloadKey) -> str: ...
 
@@ -547,6 +558,8 @@ def decisions_from(events: Sequence[Event], ctx: DecisionContext) -> list[Decisi
                     e,
                 )
             case EventType.QUOTA_RESERVED:
+                if _admitted_at_once(events, i, ctx):
+                    continue  # its `admitted` tells both, as Kueue's one status update does
                 admission = ctx.admission_of(key)
                 if admission is None:
                     continue  # nothing held any more: a later event of this batch says why
@@ -566,6 +579,7 @@ def decisions_from(events: Sequence[Event], ctx: DecisionContext) -> list[Decisi
                     manifest_json=_copied(manifests.workload_json),
                     owner_manifest_json=_copied(manifests.owner_json),
                     origin_cluster=manifests.origin_cluster,
+                    with_reservation=i > 0 and _admitted_at_once(events, i - 1, ctx),
                 )
                 add("admitted", admitted, e)
             case EventType.PREEMPTED:
@@ -592,6 +606,22 @@ def decisions_from(events: Sequence[Event], ctx: DecisionContext) -> list[Decisi
             case _:
                 continue  # Submitted, Finished: facts others reported, not decisions
     return out
+
+
+def _admitted_at_once(events: Sequence[Event], i: int, ctx: DecisionContext) -> bool:
+    """Whether `events[i]` is a QuotaReserved of a workload with no admission check (one
+    passed in the same round, as MultiKueue's, still counts), its Admitted right after it: one
+    `admitted` then says both (docs/events.md, "Admitted with its reservation"), one event
+    fewer per workload for every reader."""
+    e = events[i]
+    if e.type is not EventType.QUOTA_RESERVED or i + 1 >= len(events):
+        return False
+    nxt = events[i + 1]
+    return (
+        nxt.type is EventType.ADMITTED
+        and nxt.object == e.object
+        and not ctx.has_checks(WorkloadKey(e.object))
+    )
 
 
 def _copied(manifest: str) -> str:

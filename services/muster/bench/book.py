@@ -1,7 +1,7 @@
 """The book section: what the gateway's workload book costs (`muster workloads`, the dashboard).
 
 A stream of N workloads, each with the events a Job's workload gets on its way (submitted,
-pending, quota_reserved, admitted, two pods_pending, bound of 4 pods, running; half of them
+pending, admitted (with its reservation), two pods_pending, bound of 4 pods, running; half of them
 finished), is folded into a `WorkloadBook` as the gateway's follower does at start; then one
 ListWorkloads answer over all of them is built (filter, sort, summaries). Rows: events folded
 per second, the list's time, and the book's memory per live workload (tracemalloc, so the
@@ -50,8 +50,7 @@ def stream(workloads: int) -> list[events_pb2.Envelope]:
                 queue_name="lq", owner=events_pb2.OwnerRef(kind="Job", name=f"train-{i}"))),
             ("pending", events_pb2.WorkloadPending(
                 reason="WaitingForQuota", message="1 more needed", cluster_queue="cq")),
-            ("quota_reserved", events_pb2.QuotaReserved(admission=admission)),
-            ("admitted", events_pb2.WorkloadAdmitted(admission=admission)),
+            ("admitted", events_pb2.WorkloadAdmitted(admission=admission, with_reservation=True)),
             ("pods_pending", events_pb2.PodsPending(pods=pods)),
             ("pods_pending", events_pb2.PodsPending(pods=pods[:2])),
             ("bound", events_pb2.PodsBound(bindings=bindings)),

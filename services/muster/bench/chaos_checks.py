@@ -1,7 +1,7 @@
 """The invariants `muster bench chaos` checks, folded from what was recorded. Pure.
 
 `EventBook` reads the event stream in order: every workload finished once, never admitted twice
-without an eviction between, and admission's books (quota held from `quota_reserved` until
+without an eviction between, and admission's books (quota held from its reservation until
 the completion of its current eviction, `requeued`, `pending`, `finished` or `deleted`) within
 each cohort's quota after every event.
 `ClusterBook` reads the simulated cluster's changes in revision order: the pods bound and not
@@ -72,7 +72,7 @@ class EventBook:
                 if key in self._admitted:
                     self.twice_admitted.add(key)
                 self._admitted.add(key)
-                if key not in self._holds:  # its quota_reserved is stored after it
+                if key not in self._holds:  # admitted with its reservation (docs/events.md)
                     self._hold(key, env.admitted.admission, at=env.sequence)
                 pods = sum(a.count for a in env.admitted.admission.pod_set_assignments)
                 self.admissions[key] = self.admissions.get(key, 0) + pods

@@ -13,9 +13,9 @@ no pods at all.
 Wall time is from the schedule's start to the last `finished` event. Submit->admitted runs from
 the workload's planned arrival (so a client falling behind counts against the row) to its first
 `admitted` event. Mean usage while work waits is `bench admission`'s (`muster.bench.metrics`),
-read from the stored events: quota held from `quota_reserved` until `eviction_completed` or
-`finished`, waiting from the Submit until `quota_reserved`. Lost: planned workloads that never
-finished (the run waits for every one, up to a timeout).
+read from the stored events: quota held from its reservation (`quota_reserved`, or an `admitted`
+with it) until `eviction_completed` or `finished`, waiting from the Submit until then. Lost:
+planned workloads that never finished (the run waits for every one, up to a timeout).
 """
 
 from __future__ import annotations

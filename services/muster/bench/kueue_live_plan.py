@@ -27,7 +27,8 @@ WARM_UP_NAMESPACE: Final = "warm-up"
 WARM_UP_KEY: Final = f"{WARM_UP_NAMESPACE}/warm-up"
 
 # Live event -> the simulator's event the metrics read. Quota is held from `quota_reserved`
-# until `eviction_completed` (admission releases it then, not at `evicted`) or `finished`.
+# (or an `admitted` with its reservation, `as_sim_events`) until `eviction_completed`
+# (admission releases it then, not at `evicted`) or `finished`.
 LIVE_TYPES: Final[Mapping[str, EventType]] = {
     "quota_reserved": EventType.QUOTA_RESERVED,
     "eviction_completed": EventType.EVICTED,
@@ -147,12 +148,22 @@ class LiveEvent(msgspec.Struct, frozen=True):
 
 
 def as_sim_events(events: Sequence[LiveEvent], *, start_ns: int) -> list[Event]:
-    """The events the metrics read, in time order, timed in seconds from `start_ns`."""
-    out = [
-        Event(time=(e.time_ns - start_ns) / 1e9, type=LIVE_TYPES[e.type], object=e.workload)
-        for e in events
-        if e.type in LIVE_TYPES
-    ]
+    """The events the metrics read, in time order, timed in seconds from `start_ns`.
+
+    `events` in stream order: an `admitted` of a workload holding no quota is admitted with its
+    reservation (docs/events.md), so it is read as the QuotaReserved too."""
+    holding: set[str] = set()
+    out = []
+    for e in events:
+        read = LIVE_TYPES.get(e.type)
+        if e.type == "admitted" and e.workload not in holding:
+            read = EventType.QUOTA_RESERVED
+        if read is EventType.QUOTA_RESERVED:
+            holding.add(e.workload)
+        elif read in (EventType.EVICTED, EventType.FINISHED):
+            holding.discard(e.workload)
+        if read is not None:
+            out.append(Event(time=(e.time_ns - start_ns) / 1e9, type=read, object=e.workload))
     out.sort(key=lambda e: e.time)  # stable: stream order on ties
     return out
 

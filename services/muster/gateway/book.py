@@ -234,11 +234,15 @@ def _pending(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
 
 def _quota_reserved(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
     admission = env.quota_reserved.admission
-    message = f"Quota reserved in ClusterQueue {admission.cluster_queue}"
-    e.condition("QuotaReserved", True, "QuotaReserved", message, env.time_unix_nano)
     if "Admitted" in e.conditions:
-        return  # stored after its admitted (docs/events.md, "Order"): the status stands
+        return  # stored after its admitted (docs/events.md, "Order"), which said it
+    _reserve(e, admission, env.time_unix_nano)
     e.summary.status = RESERVED
+
+
+def _reserve(e: Entry, admission: events_pb2.Admission, at: int) -> None:
+    message = f"Quota reserved in ClusterQueue {admission.cluster_queue}"
+    e.condition("QuotaReserved", True, "QuotaReserved", message, at)
     e.summary.cluster_queue = admission.cluster_queue
     e.summary.reason = e.summary.message = ""
     e.admission = admission
@@ -247,6 +251,10 @@ def _quota_reserved(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None
 
 def _admitted(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
     admission = env.admitted.admission
+    reserved = e.conditions.get("QuotaReserved")
+    if reserved is None or reserved.status != "True":
+        # Admitted with its reservation (docs/events.md): it tells the QuotaReserved too.
+        _reserve(e, admission, env.time_unix_nano)
     e.summary.status = ADMITTED
     e.summary.cluster_queue = admission.cluster_queue
     e.summary.admitted_unix_nano = env.time_unix_nano
@@ -323,6 +331,11 @@ def _pods_ready(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
     e.condition("PodsReady", True, "PodsReady", "All pods are ready", env.time_unix_nano)
 
 
+def _running(book: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
+    if env.running.pods_ready:  # ready as they started (docs/events.md, "Running and ready")
+        _pods_ready(book, e, env)
+
+
 def _finished(book: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
     f = env.finished
     e.summary.status = FINISHED
@@ -353,6 +366,7 @@ _HANDLERS: Final[dict[str, _Handler]] = {
     "gang_permitted": _gang_permitted,
     "gang_rejected": _gang_rejected,
     "pods_ready": _pods_ready,
+    "running": _running,
     "finished": _finished,
     "admission_check": _admission_check,
 }

@@ -68,7 +68,10 @@ def _admission(env: events_pb2.Envelope) -> str:
         {f"{r}={f}" for ps in admission.pod_set_assignments for r, f in ps.flavors.items()}
     )
     where = f" in cluster {env.cluster}" if field == "admitted" else ""
-    return f"ClusterQueue {admission.cluster_queue}{where}: {' '.join(flavors)}".rstrip(": ")
+    line = f"ClusterQueue {admission.cluster_queue}{where}: {' '.join(flavors)}".rstrip(": ")
+    # Admitted with its reservation: the one line tells the QuotaReserved a `quota_reserved`
+    # told before (docs/events.md).
+    return f"quota reserved and admitted: {line}" if env.admitted.with_reservation else line
 
 
 def _routed(env: events_pb2.Envelope) -> str:
@@ -180,7 +183,7 @@ _FORMATS: Final[dict[str, Callable[[events_pb2.Envelope], str]]] = {
     "requests_refused": lambda env: f"requests refused: {env.requests_refused.message}",
     "eviction_completed": lambda _: "pods stopped",
     "eviction_dropped": lambda _: "a late eviction of an earlier workload of this name: dropped",
-    "running": lambda _: "pods running",
+    "running": lambda env: "pods running and ready" if env.running.pods_ready else "pods running",
     "pods_ready": lambda _: "all pods ready",
     "deleted": lambda _: "deleted",
     "config_applied": _config,

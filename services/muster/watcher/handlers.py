@@ -4,7 +4,7 @@ Config objects and Namespaces → config.applied/deleted; queued Jobs and Kueue 
 workload.submitted/deleted (a Job first gets its Kueue Workload on Kubernetes) and a Job's end
 → finished; a MultiKueue copy's status → copy_status; what check controllers write into any
 Kueue Workload's `status.admissionChecks` → admission_check; pods of a workload →
-pods_pending, running, pods_ready, finished.
+pods_pending, running (with their readiness), finished.
 Each event id is derived from the fact (`Outgoing.id_key`), and what was sent is remembered in
 `MUSTER_WATCHER` (`Marks`), so no fact is published twice, across restarts too. Handlers do no
 I/O of their own (but a Job's Kueue Workload): events go to the batch's `Outbox` and marks are

@@ -165,11 +165,12 @@ def due_events(
     """The events now due for `workload`, in the order to publish them.
 
     - unbound Pending pods → pods_pending listing all of them (once per set);
-    - every pod Running or Succeeded → running, then pods_ready (once per pod);
+    - every pod Running or Succeeded → running, which says they are ready too (`pods_ready`
+      set: a pod's phase is what tells readiness here, so no separate pods_ready is due);
     - every pod Succeeded → finished{succeeded}; any Failed → finished{not succeeded}; not
       for a Job's pods, whose end the Job tells (`translate.job_finished`).
-    A workload whose pods finished before the watcher saw them run still gets running and
-    pods_ready first, so subscribers see the whole life. `after_delete`: a pod was just
+    A workload whose pods finished before the watcher saw them run still gets running (and
+    ready) first, so subscribers see the whole life. `after_delete`: a pod was just
     deleted (the workload is being stopped), so a smaller pending set is no news.
     """
     pods = sorted(pods, key=lambda p: p.key)
@@ -195,19 +196,15 @@ def due_events(
     started = all(p.phase in (RUNNING, SUCCEEDED) for p in pods)
     done = all(p.phase == SUCCEEDED for p in pods)
     if started and not uids & set(sent.running) and not uids & set(sent.finished):
-        for field, payload in (
-            ("running", events_pb2.WorkloadRunning()),
-            ("pods_ready", events_pb2.PodsReady()),
-        ):
-            out.append(
-                Outgoing(
-                    field=field,
-                    payload=payload,
-                    id_key=f"{field}/{everyone}",
-                    workload=workload,
-                    partition=partition,
-                )
+        out.append(
+            Outgoing(
+                field="running",
+                payload=events_pb2.WorkloadRunning(pods_ready=True),
+                id_key=f"running/{everyone}",
+                workload=workload,
+                partition=partition,
             )
+        )
     of_job = any(p.of_job for p in pods)
     if (done or failed) and not of_job and not uids & set(sent.finished):
         if failed:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from muster.admission.state import AdmissionState
@@ -173,14 +173,16 @@ class SideBySide:
 
 
 class StoringPublisher(SideBySide):
-    """What rounds publish through, storing each envelope in order."""
+    """What rounds publish through, storing each envelope in order; its stream sequences are
+    drawn from `sequences` when given (shared with the events consumed), else 1, 2, ..."""
 
-    def __init__(self) -> None:
+    def __init__(self, sequences: Iterator[int] | None = None) -> None:
         self.stored: list[pb.Envelope] = []
+        self.sequences = sequences
 
     async def publish(self, env: pb.Envelope, **_: object) -> int:
         self.stored.append(env)
-        return len(self.stored)
+        return len(self.stored) if self.sequences is None else next(self.sequences)
 
     async def dead_letter_unstored(self, env: pb.Envelope, *, consumer: str, reason: str) -> int:
         raise AssertionError(f"{env.type} for {env.workload} refused: {reason}")

@@ -1,43 +1,29 @@
-"""A round's `quota_reserved` and `admitted` are sent together (docs/events.md, "Order"): when
-a reconnect loses the first and stores the second, the stream holds the `admitted` first, and
-perhaps a copy. Readers of the stream (a rebuild, another replica) take it as both."""
+"""A check-less admission is one `admitted` with its reservation (docs/events.md, "Admitted with
+its reservation"). Streams written before that hold a `quota_reserved` beside it: before it,
+or after it when a reconnect lost the first of the two sent together, perhaps with a copy.
+A rebuild of either reads the same state as of the stream written today."""
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Callable
 
 import pytest
 from admission_stream import applied, cluster_queue, flavor, local_queue, submitted, workload
-from snapshot_world import LiveReplica, StoredStream, rebuilt, taking_over
+from snapshot_world import LiveReplica, StoredStream, rebuilt, summary, taking_over
 
 from muster.admission.ledger import Phase
 from muster.api.model import WorkloadKey
-from muster.bus import Retry
+from muster.bus.envelope import new_event
 from muster.contracts.v1 import events_pb2 as pb
 
 pytestmark = pytest.mark.timeout(10)
 
-
-class LosingReservations(StoredStream):
-    """A reconnect loses each workload's first `quota_reserved` while its `admitted`, sent
-    right after it, is stored; the reservation is stored when sent again."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lost: set[str] = set()
-
-    async def publish(self, env: pb.Envelope, **_: object) -> int:
-        if env.type == "workload.quota_reserved" and env.workload not in self.lost:
-            self.lost.add(env.workload)
-            await asyncio.sleep(0)  # the admitted, sent after it, reaches the server first
-            raise Retry(0.0, "connection lost")
-        return self.put(env)
+KEYS = (WorkloadKey("ns/a"), WorkloadKey("ns/b"))
 
 
-async def admitted_out_of_order(names: list[str]) -> tuple[StoredStream, LiveReplica]:
-    stream = LosingReservations()
+async def written_today(names: list[str]) -> tuple[StoredStream, LiveReplica]:
+    stream = StoredStream()
     replica = LiveReplica(stream, clock=[10.0])
-    replica.rounds.retry_s = 0.0
     for manifest in (flavor(), cluster_queue(cpu="2"), local_queue()):
         stream.put(applied(manifest))
     for name in names:
@@ -46,34 +32,82 @@ async def admitted_out_of_order(names: list[str]) -> tuple[StoredStream, LiveRep
     return stream, replica
 
 
-async def test_a_live_replica_publishes_its_reservation_again_after_the_admission() -> None:
-    stream, replica = await admitted_out_of_order(["a"])
-    stored = [field for field, _ in stream.types(tuple(range(1, stream.last + 1)))]
-    decisions = [field for field in stored if field != "config_applied"]
-    assert decisions == ["submitted", "admitted", "quota_reserved"]
-    assert replica.state.ledger.entries[WorkloadKey("ns/a")].phase is Phase.ADMITTED
+def reservation_of(admitted: pb.Envelope) -> pb.Envelope:
+    """The `quota_reserved` a replica of before the change published beside `admitted`."""
+    env = new_event(
+        "quota_reserved",
+        pb.QuotaReserved(admission=admitted.admitted.admission),
+        cluster=admitted.cluster,
+        workload=admitted.workload,
+        generation=admitted.generation,
+        source=admitted.source,
+        now_ns=admitted.time_unix_nano,
+    )
+    env.submitted_id = admitted.submitted_id
+    return env
 
 
-@pytest.mark.parametrize("copies", [0, 1], ids=["reordered", "reordered-and-copied"])
-async def test_a_rebuild_reads_an_admission_stored_before_its_reservation_as_both(
-    copies: int,
+def written_before(
+    today: StoredStream, place: Callable[[pb.Envelope], list[pb.Envelope]]
+) -> StoredStream:
+    """`today`'s events with each `admitted` as an older replica stored it (`place`)."""
+    old = StoredStream()
+    for seq in range(1, today.last + 1):
+        env = today.envelope(seq)
+        env.sequence = 0
+        if env.WhichOneof("payload") != "admitted":
+            old.put(env)
+            continue
+        env.admitted.with_reservation = False
+        for stored in place(env):
+            old.put(stored)
+    return old
+
+
+def in_order(admitted: pb.Envelope) -> list[pb.Envelope]:
+    return [reservation_of(admitted), admitted]
+
+
+def reordered(admitted: pb.Envelope) -> list[pb.Envelope]:
+    return [admitted, reservation_of(admitted)]
+
+
+def reordered_and_copied(admitted: pb.Envelope) -> list[pb.Envelope]:
+    copy = pb.Envelope()
+    copy.CopyFrom(admitted)
+    copy.event_id += "-copy"  # a copy under another id: JetStream keeps both
+    return [admitted, copy, reservation_of(admitted)]
+
+
+async def test_a_replica_publishes_one_admitted_with_its_reservation() -> None:
+    stream, replica = await written_today(["a"])
+    stored = [stream.envelope(seq) for seq in range(1, stream.last + 1)]
+    decisions = [env for env in stored if env.WhichOneof("payload") != "config_applied"]
+    assert [env.WhichOneof("payload") for env in decisions] == ["submitted", "admitted"]
+    assert decisions[1].admitted.with_reservation
+    assert replica.state.ledger.entries[KEYS[0]].phase is Phase.ADMITTED
+
+
+@pytest.mark.parametrize("place", [in_order, reordered, reordered_and_copied])
+async def test_a_stream_written_before_the_change_rebuilds_the_same_state(
+    place: Callable[[pb.Envelope], list[pb.Envelope]],
 ) -> None:
-    stream, replica = await admitted_out_of_order(["a", "b"])
-    stored = map(stream.envelope, range(1, stream.last + 1))
-    admissions = [env for env in stored if env.WhichOneof("payload") == "admitted"]
-    for env in admissions[:copies]:
-        env.event_id += "-copy"
-        stream.put(env)  # a copy under another id: JetStream keeps both
-    state, _ = rebuilt(stream)
+    today, replica = await written_today(["a", "b"])
+    before = written_before(today, place)
+    assert before.last > today.last  # it holds the reservations of before
+    new_state, _ = rebuilt(today)
+    old_state, _ = rebuilt(before)
     live = replica.state.ledger.entries
-    for key in (WorkloadKey("ns/a"), WorkloadKey("ns/b")):
-        entry = state.ledger.entries[key]
-        assert entry.phase is Phase.ADMITTED
-        assert entry.admission == live[key].admission
-    taken = taking_over(state, now_s=20.0)
+    for key in KEYS:
+        assert new_state.ledger.entries[key].phase is Phase.ADMITTED
+        assert new_state.ledger.entries[key].admission == live[key].admission
+    new, old = summary(new_state), summary(old_state)
+    assert old["entries"] == new["entries"]
+    assert old["arrivals"] == new["arrivals"]
+    taken = taking_over(old_state, now_s=20.0)
     assert taken["events"] == []  # nothing decided again: no second reservation or admission
-    assert taken["phases"] == {"ns/a": "Admitted", "ns/b": "Admitted"}
+    assert taken == taking_over(new_state, now_s=20.0)
     # Their quota counts: a third workload waits.
-    stream.put(submitted(workload("c", cpu="1")))
-    rebuilt_again, _ = rebuilt(stream)
+    before.put(submitted(workload("c", cpu="1")))
+    rebuilt_again, _ = rebuilt(before)
     assert taking_over(rebuilt_again, now_s=20.0)["phases"]["ns/c"] == "Pending"

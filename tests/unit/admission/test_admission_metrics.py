@@ -3,6 +3,7 @@ counts and labels match what the rounds decided, gauges follow the engine."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -37,11 +38,12 @@ class World:
         self.state.take_ownership(now_s=0.0)
         self.now_s = 100.0
         self.metrics = AdmissionMetrics(self.registry, self.state, clock=lambda: self.now_s)
-        self.publisher = StoringPublisher()
+        # One stream: the decisions published and the events consumed share its sequences.
+        self.sequences = itertools.count(1)
+        self.publisher = StoringPublisher(self.sequences)
         self.rounds = Rounds(
             self.state, self.publisher, clock=lambda: self.now_s, metrics=self.metrics
         )
-        self.sequence = 0
         self.manifests = manifests
 
     async def configure(self) -> World:
@@ -52,8 +54,7 @@ class World:
     async def run(self, env: pb.Envelope, *, at_s: float | None = None) -> None:
         if at_s is not None:
             self.now_s = at_s
-        self.sequence += 1
-        env.sequence = self.sequence
+        env.sequence = next(self.sequences)
         await self.rounds.apply_batch([env])
         self.metrics.refresh_gauges()
 

@@ -108,10 +108,9 @@ async def test_a_failed_publish_is_retried_with_the_same_ids() -> None:
     publisher = Publisher(fail_first=2)
     rounds = Rounds(configured_state(), publisher, clock=lambda: 100.0, retry_s=0.0)
     await rounds.apply_batch([sequenced(submitted(workload("a")), 10)])
-    assert [e.type for e in publisher.stored] == ["workload.quota_reserved", "workload.admitted"]
-    reserved, admitted = (e.event_id for e in publisher.stored)
-    # Sent together (events.md, "Order"): both failed once, then each was sent again as it was.
-    assert publisher.attempts == [reserved, admitted, reserved, admitted]
+    # Admitted with its reservation (events.md): one decision, sent again as it was.
+    (admitted,) = (e.event_id for e in publisher.stored)
+    assert publisher.attempts == [admitted, admitted, admitted]
 
 
 async def test_replayed_events_are_skipped_and_unreadable_ones_rejected() -> None:
@@ -227,15 +226,15 @@ class SlowPublisher(Publisher):
         return sequence
 
 
-async def test_a_round_sends_each_workloads_reservation_and_admission_together_in_order() -> None:
+async def test_a_round_sends_every_workloads_admission_with_its_reservation_at_once() -> None:
     publisher = SlowPublisher()
     rounds = Rounds(configured_state(), publisher, clock=lambda: 100.0)
     batch = [sequenced(submitted(workload(f"w{i}")), 10 + i) for i in range(5)]
     await rounds.apply_batch(batch)
-    assert publisher.most_in_flight == 10  # no PubAck awaited between a reservation and admission
+    assert publisher.most_in_flight == 5  # one decision per workload, none waiting for another
     for i in range(5):
-        mine = [e.type for e in publisher.stored if e.workload == f"ns/w{i}"]
-        assert mine == ["workload.quota_reserved", "workload.admitted"]
+        (mine,) = [e for e in publisher.stored if e.workload == f"ns/w{i}"]
+        assert (mine.type, mine.admitted.with_reservation) == ("workload.admitted", True)
 
 
 def decision(field: str, workload: str, *checks: str) -> pb.Envelope:
@@ -284,9 +283,9 @@ async def test_a_refused_decision_leaves_no_publish_of_its_round_running() -> No
     with pytest.raises(Reown, match="fenced partition"):
         await rounds.apply_batch(batch)
 
-    # The round's ten decisions went out together; none is sent again, to land after the
-    # rebuild, and nothing is left running.
-    assert len(publisher.attempts) == 10
+    # The round's five decisions (admitted, with their reservations) went out together; none
+    # is sent again, to land after the rebuild, and nothing is left running.
+    assert len(publisher.attempts) == 5
     assert publisher.stored == []
     assert asyncio.all_tasks() == {asyncio.current_task()}
 
@@ -296,11 +295,11 @@ async def test_our_own_decisions_coming_back_run_no_round() -> None:
     rounds = Rounds(configured_state(), publisher, clock=lambda: 100.0)
     await rounds.apply_batch([sequenced(submitted(workload("a")), 10)])
     echoes = [sequenced(env, 11 + i) for i, env in enumerate(publisher.stored)]
-    assert [e.type for e in echoes] == ["workload.quota_reserved", "workload.admitted"]
+    assert [e.type for e in echoes] == ["workload.admitted"]
 
-    assert await rounds.apply_batch(echoes) == [None, None]
+    assert await rounds.apply_batch(echoes) == [None]
     assert rounds.rounds == 1  # only the submission's
-    assert rounds.state.last_sequence == 12
+    assert rounds.state.last_sequence == 11
     assert await rounds.apply_batch([]) == []  # asked for a round with no event: it runs
     assert rounds.rounds == 2
 
@@ -327,7 +326,7 @@ async def test_a_decision_jetstream_refuses_for_good_is_dead_lettered_with_why()
     publisher = Refusing("workload.admitted")
     rounds = Rounds(configured_state(), publisher, clock=lambda: 100.0, dead_letters="admission-0")
     assert await rounds.apply_batch([sequenced(submitted(workload("w")), 10)]) == [None]
-    assert publisher.of("workload.quota_reserved") == ["ns/w"]
+    assert publisher.stored == []  # its admitted told its reservation too
     ((consumer, kind, key, reason),) = publisher.dead
     assert (consumer, kind, key) == ("admission-0", "workload.admitted", "ns/w")
     assert reason == (

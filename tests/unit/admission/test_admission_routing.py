@@ -133,7 +133,7 @@ def test_a_light_workload_is_routed_to_cpu_and_admitted_there_with_its_alternati
 
     out = stream.run(state, light())
 
-    assert payloads(out) == ["routed", "quota_reserved", "admitted"]
+    assert payloads(out) == ["routed", "admitted"]
     routed = out[0].routed
     assert (routed.from_cluster_queue, routed.to_cluster_queue, routed.queue_name) == (
         "gpu",
@@ -142,7 +142,7 @@ def test_a_light_workload_is_routed_to_cpu_and_admitted_there_with_its_alternati
     )
     assert (routed.policy, routed.reason) == ("fastest", "Fastest")
     assert routed.message.startswith("routed from ClusterQueue gpu to cpu (LocalQueue cpu)")
-    admitted = out[2].admitted
+    admitted = out[1].admitted
     assert admitted.admission.cluster_queue == "cpu"
     usage = admitted.admission.pod_set_assignments[0].resource_usage
     assert dict(usage) == {"cpu": "4"}  # no GPU
@@ -157,10 +157,10 @@ def test_a_workload_on_its_declared_queue_gets_no_routed_requests_in_its_hints()
 
     out = stream.run(state, light())
 
-    assert payloads(out) == ["routed", "quota_reserved", "admitted"]
+    assert payloads(out) == ["routed", "admitted"]
     assert (out[0].routed.from_cluster_queue, out[0].routed.to_cluster_queue) == ("gpu", "gpu")
-    assert out[2].admitted.admission.cluster_queue == "gpu"
-    (hint,) = out[2].admitted.hints
+    assert out[1].admitted.admission.cluster_queue == "gpu"
+    (hint,) = out[1].admitted.hints
     assert (dict(hint.requests), dict(hint.annotations)) == ({}, {})
 
 
@@ -183,10 +183,8 @@ def test_the_default_policy_applies_where_the_cluster_queue_names_none(
     out = stream.run(state, light())
 
     assert ("routed" in payloads(out)) is routed
-    reserved = stream.of("quota_reserved", LIGHT)
-    assert [e.quota_reserved.admission.cluster_queue for e in reserved] == (
-        ["cpu"] if routed else []
-    )
+    admitted = stream.of("admitted", LIGHT)
+    assert [e.admitted.admission.cluster_queue for e in admitted] == (["cpu"] if routed else [])
 
 
 def test_rebuild_puts_a_routed_workload_back_without_announcing_it_again() -> None:
@@ -203,7 +201,7 @@ def test_rebuild_puts_a_routed_workload_back_without_announcing_it_again() -> No
     assert rebuilt.engine.records[LIGHT].cluster_queue == "cpu"
 
     finished = stream.run(rebuilt, reported("finished", "ns/native", at_s=12.0), now_s=12.0)
-    assert payloads(finished) == ["quota_reserved", "admitted"]
+    assert payloads(finished) == ["admitted"]
     assert finished[-1].admitted.admission.cluster_queue == "cpu"
     assert len(stream.of("routed", LIGHT)) == 1
 
@@ -232,10 +230,10 @@ def test_rebuild_announces_a_route_a_dead_replica_never_published() -> None:
         light(),
         publish=False,  # died before publishing
     )
-    assert payloads(out) == ["routed", "quota_reserved", "admitted"]
+    assert payloads(out) == ["routed", "admitted"]
 
     rebuilt = stream.rebuild()
-    assert caught_up(rebuilt, now_s=12.0) == ["routed", "quota_reserved", "admitted"]
+    assert caught_up(rebuilt, now_s=12.0) == ["routed", "admitted"]
 
 
 # crc32 puts the cohort trees "cq/gpu" and "cq/cpu" in shard 0 of 2, "cq/l40" in shard 1.
@@ -269,7 +267,6 @@ def test_a_shard_routes_only_among_its_own_trees_and_says_which_it_left_out() ->
 
     assert [(e.source, e.WhichOneof("payload")) for e in out if e.workload == LIGHT] == [
         ("admission/0", "routed"),
-        ("admission/0", "quota_reserved"),
         ("admission/0", "admitted"),
     ]
     routed = out[0].routed
@@ -309,7 +306,7 @@ def refused() -> pb.Envelope:
 def routed_to_cpu_then_refused(stream: Stream, state: AdmissionState) -> list[pb.Envelope]:
     gpu_and_cpu(stream, state)
     busy_gpu(stream, state)
-    assert payloads(stream.run(state, light())) == ["routed", "quota_reserved", "admitted"]
+    assert payloads(stream.run(state, light())) == ["routed", "admitted"]
     return stream.run(state, refused(), now_s=11.0)
 
 

@@ -99,7 +99,6 @@ async def test_keeps_a_live_workloads_events_and_its_own_decisions_echoes() -> N
             *CONFIGURED,
             ("submitted", "ns/a"),
             ("submitted", "ns/b"),
-            ("quota_reserved", "ns/a"),
             ("admitted", "ns/a"),
             ("pending", "ns/b"),
         ]
@@ -145,7 +144,6 @@ async def test_a_workload_that_finished_or_was_deleted_leaves_the_log(end: str) 
             *CONFIGURED,
             ("submitted", "ns/b"),
             ("pending", "ns/b"),
-            ("quota_reserved", "ns/b"),
             ("admitted", "ns/b"),
         ]
     )

@@ -42,7 +42,6 @@ def test_round_reserves_admits_and_pends_with_kueues_message() -> None:
     stream, state = Stream(), owning()
     configured(stream, state)
     assert kinds(stream.run(state, submitted(workload("a", cpu="3")))) == [
-        ("quota_reserved", "ns/a"),
         ("admitted", "ns/a"),
     ]
     (pending,) = stream.run(state, submitted(workload("b", cpu="2")))
@@ -51,7 +50,6 @@ def test_round_reserves_admits_and_pends_with_kueues_message() -> None:
         "insufficient unused quota for cpu in flavor default, 1 more needed"
     )
     assert kinds(stream.run(state, reported("finished", "ns/a"))) == [
-        ("quota_reserved", "ns/b"),
         ("admitted", "ns/b"),
     ]
 
@@ -104,7 +102,7 @@ def test_decisions_about_a_deleted_workload_do_not_admit_the_one_submitted_after
     deleted = stream.append(reported("deleted", "ns/a"))
     again = stream.append(submitted(workload("a", cpu="3"), at_s=2))  # more than the quota
     # The replica decides about the first `a` before it reads the rest: stored after them.
-    assert kinds(stream.run(live, first)) == [("quota_reserved", "ns/a"), ("admitted", "ns/a")]
+    assert kinds(stream.run(live, first)) == [("admitted", "ns/a")]
     stream.run(live, deleted)
     assert kinds(stream.run(live, again)) == [("pending", "ns/a")]
 
@@ -129,7 +127,6 @@ def test_rebuilt_preemptor_waits_for_its_victim_instead_of_preempting_again() ->
     assert rebuilt.take_ownership(now_s=20.0) == []
     assert kinds(stream.run(rebuilt, reported("eviction_completed", victim))) == [
         ("requeued", victim),
-        ("quota_reserved", "ns/urgent"),
         ("admitted", "ns/urgent"),
         ("pending", victim),
     ]
@@ -169,7 +166,7 @@ def test_rebuild_decides_what_a_dead_replica_never_published() -> None:
     configured(stream, live)
     stream.run(live, submitted(workload("a", cpu="2")))
     lost = stream.run(live, submitted(workload("b", cpu="2")), publish=False)
-    assert kinds(lost) == [("quota_reserved", "ns/b"), ("admitted", "ns/b")]
+    assert kinds(lost) == [("admitted", "ns/b")]
 
     rebuilt = stream.rebuild()
     caught_up = rebuilt.take_ownership(now_s=20.0)
@@ -274,7 +271,6 @@ def test_each_shard_decides_only_its_own_tree_and_adopts_moved_workloads() -> No
         everywhere(applied(manifest))
     decided = everywhere(submitted(workload("w")))
     assert [(e.source, e.WhichOneof("payload")) for e in decided] == [
-        ("admission/0", "quota_reserved"),
         ("admission/0", "admitted"),
     ]
     assert shards[0].adopted == {"ns/w"}
@@ -287,7 +283,7 @@ def test_each_shard_decides_only_its_own_tree_and_adopts_moved_workloads() -> No
     assert shards[1].adopted == {"ns/w"}
     assert shards[1].engine.holds_quota(WorkloadKey("ns/w"))
     assert not shards[0].engine.holds_quota(WorkloadKey("ns/w"))
-    assert kinds(stream.of("quota_reserved")) == [("quota_reserved", "ns/w")]
+    assert kinds(stream.of("admitted")) == [("admitted", "ns/w")]  # told once
 
 
 def test_a_stopped_workload_stays_inactive_through_a_rebuild_and_resumes_after_it() -> None:
@@ -302,7 +298,7 @@ def test_a_stopped_workload_stays_inactive_through_a_rebuild_and_resumes_after_i
     )
     assert stream.run(live, reported("eviction_completed", "ns/a")) == []  # not requeued
     waiting = stream.run(live, submitted(workload("b", cpu="3")))
-    assert kinds(waiting) == [("quota_reserved", "ns/b"), ("admitted", "ns/b")]
+    assert kinds(waiting) == [("admitted", "ns/b")]
 
     rebuilt = stream.rebuild()
     assert rebuilt.take_ownership(now_s=20.0) == []

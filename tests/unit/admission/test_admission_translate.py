@@ -79,8 +79,13 @@ class Context:
     def admission_of(self, key: WorkloadKey) -> Admission | None:
         return ADMISSION
 
+    checks: tuple[str, ...] = ("prov",)
+
     def checks_of(self, key: WorkloadKey) -> Sequence[str]:
-        return ("prov",)
+        return self.checks
+
+    def has_checks(self, key: WorkloadKey) -> bool:
+        return bool(self.checks)
 
     def cluster_queue_of(self, key: WorkloadKey) -> str:
         return "cq"
@@ -303,6 +308,31 @@ def test_placement_hints_are_the_assigned_flavors_labels_and_tolerations() -> No
     assert not empty.tolerations
 
 
+def test_a_check_less_reservation_is_told_by_its_admitted_alone() -> None:
+    ctx = Context()
+    ctx.checks = ()
+    reserved_then_admitted = [
+        event(EventType.QUOTA_RESERVED, "ns/a"),
+        event(EventType.ADMITTED, "ns/a"),
+    ]
+    (admitted,) = decisions_from(reserved_then_admitted, ctx)
+    assert admitted.field == "admitted"
+    assert isinstance(admitted.payload, pb.WorkloadAdmitted)
+    assert admitted.payload.with_reservation
+    # Reserved only (its admission comes in a later round): told as before.
+    (reserved,) = decisions_from(reserved_then_admitted[:1], ctx)
+    assert reserved.field == "quota_reserved"
+    # An admission with checks: both, the admitted without the reservation.
+    checked = decisions_from(reserved_then_admitted, Context())
+    assert [d.field for d in checked] == ["quota_reserved", "admitted"]
+    assert isinstance(checked[1].payload, pb.WorkloadAdmitted)
+    assert not checked[1].payload.with_reservation
+    # Admitted later, after its checks passed: no reservation to tell.
+    (later,) = decisions_from(reserved_then_admitted[1:], ctx)
+    assert isinstance(later.payload, pb.WorkloadAdmitted)
+    assert not later.payload.with_reservation
+
+
 def test_envelope_ids_are_deterministic_per_cause() -> None:
     cause = submitted(workload("a"))
     decisions = decisions_from(
@@ -340,6 +370,8 @@ def test_admission_reads_exactly_the_events_it_reads(field: str, stored: str) ->
     event_type = EVENT_TYPES[field]
     env = pb.Envelope(type=event_type, cluster="local", workload="ns/w", partition=partition)
     getattr(env, field).SetInParent()
+    if field == "running":
+        env.running.pods_ready = True  # ready as they started: a PodsReady
     try:
         reads = fact_of(env) is not None or field in _READ_ELSEWHERE
     except FactError:  # an empty manifest: read, and found wanting
@@ -364,13 +396,14 @@ def test_a_replica_reads_only_its_partitions_reports() -> None:
 
 @pytest.mark.parametrize("waits", [False, True], ids=["waitForPodsReady-off", "on"])
 @pytest.mark.parametrize("partition", ["2", ""], ids=["in-its-partition", "before-partitions"])
+@pytest.mark.parametrize("field", ["pods_ready", "running"])
 def test_a_replica_reads_pods_ready_only_while_it_waits_for_pods(
-    waits: bool, partition: str
+    waits: bool, partition: str, field: str
 ) -> None:
     kueue = KueueConfig(wait_for_pods_ready=WaitForPodsReadyConfig(enable=waits))
     unread = unread_reports(kueue)
-    env = pb.Envelope(type="workload.pods_ready", cluster="c", workload="ns/w", partition=partition)
-    env.pods_ready.SetInParent()
+    env = pb.Envelope(type=EVENT_TYPES[field], cluster="c", workload="ns/w", partition=partition)
+    getattr(env, field).SetInParent()
     for filters in (consumer_subjects([2], unread=unread), replay_subjects([2], unread=unread)):
         assert any(subject_matches(f, subject_of(env)) for f in filters) == waits
     assert unread_reports(None) == unread_reports(KueueConfig())  # Kueue's default: off

@@ -90,6 +90,32 @@ def test_live_events_become_the_simulators_timed_from_the_start() -> None:
     assert rest == list(PLAN.workloads[1:])
 
 
+def test_an_admission_with_its_reservation_holds_quota_as_a_reservation_did() -> None:
+    def at(s: float) -> int:
+        return int(s * 1e9)
+
+    def story(*admission: str) -> list[LiveEvent]:
+        """One workload admitted, evicted, requeued and admitted again, in stream order."""
+        return [
+            *(LiveEvent(t, "ns/a", at(0.5)) for t in admission),
+            LiveEvent("evicted", "ns/a", at(1.0)),
+            LiveEvent("eviction_completed", "ns/a", at(1.2)),
+            LiveEvent("requeued", "ns/a", at(1.2)),
+            *(LiveEvent(t, "ns/a", at(2.0)) for t in admission),
+            LiveEvent("finished", "ns/a", at(3.0)),
+        ]
+
+    now = as_sim_events(story("admitted"), start_ns=0)
+    assert [(e.time, e.type) for e in now] == [
+        (0.5, EventType.QUOTA_RESERVED),
+        (1.2, EventType.EVICTED),
+        (1.2, EventType.REQUEUED),
+        (2.0, EventType.QUOTA_RESERVED),
+        (3.0, EventType.FINISHED),
+    ]
+    assert as_sim_events(story("quota_reserved", "admitted"), start_ns=0) == now  # before
+
+
 def test_stages_count_only_workloads_never_evicted_and_subtract_the_run_time() -> None:
     small, medium = [wl for wl in PLAN.workloads if wl.cluster_queue == "cq-0-0"][:2]
     ms = 1_000_000

@@ -77,6 +77,59 @@ def test_an_admission_stored_before_its_reservation_stays_admitted(copies: int) 
     }
 
 
+def conditions_of(book: WorkloadBook) -> dict[str, tuple[str, str, str]]:
+    (entry,) = book.find("ml", "train")
+    return {c.type: (c.status, c.reason, c.message) for c in entry.conditions.values()}
+
+
+def test_an_admission_with_its_reservation_reads_as_the_two_events_did() -> None:
+    pending = env("pending", events_pb2.WorkloadPending(reason="WaitingForQuota"))
+    reserved = env("quota_reserved", events_pb2.QuotaReserved(admission=admission()))
+    admitted = events_pb2.WorkloadAdmitted(admission=admission())
+    both = events_pb2.WorkloadAdmitted(admission=admission(), with_reservation=True)
+    written_before = book_of(submitted(), pending, reserved, env("admitted", admitted))
+    written_now = book_of(submitted(), pending, env("admitted", both))
+    (before,), (now,) = written_before.find("ml", "train"), written_now.find("ml", "train")
+    assert (now.summary.status, now.summary.cluster_queue) == ("ADMITTED", "cq")
+    assert (now.summary.reason, now.summary.message) == ("", "")
+    for entry in (now, before):  # their times are the events', which differ
+        entry.summary.ClearField("submitted_unix_nano")
+        entry.summary.ClearField("admitted_unix_nano")
+    assert now.summary == before.summary
+    assert conditions_of(written_now) == conditions_of(written_before)
+    assert conditions_of(written_now)["QuotaReserved"] == (
+        "True",
+        "QuotaReserved",
+        "Quota reserved in ClusterQueue cq",
+    )
+    # Evicted, its pods stopped, admitted again (elsewhere): reserved again, Evicted gone.
+    for book in (written_before, written_now):
+        book.apply(env("evicted", events_pb2.WorkloadEvicted(reason="Preempted")))
+        book.apply(env("eviction_completed", events_pb2.EvictionCompleted()))
+        assert conditions_of(book)["QuotaReserved"][:2] == ("False", "Evicted")
+    written_before.apply(env("quota_reserved", events_pb2.QuotaReserved(admission=admission("b"))))
+    written_before.apply(env("admitted", events_pb2.WorkloadAdmitted(admission=admission("b"))))
+    again = events_pb2.WorkloadAdmitted(admission=admission("b"), with_reservation=True)
+    written_now.apply(env("admitted", again))
+    assert conditions_of(written_now) == conditions_of(written_before)
+    assert "Evicted" not in conditions_of(written_now)
+    assert conditions_of(written_now)["QuotaReserved"][0] == "True"
+    (now,) = written_now.find("ml", "train")
+    assert (now.summary.status, now.summary.cluster_queue) == ("ADMITTED", "b")
+
+
+def test_pods_running_and_ready_read_as_running_then_pods_ready_did() -> None:
+    admitted = env("admitted", events_pb2.WorkloadAdmitted(admission=admission()))
+    written_before = book_of(submitted(), admitted, env("running", events_pb2.WorkloadRunning()))
+    assert "PodsReady" not in conditions_of(written_before)  # running, not yet ready
+    written_before.apply(env("pods_ready", events_pb2.PodsReady()))
+    now = events_pb2.WorkloadRunning(pods_ready=True)
+    written_now = book_of(submitted(), admitted, env("running", now))
+    assert conditions_of(written_now) == conditions_of(written_before)
+    assert conditions_of(written_now)["PodsReady"] == ("True", "PodsReady", "All pods are ready")
+    assert detail(env("running", now)) == "pods running and ready"
+
+
 def test_a_pending_workload_stopped_says_deactivated_as_kueue_does() -> None:
     book = book_of(
         submitted(),
@@ -197,6 +250,17 @@ def test_event_lines_are_short_and_pending_pod_counts_fold() -> None:
         ("workload.admitted", 1),
     ]
     assert lines[0].detail == "2 pods pending: w-0, w-1"  # the latest of the run
+
+
+def test_an_admission_with_its_reservation_says_both_in_its_line() -> None:
+    flavors = events_pb2.PodSetAssignment(name="main", flavors={"cpu": "default"})
+    told = events_pb2.Admission(cluster_queue="cq", pod_set_assignments=[flavors])
+    alone = env("admitted", events_pb2.WorkloadAdmitted(admission=told))
+    both = env("admitted", events_pb2.WorkloadAdmitted(admission=told, with_reservation=True))
+    assert detail(alone) == "ClusterQueue cq in cluster local: cpu=default"
+    assert (
+        detail(both) == "quota reserved and admitted: ClusterQueue cq in cluster local: cpu=default"
+    )
 
 
 def test_a_copys_status_reads_as_kubectl_get_job_tells_it() -> None:

@@ -1,4 +1,4 @@
-"""watcher.pods: a workload's pods → pods_pending, running, pods_ready, finished; each once."""
+"""watcher.pods: a workload's pods → pods_pending, running (and ready), finished; each once."""
 
 from __future__ import annotations
 
@@ -102,11 +102,13 @@ def test_a_pod_deleted_makes_no_pending_news() -> None:
     assert fields([pod(1)], Sent(), after_delete=True) == []
 
 
-def test_running_then_ready_then_finished_each_once() -> None:
+def test_running_and_ready_then_finished_each_once() -> None:
     sent = Sent()
     assert publish_all([pod(0, "Running", node="a"), pod(1, node="a")], sent) == []
     running = [pod(0, "Running", node="a"), pod(1, "Running", node="a")]
-    assert publish_all(running, sent) == ["running", "pods_ready"]
+    (started,) = due_events(WL, running, Sent())
+    assert (started.field, started.payload.pods_ready) == ("running", True)  # no pods_ready
+    assert publish_all(running, sent) == ["running"]
     assert publish_all(running, sent) == []
     done = [pod(0, "Succeeded", node="a"), pod(1, "Succeeded", node="a")]
     assert publish_all(done, sent) == ["finished"]
@@ -117,7 +119,8 @@ def test_running_then_ready_then_finished_each_once() -> None:
 
 def test_pods_that_finished_unseen_still_report_running_first() -> None:
     out = due_events(WL, [pod(0, "Succeeded", node="a")], Sent())
-    assert [o.field for o in out] == ["running", "pods_ready", "finished"]
+    assert [o.field for o in out] == ["running", "finished"]
+    assert out[0].payload.pods_ready
     assert out[-1].payload.succeeded
     assert out[-1].payload.message == "1 of 1 pods succeeded"
 
@@ -135,7 +138,7 @@ def test_new_pods_of_the_same_workload_are_a_new_life() -> None:
     publish_all([pod(0, "Succeeded", node="a")], sent)
     sent.forget_pods_except([])
     assert sent.empty
-    assert publish_all([pod(5, "Running", node="a")], sent) == ["running", "pods_ready"]
+    assert publish_all([pod(5, "Running", node="a")], sent) == ["running"]
 
 
 def test_event_keys_are_stable_for_the_same_pods() -> None:
