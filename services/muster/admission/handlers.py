@@ -426,8 +426,7 @@ class Rounds:
             if isinstance(result, int):
                 env.sequence = result
             elif isinstance(result, Conflict):
-                fenced = parse_token(env.partition)
-                raise Reown(f"a record fenced partition {fenced} out: {result}") from result
+                raise _fenced_out(env, result) from result
             elif isinstance(result, Reject):
                 await self._dead_letter(env, result)
             else:
@@ -454,8 +453,7 @@ class Rounds:
         try:
             await self._store(env, expected_last_subject_sequence=fence[0], fenced_on=fence[1])
         except Conflict as exc:
-            fenced = parse_token(env.partition)
-            raise Reown(f"a record fenced partition {fenced} out: {exc}") from exc
+            raise _fenced_out(env, exc) from exc
 
     async def _store(
         self,
@@ -535,3 +533,8 @@ def _admits_what_it_reserved(env: pb.Envelope, before: pb.Envelope | None) -> bo
 
 def _sequence(env: pb.Envelope) -> int:
     return env.sequence
+
+
+def _fenced_out(env: pb.Envelope, conflict: Conflict) -> Reown:
+    """Why a round stops: a record of another owner fenced `env`'s partition out."""
+    return Reown(f"a record fenced partition {parse_token(env.partition)} out: {conflict}")

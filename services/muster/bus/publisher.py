@@ -68,6 +68,14 @@ class RawWriter(Protocol):
     async def publish_raw(self, subject: str, data: bytes, headers: dict[str, str]) -> int: ...
 
 
+def _fence(headers: dict[str, str], expected: int, fenced_on: str | None) -> None:
+    """Make a write conditional on `expected` being the last sequence stored on the subjects of
+    filter `fenced_on` (on its own subject when None)."""
+    headers[EXPECTED_LAST_SUBJECT_SEQUENCE] = str(expected)
+    if fenced_on is not None:
+        headers[EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT] = fenced_on
+
+
 class Publisher:
     """Publishes envelopes (and dead letters) over one connection, waiting for each PubAck."""
 
@@ -102,9 +110,7 @@ class Publisher:
         """
         subject, data, headers = self._message(env)
         if expected_last_subject_sequence is not None:
-            headers[EXPECTED_LAST_SUBJECT_SEQUENCE] = str(expected_last_subject_sequence)
-            if fenced_on is not None:
-                headers[EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT] = fenced_on
+            _fence(headers, expected_last_subject_sequence, fenced_on)
         sequence = await self.publish_raw(subject, data, headers)
         if self.metrics is not None:
             self.metrics.published(env.type)
@@ -178,8 +184,7 @@ class Publisher:
                 results[i] = exc
                 continue
             if fence is not None:
-                headers[EXPECTED_LAST_SUBJECT_SEQUENCE] = str(fence[0])
-                headers[EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT] = fence[1]
+                _fence(headers, *fence)
             messages.append((i, subject, data, headers))
         await self._flight(messages, results)
         if self.metrics is not None:
