@@ -371,9 +371,10 @@ class AdmissionService:
 
         Paced by `VisibilityPace`: within `visibility_interval_s` of a change after a quiet
         spell, within `visibility_busy_s` under a stream of rounds, and less often when
-        computing the views takes long (many workloads): they are read from the engine's
-        records, and are not on the decision path, so they get at most 1/VISIBILITY_CPU_SHARE
-        of the time. Kueue's gauges (metrics on) are computed with them, in that share.
+        computing the views takes long: they are not on the decision path, so they get at
+        most 1/VISIBILITY_CPU_SHARE of the time. Only the queues the engine reports changed
+        are rendered again (`VisibilityRenderer`), and only they are compared with what was
+        written. Kueue's gauges (metrics on) are computed with them, in that share.
         """
         kv = await self.bus.kv(VISIBILITY_BUCKET)
         writer = VisibilityWriter(kv)

@@ -330,9 +330,9 @@ class VisibilityPace:
     workload, a test's step) is followed by `quiet_s`, so the next change shows within it.
     Each write for several rounds' changes doubles the rest, up to `busy_s`: under a stream of
     rounds the views are computed and written about once per `busy_s` instead of once per
-    `quiet_s`. A write costs a computation over every record of the replica's queues and a KV
-    put (and a `queue.status`) per changed queue, with their PubAcks: a cost per second that
-    every replica pays whatever share of the work it has. A rest is never shorter than
+    `quiet_s`. A write costs rendering the queues that changed and a KV put (and a
+    `queue.status`) per changed key, with their PubAcks: a cost per second that grows with
+    the rate of changes, not with how many workloads wait. A rest is never shorter than
     `cpu_share` times what computing the views took, so they get at most 1/`cpu_share` of the
     replica's time.
     """
