@@ -99,7 +99,8 @@ class EngineState:
     def records_by_queue(
         self,
     ) -> tuple[dict[str, list[WorkloadRecord]], dict[str, list[WorkloadRecord]]]:
-        """Records grouped by ClusterQueue and by LocalQueue key, built once per state version."""
+        """Records grouped by ClusterQueue and by LocalQueue key, built once per state version
+        (every record, each call: Kueue's gauges only; queue views and routing read `index`)."""
         if self._by_queue is None or self._by_queue[0] != self.version:
             by_cq: dict[str, list[WorkloadRecord]] = {}
             by_lq: dict[str, list[WorkloadRecord]] = {}
