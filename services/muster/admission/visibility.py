@@ -176,7 +176,7 @@ class VisibilityRenderer:
 
     def render(self, engine: Engine, sharding: Sharding) -> tuple[dict[str, bytes], set[str]]:
         """(every key with its value, the keys put or dropped since the last render)."""
-        engine.config  # noqa: B018 -- settles deferred configuration (it reports a change)
+        engine.settle()  # deferred configuration changes are reported once applied
         changes = engine.take_view_changes()
         if (
             changes.everything
