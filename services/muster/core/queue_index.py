@@ -137,7 +137,11 @@ class QueueIndex:
         waiting = self.waiting.get(cq)
         if waiting is None:
             waiting = self.waiting[cq] = []
-        position = bisect_left(waiting, r.order_key, key=_order)
+        key = r.order_key
+        if sign > 0 and (not waiting or _order(waiting[-1]) < key):
+            waiting.append(r)  # the usual arrival: last of its queue
+            return len(waiting) - 1
+        position = bisect_left(waiting, key, key=_order)
         if sign > 0:
             waiting.insert(position, r)  # order keys end with the arrival: never equal
             return position
