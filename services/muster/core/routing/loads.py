@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 Routes = Mapping[WorkloadKey, Route]  # the router's: each routed workload's options
 
+
 def queue_load(state: EngineState, routes: Routes, name: str) -> QueueLoad:
     """ClusterQueue `name` now: quota per resource, who holds it until when, who waits."""
     cq = state.config.cluster_queues[name]
