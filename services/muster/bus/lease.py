@@ -2,7 +2,8 @@
 
 Admission's shard lease is key `admission.<shard>` in `MUSTER_SHARDS` (docs/services.md).
 The bucket's TTL (5 s by default) makes a lease expire when its owner stops renewing it.
-`acquire` creates the key if absent and otherwise waits; `hold` renews it every `renew_s` with
+`acquire` creates the key if absent and otherwise waits (through NATS outages too, but not
+past a refusal: `LeaseRefusedError`); `hold` renews it every `renew_s` with
 a compare-and-set on its revision, and raises `LeaseLostError` when that fails (someone else
 owns it now) or when no renewal succeeded for a whole TTL (NATS unreachable: assume it expired).
 """
@@ -13,16 +14,22 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from typing import Protocol
 
 from muster.bus.cancel import raise_if_cancelling
-from muster.bus.errors import BusError, Conflict, Unavailable
+from muster.bus.errors import BusError, Conflict, Unavailable, refused
 
 log = logging.getLogger(__name__)
 
 
 class LeaseLostError(RuntimeError):
     """The lease is no longer this owner's: what it guards must stop at once."""
+
+
+class LeaseRefusedError(RuntimeError):
+    """NATS refuses the lease's key for good (a permission, an error answer): waiting for it
+    would wait forever, so the service stops and says why."""
 
 
 class LeaseStore(Protocol):
@@ -48,7 +55,10 @@ class Lease:
         ttl_s: float = 5.0,
         renew_s: float = 1.0,
         poll_s: float = 0.5,
+        denied: Sequence[Exception] = (),
     ) -> None:
+        """`denied`: the permissions violations NATS reported on the connection (`Bus.denied`),
+        which grows when a request of the lease's was refused (it then goes unanswered)."""
         if not 0 < renew_s < ttl_s:
             raise ValueError(f"lease renewal ({renew_s:g}s) must be shorter than its TTL")
         self.kv = kv
@@ -57,6 +67,7 @@ class Lease:
         self.ttl_s = ttl_s
         self.renew_s = renew_s
         self.poll_s = poll_s
+        self.denied = denied
         self.revision: int | None = None
 
     @property
@@ -66,6 +77,7 @@ class Lease:
     async def acquire(self) -> None:
         """Wait until this replica owns the shard (the previous owner's lease expired)."""
         waiting = False
+        refusals = len(self.denied)
         while True:
             raise_if_cancelling()  # nats-py may swallow a cancellation (3.11)
             try:
@@ -75,11 +87,23 @@ class Lease:
                     log.info("lease %s is held by another owner; waiting", self.key)
                     waiting = True
             except Unavailable as exc:
+                self._raise_if_refused(exc, refusals)
                 log.warning("cannot reach the lease %s: %r", self.key, exc)
             else:
                 log.info("acquired lease %s as %s", self.key, self.owner)
                 return
             await asyncio.sleep(self.poll_s)
+
+    def _raise_if_refused(self, exc: Unavailable, refusals: int) -> None:
+        """LeaseRefusedError when `exc` is a refusal rather than an outage: NATS reported a
+        permissions violation since `refusals` were told, or JetStream answered an error."""
+        if len(self.denied) > refusals:
+            why = f"NATS refused a permission ({self.denied[-1]})"
+        elif refused(exc):
+            why = f"JetStream refused it ({exc})"
+        else:
+            return
+        raise LeaseRefusedError(f"lease {self.key}: {why}; not waiting for it") from exc
 
     async def hold(self) -> None:
         """Renew the lease until cancelled; raise LeaseLostError when it cannot be renewed."""

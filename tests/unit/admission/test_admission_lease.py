@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+import nats.errors
 import pytest
+from nats.js.errors import BadRequestError, ServiceUnavailableError
 
-from muster.admission.lease import LeaseLostError, ShardLease
+from muster.admission.lease import LeaseLostError, LeaseRefusedError, ShardLease
 from muster.bus.errors import Conflict, Unavailable
 
 pytestmark = pytest.mark.timeout(10)
@@ -95,3 +97,38 @@ async def test_losing_nats_for_a_whole_ttl_loses_the_lease() -> None:
 def test_renewal_must_be_shorter_than_the_ttl() -> None:
     with pytest.raises(ValueError, match="shorter"):
         ShardLease(MemoryBucket(), shard=0, owner="x", ttl_s=1, renew_s=1)
+
+
+class AnsweringBucket(MemoryBucket):
+    """Fails each `create` with the next of `failures` (raised from nats-py's error, as the
+    bus's `wrapped` raises it), then works."""
+
+    def __init__(self, failures: list[Exception], denied: list[Exception] | None = None) -> None:
+        super().__init__()
+        self.failures = failures
+        self.denied = denied  # where a violation is reported with each failure, if given
+
+    async def create(self, key: str, value: bytes) -> int:
+        if self.failures:
+            cause = self.failures.pop(0)
+            if self.denied is not None:
+                self.denied.append(RuntimeError(f"permissions violation for publish to {key}"))
+            raise Unavailable(f"create {key}: {cause}") from cause
+        return await super().create(key, value)
+
+
+async def test_no_answer_is_waited_out_and_an_error_answer_is_not() -> None:
+    outage = AnsweringBucket([nats.errors.TimeoutError(), ServiceUnavailableError(code=503)])
+    await asyncio.wait_for(lease(outage, "me").acquire(), 1)
+    assert outage.keys["admission.3"][1] == b"me"
+    full = AnsweringBucket([BadRequestError(code=400, description="message size exceeds maximum")])
+    with pytest.raises(LeaseRefusedError, match=r"lease admission\.3: JetStream refused it.*size"):
+        await asyncio.wait_for(lease(full, "me").acquire(), 1)
+
+
+async def test_no_answer_after_a_permissions_violation_is_a_refusal() -> None:
+    denied: list[Exception] = []
+    bucket = AnsweringBucket([nats.errors.TimeoutError()] * 3, denied)
+    mine = ShardLease(bucket, shard=3, owner="me", denied=denied, poll_s=0.01, renew_s=0.05)
+    with pytest.raises(LeaseRefusedError, match=r"NATS refused a permission.*admission\.3"):
+        await asyncio.wait_for(mine.acquire(), 1)
