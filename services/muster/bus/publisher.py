@@ -21,7 +21,7 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from muster.bus.client import subscribe_direct
+from muster.bus.client import MusterClient, subscribe_direct
 from muster.bus.envelope import encode
 from muster.bus.errors import BusError, Conflict, Reject, Retry
 from muster.bus.subjects import dlq_subject, subject_of
@@ -54,6 +54,7 @@ Fence = tuple[int, str]  # a write's expected last sequence, on the subjects of 
 _UNSENT = Retry(1.0, "not sent: an earlier event of its workload was not stored")
 _NO_RESPONDERS = "503"
 _OVERDUE = b"overdue"  # this object (by identity) answers a message nothing answered in time
+_LOST = b"lost"  # and this one a message whose connection was lost before its PubAck came
 
 
 def headers_size(headers: Mapping[str, str]) -> int:
@@ -86,6 +87,8 @@ class Publisher:
         self._js = js
         self.max_event_bytes = max_event_bytes
         self._acks = _PubAcks(nc, timeout_s=timeout_s)
+        if isinstance(nc, MusterClient):  # PubAcks lost with a connection fail then
+            nc.on_lost.append(self._acks.lost)
         self.metrics: BusMetrics | None = None  # set by the Bus when the service has metrics
 
     @property
@@ -405,6 +408,12 @@ class _PubAcks:
         for token, _ in pending:
             self._waiting.pop(token, None)
 
+    def lost(self) -> None:
+        """The connection was lost, and with it every PubAck still to come: fail them now."""
+        for answer in self._waiting.values():
+            if not answer.done():
+                answer.set_result(_LOST)
+
     def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
         """Fail (TimeoutError) every message whose deadline has passed unanswered; then wait
         for the next one's."""
@@ -452,6 +461,8 @@ def _sequence_of(answer: asyncio.Future[bytes | None]) -> int | Exception:
     raw = answer.result()
     if raw is _OVERDUE:
         return TimeoutError()
+    if raw is _LOST:
+        return nats.errors.ConnectionReconnectingError()
     if raw is None:  # the server's "503 no responders": no stream for this subject
         return nats.js.errors.NoStreamResponseError()
     reply = msgspec.json.decode(raw, type=_Reply)
