@@ -102,16 +102,20 @@ class Publisher:
         *,
         expected_last_subject_sequence: int | None = None,
         fenced_on: str | None = None,
+        dedupe_id: str | None = None,
     ) -> int:
         """Store `env` on its subject; return its stream sequence once JetStream has it.
 
-        A duplicate of an event stored within the dedupe window returns the original's sequence.
+        A duplicate of an event stored within the dedupe window returns the original's sequence
+        (as a `Duplicated`). JetStream tells duplicates by `dedupe_id`, `env.event_id` if None.
         With `expected_last_subject_sequence` the write is fenced: it raises Conflict unless the
         last message on its subject (or on `fenced_on`, which may hold wildcards) still has
         that sequence (0: there is none).
         Raises Reject when `env` is over the size limit, Retry when NATS does not answer.
         """
         subject, data, headers = self._message(env)
+        if dedupe_id is not None:
+            headers[MSG_ID] = dedupe_id
         if expected_last_subject_sequence is not None:
             _fence(headers, expected_last_subject_sequence, fenced_on)
         sequence = await self.publish_raw(subject, data, headers)
@@ -449,10 +453,17 @@ class _PubAcks:
 
 
 class _Reply(msgspec.Struct):
-    """A PubAck (`seq`) or JetStream's error."""
+    """A PubAck (`seq`, `duplicate`) or JetStream's error."""
 
     seq: int = 0
+    duplicate: bool = False
     error: dict[str, Any] | None = None
+
+
+class Duplicated(int):
+    """The sequence of a message JetStream did not store because one with its message id was
+    stored within the dedupe window: that one's. An int like any sequence, for the callers
+    that tell the two apart (a Submit racing another for a workload name)."""
 
 
 def _sequence_of(answer: asyncio.Future[bytes | None]) -> int | Exception:
@@ -471,4 +482,4 @@ def _sequence_of(answer: asyncio.Future[bytes | None]) -> int | Exception:
             nats.js.errors.APIError.from_error(reply.error)  # raises the error's own class
         except nats.js.errors.APIError as exc:
             return exc
-    return reply.seq
+    return Duplicated(reply.seq) if reply.duplicate else reply.seq
