@@ -9,14 +9,13 @@ value (JetStream answers with an error).
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 from pathlib import Path
 
 import pytest
 from admission_world import start_admission
 from nats.js.api import KeyValueConfig
 from nats_process import NatsServer
+from service_exit import exit_status
 
 from muster.admission.lease import SHARDS_BUCKET, LeaseRefusedError
 from muster.bus import Bus, BusConfig
@@ -43,22 +42,16 @@ async def test_a_lease_key_the_user_may_not_write_exits_1_naming_it(tmp_path: Pa
     )
     server = NatsServer(tmp_path, config=config)
     server.start()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MUSTER_NATS_")}
-    env |= {"MUSTER_NATS_USER": "admission", "MUSTER_NATS_PASSWORD": "not-a-secret"}
     log = tmp_path / "admission.log"
     try:
-        with log.open("wb") as out:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "muster.cli.main", "service", "admission",
-                "--nats", server.url, "--health-port", "0",
-                stdout=out, stderr=out, env=env,
-            )  # fmt: skip
-        try:
-            status = await asyncio.wait_for(proc.wait(), EXITS_WITHIN_S)
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
+        status = await exit_status(
+            "admission",
+            nats_url=server.url,
+            user="admission",
+            password="not-a-secret",
+            log=log,
+            within_s=EXITS_WITHIN_S,
+        )
     finally:
         server.stop()
     text = log.read_text()
