@@ -243,8 +243,15 @@ class Kubectl:
             names.append(name)
         return names
 
-    async def set_pod_phase(self, namespace: str, name: str, phase: str) -> None:
-        body = {"status": {"phase": phase}}
+    async def set_pod_phase(
+        self, namespace: str, name: str, phase: str, *, ready: bool | None = None
+    ) -> None:
+        """What the kubelet writes: the phase and the Ready condition (True while it runs,
+        unless `ready` says its readiness probe has not passed)."""
+        ready = phase == "Running" if ready is None else ready
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        condition = {"type": "Ready", "status": str(ready), "lastTransitionTime": now}
+        body = {"status": {"phase": phase, "conditions": [condition]}}
         await asyncio.to_thread(self.core.patch_namespaced_pod_status, name, namespace, body)
 
     async def delete_pod(self, namespace: str, name: str) -> None:

@@ -102,6 +102,7 @@ class PodView(msgspec.Struct, frozen=True, kw_only=True):
     scheduler_name: str
     run_seconds: float | None  # annotation muster.dev/run-seconds; None: runs until deleted
     group: str = ""  # `report_key`: what events about the pod's life name ("" for none)
+    ready: bool = False  # its Ready condition is True (Kueue's readiness, not the phase)
 
     @property
     def workload_key(self) -> str:
@@ -142,6 +143,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         tolerations=tolerations(raw.spec.tolerations),
         scheduler_name=raw.spec.scheduler_name,
         run_seconds=run_seconds_of(meta.annotations),
+        ready=any(c.type == "Ready" and c.status == "True" for c in raw.status.conditions),
         group=report_key(
             meta.namespace,
             meta.labels,
