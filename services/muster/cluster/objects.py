@@ -125,6 +125,15 @@ def node_view(obj: Mapping[str, Any]) -> NodeView:
     )
 
 
+def is_ready(status: Mapping[str, Any]) -> bool:
+    """Whether a pod's `status` (as stored) has its Ready condition True."""
+    conditions = status.get("conditions")
+    return isinstance(conditions, list) and any(
+        isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
+        for c in conditions
+    )
+
+
 def pod_view(obj: Mapping[str, Any]) -> PodView:
     """Return the view of a stored v1 Pod (one `check_pod` accepts)."""
     raw = msgspec.convert(obj, RawPod)

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from muster.api.wellknown import PARTITION_ANNOTATION, TRACEPARENT_ANNOTATION
-from muster.cluster.objects import POD_SET_ANNOTATION, PodView, report_key
+from muster.cluster.objects import POD_SET_ANNOTATION, PodView, is_ready, report_key
 from muster.contracts.v1 import events_pb2
 from muster.watcher.translate import Outgoing
 
@@ -157,15 +157,6 @@ def pod_state(obj: Mapping[str, Any]) -> PodState | None:
         ),
         traceparent=str(annotations.get(TRACEPARENT_ANNOTATION) or ""),
         partition=str(annotations.get(PARTITION_ANNOTATION) or ""),
-    )
-
-
-def is_ready(status: Mapping[str, Any]) -> bool:
-    """Whether a pod's `status` has its Ready condition True."""
-    conditions = status.get("conditions")
-    return isinstance(conditions, list) and any(
-        isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
-        for c in conditions
     )
 
 
