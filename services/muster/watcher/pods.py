@@ -55,6 +55,9 @@ class Sent(msgspec.Struct, kw_only=True):
     submitted: str = ""  # `translate.incarnation` of the last workload.submitted
     pending: list[str] = msgspec.field(default_factory=list)  # digests of pending sets sent
     running: list[str] = msgspec.field(default_factory=list)  # pod uids
+    # uids of pods whose `running` said not ready: a `pods_ready` is due once they are (kept
+    # apart from `running`, so the common case, ready as they start, stores nothing more).
+    unready: list[str] = msgspec.field(default_factory=list)
     pods_ready: list[str] = msgspec.field(default_factory=list)
     finished: list[str] = msgspec.field(default_factory=list)
     job_finished: str = ""  # uid of the Job whose end was published
@@ -69,8 +72,8 @@ class Sent(msgspec.Struct, kw_only=True):
             self.pending.append(out.id_key.rsplit("/", 1)[-1])
             return
         marks = [out.field]
-        if out.field == "running" and out.payload.pods_ready:
-            marks.append("pods_ready")  # it said so: no pods_ready follows
+        if out.field == "running" and not out.payload.pods_ready:
+            marks.append("unready")
         for field in marks:
             getattr(self, field).extend(sorted(set(uids) - set(getattr(self, field))))
 
@@ -78,6 +81,7 @@ class Sent(msgspec.Struct, kw_only=True):
         """Drop marks of pods that are gone; pending-set digests go when no pod is pending."""
         keep = set(uids)
         self.running = [u for u in self.running if u in keep]
+        self.unready = [u for u in self.unready if u in keep]
         self.pods_ready = [u for u in self.pods_ready if u in keep]
         self.finished = [u for u in self.finished if u in keep]
         if not keep:
@@ -89,6 +93,7 @@ class Sent(msgspec.Struct, kw_only=True):
             self.submitted
             or self.pending
             or self.running
+            or self.unready
             or self.pods_ready
             or self.finished
             or self.job_finished
@@ -231,7 +236,7 @@ def due_events(
                 partition=partition,
             )
         )
-    elif ready and uids & set(sent.running) and not uids & set(sent.pods_ready) and not over:
+    elif ready and uids & set(sent.unready) and not uids & set(sent.pods_ready) and not over:
         out.append(
             Outgoing(
                 field="pods_ready",
