@@ -40,7 +40,25 @@ def publish_all(pods: list[PodState], sent: Sent) -> list[str]:
     return [o.field for o in out]
 
 
-def test_reads_a_pod_manifest() -> None:
+@pytest.mark.parametrize(
+    ("status", "ready"),
+    [
+        ({"phase": "Failed", "message": "OOMKilled"}, False),
+        # Readiness is the Ready condition, whatever else the pod's conditions say.
+        ({"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}, False),
+        (
+            {
+                "phase": "Running",
+                "conditions": [
+                    {"type": "PodScheduled", "status": "True"},
+                    {"type": "Ready", "status": "True"},
+                ],
+            },
+            True,
+        ),
+    ],
+)
+def test_reads_a_pod_manifest(status: dict[str, Any], ready: bool) -> None:
     obj = {
         "metadata": {
             "name": "w-main-0",
@@ -50,7 +68,7 @@ def test_reads_a_pod_manifest() -> None:
             "annotations": {"muster.dev/pod-set": "main"},
         },
         "spec": {"nodeName": "a"},
-        "status": {"phase": "Failed", "message": "OOMKilled"},
+        "status": status,
     }
     state = pod_state(obj)
     assert state == PodState(
@@ -60,8 +78,9 @@ def test_reads_a_pod_manifest() -> None:
         workload="ns/w",
         pod_set="main",
         node="a",
-        phase="Failed",
-        message="OOMKilled",
+        phase=status["phase"],
+        ready=ready,
+        message=status.get("message", ""),
     )
     assert pod_state({"metadata": {"name": "other"}}) is None
 
@@ -173,24 +192,3 @@ def test_a_succeeded_pod_counts_as_ready_as_a_job_counts_it() -> None:
     assert publish_all(pods, sent) == ["running"]
     done = [pod(0, "Succeeded", node="a"), pod(1, "Succeeded", node="a")]
     assert publish_all(done, sent) == ["pods_ready", "finished"]
-
-
-def test_a_pods_ready_condition_is_read_from_the_manifest() -> None:
-    obj: dict[str, Any] = {
-        "metadata": {
-            "name": "p",
-            "namespace": "ns",
-            "uid": "u",
-            "labels": {"muster.dev/workload": "w"},
-        },
-        "spec": {"nodeName": "a"},
-        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]},
-    }
-    state = pod_state(obj)
-    assert state is not None and not state.ready
-    obj["status"]["conditions"] = [
-        {"type": "PodScheduled", "status": "True"},
-        {"type": "Ready", "status": "True"},
-    ]
-    state = pod_state(obj)
-    assert state is not None and state.ready
