@@ -187,7 +187,7 @@ async def test_restarted_kubelet_finishes_a_running_pod_on_time(
 
 
 def ready_of(pod: Pod) -> str:
-    return {c["type"]: c["status"] for c in pod["status"]["conditions"]}["Ready"]
+    return str({c["type"]: c["status"] for c in pod["status"]["conditions"]}["Ready"])
 
 
 async def test_a_running_pod_is_ready_at_once_without_a_readiness_delay(
