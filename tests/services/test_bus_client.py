@@ -297,3 +297,55 @@ async def test_what_a_late_flushing_client_published_is_sent_when_it_closes(
         assert [m.data for m in got] == [str(i).encode() for i in range(5)]
     finally:
         await reader.close()
+
+
+def _count_flusher_wakes(nc: MusterClient) -> list[int]:
+    """How often nats-py's flusher task is woken from now on (one count per wake-up)."""
+    queue = nc._flush_queue
+    assert queue is not None
+    wakes = [0]
+    put_nowait = queue.put_nowait
+
+    def counted(item: asyncio.Future[None]) -> None:
+        wakes[0] += 1
+        put_nowait(item)
+
+    queue.put_nowait = counted  # type: ignore[method-assign]  # counted in place
+    return wakes
+
+
+@pytest.mark.parametrize("late", [False, True])
+async def test_publishes_are_written_without_waking_the_flusher(
+    nats_server: str, late: bool
+) -> None:
+    got: list[Msg] = []
+    reader, nc = await _subscribed_then_connected(nats_server, "t.direct", got)
+    try:
+        nc.flush_late = late
+        wakes = _count_flusher_wakes(nc)
+        await _publish_in_two_iterations(nc, "t.direct", 20)
+        await until(lambda: len(got) == 20)
+        assert sorted(int(m.data) for m in got) == list(range(20))
+        assert wakes == [0]
+    finally:
+        await nc.close()
+        await reader.close()
+
+
+async def test_a_socket_behind_leaves_the_writes_to_the_flusher(nats_server: str) -> None:
+    """While the transport still holds unsent bytes, the flusher writes (it then waits for the
+    transport to drain): nothing is lost, and nothing piles up past what nats-py bounds."""
+    got: list[Msg] = []
+    reader, nc = await _subscribed_then_connected(nats_server, "t.behind", got)
+    try:
+        assert nc._transport is not None
+        socket_transport = nc._transport._io_writer.transport  # type: ignore[attr-defined]
+        socket_transport.get_write_buffer_size = lambda: 1  # as if the socket were behind
+        wakes = _count_flusher_wakes(nc)
+        await _publish_in_two_iterations(nc, "t.behind", 20)
+        await until(lambda: len(got) == 20)
+        assert sorted(int(m.data) for m in got) == list(range(20))
+        assert wakes[0] >= 1
+    finally:
+        await nc.close()
+        await reader.close()
