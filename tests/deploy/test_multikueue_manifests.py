@@ -17,6 +17,7 @@ from test_manifests import (
     container_env,
     granted,
     label_match,
+    mounted_files,
     muster_containers,
     needs_kubectl,
     parse_with_service,
@@ -35,7 +36,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "k8s" / "examples" / "multikueue
 
 @needs_kubectl
 def test_the_manager_runs_each_workers_services_against_that_worker(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     objs = rendered("deploy/overlays/manager")
     served: dict[str, list[str]] = {}
@@ -43,6 +44,8 @@ def test_the_manager_runs_each_workers_services_against_that_worker(
         service, flags = service_args(c)
         if service not in CLUSTER_SERVICES:
             continue
+        files = mounted_files(objs, obj, c, tmp_path / obj["metadata"]["name"])
+        flags = [files.get(a, a) for a in flags]
         parsed = parse_with_service(service, flags, container_env(objs, c), monkeypatch)
         assert parsed.config is not None
         cluster = parsed.config.cluster

@@ -21,6 +21,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from muster.admission.service import AdmissionConfig, run_admission
+from muster.api import kueue_config_from_file
 from muster.binder import __main__ as binder_main
 from muster.bus import EVENTS_STREAM, Bus, BusConfig, connect
 from muster.bus.service import Health
@@ -243,8 +244,15 @@ class Kubectl:
             names.append(name)
         return names
 
-    async def set_pod_phase(self, namespace: str, name: str, phase: str) -> None:
-        body = {"status": {"phase": phase}}
+    async def set_pod_phase(
+        self, namespace: str, name: str, phase: str, *, ready: bool | None = None
+    ) -> None:
+        """What the kubelet writes: the phase and the Ready condition (True while it runs,
+        unless `ready` says its readiness probe has not passed)."""
+        ready = phase == "Running" if ready is None else ready
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        condition = {"type": "Ready", "status": str(ready), "lastTransitionTime": now}
+        body = {"status": {"phase": phase, "conditions": [condition]}}
         await asyncio.to_thread(self.core.patch_namespaced_pod_status, name, namespace, body)
 
     async def delete_pod(self, namespace: str, name: str) -> None:
@@ -330,20 +338,27 @@ class Stack:
         *,
         kube_flags: list[str],
         service_flags: Mapping[str, Sequence[str]] | None = None,
+        kueue_config: Path | None = None,
     ) -> None:
-        """Every service (with its own `service_flags`, when given); returns once each
-        reports SERVING."""
+        """Every service (with its own `service_flags`, when given; admission and the watcher
+        with Kueue's Configuration `kueue_config`, when given, as deploy/ mounts it for both);
+        returns once each reports SERVING."""
+        shared = {"watcher": ["--kueue-config", str(kueue_config)]} if kueue_config else {}
         flags = ["--nats", nats_url, "--cluster-backend", "kube", "--kube-host", self.server.url]
         for name, module in (
             ("watcher", watcher_main),
             ("gangpermit", gangpermit_main),
             ("binder", binder_main),
         ):
-            own = (service_flags or {}).get(name, ())
+            own = [*shared.get(name, ()), *(service_flags or {}).get(name, ())]
             _, main = module.parse([*flags, *kube_flags, *own])
             await self._start(name, main, nats_url)
+        kueue = None
+        if kueue_config is not None:
+            kueue, errors = kueue_config_from_file(str(kueue_config))
+            assert kueue is not None, errors
         admission = AdmissionConfig(
-            lease_ttl_s=UNEXPIRING_LEASE_S, lease_renew_s=0.5, ack_wait_s=2.0
+            lease_ttl_s=UNEXPIRING_LEASE_S, lease_renew_s=0.5, ack_wait_s=2.0, kueue=kueue
         )
         await self._start(
             "admission", lambda bus, health: run_admission(bus, health, admission), nats_url
@@ -389,10 +404,16 @@ async def running_stack(
     admin_token: str | None = None,
     service_flags: Mapping[str, Sequence[str]] | None = None,
     server: Mapping[str, Any] | None = None,
+    kueue_config: str | None = None,
 ) -> AsyncIterator[Stack]:
     """A fresh nats-server and stand-in (`server`: its options) with every service started on
     them; with `access`, the stand-in checks it (`kube_flags` then name each service's
-    credentials, and the test's kubectl uses `admin_token`)."""
+    credentials, and the test's kubectl uses `admin_token`); `kueue_config`: the YAML of
+    Kueue's Configuration that admission and the watcher read."""
+    config_path = None
+    if kueue_config is not None:
+        config_path = tmp_path / "kueue-config.yaml"
+        config_path.write_text(kueue_config)
     nats = NatsServer(tmp_path / "nats")
     url = await nats.start(log_path=tmp_path / "nats.log")
     try:
@@ -406,7 +427,12 @@ async def running_stack(
             stack = Stack(bus=bus, server=standin, kubectl=kubectl, events=events)
             _RUNNING.append(stack)
             try:
-                await stack.start(url, kube_flags=list(kube_flags), service_flags=service_flags)
+                await stack.start(
+                    url,
+                    kube_flags=list(kube_flags),
+                    service_flags=service_flags,
+                    kueue_config=config_path,
+                )
                 yield stack
                 stack.check_alive()
             finally:

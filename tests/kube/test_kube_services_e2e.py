@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from kube_services_helpers import (
+    Stack,
     condition,
     condition_when,
     eventually,
@@ -311,3 +312,68 @@ async def test_a_node_the_binder_may_not_create_is_dead_lettered_by_name(
         assert "Node/n1" in letter.headers["Muster-Dlq-Reason"]
         assert "forbidden" in letter.headers["Muster-Dlq-Reason"].lower()
         assert await stack.kubectl.get("Pod", "solo", "default") is not None  # the rest applied
+
+
+# waitForPodsReady: readiness is the pods' Ready condition (what their readiness probes say),
+# not their phase, as Kueue reads it; the test is the kubelet that writes it.
+
+
+def pods_ready_config(timeout: str) -> str:
+    return f"""
+apiVersion: config.kueue.x-k8s.io/v1beta1
+kind: Configuration
+waitForPodsReady: {{enable: true, timeout: {timeout}}}
+"""
+
+
+async def running_unready(stack: Stack) -> tuple[str, list[str]]:
+    """Job `train` admitted, its pods bound and Running with their Ready condition False; its
+    Workload's name and its pods."""
+    kubectl = stack.kubectl
+    await kubectl.apply(EVICTION + "---" + NODE + "---" + job_yaml("train", priority="low"))
+    job = await job_when(kubectl, "ml", "train", suspended=False)
+    name = (await workload_of_job(kubectl, "ml", "train"))["metadata"]["name"]
+    pods = await kubectl.run_job_pods(job)
+    await pods_bound(kubectl, "ml", pods)
+    for pod in pods:
+        await kubectl.set_pod_phase("ml", pod, "Running", ready=False)
+    await stack.events.wait_for(f"ml/{name}", "workload.running")
+    return name, pods
+
+
+def said(found: dict[str, Any]) -> tuple[str, str, str]:
+    return found["status"], found["reason"], found["message"]
+
+
+WAITING = ("False", "WaitForStart", "Not all pods are ready or succeeded")
+
+
+async def test_pods_running_but_not_ready_are_evicted_at_the_timeout(tmp_path: Path) -> None:
+    async with running_stack(tmp_path, kueue_config=pods_ready_config("1s")) as stack:
+        name, _ = await running_unready(stack)
+        (running,) = stack.events.of(f"ml/{name}", "workload.running")
+        assert not running.running.pods_ready  # Running is not Ready
+        evicted = await condition_when(stack.kubectl, "Workload", name, "ml", "Evicted", "True")
+        assert evicted["reason"] == "PodsReadyTimeout"
+        await job_when(stack.kubectl, "ml", "train", suspended=True)
+        workload = await stack.kubectl.get("Workload", name, "ml")
+        assert said(condition(workload, "PodsReady")) == WAITING
+        assert not stack.events.of(f"ml/{name}", "workload.pods_ready")
+
+
+async def test_pods_that_become_ready_make_the_workload_pods_ready(tmp_path: Path) -> None:
+    async with running_stack(tmp_path, kueue_config=pods_ready_config("10m")) as stack:
+        kubectl = stack.kubectl
+        name, pods = await running_unready(stack)
+        waiting = await condition_when(kubectl, "Workload", name, "ml", "PodsReady", "False")
+        assert said(waiting) == WAITING
+        await kubectl.set_pod_phase("ml", pods[0], "Running")
+        await kubectl.set_pod_phase("ml", pods[1], "Succeeded")  # a finished pod counts
+        ready = await condition_when(kubectl, "Workload", name, "ml", "PodsReady", "True")
+        assert said(ready) == (
+            "True",
+            "Started",
+            "All pods reached readiness and the workload is running",
+        )
+        assert len(stack.events.of(f"ml/{name}", "workload.pods_ready")) == 1
+        assert condition(await kubectl.get("Workload", name, "ml"), "Evicted") == {}

@@ -37,8 +37,8 @@ def admission(cpu: str = "3", count: int = 3) -> pb.Admission:
     return pb.Admission(cluster_queue="cq", pod_set_assignments=[assignment])
 
 
-def book(*events: pb.Envelope, version: str = "v1beta1") -> StatusBook:
-    made = StatusBook(kueue_version=version)
+def book(*events: pb.Envelope, version: str = "v1beta1", pods_ready: bool = False) -> StatusBook:
+    made = StatusBook(kueue_version=version, pods_ready=pods_ready)
     for env in (
         config("ClusterQueue", "cq"),
         config("LocalQueue", "ml/lq", {"clusterQueue": "cq"}),
@@ -231,3 +231,57 @@ def test_a_deactivated_workload_gives_its_quota_back_and_is_not_requeued() -> No
     assert "admission" not in (made.status_of(WL) or {})
     lq = made.status_of(LQ) or {}
     assert (lq["pendingWorkloads"], lq["reservingWorkloads"]) == (0, 0)
+
+
+WAITING = ("False", "WaitForStart", "Not all pods are ready or succeeded")
+STARTED = ("True", "Started", "All pods reached readiness and the workload is running")
+
+
+def pods_ready_of(made: StatusBook) -> tuple[str, str, str] | None:
+    return conditions(made).get("PodsReady")
+
+
+def test_with_wait_for_pods_ready_a_workload_waits_for_start_until_its_pods_are_ready() -> None:
+    admitted = event("admitted", pb.WorkloadAdmitted(admission=admission()))
+    made = book(pods_ready=True)
+    assert pods_ready_of(made) == WAITING  # from the start, as Kueue's job reconciler writes it
+    made.apply(admitted)
+    assert pods_ready_of(made) == WAITING
+    assert made.apply(event("running", pb.WorkloadRunning(pods_ready=False))) == set()
+    assert pods_ready_of(made) == WAITING
+    assert made.apply(event("pods_ready", pb.PodsReady())) == {WL}
+    assert pods_ready_of(made) == STARTED
+    assert [c["type"] for c in (made.status_of(WL) or {})["conditions"]] == [
+        "QuotaReserved",
+        "Admitted",
+        "PodsReady",
+    ]
+    made.apply(event("finished", pb.WorkloadFinished(succeeded=True)))
+    assert pods_ready_of(made) == STARTED  # a finished job's readiness is left as it was
+
+
+def test_a_running_with_its_pods_ready_is_pods_ready_and_an_eviction_waits_anew() -> None:
+    made = book(
+        event("admitted", pb.WorkloadAdmitted(admission=admission())),
+        event("running", pb.WorkloadRunning(pods_ready=True)),
+        pods_ready=True,
+    )
+    assert pods_ready_of(made) == STARTED
+    made.apply(event("evicted", pb.WorkloadEvicted(reason="Preempted", message="preempted")))
+    assert pods_ready_of(made) == WAITING
+    made.apply(event("requeued", pb.WorkloadRequeued(message="requeued")))
+    made.apply(event("admitted", pb.WorkloadAdmitted(admission=admission())))
+    assert pods_ready_of(made) == WAITING  # new pods: not ready until they say so
+
+
+def test_pods_ready_of_a_workload_not_admitted_changes_nothing() -> None:
+    made = book(event("pods_ready", pb.PodsReady()), pods_ready=True)
+    assert pods_ready_of(made) == WAITING
+
+
+def test_without_wait_for_pods_ready_no_pods_ready_condition_is_written() -> None:
+    made = book(
+        event("admitted", pb.WorkloadAdmitted(admission=admission())),
+        event("running", pb.WorkloadRunning(pods_ready=True)),
+    )
+    assert pods_ready_of(made) is None

@@ -53,10 +53,17 @@ async def running(kubelet: Kubelet) -> AsyncIterator[asyncio.Task[None]]:
 
 
 async def bound_pod(
-    sim: SimBackend, name: str, *, run_seconds: str | None, node: str = "n1"
+    sim: SimBackend,
+    name: str,
+    *,
+    run_seconds: str | None,
+    node: str = "n1",
+    ready_after: str | None = None,
 ) -> str:
     """Start workload ml/<name> with one pod, bind it to `node`; return the pod's key."""
     annotations = {"muster.dev/run-seconds": run_seconds} if run_seconds is not None else {}
+    if ready_after is not None:
+        annotations["muster.dev/pods-ready-after"] = ready_after
     start = PodSetStart(name="main", count=1, requests={"cpu": 100}, annotations=annotations)
     await sim.start_workload(f"ml/{name}", pod_sets=[start])
     await sim.bind("ml", f"{name}-main-0", node)
@@ -177,6 +184,52 @@ async def test_restarted_kubelet_finishes_a_running_pod_on_time(
         assert current.obj["status"]["phase"] == "Running"
         clock.advance(0.1)
         await phases_until(store, key, phase_is("Succeeded"))
+
+
+def ready_of(pod: Pod) -> str:
+    return str({c["type"]: c["status"] for c in pod["status"]["conditions"]}["Ready"])
+
+
+async def test_a_running_pod_is_ready_at_once_without_a_readiness_delay(
+    store: SimStore, sim: SimBackend
+) -> None:
+    key = await bound_pod(sim, "w", run_seconds=None)
+    async with running(Kubelet(store, clock=WallClock())):
+        _, pod = await phases_until(store, key, phase_is("Running"))
+    assert ready_of(pod) == "True"
+
+
+async def test_a_pod_turns_ready_after_its_readiness_delay_at_speed_across_restarts(
+    store: SimStore, sim: SimBackend, clock: ManualClock
+) -> None:
+    key = await bound_pod(sim, "w", run_seconds=None, ready_after="20")
+    async with running(Kubelet(store, clock=clock, speed=2)):
+        _, pod = await phases_until(store, key, phase_is("Running"))
+        assert ready_of(pod) == "False"  # running, its readiness probe not passed yet
+        await clock.wait_for_sleepers(1)
+    ready_at = parse_time(pod["status"]["startTime"]) + 10
+
+    clock.advance(4)  # the kubelet is down for 4 of the 10 seconds
+    async with running(Kubelet(store, clock=clock, speed=2)):
+        (deadline,) = await clock.wait_for_sleepers(1)
+        assert deadline == pytest.approx(ready_at)
+        clock.advance(6)
+        _, pod = await phases_until(store, key, lambda p: ready_of(p) == "True")
+    assert pod["status"]["phase"] == "Running"
+
+
+async def test_a_pod_never_ready_runs_without_turning_ready(
+    store: SimStore, sim: SimBackend, clock: ManualClock
+) -> None:
+    key = await bound_pod(sim, "w", run_seconds="5", ready_after="never")
+    async with running(Kubelet(store, clock=clock)):
+        _, pod = await phases_until(store, key, phase_is("Running"))
+        assert ready_of(pod) == "False"
+        (finish,) = await clock.wait_for_sleepers(1)  # no timer to turn it Ready
+        assert finish == pytest.approx(parse_time(pod["status"]["startTime"]) + 5)
+        clock.advance(5)
+        _, pod = await phases_until(store, key, phase_is("Succeeded"))
+    assert ready_of(pod) == "False"
 
 
 async def test_restarted_kubelet_finishes_an_overdue_pod_at_once(

@@ -183,6 +183,54 @@ def test_a_scenarios_kueue_configuration_reaches_admission(tmp_path: Path) -> No
     assert all("Pending: couldn't assign flavors" in line for line in pending), pending
 
 
+# waitForPodsReady, with no second try: 2 s of timeout (admission's clock is real time) are 80
+# scenario seconds at 40x.
+WAIT_FOR_PODS_READY = """\
+waitForPodsReady:
+  enable: true
+  timeout: 2s
+  requeuingStrategy: {backoffLimitCount: 0}"""
+
+
+def job_ready_after(name: str, *, run_s: int, ready_after: str) -> str:
+    """JOB, running `run_s` scenario seconds, its pods Ready `ready_after` seconds after start."""
+    run = 'muster.dev/run-seconds: "10"'
+    ready = f'muster.dev/run-seconds: "{run_s}", muster.dev/pods-ready-after: "{ready_after}"'
+    return JOB.format(name=name).replace(run, ready)
+
+
+@pytest.mark.timeout(120)
+def test_pods_never_ready_are_evicted_and_pods_ready_late_run_to_the_end(tmp_path: Path) -> None:
+    """The sim kubelet turns a pod Ready after its pods-ready-after, the watcher reads readiness
+    from that condition, and admission evicts at the timeout the workload whose pods never turn
+    Ready (here, then deactivated), as `muster simulate` does."""
+    config = SCENARIO_WITH_KUEUE_CONFIG.replace(
+        "featureGates: {UnadmittedWorkloadsObservability: false}", WAIT_FOR_PODS_READY
+    )
+    jobs = [
+        job_ready_after("stuck", run_s=400, ready_after="never"),  # would still run at 80 s
+        job_ready_after("slow", run_s=40, ready_after="1"),
+    ]
+    path = tmp_path / "scenario.yaml"
+    path.write_text(config + "".join(jobs))
+
+    # A deactivated workload never ends the run: --until does.
+    done = subprocess.run(
+        [*RUN, "--until", "600", "--scenario", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    stuck = [line for line in lines if "job-stuck" in line]
+    slow = [line for line in lines if "job-slow" in line]
+    assert any(re.search(r"evicted\s+PodsReadyTimeout", line) for line in stuck), stuck
+    assert not any("evicted" in line for line in slow), slow
+    assert any(re.search(r"finished\s+ran", line) for line in slow), slow
+
+
 def late_job(name: str, *, after_s: int) -> str:
     """JOB, submitted `after_s` scenario seconds into the run."""
     run = 'muster.dev/run-seconds: "10"'

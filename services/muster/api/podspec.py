@@ -25,6 +25,7 @@ from muster.api.model import (
 from muster.api.names import annotation_problems, label_problems
 from muster.api.raw import RawContainer, RawPodSpec, RawPodTemplate, RawTaint, RawToleration
 from muster.api.wellknown import (
+    PODS_READY_AFTER_ANNOTATION,
     PREFERRED_TOPOLOGY_ANNOTATION,
     REQUIRED_TOPOLOGY_ANNOTATION,
     RUN_SECONDS_ANNOTATION,
@@ -200,15 +201,17 @@ def admitted_pod_set(
 
     The flavors' `node_labels` are merged into the node selector (they win over the template's
     own value for the same key) and their `tolerations` added when not already there; the
-    workload's `muster.dev/run-seconds` annotation is copied when the template has none.
+    workload's `muster.dev/run-seconds` and `muster.dev/pods-ready-after` annotations are
+    copied when the template has none (the simulated kubelet reads them on the pod).
     """
     node_selector = {**ps.node_selector, **node_labels}
     merged = list(ps.tolerations)
     merged += [t for t in tolerations if t not in merged]
     annotations = dict(ps.annotations)
-    run_seconds = wl.meta.annotations.get(RUN_SECONDS_ANNOTATION)
-    if run_seconds is not None:
-        annotations.setdefault(RUN_SECONDS_ANNOTATION, run_seconds)
+    for key in (RUN_SECONDS_ANNOTATION, PODS_READY_AFTER_ANNOTATION):
+        value = wl.meta.annotations.get(key)
+        if value is not None:
+            annotations.setdefault(key, value)
     return msgspec.structs.replace(
         ps,
         count=count,

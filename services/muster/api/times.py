@@ -11,7 +11,9 @@ import math
 import re
 from collections.abc import Mapping
 
-from muster.api.wellknown import RUN_SECONDS_ANNOTATION
+from muster.api.wellknown import PODS_READY_AFTER_ANNOTATION, RUN_SECONDS_ANNOTATION
+
+NEVER_READY = "never"  # muster.dev/pods-ready-after: the pods never become Ready
 
 
 def parse_time(text: str) -> float:
@@ -63,3 +65,14 @@ def run_seconds_of(annotations: Mapping[str, str]) -> float | None:
     """Annotation muster.dev/run-seconds in seconds; None when absent or not a duration."""
     text = annotations.get(RUN_SECONDS_ANNOTATION)
     return None if text is None else parse_seconds(text)
+
+
+def ready_after_seconds_of(annotations: Mapping[str, str]) -> float | None:
+    """Annotation muster.dev/pods-ready-after: seconds from a pod's start until it is Ready;
+    None for "never"; 0 when absent or not a duration (ready as it starts, as without it)."""
+    text = annotations.get(PODS_READY_AFTER_ANNOTATION)
+    if text is None:
+        return 0.0
+    if text.strip() == NEVER_READY:
+        return None
+    return parse_seconds(text) or 0.0

@@ -16,6 +16,9 @@ TRACEPARENT_ANNOTATION = "muster.dev/traceparent"
 # the watcher publishes about its pods.
 PARTITION_ANNOTATION = "muster.dev/partition"
 RUN_SECONDS_ANNOTATION = "muster.dev/run-seconds"  # on a workload, Job or pod: run time
+# On a workload, Job or pod: seconds from a pod's start until it is Ready, or "never"
+# (simulated clusters: the kubelet; `muster simulate`: waitForPodsReady).
+PODS_READY_AFTER_ANNOTATION = "muster.dev/pods-ready-after"
 # On a workload or Job: other ways it may run, in order of preference (docs/routing.md).
 ALTERNATIVES_ANNOTATION = "muster.dev/alternatives"
 # On a ClusterQueue: how workloads declared in it are routed among their alternatives.

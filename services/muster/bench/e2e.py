@@ -10,6 +10,9 @@ pipeline. Workloads (one pod, 100m cpu) are submitted through `Gateway.Submit`:
 - burst with 16 workloads per call (a multi-document manifest): the same pipeline with a
   sixteenth of the gRPC calls, which tells the cost of the calls from the rest;
 - rate: paced at a fixed rate, one workload per call; latency percentiles are the point.
+- with one shard and more in the run, the lone replica is also paced at the rate each of N
+  replicas sees (200 ÷ N per second), and the machine's charge for waking a process that rarely
+  (`bench.wake`) is measured: `bench.replicas` sets each row at N shards beside both.
 Latency = the admission/binder event's own timestamp (`Envelope.time_unix_nano`, same host clock)
 minus the moment the client started the Submit call. CPU = user + system time each process
 (every service, nats-server, and this client) used while the workloads went through, per
@@ -42,6 +45,7 @@ import msgspec
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
+from muster.bench import replicas, wake
 from muster.bench.jetstream import publish_ack_rate
 from muster.bench.sim_nodes import node_manifests
 from muster.bench.table import Column, render_table
@@ -383,36 +387,70 @@ async def _measure(
     )
 
 
+RATE_PER_S = 200.0  # the paced case's rate
+
+
 def run(
     *,
     scale: float,
     shard_counts: tuple[int, ...] = (1, 2, 4),
     observe: tuple[str, ...] = ("off",),
-) -> Iterator[E2ERow]:
+) -> Iterator[msgspec.Struct]:
+    """The e2e rows, case by case; with a lone replica and more, then the machine's wake
+    costs (`bench.wake`) and the per-replica comparison (`bench.replicas`)."""
     count = max(10, round(1000 * scale))
+    rows: list[E2ERow] = []
+    for load in loads(shard_counts, count):
+        for mode in observe:  # side by side, so that drift on the machine weighs alike
+            row = run_loop(
+                run_case(
+                    shards=load.shards,
+                    workloads=load.workloads,
+                    rate_per_s=load.rate_per_s,
+                    per_call=load.per_call,
+                    observe=mode,
+                )
+            )
+            rows.append(row)
+            yield row
+    paces = replicas.paced_loads(shard_counts, RATE_PER_S)
+    if not paces:
+        return
+    # After the cases, with no service running: the machine's own charge, nothing else's.
+    wakes = [wake.measure(rate, seconds=3 * scale) for rate in (RATE_PER_S, *paces)]
+    yield from wakes
+    yield from replicas.compare([r for r in rows if r.observe == observe[0]], wakes)
+
+
+def loads(shard_counts: tuple[int, ...], count: int) -> list[Load]:
+    """Per shard count: two bursts and the paced case; the lone replica also at each pace a
+    replica of N sees (`replicas.paced_loads`)."""
+    out: list[Load] = []
     for shards in shard_counts:
         # The client on the services' loop (uvloop when installed): it shares their 2 cores.
-        loads = [
+        out += [
             Load(shards=shards, workloads=3 * count, rate_per_s=None, per_call=per_call)
             for per_call in (1, BATCHED_PER_CALL)
         ]
-        loads.append(Load(shards=shards, workloads=count, rate_per_s=200.0))
-        for load in loads:
-            for mode in observe:  # side by side, so that drift on the machine weighs alike
-                yield run_loop(
-                    run_case(
-                        shards=load.shards,
-                        workloads=load.workloads,
-                        rate_per_s=load.rate_per_s,
-                        per_call=load.per_call,
-                        observe=mode,
-                    )
-                )
+        paces = replicas.paced_loads(shard_counts, RATE_PER_S) if shards == 1 else []
+        out += [
+            Load(shards=shards, workloads=count, rate_per_s=rate) for rate in (RATE_PER_S, *paces)
+        ]
+    return out
 
 
-def render(rows: list[E2ERow]) -> str:
-    """The latency table, then CPU ms per workload by process for the same rows."""
-    return render_latency(rows) + "\n" + render_cpu(rows)
+def render(rows: list[msgspec.Struct]) -> str:
+    """The latency table, then CPU ms per workload by process for the same rows; then the
+    per-replica comparison and the machine's wake costs when the run has them."""
+    cases = [r for r in rows if isinstance(r, E2ERow)]
+    text = render_latency(cases) + "\n" + render_cpu(cases)
+    compared = [r for r in rows if isinstance(r, replicas.ReplicaRow)]
+    wakes = [r for r in rows if isinstance(r, wake.WakeRow)]
+    if compared:
+        text += "\n" + replicas.render(compared)
+    if wakes:
+        text += "\n" + replicas.render_wake(wakes)
+    return text
 
 
 def render_cpu(rows: list[E2ERow]) -> str:

@@ -102,6 +102,7 @@ class PodView(msgspec.Struct, frozen=True, kw_only=True):
     scheduler_name: str
     run_seconds: float | None  # annotation muster.dev/run-seconds; None: runs until deleted
     group: str = ""  # `report_key`: what events about the pod's life name ("" for none)
+    ready: bool = False  # its Ready condition is True (Kueue's readiness, not the phase)
 
     @property
     def workload_key(self) -> str:
@@ -124,6 +125,15 @@ def node_view(obj: Mapping[str, Any]) -> NodeView:
     )
 
 
+def is_ready(status: Mapping[str, Any]) -> bool:
+    """Whether a pod's `status` (as stored) has its Ready condition True."""
+    conditions = status.get("conditions")
+    return isinstance(conditions, list) and any(
+        isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
+        for c in conditions
+    )
+
+
 def pod_view(obj: Mapping[str, Any]) -> PodView:
     """Return the view of a stored v1 Pod (one `check_pod` accepts)."""
     raw = msgspec.convert(obj, RawPod)
@@ -142,6 +152,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         tolerations=tolerations(raw.spec.tolerations),
         scheduler_name=raw.spec.scheduler_name,
         run_seconds=run_seconds_of(meta.annotations),
+        ready=any(c.type == "Ready" and c.status == "True" for c in raw.status.conditions),
         group=report_key(
             meta.namespace,
             meta.labels,

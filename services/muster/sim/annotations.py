@@ -15,11 +15,12 @@ from typing import Literal, get_args
 import msgspec
 
 from muster.api.errors import key_path
-from muster.api.wellknown import ALTERNATIVES_ANNOTATION
+from muster.api.times import NEVER_READY
+from muster.api.wellknown import ALTERNATIVES_ANNOTATION, PODS_READY_AFTER_ANNOTATION
 
 SUBMIT_AFTER = "muster.dev/submit-after"
 RUN_SECONDS = "muster.dev/run-seconds"
-PODS_READY_AFTER = "muster.dev/pods-ready-after"
+PODS_READY_AFTER = PODS_READY_AFTER_ANNOTATION
 STOP_AFTER = "muster.dev/stop-after"
 CHECK_PREFIX = "muster.dev/check."  # + AdmissionCheck name, on a workload (or its Job)
 CHECK_RESULT = "muster.dev/check-result"  # on an AdmissionCheck: the default for every workload
@@ -27,7 +28,7 @@ CHECK_RESULT = "muster.dev/check-result"  # on an AdmissionCheck: the default fo
 # it (sim/checks.py), "Condition@seconds" per attempt, as a check script.
 PROVISIONING = "muster.dev/provisioning"
 
-NEVER = "never"
+NEVER = NEVER_READY
 
 CheckStateName = Literal["Ready", "Retry", "Rejected", "Pending"]
 CHECK_STATES: tuple[str, ...] = get_args(CheckStateName)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from muster.api import kueue_config_from_file
 from muster.bus import Bus
 from muster.bus.service import (
     Flag,
@@ -54,6 +55,9 @@ KUBE_WATCHER_FLAGS = (
          "0 = unlimited"),
     Flag("--kube-event-burst", "N", int, "MUSTER_KUBE_EVENT_BURST", "50",
          "kube: Events written at once after a quiet spell"),
+    Flag("--kueue-config", "FILE", str, "MUSTER_KUEUE_CONFIG", None,
+         "kube: Kueue Configuration (admission's): with waitForPodsReady on, Workloads carry "
+         "the PodsReady condition"),
     Flag("--cluster-lost-seconds", "S", float, "MUSTER_CLUSTER_LOST_SECONDS", "10",
          "kube: a MultiKueueCluster whose services have not reported for this long is not "
          "Active (as admission's flag of that name)"),
@@ -89,6 +93,7 @@ def build(args: argparse.Namespace, config: ServiceConfig) -> ServiceMain:
         kueue_version=backend.kube.kueue_version,
         check_controllers=controller_names(args.check_controllers),
         cluster_lost_s=args.cluster_lost_seconds,
+        pods_ready_condition=_waits_for_pods_ready(args.kueue_config),
     )
     if args.kube_event_qps < 0:
         raise ValueError(
@@ -98,6 +103,16 @@ def build(args: argparse.Namespace, config: ServiceConfig) -> ServiceMain:
         raise ValueError(f"--kube-event-burst must be >= 1, got {args.kube_event_burst}")
     kube = KubeWatcherConfig(event_qps=args.kube_event_qps, event_burst=args.kube_event_burst)
     return functools.partial(serve, config=watcher, backend=backend, kube=kube)
+
+
+def _waits_for_pods_ready(path: str | None) -> bool:
+    """Whether Kueue's Configuration at `path` turns waitForPodsReady on (no file: off)."""
+    if not path:
+        return False
+    kueue, errors = kueue_config_from_file(path)
+    if kueue is None:
+        raise ValueError("; ".join(str(e) for e in errors))
+    return kueue.wait_for_pods_ready.enable
 
 
 async def serve(

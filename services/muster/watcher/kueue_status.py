@@ -5,7 +5,10 @@ feeds it events and desires what changed.
 
 - Workload: conditions QuotaReserved, Admitted, Evicted, Requeued, Finished (reason and
   message as Kueue words them) and `admission` (ClusterQueue, podSetAssignments), from
-  `pending`, `quota_reserved`, `admitted`, `evicted`, `requeued`, `finished`; and what its
+  `pending`, `quota_reserved`, `admitted`, `evicted`, `requeued`, `finished`; with
+  waitForPodsReady on, PodsReady as Kueue's job reconciler keeps it (False, WaitForStart, from
+  the start and whenever it is not admitted; True, Started, once a `running` with its pods
+  ready or a `pods_ready` says so while admitted); and what its
   check list should hold (`checks_of`: the checks its reservation requires, its last
   eviction), which the writer merges into the stored list (`muster.api.check_states`).
 - ClusterQueue: admission's own `queue.status` (counts, flavorsReservation, flavorsUsage,
@@ -38,11 +41,19 @@ WORKLOAD_EVENTS = (
     "finished",
     "deleted",
 )
+# The watcher's reports of a workload's readiness (followed only with waitForPodsReady on).
+READINESS_EVENTS = ("running", "pods_ready")
 # The binder's word that an evicted workload's pods are gone: a deactivated one reserves
 # nothing from then on.
 EVICTION_COMPLETED: Final = "eviction_completed"
 # Conditions in the order `kubectl describe` lists them.
-_CONDITION_ORDER = ("QuotaReserved", "Admitted", "Evicted", "Requeued", "Finished")
+_CONDITION_ORDER = ("QuotaReserved", "Admitted", "PodsReady", "Evicted", "Requeued", "Finished")
+# Kueue's PodsReady reasons and messages (jobframework's generatePodsReadyCondition). Kueue's
+# WaitForRecovery and Recovered (a pod lost readiness after the start) are never written:
+# muster does not report readiness lost (watcher/pods.py `due_events`).
+WAIT_FOR_START, STARTED = "WaitForStart", "Started"
+NOT_READY_MESSAGE = "Not all pods are ready or succeeded"
+READY_MESSAGE = "All pods reached readiness and the workload is running"
 _DEFAULT_QUEUE = "default"  # a workload naming no LocalQueue is in its namespace's "default"
 _ADMISSION_SOURCE = "admission/"  # Envelope.source of admission's decisions
 
@@ -169,8 +180,12 @@ class _Tally:
 class StatusBook:
     """The statuses of one cluster's Kueue objects, as the events so far make them."""
 
-    def __init__(self, *, kueue_version: str = "v1beta1", cluster: str = "") -> None:
+    def __init__(
+        self, *, kueue_version: str = "v1beta1", cluster: str = "", pods_ready: bool = False
+    ) -> None:
         self._cluster = cluster  # its own: a workload admitted elsewhere shows clusterName
+        # waitForPodsReady is on: Kueue keeps a PodsReady condition on every job's Workload.
+        self._pods_ready = pods_ready
         # v1beta1 calls a LocalQueue's flavorsUsage `flavorUsage`.
         self._lq_usage_field = "flavorUsage" if kueue_version == "v1beta1" else "flavorsUsage"
         self._workloads: dict[str, _Workload] = {}
@@ -189,14 +204,29 @@ class StatusBook:
             return self._config(env)
         if field == "admission_check":
             return self._answer(env)
+        if field in READINESS_EVENTS:
+            return self._readiness(env)
         if field in WORKLOAD_EVENTS or field == EVICTION_COMPLETED:
             at_s = env.time_unix_nano / 1e9
             refs = self._workload_event(env.workload, field, getattr(env, field), at_s=at_s)
             wl = self._workloads.get(env.workload)
+            if wl is not None and self._pods_ready:
+                _waiting_for_start(wl)
             if field == "admitted" and wl is not None:
                 wl.cluster_name = env.cluster if env.cluster != self._cluster else ""
             return refs
         return set()
+
+    def _readiness(self, env: pb.Envelope) -> set[ObjectRef]:
+        """Its pods are all ready (a `running` that says so, or a `pods_ready`): PodsReady
+        True while it is admitted (Kueue's minimum for it)."""
+        wl = self._workloads.get(env.workload)
+        if wl is None or not self._pods_ready or wl.state != "admitted":
+            return set()
+        if env.WhichOneof("payload") == "running" and not env.running.pods_ready:
+            return set()
+        wl.set("PodsReady", True, STARTED, READY_MESSAGE)
+        return {_workload_ref(env.workload)}
 
     def _answer(self, env: pb.Envelope) -> set[ObjectRef]:
         """A check admission answers itself (MultiKueue's): its state goes into the
@@ -386,6 +416,16 @@ def _transition(wl: _Workload, field: str, payload: Any, *, at_s: float) -> None
         wl.state = "finished"
         succeeded = bool(payload.succeeded)
         wl.set("Finished", True, "Succeeded" if succeeded else "Failed", payload.message)
+
+
+def _waiting_for_start(wl: _Workload) -> None:
+    """PodsReady False, WaitForStart, unless it is admitted with its pods ready: a workload
+    not admitted (yet, or no more: evicted, requeued) waits for its pods to start anew. A
+    finished one keeps what it had (Kueue stops looking at a finished job's readiness)."""
+    ready = wl.conditions.get("PodsReady", {}).get("status") == "True"
+    if wl.state == "finished" or (wl.state == "admitted" and ready):
+        return
+    wl.set("PodsReady", False, WAIT_FOR_START, NOT_READY_MESSAGE)
 
 
 def _inactive(wl: _Workload, message: str) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from muster.api.wellknown import PARTITION_ANNOTATION, TRACEPARENT_ANNOTATION
-from muster.cluster.objects import POD_SET_ANNOTATION, PodView, report_key
+from muster.cluster.objects import POD_SET_ANNOTATION, PodView, is_ready, report_key
 from muster.contracts.v1 import events_pb2
 from muster.watcher.translate import Outgoing
 
@@ -31,6 +31,9 @@ class PodState(msgspec.Struct, frozen=True, kw_only=True):
     pod_set: str = ""
     node: str = ""
     phase: str = PENDING
+    # Its Ready condition is True (the kubelet's readiness probes passed; with no probe, once
+    # its containers run). Kueue takes readiness from it, not from the phase.
+    ready: bool = False
     message: str = ""
     # Controlled by a batch Job: the Job's conditions say when it is over (`job_finished`).
     of_job: bool = False
@@ -52,6 +55,9 @@ class Sent(msgspec.Struct, kw_only=True):
     submitted: str = ""  # `translate.incarnation` of the last workload.submitted
     pending: list[str] = msgspec.field(default_factory=list)  # digests of pending sets sent
     running: list[str] = msgspec.field(default_factory=list)  # pod uids
+    # uids of pods whose `running` said not ready: a `pods_ready` is due once they are (kept
+    # apart from `running`, so the common case, ready as they start, stores nothing more).
+    unready: list[str] = msgspec.field(default_factory=list)
     pods_ready: list[str] = msgspec.field(default_factory=list)
     finished: list[str] = msgspec.field(default_factory=list)
     job_finished: str = ""  # uid of the Job whose end was published
@@ -64,13 +70,18 @@ class Sent(msgspec.Struct, kw_only=True):
         """Remember that `out` (from `due_events`) was published for pods `uids`."""
         if out.field == "pods_pending":
             self.pending.append(out.id_key.rsplit("/", 1)[-1])
-        else:
-            getattr(self, out.field).extend(sorted(set(uids) - set(getattr(self, out.field))))
+            return
+        marks = [out.field]
+        if out.field == "running" and not out.payload.pods_ready:
+            marks.append("unready")
+        for field in marks:
+            getattr(self, field).extend(sorted(set(uids) - set(getattr(self, field))))
 
     def forget_pods_except(self, uids: Iterable[str]) -> None:
         """Drop marks of pods that are gone; pending-set digests go when no pod is pending."""
         keep = set(uids)
         self.running = [u for u in self.running if u in keep]
+        self.unready = [u for u in self.unready if u in keep]
         self.pods_ready = [u for u in self.pods_ready if u in keep]
         self.finished = [u for u in self.finished if u in keep]
         if not keep:
@@ -82,6 +93,7 @@ class Sent(msgspec.Struct, kw_only=True):
             self.submitted
             or self.pending
             or self.running
+            or self.unready
             or self.pods_ready
             or self.finished
             or self.job_finished
@@ -102,6 +114,7 @@ def pod_state_of_view(pod: PodView) -> PodState | None:
         pod_set=pod.pod_set,
         node=pod.node_name,
         phase=pod.phase,
+        ready=pod.ready,
     )
 
 
@@ -139,6 +152,7 @@ def pod_state(obj: Mapping[str, Any]) -> PodState | None:
         pod_set=str(pod_set),
         node=str(spec.get("nodeName") or ""),
         phase=str(status.get("phase") or PENDING),
+        ready=is_ready(status),
         message=str(status.get("message") or status.get("reason") or ""),
         of_job=any(
             isinstance(ref, dict)
@@ -149,6 +163,18 @@ def pod_state(obj: Mapping[str, Any]) -> PodState | None:
         traceparent=str(annotations.get(TRACEPARENT_ANNOTATION) or ""),
         partition=str(annotations.get(PARTITION_ANNOTATION) or ""),
     )
+
+
+def counts_ready(pod: PodState) -> bool:
+    """Kueue's rule for a Job (`status.ready + status.succeeded >= pods`): a pod counts as
+    ready when its Ready condition is True while it runs, or once it has succeeded.
+
+    Differs from Kueue for plain pod groups, where Kueue counts only pods whose Ready
+    condition is True (a Succeeded pod's is False): muster applies the Job's rule to every
+    workload, so a group whose first pods finish early is not taken for one that lost
+    readiness.
+    """
+    return pod.phase == SUCCEEDED or (pod.phase == RUNNING and pod.ready)
 
 
 def _digest(uids: Iterable[str]) -> str:
@@ -165,8 +191,11 @@ def due_events(
     """The events now due for `workload`, in the order to publish them.
 
     - unbound Pending pods → pods_pending listing all of them (once per set);
-    - every pod Running or Succeeded → running, which says they are ready too (`pods_ready`
-      set: a pod's phase is what tells readiness here, so no separate pods_ready is due);
+    - every pod Running or Succeeded → running, with `pods_ready` set when every pod counts
+      as ready too (`counts_ready`: its Ready condition, not its phase);
+    - after a `running` that said not ready, every pod ready → pods_ready, once. A pod that
+      loses readiness later makes no event: muster keeps the workload admitted, as Kueue does
+      with waitForPodsReady's recoveryTimeout unset (docs/kueue-compatibility.md);
     - every pod Succeeded → finished{succeeded}; any Failed → finished{not succeeded}; not
       for a Job's pods, whose end the Job tells (`translate.job_finished`).
     A workload whose pods finished before the watcher saw them run still gets running (and
@@ -194,19 +223,31 @@ def due_events(
             )
     failed = [p for p in pods if p.phase == FAILED]
     started = all(p.phase in (RUNNING, SUCCEEDED) for p in pods)
+    ready = started and all(counts_ready(p) for p in pods)
     done = all(p.phase == SUCCEEDED for p in pods)
-    if started and not uids & set(sent.running) and not uids & set(sent.finished):
+    over = bool(uids & set(sent.finished))
+    if started and not uids & set(sent.running) and not over:
         out.append(
             Outgoing(
                 field="running",
-                payload=events_pb2.WorkloadRunning(pods_ready=True),
+                payload=events_pb2.WorkloadRunning(pods_ready=ready),
                 id_key=f"running/{everyone}",
                 workload=workload,
                 partition=partition,
             )
         )
+    elif ready and uids & set(sent.unready) and not uids & set(sent.pods_ready) and not over:
+        out.append(
+            Outgoing(
+                field="pods_ready",
+                payload=events_pb2.PodsReady(),
+                id_key=f"pods_ready/{everyone}",
+                workload=workload,
+                partition=partition,
+            )
+        )
     of_job = any(p.of_job for p in pods)
-    if (done or failed) and not of_job and not uids & set(sent.finished):
+    if (done or failed) and not of_job and not over:
         if failed:
             first = failed[0]
             why = f": {first.message}" if first.message else ""

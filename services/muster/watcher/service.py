@@ -55,6 +55,9 @@ class WatcherConfig(msgspec.Struct, frozen=True, kw_only=True):
     check_controllers: tuple[str, ...] = ()  # admission check controllers run (Kubernetes)
     # A MultiKueueCluster whose services have not reported for this long is not Active.
     cluster_lost_s: float = 10.0
+    # Kueue's waitForPodsReady is on (its Configuration, `--kueue-config`): Workloads on
+    # Kubernetes carry the PodsReady condition, as Kueue's job reconciler keeps it then.
+    pods_ready_condition: bool = False
 
 
 class KueueWriter(KueueWorkloads, StatusSink, Protocol):
@@ -198,6 +201,7 @@ async def run_watcher(
                     kueue,
                     cluster=config.cluster,
                     kueue_version=config.kueue_version,
+                    pods_ready=config.pods_ready_condition,
                     groups=groups,
                     events=(book, events) if events is not None else None,
                     workers=workers,

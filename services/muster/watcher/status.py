@@ -29,7 +29,12 @@ from muster.contracts.v1 import events_pb2 as pb
 from muster.watcher.group_status import GANG_EVENTS, GroupStatusBook
 from muster.watcher.job_mirror import Desire, JobMirror
 from muster.watcher.kube_events import EVENT_SOURCES, EventBook
-from muster.watcher.kueue_status import EVICTION_COMPLETED, WORKLOAD_EVENTS, StatusBook
+from muster.watcher.kueue_status import (
+    EVICTION_COMPLETED,
+    READINESS_EVENTS,
+    WORKLOAD_EVENTS,
+    StatusBook,
+)
 
 log = logging.getLogger(__name__)
 
@@ -82,11 +87,15 @@ DISPATCHED_EVENTS = (
 )
 
 
-def status_subjects(cluster: str) -> list[str]:
+def status_subjects(cluster: str, *, pods_ready: bool = False) -> list[str]:
     """The subjects whose events change the statuses of `cluster`'s Kueue objects and
     scheduling.k8s.io PodGroups: its own, and every cluster's about a workload's admission
-    and end (a workload submitted here may run in a worker cluster)."""
-    events = dict.fromkeys((*WORKLOAD_EVENTS, EVICTION_COMPLETED, *GANG_EVENTS, *EVENT_SOURCES))
+    and end (a workload submitted here may run in a worker cluster); with `pods_ready`
+    (waitForPodsReady on) its own pods' readiness too."""
+    readiness = READINESS_EVENTS if pods_ready else ()
+    events = dict.fromkeys(
+        (*WORKLOAD_EVENTS, EVICTION_COMPLETED, *GANG_EVENTS, *EVENT_SOURCES, *readiness)
+    )
     return [
         *(f for e in DISPATCHED_EVENTS for f in workload_filters("*", e)),
         *(f for e in events if e not in DISPATCHED_EVENTS for f in workload_filters(cluster, e)),
@@ -174,6 +183,7 @@ async def write_statuses(
     *,
     cluster: str,
     kueue_version: str,
+    pods_ready: bool = False,
     groups: GroupStatuses | None = None,
     events: tuple[EventBook, EventSink] | None = None,
     workers: WorkerConfigs | None = None,
@@ -181,10 +191,11 @@ async def write_statuses(
     """Desire the status of every Kueue object of `cluster` (and, with `groups`, of its
     PodGroups; of its Jobs managed by MultiKueue: `job_mirror`) as events change it, and with
     `events` record their Kubernetes Events, until cancelled; `workers` is told which
-    MultiKueueClusters the config events declare."""
-    book = StatusBook(kueue_version=kueue_version, cluster=cluster)
+    MultiKueueClusters the config events declare. `pods_ready`: waitForPodsReady is on, so
+    Workloads carry Kueue's PodsReady condition."""
+    book = StatusBook(kueue_version=kueue_version, cluster=cluster, pods_ready=pods_ready)
     mirror = JobMirror()
-    subjects = status_subjects(cluster)
+    subjects = status_subjects(cluster, pods_ready=pods_ready)
     runs_on = RunsOn(cluster)
     last = await bus.last_sequence()
     if last:

@@ -11,7 +11,10 @@ from muster.watcher.pods import PodState, Sent, due_events, pod_state
 WL = "ns/w"
 
 
-def pod(i: int, phase: str = "Pending", *, node: str = "", message: str = "") -> PodState:
+def pod(
+    i: int, phase: str = "Pending", *, node: str = "", message: str = "", ready: bool | None = None
+) -> PodState:
+    """Pod `i`; a Running one is Ready unless `ready` says otherwise (no readiness probe)."""
     return PodState(
         namespace="ns",
         name=f"w-main-{i}",
@@ -20,6 +23,7 @@ def pod(i: int, phase: str = "Pending", *, node: str = "", message: str = "") ->
         pod_set="main",
         node=node,
         phase=phase,
+        ready=phase == "Running" if ready is None else ready,
         message=message,
     )
 
@@ -36,7 +40,25 @@ def publish_all(pods: list[PodState], sent: Sent) -> list[str]:
     return [o.field for o in out]
 
 
-def test_reads_a_pod_manifest() -> None:
+@pytest.mark.parametrize(
+    ("status", "ready"),
+    [
+        ({"phase": "Failed", "message": "OOMKilled"}, False),
+        # Readiness is the Ready condition, whatever else the pod's conditions say.
+        ({"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}, False),
+        (
+            {
+                "phase": "Running",
+                "conditions": [
+                    {"type": "PodScheduled", "status": "True"},
+                    {"type": "Ready", "status": "True"},
+                ],
+            },
+            True,
+        ),
+    ],
+)
+def test_reads_a_pod_manifest(status: dict[str, Any], ready: bool) -> None:
     obj = {
         "metadata": {
             "name": "w-main-0",
@@ -46,7 +68,7 @@ def test_reads_a_pod_manifest() -> None:
             "annotations": {"muster.dev/pod-set": "main"},
         },
         "spec": {"nodeName": "a"},
-        "status": {"phase": "Failed", "message": "OOMKilled"},
+        "status": status,
     }
     state = pod_state(obj)
     assert state == PodState(
@@ -56,8 +78,9 @@ def test_reads_a_pod_manifest() -> None:
         workload="ns/w",
         pod_set="main",
         node="a",
-        phase="Failed",
-        message="OOMKilled",
+        phase=status["phase"],
+        ready=ready,
+        message=status.get("message", ""),
     )
     assert pod_state({"metadata": {"name": "other"}}) is None
 
@@ -146,3 +169,26 @@ def test_event_keys_are_stable_for_the_same_pods() -> None:
     assert [o.id_key for o in due_events(WL, pods, Sent())] == [
         o.id_key for o in due_events(WL, list(reversed(pods)), Sent())
     ]
+
+
+def test_pods_running_but_not_ready_are_running_then_ready_once() -> None:
+    sent = Sent()
+    unready = [pod(0, "Running", node="a", ready=False), pod(1, "Running", node="a")]
+    (started,) = due_events(WL, unready, Sent())
+    assert (started.field, started.payload.pods_ready) == ("running", False)
+    assert publish_all(unready, sent) == ["running"]
+    assert publish_all(unready, sent) == []
+    ready = [pod(0, "Running", node="a"), pod(1, "Running", node="a")]
+    assert publish_all(ready, sent) == ["pods_ready"]
+    assert publish_all(ready, sent) == []
+    # Readiness lost after the start (a failing probe) makes no event, nor its return.
+    assert publish_all(unready, sent) == []
+    assert publish_all(ready, sent) == []
+
+
+def test_a_succeeded_pod_counts_as_ready_as_a_job_counts_it() -> None:
+    sent = Sent()
+    pods = [pod(0, "Running", node="a", ready=False), pod(1, "Succeeded", node="a")]
+    assert publish_all(pods, sent) == ["running"]
+    done = [pod(0, "Succeeded", node="a"), pod(1, "Succeeded", node="a")]
+    assert publish_all(done, sent) == ["pods_ready", "finished"]

@@ -1,9 +1,12 @@
 """The sim kubelet: runs the bound pods of a simulated cluster (`muster service sim-cluster`).
 
-A bound Pending pod becomes Running at once (startTime, Ready); after its
-`muster.dev/run-seconds` divided by `speed` it becomes Succeeded. A pod without run-seconds runs
-until it is deleted; a deleted pod simply stops. A pod bound to a node that does not exist is
-marked Failed. Resource accounting is not the kubelet's job: gang-permit checks fit first.
+A bound Pending pod becomes Running at once (startTime); its Ready condition turns True at
+once too, or after its `muster.dev/pods-ready-after` divided by `speed` (a readiness probe
+that passes late; `never`: one that never passes), as waitForPodsReady reads readiness from
+it. After its `muster.dev/run-seconds` divided by `speed` it becomes Succeeded. A pod without
+run-seconds runs until it is deleted; a deleted pod simply stops. A pod bound to a node that
+does not exist is marked Failed. Resource accounting is not the kubelet's job: gang-permit
+checks fit first.
 
 Nothing is kept but timers and the names of the nodes: a restarted kubelet lists every pod
 again and computes what is left of a Running pod's run time from its startTime, so pods finish
@@ -20,9 +23,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from muster.api.times import ready_after_seconds_of
 from muster.cluster.errors import ClusterError, ConflictError
 from muster.cluster.keys import NODE_PREFIX, POD_PREFIX, describe, node_key
-from muster.cluster.objects import format_time, parse_time, run_seconds_of
+from muster.cluster.objects import format_time, is_ready, parse_time, run_seconds_of
 from muster.cluster.sim.clock import Clock
 from muster.cluster.sim.store import SimStore, StoreChange
 
@@ -57,6 +61,7 @@ class Kubelet:
         self._clock = clock
         self._speed = speed
         self._timers: dict[str, tuple[str, asyncio.Task[None]]] = {}  # pod key -> (uid, timer)
+        self._readies: dict[str, tuple[str, asyncio.Task[None]]] = {}  # the same, to turn Ready
         self._nodes: set[str] = set()  # keys of the nodes the watch has shown, not deleted
         self._starts = asyncio.Semaphore(_STARTS_IN_FLIGHT)
 
@@ -79,9 +84,10 @@ class Kubelet:
                     except Exception:  # a pod it cannot read: skipped, the others still run
                         log.exception("skipping pod %s at revision %d", change.key, change.revision)
         finally:
-            for _, task in self._timers.values():
-                task.cancel()
-            self._timers.clear()
+            for timers in (self._timers, self._readies):
+                for _, task in timers.values():
+                    task.cancel()
+                timers.clear()
 
     def _on_node(self, change: StoreChange) -> None:
         if change.type == "DELETED":
@@ -101,6 +107,7 @@ class Kubelet:
             tasks.create_task(self._start(change, node))
         elif phase == "Running":
             self._schedule_finish(change, uid, tasks)
+            self._schedule_ready(change, uid, tasks)
 
     async def _start(self, change: StoreChange, node: str) -> None:
         """Move a bound Pending pod to Running, or to Failed when its node does not exist;
@@ -124,10 +131,11 @@ class Kubelet:
                 conditions=_with_condition(status, "Ready", "False", now=now),
             )
         else:
+            ready = ready_after_seconds_of(_meta(pod).get("annotations", {})) == 0
             status.update(
                 phase="Running",
                 startTime=now,
-                conditions=_with_condition(status, "Ready", "True", now=now),
+                conditions=_with_condition(status, "Ready", str(ready), now=now),
             )
         await self._write(change.key, {**pod, "status": status}, revision=change.revision)
 
@@ -155,21 +163,61 @@ class Kubelet:
         task = timers.create_task(self._finish_at(change.key, uid, finish_at))
         self._timers[change.key] = (uid, task)
 
+    def _schedule_ready(self, change: StoreChange, uid: str, timers: asyncio.TaskGroup) -> None:
+        """Arrange for a Running pod that is not Ready to turn Ready when its
+        pods-ready-after is up (counted from its startTime, so a restart keeps the time)."""
+        status = change.obj.get("status", {})
+        after_s = ready_after_seconds_of(_meta(change.obj).get("annotations", {}))
+        start = status.get("startTime")
+        if after_s is None or not isinstance(start, str) or is_ready(status):
+            return
+        known = self._readies.get(change.key)
+        if known is not None and known[0] == uid and not known[1].done():
+            return
+        ready_at = parse_time(start) + after_s / self._speed
+        task = timers.create_task(self._ready_at(change.key, uid, ready_at))
+        self._readies[change.key] = (uid, task)
+
+    async def _ready_at(self, key: str, uid: str, ready_at_s: float) -> None:
+        await self._clock.sleep(ready_at_s - self._clock.now_s())
+
+        def ready(status: dict[str, Any], now: str) -> bool:
+            if is_ready(status):
+                return False
+            status["conditions"] = _with_condition(status, "Ready", "True", now=now)
+            return True
+
+        if await self._update_running(key, uid, ready):
+            log.info("pod ready", extra={"pod": describe(key)})
+
     async def _finish_at(self, key: str, uid: str, finish_at_s: float) -> None:
         await self._clock.sleep(finish_at_s - self._clock.now_s())
-        while True:
-            current = await _waiting_out_nats(lambda: self._store.get(key))
-            if current is None or _meta(current.obj).get("uid", "") != uid:
-                return  # deleted (or deleted and started again: a new pod, a new timer)
-            status = dict(current.obj.get("status", {}))
-            if status.get("phase") != "Running":
-                return
-            now = format_time(self._clock.now_s())
+
+        def succeed(status: dict[str, Any], now: str) -> bool:
             status.update(
                 phase="Succeeded",
                 reason="Completed",
                 conditions=_with_condition(status, "Ready", "False", now=now),
             )
+            return True
+
+        if await self._update_running(key, uid, succeed):
+            log.info("pod succeeded", extra={"pod": describe(key)})
+
+    async def _update_running(
+        self, key: str, uid: str, change: Callable[[dict[str, Any], str], bool]
+    ) -> bool:
+        """Apply `change` (status, now → whether it changed anything) to pod `key` while it is
+        still that Running pod; whether it was written."""
+        while True:
+            current = await _waiting_out_nats(lambda: self._store.get(key))
+            if current is None or _meta(current.obj).get("uid", "") != uid:
+                return False  # deleted (or deleted and started again: a new pod, a new timer)
+            status = dict(current.obj.get("status", {}))
+            if status.get("phase") != "Running":
+                return False
+            if not change(status, format_time(self._clock.now_s())):
+                return False
             update = functools.partial(
                 self._store.update,
                 key,
@@ -180,8 +228,7 @@ class Kubelet:
                 await _waiting_out_nats(update)
             except ConflictError:
                 continue  # someone wrote in between: look again
-            log.info("pod succeeded", extra={"pod": describe(key)})
-            return
+            return True
 
     async def _write(self, key: str, pod: dict[str, Any], *, revision: int) -> None:
         """Write `pod` over `revision`; a lost race is dropped, NATS away is waited out."""
@@ -194,9 +241,10 @@ class Kubelet:
             )
 
     def _cancel(self, key: str) -> None:
-        known = self._timers.pop(key, None)
-        if known is not None:
-            known[1].cancel()
+        for timers in (self._timers, self._readies):
+            known = timers.pop(key, None)
+            if known is not None:
+                known[1].cancel()
 
 
 async def _waiting_out_nats(op: Callable[[], Awaitable[T]]) -> T:
