@@ -22,7 +22,6 @@ import nats.errors
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from nats.aio.transport import TcpTransport
 from nats.protocol.command import hpub_cmd
 from nats.protocol.parser import PERMISSIONS_ERR
 
@@ -122,8 +121,7 @@ def position(msg: Msg) -> Position:
 
 class MusterClient(NatsClient):
     """A nats-py `Client` that can deliver a subscription's messages straight to a function,
-    writes what was published from a loop callback instead of waking nats-py's flusher task,
-    and, with `flush_late`, writes it one loop iteration later than nats-py."""
+    and, with `flush_late`, send what was published one loop iteration later than nats-py."""
 
     _parse_header_lines = staticmethod(parse_header_lines)
 
@@ -131,55 +129,30 @@ class MusterClient(NatsClient):
         super().__init__()
         self._direct: dict[int, DirectCallback] = {}
         # nats-py wakes its flusher at the first publish of a loop iteration, so the flusher
-        # writes in the next one. With `flush_late`, the write itself waits an iteration:
+        # writes in the next one. With `flush_late`, the wake-up itself waits an iteration:
         # what tasks publish in that next iteration (calls that reached the loop just after)
         # shares the write. For the gateway's Submits that means fewer writes, and fewer
         # PubAck packets from the server (docs/benchmarks.md, "submit").
         self.flush_late = False
-        self._write_due = False
+        self._wake_due = False
 
     async def _flush_pending(self, force_flush: bool = False) -> Any:
         flusher = self._flusher_task
-        if force_flush or not self.is_connected or flusher is None or flusher.done():
+        if force_flush or not self.flush_late or not self.is_connected or flusher is None:
+            return await super()._flush_pending(force_flush)
+        if flusher.done():
             return await super()._flush_pending(force_flush)  # nats-py then writes at once
-        if not self._write_due:
-            self._write_due = True
-            write = self._write_late if self.flush_late else self._write_pending
-            asyncio.get_running_loop().call_soon(write)
+        if not self._wake_due:
+            self._wake_due = True
+            asyncio.get_running_loop().call_soon(self._wake_flusher)
         return None
 
-    def _write_late(self) -> None:
-        asyncio.get_running_loop().call_soon(self._write_pending)
-
-    def _write_pending(self) -> None:
-        """Write what is pending, as nats-py's flusher would in this iteration, without the
-        flusher's task step, queue and future (docs/benchmarks.md, "flusher"). The flusher
-        still writes when the socket is behind (it waits for the transport to drain)."""
-        self._write_due = False
-        if not self._pending_data_size or not self.is_connected:
-            return  # written already (a forced flush), or reconnecting: nats-py sends it then
-        transport = self._transport
-        writer = transport._io_writer if isinstance(transport, TcpTransport) else None
-        if (
-            transport is None
-            or writer is None
-            or writer.transport.is_closing()
-            or writer.transport.get_write_buffer_size()
-        ):
-            self._wake_flusher()
-            return
-        try:
-            transport.writelines(self._pending)
-        except (OSError, RuntimeError):  # the flusher tries again, and handles what it raises
-            self._wake_flusher()
-            return
-        self._pending = []
-        self._pending_data_size = 0
-
     def _wake_flusher(self) -> None:
+        self._wake_due = False
         queue = self._flush_queue
-        if queue is not None and queue.empty():
-            queue.put_nowait(asyncio.get_running_loop().create_future())
+        if not self.is_connected or queue is None or not queue.empty():
+            return  # reconnecting (nats-py sends what is pending then), or a wake-up is due
+        queue.put_nowait(asyncio.get_running_loop().create_future())
 
     async def subscribe_direct(self, subject: str, cb: DirectCallback) -> Subscription:
         """Subscribe to `subject`; each message is passed to `cb` as soon as it is parsed.
