@@ -12,9 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import secrets
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -24,6 +22,7 @@ import pytest
 from nats.aio.client import Client as NatsClient
 from nats.js import api
 from nats_process import NatsServer
+from service_exit import exit_status
 
 from muster.bus import BusConfig, connect
 from muster.bus.errors import SetupError
@@ -276,24 +275,15 @@ async def test_a_service_refused_a_permission_at_start_exits_1_naming_it(
 ) -> None:
     """A refusal goes unanswered, like a request lost to a NATS restart, but it never comes
     right: a start that NATS refused is not made again (as one a restart cut short is)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MUSTER_NATS_")}
-    env |= {
-        "MUSTER_NATS_USER": "gangpermit-local",
-        "MUSTER_NATS_PASSWORD": PASSWORDS["gangpermit-local"],
-    }
     log = tmp_path / "preemption.log"
-    with log.open("wb") as out:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "muster.cli.main", "service", "preemption",
-            "--nats", secured.url, "--health-port", "0",
-            stdout=out, stderr=out, env=env,
-        )  # fmt: skip
-    try:
-        status = await asyncio.wait_for(proc.wait(), 45)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+    status = await exit_status(
+        "preemption",
+        nats_url=secured.url,
+        user="gangpermit-local",
+        password=PASSWORDS["gangpermit-local"],
+        log=log,
+        within_s=45,
+    )
     text = log.read_text()
     assert status == 1, text
     assert "NATS refused a permission: nats: permissions violation" in text

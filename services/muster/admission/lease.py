@@ -3,13 +3,14 @@ a `muster.bus.lease.Lease`: a replica decides for its shard only while it holds 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
-from muster.bus.lease import Lease, LeaseLostError, LeaseStore
+from muster.bus.lease import Lease, LeaseLostError, LeaseRefusedError, LeaseStore
 
 SHARDS_BUCKET: Final = "MUSTER_SHARDS"
 
-__all__ = ["SHARDS_BUCKET", "LeaseLostError", "ShardLease", "lease_key"]
+__all__ = ["SHARDS_BUCKET", "LeaseLostError", "LeaseRefusedError", "ShardLease", "lease_key"]
 
 
 def lease_key(shard: int) -> str:
@@ -18,7 +19,15 @@ def lease_key(shard: int) -> str:
 
 class ShardLease(Lease):
     """Ownership of shard `shard` by `owner` (a host, process and instance); `timing` is
-    `Lease`'s (`ttl_s`, `renew_s`, `poll_s`)."""
+    `Lease`'s (`ttl_s`, `renew_s`, `poll_s`); `denied` is `Lease`'s too."""
 
-    def __init__(self, kv: LeaseStore, *, shard: int, owner: str, **timing: float) -> None:
-        super().__init__(kv, key=lease_key(shard), owner=owner, **timing)
+    def __init__(
+        self,
+        kv: LeaseStore,
+        *,
+        shard: int,
+        owner: str,
+        denied: Sequence[Exception] = (),
+        **timing: float,
+    ) -> None:
+        super().__init__(kv, key=lease_key(shard), owner=owner, denied=denied, **timing)

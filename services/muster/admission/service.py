@@ -131,6 +131,7 @@ async def run_admission(
         owner=owner,
         ttl_s=config.lease_ttl_s,
         renew_s=config.lease_renew_s,
+        denied=bus.denied,
     )
     await lease.acquire()
     try:

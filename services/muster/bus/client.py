@@ -135,6 +135,9 @@ class MusterClient(NatsClient):
         # PubAck packets from the server (docs/benchmarks.md, "submit").
         self.flush_late = False
         self._wake_due = False
+        # Told when the connection is lost: each fails what waits for an answer on it (the
+        # publisher's PubAcks), as the requests nats-py keeps are failed (`_fail_waiting`).
+        self.on_lost: list[Callable[[], None]] = []
 
     async def _flush_pending(self, force_flush: bool = False) -> Any:
         flusher = self._flusher_task
@@ -191,10 +194,23 @@ class MusterClient(NatsClient):
         waiting for an answer fails at once with ConnectionClosedError instead of timing out."""
         self._pending = []
         self._pending_data_size = 0
+        self._fail_waiting(nats.errors.ConnectionClosedError)
+        await self.close()
+
+    async def _attempt_reconnect(self) -> None:
+        """nats-py's, after failing what waits for an answer on the connection just lost: the
+        server's answers to it went with the connection, and nats-py would leave each request
+        to its timeout (5 s for muster's); its caller retries now instead, as on a timeout."""
+        self._fail_waiting(nats.errors.ConnectionReconnectingError)
+        await super()._attempt_reconnect()
+
+    def _fail_waiting(self, error: type[nats.errors.Error]) -> None:
+        """Fail every request waiting for an answer with `error`, and tell `on_lost`."""
         for future in list(self._resp_map.values()):
             if not future.done():
-                future.set_exception(nats.errors.ConnectionClosedError())
-        await self.close()
+                future.set_exception(error())
+        for told in self.on_lost:
+            told()
 
     def _remove_sub(self, sid: int, max_msgs: int = 0) -> None:
         self._direct.pop(sid, None)

@@ -237,12 +237,14 @@ class Bus:
         *,
         expected_last_subject_sequence: int | None = None,
         fenced_on: str | None = None,
+        dedupe_id: str | None = None,
     ) -> int:
         """Store `env`; its stream sequence once JetStream acked it (see `Publisher.publish`)."""
         return await self.publisher.publish(
             env,
             expected_last_subject_sequence=expected_last_subject_sequence,
             fenced_on=fenced_on,
+            dedupe_id=dedupe_id,
         )
 
     async def dead_letter_unstored(self, env: Envelope, *, consumer: str, reason: str) -> int:

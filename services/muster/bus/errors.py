@@ -87,6 +87,17 @@ def wrapped(what: str, *, subject: str = "", expected: int = 0) -> Iterator[None
         raise Unavailable(f"{what}: {exc or repr(exc)}") from exc
 
 
+def refused(exc: BaseException | None) -> bool:
+    """Whether `exc` (a bus error, or what it was raised from) is JetStream answering with an
+    error other than "temporarily unavailable" (503): a refusal that asking again will not
+    change (a bucket that cannot take the key, a limit), unlike no answer at all."""
+    while exc is not None:
+        if isinstance(exc, nats.js.errors.APIError):
+            return not isinstance(exc, nats.js.errors.ServiceUnavailableError)
+        exc = exc.__cause__
+    return False
+
+
 class SetupError(Exception):
     """A stream or bucket is missing or out of date, and this NATS user may not fix it (with
     per-service users only the admin may: `muster nats-setup`)."""

@@ -2,9 +2,12 @@
 
 Admission's shard lease is key `admission.<shard>` in `MUSTER_SHARDS` (docs/services.md).
 The bucket's TTL (5 s by default) makes a lease expire when its owner stops renewing it.
-`acquire` creates the key if absent and otherwise waits; `hold` renews it every `renew_s` with
-a compare-and-set on its revision, and raises `LeaseLostError` when that fails (someone else
-owns it now) or when no renewal succeeded for a whole TTL (NATS unreachable: assume it expired).
+`acquire` creates the key if absent and otherwise waits (through NATS outages too, but not
+past a refusal: `LeaseRefusedError`); `hold` renews it every `renew_s` with a compare-and-set
+on its revision, and raises `LeaseLostError` when that fails (someone else owns it now) or
+when no renewal succeeded for a whole TTL (NATS unreachable: assume it expired). A key whose
+value is this owner's is this owner's lease, whatever revision it is at: a write whose answer
+was lost, or a lease an earlier start of the same process could not give up.
 """
 
 from __future__ import annotations
@@ -13,10 +16,12 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from typing import Protocol
 
 from muster.bus.cancel import raise_if_cancelling
-from muster.bus.errors import BusError, Conflict, Unavailable
+from muster.bus.errors import BusError, Conflict, Unavailable, refused
+from muster.bus.kv import Entry
 
 log = logging.getLogger(__name__)
 
@@ -25,9 +30,16 @@ class LeaseLostError(RuntimeError):
     """The lease is no longer this owner's: what it guards must stop at once."""
 
 
+class LeaseRefusedError(RuntimeError):
+    """NATS refuses the lease's key for good (a permission, an error answer): waiting for it
+    would wait forever, so the service stops and says why."""
+
+
 class LeaseStore(Protocol):
     """The compare-and-set operations of a key-value bucket (`Bucket`) that a lease needs:
     `Conflict` when the revision is not the one expected, `Unavailable` when NATS fails."""
+
+    async def get(self, key: str) -> Entry | None: ...
 
     async def create(self, key: str, value: bytes) -> int: ...
 
@@ -48,7 +60,10 @@ class Lease:
         ttl_s: float = 5.0,
         renew_s: float = 1.0,
         poll_s: float = 0.5,
+        denied: Sequence[Exception] = (),
     ) -> None:
+        """`denied`: the permissions violations NATS reported on the connection (`Bus.denied`),
+        which grows when a request of the lease's was refused (it then goes unanswered)."""
         if not 0 < renew_s < ttl_s:
             raise ValueError(f"lease renewal ({renew_s:g}s) must be shorter than its TTL")
         self.kv = kv
@@ -57,6 +72,7 @@ class Lease:
         self.ttl_s = ttl_s
         self.renew_s = renew_s
         self.poll_s = poll_s
+        self.denied = denied
         self.revision: int | None = None
 
     @property
@@ -66,20 +82,51 @@ class Lease:
     async def acquire(self) -> None:
         """Wait until this replica owns the shard (the previous owner's lease expired)."""
         waiting = False
+        refusals = len(self.denied)
         while True:
             raise_if_cancelling()  # nats-py may swallow a cancellation (3.11)
             try:
                 self.revision = await self.kv.create(self.key, self.owner.encode())
             except Conflict:
+                self.revision = await self._own_revision()
+                if self.revision is not None:
+                    log.info("lease %s was created by this owner already", self.key)
+                    return
                 if not waiting:
                     log.info("lease %s is held by another owner; waiting", self.key)
                     waiting = True
             except Unavailable as exc:
+                self._raise_if_refused(exc, refusals)
                 log.warning("cannot reach the lease %s: %r", self.key, exc)
             else:
                 log.info("acquired lease %s as %s", self.key, self.owner)
                 return
             await asyncio.sleep(self.poll_s)
+
+    async def _own_revision(self) -> int | None:
+        """The key's revision if its value is this owner's, else None (also when it cannot be
+        read). A write of ours whose answer was lost with the connection (the bus fails it
+        then, and nats-py may still send it once reconnected) makes the next one conflict
+        with ourselves: the owner, unique to this process, tells it from a takeover."""
+        try:
+            entry = await self.kv.get(self.key)
+        except BusError as exc:
+            log.warning("lease %s not read: %r", self.key, exc)
+            return None
+        if entry is None or entry.value != self.owner.encode():
+            return None
+        return entry.revision
+
+    def _raise_if_refused(self, exc: Unavailable, refusals: int) -> None:
+        """LeaseRefusedError when `exc` is a refusal rather than an outage: NATS reported a
+        permissions violation since `refusals` were told, or JetStream answered an error."""
+        if len(self.denied) > refusals:
+            why = f"NATS refused a permission ({self.denied[-1]})"
+        elif refused(exc):
+            why = f"JetStream refused it ({exc})"
+        else:
+            return
+        raise LeaseRefusedError(f"lease {self.key}: {why}; not waiting for it") from exc
 
     async def hold(self) -> None:
         """Renew the lease until cancelled; raise LeaseLostError when it cannot be renewed."""
@@ -93,8 +140,10 @@ class Lease:
                     self.key, self.owner.encode(), last=self.revision
                 )
             except Conflict as exc:
-                self.revision = None
-                raise LeaseLostError(f"lease {self.key} was taken over") from exc
+                self.revision = await self._own_revision()
+                if self.revision is None:
+                    raise LeaseLostError(f"lease {self.key} was taken over") from exc
+                renewed_at = time.monotonic()
             except Unavailable as exc:
                 if time.monotonic() - renewed_at >= self.ttl_s - self.renew_s:
                     self.revision = None

@@ -21,7 +21,7 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from muster.bus.client import subscribe_direct
+from muster.bus.client import MusterClient, subscribe_direct
 from muster.bus.envelope import encode
 from muster.bus.errors import BusError, Conflict, Reject, Retry
 from muster.bus.subjects import dlq_subject, subject_of
@@ -54,6 +54,7 @@ Fence = tuple[int, str]  # a write's expected last sequence, on the subjects of 
 _UNSENT = Retry(1.0, "not sent: an earlier event of its workload was not stored")
 _NO_RESPONDERS = "503"
 _OVERDUE = b"overdue"  # this object (by identity) answers a message nothing answered in time
+_LOST = b"lost"  # and this one a message whose connection was lost before its PubAck came
 
 
 def headers_size(headers: Mapping[str, str]) -> int:
@@ -86,6 +87,8 @@ class Publisher:
         self._js = js
         self.max_event_bytes = max_event_bytes
         self._acks = _PubAcks(nc, timeout_s=timeout_s)
+        if isinstance(nc, MusterClient):  # PubAcks lost with a connection fail then
+            nc.on_lost.append(self._acks.lost)
         self.metrics: BusMetrics | None = None  # set by the Bus when the service has metrics
 
     @property
@@ -99,16 +102,20 @@ class Publisher:
         *,
         expected_last_subject_sequence: int | None = None,
         fenced_on: str | None = None,
+        dedupe_id: str | None = None,
     ) -> int:
         """Store `env` on its subject; return its stream sequence once JetStream has it.
 
-        A duplicate of an event stored within the dedupe window returns the original's sequence.
+        A duplicate of an event stored within the dedupe window returns the original's sequence
+        (as a `Duplicated`). JetStream tells duplicates by `dedupe_id`, `env.event_id` if None.
         With `expected_last_subject_sequence` the write is fenced: it raises Conflict unless the
         last message on its subject (or on `fenced_on`, which may hold wildcards) still has
         that sequence (0: there is none).
         Raises Reject when `env` is over the size limit, Retry when NATS does not answer.
         """
         subject, data, headers = self._message(env)
+        if dedupe_id is not None:
+            headers[MSG_ID] = dedupe_id
         if expected_last_subject_sequence is not None:
             _fence(headers, expected_last_subject_sequence, fenced_on)
         sequence = await self.publish_raw(subject, data, headers)
@@ -405,6 +412,12 @@ class _PubAcks:
         for token, _ in pending:
             self._waiting.pop(token, None)
 
+    def lost(self) -> None:
+        """The connection was lost, and with it every PubAck still to come: fail them now."""
+        for answer in self._waiting.values():
+            if not answer.done():
+                answer.set_result(_LOST)
+
     def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
         """Fail (TimeoutError) every message whose deadline has passed unanswered; then wait
         for the next one's."""
@@ -440,10 +453,17 @@ class _PubAcks:
 
 
 class _Reply(msgspec.Struct):
-    """A PubAck (`seq`) or JetStream's error."""
+    """A PubAck (`seq`, `duplicate`) or JetStream's error."""
 
     seq: int = 0
+    duplicate: bool = False
     error: dict[str, Any] | None = None
+
+
+class Duplicated(int):
+    """The sequence of a message JetStream did not store because one with its message id was
+    stored within the dedupe window: that one's. An int like any sequence, for the callers
+    that tell the two apart (a Submit racing another for a workload name)."""
 
 
 def _sequence_of(answer: asyncio.Future[bytes | None]) -> int | Exception:
@@ -452,6 +472,8 @@ def _sequence_of(answer: asyncio.Future[bytes | None]) -> int | Exception:
     raw = answer.result()
     if raw is _OVERDUE:
         return TimeoutError()
+    if raw is _LOST:
+        return nats.errors.ConnectionReconnectingError()
     if raw is None:  # the server's "503 no responders": no stream for this subject
         return nats.js.errors.NoStreamResponseError()
     reply = msgspec.json.decode(raw, type=_Reply)
@@ -460,4 +482,4 @@ def _sequence_of(answer: asyncio.Future[bytes | None]) -> int | Exception:
             nats.js.errors.APIError.from_error(reply.error)  # raises the error's own class
         except nats.js.errors.APIError as exc:
             return exc
-    return reply.seq
+    return Duplicated(reply.seq) if reply.duplicate else reply.seq

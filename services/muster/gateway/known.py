@@ -11,6 +11,16 @@ would drop (tests/unit/gateway/test_gateway_known.py holds the two rules togethe
 gateway nobody submits to reads nothing more than before). An index that may be behind is
 trusted to say "new"; when it says "known", the stream is read up to its end first, so a
 deletion stored just before is seen, as admission will see it.
+
+Two gateways (or one behind) can both find a name new at the same instant. So a `submitted` is
+stored under a message id per workload name and life of the name (`KnownWorkloads.claim`: the
+sequence of its last deletion): JetStream stores the first of two racing submissions and
+answers the second as a duplicate, whose caller is then told "already exists" (or, when the
+stored one is its own Submit retried, "submitted"). What is left: a gateway that has not read
+a deletion yet claims the name's previous life, which JetStream remembers for its dedupe window
+(2 min) only: two submissions racing through gateways that disagree on it, right after the
+deletion of a name last submitted longer ago than that, can both be stored (admission keeps the
+first).
 """
 
 from __future__ import annotations
@@ -19,9 +29,10 @@ import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, Protocol
 
-from muster.bus.errors import BusError
+from muster.bus.errors import BusError, Retry
+from muster.bus.publisher import Duplicated
 from muster.bus.subjects import EVENTS_STREAM, workload_filters
 from muster.contracts.v1 import events_pb2
 from muster.gateway.submit import PlannedEvent
@@ -33,6 +44,10 @@ log = logging.getLogger(__name__)
 FINISHED_KEPT: Final = 100_000  # admission's (admission/ledger.py): the test holds them equal
 CATCH_UP_S: Final = 10.0
 SENT_KEPT: Final = 10_000  # own submissions awaiting read-back; beyond, admission decides
+# Names whose last deletion is remembered, for `claim`; one forgotten claims its first life,
+# which JetStream remembers for its dedupe window only.
+DELETED_KEPT: Final = 100_000
+CLAIMS: Final = 3  # a name deleted and submitted again under a Submit this often: retry it
 SUBJECTS: Final = tuple(
     subject
     for event in ("submitted", "finished", "deleted")
@@ -46,6 +61,7 @@ class KnownWorkloads:
 
     def __init__(self, *, finished_kept: int = FINISHED_KEPT, sent_kept: int = SENT_KEPT) -> None:
         self.live: dict[str, str] = {}
+        self.deleted: OrderedDict[str, int] = OrderedDict()  # key -> its last deletion's sequence
         self.finished: OrderedDict[str, str] = OrderedDict()  # oldest first
         self.finished_kept = finished_kept
         self.sequence = 0
@@ -73,6 +89,15 @@ class KnownWorkloads:
                 self.live.pop(key, None)
                 self.finished.pop(key, None)
                 self.sent.pop(key, None)
+                self.deleted[key] = env.sequence
+                self.deleted.move_to_end(key)
+                if len(self.deleted) > DELETED_KEPT:
+                    self.deleted.popitem(last=False)
+
+    def claim(self, cluster: str, key: str) -> str:
+        """The message id a `submitted` of `key` is stored under: one per name and life of
+        the name (since its last deletion), the same in every gateway that read as far."""
+        return f"submitted/{cluster}/{key}/{self.deleted.get(key, 0)}"
 
     def published(self, key: str, event_id: str) -> None:
         """This gateway stored a `submitted` of `key`: known before the follower reads it."""
@@ -96,6 +121,12 @@ def duplicates(known: KnownWorkloads, planned: Sequence[PlannedEvent]) -> list[P
         for p in planned
         if p.payload_field == "submitted" and known.duplicate(p.workload, p.event_id)
     ]
+
+
+class SubmitPublisher(Protocol):
+    """How Submit stores an event (`muster.bus.Bus.publish`)."""
+
+    async def publish(self, env: events_pb2.Envelope, *, dedupe_id: str | None = None) -> int: ...
 
 
 class KnownFollower:
@@ -132,6 +163,32 @@ class KnownFollower:
             log.warning("submit: events not read (%s): duplicates left to admission", exc)
             return []
         return duplicates(self.known, planned)
+
+    async def publish(self, bus: SubmitPublisher, envs: Sequence[events_pb2.Envelope]) -> set[str]:
+        """Store `envs` in order; the event ids of the `submitted` among them that found their
+        name taken by another submission stored meanwhile (their callers: "already exists")."""
+        lost: set[str] = set()
+        for env in envs:
+            if env.WhichOneof("payload") != "submitted":
+                await bus.publish(env)
+            elif not await self._claim(bus, env):
+                lost.add(env.event_id)
+        return lost
+
+    async def _claim(self, bus: SubmitPublisher, env: events_pb2.Envelope) -> bool:
+        """Store `submitted` `env` under its name's claim; whether it holds the name (stored
+        now, or by this Submit before: a retry with its idempotency key)."""
+        for _ in range(CLAIMS):
+            claim = self.known.claim(env.cluster, env.workload)
+            if not isinstance(await bus.publish(env, dedupe_id=claim), Duplicated):
+                return True
+            await self._read_to_end()  # the submission stored under `claim`, and what followed
+            if self.known.duplicate(env.workload, env.event_id):
+                return False
+            if self.known.claim(env.cluster, env.workload) == claim:
+                return True  # this Submit's own, stored by an earlier attempt
+            # deleted since: claimed again, for the name's new life
+        raise Retry(1.0, f"{env.workload}: deleted and submitted again while submitting")
 
     def published(self, planned: Sequence[PlannedEvent]) -> None:
         """`planned` was stored: its submissions are known from now on."""

@@ -132,6 +132,8 @@ class GatewayBus(EventHistory, Protocol):
 
     async def publish_all(self, envs: Iterable[events_pb2.Envelope]) -> list[int]: ...
 
+    async def publish(self, env: events_pb2.Envelope, *, dedupe_id: str | None = None) -> int: ...
+
     async def kv(self, bucket: str) -> Bucket: ...
 
 
@@ -168,6 +170,7 @@ class GatewayServicer(ControlRpcs, services_pb2_grpc.GatewayServicer):
         known: KnownFollower | None = None,
     ) -> None:
         self._bus = bus
+        self._gateway_bus = bus  # as the Submit path sees it (`_bus` is typed for ControlRpcs)
         self._config = config
         self._authorizer = authorizer
         self._follower = follower
@@ -238,8 +241,9 @@ class GatewayServicer(ControlRpcs, services_pb2_grpc.GatewayServicer):
             too_large = oversized(envs, max_event_bytes=self._config.max_event_bytes)
             if too_large:
                 await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "\n".join(too_large))
-            await self._publish(envs, context)
-            self._known.published(published)
+            lost = await self._store_submit(envs, context)
+            exists |= lost
+            self._known.published([p for p in published if p.event_id not in lost])
         log.debug("%s submitted %d objects to %s", caller.user, len(published), cluster)
         return submit_response(planned, exists, warnings)
 
@@ -282,11 +286,13 @@ class GatewayServicer(ControlRpcs, services_pb2_grpc.GatewayServicer):
             log.info("%s was denied %d of %d objects", caller.user, len(denied), len(actions))
             await _abort(context, grpc.StatusCode.PERMISSION_DENIED, "\n".join(denied))
 
-    async def _publish(
+    async def _store_submit(
         self, envs: Sequence[events_pb2.Envelope], context: grpc.aio.ServicerContext
-    ) -> None:
+    ) -> set[str]:
+        """Store a Submit's `envs`; the event ids of the workloads whose name another Submit
+        took meanwhile (`KnownFollower.publish`)."""
         try:
-            await self._bus.publish_all(envs)
+            return await self._known.publish(self._gateway_bus, envs)
         except Reject as exc:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except BusError as exc:

@@ -112,3 +112,21 @@ def test_own_submissions_not_read_back_stay_bounded() -> None:
     assert list(known.sent) == ["ns/b", "ns/c"]  # the oldest left to admission's rule
     assert not known.duplicate("ns/a", "another-id")
     assert known.duplicate("ns/c", "another-id")
+
+
+@settings(max_examples=200, deadline=None)
+@given(steps)
+def test_a_name_is_claimed_anew_for_each_life_and_alike_by_every_gateway(
+    history: list[Step],
+) -> None:
+    """Two indexes that read the same events claim each name alike; a name's claim changes
+    exactly when it is deleted (a new life), so racing submissions of one life share it."""
+    one, other = KnownWorkloads(), KnownWorkloads()
+    for sequence, (what, key) in enumerate(history, start=1):
+        env = submitted(key) if what == "submit" else ended(what, key)
+        env.sequence = sequence
+        before = one.claim("local", key)
+        one.apply(env)
+        other.apply(env)
+        assert one.claim("local", key) == other.claim("local", key)
+        assert (one.claim("local", key) != before) == (what == "delete")
