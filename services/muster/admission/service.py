@@ -35,7 +35,7 @@ from muster.admission.rebuild import SnapshotStore, rebuild, rebuilding
 from muster.admission.snapshot import CompactLog, encode_snapshot
 from muster.admission.state import AdmissionState
 from muster.admission.subjects import consumer_subjects
-from muster.admission.visibility import VisibilityPace, VisibilityWriter, visibility_values
+from muster.admission.visibility import VisibilityPace, VisibilityRenderer, VisibilityWriter
 from muster.api.model import KueueConfig
 from muster.bus import (
     DEFAULT_CLUSTER,
@@ -372,12 +372,14 @@ class AdmissionService:
 
         Paced by `VisibilityPace`: within `visibility_interval_s` of a change after a quiet
         spell, within `visibility_busy_s` under a stream of rounds, and less often when
-        computing the views takes long (many workloads): they are read from the engine's
-        records, and are not on the decision path, so they get at most 1/VISIBILITY_CPU_SHARE
-        of the time. Kueue's gauges (metrics on) are computed with them, in that share.
+        computing the views takes long: they are not on the decision path, so they get at
+        most 1/VISIBILITY_CPU_SHARE of the time. Only the queues the engine reports changed
+        are rendered again (`VisibilityRenderer`), and only they are compared with what was
+        written. Kueue's gauges (metrics on) are computed with them, in that share.
         """
         kv = await self.bus.kv(VISIBILITY_BUCKET)
         writer = VisibilityWriter(kv)
+        renderer = VisibilityRenderer()
         queues = VisibilityWriter(await self.bus.kv(PARTITIONS_BUCKET))
         pace = VisibilityPace(
             quiet_s=self.config.visibility_interval_s,
@@ -391,13 +393,13 @@ class AdmissionService:
             rounds, self._changed_rounds = self._changed_rounds, 0
             started = time.perf_counter()
             async with self.rounds.lock:
-                values = visibility_values(self.state.engine, self.state.sharding)
+                values, changed = renderer.render(self.state.engine, self.state.sharding)
                 homes = bucket_values(self.state.homes)
                 if self.metrics is not None:
                     self.metrics.refresh_gauges()
             spent_s = time.perf_counter() - started
             try:
-                put = await writer.write(values)
+                put = await writer.write(values, changed)
                 await self._publish_statuses(put, values)
                 await queues.write(homes)
             except (TimeoutError, BusError) as exc:

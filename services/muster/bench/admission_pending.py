@@ -15,6 +15,10 @@ which wait. Each row then measures, on that state:
   (Pending) is published: `apply_batch` of one event, p50/p99;
 - release: one running workload finishes, consumed alone, until the next head it lets in is
   reserved and admitted (usually a 1-cpu head of the same queue), p50/p99;
+- visibility: the replica's visibility keys rendered (`VisibilityRenderer`, as the service's
+  loop does, without writing them), in CPU time: once in full after loading, as every render
+  cost before renders were kept; then after each sampled arrival and each release, p50/p99, which
+  re-renders only what the event changed (a release: its cohort's ClusterQueue statuses);
 - rebuild: the replica's snapshot (`CompactLog.snapshot`, encoded as the service stores it) is
   decoded and replayed into a new replica, which takes ownership and decides once, as after a
   restart, inside `rebuilding()` as the service's is (no cyclic garbage collection until then).
@@ -43,6 +47,7 @@ from muster.admission.handlers import Rounds
 from muster.admission.rebuild import rebuilding, replay_event, restore
 from muster.admission.snapshot import CompactLog, decode_snapshot, encode_snapshot
 from muster.admission.state import AdmissionState
+from muster.admission.visibility import VisibilityRenderer
 from muster.bench.metrics import percentile
 from muster.bench.table import Column, number, render_table
 from muster.bus import BusError, decode, new_event
@@ -83,6 +88,10 @@ class PendingRow(msgspec.Struct, frozen=True, kw_only=True):
     release_p50_ms: float
     release_p99_ms: float
     release_cpu_p99_ms: float
+    render_full_ms: float  # every visibility key, rendered afresh (CPU, as the three below)
+    render_arrival_p50_ms: float  # the render after one arrival
+    render_arrival_p99_ms: float
+    render_release_p99_ms: float  # after one release and the head it admits
     samples: int  # arrivals, and releases, measured
     snapshot_mib: float  # as stored (zlib)
     snapshot_events: int
@@ -124,8 +133,9 @@ def measure_loaded(pending: int, queues: int) -> tuple[PendingRow, bytes]:
     load_s, load_cpu_s = time.perf_counter() - started, time.process_time() - cpu
     loaded = rss_mib()
     samples = min(SAMPLES, max(10, pending // 10))
-    arrivals = bench.sample_arrivals(samples)
-    releases = bench.sample_releases(samples)
+    full = bench.render()
+    arrivals, arrival_renders = bench.sample_arrivals(samples)
+    releases, release_renders = bench.sample_releases(samples)
     data, events = bench.snapshot()
     total = queues * NOMINAL_CPU + pending
     row = PendingRow(
@@ -145,6 +155,10 @@ def measure_loaded(pending: int, queues: int) -> tuple[PendingRow, bytes]:
         release_p50_ms=ms(percentile(releases.wall, 50)),
         release_p99_ms=ms(percentile(releases.wall, 99)),
         release_cpu_p99_ms=ms(percentile(releases.cpu, 99)),
+        render_full_ms=ms(full),
+        render_arrival_p50_ms=ms(percentile(arrival_renders, 50)),
+        render_arrival_p99_ms=ms(percentile(arrival_renders, 99)),
+        render_release_p99_ms=ms(percentile(release_renders, 99)),
         samples=samples,
         snapshot_mib=round(len(data) / 2**20, 1),
         snapshot_events=events,
@@ -242,6 +256,7 @@ class Replica:
         self.rng = random.Random(SEED)
         self.running: list[str] = []  # workloads holding quota, one cpu each
         self.arrived = 0
+        self.renderer = VisibilityRenderer()
 
     def consume(self, envs: list[pb.Envelope]) -> None:
         """Store `envs` and apply them as one fetched batch: decoded by the bus from the bytes
@@ -288,27 +303,39 @@ class Replica:
             self.consume(batch)
         self.arrived = count
 
-    def sample_arrivals(self, samples: int) -> Latencies:
-        """Seconds from consuming one new workload until its decision is published."""
-        times = Latencies()
+    def sample_arrivals(self, samples: int) -> tuple[Latencies, list[float]]:
+        """Seconds from consuming one new workload until its decision is published; and
+        seconds to render the visibility keys after it."""
+        times, renders = Latencies(), []
         for _ in range(samples):
             cpu, priority = self.rng.choice(CLASSES)
             q = self.rng.randrange(self.queues)
             env = self.submitted(q, f"wl-{self.arrived}", cpu=cpu, priority=priority)
             self.arrived += 1
             times.add(*self.timed(env))
-        return times.sorted()
+            renders.append(self.render())
+        return times.sorted(), sorted(renders)
 
-    def sample_releases(self, samples: int) -> Latencies:
+    def sample_releases(self, samples: int) -> tuple[Latencies, list[float]]:
         """Seconds from consuming one running workload's `finished` until the head it lets in
-        is admitted. A workload admitted so runs on and may be finished later."""
-        times = Latencies()
+        is admitted, and to render the visibility keys after it. A workload admitted so runs
+        on and may be finished later."""
+        times, renders = Latencies(), []
         for _ in range(samples):
             key = self.running.pop(self.rng.randrange(len(self.running)))
             self.publisher.admitted.clear()
             times.add(*self.timed(reported("finished", key, pb.WorkloadFinished())))
             self.running += [k for k in self.publisher.admitted if self.cpu_of(k) == 1]
-        return times.sorted()
+            renders.append(self.render())
+        return times.sorted(), sorted(renders)
+
+    def render(self) -> float:
+        """CPU seconds to render what changed of the visibility keys since the last render
+        (CPU: the wall time of a few milliseconds is mostly other processes' on a loaded
+        machine)."""
+        cpu = time.thread_time()
+        self.renderer.render(self.state.engine, self.state.sharding)
+        return time.thread_time() - cpu
 
     def cpu_of(self, key: str) -> int:
         wl = self.state.ledger.entries[key].workload  # type: ignore[index]
@@ -465,6 +492,10 @@ def render(rows: list[PendingRow]) -> str:
         Column("RELEASE-P50(ms)", lambda r: number(r.release_p50_ms)),
         Column("RELEASE-P99(ms)", lambda r: number(r.release_p99_ms)),
         Column("RELEASE-CPU-P99(ms)", lambda r: number(r.release_cpu_p99_ms)),
+        Column("VIS-CPU-FULL(ms)", lambda r: number(r.render_full_ms)),
+        Column("VIS-CPU-ARRIVAL-P50(ms)", lambda r: number(r.render_arrival_p50_ms)),
+        Column("VIS-CPU-ARRIVAL-P99(ms)", lambda r: number(r.render_arrival_p99_ms)),
+        Column("VIS-CPU-RELEASE-P99(ms)", lambda r: number(r.render_release_p99_ms)),
         Column("SNAPSHOT(MiB)", lambda r: number(r.snapshot_mib, digits=1)),
         Column("REBUILD(s)", lambda r: number(r.rebuild_s, digits=1)),
         Column("REBUILD-CPU(s)", lambda r: number(r.rebuild_cpu_s, digits=1)),
@@ -473,7 +504,8 @@ def render(rows: list[PendingRow]) -> str:
         f"{len(CLASSES)} classes of pending workloads over cohorts of {QUEUES_PER_COHORT} "
         f"ClusterQueues, {NOMINAL_CPU} cpu each, all taken by one-cpu running workloads; "
         "latencies of one event per round (CPU: the replica's own time, without the load "
-        "of other processes)",
+        "of other processes); VIS: the CPU time of rendering the visibility keys, in full "
+        "and after one arrival or release (not written)",
     ]
     for row in rows:
         if row.pending >= PENDING_ROWS[-1]:

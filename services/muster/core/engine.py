@@ -129,6 +129,7 @@ class Engine(EngineViews):
         """
         self.state.now_s = now_s
         self.state.config.put(obj)
+        self.state.index.config_changed()
         if defer and not self.state.records:
             self._stale = True
             return self.state.take_events()
@@ -145,6 +146,7 @@ class Engine(EngineViews):
         `defer` as in `apply`."""
         self.state.now_s = now_s
         if self.state.config.remove(kind, name, namespace):
+            self.state.index.config_changed()
             if defer and not self.state.records:
                 self._stale = True
             else:
@@ -175,6 +177,7 @@ class Engine(EngineViews):
         if old is not None:
             self.lifecycle.drop(old)  # deleted before: the new one arrives last
         state.records[r.key] = r
+        state.index.add(r)
         if not wl.active:
             self.lifecycle.deactivate(r)
         elif wl.admission is not None:
@@ -456,6 +459,7 @@ class Engine(EngineViews):
         """Recompute trees, layouts and usage after a configuration change; requeue all."""
         state = self.state
         self._stale = False
+        state.index.config_changed()
         holders = [r for r in state.records.values() if r.holds_quota]
         state.config.build()
         state.usage.rebuild(holders)

@@ -286,6 +286,7 @@ class Lifecycle:
         state.attempts.forget(r.key)
         state.fair_keys.forget(r.key)
         del state.records[r.key]
+        state.index.remove(r)
         state.awaiting_victims.discard(r.key)
         r.group = None
         if self.routing is not None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from enum import Enum
-from typing import TYPE_CHECKING, Final, TypeVar
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from muster.api.model import Condition, Workload, WorkloadKey
 from muster.core.flavors import Assignment
@@ -56,25 +57,35 @@ class Phase(Enum):
 _HOLDING = frozenset({Phase.RESERVED, Phase.ADMITTED, Phase.EVICTING})
 
 
+class RecordIndex(Protocol):
+    """What keeps per-queue views of records (`core.queue_index`): told around every change
+    of an attribute the views read."""
+
+    def leave(self, r: WorkloadRecord) -> None: ...
+
+    def enter(self, r: WorkloadRecord) -> None: ...
+
+
 class WorkloadRecord:
     __slots__ = (
-        "assignment",
+        "_assignment",
+        "_cluster_queue",
+        "_index",
+        "_local_queue",
+        "_phase",
+        "_queue_ts",
         "checks",
-        "cluster_queue",
         "conditions",
         "created_s",
         "evicted",
         "evicted_by",
         "group",
         "key",
-        "local_queue",
         "pending_message",
-        "phase",
         "pods_ready",
         "pods_ready_deadline_s",
         "priority",
         "queue_token",
-        "queue_ts",
         "requeue_at_s",
         "requeue_count",
         "reserved_at_s",
@@ -82,6 +93,31 @@ class WorkloadRecord:
         "shape",
         "wl",
     )
+    if TYPE_CHECKING:  # `_indexed` properties (below): a change tells the record's index
+
+        @property
+        def phase(self) -> Phase: ...
+        @phase.setter
+        def phase(self, value: Phase) -> None: ...
+        @property
+        def cluster_queue(self) -> str: ...  # resolved through the LocalQueue
+        @cluster_queue.setter
+        def cluster_queue(self, value: str) -> None: ...
+        @property
+        def local_queue(self) -> str: ...
+        @local_queue.setter
+        def local_queue(self, value: str) -> None: ...
+        @property
+        def assignment(self) -> Assignment | None: ...
+        @assignment.setter
+        def assignment(self, value: Assignment | None) -> None: ...
+        @property
+        def queue_ts(self) -> float:
+            """Kueue's queue-order timestamp: creation, or the last eviction by an admission
+            check (or by the PodsReady timeout, with requeuingStrategy timestamp Eviction)."""
+
+        @queue_ts.setter
+        def queue_ts(self, value: float) -> None: ...
 
     def __init__(
         self, wl: Workload, *, seq: int, priority: int, now_s: float, key: WorkloadKey | None = None
@@ -91,13 +127,12 @@ class WorkloadRecord:
         self.seq = seq
         self.priority = priority
         self.created_s = now_s
-        # Kueue's queue-order timestamp: creation, or the last eviction by an admission check
-        # (or by the PodsReady timeout, with requeuingStrategy timestamp Eviction).
-        self.queue_ts = now_s
-        self.local_queue = local_queue_of(wl.meta.namespace, wl.queue_name)
-        self.cluster_queue = ""  # resolved through the LocalQueue
-        self.phase = Phase.PENDING
-        self.assignment: Assignment | None = None
+        self._index: RecordIndex | None = None  # set while the engine's state holds it
+        self._queue_ts = now_s
+        self._local_queue = local_queue_of(wl.meta.namespace, wl.queue_name)
+        self._cluster_queue = ""
+        self._phase = Phase.PENDING
+        self._assignment: Assignment | None = None
         self.reserved_at_s = 0.0
         self.conditions: Mapping[str, Condition] = _NO_CONDITIONS  # shared: set_condition
         self.checks: dict[str, str] = _NO_CHECKS  # replaced, never written, while empty
@@ -143,6 +178,32 @@ class WorkloadRecord:
     def _set_conditions(self, conditions: dict[str, Condition]) -> None:
         # Each condition names its type: in order, the conditions say all the map does.
         self.conditions = _shared(_MAPS, tuple(conditions.values()), conditions)
+
+
+def _indexed(slot: str) -> property:
+    """An attribute kept in `slot` whose changes the record's index sees: it leaves the index
+    as it was and enters it as it is. Read through a C getter: the decision path reads
+    `phase` often."""
+    get = attrgetter(slot)
+
+    def set_(r: WorkloadRecord, value: Any) -> None:
+        index = r._index
+        if index is None or get(r) == value:  # an equal value counts the same
+            setattr(r, slot, value)
+        else:
+            index.leave(r)
+            setattr(r, slot, value)
+            index.enter(r)
+
+    return property(get, set_)
+
+
+if not TYPE_CHECKING:
+    WorkloadRecord.phase = _indexed("_phase")
+    WorkloadRecord.cluster_queue = _indexed("_cluster_queue")
+    WorkloadRecord.local_queue = _indexed("_local_queue")
+    WorkloadRecord.assignment = _indexed("_assignment")
+    WorkloadRecord.queue_ts = _indexed("_queue_ts")
 
 
 def local_queue_of(namespace: str, queue_name: str) -> str:

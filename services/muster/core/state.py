@@ -16,6 +16,7 @@ from muster.api.model import WorkloadKey
 from muster.core.attempt import Attempts
 from muster.core.config import Configuration
 from muster.core.events import Event, EventType
+from muster.core.queue_index import QueueIndex
 from muster.core.queues import QueueRuntime, TreeRuntime
 from muster.core.quota import FlavorResource
 from muster.core.records import WorkloadRecord
@@ -39,6 +40,7 @@ class EngineState:
         self.hold_quota_until_stopped = hold_quota_until_stopped
         # Every workload known, in arrival order (a resubmission after deletion moves to the end).
         self.records: dict[WorkloadKey, WorkloadRecord] = {}
+        self.index = QueueIndex()  # per-queue views of `records`, kept as they change
         self.trees: dict[str, TreeRuntime] = {}
         self.queues: dict[str, QueueRuntime] = {}
         self.timers: list[Timer] = []
@@ -97,7 +99,8 @@ class EngineState:
     def records_by_queue(
         self,
     ) -> tuple[dict[str, list[WorkloadRecord]], dict[str, list[WorkloadRecord]]]:
-        """Records grouped by ClusterQueue and by LocalQueue key, built once per state version."""
+        """Records grouped by ClusterQueue and by LocalQueue key, built once per state version
+        (every record, each call: Kueue's gauges only; queue views and routing read `index`)."""
         if self._by_queue is None or self._by_queue[0] != self.version:
             by_cq: dict[str, list[WorkloadRecord]] = {}
             by_lq: dict[str, list[WorkloadRecord]] = {}

@@ -1,20 +1,22 @@
 """Views of the engine: workloads, queue statuses, quota rows and pending positions, computed
 from `EngineState` on demand.
 
-Views are not on the decision path, so they read the records instead of keeping counters.
+Queue views read the state's `QueueIndex` (counts, usage and pending order kept as records
+change), so each costs what its queue holds, not what the engine holds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
 
 from muster.api.model import Admission, AdmissionCheckState, Condition, Workload, WorkloadKey
 from muster.core.conditions import QUOTA_RESERVED
-from muster.core.quota import tree_id
-from muster.core.records import Phase, WorkloadRecord
+from muster.core.queue_index import Changes, QueueTally
+from muster.core.quota import FlavorResource, tree_id
+from muster.core.records import Phase
 from muster.core.status import (
     ClusterQueueStatus,
     FlavorUsage,
@@ -27,7 +29,7 @@ from muster.core.status import (
 if TYPE_CHECKING:
     from muster.core.state import EngineState
 
-_WAITING = (Phase.PENDING, Phase.BACKOFF)
+_NOTHING = QueueTally()  # a queue no workload has named
 
 
 class QuotaRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -47,11 +49,7 @@ class QuotaRow(msgspec.Struct, frozen=True, kw_only=True):
 def quota_rows(state: EngineState, name: str) -> list[QuotaRow]:
     cq = state.config.cluster_queues[name]
     node = state.config.tree.cluster_queues[name]
-    used: dict[tuple[str, str], int] = {}
-    for r in state.usage.holders.get(name, {}).values():
-        if r.phase is Phase.ADMITTED:
-            for fr, amount in r.usage.items():
-                used[fr] = used.get(fr, 0) + amount
+    used = state.index.cluster_queues.get(name, _NOTHING).used
     rows = []
     for group in cq.resource_groups:
         for flavor in group.flavors:
@@ -76,19 +74,13 @@ def quota_rows(state: EngineState, name: str) -> list[QuotaRow]:
 
 def cluster_queue_status(state: EngineState, name: str) -> ClusterQueueStatus:
     cq = state.config.cluster_queues[name]
-    records = state.records_by_queue()[0].get(name, [])
-    holders = [r for r in records if r.holds_quota]
-    admitted = [r for r in holders if r.phase is Phase.ADMITTED]
+    tally = state.index.cluster_queues.get(name, _NOTHING)
     node = state.config.tree.cluster_queues[name]
     layout = [
         (f.name, [q.name for q in f.resources]) for g in cq.resource_groups for f in g.flavors
     ]
 
-    def usage_of(rs: Iterable[WorkloadRecord]) -> tuple[FlavorUsage, ...]:
-        totals: dict[tuple[str, str], int] = {}
-        for r in rs:
-            for fr, amount in r.usage.items():
-                totals[fr] = totals.get(fr, 0) + amount
+    def usage_of(totals: Mapping[FlavorResource, int]) -> tuple[FlavorUsage, ...]:
         return tuple(
             FlavorUsage(
                 name=flavor,
@@ -122,11 +114,11 @@ def cluster_queue_status(state: EngineState, name: str) -> ClusterQueueStatus:
     )
     return ClusterQueueStatus(
         name=name,
-        pending_workloads=sum(1 for r in records if r.phase in _WAITING),
-        reserving_workloads=len(holders),
-        admitted_workloads=len(admitted),
-        flavors_reservation=usage_of(holders),
-        flavors_usage=usage_of(admitted),
+        pending_workloads=tally.pending,
+        reserving_workloads=tally.reserving,
+        admitted_workloads=tally.admitted,
+        flavors_reservation=usage_of(tally.reserved),
+        flavors_usage=usage_of(tally.used),
         conditions=(condition,),
     )
 
@@ -134,16 +126,12 @@ def cluster_queue_status(state: EngineState, name: str) -> ClusterQueueStatus:
 def local_queue_status(state: EngineState, namespace: str, name: str) -> LocalQueueStatus:
     key = f"{namespace}/{name}"
     lq = state.config.local_queues[key]
-    records = state.records_by_queue()[1].get(key, [])
-    holders = [r for r in records if r.holds_quota]
-    admitted = [r for r in holders if r.phase is Phase.ADMITTED]
+    tally = state.index.local_queues.get(key, _NOTHING)
 
-    def usage_of(rs: Iterable[WorkloadRecord]) -> tuple[FlavorUsage, ...]:
+    def usage_of(usage: Mapping[FlavorResource, int]) -> tuple[FlavorUsage, ...]:
         totals: dict[str, dict[str, int]] = {}
-        for r in rs:
-            for (flavor, res), amount in r.usage.items():
-                per = totals.setdefault(flavor, {})
-                per[res] = per.get(res, 0) + amount
+        for (flavor, res), amount in usage.items():
+            totals.setdefault(flavor, {})[res] = amount
         return tuple(
             FlavorUsage(
                 name=flavor,
@@ -171,24 +159,36 @@ def local_queue_status(state: EngineState, namespace: str, name: str) -> LocalQu
         namespace=namespace,
         name=name,
         cluster_queue=lq.cluster_queue,
-        pending_workloads=sum(1 for r in records if r.phase in _WAITING),
-        reserving_workloads=len(holders),
-        admitted_workloads=len(admitted),
-        flavors_reservation=usage_of(holders),
-        flavors_usage=usage_of(admitted),
+        pending_workloads=tally.pending,
+        reserving_workloads=tally.reserving,
+        admitted_workloads=tally.admitted,
+        flavors_reservation=usage_of(tally.reserved),
+        flavors_usage=usage_of(tally.used),
         conditions=(condition,),
     )
 
 
 def pending_in_order(state: EngineState, cluster_queue: str) -> list[PendingWorkload]:
     """Pending workloads of a ClusterQueue by priority, then FIFO, with their positions."""
-    waiting = sorted(
-        (r for r in state.records_by_queue()[0].get(cluster_queue, []) if r.phase in _WAITING),
-        key=lambda r: r.order_key,
-    )
-    in_local: dict[str, int] = {}
+    return pending_slice(state, cluster_queue, 0, None, {})
+
+
+def pending_count(state: EngineState, cluster_queue: str) -> int:
+    return len(state.index.waiting.get(cluster_queue, ()))
+
+
+def pending_slice(
+    state: EngineState,
+    cluster_queue: str,
+    start: int,
+    stop: int | None,
+    in_local: MutableMapping[str, int],
+) -> list[PendingWorkload]:
+    """Positions `start` to `stop` of `pending_in_order`; `in_local` holds, per LocalQueue
+    key, how many of its workloads come before `start`, and is advanced past `stop`."""
+    waiting = state.index.waiting.get(cluster_queue, [])
     result = []
-    for position, r in enumerate(waiting):
+    for position, r in enumerate(waiting[start:stop], start):
         local_position = in_local.get(r.local_queue, 0)
         in_local[r.local_queue] = local_position + 1
         result.append(
@@ -298,3 +298,16 @@ class EngineViews:
     def pending_workloads(self, cluster_queue: str) -> Sequence[PendingWorkload]:
         """Pending workloads of a ClusterQueue in admission order, with their positions."""
         return pending_in_order(self.state, cluster_queue)
+
+    def pending_count(self, cluster_queue: str) -> int:
+        return pending_count(self.state, cluster_queue)
+
+    def pending_slice(
+        self, cluster_queue: str, start: int, stop: int, in_local: MutableMapping[str, int]
+    ) -> Sequence[PendingWorkload]:
+        """Positions `start` to `stop` of `pending_workloads`; `in_local`: see `pending_slice`."""
+        return pending_slice(self.state, cluster_queue, start, stop, in_local)
+
+    def take_view_changes(self) -> Changes:
+        """Which queues' views changed since the last call (one caller renders them)."""
+        return self.state.index.take_changes()

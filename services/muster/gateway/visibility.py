@@ -1,9 +1,10 @@
 """Visibility.QueueStatus and PendingWorkloads, answered from the MUSTER_VISIBILITY bucket.
 
 Admission writes the bucket (docs/services.md): `cq.<name>` (ClusterQueueStatus),
-`lq.<namespace>.<name>` (LocalQueueStatus) and `pending.<cq>` (PendingWorkloadsResponse with
-every pending workload of the ClusterQueue, in order, positions set), each a serialized protobuf.
-The gateway only reads, through the small `VisibilityStore` seam.
+`lq.<namespace>.<name>` (LocalQueueStatus) and the pending workloads of each ClusterQueue in
+order, positions set, in pages of equal size (PendingWorkloadsResponse): `pending.<cq>` the
+first, `pending-from.<start>.<cq>` the others; each a serialized protobuf. The gateway only
+reads, through the small `VisibilityStore` seam.
 """
 
 from __future__ import annotations
@@ -110,10 +111,13 @@ async def pending_workloads(
         raise InvalidQueryError("cluster_queue, local_queue: set one, not both")
     if request.cluster_queue:
         cluster_queue = request.cluster_queue
-        if await store.get(f"cq.{cluster_queue}") is None:
+        data = await store.get(f"cq.{cluster_queue}")
+        if data is None:
             raise UnknownQueueError(f'ClusterQueue "{cluster_queue}" not found')
-        items = list(await _pending(store, cluster_queue))
-    elif request.local_queue:
+        total = events_pb2.ClusterQueueStatus.FromString(data).pending_workloads
+        found = await _pending(store, cluster_queue, start=offset, stop=offset + limit)
+        return services_pb2.PendingWorkloadsResponse(items=found, total=total)
+    if request.local_queue:
         namespace = request.namespace or "default"
         data = await store.get(f"lq.{namespace}.{request.local_queue}")
         if data is None:
@@ -132,9 +136,25 @@ async def pending_workloads(
 
 
 async def _pending(
-    store: VisibilityStore, cluster_queue: str
-) -> Sequence[services_pb2.PendingWorkload]:
-    data = await store.get(f"pending.{cluster_queue}")
-    if data is None:  # nothing pending yet
-        return ()
-    return services_pb2.PendingWorkloadsResponse.FromString(data).items
+    store: VisibilityStore, cluster_queue: str, *, start: int = 0, stop: int | None = None
+) -> list[services_pb2.PendingWorkload]:
+    """Positions `start` to `stop` (to the end when None) of the pending list, read from the
+    pages that hold them: every page but the last is as long as the first."""
+    first = await _page(store, f"pending.{cluster_queue}")
+    if not first:  # nothing pending
+        return []
+    size = len(first)
+    page = skipped = start - start % size
+    items: list[services_pb2.PendingWorkload] = []
+    while True:
+        found = first if page == 0 else await _page(store, f"pending-from.{page}.{cluster_queue}")
+        items += found
+        page += size
+        if len(found) < size or (stop is not None and page >= stop):
+            break
+    return items[start - skipped : None if stop is None else stop - skipped]
+
+
+async def _page(store: VisibilityStore, key: str) -> Sequence[services_pb2.PendingWorkload]:
+    data = await store.get(key)
+    return () if data is None else services_pb2.PendingWorkloadsResponse.FromString(data).items

@@ -165,9 +165,11 @@ def local_queues(book: WorkloadBook, namespace: str) -> list[str]:
 
 
 async def positions(store: VisibilityStore) -> dict[str, services_pb2.PendingWorkload]:
-    """Every pending workload's positions, by key, as admission last wrote them."""
+    """Every pending workload's positions, by key, as admission last wrote them (in pages:
+    `pending.<cq>`, `pending-from.<start>.<cq>`)."""
     found: dict[str, services_pb2.PendingWorkload] = {}
-    for data in (await store.entries("pending.>")).values():
+    pages = {**await store.entries("pending.>"), **await store.entries("pending-from.>")}
+    for data in pages.values():
         for item in services_pb2.PendingWorkloadsResponse.FromString(data).items:
             found[f"{item.namespace}/{item.name}"] = item
     return found

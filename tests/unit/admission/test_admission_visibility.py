@@ -16,6 +16,7 @@ from admission_stream import (
 from muster.admission.state import AdmissionState
 from muster.admission.visibility import (
     VisibilityPace,
+    VisibilityRenderer,
     VisibilityWriter,
     cluster_queue_status,
     local_queue_status,
@@ -130,6 +131,34 @@ async def test_a_key_whose_write_failed_is_written_on_the_next_call() -> None:
     assert kv.data == {"cq.a": b"1"}  # the other write went through all the same
     kv.failing.clear()
     assert await writer.write({"cq.a": b"1", "cq.b": b"2"}) == ["cq.b"]
+
+
+async def test_told_the_changed_keys_the_writer_looks_at_them_and_at_what_failed_only() -> None:
+    kv = FlakyKV()
+    writer = VisibilityWriter(kv)
+    values = {"cq.a": b"1", "cq.b": b"2", "cq.c": b"3"}
+    await writer.write(values, set(values))
+    kv.failing.add("cq.b")
+    values |= {"cq.a": b"5", "cq.b": b"6"}
+    with pytest.raises(TimeoutError):
+        await writer.write(values, {"cq.a", "cq.b"})
+    kv.failing.clear()
+    values["cq.c"] = b"7"  # not named: the writer does not look
+    assert await writer.write(values, set()) == ["cq.b"]
+    del values["cq.a"]
+    assert await writer.write(values, {"cq.a"}) == []
+    assert kv.data == {"cq.b": b"6", "cq.c": b"3"}
+
+
+def test_a_render_after_one_arrival_renders_that_queue_only() -> None:
+    state = busy_state()
+    renderer = VisibilityRenderer()
+    values, changed = renderer.render(state.engine, state.sharding)
+    assert changed == set(values)  # the first render: everything
+    Stream().run(state, submitted(workload("d", cpu="1")))
+    values, changed = renderer.render(state.engine, state.sharding)
+    assert changed == {"cq.cq", "lq.ns.lq", "pending.cq"}
+    assert values == visibility_values(state.engine, state.sharding)
 
 
 def test_pace_rests_little_after_one_round_and_backs_off_under_a_stream() -> None:

@@ -24,6 +24,8 @@ def test_pending_rows_default_to_the_three_sizes_scaled(
     for row in rows:
         assert (row["cluster_queues"], row["cohorts"], row["running"]) == (10, 1, 40)
         assert row["samples"] == max(10, row["pending"] // 10)
+        renders = ("full", "arrival_p50", "arrival_p99", "release_p99")
+        assert all(row[f"render_{kind}_ms"] > 0 for kind in renders)
         # The snapshot keeps the configuration (a flavor, 10 queue pairs) and every live
         # workload's story: submitted, then pending, or quota_reserved and admitted. As many
         # finished (the releases) as arrived (the arrivals): 40 + pending live at least.

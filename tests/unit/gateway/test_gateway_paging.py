@@ -16,6 +16,7 @@ from muster.gateway.visibility import (
     pending_workloads,
     queue_status,
 )
+from muster.gateway.workloads import positions
 
 
 class DictStore:
@@ -144,6 +145,46 @@ async def test_pending_workloads_of_a_local_queue_only_its_own(store: DictStore)
 
     assert [(w.name, w.position_in_local_queue) for w in reply.items] == [("w1", 0), ("w3", 1)]
     assert reply.total == 2
+
+
+def paged(store: DictStore) -> DictStore:
+    """team-a's three pending workloads as admission writes them past a page: two per page."""
+    whole = services_pb2.PendingWorkloadsResponse.FromString(store.data.pop("pending.team-a"))
+    for start in (0, 2):
+        page = services_pb2.PendingWorkloadsResponse(items=whole.items[start : start + 2])
+        key = "pending.team-a" if start == 0 else f"pending-from.{start}.team-a"
+        store.data[key] = page.SerializeToString()
+    return store
+
+
+@pytest.mark.parametrize(("offset", "limit"), [(0, 3), (1, 2), (2, 1), (2, 5), (3, 1)])
+async def test_pending_workloads_read_across_pages(
+    store: DictStore, offset: int, limit: int
+) -> None:
+    request = services_pb2.PendingWorkloadsRequest(
+        cluster_queue="team-a", offset=offset, limit=limit
+    )
+
+    reply = await pending_workloads(paged(store), request)
+
+    assert [w.name for w in reply.items] == ["w1", "w2", "w3"][offset : offset + limit]
+    assert reply.total == 3
+
+
+async def test_pending_workloads_of_a_local_queue_read_every_page(store: DictStore) -> None:
+    request = services_pb2.PendingWorkloadsRequest(namespace="ml", local_queue="main")
+
+    reply = await pending_workloads(paged(store), request)
+
+    assert [(w.name, w.position_in_local_queue) for w in reply.items] == [("w1", 0), ("w3", 1)]
+
+
+async def test_workload_positions_come_from_every_page(store: DictStore) -> None:
+    found = await positions(paged(store))
+
+    assert {k: p.position_in_cluster_queue for k, p in found.items()} == {
+        "ml/w1": 0, "ml/w2": 1, "ml/w3": 2
+    }  # fmt: skip
 
 
 async def test_pending_workloads_of_a_cluster_queue_with_none_pending(store: DictStore) -> None:

@@ -173,7 +173,7 @@ class RoutingControl:
     def _natives_waiting(self, state: EngineState, cluster_queue: str) -> bool:
         return any(
             other.phase is Phase.PENDING and not self.router.is_routed(other.key)
-            for other in state.records_by_queue()[0].get(cluster_queue, ())
+            for other in state.index.waiting.get(cluster_queue, ())
         )
 
 

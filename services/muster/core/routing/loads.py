@@ -19,8 +19,6 @@ if TYPE_CHECKING:
 
 Routes = Mapping[WorkloadKey, Route]  # the router's: each routed workload's options
 
-_WAITING = (Phase.PENDING, Phase.BACKOFF)
-
 
 def queue_load(state: EngineState, routes: Routes, name: str) -> QueueLoad:
     """ClusterQueue `name` now: quota per resource, who holds it until when, who waits."""
@@ -34,14 +32,15 @@ def queue_load(state: EngineState, routes: Routes, name: str) -> QueueLoad:
                 nominal[quota.name] = nominal.get(quota.name, 0) + quota.nominal_quota
                 used = node.usage.get((flavor.name, quota.name), 0)
                 reserved[quota.name] = reserved.get(quota.name, 0) + used
-    records = state.records_by_queue()[0].get(name, [])
+    # The index's list is in order already (Pending and Backoff; a backing-off one is not
+    # waiting to be admitted now).
+    waiting = [r for r in state.index.waiting.get(name, ()) if r.phase is Phase.PENDING]
     holders = list(state.usage.holders.get(name, {}).values())
-    waiting = sorted((r for r in records if r.phase is Phase.PENDING), key=lambda r: r.order_key)
     return QueueLoad(
         name=name,
         nominal=nominal,
         reserved=reserved,
-        pending=sum(1 for r in records if r.phase in _WAITING),
+        pending=len(state.index.waiting.get(name, ())),
         reserving=len(holders),
         running=tuple(_running(r, routes, now_s=state.now_s) for r in holders),
         waiting=tuple(

@@ -1,0 +1,194 @@
+"""Visibility kept as records change equals visibility computed afresh, whatever happened.
+
+Random clusters and workloads go through arrivals, rounds, finishes, deletions, evictions,
+deactivations, forgetting and configuration changes (queues removed and applied again). After
+every call the engine's `QueueIndex` equals one counted afresh from its records; at random
+points (and at the end) an incremental `VisibilityRenderer`'s values, written through a
+`VisibilityWriter` told only the keys it changed, equal a new renderer's, and the gateway
+answers every page of every pending list from them as the engine orders it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from engine_scenarios import (
+    Arrival,
+    Scenario,
+    cluster_queue,
+    flavors,
+    local_queue,
+    scenarios,
+    workload,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from muster.admission.shards import PartitionMap, Sharding
+from muster.admission.visibility import VisibilityRenderer, VisibilityWriter
+from muster.api.model import ApiObject, ClusterQueue, KueueConfig, LocalQueue, WorkloadKey
+from muster.contracts.v1 import services_pb2
+from muster.core.engine import Engine
+from muster.core.queue_index import QueueIndex
+from muster.core.records import Phase
+from muster.gateway.visibility import pending_workloads
+
+PAGE = 2  # pending workloads per key: small, so that lists span pages
+CALLS = (
+    "submit", "schedule", "finish", "delete", "deactivate", "activate", "evict", "stopped",
+    "forget", "remove-queue", "apply-queue", "render",
+)  # fmt: skip
+
+
+class MemoryKV:
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+
+    async def put(self, key: str, value: bytes) -> int:
+        self.data[key] = value
+        return len(self.data)
+
+    async def delete(self, key: str) -> None:
+        self.data.pop(key, None)
+
+    async def get(self, key: str) -> bytes | None:  # the gateway's side
+        return self.data.get(key)
+
+    async def entries(self, pattern: str) -> dict[str, bytes]:
+        raise NotImplementedError
+
+
+def tallies(index: QueueIndex) -> dict[str, object]:
+    """What the index counts, without the queues it counts nothing for."""
+    found: dict[str, object] = {}
+    for kind, queues in (("cq", index.cluster_queues), ("lq", index.local_queues)):
+        for name, t in queues.items():
+            counted = (t.pending, t.reserving, t.admitted, t.reserved, t.used)
+            if counted != (0, 0, 0, {}, {}):
+                found[f"{kind}/{name}"] = counted
+    for name, waiting in index.waiting.items():
+        if waiting:
+            found[f"waiting/{name}"] = [r.key for r in waiting]
+    return found
+
+
+class Driver:
+    """Plays drawn calls on an engine, checking the kept views after each."""
+
+    def __init__(self, scn: Scenario, shards: int) -> None:
+        self.engine = Engine(scn.objects, config=scn.config, hold_quota_until_stopped=True)
+        self.sharding = Sharding(self.engine, shard=0, partitions=PartitionMap(shards=shards))
+        self.arrivals = [a.workload for a in scn.arrivals]
+        self.queues: list[LocalQueue | ClusterQueue] = [
+            o for o in scn.objects if isinstance(o, LocalQueue | ClusterQueue)
+        ]
+        self.removed: list[LocalQueue | ClusterQueue] = []
+        self.now_s = 0.0
+        self.renderer = VisibilityRenderer(page=PAGE)
+        self.kv = MemoryKV()
+        self.writer = VisibilityWriter(self.kv)
+        self.loop = asyncio.new_event_loop()
+
+    def keys(self, *phases: Phase) -> list[WorkloadKey]:
+        return sorted(k for k, r in self.engine.records.items() if not phases or r.phase in phases)
+
+    def call(self, name: str, pick: int) -> None:
+        e, self.now_s = self.engine, self.now_s + 1
+        now = self.now_s
+        holders = self.keys(Phase.RESERVED, Phase.ADMITTED)
+        known = self.keys()
+        if name == "submit" and self.arrivals:
+            e.submit(self.arrivals.pop(0), now_s=now)
+        elif name == "schedule":
+            e.schedule(now_s=now)
+        elif name == "finish" and holders:
+            e.finish(holders[pick % len(holders)], now_s=now)
+        elif name == "delete" and known:
+            e.delete(known[pick % len(known)], now_s=now)
+        elif name in ("deactivate", "activate") and known:
+            e.set_active(known[pick % len(known)], name == "activate", now_s=now)
+        elif name == "evict" and holders:
+            e.evict(holders[pick % len(holders)], reason="Test", message="evicted", now_s=now)
+        elif name == "stopped" and (evicting := self.keys(Phase.EVICTING)):
+            e.stopped(evicting[pick % len(evicting)], now_s=now)
+        elif name == "forget" and (done := self.keys(Phase.FINISHED, Phase.DELETED)):
+            e.forget(done[pick % len(done)])
+        elif name == "remove-queue" and self.queues:
+            obj = self.queues.pop(pick % len(self.queues))
+            self.removed.append(obj)
+            namespace = obj.meta.namespace if isinstance(obj, LocalQueue) else ""
+            e.remove(type(obj).__name__, obj.meta.name, namespace=namespace or "", now_s=now)
+        elif name == "apply-queue" and self.removed:
+            obj = self.removed.pop(pick % len(self.removed))
+            self.queues.append(obj)
+            e.apply(obj, now_s=now)
+        elif name == "render":
+            self.render_and_compare()
+        assert tallies(e.state.index) == tallies(QueueIndex.of(e.records.values()))
+
+    def render_and_compare(self) -> None:
+        values, changed = self.renderer.render(self.engine, self.sharding)
+        self.loop.run_until_complete(self.writer.write(values, changed))
+        fresh, _ = VisibilityRenderer(page=PAGE).render(self.engine, self.sharding)
+        assert self.kv.data == fresh
+        for name in self.engine.cluster_queue_names():
+            if f"cq.{name}" in fresh:
+                self.compare_pages(name)
+
+    def compare_pages(self, cluster_queue: str) -> None:
+        """The gateway's answers, every page of every size, against the engine's order."""
+        order = [
+            (p.key, p.position_in_cluster_queue, p.position_in_local_queue)
+            for p in self.engine.pending_workloads(cluster_queue)
+        ]
+        for offset in range(len(order) + 2):
+            for limit in (1, PAGE + 1, 2 * PAGE + 1):
+                request = services_pb2.PendingWorkloadsRequest(
+                    cluster_queue=cluster_queue, offset=offset, limit=limit
+                )
+                reply = self.loop.run_until_complete(pending_workloads(self.kv, request))
+                assert reply.total == len(order)
+                assert [
+                    (f"{p.namespace}/{p.name}", p.position_in_cluster_queue,
+                     p.position_in_local_queue)
+                    for p in reply.items
+                ] == order[offset : offset + limit]  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    scenarios(max_workloads=10),
+    st.lists(st.tuples(st.sampled_from(CALLS), st.integers(0, 50)), max_size=60),
+    st.sampled_from((1, 2)),
+)
+def test_kept_views_equal_views_computed_afresh(
+    scn: Scenario, calls: list[tuple[str, int]], shards: int
+) -> None:
+    driver = Driver(scn, shards)
+    for name, pick in calls:
+        driver.call(name, pick)
+    driver.render_and_compare()
+    driver.loop.close()
+
+
+def test_a_render_after_one_arrival_writes_that_queues_keys_only() -> None:
+    """One arrival in a queue of many: its status, its LocalQueue's and its last page."""
+    scn = next_scenario()
+    driver = Driver(scn, shards=1)
+    for _ in range(len(driver.arrivals) - 1):
+        driver.call("submit", 0)
+    driver.render_and_compare()
+    last = driver.arrivals[-1]
+    driver.call("submit", 0)
+    _, changed = driver.renderer.render(driver.engine, driver.sharding)
+    lq = f"lq.{last.meta.namespace}.{last.queue_name}"
+    assert changed == {"cq.cq", lq, f"pending-from.{(len(scn.arrivals) - 1) // PAGE * PAGE}.cq"}
+
+
+def next_scenario() -> Scenario:
+    """One ClusterQueue without quota and seven workloads of one priority waiting in it."""
+    objects: list[ApiObject] = [*flavors(), cluster_queue("cq", cpu=0), local_queue("cq")]
+    arrivals = tuple(
+        Arrival(workload(f"w{i}", queue="lq-cq", cpu=1000), at_s=i, runs_s=1) for i in range(7)
+    )
+    return Scenario(objects=tuple(objects), config=KueueConfig(), arrivals=arrivals)
