@@ -233,6 +233,38 @@ async def test_pods_ready_stored_before_wait_for_pods_ready_was_turned_on_count(
     assert count(events, "evicted", "ns/quick") == 0
 
 
+async def test_readiness_lost_evicts_at_the_recovery_timeout_unless_regained(
+    bus: Bus, admission: Running, events: EventLog
+) -> None:
+    configuration = {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta1",
+        "kind": "Configuration",
+        "waitForPodsReady": {"enable": True, "timeout": "1h", "recoveryTimeout": "1s"},
+    }
+    applied = pb.ConfigApplied(
+        kind="Configuration", name="kueue", manifest_json=json.dumps(configuration)
+    )
+    await publish(bus, new_event("config_applied", applied, cluster="local", source="test"))
+    await basic_config(bus, cpu="4")
+    await publish(bus, submitted(workload("back")), submitted(workload("gone")))
+    await events.wait_for("admitted", workload="ns/back")
+    await events.wait_for("admitted", workload="ns/gone")
+    lost = pb.PodsReady(lost=True)
+    await publish(bus, ready("ns/back", "running"), ready("ns/gone", "running"))
+    # back regains readiness within the recovery timeout; gone does not. back's loss is
+    # published first, so its timer would have fired before gone's.
+    await publish(bus, fact("pods_ready", "ns/back", lost), fact("pods_ready", "ns/back"))
+    await publish(bus, fact("pods_ready", "ns/gone", lost))
+    evicted = await events.wait_for("evicted", workload="ns/gone", timeout_s=5)
+    assert (evicted.evicted.reason, evicted.evicted.message) == (
+        "PodsReadyTimeout",
+        "Exceeded the PodsReady timeout ns/gone",
+    )
+    assert evicted.cause.startswith("timer/admission/0/")
+    await drained(bus, "admission-0")
+    assert count(events, "evicted", "ns/back") == 0
+
+
 async def test_gang_rejected_evicts_and_eviction_completed_requeues(
     bus: Bus, admission: Running, events: EventLog
 ) -> None:
