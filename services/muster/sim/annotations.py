@@ -16,16 +16,19 @@ import msgspec
 
 from muster.api.errors import key_path
 from muster.api.times import NEVER_READY
-from muster.api.wellknown import ALTERNATIVES_ANNOTATION, PODS_READY_AFTER_ANNOTATION
+from muster.api.wellknown import (
+    ALTERNATIVES_ANNOTATION,
+    PODS_READY_AFTER_ANNOTATION,
+    PODS_UNREADY_AFTER_ANNOTATION,
+    PODS_UNREADY_FOR_ANNOTATION,
+)
 
 SUBMIT_AFTER = "muster.dev/submit-after"
 RUN_SECONDS = "muster.dev/run-seconds"
 PODS_READY_AFTER = PODS_READY_AFTER_ANNOTATION
 STOP_AFTER = "muster.dev/stop-after"
-# `muster simulate`, waitForPodsReady's recovery: seconds after its pods were all ready that
-# one stops being ready (once), and how long until it is ready again (`never`: the default).
-PODS_UNREADY_AFTER = "muster.dev/pods-unready-after"
-PODS_UNREADY_FOR = "muster.dev/pods-unready-for"
+PODS_UNREADY_AFTER = PODS_UNREADY_AFTER_ANNOTATION
+PODS_UNREADY_FOR = PODS_UNREADY_FOR_ANNOTATION
 CHECK_PREFIX = "muster.dev/check."  # + AdmissionCheck name, on a workload (or its Job)
 CHECK_RESULT = "muster.dev/check-result"  # on an AdmissionCheck: the default for every workload
 # On a ProvisioningRequestConfig: what the cluster-autoscaler does with each request made for

@@ -27,8 +27,8 @@ from muster.api.check_states import AnsweredCheck, ChecksWanted
 from muster.api.encode import is_byte_resource
 from muster.api.quantity import QuantityError, format_quantity, parse_quantity
 from muster.cluster.kube.resources import ObjectRef
-from muster.core.conditions import RECOVERED, WAIT_FOR_RECOVERY, WAIT_FOR_RECOVERY_MESSAGE
 from muster.contracts.v1 import events_pb2 as pb
+from muster.core.conditions import RECOVERED, WAIT_FOR_RECOVERY, WAIT_FOR_RECOVERY_MESSAGE
 from muster.payloads import PayloadError, applied_document
 
 # The events whose payloads change a Workload's status (the status task follows these).

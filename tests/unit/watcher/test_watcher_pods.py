@@ -206,7 +206,8 @@ def test_readiness_lost_after_the_start_then_regained_each_told_once() -> None:
     sent.record(again, ["uid-0", "uid-1"])
     (back,) = due_events(WL, ready, sent)
     assert again.id_key != back.id_key
-    assert again.id_key.endswith("/2") and back.id_key.endswith("/2")
+    assert again.id_key.endswith("/2")
+    assert back.id_key.endswith("/2")
 
 
 def test_readiness_not_told_yet_is_never_lost() -> None:
