@@ -181,19 +181,24 @@ def ready(key: str, told_by: str) -> pb.Envelope:
 READY_TOLD_BY = pytest.mark.parametrize("told_by", ["running", "pods_ready"])
 
 
-@READY_TOLD_BY
-async def test_pods_ready_timeout_fires_from_the_engine_timer(
-    bus: Bus, admission: Running, events: EventLog, told_by: str
-) -> None:
+async def wait_for_pods_ready(bus: Bus, settings: dict[str, object]) -> None:
+    """Apply Kueue's Configuration with `settings` as its waitForPodsReady."""
     configuration = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta1",
         "kind": "Configuration",
-        "waitForPodsReady": {"enable": True, "timeout": "2s"},
+        "waitForPodsReady": settings,
     }
     applied = pb.ConfigApplied(
         kind="Configuration", name="kueue", manifest_json=json.dumps(configuration)
     )
     await publish(bus, new_event("config_applied", applied, cluster="local", source="test"))
+
+
+@READY_TOLD_BY
+async def test_pods_ready_timeout_fires_from_the_engine_timer(
+    bus: Bus, admission: Running, events: EventLog, told_by: str
+) -> None:
+    await wait_for_pods_ready(bus, {"enable": True, "timeout": "2s"})
     await basic_config(bus, cpu="4")
     await publish(bus, submitted(workload("quick")))
     await events.wait_for("admitted", workload="ns/quick")
@@ -218,15 +223,7 @@ async def test_pods_ready_stored_before_wait_for_pods_ready_was_turned_on_count(
     await events.wait_for("admitted", workload="ns/quick")
     await publish(bus, ready("ns/quick", told_by))
     await drained(bus, "admission-0")
-    configuration = {
-        "apiVersion": "config.kueue.x-k8s.io/v1beta1",
-        "kind": "Configuration",
-        "waitForPodsReady": {"enable": True, "timeout": "1ms", "blockAdmission": True},
-    }
-    applied = pb.ConfigApplied(
-        kind="Configuration", name="kueue", manifest_json=json.dumps(configuration)
-    )
-    await publish(bus, new_event("config_applied", applied, cluster="local", source="test"))
+    await wait_for_pods_ready(bus, {"enable": True, "timeout": "1ms", "blockAdmission": True})
     await publish(bus, submitted(workload("slow")))
     await events.wait_for("admitted", workload="ns/slow")
     await drained(bus, "admission-0")
@@ -236,15 +233,9 @@ async def test_pods_ready_stored_before_wait_for_pods_ready_was_turned_on_count(
 async def test_readiness_lost_evicts_at_the_recovery_timeout_unless_regained(
     bus: Bus, admission: Running, events: EventLog
 ) -> None:
-    configuration = {
-        "apiVersion": "config.kueue.x-k8s.io/v1beta1",
-        "kind": "Configuration",
-        "waitForPodsReady": {"enable": True, "timeout": "1h", "recoveryTimeout": "1s"},
-    }
-    applied = pb.ConfigApplied(
-        kind="Configuration", name="kueue", manifest_json=json.dumps(configuration)
-    )
-    await publish(bus, new_event("config_applied", applied, cluster="local", source="test"))
+    # Without blockAdmission, so that both are admitted whichever is ready first.
+    settings = {"enable": True, "timeout": "1h", "recoveryTimeout": "1s", "blockAdmission": False}
+    await wait_for_pods_ready(bus, settings)
     await basic_config(bus, cpu="4")
     await publish(bus, submitted(workload("back")), submitted(workload("gone")))
     await events.wait_for("admitted", workload="ns/back")
