@@ -349,7 +349,8 @@ class Engine(EngineViews):
             return []
         r.pods_ready = True
         r.pods_ready_deadline_s = None
-        r.requeue_count = 0
+        # The requeue count is kept (Kueue resets it only on reactivation): a workload that
+        # keeps losing readiness reaches backoffLimitCount as one that never gets ready does.
         if self.state.config.kueue.wait_for_pods_ready.enable:
             was = r.conditions.get(PODS_READY)
             recovering = was is not None and was.reason in (WAIT_FOR_RECOVERY, RECOVERED)

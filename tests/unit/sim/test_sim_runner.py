@@ -198,6 +198,22 @@ def test_readiness_lost_past_the_recovery_timeout_evicts_then_backs_off() -> Non
     assert (requeued.status, requeued.reason) == ("False", "PodsReadyTimeout")
 
 
+def test_readiness_lost_again_after_each_admission_counts_toward_the_backoff_limit() -> None:
+    config = pods_ready_config(timeout="10s", recovery="5s").replace(
+        "}\n", ", requeuingStrategy: {backoffBaseSeconds: 1, backoffLimitCount: 1}}\n"
+    )
+    result = run(config, cluster(), workload("w", runs=100, annotations=recovering("20", "never")))
+
+    # Ready at each admission, lost 20 s later: readiness does not reset the count (Kueue's).
+    assert timeline(result, "Admitted", "Evicted", "Deactivated") == [
+        (0, "Admitted", "w"),
+        (25, "Evicted", "w"),
+        (26, "Admitted", "w"),
+        (51, "Evicted", "w"),
+        (51, "Deactivated", "w"),
+    ]
+
+
 def test_readiness_regained_within_the_recovery_timeout_keeps_it_admitted() -> None:
     result = run(
         pods_ready_config(timeout="10s", recovery="5s"),
