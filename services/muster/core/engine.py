@@ -113,11 +113,6 @@ class Engine(EngineViews):
     def version(self) -> int:
         return self.state.version
 
-    def records_by_queue(
-        self,
-    ) -> tuple[dict[str, list[WorkloadRecord]], dict[str, list[WorkloadRecord]]]:
-        return self.state.records_by_queue()
-
     # --- facts ---------------------------------------------------------------------------
 
     def apply(self, obj: ApiObject, *, now_s: float, defer: bool = False) -> list[Event]:
