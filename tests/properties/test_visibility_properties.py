@@ -30,8 +30,11 @@ from muster.api.model import ApiObject, ClusterQueue, KueueConfig, LocalQueue, W
 from muster.contracts.v1 import services_pb2
 from muster.core.engine import Engine
 from muster.core.queue_index import QueueIndex
-from muster.core.records import Phase
+from muster.core.queues import Park
+from muster.core.quota import QuotaNode
+from muster.core.records import Phase, WorkloadRecord
 from muster.gateway.visibility import pending_workloads
+from muster.metrics.kueue_gauges import queue_gauges
 
 PAGE = 2  # pending workloads per key: small, so that lists span pages
 CALLS = (
@@ -63,13 +66,70 @@ def tallies(index: QueueIndex) -> dict[str, object]:
     found: dict[str, object] = {}
     for kind, queues in (("cq", index.cluster_queues), ("lq", index.local_queues)):
         for name, t in queues.items():
-            counted = (t.pending, t.reserving, t.admitted, t.reserved, t.used)
-            if counted != (0, 0, 0, {}, {}):
+            counted = (t.pending, t.backoff, t.reserving, t.admitted, t.reserved, t.used)
+            if counted != (0, 0, 0, 0, {}, {}):
                 found[f"{kind}/{name}"] = counted
     for name, waiting in index.waiting.items():
         if waiting:
             found[f"waiting/{name}"] = [r.key for r in waiting]
+    for kind, groups in (("cq", index.cluster_queue_groups), ("lq", index.local_queue_groups)):
+        for name, counts in groups.items():
+            if counts:
+                found[f"groups/{kind}/{name}"] = {id(g): n for g, n in counts.items()}
     return found
+
+
+def below(node: QuotaNode, cohort: QuotaNode) -> bool:
+    while node.parent is not None:
+        node = node.parent
+        if node is cohort:
+            return True
+    return False
+
+
+COUNTED = ("pending_workloads", "reserving_active_workloads", "admitted_active_workloads")
+
+
+def gauges_afresh(engine: Engine) -> dict[str, dict[tuple[str, ...], float]]:
+    """The workload-count gauges of every queue and cohort, from a walk over every record."""
+    out: dict[str, dict[tuple[str, ...], float]] = {}
+    config = engine.config
+    by_cq: dict[str, list[WorkloadRecord]] = {}
+    by_lq: dict[str, list[WorkloadRecord]] = {}
+    for r in engine.records.values():
+        by_cq.setdefault(r.cluster_queue, []).append(r)
+        by_lq.setdefault(r.local_queue, []).append(r)
+
+    def put(
+        prefix: str, labels: tuple[str, ...], records: list[WorkloadRecord], active: bool
+    ) -> None:
+        counts = {"active": 0, "inadmissible": 0, "reserving": 0, "admitted": 0}
+        for r in records:
+            if r.phase is Phase.PENDING:
+                parked = r.group is not None and r.group.park is Park.PARKED
+                counts["inadmissible" if parked or not active else "active"] += 1
+            counts["inadmissible"] += r.phase is Phase.BACKOFF
+            counts["reserving"] += r.holds_quota
+            counts["admitted"] += r.phase is Phase.ADMITTED
+        for status in ("active", "inadmissible"):
+            out.setdefault(f"{prefix}pending_workloads", {})[(*labels, status)] = counts[status]
+        for what in ("reserving", "admitted"):
+            series = f"{prefix}{what}_active_workloads"
+            out.setdefault(series, {})[labels] = counts[what]
+
+    for name in engine.cluster_queue_names():
+        put("kueue_", (name,), by_cq.get(name, []), name not in config.inactive)
+    for namespace, name in engine.local_queue_keys():
+        cq = config.local_queues[f"{namespace}/{name}"].cluster_queue
+        active = cq in config.cluster_queues and cq not in config.inactive
+        put("kueue_local_queue_", (name, namespace), by_lq.get(f"{namespace}/{name}", []), active)
+    for cohort in config.tree.cohorts.values():
+        members = [n for n, node in config.tree.cluster_queues.items() if below(node, cohort)]
+        admitted = sum(1 for m in members for r in by_cq.get(m, []) if r.phase is Phase.ADMITTED)
+        out.setdefault("kueue_cohort_subtree_admitted_active_workloads", {})[(cohort.name,)] = (
+            admitted
+        )
+    return out
 
 
 class Driver:
@@ -127,6 +187,9 @@ class Driver:
         assert tallies(e.state.index) == tallies(QueueIndex.of(e.records.values()))
 
     def render_and_compare(self) -> None:
+        gauges = queue_gauges(self.engine, owns_tree=lambda _tree: True)
+        kept = {s: v for s, v in gauges.items() if s.endswith(COUNTED)}
+        assert kept == gauges_afresh(self.engine)
         values, changed = self.renderer.render(self.engine, self.sharding)
         self.loop.run_until_complete(self.writer.write(values, changed))
         fresh, _ = VisibilityRenderer(page=PAGE).render(self.engine, self.sharding)

@@ -100,7 +100,12 @@ class StepCut:
         sink.close()
 
     async def _restart(self) -> None:
-        """Drop every connection and restart nats-server (the request that matched is lost)."""
+        """Drop every connection and restart nats-server (the request that matched is lost).
+
+        Once: two connections can send the matching request at the same moment, and two
+        restarts side by side would start a second nats-server on the first one's ports."""
+        if self._restarting or self.cut.is_set():
+            return
         self._restarting = True
         self._close_all()
         await asyncio.to_thread(self.server.stop)

@@ -223,12 +223,9 @@ def test_pods_never_ready_are_evicted_and_pods_ready_late_run_to_the_end(tmp_pat
     path = tmp_path / "scenario.yaml"
     path.write_text(config + "".join(jobs))
 
-    # A deactivated workload never ends the run: --until does.
+    # The run ends on its own once the deactivated workload can do nothing more (no --until).
     done = subprocess.run(
-        [*RUN, "--until", "600", "--scenario", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=110,
+        [*RUN, "--scenario", str(path)], capture_output=True, text=True, timeout=110
     )
 
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -243,6 +240,9 @@ def test_pods_never_ready_are_evicted_and_pods_ready_late_run_to_the_end(tmp_pat
     assert any(re.search(r"evicted\s+PodsReadyTimeout", line) for line in lost), lost
     assert not any("evicted" in line for line in blip), blip
     assert any(re.search(r"finished\s+ran", line) for line in blip), blip
+    table = done.stdout.split("\nWORKLOAD ", 1)[1].split("\n\n", 1)[0]
+    (stuck_row,) = [row for row in table.splitlines() if "job-stuck" in row]
+    assert re.search(r"\bInactive\b", stuck_row), table
 
 
 def late_job(name: str, *, after_s: int) -> str:

@@ -97,8 +97,10 @@ class Sharding:
     def refresh(self) -> bool:
         """Take a moved partition into account; whether this replica's partitions changed."""
         owned = self.partitions.owned(self.shard)
-        changed, self.owned = owned != self.owned, owned
-        return changed
+        if owned == self.owned:
+            return False  # the same object kept: the visibility renderer restarts on a new one
+        self.owned = owned
+        return True
 
     def owns_tree(self, tree: str) -> bool:
         return partition_of(tree) in self.owned

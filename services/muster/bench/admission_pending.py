@@ -19,6 +19,8 @@ which wait. Each row then measures, on that state:
   loop does, without writing them), in CPU time: once in full after loading, as every render
   cost before renders were kept; then after each sampled arrival and each release, p50/p99, which
   re-renders only what the event changed (a release: its cohort's ClusterQueue statuses);
+- gauges: one pass of Kueue's gauges (`queue_gauges`, as the service refreshes them with
+  metrics on) after each sampled arrival, in CPU time, p50;
 - rebuild: the replica's snapshot (`CompactLog.snapshot`, encoded as the service stores it) is
   decoded and replayed into a new replica, which takes ownership and decides once, as after a
   restart, inside `rebuilding()` as the service's is (no cyclic garbage collection until then).
@@ -54,6 +56,7 @@ from muster.bus import BusError, decode, new_event
 from muster.bus.partitions import token
 from muster.bus.publisher import Fence
 from muster.contracts.v1 import events_pb2 as pb
+from muster.metrics.kueue_gauges import queue_gauges
 
 SECTION = "admission"
 KUEUE = "kueue.x-k8s.io/v1beta2"
@@ -92,6 +95,7 @@ class PendingRow(msgspec.Struct, frozen=True, kw_only=True):
     render_arrival_p50_ms: float  # the render after one arrival
     render_arrival_p99_ms: float
     render_release_p99_ms: float  # after one release and the head it admits
+    gauges_arrival_p50_ms: float  # a pass of Kueue's gauges after one arrival (CPU)
     samples: int  # arrivals, and releases, measured
     snapshot_mib: float  # as stored (zlib)
     snapshot_events: int
@@ -134,7 +138,7 @@ def measure_loaded(pending: int, queues: int) -> tuple[PendingRow, bytes]:
     loaded = rss_mib()
     samples = min(SAMPLES, max(10, pending // 10))
     full = bench.render()
-    arrivals, arrival_renders = bench.sample_arrivals(samples)
+    arrivals, arrival_renders, gauge_passes = bench.sample_arrivals(samples)
     releases, release_renders = bench.sample_releases(samples)
     data, events = bench.snapshot()
     total = queues * NOMINAL_CPU + pending
@@ -159,6 +163,7 @@ def measure_loaded(pending: int, queues: int) -> tuple[PendingRow, bytes]:
         render_arrival_p50_ms=ms(percentile(arrival_renders, 50)),
         render_arrival_p99_ms=ms(percentile(arrival_renders, 99)),
         render_release_p99_ms=ms(percentile(release_renders, 99)),
+        gauges_arrival_p50_ms=ms(percentile(gauge_passes, 50)),
         samples=samples,
         snapshot_mib=round(len(data) / 2**20, 1),
         snapshot_events=events,
@@ -303,10 +308,10 @@ class Replica:
             self.consume(batch)
         self.arrived = count
 
-    def sample_arrivals(self, samples: int) -> tuple[Latencies, list[float]]:
+    def sample_arrivals(self, samples: int) -> tuple[Latencies, list[float], list[float]]:
         """Seconds from consuming one new workload until its decision is published; and
-        seconds to render the visibility keys after it."""
-        times, renders = Latencies(), []
+        seconds to render the visibility keys after it, and to compute Kueue's gauges."""
+        times, renders, gauges = Latencies(), [], []
         for _ in range(samples):
             cpu, priority = self.rng.choice(CLASSES)
             q = self.rng.randrange(self.queues)
@@ -314,7 +319,8 @@ class Replica:
             self.arrived += 1
             times.add(*self.timed(env))
             renders.append(self.render())
-        return times.sorted(), sorted(renders)
+            gauges.append(self.gauge_pass())
+        return times.sorted(), sorted(renders), sorted(gauges)
 
     def sample_releases(self, samples: int) -> tuple[Latencies, list[float]]:
         """Seconds from consuming one running workload's `finished` until the head it lets in
@@ -335,6 +341,17 @@ class Replica:
         machine)."""
         cpu = time.thread_time()
         self.renderer.render(self.state.engine, self.state.sharding)
+        return time.thread_time() - cpu
+
+    def gauge_pass(self) -> float:
+        """CPU seconds of one pass of Kueue's gauges over this replica's queues."""
+        sharding = self.state.sharding
+        cpu = time.thread_time()
+        queue_gauges(
+            self.state.engine,
+            owns_tree=sharding.owns_tree,
+            owns_local_queue=sharding.owns_local_queue,
+        )
         return time.thread_time() - cpu
 
     def cpu_of(self, key: str) -> int:
@@ -496,6 +513,7 @@ def render(rows: list[PendingRow]) -> str:
         Column("VIS-CPU-ARRIVAL-P50(ms)", lambda r: number(r.render_arrival_p50_ms)),
         Column("VIS-CPU-ARRIVAL-P99(ms)", lambda r: number(r.render_arrival_p99_ms)),
         Column("VIS-CPU-RELEASE-P99(ms)", lambda r: number(r.render_release_p99_ms)),
+        Column("GAUGES-CPU-ARRIVAL-P50(ms)", lambda r: number(r.gauges_arrival_p50_ms)),
         Column("SNAPSHOT(MiB)", lambda r: number(r.snapshot_mib, digits=1)),
         Column("REBUILD(s)", lambda r: number(r.rebuild_s, digits=1)),
         Column("REBUILD-CPU(s)", lambda r: number(r.rebuild_cpu_s, digits=1)),

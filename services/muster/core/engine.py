@@ -115,11 +115,6 @@ class Engine(EngineViews):
     def version(self) -> int:
         return self.state.version
 
-    def records_by_queue(
-        self,
-    ) -> tuple[dict[str, list[WorkloadRecord]], dict[str, list[WorkloadRecord]]]:
-        return self.state.records_by_queue()
-
     # --- facts ---------------------------------------------------------------------------
 
     def apply(self, obj: ApiObject, *, now_s: float, defer: bool = False) -> list[Event]:
@@ -179,7 +174,6 @@ class Engine(EngineViews):
         if old is not None:
             self.lifecycle.drop(old)  # deleted before: the new one arrives last
         state.records[r.key] = r
-        state.index.add(r)
         if not wl.active:
             self.lifecycle.deactivate(r)
         elif wl.admission is not None:
@@ -189,6 +183,10 @@ class Engine(EngineViews):
             if take is not None:
                 self.lifecycle.take(r, take)
             self.queueing.enqueue(r)
+        # Counted once, as it now is: added first, it was counted, taken out and counted again
+        # as its queue, group and phase were set (a third of a rebuild's adoption at 100k).
+        # Nothing above reads the index for `r` (routing's loads read other workloads).
+        state.index.add(r)
         return state.take_events()
 
     def finish(self, key: WorkloadKey, *, now_s: float) -> list[Event]:

@@ -14,9 +14,13 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
 from muster.core.quota import FlavorResource
 from muster.core.records import Phase, WorkloadRecord
+
+if TYPE_CHECKING:
+    from muster.core.queues import PendingGroup
 
 WAITING = frozenset({Phase.PENDING, Phase.BACKOFF})
 _HOLDING = frozenset({Phase.RESERVED, Phase.ADMITTED, Phase.EVICTING})
@@ -26,10 +30,11 @@ _order = attrgetter("order_key")
 class QueueTally:
     """One queue's counts and, per (flavor, resource), what its workloads hold (MilliUnits)."""
 
-    __slots__ = ("admitted", "pending", "reserved", "reserving", "used")
+    __slots__ = ("admitted", "backoff", "pending", "reserved", "reserving", "used")
 
     def __init__(self) -> None:
         self.pending = 0  # waiting: Pending or Backoff
+        self.backoff = 0  # of which Backoff (Kueue's gauges count them inadmissible)
         self.reserving = 0  # holding quota
         self.admitted = 0
         self.reserved: dict[FlavorResource, int] = {}  # by the workloads holding quota
@@ -38,6 +43,8 @@ class QueueTally:
     def add(self, phase: Phase, usage: Mapping[FlavorResource, int], sign: int) -> None:
         if phase in WAITING:
             self.pending += sign
+            if phase is Phase.BACKOFF:
+                self.backoff += sign
         elif phase in _HOLDING:
             self.reserving += sign
             _add(self.reserved, usage, sign)
@@ -70,13 +77,18 @@ class Changes:
 
 
 class QueueIndex:
-    """Tallies per ClusterQueue and per LocalQueue key, and each ClusterQueue's waiting
-    records in admission order (priority, then queue-order timestamp, then arrival)."""
+    """Tallies per ClusterQueue and per LocalQueue key, each ClusterQueue's waiting records in
+    admission order (priority, then queue-order timestamp, then arrival), and per queue how
+    many Pending records each pending group holds (Kueue's gauges count those of a parked
+    group inadmissible: a group is parked and woken without its records changing, so the
+    gauges ask each group, as few per queue as there are shapes)."""
 
     def __init__(self) -> None:
         self.cluster_queues: dict[str, QueueTally] = {}
         self.local_queues: dict[str, QueueTally] = {}
         self.waiting: dict[str, list[WorkloadRecord]] = {}
+        self.cluster_queue_groups: dict[str, dict[PendingGroup, int]] = {}
+        self.local_queue_groups: dict[str, dict[PendingGroup, int]] = {}
         self.changes = Changes(everything=True)
 
     @classmethod
@@ -110,6 +122,27 @@ class QueueIndex:
     def leave(self, r: WorkloadRecord) -> None:
         self._count(r, -1)
 
+    def regroup(self, r: WorkloadRecord, group: PendingGroup | None) -> None:
+        """Pending `r` moves from its group to `group` (told before `r.group` changes)."""
+        self._group_count(r, r.group, -1)
+        self._group_count(r, group, 1)
+
+    def _group_count(self, r: WorkloadRecord, group: PendingGroup | None, sign: int) -> None:
+        if group is None:
+            return
+        for table, queue in (
+            (self.cluster_queue_groups, r.cluster_queue),
+            (self.local_queue_groups, r.local_queue),
+        ):
+            counts = table.get(queue)
+            if counts is None:
+                counts = table[queue] = {}
+            n = counts.get(group, 0) + sign
+            if n:
+                counts[group] = n
+            else:
+                del counts[group]
+
     def _count(self, r: WorkloadRecord, sign: int) -> None:
         cq, lq, phase = r.cluster_queue, r.local_queue, r.phase
         usage = r.usage
@@ -125,6 +158,8 @@ class QueueIndex:
         changes.cluster_queues.add(cq)
         changes.local_queues.add(lq)
         if phase in WAITING:
+            if phase is Phase.PENDING:
+                self._group_count(r, r.group, sign)
             position = self._reorder(cq, r, sign)
             moved = changes.pending_from.get(cq)
             if moved is None or position < moved:

@@ -65,11 +65,14 @@ class RecordIndex(Protocol):
 
     def enter(self, r: WorkloadRecord) -> None: ...
 
+    def regroup(self, r: WorkloadRecord, group: PendingGroup | None) -> None: ...
+
 
 class WorkloadRecord:
     __slots__ = (
         "_assignment",
         "_cluster_queue",
+        "_group",
         "_index",
         "_local_queue",
         "_phase",
@@ -79,7 +82,6 @@ class WorkloadRecord:
         "created_s",
         "evicted",
         "evicted_by",
-        "group",
         "key",
         "pending_message",
         "pods_ready",
@@ -118,6 +120,10 @@ class WorkloadRecord:
 
         @queue_ts.setter
         def queue_ts(self, value: float) -> None: ...
+        @property
+        def group(self) -> PendingGroup | None: ...  # told to the index while Pending
+        @group.setter
+        def group(self, value: PendingGroup | None) -> None: ...
 
     def __init__(
         self, wl: Workload, *, seq: int, priority: int, now_s: float, key: WorkloadKey | None = None
@@ -138,7 +144,7 @@ class WorkloadRecord:
         self.checks: dict[str, str] = _NO_CHECKS  # replaced, never written, while empty
         self.evicted = False
         self.evicted_by: WorkloadKey | None = None  # the preemptor, while being evicted for one
-        self.group: PendingGroup | None = None
+        self._group: PendingGroup | None = None
         self.queue_token = 0
         self.pending_message = ""
         self.pods_ready = False
@@ -198,7 +204,15 @@ def _indexed(slot: str) -> property:
     return property(get, set_)
 
 
+def _set_group(r: WorkloadRecord, group: PendingGroup | None) -> None:
+    index = r._index
+    if index is not None and r._phase is Phase.PENDING and r._group is not group:
+        index.regroup(r, group)
+    r._group = group
+
+
 if not TYPE_CHECKING:
+    WorkloadRecord.group = property(attrgetter("_group"), _set_group)
     WorkloadRecord.phase = _indexed("_phase")
     WorkloadRecord.cluster_queue = _indexed("_cluster_queue")
     WorkloadRecord.local_queue = _indexed("_local_queue")

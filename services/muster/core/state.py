@@ -57,9 +57,6 @@ class EngineState:
         self.deferred: dict[FlavorResource, int] | None = None
         self.attempts = Attempts(config, self.usage, self.records)
         self.fair_keys = FairKeys(config, self.usage, self.attempts)
-        self._by_queue: (
-            tuple[int, dict[str, list[WorkloadRecord]], dict[str, list[WorkloadRecord]]] | None
-        ) = None
 
     def emit(
         self,
@@ -95,20 +92,6 @@ class EngineState:
     def add_timer(self, at: float, kind: str, key: WorkloadKey) -> None:
         self.seq += 1
         heapq.heappush(self.timers, (at, self.seq, kind, key))
-
-    def records_by_queue(
-        self,
-    ) -> tuple[dict[str, list[WorkloadRecord]], dict[str, list[WorkloadRecord]]]:
-        """Records grouped by ClusterQueue and by LocalQueue key, built once per state version
-        (every record, each call: Kueue's gauges only; queue views and routing read `index`)."""
-        if self._by_queue is None or self._by_queue[0] != self.version:
-            by_cq: dict[str, list[WorkloadRecord]] = {}
-            by_lq: dict[str, list[WorkloadRecord]] = {}
-            for r in self.records.values():
-                by_cq.setdefault(r.cluster_queue, []).append(r)
-                by_lq.setdefault(r.local_queue, []).append(r)
-            self._by_queue = (self.version, by_cq, by_lq)
-        return self._by_queue[1], self._by_queue[2]
 
 
 def shape_of(r: WorkloadRecord) -> bytes:

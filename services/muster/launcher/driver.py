@@ -95,6 +95,9 @@ class Track:
 
 
 GANG_QUEUE = "(gang)"  # the queue column of a gang outside Kueue
+# Admission's eviction reasons for a deactivation: by itself (translate.py's, back-off limit
+# reached or check rejected) and by a Stop (core's, spec.active set false while holding quota).
+DEACTIVATED = frozenset({"InactiveWorkload", "Deactivated"})
 
 
 def split_scenario(
@@ -194,6 +197,8 @@ class Driver:
                 if obj.kind == "Workload":
                     track = self.tracks.setdefault(obj.key, Track(key=obj.key))
                     track.queue = _queue_of(doc)
+                    if (doc.get("spec") or {}).get("active") is False:
+                        track.outcome = "Inactive"  # admission does not queue it
                     if track.submitted_s is None:
                         track.submitted_s = self.now_s()
                     self._line(track, "submitted", f"to {track.queue}")
@@ -280,12 +285,19 @@ class Driver:
             if track.running_s is not None:
                 track.ran_s += now - track.running_s
                 track.running_s = None
-            track.outcome = "Evicted"
+            # Deactivated (back-off limit reached, check rejected): nothing more happens to it
+            # unless someone resumes it, so it no longer holds the run open.
+            track.outcome = "Inactive" if env.evicted.reason in DEACTIVATED else "Evicted"
             by = f" by {env.evicted.preemptor}" if env.evicted.preemptor else ""
             self._line(track, "evicted", f"{env.evicted.reason}{by}")
         elif kind == "bound":
             track.nodes.update(b.node for b in env.bound.bindings)
             self._line(track, "bound", ",".join(sorted(track.nodes)))
+        elif kind == "active_changed" and not env.active_changed.active:
+            if track.outcome in {"Pending", "Evicted"}:  # holding nothing: inactive at once
+                track.outcome = "Inactive"
+        elif kind == "requeued" and track.outcome == "Inactive":  # resumed
+            track.outcome = "Pending"
         elif kind == "running":
             track.running_s = now
             track.outcome = "Running"

@@ -124,7 +124,8 @@ async def run_live(
                 losses.append(asyncio.create_task(_lose(stack, name, at_s / speed, out)))
         tracks = await driver.run(text, until_s=until_s)
         out("\n" + render_tracks(tracks, clusters=bool(workers)) + "\n")
-        all_done = all(t.outcome == "Finished" for t in tracks)
+        # A deactivated workload ended as its configuration asked: the run went as it should.
+        all_done = all(t.outcome in {"Finished", "Inactive"} for t in tracks)
         out(render_queues(await _queue_status(stack.gateway_address, drained=all_done)))
         lost = {svc.name for svc in stack.services if svc.cluster in _lost_clusters(declared)}
         died = [name for name in stack.died() if name not in lost]

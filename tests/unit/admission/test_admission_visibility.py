@@ -161,6 +161,14 @@ def test_a_render_after_one_arrival_renders_that_queue_only() -> None:
     assert values == visibility_values(state.engine, state.sharding)
 
 
+def test_a_partition_record_that_moves_none_of_ours_renders_nothing_again() -> None:
+    state = busy_state()
+    renderer = VisibilityRenderer()
+    renderer.render(state.engine, state.sharding)
+    assert not state.sharding.refresh()  # a partition record moving another shard's partition
+    assert renderer.render(state.engine, state.sharding)[1] == set()
+
+
 def test_pace_rests_little_after_one_round_and_backs_off_under_a_stream() -> None:
     pace = VisibilityPace(quiet_s=0.1, busy_s=1.0, cpu_share=20)
     assert pace.rest_s(rounds=1, spent_s=0.0) == 0.1  # one kubectl apply: the next shows soon

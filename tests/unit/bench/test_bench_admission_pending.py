@@ -26,6 +26,7 @@ def test_pending_rows_default_to_the_three_sizes_scaled(
         assert row["samples"] == max(10, row["pending"] // 10)
         renders = ("full", "arrival_p50", "arrival_p99", "release_p99")
         assert all(row[f"render_{kind}_ms"] > 0 for kind in renders)
+        assert row["gauges_arrival_p50_ms"] > 0
         # The snapshot keeps the configuration (a flavor, 10 queue pairs) and every live
         # workload's story: submitted, then pending, or quota_reserved and admitted. As many
         # finished (the releases) as arrived (the arrivals): 40 + pending live at least.
