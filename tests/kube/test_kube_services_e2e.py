@@ -318,11 +318,12 @@ async def test_a_node_the_binder_may_not_create_is_dead_lettered_by_name(
 # not their phase, as Kueue reads it; the test is the kubelet that writes it.
 
 
-def pods_ready_config(timeout: str) -> str:
+def pods_ready_config(timeout: str, recovery: str | None = None) -> str:
+    extra = f", recoveryTimeout: {recovery}" if recovery is not None else ""
     return f"""
 apiVersion: config.kueue.x-k8s.io/v1beta1
 kind: Configuration
-waitForPodsReady: {{enable: true, timeout: {timeout}}}
+waitForPodsReady: {{enable: true, timeout: {timeout}{extra}}}
 """
 
 
@@ -377,3 +378,55 @@ async def test_pods_that_become_ready_make_the_workload_pods_ready(tmp_path: Pat
         )
         assert len(stack.events.of(f"ml/{name}", "workload.pods_ready")) == 1
         assert condition(await kubectl.get("Workload", name, "ml"), "Evicted") == {}
+
+
+async def running_ready_then_one_lost(stack: Stack) -> tuple[str, list[str]]:
+    """Job `train` running with every pod Ready (PodsReady True), then its first pod's
+    readiness probe failing: its Workload's name and its pods."""
+    kubectl = stack.kubectl
+    name, pods = await running_unready(stack)
+    for pod in pods:
+        await kubectl.set_pod_phase("ml", pod, "Running")
+    await condition_when(kubectl, "Workload", name, "ml", "PodsReady", "True")
+    await kubectl.set_pod_phase("ml", pods[0], "Running", ready=False)
+    return name, pods
+
+
+RECOVERING = ("False", "WaitForRecovery", "At least one pod has failed, waiting for recovery")
+
+
+async def test_readiness_lost_past_the_recovery_timeout_evicts_the_job(tmp_path: Path) -> None:
+    config = pods_ready_config("10m", recovery="1s")
+    async with running_stack(tmp_path, kueue_config=config) as stack:
+        name, _ = await running_ready_then_one_lost(stack)
+        evicted = await condition_when(stack.kubectl, "Workload", name, "ml", "Evicted", "True")
+        assert (evicted["reason"], evicted["message"]) == (
+            "PodsReadyTimeout",
+            f"Exceeded the PodsReady timeout ml/{name}",
+        )
+        await job_when(stack.kubectl, "ml", "train", suspended=True)
+        told = stack.events.of(f"ml/{name}", "workload.pods_ready")
+        assert [e.pods_ready.lost for e in told] == [False, True]  # ready, then the loss
+
+
+async def test_readiness_regained_in_time_reads_recovered_and_stays_admitted(
+    tmp_path: Path,
+) -> None:
+    config = pods_ready_config("10m", recovery="10m")
+    async with running_stack(tmp_path, kueue_config=config) as stack:
+        kubectl = stack.kubectl
+        name, pods = await running_ready_then_one_lost(stack)
+        lost = await condition_when(kubectl, "Workload", name, "ml", "PodsReady", "False")
+        assert said(lost) == RECOVERING
+        await kubectl.set_pod_phase("ml", pods[0], "Running")
+        back = await condition_when(kubectl, "Workload", name, "ml", "PodsReady", "True")
+        assert said(back) == (
+            "True",
+            "Recovered",
+            "All pods reached readiness and the workload is running",
+        )
+        told = stack.events.of(f"ml/{name}", "workload.pods_ready")
+        assert [e.pods_ready.lost for e in told] == [False, True, False]
+        workload = await kubectl.get("Workload", name, "ml")
+        assert condition(workload, "Evicted") == {}
+        assert condition(workload, "Admitted")["status"] == "True"

@@ -274,6 +274,36 @@ def test_a_running_with_its_pods_ready_is_pods_ready_and_an_eviction_waits_anew(
     assert pods_ready_of(made) == WAITING  # new pods: not ready until they say so
 
 
+def test_readiness_lost_waits_for_recovery_then_reads_recovered() -> None:
+    made = book(
+        event("admitted", pb.WorkloadAdmitted(admission=admission())),
+        event("running", pb.WorkloadRunning(pods_ready=True)),
+        pods_ready=True,
+    )
+    assert made.apply(event("pods_ready", pb.PodsReady(lost=True))) == {WL}
+    assert pods_ready_of(made) == (
+        "False",
+        "WaitForRecovery",
+        "At least one pod has failed, waiting for recovery",
+    )
+    assert made.apply(event("pods_ready", pb.PodsReady())) == {WL}
+    assert pods_ready_of(made) == ("True", "Recovered", STARTED[2])
+    made.apply(event("pods_ready", pb.PodsReady(lost=True)))
+    made.apply(event("pods_ready", pb.PodsReady()))
+    assert pods_ready_of(made) == ("True", "Recovered", STARTED[2])  # Kueue keeps Recovered
+    made.apply(event("evicted", pb.WorkloadEvicted(reason="PodsReadyTimeout", message="x")))
+    assert pods_ready_of(made) == WAITING
+
+
+def test_readiness_lost_before_it_was_ready_still_waits_for_start() -> None:
+    made = book(
+        event("admitted", pb.WorkloadAdmitted(admission=admission())),
+        event("pods_ready", pb.PodsReady(lost=True)),
+        pods_ready=True,
+    )
+    assert pods_ready_of(made) == WAITING
+
+
 def test_pods_ready_of_a_workload_not_admitted_changes_nothing() -> None:
     made = book(event("pods_ready", pb.PodsReady()), pods_ready=True)
     assert pods_ready_of(made) == WAITING

@@ -181,19 +181,24 @@ def ready(key: str, told_by: str) -> pb.Envelope:
 READY_TOLD_BY = pytest.mark.parametrize("told_by", ["running", "pods_ready"])
 
 
-@READY_TOLD_BY
-async def test_pods_ready_timeout_fires_from_the_engine_timer(
-    bus: Bus, admission: Running, events: EventLog, told_by: str
-) -> None:
+async def wait_for_pods_ready(bus: Bus, settings: dict[str, object]) -> None:
+    """Apply Kueue's Configuration with `settings` as its waitForPodsReady."""
     configuration = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta1",
         "kind": "Configuration",
-        "waitForPodsReady": {"enable": True, "timeout": "2s"},
+        "waitForPodsReady": settings,
     }
     applied = pb.ConfigApplied(
         kind="Configuration", name="kueue", manifest_json=json.dumps(configuration)
     )
     await publish(bus, new_event("config_applied", applied, cluster="local", source="test"))
+
+
+@READY_TOLD_BY
+async def test_pods_ready_timeout_fires_from_the_engine_timer(
+    bus: Bus, admission: Running, events: EventLog, told_by: str
+) -> None:
+    await wait_for_pods_ready(bus, {"enable": True, "timeout": "2s"})
     await basic_config(bus, cpu="4")
     await publish(bus, submitted(workload("quick")))
     await events.wait_for("admitted", workload="ns/quick")
@@ -218,19 +223,37 @@ async def test_pods_ready_stored_before_wait_for_pods_ready_was_turned_on_count(
     await events.wait_for("admitted", workload="ns/quick")
     await publish(bus, ready("ns/quick", told_by))
     await drained(bus, "admission-0")
-    configuration = {
-        "apiVersion": "config.kueue.x-k8s.io/v1beta1",
-        "kind": "Configuration",
-        "waitForPodsReady": {"enable": True, "timeout": "1ms", "blockAdmission": True},
-    }
-    applied = pb.ConfigApplied(
-        kind="Configuration", name="kueue", manifest_json=json.dumps(configuration)
-    )
-    await publish(bus, new_event("config_applied", applied, cluster="local", source="test"))
+    await wait_for_pods_ready(bus, {"enable": True, "timeout": "1ms", "blockAdmission": True})
     await publish(bus, submitted(workload("slow")))
     await events.wait_for("admitted", workload="ns/slow")
     await drained(bus, "admission-0")
     assert count(events, "evicted", "ns/quick") == 0
+
+
+async def test_readiness_lost_evicts_at_the_recovery_timeout_unless_regained(
+    bus: Bus, admission: Running, events: EventLog
+) -> None:
+    # Without blockAdmission, so that both are admitted whichever is ready first.
+    settings = {"enable": True, "timeout": "1h", "recoveryTimeout": "1s", "blockAdmission": False}
+    await wait_for_pods_ready(bus, settings)
+    await basic_config(bus, cpu="4")
+    await publish(bus, submitted(workload("back")), submitted(workload("gone")))
+    await events.wait_for("admitted", workload="ns/back")
+    await events.wait_for("admitted", workload="ns/gone")
+    lost = pb.PodsReady(lost=True)
+    await publish(bus, ready("ns/back", "running"), ready("ns/gone", "running"))
+    # back regains readiness within the recovery timeout; gone does not. back's loss is
+    # published first, so its timer would have fired before gone's.
+    await publish(bus, fact("pods_ready", "ns/back", lost), fact("pods_ready", "ns/back"))
+    await publish(bus, fact("pods_ready", "ns/gone", lost))
+    evicted = await events.wait_for("evicted", workload="ns/gone", timeout_s=5)
+    assert (evicted.evicted.reason, evicted.evicted.message) == (
+        "PodsReadyTimeout",
+        "Exceeded the PodsReady timeout ns/gone",
+    )
+    assert evicted.cause.startswith("timer/admission/0/")
+    await drained(bus, "admission-0")
+    assert count(events, "evicted", "ns/back") == 0
 
 
 async def test_gang_rejected_evicts_and_eviction_completed_requeues(

@@ -232,3 +232,43 @@ async def test_pods_ready_left_out_of_a_snapshot_count_for_a_replica_started_wai
         assert count(events, "evicted", "ns/a") == 0
     finally:
         await second.stop()
+
+
+async def test_a_restarted_replica_counts_the_recovery_timeout_from_the_loss(
+    bus: Bus, bus_config: BusConfig, events: EventLog
+) -> None:
+    """Readiness lost before a restart: the rebuilt replica evicts at recoveryTimeout after
+    the loss (here past already), not after the restart; one that regained it stays."""
+    on = WaitForPodsReadyConfig(enable=True, timeout_seconds=3600, recovery_timeout_seconds=3600)
+    first = await start_admission(
+        bus_config, snapshot_s=SNAPSHOT_S, kueue=KueueConfig(wait_for_pods_ready=on)
+    )
+    await first.wait_serving()
+    await basic_config(bus, cpu="2")
+    await publish(bus, submitted(workload("gone", cpu="1")), submitted(workload("back", cpu="1")))
+    await events.wait_for("admitted", workload="ns/gone")
+    await events.wait_for("admitted", workload="ns/back")
+    running = pb.WorkloadRunning(pods_ready=True)
+    lost = pb.PodsReady(lost=True)
+    await publish(bus, fact("running", "ns/gone", running), fact("running", "ns/back", running))
+    await publish(bus, fact("pods_ready", "ns/back", lost), fact("pods_ready", "ns/back"))
+    last = await bus.publish(fact("pods_ready", "ns/gone", lost))
+    await drained(bus, "admission-0")
+    await snapshot_written(bus, at_least=last)
+    await first.kill()
+    assert count(events, "evicted", "ns/gone") == 0
+
+    short = WaitForPodsReadyConfig(
+        enable=True, timeout_seconds=3600, recovery_timeout_seconds=0.001
+    )
+    second = await start_admission(
+        bus_config, snapshot_s=SNAPSHOT_S, kueue=KueueConfig(wait_for_pods_ready=short)
+    )
+    try:
+        await second.wait_serving()
+        evicted = await events.wait_for("evicted", workload="ns/gone")
+        assert evicted.evicted.reason == "PodsReadyTimeout"
+        await drained(bus, "admission-0")
+        assert count(events, "evicted", "ns/back") == 0
+    finally:
+        await second.stop()

@@ -59,9 +59,11 @@ async def bound_pod(
     run_seconds: str | None,
     node: str = "n1",
     ready_after: str | None = None,
+    more: dict[str, str] | None = None,
 ) -> str:
     """Start workload ml/<name> with one pod, bind it to `node`; return the pod's key."""
     annotations = {"muster.dev/run-seconds": run_seconds} if run_seconds is not None else {}
+    annotations.update(more or {})
     if ready_after is not None:
         annotations["muster.dev/pods-ready-after"] = ready_after
     start = PodSetStart(name="main", count=1, requests={"cpu": 100}, annotations=annotations)
@@ -230,6 +232,27 @@ async def test_a_pod_never_ready_runs_without_turning_ready(
         clock.advance(5)
         _, pod = await phases_until(store, key, phase_is("Succeeded"))
     assert ready_of(pod) == "False"
+
+
+async def test_a_pod_loses_readiness_then_regains_it_at_speed_across_restarts(
+    store: SimStore, sim: SimBackend, clock: ManualClock
+) -> None:
+    lost = {"muster.dev/pods-unready-after": "10", "muster.dev/pods-unready-for": "5"}
+    key = await bound_pod(sim, "w", run_seconds=None, more=lost)
+    async with running(Kubelet(store, clock=clock, speed=2)):
+        _, pod = await phases_until(store, key, phase_is("Running"))
+        assert ready_of(pod) == "True"
+        started = parse_time(pod["status"]["startTime"])
+        (deadline,) = await clock.wait_for_sleepers(1)
+        assert deadline == pytest.approx(started + 5)
+        clock.advance(5)
+        _, pod = await phases_until(store, key, lambda p: ready_of(p) == "False")
+        (deadline,) = await clock.wait_for_sleepers(1)
+        assert deadline == pytest.approx(started + 7.5)
+    clock.advance(3)  # the kubelet is down past the time readiness comes back
+    async with running(Kubelet(store, clock=clock, speed=2)):
+        _, pod = await phases_until(store, key, lambda p: ready_of(p) == "True")
+    assert pod["status"]["phase"] == "Running"
 
 
 async def test_restarted_kubelet_finishes_an_overdue_pod_at_once(

@@ -189,27 +189,36 @@ WAIT_FOR_PODS_READY = """\
 waitForPodsReady:
   enable: true
   timeout: 2s
+  recoveryTimeout: 2s
   requeuingStrategy: {backoffLimitCount: 0}"""
 
 
-def job_ready_after(name: str, *, run_s: int, ready_after: str) -> str:
-    """JOB, running `run_s` scenario seconds, its pods Ready `ready_after` seconds after start."""
+def job_ready_after(name: str, *, run_s: int, ready_after: str, more: str = "") -> str:
+    """JOB, running `run_s` scenario seconds, its pods Ready `ready_after` seconds after start;
+    `more`: other annotations, `key: "value"` separated by commas."""
     run = 'muster.dev/run-seconds: "10"'
     ready = f'muster.dev/run-seconds: "{run_s}", muster.dev/pods-ready-after: "{ready_after}"'
-    return JOB.format(name=name).replace(run, ready)
+    return JOB.format(name=name).replace(run, ready + (f", {more}" if more else ""))
+
+
+LOST = 'muster.dev/pods-unready-after: "8", muster.dev/pods-unready-for: "'
 
 
 @pytest.mark.timeout(120)
 def test_pods_never_ready_are_evicted_and_pods_ready_late_run_to_the_end(tmp_path: Path) -> None:
     """The sim kubelet turns a pod Ready after its pods-ready-after, the watcher reads readiness
     from that condition, and admission evicts at the timeout the workload whose pods never turn
-    Ready (here, then deactivated), as `muster simulate` does."""
+    Ready (here, then deactivated), as `muster simulate` does; likewise at the recovery timeout
+    one whose pod loses readiness for good, not one whose pod regains it in time."""
     config = SCENARIO_WITH_KUEUE_CONFIG.replace(
         "featureGates: {UnadmittedWorkloadsObservability: false}", WAIT_FOR_PODS_READY
     )
     jobs = [
         job_ready_after("stuck", run_s=400, ready_after="never"),  # would still run at 80 s
         job_ready_after("slow", run_s=40, ready_after="1"),
+        # Ready at once, not Ready 8 s later: for good, or for 8 s (the recovery timeout: 80).
+        job_ready_after("lost", run_s=400, ready_after="0", more=LOST + 'never"'),
+        job_ready_after("blip", run_s=40, ready_after="0", more=LOST + '8"'),
     ]
     path = tmp_path / "scenario.yaml"
     path.write_text(config + "".join(jobs))
@@ -226,6 +235,11 @@ def test_pods_never_ready_are_evicted_and_pods_ready_late_run_to_the_end(tmp_pat
     assert any(re.search(r"evicted\s+PodsReadyTimeout", line) for line in stuck), stuck
     assert not any("evicted" in line for line in slow), slow
     assert any(re.search(r"finished\s+ran", line) for line in slow), slow
+    lost = [line for line in lines if "job-lost" in line]
+    blip = [line for line in lines if "job-blip" in line]
+    assert any(re.search(r"evicted\s+PodsReadyTimeout", line) for line in lost), lost
+    assert not any("evicted" in line for line in blip), blip
+    assert any(re.search(r"finished\s+ran", line) for line in blip), blip
     table = done.stdout.split("\nWORKLOAD ", 1)[1].split("\n\n", 1)[0]
     (stuck_row,) = [row for row in table.splitlines() if "job-stuck" in row]
     assert re.search(r"\bInactive\b", stuck_row), table

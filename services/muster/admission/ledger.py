@@ -58,6 +58,7 @@ class Entry:
     reserved_s: float = 0.0
     admitted_s: float | None = None
     pods_ready: bool = False
+    unready_s: float | None = None  # when its pods lost the readiness they had (recovery)
     evicted_reason: str = ""
     evicted_message: str = ""
     evicted_s: float = 0.0
@@ -232,6 +233,14 @@ class Ledger:
         entry = self.entries.get(key)
         if entry is not None and entry.phase is Phase.ADMITTED:
             entry.pods_ready = True
+            entry.unready_s = None
+
+    def pods_unready(self, key: WorkloadKey, *, at_s: float) -> None:
+        """Readiness told before was lost at `at_s` (waitForPodsReady's recovery)."""
+        entry = self.entries.get(key)
+        if entry is not None and entry.phase is Phase.ADMITTED and entry.pods_ready:
+            entry.pods_ready = False
+            entry.unready_s = at_s
 
     def requests_refused(self, key: WorkloadKey) -> None:
         """The cluster refused the requests of the alternative it was routed to: from now on
@@ -342,6 +351,7 @@ def _reserve(entry: Entry, fact: Recorded) -> None:
     entry.reserved_s = fact.at_s
     entry.admitted_s = None
     entry.pods_ready = False
+    entry.unready_s = None
     entry.pending_reason = entry.pending_message = ""
 
 
@@ -352,4 +362,5 @@ def _requeue(entry: Entry) -> None:
     entry.check_states = _NO_CHECK_STATES
     entry.admitted_s = None
     entry.pods_ready = False
+    entry.unready_s = None
     entry.pending_reason = entry.pending_message = ""

@@ -298,6 +298,9 @@ class AdmissionState:
                     return self._stopped_while_admitted(key, now_s=now_s)
                 ledger.stopped(key, at_s=at_s)
                 return self._engine_fact(key, lambda: engine.stopped(key, now_s=now_s))
+            case PodsReady(key, lost=True, at_s=at_s):
+                ledger.pods_unready(key, at_s=at_s)
+                return self._engine_fact(key, lambda: engine.pods_unready(key, now_s=now_s))
             case PodsReady(key):
                 ledger.pods_ready(key)
                 return self._engine_fact(key, lambda: engine.pods_ready(key, now_s=now_s))
@@ -550,8 +553,10 @@ class AdmissionState:
             )
             if entry.admitted_s is not None:
                 engine.restore_admitted(key, now_s=entry.admitted_s)
-                if entry.pods_ready:
+                if entry.pods_ready or entry.unready_s is not None:
                     engine.pods_ready(key, now_s=entry.admitted_s)
+                if entry.unready_s is not None:  # its recoveryTimeout counts from then
+                    engine.pods_unready(key, now_s=entry.unready_s)
             if entry.phase in (Phase.EVICTING, Phase.BACKOFF):
                 engine.restore_evicted(
                     key,

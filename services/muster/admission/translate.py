@@ -113,6 +113,8 @@ class Stopped:
 @dataclass(frozen=True, slots=True)
 class PodsReady:
     key: WorkloadKey
+    lost: bool = False  # readiness told before was lost (docs/events.md, "Readiness lost")
+    at_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,7 +264,7 @@ def fact_of(env: pb.Envelope, *, decoded: Workload | None = None) -> Fact | None
             named = env.eviction_completed.eviction_id
             return Stopped(key, at_s=time_s_of(env), eviction_id=named)
         case "pods_ready":
-            return PodsReady(key)
+            return PodsReady(key, lost=env.pods_ready.lost, at_s=time_s_of(env))
         case "running":  # ready as it started: no pods_ready follows
             return PodsReady(key) if env.running.pods_ready else None
         case "active_changed":

@@ -77,7 +77,8 @@ def _fair_sharing(raw: RawFairSharingConfig | None, *, v1beta1: bool) -> FairSha
 def _wait_for_pods_ready(
     raw: RawWaitForPodsReady | None, errs: ObjectErrors, *, v1beta1: bool
 ) -> WaitForPodsReadyConfig:
-    """Return waitForPodsReady with defaults: timeout 5m, backoff base 60s, max 3600s.
+    """Return waitForPodsReady with defaults: timeout 5m, no recoveryTimeout, backoff base 60s,
+    max 3600s.
 
     v1beta1 defaults blockAdmission to the value of `enable`; v1beta2 defaults it to false.
     """
@@ -86,23 +87,37 @@ def _wait_for_pods_ready(
     if raw is None:
         return WaitForPodsReadyConfig()
     enable = raw.enable if raw.enable is not None else not v1beta1
-    timeout_s = WaitForPodsReadyConfig().timeout_seconds
-    if raw.timeout is not None:
-        try:
-            timeout_s = parse_duration(raw.timeout)
-        except ValueError as exc:
-            errs.add("waitForPodsReady.timeout", str(exc))
-        if timeout_s < 0:
-            errs.add("waitForPodsReady.timeout", f'must be >= 0, got "{raw.timeout}"')
+    timeout_s = _duration(raw.timeout, "timeout", errs)
+    if timeout_s is None:
+        timeout_s = WaitForPodsReadyConfig().timeout_seconds
+    # Differs from Kueue: newer Kueue defaults recoveryTimeout to the timeout; muster follows
+    # the releases that introduced it, where unset means readiness lost is waited for forever.
+    recovery_s = _duration(raw.recovery_timeout, "recoveryTimeout", errs)
     block = raw.block_admission
     if block is None:
         block = enable if v1beta1 else False
     return WaitForPodsReadyConfig(
         enable=enable,
         timeout_seconds=timeout_s,
+        recovery_timeout_seconds=recovery_s or None,  # "0s" turns it off, as in Kueue
         block_admission=block,
         requeuing_strategy=_requeuing(raw),
     )
+
+
+def _duration(text: str | None, field: str, errs: ObjectErrors) -> float | None:
+    """waitForPodsReady.`field`, a Go duration, in seconds (None when unset or invalid)."""
+    if text is None:
+        return None
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        errs.add(f"waitForPodsReady.{field}", str(exc))
+        return None
+    if seconds < 0:
+        errs.add(f"waitForPodsReady.{field}", f'must be >= 0, got "{text}"')
+        return None
+    return seconds
 
 
 def _requeuing(raw: RawWaitForPodsReady) -> RequeuingStrategy:

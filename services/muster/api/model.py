@@ -538,6 +538,9 @@ class RequeuingStrategy(Frozen, frozen=True, kw_only=True):
 class WaitForPodsReadyConfig(Frozen, frozen=True, kw_only=True):
     enable: bool = False
     timeout_seconds: float = 300.0
+    # How long an admitted workload whose pods lost readiness after the start may wait for it
+    # to come back before it is evicted (PodsReadyTimeout); None: it waits forever.
+    recovery_timeout_seconds: float | None = None
     block_admission: bool = False
     requeuing_strategy: RequeuingStrategy = msgspec.field(default_factory=RequeuingStrategy)
 

@@ -25,10 +25,9 @@ from muster.api.model import (
 from muster.api.names import annotation_problems, label_problems
 from muster.api.raw import RawContainer, RawPodSpec, RawPodTemplate, RawTaint, RawToleration
 from muster.api.wellknown import (
-    PODS_READY_AFTER_ANNOTATION,
+    POD_SCRIPT_ANNOTATIONS,
     PREFERRED_TOPOLOGY_ANNOTATION,
     REQUIRED_TOPOLOGY_ANNOTATION,
-    RUN_SECONDS_ANNOTATION,
 )
 
 _SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
@@ -201,14 +200,14 @@ def admitted_pod_set(
 
     The flavors' `node_labels` are merged into the node selector (they win over the template's
     own value for the same key) and their `tolerations` added when not already there; the
-    workload's `muster.dev/run-seconds` and `muster.dev/pods-ready-after` annotations are
-    copied when the template has none (the simulated kubelet reads them on the pod).
+    workload's `muster.dev/run-seconds` and readiness annotations (`POD_SCRIPT_ANNOTATIONS`)
+    are copied when the template has none (the simulated kubelet reads them on the pod).
     """
     node_selector = {**ps.node_selector, **node_labels}
     merged = list(ps.tolerations)
     merged += [t for t in tolerations if t not in merged]
     annotations = dict(ps.annotations)
-    for key in (RUN_SECONDS_ANNOTATION, PODS_READY_AFTER_ANNOTATION):
+    for key in POD_SCRIPT_ANNOTATIONS:
         value = wl.meta.annotations.get(key)
         if value is not None:
             annotations.setdefault(key, value)

@@ -557,6 +557,7 @@ class RawRequeuingStrategy(Wire):
 class RawWaitForPodsReady(Wire):
     enable: bool | None = None  # v1beta1; v1beta2 enables by presence
     timeout: str | None = None  # Go duration: "5m", "1h30m"
+    recovery_timeout: str | None = None  # Go duration; "0s" turns it off
     block_admission: bool | None = None
     requeuing_strategy: RawRequeuingStrategy | None = None
 

@@ -11,7 +11,12 @@ import math
 import re
 from collections.abc import Mapping
 
-from muster.api.wellknown import PODS_READY_AFTER_ANNOTATION, RUN_SECONDS_ANNOTATION
+from muster.api.wellknown import (
+    PODS_READY_AFTER_ANNOTATION,
+    PODS_UNREADY_AFTER_ANNOTATION,
+    PODS_UNREADY_FOR_ANNOTATION,
+    RUN_SECONDS_ANNOTATION,
+)
 
 NEVER_READY = "never"  # muster.dev/pods-ready-after: the pods never become Ready
 
@@ -76,3 +81,23 @@ def ready_after_seconds_of(annotations: Mapping[str, str]) -> float | None:
     if text.strip() == NEVER_READY:
         return None
     return parse_seconds(text) or 0.0
+
+
+def readiness_changes_of(annotations: Mapping[str, str]) -> list[tuple[float, bool]]:
+    """When a pod's Ready condition changes, as (seconds after its start, Ready), in order:
+    Ready at muster.dev/pods-ready-after, not Ready muster.dev/pods-unready-after later, Ready
+    again muster.dev/pods-unready-for after that (absent or "never": not again)."""
+    ready_s = ready_after_seconds_of(annotations)
+    if ready_s is None:
+        return []
+    changes = [(ready_s, True)]
+    lost_after = annotations.get(PODS_UNREADY_AFTER_ANNOTATION)
+    lost_s = parse_seconds(lost_after) if lost_after is not None else None
+    if lost_s is None:
+        return changes
+    changes.append((ready_s + lost_s, False))
+    lost_for = annotations.get(PODS_UNREADY_FOR_ANNOTATION, NEVER_READY)
+    back_s = None if lost_for.strip() == NEVER_READY else parse_seconds(lost_for)
+    if back_s is not None:
+        changes.append((ready_s + lost_s + back_s, True))
+    return changes

@@ -19,6 +19,18 @@ RUN_SECONDS_ANNOTATION = "muster.dev/run-seconds"  # on a workload, Job or pod: 
 # On a workload, Job or pod: seconds from a pod's start until it is Ready, or "never"
 # (simulated clusters: the kubelet; `muster simulate`: waitForPodsReady).
 PODS_READY_AFTER_ANNOTATION = "muster.dev/pods-ready-after"
+# On a workload, Job or pod: seconds after its pods are Ready that they stop being Ready
+# (once), and seconds until they are Ready again, or "never" (the default): waitForPodsReady's
+# recovery, on simulated clusters and in `muster simulate`.
+PODS_UNREADY_AFTER_ANNOTATION = "muster.dev/pods-unready-after"
+PODS_UNREADY_FOR_ANNOTATION = "muster.dev/pods-unready-for"
+# What the simulated kubelet reads on a pod, copied there from its workload or Job.
+POD_SCRIPT_ANNOTATIONS = (
+    RUN_SECONDS_ANNOTATION,
+    PODS_READY_AFTER_ANNOTATION,
+    PODS_UNREADY_AFTER_ANNOTATION,
+    PODS_UNREADY_FOR_ANNOTATION,
+)
 # On a workload or Job: other ways it may run, in order of preference (docs/routing.md).
 ALTERNATIVES_ANNOTATION = "muster.dev/alternatives"
 # On a ClusterQueue: how workloads declared in it are routed among their alternatives.

@@ -14,3 +14,7 @@ PENDING_PREEMPTION = (
 NO_LONGER_FITS = "Workload no longer fits after processing another workload"  # Kueue's words
 DEACTIVATED = "Deactivated"
 DEACTIVATED_MESSAGE = "The workload is deactivated"
+# PodsReady after the start (Kueue's job reconciler): a pod lost readiness, then all regained it.
+WAIT_FOR_RECOVERY = "WaitForRecovery"
+WAIT_FOR_RECOVERY_MESSAGE = "At least one pod has failed, waiting for recovery"
+RECOVERED = "Recovered"

@@ -35,7 +35,9 @@ from muster.core.conditions import (
     PENDING_PREEMPTION,
     PODS_READY,
     QUOTA_RESERVED,
+    RECOVERED,
     REQUEUED,
+    WAIT_FOR_RECOVERY,
     WAITING_FOR_VICTIMS,
 )
 from muster.core.config import Configuration
@@ -345,9 +347,22 @@ class Engine(EngineViews):
             return []
         r.pods_ready = True
         r.pods_ready_deadline_s = None
-        r.requeue_count = 0
+        # The requeue count is kept (Kueue resets it only on reactivation): a workload that
+        # keeps losing readiness reaches backoffLimitCount as one that never gets ready does.
         if self.state.config.kueue.wait_for_pods_ready.enable:
-            r.set_condition(PODS_READY, True, "PodsReady", "All pods reached readiness")
+            was = r.conditions.get(PODS_READY)
+            recovering = was is not None and was.reason in (WAIT_FOR_RECOVERY, RECOVERED)
+            reason = RECOVERED if recovering else "PodsReady"
+            r.set_condition(PODS_READY, True, reason, "All pods reached readiness")
+        return self.state.take_events()
+
+    def pods_unready(self, key: WorkloadKey, *, now_s: float) -> list[Event]:
+        """A pod of an admitted workload whose pods were all ready is not ready any more
+        (waitForPodsReady's recoveryTimeout: `Lifecycle.readiness_lost`)."""
+        self.state.now_s = now_s
+        r = self.state.records.get(key)
+        if r is not None:
+            self.lifecycle.readiness_lost(r)
         return self.state.take_events()
 
     # --- recorded decisions (state rebuild) -----------------------------------------------

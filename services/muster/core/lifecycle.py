@@ -22,6 +22,8 @@ from muster.core.conditions import (
     PODS_READY,
     QUOTA_RESERVED,
     REQUEUED,
+    WAIT_FOR_RECOVERY,
+    WAIT_FOR_RECOVERY_MESSAGE,
 )
 from muster.core.events import EventType
 from muster.core.flavors import Assignment, Mode
@@ -343,6 +345,20 @@ class Lifecycle:
             for r in held.values()
         )
 
+    def readiness_lost(self, r: WorkloadRecord) -> None:
+        """A pod of `r`, admitted with every pod ready, is not ready any more (Kueue's job
+        reconciler): PodsReady False, WaitForRecovery; with waitForPodsReady.recoveryTimeout,
+        evicted (PodsReadyTimeout) unless every pod is ready again before it has passed."""
+        state = self.state
+        wait = state.config.kueue.wait_for_pods_ready
+        if not (wait.enable and r.phase is Phase.ADMITTED and r.pods_ready):
+            return
+        r.pods_ready = False
+        r.set_condition(PODS_READY, False, WAIT_FOR_RECOVERY, WAIT_FOR_RECOVERY_MESSAGE)
+        if wait.recovery_timeout_seconds is not None:
+            r.pods_ready_deadline_s = state.now_s + wait.recovery_timeout_seconds
+            state.add_timer(r.pods_ready_deadline_s, "pods-ready", r.key)
+
     def timer_live(self, kind: str, key: WorkloadKey, at: float) -> bool:
         r = self.state.records.get(key)
         if r is None:
@@ -353,7 +369,7 @@ class Lifecycle:
 
     def fire_timers(self) -> None:
         """Requeue workloads whose back-off is over; evict those whose pods were not ready in
-        time (waitForPodsReady)."""
+        time (waitForPodsReady: after admission, or after readiness was lost)."""
         state = self.state
         while state.timers and state.timers[0][0] <= state.now_s:
             at, _, kind, key = heapq.heappop(state.timers)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from muster.contracts.v1 import events_pb2, services_pb2
+from muster.core.conditions import WAIT_FOR_RECOVERY, WAIT_FOR_RECOVERY_MESSAGE
 from muster.core.engine import DEACTIVATED, DEACTIVATED_MESSAGE
 from muster.gateway.eventtext import line_of, same_line
 
@@ -328,6 +329,10 @@ def _gang_rejected(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
 
 
 def _pods_ready(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
+    if env.WhichOneof("payload") == "pods_ready" and env.pods_ready.lost:
+        why = WAIT_FOR_RECOVERY_MESSAGE
+        e.condition("PodsReady", False, WAIT_FOR_RECOVERY, why, env.time_unix_nano)
+        return
     e.condition("PodsReady", True, "PodsReady", "All pods are ready", env.time_unix_nano)
 
 

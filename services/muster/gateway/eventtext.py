@@ -184,7 +184,7 @@ _FORMATS: Final[dict[str, Callable[[events_pb2.Envelope], str]]] = {
     "eviction_completed": lambda _: "pods stopped",
     "eviction_dropped": lambda _: "a late eviction of an earlier workload of this name: dropped",
     "running": lambda env: "pods running and ready" if env.running.pods_ready else "pods running",
-    "pods_ready": lambda _: "all pods ready",
+    "pods_ready": lambda env: "a pod lost readiness" if env.pods_ready.lost else "all pods ready",
     "deleted": lambda _: "deleted",
     "config_applied": _config,
     "config_deleted": _config,

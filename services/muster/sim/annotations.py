@@ -16,12 +16,19 @@ import msgspec
 
 from muster.api.errors import key_path
 from muster.api.times import NEVER_READY
-from muster.api.wellknown import ALTERNATIVES_ANNOTATION, PODS_READY_AFTER_ANNOTATION
+from muster.api.wellknown import (
+    ALTERNATIVES_ANNOTATION,
+    PODS_READY_AFTER_ANNOTATION,
+    PODS_UNREADY_AFTER_ANNOTATION,
+    PODS_UNREADY_FOR_ANNOTATION,
+)
 
 SUBMIT_AFTER = "muster.dev/submit-after"
 RUN_SECONDS = "muster.dev/run-seconds"
 PODS_READY_AFTER = PODS_READY_AFTER_ANNOTATION
 STOP_AFTER = "muster.dev/stop-after"
+PODS_UNREADY_AFTER = PODS_UNREADY_AFTER_ANNOTATION
+PODS_UNREADY_FOR = PODS_UNREADY_FOR_ANNOTATION
 CHECK_PREFIX = "muster.dev/check."  # + AdmissionCheck name, on a workload (or its Job)
 CHECK_RESULT = "muster.dev/check-result"  # on an AdmissionCheck: the default for every workload
 # On a ProvisioningRequestConfig: what the cluster-autoscaler does with each request made for
@@ -52,6 +59,8 @@ class WorkloadScript(msgspec.Struct, frozen=True, kw_only=True):
     submit_after_s: float = 0.0
     run_s: float | None = None  # None: runs until the simulation ends
     pods_ready_after_s: float | None = 0.0  # None: pods never become ready
+    pods_unready_after_s: float | None = None  # None: readiness is never lost
+    pods_unready_for_s: float | None = None  # None: lost readiness never comes back
     # Seconds from an eviction until its pods are gone; None: its quota is free at once.
     stop_after_s: float | None = None
     checks: Mapping[str, CheckScript] = msgspec.field(default_factory=dict)  # check -> script
@@ -152,6 +161,7 @@ def parse_workload_script(
     submit_after_s = 0.0
     run_s: float | None = None
     pods_ready_after_s: float | None = 0.0
+    unready: dict[str, float | None] = {}
     stop_after_s: float | None = None
     checks: dict[str, CheckScript] = {}
     for key in sorted(annotations):
@@ -170,6 +180,9 @@ def parse_workload_script(
             elif key == PODS_READY_AFTER:
                 never = value.strip() == NEVER
                 pods_ready_after_s = None if never else parse_seconds(value)
+            elif key in (PODS_UNREADY_AFTER, PODS_UNREADY_FOR):
+                never = key == PODS_UNREADY_FOR and value.strip() == NEVER
+                unready[key] = None if never else parse_seconds(value)
             elif key == STOP_AFTER:
                 stop_after_s = parse_seconds(value)
             else:
@@ -180,6 +193,8 @@ def parse_workload_script(
         submit_after_s=submit_after_s,
         run_s=run_s,
         pods_ready_after_s=pods_ready_after_s,
+        pods_unready_after_s=unready.get(PODS_UNREADY_AFTER),
+        pods_unready_for_s=unready.get(PODS_UNREADY_FOR),
         stop_after_s=stop_after_s,
         checks=checks,
     )
@@ -195,6 +210,8 @@ KNOWN_ON_WORKLOADS = (
     SUBMIT_AFTER,
     RUN_SECONDS,
     PODS_READY_AFTER,
+    PODS_UNREADY_AFTER,
+    PODS_UNREADY_FOR,
     STOP_AFTER,
     CHECK_PREFIX + "<check>",
     ALTERNATIVES_ANNOTATION,

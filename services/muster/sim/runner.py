@@ -41,6 +41,7 @@ from muster.sim.timeline import (
     Finish,
     PodFinish,
     PodsReady,
+    PodsUnready,
     RunChecks,
     SetCheck,
     Stopped,
@@ -72,6 +73,7 @@ class AdmissionEngine(Protocol):
         self, key: WorkloadKey, check: str, state: str, *, message: str = "", now_s: float
     ) -> list[Event]: ...
     def pods_ready(self, key: WorkloadKey, *, now_s: float) -> list[Event]: ...
+    def pods_unready(self, key: WorkloadKey, *, now_s: float) -> list[Event]: ...
     def stopped(self, key: WorkloadKey, *, now_s: float) -> list[Event]: ...
     def evict(
         self, key: WorkloadKey, *, reason: str, message: str, now_s: float
@@ -296,8 +298,16 @@ class Simulation:
                 self.react(engine.set_admission_check(key, check, state, now_s=now_s))
             case RunChecks(key, epoch) if self.tracks[key].epoch == epoch:
                 self.check_models.reconcile(key, now_s=now_s)
-            case PodsReady(key, epoch) if self.tracks[key].epoch == epoch:
+            case PodsReady(key, epoch, regained) if self.tracks[key].epoch == epoch:
                 self.react(engine.pods_ready(key, now_s=now_s))
+                unready_after_s = self.tracks[key].script.pods_unready_after_s
+                if not regained and unready_after_s is not None:
+                    self.timeline.push(now_s + unready_after_s, PodsUnready(key, epoch))
+            case PodsUnready(key, epoch) if self.tracks[key].epoch == epoch:
+                self.react(engine.pods_unready(key, now_s=now_s))
+                back_s = self.tracks[key].script.pods_unready_for_s
+                if back_s is not None:
+                    self.timeline.push(now_s + back_s, PodsReady(key, epoch, regained=True))
             case Stopped(key):
                 self.react(engine.stopped(key, now_s=now_s))
             case ArriveObject(arrival) if self.placement is not None:

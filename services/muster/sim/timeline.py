@@ -46,6 +46,14 @@ class RunChecks(msgspec.Struct, frozen=True, tag=True):
 class PodsReady(msgspec.Struct, frozen=True, tag=True):
     key: WorkloadKey
     epoch: int
+    regained: bool = False  # after readiness was lost (`muster.dev/pods-unready-for`)
+
+
+class PodsUnready(msgspec.Struct, frozen=True, tag=True):
+    """A pod of a workload whose pods were all ready stops being ready."""
+
+    key: WorkloadKey
+    epoch: int
 
 
 class Stopped(msgspec.Struct, frozen=True, tag=True):
@@ -63,7 +71,17 @@ class PodFinish(msgspec.Struct, frozen=True, tag=True):
     serial: int
 
 
-Action = Arrive | Finish | SetCheck | RunChecks | PodsReady | Stopped | ArriveObject | PodFinish
+Action = (
+    Arrive
+    | Finish
+    | SetCheck
+    | RunChecks
+    | PodsReady
+    | PodsUnready
+    | Stopped
+    | ArriveObject
+    | PodFinish
+)
 
 
 class Timeline:

@@ -28,6 +28,7 @@ from muster.api.encode import is_byte_resource
 from muster.api.quantity import QuantityError, format_quantity, parse_quantity
 from muster.cluster.kube.resources import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
+from muster.core.conditions import RECOVERED, WAIT_FOR_RECOVERY, WAIT_FOR_RECOVERY_MESSAGE
 from muster.payloads import PayloadError, applied_document
 
 # The events whose payloads change a Workload's status (the status task follows these).
@@ -48,9 +49,8 @@ READINESS_EVENTS = ("running", "pods_ready")
 EVICTION_COMPLETED: Final = "eviction_completed"
 # Conditions in the order `kubectl describe` lists them.
 _CONDITION_ORDER = ("QuotaReserved", "Admitted", "PodsReady", "Evicted", "Requeued", "Finished")
-# Kueue's PodsReady reasons and messages (jobframework's generatePodsReadyCondition). Kueue's
-# WaitForRecovery and Recovered (a pod lost readiness after the start) are never written:
-# muster does not report readiness lost (watcher/pods.py `due_events`).
+# Kueue's PodsReady reasons and messages (jobframework's generatePodsReadyCondition); the
+# recovery ones are the engine's too (core.conditions).
 WAIT_FOR_START, STARTED = "WaitForStart", "Started"
 NOT_READY_MESSAGE = "Not all pods are ready or succeeded"
 READY_MESSAGE = "All pods reached readiness and the workload is running"
@@ -223,9 +223,18 @@ class StatusBook:
         wl = self._workloads.get(env.workload)
         if wl is None or not self._pods_ready or wl.state != "admitted":
             return set()
-        if env.WhichOneof("payload") == "running" and not env.running.pods_ready:
+        payload = env.WhichOneof("payload")
+        if payload == "running" and not env.running.pods_ready:
             return set()
-        wl.set("PodsReady", True, STARTED, READY_MESSAGE)
+        was = wl.conditions.get("PodsReady", {})
+        if payload == "pods_ready" and env.pods_ready.lost:
+            if was.get("status") != "True":
+                return set()  # Kueue: lost only once it was ready (else it waits for start)
+            wl.set("PodsReady", False, WAIT_FOR_RECOVERY, WAIT_FOR_RECOVERY_MESSAGE)
+        elif was.get("reason") in (WAIT_FOR_RECOVERY, RECOVERED):
+            wl.set("PodsReady", True, RECOVERED, READY_MESSAGE)
+        else:
+            wl.set("PodsReady", True, STARTED, READY_MESSAGE)
         return {_workload_ref(env.workload)}
 
     def _answer(self, env: pb.Envelope) -> set[ObjectRef]:

@@ -59,6 +59,10 @@ class Sent(msgspec.Struct, kw_only=True):
     # apart from `running`, so the common case, ready as they start, stores nothing more).
     unready: list[str] = msgspec.field(default_factory=list)
     pods_ready: list[str] = msgspec.field(default_factory=list)
+    # How many `pods_ready` told readiness lost, and how many told it regained after (each one
+    # a new fact: its count is in its event id). Marks of before have none.
+    lost: int = 0
+    regained: int = 0
     finished: list[str] = msgspec.field(default_factory=list)
     job_finished: str = ""  # uid of the Job whose end was published
     # check name → the last answer seen in the Kueue Workload's status (`check_updates`)
@@ -71,6 +75,11 @@ class Sent(msgspec.Struct, kw_only=True):
         if out.field == "pods_pending":
             self.pending.append(out.id_key.rsplit("/", 1)[-1])
             return
+        if out.field == "pods_ready" and out.payload.lost:
+            self.lost += 1
+            return
+        if out.field == "pods_ready" and self.lost > self.regained:
+            self.regained += 1
         marks = [out.field]
         if out.field == "running" and not out.payload.pods_ready:
             marks.append("unready")
@@ -85,6 +94,7 @@ class Sent(msgspec.Struct, kw_only=True):
         self.pods_ready = [u for u in self.pods_ready if u in keep]
         self.finished = [u for u in self.finished if u in keep]
         if not keep:
+            self.regained = self.lost  # a loss ends with its pods; the counts keep ids unique
             self.pending = []
 
     @property
@@ -95,6 +105,7 @@ class Sent(msgspec.Struct, kw_only=True):
             or self.running
             or self.unready
             or self.pods_ready
+            or self.lost > self.regained
             or self.finished
             or self.job_finished
             or self.copy_status
@@ -193,9 +204,9 @@ def due_events(
     - unbound Pending pods → pods_pending listing all of them (once per set);
     - every pod Running or Succeeded → running, with `pods_ready` set when every pod counts
       as ready too (`counts_ready`: its Ready condition, not its phase);
-    - after a `running` that said not ready, every pod ready → pods_ready, once. A pod that
-      loses readiness later makes no event: muster keeps the workload admitted, as Kueue does
-      with waitForPodsReady's recoveryTimeout unset (docs/kueue-compatibility.md);
+    - after a `running` that said not ready, every pod ready → pods_ready, once;
+    - after readiness was told, a pod not ready any more → pods_ready{lost}, and every pod
+      ready again → pods_ready (`_recovery`: waitForPodsReady's recoveryTimeout);
     - every pod Succeeded → finished{succeeded}; any Failed → finished{not succeeded}; not
       for a Job's pods, whose end the Job tells (`translate.job_finished`).
     A workload whose pods finished before the watcher saw them run still gets running (and
@@ -247,6 +258,8 @@ def due_events(
             )
         )
     of_job = any(p.of_job for p in pods)
+    if not over and not (failed and not of_job):  # a failed pod ends a pod group
+        out += _recovery(workload, pods, sent, partition=partition, of_job=of_job)
     if (done or failed) and not of_job and not over:
         if failed:
             first = failed[0]
@@ -266,3 +279,35 @@ def due_events(
             )
         )
     return out
+
+
+def _recovery(
+    workload: str, pods: Sequence[PodState], sent: Sent, *, partition: str, of_job: bool
+) -> list[Outgoing]:
+    """Readiness lost, or regained after it was lost, since it was told (Kueue's job
+    reconciler: PodsReady False with WaitForRecovery, then True with Recovered).
+
+    A Job replaces its failed pods: those stay listed but are not counted, and their
+    replacements (Pending until they run and are ready) are.
+    """
+    uids = {p.uid for p in pods}
+    told = bool(uids & set(sent.running)) and (
+        not uids & set(sent.unready) or bool(uids & set(sent.pods_ready))
+    )
+    if not told:
+        return []
+    live = [p for p in pods if not (of_job and p.phase == FAILED)]
+    ready = bool(live) and all(counts_ready(p) for p in live)
+    lost = sent.lost > sent.regained
+    if ready == (not lost):
+        return []
+    count = sent.lost + 1 if not lost else sent.regained + 1
+    return [
+        Outgoing(
+            field="pods_ready",
+            payload=events_pb2.PodsReady(lost=not ready),
+            id_key=f"pods_ready/{'lost' if not ready else 'regained'}/{_digest(uids)}/{count}",
+            workload=workload,
+            partition=partition,
+        )
+    ]

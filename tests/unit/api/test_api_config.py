@@ -91,3 +91,12 @@ def test_rejects_bad_duration_with_path() -> None:
         "Configuration: waitForPodsReady.timeout: expected a duration such as 5m, 300s or 1h30m,"
         ' got "5 minutes"'
     ]
+
+
+def test_recovery_timeout_is_read_and_0s_turns_it_off() -> None:
+    on = config("waitForPodsReady: {enable: true, recoveryTimeout: 2m}\n")
+    assert on.wait_for_pods_ready.recovery_timeout_seconds == 120.0
+    off = config("waitForPodsReady: {enable: true, recoveryTimeout: 0s}\n")
+    assert off.wait_for_pods_ready.recovery_timeout_seconds is None
+    unset = config("waitForPodsReady: {enable: true, timeout: 1m}\n")
+    assert unset.wait_for_pods_ready.recovery_timeout_seconds is None

@@ -130,6 +130,17 @@ def test_pods_running_and_ready_read_as_running_then_pods_ready_did() -> None:
     assert detail(env("running", now)) == "pods running and ready"
 
 
+def test_readiness_lost_then_regained_reads_in_the_book_and_events() -> None:
+    admitted = env("admitted", events_pb2.WorkloadAdmitted(admission=admission()))
+    ready = env("running", events_pb2.WorkloadRunning(pods_ready=True))
+    lost = env("pods_ready", events_pb2.PodsReady(lost=True))
+    book = book_of(submitted(), admitted, ready, lost)
+    assert conditions_of(book)["PodsReady"][:2] == ("False", "WaitForRecovery")
+    assert detail(lost) == "a pod lost readiness"
+    book.apply(env("pods_ready", events_pb2.PodsReady()))
+    assert conditions_of(book)["PodsReady"][0] == "True"
+
+
 def test_a_pending_workload_stopped_says_deactivated_as_kueue_does() -> None:
     book = book_of(
         submitted(),

@@ -90,11 +90,12 @@ spec:
 """
 
 
-def pods_ready_config(*, timeout: str = "10s") -> str:
+def pods_ready_config(*, timeout: str = "10s", recovery: str | None = None) -> str:
+    extra = f", recoveryTimeout: {recovery}" if recovery is not None else ""
     return f"""\
 apiVersion: config.kueue.x-k8s.io/v1beta1
 kind: Configuration
-waitForPodsReady: {{enable: true, timeout: {timeout}}}
+waitForPodsReady: {{enable: true, timeout: {timeout}{extra}}}
 """
 
 

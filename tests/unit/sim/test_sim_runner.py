@@ -168,6 +168,90 @@ def test_pods_ready_in_time_keep_the_workload_running() -> None:
     assert timeline(result, "Finished") == [(100, "Finished", "w")]
 
 
+def recovering(after: str, lost_for: str) -> dict[str, str]:
+    """Pods ready at once, one not ready `after` seconds later, for `lost_for` seconds."""
+    return {"muster.dev/pods-unready-after": after, "muster.dev/pods-unready-for": lost_for}
+
+
+def pods_ready_condition(result: SimulationResult) -> tuple[str, str, str]:
+    (wl,) = result.workloads
+    (cond,) = [c for c in wl.conditions if c.type == "PodsReady"]
+    return cond.status, cond.reason, cond.message
+
+
+def test_readiness_lost_past_the_recovery_timeout_evicts_then_backs_off() -> None:
+    result = run(
+        pods_ready_config(timeout="10s", recovery="5s"),
+        cluster(),
+        workload("w", runs=100, annotations=recovering("20", "never")),
+        until_s=30,
+    )
+
+    # Lost at 20, evicted at 25 (not before): the recovery timeout, not the start's 10 s.
+    evicted = [e for e in result.events if e.type == "Evicted"]
+    assert [(e.time, e.reason, e.message) for e in evicted] == [
+        (25, "PodsReadyTimeout", "Exceeded the PodsReady timeout team-a/w")
+    ]
+    assert timeline(result, "Admitted", "Finished") == [(0, "Admitted", "w")]
+    (wl,) = result.workloads
+    (requeued,) = [c for c in wl.conditions if c.type == "Requeued"]
+    assert (requeued.status, requeued.reason) == ("False", "PodsReadyTimeout")
+
+
+def test_readiness_lost_again_after_each_admission_counts_toward_the_backoff_limit() -> None:
+    config = pods_ready_config(timeout="10s", recovery="5s").replace(
+        "}\n", ", requeuingStrategy: {backoffBaseSeconds: 1, backoffLimitCount: 1}}\n"
+    )
+    result = run(config, cluster(), workload("w", runs=100, annotations=recovering("20", "never")))
+
+    # Ready at each admission, lost 20 s later: readiness does not reset the count (Kueue's).
+    assert timeline(result, "Admitted", "Evicted", "Deactivated") == [
+        (0, "Admitted", "w"),
+        (25, "Evicted", "w"),
+        (26, "Admitted", "w"),
+        (51, "Evicted", "w"),
+        (51, "Deactivated", "w"),
+    ]
+
+
+def test_readiness_regained_within_the_recovery_timeout_keeps_it_admitted() -> None:
+    result = run(
+        pods_ready_config(timeout="10s", recovery="5s"),
+        cluster(),
+        workload("w", runs=100, annotations=recovering("20", "4")),
+    )
+
+    assert timeline(result, "Evicted") == []
+    assert timeline(result, "Finished") == [(100, "Finished", "w")]
+
+
+def test_readiness_lost_waits_for_recovery_without_a_recovery_timeout() -> None:
+    result = run(
+        pods_ready_config(timeout="10s"),
+        cluster(),
+        workload("w", runs=100, annotations=recovering("20", "never")),
+        until_s=50,
+    )
+
+    assert timeline(result, "Evicted") == []
+    assert pods_ready_condition(result) == (
+        "False",
+        "WaitForRecovery",
+        "At least one pod has failed, waiting for recovery",
+    )
+
+
+def test_readiness_regained_reads_recovered() -> None:
+    result = run(
+        pods_ready_config(timeout="10s"),
+        cluster(),
+        workload("w", runs=100, annotations=recovering("20", "30")),
+        until_s=60,
+    )
+
+    assert pods_ready_condition(result)[:2] == ("True", "Recovered")
+
+
 def test_already_admitted_workload_holds_its_quota_from_t0() -> None:
     admitted = workload("old", cpu="4", runs=10) + (
         "status:\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 
 from muster.watcher.pods import PodState, Sent, due_events, pod_state
@@ -181,9 +182,69 @@ def test_pods_running_but_not_ready_are_running_then_ready_once() -> None:
     ready = [pod(0, "Running", node="a"), pod(1, "Running", node="a")]
     assert publish_all(ready, sent) == ["pods_ready"]
     assert publish_all(ready, sent) == []
-    # Readiness lost after the start (a failing probe) makes no event, nor its return.
-    assert publish_all(unready, sent) == []
-    assert publish_all(ready, sent) == []
+
+
+def lost_flags(pods: list[PodState], sent: Sent) -> list[tuple[str, bool]]:
+    """What is due as (field, lost), recorded as sent."""
+    out = due_events(WL, pods, sent)
+    for o in out:
+        sent.record(o, [p.uid for p in pods])
+    return [(o.field, bool(getattr(o.payload, "lost", False))) for o in out]
+
+
+def test_readiness_lost_after_the_start_then_regained_each_told_once() -> None:
+    sent = Sent()
+    ready = [pod(0, "Running", node="a"), pod(1, "Running", node="a")]
+    unready = [pod(0, "Running", node="a", ready=False), pod(1, "Running", node="a")]
+    assert lost_flags(ready, sent) == [("running", False)]
+    assert lost_flags(unready, sent) == [("pods_ready", True)]
+    assert lost_flags(unready, sent) == []
+    assert lost_flags(ready, sent) == [("pods_ready", False)]
+    assert lost_flags(ready, sent) == []
+    # A second loss is a new fact: its event id differs from the first one's.
+    (again,) = due_events(WL, unready, sent)
+    sent.record(again, ["uid-0", "uid-1"])
+    (back,) = due_events(WL, ready, sent)
+    assert again.id_key != back.id_key
+    assert again.id_key.endswith("/2")
+    assert back.id_key.endswith("/2")
+
+
+def test_readiness_not_told_yet_is_never_lost() -> None:
+    sent = Sent()
+    unready = [pod(0, "Running", node="a", ready=False)]
+    assert lost_flags(unready, sent) == [("running", False)]
+    assert lost_flags(unready, sent) == []
+
+
+def test_a_jobs_failed_pod_is_replaced_not_counted() -> None:
+    sent = Sent()
+    ready = [job_pod(0, "Running"), job_pod(1, "Running")]
+    assert lost_flags(ready, sent) == [("running", False)]
+    replaced = [job_pod(0, "Running"), job_pod(1, "Failed"), job_pod(2, "Pending")]
+    assert lost_flags(replaced, sent) == [("pods_ready", True)]
+    again = [job_pod(0, "Running"), job_pod(1, "Failed"), job_pod(2, "Running")]
+    assert lost_flags(again, sent) == [("pods_ready", False)]
+
+
+def test_a_failed_pod_of_a_group_finishes_it_without_a_loss() -> None:
+    sent = Sent()
+    assert lost_flags([pod(0, "Running", node="a")], sent) == [("running", False)]
+    failed = [pod(0, "Failed", node="a", message="OOMKilled")]
+    assert lost_flags(failed, sent) == [("finished", False)]
+
+
+def test_a_loss_ends_with_its_pods() -> None:
+    sent = Sent()
+    lost_flags([pod(0, "Running", node="a")], sent)
+    lost_flags([pod(0, "Running", node="a", ready=False)], sent)
+    sent.forget_pods_except([])
+    assert sent.empty
+    assert lost_flags([pod(5, "Running", node="a")], sent) == [("running", False)]
+
+
+def job_pod(i: int, phase: str) -> PodState:
+    return msgspec.structs.replace(pod(i, phase, node="a"), of_job=True)
 
 
 def test_a_succeeded_pod_counts_as_ready_as_a_job_counts_it() -> None:

@@ -21,7 +21,7 @@ import msgspec
 from muster.api.convert import KUEUE_V1BETA1, stable_uid
 from muster.api.job import workload_name_for_job
 from muster.api.quantity import format_quantity
-from muster.api.wellknown import PODS_READY_AFTER_ANNOTATION
+from muster.api.wellknown import POD_SCRIPT_ANNOTATIONS
 from muster.bus.client import connect
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
 from muster.bus.errors import wrapped
@@ -291,8 +291,8 @@ class SimBackend:
         self._keep_created(StoredObject(key=key, obj=pod, revision=revision))
 
     async def _workload_annotations(self, namespace: str, name: str) -> dict[str, str]:
-        """Return the run-seconds and pods-ready-after annotations of the stored Workload, or
-        of the Job it is for."""
+        """Return the annotations the kubelet reads (run-seconds, readiness) of the stored
+        Workload, or of the Job it is for."""
         stored = await self.store.get(object_key("Workload", namespace, name))
         sources = [stored] if stored is not None else []
         if not sources:
@@ -303,7 +303,7 @@ class SimBackend:
             annotations = meta.get("annotations", {})
             found = {
                 key: value
-                for key in (RUN_SECONDS_ANNOTATION, PODS_READY_AFTER_ANNOTATION)
+                for key in POD_SCRIPT_ANNOTATIONS
                 if isinstance(value := annotations.get(key), str)
             }
             if found:

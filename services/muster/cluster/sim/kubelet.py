@@ -3,10 +3,11 @@
 A bound Pending pod becomes Running at once (startTime); its Ready condition turns True at
 once too, or after its `muster.dev/pods-ready-after` divided by `speed` (a readiness probe
 that passes late; `never`: one that never passes), as waitForPodsReady reads readiness from
-it. After its `muster.dev/run-seconds` divided by `speed` it becomes Succeeded. A pod without
-run-seconds runs until it is deleted; a deleted pod simply stops. A pod bound to a node that
-does not exist is marked Failed. Resource accounting is not the kubelet's job: gang-permit
-checks fit first.
+it; `muster.dev/pods-unready-after` and `-for` turn it False later, then True again (a probe
+that fails for a while: waitForPodsReady's recovery). After its `muster.dev/run-seconds`
+divided by `speed` it becomes Succeeded. A pod without run-seconds runs until it is deleted; a
+deleted pod simply stops. A pod bound to a node that does not exist is marked Failed. Resource
+accounting is not the kubelet's job: gang-permit checks fit first.
 
 Nothing is kept but timers and the names of the nodes: a restarted kubelet lists every pod
 again and computes what is left of a Running pod's run time from its startTime, so pods finish
@@ -23,7 +24,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from muster.api.times import ready_after_seconds_of
+from muster.api.times import readiness_changes_of, ready_after_seconds_of
 from muster.cluster.errors import ClusterError, ConflictError
 from muster.cluster.keys import NODE_PREFIX, POD_PREFIX, describe, node_key
 from muster.cluster.objects import format_time, is_ready, parse_time, run_seconds_of
@@ -164,31 +165,42 @@ class Kubelet:
         self._timers[change.key] = (uid, task)
 
     def _schedule_ready(self, change: StoreChange, uid: str, timers: asyncio.TaskGroup) -> None:
-        """Arrange for a Running pod that is not Ready to turn Ready when its
-        pods-ready-after is up (counted from its startTime, so a restart keeps the time)."""
+        """Arrange the next change of a Running pod's Ready condition that its annotations
+        script (`readiness_changes_of`: late readiness, readiness lost and regained), counted
+        from its startTime, so a restart keeps the times."""
         status = change.obj.get("status", {})
-        after_s = ready_after_seconds_of(_meta(change.obj).get("annotations", {}))
         start = status.get("startTime")
-        if after_s is None or not isinstance(start, str) or is_ready(status):
+        if not isinstance(start, str):
             return
+        due = _next_readiness(
+            readiness_changes_of(_meta(change.obj).get("annotations", {})),
+            started_s=parse_time(start),
+            now_s=self._clock.now_s(),
+            speed=self._speed,
+            ready=is_ready(status),
+        )
+        if due is None:
+            return
+        tag = f"{uid}@{due[0]}"  # one timer per pod and change: the next replaces a done one
         known = self._readies.get(change.key)
-        if known is not None and known[0] == uid and not known[1].done():
+        if known is not None and known[0] == tag and not known[1].done():
             return
-        ready_at = parse_time(start) + after_s / self._speed
-        task = timers.create_task(self._ready_at(change.key, uid, ready_at))
-        self._readies[change.key] = (uid, task)
+        if known is not None:
+            known[1].cancel()
+        task = timers.create_task(self._ready_at(change.key, uid, *due))
+        self._readies[change.key] = (tag, task)
 
-    async def _ready_at(self, key: str, uid: str, ready_at_s: float) -> None:
-        await self._clock.sleep(ready_at_s - self._clock.now_s())
+    async def _ready_at(self, key: str, uid: str, at_s: float, ready: bool) -> None:
+        await self._clock.sleep(at_s - self._clock.now_s())
 
-        def ready(status: dict[str, Any], now: str) -> bool:
-            if is_ready(status):
+        def turn(status: dict[str, Any], now: str) -> bool:
+            if is_ready(status) == ready:
                 return False
-            status["conditions"] = _with_condition(status, "Ready", "True", now=now)
+            status["conditions"] = _with_condition(status, "Ready", str(ready), now=now)
             return True
 
-        if await self._update_running(key, uid, ready):
-            log.info("pod ready", extra={"pod": describe(key)})
+        if await self._update_running(key, uid, turn):
+            log.info("pod ready" if ready else "pod not ready", extra={"pod": describe(key)})
 
     async def _finish_at(self, key: str, uid: str, finish_at_s: float) -> None:
         await self._clock.sleep(finish_at_s - self._clock.now_s())
@@ -272,3 +284,15 @@ def _with_condition(
     """Return status.conditions with `condition` set to `value` (others kept)."""
     kept = [c for c in status.get("conditions", []) if c.get("type") != condition]
     return [*kept, {"type": condition, "status": value, "lastTransitionTime": now}]
+
+
+def _next_readiness(
+    changes: list[tuple[float, bool]], *, started_s: float, now_s: float, speed: float, ready: bool
+) -> tuple[float, bool] | None:
+    """The next change of a pod's Ready condition as (when, Ready), or None: at once when the
+    script says it should differ by now (a restart, a late watch), else its next change."""
+    due = [(started_s + after_s / speed, to) for after_s, to in changes]
+    now_ready = [to for at_s, to in due if at_s <= now_s]
+    if now_ready and now_ready[-1] != ready:
+        return now_s, now_ready[-1]
+    return next(((at_s, to) for at_s, to in due if at_s > now_s and to != ready), None)
