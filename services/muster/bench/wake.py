@@ -4,8 +4,8 @@ per-replica comparison.
 A fixed unit of Python work (decoding a workload-sized JSON document and walking it) is timed in
 CPU, called at a paced rate with the process asleep in between, as a service replica sleeps
 between its events. On a small VM the same unit costs more the less often it runs (caches and
-branch predictors go cold while other processes and the hypervisor run): measured here, 93 µs
-back to back against 166 µs at 50 calls per second. A replica of four at 200 workloads/s is woken
+branch predictors go cold while other processes and the hypervisor run; docs/benchmarks.md, "Per
+replica at the same pace", has the figures). A replica of four at 200 workloads/s is woken
 at a quarter of a lone replica's rate, so part of what it pays per workload is this, not work
 the code does twice.
 """
