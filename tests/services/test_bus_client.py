@@ -297,3 +297,15 @@ async def test_what_a_late_flushing_client_published_is_sent_when_it_closes(
         assert [m.data for m in got] == [str(i).encode() for i in range(5)]
     finally:
         await reader.close()
+
+
+async def test_a_command_the_server_refuses_costs_a_reconnect_not_the_connection(bus: Bus) -> None:
+    # nats-server ends the connection over a protocol line longer than 4 KiB; nats-py then
+    # closed for good, and the service kept running without NATS.
+    await bus.nc.publish("t." + "x" * 5000, b"")
+    await until(lambda: not bus.nc.is_connected)
+
+    await until(lambda: bus.nc.is_connected)
+    ack = await bus.js.publish("muster.v1.local.workload.submitted", b"after")
+    assert ack.seq >= 1
+    assert not bus.nc.is_closed

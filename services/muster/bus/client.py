@@ -23,7 +23,7 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.protocol.command import hpub_cmd
-from nats.protocol.parser import PERMISSIONS_ERR
+from nats.protocol.parser import AUTHORIZATION_VIOLATION, PERMISSIONS_ERR, STALE_CONNECTION
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +203,24 @@ class MusterClient(NatsClient):
         to its timeout (5 s for muster's); its caller retries now instead, as on a timeout."""
         self._fail_waiting(nats.errors.ConnectionReconnectingError)
         await super()._attempt_reconnect()
+
+    async def _process_err(self, err_msg: str) -> None:
+        """nats-py's, except for an error the server ends the connection over one command
+        ("maximum control line exceeded", "Unknown Protocol Operation"): reconnect, as after
+        a lost connection. nats-py closes for good there, which left a service running but
+        deaf to NATS (every gateway call then failed "connection closed"). Authorization,
+        permissions and stale-connection errors, and errors while connecting, keep nats-py's
+        handling."""
+        theirs = (AUTHORIZATION_VIOLATION, PERMISSIONS_ERR, STALE_CONNECTION)
+        if self.is_connecting or not self.options["allow_reconnect"] or any(
+            known in err_msg for known in theirs
+        ):
+            await super()._process_err(err_msg)
+            return
+        error = nats.errors.Error(f"nats: {err_msg.strip(chr(39))}")
+        self._err = error
+        await self._error_cb(error)
+        await self._process_op_err(error)
 
     def _fail_waiting(self, error: type[nats.errors.Error]) -> None:
         """Fail every request waiting for an answer with `error`, and tell `on_lost`."""
