@@ -66,3 +66,24 @@ async def test_events_arrive_as_server_sent_events(client: Http, bus: Bus) -> No
         "ml/w0",
         "WaitingForQuota: 1 more needed",
     )
+
+
+@pytest.mark.parametrize(
+    ("query", "headers", "problem"),
+    [
+        ("from=" + "9" * 30, {}, "from: must be a whole number from 0 to 9223372036854775807"),
+        ("from=-5", {}, "from: must be a whole number"),
+        ("from=" + "1" * 5000, {}, "from: must be a whole number"),
+        ("from=1", {"Last-Event-ID": "²"}, "Last-Event-ID: must be a whole number"),
+        ("from=1", {"Last-Event-ID": str(2**64 - 1)}, "Last-Event-ID: must be a whole number"),
+    ],
+)
+async def test_a_hostile_resume_point_is_a_400_naming_it(
+    client: Http, query: str, headers: dict[str, str], problem: str
+) -> None:
+    # They were a 500, or a 200 whose stream broke off once the Watch request was built.
+    reply = await client.get(f"/api/events?{query}", headers={**BEARER, **headers})
+
+    assert reply.status == 400
+    assert (await reply.json())["error"].startswith(problem)
+    assert (await client.get("/api/queues", headers=BEARER)).status == 200

@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 STATIC: Final = Path(__file__).parent / "static"
 KEEPALIVE_S: Final = 15.0
 CALL_TIMEOUT_S: Final = 15.0
+MAX_SEQUENCE: Final = 2**63 - 1  # far past any stream; Watch's from_sequence is a uint64
 _HTTP_STATUS: Final = {
     grpc.StatusCode.UNAUTHENTICATED: 401,
     grpc.StatusCode.PERMISSION_DENIED: 403,
@@ -121,19 +122,19 @@ def event_json(env: events_pb2.Envelope) -> dict[str, Any]:
 async def _events(request: web.Request) -> web.StreamResponse:
     """Events.Watch as server-sent events, from `from` (default 1: everything stored)."""
     try:
-        start = int(request.query.get("from", "1"))
-    except ValueError:
-        return web.json_response({"error": "from: must be a number"}, status=400)
-    last_id = request.headers.get("Last-Event-ID", "")
-    if last_id.isdigit():
-        start = int(last_id) + 1
+        start = _sequence(request.query.get("from", "1"), "from")
+        last_id = request.headers.get("Last-Event-ID", "")
+        if last_id:
+            start = _sequence(last_id, "Last-Event-ID") + 1
+    except ValueError as exc:
+        return web.json_response({"error": str(exc)}, status=400)
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
     await response.prepare(request)
     stub = services_pb2_grpc.EventsStub(request.app[GATEWAY_KEY])
     call = stub.Watch(
-        services_pb2.WatchRequest(from_sequence=max(start, 0)), metadata=_metadata(request)
+        services_pb2.WatchRequest(from_sequence=start), metadata=_metadata(request)
     )
     try:
         await _relay(call, response)
@@ -146,6 +147,16 @@ async def _events(request: web.Request) -> web.StreamResponse:
     finally:
         call.cancel()
     return response
+
+
+def _sequence(text: str, what: str) -> int:
+    """`text` as a stream sequence, else ValueError naming `what`. Checked before the stream
+    starts: `int()` takes "²" and numbers past uint64, which then failed mid-answer."""
+    digits = text.isascii() and text.isdigit()
+    if not digits or len(text) > len(str(MAX_SEQUENCE)) or int(text) > MAX_SEQUENCE:
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise ValueError(f"{what}: must be a whole number from 0 to {MAX_SEQUENCE}, got {shown!r}")
+    return int(text)
 
 
 async def _relay(call: Any, response: web.StreamResponse) -> None:
