@@ -212,8 +212,10 @@ class MusterClient(NatsClient):
         permissions and stale-connection errors, and errors while connecting, keep nats-py's
         handling."""
         theirs = (AUTHORIZATION_VIOLATION, PERMISSIONS_ERR, STALE_CONNECTION)
-        if self.is_connecting or not self.options["allow_reconnect"] or any(
-            known in err_msg for known in theirs
+        if (
+            self.is_connecting
+            or not self.options["allow_reconnect"]
+            or any(known in err_msg for known in theirs)
         ):
             await super()._process_err(err_msg)
             return

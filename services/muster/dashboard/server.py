@@ -133,9 +133,7 @@ async def _events(request: web.Request) -> web.StreamResponse:
     )
     await response.prepare(request)
     stub = services_pb2_grpc.EventsStub(request.app[GATEWAY_KEY])
-    call = stub.Watch(
-        services_pb2.WatchRequest(from_sequence=start), metadata=_metadata(request)
-    )
+    call = stub.Watch(services_pb2.WatchRequest(from_sequence=start), metadata=_metadata(request))
     try:
         await _relay(call, response)
     except grpc.aio.AioRpcError as exc:
