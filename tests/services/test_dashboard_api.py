@@ -87,3 +87,13 @@ async def test_a_hostile_resume_point_is_a_400_naming_it(
     assert reply.status == 400
     assert (await reply.json())["error"].startswith(problem)
     assert (await client.get("/api/queues", headers=BEARER)).status == 200
+
+
+async def test_on_loopback_a_request_for_another_host_name_is_refused(client: Http) -> None:
+    # A page of evil.example that re-points its name at 127.0.0.1 (DNS rebinding) sends this.
+    refused = await client.get("/api/workloads", headers={**BEARER, "Host": "evil.example:8080"})
+    assert refused.status == 421
+    assert "not a loopback name" in (await refused.json())["error"]
+
+    for host in ("localhost:8080", "127.0.0.1:8080", "[::1]:8080"):
+        assert (await client.get("/api/workloads", headers={**BEARER, "Host": host})).status == 200

@@ -15,6 +15,7 @@ readable detail, and a comment every KEEPALIVE_S so a dead client is noticed).
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -181,8 +182,35 @@ async def _healthz(_: web.Request) -> web.StreamResponse:
     return web.Response(text="ok\n")
 
 
-def build_app(channel: grpc.aio.Channel) -> web.Application:
-    app = web.Application()
+def _loopback_name(host: str | None) -> bool:
+    if host is None:
+        return False
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@web.middleware
+async def _loopback_only(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Served on loopback, answer only requests addressed to a loopback name. A web page
+    of another site can point its own name at 127.0.0.1 (DNS rebinding) and read what it
+    is answered: with a gateway that asks no token (`muster up`), every queue and workload."""
+    if not _loopback_name(request.url.host):
+        body = {
+            "error": f"Host: {request.host[:80]!r}: not a loopback name (the dashboard "
+            "listens on loopback; reach it as localhost or 127.0.0.1)"
+        }
+        return web.json_response(body, status=421)
+    return await handler(request)
+
+
+def build_app(channel: grpc.aio.Channel, *, loopback: bool = True) -> web.Application:
+    """The dashboard's routes; `loopback`: it listens on a loopback address, so it answers
+    only requests addressed to a loopback name (`_loopback_only`)."""
+    app = web.Application(middlewares=[_loopback_only] if loopback else [])
     app[GATEWAY_KEY] = channel
     app.router.add_get("/", _index)
     app.router.add_get("/healthz", _healthz)
@@ -205,7 +233,7 @@ async def serve(
         channel = grpc.aio.insecure_channel(gateway)
     else:
         channel = grpc.aio.secure_channel(gateway, credentials)
-    runner = web.AppRunner(build_app(channel), access_log=None)
+    runner = web.AppRunner(build_app(channel, loopback=_loopback_name(host)), access_log=None)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)
