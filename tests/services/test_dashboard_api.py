@@ -97,3 +97,16 @@ async def test_on_loopback_a_request_for_another_host_name_is_refused(client: Ht
 
     for host in ("localhost:8080", "127.0.0.1:8080", "[::1]:8080"):
         assert (await client.get("/api/workloads", headers={**BEARER, "Host": host})).status == 200
+
+
+@pytest.mark.parametrize("path", ["/api/queues", "/api/events?from=1"])
+async def test_a_token_grpc_cannot_carry_is_a_400_naming_the_header(
+    client: Http, path: str
+) -> None:
+    # "Bearer café" raised out of the gRPC call: a 500, or a stream that broke off.
+    token = "Bearer café".encode().decode("latin-1")  # the bytes a browser would send
+
+    reply = await client.get(path, headers={"Authorization": token})
+
+    assert reply.status == 400
+    assert (await reply.json())["error"].startswith("Authorization: must be 'Bearer TOKEN'")

@@ -18,6 +18,7 @@ import asyncio
 import ipaddress
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 STATIC: Final = Path(__file__).parent / "static"
 KEEPALIVE_S: Final = 15.0
 CALL_TIMEOUT_S: Final = 15.0
+# An Authorization value gRPC metadata can carry: printable ASCII, spaces between words.
+_HEADER_SAFE: Final = re.compile(r"[!-~]+(?: [!-~]+)*")
 MAX_SEQUENCE: Final = 2**63 - 1  # far past any stream; Watch's from_sequence is a uint64
 _HTTP_STATUS: Final = {
     grpc.StatusCode.UNAUTHENTICATED: 401,
@@ -48,8 +51,12 @@ GATEWAY_KEY: Final = web.AppKey("gateway", grpc.aio.Channel)
 
 
 def _metadata(request: web.Request) -> list[tuple[str, str]]:
-    """The browser's bearer token, passed on to the gateway (never logged, never stored)."""
+    """The browser's bearer token, passed on to the gateway (never logged, never stored).
+    ValueError when gRPC could not carry it (non-ASCII, control characters): it raised
+    out of the call, a 500."""
     auth = request.headers.get("Authorization", "")
+    if auth and not _HEADER_SAFE.fullmatch(auth):
+        raise ValueError("Authorization: must be 'Bearer TOKEN', the token printable ASCII")
     return [("authorization", auth)] if auth else []
 
 
@@ -74,9 +81,11 @@ def _visibility(method: str, request_of: Callable[[web.Request], Message]) -> Ha
         stub = services_pb2_grpc.VisibilityStub(request.app[GATEWAY_KEY])
         call = getattr(stub, method)
         try:
-            reply = await call(
-                request_of(request), metadata=_metadata(request), timeout=CALL_TIMEOUT_S
-            )
+            metadata = _metadata(request)
+        except ValueError as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        try:
+            reply = await call(request_of(request), metadata=metadata, timeout=CALL_TIMEOUT_S)
         except grpc.aio.AioRpcError as exc:
             return _error(exc)
         return _json(reply)
@@ -127,6 +136,7 @@ async def _events(request: web.Request) -> web.StreamResponse:
         last_id = request.headers.get("Last-Event-ID", "")
         if last_id:
             start = _sequence(last_id, "Last-Event-ID") + 1
+        metadata = _metadata(request)
     except ValueError as exc:
         return web.json_response({"error": str(exc)}, status=400)
     response = web.StreamResponse(
@@ -134,7 +144,7 @@ async def _events(request: web.Request) -> web.StreamResponse:
     )
     await response.prepare(request)
     stub = services_pb2_grpc.EventsStub(request.app[GATEWAY_KEY])
-    call = stub.Watch(services_pb2.WatchRequest(from_sequence=start), metadata=_metadata(request))
+    call = stub.Watch(services_pb2.WatchRequest(from_sequence=start), metadata=metadata)
     try:
         await _relay(call, response)
     except grpc.aio.AioRpcError as exc:
