@@ -248,7 +248,7 @@ def decode_documents(
     return _decode_all(docs, reading._replace(names_checked=names_checked))
 
 
-def _read_bounded(path: Path) -> str:
+def read_bounded(path: Path) -> str:
     """The text of `path`, read whole; ValueError past MAX_FILE_BYTES. Bounded by reading, not
     by its size on disk: a device or a pipe (`--kueue-config /dev/zero`) has none, and was
     read until memory ran out."""
@@ -273,7 +273,7 @@ def decode_files(
     for path in paths:
         source = str(path)
         try:
-            text = _read_bounded(Path(path))
+            text = read_bounded(Path(path))
         except (OSError, UnicodeDecodeError) as exc:
             errors.append(FieldError(source, "(file)", f"cannot read: {exc}"))
             continue
