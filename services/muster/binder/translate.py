@@ -11,7 +11,7 @@ from typing import Literal, cast
 
 from muster.api import parse_quantity
 from muster.api.model import PodSet, Toleration, Workload
-from muster.api.podspec import admitted_pod_set
+from muster.api.podspec import AdmittedCountError, admitted_pod_set
 from muster.cluster.backend import PodSetStart
 from muster.contracts.v1 import events_pb2
 from muster.payloads import written_workload
@@ -54,8 +54,12 @@ def pod_set_starts(wl: Workload, admitted: events_pb2.WorkloadAdmitted) -> list[
             )
         try:
             out.append(_start(wl, ps, assignment.count, hints.get(ps.name)))
-        except ValueError as err:  # AdmittedCountError, QuantityError
+        except AdmittedCountError as err:
             raise AdmissionMismatchError(str(err)) from None
+        except ValueError as err:  # QuantityError: a routed alternative's requests
+            raise AdmissionMismatchError(
+                f"admission of {wl.key}: podset {ps.name!r}: routed requests: {err}"
+            ) from None
     return out
 
 

@@ -87,6 +87,22 @@ def test_an_admission_naming_an_unknown_podset_is_refused() -> None:
         pod_set_starts(wl, admitted(pod_set="driver"))
 
 
+def test_an_admission_the_workload_cannot_hold_is_refused_naming_it() -> None:
+    # As a client holding admission's permissions could publish them: each was made (2^31
+    # pods) or raised a bare "exponent out of range" naming no workload.
+    wl = workload_from_submitted(submitted(), what="ns/w")
+    assert wl is not None
+    routed = admitted()
+    routed.hints[0].requests["cpu"] = "1e400"
+
+    with pytest.raises(AdmissionMismatchError, match=r"admitted with 2147483647 pods, outside"):
+        pod_set_starts(wl, admitted(2**31 - 1))
+    with pytest.raises(AdmissionMismatchError, match=r"admitted with -1 pods, outside"):
+        pod_set_starts(wl, admitted(-1))
+    with pytest.raises(AdmissionMismatchError, match=r"podset 'workers': routed requests: "):
+        pod_set_starts(wl, routed)
+
+
 @pytest.mark.parametrize(
     ("manifest", "problem"),
     [
