@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 DirectCallback = Callable[[Msg], None]
 
 _CRLF = b"\r\n"
+# The one protocol error after which nats-server keeps the connection (a SUB it refused).
+_SERVER_KEEPS = "invalid subject"
 # A header name as nats-py accepts it (its `_HEADER_KEY_RE`: an HTTP token).
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _LINE_BREAKS = str.maketrans({"\r": " ", "\n": " "})
@@ -222,6 +224,8 @@ class MusterClient(NatsClient):
         error = nats.errors.Error(f"nats: {err_msg.strip(chr(39))}")
         self._err = error
         await self._error_cb(error)
+        if _SERVER_KEEPS in err_msg.lower():  # the connection is fine: only told
+            return
         await self._process_op_err(error)
 
     def _fail_waiting(self, error: type[nats.errors.Error]) -> None:
