@@ -19,11 +19,13 @@ from muster.core.conditions import (
     DEACTIVATED_MESSAGE,
     EVICTED,
     FINISHED,
+    NOT_READY_MESSAGE,
     PODS_READY,
     QUOTA_RESERVED,
     REQUEUED,
     WAIT_FOR_RECOVERY,
     WAIT_FOR_RECOVERY_MESSAGE,
+    WAIT_FOR_START,
 )
 from muster.core.events import EventType
 from muster.core.flavors import Assignment, Mode
@@ -91,7 +93,7 @@ class Lifecycle:
         wait = state.config.kueue.wait_for_pods_ready
         if wait.enable and not r.pods_ready:
             r.pods_ready_deadline_s = state.now_s + wait.timeout_seconds
-            r.set_condition(PODS_READY, False, "PodsReady", "Not all pods are ready or succeeded")
+            r.set_condition(PODS_READY, False, WAIT_FOR_START, NOT_READY_MESSAGE)
             state.add_timer(r.pods_ready_deadline_s, "pods-ready", r.key)
 
     def arrive_admitted(self, r: WorkloadRecord, admission: Admission) -> None:
