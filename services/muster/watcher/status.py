@@ -184,6 +184,7 @@ async def write_statuses(
     cluster: str,
     kueue_version: str,
     pods_ready: bool = False,
+    granular: bool = True,
     groups: GroupStatuses | None = None,
     events: tuple[EventBook, EventSink] | None = None,
     workers: WorkerConfigs | None = None,
@@ -192,8 +193,11 @@ async def write_statuses(
     PodGroups; of its Jobs managed by MultiKueue: `job_mirror`) as events change it, and with
     `events` record their Kubernetes Events, until cancelled; `workers` is told which
     MultiKueueClusters the config events declare. `pods_ready`: waitForPodsReady is on, so
-    Workloads carry Kueue's PodsReady condition."""
-    book = StatusBook(kueue_version=kueue_version, cluster=cluster, pods_ready=pods_ready)
+    Workloads carry Kueue's PodsReady condition; `granular`: Kueue's
+    UnadmittedWorkloadsObservability gate is on."""
+    book = StatusBook(
+        kueue_version=kueue_version, cluster=cluster, pods_ready=pods_ready, granular=granular
+    )
     mirror = JobMirror()
     subjects = status_subjects(cluster, pods_ready=pods_ready)
     runs_on = RunsOn(cluster)
