@@ -456,7 +456,10 @@ def _evicted(wl: _Workload, payload: Any, *, at_s: float, granular: bool) -> Non
     wl.answers.clear()  # reset with the others; the next reservation is answered anew
     reason = payload.reason or "Evicted"
     if reason == DEACTIVATED:
-        reason = _deactivated_reason(wl)
+        evicted = wl.conditions.get("Evicted", {})
+        reason = deactivated_reason(
+            evicted.get("reason", "") if evicted.get("status") == "True" else ""
+        )
         wl.set("Evicted", True, reason, payload.message)
         _inactive(wl, granular=granular)
         return
@@ -464,13 +467,13 @@ def _evicted(wl: _Workload, payload: Any, *, at_s: float, granular: bool) -> Non
     wl.state = "reserving"  # the quota stays reserved until the pods are gone
 
 
-def _deactivated_reason(wl: _Workload) -> str:
-    """Kueue's Evicted reason for a deactivation admission decides by itself: "Deactivated"
-    with its cause (patching.ReasonWithCause). Admission deactivates at once only when the
-    back-off limit is reached (after a PodsReadyTimeout eviction, still in force) or a check
-    Rejected a workload that only reserved quota."""
-    evicted = wl.conditions.get("Evicted", {})
-    if evicted.get("status") == "True" and evicted.get("reason") == "PodsReadyTimeout":
+def deactivated_reason(evicted_before: str) -> str:
+    """Kueue's eviction reason for a deactivation admission decides by itself (its
+    `InactiveWorkload`): "Deactivated" with its cause (patching.ReasonWithCause). Admission
+    does so only when the back-off limit is reached (`evicted_before`, the eviction still in
+    force, was at the PodsReady timeout) or a check Rejected a workload that only reserved
+    quota."""
+    if evicted_before == "PodsReadyTimeout":
         return "DeactivatedDueToRequeuingLimitExceeded"
     return "DeactivatedDueToAdmissionCheck"
 
