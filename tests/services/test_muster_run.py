@@ -257,8 +257,9 @@ LOST = 'muster.dev/pods-unready-after: "8", muster.dev/pods-unready-for: "'
 def test_pods_never_ready_are_evicted_and_pods_ready_late_run_to_the_end(tmp_path: Path) -> None:
     """The sim kubelet turns a pod Ready after its pods-ready-after, the watcher reads readiness
     from that condition, and admission evicts at the timeout the workload whose pods never turn
-    Ready (here, then deactivated), as `muster simulate` does; likewise at the recovery timeout
-    one whose pod loses readiness for good, not one whose pod regains it in time."""
+    Ready (here deactivated: no requeue allowed), as `muster simulate` does; likewise at the
+    recovery timeout one whose pod loses readiness for good, not one whose pod regains it in
+    time."""
     config = SCENARIO_WITH_KUEUE_CONFIG.replace(
         "featureGates: {UnadmittedWorkloadsObservability: false}", WAIT_FOR_PODS_READY
     )
@@ -281,12 +282,14 @@ def test_pods_never_ready_are_evicted_and_pods_ready_late_run_to_the_end(tmp_pat
     lines = done.stdout.splitlines()
     stuck = [line for line in lines if "job-stuck" in line]
     slow = [line for line in lines if "job-slow" in line]
-    assert any(re.search(r"evicted\s+PodsReadyTimeout", line) for line in stuck), stuck
+    # backoffLimitCount 0: the timeout deactivates at once, as Kueue's reconciler does.
+    limit = r"evicted\s+DeactivatedDueToRequeuingLimitExceeded"
+    assert any(re.search(limit, line) for line in stuck), stuck
     assert not any("evicted" in line for line in slow), slow
     assert any(re.search(r"finished\s+ran", line) for line in slow), slow
     lost = [line for line in lines if "job-lost" in line]
     blip = [line for line in lines if "job-blip" in line]
-    assert any(re.search(r"evicted\s+PodsReadyTimeout", line) for line in lost), lost
+    assert any(re.search(limit, line) for line in lost), lost
     assert not any("evicted" in line for line in blip), blip
     assert any(re.search(r"finished\s+ran", line) for line in blip), blip
     table = done.stdout.split("\nWORKLOAD ", 1)[1].split("\n\n", 1)[0]

@@ -25,3 +25,12 @@ READY_MESSAGE = "All pods reached readiness and the workload is running"
 WAIT_FOR_RECOVERY = "WaitForRecovery"
 WAIT_FOR_RECOVERY_MESSAGE = "At least one pod has failed, waiting for recovery"
 RECOVERED = "Recovered"
+# Requeued (Kueue's workload controller): the back-off after a PodsReady timeout or a check's
+# Retry is over; past backoffLimitCount a workload is deactivated instead, its eviction's reason
+# "Deactivated" with that cause (Kueue's patching.ReasonWithCause).
+BACKOFF_FINISHED = "BackoffFinished"
+BACKOFF_FINISHED_MESSAGE = "The workload backoff was finished"
+REQUEUING_LIMIT_EXCEEDED = "DeactivatedDueToRequeuingLimitExceeded"
+REQUEUING_LIMIT_MESSAGE = (
+    "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
+)

@@ -109,9 +109,9 @@ class Track:
 
 
 GANG_QUEUE = "(gang)"  # the queue column of a gang outside Kueue
-# Admission's eviction reasons for a deactivation: by itself (translate.py's, back-off limit
-# reached or check rejected) and by a Stop (core's, spec.active set false while holding quota);
-# and Kueue's DeactivatedDueTo<cause> (a check rejected it after admission).
+# Admission's eviction reasons for a deactivation: by itself (translate.py's, a check rejected
+# it) and by a Stop (core's, spec.active set false while holding quota); and Kueue's
+# DeactivatedDueTo<cause> (back-off limit reached, a check rejected it after admission).
 DEACTIVATED = frozenset({"InactiveWorkload", "Deactivated"})
 
 

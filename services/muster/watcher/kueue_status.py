@@ -470,9 +470,9 @@ def _evicted(wl: _Workload, payload: Any, *, at_s: float, granular: bool) -> Non
 def deactivated_reason(evicted_before: str) -> str:
     """Kueue's eviction reason for a deactivation admission decides by itself (its
     `InactiveWorkload`): "Deactivated" with its cause (patching.ReasonWithCause). Admission
-    does so only when the back-off limit is reached (`evicted_before`, the eviction still in
-    force, was at the PodsReady timeout) or a check Rejected a workload that only reserved
-    quota."""
+    does so when a check Rejected a workload that only reserved quota, and in streams written
+    before November 2026 when the back-off limit was reached (`evicted_before`, the eviction
+    still in force, was at the PodsReady timeout; now that eviction says the cause itself)."""
     if evicted_before == "PodsReadyTimeout":
         return "DeactivatedDueToRequeuingLimitExceeded"
     return "DeactivatedDueToAdmissionCheck"
