@@ -335,6 +335,19 @@ def test_a_deactivated_workload_gives_its_quota_back_and_is_not_requeued() -> No
     assert (lq["pendingWorkloads"], lq["reservingWorkloads"]) == (0, 0)
 
 
+def test_a_pending_workload_deactivated_reads_evicted_and_deactivated_as_kueue_writes_it() -> None:
+    made = book(event("pending", pb.WorkloadPending(reason="WaitingForQuota", message="full")))
+    made.apply(event("active_changed", pb.WorkloadActiveChanged(active=False)))
+    deactivated = ("Deactivated", "The workload is deactivated")
+    assert conditions(made)["Evicted"] == ("True", *deactivated)
+    assert conditions(made)["QuotaReserved"] == ("False", *deactivated)
+    assert (made.status_of(LQ) or {})["pendingWorkloads"] == 0
+    # Reactivated: it never held quota, so no Requeued condition (Kueue sets none either).
+    made.apply(event("requeued", pb.WorkloadRequeued(reason="Reactivated")))
+    assert "Requeued" not in conditions(made)
+    assert (made.status_of(LQ) or {})["pendingWorkloads"] == 1
+
+
 WAITING = ("False", "WaitForStart", "Not all pods are ready or succeeded")
 STARTED = ("True", "Started", "All pods reached readiness and the workload is running")
 

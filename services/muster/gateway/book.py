@@ -283,6 +283,8 @@ def _evicted(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
         e.condition("PodsReady", False, WAIT_FOR_START, NOT_READY_MESSAGE, env.time_unix_nano)
     if ev.reason == DEACTIVATED_BY_ADMISSION:
         e.summary.status = INACTIVE
+    elif ev.reason.startswith("Deactivated"):  # Kueue's DeactivatedDueTo<cause>: inactive
+        e.active = False  # once its pods are gone (docs/events.md)
 
 
 def _eviction_completed(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:

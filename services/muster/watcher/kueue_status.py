@@ -52,6 +52,9 @@ WORKLOAD_EVENTS = (
 )
 # The watcher's reports of a workload's readiness (followed only with waitForPodsReady on).
 READINESS_EVENTS = ("running", "pods_ready")
+# spec.active set (kueuectl, the gateway, the watcher): a pending workload deactivated is told
+# by nothing else (admission takes it off its queue without a decision to publish).
+ACTIVE_CHANGED: Final = "active_changed"
 # The binder's word that an evicted workload's pods are gone: a deactivated one reserves
 # nothing from then on.
 EVICTION_COMPLETED: Final = "eviction_completed"
@@ -235,6 +238,8 @@ class StatusBook:
             return self._answer(env)
         if field in READINESS_EVENTS:
             return self._readiness(env)
+        if field == ACTIVE_CHANGED:
+            return self._deactivated(env)
         if field in WORKLOAD_EVENTS or field == EVICTION_COMPLETED:
             at_s = env.time_unix_nano / 1e9
             refs = self._workload_event(env.workload, field, getattr(env, field), at_s=at_s)
@@ -265,6 +270,23 @@ class StatusBook:
         else:
             wl.set("PodsReady", True, STARTED, READY_MESSAGE)
         return {_workload_ref(env.workload)}
+
+    def _deactivated(self, env: pb.Envelope) -> set[ObjectRef]:
+        """A pending workload deactivated (Kueue's workload controller evicts it too, though
+        it holds nothing: Evicted True Deactivated unless already evicted; QuotaReserved
+        Deactivated). One holding quota is evicted by admission (`evicted`, Deactivated)."""
+        wl = self._workloads.get(env.workload)
+        if wl is None or env.active_changed.active or wl.state != "pending":
+            return set()
+        tally = self._tally(wl.local_queue)
+        tally.add(wl, -1)
+        wl.state = "inactive"
+        tally.add(wl, 1)
+        if wl.conditions.get("Evicted", {}).get("status") != "True":
+            wl.set("Evicted", True, "Deactivated", "The workload is deactivated")
+        if self._granular:
+            wl.set("QuotaReserved", False, "Deactivated", "The workload is deactivated")
+        return {_workload_ref(env.workload), self._lq_ref(wl.local_queue)}
 
     def _answer(self, env: pb.Envelope) -> set[ObjectRef]:
         """A check admission answers itself (MultiKueue's): its state goes into the
@@ -505,10 +527,10 @@ def _requeued(wl: _Workload, payload: Any, *, granular: bool) -> None:
         message = "Workload is pending evaluation in the scheduling queue"
         wl.set("QuotaReserved", False, "PendingEvaluation", message)
     requeued = wl.conditions.get("Requeued", {})
-    if payload.reason == "Reactivated":
-        wl.set("Requeued", True, "Reactivated", "The workload was reactivated")
-    elif requeued.get("status") != "False" or requeued.get("reason") in _RESTARTED:
+    if requeued.get("status") != "False" or requeued.get("reason") in _RESTARTED:
         pass  # preempted (True already), or waiting for its queue to run
+    elif payload.reason == "Reactivated":
+        wl.set("Requeued", True, "Reactivated", "The workload was reactivated")
     elif requeued.get("reason") in _BACKING_OFF:
         wl.set("Requeued", True, "BackoffFinished", "The workload backoff was finished")
     else:  # evicted for a reason of muster's own (it queues at once)

@@ -30,6 +30,7 @@ from muster.watcher.group_status import GANG_EVENTS, GroupStatusBook
 from muster.watcher.job_mirror import Desire, JobMirror
 from muster.watcher.kube_events import EVENT_SOURCES, EventBook
 from muster.watcher.kueue_status import (
+    ACTIVE_CHANGED,
     EVICTION_COMPLETED,
     READINESS_EVENTS,
     WORKLOAD_EVENTS,
@@ -94,7 +95,14 @@ def status_subjects(cluster: str, *, pods_ready: bool = False) -> list[str]:
     (waitForPodsReady on) its own pods' readiness too."""
     readiness = READINESS_EVENTS if pods_ready else ()
     events = dict.fromkeys(
-        (*WORKLOAD_EVENTS, EVICTION_COMPLETED, *GANG_EVENTS, *EVENT_SOURCES, *readiness)
+        (
+            *WORKLOAD_EVENTS,
+            EVICTION_COMPLETED,
+            ACTIVE_CHANGED,
+            *GANG_EVENTS,
+            *EVENT_SOURCES,
+            *readiness,
+        )
     )
     return [
         *(f for e in DISPATCHED_EVENTS for f in workload_filters("*", e)),

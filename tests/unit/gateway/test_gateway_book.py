@@ -152,6 +152,18 @@ def test_readiness_lost_then_regained_reads_in_the_book_and_events() -> None:
     assert conditions_of(book)["PodsReady"][:2] == ("True", "Started")
 
 
+def test_the_back_off_limit_leaves_the_workload_inactive_once_its_pods_are_gone() -> None:
+    limit = events_pb2.WorkloadEvicted(reason="DeactivatedDueToRequeuingLimitExceeded")
+    book = book_of(
+        submitted(),
+        env("admitted", events_pb2.WorkloadAdmitted(admission=admission())),
+        env("evicted", limit),
+        env("eviction_completed", events_pb2.EvictionCompleted()),
+    )
+    (entry,) = book.find("ml", "train")
+    assert entry.summary.status == "INACTIVE"
+
+
 def test_a_pending_workload_stopped_says_deactivated_as_kueue_does() -> None:
     book = book_of(
         submitted(),
