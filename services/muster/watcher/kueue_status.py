@@ -5,7 +5,10 @@ feeds it events and desires what changed.
 
 - Workload: conditions QuotaReserved, Admitted, Evicted, Requeued, Finished (reason and
   message as Kueue words them) and `admission` (ClusterQueue, podSetAssignments), from
-  `pending`, `quota_reserved`, `admitted`, `evicted`, `requeued`, `finished`; with
+  `pending`, `quota_reserved`, `admitted`, `evicted`, `eviction_completed`, `requeued`,
+  `finished` and `active_changed`: through an eviction as Kueue's workload controller and job
+  reconciler write them (Evicted at once; the reservation cleared and Requeued set once the
+  pods are gone; BackoffFinished, <Queue>Restarted or Reactivated when it queues again); with
   waitForPodsReady on, PodsReady as Kueue's job reconciler keeps it (False, WaitForStart, from
   the start and whenever it is not admitted; True, Started, once a `running` with its pods
   ready or a `pods_ready` says so while admitted); and what its
