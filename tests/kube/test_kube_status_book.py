@@ -188,6 +188,25 @@ def test_an_admission_check_retry_is_requeued_after_its_back_off() -> None:
     assert conditions(made)["Admitted"][:2] == ("False", "NoReservation")
 
 
+def test_with_classic_reasons_a_workload_with_checks_evicted_says_checks_are_not_ready() -> None:
+    made = StatusBook(granular=False)
+    reserved = pb.QuotaReserved(admission=admission(), admission_checks=["prov"])
+    for env in (
+        event("submitted", pb.WorkloadSubmitted(queue_name="lq")),
+        event("quota_reserved", reserved),
+        event("admitted", pb.WorkloadAdmitted(admission=admission())),
+        event("evicted", pb.WorkloadEvicted(reason="Preempted", message="to admit ml/urgent")),
+        event("eviction_completed", pb.EvictionCompleted()),
+    ):
+        made.apply(env)
+    assert conditions(made)["Admitted"] == (
+        "False",
+        "NoReservationUnsatisfiedChecks",
+        "The workload has no reservation and not all checks ready",
+    )
+    assert conditions(made)["QuotaReserved"] == ("False", "Pending", "to admit ml/urgent")
+
+
 def test_a_stopped_cluster_queue_leaves_its_evicted_workloads_unrequeued_until_it_runs() -> None:
     made = book(
         event("admitted", pb.WorkloadAdmitted(admission=admission())),

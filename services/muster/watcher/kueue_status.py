@@ -512,7 +512,7 @@ def _stopped(wl: _Workload, *, granular: bool) -> None:
         _inactive(wl, granular=granular)
         return
     wl.state = "pending"
-    _unreserve(wl, "PendingEvaluation" if granular else "Pending", evicted["message"])
+    _unreserve(wl, "PendingEvaluation" if granular else "Pending", evicted["message"], granular)
     at_once = evicted["reason"] in _REQUEUED_AT_ONCE
     wl.set("Requeued", at_once, evicted["reason"], evicted["message"])
 
@@ -550,11 +550,17 @@ def _restarted(wl: _Workload) -> None:
         wl.set("Requeued", True, *restarted)
 
 
-def _unreserve(wl: _Workload, reason: str, message: str) -> None:
-    """Kueue's UnsetQuotaReservationWithCondition, and the Admitted condition it syncs."""
+def _unreserve(wl: _Workload, reason: str, message: str, granular: bool) -> None:
+    """Kueue's UnsetQuotaReservationWithCondition, and the Admitted condition it syncs
+    (SyncAdmittedCondition: its checks, reset to Pending by the eviction, are not all ready;
+    only the classic reasons say so)."""
     wl.unadmit()
     wl.set("QuotaReserved", False, reason, message)
-    wl.set("Admitted", False, "NoReservation", "The workload has no reservation")
+    if wl.checks and not granular:
+        why = "The workload has no reservation and not all checks ready"
+        wl.set("Admitted", False, "NoReservationUnsatisfiedChecks", why)
+    else:
+        wl.set("Admitted", False, "NoReservation", "The workload has no reservation")
 
 
 def _waiting_for_start(wl: _Workload) -> None:
@@ -574,9 +580,9 @@ def _inactive(wl: _Workload, *, granular: bool) -> None:
     evicted = wl.conditions["Evicted"]
     wl.state = "inactive"
     if granular:
-        _unreserve(wl, "Deactivated", "The workload is deactivated")
+        _unreserve(wl, "Deactivated", "The workload is deactivated", granular)
     else:
-        _unreserve(wl, "Pending", evicted["message"])
+        _unreserve(wl, "Pending", evicted["message"], granular)
     wl.set("Requeued", False, evicted["reason"], evicted["message"])
 
 
