@@ -27,8 +27,10 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, Protocol
+
+import msgspec
 
 from muster.bus.errors import BusError, Conflict, Retry, SetupError, Unavailable
 from muster.bus.kv import Bucket
@@ -239,33 +241,49 @@ class KnownFollower:
         names = await self._bucket()
         key = name_key(env.cluster, env.workload)
         mine = Claim(event_id=env.event_id, life=self.known.life(env.workload), at_s=self._clock())
-        revision, caught_up = 0, False
+        revision = 0  # the hot path: a name never claimed, one write
         for _ in range(CLAIMS):
             try:
                 await names.write(key, encode_claim(mine), last=revision)
                 return mine.life
             except Conflict:
                 pass  # held, or replaced since it was read
-            while True:
-                entry = await names.last_write(key)
-                found = None if entry is None or entry.value is None else decode_claim(entry.value)
-                revision = 0 if entry is None else entry.revision
-                holder = self.known.holder(env.workload)
-                match verdict(
-                    found, mine, known=holder, caught_up=caught_up, orphan_after_s=self.orphan_after_s
-                ):
-                    case Verdict.OURS:
-                        return mine.life if found is None else max(found.life, mine.life)
-                    case Verdict.TAKEN:
-                        return None
-                    case Verdict.READ:
-                        await self._read_to_end()
-                        caught_up = True
-                        life = self.known.life(env.workload)
-                        mine = Claim(event_id=mine.event_id, life=life, at_s=mine.at_s)
-                    case Verdict.TAKE:
-                        break
+            judged, revision, mine = await self._judge(names, key, mine, env.workload)
+            if judged is Verdict.OURS:
+                return mine.life
+            if judged is Verdict.TAKEN:
+                return None
         raise Retry(1.0, f"{env.workload}: its name was claimed again and again while submitting")
+
+    async def _judge(
+        self, names: Bucket, key: str, mine: Claim, workload: str
+    ) -> tuple[Verdict, int, Claim]:
+        """The verdict on the claim at `key` (the stream read to its end first when the index
+        may be behind), the revision it was read at, and `mine` as of the index then (of the
+        life held, when OURS)."""
+        caught_up = False
+        while True:
+            entry = await names.last_write(key)
+            found = None if entry is None or entry.value is None else decode_claim(entry.value)
+            revision = 0 if entry is None else entry.revision
+            judged = verdict(
+                found,
+                mine,
+                known=self.known.holder(workload),
+                caught_up=caught_up,
+                orphan_after_s=self.orphan_after_s,
+            )
+            if judged is Verdict.OURS and found is not None:
+                return (
+                    judged,
+                    revision,
+                    msgspec.structs.replace(mine, life=max(found.life, mine.life)),
+                )
+            if judged is not Verdict.READ:
+                return judged, revision, mine
+            await self._read_to_end()
+            caught_up = True
+            mine = msgspec.structs.replace(mine, life=self.known.life(workload))
 
     async def _bucket(self) -> Bucket:
         if self._names is None:
