@@ -211,7 +211,10 @@ class KnownFollower:
         callers: "already exists")."""
         submitted = [env for env in envs if env.WhichOneof("payload") == "submitted"]
         claimed_at = time.monotonic()
-        lives = await asyncio.gather(*(self._claim(env) for env in submitted))
+        if len(submitted) == 1:  # one workload per Submit: no task to make for it
+            lives = [await self._claim(submitted[0])]
+        else:
+            lives = list(await asyncio.gather(*(self._claim(env) for env in submitted)))
         life_of = {env.event_id: life for env, life in zip(submitted, lives, strict=True)}
         lost = {event_id for event_id, life in life_of.items() if life is None}
         if time.monotonic() - claimed_at > CLAIMANT_DEADLINE_S:
