@@ -176,8 +176,8 @@ class KnownFollower:
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._names: Bucket | None = None
-        # The follower and a Submit's claim may both read to the end: one at a time, or a
-        # reader could skip what the other had not applied yet (`KnownWorkloads.apply`).
+        # The follower's first reading and Submits' claims may all read to the end: one at a
+        # time, so that the later ones start where the first stopped instead of reading it all.
         self._reading = asyncio.Lock()
 
     async def duplicates(self, planned: Sequence[PlannedEvent]) -> list[PlannedEvent]:
