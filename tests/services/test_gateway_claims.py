@@ -12,10 +12,10 @@ import time
 from collections.abc import AsyncIterator
 
 import pytest
-from gateway_helpers import RunningGateway, running_gateway
+from gateway_helpers import RunningGateway, two_gateways
 from test_gateway_submit_race import outcome, submit, workload
 
-from muster.bus import Bus, BusConfig, connect
+from muster.bus import Bus, BusConfig
 from muster.bus.envelope import new_event
 from muster.bus.publisher import Duplicated
 from muster.bus.subjects import stream_configs, workload_filters
@@ -35,13 +35,8 @@ async def two(
     """Two gateways, each on its own connection, over MUSTER_EVENTS with a short window."""
     (events, *_) = stream_configs()
     await bus.js.update_stream(dataclasses.replace(events, duplicate_window=WINDOW_S))
-    one, other = await connect(bus_config), await connect(bus_config)
-    try:
-        async with running_gateway(one) as a, running_gateway(other) as b:
-            yield a, b
-    finally:
-        await one.close()
-        await other.close()
+    async with two_gateways(bus_config) as pair:
+        yield pair
 
 
 async def outlive_the_window(bus: Bus) -> None:
