@@ -11,6 +11,8 @@ import dataclasses
 import time
 from collections.abc import AsyncIterator
 
+import grpc
+import grpc.aio
 import pytest
 from gateway_helpers import RunningGateway, two_gateways
 from test_gateway_submit_race import outcome, submit, workload
@@ -137,3 +139,16 @@ async def test_a_claim_left_mid_submit_is_its_retrys_and_no_one_elses_for_long(
     reply = await submit(a, workload("orphan"), "other")
     assert outcome(reply) == "submitted"
     assert await stored_submitted(bus, "ml/orphan") == [reply.objects[0].event_id]
+
+
+async def test_a_claim_found_by_a_gateway_that_cannot_read_the_stream_is_answered_unavailable(
+    two: tuple[RunningGateway, RunningGateway], bus: Bus
+) -> None:
+    a, _ = two
+    a.server.known.read_s = 0.0  # the stream's end cannot be read in time
+    await leave_claim(bus, "ml/unsure", "another-submission", age_s=3600)
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await submit(a, workload("unsure"), "k")
+    assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "events not read in 0s: retry" in (raised.value.details() or "")
+    assert await stored_submitted(bus, "ml/unsure") == []

@@ -165,12 +165,14 @@ class KnownFollower:
         history: KnownBus,
         *,
         catch_up_s: float = CATCH_UP_S,
+        read_s: float = CATCH_UP_S,
         orphan_after_s: float = ORPHAN_AFTER_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.history = history
         self.known = KnownWorkloads()
-        self.catch_up_s = catch_up_s
+        self.catch_up_s = catch_up_s  # a Submit's wait for the index, then the claims decide
+        self.read_s = read_s  # a claim's wait for the stream's end, then UNAVAILABLE
         self.orphan_after_s = orphan_after_s
         self._clock = clock  # claims compare the claimants' wall clocks (`Claim.at_s`)
         self._ready = asyncio.Event()
@@ -235,7 +237,7 @@ class KnownFollower:
         claim = self.known.claim(env.cluster, env.workload, life)
         if not isinstance(await bus.publish(env, dedupe_id=claim), Duplicated):
             return True
-        await self._read_to_end()  # the submission stored under `claim`
+        await self._read_to_end_within()  # the submission stored under `claim`
         return not self.known.duplicate(env.workload, env.event_id)
 
     async def _claim(self, env: events_pb2.Envelope) -> int | None:
@@ -284,7 +286,7 @@ class KnownFollower:
                 )
             if judged is not Verdict.READ:
                 return judged, revision, mine
-            await self._read_to_end()
+            await self._read_to_end_within()
             caught_up = True
             mine = msgspec.structs.replace(mine, life=self.known.life(workload))
 
@@ -307,6 +309,15 @@ class KnownFollower:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+
+    async def _read_to_end_within(self) -> None:
+        """`_read_to_end`, or `Unavailable` after `read_s`: a Submit that must know what is
+        stored before it answers (a claim found) is answered UNAVAILABLE (retry) instead."""
+        try:
+            async with asyncio.timeout(self.read_s):
+                await self._read_to_end()
+        except TimeoutError as exc:
+            raise Unavailable(f"events not read in {self.read_s:g}s: retry") from exc
 
     async def _read_to_end(self) -> None:
         """Read every event stored now into the index (the follower may be behind)."""
