@@ -21,7 +21,7 @@ from muster.bus import Bus, BusConfig
 from muster.bus.envelope import new_event
 from muster.bus.publisher import Duplicated
 from muster.bus.subjects import stream_configs, workload_filters
-from muster.contracts.v1 import events_pb2
+from muster.contracts.v1 import events_pb2, services_pb2
 from muster.gateway.claims import NAMES_BUCKET, Claim, encode_claim, name_key
 from muster.gateway.submit import plan_submit
 
@@ -116,7 +116,7 @@ async def leave_claim(bus: Bus, key: str, event_id: str, *, age_s: float) -> Non
     """The claim a gateway stopped between claim and `submitted` leaves, written `age_s` ago."""
     names = await bus.kv(NAMES_BUCKET)
     claim = Claim(event_id=event_id, life=0, at_s=time.time() - age_s)
-    await names.write(name_key("local", key), encode_claim(claim), last=0)
+    await names.write(name_key(key), encode_claim(claim), last=0)
 
 
 def event_id_of(manifest: str, idempotency_key: str) -> str:
@@ -152,3 +152,23 @@ async def test_a_claim_found_by_a_gateway_that_cannot_read_the_stream_is_answere
     assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
     assert "events not read in 0s: retry" in (raised.value.details() or "")
     assert await stored_submitted(bus, "ml/unsure") == []
+
+
+async def test_one_name_raced_to_two_clusters_is_submitted_once(
+    two: tuple[RunningGateway, RunningGateway], bus: Bus
+) -> None:
+    """Admission takes a name for one workload in every cluster: so does the claim."""
+
+    async def to(gw: RunningGateway, cluster: str) -> services_pb2.SubmitResponse:
+        request = services_pb2.SubmitRequest(
+            manifest=workload("shared"), idempotency_key=cluster, cluster=cluster
+        )
+        reply: services_pb2.SubmitResponse = await gw.gateway.Submit(request, timeout=20)
+        return reply
+
+    replies = await asyncio.gather(to(two[0], "local"), to(two[1], "east"))
+    assert sorted(outcome(r) for r in replies) == ["exists", "submitted"]
+    last = await bus.last_sequence()
+    filters = [f for c in ("local", "east") for f in workload_filters(c, "submitted")]
+    stored = [env.cluster async for env in bus.replay(filters, until_sequence=last)]
+    assert len(stored) == 1

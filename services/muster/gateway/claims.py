@@ -1,6 +1,6 @@
 """Who holds a workload name: the claim a Submit writes in `MUSTER_NAMES` before its `submitted`.
 
-One key per name (`<cluster>.<namespace>.<name>`), written only with the revision it was read
+One key per name (`<namespace>.<name>`), written only with the revision it was read
 at (0: never written), so of two Submits racing for a name JetStream stores one claim however
 old the name's previous life is (the stream's dedupe window, 2 min, bounds nothing here). The
 value says which submission (`event_id`) claimed which life of the name (`life`: the stream
@@ -60,14 +60,16 @@ def decode_claim(data: bytes) -> Claim | None:
         return None
 
 
-def name_key(cluster: str, workload: str) -> str:
-    """The key of workload `workload` ("<namespace>/<name>") of `cluster`. Names are DNS-1123
-    (muster.api checks them), so the readable form is a valid key; any other is hashed."""
+def name_key(workload: str) -> str:
+    """The key of workload `workload` ("<namespace>/<name>"), whatever its cluster: admission
+    takes a name for one workload in every cluster (`admission.ledger.Ledger.submit`). Names are
+    DNS-1123 (muster.api checks them), so the readable form is a valid key; any other is hashed
+    under a token no namespace can be ("=")."""
     namespace, _, name = workload.partition("/")
-    key = f"{cluster}.{namespace}.{name}"
+    key = f"{namespace}.{name}"
     if valid_key(key):
         return key
-    return f"{cluster}.sha256.{hashlib.sha256(workload.encode()).hexdigest()}"
+    return f"=sha256.{hashlib.sha256(workload.encode()).hexdigest()}"
 
 
 def verdict(

@@ -244,7 +244,7 @@ class KnownFollower:
         """Claim `submitted` `env`'s name in MUSTER_NAMES: the life of the name it holds now
         (written now, or by this Submit before: a retry), or None when another holds it."""
         names = await self._bucket()
-        key = name_key(env.cluster, env.workload)
+        key = name_key(env.workload)
         mine = Claim(event_id=env.event_id, life=self.known.life(env.workload), at_s=self._clock())
         revision = 0  # the hot path: a name never claimed, one write
         for _ in range(CLAIMS):
