@@ -39,6 +39,7 @@ def buckets(deployment: Deployment, *, lease_ttl_s: float = DEFAULT_LEASE_TTL_S)
         Bucket(name="MUSTER_WATCHER"),
         Bucket(name="MUSTER_CLUSTERS"),
         Bucket(name="MUSTER_PARTITIONS"),  # each LocalQueue's admission partition
+        Bucket(name="MUSTER_NAMES"),  # the gateways' claims of workload names, kept until replaced
         *(Bucket(name=SIM_BUCKET_PREFIX + c) for c in deployment.simulated),
     ]
 
