@@ -168,12 +168,16 @@ class MusterClient(NatsClient):
         self._write_due = False
         if not self._pending_data_size or not self.is_connected:
             return  # nothing, or reconnecting: nats-py sends what is pending once reconnected
-        writer = getattr(self._transport, "_io_writer", None)  # a TCP (or TLS) connection's
+        transport = self._transport
+        writer = getattr(transport, "_io_writer", None)  # a TCP (or TLS) connection's
         socket = writer.transport if writer is not None else None
-        if socket is None or socket.is_closing() or socket.get_write_buffer_size():
+        if transport is None or socket is None or socket.is_closing():
             self._wake_flusher()
             return
-        self._transport.writelines(self._pending)
+        if socket.get_write_buffer_size():
+            self._wake_flusher()
+            return
+        transport.writelines(self._pending)
         self._pending = []
         self._pending_data_size = 0
 
