@@ -158,14 +158,13 @@ class PullFeed:
         if status is None:
             self._asked = max(0, self._asked - 1)
             self._ready.append(msg)
-            self._wake_taker()
         elif status != _HEARTBEAT:
             self._request_ended(status, headers or {}, now)
-            self._wake_taker()
-
-    def _wake_taker(self) -> None:
-        if self._waiter is not None:
-            _wake(self._waiter, False)
+        else:
+            return
+        waiter = self._waiter  # `take` waits: wake it (inline: a call per delivery counts)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(False)
 
     def _request_ended(self, status: str, headers: dict[str, str], now: float) -> None:
         """A pull request ended unfilled: 408 expired, 404 nothing there, 409 refused."""
