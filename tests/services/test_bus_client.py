@@ -306,7 +306,8 @@ async def test_publishes_are_written_without_the_flusher_unless_the_socket_is_ba
     got: list[Msg] = []
     reader, nc = await _subscribed_then_connected(nats_server, "t.written", got)
     queue = nc._flush_queue
-    assert queue is not None and nc._transport is not None
+    assert queue is not None
+    assert nc._transport is not None
     socket = nc._transport._io_writer.transport  # type: ignore[attr-defined]
     wakes = 0
     put = queue.put_nowait
