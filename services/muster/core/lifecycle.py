@@ -405,7 +405,7 @@ class Lifecycle:
 def backoff_seconds(count: int, base_s: int, max_s: int) -> int:
     """The back-off after the `count`th PodsReadyTimeout eviction: base*2^(count-1), capped
     (Kueue's requeuingStrategy, without its jitter: decisions replay byte for byte)."""
-    return min(base_s * 2 ** (count - 1), max_s)
+    return min(base_s << (count - 1), max_s)
 
 
 def _reserved_only(wl: Workload) -> bool:
