@@ -22,6 +22,7 @@ from kube_services_helpers import (
     workload_of_job,
 )
 
+from muster.api.times import format_time
 from muster.bus import DLQ_STREAM, new_event
 from muster.contracts.v1 import events_pb2 as pb
 
@@ -391,8 +392,15 @@ async def test_a_pods_ready_timeout_backs_off_requeued_false_then_true_then_deac
         timeout = f"Exceeded the PodsReady timeout ml/{name}"
         backing_off = await condition_when(kubectl, "Workload", name, "ml", "Requeued", "False")
         assert said(backing_off) == ("False", "PodsReadyTimeout", timeout)
+        # Kueue's requeueState: one requeue, the back-off (1 s) ending 1 s after the pods left.
+        (gone,) = stack.events.of(f"ml/{name}", "workload.eviction_completed")
+        until = format_time(gone.time_unix_nano / 1e9 + 1)
+        backing = (await kubectl.get("Workload", name, "ml"))["status"].get("requeueState")
+        assert backing in ({"count": 1, "requeueAt": until}, {"count": 1})  # {count}: over
         requeued = await condition_when(kubectl, "Workload", name, "ml", "Requeued", "True")
         assert said(requeued) == ("True", "BackoffFinished", "The workload backoff was finished")
+        status = (await kubectl.get("Workload", name, "ml"))["status"]
+        assert status["requeueState"] == {"count": 1}  # requeueAt cleared as it queues again
 
         await stopped(stack, await start_unready(stack, name))  # times out again: the limit
 
@@ -416,6 +424,7 @@ async def test_a_pods_ready_timeout_backs_off_requeued_false_then_true_then_deac
         assert said(condition(workload, "Admitted"))[:2] == ("False", "NoReservation")
         assert said(condition(workload, "PodsReady")) == WAITING
         assert "admission" not in workload["status"]
+        assert "requeueState" not in workload["status"]  # Kueue clears it on deactivation
 
 
 async def test_pods_that_become_ready_make_the_workload_pods_ready(tmp_path: Path) -> None:

@@ -192,12 +192,12 @@ def test_requeue_state_counts_timeouts_tells_each_back_off_and_clears_on_deactiv
     for n, (stopped_s, back_s) in enumerate([(100.0, 10), (200.0, 15)], start=1):
         made.apply(at("admitted", pb.WorkloadAdmitted(admission=admission()), stopped_s - 10))
         made.apply(at("evicted", timeout, stopped_s - 1))
-        assert requeue_state(made) == {"count": n}  # its pods still running
+        assert requeue_state(made) == {"count": n, "requeueAt": None}  # its pods still running
         made.apply(at("eviction_completed", pb.EvictionCompleted(), stopped_s))
         assert requeue_state(made) == {"count": n, "requeueAt": format_time(stopped_s + back_s)}
         requeued = pb.WorkloadRequeued(reason="BackoffFinished", message="x")
         made.apply(at("requeued", requeued, stopped_s + back_s))
-        assert requeue_state(made) == {"count": n}
+        assert requeue_state(made) == {"count": n, "requeueAt": None}  # None: removed
     made.apply(at("admitted", pb.WorkloadAdmitted(admission=admission()), 300.0))
     limit = "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
     reason = "DeactivatedDueToRequeuingLimitExceeded"

@@ -195,10 +195,9 @@ class _Workload:
         if self.cluster_name:
             out["clusterName"] = self.cluster_name
         if self.requeue_count:
-            state: dict[str, Any] = {"count": self.requeue_count}
-            if self.requeue_at_s is not None:
-                state["requeueAt"] = format_time(self.requeue_at_s)
-            out["requeueState"] = state
+            # requeueAt None once the back-off is over: the writer's merge patch removes it.
+            at = None if self.requeue_at_s is None else format_time(self.requeue_at_s)
+            out["requeueState"] = {"count": self.requeue_count, "requeueAt": at}
         return out
 
 
