@@ -19,8 +19,10 @@ from test_gateway_submit_race import outcome, submit, workload
 
 from muster.bus import Bus, BusConfig
 from muster.bus.envelope import new_event
+from muster.bus.permissions import Deployment
 from muster.bus.publisher import Duplicated
-from muster.bus.subjects import stream_configs, workload_filters
+from muster.bus.setup import buckets
+from muster.bus.subjects import EVENTS_KEPT_S, stream_configs, workload_filters
 from muster.contracts.v1 import events_pb2, services_pb2
 from muster.gateway.claims import NAMES_BUCKET, Claim, encode_claim, name_key
 from muster.gateway.submit import plan_submit
@@ -172,3 +174,17 @@ async def test_one_name_raced_to_two_clusters_is_submitted_once(
     filters = [f for c in ("local", "east") for f in workload_filters(c, "submitted")]
     stored = [env.cluster async for env in bus.replay(filters, until_sequence=last)]
     assert len(stored) == 1
+
+
+async def test_claims_are_kept_as_long_as_the_events_that_judge_them(
+    two: tuple[RunningGateway, RunningGateway], bus: Bus
+) -> None:
+    """A gateway that makes MUSTER_NAMES (no `muster nats-setup` before it) makes it as setup
+    would: claims age out with MUSTER_EVENTS' events, so the bucket keeps no name for ever."""
+    a, _ = two
+    await submit(a, workload("aged"), "aged")
+    (events, *_) = stream_configs()
+    status = await (await bus.kv(NAMES_BUCKET)).status()
+    assert status.ttl_s == events.max_age == EVENTS_KEPT_S
+    (made,) = [b for b in buckets(Deployment()) if b.name == NAMES_BUCKET]
+    assert made.ttl_s == EVENTS_KEPT_S

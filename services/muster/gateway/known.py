@@ -35,7 +35,7 @@ import msgspec
 from muster.bus.errors import BusError, Conflict, Retry, SetupError, Unavailable
 from muster.bus.kv import Bucket
 from muster.bus.publisher import Duplicated
-from muster.bus.subjects import EVENTS_STREAM, workload_filters
+from muster.bus.subjects import EVENTS_KEPT_S, EVENTS_STREAM, workload_filters
 from muster.contracts.v1 import events_pb2
 from muster.gateway.claims import (
     CLAIMANT_DEADLINE_S,
@@ -153,7 +153,7 @@ class SubmitPublisher(Protocol):
 class KnownBus(EventHistory, Protocol):
     """What the index reads (MUSTER_EVENTS) and where names are claimed (`muster.bus.Bus`)."""
 
-    async def kv(self, bucket: str) -> Bucket: ...
+    async def kv(self, bucket: str, *, ttl_s: float | None = None) -> Bucket: ...
 
 
 class KnownFollower:
@@ -293,7 +293,8 @@ class KnownFollower:
     async def _bucket(self) -> Bucket:
         if self._names is None:
             try:
-                self._names = await self.history.kv(NAMES_BUCKET)
+                # Made as `muster nats-setup` makes it, when a gateway is first (dev, one user).
+                self._names = await self.history.kv(NAMES_BUCKET, ttl_s=EVENTS_KEPT_S)
             except SetupError as exc:  # not a BusError: Submit answers UNAVAILABLE for this
                 raise Unavailable(str(exc)) from exc
         return self._names
