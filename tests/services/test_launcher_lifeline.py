@@ -8,8 +8,12 @@ import asyncio
 import sys
 from pathlib import Path
 
+import grpc.aio
 import pytest
 from budget import wait_s
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from muster.launcher.lifeline import tied_to_launcher
 
 pytestmark = [
     pytest.mark.timeout(60),
@@ -64,3 +68,32 @@ async def test_the_services_and_nats_server_stop_once_their_launcher_is_killed(
     async with asyncio.timeout(wait_s(None)):
         while any(map(running, children)):  # noqa: ASYNC110  # other processes' exits
             await asyncio.sleep(0.1)
+
+
+async def test_children_start_whole_while_grpc_is_busy_in_the_launcher() -> None:
+    """A launcher that is itself a gRPC client and server (the chaos bench, `muster run`'s
+    driver) starts its children without gRPC's fork handlers running in them: started through
+    a `preexec_fn`, about one child in ten died before its exec (SIGABRT or SIGSEGV)."""
+    server = grpc.aio.server()
+    health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    stub = health_pb2_grpc.HealthStub(channel)
+
+    async def busy() -> None:
+        while True:
+            await stub.Check(health_pb2.HealthCheckRequest())
+
+    callers = [asyncio.create_task(busy()) for _ in range(4)]
+    try:
+        statuses = []
+        for _ in range(60):
+            child = await asyncio.create_subprocess_exec(*tied_to_launcher(["true"]))
+            statuses.append(await child.wait())
+    finally:
+        for caller in callers:
+            caller.cancel()
+        await channel.close()
+        await server.stop(None)
+    assert statuses == [0] * 60

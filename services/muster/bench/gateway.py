@@ -29,7 +29,7 @@ from muster.bench.memory import rss_mib
 from muster.bench.table import Column, number, render_table
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
 from muster.gateway.auth_tokens import token_hash
-from muster.launcher.lifeline import ends_with_launcher
+from muster.launcher.lifeline import tied_to_launcher
 from muster.launcher.nats_server import NatsServer
 
 SECTION: Final = "gateway"
@@ -66,11 +66,13 @@ async def gateway_process(
         path.write_text(f"tokens: [{{sha256: {token_hash(secrets.token_hex())}, user: someone}}]\n")
         security = ("--tokens-file", str(path))
     with (directory / "gateway.log").open("ab") as log:
-        proc = await asyncio.create_subprocess_exec(
+        argv = [
             sys.executable, "-m", "muster.gateway", "--nats", url, "--listen", "127.0.0.1:0",
             *security, "--log-level", "WARNING",
-            stdout=asyncio.subprocess.PIPE, stderr=log, preexec_fn=ends_with_launcher(),
-        )  # fmt: skip
+        ]  # fmt: skip
+        proc = await asyncio.create_subprocess_exec(
+            *tied_to_launcher(argv), stdout=asyncio.subprocess.PIPE, stderr=log
+        )
     try:
         assert proc.stdout is not None
         address = ""

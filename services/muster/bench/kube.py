@@ -39,7 +39,7 @@ from muster.cluster.kube.events import EventRecorder, EventSettings
 from muster.cluster.kube.informer import SEQ_BITS, current_resource_version
 from muster.cluster.kube.references import Reference
 from muster.cluster.kube.transport import MERGE_PATCH
-from muster.launcher.lifeline import ends_with_launcher
+from muster.launcher.lifeline import tied_to_launcher
 from muster.watcher.kube_events import ADMISSION
 
 SECTION = "kube"
@@ -63,14 +63,13 @@ class KubeRow(msgspec.Struct, frozen=True, kw_only=True):
 @contextlib.asynccontextmanager
 async def standin(*, history: int, job_controller: bool = False) -> AsyncIterator[str]:
     """The stand-in in a child process (with its Job controller, when told); yields its URL."""
-    proc = await asyncio.create_subprocess_exec(
+    argv = [
         sys.executable,
         *("-m", "muster.devtools.apiserver", "--port", "0"),
         *("--history", str(history), "--bookmark-interval", "0.5"),
         *(["--job-controller"] if job_controller else []),
-        stdout=subprocess.PIPE,
-        preexec_fn=ends_with_launcher(),
-    )
+    ]
+    proc = await asyncio.create_subprocess_exec(*tied_to_launcher(argv), stdout=subprocess.PIPE)
     try:
         assert proc.stdout is not None
         line = await asyncio.wait_for(proc.stdout.readline(), 30)

@@ -14,8 +14,8 @@ import ctypes
 import os
 import signal
 import sys
-from collections.abc import Callable
-from typing import Final
+from collections.abc import Callable, Sequence
+from typing import Final, NoReturn
 
 _PR_SET_PDEATHSIG: Final = 1  # <linux/prctl.h>
 
@@ -36,19 +36,32 @@ def _prctl() -> Callable[[int, int], int] | None:
 _PRCTL: Final = _prctl()
 
 
-def ends_with_launcher() -> Callable[[], None] | None:
-    """A `preexec_fn` for a child that must not outlive this process; None where the kernel
-    offers no such notice (the child then outlives a killed launcher, as before).
+def tied_to_launcher(argv: Sequence[str]) -> list[str]:
+    """`argv` started so that it ends with this process: through this module (`main`), which
+    asks for the notice and then becomes `argv` (same process, same parent); `argv` itself
+    where the kernel offers no such notice (the child then outlives a killed launcher).
 
+    Not a `preexec_fn`: that makes subprocess fork without exec'ing at once, and gRPC's fork
+    handlers then restart its threads in the child, where closing the inherited descriptors
+    before the exec crashed it now and then (SIGABRT/SIGSEGV before the exec, in `muster run`'s
+    and the chaos bench's restarts). Without one, subprocess uses vfork and runs no handler.
     The notice comes when the thread that started the child ends, so children are started
     from the event loop's thread, which lives as long as the launcher."""
-    prctl, launcher = _PRCTL, os.getpid()
-    if prctl is None:
-        return None
+    if _PRCTL is None:
+        return list(argv)
+    return [sys.executable, "-m", __name__, str(os.getpid()), *argv]
 
-    def in_child() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != launcher:  # gone between the fork and the prctl: no notice will come
-            os._exit(1)
 
-    return in_child
+def main(args: Sequence[str]) -> NoReturn:
+    """`python -m muster.launcher.lifeline LAUNCHER_PID COMMAND...`: SIGTERM on the
+    launcher's end, then exec COMMAND."""
+    launcher, *command = args
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != int(launcher):  # gone before the prctl: no notice will come
+        os._exit(1)
+    os.execvp(command[0], command)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -20,7 +20,7 @@ from typing import Final
 
 from muster.bus.natsconf import authorization, server_config
 from muster.bus.permissions import ADMIN, Deployment, users
-from muster.launcher.lifeline import ends_with_launcher
+from muster.launcher.lifeline import tied_to_launcher
 
 # The Go runtime's settings for a server that shares its machine with every service (`muster
 # run`, `muster up`, the benches), unless set in the environment: one thread running Go code
@@ -103,11 +103,11 @@ class NatsServer:
 
     async def start(self, *, log_path: Path, timeout_s: float = 10.0) -> str:
         self.store_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        argv = [nats_server_binary(), *self._arguments()]
         log = log_path.open("ab")
         self.process = await asyncio.create_subprocess_exec(
-            nats_server_binary(), *self._arguments(), stdout=log, stderr=log,
-            env={**GO_RUNTIME, **os.environ},
-            preexec_fn=None if self.outlive_launcher else ends_with_launcher(),
+            *(argv if self.outlive_launcher else tied_to_launcher(argv)),
+            stdout=log, stderr=log, env={**GO_RUNTIME, **os.environ},
         )  # fmt: skip
         log.close()
         deadline = asyncio.get_running_loop().time() + timeout_s

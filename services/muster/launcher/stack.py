@@ -20,7 +20,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from muster.bus.permissions import identity
-from muster.launcher.lifeline import ends_with_launcher
+from muster.launcher.lifeline import tied_to_launcher
 from muster.launcher.nats_server import LaunchError
 
 PER_CLUSTER = ("sim-cluster", "watcher", "binder", "gangpermit")  # in start order
@@ -129,7 +129,7 @@ class Stack:
         `outlive_launcher`: the services run on if this process is killed (`muster up`: for
         `muster down` to stop); otherwise they stop with it (`muster.launcher.lifeline`)."""
         self.log_dir = log_dir
-        self._preexec = None if outlive_launcher else ends_with_launcher()
+        self._outlive = outlive_launcher
         more = service_args or {}
         per_cluster = [
             (
@@ -208,8 +208,8 @@ class Stack:
     async def _spawn(self, svc: ServiceProcess) -> None:
         svc.starts += 1
         svc.process = await asyncio.create_subprocess_exec(
-            *svc.argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-            env=svc.env, preexec_fn=self._preexec,
+            *(svc.argv if self._outlive else tied_to_launcher(svc.argv)),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=svc.env,
         )  # fmt: skip
         svc.reader = asyncio.create_task(self._read(svc))
         self._readers.append(svc.reader)
