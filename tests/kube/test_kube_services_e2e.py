@@ -315,6 +315,31 @@ async def test_a_node_the_binder_may_not_create_is_dead_lettered_by_name(
         assert await stack.kubectl.get("Pod", "solo", "default") is not None  # the rest applied
 
 
+async def test_a_job_muster_cannot_read_is_dead_lettered_with_its_field(tmp_path: Path) -> None:
+    # kubectl takes "1e30" cpu (the stand-in checks types, not quantities); muster counts in
+    # milli-units below 2^63. The watcher used to log a warning only: the Job sat suspended
+    # with no word anywhere a user or an operator looks.
+    hostile = (EXAMPLES / "jobs.yaml").read_text().split("---")[0]
+    hostile = hostile.replace("sample-job-team-a", "huge").replace('cpu: "1"', 'cpu: "1e30"')
+    async with running_stack(tmp_path) as stack:
+        kubectl = stack.kubectl
+        await kubectl.apply((EXAMPLES / "two-teams.yaml").read_text() + "---" + NODE)
+        await kubectl.apply(hostile)
+        await kubectl.apply((EXAMPLES / "jobs.yaml").read_text())
+
+        async def dead() -> Any:
+            info = await stack.bus.js.stream_info(DLQ_STREAM)
+            return info.state.messages and await stack.bus.js.get_msg(DLQ_STREAM, 1)
+
+        letter = await eventually(dead)
+        assert letter.subject == "muster.v1.dlq.watcher-local"
+        assert letter.headers["Muster-Dlq-Reason"].startswith(
+            "Job/team-a/huge: spec.template.spec.containers[0].resources.requests.cpu: "
+        )
+        await job_when(kubectl, "team-b", "sample-job-team-b", suspended=False)  # the rest runs
+        assert (await kubectl.get("Job", "huge", "team-a") or {})["spec"]["suspend"] is True
+
+
 # waitForPodsReady: readiness is the pods' Ready condition (what their readiness probes say),
 # not their phase, as Kueue reads it; the test is the kubelet that writes it.
 

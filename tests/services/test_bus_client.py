@@ -333,3 +333,28 @@ async def test_publishes_are_written_without_the_flusher_unless_the_socket_is_ba
             del socket.get_write_buffer_size
         await nc.close()
         await reader.close()
+
+
+async def test_a_command_the_server_refuses_costs_a_reconnect_not_the_connection(bus: Bus) -> None:
+    # nats-server ends the connection over a protocol line longer than 4 KiB; nats-py then
+    # closed for good, and the service kept running without NATS.
+    await bus.nc.publish("t." + "x" * 5000, b"")
+    await until(lambda: not bus.nc.is_connected)
+
+    await until(lambda: bus.nc.is_connected)
+    ack = await bus.js.publish("muster.v1.local.workload.submitted", b"after")
+    assert ack.seq >= 1
+    assert not bus.nc.is_closed
+
+
+async def test_a_subscription_the_server_refuses_leaves_the_connection_up(bus: Bus) -> None:
+    # nats-server answers "Invalid Subject" and keeps the connection: nats-py closed it.
+    # (nats-py's own subscribe checks the subject first: the command is written raw.)
+    reconnects = bus.nc.stats["reconnects"]
+    await bus.nc._send_command(b"SUB a..b 9999\r\n")
+    await bus.nc.flush()
+
+    ack = await bus.js.publish("muster.v1.local.workload.submitted", b"after")
+    assert ack.seq >= 1
+    assert bus.nc.is_connected
+    assert bus.nc.stats["reconnects"] == reconnects  # nor dropped and made again

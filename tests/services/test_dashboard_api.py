@@ -66,3 +66,47 @@ async def test_events_arrive_as_server_sent_events(client: Http, bus: Bus) -> No
         "ml/w0",
         "WaitingForQuota: 1 more needed",
     )
+
+
+@pytest.mark.parametrize(
+    ("query", "headers", "problem"),
+    [
+        ("from=" + "9" * 30, {}, "from: must be a whole number from 0 to 9223372036854775807"),
+        ("from=-5", {}, "from: must be a whole number"),
+        ("from=" + "1" * 5000, {}, "from: must be a whole number"),
+        ("from=1", {"Last-Event-ID": "²"}, "Last-Event-ID: must be a whole number"),
+        ("from=1", {"Last-Event-ID": str(2**64 - 1)}, "Last-Event-ID: must be a whole number"),
+    ],
+)
+async def test_a_hostile_resume_point_is_a_400_naming_it(
+    client: Http, query: str, headers: dict[str, str], problem: str
+) -> None:
+    # They were a 500, or a 200 whose stream broke off once the Watch request was built.
+    reply = await client.get(f"/api/events?{query}", headers={**BEARER, **headers})
+
+    assert reply.status == 400
+    assert (await reply.json())["error"].startswith(problem)
+    assert (await client.get("/api/queues", headers=BEARER)).status == 200
+
+
+async def test_on_loopback_a_request_for_another_host_name_is_refused(client: Http) -> None:
+    # A page of evil.example that re-points its name at 127.0.0.1 (DNS rebinding) sends this.
+    refused = await client.get("/api/workloads", headers={**BEARER, "Host": "evil.example:8080"})
+    assert refused.status == 421
+    assert "not a loopback name" in (await refused.json())["error"]
+
+    for host in ("localhost:8080", "127.0.0.1:8080", "[::1]:8080"):
+        assert (await client.get("/api/workloads", headers={**BEARER, "Host": host})).status == 200
+
+
+@pytest.mark.parametrize("path", ["/api/queues", "/api/events?from=1"])
+async def test_a_token_grpc_cannot_carry_is_a_400_naming_the_header(
+    client: Http, path: str
+) -> None:
+    # "Bearer café" raised out of the gRPC call: a 500, or a stream that broke off.
+    token = "Bearer café".encode().decode("latin-1")  # the bytes a browser would send
+
+    reply = await client.get(path, headers={"Authorization": token})
+
+    assert reply.status == 400
+    assert (await reply.json())["error"].startswith("Authorization: must be 'Bearer TOKEN'")

@@ -15,6 +15,7 @@ from bus_helpers import EventLog
 from placement_stack import Stack, node, placement_stack
 
 from muster.bus import Bus
+from muster.gateway.eventtext import detail
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -112,6 +113,9 @@ async def test_composite_tree_binds_both_groups_in_one_block_or_nothing(stack: S
     while "no block domain" not in waiting.gang_waiting.reason:
         waiting = await stack.events.wait_for_next("gang_waiting", after=waiting, timeout_s=10)
     assert stack.events.matching("gang_permitted") == []
+    # The tree needs two groups of 2 pods: 4 pods, not its group count ("4 of 2 pods pending").
+    assert waiting.gang_waiting.min_count == 4
+    assert detail(waiting).endswith(f"({waiting.gang_waiting.pending} of 4 pods pending)")
 
     await stack.backend.apply(node("b2", cpu="2", labels={"block": "b"}))
     left = await stack.events.wait_for("gang_permitted", workload="ns/left", timeout_s=10)

@@ -206,3 +206,35 @@ async def test_thousands_of_problems_answer_the_first_ones_and_a_count(
     assert lines[-1] == f"... and {3000 - (len(lines) - 1)} more problems (3000 in all)"
     assert len(lines) > 20
     assert await stored_count(bus) == 0
+
+
+async def test_a_cluster_id_too_long_for_a_subject_is_refused_and_the_gateway_keeps_serving(
+    gw: RunningGateway, bus: Bus, events: EventLog
+) -> None:
+    # In a subject, a 5 000-character token passes nats-server's 4 KiB protocol line: the
+    # server ended the gateway's connection, and every later call failed "connection closed".
+    details = await refused(gw, JOB, cluster="c" * 5000)
+
+    assert details == "cluster: cluster id must be at most 253 characters, got 5000"
+    (wl,) = (await submit(gw, JOB, cluster="c" * 253)).objects
+    await events.wait_for("workload.submitted", workload=wl.key)
+    assert await stored_count(bus) == 1
+
+
+async def test_a_key_written_twice_is_refused_under_strict_and_warned_under_warn(
+    gw: RunningGateway, bus: Bus
+) -> None:
+    # `suspend: true` then `suspend: false`: the later one wins. muster simulate refused it
+    # under strict, as kubectl does; Submit took it silently.
+    twice = JOB.replace("  parallelism: 2", "  parallelism: 2\n  parallelism: 3")
+    line = next(i for i, text in enumerate(twice.splitlines(), 1) if "parallelism: 3" in text)
+    problem = (
+        f"manifest: line {line}: duplicate key 'parallelism': the later value replaces the earlier"
+    )
+
+    strict = await refused(gw, twice)
+    assert await stored_count(bus) == 0
+    warned = await submit(gw, twice, validation="warn")
+
+    assert strict == problem
+    assert list(warned.warnings) == [problem]

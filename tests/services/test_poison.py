@@ -19,7 +19,7 @@ from admission_world import (
     workload,
 )
 from bus_helpers import EventLog
-from placement_stack import Stack, node, placement_stack, submit_and_admit
+from placement_stack import Stack, node, placement_stack, submit_and_admit, workload_manifest
 
 from muster.bus import DLQ_STREAM, Bus, new_event
 from muster.cluster.sim import pod_key
@@ -120,6 +120,47 @@ async def test_an_event_gangpermit_cannot_apply_is_dead_lettered(
     (letter,) = [m for m in await dead_letters(bus) if m.subject.endswith("gangpermit-local")]
     assert pb.Envelope.FromString(letter.data).event_id == env.event_id
     assert "JSONDecodeError" in (letter.headers or {})["Muster-Dlq-Reason"]
+
+
+async def test_an_admission_of_2_to_the_31_pods_is_dead_lettered_not_made(
+    bus: Bus, events: EventLog
+) -> None:
+    # As a client holding admission's NATS permissions could publish it: the binder made the
+    # pods one by one and gang-permit listed them, until memory ran out and the consumer died.
+    async with placement_stack(bus, events) as stack:
+        await stack.backend.apply(node("a"))
+        manifest = workload_manifest("greedy", count=1)
+        spec = pb.WorkloadSubmitted(manifest_json=json.dumps(manifest), queue_name="main")
+        await stack.publish("submitted", spec, workload="ns/greedy")
+        assignment = pb.PodSetAssignment(name="main", count=2**31 - 1, flavors={"cpu": "default"})
+        admission = pb.Admission(cluster_queue="cq", pod_set_assignments=[assignment])
+        await stack.publish(
+            "admitted", pb.WorkloadAdmitted(admission=admission), workload="ns/greedy"
+        )
+
+        key = await submit_and_admit(stack, "after", count=1)
+        await stack.events.wait_for("finished", workload=key, timeout_s=15)
+        assert_alive(stack)
+
+        async def both() -> bool:
+            return len(await _letters_about(bus, "ns/greedy")) == 2
+
+        await eventually(both)
+        assert await stack.backend.store.list("pod.ns.greedy") == []
+    letters = await _letters_about(bus, "ns/greedy")
+    assert sorted(m.subject for m in letters) == [
+        "muster.v1.dlq.binder-local",
+        "muster.v1.dlq.gangpermit-local",
+    ]
+    for letter in letters:
+        assert (letter.headers or {})["Muster-Dlq-Reason"].endswith(
+            "admission of ns/greedy: podset 'main' admitted with 2147483647 pods, outside 0..1"
+            " (its count)"
+        )
+
+
+async def _letters_about(bus: Bus, key: str) -> list[Any]:
+    return [m for m in await dead_letters(bus) if pb.Envelope.FromString(m.data).workload == key]
 
 
 async def test_a_pod_the_watcher_cannot_read_is_dead_lettered_and_the_watch_goes_on(

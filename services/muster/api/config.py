@@ -34,6 +34,10 @@ _UNIT_SECONDS = {
 }
 
 
+_LONGEST = Fraction(2**63 - 1, 10**9)  # Go's time.Duration: int64 nanoseconds
+_MAX_CHARS = 64  # far past any duration written by hand: the digits stay cheap to read
+
+
 def parse_duration(text: str) -> float:
     """Return a Go duration string ("5m", "300s", "1h30m", "1.5h", "0") in seconds.
 
@@ -43,9 +47,12 @@ def parse_duration(text: str) -> float:
     if body == "0":
         return 0.0
     parts = list(_DURATION_PART.finditer(body))
-    if not body or "".join(p.group(0) for p in parts) != body:
-        raise ValueError(f'expected a duration such as 5m, 300s or 1h30m, got "{text}"')
+    if not body or len(body) > _MAX_CHARS or "".join(p.group(0) for p in parts) != body:
+        shown = text if len(text) <= _MAX_CHARS else text[:_MAX_CHARS] + "..."
+        raise ValueError(f'expected a duration such as 5m, 300s or 1h30m, got "{shown}"')
     seconds = sum((Fraction(p.group(1)) * _UNIT_SECONDS[p.group(2)] for p in parts), Fraction(0))
+    if seconds > _LONGEST:  # Go's time.ParseDuration refuses it too (int64 nanoseconds)
+        raise ValueError(f'must be at most 2562047h47m16.854775807s, got "{text}"')
     return float(-seconds if text.startswith("-") else seconds)
 
 

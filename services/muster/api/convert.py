@@ -421,6 +421,10 @@ def _admission(raw: RawAdmission, counts: dict[str, int], errs: ObjectErrors) ->
             for name, value in assignment.resource_usage.items()
         }
         count = assignment.count if assignment.count is not None else counts.get(assignment.name, 0)
+        most = counts.get(assignment.name)
+        if most is not None and not 0 <= count <= most:  # more pods than its podset has
+            where = f"status.admission.podSetAssignments[{a}].count"
+            errs.add(where, f"must be between 0 and the podset's count {most}, got {count}")
         assignments.append(
             PodSetAssignment(
                 name=assignment.name,

@@ -96,6 +96,9 @@ from muster.api.wording import structural
 Decoded = tuple[list[ApiObject], list[FieldError]]
 Validation = Literal["strict", "warn", "ignore"]
 VALIDATIONS: Final[tuple[str, ...]] = get_args(Validation)
+# A file is read whole, then parsed: this bounds the memory one takes (`muster submit` and
+# `muster simulate` refuse a larger one before reading it).
+MAX_FILE_BYTES: Final = 64 << 20
 
 
 class Kept(NamedTuple):
@@ -245,6 +248,17 @@ def decode_documents(
     return _decode_all(docs, reading._replace(names_checked=names_checked))
 
 
+def read_bounded(path: Path) -> str:
+    """The text of `path`, read whole; ValueError past MAX_FILE_BYTES. Bounded by reading, not
+    by its size on disk: a device or a pipe (`--kueue-config /dev/zero`) has none, and was
+    read until memory ran out."""
+    with path.open("rb") as f:
+        data = f.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise ValueError(f"larger than {MAX_FILE_BYTES >> 20} MiB: not read")
+    return data.decode("utf-8")
+
+
 def decode_files(
     paths: Sequence[str | Path],
     *,
@@ -259,9 +273,12 @@ def decode_files(
     for path in paths:
         source = str(path)
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            text = read_bounded(Path(path))
         except (OSError, UnicodeDecodeError) as exc:
             errors.append(FieldError(source, "(file)", f"cannot read: {exc}"))
+            continue
+        except ValueError as exc:
+            errors.append(FieldError(source, "(file)", str(exc)))
             continue
         options: dict[str, Any] = {"skipped": skipped, "validation": validation, "kept": kept}
         if source.endswith(".json"):

@@ -188,6 +188,10 @@ def flavor_placement(
     return node_labels, tuple(found)
 
 
+class AdmittedCountError(ValueError):
+    """An admission gives a podset more pods than its spec has, or fewer than none."""
+
+
 def admitted_pod_set(
     wl: Workload,
     ps: PodSet,
@@ -196,13 +200,20 @@ def admitted_pod_set(
     node_labels: Mapping[str, str],
     tolerations: Iterable[Toleration],
 ) -> PodSet:
-    """Return podset `ps` of `wl` as admitted: `count` pods (partial admission may shrink it).
+    """Return podset `ps` of `wl` as admitted: `count` pods (partial admission may shrink it;
+    AdmittedCountError past `ps.count` or below 0: a hostile admission asking for 2^31 pods
+    would otherwise have them made, one object each, until memory ran out).
 
     The flavors' `node_labels` are merged into the node selector (they win over the template's
     own value for the same key) and their `tolerations` added when not already there; the
     workload's `muster.dev/run-seconds` and readiness annotations (`POD_SCRIPT_ANNOTATIONS`)
     are copied when the template has none (the simulated kubelet reads them on the pod).
     """
+    if not 0 <= count <= ps.count:
+        raise AdmittedCountError(
+            f"admission of {wl.key}: podset {ps.name!r} admitted with {count} pods, "
+            f"outside 0..{ps.count} (its count)"
+        )
     node_selector = {**ps.node_selector, **node_labels}
     merged = list(ps.tolerations)
     merged += [t for t in tolerations if t not in merged]

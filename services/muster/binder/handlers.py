@@ -33,7 +33,7 @@ from muster.api.wellknown import (
 from muster.binder.fences import Fences, WorkloadLocks
 from muster.binder.pacing import BindPacer
 from muster.binder.translate import (
-    MissingPodSetError,
+    AdmissionMismatchError,
     pod_set_starts,
     workload_from_submitted,
 )
@@ -259,7 +259,7 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
         raise Retry(0.5, f"no spec known yet for {key}")
     try:
         starts = pod_set_starts(wl, env.admitted)
-    except MissingPodSetError as err:
+    except AdmissionMismatchError as err:
         raise Reject(str(err)) from None
     origin = origin_of(env, submission, wl, cluster=ctx.cluster)
     with step("binder.start", attributes=lambda: {"muster.workload": key}):

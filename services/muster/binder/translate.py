@@ -11,14 +11,15 @@ from typing import Literal, cast
 
 from muster.api import parse_quantity
 from muster.api.model import PodSet, Toleration, Workload
-from muster.api.podspec import admitted_pod_set
+from muster.api.podspec import AdmittedCountError, admitted_pod_set
 from muster.cluster.backend import PodSetStart
 from muster.contracts.v1 import events_pb2
 from muster.payloads import written_workload
 
 
-class MissingPodSetError(ValueError):
-    """The admission names a podset the workload does not have."""
+class AdmissionMismatchError(ValueError):
+    """The admission does not fit the workload: it names a podset the workload does not
+    have, admits more pods than a podset has, or routes it to requests that do not parse."""
 
 
 def workload_from_submitted(payload: events_pb2.WorkloadSubmitted, *, what: str) -> Workload:
@@ -38,7 +39,8 @@ def pod_set_starts(wl: Workload, admitted: events_pb2.WorkloadAdmitted) -> list[
     Count from the admission (partial admission may have shrunk it); requests, node selector,
     tolerations and annotations from the podset, with the flavor's node labels and
     tolerations added; `muster.dev/run-seconds` from the workload when the podset lacks it.
-    Raises MissingPodSetError when the admission names a podset the workload lacks.
+    Raises AdmissionMismatchError when the admission names a podset the workload lacks, or does
+    not fit it otherwise (a count outside the podset's, requests that do not parse).
     """
     pod_sets = {ps.name: ps for ps in wl.pod_sets}
     hints = {h.name: h for h in admitted.hints}
@@ -46,11 +48,18 @@ def pod_set_starts(wl: Workload, admitted: events_pb2.WorkloadAdmitted) -> list[
     for assignment in admitted.admission.pod_set_assignments:
         ps = pod_sets.get(assignment.name)
         if ps is None:
-            raise MissingPodSetError(
+            raise AdmissionMismatchError(
                 f"admission of {wl.key} names podset {assignment.name!r}, "
                 f"which the workload does not have ({', '.join(sorted(pod_sets)) or 'none'})"
             )
-        out.append(_start(wl, ps, assignment.count, hints.get(ps.name)))
+        try:
+            out.append(_start(wl, ps, assignment.count, hints.get(ps.name)))
+        except AdmittedCountError as err:
+            raise AdmissionMismatchError(str(err)) from None
+        except ValueError as err:  # QuantityError: a routed alternative's requests
+            raise AdmissionMismatchError(
+                f"admission of {wl.key}: podset {ps.name!r}: routed requests: {err}"
+            ) from None
     return out
 
 

@@ -23,13 +23,15 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.protocol.command import hpub_cmd
-from nats.protocol.parser import PERMISSIONS_ERR
+from nats.protocol.parser import AUTHORIZATION_VIOLATION, PERMISSIONS_ERR, STALE_CONNECTION
 
 log = logging.getLogger(__name__)
 
 DirectCallback = Callable[[Msg], None]
 
 _CRLF = b"\r\n"
+# The one protocol error after which nats-server keeps the connection (a SUB it refused).
+_SERVER_KEEPS = "invalid subject"
 # A header name as nats-py accepts it (its `_HEADER_KEY_RE`: an HTTP token).
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _LINE_BREAKS = str.maketrans({"\r": " ", "\n": " "})
@@ -234,6 +236,28 @@ class MusterClient(NatsClient):
         to its timeout (5 s for muster's); its caller retries now instead, as on a timeout."""
         self._fail_waiting(nats.errors.ConnectionReconnectingError)
         await super()._attempt_reconnect()
+
+    async def _process_err(self, err_msg: str) -> None:
+        """nats-py's, except for an error the server ends the connection over one command
+        ("maximum control line exceeded", "Unknown Protocol Operation"): reconnect, as after
+        a lost connection. nats-py closes for good there, which left a service running but
+        deaf to NATS (every gateway call then failed "connection closed"). Authorization,
+        permissions and stale-connection errors, and errors while connecting, keep nats-py's
+        handling."""
+        theirs = (AUTHORIZATION_VIOLATION, PERMISSIONS_ERR, STALE_CONNECTION)
+        if (
+            self.is_connecting
+            or not self.options["allow_reconnect"]
+            or any(known in err_msg for known in theirs)
+        ):
+            await super()._process_err(err_msg)
+            return
+        error = nats.errors.Error(f"nats: {err_msg.strip(chr(39))}")
+        self._err = error
+        await self._error_cb(error)
+        if _SERVER_KEEPS in err_msg.lower():  # the connection is fine: only told
+            return
+        await self._process_op_err(error)
 
     def _fail_waiting(self, error: type[nats.errors.Error]) -> None:
         """Fail every request waiting for an answer with `error`, and tell `on_lost`."""

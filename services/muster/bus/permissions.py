@@ -31,6 +31,7 @@ from muster.bus.subjects import (
 JS_API: Final = "$JS.API"
 ADMIN: Final = "admin"  # creates streams and buckets (`muster nats-setup`); nothing else uses it
 SIM_BUCKET_PREFIX: Final = "MUSTER_SIM_"  # + cluster id (muster.cluster.keys.bucket_name)
+MAX_ADMISSION_SHARDS: Final = 64
 
 Scope = Literal["own", "any"]
 """A subject's cluster token: the service's own cluster, or any cluster (`*`)."""
@@ -257,8 +258,11 @@ class Deployment(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"cluster ids repeat: {list(self.clusters)}")
         if unknown := set(self.simulated) - set(self.clusters):
             raise ValueError(f"simulated clusters not in the cluster list: {sorted(unknown)}")
-        if not 1 <= self.admission_shards <= 64:
-            raise ValueError(f"admission shards must be in 1..64, got {self.admission_shards}")
+        if not 1 <= self.admission_shards <= MAX_ADMISSION_SHARDS:
+            raise ValueError(
+                f"admission shards must be in 1..{MAX_ADMISSION_SHARDS}, "
+                f"got {self.admission_shards}"
+            )
 
 
 class Permissions(msgspec.Struct, frozen=True, kw_only=True):

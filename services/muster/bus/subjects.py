@@ -28,6 +28,10 @@ COMMANDS_STREAM: Final = "MUSTER_COMMANDS"
 DLQ_STREAM: Final = "MUSTER_DLQ"
 
 _TOKEN = re.compile(r"[A-Za-z0-9_-]+")
+# A token names a cluster (a MultiKueueCluster's metadata.name: at most 253) or a consumer.
+# Unbounded, one in a subject can pass nats-server's 4 KiB protocol line: the server then
+# ends the connection of whoever published it.
+MAX_TOKEN_CHARS: Final = 253
 # "dlq" would put a cluster's subjects next to the dead letters (`muster.v1.dlq.<consumer>`).
 _RESERVED_CLUSTERS: Final = frozenset({"dlq"})
 
@@ -59,12 +63,15 @@ PAYLOAD_FIELDS: Final[Mapping[str, str]] = MappingProxyType(
 
 
 def is_token(value: str) -> bool:
-    """Whether `value` can be one subject token (and a consumer name): [A-Za-z0-9_-]+."""
-    return _TOKEN.fullmatch(value) is not None
+    """Whether `value` can be one subject token (and a consumer name): [A-Za-z0-9_-]+, at most
+    MAX_TOKEN_CHARS."""
+    return len(value) <= MAX_TOKEN_CHARS and _TOKEN.fullmatch(value) is not None
 
 
 def check_token(value: str, *, what: str) -> str:
     """Return `value` if it is a valid subject token; raise ValueError naming `what` if not."""
+    if len(value) > MAX_TOKEN_CHARS:
+        raise ValueError(f"{what} must be at most {MAX_TOKEN_CHARS} characters, got {len(value)}")
     if not is_token(value):
         raise ValueError(f"{what} must match [A-Za-z0-9_-]+, got {value!r}")
     return value

@@ -24,6 +24,9 @@ from google.protobuf.message import Message
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 DEFAULT_GATEWAY: Final = "127.0.0.1:50051"
+MAX_FILE_BYTES: Final = 1 << 20  # a token, CA, certificate or key: far smaller
+# What a bearer token may hold as an HTTP header value (RFC 6750's b64token and more).
+_HEADER_SAFE: Final = re.compile(r"[!-~]+")
 _BAD_INPUT_CODES: Final = frozenset(
     {
         grpc.StatusCode.INVALID_ARGUMENT,
@@ -86,17 +89,22 @@ def add_output_option(parser: argparse.ArgumentParser) -> None:
 
 def call_metadata(args: argparse.Namespace) -> list[tuple[str, str]]:
     """The metadata every call carries: the bearer token when one is given."""
-    token = args.token
+    token, where = args.token, "--token"
     if args.token_file:
-        token = _read(args.token_file, "--token-file").decode().strip()
+        where = f"--token-file {args.token_file}"
+        token = _read(args.token_file, "--token-file").decode("utf-8", "replace").strip()
         if not token:
-            _fail(f"--token-file {args.token_file}: is empty")
+            _fail(f"{where}: is empty")
+    if token and not _HEADER_SAFE.fullmatch(token):
+        # gRPC refused it as "INTERNAL: Invalid metadata", naming neither the flag nor why.
+        _fail(f"{where}: a token is one line of printable ASCII, without spaces")
     return [("authorization", f"Bearer {token}")] if token else []
 
 
 @contextlib.contextmanager
 def channel(args: argparse.Namespace) -> Iterator[grpc.Channel]:
     """A channel to the gateway: TLS when any TLS option is given, else plaintext."""
+    _check_gateway(args.gateway)
     credentials = channel_credentials(args)
     if credentials is None:
         with grpc.insecure_channel(args.gateway) as ch:
@@ -107,6 +115,13 @@ def channel(args: argparse.Namespace) -> Iterator[grpc.Channel]:
         args.gateway, credentials, options=options if args.tls_server_name else None
     ) as ch:
         yield ch
+
+
+def _check_gateway(address: str) -> None:
+    """Exit 2 for a HOST:PORT whose port is past 65535: gRPC wraps it (99999 dialled 34463)."""
+    port = address.rpartition(":")[2]
+    if port.isascii() and port.isdigit() and not 0 < int(port) <= 65535:
+        _fail(f"--gateway {shown_address(address)}: the port must be 1 to 65535, got {port}")
 
 
 def channel_credentials(args: argparse.Namespace) -> grpc.ChannelCredentials | None:
@@ -124,11 +139,16 @@ def channel_credentials(args: argparse.Namespace) -> grpc.ChannelCredentials | N
 
 
 def _read(path: str, flag: str) -> bytes:
+    """The bytes of a token, CA, certificate or key file; a larger one than MAX_FILE_BYTES
+    is a mistake (`/dev/zero` was read until MemoryError)."""
     try:
         with open(path, "rb") as f:
-            return f.read()
+            data = f.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         _fail(f"{flag} {path}: cannot read: {exc.strerror or exc}")
+    if len(data) > MAX_FILE_BYTES:
+        _fail(f"{flag} {path}: larger than {MAX_FILE_BYTES >> 20} MiB: not read")
+    return data
 
 
 def _fail(message: str) -> NoReturn:

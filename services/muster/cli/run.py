@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from muster.api.decode import read_bounded
+from muster.bus.permissions import MAX_ADMISSION_SHARDS
+from muster.bus.subjects import check_cluster
 from muster.cli.simulate import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, add_run_options, run_files
 from muster.core.routing import POLICIES, Policy, RoutingSettings
 from muster.sim import InvalidScenarioError, SimulationError, load_scenario_text, simulate
@@ -71,8 +75,9 @@ def add_parser(commands: Any) -> None:  # Any: argparse's _SubParsersAction is p
 
 
 def handle(args: argparse.Namespace) -> int:
-    if args.speed <= 0 or args.shards < 1:
-        print("muster run: --speed must be > 0 and --shards >= 1", file=sys.stderr)
+    problem = _flag_problem(args)
+    if problem:
+        print(f"muster run: {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.virtual:
         return run_virtual(args)
@@ -106,14 +111,35 @@ def handle(args: argparse.Namespace) -> int:
         return 130
 
 
+def _flag_problem(args: argparse.Namespace) -> str:
+    """What is wrong with the flags ("" when nothing): before anything starts, instead of a
+    service that fails to start (`--speed nan`) or a traceback (`--shards 99`, `--cluster a.b`)."""
+    if not (math.isfinite(args.speed) and args.speed > 0):
+        return f"--speed must be a finite number > 0, got {args.speed:g}"
+    if not 1 <= args.shards <= MAX_ADMISSION_SHARDS:
+        return f"--shards must be 1 to {MAX_ADMISSION_SHARDS}, got {args.shards}"
+    for flag, cluster in [("--cluster", args.cluster)] + [
+        ("--clusters", c) for c in args.clusters.split(",") if c
+    ]:
+        try:
+            check_cluster(cluster)
+        except ValueError as exc:
+            return f"{flag}: {exc}"
+    return ""
+
+
 def _scenario_texts(paths: Sequence[str] | None) -> str | int:
     if not paths:
         return DEMO_YAML
-    try:
-        return "---\n".join(Path(p).read_text() for p in paths)
-    except OSError as exc:
-        print(f"muster run: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    texts = []
+    for path in paths:
+        try:  # bounded as `muster simulate` reads them: /dev/zero was read until memory ran out
+            texts.append(read_bounded(Path(path)))
+        except (OSError, ValueError) as exc:  # UnicodeDecodeError too: a binary file
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            print(f"muster run: {path}: {reason}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    return "---\n".join(texts)
 
 
 def run_virtual(args: argparse.Namespace) -> int:

@@ -3,7 +3,8 @@
 A gateway client: `--gateway HOST:PORT` (MUSTER_GATEWAY) and, for a TLS gateway,
 `--tls-ca FILE` (MUSTER_CLIENT_TLS_CA). It listens on loopback unless `--listen` names
 another address: it adds no authentication of its own, the gateway judges every call with
-the token the browser sends.
+the token the browser sends. On loopback it answers only requests addressed to a loopback
+name (`server._loopback_only`: no DNS rebinding).
 """
 
 from __future__ import annotations

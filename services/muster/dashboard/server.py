@@ -15,8 +15,10 @@ readable detail, and a comment every KEEPALIVE_S so a dead client is noticed).
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
@@ -35,6 +37,9 @@ log = logging.getLogger(__name__)
 STATIC: Final = Path(__file__).parent / "static"
 KEEPALIVE_S: Final = 15.0
 CALL_TIMEOUT_S: Final = 15.0
+# An Authorization value gRPC metadata can carry: printable ASCII, spaces between words.
+_HEADER_SAFE: Final = re.compile(r"[!-~]+(?: [!-~]+)*")
+MAX_SEQUENCE: Final = 2**63 - 1  # far past any stream; Watch's from_sequence is a uint64
 _HTTP_STATUS: Final = {
     grpc.StatusCode.UNAUTHENTICATED: 401,
     grpc.StatusCode.PERMISSION_DENIED: 403,
@@ -46,8 +51,12 @@ GATEWAY_KEY: Final = web.AppKey("gateway", grpc.aio.Channel)
 
 
 def _metadata(request: web.Request) -> list[tuple[str, str]]:
-    """The browser's bearer token, passed on to the gateway (never logged, never stored)."""
+    """The browser's bearer token, passed on to the gateway (never logged, never stored).
+    ValueError when gRPC could not carry it (non-ASCII, control characters): it raised
+    out of the call, a 500."""
     auth = request.headers.get("Authorization", "")
+    if auth and not _HEADER_SAFE.fullmatch(auth):
+        raise ValueError("Authorization: must be 'Bearer TOKEN', the token printable ASCII")
     return [("authorization", auth)] if auth else []
 
 
@@ -72,9 +81,11 @@ def _visibility(method: str, request_of: Callable[[web.Request], Message]) -> Ha
         stub = services_pb2_grpc.VisibilityStub(request.app[GATEWAY_KEY])
         call = getattr(stub, method)
         try:
-            reply = await call(
-                request_of(request), metadata=_metadata(request), timeout=CALL_TIMEOUT_S
-            )
+            metadata = _metadata(request)
+        except ValueError as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        try:
+            reply = await call(request_of(request), metadata=metadata, timeout=CALL_TIMEOUT_S)
         except grpc.aio.AioRpcError as exc:
             return _error(exc)
         return _json(reply)
@@ -121,20 +132,19 @@ def event_json(env: events_pb2.Envelope) -> dict[str, Any]:
 async def _events(request: web.Request) -> web.StreamResponse:
     """Events.Watch as server-sent events, from `from` (default 1: everything stored)."""
     try:
-        start = int(request.query.get("from", "1"))
-    except ValueError:
-        return web.json_response({"error": "from: must be a number"}, status=400)
-    last_id = request.headers.get("Last-Event-ID", "")
-    if last_id.isdigit():
-        start = int(last_id) + 1
+        start = _sequence(request.query.get("from", "1"), "from")
+        last_id = request.headers.get("Last-Event-ID", "")
+        if last_id:
+            start = _sequence(last_id, "Last-Event-ID") + 1
+        metadata = _metadata(request)
+    except ValueError as exc:
+        return web.json_response({"error": str(exc)}, status=400)
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
     await response.prepare(request)
     stub = services_pb2_grpc.EventsStub(request.app[GATEWAY_KEY])
-    call = stub.Watch(
-        services_pb2.WatchRequest(from_sequence=max(start, 0)), metadata=_metadata(request)
-    )
+    call = stub.Watch(services_pb2.WatchRequest(from_sequence=start), metadata=metadata)
     try:
         await _relay(call, response)
     except grpc.aio.AioRpcError as exc:
@@ -146,6 +156,16 @@ async def _events(request: web.Request) -> web.StreamResponse:
     finally:
         call.cancel()
     return response
+
+
+def _sequence(text: str, what: str) -> int:
+    """`text` as a stream sequence, else ValueError naming `what`. Checked before the stream
+    starts: `int()` takes "²" and numbers past uint64, which then failed mid-answer."""
+    digits = text.isascii() and text.isdigit()
+    if not digits or len(text) > len(str(MAX_SEQUENCE)) or int(text) > MAX_SEQUENCE:
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise ValueError(f"{what}: must be a whole number from 0 to {MAX_SEQUENCE}, got {shown!r}")
+    return int(text)
 
 
 async def _relay(call: Any, response: web.StreamResponse) -> None:
@@ -172,8 +192,35 @@ async def _healthz(_: web.Request) -> web.StreamResponse:
     return web.Response(text="ok\n")
 
 
-def build_app(channel: grpc.aio.Channel) -> web.Application:
-    app = web.Application()
+def _loopback_name(host: str | None) -> bool:
+    if host is None:
+        return False
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@web.middleware
+async def _loopback_only(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Served on loopback, answer only requests addressed to a loopback name. A web page
+    of another site can point its own name at 127.0.0.1 (DNS rebinding) and read what it
+    is answered: with a gateway that asks no token (`muster up`), every queue and workload."""
+    if not _loopback_name(request.url.host):
+        body = {
+            "error": f"Host: {request.host[:80]!r}: not a loopback name (the dashboard "
+            "listens on loopback; reach it as localhost or 127.0.0.1)"
+        }
+        return web.json_response(body, status=421)
+    return await handler(request)
+
+
+def build_app(channel: grpc.aio.Channel, *, loopback: bool = True) -> web.Application:
+    """The dashboard's routes; `loopback`: it listens on a loopback address, so it answers
+    only requests addressed to a loopback name (`_loopback_only`)."""
+    app = web.Application(middlewares=[_loopback_only] if loopback else [])
     app[GATEWAY_KEY] = channel
     app.router.add_get("/", _index)
     app.router.add_get("/healthz", _healthz)
@@ -196,7 +243,7 @@ async def serve(
         channel = grpc.aio.insecure_channel(gateway)
     else:
         channel = grpc.aio.secure_channel(gateway, credentials)
-    runner = web.AppRunner(build_app(channel), access_log=None)
+    runner = web.AppRunner(build_app(channel, loopback=_loopback_name(host)), access_log=None)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)

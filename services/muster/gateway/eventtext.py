@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import Final
 
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 
 from muster.contracts.v1 import events_pb2, services_pb2
 
@@ -161,6 +162,20 @@ def _queue_status(env: events_pb2.Envelope) -> str:
     )
 
 
+def _forwarded(env: events_pb2.Envelope) -> str:
+    """What was forwarded and why, not the stored envelope's bytes in base64."""
+    f = env.forwarded
+    try:
+        inner = events_pb2.Envelope.FromString(f.envelope).type or "an event"
+    except DecodeError:
+        inner = "an undecodable event"
+    why = "its history" if f.story else "a report naming the old partition"
+    return (
+        f"{inner} #{f.sequence} forwarded from partition {f.from_partition} "
+        f"({why}; LocalQueue {f.local_queue or '-'} moved)"
+    )
+
+
 _FORMATS: Final[dict[str, Callable[[events_pb2.Envelope], str]]] = {
     "submitted": _submitted,
     "pending": _reason,
@@ -189,6 +204,7 @@ _FORMATS: Final[dict[str, Callable[[events_pb2.Envelope], str]]] = {
     "config_applied": _config,
     "config_deleted": _config,
     "queue_status": _queue_status,
+    "forwarded": _forwarded,
 }
 
 

@@ -133,14 +133,16 @@ def plan_submit(
         problem = f"must be at most {MAX_IDEMPOTENCY_KEY} characters, got {len(submission)}"
         raise InvalidManifestError([f"idempotency_key: {problem}"])
     submission = submission or os.urandom(16).hex()
-    documents = [
-        _as_created(doc, seed=f"{submission}/{i}") for i, doc in enumerate(_load(manifest))
-    ]
+    duplicates: list[FieldError] = []  # keys written twice: strict refuses them, as simulate
+    loaded = _load(manifest, duplicates)
+    documents = [_as_created(doc, seed=f"{submission}/{i}") for i, doc in enumerate(loaded)]
     skipped: list[str] = []
     objects, errors = decode_documents(
         documents, skipped=skipped, validation=validation, warnings=warnings, source="manifest"
     )
-    lines = [str(e) for e in errors]
+    if validation == "warn" and warnings is not None:
+        warnings.extend(duplicates)
+    lines = [str(e) for e in [*errors, *(duplicates if validation == "strict" else ())]]
     lines += [f"{note} (cannot be submitted)" for note in skipped]
     lines += [_NOT_SUBMITTABLE for obj in objects if isinstance(obj, KueueConfig)]
     if not lines and not objects:
@@ -356,9 +358,10 @@ CLUSTER_KINDS: Final[dict[type, str]] = {
 }
 
 
-def _load(manifest: str) -> Iterator[Any]:
-    """The manifest's object documents, `kind: List` unpacked; raises InvalidManifestError."""
-    documents, problem = load_yaml(manifest, source="manifest")
+def _load(manifest: str, duplicates: list[FieldError]) -> Iterator[Any]:
+    """The manifest's object documents, `kind: List` unpacked (each key written twice told in
+    `duplicates`); raises InvalidManifestError."""
+    documents, problem = load_yaml(manifest, source="manifest", duplicates=duplicates)
     if problem is not None:
         raise InvalidManifestError([str(problem)])
     return _flatten(documents)

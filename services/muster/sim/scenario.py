@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from muster.api.decode import (
+    MAX_FILE_BYTES,
     Kept,
     Validation,
     decode_files,
@@ -116,11 +117,6 @@ class ScenarioFileError(Exception):
     """A scenario or config file cannot be read; str() names the file and the reason."""
 
 
-# A file is read whole, then parsed: this bounds the memory one file takes (as `muster
-# submit`'s 64 MiB does), far above any scenario written by hand.
-MAX_FILE_BYTES = 64 << 20
-
-
 def load_scenario(
     paths: Sequence[str | Path],
     *,
@@ -180,7 +176,8 @@ def _not_a_file(path: Path) -> str:
 
 
 def _check_size(path: Path) -> None:
-    """ScenarioFileError when `path` is larger than MAX_FILE_BYTES: it is never read whole."""
+    """ScenarioFileError when `path` is larger than MAX_FILE_BYTES (far above any scenario
+    written by hand, as `muster submit`'s 64 MiB): it is never read whole."""
     try:
         size = path.stat().st_size
     except OSError as exc:

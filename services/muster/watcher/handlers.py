@@ -29,6 +29,7 @@ from opentelemetry import trace
 from muster.api.ids import uuid5_text
 from muster.api.wellknown import TRACEPARENT_ANNOTATION
 from muster.bus.envelope import new_event
+from muster.bus.errors import Reject
 from muster.bus.partitions import QueuePartitions
 from muster.bus.tracing import continue_trace, headers_of_envelope
 from muster.cluster.backend import ClusterChange
@@ -188,8 +189,13 @@ async def on_workload_object(change: ClusterChange, ctx: WatcherContext) -> None
     a Job says it is over, or deleted; what else a Kueue Workload says (`on_kueue_workload`)."""
     wl, problems = translate.workload_of(change.obj)
     if wl is None:
-        log.warning("ignoring %s: %s", change.key, "; ".join(problems), extra={"key": change.key})
-        return
+        why = "; ".join(problems)
+        if change.type == "DELETED":  # nothing of it was taken in: nothing to undo
+            log.warning("ignoring %s: %s", change.key, why, extra={"key": change.key})
+            return
+        # Dead-lettered with its problems, as Kueue records ErrWorkloadCompose on such a Job:
+        # a log line alone left a Job muster cannot read suspended with no word anywhere.
+        raise Reject(why)
     if translate.is_kueue_workload(change.obj):
         await on_kueue_workload(change, ctx)
     sent = ctx.marks.load(wl.key)

@@ -398,6 +398,9 @@ async def _handle_until_done(
                 log.error("skipping %s %s: %s", change.type, change.key, err)
                 return
             log.warning("retrying %s %s: %s", change.type, change.key, err)
+        except Reject as err:  # an object no handler can take, the problems said: no traceback
+            await poison.object(change.key, change.obj, str(err), revision=change.revision)
+            return
         except Exception as err:
             await poison.object(change.key, change.obj, err, revision=change.revision)
             return

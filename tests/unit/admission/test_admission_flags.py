@@ -96,3 +96,13 @@ def test_an_unknown_routing_policy_exits_2(capsys: pytest.CaptureFixture[str]) -
         "--routing-policy: must be one of static, threshold, fastest, got 'quickest'"
         in capsys.readouterr().err
     )
+
+
+def test_a_kueue_config_that_never_ends_exits_2_instead_of_filling_memory(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        configs(["--kueue-config", "/dev/zero"])
+
+    assert exit_.value.code == 2
+    assert "/dev/zero: (file): larger than 64 MiB: not read" in capsys.readouterr().err

@@ -100,3 +100,23 @@ def test_recovery_timeout_is_read_and_0s_turns_it_off() -> None:
     assert off.wait_for_pods_ready.recovery_timeout_seconds is None
     unset = config("waitForPodsReady: {enable: true, timeout: 1m}\n")
     assert unset.wait_for_pods_ready.recovery_timeout_seconds is None
+
+
+@pytest.mark.parametrize(
+    ("timeout", "problem"),
+    [
+        ("999999999999999h", 'must be at most 2562047h47m16.854775807s, got "999999999999999h"'),
+        ("9" * 5000 + "s", 'expected a duration such as 5m, 300s or 1h30m, got "' + "9" * 64),
+    ],
+)
+def test_a_duration_go_cannot_hold_is_a_field_error(timeout: str, problem: str) -> None:
+    # Go's ParseDuration refuses both (int64 nanoseconds); the first was read as 1.1e11 years,
+    # the second ended in Python's own "Exceeds the limit (4300 digits)".
+    _, errors = decode_yaml(
+        "apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\n"
+        f"waitForPodsReady: {{enable: true, recoveryTimeout: '{timeout}'}}\n"
+    )
+    (error,) = errors
+    assert error.path == "waitForPodsReady.recoveryTimeout"
+    assert error.problem.startswith(problem)
+    assert parse_duration("2562047h47m16.854775807s") > 9.2e9  # the longest still reads

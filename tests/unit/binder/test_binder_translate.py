@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from muster.api.model import Toleration
-from muster.binder.translate import MissingPodSetError, pod_set_starts, workload_from_submitted
+from muster.binder.translate import AdmissionMismatchError, pod_set_starts, workload_from_submitted
 from muster.contracts.v1 import events_pb2
 from muster.payloads import PayloadError
 
@@ -83,8 +83,24 @@ def test_the_pod_templates_run_seconds_wins_over_the_workloads() -> None:
 def test_an_admission_naming_an_unknown_podset_is_refused() -> None:
     wl = workload_from_submitted(submitted(), what="ns/w")
     assert wl is not None
-    with pytest.raises(MissingPodSetError, match="podset 'driver'"):
+    with pytest.raises(AdmissionMismatchError, match="podset 'driver'"):
         pod_set_starts(wl, admitted(pod_set="driver"))
+
+
+def test_an_admission_the_workload_cannot_hold_is_refused_naming_it() -> None:
+    # As a client holding admission's permissions could publish them: each was made (2^31
+    # pods) or raised a bare "exponent out of range" naming no workload.
+    wl = workload_from_submitted(submitted(), what="ns/w")
+    assert wl is not None
+    routed = admitted()
+    routed.hints[0].requests["cpu"] = "1e400"
+
+    with pytest.raises(AdmissionMismatchError, match=r"admitted with 2147483647 pods, outside"):
+        pod_set_starts(wl, admitted(2**31 - 1))
+    with pytest.raises(AdmissionMismatchError, match=r"admitted with -1 pods, outside"):
+        pod_set_starts(wl, admitted(-1))
+    with pytest.raises(AdmissionMismatchError, match=r"podset 'workers': routed requests: "):
+        pod_set_starts(wl, routed)
 
 
 @pytest.mark.parametrize(

@@ -62,3 +62,38 @@ def test_bad_scenario_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     captured = capsys.readouterr()
     assert (status, captured.out) == (2, "")
     assert "missing.yaml" in captured.err
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        # Each of these started services (or read a file) before: a sim-cluster that would not
+        # start, a traceback, or /dev/zero read until memory ran out. Nothing starts now.
+        (["--speed", "nan"], "--speed must be a finite number > 0, got nan"),
+        (["--speed", "1e400"], "--speed must be a finite number > 0, got inf"),
+        (["--shards", "99999"], "--shards must be 1 to 64, got 99999"),
+        (["--cluster", "a.b"], "--cluster: cluster id must match [A-Za-z0-9_-]+, got 'a.b'"),
+        (["--clusters", "east,dlq"], "--clusters: cluster id 'dlq' is reserved"),
+        (["--scenario", "/dev/zero"], "/dev/zero: larger than 64 MiB: not read"),
+    ],
+)
+def test_hostile_flags_exit_2_before_anything_starts(
+    capsys: pytest.CaptureFixture[str], argv: list[str], problem: str
+) -> None:
+    status = main(["run", *argv])
+
+    assert (status, capsys.readouterr().err) == (2, f"muster run: {problem}\n")
+
+
+def test_a_binary_scenario_exits_2_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "scenario.yaml"
+    path.write_bytes(b"\xd0\xcf\x11\xe0 not text")
+
+    status = main(["run", "--scenario", str(path)])
+
+    assert (status, capsys.readouterr().err.startswith(f"muster run: {path}: 'utf-8' codec")) == (
+        2,
+        True,
+    )

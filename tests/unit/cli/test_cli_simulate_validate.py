@@ -162,3 +162,33 @@ def test_run_seconds_in_arabic_indic_digits_are_not_twelve_seconds(
         ': metadata.annotations["muster.dev/run-seconds"]:'
         " must be a number of seconds, got '١٢'\n"
     )
+
+
+def test_a_workload_admitted_with_more_pods_than_it_has_is_a_field_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Scenarios keep status.admission; with Nodes its pods are made, one object each: 50
+    # million of them ended in MemoryError (or the machine's memory) before the check.
+    node = (
+        "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n"
+        "status: {capacity: {cpu: '8', memory: 8Gi, pods: '110'}}\n"
+    )
+    admitted = """\
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: Workload
+metadata: {name: pre, namespace: default}
+spec:
+  queueName: user-queue
+  podSets: [{name: main, count: 1, template: {spec: {containers: [{name: c}]}}}]
+status:
+  admission:
+    clusterQueue: cluster-queue
+    podSetAssignments: [{name: main, count: 50000000, flavors: {cpu: default-flavor}}]
+"""
+    status, out, err = simulate(capsys, tmp_path, f"{CLUSTER}---\n{node}---\n{admitted}")
+
+    assert (status, out) == (2, "")
+    assert err == (
+        "Workload/default/pre: status.admission.podSetAssignments[0].count:"
+        " must be between 0 and the podset's count 1, got 50000000\n"
+    )

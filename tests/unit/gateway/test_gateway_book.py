@@ -306,3 +306,21 @@ def test_a_copys_status_reads_as_kubectl_get_job_tells_it() -> None:
     assert copied(done) == "copy: Complete, 2 succeeded"
     assert copied("{}") == "copy: no pods"
     assert copied("[1") == "copy's status unreadable"
+
+
+def test_a_forwarded_event_reads_as_what_moved_not_its_bytes_in_base64() -> None:
+    # `muster describe` printed {"envelope":"CiQyN2Y1ZDdl...","sequence":"12",...}.
+    inner = submitted()
+    forwarded = events_pb2.WorkloadForwarded(
+        envelope=inner.SerializeToString(),
+        sequence=12,
+        local_queue="ml/lq",
+        from_partition=3,
+        story=True,
+    )
+    garbled = events_pb2.WorkloadForwarded(envelope=b"\xff\xff", sequence=13)
+
+    assert detail(env("forwarded", forwarded)) == (
+        "workload.submitted #12 forwarded from partition 3 (its history; LocalQueue ml/lq moved)"
+    )
+    assert detail(env("forwarded", garbled)).startswith("an undecodable event #13 forwarded")

@@ -37,10 +37,9 @@ def decide_tree(decider: Decider, root: GangRecord, now_s: float, out: list[Deci
         state.waiting_gangs.discard(root.key)
         return
     node, reason = at_quorum(state, root)
-    assert root.composite is not None
     if node is None:
         state.waiting_gangs.discard(root.key)
-        decider.wait(root, reason, pending, root.composite.min_groups, out, groups=groups)
+        decider.wait(root, reason, pending, trees.pods_needed(state, root), out, groups=groups)
         return
     if root.started_s is None:  # the first attempt of this try starts the clock
         root.started_s = now_s
@@ -64,7 +63,8 @@ def decide_tree(decider: Decider, root: GangRecord, now_s: float, out: list[Deci
     if nomination is not None and nomination.victim_pods:
         return  # the victims are still terminating; their room is kept for the tree
     if not (decider.preemption and _preempts(state, root) and _preempt(decider, root, node, out)):
-        decider.wait(root, fit.reason, pending, root.composite.min_groups, out, groups=groups)
+        needed = trees.pods_needed(state, root)
+        decider.wait(root, fit.reason, pending, needed, out, groups=groups)
 
 
 def _tree_placed(state: PlacementState, root: GangRecord) -> None:

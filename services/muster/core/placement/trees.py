@@ -100,5 +100,16 @@ def released(state: PlacementState, gang: GangRecord) -> None:
             state.regroup(leaf)
 
 
+def pods_needed(state: PlacementState, record: GangRecord) -> int:
+    """How many pods the tree under `record` needs before it can be placed: a gang's
+    minCount (0 before its spec is known); a CompositePodGroup's, those of its
+    `min_groups` least demanding children. What `GangWaiting.min_count` says of a tree, in
+    pods as for a gang: the users who read "8 of 2 pods pending" saw its group count."""
+    if record.composite is None:
+        return record.spec.min_count if record.spec is not None else 0
+    needs = sorted(pods_needed(state, state.gangs[key]) for key in record.children)
+    return sum(needs[: record.composite.min_groups])
+
+
 def groups_below(state: PlacementState, root: GangRecord) -> tuple[GangKey, ...]:
     return tuple(leaf.key for leaf in leaves(state, root))
