@@ -296,11 +296,23 @@ class KeyValueWriter(Protocol):
     async def delete(self, key: str) -> None: ...
 
 
+class KeyListing(Protocol):
+    """The bucket's listing of its live keys (the bus's `Bucket.snapshot`)."""
+
+    async def snapshot(self, pattern: str) -> Mapping[str, object]: ...
+
+
+# The keys of pending lists before indexes (issue 19's pages of 100, positions set):
+# `pending.<cq>` and `pending-from.<start>.<cq>`.
+_LEGACY: Final = (("pending.>", 1), ("pending-from.>", 2))
+
+
 class VisibilityWriter:
     """Writes the keys whose values changed since the last flush; deletes vanished ones."""
 
     def __init__(self, kv: KeyValueWriter) -> None:
         self.kv = kv
+        self.swept = False  # the layout before indexes: deleted for our ClusterQueues once
         self.written: dict[str, bytes] = {}
         self.refused: set[str] = set()  # invalid keys, logged once
         self.owed: set[str] | None = None  # keys a failed write left; None: compare every key
@@ -353,6 +365,22 @@ class VisibilityWriter:
         await _together(delete_one(k) for k in gone)
         self.owed = set()
         return list(put)
+
+    async def sweep_legacy(self, listing: KeyListing, values: Mapping[str, bytes]) -> None:
+        """Delete, once, the pending keys of the layout before indexes that a writer of
+        before an upgrade left for the ClusterQueues whose index `values` now holds: readers
+        prefer an index, but a stale page would outlive its queue (docs/events.md)."""
+        if self.swept:
+            return
+        ours = {k.removeprefix(INDEX_PREFIX) for k in values if k.startswith(INDEX_PREFIX)}
+        stale = [
+            key
+            for pattern, dots in _LEGACY
+            for key in await listing.snapshot(pattern)
+            if key.split(".", dots)[-1] in ours and key.count(".") >= dots
+        ]
+        await _together(self.kv.delete(key) for key in stale)
+        self.swept = True
 
 
 async def _together(calls: Iterable[Coroutine[Any, Any, None]]) -> None:
