@@ -10,13 +10,13 @@ import grpc
 import grpc.aio
 import pytest
 from admission_world import (
-    Running,
     cluster_queue,
     config_applied,
     eventually,
     flavor,
     local_queue,
     publish,
+    running,
     start_admission,
     submitted,
     workload,
@@ -30,16 +30,6 @@ from muster.gateway.visibility import VISIBILITY_BUCKET
 pytestmark = pytest.mark.timeout(60)
 
 WAITING = 400  # in pages of 32 to 128: several
-
-
-@pytest.fixture
-async def admission(bus_config: BusConfig) -> AsyncIterator[Running]:
-    running = await start_admission(bus_config)
-    await running.wait_serving()
-    try:
-        yield running
-    finally:
-        await running.stop()
 
 
 @pytest.fixture
@@ -79,7 +69,10 @@ async def pending(
         request.namespace, request.local_queue = "ns", local_queue
     else:
         request.cluster_queue = "cq"
-    return await gw.visibility.PendingWorkloads(request, timeout=10)
+    reply: services_pb2.PendingWorkloadsResponse = await gw.visibility.PendingWorkloads(
+        request, timeout=10
+    )
+    return reply
 
 
 def rows(reply: services_pb2.PendingWorkloadsResponse) -> list[tuple[str, str, int, int]]:
@@ -102,9 +95,15 @@ def expected() -> list[tuple[str, str, int, int]]:
 
 
 async def test_a_local_queue_of_many_pages_answers_kueues_positions(
-    bus: Bus, admission: Running, gw: RunningGateway
+    bus: Bus, bus_config: BusConfig, gw: RunningGateway
 ) -> None:
-    await queued(bus)
+    async with running(await start_admission(bus_config)) as (admission,):
+        await admission.wait_serving()
+        await queued(bus)
+        await answers_with_positions(bus, gw)
+
+
+async def answers_with_positions(bus: Bus, gw: RunningGateway) -> None:
 
     async def all_written() -> bool:
         try:
@@ -168,8 +167,7 @@ async def test_an_upgrade_reads_the_old_layout_until_admission_writes_indexes_an
         submitted(workload("new-a")),
         submitted(workload("new-b")),
     )
-    admission = await start_admission(bus_config)
-    try:
+    async with running(await start_admission(bus_config)) as (admission,):
         await admission.wait_serving()
 
         async def swept() -> bool:
@@ -178,5 +176,3 @@ async def test_an_upgrade_reads_the_old_layout_until_admission_writes_indexes_an
         await eventually(swept)
         after = await pending(gw, local_queue="lq")
         assert rows(after) == [("new-a", "lq", 0, 0), ("new-b", "lq", 1, 1)]
-    finally:
-        await admission.stop()
