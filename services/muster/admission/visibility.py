@@ -385,7 +385,10 @@ class VisibilityWriter:
 
 async def _together(calls: Iterable[Coroutine[Any, Any, None]]) -> None:
     """Run `calls` side by side, each to its end; then raise the first failure."""
-    results = await asyncio.gather(*calls, return_exceptions=True)
+    waiting = list(calls)
+    if not waiting:
+        return  # most writes delete nothing, or put no index: no turn of the loop for them
+    results = await asyncio.gather(*waiting, return_exceptions=True)
     for result in results:
         if isinstance(result, BaseException):
             raise result
