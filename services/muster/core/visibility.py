@@ -175,10 +175,6 @@ def pending_in_order(state: EngineState, cluster_queue: str) -> list[PendingWork
     return pending_slice(state, cluster_queue, 0, None, {})
 
 
-def pending_count(state: EngineState, cluster_queue: str) -> int:
-    return len(state.index.waiting.get(cluster_queue, ()))
-
-
 def pending_slice(
     state: EngineState,
     cluster_queue: str,
