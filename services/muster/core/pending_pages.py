@@ -87,19 +87,25 @@ class PendingPages:
             records.insert(at, r)  # order keys end with the arrival: never equal
             if at == 0:
                 self._firsts[i] = key
-        page._count(r.local_queue, 1)
+        counts, local_queue = page.local_queues, r.local_queue
+        counts[local_queue] = counts.get(local_queue, 0) + 1
         if len(records) > self.page_max:
             return self._split(i)
         return [page.id]
 
     def remove(self, r: WorkloadRecord, cluster_queue: str) -> list[int]:
-        key = r.order_key
-        i = bisect_right(self._firsts, key) - 1
-        records = self.pages[i].records if i >= 0 else []
-        at = bisect_left(records, key, key=_order)
-        if at == len(records) or records[at] is not r:
-            raise AssertionError(f"{r.key} is not waiting in ClusterQueue {cluster_queue!r}")
+        first = self.pages[0].records if self.pages else ()
+        if first and first[0] is r:
+            i = at = 0  # the usual departure: the head, admitted
+        else:
+            key = r.order_key
+            i = bisect_right(self._firsts, key) - 1
+            records = self.pages[i].records if i >= 0 else []
+            at = bisect_left(records, key, key=_order)
+            if at == len(records) or records[at] is not r:
+                raise AssertionError(f"{r.key} is not waiting in ClusterQueue {cluster_queue!r}")
         page = self.pages[i]
+        records = page.records
         del records[at]
         page._count(r.local_queue, -1)
         self.size -= 1

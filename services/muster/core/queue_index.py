@@ -8,7 +8,10 @@ queue then costs that queue's size at most, never the number of records (at a mi
 a walk over every record took seconds), and a caller that renders views (admission's
 visibility) re-renders only the queues in `take_changes()`, and of a pending list only the
 pages (`core.pending_pages`) that changed. A queue no record counts any more is dropped from
-every table: ClusterQueues and LocalQueues come and go.
+every table (ClusterQueues and LocalQueues come and go) when the configuration changes or the
+views take their changes (admission renders them at least about once a second while anything
+changes): not as each record changes, which would drop and make again the tallies and pages
+of a queue its only workload passes through.
 """
 
 from __future__ import annotations
@@ -98,6 +101,7 @@ class QueueIndex:
         self.cluster_queue_groups: dict[str, dict[PendingGroup, int]] = {}
         self.local_queue_groups: dict[str, dict[PendingGroup, int]] = {}
         self.changes = Changes(everything=True)
+        self._left: tuple[set[str], set[str]] = (set(), set())  # queues a record left: sweep
 
     @classmethod
     def of(cls, records: Iterable[WorkloadRecord]) -> QueueIndex:
@@ -118,11 +122,33 @@ class QueueIndex:
 
     def config_changed(self) -> None:
         self.changes.everything = True
+        self.sweep()
 
     def take_changes(self) -> Changes:
         """What changed since the last call; the next call starts from nothing changed."""
+        self.sweep()
         changes, self.changes = self.changes, Changes(everything=False)
         return changes
+
+    def sweep(self) -> None:
+        """Drop what the queues records left count no more: an empty tally, waiting list or
+        group count equals none."""
+        cluster_queues, local_queues = self._left
+        for names, tallies, groups in (
+            (cluster_queues, self.cluster_queues, self.cluster_queue_groups),
+            (local_queues, self.local_queues, self.local_queue_groups),
+        ):
+            for name in names:
+                tally = tallies.get(name)
+                if tally is not None and tally.is_empty():
+                    del tallies[name]
+                if not groups.get(name, True):
+                    del groups[name]
+        for name in cluster_queues:
+            if not self.waiting.get(name, True):
+                del self.waiting[name]
+        cluster_queues.clear()
+        local_queues.clear()
 
     def enter(self, r: WorkloadRecord) -> None:
         self._count(r, 1)
@@ -132,6 +158,8 @@ class QueueIndex:
 
     def regroup(self, r: WorkloadRecord, group: PendingGroup | None) -> None:
         """Pending `r` moves from its group to `group` (told before `r.group` changes)."""
+        self._left[0].add(r.cluster_queue)
+        self._left[1].add(r.local_queue)
         self._group_count(r, r.group, -1)
         self._group_count(r, group, 1)
 
@@ -150,20 +178,22 @@ class QueueIndex:
                 counts[group] = n
             else:
                 del counts[group]
-                if not counts:
-                    del table[queue]
 
     def _count(self, r: WorkloadRecord, sign: int) -> None:
         cq, lq, phase = r.cluster_queue, r.local_queue, r.phase
         usage = r.usage
         changes = self.changes
-        for table, queue in ((self.cluster_queues, cq), (self.local_queues, lq)):
-            tally = table.get(queue)
-            if tally is None:
-                tally = table[queue] = QueueTally()
-            tally.add(phase, usage, sign)
-            if tally.is_empty():
-                del table[queue]  # an empty tally equals none: queues come and go
+        tally = self.cluster_queues.get(cq)
+        if tally is None:
+            tally = self.cluster_queues[cq] = QueueTally()
+        tally.add(phase, usage, sign)
+        tally = self.local_queues.get(lq)
+        if tally is None:
+            tally = self.local_queues[lq] = QueueTally()
+        tally.add(phase, usage, sign)
+        if sign < 0:
+            self._left[0].add(cq)
+            self._left[1].add(lq)
         changes.cluster_queues.add(cq)
         changes.local_queues.add(lq)
         if phase in WAITING:
@@ -187,7 +217,4 @@ class QueueIndex:
             return waiting.insert(r)
         if waiting is None:
             raise AssertionError(f"{r.key} is not waiting in ClusterQueue {cq!r}")
-        pages = waiting.remove(r, cq)
-        if not waiting:
-            del self.waiting[cq]
-        return pages
+        return waiting.remove(r, cq)

@@ -80,15 +80,16 @@ def test_local_queue_status_and_pending_list() -> None:
 def test_values_cover_the_owned_queues_under_their_keys() -> None:
     state = busy_state()
     values = visibility_values(state.engine, state.sharding)
+    index = services_pb2.PendingPageIndex.FromString(values["pending-index.cq"])
+    (page_id,) = [p.id for p in index.pages]
     assert sorted(values) == [
         "cq.cq", "cq.other", "lq.ns.lq", "pending-index.cq", "pending-index.other",
-        "pending-page.0.cq",
+        f"pending-page.{page_id}.cq",
     ]  # fmt: skip
     assert pb.ClusterQueueStatus.FromString(values["cq.cq"]).name == "cq"
-    index = services_pb2.PendingPageIndex.FromString(values["pending-index.cq"])
-    assert [(p.id, p.count, [(q.namespace, q.name, q.count) for q in p.local_queues])
-            for p in index.pages] == [(0, 1, [("ns", "lq", 1)])]  # fmt: skip
-    page = services_pb2.PendingWorkloadsResponse.FromString(values["pending-page.0.cq"])
+    assert [(p.count, [(q.namespace, q.name, q.count) for q in p.local_queues])
+            for p in index.pages] == [(1, [("ns", "lq", 1)])]  # fmt: skip
+    page = services_pb2.PendingWorkloadsResponse.FromString(values[f"pending-page.{page_id}.cq"])
     assert [(p.namespace, p.name, p.local_queue, p.cluster_queue) for p in page.items] == [
         ("ns", "c", "lq", "")  # the key names the ClusterQueue; the reader counts positions
     ]
@@ -177,7 +178,8 @@ def test_a_render_after_one_arrival_renders_that_queue_only() -> None:
     assert changed == set(values)  # the first render: everything
     Stream().run(state, submitted(workload("d", cpu="1")))
     values, changed = renderer.render(state.engine, state.sharding)
-    assert changed == {"cq.cq", "lq.ns.lq", "pending-page.0.cq", "pending-index.cq"}
+    (page,) = state.engine.pending_pages("cq")
+    assert changed == {"cq.cq", "lq.ns.lq", f"pending-page.{page.id}.cq", "pending-index.cq"}
     assert values == visibility_values(state.engine, state.sharding)
 
 
