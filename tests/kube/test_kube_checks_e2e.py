@@ -188,15 +188,28 @@ async def test_a_check_controllers_answers_admit_requeue_and_deactivate(tmp_path
         assert [e.reason for e in evicted] == ["AdmissionCheck"]
         reset = check_of(await check_when(kubectl, names["retry"], state="Pending", retries=1))
         assert reset["message"] == "Reset to Pending after eviction. Previously: Retry"
+        # Kueue: Requeued False (AdmissionCheck) until requeueAt, then True, BackoffFinished.
+        requeued = await condition_when(
+            kubectl, "Workload", names["retry"], "ml", "Requeued", "True"
+        )
+        assert (requeued["reason"], requeued["message"]) == (
+            "BackoffFinished",
+            "The workload backoff was finished",
+        )
         await answer(kubectl, names["retry"], "Ready", "within budget now")
         await job_when(kubectl, "ml", "retry", suspended=False)
 
         # Rejected: deactivated, its quota given back, the Job never started.
         await answer(kubectl, names["rejected"], "Rejected", "never within budget")
         gone = await condition_when(kubectl, "Workload", names["rejected"], "ml", "Evicted", "True")
-        assert gone["reason"] == "InactiveWorkload"
+        assert gone["reason"] == "DeactivatedDueToAdmissionCheck"  # Kueue's, with the cause
         wl = await kubectl.get("Workload", names["rejected"], "ml")
-        assert condition(wl, "QuotaReserved")["status"] == "False"
+        assert condition(wl, "QuotaReserved")["reason"] == "Deactivated"
+        not_requeued = condition(wl, "Requeued")
+        assert (not_requeued["status"], not_requeued["reason"]) == (
+            "False",
+            "DeactivatedDueToAdmissionCheck",
+        )
         assert "admission" not in (wl or {})["status"]
         # As Kueue, a deactivation is an eviction: the answer is reset, and says what it was.
         rejected = check_of(wl)
@@ -248,10 +261,22 @@ async def test_answers_after_admission_stop_the_running_job(tmp_path: Path) -> N
         gone = await condition_when(
             kubectl, "Workload", names["rejected"], "ml", "QuotaReserved", "False"
         )
-        assert gone["message"] == (
+        # Kueue's workload controller keeps an inactive workload's QuotaReserved so.
+        assert (gone["reason"], gone["message"]) == ("Deactivated", "The workload is deactivated")
+        why = (
             'The workload is deactivated due to AdmissionCheck in Rejected state: "budget" '
             "(capacity revoked)"
         )
         wl = await kubectl.get("Workload", names["rejected"], "ml")
-        assert condition(wl, "Evicted")["reason"] == "DeactivatedDueToAdmissionCheck"
+        evicted_wl = condition(wl, "Evicted")
+        assert (evicted_wl["reason"], evicted_wl["message"]) == (
+            "DeactivatedDueToAdmissionCheck",
+            why,
+        )
+        not_requeued = condition(wl, "Requeued")  # Kueue's job reconciler, once it stopped
+        assert (not_requeued["status"], not_requeued["reason"], not_requeued["message"]) == (
+            "False",
+            "DeactivatedDueToAdmissionCheck",
+            why,
+        )
         assert not events.of(f"ml/{names['rejected']}", "workload.requeued")

@@ -64,20 +64,37 @@ async def test_stop_resume_and_delete_write_into_the_api_server(tmp_path: Path) 
             assert condition(await kubectl.get("Workload", train, "ml"), "Evicted")["reason"] == (
                 "Deactivated"
             )
+            held = await condition_when(kubectl, "Workload", train, "ml", "Requeued", "False")
+            assert (held["reason"], held["message"]) == (
+                "Deactivated",
+                "The workload is deactivated",
+            )
 
             # Resume: active again, admitted again, started again.
             assert (
                 await muster("resume", "workload", "train", "-n", "ml", "--gateway", gateway) == 0
             )
             await job_when(kubectl, "ml", "train", suspended=False)
+            back = await condition_when(kubectl, "Workload", train, "ml", "Requeued", "True")
+            assert (back["reason"], back["message"]) == (
+                "Reactivated",
+                "The workload was reactivated",
+            )
 
             # Holding the ClusterQueue (HoldAndDrain) is its stopPolicy, set in the API server.
             assert await muster("stop", "clusterqueue", "cq", "--gateway", gateway) == 0
             cq = await kubectl.get("ClusterQueue", "cq") or {}
             assert cq["spec"]["stopPolicy"] == "HoldAndDrain"
             await job_when(kubectl, "ml", "train", suspended=True)  # drained
+            drained = await condition_when(kubectl, "Workload", train, "ml", "Requeued", "False")
+            assert drained["reason"] == "ClusterQueueStopped"  # until the queue runs again
             assert await muster("resume", "clusterqueue", "cq", "--gateway", gateway) == 0
             await job_when(kubectl, "ml", "train", suspended=False)
+            again = await condition_when(kubectl, "Workload", train, "ml", "Requeued", "True")
+            assert (again["reason"], again["message"]) == (
+                "ClusterQueueRestarted",
+                "The ClusterQueue was restarted after being stopped",
+            )
 
             # Delete: a Job's workload goes with its Job.
             assert (
@@ -96,6 +113,7 @@ async def test_stop_resume_and_delete_write_into_the_api_server(tmp_path: Path) 
         await job_when(kubectl, "ml", "tune", suspended=False)
         await patch_active(kubectl, tune, False)
         await job_when(kubectl, "ml", "tune", suspended=True)
+        await condition_when(kubectl, "Workload", tune, "ml", "Requeued", "False")
         await patch_active(kubectl, tune, True)
         await job_when(kubectl, "ml", "tune", suspended=False)
         changes = [
@@ -103,3 +121,17 @@ async def test_stop_resume_and_delete_write_into_the_api_server(tmp_path: Path) 
             for e in stack.events.of(f"ml/{tune}", "workload.active_changed")
         ]
         assert changes == [False, True]
+
+        # A workload that only waits, deactivated: Kueue's controller evicts it all the same.
+        await kubectl.apply(job_yaml("huge", parallelism=20))  # 20 cpu: more than cq's 16
+        huge = (await workload_of_job(kubectl, "ml", "huge"))["metadata"]["name"]
+        waiting = await condition_when(kubectl, "Workload", huge, "ml", "QuotaReserved", "False")
+        assert waiting["reason"] == "ExceedsMaxQuota"
+        await patch_active(kubectl, huge, False)
+        evicted = await condition_when(kubectl, "Workload", huge, "ml", "Evicted", "True")
+        assert (evicted["reason"], evicted["message"]) == (
+            "Deactivated",
+            "The workload is deactivated",
+        )
+        reserved = condition(await kubectl.get("Workload", huge, "ml"), "QuotaReserved")
+        assert reserved["reason"] == "Deactivated"

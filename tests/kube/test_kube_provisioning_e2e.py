@@ -175,7 +175,7 @@ async def test_provisioned_capacity_admits_and_failures_retry_then_reject(tmp_pa
         async def deactivated() -> dict[str, Any] | None:
             wl = present(await kubectl.get("Workload", doomed, "ml"))
             evicted = next(c for c in wl["status"]["conditions"] if c["type"] == "Evicted")
-            return evicted if evicted["reason"] == "InactiveWorkload" else None
+            return evicted if evicted["reason"] == "DeactivatedDueToAdmissionCheck" else None
 
         evicted = await eventually(deactivated)
         assert "still no quota" in evicted["message"]

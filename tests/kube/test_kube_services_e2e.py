@@ -318,8 +318,9 @@ async def test_a_node_the_binder_may_not_create_is_dead_lettered_by_name(
 # not their phase, as Kueue reads it; the test is the kubelet that writes it.
 
 
-def pods_ready_config(timeout: str, recovery: str | None = None) -> str:
+def pods_ready_config(timeout: str, recovery: str | None = None, *, requeuing: str = "") -> str:
     extra = f", recoveryTimeout: {recovery}" if recovery is not None else ""
+    extra += f", requeuingStrategy: {requeuing}" if requeuing else ""
     return f"""
 apiVersion: config.kueue.x-k8s.io/v1beta1
 kind: Configuration
@@ -332,14 +333,27 @@ async def running_unready(stack: Stack) -> tuple[str, list[str]]:
     Workload's name and its pods."""
     kubectl = stack.kubectl
     await kubectl.apply(EVICTION + "---" + NODE + "---" + job_yaml("train", priority="low"))
-    job = await job_when(kubectl, "ml", "train", suspended=False)
     name = (await workload_of_job(kubectl, "ml", "train"))["metadata"]["name"]
+    return name, await start_unready(stack, name)
+
+
+async def start_unready(stack: Stack, name: str) -> list[str]:
+    """Job `train` (Workload `name`) unsuspended: its pods bound and Running, not Ready."""
+    kubectl = stack.kubectl
+    job = await job_when(kubectl, "ml", "train", suspended=False)
     pods = await kubectl.run_job_pods(job)
     await pods_bound(kubectl, "ml", pods)
     for pod in pods:
         await kubectl.set_pod_phase("ml", pod, "Running", ready=False)
     await stack.events.wait_for(f"ml/{name}", "workload.running")
-    return name, pods
+    return pods
+
+
+async def stopped(stack: Stack, pods: list[str]) -> None:
+    """The Job controller's part once `train` is suspended: its pods deleted."""
+    await job_when(stack.kubectl, "ml", "train", suspended=True)
+    for pod in pods:
+        await stack.kubectl.delete_pod("ml", pod)
 
 
 def said(found: dict[str, Any]) -> tuple[str, str, str]:
@@ -360,6 +374,48 @@ async def test_pods_running_but_not_ready_are_evicted_at_the_timeout(tmp_path: P
         workload = await stack.kubectl.get("Workload", name, "ml")
         assert said(condition(workload, "PodsReady")) == WAITING
         assert not stack.events.of(f"ml/{name}", "workload.pods_ready")
+
+
+async def test_a_pods_ready_timeout_backs_off_requeued_false_then_true_then_deactivates(
+    tmp_path: Path,
+) -> None:
+    """Kueue's conditions through waitForPodsReady's back-off: Requeued False while it backs
+    off, True BackoffFinished when the back-off ends; past backoffLimitCount, deactivated."""
+    requeuing = "{backoffBaseSeconds: 1, backoffLimitCount: 1}"
+    async with running_stack(
+        tmp_path, kueue_config=pods_ready_config("1s", requeuing=requeuing)
+    ) as stack:
+        kubectl = stack.kubectl
+        name, pods = await running_unready(stack)
+        await stopped(stack, pods)
+        timeout = f"Exceeded the PodsReady timeout ml/{name}"
+        backing_off = await condition_when(kubectl, "Workload", name, "ml", "Requeued", "False")
+        assert said(backing_off) == ("False", "PodsReadyTimeout", timeout)
+        requeued = await condition_when(kubectl, "Workload", name, "ml", "Requeued", "True")
+        assert said(requeued) == ("True", "BackoffFinished", "The workload backoff was finished")
+
+        await stopped(stack, await start_unready(stack, name))  # times out again: the limit
+
+        async def deactivated() -> dict[str, Any] | None:
+            workload = await kubectl.get("Workload", name, "ml")
+            found = condition(workload, "Evicted")
+            return workload if found.get("reason", "").startswith("Deactivated") else None
+
+        workload = await eventually(deactivated)
+        limit = (
+            "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
+        )
+        reason = "DeactivatedDueToRequeuingLimitExceeded"
+        assert said(condition(workload, "Evicted")) == ("True", reason, limit)
+        assert said(condition(workload, "Requeued")) == ("False", reason, limit)
+        assert said(condition(workload, "QuotaReserved")) == (
+            "False",
+            "Deactivated",
+            "The workload is deactivated",
+        )
+        assert said(condition(workload, "Admitted"))[:2] == ("False", "NoReservation")
+        assert said(condition(workload, "PodsReady")) == WAITING
+        assert "admission" not in workload["status"]
 
 
 async def test_pods_that_become_ready_make_the_workload_pods_ready(tmp_path: Path) -> None:

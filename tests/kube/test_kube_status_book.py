@@ -93,17 +93,32 @@ def test_an_admission_stored_before_its_reservation_stays_admitted() -> None:
     assert (status["reservingWorkloads"], status["admittedWorkloads"]) == (1, 1)
 
 
-def test_an_evicted_workload_is_requeued_then_admitted_again() -> None:
+def test_a_preempted_workload_is_requeued_once_its_pods_are_gone_then_admitted_again() -> None:
     evicted = pb.WorkloadEvicted(reason="Preempted", message="to admit ml/urgent")
     made = book(
         event("admitted", pb.WorkloadAdmitted(admission=admission())),
         event("evicted", evicted),
     )
+    # Kueue: Evicted at once; the reservation stays until the job's pods are gone.
     assert conditions(made)["Evicted"] == ("True", "Preempted", "to admit ml/urgent")
-    assert conditions(made)["Admitted"][:2] == ("False", "Preempted")
-    made.apply(event("requeued", pb.WorkloadRequeued(reason="Preempted", message="requeued")))
-    assert conditions(made)["QuotaReserved"][:2] == ("False", "Pending")
+    assert conditions(made)["Admitted"][:2] == ("True", "Admitted")
+    assert "Requeued" not in conditions(made)
+    made.apply(event("eviction_completed", pb.EvictionCompleted()))
+    assert conditions(made)["Requeued"] == ("True", "Preempted", "to admit ml/urgent")
+    assert conditions(made)["QuotaReserved"] == (
+        "False",
+        "PendingEvaluation",
+        "to admit ml/urgent",
+    )
+    assert conditions(made)["Admitted"] == (
+        "False",
+        "NoReservation",
+        "The workload has no reservation",
+    )
     assert "admission" not in (made.status_of(WL) or {})
+    made.apply(event("requeued", pb.WorkloadRequeued(reason="Evicted", message="requeued")))
+    assert conditions(made)["Requeued"][:2] == ("True", "Preempted")
+    assert conditions(made)["QuotaReserved"][:2] == ("False", "PendingEvaluation")
     made.apply(event("admitted", pb.WorkloadAdmitted(admission=admission())))
     assert conditions(made)["Evicted"] == (
         "False",
@@ -111,6 +126,107 @@ def test_an_evicted_workload_is_requeued_then_admitted_again() -> None:
         "Previously: to admit ml/urgent",
     )
     assert conditions(made)["Admitted"][0] == "True"
+
+
+TIMEOUT = "Exceeded the PodsReady timeout ml/train"
+
+
+def timed_out(*, granular: bool = True) -> StatusBook:
+    """ml/train admitted, evicted at the PodsReady timeout, its pods gone."""
+    made = StatusBook(pods_ready=True, granular=granular)
+    for env in (
+        event("submitted", pb.WorkloadSubmitted(queue_name="lq")),
+        event("admitted", pb.WorkloadAdmitted(admission=admission())),
+        event("evicted", pb.WorkloadEvicted(reason="PodsReadyTimeout", message=TIMEOUT)),
+        event("eviction_completed", pb.EvictionCompleted()),
+    ):
+        made.apply(env)
+    return made
+
+
+def test_a_pods_ready_timeout_waits_out_its_back_off_requeued_false_then_backoff_finished() -> None:
+    made = timed_out()
+    assert conditions(made)["Requeued"] == ("False", "PodsReadyTimeout", TIMEOUT)
+    assert conditions(made)["Evicted"] == ("True", "PodsReadyTimeout", TIMEOUT)
+    assert conditions(made)["QuotaReserved"] == ("False", "PendingEvaluation", TIMEOUT)
+    assert conditions(made)["PodsReady"][:2] == ("False", "WaitForStart")
+    made.apply(event("requeued", pb.WorkloadRequeued(reason="BackoffFinished", message="x")))
+    assert conditions(made)["Requeued"] == (
+        "True",
+        "BackoffFinished",
+        "The workload backoff was finished",
+    )
+
+
+def test_the_back_off_limit_deactivates_with_kueues_reason_and_cause() -> None:
+    made = timed_out(granular=False)
+    limit = "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
+    made.apply(event("evicted", pb.WorkloadEvicted(reason="InactiveWorkload", message=limit)))
+    reason = "DeactivatedDueToRequeuingLimitExceeded"
+    assert conditions(made)["Evicted"] == ("True", reason, limit)
+    assert conditions(made)["Requeued"] == ("False", reason, limit)
+    assert conditions(made)["QuotaReserved"] == ("False", "Pending", limit)  # classic reasons
+    assert conditions(made)["Admitted"][:2] == ("False", "NoReservation")
+    made.apply(event("requeued", pb.WorkloadRequeued(reason="Reactivated", message="x")))
+    assert conditions(made)["Requeued"] == ("True", "Reactivated", "The workload was reactivated")
+
+
+def test_an_admission_check_retry_is_requeued_after_its_back_off() -> None:
+    reserved = pb.QuotaReserved(admission=admission(), admission_checks=["prov"])
+    why = 'Evicted due to AdmissionCheck in Retry state: "prov"'
+    made = book(
+        event("quota_reserved", reserved),
+        event("evicted", pb.WorkloadEvicted(reason="AdmissionCheck", message=why)),
+    )
+    # Nothing ran: admission requeues it without waiting for pods to stop.
+    made.apply(event("requeued", pb.WorkloadRequeued(reason="Evicted", message="requeued")))
+    assert conditions(made)["Requeued"] == (
+        "True",
+        "BackoffFinished",
+        "The workload backoff was finished",
+    )
+    assert conditions(made)["Admitted"][:2] == ("False", "NoReservation")
+
+
+def test_with_classic_reasons_a_workload_with_checks_evicted_says_checks_are_not_ready() -> None:
+    made = StatusBook(granular=False)
+    reserved = pb.QuotaReserved(admission=admission(), admission_checks=["prov"])
+    for env in (
+        event("submitted", pb.WorkloadSubmitted(queue_name="lq")),
+        event("quota_reserved", reserved),
+        event("admitted", pb.WorkloadAdmitted(admission=admission())),
+        event("evicted", pb.WorkloadEvicted(reason="Preempted", message="to admit ml/urgent")),
+        event("eviction_completed", pb.EvictionCompleted()),
+    ):
+        made.apply(env)
+    assert conditions(made)["Admitted"] == (
+        "False",
+        "NoReservationUnsatisfiedChecks",
+        "The workload has no reservation and not all checks ready",
+    )
+    assert conditions(made)["QuotaReserved"] == ("False", "Pending", "to admit ml/urgent")
+
+
+def test_a_stopped_cluster_queue_leaves_its_evicted_workloads_unrequeued_until_it_runs() -> None:
+    made = book(
+        event("admitted", pb.WorkloadAdmitted(admission=admission())),
+        event(
+            "evicted",
+            pb.WorkloadEvicted(reason="ClusterQueueStopped", message="The ClusterQueue is stopped"),
+        ),
+        event("eviction_completed", pb.EvictionCompleted()),
+        event("requeued", pb.WorkloadRequeued(reason="Evicted", message="requeued")),
+        event(
+            "pending", pb.WorkloadPending(reason="Suspended", message="ClusterQueue cq is stopped")
+        ),
+    )
+    assert conditions(made)["Requeued"][:2] == ("False", "ClusterQueueStopped")
+    made.apply(event("pending", pb.WorkloadPending(reason="WaitingForQuota", message="no room")))
+    assert conditions(made)["Requeued"] == (
+        "True",
+        "ClusterQueueRestarted",
+        "The ClusterQueue was restarted after being stopped",
+    )
 
 
 @pytest.mark.parametrize(("succeeded", "reason"), [(True, "Succeeded"), (False, "Failed")])
@@ -225,12 +341,30 @@ def test_a_deactivated_workload_gives_its_quota_back_and_is_not_requeued() -> No
     reserved = pb.QuotaReserved(admission=admission(), admission_checks=["prov"])
     rejected = pb.WorkloadEvicted(reason="InactiveWorkload", message="prov was rejected")
     made = book(event("quota_reserved", reserved), event("evicted", rejected))
-    assert conditions(made)["Evicted"] == ("True", "InactiveWorkload", "prov was rejected")
-    assert conditions(made)["QuotaReserved"][:2] == ("False", "Pending")
-    assert conditions(made)["Requeued"][:2] == ("False", "Deactivated")
+    reason = "DeactivatedDueToAdmissionCheck"  # Kueue's, with the deactivation's cause
+    assert conditions(made)["Evicted"] == ("True", reason, "prov was rejected")
+    assert conditions(made)["QuotaReserved"] == (
+        "False",
+        "Deactivated",
+        "The workload is deactivated",
+    )
+    assert conditions(made)["Requeued"] == ("False", reason, "prov was rejected")
     assert "admission" not in (made.status_of(WL) or {})
     lq = made.status_of(LQ) or {}
     assert (lq["pendingWorkloads"], lq["reservingWorkloads"]) == (0, 0)
+
+
+def test_a_pending_workload_deactivated_reads_evicted_and_deactivated_as_kueue_writes_it() -> None:
+    made = book(event("pending", pb.WorkloadPending(reason="WaitingForQuota", message="full")))
+    made.apply(event("active_changed", pb.WorkloadActiveChanged(active=False)))
+    deactivated = ("Deactivated", "The workload is deactivated")
+    assert conditions(made)["Evicted"] == ("True", *deactivated)
+    assert conditions(made)["QuotaReserved"] == ("False", *deactivated)
+    assert (made.status_of(LQ) or {})["pendingWorkloads"] == 0
+    # Reactivated: it never held quota, so no Requeued condition (Kueue sets none either).
+    made.apply(event("requeued", pb.WorkloadRequeued(reason="Reactivated")))
+    assert "Requeued" not in conditions(made)
+    assert (made.status_of(LQ) or {})["pendingWorkloads"] == 1
 
 
 WAITING = ("False", "WaitForStart", "Not all pods are ready or succeeded")

@@ -11,7 +11,7 @@ import grpc
 import grpc.aio
 import msgspec
 
-from muster.bus import EVENTS_STREAM, Bus
+from muster.bus import EVENTS_STREAM, Bus, BusConfig, connect
 from muster.contracts.v1 import services_pb2_grpc
 from muster.gateway.auth_config import SecurityConfig
 from muster.gateway.service import GatewayConfig, GatewayServer
@@ -92,6 +92,20 @@ async def running_gateway(
             yield RunningGateway(server=server, address=address, channel=channel)
     finally:
         await server.stop()
+
+
+@contextlib.asynccontextmanager
+async def two_gateways(
+    bus_config: BusConfig,
+) -> AsyncIterator[tuple[RunningGateway, RunningGateway]]:
+    """Two gateways, each with its own connection (as two replicas have)."""
+    one, other = await connect(bus_config), await connect(bus_config)
+    try:
+        async with running_gateway(one) as a, running_gateway(other) as b:
+            yield a, b
+    finally:
+        await one.close()
+        await other.close()
 
 
 async def stored_count(bus: Bus) -> int:

@@ -9,9 +9,9 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
-from gateway_helpers import RunningGateway, running_gateway
+from gateway_helpers import RunningGateway, two_gateways
 
-from muster.bus import Bus, BusConfig, connect
+from muster.bus import Bus, BusConfig
 from muster.bus.envelope import new_event
 from muster.bus.subjects import workload_filters
 from muster.contracts.v1 import events_pb2, services_pb2
@@ -37,13 +37,8 @@ async def two(
 ) -> AsyncIterator[tuple[RunningGateway, RunningGateway]]:
     """Two gateways, each with its own connection (as two replicas have); `bus` made the
     streams."""
-    one, other = await connect(bus_config), await connect(bus_config)
-    try:
-        async with running_gateway(one) as a, running_gateway(other) as b:
-            yield a, b
-    finally:
-        await one.close()
-        await other.close()
+    async with two_gateways(bus_config) as pair:
+        yield pair
 
 
 async def submit(gw: RunningGateway, manifest: str, key: str) -> services_pb2.SubmitResponse:

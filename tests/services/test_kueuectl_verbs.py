@@ -191,8 +191,12 @@ def test_events_by_job_name_are_readable_and_unknown_objects_are_refused(
     assert "{" not in shown  # no payload dumped as JSON
     assert re.search(r"workload\.bound +\S+ +3 pods on node-", shown)
     described = muster(up, "describe", "workload", "train", "-n", ns).stdout
-    for condition in ("QuotaReserved", "Admitted", "PodsReady"):
-        assert re.search(rf"^  {condition} +True +{condition}", described, re.M), described
+    for condition, reason in (
+        ("QuotaReserved", "QuotaReserved"),
+        ("Admitted", "Admitted"),
+        ("PodsReady", "Started"),  # Kueue's job reconciler's word
+    ):
+        assert re.search(rf"^  {condition} +True +{reason}", described, re.M), described
 
     missing = muster(up, "stop", "workload", "nope", "-n", ns, ok=False)
     assert missing.returncode == 2

@@ -165,6 +165,55 @@ spec:
 """
 
 
+PREEMPTING = """\
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: WorkloadPriorityClass
+metadata: {name: high}
+value: 1000
+---
+apiVersion: batch/v1
+kind: Job
+metadata:
+  namespace: ns
+  name: urgent
+  labels: {kueue.x-k8s.io/queue-name: lq, kueue.x-k8s.io/priority-class: high}
+  annotations: {muster.dev/run-seconds: "400", muster.dev/submit-after: "4"}
+spec:
+  template:
+    spec:
+      containers: [{name: c, resources: {requests: {cpu: "1"}}}]
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_preempted_workload_pending_again_reads_pending_and_requeued(tmp_path: Path) -> None:
+    """A workload preempted and queued again ends the run as Kueue's conditions name it:
+    Pending, requeued (Evicted only while its pods stop)."""
+    queues = SCENARIO_WITH_KUEUE_CONFIG.replace(
+        "  namespaceSelector: {}\n",
+        "  namespaceSelector: {}\n  preemption: {withinClusterQueue: LowerPriority}\n",
+    )
+    victim = JOB.format(name="victim").replace('"10"', '"400"')
+    path = tmp_path / "scenario.yaml"
+    path.write_text(queues + victim + PREEMPTING)
+
+    done = subprocess.run(
+        [*RUN, "--scenario", str(path), "--until", "40"],
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert re.search(r"job-victim\S*\s+evicted\s+Preempted by", done.stdout), done.stdout
+    table = done.stdout.split("\nWORKLOAD ", 1)[1].split("\n\n", 1)[0]
+    (victim_row,) = [row for row in table.splitlines() if "job-victim" in row]
+    assert victim_row.endswith("Pending (requeued, evicted 1x)"), table
+    (urgent_row,) = [row for row in table.splitlines() if "job-urgent" in row]
+    assert re.search(r"\bRunning$", urgent_row), table
+
+
 @pytest.mark.timeout(120)
 def test_a_scenarios_kueue_configuration_reaches_admission(tmp_path: Path) -> None:
     path = tmp_path / "scenario.yaml"
@@ -208,8 +257,9 @@ LOST = 'muster.dev/pods-unready-after: "8", muster.dev/pods-unready-for: "'
 def test_pods_never_ready_are_evicted_and_pods_ready_late_run_to_the_end(tmp_path: Path) -> None:
     """The sim kubelet turns a pod Ready after its pods-ready-after, the watcher reads readiness
     from that condition, and admission evicts at the timeout the workload whose pods never turn
-    Ready (here, then deactivated), as `muster simulate` does; likewise at the recovery timeout
-    one whose pod loses readiness for good, not one whose pod regains it in time."""
+    Ready (here deactivated: no requeue allowed), as `muster simulate` does; likewise at the
+    recovery timeout one whose pod loses readiness for good, not one whose pod regains it in
+    time."""
     config = SCENARIO_WITH_KUEUE_CONFIG.replace(
         "featureGates: {UnadmittedWorkloadsObservability: false}", WAIT_FOR_PODS_READY
     )
@@ -232,12 +282,14 @@ def test_pods_never_ready_are_evicted_and_pods_ready_late_run_to_the_end(tmp_pat
     lines = done.stdout.splitlines()
     stuck = [line for line in lines if "job-stuck" in line]
     slow = [line for line in lines if "job-slow" in line]
-    assert any(re.search(r"evicted\s+PodsReadyTimeout", line) for line in stuck), stuck
+    # backoffLimitCount 0: the timeout deactivates at once, as Kueue's reconciler does.
+    limit = r"evicted\s+DeactivatedDueToRequeuingLimitExceeded"
+    assert any(re.search(limit, line) for line in stuck), stuck
     assert not any("evicted" in line for line in slow), slow
     assert any(re.search(r"finished\s+ran", line) for line in slow), slow
     lost = [line for line in lines if "job-lost" in line]
     blip = [line for line in lines if "job-blip" in line]
-    assert any(re.search(r"evicted\s+PodsReadyTimeout", line) for line in lost), lost
+    assert any(re.search(limit, line) for line in lost), lost
     assert not any("evicted" in line for line in blip), blip
     assert any(re.search(r"finished\s+ran", line) for line in blip), blip
     table = done.stdout.split("\nWORKLOAD ", 1)[1].split("\n\n", 1)[0]

@@ -331,7 +331,7 @@ class Ledger:
                     entry.phase = Phase.INACTIVE
                     entry.admission = None
                 elif entry.phase in (Phase.RESERVED, Phase.ADMITTED):
-                    if fact.reason.startswith("Deactivated"):  # a check Rejected it: it stays
+                    if fact.reason.startswith("Deactivated"):  # a check, the back-off limit: stays
                         entry.active = False  # inactive once its pods are gone, as if stopped
                     entry.phase = Phase.EVICTING
                     entry.evicted_reason, entry.evicted_message = fact.reason, fact.message

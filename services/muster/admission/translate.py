@@ -48,8 +48,10 @@ from muster.contracts.v1 import events_pb2 as pb
 from muster.core.events import Event, EventType
 from muster.payloads import PayloadError, applied_object, decode_manifest
 
-# Kueue's WorkloadEvictedByDeactivation: the workload was deactivated (check rejected,
-# requeuing limit exceeded); it gives its quota back at once and is not requeued.
+# Kueue's WorkloadEvictedByDeactivation: the workload was deactivated (a check rejected it
+# while it only reserved quota; before November 2026 also the requeuing limit, now evicted
+# DeactivatedDueToRequeuingLimitExceeded at the timeout); it gives its quota back at once and
+# is not requeued.
 DEACTIVATED = "InactiveWorkload"
 GANG_REJECTED = "GangRejected"
 # A manifest up to this size is copied into the workload's `admitted`, so that a binder need

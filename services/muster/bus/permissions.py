@@ -202,6 +202,7 @@ ROLES: Final[tuple[Role, ...]] = (
             KeyValue("MUSTER_VISIBILITY"),
             KeyValue("MUSTER_CLUSTERS"),
             KeyValue("MUSTER_PARTITIONS"),
+            KeyValue("MUSTER_NAMES", writes=(">",)),  # Submit's claims of workload names
         ),
     ),
     Role(

@@ -19,7 +19,7 @@ from nats.js import JetStreamContext, api
 from muster.bus.errors import SetupError
 from muster.bus.kv import open_bucket
 from muster.bus.permissions import SIM_BUCKET_PREFIX, Deployment
-from muster.bus.subjects import stream_configs
+from muster.bus.subjects import EVENTS_KEPT_S, stream_configs
 
 SNAPSHOTS_BUCKET: Final = "MUSTER_SNAPSHOTS"  # admission's object store (admission/rebuild.py)
 DEFAULT_LEASE_TTL_S: Final = 5.0  # admission's --lease-ttl-seconds default
@@ -39,6 +39,10 @@ def buckets(deployment: Deployment, *, lease_ttl_s: float = DEFAULT_LEASE_TTL_S)
         Bucket(name="MUSTER_WATCHER"),
         Bucket(name="MUSTER_CLUSTERS"),
         Bucket(name="MUSTER_PARTITIONS"),  # each LocalQueue's admission partition
+        # The gateways' claims of workload names: a name's `submitted` leaves MUSTER_EVENTS at
+        # this age too, so an older claim decides nothing the stream could not (and the bucket
+        # does not keep every name ever submitted).
+        Bucket(name="MUSTER_NAMES", ttl_s=EVENTS_KEPT_S),
         *(Bucket(name=SIM_BUCKET_PREFIX + c) for c in deployment.simulated),
     ]
 

@@ -157,6 +157,11 @@ def stream_of(event_type: str) -> str:
     return COMMANDS_STREAM if event_type.startswith("cmd.") else EVENTS_STREAM
 
 
+# How long MUSTER_EVENTS keeps an event: the horizon of everything read back from it (a name's
+# claim in MUSTER_NAMES is kept as long, `muster.bus.setup.buckets`).
+EVENTS_KEPT_S: Final = 7 * 24 * 3600.0
+
+
 def stream_configs(*, replicas: int = 1) -> tuple[api.StreamConfig, ...]:
     """The three streams of contract v1, as `Bus.ensure_streams` creates or updates them, each
     stored on `replicas` servers of a NATS cluster (3 survives the loss of one)."""
@@ -167,7 +172,7 @@ def stream_configs(*, replicas: int = 1) -> tuple[api.StreamConfig, ...]:
             description="muster workload, queue and config events: the history to rebuild from",
             subjects=[f"{PREFIX}.*.workload.>", f"{PREFIX}.*.queue.>", f"{PREFIX}.*.config.>"],
             retention=api.RetentionPolicy.LIMITS,
-            max_age=7 * day_s,
+            max_age=EVENTS_KEPT_S,
             max_bytes=10 * 1024**3,
             duplicate_window=120.0,
             storage=api.StorageType.FILE,

@@ -14,7 +14,23 @@ PENDING_PREEMPTION = (
 NO_LONGER_FITS = "Workload no longer fits after processing another workload"  # Kueue's words
 DEACTIVATED = "Deactivated"
 DEACTIVATED_MESSAGE = "The workload is deactivated"
-# PodsReady after the start (Kueue's job reconciler): a pod lost readiness, then all regained it.
+# PodsReady's reasons and messages as Kueue's job reconciler writes them (jobframework's
+# generatePodsReadyCondition; Kueue's WorkloadWaitForStart, ...): waiting for the first start
+# (and whenever it is not admitted), started, then after the start a pod lost readiness and
+# all regained it. The engine, the gateway and the watcher all say these.
+WAIT_FOR_START = "WaitForStart"
+NOT_READY_MESSAGE = "Not all pods are ready or succeeded"
+STARTED = "Started"
+READY_MESSAGE = "All pods reached readiness and the workload is running"
 WAIT_FOR_RECOVERY = "WaitForRecovery"
 WAIT_FOR_RECOVERY_MESSAGE = "At least one pod has failed, waiting for recovery"
 RECOVERED = "Recovered"
+# Requeued (Kueue's workload controller): the back-off after a PodsReady timeout or a check's
+# Retry is over; past backoffLimitCount a workload is deactivated instead, its eviction's reason
+# "Deactivated" with that cause (Kueue's patching.ReasonWithCause).
+BACKOFF_FINISHED = "BackoffFinished"
+BACKOFF_FINISHED_MESSAGE = "The workload backoff was finished"
+REQUEUING_LIMIT_EXCEEDED = "DeactivatedDueToRequeuingLimitExceeded"
+REQUEUING_LIMIT_MESSAGE = (
+    "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
+)

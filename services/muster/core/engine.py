@@ -35,8 +35,10 @@ from muster.core.conditions import (
     PENDING_PREEMPTION,
     PODS_READY,
     QUOTA_RESERVED,
+    READY_MESSAGE,
     RECOVERED,
     REQUEUED,
+    STARTED,
     WAIT_FOR_RECOVERY,
     WAITING_FOR_VICTIMS,
 )
@@ -352,8 +354,8 @@ class Engine(EngineViews):
         if self.state.config.kueue.wait_for_pods_ready.enable:
             was = r.conditions.get(PODS_READY)
             recovering = was is not None and was.reason in (WAIT_FOR_RECOVERY, RECOVERED)
-            reason = RECOVERED if recovering else "PodsReady"
-            r.set_condition(PODS_READY, True, reason, "All pods reached readiness")
+            reason = RECOVERED if recovering else STARTED
+            r.set_condition(PODS_READY, True, reason, READY_MESSAGE)
         return self.state.take_events()
 
     def pods_unready(self, key: WorkloadKey, *, now_s: float) -> list[Event]:

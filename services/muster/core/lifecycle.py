@@ -15,15 +15,21 @@ from muster.api.model import Admission, Workload, WorkloadKey
 from muster.api.wellknown import PREEMPTED
 from muster.core.conditions import (
     ADMITTED,
+    BACKOFF_FINISHED,
+    BACKOFF_FINISHED_MESSAGE,
     DEACTIVATED,
     DEACTIVATED_MESSAGE,
     EVICTED,
     FINISHED,
+    NOT_READY_MESSAGE,
     PODS_READY,
     QUOTA_RESERVED,
     REQUEUED,
+    REQUEUING_LIMIT_EXCEEDED,
+    REQUEUING_LIMIT_MESSAGE,
     WAIT_FOR_RECOVERY,
     WAIT_FOR_RECOVERY_MESSAGE,
+    WAIT_FOR_START,
 )
 from muster.core.events import EventType
 from muster.core.flavors import Assignment, Mode
@@ -91,7 +97,7 @@ class Lifecycle:
         wait = state.config.kueue.wait_for_pods_ready
         if wait.enable and not r.pods_ready:
             r.pods_ready_deadline_s = state.now_s + wait.timeout_seconds
-            r.set_condition(PODS_READY, False, "PodsReady", "Not all pods are ready or succeeded")
+            r.set_condition(PODS_READY, False, WAIT_FOR_START, NOT_READY_MESSAGE)
             state.add_timer(r.pods_ready_deadline_s, "pods-ready", r.key)
 
     def arrive_admitted(self, r: WorkloadRecord, admission: Admission) -> None:
@@ -195,50 +201,58 @@ class Lifecycle:
         r.checks = {}
         r.pods_ready = False
         r.pods_ready_deadline_s = None
+        evicted = r.conditions.get(EVICTED)
+        reason, message = (evicted.reason, evicted.message) if evicted is not None else ("", "")
         if not r.wl.active:  # deactivated (kueuectl stop workload): it waits to be resumed
+            r.set_condition(REQUEUED, False, reason, message)  # Kueue's job reconciler
             self.deactivate(r)
             return
-        evicted = r.conditions.get(EVICTED)
-        if evicted is not None and evicted.reason == "PodsReadyTimeout":
-            self.back_off(r)
+        if reason == "PodsReadyTimeout":
+            self.back_off(r, message)
             return
         retry_at_s, r.requeue_at_s = r.requeue_at_s, None
         if retry_at_s is not None and retry_at_s > self.state.now_s:  # requeueAfterSeconds
-            self.wait_until(r, retry_at_s, reason="AdmissionCheck")
+            self.wait_until(r, retry_at_s, reason="AdmissionCheck", message=message)
             return
         r.pending_message = ""
         self.queueing.enqueue(r)
+        # Kueue: True at once after a preemption; after a check's Retry with no time to wait,
+        # its back-off is over at once.
+        if reason == "AdmissionCheck":
+            reason, message = BACKOFF_FINISHED, BACKOFF_FINISHED_MESSAGE
+        r.set_condition(REQUEUED, True, reason, message)
         self.state.emit(EventType.REQUEUED, r, "Evicted", "Requeued after eviction")
 
-    def back_off(self, r: WorkloadRecord) -> None:
+    def time_out(self, r: WorkloadRecord) -> None:
+        """waitForPodsReady's timeout (Kueue's reconcileNotReadyTimeout): evicted
+        (PodsReadyTimeout), to back off once its pods are gone; or, when one more requeue
+        would pass backoffLimitCount, deactivated instead (evicted, reason Deactivated with
+        the cause RequeuingLimitExceeded)."""
+        limit = self.state.config.kueue.wait_for_pods_ready.requeuing_strategy.backoff_limit_count
+        if limit is not None and r.requeue_count + 1 > limit:
+            r.wl = msgspec.structs.replace(r.wl, active=False)
+            self.evict(r, reason=REQUEUING_LIMIT_EXCEEDED, message=REQUEUING_LIMIT_MESSAGE)
+            return
+        self.evict(r, reason="PodsReadyTimeout", message=f"Exceeded the PodsReady timeout {r.key}")
+
+    def back_off(self, r: WorkloadRecord, message: str) -> None:
         state = self.state
         strategy = state.config.kueue.wait_for_pods_ready.requeuing_strategy
         r.requeue_count += 1
-        if (
-            strategy.backoff_limit_count is not None
-            and r.requeue_count > strategy.backoff_limit_count
-        ):
-            self.deactivate(r)
-            message = (
-                "The workload is deactivated due to exceeding the maximum number of "
-                "re-queuing retries"
-            )
-            r.set_condition("Requeued", False, "RequeuingLimitExceeded", message)
-            state.emit(EventType.DEACTIVATED, r, "RequeuingLimitExceeded", message)
-            return
         delay = min(
             strategy.backoff_base_seconds * 2 ** (r.requeue_count - 1),
             strategy.backoff_max_seconds,
         )
         if strategy.timestamp == "Eviction":
             r.queue_ts = state.now_s
-        self.wait_until(r, state.now_s + delay, reason="PodsReadyTimeout")
+        self.wait_until(r, state.now_s + delay, reason="PodsReadyTimeout", message=message)
 
-    def wait_until(self, r: WorkloadRecord, at_s: float, *, reason: str) -> None:
-        """Out of the queue until `at_s`, then requeued (BackoffFinished)."""
+    def wait_until(self, r: WorkloadRecord, at_s: float, *, reason: str, message: str) -> None:
+        """Out of the queue until `at_s`, then requeued (BackoffFinished). Requeued False
+        meanwhile, with the eviction's reason and message (Kueue's job reconciler)."""
         r.phase = Phase.BACKOFF
         r.requeue_at_s = at_s
-        r.set_condition(REQUEUED, False, reason, f"Requeue in {at_s - self.state.now_s:g}s")
+        r.set_condition(REQUEUED, False, reason, message)
         self.state.add_timer(at_s, "requeue", r.key)
 
     def deactivate(self, r: WorkloadRecord) -> None:
@@ -379,12 +393,11 @@ class Lifecycle:
             if kind == "requeue":
                 r.requeue_at_s = None
                 r.pending_message = ""
-                r.set_condition(REQUEUED, True, "BackoffFinished", "The workload is requeued")
+                r.set_condition(REQUEUED, True, BACKOFF_FINISHED, BACKOFF_FINISHED_MESSAGE)
                 self.queueing.enqueue(r)
-                state.emit(EventType.REQUEUED, r, "BackoffFinished", "Requeued after back-off")
+                state.emit(EventType.REQUEUED, r, BACKOFF_FINISHED, "Requeued after back-off")
             else:
-                message = f"Exceeded the PodsReady timeout {r.key}"
-                self.evict(r, reason="PodsReadyTimeout", message=message)
+                self.time_out(r)
 
 
 def _reserved_only(wl: Workload) -> bool:

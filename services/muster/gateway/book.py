@@ -21,7 +21,15 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from muster.contracts.v1 import events_pb2, services_pb2
-from muster.core.conditions import WAIT_FOR_RECOVERY, WAIT_FOR_RECOVERY_MESSAGE
+from muster.core.conditions import (
+    NOT_READY_MESSAGE,
+    READY_MESSAGE,
+    RECOVERED,
+    STARTED,
+    WAIT_FOR_RECOVERY,
+    WAIT_FOR_RECOVERY_MESSAGE,
+    WAIT_FOR_START,
+)
 from muster.core.engine import DEACTIVATED, DEACTIVATED_MESSAGE
 from muster.gateway.eventtext import line_of, same_line
 
@@ -271,8 +279,12 @@ def _evicted(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
     e.summary.reason, e.summary.message = ev.reason, ev.message
     e.condition("Evicted", True, ev.reason, ev.message, env.time_unix_nano)
     e.conditions.pop("Admitted", None)
+    if "PodsReady" in e.conditions:  # its pods start anew when admitted again (Kueue)
+        e.condition("PodsReady", False, WAIT_FOR_START, NOT_READY_MESSAGE, env.time_unix_nano)
     if ev.reason == DEACTIVATED_BY_ADMISSION:
         e.summary.status = INACTIVE
+    elif ev.reason.startswith("Deactivated"):  # Kueue's DeactivatedDueTo<cause>: inactive
+        e.active = False  # once its pods are gone (docs/events.md)
 
 
 def _eviction_completed(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
@@ -333,7 +345,10 @@ def _pods_ready(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
         why = WAIT_FOR_RECOVERY_MESSAGE
         e.condition("PodsReady", False, WAIT_FOR_RECOVERY, why, env.time_unix_nano)
         return
-    e.condition("PodsReady", True, "PodsReady", "All pods are ready", env.time_unix_nano)
+    was = e.conditions.get("PodsReady")
+    recovering = was is not None and was.reason in (WAIT_FOR_RECOVERY, RECOVERED)
+    reason = RECOVERED if recovering else STARTED  # as Kueue's job reconciler words it
+    e.condition("PodsReady", True, reason, READY_MESSAGE, env.time_unix_nano)
 
 
 def _running(book: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:

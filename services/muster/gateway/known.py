@@ -12,29 +12,42 @@ gateway nobody submits to reads nothing more than before). An index that may be 
 trusted to say "new"; when it says "known", the stream is read up to its end first, so a
 deletion stored just before is seen, as admission will see it.
 
-Two gateways (or one behind) can both find a name new at the same instant. So a `submitted` is
-stored under a message id per workload name and life of the name (`KnownWorkloads.claim`: the
-sequence of its last deletion): JetStream stores the first of two racing submissions and
-answers the second as a duplicate, whose caller is then told "already exists" (or, when the
-stored one is its own Submit retried, "submitted"). What is left: a gateway that has not read
-a deletion yet claims the name's previous life, which JetStream remembers for its dedupe window
-(2 min) only: two submissions racing through gateways that disagree on it, right after the
-deletion of a name last submitted longer ago than that, can both be stored (admission keeps the
-first).
+Two gateways (or one behind) can both find a name new at the same instant. So before its
+`submitted` a Submit claims the name in `MUSTER_NAMES` (`muster.gateway.claims`: one key per
+name, written only at the revision read), whatever the age of the name's last life: of two
+racing submissions one holds the claim and the other's caller is told "already exists" (or,
+when the claim is its own Submit's, retried, "submitted"). The `submitted` is still stored
+under a message id per name and life (`KnownWorkloads.claim`), which is what keeps gateways of
+before the claims apart from these during an upgrade (docs/events.md, "Dedupe").
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
-from muster.bus.errors import BusError, Retry
+import msgspec
+
+from muster.bus.errors import BusError, Conflict, Retry, SetupError, Unavailable
+from muster.bus.kv import Bucket
 from muster.bus.publisher import Duplicated
-from muster.bus.subjects import EVENTS_STREAM, workload_filters
+from muster.bus.subjects import EVENTS_KEPT_S, EVENTS_STREAM, workload_filters
 from muster.contracts.v1 import events_pb2
+from muster.gateway.claims import (
+    CLAIMANT_DEADLINE_S,
+    NAMES_BUCKET,
+    ORPHAN_AFTER_S,
+    Claim,
+    Verdict,
+    decode_claim,
+    encode_claim,
+    name_key,
+    verdict,
+)
 from muster.gateway.submit import PlannedEvent
 from muster.gateway.watch import EventHistory
 from muster.gateway.workloads import RETRY_S, follow_forever
@@ -44,10 +57,10 @@ log = logging.getLogger(__name__)
 FINISHED_KEPT: Final = 100_000  # admission's (admission/ledger.py): the test holds them equal
 CATCH_UP_S: Final = 10.0
 SENT_KEPT: Final = 10_000  # own submissions awaiting read-back; beyond, admission decides
-# Names whose last deletion is remembered, for `claim`; one forgotten claims its first life,
-# which JetStream remembers for its dedupe window only.
+# Names whose last deletion is remembered, for `claim`; of one forgotten, a claim found in
+# MUSTER_NAMES is taken for the name's current life (`claims.verdict`).
 DELETED_KEPT: Final = 100_000
-CLAIMS: Final = 3  # a name deleted and submitted again under a Submit this often: retry it
+CLAIMS: Final = 4  # a name's claim replaced under a Submit this often: retry the Submit
 SUBJECTS: Final = tuple(
     subject
     for event in ("submitted", "finished", "deleted")
@@ -94,10 +107,18 @@ class KnownWorkloads:
                 if len(self.deleted) > DELETED_KEPT:
                     self.deleted.popitem(last=False)
 
-    def claim(self, cluster: str, key: str) -> str:
+    def life(self, key: str) -> int:
+        """The sequence of `key`'s last deletion read (0: none): which life of the name is next."""
+        return self.deleted.get(key, 0)
+
+    def claim(self, cluster: str, key: str, life: int | None = None) -> str:
         """The message id a `submitted` of `key` is stored under: one per name and life of
         the name (since its last deletion), the same in every gateway that read as far."""
-        return f"submitted/{cluster}/{key}/{self.deleted.get(key, 0)}"
+        return f"submitted/{cluster}/{key}/{self.life(key) if life is None else life}"
+
+    def holder(self, key: str) -> str | None:
+        """The event id of `key`'s `submitted` in its current life (None: none known)."""
+        return self.live.get(key) or self.finished.get(key) or self.sent.get(key)
 
     def published(self, key: str, event_id: str) -> None:
         """This gateway stored a `submitted` of `key`: known before the follower reads it."""
@@ -110,7 +131,7 @@ class KnownWorkloads:
         """Whether admission would ignore a `submitted` of `key` with id `event_id`: the key is
         known by another `submitted` (a Submit retried with its idempotency key publishes the
         same id again: the same submission, which JetStream drops)."""
-        known = self.live.get(key) or self.finished.get(key) or self.sent.get(key)
+        known = self.holder(key)
         return known is not None and known != event_id
 
 
@@ -129,19 +150,41 @@ class SubmitPublisher(Protocol):
     async def publish(self, env: events_pb2.Envelope, *, dedupe_id: str | None = None) -> int: ...
 
 
-class KnownFollower:
-    """Feeds a `KnownWorkloads` from MUSTER_EVENTS, from the first `duplicates` call on."""
+class KnownBus(EventHistory, Protocol):
+    """What the index reads (MUSTER_EVENTS) and where names are claimed (`muster.bus.Bus`)."""
 
-    def __init__(self, history: EventHistory, *, catch_up_s: float = CATCH_UP_S) -> None:
+    async def kv(self, bucket: str, *, ttl_s: float | None = None) -> Bucket: ...
+
+
+class KnownFollower:
+    """Feeds a `KnownWorkloads` from MUSTER_EVENTS, from the first `duplicates` call on, and
+    claims names in MUSTER_NAMES for Submit."""
+
+    def __init__(
+        self,
+        history: KnownBus,
+        *,
+        catch_up_s: float = CATCH_UP_S,
+        read_s: float = CATCH_UP_S,
+        orphan_after_s: float = ORPHAN_AFTER_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.history = history
         self.known = KnownWorkloads()
-        self.catch_up_s = catch_up_s
+        self.catch_up_s = catch_up_s  # a Submit's wait for the index, then the claims decide
+        self.read_s = read_s  # a claim's wait for the stream's end, then UNAVAILABLE
+        self.orphan_after_s = orphan_after_s
+        self._clock = clock  # claims compare the claimants' wall clocks (`Claim.at_s`)
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._names: Bucket | None = None
+        # The follower's first reading and Submits' claims may all read to the end: one at a
+        # time, so that the later ones start where the first stopped instead of reading it all.
+        self._reading = asyncio.Lock()
 
     async def duplicates(self, planned: Sequence[PlannedEvent]) -> list[PlannedEvent]:
         """What of `planned` admission would ignore as duplicates; none when the index cannot
-        be read in `catch_up_s` (then admission alone decides, as before)."""
+        be read in `catch_up_s` (then the claims alone decide)."""
         if not any(p.payload_field == "submitted" for p in planned):
             return []
         if self._ready.is_set() and not duplicates(self.known, planned):
@@ -156,39 +199,105 @@ class KnownFollower:
                 await self._read_to_end()  # "known" may be stale: a deletion just stored
         except TimeoutError:
             log.warning(
-                "submit: events not read in %gs: duplicates left to admission", self.catch_up_s
+                "submit: events not read in %gs: duplicates left to the claims", self.catch_up_s
             )
             return []
         except BusError as exc:
-            log.warning("submit: events not read (%s): duplicates left to admission", exc)
+            log.warning("submit: events not read (%s): duplicates left to the claims", exc)
             return []
         return duplicates(self.known, planned)
 
     async def publish(self, bus: SubmitPublisher, envs: Sequence[events_pb2.Envelope]) -> set[str]:
-        """Store `envs` in order; the event ids of the `submitted` among them that found their
-        name taken by another submission stored meanwhile (their callers: "already exists")."""
-        lost: set[str] = set()
+        """Claim the names of the `submitted` among `envs` (all at once), then store `envs` in
+        order but for those whose name another submission holds: their event ids (their
+        callers: "already exists")."""
+        submitted = [env for env in envs if env.WhichOneof("payload") == "submitted"]
+        claimed_at = time.monotonic()
+        if len(submitted) == 1:  # one workload per Submit: no task to make for it
+            lives = [await self._claim(submitted[0])]
+        else:
+            lives = list(await asyncio.gather(*(self._claim(env) for env in submitted)))
+        life_of = {env.event_id: life for env, life in zip(submitted, lives, strict=True)}
+        lost = {event_id for event_id, life in life_of.items() if life is None}
+        if time.monotonic() - claimed_at > CLAIMANT_DEADLINE_S:
+            # Stored later, a `submitted` could follow another gateway's takeover of the claim.
+            raise Retry(1.0, f"names claimed, not stored within {CLAIMANT_DEADLINE_S:g}s")
         for env in envs:
-            if env.WhichOneof("payload") != "submitted":
+            life = life_of.get(env.event_id, 0)
+            if env.event_id not in life_of:
                 await bus.publish(env)
-            elif not await self._claim(bus, env):
+            elif life is not None and not await self._store(bus, env, life):
                 lost.add(env.event_id)
         return lost
 
-    async def _claim(self, bus: SubmitPublisher, env: events_pb2.Envelope) -> bool:
-        """Store `submitted` `env` under its name's claim; whether it holds the name (stored
-        now, or by this Submit before: a retry with its idempotency key)."""
+    async def _store(self, bus: SubmitPublisher, env: events_pb2.Envelope, life: int) -> bool:
+        """Store `submitted` `env`, whose name this Submit holds for life `life`; False when a
+        `submitted` of that life was stored without a claim (a gateway of before the claims,
+        within the dedupe window: its caller was told "submitted" first)."""
+        claim = self.known.claim(env.cluster, env.workload, life)
+        if not isinstance(await bus.publish(env, dedupe_id=claim), Duplicated):
+            return True
+        await self._read_to_end_within()  # the submission stored under `claim`
+        return not self.known.duplicate(env.workload, env.event_id)
+
+    async def _claim(self, env: events_pb2.Envelope) -> int | None:
+        """Claim `submitted` `env`'s name in MUSTER_NAMES: the life of the name it holds now
+        (written now, or by this Submit before: a retry), or None when another holds it."""
+        names = await self._bucket()
+        key = name_key(env.workload)
+        mine = Claim(event_id=env.event_id, life=self.known.life(env.workload), at_s=self._clock())
+        revision = 0  # the hot path: a name never claimed, one write
         for _ in range(CLAIMS):
-            claim = self.known.claim(env.cluster, env.workload)
-            if not isinstance(await bus.publish(env, dedupe_id=claim), Duplicated):
-                return True
-            await self._read_to_end()  # the submission stored under `claim`, and what followed
-            if self.known.duplicate(env.workload, env.event_id):
-                return False
-            if self.known.claim(env.cluster, env.workload) == claim:
-                return True  # this Submit's own, stored by an earlier attempt
-            # deleted since: claimed again, for the name's new life
-        raise Retry(1.0, f"{env.workload}: deleted and submitted again while submitting")
+            try:
+                await names.write(key, encode_claim(mine), last=revision)
+                return mine.life
+            except Conflict:
+                pass  # held, or replaced since it was read
+            judged, revision, mine = await self._judge(names, key, mine, env.workload)
+            if judged is Verdict.OURS:
+                return mine.life
+            if judged is Verdict.TAKEN:
+                return None
+        raise Retry(1.0, f"{env.workload}: its name was claimed again and again while submitting")
+
+    async def _judge(
+        self, names: Bucket, key: str, mine: Claim, workload: str
+    ) -> tuple[Verdict, int, Claim]:
+        """The verdict on the claim at `key` (the stream read to its end first when the index
+        may be behind), the revision it was read at, and `mine` as of the index then (of the
+        life held, when OURS)."""
+        caught_up = False
+        while True:
+            entry = await names.last_write(key)
+            found = None if entry is None or entry.value is None else decode_claim(entry.value)
+            revision = 0 if entry is None else entry.revision
+            judged = verdict(
+                found,
+                mine,
+                known=self.known.holder(workload),
+                caught_up=caught_up,
+                orphan_after_s=self.orphan_after_s,
+            )
+            if judged is Verdict.OURS and found is not None:
+                return (
+                    judged,
+                    revision,
+                    msgspec.structs.replace(mine, life=max(found.life, mine.life)),
+                )
+            if judged is not Verdict.READ:
+                return judged, revision, mine
+            await self._read_to_end_within()
+            caught_up = True
+            mine = msgspec.structs.replace(mine, life=self.known.life(workload))
+
+    async def _bucket(self) -> Bucket:
+        if self._names is None:
+            try:
+                # Made as `muster nats-setup` makes it, when a gateway is first (dev, one user).
+                self._names = await self.history.kv(NAMES_BUCKET, ttl_s=EVENTS_KEPT_S)
+            except SetupError as exc:  # not a BusError: Submit answers UNAVAILABLE for this
+                raise Unavailable(str(exc)) from exc
+        return self._names
 
     def published(self, planned: Sequence[PlannedEvent]) -> None:
         """`planned` was stored: its submissions are known from now on."""
@@ -202,8 +311,21 @@ class KnownFollower:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
 
+    async def _read_to_end_within(self) -> None:
+        """`_read_to_end`, or `Unavailable` after `read_s`: a Submit that must know what is
+        stored before it answers (a claim found) is answered UNAVAILABLE (retry) instead."""
+        try:
+            async with asyncio.timeout(self.read_s):
+                await self._read_to_end()
+        except TimeoutError as exc:
+            raise Unavailable(f"events not read in {self.read_s:g}s: retry") from exc
+
     async def _read_to_end(self) -> None:
         """Read every event stored now into the index (the follower may be behind)."""
+        async with self._reading:
+            await self._read_stored()
+
+    async def _read_stored(self) -> None:
         last = await self.history.last_sequence(EVENTS_STREAM)
         if last <= self.known.sequence:
             return

@@ -83,6 +83,20 @@ class Track:
     evictions: int = 0
     outcome: str = "Pending"
     pending: str = ""
+    # Kueue's Requeued condition since its last eviction: None (no eviction, or its pods are
+    # still stopping), False (waiting: back-off, stopped queue), True (queued again).
+    requeued: bool | None = None
+
+    def state(self) -> str:
+        """The OUTCOME column: its state as Kueue's conditions would name it. An evicted
+        workload reads Evicted only while its pods stop (Evicted, quota still reserved); then
+        Pending, requeued or waiting to be (Requeued True or False)."""
+        notes = []
+        if self.outcome == "Pending" and self.requeued is not None:
+            notes.append("requeued" if self.requeued else "not requeued yet")
+        if self.evictions:
+            notes.append(f"evicted {self.evictions}x")
+        return self.outcome + (f" ({', '.join(notes)})" if notes else "")
 
     @property
     def done(self) -> bool:
@@ -95,8 +109,9 @@ class Track:
 
 
 GANG_QUEUE = "(gang)"  # the queue column of a gang outside Kueue
-# Admission's eviction reasons for a deactivation: by itself (translate.py's, back-off limit
-# reached or check rejected) and by a Stop (core's, spec.active set false while holding quota).
+# Admission's eviction reasons for a deactivation: by itself (translate.py's, a check rejected
+# it) and by a Stop (core's, spec.active set false while holding quota); and Kueue's
+# DeactivatedDueTo<cause> (back-off limit reached, a check rejected it after admission).
 DEACTIVATED = frozenset({"InactiveWorkload", "Deactivated"})
 
 
@@ -287,17 +302,24 @@ class Driver:
                 track.running_s = None
             # Deactivated (back-off limit reached, check rejected): nothing more happens to it
             # unless someone resumes it, so it no longer holds the run open.
-            track.outcome = "Inactive" if env.evicted.reason in DEACTIVATED else "Evicted"
+            reason = env.evicted.reason
+            deactivated = reason in DEACTIVATED or reason.startswith("Deactivated")
+            track.outcome = "Inactive" if deactivated else "Evicted"
+            track.requeued = None
             by = f" by {env.evicted.preemptor}" if env.evicted.preemptor else ""
             self._line(track, "evicted", f"{env.evicted.reason}{by}")
+        elif kind == "eviction_completed" and track.outcome == "Evicted":
+            # Its pods are gone, its quota given back: pending, queued again at once only when
+            # preempted (Kueue's job reconciler); the `requeued` that follows says so anyway.
+            track.outcome, track.requeued = "Pending", False
         elif kind == "bound":
             track.nodes.update(b.node for b in env.bound.bindings)
             self._line(track, "bound", ",".join(sorted(track.nodes)))
         elif kind == "active_changed" and not env.active_changed.active:
             if track.outcome in {"Pending", "Evicted"}:  # holding nothing: inactive at once
                 track.outcome = "Inactive"
-        elif kind == "requeued" and track.outcome == "Inactive":  # resumed
-            track.outcome = "Pending"
+        elif kind == "requeued":  # queued again: after an eviction, or resumed
+            track.outcome, track.requeued = "Pending", True
         elif kind == "running":
             track.running_s = now
             track.outcome = "Running"
@@ -342,10 +364,10 @@ def render_tracks(tracks: Sequence[Track], *, clusters: bool = False) -> str:
         waited = (
             "-"
             if t.admitted_s is None or t.submitted_s is None
-            else f"{t.admitted_s - t.submitted_s:.0f}"
+            else f"{max(0.0, t.admitted_s - t.submitted_s):.0f}"  # its event may beat the reply
         )
         queue = f"{t.queue} → {t.cluster_queue}" if t.cluster_queue else t.queue
-        outcome = t.outcome + (f" (evicted {t.evictions}x)" if t.evictions else "")
+        outcome = t.state()
         where = (t.cluster or "-",) if clusters else ()
         nodes = ",".join(sorted(t.nodes)) or "-"
         rows.append((t.key, queue, *where, waited, f"{t.ran_s:.0f}", nodes, outcome))

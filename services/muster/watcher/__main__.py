@@ -88,12 +88,14 @@ def build(args: argparse.Namespace, config: ServiceConfig) -> ServiceMain:
         raise ValueError(
             f"--cluster-lost-seconds must be > 0 seconds, got {args.cluster_lost_seconds:g}"
         )
+    pods_ready, granular = _kueue_switches(args.kueue_config)
     watcher = WatcherConfig(
         cluster=config.cluster,
         kueue_version=backend.kube.kueue_version,
         check_controllers=controller_names(args.check_controllers),
         cluster_lost_s=args.cluster_lost_seconds,
-        pods_ready_condition=_waits_for_pods_ready(args.kueue_config),
+        pods_ready_condition=pods_ready,
+        granular_reasons=granular,
     )
     if args.kube_event_qps < 0:
         raise ValueError(
@@ -105,14 +107,15 @@ def build(args: argparse.Namespace, config: ServiceConfig) -> ServiceMain:
     return functools.partial(serve, config=watcher, backend=backend, kube=kube)
 
 
-def _waits_for_pods_ready(path: str | None) -> bool:
-    """Whether Kueue's Configuration at `path` turns waitForPodsReady on (no file: off)."""
+def _kueue_switches(path: str | None) -> tuple[bool, bool]:
+    """Whether Kueue's Configuration at `path` turns waitForPodsReady on (no file: off), and
+    its UnadmittedWorkloadsObservability gate (granular reasons; no file: on, Kueue's default)."""
     if not path:
-        return False
+        return False, True
     kueue, errors = kueue_config_from_file(path)
     if kueue is None:
         raise ValueError("; ".join(str(e) for e in errors))
-    return kueue.wait_for_pods_ready.enable
+    return kueue.wait_for_pods_ready.enable, kueue.granular_pending_reasons
 
 
 async def serve(

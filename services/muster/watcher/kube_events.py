@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 
 from muster.cluster.kube.references import Reference
 from muster.contracts.v1 import events_pb2 as pb
-from muster.watcher.kueue_status import WORKLOAD_EVENTS
+from muster.watcher.kueue_status import DEACTIVATED, WORKLOAD_EVENTS, deactivated_reason
 from muster.watcher.pods import PENDING, PodState
 
 ADMISSION = "muster.dev/admission"  # reportingController of workload Events
@@ -37,7 +37,6 @@ ADMISSION = "muster.dev/admission"  # reportingController of workload Events
 # workload's as its status follows them, and its routing and its pods' placement.
 EVENT_SOURCES = (*WORKLOAD_EVENTS, "routed", "gang_waiting", "bound", "admission_check")
 _ADMISSION_SOURCE = "admission/"  # Envelope.source of admission's own answers (MultiKueue)
-_DEACTIVATED = "InactiveWorkload"
 
 
 class EventSpec(NamedTuple):
@@ -52,7 +51,7 @@ class EventSpec(NamedTuple):
 
 
 class _Known:
-    __slots__ = ("admitted", "job", "queued_s", "reserved", "reserved_s")
+    __slots__ = ("admitted", "evicted", "job", "queued_s", "reserved", "reserved_s")
 
     def __init__(self, job: Reference | None, at_s: float) -> None:
         self.job = job  # the Job it stands for, if any
@@ -62,10 +61,12 @@ class _Known:
         # `quota_reserved` (docs/events.md, "Order of admission's decisions").
         self.reserved = False
         self.admitted = False
+        self.evicted = ""  # the reason of its last eviction since it was last queued
 
     def queued(self, at_s: float) -> None:
         self.queued_s = at_s
         self.reserved = self.admitted = False
+        self.evicted = ""
 
 
 class EventBook:
@@ -136,7 +137,10 @@ class EventBook:
             return [*told, ("Normal", "Admitted", note)]
         if field == "evicted":
             known.reserved = known.admitted = False
-            cause = "Deactivated" if payload.reason == _DEACTIVATED else payload.reason
+            cause = payload.reason
+            if cause == DEACTIVATED:  # Kueue's words, with the deactivation's cause
+                cause = deactivated_reason(known.evicted)
+            known.evicted = cause
             found = [("Normal", f"EvictedDueTo{cause or 'Eviction'}", payload.message)]
             if payload.reason == "Preempted":
                 found.insert(0, ("Normal", "Preempted", payload.message))

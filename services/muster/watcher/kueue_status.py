@@ -5,7 +5,10 @@ feeds it events and desires what changed.
 
 - Workload: conditions QuotaReserved, Admitted, Evicted, Requeued, Finished (reason and
   message as Kueue words them) and `admission` (ClusterQueue, podSetAssignments), from
-  `pending`, `quota_reserved`, `admitted`, `evicted`, `requeued`, `finished`; with
+  `pending`, `quota_reserved`, `admitted`, `evicted`, `eviction_completed`, `requeued`,
+  `finished` and `active_changed`: through an eviction as Kueue's workload controller and job
+  reconciler write them (Evicted at once; the reservation cleared and Requeued set once the
+  pods are gone; BackoffFinished, <Queue>Restarted or Reactivated when it queues again); with
   waitForPodsReady on, PodsReady as Kueue's job reconciler keeps it (False, WaitForStart, from
   the start and whenever it is not admitted; True, Started, once a `running` with its pods
   ready or a `pods_ready` says so while admitted); and what its
@@ -28,7 +31,15 @@ from muster.api.encode import is_byte_resource
 from muster.api.quantity import QuantityError, format_quantity, parse_quantity
 from muster.cluster.kube.resources import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
-from muster.core.conditions import RECOVERED, WAIT_FOR_RECOVERY, WAIT_FOR_RECOVERY_MESSAGE
+from muster.core.conditions import (
+    NOT_READY_MESSAGE,
+    READY_MESSAGE,
+    RECOVERED,
+    STARTED,
+    WAIT_FOR_RECOVERY,
+    WAIT_FOR_RECOVERY_MESSAGE,
+    WAIT_FOR_START,
+)
 from muster.payloads import PayloadError, applied_document
 
 # The events whose payloads change a Workload's status (the status task follows these).
@@ -44,22 +55,38 @@ WORKLOAD_EVENTS = (
 )
 # The watcher's reports of a workload's readiness (followed only with waitForPodsReady on).
 READINESS_EVENTS = ("running", "pods_ready")
+# spec.active set (kueuectl, the gateway, the watcher): a pending workload deactivated is told
+# by nothing else (admission takes it off its queue without a decision to publish).
+ACTIVE_CHANGED: Final = "active_changed"
 # The binder's word that an evicted workload's pods are gone: a deactivated one reserves
 # nothing from then on.
 EVICTION_COMPLETED: Final = "eviction_completed"
 # Conditions in the order `kubectl describe` lists them.
 _CONDITION_ORDER = ("QuotaReserved", "Admitted", "PodsReady", "Evicted", "Requeued", "Finished")
-# Kueue's PodsReady reasons and messages (jobframework's generatePodsReadyCondition); the
-# recovery ones are the engine's too (core.conditions).
-WAIT_FOR_START, STARTED = "WaitForStart", "Started"
-NOT_READY_MESSAGE = "Not all pods are ready or succeeded"
-READY_MESSAGE = "All pods reached readiness and the workload is running"
 _DEFAULT_QUEUE = "default"  # a workload naming no LocalQueue is in its namespace's "default"
 _ADMISSION_SOURCE = "admission/"  # Envelope.source of admission's decisions
 
 # "inactive": deactivated (a check Rejected it, ...), it reserves nothing and waits for nothing.
 State = Literal["pending", "reserving", "admitted", "finished", "inactive"]
 DEACTIVATED = "InactiveWorkload"  # admission's eviction reason for a deactivation
+# Kueue's job reconciler, once an evicted job's pods are gone: Requeued True only after these
+# (a preempted workload queues again at once); after the others it is False until the
+# workload controller requeues it (back-off over, queue restarted, reactivated).
+_REQUEUED_AT_ONCE = ("Preempted", "NodeFailures")
+# Requeued False for these until the back-off (requeueAt) has passed: then BackoffFinished.
+_BACKING_OFF = ("PodsReadyTimeout", "AdmissionCheck")
+# Requeued False for these until the queue is no longer stopped: then <Kind>Restarted.
+_RESTARTED = {
+    "ClusterQueueStopped": (
+        "ClusterQueueRestarted",
+        "The ClusterQueue was restarted after being stopped",
+    ),
+    "LocalQueueStopped": (
+        "LocalQueueRestarted",
+        "The LocalQueue was restarted after being stopped",
+    ),
+}
+_STILL_STOPPED = ("Suspended", "Inadmissible")  # pending reasons of a stopped queue
 FlavorResource = tuple[str, str]  # (flavor, resource)
 
 
@@ -181,9 +208,17 @@ class StatusBook:
     """The statuses of one cluster's Kueue objects, as the events so far make them."""
 
     def __init__(
-        self, *, kueue_version: str = "v1beta1", cluster: str = "", pods_ready: bool = False
+        self,
+        *,
+        kueue_version: str = "v1beta1",
+        cluster: str = "",
+        pods_ready: bool = False,
+        granular: bool = True,
     ) -> None:
         self._cluster = cluster  # its own: a workload admitted elsewhere shows clusterName
+        # Kueue's UnadmittedWorkloadsObservability (on by default): granular QuotaReserved
+        # reasons (PendingEvaluation, Deactivated) where admission's events give none.
+        self._granular = granular
         # waitForPodsReady is on: Kueue keeps a PodsReady condition on every job's Workload.
         self._pods_ready = pods_ready
         # v1beta1 calls a LocalQueue's flavorsUsage `flavorUsage`.
@@ -206,6 +241,8 @@ class StatusBook:
             return self._answer(env)
         if field in READINESS_EVENTS:
             return self._readiness(env)
+        if field == ACTIVE_CHANGED:
+            return self._deactivated(env)
         if field in WORKLOAD_EVENTS or field == EVICTION_COMPLETED:
             at_s = env.time_unix_nano / 1e9
             refs = self._workload_event(env.workload, field, getattr(env, field), at_s=at_s)
@@ -236,6 +273,23 @@ class StatusBook:
         else:
             wl.set("PodsReady", True, STARTED, READY_MESSAGE)
         return {_workload_ref(env.workload)}
+
+    def _deactivated(self, env: pb.Envelope) -> set[ObjectRef]:
+        """A pending workload deactivated (Kueue's workload controller evicts it too, though
+        it holds nothing: Evicted True Deactivated unless already evicted; QuotaReserved
+        Deactivated). One holding quota is evicted by admission (`evicted`, Deactivated)."""
+        wl = self._workloads.get(env.workload)
+        if wl is None or env.active_changed.active or wl.state != "pending":
+            return set()
+        tally = self._tally(wl.local_queue)
+        tally.add(wl, -1)
+        wl.state = "inactive"
+        tally.add(wl, 1)
+        if wl.conditions.get("Evicted", {}).get("status") != "True":
+            wl.set("Evicted", True, "Deactivated", "The workload is deactivated")
+        if self._granular:
+            wl.set("QuotaReserved", False, "Deactivated", "The workload is deactivated")
+        return {_workload_ref(env.workload), self._lq_ref(wl.local_queue)}
 
     def _answer(self, env: pb.Envelope) -> set[ObjectRef]:
         """A check admission answers itself (MultiKueue's): its state goes into the
@@ -270,7 +324,7 @@ class StatusBook:
         if field == "deleted":
             del self._workloads[key]
             return {self._lq_ref(wl.local_queue)}
-        _transition(wl, field, payload, at_s=at_s)
+        _transition(wl, field, payload, at_s=at_s, granular=self._granular)
         tally.add(wl, 1)
         return {_workload_ref(key), self._lq_ref(wl.local_queue)}
 
@@ -374,7 +428,7 @@ def _workload_ref(key: str) -> ObjectRef:
     return ObjectRef(kind="Workload", namespace=namespace, name=name)
 
 
-def _transition(wl: _Workload, field: str, payload: Any, *, at_s: float) -> None:
+def _transition(wl: _Workload, field: str, payload: Any, *, at_s: float, granular: bool) -> None:
     """Move `wl` on for one admission, eviction or end event, as Kueue words the conditions."""
     if field == "pending":
         # Kueue's reasons as admission decided them (granular since Kueue v0.19).
@@ -382,49 +436,131 @@ def _transition(wl: _Workload, field: str, payload: Any, *, at_s: float) -> None
         wl.state = "pending"
         wl.unadmit()
         wl.set("QuotaReserved", False, reason, payload.message)
+        if reason not in _STILL_STOPPED:
+            _restarted(wl)
     elif field == "quota_reserved" and wl.state == "admitted":
         pass  # stored after its admitted (docs/events.md, "Order"): said already
     elif field in ("quota_reserved", "admitted"):
-        cq = payload.admission.cluster_queue
-        wl.admit(payload.admission)
-        wl.set("QuotaReserved", True, "QuotaReserved", f"Quota reserved in ClusterQueue {cq}")
-        evicted = wl.conditions.get("Evicted")
-        if evicted is not None and evicted["status"] == "True":
-            wl.set("Evicted", False, "QuotaReserved", f"Previously: {evicted['message']}")
-        if field == "admitted":
-            wl.state = "admitted"
-            wl.set("Admitted", True, "Admitted", "The workload is admitted")
-        else:
-            wl.state = "reserving"
-            checks = tuple(sorted(payload.admission_checks))
-            if checks or wl.checks is not None:
-                wl.checks = checks
+        _reserved(wl, field, payload)
     elif field == "evicted":
-        reason = payload.reason or "Evicted"
-        wl.evicted_at_s = at_s
-        wl.answers.clear()  # reset with the others; the next reservation is answered anew
-        wl.set("Evicted", True, reason, payload.message)
-        wl.set("Admitted", False, reason, payload.message)
-        if reason == DEACTIVATED:
-            # Its quota is given back at once and it is not requeued (Kueue: spec.active false).
-            _inactive(wl, payload.message)
-        else:
-            wl.state = "reserving"  # the quota stays reserved until the pods are gone
+        _evicted(wl, payload, at_s=at_s, granular=granular)
     elif field == "eviction_completed":
-        # Stopped (kueuectl), or a check Rejected it: no requeue follows.
-        evicted = wl.conditions.get("Evicted") or {}
-        if wl.state == "reserving" and evicted.get("reason", "").startswith("Deactivated"):
-            _inactive(wl, evicted["message"])
+        if wl.state == "reserving" and wl.conditions.get("Evicted", {}).get("status") == "True":
+            _stopped(wl, granular=granular)
     elif field == "requeued":
-        wl.state = "pending"
-        wl.unadmit()
-        wl.cluster_name = ""
-        wl.set("QuotaReserved", False, "Pending", payload.message or "The workload was requeued")
-        wl.set("Requeued", True, payload.reason or "Requeued", payload.message)
+        _requeued(wl, payload, granular=granular)
     elif field == "finished":
         wl.state = "finished"
         succeeded = bool(payload.succeeded)
         wl.set("Finished", True, "Succeeded" if succeeded else "Failed", payload.message)
+
+
+def _reserved(wl: _Workload, field: str, payload: Any) -> None:
+    cq = payload.admission.cluster_queue
+    _restarted(wl)  # reserved again: its queue runs
+    wl.admit(payload.admission)
+    wl.set("QuotaReserved", True, "QuotaReserved", f"Quota reserved in ClusterQueue {cq}")
+    evicted = wl.conditions.get("Evicted")
+    if evicted is not None and evicted["status"] == "True":
+        wl.set("Evicted", False, "QuotaReserved", f"Previously: {evicted['message']}")
+    if field == "admitted":
+        wl.state = "admitted"
+        wl.set("Admitted", True, "Admitted", "The workload is admitted")
+    else:
+        wl.state = "reserving"
+        checks = tuple(sorted(payload.admission_checks))
+        if checks or wl.checks is not None:
+            wl.checks = checks
+
+
+def _evicted(wl: _Workload, payload: Any, *, at_s: float, granular: bool) -> None:
+    """Evicted True (Kueue's workload controller). QuotaReserved and Admitted stay as they
+    were while its pods stop (`_stopped`), except for a deactivation admission carried out
+    at once (its quota given back: nothing ran, or the back-off limit was reached)."""
+    wl.evicted_at_s = at_s
+    wl.answers.clear()  # reset with the others; the next reservation is answered anew
+    reason = payload.reason or "Evicted"
+    if reason == DEACTIVATED:
+        evicted = wl.conditions.get("Evicted", {})
+        reason = deactivated_reason(
+            evicted.get("reason", "") if evicted.get("status") == "True" else ""
+        )
+        wl.set("Evicted", True, reason, payload.message)
+        _inactive(wl, granular=granular)
+        return
+    wl.set("Evicted", True, reason, payload.message)
+    wl.state = "reserving"  # the quota stays reserved until the pods are gone
+
+
+def deactivated_reason(evicted_before: str) -> str:
+    """Kueue's eviction reason for a deactivation admission decides by itself (its
+    `InactiveWorkload`): "Deactivated" with its cause (patching.ReasonWithCause). Admission
+    does so when a check Rejected a workload that only reserved quota, and in streams written
+    before November 2026 when the back-off limit was reached (`evicted_before`, the eviction
+    still in force, was at the PodsReady timeout; now that eviction says the cause itself)."""
+    if evicted_before == "PodsReadyTimeout":
+        return "DeactivatedDueToRequeuingLimitExceeded"
+    return "DeactivatedDueToAdmissionCheck"
+
+
+def _stopped(wl: _Workload, *, granular: bool) -> None:
+    """Its pods are gone (Kueue's job reconciler, once the job is not active): the
+    reservation is cleared, Requeued says whether it queues at once, with the eviction's
+    reason and message; a deactivated one stays out of its queue."""
+    evicted = wl.conditions["Evicted"]
+    if evicted["reason"].startswith("Deactivated"):
+        _inactive(wl, granular=granular)
+        return
+    wl.state = "pending"
+    _unreserve(wl, "PendingEvaluation" if granular else "Pending", evicted["message"], granular)
+    at_once = evicted["reason"] in _REQUEUED_AT_ONCE
+    wl.set("Requeued", at_once, evicted["reason"], evicted["message"])
+
+
+def _requeued(wl: _Workload, payload: Any, *, granular: bool) -> None:
+    """Admission queued it again. Kueue's workload controller says why: reactivated, its
+    back-off over; a workload evicted by a stopped queue stays Requeued False until the
+    queue runs again (`_restarted`)."""
+    if wl.state == "reserving" and wl.conditions.get("Evicted", {}).get("status") == "True":
+        _stopped(wl, granular=granular)  # no eviction_completed came (nothing ran)
+    wl.state = "pending"
+    wl.unadmit()
+    wl.cluster_name = ""
+    if granular:  # as Kueue's workload controller resets it for the scheduler
+        message = "Workload is pending evaluation in the scheduling queue"
+        wl.set("QuotaReserved", False, "PendingEvaluation", message)
+    requeued = wl.conditions.get("Requeued", {})
+    if requeued.get("status") != "False" or requeued.get("reason") in _RESTARTED:
+        pass  # preempted (True already), or waiting for its queue to run
+    elif payload.reason == "Reactivated":
+        wl.set("Requeued", True, "Reactivated", "The workload was reactivated")
+    elif requeued.get("reason") in _BACKING_OFF:
+        wl.set("Requeued", True, "BackoffFinished", "The workload backoff was finished")
+    else:  # evicted for a reason of muster's own (it queues at once)
+        wl.set("Requeued", True, requeued["reason"], requeued.get("message", ""))
+
+
+def _restarted(wl: _Workload) -> None:
+    """Kueue's workload controller: Requeued True once the stopped queue that evicted the
+    workload runs again; muster sees it as a pending reason other than a stop's, or a
+    reservation."""
+    requeued = wl.conditions.get("Requeued", {})
+    restarted = _RESTARTED.get(requeued.get("reason", ""))
+    if requeued.get("status") == "False" and restarted is not None:
+        wl.set("Requeued", True, *restarted)
+
+
+def _unreserve(wl: _Workload, reason: str, message: str, granular: bool) -> None:
+    """Kueue's UnsetQuotaReservationWithCondition, and the Admitted condition it syncs
+    (SyncAdmittedCondition: its checks, reset to Pending by the eviction, are not all ready;
+    only the classic reasons say so)."""
+    wl.unadmit()
+    wl.set("QuotaReserved", False, reason, message)
+    if wl.checks and not granular:
+        why = "The workload has no reservation and not all checks ready"
+        wl.set("Admitted", False, "NoReservationUnsatisfiedChecks", why)
+    else:
+        wl.set("Admitted", False, "NoReservation", "The workload has no reservation")
 
 
 def _waiting_for_start(wl: _Workload) -> None:
@@ -437,11 +573,17 @@ def _waiting_for_start(wl: _Workload) -> None:
     wl.set("PodsReady", False, WAIT_FOR_START, NOT_READY_MESSAGE)
 
 
-def _inactive(wl: _Workload, message: str) -> None:
+def _inactive(wl: _Workload, *, granular: bool) -> None:
+    """Deactivated, its quota given back: Requeued False with the eviction's reason (Kueue's
+    job reconciler), QuotaReserved as Kueue's workload controller keeps it for an inactive
+    workload."""
+    evicted = wl.conditions["Evicted"]
     wl.state = "inactive"
-    wl.unadmit()
-    wl.set("QuotaReserved", False, "Pending", message)
-    wl.set("Requeued", False, "Deactivated", message)
+    if granular:
+        _unreserve(wl, "Deactivated", "The workload is deactivated", granular)
+    else:
+        _unreserve(wl, "Pending", evicted["message"], granular)
+    wl.set("Requeued", False, evicted["reason"], evicted["message"])
 
 
 def cluster_queue_status(status: pb.ClusterQueueStatus) -> dict[str, Any]:

@@ -58,6 +58,9 @@ class WatcherConfig(msgspec.Struct, frozen=True, kw_only=True):
     # Kueue's waitForPodsReady is on (its Configuration, `--kueue-config`): Workloads on
     # Kubernetes carry the PodsReady condition, as Kueue's job reconciler keeps it then.
     pods_ready_condition: bool = False
+    # Kueue's UnadmittedWorkloadsObservability gate (its Configuration; on by default): the
+    # granular QuotaReserved reasons the watcher writes itself (PendingEvaluation, Deactivated).
+    granular_reasons: bool = True
 
 
 class KueueWriter(KueueWorkloads, StatusSink, Protocol):
@@ -202,6 +205,7 @@ async def run_watcher(
                     cluster=config.cluster,
                     kueue_version=config.kueue_version,
                     pods_ready=config.pods_ready_condition,
+                    granular=config.granular_reasons,
                     groups=groups,
                     events=(book, events) if events is not None else None,
                     workers=workers,

@@ -30,6 +30,7 @@ from muster.watcher.group_status import GANG_EVENTS, GroupStatusBook
 from muster.watcher.job_mirror import Desire, JobMirror
 from muster.watcher.kube_events import EVENT_SOURCES, EventBook
 from muster.watcher.kueue_status import (
+    ACTIVE_CHANGED,
     EVICTION_COMPLETED,
     READINESS_EVENTS,
     WORKLOAD_EVENTS,
@@ -94,7 +95,14 @@ def status_subjects(cluster: str, *, pods_ready: bool = False) -> list[str]:
     (waitForPodsReady on) its own pods' readiness too."""
     readiness = READINESS_EVENTS if pods_ready else ()
     events = dict.fromkeys(
-        (*WORKLOAD_EVENTS, EVICTION_COMPLETED, *GANG_EVENTS, *EVENT_SOURCES, *readiness)
+        (
+            *WORKLOAD_EVENTS,
+            EVICTION_COMPLETED,
+            ACTIVE_CHANGED,
+            *GANG_EVENTS,
+            *EVENT_SOURCES,
+            *readiness,
+        )
     )
     return [
         *(f for e in DISPATCHED_EVENTS for f in workload_filters("*", e)),
@@ -184,6 +192,7 @@ async def write_statuses(
     cluster: str,
     kueue_version: str,
     pods_ready: bool = False,
+    granular: bool = True,
     groups: GroupStatuses | None = None,
     events: tuple[EventBook, EventSink] | None = None,
     workers: WorkerConfigs | None = None,
@@ -192,8 +201,11 @@ async def write_statuses(
     PodGroups; of its Jobs managed by MultiKueue: `job_mirror`) as events change it, and with
     `events` record their Kubernetes Events, until cancelled; `workers` is told which
     MultiKueueClusters the config events declare. `pods_ready`: waitForPodsReady is on, so
-    Workloads carry Kueue's PodsReady condition."""
-    book = StatusBook(kueue_version=kueue_version, cluster=cluster, pods_ready=pods_ready)
+    Workloads carry Kueue's PodsReady condition; `granular`: Kueue's
+    UnadmittedWorkloadsObservability gate is on."""
+    book = StatusBook(
+        kueue_version=kueue_version, cluster=cluster, pods_ready=pods_ready, granular=granular
+    )
     mirror = JobMirror()
     subjects = status_subjects(cluster, pods_ready=pods_ready)
     runs_on = RunsOn(cluster)

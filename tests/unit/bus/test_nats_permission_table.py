@@ -47,6 +47,7 @@ def test_buckets_are_the_ones_the_services_open() -> None:
     from muster.bus.partitions import PARTITIONS_BUCKET
     from muster.cluster.keys import bucket_name
     from muster.gangpermit.service import CLUSTERS_BUCKET
+    from muster.gateway.claims import NAMES_BUCKET
     from muster.gateway.visibility import VISIBILITY_BUCKET as GATEWAY_VISIBILITY
     from muster.watcher.service import WATCHER_BUCKET
 
@@ -58,6 +59,7 @@ def test_buckets_are_the_ones_the_services_open() -> None:
         CLUSTERS_BUCKET,
         WATCHER_BUCKET,
         PARTITIONS_BUCKET,
+        NAMES_BUCKET,
     }
     assert in_table == opened
     made = {b.name for b in buckets(EVERYWHERE)}

@@ -126,7 +126,11 @@ def test_pods_running_and_ready_read_as_running_then_pods_ready_did() -> None:
     now = events_pb2.WorkloadRunning(pods_ready=True)
     written_now = book_of(submitted(), admitted, env("running", now))
     assert conditions_of(written_now) == conditions_of(written_before)
-    assert conditions_of(written_now)["PodsReady"] == ("True", "PodsReady", "All pods are ready")
+    assert conditions_of(written_now)["PodsReady"] == (
+        "True",
+        "Started",
+        "All pods reached readiness and the workload is running",
+    )
     assert detail(env("running", now)) == "pods running and ready"
 
 
@@ -138,7 +142,26 @@ def test_readiness_lost_then_regained_reads_in_the_book_and_events() -> None:
     assert conditions_of(book)["PodsReady"][:2] == ("False", "WaitForRecovery")
     assert detail(lost) == "a pod lost readiness"
     book.apply(env("pods_ready", events_pb2.PodsReady()))
-    assert conditions_of(book)["PodsReady"][0] == "True"
+    assert conditions_of(book)["PodsReady"][:2] == ("True", "Recovered")  # Kueue's words
+    # Evicted, its pods start anew: admitted again and ready, it has Started, not Recovered.
+    book.apply(env("evicted", events_pb2.WorkloadEvicted(reason="Preempted")))
+    assert conditions_of(book)["PodsReady"][:2] == ("False", "WaitForStart")
+    book.apply(env("eviction_completed", events_pb2.EvictionCompleted()))
+    book.apply(admitted)
+    book.apply(ready)
+    assert conditions_of(book)["PodsReady"][:2] == ("True", "Started")
+
+
+def test_the_back_off_limit_leaves_the_workload_inactive_once_its_pods_are_gone() -> None:
+    limit = events_pb2.WorkloadEvicted(reason="DeactivatedDueToRequeuingLimitExceeded")
+    book = book_of(
+        submitted(),
+        env("admitted", events_pb2.WorkloadAdmitted(admission=admission())),
+        env("evicted", limit),
+        env("eviction_completed", events_pb2.EvictionCompleted()),
+    )
+    (entry,) = book.find("ml", "train")
+    assert entry.summary.status == "INACTIVE"
 
 
 def test_a_pending_workload_stopped_says_deactivated_as_kueue_does() -> None:

@@ -195,7 +195,11 @@ def test_readiness_lost_past_the_recovery_timeout_evicts_then_backs_off() -> Non
     assert timeline(result, "Admitted", "Finished") == [(0, "Admitted", "w")]
     (wl,) = result.workloads
     (requeued,) = [c for c in wl.conditions if c.type == "Requeued"]
-    assert (requeued.status, requeued.reason) == ("False", "PodsReadyTimeout")
+    assert (requeued.status, requeued.reason, requeued.message) == (
+        "False",
+        "PodsReadyTimeout",
+        "Exceeded the PodsReady timeout team-a/w",  # Kueue's: the eviction's message
+    )
 
 
 def test_readiness_lost_again_after_each_admission_counts_toward_the_backoff_limit() -> None:
@@ -205,13 +209,19 @@ def test_readiness_lost_again_after_each_admission_counts_toward_the_backoff_lim
     result = run(config, cluster(), workload("w", runs=100, annotations=recovering("20", "never")))
 
     # Ready at each admission, lost 20 s later: readiness does not reset the count (Kueue's).
+    # The second timeout would pass the limit: deactivated instead, as Kueue's reconciler does.
     assert timeline(result, "Admitted", "Evicted", "Deactivated") == [
         (0, "Admitted", "w"),
         (25, "Evicted", "w"),
         (26, "Admitted", "w"),
         (51, "Evicted", "w"),
-        (51, "Deactivated", "w"),
     ]
+    evicted = [e.reason for e in result.events if e.type == "Evicted"]
+    assert evicted == ["PodsReadyTimeout", "DeactivatedDueToRequeuingLimitExceeded"]
+    (wl,) = result.workloads
+    conditions = {c.type: (c.status, c.reason) for c in wl.conditions}
+    assert conditions["Requeued"] == ("False", "DeactivatedDueToRequeuingLimitExceeded")
+    assert conditions["QuotaReserved"] == ("False", "Deactivated")
 
 
 def test_readiness_regained_within_the_recovery_timeout_keeps_it_admitted() -> None:

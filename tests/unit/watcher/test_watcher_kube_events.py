@@ -88,7 +88,20 @@ def test_a_deactivation_is_told_as_kueue_tells_it() -> None:
     book.apply(event("submitted", pb.WorkloadSubmitted(), at_s=1, workload="ml/wl"))
     rejected = pb.WorkloadEvicted(reason="InactiveWorkload", message="check rejected it")
     (only,) = told(book, event("evicted", rejected, at_s=2, workload="ml/wl"))
-    assert only == ("Workload", "Normal", "EvictedDueToDeactivated", "check rejected it")
+    reason = "EvictedDueToDeactivatedDueToAdmissionCheck"  # Kueue's, with the cause
+    assert only == ("Workload", "Normal", reason, "check rejected it")
+
+
+def test_the_back_off_limit_is_told_as_a_deactivation_for_exceeding_it() -> None:
+    book = EventBook()
+    book.apply(event("submitted", pb.WorkloadSubmitted(), at_s=1, workload="ml/wl"))
+    timeout = pb.WorkloadEvicted(reason="PodsReadyTimeout", message="timed out")
+    assert [
+        r for _, _, r, _ in told(book, event("evicted", timeout, at_s=2, workload="ml/wl"))
+    ] == ["EvictedDueToPodsReadyTimeout"]
+    limit = pb.WorkloadEvicted(reason="InactiveWorkload", message="limit")
+    (only,) = told(book, event("evicted", limit, at_s=3, workload="ml/wl"))
+    assert only[2] == "EvictedDueToDeactivatedDueToRequeuingLimitExceeded"
 
 
 def pod(name: str, *, node: str = "", phase: str = "Pending") -> PodState:
