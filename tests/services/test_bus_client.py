@@ -297,3 +297,39 @@ async def test_what_a_late_flushing_client_published_is_sent_when_it_closes(
         assert [m.data for m in got] == [str(i).encode() for i in range(5)]
     finally:
         await reader.close()
+
+
+@pytest.mark.parametrize("backed_up", [False, True])
+async def test_publishes_are_written_without_the_flusher_unless_the_socket_is_backed_up(
+    nats_server: str, backed_up: bool
+) -> None:
+    got: list[Msg] = []
+    reader, nc = await _subscribed_then_connected(nats_server, "t.written", got)
+    queue = nc._flush_queue
+    assert queue is not None
+    assert nc._transport is not None
+    socket = nc._transport._io_writer.transport  # type: ignore[attr-defined]
+    wakes = 0
+    put = queue.put_nowait
+
+    def counted(item: asyncio.Future[None]) -> None:
+        nonlocal wakes
+        wakes += 1
+        put(item)
+
+    queue.put_nowait = counted  # type: ignore[method-assign]  # nats-py's flusher's wake-ups
+    if backed_up:  # as when the server reads slower than we write: the flusher drains it
+        socket.get_write_buffer_size = lambda: 1
+    try:
+        for i in range(5):
+            await nc.publish("t.written", str(i).encode())
+            await asyncio.sleep(0)  # each in a loop iteration of its own: a write each
+        await until(lambda: len(got) == 5)
+        assert [m.data for m in got] == [str(i).encode() for i in range(5)]
+        assert (wakes > 0) is backed_up
+    finally:
+        queue.put_nowait = put  # type: ignore[method-assign]
+        if backed_up:
+            del socket.get_write_buffer_size
+        await nc.close()
+        await reader.close()

@@ -147,8 +147,8 @@ class Dispatcher:
 
     def next_wakeup_s(self) -> float | None:
         """When a cluster that runs dispatched workloads turns lost if it stays silent."""
-        if self.started_s is None:
-            return None
+        if self.started_s is None or not self.declared:
+            return None  # no worker cluster to watch (every round asks)
         started = self.started_s
         watched = [self.seen_s.get(c, started) for c in self.book.running() if c in self.declared]
         return min(watched) + self.lost_after_s if watched else None
@@ -382,6 +382,8 @@ class Dispatcher:
 
     def take_decisions(self, ctx: DecisionContext) -> list[Decision]:
         """What this replica publishes beyond the engine's events, in the order decided."""
+        if not self._out:
+            return []
         out, self._out = self._out, []
         return [
             Decision(

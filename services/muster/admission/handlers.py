@@ -393,7 +393,10 @@ class Rounds:
                 sent = [env for wave in waves for env in wave]
                 for env in sent:
                     env.partition = token(state.partition_for(WorkloadKey(env.workload)))
-                await self._store_together(sent)
+                if len(sent) == 1:  # most rounds at a few workloads each: a frame less
+                    await self._publish_until_stored(sent[0])
+                else:
+                    await self._store_together(sent)
                 state.record_published(
                     [fact for env in sent if isinstance(fact := fact_of(env), Recorded)]
                 )
@@ -417,9 +420,6 @@ class Rounds:
         awaited in this task: a task each would cost two more hand-offs per round. A fence lost
         raises Reown at once (nothing of the round is left in flight); what failed for now is
         sent again alone, after `retry_s`, until stored."""
-        if len(envs) == 1:
-            await self._publish_until_stored(envs[0])
-            return
         results = await self.publisher.publish_together(envs, [self._fence(e) for e in envs])
         again: list[pb.Envelope] = []
         for env, result in zip(envs, results, strict=True):

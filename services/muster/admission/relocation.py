@@ -77,6 +77,8 @@ class Relocator:
     async def run(self, reports: Sequence[Report], *, now_s: float) -> list[Event]:
         """Forward `reports`, the state's moves and handovers; what applying the handed-over
         stories reported (the round decides after)."""
+        if not reports and not self.state.moves and not self.state.handovers:
+            return []  # most rounds: nothing to forward, and no coroutine to run for it
         source = self.state.source
         await gather_or_cancel(
             *(
@@ -102,6 +104,8 @@ class Relocator:
 
     async def moves(self) -> None:
         """Forward the story of every workload in `state.moves` to its home."""
+        if not self.state.moves:
+            return
         moves, self.state.moves = self.state.moves, {}
         ledger, owned = self.state.ledger, self.state.sharding.owned
         outgoing: list[tuple[Move, Outgoing]] = []

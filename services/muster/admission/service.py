@@ -220,7 +220,7 @@ class AdmissionService:
         max_event_bytes = bus.config.max_event_bytes
         self.rounds = Rounds(
             self.state,
-            bus,
+            bus.publisher,  # not the Bus's wrappers: a frame less to resume per PubAck
             clock=clock,
             on_round=self._changed,
             history=self.history,

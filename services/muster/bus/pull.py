@@ -5,6 +5,10 @@ own: per message, that costs several times the work of handling a small event. A
 keeps up to `batch` messages asked for or waiting to be taken (asking for more once half have
 come) and hands over whatever has arrived, in delivery order. The server also stops at the
 consumer's `max_ack_pending`.
+
+A reader waiting in `take` costs one future and one timer: a consumer that owns a quarter of the
+trees waits once per event or two, so an `asyncio.Event` and an `asyncio.timeout` per wait (a
+dozen calls) were a measurable share of its work (docs/benchmarks.md, branch hand).
 """
 
 from __future__ import annotations
@@ -75,7 +79,7 @@ class PullFeed:
         self._inbox = nc.new_inbox()
         self._sub: Subscription | None = None
         self._ready: collections.deque[Msg] = collections.deque()
-        self._arrived = asyncio.Event()
+        self._waiter: asyncio.Future[bool] | None = None  # what `take` waits on, if it waits
         self._asked = 0  # messages asked for and neither delivered nor given up by the server
         self._heard_at = 0.0  # loop time of the last delivery or status
         self._hold_until = 0.0  # no request before this loop time (after a refusal)
@@ -99,27 +103,37 @@ class PullFeed:
         Returns [] when none came in time. Raises ConsumerDeletedError once the server said the
         consumer is gone.
         """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while not self._ready and not self._deleted:
-            left = deadline - loop.time()
-            if left <= 0:
-                return []
-            self._arrived.clear()
-            await self._top_up()  # a request that ended meanwhile is replaced before waiting
-            try:
-                async with asyncio.timeout(min(left, _SLICE_S)):
-                    await self._arrived.wait()
-            except TimeoutError:
-                await self._look_after_requests(loop.time())
-                if self._suspect:
-                    await self._check_exists()
+        if not self._ready and not self._deleted:
+            await self._wait(timeout_s)
         if self._deleted:
             raise ConsumerDeletedError(self._stream, self._consumer)
         count = min(limit, len(self._ready))
         taken = [self._ready.popleft() for _ in range(count)]
-        await self._top_up()
+        if self._asked + len(self._ready) <= self._batch // 2:  # `_top_up`, without its call
+            await self._ask()
         return taken
+
+    async def _wait(self, timeout_s: float) -> None:
+        """Wait up to `timeout_s` for a message (or the consumer's deletion), looking after the
+        requests at least every `_SLICE_S` meanwhile."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not self._ready and not self._deleted:
+            now = loop.time()
+            if now >= deadline:
+                return
+            await self._top_up()  # a request that ended meanwhile is replaced before waiting
+            waiter = self._waiter = loop.create_future()
+            timer = loop.call_at(min(deadline, now + _SLICE_S), _wake, waiter, True)
+            try:
+                sliced = await waiter  # True: the slice passed; False: something arrived
+            finally:
+                self._waiter = None
+                timer.cancel()
+            if sliced:
+                await self._look_after_requests(loop.time())
+                if self._suspect:
+                    await self._check_exists()
 
     async def close(self) -> list[Msg]:
         """Stop pulling; returns the messages delivered but not taken (the caller answers them)."""
@@ -144,10 +158,13 @@ class PullFeed:
         if status is None:
             self._asked = max(0, self._asked - 1)
             self._ready.append(msg)
-            self._arrived.set()
         elif status != _HEARTBEAT:
             self._request_ended(status, headers or {}, now)
-            self._arrived.set()
+        else:
+            return
+        waiter = self._waiter  # `take` waits: wake it (inline: a call per delivery counts)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(False)
 
     def _request_ended(self, status: str, headers: dict[str, str], now: float) -> None:
         """A pull request ended unfilled: 408 expired, 404 nothing there, 409 refused."""
@@ -155,7 +172,6 @@ class PullFeed:
         self._asked = max(0, self._asked - int(left)) if left and left.isdigit() else 0
         if status == "409" and _CONSUMER_DELETED in headers.get(_DESCRIPTION, ""):
             self._deleted = True
-            self._arrived.set()
         elif status in ("409", _NO_RESPONDERS):
             # 409: leadership change, server shutdown, limits. 503: nobody took the request,
             # which is what a deleted consumer (or JetStream between leaders) looks like.
@@ -211,3 +227,8 @@ class PullFeed:
 
     def _fields(self) -> dict[str, str]:
         return {"consumer": self._consumer, "stream": self._stream}
+
+
+def _wake(waiter: asyncio.Future[bool], sliced: bool) -> None:
+    if not waiter.done():
+        waiter.set_result(sliced)
