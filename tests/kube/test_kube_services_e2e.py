@@ -22,6 +22,7 @@ from kube_services_helpers import (
     workload_of_job,
 )
 
+from muster.api.times import format_time
 from muster.bus import DLQ_STREAM, new_event
 from muster.contracts.v1 import events_pb2 as pb
 
@@ -363,6 +364,14 @@ def said(found: dict[str, Any]) -> tuple[str, str, str]:
 WAITING = ("False", "WaitForStart", "Not all pods are ready or succeeded")
 
 
+async def status_of(kubectl: Any, name: str) -> dict[str, Any]:
+    """Workload `name`'s status in namespace ml."""
+    workload = await kubectl.get("Workload", name, "ml")
+    assert workload is not None, name
+    status: dict[str, Any] = workload["status"]
+    return status
+
+
 async def test_pods_running_but_not_ready_are_evicted_at_the_timeout(tmp_path: Path) -> None:
     async with running_stack(tmp_path, kueue_config=pods_ready_config("1s")) as stack:
         name, _ = await running_unready(stack)
@@ -391,8 +400,15 @@ async def test_a_pods_ready_timeout_backs_off_requeued_false_then_true_then_deac
         timeout = f"Exceeded the PodsReady timeout ml/{name}"
         backing_off = await condition_when(kubectl, "Workload", name, "ml", "Requeued", "False")
         assert said(backing_off) == ("False", "PodsReadyTimeout", timeout)
+        # Kueue's requeueState: one requeue, the back-off (1 s) ending 1 s after the pods left.
+        (gone,) = stack.events.of(f"ml/{name}", "workload.eviction_completed")
+        until = format_time(gone.time_unix_nano / 1e9 + 1)
+        backing = (await status_of(kubectl, name)).get("requeueState")
+        assert backing in ({"count": 1, "requeueAt": until}, {"count": 1})  # {count}: over
         requeued = await condition_when(kubectl, "Workload", name, "ml", "Requeued", "True")
         assert said(requeued) == ("True", "BackoffFinished", "The workload backoff was finished")
+        status = await status_of(kubectl, name)
+        assert status["requeueState"] == {"count": 1}  # requeueAt cleared as it queues again
 
         await stopped(stack, await start_unready(stack, name))  # times out again: the limit
 
@@ -416,6 +432,7 @@ async def test_a_pods_ready_timeout_backs_off_requeued_false_then_true_then_deac
         assert said(condition(workload, "Admitted"))[:2] == ("False", "NoReservation")
         assert said(condition(workload, "PodsReady")) == WAITING
         assert "admission" not in workload["status"]
+        assert "requeueState" not in workload["status"]  # Kueue clears it on deactivation
 
 
 async def test_pods_that_become_ready_make_the_workload_pods_ready(tmp_path: Path) -> None:

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from muster.api.check_states import ChecksWanted
+from muster.api.model import RequeuingStrategy
+from muster.api.times import format_time
 from muster.bus import new_event
 from muster.cluster.kube import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
@@ -169,6 +171,44 @@ def test_the_back_off_limit_deactivates_with_kueues_reason_and_cause() -> None:
     assert conditions(made)["Admitted"][:2] == ("False", "NoReservation")
     made.apply(event("requeued", pb.WorkloadRequeued(reason="Reactivated", message="x")))
     assert conditions(made)["Requeued"] == ("True", "Reactivated", "The workload was reactivated")
+
+
+def at(field: str, payload: Any, at_s: float) -> pb.Envelope:
+    env = event(field, payload)
+    env.time_unix_nano = int(at_s * 1e9)
+    return env
+
+
+def test_requeue_state_counts_timeouts_tells_each_back_off_and_clears_on_deactivation() -> None:
+    """Kueue's status.requeueState through backoffBaseSeconds 10, backoffMaxSeconds 15: the
+    count at each PodsReady timeout, requeueAt base*2^(n-1) (capped) after its pods are gone
+    (when admission's back-off starts), cleared when requeued; all of it on deactivation."""
+    made = StatusBook(
+        pods_ready=True,
+        requeuing=RequeuingStrategy(backoff_base_seconds=10, backoff_max_seconds=15),
+    )
+    timeout = pb.WorkloadEvicted(reason="PodsReadyTimeout", message=TIMEOUT)
+    made.apply(at("submitted", pb.WorkloadSubmitted(queue_name="lq"), 0.0))
+    for n, (stopped_s, back_s) in enumerate([(100.0, 10), (200.0, 15)], start=1):
+        made.apply(at("admitted", pb.WorkloadAdmitted(admission=admission()), stopped_s - 10))
+        made.apply(at("evicted", timeout, stopped_s - 1))
+        assert requeue_state(made) == {"count": n, "requeueAt": None}  # its pods still running
+        made.apply(at("eviction_completed", pb.EvictionCompleted(), stopped_s))
+        assert requeue_state(made) == {"count": n, "requeueAt": format_time(stopped_s + back_s)}
+        requeued = pb.WorkloadRequeued(reason="BackoffFinished", message="x")
+        made.apply(at("requeued", requeued, stopped_s + back_s))
+        assert requeue_state(made) == {"count": n, "requeueAt": None}  # None: removed
+    made.apply(at("admitted", pb.WorkloadAdmitted(admission=admission()), 300.0))
+    limit = "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
+    reason = "DeactivatedDueToRequeuingLimitExceeded"
+    made.apply(at("evicted", pb.WorkloadEvicted(reason=reason, message=limit), 301.0))
+    assert requeue_state(made) is None  # at once, while its pods stop
+    made.apply(at("eviction_completed", pb.EvictionCompleted(), 302.0))
+    assert requeue_state(made) is None
+
+
+def requeue_state(made: StatusBook) -> dict[str, Any] | None:
+    return (made.status_of(WL) or {}).get("requeueState")
 
 
 def test_an_admission_check_retry_is_requeued_after_its_back_off() -> None:

@@ -21,6 +21,7 @@ import msgspec
 
 from muster.admission.translate import DEACTIVATED, Manifests, Recorded
 from muster.api.model import Admission, PodSet, Workload, WorkloadKey
+from muster.core.conditions import PODS_READY_TIMEOUT
 
 
 class Phase(StrEnum):
@@ -64,6 +65,10 @@ class Entry:
     evicted_s: float = 0.0
     eviction_id: str = ""  # the event id of its last `evicted`: what eviction_completed names
     stopped_s: float = 0.0
+    # PodsReadyTimeout evictions since submitted or last reactivated (Kueue's
+    # requeueState.count): handed to the engine on adoption, so a rebuilt replica's back-off
+    # and backoffLimitCount count on instead of starting over.
+    requeue_count: int = 0
     pending_reason: str = ""
     pending_message: str = ""
     # Reported since reserved; while none are, the one shared empty map (never written).
@@ -264,6 +269,7 @@ class Ledger:
         if not active and entry.phase in (Phase.PENDING, Phase.BACKOFF):
             entry.phase = Phase.INACTIVE
         elif active and entry.phase is Phase.INACTIVE:
+            entry.requeue_count = 0  # as the engine's set_active (Kueue clears requeueState)
             _requeue(entry)
 
     def completes(self, key: WorkloadKey, eviction_id: str) -> bool:
@@ -285,7 +291,7 @@ class Ledger:
         if not entry.active:
             entry.phase = Phase.INACTIVE
             entry.admission = None
-        elif entry.evicted_reason == "PodsReadyTimeout":
+        elif entry.evicted_reason == PODS_READY_TIMEOUT:
             entry.phase = Phase.BACKOFF
         else:
             _requeue(entry)
@@ -337,6 +343,8 @@ class Ledger:
                     entry.evicted_reason, entry.evicted_message = fact.reason, fact.message
                     entry.evicted_s = fact.at_s
                     entry.eviction_id = fact.event_id
+                    if fact.reason == PODS_READY_TIMEOUT:
+                        entry.requeue_count += 1
             case "requeued":
                 if entry.phase in (Phase.EVICTING, Phase.BACKOFF):
                     _requeue(entry)

@@ -535,6 +535,8 @@ class AdmissionState:
             wl = msgspec.structs.replace(wl, active=False)
         events = engine.submit(wl, now_s=entry.submitted_s, key=key)
         self.adopted.add(key)
+        if entry.requeue_count:  # before a recorded eviction's `stopped` sets its back-off
+            engine.restore_requeues(key, entry.requeue_count)
         if entry.routed_queue:
             # Back where its last Routed sent it, before its quota is restored; announced then.
             engine.restore_routed(key, queue_name=entry.routed_queue)

@@ -28,6 +28,7 @@ RECOVERED = "Recovered"
 # Requeued (Kueue's workload controller): the back-off after a PodsReady timeout or a check's
 # Retry is over; past backoffLimitCount a workload is deactivated instead, its eviction's reason
 # "Deactivated" with that cause (Kueue's patching.ReasonWithCause).
+PODS_READY_TIMEOUT = "PodsReadyTimeout"  # the eviction's reason; counted (requeueState.count)
 BACKOFF_FINISHED = "BackoffFinished"
 BACKOFF_FINISHED_MESSAGE = "The workload backoff was finished"
 REQUEUING_LIMIT_EXCEEDED = "DeactivatedDueToRequeuingLimitExceeded"

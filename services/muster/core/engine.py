@@ -405,6 +405,14 @@ class Engine(EngineViews):
         self.lifecycle.evict(r, reason=reason, message=message, by=by)
         self.state.take_events()
 
+    def restore_requeues(self, key: WorkloadKey, count: int) -> None:
+        """The recorded number of PodsReadyTimeout evictions of `key` since it was last
+        reactivated (state rebuild): its back-off and backoffLimitCount count on from there.
+        Restore it before a recorded eviction's `stopped`, whose back-off it sets."""
+        r = self.state.records.get(key)
+        if r is not None:
+            r.requeue_count = count
+
     def restore_pending(self, key: WorkloadKey, *, reason: str, message: str) -> None:
         """The recorded pending reason, so that a rebuild does not announce it again.
 

@@ -23,6 +23,7 @@ from muster.core.conditions import (
     FINISHED,
     NOT_READY_MESSAGE,
     PODS_READY,
+    PODS_READY_TIMEOUT,
     QUOTA_RESERVED,
     REQUEUED,
     REQUEUING_LIMIT_EXCEEDED,
@@ -207,7 +208,7 @@ class Lifecycle:
             r.set_condition(REQUEUED, False, reason, message)  # Kueue's job reconciler
             self.deactivate(r)
             return
-        if reason == "PodsReadyTimeout":
+        if reason == PODS_READY_TIMEOUT:
             self.back_off(r, message)
             return
         retry_at_s, r.requeue_at_s = r.requeue_at_s, None
@@ -233,19 +234,20 @@ class Lifecycle:
             r.wl = msgspec.structs.replace(r.wl, active=False)
             self.evict(r, reason=REQUEUING_LIMIT_EXCEEDED, message=REQUEUING_LIMIT_MESSAGE)
             return
-        self.evict(r, reason="PodsReadyTimeout", message=f"Exceeded the PodsReady timeout {r.key}")
+        # Counted at the eviction, as Kueue's requeueState.count: a replica rebuilt from the
+        # stream counts the PodsReadyTimeout evictions it replays (admission/ledger.py).
+        r.requeue_count += 1
+        self.evict(r, reason=PODS_READY_TIMEOUT, message=f"Exceeded the PodsReady timeout {r.key}")
 
     def back_off(self, r: WorkloadRecord, message: str) -> None:
         state = self.state
         strategy = state.config.kueue.wait_for_pods_ready.requeuing_strategy
-        r.requeue_count += 1
-        delay = min(
-            strategy.backoff_base_seconds * 2 ** (r.requeue_count - 1),
-            strategy.backoff_max_seconds,
+        delay = backoff_seconds(
+            max(r.requeue_count, 1), strategy.backoff_base_seconds, strategy.backoff_max_seconds
         )
         if strategy.timestamp == "Eviction":
             r.queue_ts = state.now_s
-        self.wait_until(r, state.now_s + delay, reason="PodsReadyTimeout", message=message)
+        self.wait_until(r, state.now_s + delay, reason=PODS_READY_TIMEOUT, message=message)
 
     def wait_until(self, r: WorkloadRecord, at_s: float, *, reason: str, message: str) -> None:
         """Out of the queue until `at_s`, then requeued (BackoffFinished). Requeued False
@@ -398,6 +400,12 @@ class Lifecycle:
                 state.emit(EventType.REQUEUED, r, BACKOFF_FINISHED, "Requeued after back-off")
             else:
                 self.time_out(r)
+
+
+def backoff_seconds(count: int, base_s: int, max_s: int) -> int:
+    """The back-off after the `count`th PodsReadyTimeout eviction: base*2^(count-1), capped
+    (Kueue's requeuingStrategy, without its jitter: decisions replay byte for byte)."""
+    return min(base_s << (count - 1), max_s)
 
 
 def _reserved_only(wl: Workload) -> bool:

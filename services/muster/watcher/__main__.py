@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from muster.api import kueue_config_from_file
+from muster.api.model import RequeuingStrategy
 from muster.bus import Bus
 from muster.bus.service import (
     Flag,
@@ -88,7 +89,7 @@ def build(args: argparse.Namespace, config: ServiceConfig) -> ServiceMain:
         raise ValueError(
             f"--cluster-lost-seconds must be > 0 seconds, got {args.cluster_lost_seconds:g}"
         )
-    pods_ready, granular = _kueue_switches(args.kueue_config)
+    pods_ready, granular, requeuing = _kueue_switches(args.kueue_config)
     watcher = WatcherConfig(
         cluster=config.cluster,
         kueue_version=backend.kube.kueue_version,
@@ -96,6 +97,7 @@ def build(args: argparse.Namespace, config: ServiceConfig) -> ServiceMain:
         cluster_lost_s=args.cluster_lost_seconds,
         pods_ready_condition=pods_ready,
         granular_reasons=granular,
+        requeuing=requeuing,
     )
     if args.kube_event_qps < 0:
         raise ValueError(
@@ -107,15 +109,17 @@ def build(args: argparse.Namespace, config: ServiceConfig) -> ServiceMain:
     return functools.partial(serve, config=watcher, backend=backend, kube=kube)
 
 
-def _kueue_switches(path: str | None) -> tuple[bool, bool]:
-    """Whether Kueue's Configuration at `path` turns waitForPodsReady on (no file: off), and
-    its UnadmittedWorkloadsObservability gate (granular reasons; no file: on, Kueue's default)."""
+def _kueue_switches(path: str | None) -> tuple[bool, bool, RequeuingStrategy]:
+    """Whether Kueue's Configuration at `path` turns waitForPodsReady on (no file: off), its
+    UnadmittedWorkloadsObservability gate (granular reasons; no file: on, Kueue's default),
+    and waitForPodsReady's back-off (requeueState.requeueAt)."""
     if not path:
-        return False, True
+        return False, True, RequeuingStrategy()
     kueue, errors = kueue_config_from_file(path)
     if kueue is None:
         raise ValueError("; ".join(str(e) for e in errors))
-    return kueue.wait_for_pods_ready.enable, kueue.granular_pending_reasons
+    wait = kueue.wait_for_pods_ready
+    return wait.enable, kueue.granular_pending_reasons, wait.requeuing_strategy
 
 
 async def serve(

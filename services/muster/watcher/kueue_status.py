@@ -28,11 +28,14 @@ from typing import Any, Final, Literal
 
 from muster.api.check_states import AnsweredCheck, ChecksWanted
 from muster.api.encode import is_byte_resource
+from muster.api.model import RequeuingStrategy
 from muster.api.quantity import QuantityError, format_quantity, parse_quantity
+from muster.api.times import format_time
 from muster.cluster.kube.resources import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.conditions import (
     NOT_READY_MESSAGE,
+    PODS_READY_TIMEOUT,
     READY_MESSAGE,
     RECOVERED,
     STARTED,
@@ -40,6 +43,7 @@ from muster.core.conditions import (
     WAIT_FOR_RECOVERY_MESSAGE,
     WAIT_FOR_START,
 )
+from muster.core.lifecycle import backoff_seconds
 from muster.payloads import PayloadError, applied_document
 
 # The events whose payloads change a Workload's status (the status task follows these).
@@ -69,6 +73,7 @@ _ADMISSION_SOURCE = "admission/"  # Envelope.source of admission's decisions
 # "inactive": deactivated (a check Rejected it, ...), it reserves nothing and waits for nothing.
 State = Literal["pending", "reserving", "admitted", "finished", "inactive"]
 DEACTIVATED = "InactiveWorkload"  # admission's eviction reason for a deactivation
+DEACTIVATED_PREFIX = "Deactivated"  # Kueue's eviction reasons of a deactivation (with its cause)
 # Kueue's job reconciler, once an evicted job's pods are gone: Requeued True only after these
 # (a preempted workload queues again at once); after the others it is False until the
 # workload controller requeues it (back-off over, queue restarted, reactivated).
@@ -130,6 +135,8 @@ class _Workload:
         "conditions",
         "evicted_at_s",
         "local_queue",
+        "requeue_at_s",
+        "requeue_count",
         "state",
         "usage",
     )
@@ -144,6 +151,10 @@ class _Workload:
         self.evicted_at_s = 0.0  # when last evicted (event time)
         self.answers: dict[str, AnsweredCheck] = {}  # of checks admission answers (MultiKueue)
         self.cluster_name = ""  # the worker cluster MultiKueue dispatched it to
+        # status.requeueState: PodsReadyTimeout evictions since it was last deactivated, and
+        # while it backs off, when that ends (as admission counts and waits: core/lifecycle.py).
+        self.requeue_count = 0
+        self.requeue_at_s: float | None = None
 
     def checks_wanted(self) -> ChecksWanted | None:
         if self.checks is None:
@@ -183,6 +194,10 @@ class _Workload:
             out["admission"] = self.admission
         if self.cluster_name:
             out["clusterName"] = self.cluster_name
+        if self.requeue_count:
+            # requeueAt None once the back-off is over: the writer's merge patch removes it.
+            at = None if self.requeue_at_s is None else format_time(self.requeue_at_s)
+            out["requeueState"] = {"count": self.requeue_count, "requeueAt": at}
         return out
 
 
@@ -214,6 +229,7 @@ class StatusBook:
         cluster: str = "",
         pods_ready: bool = False,
         granular: bool = True,
+        requeuing: RequeuingStrategy | None = None,
     ) -> None:
         self._cluster = cluster  # its own: a workload admitted elsewhere shows clusterName
         # Kueue's UnadmittedWorkloadsObservability (on by default): granular QuotaReserved
@@ -221,6 +237,8 @@ class StatusBook:
         self._granular = granular
         # waitForPodsReady is on: Kueue keeps a PodsReady condition on every job's Workload.
         self._pods_ready = pods_ready
+        # waitForPodsReady's back-off, for requeueState.requeueAt.
+        self._requeuing = RequeuingStrategy() if requeuing is None else requeuing
         # v1beta1 calls a LocalQueue's flavorsUsage `flavorUsage`.
         self._lq_usage_field = "flavorUsage" if kueue_version == "v1beta1" else "flavorsUsage"
         self._workloads: dict[str, _Workload] = {}
@@ -284,6 +302,7 @@ class StatusBook:
         tally = self._tally(wl.local_queue)
         tally.add(wl, -1)
         wl.state = "inactive"
+        wl.requeue_count, wl.requeue_at_s = 0, None  # Kueue clears requeueState
         tally.add(wl, 1)
         if wl.conditions.get("Evicted", {}).get("status") != "True":
             wl.set("Evicted", True, "Deactivated", "The workload is deactivated")
@@ -325,6 +344,7 @@ class StatusBook:
             del self._workloads[key]
             return {self._lq_ref(wl.local_queue)}
         _transition(wl, field, payload, at_s=at_s, granular=self._granular)
+        _requeue_state(wl, field, payload, at_s=at_s, requeuing=self._requeuing)
         tally.add(wl, 1)
         return {_workload_ref(key), self._lq_ref(wl.local_queue)}
 
@@ -453,6 +473,32 @@ def _transition(wl: _Workload, field: str, payload: Any, *, at_s: float, granula
         wl.state = "finished"
         succeeded = bool(payload.succeeded)
         wl.set("Finished", True, "Succeeded" if succeeded else "Failed", payload.message)
+
+
+def _requeue_state(
+    wl: _Workload, field: str, payload: Any, *, at_s: float, requeuing: RequeuingStrategy
+) -> None:
+    """Kueue's status.requeueState: the count grows at each PodsReadyTimeout eviction; the
+    back-off's end is set once its pods are gone (admission's back-off starts then: Kueue's
+    at the eviction) and cleared when it is requeued; a deactivation clears both (Kueue's
+    workload controller, which starts a reactivated workload's count over)."""
+    deactivated = field == "evicted" and payload.reason.startswith(DEACTIVATED_PREFIX)
+    if wl.state == "inactive" or deactivated:  # at once, though its pods may still run
+        wl.requeue_count, wl.requeue_at_s = 0, None
+    elif field == "evicted" and payload.reason == PODS_READY_TIMEOUT:
+        wl.requeue_count += 1
+    elif field == "eviction_completed" and wl.requeue_count and _backing_off(wl):
+        delay = backoff_seconds(
+            wl.requeue_count, requeuing.backoff_base_seconds, requeuing.backoff_max_seconds
+        )
+        wl.requeue_at_s = at_s + delay
+    elif field == "requeued":
+        wl.requeue_at_s = None
+
+
+def _backing_off(wl: _Workload) -> bool:
+    requeued = wl.conditions.get("Requeued", {})
+    return requeued.get("status") == "False" and requeued.get("reason") == PODS_READY_TIMEOUT
 
 
 def _reserved(wl: _Workload, field: str, payload: Any) -> None:

@@ -20,6 +20,7 @@ from typing import Protocol
 
 import msgspec
 
+from muster.api.model import RequeuingStrategy
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.connection import Bus
 from muster.bus.errors import BusError, Reject, Retry, Unavailable
@@ -61,6 +62,9 @@ class WatcherConfig(msgspec.Struct, frozen=True, kw_only=True):
     # Kueue's UnadmittedWorkloadsObservability gate (its Configuration; on by default): the
     # granular QuotaReserved reasons the watcher writes itself (PendingEvaluation, Deactivated).
     granular_reasons: bool = True
+    # waitForPodsReady's back-off (its Configuration): when Workloads' requeueState says the
+    # back-off after a PodsReady timeout ends.
+    requeuing: RequeuingStrategy = msgspec.field(default_factory=RequeuingStrategy)
 
 
 class KueueWriter(KueueWorkloads, StatusSink, Protocol):
@@ -206,6 +210,7 @@ async def run_watcher(
                     kueue_version=config.kueue_version,
                     pods_ready=config.pods_ready_condition,
                     granular=config.granular_reasons,
+                    requeuing=config.requeuing,
                     groups=groups,
                     events=(book, events) if events is not None else None,
                     workers=workers,

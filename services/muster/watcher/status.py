@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from muster.api.check_states import ChecksWanted
+from muster.api.model import RequeuingStrategy
 from muster.bus.connection import Bus
 from muster.bus.subjects import config_subject, queue_subject, workload_filters
 from muster.cluster.backend import ClusterChange
@@ -193,6 +194,7 @@ async def write_statuses(
     kueue_version: str,
     pods_ready: bool = False,
     granular: bool = True,
+    requeuing: RequeuingStrategy | None = None,
     groups: GroupStatuses | None = None,
     events: tuple[EventBook, EventSink] | None = None,
     workers: WorkerConfigs | None = None,
@@ -202,9 +204,13 @@ async def write_statuses(
     `events` record their Kubernetes Events, until cancelled; `workers` is told which
     MultiKueueClusters the config events declare. `pods_ready`: waitForPodsReady is on, so
     Workloads carry Kueue's PodsReady condition; `granular`: Kueue's
-    UnadmittedWorkloadsObservability gate is on."""
+    UnadmittedWorkloadsObservability gate is on; `requeuing`: waitForPodsReady's back-off."""
     book = StatusBook(
-        kueue_version=kueue_version, cluster=cluster, pods_ready=pods_ready, granular=granular
+        kueue_version=kueue_version,
+        cluster=cluster,
+        pods_ready=pods_ready,
+        granular=granular,
+        requeuing=requeuing,
     )
     mirror = JobMirror()
     subjects = status_subjects(cluster, pods_ready=pods_ready)

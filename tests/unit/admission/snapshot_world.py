@@ -71,11 +71,16 @@ class LiveReplica:
     the reports in `unread` are not delivered to it, as its consumer's filters would not."""
 
     def __init__(
-        self, stream: StoredStream, *, clock: list[float], unread: Collection[str] = ()
+        self,
+        stream: StoredStream,
+        *,
+        clock: list[float],
+        unread: Collection[str] = (),
+        kueue: KueueConfig | None = None,
     ) -> None:
         self.stream = stream
         self.unread = tuple(sorted(unread))
-        self.state = AdmissionState()
+        self.state = AdmissionState(kueue=kueue)
         self.state.take_ownership(now_s=0.0)
         self.history = CompactLog(self.state.ledger)
         self.rounds = Rounds(self.state, stream, clock=lambda: clock[0], history=self.history)
@@ -104,11 +109,11 @@ class LiveReplica:
 
 
 def rebuilt(
-    stream: StoredStream, snapshot: Snapshot | None = None
+    stream: StoredStream, snapshot: Snapshot | None = None, *, kueue: KueueConfig | None = None
 ) -> tuple[AdmissionState, CompactLog]:
     """A new replica's state (not owning yet): `snapshot`, then the stream after it (all of it
     without one), as `AdmissionService.start` replays them; and its log."""
-    state = AdmissionState()
+    state = AdmissionState(kueue=kueue)
     history = CompactLog(state.ledger)
     if snapshot is not None:
         restore(state, snapshot, history=history, max_event_bytes=1 << 20)
