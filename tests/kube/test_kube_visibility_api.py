@@ -20,6 +20,7 @@ from kube_services_helpers import Stack, eventually, running_stack
 from tls_certs import Authority
 
 from muster.cluster.kube.settings import KubeConfig
+from muster.contracts.v1 import services_pb2
 from muster.devtools.apiserver.access import Access, Grant
 from muster.gateway.auth_config import SecurityConfig
 from muster.gateway.kube_visibility_server import VisibilityServing
@@ -28,6 +29,7 @@ from muster.gateway.service import GatewayConfig, GatewayServer
 pytestmark = pytest.mark.timeout(90)
 
 GROUP = "visibility.kueue.x-k8s.io"
+MANY = 140  # Jobs: one runs, the others wait in two pages (of 32 to 128 each)
 SETUP = """
 apiVersion: v1
 kind: Namespace
@@ -217,6 +219,35 @@ async def test_pending_workloads_are_listed_with_their_positions_through_the_agg
             # A bearer token straight to the server: TokenReview, then the same RBAC.
             code, direct = await api.get(lq, bearer=token("alice"))
             assert (code, listed(direct)) == (200, listed(mine))
+
+
+async def test_a_local_queue_of_many_pages_is_listed_with_kueues_positions(
+    tmp_path: Path,
+) -> None:
+    """Enough Jobs that the pending list spans pages: a LocalQueue's page from an offset
+    holds its own workloads with their positions in the ClusterQueue and in the LocalQueue."""
+    jobs = [(f"m{i:03}", "other" if i % 3 == 0 else "lq") for i in range(MANY)]
+    async with cluster(tmp_path) as stack:
+        await stack.kubectl.apply("---".join([SETUP, *(job(n, q) for n, q in jobs)]))
+        async with aggregated(stack, tmp_path) as api:
+            root = f"/apis/{GROUP}/v1beta2"
+
+            async def all_pending() -> dict[str, Any] | None:
+                path = f"{root}/clusterqueues/cq/pendingworkloads"
+                code, body = await api.get(path, user="carol")
+                assert code in (200, 404), body
+                return body if code == 200 and len(body["items"]) == MANY - 1 else None
+
+            order = listed(await eventually(all_pending))
+            index = await (await stack.bus.kv("MUSTER_VISIBILITY")).get("pending-index.cq")
+            assert index is not None
+            assert len(services_pb2.PendingPageIndex.FromString(index.value or b"").pages) >= 2
+            assert [row[2] for row in order] == list(range(MANY - 1))
+            mine = [row for row in order if row[1] == "lq"]
+            assert [row[3] for row in mine] == list(range(len(mine)))
+            lq = f"{root}/namespaces/team-a/localqueues/lq/pendingworkloads?offset=40&limit=40"
+            code, body = await api.get(lq, user="alice", groups=("team-a",))
+            assert (code, listed(body)) == (200, mine[40:80])
 
 
 async def test_the_visibility_api_authenticates_authorizes_and_answers_as_kueue_does(

@@ -5,7 +5,9 @@ deactivations, forgetting and configuration changes (queues removed and applied 
 every call the engine's `QueueIndex` equals one counted afresh from its records; at random
 points (and at the end) an incremental `VisibilityRenderer`'s values, written through a
 `VisibilityWriter` told only the keys it changed, equal a new renderer's, and the gateway
-answers every page of every pending list from them as the engine orders it.
+answers every page of every pending list from them as the engine orders it: a ClusterQueue's,
+and each LocalQueue's from the pages holding its workloads only. Pages are small here (2 to 4
+workloads), so lists span many, and split and merge often.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from muster.core.records import Phase, WorkloadRecord
 from muster.gateway.visibility import pending_workloads
 from muster.metrics.kueue_gauges import queue_gauges
 
-PAGE = 2  # pending workloads per key: small, so that lists span pages
+PAGE_BOUNDS = (2, 4)  # pending workloads per page, at least and at most: small, so lists span pages
 CALLS = (
     "submit", "schedule", "finish", "delete", "deactivate", "activate", "evict", "stopped",
     "forget", "remove-queue", "apply-queue", "render",
@@ -46,6 +48,7 @@ CALLS = (
 class MemoryKV:
     def __init__(self) -> None:
         self.data: dict[str, bytes] = {}
+        self.read: list[str] = []
 
     async def put(self, key: str, value: bytes) -> int:
         self.data[key] = value
@@ -55,25 +58,30 @@ class MemoryKV:
         self.data.pop(key, None)
 
     async def get(self, key: str) -> bytes | None:  # the gateway's side
+        self.read.append(key)
         return self.data.get(key)
 
     async def entries(self, pattern: str) -> dict[str, bytes]:
         raise NotImplementedError
 
 
-def tallies(index: QueueIndex) -> dict[str, object]:
-    """What the index counts, without the queues it counts nothing for."""
+def tallies(index: QueueIndex, *, swept: bool = False) -> dict[str, object]:
+    """What the index counts, without the queues it counts nothing for; `swept`: after the
+    index swept them, it keeps none (a queue removed for good leaves nothing behind)."""
     found: dict[str, object] = {}
     for kind, queues in (("cq", index.cluster_queues), ("lq", index.local_queues)):
         for name, t in queues.items():
             counted = (t.pending, t.backoff, t.reserving, t.admitted, t.reserved, t.used)
+            assert not swept or counted != (0, 0, 0, 0, {}, {}), f"empty tally of {kind} {name!r}"
             if counted != (0, 0, 0, 0, {}, {}):
                 found[f"{kind}/{name}"] = counted
     for name, waiting in index.waiting.items():
+        assert not swept or waiting, f"an empty waiting list of {name!r} is kept"
         if waiting:
             found[f"waiting/{name}"] = [r.key for r in waiting]
     for kind, groups in (("cq", index.cluster_queue_groups), ("lq", index.local_queue_groups)):
         for name, counts in groups.items():
+            assert not swept or counts, f"an empty group count of {kind} {name!r} is kept"
             if counts:
                 found[f"groups/{kind}/{name}"] = {id(g): n for g, n in counts.items()}
     return found
@@ -137,6 +145,7 @@ class Driver:
 
     def __init__(self, scn: Scenario, shards: int) -> None:
         self.engine = Engine(scn.objects, config=scn.config, hold_quota_until_stopped=True)
+        self.engine.state.index.page_bounds = PAGE_BOUNDS
         self.sharding = Sharding(self.engine, shard=0, partitions=PartitionMap(shards=shards))
         self.arrivals = [a.workload for a in scn.arrivals]
         self.queues: list[LocalQueue | ClusterQueue] = [
@@ -144,7 +153,7 @@ class Driver:
         ]
         self.removed: list[LocalQueue | ClusterQueue] = []
         self.now_s = 0.0
-        self.renderer = VisibilityRenderer(page=PAGE)
+        self.renderer = VisibilityRenderer()
         self.kv = MemoryKV()
         self.writer = VisibilityWriter(self.kv)
         self.loop = asyncio.new_event_loop()
@@ -191,31 +200,52 @@ class Driver:
         kept = {s: v for s, v in gauges.items() if s.endswith(COUNTED)}
         assert kept == gauges_afresh(self.engine)
         values, changed = self.renderer.render(self.engine, self.sharding)
+        tallies(self.engine.state.index, swept=True)
         self.loop.run_until_complete(self.writer.write(values, changed))
-        fresh, _ = VisibilityRenderer(page=PAGE).render(self.engine, self.sharding)
+        fresh, _ = VisibilityRenderer().render(self.engine, self.sharding)
         assert self.kv.data == fresh
         for name in self.engine.cluster_queue_names():
             if f"cq.{name}" in fresh:
                 self.compare_pages(name)
 
     def compare_pages(self, cluster_queue: str) -> None:
-        """The gateway's answers, every page of every size, against the engine's order."""
+        """The gateway's answers, every page of every size, against the engine's order: the
+        ClusterQueue's, and each of its LocalQueues' (reading only pages holding its own)."""
         order = [
-            (p.key, p.position_in_cluster_queue, p.position_in_local_queue)
+            (p.key, p.position_in_cluster_queue, p.position_in_local_queue, p.local_queue)
             for p in self.engine.pending_workloads(cluster_queue)
         ]
+        local_queues = sorted(
+            key.split("/", 1)
+            for key, lq in self.engine.config.local_queues.items()
+            if lq.cluster_queue == cluster_queue
+        )
+        queries: list[tuple[services_pb2.PendingWorkloadsRequest, list[tuple[str, int, int]]]] = []
         for offset in range(len(order) + 2):
-            for limit in (1, PAGE + 1, 2 * PAGE + 1):
+            for limit in (1, 3, 9):
                 request = services_pb2.PendingWorkloadsRequest(
                     cluster_queue=cluster_queue, offset=offset, limit=limit
                 )
-                reply = self.loop.run_until_complete(pending_workloads(self.kv, request))
-                assert reply.total == len(order)
-                assert [
-                    (f"{p.namespace}/{p.name}", p.position_in_cluster_queue,
-                     p.position_in_local_queue)
-                    for p in reply.items
-                ] == order[offset : offset + limit]  # fmt: skip
+                queries.append((request, [o[:3] for o in order]))
+                for namespace, name in local_queues:
+                    request = services_pb2.PendingWorkloadsRequest(
+                        namespace=namespace, local_queue=name, offset=offset, limit=limit
+                    )
+                    queries.append((request, [o[:3] for o in order if o[3] == name]))
+        for request, expected in queries:
+            self.kv.read.clear()
+            reply = self.loop.run_until_complete(pending_workloads(self.kv, request))
+            assert reply.total == len(expected)
+            got = [
+                (f"{p.namespace}/{p.name}", p.position_in_cluster_queue, p.position_in_local_queue)
+                for p in reply.items
+            ]
+            assert got == expected[request.offset : request.offset + request.limit]
+            names = {(p.namespace, p.name) for p in reply.items}
+            for key in self.kv.read:
+                if key.startswith("pending-page."):  # read only when it holds an answer
+                    page = services_pb2.PendingWorkloadsResponse.FromString(self.kv.data[key])
+                    assert names & {(p.namespace, p.name) for p in page.items}, key
 
 
 @settings(max_examples=60, deadline=None)
@@ -234,18 +264,21 @@ def test_kept_views_equal_views_computed_afresh(
     driver.loop.close()
 
 
-def test_a_render_after_one_arrival_writes_that_queues_keys_only() -> None:
-    """One arrival in a queue of many: its status, its LocalQueue's and its last page."""
+def test_a_render_after_one_arrival_writes_one_page_and_the_index() -> None:
+    """One arrival at the head of a queue of many pages: its status, its LocalQueue's, the
+    first page and the index; the pages after it keep their keys and are not written."""
     scn = next_scenario()
     driver = Driver(scn, shards=1)
-    for _ in range(len(driver.arrivals) - 1):
+    for _ in range(len(driver.arrivals)):
         driver.call("submit", 0)
     driver.render_and_compare()
-    last = driver.arrivals[-1]
-    driver.call("submit", 0)
-    _, changed = driver.renderer.render(driver.engine, driver.sharding)
-    lq = f"lq.{last.meta.namespace}.{last.queue_name}"
-    assert changed == {"cq.cq", lq, f"pending-from.{(len(scn.arrivals) - 1) // PAGE * PAGE}.cq"}
+    assert len(driver.engine.pending_pages("cq")) == 3
+    first = driver.engine.pending_pages("cq")[0].id
+    driver.engine.submit(workload("urgent", queue="lq-cq", cpu=1000, priority=9), now_s=99)
+    values, changed = driver.renderer.render(driver.engine, driver.sharding)
+    assert changed == {"cq.cq", "lq.ns.lq-cq", f"pending-page.{first}.cq", "pending-index.cq"}
+    driver.loop.run_until_complete(driver.writer.write(values, changed))
+    driver.render_and_compare()
 
 
 def next_scenario() -> Scenario:

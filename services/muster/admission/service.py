@@ -400,6 +400,7 @@ class AdmissionService:
             spent_s = time.perf_counter() - started
             try:
                 put = await writer.write(values, changed)
+                await writer.sweep_legacy(kv, values)  # once: pages of before an upgrade
                 await self._publish_statuses(put, values)
                 await queues.write(homes)
             except (TimeoutError, BusError) as exc:

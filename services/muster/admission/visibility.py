@@ -1,24 +1,25 @@
 """Queue statuses and pending lists for the MUSTER_VISIBILITY bucket, built from the engine.
 
 Keys (docs/services.md): `cq.<name>` → `ClusterQueueStatus`, `lq.<namespace>.<name>` →
-`LocalQueueStatus`, and the pending workloads of a ClusterQueue in admission order, in pages
-of `PENDING_PAGE` (`PendingWorkloadsResponse`, positions set): `pending.<cq>` the first,
-`pending-from.<start>.<cq>` the one from position `start` on (only as many as there are).
-A replica writes only the queues of its own shard.
+`LocalQueueStatus`, and the pending workloads of a ClusterQueue in admission order, in the
+pages of the engine's index (`core.pending_pages`: 32 to 128 workloads, each under an id it
+keeps): `pending-page.<id>.<cq>` (`PendingWorkloadsResponse`, no positions) and
+`pending-index.<cq>` (`PendingPageIndex`: the pages in order, with their counts per
+LocalQueue; docs/events.md). A replica writes only the queues of its own shard.
 
 `VisibilityRenderer` keeps the values between renders and recomputes only the queues the
-engine says changed, and of a pending list only the pages from the first position that moved:
-a render after one arrival costs about what one queue's pages from it cost, not what every
-queue holds. `visibility_values` is the same render done afresh. `VisibilityWriter` remembers
-what it wrote and writes changes; `VisibilityPace` says how long the loop rests between writes.
+engine says changed, and of a pending list only the pages that changed and the index: a
+render after one arrival costs one page and the index's join, however long its queue.
+`visibility_values` is the same render done afresh. `VisibilityWriter` remembers what it
+wrote and writes changes; `VisibilityPace` says how long the loop rests between writes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Final, Protocol
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from typing import Any, Final, Protocol
 
 from muster.admission.shards import Sharding
 from muster.api import format_quantity
@@ -27,8 +28,9 @@ from muster.bus.kv import valid_key
 from muster.contracts.v1 import events_pb2 as pb
 from muster.contracts.v1 import services_pb2
 from muster.core.engine import Engine
+from muster.core.pending_pages import PendingPage
 from muster.core.queue_index import Changes
-from muster.core.status import FlavorUsage, PendingWorkload
+from muster.core.status import FlavorUsage
 
 log = logging.getLogger(__name__)
 
@@ -109,20 +111,11 @@ def _totals(usage: Sequence[FlavorUsage]) -> dict[tuple[str, str], int]:
     return {(f.name, r.name): r.total for f in usage for r in f.resources}
 
 
-# Workloads per pending key: the gateway's default page (a request reads one or two keys, at
-# most 11 for its largest page), and few enough that a page re-rendered is cheap.
-PENDING_PAGE: Final = 100
-
-
 def pending_workloads(engine: Engine, cluster_queue: str) -> services_pb2.PendingWorkloadsResponse:
     """Every pending workload of `cluster_queue`, in admission order, with positions."""
-    return pending_response(engine.pending_workloads(cluster_queue))
-
-
-def pending_response(pending: Iterable[PendingWorkload]) -> services_pb2.PendingWorkloadsResponse:
     response = services_pb2.PendingWorkloadsResponse()
     add = response.items.add  # a third cheaper than building each item, then the list
-    for p in pending:
+    for p in engine.pending_workloads(cluster_queue):
         namespace, _, name = p.key.partition("/")
         add(
             namespace=namespace,
@@ -137,6 +130,34 @@ def pending_response(pending: Iterable[PendingWorkload]) -> services_pb2.Pending
     return response
 
 
+def page_bytes(page: PendingPage) -> bytes:
+    """A pending page as stored: its workloads in order, without positions (a reader counts
+    them from the index) or ClusterQueue (the key names it)."""
+    response = services_pb2.PendingWorkloadsResponse(total=len(page.records))
+    add = response.items.add
+    for r in page.records:
+        namespace, _, name = r.key.partition("/")
+        add(
+            namespace=namespace,
+            name=name,
+            local_queue=r.local_queue.partition("/")[2],
+            priority=r.priority,
+        )
+    return response.SerializeToString()
+
+
+def index_entry(page: PendingPage) -> bytes:
+    """Page `page`'s entry of the index, serialized as a PendingPageIndex holding it alone:
+    the index is these entries' bytes joined (a repeated field's encoding), so an arrival
+    re-serializes one entry, not the whole index."""
+    entry = services_pb2.PendingPageEntry(id=page.id, count=len(page.records))
+    add = entry.local_queues.add
+    for key, count in sorted(page.local_queues.items()):
+        namespace, _, name = key.partition("/")
+        add(namespace=namespace, name=name, count=count)
+    return services_pb2.PendingPageIndex(pages=[entry]).SerializeToString()
+
+
 def cluster_queue_key(name: str) -> str:
     return f"cq.{name}"
 
@@ -145,10 +166,17 @@ def local_queue_key(namespace: str, name: str) -> str:
     return f"lq.{namespace}.{name}"
 
 
-def pending_key(cluster_queue: str, start: int = 0) -> str:
-    """The key of the page of `cluster_queue`'s pending list from position `start` on (a
-    multiple of PENDING_PAGE). The start is a token of its own: names may hold dots."""
-    return f"pending.{cluster_queue}" if start == 0 else f"pending-from.{start}.{cluster_queue}"
+INDEX_PREFIX: Final = "pending-index."
+
+
+def pending_index_key(cluster_queue: str) -> str:
+    return f"{INDEX_PREFIX}{cluster_queue}"
+
+
+def pending_page_key(cluster_queue: str, page_id: int) -> str:
+    """The key of page `page_id` of `cluster_queue`'s pending list. The id is a token of its
+    own: names may hold dots."""
+    return f"pending-page.{page_id}.{cluster_queue}"
 
 
 def visibility_values(engine: Engine, sharding: Sharding) -> dict[str, bytes]:
@@ -159,19 +187,17 @@ def visibility_values(engine: Engine, sharding: Sharding) -> dict[str, bytes]:
 class VisibilityRenderer:
     """The visibility values of one shard, kept from render to render: each render recomputes
     the queues the engine's index reports changed (every queue after a configuration change,
-    a new engine or a change of the shard's partitions)."""
+    a new engine or a change of the shard's partitions), and of a pending list the pages it
+    reports changed and the list's index."""
 
-    def __init__(self, *, page: int = PENDING_PAGE) -> None:
-        self.page = page  # pending workloads per key
+    def __init__(self) -> None:
         self.values: dict[str, bytes] = {}
         self._engine: Engine | None = None
         self._owned_partitions: object = None
         self._cluster_queues: dict[str, str] = {}  # owned ClusterQueue -> its tree
         self._trees: dict[str, list[str]] = {}  # tree -> its owned ClusterQueues
         self._local_queues: dict[str, tuple[str, str]] = {}  # "ns/name" -> (ns, name), owned
-        # Per ClusterQueue, per page and after the last: how many of each LocalQueue's
-        # workloads come before it.
-        self._before: dict[str, list[dict[str, int]]] = {}
+        self._entries: dict[str, dict[int, bytes]] = {}  # per ClusterQueue, per page: its entry
         self._changed: set[str] = set()
 
     def render(self, engine: Engine, sharding: Sharding) -> tuple[dict[str, bytes], set[str]]:
@@ -192,7 +218,7 @@ class VisibilityRenderer:
     def _restart(self, engine: Engine, sharding: Sharding) -> None:
         self._engine, self._owned_partitions = engine, sharding.owned
         self._changed = set(self.values)
-        self.values, self._before, self._trees = {}, {}, {}
+        self.values, self._entries, self._trees = {}, {}, {}
         self._cluster_queues = {}
         for name in engine.cluster_queue_names():
             if sharding.owns_cluster_queue(name):
@@ -211,10 +237,11 @@ class VisibilityRenderer:
 
     def _render_changes(self, engine: Engine, changes: Changes) -> None:
         owned = self._cluster_queues
+        pending: dict[str, set[int] | None]
         if changes.everything:
             statuses: Iterable[str] = owned
             local_queues: Iterable[str] = self._local_queues
-            pending: dict[str, int] = dict.fromkeys(owned, 0)
+            pending = dict.fromkeys(owned)
         else:
             # What a ClusterQueue holds changes what the others of its tree can borrow.
             trees = {owned[cq] for cq in changes.holdings if cq in owned}
@@ -222,35 +249,42 @@ class VisibilityRenderer:
                 *(self._trees[tree] for tree in trees)
             )
             local_queues = [lq for lq in changes.local_queues if lq in self._local_queues]
-            pending = {cq: at for cq, at in changes.pending_from.items() if cq in owned}
+            pending = {cq: ids for cq, ids in changes.pending_pages.items() if cq in owned}
         for name in statuses:
             self._put(cluster_queue_key(name), cluster_queue_status(engine, name))
         for key in local_queues:
             namespace, name = self._local_queues[key]
             self._put(local_queue_key(namespace, name), local_queue_status(engine, namespace, name))
-        for name, start in pending.items():
-            self._render_pending(engine, name, start)
+        for name, pages in pending.items():
+            self._render_pending(engine, name, pages)
 
-    def _render_pending(self, engine: Engine, cluster_queue: str, start: int) -> None:
-        """Re-render `cluster_queue`'s pages from the one holding position `start` on."""
-        before = self._before.setdefault(cluster_queue, [{}])
-        rendered = len(before) - 1
-        first = min(start // self.page, rendered)
-        in_local = dict(before[first])
-        pages = max(1, -(-engine.pending_count(cluster_queue) // self.page))
-        del before[first + 1 :]
-        for page in range(first, pages):
-            start = page * self.page
-            items = engine.pending_slice(cluster_queue, start, start + self.page, in_local)
-            self._put(pending_key(cluster_queue, start), pending_response(items))
-            before.append(dict(in_local))
-        for page in range(pages, rendered):
-            key = pending_key(cluster_queue, page * self.page)
+    def _render_pending(self, engine: Engine, cluster_queue: str, pages: set[int] | None) -> None:
+        """Re-render `cluster_queue`'s pages `pages` (None: all) and its index; drop the
+        pages of `pages` that are gone."""
+        entries = self._entries.setdefault(cluster_queue, {})
+        if pages is None:
+            pages = set(entries)
+            entries.clear()
+        for page_id in pages:
+            entries.pop(page_id, None)
+        joined = []
+        for page in engine.pending_pages(cluster_queue):
+            entry = entries.get(page.id)
+            if entry is None:
+                entry = entries[page.id] = index_entry(page)
+                self._put_bytes(pending_page_key(cluster_queue, page.id), page_bytes(page))
+            joined.append(entry)
+        for page_id in pages.difference(entries):
+            key = pending_page_key(cluster_queue, page_id)
             self.values.pop(key, None)
             self._changed.add(key)
+        self._put_bytes(pending_index_key(cluster_queue), b"".join(joined))
 
     def _put(self, key: str, message: Message) -> None:
-        self.values[key] = message.SerializeToString()
+        self._put_bytes(key, message.SerializeToString())
+
+    def _put_bytes(self, key: str, value: bytes) -> None:
+        self.values[key] = value
         self._changed.add(key)
 
 
@@ -262,11 +296,23 @@ class KeyValueWriter(Protocol):
     async def delete(self, key: str) -> None: ...
 
 
+class KeyListing(Protocol):
+    """The bucket's listing of its live keys (the bus's `Bucket.snapshot`)."""
+
+    async def snapshot(self, pattern: str) -> Mapping[str, object]: ...
+
+
+# The keys of pending lists before indexes (issue 19's pages of 100, positions set):
+# `pending.<cq>` and `pending-from.<start>.<cq>`.
+_LEGACY: Final = (("pending.>", 1), ("pending-from.>", 2))
+
+
 class VisibilityWriter:
     """Writes the keys whose values changed since the last flush; deletes vanished ones."""
 
     def __init__(self, kv: KeyValueWriter) -> None:
         self.kv = kv
+        self.swept = False  # the layout before indexes: deleted for our ClusterQueues once
         self.written: dict[str, bytes] = {}
         self.refused: set[str] = set()  # invalid keys, logged once
         self.owed: set[str] | None = None  # keys a failed write left; None: compare every key
@@ -290,8 +336,10 @@ class VisibilityWriter:
         """Store the changes, side by side (each key is written once); returns the keys put.
         `keys`: the only keys that may have changed since the last call (a renderer's).
 
-        A key is remembered as written only once its write succeeded, so a failed write
-        leaves the rest to the next call.
+        Pending pages are put before the indexes naming them, and keys are deleted after
+        both, so a reader never finds an index naming a page not yet written or already
+        deleted. A key is remembered as written only once its write succeeded, so a failed
+        write leaves the rest to the next call.
         """
         put, gone = self.changes(values, keys)
         self.owed = set(put).union(gone)  # until written
@@ -311,16 +359,39 @@ class VisibilityWriter:
             await self.kv.delete(key)
             self.written.pop(key, None)
 
-        results = await asyncio.gather(
-            *(put_one(k, v) for k, v in put.items()),
-            *(delete_one(k) for k in gone),
-            return_exceptions=True,
-        )
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
+        indexes = {k for k in put if k.startswith(INDEX_PREFIX)}
+        await _together(put_one(k, v) for k, v in put.items() if k not in indexes)
+        await _together(put_one(k, put[k]) for k in indexes)
+        await _together(delete_one(k) for k in gone)
         self.owed = set()
         return list(put)
+
+    async def sweep_legacy(self, listing: KeyListing, values: Mapping[str, bytes]) -> None:
+        """Delete, once, the pending keys of the layout before indexes that a writer of
+        before an upgrade left for the ClusterQueues whose index `values` now holds: readers
+        prefer an index, but a stale page would outlive its queue (docs/events.md)."""
+        if self.swept:
+            return
+        ours = {k.removeprefix(INDEX_PREFIX) for k in values if k.startswith(INDEX_PREFIX)}
+        stale = [
+            key
+            for pattern, dots in _LEGACY
+            for key in await listing.snapshot(pattern)
+            if key.split(".", dots)[-1] in ours and key.count(".") >= dots
+        ]
+        await _together(self.kv.delete(key) for key in stale)
+        self.swept = True
+
+
+async def _together(calls: Iterable[Coroutine[Any, Any, None]]) -> None:
+    """Run `calls` side by side, each to its end; then raise the first failure."""
+    waiting = list(calls)
+    if not waiting:
+        return  # most writes delete nothing, or put no index: no turn of the loop for them
+    results = await asyncio.gather(*waiting, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
 
 
 class VisibilityPace:

@@ -6,16 +6,20 @@ views read (phase, queues, assignment, queue-order timestamp: `records._indexed`
 index takes out what the record counted before and adds what it counts now. A view of one
 queue then costs that queue's size at most, never the number of records (at a million pending
 a walk over every record took seconds), and a caller that renders views (admission's
-visibility) re-renders only the queues in `take_changes()`.
+visibility) re-renders only the queues in `take_changes()`, and of a pending list only the
+pages (`core.pending_pages`) that changed. A queue no record counts any more is dropped from
+every table (ClusterQueues and LocalQueues come and go) when the configuration changes or the
+views take their changes (admission renders them at least about once a second while anything
+changes): not as each record changes, which would drop and make again the tallies and pages
+of a queue its only workload passes through.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Iterable, Mapping
-from operator import attrgetter
 from typing import TYPE_CHECKING
 
+from muster.core.pending_pages import PAGE_MAX, PAGE_MIN, PendingPages
 from muster.core.quota import FlavorResource
 from muster.core.records import Phase, WorkloadRecord
 
@@ -24,7 +28,6 @@ if TYPE_CHECKING:
 
 WAITING = frozenset({Phase.PENDING, Phase.BACKOFF})
 _HOLDING = frozenset({Phase.RESERVED, Phase.ADMITTED, Phase.EVICTING})
-_order = attrgetter("order_key")
 
 
 class QueueTally:
@@ -52,6 +55,12 @@ class QueueTally:
                 self.admitted += sign
                 _add(self.used, usage, sign)
 
+    def is_empty(self) -> bool:
+        return (
+            not (self.pending or self.backoff or self.reserving or self.admitted or self.reserved)
+            and not self.used
+        )
+
 
 def _add(totals: dict[FlavorResource, int], usage: Mapping[FlavorResource, int], sign: int) -> None:
     for fr, amount in usage.items():
@@ -64,21 +73,22 @@ def _add(totals: dict[FlavorResource, int], usage: Mapping[FlavorResource, int],
 
 class Changes:
     """Queues whose views changed: statuses, holdings (their cohort's availability changes
-    with them), and per ClusterQueue the first pending position that moved."""
+    with them), and per ClusterQueue the ids of the pending pages changed, made or dropped."""
 
-    __slots__ = ("cluster_queues", "everything", "holdings", "local_queues", "pending_from")
+    __slots__ = ("cluster_queues", "everything", "holdings", "local_queues", "pending_pages")
 
     def __init__(self, *, everything: bool) -> None:
         self.everything = everything  # configuration changed: every view may have
         self.cluster_queues: set[str] = set()
         self.local_queues: set[str] = set()
         self.holdings: set[str] = set()  # ClusterQueues whose reserved quota changed
-        self.pending_from: dict[str, int] = {}
+        self.pending_pages: dict[str, set[int]] = {}
 
 
 class QueueIndex:
     """Tallies per ClusterQueue and per LocalQueue key, each ClusterQueue's waiting records in
-    admission order (priority, then queue-order timestamp, then arrival), and per queue how
+    admission order (priority, then queue-order timestamp, then arrival; in pages of
+    `page_bounds`: (min, max) records), and per queue how
     many Pending records each pending group holds (Kueue's gauges count those of a parked
     group inadmissible: a group is parked and woken without its records changing, so the
     gauges ask each group, as few per queue as there are shapes)."""
@@ -86,10 +96,12 @@ class QueueIndex:
     def __init__(self) -> None:
         self.cluster_queues: dict[str, QueueTally] = {}
         self.local_queues: dict[str, QueueTally] = {}
-        self.waiting: dict[str, list[WorkloadRecord]] = {}
+        self.waiting: dict[str, PendingPages] = {}
+        self.page_bounds = (PAGE_MIN, PAGE_MAX)
         self.cluster_queue_groups: dict[str, dict[PendingGroup, int]] = {}
         self.local_queue_groups: dict[str, dict[PendingGroup, int]] = {}
         self.changes = Changes(everything=True)
+        self._left: tuple[set[str], set[str]] = (set(), set())  # queues a record left: sweep
 
     @classmethod
     def of(cls, records: Iterable[WorkloadRecord]) -> QueueIndex:
@@ -110,11 +122,33 @@ class QueueIndex:
 
     def config_changed(self) -> None:
         self.changes.everything = True
+        self.sweep()
 
     def take_changes(self) -> Changes:
         """What changed since the last call; the next call starts from nothing changed."""
+        self.sweep()
         changes, self.changes = self.changes, Changes(everything=False)
         return changes
+
+    def sweep(self) -> None:
+        """Drop what the queues records left count no more: an empty tally, waiting list or
+        group count equals none."""
+        cluster_queues, local_queues = self._left
+        for names, tallies, groups in (
+            (cluster_queues, self.cluster_queues, self.cluster_queue_groups),
+            (local_queues, self.local_queues, self.local_queue_groups),
+        ):
+            for name in names:
+                tally = tallies.get(name)
+                if tally is not None and tally.is_empty():
+                    del tallies[name]
+                if not groups.get(name, True):
+                    del groups[name]
+        for name in cluster_queues:
+            if not self.waiting.get(name, True):
+                del self.waiting[name]
+        cluster_queues.clear()
+        local_queues.clear()
 
     def enter(self, r: WorkloadRecord) -> None:
         self._count(r, 1)
@@ -124,6 +158,8 @@ class QueueIndex:
 
     def regroup(self, r: WorkloadRecord, group: PendingGroup | None) -> None:
         """Pending `r` moves from its group to `group` (told before `r.group` changes)."""
+        self._left[0].add(r.cluster_queue)
+        self._left[1].add(r.local_queue)
         self._group_count(r, r.group, -1)
         self._group_count(r, group, 1)
 
@@ -155,32 +191,30 @@ class QueueIndex:
         if tally is None:
             tally = self.local_queues[lq] = QueueTally()
         tally.add(phase, usage, sign)
+        if sign < 0:
+            self._left[0].add(cq)
+            self._left[1].add(lq)
         changes.cluster_queues.add(cq)
         changes.local_queues.add(lq)
         if phase in WAITING:
             if phase is Phase.PENDING:
                 self._group_count(r, r.group, sign)
-            position = self._reorder(cq, r, sign)
-            moved = changes.pending_from.get(cq)
-            if moved is None or position < moved:
-                changes.pending_from[cq] = position
+            pages = changes.pending_pages.get(cq)
+            if pages is None:
+                pages = changes.pending_pages[cq] = set()
+            pages.update(self._reorder(cq, r, sign))
         elif phase in _HOLDING and usage:
             changes.holdings.add(cq)
 
-    def _reorder(self, cq: str, r: WorkloadRecord, sign: int) -> int:
-        """Put `r` into (sign 1) or take it out of (-1) `cq`'s waiting list; its position."""
+    def _reorder(self, cq: str, r: WorkloadRecord, sign: int) -> list[int]:
+        """Put `r` into (sign 1) or take it out of (-1) `cq`'s waiting list; the ids of the
+        pages that changed."""
         waiting = self.waiting.get(cq)
-        if waiting is None:
-            waiting = self.waiting[cq] = []
-        key = r.order_key
-        if sign > 0 and (not waiting or _order(waiting[-1]) < key):
-            waiting.append(r)  # the usual arrival: last of its queue
-            return len(waiting) - 1
-        position = bisect_left(waiting, key, key=_order)
         if sign > 0:
-            waiting.insert(position, r)  # order keys end with the arrival: never equal
-            return position
-        if position == len(waiting) or waiting[position] is not r:
+            if waiting is None:
+                page_min, page_max = self.page_bounds
+                waiting = self.waiting[cq] = PendingPages(page_min=page_min, page_max=page_max)
+            return waiting.insert(r)
+        if waiting is None:
             raise AssertionError(f"{r.key} is not waiting in ClusterQueue {cq!r}")
-        del waiting[position]
-        return position
+        return waiting.remove(r, cq)

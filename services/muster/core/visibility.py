@@ -8,12 +8,14 @@ change), so each costs what its queue holds, not what the engine holds.
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping, Sequence
+from itertools import islice
 from typing import TYPE_CHECKING
 
 import msgspec
 
 from muster.api.model import Admission, AdmissionCheckState, Condition, Workload, WorkloadKey
 from muster.core.conditions import QUOTA_RESERVED
+from muster.core.pending_pages import PendingPage
 from muster.core.queue_index import Changes, QueueTally
 from muster.core.quota import FlavorResource, tree_id
 from muster.core.records import Phase
@@ -173,10 +175,6 @@ def pending_in_order(state: EngineState, cluster_queue: str) -> list[PendingWork
     return pending_slice(state, cluster_queue, 0, None, {})
 
 
-def pending_count(state: EngineState, cluster_queue: str) -> int:
-    return len(state.index.waiting.get(cluster_queue, ()))
-
-
 def pending_slice(
     state: EngineState,
     cluster_queue: str,
@@ -186,9 +184,9 @@ def pending_slice(
 ) -> list[PendingWorkload]:
     """Positions `start` to `stop` of `pending_in_order`; `in_local` holds, per LocalQueue
     key, how many of its workloads come before `start`, and is advanced past `stop`."""
-    waiting = state.index.waiting.get(cluster_queue, [])
+    waiting = state.index.waiting.get(cluster_queue, ())
     result = []
-    for position, r in enumerate(waiting[start:stop], start):
+    for position, r in enumerate(islice(waiting, start, stop), start):
         local_position = in_local.get(r.local_queue, 0)
         in_local[r.local_queue] = local_position + 1
         result.append(
@@ -299,14 +297,11 @@ class EngineViews:
         """Pending workloads of a ClusterQueue in admission order, with their positions."""
         return pending_in_order(self.state, cluster_queue)
 
-    def pending_count(self, cluster_queue: str) -> int:
-        return pending_count(self.state, cluster_queue)
-
-    def pending_slice(
-        self, cluster_queue: str, start: int, stop: int, in_local: MutableMapping[str, int]
-    ) -> Sequence[PendingWorkload]:
-        """Positions `start` to `stop` of `pending_workloads`; `in_local`: see `pending_slice`."""
-        return pending_slice(self.state, cluster_queue, start, stop, in_local)
+    def pending_pages(self, cluster_queue: str) -> Sequence[PendingPage]:
+        """The pages of `pending_workloads` in order, each under an id it keeps while it lives
+        (`core.pending_pages`); read them, never change them."""
+        waiting = self.state.index.waiting.get(cluster_queue)
+        return () if waiting is None else waiting.pages
 
     def take_view_changes(self) -> Changes:
         """Which queues' views changed since the last call (one caller renders them)."""

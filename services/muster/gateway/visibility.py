@@ -2,15 +2,20 @@
 
 Admission writes the bucket (docs/services.md): `cq.<name>` (ClusterQueueStatus),
 `lq.<namespace>.<name>` (LocalQueueStatus) and the pending workloads of each ClusterQueue in
-order, positions set, in pages of equal size (PendingWorkloadsResponse): `pending.<cq>` the
-first, `pending-from.<start>.<cq>` the others; each a serialized protobuf. The gateway only
-reads, through the small `VisibilityStore` seam.
+order: `pending-index.<cq>` (PendingPageIndex: the pages in order, with their counts per
+LocalQueue) and `pending-page.<id>.<cq>` (PendingWorkloadsResponse, positions left to the
+reader); each a serialized protobuf. A query reads the index and only the pages holding what
+it asks for: a LocalQueue's, only the pages its counts say hold its workloads. The layout
+before (docs/events.md, issue 19 note: pages of equal size with positions set, `pending.<cq>`
+and `pending-from.<start>.<cq>`) is read while a ClusterQueue has no index, during an
+upgrade. The gateway only reads, through the small `VisibilityStore` seam.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
-from typing import Final, Protocol, TypeVar
+from typing import Final, NamedTuple, Protocol, TypeVar
 
 from muster.bus.kv import Bucket
 from muster.contracts.v1 import events_pb2, services_pb2
@@ -115,6 +120,9 @@ async def pending_workloads(
         if data is None:
             raise UnknownQueueError(f'ClusterQueue "{cluster_queue}" not found')
         total = events_pb2.ClusterQueueStatus.FromString(data).pending_workloads
+        index = await pending_index(store, cluster_queue)
+        if index is not None:
+            return await _indexed(store, cluster_queue, index, offset, offset + limit)
         found = await _pending(store, cluster_queue, start=offset, stop=offset + limit)
         return services_pb2.PendingWorkloadsResponse(items=found, total=total)
     if request.local_queue:
@@ -123,6 +131,10 @@ async def pending_workloads(
         if data is None:
             raise UnknownQueueError(f'LocalQueue "{namespace}/{request.local_queue}" not found')
         lq = events_pb2.LocalQueueStatus.FromString(data)
+        index = await pending_index(store, lq.cluster_queue)
+        if index is not None:
+            queue = (namespace, request.local_queue)
+            return await _indexed(store, lq.cluster_queue, index, offset, offset + limit, queue)
         items = [
             item
             for item in await _pending(store, lq.cluster_queue)
@@ -135,11 +147,114 @@ async def pending_workloads(
     )
 
 
+class PageSlot(NamedTuple):
+    """A page to read: its id, the ClusterQueue position of its first workload, and per
+    LocalQueue (namespace, name) in it how many of that queue's workloads come before it."""
+
+    id: int
+    start: int
+    local_starts: dict[tuple[str, str], int]
+
+
+async def pending_index(
+    store: VisibilityStore, cluster_queue: str
+) -> services_pb2.PendingPageIndex | None:
+    """The index of `cluster_queue`'s pending pages, or None while admission writes the
+    layout before it (no index yet)."""
+    data = await store.get(f"pending-index.{cluster_queue}")
+    return None if data is None else services_pb2.PendingPageIndex.FromString(data)
+
+
+def plan(
+    index: services_pb2.PendingPageIndex,
+    start: int,
+    stop: int,
+    local_queue: tuple[str, str] | None = None,
+) -> tuple[list[PageSlot], int]:
+    """The pages holding positions `start` to `stop` (of `local_queue`'s workloads when given,
+    else of the ClusterQueue's), and how many workloads the positions count."""
+    slots, position = [], 0
+    before: dict[tuple[str, str], int] = {}
+    for entry in index.pages:
+        counts = {(q.namespace, q.name): q.count for q in entry.local_queues}
+        if local_queue is None:
+            first, count = position, entry.count
+        else:
+            first, count = before.get(local_queue, 0), counts.get(local_queue, 0)
+        if count and first < stop and start < first + count:
+            slots.append(PageSlot(entry.id, position, {k: before.get(k, 0) for k in counts}))
+        position += entry.count
+        for key, n in counts.items():
+            before[key] = before.get(key, 0) + n
+    return slots, position if local_queue is None else before.get(local_queue, 0)
+
+
+async def read_pages(
+    store: VisibilityStore,
+    cluster_queue: str,
+    slots: Sequence[PageSlot],
+    start: int = 0,
+    stop: int | None = None,
+    local_queue: tuple[str, str] | None = None,
+) -> list[services_pb2.PendingWorkload]:
+    """The workloads of `slots`' pages at positions `start` to `stop` (as in `plan`), with
+    their positions. A page deleted since the index was read is skipped: the next read
+    finds the index without it."""
+    found = await asyncio.gather(*(store.get(page_key(cluster_queue, slot.id)) for slot in slots))
+    items: list[services_pb2.PendingWorkload] = []
+    for slot, data in zip(slots, found, strict=True):
+        if data is not None:
+            items += place(cluster_queue, slot, data, start, stop, local_queue)
+    return items
+
+
+def page_key(cluster_queue: str, page_id: int) -> str:
+    return f"pending-page.{page_id}.{cluster_queue}"
+
+
+def place(
+    cluster_queue: str,
+    slot: PageSlot,
+    data: bytes,
+    start: int = 0,
+    stop: int | None = None,
+    local_queue: tuple[str, str] | None = None,
+) -> list[services_pb2.PendingWorkload]:
+    """The workloads of page `data` at positions `start` to `stop`, their positions set."""
+    local = dict(slot.local_starts)
+    items = []
+    for i, item in enumerate(services_pb2.PendingWorkloadsResponse.FromString(data).items):
+        key = (item.namespace, item.local_queue)
+        at = local.get(key, 0)
+        local[key] = at + 1
+        rank = slot.start + i if local_queue is None else at if key == local_queue else -1
+        if start <= rank and (stop is None or rank < stop):
+            item.cluster_queue = cluster_queue
+            item.position_in_cluster_queue = slot.start + i
+            item.position_in_local_queue = at
+            items.append(item)
+    return items
+
+
+async def _indexed(
+    store: VisibilityStore,
+    cluster_queue: str,
+    index: services_pb2.PendingPageIndex,
+    start: int,
+    stop: int,
+    local_queue: tuple[str, str] | None = None,
+) -> services_pb2.PendingWorkloadsResponse:
+    slots, total = plan(index, start, stop, local_queue)
+    items = await read_pages(store, cluster_queue, slots, start, stop, local_queue)
+    return services_pb2.PendingWorkloadsResponse(items=items, total=total)
+
+
 async def _pending(
     store: VisibilityStore, cluster_queue: str, *, start: int = 0, stop: int | None = None
 ) -> list[services_pb2.PendingWorkload]:
-    """Positions `start` to `stop` (to the end when None) of the pending list, read from the
-    pages that hold them: every page but the last is as long as the first."""
+    """Positions `start` to `stop` (to the end when None) of the pending list in the layout
+    before indexes, read from the pages that hold them: every page but the last is as long
+    as the first."""
     first = await _page(store, f"pending.{cluster_queue}")
     if not first:  # nothing pending
         return []

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final, NoReturn
 
@@ -21,7 +22,7 @@ from muster.bus.subjects import EVENTS_STREAM
 from muster.contracts.v1 import services_pb2
 from muster.contracts.v1.events_pb2 import Envelope
 from muster.gateway.book import STATUSES, Entry, WorkloadBook
-from muster.gateway.visibility import InvalidQueryError, VisibilityStore
+from muster.gateway.visibility import InvalidQueryError, VisibilityStore, page_key, place, plan
 from muster.gateway.watch import ALL_SUBJECTS, EventHistory
 
 log = logging.getLogger(__name__)
@@ -165,13 +166,28 @@ def local_queues(book: WorkloadBook, namespace: str) -> list[str]:
 
 
 async def positions(store: VisibilityStore) -> dict[str, services_pb2.PendingWorkload]:
-    """Every pending workload's positions, by key, as admission last wrote them (in pages:
-    `pending.<cq>`, `pending-from.<start>.<cq>`)."""
+    """Every pending workload's positions, by key, as admission last wrote them: from each
+    ClusterQueue's index and pages, or in the layout before indexes (`pending.<cq>`,
+    `pending-from.<start>.<cq>`, positions set) for a ClusterQueue without an index."""
     found: dict[str, services_pb2.PendingWorkload] = {}
-    pages = {**await store.entries("pending.>"), **await store.entries("pending-from.>")}
-    for data in pages.values():
-        for item in services_pb2.PendingWorkloadsResponse.FromString(data).items:
-            found[f"{item.namespace}/{item.name}"] = item
+    indexes = await store.entries("pending-index.>")
+    indexed = {key.removeprefix("pending-index.") for key in indexes}
+    legacy = {**await store.entries("pending.>"), **await store.entries("pending-from.>")}
+    pages = await store.entries("pending-page.>")
+    items = [
+        item
+        for data in legacy.values()
+        for item in services_pb2.PendingWorkloadsResponse.FromString(data).items
+        if item.cluster_queue not in indexed
+    ]
+    for cluster_queue in indexed:
+        index = services_pb2.PendingPageIndex.FromString(indexes[f"pending-index.{cluster_queue}"])
+        for slot in plan(index, 0, sys.maxsize)[0]:
+            data = pages.get(page_key(cluster_queue, slot.id))
+            if data is not None:
+                items += place(cluster_queue, slot, data)
+    for item in items:
+        found[f"{item.namespace}/{item.name}"] = item
     return found
 
 

@@ -80,9 +80,20 @@ def test_local_queue_status_and_pending_list() -> None:
 def test_values_cover_the_owned_queues_under_their_keys() -> None:
     state = busy_state()
     values = visibility_values(state.engine, state.sharding)
-    assert sorted(values) == ["cq.cq", "cq.other", "lq.ns.lq", "pending.cq", "pending.other"]
+    index = services_pb2.PendingPageIndex.FromString(values["pending-index.cq"])
+    (page_id,) = [p.id for p in index.pages]
+    assert sorted(values) == [
+        "cq.cq", "cq.other", "lq.ns.lq", "pending-index.cq", "pending-index.other",
+        f"pending-page.{page_id}.cq",
+    ]  # fmt: skip
     assert pb.ClusterQueueStatus.FromString(values["cq.cq"]).name == "cq"
-    assert services_pb2.PendingWorkloadsResponse.FromString(values["pending.other"]).total == 0
+    assert [(p.count, [(q.namespace, q.name, q.count) for q in p.local_queues])
+            for p in index.pages] == [(1, [("ns", "lq", 1)])]  # fmt: skip
+    page = services_pb2.PendingWorkloadsResponse.FromString(values[f"pending-page.{page_id}.cq"])
+    assert [(p.namespace, p.name, p.local_queue, p.cluster_queue) for p in page.items] == [
+        ("ns", "c", "lq", "")  # the key names the ClusterQueue; the reader counts positions
+    ]
+    assert not services_pb2.PendingPageIndex.FromString(values["pending-index.other"]).pages
 
 
 class MemoryKV:
@@ -133,6 +144,16 @@ async def test_a_key_whose_write_failed_is_written_on_the_next_call() -> None:
     assert await writer.write({"cq.a": b"1", "cq.b": b"2"}) == ["cq.b"]
 
 
+async def test_pages_are_put_before_their_index_and_deletions_come_last() -> None:
+    """A reader never finds an index naming a page not yet written, or already deleted."""
+    kv = MemoryKV()
+    writer = VisibilityWriter(kv)
+    await writer.write({"pending-page.0.q": b"old"})
+    values = {"pending-index.q": b"i", "pending-page.1.q": b"p", "cq.q": b"s"}
+    await writer.write(values)
+    assert kv.writes[1:] == ["pending-page.1.q", "cq.q", "pending-index.q", "-pending-page.0.q"]
+
+
 async def test_told_the_changed_keys_the_writer_looks_at_them_and_at_what_failed_only() -> None:
     kv = FlakyKV()
     writer = VisibilityWriter(kv)
@@ -157,7 +178,8 @@ def test_a_render_after_one_arrival_renders_that_queue_only() -> None:
     assert changed == set(values)  # the first render: everything
     Stream().run(state, submitted(workload("d", cpu="1")))
     values, changed = renderer.render(state.engine, state.sharding)
-    assert changed == {"cq.cq", "lq.ns.lq", "pending.cq"}
+    (page,) = state.engine.pending_pages("cq")
+    assert changed == {"cq.cq", "lq.ns.lq", f"pending-page.{page.id}.cq", "pending-index.cq"}
     assert values == visibility_values(state.engine, state.sharding)
 
 
