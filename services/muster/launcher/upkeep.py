@@ -59,12 +59,13 @@ async def keep_up(
     restart: Callable[[], Awaitable[None]],
     exited: Callable[[Exit], None],
     restarted: Callable[[], None],
+    back_off: BackOff | None = None,
 ) -> None:
     """Start `name` again each time it exits, until cancelled (`muster down`, which cancels
     this first, so that the stop's own exits are not restarted). `running()`: its current
     process; `restart()`: start it and wait until it serves (LaunchError: it exited first);
     `exited` and `restarted` record each exit and each start."""
-    back_off = BackOff()
+    back_off = back_off or BackOff()
     while True:
         proc = running()
         since = time.monotonic()
