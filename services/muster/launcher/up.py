@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import shutil
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -29,8 +30,8 @@ from muster.bus.permissions import Deployment
 from muster.cluster.sim.backend import SimBackend
 from muster.launcher.nats_server import LaunchError, NatsServer
 from muster.launcher.run import prepare_nats
-from muster.launcher.stack import Stack
-from muster.launcher.upkeep import Exit, keep_up
+from muster.launcher.stack import ServiceProcess, Stack
+from muster.launcher.upkeep import Exit, Running, keep_up
 from muster.launcher.upstate import (
     Process,
     StackState,
@@ -56,7 +57,8 @@ status:
 )
 DASHBOARD_START_S: Final = 30.0
 STATE_CHECK_S: Final = 2.0  # how often the supervisor checks that its state file names it
-_COPYING: set[asyncio.Task[None]] = set()  # the dashboard's output into its log
+Task = asyncio.Task[None]
+_COPYING: set[Task] = set()  # the dashboard's output into its log
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,7 @@ async def supervise(config: UpConfig) -> int:
     nats = NatsServer(store, deployment=deployment, port=config.nats_port, outlive_launcher=True)
     stack: Stack | None = None
     dashboard = _Dashboard(config, log_dir)
-    keepers: list[asyncio.Task[None]] = []
+    keepers: list[Task] = []
     try:
         nats_url = await nats.start(log_path=log_dir / "nats-server.log")
         admin = await prepare_nats(nats_url, nats, deployment)
@@ -219,6 +221,9 @@ class _Dashboard:
         log.close()
         raise LaunchError(f"the dashboard did not start; see {self.log_dir / name}")
 
+    def running(self) -> asyncio.subprocess.Process | None:
+        return self.process
+
     async def restart(self) -> None:
         await self.start(self.gateway)
 
@@ -269,9 +274,7 @@ def _ready_state(
     return state
 
 
-def _keep_up(
-    directory: Path, state: StackState, stack: Stack, dashboard: _Dashboard
-) -> list[asyncio.Task[None]]:
+def _keep_up(directory: Path, state: StackState, stack: Stack, dashboard: _Dashboard) -> list[Task]:
     """A task per service and the dashboard that starts it again when it exits, recording
     each exit and each start in the state file."""
 
@@ -291,8 +294,8 @@ def _keep_up(
             proc = svc.process
             recorded.address = svc.addresses.get("health", "")
             recorded.metrics = svc.addresses.get("metrics", "")
-            if name == "gateway" and "gateway" in svc.addresses:
-                state.gateway = svc.addresses["gateway"]
+            if name == "gateway" and "gateway" in svc.addresses:  # moved, if its port was 0
+                state.gateway = dashboard.gateway = svc.addresses["gateway"]
         if proc is not None:
             again = process(name, proc.pid)
             recorded.pid, recorded.started = again.pid, again.started
@@ -300,20 +303,25 @@ def _keep_up(
         recorded.back_off_until = 0.0
         write_state(directory, state)
 
-    def keeper(name: str) -> asyncio.Task[None]:
-        if name == "dashboard":
-            running = lambda: dashboard.process  # noqa: E731
-            restart = dashboard.restart
-        else:
-            svc = stack.service(name)
-            running = lambda: svc.process  # noqa: E731
-            restart = lambda: stack.restart(name)  # noqa: E731
+    def keeper(name: str, running: Running, restart: Callable[[], Awaitable[None]]) -> Task:
         return asyncio.create_task(
-            keep_up(name, running, restart, exited, lambda: restarted(name)),
+            keep_up(name, running, restart, exited, functools.partial(restarted, name)),
             name=f"keep-up-{name}",
         )
 
-    return [keeper(s.name) for s in stack.services] + [keeper("dashboard")]
+    services = [
+        keeper(
+            svc.name,
+            functools.partial(_process_of, svc),
+            functools.partial(stack.restart, svc.name),
+        )
+        for svc in stack.services
+    ]
+    return [*services, keeper("dashboard", dashboard.running, dashboard.restart)]
+
+
+def _process_of(svc: ServiceProcess) -> asyncio.subprocess.Process | None:
+    return svc.process
 
 
 def _recorded(state: StackState, name: str) -> Process:

@@ -74,6 +74,7 @@ async def keep_up(
         now = time.time()
         exited(Exit(name=name, status=status, at=now, restart_at=now + wait_s))
         await asyncio.sleep(wait_s)  # cancelled here by `muster down` during a back-off
-        with contextlib.suppress(LaunchError):  # it exited again: the next turn records it
+        # It exited again, or could not be started: the next turn records it and waits longer.
+        with contextlib.suppress(LaunchError, OSError):
             await restart()
         restarted()
