@@ -109,8 +109,8 @@ def test_down_after_a_crash_stops_what_is_left_and_status_says_what_died(
 
     assert status.returncode == 1
     assert re.search(r"^supervisor +\d+ +- +exited +- +- +-$", status.stdout, re.M)
-    assert re.search(r"^gateway +\d+ .* exited +\S+$", status.stdout, re.M)
-    assert re.search(r"^admission-0 +\d+ .* running +\S+$", status.stdout, re.M)
+    assert re.search(r"^gateway +\d+ .* exited +0 +- +\S+$", status.stdout, re.M)
+    assert re.search(r"^admission-0 +\d+ .* running +0 +- +\S+$", status.stdout, re.M)
     assert done.stdout.startswith("muster was down already (it had crashed)")
     assert [p.name for p in state.processes if alive(p)] == []
     assert muster(up, "status", ok=False).returncode == 3
