@@ -156,9 +156,14 @@ def test_a_killed_admission_is_started_again_and_status_shows_the_restart(
 ) -> None:
     up = start(tmp_path)
     try:
-        (admission,) = [p for p in up.state.processes if p.name == "admission-0"]
+        (admission, dashboard) = [
+            p for p in up.state.processes if p.name in ("admission-0", "dashboard")
+        ]
         os.kill(admission.pid, signal.SIGKILL)
-        back = wait_for_state(tmp_path, lambda s: restarted(s, "admission-0"))
+        os.kill(dashboard.pid, signal.SIGKILL)
+        back = wait_for_state(
+            tmp_path, lambda s: restarted(s, "admission-0") and restarted(s, "dashboard")
+        )
         muster(up, "submit", "k8s/examples/two-teams.yaml")
         muster(up, "submit", "k8s/examples/jobs.yaml")
         wait_for_event(up.gateway, "team-a/job-sample-job-team-a", "workload.admitted")
@@ -175,9 +180,13 @@ def test_a_killed_admission_is_started_again_and_status_shows_the_restart(
         re.M,
     ), status.stdout
     assert re.search(r"^binder +\d+ .* running +0 +- ", status.stdout, re.M), status.stdout
+    assert re.search(
+        r"^dashboard +\d+ .* running +1 \(\d+s ago\) +-9 \(SIGKILL\)", status.stdout, re.M
+    )
     logs = tmp_path / "logs"
     assert (logs / "admission-0.log").is_file()
     assert (logs / "admission-0.1.log").is_file()  # each start's log is kept
+    assert (logs / "dashboard.1.log").is_file()
     assert read_state(tmp_path) is None
 
 
