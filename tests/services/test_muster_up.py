@@ -1,4 +1,5 @@
-"""`muster up` → the README's "Talk to it" commands, verbatim → `muster down`; and a crash.
+"""`muster up` → the README's "Talk to it" commands, verbatim → `muster down`; a crash; a
+service that exits and is started again.
 
 The commands are read from the README itself, so the section cannot drift from what works.
 The stack runs on free ports in a state directory of the test's (MUSTER_UP_*_PORT=0,
@@ -15,13 +16,14 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.request import urlopen
 
 import pytest
 from up_stack import MUSTER, ROOT, muster, start, up_env, wait_for_event
 
-from muster.launcher.upstate import Process, alive, read_state
+from muster.launcher.upstate import Process, StackState, alive, read_state
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -58,7 +60,9 @@ def test_the_readme_commands_work_verbatim_after_muster_up(tmp_path: Path) -> No
         "clusterqueue.kueue.x-k8s.io/cluster-queue stopped (HoldAndDrain)"
     )
     status = outputs["status"]
-    assert re.search(r"^gateway +\d+ +127\.0\.0\.1:\d+ +running +127\.0\.0\.1:\d+$", status, re.M)
+    assert re.search(
+        r"^gateway +\d+ +127\.0\.0\.1:\d+ +running +0 +- +127\.0\.0\.1:\d+$", status, re.M
+    )
     assert outputs["down"].strip() == "muster is down."
     assert [p.name for p in processes if alive(p)] == []
     assert read_state(tmp_path) is None
@@ -104,9 +108,9 @@ def test_down_after_a_crash_stops_what_is_left_and_status_says_what_died(
         done = muster(up, "down")
 
     assert status.returncode == 1
-    assert re.search(r"^supervisor +\d+ +- +exited +-$", status.stdout, re.M)
-    assert re.search(r"^gateway +\d+ .* exited +\S+$", status.stdout, re.M)
-    assert re.search(r"^admission-0 +\d+ .* running +\S+$", status.stdout, re.M)
+    assert re.search(r"^supervisor +\d+ +- +exited +- +- +-$", status.stdout, re.M)
+    assert re.search(r"^gateway +\d+ .* exited +0 +- +\S+$", status.stdout, re.M)
+    assert re.search(r"^admission-0 +\d+ .* running +0 +- +\S+$", status.stdout, re.M)
     assert done.stdout.startswith("muster was down already (it had crashed)")
     assert [p.name for p in state.processes if alive(p)] == []
     assert muster(up, "status", ok=False).returncode == 3
@@ -145,3 +149,60 @@ def test_a_stack_whose_state_directory_is_removed_stops_itself(tmp_path: Path) -
     while any(alive(p) for p in processes) and time.monotonic() < deadline:
         time.sleep(0.2)  # processes exiting: nothing to wait on but /proc
     assert [p.name for p in processes if alive(p)] == []
+
+
+def test_a_killed_admission_is_started_again_and_status_shows_the_restart(
+    tmp_path: Path,
+) -> None:
+    up = start(tmp_path)
+    try:
+        (admission, dashboard) = [
+            p for p in up.state.processes if p.name in ("admission-0", "dashboard")
+        ]
+        os.kill(admission.pid, signal.SIGKILL)
+        os.kill(dashboard.pid, signal.SIGKILL)
+        back = wait_for_state(
+            tmp_path, lambda s: restarted(s, "admission-0") and restarted(s, "dashboard")
+        )
+        muster(up, "submit", "k8s/examples/two-teams.yaml")
+        muster(up, "submit", "k8s/examples/jobs.yaml")
+        wait_for_event(up.gateway, "team-a/job-sample-job-team-a", "workload.admitted")
+        status = muster(up, "status")
+    finally:
+        muster(up, "down")
+
+    (again,) = [p for p in back.processes if p.name == "admission-0"]
+    assert again.pid != admission.pid
+    assert (again.restarts, again.last_exit) == (1, -signal.SIGKILL)
+    assert re.search(
+        r"^admission-0 +\d+ +127\.0\.0\.1:\d+ +running +1 \(\d+s ago\) +-9 \(SIGKILL\) ",
+        status.stdout,
+        re.M,
+    ), status.stdout
+    assert re.search(r"^binder +\d+ .* running +0 +- ", status.stdout, re.M), status.stdout
+    assert re.search(
+        r"^dashboard +\d+ .* running +1 \(\d+s ago\) +-9 \(SIGKILL\)", status.stdout, re.M
+    )
+    logs = tmp_path / "logs"
+    assert (logs / "admission-0.log").is_file()
+    assert (logs / "admission-0.1.log").is_file()  # each start's log is kept
+    assert (logs / "dashboard.1.log").is_file()
+    assert read_state(tmp_path) is None
+
+
+def restarted(state: StackState, name: str) -> bool:
+    (found,) = [p for p in state.processes if p.name == name]
+    return found.restarts > 0 and alive(found)
+
+
+def wait_for_state(
+    directory: Path, ready: Callable[[StackState], bool], timeout_s: float = 60.0
+) -> StackState:
+    """The state file once `ready` holds: the supervisor writes it; nothing to wait on but it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state = read_state(directory)
+        if state is not None and ready(state):
+            return state
+        time.sleep(0.1)
+    raise AssertionError(f"{directory}/stack.json: not as expected in {timeout_s:g}s: {state}")

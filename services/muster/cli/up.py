@@ -5,14 +5,18 @@ whose Nodes come from `--nodes FILE` (four nodes by default), and the dashboard,
 ports (gateway 127.0.0.1:50051, NATS 4222, dashboard 8080; `--gateway-port` and friends, or
 their MUSTER_UP_* variables, move them; 0 picks free ones), then prints where everything is
 and returns. `down` stops it, also after a crash (the recorded processes that still run are
-stopped). `status` says what runs: exit 0 when everything does, 1 when something died, 3
-when no stack is up. State lives in the per-user state directory (`muster.launcher.upstate`).
+stopped). `status` says what runs, with each process's restarts and last exit (the supervisor starts
+again what exits, `muster.launcher.upkeep`): exit 0 when everything runs, 1 when something
+does not (died with its supervisor, or waits out its back-off), 3 when no stack is up. State
+lives in the per-user state directory (`muster.launcher.upstate`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +27,7 @@ from urllib.request import urlopen
 
 from muster.launcher.upstate import (
     DEFAULT_PORTS,
+    Process,
     StackState,
     alive,
     port_in_use,
@@ -236,20 +241,60 @@ def handle_status(args: argparse.Namespace) -> int:
     if state is None or not state.ready:
         print("muster is not up.")
         return EXIT_NOT_UP
-    rows = [("COMPONENT", "PID", "ADDRESS", "STATE", "METRICS")]
+    now = time.time()
+    rows = [("COMPONENT", "PID", "ADDRESS", "STATE", "RESTARTS", "LAST EXIT", "METRICS")]
     down = 0
     supervisor = "running" if alive(state.supervisor) else "exited"
-    rows.append(("supervisor", str(state.supervisor.pid), "-", supervisor, "-"))
+    rows.append(("supervisor", str(state.supervisor.pid), "-", supervisor, "-", "-", "-"))
     for p in state.processes:
-        health = _health(p.kind, p.address) if alive(p) else "exited"
+        health = _health(p.kind, p.address) if alive(p) else _waiting(p, supervisor, now)
         down += health != "running"
-        rows.append((p.name, str(p.pid), p.address or "-", health, p.metrics or "-"))
+        restarts, last_exit = restarts_and_last_exit(p, now)
+        rows.append(
+            (p.name, str(p.pid), p.address or "-", health, restarts, last_exit, p.metrics or "-")
+        )
     down += supervisor != "running"
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     print(f"gateway {state.gateway}, dashboard {state.dashboard}")
     return EXIT_FAILED if down else EXIT_OK
+
+
+def _waiting(p: Process, supervisor: str, now: float) -> str:
+    """A process that does not run: in its back-off before a restart (kubectl's
+    CrashLoopBackOff), or exited for good (its supervisor is gone)."""
+    if supervisor == "running" and p.back_off_until:
+        return f"back-off {max(p.back_off_until - now, 0):.0f}s"
+    return "exited"
+
+
+def restarts_and_last_exit(p: Process, now: float) -> tuple[str, str]:
+    """As `kubectl get pods` shows restarts, "1 (12s ago)", and the last exit as its status
+    and reason: "-9 (SIGKILL)", "1 (Error)", "0 (Completed)"; "-" when it never exited."""
+    if p.last_exit_at == 0.0:
+        return str(p.restarts), "-"
+    ago = f"{p.restarts} ({_age(now - p.last_exit_at)} ago)"
+    status = p.last_exit
+    if status is None:
+        return ago, "? (did not start)"
+    if status < 0:
+        with contextlib.suppress(ValueError):
+            return ago, f"{status} ({signal.Signals(-status).name})"
+        return ago, f"{status} (signal {-status})"
+    return ago, f"{status} ({'Completed' if status == 0 else 'Error'})"
+
+
+def _age(seconds: float) -> str:
+    """kubectl's short age: 42s, 3m5s, 2h4m, 3d4h."""
+    s = max(int(seconds), 0)
+    if s < 120:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60}s" if s % 60 and s < 600 else f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60}m" if s % 3600 // 60 else f"{s // 3600}h"
+    return f"{s // 86400}d{s % 86400 // 3600}h" if s % 86400 // 3600 else f"{s // 86400}d"
 
 
 def _health(kind: str, address: str) -> str:

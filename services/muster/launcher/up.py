@@ -5,19 +5,22 @@ starts a loopback NATS server with one user per service on a fixed port, every s
 simulated cluster (the gateway on a fixed port), puts the cluster's Nodes in its store, starts
 the dashboard, records everything in the state directory (`upstate`) and waits for SIGTERM
 (`muster down`); then it stops everything in reverse order and removes its state, keeping the
-logs. A service that dies stays dead (`muster status` shows it): the supervisor does not hide
-a crash by restarting it.
+logs. A service or the dashboard that exits meanwhile is started again after a back-off, as
+Kubernetes restarts a container (`muster.launcher.upkeep`): admission exits by design when it
+loses its shard lease and counts on that. Nothing is hidden: each restart and the last exit
+are recorded for `muster status` (RESTARTS, LAST EXIT), and each start keeps its own log.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import shutil
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -27,8 +30,10 @@ from muster.bus.permissions import Deployment
 from muster.cluster.sim.backend import SimBackend
 from muster.launcher.nats_server import LaunchError, NatsServer
 from muster.launcher.run import prepare_nats
-from muster.launcher.stack import Stack
+from muster.launcher.stack import ServiceProcess, Stack
+from muster.launcher.upkeep import Exit, Running, keep_up
 from muster.launcher.upstate import (
+    Process,
     StackState,
     process,
     read_state,
@@ -52,7 +57,8 @@ status:
 )
 DASHBOARD_START_S: Final = 30.0
 STATE_CHECK_S: Final = 2.0  # how often the supervisor checks that its state file names it
-_COPYING: set[asyncio.Task[None]] = set()  # the dashboard's output into its log
+Task = asyncio.Task[None]
+_COPYING: set[Task] = set()  # the dashboard's output into its log
 
 
 @dataclass(frozen=True)
@@ -104,7 +110,8 @@ async def supervise(config: UpConfig) -> int:
     # Its children outlive a crashed supervisor: `muster status` shows it, `muster down` ends them.
     nats = NatsServer(store, deployment=deployment, port=config.nats_port, outlive_launcher=True)
     stack: Stack | None = None
-    dashboard: asyncio.subprocess.Process | None = None
+    dashboard = _Dashboard(config, log_dir)
+    keepers: list[Task] = []
     try:
         nats_url = await nats.start(log_path=log_dir / "nats-server.log")
         admin = await prepare_nats(nats_url, nats, deployment)
@@ -124,9 +131,10 @@ async def supervise(config: UpConfig) -> int:
             nodes = await _apply_nodes(admin, config)
         finally:
             await admin.close()
-        dashboard, dashboard_url = await _start_dashboard(config, stack.gateway_address, log_dir)
-        state = _ready_state(state, config, nats, stack, nodes, dashboard, dashboard_url)
+        await dashboard.start(stack.gateway_address)
+        state = _ready_state(state, config, nats, stack, nodes, dashboard)
         write_state(config.state_dir, state)
+        keepers = _keep_up(config.state_dir, state, stack, dashboard)
         await _until_stopped(stop, config.state_dir)
         return 0
     except (LaunchError, OSError, ValueError) as exc:
@@ -134,10 +142,10 @@ async def supervise(config: UpConfig) -> int:
         write_state(config.state_dir, state)
         return 1
     finally:
-        if dashboard is not None and dashboard.returncode is None:
-            dashboard.terminate()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(dashboard.wait(), 10)
+        for keeper in keepers:  # first: what stops next is not to be restarted
+            keeper.cancel()
+        await asyncio.gather(*keepers, return_exceptions=True)
+        await dashboard.stop()
         if stack is not None:
             await stack.stop()
         await nats.stop()
@@ -171,35 +179,59 @@ async def _apply_nodes(admin: Any, config: UpConfig) -> list[str]:
     return [str(n["metadata"]["name"]) for n in nodes]
 
 
-async def _start_dashboard(
-    config: UpConfig, gateway: str, log_dir: Path
-) -> tuple[asyncio.subprocess.Process, str]:
-    """Start `muster service dashboard`; wait until it says where it listens."""
-    argv = [
-        sys.executable,
-        *("-m", "muster.cli.main", "service", "dashboard"),
-        *("--listen", f"127.0.0.1:{config.dashboard_port}", "--gateway", gateway),
-    ]
-    proc = await asyncio.create_subprocess_exec(
-        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-    )
-    assert proc.stdout is not None
-    log = (log_dir / "dashboard.log").open("ab")
-    try:
-        async with asyncio.timeout(DASHBOARD_START_S):
-            async for line in proc.stdout:
-                log.write(line)
-                log.flush()
-                if line.startswith(b"dashboard: "):
-                    url = line.split(b" ", 1)[1].strip().decode()
-                    copying = asyncio.create_task(_copy(proc, log))  # ends with the process
-                    _COPYING.add(copying)
-                    copying.add_done_callback(_COPYING.discard)
-                    return proc, url
-    except TimeoutError:
-        pass
-    log.close()
-    raise LaunchError(f"the dashboard did not start; see {log_dir / 'dashboard.log'}")
+class _Dashboard:
+    """`muster service dashboard`, started (again) at its port, each start with its own log."""
+
+    def __init__(self, config: UpConfig, log_dir: Path):
+        self.config, self.log_dir = config, log_dir
+        self.process: asyncio.subprocess.Process | None = None
+        self.url = ""
+        self.gateway = ""
+        self.starts = 0
+
+    async def start(self, gateway: str) -> None:
+        """Start it; wait until it says where it listens (LaunchError when it does not)."""
+        self.gateway = gateway
+        self.starts += 1
+        name = f"dashboard.{self.starts - 1}.log" if self.starts > 1 else "dashboard.log"
+        argv = [
+            sys.executable,
+            *("-m", "muster.cli.main", "service", "dashboard"),
+            *("--listen", f"127.0.0.1:{self.config.dashboard_port}", "--gateway", gateway),
+        ]
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        )
+        self.process = proc
+        assert proc.stdout is not None
+        log = (self.log_dir / name).open("ab")
+        try:
+            async with asyncio.timeout(DASHBOARD_START_S):
+                async for line in proc.stdout:
+                    log.write(line)
+                    log.flush()
+                    if line.startswith(b"dashboard: "):
+                        self.url = line.split(b" ", 1)[1].strip().decode()
+                        copying = asyncio.create_task(_copy(proc, log))  # ends with the process
+                        _COPYING.add(copying)
+                        copying.add_done_callback(_COPYING.discard)
+                        return
+        except TimeoutError:
+            pass
+        log.close()
+        raise LaunchError(f"the dashboard did not start; see {self.log_dir / name}")
+
+    def running(self) -> asyncio.subprocess.Process | None:
+        return self.process
+
+    async def restart(self) -> None:
+        await self.start(self.gateway)
+
+    async def stop(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.terminate()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.process.wait(), 10)
 
 
 async def _copy(proc: asyncio.subprocess.Process, log: Any) -> None:
@@ -216,8 +248,7 @@ def _ready_state(
     nats: NatsServer,
     stack: Stack,
     nodes: Sequence[str],
-    dashboard: asyncio.subprocess.Process,
-    dashboard_url: str,
+    dashboard: _Dashboard,
 ) -> StackState:
     processes = []
     if nats.process is not None:
@@ -228,13 +259,71 @@ def _ready_state(
             started = process(svc.name, svc.process.pid, address=health)
             started.metrics = svc.addresses.get("metrics", "")
             processes.append(started)
-    processes.append(process("dashboard", dashboard.pid, address=dashboard_url, kind="dashboard"))
+    assert dashboard.process is not None
+    processes.append(
+        process("dashboard", dashboard.process.pid, address=dashboard.url, kind="dashboard")
+    )
     state.ready = True
     state.gateway = stack.gateway_address
-    state.dashboard = dashboard_url
+    state.dashboard = dashboard.url
     state.nats = nats.url
     state.cluster = config.cluster
     state.nodes = list(nodes)
     state.speed = config.speed
     state.processes = processes
     return state
+
+
+def _keep_up(directory: Path, state: StackState, stack: Stack, dashboard: _Dashboard) -> list[Task]:
+    """A task per service and the dashboard that starts it again when it exits, recording
+    each exit and each start in the state file."""
+
+    def exited(exit: Exit) -> None:
+        recorded = _recorded(state, exit.name)
+        recorded.last_exit, recorded.last_exit_at = exit.status, exit.at
+        recorded.back_off_until = exit.restart_at
+        write_state(directory, state)
+
+    def restarted(name: str) -> None:
+        recorded = _recorded(state, name)
+        if name == "dashboard":
+            proc, recorded.address = dashboard.process, dashboard.url
+            state.dashboard = dashboard.url
+        else:
+            svc = stack.service(name)
+            proc = svc.process
+            recorded.address = svc.addresses.get("health", "")
+            recorded.metrics = svc.addresses.get("metrics", "")
+            if name == "gateway" and "gateway" in svc.addresses:  # moved, if its port was 0
+                state.gateway = dashboard.gateway = svc.addresses["gateway"]
+        if proc is not None:
+            again = process(name, proc.pid)
+            recorded.pid, recorded.started = again.pid, again.started
+        recorded.restarts += 1
+        recorded.back_off_until = 0.0
+        write_state(directory, state)
+
+    def keeper(name: str, running: Running, restart: Callable[[], Awaitable[None]]) -> Task:
+        return asyncio.create_task(
+            keep_up(name, running, restart, exited, functools.partial(restarted, name)),
+            name=f"keep-up-{name}",
+        )
+
+    services = [
+        keeper(
+            svc.name,
+            functools.partial(_process_of, svc),
+            functools.partial(stack.restart, svc.name),
+        )
+        for svc in stack.services
+    ]
+    return [*services, keeper("dashboard", dashboard.running, dashboard.restart)]
+
+
+def _process_of(svc: ServiceProcess) -> asyncio.subprocess.Process | None:
+    return svc.process
+
+
+def _recorded(state: StackState, name: str) -> Process:
+    (found,) = [p for p in state.processes if p.name == name]
+    return found

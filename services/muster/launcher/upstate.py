@@ -2,7 +2,8 @@
 
 One directory per user (`--state-dir`, `MUSTER_STATE_DIR`, else `$XDG_STATE_HOME/muster`,
 else `~/.local/state/muster`), never inside a checkout: `stack.json` (the supervisor's pid,
-every process it started with its pid and start time, the addresses), `logs/` and the NATS
+every process it started with its pid and start time, the addresses, its restarts and last
+exit), `logs/` (one per start: `<name>.log`, `<name>.1.log`, ...) and the NATS
 server's JetStream data and configuration (readable by this user only).
 
 A pid is trusted only with the start time recorded beside it (`/proc/<pid>/stat`), so a stale
@@ -46,6 +47,12 @@ class Process(msgspec.Struct, kw_only=True):
     address: str = ""  # gRPC health (services), nats://, http:// (dashboard)
     kind: str = "service"  # service, nats, dashboard
     metrics: str = ""  # host:port of its Prometheus /metrics (services)
+    # Kept across its restarts (`muster.launcher.upkeep`), as a Pod's restartCount and
+    # lastState.terminated: how many times it was started again, its last exit.
+    restarts: int = 0
+    last_exit: int | None = None  # exit status; -N: killed by signal N
+    last_exit_at: float = 0.0  # wall clock, seconds since the epoch; 0: it never exited
+    back_off_until: float = 0.0  # exited, to be started again then (wall clock); 0: not waiting
 
 
 class StackState(msgspec.Struct, kw_only=True):

@@ -1,0 +1,86 @@
+"""The supervisor's restarts: the back-off that doubles and resets, and `keep_up` on real
+processes (one that exits at once, one that runs), cancelled during a back-off."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+import pytest
+
+from muster.launcher.nats_server import LaunchError
+from muster.launcher.upkeep import BackOff, Exit, keep_up
+
+
+def test_the_back_off_doubles_to_its_cap_and_resets_after_a_long_run() -> None:
+    back_off = BackOff()
+    waits = [back_off.next(up_for_s=0.5) for _ in range(8)]
+    assert waits == [1, 2, 4, 8, 16, 32, 60, 60]
+    assert back_off.next(up_for_s=59.9) == 60
+    assert back_off.next(up_for_s=60.0) == 1  # it stayed up: a new exit starts over
+    assert back_off.next(up_for_s=3.0) == 2
+
+
+async def _spawn(code: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(sys.executable, "-c", code)
+
+
+async def test_a_process_that_keeps_exiting_is_started_again_each_time_and_recorded() -> None:
+    procs = [await _spawn("raise SystemExit(3)")]
+    exits: asyncio.Queue[Exit] = asyncio.Queue()
+    starts: asyncio.Queue[int] = asyncio.Queue()
+
+    async def restart() -> None:
+        runs = len(procs) >= 3  # the first two restarts exit at start too
+        procs.append(await _spawn("import time; time.sleep(60)" if runs else "raise SystemExit(3)"))
+        if not runs:
+            await procs[-1].wait()
+            raise LaunchError("exited at start")
+
+    keeper = asyncio.create_task(
+        keep_up(
+            "svc",
+            lambda: procs[-1],
+            restart,
+            exits.put_nowait,
+            lambda: starts.put_nowait(procs[-1].pid),
+            BackOff(first_s=0.01, max_s=0.04),
+        )
+    )
+    try:
+        started = [await starts.get() for _ in range(3)]
+        assert procs[-1].returncode is None  # the third restart runs
+        procs[-1].send_signal(signal.SIGKILL)
+        recorded = [await exits.get() for _ in range(4)]
+    finally:
+        keeper.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await keeper
+        for proc in procs:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    assert [e.status for e in recorded] == [3, 3, 3, -signal.SIGKILL]
+    assert started == [p.pid for p in procs[1:4]]
+    waits = [round(e.restart_at - e.at, 3) for e in recorded]
+    assert waits == [0.01, 0.02, 0.04, 0.04]  # doubling to its cap: none of them stayed up
+
+
+async def test_cancelled_during_its_back_off_it_starts_nothing() -> None:
+    proc = await _spawn("raise SystemExit(1)")
+    exits: asyncio.Queue[Exit] = asyncio.Queue()
+    restarts: list[str] = []
+
+    async def restart() -> None:
+        restarts.append("started")
+
+    keeper = asyncio.create_task(
+        keep_up("svc", lambda: proc, restart, exits.put_nowait, lambda: None, BackOff(first_s=60))
+    )
+    exit = await exits.get()
+    keeper.cancel()  # `muster down` while it waits out its back-off
+    with pytest.raises(asyncio.CancelledError):
+        await keeper
+    assert (exit.name, exit.status) == ("svc", 1)
+    assert restarts == []
