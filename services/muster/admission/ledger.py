@@ -21,7 +21,7 @@ import msgspec
 
 from muster.admission.translate import DEACTIVATED, Manifests, Recorded
 from muster.api.model import Admission, PodSet, Workload, WorkloadKey
-from muster.core.conditions import PODS_READY_TIMEOUT
+from muster.core.conditions import PODS_READY_TIMEOUT, is_deactivation
 
 
 class Phase(StrEnum):
@@ -337,7 +337,7 @@ class Ledger:
                     entry.phase = Phase.INACTIVE
                     entry.admission = None
                 elif entry.phase in (Phase.RESERVED, Phase.ADMITTED):
-                    if fact.reason.startswith("Deactivated"):  # a check, the back-off limit: stays
+                    if is_deactivation(fact.reason):  # a check, the back-off limit: stays
                         entry.active = False  # inactive once its pods are gone, as if stopped
                     entry.phase = Phase.EVICTING
                     entry.evicted_reason, entry.evicted_message = fact.reason, fact.message

@@ -32,6 +32,15 @@ PODS_READY_TIMEOUT = "PodsReadyTimeout"  # the eviction's reason; counted (reque
 BACKOFF_FINISHED = "BackoffFinished"
 BACKOFF_FINISHED_MESSAGE = "The workload backoff was finished"
 REQUEUING_LIMIT_EXCEEDED = "DeactivatedDueToRequeuingLimitExceeded"
+
 REQUEUING_LIMIT_MESSAGE = (
     "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
 )
+
+
+def is_deactivation(reason: str) -> bool:
+    """Whether an eviction of `reason` deactivates the workload (Kueue's "Deactivated" with
+    its cause: DeactivatedDueTo<cause>): it stays out of its queue once its pods are gone
+    (docs/events.md's reader rule, read alike by admission, the gateway, the watcher and
+    `muster run`)."""
+    return reason.startswith(DEACTIVATED)

@@ -29,6 +29,7 @@ from muster.core.conditions import (
     WAIT_FOR_RECOVERY,
     WAIT_FOR_RECOVERY_MESSAGE,
     WAIT_FOR_START,
+    is_deactivation,
 )
 from muster.core.engine import DEACTIVATED, DEACTIVATED_MESSAGE
 from muster.gateway.eventtext import line_of, same_line
@@ -283,7 +284,7 @@ def _evicted(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
         e.condition("PodsReady", False, WAIT_FOR_START, NOT_READY_MESSAGE, env.time_unix_nano)
     if ev.reason == DEACTIVATED_BY_ADMISSION:
         e.summary.status = INACTIVE
-    elif ev.reason.startswith("Deactivated"):  # Kueue's DeactivatedDueTo<cause>: inactive
+    elif is_deactivation(ev.reason):  # Kueue's DeactivatedDueTo<cause>: inactive
         e.active = False  # once its pods are gone (docs/events.md)
 
 

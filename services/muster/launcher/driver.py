@@ -22,6 +22,7 @@ import yaml
 from muster.api import load_yaml
 from muster.bus.cancel import raise_if_cancelling
 from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
+from muster.core.conditions import is_deactivation
 
 log = logging.getLogger(__name__)
 
@@ -303,7 +304,7 @@ class Driver:
             # Deactivated (back-off limit reached, check rejected): nothing more happens to it
             # unless someone resumes it, so it no longer holds the run open.
             reason = env.evicted.reason
-            deactivated = reason in DEACTIVATED or reason.startswith("Deactivated")
+            deactivated = reason in DEACTIVATED or is_deactivation(reason)
             track.outcome = "Inactive" if deactivated else "Evicted"
             track.requeued = None
             by = f" by {env.evicted.preemptor}" if env.evicted.preemptor else ""

@@ -29,7 +29,11 @@ from typing import Any, NamedTuple
 
 from muster.cluster.kube.references import Reference
 from muster.contracts.v1 import events_pb2 as pb
-from muster.watcher.kueue_status import DEACTIVATED, WORKLOAD_EVENTS, deactivated_reason
+from muster.watcher.kueue_status import (
+    DEACTIVATED_BY_ADMISSION,
+    WORKLOAD_EVENTS,
+    deactivated_reason,
+)
 from muster.watcher.pods import PENDING, PodState
 
 ADMISSION = "muster.dev/admission"  # reportingController of workload Events
@@ -138,7 +142,7 @@ class EventBook:
         if field == "evicted":
             known.reserved = known.admitted = False
             cause = payload.reason
-            if cause == DEACTIVATED:  # Kueue's words, with the deactivation's cause
+            if cause == DEACTIVATED_BY_ADMISSION:  # Kueue's words, with the deactivation's cause
                 cause = deactivated_reason(known.evicted)
             known.evicted = cause
             found = [("Normal", f"EvictedDueTo{cause or 'Eviction'}", payload.message)]

@@ -34,6 +34,8 @@ from muster.api.times import format_time
 from muster.cluster.kube.resources import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.conditions import (
+    DEACTIVATED,
+    DEACTIVATED_MESSAGE,
     NOT_READY_MESSAGE,
     PODS_READY_TIMEOUT,
     READY_MESSAGE,
@@ -42,6 +44,7 @@ from muster.core.conditions import (
     WAIT_FOR_RECOVERY,
     WAIT_FOR_RECOVERY_MESSAGE,
     WAIT_FOR_START,
+    is_deactivation,
 )
 from muster.core.lifecycle import backoff_seconds
 from muster.payloads import PayloadError, applied_document
@@ -72,8 +75,7 @@ _ADMISSION_SOURCE = "admission/"  # Envelope.source of admission's decisions
 
 # "inactive": deactivated (a check Rejected it, ...), it reserves nothing and waits for nothing.
 State = Literal["pending", "reserving", "admitted", "finished", "inactive"]
-DEACTIVATED = "InactiveWorkload"  # admission's eviction reason for a deactivation
-DEACTIVATED_PREFIX = "Deactivated"  # Kueue's eviction reasons of a deactivation (with its cause)
+DEACTIVATED_BY_ADMISSION = "InactiveWorkload"  # admission's eviction reason for a deactivation
 # Kueue's job reconciler, once an evicted job's pods are gone: Requeued True only after these
 # (a preempted workload queues again at once); after the others it is False until the
 # workload controller requeues it (back-off over, queue restarted, reactivated).
@@ -305,9 +307,9 @@ class StatusBook:
         wl.requeue_count, wl.requeue_at_s = 0, None  # Kueue clears requeueState
         tally.add(wl, 1)
         if wl.conditions.get("Evicted", {}).get("status") != "True":
-            wl.set("Evicted", True, "Deactivated", "The workload is deactivated")
+            wl.set("Evicted", True, DEACTIVATED, DEACTIVATED_MESSAGE)
         if self._granular:
-            wl.set("QuotaReserved", False, "Deactivated", "The workload is deactivated")
+            wl.set("QuotaReserved", False, DEACTIVATED, DEACTIVATED_MESSAGE)
         return {_workload_ref(env.workload), self._lq_ref(wl.local_queue)}
 
     def _answer(self, env: pb.Envelope) -> set[ObjectRef]:
@@ -482,7 +484,7 @@ def _requeue_state(
     back-off's end is set once its pods are gone (admission's back-off starts then: Kueue's
     at the eviction) and cleared when it is requeued; a deactivation clears both (Kueue's
     workload controller, which starts a reactivated workload's count over)."""
-    deactivated = field == "evicted" and payload.reason.startswith(DEACTIVATED_PREFIX)
+    deactivated = field == "evicted" and is_deactivation(payload.reason)
     if wl.state == "inactive" or deactivated:  # at once, though its pods may still run
         wl.requeue_count, wl.requeue_at_s = 0, None
     elif field == "evicted" and payload.reason == PODS_READY_TIMEOUT:
@@ -526,7 +528,7 @@ def _evicted(wl: _Workload, payload: Any, *, at_s: float, granular: bool) -> Non
     wl.evicted_at_s = at_s
     wl.answers.clear()  # reset with the others; the next reservation is answered anew
     reason = payload.reason or "Evicted"
-    if reason == DEACTIVATED:
+    if reason == DEACTIVATED_BY_ADMISSION:
         evicted = wl.conditions.get("Evicted", {})
         reason = deactivated_reason(
             evicted.get("reason", "") if evicted.get("status") == "True" else ""
@@ -554,7 +556,7 @@ def _stopped(wl: _Workload, *, granular: bool) -> None:
     reservation is cleared, Requeued says whether it queues at once, with the eviction's
     reason and message; a deactivated one stays out of its queue."""
     evicted = wl.conditions["Evicted"]
-    if evicted["reason"].startswith("Deactivated"):
+    if is_deactivation(evicted["reason"]):
         _inactive(wl, granular=granular)
         return
     wl.state = "pending"
@@ -626,7 +628,7 @@ def _inactive(wl: _Workload, *, granular: bool) -> None:
     evicted = wl.conditions["Evicted"]
     wl.state = "inactive"
     if granular:
-        _unreserve(wl, "Deactivated", "The workload is deactivated", granular)
+        _unreserve(wl, DEACTIVATED, DEACTIVATED_MESSAGE, granular)
     else:
         _unreserve(wl, "Pending", evicted["message"], granular)
     wl.set("Requeued", False, evicted["reason"], evicted["message"])
