@@ -31,6 +31,11 @@ _LOG_TAIL_LINES = 20  # of a service's log, in the error when it exits at start
 _REAP_S = 5.0  # for a process that closed its output to be gone
 
 
+def start_log(log_dir: Path, name: str, starts: int) -> Path:
+    """The log of start number `starts` of `name`: `<name>.log`, then `<name>.1.log`, ..."""
+    return log_dir / (f"{name}.{starts - 1}.log" if starts > 1 else f"{name}.log")
+
+
 @dataclass
 class ServiceProcess:
     name: str
@@ -49,8 +54,7 @@ class ServiceProcess:
     def log_path(self) -> Path:
         """This start's log: `<name>.log`, then `<name>.1.log`, ... for each restart (a restart
         that fails leaves the log of the run before it as it was)."""
-        restart = self.starts - 1
-        return self.log_dir / (f"{self.name}.{restart}.log" if restart > 0 else f"{self.name}.log")
+        return start_log(self.log_dir, self.name, self.starts)
 
     async def exit_error(self) -> LaunchError:
         """Why it is gone, once its output is copied: its exit status and the end of its log

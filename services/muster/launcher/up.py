@@ -30,7 +30,7 @@ from muster.bus.permissions import Deployment
 from muster.cluster.sim.backend import SimBackend
 from muster.launcher.nats_server import LaunchError, NatsServer
 from muster.launcher.run import prepare_nats
-from muster.launcher.stack import ServiceProcess, Stack
+from muster.launcher.stack import ServiceProcess, Stack, start_log
 from muster.launcher.upkeep import Exit, Running, keep_up
 from muster.launcher.upstate import (
     Process,
@@ -193,7 +193,7 @@ class _Dashboard:
         """Start it; wait until it says where it listens (LaunchError when it does not)."""
         self.gateway = gateway
         self.starts += 1
-        name = f"dashboard.{self.starts - 1}.log" if self.starts > 1 else "dashboard.log"
+        log_path = start_log(self.log_dir, "dashboard", self.starts)
         argv = [
             sys.executable,
             *("-m", "muster.cli.main", "service", "dashboard"),
@@ -204,7 +204,7 @@ class _Dashboard:
         )
         self.process = proc
         assert proc.stdout is not None
-        log = (self.log_dir / name).open("ab")
+        log = log_path.open("ab")
         try:
             async with asyncio.timeout(DASHBOARD_START_S):
                 async for line in proc.stdout:
@@ -219,7 +219,7 @@ class _Dashboard:
         except TimeoutError:
             pass
         log.close()
-        raise LaunchError(f"the dashboard did not start; see {self.log_dir / name}")
+        raise LaunchError(f"the dashboard did not start; see {log_path}")
 
     def running(self) -> asyncio.subprocess.Process | None:
         return self.process
