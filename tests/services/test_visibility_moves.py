@@ -90,7 +90,7 @@ async def listed(gw: RunningGateway, bus: Bus, tree: str, rows: Rows) -> None:
     last: list[object] = []
 
     async def shows() -> bool:
-        found = [await grpc_rows(gw, cluster_queue=f"cq-{tree}")]
+        found: list[object] = [await grpc_rows(gw, cluster_queue=f"cq-{tree}")]
         found += [await grpc_rows(gw, namespace="ns", local_queue=f"lq-{tree}-{n}") for n in (0, 1)]
         found += [await kueue_rows(bus, f"clusterqueues/cq-{tree}")]
         found += [await kueue_rows(bus, f"namespaces/ns/localqueues/lq-{tree}-{n}") for n in (0, 1)]

@@ -9,7 +9,8 @@ index of epoch 0, written before epochs); each a serialized protobuf. A query re
 and only the pages holding what it asks for: a LocalQueue's, only the pages its counts say
 hold its workloads. The layout before (docs/events.md, issue 19 note: pages of equal size
 with positions set, `pending.<cq>` and `pending-from.<start>.<cq>`) is read while a
-ClusterQueue has no index, during an upgrade. The gateway only reads, through the small `VisibilityStore` seam.
+ClusterQueue has no index, during an upgrade. The gateway only reads, through the small
+`VisibilityStore` seam.
 """
 
 from __future__ import annotations
