@@ -114,7 +114,7 @@ async def test_after_a_move_every_pending_workload_is_listed_once_in_order(
         config_applied(cluster_queue(f"cq-{tree}", cpu="1", cohort=tree)),
         *(config_applied(local_queue(f"lq-{tree}-{n}", cq=f"cq-{tree}")) for n in (0, 1)),
     )
-    async with Hold(nats_process.port) as hold, running_gateway(bus) as gw:
+    async with Hold(nats_process) as hold, running_gateway(bus) as gw:
         held = msgspec_replace(bus_config, url=hold.url)
         old: Running = await start_admission(held, shard=0, shards=SHARDS)
         new = await start_admission(bus_config, shard=1, shards=SHARDS)

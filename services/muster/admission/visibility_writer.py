@@ -80,8 +80,9 @@ class VisibilityWriter:
         self.swept = False  # the layout before indexes: deleted for our ClusterQueues once
         self.written: dict[str, bytes] = {}
         self.revisions: dict[str, int] = {}  # the revision a key was last written or read at
-        self.superseded: set[str] = set()  # ClusterQueues a newer owner writes
-        self.claimed: set[str] = set()  # ClusterQueues whose index this writer wrote
+        # (ClusterQueue, our epoch) a newer owner writes: a later epoch of ours writes again.
+        self.superseded: set[tuple[str, int]] = set()
+        self.claimed: set[tuple[str, int]] = set()  # (ClusterQueue, epoch) we wrote the index of
         self.refused: set[str] = set()  # invalid keys, logged once
         self.owed: set[str] | None = None  # keys a failed write left; None: compare every key
         self._sweeps = asyncio.Semaphore(SWEEPS_AT_ONCE)
@@ -125,7 +126,7 @@ class VisibilityWriter:
             fence = None if self.fencing is None else self.fencing.fence(key)
             if fence is None:
                 plain[key] = value
-            elif fence[0] not in self.superseded:
+            elif fence not in self.superseded:
                 queues.setdefault(fence, {})[key] = value
         await _together(self._write_queue(cq, epoch, keys) for (cq, epoch), keys in queues.items())
         indexes = {k for k in plain if k.startswith(INDEX_PREFIX)}  # unfenced: after pages too
@@ -170,8 +171,8 @@ class VisibilityWriter:
                 last = None
                 continue
             self.written[key] = value
-            if cluster_queue not in self.claimed:
-                self.claimed.add(cluster_queue)
+            if (cluster_queue, epoch) not in self.claimed:
+                self.claimed.add((cluster_queue, epoch))
                 await self._sweep_pages(cluster_queue, epoch)
             return True
         raise Conflict(key, 0)
@@ -209,9 +210,9 @@ class VisibilityWriter:
 
     async def _give_up(self, cluster_queue: str, epoch: int) -> None:
         """A newer owner writes `cluster_queue`: stop writing it, and delete our pages."""
-        if cluster_queue in self.superseded:
+        if (cluster_queue, epoch) in self.superseded:
             return
-        self.superseded.add(cluster_queue)
+        self.superseded.add((cluster_queue, epoch))
         log.info(
             "ClusterQueue %s: a newer owner writes its views; this replica (epoch %d) stops",
             cluster_queue,
@@ -260,6 +261,9 @@ async def _together(calls: Iterable[Coroutine[Any, Any, None]]) -> None:
     waiting = list(calls)
     if not waiting:
         return  # most writes delete nothing, or put no index: no turn of the loop for them
+    if len(waiting) == 1:
+        await waiting[0]  # one arrival's page, or its one queue: no task for it
+        return
     results = await asyncio.gather(*waiting, return_exceptions=True)
     for result in results:
         if isinstance(result, BaseException):

@@ -214,7 +214,7 @@ async def test_an_old_owner_writes_nothing_over_a_newer_owners_views_and_deletes
     assert all(k.startswith("pending-page.10-") for k in theirs if "page" in k)  # old ones swept
 
     await old.write(*late)
-    assert old.superseded == {"cq"}
+    assert old.superseded == {("cq", 5)}
     assert kv.data == theirs  # its pages were put, then deleted: no index names them
     await old.write({})  # it reads the move: its queues are no longer its own
     assert kv.data == theirs
