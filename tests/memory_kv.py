@@ -35,8 +35,8 @@ class MemoryKV:
     async def put(self, key: str, value: bytes) -> int:
         return self._store(key, value, None)
 
-    async def update(self, key: str, value: bytes, last: int) -> int:
-        return self._store(key, value, last)
+    async def write(self, key: str, data: bytes, *, last: int) -> int:
+        return self._store(key, data, last)
 
     async def delete(self, key: str, last: int | None = None) -> None:
         self._store(key, None, last)

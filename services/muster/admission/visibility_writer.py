@@ -44,7 +44,7 @@ class KeyValueWriter(Protocol):
 
     async def put(self, key: str, value: bytes) -> int: ...
 
-    async def update(self, key: str, value: bytes, last: int) -> int: ...
+    async def write(self, key: str, data: bytes, *, last: int) -> int: ...
 
     async def delete(self, key: str, last: int | None = None) -> None: ...
 
@@ -165,7 +165,7 @@ class VisibilityWriter:
                     return False
                 last = 0 if entry is None else entry.revision
             try:
-                self.revisions[key] = await self.kv.update(key, value, last)
+                self.revisions[key] = await self.kv.write(key, value, last=last)
             except Conflict:
                 self.revisions.pop(key, None)
                 last = None
@@ -179,7 +179,7 @@ class VisibilityWriter:
 
     async def _update(self, cluster_queue: str, epoch: int, key: str, value: bytes) -> None:
         try:
-            self.revisions[key] = await self.kv.update(key, value, self.revisions[key])
+            self.revisions[key] = await self.kv.write(key, value, last=self.revisions[key])
         except Conflict:
             if await self._stored_epoch(pending_index_key(cluster_queue)) > epoch:
                 await self._give_up(cluster_queue, epoch)
@@ -187,7 +187,7 @@ class VisibilityWriter:
             # Written since by a writer no newer (a former life of ours, an older owner's
             # write landing late): ours to write over.
             await self._read_revision(key)
-            self.revisions[key] = await self.kv.update(key, value, self.revisions[key])
+            self.revisions[key] = await self.kv.write(key, value, last=self.revisions[key])
         self.written[key] = value
 
     async def _put(self, key: str, value: bytes) -> None:
