@@ -84,3 +84,45 @@ async def test_cancelled_during_its_back_off_it_starts_nothing() -> None:
         await keeper
     assert (exit.name, exit.status) == ("svc", 1)
     assert restarts == []
+
+
+async def test_a_start_that_hangs_past_its_deadline_is_killed_recorded_and_started_again() -> None:
+    procs = [await _spawn("raise SystemExit(1)")]
+    exits: asyncio.Queue[Exit] = asyncio.Queue()
+    starts: asyncio.Queue[int] = asyncio.Queue()
+
+    async def restart() -> None:
+        procs.append(await _spawn("import time; time.sleep(60)"))
+        if len(procs) == 2:  # the first restart never serves (a readiness never reached)
+            await asyncio.Event().wait()
+
+    keeper = asyncio.create_task(
+        keep_up(
+            "svc",
+            lambda: procs[-1],
+            restart,
+            exits.put_nowait,
+            lambda: starts.put_nowait(procs[-1].pid),
+            BackOff(first_s=0.01, max_s=0.04),
+            start_deadline_s=0.5,
+        )
+    )
+    try:
+        started = [await starts.get() for _ in range(2)]
+        recorded = [await exits.get() for _ in range(2)]
+        assert procs[-1].returncode is None  # the second restart serves and runs on
+    finally:
+        keeper.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await keeper
+        for proc in procs:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    assert started == [p.pid for p in procs[1:3]]
+    assert procs[1].returncode == -signal.SIGKILL  # the hung one is not left running
+    assert [(e.status, e.why) for e in recorded] == [
+        (1, ""),
+        (-signal.SIGKILL, "not ready in 0.5s"),
+    ]
+    assert [round(e.restart_at - e.at, 3) for e in recorded] == [0.01, 0.02]  # its back-off
