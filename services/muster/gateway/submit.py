@@ -66,7 +66,7 @@ _SUBMISSIONS: Final = itertools.count(1)  # next() is atomic: plans may run on a
 
 
 def _new_prefix() -> None:
-    global _prefix  # noqa: PLW0603  # a forked child must not count under its parent's prefix
+    global _prefix  # a forked child must not count under its parent's prefix
     _prefix = os.urandom(16).hex()
 
 
