@@ -99,9 +99,7 @@ async def test_with_gather_a_stream_of_events_comes_as_one_batch_once_enough_wai
 
     # The gap outlasts the test: only the fill can start the second batch.
     gather = Gather(gap_s=600.0, fill=5)
-    loop = asyncio.create_task(
-        consume_in_order(bus, "in-order", handle, settings, gather=gather)
-    )
+    loop = asyncio.create_task(consume_in_order(bus, "in-order", handle, settings, gather=gather))
     try:
         await first.wait()  # the first event found the loop idle: taken at once, alone
         for i in range(1, 6):  # each stored before the next is sent: a trickle
