@@ -38,7 +38,15 @@ from muster.api.wellknown import BIND_FAILED, GANG_TIMED_OUT, SCHEDULER_NAME, WO
 from muster.contracts.v1 import events_pb2
 from muster.core.dispatch import ClusterCapacity, node_room
 from muster.core.placement.feed import GangFeed, Left
-from muster.core.placement.model import GangKey, GangSpec, NodeInfo, NodeName, PodKey, Scoring
+from muster.core.placement.model import (
+    GangKey,
+    GangSpec,
+    NodeInfo,
+    NodeName,
+    PodInfo,
+    PodKey,
+    Scoring,
+)
 from muster.core.placement.scheduler import DEFAULT_TIMEOUT_S, GangScheduler
 from muster.core.placement.sources import gang_of_admitted, handled_by, node_info, pod_info
 from muster.core.submissions import EndedSubmissions
@@ -100,6 +108,7 @@ class GangPermitState:
         self.nodes: dict[NodeName, NodeInfo] = {}  # for the capacity heartbeat
         self.pods: dict[PodKey, Pod] = {}  # pods the scheduler knows (handled, or bound)
         self.owners: dict[PodKey, str] = {}  # what a preemption evicts with the pod
+        self.infos: dict[PodKey, PodInfo] = {}  # each pod as last given to the scheduler
         # Gang sources and membership; the stream's PriorityClasses are its `configured`.
         self.feed = GangFeed()
         self.specs: dict[GangKey, GangSpec] = {}  # as given to the scheduler
@@ -349,6 +358,11 @@ class GangPermitState:
                     # phase, so only the pod is kept (a third of a workload's pod changes).
                     self.pods[PodKey(obj.key)] = obj
                     return False
+                if settled and old is not None and not old.node_name:
+                    held = self.infos.get(PodKey(obj.key))
+                    if held is not None:
+                        self._bound_as_permitted(obj, held)
+                        return False
                 self._put_pod(obj)
                 return not settled
             case _:
@@ -411,8 +425,23 @@ class GangPermitState:
                 del self.assumed[key]
         self._join(key, gang)
         self.owners[key] = info.owner
+        self.infos[key] = info
         self.scheduler.upsert_pod(info)
         self.touch(gang)
+
+    def _bound_as_permitted(self, pod: Pod, held: PodInfo) -> None:
+        """`pod` is now bound to the node the scheduler holds it on (a permit, or an assumed
+        bind), nothing else changed: its gang, spec, owner and room stay what `_put_pod` found
+        when it was pending, so only the reservation turns into use. Spares a membership look
+        and a `pod_info` per pod (a third of a workload's pod changes)."""
+        key = PodKey(pod.key)
+        self.pods[key] = pod
+        self.assumed.pop(key, None)
+        self._seen_bound(held.gang or GangKey(key))
+        info = msgspec.structs.replace(held, node=NodeName(pod.node_name))
+        self.infos[key] = info
+        self.scheduler.upsert_pod(info)
+        self.touch(held.gang)
 
     def _seen_bound(self, gang: GangKey) -> None:
         """A pod of `gang` is bound: once all its permitted pods are, the permit is answered
@@ -493,6 +522,7 @@ class GangPermitState:
         self.touch(self.feed.gang_of.get(key))
         self.feed.index(key, None)
         self.owners.pop(key, None)
+        self.infos.pop(key, None)
         self.assumed.pop(key, None)
         for gang, held in list(self.held.items()):
             if key in held:
