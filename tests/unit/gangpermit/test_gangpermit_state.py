@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 import msgspec
+import pytest
 from cluster_docs import GANG, event, fed, gang, kueue_workload, node, objects, pod
 
 from muster.contracts.v1 import events_pb2
@@ -167,6 +168,25 @@ def test_kueue_workload_is_one_gang_of_its_admitted_pods_with_min_count() -> Non
     assert len(permit.gang_permitted.bindings) == 2  # minCount of 3 fit on 2 cpu
     # The third pod waits on its own, as any pod that joins a permitted gang.
     assert (left.type, left.workload) == ("workload.gang_waiting", "ns/job-main-2")
+
+
+def test_a_submitted_manifest_is_read_only_once_the_workload_is_admitted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Gang-permit follows every cluster's `submitted`; one never admitted here (another
+    cluster's, or deleted while pending) is kept as published, not read."""
+    state = fed(node("a", cpu="2"))
+    broken = events_pb2.WorkloadSubmitted(manifest_json='{"kind": 3}')
+    state.apply_event(event("submitted", broken, workload="ns/elsewhere"))
+    state.apply_event(event("deleted", events_pb2.WorkloadDeleted(), workload="ns/elsewhere"))
+    submitted = events_pb2.WorkloadSubmitted(manifest_json=json.dumps(JOB_MANIFEST), priority=5)
+    state.apply_event(event("submitted", submitted, workload="ns/job"))
+    assert "undecodable" not in caplog.text
+
+    state.apply_event(job_admitted())
+
+    assert state.admitted["ns/job"].spec.min_count == 2  # the manifest's minCount, read now
+    assert state.admitted["ns/job"].spec.priority == 5
 
 
 def test_without_its_submitted_a_gang_takes_min_count_from_the_admissions_copy() -> None:
