@@ -21,6 +21,7 @@ scheduling pass into events (`muster.gangpermit.translate`).
 
 from __future__ import annotations
 
+import bisect
 import logging
 
 import msgspec
@@ -124,9 +125,11 @@ class GangPermitState:
         self.waiting: dict[GangKey, str] = {}  # the last waiting reason published
         self.waiting_published: dict[GangKey, int] = {}
         self.attempts: dict[GangKey, int] = {}  # gang_rejected so far: a new attempt each
-        # --- for `capacity`: Kueue gangs found placed, and those whose placement may have
-        # changed since (None: any), so a heartbeat looks again at those only.
-        self._placed: set[str] = set()
+        # --- for `capacity`: Kueue gangs found placed, in order, and those whose placement may
+        # have changed since (None: any), so a heartbeat looks again at those only. Kept sorted
+        # as they change: a heartbeat (up to ten a second in a burst) copies the list instead
+        # of sorting every running workload again (2 ms at 6 000 of them).
+        self._placed: list[str] = []
         self._recheck: set[str] | None = None
 
     # --- the event stream -------------------------------------------------------------------
@@ -313,16 +316,20 @@ class GangPermitState:
             for name in sorted(self.nodes)
             if (room := node_room(self.nodes[name], self.scheduler.free(name))) is not None
         ]
-        recheck = self.admitted.keys() if self._recheck is None else self._recheck
-        for key in list(recheck):
-            gang = self.admitted.get(key)
-            if gang is not None and self._is_placed(gang.spec):
-                self._placed.add(key)
-            else:
-                self._placed.discard(key)
+        if self._recheck is None:  # a full look
+            self._placed = sorted(k for k, g in self.admitted.items() if self._is_placed(g.spec))
+        else:  # a gang that left `admitted` was touched then: it is looked at here
+            for key in self._recheck:
+                gang = self.admitted.get(key)
+                at = bisect.bisect_left(self._placed, key)
+                there = at < len(self._placed) and self._placed[at] == key
+                if gang is not None and self._is_placed(gang.spec):
+                    if not there:
+                        self._placed.insert(at, key)
+                elif there:
+                    del self._placed[at]
         self._recheck = set()
-        placed = sorted(k for k in self._placed if k in self.admitted)
-        return ClusterCapacity(cluster=self.cluster, nodes=tuple(rooms), placed=tuple(placed))
+        return ClusterCapacity(cluster=self.cluster, nodes=tuple(rooms), placed=tuple(self._placed))
 
     def touch(self, gang: str | None) -> None:
         """The placement of `gang` may have changed: `capacity` looks at it again."""
