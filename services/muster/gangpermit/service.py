@@ -264,8 +264,8 @@ async def heartbeat(
         except (Unavailable, TimeoutError) as exc:
             log.warning("heartbeat not written: %r", exc)
         rest_s = heartbeat_rest_s(spent_s, config)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(changed.wait(), max(config.heartbeat_s, rest_s))
+        with contextlib.suppress(TimeoutError):  # the rest below counts in the period
+            await asyncio.wait_for(changed.wait(), max(0.0, config.heartbeat_s - rest_s))
         changed.clear()
         await asyncio.sleep(rest_s)  # one put per burst
 
@@ -273,8 +273,10 @@ async def heartbeat(
 def heartbeat_rest_s(spent_s: float, config: GangPermitConfig) -> float:
     """The least rest after a heartbeat whose room took `spent_s` to compute: a burst's
     passes wake it at most every HEARTBEAT_MIN_S (or `heartbeat_s`, if shorter), and a large
-    cluster's less often, so that it takes at most 1/HEARTBEAT_CPU_SHARE of the loop."""
-    return max(min(HEARTBEAT_MIN_S, config.heartbeat_s), spent_s * HEARTBEAT_CPU_SHARE)
+    cluster's less often, so that it takes at most 1/HEARTBEAT_CPU_SHARE of the loop, but
+    never less often than every `heartbeat_s` (admission takes a silent cluster for lost)."""
+    fastest = min(HEARTBEAT_MIN_S, config.heartbeat_s)
+    return max(fastest, min(spent_s * HEARTBEAT_CPU_SHARE, config.heartbeat_s))
 
 
 # Why a cluster does not answer, as Kueue's MultiKueueCluster Active condition words it.
