@@ -86,10 +86,13 @@ class Cluster:
 class MultiKueueStack:
     """The manager and its workers on one nats-server; see the module docstring."""
 
-    def __init__(self, nats_url: str, bus: Bus, events: Events) -> None:
+    def __init__(
+        self, nats_url: str, bus: Bus, events: Events, *, lost_after_s: float = LOST_AFTER_S
+    ) -> None:
         self.nats_url = nats_url
         self.bus = bus
         self.events = events
+        self.lost_after_s = lost_after_s  # admission's and the watchers' --cluster-lost-seconds
         self.clusters: dict[str, Cluster] = {}
         self._buses: list[Bus] = []
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -134,7 +137,7 @@ class MultiKueueStack:
                 "--multikueue-refresh-seconds", "0.5",
             ]  # fmt: skip
         extra = {
-            "watcher": ["--cluster-lost-seconds", f"{LOST_AFTER_S:g}"],
+            "watcher": ["--cluster-lost-seconds", f"{self.lost_after_s:g}"],
             "gangpermit": ["--heartbeat-seconds", "0.2"],
             "binder": [],
         }
@@ -150,7 +153,7 @@ class MultiKueueStack:
             lease_ttl_s=UNEXPIRING_LEASE_S,
             lease_renew_s=0.5,
             ack_wait_s=2.0,
-            cluster_lost_s=LOST_AFTER_S,
+            cluster_lost_s=self.lost_after_s,
         )
         _, admission = await self._start(
             "admission", lambda bus, health: run_admission(bus, health, settings)
@@ -202,9 +205,12 @@ async def _run(run: Callable[[Bus, Health], Awaitable[None]], bus: Bus, health: 
 
 
 @contextlib.asynccontextmanager
-async def multikueue_stack(tmp_path: Path, *workers: str) -> AsyncIterator[MultiKueueStack]:
+async def multikueue_stack(
+    tmp_path: Path, *workers: str, lost_after_s: float = LOST_AFTER_S
+) -> AsyncIterator[MultiKueueStack]:
     """A nats-server, admission and preemption, and a stand-in for the manager (its services
-    started) and for each of `workers` (their services are the test's to start)."""
+    started) and for each of `workers` (their services are the test's to start); a worker
+    silent or unreachable for `lost_after_s` is lost."""
     nats = NatsServer(tmp_path / "nats")
     url = await nats.start(log_path=tmp_path / "nats.log")
     try:
@@ -212,7 +218,7 @@ async def multikueue_stack(tmp_path: Path, *workers: str) -> AsyncIterator[Multi
         await bus.ensure_streams()
         events = Events(bus)
         events.start()
-        stack = MultiKueueStack(url, bus, events)
+        stack = MultiKueueStack(url, bus, events, lost_after_s=lost_after_s)
         try:
             for name in (MANAGER, *workers):
                 await stack.add_cluster(name)

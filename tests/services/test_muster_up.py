@@ -23,7 +23,7 @@ from urllib.request import urlopen
 import pytest
 from up_stack import MUSTER, ROOT, muster, start, up_env, wait_for_event
 
-from muster.launcher.upstate import Process, StackState, alive, read_state
+from muster.launcher.upstate import Process, StackState, alive, read_state, start_time
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -190,9 +190,67 @@ def test_a_killed_admission_is_started_again_and_status_shows_the_restart(
     assert read_state(tmp_path) is None
 
 
-def restarted(state: StackState, name: str) -> bool:
+def test_a_restart_that_hangs_is_killed_at_its_deadline_and_started_again(
+    tmp_path: Path,
+) -> None:
+    """A restarted admission replica and dashboard that hang at start (stopped before they
+    serve: admission waits for the lease its killed predecessor held) are killed at the start
+    deadline, and started again after their back-off; status says why they were."""
+    up = start(tmp_path, "--start-deadline", "15")
+    supervisor = up.state.supervisor.pid
+    try:
+        hung = {}
+        for name, command in (("admission-0", "admission"), ("dashboard", "dashboard")):
+            (old,) = [p for p in up.state.processes if p.name == name]
+            os.kill(old.pid, signal.SIGKILL)
+            hung[name] = child_running(supervisor, f"service\0{command}\0", other_than=old.pid)
+            os.kill(hung[name], signal.SIGSTOP)  # hangs at start, never exits
+        back = wait_for_state(
+            tmp_path,
+            lambda s: all(restarted(s, name, times=2) for name in hung),
+            timeout_s=90,
+        )
+        status = muster(up, "status")
+        muster(up, "submit", "k8s/examples/two-teams.yaml")
+        muster(up, "submit", "k8s/examples/jobs.yaml")
+        wait_for_event(up.gateway, "team-a/job-sample-job-team-a", "workload.admitted")
+    finally:
+        muster(up, "down")
+
+    for name, pid in hung.items():
+        (again,) = [p for p in back.processes if p.name == name]
+        assert again.pid != pid
+        assert (again.last_exit, again.last_exit_why) == (-signal.SIGKILL, "not ready in 15s")
+        assert start_time(pid) is None  # killed and reaped, not left running
+        assert re.search(
+            rf"^{name} +\d+ .* running +2 \(\d+s ago\) +-9 \(not ready in 15s\) ",
+            status.stdout,
+            re.M,
+        ), status.stdout
+
+
+def child_running(parent: int, argv_part: str, *, other_than: int) -> int:
+    """The pid of `parent`'s child whose command line holds `argv_part` (NUL-separated),
+    once it runs; nothing to wait on but /proc."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == other_than:
+                continue
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                argv = (entry / "cmdline").read_bytes().decode(errors="replace")
+            except (OSError, IndexError, ValueError):
+                continue  # gone meanwhile
+            if ppid == parent and argv_part in argv:
+                return int(entry.name)
+        time.sleep(0.01)
+    raise AssertionError(f"no child of {parent} runs {argv_part!r}")
+
+
+def restarted(state: StackState, name: str, *, times: int = 1) -> bool:
     (found,) = [p for p in state.processes if p.name == name]
-    return found.restarts > 0 and alive(found)
+    return found.restarts >= times and alive(found)
 
 
 def wait_for_state(

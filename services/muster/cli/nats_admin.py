@@ -3,7 +3,8 @@
 `nats-config` writes the nats-server `authorization` block that gives each service its own user
 and only the subjects it uses (muster.bus.permissions), to include from a server's config; with
 `--matrix`, the permission table of docs/events.md instead. `nats-setup` connects as the admin
-user and creates the streams, buckets and object store the services then bind to.
+user and creates the streams, buckets and object store the services then bind to; then it
+writes the claims of names live from before `MUSTER_NAMES` (`gateway.claims_backfill`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from muster.bus import connect
-from muster.bus.errors import SetupError
+from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES as MAX_EVENT_BYTES
+from muster.bus.errors import BusError, SetupError
 from muster.bus.natsconf import AUTH_MODES, HEADER, authorization, matrix
 from muster.bus.permissions import Deployment, users
 from muster.bus.service import COMMON_FLAGS, add_flags, config_from_args
@@ -120,14 +122,16 @@ def handle_setup(args: argparse.Namespace) -> int:
     try:
         deployment = _deployment(args)
         args.cluster, args.health_host, args.health_port = "local", "127.0.0.1", 0
-        args.grace_seconds, args.max_event_bytes, args.log_level = 0.0, 1, "INFO"
+        # It reads MUSTER_EVENTS (the claims' backfill): every event a service may read.
+        args.grace_seconds, args.max_event_bytes, args.log_level = 0.0, MAX_EVENT_BYTES, "INFO"
+        args.metrics_port = None  # a service's flag: none here
         bus_config = config_from_args(args, "nats-setup").bus
     except ValueError as exc:
         print(f"muster nats-setup: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
         done = asyncio.run(_setup(bus_config, deployment, args.lease_ttl_seconds))
-    except (ConnectionError, SetupError) as exc:
+    except (ConnectionError, SetupError, BusError) as exc:
         print(f"muster nats-setup: {exc}", file=sys.stderr)
         return EXIT_FAILED
     for line in done:
@@ -136,13 +140,23 @@ def handle_setup(args: argparse.Namespace) -> int:
 
 
 async def _setup(config: Any, deployment: Deployment, lease_ttl_s: float) -> list[str]:
+    from muster.gateway.claims import NAMES_BUCKET  # the gateway's modules: only here
+    from muster.gateway.claims_backfill import backfill_claims
+
     bus = await connect(config)
     try:
-        return await setup_nats(
+        done = await setup_nats(
             bus.js,
             deployment=deployment,
             replicas=config.stream_replicas,
             lease_ttl_s=lease_ttl_s,
         )
+        # Once per upgrade in effect: a name claimed already is left as it is.
+        claims = await backfill_claims(bus)
+        done.append(
+            f"claims of names live from before {NAMES_BUCKET}: {claims.written} written, "
+            f"{claims.held} held already (MUSTER_EVENTS read to #{claims.sequence})"
+        )
+        return done
     finally:
         await bus.close()

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.request import urlopen
 
+from muster.launcher.upkeep import START_DEADLINE_S
 from muster.launcher.upstate import (
     DEFAULT_PORTS,
     Process,
@@ -64,6 +65,14 @@ def add_parsers(commands: Any) -> None:  # Any: argparse's _SubParsersAction is 
         )
     up.add_argument("--nodes", metavar="FILE", help="the cluster's Nodes (YAML); default: 4")
     up.add_argument("--speed", type=float, default=1.0, help="pods run X times faster (default 1)")
+    up.add_argument(
+        "--start-deadline",
+        type=float,
+        default=START_DEADLINE_S,
+        metavar="SECONDS",
+        help="a restarted service or dashboard that does not serve by then is killed and "
+        f"started again after its back-off (default {START_DEADLINE_S:g})",
+    )
     up.add_argument("--supervise", action="store_true", help=argparse.SUPPRESS)
     up.set_defaults(handler=handle_up)
     down = commands.add_parser("down", help="stop what `muster up` started")
@@ -126,6 +135,8 @@ def _check_up_args(args: argparse.Namespace) -> str:
             return f"{flag}: must be 0..65535, got {port}"
     if not args.speed > 0:
         return f"--speed: must be > 0, got {args.speed:g}"
+    if not args.start_deadline > 0:
+        return f"--start-deadline: must be > 0, got {args.start_deadline:g}"
     if args.nodes and not Path(args.nodes).is_file():
         return f"--nodes {args.nodes}: no such file"
     return ""
@@ -142,6 +153,7 @@ def _start(args: argparse.Namespace, directory: Path) -> int:
     (directory / "logs").mkdir(exist_ok=True)
     argv = [sys.executable, "-m", "muster.cli.main", "up", "--supervise"]
     argv += ["--state-dir", str(directory), "--speed", f"{args.speed:g}"]
+    argv += ["--start-deadline", f"{args.start_deadline:g}"]
     for flag, _, _ in PORT_FLAGS:
         argv += [flag, str(getattr(args, flag[2:].replace("-", "_")))]
     if args.nodes:
@@ -184,6 +196,7 @@ def _supervise(args: argparse.Namespace, directory: Path) -> int:
         metrics_port=args.metrics_port,
         nodes_yaml=nodes,
         speed=args.speed,
+        start_deadline_s=args.start_deadline,
     )
     status: int = run_loop(supervise(config))
     return status
@@ -271,13 +284,16 @@ def _waiting(p: Process, supervisor: str, now: float) -> str:
 
 def restarts_and_last_exit(p: Process, now: float) -> tuple[str, str]:
     """As `kubectl get pods` shows restarts, "1 (12s ago)", and the last exit as its status
-    and reason: "-9 (SIGKILL)", "1 (Error)", "0 (Completed)"; "-" when it never exited."""
+    and reason: "-9 (SIGKILL)", "1 (Error)", "0 (Completed)", "-9 (not ready in 120s)" for a
+    start killed at its deadline; "-" when it never exited."""
     if p.last_exit_at == 0.0:
         return str(p.restarts), "-"
     ago = f"{p.restarts} ({_age(now - p.last_exit_at)} ago)"
     status = p.last_exit
     if status is None:
         return ago, "? (did not start)"
+    if p.last_exit_why:  # killed by its supervisor: the signal would not say why
+        return ago, f"{status} ({p.last_exit_why})"
     if status < 0:
         with contextlib.suppress(ValueError):
             return ago, f"{status} ({signal.Signals(-status).name})"

@@ -36,6 +36,32 @@ REQUEUING_LIMIT_EXCEEDED = "DeactivatedDueToRequeuingLimitExceeded"
 REQUEUING_LIMIT_MESSAGE = (
     "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
 )
+# Through an eviction, as Kueue's workload controller and job reconciler word it (what
+# `kubectl describe workload` shows; the watcher writes these, the gateway's book shows them).
+ADMITTED_MESSAGE = "The workload is admitted"
+PENDING_EVALUATION = "PendingEvaluation"  # QuotaReserved False, granular reasons on
+PENDING_EVALUATION_MESSAGE = "Workload is pending evaluation in the scheduling queue"
+NO_RESERVATION = "NoReservation"  # Admitted False once the reservation is cleared
+NO_RESERVATION_MESSAGE = "The workload has no reservation"
+REACTIVATED = "Reactivated"
+REACTIVATED_MESSAGE = "The workload was reactivated"
+# Evicted for these, a workload is Requeued True as soon as its pods are gone; for the others
+# Requeued stays False until the workload controller queues it again.
+REQUEUED_AT_ONCE = ("Preempted", "NodeFailures")
+# Requeued False for these until the back-off (requeueAt) has passed: then BackoffFinished.
+BACKING_OFF = (PODS_READY_TIMEOUT, "AdmissionCheck")
+# Requeued False for these until the queue is no longer stopped: then <Kind>Restarted.
+RESTARTED = {
+    "ClusterQueueStopped": (
+        "ClusterQueueRestarted",
+        "The ClusterQueue was restarted after being stopped",
+    ),
+    "LocalQueueStopped": (
+        "LocalQueueRestarted",
+        "The LocalQueue was restarted after being stopped",
+    ),
+}
+STILL_STOPPED = ("Suspended", "Inadmissible")  # pending reasons of a stopped queue
 
 
 def is_deactivation(reason: str) -> bool:
@@ -44,3 +70,44 @@ def is_deactivation(reason: str) -> bool:
     (docs/events.md's reader rule, read alike by admission, the gateway, the watcher and
     `muster run`)."""
     return reason.startswith(DEACTIVATED)
+
+
+def quota_reserved_message(cluster_queue: str) -> str:
+    return f"Quota reserved in ClusterQueue {cluster_queue}"
+
+
+def previously(message: str) -> str:
+    """Evicted False's message once reserved again (Kueue: "Previously: <eviction's>")."""
+    return f"Previously: {message}"
+
+
+def deactivated_reason(evicted_before: str) -> str:
+    """Kueue's eviction reason for a deactivation admission decides by itself (its
+    `InactiveWorkload`): "Deactivated" with its cause (patching.ReasonWithCause). Admission
+    does so when a check Rejected a workload that only reserved quota, and in streams written
+    before November 2026 when the back-off limit was reached (`evicted_before`, the eviction
+    still in force, was at the PodsReady timeout; now that eviction says the cause itself)."""
+    if evicted_before == PODS_READY_TIMEOUT:
+        return REQUEUING_LIMIT_EXCEEDED
+    return "DeactivatedDueToAdmissionCheck"
+
+
+def requeued_when_queued(
+    was_status: str, was_reason: str, was_message: str, requeued_reason: str
+) -> tuple[str, str] | None:
+    """Requeued True's (reason, message) once admission queues the workload again (a
+    `requeued` of `requeued_reason`), given its Requeued condition until then; None leaves it
+    as it is: True already (preempted), or False until its stopped queue runs again."""
+    if was_status != "False" or was_reason in RESTARTED:
+        return None
+    if requeued_reason == REACTIVATED:
+        return REACTIVATED, REACTIVATED_MESSAGE
+    if was_reason in BACKING_OFF:
+        return BACKOFF_FINISHED, BACKOFF_FINISHED_MESSAGE
+    return was_reason, was_message  # evicted for a reason of muster's own: queued at once
+
+
+def restarted(was_status: str, was_reason: str) -> tuple[str, str] | None:
+    """Requeued True's (reason, message) once the stopped queue that evicted the workload runs
+    again (muster sees a pending reason other than a stop's, or a reservation); else None."""
+    return RESTARTED.get(was_reason) if was_status == "False" else None

@@ -22,16 +22,29 @@ from typing import Final
 
 from muster.contracts.v1 import events_pb2, services_pb2
 from muster.core.conditions import (
+    ADMITTED_MESSAGE,
+    DEACTIVATED,
+    DEACTIVATED_MESSAGE,
+    NO_RESERVATION,
+    NO_RESERVATION_MESSAGE,
     NOT_READY_MESSAGE,
+    PENDING_EVALUATION,
+    PENDING_EVALUATION_MESSAGE,
     READY_MESSAGE,
     RECOVERED,
+    REQUEUED_AT_ONCE,
     STARTED,
+    STILL_STOPPED,
     WAIT_FOR_RECOVERY,
     WAIT_FOR_RECOVERY_MESSAGE,
     WAIT_FOR_START,
+    deactivated_reason,
     is_deactivation,
+    previously,
+    quota_reserved_message,
+    requeued_when_queued,
+    restarted,
 )
-from muster.core.engine import DEACTIVATED, DEACTIVATED_MESSAGE
 from muster.gateway.eventtext import line_of, same_line
 
 FINISHED_KEPT: Final = 10_000
@@ -240,23 +253,30 @@ def _pending(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
     if p.cluster_queue:
         e.summary.cluster_queue = p.cluster_queue
     e.condition("QuotaReserved", False, p.reason, p.message, env.time_unix_nano)
+    if p.reason not in STILL_STOPPED:
+        _restarted(e, env.time_unix_nano)
 
 
 def _quota_reserved(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
     admission = env.quota_reserved.admission
-    if "Admitted" in e.conditions:
+    admitted = e.conditions.get("Admitted")
+    if admitted is not None and admitted.status == "True" and not _evicting(e):
         return  # stored after its admitted (docs/events.md, "Order"), which said it
     _reserve(e, admission, env.time_unix_nano)
     e.summary.status = RESERVED
 
 
 def _reserve(e: Entry, admission: events_pb2.Admission, at: int) -> None:
-    message = f"Quota reserved in ClusterQueue {admission.cluster_queue}"
+    """QuotaReserved True; an eviction in force becomes Evicted False (Kueue: "Previously")."""
+    _restarted(e, at)  # reserved again: its queue runs
+    message = quota_reserved_message(admission.cluster_queue)
     e.condition("QuotaReserved", True, "QuotaReserved", message, at)
     e.summary.cluster_queue = admission.cluster_queue
     e.summary.reason = e.summary.message = ""
     e.admission = admission
-    e.conditions.pop("Evicted", None)
+    evicted = e.conditions.get("Evicted")
+    if evicted is not None and evicted.status == "True":
+        e.condition("Evicted", False, "QuotaReserved", previously(evicted.message), at)
 
 
 def _admitted(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
@@ -270,37 +290,99 @@ def _admitted(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
     e.summary.admitted_unix_nano = env.time_unix_nano
     e.summary.cluster = env.cluster
     e.admission = admission
-    message = "The workload is admitted"
-    e.condition("Admitted", True, "Admitted", message, env.time_unix_nano)
+    e.condition("Admitted", True, "Admitted", ADMITTED_MESSAGE, env.time_unix_nano)
 
 
 def _evicted(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
+    """Evicted True at once (Kueue's workload controller); QuotaReserved and Admitted stay as
+    they were until its pods are gone (`_stopped`), except for a deactivation admission
+    carried out at once (nothing ran, or it only reserved quota)."""
     ev = env.evicted
+    at = env.time_unix_nano
     e.summary.evictions += 1
     e.summary.reason, e.summary.message = ev.reason, ev.message
-    e.condition("Evicted", True, ev.reason, ev.message, env.time_unix_nano)
-    e.conditions.pop("Admitted", None)
     if "PodsReady" in e.conditions:  # its pods start anew when admitted again (Kueue)
-        e.condition("PodsReady", False, WAIT_FOR_START, NOT_READY_MESSAGE, env.time_unix_nano)
+        e.condition("PodsReady", False, WAIT_FOR_START, NOT_READY_MESSAGE, at)
     if ev.reason == DEACTIVATED_BY_ADMISSION:
-        e.summary.status = INACTIVE
-    elif is_deactivation(ev.reason):  # Kueue's DeactivatedDueTo<cause>: inactive
+        was = e.conditions.get("Evicted")
+        cause = was.reason if was is not None and was.status == "True" else ""
+        e.condition("Evicted", True, deactivated_reason(cause), ev.message, at)
+        _inactive(e, at)
+        return
+    e.condition("Evicted", True, ev.reason or "Evicted", ev.message, at)
+    if is_deactivation(ev.reason):  # Kueue's DeactivatedDueTo<cause>: inactive
         e.active = False  # once its pods are gone (docs/events.md)
 
 
 def _eviction_completed(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
     e.pods.clear()
     del e.summary.nodes[:]
-    if e.kueue:
-        message = "The workload's pods are stopped"
-        e.condition("QuotaReserved", False, "Evicted", message, env.time_unix_nano)
-        e.summary.status = PENDING if e.active else INACTIVE
+    if e.kueue and _evicting(e):
+        _stopped(e, env.time_unix_nano)
+
+
+def _evicting(e: Entry) -> bool:
+    """Evicted and its reservation not yet cleared: its pods may still run."""
+    evicted, reserved = e.conditions.get("Evicted"), e.conditions.get("QuotaReserved")
+    return (
+        evicted is not None
+        and evicted.status == "True"
+        and reserved is not None
+        and reserved.status == "True"
+    )
+
+
+def _stopped(e: Entry, at: int) -> None:
+    """Its pods are gone (Kueue's job reconciler): the reservation cleared, Requeued with the
+    eviction's reason, True only when it queues again at once; a deactivated one stays out."""
+    evicted = e.conditions["Evicted"]
+    if is_deactivation(evicted.reason) or not e.active:
+        _inactive(e, at)
+        return
+    e.summary.status = PENDING
+    _unreserve(e, PENDING_EVALUATION, evicted.message, at)
+    at_once = evicted.reason in REQUEUED_AT_ONCE
+    e.condition("Requeued", at_once, evicted.reason, evicted.message, at)
+
+
+def _unreserve(e: Entry, reason: str, message: str, at: int) -> None:
+    e.condition("QuotaReserved", False, reason, message, at)
+    e.condition("Admitted", False, NO_RESERVATION, NO_RESERVATION_MESSAGE, at)
+
+
+def _inactive(e: Entry, at: int) -> None:
+    """Deactivated, its quota given back: Requeued False with the eviction's words."""
+    evicted = e.conditions["Evicted"]
+    e.active = False
+    e.summary.status = INACTIVE
+    _unreserve(e, DEACTIVATED, DEACTIVATED_MESSAGE, at)
+    e.condition("Requeued", False, evicted.reason, evicted.message, at)
 
 
 def _requeued(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
-    r = env.requeued
+    """Queued again: QuotaReserved PendingEvaluation, and Requeued as Kueue's workload
+    controller says why (back-off over, reactivated; a stopped queue's wait goes on)."""
+    at = env.time_unix_nano
+    if _evicting(e):
+        _stopped(e, at)  # no eviction_completed came (nothing ran)
     e.summary.status = PENDING
-    e.condition("Requeued", True, r.reason, r.message, env.time_unix_nano)
+    e.condition("QuotaReserved", False, PENDING_EVALUATION, PENDING_EVALUATION_MESSAGE, at)
+    was = e.conditions.get("Requeued")
+    words = (
+        None
+        if was is None
+        else requeued_when_queued(was.status, was.reason, was.message, env.requeued.reason)
+    )
+    if words is not None:
+        e.condition("Requeued", True, *words, at)
+
+
+def _restarted(e: Entry, at: int) -> None:
+    """Requeued True once the stopped queue that evicted it runs again."""
+    was = e.conditions.get("Requeued")
+    words = None if was is None else restarted(was.status, was.reason)
+    if words is not None:
+        e.condition("Requeued", True, *words, at)
 
 
 def _routed(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
@@ -312,9 +394,14 @@ def _routed(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
 def _active_changed(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
     e.active = env.active_changed.active
     if not e.active and e.summary.status == PENDING:
+        # Kueue's workload controller evicts it too, though it holds nothing; the granular
+        # reason (on by default since v0.19), as the engine writes it.
+        at = env.time_unix_nano
         e.summary.status = INACTIVE
-        # Kueue's granular reason (on by default since v0.19), as the engine writes it.
-        e.condition("QuotaReserved", False, DEACTIVATED, DEACTIVATED_MESSAGE, env.time_unix_nano)
+        evicted = e.conditions.get("Evicted")
+        if evicted is None or evicted.status != "True":
+            e.condition("Evicted", True, DEACTIVATED, DEACTIVATED_MESSAGE, at)
+        e.condition("QuotaReserved", False, DEACTIVATED, DEACTIVATED_MESSAGE, at)
 
 
 def _bound(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:

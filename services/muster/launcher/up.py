@@ -31,7 +31,7 @@ from muster.cluster.sim.backend import SimBackend
 from muster.launcher.nats_server import LaunchError, NatsServer
 from muster.launcher.run import prepare_nats
 from muster.launcher.stack import ServiceProcess, Stack, start_log
-from muster.launcher.upkeep import Exit, Running, keep_up
+from muster.launcher.upkeep import START_DEADLINE_S, Exit, Running, keep_up
 from muster.launcher.upstate import (
     Process,
     StackState,
@@ -71,6 +71,7 @@ class UpConfig:
     metrics_port: int = 0  # the first service's; the others follow in start order
     speed: float = 1.0
     cluster: str = "local"
+    start_deadline_s: float = START_DEADLINE_S  # a restart serves by then or is killed
 
 
 def nodes_of(text: str, *, source: str) -> list[dict[str, Any]]:
@@ -134,7 +135,7 @@ async def supervise(config: UpConfig) -> int:
         await dashboard.start(stack.gateway_address)
         state = _ready_state(state, config, nats, stack, nodes, dashboard)
         write_state(config.state_dir, state)
-        keepers = _keep_up(config.state_dir, state, stack, dashboard)
+        keepers = _keep_up(config, state, stack, dashboard)
         await _until_stopped(stop, config.state_dir)
         return 0
     except (LaunchError, OSError, ValueError) as exc:
@@ -189,8 +190,10 @@ class _Dashboard:
         self.gateway = ""
         self.starts = 0
 
-    async def start(self, gateway: str) -> None:
-        """Start it; wait until it says where it listens (LaunchError when it does not)."""
+    async def start(self, gateway: str, *, timeout_s: float | None = DASHBOARD_START_S) -> None:
+        """Start it; wait until it says where it listens (LaunchError when it does not, within
+        `timeout_s`; None: the caller's deadline). A start that fails is killed: a dashboard
+        that hangs at start must not be left running, nor waited on as if it served."""
         self.gateway = gateway
         self.starts += 1
         log_path = start_log(self.log_dir, "dashboard", self.starts)
@@ -203,35 +206,54 @@ class _Dashboard:
             *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
         )
         self.process = proc
-        assert proc.stdout is not None
         log = log_path.open("ab")
+        url = ""
         try:
-            async with asyncio.timeout(DASHBOARD_START_S):
-                async for line in proc.stdout:
-                    log.write(line)
-                    log.flush()
-                    if line.startswith(b"dashboard: "):
-                        self.url = line.split(b" ", 1)[1].strip().decode()
-                        copying = asyncio.create_task(_copy(proc, log))  # ends with the process
-                        _COPYING.add(copying)
-                        copying.add_done_callback(_COPYING.discard)
-                        return
+            async with asyncio.timeout(timeout_s):
+                url = await _announced(proc, log)
         except TimeoutError:
             pass
-        log.close()
-        raise LaunchError(f"the dashboard did not start; see {log_path}")
+        finally:
+            if not url:  # it exited, or hangs past `timeout_s` or the caller's deadline
+                log.close()
+                await _kill(proc)
+        if not url:
+            raise LaunchError(f"the dashboard did not start; see {log_path}")
+        self.url = url
+        copying = asyncio.create_task(_copy(proc, log))  # ends with the process
+        _COPYING.add(copying)
+        copying.add_done_callback(_COPYING.discard)
 
     def running(self) -> asyncio.subprocess.Process | None:
         return self.process
 
     async def restart(self) -> None:
-        await self.start(self.gateway)
+        await self.start(self.gateway, timeout_s=None)  # within upkeep's start deadline
 
     async def stop(self) -> None:
         if self.process is not None and self.process.returncode is None:
             self.process.terminate()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.process.wait(), 10)
+
+
+async def _announced(proc: asyncio.subprocess.Process, log: Any) -> str:
+    """The dashboard's URL, once it prints it, copying its output to `log` meanwhile; "" when
+    it exits first."""
+    assert proc.stdout is not None
+    async for line in proc.stdout:
+        log.write(line)
+        log.flush()
+        if line.startswith(b"dashboard: "):
+            return line.split(b" ", 1)[1].strip().decode()
+    return ""
+
+
+async def _kill(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+    await proc.wait()
 
 
 async def _copy(proc: asyncio.subprocess.Process, log: Any) -> None:
@@ -274,13 +296,18 @@ def _ready_state(
     return state
 
 
-def _keep_up(directory: Path, state: StackState, stack: Stack, dashboard: _Dashboard) -> list[Task]:
-    """A task per service and the dashboard that starts it again when it exits, recording
-    each exit and each start in the state file."""
+def _keep_up(
+    config: UpConfig, state: StackState, stack: Stack, dashboard: _Dashboard
+) -> list[Task]:
+    """A task per service and the dashboard that starts it again when it exits (or kills a
+    start that hangs past `config.start_deadline_s`), recording each exit and each start in
+    the state file."""
+    directory = config.state_dir
 
     def exited(exit: Exit) -> None:
         recorded = _recorded(state, exit.name)
         recorded.last_exit, recorded.last_exit_at = exit.status, exit.at
+        recorded.last_exit_why = exit.why
         recorded.back_off_until = exit.restart_at
         write_state(directory, state)
 
@@ -305,7 +332,14 @@ def _keep_up(directory: Path, state: StackState, stack: Stack, dashboard: _Dashb
 
     def keeper(name: str, running: Running, restart: Callable[[], Awaitable[None]]) -> Task:
         return asyncio.create_task(
-            keep_up(name, running, restart, exited, functools.partial(restarted, name)),
+            keep_up(
+                name,
+                running,
+                restart,
+                exited,
+                functools.partial(restarted, name),
+                start_deadline_s=config.start_deadline_s,
+            ),
             name=f"keep-up-{name}",
         )
 

@@ -51,6 +51,7 @@ class Process(msgspec.Struct, kw_only=True):
     # lastState.terminated: how many times it was started again, its last exit.
     restarts: int = 0
     last_exit: int | None = None  # exit status; -N: killed by signal N
+    last_exit_why: str = ""  # why, when the status does not say: "not ready in 120s"
     last_exit_at: float = 0.0  # wall clock, seconds since the epoch; 0: it never exited
     back_off_until: float = 0.0  # exited, to be started again then (wall clock); 0: not waiting
 

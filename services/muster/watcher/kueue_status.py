@@ -34,17 +34,29 @@ from muster.api.times import format_time
 from muster.cluster.kube.resources import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.conditions import (
+    ADMITTED_MESSAGE,
     DEACTIVATED,
     DEACTIVATED_MESSAGE,
+    NO_RESERVATION,
+    NO_RESERVATION_MESSAGE,
     NOT_READY_MESSAGE,
+    PENDING_EVALUATION,
+    PENDING_EVALUATION_MESSAGE,
     PODS_READY_TIMEOUT,
     READY_MESSAGE,
     RECOVERED,
+    REQUEUED_AT_ONCE,
     STARTED,
+    STILL_STOPPED,
     WAIT_FOR_RECOVERY,
     WAIT_FOR_RECOVERY_MESSAGE,
     WAIT_FOR_START,
+    deactivated_reason,
     is_deactivation,
+    previously,
+    quota_reserved_message,
+    requeued_when_queued,
+    restarted,
 )
 from muster.core.lifecycle import backoff_seconds
 from muster.payloads import PayloadError, applied_document
@@ -76,24 +88,6 @@ _ADMISSION_SOURCE = "admission/"  # Envelope.source of admission's decisions
 # "inactive": deactivated (a check Rejected it, ...), it reserves nothing and waits for nothing.
 State = Literal["pending", "reserving", "admitted", "finished", "inactive"]
 DEACTIVATED_BY_ADMISSION = "InactiveWorkload"  # admission's eviction reason for a deactivation
-# Kueue's job reconciler, once an evicted job's pods are gone: Requeued True only after these
-# (a preempted workload queues again at once); after the others it is False until the
-# workload controller requeues it (back-off over, queue restarted, reactivated).
-_REQUEUED_AT_ONCE = ("Preempted", "NodeFailures")
-# Requeued False for these until the back-off (requeueAt) has passed: then BackoffFinished.
-_BACKING_OFF = ("PodsReadyTimeout", "AdmissionCheck")
-# Requeued False for these until the queue is no longer stopped: then <Kind>Restarted.
-_RESTARTED = {
-    "ClusterQueueStopped": (
-        "ClusterQueueRestarted",
-        "The ClusterQueue was restarted after being stopped",
-    ),
-    "LocalQueueStopped": (
-        "LocalQueueRestarted",
-        "The LocalQueue was restarted after being stopped",
-    ),
-}
-_STILL_STOPPED = ("Suspended", "Inadmissible")  # pending reasons of a stopped queue
 FlavorResource = tuple[str, str]  # (flavor, resource)
 
 
@@ -458,7 +452,7 @@ def _transition(wl: _Workload, field: str, payload: Any, *, at_s: float, granula
         wl.state = "pending"
         wl.unadmit()
         wl.set("QuotaReserved", False, reason, payload.message)
-        if reason not in _STILL_STOPPED:
+        if reason not in STILL_STOPPED:
             _restarted(wl)
     elif field == "quota_reserved" and wl.state == "admitted":
         pass  # stored after its admitted (docs/events.md, "Order"): said already
@@ -507,13 +501,13 @@ def _reserved(wl: _Workload, field: str, payload: Any) -> None:
     cq = payload.admission.cluster_queue
     _restarted(wl)  # reserved again: its queue runs
     wl.admit(payload.admission)
-    wl.set("QuotaReserved", True, "QuotaReserved", f"Quota reserved in ClusterQueue {cq}")
+    wl.set("QuotaReserved", True, "QuotaReserved", quota_reserved_message(cq))
     evicted = wl.conditions.get("Evicted")
     if evicted is not None and evicted["status"] == "True":
-        wl.set("Evicted", False, "QuotaReserved", f"Previously: {evicted['message']}")
+        wl.set("Evicted", False, "QuotaReserved", previously(evicted["message"]))
     if field == "admitted":
         wl.state = "admitted"
-        wl.set("Admitted", True, "Admitted", "The workload is admitted")
+        wl.set("Admitted", True, "Admitted", ADMITTED_MESSAGE)
     else:
         wl.state = "reserving"
         checks = tuple(sorted(payload.admission_checks))
@@ -540,17 +534,6 @@ def _evicted(wl: _Workload, payload: Any, *, at_s: float, granular: bool) -> Non
     wl.state = "reserving"  # the quota stays reserved until the pods are gone
 
 
-def deactivated_reason(evicted_before: str) -> str:
-    """Kueue's eviction reason for a deactivation admission decides by itself (its
-    `InactiveWorkload`): "Deactivated" with its cause (patching.ReasonWithCause). Admission
-    does so when a check Rejected a workload that only reserved quota, and in streams written
-    before November 2026 when the back-off limit was reached (`evicted_before`, the eviction
-    still in force, was at the PodsReady timeout; now that eviction says the cause itself)."""
-    if evicted_before == "PodsReadyTimeout":
-        return "DeactivatedDueToRequeuingLimitExceeded"
-    return "DeactivatedDueToAdmissionCheck"
-
-
 def _stopped(wl: _Workload, *, granular: bool) -> None:
     """Its pods are gone (Kueue's job reconciler, once the job is not active): the
     reservation is cleared, Requeued says whether it queues at once, with the eviction's
@@ -560,8 +543,9 @@ def _stopped(wl: _Workload, *, granular: bool) -> None:
         _inactive(wl, granular=granular)
         return
     wl.state = "pending"
-    _unreserve(wl, "PendingEvaluation" if granular else "Pending", evicted["message"], granular)
-    at_once = evicted["reason"] in _REQUEUED_AT_ONCE
+    reason = PENDING_EVALUATION if granular else "Pending"
+    _unreserve(wl, reason, evicted["message"], granular)
+    at_once = evicted["reason"] in REQUEUED_AT_ONCE
     wl.set("Requeued", at_once, evicted["reason"], evicted["message"])
 
 
@@ -575,27 +559,23 @@ def _requeued(wl: _Workload, payload: Any, *, granular: bool) -> None:
     wl.unadmit()
     wl.cluster_name = ""
     if granular:  # as Kueue's workload controller resets it for the scheduler
-        message = "Workload is pending evaluation in the scheduling queue"
-        wl.set("QuotaReserved", False, "PendingEvaluation", message)
-    requeued = wl.conditions.get("Requeued", {})
-    if requeued.get("status") != "False" or requeued.get("reason") in _RESTARTED:
-        pass  # preempted (True already), or waiting for its queue to run
-    elif payload.reason == "Reactivated":
-        wl.set("Requeued", True, "Reactivated", "The workload was reactivated")
-    elif requeued.get("reason") in _BACKING_OFF:
-        wl.set("Requeued", True, "BackoffFinished", "The workload backoff was finished")
-    else:  # evicted for a reason of muster's own (it queues at once)
-        wl.set("Requeued", True, requeued["reason"], requeued.get("message", ""))
+        wl.set("QuotaReserved", False, PENDING_EVALUATION, PENDING_EVALUATION_MESSAGE)
+    was = wl.conditions.get("Requeued", {})
+    words = requeued_when_queued(
+        was.get("status", ""), was.get("reason", ""), was.get("message", ""), payload.reason
+    )
+    if words is not None:
+        wl.set("Requeued", True, *words)
 
 
 def _restarted(wl: _Workload) -> None:
     """Kueue's workload controller: Requeued True once the stopped queue that evicted the
     workload runs again; muster sees it as a pending reason other than a stop's, or a
     reservation."""
-    requeued = wl.conditions.get("Requeued", {})
-    restarted = _RESTARTED.get(requeued.get("reason", ""))
-    if requeued.get("status") == "False" and restarted is not None:
-        wl.set("Requeued", True, *restarted)
+    was = wl.conditions.get("Requeued", {})
+    words = restarted(was.get("status", ""), was.get("reason", ""))
+    if words is not None:
+        wl.set("Requeued", True, *words)
 
 
 def _unreserve(wl: _Workload, reason: str, message: str, granular: bool) -> None:
@@ -608,7 +588,7 @@ def _unreserve(wl: _Workload, reason: str, message: str, granular: bool) -> None
         why = "The workload has no reservation and not all checks ready"
         wl.set("Admitted", False, "NoReservationUnsatisfiedChecks", why)
     else:
-        wl.set("Admitted", False, "NoReservation", "The workload has no reservation")
+        wl.set("Admitted", False, NO_RESERVATION, NO_RESERVATION_MESSAGE)
 
 
 def _waiting_for_start(wl: _Workload) -> None:

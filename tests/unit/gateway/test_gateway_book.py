@@ -102,17 +102,17 @@ def test_an_admission_with_its_reservation_reads_as_the_two_events_did() -> None
         "QuotaReserved",
         "Quota reserved in ClusterQueue cq",
     )
-    # Evicted, its pods stopped, admitted again (elsewhere): reserved again, Evicted gone.
+    # Evicted, its pods stopped, admitted again (elsewhere): reserved again, Evicted False.
     for book in (written_before, written_now):
         book.apply(env("evicted", events_pb2.WorkloadEvicted(reason="Preempted")))
         book.apply(env("eviction_completed", events_pb2.EvictionCompleted()))
-        assert conditions_of(book)["QuotaReserved"][:2] == ("False", "Evicted")
+        assert conditions_of(book)["QuotaReserved"][:2] == ("False", "PendingEvaluation")
     written_before.apply(env("quota_reserved", events_pb2.QuotaReserved(admission=admission("b"))))
     written_before.apply(env("admitted", events_pb2.WorkloadAdmitted(admission=admission("b"))))
     again = events_pb2.WorkloadAdmitted(admission=admission("b"), with_reservation=True)
     written_now.apply(env("admitted", again))
     assert conditions_of(written_now) == conditions_of(written_before)
-    assert "Evicted" not in conditions_of(written_now)
+    assert conditions_of(written_now)["Evicted"][:2] == ("False", "QuotaReserved")
     assert conditions_of(written_now)["QuotaReserved"][0] == "True"
     (now,) = written_now.find("ml", "train")
     assert (now.summary.status, now.summary.cluster_queue) == ("ADMITTED", "b")

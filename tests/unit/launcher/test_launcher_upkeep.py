@@ -4,8 +4,10 @@ processes (one that exits at once, one that runs), cancelled during a back-off."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
@@ -26,18 +28,16 @@ async def _spawn(code: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(sys.executable, "-c", code)
 
 
-async def test_a_process_that_keeps_exiting_is_started_again_each_time_and_recorded() -> None:
-    procs = [await _spawn("raise SystemExit(3)")]
+@contextlib.asynccontextmanager
+async def kept(
+    procs: list[asyncio.subprocess.Process],
+    restart: Callable[[], Awaitable[None]],
+    **deadline: float,
+) -> AsyncIterator[tuple[asyncio.Queue[Exit], asyncio.Queue[int]]]:
+    """`keep_up` of the last of `procs` (`restart` appends the next) with a short back-off:
+    its exits and the pids it started, as they come; then cancelled, nothing left running."""
     exits: asyncio.Queue[Exit] = asyncio.Queue()
     starts: asyncio.Queue[int] = asyncio.Queue()
-
-    async def restart() -> None:
-        runs = len(procs) >= 3  # the first two restarts exit at start too
-        procs.append(await _spawn("import time; time.sleep(60)" if runs else "raise SystemExit(3)"))
-        if not runs:
-            await procs[-1].wait()
-            raise LaunchError("exited at start")
-
     keeper = asyncio.create_task(
         keep_up(
             "svc",
@@ -46,13 +46,11 @@ async def test_a_process_that_keeps_exiting_is_started_again_each_time_and_recor
             exits.put_nowait,
             lambda: starts.put_nowait(procs[-1].pid),
             BackOff(first_s=0.01, max_s=0.04),
+            **deadline,
         )
     )
     try:
-        started = [await starts.get() for _ in range(3)]
-        assert procs[-1].returncode is None  # the third restart runs
-        procs[-1].send_signal(signal.SIGKILL)
-        recorded = [await exits.get() for _ in range(4)]
+        yield exits, starts
     finally:
         keeper.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -61,6 +59,23 @@ async def test_a_process_that_keeps_exiting_is_started_again_each_time_and_recor
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
+
+
+async def test_a_process_that_keeps_exiting_is_started_again_each_time_and_recorded() -> None:
+    procs = [await _spawn("raise SystemExit(3)")]
+
+    async def restart() -> None:
+        runs = len(procs) >= 3  # the first two restarts exit at start too
+        procs.append(await _spawn("import time; time.sleep(60)" if runs else "raise SystemExit(3)"))
+        if not runs:
+            await procs[-1].wait()
+            raise LaunchError("exited at start")
+
+    async with kept(procs, restart) as (exits, starts):
+        started = [await starts.get() for _ in range(3)]
+        assert procs[-1].returncode is None  # the third restart runs
+        procs[-1].send_signal(signal.SIGKILL)
+        recorded = [await exits.get() for _ in range(4)]
     assert [e.status for e in recorded] == [3, 3, 3, -signal.SIGKILL]
     assert started == [p.pid for p in procs[1:4]]
     waits = [round(e.restart_at - e.at, 3) for e in recorded]
@@ -84,3 +99,24 @@ async def test_cancelled_during_its_back_off_it_starts_nothing() -> None:
         await keeper
     assert (exit.name, exit.status) == ("svc", 1)
     assert restarts == []
+
+
+async def test_a_start_that_hangs_past_its_deadline_is_killed_recorded_and_started_again() -> None:
+    procs = [await _spawn("raise SystemExit(1)")]
+
+    async def restart() -> None:
+        procs.append(await _spawn("import time; time.sleep(60)"))
+        if len(procs) == 2:  # the first restart never serves (a readiness never reached)
+            await asyncio.Event().wait()
+
+    async with kept(procs, restart, start_deadline_s=0.5) as (exits, starts):
+        started = [await starts.get() for _ in range(2)]
+        recorded = [await exits.get() for _ in range(2)]
+        assert procs[-1].returncode is None  # the second restart serves and runs on
+    assert started == [p.pid for p in procs[1:3]]
+    assert procs[1].returncode == -signal.SIGKILL  # the hung one is not left running
+    assert [(e.status, e.why) for e in recorded] == [
+        (1, ""),
+        (-signal.SIGKILL, "not ready in 0.5s"),
+    ]
+    assert [round(e.restart_at - e.at, 3) for e in recorded] == [0.01, 0.02]  # its back-off
