@@ -3,15 +3,18 @@
 A gateway process on a loopback nats-server, with no other service (nothing consumes what it
 publishes), and this process as a `grpc.aio` client making one `Gateway.Submit` per workload,
 the manifest `muster bench e2e` submits. CPU = user + system time of the gateway, the client
-and the nats-server over the calls, per call. The e2e burst has the same calls among every
-service's work, where a change of a few hundredths of a millisecond per call is lost in the
-noise of a loaded machine; here it is not. Cases: 64 calls in flight (the e2e burst's
-concurrency) and one (a lone caller: no call shares a wake-up with another).
+and the nats-server over the calls, per call, and the gateway's voluntary context switches per
+call (its threads handing the GIL and the calls to each other: what its CPU follows). The e2e
+burst has the same calls among every service's work, where a change of a few hundredths of a
+millisecond per call is lost in the noise of a loaded machine; here it is not. Cases: 64 calls
+in flight (the e2e burst's concurrency) and one (a lone caller: no call shares a wake-up with
+another).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import tempfile
 import time
 from collections.abc import Iterator
@@ -44,6 +47,10 @@ class SubmitRow(msgspec.Struct, frozen=True, kw_only=True):
     client_ms: float
     nats_ms: float
     stored: int  # events the calls stored (one per workload)
+    # The gateway's threads' voluntary context switches per call: the GIL and the calls handed
+    # between gRPC's threads and the loop. Its CPU per call follows this count (about 7 per
+    # call at 0.55 ms, 19 at 1.0 ms in one session), which a loaded machine's timing does not.
+    gateway_switches: float = 0.0
 
     @property
     def total_ms(self) -> float:
@@ -69,11 +76,13 @@ async def _measure(
                 await stub.Submit(services_pb2.SubmitRequest(manifest=manifest))
 
         stored = await _stored(url)
+        switches = voluntary_switches(gateway_pid)
         before = cpu_s(gateway_pid), time.process_time(), cpu_s(nats_pid)
         started = time.perf_counter()
         await asyncio.gather(*(caller() for _ in range(in_flight)))
         wall_s = time.perf_counter() - started
         after = cpu_s(gateway_pid), time.process_time(), cpu_s(nats_pid)
+        switches = voluntary_switches(gateway_pid) - switches
     gateway, client, nats = ((a - b) * 1000 / calls for a, b in zip(after, before, strict=True))
     return SubmitRow(
         calls=calls,
@@ -83,7 +92,20 @@ async def _measure(
         client_ms=round(client, 3),
         nats_ms=round(nats, 3),
         stored=await _stored(url) - stored,
+        gateway_switches=round(switches / calls, 2),
     )
+
+
+def voluntary_switches(pid: int) -> int:
+    """How often process `pid`'s threads living now gave up the CPU to wait (Linux: /proc;
+    0 elsewhere)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
+    return total
 
 
 async def _stored(url: str) -> int:
@@ -122,6 +144,7 @@ def render(rows: list[SubmitRow]) -> str:
         Column("CLIENT ms/call", lambda r: f"{r.client_ms:.3f}"),
         Column("NATS-SERVER ms/call", lambda r: f"{r.nats_ms:.3f}"),
         Column("TOTAL ms/call", lambda r: f"{r.total_ms:.3f}"),
+        Column("GATEWAY switches/call", lambda r: f"{r.gateway_switches:.1f}"),
         Column("events stored", lambda r: str(r.stored)),
     ]
     return render_table(columns, rows)

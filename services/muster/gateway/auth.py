@@ -138,10 +138,20 @@ class CallContext(Protocol):
     async def abort(self, code: grpc.StatusCode, details: str) -> NoReturn: ...
 
 
+def peer_identity(
+    authentication: Authentication, context: CallContext
+) -> dict[str, list[bytes]] | None:
+    """The call's TLS identity where client certificates are checked, else None: gRPC builds
+    that dict anew at each asking, and without certificates nothing reads it."""
+    return context.auth_context() if authentication.certificates else None
+
+
 async def authenticate(authentication: Authentication, context: CallContext, method: str) -> Caller:
     """Who is calling `method`; UNAUTHENTICATED (or UNAVAILABLE) ends the call otherwise."""
     try:
-        caller = await authentication.caller(context.invocation_metadata(), context.auth_context())
+        caller = await authentication.caller(
+            context.invocation_metadata(), peer_identity(authentication, context)
+        )
     except AuthenticationUnavailableError as exc:
         await context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot check credentials now: {exc}")
     if caller is None:

@@ -38,7 +38,13 @@ from typing import Any, Final, NoReturn, TypeVar
 
 import grpc
 
-from muster.gateway.auth import CALLER, Authentication, authenticate, unauthenticated
+from muster.gateway.auth import (
+    CALLER,
+    Authentication,
+    authenticate,
+    peer_identity,
+    unauthenticated,
+)
 from muster.gateway.permissions import Caller
 
 T = TypeVar("T")
@@ -433,7 +439,9 @@ def _authenticated(call: _Call, authentication: Authentication, method: str) -> 
     if not authentication.at_once:
         return call.run(authenticate(authentication, call.context, method))
     context = call.context
-    caller = authentication.caller_at_once(context.invocation_metadata(), context.auth_context())
+    caller = authentication.caller_at_once(
+        context.invocation_metadata(), peer_identity(authentication, context)
+    )
     if caller is None:
         call.abort(grpc.StatusCode.UNAUTHENTICATED, unauthenticated(method, context))
     return caller

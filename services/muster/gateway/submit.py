@@ -18,6 +18,7 @@ Submit of the same object, even with the same content, is never mistaken for one
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import uuid
@@ -56,6 +57,20 @@ SUBMIT_ID_NAMESPACE: Final = uuid.uuid5(uuid.NAMESPACE_DNS, "gateway.muster.dev"
 SOURCE: Final = "gateway"
 MAX_IDEMPOTENCY_KEY: Final = 128  # characters; it is hashed, never used as a key itself
 _KEEPS_STATUS: Final = frozenset({"Node"})  # an admin's simulated node: status is its capacity
+
+# A Submit without an idempotency key is told apart from every other by this process's own
+# random prefix and a count: unique as a random id per call, without a system call per call
+# (`os.urandom` lets the gateway's gRPC threads take the GIL from the event loop).
+_prefix = os.urandom(16).hex()
+_SUBMISSIONS: Final = itertools.count(1)  # next() is atomic: plans may run on a thread too
+
+
+def _new_prefix() -> None:
+    global _prefix  # a forked child must not count under its parent's prefix
+    _prefix = os.urandom(16).hex()
+
+
+os.register_at_fork(after_in_child=_new_prefix)
 
 _NOT_SUBMITTABLE: Final = (
     "Configuration: kind: is the scheduler's own configuration; it cannot be submitted"
@@ -113,6 +128,11 @@ class PlannedEvent(msgspec.Struct, frozen=True, kw_only=True):
     document: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
+def fresh_submission() -> str:
+    """A submission id no other Submit call has, in any gateway process (before or after)."""
+    return f"{_prefix}.{next(_SUBMISSIONS)}"
+
+
 def plan_submit(
     manifest: str,
     *,
@@ -132,7 +152,7 @@ def plan_submit(
     if len(submission) > MAX_IDEMPOTENCY_KEY:
         problem = f"must be at most {MAX_IDEMPOTENCY_KEY} characters, got {len(submission)}"
         raise InvalidManifestError([f"idempotency_key: {problem}"])
-    submission = submission or os.urandom(16).hex()
+    submission = submission or fresh_submission()
     duplicates: list[FieldError] = []  # keys written twice: strict refuses them, as simulate
     loaded = _load(manifest, duplicates)
     documents = [_as_created(doc, seed=f"{submission}/{i}") for i, doc in enumerate(loaded)]
