@@ -12,7 +12,7 @@ from bus_helpers import SUBMITTED, submitted
 from nats.aio.msg import Msg
 
 from muster.bus import EVENTS_STREAM, Bus, ConsumerSettings, Reject
-from muster.bus.ordered import consume_in_order, make_consumer
+from muster.bus.ordered import Gather, consume_in_order, make_consumer
 from muster.contracts.v1 import events_pb2 as pb
 
 pytestmark = pytest.mark.timeout(30)
@@ -81,3 +81,31 @@ async def test_cancelled_while_handling_the_batch_finishes_and_is_acked_before_i
     assert finished == list(range(1, len(finished) + 1))
     info = await bus.js.consumer_info(EVENTS_STREAM, "in-order")
     assert info.ack_floor.stream_seq == finished[-1]  # acked before the loop ended
+
+
+async def test_with_gather_a_stream_of_events_comes_as_one_batch_once_enough_wait(
+    bus: Bus,
+) -> None:
+    await bus.publish(submitted("ns/w0"))
+    settings = ConsumerSettings(stream=EVENTS_STREAM, batch=16)
+    await make_consumer(bus, "in-order", [SUBMITTED], settings, start_sequence=1)
+    batches: list[list[int]] = []
+    first = asyncio.Event()
+
+    async def handle(envs: Sequence[pb.Envelope], raw: Sequence[bytes]) -> list[Reject | None]:
+        batches.append([env.sequence for env in envs])
+        first.set()
+        return [None] * len(envs)
+
+    # The gap outlasts the test: only the fill can start the second batch.
+    gather = Gather(gap_s=600.0, fill=5)
+    loop = asyncio.create_task(consume_in_order(bus, "in-order", handle, settings, gather=gather))
+    try:
+        await first.wait()  # the first event found the loop idle: taken at once, alone
+        for i in range(1, 6):  # each stored before the next is sent: a trickle
+            await bus.publish(submitted(f"ns/w{i}"))
+        await drained(bus, "in-order", timeout_s=10)
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+    assert batches == [[1], [2, 3, 4, 5, 6]]

@@ -66,3 +66,19 @@ async def test_a_deleted_consumer_ends_the_feed(bus: Bus, waiting: bool) -> None
     with pytest.raises(ConsumerDeletedError):
         await feed.take(4, timeout_s=10)
     await feed.close()
+
+
+async def test_gather_returns_at_its_count_or_at_its_deadline_with_fewer(bus: Bus) -> None:
+    await durable(bus, "gathering")
+    feed = await started(bus, "gathering", batch=16)
+    loop = asyncio.get_running_loop()
+    for i in range(3):
+        await bus.publish(submitted(f"ns/w{i}"))
+    await feed.gather(3, until=loop.time() + 600)  # the count: long before the deadline
+    assert feed.buffered == 3
+    await bus.publish(submitted("ns/w3"))
+    await feed.gather(100, until=loop.time() + 0.05)  # never 100: the deadline ends it
+    got = [m.metadata.sequence.stream for m in await feed.take(100, timeout_s=5)]
+    assert got[:3] == [1, 2, 3]
+    assert got == list(range(1, len(got) + 1))
+    await feed.close()

@@ -49,6 +49,11 @@ FLAGS = (
     Flag("--snapshot-seconds", "S", float, "MUSTER_SNAPSHOT_SECONDS", "300",
          "how often the state is stored in MUSTER_SNAPSHOTS, so that a restart does not depend "
          "on the stream's retention; 0: never, and none is read"),
+    Flag("--round-gap-seconds", "S", float, "MUSTER_ADMISSION_ROUND_GAP_SECONDS", "0",
+         "a round starts no sooner than this after the one before, unless --round-fill events "
+         "wait: fewer, larger rounds under a stream of events; 0: none waits"),
+    Flag("--round-fill", "N", int, "MUSTER_ADMISSION_ROUND_FILL", "8",
+         "events that start a round before --round-gap-seconds has passed"),
 )  # fmt: skip
 
 
@@ -68,6 +73,8 @@ def admission_config(args: argparse.Namespace, service: ServiceConfig) -> Admiss
         cluster_lost_s=args.cluster_lost_seconds,
         routing_policy=args.routing_policy,
         snapshot_s=args.snapshot_seconds,
+        round_gap_s=args.round_gap_seconds,
+        round_fill=args.round_fill,
     )
 
 

@@ -47,7 +47,7 @@ from muster.bus import (
 )
 from muster.bus.cancel import finishing, gather_or_cancel, raise_if_cancelling
 from muster.bus.errors import NotFound, Unavailable
-from muster.bus.ordered import consume_in_order, make_consumer
+from muster.bus.ordered import Gather, consume_in_order, make_consumer
 from muster.bus.partitions import PARTITIONS_BUCKET
 from muster.bus.service import Health
 from muster.contracts.v1 import events_pb2 as pb
@@ -56,6 +56,7 @@ from muster.core.routing import POLICIES, Policy
 VISIBILITY_BUCKET: Final = "MUSTER_VISIBILITY"
 LAST_SNAPSHOT_S: Final = 5.0  # at shutdown, within the service's grace period (10 s)
 VISIBILITY_CPU_SHARE: Final = 20  # views wait at least this many times what computing them took
+MAX_ROUND_GAP_S: Final = 0.05  # a round's added latency stays well below a second's tenth
 log = logging.getLogger(__name__)
 
 
@@ -72,6 +73,10 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
     visibility_interval_s: float = 0.1
     visibility_busy_s: float = 1.0
     batch: int = 256  # events fetched together, applied in one round
+    # A round starts no sooner than `round_gap_s` after the one before unless `round_fill`
+    # events wait by then (bus.ordered.Gather); 0: each round as soon as an event is there.
+    round_gap_s: float = 0.0
+    round_fill: int = 8
     ack_wait_s: float = 30.0  # a dead replica's unacked events come back after this long
     kueue: KueueConfig | None = None  # Kueue's Configuration (--kueue-config)
     cluster_lost_s: float = 10.0  # a worker cluster silent this long is lost (MultiKueue)
@@ -88,6 +93,12 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("the lease renewal interval must be shorter than its TTL")
         if not 0 <= self.visibility_interval_s <= self.visibility_busy_s:
             raise ValueError("the visibility intervals must be 0 <= quiet <= busy")
+        if not 0 <= self.round_gap_s <= MAX_ROUND_GAP_S:
+            raise ValueError(
+                f"--round-gap-seconds must be in 0..{MAX_ROUND_GAP_S:g}, got {self.round_gap_s:g}"
+            )
+        if self.round_fill < 1:
+            raise ValueError(f"--round-fill must be >= 1, got {self.round_fill}")
         if self.snapshot_s < 0:
             raise ValueError(f"--snapshot-seconds must be >= 0, got {self.snapshot_s:g}")
         if not self.cluster_lost_s > 0:
@@ -105,6 +116,10 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def durable(self) -> str:
         return f"admission-{self.shard}"
+
+    @property
+    def gather(self) -> Gather | None:
+        return Gather(self.round_gap_s, self.round_fill) if self.round_gap_s > 0 else None
 
     def consumer_settings(self) -> ConsumerSettings:
         return ConsumerSettings(
@@ -165,7 +180,11 @@ async def _live(bus: Bus, health: Health, config: AdmissionConfig, *, clock: Clo
         service.write_visibility(),
         follow_clusters(bus, service.state.dispatch, service.rounds.apply_batch, clock=clock),
         consume_in_order(
-            bus, config.durable, service.rounds.apply_batch, config.consumer_settings()
+            bus,
+            config.durable,
+            service.rounds.apply_batch,
+            config.consumer_settings(),
+            gather=config.gather,
         ),
     ]
     if config.snapshot_s > 0:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import NamedTuple
@@ -52,6 +53,19 @@ log = logging.getLogger(__name__)
 
 ACK_LINGER_S = 0.05  # a handled batch's ack waits this long for the next batch's (docstring)
 DEAD_LETTER_RETRY_S = (0.1, 5.0)  # a failed dead-letter copy is made again after: first, most
+
+
+class Gather(NamedTuple):
+    """Bounded coalescing of batches: a batch is taken no sooner than `gap_s` after the one
+    before was, unless `fill` messages wait by then; a message that finds the last batch taken
+    longer ago is taken at once. A consumer that owns a small share of a busy stream otherwise
+    handles a message or two per batch, and each batch has its fixed costs (a wake-up for the
+    delivery and one for the PubAcks of what it caused); under a stream of messages this makes
+    its batches larger, at the price of at most `gap_s` more latency."""
+
+    gap_s: float
+    fill: int
+
 
 # The envelopes of a batch, and the same as stored (the snapshot log keeps those bytes).
 BatchHandler = Callable[[Sequence[pb.Envelope], Sequence[bytes]], Awaitable[list[Reject | None]]]
@@ -85,8 +99,10 @@ async def consume_in_order(
     settings: ConsumerSettings,
     *,
     fetch_timeout_s: float = 1.0,
+    gather: Gather | None = None,
 ) -> None:
-    """Fetch, handle and ack batches of durable `durable` (`make_consumer`) until cancelled.
+    """Fetch, handle and ack batches of durable `durable` (`make_consumer`) until cancelled;
+    with `gather`, batches that follow each other closely are coalesced (`Gather`).
 
     Cancelled while a batch is being handled, it lets that batch finish and acks it first.
     The loop runs in a task of its own, made once and shielded: the caller's cancellation is
@@ -96,7 +112,15 @@ async def consume_in_order(
     """
     where = _Where()
     loop = asyncio.ensure_future(
-        _consume(bus, durable, handle, settings, fetch_timeout_s=fetch_timeout_s, where=where)
+        _consume(
+            bus,
+            durable,
+            handle,
+            settings,
+            fetch_timeout_s=fetch_timeout_s,
+            gather=gather,
+            where=where,
+        )
     )
     try:
         await asyncio.shield(loop)
@@ -123,6 +147,7 @@ async def _consume(
     settings: ConsumerSettings,
     *,
     fetch_timeout_s: float,
+    gather: Gather | None,
     where: _Where,
 ) -> None:
     feed = PullFeed(
@@ -134,15 +159,20 @@ async def _consume(
     )
     await feed.start()
     acks = _Acks(limit=max(1, settings.max_ack_pending // 2))  # the server stops at the max
+    clock = asyncio.get_running_loop().time
+    taken_at = -math.inf  # when the last batch was taken (loop time)
     try:
         async with bus.following_lag(settings.stream, durable):
             while True:
                 raise_if_cancelling()
+                if gather is not None:
+                    await feed.gather(gather.fill, until=taken_at + gather.gap_s)
                 wait_s = fetch_timeout_s if acks.due is None else ACK_LINGER_S
                 msgs = await feed.take(settings.batch, timeout_s=wait_s)
                 if not msgs:
                     await acks.send()  # none came meanwhile: the last batch's goes alone
                     continue
+                taken_at = clock()
                 where.handling = True
                 try:
                     await _handle_batch(bus, durable, msgs, handle, settings, acks)

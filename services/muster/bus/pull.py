@@ -80,6 +80,7 @@ class PullFeed:
         self._sub: Subscription | None = None
         self._ready: collections.deque[Msg] = collections.deque()
         self._waiter: asyncio.Future[bool] | None = None  # what `take` waits on, if it waits
+        self._wanted = 1  # messages buffered that wake the waiter (`gather` asks for more)
         self._asked = 0  # messages asked for and neither delivered nor given up by the server
         self._heard_at = 0.0  # loop time of the last delivery or status
         self._hold_until = 0.0  # no request before this loop time (after a refusal)
@@ -112,6 +113,22 @@ class PullFeed:
         if self._asked + len(self._ready) <= self._batch // 2:  # `_top_up`, without its call
             await self._ask()
         return taken
+
+    async def gather(self, count: int, *, until: float) -> None:
+        """Wait until `count` messages are buffered or the loop's clock reaches `until`,
+        whichever comes first: deliveries meanwhile wake no one before the count. For short
+        waits only (the requests are not looked after meanwhile)."""
+        loop = asyncio.get_running_loop()
+        if len(self._ready) >= count or self._deleted or loop.time() >= until:
+            return
+        waiter = self._waiter = loop.create_future()
+        self._wanted = count
+        timer = loop.call_at(until, _wake, waiter, True)
+        try:
+            await waiter
+        finally:
+            self._waiter, self._wanted = None, 1
+            timer.cancel()
 
     async def _wait(self, timeout_s: float) -> None:
         """Wait up to `timeout_s` for a message (or the consumer's deletion), looking after the
@@ -158,6 +175,8 @@ class PullFeed:
         if status is None:
             self._asked = max(0, self._asked - 1)
             self._ready.append(msg)
+            if len(self._ready) < self._wanted:
+                return  # `gather` waits for more
         elif status != _HEARTBEAT:
             self._request_ended(status, headers or {}, now)
         else:
