@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -28,7 +29,10 @@ from muster.api.model import ApiObject, Workload
 from muster.api.raw import RawWorkload
 from muster.contracts.v1 import events_pb2
 
+log = logging.getLogger(__name__)
+
 __all__ = [
+    "KeptManifest",
     "PayloadError",
     "applied_document",
     "applied_object",
@@ -180,3 +184,33 @@ def written_workload(text: str, *, what: str) -> Workload:
     if errs.errors or problems:
         return manifest_workload(text, what=what)
     return wl
+
+
+class KeptManifest:
+    """A `submitted`'s manifest as published, read with `written_workload` the first time its
+    Workload is asked for, and only then.
+
+    The binder and gang-permit follow every workload submitted, on every cluster (MultiKueue
+    may dispatch one here), to start or place those admitted to their own: the others
+    (another cluster's, or deleted while pending) are never decoded there, and while a
+    workload waits the JSON held is about a third of its decoded Workload's size.
+    """
+
+    __slots__ = ("_text", "_what", "_workload")
+
+    def __init__(self, text: str, *, what: str) -> None:
+        self._text: str | None = text
+        self._what = what  # the workload's key, for the warning
+        self._workload: Workload | None = None
+
+    def workload(self) -> Workload | None:
+        """The Workload, decoded once; None when it does not decode (logged then, once)."""
+        if self._text is not None:
+            text, self._text = self._text, None
+            try:
+                self._workload = written_workload(text, what=self._what)
+            except PayloadError as err:
+                log.warning(
+                    "undecodable workload manifest: %s", err, extra={"workload": self._what}
+                )
+        return self._workload

@@ -273,7 +273,9 @@ class AdmissionState:
                     return []  # a duplicate, or history
                 home = self.home_of(entry)
                 if entry.partition is not None and entry.partition != home:
-                    self.moves[entry.key] = Move(entry.key, home)  # published in the wrong one
+                    # Published in the wrong one (its LocalQueue's partition was not known
+                    # yet): forwarded home even on one shard (forwarding.py says why).
+                    self.moves[entry.key] = Move(entry.key, home)
                 if home not in self.sharding.owned:
                     return []  # another replica's
                 self.adopted.add(entry.key)

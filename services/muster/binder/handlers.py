@@ -35,7 +35,6 @@ from muster.binder.pacing import BindPacer
 from muster.binder.translate import (
     AdmissionMismatchError,
     pod_set_starts,
-    workload_from_submitted,
 )
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.envelope import new_event
@@ -47,6 +46,7 @@ from muster.contracts.v1 import events_pb2
 from muster.core.submissions import EndedSubmissions
 from muster.metrics.services import BinderSeries
 from muster.payloads import (
+    KeptManifest,
     PayloadError,
     manifest_document,
     workload_manifest,
@@ -67,9 +67,14 @@ class Publisher(Protocol):
 class Submission(NamedTuple):
     """What the binder keeps of a workload's `submitted`."""
 
-    workload: Workload
+    manifest: KeptManifest  # decoded when this cluster first starts or binds it
     cluster: str  # where it was submitted
     owner_json: str  # the Job it stands for, as its owner wrote it ("" for none)
+
+    @property
+    def workload(self) -> Workload | None:
+        """Its Workload; None when the manifest does not decode."""
+        return self.manifest.workload()
 
 
 class WorkloadSpecs:
@@ -98,15 +103,9 @@ class WorkloadSpecs:
         if env.type == "workload.admitted":
             self._admitted_at[env.workload] = env.sequence
         elif env.type == "workload.submitted":
-            try:
-                wl = workload_from_submitted(env.submitted, what=env.workload)
-            except PayloadError as err:
-                log.warning(
-                    "undecodable workload manifest: %s", err, extra={"workload": env.workload}
-                )
-                return
+            manifest = KeptManifest(env.submitted.manifest_json, what=env.workload)
             owner = env.submitted.owner_manifest_json
-            self._specs[env.workload] = Submission(wl, env.cluster, owner)
+            self._specs[env.workload] = Submission(manifest, env.cluster, owner)
             self._ended.submitted(env.workload, env.event_id)
             self.origins.add(env.cluster)
         elif env.type in ("workload.deleted", "workload.finished"):

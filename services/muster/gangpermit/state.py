@@ -21,6 +21,7 @@ scheduling pass into events (`muster.gangpermit.translate`).
 
 from __future__ import annotations
 
+import bisect
 import logging
 
 import msgspec
@@ -38,7 +39,15 @@ from muster.api.wellknown import BIND_FAILED, GANG_TIMED_OUT, SCHEDULER_NAME, WO
 from muster.contracts.v1 import events_pb2
 from muster.core.dispatch import ClusterCapacity, node_room
 from muster.core.placement.feed import GangFeed, Left
-from muster.core.placement.model import GangKey, GangSpec, NodeInfo, NodeName, PodKey, Scoring
+from muster.core.placement.model import (
+    GangKey,
+    GangSpec,
+    NodeInfo,
+    NodeName,
+    PodInfo,
+    PodKey,
+    Scoring,
+)
 from muster.core.placement.scheduler import DEFAULT_TIMEOUT_S, GangScheduler
 from muster.core.placement.sources import gang_of_admitted, handled_by, node_info, pod_info
 from muster.core.submissions import EndedSubmissions
@@ -100,6 +109,7 @@ class GangPermitState:
         self.nodes: dict[NodeName, NodeInfo] = {}  # for the capacity heartbeat
         self.pods: dict[PodKey, Pod] = {}  # pods the scheduler knows (handled, or bound)
         self.owners: dict[PodKey, str] = {}  # what a preemption evicts with the pod
+        self.infos: dict[PodKey, PodInfo] = {}  # each pod as last given to the scheduler
         # Gang sources and membership; the stream's PriorityClasses are its `configured`.
         self.feed = GangFeed()
         self.specs: dict[GangKey, GangSpec] = {}  # as given to the scheduler
@@ -115,9 +125,11 @@ class GangPermitState:
         self.waiting: dict[GangKey, str] = {}  # the last waiting reason published
         self.waiting_published: dict[GangKey, int] = {}
         self.attempts: dict[GangKey, int] = {}  # gang_rejected so far: a new attempt each
-        # --- for `capacity`: Kueue gangs found placed, and those whose placement may have
-        # changed since (None: any), so a heartbeat looks again at those only.
-        self._placed: set[str] = set()
+        # --- for `capacity`: Kueue gangs found placed, in order, and those whose placement may
+        # have changed since (None: any), so a heartbeat looks again at those only. Kept sorted
+        # as they change: a heartbeat (up to ten a second in a burst) copies the list instead
+        # of sorting every running workload again (2 ms at 6 000 of them).
+        self._placed: list[str] = []
         self._recheck: set[str] | None = None
 
     # --- the event stream -------------------------------------------------------------------
@@ -304,16 +316,20 @@ class GangPermitState:
             for name in sorted(self.nodes)
             if (room := node_room(self.nodes[name], self.scheduler.free(name))) is not None
         ]
-        recheck = self.admitted.keys() if self._recheck is None else self._recheck
-        for key in list(recheck):
-            gang = self.admitted.get(key)
-            if gang is not None and self._is_placed(gang.spec):
-                self._placed.add(key)
-            else:
-                self._placed.discard(key)
+        if self._recheck is None:  # a full look
+            self._placed = sorted(k for k, g in self.admitted.items() if self._is_placed(g.spec))
+        else:  # a gang that left `admitted` was touched then: it is looked at here
+            for key in self._recheck:
+                gang = self.admitted.get(key)
+                at = bisect.bisect_left(self._placed, key)
+                there = at < len(self._placed) and self._placed[at] == key
+                if gang is not None and self._is_placed(gang.spec):
+                    if not there:
+                        self._placed.insert(at, key)
+                elif there:
+                    del self._placed[at]
         self._recheck = set()
-        placed = sorted(k for k in self._placed if k in self.admitted)
-        return ClusterCapacity(cluster=self.cluster, nodes=tuple(rooms), placed=tuple(placed))
+        return ClusterCapacity(cluster=self.cluster, nodes=tuple(rooms), placed=tuple(self._placed))
 
     def touch(self, gang: str | None) -> None:
         """The placement of `gang` may have changed: `capacity` looks at it again."""
@@ -349,6 +365,11 @@ class GangPermitState:
                     # phase, so only the pod is kept (a third of a workload's pod changes).
                     self.pods[PodKey(obj.key)] = obj
                     return False
+                if settled and old is not None and not old.node_name:
+                    held = self.infos.get(PodKey(obj.key))
+                    if held is not None:
+                        self._bound_as_permitted(obj, held)
+                        return False
                 self._put_pod(obj)
                 return not settled
             case _:
@@ -411,8 +432,23 @@ class GangPermitState:
                 del self.assumed[key]
         self._join(key, gang)
         self.owners[key] = info.owner
+        self.infos[key] = info
         self.scheduler.upsert_pod(info)
         self.touch(gang)
+
+    def _bound_as_permitted(self, pod: Pod, held: PodInfo) -> None:
+        """`pod` is now bound to the node the scheduler holds it on (a permit, or an assumed
+        bind), nothing else changed: its gang, spec, owner and room stay what `_put_pod` found
+        when it was pending, so only the reservation turns into use. Spares a membership look
+        and a `pod_info` per pod (a third of a workload's pod changes)."""
+        key = PodKey(pod.key)
+        self.pods[key] = pod
+        self.assumed.pop(key, None)
+        self._seen_bound(held.gang or GangKey(key))
+        info = msgspec.structs.replace(held, node=NodeName(pod.node_name))
+        self.infos[key] = info
+        self.scheduler.upsert_pod(info)
+        self.touch(held.gang)
 
     def _seen_bound(self, gang: GangKey) -> None:
         """A pod of `gang` is bound: once all its permitted pods are, the permit is answered
@@ -493,6 +529,7 @@ class GangPermitState:
         self.touch(self.feed.gang_of.get(key))
         self.feed.index(key, None)
         self.owners.pop(key, None)
+        self.infos.pop(key, None)
         self.assumed.pop(key, None)
         for gang, held in list(self.held.items()):
             if key in held:

@@ -3,27 +3,28 @@ and creation time, and the admission as the api model spells it. Pure."""
 
 from __future__ import annotations
 
-import logging
-
-import msgspec
+from typing import NamedTuple
 
 from muster.api.model import Admission, PodSetAssignment, Workload
 from muster.contracts.v1 import events_pb2
-from muster.payloads import PayloadError, written_workload
-
-log = logging.getLogger(__name__)
+from muster.payloads import KeptManifest
 
 
-class Submitted(msgspec.Struct, frozen=True, kw_only=True):
-    workload: Workload | None  # None when the manifest does not decode
+class Submitted(NamedTuple):
+    manifest: KeptManifest  # decoded once it is admitted here
     priority: int
     created_s: float
 
+    @property
+    def workload(self) -> Workload | None:
+        """Its Workload; None when the manifest does not decode."""
+        return self.manifest.workload()
+
 
 def submitted_of(env: events_pb2.Envelope) -> Submitted:
-    """What a `submitted` says."""
+    """What a `submitted` says (its manifest read only when asked for)."""
     return Submitted(
-        workload=_workload_of(env.submitted.manifest_json, env),
+        manifest=KeptManifest(env.submitted.manifest_json, what=env.workload),
         priority=env.submitted.priority,
         created_s=env.time_unix_nano / 1e9,
     )
@@ -32,20 +33,13 @@ def submitted_of(env: events_pb2.Envelope) -> Submitted:
 def submitted_from(manifest_json: str, admitted: events_pb2.Envelope) -> Submitted:
     """What a `submitted` would have said, from the copy of the manifest an admission carries
     (its priority as written in it; its creation time unknown, so the admission's)."""
-    workload = _workload_of(manifest_json, admitted)
+    manifest = KeptManifest(manifest_json, what=admitted.workload)
+    workload = manifest.workload()
     return Submitted(
-        workload=workload,
+        manifest=manifest,
         priority=(workload.priority or 0) if workload is not None else 0,
         created_s=admitted.time_unix_nano / 1e9,
     )
-
-
-def _workload_of(manifest_json: str, env: events_pb2.Envelope) -> Workload | None:
-    try:
-        return written_workload(manifest_json, what=env.workload)
-    except PayloadError as err:
-        log.warning("undecodable workload manifest: %s", err, extra={"workload": env.workload})
-        return None
 
 
 def admission_of(admission: events_pb2.Admission) -> Admission:

@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from muster import payloads
+from muster.api.model import Workload
 from muster.binder.handlers import BinderContext, WorkloadSpecs, on_admitted
 from muster.binder.pacing import BindPacer
 from muster.binder.service import spec_subjects
@@ -222,3 +224,37 @@ async def test_an_admission_whose_copy_of_the_spec_does_not_decode_is_dead_lette
     with pytest.raises(Reject, match=r"^ns/w.*expected an object, got a list"):
         await on_admitted(_admitted("[1]"), _context(backend))
     assert backend.started == {}
+
+
+async def test_only_a_workload_admitted_here_has_its_manifest_read(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every binder follows every cluster's `submitted`: one admitted elsewhere, or never, is
+    kept as published and not read (a manifest that does not decode bothers no one here)."""
+    read: list[str] = []
+    written_workload = payloads.written_workload
+
+    def counted(text: str, *, what: str) -> Workload:
+        read.append(what)
+        return written_workload(text, what=what)
+
+    monkeypatch.setattr(payloads, "written_workload", counted)
+    backend = _Backend()
+    ctx = _context(backend)
+    elsewhere = {**MANIFEST, "metadata": {"name": "x", "namespace": "ns"}}
+    broken = on("west", "submitted", pb.WorkloadSubmitted(manifest_json='{"kind": 3}'), 1)
+    broken.workload = "ns/broken"
+    other = on("west", "submitted", pb.WorkloadSubmitted(manifest_json=json.dumps(elsewhere)), 2)
+    other.workload = "ns/x"
+    ours = on("local", "submitted", pb.WorkloadSubmitted(manifest_json=json.dumps(MANIFEST)), 3)
+    for env in (broken, other, ours):
+        ctx.specs.apply(env)
+    assert read == []
+    assert "undecodable" not in caplog.text
+
+    await on_admitted(_admitted(""), ctx)  # no copy: the spec followed is read, once
+    await on_admitted(_admitted(""), ctx)
+    assert read == ["ns/w"]
+    assert [(s.name, s.count) for s in backend.started["ns/w"]] == [("main", 1)]
+    assert ctx.specs.get("ns/broken") is None  # asked for: it does not decode, as before
+    assert "undecodable workload manifest" in caplog.text

@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 from cluster_docs import fed, kueue_workload, node, objects, pod
 
-from muster.gangpermit.service import GangPermitConfig, followed_subjects
+from muster.gangpermit.service import (
+    HEARTBEAT_MIN_S,
+    GangPermitConfig,
+    followed_subjects,
+    heartbeat_rest_s,
+)
 from muster.gangpermit.translate import decide
 
 CPU = 1000
@@ -48,3 +53,15 @@ def test_specs_are_followed_on_every_cluster_and_the_rest_on_its_own() -> None:
 def test_heartbeat_interval_must_be_positive() -> None:
     with pytest.raises(ValueError, match="heartbeat interval must be > 0 seconds, got 0"):
         GangPermitConfig(cluster="local", heartbeat_s=0)
+
+
+def test_a_heartbeat_that_takes_long_to_compute_rests_in_proportion() -> None:
+    """A burst's passes wake the heartbeat at most ten times a second; a large cluster's
+    room, which takes long to compute, is written less often, so that it takes at most a
+    twentieth of the loop, but at least every --heartbeat-seconds."""
+    config = GangPermitConfig(cluster="local")
+    assert heartbeat_rest_s(0.0002, config) == HEARTBEAT_MIN_S  # a few nodes
+    assert heartbeat_rest_s(0.042, config) == pytest.approx(0.84)  # 5 000 nodes
+    assert heartbeat_rest_s(0.0, GangPermitConfig(cluster="local", heartbeat_s=0.05)) == 0.05
+    # Never rarer than every --heartbeat-seconds: admission takes a silent cluster for lost.
+    assert heartbeat_rest_s(0.42, config) == config.heartbeat_s  # 50 000 nodes

@@ -7,8 +7,10 @@ publish them, and a "restart" is a new state fed the same stream and cluster.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import msgspec
+import pytest
 from cluster_docs import GANG, event, fed, gang, kueue_workload, node, objects, pod
 
 from muster.contracts.v1 import events_pb2
@@ -168,6 +170,25 @@ def test_kueue_workload_is_one_gang_of_its_admitted_pods_with_min_count() -> Non
     assert (left.type, left.workload) == ("workload.gang_waiting", "ns/job-main-2")
 
 
+def test_a_submitted_manifest_is_read_only_once_the_workload_is_admitted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Gang-permit follows every cluster's `submitted`; one never admitted here (another
+    cluster's, or deleted while pending) is kept as published, not read."""
+    state = fed(node("a", cpu="2"))
+    broken = events_pb2.WorkloadSubmitted(manifest_json='{"kind": 3}')
+    state.apply_event(event("submitted", broken, workload="ns/elsewhere"))
+    state.apply_event(event("deleted", events_pb2.WorkloadDeleted(), workload="ns/elsewhere"))
+    submitted = events_pb2.WorkloadSubmitted(manifest_json=json.dumps(JOB_MANIFEST), priority=5)
+    state.apply_event(event("submitted", submitted, workload="ns/job"))
+    assert "undecodable" not in caplog.text
+
+    state.apply_event(job_admitted())
+
+    assert state.admitted["ns/job"].spec.min_count == 2  # the manifest's minCount, read now
+    assert state.admitted["ns/job"].spec.priority == 5
+
+
 def test_without_its_submitted_a_gang_takes_min_count_from_the_admissions_copy() -> None:
     # Restarted after the submitted left the stream: only the admission tells the spec.
     started = [pod(f"job-main-{i}", labels={"muster.dev/workload": "job"})[0] for i in range(3)]
@@ -221,6 +242,36 @@ def test_a_bound_pod_that_starts_running_is_kept_without_asking_the_scheduler_ag
     done = msgspec.structs.replace(running, phase="Succeeded")
     assert state.put(done) is True  # its room is free: the scheduler is told
     assert GANG_POD not in state.pods
+
+
+def test_a_pod_bound_where_permitted_keeps_its_gang_without_looking_it_up_again() -> None:
+    state = fed(node("a") + gang(pods=2))
+    (permit,) = decide(state, now_s=10.0)
+    nodes = {b.pod.name: b.node for b in permit.gang_permitted.bindings}
+    looked: list[object] = []
+    membership = state.feed.membership
+
+    def counted(pod: Any) -> Any:
+        looked.append(pod)
+        return membership(pod)
+
+    state.feed.membership = counted  # type: ignore[method-assign]
+    for name in ("train-0", "train-1"):
+        bound = objects(pod(name, workload="train", node_name=nodes[name]))[0]
+        assert state.put(bound) is False
+
+    assert looked == []  # the gang each was permitted in still holds
+    assert GangKey(GANG) not in state.permits  # every permitted pod is bound: answered
+    for name in ("train-0", "train-1"):
+        info = state.infos[PodKey(f"ns/{name}")]
+        assert (info.gang, info.node) == (GANG, nodes[name])
+        assert state.scheduler.node_of(PodKey(f"ns/{name}")) == nodes[name]
+    status = state.scheduler.gang_status(GangKey(GANG))
+    assert status is not None
+    assert (status.phase, status.pending) == ("Permitted", 0)
+    # Bound by another scheduler elsewhere: looked up as any new placement is.
+    state.put(objects(pod("other", workload="train", node_name="a"))[0])
+    assert len(looked) == 1
 
 
 def test_heartbeat_looks_again_only_at_gangs_that_changed_and_agrees_with_a_full_look() -> None:
