@@ -438,9 +438,12 @@ async def test_a_pods_ready_timeout_backs_off_requeued_false_then_true_then_deac
         await stopped(stack, await start_unready(stack, name))  # times out again: the limit
 
         async def deactivated() -> dict[str, Any] | None:
+            """Deactivated, and its pods gone: Evicted says why at once, Requeued and the
+            reservation change only once its pods are gone (Kueue's job reconciler)."""
             workload = await kubectl.get("Workload", name, "ml")
             found = condition(workload, "Evicted")
-            return workload if found.get("reason", "").startswith("Deactivated") else None
+            gone = condition(workload, "QuotaReserved").get("status") == "False"
+            return workload if found.get("reason", "").startswith("Deactivated") and gone else None
 
         workload = await eventually(deactivated)
         limit = (
