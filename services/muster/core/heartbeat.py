@@ -16,7 +16,7 @@ lost.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Final, Generic, TypeVar
 
 import msgspec
@@ -74,11 +74,12 @@ class _Table(Generic[T]):
         self.index: dict[Hashable, int] = {}
         self.values: list[T] = []
 
-    def add(self, key: Hashable, value: T) -> int:
+    def add(self, key: Hashable, value: Callable[[], T]) -> int:
+        """The index of `key`, its value made by `value()` when it is new."""
         found = self.index.get(key)
         if found is None:
             found = self.index[key] = len(self.values)
-            self.values.append(value)
+            self.values.append(value())
         return found
 
 
@@ -89,16 +90,15 @@ def pack(capacity: ClusterCapacity) -> Wire:
     vectors: _Table[dict[str, int]] = _Table()
     rows = []
     for node in capacity.nodes:
-        named = tuple(k for k, v in node.labels.items() if v == node.name)
-        shared = {k: v for k, v in node.labels.items() if v != node.name} if named else node.labels
-        labels = label_sets.add(
-            (tuple(shared.items()), named), LabelSet(labels=dict(shared), named=named)
-        )
+        name = node.name
+        # The node's own name stands as None in the key: one key for the whole pool.
+        key = tuple((k, None if v == name else v) for k, v in node.labels.items())
+        taints = node.taints
         rows.append(
             Row(
-                name=node.name,
-                labels=labels,
-                taints=taint_sets.add(node.taints, node.taints),
+                name=name,
+                labels=label_sets.add(key, lambda: _label_set(key)),
+                taints=taint_sets.add(taints, lambda: taints),
                 allocatable=_vector(vectors, node.allocatable),
                 free=_vector(vectors, node.free),
             )
@@ -116,8 +116,14 @@ def pack(capacity: ClusterCapacity) -> Wire:
     )
 
 
+def _label_set(key: tuple[tuple[str, str | None], ...]) -> LabelSet:
+    labels = {k: v for k, v in key if v is not None}
+    return LabelSet(labels=labels, named=tuple(k for k, v in key if v is None))
+
+
 def _vector(table: _Table[dict[str, int]], resources: Resources) -> int:
-    return table.add(tuple(resources.items()), dict(resources))
+    key = tuple(resources.items())
+    return table.add(key, lambda: dict(key))
 
 
 def encode_heartbeat(capacity: ClusterCapacity, *, max_bytes: int) -> tuple[bytes, str]:
