@@ -21,12 +21,13 @@ from typing import Final, Generic, TypeVar
 
 import msgspec
 
-from muster.api.model import Resources, Taint
+from muster.api.model import Taint
 from muster.core.dispatch import ClusterCapacity, NodeRoom
 
 LAYOUT: Final = 2
 ROOM_TOO_LARGE: Final = "RoomTooLarge"
 
+K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
 
 
@@ -67,40 +68,39 @@ _decoder: Final = msgspec.json.Decoder(Wire)
 _encoder: Final = msgspec.json.Encoder()
 
 
-class _Table(Generic[T]):
+class _Table(Generic[K, T]):
     """Distinct values in order of first use, each by its index."""
 
-    def __init__(self) -> None:
-        self.index: dict[Hashable, int] = {}
+    def __init__(self, make: Callable[[K], T]) -> None:
+        self.make = make  # a new key's value
+        self.index: dict[K, int] = {}
         self.values: list[T] = []
 
-    def add(self, key: Hashable, value: Callable[[], T]) -> int:
-        """The index of `key`, its value made by `value()` when it is new."""
+    def add(self, key: K) -> int:
         found = self.index.get(key)
         if found is None:
             found = self.index[key] = len(self.values)
-            self.values.append(value())
+            self.values.append(self.make(key))
         return found
 
 
 def pack(capacity: ClusterCapacity) -> Wire:
     """`capacity` in layout 2."""
-    label_sets: _Table[LabelSet] = _Table()
-    taint_sets: _Table[tuple[Taint, ...]] = _Table()
-    vectors: _Table[dict[str, int]] = _Table()
+    label_sets = _Table(_label_set)
+    taint_sets: _Table[tuple[Taint, ...], tuple[Taint, ...]] = _Table(tuple)
+    vectors: _Table[tuple[tuple[str, int], ...], dict[str, int]] = _Table(dict)
     rows = []
     for node in capacity.nodes:
         name = node.name
         # The node's own name stands as None in the key: one key for the whole pool.
-        key = tuple((k, None if v == name else v) for k, v in node.labels.items())
-        taints = node.taints
+        labels = tuple((k, None if v == name else v) for k, v in node.labels.items())
         rows.append(
             Row(
                 name=name,
-                labels=label_sets.add(key, lambda: _label_set(key)),
-                taints=taint_sets.add(taints, lambda: taints),
-                allocatable=_vector(vectors, node.allocatable),
-                free=_vector(vectors, node.free),
+                labels=label_sets.add(labels),
+                taints=taint_sets.add(node.taints),
+                allocatable=vectors.add(tuple(node.allocatable.items())),
+                free=vectors.add(tuple(node.free.items())),
             )
         )
     return Wire(
@@ -119,11 +119,6 @@ def pack(capacity: ClusterCapacity) -> Wire:
 def _label_set(key: tuple[tuple[str, str | None], ...]) -> LabelSet:
     labels = {k: v for k, v in key if v is not None}
     return LabelSet(labels=labels, named=tuple(k for k, v in key if v is None))
-
-
-def _vector(table: _Table[dict[str, int]], resources: Resources) -> int:
-    key = tuple(resources.items())
-    return table.add(key, lambda: dict(key))
 
 
 def encode_heartbeat(capacity: ClusterCapacity, *, max_bytes: int) -> tuple[bytes, str]:
