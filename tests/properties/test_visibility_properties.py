@@ -25,9 +25,11 @@ from engine_scenarios import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from memory_kv import MemoryKV
 
 from muster.admission.shards import PartitionMap, Sharding
-from muster.admission.visibility import VisibilityRenderer, VisibilityWriter
+from muster.admission.visibility import VisibilityRenderer
+from muster.admission.visibility_writer import VisibilityWriter
 from muster.api.model import ApiObject, ClusterQueue, KueueConfig, LocalQueue, WorkloadKey
 from muster.contracts.v1 import services_pb2
 from muster.core.engine import Engine
@@ -43,26 +45,6 @@ CALLS = (
     "submit", "schedule", "finish", "delete", "deactivate", "activate", "evict", "stopped",
     "forget", "remove-queue", "apply-queue", "render",
 )  # fmt: skip
-
-
-class MemoryKV:
-    def __init__(self) -> None:
-        self.data: dict[str, bytes] = {}
-        self.read: list[str] = []
-
-    async def put(self, key: str, value: bytes) -> int:
-        self.data[key] = value
-        return len(self.data)
-
-    async def delete(self, key: str) -> None:
-        self.data.pop(key, None)
-
-    async def get(self, key: str) -> bytes | None:  # the gateway's side
-        self.read.append(key)
-        return self.data.get(key)
-
-    async def entries(self, pattern: str) -> dict[str, bytes]:
-        raise NotImplementedError
 
 
 def tallies(index: QueueIndex, *, swept: bool = False) -> dict[str, object]:
@@ -155,7 +137,7 @@ class Driver:
         self.now_s = 0.0
         self.renderer = VisibilityRenderer()
         self.kv = MemoryKV()
-        self.writer = VisibilityWriter(self.kv)
+        self.writer = VisibilityWriter(self.kv, self.renderer)
         self.loop = asyncio.new_event_loop()
 
     def keys(self, *phases: Phase) -> list[WorkloadKey]:
@@ -276,7 +258,7 @@ def test_a_render_after_one_arrival_writes_one_page_and_the_index() -> None:
     first = driver.engine.pending_pages("cq")[0].id
     driver.engine.submit(workload("urgent", queue="lq-cq", cpu=1000, priority=9), now_s=99)
     values, changed = driver.renderer.render(driver.engine, driver.sharding)
-    assert changed == {"cq.cq", "lq.ns.lq-cq", f"pending-page.{first}.cq", "pending-index.cq"}
+    assert changed == {"cq.cq", "lq.ns.lq-cq", f"pending-page.1-{first}.cq", "pending-index.cq"}
     driver.loop.run_until_complete(driver.writer.write(values, changed))
     driver.render_and_compare()
 

@@ -132,7 +132,7 @@ async def test_visibility_bucket_and_queue_status_follow_the_queues(
     assert row.borrowing_limit == ""
     index = services_pb2.PendingPageIndex.FromString(await value(kv, "pending-index.cq"))
     assert [(p.count, [q.name for q in p.local_queues]) for p in index.pages] == [(1, ["lq"])]
-    page = await value(kv, f"pending-page.{index.pages[0].id}.cq")
+    page = await value(kv, f"pending-page.{index.epoch}-{index.pages[0].id}.cq")
     pending = services_pb2.PendingWorkloadsResponse.FromString(page)
     assert [(p.namespace, p.name, p.local_queue) for p in pending.items] == [("ns", "b", "lq")]
     lq = pb.LocalQueueStatus.FromString(await value(kv, "lq.ns.lq"))

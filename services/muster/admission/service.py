@@ -35,7 +35,8 @@ from muster.admission.rebuild import SnapshotStore, rebuild, rebuilding
 from muster.admission.snapshot import CompactLog, encode_snapshot
 from muster.admission.state import AdmissionState
 from muster.admission.subjects import consumer_subjects
-from muster.admission.visibility import VisibilityPace, VisibilityRenderer, VisibilityWriter
+from muster.admission.visibility import VisibilityPace, VisibilityRenderer
+from muster.admission.visibility_writer import VisibilityWriter
 from muster.api.model import KueueConfig
 from muster.bus import (
     DEFAULT_CLUSTER,
@@ -397,8 +398,8 @@ class AdmissionService:
         written. Kueue's gauges (metrics on) are computed with them, in that share.
         """
         kv = await self.bus.kv(VISIBILITY_BUCKET)
-        writer = VisibilityWriter(kv)
         renderer = VisibilityRenderer()
+        writer = VisibilityWriter(kv, renderer)  # fenced on each ClusterQueue's epoch
         queues = VisibilityWriter(await self.bus.kv(PARTITIONS_BUCKET))
         pace = VisibilityPace(
             quiet_s=self.config.visibility_interval_s,
@@ -412,7 +413,9 @@ class AdmissionService:
             rounds, self._changed_rounds = self._changed_rounds, 0
             started = time.perf_counter()
             async with self.rounds.lock:
-                values, changed = renderer.render(self.state.engine, self.state.sharding)
+                values, changed = renderer.render(
+                    self.state.engine, self.state.sharding, sequence=self.state.last_sequence
+                )
                 homes = bucket_values(self.state.homes)
                 if self.metrics is not None:
                     self.metrics.refresh_gauges()

@@ -3,36 +3,34 @@
 Keys (docs/services.md): `cq.<name>` → `ClusterQueueStatus`, `lq.<namespace>.<name>` →
 `LocalQueueStatus`, and the pending workloads of a ClusterQueue in admission order, in the
 pages of the engine's index (`core.pending_pages`: 32 to 128 workloads, each under an id it
-keeps): `pending-page.<id>.<cq>` (`PendingWorkloadsResponse`, no positions) and
+keeps): `pending-page.<epoch>-<id>.<cq>` (`PendingWorkloadsResponse`, no positions) and
 `pending-index.<cq>` (`PendingPageIndex`: the pages in order, with their counts per
-LocalQueue; docs/events.md). A replica writes only the queues of its own shard.
+LocalQueue, and the epoch; docs/events.md). A replica writes only the queues of its own
+shard, each under its epoch for that queue: the stream sequence after the last event it had
+applied when it began to own it, so that a newer owner's is larger (`visibility_writer`
+fences the writes on it).
 
 `VisibilityRenderer` keeps the values between renders and recomputes only the queues the
 engine says changed, and of a pending list only the pages that changed and the index: a
 render after one arrival costs one page and the index's join, however long its queue.
-`visibility_values` is the same render done afresh. `VisibilityWriter` remembers what it
-wrote and writes changes; `VisibilityPace` says how long the loop rests between writes.
+`visibility_values` is the same render done afresh. `VisibilityPace` says how long the loop
+rests between writes.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import Coroutine, Iterable, Mapping, Sequence
-from typing import Any, Final, Protocol
+from collections.abc import Iterable, Sequence
+from typing import Final
 
 from muster.admission.shards import Sharding
 from muster.api import format_quantity
 from muster.api.encode import is_byte_resource
-from muster.bus.kv import valid_key
 from muster.contracts.v1 import events_pb2 as pb
 from muster.contracts.v1 import services_pb2
 from muster.core.engine import Engine
 from muster.core.pending_pages import PendingPage
 from muster.core.queue_index import Changes
 from muster.core.status import FlavorUsage
-
-log = logging.getLogger(__name__)
 
 Message = pb.ClusterQueueStatus | pb.LocalQueueStatus | services_pb2.PendingWorkloadsResponse
 
@@ -167,21 +165,22 @@ def local_queue_key(namespace: str, name: str) -> str:
 
 
 INDEX_PREFIX: Final = "pending-index."
+PAGE_PREFIX: Final = "pending-page."
 
 
 def pending_index_key(cluster_queue: str) -> str:
     return f"{INDEX_PREFIX}{cluster_queue}"
 
 
-def pending_page_key(cluster_queue: str, page_id: int) -> str:
-    """The key of page `page_id` of `cluster_queue`'s pending list. The id is a token of its
-    own: names may hold dots."""
-    return f"pending-page.{page_id}.{cluster_queue}"
+def pending_page_key(cluster_queue: str, page_id: int, epoch: int) -> str:
+    """The key of page `page_id` of `cluster_queue`'s pending list, written by the owner of
+    epoch `epoch`. Epoch and id are one token: names may hold dots."""
+    return f"{PAGE_PREFIX}{epoch}-{page_id}.{cluster_queue}"
 
 
-def visibility_values(engine: Engine, sharding: Sharding) -> dict[str, bytes]:
+def visibility_values(engine: Engine, sharding: Sharding, *, sequence: int = 0) -> dict[str, bytes]:
     """Every visibility key this shard owns, with its serialized value."""
-    return dict(VisibilityRenderer().render(engine, sharding)[0])
+    return dict(VisibilityRenderer().render(engine, sharding, sequence=sequence)[0])
 
 
 class VisibilityRenderer:
@@ -199,9 +198,16 @@ class VisibilityRenderer:
         self._local_queues: dict[str, tuple[str, str]] = {}  # "ns/name" -> (ns, name), owned
         self._entries: dict[str, dict[int, bytes]] = {}  # per ClusterQueue, per page: its entry
         self._changed: set[str] = set()
+        self.epochs: dict[str, int] = {}  # owned ClusterQueue -> since when (see `fence`)
+        self._epoch_bytes: dict[str, bytes] = {}  # its index's epoch field, serialized
+        self._local_queue_owners: dict[str, str] = {}  # `lq.` key -> its owned ClusterQueue
 
-    def render(self, engine: Engine, sharding: Sharding) -> tuple[dict[str, bytes], set[str]]:
-        """(every key with its value, the keys put or dropped since the last render)."""
+    def render(
+        self, engine: Engine, sharding: Sharding, *, sequence: int = 0
+    ) -> tuple[dict[str, bytes], set[str]]:
+        """(every key with its value, the keys put or dropped since the last render).
+        `sequence`: the last stream sequence the engine applied; a ClusterQueue this shard
+        did not own at the last render gets epoch `sequence + 1`."""
         engine.settle()  # deferred configuration changes are reported once applied
         changes = engine.take_view_changes()
         if (
@@ -209,13 +215,27 @@ class VisibilityRenderer:
             or engine is not self._engine
             or sharding.owned is not self._owned_partitions
         ):
-            self._restart(engine, sharding)
+            self._restart(engine, sharding, sequence)
             changes = Changes(everything=True)
         self._render_changes(engine, changes)
         changed, self._changed = self._changed, set()
         return self.values, changed
 
-    def _restart(self, engine: Engine, sharding: Sharding) -> None:
+    def fence(self, key: str) -> tuple[str, int] | None:
+        """(the owned ClusterQueue whose owner writes `key`, this shard's epoch for it); None
+        for a key of no owned ClusterQueue (a LocalQueue naming a missing one)."""
+        if key.startswith("cq."):
+            cluster_queue: str | None = key[3:]
+        elif key.startswith(INDEX_PREFIX):
+            cluster_queue = key[len(INDEX_PREFIX) :]
+        elif key.startswith(PAGE_PREFIX):
+            cluster_queue = key.split(".", 2)[2]
+        else:
+            cluster_queue = self._local_queue_owners.get(key)
+        epoch = self.epochs.get(cluster_queue or "")
+        return None if cluster_queue is None or epoch is None else (cluster_queue, epoch)
+
+    def _restart(self, engine: Engine, sharding: Sharding, sequence: int) -> None:
         self._engine, self._owned_partitions = engine, sharding.owned
         self._changed = set(self.values)
         self.values, self._entries, self._trees = {}, {}, {}
@@ -234,6 +254,17 @@ class VisibilityRenderer:
                 not exists and sharding.owns_local_queue(namespace, name)
             ):
                 self._local_queues[f"{namespace}/{name}"] = (namespace, name)
+        # A queue owned before keeps its epoch: a new one is owned from the next event on.
+        self.epochs = {cq: self.epochs.get(cq, sequence + 1) for cq in self._cluster_queues}
+        self._epoch_bytes = {
+            cq: services_pb2.PendingPageIndex(epoch=epoch).SerializeToString()
+            for cq, epoch in self.epochs.items()
+        }
+        self._local_queue_owners = {
+            local_queue_key(namespace, name): config.local_queues[key].cluster_queue
+            for key, (namespace, name) in self._local_queues.items()
+            if config.local_queues[key].cluster_queue in self._cluster_queues
+        }
 
     def _render_changes(self, engine: Engine, changes: Changes) -> None:
         owned = self._cluster_queues
@@ -262,6 +293,7 @@ class VisibilityRenderer:
         """Re-render `cluster_queue`'s pages `pages` (None: all) and its index; drop the
         pages of `pages` that are gone."""
         entries = self._entries.setdefault(cluster_queue, {})
+        epoch = self.epochs[cluster_queue]
         if pages is None:
             pages = set(entries)
             entries.clear()
@@ -272,12 +304,13 @@ class VisibilityRenderer:
             entry = entries.get(page.id)
             if entry is None:
                 entry = entries[page.id] = index_entry(page)
-                self._put_bytes(pending_page_key(cluster_queue, page.id), page_bytes(page))
+                self._put_bytes(pending_page_key(cluster_queue, page.id, epoch), page_bytes(page))
             joined.append(entry)
         for page_id in pages.difference(entries):
-            key = pending_page_key(cluster_queue, page_id)
+            key = pending_page_key(cluster_queue, page_id, epoch)
             self.values.pop(key, None)
             self._changed.add(key)
+        joined.append(self._epoch_bytes[cluster_queue])  # fields of one message, concatenated
         self._put_bytes(pending_index_key(cluster_queue), b"".join(joined))
 
     def _put(self, key: str, message: Message) -> None:
@@ -286,112 +319,6 @@ class VisibilityRenderer:
     def _put_bytes(self, key: str, value: bytes) -> None:
         self.values[key] = value
         self._changed.add(key)
-
-
-class KeyValueWriter(Protocol):
-    """The part of a JetStream key-value bucket the writer uses."""
-
-    async def put(self, key: str, value: bytes) -> int: ...
-
-    async def delete(self, key: str) -> None: ...
-
-
-class KeyListing(Protocol):
-    """The bucket's listing of its live keys (the bus's `Bucket.snapshot`)."""
-
-    async def snapshot(self, pattern: str) -> Mapping[str, object]: ...
-
-
-# The keys of pending lists before indexes (issue 19's pages of 100, positions set):
-# `pending.<cq>` and `pending-from.<start>.<cq>`.
-_LEGACY: Final = (("pending.>", 1), ("pending-from.>", 2))
-
-
-class VisibilityWriter:
-    """Writes the keys whose values changed since the last flush; deletes vanished ones."""
-
-    def __init__(self, kv: KeyValueWriter) -> None:
-        self.kv = kv
-        self.swept = False  # the layout before indexes: deleted for our ClusterQueues once
-        self.written: dict[str, bytes] = {}
-        self.refused: set[str] = set()  # invalid keys, logged once
-        self.owed: set[str] | None = None  # keys a failed write left; None: compare every key
-
-    def changes(
-        self, values: Mapping[str, bytes], keys: Iterable[str] | None = None
-    ) -> tuple[dict[str, bytes], list[str]]:
-        """(keys to put with their values, keys to delete), against what was written; of
-        `keys` only, and of what a failed write left, when given."""
-        if keys is None or self.owed is None:
-            put = {k: v for k, v in values.items() if self.written.get(k) != v}
-            gone = [k for k in self.written if k not in values]
-            return put, gone
-        keys = self.owed.union(keys)
-        put = {k: values[k] for k in keys if k in values and self.written.get(k) != values[k]}
-        return put, [k for k in keys if k not in values and k in self.written]
-
-    async def write(
-        self, values: Mapping[str, bytes], keys: Iterable[str] | None = None
-    ) -> list[str]:
-        """Store the changes, side by side (each key is written once); returns the keys put.
-        `keys`: the only keys that may have changed since the last call (a renderer's).
-
-        Pending pages are put before the indexes naming them, and keys are deleted after
-        both, so a reader never finds an index naming a page not yet written or already
-        deleted. A key is remembered as written only once its write succeeded, so a failed
-        write leaves the rest to the next call.
-        """
-        put, gone = self.changes(values, keys)
-        self.owed = set(put).union(gone)  # until written
-        for key in [k for k in put if not valid_key(k)]:
-            # A name stored before names were checked (a LocalQueue `../x`): it cannot be a key,
-            # and must not keep the other keys from being written. Said once.
-            del put[key]
-            if key not in self.refused:
-                self.refused.add(key)
-                log.error("visibility key %r is not a valid key: not written", key)
-
-        async def put_one(key: str, value: bytes) -> None:
-            await self.kv.put(key, value)
-            self.written[key] = value
-
-        async def delete_one(key: str) -> None:
-            await self.kv.delete(key)
-            self.written.pop(key, None)
-
-        indexes = {k for k in put if k.startswith(INDEX_PREFIX)}
-        await _together(put_one(k, v) for k, v in put.items() if k not in indexes)
-        await _together(put_one(k, put[k]) for k in indexes)
-        await _together(delete_one(k) for k in gone)
-        self.owed = set()
-        return list(put)
-
-    async def sweep_legacy(self, listing: KeyListing, values: Mapping[str, bytes]) -> None:
-        """Delete, once, the pending keys of the layout before indexes that a writer of
-        before an upgrade left for the ClusterQueues whose index `values` now holds: readers
-        prefer an index, but a stale page would outlive its queue (docs/events.md)."""
-        if self.swept:
-            return
-        ours = {k.removeprefix(INDEX_PREFIX) for k in values if k.startswith(INDEX_PREFIX)}
-        stale = [
-            key
-            for pattern, dots in _LEGACY
-            for key in await listing.snapshot(pattern)
-            if key.split(".", dots)[-1] in ours and key.count(".") >= dots
-        ]
-        await _together(self.kv.delete(key) for key in stale)
-        self.swept = True
-
-
-async def _together(calls: Iterable[Coroutine[Any, Any, None]]) -> None:
-    """Run `calls` side by side, each to its end; then raise the first failure."""
-    waiting = list(calls)
-    if not waiting:
-        return  # most writes delete nothing, or put no index: no turn of the loop for them
-    results = await asyncio.gather(*waiting, return_exceptions=True)
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
 
 
 class VisibilityPace:

@@ -3,12 +3,14 @@
 Admission writes the bucket (docs/services.md): `cq.<name>` (ClusterQueueStatus),
 `lq.<namespace>.<name>` (LocalQueueStatus) and the pending workloads of each ClusterQueue in
 order: `pending-index.<cq>` (PendingPageIndex: the pages in order, with their counts per
-LocalQueue) and `pending-page.<id>.<cq>` (PendingWorkloadsResponse, positions left to the
-reader); each a serialized protobuf. A query reads the index and only the pages holding what
-it asks for: a LocalQueue's, only the pages its counts say hold its workloads. The layout
-before (docs/events.md, issue 19 note: pages of equal size with positions set, `pending.<cq>`
-and `pending-from.<start>.<cq>`) is read while a ClusterQueue has no index, during an
-upgrade. The gateway only reads, through the small `VisibilityStore` seam.
+LocalQueue, and its writer's epoch) and `pending-page.<epoch>-<id>.<cq>`
+(PendingWorkloadsResponse, positions left to the reader; `pending-page.<id>.<cq>` under an
+index of epoch 0, written before epochs); each a serialized protobuf. A query reads the index
+and only the pages holding what it asks for: a LocalQueue's, only the pages its counts say
+hold its workloads. The layout before (docs/events.md, issue 19 note: pages of equal size
+with positions set, `pending.<cq>` and `pending-from.<start>.<cq>`) is read while a
+ClusterQueue has no index, during an upgrade. The gateway only reads, through the small
+`VisibilityStore` seam.
 """
 
 from __future__ import annotations
@@ -196,11 +198,15 @@ async def read_pages(
     start: int = 0,
     stop: int | None = None,
     local_queue: tuple[str, str] | None = None,
+    *,
+    epoch: int = 0,
 ) -> list[services_pb2.PendingWorkload]:
     """The workloads of `slots`' pages at positions `start` to `stop` (as in `plan`), with
-    their positions. A page deleted since the index was read is skipped: the next read
-    finds the index without it."""
-    found = await asyncio.gather(*(store.get(page_key(cluster_queue, slot.id)) for slot in slots))
+    their positions; `epoch`: the index's. A page deleted since the index was read is
+    skipped: the next read finds the index without it."""
+    found = await asyncio.gather(
+        *(store.get(page_key(cluster_queue, slot.id, epoch)) for slot in slots)
+    )
     items: list[services_pb2.PendingWorkload] = []
     for slot, data in zip(slots, found, strict=True):
         if data is not None:
@@ -208,8 +214,11 @@ async def read_pages(
     return items
 
 
-def page_key(cluster_queue: str, page_id: int) -> str:
-    return f"pending-page.{page_id}.{cluster_queue}"
+def page_key(cluster_queue: str, page_id: int, epoch: int) -> str:
+    """Where page `page_id` of an index of epoch `epoch` is (0: an index written before
+    epochs, whose page keys have none)."""
+    token = f"{epoch}-{page_id}" if epoch else str(page_id)
+    return f"pending-page.{token}.{cluster_queue}"
 
 
 def place(
@@ -245,7 +254,9 @@ async def _indexed(
     local_queue: tuple[str, str] | None = None,
 ) -> services_pb2.PendingWorkloadsResponse:
     slots, total = plan(index, start, stop, local_queue)
-    items = await read_pages(store, cluster_queue, slots, start, stop, local_queue)
+    items = await read_pages(
+        store, cluster_queue, slots, start, stop, local_queue, epoch=index.epoch
+    )
     return services_pb2.PendingWorkloadsResponse(items=items, total=total)
 
 

@@ -183,7 +183,7 @@ async def positions(store: VisibilityStore) -> dict[str, services_pb2.PendingWor
     for cluster_queue in indexed:
         index = services_pb2.PendingPageIndex.FromString(indexes[f"pending-index.{cluster_queue}"])
         for slot in plan(index, 0, sys.maxsize)[0]:
-            data = pages.get(page_key(cluster_queue, slot.id))
+            data = pages.get(page_key(cluster_queue, slot.id, index.epoch))
             if data is not None:
                 items += place(cluster_queue, slot, data)
     for item in items:

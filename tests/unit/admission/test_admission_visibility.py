@@ -12,19 +12,21 @@ from admission_stream import (
     submitted,
     workload,
 )
+from memory_kv import MemoryKV
 
 from muster.admission.state import AdmissionState
 from muster.admission.visibility import (
     VisibilityPace,
     VisibilityRenderer,
-    VisibilityWriter,
     cluster_queue_status,
     local_queue_status,
     pending_workloads,
     visibility_values,
 )
+from muster.admission.visibility_writer import VisibilityWriter
 from muster.contracts.v1 import events_pb2 as pb
 from muster.contracts.v1 import services_pb2
+from muster.gateway.visibility import pending_workloads as gateway_pending
 
 
 def busy_state() -> AdmissionState:
@@ -84,31 +86,17 @@ def test_values_cover_the_owned_queues_under_their_keys() -> None:
     (page_id,) = [p.id for p in index.pages]
     assert sorted(values) == [
         "cq.cq", "cq.other", "lq.ns.lq", "pending-index.cq", "pending-index.other",
-        f"pending-page.{page_id}.cq",
+        f"pending-page.1-{page_id}.cq",
     ]  # fmt: skip
+    assert index.epoch == 1  # owned since the first event: the stream's sequences start at 1
     assert pb.ClusterQueueStatus.FromString(values["cq.cq"]).name == "cq"
     assert [(p.count, [(q.namespace, q.name, q.count) for q in p.local_queues])
             for p in index.pages] == [(1, [("ns", "lq", 1)])]  # fmt: skip
-    page = services_pb2.PendingWorkloadsResponse.FromString(values[f"pending-page.{page_id}.cq"])
+    page = services_pb2.PendingWorkloadsResponse.FromString(values[f"pending-page.1-{page_id}.cq"])
     assert [(p.namespace, p.name, p.local_queue, p.cluster_queue) for p in page.items] == [
         ("ns", "c", "lq", "")  # the key names the ClusterQueue; the reader counts positions
     ]
     assert not services_pb2.PendingPageIndex.FromString(values["pending-index.other"]).pages
-
-
-class MemoryKV:
-    def __init__(self) -> None:
-        self.data: dict[str, bytes] = {}
-        self.writes: list[str] = []
-
-    async def put(self, key: str, value: bytes) -> int:
-        self.data[key] = value
-        self.writes.append(key)
-        return len(self.writes)
-
-    async def delete(self, key: str) -> None:
-        self.data.pop(key, None)
-        self.writes.append(f"-{key}")
 
 
 async def test_writer_writes_only_changes_and_deletes_vanished_keys() -> None:
@@ -179,7 +167,7 @@ def test_a_render_after_one_arrival_renders_that_queue_only() -> None:
     Stream().run(state, submitted(workload("d", cpu="1")))
     values, changed = renderer.render(state.engine, state.sharding)
     (page,) = state.engine.pending_pages("cq")
-    assert changed == {"cq.cq", "lq.ns.lq", f"pending-page.{page.id}.cq", "pending-index.cq"}
+    assert changed == {"cq.cq", "lq.ns.lq", f"pending-page.1-{page.id}.cq", "pending-index.cq"}
     assert values == visibility_values(state.engine, state.sharding)
 
 
@@ -209,3 +197,39 @@ def test_pace_gives_the_views_at_most_their_share_of_the_time() -> None:
 def test_pace_refuses_a_quiet_rest_longer_than_the_busy_one() -> None:
     with pytest.raises(ValueError, match="quiet"):
         VisibilityPace(quiet_s=2.0, busy_s=1.0, cpu_share=20)
+
+
+async def test_an_old_owner_writes_nothing_over_a_newer_owners_views_and_deletes_none() -> None:
+    """A tree moved: the old owner (epoch 5) writes after the new one (epoch 10) and then drops
+    the queues; what readers find stays the new owner's (docs/events.md, "Visibility across
+    a move")."""
+    kv, state = MemoryKV(), busy_state()
+    old_views, new_views = VisibilityRenderer(), VisibilityRenderer()
+    old, new = VisibilityWriter(kv, old_views), VisibilityWriter(kv, new_views)
+    await old.write(*old_views.render(state.engine, state.sharding, sequence=4))
+    Stream().run(state, submitted(workload("d", cpu="1")))  # read by both, after the move
+    late = old_views.render(state.engine, state.sharding, sequence=12)  # written late
+    await new.write(*new_views.render(state.engine, state.sharding, sequence=9))
+    theirs = dict(kv.data)
+    assert all(k.startswith("pending-page.10-") for k in theirs if "page" in k)  # old ones swept
+
+    await old.write(*late)
+    assert old.superseded == {("cq", 5)}
+    assert kv.data == theirs  # its pages were put, then deleted: no index names them
+    await old.write({})  # it reads the move: its queues are no longer its own
+    assert kv.data == theirs
+    request = services_pb2.PendingWorkloadsRequest(cluster_queue="cq")
+    found = await gateway_pending(kv, request)
+    assert [(w.name, w.position_in_cluster_queue) for w in found.items] == [("c", 0), ("d", 1)]
+
+
+async def test_a_newer_owners_status_is_not_written_over_by_an_older_owners_first_write() -> None:
+    kv, state = MemoryKV(), busy_state()
+    old_views, new_views = VisibilityRenderer(), VisibilityRenderer()
+    old, new = VisibilityWriter(kv, old_views), VisibilityWriter(kv, new_views)
+    values, _ = old_views.render(state.engine, state.sharding, sequence=4)
+    await new.write(*new_views.render(state.engine, state.sharding, sequence=9))
+    theirs = dict(kv.data)
+    # The old owner's first write in its life comes late: every key is new to it.
+    assert await old.write({k: v + b"\x00" for k, v in values.items()}) == []
+    assert kv.data == theirs

@@ -1,0 +1,270 @@
+"""Writing the visibility keys: what changed since the last write, fenced on each
+ClusterQueue's owner.
+
+A ClusterQueue's keys have one writer, the replica deciding its tree; but when the tree moves,
+the old owner may still write for a moment after the new one (it reads the move later, or its
+writes are still on the wire). So that none of its writes lands after the new owner's
+(docs/events.md, "Visibility across a move"):
+
+- an owner writes under its epoch for the queue (`VisibilityRenderer.fence`: a newer owner's
+  is larger): in the index's `epoch`, and in its page keys, so two owners' pages never share
+  a key;
+- the queue's other keys (its index, `cq.<name>`, its LocalQueues' `lq.` keys) are written
+  at the revision this writer last wrote or read them at (compare-and-set), the index before
+  the statuses, and a status's first write in a life only after its revision was read and the
+  index found no newer: a refused write or an index of a larger epoch means a newer owner
+  writes the queue, and this writer stops writing it, deleting the pages it wrote (no index
+  names them any more);
+- a key is deleted only at the revision this writer wrote it at.
+
+A first index write of a queue deletes the pages of other epochs (its former owner's, a killed
+life's), which no index names once it is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Coroutine, Iterable, Mapping
+from typing import Any, Final, Protocol
+
+from muster.admission.visibility import INDEX_PREFIX, PAGE_PREFIX, pending_index_key
+from muster.bus.errors import Conflict
+from muster.bus.kv import Entry, valid_key
+from muster.contracts.v1 import services_pb2
+
+log = logging.getLogger(__name__)
+
+SWEEPS_AT_ONCE: Final = 16  # listings of former pages side by side, at a life's first write
+
+
+class KeyValueWriter(Protocol):
+    """The part of a JetStream key-value bucket the writer uses (the bus's `Bucket`)."""
+
+    async def put(self, key: str, value: bytes) -> int: ...
+
+    async def write(self, key: str, data: bytes, *, last: int) -> int: ...
+
+    async def delete(self, key: str, last: int | None = None) -> None: ...
+
+    async def last_write(self, key: str) -> Entry | None: ...
+
+    async def snapshot(self, pattern: str) -> Mapping[str, object]: ...
+
+
+class KeyListing(Protocol):
+    """The bucket's listing of its live keys (the bus's `Bucket.snapshot`)."""
+
+    async def snapshot(self, pattern: str) -> Mapping[str, object]: ...
+
+
+class Fencing(Protocol):
+    """Who owns a key (`VisibilityRenderer.fence`)."""
+
+    def fence(self, key: str) -> tuple[str, int] | None: ...
+
+
+# The keys of pending lists before indexes (issue 19's pages of 100, positions set):
+# `pending.<cq>` and `pending-from.<start>.<cq>`.
+_LEGACY: Final = (("pending.>", 1), ("pending-from.>", 2))
+
+
+class VisibilityWriter:
+    """Writes the keys whose values changed since the last flush; deletes vanished ones.
+    With `fencing`, a ClusterQueue's keys only while no newer owner writes them."""
+
+    def __init__(self, kv: KeyValueWriter, fencing: Fencing | None = None) -> None:
+        self.kv = kv
+        self.fencing = fencing
+        self.swept = False  # the layout before indexes: deleted for our ClusterQueues once
+        self.written: dict[str, bytes] = {}
+        self.revisions: dict[str, int] = {}  # the revision a key was last written or read at
+        # (ClusterQueue, our epoch) a newer owner writes: a later epoch of ours writes again.
+        self.superseded: set[tuple[str, int]] = set()
+        self.claimed: set[tuple[str, int]] = set()  # (ClusterQueue, epoch) we wrote the index of
+        self.refused: set[str] = set()  # invalid keys, logged once
+        self.owed: set[str] | None = None  # keys a failed write left; None: compare every key
+        self._sweeps = asyncio.Semaphore(SWEEPS_AT_ONCE)
+
+    def changes(
+        self, values: Mapping[str, bytes], keys: Iterable[str] | None = None
+    ) -> tuple[dict[str, bytes], list[str]]:
+        """(keys to put with their values, keys to delete), against what was written; of
+        `keys` only, and of what a failed write left, when given."""
+        if keys is None or self.owed is None:
+            put = {k: v for k, v in values.items() if self.written.get(k) != v}
+            gone = [k for k in self.written if k not in values]
+            return put, gone
+        keys = self.owed.union(keys)
+        put = {k: values[k] for k in keys if k in values and self.written.get(k) != values[k]}
+        return put, [k for k in keys if k not in values and k in self.written]
+
+    async def write(
+        self, values: Mapping[str, bytes], keys: Iterable[str] | None = None
+    ) -> list[str]:
+        """Store the changes, side by side (each key is written once); returns the keys put.
+        `keys`: the only keys that may have changed since the last call (a renderer's).
+
+        Pending pages are put before the indexes naming them, and keys are deleted after
+        both, so a reader never finds an index naming a page not yet written or already
+        deleted. A key is remembered as written only once its write succeeded, so a failed
+        write leaves the rest to the next call.
+        """
+        put, gone = self.changes(values, keys)
+        self.owed = set(put).union(gone)  # until written
+        for key in [k for k in put if not valid_key(k)]:
+            # A name stored before names were checked (a LocalQueue `../x`): it cannot be a key,
+            # and must not keep the other keys from being written. Said once.
+            del put[key]
+            if key not in self.refused:
+                self.refused.add(key)
+                log.error("visibility key %r is not a valid key: not written", key)
+        plain: dict[str, bytes] = {}
+        queues: dict[tuple[str, int], dict[str, bytes]] = {}
+        for key, value in put.items():
+            fence = None if self.fencing is None else self.fencing.fence(key)
+            if fence is None:
+                plain[key] = value
+            elif fence not in self.superseded:
+                queues.setdefault(fence, {})[key] = value
+        await _together(self._write_queue(cq, epoch, keys) for (cq, epoch), keys in queues.items())
+        indexes = {k for k in plain if k.startswith(INDEX_PREFIX)}  # unfenced: after pages too
+        await _together(self._put(k, v) for k, v in plain.items() if k not in indexes)
+        await _together(self._put(k, plain[k]) for k in indexes)
+        await _together(self._delete(k) for k in gone if k in self.written)
+        self.owed = set()
+        return [k for k in put if k in self.written]
+
+    async def _write_queue(self, cluster_queue: str, epoch: int, values: dict[str, bytes]) -> None:
+        """Write one ClusterQueue's changed keys while no newer owner writes them."""
+        index = pending_index_key(cluster_queue)
+        pages = [k for k in values if k.startswith(PAGE_PREFIX)]
+        others = [k for k in values if k != index and not k.startswith(PAGE_PREFIX)]
+        await _together(self._put(k, values[k]) for k in pages)  # our epoch's: no one else's
+        unread = [k for k in others if k not in self.revisions]
+        await _together(self._read_revision(k) for k in unread)
+        if index in values:
+            ours = await self._claim(index, values[index], epoch)
+        else:  # a status written first: read its revision before the index says it is ours
+            ours = not unread or await self._stored_epoch(index) <= epoch
+        if ours:
+            await _together(self._update(cluster_queue, epoch, k, values[k]) for k in others)
+        else:
+            await self._give_up(cluster_queue, epoch)
+
+    async def _claim(self, key: str, value: bytes, epoch: int) -> bool:
+        """Write index `key` at the revision last written or read, unless an index of a newer
+        owner is there; False then. The first of a life deletes the pages of other epochs."""
+        cluster_queue = key.removeprefix(INDEX_PREFIX)
+        last = self.revisions.get(key)
+        for _ in range(3):  # a write refused reads the index again; then the next flush will
+            if last is None:
+                entry = await self.kv.last_write(key)
+                if epoch_of(entry) > epoch:
+                    return False
+                last = 0 if entry is None else entry.revision
+            try:
+                self.revisions[key] = await self.kv.write(key, value, last=last)
+            except Conflict:
+                self.revisions.pop(key, None)
+                last = None
+                continue
+            self.written[key] = value
+            if (cluster_queue, epoch) not in self.claimed:
+                self.claimed.add((cluster_queue, epoch))
+                await self._sweep_pages(cluster_queue, epoch)
+            return True
+        raise Conflict(key, 0)
+
+    async def _update(self, cluster_queue: str, epoch: int, key: str, value: bytes) -> None:
+        try:
+            self.revisions[key] = await self.kv.write(key, value, last=self.revisions[key])
+        except Conflict:
+            if await self._stored_epoch(pending_index_key(cluster_queue)) > epoch:
+                await self._give_up(cluster_queue, epoch)
+                return
+            # Written since by a writer no newer (a former life of ours, an older owner's
+            # write landing late): ours to write over.
+            await self._read_revision(key)
+            self.revisions[key] = await self.kv.write(key, value, last=self.revisions[key])
+        self.written[key] = value
+
+    async def _put(self, key: str, value: bytes) -> None:
+        self.revisions[key] = await self.kv.put(key, value)
+        self.written[key] = value
+
+    async def _delete(self, key: str) -> None:
+        """Delete `key` as this writer wrote it: written since by another, it is theirs."""
+        with contextlib.suppress(Conflict):
+            await self.kv.delete(key, self.revisions.get(key))
+        self.written.pop(key, None)
+        self.revisions.pop(key, None)
+
+    async def _read_revision(self, key: str) -> None:
+        entry = await self.kv.last_write(key)
+        self.revisions[key] = 0 if entry is None else entry.revision
+
+    async def _stored_epoch(self, index: str) -> int:
+        return epoch_of(await self.kv.last_write(index))
+
+    async def _give_up(self, cluster_queue: str, epoch: int) -> None:
+        """A newer owner writes `cluster_queue`: stop writing it, and delete our pages."""
+        if (cluster_queue, epoch) in self.superseded:
+            return
+        self.superseded.add((cluster_queue, epoch))
+        log.info(
+            "ClusterQueue %s: a newer owner writes its views; this replica (epoch %d) stops",
+            cluster_queue,
+            epoch,
+        )
+        assert self.fencing is not None
+        ours = [k for k in self.written if (self.fencing.fence(k) or ("",))[0] == cluster_queue]
+        for key in ours:
+            self.written.pop(key, None)
+            self.revisions.pop(key, None)
+        await _together(self.kv.delete(k) for k in ours if k.startswith(PAGE_PREFIX))
+
+    async def _sweep_pages(self, cluster_queue: str, epoch: int) -> None:
+        """Delete `cluster_queue`'s live pages of other epochs: our index names none."""
+        async with self._sweeps:
+            found = await self.kv.snapshot(f"{PAGE_PREFIX}*.{cluster_queue}")
+        mine = f"{PAGE_PREFIX}{epoch}-"
+        await _together(self.kv.delete(k) for k in found if not k.startswith(mine))
+
+    async def sweep_legacy(self, listing: KeyListing, values: Mapping[str, bytes]) -> None:
+        """Delete, once, the pending keys of the layout before indexes that a writer of
+        before an upgrade left for the ClusterQueues whose index `values` now holds: readers
+        prefer an index, but a stale page would outlive its queue (docs/events.md)."""
+        if self.swept:
+            return
+        ours = {k.removeprefix(INDEX_PREFIX) for k in values if k.startswith(INDEX_PREFIX)}
+        stale = [
+            key
+            for pattern, dots in _LEGACY
+            for key in await listing.snapshot(pattern)
+            if key.split(".", dots)[-1] in ours and key.count(".") >= dots
+        ]
+        await _together(self.kv.delete(key) for key in stale)
+        self.swept = True
+
+
+def epoch_of(entry: Entry | None) -> int:
+    """The epoch of a stored index (0: none, deleted, or written before epochs)."""
+    if entry is None or not entry.value:
+        return 0
+    return services_pb2.PendingPageIndex.FromString(entry.value).epoch
+
+
+async def _together(calls: Iterable[Coroutine[Any, Any, None]]) -> None:
+    """Run `calls` side by side, each to its end; then raise the first failure."""
+    waiting = list(calls)
+    if not waiting:
+        return  # most writes delete nothing, or put no index: no turn of the loop for them
+    if len(waiting) == 1:
+        await waiting[0]  # one arrival's page, or its one queue: no task for it
+        return
+    results = await asyncio.gather(*waiting, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
