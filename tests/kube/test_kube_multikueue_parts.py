@@ -26,6 +26,7 @@ from muster.cluster.kube.worker import (
 )
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.dispatch import ClusterCapacity
+from muster.core.heartbeat import ROOM_TOO_LARGE
 from muster.watcher import __main__ as watcher_main
 from muster.watcher.status import RunsOn
 from muster.watcher.worker_status import WorkerBook
@@ -166,6 +167,12 @@ def test_active_says_whether_the_services_of_a_worker_reach_it() -> None:
     book.heartbeat(away, now_s=13.0)
     assert active(13.0) == ("False", "ClientConnectionFailed", "refused")
     assert book.heartbeat(ClusterCapacity(cluster="west"), now_s=1.0) == []  # not declared
+    # Reached, but its room too large for a NATS message: why, until its services go silent.
+    too_large = ClusterCapacity(cluster="east", unreachable="over 1 MiB", reason=ROOM_TOO_LARGE)
+    book.heartbeat(too_large, now_s=20.0)
+    assert active(25.0) == ("False", "RoomTooLarge", "over 1 MiB")
+    assert book.next_stale_s() == 30.0
+    assert active(31.0)[:2] == ("False", "NoHeartbeat")
 
 
 def envelope(field: str, cluster: str, payload: Any) -> pb.Envelope:

@@ -13,7 +13,6 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
 from admission_world import eventually
 from budget import wait_s
 from bus_helpers import EventLog
@@ -28,7 +27,7 @@ from muster.cluster.sim.clock import WallClock
 from muster.cluster.sim.kubelet import Kubelet
 from muster.cluster.sim.store import SimStore
 from muster.contracts.v1 import events_pb2
-from muster.core.dispatch import ClusterCapacity
+from muster.core.heartbeat import decode_heartbeat
 from muster.gangpermit.service import GangPermitConfig, run_gangpermit
 from muster.watcher.service import WatcherConfig, run_watcher
 
@@ -118,7 +117,7 @@ async def reported(bus: Bus, cluster: str, *nodes: str) -> None:
         entry = await kv.get(cluster)
         if entry is None or not entry.value:
             return False
-        capacity = msgspec.json.decode(entry.value, type=ClusterCapacity)
+        capacity = decode_heartbeat(entry.value)
         return set(nodes) <= {room.name for room in capacity.nodes}
 
     await eventually(listed)

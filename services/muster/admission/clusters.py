@@ -30,7 +30,7 @@ from muster.bus import Bus
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.kv import follow_bucket
 from muster.contracts.v1 import events_pb2 as pb
-from muster.core.dispatch import ClusterCapacity
+from muster.core.heartbeat import decode_heartbeat
 
 CLUSTERS_BUCKET: Final = "MUSTER_CLUSTERS"
 WANTED_S: Final = 1.0  # how often a replica not following the registry looks whether it must
@@ -58,7 +58,7 @@ async def follow_clusters(
             dispatcher.forget_cluster(cluster)
             return
         try:
-            capacity = msgspec.json.decode(value, type=ClusterCapacity)
+            capacity = decode_heartbeat(value)
         except msgspec.DecodeError as exc:
             log.warning("bad heartbeat of %s: %s", cluster, exc)
             return

@@ -76,6 +76,7 @@ from muster.core.dispatcher import (
 )
 from muster.core.engine import Engine
 from muster.core.events import Event, EventType
+from muster.core.heartbeat import reached
 
 READY, PENDING, RETRY = "Ready", "Pending", "Retry"
 _RESERVED = "QuotaReserved"  # the engine's Phase values this module reads
@@ -128,10 +129,11 @@ class Dispatcher:
     def heartbeat(self, capacity: ClusterCapacity, *, now_s: float) -> None:
         """A cluster's gang-permit reported its room; holds it has caught up with end. One
         that says the cluster is unreachable is kept for its reason, but the cluster counts as
-        silent: unreachable for longer than `lost_after_s`, it is lost."""
+        silent: unreachable for longer than `lost_after_s`, it is lost. One too large to tell
+        its room (`reached`) is heard: what runs there runs on, nothing new goes there."""
         name = capacity.cluster
         self.capacity[name] = capacity
-        if capacity.unreachable:
+        if not reached(capacity):
             return
         self.seen_s[name] = now_s
         self.book.down.discard(name)
@@ -332,6 +334,8 @@ class Dispatcher:
         why = self.capacity[name].unreachable
         if self.is_lost(name, now_s=now_s):
             return ClusterView(unavailable=f"lost: {why}" if why else "lost")
+        if why and reached(self.capacity[name]):
+            return ClusterView(unavailable=f"its room is not known: {why}")
         if why:
             return ClusterView(unavailable=f"not reachable now: {why}")
         return ClusterView(capacity=self.capacity[name], namespaces=self.namespaces.get(name))

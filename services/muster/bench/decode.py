@@ -3,25 +3,36 @@
 Multi-document YAML of Kueue Workloads (about 300 bytes each, 3 500 to the MiB, block style as
 written by hand) is read by `muster.api.decode_yaml` with strict field validation, the
 path `muster simulate` and `Gateway.Submit` take; the Submit row plans one manifest of 1 000
-Workloads with `muster.gateway.submit.plan_submit` (decoding, the events and their ids). Each
-case runs three times; the fastest counts (the machine is shared).
+Workloads with `muster.gateway.submit.plan_submit` (decoding, the events and their ids). The
+heartbeat rows encode and decode a gang-permit's `MUSTER_CLUSTERS` heartbeat of 5 000 and
+50 000 nodes (20 labels each, the hostname among them, 10 node pools, one with a taint; a third
+of the nodes busy) in layout 1 (each node in full) and layout 2 (tables, `muster.core.heartbeat`);
+bytes is the heartbeat's size. Each case runs three times; the fastest counts (the machine is
+shared).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator
 
 import msgspec
 
 from muster.api import decode_yaml
+from muster.api.model import Taint
 from muster.bench.table import Column, number, render_table
+from muster.core.dispatch import ClusterCapacity, NodeRoom
+from muster.core.heartbeat import decode_heartbeat, encode_heartbeat
 from muster.gateway.submit import plan_submit
 
 SECTION = "decode"
 MIB = 1024 * 1024
 YAML_SIZES_MIB = (1, 10)
 SUBMIT_OBJECTS = 1_000
+HEARTBEAT_NODES = (5_000, 50_000)
+HEARTBEAT_POOLS = 10
+_UNLIMITED = 1 << 40
 TARGET_MIB_PER_S = 10.0
 _TRIES = 3
 
@@ -73,6 +84,63 @@ def run(*, scale: float) -> Iterator[DecodeRow]:
         yield _measure(f"yaml {size * scale:g} MiB", text, scale=scale, decode=_decode)
     count = max(1, round(SUBMIT_OBJECTS * scale))
     yield _measure(f"submit plan {count}", manifest(count), scale=scale, decode=_plan)
+    for nodes in HEARTBEAT_NODES:
+        yield from _heartbeat_rows(max(1, round(nodes * scale)), scale=scale)
+
+
+def heartbeat_cluster(nodes: int) -> ClusterCapacity:
+    """`nodes` nodes with 20 labels each, as a cloud's node pools label them."""
+    return ClusterCapacity(
+        cluster="bench", nodes=tuple(_pool_node(i) for i in range(nodes)), placed=("ns/w",)
+    )
+
+
+def _pool_node(i: int) -> NodeRoom:
+    pool = i % HEARTBEAT_POOLS
+    name = f"pool-{pool}-node-{i:06d}"
+    size = 8 * (pool % 3 + 1)
+    zone = f"europe-west4-{'abc'[pool % 3]}"
+    labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/os": "linux",
+        "beta.kubernetes.io/arch": "amd64",
+        "node.kubernetes.io/instance-type": f"n2-standard-{size}",
+        "beta.kubernetes.io/instance-type": f"n2-standard-{size}",
+        "topology.kubernetes.io/region": "europe-west4",
+        "topology.kubernetes.io/zone": zone,
+        "failure-domain.beta.kubernetes.io/region": "europe-west4",
+        "failure-domain.beta.kubernetes.io/zone": zone,
+        "cloud.google.com/gke-nodepool": f"pool-{pool}",
+        "cloud.google.com/gke-os-distribution": "cos",
+        "cloud.google.com/machine-family": "n2",
+        "cloud.google.com/gke-boot-disk": "pd-balanced",
+        "cloud.google.com/gke-container-runtime": "containerd",
+        "cloud.google.com/gke-netd-ready": "true",
+        "cloud.google.com/private-node": "false",
+        "example.com/tier": f"tier-{pool % 2}",
+        "example.com/team": f"team-{pool}",
+    }
+    room = {"cpu": 990 * size, "memory": size * 3_700_000_000_000, "pods": 110_000}
+    busy = i % 3 * 1000
+    free = {"cpu": room["cpu"] - busy, "memory": room["memory"], "pods": room["pods"] - busy}
+    taints = (Taint(key="nvidia.com/gpu", value="present"),) if pool == 9 else ()
+    return NodeRoom(name=name, labels=labels, taints=taints, allocatable=room, free=free)
+
+
+def _heartbeat_rows(nodes: int, *, scale: float) -> Iterator[DecodeRow]:
+    capacity = heartbeat_cluster(nodes)
+    layouts: dict[str, Callable[[], bytes]] = {
+        "1": functools.partial(msgspec.json.encode, capacity),
+        "2": lambda: encode_heartbeat(capacity, max_bytes=_UNLIMITED)[0],
+    }
+    for layout, encode in layouts.items():
+        data = encode()
+        case = f"heartbeat {nodes} nodes, layout {layout}"
+        decode = functools.partial(decode_heartbeat, data)
+        yield _row(f"{case} encode", len(data), nodes, _fastest(encode), scale=scale)
+        yield _row(f"{case} decode", len(data), nodes, _fastest(decode), scale=scale)
 
 
 def _decode(text: str) -> int:
@@ -87,22 +155,31 @@ def _plan(text: str) -> int:
 
 
 def _measure(case: str, text: str, *, scale: float, decode: Callable[[str], int]) -> DecodeRow:
-    size = len(text.encode())
+    counts: list[int] = []
+    best_s = _fastest(lambda: counts.append(decode(text)))
+    return _row(case, len(text.encode()), counts[-1], best_s, scale=scale)
+
+
+def _fastest(run: Callable[[], object]) -> float:
+    """Seconds of the fastest of `_TRIES` runs."""
     best = float("inf")
-    count = 0
     for _ in range(_TRIES):
         started = time.perf_counter()
-        count = decode(text)
+        run()
         best = min(best, time.perf_counter() - started)
+    return best
+
+
+def _row(case: str, size: int, count: int, best_s: float, *, scale: float) -> DecodeRow:
     return DecodeRow(
         section=SECTION,
         case=case,
         scale=scale,
         objects=count,
         bytes=size,
-        wall_s=round(best, 4),
-        mib_per_s=round(size / MIB / best, 2),
-        objects_per_s=round(count / best),
+        wall_s=round(best_s, 4),
+        mib_per_s=round(size / MIB / best_s, 2),
+        objects_per_s=round(count / best_s),
     )
 
 

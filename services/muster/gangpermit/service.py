@@ -35,6 +35,7 @@ from muster.cluster.backend import ClusterBackend
 from muster.cluster.errors import ClusterError
 from muster.contracts.v1 import events_pb2
 from muster.core.dispatch import ClusterCapacity
+from muster.core.heartbeat import encode_heartbeat
 from muster.core.placement.model import Scoring
 from muster.core.placement.scheduler import DEFAULT_TIMEOUT_S
 from muster.gangpermit.cache import ClusterCache
@@ -255,12 +256,22 @@ async def heartbeat(
     dispatched workload would find there, or why it is not reachable (`probe`; or not read
     yet: `synced`)."""
     kv = None
+    said = ""  # the heartbeat's size problem last logged
     while True:
         raise_if_cancelling()  # the waits below may have swallowed it (bus.cancel)
         capacity, spent_s = await _room(state, config, backend=backend, synced=synced.is_set())
+        started = time.perf_counter()
+        # Over max_payload NATS would refuse the put, and admission take the cluster for lost:
+        # the heartbeat then says why it reports no room (ROOM_TOO_LARGE).
+        data, too_large = encode_heartbeat(capacity, max_bytes=bus.nc.max_payload)
+        spent_s += time.perf_counter() - started
+        if too_large != said:  # once per change, not every heartbeat
+            said = too_large
+            level = logging.ERROR if too_large else logging.INFO
+            log.log(level, "heartbeat: %s", too_large or "the cluster's room fits again")
         try:
             kv = kv or await bus.kv(CLUSTERS_BUCKET)
-            await kv.put(config.cluster, msgspec.json.encode(capacity))
+            await kv.put(config.cluster, data)
         except (Unavailable, TimeoutError) as exc:
             log.warning("heartbeat not written: %r", exc)
         rest_s = heartbeat_rest_s(spent_s, config)

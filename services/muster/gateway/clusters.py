@@ -3,7 +3,9 @@
 The room comes from the `MUSTER_CLUSTERS` heartbeats (written by gangpermit, read by
 admission's MultiKueue dispatch); the pods on each node from the workload book (their
 `bound` events). A cluster whose heartbeat is older than SILENT_AFTER_S is Silent: admission
-counts it lost after its `--cluster-lost-seconds` (10 by default).
+counts it lost after its `--cluster-lost-seconds` (10 by default). One whose heartbeat says why
+it takes no dispatched work (its API server does not answer, its room is too large to report)
+is Unavailable, with that reason and message.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from muster.api import quantities_to_strings
 from muster.bus.kv import Bucket
 from muster.contracts.v1 import events_pb2, services_pb2
 from muster.core.dispatch import ClusterCapacity
+from muster.core.heartbeat import decode_heartbeat
 from muster.gateway.book import FINISHED, WorkloadBook
 
 CLUSTERS_BUCKET: Final = "MUSTER_CLUSTERS"
@@ -48,13 +51,15 @@ def clusters_view(
     for name in sorted(reported):
         data, age = reported[name]
         try:
-            capacity = msgspec.json.decode(data, type=ClusterCapacity)
+            capacity = decode_heartbeat(data)
         except msgspec.DecodeError:
             capacity = ClusterCapacity(cluster=name)
         view = out.clusters.add(
             name=name,
             heartbeat_age_seconds=round(age, 1),
-            state="Ready" if age < SILENT_AFTER_S else "Silent",
+            state=_state(capacity, age),
+            reason=capacity.reason,
+            message=capacity.unreachable,
         )
         for node in sorted(capacity.nodes, key=lambda n: n.name):
             here = sorted(pods.get((name, node.name), []), key=lambda p: p[0].pod.name)
@@ -67,3 +72,9 @@ def clusters_view(
                 workloads=sorted({key for _, key in here}),
             )
     return out
+
+
+def _state(capacity: ClusterCapacity, age: float) -> str:
+    if age >= SILENT_AFTER_S:
+        return "Silent"
+    return "Unavailable" if capacity.unreachable else "Ready"

@@ -20,7 +20,7 @@ from muster.bus.permissions import ADMIN, Deployment
 from muster.bus.setup import setup_nats
 from muster.cluster.sim.backend import SimBackend
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
-from muster.core.dispatch import ClusterCapacity
+from muster.core.heartbeat import decode_heartbeat
 from muster.launcher.driver import (
     CLUSTER_ANNOTATION,
     Driver,
@@ -213,7 +213,7 @@ async def _until_reported(
             if entry is None:  # not reported yet
                 continue
             with contextlib.suppress(msgspec.DecodeError):
-                capacity = msgspec.json.decode(entry.value or b"{}", type=ClusterCapacity)
+                capacity = decode_heartbeat(entry.value or b"{}")
                 if names <= {room.name for room in capacity.nodes}:
                     del waiting[cluster]
         await asyncio.sleep(0.1)

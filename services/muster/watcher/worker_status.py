@@ -12,6 +12,7 @@ ClientConnectionFailed, ...). `WorkerBook` (pure) turns the heartbeats into cond
 |---|---|---|---|
 | room, at most `lost_after_s` old | True | Active | Connected |
 | unreachable | False | its reason | why |
+| too large to tell its room, fresh | False | RoomTooLarge | its size, the limit |
 | none, or older than `lost_after_s` | False | NoHeartbeat | what was last heard |
 
 Differs from Kueue: `NoHeartbeat` is muster's own: the services serving the worker are
@@ -33,6 +34,7 @@ from muster.bus.kv import follow_bucket
 from muster.cluster.kube.resources import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.dispatch import ClusterCapacity
+from muster.core.heartbeat import decode_heartbeat, reached
 from muster.watcher.status import StatusSink
 
 log = logging.getLogger(__name__)
@@ -88,11 +90,13 @@ class WorkerBook:
         if heard is None:
             return _active(False, "NoHeartbeat", "the services serving it have not reported yet")
         capacity, at_s = heard
-        if capacity.unreachable:
+        if not reached(capacity):
             return _active(False, capacity.reason or "Unreachable", capacity.unreachable)
         if now_s - at_s > self.lost_after_s:
             silent = f"the services serving it have not reported for over {self.lost_after_s:g}s"
             return _active(False, "NoHeartbeat", silent)
+        if capacity.unreachable:  # reached, but its room not told (RoomTooLarge)
+            return _active(False, capacity.reason, capacity.unreachable)
         return _active(True, "Active", "Connected")
 
     def next_stale_s(self) -> float | None:
@@ -100,7 +104,7 @@ class WorkerBook:
         times = [
             at_s + self.lost_after_s
             for name, (capacity, at_s) in self._heard.items()
-            if name in self.declared and not capacity.unreachable
+            if name in self.declared and reached(capacity)
         ]
         return min(times) if times else None
 
@@ -144,7 +148,7 @@ class WorkerStatuses:
             self._desire(self.book.forget(key))
             return
         try:
-            capacity = msgspec.json.decode(value, type=ClusterCapacity)
+            capacity = decode_heartbeat(value)
         except msgspec.DecodeError as exc:
             log.warning("bad heartbeat of %s: %s", key, exc)
             return

@@ -15,6 +15,7 @@ from muster.admission.translate import Recorded, envelopes_of, fact_of
 from muster.api.model import WorkloadKey
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.dispatch import ClusterCapacity, NodeRoom
+from muster.core.heartbeat import ROOM_TOO_LARGE, decode_heartbeat, encode_heartbeat
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 CPU = 1000
@@ -269,6 +270,31 @@ def test_an_unreachable_cluster_is_passed_over_with_why_then_lost() -> None:
     assert out[-1].admission_check.message == (
         f"no worker cluster can run it now: east: lost: {why}; west: 0 of 1 pods fit"
     )
+
+
+def test_a_cluster_too_large_to_report_is_passed_over_with_why_and_not_lost() -> None:
+    """Its gang-permit answers, with a heartbeat that says its room did not fit in a NATS
+    message: what runs there runs on; nothing new goes there."""
+    stream, state = world()
+    stream.run(state, submitted(workload("a", cpu="2")), now_s=1.0)  # on east
+    node = capacity("east", 2).nodes[0]
+    nodes = tuple(NodeRoom(name=f"east-{i}", allocatable=node.allocatable) for i in range(20))
+    room = ClusterCapacity(cluster="east", nodes=nodes, placed=("ns/a",))
+    data, why = encode_heartbeat(room, max_bytes=500)
+    too_large = decode_heartbeat(data)
+    assert (too_large.reason, too_large.nodes, too_large.placed) == (ROOM_TOO_LARGE, (), ("ns/a",))
+    for now_s in (1.0, 6.0, 11.0, 16.0):  # heard every 5 s, past the 10 s timeout
+        state.dispatch.heartbeat(too_large, now_s=now_s)
+        state.dispatch.heartbeat(capacity("west", 0), now_s=now_s)
+        assert stream.tick(state, now_s=now_s) == []
+    assert not state.dispatch.is_lost("east", now_s=16.0)
+    assert state.engine.phase(A) == "Admitted"
+    out = stream.run(state, submitted(workload("b", cpu="2")), now_s=16.0)
+    assert out[-1].admission_check.message == (
+        f"no worker cluster can run it now: east: its room is not known: {why}; "
+        "west: 0 of 1 pods fit"
+    )
+    assert "over the 500 bytes NATS takes in one message (max_payload)" in why
 
 
 def test_a_workload_goes_only_where_its_namespace_exists() -> None:

@@ -262,9 +262,21 @@ def test_decode_rows_tell_the_size_and_objects_of_each_case(
 
     rows = json_rows(capsys.readouterr().out)
     assert status == 0
-    assert [r["case"] for r in rows] == ["yaml 0.001 MiB", "yaml 0.01 MiB", "submit plan 1"]
-    assert [r["objects"] for r in rows] == [4, 36, 1]
+    heartbeats = [
+        f"heartbeat {nodes} nodes, layout {layout} {verb}"
+        for nodes in (5, 50)
+        for layout in (1, 2)
+        for verb in ("encode", "decode")
+    ]
+    assert [r["case"] for r in rows] == [
+        "yaml 0.001 MiB", "yaml 0.01 MiB", "submit plan 1", *heartbeats
+    ]  # fmt: skip
+    assert [r["objects"] for r in rows] == [4, 36, 1, *[5] * 4, *[50] * 4]
     assert all(r["bytes"] > 0 and r["mib_per_s"] > 0 and r["objects_per_s"] > 0 for r in rows)
+    # The tables make the 50-node heartbeat a fraction of each node in full.
+    by_case = {r["case"]: r["bytes"] for r in rows}
+    layout_1 = by_case["heartbeat 50 nodes, layout 1 encode"]
+    assert by_case["heartbeat 50 nodes, layout 2 encode"] < layout_1 / 4
 
 
 def test_decode_table_names_the_target(capsys: pytest.CaptureFixture[str]) -> None:

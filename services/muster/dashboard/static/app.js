@@ -242,7 +242,7 @@ function workloadPage(d) {
 function nodesSection(clusters) {
   if (!clusters) return `<section><h2>Clusters and nodes</h2><p class="muted">Needs watch in every namespace.</p></section>`;
   const blocks = clusters.clusters.map((c) => `<h3 data-cluster="${esc(c.name)}">Cluster ${esc(c.name)}
-    <span class="tag ${c.state === "Ready" ? "" : "stopped"}">${esc(c.state)}, reported ${c.heartbeatAgeSeconds}s ago</span></h3>
+    <span class="tag ${c.state === "Ready" ? "" : "stopped"}" title="${esc(c.message || "")}">${esc(c.state)}${c.reason ? ` (${esc(c.reason)})` : ""}, reported ${c.heartbeatAgeSeconds}s ago</span></h3>
     <div class="grid">${c.nodes.map((n) => `<div class="node" data-node="${esc(n.name)}"><b>${esc(n.name)}</b>
       <div class="muted">free ${Object.entries(n.free).map(([k, v]) => `${esc(k)} ${esc(v)}/${esc(n.allocatable[k] || "?")}`).join(", ")}</div>
       <div class="pods">${n.pods.length ? n.pods.map((p) => esc(p.pod.namespace + "/" + p.pod.name)).join("<br>") : '<span class="muted">no pods</span>'}</div></div>`).join("")}</div>`);

@@ -1,0 +1,102 @@
+"""The MUSTER_CLUSTERS heartbeat on the wire: nodes share their labels, taints and resource
+vectors through tables (layout 2), readers take layout 1 too, and a heartbeat over NATS's
+max_payload is replaced by one that says so."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from muster.api.model import Taint
+from muster.core.dispatch import ClusterCapacity, NodeRoom
+from muster.core.heartbeat import (
+    ROOM_TOO_LARGE,
+    decode_heartbeat,
+    encode_heartbeat,
+    reached,
+)
+
+CPU = 1000
+UNLIMITED = 1 << 40
+
+
+def pool_node(name: str, pool: str, *, busy: int = 0, gpu: bool = False) -> NodeRoom:
+    labels = {
+        "kubernetes.io/hostname": name,
+        "cloud.google.com/gke-nodepool": pool,
+        "topology.kubernetes.io/zone": "europe-west4-a",
+    }
+    room = {"cpu": 8 * CPU, "pods": 110 * CPU}
+    return NodeRoom(
+        name=name,
+        labels=labels,
+        taints=(Taint(key="nvidia.com/gpu", value="present"),) if gpu else (),
+        allocatable=room,
+        free={"cpu": room["cpu"] - busy * CPU, "pods": room["pods"] - busy * CPU},
+    )
+
+
+def cluster(nodes: int) -> ClusterCapacity:
+    rooms = tuple(
+        pool_node(f"node-{i}", f"pool-{i % 2}", busy=i % 3, gpu=i % 2 == 1) for i in range(nodes)
+    )
+    return ClusterCapacity(cluster="east", nodes=rooms, placed=("ns/a", "ns/b"))
+
+
+def test_nodes_of_a_pool_share_their_tables_and_decode_unchanged() -> None:
+    capacity = cluster(30)
+    data, too_large = encode_heartbeat(capacity, max_bytes=UNLIMITED)
+    assert too_large == ""
+    assert decode_heartbeat(data) == capacity
+    wire = msgspec.json.decode(data)
+    assert wire["layout"] == 2
+    # Two pools (the hostname put back by the reader), two taint sets, and the vectors of
+    # idle and busy nodes (allocatable is an idle node's free room).
+    assert len(wire["label_sets"]) == 2
+    assert wire["label_sets"][0][1] == ["kubernetes.io/hostname"]
+    assert len(wire["taint_sets"]) == 2
+    assert len(wire["vectors"]) == 3
+    assert wire["rows"][4] == ["node-4", 0, 0, 0, 1]  # pool-0, no taint, busy as node-1
+    assert len(data) < len(msgspec.json.encode(capacity)) / 2
+
+
+def test_a_heartbeat_of_the_old_layout_is_read_as_before() -> None:
+    """Layout 1, as gang-permits before the tables write it (an upgrade's readers first)."""
+    capacity = cluster(3)
+    assert decode_heartbeat(msgspec.json.encode(capacity)) == capacity
+    unreachable = ClusterCapacity(cluster="east", unreachable="refused", reason="BadKubeConfig")
+    assert decode_heartbeat(msgspec.json.encode(unreachable)) == unreachable
+    assert not reached(unreachable)
+
+
+def test_an_index_that_points_nowhere_is_refused_naming_the_row() -> None:
+    data, _ = encode_heartbeat(cluster(2), max_bytes=UNLIMITED)
+    wire = msgspec.json.decode(data)
+    wire["rows"][1][3] = 7
+    with pytest.raises(
+        msgspec.ValidationError, match=r"\$\.rows\[1\]\[3\]: vectors has no entry 7"
+    ):
+        decode_heartbeat(msgspec.json.encode(wire))
+    wire["rows"][1] = ["node-1", -1, 0, 0, 0]
+    with pytest.raises(msgspec.DecodeError, match=r"\$\.rows\[1\]\[1\]: label_sets has no entry"):
+        decode_heartbeat(msgspec.json.encode(wire))
+
+
+def test_a_heartbeat_over_max_payload_says_so_and_the_cluster_is_still_reached() -> None:
+    capacity = cluster(200)
+    size = len(encode_heartbeat(capacity, max_bytes=UNLIMITED)[0])
+    data, why = encode_heartbeat(capacity, max_bytes=size - 1)
+    assert why == (
+        f"its room report of {size} bytes (200 nodes) is over the {size - 1} bytes NATS takes "
+        "in one message (max_payload): raise max_payload on nats-server, or run fewer nodes "
+        "in this cluster"
+    )
+    said = decode_heartbeat(data)
+    assert (said.reason, said.unreachable, said.nodes) == (ROOM_TOO_LARGE, why, ())
+    assert said.placed == ("ns/a", "ns/b")  # dispatch holds still end
+    assert reached(said)
+    # Even the placed workloads do not fit: the reason alone.
+    many = msgspec.structs.replace(capacity, placed=tuple(f"ns/w{i}" for i in range(5000)))
+    data, _ = encode_heartbeat(many, max_bytes=size - 1)
+    assert len(data) < size - 1
+    assert decode_heartbeat(data).placed == ()
