@@ -111,3 +111,46 @@ def restarted(was_status: str, was_reason: str) -> tuple[str, str] | None:
     """Requeued True's (reason, message) once the stopped queue that evicted the workload runs
     again (muster sees a pending reason other than a stop's, or a reservation); else None."""
     return RESTARTED.get(was_reason) if was_status == "False" else None
+
+
+Said = tuple[str, bool, str, str]  # a condition as written: type, status, reason, message
+
+
+def unreserved(reason: str, message: str, *, checks_pending: bool = False) -> list[Said]:
+    """Kueue's UnsetQuotaReservationWithCondition, and the Admitted condition it syncs
+    (SyncAdmittedCondition): `checks_pending`, its checks reset by the eviction and not all
+    ready, is said only with the classic reasons (UnadmittedWorkloadsObservability off)."""
+    if checks_pending:
+        why = "The workload has no reservation and not all checks ready"
+        admitted: Said = (ADMITTED, False, "NoReservationUnsatisfiedChecks", why)
+    else:
+        admitted = (ADMITTED, False, NO_RESERVATION, NO_RESERVATION_MESSAGE)
+    return [(QUOTA_RESERVED, False, reason, message), admitted]
+
+
+def pods_gone(
+    evicted_reason: str, evicted_message: str, *, granular: bool, checks_pending: bool = False
+) -> list[Said]:
+    """An evicted workload's pods are gone (Kueue's job reconciler): its reservation is
+    cleared, and Requeued says with the eviction's words whether it queues again at once."""
+    reason = PENDING_EVALUATION if granular else "Pending"
+    at_once = evicted_reason in REQUEUED_AT_ONCE
+    return [
+        *unreserved(reason, evicted_message, checks_pending=checks_pending),
+        (REQUEUED, at_once, evicted_reason, evicted_message),
+    ]
+
+
+def deactivated(
+    evicted_reason: str, evicted_message: str, *, granular: bool, checks_pending: bool = False
+) -> list[Said]:
+    """Deactivated, its quota given back: Requeued False with the eviction's words, and
+    QuotaReserved as Kueue's workload controller keeps it for an inactive workload."""
+    if granular:
+        reason, message = DEACTIVATED, DEACTIVATED_MESSAGE
+    else:
+        reason, message = "Pending", evicted_message
+    return [
+        *unreserved(reason, message, checks_pending=checks_pending),
+        (REQUEUED, False, evicted_reason, evicted_message),
+    ]

@@ -16,7 +16,7 @@ each with its last EVENTS_KEPT event lines.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -25,21 +25,21 @@ from muster.core.conditions import (
     ADMITTED_MESSAGE,
     DEACTIVATED,
     DEACTIVATED_MESSAGE,
-    NO_RESERVATION,
-    NO_RESERVATION_MESSAGE,
     NOT_READY_MESSAGE,
     PENDING_EVALUATION,
     PENDING_EVALUATION_MESSAGE,
     READY_MESSAGE,
     RECOVERED,
-    REQUEUED_AT_ONCE,
     STARTED,
     STILL_STOPPED,
     WAIT_FOR_RECOVERY,
     WAIT_FOR_RECOVERY_MESSAGE,
     WAIT_FOR_START,
+    Said,
+    deactivated,
     deactivated_reason,
     is_deactivation,
+    pods_gone,
     previously,
     quota_reserved_message,
     requeued_when_queued,
@@ -77,6 +77,10 @@ class Entry:
     def kueue(self) -> bool:
         """Admitted by Kueue's rules (it was submitted), not a gang placed on its own."""
         return bool(self.summary.local_queue)
+
+    def say(self, conditions: Iterable[Said], at: int) -> None:
+        for type_, status, reason, message in conditions:
+            self.condition(type_, status, reason, message, at)
 
     def condition(self, type_: str, status: bool, reason: str, message: str, at: int) -> None:
         self.conditions[type_] = services_pb2.WorkloadCondition(
@@ -340,23 +344,15 @@ def _stopped(e: Entry, at: int) -> None:
         _inactive(e, at)
         return
     e.summary.status = PENDING
-    _unreserve(e, PENDING_EVALUATION, evicted.message, at)
-    at_once = evicted.reason in REQUEUED_AT_ONCE
-    e.condition("Requeued", at_once, evicted.reason, evicted.message, at)
-
-
-def _unreserve(e: Entry, reason: str, message: str, at: int) -> None:
-    e.condition("QuotaReserved", False, reason, message, at)
-    e.condition("Admitted", False, NO_RESERVATION, NO_RESERVATION_MESSAGE, at)
+    e.say(pods_gone(evicted.reason, evicted.message, granular=True), at)
 
 
 def _inactive(e: Entry, at: int) -> None:
-    """Deactivated, its quota given back: Requeued False with the eviction's words."""
+    """Deactivated, its quota given back (`core.conditions.deactivated`)."""
     evicted = e.conditions["Evicted"]
     e.active = False
     e.summary.status = INACTIVE
-    _unreserve(e, DEACTIVATED, DEACTIVATED_MESSAGE, at)
-    e.condition("Requeued", False, evicted.reason, evicted.message, at)
+    e.say(deactivated(evicted.reason, evicted.message, granular=True), at)
 
 
 def _requeued(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:

@@ -23,7 +23,7 @@ feeds it events and desires what changed.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final, Literal
 
 from muster.api.check_states import AnsweredCheck, ChecksWanted
@@ -37,22 +37,22 @@ from muster.core.conditions import (
     ADMITTED_MESSAGE,
     DEACTIVATED,
     DEACTIVATED_MESSAGE,
-    NO_RESERVATION,
-    NO_RESERVATION_MESSAGE,
     NOT_READY_MESSAGE,
     PENDING_EVALUATION,
     PENDING_EVALUATION_MESSAGE,
     PODS_READY_TIMEOUT,
     READY_MESSAGE,
     RECOVERED,
-    REQUEUED_AT_ONCE,
     STARTED,
     STILL_STOPPED,
     WAIT_FOR_RECOVERY,
     WAIT_FOR_RECOVERY_MESSAGE,
     WAIT_FOR_START,
+    Said,
+    deactivated,
     deactivated_reason,
     is_deactivation,
+    pods_gone,
     previously,
     quota_reserved_message,
     requeued_when_queued,
@@ -160,6 +160,10 @@ class _Workload:
 
     def set(self, type_: str, status: bool, reason: str, message: str) -> None:
         self.conditions[type_] = _condition(type_, status, reason, message)
+
+    def say(self, conditions: Iterable[Said]) -> None:
+        for said in conditions:
+            self.set(*said)
 
     def admit(self, admission: pb.Admission) -> None:
         assignments = []
@@ -543,10 +547,11 @@ def _stopped(wl: _Workload, *, granular: bool) -> None:
         _inactive(wl, granular=granular)
         return
     wl.state = "pending"
-    reason = PENDING_EVALUATION if granular else "Pending"
-    _unreserve(wl, reason, evicted["message"], granular)
-    at_once = evicted["reason"] in REQUEUED_AT_ONCE
-    wl.set("Requeued", at_once, evicted["reason"], evicted["message"])
+    wl.unadmit()
+    pending = bool(wl.checks) and not granular  # said only with the classic reasons
+    wl.say(
+        pods_gone(evicted["reason"], evicted["message"], granular=granular, checks_pending=pending)
+    )
 
 
 def _requeued(wl: _Workload, payload: Any, *, granular: bool) -> None:
@@ -578,19 +583,6 @@ def _restarted(wl: _Workload) -> None:
         wl.set("Requeued", True, *words)
 
 
-def _unreserve(wl: _Workload, reason: str, message: str, granular: bool) -> None:
-    """Kueue's UnsetQuotaReservationWithCondition, and the Admitted condition it syncs
-    (SyncAdmittedCondition: its checks, reset to Pending by the eviction, are not all ready;
-    only the classic reasons say so)."""
-    wl.unadmit()
-    wl.set("QuotaReserved", False, reason, message)
-    if wl.checks and not granular:
-        why = "The workload has no reservation and not all checks ready"
-        wl.set("Admitted", False, "NoReservationUnsatisfiedChecks", why)
-    else:
-        wl.set("Admitted", False, NO_RESERVATION, NO_RESERVATION_MESSAGE)
-
-
 def _waiting_for_start(wl: _Workload) -> None:
     """PodsReady False, WaitForStart, unless it is admitted with its pods ready: a workload
     not admitted (yet, or no more: evicted, requeued) waits for its pods to start anew. A
@@ -602,16 +594,16 @@ def _waiting_for_start(wl: _Workload) -> None:
 
 
 def _inactive(wl: _Workload, *, granular: bool) -> None:
-    """Deactivated, its quota given back: Requeued False with the eviction's reason (Kueue's
-    job reconciler), QuotaReserved as Kueue's workload controller keeps it for an inactive
-    workload."""
+    """Deactivated, its quota given back (`core.conditions.deactivated`)."""
     evicted = wl.conditions["Evicted"]
     wl.state = "inactive"
-    if granular:
-        _unreserve(wl, DEACTIVATED, DEACTIVATED_MESSAGE, granular)
-    else:
-        _unreserve(wl, "Pending", evicted["message"], granular)
-    wl.set("Requeued", False, evicted["reason"], evicted["message"])
+    wl.unadmit()
+    pending = bool(wl.checks) and not granular
+    wl.say(
+        deactivated(
+            evicted["reason"], evicted["message"], granular=granular, checks_pending=pending
+        )
+    )
 
 
 def cluster_queue_status(status: pb.ClusterQueueStatus) -> dict[str, Any]:
