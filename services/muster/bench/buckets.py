@@ -87,6 +87,7 @@ class BucketRow(msgspec.Struct, frozen=True, kw_only=True):
     tombstones: int  # deleted keys' markers
     expiring: int  # of those, with a TTL of their own
     bytes: int
+    kinds: str  # live keys per first token ("pod.": 200)
 
 
 async def _calls(gateway: str, workloads: int, js: JetStreamContext) -> None:
@@ -136,12 +137,16 @@ async def census(js: JetStreamContext, stream: str, workloads: int) -> BucketRow
     """What bucket stream `stream` holds: each key's last message read for its headers."""
     info = await js.stream_info(stream, subjects_filter=">")
     tombstones = expiring = 0
+    kinds: dict[str, int] = {}
     for subject in info.state.subjects or {}:
         msg = await js.get_last_msg(stream, subject)
         headers = msg.headers or {}
         if headers.get("KV-Operation") in _TOMBSTONES:
             tombstones += 1
             expiring += "Nats-TTL" in headers
+        else:
+            kind = subject.split(".")[2]  # $KV.<bucket>.<first token>
+            kinds[kind] = kinds.get(kind, 0) + 1
     subjects = len(info.state.subjects or {})
     return BucketRow(
         workloads=workloads,
@@ -151,6 +156,7 @@ async def census(js: JetStreamContext, stream: str, workloads: int) -> BucketRow
         tombstones=tombstones,
         expiring=expiring,
         bytes=info.state.bytes,
+        kinds=" ".join(f"{k}:{n}" for k, n in sorted(kinds.items())),
     )
 
 
@@ -197,5 +203,6 @@ def render(rows: list[msgspec.Struct]) -> str:
         Column("tombstones", lambda r: str(r.tombstones)),
         Column("expiring", lambda r: str(r.expiring)),
         Column("bytes", lambda r: str(r.bytes)),
+        Column("live keys by first token", lambda r: r.kinds, numeric=False),
     ]
     return render_table(columns, [r for r in rows if isinstance(r, BucketRow)])
