@@ -213,10 +213,10 @@ class VisibilityRenderer:
     ) -> tuple[dict[str, bytes], set[str]]:
         """(every key with its value, the keys put or dropped since the last render).
         `sequence`: the last stream sequence the engine applied; a ClusterQueue this shard
-        did not own at the last render gets epoch `sequence + 1`, and so does one whose
-        partition a record moved since its epoch began (`moved_at`: each partition's last
-        record's sequence): it may have left and come back, and another owner written it
-        meanwhile under a larger epoch."""
+        did not own at the last render gets epoch `sequence + 1`, and so does one whose tree
+        changed or whose partition had a record since its epoch began (`moved_at`: each
+        partition's last record's sequence): it may have left and come back, and another
+        owner written it meanwhile under a larger epoch."""
         engine.settle()  # deferred configuration changes are reported once applied
         changes = engine.take_view_changes()
         if (
