@@ -27,7 +27,8 @@ from nats.js import api
 from muster.bus import Bus, BusConfig
 from muster.bus.errors import Conflict
 from muster.bus.kv import open_bucket
-from muster.bus.setup import allow_message_ttls
+from muster.bus.permissions import Deployment
+from muster.bus.setup import setup_nats
 from muster.contracts.v1 import services_pb2
 from muster.gateway.visibility import VISIBILITY_BUCKET
 
@@ -69,14 +70,16 @@ async def test_a_tombstone_that_expires_leaves_nothing_and_a_fenced_one_still_lo
     assert entry.revision == kept
 
 
-async def test_setup_lets_a_bucket_made_before_forget_its_deletions(bus: Bus) -> None:
-    """A bucket whose stream takes no message TTL (made before nats-py set `allow_msg_ttl`):
-    a delete leaves a plain tombstone; setup turns TTLs on and removes the old tombstones,
-    not a key written after one."""
+async def test_nats_setup_migrates_a_visibility_bucket_made_before(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An installation's MUSTER_VISIBILITY whose stream takes no message TTL (made before
+    nats-py set `allow_msg_ttl`): a delete leaves a plain tombstone. `muster nats-setup` turns
+    TTLs on, and removes the tombstones older than their time, not a key written after one."""
     await bus.js.add_stream(
         api.StreamConfig(
-            name="KV_T_OLD",
-            subjects=["$KV.T_OLD.>"],
+            name=f"KV_{VISIBILITY_BUCKET}",
+            subjects=[f"$KV.{VISIBILITY_BUCKET}.>"],
             max_msgs_per_subject=1,
             allow_rollup_hdrs=True,
             deny_delete=True,
@@ -84,22 +87,24 @@ async def test_setup_lets_a_bucket_made_before_forget_its_deletions(bus: Bus) ->
             discard=api.DiscardPolicy.NEW,
         )
     )
-    kv = await open_bucket(bus.js, "T_OLD")
-    for key in ("a", "b", "c"):
+    kv = await open_bucket(bus.js, VISIBILITY_BUCKET)
+    for key in ("cq.a", "cq.b", "cq.c"):
         await kv.put(key, b"v")
-    await kv.delete("a", forget_after_s=1)  # refused TTL: a plain tombstone
-    await kv.delete("b")
-    await kv.delete("c")
-    await kv.put("c", b"again")
-    assert await kv.get("a") is None
-    assert (await stored(bus, "T_OLD"))[0] == 3
+    await kv.delete("cq.a", forget_after_s=1)  # refused TTL: a plain tombstone
+    await kv.delete("cq.b")
+    await kv.delete("cq.c")
+    await kv.put("cq.c", b"again")
+    assert await kv.get("cq.a") is None
+    assert (await stored(bus, VISIBILITY_BUCKET))[0] == 3
 
-    await allow_message_ttls(bus.js, "KV_T_OLD")
-    assert (await bus.js.stream_info("KV_T_OLD")).config.allow_msg_ttl
-    assert await kv.forget_deleted(older_than_s=3600) == 0  # too young
-    assert await kv.forget_deleted(older_than_s=0) == 2
-    assert await kv.keys() == ["c"]
-    entry = await kv.get("c")
+    await setup_nats(bus.js, deployment=Deployment())
+    assert (await bus.js.stream_info(f"KV_{VISIBILITY_BUCKET}")).config.allow_msg_ttl
+    assert await kv.keys() == ["cq.a", "cq.b", "cq.c"]  # younger than 10 minutes: kept
+    monkeypatch.setattr("muster.bus.setup.VISIBILITY_TOMBSTONES_KEPT_S", 0.0)
+    done = await setup_nats(bus.js, deployment=Deployment())
+    assert f"2 old tombstones of {VISIBILITY_BUCKET} removed" in done
+    assert await kv.keys() == ["cq.c"]
+    entry = await kv.get("cq.c")
     assert entry is not None
     assert entry.value == b"again"
 
