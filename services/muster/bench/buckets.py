@@ -80,6 +80,7 @@ spec:
 
 
 class BucketRow(msgspec.Struct, frozen=True, kw_only=True):
+    section: str = SECTION
     workloads: int  # run to completion and deleted
     bucket: str
     messages: int  # stored in the bucket's stream
@@ -189,7 +190,7 @@ async def run_case(workloads: int) -> list[BucketRow]:
 
 def run(*, scale: float) -> Iterator[BucketRow]:
     """The census after N, then 2N workloads (N = 200 at scale 1)."""
-    count = max(20, round(200 * scale))
+    count = max(10, round(200 * scale))
     for workloads in (count, 2 * count):
         yield from run_loop(run_case(workloads))
 
