@@ -101,3 +101,14 @@ async def test_a_rebuilt_replica_waits_until_the_same_instant(source: str) -> No
         "Backoff",
         REQUEUE_AT_S,
     )
+
+
+async def test_a_requeue_decided_but_not_stored_is_said_by_the_rebuilt_replica() -> None:
+    """Its wait over when its pods were gone, the replica requeued it then, and stopped before
+    its `requeued` was stored: the successor says it, so the Workload's Requeued turns True."""
+    stream, _, _ = await retried(stopped_s=50.0)
+    fields = [stream.envelope(seq).WhichOneof("payload") for seq in range(1, stream.last + 1)]
+    del stream.data[fields.index("eviction_completed") + 1 :]  # what it published after
+    state, _ = rebuilt(stream)
+    told = [(e.type, e.object, e.reason) for e in state.take_ownership(now_s=51.0)]
+    assert told[0] == ("Requeued", KEY, "BackoffFinished")
