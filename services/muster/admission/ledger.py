@@ -267,8 +267,9 @@ class Ledger:
             return
         if entry.phase is Phase.RESERVED and check in entry.checks:
             entry.check_states[check] = state
-        if state == "Retry" and entry.phase in (Phase.RESERVED, Phase.ADMITTED):
-            entry.retry_at_s = entry.retry_at_s or retry_at_s
+        retrying = state == "Retry" and entry.phase in (Phase.RESERVED, Phase.ADMITTED)
+        if retrying and entry.retry_at_s is None:
+            entry.retry_at_s = retry_at_s
 
     def set_active(self, key: WorkloadKey, active: bool) -> None:
         """active_changed: a pending workload stopped is inactive at once, one holding quota
