@@ -27,8 +27,8 @@ from muster.cluster.sim.clock import WallClock
 from muster.cluster.sim.kubelet import Kubelet
 from muster.cluster.sim.store import SimStore
 from muster.contracts.v1 import events_pb2
-from muster.core.heartbeat import decode_heartbeat
 from muster.gangpermit.service import GangPermitConfig, run_gangpermit
+from muster.gateway.clusters import room_of
 from muster.watcher.service import WatcherConfig, run_watcher
 
 SPEED = 20.0  # pods run 20 times faster than their muster.dev/run-seconds
@@ -114,11 +114,8 @@ async def reported(bus: Bus, cluster: str, *nodes: str) -> None:
     kv = await bus.kv(CLUSTERS_BUCKET)
 
     async def listed() -> bool:
-        entry = await kv.get(cluster)
-        if entry is None or not entry.value:
-            return False
-        capacity = decode_heartbeat(entry.value)
-        return set(nodes) <= {room.name for room in capacity.nodes}
+        room = await room_of(kv, cluster)
+        return room is not None and set(nodes) <= {node.name for node in room.nodes}
 
     await eventually(listed)
 

@@ -23,7 +23,8 @@ from muster.api import decode_yaml
 from muster.api.model import Taint
 from muster.bench.table import Column, number, render_table
 from muster.core.dispatch import ClusterCapacity, NodeRoom
-from muster.core.heartbeat import decode_heartbeat, encode_heartbeat
+from muster.core.heartbeat import decode_heartbeat, pack
+from muster.core.heartbeat import encode as encode_wire
 from muster.gateway.submit import plan_submit
 
 SECTION = "decode"
@@ -32,7 +33,6 @@ YAML_SIZES_MIB = (1, 10)
 SUBMIT_OBJECTS = 1_000
 HEARTBEAT_NODES = (5_000, 50_000)
 HEARTBEAT_POOLS = 10
-_UNLIMITED = 1 << 40
 TARGET_MIB_PER_S = 10.0
 _TRIES = 3
 
@@ -133,7 +133,7 @@ def _heartbeat_rows(nodes: int, *, scale: float) -> Iterator[DecodeRow]:
     capacity = heartbeat_cluster(nodes)
     layouts: dict[str, Callable[[], bytes]] = {
         "1": functools.partial(msgspec.json.encode, capacity),
-        "2": lambda: encode_heartbeat(capacity, max_bytes=_UNLIMITED)[0],
+        "2": lambda: encode_wire(pack(capacity)),
     }
     for layout, encode in layouts.items():
         data = encode()
