@@ -109,7 +109,7 @@ def encode_room(capacity: ClusterCapacity, *, max_bytes: int, per_part: int = 0)
             if hinted:  # the room grew past the last split: size it afresh
                 return encode_room(capacity, max_bytes=max_bytes)
             break
-        if hinted and len(parts) == 1 and size <= max_bytes * PART_FILL:  # one value again
+        if hinted and size <= max_bytes * PART_FILL:  # it shrank: one value again
             return encode_room(capacity, max_bytes=max_bytes)
         if all(len(p) <= max_bytes for p in parts):
             head = Wire(cluster=capacity.cluster, layout=LAYOUT_PARTS, parts=_digests(parts))
