@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Final, TypeVar
+from typing import Final, TypeVar, cast
 
 import msgspec
 
@@ -52,12 +52,15 @@ class Part(Tables, frozen=True, kw_only=True, gc=False):
 
 
 class Heartbeat(msgspec.Struct, frozen=True, kw_only=True):
-    """What to put: `head` at `<cluster>`, each of `parts` at `part_key(cluster, n)`."""
+    """What to put: `head` at `<cluster>`, each of `parts` at `part_key(cluster, n)`; and
+    what lets the next heartbeat reuse the parts whose runs did not change."""
 
     head: bytes
     parts: tuple[bytes, ...] = ()
     too_large: str = ""  # why the head tells no room ("" when it tells the cluster's)
     per_part: int = 0  # nodes (or placed workloads) per part: the next heartbeat starts there
+    runs: tuple[tuple[object, ...], ...] = ()  # each part's nodes (or placed workloads)
+    digests: tuple[str, ...] = ()
 
 
 def part_key(cluster: str, n: int) -> str:
@@ -92,28 +95,39 @@ def digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=12).hexdigest()
 
 
-def encode_room(capacity: ClusterCapacity, *, max_bytes: int, per_part: int = 0) -> Heartbeat:
+def encode_room(
+    capacity: ClusterCapacity, *, max_bytes: int, last: Heartbeat | None = None
+) -> Heartbeat:
     """`capacity` as values of at most `max_bytes` each: one (layout 2) when it fits, else
-    parts of `per_part` nodes or placed workloads (the last heartbeat's split; 0: none yet,
-    or halved until each part fits) and their head; a ROOM_TOO_LARGE head beyond MAX_PARTS."""
-    hinted = per_part > 0
-    if not hinted:
+    parts of `per_part` nodes or placed workloads and their head; a ROOM_TOO_LARGE head beyond
+    MAX_PARTS. After `last` in parts, the split stays `last`'s (halved until each part fits),
+    and a part whose run holds the same `NodeRoom` objects as `last`'s is not encoded again."""
+    per_part = 0 if last is None else last.per_part
+    if not per_part:
         data = encode(pack(capacity))
         if len(data) <= max_bytes:
             return Heartbeat(head=data)
         per_part = _per_part(len(data), capacity, max_bytes=max_bytes)
     while per_part >= 1:
-        parts = _parts(capacity, per_part)
+        runs = [*_runs(capacity.nodes, per_part), *_runs(capacity.placed, per_part)]
+        reused = last if last is not None and last.per_part == per_part else None
+        parts, digests = _parts(runs, tuple(_node_runs(capacity, per_part)), reused)
         size = sum(map(len, parts))
         if len(parts) > MAX_PARTS:
-            if hinted:  # the room grew past the last split: size it afresh
+            if last is not None:  # the room grew past the last split: size it afresh
                 return encode_room(capacity, max_bytes=max_bytes)
             break
-        if hinted and size <= max_bytes * PART_FILL:  # it shrank: one value again
+        if last is not None and size <= max_bytes * PART_FILL:  # it shrank: one value again
             return encode_room(capacity, max_bytes=max_bytes)
         if all(len(p) <= max_bytes for p in parts):
-            head = Wire(cluster=capacity.cluster, layout=LAYOUT_PARTS, parts=_digests(parts))
-            return Heartbeat(head=encode(head), parts=tuple(parts), per_part=per_part)
+            head = Wire(cluster=capacity.cluster, layout=LAYOUT_PARTS, parts=digests)
+            return Heartbeat(
+                head=encode(head),
+                parts=parts,
+                per_part=per_part,
+                runs=tuple(runs),
+                digests=digests,
+            )
         per_part //= 2
     message = (
         f"its room report of {size} bytes ({len(capacity.nodes)} nodes) does not fit in "
@@ -132,19 +146,38 @@ def _per_part(size: int, capacity: ClusterCapacity, *, max_bytes: int) -> int:
     return 1 << (fits.bit_length() - 1)
 
 
-def _parts(capacity: ClusterCapacity, per_part: int) -> list[bytes]:
-    nodes = (with_rows(Part(), run) for run in _runs(capacity.nodes, per_part))
-    placed = (Part(placed=run) for run in _runs(capacity.placed, per_part))
-    return [encode(part) for part in itertools.chain(nodes, placed)]
+def _node_runs(capacity: ClusterCapacity, per_part: int) -> range:
+    """The indexes of the runs that hold nodes (the rest hold placed workloads)."""
+    return range(-(-len(capacity.nodes) // per_part))
+
+
+def _parts(
+    runs: Sequence[tuple[object, ...]], node_runs: Sequence[int], last: Heartbeat | None
+) -> tuple[tuple[bytes, ...], tuple[str, ...]]:
+    """Each run's part and digest: `last`'s where its run holds the very same objects."""
+    parts: list[bytes] = []
+    digests: list[str] = []
+    for n, run in enumerate(runs):
+        if last is not None and n < len(last.runs) and _same(run, last.runs[n]):
+            parts.append(last.parts[n])
+            digests.append(last.digests[n])
+            continue
+        if n in node_runs:
+            part = with_rows(Part(), cast(tuple[NodeRoom, ...], run))
+        else:
+            part = Part(placed=cast(tuple[str, ...], run))
+        parts.append(encode(part))
+        digests.append(digest(parts[-1]))
+    return tuple(parts), tuple(digests)
+
+
+def _same(run: tuple[object, ...], last: tuple[object, ...]) -> bool:
+    return len(run) == len(last) and all(a is b for a, b in zip(run, last, strict=True))
 
 
 def _runs(items: Sequence[T], size: int) -> Iterator[tuple[T, ...]]:
     for start in range(0, len(items), size):
         yield tuple(items[start : start + size])
-
-
-def _digests(parts: Sequence[bytes]) -> tuple[str, ...]:
-    return tuple(digest(p) for p in parts)
 
 
 _part_decoder: Final = msgspec.json.Decoder(Part)

@@ -259,15 +259,14 @@ async def heartbeat(
     kv = None
     writer = RoomWriter(config.cluster)
     said = ""  # the heartbeat's size problem last logged
-    per_part = 0  # the last room's split in parts (0: one value)
+    room = None  # the last heartbeat: its split in parts, and the parts to reuse
     while True:
         raise_if_cancelling()  # the waits below may have swallowed it (bus.cancel)
         capacity, spent_s = await _room(state, config, backend=backend, synced=synced.is_set())
         started = time.perf_counter()
         # Over max_payload NATS would refuse the put: the room goes in parts, and only a room
         # too large even for those says why it reports none (ROOM_TOO_LARGE).
-        room = encode_room(capacity, max_bytes=bus.nc.max_payload, per_part=per_part)
-        per_part = room.per_part
+        room = encode_room(capacity, max_bytes=bus.nc.max_payload, last=room)
         spent_s += time.perf_counter() - started
         if room.too_large != said:  # once per change, not every heartbeat
             said = room.too_large

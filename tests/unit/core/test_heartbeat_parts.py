@@ -67,7 +67,7 @@ def test_a_room_over_max_bytes_goes_in_parts_under_it_and_is_read_whole() -> Non
 
 def test_a_room_that_fits_is_one_value_of_layout_2_again() -> None:
     big = encode_room(cluster(2000), max_bytes=MAX_BYTES)
-    small = encode_room(cluster(10, placed=1), max_bytes=MAX_BYTES, per_part=big.per_part)
+    small = encode_room(cluster(10, placed=1), max_bytes=MAX_BYTES, last=big)
     assert small.parts == ()
     assert msgspec.json.decode(small.head)["layout"] == 2
     assert read_rooms(values(small)).whole == {"east": cluster(10, placed=1)}
@@ -75,17 +75,29 @@ def test_a_room_that_fits_is_one_value_of_layout_2_again() -> None:
 
 def test_a_nodes_change_changes_only_its_own_part() -> None:
     before = encode_room(cluster(2000), max_bytes=MAX_BYTES)
-    after = encode_room(
-        cluster(2000, busy={1500: 3}), max_bytes=MAX_BYTES, per_part=before.per_part
-    )
+    after = encode_room(cluster(2000, busy={1500: 3}), max_bytes=MAX_BYTES, last=before)
     changed = [n for n, (a, b) in enumerate(zip(before.parts, after.parts, strict=True)) if a != b]
     assert changed == [1500 // before.per_part]
     assert after.head != before.head
 
 
+def test_a_run_of_the_same_nodes_is_not_encoded_again() -> None:
+    capacity = cluster(2000)
+    before = encode_room(capacity, max_bytes=MAX_BYTES)
+    nodes = (*capacity.nodes[:1500], node(1500, busy=3), *capacity.nodes[1501:])
+    after = encode_room(
+        msgspec.structs.replace(capacity, nodes=nodes), max_bytes=MAX_BYTES, last=before
+    )
+    fresh = [
+        n for n, (a, b) in enumerate(zip(before.parts, after.parts, strict=True)) if a is not b
+    ]
+    assert fresh == [1500 // before.per_part]
+    assert read_rooms(values(after)).whole["east"].nodes == nodes
+
+
 def test_a_reader_never_combines_parts_of_two_heartbeats() -> None:
     old = encode_room(cluster(2000), max_bytes=MAX_BYTES)
-    new = encode_room(cluster(2000, busy={0: 1}), max_bytes=MAX_BYTES, per_part=old.per_part)
+    new = encode_room(cluster(2000, busy={0: 1}), max_bytes=MAX_BYTES, last=old)
     reader = RoomReader()
     for key, value in values(old).items():
         whole = reader.heard(key, value)

@@ -54,10 +54,9 @@ class WatchedKV(MemoryKV):
 async def test_readers_racing_the_writer_take_only_rooms_it_wrote() -> None:
     kv, writer = WatchedKV(), RoomWriter("east")
     written = [room(1000), room(1000, busy=2, at=999), room(600, busy=1, at=5), room(10)]
-    per_part = 0
+    heartbeat = None
     for capacity in written:
-        heartbeat = encode_room(capacity, max_bytes=MAX_BYTES, per_part=per_part)
-        per_part = heartbeat.per_part
+        heartbeat = encode_room(capacity, max_bytes=MAX_BYTES, last=heartbeat)
         await writer.write(kv, heartbeat)
         # Once written, the bucket holds it whole, and parts past it are gone.
         assert read_rooms(kv.data).whole == {"east": capacity}
@@ -75,13 +74,13 @@ async def test_only_changed_parts_are_written_again_and_a_restart_reads_what_is_
     kv.writes.clear()
     assert await writer.write(kv, first) == 1  # nothing changed: the head alone
     assert kv.writes == ["east"]
-    second = encode_room(room(1000, busy=1, at=0), max_bytes=MAX_BYTES, per_part=first.per_part)
+    second = encode_room(room(1000, busy=1, at=0), max_bytes=MAX_BYTES, last=first)
     kv.writes.clear()
     await writer.write(kv, second)
     assert kv.writes == ["east.part.0", "east"]
     # A new gang-permit process: it reads the parts it left before writing.
     kv.writes.clear()
-    fewer = encode_room(room(500), max_bytes=MAX_BYTES, per_part=first.per_part)
+    fewer = encode_room(room(500), max_bytes=MAX_BYTES, last=first)
     await RoomWriter("east").write(kv, fewer)
     changed = [
         f"east.part.{n}"
