@@ -39,6 +39,7 @@ MAX_PARTS: Final = 64
 # A part aims at this share of max_bytes: rows differ in length, and each part carries the
 # tables its own rows use, so parts sized on the average must keep room to spare.
 PART_FILL: Final = 0.5
+PART_BYTES: Final = 128 * 1024  # what a part aims at when MAX_PARTS leaves room for it
 _PART: Final = ".part."
 
 T = TypeVar("T")
@@ -138,11 +139,14 @@ def encode_room(
 
 
 def _per_part(size: int, capacity: ClusterCapacity, *, max_bytes: int) -> int:
-    """The largest power of two of nodes (or placed workloads) whose share of `size` fills
-    PART_FILL of a message: a power of two, so that the split stays put as the room moves a
-    little, and unchanged parts stay unchanged."""
+    """The largest power of two of nodes (or placed workloads) whose share of `size` makes a
+    part of PART_BYTES, or more when that would take over 40% of MAX_PARTS (rounding down to
+    a power of two may double the count), at most PART_FILL of a message. A power of two, so
+    that the split stays put as the room moves a little; small parts, so that a node's change
+    rewrites (and readers decode) little."""
     items = max(1, len(capacity.nodes) + len(capacity.placed))
-    fits = max(1, int(max_bytes * PART_FILL * items / size))
+    target = min(max_bytes * PART_FILL, max(PART_BYTES, 2.5 * size / MAX_PARTS))
+    fits = max(1, int(target * items / size))
     return 1 << (fits.bit_length() - 1)
 
 
