@@ -14,11 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from admission_world import Running, eventually, start_admission
 from bus_helpers import EventLog
 from gateway_helpers import RunningGateway, running_gateway
-from multicluster_stack import SimCluster, node, reported, sim_clusters, wait_for
+from multicluster_stack import (
+    SimCluster,
+    job,
+    multikueue_config,
+    node,
+    reported,
+    sim_clusters,
+    wait_for,
+)
 from nats_process import NatsServer
 
 from muster.bus import Bus, BusConfig
@@ -31,49 +38,6 @@ pytestmark = pytest.mark.timeout(90)
 MAX_PAYLOAD = 16 * 1024
 NODES = 40  # 20 labels of their own each: about 40 KB of room to report, in several parts
 ABSURD_NODES = 600  # about 600 KB: over MAX_PARTS parts of half a message
-
-CONFIG = """
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ResourceFlavor
-metadata: {name: default}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: AdmissionCheck
-metadata: {name: dispatch}
-spec:
-  controllerName: kueue.x-k8s.io/multikueue
-  parameters: {apiGroup: kueue.x-k8s.io, kind: MultiKueueConfig, name: workers}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: MultiKueueConfig
-metadata: {name: workers}
-spec: {clusters: [west, east]}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: MultiKueueCluster
-metadata: {name: east}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: MultiKueueCluster
-metadata: {name: west}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: global}
-spec:
-  namespaceSelector: {}
-  admissionChecksStrategy: {admissionChecks: [{name: dispatch}]}
-  resourceGroups:
-  - coveredResources: [cpu]
-    flavors:
-    - name: default
-      resources: [{name: cpu, nominalQuota: 100}]
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {name: main, namespace: ml}
-spec: {clusterQueue: global}
-"""
 
 
 @pytest.fixture
@@ -96,22 +60,6 @@ def labeled_node(i: int, *, labels: int = 20) -> dict[str, Any]:
         "metadata": {"name": f"east-{i}", "labels": own},
         "status": {"capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"}},
     }
-
-
-def job(name: str, *, pods: int, cpu: str) -> str:
-    container = {"name": "c", "resources": {"requests": {"cpu": cpu}}}
-    workload = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "Workload",
-        "metadata": {"name": name, "namespace": "ml"},
-        "spec": {
-            "queueName": "main",
-            "podSets": [
-                {"name": "main", "count": pods, "template": {"spec": {"containers": [container]}}}
-            ],
-        },
-    }
-    return yaml.safe_dump(workload)
 
 
 @pytest.fixture
@@ -150,7 +98,9 @@ async def test_a_room_over_max_payload_is_reported_in_parts_and_work_is_dispatch
         assert east.nodes[0].labels["example.com/label-0"].startswith("node-")
 
         # West comes first but has 2 cpu: only east's room, known from its parts, takes it.
-        await gateway.gateway.Submit(services_pb2.SubmitRequest(manifest=CONFIG))
+        await gateway.gateway.Submit(
+            services_pb2.SubmitRequest(manifest=multikueue_config("west", "east", cpu=100))
+        )
         await gateway.gateway.Submit(
             services_pb2.SubmitRequest(manifest=job("big", pods=2, cpu="6"))
         )
