@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
+from muster.api.check_states import ChecksWanted
 from muster.bus import new_event
+from muster.cluster.kube.resources import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.dispatch import ClusterCapacity, NodeRoom
 from muster.core.heartbeat_parts import encode_room, part_key
-from muster.watcher.status import ChecksWanted, ObjectRef
 from muster.watcher.worker_status import WorkerStatuses
 
 
