@@ -93,7 +93,50 @@ class _Table(Generic[K, T]):
         return found
 
 
-def pack(capacity: ClusterCapacity) -> Wire:
+LabelKey = tuple[tuple[str, str | None], ...]  # None: the node's own name
+VectorKey = tuple[tuple[str, int], ...]
+
+
+def _same(key: K) -> K:
+    return key
+
+
+class RowCache:
+    """What packing learned of each node's room, kept by the writer from one heartbeat to the
+    next: a node whose `NodeRoom` is the very same object as last time is not read again, and
+    its table keys are compared as small numbers. Changes no byte of what is packed."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[int, tuple[NodeRoom, tuple[int, int, int, int]]] = {}  # by id()
+        self.labels: _Table[LabelKey, LabelKey] = _Table(_same)  # each key by its number
+        self.taints: _Table[tuple[Taint, ...], tuple[Taint, ...]] = _Table(_same)
+        self.vectors: _Table[VectorKey, VectorKey] = _Table(_same)
+
+    def ids_of(self, node: NodeRoom) -> tuple[int, int, int, int]:
+        """The numbers of `node`'s label set, taint set, allocatable and free vectors."""
+        found = self._nodes.get(id(node))
+        if found is not None and found[0] is node:
+            return found[1]
+        name = node.name
+        # The node's own name stands as None in the key: one key for the whole pool.
+        labels = tuple((k, None if v == name else v) for k, v in node.labels.items())
+        ids = (
+            self.labels.add(labels),
+            self.taints.add(node.taints),
+            self.vectors.add(tuple(node.allocatable.items())),
+            self.vectors.add(tuple(node.free.items())),
+        )
+        self._nodes[id(node)] = (node, ids)
+        return ids
+
+    def fits(self, nodes: int) -> bool:
+        """Whether it holds little more than `nodes` nodes need (else start a new one: rooms
+        that changed leave entries behind)."""
+        held = max(len(self._nodes), len(self.vectors.values), len(self.labels.values))
+        return held <= 2 * nodes + 1024
+
+
+def pack(capacity: ClusterCapacity, cache: RowCache | None = None) -> Wire:
     """`capacity` in layout 2."""
     head = Wire(
         cluster=capacity.cluster,
@@ -102,29 +145,28 @@ def pack(capacity: ClusterCapacity) -> Wire:
         unreachable=capacity.unreachable,
         reason=capacity.reason,
     )
-    return with_rows(head, capacity.nodes)
+    return with_rows(head, capacity.nodes, cache)
 
 
 W = TypeVar("W", bound=Tables)
 
 
-def with_rows(base: W, nodes: Sequence[NodeRoom]) -> W:
-    """`base` with `nodes` as rows, and the tables they use."""
-    label_sets = _Table(_label_set)
-    taint_sets: _Table[tuple[Taint, ...], tuple[Taint, ...]] = _Table(tuple)
-    vectors: _Table[tuple[tuple[str, int], ...], dict[str, int]] = _Table(dict)
+def with_rows(base: W, nodes: Sequence[NodeRoom], cache: RowCache | None = None) -> W:
+    """`base` with `nodes` as rows, and the tables they use (in order of first use)."""
+    known = cache or RowCache()
+    label_sets: _Table[int, LabelSet] = _Table(lambda i: _label_set(known.labels.values[i]))
+    taint_sets: _Table[int, tuple[Taint, ...]] = _Table(lambda i: known.taints.values[i])
+    vectors: _Table[int, dict[str, int]] = _Table(lambda i: dict(known.vectors.values[i]))
     rows = []
     for node in nodes:
-        name = node.name
-        # The node's own name stands as None in the key: one key for the whole pool.
-        labels = tuple((k, None if v == name else v) for k, v in node.labels.items())
+        labels, taints, allocatable, free = known.ids_of(node)
         rows.append(
             Row(
-                name=name,
+                name=node.name,
                 labels=label_sets.add(labels),
-                taints=taint_sets.add(node.taints),
-                allocatable=vectors.add(tuple(node.allocatable.items())),
-                free=vectors.add(tuple(node.free.items())),
+                taints=taint_sets.add(taints),
+                allocatable=vectors.add(allocatable),
+                free=vectors.add(free),
             )
         )
     return msgspec.structs.replace(
@@ -136,7 +178,7 @@ def with_rows(base: W, nodes: Sequence[NodeRoom]) -> W:
     )
 
 
-def _label_set(key: tuple[tuple[str, str | None], ...]) -> LabelSet:
+def _label_set(key: LabelKey) -> LabelSet:
     labels = {k: v for k, v in key if v is not None}
     return LabelSet(labels=labels, named=tuple(k for k, v in key if v is None))
 

@@ -21,6 +21,7 @@ import msgspec
 
 from muster.core.dispatch import ClusterCapacity, NodeRoom
 from muster.core.heartbeat import (
+    RowCache,
     Tables,
     Wire,
     capacity_of,
@@ -62,6 +63,7 @@ class Heartbeat(msgspec.Struct, frozen=True, kw_only=True):
     per_part: int = 0  # nodes (or placed workloads) per part: the next heartbeat starts there
     runs: tuple[tuple[object, ...], ...] = ()  # each part's nodes (or placed workloads)
     digests: tuple[str, ...] = ()
+    cache: RowCache | None = None  # what packing learned of each node
 
 
 def part_key(cluster: str, n: int) -> str:
@@ -104,30 +106,35 @@ def encode_room(
     MAX_PARTS. After `last` in parts, the split stays `last`'s (halved until each part fits),
     and a part whose run holds the same `NodeRoom` objects as `last`'s is not encoded again."""
     per_part = 0 if last is None else last.per_part
+    hinted = per_part > 0
+    cache = last.cache if last is not None and last.cache is not None else RowCache()
+    if not cache.fits(len(capacity.nodes)):
+        cache = RowCache()
     if not per_part:
-        data = encode(pack(capacity))
+        data = encode(pack(capacity, cache))
         if len(data) <= max_bytes:
-            return Heartbeat(head=data)
+            return Heartbeat(head=data, cache=cache)
         per_part = _per_part(len(data), capacity, max_bytes=max_bytes)
     while per_part >= 1:
         runs = [*_runs(capacity.nodes, per_part), *_runs(capacity.placed, per_part)]
         reused = last if last is not None and last.per_part == per_part else None
-        parts, digests = _parts(runs, tuple(_node_runs(capacity, per_part)), reused)
+        parts, digests = _parts(runs, _node_runs(capacity, per_part), reused, cache)
         size = sum(map(len, parts))
         if len(parts) > MAX_PARTS:
-            if last is not None:  # the room grew past the last split: size it afresh
-                return encode_room(capacity, max_bytes=max_bytes)
+            if hinted:  # the room grew past the last split: size it afresh
+                return encode_room(capacity, max_bytes=max_bytes, last=_unsplit(cache))
             break
-        if last is not None and size <= max_bytes * PART_FILL:  # it shrank: one value again
-            return encode_room(capacity, max_bytes=max_bytes)
+        if hinted and size <= max_bytes * PART_FILL:  # it shrank: one value again
+            return encode_room(capacity, max_bytes=max_bytes, last=_unsplit(cache))
         if all(len(p) <= max_bytes for p in parts):
-            head = Wire(cluster=capacity.cluster, layout=LAYOUT_PARTS, parts=digests)
+            wire = Wire(cluster=capacity.cluster, layout=LAYOUT_PARTS, parts=digests)
             return Heartbeat(
-                head=encode(head),
+                head=encode(wire),
                 parts=parts,
                 per_part=per_part,
                 runs=tuple(runs),
                 digests=digests,
+                cache=cache,
             )
         per_part //= 2
     message = (
@@ -135,7 +142,13 @@ def encode_room(
         f"{MAX_PARTS} messages of the {max_bytes} bytes NATS takes in one (max_payload): "
         "raise max_payload on nats-server, or run fewer nodes in this cluster"
     )
-    return Heartbeat(head=too_large_head(capacity, message, max_bytes=max_bytes), too_large=message)
+    head = too_large_head(capacity, message, max_bytes=max_bytes)
+    return Heartbeat(head=head, too_large=message, cache=cache)
+
+
+def _unsplit(cache: RowCache) -> Heartbeat:
+    """A last heartbeat with no split to keep, only what packing learned."""
+    return Heartbeat(head=b"", cache=cache)
 
 
 def _per_part(size: int, capacity: ClusterCapacity, *, max_bytes: int) -> int:
@@ -156,7 +169,10 @@ def _node_runs(capacity: ClusterCapacity, per_part: int) -> range:
 
 
 def _parts(
-    runs: Sequence[tuple[object, ...]], node_runs: Sequence[int], last: Heartbeat | None
+    runs: Sequence[tuple[object, ...]],
+    node_runs: range,
+    last: Heartbeat | None,
+    cache: RowCache,
 ) -> tuple[tuple[bytes, ...], tuple[str, ...]]:
     """Each run's part and digest: `last`'s where its run holds the very same objects."""
     parts: list[bytes] = []
@@ -167,7 +183,7 @@ def _parts(
             digests.append(last.digests[n])
             continue
         if n in node_runs:
-            part = with_rows(Part(), cast(tuple[NodeRoom, ...], run))
+            part = with_rows(Part(), cast(tuple[NodeRoom, ...], run), cache)
         else:
             part = Part(placed=cast(tuple[str, ...], run))
         parts.append(encode(part))

@@ -83,9 +83,11 @@ def test_a_room_over_every_part_says_so_and_the_cluster_is_still_reached() -> No
     capacity = cluster(2000)
     size = len(encode(pack(capacity)))
     max_bytes = size // (MAX_PARTS // 4)  # 16 times smaller: parts do it
-    assert len(encode_room(capacity, max_bytes=max_bytes).parts) > 1
+    split = encode_room(capacity, max_bytes=max_bytes)
+    assert len(split.parts) > 1
     max_bytes = size // (2 * MAX_PARTS)  # over every part
     room = encode_room(capacity, max_bytes=max_bytes)
+    assert encode_room(capacity, max_bytes=max_bytes, last=split).head == room.head
     assert room.too_large.startswith("its room report of ")
     assert room.too_large.endswith(
         f"bytes (2000 nodes) does not fit in {MAX_PARTS} messages of the {max_bytes} bytes "

@@ -95,6 +95,20 @@ def test_a_run_of_the_same_nodes_is_not_encoded_again() -> None:
     assert read_rooms(values(after)).whole["east"].nodes == nodes
 
 
+def test_what_the_last_heartbeat_learned_changes_no_byte() -> None:
+    """The writer hands each heartbeat the last one (its split, parts and what packing learned
+    of each node): the values are those of a heartbeat computed afresh."""
+    capacity = cluster(2000)
+    changed = msgspec.structs.replace(
+        capacity, nodes=(node(0, busy=5), *capacity.nodes[1:]), placed=capacity.placed[1:]
+    )
+    for max_bytes in (MAX_BYTES, SIZE * 2):  # in parts, and one value
+        last = encode_room(capacity, max_bytes=max_bytes)
+        fresh = encode_room(changed, max_bytes=max_bytes)
+        again = encode_room(changed, max_bytes=max_bytes, last=last)
+        assert (again.head, again.parts) == (fresh.head, fresh.parts)
+
+
 def test_a_reader_never_combines_parts_of_two_heartbeats() -> None:
     old = encode_room(cluster(2000), max_bytes=MAX_BYTES)
     new = encode_room(cluster(2000, busy={0: 1}), max_bytes=MAX_BYTES, last=old)
