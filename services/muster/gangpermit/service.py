@@ -62,7 +62,7 @@ RESTORED_EVENTS = (*FOLLOWED_EVENTS, "bound", "gang_permitted", "gang_waiting")
 SPEC_EVENTS = frozenset({"submitted", "finished", "deleted"})
 CLUSTERS_BUCKET: Final = "MUSTER_CLUSTERS"  # key <cluster> (and its parts): its room, for dispatch
 HEARTBEAT_MIN_S = 0.1  # at most ten heartbeats a second, however busy the passes
-# A heartbeat costs encoding the room (tens of ms at 5 000 nodes; a large room's changed parts
+# A heartbeat costs encoding the room (a few ms at 5 000 nodes; a large room's changed parts
 # only, `muster bench decode`): the rest after one is at least this many times what computing
 # it took, so heartbeats take at most 1/20 of the loop.
 HEARTBEAT_CPU_SHARE = 20.0
