@@ -22,9 +22,10 @@ from kube_services_helpers import (
     workload_of_job,
 )
 
-from muster.api.times import format_time
+from muster.api.check_states import format_time
 from muster.bus import DLQ_STREAM, new_event
 from muster.contracts.v1 import events_pb2 as pb
+from muster.core.lifecycle import requeue_end_s
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -425,13 +426,16 @@ async def test_a_pods_ready_timeout_backs_off_requeued_false_then_true_then_deac
         timeout = f"Exceeded the PodsReady timeout ml/{name}"
         backing_off = await condition_when(kubectl, "Workload", name, "ml", "Requeued", "False")
         assert said(backing_off) == ("False", "PodsReadyTimeout", timeout)
-        # Kueue's requeueState: one requeue, the back-off (1 s) ending 1 s after the pods left.
-        (gone,) = stack.events.of(f"ml/{name}", "workload.eviction_completed")
-        until = format_time(gone.time_unix_nano / 1e9 + 1)
+        # Kueue's requeueState: one requeue, the back-off (1 s) ending 1 s after the eviction,
+        # in whole seconds: the instant admission requeues it at, not before.
+        (evicted,) = stack.events.of(f"ml/{name}", "workload.evicted")
+        end_s = requeue_end_s(evicted.time_unix_nano / 1e9, 1)
         backing = (await status_of(kubectl, name)).get("requeueState")
-        assert backing in ({"count": 1, "requeueAt": until}, {"count": 1})  # {count}: over
+        assert backing in ({"count": 1, "requeueAt": format_time(end_s)}, {"count": 1})
         requeued = await condition_when(kubectl, "Workload", name, "ml", "Requeued", "True")
         assert said(requeued) == ("True", "BackoffFinished", "The workload backoff was finished")
+        (queued,) = stack.events.of(f"ml/{name}", "workload.requeued")
+        assert queued.time_unix_nano / 1e9 >= end_s
         status = await status_of(kubectl, name)
         assert status["requeueState"] == {"count": 1}  # requeueAt cleared as it queues again
 

@@ -11,7 +11,6 @@ import pytest
 
 from muster.api.check_states import ChecksWanted
 from muster.api.model import RequeuingStrategy
-from muster.api.times import format_time
 from muster.bus import new_event
 from muster.cluster.kube import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
@@ -181,22 +180,25 @@ def at(field: str, payload: Any, at_s: float) -> pb.Envelope:
 
 def test_requeue_state_counts_timeouts_tells_each_back_off_and_clears_on_deactivation() -> None:
     """Kueue's status.requeueState through backoffBaseSeconds 10, backoffMaxSeconds 15: the
-    count at each PodsReady timeout, requeueAt base*2^(n-1) (capped) after its pods are gone
-    (when admission's back-off starts), cleared when requeued; all of it on deactivation."""
+    count at each PodsReady timeout, requeueAt base*2^(n-1) (capped) after the eviction, in
+    whole seconds (metav1.Time, rounded down as admission waits), written with the eviction
+    and kept while its pods stop, cleared when requeued; all of it on deactivation."""
     made = StatusBook(
         pods_ready=True,
         requeuing=RequeuingStrategy(backoff_base_seconds=10, backoff_max_seconds=15),
     )
     timeout = pb.WorkloadEvicted(reason="PodsReadyTimeout", message=TIMEOUT)
     made.apply(at("submitted", pb.WorkloadSubmitted(queue_name="lq"), 0.0))
-    for n, (stopped_s, back_s) in enumerate([(100.0, 10), (200.0, 15)], start=1):
-        made.apply(at("admitted", pb.WorkloadAdmitted(admission=admission()), stopped_s - 10))
-        made.apply(at("evicted", timeout, stopped_s - 1))
-        assert requeue_state(made) == {"count": n, "requeueAt": None}  # its pods still running
-        made.apply(at("eviction_completed", pb.EvictionCompleted(), stopped_s))
-        assert requeue_state(made) == {"count": n, "requeueAt": format_time(stopped_s + back_s)}
+    for n, (evicted_s, requeue_at) in enumerate(
+        [(98.6, "1970-01-01T00:01:48Z"), (199.25, "1970-01-01T00:03:34Z")], start=1
+    ):
+        made.apply(at("admitted", pb.WorkloadAdmitted(admission=admission()), evicted_s - 10))
+        made.apply(at("evicted", timeout, evicted_s))
+        assert requeue_state(made) == {"count": n, "requeueAt": requeue_at}
+        made.apply(at("eviction_completed", pb.EvictionCompleted(), evicted_s + 30))
+        assert requeue_state(made) == {"count": n, "requeueAt": requeue_at}  # not from the stop
         requeued = pb.WorkloadRequeued(reason="BackoffFinished", message="x")
-        made.apply(at("requeued", requeued, stopped_s + back_s))
+        made.apply(at("requeued", requeued, evicted_s + 30))
         assert requeue_state(made) == {"count": n, "requeueAt": None}  # None: removed
     made.apply(at("admitted", pb.WorkloadAdmitted(admission=admission()), 300.0))
     limit = "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
@@ -204,6 +206,28 @@ def test_requeue_state_counts_timeouts_tells_each_back_off_and_clears_on_deactiv
     made.apply(at("evicted", pb.WorkloadEvicted(reason=reason, message=limit), 301.0))
     assert requeue_state(made) is None  # at once, while its pods stop
     made.apply(at("eviction_completed", pb.EvictionCompleted(), 302.0))
+    assert requeue_state(made) is None
+
+
+def test_a_check_retry_writes_requeue_at_from_the_checks_event_until_requeued() -> None:
+    """Kueue's workload controller: a check in Retry with requeueAfterSeconds sets requeueAt
+    to its lastTransitionTime + requeueAfterSeconds (whole seconds), with no count; muster's
+    is the check's event time, as admission counts it. Removed once it queues again."""
+    made = StatusBook(pods_ready=True)
+    made.apply(at("submitted", pb.WorkloadSubmitted(queue_name="lq"), 0.0))
+    reserved = pb.QuotaReserved(admission=admission(), admission_checks=["prov"])
+    made.apply(at("quota_reserved", reserved, 10.0))
+    retry = pb.AdmissionCheckUpdated(check="prov", state="Retry", requeue_after_seconds=30)
+    made.apply(at("admission_check", retry, 12.7))
+    assert requeue_state(made) is None  # written with the eviction the Retry causes
+    why = 'Evicted due to AdmissionCheck in Retry state: "prov"'
+    evicted = pb.WorkloadEvicted(reason="AdmissionCheck", message=why)
+    made.apply(at("evicted", evicted, 12.9))
+    later = pb.AdmissionCheckUpdated(check="prov", state="Retry", requeue_after_seconds=90)
+    made.apply(at("admission_check", later, 13.0))  # evicted already: admission ignores it
+    assert requeue_state(made) == {"requeueAt": "1970-01-01T00:00:42Z"}
+    requeued = pb.WorkloadRequeued(reason="Evicted", message="requeued")
+    made.apply(at("requeued", requeued, 42.0))
     assert requeue_state(made) is None
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
 from admission_world import eventually
 from budget import wait_s
 from bus_helpers import EventLog
@@ -27,8 +28,8 @@ from muster.cluster.sim.clock import WallClock
 from muster.cluster.sim.kubelet import Kubelet
 from muster.cluster.sim.store import SimStore
 from muster.contracts.v1 import events_pb2
-from muster.core.heartbeat import decode_heartbeat
 from muster.gangpermit.service import GangPermitConfig, run_gangpermit
+from muster.gateway.clusters import room_of
 from muster.watcher.service import WatcherConfig, run_watcher
 
 SPEED = 20.0  # pods run 20 times faster than their muster.dev/run-seconds
@@ -114,11 +115,8 @@ async def reported(bus: Bus, cluster: str, *nodes: str) -> None:
     kv = await bus.kv(CLUSTERS_BUCKET)
 
     async def listed() -> bool:
-        entry = await kv.get(cluster)
-        if entry is None or not entry.value:
-            return False
-        capacity = decode_heartbeat(entry.value)
-        return set(nodes) <= {room.name for room in capacity.nodes}
+        room = await room_of(kv, cluster)
+        return room is not None and set(nodes) <= {node.name for node in room.nodes}
 
     await eventually(listed)
 
@@ -164,3 +162,64 @@ async def wait_for(
     env = found()
     assert env is not None
     return env
+
+
+def multikueue_config(*clusters: str, cpu: int) -> str:
+    """A ClusterQueue `global` of `cpu` cpu whose admission check dispatches to `clusters`
+    (in that order), LocalQueue ml/main, as YAML for Submit."""
+    members = "".join(
+        f"""---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: MultiKueueCluster
+metadata: {{name: {name}}}
+"""
+        for name in clusters
+    )
+    return f"""apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {{name: default}}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: AdmissionCheck
+metadata: {{name: dispatch}}
+spec:
+  controllerName: kueue.x-k8s.io/multikueue
+  parameters: {{apiGroup: kueue.x-k8s.io, kind: MultiKueueConfig, name: workers}}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: MultiKueueConfig
+metadata: {{name: workers}}
+spec: {{clusters: [{", ".join(clusters)}]}}
+{members}---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {{name: global}}
+spec:
+  namespaceSelector: {{}}
+  admissionChecksStrategy: {{admissionChecks: [{{name: dispatch}}]}}
+  resourceGroups:
+  - coveredResources: [cpu]
+    flavors:
+    - name: default
+      resources: [{{name: cpu, nominalQuota: {cpu}}}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {{name: main, namespace: ml}}
+spec: {{clusterQueue: global}}
+"""
+
+
+def job(name: str, *, pods: int, cpu: str = "1", run_seconds: int | None = None) -> str:
+    """A Kueue Workload in ml/main of `pods` pods of `cpu` each, as YAML for Submit."""
+    annotations = {} if run_seconds is None else {"muster.dev/run-seconds": str(run_seconds)}
+    container = {"name": "c", "resources": {"requests": {"cpu": cpu}}}
+    podset = {"name": "main", "count": pods, "template": {"spec": {"containers": [container]}}}
+    return yaml.safe_dump(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Workload",
+            "metadata": {"name": name, "namespace": "ml", "annotations": annotations},
+            "spec": {"queueName": "main", "podSets": [podset]},
+        }
+    )

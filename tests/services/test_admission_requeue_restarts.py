@@ -24,6 +24,7 @@ from bus_helpers import EventLog
 
 from muster.bus import Bus, BusConfig, new_event
 from muster.contracts.v1 import events_pb2 as pb
+from muster.core.lifecycle import requeue_end_s
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -80,7 +81,7 @@ async def test_requeue_count_and_back_off_survive_restarts_until_the_limit_deact
             stopped_seq = await bus.publish(
                 fact("eviction_completed", key, pb.EvictionCompleted(eviction_id=evicted.event_id))
             )
-            stopped = await nth(events, "eviction_completed", key, n)
+            await nth(events, "eviction_completed", key, n)
             # Killed while it backs off: its successor restores the count and the back-off.
             await drained(bus, "admission-0")
             if SNAPSHOT_S[n - 1]:
@@ -90,8 +91,10 @@ async def test_requeue_count_and_back_off_survive_restarts_until_the_limit_deact
             await replica.wait_serving()
             requeued = await nth(events, "requeued", key, n)
             assert requeued.requeued.reason == "BackoffFinished", n
-            waited_s = (requeued.time_unix_nano - stopped.time_unix_nano) / 1e9
-            assert waited_s >= min(BASE_S * 2 ** (n - 1), MAX_S), n  # 1 s, 2 s, 2 s (capped)
+            # 1 s, 2 s, 2 s (capped) from the eviction, whole seconds (Kueue's requeueAt).
+            back_off_s = min(BASE_S * 2 ** (n - 1), MAX_S)
+            end_s = requeue_end_s(evicted.time_unix_nano / 1e9, back_off_s)
+            assert requeued.time_unix_nano / 1e9 >= end_s, n
             await nth(events, "admitted", key, n + 1)
         # One more timeout would be the fourth requeue: deactivated instead.
         last = await nth(events, "evicted", key, LIMIT + 1)

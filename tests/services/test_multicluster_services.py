@@ -11,11 +11,19 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-import yaml
 from admission_world import Running, start_admission, start_preemption
 from bus_helpers import EventLog
 from gateway_helpers import RunningGateway, running_gateway
-from multicluster_stack import SimCluster, about, node, reported, sim_clusters, wait_for
+from multicluster_stack import (
+    SimCluster,
+    about,
+    job,
+    multikueue_config,
+    node,
+    reported,
+    sim_clusters,
+    wait_for,
+)
 
 from muster.bus import Bus, BusConfig
 from muster.contracts.v1 import services_pb2
@@ -29,78 +37,7 @@ pytestmark = pytest.mark.timeout(90)
 NEVER_LOST_S = 60.0
 LOST_AFTER_S = 3.0
 
-CONFIG = """
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ResourceFlavor
-metadata: {name: default}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: AdmissionCheck
-metadata: {name: dispatch}
-spec:
-  controllerName: kueue.x-k8s.io/multikueue
-  parameters: {apiGroup: kueue.x-k8s.io, kind: MultiKueueConfig, name: workers}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: MultiKueueConfig
-metadata: {name: workers}
-spec: {clusters: [east, west]}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: MultiKueueCluster
-metadata: {name: east}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: MultiKueueCluster
-metadata: {name: west}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: global}
-spec:
-  namespaceSelector: {}
-  admissionChecksStrategy: {admissionChecks: [{name: dispatch}]}
-  resourceGroups:
-  - coveredResources: [cpu]
-    flavors:
-    - name: default
-      resources: [{name: cpu, nominalQuota: 6}]
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {name: main, namespace: ml}
-spec: {clusterQueue: global}
-"""
-
-
-def job(name: str, *, pods: int, run_seconds: int) -> str:
-    return yaml.safe_dump(
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "Workload",
-            "metadata": {
-                "name": name,
-                "namespace": "ml",
-                "annotations": {"muster.dev/run-seconds": str(run_seconds)},
-            },
-            "spec": {
-                "queueName": "main",
-                "podSets": [
-                    {
-                        "name": "main",
-                        "count": pods,
-                        "template": {
-                            "spec": {
-                                "containers": [
-                                    {"name": "c", "resources": {"requests": {"cpu": "1"}}}
-                                ]
-                            }
-                        },
-                    }
-                ],
-            },
-        }
-    )
+CONFIG = multikueue_config("east", "west", cpu=6)
 
 
 class World:

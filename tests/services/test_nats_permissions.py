@@ -163,6 +163,8 @@ PUBLISH_CASES = [
      "gang-permit cannot take an admission shard's lease"),
     ("gangpermit-local", "$KV.MUSTER_CLUSTERS.w1", "$KV.MUSTER_CLUSTERS.local",
      "a cluster reports its own room only"),
+    ("gangpermit-local", "$KV.MUSTER_CLUSTERS.w1.part.0", "$KV.MUSTER_CLUSTERS.local.part.0",
+     "a large room's parts too"),
     ("gateway", "$KV.MUSTER_VISIBILITY.cq.team-a", "$JS.API.DIRECT.GET.KV_MUSTER_VISIBILITY",
      "the gateway reads queue status, it cannot write it"),
     ("watcher-local", "$KV.MUSTER_SIM_local.pod.x.y", "$JS.API.DIRECT.GET.KV_MUSTER_SIM_local",

@@ -1,11 +1,12 @@
 """The cluster registry: every cluster's gang-permit heartbeat, from the `MUSTER_CLUSTERS` bucket.
 
 Key `<cluster>`, value a `muster.core.dispatch.ClusterCapacity` as JSON (each schedulable node's
-free room, and the Kueue workloads it already counts), put every few seconds by that cluster's
-gang-permit, and up to ten times a second while its passes run. `follow_clusters` feeds each one
-to the replica's `Dispatcher` with the time it arrived (admission's clock: a cluster silent for
-longer than `--cluster-lost-seconds` is lost), and runs a round when a workload waits for room,
-since the new room may let it go.
+free room, and the Kueue workloads it already counts; a large cluster's in parts, keys
+`<cluster>.part.<n>`, taken once whole: `muster.core.heartbeat_parts`), put every few seconds
+by that cluster's gang-permit, and up to ten times a second while its passes run.
+`follow_clusters` feeds each one to the replica's `Dispatcher` with the time it arrived
+(admission's clock: a cluster silent for longer than `--cluster-lost-seconds` is lost), and runs
+a round when a workload waits for room, since the new room may let it go.
 
 Only MultiKueue reads the registry, and only for the clusters its MultiKueueClusters declare, so
 a replica follows the bucket only once one is declared (looked at every `WANTED_S`): without
@@ -30,7 +31,7 @@ from muster.bus import Bus
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.kv import follow_bucket
 from muster.contracts.v1 import events_pb2 as pb
-from muster.core.heartbeat import decode_heartbeat
+from muster.core.heartbeat_parts import Gone, RoomReader
 
 CLUSTERS_BUCKET: Final = "MUSTER_CLUSTERS"
 WANTED_S: Final = 1.0  # how often a replica not following the registry looks whether it must
@@ -52,17 +53,20 @@ async def follow_clusters(
     `run_round([])` runs a round."""
 
     loaded = False  # the stored heartbeats are all in
+    reader = RoomReader()
 
-    async def heard(cluster: str, value: bytes | None) -> None:
-        if value is None:
-            dispatcher.forget_cluster(cluster)
-            return
+    async def heard(key: str, value: bytes | None) -> None:
         try:
-            capacity = decode_heartbeat(value)
+            found = reader.heard(key, value)
         except msgspec.DecodeError as exc:
-            log.warning("bad heartbeat of %s: %s", cluster, exc)
+            log.warning("bad heartbeat %s: %s", key, exc)
             return
-        dispatcher.heartbeat(capacity, now_s=clock())
+        if isinstance(found, Gone):
+            dispatcher.forget_cluster(found.cluster)
+            return
+        if found is None:  # a part, or a head whose parts are not all in yet
+            return
+        dispatcher.heartbeat(found, now_s=clock())
         if loaded and dispatcher.wants_round():
             await run_round([])
 

@@ -21,7 +21,7 @@ import msgspec
 
 from muster.admission.translate import DEACTIVATED, Manifests, Recorded
 from muster.api.model import Admission, PodSet, Workload, WorkloadKey
-from muster.core.conditions import PODS_READY_TIMEOUT, is_deactivation
+from muster.core.conditions import ADMISSION_CHECK, PODS_READY_TIMEOUT, is_deactivation
 
 
 class Phase(StrEnum):
@@ -69,6 +69,9 @@ class Entry:
     # requeueState.count): handed to the engine on adoption, so a rebuilt replica's back-off
     # and backoffLimitCount count on instead of starting over.
     requeue_count: int = 0
+    # A check's Retry with requeueAfterSeconds while it held quota: when it may queue again
+    # (`core.lifecycle.requeue_end_s`), for the engine to wait as the live one did.
+    retry_at_s: float | None = None
     pending_reason: str = ""
     pending_message: str = ""
     # Reported since reserved; while none are, the one shared empty map (never written).
@@ -254,10 +257,19 @@ class Ledger:
         if entry is not None:
             entry.declared_only = True
 
-    def check_updated(self, key: WorkloadKey, check: str, state: str) -> None:
+    def check_updated(
+        self, key: WorkloadKey, check: str, state: str, *, retry_at_s: float | None = None
+    ) -> None:
+        """A check's state; a Retry's `retry_at_s` is kept until its eviction is recorded
+        (the first one: the engine evicts at the first Retry and ignores any later one)."""
         entry = self.entries.get(key)
-        if entry is not None and entry.phase is Phase.RESERVED and check in entry.checks:
+        if entry is None:
+            return
+        if entry.phase is Phase.RESERVED and check in entry.checks:
             entry.check_states[check] = state
+        retrying = state == "Retry" and entry.phase in (Phase.RESERVED, Phase.ADMITTED)
+        if retrying and entry.retry_at_s is None:
+            entry.retry_at_s = retry_at_s
 
     def set_active(self, key: WorkloadKey, active: bool) -> None:
         """active_changed: a pending workload stopped is inactive at once, one holding quota
@@ -291,8 +303,8 @@ class Ledger:
         if not entry.active:
             entry.phase = Phase.INACTIVE
             entry.admission = None
-        elif entry.evicted_reason == PODS_READY_TIMEOUT:
-            entry.phase = Phase.BACKOFF
+        elif entry.evicted_reason == PODS_READY_TIMEOUT or entry.retry_at_s is not None:
+            entry.phase = Phase.BACKOFF  # until `requeued` (its back-off may be over already)
         else:
             _requeue(entry)
 
@@ -343,6 +355,8 @@ class Ledger:
                     entry.evicted_reason, entry.evicted_message = fact.reason, fact.message
                     entry.evicted_s = fact.at_s
                     entry.eviction_id = fact.event_id
+                    if fact.reason != ADMISSION_CHECK:
+                        entry.retry_at_s = None  # evicted for another reason first
                     if fact.reason == PODS_READY_TIMEOUT:
                         entry.requeue_count += 1
             case "requeued":
@@ -357,6 +371,7 @@ def _reserve(entry: Entry, fact: Recorded) -> None:
     entry.checks = fact.checks
     entry.check_states = {}
     entry.reserved_s = fact.at_s
+    entry.retry_at_s = None
     entry.admitted_s = None
     entry.pods_ready = False
     entry.unready_s = None
@@ -368,6 +383,7 @@ def _requeue(entry: Entry) -> None:
     entry.admission = None
     entry.checks = ()
     entry.check_states = _NO_CHECK_STATES
+    entry.retry_at_s = None
     entry.admitted_s = None
     entry.pods_ready = False
     entry.unready_s = None

@@ -64,6 +64,7 @@ from muster.api.model import (
 from muster.api.wellknown import GANG_TIMED_OUT, PREEMPTED, START_FAILED
 from muster.core.engine import Engine
 from muster.core.events import Event, EventType
+from muster.core.lifecycle import requeue_end_s
 from muster.core.routing import Policy, RoutingSettings, run_seconds_on
 
 _PENDING = "Pending"  # the engine's Phase value of a queued workload
@@ -309,8 +310,12 @@ class AdmissionState:
             case SetActive(key, active):
                 ledger.set_active(key, active)
                 return self._engine_fact(key, lambda: engine.set_active(key, active, now_s=now_s))
-            case CheckUpdated(key, check, state, message, requeue_after_s):
-                ledger.check_updated(key, check, state)
+            case CheckUpdated(key, check, state, message, requeue_after_s, at_s):
+                # Counted from the check's own event (Kueue: its lastTransitionTime), which a
+                # rebuild and the watcher read too, not from when this replica got to it.
+                since_s = at_s or now_s
+                retry_at_s = requeue_end_s(since_s, requeue_after_s) if requeue_after_s else None
+                ledger.check_updated(key, check, state, retry_at_s=retry_at_s)
                 return self._engine_fact(
                     key,
                     lambda: engine.set_admission_check(
@@ -319,6 +324,7 @@ class AdmissionState:
                         state,
                         message=message,
                         requeue_after_s=requeue_after_s,
+                        since_s=since_s,
                         now_s=now_s,
                     ),
                 )
@@ -537,8 +543,8 @@ class AdmissionState:
             wl = msgspec.structs.replace(wl, active=False)
         events = engine.submit(wl, now_s=entry.submitted_s, key=key)
         self.adopted.add(key)
-        if entry.requeue_count:  # before a recorded eviction's `stopped` sets its back-off
-            engine.restore_requeues(key, entry.requeue_count)
+        if entry.requeue_count or entry.retry_at_s is not None:  # before its eviction's
+            engine.restore_requeues(key, entry.requeue_count, retry_at_s=entry.retry_at_s)
         if entry.routed_queue:
             # Back where its last Routed sent it, before its quota is restored; announced then.
             engine.restore_routed(key, queue_name=entry.routed_queue)
@@ -569,11 +575,15 @@ class AdmissionState:
                     now_s=entry.evicted_s,
                 )
             if entry.phase is Phase.BACKOFF:
-                engine.stopped(key, now_s=entry.stopped_s)
+                # Its back-off over by the time its pods were gone, it was requeued then; the
+                # `requeued` is not stored (the replica stopped first): it is said now.
+                events = engine.stopped(key, now_s=entry.stopped_s)
             if not entry.active:  # stopped while it held quota: inactive once evicted
                 engine.set_active(key, False, now_s=entry.evicted_s)
             if entry.phase is Phase.RESERVED:
                 return self._ready_checks(entry) if entry.checks else self._admit_now(entry)
+            if entry.phase is Phase.BACKOFF:
+                return [e for e in events if e.type is EventType.REQUEUED]
         elif entry.phase is Phase.PENDING and entry.pending_message:
             # A preemptor recorded as waiting for its victims stays parked: no second preemption.
             engine.restore_pending(key, reason=entry.pending_reason, message=entry.pending_message)

@@ -134,6 +134,7 @@ class CheckUpdated:
     state: str
     message: str
     requeue_after_s: float = 0.0
+    at_s: float = 0.0  # when the check said so (Kueue's lastTransitionTime): Retry counts from it
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +280,7 @@ def fact_of(env: pb.Envelope, *, decoded: Workload | None = None) -> Fact | None
                 state=ac.state,
                 message=ac.message,
                 requeue_after_s=max(0, ac.requeue_after_seconds),
+                at_s=time_s_of(env),
             )
         case "gang_rejected":
             return GangRejected(

@@ -7,8 +7,9 @@ Workloads with `muster.gateway.submit.plan_submit` (decoding, the events and the
 heartbeat rows encode and decode a gang-permit's `MUSTER_CLUSTERS` heartbeat of 5 000 and
 50 000 nodes (20 labels each, the hostname among them, 10 node pools, one with a taint; a third
 of the nodes busy) in layout 1 (each node in full) and layout 2 (tables, `muster.core.heartbeat`);
-bytes is the heartbeat's size. Each case runs three times; the fastest counts (the machine is
-shared).
+bytes is the heartbeat's size. The "gang-permit room" rows time one heartbeat of a gang-permit
+holding that cluster (`muster.bench.heartbeat_room`). Each other case runs three times; the
+fastest counts (the machine is shared).
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ import msgspec
 
 from muster.api import decode_yaml
 from muster.api.model import Taint
+from muster.bench.heartbeat_room import median_beat
 from muster.bench.table import Column, number, render_table
 from muster.core.dispatch import ClusterCapacity, NodeRoom
-from muster.core.heartbeat import decode_heartbeat, encode_heartbeat
+from muster.core.heartbeat import decode_heartbeat, pack
+from muster.core.heartbeat import encode as encode_wire
 from muster.gateway.submit import plan_submit
 
 SECTION = "decode"
@@ -32,7 +35,6 @@ YAML_SIZES_MIB = (1, 10)
 SUBMIT_OBJECTS = 1_000
 HEARTBEAT_NODES = (5_000, 50_000)
 HEARTBEAT_POOLS = 10
-_UNLIMITED = 1 << 40
 TARGET_MIB_PER_S = 10.0
 _TRIES = 3
 
@@ -86,6 +88,11 @@ def run(*, scale: float) -> Iterator[DecodeRow]:
     yield _measure(f"submit plan {count}", manifest(count), scale=scale, decode=_plan)
     for nodes in HEARTBEAT_NODES:
         yield from _heartbeat_rows(max(1, round(nodes * scale)), scale=scale)
+    for nodes in HEARTBEAT_NODES:
+        count = max(1, round(nodes * scale))
+        wall_s, size = median_beat(heartbeat_cluster(count).nodes)
+        case = f"heartbeat {count} nodes, gang-permit room after a bind"
+        yield _row(case, size, count, wall_s, scale=scale)
 
 
 def heartbeat_cluster(nodes: int) -> ClusterCapacity:
@@ -133,7 +140,7 @@ def _heartbeat_rows(nodes: int, *, scale: float) -> Iterator[DecodeRow]:
     capacity = heartbeat_cluster(nodes)
     layouts: dict[str, Callable[[], bytes]] = {
         "1": functools.partial(msgspec.json.encode, capacity),
-        "2": lambda: encode_heartbeat(capacity, max_bytes=_UNLIMITED)[0],
+        "2": lambda: encode_wire(pack(capacity)),
     }
     for layout, encode in layouts.items():
         data = encode()

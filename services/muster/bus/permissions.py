@@ -163,7 +163,7 @@ ROLES: Final[tuple[Role, ...]] = (
             "cmd.evict",
         ),
         replays=(EVENTS_STREAM,),
-        key_values=(KeyValue("MUSTER_CLUSTERS", writes=("{cluster}",)),),
+        key_values=(KeyValue("MUSTER_CLUSTERS", writes=("{cluster}", "{cluster}.part.*")),),
         sim_store="read",
         dead_letters=("gangpermit-{cluster}", "gangpermit-{cluster}-cluster"),
     ),

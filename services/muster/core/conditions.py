@@ -29,6 +29,7 @@ RECOVERED = "Recovered"
 # Retry is over; past backoffLimitCount a workload is deactivated instead, its eviction's reason
 # "Deactivated" with that cause (Kueue's patching.ReasonWithCause).
 PODS_READY_TIMEOUT = "PodsReadyTimeout"  # the eviction's reason; counted (requeueState.count)
+ADMISSION_CHECK = "AdmissionCheck"  # the eviction's reason at a check's Retry
 BACKOFF_FINISHED = "BackoffFinished"
 BACKOFF_FINISHED_MESSAGE = "The workload backoff was finished"
 REQUEUING_LIMIT_EXCEEDED = "DeactivatedDueToRequeuingLimitExceeded"
@@ -49,7 +50,7 @@ REACTIVATED_MESSAGE = "The workload was reactivated"
 # Requeued stays False until the workload controller queues it again.
 REQUEUED_AT_ONCE = ("Preempted", "NodeFailures")
 # Requeued False for these until the back-off (requeueAt) has passed: then BackoffFinished.
-BACKING_OFF = (PODS_READY_TIMEOUT, "AdmissionCheck")
+BACKING_OFF = (PODS_READY_TIMEOUT, ADMISSION_CHECK)
 # Requeued False for these until the queue is no longer stopped: then <Kind>Restarted.
 RESTARTED = {
     "ClusterQueueStopped": (

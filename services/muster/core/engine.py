@@ -29,6 +29,7 @@ from muster.api.model import (
 )
 from muster.api.wellknown import REQUESTS_REFUSED
 from muster.core.conditions import (
+    ADMISSION_CHECK,
     DEACTIVATED,
     DEACTIVATED_MESSAGE,
     EVICTED,
@@ -45,7 +46,7 @@ from muster.core.conditions import (
 from muster.core.config import Configuration
 from muster.core.events import Event, EventType
 from muster.core.heads import Heads
-from muster.core.lifecycle import Lifecycle, assignment_of
+from muster.core.lifecycle import Lifecycle, assignment_of, requeue_end_s
 from muster.core.queueing import Queueing
 from muster.core.queues import TreeRuntime
 from muster.core.records import Phase, WorkloadRecord
@@ -308,14 +309,16 @@ class Engine(EngineViews):
         *,
         message: str = "",
         requeue_after_s: float | None = None,
+        since_s: float | None = None,
         now_s: float,
     ) -> list[Event]:
         """An admission check controller reports Ready, Retry, Rejected or Pending.
 
         As in Kueue's workload controller, Retry and Rejected count for as long as the workload
         holds quota, admitted or not: Retry evicts it, to queue again once `requeue_after_s`
-        (the check's requeueAfterSeconds) has passed; Rejected deactivates it, after its pods
-        stop when it was admitted."""
+        (the check's requeueAfterSeconds) has passed since `since_s` (when the check said so,
+        its lastTransitionTime; default `now_s`), and its pods are gone; Rejected deactivates
+        it, after its pods stop when it was admitted."""
         self.state.now_s = now_s
         r = self.state.records.get(key)
         if r is None or r.phase not in (Phase.RESERVED, Phase.ADMITTED) or check not in r.checks:
@@ -335,8 +338,9 @@ class Engine(EngineViews):
                     r, reason="DeactivatedDueToAdmissionCheck", message=deactivated
                 )
         elif state == "Retry":
-            r.requeue_at_s = now_s + requeue_after_s if requeue_after_s else None
-            self.lifecycle.evict(r, reason="AdmissionCheck", message=f"Evicted due to {why}")
+            since = now_s if since_s is None else since_s
+            r.requeue_at_s = requeue_end_s(since, requeue_after_s) if requeue_after_s else None
+            self.lifecycle.evict(r, reason=ADMISSION_CHECK, message=f"Evicted due to {why}")
         elif r.phase is Phase.RESERVED and all(s == "Ready" for s in r.checks.values()):
             self.lifecycle.admit(r)
         return self.state.take_events()
@@ -405,13 +409,17 @@ class Engine(EngineViews):
         self.lifecycle.evict(r, reason=reason, message=message, by=by)
         self.state.take_events()
 
-    def restore_requeues(self, key: WorkloadKey, count: int) -> None:
+    def restore_requeues(
+        self, key: WorkloadKey, count: int, *, retry_at_s: float | None = None
+    ) -> None:
         """The recorded number of PodsReadyTimeout evictions of `key` since it was last
-        reactivated (state rebuild): its back-off and backoffLimitCount count on from there.
-        Restore it before a recorded eviction's `stopped`, whose back-off it sets."""
+        reactivated (state rebuild): its back-off and backoffLimitCount count on from there;
+        and `retry_at_s`, the end a check's Retry set (`set_admission_check`). Restore them
+        before a recorded eviction, whose requeue time they set."""
         r = self.state.records.get(key)
         if r is not None:
             r.requeue_count = count
+            r.requeue_at_s = retry_at_s
 
     def restore_pending(self, key: WorkloadKey, *, reason: str, message: str) -> None:
         """The recorded pending reason, so that a rebuild does not announce it again.

@@ -7,16 +7,17 @@ is the node's own name (`kubernetes.io/hostname`) would make every set distinct:
 keeps its key only, and the reader puts the name back. Lossless: `decode_heartbeat` returns
 the `ClusterCapacity` the writer had.
 
-Readers take both layouts (layout 1: `nodes`, each node in full). A heartbeat over what NATS
-takes in one message (`max_bytes`, the connection's max_payload) is never sent: the writer
-sends instead one without nodes, reason ROOM_TOO_LARGE, naming both sizes, which readers show
-as the cluster's reason for taking no dispatched work; its services still answer, so it is not
+Readers take both layouts (layout 1: `nodes`, each node in full). A room over what NATS takes
+in one message (the connection's max_payload) goes in parts (layout 3,
+`muster.core.heartbeat_parts`, which writes every layout); `too_large` is the heartbeat of a
+room beyond even that: no nodes, reason ROOM_TOO_LARGE, naming the sizes, which readers show as
+the cluster's reason for taking no dispatched work; its services still answer, so it is not
 lost.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Final, Generic, TypeVar
 
 import msgspec
@@ -48,18 +49,26 @@ class Row(msgspec.Struct, frozen=True, array_like=True, gc=False):
     free: int
 
 
-class Wire(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """Both layouts: 1 fills `nodes`; 2 the tables and `rows` (an old reader, which knows
-    only `nodes`, sees a cluster without nodes)."""
+class Tables(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """Nodes as rows of indexes into tables (layout 2), and placed workloads: a whole
+    heartbeat's (`Wire`) or one part's (layout 3, `muster.core.heartbeat_parts`)."""
 
-    cluster: str
-    layout: int = 1
-    nodes: tuple[NodeRoom, ...] = ()
     label_sets: tuple[LabelSet, ...] = ()
     taint_sets: tuple[tuple[Taint, ...], ...] = ()
     vectors: tuple[dict[str, int], ...] = ()
     rows: tuple[Row, ...] = ()
     placed: tuple[str, ...] = ()
+
+
+class Wire(Tables, frozen=True, kw_only=True, gc=False):
+    """Every layout's `<cluster>` value: 1 fills `nodes`; 2 the tables and `rows` (an old
+    reader, which knows only `nodes`, sees a cluster without nodes); 3 `parts`, the digest of
+    each part holding the tables (a reader before layout 3 sees a cluster without nodes)."""
+
+    cluster: str
+    layout: int = 1
+    nodes: tuple[NodeRoom, ...] = ()
+    parts: tuple[str, ...] = ()
     unreachable: str = ""
     reason: str = ""
 
@@ -84,65 +93,114 @@ class _Table(Generic[K, T]):
         return found
 
 
-def pack(capacity: ClusterCapacity) -> Wire:
-    """`capacity` in layout 2."""
-    label_sets = _Table(_label_set)
-    taint_sets: _Table[tuple[Taint, ...], tuple[Taint, ...]] = _Table(tuple)
-    vectors: _Table[tuple[tuple[str, int], ...], dict[str, int]] = _Table(dict)
-    rows = []
-    for node in capacity.nodes:
+LabelKey = tuple[tuple[str, str | None], ...]  # None: the node's own name
+VectorKey = tuple[tuple[str, int], ...]
+
+
+def _same(key: K) -> K:
+    return key
+
+
+class RowCache:
+    """What packing learned of each node's room, kept by the writer from one heartbeat to the
+    next: a node whose `NodeRoom` is the very same object as last time is not read again, and
+    its table keys are compared as small numbers. Changes no byte of what is packed."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[int, tuple[NodeRoom, tuple[int, int, int, int]]] = {}  # by id()
+        self.labels: _Table[LabelKey, LabelKey] = _Table(_same)  # each key by its number
+        self.taints: _Table[tuple[Taint, ...], tuple[Taint, ...]] = _Table(_same)
+        self.vectors: _Table[VectorKey, VectorKey] = _Table(_same)
+
+    def ids_of(self, node: NodeRoom) -> tuple[int, int, int, int]:
+        """The numbers of `node`'s label set, taint set, allocatable and free vectors."""
+        found = self._nodes.get(id(node))
+        if found is not None and found[0] is node:
+            return found[1]
         name = node.name
         # The node's own name stands as None in the key: one key for the whole pool.
         labels = tuple((k, None if v == name else v) for k, v in node.labels.items())
-        rows.append(
-            Row(
-                name=name,
-                labels=label_sets.add(labels),
-                taints=taint_sets.add(node.taints),
-                allocatable=vectors.add(tuple(node.allocatable.items())),
-                free=vectors.add(tuple(node.free.items())),
-            )
+        ids = (
+            self.labels.add(labels),
+            self.taints.add(node.taints),
+            self.vectors.add(tuple(node.allocatable.items())),
+            self.vectors.add(tuple(node.free.items())),
         )
-    return Wire(
+        self._nodes[id(node)] = (node, ids)
+        return ids
+
+    def fits(self, nodes: int) -> bool:
+        """Whether it holds little more than `nodes` nodes need (else start a new one: rooms
+        that changed leave entries behind)."""
+        held = max(len(self._nodes), len(self.vectors.values), len(self.labels.values))
+        return held <= 2 * nodes + 1024
+
+
+def pack(capacity: ClusterCapacity, cache: RowCache | None = None) -> Wire:
+    """`capacity` in layout 2."""
+    head = Wire(
         cluster=capacity.cluster,
         layout=LAYOUT,
-        label_sets=tuple(label_sets.values),
-        taint_sets=tuple(taint_sets.values),
-        vectors=tuple(vectors.values),
-        rows=tuple(rows),
         placed=capacity.placed,
         unreachable=capacity.unreachable,
         reason=capacity.reason,
     )
+    return with_rows(head, capacity.nodes, cache)
 
 
-def _label_set(key: tuple[tuple[str, str | None], ...]) -> LabelSet:
+W = TypeVar("W", bound=Tables)
+
+
+def with_rows(base: W, nodes: Sequence[NodeRoom], cache: RowCache | None = None) -> W:
+    """`base` with `nodes` as rows, and the tables they use (in order of first use)."""
+    known = cache or RowCache()
+    label_sets: _Table[int, LabelSet] = _Table(lambda i: _label_set(known.labels.values[i]))
+    taint_sets: _Table[int, tuple[Taint, ...]] = _Table(lambda i: known.taints.values[i])
+    vectors: _Table[int, dict[str, int]] = _Table(lambda i: dict(known.vectors.values[i]))
+    rows = []
+    for node in nodes:
+        labels, taints, allocatable, free = known.ids_of(node)
+        rows.append(
+            Row(
+                name=node.name,
+                labels=label_sets.add(labels),
+                taints=taint_sets.add(taints),
+                allocatable=vectors.add(allocatable),
+                free=vectors.add(free),
+            )
+        )
+    return msgspec.structs.replace(
+        base,
+        label_sets=tuple(label_sets.values),
+        taint_sets=tuple(taint_sets.values),
+        vectors=tuple(vectors.values),
+        rows=tuple(rows),
+    )
+
+
+def _label_set(key: LabelKey) -> LabelSet:
     labels = {k: v for k, v in key if v is not None}
     return LabelSet(labels=labels, named=tuple(k for k, v in key if v is None))
 
 
-def encode_heartbeat(capacity: ClusterCapacity, *, max_bytes: int) -> tuple[bytes, str]:
-    """The heartbeat to put, and why it is not `capacity` ("" when it is): `capacity` in
-    layout 2, or, over `max_bytes`, the one saying so (with the placed workloads if they fit,
-    so dispatch holds still end)."""
-    data = _encoder.encode(pack(capacity))
-    if len(data) <= max_bytes:
-        return data, ""
-    message = (
-        f"its room report of {len(data)} bytes ({len(capacity.nodes)} nodes) is over the "
-        f"{max_bytes} bytes NATS takes in one message (max_payload): raise max_payload on "
-        "nats-server, or run fewer nodes in this cluster"
-    )
-    too_large = ClusterCapacity(
+def encode(wire: Tables) -> bytes:
+    """`wire` as the bytes put in the bucket."""
+    return _encoder.encode(wire)
+
+
+def too_large_head(capacity: ClusterCapacity, message: str, *, max_bytes: int) -> bytes:
+    """The heartbeat saying why it reports no room (`message`, reason ROOM_TOO_LARGE), with
+    the placed workloads if they fit in `max_bytes`, so dispatch holds still end."""
+    said = ClusterCapacity(
         cluster=capacity.cluster,
         placed=capacity.placed,
         unreachable=message,
         reason=ROOM_TOO_LARGE,
     )
-    data = _encoder.encode(too_large)
+    data = _encoder.encode(said)
     if len(data) > max_bytes:
-        data = _encoder.encode(msgspec.structs.replace(too_large, placed=()))
-    return data, message
+        data = _encoder.encode(msgspec.structs.replace(said, placed=()))
+    return data
 
 
 def reached(capacity: ClusterCapacity) -> bool:
@@ -151,21 +209,39 @@ def reached(capacity: ClusterCapacity) -> bool:
     return not capacity.unreachable or capacity.reason == ROOM_TOO_LARGE
 
 
+def decode_wire(data: bytes) -> Wire:
+    """A `<cluster>` value of any layout, as written; `msgspec.DecodeError` when it is not."""
+    return _decoder.decode(data)
+
+
 def decode_heartbeat(data: bytes) -> ClusterCapacity:
-    """A heartbeat of either layout as the dispatcher sees it; `msgspec.ValidationError`
-    (a `DecodeError`) naming the row and table when an index points nowhere."""
-    wire = _decoder.decode(data)
-    nodes = wire.nodes + tuple(_unpack(wire, i, row) for i, row in enumerate(wire.rows))
+    """A heartbeat of layout 1 or 2 as the dispatcher sees it (the head of layout 3 without
+    its parts: a cluster without nodes); `msgspec.ValidationError` (a `DecodeError`) naming
+    the row and table when an index points nowhere."""
+    wire = decode_wire(data)
+    return capacity_of(wire, wire.nodes + rooms_of(wire), wire.placed)
+
+
+def capacity_of(
+    wire: Wire, nodes: tuple[NodeRoom, ...], placed: tuple[str, ...]
+) -> ClusterCapacity:
+    """The cluster `wire` is the head of, with `nodes` and `placed` (read from it or its
+    parts)."""
     return ClusterCapacity(
         cluster=wire.cluster,
         nodes=nodes,
-        placed=wire.placed,
+        placed=placed,
         unreachable=wire.unreachable,
         reason=wire.reason,
     )
 
 
-def _unpack(wire: Wire, i: int, row: Row) -> NodeRoom:
+def rooms_of(tables: Tables) -> tuple[NodeRoom, ...]:
+    """The nodes of `tables`' rows; `msgspec.ValidationError` when an index points nowhere."""
+    return tuple(_unpack(tables, i, row) for i, row in enumerate(tables.rows))
+
+
+def _unpack(wire: Tables, i: int, row: Row) -> NodeRoom:
     labels = _at(wire.label_sets, row.labels, f"$.rows[{i}][1]", "label_sets")
     return NodeRoom(
         name=row.name,

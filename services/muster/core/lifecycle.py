@@ -8,13 +8,16 @@ it did. The restore paths (a restarted service replaying decisions it published)
 from __future__ import annotations
 
 import heapq
+import math
 
 import msgspec
 
 from muster.api.model import Admission, Workload, WorkloadKey
 from muster.api.wellknown import PREEMPTED
 from muster.core.conditions import (
+    ADMISSION_CHECK,
     ADMITTED,
+    BACKING_OFF,
     BACKOFF_FINISHED,
     BACKOFF_FINISHED_MESSAGE,
     DEACTIVATED,
@@ -180,10 +183,21 @@ class Lifecycle:
         r.evicted = True
         r.evicted_by = WorkloadKey(by) if by else None
         state.usage.touch(r.cluster_queue)  # a workload being evicted is no one else's victim
-        # Kueue's queue order: by the eviction's time after an admission check's Retry (and a
-        # PodsReady timeout under requeuingStrategy Eviction, set by the back-off), else by
-        # creation, so work that waited behind it goes first.
-        r.queue_ts = state.now_s if reason == "AdmissionCheck" else r.created_s
+        strategy = state.config.kueue.wait_for_pods_ready.requeuing_strategy
+        # Kueue's queue order: by the eviction's time after an admission check's Retry and a
+        # PodsReady timeout under requeuingStrategy Eviction, else by creation, so work that
+        # waited behind it goes first.
+        by_eviction = reason == ADMISSION_CHECK or (
+            reason == PODS_READY_TIMEOUT and strategy.timestamp == "Eviction"
+        )
+        r.queue_ts = state.now_s if by_eviction else r.created_s
+        if reason == PODS_READY_TIMEOUT:
+            # Kueue's UpdateRequeueState: the back-off counts from the eviction, not from when
+            # the pods are gone (a rebuild replays this with the `evicted` event's time).
+            delay = backoff_seconds(
+                max(r.requeue_count, 1), strategy.backoff_base_seconds, strategy.backoff_max_seconds
+            )
+            r.requeue_at_s = requeue_end_s(state.now_s, delay)
         state.emit(EventType.EVICTED, r, reason, message, by=by)
         if deactivate:
             self.release(r)
@@ -208,19 +222,20 @@ class Lifecycle:
             r.set_condition(REQUEUED, False, reason, message)  # Kueue's job reconciler
             self.deactivate(r)
             return
-        if reason == PODS_READY_TIMEOUT:
-            self.back_off(r, message)
-            return
-        retry_at_s, r.requeue_at_s = r.requeue_at_s, None
-        if retry_at_s is not None and retry_at_s > self.state.now_s:  # requeueAfterSeconds
-            self.wait_until(r, retry_at_s, reason="AdmissionCheck", message=message)
+        # Set at the eviction: the back-off of a PodsReady timeout, a check's Retry with
+        # requeueAfterSeconds. Kueue queues it at the later of that and the quota's release.
+        requeue_at_s, r.requeue_at_s = r.requeue_at_s, None
+        if requeue_at_s is not None and requeue_at_s > self.state.now_s:
+            self.wait_until(r, requeue_at_s, reason=reason, message=message)
             return
         r.pending_message = ""
         self.queueing.enqueue(r)
-        # Kueue: True at once after a preemption; after a check's Retry with no time to wait,
-        # its back-off is over at once.
-        if reason == "AdmissionCheck":
-            reason, message = BACKOFF_FINISHED, BACKOFF_FINISHED_MESSAGE
+        # Kueue: True at once after a preemption; after a PodsReady timeout or a check's Retry
+        # whose wait ended while the pods stopped, its back-off is over at once.
+        if reason in BACKING_OFF:
+            r.set_condition(REQUEUED, True, BACKOFF_FINISHED, BACKOFF_FINISHED_MESSAGE)
+            self.state.emit(EventType.REQUEUED, r, BACKOFF_FINISHED, "Requeued after back-off")
+            return
         r.set_condition(REQUEUED, True, reason, message)
         self.state.emit(EventType.REQUEUED, r, "Evicted", "Requeued after eviction")
 
@@ -238,16 +253,6 @@ class Lifecycle:
         # stream counts the PodsReadyTimeout evictions it replays (admission/ledger.py).
         r.requeue_count += 1
         self.evict(r, reason=PODS_READY_TIMEOUT, message=f"Exceeded the PodsReady timeout {r.key}")
-
-    def back_off(self, r: WorkloadRecord, message: str) -> None:
-        state = self.state
-        strategy = state.config.kueue.wait_for_pods_ready.requeuing_strategy
-        delay = backoff_seconds(
-            max(r.requeue_count, 1), strategy.backoff_base_seconds, strategy.backoff_max_seconds
-        )
-        if strategy.timestamp == "Eviction":
-            r.queue_ts = state.now_s
-        self.wait_until(r, state.now_s + delay, reason=PODS_READY_TIMEOUT, message=message)
 
     def wait_until(self, r: WorkloadRecord, at_s: float, *, reason: str, message: str) -> None:
         """Out of the queue until `at_s`, then requeued (BackoffFinished). Requeued False
@@ -406,6 +411,13 @@ def backoff_seconds(count: int, base_s: int, max_s: int) -> int:
     """The back-off after the `count`th PodsReadyTimeout eviction: base*2^(count-1), capped
     (Kueue's requeuingStrategy, without its jitter: decisions replay byte for byte)."""
     return min(base_s << (count - 1), max_s)
+
+
+def requeue_end_s(since_s: float, delay_s: float) -> float:
+    """When a workload evicted at `since_s` may queue again after `delay_s`: Kueue's
+    requeueState.requeueAt, a metav1.Time, so whole seconds (rounded down, as it is stored).
+    Admission waits until this instant and the watcher writes it: one instant for both."""
+    return float(math.floor(since_s + delay_s))
 
 
 def _reserved_only(wl: Workload) -> bool:

@@ -35,10 +35,11 @@ from muster.cluster.backend import ClusterBackend
 from muster.cluster.errors import ClusterError
 from muster.contracts.v1 import events_pb2
 from muster.core.dispatch import ClusterCapacity
-from muster.core.heartbeat import encode_heartbeat
+from muster.core.heartbeat_parts import encode_room
 from muster.core.placement.model import Scoring
 from muster.core.placement.scheduler import DEFAULT_TIMEOUT_S
 from muster.gangpermit.cache import ClusterCache
+from muster.gangpermit.room_writer import RoomWriter
 from muster.gangpermit.state import GangPermitState
 from muster.gangpermit.translate import decide
 from muster.metrics.services import PlacementSeries
@@ -59,10 +60,11 @@ RESTORED_EVENTS = (*FOLLOWED_EVENTS, "bound", "gang_permitted", "gang_waiting")
 # A workload's spec and end are followed on every cluster: MultiKueue may dispatch a workload
 # submitted in another cluster here (docs/multicluster.md).
 SPEC_EVENTS = frozenset({"submitted", "finished", "deleted"})
-CLUSTERS_BUCKET: Final = "MUSTER_CLUSTERS"  # key <cluster>: its room, for admission's dispatch
+CLUSTERS_BUCKET: Final = "MUSTER_CLUSTERS"  # key <cluster> (and its parts): its room, for dispatch
 HEARTBEAT_MIN_S = 0.1  # at most ten heartbeats a second, however busy the passes
-# A heartbeat costs a look at every node (42 ms at 5 000 nodes): the rest after one is at
-# least this many times what computing it took, so heartbeats take at most 1/20 of the loop.
+# A heartbeat costs encoding the room (a few ms at 5 000 nodes; a large room's changed parts
+# only, `muster bench decode`): the rest after one is at least this many times what computing
+# it took, so heartbeats take at most 1/20 of the loop.
 HEARTBEAT_CPU_SHARE = 20.0
 # A pass waits this long after the first change that woke it, so that changes arriving
 # together (a gang's pods, a burst of pods) are decided in one pass.
@@ -256,22 +258,24 @@ async def heartbeat(
     dispatched workload would find there, or why it is not reachable (`probe`; or not read
     yet: `synced`)."""
     kv = None
+    writer = RoomWriter(config.cluster)
     said = ""  # the heartbeat's size problem last logged
+    room = None  # the last heartbeat: its split in parts, and the parts to reuse
     while True:
         raise_if_cancelling()  # the waits below may have swallowed it (bus.cancel)
         capacity, spent_s = await _room(state, config, backend=backend, synced=synced.is_set())
         started = time.perf_counter()
-        # Over max_payload NATS would refuse the put, and admission take the cluster for lost:
-        # the heartbeat then says why it reports no room (ROOM_TOO_LARGE).
-        data, too_large = encode_heartbeat(capacity, max_bytes=bus.nc.max_payload)
+        # Over max_payload NATS would refuse the put: the room goes in parts, and only a room
+        # too large even for those says why it reports none (ROOM_TOO_LARGE).
+        room = encode_room(capacity, max_bytes=bus.nc.max_payload, last=room)
         spent_s += time.perf_counter() - started
-        if too_large != said:  # once per change, not every heartbeat
-            said = too_large
-            level = logging.ERROR if too_large else logging.INFO
-            log.log(level, "heartbeat: %s", too_large or "the cluster's room fits again")
+        if room.too_large != said:  # once per change, not every heartbeat
+            said = room.too_large
+            level = logging.ERROR if said else logging.INFO
+            log.log(level, "heartbeat: %s", said or "the cluster's room fits again")
         try:
             kv = kv or await bus.kv(CLUSTERS_BUCKET)
-            await kv.put(config.cluster, data)
+            await writer.write(kv, room)
         except (Unavailable, TimeoutError) as exc:
             log.warning("heartbeat not written: %r", exc)
         rest_s = heartbeat_rest_s(spent_s, config)

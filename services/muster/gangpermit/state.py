@@ -37,7 +37,7 @@ from muster.api.model import (
 )
 from muster.api.wellknown import BIND_FAILED, GANG_TIMED_OUT, SCHEDULER_NAME, WORKLOAD_LABEL
 from muster.contracts.v1 import events_pb2
-from muster.core.dispatch import ClusterCapacity, node_room
+from muster.core.dispatch import ClusterCapacity
 from muster.core.placement.feed import GangFeed, Left
 from muster.core.placement.model import (
     GangKey,
@@ -51,6 +51,7 @@ from muster.core.placement.model import (
 from muster.core.placement.scheduler import DEFAULT_TIMEOUT_S, GangScheduler
 from muster.core.placement.sources import gang_of_admitted, handled_by, node_info, pod_info
 from muster.core.submissions import EndedSubmissions
+from muster.gangpermit.rooms import NodeRooms
 from muster.gangpermit.submitted import Submitted, admission_of, submitted_from, submitted_of
 from muster.payloads import PayloadError, applied_document, applied_object
 
@@ -131,6 +132,7 @@ class GangPermitState:
         # of sorting every running workload again (2 ms at 6 000 of them).
         self._placed: list[str] = []
         self._recheck: set[str] | None = None
+        self._rooms = NodeRooms()  # each node's room, looked at again only when it may change
 
     # --- the event stream -------------------------------------------------------------------
 
@@ -309,13 +311,10 @@ class GangPermitState:
         """Each schedulable, Ready node's free room, and the Kueue workloads whose pods are all
         bound or permitted (admission's dispatch drops its own estimate for those).
 
-        Looks again only at the gangs touched since the last call (`touch`).
+        Looks again only at the gangs touched since the last call (`touch`), and at the nodes
+        whose room may have changed (`NodeRooms`).
         """
-        rooms = [
-            room
-            for name in sorted(self.nodes)
-            if (room := node_room(self.nodes[name], self.scheduler.free(name))) is not None
-        ]
+        rooms = self._rooms.rooms(self.nodes, self.scheduler)
         if self._recheck is None:  # a full look
             self._placed = sorted(k for k, g in self.admitted.items() if self._is_placed(g.spec))
         else:  # a gang that left `admitted` was touched then: it is looked at here
@@ -329,7 +328,7 @@ class GangPermitState:
                 elif there:
                     del self._placed[at]
         self._recheck = set()
-        return ClusterCapacity(cluster=self.cluster, nodes=tuple(rooms), placed=tuple(self._placed))
+        return ClusterCapacity(cluster=self.cluster, nodes=rooms, placed=tuple(self._placed))
 
     def touch(self, gang: str | None) -> None:
         """The placement of `gang` may have changed: `capacity` looks at it again."""
@@ -356,6 +355,7 @@ class GangPermitState:
                 info = node_info(obj)
                 self.nodes[info.name] = info
                 self.scheduler.upsert_node(info)
+                self._rooms.node_changed(info.name)
                 self.touch_all()
             case Pod():
                 settled = self._went_on(obj)
@@ -395,6 +395,7 @@ class GangPermitState:
             case Node():
                 self.nodes.pop(NodeName(obj.meta.name), None)
                 self.scheduler.remove_node(NodeName(obj.meta.name))
+                self._rooms.node_changed(NodeName(obj.meta.name))
                 self.touch_all()
             case Pod():
                 self._forget_pod(PodKey(obj.key))

@@ -46,7 +46,7 @@ from muster.api.model import (
     SchedulingWorkload,
     Workload,
 )
-from muster.bus.envelope import encode, new_event
+from muster.bus.envelope import new_event
 from muster.bus.subjects import check_cluster
 from muster.contracts.v1 import events_pb2
 from muster.payloads import config_applied, manifest_json, workload_submitted
@@ -257,7 +257,7 @@ def oversized(envs: Sequence[events_pb2.Envelope], *, max_event_bytes: int) -> l
     """Return one "manifest too large" line per envelope over the bus's size limit."""
     lines = []
     for env in envs:
-        size = len(encode(env))
+        size = env.ByteSize()  # its encoded size, without encoding it before the publish does
         if size > max_event_bytes:
             who = env.workload or env.config_applied.name or _applied_name(env)
             lines.append(f"{who}: manifest too large: {size} bytes > {max_event_bytes}")

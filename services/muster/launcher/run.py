@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import msgspec
 
 from muster.admission.clusters import CLUSTERS_BUCKET
 from muster.bus import Bus, BusConfig, connect
@@ -20,7 +19,7 @@ from muster.bus.permissions import ADMIN, Deployment
 from muster.bus.setup import setup_nats
 from muster.cluster.sim.backend import SimBackend
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
-from muster.core.heartbeat import decode_heartbeat
+from muster.gateway.clusters import room_of
 from muster.launcher.driver import (
     CLUSTER_ANNOTATION,
     Driver,
@@ -209,13 +208,9 @@ async def _until_reported(
     waiting = dict(expected)
     while waiting and asyncio.get_running_loop().time() < deadline:
         for cluster, names in list(waiting.items()):
-            entry = await kv.get(cluster)
-            if entry is None:  # not reported yet
-                continue
-            with contextlib.suppress(msgspec.DecodeError):
-                capacity = decode_heartbeat(entry.value or b"{}")
-                if names <= {room.name for room in capacity.nodes}:
-                    del waiting[cluster]
+            room = await room_of(kv, cluster)  # a large cluster's room in parts: read whole
+            if room is not None and names <= {node.name for node in room.nodes}:
+                del waiting[cluster]
         await asyncio.sleep(0.1)
 
 

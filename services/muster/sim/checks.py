@@ -157,7 +157,11 @@ class CheckModels:
             )
             self.messages.setdefault(key, {})[check] = answer.message
             if answer.state != check_states.PENDING:  # the engine holds it Pending already
-                self.host.push(now_s, SetCheck(key, reservation.epoch, check, answer.state))
+                after = answer.fields.get("requeueAfterSeconds")
+                after_s = after if isinstance(after, int) else 0
+                self.host.push(
+                    now_s, SetCheck(key, reservation.epoch, check, answer.state, after_s)
+                )
         if plan.recheck_after_s is not None:
             self.host.push(now_s + plan.recheck_after_s, RunChecks(key, reservation.epoch))
 

@@ -70,7 +70,14 @@ class AdmissionEngine(Protocol):
     def submit(self, wl: Workload, *, now_s: float) -> list[Event]: ...
     def finish(self, key: WorkloadKey, *, now_s: float) -> list[Event]: ...
     def set_admission_check(
-        self, key: WorkloadKey, check: str, state: str, *, message: str = "", now_s: float
+        self,
+        key: WorkloadKey,
+        check: str,
+        state: str,
+        *,
+        message: str = "",
+        requeue_after_s: float | None = None,
+        now_s: float,
     ) -> list[Event]: ...
     def pods_ready(self, key: WorkloadKey, *, now_s: float) -> list[Event]: ...
     def pods_unready(self, key: WorkloadKey, *, now_s: float) -> list[Event]: ...
@@ -294,8 +301,12 @@ class Simulation:
                 self.react(engine.submit(arrival.workload, now_s=now_s))
             case Finish(key, epoch) if self.tracks[key].epoch == epoch:
                 self.react(engine.finish(key, now_s=now_s))
-            case SetCheck(key, epoch, check, state) if self.tracks[key].epoch == epoch:
-                self.react(engine.set_admission_check(key, check, state, now_s=now_s))
+            case SetCheck(key, epoch, check, state, after_s) if self.tracks[key].epoch == epoch:
+                self.react(
+                    engine.set_admission_check(
+                        key, check, state, requeue_after_s=after_s, now_s=now_s
+                    )
+                )
             case RunChecks(key, epoch) if self.tracks[key].epoch == epoch:
                 self.check_models.reconcile(key, now_s=now_s)
             case PodsReady(key, epoch, regained) if self.tracks[key].epoch == epoch:

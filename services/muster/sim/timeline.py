@@ -34,6 +34,7 @@ class SetCheck(msgspec.Struct, frozen=True, tag=True):
     epoch: int
     check: str
     state: str
+    requeue_after_s: int = 0  # a Retry's requeueAfterSeconds (0: none)
 
 
 class RunChecks(msgspec.Struct, frozen=True, tag=True):

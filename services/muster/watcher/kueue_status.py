@@ -27,13 +27,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final, Literal
 
 from muster.api.check_states import AnsweredCheck, ChecksWanted
+from muster.api.check_states import format_time as format_metav1_time
 from muster.api.encode import is_byte_resource
 from muster.api.model import RequeuingStrategy
 from muster.api.quantity import QuantityError, format_quantity, parse_quantity
-from muster.api.times import format_time
 from muster.cluster.kube.resources import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.conditions import (
+    ADMISSION_CHECK,
     ADMITTED_MESSAGE,
     DEACTIVATED,
     DEACTIVATED_MESSAGE,
@@ -58,7 +59,7 @@ from muster.core.conditions import (
     requeued_when_queued,
     restarted,
 )
-from muster.core.lifecycle import backoff_seconds
+from muster.core.lifecycle import backoff_seconds, requeue_end_s
 from muster.payloads import PayloadError, applied_document
 
 # The events whose payloads change a Workload's status (the status task follows these).
@@ -133,6 +134,7 @@ class _Workload:
         "local_queue",
         "requeue_at_s",
         "requeue_count",
+        "retry_at_s",
         "state",
         "usage",
     )
@@ -148,9 +150,11 @@ class _Workload:
         self.answers: dict[str, AnsweredCheck] = {}  # of checks admission answers (MultiKueue)
         self.cluster_name = ""  # the worker cluster MultiKueue dispatched it to
         # status.requeueState: PodsReadyTimeout evictions since it was last deactivated, and
-        # while it backs off, when that ends (as admission counts and waits: core/lifecycle.py).
+        # from its eviction until it queues again, when it may (as admission counts and waits:
+        # core/lifecycle.py); `retry_at_s`, a check's Retry's end, until its eviction.
         self.requeue_count = 0
         self.requeue_at_s: float | None = None
+        self.retry_at_s: float | None = None
 
     def checks_wanted(self) -> ChecksWanted | None:
         if self.checks is None:
@@ -194,10 +198,15 @@ class _Workload:
             out["admission"] = self.admission
         if self.cluster_name:
             out["clusterName"] = self.cluster_name
-        if self.requeue_count:
-            # requeueAt None once the back-off is over: the writer's merge patch removes it.
-            at = None if self.requeue_at_s is None else format_time(self.requeue_at_s)
-            out["requeueState"] = {"count": self.requeue_count, "requeueAt": at}
+        if self.requeue_count or self.requeue_at_s is not None:
+            # Kueue's metav1.Time: whole seconds, the instant admission waits for. requeueAt
+            # None once it queues again: the writer's merge patch removes it (and requeueState
+            # with it when no count is left: a check's Retry counts nothing).
+            at = None if self.requeue_at_s is None else format_metav1_time(self.requeue_at_s)
+            state: dict[str, Any] = {"requeueAt": at}
+            if self.requeue_count:
+                state["count"] = self.requeue_count
+            out["requeueState"] = state
         return out
 
 
@@ -256,7 +265,7 @@ class StatusBook:
         if field in ("config_applied", "config_deleted"):
             return self._config(env)
         if field == "admission_check":
-            return self._answer(env)
+            return self._retry(env) | self._answer(env)
         if field in READINESS_EVENTS:
             return self._readiness(env)
         if field == ACTIVE_CHANGED:
@@ -309,6 +318,21 @@ class StatusBook:
         if self._granular:
             wl.set("QuotaReserved", False, DEACTIVATED, DEACTIVATED_MESSAGE)
         return {_workload_ref(env.workload), self._lq_ref(wl.local_queue)}
+
+    def _retry(self, env: pb.Envelope) -> set[ObjectRef]:
+        """A check's Retry with requeueAfterSeconds, while the workload holds quota: when it
+        may queue again, counted from the check's event (Kueue: its lastTransitionTime), as
+        admission counts it; written with the eviction it causes (`_requeue_state`). The
+        first one stands, as admission evicts at the first Retry."""
+        wl = self._workloads.get(env.workload)
+        check = env.admission_check
+        if wl is None or check.state != "Retry" or check.requeue_after_seconds <= 0:
+            return set()
+        evicted = wl.conditions.get("Evicted", {}).get("status") == "True"
+        if wl.state in ("reserving", "admitted") and not evicted and wl.retry_at_s is None:
+            at_s = env.time_unix_nano / 1e9
+            wl.retry_at_s = requeue_end_s(at_s, check.requeue_after_seconds)
+        return set()
 
     def _answer(self, env: pb.Envelope) -> set[ObjectRef]:
         """A check admission answers itself (MultiKueue's): its state goes into the
@@ -478,27 +502,27 @@ def _transition(wl: _Workload, field: str, payload: Any, *, at_s: float, granula
 def _requeue_state(
     wl: _Workload, field: str, payload: Any, *, at_s: float, requeuing: RequeuingStrategy
 ) -> None:
-    """Kueue's status.requeueState: the count grows at each PodsReadyTimeout eviction; the
-    back-off's end is set once its pods are gone (admission's back-off starts then: Kueue's
-    at the eviction) and cleared when it is requeued; a deactivation clears both (Kueue's
-    workload controller, which starts a reactivated workload's count over)."""
+    """Kueue's status.requeueState: at each PodsReadyTimeout eviction the count grows and
+    requeueAt is the back-off's end from the eviction (Kueue's UpdateRequeueState, with the
+    eviction); at a check's Retry eviction, requeueAt is the Retry's end (`_retry`); both
+    are the instants admission waits for (`core.lifecycle.requeue_end_s`). requeueAt is
+    cleared when it queues again; a deactivation clears both (Kueue's workload controller,
+    which starts a reactivated workload's count over)."""
     deactivated = field == "evicted" and is_deactivation(payload.reason)
     if wl.state == "inactive" or deactivated:  # at once, though its pods may still run
-        wl.requeue_count, wl.requeue_at_s = 0, None
+        wl.requeue_count, wl.requeue_at_s, wl.retry_at_s = 0, None, None
     elif field == "evicted" and payload.reason == PODS_READY_TIMEOUT:
         wl.requeue_count += 1
-    elif field == "eviction_completed" and wl.requeue_count and _backing_off(wl):
         delay = backoff_seconds(
             wl.requeue_count, requeuing.backoff_base_seconds, requeuing.backoff_max_seconds
         )
-        wl.requeue_at_s = at_s + delay
+        wl.requeue_at_s = requeue_end_s(at_s, delay)
+    elif field == "evicted" and payload.reason == ADMISSION_CHECK:
+        wl.requeue_at_s = wl.retry_at_s
     elif field == "requeued":
         wl.requeue_at_s = None
-
-
-def _backing_off(wl: _Workload) -> bool:
-    requeued = wl.conditions.get("Requeued", {})
-    return requeued.get("status") == "False" and requeued.get("reason") == PODS_READY_TIMEOUT
+    if field in ("evicted", "requeued"):
+        wl.retry_at_s = None  # a Retry counts only for the eviction it causes
 
 
 def _reserved(wl: _Workload, field: str, payload: Any) -> None:

@@ -35,6 +35,7 @@ from muster.cluster.kube.resources import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.dispatch import ClusterCapacity
 from muster.core.heartbeat import decode_heartbeat, reached
+from muster.core.heartbeat_parts import cluster_of_part
 from muster.watcher.status import StatusSink
 
 log = logging.getLogger(__name__)
@@ -143,7 +144,10 @@ class WorkerStatuses:
         await follow_bucket(bus.kv, CLUSTERS_BUCKET, self._heard)
 
     def _heard(self, key: str, value: bytes | None) -> None:
-        """A heartbeat (None: its key was deleted)."""
+        """A heartbeat (None: its key was deleted); a part of a large room is not needed: the
+        head alone says whether the cluster is reached."""
+        if cluster_of_part(key) is not None:
+            return
         if value is None:
             self._desire(self.book.forget(key))
             return

@@ -15,7 +15,8 @@ from muster.admission.translate import Recorded, envelopes_of, fact_of
 from muster.api.model import WorkloadKey
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.dispatch import ClusterCapacity, NodeRoom
-from muster.core.heartbeat import ROOM_TOO_LARGE, decode_heartbeat, encode_heartbeat
+from muster.core.heartbeat import ROOM_TOO_LARGE, decode_heartbeat
+from muster.core.heartbeat_parts import encode_room
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 CPU = 1000
@@ -278,10 +279,11 @@ def test_a_cluster_too_large_to_report_is_passed_over_with_why_and_not_lost() ->
     stream, state = world()
     stream.run(state, submitted(workload("a", cpu="2")), now_s=1.0)  # on east
     node = capacity("east", 2).nodes[0]
-    nodes = tuple(NodeRoom(name=f"east-{i}", allocatable=node.allocatable) for i in range(20))
+    nodes = tuple(NodeRoom(name=f"east-{i}", allocatable=node.allocatable) for i in range(2000))
     room = ClusterCapacity(cluster="east", nodes=nodes, placed=("ns/a",))
-    data, why = encode_heartbeat(room, max_bytes=500)
-    too_large = decode_heartbeat(data)
+    heartbeat = encode_room(room, max_bytes=500)
+    why = heartbeat.too_large
+    too_large = decode_heartbeat(heartbeat.head)
     assert (too_large.reason, too_large.nodes, too_large.placed) == (ROOM_TOO_LARGE, (), ("ns/a",))
     for now_s in (1.0, 6.0, 11.0, 16.0):  # heard every 5 s, past the 10 s timeout
         state.dispatch.heartbeat(too_large, now_s=now_s)
@@ -294,7 +296,7 @@ def test_a_cluster_too_large_to_report_is_passed_over_with_why_and_not_lost() ->
         f"no worker cluster can run it now: east: its room is not known: {why}; "
         "west: 0 of 1 pods fit"
     )
-    assert "over the 500 bytes NATS takes in one message (max_payload)" in why
+    assert "messages of the 500 bytes NATS takes in one (max_payload)" in why
 
 
 def test_a_workload_goes_only_where_its_namespace_exists() -> None:

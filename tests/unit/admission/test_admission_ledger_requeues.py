@@ -36,8 +36,9 @@ KUEUE = KueueConfig(
 
 
 async def timed_out_twice() -> tuple[StoredStream, LiveReplica]:
-    """`stuck` admitted at 10, timed out at 16, stopped at 17, back at 28 (back-off 10 s),
-    timed out again at 34 and stopped at 35: backing off 20 s, until 55. A workload
+    """`stuck` admitted at 10, timed out at 16, stopped at 17, back at 28 (back-off 10 s from
+    the eviction, until 26), timed out again at 34 and stopped at 35: backing off 20 s from
+    the eviction (Kueue's requeueAt), until 54. A workload
     submitted to a queue that does not exist (`tickN`) only makes the replica run a round."""
     clock = [10.0]
     stream = StoredStream()
@@ -71,7 +72,7 @@ def back_off_of(state: AdmissionState) -> tuple[str | None, int, float | None]:
 async def test_the_live_replica_backs_off_20_s_after_the_second_timeout() -> None:
     _, replica = await timed_out_twice()
     r = replica.state.engine.records[KEY]
-    assert (r.requeue_count, r.requeue_at_s) == (2, 55.0)
+    assert (r.requeue_count, r.requeue_at_s) == (2, 54.0)
     assert replica.state.ledger.entries[KEY].requeue_count == 2
 
 
@@ -92,8 +93,9 @@ async def test_a_rebuilt_replica_counts_on_from_the_evictions_it_replays(source:
             restore(state, old, history=CompactLog(state.ledger), max_event_bytes=1 << 20)
         case _:
             state = await rebuilt_by_service(stream, snapshot, kueue=KUEUE)
-    # Not 1 and 45 (10 s after the stop): the count restarting at 0 shrank the back-off.
-    assert back_off_of(state) == ("Backoff", 2, 55.0)
+    # Not 1 and 44 (10 s after the eviction): the count restarting at 0 shrank the back-off;
+    # not 55 (20 s after the stop): the back-off counts from the eviction's recorded time.
+    assert back_off_of(state) == ("Backoff", 2, 54.0)
 
 
 async def test_reactivation_starts_the_count_over_in_the_ledger_as_in_the_engine() -> None:

@@ -142,7 +142,7 @@ def test_the_envelopes_queue_name_wins_over_the_manifests() -> None:
         (
             "admission_check",
             pb.AdmissionCheckUpdated(check="prov", state="Ready", message="ok"),
-            CheckUpdated(WorkloadKey("ns/a"), check="prov", state="Ready", message="ok"),
+            CheckUpdated(WorkloadKey("ns/a"), check="prov", state="Ready", message="ok", at_s=1.0),
         ),
         (
             "gang_rejected",

@@ -268,10 +268,11 @@ def test_decode_rows_tell_the_size_and_objects_of_each_case(
         for layout in (1, 2)
         for verb in ("encode", "decode")
     ]
+    rooms = [f"heartbeat {nodes} nodes, gang-permit room after a bind" for nodes in (5, 50)]
     assert [r["case"] for r in rows] == [
-        "yaml 0.001 MiB", "yaml 0.01 MiB", "submit plan 1", *heartbeats
+        "yaml 0.001 MiB", "yaml 0.01 MiB", "submit plan 1", *heartbeats, *rooms
     ]  # fmt: skip
-    assert [r["objects"] for r in rows] == [4, 36, 1, *[5] * 4, *[50] * 4]
+    assert [r["objects"] for r in rows] == [4, 36, 1, *[5] * 4, *[50] * 4, 5, 50]
     assert all(r["bytes"] > 0 and r["mib_per_s"] > 0 and r["objects_per_s"] > 0 for r in rows)
     # The tables make the 50-node heartbeat a fraction of each node in full.
     by_case = {r["case"]: r["bytes"] for r in rows}

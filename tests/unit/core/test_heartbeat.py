@@ -1,6 +1,7 @@
 """The MUSTER_CLUSTERS heartbeat on the wire: nodes share their labels, taints and resource
 vectors through tables (layout 2), readers take layout 1 too, and a heartbeat over NATS's
-max_payload is replaced by one that says so."""
+max_payload goes in parts (tests/unit/core/test_heartbeat_parts.py), and one over every part is
+replaced by one that says so."""
 
 from __future__ import annotations
 
@@ -9,12 +10,8 @@ import pytest
 
 from muster.api.model import Taint
 from muster.core.dispatch import ClusterCapacity, NodeRoom
-from muster.core.heartbeat import (
-    ROOM_TOO_LARGE,
-    decode_heartbeat,
-    encode_heartbeat,
-    reached,
-)
+from muster.core.heartbeat import ROOM_TOO_LARGE, decode_heartbeat, encode, pack, reached
+from muster.core.heartbeat_parts import MAX_PARTS, encode_room
 
 CPU = 1000
 UNLIMITED = 1 << 40
@@ -45,8 +42,9 @@ def cluster(nodes: int) -> ClusterCapacity:
 
 def test_nodes_of_a_pool_share_their_tables_and_decode_unchanged() -> None:
     capacity = cluster(30)
-    data, too_large = encode_heartbeat(capacity, max_bytes=UNLIMITED)
-    assert too_large == ""
+    room = encode_room(capacity, max_bytes=UNLIMITED)
+    assert (room.too_large, room.parts) == ("", ())
+    data = room.head
     assert decode_heartbeat(data) == capacity
     wire = msgspec.json.decode(data)
     assert wire["layout"] == 2
@@ -70,8 +68,7 @@ def test_a_heartbeat_of_the_old_layout_is_read_as_before() -> None:
 
 
 def test_an_index_that_points_nowhere_is_refused_naming_the_row() -> None:
-    data, _ = encode_heartbeat(cluster(2), max_bytes=UNLIMITED)
-    wire = msgspec.json.decode(data)
+    wire = msgspec.json.decode(encode(pack(cluster(2))))
     wire["rows"][1][3] = 7
     with pytest.raises(
         msgspec.ValidationError, match=r"\$\.rows\[1\]\[3\]: vectors has no entry 7"
@@ -82,21 +79,28 @@ def test_an_index_that_points_nowhere_is_refused_naming_the_row() -> None:
         decode_heartbeat(msgspec.json.encode(wire))
 
 
-def test_a_heartbeat_over_max_payload_says_so_and_the_cluster_is_still_reached() -> None:
-    capacity = cluster(200)
-    size = len(encode_heartbeat(capacity, max_bytes=UNLIMITED)[0])
-    data, why = encode_heartbeat(capacity, max_bytes=size - 1)
-    assert why == (
-        f"its room report of {size} bytes (200 nodes) is over the {size - 1} bytes NATS takes "
-        "in one message (max_payload): raise max_payload on nats-server, or run fewer nodes "
+def test_a_room_over_every_part_says_so_and_the_cluster_is_still_reached() -> None:
+    capacity = cluster(2000)
+    size = len(encode(pack(capacity)))
+    max_bytes = size // (MAX_PARTS // 4)  # 16 times smaller: parts do it
+    split = encode_room(capacity, max_bytes=max_bytes)
+    assert len(split.parts) > 1
+    max_bytes = size // (2 * MAX_PARTS)  # over every part
+    room = encode_room(capacity, max_bytes=max_bytes)
+    assert encode_room(capacity, max_bytes=max_bytes, last=split).head == room.head
+    assert room.too_large.startswith("its room report of ")
+    assert room.too_large.endswith(
+        f"bytes (2000 nodes) does not fit in {MAX_PARTS} messages of the {max_bytes} bytes "
+        "NATS takes in one (max_payload): raise max_payload on nats-server, or run fewer nodes "
         "in this cluster"
     )
-    said = decode_heartbeat(data)
-    assert (said.reason, said.unreachable, said.nodes) == (ROOM_TOO_LARGE, why, ())
+    assert room.parts == ()
+    said = decode_heartbeat(room.head)
+    assert (said.reason, said.unreachable, said.nodes) == (ROOM_TOO_LARGE, room.too_large, ())
     assert said.placed == ("ns/a", "ns/b")  # dispatch holds still end
     assert reached(said)
     # Even the placed workloads do not fit: the reason alone.
     many = msgspec.structs.replace(capacity, placed=tuple(f"ns/w{i}" for i in range(5000)))
-    data, _ = encode_heartbeat(many, max_bytes=size - 1)
-    assert len(data) < size - 1
-    assert decode_heartbeat(data).placed == ()
+    room = encode_room(many, max_bytes=max_bytes)
+    assert len(room.head) < max_bytes
+    assert decode_heartbeat(room.head).placed == ()

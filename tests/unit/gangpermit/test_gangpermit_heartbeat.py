@@ -65,3 +65,29 @@ def test_a_heartbeat_that_takes_long_to_compute_rests_in_proportion() -> None:
     assert heartbeat_rest_s(0.0, GangPermitConfig(cluster="local", heartbeat_s=0.05)) == 0.05
     # Never rarer than every --heartbeat-seconds: admission takes a silent cluster for lost.
     assert heartbeat_rest_s(0.42, config) == config.heartbeat_s  # 50 000 nodes
+
+
+def test_a_heartbeat_looks_again_only_at_nodes_whose_room_changed() -> None:
+    """Each node's room is kept from one heartbeat to the next (the same object, which the
+    heartbeat's parts reuse unencoded) unless a pod, a permit or the node changed it."""
+    state = fed(node("a", cpu="4") + node("b", cpu="2") + node("c", cpu="2"))
+    for env in kueue_workload("job", 3):
+        state.apply_event(env)
+    before = state.capacity().nodes
+    pods = [pod(f"job-main-{i}", labels={"muster.dev/workload": "job"})[0] for i in range(3)]
+    for obj in objects(pods):
+        state.put(obj)
+    decide(state, now_s=1.0)  # binpack: the three pods on a
+    after = state.capacity().nodes
+    assert [n.free["cpu"] for n in after] == [1 * CPU, 2 * CPU, 2 * CPU]
+    assert after[1] is before[1]
+    assert after[2] is before[2]
+    cordoned = node("b", cpu="2")
+    cordoned[0]["spec"] = {"unschedulable": True}
+    state.put(objects(cordoned)[0])
+    state.put(objects(node("d", cpu="8"))[0])
+    assert [(n.name, n.free["cpu"]) for n in state.capacity().nodes] == [
+        ("a", 1 * CPU),
+        ("c", 2 * CPU),
+        ("d", 8 * CPU),
+    ]

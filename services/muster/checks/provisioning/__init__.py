@@ -18,10 +18,10 @@ AdmissionCheck's `spec.parameters` names:
   the next attempt is created once the back-off has passed;
 - a finished or evicted workload's requests are deleted (the templates go with them).
 
-Differs from Kueue: Kueue requeues a workload evicted by Retry only after the back-off, so it
-holds no quota meanwhile; muster requeues it at once and this controller waits out the
-back-off before the next attempt, the workload holding its reservation meanwhile. Podset
-merging (`podSetMergePolicy`) is not done: one request podset per workload podset.
+As in Kueue, a workload evicted by the Retry is requeued only once its requeueAfterSeconds
+has passed (admission waits for it, holding no quota meanwhile, on Kubernetes and on the
+virtual clock alike), so the next attempt is made as it reserves again. Differs from Kueue:
+podset merging (`podSetMergePolicy`) is not done: one request podset per workload podset.
 
 `objects`: names and the manifests made; `rules`: the answers and `reconcile`.
 """

@@ -40,6 +40,7 @@ Where the list above leaves room:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
 from muster.core.placement import trees
 from muster.core.placement.decisions import Decider
@@ -61,6 +62,13 @@ from muster.core.placement.state import PlacementState
 from muster.core.placement.treedecisions import decide_tree
 
 DEFAULT_TIMEOUT_S = 300.0
+
+
+class FreeMark(NamedTuple):
+    """Where the room was when a caller last looked (`GangScheduler.free_changes`)."""
+
+    room_version: int
+    nominations: int
 
 
 class GangScheduler:
@@ -188,6 +196,19 @@ class GangScheduler:
     def free(self, node: NodeName) -> dict[str, int]:
         """Allocatable minus used, reserved and nominated room, `pods` included."""
         return self._state.nominated.free_of(node)
+
+    def free_changes(self, since: FreeMark | None) -> tuple[FreeMark, set[NodeName] | None]:
+        """A mark of the room now, and the nodes whose `free` may have changed after the mark
+        `since` (None: any, or too long ago to say), so a caller keeps each node's free room
+        up to date without looking at every node."""
+        table, nominated = self._state.table, self._state.nominated
+        mark = FreeMark(room_version=table.room_version, nominations=nominated.version)
+        if since is None or since.nominations != nominated.version:
+            return mark, None
+        rows = table.changed_rows(since.room_version)
+        if rows is None:
+            return mark, None
+        return mark, {info.name for row in set(rows.tolist()) if (info := table.infos[row])}
 
     # --- one pass ------------------------------------------------------------------------------
 

@@ -1,0 +1,152 @@
+"""A room over NATS's max_payload in parts (layout 3): each part under the limit, read whole,
+never from parts of two heartbeats; a part that did not change keeps its bytes."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from muster.core.dispatch import ClusterCapacity, NodeRoom
+from muster.core.heartbeat import decode_heartbeat, encode, pack
+from muster.core.heartbeat_parts import (
+    Gone,
+    Heartbeat,
+    RoomReader,
+    encode_room,
+    part_key,
+    part_of,
+    read_rooms,
+)
+
+CPU = 1000
+
+
+def node(i: int, *, busy: int = 0) -> NodeRoom:
+    name = f"node-{i:05d}"
+    labels = {"kubernetes.io/hostname": name, "pool": f"pool-{i % 4}"}
+    room = {"cpu": 8 * CPU, "pods": 110 * CPU}
+    free = {"cpu": room["cpu"] - busy * CPU, "pods": room["pods"] - busy * CPU}
+    return NodeRoom(name=name, labels=labels, allocatable=room, free=free)
+
+
+def cluster(
+    nodes: int, *, placed: int = 300, busy: dict[int, int] | None = None
+) -> ClusterCapacity:
+    busy = busy or {}
+    return ClusterCapacity(
+        cluster="east",
+        nodes=tuple(node(i, busy=busy.get(i, 0)) for i in range(nodes)),
+        placed=tuple(f"ns/w{i:05d}" for i in range(placed)),
+    )
+
+
+SIZE = len(encode(pack(cluster(2000))))
+MAX_BYTES = SIZE // 8
+
+
+def values(room: Heartbeat, cluster: str = "east") -> dict[str, bytes]:
+    return {cluster: room.head, **{part_key(cluster, n): p for n, p in enumerate(room.parts)}}
+
+
+def test_a_room_over_max_bytes_goes_in_parts_under_it_and_is_read_whole() -> None:
+    capacity = cluster(2000)
+    room = encode_room(capacity, max_bytes=MAX_BYTES)
+    assert len(room.parts) > 8
+    assert all(len(p) <= MAX_BYTES for p in room.parts)
+    assert len(room.head) < 1000
+    rooms = read_rooms(values(room))
+    assert rooms.whole == {"east": capacity}
+    assert (rooms.bad, rooms.torn) == ({}, frozenset())
+    # A reader that follows the bucket: parts first (the writer's order), whole at the head.
+    reader = RoomReader()
+    assert [reader.heard(k, v) for k, v in values(room).items() if k != "east"] == [None] * len(
+        room.parts
+    )
+    assert reader.heard("east", room.head) == capacity
+
+
+def test_a_room_that_fits_is_one_value_of_layout_2_again() -> None:
+    big = encode_room(cluster(2000), max_bytes=MAX_BYTES)
+    small = encode_room(cluster(10, placed=1), max_bytes=MAX_BYTES, last=big)
+    assert small.parts == ()
+    assert msgspec.json.decode(small.head)["layout"] == 2
+    assert read_rooms(values(small)).whole == {"east": cluster(10, placed=1)}
+
+
+def test_a_nodes_change_changes_only_its_own_part() -> None:
+    before = encode_room(cluster(2000), max_bytes=MAX_BYTES)
+    after = encode_room(cluster(2000, busy={1500: 3}), max_bytes=MAX_BYTES, last=before)
+    changed = [n for n, (a, b) in enumerate(zip(before.parts, after.parts, strict=True)) if a != b]
+    assert changed == [1500 // before.per_part]
+    assert after.head != before.head
+
+
+def test_a_run_of_the_same_nodes_is_not_encoded_again() -> None:
+    capacity = cluster(2000)
+    before = encode_room(capacity, max_bytes=MAX_BYTES)
+    nodes = (*capacity.nodes[:1500], node(1500, busy=3), *capacity.nodes[1501:])
+    after = encode_room(
+        msgspec.structs.replace(capacity, nodes=nodes), max_bytes=MAX_BYTES, last=before
+    )
+    fresh = [
+        n for n, (a, b) in enumerate(zip(before.parts, after.parts, strict=True)) if a is not b
+    ]
+    assert fresh == [1500 // before.per_part]
+    assert read_rooms(values(after)).whole["east"].nodes == nodes
+
+
+def test_what_the_last_heartbeat_learned_changes_no_byte() -> None:
+    """The writer hands each heartbeat the last one (its split, parts and what packing learned
+    of each node): the values are those of a heartbeat computed afresh."""
+    capacity = cluster(2000)
+    changed = msgspec.structs.replace(
+        capacity, nodes=(node(0, busy=5), *capacity.nodes[1:]), placed=capacity.placed[1:]
+    )
+    for max_bytes in (MAX_BYTES, SIZE * 2):  # in parts, and one value
+        last = encode_room(capacity, max_bytes=max_bytes)
+        fresh = encode_room(changed, max_bytes=max_bytes)
+        again = encode_room(changed, max_bytes=max_bytes, last=last)
+        assert (again.head, again.parts) == (fresh.head, fresh.parts)
+
+
+def test_a_reader_never_combines_parts_of_two_heartbeats() -> None:
+    old = encode_room(cluster(2000), max_bytes=MAX_BYTES)
+    new = encode_room(cluster(2000, busy={0: 1}), max_bytes=MAX_BYTES, last=old)
+    reader = RoomReader()
+    for key, value in values(old).items():
+        whole = reader.heard(key, value)
+    assert whole == cluster(2000)
+    # The new head comes before its changed part (a read that started late): not whole yet.
+    assert reader.heard("east", new.head) is None
+    assert reader.waiting() == {"east"}
+    assert reader.heard(part_key("east", 0), new.parts[0]) == cluster(2000, busy={0: 1})
+    # One read of the bucket with the old head and a part of the new one: torn, read again.
+    torn = {**values(old), part_key("east", 0): new.parts[0]}
+    rooms = read_rooms(torn)
+    assert rooms.whole == {}
+    assert rooms.torn == {"east"}
+
+
+def test_a_deleted_head_is_gone_and_a_deleted_part_is_not() -> None:
+    reader = RoomReader()
+    assert reader.heard(part_key("east", 3), None) is None
+    assert reader.heard("east", None) == Gone("east")
+    assert part_of(part_key("east", 12)) == ("east", 12)
+    assert part_of("east") is None
+
+
+def test_a_part_is_refused_by_readers_before_parts_and_a_head_has_no_nodes_for_them() -> None:
+    """Readers first, then writers (docs/events.md); one that meets parts anyway sees no room
+    there, never a part of it."""
+    room = encode_room(cluster(2000), max_bytes=MAX_BYTES)
+    with pytest.raises(msgspec.ValidationError, match="missing required field `cluster`"):
+        decode_heartbeat(room.parts[0])
+    assert decode_heartbeat(room.head) == ClusterCapacity(cluster="east")
+
+
+def test_a_bad_part_makes_the_room_bad_naming_the_key() -> None:
+    room = encode_room(cluster(2000), max_bytes=MAX_BYTES)
+    entries = {**values(room), part_key("east", 1): b'{"rows": [["n", 9, 0, 0, 0]]}'}
+    rooms = read_rooms(entries)
+    assert rooms.whole == {}
+    assert rooms.bad["east"].startswith("bad heartbeat east.part.1: $.rows[0][1]: label_sets")
