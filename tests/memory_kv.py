@@ -18,6 +18,7 @@ class MemoryKV:
         self.revision = 0
         self.writes: list[str] = []  # "key" for a put, "-key" for a delete
         self.read: list[str] = []  # keys the gateway's side read
+        self.forgotten: set[str] = set()  # keys deleted with a tombstone that expires
 
     def _store(self, key: str, value: bytes | None, last: int | None) -> int:
         if last is not None and self.last.get(key, 0) != last:
@@ -38,8 +39,12 @@ class MemoryKV:
     async def write(self, key: str, data: bytes, *, last: int) -> int:
         return self._store(key, data, last)
 
-    async def delete(self, key: str, last: int | None = None) -> None:
+    async def delete(
+        self, key: str, last: int | None = None, *, forget_after_s: float | None = None
+    ) -> None:
         self._store(key, None, last)
+        if forget_after_s is not None:
+            self.forgotten.add(key)
 
     async def last_write(self, key: str) -> Entry | None:
         if key not in self.last:

@@ -51,6 +51,7 @@ from muster.bus.errors import NotFound, Unavailable
 from muster.bus.ordered import Gather, consume_in_order, make_consumer
 from muster.bus.partitions import PARTITIONS_BUCKET
 from muster.bus.service import Health
+from muster.bus.setup import VISIBILITY_TOMBSTONES_KEPT_S
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.routing import POLICIES, Policy
 
@@ -399,7 +400,8 @@ class AdmissionService:
         """
         kv = await self.bus.kv(VISIBILITY_BUCKET)
         renderer = VisibilityRenderer()
-        writer = VisibilityWriter(kv, renderer)  # fenced on each ClusterQueue's epoch
+        # Fenced on each ClusterQueue's epoch; its tombstones expire (no reader follows them).
+        writer = VisibilityWriter(kv, renderer, tombstones_kept_s=VISIBILITY_TOMBSTONES_KEPT_S)
         queues = VisibilityWriter(await self.bus.kv(PARTITIONS_BUCKET))
         pace = VisibilityPace(
             quiet_s=self.config.visibility_interval_s,
@@ -414,7 +416,10 @@ class AdmissionService:
             started = time.perf_counter()
             async with self.rounds.lock:
                 values, changed = renderer.render(
-                    self.state.engine, self.state.sharding, sequence=self.state.last_sequence
+                    self.state.engine,
+                    self.state.sharding,
+                    sequence=self.state.last_sequence,
+                    moved_at=self.state.fences,
                 )
                 homes = bucket_values(self.state.homes)
                 if self.metrics is not None:

@@ -19,12 +19,13 @@ rests between writes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 from muster.admission.shards import Sharding
 from muster.api import format_quantity
 from muster.api.encode import is_byte_resource
+from muster.bus.partitions import partition_of
 from muster.contracts.v1 import events_pb2 as pb
 from muster.contracts.v1 import services_pb2
 from muster.core.engine import Engine
@@ -203,11 +204,19 @@ class VisibilityRenderer:
         self._local_queue_owners: dict[str, str] = {}  # `lq.` key -> its owned ClusterQueue
 
     def render(
-        self, engine: Engine, sharding: Sharding, *, sequence: int = 0
+        self,
+        engine: Engine,
+        sharding: Sharding,
+        *,
+        sequence: int = 0,
+        moved_at: Mapping[int, int] | None = None,
     ) -> tuple[dict[str, bytes], set[str]]:
         """(every key with its value, the keys put or dropped since the last render).
         `sequence`: the last stream sequence the engine applied; a ClusterQueue this shard
-        did not own at the last render gets epoch `sequence + 1`."""
+        did not own at the last render gets epoch `sequence + 1`, and so does one whose tree
+        changed or whose partition had a record since its epoch began (`moved_at`: each
+        partition's last record's sequence): it may have left and come back, and another
+        owner written it meanwhile under a larger epoch."""
         engine.settle()  # deferred configuration changes are reported once applied
         changes = engine.take_view_changes()
         if (
@@ -215,7 +224,7 @@ class VisibilityRenderer:
             or engine is not self._engine
             or sharding.owned is not self._owned_partitions
         ):
-            self._restart(engine, sharding, sequence)
+            self._restart(engine, sharding, sequence, moved_at or {})
             changes = Changes(everything=True)
         self._render_changes(engine, changes)
         changed, self._changed = self._changed, set()
@@ -235,8 +244,11 @@ class VisibilityRenderer:
         epoch = self.epochs.get(cluster_queue or "")
         return None if cluster_queue is None or epoch is None else (cluster_queue, epoch)
 
-    def _restart(self, engine: Engine, sharding: Sharding, sequence: int) -> None:
+    def _restart(
+        self, engine: Engine, sharding: Sharding, sequence: int, moved_at: Mapping[int, int]
+    ) -> None:
         self._engine, self._owned_partitions = engine, sharding.owned
+        trees_before = self._cluster_queues
         self._changed = set(self.values)
         self.values, self._entries, self._trees = {}, {}, {}
         self._cluster_queues = {}
@@ -254,8 +266,17 @@ class VisibilityRenderer:
                 not exists and sharding.owns_local_queue(namespace, name)
             ):
                 self._local_queues[f"{namespace}/{name}"] = (namespace, name)
-        # A queue owned before keeps its epoch: a new one is owned from the next event on.
-        self.epochs = {cq: self.epochs.get(cq, sequence + 1) for cq in self._cluster_queues}
+        # A queue owned before keeps its epoch (its pages keep their keys), unless it moved
+        # to another tree or its tree's partition moved since: it may have been another
+        # replica's meanwhile. A new one is owned from the next event on.
+        kept = {
+            cq: epoch
+            for cq, epoch in self.epochs.items()
+            if (now := self._cluster_queues.get(cq)) == trees_before.get(cq)
+            and now is not None
+            and moved_at.get(partition_of(now), 0) < epoch
+        }
+        self.epochs = {cq: kept.get(cq, sequence + 1) for cq in self._cluster_queues}
         self._epoch_bytes = {
             cq: services_pb2.PendingPageIndex(epoch=epoch).SerializeToString()
             for cq, epoch in self.epochs.items()

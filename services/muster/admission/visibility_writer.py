@@ -17,8 +17,12 @@ writes are still on the wire). So that none of its writes lands after the new ow
   names them any more);
 - a key is deleted only at the revision this writer wrote it at.
 
-A first index write of a queue deletes the pages of other epochs (its former owner's, a killed
-life's), which no index names once it is written.
+A first index write of a queue deletes the pages no index will name: those of older epochs (a
+former owner's, a killed life's) and those of its own epoch it did not write (a former life of
+the same epoch, killed between a page and its index); a newer owner's pages are its own to
+sweep. Deleted keys leave tombstones that expire (`tombstones_kept_s`), so the bucket holds
+what owners write now, not every page id and epoch it ever held (docs/events.md, "Deleted keys
+leave").
 """
 
 from __future__ import annotations
@@ -46,7 +50,9 @@ class KeyValueWriter(Protocol):
 
     async def write(self, key: str, data: bytes, *, last: int) -> int: ...
 
-    async def delete(self, key: str, last: int | None = None) -> None: ...
+    async def delete(
+        self, key: str, last: int | None = None, *, forget_after_s: float | None = None
+    ) -> None: ...
 
     async def last_write(self, key: str) -> Entry | None: ...
 
@@ -74,9 +80,16 @@ class VisibilityWriter:
     """Writes the keys whose values changed since the last flush; deletes vanished ones.
     With `fencing`, a ClusterQueue's keys only while no newer owner writes them."""
 
-    def __init__(self, kv: KeyValueWriter, fencing: Fencing | None = None) -> None:
+    def __init__(
+        self,
+        kv: KeyValueWriter,
+        fencing: Fencing | None = None,
+        *,
+        tombstones_kept_s: float | None = None,
+    ) -> None:
         self.kv = kv
         self.fencing = fencing
+        self.tombstones_kept_s = tombstones_kept_s  # None: deleted keys' tombstones stay
         self.swept = False  # the layout before indexes: deleted for our ClusterQueues once
         self.written: dict[str, bytes] = {}
         self.revisions: dict[str, int] = {}  # the revision a key was last written or read at
@@ -172,8 +185,8 @@ class VisibilityWriter:
                 continue
             self.written[key] = value
             if (cluster_queue, epoch) not in self.claimed:
-                self.claimed.add((cluster_queue, epoch))
                 await self._sweep_pages(cluster_queue, epoch)
+                self.claimed.add((cluster_queue, epoch))  # swept: a failed sweep comes again
             return True
         raise Conflict(key, 0)
 
@@ -197,7 +210,9 @@ class VisibilityWriter:
     async def _delete(self, key: str) -> None:
         """Delete `key` as this writer wrote it: written since by another, it is theirs."""
         with contextlib.suppress(Conflict):
-            await self.kv.delete(key, self.revisions.get(key))
+            await self.kv.delete(
+                key, self.revisions.get(key), forget_after_s=self.tombstones_kept_s
+            )
         self.written.pop(key, None)
         self.revisions.pop(key, None)
 
@@ -223,14 +238,23 @@ class VisibilityWriter:
         for key in ours:
             self.written.pop(key, None)
             self.revisions.pop(key, None)
-        await _together(self.kv.delete(k) for k in ours if k.startswith(PAGE_PREFIX))
+        await _together(self._forget(k) for k in ours if k.startswith(PAGE_PREFIX))
 
     async def _sweep_pages(self, cluster_queue: str, epoch: int) -> None:
-        """Delete `cluster_queue`'s live pages of other epochs: our index names none."""
+        """Delete `cluster_queue`'s live pages that our index does not name and no newer owner
+        wrote: of older epochs, and of ours but not written by us (a killed life's orphan)."""
         async with self._sweeps:
             found = await self.kv.snapshot(f"{PAGE_PREFIX}*.{cluster_queue}")
-        mine = f"{PAGE_PREFIX}{epoch}-"
-        await _together(self.kv.delete(k) for k in found if not k.startswith(mine))
+        orphans = [
+            k
+            for k in found
+            if page_epoch(k) < epoch or (page_epoch(k) == epoch and k not in self.written)
+        ]
+        await _together(self._forget(k) for k in orphans)
+
+    async def _forget(self, key: str) -> None:
+        """Delete `key` whoever wrote it (a page no index names)."""
+        await self.kv.delete(key, forget_after_s=self.tombstones_kept_s)
 
     async def sweep_legacy(self, listing: KeyListing, values: Mapping[str, bytes]) -> None:
         """Delete, once, the pending keys of the layout before indexes that a writer of
@@ -245,7 +269,7 @@ class VisibilityWriter:
             for key in await listing.snapshot(pattern)
             if key.split(".", dots)[-1] in ours and key.count(".") >= dots
         ]
-        await _together(self.kv.delete(key) for key in stale)
+        await _together(self._forget(key) for key in stale)
         self.swept = True
 
 
@@ -254,6 +278,13 @@ def epoch_of(entry: Entry | None) -> int:
     if entry is None or not entry.value:
         return 0
     return services_pb2.PendingPageIndex.FromString(entry.value).epoch
+
+
+def page_epoch(key: str) -> int:
+    """The epoch of page key `pending-page.<epoch>-<id>.<cq>` (0: a page of before epochs,
+    `pending-page.<id>.<cq>`, or a key not of that shape)."""
+    epoch, dash, _ = key.removeprefix(PAGE_PREFIX).partition(".")[0].partition("-")
+    return int(epoch) if dash and epoch.isdigit() else 0
 
 
 async def _together(calls: Iterable[Coroutine[Any, Any, None]]) -> None:

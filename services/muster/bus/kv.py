@@ -17,6 +17,7 @@ import datetime
 import inspect
 import logging
 import re
+import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Final, NamedTuple, Protocol
 
@@ -36,6 +37,9 @@ log = logging.getLogger(__name__)
 _RETRY_S: Final = 1.0
 _DELETED: Final = ("DEL", "PURGE")
 _OPERATION: Final = "KV-Operation"  # the KV protocol's header marking a tombstone
+_ROLLUP: Final = "Nats-Rollup"  # "sub": the message replaces every earlier one of its key
+_TTL: Final = "Nats-TTL"  # the message's own age limit (nats-server 2.11, `allow_msg_ttl`)
+_TTL_DISABLED: Final = 10166  # JetStream's err_code for a Nats-TTL the stream does not allow
 # A change feed notices a lost consumer (NATS restarted) after about two missed heartbeats,
 # and nats-py's ordered consumer resumes after the last revision it delivered.
 _HEARTBEAT_S: Final = 1.0
@@ -130,6 +134,7 @@ class Bucket:
         self.name = name
         self._stream = f"KV_{name}"  # the KV protocol's stream and subject names
         self._prefix = f"$KV.{name}."
+        self._ttl_refused = False  # the stream refused a tombstone's TTL: plain ones from then
 
     def _subject(self, key: str) -> str:
         return self._prefix + key
@@ -167,8 +172,30 @@ class Bucket:
         with wrapped(f"{self.name} update {key}", subject=self._subject(key), expected=last):
             return await self._kv.update(key, value, last=last)
 
-    async def delete(self, key: str, last: int | None = None) -> None:
-        """Delete `key` (only at revision `last` when given); deleting nothing is fine."""
+    async def delete(
+        self, key: str, last: int | None = None, *, forget_after_s: float | None = None
+    ) -> None:
+        """Delete `key` (only at revision `last` when given); deleting nothing is fine.
+
+        With `forget_after_s`, the tombstone itself leaves the bucket after that long (a purge
+        marker with its own TTL, whole seconds, at least 1), so the bucket holds no trace of
+        a key deleted longer ago (docs/events.md, "Deleted keys leave"): only for a bucket no
+        one needs to learn an older deletion from. A bucket made without `allow_msg_ttl`
+        (before nats-py set it) gets a plain tombstone, and a warning once.
+        """
+        if forget_after_s is not None and not self._ttl_refused and valid_key(key):
+            try:
+                await self._purge(key, last, forget_after_s)
+                return
+            except Unavailable as exc:
+                if getattr(exc.__cause__, "err_code", None) != _TTL_DISABLED:
+                    raise
+                self._ttl_refused = True
+                log.warning(
+                    "%s does not allow per-message TTLs: deleted keys stay as tombstones until "
+                    '`muster nats-setup` updates it (docs/events.md, "Deleted keys leave")',
+                    self.name,
+                )
         try:
             with wrapped(
                 f"{self.name} delete {key}", subject=self._subject(key), expected=last or 0
@@ -176,6 +203,35 @@ class Bucket:
                 await self._kv.delete(key, last=last)
         except NotFound:
             pass
+
+    async def _purge(self, key: str, last: int | None, forget_after_s: float) -> None:
+        headers = {_OPERATION: "PURGE", _ROLLUP: "sub", _TTL: f"{max(1, round(forget_after_s))}s"}
+        if last:
+            headers[EXPECTED_LAST_SUBJECT_SEQUENCE] = str(last)
+        subject = self._subject(key)
+        with wrapped(f"{self.name} delete {key}", subject=subject, expected=last or 0):
+            await self._js.publish(subject, b"", headers=headers)
+
+    async def forget_deleted(self, *, older_than_s: float) -> int:
+        """Remove the tombstones written more than `older_than_s` ago, each only while it is
+        still its key's last write (a key written since keeps that write); how many. The
+        compaction `delete(forget_after_s=...)` makes needless, for tombstones left before."""
+        markers: list[Entry] = []
+        async with contextlib.aclosing(self.watch()) as entries:
+            async for entry in entries:
+                if entry is None:
+                    break
+                if entry.value is None:
+                    markers.append(entry)
+        now_s = time.time()
+        old = [m for m in markers if now_s - m.created >= older_than_s]
+        for marker in old:
+            with wrapped(f"{self.name} forget the deletion of {marker.key}"):
+                # Below the next revision, on its key only: a write after it stays.
+                await self._js.purge_stream(
+                    self._stream, seq=marker.revision + 1, subject=self._subject(marker.key)
+                )
+        return len(old)
 
     async def status(self) -> BucketStatus:
         with wrapped(f"{self.name} status"):

@@ -25,16 +25,25 @@ SNAPSHOTS_BUCKET: Final = "MUSTER_SNAPSHOTS"  # admission's object store (admiss
 DEFAULT_LEASE_TTL_S: Final = 5.0  # admission's --lease-ttl-seconds default
 
 
+# How long a deleted visibility key's tombstone stays (docs/events.md, "Deleted keys leave"):
+# no reader follows the bucket, and every fenced write reads or holds a revision younger than
+# this, so after it a tombstone tells no one anything.
+VISIBILITY_TOMBSTONES_KEPT_S: Final = 600.0
+
+
 class Bucket(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     ttl_s: float | None = None
     history: int = 1
+    # Its writers delete with tombstones that expire after this long (None: kept, because a
+    # follower learns deletions from them); `setup_nats` removes older ones left before.
+    tombstones_kept_s: float | None = None
 
 
 def buckets(deployment: Deployment, *, lease_ttl_s: float = DEFAULT_LEASE_TTL_S) -> list[Bucket]:
     """Every key-value bucket the services of `deployment` use, as they would create it."""
     return [
-        Bucket(name="MUSTER_VISIBILITY"),
+        Bucket(name="MUSTER_VISIBILITY", tombstones_kept_s=VISIBILITY_TOMBSTONES_KEPT_S),
         Bucket(name="MUSTER_SHARDS", ttl_s=lease_ttl_s),  # admission's leases expire
         Bucket(name="MUSTER_WATCHER"),
         Bucket(name="MUSTER_CLUSTERS"),
@@ -67,6 +76,16 @@ async def ensure_stream(js: JetStreamContext, config: api.StreamConfig) -> None:
         await _write(js.update_stream(config), what)
 
 
+async def allow_message_ttls(js: JetStreamContext, stream: str) -> None:
+    """Let `stream` take messages with their own TTL (a bucket made before nats-py set it):
+    tombstones that expire. The server allows turning it on, never off."""
+    info = await js.stream_info(stream)
+    if not info.config.allow_msg_ttl:
+        config = info.config
+        config.allow_msg_ttl = True
+        await _write(js.update_stream(config), f"update stream {stream} (allow_msg_ttl)")
+
+
 async def _write(call: Awaitable[Any], what: str) -> None:
     try:
         await call
@@ -91,10 +110,15 @@ async def setup_nats(
         await ensure_stream(js, config)
         done.append(f"stream {config.name}")
     for bucket in buckets(deployment, lease_ttl_s=lease_ttl_s):
-        await open_bucket(
+        kv = await open_bucket(
             js, bucket.name, ttl_s=bucket.ttl_s, history=bucket.history, replicas=replicas
         )
+        await allow_message_ttls(js, f"KV_{bucket.name}")
         done.append(f"key-value bucket {bucket.name}")
+        if bucket.tombstones_kept_s is not None:
+            forgotten = await kv.forget_deleted(older_than_s=bucket.tombstones_kept_s)
+            if forgotten:
+                done.append(f"{forgotten} old tombstones of {bucket.name} removed")
     try:
         await js.object_store(SNAPSHOTS_BUCKET)
     except nats.js.errors.BucketNotFoundError:

@@ -107,6 +107,16 @@ def run_e2e(args: argparse.Namespace) -> Iterator[Any]:
     )
 
 
+def _buckets() -> Any:  # imported only when run, as e2e
+    from muster.bench import buckets
+
+    return buckets
+
+
+def run_buckets(args: argparse.Namespace) -> Iterator[Any]:
+    return _buckets().run(scale=args.scale)  # type: ignore[no-any-return]
+
+
 def _chaos() -> Any:  # imported only when run, as e2e
     # It starts service processes again while its gRPC channel is open: gRPC's fork handlers
     # would log a line at every start. Read when gRPC is first imported, as here.
@@ -325,6 +335,14 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
             add_options=add_e2e_options,
             run=run_e2e,
             render=lambda rows: _e2e().render(rows),
+        ),
+        Section(
+            name="buckets",
+            help="what each key-value bucket keeps after 200 and 400 workloads ran and were "
+            "deleted: stored messages, live keys, tombstones and the ones that expire",
+            add_options=lambda parser: None,
+            run=run_buckets,
+            render=lambda rows: _buckets().render(rows),
         ),
         Section(
             name="kueue-live",

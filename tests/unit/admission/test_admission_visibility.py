@@ -14,6 +14,7 @@ from admission_stream import (
 )
 from memory_kv import MemoryKV
 
+from muster.admission.shards import PartitionMap, Sharding
 from muster.admission.state import AdmissionState
 from muster.admission.visibility import (
     VisibilityPace,
@@ -23,7 +24,8 @@ from muster.admission.visibility import (
     pending_workloads,
     visibility_values,
 )
-from muster.admission.visibility_writer import VisibilityWriter
+from muster.admission.visibility_writer import VisibilityWriter, page_epoch
+from muster.bus.partitions import partition_of
 from muster.contracts.v1 import events_pb2 as pb
 from muster.contracts.v1 import services_pb2
 from muster.gateway.visibility import pending_workloads as gateway_pending
@@ -233,3 +235,69 @@ async def test_a_newer_owners_status_is_not_written_over_by_an_older_owners_firs
     # The old owner's first write in its life comes late: every key is new to it.
     assert await old.write({k: v + b"\x00" for k, v in values.items()}) == []
     assert kv.data == theirs
+
+
+def resharded(state: AdmissionState) -> Sharding:
+    """The same ownership as a new object: what a replica holds after partition records."""
+    return Sharding(state.engine, shard=0, partitions=PartitionMap(shards=1))
+
+
+async def test_a_queue_that_left_and_came_back_writes_again_under_a_newer_epoch() -> None:
+    """Its partition moved to another replica, which wrote it (epoch 10), and back (records at
+    sequences 8 and 15) between two of this replica's renders: it owns the queue under a new
+    epoch and writes it, instead of yielding for good to an owner that left."""
+    kv, state = MemoryKV(), busy_state()
+    here_views, there_views = VisibilityRenderer(), VisibilityRenderer()
+    here, there = VisibilityWriter(kv, here_views), VisibilityWriter(kv, there_views)
+    await here.write(*here_views.render(state.engine, state.sharding, sequence=4))
+    await there.write(*there_views.render(state.engine, state.sharding, sequence=9))
+    Stream().run(state, submitted(workload("d", cpu="1")))
+    partition = partition_of(state.engine.tree_of_cluster_queue("cq") or "")
+    back = here_views.render(state.engine, resharded(state), sequence=16, moved_at={partition: 15})
+    assert here_views.epochs["cq"] == 17
+    await here.write(*back)
+    assert ("cq", 17) not in here.superseded
+    index = services_pb2.PendingPageIndex.FromString(kv.data["pending-index.cq"])
+    assert index.epoch == 17
+    assert not [k for k in kv.data if k.startswith("pending-page.10-")]  # the other's, swept
+    request = services_pb2.PendingWorkloadsRequest(cluster_queue="cq")
+    found = await gateway_pending(kv, request)
+    assert [(w.name, w.position_in_cluster_queue) for w in found.items] == [("c", 0), ("d", 1)]
+
+
+def test_a_queue_whose_partition_did_not_move_keeps_its_epoch_and_page_keys() -> None:
+    state = busy_state()
+    views = VisibilityRenderer()
+    first, _ = views.render(state.engine, state.sharding, sequence=4)
+    pages = sorted(k for k in first if k.startswith("pending-page."))
+    partition = partition_of(state.engine.tree_of_cluster_queue("cq") or "")
+    again, _ = views.render(state.engine, resharded(state), sequence=16, moved_at={partition: 3})
+    assert views.epochs["cq"] == 5
+    assert sorted(k for k in again if k.startswith("pending-page.")) == pages
+
+
+async def test_a_first_index_write_sweeps_a_killed_lifes_orphan_page_of_its_own_epoch() -> None:
+    """A life killed between a page and its index left `pending-page.5-99.cq`, named by no
+    index; the next life has the same epoch (nothing applied in between). A newer owner's
+    page is left to that owner."""
+    kv, state = MemoryKV(), busy_state()
+    await kv.put("pending-page.5-99.cq", b"orphan")
+    await kv.put("pending-page.3-0.cq", b"older owner's")
+    await kv.put("pending-page.12-0.cq", b"newer owner's, its index not yet written")
+    views = VisibilityRenderer()
+    writer = VisibilityWriter(kv, views, tombstones_kept_s=600)
+    await writer.write(*views.render(state.engine, state.sharding, sequence=4))
+    pages = sorted(k for k in kv.data if k.startswith("pending-page."))
+    index = services_pb2.PendingPageIndex.FromString(kv.data["pending-index.cq"])
+    assert pages == sorted(
+        [*(f"pending-page.5-{p.id}.cq" for p in index.pages), "pending-page.12-0.cq"]
+    )
+    assert kv.forgotten == {"pending-page.5-99.cq", "pending-page.3-0.cq"}  # tombstones expire
+
+
+@pytest.mark.parametrize(
+    ("key", "epoch"),
+    [("pending-page.12-3.cq", 12), ("pending-page.3.cq", 0), ("pending-page.7-1.a.b", 7)],
+)
+def test_page_epoch_reads_the_key_of_either_layout(key: str, epoch: int) -> None:
+    assert page_epoch(key) == epoch

@@ -1,0 +1,209 @@
+"""`muster bench buckets`: what every key-value bucket keeps once workloads are gone.
+
+Each case starts a fresh loopback nats-server and the service processes `muster run` starts
+(one admission shard, the simulated cluster), queues N workloads in one ClusterQueue that runs
+20 at a time (so its pending list spans pages that split, merge and go), lets every one run
+for a second and finish, deletes each through `Gateway.Delete`, waits for the buckets to stop
+changing, then counts each bucket's stored messages: live keys, tombstones (deleted keys), and
+of those the ones that expire (docs/events.md, "Deleted keys leave"). Run at N and 2N: a
+count that grows with N is kept per workload, for as long as the row's last column says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+import grpc
+import msgspec
+from nats.aio.client import Client as NatsClient
+from nats.js import JetStreamContext
+
+from muster.bench.e2e import stored_counts
+from muster.bench.sim_nodes import node_manifests
+from muster.bench.table import Column, render_table
+from muster.bus.service import run_loop
+from muster.cluster.sim.backend import SimBackend
+from muster.contracts.v1 import services_pb2, services_pb2_grpc
+from muster.launcher.nats_server import NatsServer
+from muster.launcher.stack import Stack
+
+SECTION: Final = "buckets"
+NAMESPACE: Final = "bench"
+PER_CALL: Final = 16
+POLL_S: Final = 0.2
+QUIET_S: Final = 3.0  # no bucket changed for this long: the services are done with them
+_KV: Final = "KV_"
+_TOMBSTONES: Final = ("DEL", "PURGE")
+
+_CONFIG: Final = """apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: default}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: cq}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu, memory]
+    flavors:
+    - name: default
+      resources: [{name: cpu, nominalQuota: "2"}, {name: memory, nominalQuota: 100Gi}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {namespace: bench, name: lq}
+spec: {clusterQueue: cq}"""
+
+_WORKLOAD: Final = """apiVersion: kueue.x-k8s.io/v1beta2
+kind: Workload
+metadata:
+  namespace: bench
+  name: w-{i}
+  annotations: {{muster.dev/run-seconds: "1"}}
+spec:
+  queueName: lq
+  podSets:
+  - name: main
+    count: 1
+    template:
+      spec:
+        containers: [{{name: c, resources: {{requests: {{cpu: 100m, memory: 64Mi}}}}}}]
+"""
+
+
+class BucketRow(msgspec.Struct, frozen=True, kw_only=True):
+    section: str = SECTION
+    workloads: int  # run to completion and deleted
+    bucket: str
+    messages: int  # stored in the bucket's stream
+    live: int  # keys with a value
+    tombstones: int  # deleted keys' markers
+    expiring: int  # of those, with a TTL of their own
+    bytes: int
+    kinds: str  # live keys per first token ("pod.": 200)
+
+
+async def _calls(gateway: str, workloads: int, js: JetStreamContext) -> None:
+    async with grpc.aio.insecure_channel(gateway) as channel:
+        gw = services_pb2_grpc.GatewayStub(channel)
+        await gw.Submit(services_pb2.SubmitRequest(manifest=_CONFIG))
+        for first in range(0, workloads, PER_CALL):
+            batch = range(first, min(first + PER_CALL, workloads))
+            manifest = "\n---\n".join(_WORKLOAD.format(i=i) for i in batch)
+            await gw.Submit(services_pb2.SubmitRequest(manifest=manifest))
+        await _stored(js, "finished", workloads, timeout_s=60 + workloads / 5)
+        for i in range(workloads):
+            ref = services_pb2.ObjectRef(kind="Workload", namespace=NAMESPACE, name=f"w-{i}")
+            await gw.Delete(services_pb2.DeleteRequest(object=ref))
+        await _stored(js, "deleted", workloads, timeout_s=60)
+
+
+async def _stored(js: JetStreamContext, event: str, count: int, *, timeout_s: float) -> None:
+    """Until `count` events of type `event` are stored; TimeoutError after `timeout_s`."""
+    async with asyncio.timeout(timeout_s):
+        while (await stored_counts(js)).get(event, 0) < count:  # noqa: ASYNC110 (in the server)
+            await asyncio.sleep(POLL_S)
+
+
+async def _kv_streams(js: JetStreamContext) -> dict[str, int]:
+    """Each bucket's stream with its last sequence."""
+    return {
+        info.config.name: info.state.last_seq
+        for info in await js.streams_info()
+        if info.config.name and info.config.name.startswith(_KV)
+    }
+
+
+async def _quiet(js: JetStreamContext, *, timeout_s: float = 60.0) -> None:
+    """Until no bucket was written for QUIET_S (or `timeout_s`: counted as it stands)."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout_s):
+            last, since = await _kv_streams(js), time.monotonic()
+            while time.monotonic() - since < QUIET_S:
+                await asyncio.sleep(POLL_S)
+                now = await _kv_streams(js)
+                if now != last:
+                    last, since = now, time.monotonic()
+
+
+async def census(js: JetStreamContext, stream: str, workloads: int) -> BucketRow:
+    """What bucket stream `stream` holds: each key's last message read for its headers."""
+    info = await js.stream_info(stream, subjects_filter=">")
+    tombstones = expiring = 0
+    kinds: dict[str, int] = {}
+    for subject in info.state.subjects or {}:
+        msg = await js.get_last_msg(stream, subject)
+        headers = msg.headers or {}
+        if headers.get("KV-Operation") in _TOMBSTONES:
+            tombstones += 1
+            expiring += "Nats-TTL" in headers
+        else:
+            kind = subject.split(".")[2]  # $KV.<bucket>.<first token>
+            kinds[kind] = kinds.get(kind, 0) + 1
+    subjects = len(info.state.subjects or {})
+    return BucketRow(
+        workloads=workloads,
+        bucket=stream.removeprefix(_KV),
+        messages=info.state.messages,
+        live=subjects - tombstones,
+        tombstones=tombstones,
+        expiring=expiring,
+        bytes=info.state.bytes,
+        kinds=" ".join(f"{k}:{n}" for k, n in sorted(kinds.items())),
+    )
+
+
+async def run_case(workloads: int) -> list[BucketRow]:
+    log_dir = Path(tempfile.mkdtemp(prefix="muster-bench-buckets-"))
+    nats = NatsServer(log_dir / "jetstream")
+    url = await nats.start(log_path=log_dir / "nats-server.log")
+    stack = Stack(nats_url=url, cluster="local", shards=1, speed=1.0, log_dir=log_dir)
+    try:
+        await stack.start()
+        backend = await SimBackend.connect(url, cluster="local")
+        for node in node_manifests(1, cpu=64, memory="256Gi", pods=250, digits=3):
+            await backend.apply(node)
+        await backend.close()
+        nc = NatsClient()
+        await nc.connect(url, name="muster-bench")
+        try:
+            js = nc.jetstream()
+            await _calls(stack.gateway_address, workloads, js)
+            await _quiet(js)
+            rows = [await census(js, s, workloads) for s in sorted(await _kv_streams(js))]
+        finally:
+            await nc.close()
+    finally:
+        await stack.stop()
+        await nats.stop()
+    shutil.rmtree(log_dir, ignore_errors=True)  # kept when the case failed
+    return rows
+
+
+def run(*, scale: float) -> Iterator[BucketRow]:
+    """The census after N, then 2N workloads (N = 200 at scale 1)."""
+    count = max(10, round(200 * scale))
+    for workloads in (count, 2 * count):
+        yield from run_loop(run_case(workloads))
+
+
+def render(rows: list[msgspec.Struct]) -> str:
+    columns: list[Column[BucketRow]] = [
+        Column("workloads", lambda r: str(r.workloads)),
+        Column("bucket", lambda r: r.bucket, numeric=False),
+        Column("messages", lambda r: str(r.messages)),
+        Column("live keys", lambda r: str(r.live)),
+        Column("tombstones", lambda r: str(r.tombstones)),
+        Column("expiring", lambda r: str(r.expiring)),
+        Column("bytes", lambda r: str(r.bytes)),
+        Column("live keys by first token", lambda r: r.kinds, numeric=False),
+    ]
+    return render_table(columns, [r for r in rows if isinstance(r, BucketRow)])
