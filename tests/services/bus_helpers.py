@@ -110,6 +110,16 @@ class EventLog:
                             f"seen: {seen}")  # fmt: skip
             return self.matching(event_type, workload=workload)[0]
 
+    async def wait_until(
+        self, found: Callable[[list[Envelope]], bool], *, timeout_s: float
+    ) -> None:
+        """Return once `found` holds of the envelopes seen so far, waiting up to `timeout_s`."""
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait_for(lambda: found(self.seen)), timeout_s)
+            except TimeoutError:
+                pytest.fail(f"not seen in {timeout_s}s: {[e.type for e in self.seen]}")
+
     async def wait_for_next(
         self,
         event_type: str,

@@ -233,25 +233,32 @@ async def test_a_binder_restarted_after_a_submitted_left_the_stream_starts_it_fr
         assert await stack.pods_of(key) == []
 
 
-async def test_a_watcher_restarted_from_scratch_publishes_each_fact_once_and_writes_no_mark(
+async def test_a_watcher_killed_and_restarted_from_scratch_publishes_each_fact_once(
     stack: Stack,
 ) -> None:
-    """Restarted as if killed before it stored any revision, past the duplicate window: it
-    reads back from its own events what it published, so JetStream has nothing to drop."""
+    """Restarted as if killed before it stored any revision or mark, past the duplicate window:
+    it reads back from its own events what it published, so JetStream has nothing to drop."""
     await short_duplicate_window(stack.bus, WINDOW_S)
     key = await submit_and_admit(stack, "later", count=2, run_seconds="1")  # no node yet
     pending = await stack.events.wait_for("pods_pending", workload=key, timeout_s=10)
     while len(pending.pods_pending.pods) < 2:  # the binder may create the pods one at a time
         pending = await stack.events.wait_for_next("pods_pending", after=pending, timeout_s=10)
-    await restart_from_scratch(stack)
+    await kill_and_restart_from_scratch(stack)
 
     await stack.backend.apply(node("a"))
     await stack.events.wait_for("running", workload=key, timeout_s=10)
-    await restart_from_scratch(stack)
-    await stack.events.wait_for("finished", workload=key, timeout_s=10)
-    await restart_from_scratch(stack)
-    await stack.backend.apply(FLAVOR)  # stored after what the last restart republished, if any
+    await stack.backend.apply(FLAVOR)  # a later batch: the running's is over, marks and all
     await stack.events.wait_for("config_applied", timeout_s=10)
+    marks = await stack.bus.kv(WATCHER_BUCKET)
+    namespace, _, name = key.partition("/")
+    assert await marks.get(f"{CLUSTER}.wl.{namespace}.{name}") is None  # the events say it
+    await kill_and_restart_from_scratch(stack)
+    await stack.events.wait_for("finished", workload=key, timeout_s=10)
+    await kill_and_restart_from_scratch(stack)
+    await stack.backend.apply({**FLAVOR, "metadata": {"name": "second"}})
+    await stack.events.wait_until(  # stored after anything the restart repeated
+        lambda seen: any(e.config_applied.name == "second" for e in seen), timeout_s=10
+    )
 
     facts = [e for e in stack.events.seen if e.workload == key and e.source.startswith("watcher")]
     assert len({e.event_id for e in facts}) == len(facts)
@@ -259,15 +266,15 @@ async def test_a_watcher_restarted_from_scratch_publishes_each_fact_once_and_wri
         "workload.running",
         "workload.finished",
     ]
-    marks = await stack.bus.kv(WATCHER_BUCKET)
-    namespace, _, name = key.partition("/")
-    assert await marks.get(f"{CLUSTER}.wl.{namespace}.{name}") is None
 
 
-async def restart_from_scratch(stack: Stack) -> None:
-    """Stop the watcher, forget the revision it stored, let the duplicate window pass, and
-    start it again: it handles every pod of the cluster anew."""
+async def kill_and_restart_from_scratch(stack: Stack) -> None:
+    """Stop the watcher, forget every revision and mark it stored (as if killed before it
+    stored any), let the duplicate window pass, and start it again: it handles every pod of
+    the cluster anew."""
     await stack.stop("watcher")
-    await (await stack.bus.kv(WATCHER_BUCKET)).delete(CLUSTER)
+    marks = await stack.bus.kv(WATCHER_BUCKET)
+    for key in [CLUSTER, *(await marks.snapshot(f"{CLUSTER}.wl.>"))]:
+        await marks.delete(key)
     await outlive_the_window(stack.bus, WINDOW_S)
     await stack.start_watcher()

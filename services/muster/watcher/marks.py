@@ -57,6 +57,7 @@ class KvMarks:
         # Workload → when the first of its marks not yet written was published (Unix s).
         self._unsealed: dict[str, float] = {}
         self._next_sweep_s = 0.0
+        self._touched: set[str] = set()  # noted or saved since the last flush
 
     def _key(self, workload: str) -> str:
         namespace, _, name = workload.partition("/")
@@ -103,16 +104,31 @@ class KvMarks:
     def save(self, workload: str, sent: Sent) -> None:
         self._cache[workload] = sent
         self._changed.add(workload)
+        self._touched.add(workload)
 
     def note(self, workload: str, sent: Sent) -> None:
         self._cache[workload] = sent
         self._unsealed.setdefault(workload, self._clock_s())
+        self._touched.add(workload)
 
     async def flush(self) -> None:
         """Write every mark saved since the last flush, and those noted `seal_after_s` ago (all
-        in flight together), and forget the emptied ones, retrying until done."""
+        in flight together), and forget the emptied ones, retrying until done. Called once the
+        events that changed them are stored."""
+        self._touched = set()
         self._sweep()
         changed, self._changed = self._changed, set()
+        await self._write(changed)
+
+    async def seal(self) -> None:
+        """Write every mark noted but not written, but those of a batch cut short (its events
+        may not be stored): on a graceful stop, so that a watcher of before, which reads only
+        the bucket, can follow this one (docs/events.md, "The watcher's own record")."""
+        changed = {w for w in (*self._unsealed, *self._changed) if w not in self._touched}
+        self._changed = set()
+        await self._write(changed)
+
+    async def _write(self, changed: set[str]) -> None:
         puts: list[tuple[str, bytes]] = []
         for workload in sorted(changed):
             self._unsealed.pop(workload, None)

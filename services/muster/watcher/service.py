@@ -45,6 +45,7 @@ GROUP_KINDS = frozenset({SCHEDULING_POD_GROUP_KIND, "CompositePodGroup"})
 WATCHER_BUCKET = "MUSTER_WATCHER"
 BATCH_MAX = 256  # changes handled before their events are published and remembered
 SAVE_INTERVAL_S = 0.1  # the revision is stored at most this often (and when stopping)
+SEAL_ON_STOP_S = 5.0  # writing the marks not written yet, when stopping
 
 
 class Readiness(Protocol):
@@ -205,6 +206,10 @@ async def _watch(
             raise_if_cancelling()  # nats-py's waits may have swallowed it (bus.cancel)
     finally:
         await changes.aclose()
+        # Bounded: a stop must not wait on a NATS that is gone (a crash seals nothing either).
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(SEAL_ON_STOP_S):
+                await marks.seal()
         saver.stop()
         await saving  # the last revision handled is stored before the watcher stops
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, cast
 
+import msgspec
 import pytest
 
 from muster.bus.errors import BusError
@@ -17,7 +18,7 @@ from muster.contracts.v1 import events_pb2
 from muster.watcher.handlers import WatcherContext, on_pod
 from muster.watcher.marks import KvMarks
 from muster.watcher.outbox import Outbox
-from muster.watcher.pods import pod_state
+from muster.watcher.pods import Sent, due_events, pod_state
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -63,15 +64,18 @@ class MarksBucket:
         return {k: Entry(k, v, 1, 0.0) for k, v in self.values.items() if k.startswith(prefix)}
 
 
-def pod(i: int, phase: str = "Pending", *, node: str = "n", ready: bool | None = None) -> Any:
-    """Pod `i` of workload WL as the cluster stores it; Running is Ready unless `ready`."""
+def pod(
+    i: int, phase: str = "Pending", *, node: str = "n", ready: bool | None = None, of: str = "w"
+) -> Any:
+    """Pod `i` of workload ns/`of` (WL) as the cluster stores it; Running is Ready unless
+    `ready` says otherwise."""
     ready = phase == "Running" if ready is None else ready
     return {
         "metadata": {
             "namespace": "ns",
-            "name": f"w-{i}",
-            "uid": f"uid-{i}",
-            "labels": {"muster.dev/workload": "w"},
+            "name": f"{of}-{i}",
+            "uid": f"uid-{of}-{i}",
+            "labels": {"muster.dev/workload": of},
         },
         "spec": {"nodeName": node},
         "status": {
@@ -218,3 +222,18 @@ async def test_marks_of_a_long_life_are_written_once_before_the_stream_can_drop_
     await restarted.start([pod(1, "Running")])
     await live(restarted, [[pod(1, "Succeeded")]], since=[pod(1, "Running")])
     assert [env.WhichOneof("payload") for env in restarted.stream.stored] == ["finished"]
+
+
+async def test_a_graceful_stop_writes_what_a_watcher_of_before_reads_but_a_cut_batchs() -> None:
+    stream, bucket = Stream(), MarksBucket()
+    watcher = Watcher(stream, bucket)
+    await live(watcher, [[pod(1, "Running"), pod(1, "Running", of="v")]])
+    await on_pod(changed(pod(1, "Succeeded", of="v")), watcher.ctx)  # stopped before stored
+
+    await watcher.marks.seal()
+
+    assert list(bucket.values) == [f"{CLUSTER}.wl.ns.w"]  # ns/v's marks may say too much
+    sent = msgspec.json.decode(bucket.values[f"{CLUSTER}.wl.ns.w"], type=Sent)
+    running = pod_state(pod(1, "Running"))
+    assert running is not None
+    assert due_events(WL, [running], sent) == []  # all a watcher of before reads: nothing due
