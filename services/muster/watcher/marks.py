@@ -94,8 +94,8 @@ class KvMarks:
             since.setdefault(env.workload, env.time_unix_nano / 1e9)
         for workload, sent in recalled.items():
             sent.forget_pods_except(live[workload])
-            self.load(workload).absorb(sent)
-            self._unsealed.setdefault(workload, since[workload])
+            if self.load(workload).absorb(sent):  # not all written already: to seal
+                self._unsealed.setdefault(workload, since[workload])
         return read
 
     def load(self, workload: str) -> Sent:

@@ -99,11 +99,14 @@ class Sent(msgspec.Struct, kw_only=True):
             if not (field == "pods_ready" and payload.lost):
                 self._cover(_covering(field, payload), payload.pod_uids)
 
-    def absorb(self, other: Sent) -> None:
-        """Add the pods and pending sets `other` covers (recalled from the stream) to these."""
+    def absorb(self, other: Sent) -> bool:
+        """Add the pods and pending sets `other` covers (recalled from the stream) to these;
+        whether that added any."""
+        before = (len(self.pending), *(len(getattr(self, f)) for f in _POD_FIELDS))
         self.pending.extend(d for d in other.pending if d not in self.pending)
         for field in _POD_FIELDS:
             self._cover((field,), getattr(other, field))
+        return before != (len(self.pending), *(len(getattr(self, f)) for f in _POD_FIELDS))
 
     def _cover(self, fields: Iterable[str], uids: Iterable[str]) -> None:
         for field in fields:

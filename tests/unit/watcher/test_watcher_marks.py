@@ -102,7 +102,12 @@ class Watcher:
     def __init__(self, stream: Stream, bucket: MarksBucket, *, clock_s: float = 0.0) -> None:
         self.stream, self.bucket, self.now_s = stream, bucket, clock_s
         self.marks = KvMarks(cast(Bucket, bucket), cluster=CLUSTER, clock_s=lambda: self.now_s)
-        self.ctx = WatcherContext(cluster=CLUSTER, outbox=Outbox(stream), marks=self.marks)
+        self.ctx = WatcherContext(
+            cluster=CLUSTER,
+            outbox=Outbox(stream),
+            marks=self.marks,
+            clock_ns=lambda: int(self.now_s * 1e9),
+        )
 
     async def start(self, pods: Sequence[Any]) -> None:
         """Read back what was sent, knowing the `pods` listed now (as `service._remember`)."""
@@ -215,6 +220,12 @@ async def test_marks_of_a_long_life_are_written_once_before_the_stream_can_drop_
     await watcher.marks.flush()
     watcher.now_s += 600.0
     await watcher.marks.flush()
+    assert bucket.puts == [f"{CLUSTER}.wl.ns.w"]
+
+    # Restarted with its events still in the stream: they add nothing to write again.
+    again = Watcher(stream, bucket, clock_s=watcher.now_s + 600.0)
+    await again.start([pod(1, "Running")])
+    await again.marks.flush()
     assert bucket.puts == [f"{CLUSTER}.wl.ns.w"]
 
     # Restarted with none of its events left in the stream: the written mark says it all.
