@@ -26,6 +26,7 @@ from muster.bus.client import Position, position
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES, decode
 from muster.bus.errors import Reject
 from muster.bus.outage import UNAVAILABLE, Outage
+from muster.bus.progress import advanced
 from muster.bus.pull import ConsumerDeletedError, PullFeed
 from muster.contracts.v1.events_pb2 import Envelope
 
@@ -90,6 +91,7 @@ async def replay(
                     log.warning("replay skips %s#%d: %s", msg.subject, seq, err)
                 else:
                     env.sequence = seq
+                    advanced()  # a handler reading the stream (a rebuild) is not stuck
                     yield env
                 if not follow and at.pending == 0:
                     return  # caught up: what is left was stored after the call

@@ -9,7 +9,10 @@ its shard lease) is back within a second. Every exit is recorded (`Restarted`), 
 
 A start that does not serve within its deadline (`START_DEADLINE_S`, as a Pod's startup
 probe) is killed and counts as an exit, recorded with why: a process that hangs at start
-without exiting would otherwise be waited on for ever.
+without exiting would otherwise be waited on for ever. So is a running service whose gRPC
+liveness says NOT_SERVING `LIVENESS_FAILURES` looks in a row (`LIVENESS_EVERY_S` apart), as
+the kubelet's livenessProbe would: its work stopped moving (bus/watchdog.py), and a restart
+hands its messages to the next start.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from muster.launcher.nats_server import LaunchError
 
 FIRST_BACK_OFF_S: Final = 1.0
@@ -29,6 +35,12 @@ RESET_AFTER_S: Final = 60.0  # up this long: the next exit waits the first back-
 # A restart serves by then or is killed. Well past an admission replica's wait for the shard
 # lease its predecessor held (5 s) and its rebuild from the stream.
 START_DEADLINE_S: Final = 120.0
+# A running service is restarted after its liveness said NOT_SERVING this many looks in a row,
+# this far apart (deploy/'s livenessProbes: 10 s, 3). Its own stall window comes first.
+LIVENESS_EVERY_S: Final = 5.0
+LIVENESS_FAILURES: Final = 3
+STOP_GRACE_S: Final = 10.0  # a service restarted for its liveness: SIGTERM, then SIGKILL
+LIVENESS: Final = "liveness"  # the gRPC health service name (muster.bus.service.LIVENESS)
 
 
 @dataclass
@@ -59,6 +71,8 @@ class Exit:
 
 
 Running = Callable[[], asyncio.subprocess.Process | None]
+Liveness = Callable[[], Awaitable[str]]
+"""Returns, saying why, once the running process is to be restarted though it runs."""
 
 
 async def keep_up(
@@ -70,18 +84,24 @@ async def keep_up(
     back_off: BackOff | None = None,
     *,
     start_deadline_s: float = START_DEADLINE_S,
+    liveness: Liveness | None = None,
 ) -> None:
     """Start `name` again each time it exits, until cancelled (`muster down`, which cancels
     this first, so that the stop's own exits are not restarted). `running()`: its current
     process; `restart()`: start it and wait until it serves (LaunchError: it exited first);
     `exited` and `restarted` record each exit and each start. A restart not serving within
-    `start_deadline_s` is killed: its exit is recorded with why, and it waits its back-off."""
+    `start_deadline_s` is killed: its exit is recorded with why, and it waits its back-off.
+    With `liveness`, a process it says is not alive any more is stopped (SIGTERM, SIGKILL
+    after `STOP_GRACE_S`) and started again the same way, its exit recorded with why."""
     back_off = back_off or BackOff()
     why = ""
     while True:
         proc = running()
         since = time.monotonic()
-        status = await proc.wait() if proc is not None else None
+        status: int | None = None
+        if proc is not None:
+            status, unalive = await _exit_or_unalive(proc, liveness)
+            why = why or unalive
         wait_s = back_off.next(time.monotonic() - since)
         now = time.time()
         exited(Exit(name=name, status=status, at=now, restart_at=now + wait_s, why=why))
@@ -89,6 +109,64 @@ async def keep_up(
         # It exited again, or could not be started: the next turn records it and waits longer.
         why = await _start_within(restart, running, start_deadline_s)
         restarted()
+
+
+async def _exit_or_unalive(
+    proc: asyncio.subprocess.Process, liveness: Liveness | None
+) -> tuple[int, str]:
+    """`proc`'s exit status once it exits, and "" ; or, when `liveness` returns first, the
+    status once stopped for it, and why."""
+    exited = asyncio.ensure_future(proc.wait())
+    if liveness is None:
+        return await exited, ""
+    probe = asyncio.ensure_future(liveness())
+    try:
+        await asyncio.wait({exited, probe}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not probe.done():
+            probe.cancel()
+        if not exited.done() and not probe.done():  # cancelled: `muster down` stops it
+            exited.cancel()
+    if exited.done():
+        return exited.result(), ""
+    why = probe.result()
+    with contextlib.suppress(ProcessLookupError):
+        proc.terminate()
+    try:
+        await asyncio.wait_for(asyncio.shield(exited), STOP_GRACE_S)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+    return await exited, why
+
+
+async def not_alive(
+    address: Callable[[], str],
+    *,
+    every_s: float = LIVENESS_EVERY_S,
+    failures: int = LIVENESS_FAILURES,
+) -> str:
+    """Return once the gRPC health at `address()` said liveness NOT_SERVING `failures` looks
+    in a row, `every_s` apart, saying why. Only that answer counts: a process that does not
+    answer (busy, starting, gone) is judged by its exit and its start deadline."""
+    said = 0
+    while said < failures:
+        await asyncio.sleep(every_s)
+        said = said + 1 if await _says_not_alive(address()) else 0
+    return "liveness: stalled"
+
+
+async def _says_not_alive(address: str) -> bool:
+    if not address:
+        return False
+    async with grpc.aio.insecure_channel(address) as channel:
+        try:
+            reply = await health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=LIVENESS), timeout=2
+            )
+        except grpc.RpcError:
+            return False
+    return bool(reply.status == health_pb2.HealthCheckResponse.NOT_SERVING)
 
 
 async def _start_within(
