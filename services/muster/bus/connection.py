@@ -360,8 +360,14 @@ class Bus:
         from_sequence: int = 1,
         until_sequence: int | None = None,
         follow: bool = False,
+        watched: str | None = None,
     ) -> AsyncIterator[Envelope]:
-        """The envelopes on `subjects` from `from_sequence`, in order (replay.py)."""
+        """The envelopes on `subjects` from `from_sequence`, in order (replay.py). `watched`:
+        the name the progress watchdog judges this reading by (a service's main follow loop;
+        never a client's, whose slowness is not the service's stall)."""
+        tracker = None
+        if watched is not None:
+            tracker = self.progress.track(watched, stream=stream, consumer="", max_ack_pending=1)
         return replay(
             self.nc,
             self.js,
@@ -371,6 +377,7 @@ class Bus:
             until_sequence=until_sequence,
             follow=follow,
             max_event_bytes=self.config.max_event_bytes,
+            tracker=tracker,
         )
 
     async def last_sequence(self, stream: str = EVENTS_STREAM) -> int:

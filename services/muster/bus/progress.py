@@ -33,11 +33,21 @@ class Tracker:
     """What one consume loop has in hand and has finished; the loop's side of the watchdog.
 
     `stream` and `consumer` name the JetStream consumer whose undelivered count the watchdog
-    reads when nothing is in hand (`consumer` may change: a replay's reader is made anew).
+    reads when nothing is in hand (`consumer` may change: a replay's reader is made anew; "":
+    none yet).
     """
 
-    def __init__(self, name: str, *, stream: str, consumer: str, max_ack_pending: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        stream: str,
+        consumer: str,
+        max_ack_pending: int,
+        board: Progress | None = None,
+    ) -> None:
         self.name = name
+        self._board = board
         self.stream = stream
         self.consumer = consumer
         self.max_ack_pending = max_ack_pending
@@ -61,6 +71,12 @@ class Tracker:
     def clear(self) -> None:
         """The loop stopped: what it held is given back."""
         self._in_hand.clear()
+
+    def close(self) -> None:
+        """The loop ended: no longer watched."""
+        self.clear()
+        if self._board is not None:
+            self._board.forget(self)
 
     @property
     def oldest(self) -> tuple[int, int] | None:
@@ -100,7 +116,9 @@ class Progress:
     def track(self, name: str, *, stream: str, consumer: str, max_ack_pending: int) -> Tracker:
         """A new tracker for loop `name` (replacing one of the same name: the loop started
         over)."""
-        tracker = Tracker(name, stream=stream, consumer=consumer, max_ack_pending=max_ack_pending)
+        tracker = Tracker(
+            name, stream=stream, consumer=consumer, max_ack_pending=max_ack_pending, board=self
+        )
         self._trackers[name] = tracker
         return tracker
 

@@ -64,7 +64,7 @@ async def _look(bus: Bus, tracker: Tracker, before: Watch | None) -> Look:
     )
     if look.oldest is not None or before is None or look.finished != before.finished:
         return look
-    if not look.connected:
+    if not look.connected or not tracker.consumer:
         return look
     try:
         info = await bus.js.consumer_info(tracker.stream, tracker.consumer)
