@@ -188,3 +188,13 @@ async def test_an_idle_service_stays_alive_past_the_stall_window(
         await events.wait_for("pending", workload="ns/a", timeout_s=10)  # handled: now idle
         assert await service.statuses_for(2.0, service=LIVENESS) == [SERVING]
     assert "stalled" not in service.log.read_text()
+
+
+async def test_with_stall_seconds_0_a_wedged_handler_leaves_liveness_serving(
+    nats_server: str, tmp_path: Path, bus: Bus, events: EventLog
+) -> None:
+    async with tiny_service(nats_server, tmp_path, "--stall-seconds", "0") as service:
+        await service.wait_for_status(SERVING)
+        await bus.publish(submitted("ns/hang"))
+        await events.wait_for("running", workload="ns/hang", timeout_s=10)
+        assert await service.statuses_for(2.0, service=LIVENESS) == [SERVING]  # not judged
