@@ -175,7 +175,7 @@ async def test_a_wedged_handler_with_messages_waiting_makes_liveness_not_serving
         await service.wait_for_status(NOT_SERVING, service=LIVENESS, timeout_s=15)
         assert await service.status("tiny") == SERVING  # readiness is not liveness
     line = next(x for x in service.log.read_text().splitlines() if "stalled" in x)
-    assert "consumer tiny stalled: 1 messages waiting" in line
+    assert "consumer tiny stalled: 1 message waiting" in line
     assert "in hand" in line
 
 

@@ -74,7 +74,7 @@ async def test_an_in_order_batch_that_never_returns_is_a_stall(
             loop.cancel()
             await asyncio.gather(loop, return_exceptions=True)
     assert liveness.told == [True, False]
-    assert "consumer admission-0 stalled: 1 messages waiting" in caplog.text
+    assert "consumer admission-0 stalled: 1 message waiting" in caplog.text
 
 
 async def test_a_watched_follow_whose_reader_hangs_is_a_stall_and_moves_again_once_it_reads(

@@ -85,9 +85,9 @@ def _tell(bus: Bus, tracker: Tracker, now: Watch, *, stalled: bool, stuck: set[s
         stuck.add(tracker.name)
         held = f"sequence {now.oldest[0]} in hand" if now.oldest else "nothing delivered"
         log.error(
-            "consumer %s stalled: %d messages waiting, no progress for %.0fs (%s); "
+            "consumer %s stalled: %d message%s waiting, no progress for %.0fs (%s); "
             "liveness NOT_SERVING",
-            tracker.name, now.waiting, now.stuck_s, held,
+            tracker.name, now.waiting, "" if now.waiting == 1 else "s", now.stuck_s, held,
             extra={"consumer": tracker.name},
         )  # fmt: skip
     elif not stalled and tracker.name in stuck:

@@ -24,9 +24,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
 from muster.launcher.nats_server import LaunchError
 
 FIRST_BACK_OFF_S: Final = 1.0
@@ -40,7 +37,6 @@ START_DEADLINE_S: Final = 120.0
 LIVENESS_EVERY_S: Final = 5.0
 LIVENESS_FAILURES: Final = 3
 STOP_GRACE_S: Final = 10.0  # a service restarted for its liveness: SIGTERM, then SIGKILL
-LIVENESS: Final = "liveness"  # the gRPC health service name (muster.bus.service.LIVENESS)
 
 
 @dataclass
@@ -157,6 +153,12 @@ async def not_alive(
 
 
 async def _says_not_alive(address: str) -> bool:
+    # Imported here: `muster up`, `status` and `down` import this module, and need no gRPC.
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from muster.bus.service import LIVENESS
+
     if not address:
         return False
     async with grpc.aio.insecure_channel(address) as channel:
