@@ -10,9 +10,10 @@ its shard lease) is back within a second. Every exit is recorded (`Restarted`), 
 A start that does not serve within its deadline (`START_DEADLINE_S`, as a Pod's startup
 probe) is killed and counts as an exit, recorded with why: a process that hangs at start
 without exiting would otherwise be waited on for ever. So is a running service whose gRPC
-liveness says NOT_SERVING `LIVENESS_FAILURES` looks in a row (`LIVENESS_EVERY_S` apart), as
-the kubelet's livenessProbe would: its work stopped moving (bus/watchdog.py), and a restart
-hands its messages to the next start.
+liveness says NOT_SERVING, or does not answer within `LIVENESS_TIMEOUT_S`,
+`LIVENESS_FAILURES` looks in a row (`LIVENESS_EVERY_S` apart), as the kubelet's
+livenessProbe would: its work stopped moving (bus/watchdog.py) or its event loop is stuck,
+and a restart hands its messages to the next start.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ START_DEADLINE_S: Final = 120.0
 # this far apart (deploy/'s livenessProbes: 10 s, 3). Its own stall window comes first.
 LIVENESS_EVERY_S: Final = 5.0
 LIVENESS_FAILURES: Final = 3
+LIVENESS_TIMEOUT_S: Final = 5.0  # an answer slower than this is a failure (a stuck event loop)
 STOP_GRACE_S: Final = 10.0  # a service restarted for its liveness: SIGTERM, then SIGKILL
 
 
@@ -141,18 +143,23 @@ async def not_alive(
     *,
     every_s: float = LIVENESS_EVERY_S,
     failures: int = LIVENESS_FAILURES,
+    timeout_s: float = LIVENESS_TIMEOUT_S,
 ) -> str:
-    """Return once the gRPC health at `address()` said liveness NOT_SERVING `failures` looks
-    in a row, `every_s` apart, saying why. Only that answer counts: a process that does not
-    answer (busy, starting, gone) is judged by its exit and its start deadline."""
-    said = 0
+    """Return once the gRPC health at `address()` failed `failures` looks in a row, `every_s`
+    apart, saying why: liveness NOT_SERVING (a consumer stalled), or no answer within
+    `timeout_s` (its event loop is stuck: the kubelet counts a probe's timeout as a failure
+    too). A port that refuses the connection (starting, gone) does not count: the exit and
+    the start deadline judge that."""
+    said, why = 0, ""
     while said < failures:
         await asyncio.sleep(every_s)
-        said = said + 1 if await _says_not_alive(address()) else 0
-    return "liveness: stalled"
+        why = await _liveness_failure(address(), timeout_s=timeout_s)
+        said = said + 1 if why else 0
+    return f"liveness: {why}"
 
 
-async def _says_not_alive(address: str) -> bool:
+async def _liveness_failure(address: str, *, timeout_s: float) -> str:
+    """Why the liveness at `address` failed ("stalled", "no answer in 5s"), or "" if not."""
     # Imported here: `muster up`, `status` and `down` import this module, and need no gRPC.
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -160,15 +167,17 @@ async def _says_not_alive(address: str) -> bool:
     from muster.bus.service import LIVENESS
 
     if not address:
-        return False
+        return ""
     async with grpc.aio.insecure_channel(address) as channel:
         try:
             reply = await health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=LIVENESS), timeout=2
+                health_pb2.HealthCheckRequest(service=LIVENESS), timeout=timeout_s
             )
-        except grpc.RpcError:
-            return False
-    return bool(reply.status == health_pb2.HealthCheckResponse.NOT_SERVING)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                return f"no answer in {timeout_s:g}s"
+            return ""
+    return "stalled" if reply.status == health_pb2.HealthCheckResponse.NOT_SERVING else ""
 
 
 async def _start_within(

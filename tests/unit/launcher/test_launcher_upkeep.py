@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -177,3 +178,18 @@ async def test_not_alive_returns_once_liveness_said_not_serving_enough_times_in_
         assert why == "liveness: stalled"
     finally:
         await server.stop(grace=None)
+
+
+async def test_not_alive_counts_a_liveness_that_never_answers_but_not_a_refused_port() -> None:
+    with socket.socket() as frozen, socket.socket() as closed:
+        frozen.bind(("127.0.0.1", 0))
+        frozen.listen()  # connections wait in its backlog: a process stopped, its port open
+        closed.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused
+        where = {"address": f"127.0.0.1:{closed.getsockname()[1]}"}
+        looks = asyncio.create_task(
+            not_alive(lambda: where["address"], every_s=0.01, failures=2, timeout_s=0.2)
+        )
+        await asyncio.wait({looks}, timeout=1.0)
+        assert not looks.done()  # refused, look after look: not counted
+        where["address"] = f"127.0.0.1:{frozen.getsockname()[1]}"
+        assert await asyncio.wait_for(looks, 10) == "liveness: no answer in 0.2s"
