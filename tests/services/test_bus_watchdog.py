@@ -10,11 +10,13 @@ from collections.abc import AsyncIterator, Sequence
 
 import pytest
 from bus_helpers import SUBMITTED, submitted
+from prometheus_client import CollectorRegistry
 
 from muster.bus import EVENTS_STREAM, Bus, ConsumerSettings, Reject
 from muster.bus.ordered import consume_in_order, make_consumer
 from muster.bus.watchdog import watch_progress
 from muster.contracts.v1 import events_pb2 as pb
+from muster.metrics.bus import BusMetrics
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -54,6 +56,8 @@ async def watched(bus: Bus) -> AsyncIterator[Liveness]:
 async def test_an_in_order_batch_that_never_returns_is_a_stall(
     bus: Bus, caplog: pytest.LogCaptureFixture
 ) -> None:
+    registry = CollectorRegistry()
+    bus.metrics = BusMetrics(registry, service="admission")
     await bus.publish(submitted("ns/a"))
     settings = ConsumerSettings(stream=EVENTS_STREAM)
     await make_consumer(bus, "admission-0", [SUBMITTED], settings, start_sequence=1)
@@ -75,6 +79,11 @@ async def test_an_in_order_batch_that_never_returns_is_a_stall(
             await asyncio.gather(loop, return_exceptions=True)
     assert liveness.told == [True, False]
     assert "consumer admission-0 stalled: 1 message waiting" in caplog.text
+    series = {"service": "admission", "consumer": "admission-0"}
+    assert registry.get_sample_value("muster_consumer_stalled", series) == 1
+    stuck_s = registry.get_sample_value("muster_consumer_stuck_seconds", series)
+    assert stuck_s is not None
+    assert stuck_s >= STALL_S
 
 
 async def test_a_watched_follow_whose_reader_hangs_is_a_stall_and_moves_again_once_it_reads(
