@@ -1,15 +1,19 @@
 """The dashboard's cluster view over a cluster larger than one page: each cluster's totals,
-then its nodes a page at a time, each answer small whatever the cluster's size."""
+then its nodes a page at a time, each answer small whatever the cluster's size; in Debian's
+headless Chromium (as test_dashboard_browser), the page shows one page and follows "next"."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from cluster_rooms import report, room
 from gateway_helpers import running_gateway
+from test_dashboard_browser import CHROMIUM, FLAGS
 
 from muster.bus import Bus
 from muster.dashboard.server import NODES_PAGE, build_app
@@ -69,3 +73,40 @@ async def test_a_bad_page_request_is_a_400_naming_the_field(client: Http, bus: B
         assert (await reply.json())["error"].startswith(f"{field}:"), query
     unknown = await client.get("/api/clusters?cluster=north")
     assert unknown.status == 404
+
+
+@pytest.fixture
+def chromium() -> str:
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"{CHROMIUM} missing: .ci/run installs Debian's chromium")
+        pytest.skip(f"{CHROMIUM} missing (apt-get install chromium)")
+    return CHROMIUM
+
+
+async def test_in_a_browser_the_nodes_page_shows_a_page_of_a_large_cluster_and_the_next(
+    bus: Bus, chromium: str
+) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    await report(bus, "big", [room(i, prefix="big") for i in range(NODES)])
+    async with (
+        running_gateway(bus) as gw,
+        TestServer(build_app(gw.channel)) as server,
+        async_playwright() as p,
+    ):
+        browser = await p.chromium.launch(executable_path=chromium, args=FLAGS)
+        try:
+            page = await browser.new_page()
+            await page.goto(str(server.make_url("/")) + "#/nodes")
+            totals = page.locator('[data-totals="big"]')
+            await expect(totals).to_contain_text(f"{NODES} nodes, free cpu")
+            await expect(page.locator("[data-node]")).to_have_count(NODES_PAGE)
+            await expect(page.locator('[data-node="big-00000"]')).to_be_visible()
+
+            await page.locator('[data-next="big"]').click()
+            await expect(page.locator(f'[data-node="big-{NODES_PAGE:05d}"]')).to_be_visible()
+            await expect(page.locator("[data-node]")).to_have_count(NODES_PAGE)
+            await expect(page.locator('[data-node="big-00000"]')).to_have_count(0)
+        finally:
+            await browser.close()

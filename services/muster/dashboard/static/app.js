@@ -264,7 +264,8 @@ function nodesSection(clusters, pages) {
 }
 
 function nodesPage(cluster, page) {
-  const nodes = page && page.clusters.length ? page.clusters[0].nodes : [];
+  const mine = page && page.clusters.find((c) => c.name === cluster.name);  // a gateway of before pages lists them all
+  const nodes = mine ? mine.nodes : [];
   const grid = `<div class="grid">${nodes.map((n) => `<div class="node" data-node="${esc(n.name)}"><b>${esc(n.name)}</b>
       <div class="muted">free ${Object.entries(n.free).map(([k, v]) => `${esc(k)} ${esc(v)}/${esc(n.allocatable[k] || "?")}`).join(", ")}</div>
       <div class="pods">${n.pods.length ? n.pods.map((p) => esc(p.pod.namespace + "/" + p.pod.name)).join("<br>") : '<span class="muted">no pods</span>'}</div></div>`).join("")}</div>`;
