@@ -100,7 +100,9 @@ async def test_in_a_browser_the_nodes_page_shows_a_page_of_a_large_cluster_and_t
             page = await browser.new_page()
             await page.goto(str(server.make_url("/")) + "#/nodes")
             totals = page.locator('[data-totals="big"]')
-            await expect(totals).to_contain_text(f"{NODES} nodes, free cpu")
+            free_cpu = sum(8 - i % 8 for i in range(NODES))
+            free = f"free cpu {free_cpu}/{8 * NODES}, memory {32 * NODES}Gi/{32 * NODES}Gi, pods"
+            await expect(totals).to_contain_text(f"{NODES} nodes, {free}")
             await expect(page.locator("[data-node]")).to_have_count(NODES_PAGE)
             await expect(page.locator('[data-node="big-00000"]')).to_be_visible()
 

@@ -258,16 +258,21 @@ function nodesSection(clusters, pages) {
   if (!clusters) return `<section><h2>Clusters and nodes</h2><p class="muted">Needs watch in every namespace.</p></section>`;
   const blocks = clusters.clusters.filter((c) => pages[c.name] !== undefined).map((c) => `<h3 data-cluster="${esc(c.name)}">Cluster ${esc(c.name)}
     <span class="tag ${c.state === "Ready" ? "" : "stopped"}" title="${esc(c.message || "")}">${esc(c.state)}${c.reason ? ` (${esc(c.reason)})` : ""}, reported ${c.heartbeatAgeSeconds}s ago</span></h3>
-    <div class="muted" data-totals="${esc(c.name)}">${c.nodeCount} nodes, free ${Object.entries(c.freeTotal).map(([k, v]) => `${esc(k)} ${esc(v)}/${esc(c.allocatableTotal[k] || "?")}`).join(", ")}</div>
+    <div class="muted" data-totals="${esc(c.name)}">${c.nodeCount} nodes, free ${roomText(c.freeTotal, c.allocatableTotal)}</div>
     ${nodesPage(c, pages[c.name])}`);
   return `<section><h2>Clusters and nodes</h2>${blocks.join("") || '<p class="muted">No cluster has reported yet.</p>'}</section>`;
+}
+
+// "cpu 3/8, memory 10Gi/32Gi": free of allocatable per resource, by name (a map's JSON has no order).
+function roomText(free, allocatable) {
+  return Object.keys(free).sort().map((k) => `${esc(k)} ${esc(free[k])}/${esc(allocatable[k] || "?")}`).join(", ");
 }
 
 function nodesPage(cluster, page) {
   const mine = page && page.clusters.find((c) => c.name === cluster.name);  // a gateway of before pages lists them all
   const nodes = mine ? mine.nodes : [];
   const grid = `<div class="grid">${nodes.map((n) => `<div class="node" data-node="${esc(n.name)}"><b>${esc(n.name)}</b>
-      <div class="muted">free ${Object.entries(n.free).map(([k, v]) => `${esc(k)} ${esc(v)}/${esc(n.allocatable[k] || "?")}`).join(", ")}</div>
+      <div class="muted">free ${roomText(n.free, n.allocatable)}</div>
       <div class="pods">${n.pods.length ? n.pods.map((p) => esc(p.pod.namespace + "/" + p.pod.name)).join("<br>") : '<span class="muted">no pods</span>'}</div></div>`).join("")}</div>`;
   if (!page || (!page.continueToken && nodes.length === cluster.nodeCount)) return grid;
   const here = `#/nodes/${encodeURIComponent(cluster.name)}`;
