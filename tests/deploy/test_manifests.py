@@ -541,6 +541,9 @@ def test_every_service_runs_once_with_its_real_flags(
         assert config.health_port == ports["health"] != 0
         for kind in ("readinessProbe", "livenessProbe", "startupProbe"):
             assert c[kind]["grpc"]["port"] in (ports["health"], "health"), (service, kind)
+        # Liveness is the progress watchdog's, apart from readiness (bus/watchdog.py).
+        assert c["livenessProbe"]["grpc"].get("service") == "liveness", service
+        assert config.stall_s > 0, "a stalled consumer is restarted"
         assert config.bus.stream_replicas == (3 if name == "prod" else 1), "one per NATS server"
         if name == "dev":
             assert config.bus.user, "its NATS user from its Secret"

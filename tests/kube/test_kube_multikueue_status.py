@@ -160,6 +160,8 @@ class Marks:
     def save(self, workload: str, sent: Sent) -> None:
         self.sent[workload] = sent
 
+    note = save
+
 
 class Recorder:
     def __init__(self) -> None:

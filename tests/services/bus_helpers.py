@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
@@ -11,7 +12,8 @@ import pytest
 from budget import wait_s
 
 from muster.bus import Bus, new_event, workload_subject
-from muster.bus.subjects import EVENT_TYPES
+from muster.bus.publisher import Duplicated
+from muster.bus.subjects import EVENT_TYPES, stream_configs
 from muster.contracts.v1 import events_pb2
 from muster.contracts.v1.events_pb2 import Envelope
 
@@ -108,6 +110,16 @@ class EventLog:
                             f"seen: {seen}")  # fmt: skip
             return self.matching(event_type, workload=workload)[0]
 
+    async def wait_until(
+        self, found: Callable[[list[Envelope]], bool], *, timeout_s: float
+    ) -> None:
+        """Return once `found` holds of the envelopes seen so far, waiting up to `timeout_s`."""
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait_for(lambda: found(self.seen)), timeout_s)
+            except TimeoutError:
+                pytest.fail(f"not seen in {timeout_s}s: {[e.type for e in self.seen]}")
+
     async def wait_for_next(
         self,
         event_type: str,
@@ -130,3 +142,24 @@ class EventLog:
             except TimeoutError:
                 pytest.fail(f"no {event_type} for {workload} after {after.type} in {timeout_s}s")
             return later()[0]
+
+
+async def short_duplicate_window(bus: Bus, window_s: float) -> None:
+    """MUSTER_EVENTS' duplicate window set to `window_s` (2 min in production), so that a test
+    can see what a publish stores once JetStream no longer drops it as a copy."""
+    (events, *_) = stream_configs()
+    await bus.js.update_stream(dataclasses.replace(events, duplicate_window=window_s))
+
+
+async def outlive_the_window(bus: Bus, window_s: float) -> None:
+    """Return once everything stored so far is past the duplicate window (`window_s`): a probe
+    stored now is stored again (not dropped as a duplicate) only then."""
+    probe = new_event(
+        "deleted", events_pb2.WorkloadDeleted(), cluster="local", workload="x/probe", source="test"
+    )
+    await bus.publish(probe)
+    for _ in range(200):  # within the test's timeout
+        if not isinstance(await bus.publish(probe), Duplicated):
+            return
+        await asyncio.sleep(window_s / 4)  # a condition polled, not a duration assumed
+    raise AssertionError("the duplicate window never passed")

@@ -31,6 +31,7 @@ def test_defaults() -> None:
     assert config.bus.max_event_bytes == 1024 * 1024
     assert config.bus.name == "muster-binder"
     assert config.bus.stream_replicas == 1
+    assert config.stall_s == 60
 
 
 def test_flags_reach_the_config() -> None:
@@ -40,7 +41,7 @@ def test_flags_reach_the_config() -> None:
             "--nats-user", "u", "--nats-password", "p", "--nats-token", "t",
             "--nats-tls-ca", "/ca.pem", "--nats-connect-timeout", "3", "--cluster", "east-1",
             "--health-port", "8081", "--grace-seconds", "2.5", "--max-event-bytes", "4096",
-            "--log-level", "debug", "--stream-replicas", "3",
+            "--log-level", "debug", "--stream-replicas", "3", "--stall-seconds", "0",
         ]
     )  # fmt: skip
     bus = config.bus
@@ -52,6 +53,7 @@ def test_flags_reach_the_config() -> None:
     assert (config.cluster, config.health_port, config.grace_s) == ("east-1", 8081, 2.5)
     assert config.log_level == "DEBUG"
     assert bus.stream_replicas == 3
+    assert config.stall_s == 0  # off
 
 
 def test_environment_sets_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -61,7 +63,9 @@ def test_environment_sets_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MUSTER_GRACE_SECONDS", "1")
     monkeypatch.setenv("MUSTER_NATS_TOKEN", "tok")
     monkeypatch.setenv("MUSTER_STREAM_REPLICAS", "3")
+    monkeypatch.setenv("MUSTER_STALL_SECONDS", "120")
     config = parse([])
+    assert config.stall_s == 120
     assert (config.bus.url, config.cluster, config.health_port) == ("nats://env:4222", "west", 9000)
     assert config.bus.stream_replicas == 3
     assert (config.grace_s, config.bus.token) == (1, "tok")
@@ -82,6 +86,8 @@ def test_a_bad_environment_value_is_reported_like_a_bad_flag(
         (["--cluster", "a.b"], "cluster id"),
         (["--health-port", "70000"], "health port"),
         (["--grace-seconds", "-1"], "grace seconds"),
+        (["--stall-seconds", "-1"], "stall seconds must be >= 0"),
+        (["--stall-seconds", "nan"], "stall seconds must be >= 0"),
         (["--log-level", "loud"], "log level"),
         (["--max-event-bytes", "0"], "max_event_bytes"),
         (["--stream-replicas", "0"], "stream replicas"),

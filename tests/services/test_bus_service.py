@@ -16,13 +16,14 @@ from bus_helpers import EventLog, submitted
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from muster.bus import EVENTS_STREAM, Bus
-from muster.bus.service import EVENT_LOOP_ENV, run_loop
+from muster.bus.service import EVENT_LOOP_ENV, LIVENESS, run_loop
 from muster.cli import service as service_command
 
 pytestmark = pytest.mark.timeout(60)
 
 TINY = Path(__file__).with_name("tiny_service.py")
 SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 class Service:
@@ -31,11 +32,13 @@ class Service:
         self.health = health
         self.log = log
 
-    async def wait_for_status(self, status: int, *, timeout_s: float | None = None) -> None:
-        """Watch the gRPC health service until it reports `status` for "tiny"."""
+    async def wait_for_status(
+        self, status: int, *, timeout_s: float | None = None, service: str = "tiny"
+    ) -> None:
+        """Watch the gRPC health service until it reports `status` for `service`."""
         async with grpc.aio.insecure_channel(self.health) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
-            watch = stub.Watch(health_pb2.HealthCheckRequest(service="tiny"))
+            watch = stub.Watch(health_pb2.HealthCheckRequest(service=service))
 
             async def until() -> None:
                 async for reply in watch:
@@ -46,6 +49,30 @@ class Service:
                 await asyncio.wait_for(until(), wait_s(timeout_s))
             finally:
                 watch.cancel()
+
+    async def statuses_for(self, seconds: float, *, service: str) -> list[int]:
+        """Every status `service` reports while watched for `seconds` (the first: its current)."""
+        seen: list[int] = []
+        async with grpc.aio.insecure_channel(self.health) as channel:
+            watch = health_pb2_grpc.HealthStub(channel).Watch(
+                health_pb2.HealthCheckRequest(service=service)
+            )
+
+            async def record() -> None:
+                async for reply in watch:
+                    seen.append(reply.status)  # noqa: PERF401 - kept as they come: cut by a timeout
+
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(record(), seconds)
+            watch.cancel()
+        return seen
+
+    async def status(self, service: str) -> int:
+        async with grpc.aio.insecure_channel(self.health) as channel:
+            reply = await health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=5
+            )
+        return int(reply.status)
 
     async def exit_status(self, *, timeout_s: float) -> int:
         try:
@@ -135,3 +162,39 @@ def test_services_run_on_uvloop_when_it_is_installed(monkeypatch: pytest.MonkeyP
 def test_muster_event_loop_asyncio_keeps_the_standard_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(EVENT_LOOP_ENV, "asyncio")
     assert run_loop(_loop_kind()) == "asyncio"
+
+
+async def test_a_wedged_handler_with_messages_waiting_makes_liveness_not_serving(
+    nats_server: str, tmp_path: Path, bus: Bus, events: EventLog
+) -> None:
+    async with tiny_service(nats_server, tmp_path, "--stall-seconds", "1") as service:
+        await service.wait_for_status(SERVING)
+        assert await service.status(LIVENESS) == SERVING
+        await bus.publish(submitted("ns/hang"))
+        await events.wait_for("running", workload="ns/hang", timeout_s=10)
+        await service.wait_for_status(NOT_SERVING, service=LIVENESS, timeout_s=15)
+        assert await service.status("tiny") == SERVING  # readiness is not liveness
+    line = next(x for x in service.log.read_text().splitlines() if "stalled" in x)
+    assert "consumer tiny stalled: 1 message waiting" in line
+    assert "in hand" in line
+
+
+async def test_an_idle_service_stays_alive_past_the_stall_window(
+    nats_server: str, tmp_path: Path, bus: Bus, events: EventLog
+) -> None:
+    async with tiny_service(nats_server, tmp_path, "--stall-seconds", "0.5") as service:
+        await service.wait_for_status(SERVING)
+        await bus.publish(submitted("ns/a"))
+        await events.wait_for("pending", workload="ns/a", timeout_s=10)  # handled: now idle
+        assert await service.statuses_for(2.0, service=LIVENESS) == [SERVING]
+    assert "stalled" not in service.log.read_text()
+
+
+async def test_with_stall_seconds_0_a_wedged_handler_leaves_liveness_serving(
+    nats_server: str, tmp_path: Path, bus: Bus, events: EventLog
+) -> None:
+    async with tiny_service(nats_server, tmp_path, "--stall-seconds", "0") as service:
+        await service.wait_for_status(SERVING)
+        await bus.publish(submitted("ns/hang"))
+        await events.wait_for("running", workload="ns/hang", timeout_s=10)
+        assert await service.statuses_for(2.0, service=LIVENESS) == [SERVING]  # not judged

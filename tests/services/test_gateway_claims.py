@@ -7,20 +7,19 @@ exists"; a claim left by a gateway stopped mid-claim is its retry's, and no one'
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections.abc import AsyncIterator
 
 import grpc
 import grpc.aio
 import pytest
+from bus_helpers import outlive_the_window, short_duplicate_window
 from gateway_helpers import RunningGateway, two_gateways
 from test_gateway_submit_race import outcome, submit, workload
 
 from muster.bus import Bus, BusConfig
 from muster.bus.envelope import new_event
 from muster.bus.permissions import Deployment
-from muster.bus.publisher import Duplicated
 from muster.bus.setup import buckets
 from muster.bus.subjects import EVENTS_KEPT_S, stream_configs, workload_filters
 from muster.contracts.v1 import events_pb2, services_pb2
@@ -37,24 +36,9 @@ async def two(
     bus: Bus, bus_config: BusConfig
 ) -> AsyncIterator[tuple[RunningGateway, RunningGateway]]:
     """Two gateways, each on its own connection, over MUSTER_EVENTS with a short window."""
-    (events, *_) = stream_configs()
-    await bus.js.update_stream(dataclasses.replace(events, duplicate_window=WINDOW_S))
+    await short_duplicate_window(bus, WINDOW_S)
     async with two_gateways(bus_config) as pair:
         yield pair
-
-
-async def outlive_the_window(bus: Bus) -> None:
-    """Return once everything stored so far is past the duplicate window: a probe stored now
-    is stored again (not dropped as a duplicate) only then."""
-    probe = new_event(
-        "deleted", events_pb2.WorkloadDeleted(), cluster="local", workload="x/probe", source="test"
-    )
-    await bus.publish(probe)
-    for _ in range(200):  # within the test's timeout
-        if not isinstance(await bus.publish(probe), Duplicated):
-            return
-        await asyncio.sleep(WINDOW_S / 4)  # a condition polled, not a duration assumed
-    raise AssertionError("the duplicate window never passed")
 
 
 async def delete(bus: Bus, key: str) -> None:
@@ -86,7 +70,7 @@ async def test_a_name_deleted_long_after_its_last_life_began_is_submitted_once_m
     a, b = two
     first = await submit(a, workload("old"), "first")
     await delete(bus, "ml/old")
-    await outlive_the_window(bus)
+    await outlive_the_window(bus, WINDOW_S)
     behind(b)  # b has not read the deletion: it would claim the name's first life
     replies = await asyncio.gather(
         submit(a, workload("old"), "via-a"), submit(b, workload("old"), "via-b")
@@ -102,7 +86,7 @@ async def test_a_submit_of_many_answers_exists_for_the_names_held_and_stores_the
     a, b = two
     held = [f"w{i}" for i in range(8)]
     await submit(a, "---\n".join(workload(n) for n in held), "held")
-    await outlive_the_window(bus)
+    await outlive_the_window(bus, WINDOW_S)
     behind(b)  # b does not know them: the claims alone tell
     names = [f"w{i}" for i in range(16)]
     reply = await submit(b, "---\n".join(workload(n) for n in names), "sixteen")

@@ -10,9 +10,8 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 
-import msgspec
 import pytest
-from bus_helpers import EventLog
+from bus_helpers import EventLog, outlive_the_window, short_duplicate_window
 from placement_stack import (
     CLUSTER,
     Stack,
@@ -26,10 +25,11 @@ from placement_stack import (
 from muster.bus import EVENTS_STREAM, Bus
 from muster.cluster.backend import PodSetStart
 from muster.contracts.v1 import events_pb2
-from muster.watcher.pods import Sent
 from muster.watcher.service import WATCHER_BUCKET
 
 pytestmark = pytest.mark.timeout(60)
+
+WINDOW_S = 0.2  # MUSTER_EVENTS' duplicate window where a test shortens it (2 min in production)
 
 FLAVOR = {
     "apiVersion": "kueue.x-k8s.io/v1beta1",
@@ -233,25 +233,48 @@ async def test_a_binder_restarted_after_a_submitted_left_the_stream_starts_it_fr
         assert await stack.pods_of(key) == []
 
 
-async def test_pods_only_pending_cost_the_watcher_no_mark_until_they_run(stack: Stack) -> None:
-    key = await submit_and_admit(stack, "later", count=2, run_seconds=None)  # no node yet
+async def test_a_watcher_killed_and_restarted_from_scratch_publishes_each_fact_once(
+    stack: Stack,
+) -> None:
+    """Restarted as if killed before it stored any revision or mark, past the duplicate window:
+    it reads back from its own events what it published, so JetStream has nothing to drop."""
+    await short_duplicate_window(stack.bus, WINDOW_S)
+    key = await submit_and_admit(stack, "later", count=2, run_seconds="1")  # no node yet
     pending = await stack.events.wait_for("pods_pending", workload=key, timeout_s=10)
     while len(pending.pods_pending.pods) < 2:  # the binder may create the pods one at a time
         pending = await stack.events.wait_for_next("pods_pending", after=pending, timeout_s=10)
-    # A later batch's event: the batch that published pods_pending is over, marks and all.
-    await stack.backend.apply(FLAVOR)
-    applied = await stack.events.wait_for("config_applied", timeout_s=10)
-    marks = await stack.bus.kv(WATCHER_BUCKET)
-    namespace, _, name = key.partition("/")
-    mark_key = f"{CLUSTER}.wl.{namespace}.{name}"
-    assert await marks.get(mark_key) is None
+    await kill_and_restart_from_scratch(stack)
 
     await stack.backend.apply(node("a"))
     await stack.events.wait_for("running", workload=key, timeout_s=10)
+    await stack.backend.apply(FLAVOR)  # a later batch: the running's is over, marks and all
+    await stack.events.wait_for("config_applied", timeout_s=10)
+    marks = await stack.bus.kv(WATCHER_BUCKET)
+    namespace, _, name = key.partition("/")
+    assert await marks.get(f"{CLUSTER}.wl.{namespace}.{name}") is None  # the events say it
+    await kill_and_restart_from_scratch(stack)
+    await stack.events.wait_for("finished", workload=key, timeout_s=10)
+    await kill_and_restart_from_scratch(stack)
     await stack.backend.apply({**FLAVOR, "metadata": {"name": "second"}})
-    await stack.events.wait_for_next("config_applied", after=applied, timeout_s=10)
-    stored = await marks.get(mark_key)
-    assert stored is not None
-    sent = msgspec.json.decode(stored.value or b"", type=Sent)
-    assert (len(sent.running), sent.pods_ready) == (2, [])  # running tells ready
-    assert len(sent.pending) >= 1  # what was remembered in memory is written with them
+    await stack.events.wait_until(  # stored after anything the restart repeated
+        lambda seen: any(e.config_applied.name == "second" for e in seen), timeout_s=10
+    )
+
+    facts = [e for e in stack.events.seen if e.workload == key and e.source.startswith("watcher")]
+    assert len({e.event_id for e in facts}) == len(facts)
+    assert [e.type for e in facts if e.type != "workload.pods_pending"] == [
+        "workload.running",
+        "workload.finished",
+    ]
+
+
+async def kill_and_restart_from_scratch(stack: Stack) -> None:
+    """Stop the watcher, forget every revision and mark it stored (as if killed before it
+    stored any), let the duplicate window pass, and start it again: it handles every pod of
+    the cluster anew."""
+    await stack.stop("watcher")
+    marks = await stack.bus.kv(WATCHER_BUCKET)
+    for key in [CLUSTER, *(await marks.snapshot(f"{CLUSTER}.wl.>"))]:
+        await marks.delete(key)
+    await outlive_the_window(stack.bus, WINDOW_S)
+    await stack.start_watcher()

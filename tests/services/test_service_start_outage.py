@@ -55,6 +55,7 @@ STEPS = [
     ("gangpermit", b"$JS.API.STREAM.INFO.MUSTER_EVENTS", 2),
     ("watcher", b"$JS.API.CONSUMER.CREATE.KV_MUSTER_WATCHER", 1),  # its marks
     ("watcher", b"$JS.API.STREAM.MSG.GET.KV_MUSTER_WATCHER", 1),  # its revision
+    ("watcher", b"$JS.API.STREAM.INFO.MUSTER_EVENTS", 2),  # where its own events end
 ]
 
 # Kueue's objects as a user submits them (JSON documents are YAML), and a workload of 1 s.

@@ -2,7 +2,8 @@
 
 On `workload.submitted` it publishes `workload.running` (the handler started), works for
 `--work-seconds`, then publishes `workload.pending` (the handler finished). A submission of
-`ns/crash` makes another of its loops die.
+`ns/crash` makes another of its loops die; one of `ns/hang` makes its handler wait for ever
+after `workload.running` (a wedged handler, for the liveness tests).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ def main(argv: list[str]) -> int:
                 workload=env.workload, cause=env, source="tiny",
             )  # fmt: skip
             await bus.publish(started)
+            if env.workload == "ns/hang":
+                await asyncio.Event().wait()  # never set: the handler is wedged
             await asyncio.sleep(args.work_seconds)  # the work a real handler would do
             done = new_event(
                 "pending", events_pb2.WorkloadPending(reason="Tiny"), cluster=cluster,

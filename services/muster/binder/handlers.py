@@ -39,6 +39,7 @@ from muster.binder.translate import (
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.envelope import new_event
 from muster.bus.errors import Reject, Retry
+from muster.bus.progress import advanced
 from muster.bus.tracing import step, trace_headers
 from muster.cluster.backend import ClusterBackend, Identity, PodSetStart, WorkloadOrigin
 from muster.cluster.errors import ClusterError, RequestsRefusedError
@@ -187,6 +188,7 @@ class BinderContext:
                 )  # fmt: skip
                 self._away = why
             waited = True
+            advanced()  # waiting for the cluster is not a stall of the consumer (bus/progress.py)
             await asyncio.sleep(delay_s)
             delay_s = min(delay_s * 2, _PROBE_MAX_S)
         if self._away:

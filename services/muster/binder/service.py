@@ -123,7 +123,9 @@ async def run_binder(
             await apply(env)
 
     async def follow_specs() -> None:
-        async for env in bus.replay(followed, from_sequence=last + 1, follow=True):
+        async for env in bus.replay(
+            followed, from_sequence=last + 1, follow=True, watched="binder-specs"
+        ):
             await apply(env)
 
     handlers: dict[str, Callable[[events_pb2.Envelope, BinderContext], Awaitable[None]]] = {

@@ -29,6 +29,7 @@ from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
 from muster.bus.errors import BusError, Reject, Retry, Unavailable, wrapped
 from muster.bus.kv import Bucket, open_bucket
 from muster.bus.objects import ObjectBucket
+from muster.bus.progress import Progress
 from muster.bus.publisher import Fence, Publisher
 from muster.bus.redact import redact_url
 from muster.bus.replay import last_sequence, replay
@@ -189,6 +190,8 @@ class Bus:
         # Each permissions violation NATS reported on this connection (`connect` fills it): a
         # request it refused goes unanswered, like one lost to a restart, but never succeeds.
         self.denied: list[Exception] = []
+        # What each consume loop has in hand and finished, for the watchdog (bus/watchdog.py).
+        self.progress = Progress()
 
     async def ensure_streams(self) -> None:
         """Create muster's streams, or bring their config up to date; safe to call any time.
@@ -304,8 +307,20 @@ class Bus:
             handler = instrument(
                 self.metrics, durable, handler, type_of=_type_of, outcome_of=_outcome_of
             )
-        async with self.following_lag(settings.stream, durable):
-            await consume(self.nc, self.js, self.publisher, durable, subjects, handler, settings)
+        tracker = self.progress.track(
+            durable,
+            stream=settings.stream,
+            consumer=durable,
+            max_ack_pending=settings.max_ack_pending,
+        )
+        try:
+            async with self.following_lag(settings.stream, durable):
+                await consume(
+                    self.nc, self.js, self.publisher, durable, subjects, handler, settings,
+                    tracker=tracker,
+                )  # fmt: skip
+        finally:
+            self.progress.forget(tracker)
 
     @contextlib.asynccontextmanager
     async def following_lag(
@@ -345,8 +360,14 @@ class Bus:
         from_sequence: int = 1,
         until_sequence: int | None = None,
         follow: bool = False,
+        watched: str | None = None,
     ) -> AsyncIterator[Envelope]:
-        """The envelopes on `subjects` from `from_sequence`, in order (replay.py)."""
+        """The envelopes on `subjects` from `from_sequence`, in order (replay.py). `watched`:
+        the name the progress watchdog judges this reading by (a service's main follow loop;
+        never a client's, whose slowness is not the service's stall)."""
+        tracker = None
+        if watched is not None:
+            tracker = self.progress.track(watched, stream=stream, consumer="", max_ack_pending=1)
         return replay(
             self.nc,
             self.js,
@@ -356,6 +377,7 @@ class Bus:
             until_sequence=until_sequence,
             follow=follow,
             max_event_bytes=self.config.max_event_bytes,
+            tracker=tracker,
         )
 
     async def last_sequence(self, stream: str = EVENTS_STREAM) -> int:

@@ -31,6 +31,7 @@ from muster.bus.client import stream_sequence
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES, decode
 from muster.bus.errors import Reject, Retry
 from muster.bus.outage import UNAVAILABLE, Outage
+from muster.bus.progress import Tracker
 from muster.bus.publisher import Publisher
 from muster.bus.pull import ConsumerDeletedError, PullFeed
 from muster.bus.subjects import EVENTS_STREAM, check_token
@@ -95,6 +96,8 @@ async def consume(
     subjects: Sequence[str],
     handler: Handler,
     settings: ConsumerSettings,
+    *,
+    tracker: Tracker | None = None,
 ) -> None:
     """Create or update durable `durable`, then handle its messages until cancelled.
 
@@ -103,8 +106,10 @@ async def consume(
     or cancelled again, it cancels those handlers (their messages are naked and redelivered).
     While NATS is away it waits; when the server deleted the consumer, it makes it again,
     starting at the first message this process has not handled (or, never having handled
-    one, as `settings` says).
+    one, as `settings` says). `tracker` is told what is in hand (bus/progress.py).
     """
+    if tracker is None:  # not watched: told all the same
+        tracker = Tracker(durable, stream=settings.stream, consumer=durable, max_ack_pending=1)
     config = consumer_config(durable, subjects, settings)
     outage = Outage(f"consumer {durable}", logger=log)
     resume_from = 0
@@ -125,7 +130,7 @@ async def consume(
             await outage.failed(exc)
             continue
         outage.recovered()
-        loop = _ConsumeLoop(nc, feed, publisher, durable, handler, settings)
+        loop = _ConsumeLoop(nc, feed, publisher, durable, handler, settings, tracker)
         try:
             await loop.run()
         except ConsumerDeletedError:
@@ -177,6 +182,7 @@ class _ConsumeLoop:
         durable: str,
         handler: Handler,
         settings: ConsumerSettings,
+        tracker: Tracker,
     ) -> None:
         self._nc = nc
         self._feed = feed
@@ -184,6 +190,7 @@ class _ConsumeLoop:
         self._durable = durable
         self._handler = handler
         self._settings = settings
+        self._tracker = tracker
         self._queues: list[asyncio.Queue[tuple[Msg, Envelope] | None]] = [
             asyncio.Queue() for _ in range(settings.lanes)
         ]
@@ -214,6 +221,7 @@ class _ConsumeLoop:
             for msg in await self._feed.close():
                 await _quietly(msg.nak())
             await self._drain(lanes)
+            self._tracker.clear()
             with contextlib.suppress(nats.errors.Error):
                 await self._nc.flush()  # the acks and naks leave before the caller goes on
 
@@ -257,6 +265,7 @@ class _ConsumeLoop:
         env.sequence = stream_sequence(msg)
         self._open.add(env.sequence)
         self._last = max(self._last, env.sequence)
+        self._tracker.began(env.sequence)
         lane = zlib.crc32(env.workload.encode()) % len(self._queues)
         self._in_flight += 1
         self._queues[lane].put_nowait((msg, env))
@@ -268,9 +277,11 @@ class _ConsumeLoop:
                 if self._stopping:  # not started before shutdown: let another replica have it
                     await _quietly(msg.nak())
                 else:
-                    await self._handle(msg, env)
+                    with self._tracker.handling(env.sequence):
+                        await self._handle(msg, env)
                     self._open.discard(env.sequence)
             finally:
+                self._tracker.ended(env.sequence)
                 await self._release()
 
     async def _drain(self, lanes: list[asyncio.Task[None]]) -> None:

@@ -159,6 +159,9 @@ async def _consume(
     )
     await feed.start()
     acks = _Acks(limit=max(1, settings.max_ack_pending // 2))  # the server stops at the max
+    tracker = bus.progress.track(
+        durable, stream=settings.stream, consumer=durable, max_ack_pending=settings.max_ack_pending
+    )
     clock = asyncio.get_running_loop().time
     taken_at = -math.inf  # when the last batch was taken (loop time)
     try:
@@ -174,15 +177,20 @@ async def _consume(
                     continue
                 taken_at = clock()
                 where.handling = True
+                batch = stream_sequence(msgs[0])
+                tracker.began(batch)
                 try:
-                    await _handle_batch(bus, durable, msgs, handle, settings, acks)
+                    with tracker.handling(batch):
+                        await _handle_batch(bus, durable, msgs, handle, settings, acks)
                 finally:
                     where.handling = False
+                    tracker.ended(batch)
                 if where.stopping:
                     raise asyncio.CancelledError
                 if acks.full:
                     await acks.send()
     finally:
+        bus.progress.forget(tracker)
         await acks.send()  # what was handled is answered before the loop goes
         # Delivered but never handled: not naked, since a redelivery would come out of order
         # (after what follows it); the ack wait hands them to the next owner, which skips

@@ -26,6 +26,7 @@ from muster.bus.client import Position, position
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES, decode
 from muster.bus.errors import Reject
 from muster.bus.outage import UNAVAILABLE, Outage
+from muster.bus.progress import Tracker, advanced
 from muster.bus.pull import ConsumerDeletedError, PullFeed
 from muster.contracts.v1.events_pb2 import Envelope
 
@@ -42,7 +43,7 @@ async def last_sequence(js: JetStreamContext, stream: str) -> int:
     return int(info.state.last_seq)
 
 
-async def replay(
+def replay(
     nc: NatsClient,
     js: JetStreamContext,
     subjects: Sequence[str],
@@ -52,15 +53,49 @@ async def replay(
     until_sequence: int | None = None,
     follow: bool = False,
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    tracker: Tracker | None = None,
 ) -> AsyncIterator[Envelope]:
     """Yield the envelopes on `subjects` in `stream` from `from_sequence` on, in stream order.
 
     Without `follow` it stops at `until_sequence`, or at the stream's last sequence when called
     if that is None. With `follow` it waits for new messages (up to `until_sequence` if given).
     Each envelope has `sequence` set. Undecodable messages are logged and skipped.
+    With `tracker`, each envelope is in hand until the caller asks for the next (the watchdog
+    judges whether the caller's work moves, bus/progress.py); it is closed when the replay ends.
     """
     if not subjects:
         raise ValueError("replay: no subjects")
+    envs = _replay(
+        nc, js, subjects, stream=stream, from_sequence=from_sequence,
+        until_sequence=until_sequence, follow=follow, max_event_bytes=max_event_bytes,
+        tracker=tracker,
+    )  # fmt: skip
+    return envs if tracker is None else _tracked(envs, tracker)
+
+
+async def _tracked(envs: AsyncIterator[Envelope], tracker: Tracker) -> AsyncIterator[Envelope]:
+    """`envs`, each in hand for `tracker` until the next is asked for."""
+    try:
+        async for env in envs:
+            tracker.began(env.sequence)
+            yield env
+            tracker.ended(env.sequence)
+    finally:
+        tracker.close()
+
+
+async def _replay(
+    nc: NatsClient,
+    js: JetStreamContext,
+    subjects: Sequence[str],
+    *,
+    stream: str,
+    from_sequence: int,
+    until_sequence: int | None,
+    follow: bool,
+    max_event_bytes: int,
+    tracker: Tracker | None,
+) -> AsyncIterator[Envelope]:
     outage = Outage(f"replay of {stream}", logger=log)
     until = until_sequence
     while until is None and not follow:
@@ -76,6 +111,8 @@ async def replay(
             await outage.failed(exc)
             continue
         outage.recovered()
+        if tracker is not None:
+            tracker.consumer = reader.name
         try:
             if not follow and reader.pending == 0:
                 return
@@ -90,6 +127,7 @@ async def replay(
                     log.warning("replay skips %s#%d: %s", msg.subject, seq, err)
                 else:
                     env.sequence = seq
+                    advanced()  # a handler reading the stream (a rebuild) is not stuck
                     yield env
                 if not follow and at.pending == 0:
                     return  # caught up: what is left was stored after the call
@@ -110,6 +148,7 @@ class _Reader:
         self._js = js
         self._feed = feed
         self._info = info
+        self.name = info.name or ""
         self.pending = int(info.num_pending or 0)
         self.gap = False
 

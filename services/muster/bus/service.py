@@ -9,7 +9,9 @@ def main(argv: list[str]) -> int:
 ```
 
 `run_service` connects, ensures the streams, serves `grpc.health.v1.Health`, runs `main` and
-reports SERVING once `main` calls `health.ready()`. On SIGTERM/SIGINT: NOT_SERVING, cancel
+reports SERVING once `main` calls `health.ready()`. Liveness is reported apart, under the
+service name "liveness": SERVING unless a consume loop stalled (bus/watchdog.py, after
+`--stall-seconds` with work waiting and nothing moving). On SIGTERM/SIGINT: NOT_SERVING, cancel
 `main` (consume loops stop pulling and finish in-flight handlers), wait up to the grace period,
 drain NATS, exit 0. If `main` raises, the service exits 1: run consumer loops in one
 `asyncio.TaskGroup` inside `main`, so one dead loop stops the whole service.
@@ -43,6 +45,7 @@ from muster.bus.permissions import inbox_of
 from muster.bus.redact import register
 from muster.bus.subjects import DEFAULT_CLUSTER, check_cluster
 from muster.bus.tracing import setup_tracing
+from muster.bus.watchdog import watch_progress
 from muster.metrics.bus import BusMetrics
 from muster.metrics.server import serve_metrics
 
@@ -80,6 +83,9 @@ class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
     # /metrics on the health host; None: no metrics (nothing counted); 0: any free port, printed
     # as "metrics: <host>:<port>" on stdout.
     metrics_port: int | None = None
+    # A consume loop with work waiting and nothing moving this long is stalled: liveness
+    # says NOT_SERVING (bus/progress.py). 0: never judged.
+    stall_s: float = 60.0
 
     def __post_init__(self) -> None:
         check_cluster(self.cluster)
@@ -89,6 +95,8 @@ class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"metrics port must be in 0..65535, got {self.metrics_port}")
         if self.grace_s < 0:
             raise ValueError(f"grace seconds must be >= 0, got {self.grace_s:g}")
+        if not self.stall_s >= 0:
+            raise ValueError(f"stall seconds must be >= 0 (0: off), got {self.stall_s:g}")
         if self.log_level.upper() not in logging.getLevelNamesMapping():
             raise ValueError(f"unknown log level {self.log_level!r}")
 
@@ -128,6 +136,9 @@ COMMON_FLAGS = (
          "time to finish in-flight work after SIGTERM"),
     Flag("--max-event-bytes", "N", int, "MUSTER_MAX_EVENT_BYTES", str(DEFAULT_MAX_EVENT_BYTES),
          "largest event accepted"),
+    Flag("--stall-seconds", "S", float, "MUSTER_STALL_SECONDS", "60",
+         "liveness NOT_SERVING when a consumer has work waiting and nothing moved this long "
+         "(0: off)"),
     Flag("--log-level", "LEVEL", str, "MUSTER_LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR"),
     Flag("--stream-replicas", "N", int, "MUSTER_STREAM_REPLICAS", "1",
          "servers holding each stream and bucket muster creates (3 on a NATS cluster of 3)"),
@@ -222,7 +233,11 @@ def config_from_args(args: argparse.Namespace, name: str) -> ServiceConfig:
         grace_s=args.grace_seconds,
         log_level=args.log_level.upper(),
         metrics_port=args.metrics_port,
+        stall_s=args.stall_seconds,
     )
+
+
+LIVENESS = "liveness"  # the health service name livenessProbes ask (`service:` in deploy/)
 
 
 class Health:
@@ -230,12 +245,15 @@ class Health:
 
     Reported both for the overall server ("") and for the service's own name. `detail` says
     in words what the status cannot (`starting: waiting for NATS (<step>)`), for the log.
+    Liveness is apart (`LIVENESS`, `alive`): a service may be alive and not ready, and the
+    other way round once its work stopped moving.
     """
 
     def __init__(self, service_name: str) -> None:
         self.servicer = HealthServicer()
         self._names = ("", service_name)
         self._serving = False
+        self._alive: bool | None = None  # not told yet
         self._updates: set[asyncio.Task[None]] = set()
         self.detail = "starting"
         self.was_ready = False  # since the last `starting()`
@@ -263,17 +281,26 @@ class Health:
         """Report NOT_SERVING (at shutdown, or while a service cannot work)."""
         self._set(serving=False)
 
+    def alive(self, alive: bool) -> None:
+        """Report liveness: SERVING, or NOT_SERVING while a consume loop is stalled."""
+        if alive != self._alive:
+            self._alive = alive
+            self._tell(LIVENESS, serving=alive)
+
     def _set(self, *, serving: bool) -> None:
         self._serving = serving
+        for name in self._names:
+            self._tell(name, serving=serving)
+
+    def _tell(self, name: str, *, serving: bool) -> None:
         status = (
             health_pb2.HealthCheckResponse.SERVING
             if serving
             else health_pb2.HealthCheckResponse.NOT_SERVING
         )
-        for name in self._names:
-            task = asyncio.get_running_loop().create_task(self.servicer.set(name, status))
-            self._updates.add(task)
-            task.add_done_callback(self._updates.discard)
+        task = asyncio.get_running_loop().create_task(self.servicer.set(name, status))
+        self._updates.add(task)
+        task.add_done_callback(self._updates.discard)
 
     async def settle(self) -> None:
         """Wait until every status change so far is visible to health checks."""
@@ -353,6 +380,7 @@ async def serve(config: ServiceConfig, main: ServiceMain) -> int:
         loop.add_signal_handler(signum, stop.set)
     health = Health(config.name)
     health.not_serving()
+    health.alive(True)  # from the start: stalls are judged once ready
     await health.settle()
     server = grpc.aio.server()
     health_pb2_grpc.add_HealthServicer_to_server(health.servicer, server)
@@ -406,9 +434,19 @@ async def _run_connected(
         return EXIT_FAILED
     if bus is None:
         return EXIT_OK
+    watchdog = None
+    if config.stall_s > 0:
+        watching = watch_progress(
+            bus, stall_s=config.stall_s, alive=health.alive, ready=lambda: health.serving
+        )
+        watchdog = asyncio.create_task(watching, name="watchdog")
     try:
         return await _start_until_up(config, main, bus, health, stop)
     finally:
+        if watchdog is not None:
+            watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watchdog
         await bus.close(drain_s=CLOSE_S)
 
 

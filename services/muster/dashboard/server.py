@@ -6,8 +6,10 @@ user may see, through the same authentication and `watch` permission as `muster 
 `muster events`. It only reads: it calls no RPC that changes anything.
 
 Routes: `/` and `/static/*` (the page: plain HTML, JS and CSS, no build step), `/healthz`,
-`/api/queues`, `/api/workloads`, `/api/workload?namespace=&name=`, `/api/clusters` (JSON,
-the protobuf answers with their proto field names in camelCase), `/api/events?from=N`
+`/api/queues`, `/api/workloads`, `/api/workload?namespace=&name=`,
+`/api/clusters?summary=1` (each cluster's state and totals) and
+`/api/clusters?cluster=&limit=&continue=` (a page of nodes) (JSON, the protobuf answers with
+their proto field names in camelCase), `/api/events?from=N`
 (server-sent events: one `muster` event per envelope, with its sequence as the id, its
 readable detail, and a comment every KEEPALIVE_S so a dead client is noticed).
 """
@@ -39,12 +41,15 @@ KEEPALIVE_S: Final = 15.0
 CALL_TIMEOUT_S: Final = 15.0
 # An Authorization value gRPC metadata can carry: printable ASCII, spaces between words.
 _HEADER_SAFE: Final = re.compile(r"[!-~]+(?: [!-~]+)*")
+NODES_PAGE: Final = 100  # nodes per cluster the nodes page shows at once
+MAX_NODES_PAGE: Final = 1_000
 MAX_SEQUENCE: Final = 2**63 - 1  # far past any stream; Watch's from_sequence is a uint64
 _HTTP_STATUS: Final = {
     grpc.StatusCode.UNAUTHENTICATED: 401,
     grpc.StatusCode.PERMISSION_DENIED: 403,
     grpc.StatusCode.NOT_FOUND: 404,
     grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 413,
     grpc.StatusCode.UNAVAILABLE: 503,
 }
 GATEWAY_KEY: Final = web.AppKey("gateway", grpc.aio.Channel)
@@ -82,10 +87,11 @@ def _visibility(method: str, request_of: Callable[[web.Request], Message]) -> Ha
         call = getattr(stub, method)
         try:
             metadata = _metadata(request)
+            asked = request_of(request)
         except ValueError as exc:
             return web.json_response({"error": str(exc)}, status=400)
         try:
-            reply = await call(request_of(request), metadata=metadata, timeout=CALL_TIMEOUT_S)
+            reply = await call(asked, metadata=metadata, timeout=CALL_TIMEOUT_S)
         except grpc.aio.AioRpcError as exc:
             return _error(exc)
         return _json(reply)
@@ -101,6 +107,23 @@ def _list_request(request: web.Request) -> Message:
         local_queue=q.get("local_queue", ""),
         statuses=q.getall("status", []),
         name=q.get("name", ""),
+    )
+
+
+def _clusters_request(request: web.Request) -> Message:
+    """Clusters as the page asks: `summary=1` for totals without nodes, else one page of at
+    most `limit` nodes (NODES_PAGE by default, MAX_NODES_PAGE at most: the answer's JSON
+    stays small whatever the cluster's size) after `continue`. ValueError naming the field."""
+    q = request.query
+    if q.get("summary", "") == "1":
+        return services_pb2.ClustersRequest(cluster=q.get("cluster", ""), without_nodes=True)
+    text = q.get("limit", str(NODES_PAGE))
+    digits = text.isascii() and text.isdigit() and len(text) <= len(str(MAX_NODES_PAGE))
+    if not digits or not 1 <= int(text) <= MAX_NODES_PAGE:
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise ValueError(f"limit: must be a whole number from 1 to {MAX_NODES_PAGE}, got {shown!r}")
+    return services_pb2.ClustersRequest(
+        cluster=q.get("cluster", ""), limit=int(text), continue_token=q.get("continue", "")
     )
 
 
@@ -228,8 +251,7 @@ def build_app(channel: grpc.aio.Channel, *, loopback: bool = True) -> web.Applic
     app.router.add_get("/api/queues", queues)
     app.router.add_get("/api/workloads", _visibility("ListWorkloads", _list_request))
     app.router.add_get("/api/workload", _visibility("DescribeWorkload", _describe_request))
-    clusters = _visibility("Clusters", lambda _: services_pb2.ClustersRequest())
-    app.router.add_get("/api/clusters", clusters)
+    app.router.add_get("/api/clusters", _visibility("Clusters", _clusters_request))
     app.router.add_get("/api/events", _events)
     app.router.add_static("/static", STATIC)
     return app

@@ -140,7 +140,8 @@ async def run_gangpermit(
 
     async def follow() -> None:
         subjects = followed_subjects(config.cluster)
-        async for env in bus.replay(subjects, from_sequence=last + 1, follow=True):
+        watched = f"gangpermit-{config.cluster}"
+        async for env in bus.replay(subjects, from_sequence=last + 1, follow=True, watched=watched):
             if await apply_event(state, env, events):
                 wake.set()
 

@@ -7,6 +7,10 @@ counts it lost after its `--cluster-lost-seconds` (10 by default). One whose hea
 it takes no dispatched work (its API server does not answer, its room is too large to report)
 is Unavailable, with that reason and message. A room in parts (`muster.core.heartbeat_parts`)
 is read whole: a read that met parts of two heartbeats is read again.
+
+A 50 000-node cluster's nodes are many MB, past what gRPC clients receive by default (4 MiB):
+a request selects one cluster, asks for totals without nodes, or pages nodes (`node_pages`);
+one that asks for every node gets them only when they fit.
 """
 
 from __future__ import annotations
@@ -20,12 +24,15 @@ import msgspec
 from muster.api import quantities_to_strings
 from muster.bus.kv import Bucket
 from muster.contracts.v1 import events_pb2, services_pb2
-from muster.core.dispatch import ClusterCapacity
+from muster.core.dispatch import ClusterCapacity, NodeRoom
 from muster.core.heartbeat_parts import RoomReader, part_key, parts_named, read_rooms
 from muster.gateway.book import FINISHED, WorkloadBook
+from muster.gateway.node_pages import EVERYTHING, NodeQuery, continue_token
 
 CLUSTERS_BUCKET: Final = "MUSTER_CLUSTERS"
 SILENT_AFTER_S: Final = 10.0
+# The largest answer: under the 4 MiB a gRPC client receives by default, with room for framing.
+MAX_ANSWER_BYTES: Final = 4 * 1024 * 1024 - 64 * 1024
 
 
 READS: Final = 3  # reads of the bucket before a room whose parts keep changing is shown empty
@@ -68,37 +75,114 @@ async def room_of(kv: Bucket, cluster: str) -> ClusterCapacity | None:
     return None
 
 
+class ClusterNotFoundError(LookupError):
+    """The request names a cluster that has no heartbeat (NOT_FOUND); str() says which."""
+
+
+class AnswerTooLargeError(Exception):
+    """Every node would not fit in one answer (RESOURCE_EXHAUSTED); str() says what to ask."""
+
+
 def clusters_view(
-    reported: Mapping[str, tuple[ClusterCapacity, float]], book: WorkloadBook
+    reported: Mapping[str, tuple[ClusterCapacity, float]],
+    book: WorkloadBook,
+    query: NodeQuery = EVERYTHING,
+    *,
+    max_bytes: int = MAX_ANSWER_BYTES,
 ) -> services_pb2.ClustersResponse:
-    """The answer: clusters by name, nodes by name, each with the pods bound there."""
-    pods: dict[tuple[str, str], list[tuple[events_pb2.PodBinding, str]]] = {}
+    """The answer: the clusters `query` selects by name, each with its state, node count and
+    totals, and the page of their nodes it asks for (by name, each with the pods bound there).
+
+    A page ends after `query.limit` nodes, or before the node that would take the answer past
+    `max_bytes` (it holds one node at least); without a limit, that raises AnswerTooLargeError.
+    """
+    if query.cluster and query.cluster not in reported:
+        shown = query.cluster if len(query.cluster) <= 80 else query.cluster[:80] + "..."
+        raise ClusterNotFoundError(f"cluster: {shown!r} has no heartbeat (none reported)")
+    selected = [query.cluster] if query.cluster else sorted(reported)
+    out = services_pb2.ClustersResponse()
+    views = {name: _summary(out.clusters.add(), name, *reported[name]) for name in selected}
+    if query.without_nodes:
+        return out
+    pods = _pods_by_node(book, frozenset(selected))
+    size, listed, last = out.ByteSize(), 0, ("", "")
+    total = sum(len(reported[name][0].nodes) for name in selected)
+    passed = 0  # nodes of earlier pages
+    for name in selected:
+        for node in sorted(reported[name][0].nodes, key=lambda n: n.name):
+            if query.after is not None and (name, node.name) <= query.after:
+                passed += 1
+                continue
+            view = _node_view(node, pods.get((name, node.name), []))
+            size += view.ByteSize() + _FIELD_OVERHEAD
+            if listed and (listed == query.limit or size > max_bytes):
+                if not query.limit:
+                    raise AnswerTooLargeError(_too_large(total, max_bytes))
+                out.continue_token = continue_token(query.cluster, last)
+                out.remaining_node_count = total - passed - listed
+                return out
+            views[name].nodes.append(view)
+            listed, last = listed + 1, (name, node.name)
+    return out
+
+
+# A node's tag and length inside its cluster, the cluster's own length growing with it: a
+# bound on what ByteSize of a lone NodeView leaves out.
+_FIELD_OVERHEAD: Final = 12
+
+
+def _too_large(nodes: int, max_bytes: int) -> str:
+    return (
+        f"the answer with all {nodes} nodes passes {max_bytes} bytes (what gRPC clients "
+        "receive by default): ask with without_nodes for each cluster's totals, with cluster "
+        "for one cluster, or with limit to page nodes (then continue_token for the next page)"
+    )
+
+
+def _summary(
+    view: services_pb2.ClusterView, name: str, capacity: ClusterCapacity, age: float
+) -> services_pb2.ClusterView:
+    allocatable: dict[str, int] = {}
+    free: dict[str, int] = {}
+    for node in capacity.nodes:
+        for resource, value in node.allocatable.items():
+            allocatable[resource] = allocatable.get(resource, 0) + value
+        for resource, value in node.free.items():
+            free[resource] = free.get(resource, 0) + value
+    view.name = name
+    view.heartbeat_age_seconds = round(age, 1)
+    view.state = _state(capacity, age)
+    view.reason = capacity.reason
+    view.message = capacity.unreachable
+    view.node_count = len(capacity.nodes)
+    view.allocatable_total.update(quantities_to_strings(allocatable))
+    view.free_total.update(quantities_to_strings(free))
+    return view
+
+
+Placed = list[tuple[events_pb2.PodBinding, str]]  # a pod bound to a node, and its workload
+
+
+def _pods_by_node(book: WorkloadBook, clusters: frozenset[str]) -> dict[tuple[str, str], Placed]:
+    pods: dict[tuple[str, str], Placed] = {}
     for entry in book:
-        if entry.summary.status == FINISHED:
+        if entry.summary.status == FINISHED or entry.summary.cluster not in clusters:
             continue
         for binding in entry.pods.values():
             pods.setdefault((entry.summary.cluster, binding.node), []).append((binding, entry.key))
-    out = services_pb2.ClustersResponse()
-    for name in sorted(reported):
-        capacity, age = reported[name]
-        view = out.clusters.add(
-            name=name,
-            heartbeat_age_seconds=round(age, 1),
-            state=_state(capacity, age),
-            reason=capacity.reason,
-            message=capacity.unreachable,
-        )
-        for node in sorted(capacity.nodes, key=lambda n: n.name):
-            here = sorted(pods.get((name, node.name), []), key=lambda p: p[0].pod.name)
-            view.nodes.add(
-                name=node.name,
-                labels=dict(node.labels),
-                allocatable=quantities_to_strings(node.allocatable),
-                free=quantities_to_strings(node.free),
-                pods=[binding for binding, _ in here],
-                workloads=sorted({key for _, key in here}),
-            )
-    return out
+    return pods
+
+
+def _node_view(node: NodeRoom, placed: Placed) -> services_pb2.NodeView:
+    here = sorted(placed, key=lambda p: p[0].pod.name)
+    return services_pb2.NodeView(
+        name=node.name,
+        labels=dict(node.labels),
+        allocatable=quantities_to_strings(node.allocatable),
+        free=quantities_to_strings(node.free),
+        pods=[binding for binding, _ in here],
+        workloads=sorted({key for _, key in here}),
+    )
 
 
 def _state(capacity: ClusterCapacity, age: float) -> str:

@@ -23,7 +23,12 @@ from muster.contracts.v1 import events_pb2, services_pb2
 from muster.gateway.aborts import abort, answer, deny
 from muster.gateway.auth import current_caller
 from muster.gateway.book import Entry, WorkloadBook
-from muster.gateway.clusters import clusters_view, heartbeats
+from muster.gateway.clusters import (
+    AnswerTooLargeError,
+    ClusterNotFoundError,
+    clusters_view,
+    heartbeats,
+)
 from muster.gateway.control import (
     DELETE,
     HOLD,
@@ -43,6 +48,7 @@ from muster.gateway.control import (
 )
 from muster.gateway.kube_control import control_queue, control_workload
 from muster.gateway.kube_submit import SubmitRefusedError
+from muster.gateway.node_pages import node_query
 from muster.gateway.permissions import (
     ALL_NAMESPACES,
     Action,
@@ -310,12 +316,21 @@ class WorkloadRpcs:
         action = watch_action(ALL_NAMESPACES)  # nodes are the cluster's, in no namespace
         if not await _may(self._authorizer, caller, action, context):
             await deny(context, caller, action)
+        try:
+            query = node_query(request)
+        except InvalidQueryError as exc:
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         book = await _book(self._follower, context)
         try:
             reported = await heartbeats(await self._clusters())
         except BusError as exc:
             await abort(context, grpc.StatusCode.UNAVAILABLE, f"reading heartbeats: {exc}")
-        return clusters_view(reported, book)
+        try:
+            return clusters_view(reported, book, query)
+        except ClusterNotFoundError as exc:
+            await abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
+        except AnswerTooLargeError as exc:
+            await abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
 
     async def ListWorkloads(  # noqa: N802  # the RPC's name
         self, request: services_pb2.ListWorkloadsRequest, context: grpc.aio.ServicerContext

@@ -7,8 +7,10 @@ the dashboard, records everything in the state directory (`upstate`) and waits f
 (`muster down`); then it stops everything in reverse order and removes its state, keeping the
 logs. A service or the dashboard that exits meanwhile is started again after a back-off, as
 Kubernetes restarts a container (`muster.launcher.upkeep`): admission exits by design when it
-loses its shard lease and counts on that. Nothing is hidden: each restart and the last exit
-are recorded for `muster status` (RESTARTS, LAST EXIT), and each start keeps its own log.
+loses its shard lease and counts on that. A service whose liveness says it stalled is stopped
+and started again the same way, as a failing livenessProbe would have it. Nothing is hidden:
+each restart and the last exit are recorded for `muster status` (RESTARTS, LAST EXIT), and
+each start keeps its own log.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from muster.cluster.sim.backend import SimBackend
 from muster.launcher.nats_server import LaunchError, NatsServer
 from muster.launcher.run import prepare_nats
 from muster.launcher.stack import ServiceProcess, Stack, start_log
-from muster.launcher.upkeep import START_DEADLINE_S, Exit, Running, keep_up
+from muster.launcher.upkeep import START_DEADLINE_S, Exit, Liveness, Running, keep_up, not_alive
 from muster.launcher.upstate import (
     Process,
     StackState,
@@ -330,7 +332,12 @@ def _keep_up(
         recorded.back_off_until = 0.0
         write_state(directory, state)
 
-    def keeper(name: str, running: Running, restart: Callable[[], Awaitable[None]]) -> Task:
+    def keeper(
+        name: str,
+        running: Running,
+        restart: Callable[[], Awaitable[None]],
+        liveness: Liveness | None = None,
+    ) -> Task:
         return asyncio.create_task(
             keep_up(
                 name,
@@ -339,6 +346,7 @@ def _keep_up(
                 exited,
                 functools.partial(restarted, name),
                 start_deadline_s=config.start_deadline_s,
+                liveness=liveness,
             ),
             name=f"keep-up-{name}",
         )
@@ -348,6 +356,7 @@ def _keep_up(
             svc.name,
             functools.partial(_process_of, svc),
             functools.partial(stack.restart, svc.name),
+            functools.partial(not_alive, functools.partial(_health_of, svc)),
         )
         for svc in stack.services
     ]
@@ -356,6 +365,11 @@ def _keep_up(
 
 def _process_of(svc: ServiceProcess) -> asyncio.subprocess.Process | None:
     return svc.process
+
+
+def _health_of(svc: ServiceProcess) -> str:
+    """Where its gRPC health is now ("" while it starts: a restart moves it)."""
+    return svc.addresses.get("health", "")
 
 
 def _recorded(state: StackState, name: str) -> Process:

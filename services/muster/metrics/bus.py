@@ -9,6 +9,10 @@
 - `muster_dead_letters_total{service,consumer}`: copies put in `MUSTER_DLQ`;
 - `muster_consumer_pending_messages{service,consumer}`, `..._ack_pending_messages`: the
   durable consumer's lag as the server counts it (not yet delivered; delivered, not acked);
+- `muster_consumer_stalled{service,consumer}`: 1 while the consumer is stalled (work waits and
+  nothing moved for `--stall-seconds`: liveness is NOT_SERVING), else 0;
+  `muster_consumer_stuck_seconds{service,consumer}`: how long work has waited with nothing
+  moving (0 while it moves or nothing waits), as the watchdog last looked (bus/watchdog.py);
 - `muster_nats_reconnects_total{service}`, `muster_nats_disconnects_total{service}`.
 
 Label children are looked up once and cached: `labels()` costs microseconds, paid per event.
@@ -74,6 +78,18 @@ class BusMetrics:
             ["service", "consumer"],
             registry=registry,
         )
+        self._stalled = Gauge(
+            "muster_consumer_stalled",
+            "1 while a consumer is stalled: work waits and nothing moved for --stall-seconds.",
+            ["service", "consumer"],
+            registry=registry,
+        )
+        self._stuck_s = Gauge(
+            "muster_consumer_stuck_seconds",
+            "Seconds a consumer's work has waited with nothing moving (0: moving or idle).",
+            ["service", "consumer"],
+            registry=registry,
+        )
         self._reconnects = Counter(
             "muster_nats_reconnects_total",
             "Times the NATS connection came back after a disconnection.",
@@ -135,6 +151,10 @@ class BusMetrics:
     def lag(self, consumer: str, *, pending: int, ack_pending: int) -> None:
         self._pending.labels(self.service, consumer).set(pending)
         self._ack_pending.labels(self.service, consumer).set(ack_pending)
+
+    def progress(self, consumer: str, *, stuck_s: float, stalled: bool) -> None:
+        self._stuck_s.labels(self.service, consumer).set(stuck_s)
+        self._stalled.labels(self.service, consumer).set(int(stalled))
 
     def reconnected(self) -> None:
         self._reconnects.inc()

@@ -5,8 +5,9 @@ workload.submitted/deleted (a Job first gets its Kueue Workload on Kubernetes) a
 → finished; a MultiKueue copy's status → copy_status; what check controllers write into any
 Kueue Workload's `status.admissionChecks` → admission_check; pods of a workload →
 pods_pending, running (with their readiness), finished.
-Each event id is derived from the fact (`Outgoing.id_key`), and what was sent is remembered in
-`MUSTER_WATCHER` (`Marks`), so no fact is published twice, across restarts too. Handlers do no
+Each event id is derived from the fact (`Outgoing.id_key`), and what was sent is remembered
+(`MarksStore`: what the pods' events say is read back from the stream at start, the rest is
+kept in `MUSTER_WATCHER`), so no fact is published twice, across restarts too. Handlers do no
 I/O of their own (but a Job's Kueue Workload): events go to the batch's `Outbox` and marks are
 written when the batch is over (`muster.watcher.service`).
 
@@ -46,12 +47,16 @@ WATCHER_ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_DNS, "watcher.muster.dev")
 
 
 class MarksStore(Protocol):
-    """What the watcher sent per workload (kept in the `MUSTER_WATCHER` bucket): `load` gives
-    the marks to change in place, `save` says they changed (written at the batch's end)."""
+    """What the watcher sent per workload: `load` gives the marks to change in place, `save`
+    says they changed in a way only the `MUSTER_WATCHER` bucket can keep (written at the
+    batch's end), `note` that they changed as the events just published tell (a restart reads
+    those back: `KvMarks.recall`)."""
 
     def load(self, workload: str) -> Sent: ...
 
     def save(self, workload: str, sent: Sent) -> None: ...
+
+    def note(self, workload: str, sent: Sent) -> None: ...
 
 
 class KueueWorkloads(Protocol):
@@ -276,6 +281,7 @@ async def on_pod(change: ClusterChange, ctx: WatcherContext) -> None:
     uids = [p.uid for p in pods.values()]
     traced = next((p.traceparent for p in pods.values() if p.traceparent), pod.traceparent)
     headers = {"traceparent": traced} if traced else ctx.traces.get(pod.workload)
+    counts = (sent.lost, sent.regained)
     for out in due:
         ctx.publish(out, trace_headers=headers)
         sent.record(out, uids)
@@ -283,10 +289,12 @@ async def on_pod(change: ClusterChange, ctx: WatcherContext) -> None:
     sent.forget_pods_except(uids)
     if not pods:
         del ctx.pods[pod.workload]
-    # A pods_pending alone is remembered here, not written: a restart may publish it again
-    # (same id) for pods still pending then, which saves a KV write for every new pod.
-    if any(out.field != "pods_pending" for out in due) or (not pods and had_pod_marks):
+    # The events say which pods they covered, so only what they cannot say is written: the
+    # readiness counts, and the end of the pods' marks (which forgets them).
+    if (sent.lost, sent.regained) != counts or (not pods and had_pod_marks):
         ctx.marks.save(pod.workload, sent)
+    elif due:
+        ctx.marks.note(pod.workload, sent)
 
 
 def _object_trace(obj: Mapping[str, Any]) -> dict[str, str] | None:

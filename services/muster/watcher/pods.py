@@ -19,6 +19,8 @@ from muster.contracts.v1 import events_pb2
 from muster.watcher.translate import Outgoing
 
 PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
+# The events `due_events` makes: the watcher reads its own back at start (`Sent.recall`).
+POD_EVENTS = ("pods_pending", "running", "pods_ready", "finished")
 
 
 class PodState(msgspec.Struct, frozen=True, kw_only=True):
@@ -80,10 +82,34 @@ class Sent(msgspec.Struct, kw_only=True):
             return
         if out.field == "pods_ready" and self.lost > self.regained:
             self.regained += 1
-        marks = [out.field]
-        if out.field == "running" and not out.payload.pods_ready:
-            marks.append("unready")
-        for field in marks:
+        self._cover(_covering(out.field, out.payload), uids)
+
+    def recall(self, env: events_pb2.Envelope) -> None:
+        """Remember what `env`, one of the watcher's own pod events read back from the stream,
+        says was published, as `record` did when it was; but for the readiness counts (`lost`,
+        `regained`), which only the stored marks hold. An event written before events carried
+        their pods' uids says nothing (the watcher of before stored its marks)."""
+        field = env.WhichOneof("payload")
+        if field == "pods_pending":
+            digest = _digest(p.uid for p in env.pods_pending.pods)
+            if digest not in self.pending:
+                self.pending.append(digest)
+        elif field in ("running", "pods_ready", "finished"):
+            payload = getattr(env, field)
+            if not (field == "pods_ready" and payload.lost):
+                self._cover(_covering(field, payload), payload.pod_uids)
+
+    def absorb(self, other: Sent) -> bool:
+        """Add the pods and pending sets `other` covers (recalled from the stream) to these;
+        whether that added any."""
+        before = (len(self.pending), *(len(getattr(self, f)) for f in _POD_FIELDS))
+        self.pending.extend(d for d in other.pending if d not in self.pending)
+        for field in _POD_FIELDS:
+            self._cover((field,), getattr(other, field))
+        return before != (len(self.pending), *(len(getattr(self, f)) for f in _POD_FIELDS))
+
+    def _cover(self, fields: Iterable[str], uids: Iterable[str]) -> None:
+        for field in fields:
             getattr(self, field).extend(sorted(set(uids) - set(getattr(self, field))))
 
     def forget_pods_except(self, uids: Iterable[str]) -> None:
@@ -111,6 +137,17 @@ class Sent(msgspec.Struct, kw_only=True):
             or self.copy_status
             or self.checks
         )
+
+
+_POD_FIELDS = ("running", "unready", "pods_ready", "finished")
+
+
+def _covering(field: str, payload: Any) -> tuple[str, ...]:
+    """The marks of `Sent` an event of `field` adds its pods to: a `running` that said not
+    ready adds them to `unready` too."""
+    if field == "running" and not payload.pods_ready:
+        return ("running", "unready")
+    return (field,)
 
 
 def pod_state_of_view(pod: PodView) -> PodState | None:
@@ -217,6 +254,7 @@ def due_events(
     if not pods:
         return []
     uids = {p.uid for p in pods}
+    covered = sorted(uids)  # in each event but pods_pending: what a restart reads back
     everyone = _digest(uids)
     partition = next((p.partition for p in pods if p.partition), "")
     out: list[Outgoing] = []
@@ -241,7 +279,7 @@ def due_events(
         out.append(
             Outgoing(
                 field="running",
-                payload=events_pb2.WorkloadRunning(pods_ready=ready),
+                payload=events_pb2.WorkloadRunning(pods_ready=ready, pod_uids=covered),
                 id_key=f"running/{everyone}",
                 workload=workload,
                 partition=partition,
@@ -251,7 +289,7 @@ def due_events(
         out.append(
             Outgoing(
                 field="pods_ready",
-                payload=events_pb2.PodsReady(),
+                payload=events_pb2.PodsReady(pod_uids=covered),
                 id_key=f"pods_ready/{everyone}",
                 workload=workload,
                 partition=partition,
@@ -272,7 +310,9 @@ def due_events(
         out.append(
             Outgoing(
                 field="finished",
-                payload=events_pb2.WorkloadFinished(succeeded=not failed, message=message),
+                payload=events_pb2.WorkloadFinished(
+                    succeeded=not failed, message=message, pod_uids=covered
+                ),
                 id_key=f"finished/{everyone}",
                 workload=workload,
                 partition=partition,
@@ -305,7 +345,7 @@ def _recovery(
     return [
         Outgoing(
             field="pods_ready",
-            payload=events_pb2.PodsReady(lost=not ready),
+            payload=events_pb2.PodsReady(lost=not ready, pod_uids=sorted(uids)),
             id_key=f"pods_ready/{'lost' if not ready else 'regained'}/{_digest(uids)}/{count}",
             workload=workload,
             partition=partition,

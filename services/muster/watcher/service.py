@@ -2,11 +2,11 @@
 Kubernetes it also writes the status of the cluster's Kueue objects (`status`).
 
 Resumes the cluster watch after the last revision it handled (KV `MUSTER_WATCHER`, key
-`<cluster>`); what it sent per workload lives in the same bucket (`<cluster>.wl.<ns>.<name>`),
-so a restart neither loses nor repeats a fact (but the `pods_pending` of pods still pending,
-whose mark waits for the workload's next write: docs/events.md). Changes are handled in
-batches (what arrived while the last batch was handled): a batch's events are published
-together, then its marks written, then its revision stored.
+`<cluster>`). What it sent per workload is read back at start (`marks`): from its own pod
+events in MUSTER_EVENTS, and from the same bucket (`<cluster>.wl.<ns>.<name>`: what those
+cannot say), so a restart neither loses nor repeats a fact. Changes are handled in batches
+(what arrived while the last batch was handled): a batch's events are published together,
+then its marks written (only those its events cannot tell), then its revision stored.
 """
 
 from __future__ import annotations
@@ -26,13 +26,15 @@ from muster.bus.connection import Bus
 from muster.bus.errors import BusError, Reject, Retry, Unavailable
 from muster.bus.kv import Bucket
 from muster.bus.poison import Quarantine
+from muster.bus.subjects import workload_filters
 from muster.cluster.backend import ClusterBackend, ClusterChange
 from muster.cluster.errors import ClusterError
 from muster.cluster.keys import SCHEDULING_POD_GROUP_KIND
 from muster.watcher.handlers import Handler, KueueWorkloads, WatcherContext, handler_for
 from muster.watcher.kube_events import EventBook
+from muster.watcher.marks import KvMarks, PutMany, until_done
 from muster.watcher.outbox import Outbox
-from muster.watcher.pods import PodState, Sent, pod_state_of_view
+from muster.watcher.pods import POD_EVENTS, PodState, pod_state_of_view
 from muster.watcher.status import EventSink, GroupStatuses, StatusSink, write_statuses
 from muster.watcher.worker_status import WorkerStatuses
 
@@ -43,7 +45,7 @@ GROUP_KINDS = frozenset({SCHEDULING_POD_GROUP_KIND, "CompositePodGroup"})
 WATCHER_BUCKET = "MUSTER_WATCHER"
 BATCH_MAX = 256  # changes handled before their events are published and remembered
 SAVE_INTERVAL_S = 0.1  # the revision is stored at most this often (and when stopping)
-_READ_TIMEOUT_S = 30.0  # reading the marks at start
+SEAL_ON_STOP_S = 5.0  # writing the marks not written yet, when stopping
 
 
 class Readiness(Protocol):
@@ -72,8 +74,6 @@ class KueueWriter(KueueWorkloads, StatusSink, Protocol):
 
 
 Put = Callable[[str, bytes], Awaitable[int]]  # a KV put: key, value -> revision
-# KV puts of distinct keys, in flight together: per (key, value) its revision or why not.
-PutMany = Callable[[Sequence[tuple[str, bytes]]], Awaitable[Sequence[int | BusError]]]
 
 
 def bus_put(bus: Bus, bucket: str) -> Put:
@@ -95,82 +95,6 @@ def bus_put_many(bus: Bus, bucket: str) -> PutMany:
         return await bus.publisher.publish_raw_many([(prefix + k, v) for k, v in items])
 
     return put_many
-
-
-class KvMarks:
-    """`MarksStore` over the `MUSTER_WATCHER` bucket: every mark of the cluster in memory (read
-    once at start), the changed ones written by `flush` (through `put_many`, else one by one
-    with `kv.put`)."""
-
-    def __init__(self, kv: Bucket, *, cluster: str, put_many: PutMany | None = None) -> None:
-        self._kv = kv
-        self._put_many = put_many or self._put_one_by_one
-        self._cluster = cluster
-        self._prefix = f"{cluster}.wl."
-        self._cache: dict[str, Sent] = {}
-        self._changed: set[str] = set()
-
-    def _key(self, workload: str) -> str:
-        namespace, _, name = workload.partition("/")
-        return f"{self._prefix}{namespace}.{name}"
-
-    async def read_all(self) -> None:
-        """Read every mark of the cluster: from then on a workload without one sent nothing."""
-        found = await self._kv.snapshot(f"{self._prefix}>", timeout_s=_READ_TIMEOUT_S)
-        for key, entry in found.items():
-            namespace, _, name = key.removeprefix(self._prefix).partition(".")
-            self._cache[f"{namespace}/{name}"] = msgspec.json.decode(
-                entry.value or b"{}", type=Sent
-            )
-
-    def load(self, workload: str) -> Sent:
-        return self._cache.setdefault(workload, Sent())
-
-    def save(self, workload: str, sent: Sent) -> None:
-        self._cache[workload] = sent
-        self._changed.add(workload)
-
-    async def flush(self) -> None:
-        """Write every mark changed since the last flush (all in flight together), and forget
-        the emptied ones, retrying until done."""
-        changed, self._changed = self._changed, set()
-        puts: list[tuple[str, bytes]] = []
-        for workload in sorted(changed):
-            sent = self._cache.get(workload, Sent())
-            key = self._key(workload)
-            if sent.empty:
-                self._cache.pop(workload, None)
-                forget = functools.partial(self._kv.delete, key)
-                await _until_done(f"forgetting marks of {workload}", forget)
-            else:
-                puts.append((key, msgspec.json.encode(sent)))
-        delay_s = 0.1
-        while puts:
-            results = await self._put_many(puts)
-            left = [put for put, result in zip(puts, results, strict=True) if _again(put, result)]
-            if left:
-                log.warning("saving %d marks failed; retrying", len(left))
-                await asyncio.sleep(delay_s)
-                delay_s = min(delay_s * 2, 5.0)
-            puts = left
-
-    async def _put_one_by_one(self, items: Sequence[tuple[str, bytes]]) -> list[int | BusError]:
-        results: list[int | BusError] = []
-        for key, value in items:
-            try:
-                results.append(await self._kv.put(key, value))
-            except BusError as exc:
-                results.append(exc)
-        return results
-
-
-def _again(put: tuple[str, bytes], result: int | BusError) -> bool:
-    """Whether the put of a mark must be tried again: any failure but one for good (logged:
-    its workload's facts may then be published again after a restart)."""
-    if isinstance(result, Reject):
-        log.error("marks not saved: %s", result, extra={"key": put[0]})
-        return False
-    return isinstance(result, BusError)
 
 
 async def load_revision(kv: Bucket, cluster: str) -> int:
@@ -246,19 +170,18 @@ async def _watch(
     kv = await bus.kv(WATCHER_BUCKET)
     put = bus_put(bus, WATCHER_BUCKET)
     marks = KvMarks(kv, cluster=config.cluster, put_many=bus_put_many(bus, WATCHER_BUCKET))
-    await marks.read_all()
     outbox = Outbox(bus)
     ctx = WatcherContext(
         cluster=config.cluster, outbox=outbox, marks=marks, workloads=workloads, pods=pods
     )
     poison = Quarantine(bus.publisher, consumer=f"watcher-{config.cluster}")
     revision = await load_revision(kv, config.cluster)
+    listed = [s for s in map(pod_state_of_view, await backend.list_pods()) if s is not None]
+    await _remember(bus, marks, listed, source=ctx.source, cluster=config.cluster)
     if revision:
         # A resumed watch shows only what changed; the workload's other pods come from a list.
-        for pod in await backend.list_pods():
-            state = pod_state_of_view(pod)
-            if state is not None:
-                ctx.seed(state)
+        for state in listed:
+            ctx.seed(state)
     log.info("watching cluster %s from revision %d", config.cluster, revision)
     health.ready()
     saver = RevisionSaver(put, config.cluster, revision)
@@ -273,7 +196,7 @@ async def _watch(
                     events.learn(change.obj)  # its uid, for the Events about it
                 handler = handler_for(change)
                 if handler is not None:
-                    await _handle_until_done(handler, change, ctx, poison)
+                    await _handleuntil_done(handler, change, ctx, poison)
             # Handled, then remembered: events stored first, then marks, then the revision.
             await outbox.flush()
             await marks.flush()
@@ -283,8 +206,30 @@ async def _watch(
             raise_if_cancelling()  # nats-py's waits may have swallowed it (bus.cancel)
     finally:
         await changes.aclose()
+        # Bounded: a stop must not wait on a NATS that is gone (a crash seals nothing either).
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(SEAL_ON_STOP_S):
+                await marks.seal()
         saver.stop()
         await saving  # the last revision handled is stored before the watcher stops
+
+
+async def _remember(
+    bus: Bus, marks: KvMarks, listed: Sequence[PodState], *, source: str, cluster: str
+) -> None:
+    """Load what the watcher sent before: its stored marks, then what its own pod events
+    say about the pods `listed` now."""
+    await marks.read_all()
+    last = await bus.last_sequence()
+    if not last:
+        return
+    live: dict[str, set[str]] = {}
+    for state in listed:
+        live.setdefault(state.workload, set()).add(state.uid)
+    subjects = [f for event in POD_EVENTS for f in workload_filters(cluster, event)]
+    envs = bus.replay(subjects, until_sequence=last)
+    read = await marks.recall(envs, source=source, live=live)
+    log.info("read back %d pod events of cluster %s up to %d", read, cluster, last)
 
 
 async def batches(
@@ -332,9 +277,9 @@ class RevisionSaver:
     `interval_s`: meanwhile later revisions only replace the next value to store.
 
     Every change up to a stored revision was handled and remembered (batches are handled in
-    order, and marks are written before a batch's revision is handed over), so a restart resumes
-    from there; one handled after it is handled again on restart, which republishes nothing
-    (the marks say what was sent, and JetStream drops duplicate ids).
+    order, and its events and marks are stored before a batch's revision is handed over), so a
+    restart resumes from there; one handled after it is handled again on restart, which
+    republishes nothing (the marks, read back with the events, say what was sent).
     """
 
     def __init__(
@@ -363,7 +308,7 @@ class RevisionSaver:
             self._dirty.clear()
             if self._latest != self._stored:
                 latest = self._latest
-                await _until_done(
+                await until_done(
                     f"saving watcher revision {latest}",
                     functools.partial(self._put, self._cluster, str(latest).encode()),
                 )
@@ -377,7 +322,7 @@ class RevisionSaver:
                     await self._stop.wait()
 
 
-async def _handle_until_done(
+async def _handleuntil_done(
     handler: Handler, change: ClusterChange, ctx: WatcherContext, poison: Quarantine
 ) -> None:
     """Run `handler` on `change`, retrying temporary failures until it succeeds.
@@ -404,18 +349,5 @@ async def _handle_until_done(
         except Exception as err:
             await poison.object(change.key, change.obj, err, revision=change.revision)
             return
-        await asyncio.sleep(delay_s)
-        delay_s = min(delay_s * 2, 5.0)
-
-
-async def _until_done(what: str, write: Callable[[], Awaitable[object]]) -> None:
-    """Run `write` until it succeeds, backing off on NATS failures (it must be idempotent)."""
-    delay_s = 0.1
-    while True:
-        try:
-            await write()
-            return
-        except (Retry, Unavailable, TimeoutError) as err:
-            log.warning("%s failed: %r; retrying", what, err)
         await asyncio.sleep(delay_s)
         delay_s = min(delay_s * 2, 5.0)

@@ -236,7 +236,9 @@ async def write_statuses(
     if groups is not None:
         groups._desire(list(groups.book.refs()))
     log.info("status of %d Kueue objects of cluster %s desired after replay", len(refs), cluster)
-    async for env in bus.replay(subjects, from_sequence=last + 1, follow=True):
+    async for env in bus.replay(
+        subjects, from_sequence=last + 1, follow=True, watched="watcher-status"
+    ):
         if not runs_on.counts(env):
             continue
         _desire(book, sink, sorted(book.apply(env), key=str))

@@ -6,13 +6,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
 
 from muster.launcher.nats_server import LaunchError
-from muster.launcher.upkeep import BackOff, Exit, keep_up
+from muster.launcher.upkeep import (
+    START_DEADLINE_S,
+    BackOff,
+    Exit,
+    Liveness,
+    keep_up,
+    not_alive,
+)
 
 
 def test_the_back_off_doubles_to_its_cap_and_resets_after_a_long_run() -> None:
@@ -32,7 +43,9 @@ async def _spawn(code: str) -> asyncio.subprocess.Process:
 async def kept(
     procs: list[asyncio.subprocess.Process],
     restart: Callable[[], Awaitable[None]],
-    **deadline: float,
+    *,
+    start_deadline_s: float = START_DEADLINE_S,
+    liveness: Liveness | None = None,
 ) -> AsyncIterator[tuple[asyncio.Queue[Exit], asyncio.Queue[int]]]:
     """`keep_up` of the last of `procs` (`restart` appends the next) with a short back-off:
     its exits and the pids it started, as they come; then cancelled, nothing left running."""
@@ -46,7 +59,8 @@ async def kept(
             exits.put_nowait,
             lambda: starts.put_nowait(procs[-1].pid),
             BackOff(first_s=0.01, max_s=0.04),
-            **deadline,
+            start_deadline_s=start_deadline_s,
+            liveness=liveness,
         )
     )
     try:
@@ -120,3 +134,62 @@ async def test_a_start_that_hangs_past_its_deadline_is_killed_recorded_and_start
         (-signal.SIGKILL, "not ready in 0.5s"),
     ]
     assert [round(e.restart_at - e.at, 3) for e in recorded] == [0.01, 0.02]  # its back-off
+
+
+async def test_a_running_process_its_liveness_gives_up_on_is_stopped_recorded_and_restarted() -> (
+    None
+):
+    procs = [await _spawn("import time; time.sleep(60)")]
+    stall = asyncio.Event()
+    judged: list[int] = []
+
+    async def liveness() -> str:
+        judged.append(procs[-1].pid)
+        if len(judged) == 1:  # the first process stalls; the restarted one does not
+            await stall.wait()
+            return "liveness: stalled"
+        await asyncio.Event().wait()
+        return ""
+
+    async def restart() -> None:
+        procs.append(await _spawn("import time; time.sleep(60)"))
+
+    async with kept(procs, restart, liveness=liveness) as (exits, starts):
+        stall.set()
+        exit = await exits.get()
+        started = await starts.get()
+        assert procs[-1].returncode is None  # the restart runs on
+    assert (exit.status, exit.why) == (-signal.SIGTERM, "liveness: stalled")  # stopped gracefully
+    assert started == procs[1].pid
+    assert judged[0] == procs[0].pid
+
+
+async def test_not_alive_returns_once_liveness_said_not_serving_enough_times_in_a_row() -> None:
+    server = grpc.aio.server()
+    health = HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        await health.set("liveness", health_pb2.HealthCheckResponse.NOT_SERVING)
+        why = await asyncio.wait_for(
+            not_alive(lambda: f"127.0.0.1:{port}", every_s=0.01, failures=3), 10
+        )
+        assert why == "liveness: stalled"
+    finally:
+        await server.stop(grace=None)
+
+
+async def test_not_alive_counts_a_liveness_that_never_answers_but_not_a_refused_port() -> None:
+    with socket.socket() as frozen, socket.socket() as closed:
+        frozen.bind(("127.0.0.1", 0))
+        frozen.listen()  # connections wait in its backlog: a process stopped, its port open
+        closed.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused
+        where = {"address": f"127.0.0.1:{closed.getsockname()[1]}"}
+        looks = asyncio.create_task(
+            not_alive(lambda: where["address"], every_s=0.01, failures=2, timeout_s=0.2)
+        )
+        await asyncio.wait({looks}, timeout=1.0)
+        assert not looks.done()  # refused, look after look: not counted
+        where["address"] = f"127.0.0.1:{frozen.getsockname()[1]}"
+        assert await asyncio.wait_for(looks, 10) == "liveness: no answer in 0.2s"

@@ -16,8 +16,10 @@ from muster.bus.errors import BusError, Reject, Retry
 from muster.bus.kv import Bucket
 from muster.cluster import ClusterChange
 from muster.contracts.v1 import events_pb2
+from muster.watcher.marks import KvMarks
 from muster.watcher.outbox import Outbox
-from muster.watcher.service import KvMarks, RevisionSaver, batches
+from muster.watcher.pods import Sent
+from muster.watcher.service import RevisionSaver, batches
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -185,15 +187,19 @@ async def test_marks_are_written_once_per_flush_and_forgotten_when_empty() -> No
     marks.save("ns/a", sent)
     sent.pods_ready.append("uid-1")
     marks.save("ns/a", sent)  # changed twice in one batch: one write
-    marks.save("ns/gone", marks.load("ns/gone"))  # nothing left to remember
+    marks.save("ns/never", marks.load("ns/never"))  # nothing to remember, nor ever written
     assert bucket.puts == []  # nothing is written before the batch is over
 
     await marks.flush()
 
     assert bucket.puts == [("east.wl.ns.a", msgspec.json.encode(sent))]
-    assert bucket.deletes == ["east.wl.ns.gone"]
+    assert bucket.deletes == []  # a mark never written costs no deletion
     await marks.flush()
     assert len(bucket.puts) == 1  # nothing changed since
+
+    marks.save("ns/a", Sent())  # its pods are gone: the written mark goes
+    await marks.flush()
+    assert bucket.deletes == ["east.wl.ns.a"]
 
 
 async def test_marks_are_written_together_and_a_failed_write_is_tried_again() -> None:

@@ -6,7 +6,7 @@
 
 const state = {
   token: sessionStorage.getItem("muster-token") || "",
-  queues: null, workloads: [], clusters: null, detail: null,
+  queues: null, workloads: [], clusters: null, nodePages: {}, detail: null,
   timeline: [],  // admissions, evictions and ends seen on the stream
   lastSequence: 0, error: "",
 };
@@ -47,8 +47,8 @@ async function refresh() {
     const [queues, workloads] = await Promise.all([api("/api/queues"), api("/api/workloads")]);
     state.queues = queues;
     state.workloads = workloads.items || [];
-    state.clusters = await api("/api/clusters").catch(() => null);  // needs watch everywhere
     const route = location.hash.split("/");
+    if (route[1] === "nodes") await loadNodes(route);
     if (route[1] === "workload") {
       state.detail = await api(`/api/workload?namespace=${encodeURIComponent(route[2])}&name=${encodeURIComponent(route.slice(3).join("/"))}`);
     }
@@ -57,6 +57,21 @@ async function refresh() {
     state.error = err.message;
   }
   render();
+}
+
+// Each cluster's totals, then one page of nodes per cluster (#/nodes), or of the cluster the
+// route names from its continue token (#/nodes/NAME/TOKEN): a 50 000-node cluster is paged.
+async function loadNodes(route) {
+  state.clusters = await api("/api/clusters?summary=1").catch(() => null);  // needs watch everywhere
+  state.nodePages = {};
+  if (!state.clusters) return;
+  const only = route[2] === undefined ? null : decodeURIComponent(route[2]);
+  const shown = state.clusters.clusters.filter((c) => only === null || c.name === only);
+  const pages = await Promise.all(shown.map((c) => {
+    const token = only === null ? "" : decodeURIComponent(route[3] || "");
+    return api(`/api/clusters?cluster=${encodeURIComponent(c.name)}&continue=${encodeURIComponent(token)}`).catch(() => null);
+  }));
+  shown.forEach((c, i) => { state.nodePages[c.name] = pages[i]; });
 }
 
 let scheduled = null;
@@ -119,7 +134,7 @@ function render() {
   const error = state.error ? `<section class="error">${esc(state.error)}</section>` : "";
   if (route[1] === "workload" && state.detail) view.innerHTML = error + workloadPage(state.detail);
   else if (route[1] === "workloads") view.innerHTML = error + workloadsSection(state.workloads);
-  else if (route[1] === "nodes") view.innerHTML = error + nodesSection(state.clusters);
+  else if (route[1] === "nodes") view.innerHTML = error + nodesSection(state.clusters, state.nodePages);
   else view.innerHTML = error + queuesSection(state.queues) + localQueuesSection(state.queues, state.workloads) + timelineSection(state.timeline);
 }
 
@@ -239,14 +254,30 @@ function workloadPage(d) {
     <section><h2>Events</h2><table><tr><th>seq</th><th>type</th><th>detail</th></tr>${events.join("")}</table></section>`;
 }
 
-function nodesSection(clusters) {
+function nodesSection(clusters, pages) {
   if (!clusters) return `<section><h2>Clusters and nodes</h2><p class="muted">Needs watch in every namespace.</p></section>`;
-  const blocks = clusters.clusters.map((c) => `<h3 data-cluster="${esc(c.name)}">Cluster ${esc(c.name)}
+  const blocks = clusters.clusters.filter((c) => pages[c.name] !== undefined).map((c) => `<h3 data-cluster="${esc(c.name)}">Cluster ${esc(c.name)}
     <span class="tag ${c.state === "Ready" ? "" : "stopped"}" title="${esc(c.message || "")}">${esc(c.state)}${c.reason ? ` (${esc(c.reason)})` : ""}, reported ${c.heartbeatAgeSeconds}s ago</span></h3>
-    <div class="grid">${c.nodes.map((n) => `<div class="node" data-node="${esc(n.name)}"><b>${esc(n.name)}</b>
-      <div class="muted">free ${Object.entries(n.free).map(([k, v]) => `${esc(k)} ${esc(v)}/${esc(n.allocatable[k] || "?")}`).join(", ")}</div>
-      <div class="pods">${n.pods.length ? n.pods.map((p) => esc(p.pod.namespace + "/" + p.pod.name)).join("<br>") : '<span class="muted">no pods</span>'}</div></div>`).join("")}</div>`);
+    <div class="muted" data-totals="${esc(c.name)}">${c.nodeCount} nodes, free ${roomText(c.freeTotal, c.allocatableTotal)}</div>
+    ${nodesPage(c, pages[c.name])}`);
   return `<section><h2>Clusters and nodes</h2>${blocks.join("") || '<p class="muted">No cluster has reported yet.</p>'}</section>`;
+}
+
+// "cpu 3/8, memory 10Gi/32Gi": free of allocatable per resource, by name (a map's JSON has no order).
+function roomText(free, allocatable) {
+  return Object.keys(free).sort().map((k) => `${esc(k)} ${esc(free[k])}/${esc(allocatable[k] || "?")}`).join(", ");
+}
+
+function nodesPage(cluster, page) {
+  const mine = page && page.clusters.find((c) => c.name === cluster.name);  // a gateway of before pages lists them all
+  const nodes = mine ? mine.nodes : [];
+  const grid = `<div class="grid">${nodes.map((n) => `<div class="node" data-node="${esc(n.name)}"><b>${esc(n.name)}</b>
+      <div class="muted">free ${roomText(n.free, n.allocatable)}</div>
+      <div class="pods">${n.pods.length ? n.pods.map((p) => esc(p.pod.namespace + "/" + p.pod.name)).join("<br>") : '<span class="muted">no pods</span>'}</div></div>`).join("")}</div>`;
+  if (!page || (!page.continueToken && nodes.length === cluster.nodeCount)) return grid;
+  const here = `#/nodes/${encodeURIComponent(cluster.name)}`;
+  const next = page.continueToken ? ` <a data-next="${esc(cluster.name)}" href="${here}/${encodeURIComponent(page.continueToken)}">next ${nodes.length} →</a>` : "";
+  return `${grid}<p class="muted">${nodes.length} of ${cluster.nodeCount} nodes shown, ${page.remainingNodeCount} after these. <a href="${here}">first page</a>${next}</p>`;
 }
 
 // --- token -------------------------------------------------------------------------------

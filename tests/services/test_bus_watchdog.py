@@ -1,0 +1,146 @@
+"""The progress watchdog (bus/watchdog.py) against a real nats-server: admission's in-order
+consumer and a service's watched follow replay, each wedged by the test, are told as stalled
+(liveness False, one log line naming them); the same loops moving, or idle, are not."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+
+import pytest
+from bus_helpers import SUBMITTED, submitted
+from prometheus_client import CollectorRegistry
+
+from muster.bus import EVENTS_STREAM, Bus, ConsumerSettings, Reject
+from muster.bus.ordered import consume_in_order, make_consumer
+from muster.bus.watchdog import watch_progress
+from muster.contracts.v1 import events_pb2 as pb
+from muster.metrics.bus import BusMetrics
+
+pytestmark = pytest.mark.timeout(30)
+
+STALL_S = 0.5
+
+
+class Liveness:
+    """What the watchdog tells: every change, and an event per verdict to wait for."""
+
+    def __init__(self) -> None:
+        self.told: list[bool] = []
+        self.dead = asyncio.Event()
+        self.alive_again = asyncio.Event()
+
+    def __call__(self, alive: bool) -> None:
+        if not self.told or self.told[-1] != alive:
+            self.told.append(alive)
+        if not alive:
+            self.dead.set()
+        elif self.dead.is_set():
+            self.alive_again.set()
+
+
+@contextlib.asynccontextmanager
+async def watched(bus: Bus) -> AsyncIterator[Liveness]:
+    liveness = Liveness()
+    task = asyncio.create_task(
+        watch_progress(bus, stall_s=STALL_S, alive=liveness, ready=lambda: True)
+    )
+    try:
+        yield liveness
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_an_in_order_batch_that_never_returns_is_a_stall(
+    bus: Bus, caplog: pytest.LogCaptureFixture
+) -> None:
+    registry = CollectorRegistry()
+    bus.metrics = BusMetrics(registry, service="admission")
+    await bus.publish(submitted("ns/a"))
+    settings = ConsumerSettings(stream=EVENTS_STREAM)
+    await make_consumer(bus, "admission-0", [SUBMITTED], settings, start_sequence=1)
+    wedged, release = asyncio.Event(), asyncio.Event()
+
+    async def handle(envs: Sequence[pb.Envelope], raw: Sequence[bytes]) -> list[Reject | None]:
+        wedged.set()
+        await release.wait()  # a round waiting for what does not come until the test ends
+        return [None] * len(envs)
+
+    async with watched(bus) as liveness:
+        loop = asyncio.create_task(consume_in_order(bus, "admission-0", handle, settings))
+        try:
+            await asyncio.wait_for(wedged.wait(), 10)
+            await asyncio.wait_for(liveness.dead.wait(), 10)
+        finally:
+            release.set()  # a cancelled in-order consumer lets its batch finish first
+            loop.cancel()
+            await asyncio.gather(loop, return_exceptions=True)
+    assert liveness.told == [True, False]
+    assert "consumer admission-0 stalled: 1 message waiting" in caplog.text
+    series = {"service": "admission", "consumer": "admission-0"}
+    assert registry.get_sample_value("muster_consumer_stalled", series) == 1
+    stuck_s = registry.get_sample_value("muster_consumer_stuck_seconds", series)
+    assert stuck_s is not None
+    assert stuck_s >= STALL_S
+
+
+async def test_a_watched_follow_whose_reader_hangs_is_a_stall_and_moves_again_once_it_reads(
+    bus: Bus,
+) -> None:
+    await bus.publish(submitted("ns/a"))
+    await bus.publish(submitted("ns/b"))
+    release, all_read = asyncio.Event(), asyncio.Event()
+    read: list[str] = []
+
+    async def follow() -> None:
+        async for env in bus.replay([SUBMITTED], follow=True, watched="binder-specs"):
+            read.append(env.workload)
+            if len(read) == 3:
+                all_read.set()
+            if env.workload == "ns/a":
+                await release.wait()  # the service's apply, wedged until the test lets go
+
+    async with watched(bus) as liveness:
+        reader = asyncio.create_task(follow())
+        try:
+            await asyncio.wait_for(liveness.dead.wait(), 10)
+            assert read == ["ns/a"]
+            release.set()
+            await bus.publish(submitted("ns/c"))
+            await asyncio.wait_for(liveness.alive_again.wait(), 10)
+            await asyncio.wait_for(all_read.wait(), 10)
+        finally:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+    assert liveness.told == [True, False, True]
+    assert read == ["ns/a", "ns/b", "ns/c"]
+    assert bus.progress.trackers() == []  # the replay ended: no longer watched
+
+
+async def test_an_idle_watched_follow_and_consumer_stay_alive(bus: Bus) -> None:
+    await bus.publish(submitted("ns/a"))
+    handled = asyncio.Event()
+
+    async def handle(env: pb.Envelope) -> None:
+        handled.set()
+
+    async def follow() -> None:
+        async for _ in bus.replay([SUBMITTED], follow=True, watched="follow"):
+            pass
+
+    async with watched(bus) as liveness:
+        loops = [
+            asyncio.create_task(bus.consume("binder", [SUBMITTED], handle)),
+            asyncio.create_task(follow()),
+        ]
+        try:
+            await asyncio.wait_for(handled.wait(), 10)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(liveness.dead.wait(), 4 * STALL_S)
+        finally:
+            for loop in loops:
+                loop.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+    assert liveness.told == [True]

@@ -1,0 +1,114 @@
+"""The dashboard's cluster view over a cluster larger than one page: each cluster's totals,
+then its nodes a page at a time, each answer small whatever the cluster's size; in Debian's
+headless Chromium (as test_dashboard_browser), the page shows one page and follows "next"."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from cluster_rooms import report, room
+from gateway_helpers import running_gateway
+from test_dashboard_browser import CHROMIUM, FLAGS
+
+from muster.bus import Bus
+from muster.dashboard.server import NODES_PAGE, build_app
+
+pytestmark = pytest.mark.timeout(60)
+Http = TestClient[web.Request, web.Application]
+NODES = 2 * NODES_PAGE + 30
+
+
+@pytest.fixture
+async def client(bus: Bus) -> AsyncIterator[Http]:
+    async with (
+        running_gateway(bus) as gw,
+        TestClient(TestServer(build_app(gw.channel))) as http,
+    ):
+        yield http
+
+
+async def test_a_large_cluster_shows_its_totals_and_pages_its_nodes(client: Http, bus: Bus) -> None:
+    await report(bus, "big", [room(i, prefix="big") for i in range(NODES)])
+    await report(bus, "small", [room(0, prefix="small")])
+
+    summary = await (await client.get("/api/clusters?summary=1")).json()
+    assert [(c["name"], c["nodeCount"], c["nodes"]) for c in summary["clusters"]] == [
+        ("big", NODES, []),
+        ("small", 1, []),
+    ]
+    assert summary["clusters"][0]["allocatableTotal"]["cpu"] == str(8 * NODES)
+
+    seen: list[str] = []
+    query = "/api/clusters?cluster=big"
+    while True:
+        reply = await client.get(query)
+        assert reply.status == 200
+        assert len(await reply.read()) < 64 * 1024  # a page, not the cluster
+        page = await reply.json()
+        (big,) = page["clusters"]
+        assert len(big["nodes"]) <= NODES_PAGE
+        seen += [n["name"] for n in big["nodes"]]
+        if not page["continueToken"]:
+            break
+        query = f"/api/clusters?cluster=big&continue={page['continueToken']}"
+    assert seen == [f"big-{i:05d}" for i in range(NODES)]
+
+
+async def test_a_bad_page_request_is_a_400_naming_the_field(client: Http, bus: Bus) -> None:
+    await report(bus, "big", [room(i, prefix="big") for i in range(3)])
+    for query, field in [
+        ("limit=0", "limit"),
+        ("limit=1001", "limit"),
+        ("limit=1e3", "limit"),
+        ("limit=" + "9" * 400, "limit"),
+        ("continue=%00garbage", "continue_token"),
+    ]:
+        reply = await client.get(f"/api/clusters?cluster=big&{query}")
+        assert reply.status == 400, query
+        assert (await reply.json())["error"].startswith(f"{field}:"), query
+    unknown = await client.get("/api/clusters?cluster=north")
+    assert unknown.status == 404
+
+
+@pytest.fixture
+def chromium() -> str:
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"{CHROMIUM} missing: .ci/run installs Debian's chromium")
+        pytest.skip(f"{CHROMIUM} missing (apt-get install chromium)")
+    return CHROMIUM
+
+
+async def test_in_a_browser_the_nodes_page_shows_a_page_of_a_large_cluster_and_the_next(
+    bus: Bus, chromium: str
+) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    await report(bus, "big", [room(i, prefix="big") for i in range(NODES)])
+    async with (
+        running_gateway(bus) as gw,
+        TestServer(build_app(gw.channel)) as server,
+        async_playwright() as p,
+    ):
+        browser = await p.chromium.launch(executable_path=chromium, args=FLAGS)
+        try:
+            page = await browser.new_page()
+            await page.goto(str(server.make_url("/")) + "#/nodes")
+            totals = page.locator('[data-totals="big"]')
+            free_cpu = sum(8 - i % 8 for i in range(NODES))
+            free = f"free cpu {free_cpu}/{8 * NODES}, memory {32 * NODES}Gi/{32 * NODES}Gi, pods"
+            await expect(totals).to_contain_text(f"{NODES} nodes, {free}")
+            await expect(page.locator("[data-node]")).to_have_count(NODES_PAGE)
+            await expect(page.locator('[data-node="big-00000"]')).to_be_visible()
+
+            await page.locator('[data-next="big"]').click()
+            await expect(page.locator(f'[data-node="big-{NODES_PAGE:05d}"]')).to_be_visible()
+            await expect(page.locator("[data-node]")).to_have_count(NODES_PAGE)
+            await expect(page.locator('[data-node="big-00000"]')).to_have_count(0)
+        finally:
+            await browser.close()

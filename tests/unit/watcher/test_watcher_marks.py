@@ -1,0 +1,250 @@
+"""watcher.marks: a watcher restarted at any point of a workload's life publishes each fact
+once, rebuilding what it sent from its own pod events (`KvMarks.recall`) and the few marks
+it writes; which marks are written, and when. No NATS: a stream and a bucket that record,
+and neither drops a duplicate (as after JetStream's 2-minute window)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, cast
+
+import msgspec
+import pytest
+
+from muster.bus.errors import BusError
+from muster.bus.kv import Bucket, Entry
+from muster.cluster import ClusterChange
+from muster.contracts.v1 import events_pb2
+from muster.watcher.handlers import WatcherContext, on_pod
+from muster.watcher.marks import KvMarks
+from muster.watcher.outbox import Outbox
+from muster.watcher.pods import Sent, due_events, pod_state
+
+pytestmark = pytest.mark.timeout(10)
+
+CLUSTER = "east"
+WL = "ns/w"
+
+
+class Stream:
+    """Stores every event published, in order; drops no duplicate."""
+
+    def __init__(self) -> None:
+        self.stored: list[events_pb2.Envelope] = []
+
+    async def publish_many(self, envs: Sequence[events_pb2.Envelope]) -> list[int | BusError]:
+        self.stored.extend(envs)
+        return list(range(len(self.stored) - len(envs) + 1, len(self.stored) + 1))
+
+    async def replay(self) -> AsyncIterator[events_pb2.Envelope]:
+        for env in self.stored:
+            yield env
+
+
+class MarksBucket:
+    """The `MUSTER_WATCHER` bucket: values by key, every put and delete recorded."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, bytes] = {}
+        self.puts: list[str] = []
+        self.deletes: list[str] = []
+
+    async def put(self, key: str, value: bytes) -> int:
+        self.values[key] = value
+        self.puts.append(key)
+        return len(self.puts)
+
+    async def delete(self, key: str) -> bool:
+        self.values.pop(key, None)
+        self.deletes.append(key)
+        return True
+
+    async def snapshot(self, pattern: str, *, timeout_s: float) -> dict[str, Entry]:
+        prefix = pattern.removesuffix(">")
+        return {k: Entry(k, v, 1, 0.0) for k, v in self.values.items() if k.startswith(prefix)}
+
+
+def pod(
+    i: int, phase: str = "Pending", *, node: str = "n", ready: bool | None = None, of: str = "w"
+) -> Any:
+    """Pod `i` of workload ns/`of` (WL) as the cluster stores it; Running is Ready unless
+    `ready` says otherwise."""
+    ready = phase == "Running" if ready is None else ready
+    return {
+        "metadata": {
+            "namespace": "ns",
+            "name": f"{of}-{i}",
+            "uid": f"uid-{of}-{i}",
+            "labels": {"muster.dev/workload": of},
+        },
+        "spec": {"nodeName": node},
+        "status": {
+            "phase": phase,
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+def changed(obj: Any, *, deleted: bool = False) -> ClusterChange:
+    name = obj["metadata"]["name"]
+    return ClusterChange(
+        kind="Pod",
+        type="DELETED" if deleted else "MODIFIED",
+        key=f"pod.ns.{name}",
+        obj=obj,
+        revision=0,
+    )
+
+
+class Watcher:
+    """The watcher's pod path over `stream` and `bucket`, started as after a restart."""
+
+    def __init__(self, stream: Stream, bucket: MarksBucket, *, clock_s: float = 0.0) -> None:
+        self.stream, self.bucket, self.now_s = stream, bucket, clock_s
+        self.marks = KvMarks(cast(Bucket, bucket), cluster=CLUSTER, clock_s=lambda: self.now_s)
+        self.ctx = WatcherContext(
+            cluster=CLUSTER,
+            outbox=Outbox(stream),
+            marks=self.marks,
+            clock_ns=lambda: int(self.now_s * 1e9),
+        )
+
+    async def start(self, pods: Sequence[Any]) -> None:
+        """Read back what was sent, knowing the `pods` listed now (as `service._remember`)."""
+        states = [s for s in map(pod_state, pods) if s is not None]
+        await self.marks.read_all()
+        live = {WL: {s.uid for s in states}} if states else {}
+        await self.marks.recall(self.stream.replay(), source=self.ctx.source, live=live)
+        for state in states:
+            self.ctx.seed(state)
+
+    async def handle(self, change: ClusterChange) -> None:
+        """One batch of one change: handled, its events stored, then its marks."""
+        await on_pod(change, self.ctx)
+        await self.ctx.outbox.flush()
+        await self.marks.flush()
+
+
+# Each a workload's life, change by change: the pods as they are after it.
+LIVES = {
+    "pending, bound, running, succeeded, gone": [
+        [pod(1, node=""), pod(2, node="")],
+        [pod(1), pod(2, node="")],
+        [pod(1), pod(2)],
+        [pod(1, "Running"), pod(2)],
+        [pod(1, "Running"), pod(2, "Running")],
+        [pod(1, "Succeeded"), pod(2, "Running")],
+        [pod(1, "Succeeded"), pod(2, "Succeeded")],
+        [pod(2, "Succeeded")],
+        [],
+    ],
+    "ready late, lost, regained, lost, gone, again": [
+        [pod(1, "Running", ready=False)],
+        [pod(1, "Running")],
+        [pod(1, "Running", ready=False)],
+        [pod(1, "Running")],
+        [pod(1, "Running", ready=False)],
+        [],
+        [pod(3, "Running")],
+        [pod(3, "Running", ready=False)],
+    ],
+}
+
+
+async def live(watcher: Watcher, history: list[list[Any]], *, since: Sequence[Any] = ()) -> None:
+    """Change the pods from `since` to each state of `history` in turn, as the watch shows it."""
+    before = {p["metadata"]["name"]: p for p in since}
+    for pods in history:
+        now = {p["metadata"]["name"]: p for p in pods}
+        for name, obj in before.items():
+            if name not in now:
+                await watcher.handle(changed(obj, deleted=True))
+        for name, obj in now.items():
+            if before.get(name) != obj:
+                await watcher.handle(changed(obj))
+        before = now
+
+
+def ids(stream: Stream) -> list[str]:
+    return [env.event_id for env in stream.stored]
+
+
+@pytest.mark.parametrize("history", LIVES.values(), ids=LIVES.keys())
+async def test_a_watcher_restarted_at_any_point_publishes_each_fact_once(
+    history: list[list[Any]],
+) -> None:
+    whole = Stream()
+    await live(Watcher(whole, MarksBucket()), history)
+    assert len(set(ids(whole))) == len(ids(whole))
+
+    for cut in range(1, len(history)):
+        stream, bucket = Stream(), MarksBucket()
+        await live(Watcher(stream, bucket), history[:cut])
+        restarted = Watcher(stream, bucket)
+        await restarted.start(history[cut - 1])
+        await live(restarted, history[cut:], since=history[cut - 1])
+        assert ids(stream) == ids(whole), f"restarted after change {cut}"
+
+
+async def test_pods_that_start_and_finish_cost_no_mark() -> None:
+    stream, bucket = Stream(), MarksBucket()
+    await live(Watcher(stream, bucket), LIVES["pending, bound, running, succeeded, gone"])
+    # Pending {1}, {1, 2} as the watch shows them one by one, then {2}; running; finished.
+    assert [env.WhichOneof("payload") for env in stream.stored] == [
+        *["pods_pending"] * 3,
+        "running",
+        "finished",
+    ]
+    assert (bucket.puts, bucket.deletes) == ([], [])
+
+
+async def test_a_loss_is_written_and_its_mark_forgotten_with_its_pods() -> None:
+    stream, bucket = Stream(), MarksBucket()
+    watcher = Watcher(stream, bucket)
+    await live(watcher, [[pod(1, "Running")], [pod(1, "Running", ready=False)]])
+    assert bucket.puts == [f"{CLUSTER}.wl.ns.w"]  # the count of losses: no event says it
+    await live(watcher, [[]], since=[pod(1, "Running", ready=False)])
+    assert (bucket.values, bucket.deletes) == ({}, [f"{CLUSTER}.wl.ns.w"])
+
+
+async def test_marks_of_a_long_life_are_written_once_before_the_stream_can_drop_its_events() -> (
+    None
+):
+    stream, bucket = Stream(), MarksBucket()
+    watcher = Watcher(stream, bucket, clock_s=1000.0)
+    await live(watcher, [[pod(1, "Running")]])
+    watcher.now_s += 599.0
+    await watcher.marks.flush()
+    assert bucket.puts == []  # younger than seal_after_s (600 s): the stream says it all
+    watcher.now_s += 1.0
+    await watcher.marks.flush()
+    watcher.now_s += 600.0
+    await watcher.marks.flush()
+    assert bucket.puts == [f"{CLUSTER}.wl.ns.w"]
+
+    # Restarted with its events still in the stream: they add nothing to write again.
+    again = Watcher(stream, bucket, clock_s=watcher.now_s + 600.0)
+    await again.start([pod(1, "Running")])
+    await again.marks.flush()
+    assert bucket.puts == [f"{CLUSTER}.wl.ns.w"]
+
+    # Restarted with none of its events left in the stream: the written mark says it all.
+    restarted = Watcher(Stream(), bucket)
+    await restarted.start([pod(1, "Running")])
+    await live(restarted, [[pod(1, "Succeeded")]], since=[pod(1, "Running")])
+    assert [env.WhichOneof("payload") for env in restarted.stream.stored] == ["finished"]
+
+
+async def test_a_graceful_stop_writes_what_a_watcher_of_before_reads_but_a_cut_batchs() -> None:
+    stream, bucket = Stream(), MarksBucket()
+    watcher = Watcher(stream, bucket)
+    await live(watcher, [[pod(1, "Running"), pod(1, "Running", of="v")]])
+    await on_pod(changed(pod(1, "Succeeded", of="v")), watcher.ctx)  # stopped before stored
+
+    await watcher.marks.seal()
+
+    assert list(bucket.values) == [f"{CLUSTER}.wl.ns.w"]  # ns/v's marks may say too much
+    sent = msgspec.json.decode(bucket.values[f"{CLUSTER}.wl.ns.w"], type=Sent)
+    running = pod_state(pod(1, "Running"))
+    assert running is not None
+    assert due_events(WL, [running], sent) == []  # all a watcher of before reads: nothing due
