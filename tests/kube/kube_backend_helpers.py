@@ -163,6 +163,20 @@ def node(name: str, *, cpu: str = "8", labels: dict[str, str] | None = None) -> 
     }
 
 
+def bare_workload(name: str = "wl", *, count: int = 2) -> dict[str, Any]:
+    """A Kueue Workload of its own (no Job): muster makes its pods from its podset template."""
+    template = {"spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}}
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "queueName": "lq",
+            "podSets": [{"name": "main", "count": count, "template": template}],
+        },
+    }
+
+
 def job(name: str, *, queue: str | None = "lq", parallelism: int = 3) -> dict[str, Any]:
     labels = {"kueue.x-k8s.io/queue-name": queue} if queue else {}
     return {

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 import pytest
-from kube_backend_helpers import backend_for, job, node, pod
+from kube_backend_helpers import backend_for, bare_workload, job, node, pod
 
 from muster.api.model import Toleration
 from muster.cluster.backend import PodSetStart
@@ -119,25 +119,7 @@ async def test_start_rereads_and_retries_when_the_job_changed_meanwhile(
 async def test_a_bare_workload_gets_its_pods_from_its_templates_and_loses_them_on_stop(
     server: ApiServer, backend: KubeBackend
 ) -> None:
-    await backend.apply(
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta1",
-            "kind": "Workload",
-            "metadata": {"name": "wl", "namespace": "default"},
-            "spec": {
-                "queueName": "lq",
-                "podSets": [
-                    {
-                        "name": "main",
-                        "count": 2,
-                        "template": {
-                            "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}
-                        },
-                    }
-                ],
-            },
-        }
-    )
+    await backend.apply(bare_workload("wl"))
     await backend.start_workload("default/wl", pod_sets=[ADMITTED])
     await backend.start_workload("default/wl", pod_sets=[ADMITTED])  # idempotent
     pods = {p.name: p for p in await backend.list_pods()}

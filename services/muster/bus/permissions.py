@@ -209,7 +209,8 @@ ROLES: Final[tuple[Role, ...]] = (
     Role(
         service="sim-cluster",
         per_cluster=True,
-        about="the simulated cluster's kubelet",
+        about="the simulated cluster's kubelet and garbage collector",
+        replays=(EVENTS_STREAM,),  # every cluster's `workload.deleted` (the collector)
         sim_store="write",
         only_simulated=True,
     ),

@@ -1,18 +1,25 @@
-"""`muster service sim-cluster`: the kubelet of a simulated cluster, as a service.
+"""`muster service sim-cluster`: the kubelet and garbage collector of a simulated cluster.
 
 Runs the bound pods in KV bucket `MUSTER_SIM_<cluster>` for their `muster.dev/run-seconds`
 divided by `--speed`, counted from their start (or, with `--run-from created`, from their
-creation: see `Kubelet`). Takes every service's common flags (`muster.bus.service`).
+creation: see `Kubelet`), and deletes the pods of each deleted workload (`GarbageCollector`,
+fed every cluster's `workload.deleted` from MUSTER_EVENTS). Takes every service's common flags
+(`muster.bus.service`).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import functools
+from collections.abc import AsyncIterator
 
 from muster.bus import Bus
 from muster.bus.service import Flag, Health, ServiceConfig, ServiceMain, service_main
+from muster.bus.subjects import workload_filters
+from muster.cluster.sim.backend import SimBackend
 from muster.cluster.sim.clock import Clock, WallClock
+from muster.cluster.sim.collector import Deletion, GarbageCollector
 from muster.cluster.sim.kubelet import RUN_FROM, STARTED, Kubelet
 from muster.cluster.sim.store import SimStore
 
@@ -24,7 +31,8 @@ def main(argv: list[str]) -> int:
     return service_main(
         argv,
         name=NAME,
-        description="Run the pods of a simulated cluster (the sim kubelet).",
+        description="Run the pods of a simulated cluster (the sim kubelet), and collect those "
+        "of deleted workloads.",
         flags=(
             Flag(
                 "--speed",
@@ -66,11 +74,21 @@ async def serve(
     run_from: str = STARTED,
     clock: Clock | None = None,
 ) -> None:
-    """Open the cluster's store and run its kubelet until cancelled."""
+    """Open the cluster's store and run its kubelet and garbage collector until cancelled."""
+    clock = clock or WallClock()
     store = await SimStore.open(bus.kv, cluster=cluster)
-    kubelet = Kubelet(store, clock=clock or WallClock(), speed=speed, run_from=run_from)
+    collector = GarbageCollector(SimBackend(store, clock=clock))
+    kubelet = Kubelet(store, clock=clock, speed=speed, run_from=run_from, on_pod=collector.seen)
     health.ready()
-    await kubelet.run()
+    async with asyncio.TaskGroup() as tasks:
+        tasks.create_task(kubelet.run(), name="kubelet")
+        tasks.create_task(collector.run(deletions(bus)), name="garbage-collector")
+
+
+async def deletions(bus: Bus) -> AsyncIterator[Deletion]:
+    """Every cluster's `workload.deleted`, from the start of MUSTER_EVENTS, then as stored."""
+    async for env in bus.replay(workload_filters("*", "deleted"), follow=True):
+        yield Deletion(env.workload, env.sequence)
 
 
 if __name__ == "__main__":

@@ -51,7 +51,13 @@ class Kubelet:
     """
 
     def __init__(
-        self, store: SimStore, *, clock: Clock, speed: float = 1.0, run_from: str = STARTED
+        self,
+        store: SimStore,
+        *,
+        clock: Clock,
+        speed: float = 1.0,
+        run_from: str = STARTED,
+        on_pod: Callable[[StoreChange], None] | None = None,
     ) -> None:
         if not speed > 0:
             raise ValueError(f"speed must be > 0, got {speed}")
@@ -65,6 +71,7 @@ class Kubelet:
         self._readies: dict[str, tuple[str, asyncio.Task[None]]] = {}  # the same, to turn Ready
         self._nodes: set[str] = set()  # keys of the nodes the watch has shown, not deleted
         self._starts = asyncio.Semaphore(_STARTS_IN_FLIGHT)
+        self._on_pod = on_pod  # shown every pod change too (the garbage collector)
 
     async def run(self) -> None:
         """Watch pods and drive each through its phases; returns only by cancellation or error.
@@ -81,6 +88,8 @@ class Kubelet:
                         self._on_node(change)
                         continue
                     try:
+                        if self._on_pod is not None:
+                            self._on_pod(change)
                         await self._on_change(change, tasks)
                     except Exception:  # a pod it cannot read: skipped, the others still run
                         log.exception("skipping pod %s at revision %d", change.key, change.revision)
@@ -145,7 +154,7 @@ class Kubelet:
         which a restarted kubelet's list shows later)."""
         key = node_key(node)
         return (
-            key in self._nodes or await _waiting_out_nats(lambda: self._store.get(key)) is not None
+            key in self._nodes or await waiting_out_nats(lambda: self._store.get(key)) is not None
         )
 
     def _schedule_finish(self, change: StoreChange, uid: str, timers: asyncio.TaskGroup) -> None:
@@ -222,7 +231,7 @@ class Kubelet:
         """Apply `change` (status, now → whether it changed anything) to pod `key` while it is
         still that Running pod; whether it was written."""
         while True:
-            current = await _waiting_out_nats(lambda: self._store.get(key))
+            current = await waiting_out_nats(lambda: self._store.get(key))
             if current is None or _meta(current.obj).get("uid", "") != uid:
                 return False  # deleted (or deleted and started again: a new pod, a new timer)
             status = dict(current.obj.get("status", {}))
@@ -237,7 +246,7 @@ class Kubelet:
                 revision=current.revision,
             )
             try:
-                await _waiting_out_nats(update)
+                await waiting_out_nats(update)
             except ConflictError:
                 continue  # someone wrote in between: look again
             return True
@@ -245,7 +254,7 @@ class Kubelet:
     async def _write(self, key: str, pod: dict[str, Any], *, revision: int) -> None:
         """Write `pod` over `revision`; a lost race is dropped, NATS away is waited out."""
         try:
-            await _waiting_out_nats(lambda: self._store.update(key, pod, revision=revision))
+            await waiting_out_nats(lambda: self._store.update(key, pod, revision=revision))
         except ConflictError:
             log.debug(
                 "pod changed under the kubelet; the watch brings it back",
@@ -259,7 +268,7 @@ class Kubelet:
                 known[1].cancel()
 
 
-async def _waiting_out_nats(op: Callable[[], Awaitable[T]]) -> T:
+async def waiting_out_nats(op: Callable[[], Awaitable[T]]) -> T:
     """`op()`, tried again while it fails for a temporary reason (NATS restarting): a pod's
     start or end is never dropped because NATS was away, and the kubelet does not stop."""
     delay_s = 0.1
