@@ -358,3 +358,18 @@ async def test_a_subscription_the_server_refuses_leaves_the_connection_up(bus: B
     assert ack.seq >= 1
     assert bus.nc.is_connected
     assert bus.nc.stats["reconnects"] == reconnects  # nor dropped and made again
+
+
+async def test_a_flush_given_up_before_its_pong_leaves_the_connection_reading(bus: Bus) -> None:
+    # nats-py's flush cancels its ping's future when it stops waiting (cancelled, or timed
+    # out); the PONG answering it then raised InvalidStateError in nats-py's read loop, which
+    # ended the loop: the connection stayed "connected" and heard nothing more.
+    pongs = bus.nc._pongs_received
+    flush = asyncio.create_task(bus.nc.flush())
+    await asyncio.sleep(0)  # its PING is on the way
+    flush.cancel()
+    await asyncio.gather(flush, return_exceptions=True)
+    await until(lambda: bus.nc._pongs_received > pongs)  # the PONG was read
+
+    ack = await bus.js.publish("muster.v1.local.workload.submitted", b"after", timeout=10)
+    assert ack.seq >= 1

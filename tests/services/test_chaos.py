@@ -18,7 +18,10 @@ KINDS = {"admission-0", "preemption", "gateway", "binder", "gangpermit", "watche
 
 
 async def test_under_kills_and_a_nats_restart_every_workload_finishes_once_within_quota() -> None:
-    row = await run_chaos(ChaosConfig(workloads=200, faults=True, submit_s=14.0, seed=7))
+    # The run's own deadline comes well before the test's: a run that cannot finish reports
+    # what is stuck, with its logs, instead of being cut off by pytest-timeout with no row.
+    config = ChaosConfig(workloads=200, faults=True, submit_s=14.0, seed=7, timeout_s=150.0)
+    row = await run_chaos(config)
 
     assert set(row.kills) == KINDS, row.kills  # every kind was killed at least once
     assert row.nats_restarts == 1

@@ -1,9 +1,12 @@
 """The faults of `muster bench chaos`: SIGKILL a service and start it again as Kubernetes would,
 restart nats-server, and notice a service that exits without being killed.
 
-Kills go round every service of the stack in a shuffled order (so every kind is hit), one about
-every `every_s`; a killed service is started again `restart_delay_s` later with the same flags,
-while the next kills go on. A service that exits on its own is recorded and started again too.
+Kills go round every service of the stack in a shuffled order (so every kind is hit); a killed
+service is started again `restart_delay_s` later with the same flags, and the next kill comes
+about `every_s` after it serves again. On an idle machine a service is back within a second; on
+a loaded one a start takes many times longer, and kills made every `every_s` regardless had most
+services down at once: a gateway was killed again before it had answered one Submit, and a run
+made no progress for minutes. A service that exits on its own is recorded and started again too.
 """
 
 from __future__ import annotations
@@ -38,11 +41,13 @@ class Faults:
         self.exits: list[str] = []  # services that exited without being killed, and why
         self._ours: set[str] = set()  # being killed or started again by us
         self._restarts: set[asyncio.Task[None]] = set()
+        self.every_kind_killed = asyncio.Event()  # set once each service was killed at least once
 
     async def run(
         self, *, every_s: float, restart_delay_s: float, nats_at_s: Sequence[float]
     ) -> None:
-        """Kill and restart until cancelled; nats-server restarts `nats_at_s` seconds in."""
+        """Kill and restart, one service at a time, until cancelled; nats-server restarts
+        `nats_at_s` seconds in."""
         start = time.monotonic()
         names = [s.name for s in self.stack.services]
         order: list[str] = []
@@ -61,7 +66,10 @@ class Faults:
             self._ours.add(name)
             await finishing(self.stack.kill(name))
             self.kills[name] = self.kills.get(name, 0) + 1
-            self._bring_back(name, delay_s=restart_delay_s)
+            if self.kills.keys() >= set(names):
+                self.every_kind_killed.set()
+            back = self._bring_back(name, delay_s=restart_delay_s)
+            await asyncio.wait([back])  # cancelling `run` leaves the start to `restore`
 
     async def watch_exits(self) -> None:
         """Record (and start again) every service that exits without being killed."""
@@ -87,10 +95,11 @@ class Faults:
                 self._bring_back(svc.name, delay_s=0.0)
         await asyncio.gather(*self._restarts, return_exceptions=True)
 
-    def _bring_back(self, name: str, *, delay_s: float) -> None:
+    def _bring_back(self, name: str, *, delay_s: float) -> asyncio.Task[None]:
         task = asyncio.create_task(self._start_again(name, delay_s))
         self._restarts.add(task)
         task.add_done_callback(self._restarts.discard)
+        return task
 
     async def _start_again(self, name: str, delay_s: float) -> None:
         try:

@@ -259,6 +259,19 @@ class MusterClient(NatsClient):
             return
         await self._process_op_err(error)
 
+    async def _process_pong(self) -> None:
+        """nats-py's, except that a PONG answering a ping no one waits for any more is only
+        counted. `flush` cancels its ping's future when it stops waiting (its timeout, or its
+        caller cancelled, as a stopping consume loop's last flush may be); nats-py then set a
+        result on the cancelled future, and the InvalidStateError ended the read loop: the
+        connection stayed up but deaf until the pings noticed, minutes later."""
+        if self._pongs:
+            future = self._pongs.pop(0)
+            if not future.done():
+                future.set_result(True)
+            self._pongs_received += 1
+            self._pings_outstanding = 0
+
     def _fail_waiting(self, error: type[nats.errors.Error]) -> None:
         """Fail every request waiting for an answer with `error`, and tell `on_lost`."""
         for future in list(self._resp_map.values()):

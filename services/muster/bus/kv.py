@@ -40,6 +40,10 @@ _OPERATION: Final = "KV-Operation"  # the KV protocol's header marking a tombsto
 _ROLLUP: Final = "Nats-Rollup"  # "sub": the message replaces every earlier one of its key
 _TTL: Final = "Nats-TTL"  # the message's own age limit (nats-server 2.11, `allow_msg_ttl`)
 _TTL_DISABLED: Final = 10166  # JetStream's err_code for a Nats-TTL the stream does not allow
+# nats-server 2.11+ marks a key removed by a per-message TTL or its bucket's age this way.
+_MARKER_REASON: Final = "Nats-Marker-Reason"
+_MARKERS_DELETING: Final = ("MaxAge", "Purge", "Remove")
+_WATCH_INACTIVE_S: Final = 300.0  # the server drops a watch's consumer left this long unread
 # A change feed notices a lost consumer (NATS restarted) after about two missed heartbeats,
 # and nats-py's ordered consumer resumes after the last revision it delivered.
 _HEARTBEAT_S: Final = 1.0
@@ -242,29 +246,82 @@ class Bucket:
         """The live value of every key matching NATS subject `pattern` (`cq.>`), in one ordered
         pass over the latest of each (cheaper than keys then gets); `Unavailable` when no
         entry comes for `timeout_s` before the last."""
-        with wrapped(f"{self.name} read {pattern}"):
-            watcher = await self._kv.watch(pattern, ignore_deletes=True)
-            found: dict[str, Entry] = {}
-            try:
-                while True:
-                    # nats-py leaves KeyWatcher's methods unannotated; None: every key was read.
-                    raw = await watcher.updates(timeout_s)  # type: ignore[no-untyped-call]
-                    if raw is None:
-                        return found
-                    found[raw.key] = _entry(raw)
-            finally:
-                await watcher.stop()  # type: ignore[no-untyped-call]
+        found: dict[str, Entry] = {}
+        entries = self.watch(pattern, timeout_s=timeout_s)
+        try:
+            async for entry in entries:
+                if entry is None:  # every key read
+                    break
+                if entry.value is None:
+                    found.pop(entry.key, None)
+                else:
+                    found[entry.key] = entry
+        finally:
+            await entries.aclose()
+        return found
 
-    async def watch(self, pattern: str = ">") -> AsyncGenerator[Entry | None, None]:
+    async def watch(
+        self, pattern: str = ">", *, timeout_s: float | None = None
+    ) -> AsyncGenerator[Entry | None, None]:
         """Every stored entry matching `pattern`, then None (all read), then each change as it
-        comes, until the caller stops; `Unavailable` when NATS fails meanwhile."""
-        with wrapped(f"{self.name} watch {pattern}"):
-            watcher = await self._kv.watch(pattern)
-            try:
-                async for raw in watcher:
-                    yield None if raw is None else _entry(raw)
-            finally:
-                await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py leaves it unannotated
+        comes, until the caller stops; `Unavailable` when NATS fails meanwhile, or when no
+        entry comes for `timeout_s` (None: no limit).
+
+        All is read once a delivery leaves nothing pending, or at once when the consumer has
+        delivered nothing and has nothing pending. nats-py's KeyWatcher said so whenever its
+        consumer info showed nothing pending and no delivery had been read yet: a loaded
+        server may send that info's reply before deliveries already made, and a snapshot
+        then read nothing.
+        """
+        arrived: asyncio.Queue[Msg] = asyncio.Queue()
+
+        async def deliver(msg: Msg) -> None:
+            arrived.put_nowait(msg)
+
+        what = f"{self.name} read {pattern}"
+        with wrapped(what):
+            sub = await self._js.subscribe(
+                self._subject(pattern),
+                stream=self._stream,
+                cb=deliver,
+                ordered_consumer=True,
+                deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
+                inactive_threshold=_WATCH_INACTIVE_S,
+            )
+        try:
+            with wrapped(what):
+                info = await sub.consumer_info()
+            delivered = info.delivered.consumer_seq if info.delivered else 0
+            loaded = not info.num_pending and not delivered
+            if loaded:
+                yield None
+            while True:
+                with wrapped(what):
+                    msg = await asyncio.wait_for(arrived.get(), timeout_s)
+                entry = self._entry_of(msg)
+                if entry is not None:
+                    yield entry
+                if not loaded and msg.metadata.num_pending == 0:
+                    loaded = True
+                    yield None
+        finally:
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
+
+    def _entry_of(self, msg: Msg) -> Entry | None:
+        """A watch's delivery as an `Entry`; None for a server marker of a kind not known
+        (nats-py's KeyWatcher skips those too)."""
+        headers = msg.headers or {}
+        deleted = headers.get(_OPERATION) in _DELETED
+        reason = headers.get(_MARKER_REASON)
+        if reason is not None:
+            if reason not in _MARKERS_DELETING:
+                return None
+            deleted = True
+        meta = msg.metadata
+        created = meta.timestamp.timestamp() if meta.timestamp is not None else 0.0
+        key = msg.subject.removeprefix(self._prefix)
+        return Entry(key, None if deleted else msg.data, meta.sequence.stream, created)
 
     # --- a storage engine's view of the KV protocol --------------------------------------------
 
