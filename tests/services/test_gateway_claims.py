@@ -117,14 +117,35 @@ async def test_a_claim_left_mid_submit_is_its_retrys_and_no_one_elses_for_long(
     # The caller retries with its idempotency key: the claim is its own.
     await leave_claim(bus, "ml/retried", event_id_of(workload("retried"), "k"), age_s=0)
     assert outcome(await submit(a, workload("retried"), "k")) == "submitted"
-    # Another caller, soon after: the claimant may still store its `submitted`.
+    # Another caller, soon after: the claimant may still store its `submitted`, or never
+    # (cancelled, killed): not "exists" while nothing is stored, but retry.
+    a.server.known.held_wait_s = 0.2
     await leave_claim(bus, "ml/fresh", "a-submission-in-flight", age_s=1)
-    assert outcome(await submit(a, workload("fresh"), "other")) == "exists"
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await submit(a, workload("fresh"), "other")
+    assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "another Submit claimed this name 1s ago and has not stored it" in (
+        raised.value.details() or ""
+    )
+    assert await stored_submitted(bus, "ml/fresh") == []
     # Long after, with no `submitted` of it anywhere: the name is free again.
     await leave_claim(bus, "ml/orphan", "a-submission-never-stored", age_s=3600)
     reply = await submit(a, workload("orphan"), "other")
     assert outcome(reply) == "submitted"
     assert await stored_submitted(bus, "ml/orphan") == [reply.objects[0].event_id]
+
+
+async def test_a_claim_held_by_a_submit_storing_it_now_is_answered_exists_once_stored(
+    two: tuple[RunningGateway, RunningGateway], bus: Bus
+) -> None:
+    a, b = two
+    a.server.known.held_wait_s = 30.0  # a generous wait: b stores within it
+    theirs = event_id_of(workload("late"), "theirs")
+    await leave_claim(bus, "ml/late", theirs, age_s=0)  # b's Submit, claimed, not stored yet
+    waiting = asyncio.create_task(submit(a, workload("late"), "other"))
+    assert outcome(await submit(b, workload("late"), "theirs")) == "submitted"
+    assert outcome(await waiting) == "exists"
+    assert await stored_submitted(bus, "ml/late") == [theirs]
 
 
 async def test_a_claim_found_by_a_gateway_that_cannot_read_the_stream_is_answered_unavailable(

@@ -27,6 +27,7 @@ import random
 import shutil
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -290,11 +291,13 @@ async def _stopped(task: asyncio.Task[None]) -> None:
 
 
 async def _submit(gateway: services_pb2_grpc.GatewayStub, manifest: str) -> None:
-    """Submit until the gateway answers OK (it may be down, or NATS may be)."""
+    """Submit until the gateway answers OK (it may be down, or NATS may be), retrying under
+    one idempotency key as `muster submit` does: a retry of a call cut short is the same call."""
+    request = services_pb2.SubmitRequest(manifest=manifest, idempotency_key=uuid.uuid4().hex)
     delay = 0.05
     while True:
         try:
-            await gateway.Submit(services_pb2.SubmitRequest(manifest=manifest), timeout=10)
+            await gateway.Submit(request, timeout=10)
             return
         except grpc.aio.AioRpcError as err:
             if err.code() not in _RETRYABLE:

@@ -41,6 +41,10 @@ class Verdict(enum.Enum):
     OURS = "ours"  # this submission holds it already (a retry, or a restart mid-claim)
     TAKE = "take"  # an earlier life's, or an orphan's: replace it at the revision read
     TAKEN = "taken"  # another submission holds this life of the name: "already exists"
+    # Another submission holds it, and its `submitted` is not stored: it may be in flight, or
+    # never come (a claimant cancelled, killed or past its deadline). Not "already exists":
+    # nothing exists yet. Wait a moment for it, else the caller retries.
+    HELD = "held"
     READ = "read"  # the index may be behind: read the stream to its end, then ask again
 
 
@@ -87,7 +91,8 @@ def verdict(
     `caught_up` whether the index was read to the stream's end after `found` was read. A found
     claim of an earlier life is replaced; one of this life (or of a deletion the index no
     longer remembers) holds, unless nothing anywhere knows its submission long after it was
-    written. Never TAKE on an index that may be behind.
+    written. Never TAKE on an index that may be behind, and never answer TAKEN ("already
+    exists") for a submission not stored: HELD.
     """
     if found is None or found.life < mine.life:
         return Verdict.TAKE
@@ -99,4 +104,4 @@ def verdict(
         return Verdict.TAKEN
     if mine.at_s - found.at_s > orphan_after_s:
         return Verdict.TAKE
-    return Verdict.TAKEN
+    return Verdict.HELD

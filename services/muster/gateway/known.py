@@ -61,6 +61,10 @@ SENT_KEPT: Final = 10_000  # own submissions awaiting read-back; beyond, admissi
 # MUSTER_NAMES is taken for the name's current life (`claims.verdict`).
 DELETED_KEPT: Final = 100_000
 CLAIMS: Final = 4  # a name's claim replaced under a Submit this often: retry the Submit
+# A claim held by a submission not stored yet: how long a Submit waits for that `submitted`
+# (a racing call stores it within milliseconds) before answering UNAVAILABLE, and its steps.
+HELD_WAIT_S: Final = 2.0
+HELD_POLL_S: Final = (0.02, 0.05, 0.1, 0.2, 0.5)
 SUBJECTS: Final = tuple(
     subject
     for event in ("submitted", "finished", "deleted")
@@ -173,6 +177,7 @@ class KnownFollower:
         self.known = KnownWorkloads()
         self.catch_up_s = catch_up_s  # a Submit's wait for the index, then the claims decide
         self.read_s = read_s  # a claim's wait for the stream's end, then UNAVAILABLE
+        self.held_wait_s = HELD_WAIT_S
         self.orphan_after_s = orphan_after_s
         self._clock = clock  # claims compare the claimants' wall clocks (`Claim.at_s`)
         self._ready = asyncio.Event()
@@ -267,6 +272,8 @@ class KnownFollower:
         may be behind), the revision it was read at, and `mine` as of the index then (of the
         life held, when OURS)."""
         caught_up = False
+        polls = iter(HELD_POLL_S)
+        held_until: float | None = None
         while True:
             entry = await names.last_write(key)
             found = None if entry is None or entry.value is None else decode_claim(entry.value)
@@ -284,7 +291,18 @@ class KnownFollower:
                     revision,
                     msgspec.structs.replace(mine, life=max(found.life, mine.life)),
                 )
-            if judged is not Verdict.READ:
+            if judged is Verdict.HELD:
+                now = time.monotonic()
+                held_until = now + self.held_wait_s if held_until is None else held_until
+                if now >= held_until:
+                    age_s = 0.0 if found is None else max(0.0, mine.at_s - found.at_s)
+                    raise Unavailable(
+                        f"{workload}: another Submit claimed this name {age_s:.0f}s ago and"
+                        f" has not stored it: retry (the name is free again"
+                        f" {self.orphan_after_s:.0f}s after that claim if it never does)"
+                    )
+                await asyncio.sleep(min(next(polls, HELD_POLL_S[-1]), held_until - now))
+            elif judged is not Verdict.READ:
                 return judged, revision, mine
             await self._read_to_end_within()
             caught_up = True

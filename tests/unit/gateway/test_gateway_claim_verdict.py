@@ -31,9 +31,9 @@ def found(event_id: str = "theirs", *, life: int = 7, age_s: float = 1.0) -> Cla
         pytest.param(found(), None, False, Verdict.READ, id="held: the index may be behind"),
         pytest.param(found(life=9), None, False, Verdict.READ, id="of a deletion not read yet"),
         pytest.param(found(), "theirs", True, Verdict.TAKEN, id="held, its submitted read"),
-        pytest.param(found(), None, True, Verdict.TAKEN, id="held, its submitted on its way"),
+        pytest.param(found(), None, True, Verdict.HELD, id="held, its submitted not stored"),
         pytest.param(
-            found(age_s=ORPHAN_AFTER_S), None, True, Verdict.TAKEN, id="just not an orphan yet"
+            found(age_s=ORPHAN_AFTER_S), None, True, Verdict.HELD, id="just not an orphan yet"
         ),
         pytest.param(found(age_s=ORPHAN_AFTER_S + 1), None, True, Verdict.TAKE, id="an orphan's"),
         pytest.param(
