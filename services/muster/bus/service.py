@@ -209,7 +209,23 @@ def config_from_args(args: argparse.Namespace, name: str) -> ServiceConfig:
 
     Raises ValueError with a message for the user when a value is invalid.
     """
-    bus = BusConfig(
+    return ServiceConfig(
+        name=name,
+        bus=bus_config_from_args(args, name),
+        cluster=args.cluster,
+        health_host=args.health_host,
+        health_port=args.health_port,
+        grace_s=args.grace_seconds,
+        log_level=args.log_level.upper(),
+        metrics_port=args.metrics_port,
+        stall_s=args.stall_seconds,
+    )
+
+
+def bus_config_from_args(args: argparse.Namespace, name: str) -> BusConfig:
+    """The connection part of `config_from_args`: all a command that is no service needs
+    (`muster nats-setup`), so a service's new flag never breaks it."""
+    return BusConfig(
         url=args.nats,
         creds_file=args.nats_creds,
         user=args.nats_user,
@@ -223,17 +239,6 @@ def config_from_args(args: argparse.Namespace, name: str) -> ServiceConfig:
         max_event_bytes=args.max_event_bytes,
         connect_timeout_s=args.nats_connect_timeout,
         stream_replicas=args.stream_replicas,
-    )
-    return ServiceConfig(
-        name=name,
-        bus=bus,
-        cluster=args.cluster,
-        health_host=args.health_host,
-        health_port=args.health_port,
-        grace_s=args.grace_seconds,
-        log_level=args.log_level.upper(),
-        metrics_port=args.metrics_port,
-        stall_s=args.stall_seconds,
     )
 
 

@@ -20,7 +20,7 @@ from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES as MAX_EVENT_BYTES
 from muster.bus.errors import BusError, SetupError
 from muster.bus.natsconf import AUTH_MODES, HEADER, authorization, matrix
 from muster.bus.permissions import Deployment, users
-from muster.bus.service import COMMON_FLAGS, add_flags, config_from_args
+from muster.bus.service import COMMON_FLAGS, add_flags, bus_config_from_args
 from muster.bus.setup import DEFAULT_LEASE_TTL_S, setup_nats
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -121,11 +121,10 @@ def handle_config(args: argparse.Namespace) -> int:
 def handle_setup(args: argparse.Namespace) -> int:
     try:
         deployment = _deployment(args)
-        args.cluster, args.health_host, args.health_port = "local", "127.0.0.1", 0
+        args.cluster = "local"
         # It reads MUSTER_EVENTS (the claims' backfill): every event a service may read.
-        args.grace_seconds, args.max_event_bytes, args.log_level = 0.0, MAX_EVENT_BYTES, "INFO"
-        args.metrics_port = None  # a service's flag: none here
-        bus_config = config_from_args(args, "nats-setup").bus
+        args.max_event_bytes = MAX_EVENT_BYTES
+        bus_config = bus_config_from_args(args, "nats-setup")
     except ValueError as exc:
         print(f"muster nats-setup: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
