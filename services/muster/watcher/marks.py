@@ -77,23 +77,25 @@ class KvMarks:
         envs: AsyncIterable[events_pb2.Envelope],
         *,
         source: str,
-        live: Mapping[str, Collection[str]],
+        live: Mapping[str, Collection[str]] | None,
     ) -> int:
         """Add to the marks what the watcher's own pod events say it published (`envs`: those
         read back from the stream, in order; `source`: the watcher's) about the pods listed
-        now (`live`: workload → pod uids); the number of events read. Then, a workload with no
-        mark sent nothing."""
+        now (`live`: workload → pod uids; None when the cluster could not be listed: then
+        about every pod, a uid gone never coming back); the number of events read. Then, a
+        workload with no mark sent nothing."""
         recalled: dict[str, Sent] = {}
         since: dict[str, float] = {}
         read = 0
         async for env in envs:
             read += 1
-            if env.source != source or env.workload not in live:
+            if env.source != source or (live is not None and env.workload not in live):
                 continue  # another's, or about pods gone: nothing to hold back
             recalled.setdefault(env.workload, Sent()).recall(env)
             since.setdefault(env.workload, env.time_unix_nano / 1e9)
         for workload, sent in recalled.items():
-            sent.forget_pods_except(live[workload])
+            if live is not None:
+                sent.forget_pods_except(live[workload])
             if self.load(workload).absorb(sent):  # not all written already: to seal
                 self._unsealed.setdefault(workload, since[workload])
         return read

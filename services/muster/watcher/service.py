@@ -176,8 +176,18 @@ async def _watch(
     )
     poison = Quarantine(bus.publisher, consumer=f"watcher-{config.cluster}")
     revision = await load_revision(kv, config.cluster)
-    listed = [s for s in map(pod_state_of_view, await backend.list_pods()) if s is not None]
-    await _remember(bus, marks, listed, source=ctx.source, cluster=config.cluster)
+    try:
+        views = await backend.list_pods()
+    except ClusterError as exc:
+        if revision:
+            raise  # a resumed watch needs the list (its pods' other states)
+        # A cluster not reachable yet (a worker's kubeconfig wrong): the watch reports it and
+        # waits for it, as before the read-back; the read-back keeps every pod's facts.
+        log.warning("cluster %s: pods not listed at start (%s)", config.cluster, exc)
+        views = None
+    listed = [] if views is None else [s for s in map(pod_state_of_view, views) if s is not None]
+    live = None if views is None else listed
+    await _remember(bus, marks, live, source=ctx.source, cluster=config.cluster)
     if revision:
         # A resumed watch shows only what changed; the workload's other pods come from a list.
         for state in listed:
@@ -215,17 +225,19 @@ async def _watch(
 
 
 async def _remember(
-    bus: Bus, marks: KvMarks, listed: Sequence[PodState], *, source: str, cluster: str
+    bus: Bus, marks: KvMarks, listed: Sequence[PodState] | None, *, source: str, cluster: str
 ) -> None:
     """Load what the watcher sent before: its stored marks, then what its own pod events
-    say about the pods `listed` now."""
+    say about the pods `listed` now (None: not listed, every pod's)."""
     await marks.read_all()
     last = await bus.last_sequence()
     if not last:
         return
-    live: dict[str, set[str]] = {}
-    for state in listed:
-        live.setdefault(state.workload, set()).add(state.uid)
+    live: dict[str, set[str]] | None = None
+    if listed is not None:
+        live = {}
+        for state in listed:
+            live.setdefault(state.workload, set()).add(state.uid)
     subjects = [f for event in POD_EVENTS for f in workload_filters(cluster, event)]
     envs = bus.replay(subjects, until_sequence=last)
     read = await marks.recall(envs, source=source, live=live)
