@@ -216,10 +216,14 @@ class ClusterBook:
         if cohort is not None:
             self._in_cohort[cohort] = self._in_cohort.get(cohort, 0) + sign * pod.cpu_milli
         if sign > 0:
-            where = f"node {pod.node} at revision {self.revision} ({pod.workload})"
-            self.node_overcommit.check(
-                self._on_node[pod.node], self._nodes.get(pod.node, 0), where=where
-            )
+            used, limit = self._on_node[pod.node], self._nodes.get(pod.node, 0)
+            where = f"node {pod.node} at revision {self.revision} ({pod.workload}"
+            if used > limit and not self.node_overcommit.first:  # who holds it, for the logs
+                on_node = (
+                    f"{k} {p.cpu_milli}m" for k, p in self._pods.items() if p.node == pod.node
+                )
+                where += f"; on it {', '.join(sorted(on_node))}"
+            self.node_overcommit.check(used, limit, where=where + ")")
             if cohort is not None:
                 where = f"cohort {cohort} at revision {self.revision} ({pod.workload})"
                 self.pods_outside_quota.check(

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 from google.protobuf.message import Message
 
-from muster.bench.chaos_checks import EventBook
+from muster.bench.chaos_checks import ClusterBook, EventBook
 from muster.bus import new_event
+from muster.cluster.backend import ClusterChange
 from muster.contracts.v1 import events_pb2 as pb
 
 
@@ -149,3 +150,29 @@ def test_a_name_deleted_and_submitted_again_holds_quota_in_its_new_life() -> Non
     stream.decided("admitted", "ns/b")
     assert book.books.count == 1
     assert not book.twice_admitted
+
+
+def pod(name: str, *, node: str, phase: str = "Running") -> ClusterChange:
+    obj = {
+        "metadata": {"namespace": "ns", "name": name, "uid": f"uid-{name}"},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}],
+        },
+        "status": {"phase": phase},
+    }
+    return ClusterChange(kind="Pod", type="MODIFIED", key=f"pod.ns.{name}", obj=obj, revision=0)
+
+
+def test_a_node_over_committed_is_caught_and_its_pods_named() -> None:
+    book = ClusterBook(cohort_of_workload={}, quota={})
+    node = {"metadata": {"name": "n"}, "status": {"allocatable": {"cpu": "2"}}}
+    book.apply(ClusterChange(kind="Node", type="ADDED", key="node.n", obj=node, revision=1))
+    book.apply(pod("a", node="n"))
+    book.apply(pod("b", node="n"))
+    book.apply(pod("a", node="n", phase="Succeeded"))
+    book.apply(pod("c", node="n"))
+    assert book.node_overcommit.count == 0
+    book.apply(pod("d", node="n"))
+    assert book.node_overcommit.count == 1
+    assert "on it pod.ns.b 1000m, pod.ns.c 1000m, pod.ns.d 1000m" in book.node_overcommit.first
