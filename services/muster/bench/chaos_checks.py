@@ -3,7 +3,11 @@
 `EventBook` reads the event stream in order: every workload finished once, never admitted twice
 without an eviction between, and admission's books (quota held from its reservation until
 the completion of its current eviction, `requeued`, `pending`, `finished` or `deleted`) within
-each cohort's quota after every event.
+each cohort's quota after every event. As admission's ledger does, it takes no decision about
+a workload that has ended (a round decided before its replica read the `finished` is stored
+after it: it held that quota until the replica read the end, and nothing acts on it) nor one
+naming another `submitted` than the workload's current one (docs/events.md, "A name used
+again").
 `ClusterBook` reads the simulated cluster's changes in revision order: the pods bound and not
 done (what actually runs, or is about to on its node) within each cohort's quota and each
 node's allocatable cpu after every change, and how many distinct pods of each workload ran.
@@ -24,6 +28,8 @@ from muster.contracts.v1 import events_pb2 as pb
 
 DONE_PHASES = frozenset({"Succeeded", "Failed"})
 DEACTIVATED = "InactiveWorkload"
+# Admission's decisions about a workload: each names the `submitted` it decides about.
+_DECISIONS = frozenset({"pending", "quota_reserved", "admitted", "evicted", "requeued"})
 
 
 @dataclass(slots=True)
@@ -57,12 +63,21 @@ class EventBook:
     _holds: dict[str, tuple[str, int]] = field(default_factory=dict)  # key -> (cohort, milli)
     _evicting: dict[str, str] = field(default_factory=dict)  # key -> its eviction's event id
     _used: dict[str, int] = field(default_factory=dict)  # cohort -> milli held
+    # key -> event id of its current `submitted` (the first since its last `deleted`)
+    _lives: dict[str, str] = field(default_factory=dict)
+    _ended: dict[str, str] = field(default_factory=dict)  # key -> "finished" | "deleted"
 
     def apply(self, env: pb.Envelope) -> None:
         key = env.workload
-        match env.WhichOneof("payload"):
+        kind = env.WhichOneof("payload")
+        if kind in _DECISIONS and not self._about_current(env):
+            return
+        match kind:
             case "submitted":
                 self.submitted.add(key)
+                if self._ended.get(key) != "finished" and key not in self._lives:
+                    self._ended.pop(key, None)  # a name deleted and used again: a new life
+                    self._lives[key] = env.event_id
             case "quota_reserved":
                 if key in self._admitted:
                     return  # stored after its admitted, which held it (docs/events.md, "Order")
@@ -90,15 +105,31 @@ class EventBook:
                 named = env.eviction_completed.eviction_id
                 if key in self._evicting and named in ("", self._evicting[key]):
                     self._release(key)
-            case "requeued" | "pending" | "deleted":
+            case "requeued" | "pending":
                 self._release(key)
+            case "deleted":
+                self._end(key, "deleted")
             case "finished":
                 self.finished[key] = self.finished.get(key, 0) + 1
-                self._release(key)
+                self._end(key, "finished")
 
     @property
     def finished_twice(self) -> set[str]:
         return {key for key, n in self.finished.items() if n > 1}
+
+    def _about_current(self, env: pb.Envelope) -> bool:
+        """Whether admission's decision `env` is about the workload's current life (a decision
+        about a workload never seen submitted is taken: admission stores none)."""
+        if env.workload in self._ended:
+            return False
+        life = self._lives.get(env.workload)
+        return not env.submitted_id or life is None or env.submitted_id == life
+
+    def _end(self, key: str, how: str) -> None:
+        self._release(key)
+        self._admitted.discard(key)
+        self._lives.pop(key, None)
+        self._ended[key] = how
 
     def _hold(self, key: str, admission: pb.Admission, *, at: int) -> None:
         cohort = self.cohort_of.get(admission.cluster_queue, admission.cluster_queue)
@@ -185,10 +216,14 @@ class ClusterBook:
         if cohort is not None:
             self._in_cohort[cohort] = self._in_cohort.get(cohort, 0) + sign * pod.cpu_milli
         if sign > 0:
-            where = f"node {pod.node} at revision {self.revision} ({pod.workload})"
-            self.node_overcommit.check(
-                self._on_node[pod.node], self._nodes.get(pod.node, 0), where=where
-            )
+            used, limit = self._on_node[pod.node], self._nodes.get(pod.node, 0)
+            where = f"node {pod.node} at revision {self.revision} ({pod.workload}"
+            if used > limit and not self.node_overcommit.first:  # who holds it, for the logs
+                on_node = (
+                    f"{k} {p.cpu_milli}m" for k, p in self._pods.items() if p.node == pod.node
+                )
+                where += f"; on it {', '.join(sorted(on_node))}"
+            self.node_overcommit.check(used, limit, where=where + ")")
             if cohort is not None:
                 where = f"cohort {cohort} at revision {self.revision} ({pod.workload})"
                 self.pods_outside_quota.check(
