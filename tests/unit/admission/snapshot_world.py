@@ -154,6 +154,23 @@ async def rebuilt_by_service(
     return state
 
 
+async def rebuilt_from(
+    source: str, stream: StoredStream, snapshot: Snapshot, *, kueue: KueueConfig | None = None
+) -> AdmissionState:
+    """A new replica's state rebuilt from `source`: "stream" (all of it), "snapshot" (it
+    alone), or "service" (both, as `AdmissionService.start` reads them)."""
+    match source:
+        case "stream":
+            return rebuilt(stream, kueue=kueue)[0]
+        case "snapshot":
+            state = AdmissionState(kueue=kueue)
+            restore(state, snapshot, history=CompactLog(state.ledger), max_event_bytes=1 << 20)
+            return state
+        case "service":
+            return await rebuilt_by_service(stream, snapshot, kueue=kueue)
+    raise ValueError(f"no such source: {source}")
+
+
 def summary(state: AdmissionState) -> dict[str, Any]:
     """What a rebuild must get right: the ledger (arrival order as a ranking), recently finished
     workloads, where ClusterQueues were applied, the last sequence."""

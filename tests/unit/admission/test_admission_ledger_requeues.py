@@ -16,10 +16,9 @@ from admission_stream import (
     submitted,
     workload,
 )
-from snapshot_world import LiveReplica, StoredStream, rebuilt, rebuilt_by_service
+from snapshot_world import LiveReplica, StoredStream, rebuilt, rebuilt_from
 
-from muster.admission.rebuild import restore
-from muster.admission.snapshot import ANY, CompactLog, Snapshot, decode_snapshot, encode_snapshot
+from muster.admission.snapshot import ANY, Snapshot, decode_snapshot, encode_snapshot
 from muster.admission.state import AdmissionState
 from muster.api.model import KueueConfig, RequeuingStrategy, WaitForPodsReadyConfig, WorkloadKey
 from muster.contracts.v1 import events_pb2 as pb
@@ -80,19 +79,11 @@ async def test_the_live_replica_backs_off_20_s_after_the_second_timeout() -> Non
 async def test_a_rebuilt_replica_counts_on_from_the_evictions_it_replays(source: str) -> None:
     stream, replica = await timed_out_twice()
     snapshot = decode_snapshot(encode_snapshot(replica.snapshot()))
-    match source:
-        case "stream":
-            state, _ = rebuilt(stream, kueue=KUEUE)
-        case "snapshot":
-            state = AdmissionState(kueue=KUEUE)
-            restore(state, snapshot, history=CompactLog(state.ledger), max_event_bytes=1 << 20)
-        case "first-layout-snapshot":
-            old = decode_snapshot(encode_snapshot(first_layout(snapshot)))
-            assert (old.version, old.tag_of(0), old.workload_of(0)) == (1, ANY, None)
-            state = AdmissionState(kueue=KUEUE)
-            restore(state, old, history=CompactLog(state.ledger), max_event_bytes=1 << 20)
-        case _:
-            state = await rebuilt_by_service(stream, snapshot, kueue=KUEUE)
+    if source == "first-layout-snapshot":
+        snapshot = decode_snapshot(encode_snapshot(first_layout(snapshot)))
+        assert (snapshot.version, snapshot.tag_of(0), snapshot.workload_of(0)) == (1, ANY, None)
+        source = "snapshot"
+    state = await rebuilt_from(source, stream, snapshot, kueue=KUEUE)
     # Not 1 and 44 (10 s after the eviction): the count restarting at 0 shrank the back-off;
     # not 55 (20 s after the stop): the back-off counts from the eviction's recorded time.
     assert back_off_of(state) == ("Backoff", 2, 54.0)

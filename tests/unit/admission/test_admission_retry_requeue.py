@@ -16,11 +16,9 @@ from admission_stream import (
     submitted,
     workload,
 )
-from snapshot_world import LiveReplica, StoredStream, rebuilt, rebuilt_by_service
+from snapshot_world import LiveReplica, StoredStream, rebuilt, rebuilt_from
 
-from muster.admission.rebuild import restore
-from muster.admission.snapshot import CompactLog, decode_snapshot, encode_snapshot
-from muster.admission.state import AdmissionState
+from muster.admission.snapshot import decode_snapshot, encode_snapshot
 from muster.api.model import WorkloadKey
 from muster.contracts.v1 import events_pb2 as pb
 
@@ -87,14 +85,7 @@ async def test_its_wait_over_before_its_pods_are_gone_it_queues_once_they_are() 
 async def test_a_rebuilt_replica_waits_until_the_same_instant(source: str) -> None:
     stream, replica, _ = await retried(stopped_s=15.0)
     snapshot = decode_snapshot(encode_snapshot(replica.snapshot()))
-    match source:
-        case "stream":
-            state, _ = rebuilt(stream)
-        case "snapshot":
-            state = AdmissionState()
-            restore(state, snapshot, history=CompactLog(state.ledger), max_event_bytes=1 << 20)
-        case _:
-            state = await rebuilt_by_service(stream, snapshot)
+    state = await rebuilt_from(source, stream, snapshot)
     # Not requeued at once (its Retry forgotten), nor 30 s from when the replica read it.
     assert state.take_ownership(now_s=20.0) == []
     assert (state.engine.phase(KEY), state.engine.records[KEY].requeue_at_s) == (
