@@ -15,7 +15,7 @@ from test_kube_checks_e2e import BUDGET, answer, check_when, job_yaml, queues
 from test_kube_services_e2e import NODE
 
 from muster.api.check_states import format_time
-from muster.core.lifecycle import requeue_end_s
+from muster.core.requeue_state import requeue_end_s
 
 pytestmark = pytest.mark.timeout(90)
 
