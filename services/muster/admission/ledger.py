@@ -22,6 +22,7 @@ import msgspec
 from muster.admission.translate import DEACTIVATED, Manifests, Recorded
 from muster.api.model import Admission, PodSet, Workload, WorkloadKey
 from muster.core.conditions import ADMISSION_CHECK, PODS_READY_TIMEOUT, is_deactivation
+from muster.core.conditions import DEACTIVATED as KUEUE_DEACTIVATED
 from muster.core.requeue_state import count_after_eviction, later
 
 
@@ -281,7 +282,8 @@ class Ledger:
         entry.active = active
         if not active and entry.phase in (Phase.PENDING, Phase.BACKOFF):
             entry.phase = Phase.INACTIVE
-            entry.requeue_count = count_after_eviction(entry.requeue_count, "", deactivated=True)
+            # Kueue evicts it (reason Deactivated) though it holds nothing, and drops its count.
+            entry.requeue_count = count_after_eviction(entry.requeue_count, KUEUE_DEACTIVATED)
         elif active and entry.phase is Phase.INACTIVE:
             entry.requeue_count = 0  # as the engine's set_active (Kueue clears requeueState)
             _requeue(entry)

@@ -24,8 +24,7 @@ def count_after_eviction(count: int, reason: str, *, deactivated: bool = False) 
     (UpdateRequeueState, at the eviction), none after a deactivation (the workload controller
     clears requeueState: a reactivated workload counts from zero), else as it was (a check's
     Retry counts nothing: SetRequeueState with incrementCount false). `deactivated`: the
-    eviction deactivates it though its reason does not say so (admission's InactiveWorkload,
-    a spec.active false of a workload holding nothing)."""
+    eviction deactivates it though its reason does not say so (admission's InactiveWorkload)."""
     if deactivated or is_deactivation(reason):
         return 0
     return count + 1 if reason == PODS_READY_TIMEOUT else count

@@ -38,8 +38,8 @@ PROVISIONING = "muster.dev/provisioning"
 NEVER = NEVER_READY
 
 CheckStateName = Literal["Ready", "Retry", "Rejected", "Pending"]
-_INT32_MAX = 2**31 - 1  # requeueAfterSeconds is an int32 in Kueue's API
 CHECK_STATES: tuple[str, ...] = get_args(CheckStateName)
+_INT32_MAX = 2**31 - 1  # requeueAfterSeconds is an int32 in Kueue's API
 
 
 class CheckAttempt(msgspec.Struct, frozen=True, kw_only=True):
