@@ -44,6 +44,8 @@ def pick_victims(req: PreemptionRequest, tree: TreeView) -> Victims | None:
     cq = tree.nodes[req.cluster_queue]
     if tree.fair_sharing is None and is_nested(cq):
         return hierarchical_victims(req, tree)
+    # In a flat cohort Kueue's hierarchical generator gives every other queue's candidate the
+    # same advantage (or none), which is the search below; it keeps its index of borrowers.
     under_nominal_now = under_nominal(cq, req.short)
     threshold = _borrow_threshold(req)
     # Other queues' workloads only ever help a queue under nominal, one allowed to borrow
