@@ -59,12 +59,15 @@ def cluster_room(
     capacity: ClusterCapacity, totals: tuple[Mapping[str, int], Mapping[str, int]] | None = None
 ) -> ClusterRoom:
     """`capacity` as the views read it; `totals` (allocatable, free) when already summed."""
-    nodes = tuple(sorted(capacity.nodes, key=_name))
+    nodes, names = capacity.nodes, [node.name for node in capacity.nodes]
+    ordered = sorted(names)  # a writer's nodes come in name order: then one pass, in C
+    if ordered != names:
+        nodes = tuple(sorted(nodes, key=_name))
     allocatable, free = totals or _totals(nodes)
     return ClusterRoom(
         capacity=capacity,
         nodes=nodes,
-        names=tuple(map(_name, nodes)),
+        names=tuple(ordered),
         allocatable=allocatable,
         free=free,
     )
