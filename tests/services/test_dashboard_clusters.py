@@ -1,6 +1,7 @@
 """The dashboard's cluster view over a cluster larger than one page: each cluster's totals,
 then its nodes a page at a time, each answer small whatever the cluster's size; in Debian's
-headless Chromium (as test_dashboard_browser), the page shows one page and follows "next"."""
+headless Chromium (as test_dashboard_browser), the page shows one page and follows "next", and
+asks again for a cluster only when it changed (its totals, or an event naming it)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from cluster_rooms import report, room
 from gateway_helpers import running_gateway
 from test_dashboard_browser import CHROMIUM, FLAGS
 
-from muster.bus import Bus
+from muster.bus import Bus, new_event
+from muster.contracts.v1 import events_pb2
 from muster.dashboard.server import NODES_PAGE, build_app
 
 pytestmark = pytest.mark.timeout(60)
@@ -112,3 +114,59 @@ async def test_in_a_browser_the_nodes_page_shows_a_page_of_a_large_cluster_and_t
             await expect(page.locator('[data-node="big-00000"]')).to_have_count(0)
         finally:
             await browser.close()
+
+
+async def test_in_a_browser_the_nodes_page_asks_again_for_a_cluster_only_when_it_changed(
+    bus: Bus, chromium: str
+) -> None:
+    from playwright.async_api import Request, async_playwright, expect
+
+    nodes = [room(i, prefix="big") for i in range(3)]
+    await report(bus, "big", nodes)
+    async with (
+        running_gateway(bus) as gw,
+        TestServer(build_app(gw.channel)) as server,
+        async_playwright() as p,
+    ):
+        browser = await p.chromium.launch(executable_path=chromium, args=FLAGS)
+        try:
+            page = await browser.new_page()
+            asked: list[str] = []
+
+            def on_request(request: Request) -> None:
+                if "/api/" in request.url and "/api/events" not in request.url:
+                    asked.append(request.url.split("/api/", 1)[1])
+
+            page.on("request", on_request)
+            await page.goto(str(server.make_url("/")) + "#/nodes")
+            await expect(page.locator('[data-node="big-00002"]')).to_contain_text("cpu 6/8")
+            pages = [a for a in asked if a.startswith("clusters?cluster=big")]
+
+            # A heartbeat (no event) shows at the next look at the totals, with a page asked.
+            await report(bus, "big", [*nodes[:2], room(3, prefix="big")])
+            await expect(page.locator('[data-totals="big"]')).to_contain_text(
+                "free cpu 20/24", timeout=15_000
+            )
+            # Events of another cluster: read from the stream; the next look at the totals
+            # (after they came) asks for no page.
+            sequences = await bus.publish_all([finished(f"ml/w{i}", "local") for i in range(5)])
+            await page.wait_for_function(f"state.lastSequence >= {max(sequences)}")
+            async with page.expect_response(lambda r: "summary=1" in r.url, timeout=15_000):
+                pass
+            # An event naming the cluster (pods bound there) asks for its page again.
+            async with page.expect_request(lambda r: "clusters?cluster=big" in r.url):
+                await bus.publish_all([finished("ml/w9", "big")])
+            assert pages_of(asked) == len(pages) + 2
+
+            assert not [a for a in asked if not a.startswith("clusters?")]  # no queues, workloads
+        finally:
+            await browser.close()
+
+
+def pages_of(asked: list[str]) -> int:
+    return sum(a.startswith("clusters?cluster=big") for a in asked)
+
+
+def finished(workload: str, cluster: str) -> events_pb2.Envelope:
+    payload = events_pb2.WorkloadFinished(succeeded=True)
+    return new_event("finished", payload, cluster=cluster, workload=workload, source="test")
