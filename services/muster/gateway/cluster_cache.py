@@ -42,6 +42,15 @@ GETS: Final = 8  # parts of one cluster read key by key; more in one pass over i
 _part_decoder: Final = msgspec.json.Decoder(Part)
 
 
+class _Named(msgspec.Struct, frozen=True):
+    """What a head names, read past the rest (a head of layout 2 holds the whole room)."""
+
+    parts: tuple[str, ...] = ()
+
+
+_named_decoder: Final = msgspec.json.Decoder(_Named)
+
+
 class ClusterRoom(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A cluster's room as the views read it: its nodes in name order, and their totals."""
 
@@ -131,7 +140,7 @@ class HeldRooms:
         if held is not None and held[0] == head:
             return []
         try:
-            named = decode_wire(head).parts
+            named = _named_decoder.decode(head).parts
         except msgspec.DecodeError:
             return []  # `room` says why
         return [
