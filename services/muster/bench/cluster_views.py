@@ -92,18 +92,23 @@ async def _per_call(
     return round(statistics.median(walls) * 1000, 2), round(cpu * 1000 / CALLS, 2)
 
 
-async def _size(nodes: int, *, beating_s: float) -> list[ClustersRow]:
+async def _run(sizes: list[int], *, beating_s: float) -> list[ClustersRow]:
+    """Every case at each size of `sizes`: one cluster, reported again at each size."""
+    rows: list[ClustersRow] = []
     with tempfile.TemporaryDirectory(prefix="muster-bench-clusters-") as tmp:
         async with gateway_process(Path(tmp), tokens=False) as (pid, address, nats):
             bus = await connect(BusConfig(url=nats.url, name="muster-bench"))
             try:
-                beats = _Beats(await bus.kv("MUSTER_CLUSTERS"), nodes, max_bytes=bus.nc.max_payload)
-                await beats.beat(change=False)
+                kv = await bus.kv("MUSTER_CLUSTERS")
                 async with grpc.aio.insecure_channel(address) as channel:
                     stub = services_pb2_grpc.VisibilityStub(channel)
-                    return await _cases(pid, stub, beats, for_s=beating_s)
+                    for nodes in sizes:
+                        beats = _Beats(kv, nodes, max_bytes=bus.nc.max_payload)
+                        await beats.beat(change=False)
+                        rows += await _cases(pid, stub, beats, for_s=beating_s)
             finally:
                 await bus.close()
+    return rows
 
 
 async def _cases(
@@ -159,9 +164,9 @@ async def _beating(
 
 
 def run(*, scale: float = 1.0) -> Iterator[ClustersRow]:
-    beating_s = BEATING_S * min(1.0, max(0.1, scale))  # a small run beats for a second
-    for nodes in SIZES:
-        yield from run_loop(_size(max(10, round(nodes * scale)), beating_s=beating_s))
+    beating_s = BEATING_S * min(1.0, max(0.025, scale))  # a small run beats for a moment
+    sizes = [max(10, round(nodes * scale)) for nodes in SIZES]
+    yield from run_loop(_run(sizes, beating_s=beating_s))
 
 
 def render(rows: list[ClustersRow]) -> str:
