@@ -59,7 +59,8 @@ class _Beats:
     def __init__(self, kv: Bucket, nodes: int, *, max_bytes: int) -> None:
         self.kv, self.max_bytes = kv, max_bytes
         capacity = heartbeat_cluster(nodes)
-        self.capacity = msgspec.structs.replace(capacity, cluster=CLUSTER)
+        by_name = tuple(sorted(capacity.nodes, key=lambda n: n.name))  # as gang-permit puts them
+        self.capacity = msgspec.structs.replace(capacity, cluster=CLUSTER, nodes=by_name)
         self.writer = RoomWriter(CLUSTER)
         self.last: Heartbeat | None = None
         self.count = 0

@@ -23,7 +23,7 @@ import msgspec
 
 from muster.bus.kv import Bucket, Entry
 from muster.core.dispatch import ClusterCapacity, NodeRoom
-from muster.core.heartbeat import capacity_of, decode_wire, rooms_of
+from muster.core.heartbeat import Wire, capacity_of, decode_wire, rooms_of
 from muster.core.heartbeat_parts import (
     LAYOUT_PARTS,
     Part,
@@ -42,15 +42,6 @@ GETS: Final = 8  # parts of one cluster read key by key; more in one pass over i
 _part_decoder: Final = msgspec.json.Decoder(Part)
 
 
-class _Named(msgspec.Struct, frozen=True):
-    """What a head names, read past the rest (a head of layout 2 holds the whole room)."""
-
-    parts: tuple[str, ...] = ()
-
-
-_named_decoder: Final = msgspec.json.Decoder(_Named)
-
-
 class ClusterRoom(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A cluster's room as the views read it: its nodes in name order, and their totals."""
 
@@ -65,18 +56,24 @@ Reported = Mapping[str, tuple[ClusterRoom, float]]  # cluster -> its room, its h
 
 
 def cluster_room(
-    capacity: ClusterCapacity, totals: tuple[Mapping[str, int], Mapping[str, int]] | None = None
+    capacity: ClusterCapacity,
+    totals: tuple[Mapping[str, int], Mapping[str, int]] | None = None,
+    *,
+    ordered: tuple[str, ...] | None = None,
 ) -> ClusterRoom:
-    """`capacity` as the views read it; `totals` (allocatable, free) when already summed."""
-    nodes, names = capacity.nodes, [node.name for node in capacity.nodes]
-    ordered = sorted(names)  # a writer's nodes come in name order: then one pass, in C
-    if ordered != names:
-        nodes = tuple(sorted(nodes, key=_name))
+    """`capacity` as the views read it; `totals` (allocatable, free) when already summed,
+    `ordered` its nodes' names when they are known to be in order."""
+    nodes, names = capacity.nodes, ordered
+    if names is None:
+        listed = [node.name for node in nodes]
+        names = tuple(sorted(listed))  # a writer's nodes come in name order: one pass, in C
+        if list(names) != listed:
+            nodes = tuple(sorted(nodes, key=_name))
     allocatable, free = totals or _totals(nodes)
     return ClusterRoom(
         capacity=capacity,
         nodes=nodes,
-        names=tuple(ordered),
+        names=names,
         allocatable=allocatable,
         free=free,
     )
@@ -106,10 +103,12 @@ def _added(sums: Iterable[Mapping[str, int]]) -> dict[str, int]:
 
 
 class _Held(msgspec.Struct, frozen=True, gc=False):
-    """One part as decoded, with its nodes' totals; `bad`: why it is no part."""
+    """One part as decoded, with its nodes' names and totals; `bad`: why it is no part."""
 
     digest: str
     nodes: tuple[NodeRoom, ...] = ()
+    names: tuple[str, ...] = ()
+    ordered: bool = True  # its nodes are in name order
     placed: tuple[str, ...] = ()
     allocatable: Mapping[str, int] = msgspec.field(default_factory=dict)
     free: Mapping[str, int] = msgspec.field(default_factory=dict)
@@ -123,7 +122,9 @@ def _held(key: str, value: bytes) -> _Held:
     except msgspec.DecodeError as exc:
         return _Held(digest(value), bad=f"bad heartbeat {key}: {exc}")
     allocatable, free = _totals(nodes)
-    return _Held(digest(value), nodes, part.placed, allocatable, free)
+    names = tuple(node.name for node in nodes)
+    ordered = list(names) == sorted(names)
+    return _Held(digest(value), nodes, names, ordered, part.placed, allocatable, free)
 
 
 class HeldRooms:
@@ -133,6 +134,7 @@ class HeldRooms:
     def __init__(self) -> None:
         self._heads: dict[str, tuple[bytes, ClusterRoom, int]] = {}  # room, parts named
         self._parts: dict[str, _Held] = {}  # by key
+        self._wires: dict[str, tuple[bytes, Wire]] = {}  # heads `missing` decoded, for `room`
 
     def missing(self, cluster: str, head: bytes) -> list[str]:
         """The part keys `head` names by a digest not held (none for a head already held)."""
@@ -140,9 +142,11 @@ class HeldRooms:
         if held is not None and held[0] == head:
             return []
         try:
-            named = _named_decoder.decode(head).parts
+            wire = decode_wire(head)
         except msgspec.DecodeError:
             return []  # `room` says why
+        self._wires[cluster] = (head, wire)
+        named = wire.parts
         return [
             key
             for n, want in enumerate(named)
@@ -164,7 +168,7 @@ class HeldRooms:
         if held is not None and held[0] == head:
             return held[1]
         try:
-            wire = decode_wire(head)
+            wire = self._wire(cluster, head)
             if wire.layout != LAYOUT_PARTS:
                 room = cluster_room(capacity_of(wire, wire.nodes + rooms_of(wire), wire.placed))
                 self._heads[cluster] = (head, room, 0)
@@ -183,9 +187,13 @@ class HeldRooms:
             tuple(itertools.chain.from_iterable(p.placed for p in whole)),
         )
         totals = (_added(p.allocatable for p in whole), _added(p.free for p in whole))
-        room = cluster_room(capacity, totals)
+        room = cluster_room(capacity, totals, ordered=_ordered(whole))
         self._heads[cluster] = (head, room, len(whole))
         return room
+
+    def _wire(self, cluster: str, head: bytes) -> Wire:
+        found = self._wires.pop(cluster, None)
+        return found[1] if found is not None and found[0] == head else decode_wire(head)
 
     def _bad(self, cluster: str, head: bytes, why: str, *, named: int) -> ClusterRoom:
         log.warning("%s (its room is shown empty)", why)  # once per head: it is held
@@ -196,6 +204,7 @@ class HeldRooms:
     def keep(self, clusters: Iterable[str]) -> None:
         """Forget every cluster but `clusters`, and parts past what their heads name."""
         kept = set(clusters)
+        self._wires.clear()
         self._heads = {c: held for c, held in self._heads.items() if c in kept}
         named = {c: held[2] for c, held in self._heads.items()}
         self._parts = {
@@ -203,6 +212,15 @@ class HeldRooms:
             for key, part in self._parts.items()
             if (found := part_of(key)) is not None and found[1] < named.get(found[0], 0)
         }
+
+
+def _ordered(parts: list[_Held]) -> tuple[str, ...] | None:
+    """The parts' node names, when in order within each part and from one to the next (as a
+    writer puts them): the room need not be sorted again."""
+    runs = [p.names for p in parts if p.names]
+    if all(p.ordered for p in parts) and all(a[-1] < b[0] for a, b in itertools.pairwise(runs)):
+        return tuple(itertools.chain.from_iterable(runs))
+    return None
 
 
 class ClusterRooms:
