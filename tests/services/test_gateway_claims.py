@@ -243,4 +243,5 @@ async def test_a_released_claim_never_releases_the_claim_written_after_it(bus: B
     follower = KnownFollower(bus)
     await follower._release({"a": Held(key=key, life=0, revision=mine)})
     entry = await names.get(key)
-    assert entry is not None and entry.value == encode_claim(theirs)
+    assert entry is not None
+    assert entry.value == encode_claim(theirs)
