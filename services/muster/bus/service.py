@@ -140,8 +140,8 @@ COMMON_FLAGS = (
     Flag("--max-event-bytes", "N", int, "MUSTER_MAX_EVENT_BYTES", str(DEFAULT_MAX_EVENT_BYTES),
          "largest event accepted"),
     Flag("--stall-seconds", "S", float, "MUSTER_STALL_SECONDS", "60",
-         "liveness NOT_SERVING when a consumer has work waiting and nothing moved this long "
-         "(0: off)"),
+         "liveness NOT_SERVING when a consumer has work waiting and nothing moved this long, "
+         "or a timer loop is this long past its due tick (0: off)"),
     Flag("--log-level", "LEVEL", str, "MUSTER_LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR"),
     Flag("--stream-replicas", "N", int, "MUSTER_STREAM_REPLICAS", "1",
          "servers holding each stream and bucket muster creates (3 on a NATS cluster of 3)"),
@@ -596,14 +596,14 @@ async def _end_failed(
     """A supervised task of `task` failed: stop `task` within the grace period; exit 1, or
     the NATS outage to start again from when it came before the service was ready."""
     assert supervisor.error is not None
-    log.error("stopping: task %s failed (%r)", supervisor.task, supervisor.error)
+    outage = not was_ready and nats_outage(supervisor.error)
+    if not outage:
+        log.error("stopping: task %s failed; the service ends", supervisor.task)
     task.cancel()
     if not await _finished_unless_nats_gone(task, bus, config.grace_s):
         task.cancel()
         await asyncio.wait({task}, timeout=ABANDON_S)
-    if not was_ready and nats_outage(supervisor.error):
-        return supervisor.error
-    return EXIT_FAILED
+    return supervisor.error if outage else EXIT_FAILED
 
 
 async def _finished_unless_nats_gone(task: asyncio.Task[None], bus: Bus, grace_s: float) -> bool:

@@ -71,7 +71,7 @@ def watched(
             log.info("task %s ended while stopping: %r", done.get_name(), error)
             return
         log.error(
-            "task %s failed: %r; the service ends", done.get_name(), error,
+            "task %s failed: %r", done.get_name(), error,
             exc_info=error, extra={"task": done.get_name()},
         )  # fmt: skip
         if supervisor is not None:
