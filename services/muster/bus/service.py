@@ -11,7 +11,8 @@ def main(argv: list[str]) -> int:
 `run_service` connects, ensures the streams, serves `grpc.health.v1.Health`, runs `main` and
 reports SERVING once `main` calls `health.ready()`. Liveness is reported apart, under the
 service name "liveness": SERVING unless a consume loop stalled (bus/watchdog.py, after
-`--stall-seconds` with work waiting and nothing moving). On SIGTERM/SIGINT: NOT_SERVING, cancel
+`--stall-seconds` with work waiting and nothing moving) or a timer loop is that long past its
+due tick (bus/pulse.py). On SIGTERM/SIGINT: NOT_SERVING, cancel
 `main` (consume loops stop pulling and finish in-flight handlers), wait up to the grace period,
 drain NATS, exit 0. If `main` raises, the service exits 1: run consumer loops in one
 `asyncio.TaskGroup` inside `main`, so one dead loop stops the whole service; a task started

@@ -37,9 +37,9 @@ async def watch_progress(
     ready: Callable[[], bool],
     clock: Callable[[], float] = time.monotonic,
 ) -> None:
-    """Judge every consume loop of `bus` every `stall_s / LOOKS_PER_WINDOW` seconds until
-    cancelled; `alive(False)` while one is stalled, `alive(True)` once none is. `ready()`:
-    whether the service is ready (judged only then)."""
+    """Judge every consume loop and timer loop of `bus` every `stall_s / LOOKS_PER_WINDOW`
+    seconds until cancelled; `alive(False)` while one is stalled, `alive(True)` once none is.
+    `ready()`: whether the service is ready (judged only then)."""
     every_s = max(stall_s / LOOKS_PER_WINDOW, MIN_LOOK_EVERY_S)
     watches: dict[str, Watch] = {}
     timers: dict[str, PulseWatch] = {}
