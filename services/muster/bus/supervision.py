@@ -67,7 +67,9 @@ def watched(
         error = done.exception()
         if error is None or isinstance(error, expected):
             return
-        if supervisor is not None and supervisor.stopping:
+        # Asked to stop (its owner cancelled it: a shutdown, a rebuild), what it raised on its
+        # way out is its owner's to handle, not a crash.
+        if done.cancelling() or (supervisor is not None and supervisor.stopping):
             log.info("task %s ended while stopping: %r", done.get_name(), error)
             return
         log.error(
