@@ -375,7 +375,6 @@ async def _handleuntil_done(
             if not err.temporary:
                 log.error("skipping %s %s: %s", change.type, change.key, err)
                 return
-            advanced()  # the API server answers: slow, not stalled (bus/progress.py)
             log.warning("retrying %s %s: %s", change.type, change.key, err)
         except Reject as err:  # an object no handler can take, the problems said: no traceback
             await poison.object(change.key, change.obj, str(err), revision=change.revision)
@@ -383,5 +382,8 @@ async def _handleuntil_done(
         except Exception as err:
             await poison.object(change.key, change.obj, err, revision=change.revision)
             return
+        # Each failed try is an answer: slow (a busy API server, JetStream without a leader),
+        # not stalled (bus/progress.py); a try that never returns is.
+        advanced()
         await asyncio.sleep(delay_s)
         delay_s = min(delay_s * 2, 5.0)
