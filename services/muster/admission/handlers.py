@@ -341,7 +341,8 @@ class Rounds:
             due = self.state.next_wakeup_s()
             if due is None or due > self.clock():
                 continue  # a round moved it later (or took it away): wait for that instead
-            await finishing(self._round((), cause=None))  # its events are being published
+            with pulse.handling():  # what the round reads from the stream advances it
+                await finishing(self._round((), cause=None))  # its events are being published
 
     def _timers_moved(self) -> None:
         """Wake `run_timers` when a round brought the next timer nearer than the one it waits

@@ -29,6 +29,7 @@ from muster.bus.cancel import raise_if_cancelling
 from muster.bus.connection import Bus
 from muster.bus.errors import BusError, Reject, Unavailable
 from muster.bus.poison import Quarantine
+from muster.bus.progress import advanced
 from muster.bus.subjects import config_subject, workload_filters
 from muster.bus.supervision import SupervisedGroup
 from muster.bus.tracing import start_span, trace_decisions
@@ -177,7 +178,8 @@ async def run_gangpermit(
                 series.passed(time.perf_counter() - started, waiting=len(state.waiting))
             beat.set()  # the room may have changed: tell admission soon
             if envs:
-                await _publish_traced(bus, envs, started_ns=started_ns)
+                with pulse.handling():  # each failed try of the publish advances it
+                    await _publish_traced(bus, envs, started_ns=started_ns)
 
     synced = asyncio.Event()
     async with SupervisedGroup() as tasks:
@@ -344,4 +346,5 @@ async def publish_until_done(publisher: Publisher, envs: Sequence[events_pb2.Env
         left = failed
         delay = _PUBLISH_RETRY_S[min(attempt, len(_PUBLISH_RETRY_S) - 1)]
         log.warning("publishing %d events failed; retrying in %gs", len(left), delay)
+        advanced()  # a failed try is an answer: slow, not stalled (bus/progress.py)
         await asyncio.sleep(delay)
