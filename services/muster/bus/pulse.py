@@ -13,6 +13,8 @@ call that retries does), inside `Pulse.handling()`.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from typing import NamedTuple
@@ -31,12 +33,21 @@ class Pulse:
         self._clock = clock
         self.beats = 0  # ticks and advances, ever
         self.due: float | None = None  # when the next tick is due (the clock's); None: not due
+        self._loop: asyncio.Task[object] | None = None  # the task that beats it
 
     def beat(self, next_in_s: float | None) -> None:
         """The loop ticked; it ticks again within `next_in_s` seconds (None: when something
         changes, however long that takes)."""
         self.beats += 1
         self.due = None if next_in_s is None else self._clock() + next_in_s
+        with contextlib.suppress(RuntimeError):  # no loop running: a test's fake clock
+            self._loop = asyncio.current_task()
+
+    @property
+    def ended(self) -> bool:
+        """Whether the task that beat it last has ended (cancelled for a rebuild, a restart
+        of its loop, a shutdown): a timer that no longer runs is not late."""
+        return self._loop is not None and self._loop.done()
 
     def advance(self, token: int) -> None:
         """Work in the current tick moved on (`progress.advanced`): not stuck."""
@@ -70,6 +81,9 @@ class Pulses:
             del self._pulses[pulse.name]
 
     def pulses(self) -> list[Pulse]:
+        """The pulses of the timer loops still running (those whose task ended are dropped)."""
+        for ended in [p for p in self._pulses.values() if p.ended]:
+            self.forget(ended)
         return sorted(self._pulses.values(), key=lambda p: p.name)
 
 

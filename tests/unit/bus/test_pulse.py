@@ -4,6 +4,7 @@ Kubernetes call retrying), a blocked event loop and a NATS outage are not, or no
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import pytest
@@ -114,4 +115,16 @@ def test_a_closed_pulse_is_no_longer_watched(clock: Clock) -> None:
     pulse.close()
     assert pulses.pulses() == [again]
     again.close()
+    assert pulses.pulses() == []
+
+
+async def test_a_timer_whose_task_ended_is_no_longer_watched() -> None:
+    """Admission's timers end with their life at a Reown: the rebuild that follows may last
+    past their due time, and is no stall of theirs."""
+    pulses = Pulses()
+
+    async def loop() -> None:
+        pulses.pulse("admission-timers").beat(0.0)
+
+    await asyncio.create_task(loop())
     assert pulses.pulses() == []
