@@ -8,7 +8,7 @@ import pytest
 
 from muster.core import heartbeat_parts
 from muster.core.dispatch import ClusterCapacity, NodeRoom
-from muster.core.heartbeat import decode_heartbeat, encode, pack
+from muster.core.heartbeat import decode_heartbeat, decode_wire, encode, pack
 from muster.core.heartbeat_parts import (
     Gone,
     Heartbeat,
@@ -132,11 +132,11 @@ def test_a_reader_never_combines_parts_of_two_heartbeats() -> None:
 def decoded(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     """The heads and parts the reader decodes, as heard."""
     seen: list[bytes] = []
-    head, part = heartbeat_parts.decode_wire, heartbeat_parts._part_decoder
+    part = heartbeat_parts._part_decoder
 
     def decode_head(data: bytes) -> object:
         seen.append(data)
-        return head(data)
+        return decode_wire(data)
 
     class Parts:
         def decode(self, data: bytes) -> object:
