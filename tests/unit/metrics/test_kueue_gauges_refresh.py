@@ -15,7 +15,7 @@ from muster.metrics.kueue_series import KueueSeries
 PENDING = "kueue_pending_workloads"
 
 
-def scrape(registry: CollectorRegistry) -> dict[tuple[str, str], float]:
+def scrape(registry: CollectorRegistry) -> dict[tuple[str, ...], float]:
     return {
         (s.labels["cluster_queue"], s.labels["status"]): s.value
         for family in registry.collect()
@@ -41,7 +41,9 @@ def labelled(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
 def test_a_refresh_sets_only_the_values_that_changed(labelled: list[tuple[str, ...]]) -> None:
     registry = CollectorRegistry()
     series = KueueSeries(registry)
-    queues = {(f"cq-{q}", status): float(q) for q in range(200) for status in ("active", "x")}
+    queues: dict[tuple[str, ...], float] = {
+        (f"cq-{q}", status): float(q) for q in range(200) for status in ("active", "x")
+    }
     series.set_gauges({PENDING: queues})
     assert scrape(registry) == queues
     labelled.clear()
