@@ -479,8 +479,7 @@ class Engine(EngineViews):
                 self.lifecycle.reroute(self.routing)
                 for group in self.routing.release(state):
                     self.queueing.retry(group)
-            for name in sorted(state.trees):
-                self._schedule_tree(state.trees[name])
+            self._schedule_listed()
         return state.take_events()
 
     def next_wakeup_s(self) -> float | None:
@@ -504,6 +503,24 @@ class Engine(EngineViews):
         self.queueing.rebuild()
 
     # --- the round -----------------------------------------------------------------------
+
+    def _schedule_listed(self) -> None:
+        """Try every tree with a queue listed, in name order, as a walk over all trees would:
+        a tree left with none listed has nothing to try (`_schedule_tree` ends with its queues
+        drained), and one listed while the round walks a tree before it is walked in turn."""
+        state = self.state
+        listed = state.listed
+        listed.grew = False
+        order = sorted(listed.names)
+        i = 0
+        while i < len(order):
+            name = order[i]
+            i += 1
+            self._schedule_tree(state.trees[name])
+            listed.names.discard(name)
+            if listed.grew:  # deciding in this tree listed a queue of another
+                listed.grew = False
+                order, i = sorted(n for n in listed.names if n > name), 0
 
     def _schedule_tree(self, tree: TreeRuntime) -> None:
         """Try queues of one cohort tree, best first, until none has an admissible head."""

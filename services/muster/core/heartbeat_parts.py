@@ -217,11 +217,18 @@ class _Held(msgspec.Struct, frozen=True, gc=False):
 
 class RoomReader:
     """The bucket's values as they come, key by key (a watch, or a snapshot's entries): each
-    cluster's room once whole. Holds each part decoded, and a head until its parts are in."""
+    cluster's room once whole. Holds each part decoded, and a head until its parts are in.
+
+    A head with the bytes of the last one taken whole is the same room (a heartbeat carries no
+    time, and a head names its parts by digest): its room is given again, not decoded. Every
+    admission replica that follows the bucket hears every beat, up to ten a second per
+    cluster while its gang-permit's passes run, most of them saying what the last one said."""
 
     def __init__(self) -> None:
         self._parts: dict[str, _Held] = {}  # by key
-        self._waiting: dict[str, Wire] = {}  # by cluster: heads of layout 3 not whole yet
+        # By cluster: heads of layout 3 not whole yet, as heard and decoded.
+        self._waiting: dict[str, tuple[bytes, Wire]] = {}
+        self._rooms: dict[str, tuple[bytes, ClusterCapacity]] = {}  # by cluster: last whole
 
     def heard(self, key: str, value: bytes | None) -> ClusterCapacity | Gone | None:
         """The room `key`'s new value (None: deleted) completes, `Gone` for a deleted head,
@@ -232,36 +239,48 @@ class RoomReader:
             if value is None:
                 self._parts.pop(key, None)
                 return None
-            self._parts[key] = _held(value)
+            known = self._parts.get(key)
+            named_by = digest(value)
+            if known is None or known.digest != named_by:  # a part put again as it was: kept
+                self._parts[key] = _held(value, named_by)
             head = self._waiting.get(cluster)
             return None if head is None else self._whole(key=cluster, head=head)
         self._waiting.pop(key, None)
         if value is None:
+            self._rooms.pop(key, None)
             return Gone(key)
+        last = self._rooms.get(key)
+        if last is not None and last[0] == value:
+            return last[1]
         wire = decode_wire(value)
         if wire.layout != LAYOUT_PARTS:
-            return capacity_of(wire, wire.nodes + rooms_of(wire), wire.placed)
-        self._waiting[key] = wire
-        return self._whole(key=key, head=wire)
+            room = capacity_of(wire, wire.nodes + rooms_of(wire), wire.placed)
+            self._rooms[key] = (value, room)
+            return room
+        return self._whole(key=key, head=(value, wire))
 
     def waiting(self) -> frozenset[str]:
         """The clusters whose last head waits for parts it names."""
         return frozenset(self._waiting)
 
-    def _whole(self, *, key: str, head: Wire) -> ClusterCapacity | None:
-        held = [self._parts.get(part_key(key, n)) for n in range(len(head.parts))]
-        parts = [p for p, named in zip(held, head.parts, strict=True) if p and p.digest == named]
-        if len(parts) < len(head.parts):
+    def _whole(self, *, key: str, head: tuple[bytes, Wire]) -> ClusterCapacity | None:
+        value, wire = head
+        held = [self._parts.get(part_key(key, n)) for n in range(len(wire.parts))]
+        parts = [p for p, named in zip(held, wire.parts, strict=True) if p and p.digest == named]
+        if len(parts) < len(wire.parts):
+            self._waiting[key] = head
             return None  # a part of another heartbeat: the head's own comes (or is read) next
-        del self._waiting[key]
+        self._waiting.pop(key, None)
         nodes = tuple(itertools.chain.from_iterable(p.nodes for p in parts))
         placed = tuple(itertools.chain.from_iterable(p.placed for p in parts))
-        return capacity_of(head, nodes, placed)
+        room = capacity_of(wire, nodes, placed)
+        self._rooms[key] = (value, room)
+        return room
 
 
-def _held(value: bytes) -> _Held:
+def _held(value: bytes, named_by: str) -> _Held:
     part = _part_decoder.decode(value)
-    return _Held(digest=digest(value), nodes=rooms_of(part), placed=part.placed)
+    return _Held(digest=named_by, nodes=rooms_of(part), placed=part.placed)
 
 
 class Rooms(msgspec.Struct, frozen=True, kw_only=True):

@@ -9,6 +9,7 @@ Changes `EngineState`; decides nothing about quota (that is the round's, in `eng
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 
 from muster.core.conditions import QUOTA_RESERVED
 from muster.core.events import EventType
@@ -17,6 +18,7 @@ from muster.core.flavors import Assignment
 from muster.core.preemption import Victims
 from muster.core.queues import (
     SET_ASIDE,
+    ListedTrees,
     Park,
     PendingGroup,
     QueueRuntime,
@@ -43,6 +45,7 @@ class Queueing:
         state = self.state
         config = state.config
         state.trees = {}
+        state.listed = ListedTrees()
         state.queues = {}
         if self.routing is not None:
             self.routing.drop_held()  # every pending workload is enqueued again below
@@ -50,10 +53,14 @@ class Queueing:
         for name in sorted(config.cluster_queues):
             node = config.tree.cluster_queues[name]
             root = node.root()
-            tree = state.trees.get(tree_id(root))
+            tree = state.trees.get(tid := tree_id(root))
             if tree is None:
-                tournament = Tournament(state.fair_keys.key) if fair and root.is_cohort else None
-                tree = state.trees[tree_id(root)] = TreeRuntime(tree_id(root), root, tournament)
+                tournament = (
+                    Tournament(state.fair_keys.key, partial(state.listed.add, tid))
+                    if fair and root.is_cohort
+                    else None
+                )
+                tree = state.trees[tid] = TreeRuntime(tid, root, tournament, state.listed)
             state.queues[name] = QueueRuntime(name, tree, node)
         for r in state.records.values():
             r.group = None

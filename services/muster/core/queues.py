@@ -124,14 +124,49 @@ class QueueRuntime:
         return None
 
 
+class ListedTrees:
+    """The cohort trees with a queue listed since the round last walked them: a round walks
+    only these. Without it every replica walked every tree of the configuration each round,
+    those it does not own included: a cost per round that does not divide with shards."""
+
+    __slots__ = ("grew", "names")
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+        self.grew = False  # a tree joined while a round walked the others
+
+    def add(self, name: str) -> None:
+        if name not in self.names:
+            self.names.add(name)
+            self.grew = True
+
+
 class TreeRuntime:
     """A cohort tree's scheduling state: queues ready to be tried, and parked groups."""
 
-    __slots__ = ("freed", "name", "parked", "ready", "reservations", "root", "seq", "tournament")
+    __slots__ = (
+        "freed",
+        "listed",
+        "name",
+        "parked",
+        "ready",
+        "reservations",
+        "root",
+        "seq",
+        "tournament",
+    )
 
-    def __init__(self, name: str, root: QuotaNode, tournament: Ranking | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        root: QuotaNode,
+        tournament: Ranking | None = None,
+        listed: ListedTrees | None = None,
+    ) -> None:
         self.name = name
         self.root = root
+        # Where the tree is marked when a queue of it is listed (its tournament marks it too).
+        self.listed = listed if listed is not None else ListedTrees()
         # Fair sharing over a cohort tree: the order is a tournament, not `ready`.
         self.tournament = tournament
         # (sort key, token, queue): queues whose best group should be tried, best first
@@ -190,6 +225,7 @@ class TreeRuntime:
         cq.token += 1
         cq.listed = key
         heapq.heappush(self.ready, (key, cq.token, cq))
+        self.listed.add(self.name)
 
     def next_queue(self) -> tuple[tuple[object, ...], QueueRuntime] | None:
         while self.ready:

@@ -17,7 +17,7 @@ from muster.core.attempt import Attempts
 from muster.core.config import Configuration
 from muster.core.events import Event, EventType
 from muster.core.queue_index import QueueIndex
-from muster.core.queues import QueueRuntime, TreeRuntime
+from muster.core.queues import ListedTrees, QueueRuntime, TreeRuntime
 from muster.core.quota import FlavorResource
 from muster.core.records import WorkloadRecord
 from muster.core.tournament import FairKeys
@@ -42,6 +42,7 @@ class EngineState:
         self.records: dict[WorkloadKey, WorkloadRecord] = {}
         self.index = QueueIndex()  # per-queue views of `records`, kept as they change
         self.trees: dict[str, TreeRuntime] = {}
+        self.listed = ListedTrees()  # the trees the next round walks (Engine.schedule)
         self.queues: dict[str, QueueRuntime] = {}
         self.timers: list[Timer] = []
         self.seq = 0

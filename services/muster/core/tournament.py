@@ -38,10 +38,12 @@ KeyOf = Callable[["WorkloadRecord", QuotaNode], Key]
 class Tournament:
     """The fair-sharing order of one cohort tree whose root is a Cohort."""
 
-    __slots__ = ("heaps", "key_of", "tokens", "weak")
+    __slots__ = ("heaps", "key_of", "listed", "tokens", "weak")
 
-    def __init__(self, key_of: KeyOf) -> None:
+    def __init__(self, key_of: KeyOf, listed: Callable[[], None] = lambda: None) -> None:
         self.key_of = key_of
+        # Called on every push: a round walks the tree again only after one (ListedTrees).
+        self.listed = listed
         # cohort name -> heap of (key lower bound, token, child name, child)
         self.heaps: dict[str, list[tuple[Key, int, str, QueueRuntime | QuotaNode]]] = {}
         self.tokens: dict[str, int] = {}  # child name -> its one valid entry's token
@@ -99,6 +101,7 @@ class Tournament:
         token = self.tokens.get(name, 0) + 1
         self.tokens[name] = token
         heapq.heappush(self.heaps.setdefault(parent, []), (key, token, name, child))
+        self.listed()
 
 
 class FairKeys:

@@ -189,7 +189,9 @@ class KueueSeries:
                 self._metrics[s.name] = Histogram(
                     s.name, s.help, labels, buckets=s.buckets, registry=registry
                 )
-        self._exported: dict[str, set[tuple[str, ...]]] = {name: set() for name in GAUGES}
+        # Each gauge's label sets as exported, with their values: a refresh sets only what
+        # changed (a pass over every queue, ten times a second, was mostly `labels()` calls).
+        self._exported: dict[str, dict[tuple[str, ...], float]] = {name: {} for name in GAUGES}
         # `labels()` validates and locks on every call: children are looked up once.
         self._children: dict[tuple[str, tuple[str, ...]], Counter | Histogram] = {}
 
@@ -206,12 +208,16 @@ class KueueSeries:
                 metric.inc(s.value)
 
     def set_gauges(self, gauges: Gauges) -> None:
-        """Export exactly `gauges`: set every value, remove label sets no longer there."""
+        """Export exactly `gauges`: set the values that changed, remove label sets no longer
+        there."""
         for name in GAUGES:
             gauge = self._gauges[name]
             now = gauges.get(name, {})
-            for labels in self._exported[name] - now.keys():
+            exported = self._exported[name]
+            for labels in exported.keys() - now.keys():
                 gauge.remove(*labels, self.role)
+                del exported[labels]
             for labels, value in now.items():
-                gauge.labels(*labels, self.role).set(value)
-            self._exported[name] = set(now)
+                if exported.get(labels) != value:
+                    gauge.labels(*labels, self.role).set(value)
+                    exported[labels] = value

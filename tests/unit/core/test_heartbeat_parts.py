@@ -6,8 +6,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from muster.core import heartbeat_parts
 from muster.core.dispatch import ClusterCapacity, NodeRoom
-from muster.core.heartbeat import decode_heartbeat, encode, pack
+from muster.core.heartbeat import decode_heartbeat, decode_wire, encode, pack
 from muster.core.heartbeat_parts import (
     Gone,
     Heartbeat,
@@ -125,6 +126,56 @@ def test_a_reader_never_combines_parts_of_two_heartbeats() -> None:
     rooms = read_rooms(torn)
     assert rooms.whole == {}
     assert rooms.torn == {"east"}
+
+
+@pytest.fixture
+def decoded(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The heads and parts the reader decodes, as heard."""
+    seen: list[bytes] = []
+    part = heartbeat_parts._part_decoder
+
+    def decode_head(data: bytes) -> object:
+        seen.append(data)
+        return decode_wire(data)
+
+    class Parts:
+        def decode(self, data: bytes) -> object:
+            seen.append(data)
+            return part.decode(data)
+
+    monkeypatch.setattr(heartbeat_parts, "decode_wire", decode_head)
+    monkeypatch.setattr(heartbeat_parts, "_part_decoder", Parts())
+    return seen
+
+
+@pytest.mark.parametrize("max_bytes", [MAX_BYTES, SIZE * 2], ids=["parts", "one value"])
+def test_a_beat_that_says_what_the_last_said_is_not_decoded_again(
+    decoded: list[bytes], max_bytes: int
+) -> None:
+    """Every replica that follows the bucket hears every beat, up to ten a second per cluster:
+    most say what the one before said, and the room they give is the one already held."""
+    first = encode_room(cluster(2000), max_bytes=max_bytes)
+    reader = RoomReader()
+    for key, value in values(first).items():
+        whole = reader.heard(key, value)
+    assert whole == cluster(2000)
+    read = len(decoded)
+    # The same head again, and a part put again as it was (a writer that restarted).
+    assert reader.heard("east", first.head) == cluster(2000)
+    if first.parts:
+        assert reader.heard(part_key("east", 0), first.parts[0]) is None
+    assert len(decoded) == read
+    # A room that changed is read, and only what changed in it.
+    busy = encode_room(cluster(2000, busy={0: 1}), max_bytes=max_bytes, last=first)
+    for key, value in values(busy).items():
+        if key == "east" or value not in first.parts:
+            whole = reader.heard(key, value)
+    assert whole == cluster(2000, busy={0: 1})
+    assert len(decoded) == read + (2 if first.parts else 1)
+    # Deleted and put again: read afresh.
+    assert reader.heard("east", None) == Gone("east")
+    assert reader.heard("east", busy.head) == cluster(2000, busy={0: 1})
+    assert len(decoded) == read + (3 if first.parts else 2)
 
 
 def test_a_deleted_head_is_gone_and_a_deleted_part_is_not() -> None:
