@@ -51,22 +51,10 @@ class Heads:
         listed_key: tuple[object, ...] | None,
     ) -> None:
         """Decide for head `r`; `listed_key` is the lower bound it was listed with, None when
-        its turn is exact (the fair-sharing tournament). What `cq`'s head holds with no
-        victim (`unreclaimable`) is what this decision makes it, or nothing."""
-        decided, hold = self._decide(tree, cq, group, r, listed_key)
-        if decided:
-            self.queueing.replace_hold(tree, cq, hold)
-
-    def _decide(
-        self,
-        tree: TreeRuntime,
-        cq: QueueRuntime,
-        group: PendingGroup,
-        r: WorkloadRecord,
-        listed_key: tuple[object, ...] | None,
-    ) -> tuple[bool, Hold | None]:
-        """`decide`: (False, None) if `r` was listed again to come after others."""
+        its turn is exact (the fair-sharing tournament). What `cq`'s head held with no victim
+        goes (`unreclaimable`); `r` holds again if it is such a head."""
         state, queueing = self.state, self.queueing
+        queueing.replace_hold(tree, cq, None)
         config = state.config
         problem = config.admissibility(r)
         if problem is not None:
@@ -75,36 +63,36 @@ class Heads:
             else:
                 queueing.drop_reservation(r)
                 queueing.park(tree, group, r, problem, {})
-            return True, None
+            return
         held = self.routing.hold_back(state, r, group) if self.routing is not None else None
         if held is not None:
             queueing.drop_reservation(r)
             queueing.park(tree, group, r, (config.reason("WaitingForQuota", "Pending"), held), {})
-            return True, None
+            return
         a, victims = self.attempt(r)
         if a.mode is Mode.FIT or victims is not None:
             key = queueing.sort_key(r, a)
             top = tree.peek_key() if listed_key is not None else None
             if listed_key is not None and key > listed_key and top is not None and key > top:
                 cq.tree.list_queue(cq, key)  # others come first now; retry in order
-                return False, None
+                return
             short = queueing.held_for_preemptors(tree, r, key, a, victims)
             if short:  # a preemptor held back keeps what it holds: its need is unchanged
                 why = (config.reason("WaitingForQuota", "Pending"), NO_LONGER_FITS)
                 queueing.park(tree, group, r, why, short)
-                return True, None
+                return
         if a.mode is Mode.FIT:
             self._admit_head(cq, group, r, a)
-            return True, None
+            return
         if r.key in state.awaiting_victims and a.mode is Mode.PREEMPT:
             # Restored as a preemptor whose victims stop (which they are is not recorded):
             # it waits, as it did, and preempts no one else.
             state.awaiting_victims.discard(r.key)
             self._await_victims(tree, cq, group, r, a, None)
-            return True, None
+            return
         if victims is not None and r.key not in state.preempted_this_round:
             self._preempt_for(tree, cq, group, r, a, victims)
-            return True, None
+            return
         state.awaiting_victims.discard(r.key)
         # Kueue: a workload that needs preemption but has no victim waits for quota.
         reason = a.pending_reason if a.mode is Mode.NO_FIT else "WaitingForQuota"
@@ -113,9 +101,8 @@ class Heads:
         # else a preemptor whose freed quota went to work ahead of it keeps what it holds
         why = (config.reason(reason, "Pending"), a.message)
         queueing.park(tree, group, r, why, queueing.wake_thresholds(cq.name, a))
-        if a.mode is not Mode.PREEMPT or victims is not None:
-            return True, None
-        return True, self._unreclaimable(r, a)
+        if a.mode is Mode.PREEMPT and victims is None:
+            queueing.replace_hold(tree, cq, self._unreclaimable(r, a))
 
     def _unreclaimable(self, r: WorkloadRecord, a: Assignment) -> Hold | None:
         """Kueue holds capacity for a head that needs preemption and has no victim when its

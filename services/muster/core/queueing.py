@@ -225,9 +225,9 @@ class Queueing:
             tree.unhold(held)
 
     def replace_hold(self, tree: TreeRuntime, cq: QueueRuntime, new: Hold | None) -> None:
-        """`cq`'s head was decided: `new` is what it holds now (None: nothing); groups parked
-        behind what it held before may be admissible."""
-        self._wake(tree, released(self.holds.replace(tree.name, cq.name, new), new))
+        """`new` is what `cq`'s head holds now (None: nothing); groups parked behind what it
+        held before may be admissible."""
+        self._wake(tree, released(self.holds.replace(tree.name, cq.name, new)))
 
     def _wake(self, tree: TreeRuntime, freed: Iterable[tuple[FlavorResource, int]]) -> None:
         for fr, amount in freed:
@@ -265,7 +265,7 @@ class Queueing:
         queue = self.state.queues.get(r.cluster_queue)
         if queue is not None and self.holds.by_tree:
             tree = queue.tree
-            self._wake(tree, released(self.holds.drop(tree.name, r.key), None))
+            self._wake(tree, released(self.holds.drop(tree.name, r.key)))
         if not self.state.reserving:
             return
         if queue is None or not queue.tree.reservations:

@@ -22,7 +22,7 @@ streams or a snapshot makes the same holds in the same order.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import NamedTuple
 
 from muster.api.model import WorkloadKey
@@ -69,15 +69,10 @@ def live(hold: Hold, r: WorkloadRecord | None) -> bool:
     )
 
 
-def released(old: Hold | None, new: Hold | None) -> Iterator[tuple[FlavorResource, int]]:
-    """What replacing `old` by `new` (either may be None) stops requesting, per resource:
-    the groups parked behind it are worth a retry."""
-    if old is None:
-        return
-    after = new.request if new is not None else {}
-    for fr, amount in sorted(old.request.items()):
-        if amount > after.get(fr, 0):
-            yield fr, amount - after.get(fr, 0)
+def released(old: Hold | None) -> list[tuple[FlavorResource, int]]:
+    """What a hold that goes stops requesting, per resource: the groups parked behind it are
+    worth a retry."""
+    return sorted(old.request.items()) if old is not None else []
 
 
 class Holds:
@@ -92,11 +87,11 @@ class Holds:
 
     def replace(self, tree: str, cq: str, new: Hold | None) -> Hold | None:
         """Make `new` `cq`'s hold (None: it holds nothing); return the hold it replaces."""
-        holds = self.by_tree.setdefault(tree, {})
-        old = holds.pop(cq, None)
+        holds = self.by_tree.get(tree)
+        old = holds.pop(cq, None) if holds is not None else None
         if new is not None:
-            holds[cq] = new
-        elif not holds:
+            self.by_tree.setdefault(tree, {})[cq] = new
+        elif holds is not None and not holds:
             del self.by_tree[tree]
         return old
 
