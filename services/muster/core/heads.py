@@ -9,6 +9,7 @@ compatibility.md).
 
 from __future__ import annotations
 
+from muster.api.model import ReclaimWithinCohort
 from muster.core.attempt import Attempt
 from muster.core.conditions import NO_LONGER_FITS, PENDING_PREEMPTION, WAITING_FOR_VICTIMS
 from muster.core.config import NAMESPACE_MISMATCH
@@ -21,6 +22,7 @@ from muster.core.quota import FlavorResource
 from muster.core.records import WorkloadRecord
 from muster.core.routing.control import RoutingControl
 from muster.core.state import EngineState
+from muster.core.unreclaimable import Hold
 
 _WAITING = "WaitingForQuota"  # no fit now, some would do once quota is released
 
@@ -49,8 +51,10 @@ class Heads:
         listed_key: tuple[object, ...] | None,
     ) -> None:
         """Decide for head `r`; `listed_key` is the lower bound it was listed with, None when
-        its turn is exact (the fair-sharing tournament)."""
+        its turn is exact (the fair-sharing tournament). What `cq`'s head held with no victim
+        goes (`unreclaimable`); `r` holds again if it is such a head."""
         state, queueing = self.state, self.queueing
+        queueing.replace_hold(tree, cq, None)
         config = state.config
         problem = config.admissibility(r)
         if problem is not None:
@@ -97,6 +101,26 @@ class Heads:
         # else a preemptor whose freed quota went to work ahead of it keeps what it holds
         why = (config.reason(reason, "Pending"), a.message)
         queueing.park(tree, group, r, why, queueing.wake_thresholds(cq.name, a))
+        if a.mode is Mode.PREEMPT and victims is None:
+            queueing.replace_hold(tree, cq, self._unreclaimable(r, a))
+
+    def _unreclaimable(self, r: WorkloadRecord, a: Assignment) -> Hold | None:
+        """Kueue holds capacity for a head that needs preemption and has no victim when its
+        ClusterQueue cannot always reclaim (reclaimWithinCohort not Any); for as long as it
+        heads a StrictFIFO queue (`unreclaimable`). A preemptor keeps its own reservation."""
+        config = self.state.config
+        cq = config.cluster_queues[r.cluster_queue]
+        if cq.preemption.reclaim_within_cohort is ReclaimWithinCohort.ANY:
+            return None
+        if config.best_effort(r.cluster_queue) or self.queueing.reserved_counts(r) is not None:
+            return None
+        return Hold(
+            key=r.key,
+            order=self.queueing.sort_key(r, a),
+            node=config.tree.cluster_queues[r.cluster_queue],
+            request=a.usage,
+            borrowing=a.borrowing > 0,
+        )
 
     def attempt(self, r: WorkloadRecord) -> Attempt:
         """Head `r`'s attempt. A preemptor holding quota for its victims keeps the need it

@@ -8,7 +8,7 @@ Changes `EngineState`; decides nothing about quota (that is the round's, in `eng
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import partial
 
 from muster.core.conditions import QUOTA_RESERVED
@@ -30,6 +30,7 @@ from muster.core.records import Phase, WorkloadRecord
 from muster.core.routing.control import RoutingControl
 from muster.core.state import EngineState
 from muster.core.tournament import Tournament
+from muster.core.unreclaimable import Hold, Holds, released
 
 
 class Queueing:
@@ -38,6 +39,7 @@ class Queueing:
     def __init__(self, state: EngineState, routing: RoutingControl | None) -> None:
         self.state = state
         self.routing = routing
+        self.holds = Holds()  # heads with no victim (Kueue: capacity for an unreclaimable head)
 
     def rebuild(self) -> None:
         """Make every tree's and ClusterQueue's queues anew and enqueue every pending workload
@@ -47,6 +49,7 @@ class Queueing:
         state.trees = {}
         state.listed = ListedTrees()
         state.queues = {}
+        self.holds.clear()
         if self.routing is not None:
             self.routing.drop_held()  # every pending workload is enqueued again below
         fair = config.fair_sharing_enabled
@@ -194,16 +197,21 @@ class Queueing:
         a: Assignment,
         victims: Victims | None,
     ) -> dict[FlavorResource, int]:
-        """What `a` lacks once the quota held for preemptors ahead of `r` in the cycle order
-        counts as used (Kueue adds a preemptor's usage to the cycle's snapshot, so work after it
-        cannot take what its victims free); {} if it still fits."""
-        if not tree.reservations:
-            return {}
+        """What `a` lacks once the quota held ahead of `r` in the cycle order counts as used:
+        for preemptors (Kueue adds a preemptor's usage to the cycle's snapshot, so work after
+        it cannot take what its victims free) and by StrictFIFO heads with no victim
+        (`unreclaimable`); {} if it still fits."""
         config = self.state.config
         node = config.tree.cluster_queues[r.cluster_queue]
+        kept = self.holds.ahead_of(tree.name, node, key, self.state.records)
+        if not tree.reservations and not kept:
+            return {}
         sticky = config.best_effort(r.cluster_queue)
         held = tree.hold_for(r, key, cq=node, sticky=sticky)
-        if not held:
+        for holder, amounts in kept:
+            for fr, amount in amounts.items():
+                holder.add_usage(fr, amount)
+        if not held and not kept:
             return {}
         records = self.state.records
         gone = [records[k] for k in victims.targets] if victims is not None else []
@@ -218,7 +226,21 @@ class Queueing:
         finally:
             for v in gone:
                 with_usage(config.tree.cluster_queues[v.cluster_queue], v.usage, 1)
+            for holder, amounts in kept:
+                for fr, amount in amounts.items():
+                    holder.add_usage(fr, -amount)
             tree.unhold(held)
+
+    def replace_hold(self, tree: TreeRuntime, cq: QueueRuntime, new: Hold | None) -> None:
+        """`new` is what `cq`'s head holds now (None: nothing); groups parked behind what it
+        held before may be admissible."""
+        self._wake(tree, released(self.holds.replace(tree.name, cq.name, new)))
+
+    def _wake(self, tree: TreeRuntime, freed: Iterable[tuple[FlavorResource, int]]) -> None:
+        for fr, amount in freed:
+            if amount > 0:
+                for group in tree.release(fr, amount):
+                    self.retry(group)
 
     def set_reservation(
         self, tree: TreeRuntime, r: WorkloadRecord, key: tuple[object, ...], a: Assignment
@@ -245,19 +267,19 @@ class Queueing:
     def drop_reservation(
         self, r: WorkloadRecord, *, keep: Mapping[FlavorResource, int] | None = None
     ) -> None:
-        """Forget what `r` held as a preemptor; what is no longer held (beyond `keep`) may
-        help the groups parked in its tree."""
+        """Forget what `r` held as a preemptor or as a head with no victim; what is no
+        longer held (beyond `keep`) may help the groups parked in its tree."""
+        queue = self.state.queues.get(r.cluster_queue)
+        if queue is not None and self.holds.by_tree:
+            tree = queue.tree
+            self._wake(tree, released(self.holds.drop(tree.name, r.key)))
         if not self.state.reserving:
             return
-        queue = self.state.queues.get(r.cluster_queue)
         if queue is None or not queue.tree.reservations:
             return
         tree = queue.tree
         old = tree.reservations.pop(r.key, None)
         if old is None:
             return
-        for fr, amount in old.usage.items():
-            freed = amount - (keep or {}).get(fr, 0)
-            if freed > 0:
-                for group in tree.release(fr, freed):
-                    self.retry(group)
+        kept = keep or {}
+        self._wake(tree, ((fr, n - kept.get(fr, 0)) for fr, n in old.usage.items()))
