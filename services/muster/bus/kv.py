@@ -7,6 +7,16 @@ also gets a key's last write with tombstones, fenced raw writes whose tombstones
 the bucket's last revision, its keys under a prefix and an ordered change feed by revision.
 `follow_bucket` hands every entry of a bucket to a callback, for as long as the service runs,
 across NATS restarts.
+
+Watches and change feeds read through `replay.read_in_order`: a reader of their own, not
+nats-py's ordered push consumer, whose reset after a lost consumer runs in a background task
+that reports a failed re-create only to the connection's error callback (the second of two
+quick nats-server restarts could leave a feed silent for good, and nothing noticed it). A feed
+knows its last revision: when its consumer is gone (a restart) or skips a delivery, it makes
+a new one that starts just after, so it hands every write on once, in revision order, however
+often NATS restarts. Made by `Bus.kv`, each feed reports to the progress watchdog
+(bus/progress.py): a change in the caller's hands too long, or writes waiting that never
+come, is a stall.
 """
 
 from __future__ import annotations
@@ -15,6 +25,7 @@ import asyncio
 import contextlib
 import datetime
 import inspect
+import itertools
 import logging
 import re
 import time
@@ -24,13 +35,14 @@ from typing import Final, NamedTuple, Protocol
 import nats.errors
 import nats.js.errors
 from nats.aio.msg import Msg
-from nats.js import JetStreamContext, api
+from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from muster.bus.cancel import raise_if_cancelling
-from muster.bus.client import stream_sequence
 from muster.bus.errors import Conflict, NotFound, Retry, SetupError, Unavailable, wrapped
+from muster.bus.progress import Progress, Tracker, tracked
 from muster.bus.publisher import EXPECTED_LAST_SUBJECT_SEQUENCE, RawWriter
+from muster.bus.replay import Read, read_in_order
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +55,7 @@ _TTL_DISABLED: Final = 10166  # JetStream's err_code for a Nats-TTL the stream d
 # nats-server 2.11+ marks a key removed by a per-message TTL or its bucket's age this way.
 _MARKER_REASON: Final = "Nats-Marker-Reason"
 _MARKERS_DELETING: Final = ("MaxAge", "Purge", "Remove")
-_WATCH_INACTIVE_S: Final = 300.0  # the server drops a watch's consumer left this long unread
-# A change feed notices a lost consumer (NATS restarted) after about two missed heartbeats,
-# and nats-py's ordered consumer resumes after the last revision it delivered.
-_HEARTBEAT_S: Final = 1.0
+_FEEDS = itertools.count(1)  # numbers the feeds a process watches (progress names them)
 
 _KEY = re.compile(r"[-/_=a-zA-Z0-9]+(\.[-/_=a-zA-Z0-9]+)*")
 
@@ -65,13 +74,16 @@ async def open_bucket(
     history: int = 1,
     replicas: int = 1,
     writer: RawWriter | None = None,
+    progress: Progress | None = None,
 ) -> Bucket:
     """The bucket named `bucket`, created with `ttl_s` (None: keep forever), `history` and
     `replicas` (servers of a NATS cluster holding it; an existing bucket is left as it is).
-    `Bucket.write` goes through `writer` when given (the bus's publisher), else through `js`."""
+    `Bucket.write` goes through `writer` when given (the bus's publisher), else through `js`;
+    its watches and feeds report to `progress` when given (the service's watchdog)."""
     try:
         with wrapped(f"key-value bucket {bucket}"):
-            return Bucket(await js.key_value(bucket), bucket, js=js, writer=writer)
+            kv = await js.key_value(bucket)
+            return Bucket(kv, bucket, js=js, writer=writer, progress=progress)
     except NotFound:
         pass
     # Two processes may create it at once: the server accepts an identical second create.
@@ -88,7 +100,7 @@ async def open_bucket(
             f"cannot create key-value bucket {bucket} (it is missing): NATS did not answer; with "
             "per-service NATS users run `muster nats-setup` with the admin user first"
         ) from exc.__cause__
-    return Bucket(kv, bucket, js=js, writer=writer)
+    return Bucket(kv, bucket, js=js, writer=writer, progress=progress)
 
 
 class Entry(NamedTuple):
@@ -130,11 +142,18 @@ class Bucket:
     expected (it exists already, or another writer came first)."""
 
     def __init__(
-        self, kv: KeyValue, name: str, *, js: JetStreamContext, writer: RawWriter | None = None
+        self,
+        kv: KeyValue,
+        name: str,
+        *,
+        js: JetStreamContext,
+        writer: RawWriter | None = None,
+        progress: Progress | None = None,
     ) -> None:
         self._kv = kv
         self._js = js
         self._writer = writer
+        self._progress = progress
         self.name = name
         self._stream = f"KV_{name}"  # the KV protocol's stream and subject names
         self._prefix = f"$KV.{name}."
@@ -264,49 +283,33 @@ class Bucket:
         self, pattern: str = ">", *, timeout_s: float | None = None
     ) -> AsyncGenerator[Entry | None, None]:
         """Every stored entry matching `pattern`, then None (all read), then each change as it
-        comes, until the caller stops; `Unavailable` when NATS fails meanwhile, or when no
-        entry comes for `timeout_s` (None: no limit).
+        comes, until the caller stops, across NATS restarts (the module docstring);
+        `Unavailable` when no entry comes for `timeout_s` (None: no limit).
 
-        All is read once a delivery leaves nothing pending, or at once when the consumer has
-        delivered nothing and has nothing pending. nats-py's KeyWatcher said so whenever its
-        consumer info showed nothing pending and no delivery had been read yet: a loaded
-        server may send that info's reply before deliveries already made, and a snapshot
-        then read nothing.
+        All is read once a delivery leaves nothing pending, or at once when the reader begins
+        with nothing to deliver (told by the server as it makes the reader, before it
+        delivers anything: nats-py's KeyWatcher asked afterwards, and a loaded server could
+        answer before deliveries already made, so a snapshot read nothing).
         """
-        arrived: asyncio.Queue[Msg] = asyncio.Queue()
-
-        async def deliver(msg: Msg) -> None:
-            arrived.put_nowait(msg)
-
         what = f"{self.name} read {pattern}"
-        with wrapped(what):
-            sub = await self._js.subscribe(
-                self._subject(pattern),
-                stream=self._stream,
-                cb=deliver,
-                ordered_consumer=True,
-                deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
-                inactive_threshold=_WATCH_INACTIVE_S,
-            )
-        try:
-            with wrapped(what):
-                info = await sub.consumer_info()
-            delivered = info.delivered.consumer_seq if info.delivered else 0
-            loaded = not info.num_pending and not delivered
-            if loaded:
-                yield None
+        reads = self._reads([self._subject(pattern)], after=None, what=what)
+        loaded = False
+        async with contextlib.aclosing(reads):
             while True:
-                with wrapped(what):
-                    msg = await asyncio.wait_for(arrived.get(), timeout_s)
-                entry = self._entry_of(msg)
+                try:
+                    async with asyncio.timeout(timeout_s):
+                        read = await anext(reads)
+                except TimeoutError:
+                    raise Unavailable(f"{what}: nothing came for {timeout_s:g}s") from None
+                if read is None:
+                    entry, at = None, None
+                else:
+                    entry, at = self._entry_of(read[0]), read[1]
                 if entry is not None:
                     yield entry
-                if not loaded and msg.metadata.num_pending == 0:
+                if not loaded and (at is None or at.pending == 0):
                     loaded = True
                     yield None
-        finally:
-            with contextlib.suppress(nats.errors.Error):
-                await sub.unsubscribe()
 
     def _entry_of(self, msg: Msg) -> Entry | None:
         """A watch's delivery as an `Entry`; None for a server marker of a kind not known
@@ -373,44 +376,43 @@ class Bucket:
     ) -> AsyncGenerator[Change, None]:
         """Each key under `prefixes` (whole tokens; none: every key) at its last write, then
         every write as it comes, in revision order across prefixes; with `after` (a revision),
-        every write after it instead. Until the caller stops; `Unavailable` when NATS fails."""
-        # Delivered through a callback into a queue: nats-py's `next_msg` makes a task and a
-        # uuid per message, which costs more than the rest of a change together.
-        arrived: asyncio.Queue[Msg] = asyncio.Queue()
-
-        async def deliver(msg: Msg) -> None:
-            arrived.put_nowait(msg)
-
+        every write after it instead. Until the caller stops, across NATS restarts: each
+        revision once, none left out (the module docstring)."""
         subjects = [f"{self._prefix}{prefix}>" for prefix in prefixes or ("",)]
-        config = api.ConsumerConfig(
-            deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT
-            if after is None
-            else api.DeliverPolicy.BY_START_SEQUENCE,
-            opt_start_seq=None if after is None else after + 1,
-            # One subject goes as the subscription's own filter; several as the consumer's.
-            filter_subjects=subjects if len(subjects) > 1 else None,
-        )
-        with wrapped(f"{self.name} changes {' '.join(prefixes)}"):
-            sub = await self._js.subscribe(
-                subjects[0],
-                stream=self._stream,
-                cb=deliver,
-                config=config,
-                ordered_consumer=True,
-                inactive_threshold=60.0,
-                idle_heartbeat=_HEARTBEAT_S,
-            )
-        try:
-            while True:
-                raise_if_cancelling()
-                msg = await arrived.get()
+        what = f"{self.name} changes {' '.join(prefixes) or '>'}"
+        reads = self._reads(subjects, after=after, what=what)
+        async with contextlib.aclosing(reads):
+            async for read in reads:
+                if read is None:
+                    continue
+                msg, at = read
                 headers = msg.headers
                 deleted = headers is not None and headers.get(_OPERATION) in _DELETED
                 key = msg.subject.removeprefix(self._prefix)
-                yield Change(key, msg.data, stream_sequence(msg), deleted)
-        finally:
-            with contextlib.suppress(nats.errors.Error):
-                await sub.unsubscribe()
+                yield Change(key, msg.data, at.stream, deleted)
+
+    def _reads(self, subjects: list[str], *, after: int | None, what: str) -> AsyncGenerator[Read, None]:
+        """The bucket's messages on `subjects` in order (`read_in_order`), from each key's last
+        (`after` None) or after revision `after`; watched as feed `what` when the bucket has a
+        progress board."""
+        tracker: Tracker | None = None
+        if self._progress is not None:
+            tracker = self._progress.track(
+                f"{what} #{next(_FEEDS)}", stream=self._stream, consumer="", max_ack_pending=1
+            )
+        reads = read_in_order(
+            self._js._nc,  # nats-py's own connection: the reader pulls through it
+            self._js,
+            subjects,
+            stream=self._stream,
+            start=None if after is None else after + 1,
+            tracker=tracker,
+        )
+        return reads if tracker is None else tracked(reads, tracker, _revision_of)
+
+
+def _revision_of(read: Read) -> int:
+    return 0 if read is None else read[1].stream
 
 
 class OpenBucket(Protocol):
@@ -431,8 +433,9 @@ async def follow_bucket(
     on_loaded: Callable[[], Awaitable[None] | None] | None = None,
 ) -> None:
     """Hand every entry of `bucket` to `on_entry`: the stored ones (then `on_loaded()`), then
-    each change, until cancelled; after any NATS error (a server restart) the watch starts over
-    from the stored values a second later, so callers must take a repeated entry as news."""
+    each change, until cancelled. The watch reads on across NATS restarts; a bucket that cannot
+    be opened (or a watch that fails) is tried again a second later, from the stored values,
+    so callers must take a repeated entry as news."""
     while True:
         raise_if_cancelling()
         try:

@@ -1,7 +1,8 @@
-"""Ordered reads of stream history: state rebuilds (admission) and `Events.Watch` (gateway).
+"""Ordered reads of stream history: state rebuilds (admission) and `Events.Watch` (gateway),
+and under them the key-value buckets' watches and change feeds (bus/kv.py).
 
-`replay` reads with an ephemeral, unacknowledged pull consumer that starts at a given sequence,
-through a `PullFeed`.
+`read_in_order` reads with an ephemeral, unacknowledged pull consumer that starts at a given
+sequence (or at each subject's last message), through a `PullFeed`.
 It checks each message's consumer sequence; on a gap (a pull lost in a reconnect) it makes a new
 consumer from the last sequence it yielded, so every message comes once and in stream order.
 The same when the server deletes the consumer (an in-memory consumer does not outlive a
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 
 import nats.errors
 import nats.js.errors
@@ -26,7 +27,7 @@ from muster.bus.client import Position, position
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES, decode
 from muster.bus.errors import Reject
 from muster.bus.outage import UNAVAILABLE, Outage
-from muster.bus.progress import Tracker, advanced
+from muster.bus.progress import Tracker, advanced, tracked
 from muster.bus.pull import ConsumerDeletedError, PullFeed
 from muster.contracts.v1.events_pb2 import Envelope
 
@@ -70,18 +71,7 @@ def replay(
         until_sequence=until_sequence, follow=follow, max_event_bytes=max_event_bytes,
         tracker=tracker,
     )  # fmt: skip
-    return envs if tracker is None else _tracked(envs, tracker)
-
-
-async def _tracked(envs: AsyncIterator[Envelope], tracker: Tracker) -> AsyncIterator[Envelope]:
-    """`envs`, each in hand for `tracker` until the next is asked for."""
-    try:
-        async for env in envs:
-            tracker.began(env.sequence)
-            yield env
-            tracker.ended(env.sequence)
-    finally:
-        tracker.close()
+    return envs if tracker is None else tracked(envs, tracker, _sequence_of)
 
 
 async def _replay(
@@ -103,8 +93,60 @@ async def _replay(
             until = await last_sequence(js, stream)
         except UNAVAILABLE as exc:
             await outage.failed(exc)
-    next_seq = max(1, from_sequence)
-    while until is None or next_seq <= until:
+    reads = read_in_order(
+        nc, js, subjects, stream=stream, start=max(1, from_sequence), until=until,
+        follow=follow, tracker=tracker,
+    )  # fmt: skip
+    async with contextlib.aclosing(reads):
+        async for read in reads:
+            if read is None:  # nothing stored after the start
+                if follow:
+                    continue
+                return
+            msg, at = read
+            try:
+                env = decode(msg.data, max_bytes=max_event_bytes)
+            except Reject as err:
+                log.warning("replay skips %s#%d: %s", msg.subject, at.stream, err)
+            else:
+                env.sequence = at.stream
+                advanced()  # a handler reading the stream (a rebuild) is not stuck
+                yield env
+            if not follow and at.pending == 0:
+                return  # caught up: what is left was stored after the call
+
+
+def _sequence_of(env: Envelope) -> int:
+    return env.sequence
+
+
+# One read: a message and where it stands; None: a reader began with nothing to deliver.
+Read = tuple[Msg, Position] | None
+
+
+async def read_in_order(
+    nc: NatsClient,
+    js: JetStreamContext,
+    subjects: Sequence[str],
+    *,
+    stream: str,
+    start: int | None,
+    until: int | None = None,
+    follow: bool = True,
+    tracker: Tracker | None = None,
+) -> AsyncGenerator[Read, None]:
+    """The messages on `subjects` in `stream` in stream order, each once, from sequence `start`
+    (None: each subject's last message, then every later one) up to `until` (None: no end),
+    across NATS restarts and outages (the module docstring); without `follow`, until caught
+    up. A reader that begins with nothing to deliver says so with None (a caller learns it
+    has read all that was stored). `tracker.consumer` names the reader of the moment.
+
+    A reader made again starts after the last message handed over; before any was, it starts
+    where the first one did (never at the stream's start, which would hand over again what
+    the caller had before `start`)."""
+    outage = Outage(f"ordered read of {stream}", logger=log)
+    next_seq = start
+    while until is None or next_seq is None or next_seq <= until:
         try:
             reader = await _Reader.start(nc, js, subjects, stream=stream, from_sequence=next_seq)
         except UNAVAILABLE as exc:
@@ -114,31 +156,23 @@ async def _replay(
         if tracker is not None:
             tracker.consumer = reader.name
         try:
-            if not follow and reader.pending == 0:
-                return
-            async for msg, at in reader.messages(follow=follow):
-                seq = at.stream
-                if until is not None and seq > until:
+            if reader.pending == 0:
+                yield None
+                if not follow:
                     return
-                next_seq = seq + 1
-                try:
-                    env = decode(msg.data, max_bytes=max_event_bytes)
-                except Reject as err:
-                    log.warning("replay skips %s#%d: %s", msg.subject, seq, err)
-                else:
-                    env.sequence = seq
-                    advanced()  # a handler reading the stream (a rebuild) is not stuck
-                    yield env
-                if not follow and at.pending == 0:
-                    return  # caught up: what is left was stored after the call
+            async for msg, at in reader.messages(follow=follow):
+                if until is not None and at.stream > until:
+                    return
+                next_seq = at.stream + 1
+                yield msg, at
             if not reader.gap:
                 return
         except ConsumerDeletedError:
-            log.info("replay of %s: reader gone; reading on from %d", stream, next_seq)
+            log.info("ordered read of %s: reader gone; reading on after %s", stream, next_seq)
         finally:
             await reader.close()
         # A gap in consumer sequences, or no consumer: read again from the message after the
-        # last one yielded.
+        # last one handed over.
 
 
 class _Reader:
@@ -160,11 +194,14 @@ class _Reader:
         subjects: Sequence[str],
         *,
         stream: str,
-        from_sequence: int,
+        from_sequence: int | None,
     ) -> _Reader:
+        """A reader from `from_sequence` (None: each subject's last message first)."""
         one = len(subjects) == 1
         config = api.ConsumerConfig(
-            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+            deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT
+            if from_sequence is None
+            else api.DeliverPolicy.BY_START_SEQUENCE,
             opt_start_seq=from_sequence,
             ack_policy=api.AckPolicy.NONE,
             max_deliver=1,
