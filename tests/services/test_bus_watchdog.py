@@ -13,6 +13,7 @@ from bus_helpers import SUBMITTED, submitted
 from prometheus_client import CollectorRegistry
 
 from muster.bus import EVENTS_STREAM, Bus, ConsumerSettings, Reject
+from muster.bus.kv import follow_bucket
 from muster.bus.ordered import consume_in_order, make_consumer
 from muster.bus.watchdog import watch_progress
 from muster.contracts.v1 import events_pb2 as pb
@@ -137,6 +138,68 @@ async def test_an_idle_watched_follow_and_consumer_stay_alive(bus: Bus) -> None:
         ]
         try:
             await asyncio.wait_for(handled.wait(), 10)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(liveness.dead.wait(), 4 * STALL_S)
+        finally:
+            for loop in loops:
+                loop.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+    assert liveness.told == [True]
+
+
+async def test_a_bucket_feed_whose_reader_holds_a_change_is_a_stall_and_moves_again_once_it_reads(
+    bus: Bus,
+) -> None:
+    kv = await bus.kv("MUSTER_SIM_local")
+    await kv.write("pod.a", b"1", last=0)
+    await kv.write("pod.b", b"1", last=0)
+    release, all_read = asyncio.Event(), asyncio.Event()
+    read: list[str] = []
+
+    async def follow() -> None:
+        async for change in kv.changes("pod."):
+            read.append(change.key)
+            if len(read) == 3:
+                all_read.set()
+            if change.key == "pod.a":
+                await release.wait()  # a sim reader's apply, wedged until the test lets go
+
+    async with watched(bus) as liveness:
+        reader = asyncio.create_task(follow())
+        try:
+            await asyncio.wait_for(liveness.dead.wait(), 10)
+            assert read == ["pod.a"]
+            release.set()
+            await kv.write("pod.c", b"1", last=0)
+            await asyncio.wait_for(liveness.alive_again.wait(), 10)
+            await asyncio.wait_for(all_read.wait(), 10)
+        finally:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+    assert liveness.told == [True, False, True]
+    assert read == ["pod.a", "pod.b", "pod.c"]
+    assert bus.progress.trackers() == []  # the feed ended: no longer watched
+
+
+async def test_an_idle_bucket_feed_and_follow_stay_alive(bus: Bus) -> None:
+    kv = await bus.kv("MUSTER_SIM_local")
+    await kv.write("pod.a", b"1", last=0)
+    loaded = asyncio.Event()
+
+    async def feed() -> None:
+        async for _ in kv.changes("pod."):
+            pass
+
+    async with watched(bus) as liveness:
+        loops = [
+            asyncio.create_task(feed()),
+            asyncio.create_task(
+                follow_bucket(bus.kv, "MUSTER_SIM_local", lambda *_: None, on_loaded=loaded.set)
+            ),
+        ]
+        try:
+            await asyncio.wait_for(loaded.wait(), 10)
+            assert len(bus.progress.trackers()) == 2  # both are watched
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(liveness.dead.wait(), 4 * STALL_S)
         finally:

@@ -14,9 +14,9 @@ that reports a failed re-create only to the connection's error callback (the sec
 quick nats-server restarts could leave a feed silent for good, and nothing noticed it). A feed
 knows its last revision: when its consumer is gone (a restart) or skips a delivery, it makes
 a new one that starts just after, so it hands every write on once, in revision order, however
-often NATS restarts. Made by `Bus.kv`, each feed reports to the progress watchdog
-(bus/progress.py): a change in the caller's hands too long, or writes waiting that never
-come, is a stall.
+often NATS restarts. On a bucket from `Bus.kv`, each change feed and each `follow_bucket`
+reports to the progress watchdog (bus/progress.py): a change in the caller's hands too long,
+or writes waiting that never come, is a stall.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import datetime
 import inspect
-import itertools
 import logging
 import re
 import time
@@ -55,7 +54,6 @@ _TTL_DISABLED: Final = 10166  # JetStream's err_code for a Nats-TTL the stream d
 # nats-server 2.11+ marks a key removed by a per-message TTL or its bucket's age this way.
 _MARKER_REASON: Final = "Nats-Marker-Reason"
 _MARKERS_DELETING: Final = ("MaxAge", "Purge", "Remove")
-_FEEDS = itertools.count(1)  # numbers the feeds a process watches (progress names them)
 
 _KEY = re.compile(r"[-/_=a-zA-Z0-9]+(\.[-/_=a-zA-Z0-9]+)*")
 
@@ -280,11 +278,12 @@ class Bucket:
         return found
 
     async def watch(
-        self, pattern: str = ">", *, timeout_s: float | None = None
+        self, pattern: str = ">", *, timeout_s: float | None = None, watched: str | None = None
     ) -> AsyncGenerator[Entry | None, None]:
         """Every stored entry matching `pattern`, then None (all read), then each change as it
         comes, until the caller stops, across NATS restarts (the module docstring);
-        `Unavailable` when no entry comes for `timeout_s` (None: no limit).
+        `Unavailable` when no entry comes for `timeout_s` (None: no limit). `watched`: the
+        name the progress watchdog judges it by (a service's follow, never a short read).
 
         All is read once a delivery leaves nothing pending, or at once when the reader begins
         with nothing to deliver (told by the server as it makes the reader, before it
@@ -292,7 +291,7 @@ class Bucket:
         answer before deliveries already made, so a snapshot read nothing).
         """
         what = f"{self.name} read {pattern}"
-        reads = self._reads([self._subject(pattern)], after=None, what=what)
+        reads = self._reads([self._subject(pattern)], after=None, watched=watched)
         loaded = False
         async with contextlib.aclosing(reads):
             while True:
@@ -379,8 +378,8 @@ class Bucket:
         every write after it instead. Until the caller stops, across NATS restarts: each
         revision once, none left out (the module docstring)."""
         subjects = [f"{self._prefix}{prefix}>" for prefix in prefixes or ("",)]
-        what = f"{self.name} changes {' '.join(prefixes) or '>'}"
-        reads = self._reads(subjects, after=after, what=what)
+        watched = f"{self.name} changes {' '.join(prefixes) or '>'}"
+        reads = self._reads(subjects, after=after, watched=watched)
         async with contextlib.aclosing(reads):
             async for read in reads:
                 if read is None:
@@ -391,14 +390,16 @@ class Bucket:
                 key = msg.subject.removeprefix(self._prefix)
                 yield Change(key, msg.data, at.stream, deleted)
 
-    def _reads(self, subjects: list[str], *, after: int | None, what: str) -> AsyncGenerator[Read, None]:
+    def _reads(
+        self, subjects: list[str], *, after: int | None, watched: str | None
+    ) -> AsyncGenerator[Read, None]:
         """The bucket's messages on `subjects` in order (`read_in_order`), from each key's last
-        (`after` None) or after revision `after`; watched as feed `what` when the bucket has a
-        progress board."""
+        (`after` None) or after revision `after`; judged by the progress watchdog by the name
+        `watched`, when given and the bucket has a progress board."""
         tracker: Tracker | None = None
-        if self._progress is not None:
+        if self._progress is not None and watched is not None:
             tracker = self._progress.track(
-                f"{what} #{next(_FEEDS)}", stream=self._stream, consumer="", max_ack_pending=1
+                watched, stream=self._stream, consumer="", max_ack_pending=1
             )
         reads = read_in_order(
             self._js._nc,  # nats-py's own connection: the reader pulls through it
@@ -440,7 +441,7 @@ async def follow_bucket(
         raise_if_cancelling()
         try:
             kv = await open_bucket(bucket)
-            entries = kv.watch()
+            entries = kv.watch(watched=f"{bucket} follow")
             try:
                 # Setting up the watch may have swallowed a cancellation (bus/cancel.py), and
                 # with nothing written to the bucket the loop below would never look again.
