@@ -168,7 +168,8 @@ async def read_in_order(
             if not reader.gap:
                 return
         except ConsumerDeletedError:
-            log.info("ordered read of %s: reader gone; reading on after %s", stream, next_seq)
+            where = "each subject's last" if next_seq is None else next_seq
+            log.info("ordered read of %s: reader gone; reading on from %s", stream, where)
         finally:
             await reader.close()
         # A gap in consumer sequences, or no consumer: read again from the message after the
