@@ -15,9 +15,10 @@ only to the connection's error callback, and, when it had delivered nothing yet,
 stream's first message (a feed after a revision handed on the revisions before it again). A
 feed here knows its last revision: when its consumer is gone (a restart) or skips a delivery,
 it makes a new one that starts just after (before anything came: where the first one did),
-so it hands every write on once, in revision order, however often NATS restarts. On a bucket from `Bus.kv`, each change feed and each `follow_bucket`
-reports to the progress watchdog (bus/progress.py): a change in the caller's hands too long,
-or writes waiting that never come, is a stall.
+so it hands every write on once, in revision order, however often NATS restarts. On a
+bucket from `Bus.kv`, each change feed and each `follow_bucket` reports to the progress
+watchdog (bus/progress.py): a change in the caller's hands too long, or writes waiting that
+never come, is a stall.
 """
 
 from __future__ import annotations
