@@ -26,22 +26,29 @@ pytestmark = pytest.mark.timeout(60)
 
 
 @contextlib.asynccontextmanager
+async def running(reader: Awaitable[None]) -> AsyncIterator[None]:
+    """`reader` in a task while the body runs; fails the test if it ended meanwhile."""
+    task = asyncio.ensure_future(reader)
+    try:
+        yield
+    finally:
+        ended = task.done()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert not ended, f"the reader ended: {task.exception() if not task.cancelled() else ''}"
+
+
+@contextlib.asynccontextmanager
 async def following(bus: Bus, subjects: list[str]) -> AsyncIterator[Recorder]:
-    """A `replay(follow=True)` of `subjects` into a Recorder; fails the test if it ended."""
+    """A `replay(follow=True)` of `subjects` into a Recorder."""
     got = Recorder()
 
     async def follow() -> None:
         async for env in bus.replay(subjects, follow=True):
             await got(env)
 
-    task = asyncio.create_task(follow())
-    try:
+    async with running(follow()):
         yield got
-    finally:
-        ended = task.done()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        assert not ended, f"the replay ended: {task.exception() if not task.cancelled() else ''}"
 
 
 async def test_a_following_replay_reads_on_in_order_across_a_nats_server_restart(
@@ -143,21 +150,15 @@ class View:
 
 @contextlib.asynccontextmanager
 async def reading(feed: AsyncIterator[tuple[str, bytes | None, int]]) -> AsyncIterator[View]:
-    """A `View` of `feed` while the body runs; fails the test if the feed ended."""
+    """A `View` of `feed` while the body runs."""
     view = View()
 
     async def read() -> None:
         async for key, value, revision in feed:
             await view.take(key, value, revision)
 
-    task = asyncio.create_task(read())
-    try:
+    async with running(read()):
         yield view
-    finally:
-        ended = task.done()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        assert not ended, f"the feed ended: {task.exception() if not task.cancelled() else ''}"
 
 
 async def changes_of(
