@@ -155,6 +155,7 @@ async def read_in_order(
         outage.recovered()
         if tracker is not None:
             tracker.consumer = reader.name
+        failed: BaseException | None = None
         try:
             if reader.pending == 0:
                 yield None
@@ -170,8 +171,13 @@ async def read_in_order(
         except ConsumerDeletedError:
             where = "each subject's last" if next_seq is None else next_seq
             log.info("ordered read of %s: reader gone; reading on from %s", stream, where)
+            reader.gone = True
+        except UNAVAILABLE as exc:  # a pull the connection failed (a server going away)
+            failed, reader.gone = exc, True  # the server drops it unread; asking would wait
         finally:
             await reader.close()
+        if failed is not None:
+            await outage.failed(failed)
         # A gap in consumer sequences, or no consumer: read again from the message after the
         # last one handed over.
 
@@ -186,6 +192,7 @@ class _Reader:
         self.name = info.name or ""
         self.pending = int(info.num_pending or 0)
         self.gap = False
+        self.gone = False  # deleted, or lost with the connection: nothing to delete
 
     @classmethod
     async def start(
@@ -248,6 +255,9 @@ class _Reader:
         return not info.num_pending
 
     async def close(self) -> None:
+        """Stop reading; delete the consumer unless it is `gone` (or NATS is away)."""
         await self._feed.close()  # unacknowledged reads: what was not taken needs no answer
-        with contextlib.suppress(nats.errors.Error):
+        if self.gone:
+            return
+        with contextlib.suppress(*UNAVAILABLE):
             await self._js.delete_consumer(self._info.stream_name, self._info.name)
