@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import msgspec
 import pytest
@@ -257,3 +258,30 @@ async def test_a_feed_after_a_revision_hands_on_none_before_it_when_its_consumer
         later = await when_back(lambda: kv.write("pod.c", b"1", last=0))
         await feed.reaches(later)
     assert feed.revisions == [later]
+
+
+async def test_a_feed_whose_pull_the_connection_fails_reads_on(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # nats-py writes at once when its flusher task is gone (two reconnects at once can leave
+    # it so), and the socket's error reaches whoever published: here, the feed's next pull.
+    kv = await bus.kv(bucket_name("local"))
+    first = await kv.write("pod.a", b"1", last=0)
+    publish = bus.nc.publish
+    failing, failed = asyncio.Event(), asyncio.Event()
+
+    async def pull_fails(subject: str, *args: Any, **kwargs: Any) -> None:
+        if failing.is_set() and ".CONSUMER.MSG.NEXT." in subject:
+            failing.clear()
+            failed.set()
+            raise ConnectionResetError("the socket went with the server")
+        await publish(subject, *args, **kwargs)
+
+    monkeypatch.setattr(bus.nc, "publish", pull_fails)
+    async with reading(changes_of(kv)) as feed:
+        await feed.reaches(first)
+        failing.set()
+        await asyncio.wait_for(failed.wait(), wait_s(None))  # its next pull (a second on)
+        later = await kv.write("pod.b", b"1", last=0)
+        await feed.reaches(later)
+    assert feed.revisions == [first, later]
