@@ -36,6 +36,7 @@ __all__ = [
     "PayloadError",
     "applied_document",
     "applied_object",
+    "check_transitioned_s",
     "config_applied",
     "decode_manifest",
     "manifest_document",
@@ -155,6 +156,14 @@ def manifest_workload(text: str, *, what: str) -> Workload:
 
 
 _WORKLOAD_JSON: Final = msgspec.json.Decoder(RawWorkload)
+
+
+def check_transitioned_s(env: events_pb2.Envelope) -> float:
+    """When the check of `admission_check` event `env` entered its state, in seconds: the
+    lastTransitionTime it carries (Kueue counts a Retry's requeueAfterSeconds from it), else
+    (admission's own answers, events stored before the field) the event's time."""
+    nanos = env.admission_check.transitioned_unix_nano
+    return (nanos if nanos > 0 else env.time_unix_nano) / 1e9
 
 
 def written_workload(text: str, *, what: str) -> Workload:

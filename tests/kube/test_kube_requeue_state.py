@@ -2,10 +2,12 @@
 Kubernetes, end to end: the test as the check's controller (as in test_kube_checks_e2e), every
 service from its own flags on a real nats-server and the API-server stand-in. Kueue's workload
 controller writes the Retry's lastTransitionTime + requeueAfterSeconds there, a metav1.Time; the
-watcher writes the whole second admission waits for, and admission requeues no earlier."""
+watcher carries that lastTransitionTime in the `admission_check` event and writes the same
+instant, and admission requeues no earlier."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ from test_kube_checks_e2e import BUDGET, answer, check_when, job_yaml, queues
 from test_kube_services_e2e import NODE
 
 from muster.api.check_states import format_time
-from muster.core.lifecycle import requeue_end_s
+from muster.core.requeue_state import requeue_end_s
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -30,14 +32,20 @@ async def test_a_check_retry_writes_the_requeue_at_admission_waits_for(tmp_path:
         name = (await workload_of_job(kubectl, "ml", "retry"))["metadata"]["name"]
         key = f"ml/{name}"
         await check_when(kubectl, name, state="Pending")
+        asked_s = time.time()
         await answer(kubectl, name, "Retry", "over budget for now", requeueAfterSeconds=AFTER_S)
+        answered_s = time.time()
 
         async def retry_told() -> list[Any]:
             told = events.of(key, "workload.admission_check")
             return [e for e in told if e.admission_check.state == "Retry"]
 
         (told,) = await eventually(retry_told)
-        end_s = requeue_end_s(told.time_unix_nano / 1e9, AFTER_S)
+        # From the entry's lastTransitionTime (the whole second the answer was written in),
+        # which the event carries, not from the event's own time.
+        transitioned_s = told.admission_check.transitioned_unix_nano / 1e9
+        assert int(asked_s) <= transitioned_s <= answered_s
+        end_s = requeue_end_s(transitioned_s, AFTER_S)
 
         async def requeue_state() -> dict[str, Any] | None:
             workload = await kubectl.get("Workload", name, "ml")

@@ -25,7 +25,7 @@ from kube_services_helpers import (
 from muster.api.check_states import format_time
 from muster.bus import DLQ_STREAM, new_event
 from muster.contracts.v1 import events_pb2 as pb
-from muster.core.lifecycle import requeue_end_s
+from muster.core.requeue_state import requeue_end_s
 
 pytestmark = pytest.mark.timeout(60)
 

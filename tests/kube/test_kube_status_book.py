@@ -209,25 +209,32 @@ def test_requeue_state_counts_timeouts_tells_each_back_off_and_clears_on_deactiv
     assert requeue_state(made) is None
 
 
-def test_a_check_retry_writes_requeue_at_from_the_checks_event_until_requeued() -> None:
+def test_a_check_retry_writes_requeue_at_from_its_last_transition_only_ever_later() -> None:
     """Kueue's workload controller: a check in Retry with requeueAfterSeconds sets requeueAt
-    to its lastTransitionTime + requeueAfterSeconds (whole seconds), with no count; muster's
-    is the check's event time, as admission counts it. Removed once it queues again."""
+    to its lastTransitionTime + requeueAfterSeconds (whole seconds), with no count, and only
+    if that is later than the requeueAt set (SetRequeueState). Removed once it queues again."""
     made = StatusBook(pods_ready=True)
     made.apply(at("submitted", pb.WorkloadSubmitted(queue_name="lq"), 0.0))
     reserved = pb.QuotaReserved(admission=admission(), admission_checks=["prov"])
     made.apply(at("quota_reserved", reserved, 10.0))
-    retry = pb.AdmissionCheckUpdated(check="prov", state="Retry", requeue_after_seconds=30)
-    made.apply(at("admission_check", retry, 12.7))
+    # Entered Retry at 12 s (lastTransitionTime), told at 13.2 s: 12 + 30, not 13.2 + 30.
+    retry = pb.AdmissionCheckUpdated(
+        check="prov", state="Retry", requeue_after_seconds=30, transitioned_unix_nano=12 * 10**9
+    )
+    made.apply(at("admission_check", retry, 13.2))
     assert requeue_state(made) is None  # written with the eviction the Retry causes
     why = 'Evicted due to AdmissionCheck in Retry state: "prov"'
     evicted = pb.WorkloadEvicted(reason="AdmissionCheck", message=why)
-    made.apply(at("evicted", evicted, 12.9))
-    later = pb.AdmissionCheckUpdated(check="prov", state="Retry", requeue_after_seconds=90)
-    made.apply(at("admission_check", later, 13.0))  # evicted already: admission ignores it
+    made.apply(at("evicted", evicted, 13.4))
     assert requeue_state(made) == {"requeueAt": "1970-01-01T00:00:42Z"}
+    sooner = pb.AdmissionCheckUpdated(check="prov", state="Retry", requeue_after_seconds=5)
+    made.apply(at("admission_check", sooner, 14.0))  # ends at 19: never pulls requeueAt in
+    assert requeue_state(made) == {"requeueAt": "1970-01-01T00:00:42Z"}
+    longer = pb.AdmissionCheckUpdated(check="prov", state="Retry", requeue_after_seconds=90)
+    made.apply(at("admission_check", longer, 14.0))  # its pods still stopping: 104 stands
+    assert requeue_state(made) == {"requeueAt": "1970-01-01T00:01:44Z"}
     requeued = pb.WorkloadRequeued(reason="Evicted", message="requeued")
-    made.apply(at("requeued", requeued, 42.0))
+    made.apply(at("requeued", requeued, 104.0))
     assert requeue_state(made) is None
 
 

@@ -12,6 +12,7 @@ import grpc.aio
 import msgspec
 
 from muster.bus import EVENTS_STREAM, Bus, BusConfig, connect
+from muster.bus.progress import Tracker
 from muster.contracts.v1 import services_pb2_grpc
 from muster.gateway.auth_config import SecurityConfig
 from muster.gateway.service import GatewayConfig, GatewayServer
@@ -74,14 +75,16 @@ async def running_gateway(
     *,
     token: str | None = None,
     credentials: grpc.ChannelCredentials | None = None,
+    submits: Tracker | None = None,
     **config: Any,
 ) -> AsyncIterator[RunningGateway]:
     """A GatewayServer on 127.0.0.1 and a free port, serving until the block ends; `token`
-    is the legacy `--token`, `credentials` the channel's TLS (else plaintext)."""
+    is the legacy `--token`, `credentials` the channel's TLS (else plaintext), `submits` the
+    watchdog's tracker of Submits in hand."""
     settings = {"listen": "127.0.0.1:0", "grace_s": 1.0, **config}
     if token is not None:
         settings["security"] = SecurityConfig(token=token)
-    server = GatewayServer(bus, GatewayConfig(**settings))
+    server = GatewayServer(bus, GatewayConfig(**settings), submits=submits)
     address = await server.start()
     try:
         if credentials is None:

@@ -125,5 +125,5 @@ async def test_pod_reports_reach_only_the_replica_deciding_their_workloads(
         await drained(bus, durable)
     sources = {e.source for e in events.seen if e.type == "workload.admitted"}
     assert sources == {"admission/0"}
-    assert await unpartitioned(bus) == {}  # the pods' pods_pending, running too
+    assert await unpartitioned(bus) == {}  # the pods' running too
     assert await delivered(bus, "admission-1") == before  # not one event of theirs

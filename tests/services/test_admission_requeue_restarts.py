@@ -24,7 +24,7 @@ from bus_helpers import EventLog
 
 from muster.bus import Bus, BusConfig, new_event
 from muster.contracts.v1 import events_pb2 as pb
-from muster.core.lifecycle import requeue_end_s
+from muster.core.requeue_state import requeue_end_s
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -125,14 +125,20 @@ async def test_sigterm_lets_the_running_handler_finish_before_exit(
     assert info.num_ack_pending == 0  # acked before exit: not redelivered to the next replica
 
 
-async def test_a_dead_loop_stops_the_service_with_status_1(
-    nats_server: str, tmp_path: Path, bus: Bus
+@pytest.mark.parametrize(
+    ("tripwire", "task"), [("ns/crash", "tiny-crashes"), ("ns/crash-apart", "tiny-apart")]
+)
+async def test_a_dead_loop_stops_the_service_with_status_1_naming_it(
+    nats_server: str, tmp_path: Path, bus: Bus, tripwire: str, task: str
 ) -> None:
+    """In the service's TaskGroup or started apart (`supervised`), a task that raised ends
+    the service: its supervisor restarts it, instead of a service alive without the loop."""
     async with tiny_service(nats_server, tmp_path) as service:
         await service.wait_for_status(SERVING)
-        await bus.publish(submitted("ns/crash"))
+        await bus.publish(submitted(tripwire))
         assert await service.exit_status(timeout_s=20) == 1
-    assert "the service failed" in service.log.read_text()
+    lines = service.log.read_text().splitlines()
+    assert any(f"task {task} failed: RuntimeError('a loop of tiny died')" in x for x in lines)
 
 
 async def test_service_exits_1_when_nats_cannot_be_reached(tmp_path: Path) -> None:
@@ -177,6 +183,19 @@ async def test_a_wedged_handler_with_messages_waiting_makes_liveness_not_serving
     line = next(x for x in service.log.read_text().splitlines() if "stalled" in x)
     assert "consumer tiny stalled: 1 message waiting" in line
     assert "in hand" in line
+
+
+async def test_a_timer_that_stops_ticking_makes_liveness_not_serving(
+    nats_server: str, tmp_path: Path, bus: Bus
+) -> None:
+    async with tiny_service(nats_server, tmp_path, "--stall-seconds", "0.5") as service:
+        await service.wait_for_status(SERVING)
+        assert await service.status(LIVENESS) == SERVING
+        await bus.publish(submitted("ns/stop-ticking"))
+        await service.wait_for_status(NOT_SERVING, service=LIVENESS, timeout_s=15)
+        assert await service.status("tiny") == SERVING  # readiness is not liveness
+    line = next(x for x in service.log.read_text().splitlines() if "stalled" in x)
+    assert "timer tiny-timer stalled: no tick for" in line
 
 
 async def test_an_idle_service_stays_alive_past_the_stall_window(

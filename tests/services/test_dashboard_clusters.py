@@ -1,12 +1,15 @@
 """The dashboard's cluster view over a cluster larger than one page: each cluster's totals,
 then its nodes a page at a time, each answer small whatever the cluster's size; in Debian's
-headless Chromium (as test_dashboard_browser), the page shows one page and follows "next"."""
+headless Chromium (as test_dashboard_browser), the page shows one page and follows "next", and
+asks again for a cluster only when it changed (its totals, or an event naming it)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from aiohttp import web
@@ -15,8 +18,12 @@ from cluster_rooms import report, room
 from gateway_helpers import running_gateway
 from test_dashboard_browser import CHROMIUM, FLAGS
 
-from muster.bus import Bus
+from muster.bus import Bus, new_event
+from muster.contracts.v1 import events_pb2
 from muster.dashboard.server import NODES_PAGE, build_app
+
+if TYPE_CHECKING:
+    from playwright.async_api import Page
 
 pytestmark = pytest.mark.timeout(60)
 Http = TestClient[web.Request, web.Application]
@@ -84,12 +91,12 @@ def chromium() -> str:
     return CHROMIUM
 
 
-async def test_in_a_browser_the_nodes_page_shows_a_page_of_a_large_cluster_and_the_next(
-    bus: Bus, chromium: str
-) -> None:
-    from playwright.async_api import async_playwright, expect
+@contextlib.asynccontextmanager
+async def nodes_page(bus: Bus, chromium: str) -> AsyncIterator[tuple[Page, str]]:
+    """A page in headless Chromium, and the dashboard's nodes page address (not yet opened),
+    over a gateway on `bus`."""
+    from playwright.async_api import async_playwright
 
-    await report(bus, "big", [room(i, prefix="big") for i in range(NODES)])
     async with (
         running_gateway(bus) as gw,
         TestServer(build_app(gw.channel)) as server,
@@ -97,18 +104,74 @@ async def test_in_a_browser_the_nodes_page_shows_a_page_of_a_large_cluster_and_t
     ):
         browser = await p.chromium.launch(executable_path=chromium, args=FLAGS)
         try:
-            page = await browser.new_page()
-            await page.goto(str(server.make_url("/")) + "#/nodes")
-            totals = page.locator('[data-totals="big"]')
-            free_cpu = sum(8 - i % 8 for i in range(NODES))
-            free = f"free cpu {free_cpu}/{8 * NODES}, memory {32 * NODES}Gi/{32 * NODES}Gi, pods"
-            await expect(totals).to_contain_text(f"{NODES} nodes, {free}")
-            await expect(page.locator("[data-node]")).to_have_count(NODES_PAGE)
-            await expect(page.locator('[data-node="big-00000"]')).to_be_visible()
-
-            await page.locator('[data-next="big"]').click()
-            await expect(page.locator(f'[data-node="big-{NODES_PAGE:05d}"]')).to_be_visible()
-            await expect(page.locator("[data-node]")).to_have_count(NODES_PAGE)
-            await expect(page.locator('[data-node="big-00000"]')).to_have_count(0)
+            yield await browser.new_page(), str(server.make_url("/")) + "#/nodes"
         finally:
             await browser.close()
+
+
+async def test_in_a_browser_the_nodes_page_shows_a_page_of_a_large_cluster_and_the_next(
+    bus: Bus, chromium: str
+) -> None:
+    from playwright.async_api import expect
+
+    await report(bus, "big", [room(i, prefix="big") for i in range(NODES)])
+    async with nodes_page(bus, chromium) as (page, url):
+        await page.goto(url)
+        totals = page.locator('[data-totals="big"]')
+        free_cpu = sum(8 - i % 8 for i in range(NODES))
+        free = f"free cpu {free_cpu}/{8 * NODES}, memory {32 * NODES}Gi/{32 * NODES}Gi, pods"
+        await expect(totals).to_contain_text(f"{NODES} nodes, {free}")
+        await expect(page.locator("[data-node]")).to_have_count(NODES_PAGE)
+        await expect(page.locator('[data-node="big-00000"]')).to_be_visible()
+
+        await page.locator('[data-next="big"]').click()
+        await expect(page.locator(f'[data-node="big-{NODES_PAGE:05d}"]')).to_be_visible()
+        await expect(page.locator("[data-node]")).to_have_count(NODES_PAGE)
+        await expect(page.locator('[data-node="big-00000"]')).to_have_count(0)
+
+
+async def test_in_a_browser_the_nodes_page_asks_again_for_a_cluster_only_when_it_changed(
+    bus: Bus, chromium: str
+) -> None:
+    from playwright.async_api import Request, expect
+
+    nodes = [room(i, prefix="big") for i in range(3)]
+    await report(bus, "big", nodes)
+    async with nodes_page(bus, chromium) as (page, url):
+        asked: list[str] = []
+
+        def on_request(request: Request) -> None:
+            if "/api/" in request.url and "/api/events" not in request.url:
+                asked.append(request.url.split("/api/", 1)[1])
+
+        page.on("request", on_request)
+        await page.goto(url)
+        await expect(page.locator('[data-node="big-00002"]')).to_contain_text("cpu 6/8")
+        pages = [a for a in asked if a.startswith("clusters?cluster=big")]
+
+        # A heartbeat (no event) shows at the next look at the totals, with a page asked.
+        await report(bus, "big", [*nodes[:2], room(3, prefix="big")])
+        await expect(page.locator('[data-totals="big"]')).to_contain_text(
+            "free cpu 20/24", timeout=15_000
+        )
+        # Events of another cluster: read from the stream; the next look at the totals
+        # (after they came) asks for no page.
+        sequences = await bus.publish_all([finished(f"ml/w{i}", "local") for i in range(5)])
+        await page.wait_for_function(f"state.lastSequence >= {max(sequences)}")
+        async with page.expect_response(lambda r: "summary=1" in r.url, timeout=15_000):
+            pass
+        # An event naming the cluster (pods bound there) asks for its page again.
+        async with page.expect_request(lambda r: "clusters?cluster=big" in r.url):
+            await bus.publish_all([finished("ml/w9", "big")])
+        assert pages_of(asked) == len(pages) + 2
+
+        assert not [a for a in asked if not a.startswith("clusters?")]  # no queues, workloads
+
+
+def pages_of(asked: list[str]) -> int:
+    return sum(a.startswith("clusters?cluster=big") for a in asked)
+
+
+def finished(workload: str, cluster: str) -> events_pb2.Envelope:
+    payload = events_pb2.WorkloadFinished(succeeded=True)
+    return new_event("finished", payload, cluster=cluster, workload=workload, source="test")

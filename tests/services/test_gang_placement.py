@@ -64,6 +64,8 @@ async def test_gang_of_four_with_room_for_three_binds_nothing_until_a_fourth_nod
     finished = await stack.events.wait_for("finished", workload=GANG, timeout_s=10)
     assert finished.finished.message == "4 of 4 pods succeeded"
     life = [t for t in types_of(stack.events, GANG) if t != "workload.pods_pending"]
+    # Its pods are applied, not started by the binder for a Kueue admission: told pending.
+    assert "workload.pods_pending" in types_of(stack.events, GANG)
     assert life[-4:] == [
         "workload.gang_permitted",
         "workload.bound",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -24,6 +25,7 @@ from muster.bus.setup import buckets
 from muster.bus.subjects import EVENTS_KEPT_S, stream_configs, workload_filters
 from muster.contracts.v1 import events_pb2, services_pb2
 from muster.gateway.claims import NAMES_BUCKET, Claim, encode_claim, name_key
+from muster.gateway.known import Held, KnownFollower
 from muster.gateway.submit import plan_submit
 
 pytestmark = pytest.mark.timeout(60)
@@ -193,3 +195,53 @@ async def test_claims_are_kept_as_long_as_the_events_that_judge_them(
     assert status.ttl_s == events.max_age == EVENTS_KEPT_S
     (made,) = [b for b in buckets(Deployment()) if b.name == NAMES_BUCKET]
     assert made.ttl_s == EVENTS_KEPT_S
+
+
+async def test_a_submit_that_stores_nothing_releases_the_names_it_claimed(
+    two: tuple[RunningGateway, RunningGateway], bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two Submits race for overlapping names; the loser answers UNAVAILABLE, and the names
+    only it claimed are free at once: a third Submit of them (no idempotency key, so another
+    submission) is stored without waiting out the loser's claims."""
+    a, b = two
+    slow = a.server.known.history  # a's NATS answers a's `submitted` late
+    assert isinstance(slow, Bus)
+    claimed, answer = asyncio.Event(), asyncio.Event()
+    publish = slow.publish
+
+    async def late(env: events_pb2.Envelope, **kwargs: Any) -> int:
+        claimed.set()  # a publishes only once every claim of its Submit is written
+        await answer.wait()
+        return await publish(env, **kwargs)
+
+    monkeypatch.setattr(slow, "publish", late)
+    first = asyncio.create_task(submit(a, workload("x") + "---\n" + workload("y"), "first"))
+    await claimed.wait()
+    b.server.known.held_wait_s = 0.2
+    loser = services_pb2.SubmitRequest(manifest=workload("y") + "---\n" + workload("z"))
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await b.gateway.Submit(loser, timeout=20)
+    assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
+    b.server.known.held_wait_s = 30.0  # were z still held, the next Submit would wait 30 s
+    third = services_pb2.SubmitRequest(manifest=workload("z"))
+    reply = await b.gateway.Submit(third, timeout=5)
+    assert outcome(reply) == "submitted"
+    answer.set()
+    assert [o.outcome or "submitted" for o in (await first).objects] == ["submitted"] * 2
+    assert await stored_submitted(bus, "ml/z") == [reply.objects[0].event_id]
+    assert len(await stored_submitted(bus, "ml/y")) == 1
+
+
+async def test_a_released_claim_never_releases_the_claim_written_after_it(bus: Bus) -> None:
+    """A claim is released only at the revision its Submit wrote: one written since (the name
+    taken over meanwhile) stays."""
+    names = await bus.kv(NAMES_BUCKET)
+    key = name_key("ml/taken")
+    mine = await names.write(key, encode_claim(Claim(event_id="a", life=0, at_s=0.0)), last=0)
+    theirs = Claim(event_id="b", life=0, at_s=time.time())
+    await names.write(key, encode_claim(theirs), last=mine)
+    follower = KnownFollower(bus)
+    await follower._release({"a": Held(key=key, life=0, revision=mine)})
+    entry = await names.get(key)
+    assert entry is not None
+    assert entry.value == encode_claim(theirs)

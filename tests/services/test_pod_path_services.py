@@ -61,8 +61,8 @@ async def test_admitted_gang_of_three_is_started_permitted_bound_run_and_finishe
     assert running.running.pods_ready  # every pod ready as it started: no pods_ready follows
     finished = await stack.events.wait_for("finished", workload=key)
     assert finished.finished.succeeded
-    noise = ("workload.pods_pending", "workload.gang_waiting")  # as the pods appear one by one
-    life = [t for t in types_of(stack.events, key) if t not in noise]
+    # gang_waiting as the pods appear one by one; no pods_pending: the binder made them.
+    life = [t for t in types_of(stack.events, key) if t != "workload.gang_waiting"]
     assert life == [
         "workload.submitted",
         "workload.admitted",
@@ -240,9 +240,7 @@ async def test_a_watcher_killed_and_restarted_from_scratch_publishes_each_fact_o
     it reads back from its own events what it published, so JetStream has nothing to drop."""
     await short_duplicate_window(stack.bus, WINDOW_S)
     key = await submit_and_admit(stack, "later", count=2, run_seconds="1")  # no node yet
-    pending = await stack.events.wait_for("pods_pending", workload=key, timeout_s=10)
-    while len(pending.pods_pending.pods) < 2:  # the binder may create the pods one at a time
-        pending = await stack.events.wait_for_next("pods_pending", after=pending, timeout_s=10)
+    await stack.wait_for_pods(key, lambda pods: len(pods) == 2)  # pending, seen by the watcher
     await kill_and_restart_from_scratch(stack)
 
     await stack.backend.apply(node("a"))
@@ -262,10 +260,7 @@ async def test_a_watcher_killed_and_restarted_from_scratch_publishes_each_fact_o
 
     facts = [e for e in stack.events.seen if e.workload == key and e.source.startswith("watcher")]
     assert len({e.event_id for e in facts}) == len(facts)
-    assert [e.type for e in facts if e.type != "workload.pods_pending"] == [
-        "workload.running",
-        "workload.finished",
-    ]
+    assert [e.type for e in facts] == ["workload.running", "workload.finished"]
 
 
 async def kill_and_restart_from_scratch(stack: Stack) -> None:

@@ -2,8 +2,10 @@
 
 On `workload.submitted` it publishes `workload.running` (the handler started), works for
 `--work-seconds`, then publishes `workload.pending` (the handler finished). A submission of
-`ns/crash` makes another of its loops die; one of `ns/hang` makes its handler wait for ever
-after `workload.running` (a wedged handler, for the liveness tests).
+`ns/crash` makes another of its loops die; one of `ns/crash-apart` a task it started apart
+(`supervised`); one of `ns/hang` makes its handler wait for ever after `workload.running` (a
+wedged handler, for the liveness tests); one of `ns/stop-ticking` makes its timer loop, which
+ticks every 0.1 s, wait for ever (a wedged timer).
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import asyncio
 import sys
 
 from muster.bus import Bus, new_event, workload_subject
+from muster.bus.pulse import Pulse
 from muster.bus.service import Health, add_common_flags, config_from_args, run_service
+from muster.bus.supervision import SupervisedGroup, supervised
 from muster.contracts.v1 import events_pb2
 from muster.contracts.v1.events_pb2 import Envelope
 
@@ -30,15 +34,27 @@ def main(argv: list[str]) -> int:
     cluster = config.cluster
 
     async def serve(bus: Bus, health: Health) -> None:
-        crash = asyncio.Event()
+        crash, crash_apart, stop_ticking = asyncio.Event(), asyncio.Event(), asyncio.Event()
 
-        async def crashes() -> None:  # a loop of the service that dies (a bug)
+        async def crashes(crash: asyncio.Event) -> None:  # a loop of the service that dies
             await crash.wait()
             raise RuntimeError("a loop of tiny died")
 
+        async def ticks(pulse: Pulse) -> None:  # a timer loop: a tick every 0.1 s
+            while not stop_ticking.is_set():
+                pulse.beat(0.1)
+                await asyncio.sleep(0.1)
+            await asyncio.Event().wait()  # never set: the timer is wedged
+
+        tripwires = {
+            "ns/crash": crash,
+            "ns/crash-apart": crash_apart,
+            "ns/stop-ticking": stop_ticking,
+        }
+
         async def on_submitted(env: Envelope) -> None:
-            if env.workload == "ns/crash":
-                crash.set()
+            if env.workload in tripwires:
+                tripwires[env.workload].set()
                 return
             started = new_event(
                 "running", events_pb2.WorkloadRunning(), cluster=cluster,
@@ -54,12 +70,16 @@ def main(argv: list[str]) -> int:
             )  # fmt: skip
             await bus.publish(done)
 
-        async with asyncio.TaskGroup() as loops:
+        apart = supervised(crashes(crash_apart), name="tiny-apart")
+        async with SupervisedGroup() as loops:
             loops.create_task(
-                bus.consume("tiny", [workload_subject(cluster, "submitted")], on_submitted)
+                bus.consume("tiny", [workload_subject(cluster, "submitted")], on_submitted),
+                name="tiny-events",
             )
-            loops.create_task(crashes())
+            loops.create_task(crashes(crash), name="tiny-crashes")
+            loops.create_task(ticks(bus.pulses.pulse("tiny-timer")), name="tiny-timer")
             health.ready()
+        apart.cancel()
 
     return run_service(config, serve)
 

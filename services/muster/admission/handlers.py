@@ -71,6 +71,7 @@ from muster.bus.cancel import finishing, gather_or_cancel, raise_if_cancelling
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
 from muster.bus.partitions import parse_token, token
 from muster.bus.publisher import Fence, waves_by_workload
+from muster.bus.pulse import Pulse
 from muster.bus.subjects import record_filter
 from muster.bus.tracing import headers_of_envelope, recording, start_span, trace_decisions
 from muster.contracts.v1 import events_pb2 as pb
@@ -322,12 +323,14 @@ class Rounds:
 
     # --- timers ----------------------------------------------------------------------------
 
-    async def run_timers(self) -> None:
-        """Run a round whenever the engine's next timer is due, until cancelled."""
+    async def run_timers(self, pulse: Pulse) -> None:
+        """Run a round whenever the engine's next timer is due, until cancelled; `pulse` says
+        when the next is due (a round that hangs past it is a stall: bus/pulse.py)."""
         while True:
             raise_if_cancelling()
             wakeup = self._timer_at = self.state.next_wakeup_s()
             timeout = None if wakeup is None else max(0.0, wakeup - self.clock())
+            pulse.beat(timeout)
             self._timers_changed.clear()
             try:
                 async with asyncio.timeout(timeout):
@@ -338,7 +341,8 @@ class Rounds:
             due = self.state.next_wakeup_s()
             if due is None or due > self.clock():
                 continue  # a round moved it later (or took it away): wait for that instead
-            await finishing(self._round((), cause=None))  # its events are being published
+            with pulse.handling():  # what the round reads from the stream advances it
+                await finishing(self._round((), cause=None))  # its events are being published
 
     def _timers_moved(self) -> None:
         """Wake `run_timers` when a round brought the next timer nearer than the one it waits

@@ -22,6 +22,8 @@ import msgspec
 from muster.admission.translate import DEACTIVATED, Manifests, Recorded
 from muster.api.model import Admission, PodSet, Workload, WorkloadKey
 from muster.core.conditions import ADMISSION_CHECK, PODS_READY_TIMEOUT, is_deactivation
+from muster.core.conditions import DEACTIVATED as KUEUE_DEACTIVATED
+from muster.core.requeue_state import count_after_eviction, later
 
 
 class Phase(StrEnum):
@@ -260,16 +262,16 @@ class Ledger:
     def check_updated(
         self, key: WorkloadKey, check: str, state: str, *, retry_at_s: float | None = None
     ) -> None:
-        """A check's state; a Retry's `retry_at_s` is kept until its eviction is recorded
-        (the first one: the engine evicts at the first Retry and ignores any later one)."""
+        """A check's state; a Retry's `retry_at_s` while it holds quota (before its eviction
+        or while its pods stop) moves the end it waits for only later, as the engine's
+        `set_admission_check` does, and is kept until it queues again."""
         entry = self.entries.get(key)
-        if entry is None:
+        if entry is None or check not in entry.checks:
             return
-        if entry.phase is Phase.RESERVED and check in entry.checks:
+        if entry.phase is Phase.RESERVED:
             entry.check_states[check] = state
-        retrying = state == "Retry" and entry.phase in (Phase.RESERVED, Phase.ADMITTED)
-        if retrying and entry.retry_at_s is None:
-            entry.retry_at_s = retry_at_s
+        if state == "Retry" and entry.holds_quota:
+            entry.retry_at_s = later(entry.retry_at_s, retry_at_s)
 
     def set_active(self, key: WorkloadKey, active: bool) -> None:
         """active_changed: a pending workload stopped is inactive at once, one holding quota
@@ -280,6 +282,8 @@ class Ledger:
         entry.active = active
         if not active and entry.phase in (Phase.PENDING, Phase.BACKOFF):
             entry.phase = Phase.INACTIVE
+            # Kueue evicts it (reason Deactivated) though it holds nothing, and drops its count.
+            entry.requeue_count = count_after_eviction(entry.requeue_count, KUEUE_DEACTIVATED)
         elif active and entry.phase is Phase.INACTIVE:
             entry.requeue_count = 0  # as the engine's set_active (Kueue clears requeueState)
             _requeue(entry)
@@ -348,6 +352,9 @@ class Ledger:
                 if fact.reason == DEACTIVATED:
                     entry.phase = Phase.INACTIVE
                     entry.admission = None
+                    entry.requeue_count = count_after_eviction(
+                        entry.requeue_count, fact.reason, deactivated=True
+                    )
                 elif entry.phase in (Phase.RESERVED, Phase.ADMITTED):
                     if is_deactivation(fact.reason):  # a check, the back-off limit: stays
                         entry.active = False  # inactive once its pods are gone, as if stopped
@@ -357,8 +364,7 @@ class Ledger:
                     entry.eviction_id = fact.event_id
                     if fact.reason != ADMISSION_CHECK:
                         entry.retry_at_s = None  # evicted for another reason first
-                    if fact.reason == PODS_READY_TIMEOUT:
-                        entry.requeue_count += 1
+                    entry.requeue_count = count_after_eviction(entry.requeue_count, fact.reason)
             case "requeued":
                 if entry.phase in (Phase.EVICTING, Phase.BACKOFF):
                     _requeue(entry)

@@ -52,6 +52,7 @@ from muster.bus.ordered import Gather, consume_in_order, make_consumer
 from muster.bus.partitions import PARTITIONS_BUCKET
 from muster.bus.service import Health
 from muster.bus.setup import VISIBILITY_TOMBSTONES_KEPT_S
+from muster.bus.supervision import SupervisedGroup, supervised
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.routing import POLICIES, Policy
 
@@ -152,8 +153,8 @@ async def run_admission(
     )
     await lease.acquire()
     try:
-        async with asyncio.TaskGroup() as tg:
-            tg.create_task(lease.hold(), name="admission-lease")
+        async with SupervisedGroup() as tg:
+            tg.create_task(lease.hold(bus.pulses.pulse("admission-lease")), name="admission-lease")
             tg.create_task(_decide(bus, health, config, clock=clock), name="admission")
     finally:
         await asyncio.shield(lease.release())
@@ -177,21 +178,24 @@ async def _live(bus: Bus, health: Health, config: AdmissionConfig, *, clock: Clo
     service = AdmissionService(bus, config, clock=clock)
     with rebuilding():
         await service.start()
-    loops = [
-        service.rounds.run_timers(),
-        service.write_visibility(),
-        follow_clusters(bus, service.state.dispatch, service.rounds.apply_batch, clock=clock),
-        consume_in_order(
+    loops = {
+        "admission-timers": service.rounds.run_timers(bus.pulses.pulse("admission-timers")),
+        "admission-visibility": service.write_visibility(),
+        "admission-clusters": follow_clusters(
+            bus, service.state.dispatch, service.rounds.apply_batch, clock=clock
+        ),
+        "admission-events": consume_in_order(
             bus,
             config.durable,
             service.rounds.apply_batch,
             config.consumer_settings(),
             gather=config.gather,
         ),
-    ]
+    }
     if config.snapshot_s > 0:
-        loops.append(service.write_snapshots())
-    tasks = [asyncio.create_task(loop) for loop in loops]
+        loops["admission-snapshots"] = service.write_snapshots()
+    # A Reown is this life's end, awaited below; any other failure is the service's.
+    tasks = [supervised(loop, name=name, expected=(Reown,)) for name, loop in loops.items()]
     try:
         health.ready()
         log.info(

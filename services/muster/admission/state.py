@@ -64,7 +64,7 @@ from muster.api.model import (
 from muster.api.wellknown import GANG_TIMED_OUT, PREEMPTED, START_FAILED
 from muster.core.engine import Engine
 from muster.core.events import Event, EventType
-from muster.core.lifecycle import requeue_end_s
+from muster.core.requeue_state import retry_end_s
 from muster.core.routing import Policy, RoutingSettings, run_seconds_on
 
 _PENDING = "Pending"  # the engine's Phase value of a queued workload
@@ -311,10 +311,11 @@ class AdmissionState:
                 ledger.set_active(key, active)
                 return self._engine_fact(key, lambda: engine.set_active(key, active, now_s=now_s))
             case CheckUpdated(key, check, state, message, requeue_after_s, at_s):
-                # Counted from the check's own event (Kueue: its lastTransitionTime), which a
-                # rebuild and the watcher read too, not from when this replica got to it.
+                # Counted from when the check entered Retry (its lastTransitionTime, carried by
+                # the event), which a rebuild and the watcher read too, not from when this
+                # replica got to it.
                 since_s = at_s or now_s
-                retry_at_s = requeue_end_s(since_s, requeue_after_s) if requeue_after_s else None
+                retry_at_s = retry_end_s(since_s, requeue_after_s, now_s=since_s)
                 ledger.check_updated(key, check, state, retry_at_s=retry_at_s)
                 return self._engine_fact(
                     key,

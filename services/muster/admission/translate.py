@@ -46,7 +46,7 @@ from muster.bus.envelope import new_event
 from muster.bus.partitions import PARTITIONS, parse_token
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.events import Event, EventType
-from muster.payloads import PayloadError, applied_object, decode_manifest
+from muster.payloads import PayloadError, applied_object, check_transitioned_s, decode_manifest
 
 # Kueue's WorkloadEvictedByDeactivation: the workload was deactivated (a check rejected it
 # while it only reserved quota; before November 2026 also the requeuing limit, now evicted
@@ -134,7 +134,9 @@ class CheckUpdated:
     state: str
     message: str
     requeue_after_s: float = 0.0
-    at_s: float = 0.0  # when the check said so (Kueue's lastTransitionTime): Retry counts from it
+    # When the check entered its state (its entry's lastTransitionTime, else the event's
+    # time): a Retry's requeueAfterSeconds counts from it, as Kueue's GetMaxRetryTime.
+    at_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,7 +282,7 @@ def fact_of(env: pb.Envelope, *, decoded: Workload | None = None) -> Fact | None
                 state=ac.state,
                 message=ac.message,
                 requeue_after_s=max(0, ac.requeue_after_seconds),
-                at_s=time_s_of(env),
+                at_s=check_transitioned_s(env),
             )
         case "gang_rejected":
             return GangRejected(

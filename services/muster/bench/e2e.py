@@ -49,7 +49,7 @@ from muster.bench import replicas, wake
 from muster.bench.jetstream import publish_ack_rate
 from muster.bench.sim_nodes import node_manifests
 from muster.bench.table import Column, render_table
-from muster.bench.wire import per_workload, wire_count
+from muster.bench.wire import per_consumer, per_workload, wire_count
 from muster.bus.service import run_loop
 from muster.bus.subjects import EVENTS_STREAM, workload_subject
 from muster.cluster.sim.backend import SimBackend
@@ -92,6 +92,10 @@ class E2ERow(msgspec.Struct, frozen=True, kw_only=True):
     # and "total" (`bench.wire`).
     stored_per_workload: dict[str, float] = msgspec.field(default_factory=dict)
     delivered_per_workload: dict[str, float] = msgspec.field(default_factory=dict)
+    # The same deliveries per consumer (`wire.consumer_label`), and the workload events stored
+    # per workload by event type: who receives what (docs/benchmarks.md, "Messages per workload").
+    delivered_by_consumer: dict[str, float] = msgspec.field(default_factory=dict)
+    stored_by_event: dict[str, float] = msgspec.field(default_factory=dict)
 
     @property
     def jetstream_share(self) -> float:
@@ -333,7 +337,7 @@ async def _measure(
         await gw.Submit(services_pb2.SubmitRequest(manifest=workload_yaml(0, name="warm-up")))
         await wait_stored(js, 1, timeout_s=30)
         limit = asyncio.Semaphore(IN_FLIGHT)
-        stored_before = sum((await stored_counts(js)).values())
+        counts_before = await stored_counts(js)
         wire_before = await wire_count(js)
         cpu_before = meter()
         start = time.monotonic()
@@ -357,8 +361,15 @@ async def _measure(
         # With the warm-up workload.
         await wait_stored(js, load.workloads + 1, timeout_s=60 + load.workloads / 20)
         cpu_after = meter()
-        wire = per_workload(wire_before, await wire_count(js), load.workloads)
-        stored = sum((await stored_counts(js)).values()) - stored_before
+        wire_after = await wire_count(js)
+        wire = per_workload(wire_before, wire_after, load.workloads)
+        counts_after = await stored_counts(js)
+        by_event = {
+            e: round((n - counts_before.get(e, 0)) / load.workloads, 2)
+            for e, n in sorted(counts_after.items())
+            if n > counts_before.get(e, 0)
+        }
+        stored = sum(counts_after.values()) - sum(counts_before.values())
         # Read once everything went through: a live watch would compete with the services.
         events = services_pb2_grpc.EventsStub(channel)
         admitted = await event_times(events, "admitted")
@@ -384,6 +395,8 @@ async def _measure(
         events_per_workload=round(stored / load.workloads, 2),
         stored_per_workload=wire[0],
         delivered_per_workload=wire[1],
+        delivered_by_consumer=per_consumer(wire_before, wire_after, load.workloads),
+        stored_by_event=by_event,
     )
 
 
@@ -443,7 +456,7 @@ def render(rows: list[msgspec.Struct]) -> str:
     """The latency table, then CPU ms per workload by process for the same rows; then the
     per-replica comparison and the machine's wake costs when the run has them."""
     cases = [r for r in rows if isinstance(r, E2ERow)]
-    text = render_latency(cases) + "\n" + render_cpu(cases)
+    text = render_latency(cases) + "\n" + render_cpu(cases) + "\n" + render_wire(cases)
     compared = [r for r in rows if isinstance(r, replicas.ReplicaRow)]
     wakes = [r for r in rows if isinstance(r, wake.WakeRow)]
     if compared:
@@ -463,6 +476,30 @@ def render_cpu(rows: list[E2ERow]) -> str:
         *(_cpu_column(name) for name in CPU_PROCESSES),
     ]
     return render_table(columns, rows)
+
+
+def render_wire(rows: list[E2ERow]) -> str:
+    """Per workload, each case's stored workload events by type (`stored <type>`) and each
+    consumer's deliveries (`<stream> <consumer>`), one column per case."""
+    keys = sorted(
+        {f"stored {e}" for r in rows for e in r.stored_by_event}
+        | {k for r in rows for k in r.delivered_by_consumer if k != "total"}
+    )
+
+    def value(row: E2ERow, key: str) -> str:
+        if key.startswith("stored "):
+            return f"{row.stored_by_event.get(key.removeprefix('stored '), 0.0):g}"
+        return f"{row.delivered_by_consumer.get(key, 0.0):g}"
+
+    def case(i: int, row: E2ERow) -> Column[str]:
+        title = f"{row.mode} {row.per_call}/call {row.shards}sh #{i + 1}"
+        return Column(title, lambda key: value(row, key))
+
+    columns: list[Column[str]] = [
+        Column("MESSAGES/workload", lambda key: key, numeric=False),
+        *(case(i, r) for i, r in enumerate(rows)),
+    ]
+    return render_table(columns, keys)
 
 
 def _cpu_column(process: str) -> Column[E2ERow]:

@@ -22,6 +22,7 @@ from typing import Protocol
 from muster.binder.fences import Fences
 from muster.binder.handlers import WorkloadSpecs
 from muster.bus.cancel import raise_if_cancelling
+from muster.bus.pulse import Pulse
 from muster.cluster.backend import WorkloadCopy
 from muster.cluster.errors import ClusterError
 
@@ -49,20 +50,24 @@ async def collect_copies(
     own_cluster: str,
     catch_up: Callable[[], Awaitable[None]],
     wake: asyncio.Event,
+    pulse: Pulse,
     interval_s: float = SWEEP_INTERVAL_S,
 ) -> None:
     """Delete stale copies until cancelled. `catch_up()` applies to `specs` every event of
-    the stream up to its end (the binder's spec replay, bounded)."""
+    the stream up to its end (the binder's spec replay, bounded). `pulse` beats at each
+    sweep (one that hangs is a stall: bus/pulse.py)."""
     while True:
         raise_if_cancelling()  # wait_for may have swallowed it (bus.cancel)
+        pulse.beat(interval_s + _SETTLE_S)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(wake.wait(), interval_s)
         await asyncio.sleep(_SETTLE_S)
         wake.clear()
         try:
-            removed = await sweep(
-                cluster, specs, fences, own_cluster=own_cluster, catch_up=catch_up
-            )
+            with pulse.handling():  # a call retrying against the API server advances it
+                removed = await sweep(
+                    cluster, specs, fences, own_cluster=own_cluster, catch_up=catch_up
+                )
         except ClusterError as err:
             log.warning("stale copies not collected in %s: %s", own_cluster, err)
             continue

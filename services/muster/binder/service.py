@@ -32,6 +32,7 @@ from muster.bus.connection import Bus
 from muster.bus.errors import Reject
 from muster.bus.poison import Quarantine
 from muster.bus.subjects import COMMANDS_STREAM, command_subject, workload_filters
+from muster.bus.supervision import SupervisedGroup
 from muster.cluster.backend import ClusterBackend
 from muster.contracts.v1 import events_pb2
 from muster.metrics.services import BinderSeries
@@ -142,11 +143,17 @@ async def run_binder(
         await handler(env, ctx)
 
     health.ready()
-    async with asyncio.TaskGroup() as tasks:
+    async with SupervisedGroup() as tasks:
         tasks.create_task(follow_specs(), name="binder-specs")
         if copies is not None:
             collector = collect_copies(
-                copies, specs, fences, own_cluster=config.cluster, catch_up=catch_up, wake=wake
+                copies,
+                specs,
+                fences,
+                own_cluster=config.cluster,
+                catch_up=catch_up,
+                wake=wake,
+                pulse=bus.pulses.pulse("binder-copies"),
             )
             tasks.create_task(collector, name="binder-copies")
         tasks.create_task(

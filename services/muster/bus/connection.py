@@ -31,6 +31,7 @@ from muster.bus.kv import Bucket, open_bucket
 from muster.bus.objects import ObjectBucket
 from muster.bus.progress import Progress
 from muster.bus.publisher import Fence, Publisher
+from muster.bus.pulse import Pulses
 from muster.bus.redact import redact_url
 from muster.bus.replay import last_sequence, replay
 from muster.bus.setup import ensure_stream
@@ -192,6 +193,7 @@ class Bus:
         self.denied: list[Exception] = []
         # What each consume loop has in hand and finished, for the watchdog (bus/watchdog.py).
         self.progress = Progress()
+        self.pulses = Pulses()  # when each timer loop means to tick next (bus/pulse.py)
 
     async def ensure_streams(self) -> None:
         """Create muster's streams, or bring their config up to date; safe to call any time.

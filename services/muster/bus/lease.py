@@ -22,6 +22,7 @@ from typing import Protocol
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.errors import BusError, Conflict, Unavailable, refused
 from muster.bus.kv import Entry
+from muster.bus.pulse import Pulse
 
 log = logging.getLogger(__name__)
 
@@ -128,11 +129,14 @@ class Lease:
             return
         raise LeaseRefusedError(f"lease {self.key}: {why}; not waiting for it") from exc
 
-    async def hold(self) -> None:
-        """Renew the lease until cancelled; raise LeaseLostError when it cannot be renewed."""
+    async def hold(self, pulse: Pulse | None = None) -> None:
+        """Renew the lease until cancelled; raise LeaseLostError when it cannot be renewed.
+        `pulse` beats at each renewal (a renewal that hangs is a stall: bus/pulse.py)."""
         renewed_at = time.monotonic()
         while True:
             raise_if_cancelling()  # nats-py may swallow a cancellation (3.11)
+            if pulse is not None:
+                pulse.beat(self.renew_s)
             await asyncio.sleep(self.renew_s)
             assert self.revision is not None, "hold() before acquire()"
             try:

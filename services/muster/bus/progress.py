@@ -21,11 +21,18 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 
 T = TypeVar("T")
 
-_current: contextvars.ContextVar[tuple[Tracker, int] | None] = contextvars.ContextVar(
+
+class Advancing(Protocol):
+    """What `advanced()` moves: a consume loop's `Tracker`, or a timer's `pulse.Pulse`."""
+
+    def advance(self, token: int) -> None: ...
+
+
+_current: contextvars.ContextVar[tuple[Advancing, int] | None] = contextvars.ContextVar(
     "muster_progress_current", default=None
 )
 
@@ -90,18 +97,18 @@ class Tracker:
     def in_hand(self) -> int:
         return len(self._in_hand)
 
-    def handling(self, token: int) -> _Handling:
+    def handling(self, token: int) -> Handling:
         """While the body runs, `advanced()` (in this task or tasks it starts) advances `token`."""
-        return _Handling(self, token)
+        return Handling(self, token)
 
 
-class _Handling:
+class Handling:
     """`Tracker.handling`: a plain context manager (a generator-based one costs a few times
     as much, paid per message)."""
 
     __slots__ = ("_reset", "_what")
 
-    def __init__(self, tracker: Tracker, token: int) -> None:
+    def __init__(self, tracker: Advancing, token: int) -> None:
         self._what = (tracker, token)
 
     def __enter__(self) -> None:

@@ -11,10 +11,12 @@ def main(argv: list[str]) -> int:
 `run_service` connects, ensures the streams, serves `grpc.health.v1.Health`, runs `main` and
 reports SERVING once `main` calls `health.ready()`. Liveness is reported apart, under the
 service name "liveness": SERVING unless a consume loop stalled (bus/watchdog.py, after
-`--stall-seconds` with work waiting and nothing moving). On SIGTERM/SIGINT: NOT_SERVING, cancel
+`--stall-seconds` with work waiting and nothing moving) or a timer loop is that long past its
+due tick (bus/pulse.py). On SIGTERM/SIGINT: NOT_SERVING, cancel
 `main` (consume loops stop pulling and finish in-flight handlers), wait up to the grace period,
 drain NATS, exit 0. If `main` raises, the service exits 1: run consumer loops in one
-`asyncio.TaskGroup` inside `main`, so one dead loop stops the whole service.
+`asyncio.TaskGroup` inside `main`, so one dead loop stops the whole service; a task started
+apart is started `supervised` (bus/supervision.py): its failure ends the service too.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import contextvars
 import cProfile
 import gc
 import logging
@@ -44,6 +47,7 @@ from muster.bus.logfmt import setup_logging
 from muster.bus.permissions import inbox_of
 from muster.bus.redact import register
 from muster.bus.subjects import DEFAULT_CLUSTER, check_cluster
+from muster.bus.supervision import Supervisor, supervise
 from muster.bus.tracing import setup_tracing
 from muster.bus.watchdog import watch_progress
 from muster.metrics.bus import BusMetrics
@@ -137,8 +141,8 @@ COMMON_FLAGS = (
     Flag("--max-event-bytes", "N", int, "MUSTER_MAX_EVENT_BYTES", str(DEFAULT_MAX_EVENT_BYTES),
          "largest event accepted"),
     Flag("--stall-seconds", "S", float, "MUSTER_STALL_SECONDS", "60",
-         "liveness NOT_SERVING when a consumer has work waiting and nothing moved this long "
-         "(0: off)"),
+         "liveness NOT_SERVING when a consumer has work waiting and nothing moved this long, "
+         "or a timer loop is this long past its due tick (0: off)"),
     Flag("--log-level", "LEVEL", str, "MUSTER_LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR"),
     Flag("--stream-replicas", "N", int, "MUSTER_STREAM_REPLICAS", "1",
          "servers holding each stream and bucket muster creates (3 on a NATS cluster of 3)"),
@@ -541,12 +545,20 @@ async def _run_main(
     The exit status, or the NATS outage (`nats_outage`) that ended `body` before it was ready.
     """
     health.starting()
-    task = asyncio.create_task(body, name=f"{config.name}-main")
+    supervisor = Supervisor()  # every task `body` starts inherits it (bus/supervision.py)
+    context = contextvars.copy_context()
+    context.run(supervise, supervisor)
+    task = asyncio.create_task(body, name=f"{config.name}-main", context=context)
     stopped = asyncio.create_task(stop.wait())
-    await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    failed = asyncio.create_task(supervisor.failed.wait())
+    await asyncio.wait({task, stopped, failed}, return_when=asyncio.FIRST_COMPLETED)
     stopped.cancel()
+    failed.cancel()
+    supervisor.stopping = True
     was_ready = health.was_ready
     health.not_serving()
+    if supervisor.error is not None and not task.done():
+        return await _end_failed(config, task, bus, supervisor, was_ready=was_ready)
     if not task.done():
         log.info("stopping: finishing in-flight work (up to %gs)", config.grace_s)
         task.cancel()
@@ -572,6 +584,27 @@ async def _run_main(
         return EXIT_FAILED
     log.info("stopped: the service finished")
     return EXIT_OK
+
+
+async def _end_failed(
+    config: ServiceConfig,
+    task: asyncio.Task[None],
+    bus: Bus,
+    supervisor: Supervisor,
+    *,
+    was_ready: bool,
+) -> int | BaseException:
+    """A supervised task of `task` failed: stop `task` within the grace period; exit 1, or
+    the NATS outage to start again from when it came before the service was ready."""
+    assert supervisor.error is not None
+    outage = not was_ready and nats_outage(supervisor.error)
+    if not outage:
+        log.error("stopping: task %s failed; the service ends", supervisor.task)
+    task.cancel()
+    if not await _finished_unless_nats_gone(task, bus, config.grace_s):
+        task.cancel()
+        await asyncio.wait({task}, timeout=ABANDON_S)
+    return supervisor.error if outage else EXIT_FAILED
 
 
 async def _finished_unless_nats_gone(task: asyncio.Task[None], bus: Bus, grace_s: float) -> bool:

@@ -1,6 +1,7 @@
 """The progress watchdog of a service: it looks at every consume loop's tracker (bus/progress.py)
-now and then, applies the stall rule and tells the verdict to the service's liveness, its log
-(one line when a consumer stalls, one when it moves again) and its metrics.
+and every timer loop's pulse (bus/pulse.py) now and then, applies the stall rules and tells the
+verdict to the service's liveness, its log (one line when a loop stalls, one when it moves
+again) and its metrics.
 
 `run_service` runs it once the bus is connected; it judges only while the service is ready
 (before, a start is judged by the startup and readiness probes).
@@ -12,13 +13,17 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import nats.errors
 
 from muster.bus.connection import Bus
 from muster.bus.progress import Look, Tracker, Watch, assess, stalled
+from muster.bus.pulse import PulseWatch, assess_pulse, late
 
 log = logging.getLogger(__name__)
+
+W = TypeVar("W")
 
 LOOKS_PER_WINDOW = 6  # looks per stall window: a stall is told within 1/6 of it
 MIN_LOOK_EVERY_S = 0.1
@@ -32,11 +37,12 @@ async def watch_progress(
     ready: Callable[[], bool],
     clock: Callable[[], float] = time.monotonic,
 ) -> None:
-    """Judge every consume loop of `bus` every `stall_s / LOOKS_PER_WINDOW` seconds until
-    cancelled; `alive(False)` while one is stalled, `alive(True)` once none is. `ready()`:
-    whether the service is ready (judged only then)."""
+    """Judge every consume loop and timer loop of `bus` every `stall_s / LOOKS_PER_WINDOW`
+    seconds until cancelled; `alive(False)` while one is stalled, `alive(True)` once none is.
+    `ready()`: whether the service is ready (judged only then)."""
     every_s = max(stall_s / LOOKS_PER_WINDOW, MIN_LOOK_EVERY_S)
     watches: dict[str, Watch] = {}
+    timers: dict[str, PulseWatch] = {}
     stuck: set[str] = set()
     while True:
         await asyncio.sleep(every_s)
@@ -46,11 +52,27 @@ async def watch_progress(
             look = await _look(bus, tracker, before)
             now = watches[tracker.name] = assess(before, look, now=clock(), max_step_s=2 * every_s)
             _tell(bus, tracker, now, stalled=stalled(now, stall_s=stall_s), stuck=stuck)
-        names = {t.name for t in trackers}
-        for gone in set(watches) - names:
-            del watches[gone]
-            stuck.discard(gone)
+        pulses = bus.pulses.pulses() if ready() else []
+        for pulse in pulses:
+            watch = timers[pulse.name] = assess_pulse(
+                timers.get(pulse.name),
+                beats=pulse.beats,
+                due=pulse.due,
+                now=clock(),
+                connected=bus.nc.is_connected,
+                max_step_s=2 * every_s,
+            )
+            _tell_late(bus, pulse.name, watch, late=late(watch, stall_s=stall_s), stuck=stuck)
+        _forget(watches, {t.name for t in trackers}, stuck)
+        _forget(timers, {p.name for p in pulses}, stuck)
         alive(not stuck)
+
+
+def _forget(watches: dict[str, W], names: set[str], stuck: set[str]) -> None:
+    """Drop what is remembered of loops that are no longer watched."""
+    for gone in set(watches) - names:
+        del watches[gone]
+        stuck.discard(gone)
 
 
 async def _look(bus: Bus, tracker: Tracker, before: Watch | None) -> Look:
@@ -93,3 +115,18 @@ def _tell(bus: Bus, tracker: Tracker, now: Watch, *, stalled: bool, stuck: set[s
     elif not stalled and tracker.name in stuck:
         stuck.discard(tracker.name)
         log.warning("consumer %s moves again", tracker.name, extra={"consumer": tracker.name})
+
+
+def _tell_late(bus: Bus, name: str, watch: PulseWatch, *, late: bool, stuck: set[str]) -> None:
+    """`_tell` for a timer loop."""
+    if bus.metrics is not None:
+        bus.metrics.progress(name, stuck_s=watch.stuck_s, stalled=late)
+    if late and name not in stuck:
+        stuck.add(name)
+        log.error(
+            "timer %s stalled: no tick for %.0fs past its due time; liveness NOT_SERVING",
+            name, watch.stuck_s, extra={"timer": name},
+        )  # fmt: skip
+    elif not late and name in stuck:
+        stuck.discard(name)
+        log.warning("timer %s ticks again", name, extra={"timer": name})

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from muster.api import check_states
 from muster.api.resource import Resource
+from muster.bus.supervision import supervised
 from muster.checks.framework import CheckController, Inputs, Plan, checks_for, config_of
 from muster.cluster.backend import ClusterChange
 from muster.cluster.errors import ClusterError, ConflictError, NotFoundError
@@ -113,7 +114,7 @@ class CheckRunner:
         changes = merged_watch(
             self._transport, self._sources(), settings=self._watch, on_progress=self._progress
         )
-        worker = asyncio.create_task(self._work(), name="check-controllers")
+        worker = supervised(self._work(), name="check-controllers")
         try:
             async with contextlib.aclosing(changes):
                 async for change in changes:

@@ -211,6 +211,16 @@ def run_submit(args: argparse.Namespace) -> Iterator[Any]:
     return _submit().run(scale=args.scale)  # type: ignore[no-any-return]
 
 
+def _clusters() -> Any:  # imported only when run: it starts a gateway process
+    from muster.bench import cluster_views
+
+    return cluster_views
+
+
+def run_clusters(args: argparse.Namespace) -> Iterator[Any]:
+    return _clusters().run(scale=args.scale)  # type: ignore[no-any-return]
+
+
 def _kueue_live() -> Any:  # imported only when run: it starts the service processes
     from muster.bench import kueue_live
 
@@ -401,6 +411,14 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
             add_options=lambda parser: None,
             run=run_submit,
             render=lambda rows: _submit().render(rows),
+        ),
+        Section(
+            name="clusters",
+            help="Visibility.Clusters at 5 000 and 50 000 nodes: a cluster's totals and a page "
+            "of 100 nodes, wall and the gateway's CPU per call; its CPU while the cluster beats",
+            add_options=lambda parser: None,
+            run=run_clusters,
+            render=lambda rows: _clusters().render(rows),
         ),
     )
 }

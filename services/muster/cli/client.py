@@ -1,8 +1,8 @@
 """What every gateway client command shares: the connection options, the channel, errors.
 
-Used by `muster submit`, `queues`, `workloads`, `describe`, `events`, `stop`, `resume` and
-`delete`. The commands are synchronous gRPC clients; the server side is `muster.gateway`.
-Connection options: `--gateway`, TLS (`--tls`, `--tls-ca` to verify the gateway,
+Used by `muster submit`, `queues`, `workloads`, `clusters`, `describe`, `events`, `stop`,
+`resume` and `delete`. The commands are synchronous gRPC clients; the server side is
+`muster.gateway`. Connection options: `--gateway`, TLS (`--tls`, `--tls-ca` to verify the gateway,
 `--tls-cert`/`--tls-key` for mutual TLS), a bearer token (`--token-file`, or `--token`), each
 with an environment variable. No credential is ever
 printed: error messages show the gateway's address without any user:password@ part.

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 def build_parser() -> argparse.ArgumentParser:
     from muster.cli import (
+        clusters,
         control,
         describe,
         events,
@@ -35,7 +36,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_parser(commands)
     up.add_parsers(commands)  # up, down, status
     simulate.add_parser(commands)
-    for client_command in (submit, queues, workloads, describe, events):  # gateway clients
+    for client_command in (
+        submit,
+        queues,
+        workloads,
+        clusters,
+        describe,
+        events,
+    ):  # gateway clients
         client_command.add_parser(commands)
     control.add_parsers(commands)  # stop, resume, delete
     nats_admin.add_parser(commands)

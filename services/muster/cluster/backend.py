@@ -16,12 +16,11 @@ import msgspec
 
 from muster.api.model import Toleration
 from muster.cluster.errors import ClusterError
+from muster.cluster.objects import ADMISSION_LABEL as ADMISSION_LABEL
 from muster.cluster.objects import NodeView, PodView
+from muster.cluster.objects import admission_of as admission_of
 
 ChangeType = Literal["ADDED", "MODIFIED", "DELETED"]
-# On a pod muster created for an admitted workload: the stream sequence of that `admitted`. An
-# eviction stops only the pods of admissions stored before it (docs/events.md, "Fencing").
-ADMISSION_LABEL = "muster.dev/admission"
 
 # What a watch follows. "workloads": what the watcher reports (configuration, queued Jobs, Kueue
 # Workloads, muster's pods, nodes, gangs). "placement": what gang placement needs (nodes, the
@@ -228,15 +227,6 @@ class ClusterBackend(Protocol):
     async def close(self) -> None:
         """Release what the backend holds (its connection, when it opened it)."""
         ...
-
-
-def admission_of(obj: Mapping[str, Any]) -> int:
-    """The admission sequence a pod's `muster.dev/admission` label names (0: none, or not a
-    number: a pod from before admissions were named counts as the oldest)."""
-    meta = obj.get("metadata")
-    labels = meta.get("labels") if isinstance(meta, Mapping) else None
-    value = labels.get(ADMISSION_LABEL) if isinstance(labels, Mapping) else None
-    return int(value) if isinstance(value, str) and value.isascii() and value.isdigit() else 0
 
 
 def split_workload_key(workload_key: str) -> tuple[str, str]:

@@ -20,6 +20,7 @@ import msgspec
 from muster.api.wellknown import SCHEDULER_NAME
 from muster.bus.kv import OpenBucket
 from muster.bus.service import Flag
+from muster.bus.supervision import supervised
 from muster.cluster.backend import ClusterBackend
 from muster.cluster.kube.settings import (
     KUEUE_VERSIONS,
@@ -238,7 +239,7 @@ async def _kube_backend(config: BackendConfig) -> AsyncIterator[KubeBackend]:
     )
     try:
         await link.refresh()
-        refreshing = asyncio.create_task(link.run(), name="worker-kubeconfig")
+        refreshing = supervised(link.run(), name="worker-kubeconfig")
         try:
             yield worker
         finally:

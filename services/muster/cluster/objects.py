@@ -38,12 +38,16 @@ from muster.api.wellknown import (
 )
 from muster.api.wording import structural
 
+# On a pod muster created for an admitted workload: the stream sequence of that `admitted`. An
+# eviction stops only the pods of admissions stored before it (docs/events.md, "Fencing").
+ADMISSION_LABEL = "muster.dev/admission"
 DEFAULT_MAX_PODS = "110"  # the kubelet's default --max-pods, for a node without allocatable.pods
 
 _W = TypeVar("_W", bound=Wire)
 RawCondition = RawStatusCondition
 
 __all__ = [
+    "ADMISSION_LABEL",
     "DEFAULT_MAX_PODS",
     "DEFAULT_SCHEDULER",
     "POD_SET_ANNOTATION",
@@ -60,6 +64,7 @@ __all__ = [
     "RawPod",
     "RawPodFullSpec",
     "RawPodStatus",
+    "admission_of",
     "check_node",
     "check_pod",
     "format_time",
@@ -103,6 +108,7 @@ class PodView(msgspec.Struct, frozen=True, kw_only=True):
     run_seconds: float | None  # annotation muster.dev/run-seconds; None: runs until deleted
     group: str = ""  # `report_key`: what events about the pod's life name ("" for none)
     ready: bool = False  # its Ready condition is True (Kueue's readiness, not the phase)
+    admission: int = 0  # `admission_of`: the admission muster's binder started it for (0: none)
 
     @property
     def workload_key(self) -> str:
@@ -153,6 +159,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         scheduler_name=raw.spec.scheduler_name,
         run_seconds=run_seconds_of(meta.annotations),
         ready=any(c.type == "Ready" and c.status == "True" for c in raw.status.conditions),
+        admission=admission_of(obj),
         group=report_key(
             meta.namespace,
             meta.labels,
@@ -168,6 +175,15 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
             ),
         ),
     )
+
+
+def admission_of(obj: Mapping[str, Any]) -> int:
+    """The admission sequence a pod's `muster.dev/admission` label names (0: none, or not a
+    number: a pod from before admissions were named counts as the oldest)."""
+    meta = obj.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    value = labels.get(ADMISSION_LABEL) if isinstance(labels, Mapping) else None
+    return int(value) if isinstance(value, str) and value.isascii() and value.isdigit() else 0
 
 
 def report_key(

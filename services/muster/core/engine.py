@@ -46,10 +46,11 @@ from muster.core.conditions import (
 from muster.core.config import Configuration
 from muster.core.events import Event, EventType
 from muster.core.heads import Heads
-from muster.core.lifecycle import Lifecycle, assignment_of, requeue_end_s
+from muster.core.lifecycle import Lifecycle, assignment_of
 from muster.core.queueing import Queueing
 from muster.core.queues import TreeRuntime
 from muster.core.records import Phase, WorkloadRecord
+from muster.core.requeue_state import later, retry_end_s
 from muster.core.routing import RoutingSettings
 from muster.core.routing.control import RoutingControl
 from muster.core.state import EngineState, shape_of
@@ -318,10 +319,18 @@ class Engine(EngineViews):
         holds quota, admitted or not: Retry evicts it, to queue again once `requeue_after_s`
         (the check's requeueAfterSeconds) has passed since `since_s` (when the check said so,
         its lastTransitionTime; default `now_s`), and its pods are gone; Rejected deactivates
-        it, after its pods stop when it was admitted."""
+        it, after its pods stop when it was admitted. A Retry while it is already being
+        evicted (its pods stopping) evicts nothing more and counts nothing, but a requeueAt
+        later than the one set stands (`requeue_state.later`)."""
         self.state.now_s = now_s
         r = self.state.records.get(key)
-        if r is None or r.phase not in (Phase.RESERVED, Phase.ADMITTED) or check not in r.checks:
+        if r is None or check not in r.checks:
+            return []
+        if state == "Retry" and r.phase in (Phase.RESERVED, Phase.ADMITTED, Phase.EVICTING):
+            since = now_s if since_s is None else since_s
+            end_s = retry_end_s(since, requeue_after_s or 0, now_s=now_s)
+            r.requeue_at_s = later(r.requeue_at_s, end_s)
+        if r.phase not in (Phase.RESERVED, Phase.ADMITTED):
             return []
         r.checks[check] = state
         detail = f'"{check}" ({message})' if message else f'"{check}"'
@@ -338,8 +347,6 @@ class Engine(EngineViews):
                     r, reason="DeactivatedDueToAdmissionCheck", message=deactivated
                 )
         elif state == "Retry":
-            since = now_s if since_s is None else since_s
-            r.requeue_at_s = requeue_end_s(since, requeue_after_s) if requeue_after_s else None
             self.lifecycle.evict(r, reason=ADMISSION_CHECK, message=f"Evicted due to {why}")
         elif r.phase is Phase.RESERVED and all(s == "Ready" for s in r.checks.values()):
             self.lifecycle.admit(r)

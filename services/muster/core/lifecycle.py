@@ -8,7 +8,6 @@ it did. The restore paths (a restarted service replaying decisions it published)
 from __future__ import annotations
 
 import heapq
-import math
 
 import msgspec
 
@@ -41,6 +40,7 @@ from muster.core.preemption import Victims
 from muster.core.preemption_message import preemption_message
 from muster.core.queueing import Queueing
 from muster.core.records import Phase, WorkloadRecord, local_queue_of
+from muster.core.requeue_state import backoff_end_s, count_after_eviction, later
 from muster.core.routing.control import RoutingControl, Take
 from muster.core.state import EngineState, shape_of
 
@@ -193,11 +193,10 @@ class Lifecycle:
         r.queue_ts = state.now_s if by_eviction else r.created_s
         if reason == PODS_READY_TIMEOUT:
             # Kueue's UpdateRequeueState: the back-off counts from the eviction, not from when
-            # the pods are gone (a rebuild replays this with the `evicted` event's time).
-            delay = backoff_seconds(
-                max(r.requeue_count, 1), strategy.backoff_base_seconds, strategy.backoff_max_seconds
-            )
-            r.requeue_at_s = requeue_end_s(state.now_s, delay)
+            # the pods are gone (a rebuild replays this with the `evicted` event's time); a
+            # check's Retry that asked for a later requeueAt keeps it.
+            end_s = backoff_end_s(r.requeue_count, state.now_s, strategy)
+            r.requeue_at_s = later(r.requeue_at_s, end_s)
         state.emit(EventType.EVICTED, r, reason, message, by=by)
         if deactivate:
             self.release(r)
@@ -251,7 +250,7 @@ class Lifecycle:
             return
         # Counted at the eviction, as Kueue's requeueState.count: a replica rebuilt from the
         # stream counts the PodsReadyTimeout evictions it replays (admission/ledger.py).
-        r.requeue_count += 1
+        r.requeue_count = count_after_eviction(r.requeue_count, PODS_READY_TIMEOUT)
         self.evict(r, reason=PODS_READY_TIMEOUT, message=f"Exceeded the PodsReady timeout {r.key}")
 
     def wait_until(self, r: WorkloadRecord, at_s: float, *, reason: str, message: str) -> None:
@@ -263,8 +262,10 @@ class Lifecycle:
         self.state.add_timer(at_s, "requeue", r.key)
 
     def deactivate(self, r: WorkloadRecord) -> None:
-        """spec.active false: it waits for nothing (Kueue: QuotaReserved=False, Deactivated)."""
+        """spec.active false: it waits for nothing (Kueue: QuotaReserved=False, Deactivated;
+        its requeueState cleared, so a back-off's end never outlives it)."""
         r.phase = Phase.INACTIVE
+        r.requeue_count, r.requeue_at_s = 0, None
         reason = self.state.config.reason(DEACTIVATED, "Inactive")
         r.set_condition(QUOTA_RESERVED, False, reason, DEACTIVATED_MESSAGE)
 
@@ -405,19 +406,6 @@ class Lifecycle:
                 state.emit(EventType.REQUEUED, r, BACKOFF_FINISHED, "Requeued after back-off")
             else:
                 self.time_out(r)
-
-
-def backoff_seconds(count: int, base_s: int, max_s: int) -> int:
-    """The back-off after the `count`th PodsReadyTimeout eviction: base*2^(count-1), capped
-    (Kueue's requeuingStrategy, without its jitter: decisions replay byte for byte)."""
-    return min(base_s << (count - 1), max_s)
-
-
-def requeue_end_s(since_s: float, delay_s: float) -> float:
-    """When a workload evicted at `since_s` may queue again after `delay_s`: Kueue's
-    requeueState.requeueAt, a metav1.Time, so whole seconds (rounded down, as it is stored).
-    Admission waits until this instant and the watcher writes it: one instant for both."""
-    return float(math.floor(since_s + delay_s))
 
 
 def _reserved_only(wl: Workload) -> bool:

@@ -5,7 +5,8 @@ borrowing ClusterQueues of the cohort (`reclaimWithinCohort`), or taken while bo
 (`borrowWithinCohort` below a priority threshold); candidates are ordered (other queues
 first, lower priority first, most recently admitted first), removed one by one until the
 workload fits, then every victim whose return would still let it fit is spared (fill-back).
-With fair sharing, victims come from the queues with the highest share (`preemption_fair`).
+With fair sharing, victims come from the queues with the highest share (`preemption_fair`); in
+trees of nested Cohorts, Kueue's hierarchical candidate generator (`preemption_hierarchy`).
 Workloads already being evicted stay candidates, ordered first: a preemptor that is tried again
 while its victims stop picks them again instead of evicting more.
 
@@ -14,10 +15,11 @@ The search removes candidates' usage from the quota tree tentatively and always 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from muster.api.model import ReclaimWithinCohort, WithinClusterQueue
 from muster.core.preemption_fair import fair_victims
+from muster.core.preemption_hierarchy import hierarchical_victims, is_nested
 from muster.core.preemption_search import (
     PreemptionRequest,
     QuotaHolder,
@@ -28,8 +30,10 @@ from muster.core.preemption_search import (
     fits,
     remove,
     restore,
+    satisfies,
+    under_nominal,
+    uses,
 )
-from muster.core.quota import FlavorResource, QuotaNode
 
 # The request, tree and victims are defined with the search; callers take them from here.
 __all__ = ["PreemptionRequest", "QuotaHolder", "TreeView", "Victims", "pick_victims"]
@@ -38,11 +42,15 @@ __all__ = ["PreemptionRequest", "QuotaHolder", "TreeView", "Victims", "pick_vict
 def pick_victims(req: PreemptionRequest, tree: TreeView) -> Victims | None:
     """The smallest set of workloads to evict so `req` fits, or None if no set will do."""
     cq = tree.nodes[req.cluster_queue]
-    under_nominal = _under_nominal(cq, req.short)
+    if tree.fair_sharing is None and is_nested(cq):
+        return hierarchical_victims(req, tree)
+    # In a flat cohort Kueue's hierarchical generator gives every other queue's candidate the
+    # same advantage (or none), which is the search below; it keeps its index of borrowers.
+    under_nominal_now = under_nominal(cq, req.short)
     threshold = _borrow_threshold(req)
     # Other queues' workloads only ever help a queue under nominal, one allowed to borrow
     # while preempting, or fair sharing; skipping them otherwise changes no outcome.
-    cohort_helps = under_nominal or threshold is not None or tree.fair_sharing is not None
+    cohort_helps = under_nominal_now or threshold is not None or tree.fair_sharing is not None
     candidates = _find_candidates(req, tree, include_cohort=cohort_helps)
     if not candidates:
         return None
@@ -52,7 +60,7 @@ def pick_victims(req: PreemptionRequest, tree: TreeView) -> Victims | None:
     if len(same_queue) == len(candidates):
         return _minimal(req, tree, candidates, allow_borrowing=True, below=None)
     if threshold is not None:
-        if not under_nominal:
+        if not under_nominal_now:
             candidates = [
                 c
                 for c in candidates
@@ -72,40 +80,23 @@ def _find_candidates(
     policy = req.policy
     found: list[QuotaHolder] = []
     if policy.within_cluster_queue != WithinClusterQueue.NEVER:
-        newer_equal = (
-            policy.within_cluster_queue == WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY
+        within = policy.within_cluster_queue
+        found.extend(
+            c
+            for c in tree.holders(req.cluster_queue)
+            if uses(c, req.short) and satisfies(within, c, req)
         )
-        for c in tree.holders(req.cluster_queue):
-            if c.priority > req.priority or not _uses(c, req.short):
-                continue
-            if c.priority == req.priority and not (newer_equal and _newer(c, req)):
-                continue
-            found.append(c)
     if include_cohort and policy.reclaim_within_cohort != ReclaimWithinCohort.NEVER:
-        only_lower = policy.reclaim_within_cohort != ReclaimWithinCohort.ANY
         for name in sorted(tree.borrowers):
             node = tree.nodes[name]
             if name == req.cluster_queue or not any(node.is_borrowing(fr) for fr in req.short):
                 continue
-            for c in tree.holders(name):
-                if only_lower and c.priority >= req.priority:
-                    continue
-                if _uses(c, req.short):
-                    found.append(c)
+            reclaim = policy.reclaim_within_cohort
+            found.extend(
+                c for c in tree.holders(name) if uses(c, req.short) and satisfies(reclaim, c, req)
+            )
     found.sort(key=lambda c: candidate_order(c, req.cluster_queue))
     return found
-
-
-def _newer(c: QuotaHolder, req: PreemptionRequest) -> bool:
-    return (c.queue_ts, c.seq) > (req.queue_ts, req.seq)
-
-
-def _uses(c: QuotaHolder, frs: frozenset[FlavorResource]) -> bool:
-    return any(fr in c.usage for fr in frs)
-
-
-def _under_nominal(cq: QuotaNode, frs: Iterable[FlavorResource]) -> bool:
-    return all(cq.usage.get(fr, 0) < cq.nominal.get(fr, 0) for fr in frs)
 
 
 def _borrow_threshold(req: PreemptionRequest) -> int | None:

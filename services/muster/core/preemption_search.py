@@ -68,6 +68,25 @@ def candidate_order(c: QuotaHolder, cq: str) -> tuple[bool, bool, int, float, in
     return (not c.evicted, c.cluster_queue == cq, c.priority, -c.reserved_at_s, -c.seq)
 
 
+def satisfies(policy: str, c: QuotaHolder, req: PreemptionRequest) -> bool:
+    """Kueue's SatisfiesPreemptionPolicy: may `req` preempt `c` under `policy`?"""
+    if c.priority < req.priority:
+        return policy != "Never"
+    if policy == "Any":
+        return True
+    newer = (c.queue_ts, c.seq) > (req.queue_ts, req.seq)
+    return policy == "LowerOrNewerEqualPriority" and c.priority == req.priority and newer
+
+
+def uses(c: QuotaHolder, frs: frozenset[FlavorResource]) -> bool:
+    return any(fr in c.usage for fr in frs)
+
+
+def under_nominal(cq: QuotaNode, frs: Iterable[FlavorResource]) -> bool:
+    """Usage strictly below the ClusterQueue's nominal quota in every resource of `frs`."""
+    return all(cq.usage.get(fr, 0) < cq.nominal.get(fr, 0) for fr in frs)
+
+
 def fits(req: PreemptionRequest, cq: QuotaNode, *, allow_borrowing: bool) -> bool:
     for fr, val in req.usage.items():
         if val > cq.available(fr):

@@ -29,7 +29,9 @@ from muster.bus.cancel import raise_if_cancelling
 from muster.bus.connection import Bus
 from muster.bus.errors import BusError, Reject, Unavailable
 from muster.bus.poison import Quarantine
+from muster.bus.progress import advanced
 from muster.bus.subjects import config_subject, workload_filters
+from muster.bus.supervision import SupervisedGroup
 from muster.bus.tracing import start_span, trace_decisions
 from muster.cluster.backend import ClusterBackend
 from muster.cluster.errors import ClusterError
@@ -153,11 +155,13 @@ async def run_gangpermit(
     failures = PassFailures()
 
     async def passes() -> None:
+        pulse = bus.pulses.pulse("gangpermit-passes")
         while True:
             raise_if_cancelling()  # nats-py's waits (and wait_for here) may have swallowed it
             deadline = state.scheduler.next_deadline_s()
             # Never 0: a deadline the pass did not clear must not spin the loop.
             timeout = None if deadline is None else max(_MIN_WAIT_S, deadline - clock_s())
+            pulse.beat(None if timeout is None else timeout + BATCH_WINDOW_S)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), timeout)
             if wake.is_set():
@@ -174,10 +178,11 @@ async def run_gangpermit(
                 series.passed(time.perf_counter() - started, waiting=len(state.waiting))
             beat.set()  # the room may have changed: tell admission soon
             if envs:
-                await _publish_traced(bus, envs, started_ns=started_ns)
+                with pulse.handling():  # each failed try of the publish advances it
+                    await _publish_traced(bus, envs, started_ns=started_ns)
 
     synced = asyncio.Event()
-    async with asyncio.TaskGroup() as tasks:
+    async with SupervisedGroup() as tasks:
         tasks.create_task(cache.run(), name="gangpermit-cluster-watch")
         # From the start: while the cluster is not read (or not reached), admission is told why.
         beats = heartbeat(bus, state, config, beat, backend=backend, synced=synced)
@@ -262,9 +267,12 @@ async def heartbeat(
     writer = RoomWriter(config.cluster)
     said = ""  # the heartbeat's size problem last logged
     room = None  # the last heartbeat: its split in parts, and the parts to reuse
+    pulse = bus.pulses.pulse("gangpermit-heartbeat")
     while True:
         raise_if_cancelling()  # the waits below may have swallowed it (bus.cancel)
-        capacity, spent_s = await _room(state, config, backend=backend, synced=synced.is_set())
+        pulse.beat(config.heartbeat_s)  # the next heartbeat, its room and rest included
+        with pulse.handling():  # a probe retrying against the API server advances it
+            capacity, spent_s = await _room(state, config, backend=backend, synced=synced.is_set())
         started = time.perf_counter()
         # Over max_payload NATS would refuse the put: the room goes in parts, and only a room
         # too large even for those says why it reports none (ROOM_TOO_LARGE).
@@ -338,4 +346,5 @@ async def publish_until_done(publisher: Publisher, envs: Sequence[events_pb2.Env
         left = failed
         delay = _PUBLISH_RETRY_S[min(attempt, len(_PUBLISH_RETRY_S) - 1)]
         log.warning("publishing %d events failed; retrying in %gs", len(left), delay)
+        advanced()  # a failed try is an answer: slow, not stalled (bus/progress.py)
         await asyncio.sleep(delay)

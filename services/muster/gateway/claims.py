@@ -82,6 +82,7 @@ def verdict(
     *,
     known: str | None,
     caught_up: bool,
+    released: bool = False,
     orphan_after_s: float = ORPHAN_AFTER_S,
 ) -> Verdict:
     """What to do with the claim `found` on a name this gateway would claim as `mine`.
@@ -92,9 +93,13 @@ def verdict(
     claim of an earlier life is replaced; one of this life (or of a deletion the index no
     longer remembers) holds, unless nothing anywhere knows its submission long after it was
     written. Never TAKE on an index that may be behind, and never answer TAKEN ("already
-    exists") for a submission not stored: HELD.
+    exists") for a submission not stored: HELD. `released`: the name's last write is a
+    claim deleted by a Submit that sent nothing (`KnownFollower._release`); it may have
+    replaced a claim of the name's current life, so an index that may be behind reads first.
     """
-    if found is None or found.life < mine.life:
+    if found is None:
+        return Verdict.READ if released and not caught_up else Verdict.TAKE
+    if found.life < mine.life:
         return Verdict.TAKE
     if mine.event_id in (found.event_id, known):
         return Verdict.OURS

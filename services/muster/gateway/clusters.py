@@ -5,7 +5,8 @@ admission's MultiKueue dispatch); the pods on each node from the workload book (
 `bound` events). A cluster whose heartbeat is older than SILENT_AFTER_S is Silent: admission
 counts it lost after its `--cluster-lost-seconds` (10 by default). One whose heartbeat says why
 it takes no dispatched work (its API server does not answer, its room is too large to report)
-is Unavailable, with that reason and message. A room in parts (`muster.core.heartbeat_parts`)
+is Unavailable, with that reason and message. The rooms are the gateway's cache's
+(`cluster_cache`: what changed since the last call is decoded, nothing else); a room in parts
 is read whole: a read that met parts of two heartbeats is read again.
 
 A 50 000-node cluster's nodes are many MB, past what gRPC clients receive by default (4 MiB):
@@ -15,8 +16,7 @@ one that asks for every node gets them only when they fit.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Mapping
+import bisect
 from typing import Final
 
 import msgspec
@@ -25,8 +25,9 @@ from muster.api import quantities_to_strings
 from muster.bus.kv import Bucket
 from muster.contracts.v1 import events_pb2, services_pb2
 from muster.core.dispatch import ClusterCapacity, NodeRoom
-from muster.core.heartbeat_parts import RoomReader, part_key, parts_named, read_rooms
+from muster.core.heartbeat_parts import RoomReader, part_key, parts_named
 from muster.gateway.book import FINISHED, WorkloadBook
+from muster.gateway.cluster_cache import READS, ClusterRoom, Reported
 from muster.gateway.node_pages import EVERYTHING, NodeQuery, continue_token
 
 CLUSTERS_BUCKET: Final = "MUSTER_CLUSTERS"
@@ -35,29 +36,10 @@ SILENT_AFTER_S: Final = 10.0
 MAX_ANSWER_BYTES: Final = 4 * 1024 * 1024 - 64 * 1024
 
 
-READS: Final = 3  # reads of the bucket before a room whose parts keep changing is shown empty
-
-
-async def heartbeats(kv: Bucket) -> dict[str, tuple[ClusterCapacity, float]]:
-    """cluster -> (its room as last reported, its heartbeat's age in seconds); a bad
-    heartbeat's room is empty."""
-    for _ in range(READS):
-        found = await kv.snapshot()
-        now = time.time()
-        rooms = read_rooms({key: entry.value or b"" for key, entry in found.items()})
-        if not rooms.torn:
-            break  # else parts of the next heartbeat came between a head and its own
-    shown = {c: ClusterCapacity(cluster=c) for c in [*rooms.bad, *rooms.torn]} | rooms.whole
-    return {
-        cluster: (room, max(0.0, now - entry.created) if entry.created else 0.0)
-        for cluster, room in shown.items()
-        if (entry := found.get(cluster)) is not None
-    }
-
-
 async def room_of(kv: Bucket, cluster: str) -> ClusterCapacity | None:
-    """`cluster`'s room as last reported, read key by key (no consumer, unlike `heartbeats`:
-    for polling); None when none is whole (not reported, bad, or its parts keep changing)."""
+    """`cluster`'s room as last reported, read key by key (no consumer, unlike the gateway's
+    `ClusterRooms`: for polling); None when none is whole (not reported, bad, or its parts
+    keep changing)."""
     for _ in range(READS):
         head = await kv.get(cluster)
         if head is None or head.value is None:
@@ -84,7 +66,7 @@ class AnswerTooLargeError(Exception):
 
 
 def clusters_view(
-    reported: Mapping[str, tuple[ClusterCapacity, float]],
+    reported: Reported,
     book: WorkloadBook,
     query: NodeQuery = EVERYTHING,
     *,
@@ -109,10 +91,10 @@ def clusters_view(
     total = sum(len(reported[name][0].nodes) for name in selected)
     passed = 0  # nodes of earlier pages
     for name in selected:
-        for node in sorted(reported[name][0].nodes, key=lambda n: n.name):
-            if query.after is not None and (name, node.name) <= query.after:
-                passed += 1
-                continue
+        room = reported[name][0]
+        start = _start(room, name, query.after)
+        passed += start
+        for node in room.nodes[start:]:
             view = _node_view(node, pods.get((name, node.name), []))
             size += view.ByteSize() + _FIELD_OVERHEAD
             if listed and (listed == query.limit or size > max_bytes):
@@ -124,6 +106,15 @@ def clusters_view(
             views[name].nodes.append(view)
             listed, last = listed + 1, (name, node.name)
     return out
+
+
+def _start(room: ClusterRoom, name: str, after: tuple[str, str] | None) -> int:
+    """How many of `room`'s nodes come before the page after the node `after`."""
+    if after is None or name > after[0]:
+        return 0
+    if name < after[0]:
+        return len(room.nodes)
+    return bisect.bisect_right(room.names, after[1])
 
 
 # A node's tag and length inside its cluster, the cluster's own length growing with it: a
@@ -140,23 +131,16 @@ def _too_large(nodes: int, max_bytes: int) -> str:
 
 
 def _summary(
-    view: services_pb2.ClusterView, name: str, capacity: ClusterCapacity, age: float
+    view: services_pb2.ClusterView, name: str, room: ClusterRoom, age: float
 ) -> services_pb2.ClusterView:
-    allocatable: dict[str, int] = {}
-    free: dict[str, int] = {}
-    for node in capacity.nodes:
-        for resource, value in node.allocatable.items():
-            allocatable[resource] = allocatable.get(resource, 0) + value
-        for resource, value in node.free.items():
-            free[resource] = free.get(resource, 0) + value
     view.name = name
     view.heartbeat_age_seconds = round(age, 1)
-    view.state = _state(capacity, age)
-    view.reason = capacity.reason
-    view.message = capacity.unreachable
-    view.node_count = len(capacity.nodes)
-    view.allocatable_total.update(quantities_to_strings(allocatable))
-    view.free_total.update(quantities_to_strings(free))
+    view.state = _state(room.capacity, age)
+    view.reason = room.capacity.reason
+    view.message = room.capacity.unreachable
+    view.node_count = len(room.nodes)
+    view.allocatable_total.update(quantities_to_strings(room.allocatable))
+    view.free_total.update(quantities_to_strings(room.free))
     return view
 
 

@@ -28,7 +28,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Final, Protocol
+from typing import Final, NamedTuple, Protocol
 
 import msgspec
 
@@ -36,6 +36,7 @@ from muster.bus.errors import BusError, Conflict, Retry, SetupError, Unavailable
 from muster.bus.kv import Bucket
 from muster.bus.publisher import Duplicated
 from muster.bus.subjects import EVENTS_KEPT_S, EVENTS_STREAM, workload_filters
+from muster.bus.supervision import supervised
 from muster.contracts.v1 import events_pb2
 from muster.gateway.claims import (
     CLAIMANT_DEADLINE_S,
@@ -148,6 +149,15 @@ def duplicates(known: KnownWorkloads, planned: Sequence[PlannedEvent]) -> list[P
     ]
 
 
+class Held(NamedTuple):
+    """A name a Submit holds: its key in MUSTER_NAMES, the life held, and the revision of the
+    claim this call wrote (0: one it found its own, written before: never its to release)."""
+
+    key: str
+    life: int
+    revision: int
+
+
 class SubmitPublisher(Protocol):
     """How Submit stores an event (`muster.bus.Bus.publish`)."""
 
@@ -197,7 +207,7 @@ class KnownFollower:
         try:
             async with asyncio.timeout(self.catch_up_s):
                 if self._task is None:
-                    self._task = asyncio.create_task(self._run(), name="known-workloads")
+                    self._task = supervised(self._run(), name="gateway-known-workloads")
                 await self._ready.wait()
                 if not duplicates(self.known, planned):
                     return []
@@ -215,25 +225,76 @@ class KnownFollower:
     async def publish(self, bus: SubmitPublisher, envs: Sequence[events_pb2.Envelope]) -> set[str]:
         """Claim the names of the `submitted` among `envs` (all at once), then store `envs` in
         order but for those whose name another submission holds: their event ids (their
-        callers: "already exists")."""
+        callers: "already exists").
+
+        When it fails before a `submitted` was sent, the claims this call wrote for it are
+        released (`_release`): without an idempotency key its caller's retry is another
+        submission, which must not wait for this one's claims to age out.
+        """
         submitted = [env for env in envs if env.WhichOneof("payload") == "submitted"]
         claimed_at = time.monotonic()
-        if len(submitted) == 1:  # one workload per Submit: no task to make for it
-            lives = [await self._claim(submitted[0])]
-        else:
-            lives = list(await asyncio.gather(*(self._claim(env) for env in submitted)))
-        life_of = {env.event_id: life for env, life in zip(submitted, lives, strict=True)}
-        lost = {event_id for event_id, life in life_of.items() if life is None}
-        if time.monotonic() - claimed_at > CLAIMANT_DEADLINE_S:
-            # Stored later, a `submitted` could follow another gateway's takeover of the claim.
-            raise Retry(1.0, f"names claimed, not stored within {CLAIMANT_DEADLINE_S:g}s")
-        for env in envs:
-            life = life_of.get(env.event_id, 0)
-            if env.event_id not in life_of:
-                await bus.publish(env)
-            elif life is not None and not await self._store(bus, env, life):
-                lost.add(env.event_id)
+        held = await self._claim_all(submitted)
+        unsent = {event_id: h for event_id, h in held.items() if h is not None and h.revision}
+        lost = {event_id for event_id, h in held.items() if h is None}
+        try:
+            if time.monotonic() - claimed_at > CLAIMANT_DEADLINE_S:
+                # Stored later, a `submitted` could follow another gateway's takeover of the claim.
+                raise Retry(1.0, f"names claimed, not stored within {CLAIMANT_DEADLINE_S:g}s")
+            for env in envs:
+                if env.event_id not in held:
+                    await bus.publish(env)
+                    continue
+                holding = held[env.event_id]
+                # From here on its `submitted` may be stored (a publish cut after it was sent).
+                unsent.pop(env.event_id, None)
+                if holding is not None and not await self._store(bus, env, holding.life):
+                    lost.add(env.event_id)
+        except BaseException:
+            await self._release(unsent)
+            raise
         return lost
+
+    async def _claim_all(self, submitted: Sequence[events_pb2.Envelope]) -> dict[str, Held | None]:
+        """`_claim` for each of `submitted` (by event id), all at once; when one fails, the
+        claims the others wrote are released and its error raised."""
+        if len(submitted) == 1:  # one workload per Submit: no task to make for it
+            return {submitted[0].event_id: await self._claim(submitted[0])}
+        # Every claim runs to its end before one's failure is raised: a claim still in flight
+        # then could be written after the release.
+        results = await asyncio.gather(
+            *(self._claim(env) for env in submitted), return_exceptions=True
+        )
+        held: dict[str, Held | None] = {}
+        failed: BaseException | None = None
+        for env, result in zip(submitted, results, strict=True):
+            if isinstance(result, BaseException):
+                failed = failed or result
+            else:
+                held[env.event_id] = result
+        if failed is not None:
+            await self._release({e: h for e, h in held.items() if h is not None and h.revision})
+            raise failed
+        return held
+
+    async def _release(self, claims: dict[str, Held]) -> None:
+        """Delete `claims` (this call wrote each, at `revision`, and sent none's `submitted`),
+        each only while it is still that revision: a claim written since (another Submit's,
+        after this one's was orphaned) is never released. Best effort: one not released ages
+        out as an orphan's (`ORPHAN_AFTER_S`)."""
+        if not claims:
+            return
+        names = await self._bucket()
+
+        async def release(h: Held) -> None:
+            try:
+                await names.delete(h.key, last=h.revision)
+            except Conflict:
+                pass  # written since: not this Submit's any more
+            except BusError as exc:
+                log.warning("submit: claim of %s not released: %s", h.key, exc)
+
+        # Shielded: a Submit cancelled by its caller still releases what it claimed.
+        await asyncio.shield(asyncio.gather(*(release(h) for h in claims.values())))
 
     async def _store(self, bus: SubmitPublisher, env: events_pb2.Envelope, life: int) -> bool:
         """Store `submitted` `env`, whose name this Submit holds for life `life`; False when a
@@ -245,7 +306,7 @@ class KnownFollower:
         await self._read_to_end_within()  # the submission stored under `claim`
         return not self.known.duplicate(env.workload, env.event_id)
 
-    async def _claim(self, env: events_pb2.Envelope) -> int | None:
+    async def _claim(self, env: events_pb2.Envelope) -> Held | None:
         """Claim `submitted` `env`'s name in MUSTER_NAMES: the life of the name it holds now
         (written now, or by this Submit before: a retry), or None when another holds it."""
         names = await self._bucket()
@@ -254,13 +315,13 @@ class KnownFollower:
         revision = 0  # the hot path: a name never claimed, one write
         for _ in range(CLAIMS):
             try:
-                await names.write(key, encode_claim(mine), last=revision)
-                return mine.life
+                written = await names.write(key, encode_claim(mine), last=revision)
+                return Held(key=key, life=mine.life, revision=written)
             except Conflict:
                 pass  # held, or replaced since it was read
             judged, revision, mine = await self._judge(names, key, mine, env.workload)
             if judged is Verdict.OURS:
-                return mine.life
+                return Held(key=key, life=mine.life, revision=0)
             if judged is Verdict.TAKEN:
                 return None
         raise Retry(1.0, f"{env.workload}: its name was claimed again and again while submitting")
@@ -283,6 +344,7 @@ class KnownFollower:
                 mine,
                 known=self.known.holder(workload),
                 caught_up=caught_up,
+                released=entry is not None and entry.value is None,
                 orphan_after_s=self.orphan_after_s,
             )
             if judged is Verdict.OURS and found is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import logging
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, Protocol, TypeVar, cast
@@ -29,11 +30,14 @@ from grpc_health.v1._async import HealthServicer
 from opentelemetry import trace
 
 from muster.api import VALIDATIONS, FieldError, Validation
+from muster.bus.connection import Bus
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
 from muster.bus.errors import BusError, Reject
 from muster.bus.kv import Bucket
 from muster.bus.partitions import QueuePartitions
-from muster.bus.subjects import DEFAULT_CLUSTER, check_cluster
+from muster.bus.progress import Tracker
+from muster.bus.subjects import DEFAULT_CLUSTER, EVENTS_STREAM, check_cluster
+from muster.bus.supervision import supervised
 from muster.bus.tracing import continue_trace, trace_metadata
 from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
 from muster.gateway.aborts import abort as _abort
@@ -90,6 +94,7 @@ DEFAULT_MAX_CALLS: Final = 256  # a Watch holds a thread of its own while it fol
 # Manifests up to this size are planned on the event loop: handing them to a thread costs more
 # than parsing them (a one-Workload manifest takes about 0.2 ms with libyaml).
 INLINE_MANIFEST_BYTES: Final = 16 * 1024
+SUBMITS: Final = "gateway-submit"  # the watchdog's name for the Submits in hand
 PARTITIONS_LOAD_S: Final = 2.0  # at start, how long to wait for the LocalQueues' partitions
 SERVICE_NAMES: Final = tuple(
     d.full_name for d in services_pb2.DESCRIPTOR.services_by_name.values()
@@ -168,6 +173,7 @@ class GatewayServicer(ControlRpcs, services_pb2_grpc.GatewayServicer):
         kube: KubeBackend | None = None,
         partitions: QueuePartitions | None = None,
         known: KnownFollower | None = None,
+        submits: Tracker | None = None,
     ) -> None:
         self._bus = bus
         self._gateway_bus = bus  # as the Submit path sees it (`_bus` is typed for ControlRpcs)
@@ -179,8 +185,23 @@ class GatewayServicer(ControlRpcs, services_pb2_grpc.GatewayServicer):
         self._known = known or KnownFollower(bus)
         # Each LocalQueue's admission partition, for the subjects of what Submit publishes.
         self._partitions = partitions or QueuePartitions()
+        self._submits = submits  # each Submit in hand, for the watchdog (bus/progress.py)
+        self._calls = itertools.count(1)
 
     async def Submit(  # noqa: N802  # the RPC's name
+        self, request: services_pb2.SubmitRequest, context: grpc.aio.ServicerContext
+    ) -> services_pb2.SubmitResponse:
+        if self._submits is None:
+            return await self._submit(request, context)
+        call = next(self._calls)
+        self._submits.began(call)
+        try:
+            with self._submits.handling(call):  # a Kubernetes write retrying advances it
+                return await self._submit(request, context)
+        finally:
+            self._submits.ended(call)
+
+    async def _submit(
         self, request: services_pb2.SubmitRequest, context: grpc.aio.ServicerContext
     ) -> services_pb2.SubmitResponse:
         cluster = request.cluster or self._config.cluster
@@ -513,9 +534,15 @@ class GatewayServer:
     """The gateway's gRPC server over one bus connection; `start`, then `stop`."""
 
     def __init__(
-        self, bus: GatewayBus, config: GatewayConfig, *, health: HealthServicer | None = None
+        self,
+        bus: GatewayBus,
+        config: GatewayConfig,
+        *,
+        health: HealthServicer | None = None,
+        submits: Tracker | None = None,
     ) -> None:
         self._bus = bus
+        self._submits = submits
         self.config = config
         self.health = health or HealthServicer()
         self._events: EventsServicer | None = None
@@ -562,7 +589,7 @@ class GatewayServer:
     async def _follow_partitions(self) -> None:
         """Follow the LocalQueues' partitions for the server's lifetime; wait a little for what
         is stored (a workload published in its stand-in partition is forwarded, only slower)."""
-        follow = asyncio.create_task(self.partitions.follow(self._bus.kv), name="partitions")
+        follow = supervised(self.partitions.follow(self._bus.kv), name="gateway-partitions")
 
         async def stop() -> None:
             follow.cancel()
@@ -617,6 +644,7 @@ class GatewayServer:
                 kube=self._kube,
                 partitions=self.partitions,
                 known=self.known,
+                submits=self._submits,
             ),
             server,
         )
@@ -657,9 +685,11 @@ class GatewayServer:
         await self._exits.aclose()
 
 
-async def run_gateway(bus: GatewayBus, health: HealthStatus, config: GatewayConfig) -> None:
-    """Serve the gateway until cancelled; prints "gateway: HOST:PORT" once listening."""
-    server = GatewayServer(bus, config, health=health.servicer)
+async def run_gateway(bus: Bus, health: HealthStatus, config: GatewayConfig) -> None:
+    """Serve the gateway until cancelled; prints "gateway: HOST:PORT" once listening. Each
+    Submit is in the watchdog's hands while it runs (a claim or a publish that hangs)."""
+    submits = bus.progress.track(SUBMITS, stream=EVENTS_STREAM, consumer="", max_ack_pending=0)
+    server = GatewayServer(bus, config, health=health.servicer, submits=submits)
     address = await server.start()
     health.ready()
     print(f"gateway: {address}", flush=True)

@@ -9,6 +9,7 @@ workload need `cancel` there, a LocalQueue `create_queue`, a ClusterQueue `admin
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Protocol
@@ -23,12 +24,8 @@ from muster.contracts.v1 import events_pb2, services_pb2
 from muster.gateway.aborts import abort, answer, deny
 from muster.gateway.auth import current_caller
 from muster.gateway.book import Entry, WorkloadBook
-from muster.gateway.clusters import (
-    AnswerTooLargeError,
-    ClusterNotFoundError,
-    clusters_view,
-    heartbeats,
-)
+from muster.gateway.cluster_cache import ClusterRooms
+from muster.gateway.clusters import AnswerTooLargeError, ClusterNotFoundError, clusters_view
 from muster.gateway.control import (
     DELETE,
     HOLD,
@@ -309,6 +306,11 @@ class WorkloadRpcs:
     _store: VisibilityStore
     _clusters: ClustersBucket
 
+    @functools.cached_property
+    def _cluster_rooms(self) -> ClusterRooms:
+        """What the last Clusters call decoded, for the next (one per servicer)."""
+        return ClusterRooms()
+
     async def Clusters(  # noqa: N802  # the RPC's name
         self, request: services_pb2.ClustersRequest, context: grpc.aio.ServicerContext
     ) -> services_pb2.ClustersResponse:
@@ -322,7 +324,7 @@ class WorkloadRpcs:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         book = await _book(self._follower, context)
         try:
-            reported = await heartbeats(await self._clusters())
+            reported = await self._cluster_rooms.read(await self._clusters())
         except BusError as exc:
             await abort(context, grpc.StatusCode.UNAVAILABLE, f"reading heartbeats: {exc}")
         try:

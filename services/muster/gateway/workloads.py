@@ -19,6 +19,7 @@ from typing import Final, NoReturn
 
 from muster.bus.errors import BusError
 from muster.bus.subjects import EVENTS_STREAM
+from muster.bus.supervision import supervised
 from muster.contracts.v1 import services_pb2
 from muster.contracts.v1.events_pb2 import Envelope
 from muster.gateway.book import STATUSES, Entry, WorkloadBook
@@ -98,7 +99,7 @@ class BookFollower:
         """The book, once it has every event stored now; BookUnavailableError after
         `catch_up_s`. The first call starts following."""
         if self._task is None:
-            self._task = asyncio.create_task(self.run(), name="workload-book")
+            self._task = supervised(self.run(), name="gateway-workload-book")
         last = await self.history.last_sequence(EVENTS_STREAM)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.catch_up_s

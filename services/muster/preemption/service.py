@@ -20,7 +20,9 @@ import msgspec
 
 from muster.bus import EVENTS_STREAM, Bus, ConsumerSettings, workload_filters
 from muster.bus.cancel import raise_if_cancelling
+from muster.bus.pulse import Pulse
 from muster.bus.service import Health
+from muster.bus.supervision import SupervisedGroup
 from muster.contracts.v1 import events_pb2 as pb
 from muster.preemption.handlers import DURABLE, PreemptionContext, handle, resend
 from muster.preemption.state import Evictions
@@ -67,11 +69,12 @@ async def run_preemption(
             return  # in the rebuild already
         await handle(env, ctx)
 
-    async with asyncio.TaskGroup() as tg:
+    async with SupervisedGroup() as tg:
         tg.create_task(
             bus.consume_with(DURABLE, SUBJECTS, handler, settings), name="preemption-consumer"
         )
-        tg.create_task(resend_forever(ctx, wake), name="preemption-resend")
+        pulse = bus.pulses.pulse("preemption-resend")
+        tg.create_task(resend_forever(ctx, wake, pulse), name="preemption-resend")
         health.ready()
 
 
@@ -89,11 +92,13 @@ async def rebuild(bus: Bus, evictions: Evictions, *, clock: Callable[[], float])
     return end
 
 
-async def resend_forever(ctx: PreemptionContext, wake: asyncio.Event) -> None:
+async def resend_forever(ctx: PreemptionContext, wake: asyncio.Event, pulse: Pulse) -> None:
+    """Re-send each eviction when it is due, until cancelled; `pulse` says when that is."""
     while True:
         raise_if_cancelling()  # nats-py may swallow a cancellation (3.11)
         due = ctx.evictions.next_due_s()
         timeout = None if due is None else max(0.0, due - ctx.clock())
+        pulse.beat(timeout)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
                 await wake.wait()

@@ -39,6 +39,7 @@ NEVER = NEVER_READY
 
 CheckStateName = Literal["Ready", "Retry", "Rejected", "Pending"]
 CHECK_STATES: tuple[str, ...] = get_args(CheckStateName)
+_INT32_MAX = 2**31 - 1  # requeueAfterSeconds is an int32 in Kueue's API
 
 
 class CheckAttempt(msgspec.Struct, frozen=True, kw_only=True):
@@ -46,6 +47,9 @@ class CheckAttempt(msgspec.Struct, frozen=True, kw_only=True):
 
     state: CheckStateName
     delay_s: float = 0.0
+    # A Retry's requeueAfterSeconds (Kueue's int32 of whole seconds; 0: none), from when it
+    # answers: the workload queues again no earlier.
+    requeue_after_s: int = 0
 
 
 CheckScript = tuple[CheckAttempt, ...]  # attempt n uses element n; the last one repeats
@@ -97,30 +101,57 @@ def parse_seconds(text: str) -> float:
 
 
 def parse_check_script(text: str) -> CheckScript:
-    """Parse "State[@delaySeconds][,State[@delaySeconds]...]" into one attempt per element."""
-    return tuple(
-        CheckAttempt(state=state, delay_s=delay_s)  # type: ignore[arg-type]  # checked against CHECK_STATES
-        for state, delay_s in _timed_elements(text, CHECK_STATES, what="state")
-    )
+    """Parse "State[(requeueAfterSeconds)][@delaySeconds][,...]" into one attempt per
+    element; only a Retry takes a requeueAfterSeconds (whole seconds)."""
+    attempts = []
+    for i, element in enumerate(text.split(",")):
+        head, at, delay = element.partition("@")
+        word, _, after = head.partition("(")
+        state, delay_s = _timed_element(word + at + delay, i, CHECK_STATES, what="state")
+        after_s = _requeue_after(after, state, element=i) if "(" in head else 0
+        attempts.append(
+            CheckAttempt(state=state, delay_s=delay_s, requeue_after_s=after_s)  # type: ignore[arg-type]  # checked against CHECK_STATES
+        )
+    return tuple(attempts)
+
+
+def _requeue_after(text: str, state: str, *, element: int) -> int:
+    """What follows "State(": "seconds)", Kueue's int32 requeueAfterSeconds; Retry only."""
+    seconds, closed, rest = text.partition(")")
+    seconds = seconds.strip()
+    if not closed or rest.strip():
+        raise ValueError(f"element {element}: expected State(requeueAfterSeconds)")
+    if state != "Retry":
+        raise ValueError(f"element {element}: only Retry takes a requeueAfterSeconds")
+    if not (seconds.isascii() and seconds.isdigit() and len(seconds) <= 10) or (
+        int(seconds) > _INT32_MAX
+    ):
+        raise ValueError(
+            f"element {element}: requeueAfterSeconds must be a whole number of seconds "
+            f"from 0 to {_INT32_MAX}, got {seconds!r}"
+        )
+    return int(seconds)
 
 
 def _timed_elements(text: str, allowed: tuple[str, ...], *, what: str) -> list[tuple[str, float]]:
-    """The (word, delay) of each "Word[@delaySeconds]" element of `text`, comma-separated;
-    ValueError naming the element for a word not in `allowed` or a bad delay."""
-    elements: list[tuple[str, float]] = []
-    for i, element in enumerate(text.split(",")):
-        word, _, delay = element.strip().partition("@")
-        word = word.strip()
-        if word not in allowed:
-            raise ValueError(
-                f"element {i}: {what} must be one of {', '.join(allowed)}, got {word!r}"
-            )
-        try:
-            delay_s = parse_seconds(delay.strip()) if delay else 0.0
-        except ValueError as exc:
-            raise ValueError(f"element {i}: delay {exc}") from None
-        elements.append((word, delay_s))
-    return elements
+    """The (word, delay) of each "Word[@delaySeconds]" element of `text`, comma-separated."""
+    return [_timed_element(e, i, allowed, what=what) for i, e in enumerate(text.split(","))]
+
+
+def _timed_element(
+    element: str, i: int, allowed: tuple[str, ...], *, what: str
+) -> tuple[str, float]:
+    """The (word, delay) of element `i`, "Word[@delaySeconds]"; ValueError naming the element
+    for a word not in `allowed` or a bad delay."""
+    word, _, delay = element.strip().partition("@")
+    word = word.strip()
+    if word not in allowed:
+        raise ValueError(f"element {i}: {what} must be one of {', '.join(allowed)}, got {word!r}")
+    try:
+        delay_s = parse_seconds(delay.strip()) if delay else 0.0
+    except ValueError as exc:
+        raise ValueError(f"element {i}: delay {exc}") from None
+    return word, delay_s
 
 
 ProvisioningCondition = Literal["Provisioned", "Failed", "CapacityRevoked"]

@@ -381,7 +381,7 @@ class Simulation:
                 check, READY_AT_ONCE
             )
             answer = script[min(attempt, len(script) - 1)]
-            action = SetCheck(key, track.epoch, check, answer.state)
+            action = SetCheck(key, track.epoch, check, answer.state, answer.requeue_after_s)
             self.timeline.push(self.now_s + answer.delay_s, action)
 
     def on_admitted(self, key: WorkloadKey, track: Track) -> None:

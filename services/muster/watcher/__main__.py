@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import functools
 import sys
@@ -23,6 +22,7 @@ from muster.bus.service import (
     parse_service,
     service_main,
 )
+from muster.bus.supervision import SupervisedGroup
 from muster.checks.registry import CONTROLLERS, controller_names
 from muster.cluster.choose import (
     BACKEND_FLAGS,
@@ -135,7 +135,7 @@ async def serve(
     async with (
         open_backend(backend, buckets=bus.kv, cluster=config.cluster) as opened,
         _recorder(opened, config, kube or KubeWatcherConfig()) as events,
-        asyncio.TaskGroup() as tasks,
+        SupervisedGroup() as tasks,
     ):
         if events is not None and config.check_controllers:
             tasks.create_task(_run_checks(opened, backend, config, events), name="watcher-checks")

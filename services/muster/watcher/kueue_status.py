@@ -59,8 +59,8 @@ from muster.core.conditions import (
     requeued_when_queued,
     restarted,
 )
-from muster.core.lifecycle import backoff_seconds, requeue_end_s
-from muster.payloads import PayloadError, applied_document
+from muster.core.requeue_state import backoff_end_s, count_after_eviction, later, retry_end_s
+from muster.payloads import PayloadError, applied_document, check_transitioned_s
 
 # The events whose payloads change a Workload's status (the status task follows these).
 WORKLOAD_EVENTS = (
@@ -320,19 +320,23 @@ class StatusBook:
         return {_workload_ref(env.workload), self._lq_ref(wl.local_queue)}
 
     def _retry(self, env: pb.Envelope) -> set[ObjectRef]:
-        """A check's Retry with requeueAfterSeconds, while the workload holds quota: when it
-        may queue again, counted from the check's event (Kueue: its lastTransitionTime), as
-        admission counts it; written with the eviction it causes (`_requeue_state`). The
-        first one stands, as admission evicts at the first Retry."""
+        """A check's Retry with requeueAfterSeconds while the workload holds quota: the
+        requeueAt it asks for, counted from when the check entered Retry (its entry's
+        lastTransitionTime, as admission counts it), and only ever later
+        (`core.requeue_state.later`). Before its eviction it is kept for the eviction it
+        causes (`_requeue_state`); once evicted (its pods stopping after a PodsReady timeout,
+        say), requeueAt moves on at once, as admission's wait does."""
         wl = self._workloads.get(env.workload)
         check = env.admission_check
-        if wl is None or check.state != "Retry" or check.requeue_after_seconds <= 0:
+        if wl is None or check.state != "Retry" or wl.state not in ("reserving", "admitted"):
             return set()
-        evicted = wl.conditions.get("Evicted", {}).get("status") == "True"
-        if wl.state in ("reserving", "admitted") and not evicted and wl.retry_at_s is None:
-            at_s = env.time_unix_nano / 1e9
-            wl.retry_at_s = requeue_end_s(at_s, check.requeue_after_seconds)
-        return set()
+        now_s = env.time_unix_nano / 1e9
+        end_s = retry_end_s(check_transitioned_s(env), check.requeue_after_seconds, now_s=now_s)
+        if wl.conditions.get("Evicted", {}).get("status") != "True":
+            wl.retry_at_s = later(wl.retry_at_s, end_s)
+            return set()
+        was, wl.requeue_at_s = wl.requeue_at_s, later(wl.requeue_at_s, end_s)
+        return set() if wl.requeue_at_s == was else {_workload_ref(env.workload)}
 
     def _answer(self, env: pb.Envelope) -> set[ObjectRef]:
         """A check admission answers itself (MultiKueue's): its state goes into the
@@ -502,27 +506,28 @@ def _transition(wl: _Workload, field: str, payload: Any, *, at_s: float, granula
 def _requeue_state(
     wl: _Workload, field: str, payload: Any, *, at_s: float, requeuing: RequeuingStrategy
 ) -> None:
-    """Kueue's status.requeueState: at each PodsReadyTimeout eviction the count grows and
-    requeueAt is the back-off's end from the eviction (Kueue's UpdateRequeueState, with the
-    eviction); at a check's Retry eviction, requeueAt is the Retry's end (`_retry`); both
-    are the instants admission waits for (`core.lifecycle.requeue_end_s`). requeueAt is
-    cleared when it queues again; a deactivation clears both (Kueue's workload controller,
-    which starts a reactivated workload's count over)."""
+    """Kueue's status.requeueState by `core.requeue_state`'s rules, the ones admission's
+    ledger and engine count and wait by: each PodsReadyTimeout eviction counts one and ends
+    its back-off from the eviction; a check's Retry eviction ends at the Retry's end
+    (`_retry`); requeueAt only ever moves later, and is cleared when it queues again; a
+    deactivation clears both (Kueue's workload controller, which starts a reactivated
+    workload's count over)."""
+    if field == "evicted":
+        wl.requeue_count = count_after_eviction(
+            wl.requeue_count, payload.reason, deactivated=wl.state == "inactive"
+        )
+        if payload.reason == PODS_READY_TIMEOUT:
+            end_s = backoff_end_s(wl.requeue_count, at_s, requeuing)
+            wl.requeue_at_s = later(wl.requeue_at_s, end_s)
+        elif payload.reason == ADMISSION_CHECK:
+            wl.requeue_at_s = later(wl.requeue_at_s, wl.retry_at_s)
     deactivated = field == "evicted" and is_deactivation(payload.reason)
     if wl.state == "inactive" or deactivated:  # at once, though its pods may still run
         wl.requeue_count, wl.requeue_at_s, wl.retry_at_s = 0, None, None
-    elif field == "evicted" and payload.reason == PODS_READY_TIMEOUT:
-        wl.requeue_count += 1
-        delay = backoff_seconds(
-            wl.requeue_count, requeuing.backoff_base_seconds, requeuing.backoff_max_seconds
-        )
-        wl.requeue_at_s = requeue_end_s(at_s, delay)
-    elif field == "evicted" and payload.reason == ADMISSION_CHECK:
-        wl.requeue_at_s = wl.retry_at_s
     elif field == "requeued":
         wl.requeue_at_s = None
     if field in ("evicted", "requeued"):
-        wl.retry_at_s = None  # a Retry counts only for the eviction it causes
+        wl.retry_at_s = None  # a Retry before the eviction counts only for that eviction
 
 
 def _reserved(wl: _Workload, field: str, payload: Any) -> None:

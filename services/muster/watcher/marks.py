@@ -17,6 +17,7 @@ import msgspec
 
 from muster.bus.errors import BusError, Reject, Retry, Unavailable
 from muster.bus.kv import Bucket
+from muster.bus.progress import advanced
 from muster.contracts.v1 import events_pb2
 from muster.watcher.pods import Sent
 
@@ -193,5 +194,6 @@ async def until_done(what: str, write: Callable[[], Awaitable[object]]) -> None:
             return
         except (Retry, Unavailable, TimeoutError) as err:
             log.warning("%s failed: %r; retrying", what, err)
+        advanced()  # a failed try is an answer: slow, not stalled (bus/progress.py)
         await asyncio.sleep(delay_s)
         delay_s = min(delay_s * 2, 5.0)

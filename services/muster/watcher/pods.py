@@ -14,7 +14,13 @@ from typing import Any
 import msgspec
 
 from muster.api.wellknown import PARTITION_ANNOTATION, TRACEPARENT_ANNOTATION
-from muster.cluster.objects import POD_SET_ANNOTATION, PodView, is_ready, report_key
+from muster.cluster.objects import (
+    POD_SET_ANNOTATION,
+    PodView,
+    admission_of,
+    is_ready,
+    report_key,
+)
 from muster.contracts.v1 import events_pb2
 from muster.watcher.translate import Outgoing
 
@@ -41,6 +47,8 @@ class PodState(msgspec.Struct, frozen=True, kw_only=True):
     of_job: bool = False
     traceparent: str = ""  # its workload's trace, when muster started it (binder)
     partition: str = ""  # its workload's admission partition, when muster started it (binder)
+    # The Kueue admission muster's binder started it for (label muster.dev/admission; 0: none).
+    admission: int = 0
 
     @property
     def key(self) -> str:
@@ -163,6 +171,7 @@ def pod_state_of_view(pod: PodView) -> PodState | None:
         node=pod.node_name,
         phase=pod.phase,
         ready=pod.ready,
+        admission=pod.admission,
     )
 
 
@@ -210,6 +219,7 @@ def pod_state(obj: Mapping[str, Any]) -> PodState | None:
         ),
         traceparent=str(annotations.get(TRACEPARENT_ANNOTATION) or ""),
         partition=str(annotations.get(PARTITION_ANNOTATION) or ""),
+        admission=admission_of(obj),
     )
 
 
@@ -225,6 +235,15 @@ def counts_ready(pod: PodState) -> bool:
     return pod.phase == SUCCEEDED or (pod.phase == RUNNING and pod.ready)
 
 
+def started_by_binder(pod: PodState) -> bool:
+    """Whether muster's binder made `pod` for a Kueue admission: no `pods_pending` is told
+    of it (issue 19: a store per workload that no service read). The binder knows what it
+    started, gang-permit sees the pod and says why it waits (`gang_waiting`), and `running`
+    follows; a gang outside Kueue (its pods applied by their owner) is still told pending.
+    Read from the pod itself, so a watcher restarted anywhere decides alike."""
+    return pod.admission > 0
+
+
 def _digest(uids: Iterable[str]) -> str:
     return hashlib.sha256("\n".join(sorted(uids)).encode()).hexdigest()[:16]
 
@@ -238,7 +257,8 @@ def due_events(
 ) -> list[Outgoing]:
     """The events now due for `workload`, in the order to publish them.
 
-    - unbound Pending pods → pods_pending listing all of them (once per set);
+    - unbound Pending pods → pods_pending listing all of them (once per set), but for pods
+      the binder started for a Kueue admission (`started_by_binder`);
     - every pod Running or Succeeded → running, with `pods_ready` set when every pod counts
       as ready too (`counts_ready`: its Ready condition, not its phase);
     - after a `running` that said not ready, every pod ready → pods_ready, once;
@@ -259,7 +279,9 @@ def due_events(
     partition = next((p.partition for p in pods if p.partition), "")
     out: list[Outgoing] = []
     if not after_delete and not uids & set(sent.finished):
-        pending = [p for p in pods if p.phase == PENDING and not p.node]
+        pending = [
+            p for p in pods if p.phase == PENDING and not p.node and not started_by_binder(p)
+        ]
         if pending and _digest(p.uid for p in pending) not in sent.pending:
             out.append(
                 Outgoing(

@@ -26,7 +26,9 @@ from muster.bus.connection import Bus
 from muster.bus.errors import BusError, Reject, Retry, Unavailable
 from muster.bus.kv import Bucket
 from muster.bus.poison import Quarantine
+from muster.bus.progress import advanced
 from muster.bus.subjects import workload_filters
+from muster.bus.supervision import SupervisedGroup, supervised
 from muster.cluster.backend import ClusterBackend, ClusterChange
 from muster.cluster.errors import ClusterError
 from muster.cluster.keys import SCHEDULING_POD_GROUP_KIND
@@ -117,7 +119,7 @@ async def run_watcher(
     `events` it also records Kubernetes Events of what happens to them."""
     groups = GroupStatuses(kueue) if kueue is not None else None
     pods: dict[str, dict[str, PodState]] = {}  # the watch's view, shared with the Events
-    async with asyncio.TaskGroup() as tasks:
+    async with SupervisedGroup() as tasks:
         workers = None
         if kueue is not None:
             workers = WorkerStatuses(kueue, lost_after_s=config.cluster_lost_s)
@@ -195,26 +197,26 @@ async def _watch(
     log.info("watching cluster %s from revision %d", config.cluster, revision)
     health.ready()
     saver = RevisionSaver(put, config.cluster, revision)
-    saving = asyncio.create_task(saver.run(), name="watcher-revision")
+    saving = supervised(saver.run(), name="watcher-revision")
     changes = batches(backend.watch(from_revision=revision), max_size=BATCH_MAX)
+    # A batch in hand is watched as a consume loop's message is (bus/progress.py).
+    tracker = bus.progress.track("watcher-watch", stream="", consumer="", max_ack_pending=1)
     try:
         async for batch in changes:
-            for change in batch:
-                if groups is not None and change.kind in GROUP_KINDS:
-                    groups.seen(change)  # its conditions may now be written
-                if events is not None and change.kind in ("Workload", "Job"):
-                    events.learn(change.obj)  # its uid, for the Events about it
-                handler = handler_for(change)
-                if handler is not None:
-                    await _handleuntil_done(handler, change, ctx, poison)
-            # Handled, then remembered: events stored first, then marks, then the revision.
-            await outbox.flush()
-            await marks.flush()
-            saver.handled(batch[-1].revision)
+            token = batch[-1].revision
+            tracker.began(token)
+            with tracker.handling(token):
+                await _handle_batch(batch, ctx, poison, groups=groups, events=events)
+                # Handled, then remembered: events stored first, then marks, then the revision.
+                await outbox.flush()
+                await marks.flush()
+            tracker.ended(token)
+            saver.handled(token)
             if saving.done():  # it only ends early on a bug: raise it
                 saving.result()
             raise_if_cancelling()  # nats-py's waits may have swallowed it (bus.cancel)
     finally:
+        tracker.close()
         await changes.aclose()
         # Bounded: a stop must not wait on a NATS that is gone (a crash seals nothing either).
         with contextlib.suppress(TimeoutError):
@@ -222,6 +224,25 @@ async def _watch(
                 await marks.seal()
         saver.stop()
         await saving  # the last revision handled is stored before the watcher stops
+
+
+async def _handle_batch(
+    batch: Sequence[ClusterChange],
+    ctx: WatcherContext,
+    poison: Quarantine,
+    *,
+    groups: GroupStatuses | None,
+    events: EventSink | None,
+) -> None:
+    """Handle each change of `batch` in order."""
+    for change in batch:
+        if groups is not None and change.kind in GROUP_KINDS:
+            groups.seen(change)  # its conditions may now be written
+        if events is not None and change.kind in ("Workload", "Job"):
+            events.learn(change.obj)  # its uid, for the Events about it
+        handler = handler_for(change)
+        if handler is not None:
+            await _handleuntil_done(handler, change, ctx, poison)
 
 
 async def _remember(
@@ -361,5 +382,8 @@ async def _handleuntil_done(
         except Exception as err:
             await poison.object(change.key, change.obj, err, revision=change.revision)
             return
+        # Each failed try is an answer: slow (a busy API server, JetStream without a leader),
+        # not stalled (bus/progress.py); a try that never returns is.
+        advanced()
         await asyncio.sleep(delay_s)
         delay_s = min(delay_s * 2, 5.0)

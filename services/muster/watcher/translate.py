@@ -41,6 +41,8 @@ KUEUE_CONFIG_KINDS = frozenset(
     }
 )
 CORE_CONFIG_KINDS = {"Namespace": "v1", "PriorityClass": "scheduling.k8s.io/v1"}
+# Past this, a time in Unix nanoseconds does not fit the int64 an event carries (year 2262).
+_LATEST_UNIX_S = (2**63 - 1) // 1_000_000_000
 
 
 class Outgoing(msgspec.Struct, frozen=True, kw_only=True):
@@ -357,6 +359,7 @@ def check_updates(obj: Mapping[str, Any], sent: Mapping[str, str]) -> list[Check
             state=state,
             message=str(entry.get("message") or ""),
             requeue_after_seconds=_requeue_after(entry.get("requeueAfterSeconds")),
+            transitioned_unix_nano=_unix_nano(entry.get("lastTransitionTime")),
         )
         event = Outgoing(
             field="admission_check",
@@ -367,6 +370,15 @@ def check_updates(obj: Mapping[str, Any], sent: Mapping[str, str]) -> list[Check
         )
         out.append(CheckAnswer(name, mark, event))
     return out
+
+
+def _unix_nano(value: object) -> int:
+    """A check entry's lastTransitionTime as the event carries it: Unix nanoseconds, 0 when
+    unreadable or not representable (admission then counts from the event's time)."""
+    seconds = check_states.parse_time(value)
+    if seconds is None or not 0 < seconds < _LATEST_UNIX_S:
+        return 0
+    return int(seconds) * 1_000_000_000
 
 
 def _requeue_after(value: object) -> int:

@@ -31,6 +31,8 @@ import msgspec
 
 from muster.bus.connection import Bus
 from muster.bus.kv import follow_bucket
+from muster.bus.pulse import Pulse
+from muster.bus.supervision import SupervisedGroup
 from muster.cluster.kube.resources import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.dispatch import ClusterCapacity
@@ -136,9 +138,10 @@ class WorkerStatuses:
 
     async def follow(self, bus: Bus) -> None:
         """Follow the heartbeats, and desire again when one turns stale, until cancelled."""
-        async with asyncio.TaskGroup() as tasks:
+        async with SupervisedGroup() as tasks:
             tasks.create_task(self._heartbeats(bus), name="watcher-worker-heartbeats")
-            tasks.create_task(self._stale(), name="watcher-worker-stale")
+            stale = self._stale(bus.pulses.pulse("watcher-worker-stale"))
+            tasks.create_task(stale, name="watcher-worker-stale")
 
     async def _heartbeats(self, bus: Bus) -> None:
         await follow_bucket(bus.kv, CLUSTERS_BUCKET, self._heard)
@@ -158,11 +161,12 @@ class WorkerStatuses:
             return
         self._desire(self.book.heartbeat(capacity, now_s=self.clock()))
 
-    async def _stale(self) -> None:
+    async def _stale(self, pulse: Pulse) -> None:
         """Desire every status again when the next heartbeat turns stale (the writer skips
-        those that did not change)."""
+        those that did not change); `pulse` says when it wakes next."""
         while True:
             due = self.book.next_stale_s()
             wait_s = _IDLE_S if due is None else min(_IDLE_S, max(0.0, due - self.clock()))
+            pulse.beat(wait_s + _PAST_S)
             await asyncio.sleep(wait_s + _PAST_S)
             self.desire_all()

@@ -25,6 +25,7 @@ from muster.admission.state import AdmissionState
 from muster.admission.translate import Fact
 from muster.bus import BusError, Conflict, Reject, Retry, new_event
 from muster.bus.publisher import Fence
+from muster.bus.pulse import Pulses
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.events import Event
 
@@ -175,7 +176,7 @@ async def test_due_timers_run_a_round_of_their_own() -> None:
     await rounds.apply_batch([sequenced(submitted(workload("slow")), 10)])
     assert rounds.state.next_wakeup_s() == 105.0
     now[0] = 106.0
-    timers = asyncio.create_task(rounds.run_timers())
+    timers = asyncio.create_task(rounds.run_timers(Pulses().pulse("admission-timers")))
     try:
         async with asyncio.timeout(5):
             while not publisher.of("workload.evicted"):  # noqa: ASYNC110 (another task publishes)
@@ -196,7 +197,7 @@ async def test_the_timer_loop_is_woken_only_by_a_round_that_brings_a_timer_neare
 ) -> None:
     config = (pods_ready_timeout(),) if timers else ()
     rounds = Rounds(configured_state(*config), Publisher(), clock=lambda: 100.0)
-    loop = asyncio.create_task(rounds.run_timers())
+    loop = asyncio.create_task(rounds.run_timers(Pulses().pulse("admission-timers")))
     try:
         await asyncio.sleep(0)  # it waits, with no timer to wait for
         await rounds.apply_batch([sequenced(submitted(workload("w")), 10)])

@@ -144,6 +144,20 @@ def test_the_envelopes_queue_name_wins_over_the_manifests() -> None:
             pb.AdmissionCheckUpdated(check="prov", state="Ready", message="ok"),
             CheckUpdated(WorkloadKey("ns/a"), check="prov", state="Ready", message="ok", at_s=1.0),
         ),
+        (  # a Retry counts from the entry's lastTransitionTime the watcher carries, not 1.0
+            "admission_check",
+            pb.AdmissionCheckUpdated(
+                check="prov", state="Retry", requeue_after_seconds=30, transitioned_unix_nano=10**8
+            ),
+            CheckUpdated(
+                WorkloadKey("ns/a"),
+                check="prov",
+                state="Retry",
+                message="",
+                requeue_after_s=30,
+                at_s=0.1,
+            ),
+        ),
         (
             "gang_rejected",
             pb.GangRejected(reason="GangTimedOut", message="late"),

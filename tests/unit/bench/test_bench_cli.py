@@ -190,8 +190,11 @@ def test_submit_rows_say_what_each_call_cost_and_store_one_event_per_call(
     assert status == 0
     assert [(r["calls"], r["in_flight"], r["stored"]) for r in rows] == [(30, 64, 30), (30, 1, 30)]
     assert all(r["gateway_ms"] > 0 and r["client_ms"] > 0 and r["calls_per_s"] > 0 for r in rows)
-    # Each call wakes a gRPC thread at least once, to take it and answer it.
-    assert all(r["gateway_switches"] >= 1 for r in rows)
+    # One call at a time: each call finds the gateway's gRPC thread asleep and wakes it. With 64
+    # in flight a busy thread may take several calls without sleeping (a loaded machine does).
+    many, one = rows
+    assert many["gateway_switches"] > 0
+    assert one["gateway_switches"] >= 1
 
 
 def test_options_after_the_section_win_over_those_before(

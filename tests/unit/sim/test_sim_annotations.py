@@ -45,6 +45,32 @@ def test_rejects_bad_check_scripts_with_the_element(text: str, problem: str) -> 
         parse_check_script(text)
 
 
+def test_a_retry_may_say_its_requeue_after_seconds() -> None:
+    assert parse_check_script("Retry(60)@5, Retry ( 0 ), Ready@10") == (
+        CheckAttempt(state="Retry", delay_s=5, requeue_after_s=60),
+        CheckAttempt(state="Retry", delay_s=0, requeue_after_s=0),
+        CheckAttempt(state="Ready", delay_s=10),
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("Ready@1,Ready(5)", "element 1: only Retry takes a requeueAfterSeconds"),
+        ("Retry(5", "element 0: expected State(requeueAfterSeconds)"),
+        ("Retry(5)s", "element 0: expected State(requeueAfterSeconds)"),
+        ("Retry(1.5)", "element 0: requeueAfterSeconds must be a whole number of seconds"),
+        ("Retry(-1)", "element 0: requeueAfterSeconds must be a whole number of seconds"),
+        ("Retry(2147483648)", "element 0: requeueAfterSeconds must be .* to 2147483647"),
+        ("Retry(" + "9" * 5000 + ")", "element 0: requeueAfterSeconds must be"),
+        ("Retyr(5)", "element 0: state must be one of Ready, Retry, Rejected, Pending"),
+    ],
+)
+def test_rejects_a_bad_requeue_after_seconds_with_the_element(text: str, problem: str) -> None:
+    with pytest.raises(ValueError, match="^" + problem.replace("(", r"\(").replace(")", r"\)")):
+        parse_check_script(text)
+
+
 @pytest.mark.parametrize("text", ["-1", "nan", "inf", "1s", ""])
 def test_rejects_durations_that_are_not_finite_non_negative_seconds(text: str) -> None:
     with pytest.raises(ValueError, match="seconds"):

@@ -62,6 +62,26 @@ def test_answers_get_ids_that_differ_per_answer_and_repeat_for_the_same_one() ->
     assert ids[0] == ids[1] != ids[2]
 
 
+def test_an_answer_carries_when_its_entry_changed_state_for_a_retry_to_count_from() -> None:
+    """Kueue counts a Retry's requeueAfterSeconds from the entry's lastTransitionTime: the
+    event carries it (Unix ns); one unreadable or past int64 nanoseconds carries 0 (admission
+    counts from the event's time, as before the field)."""
+    carried: dict[str, int] = {}
+    for at in ("2026-01-01T00:00:05Z", "yesterday", "9999-12-31T23:59:59Z", "missing"):
+        entry = check("prov", "Retry", at, requeueAfterSeconds=9)
+        if at == "missing":
+            del entry["lastTransitionTime"]
+        (answer,) = check_updates(workload(entry), {})
+        assert answer.event is not None
+        carried[at] = answer.event.payload.transitioned_unix_nano
+    assert carried == {
+        "2026-01-01T00:00:05Z": 1_767_225_605 * 10**9,
+        "yesterday": 0,
+        "9999-12-31T23:59:59Z": 0,
+        "missing": 0,
+    }
+
+
 def change(obj: dict[str, Any]) -> ClusterChange:
     return ClusterChange(kind="Workload", type="MODIFIED", key="k", obj=obj, revision=1)
 

@@ -7,7 +7,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from muster.watcher.pods import PodState, Sent, due_events, pod_state
+from muster.cluster.objects import pod_view
+from muster.watcher.pods import PodState, Sent, due_events, pod_state, pod_state_of_view
 
 WL = "ns/w"
 
@@ -116,6 +117,23 @@ def test_pending_pods_are_reported_together_once_per_set() -> None:
     out = due_events(WL, [pod(0), pod(1)], sent)
     assert [o.field for o in out] == ["pods_pending"]
     assert [p.name for p in out[0].payload.pods] == ["w-main-0", "w-main-1"]
+
+
+def test_pods_the_binder_started_for_an_admission_are_never_told_pending() -> None:
+    """The binder labels what it starts with its admission: pending, those are no news to
+    anyone (gang-permit says why they wait); the `running` after them still is."""
+    labels = {"muster.dev/workload": "w", "muster.dev/admission": "42"}
+    obj = {"metadata": {"name": "w-main-0", "namespace": "ns", "uid": "u", "labels": labels}}
+    started = pod_state(obj)
+    assert started is not None
+    assert started.admission == 42
+    assert fields([started], Sent()) == []
+    viewed = pod_state_of_view(pod_view({**obj, "spec": {"containers": []}}))
+    assert viewed is not None
+    assert viewed.admission == 42  # as listed at a restart: decided alike
+    assert fields([viewed], Sent()) == []
+    running = msgspec.structs.replace(started, phase="Running", node="a", ready=True)
+    assert fields([running], Sent()) == ["running"]
 
 
 def test_bound_pods_are_not_pending() -> None:

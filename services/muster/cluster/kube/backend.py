@@ -22,6 +22,7 @@ import msgspec
 from muster.api.job import QUEUE_NAME_KEY
 from muster.api.resource import Resource
 from muster.api.wellknown import POD_GROUP_LABEL, POD_SET_ANNOTATION, WORKLOAD_LABEL
+from muster.bus.progress import advanced
 from muster.cluster.backend import (
     ADMISSION_LABEL,
     ClusterBackend,
@@ -351,6 +352,7 @@ class KubeBackend:
                 if not err.temporary:
                     raise
                 cancelling_check()
+                advanced()  # an answer: slow, not stalled (bus/progress.py)
                 delay_s = self.config.watch.backoff.wait_s(next(delays), err)
                 if str(err) != told:
                     log.warning("discovery: %s; asking again", err)

@@ -32,6 +32,7 @@ from typing import Any
 import msgspec
 
 from muster.api.resource import Resource
+from muster.bus.supervision import supervised
 from muster.cluster.errors import ClusterError, NotFoundError
 from muster.cluster.kube.ratelimit import TokenBucket
 from muster.cluster.kube.references import Reference, reference_of
@@ -191,7 +192,7 @@ class EventRecorder:
         self._idle.clear()
         self._wake.set()
         if self._task is None:
-            self._task = asyncio.create_task(self._work(), name="event-recorder")
+            self._task = supervised(self._work(), name="event-recorder")
 
     def tick(self) -> None:
         """Close series quiet for `finish_s` (their last count written first) and write those

@@ -12,6 +12,7 @@ from typing import TypeVar
 
 import msgspec
 
+from muster.bus.progress import advanced
 from muster.cluster.errors import ClusterError
 
 T = TypeVar("T")
@@ -59,7 +60,9 @@ class Backoff(msgspec.Struct, frozen=True, kw_only=True):
 
 async def retrying(op: Callable[[], Awaitable[T]], *, backoff: Backoff) -> T:
     """Run `op` until it succeeds, retrying temporary ClusterErrors (a lost optimistic write
-    re-reads: `op` is the whole read-modify-write) `backoff.attempts` times in all."""
+    re-reads: `op` is the whole read-modify-write) `backoff.attempts` times in all. Each
+    answer is progress for the watchdog (bus/progress.py): a call retrying against a busy API
+    server for a minute is slow, not stalled."""
     delays = backoff.delays()
     for _ in range(backoff.attempts - 1):
         try:
@@ -67,5 +70,6 @@ async def retrying(op: Callable[[], Awaitable[T]], *, backoff: Backoff) -> T:
         except ClusterError as err:
             if not err.temporary:
                 raise
+            advanced()
             await asyncio.sleep(backoff.wait_s(next(delays), err))
     return await op()

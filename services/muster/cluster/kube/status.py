@@ -34,6 +34,7 @@ from muster.api.encode import workload_to_kueue
 from muster.api.errors import ObjectErrors
 from muster.api.job import workload_from_job
 from muster.api.raw import RawJob
+from muster.bus.supervision import supervised
 from muster.cluster.errors import ClusterError, InvalidObjectError, NotFoundError
 from muster.cluster.kube.discovery import GangApi
 from muster.cluster.kube.ratelimit import TokenBucket
@@ -198,7 +199,7 @@ class StatusWriter:
     def _start(self) -> None:
         if not self._workers:
             self._workers = [
-                asyncio.create_task(self._work(), name=f"status-writer-{i}")
+                supervised(self._work(), name=f"status-writer-{i}")
                 for i in range(self._concurrency)
             ]
 

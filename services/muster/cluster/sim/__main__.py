@@ -10,13 +10,13 @@ fed every cluster's `workload.deleted` from MUSTER_EVENTS). Takes every service'
 from __future__ import annotations
 
 import argparse
-import asyncio
 import functools
 from collections.abc import AsyncIterator
 
 from muster.bus import Bus
 from muster.bus.service import Flag, Health, ServiceConfig, ServiceMain, service_main
 from muster.bus.subjects import workload_filters
+from muster.bus.supervision import SupervisedGroup
 from muster.cluster.sim.backend import SimBackend
 from muster.cluster.sim.clock import Clock, WallClock
 from muster.cluster.sim.collector import Deletion, GarbageCollector
@@ -80,7 +80,7 @@ async def serve(
     collector = GarbageCollector(SimBackend(store, clock=clock))
     kubelet = Kubelet(store, clock=clock, speed=speed, run_from=run_from, on_pod=collector.seen)
     health.ready()
-    async with asyncio.TaskGroup() as tasks:
+    async with SupervisedGroup() as tasks:
         tasks.create_task(kubelet.run(), name="kubelet")
         tasks.create_task(collector.run(deletions(bus)), name="garbage-collector")
 

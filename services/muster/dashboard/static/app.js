@@ -1,7 +1,8 @@
 // muster's dashboard: reads the gateway through the dashboard server (/api/...) and follows its
 // event stream (/api/events, server-sent events read with fetch so the token travels in a
-// header). Every event schedules a refresh of what is shown: nothing is computed here that the
-// gateway does not answer. Plain JavaScript, no build step.
+// header). Every event schedules a refresh of what is shown (on the nodes page, only an event
+// naming a cluster shown; see loadNodes): nothing is computed here that the gateway does not
+// answer. Plain JavaScript, no build step.
 "use strict";
 
 const state = {
@@ -44,11 +45,14 @@ function quantity(text) {
 
 async function refresh() {
   try {
-    const [queues, workloads] = await Promise.all([api("/api/queues"), api("/api/workloads")]);
-    state.queues = queues;
-    state.workloads = workloads.items || [];
     const route = location.hash.split("/");
-    if (route[1] === "nodes") await loadNodes(route);
+    if (route[1] === "nodes") {
+      await loadNodes(route);  // the nodes page shows clusters only: nothing else is asked
+    } else {
+      const [queues, workloads] = await Promise.all([api("/api/queues"), api("/api/workloads")]);
+      state.queues = queues;
+      state.workloads = workloads.items || [];
+    }
     if (route[1] === "workload") {
       state.detail = await api(`/api/workload?namespace=${encodeURIComponent(route[2])}&name=${encodeURIComponent(route.slice(3).join("/"))}`);
     }
@@ -59,19 +63,44 @@ async function refresh() {
   render();
 }
 
-// Each cluster's totals, then one page of nodes per cluster (#/nodes), or of the cluster the
-// route names from its continue token (#/nodes/NAME/TOKEN): a 50 000-node cluster is paged.
+// The nodes page (#/nodes, or #/nodes/NAME/TOKEN for a page of one cluster's nodes after
+// TOKEN: a 50 000-node cluster is paged). Each cluster's totals are asked every NODES_POLL_MS
+// (heartbeats are no events) and when an event names a cluster shown; a cluster's page of
+// nodes only when its totals or state changed, or an event named it (pods bound there): not
+// every node of every cluster after each event.
+const NODES_POLL_MS = 5000;
+const nodesSeen = { route: "", clusters: {}, named: new Set() };
+
 async function loadNodes(route) {
   state.clusters = await api("/api/clusters?summary=1").catch(() => null);  // needs watch everywhere
-  state.nodePages = {};
-  if (!state.clusters) return;
+  const where = route.join("/");
+  if (where !== nodesSeen.route) {  // another page of nodes: every cluster's is asked afresh
+    nodesSeen.route = where;
+    nodesSeen.clusters = {};
+    state.nodePages = {};
+  }
+  if (!state.clusters) { state.nodePages = {}; return; }
   const only = route[2] === undefined ? null : decodeURIComponent(route[2]);
+  const token = only === null ? "" : decodeURIComponent(route[3] || "");
   const shown = state.clusters.clusters.filter((c) => only === null || c.name === only);
-  const pages = await Promise.all(shown.map((c) => {
-    const token = only === null ? "" : decodeURIComponent(route[3] || "");
-    return api(`/api/clusters?cluster=${encodeURIComponent(c.name)}&continue=${encodeURIComponent(token)}`).catch(() => null);
-  }));
-  shown.forEach((c, i) => { state.nodePages[c.name] = pages[i]; });
+  const named = nodesSeen.named;
+  nodesSeen.named = new Set();
+  const changed = shown.filter((c) => !state.nodePages[c.name] || named.has(c.name) || nodesSeen.clusters[c.name] !== seen(c));
+  const pages = await Promise.all(changed.map((c) =>
+    api(`/api/clusters?cluster=${encodeURIComponent(c.name)}&continue=${encodeURIComponent(token)}`).catch(() => null)));
+  const kept = {};
+  for (const c of shown) kept[c.name] = state.nodePages[c.name] ?? null;
+  changed.forEach((c, i) => { kept[c.name] = pages[i]; nodesSeen.clusters[c.name] = seen(c); });
+  state.nodePages = kept;
+}
+
+// A cluster's totals and state as last shown, but for its heartbeat's age (which always moves).
+function seen(cluster) {
+  return JSON.stringify({ ...cluster, heartbeatAgeSeconds: 0 });
+}
+
+function onNodesPage() {
+  return location.hash.split("/")[1] === "nodes";
 }
 
 let scheduled = null;
@@ -123,7 +152,11 @@ function onMessage(block) {
     state.timeline.push(body);
     if (state.timeline.length > TIMELINE_KEPT) state.timeline.shift();
   }
-  refreshSoon();
+  if (!onNodesPage()) refreshSoon();
+  else if (body.cluster && state.clusters?.clusters.some((c) => c.name === body.cluster)) {
+    nodesSeen.named.add(body.cluster);
+    refreshSoon();
+  }
 }
 
 // --- views -------------------------------------------------------------------------------
@@ -298,3 +331,4 @@ window.addEventListener("hashchange", () => { state.detail = null; refresh(); })
 
 refresh();
 follow();
+setInterval(() => { if (onNodesPage()) refreshSoon(); }, NODES_POLL_MS);
