@@ -147,9 +147,11 @@ async def test_a_watched_reader_that_hangs_is_a_stall_and_moves_again_once_it_re
     assert bus.progress.trackers() == []  # the reader ended: no longer watched
 
 
-async def test_an_idle_watched_follow_and_consumer_stay_alive(bus: Bus) -> None:
+async def test_idle_watched_follows_consumers_and_bucket_feeds_stay_alive(bus: Bus) -> None:
     await bus.publish(submitted("ns/a"))
-    handled = asyncio.Event()
+    kv = await bus.kv("MUSTER_SIM_local")
+    await kv.write("pod.a", b"1", last=0)
+    handled, loaded = asyncio.Event(), asyncio.Event()
 
     async def handle(env: pb.Envelope) -> None:
         handled.set()
@@ -158,41 +160,23 @@ async def test_an_idle_watched_follow_and_consumer_stay_alive(bus: Bus) -> None:
         async for _ in bus.replay([SUBMITTED], follow=True, watched="follow"):
             pass
 
-    async with watched(bus) as liveness:
-        loops = [
-            asyncio.create_task(bus.consume("binder", [SUBMITTED], handle)),
-            asyncio.create_task(follow()),
-        ]
-        try:
-            await asyncio.wait_for(handled.wait(), 10)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(liveness.dead.wait(), 4 * STALL_S)
-        finally:
-            for loop in loops:
-                loop.cancel()
-            await asyncio.gather(*loops, return_exceptions=True)
-    assert liveness.told == [True]
-
-
-async def test_an_idle_bucket_feed_and_follow_stay_alive(bus: Bus) -> None:
-    kv = await bus.kv("MUSTER_SIM_local")
-    await kv.write("pod.a", b"1", last=0)
-    loaded = asyncio.Event()
-
     async def feed() -> None:
         async for _ in kv.changes("pod."):
             pass
 
     async with watched(bus) as liveness:
         loops = [
+            asyncio.create_task(bus.consume("binder", [SUBMITTED], handle)),
+            asyncio.create_task(follow()),
             asyncio.create_task(feed()),
             asyncio.create_task(
                 follow_bucket(bus.kv, "MUSTER_SIM_local", lambda *_: None, on_loaded=loaded.set)
             ),
         ]
         try:
+            await asyncio.wait_for(handled.wait(), 10)
             await asyncio.wait_for(loaded.wait(), 10)
-            assert len(bus.progress.trackers()) == 2  # both are watched
+            assert len(bus.progress.trackers()) == 4  # every one is watched
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(liveness.dead.wait(), 4 * STALL_S)
         finally:
