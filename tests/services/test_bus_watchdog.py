@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import pytest
 from bus_helpers import SUBMITTED, submitted
 from prometheus_client import CollectorRegistry
 
 from muster.bus import EVENTS_STREAM, Bus, ConsumerSettings, Reject
+from muster.bus.kv import follow_bucket
 from muster.bus.ordered import consume_in_order, make_consumer
 from muster.bus.watchdog import watch_progress
 from muster.contracts.v1 import events_pb2 as pb
@@ -86,42 +87,71 @@ async def test_an_in_order_batch_that_never_returns_is_a_stall(
     assert stuck_s >= STALL_S
 
 
-async def test_a_watched_follow_whose_reader_hangs_is_a_stall_and_moves_again_once_it_reads(
-    bus: Bus,
+# A reader the watchdog judges: how the test writes what it reads (by name), and what it reads.
+Reader = tuple[Callable[[str], Awaitable[object]], Callable[[], AsyncIterator[str]]]
+
+
+async def follow_replay(bus: Bus) -> Reader:
+    """A service's main follow replay (binder's specs)."""
+
+    async def names() -> AsyncIterator[str]:
+        async for env in bus.replay([SUBMITTED], follow=True, watched="binder-specs"):
+            yield env.workload.removeprefix("ns/")
+
+    return lambda name: bus.publish(submitted(f"ns/{name}")), names
+
+
+async def bucket_feed(bus: Bus) -> Reader:
+    """A sim cluster reader's change feed."""
+    kv = await bus.kv("MUSTER_SIM_local")
+
+    async def names() -> AsyncIterator[str]:
+        async for change in kv.changes("pod."):
+            yield change.key.removeprefix("pod.")
+
+    return lambda name: kv.write(f"pod.{name}", b"1", last=0), names
+
+
+@pytest.mark.parametrize("make_reader", [follow_replay, bucket_feed])
+async def test_a_watched_reader_that_hangs_is_a_stall_and_moves_again_once_it_reads(
+    bus: Bus, make_reader: Callable[[Bus], Awaitable[Reader]]
 ) -> None:
-    await bus.publish(submitted("ns/a"))
-    await bus.publish(submitted("ns/b"))
+    write, names = await make_reader(bus)
+    await write("a")
+    await write("b")
     release, all_read = asyncio.Event(), asyncio.Event()
     read: list[str] = []
 
     async def follow() -> None:
-        async for env in bus.replay([SUBMITTED], follow=True, watched="binder-specs"):
-            read.append(env.workload)
+        async for name in names():
+            read.append(name)
             if len(read) == 3:
                 all_read.set()
-            if env.workload == "ns/a":
+            if name == "a":
                 await release.wait()  # the service's apply, wedged until the test lets go
 
     async with watched(bus) as liveness:
         reader = asyncio.create_task(follow())
         try:
             await asyncio.wait_for(liveness.dead.wait(), 10)
-            assert read == ["ns/a"]
+            assert read == ["a"]
             release.set()
-            await bus.publish(submitted("ns/c"))
+            await write("c")
             await asyncio.wait_for(liveness.alive_again.wait(), 10)
             await asyncio.wait_for(all_read.wait(), 10)
         finally:
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
     assert liveness.told == [True, False, True]
-    assert read == ["ns/a", "ns/b", "ns/c"]
-    assert bus.progress.trackers() == []  # the replay ended: no longer watched
+    assert read == ["a", "b", "c"]
+    assert bus.progress.trackers() == []  # the reader ended: no longer watched
 
 
-async def test_an_idle_watched_follow_and_consumer_stay_alive(bus: Bus) -> None:
+async def test_idle_watched_follows_consumers_and_bucket_feeds_stay_alive(bus: Bus) -> None:
     await bus.publish(submitted("ns/a"))
-    handled = asyncio.Event()
+    kv = await bus.kv("MUSTER_SIM_local")
+    await kv.write("pod.a", b"1", last=0)
+    handled, loaded = asyncio.Event(), asyncio.Event()
 
     async def handle(env: pb.Envelope) -> None:
         handled.set()
@@ -130,13 +160,23 @@ async def test_an_idle_watched_follow_and_consumer_stay_alive(bus: Bus) -> None:
         async for _ in bus.replay([SUBMITTED], follow=True, watched="follow"):
             pass
 
+    async def feed() -> None:
+        async for _ in kv.changes("pod."):
+            pass
+
     async with watched(bus) as liveness:
         loops = [
             asyncio.create_task(bus.consume("binder", [SUBMITTED], handle)),
             asyncio.create_task(follow()),
+            asyncio.create_task(feed()),
+            asyncio.create_task(
+                follow_bucket(bus.kv, "MUSTER_SIM_local", lambda *_: None, on_loaded=loaded.set)
+            ),
         ]
         try:
             await asyncio.wait_for(handled.wait(), 10)
+            await asyncio.wait_for(loaded.wait(), 10)
+            assert len(bus.progress.trackers()) == 4  # every one is watched
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(liveness.dead.wait(), 4 * STALL_S)
         finally:

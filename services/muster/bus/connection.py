@@ -433,6 +433,7 @@ class Bus:
             history=history,
             replicas=self.config.stream_replicas,
             writer=self.publisher,
+            progress=self.progress,
         )
         return await outlasting(f"key-value bucket {bucket}", opening, denied=self.denied)
 

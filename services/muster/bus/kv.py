@@ -7,6 +7,12 @@ also gets a key's last write with tombstones, fenced raw writes whose tombstones
 the bucket's last revision, its keys under a prefix and an ordered change feed by revision.
 `follow_bucket` hands every entry of a bucket to a callback, for as long as the service runs,
 across NATS restarts.
+
+Watches and change feeds read through nats-py's ordered push consumer, which makes its consumer
+again after the last message it delivered once two idle heartbeats (1 s apart) did not come (a
+nats-server restart loses it). On a bucket from `Bus.kv`, each change feed and each
+`follow_bucket` reports to the progress watchdog (bus/progress.py): a change in the caller's
+hands too long, or writes waiting at the server that never come, is a stall.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from nats.js.kv import KeyValue
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.client import stream_sequence
 from muster.bus.errors import Conflict, NotFound, Retry, SetupError, Unavailable, wrapped
+from muster.bus.progress import Progress, Tracker, tracked
 from muster.bus.publisher import EXPECTED_LAST_SUBJECT_SEQUENCE, RawWriter
 
 log = logging.getLogger(__name__)
@@ -44,8 +51,9 @@ _TTL_DISABLED: Final = 10166  # JetStream's err_code for a Nats-TTL the stream d
 _MARKER_REASON: Final = "Nats-Marker-Reason"
 _MARKERS_DELETING: Final = ("MaxAge", "Purge", "Remove")
 _WATCH_INACTIVE_S: Final = 300.0  # the server drops a watch's consumer left this long unread
-# A change feed notices a lost consumer (NATS restarted) after about two missed heartbeats,
-# and nats-py's ordered consumer resumes after the last revision it delivered.
+# A watch or a change feed notices a lost consumer (NATS restarted) after about two missed
+# heartbeats, and nats-py's ordered consumer resumes after the last revision it delivered
+# (nats-py's own default, 5 s, left a watch deaf for 10 to 20 s after a restart).
 _HEARTBEAT_S: Final = 1.0
 
 _KEY = re.compile(r"[-/_=a-zA-Z0-9]+(\.[-/_=a-zA-Z0-9]+)*")
@@ -65,13 +73,16 @@ async def open_bucket(
     history: int = 1,
     replicas: int = 1,
     writer: RawWriter | None = None,
+    progress: Progress | None = None,
 ) -> Bucket:
     """The bucket named `bucket`, created with `ttl_s` (None: keep forever), `history` and
     `replicas` (servers of a NATS cluster holding it; an existing bucket is left as it is).
-    `Bucket.write` goes through `writer` when given (the bus's publisher), else through `js`."""
+    `Bucket.write` goes through `writer` when given (the bus's publisher), else through `js`;
+    its feeds report to `progress` when given (the service's watchdog)."""
     try:
         with wrapped(f"key-value bucket {bucket}"):
-            return Bucket(await js.key_value(bucket), bucket, js=js, writer=writer)
+            kv = await js.key_value(bucket)
+            return Bucket(kv, bucket, js=js, writer=writer, progress=progress)
     except NotFound:
         pass
     # Two processes may create it at once: the server accepts an identical second create.
@@ -88,7 +99,7 @@ async def open_bucket(
             f"cannot create key-value bucket {bucket} (it is missing): NATS did not answer; with "
             "per-service NATS users run `muster nats-setup` with the admin user first"
         ) from exc.__cause__
-    return Bucket(kv, bucket, js=js, writer=writer)
+    return Bucket(kv, bucket, js=js, writer=writer, progress=progress)
 
 
 class Entry(NamedTuple):
@@ -130,11 +141,18 @@ class Bucket:
     expected (it exists already, or another writer came first)."""
 
     def __init__(
-        self, kv: KeyValue, name: str, *, js: JetStreamContext, writer: RawWriter | None = None
+        self,
+        kv: KeyValue,
+        name: str,
+        *,
+        js: JetStreamContext,
+        writer: RawWriter | None = None,
+        progress: Progress | None = None,
     ) -> None:
         self._kv = kv
         self._js = js
         self._writer = writer
+        self._progress = progress
         self.name = name
         self._stream = f"KV_{name}"  # the KV protocol's stream and subject names
         self._prefix = f"$KV.{name}."
@@ -260,12 +278,13 @@ class Bucket:
             await entries.aclose()
         return found
 
-    async def watch(
-        self, pattern: str = ">", *, timeout_s: float | None = None
+    def watch(
+        self, pattern: str = ">", *, timeout_s: float | None = None, watched: str | None = None
     ) -> AsyncGenerator[Entry | None, None]:
         """Every stored entry matching `pattern`, then None (all read), then each change as it
         comes, until the caller stops; `Unavailable` when NATS fails meanwhile, or when no
-        entry comes for `timeout_s` (None: no limit).
+        entry comes for `timeout_s` (None: no limit). `watched`: the name the progress
+        watchdog judges it by (a service's follow, never a short read).
 
         All is read once a delivery leaves nothing pending, or at once when the consumer has
         delivered nothing and has nothing pending. nats-py's KeyWatcher said so whenever its
@@ -273,6 +292,13 @@ class Bucket:
         server may send that info's reply before deliveries already made, and a snapshot
         then read nothing.
         """
+        tracker = self._tracker(watched)
+        entries = self._watch(pattern, timeout_s=timeout_s, tracker=tracker)
+        return entries if tracker is None else tracked(entries, tracker, _revision_of)
+
+    async def _watch(
+        self, pattern: str, *, timeout_s: float | None, tracker: Tracker | None
+    ) -> AsyncGenerator[Entry | None, None]:
         arrived: asyncio.Queue[Msg] = asyncio.Queue()
 
         async def deliver(msg: Msg) -> None:
@@ -287,6 +313,7 @@ class Bucket:
                 ordered_consumer=True,
                 deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
                 inactive_threshold=_WATCH_INACTIVE_S,
+                idle_heartbeat=_HEARTBEAT_S,
             )
         try:
             with wrapped(what):
@@ -298,6 +325,7 @@ class Bucket:
             while True:
                 with wrapped(what):
                     msg = await asyncio.wait_for(arrived.get(), timeout_s)
+                _reading(tracker, sub)
                 entry = self._entry_of(msg)
                 if entry is not None:
                     yield entry
@@ -368,12 +396,17 @@ class Bucket:
         subjects = (info.state.subjects or {}) if info.state else {}
         return sorted(subject.removeprefix(self._prefix) for subject in subjects)
 
-    async def changes(
-        self, *prefixes: str, after: int | None = None
-    ) -> AsyncGenerator[Change, None]:
+    def changes(self, *prefixes: str, after: int | None = None) -> AsyncGenerator[Change, None]:
         """Each key under `prefixes` (whole tokens; none: every key) at its last write, then
         every write as it comes, in revision order across prefixes; with `after` (a revision),
         every write after it instead. Until the caller stops; `Unavailable` when NATS fails."""
+        tracker = self._tracker(f"{self.name} changes {' '.join(prefixes) or '>'}")
+        changes = self._changes(prefixes, after=after, tracker=tracker)
+        return changes if tracker is None else tracked(changes, tracker, _revision_of)
+
+    async def _changes(
+        self, prefixes: tuple[str, ...], *, after: int | None, tracker: Tracker | None
+    ) -> AsyncGenerator[Change, None]:
         # Delivered through a callback into a queue: nats-py's `next_msg` makes a task and a
         # uuid per message, which costs more than the rest of a change together.
         arrived: asyncio.Queue[Msg] = asyncio.Queue()
@@ -400,10 +433,17 @@ class Bucket:
                 inactive_threshold=60.0,
                 idle_heartbeat=_HEARTBEAT_S,
             )
+        jsi = sub._sub._jsi
+        if after is not None and jsi is not None:
+            # nats-py makes a lost consumer again just after the last message it delivered,
+            # and from the stream's first when it delivered none yet: the feed would hand on
+            # again the writes up to `after`.
+            jsi._sseq = after
         try:
             while True:
                 raise_if_cancelling()
                 msg = await arrived.get()
+                _reading(tracker, sub)
                 headers = msg.headers
                 deleted = headers is not None and headers.get(_OPERATION) in _DELETED
                 key = msg.subject.removeprefix(self._prefix)
@@ -411,6 +451,22 @@ class Bucket:
         finally:
             with contextlib.suppress(nats.errors.Error):
                 await sub.unsubscribe()
+
+    def _tracker(self, watched: str | None) -> Tracker | None:
+        """A tracker named `watched` on the bucket's progress board, if it has one."""
+        if watched is None or self._progress is None:
+            return None
+        return self._progress.track(watched, stream=self._stream, consumer="", max_ack_pending=1)
+
+
+def _reading(tracker: Tracker | None, sub: JetStreamContext.PushSubscription) -> None:
+    """The consumer the watchdog asks about: nats-py names a new one after each reset."""
+    if tracker is not None:
+        tracker.consumer = sub._consumer
+
+
+def _revision_of(item: Entry | Change | None) -> int:
+    return 0 if item is None else item.revision
 
 
 class OpenBucket(Protocol):
@@ -437,7 +493,7 @@ async def follow_bucket(
         raise_if_cancelling()
         try:
             kv = await open_bucket(bucket)
-            entries = kv.watch()
+            entries = kv.watch(watched=f"{bucket} follow")
             try:
                 # Setting up the watch may have swallowed a cancellation (bus/cancel.py), and
                 # with nothing written to the bucket the loop below would never look again.

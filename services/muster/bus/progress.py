@@ -20,7 +20,10 @@ server holding undelivered ones it could deliver) and nothing moved for `stall_s
 from __future__ import annotations
 
 import contextvars
-from typing import NamedTuple, Protocol
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import NamedTuple, Protocol, TypeVar
+
+T = TypeVar("T")
 
 
 class Advancing(Protocol):
@@ -113,6 +116,21 @@ class Handling:
 
     def __exit__(self, *_: object) -> None:
         _current.reset(self._reset)
+
+
+async def tracked(
+    items: AsyncIterator[T], tracker: Tracker, sequence_of: Callable[[T], int]
+) -> AsyncGenerator[T, None]:
+    """`items`, each in hand for `tracker` (by `sequence_of` it) until the next is asked for;
+    the tracker is closed when they end (a reader of a stream or a feed, not a consume loop)."""
+    try:
+        async for item in items:
+            token = sequence_of(item)
+            tracker.began(token)
+            yield item
+            tracker.ended(token)
+    finally:
+        tracker.close()
 
 
 def advanced() -> None:

@@ -213,7 +213,7 @@ class PullFeed:
             await self._js.consumer_info(self._stream, self._consumer)
         except nats.js.errors.NotFoundError:
             self._deleted = True
-        except (nats.errors.Error, TimeoutError) as exc:  # not now: the next silence asks again
+        except (nats.errors.Error, TimeoutError, OSError) as exc:  # the next silence asks again
             log.debug("consumer check failed: %r", exc, extra=self._fields())
 
     async def _top_up(self) -> None:
@@ -235,11 +235,13 @@ class PullFeed:
         if want <= 0:
             return
         request = {"batch": want, "expires": int(self._expires_s * 1e9)}
+        # Not sent while reconnecting, nor when the socket fails: nats-py writes at once when
+        # its flusher task is gone, and the error reaches whoever published. `take` asks again.
         try:
             await self._nc.publish(
                 self._next_subject, json.dumps(request).encode(), reply=self._inbox
             )
-        except nats.errors.Error as exc:  # reconnecting: `take` asks again once it can
+        except (nats.errors.Error, OSError) as exc:
             log.debug("pull request not sent: %r", exc, extra=self._fields())
             return
         self._asked += want

@@ -26,7 +26,7 @@ from muster.bus.client import Position, position
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES, decode
 from muster.bus.errors import Reject
 from muster.bus.outage import UNAVAILABLE, Outage
-from muster.bus.progress import Tracker, advanced
+from muster.bus.progress import Tracker, advanced, tracked
 from muster.bus.pull import ConsumerDeletedError, PullFeed
 from muster.contracts.v1.events_pb2 import Envelope
 
@@ -70,18 +70,11 @@ def replay(
         until_sequence=until_sequence, follow=follow, max_event_bytes=max_event_bytes,
         tracker=tracker,
     )  # fmt: skip
-    return envs if tracker is None else _tracked(envs, tracker)
+    return envs if tracker is None else tracked(envs, tracker, _sequence_of)
 
 
-async def _tracked(envs: AsyncIterator[Envelope], tracker: Tracker) -> AsyncIterator[Envelope]:
-    """`envs`, each in hand for `tracker` until the next is asked for."""
-    try:
-        async for env in envs:
-            tracker.began(env.sequence)
-            yield env
-            tracker.ended(env.sequence)
-    finally:
-        tracker.close()
+def _sequence_of(env: Envelope) -> int:
+    return env.sequence
 
 
 async def _replay(
