@@ -51,7 +51,7 @@ from muster.bus.errors import NotFound, Unavailable
 from muster.bus.ordered import Gather, consume_in_order, make_consumer
 from muster.bus.partitions import PARTITIONS_BUCKET
 from muster.bus.service import Health
-from muster.bus.setup import VISIBILITY_TOMBSTONES_KEPT_S
+from muster.bus.setup import FOLLOWED_TOMBSTONES_KEPT_S, VISIBILITY_TOMBSTONES_KEPT_S
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.routing import POLICIES, Policy
 
@@ -402,7 +402,10 @@ class AdmissionService:
         renderer = VisibilityRenderer()
         # Fenced on each ClusterQueue's epoch; its tombstones expire (no reader follows them).
         writer = VisibilityWriter(kv, renderer, tombstones_kept_s=VISIBILITY_TOMBSTONES_KEPT_S)
-        queues = VisibilityWriter(await self.bus.kv(PARTITIONS_BUCKET))
+        # A deleted LocalQueue's partition: its tombstone expires (bus/setup.py says why).
+        queues = VisibilityWriter(
+            await self.bus.kv(PARTITIONS_BUCKET), tombstones_kept_s=FOLLOWED_TOMBSTONES_KEPT_S
+        )
         pace = VisibilityPace(
             quiet_s=self.config.visibility_interval_s,
             busy_s=self.config.visibility_busy_s,
