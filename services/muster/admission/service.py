@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -36,7 +37,7 @@ from muster.admission.snapshot import CompactLog, encode_snapshot
 from muster.admission.state import AdmissionState
 from muster.admission.subjects import consumer_subjects
 from muster.admission.visibility import VisibilityPace, VisibilityRenderer
-from muster.admission.visibility_writer import VisibilityWriter
+from muster.admission.visibility_writer import LATE_PAGES_SWEEP_S, VisibilityWriter
 from muster.api.model import KueueConfig
 from muster.bus import (
     DEFAULT_CLUSTER,
@@ -411,9 +412,11 @@ class AdmissionService:
             busy_s=self.config.visibility_busy_s,
             cpu_share=VISIBILITY_CPU_SHARE,
         )
+        swept_at = time.monotonic()
         while True:
             raise_if_cancelling()
-            await self._dirty.wait()
+            with contextlib.suppress(TimeoutError):  # a quiet replica sweeps late pages too
+                await asyncio.wait_for(self._dirty.wait(), LATE_PAGES_SWEEP_S)
             self._dirty.clear()
             rounds, self._changed_rounds = self._changed_rounds, 0
             started = time.perf_counter()
@@ -423,6 +426,7 @@ class AdmissionService:
                     self.state.sharding,
                     sequence=self.state.last_sequence,
                     moved_at=self.state.fences,
+                    trees=self.state.trees,
                 )
                 homes = bucket_values(self.state.homes)
                 if self.metrics is not None:
@@ -433,6 +437,9 @@ class AdmissionService:
                 await writer.sweep_legacy(kv, values)  # once: pages of before an upgrade
                 await self._publish_statuses(put, values)
                 await queues.write(homes)
+                if time.monotonic() - swept_at >= LATE_PAGES_SWEEP_S:
+                    swept_at = time.monotonic()
+                    await writer.sweep_late_pages()
             except (TimeoutError, BusError) as exc:
                 log.warning("visibility not written, retrying: %r", exc)
                 self._dirty.set()
