@@ -228,6 +228,7 @@ class VisibilityRenderer:
         departed = set() if trees is None else trees.take()
         if (
             changes.everything
+            or departed
             or engine is not self._engine
             or sharding.owned is not self._owned_partitions
         ):

@@ -216,6 +216,7 @@ class VisibilityWriter:
         if not await self._write_unless_newer(key, value, epoch, status_epoch):
             self.superseded_alone.add((key, epoch))
             self.written.pop(key, None)
+            self.written_epochs.pop(key, None)
             self.revisions.pop(key, None)
             log.info("LocalQueue status %s: a newer owner writes it (ours: epoch %d)", key, epoch)
 
@@ -294,6 +295,7 @@ class VisibilityWriter:
         ours = [k for k in self.written if (self.fencing.fence(k) or ("",))[0] == cluster_queue]
         for key in ours:
             self.written.pop(key, None)
+            self.written_epochs.pop(key, None)
             self.revisions.pop(key, None)
         await _together(self._forget(k) for k in ours if k.startswith(PAGE_PREFIX))
 
