@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -36,7 +37,7 @@ from muster.admission.snapshot import CompactLog, encode_snapshot
 from muster.admission.state import AdmissionState
 from muster.admission.subjects import consumer_subjects
 from muster.admission.visibility import VisibilityPace, VisibilityRenderer
-from muster.admission.visibility_writer import VisibilityWriter
+from muster.admission.visibility_writer import LATE_PAGES_SWEEP_S, VisibilityWriter
 from muster.api.model import KueueConfig
 from muster.bus import (
     DEFAULT_CLUSTER,
@@ -51,7 +52,7 @@ from muster.bus.errors import NotFound, Unavailable
 from muster.bus.ordered import Gather, consume_in_order, make_consumer
 from muster.bus.partitions import PARTITIONS_BUCKET
 from muster.bus.service import Health
-from muster.bus.setup import VISIBILITY_TOMBSTONES_KEPT_S
+from muster.bus.setup import FOLLOWED_TOMBSTONES_KEPT_S, VISIBILITY_TOMBSTONES_KEPT_S
 from muster.bus.supervision import SupervisedGroup, supervised
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.routing import POLICIES, Policy
@@ -406,15 +407,20 @@ class AdmissionService:
         renderer = VisibilityRenderer()
         # Fenced on each ClusterQueue's epoch; its tombstones expire (no reader follows them).
         writer = VisibilityWriter(kv, renderer, tombstones_kept_s=VISIBILITY_TOMBSTONES_KEPT_S)
-        queues = VisibilityWriter(await self.bus.kv(PARTITIONS_BUCKET))
+        # A deleted LocalQueue's partition: its tombstone expires (bus/setup.py says why).
+        queues = VisibilityWriter(
+            await self.bus.kv(PARTITIONS_BUCKET), tombstones_kept_s=FOLLOWED_TOMBSTONES_KEPT_S
+        )
         pace = VisibilityPace(
             quiet_s=self.config.visibility_interval_s,
             busy_s=self.config.visibility_busy_s,
             cpu_share=VISIBILITY_CPU_SHARE,
         )
+        swept_at = time.monotonic()
         while True:
             raise_if_cancelling()
-            await self._dirty.wait()
+            with contextlib.suppress(TimeoutError):  # a quiet replica sweeps late pages too
+                await asyncio.wait_for(self._dirty.wait(), LATE_PAGES_SWEEP_S)
             self._dirty.clear()
             rounds, self._changed_rounds = self._changed_rounds, 0
             started = time.perf_counter()
@@ -424,6 +430,7 @@ class AdmissionService:
                     self.state.sharding,
                     sequence=self.state.last_sequence,
                     moved_at=self.state.fences,
+                    trees=self.state.trees,
                 )
                 homes = bucket_values(self.state.homes)
                 if self.metrics is not None:
@@ -434,6 +441,9 @@ class AdmissionService:
                 await writer.sweep_legacy(kv, values)  # once: pages of before an upgrade
                 await self._publish_statuses(put, values)
                 await queues.write(homes)
+                if time.monotonic() - swept_at >= LATE_PAGES_SWEEP_S:
+                    swept_at = time.monotonic()
+                    await writer.sweep_late_pages()
             except (TimeoutError, BusError) as exc:
                 log.warning("visibility not written, retrying: %r", exc)
                 self._dirty.set()

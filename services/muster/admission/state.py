@@ -53,6 +53,7 @@ from muster.admission.translate import (
     Submit,
     decisions_from,
 )
+from muster.admission.visibility_trees import TreeChanges
 from muster.api.model import (
     Admission,
     ClusterQueue,
@@ -96,6 +97,7 @@ class AdmissionState:
         self.partitions = PartitionMap(shards=shards)  # moved by config.partition records
         self.sharding = Sharding(self.engine, shard=shard, partitions=self.partitions)
         self.homes = QueueHomes()  # each LocalQueue's partition, to see what a change moves
+        self.trees = TreeChanges()  # each ClusterQueue's tree, to see what a change moves
         # Partition -> sequence of its last config.partition record: what this replica's
         # decisions about its workloads are fenced on (docs/events.md, "Partitions").
         self.fences: dict[int, int] = {}
@@ -136,6 +138,7 @@ class AdmissionState:
         self.repartitioned = False
         self.engine.settle()
         self.homes.update(self.engine)
+        self.trees.reset(self.engine)
         events: list[Event] = []
         for entry in self.ledger.live():
             home = self.home_of(entry)
@@ -475,6 +478,7 @@ class AdmissionState:
         of LocalQueues that came from another replica's partition (`handovers`)."""
         if not self.owning:
             return []
+        self.trees.note(self.engine)  # for the views: a tree that left and came back
         moved = self.homes.update(self.engine)
         if not moved:
             return []

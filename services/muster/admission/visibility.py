@@ -8,7 +8,8 @@ keeps): `pending-page.<epoch>-<id>.<cq>` (`PendingWorkloadsResponse`, no positio
 LocalQueue, and the epoch; docs/events.md). A replica writes only the queues of its own
 shard, each under its epoch for that queue: the stream sequence after the last event it had
 applied when it began to own it, so that a newer owner's is larger (`visibility_writer`
-fences the writes on it).
+fences the writes on it). A LocalQueue whose ClusterQueue does not exist has an epoch of its
+own, carried in its status (`LocalQueueStatus.epoch`).
 
 `VisibilityRenderer` keeps the values between renders and recomputes only the queues the
 engine says changed, and of a pending list only the pages that changed and the index: a
@@ -23,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 from muster.admission.shards import Sharding
+from muster.admission.visibility_trees import TreeChanges
 from muster.api import format_quantity
 from muster.api.encode import is_byte_resource
 from muster.bus.partitions import partition_of
@@ -202,6 +204,7 @@ class VisibilityRenderer:
         self.epochs: dict[str, int] = {}  # owned ClusterQueue -> since when (see `fence`)
         self._epoch_bytes: dict[str, bytes] = {}  # its index's epoch field, serialized
         self._local_queue_owners: dict[str, str] = {}  # `lq.` key -> its owned ClusterQueue
+        self.alone_epochs: dict[str, int] = {}  # `lq.` key of no ClusterQueue -> its epoch
 
     def render(
         self,
@@ -210,21 +213,26 @@ class VisibilityRenderer:
         *,
         sequence: int = 0,
         moved_at: Mapping[int, int] | None = None,
+        trees: TreeChanges | None = None,
     ) -> tuple[dict[str, bytes], set[str]]:
         """(every key with its value, the keys put or dropped since the last render).
         `sequence`: the last stream sequence the engine applied; a ClusterQueue this shard
         did not own at the last render gets epoch `sequence + 1`, and so does one whose tree
-        changed or whose partition had a record since its epoch began (`moved_at`: each
-        partition's last record's sequence): it may have left and come back, and another
-        owner written it meanwhile under a larger epoch."""
+        changed since the last render, even to change back (`trees`, told of every
+        configuration change), or whose partition had a record since its epoch began
+        (`moved_at`: each partition's last record's sequence): it may have left and come
+        back, and another owner written it meanwhile under a larger epoch. So does every
+        LocalQueue of no ClusterQueue (one key each) at every configuration change."""
         engine.settle()  # deferred configuration changes are reported once applied
         changes = engine.take_view_changes()
+        departed = set() if trees is None else trees.take()
         if (
             changes.everything
+            or departed
             or engine is not self._engine
             or sharding.owned is not self._owned_partitions
         ):
-            self._restart(engine, sharding, sequence, moved_at or {})
+            self._restart(engine, sharding, sequence, moved_at or {}, departed)
             changes = Changes(everything=True)
         self._render_changes(engine, changes)
         changed, self._changed = self._changed, set()
@@ -244,8 +252,23 @@ class VisibilityRenderer:
         epoch = self.epochs.get(cluster_queue or "")
         return None if cluster_queue is None or epoch is None else (cluster_queue, epoch)
 
+    def alone(self, key: str) -> int | None:
+        """This shard's epoch for `key`, the `lq.` key of a LocalQueue of no ClusterQueue;
+        None for any other key."""
+        return self.alone_epochs.get(key)
+
+    def epoch_of(self, key: str) -> int | None:
+        """The epoch `key` is written under now (None: an unfenced key)."""
+        fence = self.fence(key)
+        return self.alone(key) if fence is None else fence[1]
+
     def _restart(
-        self, engine: Engine, sharding: Sharding, sequence: int, moved_at: Mapping[int, int]
+        self,
+        engine: Engine,
+        sharding: Sharding,
+        sequence: int,
+        moved_at: Mapping[int, int],
+        departed: set[str],
     ) -> None:
         self._engine, self._owned_partitions = engine, sharding.owned
         trees_before = self._cluster_queues
@@ -267,13 +290,14 @@ class VisibilityRenderer:
             ):
                 self._local_queues[f"{namespace}/{name}"] = (namespace, name)
         # A queue owned before keeps its epoch (its pages keep their keys), unless it moved
-        # to another tree or its tree's partition moved since: it may have been another
-        # replica's meanwhile. A new one is owned from the next event on.
+        # to another tree (even to move back) or its tree's partition moved since: it may
+        # have been another replica's meanwhile. A new one is owned from the next event on.
         kept = {
             cq: epoch
             for cq, epoch in self.epochs.items()
             if (now := self._cluster_queues.get(cq)) == trees_before.get(cq)
             and now is not None
+            and cq not in departed
             and moved_at.get(partition_of(now), 0) < epoch
         }
         self.epochs = {cq: kept.get(cq, sequence + 1) for cq in self._cluster_queues}
@@ -285,6 +309,13 @@ class VisibilityRenderer:
             local_queue_key(namespace, name): config.local_queues[key].cluster_queue
             for key, (namespace, name) in self._local_queues.items()
             if config.local_queues[key].cluster_queue in self._cluster_queues
+        }
+        # A LocalQueue of no ClusterQueue: the engine says nothing of where it was in between
+        # (its stand-in tree, another's tree), and it is one key: a new epoch each time.
+        self.alone_epochs = {
+            local_queue_key(namespace, name): sequence + 1
+            for key, (namespace, name) in self._local_queues.items()
+            if config.local_queues[key].cluster_queue not in config.cluster_queues
         }
 
     def _render_changes(self, engine: Engine, changes: Changes) -> None:
@@ -306,7 +337,9 @@ class VisibilityRenderer:
             self._put(cluster_queue_key(name), cluster_queue_status(engine, name))
         for key in local_queues:
             namespace, name = self._local_queues[key]
-            self._put(local_queue_key(namespace, name), local_queue_status(engine, namespace, name))
+            status = local_queue_status(engine, namespace, name)
+            status.epoch = self.alone_epochs.get(local_queue_key(namespace, name), 0)
+            self._put(local_queue_key(namespace, name), status)
         for name, pages in pending.items():
             self._render_pending(engine, name, pages)
 

@@ -15,14 +15,21 @@ writes are still on the wire). So that none of its writes lands after the new ow
   index found no newer: a refused write or an index of a larger epoch means a newer owner
   writes the queue, and this writer stops writing it, deleting the pages it wrote (no index
   names them any more);
-- a key is deleted only at the revision this writer wrote it at.
+- a key is deleted only at the revision this writer wrote it at;
+- the status of a LocalQueue whose ClusterQueue does not exist (no index to hold an epoch)
+  carries its owner's epoch itself (`LocalQueueStatus.epoch`), and is written at the revision
+  last written or read unless the stored one carries a larger epoch;
+- a key written under an epoch the renderer has since replaced is written again, not compared
+  with what was written: another owner may have written or deleted it meanwhile.
 
 A first index write of a queue deletes the pages no index will name: those of older epochs (a
 former owner's, a killed life's) and those of its own epoch it did not write (a former life of
 the same epoch, killed between a page and its index); a newer owner's pages are its own to
-sweep. Deleted keys leave tombstones that expire (`tombstones_kept_s`), so the bucket holds
-what owners write now, not every page id and epoch it ever held (docs/events.md, "Deleted keys
-leave").
+sweep. An older owner's page may still land after that (written late, its writer killed
+before it read the move): `sweep_late_pages`, every LATE_PAGES_SWEEP_S, deletes again the
+pages of older epochs of the queues whose index this writer wrote. Deleted keys leave
+tombstones that expire (`tombstones_kept_s`), so the bucket holds what owners write now, not
+every page id and epoch it ever held (docs/events.md, "Deleted keys leave").
 """
 
 from __future__ import annotations
@@ -30,17 +37,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any, Final, Protocol
+
+from google.protobuf.message import DecodeError
 
 from muster.admission.visibility import INDEX_PREFIX, PAGE_PREFIX, pending_index_key
 from muster.bus.errors import Conflict
 from muster.bus.kv import Entry, valid_key
-from muster.contracts.v1 import services_pb2
+from muster.contracts.v1 import events_pb2, services_pb2
 
 log = logging.getLogger(__name__)
 
 SWEEPS_AT_ONCE: Final = 16  # listings of former pages side by side, at a life's first write
+# How often the pages an older owner wrote late are looked for: they are named by no index,
+# so they only take room (and a key) until then.
+LATE_PAGES_SWEEP_S: Final = 60.0
 
 
 class KeyValueWriter(Protocol):
@@ -66,9 +78,13 @@ class KeyListing(Protocol):
 
 
 class Fencing(Protocol):
-    """Who owns a key (`VisibilityRenderer.fence`)."""
+    """Who owns a key (`VisibilityRenderer.fence`, `.alone`, `.epoch_of`)."""
 
     def fence(self, key: str) -> tuple[str, int] | None: ...
+
+    def alone(self, key: str) -> int | None: ...
+
+    def epoch_of(self, key: str) -> int | None: ...
 
 
 # The keys of pending lists before indexes (issue 19's pages of 100, positions set):
@@ -92,10 +108,12 @@ class VisibilityWriter:
         self.tombstones_kept_s = tombstones_kept_s  # None: deleted keys' tombstones stay
         self.swept = False  # the layout before indexes: deleted for our ClusterQueues once
         self.written: dict[str, bytes] = {}
+        self.written_epochs: dict[str, int] = {}  # a fenced key's epoch when it was written
         self.revisions: dict[str, int] = {}  # the revision a key was last written or read at
         # (ClusterQueue, our epoch) a newer owner writes: a later epoch of ours writes again.
         self.superseded: set[tuple[str, int]] = set()
         self.claimed: set[tuple[str, int]] = set()  # (ClusterQueue, epoch) we wrote the index of
+        self.superseded_alone: set[tuple[str, int]] = set()  # (`lq.` key, our epoch), as above
         self.refused: set[str] = set()  # invalid keys, logged once
         self.owed: set[str] | None = None  # keys a failed write left; None: compare every key
         self._sweeps = asyncio.Semaphore(SWEEPS_AT_ONCE)
@@ -106,12 +124,19 @@ class VisibilityWriter:
         """(keys to put with their values, keys to delete), against what was written; of
         `keys` only, and of what a failed write left, when given."""
         if keys is None or self.owed is None:
-            put = {k: v for k, v in values.items() if self.written.get(k) != v}
+            put = {k: v for k, v in values.items() if not self._stands(k, v)}
             gone = [k for k in self.written if k not in values]
             return put, gone
         keys = self.owed.union(keys)
-        put = {k: values[k] for k in keys if k in values and self.written.get(k) != values[k]}
+        put = {k: values[k] for k in keys if k in values and not self._stands(k, values[k])}
         return put, [k for k in keys if k not in values and k in self.written]
+
+    def _stands(self, key: str, value: bytes) -> bool:
+        """Whether `value` is in the bucket at `key` as this writer wrote it, under the epoch
+        the key has now."""
+        if self.written.get(key) != value:
+            return False
+        return self.fencing is None or self.written_epochs.get(key) == self.fencing.epoch_of(key)
 
     async def write(
         self, values: Mapping[str, bytes], keys: Iterable[str] | None = None
@@ -135,13 +160,21 @@ class VisibilityWriter:
                 log.error("visibility key %r is not a valid key: not written", key)
         plain: dict[str, bytes] = {}
         queues: dict[tuple[str, int], dict[str, bytes]] = {}
+        alone: dict[str, tuple[bytes, int]] = {}
         for key, value in put.items():
             fence = None if self.fencing is None else self.fencing.fence(key)
-            if fence is None:
+            epoch = None if self.fencing is None or fence else self.fencing.alone(key)
+            if epoch is not None:
+                if (key, epoch) not in self.superseded_alone:
+                    alone[key] = (value, epoch)
+            elif fence is None:
                 plain[key] = value
             elif fence not in self.superseded:
                 queues.setdefault(fence, {})[key] = value
-        await _together(self._write_queue(cq, epoch, keys) for (cq, epoch), keys in queues.items())
+        await _together(
+            (self._write_queue(cq, epoch, keys) for (cq, epoch), keys in queues.items()),
+            (self._write_alone(key, value, epoch) for key, (value, epoch) in alone.items()),
+        )
         indexes = {k for k in plain if k.startswith(INDEX_PREFIX)}  # unfenced: after pages too
         await _together(self._put(k, v) for k, v in plain.items() if k not in indexes)
         await _together(self._put(k, plain[k]) for k in indexes)
@@ -170,11 +203,33 @@ class VisibilityWriter:
         """Write index `key` at the revision last written or read, unless an index of a newer
         owner is there; False then. The first of a life deletes the pages of other epochs."""
         cluster_queue = key.removeprefix(INDEX_PREFIX)
+        if not await self._write_unless_newer(key, value, epoch, epoch_of):
+            return False
+        if (cluster_queue, epoch) not in self.claimed:
+            await self._sweep_pages(cluster_queue, epoch)
+            self.claimed.add((cluster_queue, epoch))  # swept: a failed sweep comes again
+        return True
+
+    async def _write_alone(self, key: str, value: bytes, epoch: int) -> None:
+        """Write the status of a LocalQueue of no ClusterQueue unless a newer owner's is
+        there; then stop writing it under this epoch."""
+        if not await self._write_unless_newer(key, value, epoch, status_epoch):
+            self.superseded_alone.add((key, epoch))
+            self.written.pop(key, None)
+            self.written_epochs.pop(key, None)
+            self.revisions.pop(key, None)
+            log.info("LocalQueue status %s: a newer owner writes it (ours: epoch %d)", key, epoch)
+
+    async def _write_unless_newer(
+        self, key: str, value: bytes, epoch: int, stored_epoch: Callable[[Entry | None], int]
+    ) -> bool:
+        """Write `key` at the revision last written or read, unless what is stored there
+        carries an epoch larger than `epoch`; False then."""
         last = self.revisions.get(key)
-        for _ in range(3):  # a write refused reads the index again; then the next flush will
+        for _ in range(3):  # a write refused reads the key again; then the next flush will
             if last is None:
                 entry = await self.kv.last_write(key)
-                if epoch_of(entry) > epoch:
+                if stored_epoch(entry) > epoch:
                     return False
                 last = 0 if entry is None else entry.revision
             try:
@@ -183,12 +238,14 @@ class VisibilityWriter:
                 self.revisions.pop(key, None)
                 last = None
                 continue
-            self.written[key] = value
-            if (cluster_queue, epoch) not in self.claimed:
-                await self._sweep_pages(cluster_queue, epoch)
-                self.claimed.add((cluster_queue, epoch))  # swept: a failed sweep comes again
+            self._wrote(key, value, epoch)
             return True
         raise Conflict(key, 0)
+
+    def _wrote(self, key: str, value: bytes, epoch: int | None) -> None:
+        self.written[key] = value
+        if epoch is not None:
+            self.written_epochs[key] = epoch
 
     async def _update(self, cluster_queue: str, epoch: int, key: str, value: bytes) -> None:
         try:
@@ -201,11 +258,11 @@ class VisibilityWriter:
             # write landing late): ours to write over.
             await self._read_revision(key)
             self.revisions[key] = await self.kv.write(key, value, last=self.revisions[key])
-        self.written[key] = value
+        self._wrote(key, value, epoch)
 
     async def _put(self, key: str, value: bytes) -> None:
         self.revisions[key] = await self.kv.put(key, value)
-        self.written[key] = value
+        self._wrote(key, value, None if self.fencing is None else self.fencing.epoch_of(key))
 
     async def _delete(self, key: str) -> None:
         """Delete `key` as this writer wrote it: written since by another, it is theirs."""
@@ -214,6 +271,7 @@ class VisibilityWriter:
                 key, self.revisions.get(key), forget_after_s=self.tombstones_kept_s
             )
         self.written.pop(key, None)
+        self.written_epochs.pop(key, None)
         self.revisions.pop(key, None)
 
     async def _read_revision(self, key: str) -> None:
@@ -237,6 +295,7 @@ class VisibilityWriter:
         ours = [k for k in self.written if (self.fencing.fence(k) or ("",))[0] == cluster_queue]
         for key in ours:
             self.written.pop(key, None)
+            self.written_epochs.pop(key, None)
             self.revisions.pop(key, None)
         await _together(self._forget(k) for k in ours if k.startswith(PAGE_PREFIX))
 
@@ -251,6 +310,24 @@ class VisibilityWriter:
             if page_epoch(k) < epoch or (page_epoch(k) == epoch and k not in self.written)
         ]
         await _together(self._forget(k) for k in orphans)
+
+    async def sweep_late_pages(self) -> int:
+        """Delete the live pages of older epochs of each ClusterQueue whose index this writer
+        wrote under its current epoch: an older owner's page put after our first index write
+        swept (its writer killed before it read the move, which would have deleted it). No
+        index names them; how many went."""
+        assert self.fencing is not None
+        found = await self.kv.snapshot(f"{PAGE_PREFIX}>")
+        late = [
+            key
+            for key in found
+            if (fence := self.fencing.fence(key)) is not None
+            and fence in self.claimed
+            and fence not in self.superseded
+            and page_epoch(key) < fence[1]
+        ]
+        await _together(self._forget(k) for k in late)
+        return len(late)
 
     async def _forget(self, key: str) -> None:
         """Delete `key` whoever wrote it (a page no index names)."""
@@ -280,6 +357,17 @@ def epoch_of(entry: Entry | None) -> int:
     return services_pb2.PendingPageIndex.FromString(entry.value).epoch
 
 
+def status_epoch(entry: Entry | None) -> int:
+    """The epoch a stored LocalQueue status carries (0: none, deleted, written without one,
+    or bytes that are no status: ours to write over)."""
+    if entry is None or not entry.value:
+        return 0
+    try:
+        return events_pb2.LocalQueueStatus.FromString(entry.value).epoch
+    except DecodeError:
+        return 0
+
+
 def page_epoch(key: str) -> int:
     """The epoch of page key `pending-page.<epoch>-<id>.<cq>` (0: a page of before epochs,
     `pending-page.<id>.<cq>`, or a key not of that shape)."""
@@ -287,9 +375,9 @@ def page_epoch(key: str) -> int:
     return int(epoch) if dash and epoch.isdigit() else 0
 
 
-async def _together(calls: Iterable[Coroutine[Any, Any, None]]) -> None:
+async def _together(*groups: Iterable[Coroutine[Any, Any, None]]) -> None:
     """Run `calls` side by side, each to its end; then raise the first failure."""
-    waiting = list(calls)
+    waiting = [call for calls in groups for call in calls]
     if not waiting:
         return  # most writes delete nothing, or put no index: no turn of the loop for them
     if len(waiting) == 1:

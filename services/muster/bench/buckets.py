@@ -7,6 +7,13 @@ for a second and finish, deletes each through `Gateway.Delete`, waits for the bu
 changing, then counts each bucket's stored messages: live keys, tombstones (deleted keys), and
 of those the ones that expire (docs/events.md, "Deleted keys leave"). Run at N and 2N: a
 count that grows with N is kept per workload, for as long as the row's last column says.
+
+Two more things come and go meanwhile: N/10 LocalQueues, created with the ClusterQueue and
+deleted once the workloads are (a `config_deleted` each, as the watcher publishes a kubectl
+delete), which leave `MUSTER_PARTITIONS`; and the heartbeat of a cluster `parted` of PARTED_NODES
+nodes, put in parts as gang-permit puts a room over `max_payload` (here PARTED_MAX_BYTES, so
+that a few thousand nodes make parts), then of one node, which leaves one value and deletes the
+parts (`MUSTER_CLUSTERS`).
 """
 
 from __future__ import annotations
@@ -28,9 +35,15 @@ from nats.js import JetStreamContext
 from muster.bench.e2e import stored_counts
 from muster.bench.sim_nodes import node_manifests
 from muster.bench.table import Column, render_table
+from muster.bus import BusConfig, connect, new_event
+from muster.bus.kv import open_bucket
 from muster.bus.service import run_loop
+from muster.bus.setup import FOLLOWED_TOMBSTONES_KEPT_S
 from muster.cluster.sim.backend import SimBackend
-from muster.contracts.v1 import services_pb2, services_pb2_grpc
+from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
+from muster.core.dispatch import ClusterCapacity, NodeRoom
+from muster.core.heartbeat_parts import encode_room
+from muster.gangpermit.room_writer import RoomWriter
 from muster.launcher.nats_server import NatsServer
 from muster.launcher.stack import Stack
 
@@ -40,6 +53,8 @@ PER_CALL: Final = 16
 POLL_S: Final = 0.2
 QUIET_S: Final = 3.0  # no bucket changed for this long: the services are done with them
 _KV: Final = "KV_"
+PARTED_NODES: Final = 2_000
+PARTED_MAX_BYTES: Final = 64 * 1024
 _TOMBSTONES: Final = ("DEL", "PURGE")
 
 _CONFIG: Final = """apiVersion: kueue.x-k8s.io/v1beta2
@@ -61,6 +76,11 @@ apiVersion: kueue.x-k8s.io/v1beta2
 kind: LocalQueue
 metadata: {namespace: bench, name: lq}
 spec: {clusterQueue: cq}"""
+
+_PASSING_QUEUE: Final = """apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {{namespace: bench, name: passing-{i}}}
+spec: {{clusterQueue: cq}}"""
 
 _WORKLOAD: Final = """apiVersion: kueue.x-k8s.io/v1beta2
 kind: Workload
@@ -91,10 +111,17 @@ class BucketRow(msgspec.Struct, frozen=True, kw_only=True):
     kinds: str  # live keys per first token ("pod.": 200)
 
 
+def passing_queues(workloads: int) -> int:
+    """How many LocalQueues come and go in a case of `workloads` workloads."""
+    return max(1, workloads // 10)
+
+
 async def _calls(gateway: str, workloads: int, js: JetStreamContext) -> None:
     async with grpc.aio.insecure_channel(gateway) as channel:
         gw = services_pb2_grpc.GatewayStub(channel)
-        await gw.Submit(services_pb2.SubmitRequest(manifest=_CONFIG))
+        passing = (_PASSING_QUEUE.format(i=i) for i in range(passing_queues(workloads)))
+        config = "\n---\n".join([_CONFIG, *passing])
+        await gw.Submit(services_pb2.SubmitRequest(manifest=config))
         for first in range(0, workloads, PER_CALL):
             batch = range(first, min(first + PER_CALL, workloads))
             manifest = "\n---\n".join(_WORKLOAD.format(i=i) for i in batch)
@@ -104,6 +131,36 @@ async def _calls(gateway: str, workloads: int, js: JetStreamContext) -> None:
             ref = services_pb2.ObjectRef(kind="Workload", namespace=NAMESPACE, name=f"w-{i}")
             await gw.Delete(services_pb2.DeleteRequest(object=ref))
         await _stored(js, "deleted", workloads, timeout_s=60)
+
+
+async def _queues_pass(url: str, workloads: int) -> None:
+    """The passing LocalQueues deleted, as the watcher tells a kubectl delete."""
+    bus = await connect(BusConfig(url=url, name="muster-bench"))
+    try:
+        for i in range(passing_queues(workloads)):
+            deleted = events_pb2.ConfigDeleted(kind="LocalQueue", name=f"{NAMESPACE}/passing-{i}")
+            await bus.publish(new_event("config_deleted", deleted, cluster="local", source="bench"))
+    finally:
+        await bus.close()
+
+
+async def _room_shrinks(js: JetStreamContext) -> None:
+    """Cluster `parted`'s heartbeat in parts, then of one node, put as gang-permit puts it."""
+    kv = await open_bucket(js, "MUSTER_CLUSTERS")
+    writer = RoomWriter("parted", tombstones_kept_s=FOLLOWED_TOMBSTONES_KEPT_S)
+    nodes = tuple(
+        NodeRoom(
+            name=f"parted-{i:05d}",
+            labels={"example.com/rack": f"rack-{i // 40}", "example.com/node": f"n-{i}"},
+            allocatable={"cpu": 8_000, "pods": 110_000},
+            free={"cpu": 8_000 - (i % 8) * 1000, "pods": 110_000},
+        )
+        for i in range(PARTED_NODES)
+    )
+    large = encode_room(ClusterCapacity(cluster="parted", nodes=nodes), max_bytes=PARTED_MAX_BYTES)
+    await writer.write(kv, large)
+    small = ClusterCapacity(cluster="parted", nodes=nodes[:1])
+    await writer.write(kv, encode_room(small, max_bytes=PARTED_MAX_BYTES, last=large))
 
 
 async def _stored(js: JetStreamContext, event: str, count: int, *, timeout_s: float) -> None:
@@ -177,6 +234,8 @@ async def run_case(workloads: int) -> list[BucketRow]:
         try:
             js = nc.jetstream()
             await _calls(stack.gateway_address, workloads, js)
+            await _queues_pass(url, workloads)
+            await _room_shrinks(js)
             await _quiet(js)
             rows = [await census(js, s, workloads) for s in sorted(await _kv_streams(js))]
         finally:

@@ -29,6 +29,13 @@ DEFAULT_LEASE_TTL_S: Final = 5.0  # admission's --lease-ttl-seconds default
 # no reader follows the bucket, and every fenced write reads or holds a revision younger than
 # this, so after it a tombstone tells no one anything.
 VISIBILITY_TOMBSTONES_KEPT_S: Final = 600.0
+# How long a deleted LocalQueue's partition (MUSTER_PARTITIONS) and a cluster's heartbeat part
+# past a shorter room's count (MUSTER_CLUSTERS) leave a tombstone. Their followers learn a
+# delete live; one that missed it (its watch down longer than this) keeps a stale value that
+# misleads no one: a workload published to a deleted LocalQueue's old partition is forwarded
+# home by admission, and a part no head names is never read (docs/events.md, "Tombstones
+# that expire").
+FOLLOWED_TOMBSTONES_KEPT_S: Final = 600.0
 
 
 class Bucket(msgspec.Struct, frozen=True, kw_only=True):
@@ -46,8 +53,9 @@ def buckets(deployment: Deployment, *, lease_ttl_s: float = DEFAULT_LEASE_TTL_S)
         Bucket(name="MUSTER_VISIBILITY", tombstones_kept_s=VISIBILITY_TOMBSTONES_KEPT_S),
         Bucket(name="MUSTER_SHARDS", ttl_s=lease_ttl_s),  # admission's leases expire
         Bucket(name="MUSTER_WATCHER"),
-        Bucket(name="MUSTER_CLUSTERS"),
-        Bucket(name="MUSTER_PARTITIONS"),  # each LocalQueue's admission partition
+        Bucket(name="MUSTER_CLUSTERS", tombstones_kept_s=FOLLOWED_TOMBSTONES_KEPT_S),
+        # Each LocalQueue's admission partition.
+        Bucket(name="MUSTER_PARTITIONS", tombstones_kept_s=FOLLOWED_TOMBSTONES_KEPT_S),
         # The gateways' claims of workload names: a name's `submitted` leaves MUSTER_EVENTS at
         # this age too, so an older claim decides nothing the stream could not (and the bucket
         # does not keep every name ever submitted).

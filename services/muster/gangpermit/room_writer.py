@@ -3,7 +3,9 @@
 The parts of a room in parts (layout 3, `muster.core.heartbeat_parts`) go first, then the head
 naming them, then the deletes of parts past the new count: a reader that holds a head can
 always find the parts it names, or newer ones it waits past. A part whose bytes this writer
-already put is not put again, so an idle large cluster's heartbeat is its head alone.
+already put is not put again, so an idle large cluster's heartbeat is its head alone. A deleted
+part's tombstone expires (`tombstones_kept_s`): no head names it, so a reader that missed the
+delete holds a part it never reads.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from muster.core.heartbeat_parts import Heartbeat, part_key, part_of, parts_patt
 class RoomBucket(Protocol):
     async def put(self, key: str, value: bytes) -> int: ...
 
-    async def delete(self, key: str, last: int | None = None) -> None: ...
+    async def delete(
+        self, key: str, last: int | None = None, *, forget_after_s: float | None = None
+    ) -> None: ...
 
     async def snapshot(self, pattern: str) -> Mapping[str, Entry]: ...
 
@@ -26,8 +30,9 @@ class RoomBucket(Protocol):
 class RoomWriter:
     """Puts each heartbeat of one cluster; remembers what the bucket holds of its parts."""
 
-    def __init__(self, cluster: str) -> None:
+    def __init__(self, cluster: str, *, tombstones_kept_s: float | None = None) -> None:
         self.cluster = cluster
+        self.tombstones_kept_s = tombstones_kept_s  # None: a deleted part's tombstone stays
         self._stored: dict[int, bytes] | None = None  # its parts in the bucket (None: read it)
 
     async def write(self, bucket: RoomBucket, heartbeat: Heartbeat) -> int:
@@ -47,7 +52,8 @@ class RoomWriter:
         # Readers may still be reading the parts of the last head: only now are they gone.
         for n in sorted(stored):
             if n >= len(heartbeat.parts):
-                await bucket.delete(part_key(self.cluster, n))
+                key = part_key(self.cluster, n)
+                await bucket.delete(key, forget_after_s=self.tombstones_kept_s)
         self._stored = dict(enumerate(heartbeat.parts))
         return puts + 1
 

@@ -30,6 +30,7 @@ from muster.bus.connection import Bus
 from muster.bus.errors import BusError, Reject, Unavailable
 from muster.bus.poison import Quarantine
 from muster.bus.progress import advanced
+from muster.bus.setup import FOLLOWED_TOMBSTONES_KEPT_S
 from muster.bus.subjects import config_subject, workload_filters
 from muster.bus.supervision import SupervisedGroup
 from muster.bus.tracing import start_span, trace_decisions
@@ -264,7 +265,7 @@ async def heartbeat(
     dispatched workload would find there, or why it is not reachable (`probe`; or not read
     yet: `synced`)."""
     kv = None
-    writer = RoomWriter(config.cluster)
+    writer = RoomWriter(config.cluster, tombstones_kept_s=FOLLOWED_TOMBSTONES_KEPT_S)
     said = ""  # the heartbeat's size problem last logged
     room = None  # the last heartbeat: its split in parts, and the parts to reuse
     pulse = bus.pulses.pulse("gangpermit-heartbeat")

@@ -98,6 +98,8 @@ async def queue_status(
     ]
     if cluster_queue:
         local_queues = [lq for lq in local_queues if lq.cluster_queue == cluster_queue]
+    for lq in local_queues:
+        lq.ClearField("epoch")  # the writer's fence (admission/visibility_writer.py), not status
     cluster_queues.sort(key=lambda cq: cq.name)
     local_queues.sort(key=lambda lq: (lq.namespace, lq.name))
     return services_pb2.QueueStatusResponse(
