@@ -5,6 +5,8 @@ admission goes on."""
 
 from __future__ import annotations
 
+import io
+import logging
 from typing import Any
 
 import nats.js.errors
@@ -22,6 +24,7 @@ from admission_world import (
 from bus_helpers import EventLog
 
 from muster.bus import DLQ_STREAM, Bus, BusConfig
+from muster.bus.logfmt import LogfmtFormatter
 from muster.contracts.v1 import events_pb2 as pb
 
 pytestmark = pytest.mark.timeout(60)
@@ -79,3 +82,25 @@ async def test_a_cluster_queue_of_65_flavors_in_a_group_is_dead_lettered(
     assert reasons[forged.event_id] == (
         "ClusterQueue/wide: spec.resourceGroups[0].flavors: must list at most 64, got 65"
     )
+
+
+async def test_control_characters_in_a_forged_key_reach_the_log_escaped(
+    bus: Bus, bus_config: BusConfig, events: EventLog
+) -> None:
+    # A NUL in one line made grep take the whole log for binary (and skip what followed); an
+    # ESC drives the reader's terminal; U+202E shows text reversed.
+    key = "ns/a\x00\x1b[2J\u202eb"
+    forged = submitted(workload("x"))
+    forged.workload = key
+    lines = io.StringIO()
+    handler = logging.StreamHandler(lines)
+    handler.setFormatter(LogfmtFormatter("admission"))
+    logging.getLogger("muster").addHandler(handler)
+    try:
+        await admitted_after(bus, bus_config, events, forged)
+    finally:
+        logging.getLogger("muster").removeHandler(handler)
+
+    (rejected,) = [line for line in lines.getvalue().split("\n") if "rejected" in line]
+    assert rejected.isprintable()
+    assert r'workload="ns/a\x00\x1b[2J\u202eb"' in rejected
