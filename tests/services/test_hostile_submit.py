@@ -1,6 +1,7 @@
-"""Gateway.Submit of ClusterQueues past Kueue's list limits (16 resource groups, 64 covered
-resources and 64 flavors in each), against a real nats-server: INVALID_ARGUMENT naming the
-field, nothing stored; the largest Kueue takes is taken."""
+"""Gateway.Submit of objects too large for the stack, against a real nats-server: ClusterQueues
+past Kueue's list limits (16 resource groups, 64 covered resources and 64 flavors in each),
+workloads of more than 100 000 pods. INVALID_ARGUMENT naming the field, nothing stored; the
+largest allowed is taken."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import grpc
 import grpc.aio
 import pytest
 import yaml
-from admission_world import cluster_queue
+from admission_world import cluster_queue, workload
 from gateway_helpers import RunningGateway, running_gateway, stored_count
 
+from muster.api.job import QUEUE_NAME_KEY
 from muster.bus import Bus
 from muster.contracts.v1 import services_pb2
 
@@ -82,3 +84,39 @@ async def test_the_widest_cluster_queue_kueue_takes_is_taken(gw: RunningGateway,
     assert await submit(gw, wide(groups=16, resources=4, flavors=4)) == (grpc.StatusCode.OK, "")
     assert await submit(gw, wide(resources=64, flavors=64)) == (grpc.StatusCode.OK, "")
     assert await stored_count(bus) == 2
+
+
+def job(parallelism: int) -> dict[str, Any]:
+    """A Job asking for no quota: any ClusterQueue admits it, however many pods it has."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "many", "namespace": "ns", "labels": {QUEUE_NAME_KEY: "q"}},
+        "spec": {
+            "parallelism": parallelism,
+            "completions": parallelism,
+            "template": {"spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+        },
+    }
+
+
+async def test_a_workload_of_more_than_100000_pods_is_refused_naming_the_field(
+    gw: RunningGateway, bus: Bus
+) -> None:
+    # Admitted, a Job of parallelism 1 000 000 had the binder and gang-permit make its pods at
+    # once: 2-3 GB each, killed by their liveness probe, and again after each restart.
+    bad = grpc.StatusCode.INVALID_ARGUMENT
+    two_podsets = workload("w", count=60_000)
+    two_podsets["spec"]["podSets"].append({**two_podsets["spec"]["podSets"][0], "name": "b"})
+
+    assert await submit(gw, job(1_000_000)) == (
+        bad,
+        "Job/ns/many: spec.parallelism: must be at most 100000 (pods in one workload), got 1000000",
+    )
+    assert await submit(gw, two_podsets) == (
+        bad,
+        "Workload/ns/w: spec.podSets: must ask for at most 100000 pods in all"
+        " (podsets' count), got 120000",
+    )
+    assert await stored_count(bus) == 0
+    assert await submit(gw, job(100_000)) == (grpc.StatusCode.OK, "")

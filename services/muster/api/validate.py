@@ -202,13 +202,28 @@ def check_parent(cohort: Cohort, who: str, *, api_version: str) -> Iterator[Fiel
 MAX_POD_SETS = 18
 
 
+# Differs from Kueue (docs/kueue-compatibility.md): at most 100 000 pods in a workload, the bound
+# Kubernetes puts on an Indexed Job's parallelism. The binder and gang-permit make every pod of
+# an admitted workload at once, one object each: a Job of parallelism 1 000 000 asking for no
+# quota held 2-3 GB in each, stopped answering its liveness probe and was killed, then again
+# on every restart (the stored admission replayed).
+MAX_WORKLOAD_PODS = 100_000
+
+
 def check_pod_sets(wl: Workload, who: str) -> Iterator[FieldError]:
-    """1 to 18 podsets; names unique; count >= 0; 1 <= minCount <= count."""
+    """1 to 18 podsets; names unique; count >= 0; 1 <= minCount <= count; 100 000 pods in all."""
     if not wl.pod_sets:
         yield FieldError(who, "spec.podSets", "must list at least 1 podset")
     if len(wl.pod_sets) > MAX_POD_SETS:
         yield FieldError(
             who, "spec.podSets", f"must list at most {MAX_POD_SETS} podsets, got {len(wl.pod_sets)}"
+        )
+    pods = sum(max(ps.count, 0) for ps in wl.pod_sets)
+    if pods > MAX_WORKLOAD_PODS:
+        yield FieldError(
+            who,
+            "spec.podSets",
+            f"must ask for at most {MAX_WORKLOAD_PODS} pods in all (podsets' count), got {pods}",
         )
     seen: set[str] = set()
     for p, ps in enumerate(wl.pod_sets):
