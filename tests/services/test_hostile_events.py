@@ -38,7 +38,7 @@ async def dead_letter_reasons(bus: Bus) -> dict[str, str]:
         return {}
     letters = [await bus.js.get_msg(DLQ_STREAM, seq) for seq in range(1, count + 1)]
     return {
-        pb.Envelope.FromString(m.data).event_id: (m.headers or {})["Muster-Dlq-Reason"]
+        pb.Envelope.FromString(m.data or b"").event_id: (m.headers or {})["Muster-Dlq-Reason"]
         for m in letters
     }
 
