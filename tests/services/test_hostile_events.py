@@ -22,10 +22,12 @@ from admission_world import (
     workload,
 )
 from bus_helpers import EventLog
+from gateway_helpers import running_gateway
 
 from muster.bus import DLQ_STREAM, Bus, BusConfig
 from muster.bus.logfmt import LogfmtFormatter
 from muster.contracts.v1 import events_pb2 as pb
+from muster.contracts.v1 import services_pb2
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -104,3 +106,18 @@ async def test_control_characters_in_a_forged_key_reach_the_log_escaped(
     (rejected,) = [line for line in lines.getvalue().split("\n") if "rejected" in line]
     assert rejected.isprintable()
     assert r'workload="ns/a\x00\x1b[2J\u202eb"' in rejected
+
+
+async def test_a_forged_key_that_is_no_workload_name_is_not_listed(
+    bus: Bus, bus_config: BusConfig, events: EventLog
+) -> None:
+    forged = submitted(workload("x"))
+    forged.workload = "../../x"
+    await publish(bus, forged, submitted(workload("listed")))
+    await events.wait_for("submitted", workload="ns/listed")
+
+    async with running_gateway(bus) as gw:
+        listed = await gw.visibility.ListWorkloads(services_pb2.ListWorkloadsRequest(), timeout=10)
+
+    # Before: namespace "..", name "../x", PENDING for ever (admission dead-letters it).
+    assert [w.key for w in listed.items] == ["ns/listed"]
