@@ -278,22 +278,24 @@ async def test_stopping_the_gateway_ends_watches_with_unavailable(bus: Bus) -> N
     assert "shutting down" in (caught.value.details() or "")
 
 
-async def test_a_call_past_max_calls_is_refused_and_a_cancelled_watch_frees_its_place(
+async def test_watches_take_half_the_calls_and_a_cancelled_watch_frees_its_place(
     bus: Bus,
 ) -> None:
+    # Watches may hold half of max_calls (watch_slots): the other half stays for short calls.
     async with running_gateway(bus, max_calls=2) as gw:
         first = gw.events.Watch(services_pb2.WatchRequest(from_sequence=0))
+        await eventually(lambda: consumer_count_is(bus, 1))
         second = gw.events.Watch(services_pb2.WatchRequest(from_sequence=0))
-        await eventually(lambda: consumer_count_is(bus, 2))
         with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await gw.visibility.QueueStatus(services_pb2.QueueStatusRequest())
+            await second.read()
         assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert await answers(gw)
 
         first.cancel()
+        await eventually(lambda: consumer_count_is(bus, 0))
+        third = gw.events.Watch(services_pb2.WatchRequest(from_sequence=0))
         await eventually(lambda: consumer_count_is(bus, 1))
-        # The cancelled watch's thread is free again: one more call fits beside the other watch.
-        await eventually(lambda: answers(gw))
-        second.cancel()
+        third.cancel()
 
 
 async def answers(gw: RunningGateway) -> bool:

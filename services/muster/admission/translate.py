@@ -320,6 +320,10 @@ def _submit_of(env: pb.Envelope, decoded: Workload | None = None) -> Submit:
         obj = _decode_one(env.submitted.manifest_json, what=f"submitted {env.workload}")
     if not isinstance(obj, Workload):
         raise FactError(f"submitted {env.workload}: manifest is a {type(obj).__name__}")
+    if obj.key != env.workload:
+        # Every other service keys it by the envelope: taken under the manifest's name, it was
+        # admitted as a workload no one else knew (a publisher's bug, or a forged event).
+        raise FactError(f"submitted {env.workload}: manifest is the Workload {obj.key}")
     if env.submitted.queue_name and env.submitted.queue_name != obj.queue_name:
         # The gateway may pick the queue (dynamic queue selection): the envelope says which.
         obj = _replace_queue(obj, env.submitted.queue_name)

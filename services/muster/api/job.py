@@ -29,6 +29,7 @@ from muster.api.names import check_reference
 from muster.api.podspec import pod_set_from_template
 from muster.api.raw import RawJob
 from muster.api.scheduling_objects import job_scheduling
+from muster.api.validate import MAX_WORKLOAD_PODS
 
 QUEUE_NAME_KEY = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
@@ -113,9 +114,13 @@ def _pod_count(raw: RawJob, errs: ObjectErrors) -> int:
         errs.add("spec.parallelism", f"must be >= 0, got {parallelism}")
     if completions is not None and completions < 0:
         errs.add("spec.completions", f"must be >= 0, got {completions}")
-    if completions is not None and completions < parallelism:
-        return max(completions, 0)
-    return max(parallelism, 0)
+    count = max(min(parallelism, completions if completions is not None else parallelism), 0)
+    if count > MAX_WORKLOAD_PODS:
+        errs.add(
+            "spec.parallelism",
+            f"must be at most {MAX_WORKLOAD_PODS} (pods in one workload), got {parallelism}",
+        )
+    return count
 
 
 def _min_count(raw: RawJob, count: int, errs: ObjectErrors) -> int | None:

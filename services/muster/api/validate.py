@@ -74,6 +74,13 @@ def validate(
     return []
 
 
+# Kueue's CRD: MaxItems=16 on spec.resourceGroups, 64 on each group's coveredResources and
+# flavors. Without them one ClusterQueue of 10 000 flavors (600 KB of YAML) was taken, and
+# every admission round then tried each flavor for each head.
+MAX_RESOURCE_GROUPS = 16
+MAX_GROUP_ITEMS = 64
+
+
 def check_resource_groups(
     groups: tuple[ResourceGroup, ...], who: str, *, has_parent: bool
 ) -> Iterator[FieldError]:
@@ -81,7 +88,15 @@ def check_resource_groups(
 
     A resource and a flavor may each appear in one group only. Borrowing and lending limits
     need a cohort (for a Cohort: a parent), and a lending limit cannot exceed nominal quota.
+    At most 16 groups, each of at most 64 resources and 64 flavors, as Kueue's CRD allows.
     """
+    if len(groups) > MAX_RESOURCE_GROUPS:
+        yield FieldError(
+            who,
+            "spec.resourceGroups",
+            f"must list at most {MAX_RESOURCE_GROUPS} groups, got {len(groups)}",
+        )
+        return
     covered_by: dict[str, int] = {}
     flavor_at: dict[str, str] = {}
     for g, group in enumerate(groups):
@@ -90,6 +105,20 @@ def check_resource_groups(
             yield FieldError(who, f"{group_path}.coveredResources", "must list at least 1 resource")
         if not group.flavors:
             yield FieldError(who, f"{group_path}.flavors", "must list at least 1 flavor")
+        too_many = [
+            (field, len(items))
+            for field, items in (
+                ("coveredResources", group.covered_resources),
+                ("flavors", group.flavors),
+            )
+            if len(items) > MAX_GROUP_ITEMS
+        ]
+        for field, count in too_many:
+            yield FieldError(
+                who, f"{group_path}.{field}", f"must list at most {MAX_GROUP_ITEMS}, got {count}"
+            )
+        if too_many:
+            continue  # one line, not one per flavor
         for r, resource in enumerate(group.covered_resources):
             if resource in covered_by:
                 yield FieldError(
@@ -173,13 +202,28 @@ def check_parent(cohort: Cohort, who: str, *, api_version: str) -> Iterator[Fiel
 MAX_POD_SETS = 18
 
 
+# Differs from Kueue (docs/kueue-compatibility.md): at most 100 000 pods in a workload, the bound
+# Kubernetes puts on an Indexed Job's parallelism. The binder and gang-permit make every pod of
+# an admitted workload at once, one object each: a Job of parallelism 1 000 000 asking for no
+# quota held 2-3 GB in each, stopped answering its liveness probe and was killed, then again
+# on every restart (the stored admission replayed).
+MAX_WORKLOAD_PODS = 100_000
+
+
 def check_pod_sets(wl: Workload, who: str) -> Iterator[FieldError]:
-    """1 to 18 podsets; names unique; count >= 0; 1 <= minCount <= count."""
+    """1 to 18 podsets; names unique; count >= 0; 1 <= minCount <= count; 100 000 pods in all."""
     if not wl.pod_sets:
         yield FieldError(who, "spec.podSets", "must list at least 1 podset")
     if len(wl.pod_sets) > MAX_POD_SETS:
         yield FieldError(
             who, "spec.podSets", f"must list at most {MAX_POD_SETS} podsets, got {len(wl.pod_sets)}"
+        )
+    pods = sum(max(ps.count, 0) for ps in wl.pod_sets)
+    if pods > MAX_WORKLOAD_PODS:
+        yield FieldError(
+            who,
+            "spec.podSets",
+            f"must ask for at most {MAX_WORKLOAD_PODS} pods in all (podsets' count), got {pods}",
         )
     seen: set[str] = set()
     for p, ps in enumerate(wl.pod_sets):

@@ -25,12 +25,27 @@ _STANDARD: Final = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None
 }
 
 
+_ESCAPES: Final = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped(c: str) -> str:
+    """`c` as a quoted value shows it: control and format characters by their code (a NUL made
+    grep take the whole log for binary, an ESC drives the terminal, U+202E reverses text)."""
+    if c in _ESCAPES:
+        return _ESCAPES[c]
+    if c.isprintable():
+        return c
+    code = ord(c)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
 def _value(value: object) -> str:
     text = str(value)
-    if text and not any(c in text for c in ' "=\\\n\r\t'):
+    if text and text.isprintable() and not any(c in text for c in ' "=\\'):
         return text
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
-    return '"' + escaped.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t") + '"'
+    return '"' + "".join(map(_escaped, text)) + '"'
 
 
 class LogfmtFormatter(logging.Formatter):

@@ -50,8 +50,8 @@ GATEWAY_FLAGS = (
          str(DEFAULT_MAX_REQUEST_BYTES),
          "largest request accepted; larger ones fail with RESOURCE_EXHAUSTED"),
     Flag("--max-calls", "N", int, "MUSTER_GATEWAY_MAX_CALLS", str(DEFAULT_MAX_CALLS),
-         "calls in flight at once, each Watch one while it follows; more fail with "
-         "RESOURCE_EXHAUSTED"),
+         "calls in flight at once, each Watch one while it follows (watches at most half, "
+         "one user's a quarter of those); more fail with RESOURCE_EXHAUSTED"),
 )  # fmt: skip
 SECURITY_FLAGS = (
     Flag("--tls-cert", "FILE", str, "MUSTER_GATEWAY_TLS_CERT", None,

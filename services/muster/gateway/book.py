@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Final
 
+from muster.api.names import dns1123_label_problem, dns1123_subdomain_problem
 from muster.contracts.v1 import events_pb2, services_pb2
 from muster.core.conditions import (
     ADMITTED_MESSAGE,
@@ -184,8 +185,12 @@ class WorkloadBook:
             # Known, live or finished: admission takes this as a duplicate (a Submit sent
             # again, a watcher's resend) and so does the book; a deleted one was forgotten.
             return
-        self._forget(env.workload)  # a gang's key, now a Kueue workload's
         namespace, name = _split(env.workload)
+        if dns1123_label_problem(namespace) or dns1123_subdomain_problem(name):
+            # No Submit or watcher writes such a key (a forged event): admission dead-letters
+            # it, and listed it was PENDING forever, in a namespace such as "..".
+            return
+        self._forget(env.workload)  # a gang's key, now a Kueue workload's
         s = env.submitted
         self.entries[env.workload] = Entry(
             summary=services_pb2.WorkloadSummary(

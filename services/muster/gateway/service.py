@@ -79,6 +79,7 @@ from muster.gateway.visibility import (
     queue_status,
 )
 from muster.gateway.watch import FOLLOW_METADATA, EventHistory, watch
+from muster.gateway.watch_slots import WatchLimitError, WatchSlots
 from muster.gateway.workload_rpcs import ClustersBucket, ControlRpcs, WorkloadRpcs
 from muster.gateway.workloads import BookFollower
 
@@ -111,7 +112,7 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES  # the bus's limit on one envelope
     grace_s: float = 10.0  # how long unary calls in flight may take at shutdown
     # Calls in flight at once (a following Watch counted); past them a call is refused with
-    # RESOURCE_EXHAUSTED (loop_server)
+    # RESOURCE_EXHAUSTED (loop_server). Watches take at most half of them (watch_slots).
     max_calls: int = DEFAULT_MAX_CALLS
     # "kube": Submit writes into the API server of `security.kube` as the caller (kube_submit)
     cluster_backend: Literal["sim", "kube"] = "sim"
@@ -433,10 +434,11 @@ class EventsServicer(services_pb2_grpc.EventsServicer):
     namespaces they may (asked per event: a revoked permission applies to a running watch).
     """
 
-    def __init__(self, history: EventHistory, authorizer: Authorizer) -> None:
+    def __init__(self, history: EventHistory, authorizer: Authorizer, *, max_calls: int) -> None:
         self._history = history
         self._authorizer = authorizer
         self._readers: set[asyncio.Task[None]] = set()
+        self._slots = WatchSlots(max_calls)
 
     async def Watch(  # noqa: N802  # the RPC's name
         self, request: services_pb2.WatchRequest, context: grpc.aio.ServicerContext
@@ -446,6 +448,10 @@ class EventsServicer(services_pb2_grpc.EventsServicer):
             request = _with_history_only(request)
         caller = current_caller()
         filtered = await self._needs_filter(caller, request, context)
+        try:
+            self._slots.take(caller.user)
+        except WatchLimitError as exc:
+            await _abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         queue: asyncio.Queue[events_pb2.Envelope | BaseException | _ShuttingDown | None]
         queue = asyncio.Queue(maxsize=_WATCH_BUFFER)
         reader = asyncio.create_task(self._read(request, queue, caller if filtered else None))
@@ -457,6 +463,7 @@ class EventsServicer(services_pb2_grpc.EventsServicer):
                 else:
                     await _abort_watch(context, item)
         finally:
+            self._slots.give(caller.user)
             self._readers.discard(reader)
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
@@ -634,7 +641,7 @@ class GatewayServer:
             ],
         )
         authorizer = security.authorizer
-        self._events = EventsServicer(self._bus, authorizer)
+        self._events = EventsServicer(self._bus, authorizer, max_calls=self.config.max_calls)
         services_pb2_grpc.add_GatewayServicer_to_server(
             GatewayServicer(
                 self._bus,
