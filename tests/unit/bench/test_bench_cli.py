@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -11,6 +15,8 @@ from muster.cli import bench
 from muster.cli.main import main as muster
 
 TINY = "0.001"  # one workload per class per ClusterQueue
+EVERY_SECTION_S = 600  # a dozen service stacks, on 2 loaded cores
+E2E_SHARDS = 2  # the shared run's e2e cases: a count other than the default's first
 
 ROW_FIELDS = {
     "section",
@@ -56,12 +62,13 @@ def test_admission_prints_one_json_row_with_the_workload_size(
     assert row["decisions_per_s"] > 0
 
 
+@pytest.mark.timeout(EVERY_SECTION_S)
 def test_config_all_runs_every_configuration_in_order(
-    capsys: pytest.CaptureFixture[str],
+    every_section: tuple[int, list[dict[str, Any]]],
 ) -> None:
-    bench.main(["admission", "--scale", TINY, "-o", "json"])
+    _, rows = every_section  # admission with no --config: every configuration, as alone
 
-    rows = json_rows(capsys.readouterr().out)
+    rows = of(rows, "admission")
     assert [(r["config"], r["workloads"], r["cluster_queues"]) for r in rows] == [
         ("baseline", 90, 30),
         ("large-scale", 3000, 1000),
@@ -78,25 +85,38 @@ def test_scale_changes_the_workload_count(capsys: pytest.CaptureFixture[str]) ->
     assert row["scale"] == 0.01
 
 
-@pytest.mark.timeout(600)  # every section, a dozen service stacks among them
-def test_no_section_runs_every_section(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from muster.bench import e2e
+@pytest.fixture(scope="module")
+def every_section() -> tuple[int, list[dict[str, Any]]]:
+    """`muster bench --scale TINY -o json` once for the module: (exit status, its rows). The
+    tests of a section that this run covers at the same options read their rows from it
+    instead of starting the same service stacks again."""
+    from muster.bench import buckets, e2e
 
     every = e2e.run
-    # One shard count keeps this short (each case starts every service); the e2e test below
-    # runs another.
-    monkeypatch.setattr(
-        e2e,
-        "run",
-        lambda *, scale, shard_counts, observe: every(
-            scale=scale, shard_counts=(1,), observe=observe
-        ),
-    )
-    status = muster(["bench", "--scale", TINY, "-o", "json"])
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out):
+        # One shard count keeps this short (each case starts every service); E2E_SHARDS, so
+        # that replicas other than the lone one run (the default's first count is 1).
+        patch.setattr(
+            e2e,
+            "run",
+            lambda *, scale, shard_counts, observe: every(
+                scale=scale, shard_counts=(E2E_SHARDS,), observe=observe
+            ),
+        )
+        # The census waits for the buckets to stop changing, but the heartbeat buckets
+        # (MUSTER_SHARDS each second, MUSTER_CLUSTERS every two) never do: each case waited
+        # out the whole minute. One quiet window is what the rows here need.
+        patch.setattr(buckets, "_quiet", functools.partial(buckets._quiet, timeout_s=3.0))
+        status = muster(["bench", "--scale", TINY, "-o", "json"])
+    return status, json_rows(out.getvalue())
 
-    rows = json_rows(capsys.readouterr().out)
+
+@pytest.mark.timeout(EVERY_SECTION_S)  # the first test to ask runs every_section
+def test_no_section_runs_every_section(
+    every_section: tuple[int, list[dict[str, Any]]],
+) -> None:
+    status, rows = every_section
     assert status == 0
     assert {r["section"] for r in rows} == set(bench.SECTIONS)
     assert [r["config"] for r in rows if r["section"] == "admission"] == [
@@ -128,12 +148,31 @@ def of(rows: list[dict[str, Any]], section: str) -> list[dict[str, Any]]:
     return [r for r in rows if r["section"] == section]
 
 
-def test_e2e_rows_tell_mode_shards_and_workloads_per_call(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    bench.main(["e2e", "--scale", TINY, "--shards", "2", "-o", "json"])
+def test_e2e_shards_option_reaches_the_cases(monkeypatch: pytest.MonkeyPatch) -> None:
+    from muster.bench import e2e
 
-    rows = json_rows(capsys.readouterr().out)
+    asked: list[tuple[float, tuple[int, ...], tuple[str, ...]]] = []
+
+    def recorded(
+        *, scale: float, shard_counts: tuple[int, ...], observe: tuple[str, ...]
+    ) -> Iterator[Any]:
+        asked.append((scale, shard_counts, observe))
+        return iter(())
+
+    monkeypatch.setattr(e2e, "run", recorded)
+    bench.main(["e2e", "--scale", TINY, "--shards", "2", "4", "-o", "json"])
+    bench.main(["e2e", "--scale", TINY, "-o", "json"])
+
+    assert asked == [(0.001, (2, 4), ("off",)), (0.001, (1, 2, 4), ("off",))]
+
+
+@pytest.mark.timeout(EVERY_SECTION_S)
+def test_e2e_rows_tell_mode_shards_and_workloads_per_call(
+    every_section: tuple[int, list[dict[str, Any]]],
+) -> None:
+    _, rows = every_section  # its e2e cases ran at E2E_SHARDS
+
+    rows = of(rows, "e2e")
     assert [(r["mode"], r["shards"], r["workloads"], r["per_call"]) for r in rows] == [
         ("burst", 2, 30, 1),
         ("burst", 2, 30, 16),
@@ -258,12 +297,13 @@ def test_rejects_an_unknown_configuration(capsys: pytest.CaptureFixture[str]) ->
     assert "invalid choice: 'huge'" in capsys.readouterr().err
 
 
+@pytest.mark.timeout(EVERY_SECTION_S)
 def test_decode_rows_tell_the_size_and_objects_of_each_case(
-    capsys: pytest.CaptureFixture[str],
+    every_section: tuple[int, list[dict[str, Any]]],
 ) -> None:
-    status = muster(["bench", "decode", "--scale", TINY, "-o", "json"])
+    status, rows = every_section  # decode at TINY, as `muster bench decode --scale TINY`
 
-    rows = json_rows(capsys.readouterr().out)
+    rows = of(rows, "decode")
     assert status == 0
     heartbeats = [
         f"heartbeat {nodes} nodes, layout {layout} {verb}"
@@ -291,15 +331,16 @@ def test_decode_table_names_the_target(capsys: pytest.CaptureFixture[str]) -> No
     assert lines[-1].startswith("target >= 10 MiB/s decoding YAML: ")
 
 
+@pytest.mark.timeout(EVERY_SECTION_S)
 def test_kueue_live_runs_the_baseline_through_the_services_beside_its_virtual_makespan(
-    capsys: pytest.CaptureFixture[str],
+    every_section: tuple[int, list[dict[str, Any]]],
 ) -> None:
     from muster.bench.admission import run_config
     from muster.bench.kueue_perf import BASELINE
 
-    status = muster(["bench", "kueue-live", "--scale", TINY, "-o", "json"])
+    status, rows = every_section  # kueue-live's defaults at TINY, as the section alone
 
-    (row,) = json_rows(capsys.readouterr().out)
+    (row,) = of(rows, "kueue-live")
     assert status == 0
     assert (row["section"], row["config"], row["scale"], row["shards"], row["run_from"]) == (
         "kueue-live", "baseline", 0.001, 1, "created"
