@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from budget import wait_s
+from workload_manifest import workload_manifest
 
 from muster.bus import Bus, new_event, workload_subject
 from muster.bus.publisher import Duplicated
@@ -21,8 +22,13 @@ SUBMITTED = workload_subject("local", "submitted")
 PENDING = workload_subject("local", "pending")
 
 
-def submitted(workload: str, *, queue: str = "main", manifest: str = "{}", **kw: Any) -> Envelope:
-    """A `workload.submitted` event for `workload` on cluster "local"."""
+def submitted(
+    workload: str, *, queue: str = "main", manifest: str | None = None, **kw: Any
+) -> Envelope:
+    """A `workload.submitted` event for `workload` on cluster "local" (a valid manifest of it
+    unless `manifest` is given)."""
+    if manifest is None:
+        manifest = workload_manifest(workload, queue=queue)
     payload = events_pb2.WorkloadSubmitted(queue_name=queue, manifest_json=manifest)
     return new_event("submitted", payload, cluster="local", workload=workload, source="test", **kw)
 
