@@ -129,10 +129,8 @@ def _queue_status(cluster_queue: str) -> Call:
     )
 
 
-def _pending(**fields: str) -> Call:
-    return lambda gw, md: gw.visibility.PendingWorkloads(
-        services_pb2.PendingWorkloadsRequest(**fields), metadata=md, timeout=10
-    )
+def _pending(request: services_pb2.PendingWorkloadsRequest) -> Call:
+    return lambda gw, md: gw.visibility.PendingWorkloads(request, metadata=md, timeout=10)
 
 
 def _describe(namespace: str, name: str) -> Call:
@@ -143,13 +141,12 @@ def _describe(namespace: str, name: str) -> Call:
     )
 
 
-def _list(**fields: str) -> Call:
-    return lambda gw, md: gw.visibility.ListWorkloads(
-        services_pb2.ListWorkloadsRequest(**fields), metadata=md, timeout=10
-    )
+def _list(request: services_pb2.ListWorkloadsRequest) -> Call:
+    return lambda gw, md: gw.visibility.ListWorkloads(request, metadata=md, timeout=10)
 
 
 Call = Callable[[RunningGateway, Metadata], Awaitable[object]]
+Pending, Listing = services_pb2.PendingWorkloadsRequest, services_pb2.ListWorkloadsRequest
 HUGE = "q" * 100_000
 LONG_NAMESPACE = "n" * 64  # one past a DNS-1123 label's 63
 
@@ -159,16 +156,22 @@ LONG_NAMESPACE = "n" * 64  # one past a DNS-1123 label's 63
     [
         (_queue_status(HUGE), "cluster_queue: must be no more than 253 characters"),
         (_queue_status("Team_A"), "cluster_queue: must be a DNS-1123 subdomain"),
-        (_pending(cluster_queue=HUGE), "cluster_queue: must be no more than 253 characters"),
-        (_pending(cluster_queue="a..b"), "cluster_queue: must be a DNS-1123 subdomain"),
-        (_pending(local_queue="lq", namespace=LONG_NAMESPACE), "namespace: must be no more"),
-        (_pending(local_queue="lq/x"), "local_queue: must be a DNS-1123 subdomain"),
+        (
+            _pending(Pending(cluster_queue=HUGE)),
+            "cluster_queue: must be no more than 253 characters",
+        ),
+        (_pending(Pending(cluster_queue="a..b")), "cluster_queue: must be a DNS-1123 subdomain"),
+        (
+            _pending(Pending(local_queue="lq", namespace=LONG_NAMESPACE)),
+            "namespace: must be no more",
+        ),
+        (_pending(Pending(local_queue="lq/x")), "local_queue: must be a DNS-1123 subdomain"),
         (_describe("team-a", HUGE), "name: must be no more than 253 characters"),
         (_describe(LONG_NAMESPACE, "w"), "namespace: must be no more than 63 characters"),
         (_describe("team-a", "a/b/c/d"), "name: at most 3 parts separated by '/', got 4"),
-        (_list(statuses=[HUGE]), "statuses[0]: unknown status"),
-        (_list(namespace="Team-A"), "namespace: must be a DNS-1123 label"),
-        (_list(cluster_queue="cq*"), "cluster_queue: must be a DNS-1123 subdomain"),
+        (_list(Listing(statuses=[HUGE])), "statuses[0]: unknown status"),
+        (_list(Listing(namespace="Team-A")), "namespace: must be a DNS-1123 label"),
+        (_list(Listing(cluster_queue="cq*")), "cluster_queue: must be a DNS-1123 subdomain"),
         (_clusters(HUGE), "cluster: must be no more than 253 characters"),
         (_clusters("north.east"), "cluster: must be a muster cluster id"),
         (_clusters("dlq"), "cluster: 'dlq' is reserved"),

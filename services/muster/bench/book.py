@@ -2,10 +2,11 @@
 
 A stream of N workloads, each with the events a Job's workload gets on its way (submitted
 with its manifest, which the book validates, pending, admitted (with its reservation), two
-pods_pending, bound of 4 pods, running; half of them finished), is folded into a `WorkloadBook` as the gateway's follower does at start; then one
-ListWorkloads answer over all of them is built (filter, sort, summaries). Rows: events folded
-per second, the list's time, and the book's memory per live workload (tracemalloc, so the
-fold's time is measured in a separate run). One process, best of two runs.
+pods_pending, bound of 4 pods, running; half of them finished), is folded into a
+`WorkloadBook` as the gateway's follower does at start; then one ListWorkloads answer over all
+of them is built (filter, sort, summaries). Rows: events folded per second, the list's time,
+and the book's memory per live workload (tracemalloc, so the fold's time is measured in a
+separate run). One process, best of two runs.
 """
 
 from __future__ import annotations
