@@ -134,20 +134,24 @@ class EventLog:
         workload: str | None = None,
         timeout_s: float = 5.0,
     ) -> Envelope:
-        """The first envelope of `event_type` stored after `after` (one of this log's), waiting
-        up to `timeout_s`. Messages are told apart by stream sequence, not event id: an id
-        stored twice (published again past the duplicate window) is two messages, and each is
-        returned once by a chain of calls."""
-        if after.sequence <= 0:
-            raise ValueError(f"after: {after.type} {after.event_id} has no stream sequence")
+        """The first envelope of `event_type` stored after `after`, waiting up to `timeout_s`.
+        Messages are told apart by stream sequence, not event id: an id stored twice (published
+        again past the duplicate window) is two messages, and each is returned once by a chain
+        of calls. An `after` without a sequence (as the test published it) is the first
+        message stored with its id."""
         workload = after.workload if workload is None else workload
         wanted = EVENT_TYPES.get(event_type, event_type)
 
         def later() -> list[Envelope]:
+            start = after.sequence or next(
+                (e.sequence for e in self.seen if e.event_id == after.event_id), None
+            )
+            if start is None:  # `after` not seen yet
+                return []
             return [
                 e
                 for e in self.seen
-                if e.sequence > after.sequence and e.type == wanted and e.workload == workload
+                if e.sequence > start and e.type == wanted and e.workload == workload
             ]
 
         async with self._changed:

@@ -50,6 +50,12 @@ async def test_waits_for_a_message_stored_later() -> None:
     assert (await waiting).sequence == 3
 
 
-async def test_an_envelope_not_from_the_stream_is_refused() -> None:
-    with pytest.raises(ValueError, match="has no stream sequence"):
-        await EventLog().wait_for_next("pending", after=submitted("ml/a"))
+async def test_an_envelope_as_the_test_published_it_is_found_by_its_id() -> None:
+    log = EventLog()
+    published = submitted("ml/a")  # no sequence: the stream's copy is found by its id
+    waiting = asyncio.create_task(log.wait_for_next("pending", after=published, timeout_s=5))
+    await log.add(stored(pending("ml/a", "before it"), 1))
+    await log.add(stored(published, 2))
+    await log.add(stored(pending("ml/a", "after it"), 3))
+
+    assert (await waiting).pending.message == "after it"
