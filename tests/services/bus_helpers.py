@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from budget import wait_s
+from workload_manifest import workload_manifest
 
 from muster.bus import Bus, new_event, workload_subject
 from muster.bus.publisher import Duplicated
@@ -21,8 +22,13 @@ SUBMITTED = workload_subject("local", "submitted")
 PENDING = workload_subject("local", "pending")
 
 
-def submitted(workload: str, *, queue: str = "main", manifest: str = "{}", **kw: Any) -> Envelope:
-    """A `workload.submitted` event for `workload` on cluster "local"."""
+def submitted(
+    workload: str, *, queue: str = "main", manifest: str | None = None, **kw: Any
+) -> Envelope:
+    """A `workload.submitted` event for `workload` on cluster "local" (a valid manifest of it
+    unless `manifest` is given)."""
+    if manifest is None:
+        manifest = workload_manifest(workload, queue=queue)
     payload = events_pb2.WorkloadSubmitted(queue_name=queue, manifest_json=manifest)
     return new_event("submitted", payload, cluster="local", workload=workload, source="test", **kw)
 
@@ -128,13 +134,25 @@ class EventLog:
         workload: str | None = None,
         timeout_s: float = 5.0,
     ) -> Envelope:
-        """The first envelope of `event_type` seen after `after`, waiting up to `timeout_s`."""
+        """The first envelope of `event_type` stored after `after`, waiting up to `timeout_s`.
+        Messages are told apart by stream sequence, not event id: an id stored twice (published
+        again past the duplicate window) is two messages, and each is returned once by a chain
+        of calls. An `after` without a sequence (as the test published it) is the first
+        message stored with its id."""
         workload = after.workload if workload is None else workload
+        wanted = EVENT_TYPES.get(event_type, event_type)
 
         def later() -> list[Envelope]:
-            start = next(i for i, e in enumerate(self.seen) if e.event_id == after.event_id)
-            return [e for e in self.seen[start + 1 :] if e in self.matching(event_type)
-                    and e.workload == workload]  # fmt: skip
+            start = after.sequence or next(
+                (e.sequence for e in self.seen if e.event_id == after.event_id), None
+            )
+            if start is None:  # `after` not seen yet
+                return []
+            return [
+                e
+                for e in self.seen
+                if e.sequence > start and e.type == wanted and e.workload == workload
+            ]
 
         async with self._changed:
             try:

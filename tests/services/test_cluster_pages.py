@@ -150,7 +150,7 @@ async def test_hostile_requests_get_errors_naming_the_field(
         ),
         (Request(without_nodes=True, limit=5), INVALID, "limit: pages nodes"),
         (Request(cluster="north"), NOT_FOUND, "cluster: 'north' has no heartbeat"),
-        (Request(cluster="n" * 5_000), NOT_FOUND, "cluster: 'nnnn"),
+        (Request(cluster="n" * 5_000), INVALID, "cluster: must be no more than 253 characters"),
     ]
     for asked, code, message in cases:
         refused = await refusal(gateway, asked)

@@ -92,9 +92,11 @@ def chromium() -> str:
 
 
 @contextlib.asynccontextmanager
-async def nodes_page(bus: Bus, chromium: str) -> AsyncIterator[tuple[Page, str]]:
+async def nodes_page(
+    bus: Bus, chromium: str, *, poll_s: float | None = None
+) -> AsyncIterator[tuple[Page, str]]:
     """A page in headless Chromium, and the dashboard's nodes page address (not yet opened),
-    over a gateway on `bus`."""
+    over a gateway on `bus`; `poll_s`: the poll of each cluster's totals (default 5 s)."""
     from playwright.async_api import async_playwright
 
     async with (
@@ -104,7 +106,8 @@ async def nodes_page(bus: Bus, chromium: str) -> AsyncIterator[tuple[Page, str]]
     ):
         browser = await p.chromium.launch(executable_path=chromium, args=FLAGS)
         try:
-            yield await browser.new_page(), str(server.make_url("/")) + "#/nodes"
+            query = "" if poll_s is None else f"?nodesPoll={poll_s}"
+            yield await browser.new_page(), f"{server.make_url('/')}{query}#/nodes"
         finally:
             await browser.close()
 
@@ -137,7 +140,8 @@ async def test_in_a_browser_the_nodes_page_asks_again_for_a_cluster_only_when_it
 
     nodes = [room(i, prefix="big") for i in range(3)]
     await report(bus, "big", nodes)
-    async with nodes_page(bus, chromium) as (page, url):
+    # Heartbeats are no events: the totals are polled, here every 0.2 s (5 s by default).
+    async with nodes_page(bus, chromium, poll_s=0.2) as (page, url):
         asked: list[str] = []
 
         def on_request(request: Request) -> None:
@@ -151,14 +155,12 @@ async def test_in_a_browser_the_nodes_page_asks_again_for_a_cluster_only_when_it
 
         # A heartbeat (no event) shows at the next look at the totals, with a page asked.
         await report(bus, "big", [*nodes[:2], room(3, prefix="big")])
-        await expect(page.locator('[data-totals="big"]')).to_contain_text(
-            "free cpu 20/24", timeout=15_000
-        )
+        await expect(page.locator('[data-totals="big"]')).to_contain_text("free cpu 20/24")
         # Events of another cluster: read from the stream; the next look at the totals
         # (after they came) asks for no page.
         sequences = await bus.publish_all([finished(f"ml/w{i}", "local") for i in range(5)])
         await page.wait_for_function(f"state.lastSequence >= {max(sequences)}")
-        async with page.expect_response(lambda r: "summary=1" in r.url, timeout=15_000):
+        async with page.expect_response(lambda r: "summary=1" in r.url):
             pass
         # An event naming the cluster (pods bound there) asks for its page again.
         async with page.expect_request(lambda r: "clusters?cluster=big" in r.url):

@@ -112,41 +112,115 @@ async def test_a_hostile_reference_is_invalid_argument_naming_the_field(
         assert len(details) < 400
 
 
-HUGE = "q" * 100_000
-
-
 async def watch_all(gw: RunningGateway, request: services_pb2.WatchRequest, md: Metadata) -> None:
     async for _ in gw.events.Watch(request, metadata=md, timeout=10):
         pass
 
 
-@pytest.mark.parametrize(
-    "call",
-    [
-        lambda gw, md: gw.visibility.QueueStatus(
-            services_pb2.QueueStatusRequest(cluster_queue=HUGE), metadata=md, timeout=10
-        ),
-        lambda gw, md: gw.visibility.PendingWorkloads(
-            services_pb2.PendingWorkloadsRequest(cluster_queue=HUGE), metadata=md, timeout=10
-        ),
-        lambda gw, md: gw.visibility.DescribeWorkload(
-            services_pb2.DescribeWorkloadRequest(namespace="team-a", name=HUGE),
-            metadata=md,
-            timeout=10,
-        ),
-        lambda gw, md: gw.visibility.ListWorkloads(
-            services_pb2.ListWorkloadsRequest(statuses=[HUGE]), metadata=md, timeout=10
-        ),
-        lambda gw, md: watch_all(gw, services_pb2.WatchRequest(workload=HUGE), md),
-    ],
-    ids=["queue-status", "pending-workloads", "describe", "list", "watch"],
-)
-async def test_a_huge_name_in_a_query_gets_a_readable_answer(gw: RunningGateway, call) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(grpc.aio.AioRpcError) as raised:
-        await call(gw, as_user("root"))
+def _clusters(cluster: str) -> Call:
+    return lambda gw, md: gw.visibility.Clusters(
+        services_pb2.ClustersRequest(cluster=cluster), metadata=md, timeout=10
+    )
 
-    # Not the client's "Stream removed (received metadata size exceeds hard limit ...)".
-    assert raised.value.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT)
-    details = raised.value.details() or ""
-    assert "qqqq" in details
-    assert len(details) <= 8 * 1024  # what a client takes
+
+def _queue_status(cluster_queue: str) -> Call:
+    return lambda gw, md: gw.visibility.QueueStatus(
+        services_pb2.QueueStatusRequest(cluster_queue=cluster_queue), metadata=md, timeout=10
+    )
+
+
+def _pending(request: services_pb2.PendingWorkloadsRequest) -> Call:
+    return lambda gw, md: gw.visibility.PendingWorkloads(request, metadata=md, timeout=10)
+
+
+def _describe(namespace: str, name: str) -> Call:
+    return lambda gw, md: gw.visibility.DescribeWorkload(
+        services_pb2.DescribeWorkloadRequest(namespace=namespace, name=name),
+        metadata=md,
+        timeout=10,
+    )
+
+
+def _list(request: services_pb2.ListWorkloadsRequest) -> Call:
+    return lambda gw, md: gw.visibility.ListWorkloads(request, metadata=md, timeout=10)
+
+
+Call = Callable[[RunningGateway, Metadata], Awaitable[object]]
+Pending, Listing = services_pb2.PendingWorkloadsRequest, services_pb2.ListWorkloadsRequest
+HUGE = "q" * 100_000
+LONG_NAMESPACE = "n" * 64  # one past a DNS-1123 label's 63
+
+
+@pytest.mark.parametrize(
+    ("call", "problem"),
+    [
+        (_queue_status(HUGE), "cluster_queue: must be no more than 253 characters"),
+        (_queue_status("Team_A"), "cluster_queue: must be a DNS-1123 subdomain"),
+        (
+            _pending(Pending(cluster_queue=HUGE)),
+            "cluster_queue: must be no more than 253 characters",
+        ),
+        (_pending(Pending(cluster_queue="a..b")), "cluster_queue: must be a DNS-1123 subdomain"),
+        (
+            _pending(Pending(local_queue="lq", namespace=LONG_NAMESPACE)),
+            "namespace: must be no more",
+        ),
+        (_pending(Pending(local_queue="lq/x")), "local_queue: must be a DNS-1123 subdomain"),
+        (_describe("team-a", HUGE), "name: must be no more than 253 characters"),
+        (_describe(LONG_NAMESPACE, "w"), "namespace: must be no more than 63 characters"),
+        (_describe("team-a", "a/b/c/d"), "name: at most 3 parts separated by '/', got 4"),
+        (_list(Listing(statuses=[HUGE])), "statuses[0]: unknown status"),
+        (_list(Listing(namespace="Team-A")), "namespace: must be a DNS-1123 label"),
+        (_list(Listing(cluster_queue="cq*")), "cluster_queue: must be a DNS-1123 subdomain"),
+        (_clusters(HUGE), "cluster: must be no more than 253 characters"),
+        (_clusters("north.east"), "cluster: must be a muster cluster id"),
+        (_clusters("dlq"), "cluster: 'dlq' is reserved"),
+        (lambda gw, md: watch_all(gw, services_pb2.WatchRequest(workload=HUGE), md), "workload:"),
+    ],
+    ids=[
+        "queue-status-huge",
+        "queue-status-not-dns",
+        "pending-cq-huge",
+        "pending-cq-not-dns",
+        "pending-namespace-64",
+        "pending-lq-slash",
+        "describe-huge",
+        "describe-namespace-64",
+        "describe-parts",
+        "list-status-huge",
+        "list-namespace-upper",
+        "list-cq-star",
+        "clusters-huge",
+        "clusters-dot",
+        "clusters-reserved",
+        "watch-huge",
+    ],
+)
+async def test_a_name_no_object_can_have_is_invalid_argument_naming_the_field(
+    gw: RunningGateway, call: Call, problem: str
+) -> None:
+    # Kubernetes validates a name before it authorizes or looks: bob (who may read nothing)
+    # hears the same, and nobody hears NOT_FOUND for what cannot exist.
+    for user in ("root", "bob"):
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await call(gw, as_user(user))
+
+        assert raised.value.code() is grpc.StatusCode.INVALID_ARGUMENT, (user, problem)
+        details = raised.value.details() or ""
+        assert details.startswith(problem), (user, details[:200])
+        # Not the client's "Stream removed (received metadata size exceeds hard limit ...)".
+        assert len(details) <= 8 * 1024  # what a client takes
+
+
+async def test_a_valid_name_of_nothing_is_still_not_found(gw: RunningGateway) -> None:
+    for call, details in [
+        (_queue_status("nothing"), 'ClusterQueue "nothing" not found'),
+        (_describe("team-a", "nothing"), 'workload "nothing" not found in namespace team-a'),
+        (_clusters("north"), "cluster: 'north' has no heartbeat (none reported)"),
+    ]:
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await call(gw, as_user("root"))
+        assert (raised.value.code(), raised.value.details()) == (
+            grpc.StatusCode.NOT_FOUND,
+            details,
+        )

@@ -6,7 +6,9 @@ admission goes on."""
 from __future__ import annotations
 
 import io
+import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import nats.js.errors
@@ -120,4 +122,34 @@ async def test_a_forged_key_that_is_no_workload_name_is_not_listed(
         listed = await gw.visibility.ListWorkloads(services_pb2.ListWorkloadsRequest(), timeout=10)
 
     # Before: namespace "..", name "../x", PENDING for ever (admission dead-letters it).
+    assert [w.key for w in listed.items] == ["ns/listed"]
+
+
+def _negative_count(manifest: dict[str, Any]) -> str:
+    manifest["spec"]["podSets"][0]["count"] = -1
+    return json.dumps(manifest)
+
+
+@pytest.mark.parametrize(
+    "forge",
+    [
+        lambda m: "{not json",
+        _negative_count,
+        lambda m: json.dumps({**m, "kind": "LocalQueue"}),
+        lambda m: json.dumps({**m, "metadata": {"namespace": "ns", "name": "other"}}),
+    ],
+    ids=["not-json", "invalid-workload", "not-a-workload", "another-workload"],
+)
+async def test_a_valid_key_with_a_manifest_admission_rejects_is_not_listed(
+    bus: Bus, forge: Callable[[dict[str, Any]], str], events: EventLog
+) -> None:
+    forged = submitted(workload("forged"))
+    forged.submitted.manifest_json = forge(workload("forged"))
+    await publish(bus, forged, submitted(workload("listed")))
+    await events.wait_for("submitted", workload="ns/listed")
+
+    async with running_gateway(bus) as gw:
+        listed = await gw.visibility.ListWorkloads(services_pb2.ListWorkloadsRequest(), timeout=10)
+
+    # Before: ns/forged listed PENDING for ever (admission dead-letters it).
     assert [w.key for w in listed.items] == ["ns/listed"]

@@ -37,12 +37,15 @@ DISPATCH_STRATEGIES: tuple[str, ...] = get_args(DispatchStrategy)
 LOCATION_TYPES: tuple[str, ...] = get_args(KubeConfigLocation)
 _CLUSTER_ID = re.compile(r"[A-Za-z0-9_-]+")
 _RESERVED_IDS = frozenset({"dlq"})  # a subject token muster uses itself
+CLUSTER_ID_MAX = 253  # a subject token's longest (muster.bus.subjects.MAX_TOKEN_CHARS)
 
 
 def cluster_id_problem(name: str) -> str | None:
     """Why `name` cannot be a muster cluster id, or None when it can."""
+    if len(name) > CLUSTER_ID_MAX:
+        return f"must be no more than {CLUSTER_ID_MAX} characters, got {len(name)}"
     if not _CLUSTER_ID.fullmatch(name):
-        return f"must be a muster cluster id (letters, digits, '-' and '_'), got {name!r}"
+        return f"must be a muster cluster id (letters, digits, '-' and '_'), got {name[:80]!r}"
     if name in _RESERVED_IDS:
         return f"{name!r} is reserved and cannot name a cluster"
     return None

@@ -1,21 +1,24 @@
 """The book section: what the gateway's workload book costs (`muster workloads`, the dashboard).
 
-A stream of N workloads, each with the events a Job's workload gets on its way (submitted,
-pending, admitted (with its reservation), two pods_pending, bound of 4 pods, running; half of them
-finished), is folded into a `WorkloadBook` as the gateway's follower does at start; then one
-ListWorkloads answer over all of them is built (filter, sort, summaries). Rows: events folded
-per second, the list's time, and the book's memory per live workload (tracemalloc, so the
-fold's time is measured in a separate run). One process, best of two runs.
+A stream of N workloads, each with the events a Job's workload gets on its way (submitted
+with its manifest, which the book validates, pending, admitted (with its reservation), two
+pods_pending, bound of 4 pods, running; half of them finished), is folded into a
+`WorkloadBook` as the gateway's follower does at start; then one ListWorkloads answer over all
+of them is built (filter, sort, summaries). Rows: events folded per second, the list's time,
+and the book's memory per live workload (tracemalloc, so the fold's time is measured in a
+separate run). One process, best of two runs.
 """
 
 from __future__ import annotations
 
+import json
 import time
 import tracemalloc
 from collections.abc import Iterator
 
 import msgspec
 
+from muster.bench.admission_pending import workload
 from muster.bench.table import Column, number, render_table
 from muster.bus.envelope import new_event
 from muster.contracts.v1 import events_pb2, services_pb2
@@ -42,12 +45,15 @@ def stream(workloads: int) -> list[events_pb2.Envelope]:
     out: list[events_pb2.Envelope] = []
     admission = events_pb2.Admission(cluster_queue="cq")
     for i in range(workloads):
-        key = f"team-{i % 10}/job-train-{i}-abcde"
+        namespace, name = f"team-{i % 10}", f"job-train-{i}-abcde"
+        key = f"{namespace}/{name}"
+        manifest = json.dumps(workload(namespace, name, cpu=1, priority=0))
         pods = [events_pb2.PodRef(namespace="ns", name=f"job-train-{i}-main-{p}") for p in range(4)]
         bindings = [events_pb2.PodBinding(pod=pod, node=f"node-{i % 100}") for pod in pods]
         payloads = [
             ("submitted", events_pb2.WorkloadSubmitted(
-                queue_name="lq", owner=events_pb2.OwnerRef(kind="Job", name=f"train-{i}"))),
+                queue_name="lq", owner=events_pb2.OwnerRef(kind="Job", name=f"train-{i}"),
+                manifest_json=manifest)),
             ("pending", events_pb2.WorkloadPending(
                 reason="WaitingForQuota", message="1 more needed", cluster_queue="cq")),
             ("admitted", events_pb2.WorkloadAdmitted(admission=admission, with_reservation=True)),

@@ -47,6 +47,7 @@ from muster.core.conditions import (
     restarted,
 )
 from muster.gateway.eventtext import line_of, same_line
+from muster.payloads import PayloadError, manifest_workload
 
 FINISHED_KEPT: Final = 10_000
 EVENTS_KEPT: Final = 64
@@ -186,9 +187,9 @@ class WorkloadBook:
             # again, a watcher's resend) and so does the book; a deleted one was forgotten.
             return
         namespace, name = _split(env.workload)
-        if dns1123_label_problem(namespace) or dns1123_subdomain_problem(name):
-            # No Submit or watcher writes such a key (a forged event): admission dead-letters
-            # it, and listed it was PENDING forever, in a namespace such as "..".
+        if not _admissible(env):
+            # No Submit or watcher writes such a key or manifest (a forged event): admission
+            # dead-letters it, and listed it was PENDING forever.
             return
         self._forget(env.workload)  # a gang's key, now a Kueue workload's
         s = env.submitted
@@ -238,6 +239,20 @@ class WorkloadBook:
         while len(self.finished) > self.finished_kept:
             old, _ = self.finished.popitem(last=False)
             self.entries.pop(old, None)
+
+
+def _admissible(env: events_pb2.Envelope) -> bool:
+    """Whether admission takes `env`, a `submitted`, as a workload: its key is a workload's
+    name (not "../x") and its manifest is one valid Workload of that key, as admission
+    checks it (admission/translate.py, which dead-letters the others)."""
+    namespace, name = _split(env.workload)
+    if dns1123_label_problem(namespace) or dns1123_subdomain_problem(name):
+        return False
+    try:
+        workload = manifest_workload(env.submitted.manifest_json, what=env.workload)
+    except PayloadError:
+        return False
+    return workload.key == env.workload
 
 
 def _named(entry: Entry, namespace: str, name: str) -> bool:

@@ -19,11 +19,17 @@ from typing import Final
 
 from google.protobuf.message import Message
 
-from muster.api.names import dns1123_label_problem, dns1123_subdomain_problem
 from muster.bus.envelope import new_event
 from muster.contracts.v1 import events_pb2, services_pb2
 from muster.gateway.book import FINISHED, INACTIVE, Entry
 from muster.gateway.permissions import Action, Caller, Permission
+from muster.gateway.request_names import (
+    NAMESPACE,
+    OBJECT_NAME,
+    Check,
+    check_names,
+    workload_name,
+)
 from muster.gateway.visibility import InvalidQueryError
 from muster.payloads import config_applied, manifest_document
 
@@ -51,17 +57,12 @@ def check_ref(kind: str, ref: services_pb2.ObjectRef) -> None:
     """InvalidQueryError naming the field when `ref` (an ObjectRef) cannot name a `kind`: a
     namespace that is not a DNS-1123 label, a name with a part that is not a DNS-1123
     subdomain. A workload's name may be a gang's, "<namespace>/<gang>" (three parts at most)."""
-    namespace, name = ref.namespace, ref.name
-    if namespace and (problem := dns1123_label_problem(namespace)) is not None:
-        raise InvalidQueryError(f"object.namespace: {problem}")
-    if not name:
+    if not ref.name:
         raise InvalidQueryError("object.name: is required")
-    parts = name.split("/") if kind == WORKLOAD else [name]
-    if len(parts) > 3:
-        raise InvalidQueryError(f"object.name: at most 3 parts separated by '/', got {len(parts)}")
-    for part in parts:
-        if (problem := dns1123_subdomain_problem(part)) is not None:
-            raise InvalidQueryError(f"object.name: {problem}")
+    name: list[Check] = [("object.name", ref.name, OBJECT_NAME)]
+    if kind == WORKLOAD:
+        name = workload_name("object.name", ref.name)
+    check_names([("object.namespace", ref.namespace, NAMESPACE), *name])
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,7 @@ from muster.gateway.permissions import (
     watch_action,
 )
 from muster.gateway.permissions_kube import AuthorizationUnavailableError
+from muster.gateway.request_names import NAMESPACE, OBJECT_NAME, Check
 from muster.gateway.submit import (
     InvalidManifestError,
     PlannedEvent,
@@ -78,9 +79,9 @@ from muster.gateway.visibility import (
     pending_workloads,
     queue_status,
 )
-from muster.gateway.watch import FOLLOW_METADATA, EventHistory, watch
+from muster.gateway.watch import FOLLOW_METADATA, EventHistory, WatchFilter, watch
 from muster.gateway.watch_slots import WatchLimitError, WatchSlots
-from muster.gateway.workload_rpcs import ClustersBucket, ControlRpcs, WorkloadRpcs
+from muster.gateway.workload_rpcs import ClustersBucket, ControlRpcs, WorkloadRpcs, checked_names
 from muster.gateway.workloads import BookFollower
 
 if TYPE_CHECKING:
@@ -368,6 +369,9 @@ class VisibilityServicer(WorkloadRpcs, services_pb2_grpc.VisibilityServicer):
     async def QueueStatus(  # noqa: N802  # the RPC's name
         self, request: services_pb2.QueueStatusRequest, context: grpc.aio.ServicerContext
     ) -> services_pb2.QueueStatusResponse:
+        await checked_names(
+            lambda: [("cluster_queue", request.cluster_queue, OBJECT_NAME)], context
+        )
         caller = current_caller()
         everything = await self._may(caller, watch_action(ALL_NAMESPACES), context)
         if request.cluster_queue and not everything:
@@ -388,6 +392,7 @@ class VisibilityServicer(WorkloadRpcs, services_pb2_grpc.VisibilityServicer):
     async def PendingWorkloads(  # noqa: N802  # the RPC's name
         self, request: services_pb2.PendingWorkloadsRequest, context: grpc.aio.ServicerContext
     ) -> services_pb2.PendingWorkloadsResponse:
+        await checked_names(lambda: _pending_names(request), context)
         caller = current_caller()
         if request.cluster_queue:
             action = _cluster_queue_action(request.cluster_queue)
@@ -406,6 +411,14 @@ class VisibilityServicer(WorkloadRpcs, services_pb2_grpc.VisibilityServicer):
 
     async def _may(self, caller: Caller, action: Action, context: grpc.aio.ServicerContext) -> bool:
         return await _answer(self._authorizer.allowed(caller, action), context)
+
+
+def _pending_names(request: services_pb2.PendingWorkloadsRequest) -> list[Check]:
+    return [
+        ("cluster_queue", request.cluster_queue, OBJECT_NAME),
+        ("namespace", request.namespace, NAMESPACE),
+        ("local_queue", request.local_queue, OBJECT_NAME),
+    ]
 
 
 def _cluster_queue_action(name: str) -> Action:
@@ -446,6 +459,10 @@ class EventsServicer(services_pb2_grpc.EventsServicer):
         if _metadata_value(context.invocation_metadata(), FOLLOW_METADATA) == "false":
             # Deprecated: a client built before WatchRequest.history_only says it this way.
             request = _with_history_only(request)
+        try:  # a bad filter is no secret: checked before the caller is authorized
+            WatchFilter.from_request(request)
+        except InvalidQueryError as exc:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         caller = current_caller()
         filtered = await self._needs_filter(caller, request, context)
         try:

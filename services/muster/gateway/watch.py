@@ -20,7 +20,6 @@ from typing import Final, Protocol
 
 import msgspec
 
-from muster.api.names import dns1123_label_problem, dns1123_subdomain_problem
 from muster.bus.subjects import (
     EVENTS_STREAM,
     PAYLOAD_FIELDS,
@@ -30,6 +29,7 @@ from muster.bus.subjects import (
     workload_subject,
 )
 from muster.contracts.v1 import events_pb2, services_pb2
+from muster.gateway.request_names import NAMESPACE, OBJECT_NAME, check_names
 from muster.gateway.visibility import InvalidQueryError
 
 # Deprecated request metadata that turns following off, as `WatchRequest.history_only` does;
@@ -203,14 +203,15 @@ def _check_names(request: services_pb2.WatchRequest) -> None:
     """InvalidQueryError for a filter no object can match (it would follow nothing, forever):
     a namespace that is not a DNS-1123 label, a LocalQueue or workload name part that is not a
     DNS-1123 subdomain."""
-    checks = [("namespace", request.namespace, dns1123_label_problem)]
-    checks.append(("local_queue", request.local_queue, dns1123_subdomain_problem))
     namespace, _, rest = request.workload.partition("/")
-    checks.append(("workload", namespace, dns1123_label_problem))
-    checks += [("workload", part, dns1123_subdomain_problem) for part in rest.split("/")]
-    for field, value, check in checks:
-        if value and (problem := check(value)) is not None:
-            raise InvalidQueryError(f"{field}: {problem}")
+    check_names(
+        [
+            ("namespace", request.namespace, NAMESPACE),
+            ("local_queue", request.local_queue, OBJECT_NAME),
+            ("workload", namespace, NAMESPACE),
+            *[("workload", part, OBJECT_NAME) for part in rest.split("/")],
+        ]
+    )
 
 
 def _subjects_of(types: Iterable[str]) -> list[str]:

@@ -54,6 +54,14 @@ from muster.gateway.permissions import (
     Permission,
     watch_action,
 )
+from muster.gateway.request_names import (
+    CLUSTER_ID,
+    NAMESPACE,
+    OBJECT_NAME,
+    Check,
+    check_names,
+    workload_name,
+)
 from muster.gateway.visibility import InvalidQueryError, VisibilityStore
 from muster.gateway.workloads import (
     BookFollower,
@@ -89,6 +97,18 @@ async def _workload(
         return one_named(book, namespace, name)
     except LookupError as exc:
         await abort(context, grpc.StatusCode.NOT_FOUND, str(exc.args[0]))
+    except InvalidQueryError as exc:
+        await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+
+
+async def checked_names(
+    checks: Callable[[], Iterable[Check]], context: grpc.aio.ServicerContext
+) -> None:
+    """Return when every name `checks` gives is one an object can have; else answer
+    INVALID_ARGUMENT naming the field, before anything is authorized or looked up (whether
+    a name is valid is no secret)."""
+    try:
+        check_names(checks())
     except InvalidQueryError as exc:
         await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
 
@@ -314,6 +334,7 @@ class WorkloadRpcs:
     async def Clusters(  # noqa: N802  # the RPC's name
         self, request: services_pb2.ClustersRequest, context: grpc.aio.ServicerContext
     ) -> services_pb2.ClustersResponse:
+        await checked_names(lambda: [("cluster", request.cluster, CLUSTER_ID)], context)
         caller = current_caller()
         action = watch_action(ALL_NAMESPACES)  # nodes are the cluster's, in no namespace
         if not await _may(self._authorizer, caller, action, context):
@@ -337,6 +358,7 @@ class WorkloadRpcs:
     async def ListWorkloads(  # noqa: N802  # the RPC's name
         self, request: services_pb2.ListWorkloadsRequest, context: grpc.aio.ServicerContext
     ) -> services_pb2.ListWorkloadsResponse:
+        await checked_names(lambda: _list_names(request), context)
         caller = current_caller()
         may = _MayWatch(self._authorizer, caller, context)
         namespace, local_queue = request.namespace, request.local_queue
@@ -367,6 +389,13 @@ class WorkloadRpcs:
     async def DescribeWorkload(  # noqa: N802  # the RPC's name
         self, request: services_pb2.DescribeWorkloadRequest, context: grpc.aio.ServicerContext
     ) -> services_pb2.WorkloadDescription:
+        await checked_names(
+            lambda: [
+                ("namespace", request.namespace, NAMESPACE),
+                *workload_name("name", request.name),
+            ],
+            context,
+        )
         caller = current_caller()
         namespace = request.namespace or "default"
         may = _MayWatch(self._authorizer, caller, context)
@@ -384,3 +413,12 @@ class WorkloadRpcs:
         (summary,) = summaries([entry], await positions(self._store))
         description.summary.CopyFrom(summary)
         return description
+
+
+def _list_names(request: services_pb2.ListWorkloadsRequest) -> list[Check]:
+    return [
+        ("namespace", request.namespace, NAMESPACE),
+        ("local_queue", request.local_queue, OBJECT_NAME),
+        ("cluster_queue", request.cluster_queue, OBJECT_NAME),
+        *workload_name("name", request.name),
+    ]

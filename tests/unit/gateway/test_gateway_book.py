@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from workload_manifest import workload_manifest
 
 from muster.bus import new_event
 from muster.contracts.v1 import events_pb2
@@ -28,7 +29,9 @@ def env(field: str, payload: object, workload: str = "ml/job-train-1a2b3") -> ev
 
 def submitted(workload: str = "ml/job-train-1a2b3", job: str = "train") -> events_pb2.Envelope:
     owner = events_pb2.OwnerRef(kind="Job", name=job)
-    return env("submitted", events_pb2.WorkloadSubmitted(queue_name="lq", owner=owner), workload)
+    manifest = workload_manifest(workload)
+    payload = events_pb2.WorkloadSubmitted(queue_name="lq", owner=owner, manifest_json=manifest)
+    return env("submitted", payload, workload)
 
 
 def admission(cq: str = "cq") -> events_pb2.Admission:

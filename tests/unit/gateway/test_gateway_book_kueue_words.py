@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from workload_manifest import workload_manifest
 
 from muster.bus import new_event
 from muster.cluster.kube import ObjectRef
@@ -94,7 +95,13 @@ STORIES: dict[str, list[tuple[str, Any]]] = {
 def both(story: list[tuple[str, Any]]) -> tuple[Words, Words]:
     """The conditions `muster describe` shows, and those the watcher writes in Kubernetes."""
     gateway, watcher = WorkloadBook(), StatusBook()
-    for field, payload in [("submitted", pb.WorkloadSubmitted(queue_name="lq")), *story]:
+    for field, payload in [
+        (
+            "submitted",
+            pb.WorkloadSubmitted(queue_name="lq", manifest_json=workload_manifest("ml/train")),
+        ),
+        *story,
+    ]:
         env = event(field, payload)
         gateway.apply(env)
         watcher.apply(env)

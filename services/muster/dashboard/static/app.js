@@ -67,8 +67,14 @@ async function refresh() {
 // TOKEN: a 50 000-node cluster is paged). Each cluster's totals are asked every NODES_POLL_MS
 // (heartbeats are no events) and when an event names a cluster shown; a cluster's page of
 // nodes only when its totals or state changed, or an event named it (pods bound there): not
-// every node of every cluster after each event.
-const NODES_POLL_MS = 5000;
+// every node of every cluster after each event. `?nodesPoll=SECONDS` in the page's address
+// sets the poll (0.1 to 3600; anything else: 5), for a wall display or a test.
+const NODES_POLL_MS = pollMs(new URLSearchParams(location.search).get("nodesPoll"));
+
+function pollMs(given) {
+  const seconds = Number(given);
+  return given !== null && given !== "" && seconds >= 0.1 && seconds <= 3600 ? seconds * 1000 : 5000;
+}
 const nodesSeen = { route: "", clusters: {}, named: new Set() };
 
 async function loadNodes(route) {

@@ -1,0 +1,25 @@
+"""A valid Kueue Workload manifest as a `workload.submitted` carries it, for tests that build
+events by hand (the gateway's book lists only a `submitted` admission would take)."""
+
+from __future__ import annotations
+
+import json
+
+
+def workload_manifest(key: str, *, queue: str = "lq") -> str:
+    """The manifest JSON of a one-pod Workload keyed `key` ("<namespace>/<name>") in `queue`."""
+    namespace, _, name = key.partition("/")
+    container = {"name": "c", "resources": {"requests": {"cpu": "1"}}}
+    return json.dumps(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "Workload",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "queueName": queue,
+                "podSets": [
+                    {"name": "main", "count": 1, "template": {"spec": {"containers": [container]}}}
+                ],
+            },
+        }
+    )
