@@ -53,6 +53,8 @@ PER_CALL: Final = 16
 POLL_S: Final = 0.2
 QUIET_S: Final = 3.0  # no bucket changed for this long: the services are done with them
 _KV: Final = "KV_"
+# Written on a clock, never quiet: admission's lease renewals and gang-permit's heartbeats.
+_TICKING: Final = frozenset({f"{_KV}MUSTER_SHARDS", f"{_KV}MUSTER_CLUSTERS"})
 PARTED_NODES: Final = 2_000
 PARTED_MAX_BYTES: Final = 64 * 1024
 _TOMBSTONES: Final = ("DEL", "PURGE")
@@ -180,13 +182,18 @@ async def _kv_streams(js: JetStreamContext) -> dict[str, int]:
 
 
 async def _quiet(js: JetStreamContext, *, timeout_s: float = 60.0) -> None:
-    """Until no bucket was written for QUIET_S (or `timeout_s`: counted as it stands)."""
+    """Until no bucket but the ticking ones was written for QUIET_S (or `timeout_s`: counted
+    as it stands)."""
+
+    async def written() -> dict[str, int]:
+        return {name: seq for name, seq in (await _kv_streams(js)).items() if name not in _TICKING}
+
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(timeout_s):
-            last, since = await _kv_streams(js), time.monotonic()
+            last, since = await written(), time.monotonic()
             while time.monotonic() - since < QUIET_S:
                 await asyncio.sleep(POLL_S)
-                now = await _kv_streams(js)
+                now = await written()
                 if now != last:
                     last, since = now, time.monotonic()
 

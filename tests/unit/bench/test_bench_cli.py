@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import io
 import json
 from collections.abc import Iterator
@@ -90,7 +89,7 @@ def every_section() -> tuple[int, list[dict[str, Any]]]:
     """`muster bench --scale TINY -o json` once for the module: (exit status, its rows). The
     tests of a section that this run covers at the same options read their rows from it
     instead of starting the same service stacks again."""
-    from muster.bench import buckets, e2e
+    from muster.bench import e2e
 
     every = e2e.run
     out = io.StringIO()
@@ -104,10 +103,6 @@ def every_section() -> tuple[int, list[dict[str, Any]]]:
                 scale=scale, shard_counts=(E2E_SHARDS,), observe=observe
             ),
         )
-        # The census waits for the buckets to stop changing, but the heartbeat buckets
-        # (MUSTER_SHARDS each second, MUSTER_CLUSTERS every two) never do: each case waited
-        # out the whole minute. One quiet window is what the rows here need.
-        patch.setattr(buckets, "_quiet", functools.partial(buckets._quiet, timeout_s=3.0))
         status = muster(["bench", "--scale", TINY, "-o", "json"])
     return status, json_rows(out.getvalue())
 
