@@ -30,7 +30,7 @@ def batches(items: Iterable[T], size: int) -> Iterator[list[T]]:
 
 
 async def settle_in_batches(
-    items: Iterable[T], call: Callable[[T], Awaitable[None]], *, size: int = BATCH_SIZE
+    items: Iterable[T], call: Callable[[T], Awaitable[object]], *, size: int = BATCH_SIZE
 ) -> list[tuple[T, Exception]]:
     """`call(item)` for every item, `size` at a time; the items whose call raised, with what
     it raised, in order. Every call is made, whatever the others did."""
@@ -41,7 +41,7 @@ async def settle_in_batches(
 
 
 async def run_in_batches(
-    items: Iterable[T], call: Callable[[T], Awaitable[None]], *, size: int = BATCH_SIZE
+    items: Iterable[T], call: Callable[[T], Awaitable[object]], *, size: int = BATCH_SIZE
 ) -> None:
     """`call(item)` for every item, `size` at a time; the first failure is raised once its
     batch has ended, and the batches after it are not started (the caller retries the whole:
@@ -52,7 +52,7 @@ async def run_in_batches(
 
 
 async def _settled(
-    batch: list[T], call: Callable[[T], Awaitable[None]]
+    batch: list[T], call: Callable[[T], Awaitable[object]]
 ) -> list[tuple[T, Exception]]:
     """Run one batch's calls side by side (one alone in place: a gather makes a task of
     each); the failed ones. Then what else is ready runs, even if no call waited."""
