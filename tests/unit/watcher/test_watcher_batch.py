@@ -4,12 +4,11 @@ with the other changes of the batch."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import pytest
+from watcher_pods import Stream, changed, pod
 
-from muster.bus.errors import BusError
 from muster.bus.poison import Quarantine
 from muster.cluster import ClusterChange
 from muster.contracts.v1 import events_pb2
@@ -19,15 +18,6 @@ from muster.watcher.pods import Sent
 from muster.watcher.service import _handle_batch
 
 pytestmark = pytest.mark.timeout(10)
-
-
-class Stream:
-    def __init__(self) -> None:
-        self.stored: list[events_pb2.Envelope] = []
-
-    async def publish_many(self, envs: Sequence[events_pb2.Envelope]) -> list[int | BusError]:
-        self.stored.extend(envs)
-        return list(range(len(self.stored) - len(envs) + 1, len(self.stored) + 1))
 
 
 class Marks:
@@ -40,8 +30,7 @@ class Marks:
     def save(self, workload: str, sent: Sent) -> None:
         self.sent[workload] = sent
 
-    def note(self, workload: str, sent: Sent) -> None:
-        self.sent[workload] = sent
+    note = save  # what the events tell and what they cannot: one place here
 
 
 class Poison:
@@ -50,30 +39,6 @@ class Poison:
 
     async def object(self, key: str, obj: Any, why: object, *, revision: int) -> None:
         self.objects.append(f"{key}: {why}")
-
-
-def pod(of: str, i: int, phase: str = "Pending", *, node: str = "") -> dict[str, Any]:
-    """Pod `i` of workload ns/`of`, applied by its owner (not started by muster's binder)."""
-    return {
-        "metadata": {
-            "namespace": "ns",
-            "name": f"{of}-{i}",
-            "uid": f"uid-{of}-{i}",
-            "labels": {"muster.dev/workload": of},
-        },
-        "spec": {"nodeName": node},
-        "status": {
-            "phase": phase,
-            "conditions": [{"type": "Ready", "status": "True" if phase == "Running" else "False"}],
-        },
-    }
-
-
-def changed(
-    obj: dict[str, Any], kind: Literal["ADDED", "MODIFIED", "DELETED"] = "ADDED"
-) -> ClusterChange:
-    key = f"pod.ns.{obj['metadata']['name']}"
-    return ClusterChange(kind="Pod", type=kind, key=key, obj=obj, revision=0)
 
 
 async def handled(*batches: list[ClusterChange]) -> tuple[list[events_pb2.Envelope], Poison]:
@@ -88,17 +53,17 @@ async def handled(*batches: list[ClusterChange]) -> tuple[list[events_pb2.Envelo
 
 async def test_a_run_of_pod_changes_tells_the_pending_set_it_ends_with_once() -> None:
     # Deciding after each change would tell pods_pending four times, a pod more each time.
-    envs, _ = await handled([changed(pod("g", i)) for i in range(4)])
+    envs, _ = await handled([changed(pod(i, of="g", node="")) for i in range(4)])
     assert [e.type for e in envs] == ["workload.pods_pending"]
     assert [p.name for p in envs[0].pods_pending.pods] == ["g-0", "g-1", "g-2", "g-3"]
 
 
 async def test_each_workload_of_a_run_is_decided_on_its_own_pods() -> None:
     batch = [
-        changed(pod("a", 0)),
-        changed(pod("b", 0)),
-        changed(pod("a", 0, "Running", node="n1"), "MODIFIED"),
-        changed(pod("a", 1, "Running", node="n1")),
+        changed(pod(0, of="a", node="")),
+        changed(pod(0, of="b", node="")),
+        changed(pod(0, "Running", of="a", node="n1")),
+        changed(pod(1, "Running", of="a", node="n1")),
     ]
     envs, _ = await handled(batch)
     told = [(e.workload, e.type) for e in envs]
@@ -107,8 +72,8 @@ async def test_each_workload_of_a_run_is_decided_on_its_own_pods() -> None:
 
 
 async def test_a_run_that_skips_running_still_tells_it_before_finished() -> None:
-    batch = [changed(pod("f", i)) for i in range(2)]
-    batch += [changed(pod("f", i, "Succeeded", node="n1"), "MODIFIED") for i in range(2)]
+    batch = [changed(pod(i, of="f", node="")) for i in range(2)]
+    batch += [changed(pod(i, "Succeeded", of="f", node="n1")) for i in range(2)]
     envs, _ = await handled(batch)
     assert [e.type for e in envs] == ["workload.running", "workload.finished"]
     assert envs[1].finished.message == "2 of 2 pods succeeded"
@@ -116,8 +81,12 @@ async def test_a_run_that_skips_running_still_tells_it_before_finished() -> None
 
 async def test_a_workload_whose_pods_all_went_in_the_run_is_forgotten() -> None:
     envs, poison = await handled(
-        [changed(pod("d", 0))],
-        [changed(pod("d", 0), "DELETED"), changed(pod("d", 1)), changed(pod("d", 1), "DELETED")],
+        [changed(pod(0, of="d", node=""))],
+        [
+            changed(pod(0, of="d", node=""), deleted=True),
+            changed(pod(1, of="d", node="")),
+            changed(pod(1, of="d", node=""), deleted=True),
+        ],
     )
     assert [e.type for e in envs] == ["workload.pods_pending"]
     assert poison.objects == []
