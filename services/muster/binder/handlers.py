@@ -17,8 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 import msgspec
 from google.protobuf.message import Message
@@ -42,6 +41,7 @@ from muster.bus.errors import Reject, Retry
 from muster.bus.progress import advanced
 from muster.bus.tracing import step, trace_headers
 from muster.cluster.backend import ClusterBackend, Identity, PodSetStart, WorkloadOrigin
+from muster.cluster.batches import run_in_batches, settle_in_batches
 from muster.cluster.errors import ClusterError, RequestsRefusedError
 from muster.contracts.v1 import events_pb2
 from muster.core.submissions import EndedSubmissions
@@ -359,7 +359,7 @@ async def on_gang_permitted(env: events_pb2.Envelope, ctx: BinderContext) -> Non
 
 
 async def _bind_gang(env: events_pb2.Envelope, ctx: BinderContext) -> None:
-    bindings = list(env.gang_permitted.bindings)
+    bindings = env.gang_permitted.bindings
 
     async def bind(b: events_pb2.PodBinding) -> None:
         async with ctx.pacer.slot():
@@ -369,15 +369,17 @@ async def _bind_gang(env: events_pb2.Envelope, ctx: BinderContext) -> None:
                 ctx.metrics.bound(time.perf_counter() - started)
 
     with step("binder.bind", attributes=lambda: {"muster.pods": len(bindings)}):
-        results = await _settled([bind(b) for b in bindings])
+        # A batch at a time (cluster/batches.py): a gang of 100 000 pods neither holds a task
+        # per pod nor keeps the loop from others' events. Every pod is still tried, and the
+        # gang answered as a whole once all were.
+        failed = await settle_in_batches(bindings, bind)
     failures: list[tuple[events_pb2.PodBinding, ClusterError]] = []
-    for b, result in zip(bindings, results, strict=True):
-        if isinstance(result, ClusterError):
-            failures.append((b, result))
-            if ctx.metrics is not None:
-                ctx.metrics.failed(temporary=result.temporary)
-        elif isinstance(result, BaseException):
-            raise result  # a bug: the consume loop naks and retries
+    for b, err in failed:
+        if not isinstance(err, ClusterError):
+            raise err  # a bug: the consume loop naks and retries
+        failures.append((b, err))
+        if ctx.metrics is not None:
+            ctx.metrics.failed(temporary=err.temporary)
     permanent = [(b, err) for b, err in failures if not err.temporary]
     if failures and not permanent:
         raise Retry(1.0, f"binding {env.workload}: {failures[0][1]}")
@@ -391,18 +393,6 @@ async def _bind_gang(env: events_pb2.Envelope, ctx: BinderContext) -> None:
         await ctx.publish("gang_rejected", payload, cause=env)
         return
     await ctx.publish("bound", events_pb2.PodsBound(bindings=bindings), cause=env)
-
-
-async def _settled(calls: list[Coroutine[Any, Any, None]]) -> list[BaseException | None]:
-    """What each of `calls` ended with (None: returned), run side by side; one is awaited
-    in place (a gather makes a task of each)."""
-    if len(calls) == 1:
-        try:
-            await calls[0]
-        except Exception as err:  # returned, as gather(return_exceptions=True) would
-            return [err]
-        return [None]
-    return await asyncio.gather(*calls, return_exceptions=True)
 
 
 async def on_evict(env: events_pb2.Envelope, ctx: BinderContext) -> None:
@@ -432,12 +422,11 @@ async def on_evict(env: events_pb2.Envelope, ctx: BinderContext) -> None:
         with step("binder.evict", attributes=lambda: {"muster.workload": key}):
             try:
                 if command.pods:
-                    await asyncio.gather(
-                        *(
-                            ctx.backend.delete("Pod", p.name, namespace=p.namespace, uid=p.uid)
-                            for p in command.pods
-                        )
-                    )
+
+                    async def delete(p: events_pb2.PodRef) -> None:
+                        await ctx.backend.delete("Pod", p.name, namespace=p.namespace, uid=p.uid)
+
+                    await run_in_batches(command.pods, delete)
                 else:
                     await ctx.backend.stop_workload(
                         key, before=eviction, pod_sets=ctx.pod_sets(key)

@@ -50,6 +50,7 @@ from muster.cluster.keys import (
 log = logging.getLogger(__name__)
 
 _RETRY_S = 1.0  # a watch that failed is resumed after this long
+YIELD_EVERY = 256  # changes applied between turns given to the rest of the loop
 # Keys of the objects placement reads (both backends key changes alike); everything else is
 # skipped undecoded.
 WATCHED_PREFIXES = (
@@ -134,7 +135,13 @@ class ClusterCache:
             )
             try:
                 async with contextlib.aclosing(changes):
+                    applied = 0
                     async for change in changes:
+                        applied += 1
+                        if applied % YIELD_EVERY == 0:
+                            # Changes already arrived come without a wait: a 10 000-pod Job's
+                            # would hold the loop (health answers, events) until all are in.
+                            await asyncio.sleep(0)
                         try:
                             self.apply(change)
                         except Exception as err:  # poison: one object never stops the watch

@@ -77,6 +77,13 @@ class Permit(msgspec.Struct, kw_only=True):
     bindings: dict[PodKey, NodeName]
     restored: bool  # read back from the stream at start, not decided by this process
     uids: dict[PodKey, str] = msgspec.field(default_factory=dict)  # of the pods permitted
+    # The pods before this one (in `bindings`' order) were seen bound: each bind seen looks on
+    # from there, not at every pod again (a gang of n pods: n, not n², looks; `_seen_bound`).
+    seen_bound: int = 0
+    order: tuple[PodKey, ...] = ()  # the keys of `bindings`, to look on from `seen_bound`
+
+    def __post_init__(self) -> None:
+        self.order = tuple(self.bindings)
 
 
 class KueueGang(msgspec.Struct, kw_only=True):
@@ -455,10 +462,22 @@ class GangPermitState:
         """A pod of `gang` is bound: once all its permitted pods are, the permit is answered
         (the binder's `bound` says the same; the cache may see it first)."""
         permit = self.permits.get(gang)
-        if permit is not None and all(
-            p in self.pods and self.pods[p].node_name for p in permit.bindings
-        ):
+        if permit is None:
+            return
+        pods = permit.order
+        while permit.seen_bound < len(pods) and self._is_bound(pods[permit.seen_bound]):
+            permit.seen_bound += 1
+        if permit.seen_bound < len(pods):
+            return
+        # All seen bound once: checked whole again, as a pod seen earlier may have gone since.
+        if all(self._is_bound(p) for p in pods):
             del self.permits[gang]
+        else:
+            permit.seen_bound = 0
+
+    def _is_bound(self, key: PodKey) -> bool:
+        pod = self.pods.get(key)
+        return pod is not None and bool(pod.node_name)
 
     def awaits_admission(self, gang: GangKey) -> bool:
         """Whether `gang` is a Kueue workload's whose `admitted` event is not folded in yet: its

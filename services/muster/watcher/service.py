@@ -32,7 +32,14 @@ from muster.bus.supervision import SupervisedGroup, supervised
 from muster.cluster.backend import ClusterBackend, ClusterChange
 from muster.cluster.errors import ClusterError
 from muster.cluster.keys import SCHEDULING_POD_GROUP_KIND
-from muster.watcher.handlers import Handler, KueueWorkloads, WatcherContext, handler_for
+from muster.watcher.handlers import (
+    FoldedPods,
+    Handler,
+    KueueWorkloads,
+    WatcherContext,
+    handler_for,
+    on_pod,
+)
 from muster.watcher.kube_events import EventBook
 from muster.watcher.marks import KvMarks, PutMany, until_done
 from muster.watcher.outbox import Outbox
@@ -234,15 +241,26 @@ async def _handle_batch(
     groups: GroupStatuses | None,
     events: EventSink | None,
 ) -> None:
-    """Handle each change of `batch` in order."""
+    """Handle each change of `batch` in order; a run of pod changes is folded, and each
+    workload it touched decided once (`FoldedPods`), before the next other change."""
+    folded = FoldedPods()
+
+    async def decide_folded() -> None:
+        for last, decide in folded.take():
+            await _handleuntil_done(decide, last, ctx, poison)
+
     for change in batch:
         if groups is not None and change.kind in GROUP_KINDS:
             groups.seen(change)  # its conditions may now be written
         if events is not None and change.kind in ("Workload", "Job"):
             events.learn(change.obj)  # its uid, for the Events about it
         handler = handler_for(change)
-        if handler is not None:
+        if handler is on_pod:
+            await _handleuntil_done(folded.fold, change, ctx, poison)
+        elif handler is not None:
+            await decide_folded()  # its pods' events go before what the object says
             await _handleuntil_done(handler, change, ctx, poison)
+    await decide_folded()
 
 
 async def _remember(

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import itertools
+from collections.abc import AsyncIterator
 from typing import Any, cast
 
 from muster.api import decode_documents
 from muster.api.model import Node, Pod, SchedulingWorkload
 from muster.cluster.backend import ChangeType, ClusterBackend, ClusterChange
 from muster.cluster.keys import node_key, object_key, pod_key
-from muster.gangpermit.cache import CachedObject, ClusterCache
+from muster.gangpermit.cache import YIELD_EVERY, CachedObject, ClusterCache
 
 
 class Recording:
@@ -161,3 +165,33 @@ def test_only_changes_the_sink_calls_news_wake_the_passes() -> None:
     cache.apply(change(type="ADDED", key=node_key("n1"), obj=NODE, revision=2))
     cache.apply(change(type="DELETED", key=pod_key("ns", "p"), obj=POD, revision=3))
     assert len(woken) == 2  # a node, and a pod gone (its room is free)
+
+
+class Burst:
+    """A watch whose changes have all arrived: each comes without a wait (a large Job's pods)."""
+
+    def __init__(self, pods: int) -> None:
+        self.pods = pods
+
+    async def watch(self, **_: Any) -> AsyncIterator[ClusterChange]:
+        for i in range(self.pods):
+            obj = {**POD, "metadata": {"name": f"p{i}", "namespace": "ns"}}
+            yield change(type="ADDED", key=pod_key("ns", f"p{i}"), obj=obj, revision=i + 1)
+        await asyncio.Event().wait()  # then nothing more, until cancelled
+
+
+async def test_a_burst_of_changes_lets_the_rest_of_the_loop_run_between_runs_of_them() -> None:
+    total = 3 * YIELD_EVERY
+    sink = Recording()
+    cache = ClusterCache(cast(ClusterBackend, Burst(total)), sink=sink)
+    seen = [0]  # the changes applied so far, at each turn another task got
+
+    task = asyncio.create_task(cache.run())
+    while seen[-1] < total and len(seen) < 10 * total:
+        await asyncio.sleep(0)
+        seen.append(len(sink.calls))
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert seen[-1] == total
+    assert max(b - a for a, b in itertools.pairwise(seen)) <= YIELD_EVERY

@@ -373,3 +373,20 @@ def test_a_pod_of_a_parked_gang_that_goes_away_leaves_the_gang() -> None:
     (gone,) = objects([d for d in cluster if d["metadata"]["name"] == "train-2"])
     state.remove(gone)
     assert sorted(state.feed.members[GangKey(GANG)]) == ["ns/train-0", "ns/train-1"]
+
+
+def test_a_permit_is_answered_once_every_pod_is_bound_whatever_the_order_of_the_binds() -> None:
+    state = fed(node("a", cpu="3") + gang(pods=3))
+    (permit,) = decide(state, now_s=10.0)
+    nodes = {b.pod.name: b.node for b in permit.gang_permitted.bindings}
+
+    def bound(name: str) -> Any:
+        return objects(pod(name, workload="train", node_name=nodes[name]))[0]
+
+    state.put(bound("train-2"))
+    state.put(bound("train-0"))
+    state.remove(bound("train-0"))  # seen bound, then gone before the last bind
+    state.put(bound("train-1"))
+    assert GangKey(GANG) in state.permits  # train-0 is not bound any more: not answered
+    state.put(bound("train-0"))
+    assert GangKey(GANG) not in state.permits

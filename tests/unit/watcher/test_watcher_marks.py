@@ -5,16 +5,15 @@ and neither drops a duplicate (as after JetStream's 2-minute window)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any, cast
 
 import msgspec
 import pytest
+from watcher_pods import Stream, changed, pod
 
-from muster.bus.errors import BusError
 from muster.bus.kv import Bucket, Entry
 from muster.cluster import ClusterChange
-from muster.contracts.v1 import events_pb2
 from muster.watcher.handlers import WatcherContext, on_pod
 from muster.watcher.marks import KvMarks
 from muster.watcher.outbox import Outbox
@@ -24,21 +23,6 @@ pytestmark = pytest.mark.timeout(10)
 
 CLUSTER = "east"
 WL = "ns/w"
-
-
-class Stream:
-    """Stores every event published, in order; drops no duplicate."""
-
-    def __init__(self) -> None:
-        self.stored: list[events_pb2.Envelope] = []
-
-    async def publish_many(self, envs: Sequence[events_pb2.Envelope]) -> list[int | BusError]:
-        self.stored.extend(envs)
-        return list(range(len(self.stored) - len(envs) + 1, len(self.stored) + 1))
-
-    async def replay(self) -> AsyncIterator[events_pb2.Envelope]:
-        for env in self.stored:
-            yield env
 
 
 class MarksBucket:
@@ -62,38 +46,6 @@ class MarksBucket:
     async def snapshot(self, pattern: str, *, timeout_s: float) -> dict[str, Entry]:
         prefix = pattern.removesuffix(">")
         return {k: Entry(k, v, 1, 0.0) for k, v in self.values.items() if k.startswith(prefix)}
-
-
-def pod(
-    i: int, phase: str = "Pending", *, node: str = "n", ready: bool | None = None, of: str = "w"
-) -> Any:
-    """Pod `i` of workload ns/`of` (WL) as the cluster stores it; Running is Ready unless
-    `ready` says otherwise."""
-    ready = phase == "Running" if ready is None else ready
-    return {
-        "metadata": {
-            "namespace": "ns",
-            "name": f"{of}-{i}",
-            "uid": f"uid-{of}-{i}",
-            "labels": {"muster.dev/workload": of},
-        },
-        "spec": {"nodeName": node},
-        "status": {
-            "phase": phase,
-            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-        },
-    }
-
-
-def changed(obj: Any, *, deleted: bool = False) -> ClusterChange:
-    name = obj["metadata"]["name"]
-    return ClusterChange(
-        kind="Pod",
-        type="DELETED" if deleted else "MODIFIED",
-        key=f"pod.ns.{name}",
-        obj=obj,
-        revision=0,
-    )
 
 
 class Watcher:

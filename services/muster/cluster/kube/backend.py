@@ -35,6 +35,7 @@ from muster.cluster.backend import (
     admission_of,
     split_workload_key,
 )
+from muster.cluster.batches import run_in_batches
 from muster.cluster.errors import (
     BindConflictError,
     ClusterError,
@@ -416,14 +417,12 @@ class KubeBackend:
             await self._delete(JOBS, str(meta["name"]), namespace, uid=str(meta.get("uid", "")))
         found = await self._pods_of(namespace, name)
         pods = [p for p in found if not before or admission_of(p) < before]
-        await asyncio.gather(
-            *(
-                self._delete(
-                    PODS, p["metadata"]["name"], namespace, uid=p["metadata"].get("uid", "")
-                )
-                for p in pods
-            )
-        )
+
+        async def delete(pod: dict[str, Any]) -> None:
+            meta = pod["metadata"]
+            await self._delete(PODS, meta["name"], namespace, uid=meta.get("uid", ""))
+
+        await run_in_batches(pods, delete)
         if workload is not None and copies.origin_of(workload) and len(pods) == len(found):
             await self._delete(self._kueue["Workload"], name, namespace)  # no later admission's
 
@@ -644,7 +643,9 @@ class KubeBackend:
             who = self._kueue["Workload"].describe(name, namespace)
             message = f"its podset template cannot ask for the admitted requests: {err}"
             raise RequestsRefusedError(who, message) from None
-        await asyncio.gather(*(self.create(pod) for pod in pods))
+        # Every pod is made first, so a podset that cannot be resized creates none; then they
+        # are written a batch at a time (cluster/batches.py).
+        await run_in_batches(pods, self.create)
 
     async def _pods_of(self, namespace: str, name: str) -> list[dict[str, Any]]:
         """The pods of workload or pod group `name`: labelled with it, or (a Workload API pod

@@ -8,12 +8,11 @@ run under the sim kubelet (`muster.cluster.sim.kubelet`).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import copy
 import logging
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import msgspec
@@ -38,6 +37,7 @@ from muster.cluster.backend import (
     admission_of,
     split_workload_key,
 )
+from muster.cluster.batches import run_in_batches
 from muster.cluster.errors import (
     BindConflictError,
     ClusterError,
@@ -268,20 +268,17 @@ class SimBackend:
             annotations = await self._workload_annotations(namespace, name)
         labels = {WORKLOAD_LABEL: name, **({ADMISSION_LABEL: str(admission)} if admission else {})}
         now_s = self._clock.now_s()
-        pods = [
+        # Made as their batch starts (cluster/batches.py): a large Job's pods are never all held.
+        pods = (
             _pod(namespace, name, ps, i, labels=labels, annotations=annotations, created=now_s)
             for ps in pod_sets
             for i in range(ps.count)
-        ]
-        # Pods get their uid here, not in apply: apply replaces, start_workload never does.
-        for pod in pods:
-            pod["metadata"]["uid"] = self._new_uid()
-        if len(pods) == 1:
-            await self._create_if_absent(pods[0])  # no task for a gather of one
-        else:
-            await asyncio.gather(*(self._create_if_absent(pod) for pod in pods))
+        )
+        await run_in_batches(pods, self._create_if_absent)
 
     async def _create_if_absent(self, pod: dict[str, Any]) -> None:
+        # Pods get their uid here, not in apply: apply replaces, start_workload never does.
+        pod["metadata"]["uid"] = self._new_uid()
         meta = pod["metadata"]
         key = pod_key(meta["namespace"], meta["name"])
         try:
@@ -345,12 +342,13 @@ class SimBackend:
         self, workload_key: str, *, before: int = 0, pod_sets: Mapping[str, int] | None = None
     ) -> None:
         namespace, name = split_workload_key(workload_key)
+        keys: Iterable[str]
         if pod_sets is not None:
-            keys = [
+            keys = (
                 pod_key(namespace, f"{name}-{pod_set}-{i}")
                 for pod_set, count in sorted(pod_sets.items())
                 for i in range(count)
-            ]
+            )
         else:  # names unknown: every pod of the namespace, read to find the workload's
             pods = await self.store.list(namespace_prefix(namespace))
             keys = [p.key for p in pods if _labels(p.obj).get(WORKLOAD_LABEL) == name]
@@ -360,7 +358,10 @@ class SimBackend:
                 return True  # a pod of that name, not the workload's
             return bool(before) and admission_of(obj) >= before  # a later admission's
 
-        await asyncio.gather(*(self._delete(key, keep=keep) for key in keys))
+        async def delete(key: str) -> None:
+            await self._delete(key, keep=keep)
+
+        await run_in_batches(keys, delete)
 
     async def probe(self) -> ClusterError | None:
         """The simulated cluster is its NATS bucket: reachable while the bus is (a lost
