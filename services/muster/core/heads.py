@@ -53,8 +53,20 @@ class Heads:
         """Decide for head `r`; `listed_key` is the lower bound it was listed with, None when
         its turn is exact (the fair-sharing tournament). What `cq`'s head held with no victim
         goes (`unreclaimable`); `r` holds again if it is such a head."""
+        held = self.queueing.take_hold(tree, cq)
+        hold = self._decide(tree, cq, group, r, listed_key)
+        self.queueing.replace_hold(tree, cq, held, hold)
+
+    def _decide(
+        self,
+        tree: TreeRuntime,
+        cq: QueueRuntime,
+        group: PendingGroup,
+        r: WorkloadRecord,
+        listed_key: tuple[object, ...] | None,
+    ) -> Hold | None:
+        """`decide`, with `cq`'s hold out of the way; what `r` holds now."""
         state, queueing = self.state, self.queueing
-        queueing.replace_hold(tree, cq, None)
         config = state.config
         problem = config.admissibility(r)
         if problem is not None:
@@ -63,36 +75,36 @@ class Heads:
             else:
                 queueing.drop_reservation(r)
                 queueing.park(tree, group, r, problem, {})
-            return
+            return None
         held = self.routing.hold_back(state, r, group) if self.routing is not None else None
         if held is not None:
             queueing.drop_reservation(r)
             queueing.park(tree, group, r, (config.reason("WaitingForQuota", "Pending"), held), {})
-            return
+            return None
         a, victims = self.attempt(r)
         if a.mode is Mode.FIT or victims is not None:
             key = queueing.sort_key(r, a)
             top = tree.peek_key() if listed_key is not None else None
             if listed_key is not None and key > listed_key and top is not None and key > top:
                 cq.tree.list_queue(cq, key)  # others come first now; retry in order
-                return
+                return None
             short = queueing.held_for_preemptors(tree, r, key, a, victims)
             if short:  # a preemptor held back keeps what it holds: its need is unchanged
                 why = (config.reason("WaitingForQuota", "Pending"), NO_LONGER_FITS)
                 queueing.park(tree, group, r, why, short)
-                return
+                return None
         if a.mode is Mode.FIT:
             self._admit_head(cq, group, r, a)
-            return
+            return None
         if r.key in state.awaiting_victims and a.mode is Mode.PREEMPT:
             # Restored as a preemptor whose victims stop (which they are is not recorded):
             # it waits, as it did, and preempts no one else.
             state.awaiting_victims.discard(r.key)
             self._await_victims(tree, cq, group, r, a, None)
-            return
+            return None
         if victims is not None and r.key not in state.preempted_this_round:
             self._preempt_for(tree, cq, group, r, a, victims)
-            return
+            return None
         state.awaiting_victims.discard(r.key)
         # Kueue: a workload that needs preemption but has no victim waits for quota.
         reason = a.pending_reason if a.mode is Mode.NO_FIT else "WaitingForQuota"
@@ -101,8 +113,7 @@ class Heads:
         # else a preemptor whose freed quota went to work ahead of it keeps what it holds
         why = (config.reason(reason, "Pending"), a.message)
         queueing.park(tree, group, r, why, queueing.wake_thresholds(cq.name, a))
-        if a.mode is Mode.PREEMPT and victims is None:
-            queueing.replace_hold(tree, cq, self._unreclaimable(r, a))
+        return self._unreclaimable(r, a) if a.mode is Mode.PREEMPT and victims is None else None
 
     def _unreclaimable(self, r: WorkloadRecord, a: Assignment) -> Hold | None:
         """Kueue holds capacity for a head that needs preemption and has no victim when its

@@ -231,10 +231,17 @@ class Queueing:
                     holder.add_usage(fr, -amount)
             tree.unhold(held)
 
-    def replace_hold(self, tree: TreeRuntime, cq: QueueRuntime, new: Hold | None) -> None:
-        """`new` is what `cq`'s head holds now (None: nothing); groups parked behind what it
-        held before may be admissible."""
-        self._wake(tree, released(self.holds.replace(tree.name, cq.name, new)))
+    def take_hold(self, tree: TreeRuntime, cq: QueueRuntime) -> Hold | None:
+        """`cq`'s hold, out of the way of its head's own attempt; `replace_hold` settles it."""
+        return self.holds.replace(tree.name, cq.name, None)
+
+    def replace_hold(
+        self, tree: TreeRuntime, cq: QueueRuntime, old: Hold | None, new: Hold | None
+    ) -> None:
+        """`new` is what `cq`'s head holds now (None: nothing) in place of `old`; groups parked
+        behind what it held and holds no more may be admissible."""
+        self.holds.replace(tree.name, cq.name, new)
+        self._wake(tree, released(old, new))
 
     def _wake(self, tree: TreeRuntime, freed: Iterable[tuple[FlavorResource, int]]) -> None:
         for fr, amount in freed:

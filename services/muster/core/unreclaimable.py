@@ -69,10 +69,19 @@ def live(hold: Hold, r: WorkloadRecord | None) -> bool:
     )
 
 
-def released(old: Hold | None) -> list[tuple[FlavorResource, int]]:
-    """What a hold that goes stops requesting, per resource: the groups parked behind it are
-    worth a retry."""
-    return sorted(old.request.items()) if old is not None else []
+def released(old: Hold | None, new: Hold | None = None) -> list[tuple[FlavorResource, int]]:
+    """What replacing hold `old` by `new` stops requesting, per resource: the groups parked
+    behind it are worth a retry. The same head holding as much again frees nothing: waking
+    what it keeps out would let two such heads wake each other for ever."""
+    if old is None:
+        return []
+    if new is None or new.key != old.key or new.order != old.order:
+        return sorted(old.request.items())
+    return sorted(
+        (fr, amount - new.request.get(fr, 0))
+        for fr, amount in old.request.items()
+        if amount > new.request.get(fr, 0)
+    )
 
 
 class Holds:
