@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -35,7 +35,7 @@ async def settle_in_batches(
     """`call(item)` for every item, `size` at a time; the items whose call raised, with what
     it raised, in order. Every call is made, whatever the others did."""
     failed: list[tuple[T, Exception]] = []
-    for batch in batches(items, size):
+    async for batch in _turns(items, size):
         failed += await _settled(batch, call)
     return failed
 
@@ -46,16 +46,25 @@ async def run_in_batches(
     """`call(item)` for every item, `size` at a time; the first failure is raised once its
     batch has ended, and the batches after it are not started (the caller retries the whole:
     each call must be idempotent)."""
-    for batch in batches(items, size):
+    async for batch in _turns(items, size):
         if failed := await _settled(batch, call):
             raise failed[0][1]
+
+
+async def _turns(items: Iterable[T], size: int) -> AsyncIterator[list[T]]:
+    """The batches of `items`; before each but the first, what else is ready runs, even if no
+    call waited. A workload of one batch (most) pays no extra turn of the loop."""
+    for i, batch in enumerate(batches(items, size)):
+        if i:
+            await asyncio.sleep(0)
+        yield batch
 
 
 async def _settled(
     batch: list[T], call: Callable[[T], Awaitable[object]]
 ) -> list[tuple[T, Exception]]:
     """Run one batch's calls side by side (one alone in place: a gather makes a task of
-    each); the failed ones. Then what else is ready runs, even if no call waited."""
+    each); the failed ones."""
     if len(batch) == 1:
         try:
             await call(batch[0])
@@ -69,5 +78,4 @@ async def _settled(
             failed.append((item, result))
         elif isinstance(result, BaseException):
             raise result  # cancelled, or exiting: not a call's failure
-    await asyncio.sleep(0)
     return failed
