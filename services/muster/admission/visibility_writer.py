@@ -45,6 +45,7 @@ from google.protobuf.message import DecodeError
 from muster.admission.visibility import INDEX_PREFIX, PAGE_PREFIX, pending_index_key
 from muster.bus.errors import Conflict
 from muster.bus.kv import Entry, valid_key
+from muster.bus.progress import advanced
 from muster.contracts.v1 import events_pb2, services_pb2
 
 log = logging.getLogger(__name__)
@@ -243,6 +244,7 @@ class VisibilityWriter:
         raise Conflict(key, 0)
 
     def _wrote(self, key: str, value: bytes, epoch: int | None) -> None:
+        advanced()  # the loop writing is not stalled (its pulse: bus/pulse.py)
         self.written[key] = value
         if epoch is not None:
             self.written_epochs[key] = epoch
@@ -270,6 +272,7 @@ class VisibilityWriter:
             await self.kv.delete(
                 key, self.revisions.get(key), forget_after_s=self.tombstones_kept_s
             )
+        advanced()
         self.written.pop(key, None)
         self.written_epochs.pop(key, None)
         self.revisions.pop(key, None)
@@ -332,6 +335,7 @@ class VisibilityWriter:
     async def _forget(self, key: str) -> None:
         """Delete `key` whoever wrote it (a page no index names)."""
         await self.kv.delete(key, forget_after_s=self.tombstones_kept_s)
+        advanced()
 
     async def sweep_legacy(self, listing: KeyListing, values: Mapping[str, bytes]) -> None:
         """Delete, once, the pending keys of the layout before indexes that a writer of
