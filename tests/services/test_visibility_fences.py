@@ -19,6 +19,7 @@ import pytest
 from admission_world import (
     cluster_queue,
     config_applied,
+    config_deleted,
     eventually,
     flavor,
     local_queue,
@@ -163,6 +164,66 @@ async def test_a_local_queue_of_no_cluster_queue_keeps_its_new_owners_status(
     assert stored is not None
     assert stored.value is not None
     assert pb.LocalQueueStatus.FromString(stored.value).epoch > 0  # in the bucket only
+
+
+async def test_a_local_queue_that_gains_a_cluster_queue_keeps_its_new_owners_status(
+    bus: Bus, gw: RunningGateway
+) -> None:
+    """Its ClusterQueue is created in a tree another replica decides; the old owner (of its
+    stand-in tree) writes its status late, after the new owner's: refused, the stored status
+    carrying the ClusterQueue's epoch, larger. Before, the new owner's status carried none,
+    and the old owner's count stood until the status next changed."""
+    world = World(await bus.kv(VISIBILITY_BUCKET))
+    shard = partition_of(queue_tree("ns", "lq")) % SHARDS
+    old = world.replica(shard)
+    for manifest in (flavor(), local_queue("lq", cq="cq")):
+        world.event(config_applied(manifest))
+    world.event(submitted(workload("a")))
+    await old.write()
+    world.event(submitted(workload("b")))
+    late = old.render()  # written only after the new owner's
+    new = world.replica(1 - shard)
+    world.event(config_applied(cluster_queue("cq", cpu="0", cohort=cohort_of_shard(1 - shard))))
+    world.event(submitted(workload("c")))
+    await new.write()
+    assert await local_queues(gw) == [("lq", "cq", 3)]
+
+    await old.writer.write(*late)
+    assert await local_queues(gw) == [("lq", "cq", 3)]
+    await old.write()  # it reads the ClusterQueue: the key is no longer its own
+    assert await local_queues(gw) == [("lq", "cq", 3)]
+    world.event(submitted(workload("d")))  # and the new owner keeps writing it
+    await new.write()
+    assert await local_queues(gw) == [("lq", "cq", 4)]
+
+
+async def test_a_local_queue_that_loses_its_cluster_queue_keeps_its_new_owners_status(
+    bus: Bus, gw: RunningGateway
+) -> None:
+    """The other way: its ClusterQueue is deleted, and the owner of its stand-in tree writes
+    its status; the ClusterQueue's owner writes it late: refused (the stored status carries a
+    larger epoch), where before it wrote over it, as over a write of its own former life."""
+    world = World(await bus.kv(VISIBILITY_BUCKET))
+    shard = partition_of(queue_tree("ns", "lq")) % SHARDS
+    new, old = world.replica(shard), world.replica(1 - shard)
+    world.event(config_applied(flavor()))
+    world.event(config_applied(cluster_queue("cq", cpu="0", cohort=cohort_of_shard(1 - shard))))
+    world.event(config_applied(local_queue("lq", cq="cq")))
+    world.event(submitted(workload("a")))
+    await old.write()
+    await new.write()
+    world.event(submitted(workload("b")))
+    late = old.render()  # written only after the new owner's
+    world.event(config_deleted("ClusterQueue", "cq"))
+    world.event(submitted(workload("c")))
+    await new.write()
+    assert await local_queues(gw) == [("lq", "cq", 3)]
+
+    await old.writer.write(*late)
+    assert await local_queues(gw) == [("lq", "cq", 3)]
+    world.event(submitted(workload("d")))  # and the new owner keeps writing it
+    await new.write()
+    assert await local_queues(gw) == [("lq", "cq", 4)]
 
 
 @pytest.mark.parametrize("order", ["the other deletes first", "the owner writes first"])

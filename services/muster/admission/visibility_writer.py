@@ -42,7 +42,12 @@ from typing import Any, Final, Protocol
 
 from google.protobuf.message import DecodeError
 
-from muster.admission.visibility import INDEX_PREFIX, PAGE_PREFIX, pending_index_key
+from muster.admission.visibility import (
+    INDEX_PREFIX,
+    LOCAL_QUEUE_PREFIX,
+    PAGE_PREFIX,
+    pending_index_key,
+)
 from muster.bus.errors import Conflict
 from muster.bus.kv import Entry, valid_key
 from muster.bus.progress import advanced
@@ -114,7 +119,8 @@ class VisibilityWriter:
         # (ClusterQueue, our epoch) a newer owner writes: a later epoch of ours writes again.
         self.superseded: set[tuple[str, int]] = set()
         self.claimed: set[tuple[str, int]] = set()  # (ClusterQueue, epoch) we wrote the index of
-        self.superseded_alone: set[tuple[str, int]] = set()  # (`lq.` key, our epoch), as above
+        # (`lq.` key, our epoch) a newer owner writes: of no ClusterQueue, or of one of ours.
+        self.superseded_alone: set[tuple[str, int]] = set()
         self.refused: set[str] = set()  # invalid keys, logged once
         self.owed: set[str] | None = None  # keys a failed write left; None: compare every key
         self._sweeps = asyncio.Semaphore(SWEEPS_AT_ONCE)
@@ -170,7 +176,7 @@ class VisibilityWriter:
                     alone[key] = (value, epoch)
             elif fence is None:
                 plain[key] = value
-            elif fence not in self.superseded:
+            elif fence not in self.superseded and (key, fence[1]) not in self.superseded_alone:
                 queues.setdefault(fence, {})[key] = value
         await _together(
             (self._write_queue(cq, epoch, keys) for (cq, epoch), keys in queues.items()),
@@ -190,7 +196,8 @@ class VisibilityWriter:
         others = [k for k in values if k != index and not k.startswith(PAGE_PREFIX)]
         await _together(self._put(k, values[k]) for k in pages)  # our epoch's: no one else's
         unread = [k for k in others if k not in self.revisions]
-        await _together(self._read_revision(k) for k in unread)
+        await _together(self._read_revision(k, epoch) for k in unread)
+        others = [k for k in others if (k, epoch) not in self.superseded_alone]
         if index in values:
             ours = await self._claim(index, values[index], epoch)
         else:  # a status written first: read its revision before the index says it is ours
@@ -216,9 +223,7 @@ class VisibilityWriter:
         there; then stop writing it under this epoch."""
         if not await self._write_unless_newer(key, value, epoch, status_epoch):
             self.superseded_alone.add((key, epoch))
-            self.written.pop(key, None)
-            self.written_epochs.pop(key, None)
-            self.revisions.pop(key, None)
+            self._forget_key(key)
             log.info("LocalQueue status %s: a newer owner writes it (ours: epoch %d)", key, epoch)
 
     async def _write_unless_newer(
@@ -243,6 +248,12 @@ class VisibilityWriter:
             return True
         raise Conflict(key, 0)
 
+    def _forget_key(self, key: str) -> None:
+        """Remember nothing of `key`: another writer's now."""
+        self.written.pop(key, None)
+        self.written_epochs.pop(key, None)
+        self.revisions.pop(key, None)
+
     def _wrote(self, key: str, value: bytes, epoch: int | None) -> None:
         advanced()  # the loop writing is not stalled (its pulse: bus/pulse.py)
         self.written[key] = value
@@ -256,9 +267,10 @@ class VisibilityWriter:
             if await self._stored_epoch(pending_index_key(cluster_queue)) > epoch:
                 await self._give_up(cluster_queue, epoch)
                 return
+            if not await self._read_revision(key, epoch):
+                return
             # Written since by a writer no newer (a former life of ours, an older owner's
             # write landing late): ours to write over.
-            await self._read_revision(key)
             self.revisions[key] = await self.kv.write(key, value, last=self.revisions[key])
         self._wrote(key, value, epoch)
 
@@ -273,13 +285,20 @@ class VisibilityWriter:
                 key, self.revisions.get(key), forget_after_s=self.tombstones_kept_s
             )
         advanced()
-        self.written.pop(key, None)
-        self.written_epochs.pop(key, None)
-        self.revisions.pop(key, None)
+        self._forget_key(key)
 
-    async def _read_revision(self, key: str) -> None:
+    async def _read_revision(self, key: str, epoch: int) -> bool:
+        """Read the revision to write `key` at; False when it is a LocalQueue status a newer
+        owner wrote (its LocalQueue left our ClusterQueue: deleted, or naming another), which
+        we then stop writing under `epoch`."""
         entry = await self.kv.last_write(key)
+        if key.startswith(LOCAL_QUEUE_PREFIX) and status_epoch(entry) > epoch:
+            self.superseded_alone.add((key, epoch))
+            self._forget_key(key)
+            log.info("LocalQueue status %s: a newer owner writes it (ours: epoch %d)", key, epoch)
+            return False
         self.revisions[key] = 0 if entry is None else entry.revision
+        return True
 
     async def _stored_epoch(self, index: str) -> int:
         return epoch_of(await self.kv.last_write(index))
@@ -297,9 +316,7 @@ class VisibilityWriter:
         assert self.fencing is not None
         ours = [k for k in self.written if (self.fencing.fence(k) or ("",))[0] == cluster_queue]
         for key in ours:
-            self.written.pop(key, None)
-            self.written_epochs.pop(key, None)
-            self.revisions.pop(key, None)
+            self._forget_key(key)
         await _together(self._forget(k) for k in ours if k.startswith(PAGE_PREFIX))
 
     async def _sweep_pages(self, cluster_queue: str, epoch: int) -> None:
