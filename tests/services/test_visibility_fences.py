@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from admission_world import (
@@ -34,9 +35,9 @@ from gateway_helpers import RunningGateway, running_gateway
 from muster.admission.state import AdmissionState
 from muster.admission.translate import fact_of
 from muster.admission.visibility import VisibilityRenderer, pending_page_key
-from muster.admission.visibility_writer import VisibilityWriter
+from muster.admission.visibility_writer import LATE_PAGE_SWEEPS, VisibilityWriter
 from muster.bus import Bus, BusConfig, new_event
-from muster.bus.kv import Bucket
+from muster.bus.kv import Bucket, Entry
 from muster.bus.partitions import partition_of, queue_tree, token
 from muster.contracts.v1 import events_pb2 as pb
 from muster.contracts.v1 import services_pb2
@@ -306,3 +307,55 @@ async def test_a_page_an_old_owner_wrote_late_is_swept(
         await eventually(swept, timeout_s=20)
         assert await kv.get(ours) is not None
         assert await pending(gw, "cq") == [("a", 0), ("b", 1)]
+
+
+class Listings:
+    """A bucket that notes what each listing asked for and read."""
+
+    def __init__(self, kv: Bucket) -> None:
+        self.kv = kv
+        self.read: list[tuple[str, list[str]]] = []  # (pattern, keys read)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.kv, name)
+
+    async def snapshot(self, pattern: str) -> dict[str, Entry]:
+        found = await self.kv.snapshot(pattern)
+        self.read.append((pattern, sorted(found)))
+        return found
+
+
+async def test_late_pages_are_looked_for_in_the_queues_a_replica_owns_for_a_while(
+    bus: Bus, gw: RunningGateway
+) -> None:
+    """The sweep lists each of its own queues' pages, not the bucket (another replica's 40
+    pages are not read), and only in the LATE_PAGE_SWEEPS sweeps after it claimed the queue:
+    after that, an older owner's late page cannot come any more but from one killed since."""
+    world = World(await bus.kv(VISIBILITY_BUCKET))
+    owner = world.replica(0)
+    world.event(config_applied(flavor()))
+    world.event(config_applied(cluster_queue("cq", cpu="0", cohort=cohort_of_shard(0))))
+    world.event(config_applied(local_queue("lq", cq="cq")))
+    world.event(submitted(workload("a")))
+    await owner.write()
+    for page in range(40):  # another replica's queue's pages
+        await world.kv.put(pending_page_key("theirs", page, 7), b"")
+    epoch = owner.views.epochs["cq"]
+    late = pending_page_key("cq", 0, epoch - 1)
+    await world.kv.put(late, b"")
+    listings = Listings(world.kv)
+    owner.writer.kv = listings
+
+    assert await owner.writer.sweep_late_pages() == 1
+    assert listings.read == [
+        ("pending-page.*.cq", sorted([pending_page_key("cq", 0, epoch), late]))
+    ]
+    assert await world.kv.get(late) is None
+    for _ in range(LATE_PAGE_SWEEPS - 1):
+        assert await owner.writer.sweep_late_pages() == 0
+    assert len(listings.read) == LATE_PAGE_SWEEPS
+    await world.kv.put(late, b"")  # from an older owner killed long after: left (no index)
+    assert await owner.writer.sweep_late_pages() == 0
+    assert len(listings.read) == LATE_PAGE_SWEEPS
+    assert await pending(gw, "cq") == [("a", 0)]
+
