@@ -358,4 +358,3 @@ async def test_late_pages_are_looked_for_in_the_queues_a_replica_owns_for_a_whil
     assert await owner.writer.sweep_late_pages() == 0
     assert len(listings.read) == LATE_PAGE_SWEEPS
     assert await pending(gw, "cq") == [("a", 0)]
-
