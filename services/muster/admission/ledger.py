@@ -283,15 +283,15 @@ class Ledger:
     ) -> None:
         """A check's state, kept while it is reserved or admitted (a Retry or Rejected not yet
         followed by its eviction is answered by a rebuilt replica); a Retry's `retry_at_s`
-        while it holds quota (before its eviction or while its pods stop) moves the end it
-        waits for only later, as the engine's `set_admission_check` does, and is kept until it
-        queues again."""
+        while it holds quota (before its eviction or while its pods stop) or waits for its
+        back-off's end (its pods gone) moves that end only later, as the engine's
+        `set_admission_check` does, and is kept until it queues again."""
         entry = self.entries.get(key)
         if entry is None or check not in entry.checks:
             return
         if entry.phase in _DECIDING:
             entry.check_states[check] = state
-        if state.state == "Retry" and entry.holds_quota:
+        if state.state == "Retry" and (entry.holds_quota or entry.phase is Phase.BACKOFF):
             entry.retry_at_s = later(entry.retry_at_s, retry_at_s)
 
     def set_active(self, key: WorkloadKey, active: bool) -> None:

@@ -103,3 +103,32 @@ async def test_a_requeue_decided_but_not_stored_is_said_by_the_rebuilt_replica()
     state, _ = rebuilt(stream)
     told = [(e.type, e.object, e.reason) for e in state.take_ownership(now_s=51.0)]
     assert told[0] == ("Requeued", KEY, "BackoffFinished")
+
+
+async def retried_again(stream: StoredStream, replica: LiveReplica, clock: list[float]) -> None:
+    """prov says Retry again at 20 s, asking for 60 s more: requeueAt 80, later than 42."""
+    clock[0] = 20.5
+    again = pb.AdmissionCheckUpdated(check="prov", state="Retry", requeue_after_seconds=60)
+    stream.put(reported("admission_check", KEY, again, at_s=20.0))
+    await replica.catch_up()
+
+
+@pytest.mark.parametrize("source", ["live", "stream", "snapshot"])
+async def test_a_retry_told_after_its_pods_are_gone_moves_its_wait_later(source: str) -> None:
+    """Kueue (NeedsRequeueAtUpdate) moves requeueAt later for a check's Retry told while the
+    workload waits out its back-off, its pods gone; it requeues at the later end, and so does
+    a replica rebuilt meanwhile. Before, the Retry was ignored: requeued at 42 s."""
+    stream, replica, clock = await retried(stopped_s=15.0)
+    await retried_again(stream, replica, clock)
+    state = replica.state
+    if source != "live":
+        snapshot = decode_snapshot(encode_snapshot(replica.snapshot()))
+        state = await rebuilt_from(source, stream, snapshot)
+        assert state.take_ownership(now_s=21.0) == []
+    assert (state.engine.phase(KEY), state.engine.records[KEY].requeue_at_s) == ("Backoff", 80.0)
+    if source == "live":
+        for tick_s in (REQUEUE_AT_S, 79.9, 80.0):  # not requeued at the first end
+            clock[0] = tick_s
+            stream.put(submitted(workload(f"tick{tick_s}", queue="nowhere"), at_s=tick_s))
+            await replica.catch_up()
+        assert requeued_at(stream) == [(80.0, "BackoffFinished")]
