@@ -6,11 +6,9 @@ status holds whenever it reconciles."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from admission_world import (
-    KUEUE,
+    admission_check,
     cluster_queue,
     config_applied,
     fact,
@@ -27,13 +25,6 @@ from muster.bus import Bus, BusConfig
 from muster.contracts.v1 import events_pb2 as pb
 
 pytestmark = pytest.mark.timeout(60)
-
-CHECK: dict[str, Any] = {
-    "apiVersion": KUEUE,
-    "kind": "AdmissionCheck",
-    "metadata": {"name": "prov"},
-    "spec": {"controllerName": "example.com/prov"},
-}
 
 
 def told(state: str, message: str) -> pb.Envelope:
@@ -62,7 +53,7 @@ async def test_a_check_told_while_no_replica_answered_is_answered_by_the_next(
         await publish(
             bus,
             config_applied(flavor()),
-            config_applied(CHECK),
+            config_applied(admission_check()),
             config_applied(cq),
             config_applied(local_queue()),
             submitted(workload("w")),
