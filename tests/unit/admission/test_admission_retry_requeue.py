@@ -34,9 +34,9 @@ CHECK = {
 RETRY_S, HANDLED_S, AFTER_S, REQUEUE_AT_S = 12.7, 13.4, 30, 42.0
 
 
-async def retried(*, stopped_s: float) -> tuple[StoredStream, LiveReplica, list[float]]:
-    """`w` reserved at 10 s in a ClusterQueue requiring check prov; prov answers Retry (30 s);
-    its pods are gone at `stopped_s`."""
+async def told_retry(*, echoed: bool = True) -> tuple[StoredStream, LiveReplica, list[float]]:
+    """`w` reserved at 10 s in a ClusterQueue requiring check prov; prov answers Retry (30 s),
+    which evicts it (the replica reads its `evicted` back unless not `echoed`)."""
     clock = [10.0]
     stream = StoredStream()
     replica = LiveReplica(stream, clock=clock)
@@ -49,7 +49,13 @@ async def retried(*, stopped_s: float) -> tuple[StoredStream, LiveReplica, list[
     clock[0] = HANDLED_S
     retry = pb.AdmissionCheckUpdated(check="prov", state="Retry", requeue_after_seconds=AFTER_S)
     stream.put(reported("admission_check", KEY, retry, at_s=RETRY_S))
-    await replica.catch_up()
+    await (replica.catch_up() if echoed else replica.consume(1))
+    return stream, replica, clock
+
+
+async def retried(*, stopped_s: float) -> tuple[StoredStream, LiveReplica, list[float]]:
+    """As `told_retry`; its pods are gone at `stopped_s`."""
+    stream, replica, clock = await told_retry()
     (evicted,) = [e for e in map(stream.envelope, range(1, stream.last + 1)) if e.evicted.reason]
     clock[0] = stopped_s
     done = pb.EvictionCompleted(eviction_id=evicted.event_id)
@@ -132,3 +138,19 @@ async def test_a_retry_told_after_its_pods_are_gone_moves_its_wait_later(source:
             stream.put(submitted(workload(f"tick{tick_s}", queue="nowhere"), at_s=tick_s))
             await replica.catch_up()
         assert requeued_at(stream) == [(80.0, "BackoffFinished")]
+
+
+@pytest.mark.parametrize("source", ["stream", "snapshot", "service"])
+async def test_a_retry_whose_eviction_was_not_stored_is_answered_by_the_rebuilt_replica(
+    source: str,
+) -> None:
+    """The replica applied the Retry (and snapshotted it) and stopped before its `evicted`
+    was stored: its successor evicts it, from the check's time, and waits the same end."""
+    stream, replica, _ = await told_retry(echoed=False)
+    snapshot = decode_snapshot(encode_snapshot(replica.snapshot()))
+    fields = [stream.envelope(seq).WhichOneof("payload") for seq in range(1, stream.last + 1)]
+    del stream.data[fields.index("admission_check") + 1 :]  # what it published after
+    state = await rebuilt_from(source, stream, snapshot)
+    told = [(e.type, e.object, e.reason) for e in state.take_ownership(now_s=14.0)]
+    assert told == [("Evicted", KEY, "AdmissionCheck")]
+    assert state.engine.records[KEY].requeue_at_s == REQUEUE_AT_S
