@@ -238,6 +238,30 @@ def test_a_check_retry_writes_requeue_at_from_its_last_transition_only_ever_late
     assert requeue_state(made) is None
 
 
+def test_a_check_retry_told_after_the_pods_are_gone_moves_requeue_at_later() -> None:
+    """Kueue's NeedsRequeueAtUpdate: while the workload waits out its Retry's end, its pods
+    gone, a later Retry moves requeueAt later still (admission waits for it too). Before, the
+    watcher ignored it once the pods were gone."""
+    made = StatusBook(pods_ready=True)
+    made.apply(at("submitted", pb.WorkloadSubmitted(queue_name="lq"), 0.0))
+    reserved = pb.QuotaReserved(admission=admission(), admission_checks=["prov"])
+    made.apply(at("quota_reserved", reserved, 10.0))
+    retry = pb.AdmissionCheckUpdated(check="prov", state="Retry", requeue_after_seconds=30)
+    made.apply(at("admission_check", retry, 12.0))
+    why = 'Evicted due to AdmissionCheck in Retry state: "prov"'
+    made.apply(at("evicted", pb.WorkloadEvicted(reason="AdmissionCheck", message=why), 12.5))
+    made.apply(at("eviction_completed", pb.EvictionCompleted(), 15.0))
+    assert requeue_state(made) == {"requeueAt": "1970-01-01T00:00:42Z"}
+    again = pb.AdmissionCheckUpdated(check="prov", state="Retry", requeue_after_seconds=60)
+    made.apply(at("admission_check", again, 20.0))
+    assert requeue_state(made) == {"requeueAt": "1970-01-01T00:01:20Z"}
+    requeued = pb.WorkloadRequeued(reason="BackoffFinished", message="Requeued after back-off")
+    made.apply(at("requeued", requeued, 80.0))
+    assert requeue_state(made) is None
+    made.apply(at("admission_check", again, 81.0))  # queued again: nothing to move
+    assert requeue_state(made) is None
+
+
 def requeue_state(made: StatusBook) -> dict[str, Any] | None:
     return (made.status_of(WL) or {}).get("requeueState")
 

@@ -65,6 +65,16 @@ def cluster_queue(
     return {"apiVersion": KUEUE, "kind": "ClusterQueue", "metadata": meta, "spec": spec}
 
 
+def admission_check(name: str = "prov") -> dict[str, Any]:
+    """An AdmissionCheck of an external controller (its answers are the test's to publish)."""
+    return {
+        "apiVersion": KUEUE,
+        "kind": "AdmissionCheck",
+        "metadata": {"name": name},
+        "spec": {"controllerName": f"example.com/{name}"},
+    }
+
+
 def local_queue(name: str = "lq", *, namespace: str = "ns", cq: str = "cq") -> dict[str, Any]:
     return {
         "apiVersion": KUEUE,

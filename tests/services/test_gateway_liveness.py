@@ -12,9 +12,9 @@ from gateway_helpers import running_gateway
 from test_bus_watchdog import watched
 from test_gateway_submit_race import outcome, submit, workload
 
-from muster.bus import EVENTS_STREAM, Bus
+from muster.bus import Bus
 from muster.contracts.v1 import events_pb2
-from muster.gateway.service import SUBMITS
+from muster.gateway.service import track_submits
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(30)
 async def test_a_submit_whose_publish_hangs_is_a_stall_until_it_answers(
     bus: Bus, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    submits = bus.progress.track(SUBMITS, stream=EVENTS_STREAM, consumer="", max_ack_pending=0)
+    submits = track_submits(bus)
     async with running_gateway(bus, submits=submits) as gw, watched(bus) as liveness:
         assert outcome(await submit(gw, workload("quick"), "quick")) == "submitted"
         publish, answer = bus.publish, asyncio.Event()
@@ -38,4 +38,5 @@ async def test_a_submit_whose_publish_hangs_is_a_stall_until_it_answers(
         assert outcome(await hung) == "submitted"
         await asyncio.wait_for(liveness.alive_again.wait(), 10)
     assert liveness.told == [True, False, True]
-    assert "consumer gateway-submit stalled: 1 message waiting" in caplog.text
+    assert "Submits gateway-submit stalled: 1 Submit waiting" in caplog.text
+    assert "Submits gateway-submit answer again" in caplog.text

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from admission_world import (
     cluster_queue,
     config_applied,
+    config_deleted,
     eventually,
     flavor,
     local_queue,
@@ -33,9 +35,9 @@ from gateway_helpers import RunningGateway, running_gateway
 from muster.admission.state import AdmissionState
 from muster.admission.translate import fact_of
 from muster.admission.visibility import VisibilityRenderer, pending_page_key
-from muster.admission.visibility_writer import VisibilityWriter
+from muster.admission.visibility_writer import LATE_PAGE_SWEEPS, VisibilityWriter
 from muster.bus import Bus, BusConfig, new_event
-from muster.bus.kv import Bucket
+from muster.bus.kv import Bucket, Entry
 from muster.bus.partitions import partition_of, queue_tree, token
 from muster.contracts.v1 import events_pb2 as pb
 from muster.contracts.v1 import services_pb2
@@ -165,6 +167,66 @@ async def test_a_local_queue_of_no_cluster_queue_keeps_its_new_owners_status(
     assert pb.LocalQueueStatus.FromString(stored.value).epoch > 0  # in the bucket only
 
 
+async def test_a_local_queue_that_gains_a_cluster_queue_keeps_its_new_owners_status(
+    bus: Bus, gw: RunningGateway
+) -> None:
+    """Its ClusterQueue is created in a tree another replica decides; the old owner (of its
+    stand-in tree) writes its status late, after the new owner's: refused, the stored status
+    carrying the ClusterQueue's epoch, larger. Before, the new owner's status carried none,
+    and the old owner's count stood until the status next changed."""
+    world = World(await bus.kv(VISIBILITY_BUCKET))
+    shard = partition_of(queue_tree("ns", "lq")) % SHARDS
+    old = world.replica(shard)
+    for manifest in (flavor(), local_queue("lq", cq="cq")):
+        world.event(config_applied(manifest))
+    world.event(submitted(workload("a")))
+    await old.write()
+    world.event(submitted(workload("b")))
+    late = old.render()  # written only after the new owner's
+    new = world.replica(1 - shard)
+    world.event(config_applied(cluster_queue("cq", cpu="0", cohort=cohort_of_shard(1 - shard))))
+    world.event(submitted(workload("c")))
+    await new.write()
+    assert await local_queues(gw) == [("lq", "cq", 3)]
+
+    await old.writer.write(*late)
+    assert await local_queues(gw) == [("lq", "cq", 3)]
+    await old.write()  # it reads the ClusterQueue: the key is no longer its own
+    assert await local_queues(gw) == [("lq", "cq", 3)]
+    world.event(submitted(workload("d")))  # and the new owner keeps writing it
+    await new.write()
+    assert await local_queues(gw) == [("lq", "cq", 4)]
+
+
+async def test_a_local_queue_that_loses_its_cluster_queue_keeps_its_new_owners_status(
+    bus: Bus, gw: RunningGateway
+) -> None:
+    """The other way: its ClusterQueue is deleted, and the owner of its stand-in tree writes
+    its status; the ClusterQueue's owner writes it late: refused (the stored status carries a
+    larger epoch), where before it wrote over it, as over a write of its own former life."""
+    world = World(await bus.kv(VISIBILITY_BUCKET))
+    shard = partition_of(queue_tree("ns", "lq")) % SHARDS
+    new, old = world.replica(shard), world.replica(1 - shard)
+    world.event(config_applied(flavor()))
+    world.event(config_applied(cluster_queue("cq", cpu="0", cohort=cohort_of_shard(1 - shard))))
+    world.event(config_applied(local_queue("lq", cq="cq")))
+    world.event(submitted(workload("a")))
+    await old.write()
+    await new.write()
+    world.event(submitted(workload("b")))
+    late = old.render()  # written only after the new owner's
+    world.event(config_deleted("ClusterQueue", "cq"))
+    world.event(submitted(workload("c")))
+    await new.write()
+    assert await local_queues(gw) == [("lq", "cq", 3)]
+
+    await old.writer.write(*late)
+    assert await local_queues(gw) == [("lq", "cq", 3)]
+    world.event(submitted(workload("d")))  # and the new owner keeps writing it
+    await new.write()
+    assert await local_queues(gw) == [("lq", "cq", 4)]
+
+
 @pytest.mark.parametrize("order", ["the other deletes first", "the owner writes first"])
 async def test_a_queue_moved_away_and_back_between_two_renders_is_written_again(
     bus: Bus, gw: RunningGateway, order: str
@@ -245,3 +307,54 @@ async def test_a_page_an_old_owner_wrote_late_is_swept(
         await eventually(swept, timeout_s=20)
         assert await kv.get(ours) is not None
         assert await pending(gw, "cq") == [("a", 0), ("b", 1)]
+
+
+class Listings:
+    """A bucket that notes what each listing asked for and read."""
+
+    def __init__(self, kv: Bucket) -> None:
+        self.kv = kv
+        self.read: list[tuple[str, list[str]]] = []  # (pattern, keys read)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.kv, name)
+
+    async def snapshot(self, pattern: str) -> dict[str, Entry]:
+        found = await self.kv.snapshot(pattern)
+        self.read.append((pattern, sorted(found)))
+        return found
+
+
+async def test_late_pages_are_looked_for_in_the_queues_a_replica_owns_for_a_while(
+    bus: Bus, gw: RunningGateway
+) -> None:
+    """The sweep lists each of its own queues' pages, not the bucket (another replica's 40
+    pages are not read), and only in the LATE_PAGE_SWEEPS sweeps after it claimed the queue:
+    after that, an older owner's late page cannot come any more but from one killed since."""
+    world = World(await bus.kv(VISIBILITY_BUCKET))
+    owner = world.replica(0)
+    world.event(config_applied(flavor()))
+    world.event(config_applied(cluster_queue("cq", cpu="0", cohort=cohort_of_shard(0))))
+    world.event(config_applied(local_queue("lq", cq="cq")))
+    world.event(submitted(workload("a")))
+    await owner.write()
+    for page in range(40):  # another replica's queue's pages
+        await world.kv.put(pending_page_key("theirs", page, 7), b"")
+    epoch = owner.views.epochs["cq"]
+    late = pending_page_key("cq", 0, epoch - 1)
+    await world.kv.put(late, b"")
+    listings = Listings(world.kv)
+    owner.writer.kv = listings
+
+    assert await owner.writer.sweep_late_pages() == 1
+    assert listings.read == [
+        ("pending-page.*.cq", sorted([pending_page_key("cq", 0, epoch), late]))
+    ]
+    assert await world.kv.get(late) is None
+    for _ in range(LATE_PAGE_SWEEPS - 1):
+        assert await owner.writer.sweep_late_pages() == 0
+    assert len(listings.read) == LATE_PAGE_SWEEPS
+    await world.kv.put(late, b"")  # from an older owner killed long after: left (no index)
+    assert await owner.writer.sweep_late_pages() == 0
+    assert len(listings.read) == LATE_PAGE_SWEEPS
+    assert await pending(gw, "cq") == [("a", 0)]

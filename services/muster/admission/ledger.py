@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import NamedTuple
 
 import msgspec
 
@@ -36,9 +37,22 @@ class Phase(StrEnum):
 
 
 _HOLDING = frozenset({Phase.RESERVED, Phase.ADMITTED, Phase.EVICTING})
+_DECIDING = frozenset({Phase.RESERVED, Phase.ADMITTED})  # where a check's state may evict
+
+
+class CheckState(NamedTuple):
+    """What a check last told about a workload holding quota: what a rebuilt replica answers
+    when no decision about it followed (`AdmissionState._told_checks`)."""
+
+    state: str
+    message: str
+    at_s: float  # when it entered that state
+    requeue_after_s: float = 0.0  # a Retry's requeueAfterSeconds
+
+
 # Check states are only set for checks a reservation named, in the map that reservation gave its
 # entry (`record`); every other entry shares this one (an empty map each was 64 MB at a million).
-_NO_CHECK_STATES: dict[str, str] = {}
+_NO_CHECK_STATES: dict[str, CheckState] = {}
 
 
 @dataclass(slots=True)
@@ -77,7 +91,7 @@ class Entry:
     pending_reason: str = ""
     pending_message: str = ""
     # Reported since reserved; while none are, the one shared empty map (never written).
-    check_states: dict[str, str] = field(default_factory=lambda: _NO_CHECK_STATES)
+    check_states: dict[str, CheckState] = field(default_factory=lambda: _NO_CHECK_STATES)
     # As submitted, for its `admitted` (translate.MANIFEST_COPY_LIMIT), and the Job it stands
     # for: kept here only when no log keeps its `submitted` (`Ledger.submissions`).
     manifest_json: str = ""
@@ -260,17 +274,24 @@ class Ledger:
             entry.declared_only = True
 
     def check_updated(
-        self, key: WorkloadKey, check: str, state: str, *, retry_at_s: float | None = None
+        self,
+        key: WorkloadKey,
+        check: str,
+        state: CheckState,
+        *,
+        retry_at_s: float | None = None,
     ) -> None:
-        """A check's state; a Retry's `retry_at_s` while it holds quota (before its eviction
-        or while its pods stop) moves the end it waits for only later, as the engine's
+        """A check's state, kept while it is reserved or admitted (a Retry or Rejected not yet
+        followed by its eviction is answered by a rebuilt replica); a Retry's `retry_at_s`
+        while it holds quota (before its eviction or while its pods stop) or waits for its
+        back-off's end (its pods gone) moves that end only later, as the engine's
         `set_admission_check` does, and is kept until it queues again."""
         entry = self.entries.get(key)
         if entry is None or check not in entry.checks:
             return
-        if entry.phase is Phase.RESERVED:
+        if entry.phase in _DECIDING:
             entry.check_states[check] = state
-        if state == "Retry" and entry.holds_quota:
+        if state.state == "Retry" and (entry.holds_quota or entry.phase is Phase.BACKOFF):
             entry.retry_at_s = later(entry.retry_at_s, retry_at_s)
 
     def set_active(self, key: WorkloadKey, active: bool) -> None:

@@ -51,6 +51,8 @@ from muster.bus.cancel import finishing, gather_or_cancel, raise_if_cancelling
 from muster.bus.errors import NotFound, Unavailable
 from muster.bus.ordered import Gather, consume_in_order, make_consumer
 from muster.bus.partitions import PARTITIONS_BUCKET
+from muster.bus.progress import advanced
+from muster.bus.pulse import Pulse
 from muster.bus.service import Health
 from muster.bus.setup import FOLLOWED_TOMBSTONES_KEPT_S, VISIBILITY_TOMBSTONES_KEPT_S
 from muster.bus.supervision import SupervisedGroup, supervised
@@ -181,7 +183,7 @@ async def _live(bus: Bus, health: Health, config: AdmissionConfig, *, clock: Clo
         await service.start()
     loops = {
         "admission-timers": service.rounds.run_timers(bus.pulses.pulse("admission-timers")),
-        "admission-visibility": service.write_visibility(),
+        "admission-visibility": service.write_visibility(bus.pulses.pulse("admission-visibility")),
         "admission-clusters": follow_clusters(
             bus, service.state.dispatch, service.rounds.apply_batch, clock=clock
         ),
@@ -194,7 +196,9 @@ async def _live(bus: Bus, health: Health, config: AdmissionConfig, *, clock: Clo
         ),
     }
     if config.snapshot_s > 0:
-        loops["admission-snapshots"] = service.write_snapshots()
+        loops["admission-snapshots"] = service.write_snapshots(
+            bus.pulses.pulse("admission-snapshots")
+        )
     # A Reown is this life's end, awaited below; any other failure is the service's.
     tasks = [supervised(loop, name=name, expected=(Reown,)) for name, loop in loops.items()]
     try:
@@ -319,20 +323,24 @@ class AdmissionService:
             len(self.state.adopted),
         )
 
-    async def write_snapshots(self) -> None:
+    async def write_snapshots(self, pulse: Pulse) -> None:
         """Every `snapshot_s`, store a snapshot if anything was applied since the last one;
         one that fails is tried again at the next interval. Stopped, store a last one: the
-        next replica to start (a rolling restart) then replays almost nothing."""
+        next replica to start (a rolling restart) then replays almost nothing. `pulse` is
+        due at each interval's end: a write that hangs past it is a stall (bus/pulse.py)."""
         try:
             while True:
                 raise_if_cancelling()
+                pulse.beat(self.config.snapshot_s)
                 await asyncio.sleep(self.config.snapshot_s)
-                await self._caught_up()
+                with pulse.handling():  # each step of the write advances it
+                    await self._caught_up()
                 if self.state.last_sequence <= self.snapshot_sequence:
                     continue
                 try:
                     # Let a write finish at shutdown: one cut short leaves its chunks behind.
-                    await finishing(self.write_snapshot())
+                    with pulse.handling():
+                        await finishing(self.write_snapshot())
                 except (Unavailable, TimeoutError) as exc:
                     log.warning(
                         "snapshot not written, again in %gs: %r", self.config.snapshot_s, exc
@@ -378,7 +386,9 @@ class AdmissionService:
                 partitions=tuple(sorted(self.state.sharding.owned)),
             )
             snapshot = msgspec.structs.replace(snapshot, unread=tuple(sorted(self.rounds.unread)))
+        advanced()
         data = await asyncio.to_thread(encode_snapshot, snapshot)
+        advanced()
         await self.snapshots.put(self.config.durable, snapshot, data)
         self.snapshot_sequence = snapshot.sequence
         if self.metrics is not None:
@@ -392,9 +402,12 @@ class AdmissionService:
             time.perf_counter() - started,
         )
 
-    async def write_visibility(self) -> None:
+    async def write_visibility(self, pulse: Pulse) -> None:
         """Write changed queue statuses and pending lists; publish queue.status on change;
-        write each LocalQueue's partition (homes.py) into `MUSTER_PARTITIONS`.
+        write each LocalQueue's partition (homes.py) into `MUSTER_PARTITIONS`. `pulse` is due
+        when the wait for a change ends (LATE_PAGES_SWEEP_S at most) and after each rest: a
+        write that hangs, no key written or deleted for `--stall-seconds`, is a stall
+        (bus/pulse.py).
 
         Paced by `VisibilityPace`: within `visibility_interval_s` of a change after a quiet
         spell, within `visibility_busy_s` under a stream of rounds, and less often when
@@ -419,8 +432,10 @@ class AdmissionService:
         swept_at = time.monotonic()
         while True:
             raise_if_cancelling()
+            pulse.beat(LATE_PAGES_SWEEP_S)
             with contextlib.suppress(TimeoutError):  # a quiet replica sweeps late pages too
                 await asyncio.wait_for(self._dirty.wait(), LATE_PAGES_SWEEP_S)
+            pulse.beat(0.0)  # the write is due now: it moves with each key, or it is stalled
             self._dirty.clear()
             rounds, self._changed_rounds = self._changed_rounds, 0
             started = time.perf_counter()
@@ -437,17 +452,20 @@ class AdmissionService:
                     self.metrics.refresh_gauges()
             spent_s = time.perf_counter() - started
             try:
-                put = await writer.write(values, changed)
-                await writer.sweep_legacy(kv, values)  # once: pages of before an upgrade
-                await self._publish_statuses(put, values)
-                await queues.write(homes)
-                if time.monotonic() - swept_at >= LATE_PAGES_SWEEP_S:
-                    swept_at = time.monotonic()
-                    await writer.sweep_late_pages()
+                with pulse.handling():  # each key written or deleted advances it
+                    put = await writer.write(values, changed)
+                    await writer.sweep_legacy(kv, values)  # once: pages of before an upgrade
+                    await self._publish_statuses(put, values)
+                    await queues.write(homes)
+                    if time.monotonic() - swept_at >= LATE_PAGES_SWEEP_S:
+                        swept_at = time.monotonic()
+                        await writer.sweep_late_pages()
             except (TimeoutError, BusError) as exc:
                 log.warning("visibility not written, retrying: %r", exc)
                 self._dirty.set()
-            await asyncio.sleep(pace.rest_s(rounds=rounds, spent_s=spent_s))
+            rest_s = pace.rest_s(rounds=rounds, spent_s=spent_s)
+            pulse.beat(rest_s)
+            await asyncio.sleep(rest_s)
 
     async def _publish_statuses(self, keys: list[str], values: dict[str, bytes]) -> None:
         """One queue.status per ClusterQueue whose status changed, published side by side."""

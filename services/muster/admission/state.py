@@ -29,7 +29,7 @@ import msgspec
 from muster.admission.dispatch import Dispatcher
 from muster.admission.forwarding import Forwards
 from muster.admission.homes import Handover, Move, QueueHomes, queue_key
-from muster.admission.ledger import Entry, Ledger, Phase
+from muster.admission.ledger import CheckState, Entry, Ledger, Phase
 from muster.admission.routing import WorkloadRoute, routable, stays_event
 from muster.admission.shards import PartitionMap, Sharding
 from muster.admission.translate import (
@@ -319,7 +319,8 @@ class AdmissionState:
                 # replica got to it.
                 since_s = at_s or now_s
                 retry_at_s = retry_end_s(since_s, requeue_after_s, now_s=since_s)
-                ledger.check_updated(key, check, state, retry_at_s=retry_at_s)
+                told = CheckState(state, message, since_s, requeue_after_s)
+                ledger.check_updated(key, check, told, retry_at_s=retry_at_s)
                 return self._engine_fact(
                     key,
                     lambda: engine.set_admission_check(
@@ -585,8 +586,10 @@ class AdmissionState:
                 events = engine.stopped(key, now_s=entry.stopped_s)
             if not entry.active:  # stopped while it held quota: inactive once evicted
                 engine.set_active(key, False, now_s=entry.evicted_s)
-            if entry.phase is Phase.RESERVED:
-                return self._ready_checks(entry) if entry.checks else self._admit_now(entry)
+            if entry.phase in (Phase.RESERVED, Phase.ADMITTED) and entry.check_states:
+                return self._told_checks(entry)
+            if entry.phase is Phase.RESERVED and not entry.checks:
+                return self._admit_now(entry)
             if entry.phase is Phase.BACKOFF:
                 return [e for e in events if e.type is EventType.REQUEUED]
         elif entry.phase is Phase.PENDING and entry.pending_message:
@@ -611,14 +614,30 @@ class AdmissionState:
             )
         ]
 
-    def _ready_checks(self, entry: Entry) -> list[Event]:
-        """Checks reported Ready after the reservation count again (they may admit it)."""
+    def _told_checks(self, entry: Entry) -> list[Event]:
+        """What the checks told since the reservation, answered again: a Retry or Rejected
+        evicts it (no eviction was stored after it, or the entry would be evicting: its replica
+        died first, or none ran when it was told), else Ready ones count (they may admit it).
+        As Kueue's workload controller, which acts on the Workload's check states whenever it
+        reconciles, not on the update that set them."""
+        told = sorted(entry.check_states.items())
+        # Kueue's order: a Rejected check deactivates it, else a Retry evicts it.
+        answered = next(
+            (picked for wanted in ("Rejected", "Retry", "Ready")
+             if (picked := [(c, s) for c, s in told if s.state == wanted])),
+            [],
+        )  # fmt: skip
         events: list[Event] = []
-        for check, state in sorted(entry.check_states.items()):
-            if state == "Ready":
-                events += self.engine.set_admission_check(
-                    entry.key, check, state, now_s=entry.reserved_s
-                )
+        for check, s in answered:
+            events += self.engine.set_admission_check(
+                entry.key,
+                check,
+                s.state,
+                message=s.message,
+                requeue_after_s=s.requeue_after_s,
+                since_s=s.at_s,
+                now_s=max(s.at_s, entry.reserved_s),
+            )
         return events
 
     # --- routing ---------------------------------------------------------------------------

@@ -164,7 +164,10 @@ def cluster_queue_key(name: str) -> str:
 
 
 def local_queue_key(namespace: str, name: str) -> str:
-    return f"lq.{namespace}.{name}"
+    return f"{LOCAL_QUEUE_PREFIX}{namespace}.{name}"
+
+
+LOCAL_QUEUE_PREFIX: Final = "lq."
 
 
 INDEX_PREFIX: Final = "pending-index."
@@ -338,8 +341,11 @@ class VisibilityRenderer:
         for key in local_queues:
             namespace, name = self._local_queues[key]
             status = local_queue_status(engine, namespace, name)
-            status.epoch = self.alone_epochs.get(local_queue_key(namespace, name), 0)
-            self._put(local_queue_key(namespace, name), status)
+            # Its writer's epoch, its ClusterQueue's or its own: a LocalQueue that gains or
+            # loses a ClusterQueue changes owner, and the older one's late write is refused.
+            key = local_queue_key(namespace, name)
+            status.epoch = self.epoch_of(key) or 0
+            self._put(key, status)
         for name, pages in pending.items():
             self._render_pending(engine, name, pages)
 

@@ -38,21 +38,33 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Coroutine, Iterable, Mapping
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 from google.protobuf.message import DecodeError
 
-from muster.admission.visibility import INDEX_PREFIX, PAGE_PREFIX, pending_index_key
+from muster.admission.visibility import (
+    INDEX_PREFIX,
+    LOCAL_QUEUE_PREFIX,
+    PAGE_PREFIX,
+    pending_index_key,
+)
 from muster.bus.errors import Conflict
 from muster.bus.kv import Entry, valid_key
+from muster.bus.progress import advanced
 from muster.contracts.v1 import events_pb2, services_pb2
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 SWEEPS_AT_ONCE: Final = 16  # listings of former pages side by side, at a life's first write
 # How often the pages an older owner wrote late are looked for: they are named by no index,
 # so they only take room (and a key) until then.
 LATE_PAGES_SWEEP_S: Final = 60.0
+# For how many sweeps after a queue's claim: an older owner's page lands late only while its
+# writer lives unaware of the move (a write in flight, a pause); alive, it learns the move and
+# deletes its pages itself, so only one killed within those minutes leaves one behind.
+LATE_PAGE_SWEEPS: Final = 10
 
 
 class KeyValueWriter(Protocol):
@@ -113,7 +125,9 @@ class VisibilityWriter:
         # (ClusterQueue, our epoch) a newer owner writes: a later epoch of ours writes again.
         self.superseded: set[tuple[str, int]] = set()
         self.claimed: set[tuple[str, int]] = set()  # (ClusterQueue, epoch) we wrote the index of
-        self.superseded_alone: set[tuple[str, int]] = set()  # (`lq.` key, our epoch), as above
+        self.late_sweeps: dict[tuple[str, int], int] = {}  # claimed: late-page sweeps left
+        # (`lq.` key, our epoch) a newer owner writes: of no ClusterQueue, or of one of ours.
+        self.superseded_alone: set[tuple[str, int]] = set()
         self.refused: set[str] = set()  # invalid keys, logged once
         self.owed: set[str] | None = None  # keys a failed write left; None: compare every key
         self._sweeps = asyncio.Semaphore(SWEEPS_AT_ONCE)
@@ -169,7 +183,7 @@ class VisibilityWriter:
                     alone[key] = (value, epoch)
             elif fence is None:
                 plain[key] = value
-            elif fence not in self.superseded:
+            elif fence not in self.superseded and (key, fence[1]) not in self.superseded_alone:
                 queues.setdefault(fence, {})[key] = value
         await _together(
             (self._write_queue(cq, epoch, keys) for (cq, epoch), keys in queues.items()),
@@ -189,7 +203,8 @@ class VisibilityWriter:
         others = [k for k in values if k != index and not k.startswith(PAGE_PREFIX)]
         await _together(self._put(k, values[k]) for k in pages)  # our epoch's: no one else's
         unread = [k for k in others if k not in self.revisions]
-        await _together(self._read_revision(k) for k in unread)
+        await _gathered(self._read_revision(k, epoch) for k in unread)
+        others = [k for k in others if (k, epoch) not in self.superseded_alone]
         if index in values:
             ours = await self._claim(index, values[index], epoch)
         else:  # a status written first: read its revision before the index says it is ours
@@ -208,6 +223,7 @@ class VisibilityWriter:
         if (cluster_queue, epoch) not in self.claimed:
             await self._sweep_pages(cluster_queue, epoch)
             self.claimed.add((cluster_queue, epoch))  # swept: a failed sweep comes again
+            self.late_sweeps[cluster_queue, epoch] = LATE_PAGE_SWEEPS
         return True
 
     async def _write_alone(self, key: str, value: bytes, epoch: int) -> None:
@@ -215,9 +231,7 @@ class VisibilityWriter:
         there; then stop writing it under this epoch."""
         if not await self._write_unless_newer(key, value, epoch, status_epoch):
             self.superseded_alone.add((key, epoch))
-            self.written.pop(key, None)
-            self.written_epochs.pop(key, None)
-            self.revisions.pop(key, None)
+            self._forget_key(key)
             log.info("LocalQueue status %s: a newer owner writes it (ours: epoch %d)", key, epoch)
 
     async def _write_unless_newer(
@@ -242,7 +256,14 @@ class VisibilityWriter:
             return True
         raise Conflict(key, 0)
 
+    def _forget_key(self, key: str) -> None:
+        """Remember nothing of `key`: another writer's now."""
+        self.written.pop(key, None)
+        self.written_epochs.pop(key, None)
+        self.revisions.pop(key, None)
+
     def _wrote(self, key: str, value: bytes, epoch: int | None) -> None:
+        advanced()  # the loop writing is not stalled (its pulse: bus/pulse.py)
         self.written[key] = value
         if epoch is not None:
             self.written_epochs[key] = epoch
@@ -254,9 +275,10 @@ class VisibilityWriter:
             if await self._stored_epoch(pending_index_key(cluster_queue)) > epoch:
                 await self._give_up(cluster_queue, epoch)
                 return
+            if not await self._read_revision(key, epoch):
+                return
             # Written since by a writer no newer (a former life of ours, an older owner's
             # write landing late): ours to write over.
-            await self._read_revision(key)
             self.revisions[key] = await self.kv.write(key, value, last=self.revisions[key])
         self._wrote(key, value, epoch)
 
@@ -270,13 +292,21 @@ class VisibilityWriter:
             await self.kv.delete(
                 key, self.revisions.get(key), forget_after_s=self.tombstones_kept_s
             )
-        self.written.pop(key, None)
-        self.written_epochs.pop(key, None)
-        self.revisions.pop(key, None)
+        advanced()
+        self._forget_key(key)
 
-    async def _read_revision(self, key: str) -> None:
+    async def _read_revision(self, key: str, epoch: int) -> bool:
+        """Read the revision to write `key` at; False when it is a LocalQueue status a newer
+        owner wrote (its LocalQueue left our ClusterQueue: deleted, or naming another), which
+        we then stop writing under `epoch`."""
         entry = await self.kv.last_write(key)
+        if key.startswith(LOCAL_QUEUE_PREFIX) and status_epoch(entry) > epoch:
+            self.superseded_alone.add((key, epoch))
+            self._forget_key(key)
+            log.info("LocalQueue status %s: a newer owner writes it (ours: epoch %d)", key, epoch)
+            return False
         self.revisions[key] = 0 if entry is None else entry.revision
+        return True
 
     async def _stored_epoch(self, index: str) -> int:
         return epoch_of(await self.kv.last_write(index))
@@ -294,44 +324,57 @@ class VisibilityWriter:
         assert self.fencing is not None
         ours = [k for k in self.written if (self.fencing.fence(k) or ("",))[0] == cluster_queue]
         for key in ours:
-            self.written.pop(key, None)
-            self.written_epochs.pop(key, None)
-            self.revisions.pop(key, None)
+            self._forget_key(key)
         await _together(self._forget(k) for k in ours if k.startswith(PAGE_PREFIX))
 
     async def _sweep_pages(self, cluster_queue: str, epoch: int) -> None:
         """Delete `cluster_queue`'s live pages that our index does not name and no newer owner
         wrote: of older epochs, and of ours but not written by us (a killed life's orphan)."""
-        async with self._sweeps:
-            found = await self.kv.snapshot(f"{PAGE_PREFIX}*.{cluster_queue}")
         orphans = [
             k
-            for k in found
+            for k in await self._pages(cluster_queue)
             if page_epoch(k) < epoch or (page_epoch(k) == epoch and k not in self.written)
         ]
         await _together(self._forget(k) for k in orphans)
 
     async def sweep_late_pages(self) -> int:
         """Delete the live pages of older epochs of each ClusterQueue whose index this writer
-        wrote under its current epoch: an older owner's page put after our first index write
-        swept (its writer killed before it read the move, which would have deleted it). No
-        index names them; how many went."""
+        wrote under its current epoch, in the LATE_PAGE_SWEEPS sweeps after it did: an older
+        owner's page put after our first index write swept (its writer killed before it read
+        the move, which would have deleted it). No index names them; how many went. Each
+        queue's pages are listed alone, so a sweep reads the queues this replica owns (their
+        pages), not the bucket."""
         assert self.fencing is not None
-        found = await self.kv.snapshot(f"{PAGE_PREFIX}>")
-        late = [
-            key
-            for key in found
-            if (fence := self.fencing.fence(key)) is not None
-            and fence in self.claimed
-            and fence not in self.superseded
-            and page_epoch(key) < fence[1]
+        due = [
+            (cq, epoch)
+            for (cq, epoch) in list(self.late_sweeps)
+            if (cq, epoch) not in self.superseded
+            and self.fencing.fence(pending_index_key(cq)) == (cq, epoch)
         ]
+        self.late_sweeps = {fence: self.late_sweeps[fence] for fence in due}  # the rest: gone
+        listed = await _gathered(self._late_pages(*fence) for fence in due)
+        late = [key for keys in listed for key in keys]
         await _together(self._forget(k) for k in late)
+        for fence in due:  # a failed sweep raised above: it comes again
+            self.late_sweeps[fence] -= 1
+            if not self.late_sweeps[fence]:
+                del self.late_sweeps[fence]
         return len(late)
+
+    async def _late_pages(self, cluster_queue: str, epoch: int) -> list[str]:
+        """`cluster_queue`'s live pages of epochs older than `epoch`."""
+        return [k for k in await self._pages(cluster_queue) if page_epoch(k) < epoch]
+
+    async def _pages(self, cluster_queue: str) -> list[str]:
+        """The keys of `cluster_queue`'s live pages, whoever wrote them (SWEEPS_AT_ONCE
+        listings at a time)."""
+        async with self._sweeps:
+            return list(await self.kv.snapshot(f"{PAGE_PREFIX}*.{cluster_queue}"))
 
     async def _forget(self, key: str) -> None:
         """Delete `key` whoever wrote it (a page no index names)."""
         await self.kv.delete(key, forget_after_s=self.tombstones_kept_s)
+        advanced()
 
     async def sweep_legacy(self, listing: KeyListing, values: Mapping[str, bytes]) -> None:
         """Delete, once, the pending keys of the layout before indexes that a writer of
@@ -375,15 +418,20 @@ def page_epoch(key: str) -> int:
     return int(epoch) if dash and epoch.isdigit() else 0
 
 
-async def _together(*groups: Iterable[Coroutine[Any, Any, None]]) -> None:
-    """Run `calls` side by side, each to its end; then raise the first failure."""
-    waiting = [call for calls in groups for call in calls]
-    if not waiting:
-        return  # most writes delete nothing, or put no index: no turn of the loop for them
-    if len(waiting) == 1:
-        await waiting[0]  # one arrival's page, or its one queue: no task for it
-        return
+async def _gathered(calls: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
+    """What `calls` return, run side by side, each to its end; then raise the first failure."""
+    waiting = list(calls)
+    if len(waiting) <= 1:
+        # Most writes delete nothing, or put no index; one arrival's page, or its one queue:
+        # no task, and no turn of the loop, for them.
+        return [await call for call in waiting]
     results = await asyncio.gather(*waiting, return_exceptions=True)
     for result in results:
         if isinstance(result, BaseException):
             raise result
+    return results  # type: ignore[return-value]  # no exception among them: each a T
+
+
+async def _together(*groups: Iterable[Coroutine[Any, Any, None]]) -> None:
+    """Run `calls` side by side, each to its end; then raise the first failure."""
+    await _gathered(call for calls in groups for call in calls)

@@ -37,12 +37,25 @@ _current: contextvars.ContextVar[tuple[Advancing, int] | None] = contextvars.Con
 )
 
 
+class Wording(NamedTuple):
+    """How the watchdog's log names a tracked loop and what it holds."""
+
+    loop: str  # what the loop is: "consumer"
+    item: str  # what it holds: "message"
+    token: str  # what a token counts: "sequence"
+    moves: str  # said once it moves again: "moves again"
+
+
+CONSUMER = Wording("consumer", "message", "sequence", "moves again")
+
+
 class Tracker:
     """What one consume loop has in hand and has finished; the loop's side of the watchdog.
 
     `stream` and `consumer` name the JetStream consumer whose undelivered count the watchdog
     reads when nothing is in hand (`consumer` may change: a replay's reader is made anew; "":
-    none yet).
+    none yet). `wording`: how the watchdog tells its stall (a gateway's Submits are calls in
+    hand, not a consumer's messages).
     """
 
     def __init__(
@@ -53,8 +66,10 @@ class Tracker:
         consumer: str,
         max_ack_pending: int,
         board: Progress | None = None,
+        wording: Wording = CONSUMER,
     ) -> None:
         self.name = name
+        self.wording = wording
         self._board = board
         self.stream = stream
         self.consumer = consumer
@@ -147,11 +162,24 @@ class Progress:
     def __init__(self) -> None:
         self._trackers: dict[str, Tracker] = {}
 
-    def track(self, name: str, *, stream: str, consumer: str, max_ack_pending: int) -> Tracker:
+    def track(
+        self,
+        name: str,
+        *,
+        stream: str,
+        consumer: str,
+        max_ack_pending: int,
+        wording: Wording = CONSUMER,
+    ) -> Tracker:
         """A new tracker for loop `name` (replacing one of the same name: the loop started
         over)."""
         tracker = Tracker(
-            name, stream=stream, consumer=consumer, max_ack_pending=max_ack_pending, board=self
+            name,
+            stream=stream,
+            consumer=consumer,
+            max_ack_pending=max_ack_pending,
+            board=self,
+            wording=wording,
         )
         self._trackers[name] = tracker
         return tracker

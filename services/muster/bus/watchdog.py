@@ -103,18 +103,20 @@ def _tell(bus: Bus, tracker: Tracker, now: Watch, *, stalled: bool, stuck: set[s
     """Log a change of verdict once, and keep the metrics."""
     if bus.metrics is not None:
         bus.metrics.progress(tracker.name, stuck_s=now.stuck_s, stalled=stalled)
+    words = tracker.wording
     if stalled and tracker.name not in stuck:
         stuck.add(tracker.name)
-        held = f"sequence {now.oldest[0]} in hand" if now.oldest else "nothing delivered"
+        held = f"{words.token} {now.oldest[0]} in hand" if now.oldest else "nothing delivered"
         log.error(
-            "consumer %s stalled: %d message%s waiting, no progress for %.0fs (%s); "
-            "liveness NOT_SERVING",
-            tracker.name, now.waiting, "" if now.waiting == 1 else "s", now.stuck_s, held,
-            extra={"consumer": tracker.name},
+            "%s %s stalled: %d %s%s waiting, no progress for %.0fs (%s); liveness NOT_SERVING",
+            words.loop, tracker.name, now.waiting, words.item, "" if now.waiting == 1 else "s",
+            now.stuck_s, held, extra={"consumer": tracker.name},
         )  # fmt: skip
     elif not stalled and tracker.name in stuck:
         stuck.discard(tracker.name)
-        log.warning("consumer %s moves again", tracker.name, extra={"consumer": tracker.name})
+        log.warning(
+            "%s %s %s", words.loop, tracker.name, words.moves, extra={"consumer": tracker.name}
+        )
 
 
 def _tell_late(bus: Bus, name: str, watch: PulseWatch, *, late: bool, stuck: set[str]) -> None:

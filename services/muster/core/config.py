@@ -252,6 +252,12 @@ class Configuration:
             if not rule.on_flavors or used & set(rule.on_flavors)
         ]
 
+    def names_check(self, cq: str, check: str) -> bool:
+        """Whether ClusterQueue `cq` (if it exists) requires admission check `check`, for some
+        flavor at least."""
+        queue = self.cluster_queues.get(cq)
+        return queue is not None and any(rule.name == check for rule in queue.admission_checks)
+
     def may_preempt(self, cq: str) -> bool:
         policy = self.cluster_queues[cq].preemption
         return (

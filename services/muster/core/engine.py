@@ -321,9 +321,17 @@ class Engine(EngineViews):
         its lastTransitionTime; default `now_s`), and its pods are gone; Rejected deactivates
         it, after its pods stop when it was admitted. A Retry while it is already being
         evicted (its pods stopping) evicts nothing more and counts nothing, but a requeueAt
-        later than the one set stands (`requeue_state.later`)."""
+        later than the one set stands (`requeue_state.later`); and so it does after its pods
+        are gone while it still waits for that end (Kueue's NeedsRequeueAtUpdate moves
+        requeueAt later for a Retry told then, until the workload is requeued)."""
         self.state.now_s = now_s
         r = self.state.records.get(key)
+        if r is not None and state == "Retry" and r.phase is Phase.BACKOFF:
+            since = now_s if since_s is None else since_s
+            end_s = retry_end_s(since, requeue_after_s or 0, now_s=now_s)
+            if end_s is not None and self.state.config.names_check(r.cluster_queue, check):
+                self.lifecycle.wait_longer(r, end_s)
+            return self.state.take_events()
         if r is None or check not in r.checks:
             return []
         if state == "Retry" and r.phase in (Phase.RESERVED, Phase.ADMITTED, Phase.EVICTING):

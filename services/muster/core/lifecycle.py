@@ -261,6 +261,13 @@ class Lifecycle:
         r.set_condition(REQUEUED, False, reason, message)
         self.state.add_timer(at_s, "requeue", r.key)
 
+    def wait_longer(self, r: WorkloadRecord, at_s: float) -> None:
+        """A waiting workload's back-off ends at `at_s` if that is later (a check's Retry
+        told after its pods were gone); the earlier timer is no longer live."""
+        if r.requeue_at_s is not None and at_s > r.requeue_at_s:
+            r.requeue_at_s = at_s
+            self.state.add_timer(at_s, "requeue", r.key)
+
     def deactivate(self, r: WorkloadRecord) -> None:
         """spec.active false: it waits for nothing (Kueue: QuotaReserved=False, Deactivated;
         its requeueState cleared, so a back-off's end never outlives it)."""

@@ -35,7 +35,7 @@ from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
 from muster.bus.errors import BusError, Reject
 from muster.bus.kv import Bucket
 from muster.bus.partitions import QueuePartitions
-from muster.bus.progress import Tracker
+from muster.bus.progress import Tracker, Wording
 from muster.bus.subjects import DEFAULT_CLUSTER, EVENTS_STREAM, check_cluster
 from muster.bus.supervision import supervised
 from muster.bus.tracing import continue_trace, trace_metadata
@@ -97,6 +97,8 @@ DEFAULT_MAX_CALLS: Final = 256  # a Watch holds a thread of its own while it fol
 # than parsing them (a one-Workload manifest takes about 0.2 ms with libyaml).
 INLINE_MANIFEST_BYTES: Final = 16 * 1024
 SUBMITS: Final = "gateway-submit"  # the watchdog's name for the Submits in hand
+# "Submits gateway-submit stalled: 1 Submit waiting, ... (call 7 in hand)"
+SUBMIT_CALLS: Final = Wording("Submits", "Submit", "call", "answer again")
 PARTITIONS_LOAD_S: Final = 2.0  # at start, how long to wait for the LocalQueues' partitions
 SERVICE_NAMES: Final = tuple(
     d.full_name for d in services_pb2.DESCRIPTOR.services_by_name.values()
@@ -709,10 +711,17 @@ class GatewayServer:
         await self._exits.aclose()
 
 
+def track_submits(bus: Bus) -> Tracker:
+    """The watchdog's tracker of the Submits in hand (bus/progress.py), worded as calls."""
+    return bus.progress.track(
+        SUBMITS, stream=EVENTS_STREAM, consumer="", max_ack_pending=0, wording=SUBMIT_CALLS
+    )
+
+
 async def run_gateway(bus: Bus, health: HealthStatus, config: GatewayConfig) -> None:
     """Serve the gateway until cancelled; prints "gateway: HOST:PORT" once listening. Each
     Submit is in the watchdog's hands while it runs (a claim or a publish that hangs)."""
-    submits = bus.progress.track(SUBMITS, stream=EVENTS_STREAM, consumer="", max_ack_pending=0)
+    submits = track_submits(bus)
     server = GatewayServer(bus, config, health=health.servicer, submits=submits)
     address = await server.start()
     health.ready()

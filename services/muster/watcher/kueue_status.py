@@ -325,10 +325,14 @@ class StatusBook:
         lastTransitionTime, as admission counts it), and only ever later
         (`core.requeue_state.later`). Before its eviction it is kept for the eviction it
         causes (`_requeue_state`); once evicted (its pods stopping after a PodsReady timeout,
-        say), requeueAt moves on at once, as admission's wait does."""
+        say, or gone while it waits for its back-off's end), requeueAt moves on at once, as
+        admission's wait does (Kueue's NeedsRequeueAtUpdate)."""
         wl = self._workloads.get(env.workload)
         check = env.admission_check
-        if wl is None or check.state != "Retry" or wl.state not in ("reserving", "admitted"):
+        if wl is None or check.state != "Retry":
+            return set()
+        backing_off = wl.state == "pending" and wl.requeue_at_s is not None  # not requeued yet
+        if wl.state not in ("reserving", "admitted") and not backing_off:
             return set()
         now_s = env.time_unix_nano / 1e9
         end_s = retry_end_s(check_transitioned_s(env), check.requeue_after_seconds, now_s=now_s)

@@ -26,7 +26,7 @@ from muster.bus.connection import Bus
 from muster.bus.errors import BusError, Reject, Retry, Unavailable
 from muster.bus.kv import Bucket
 from muster.bus.poison import Quarantine
-from muster.bus.progress import advanced
+from muster.bus.progress import Wording, advanced
 from muster.bus.subjects import workload_filters
 from muster.bus.supervision import SupervisedGroup, supervised
 from muster.cluster.backend import ClusterBackend, ClusterChange
@@ -55,6 +55,8 @@ WATCHER_BUCKET = "MUSTER_WATCHER"
 BATCH_MAX = 256  # changes handled before their events are published and remembered
 SAVE_INTERVAL_S = 0.1  # the revision is stored at most this often (and when stopping)
 SEAL_ON_STOP_S = 5.0  # writing the marks not written yet, when stopping
+# "watch watcher-watch stalled: 1 batch waiting, ... (revision 812 in hand)"
+WATCH_BATCHES = Wording("watch", "batch", "revision", "moves again")
 
 
 class Readiness(Protocol):
@@ -207,7 +209,9 @@ async def _watch(
     saving = supervised(saver.run(), name="watcher-revision")
     changes = batches(backend.watch(from_revision=revision), max_size=BATCH_MAX)
     # A batch in hand is watched as a consume loop's message is (bus/progress.py).
-    tracker = bus.progress.track("watcher-watch", stream="", consumer="", max_ack_pending=1)
+    tracker = bus.progress.track(
+        "watcher-watch", stream="", consumer="", max_ack_pending=1, wording=WATCH_BATCHES
+    )
     try:
         async for batch in changes:
             token = batch[-1].revision

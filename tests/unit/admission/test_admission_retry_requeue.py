@@ -34,9 +34,9 @@ CHECK = {
 RETRY_S, HANDLED_S, AFTER_S, REQUEUE_AT_S = 12.7, 13.4, 30, 42.0
 
 
-async def retried(*, stopped_s: float) -> tuple[StoredStream, LiveReplica, list[float]]:
-    """`w` reserved at 10 s in a ClusterQueue requiring check prov; prov answers Retry (30 s);
-    its pods are gone at `stopped_s`."""
+async def told_retry(*, echoed: bool = True) -> tuple[StoredStream, LiveReplica, list[float]]:
+    """`w` reserved at 10 s in a ClusterQueue requiring check prov; prov answers Retry (30 s),
+    which evicts it (the replica reads its `evicted` back unless not `echoed`)."""
     clock = [10.0]
     stream = StoredStream()
     replica = LiveReplica(stream, clock=clock)
@@ -49,7 +49,13 @@ async def retried(*, stopped_s: float) -> tuple[StoredStream, LiveReplica, list[
     clock[0] = HANDLED_S
     retry = pb.AdmissionCheckUpdated(check="prov", state="Retry", requeue_after_seconds=AFTER_S)
     stream.put(reported("admission_check", KEY, retry, at_s=RETRY_S))
-    await replica.catch_up()
+    await (replica.catch_up() if echoed else replica.consume(1))
+    return stream, replica, clock
+
+
+async def retried(*, stopped_s: float) -> tuple[StoredStream, LiveReplica, list[float]]:
+    """As `told_retry`; its pods are gone at `stopped_s`."""
+    stream, replica, clock = await told_retry()
     (evicted,) = [e for e in map(stream.envelope, range(1, stream.last + 1)) if e.evicted.reason]
     clock[0] = stopped_s
     done = pb.EvictionCompleted(eviction_id=evicted.event_id)
@@ -103,3 +109,48 @@ async def test_a_requeue_decided_but_not_stored_is_said_by_the_rebuilt_replica()
     state, _ = rebuilt(stream)
     told = [(e.type, e.object, e.reason) for e in state.take_ownership(now_s=51.0)]
     assert told[0] == ("Requeued", KEY, "BackoffFinished")
+
+
+async def retried_again(stream: StoredStream, replica: LiveReplica, clock: list[float]) -> None:
+    """prov says Retry again at 20 s, asking for 60 s more: requeueAt 80, later than 42."""
+    clock[0] = 20.5
+    again = pb.AdmissionCheckUpdated(check="prov", state="Retry", requeue_after_seconds=60)
+    stream.put(reported("admission_check", KEY, again, at_s=20.0))
+    await replica.catch_up()
+
+
+@pytest.mark.parametrize("source", ["live", "stream", "snapshot"])
+async def test_a_retry_told_after_its_pods_are_gone_moves_its_wait_later(source: str) -> None:
+    """Kueue (NeedsRequeueAtUpdate) moves requeueAt later for a check's Retry told while the
+    workload waits out its back-off, its pods gone; it requeues at the later end, and so does
+    a replica rebuilt meanwhile. Before, the Retry was ignored: requeued at 42 s."""
+    stream, replica, clock = await retried(stopped_s=15.0)
+    await retried_again(stream, replica, clock)
+    state = replica.state
+    if source != "live":
+        snapshot = decode_snapshot(encode_snapshot(replica.snapshot()))
+        state = await rebuilt_from(source, stream, snapshot)
+        assert state.take_ownership(now_s=21.0) == []
+    assert (state.engine.phase(KEY), state.engine.records[KEY].requeue_at_s) == ("Backoff", 80.0)
+    if source == "live":
+        for tick_s in (REQUEUE_AT_S, 79.9, 80.0):  # not requeued at the first end
+            clock[0] = tick_s
+            stream.put(submitted(workload(f"tick{tick_s}", queue="nowhere"), at_s=tick_s))
+            await replica.catch_up()
+        assert requeued_at(stream) == [(80.0, "BackoffFinished")]
+
+
+@pytest.mark.parametrize("source", ["stream", "snapshot", "service"])
+async def test_a_retry_whose_eviction_was_not_stored_is_answered_by_the_rebuilt_replica(
+    source: str,
+) -> None:
+    """The replica applied the Retry (and snapshotted it) and stopped before its `evicted`
+    was stored: its successor evicts it, from the check's time, and waits the same end."""
+    stream, replica, _ = await told_retry(echoed=False)
+    snapshot = decode_snapshot(encode_snapshot(replica.snapshot()))
+    fields = [stream.envelope(seq).WhichOneof("payload") for seq in range(1, stream.last + 1)]
+    del stream.data[fields.index("admission_check") + 1 :]  # what it published after
+    state = await rebuilt_from(source, stream, snapshot)
+    told = [(e.type, e.object, e.reason) for e in state.take_ownership(now_s=14.0)]
+    assert told == [("Evicted", KEY, "AdmissionCheck")]
+    assert state.engine.records[KEY].requeue_at_s == REQUEUE_AT_S

@@ -1,0 +1,78 @@
+"""A check's Retry or Rejected that no replica answered before it died is answered by its
+successor: stored after the last decision about the workload, the check's event is read by the
+rebuild as history (the successor's consumer starts after it), so the successor acts on the
+check states its rebuild found, as Kueue's workload controller acts on what the Workload's
+status holds whenever it reconciles."""
+
+from __future__ import annotations
+
+import pytest
+from admission_world import (
+    admission_check,
+    cluster_queue,
+    config_applied,
+    fact,
+    flavor,
+    local_queue,
+    publish,
+    start_admission,
+    submitted,
+    workload,
+)
+from bus_helpers import EventLog
+
+from muster.bus import Bus, BusConfig
+from muster.contracts.v1 import events_pb2 as pb
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def told(state: str, message: str) -> pb.Envelope:
+    return fact("admission_check", "ns/w", pb.AdmissionCheckUpdated(
+        check="prov", state=state, message=message
+    ))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("admitted", "state", "reason"),
+    [
+        (True, "Retry", "AdmissionCheck"),  # evicted, to queue again once its pods are gone
+        (False, "Retry", "AdmissionCheck"),
+        (True, "Rejected", "DeactivatedDueToAdmissionCheck"),  # deactivated once pods stop
+        (False, "Rejected", "InactiveWorkload"),  # nothing runs yet: deactivated at once
+    ],
+)
+async def test_a_check_told_while_no_replica_answered_is_answered_by_the_next(
+    bus: Bus, bus_config: BusConfig, events: EventLog, admitted: bool, state: str, reason: str
+) -> None:
+    first = await start_admission(bus_config)
+    try:
+        await first.wait_serving()
+        cq = cluster_queue()
+        cq["spec"]["admissionChecks"] = ["prov"]
+        await publish(
+            bus,
+            config_applied(flavor()),
+            config_applied(admission_check()),
+            config_applied(cq),
+            config_applied(local_queue()),
+            submitted(workload("w")),
+        )
+        await events.wait_for("quota_reserved", workload="ns/w")
+        if admitted:
+            await publish(bus, told("Ready", ""))
+            await events.wait_for("admitted", workload="ns/w")
+    finally:
+        await first.kill()
+    # Stored after the replica's last decision, as when it died before answering it.
+    await publish(bus, told(state, "no capacity"))
+
+    second = await start_admission(bus_config)
+    try:
+        await second.wait_serving()
+        evicted = await events.wait_for("evicted", workload="ns/w", timeout_s=20)
+        assert evicted.evicted.reason == reason
+        assert f'AdmissionCheck in {state} state: "prov" (no capacity)' in evicted.evicted.message
+        assert len(events.matching("evicted", workload="ns/w")) == 1
+    finally:
+        await second.stop()
