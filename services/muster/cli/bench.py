@@ -99,11 +99,22 @@ def add_e2e_options(parser: argparse.ArgumentParser) -> None:
         "(and spans exported over OTLP to a receiver here); each case runs once per mode given "
         "(default: off)",
     )
+    parser.add_argument(
+        "--manifest",
+        choices=("yaml", "json"),
+        default="yaml",
+        help="how the client writes each Submit's workloads: yaml (as `muster submit -f` sends "
+        "them) or json (one object per call, as kubectl and programs send; a List of 16) "
+        "(default: yaml)",
+    )
 
 
 def run_e2e(args: argparse.Namespace) -> Iterator[Any]:
     return _e2e().run(  # type: ignore[no-any-return]
-        scale=args.scale, shard_counts=tuple(args.shards), observe=tuple(args.observe)
+        scale=args.scale,
+        shard_counts=tuple(args.shards),
+        observe=tuple(args.observe),
+        manifest=args.manifest,
     )
 
 

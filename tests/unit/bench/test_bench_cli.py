@@ -146,19 +146,46 @@ def of(rows: list[dict[str, Any]], section: str) -> list[dict[str, Any]]:
 def test_e2e_shards_option_reaches_the_cases(monkeypatch: pytest.MonkeyPatch) -> None:
     from muster.bench import e2e
 
-    asked: list[tuple[float, tuple[int, ...], tuple[str, ...]]] = []
+    asked: list[tuple[float, tuple[int, ...], tuple[str, ...], str]] = []
 
     def recorded(
-        *, scale: float, shard_counts: tuple[int, ...], observe: tuple[str, ...]
+        *, scale: float, shard_counts: tuple[int, ...], observe: tuple[str, ...], manifest: str
     ) -> Iterator[Any]:
-        asked.append((scale, shard_counts, observe))
+        asked.append((scale, shard_counts, observe, manifest))
         return iter(())
 
     monkeypatch.setattr(e2e, "run", recorded)
     bench.main(["e2e", "--scale", TINY, "--shards", "2", "4", "-o", "json"])
-    bench.main(["e2e", "--scale", TINY, "-o", "json"])
+    bench.main(["e2e", "--scale", TINY, "--manifest", "json", "-o", "json"])
 
-    assert asked == [(0.001, (2, 4), ("off",)), (0.001, (1, 2, 4), ("off",))]
+    assert asked == [
+        (0.001, (2, 4), ("off",), "yaml"),
+        (0.001, (1, 2, 4), ("off",), "json"),
+    ]
+
+
+def test_e2e_json_manifests_submit_the_workloads_of_the_yaml_ones() -> None:
+    from muster.bench import e2e
+    from muster.gateway.submit import plan_submit
+
+    for per_call in (1, e2e.BATCHED_PER_CALL):
+        workloads = range(3, 3 + per_call)
+        planned = {
+            manifest: plan_submit(
+                e2e.manifest_of(workloads, manifest), cluster="local", submission="same"
+            )
+            for manifest in e2e.MANIFESTS
+        }
+        assert [p.key for p in planned["json"]] == [f"bench/w-{i}" for i in workloads]
+        assert planned["json"] == planned["yaml"]
+
+
+def test_e2e_with_json_manifests_goes_through() -> None:
+    from muster.bench import e2e
+    from muster.bus.service import run_loop
+
+    row = run_loop(e2e.run_case(shards=1, workloads=10, rate_per_s=None, manifest="json"))
+    assert (row.manifest, row.admitted, row.bound) == ("json", 10, 10)
 
 
 @pytest.mark.timeout(EVERY_SECTION_S)
