@@ -183,12 +183,12 @@ _REQUESTS = {"cpu": "100m", "memory": "64Mi"}
 _ENCODE_JSON = msgspec.json.Encoder()
 
 
-def manifest_of(workloads: range, manifest: str) -> str:
-    """One Submit's manifest of `workloads`: YAML documents, or one JSON object (a `List` of
-    more than one)."""
+def manifest_of(workloads: range, manifest: str, *, prefix: str = "w") -> str:
+    """One Submit's manifest of `workloads` (named `<prefix>-<i>`): YAML documents, or one JSON
+    object (a `List` of more than one)."""
     if manifest == "yaml":
-        return "\n---\n".join(workload_yaml(i) for i in workloads)
-    items = [workload_json(i) for i in workloads]
+        return "\n---\n".join(workload_yaml(i, name=f"{prefix}-{i}") for i in workloads)
+    items = [workload_json(i, name=f"{prefix}-{i}") for i in workloads]
     document = items[0] if len(items) == 1 else {"apiVersion": "v1", "kind": "List", "items": items}
     return _ENCODE_JSON.encode(document).decode()
 

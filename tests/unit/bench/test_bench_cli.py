@@ -242,14 +242,18 @@ def test_gateway_rows_tell_what_refused_calls_cost(capsys: pytest.CaptureFixture
     assert all(r["baseline_mib"] > 0 for r in rows)
 
 
+@pytest.mark.parametrize("manifest", ["yaml", "json"])
 def test_submit_rows_say_what_each_call_cost_and_store_one_event_per_call(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], manifest: str
 ) -> None:
-    status = muster(["bench", "submit", "--scale", "0.005", "-o", "json"])
+    status = muster(["bench", "submit", "--scale", "0.005", "--manifest", manifest, "-o", "json"])
 
     rows = json_rows(capsys.readouterr().out)
     assert status == 0
-    assert [(r["calls"], r["in_flight"], r["stored"]) for r in rows] == [(30, 64, 30), (30, 1, 30)]
+    assert [(r["calls"], r["in_flight"], r["stored"], r["manifest"]) for r in rows] == [
+        (30, 64, 30, manifest),
+        (30, 1, 30, manifest),
+    ]
     assert all(r["gateway_ms"] > 0 and r["client_ms"] > 0 and r["calls_per_s"] > 0 for r in rows)
     # One call at a time: each call finds the gateway's gRPC thread asleep and wakes it. With 64
     # in flight a busy thread may take several calls without sleeping (a loaded machine does).
