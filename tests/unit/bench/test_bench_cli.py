@@ -180,14 +180,6 @@ def test_e2e_json_manifests_submit_the_workloads_of_the_yaml_ones() -> None:
         assert planned["json"] == planned["yaml"]
 
 
-def test_e2e_with_json_manifests_goes_through() -> None:
-    from muster.bench import e2e
-    from muster.bus.service import run_loop
-
-    row = run_loop(e2e.run_case(shards=1, workloads=10, rate_per_s=None, manifest="json"))
-    assert (row.manifest, row.admitted, row.bound) == ("json", 10, 10)
-
-
 @pytest.mark.timeout(EVERY_SECTION_S)
 def test_e2e_rows_tell_mode_shards_and_workloads_per_call(
     every_section: tuple[int, list[dict[str, Any]]],
