@@ -9,6 +9,12 @@ Here every alias counts as the whole value it stands for, nesting is counted as 
 and each limit is an error naming the source and the line. Timestamps stay strings, as
 Kubernetes reads YAML. `load_json` applies the same limits to JSON.
 
+A text that is one JSON object (what kubectl and programs send) is read by the json module,
+a tenth of libyaml's time, to exactly the values the YAML reader gives: its numbers and
+constants are resolved by their spelling as YAML 1.1 resolves them (`1e3` stays a string),
+and a text where the two could differ (escapes, a duplicate key, non-ASCII, tabs, a key YAML
+cannot take as one, a limit reached) is read as YAML, which names the problem.
+
 Used by `muster.api.decode` (files, scenarios, the gateway's manifests) and anywhere else a
 user's YAML or JSON is read.
 """
@@ -16,6 +22,7 @@ user's YAML or JSON is read.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Final
 
 import yaml
@@ -83,8 +90,20 @@ def load_yaml(
     Documents before the problem are returned (each as plain dicts, lists and scalars; an
     empty document is None). The problem names `source` and the line. A key written twice in
     one map keeps its later value, as Kubernetes' lenient decoding does; pass a list as
-    `duplicates` to learn of each (strict field validation refuses them).
+    `duplicates` to learn of each (strict field validation refuses them). One JSON object is
+    read as JSON, to the same values (the module's docstring).
     """
+    if text[:1] == "{" or text.lstrip()[:1] == "{":
+        document = _json_as_yaml(text)
+        if document is not _NOT_JSON:
+            return [document], None
+    return _read_yaml(text, source=source, duplicates=duplicates)
+
+
+def _read_yaml(
+    text: str, *, source: str = "", duplicates: list[FieldError] | None = None
+) -> tuple[list[Any], FieldError | None]:
+    """`load_yaml` by libyaml alone, whatever the text."""
     builder = _Builder(source or "(input)")
     if duplicates is not None:
         builder.duplicates = duplicates
@@ -255,38 +274,16 @@ class _Builder:
     def _scalar(self, event: Any) -> Any:
         value: str = event.value
         tag = event.tag
-        if tag is None and event.implicit[0]:  # plain: resolved by its spelling
-            known = _PLAIN.get(value, _NO_KEY)  # one lookup: another Submit's thread may clear it
-            if known is not _NO_KEY:
-                return known
-            tag = _RESOLVER.resolve(ScalarNode, value, (True, False))  # type: ignore[no-untyped-call]  # PyYAML's stubs leave it untyped
-            found = self._construct(tag, value, event)
-            if len(value) <= _PLAIN_MAX_CHARS:
-                if len(_PLAIN) >= _PLAIN_MAX_ENTRIES:
-                    _PLAIN.clear()
-                _PLAIN[value] = found
-            return found
-        if tag is None or tag == "!" or tag == _STR:
-            return value
-        if tag not in _SCALAR_TAGS:
-            raise self._error(event, f"tag {tag} is not supported")
-        return self._construct(tag, value, event)
-
-    def _construct(self, tag: str, value: str, event: Any) -> Any:
-        if tag == _STR:
-            return value
-        if tag == _MERGE:
-            return _MERGE_KEY
-        if tag == "tag:yaml.org,2002:int" and sum(c.isdigit() for c in value) > MAX_INT_DIGITS:
-            raise self._error(event, f"integer has more than {MAX_INT_DIGITS} digits")
-        method = _CONSTRUCTOR.yaml_constructors.get(tag)
-        if method is None:
-            raise self._error(event, f"tag {tag} is not supported")
         try:
-            return method(_CONSTRUCTOR, ScalarNode(tag, value))
-        except (ConstructorError, ValueError) as exc:
-            kind = tag.rsplit(":", 1)[-1]
-            raise self._error(event, f"cannot read {value!r} as {kind}: {exc}") from None
+            if tag is None and event.implicit[0]:  # plain: resolved by its spelling
+                return _plain(value)
+            if tag is None or tag == "!" or tag == _STR:
+                return value
+            if tag not in _SCALAR_TAGS:
+                raise _UnreadableError(f"tag {tag} is not supported")
+            return _construct(tag, value)
+        except _UnreadableError as exc:
+            raise self._error(event, str(exc)) from None
 
     def _alias(self, event: Any, anchors: dict[str, tuple[Any, int] | None]) -> tuple[Any, int]:
         if event.anchor not in anchors:
@@ -318,6 +315,101 @@ class _Builder:
 
     def _error(self, event: Any, problem: str) -> LoadError:
         return LoadError(FieldError(self.source, f"line {event.start_mark.line + 1}", problem))
+
+
+class _UnreadableError(ValueError):
+    """A scalar YAML will not read; the caller names where."""
+
+
+def _plain(value: str) -> Any:
+    """A plain scalar's value, resolved by its spelling (YAML 1.1, timestamps as strings)."""
+    known = _PLAIN.get(value, _NO_KEY)  # one lookup: another Submit's thread may clear it
+    if known is not _NO_KEY:
+        return known
+    tag = _RESOLVER.resolve(ScalarNode, value, (True, False))  # type: ignore[no-untyped-call]  # PyYAML's stubs leave it untyped
+    found = _construct(tag, value)
+    if len(value) <= _PLAIN_MAX_CHARS:
+        if len(_PLAIN) >= _PLAIN_MAX_ENTRIES:
+            _PLAIN.clear()
+        _PLAIN[value] = found
+    return found
+
+
+def _construct(tag: str, value: str) -> Any:
+    if tag == _STR:
+        return value
+    if tag == _MERGE:
+        return _MERGE_KEY
+    if tag == "tag:yaml.org,2002:int" and sum(c.isdigit() for c in value) > MAX_INT_DIGITS:
+        raise _UnreadableError(f"integer has more than {MAX_INT_DIGITS} digits")
+    method = _CONSTRUCTOR.yaml_constructors.get(tag)
+    if method is None:
+        raise _UnreadableError(f"tag {tag} is not supported")
+    try:
+        return method(_CONSTRUCTOR, ScalarNode(tag, value))
+    except (ConstructorError, ValueError) as exc:
+        kind = tag.rsplit(":", 1)[-1]
+        raise _UnreadableError(f"cannot read {value!r} as {kind}: {exc}") from None
+
+
+# A JSON text is read as JSON only when it is made of what YAML reads alike: printable ASCII
+# without escapes (YAML 1.1 and JSON escape differently), spaces and newlines between tokens.
+_JSON_UNLIKE_YAML: Final = ("\\", "\t", "\r", "\x7f")
+# YAML takes a map's key only within 1024 characters of its ':' (a "simple key"); longer, read
+# as YAML, which says so. Well short of it, for the spaces JSON allows before the ':'. Without
+# escapes a JSON string is exactly `"[^"]*"`, and only a key's is followed by a ':'.
+_JSON_KEY_CHARS: Final = 512
+_LONG_JSON_KEY: Final = re.compile(f'"[^"]{{{_JSON_KEY_CHARS},}}"[ \n]*:')
+_NOT_JSON: Final = object()
+
+
+class _NotLikeYamlError(Exception):
+    """JSON that YAML would read otherwise, or not at all: read it as YAML."""
+
+
+def _json_scalar(spelling: str) -> Any:
+    """A JSON number or constant as YAML reads the same spelling (`1e3`, `NaN`: strings)."""
+    try:
+        value = _plain(spelling)
+    except _UnreadableError:
+        raise _NotLikeYamlError from None
+    if value is _MERGE_KEY:
+        raise _NotLikeYamlError
+    return value
+
+
+def _json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    mapping = dict(pairs)
+    if len(mapping) != len(pairs):
+        raise _NotLikeYamlError  # a duplicate key: YAML tells each
+    return mapping
+
+
+_JSON_DECODER: Final = json.JSONDecoder(
+    object_pairs_hook=_json_pairs,
+    parse_int=_json_scalar,
+    parse_float=_json_scalar,
+    parse_constant=_json_scalar,
+)
+
+
+def _json_as_yaml(text: str) -> Any:
+    """`text`, one JSON object, as the YAML reader would return its document; `_NOT_JSON`
+    when it is not JSON, or when YAML could read it otherwise or refuse it."""
+    if len(text) > MAX_DOCUMENT_CHARS or not text.isascii():
+        return _NOT_JSON
+    if any(unlike in text for unlike in _JSON_UNLIKE_YAML):
+        return _NOT_JSON
+    if len(text) > _JSON_KEY_CHARS and _LONG_JSON_KEY.search(text):
+        return _NOT_JSON
+    try:
+        value = _JSON_DECODER.decode(text)
+    except (ValueError, _NotLikeYamlError, RecursionError):
+        return _NOT_JSON
+    # Nested too deep (YAML names the line): the walk only when the brackets could be.
+    if text.count("{") + text.count("[") > MAX_DEPTH and _json_problem(value) is not None:
+        return _NOT_JSON
+    return value
 
 
 class _JsonNumberError(ValueError):

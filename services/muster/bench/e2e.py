@@ -10,6 +10,8 @@ pipeline. Workloads (one pod, 100m cpu) are submitted through `Gateway.Submit`:
 - burst with 16 workloads per call (a multi-document manifest): the same pipeline with a
   sixteenth of the gRPC calls, which tells the cost of the calls from the rest;
 - rate: paced at a fixed rate, one workload per call; latency percentiles are the point.
+Each workload is written as YAML (what `muster submit -f` sends), or with `--manifest json` as
+one JSON object per workload (what kubectl and programs send; a call of 16 sends a `List`).
 - with one shard and more in the run, the lone replica is also paced at the rate each of N
   replicas sees (200 ÷ N per second), and the machine's charge for waking a process that rarely
   (`bench.wake`) is measured: `bench.replicas` sets each row at N shards beside both.
@@ -67,6 +69,7 @@ DONE = ("admitted", "bound", "running")  # a workload went through once it has a
 POLL_S = 0.02
 BATCHED_PER_CALL = 16  # workloads per Submit in the batched burst
 OBSERVE = ("off", "on", "otlp")  # metrics and tracing: see the module docstring
+MANIFESTS = ("yaml", "json")  # how the client writes each Submit's workloads
 
 
 class E2ERow(msgspec.Struct, frozen=True, kw_only=True):
@@ -85,6 +88,7 @@ class E2ERow(msgspec.Struct, frozen=True, kw_only=True):
     bound_p99_ms: float
     cpu_ms_per_workload: dict[str, float]  # process -> CPU ms per workload, "total" included
     observe: str = "off"  # metrics and tracing: off, on (no exporter), otlp
+    manifest: str = "yaml"  # how the client wrote the workloads: yaml or json
     spans_exported: int = 0  # OTLP requests received (otlp only)
     events_per_workload: float = 0.0  # workload events stored per workload submitted
     jetstream_acks_per_s: float = 0.0  # the same server's own publish+ack rate (jetstream.py)
@@ -144,6 +148,49 @@ def config_yaml() -> str:
 
 def workload_yaml(i: int, *, name: str | None = None) -> str:
     return _WORKLOAD.format(name=name or f"w-{i}", q=i % QUEUES)
+
+
+def workload_json(i: int, *, name: str | None = None) -> dict[str, object]:
+    """The workload of `workload_yaml`, as the object a JSON manifest holds."""
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "namespace": "bench",
+            "name": name or f"w-{i}",
+            "annotations": {"muster.dev/run-seconds": "3600"},
+        },
+        "spec": {
+            "queueName": f"lq-{i % QUEUES}",
+            "podSets": [
+                {
+                    "name": "main",
+                    "count": 1,
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {"name": "c", "resources": {"requests": _REQUESTS}},
+                            ]
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+_REQUESTS = {"cpu": "100m", "memory": "64Mi"}
+_ENCODE_JSON = msgspec.json.Encoder()
+
+
+def manifest_of(workloads: range, manifest: str, *, prefix: str = "w") -> str:
+    """One Submit's manifest of `workloads` (named `<prefix>-<i>`): YAML documents, or one JSON
+    object (a `List` of more than one)."""
+    if manifest == "yaml":
+        return "\n---\n".join(workload_yaml(i, name=f"{prefix}-{i}") for i in workloads)
+    items = [workload_json(i, name=f"{prefix}-{i}") for i in workloads]
+    document = items[0] if len(items) == 1 else {"apiVersion": "v1", "kind": "List", "items": items}
+    return _ENCODE_JSON.encode(document).decode()
 
 
 def nodes(workloads: int) -> list[dict[str, object]]:
@@ -225,9 +272,12 @@ async def run_case(
     rate_per_s: float | None,
     per_call: int = 1,
     observe: str = "off",
+    manifest: str = "yaml",
 ) -> E2ERow:
     if observe not in OBSERVE:
         raise ValueError(f"observe must be one of {', '.join(OBSERVE)}, got {observe!r}")
+    if manifest not in MANIFESTS:
+        raise ValueError(f"manifest must be one of {', '.join(MANIFESTS)}, got {manifest!r}")
     log_dir = Path(tempfile.mkdtemp(prefix="muster-bench-e2e-"))
     nats = NatsServer(log_dir / "jetstream")
     url = await nats.start(log_path=log_dir / "nats-server.log")
@@ -256,7 +306,13 @@ async def run_case(
             row = await _measure(
                 stack.gateway_address,
                 nc.jetstream(),
-                Load(shards=shards, workloads=workloads, rate_per_s=rate_per_s, per_call=per_call),
+                Load(
+                    shards=shards,
+                    workloads=workloads,
+                    rate_per_s=rate_per_s,
+                    per_call=per_call,
+                    manifest=manifest,
+                ),
                 meter,
             )
             # The yardstick, once the services are idle again.
@@ -270,7 +326,10 @@ async def run_case(
         if receiver is not None:
             receiver.stop()
     row = msgspec.structs.replace(
-        row, observe=observe, spans_exported=0 if receiver is None else receiver.requests
+        row,
+        observe=observe,
+        manifest=manifest,
+        spans_exported=0 if receiver is None else receiver.requests,
     )
     # Kept when the case failed (the error names it); a finished case leaves nothing behind:
     # its JetStream store is megabytes per case.
@@ -323,6 +382,7 @@ class Load(msgspec.Struct, frozen=True, kw_only=True):
     workloads: int
     rate_per_s: float | None
     per_call: int = 1
+    manifest: str = "yaml"  # MANIFESTS
 
 
 async def _measure(
@@ -336,7 +396,6 @@ async def _measure(
         # every per-cluster service has started.
         await gw.Submit(services_pb2.SubmitRequest(manifest=workload_yaml(0, name="warm-up")))
         await wait_stored(js, 1, timeout_s=30)
-        limit = asyncio.Semaphore(IN_FLIGHT)
         counts_before = await stored_counts(js)
         wire_before = await wire_count(js)
         cpu_before = meter()
@@ -344,20 +403,28 @@ async def _measure(
 
         async def submit(first: int) -> None:
             batch = range(first, min(first + load.per_call, load.workloads))
-            manifest = "\n---\n".join(workload_yaml(i) for i in batch)
-            async with limit:
-                now = time.time_ns()
-                submitted.update((f"bench/w-{i}", now) for i in batch)
-                await gw.Submit(services_pb2.SubmitRequest(manifest=manifest))
+            manifest = manifest_of(batch, load.manifest)
+            now = time.time_ns()
+            for i in batch:
+                submitted[f"bench/w-{i}"] = now
+            await gw.Submit(services_pb2.SubmitRequest(manifest=manifest))
 
-        tasks = []
-        for first in range(0, load.workloads, load.per_call):
-            if load.rate_per_s is not None:
+        firsts = iter(range(0, load.workloads, load.per_call))
+        if load.rate_per_s is None:  # IN_FLIGHT callers, each taking the next call's workloads
+
+            async def caller() -> None:
+                for first in firsts:
+                    await submit(first)
+
+            await asyncio.gather(*(caller() for _ in range(IN_FLIGHT)))
+        else:  # paced: each call when its time comes, however long the others take
+            tasks = []
+            for first in firsts:
                 delay = start + first / load.rate_per_s - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(submit(first)))
-        await asyncio.gather(*tasks)
+                tasks.append(asyncio.create_task(submit(first)))
+            await asyncio.gather(*tasks)
         # With the warm-up workload.
         await wait_stored(js, load.workloads + 1, timeout_s=60 + load.workloads / 20)
         cpu_after = meter()
@@ -408,6 +475,7 @@ def run(
     scale: float,
     shard_counts: tuple[int, ...] = (1, 2, 4),
     observe: tuple[str, ...] = ("off",),
+    manifest: str = "yaml",
 ) -> Iterator[msgspec.Struct]:
     """The e2e rows, case by case; with a lone replica and more, then the machine's wake
     costs (`bench.wake`) and the per-replica comparison (`bench.replicas`)."""
@@ -422,6 +490,7 @@ def run(
                     rate_per_s=load.rate_per_s,
                     per_call=load.per_call,
                     observe=mode,
+                    manifest=manifest,
                 )
             )
             rows.append(row)
@@ -470,6 +539,7 @@ def render_cpu(rows: list[E2ERow]) -> str:
     columns: list[Column[E2ERow]] = [
         Column("CPU ms/workload", lambda r: r.mode, numeric=False),
         Column("OBSERVE", lambda r: r.observe, numeric=False),
+        Column("MANIFEST", lambda r: r.manifest, numeric=False),
         Column("SHARDS", lambda r: str(r.shards)),
         Column("WORKLOADS", lambda r: str(r.workloads)),
         Column("PER CALL", lambda r: str(r.per_call)),
@@ -510,6 +580,7 @@ def render_latency(rows: list[E2ERow]) -> str:
     columns: list[Column[E2ERow]] = [
         Column("MODE", lambda r: r.mode, numeric=False),
         Column("OBSERVE", lambda r: r.observe, numeric=False),
+        Column("MANIFEST", lambda r: r.manifest, numeric=False),
         Column("SHARDS", lambda r: str(r.shards)),
         Column("WORKLOADS", lambda r: str(r.workloads)),
         Column("PER CALL", lambda r: str(r.per_call)),

@@ -2,13 +2,13 @@
 
 A gateway process on a loopback nats-server, with no other service (nothing consumes what it
 publishes), and this process as a `grpc.aio` client making one `Gateway.Submit` per workload,
-the manifest `muster bench e2e` submits. CPU = user + system time of the gateway, the client
-and the nats-server over the calls, per call, and the gateway's voluntary context switches per
-call (its threads handing the GIL and the calls to each other: what its CPU follows). The e2e
-burst has the same calls among every service's work, where a change of a few hundredths of a
-millisecond per call is lost in the noise of a loaded machine; here it is not. Cases: 64 calls
-in flight (the e2e burst's concurrency) and one (a lone caller: no call shares a wake-up with
-another).
+the manifest `muster bench e2e` submits (YAML; with `--manifest json`, one JSON object). CPU =
+user + system time of the gateway, the client and the nats-server over the calls, per call, and
+the gateway's voluntary context switches per call (its threads handing the GIL and the calls to
+each other: what its CPU follows). The e2e burst has the same calls among every service's work,
+where a change of a few hundredths of a millisecond per call is lost in the noise of a loaded
+machine; here it is not. Cases: 64 calls in flight (the e2e burst's concurrency) and one (a lone
+caller: no call shares a wake-up with another).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import grpc
 import msgspec
 from nats.aio.client import Client as NatsClient
 
-from muster.bench.e2e import config_yaml, cpu_s, workload_yaml
+from muster.bench.e2e import MANIFESTS, config_yaml, cpu_s, manifest_of
 from muster.bench.gateway import gateway_process
 from muster.bench.table import Column, number, render_table
 from muster.bus.service import run_loop
@@ -51,6 +51,7 @@ class SubmitRow(msgspec.Struct, frozen=True, kw_only=True):
     # between gRPC's threads and the loop. Its CPU per call follows this count (about 7 per
     # call at 0.55 ms, 19 at 1.0 ms in one session), which a loaded machine's timing does not.
     gateway_switches: float = 0.0
+    manifest: str = "yaml"  # how the client wrote each call's workload: yaml or json
 
     @property
     def total_ms(self) -> float:
@@ -58,7 +59,13 @@ class SubmitRow(msgspec.Struct, frozen=True, kw_only=True):
 
 
 async def _measure(
-    address: str, url: str, pids: tuple[int, int], *, calls: int, in_flight: int
+    address: str,
+    url: str,
+    pids: tuple[int, int],
+    *,
+    calls: int,
+    in_flight: int,
+    manifest: str = "yaml",
 ) -> SubmitRow:
     gateway_pid, nats_pid = pids
     first = time.monotonic_ns()  # names unique to this case: every case submits new workloads
@@ -66,14 +73,14 @@ async def _measure(
         stub = services_pb2_grpc.GatewayStub(channel)
         await stub.Submit(services_pb2.SubmitRequest(manifest=config_yaml()))
         for i in range(WARM_UP):
-            manifest = workload_yaml(i, name=f"warm-{first}-{i}")
-            await stub.Submit(services_pb2.SubmitRequest(manifest=manifest))
+            text = manifest_of(range(i, i + 1), manifest, prefix=f"warm-{first}")
+            await stub.Submit(services_pb2.SubmitRequest(manifest=text))
         names = iter(range(calls))
 
         async def caller() -> None:
             for i in names:
-                manifest = workload_yaml(i, name=f"w-{first}-{i}")
-                await stub.Submit(services_pb2.SubmitRequest(manifest=manifest))
+                text = manifest_of(range(i, i + 1), manifest, prefix=f"w-{first}")
+                await stub.Submit(services_pb2.SubmitRequest(manifest=text))
 
         stored = await _stored(url)
         switches = voluntary_switches(gateway_pid)
@@ -93,6 +100,7 @@ async def _measure(
         nats_ms=round(nats, 3),
         stored=await _stored(url) - stored,
         gateway_switches=round(switches / calls, 2),
+        manifest=manifest,
     )
 
 
@@ -118,27 +126,32 @@ async def _stored(url: str) -> int:
         await nc.close()
 
 
-async def _run(scale: float) -> list[SubmitRow]:
+async def _run(scale: float, manifest: str) -> list[SubmitRow]:
+    if manifest not in MANIFESTS:
+        raise ValueError(f"manifest must be one of {', '.join(MANIFESTS)}, got {manifest!r}")
     calls = max(10, round(CALLS * scale))
     with tempfile.TemporaryDirectory(prefix="muster-bench-submit-") as tmp:
         async with gateway_process(Path(tmp), tokens=False) as (pid, address, nats):
             assert nats.process is not None
             url, pids = nats.url, (pid, nats.process.pid)
             return [
-                await _measure(address, url, pids, calls=calls, in_flight=in_flight)
+                await _measure(
+                    address, url, pids, calls=calls, in_flight=in_flight, manifest=manifest
+                )
                 for in_flight in IN_FLIGHT
             ]
 
 
-def run(*, scale: float = 1.0) -> Iterator[SubmitRow]:
+def run(*, scale: float = 1.0, manifest: str = "yaml") -> Iterator[SubmitRow]:
     # The client on the loop the services use (uvloop when installed), as in `bench e2e`.
-    yield from run_loop(_run(scale))
+    yield from run_loop(_run(scale, manifest))
 
 
 def render(rows: list[SubmitRow]) -> str:
     columns: list[Column[SubmitRow]] = [
         Column("calls", lambda r: str(r.calls)),
         Column("in flight", lambda r: str(r.in_flight)),
+        Column("manifest", lambda r: r.manifest, numeric=False),
         Column("calls/s", lambda r: number(r.calls_per_s, digits=0)),
         Column("GATEWAY ms/call", lambda r: f"{r.gateway_ms:.3f}"),
         Column("CLIENT ms/call", lambda r: f"{r.client_ms:.3f}"),

@@ -99,11 +99,26 @@ def add_e2e_options(parser: argparse.ArgumentParser) -> None:
         "(and spans exported over OTLP to a receiver here); each case runs once per mode given "
         "(default: off)",
     )
+    add_manifest_option(parser)
+
+
+def add_manifest_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--manifest",
+        choices=("yaml", "json"),
+        default="yaml",
+        help="how the client writes each Submit's workloads: yaml (as `muster submit -f` sends "
+        "them) or json (one object per call, as kubectl and programs send; a List of several) "
+        "(default: yaml)",
+    )
 
 
 def run_e2e(args: argparse.Namespace) -> Iterator[Any]:
     return _e2e().run(  # type: ignore[no-any-return]
-        scale=args.scale, shard_counts=tuple(args.shards), observe=tuple(args.observe)
+        scale=args.scale,
+        shard_counts=tuple(args.shards),
+        observe=tuple(args.observe),
+        manifest=args.manifest,
     )
 
 
@@ -208,7 +223,7 @@ def _submit() -> Any:  # imported only when run: it starts a gateway process
 
 
 def run_submit(args: argparse.Namespace) -> Iterator[Any]:
-    return _submit().run(scale=args.scale)  # type: ignore[no-any-return]
+    return _submit().run(scale=args.scale, manifest=args.manifest)  # type: ignore[no-any-return]
 
 
 def _clusters() -> Any:  # imported only when run: it starts a gateway process
@@ -408,7 +423,7 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
             name="submit",
             help="the gateway's and the client's CPU per one-workload Submit: a gateway and a "
             "nats-server, no other service; 64 calls in flight, then one",
-            add_options=lambda parser: None,
+            add_options=add_manifest_option,
             run=run_submit,
             render=lambda rows: _submit().render(rows),
         ),

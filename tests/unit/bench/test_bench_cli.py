@@ -146,19 +146,38 @@ def of(rows: list[dict[str, Any]], section: str) -> list[dict[str, Any]]:
 def test_e2e_shards_option_reaches_the_cases(monkeypatch: pytest.MonkeyPatch) -> None:
     from muster.bench import e2e
 
-    asked: list[tuple[float, tuple[int, ...], tuple[str, ...]]] = []
+    asked: list[tuple[float, tuple[int, ...], tuple[str, ...], str]] = []
 
     def recorded(
-        *, scale: float, shard_counts: tuple[int, ...], observe: tuple[str, ...]
+        *, scale: float, shard_counts: tuple[int, ...], observe: tuple[str, ...], manifest: str
     ) -> Iterator[Any]:
-        asked.append((scale, shard_counts, observe))
+        asked.append((scale, shard_counts, observe, manifest))
         return iter(())
 
     monkeypatch.setattr(e2e, "run", recorded)
     bench.main(["e2e", "--scale", TINY, "--shards", "2", "4", "-o", "json"])
-    bench.main(["e2e", "--scale", TINY, "-o", "json"])
+    bench.main(["e2e", "--scale", TINY, "--manifest", "json", "-o", "json"])
 
-    assert asked == [(0.001, (2, 4), ("off",)), (0.001, (1, 2, 4), ("off",))]
+    assert asked == [
+        (0.001, (2, 4), ("off",), "yaml"),
+        (0.001, (1, 2, 4), ("off",), "json"),
+    ]
+
+
+def test_e2e_json_manifests_submit_the_workloads_of_the_yaml_ones() -> None:
+    from muster.bench import e2e
+    from muster.gateway.submit import plan_submit
+
+    for per_call in (1, e2e.BATCHED_PER_CALL):
+        workloads = range(3, 3 + per_call)
+        planned = {
+            manifest: plan_submit(
+                e2e.manifest_of(workloads, manifest), cluster="local", submission="same"
+            )
+            for manifest in e2e.MANIFESTS
+        }
+        assert [p.key for p in planned["json"]] == [f"bench/w-{i}" for i in workloads]
+        assert planned["json"] == planned["yaml"]
 
 
 @pytest.mark.timeout(EVERY_SECTION_S)
@@ -215,14 +234,18 @@ def test_gateway_rows_tell_what_refused_calls_cost(capsys: pytest.CaptureFixture
     assert all(r["baseline_mib"] > 0 for r in rows)
 
 
+@pytest.mark.parametrize("manifest", ["yaml", "json"])
 def test_submit_rows_say_what_each_call_cost_and_store_one_event_per_call(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], manifest: str
 ) -> None:
-    status = muster(["bench", "submit", "--scale", "0.005", "-o", "json"])
+    status = muster(["bench", "submit", "--scale", "0.005", "--manifest", manifest, "-o", "json"])
 
     rows = json_rows(capsys.readouterr().out)
     assert status == 0
-    assert [(r["calls"], r["in_flight"], r["stored"]) for r in rows] == [(30, 64, 30), (30, 1, 30)]
+    assert [(r["calls"], r["in_flight"], r["stored"], r["manifest"]) for r in rows] == [
+        (30, 64, 30, manifest),
+        (30, 1, 30, manifest),
+    ]
     assert all(r["gateway_ms"] > 0 and r["client_ms"] > 0 and r["calls_per_s"] > 0 for r in rows)
     # One call at a time: each call finds the gateway's gRPC thread asleep and wakes it. With 64
     # in flight a busy thread may take several calls without sleeping (a loaded machine does).
