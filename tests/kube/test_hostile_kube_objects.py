@@ -12,7 +12,7 @@ from typing import Any
 
 import nats.js.errors
 import pytest
-from kube_services_helpers import Stack, eventually, running_stack
+from kube_services_helpers import Stack, condition, eventually, running_stack
 
 from muster.bus import DLQ_STREAM
 from muster.devtools.apiserver import default_resources
@@ -52,8 +52,13 @@ spec: {clusterQueue: cq}
 MIB = 1024 * 1024
 
 
-def job(name: str, *, cpu: str = "1", queue: str = "lq", **spec: Any) -> dict[str, Any]:
-    container = {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}
+def job(
+    name: str, *, cpu: str = "1", queue: str = "lq", resources: int = 0, **spec: Any
+) -> dict[str, Any]:
+    """A queued Job of one pod asking for `cpu`, and for one each of `resources` extended
+    resources no flavor has."""
+    requests = {"cpu": cpu, **{f"example.com/r{i}": "1" for i in range(resources)}}
+    container = {"name": "c", "image": "busybox", "resources": {"requests": requests}}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -112,6 +117,11 @@ HOSTILE: dict[str, tuple[dict[str, Any], str, str]] = {
         "ErrWorkloadCompose",
         "Job/team-a/annotated: metadata.annotations: must have at most 262144 bytes",
     ),
+    "crowded": (  # its workload, naming each resource, is past what one event may hold
+        job("crowded", resources=30_000),
+        "ErrWorkloadCompose",
+        "team-a/job-crowded-",
+    ),
     "many-podsets": (
         podsets("many-podsets", 20),
         "Invalid",
@@ -159,6 +169,7 @@ async def test_an_object_no_workload_can_be_made_of_says_why_on_itself_and_the_r
         for obj, _, _ in HOSTILE.values():
             await create(stack, obj)
         await create(stack, job("after"))
+        await create(stack, job("wanting", resources=10_000))
 
         async def told() -> dict[str, tuple[str, str]] | None:
             found = await warnings(stack)
@@ -176,6 +187,21 @@ async def test_an_object_no_workload_can_be_made_of_says_why_on_itself_and_the_r
             return bound or None
 
         assert [name.startswith("after-") for name in await eventually(after_bound)] == [True]
+
+        # A Job asking for 10 000 resources no flavor has is told why, within what a condition
+        # holds (the API server refuses a status write whose message is past 32 KiB).
+        async def waiting() -> dict[str, Any] | None:
+            for wl in await stack.kubectl.workloads("team-a"):
+                found = condition(wl, "QuotaReserved")
+                if wl["metadata"]["name"].startswith("job-wanting-") and found:
+                    return found
+            return None
+
+        reserved = await eventually(waiting)
+        assert reserved["reason"] == "NoMatchingFlavor"
+        assert reserved["message"].startswith("couldn't assign flavors to pod set main: ")
+        assert len(reserved["message"].encode()) <= 32 * 1024
+        assert reserved["message"].endswith(" ...")
 
         # Every one is kept for the operator too; the one too large to store, without its body.
         letters = {m.headers["Muster-Dlq-Subject"]: m for m in await dead_letters(stack)}

@@ -29,7 +29,7 @@ from opentelemetry import trace
 
 from muster.api.ids import uuid5_text
 from muster.api.wellknown import TRACEPARENT_ANNOTATION
-from muster.bus.envelope import new_event
+from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES, new_event
 from muster.bus.errors import Reject
 from muster.bus.partitions import QueuePartitions
 from muster.bus.tracing import continue_trace, headers_of_envelope
@@ -79,8 +79,10 @@ class WatcherContext:
         clock_ns: Callable[[], int] = time.time_ns,
         pods: dict[str, dict[str, PodState]] | None = None,
         queues: QueuePartitions | None = None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         self.cluster = cluster
+        self.max_event_bytes = max_event_bytes  # the bus's: a larger event is refused
         self.outbox = outbox
         self.marks = marks
         self.workloads = workloads
@@ -146,6 +148,14 @@ class WatcherContext:
             new_trace=new_trace,
         ):
             env = self.envelope(out)
+        if (size := env.ByteSize()) > self.max_event_bytes:
+            # Refused here, not only by the publisher after the batch: the object that made
+            # it is then dead-lettered with a Warning Event on it saying why.
+            raise Reject(
+                f"{out.workload or 'its configuration'}: the {out.field} event is {size} bytes,"
+                f" over the limit of {self.max_event_bytes} (fewer resources, podsets or a"
+                " smaller pod template make it smaller)"
+            )
         self.outbox.add(env)
         return env
 

@@ -182,7 +182,12 @@ async def _watch(
     marks = KvMarks(kv, cluster=config.cluster, put_many=bus_put_many(bus, WATCHER_BUCKET))
     outbox = Outbox(bus)
     ctx = WatcherContext(
-        cluster=config.cluster, outbox=outbox, marks=marks, workloads=workloads, pods=pods
+        cluster=config.cluster,
+        outbox=outbox,
+        marks=marks,
+        workloads=workloads,
+        pods=pods,
+        max_event_bytes=bus.config.max_event_bytes,
     )
     poison = Quarantine(bus.publisher, consumer=f"watcher-{config.cluster}")
     revision = await load_revision(kv, config.cluster)
