@@ -50,6 +50,7 @@ metadata: {name: lq, namespace: team-a}
 spec: {clusterQueue: cq}
 """
 MIB = 1024 * 1024
+LONGEST = "l" * 63  # a Job's name: its pods' job-name label holds it
 
 
 def job(
@@ -169,6 +170,7 @@ async def test_an_object_no_workload_can_be_made_of_says_why_on_itself_and_the_r
         for obj, _, _ in HOSTILE.values():
             await create(stack, obj)
         await create(stack, job("after"))
+        await create(stack, job(LONGEST))  # its Workload's name labels each of its pods
         await create(stack, job("wanting", resources=10_000))
 
         async def told() -> dict[str, tuple[str, str]] | None:
@@ -181,12 +183,12 @@ async def test_an_object_no_workload_can_be_made_of_says_why_on_itself_and_the_r
             assert said[name][1].startswith(note), (name, said[name])
             assert len(said[name][1]) <= 1024  # an Event's note, never the hostile value whole
 
-        async def after_bound() -> list[str] | None:
+        async def others_bound() -> list[str] | None:
             pods = await stack.kubectl.list_pods("team-a")
-            bound = [p["metadata"]["name"] for p in pods if p["spec"].get("nodeName")]
-            return bound or None
+            bound = sorted(p["metadata"]["name"][:5] for p in pods if p["spec"].get("nodeName"))
+            return bound if len(bound) == 2 else None
 
-        assert [name.startswith("after-") for name in await eventually(after_bound)] == [True]
+        assert await eventually(others_bound) == ["after", LONGEST[:5]]
 
         # A Job asking for 10 000 resources no flavor has is told why, within what a condition
         # holds (the API server refuses a status write whose message is past 32 KiB).
