@@ -84,7 +84,7 @@ def annotated(obj: dict[str, Any], value_bytes: int) -> dict[str, Any]:
     return obj
 
 
-def podsets(name: str, count: int) -> dict[str, Any]:
+def podsets(name: str, count: int = 1) -> dict[str, Any]:
     """A Kueue Workload written directly, with `count` podsets (Kueue allows 8, muster 18)."""
     template = {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1m"}}}]}}
     sets = [{"name": f"ps{i}", "count": 1, "template": template} for i in range(count)]
@@ -122,6 +122,11 @@ HOSTILE: dict[str, tuple[dict[str, Any], str, str]] = {
         job("crowded", resources=30_000),
         "ErrWorkloadCompose",
         "team-a/job-crowded-",
+    ),
+    "w" * 64: (  # its pods would be labelled with a name past what a label value holds
+        podsets("w" * 64),
+        "Invalid",
+        f"Workload/team-a/{'w' * 64}: metadata.name: must be no more than 63 characters",
     ),
     "many-podsets": (
         podsets("many-podsets", 20),
