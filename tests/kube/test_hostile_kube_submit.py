@@ -41,7 +41,9 @@ COMPOSITE = """
 apiVersion: scheduling.k8s.io/v1alpha3
 kind: CompositePodGroup
 metadata: {name: root, namespace: team-a}
-spec: {workloadRef: {workloadName: w, templateName: root}, schedulingPolicy: {gang: {minGroupCount: 1}}}
+spec:
+  workloadRef: {workloadName: w, templateName: root}
+  schedulingPolicy: {gang: {minGroupCount: 1}}
 """
 WORKLOAD = f"""
 apiVersion: kueue.x-k8s.io/v1beta1
