@@ -128,6 +128,26 @@ HOSTILE: dict[str, tuple[dict[str, Any], str, str]] = {
         "Invalid",
         f"Workload/team-a/{'w' * 64}: metadata.name: must be no more than 63 characters",
     ),
+    "flavorful": (  # Kueue's CRD allows 64 flavors; muster's limit is the same
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "ClusterQueue",
+            "metadata": {"name": "flavorful"},
+            "spec": {
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu"],
+                        "flavors": [
+                            {"name": f"f{i}", "resources": [{"name": "cpu", "nominalQuota": "1"}]}
+                            for i in range(1000)
+                        ],
+                    }
+                ]
+            },
+        },
+        "Invalid",
+        "ClusterQueue/flavorful: spec.resourceGroups[0].flavors: must list at most 64, got 1000",
+    ),
     "many-podsets": (
         podsets("many-podsets", 20),
         "Invalid",
@@ -141,6 +161,11 @@ async def create(stack: Stack, obj: dict[str, Any]) -> None:
     if obj["kind"] == "Job":
         create_job: Any = stack.kubectl.batch.create_namespaced_job  # takes a dict as well
         await asyncio.to_thread(create_job, "team-a", obj)
+    elif obj["kind"] == "ClusterQueue":
+        await asyncio.to_thread(
+            stack.kubectl.custom.create_cluster_custom_object,
+            "kueue.x-k8s.io", "v1beta1", "clusterqueues", obj,
+        )  # fmt: skip
     else:
         await asyncio.to_thread(
             stack.kubectl.custom.create_namespaced_custom_object,
@@ -149,13 +174,16 @@ async def create(stack: Stack, obj: dict[str, Any]) -> None:
 
 
 async def warnings(stack: Stack) -> dict[str, tuple[str, str]]:
-    """Each object of team-a with a Warning Event: (its reason, its message)."""
-    listed = await asyncio.to_thread(stack.kubectl.core.list_namespaced_event, "team-a")
-    return {
-        str(e.involved_object.name): (str(e.reason), e.message or "")
-        for e in listed.items
-        if e.type == "Warning"
-    }
+    """Each object of team-a (or cluster-scoped) with a Warning Event: (reason, message)."""
+    found: dict[str, tuple[str, str]] = {}
+    for namespace in ("team-a", "default"):
+        listed = await asyncio.to_thread(stack.kubectl.core.list_namespaced_event, namespace)
+        found |= {
+            str(e.involved_object.name): (str(e.reason), e.message or "")
+            for e in listed.items
+            if e.type == "Warning"
+        }
+    return found
 
 
 async def dead_letters(stack: Stack) -> list[Any]:

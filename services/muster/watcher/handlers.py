@@ -36,6 +36,7 @@ from muster.bus.tracing import continue_trace, headers_of_envelope
 from muster.cluster.backend import ClusterChange
 from muster.cluster.kube import copies, jobs
 from muster.contracts.v1 import events_pb2
+from muster.payloads import PayloadError, applied_object
 from muster.watcher import translate
 from muster.watcher.outbox import Outbox
 from muster.watcher.pods import PodState, Sent, due_events, pod_state
@@ -170,6 +171,10 @@ async def on_config(change: ClusterChange, ctx: WatcherContext) -> None:
     out = translate.config_applied(change.obj)
     if ctx.configs.get(change.key) == out.id_key:
         return
+    try:  # as admission reads it: one it would refuse is refused here, on the object itself
+        applied_object(out.payload)
+    except PayloadError as err:
+        raise Reject(str(err)) from None
     ctx.publish(out)
     ctx.configs[change.key] = out.id_key
 
