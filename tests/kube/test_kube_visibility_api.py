@@ -274,6 +274,11 @@ async def test_the_visibility_api_authenticates_authorizes_and_answers_as_kueue_
             code, missing = await api.get(cq.replace("/cq/", "/nope/"), user="carol")
             assert (code, missing["reason"]) == (404, "NotFound")
             assert missing["message"] == f'clusterqueue.{GROUP} "nope" not found'
+            # A name no queue can have is 400 naming the field, for those who may read and not.
+            for user in ("carol", "alice"):
+                code, bad = await api.get(cq.replace("/cq/", "/Team_A/"), user=user)
+                assert (code, bad["reason"]) == (400, "BadRequest")
+                assert bad["details"]["causes"][0]["field"] == "metadata.name"
 
             code, resources = await api.get(f"/apis/{GROUP}/v1beta2", user="carol")
             assert code == 200

@@ -139,7 +139,7 @@ async def test_unknown_fields_refused_warned_or_ignored_as_asked(
     assert strict == "Job/ml/train: spec.suspnd: unknown field"
     assert list(warned.warnings) == ["Job/ml/train: spec.suspnd: unknown field"]
     assert list(ignored.warnings) == []
-    assert bad_mode == "validation: must be one of strict, warn, ignore, got 'lenient'"
+    assert bad_mode == 'validation: must be one of strict, warn, ignore, got "lenient"'
 
 
 async def test_an_alias_bomb_is_refused_at_once_and_the_gateway_keeps_serving(

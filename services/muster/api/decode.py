@@ -67,6 +67,7 @@ from muster.api.multikueue import (
     multikueue_config_from_raw,
 )
 from muster.api.names import (
+    LABEL_VALUE_MAX,
     annotation_problems,
     dns1123_label_problem,
     dns1123_subdomain_problem,
@@ -388,6 +389,18 @@ def with_generated_name(doc: dict[str, Any], *, seed: str) -> dict[str, Any]:
     return {**doc, "metadata": {**meta, "name": generated_name(prefix, seed=seed)}}
 
 
+def _workload_name_problem(name: str) -> str | None:
+    """Differs from Kueue (253): a Workload's name is at most 63 characters, because muster
+    labels each of its pods with it (`muster.dev/workload`) and a label value is no longer;
+    a longer one was admitted, then the API server refused its pods."""
+    if len(name) > LABEL_VALUE_MAX:
+        return (
+            f"must be no more than {LABEL_VALUE_MAX} characters (each of its pods is labelled"
+            f" with it), got {len(name)}"
+        )
+    return None
+
+
 def _identity_problems(
     doc: dict[str, Any], spec: _Kind, who: str, *, kind: str, generated: bool
 ) -> list[FieldError]:
@@ -400,6 +413,8 @@ def _identity_problems(
     if spec.named and isinstance(name, str):
         check = dns1123_label_problem if kind == "Namespace" else dns1123_subdomain_problem
         problem = check(name)
+        if problem is None and spec.wire_type is wire.RawWorkload:  # a Kueue Workload
+            problem = _workload_name_problem(name)
         if problem is not None:
             field = "metadata.generateName" if generated else "metadata.name"
             problems.append(FieldError(who, field, problem))

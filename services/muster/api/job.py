@@ -25,7 +25,7 @@ from muster.api.convert import (
 )
 from muster.api.errors import ObjectErrors, key_path
 from muster.api.model import ObjectMeta, OwnerReference, PriorityClassSource, Workload
-from muster.api.names import check_reference
+from muster.api.names import LABEL_VALUE_MAX, check_reference
 from muster.api.podspec import pod_set_from_template
 from muster.api.raw import RawJob
 from muster.api.scheduling_objects import job_scheduling
@@ -36,14 +36,17 @@ PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
 POD_SET_NAME = "main"
 _INTEGER = re.compile(r"[+-]?[0-9]{1,10}", re.ASCII)
-_MAX_NAME = 253
+# Each pod of the Job is labelled with its Workload's name (`muster.dev/workload`), and a label
+# value has at most 63 characters: a longer name made a Job the API server would not start.
+_MAX_NAME = LABEL_VALUE_MAX
 
 
 def workload_name_for_job(job_name: str, job_uid: str) -> str:
     """Return `job-<job name>-<hash>`, the hash being 5 hex digits of sha256 over name and uid.
 
     Stable for the same Job; two Jobs with the same name but different uids get different
-    names. Long job names are cut so the result stays a valid object name (253 characters).
+    names. Long job names are cut so the result is at most 63 characters: a label value, as
+    each pod carries it (Differs from Kueue, which cuts at 253 because it labels no pod so).
     """
     digest = hashlib.sha256(f"batch/v1/Job/{job_name}/{job_uid}".encode()).hexdigest()[:5]
     prefix = f"job-{job_name}"[: _MAX_NAME - 6].rstrip("-.")

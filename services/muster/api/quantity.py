@@ -71,7 +71,7 @@ def parse_exact(value: str | int | float) -> Fraction:
     if abs(exact) > _MAX_UNITS:
         raise QuantityError(
             f"must be at most {MAX_MILLI}m in magnitude (Kubernetes reads quantities as"
-            f" 64-bit milli-units), got {_shown(value)}"
+            f" 64-bit milli-units), got {shown(value)}"
         )
     return exact
 
@@ -91,7 +91,7 @@ def _exact(value: str | int | float) -> Fraction:
         raise QuantityError(f"{_EXAMPLES}, got {len(value)} characters (at most {_MAX_CHARS})")
     match = _QUANTITY.fullmatch(value)
     if match is None:
-        raise QuantityError(f"{_EXAMPLES}, got {_shown(value)}")
+        raise QuantityError(f"{_EXAMPLES}, got {shown(value)}")
     number = Fraction(match["number"])
     if match["exponent"] is not None:
         exponent = int(match["exponent"])
@@ -101,8 +101,9 @@ def _exact(value: str | int | float) -> Fraction:
     return number * _SUFFIXES[match["suffix"] or ""]
 
 
-def _shown(value: object) -> str:
-    """A value as messages show it: strings quoted, non-ASCII escaped, long ones cut."""
+def shown(value: object) -> str:
+    """A value as messages show it: strings quoted, non-ASCII escaped, long ones cut (a
+    hostile value is never echoed whole)."""
     text = value if isinstance(value, str) else repr(value)
     if len(text) > 40:
         text = text[:37] + "..."

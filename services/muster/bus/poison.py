@@ -6,8 +6,8 @@ stream (a binder's spec view, gang-permit's events) and cluster watches fold wha
 into memory with pure code: what raises there raises the same way every time, so one object
 must never stop the loop (a service that dies on stored data dies again on restart).
 `Quarantine.event` and `Quarantine.object` copy what failed to `MUSTER_DLQ`
-(`muster.v1.dlq.<consumer>`, with the reason in the headers), log it once, and return: the
-caller goes on with the next one.
+(`muster.v1.dlq.<consumer>`, with the reason in the headers; one too large to store, with
+its headers only), log it once, and return: the caller goes on with the next one.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import msgspec
 
-from muster.bus.errors import BusError
+from muster.bus.errors import BusError, Reject
 from muster.bus.publisher import (
     DLQ_CONSUMER,
     DLQ_REASON,
@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 
 # Names the origin of a dead-lettered cluster object in DLQ_STREAM_HEADER: not a stream.
 CLUSTER_ORIGIN: Final = "cluster"
+# On a copy whose body was left out, being over the server's max_payload: the bytes it had.
+DLQ_CUT: Final = "Muster-Dlq-Cut"
 _REMEMBERED = 4096  # identities logged once each; then the oldest are forgotten
 
 
@@ -98,6 +100,12 @@ class Quarantine:
             log.error("%s: dead-lettered %s: %s", self.consumer, what, reason, exc_info=trace)
         self.count += 1
         try:
-            await self._publisher.publish_raw(dlq_subject(self.consumer), data, headers)
+            try:
+                await self._publisher.publish_raw(dlq_subject(self.consumer), data, headers)
+            except Reject:
+                # Too large to copy (a 1 MiB annotation): the headers still say what it was,
+                # where it came from and why, so the copy is cut rather than lost.
+                headers[DLQ_CUT] = str(len(data))
+                await self._publisher.publish_raw(dlq_subject(self.consumer), b"", headers)
         except BusError as exc:  # logged above; the loop must go on without it
             log.warning("%s: could not dead-letter %s: %s", self.consumer, what, exc)

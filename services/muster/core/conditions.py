@@ -155,3 +155,16 @@ def deactivated(
         *unreserved(reason, message, checks_pending=checks_pending),
         (REQUEUED, False, evicted_reason, evicted_message),
     ]
+
+
+CONDITION_MESSAGE_MAX_BYTES = 32 * 1024  # what the API server takes in a condition's message
+
+
+def condition_message(message: str) -> str:
+    """`message` as a condition may hold it: cut past 32 KiB, ending " ...", as Kueue's
+    TruncateConditionMessage cuts it (a pending message naming 10 000 resources is 500 KiB,
+    and the API server refuses the whole status write for it)."""
+    data = message.encode()
+    if len(data) <= CONDITION_MESSAGE_MAX_BYTES:
+        return message
+    return data[: CONDITION_MESSAGE_MAX_BYTES - 4].decode(errors="ignore") + " ..."

@@ -50,6 +50,7 @@ class ClusterRoom(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     names: tuple[str, ...]  # each node's name, in the same order: where a page starts
     allocatable: Mapping[str, int]
     free: Mapping[str, int]
+    least_bytes: int = 0  # `view_bytes` of its nodes: an answer with them all is no smaller
 
 
 Reported = Mapping[str, tuple[ClusterRoom, float]]  # cluster -> its room, its heartbeat's age
@@ -60,9 +61,10 @@ def cluster_room(
     totals: tuple[Mapping[str, int], Mapping[str, int]] | None = None,
     *,
     ordered: tuple[str, ...] | None = None,
+    least_bytes: int | None = None,
 ) -> ClusterRoom:
-    """`capacity` as the views read it; `totals` (allocatable, free) when already summed,
-    `ordered` its nodes' names when they are known to be in order."""
+    """`capacity` as the views read it; `totals` (allocatable, free) and `least_bytes` when
+    already summed, `ordered` its nodes' names when they are known to be in order."""
     nodes, names = capacity.nodes, ordered
     if names is None:
         listed = [node.name for node in nodes]
@@ -76,11 +78,27 @@ def cluster_room(
         names=names,
         allocatable=allocatable,
         free=free,
+        least_bytes=view_bytes(nodes) if least_bytes is None else least_bytes,
     )
 
 
 def _name(node: NodeRoom) -> str:
     return node.name
+
+
+def view_bytes(nodes: Iterable[NodeRoom]) -> int:
+    """A lower bound on the bytes of `nodes` as Visibility.Clusters NodeViews (no pods): each
+    field's tag and length, its name, label keys and values, and resource names, as one byte
+    each at least. Summed when a heartbeat is decoded, so a call asking for every node of a
+    room too large for one answer is refused before any view is built."""
+    return sum(
+        4
+        + len(node.name)
+        + sum(len(k) + len(v) + 4 for k, v in node.labels.items())
+        + sum(len(r) + 5 for r in node.allocatable)
+        + sum(len(r) + 5 for r in node.free)
+        for node in nodes
+    )
 
 
 def _totals(nodes: Iterable[NodeRoom]) -> tuple[dict[str, int], dict[str, int]]:
@@ -112,6 +130,7 @@ class _Held(msgspec.Struct, frozen=True, gc=False):
     placed: tuple[str, ...] = ()
     allocatable: Mapping[str, int] = msgspec.field(default_factory=dict)
     free: Mapping[str, int] = msgspec.field(default_factory=dict)
+    least_bytes: int = 0
     bad: str = ""
 
 
@@ -124,7 +143,9 @@ def _held(key: str, value: bytes) -> _Held:
     allocatable, free = _totals(nodes)
     names = tuple(node.name for node in nodes)
     ordered = list(names) == sorted(names)
-    return _Held(digest(value), nodes, names, ordered, part.placed, allocatable, free)
+    return _Held(
+        digest(value), nodes, names, ordered, part.placed, allocatable, free, view_bytes(nodes)
+    )
 
 
 class HeldRooms:
@@ -187,7 +208,8 @@ class HeldRooms:
             tuple(itertools.chain.from_iterable(p.placed for p in whole)),
         )
         totals = (_added(p.allocatable for p in whole), _added(p.free for p in whole))
-        room = cluster_room(capacity, totals, ordered=_ordered(whole))
+        least = sum(p.least_bytes for p in whole)
+        room = cluster_room(capacity, totals, ordered=_ordered(whole), least_bytes=least)
         self._heads[cluster] = (head, room, len(whole))
         return room
 

@@ -86,9 +86,11 @@ def clusters_view(
     views = {name: _summary(out.clusters.add(), name, *reported[name]) for name in selected}
     if query.without_nodes:
         return out
+    total = sum(len(reported[name][0].nodes) for name in selected)
+    if not query.limit and sum(reported[name][0].least_bytes for name in selected) > max_bytes:
+        raise AnswerTooLargeError(_too_large(total, max_bytes))  # known before a view is built
     pods = _pods_by_node(book, frozenset(selected))
     size, listed, last = out.ByteSize(), 0, ("", "")
-    total = sum(len(reported[name][0].nodes) for name in selected)
     passed = 0  # nodes of earlier pages
     for name in selected:
         room = reported[name][0]

@@ -19,6 +19,7 @@ from typing import Final
 
 from google.protobuf.message import Message
 
+from muster.api.quantity import shown
 from muster.bus.envelope import new_event
 from muster.contracts.v1 import events_pb2, services_pb2
 from muster.gateway.book import FINISHED, INACTIVE, Entry
@@ -48,7 +49,7 @@ def kind_of(kind: str) -> str:
     found = KINDS.get(kind.lower())
     if found is None:
         raise InvalidQueryError(
-            f'object.kind: must be workload, localqueue or clusterqueue, got "{kind}"'
+            f"object.kind: must be workload, localqueue or clusterqueue, got {shown(kind)}"
         )
     return found
 

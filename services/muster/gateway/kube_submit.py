@@ -15,8 +15,8 @@ so a retried Submit finds what the first attempt created instead of creating it 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final, Literal
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import msgspec
 
@@ -106,7 +106,7 @@ async def write_objects(
                 await backend.apply(p.document, as_user=as_user, field_validation=field_validation)
                 outcome = "applied"
         except ClusterError as err:
-            raise _refused(err, written) from err
+            raise _refused(err, written, p.document) from err
         written.append(Written(kind=kind, key=_key(p), outcome=outcome))
     return written
 
@@ -126,7 +126,9 @@ def _key(p: PlannedEvent) -> str:
     return f"{meta.get('namespace') or 'default'}/{name}"
 
 
-def _refused(err: ClusterError, written: Sequence[Written]) -> SubmitRefusedError:
+def _refused(
+    err: ClusterError, written: Sequence[Written], document: Mapping[str, Any]
+) -> SubmitRefusedError:
     before = (
         f" (written before it: {', '.join(f'{w.kind}/{w.key}' for w in written)})"
         if written
@@ -134,4 +136,12 @@ def _refused(err: ClusterError, written: Sequence[Written]) -> SubmitRefusedErro
     )
     code = refusal_code(err)
     retry = "; retry the Submit" if code == "UNAVAILABLE" else ""
-    return SubmitRefusedError(code, f"{err}{before}{retry}")
+    what = str(err)
+    if isinstance(err, NotFoundError):  # a write's 404: no such API here, or no namespace
+        namespace = (document.get("metadata") or {}).get("namespace")
+        where = f", or namespace {namespace} does not exist" if namespace else ""
+        what = (
+            f"{err.obj}: not found: the API server serves no {document.get('kind')} in"
+            f" {document.get('apiVersion')}{where}"
+        )
+    return SubmitRefusedError(code, f"{what}{before}{retry}")

@@ -9,7 +9,8 @@ are 0-based, a LocalQueue's positions count only its own workloads. Errors are K
 `Status` objects. Transport, authentication and authorization: `kube_visibility_server`.
 
 Differs from Kueue: an item's metadata holds its name and namespace only (no
-creationTimestamp or ownerReferences), because the bucket does not keep them.
+creationTimestamp or ownerReferences), because the bucket does not keep them; a name no queue
+can have is 400 naming the path's field, not 404 (`_invalid_name`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from typing import Any, Final
 
 import msgspec
 
+from muster.api.quantity import shown
 from muster.contracts.v1 import services_pb2
+from muster.gateway.request_names import NAMESPACE, OBJECT_NAME
 from muster.gateway.visibility import (
     MAX_LIMIT,
     UnknownQueueError,
@@ -69,13 +72,15 @@ def query_of(path: str, params: Mapping[str, str]) -> Query | Answer | None:
     namespaced = match["plural"] == "localqueues"
     if namespaced != (match["namespace"] is not None):
         return None
+    if (invalid := _invalid_name(match["plural"], match["namespace"], match["name"])) is not None:
+        return invalid
     numbers: dict[str, int] = {}
     for field in ("offset", "limit"):
         text = params.get(field, "")
         try:
             numbers[field] = int(text) if text else 0
         except ValueError:
-            return status(400, "BadRequest", f"{field}: must be an integer, got {text!r}")
+            return status(400, "BadRequest", f"{field}: must be an integer, got {shown(text)}")
     limit = numbers["limit"] or DEFAULT_LIMIT
     return Query(
         version=match["version"],
@@ -85,6 +90,22 @@ def query_of(path: str, params: Mapping[str, str]) -> Query | Answer | None:
         offset=max(numbers["offset"], 0),
         limit=min(max(limit, 0), MAX_LIMIT),
     )
+
+
+def _invalid_name(plural: str, namespace: str | None, name: str) -> Answer | None:
+    """400 naming the path's field when it holds a name no queue can have, else None.
+
+    Differs from Kueue: its visibility server answers 404 for such a name; muster answers as
+    its gRPC Visibility API does (request_names: INVALID_ARGUMENT naming the field), so a
+    typo is not taken for a queue that is missing.
+    """
+    for field, value, problem_of in (("metadata.namespace", namespace, NAMESPACE),
+                                     ("metadata.name", name, OBJECT_NAME)):  # fmt: skip
+        if value is not None and (problem := problem_of(value)) is not None:
+            cause = {"reason": "FieldValueInvalid", "message": problem, "field": field}
+            message = f"{plural}.{GROUP} is invalid: {field}: {problem}"
+            return status(400, "BadRequest", message, causes=[cause])
+    return None
 
 
 async def summary(store: VisibilityStore, query: Query) -> Answer:
@@ -167,20 +188,22 @@ def _resource(plural: str, kind: str, namespaced: bool) -> dict[str, Any]:
     }
 
 
-def status(code: int, reason: str, message: str) -> Answer:
-    """A Kubernetes `Status` failure."""
-    return Answer(
-        status=code,
-        body={
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": message,
-            "reason": reason,
-            "code": code,
-        },
-    )
+def status(
+    code: int, reason: str, message: str, *, causes: list[dict[str, str]] | None = None
+) -> Answer:
+    """A Kubernetes `Status` failure; `causes` (each a field and its problem) in its details."""
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    if causes:
+        body["details"] = {"group": GROUP, "causes": causes}
+    return Answer(status=code, body=body)
 
 
 def forbidden(query: Query, user: str) -> Answer:

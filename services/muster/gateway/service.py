@@ -30,6 +30,7 @@ from grpc_health.v1._async import HealthServicer
 from opentelemetry import trace
 
 from muster.api import VALIDATIONS, FieldError, Validation
+from muster.api.quantity import shown
 from muster.bus.connection import Bus
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
 from muster.bus.errors import BusError, Reject
@@ -222,7 +223,7 @@ class GatewayServicer(ControlRpcs, services_pb2_grpc.GatewayServicer):
             validation = request.validation or "strict"
             if validation not in VALIDATIONS:
                 choices = ", ".join(VALIDATIONS)
-                problem = f"validation: must be one of {choices}, got {validation!r}"
+                problem = f"validation: must be one of {choices}, got {shown(validation)}"
                 await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, problem)
             warnings: list[FieldError] = []
             plan = functools.partial(

@@ -20,6 +20,7 @@ from typing import Final, Protocol
 
 import msgspec
 
+from muster.api.quantity import shown
 from muster.bus.subjects import (
     EVENTS_STREAM,
     PAYLOAD_FIELDS,
@@ -139,11 +140,12 @@ class WatchFilter(msgspec.Struct, kw_only=True):
         namespace, _, name = request.workload.partition("/")
         if request.workload and not (namespace and name):
             raise InvalidQueryError(  # a gang's key has more parts (docs/events.md)
-                f'workload: must be "<namespace>/<name>" or a gang\'s key, got "{request.workload}"'
+                'workload: must be "<namespace>/<name>" or a gang\'s key, got '
+                f"{shown(request.workload)}"
             )
         for t in request.types:
             if t not in PAYLOAD_FIELDS or stream_of(t) != EVENTS_STREAM:
-                raise InvalidQueryError(f'types: unknown event type "{t}"')
+                raise InvalidQueryError(f"types: unknown event type {shown(t)}")
         _check_names(request)
         return cls(
             namespace=request.namespace,

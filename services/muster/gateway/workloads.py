@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final, NoReturn
 
+from muster.api.quantity import shown
 from muster.bus.errors import BusError
 from muster.bus.subjects import EVENTS_STREAM
 from muster.bus.supervision import supervised
@@ -127,7 +128,8 @@ def status_filter(statuses: Iterable[str]) -> frozenset[str]:
         found = STATUS_FILTERS.get(status.lower())
         if found is None:
             known = ", ".join(STATUS_FILTERS)
-            raise InvalidQueryError(f'statuses[{i}]: unknown status "{status}" ({known})')
+            # cut: a hostile status would otherwise come back whole in the error
+            raise InvalidQueryError(f"statuses[{i}]: unknown status {shown(status)} ({known})")
         wanted |= found
     return frozenset(wanted) or STATUS_FILTERS["all"]
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from muster.cluster.kube.resources import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
+from muster.core.conditions import condition_message
 
 GANG_EVENTS = ("gang_waiting", "gang_permitted", "placement_preempted")
 KIND = "PodGroup"  # ObjectRef.kind of a scheduling.k8s.io PodGroup's status
@@ -126,7 +127,7 @@ class GroupStatusBook:
             "type": kind,
             "status": "True" if status else "False",
             "reason": reason,
-            "message": message,
+            "message": condition_message(message),
         }
         conditions = self._conditions.setdefault(key, {})
         if conditions.get(kind) == condition:

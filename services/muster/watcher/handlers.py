@@ -29,13 +29,14 @@ from opentelemetry import trace
 
 from muster.api.ids import uuid5_text
 from muster.api.wellknown import TRACEPARENT_ANNOTATION
-from muster.bus.envelope import new_event
+from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES, new_event
 from muster.bus.errors import Reject
 from muster.bus.partitions import QueuePartitions
 from muster.bus.tracing import continue_trace, headers_of_envelope
 from muster.cluster.backend import ClusterChange
 from muster.cluster.kube import copies, jobs
 from muster.contracts.v1 import events_pb2
+from muster.payloads import PayloadError, applied_object
 from muster.watcher import translate
 from muster.watcher.outbox import Outbox
 from muster.watcher.pods import PodState, Sent, due_events, pod_state
@@ -79,8 +80,10 @@ class WatcherContext:
         clock_ns: Callable[[], int] = time.time_ns,
         pods: dict[str, dict[str, PodState]] | None = None,
         queues: QueuePartitions | None = None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         self.cluster = cluster
+        self.max_event_bytes = max_event_bytes  # the bus's: a larger event is refused
         self.outbox = outbox
         self.marks = marks
         self.workloads = workloads
@@ -146,6 +149,14 @@ class WatcherContext:
             new_trace=new_trace,
         ):
             env = self.envelope(out)
+        if (size := env.ByteSize()) > self.max_event_bytes:
+            # Refused here, not only by the publisher after the batch: the object that made
+            # it is then dead-lettered with a Warning Event on it saying why.
+            raise Reject(
+                f"{out.workload or 'its configuration'}: the {out.field} event is {size} bytes,"
+                f" over the limit of {self.max_event_bytes} (fewer resources, podsets or a"
+                " smaller pod template make it smaller)"
+            )
         self.outbox.add(env)
         return env
 
@@ -160,6 +171,10 @@ async def on_config(change: ClusterChange, ctx: WatcherContext) -> None:
     out = translate.config_applied(change.obj)
     if ctx.configs.get(change.key) == out.id_key:
         return
+    try:  # as admission reads it: one it would refuse is refused here, on the object itself
+        applied_object(out.payload)
+    except PayloadError as err:
+        raise Reject(str(err)) from None
     ctx.publish(out)
     ctx.configs[change.key] = out.id_key
 

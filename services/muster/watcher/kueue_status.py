@@ -50,6 +50,7 @@ from muster.core.conditions import (
     WAIT_FOR_RECOVERY_MESSAGE,
     WAIT_FOR_START,
     Said,
+    condition_message,
     deactivated,
     deactivated_reason,
     is_deactivation,
@@ -108,7 +109,7 @@ def _condition(type_: str, status: bool, reason: str, message: str) -> dict[str,
         "type": type_,
         "status": "True" if status else "False",
         "reason": reason,
-        "message": message,
+        "message": condition_message(message),
     }
 
 

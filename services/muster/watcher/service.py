@@ -32,6 +32,7 @@ from muster.bus.supervision import SupervisedGroup, supervised
 from muster.cluster.backend import ClusterBackend, ClusterChange
 from muster.cluster.errors import ClusterError
 from muster.cluster.keys import SCHEDULING_POD_GROUP_KIND
+from muster.cluster.kube.references import reference_of
 from muster.watcher.handlers import (
     FoldedPods,
     Handler,
@@ -40,7 +41,7 @@ from muster.watcher.handlers import (
     handler_for,
     on_pod,
 )
-from muster.watcher.kube_events import EventBook
+from muster.watcher.kube_events import EventBook, rejected_event
 from muster.watcher.marks import KvMarks, PutMany, until_done
 from muster.watcher.outbox import Outbox
 from muster.watcher.pods import POD_EVENTS, PodState, pod_state_of_view
@@ -183,7 +184,12 @@ async def _watch(
     marks = KvMarks(kv, cluster=config.cluster, put_many=bus_put_many(bus, WATCHER_BUCKET))
     outbox = Outbox(bus)
     ctx = WatcherContext(
-        cluster=config.cluster, outbox=outbox, marks=marks, workloads=workloads, pods=pods
+        cluster=config.cluster,
+        outbox=outbox,
+        marks=marks,
+        workloads=workloads,
+        pods=pods,
+        max_event_bytes=bus.config.max_event_bytes,
     )
     poison = Quarantine(bus.publisher, consumer=f"watcher-{config.cluster}")
     revision = await load_revision(kv, config.cluster)
@@ -251,7 +257,7 @@ async def _handle_batch(
 
     async def decide_folded() -> None:
         for last, decide in folded.take():
-            await _handleuntil_done(decide, last, ctx, poison)
+            await _handleuntil_done(decide, last, ctx, poison, events=events)
 
     for change in batch:
         if groups is not None and change.kind in GROUP_KINDS:
@@ -260,10 +266,10 @@ async def _handle_batch(
             events.learn(change.obj)  # its uid, for the Events about it
         handler = handler_for(change)
         if handler is on_pod:
-            await _handleuntil_done(folded.fold, change, ctx, poison)
+            await _handleuntil_done(folded.fold, change, ctx, poison, events=events)
         elif handler is not None:
             await decide_folded()  # its pods' events go before what the object says
-            await _handleuntil_done(handler, change, ctx, poison)
+            await _handleuntil_done(handler, change, ctx, poison, events=events)
     await decide_folded()
 
 
@@ -378,13 +384,19 @@ class RevisionSaver:
 
 
 async def _handleuntil_done(
-    handler: Handler, change: ClusterChange, ctx: WatcherContext, poison: Quarantine
+    handler: Handler,
+    change: ClusterChange,
+    ctx: WatcherContext,
+    poison: Quarantine,
+    *,
+    events: EventSink | None = None,
 ) -> None:
     """Run `handler` on `change`, retrying temporary failures until it succeeds.
 
     Handlers publish before they remember, so a retry republishes the same event ids and
     JetStream drops the copies. A bug (or an object no handler can take) is dead-lettered
-    with its reason and the change skipped: the watch goes on.
+    with its reason and the change skipped: the watch goes on. An object refused for its
+    problems also gets a Warning Event saying them (`rejected_event`), with `events`.
     """
     delay_s = 0.1
     while True:
@@ -400,6 +412,8 @@ async def _handleuntil_done(
             log.warning("retrying %s %s: %s", change.type, change.key, err)
         except Reject as err:  # an object no handler can take, the problems said: no traceback
             await poison.object(change.key, change.obj, str(err), revision=change.revision)
+            if events is not None and change.type != "DELETED":
+                events.record(reference_of(change.obj), **rejected_event(change.obj, str(err)))
             return
         except Exception as err:
             await poison.object(change.key, change.obj, err, revision=change.revision)

@@ -35,6 +35,7 @@ from muster.bus.pulse import Pulse
 from muster.bus.supervision import SupervisedGroup
 from muster.cluster.kube.resources import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
+from muster.core.conditions import condition_message
 from muster.core.dispatch import ClusterCapacity
 from muster.core.heartbeat import decode_heartbeat, reached
 from muster.core.heartbeat_parts import cluster_of_part
@@ -55,7 +56,7 @@ def _active(status: bool, reason: str, message: str) -> dict[str, Any]:
                 "type": "Active",
                 "status": "True" if status else "False",
                 "reason": reason,
-                "message": message,
+                "message": condition_message(message),
             }
         ]
     }

@@ -60,9 +60,14 @@ def test_names_workload_after_the_job_with_a_stable_hash() -> None:
     assert wl.meta.namespace == "ml"
 
 
-def test_keeps_workload_name_within_the_object_name_limit() -> None:
-    name = workload_name_for_job("x" * 300, "uid")
-    assert len(name) <= 253
+def test_keeps_workload_name_within_a_label_value_each_pod_carries() -> None:
+    for job_name in ("x" * 300, "x" * 63, "x" * 58 + ".y"):
+        name = workload_name_for_job(job_name, "uid")
+        assert len(name) <= 63
+        assert name.startswith("job-xxx")
+        assert name[-6] == "-"
+        assert name[-7] not in "-."
+    assert workload_name_for_job("x" * 63, "a") != workload_name_for_job("x" * 63, "b")
 
 
 def test_owner_reference_points_at_the_job() -> None:

@@ -6,7 +6,8 @@ fields, validation, and which fields an update may change.
   immutable except container images, activeDeadlineSeconds, added tolerations and removed
   schedulingGates; `spec.nodeName` changes only through pods/binding.
 - Jobs: selector and controller-uid/job-name labels, completions/parallelism/backoffLimit
-  defaults; `restartPolicy` OnFailure or Never; the pod template is immutable except its
+  defaults; `restartPolicy` OnFailure or Never; the template's labels and annotations checked as an
+  object's; the pod template is immutable except its
   labels, annotations, nodeSelector, tolerations, affinity and schedulingGates while the Job is
   suspended and has never started (what Kueue uses to inject a flavor's node labels), and,
   with `FeatureGates.mutable_pod_resources_for_suspended_jobs` (KEP-5440), its containers' and
@@ -39,7 +40,7 @@ from muster.devtools.apiserver.objects import JsonObj, meta, name_of
 from muster.devtools.apiserver.provisioning import PROVISIONING_STRATEGIES
 from muster.devtools.apiserver.resources import ResourceType, crd_status, from_crd
 from muster.devtools.apiserver.strategy_base import V1_36, Context, FeatureGates, Strategy
-from muster.devtools.apiserver.validation import dns_label_causes
+from muster.devtools.apiserver.validation import dns_label_causes, labels_and_annotations_causes
 
 __all__ = ["Context", "Strategy", "strategy_for"]
 
@@ -260,6 +261,9 @@ class JobStrategy(Strategy):
         causes = _container_causes(
             template.get("spec") if isinstance(template, dict) else None, "spec.template.spec"
         )
+        if isinstance(template, dict) and isinstance(template.get("metadata"), dict):
+            # As ValidatePodTemplateSpec: what a controller writes there is checked too.
+            causes += labels_and_annotations_causes(template["metadata"], "spec.template.metadata")
         policy = (
             (template.get("spec") or {}).get("restartPolicy")
             if isinstance(template, dict)

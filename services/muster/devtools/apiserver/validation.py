@@ -96,17 +96,24 @@ def metadata_causes(obj: JsonObj, *, name_check: str, namespaced: bool) -> list[
             causes.append(bad_value("metadata.name", name, "must be no more than 63 characters"))
     if namespaced and not md.get("namespace"):
         causes.append(required("metadata.namespace"))
+    return causes + labels_and_annotations_causes(md, "metadata")
+
+
+def labels_and_annotations_causes(md: JsonObj, path: str) -> list[Cause]:
+    """Problems with the labels and annotations of metadata `md` (at `path`: an object's, or
+    a pod template's, which Kubernetes checks the same way)."""
+    causes: list[Cause] = []
     for field in ("labels", "annotations"):
         values = md.get(field)
         if values is None:
             continue
         if not isinstance(values, dict):
-            causes.append(bad_value(f"metadata.{field}", "", "must be a map of strings"))
+            causes.append(bad_value(f"{path}.{field}", "", "must be a map of strings"))
             continue
         for key, value in values.items():
-            causes += qualified_name_causes(f"metadata.{field}", key)
+            causes += qualified_name_causes(f"{path}.{field}", key)
             if field == "labels":
-                causes += label_value_causes("metadata.labels", value)
+                causes += label_value_causes(f"{path}.labels", value)
             elif not isinstance(value, str):
-                causes.append(bad_value("metadata.annotations", value, "must be a string"))
+                causes.append(bad_value(f"{path}.annotations", value, "must be a string"))
     return causes
