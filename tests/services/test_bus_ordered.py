@@ -89,8 +89,18 @@ async def test_cancelled_while_handling_the_batch_finishes_and_is_acked_before_i
     await eventually(acked, timeout_s=5)  # the loop has ended: only its ack can do it
 
 
+@pytest.mark.parametrize(
+    "gather",
+    [
+        # The gap outlasts the test: only the fill can start the second batch.
+        Gather(gap_s=600.0, fill=5),
+        # No gap, but a stretch that makes the first batch's millisecond outlast the test.
+        Gather(gap_s=0.0, fill=5, stretch=1e6, stretch_most_s=600.0),
+    ],
+    ids=["gap", "stretch"],
+)
 async def test_with_gather_a_stream_of_events_comes_as_one_batch_once_enough_wait(
-    bus: Bus,
+    bus: Bus, gather: Gather
 ) -> None:
     await bus.publish(submitted("ns/w0"))
     settings = ConsumerSettings(stream=EVENTS_STREAM, batch=16)
@@ -100,11 +110,11 @@ async def test_with_gather_a_stream_of_events_comes_as_one_batch_once_enough_wai
 
     async def handle(envs: Sequence[pb.Envelope], raw: Sequence[bytes]) -> list[Reject | None]:
         batches.append([env.sequence for env in envs])
+        if not first.is_set():
+            await asyncio.sleep(0.001)  # the first batch's length, which the stretch multiplies
         first.set()
         return [None] * len(envs)
 
-    # The gap outlasts the test: only the fill can start the second batch.
-    gather = Gather(gap_s=600.0, fill=5)
     loop = asyncio.create_task(consume_in_order(bus, "in-order", handle, settings, gather=gather))
     try:
         await first.wait()  # the first event found the loop idle: taken at once, alone

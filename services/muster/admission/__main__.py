@@ -16,6 +16,7 @@ from muster.admission.service import AdmissionConfig, run_admission
 from muster.api import kueue_config_from_file
 from muster.bus.connection import Bus
 from muster.bus.service import Flag, Health, ServiceConfig, parse_service, run_service
+from muster.cluster.choose import on_off
 from muster.core.routing import POLICIES, Policy
 
 NAME = "admission"
@@ -53,7 +54,11 @@ FLAGS = (
          "a round starts no sooner than this after the one before, unless --round-fill events "
          "wait: fewer, larger rounds under a stream of events; 0: none waits"),
     Flag("--round-fill", "N", int, "MUSTER_ADMISSION_ROUND_FILL", "8",
-         "events that start a round before --round-gap-seconds has passed"),
+         "events that start a round before --round-gap-seconds (or the stretch) has passed"),
+    Flag("--round-stretch", "on|off", on_off, "MUSTER_ADMISSION_ROUND_STRETCH", "on",
+         "one of N shards: a round starts no sooner than N times as long as the one before "
+         "took, at most 30 ms more, unless --round-fill events wait: rounds as full as a lone "
+         "replica's"),
 )  # fmt: skip
 
 
@@ -75,6 +80,7 @@ def admission_config(args: argparse.Namespace, service: ServiceConfig) -> Admiss
         snapshot_s=args.snapshot_seconds,
         round_gap_s=args.round_gap_seconds,
         round_fill=args.round_fill,
+        round_stretch=args.round_stretch,
     )
 
 

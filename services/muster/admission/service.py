@@ -63,6 +63,9 @@ VISIBILITY_BUCKET: Final = "MUSTER_VISIBILITY"
 LAST_SNAPSHOT_S: Final = 5.0  # at shutdown, within the service's grace period (10 s)
 VISIBILITY_CPU_SHARE: Final = 20  # views wait at least this many times what computing them took
 MAX_ROUND_GAP_S: Final = 0.05  # a round's added latency stays well below a second's tenth
+# What the stretch (AdmissionConfig.round_stretch) may add to a round's latency, at most: the
+# p99 of submit → admitted at 200/s stays under 50 ms.
+ROUND_STRETCH_MOST_S: Final = 0.03
 log = logging.getLogger(__name__)
 
 
@@ -83,6 +86,10 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
     # events wait by then (bus.ordered.Gather); 0: each round as soon as an event is there.
     round_gap_s: float = 0.0
     round_fill: int = 8
+    # One of N replicas: a round starts no sooner than N times as long as the one before took
+    # after it started (at most ROUND_STRETCH_MOST_S later), unless `round_fill` events wait,
+    # so that its rounds hold about as many events as a lone replica's (bus.ordered.Gather).
+    round_stretch: bool = True
     ack_wait_s: float = 30.0  # a dead replica's unacked events come back after this long
     kueue: KueueConfig | None = None  # Kueue's Configuration (--kueue-config)
     cluster_lost_s: float = 10.0  # a worker cluster silent this long is lost (MultiKueue)
@@ -125,7 +132,15 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def gather(self) -> Gather | None:
-        return Gather(self.round_gap_s, self.round_fill) if self.round_gap_s > 0 else None
+        stretch = self.shards if self.round_stretch and self.shards > 1 else 0
+        if not stretch and self.round_gap_s <= 0:
+            return None  # a lone replica: each round as soon as an event is there
+        return Gather(
+            self.round_gap_s,
+            self.round_fill,
+            stretch=stretch,
+            stretch_most_s=ROUND_STRETCH_MOST_S if stretch else 0.0,
+        )
 
     def consumer_settings(self) -> ConsumerSettings:
         return ConsumerSettings(

@@ -56,15 +56,30 @@ DEAD_LETTER_RETRY_S = (0.1, 5.0)  # a failed dead-letter copy is made again afte
 
 
 class Gather(NamedTuple):
-    """Bounded coalescing of batches: a batch is taken no sooner than `gap_s` after the one
-    before was, unless `fill` messages wait by then; a message that finds the last batch taken
-    longer ago is taken at once. A consumer that owns a small share of a busy stream otherwise
-    handles a message or two per batch, and each batch has its fixed costs (a wake-up for the
-    delivery and one for the PubAcks of what it caused); under a stream of messages this makes
-    its batches larger, at the price of at most `gap_s` more latency."""
+    """Bounded coalescing of batches: a batch starts no sooner than `gap_s` after the one
+    before started, nor sooner than `stretch` times as long as that one took to handle (at most
+    `stretch_most_s`), unless `fill` messages wait by then; a message that comes later is
+    taken at once. A consumer that owns a small share of a busy stream otherwise handles a
+    message or two per batch, and each batch has its fixed costs (a wake-up for the delivery
+    and one for the PubAcks of what it caused); under a stream of messages this makes its
+    batches larger, at the price of at most the gap more latency.
+
+    The stretch is for one of N consumers sharing a stream's work (admission's shards): with
+    `stretch` N its batches last about as long as those of a lone consumer of the whole stream,
+    so they hold about as many messages and the fixed costs divide by N as the messages do.
+    Nothing waits while the consumer is idle: the first message after a batch wakes it as it
+    would have, and only it (and what follows it within the gap) waits for the gap's end."""
 
     gap_s: float
     fill: int
+    stretch: float = 0.0
+    stretch_most_s: float = 0.0
+
+    def next_at(self, started: float, handled_s: float) -> float:
+        """The earliest (loop) time of the next batch, the last started at `started` and
+        handled in `handled_s`."""
+        stretched = min(self.stretch * handled_s, self.stretch_most_s)
+        return started + max(self.gap_s, stretched)
 
 
 # The envelopes of a batch, and the same as stored (the snapshot log keeps those bytes).
@@ -163,28 +178,32 @@ async def _consume(
         durable, stream=settings.stream, consumer=durable, max_ack_pending=settings.max_ack_pending
     )
     clock = asyncio.get_running_loop().time
-    taken_at = -math.inf  # when the last batch was taken (loop time)
+    next_at = -math.inf  # no batch starts before this (loop time) unless `gather.fill` wait
     try:
         async with bus.following_lag(settings.stream, durable):
             while True:
                 raise_if_cancelling()
-                if gather is not None:
-                    await feed.gather(gather.fill, until=taken_at + gather.gap_s)
                 wait_s = fetch_timeout_s if acks.due is None else ACK_LINGER_S
                 msgs = await feed.take(settings.batch, timeout_s=wait_s)
                 if not msgs:
                     await acks.send()  # none came meanwhile: the last batch's goes alone
                     continue
-                taken_at = clock()
-                where.handling = True
-                batch = stream_sequence(msgs[0])
-                tracker.began(batch)
+                where.handling = True  # taken: a cancellation lets it be handled first
                 try:
-                    with tracker.handling(batch):
-                        await _handle_batch(bus, durable, msgs, handle, settings, acks)
+                    if gather is not None and clock() < next_at:
+                        msgs += await _gathered(feed, gather, len(msgs), settings, next_at)
+                    started = clock()
+                    batch = stream_sequence(msgs[0])
+                    tracker.began(batch)
+                    try:
+                        with tracker.handling(batch):
+                            await _handle_batch(bus, durable, msgs, handle, settings, acks)
+                    finally:
+                        tracker.ended(batch)
                 finally:
                     where.handling = False
-                    tracker.ended(batch)
+                if gather is not None:
+                    next_at = gather.next_at(started, clock() - started)
                 if where.stopping:
                     raise asyncio.CancelledError
                 if acks.full:
@@ -198,6 +217,18 @@ async def _consume(
         await feed.close()
         with contextlib.suppress(nats.errors.Error):
             await bus.nc.flush()  # the acks leave before the caller goes on
+
+
+async def _gathered(
+    feed: PullFeed, gather: Gather, taken: int, settings: ConsumerSettings, until: float
+) -> list[Msg]:
+    """What joins the `taken` messages of a batch by `until` (or once `gather.fill` wait): the
+    deliveries meanwhile are buffered without waking the loop."""
+    room = settings.batch - taken
+    if room <= 0 or taken >= gather.fill:
+        return []
+    await feed.gather(gather.fill - taken, until=until)
+    return await feed.take(room, timeout_s=0)
 
 
 class _Acks:

@@ -1,16 +1,38 @@
-"""`--round-gap-seconds` and `--round-fill`: admission's bounded coalescing of rounds."""
+"""`--round-gap-seconds`, `--round-fill` and `--round-stretch`: admission's bounded coalescing
+of rounds."""
 
 from __future__ import annotations
 
 import pytest
 
 from muster.admission.__main__ import configs
+from muster.admission.service import ROUND_STRETCH_MOST_S
 from muster.bus.ordered import Gather
 
 
-def test_rounds_are_not_coalesced_unless_asked() -> None:
+def test_a_lone_replicas_rounds_are_not_coalesced_unless_asked() -> None:
     config = configs([])[1]
     assert config.gather is None
+
+
+def test_one_of_n_replicas_stretches_its_rounds_n_times_unless_told_not_to(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    four = ["--shards", "4", "--shard", "2"]
+    assert configs(four)[1].gather == Gather(
+        gap_s=0.0, fill=8, stretch=4, stretch_most_s=ROUND_STRETCH_MOST_S
+    )
+    assert configs([*four, "--round-stretch", "off"])[1].gather is None
+    monkeypatch.setenv("MUSTER_ADMISSION_ROUND_STRETCH", "off")
+    assert configs([*four, "--round-gap-seconds", "0.01"])[1].gather == Gather(gap_s=0.01, fill=8)
+
+
+def test_the_next_round_waits_for_the_gap_or_the_stretched_round_whichever_is_later() -> None:
+    stretched = Gather(gap_s=0.0, fill=8, stretch=4, stretch_most_s=0.03)
+    assert stretched.next_at(10.0, 0.002) == pytest.approx(10.008)
+    assert stretched.next_at(10.0, 0.5) == pytest.approx(10.03)  # a long round: at most 30 ms
+    assert stretched._replace(gap_s=0.05).next_at(10.0, 0.002) == pytest.approx(10.05)
+    assert Gather(gap_s=0.02, fill=8).next_at(10.0, 0.5) == pytest.approx(10.02)
 
 
 def test_the_flags_and_their_variables_set_the_gap_and_the_fill(
