@@ -99,9 +99,7 @@ def every_section() -> tuple[int, list[dict[str, Any]]]:
         patch.setattr(
             e2e,
             "run",
-            lambda *, scale, shard_counts, observe: every(
-                scale=scale, shard_counts=(E2E_SHARDS,), observe=observe
-            ),
+            lambda *, shard_counts, **options: every(shard_counts=(E2E_SHARDS,), **options),
         )
         status = muster(["bench", "--scale", TINY, "-o", "json"])
     return status, json_rows(out.getvalue())
