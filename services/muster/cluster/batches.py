@@ -15,6 +15,8 @@ import itertools
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
+from muster.bus.progress import advanced
+
 T = TypeVar("T")
 
 BATCH_SIZE = 256  # calls side by side: enough to keep the API server busy, few per loop turn
@@ -54,7 +56,8 @@ async def _in_turns(
     of the first batch that had any); before each batch but the first, what else is ready
     runs, even if no call waited. A workload of one batch (most) pays no extra turn of the
     loop, nor, when `items` is a sequence, a generator and a copy. A plain loop: the event
-    loop registers and finalizes every async generator made, paid per workload."""
+    loop registers and finalizes every async generator made, paid per workload. Each batch
+    done moves the message the caller's consume loop holds (`progress.advanced`)."""
     if isinstance(items, Sequence) and 0 < len(items) <= size:
         return await _settled(items, call)
     failed: list[tuple[T, Exception]] = []
@@ -64,6 +67,7 @@ async def _in_turns(
         failed += await _settled(batch, call)
         if failed and not settle:
             break
+        advanced()  # a large Job's pods take seconds under load: moving, not stalled
     return failed
 
 

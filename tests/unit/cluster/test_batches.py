@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from muster.bus.progress import Progress
 from muster.cluster.batches import batches, run_in_batches, settle_in_batches
 
 pytestmark = pytest.mark.timeout(10)
@@ -136,3 +137,14 @@ async def test_a_sequence_of_one_batch_is_taken_as_it_is_and_a_longer_one_in_bat
     assert sorted(calls.done) == list(range(9))
     with pytest.raises(ValueError, match="batch size must be >= 1, got 0"):
         await run_in_batches([1], Calls().call, size=0)
+
+
+async def test_each_batch_done_moves_the_message_in_hand() -> None:
+    tracker = Progress().track("binder", stream="MUSTER", consumer="binder", max_ack_pending=8)
+    tracker.began(7)
+    calls = Calls()
+    with tracker.handling(7):
+        await run_in_batches(calls.items(10), calls.call, size=4)
+        assert tracker.oldest == (7, 3)
+        await settle_in_batches([1, 2], calls.call, size=4)  # one batch: over at once
+    assert tracker.oldest == (7, 3)
