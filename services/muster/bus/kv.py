@@ -396,17 +396,16 @@ class Bucket:
         subjects = (info.state.subjects or {}) if info.state else {}
         return sorted(subject.removeprefix(self._prefix) for subject in subjects)
 
-    def changes(self, *prefixes: str, after: int | None = None) -> AsyncGenerator[Change, None]:
+    async def changes(
+        self, *prefixes: str, after: int | None = None
+    ) -> AsyncGenerator[Change, None]:
         """Each key under `prefixes` (whole tokens; none: every key) at its last write, then
         every write as it comes, in revision order across prefixes; with `after` (a revision),
-        every write after it instead. Until the caller stops; `Unavailable` when NATS fails."""
-        tracker = self._tracker(f"{self.name} changes {' '.join(prefixes) or '>'}")
-        changes = self._changes(prefixes, after=after, tracker=tracker)
-        return changes if tracker is None else tracked(changes, tracker, _revision_of)
+        every write after it instead. Until the caller stops; `Unavailable` when NATS fails.
 
-    async def _changes(
-        self, prefixes: tuple[str, ...], *, after: int | None, tracker: Tracker | None
-    ) -> AsyncGenerator[Change, None]:
+        Each change is in hand for the progress watchdog until the next is asked for (as
+        `progress.tracked` says), tracked here: a wrapping generator costs a resumption more
+        per change, on every feed of every service."""
         # Delivered through a callback into a queue: nats-py's `next_msg` makes a task and a
         # uuid per message, which costs more than the rest of a change together.
         arrived: asyncio.Queue[Msg] = asyncio.Queue()
@@ -423,34 +422,45 @@ class Bucket:
             # One subject goes as the subscription's own filter; several as the consumer's.
             filter_subjects=subjects if len(subjects) > 1 else None,
         )
-        with wrapped(f"{self.name} changes {' '.join(prefixes)}"):
-            sub = await self._js.subscribe(
-                subjects[0],
-                stream=self._stream,
-                cb=deliver,
-                config=config,
-                ordered_consumer=True,
-                inactive_threshold=60.0,
-                idle_heartbeat=_HEARTBEAT_S,
-            )
-        jsi = sub._sub._jsi
-        if after is not None and jsi is not None:
-            # nats-py makes a lost consumer again just after the last message it delivered,
-            # and from the stream's first when it delivered none yet: the feed would hand on
-            # again the writes up to `after`.
-            jsi._sseq = after
+        tracker = self._tracker(f"{self.name} changes {' '.join(prefixes) or '>'}")
+        sub: JetStreamContext.PushSubscription | None = None
         try:
+            with wrapped(f"{self.name} changes {' '.join(prefixes)}"):
+                sub = await self._js.subscribe(
+                    subjects[0],
+                    stream=self._stream,
+                    cb=deliver,
+                    config=config,
+                    ordered_consumer=True,
+                    inactive_threshold=60.0,
+                    idle_heartbeat=_HEARTBEAT_S,
+                )
+            jsi = sub._sub._jsi
+            if after is not None and jsi is not None:
+                # nats-py makes a lost consumer again just after the last message it delivered,
+                # and from the stream's first when it delivered none yet: the feed would hand
+                # on again the writes up to `after`.
+                jsi._sseq = after
             while True:
                 raise_if_cancelling()
                 msg = await arrived.get()
-                _reading(tracker, sub)
                 headers = msg.headers
                 deleted = headers is not None and headers.get(_OPERATION) in _DELETED
                 key = msg.subject.removeprefix(self._prefix)
-                yield Change(key, msg.data, stream_sequence(msg), deleted)
+                change = Change(key, msg.data, stream_sequence(msg), deleted)
+                if tracker is None:
+                    yield change
+                    continue
+                _reading(tracker, sub)
+                tracker.began(change.revision)
+                yield change
+                tracker.ended(change.revision)
         finally:
-            with contextlib.suppress(nats.errors.Error):
-                await sub.unsubscribe()
+            if sub is not None:
+                with contextlib.suppress(nats.errors.Error):
+                    await sub.unsubscribe()
+            if tracker is not None:
+                tracker.close()
 
     def _tracker(self, watched: str | None) -> Tracker | None:
         """A tracker named `watched` on the bucket's progress board, if it has one."""

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
+
+from muster.bus.progress import advanced
 
 T = TypeVar("T")
 
@@ -34,10 +36,7 @@ async def settle_in_batches(
 ) -> list[tuple[T, Exception]]:
     """`call(item)` for every item, `size` at a time; the items whose call raised, with what
     it raised, in order. Every call is made, whatever the others did."""
-    failed: list[tuple[T, Exception]] = []
-    async for batch in _turns(items, size):
-        failed += await _settled(batch, call)
-    return failed
+    return await _in_turns(items, call, size, settle=True)
 
 
 async def run_in_batches(
@@ -46,22 +45,34 @@ async def run_in_batches(
     """`call(item)` for every item, `size` at a time; the first failure is raised once its
     batch has ended, and the batches after it are not started (the caller retries the whole:
     each call must be idempotent)."""
-    async for batch in _turns(items, size):
-        if failed := await _settled(batch, call):
-            raise failed[0][1]
+    if failed := await _in_turns(items, call, size, settle=False):
+        raise failed[0][1]
 
 
-async def _turns(items: Iterable[T], size: int) -> AsyncIterator[list[T]]:
-    """The batches of `items`; before each but the first, what else is ready runs, even if no
-    call waited. A workload of one batch (most) pays no extra turn of the loop."""
+async def _in_turns(
+    items: Iterable[T], call: Callable[[T], Awaitable[object]], size: int, *, settle: bool
+) -> list[tuple[T, Exception]]:
+    """The batches of `items` one after the other, the failed calls (without `settle`, those
+    of the first batch that had any); before each batch but the first, what else is ready
+    runs, even if no call waited. A workload of one batch (most) pays no extra turn of the
+    loop, nor, when `items` is a sequence, a generator and a copy. A plain loop: the event
+    loop registers and finalizes every async generator made, paid per workload. Each batch
+    done moves the message the caller's consume loop holds (`progress.advanced`)."""
+    if isinstance(items, Sequence) and 0 < len(items) <= size:
+        return await _settled(items, call)
+    failed: list[tuple[T, Exception]] = []
     for i, batch in enumerate(batches(items, size)):
         if i:
             await asyncio.sleep(0)
-        yield batch
+        failed += await _settled(batch, call)
+        if failed and not settle:
+            break
+        advanced()  # a large Job's pods take seconds under load: moving, not stalled
+    return failed
 
 
 async def _settled(
-    batch: list[T], call: Callable[[T], Awaitable[object]]
+    batch: Sequence[T], call: Callable[[T], Awaitable[object]]
 ) -> list[tuple[T, Exception]]:
     """Run one batch's calls side by side (one alone in place: a gather makes a task of
     each); the failed ones."""

@@ -465,12 +465,14 @@ class GangPermitState:
         if permit is None:
             return
         pods = permit.order
+        looked_from = permit.seen_bound
         while permit.seen_bound < len(pods) and self._is_bound(pods[permit.seen_bound]):
             permit.seen_bound += 1
         if permit.seen_bound < len(pods):
             return
-        # All seen bound once: checked whole again, as a pod seen earlier may have gone since.
-        if all(self._is_bound(p) for p in pods):
+        # All seen bound once: checked whole again, as a pod seen earlier may have gone since
+        # (unless all were seen just now: a gang bound in one go, the most common, looks once).
+        if looked_from == 0 or all(self._is_bound(p) for p in pods):
             del self.permits[gang]
         else:
             permit.seen_bound = 0

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Iterator
 
 import pytest
 
+from muster.bus.progress import Progress
 from muster.cluster.batches import batches, run_in_batches, settle_in_batches
 
 pytestmark = pytest.mark.timeout(10)
@@ -106,3 +108,43 @@ async def test_a_single_call_is_awaited_in_place() -> None:
     calls = Calls(failing=frozenset({0}))
     failed = await settle_in_batches(calls.items(1), calls.call)
     assert [item for item, _ in failed] == [0]
+
+
+async def test_batches_make_no_async_generator() -> None:
+    # What the pod path pays per workload: the event loop registers and finalizes every async
+    # generator made, and a sequence that fits in one batch needs not even a generator.
+    made: list[object] = []
+    hooks = sys.get_asyncgen_hooks()
+    sys.set_asyncgen_hooks(firstiter=made.append, finalizer=hooks.finalizer)
+    try:
+        calls = Calls()
+        assert await settle_in_batches([0, 1, 2], calls.call) == []
+        await run_in_batches([0], calls.call)
+        await run_in_batches(calls.items(10), calls.call, size=4)
+    finally:
+        sys.set_asyncgen_hooks(*hooks)
+    assert made == []
+    assert sorted(calls.done) == [0, 0, 0, 1, 1, 2, 2, 3, 4, 5, 6, 7, 8, 9]
+
+
+async def test_a_sequence_of_one_batch_is_taken_as_it_is_and_a_longer_one_in_batches() -> None:
+    calls = Calls()
+    assert await settle_in_batches(list(range(4)), calls.call, size=4) == []
+    assert calls.most_running == 4
+    calls = Calls()
+    assert await settle_in_batches(list(range(9)), calls.call, size=4) == []
+    assert calls.most_running == 4
+    assert sorted(calls.done) == list(range(9))
+    with pytest.raises(ValueError, match="batch size must be >= 1, got 0"):
+        await run_in_batches([1], Calls().call, size=0)
+
+
+async def test_each_batch_done_moves_the_message_in_hand() -> None:
+    tracker = Progress().track("binder", stream="MUSTER", consumer="binder", max_ack_pending=8)
+    tracker.began(7)
+    calls = Calls()
+    with tracker.handling(7):
+        await run_in_batches(calls.items(10), calls.call, size=4)
+        assert tracker.oldest == (7, 3)
+        await settle_in_batches([1, 2], calls.call, size=4)  # one batch: over at once
+    assert tracker.oldest == (7, 3)
