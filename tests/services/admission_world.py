@@ -15,10 +15,10 @@ from typing import Any
 import nats.js.errors
 from budget import wait_s
 
-from muster.admission.rebuild import SNAPSHOTS_BUCKET
 from muster.admission.service import AdmissionConfig, run_admission
 from muster.admission.snapshot import sequence_in
 from muster.bus import EVENTS_STREAM, Bus, BusConfig, connect, new_event
+from muster.bus.buckets import SNAPSHOTS_BUCKET
 from muster.bus.service import Health
 from muster.contracts.v1 import events_pb2 as pb
 from muster.preemption.service import PreemptionConfig, run_preemption

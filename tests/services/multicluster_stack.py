@@ -19,9 +19,9 @@ from budget import wait_s
 from bus_helpers import EventLog
 from placement_stack import Ready
 
-from muster.admission.clusters import CLUSTERS_BUCKET
 from muster.binder.service import BinderConfig, run_binder
 from muster.bus import Bus
+from muster.bus.buckets import CLUSTERS_BUCKET
 from muster.cluster.objects import PodView
 from muster.cluster.sim.backend import SimBackend
 from muster.cluster.sim.clock import WallClock

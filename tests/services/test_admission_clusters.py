@@ -19,8 +19,8 @@ from admission_world import (
     start_admission,
 )
 
-from muster.admission.clusters import CLUSTERS_BUCKET
 from muster.bus import Bus, BusConfig
+from muster.bus.buckets import CLUSTERS_BUCKET
 from muster.core.dispatch import ClusterCapacity
 
 pytestmark = pytest.mark.timeout(60)

@@ -17,8 +17,9 @@ from nats.js.api import KeyValueConfig
 from nats_process import NatsServer
 from service_exit import exit_status
 
-from muster.admission.lease import SHARDS_BUCKET, LeaseRefusedError
+from muster.admission.lease import LeaseRefusedError
 from muster.bus import Bus, BusConfig
+from muster.bus.buckets import SHARDS_BUCKET
 from muster.bus.natsconf import server_config
 
 pytestmark = pytest.mark.timeout(60)

@@ -21,10 +21,10 @@ from admission_world import (
 from bus_helpers import EventLog
 from nats.js import api
 
-from muster.admission.rebuild import SNAPSHOTS_BUCKET
 from muster.admission.snapshot import SEQUENCE_HEADER
 from muster.api.model import KueueConfig, WaitForPodsReadyConfig
 from muster.bus import EVENTS_STREAM, Bus, BusConfig
+from muster.bus.buckets import SNAPSHOTS_BUCKET
 from muster.contracts.v1 import events_pb2 as pb
 
 pytestmark = pytest.mark.timeout(60)

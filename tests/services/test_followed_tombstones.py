@@ -24,8 +24,9 @@ from admission_world import (
 from cluster_rooms import room
 
 from muster.bus import Bus, BusConfig
+from muster.bus.buckets import PARTITIONS_BUCKET
 from muster.bus.kv import follow_bucket
-from muster.bus.partitions import PARTITIONS_BUCKET, QueuePartitions, queue_key
+from muster.bus.partitions import QueuePartitions, queue_key
 from muster.bus.permissions import Deployment
 from muster.bus.setup import setup_nats
 from muster.core.dispatch import ClusterCapacity

@@ -19,12 +19,13 @@ from gateway_helpers import RunningGateway, two_gateways
 from test_gateway_submit_race import outcome, submit, workload
 
 from muster.bus import Bus, BusConfig
+from muster.bus.buckets import NAMES_BUCKET
 from muster.bus.envelope import new_event
 from muster.bus.permissions import Deployment
 from muster.bus.setup import buckets
 from muster.bus.subjects import EVENTS_KEPT_S, stream_configs, workload_filters
 from muster.contracts.v1 import events_pb2, services_pb2
-from muster.gateway.claims import NAMES_BUCKET, Claim, encode_claim, name_key
+from muster.gateway.claims import Claim, encode_claim, name_key
 from muster.gateway.known import Held, KnownFollower
 from muster.gateway.submit import plan_submit
 

@@ -18,9 +18,10 @@ from test_gateway_claims import leave_claim, stored_submitted
 from test_gateway_submit_race import outcome, submit, workload
 
 from muster.bus import Bus
+from muster.bus.buckets import NAMES_BUCKET
 from muster.bus.envelope import new_event
 from muster.contracts.v1 import events_pb2
-from muster.gateway.claims import NAMES_BUCKET, decode_claim, name_key
+from muster.gateway.claims import decode_claim, name_key
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -16,9 +16,9 @@ from bus_helpers import EventLog, pending, submitted
 from gateway_helpers import BAD, JOB, LOCAL_QUEUE, TOKEN, RunningGateway, running_gateway
 
 from muster.bus import Bus, new_event
+from muster.bus.buckets import VISIBILITY_BUCKET
 from muster.cli.main import main
 from muster.contracts.v1 import events_pb2, services_pb2
-from muster.gateway.visibility import VISIBILITY_BUCKET
 
 pytestmark = pytest.mark.timeout(60)
 

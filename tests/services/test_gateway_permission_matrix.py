@@ -14,8 +14,8 @@ from gateway_helpers import RunningGateway, stored_count
 from security_helpers import USERS, as_user, manifest, secured_gateway
 
 from muster.bus import Bus
+from muster.bus.buckets import VISIBILITY_BUCKET
 from muster.contracts.v1 import events_pb2, services_pb2
-from muster.gateway.visibility import VISIBILITY_BUCKET
 
 pytestmark = pytest.mark.timeout(120)
 

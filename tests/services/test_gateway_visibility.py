@@ -10,8 +10,8 @@ import pytest
 from gateway_helpers import RunningGateway, running_gateway
 
 from muster.bus import Bus
+from muster.bus.buckets import VISIBILITY_BUCKET
 from muster.contracts.v1 import events_pb2, services_pb2
-from muster.gateway.visibility import VISIBILITY_BUCKET
 
 pytestmark = pytest.mark.timeout(60)
 

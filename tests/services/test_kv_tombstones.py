@@ -25,12 +25,12 @@ from gateway_helpers import RunningGateway, running_gateway
 from nats.js import api
 
 from muster.bus import Bus, BusConfig
+from muster.bus.buckets import VISIBILITY_BUCKET
 from muster.bus.errors import Conflict
 from muster.bus.kv import open_bucket
 from muster.bus.permissions import Deployment
 from muster.bus.setup import setup_nats
 from muster.contracts.v1 import services_pb2
-from muster.gateway.visibility import VISIBILITY_BUCKET
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -23,9 +23,9 @@ from placement_stack import (
 )
 
 from muster.bus import EVENTS_STREAM, Bus
+from muster.bus.buckets import WATCHER_BUCKET
 from muster.cluster.backend import PodSetStart
 from muster.contracts.v1 import events_pb2
-from muster.watcher.service import WATCHER_BUCKET
 
 pytestmark = pytest.mark.timeout(60)
 

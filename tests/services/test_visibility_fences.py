@@ -37,11 +37,11 @@ from muster.admission.translate import fact_of
 from muster.admission.visibility import VisibilityRenderer, pending_page_key
 from muster.admission.visibility_writer import LATE_PAGE_SWEEPS, VisibilityWriter
 from muster.bus import Bus, BusConfig, new_event
+from muster.bus.buckets import VISIBILITY_BUCKET
 from muster.bus.kv import Bucket, Entry
 from muster.bus.partitions import partition_of, queue_tree, token
 from muster.contracts.v1 import events_pb2 as pb
 from muster.contracts.v1 import services_pb2
-from muster.gateway.visibility import VISIBILITY_BUCKET
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -30,11 +30,12 @@ from nats_process import NatsServer
 
 from muster.admission.moves import move_partition
 from muster.bus import Bus, BusConfig
+from muster.bus.buckets import VISIBILITY_BUCKET
 from muster.bus.partitions import partition_of
 from muster.contracts.v1 import events_pb2 as pb
 from muster.contracts.v1 import services_pb2
 from muster.gateway.kube_visibility import Query, query_of, summary
-from muster.gateway.visibility import VISIBILITY_BUCKET, KeyValueStore
+from muster.gateway.visibility import KeyValueStore
 
 pytestmark = pytest.mark.timeout(90)
 

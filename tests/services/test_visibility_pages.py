@@ -24,8 +24,8 @@ from admission_world import (
 from gateway_helpers import RunningGateway, running_gateway
 
 from muster.bus import Bus, BusConfig
+from muster.bus.buckets import VISIBILITY_BUCKET
 from muster.contracts.v1 import events_pb2, services_pb2
-from muster.gateway.visibility import VISIBILITY_BUCKET
 
 pytestmark = pytest.mark.timeout(60)
 

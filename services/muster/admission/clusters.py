@@ -28,12 +28,12 @@ import msgspec
 
 from muster.admission.dispatch import Dispatcher
 from muster.bus import Bus
+from muster.bus.buckets import CLUSTERS_BUCKET
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.kv import follow_bucket
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.heartbeat_parts import Gone, RoomReader
 
-CLUSTERS_BUCKET: Final = "MUSTER_CLUSTERS"
 WANTED_S: Final = 1.0  # how often a replica not following the registry looks whether it must
 
 log = logging.getLogger(__name__)

@@ -4,11 +4,9 @@ a `muster.bus.lease.Lease`: a replica decides for its shard only while it holds 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
 
+from muster.bus.buckets import SHARDS_BUCKET
 from muster.bus.lease import Lease, LeaseLostError, LeaseRefusedError, LeaseStore
-
-SHARDS_BUCKET: Final = "MUSTER_SHARDS"
 
 __all__ = ["SHARDS_BUCKET", "LeaseLostError", "LeaseRefusedError", "ShardLease", "lease_key"]
 

@@ -44,12 +44,12 @@ from muster.admission.subjects import (
 from muster.admission.translate import fact_of
 from muster.api.model import Workload
 from muster.bus import Bus, Reject, decode
+from muster.bus.buckets import SNAPSHOTS_BUCKET
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
 from muster.bus.errors import NotFound
 from muster.bus.partitions import parse_token
 from muster.contracts.v1 import events_pb2 as pb
 
-SNAPSHOTS_BUCKET: Final = "MUSTER_SNAPSHOTS"
 # Chunks well under NATS's default max_payload (1 MiB): fewer round trips than nats-py's 128 KiB.
 _CHUNK_BYTES: Final = 512 * 1024
 _CONFIG_FIELDS: Final = frozenset({"config_applied", "config_deleted", "partition_changed"})

@@ -30,7 +30,7 @@ from muster.admission.clusters import follow_clusters
 from muster.admission.handlers import Clock, Reown, Rounds
 from muster.admission.handover import StoryFetcher
 from muster.admission.homes import bucket_values
-from muster.admission.lease import SHARDS_BUCKET, ShardLease
+from muster.admission.lease import ShardLease
 from muster.admission.metrics import AdmissionMetrics
 from muster.admission.rebuild import SnapshotStore, rebuild, rebuilding
 from muster.admission.snapshot import CompactLog, encode_snapshot
@@ -47,10 +47,10 @@ from muster.bus import (
     ConsumerSettings,
     new_event,
 )
+from muster.bus.buckets import PARTITIONS_BUCKET, SHARDS_BUCKET, VISIBILITY_BUCKET
 from muster.bus.cancel import finishing, gather_or_cancel, raise_if_cancelling
 from muster.bus.errors import NotFound, Unavailable
 from muster.bus.ordered import Gather, consume_in_order, make_consumer
-from muster.bus.partitions import PARTITIONS_BUCKET
 from muster.bus.progress import advanced
 from muster.bus.pulse import Pulse
 from muster.bus.service import Health
@@ -59,7 +59,6 @@ from muster.bus.supervision import SupervisedGroup, supervised
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.routing import POLICIES, Policy
 
-VISIBILITY_BUCKET: Final = "MUSTER_VISIBILITY"
 LAST_SNAPSHOT_S: Final = 5.0  # at shutdown, within the service's grace period (10 s)
 VISIBILITY_CPU_SHARE: Final = 20  # views wait at least this many times what computing them took
 MAX_ROUND_GAP_S: Final = 0.05  # a round's added latency stays well below a second's tenth

@@ -36,6 +36,7 @@ from muster.bench.e2e import stored_counts
 from muster.bench.sim_nodes import node_manifests
 from muster.bench.table import Column, render_table
 from muster.bus import BusConfig, connect, new_event
+from muster.bus.buckets import CLUSTERS_BUCKET, SHARDS_BUCKET
 from muster.bus.kv import open_bucket
 from muster.bus.service import run_loop
 from muster.bus.setup import FOLLOWED_TOMBSTONES_KEPT_S
@@ -54,7 +55,7 @@ POLL_S: Final = 0.2
 QUIET_S: Final = 3.0  # no bucket changed for this long: the services are done with them
 _KV: Final = "KV_"
 # Written on a clock, never quiet: admission's lease renewals and gang-permit's heartbeats.
-_TICKING: Final = frozenset({f"{_KV}MUSTER_SHARDS", f"{_KV}MUSTER_CLUSTERS"})
+_TICKING: Final = frozenset({_KV + SHARDS_BUCKET, _KV + CLUSTERS_BUCKET})
 PARTED_NODES: Final = 2_000
 PARTED_MAX_BYTES: Final = 64 * 1024
 _TOMBSTONES: Final = ("DEL", "PURGE")
@@ -148,7 +149,7 @@ async def _queues_pass(url: str, workloads: int) -> None:
 
 async def _room_shrinks(js: JetStreamContext) -> None:
     """Cluster `parted`'s heartbeat in parts, then of one node, put as gang-permit puts it."""
-    kv = await open_bucket(js, "MUSTER_CLUSTERS")
+    kv = await open_bucket(js, CLUSTERS_BUCKET)
     writer = RoomWriter("parted", tombstones_kept_s=FOLLOWED_TOMBSTONES_KEPT_S)
     nodes = tuple(
         NodeRoom(

@@ -28,6 +28,7 @@ from muster.bench.e2e import cpu_s
 from muster.bench.gateway import gateway_process
 from muster.bench.table import Column, number, render_table
 from muster.bus import BusConfig, connect
+from muster.bus.buckets import CLUSTERS_BUCKET
 from muster.bus.kv import Bucket
 from muster.bus.service import run_loop
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
@@ -100,7 +101,7 @@ async def _run(sizes: list[int], *, beating_s: float) -> list[ClustersRow]:
         async with gateway_process(Path(tmp), tokens=False) as (pid, address, nats):
             bus = await connect(BusConfig(url=nats.url, name="muster-bench"))
             try:
-                kv = await bus.kv("MUSTER_CLUSTERS")
+                kv = await bus.kv(CLUSTERS_BUCKET)
                 async with grpc.aio.insecure_channel(address) as channel:
                     stub = services_pb2_grpc.VisibilityStub(channel)
                     for nodes in sizes:

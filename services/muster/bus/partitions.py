@@ -22,10 +22,10 @@ import re
 import zlib
 from typing import Final
 
+from muster.bus.buckets import PARTITIONS_BUCKET
 from muster.bus.kv import OpenBucket, follow_bucket
 
 PARTITIONS: Final = 16  # of the contract: changing it moves every tree (docs/events.md)
-PARTITIONS_BUCKET: Final = "MUSTER_PARTITIONS"
 PARTITION_LABEL: Final = "muster.dev/partition"  # on the pods muster starts for a workload
 _UNSAFE = re.compile(r"[^A-Za-z0-9-]")
 

@@ -16,12 +16,20 @@ import msgspec
 import nats.js.errors
 from nats.js import JetStreamContext, api
 
+from muster.bus.buckets import (
+    CLUSTERS_BUCKET,
+    NAMES_BUCKET,
+    PARTITIONS_BUCKET,
+    SHARDS_BUCKET,
+    SNAPSHOTS_BUCKET,
+    VISIBILITY_BUCKET,
+    WATCHER_BUCKET,
+)
 from muster.bus.errors import SetupError
 from muster.bus.kv import open_bucket
 from muster.bus.permissions import SIM_BUCKET_PREFIX, Deployment
 from muster.bus.subjects import EVENTS_KEPT_S, stream_configs
 
-SNAPSHOTS_BUCKET: Final = "MUSTER_SNAPSHOTS"  # admission's object store (admission/rebuild.py)
 DEFAULT_LEASE_TTL_S: Final = 5.0  # admission's --lease-ttl-seconds default
 
 
@@ -50,16 +58,16 @@ class Bucket(msgspec.Struct, frozen=True, kw_only=True):
 def buckets(deployment: Deployment, *, lease_ttl_s: float = DEFAULT_LEASE_TTL_S) -> list[Bucket]:
     """Every key-value bucket the services of `deployment` use, as they would create it."""
     return [
-        Bucket(name="MUSTER_VISIBILITY", tombstones_kept_s=VISIBILITY_TOMBSTONES_KEPT_S),
-        Bucket(name="MUSTER_SHARDS", ttl_s=lease_ttl_s),  # admission's leases expire
-        Bucket(name="MUSTER_WATCHER"),
-        Bucket(name="MUSTER_CLUSTERS", tombstones_kept_s=FOLLOWED_TOMBSTONES_KEPT_S),
+        Bucket(name=VISIBILITY_BUCKET, tombstones_kept_s=VISIBILITY_TOMBSTONES_KEPT_S),
+        Bucket(name=SHARDS_BUCKET, ttl_s=lease_ttl_s),  # admission's leases expire
+        Bucket(name=WATCHER_BUCKET),
+        Bucket(name=CLUSTERS_BUCKET, tombstones_kept_s=FOLLOWED_TOMBSTONES_KEPT_S),
         # Each LocalQueue's admission partition.
-        Bucket(name="MUSTER_PARTITIONS", tombstones_kept_s=FOLLOWED_TOMBSTONES_KEPT_S),
+        Bucket(name=PARTITIONS_BUCKET, tombstones_kept_s=FOLLOWED_TOMBSTONES_KEPT_S),
         # The gateways' claims of workload names: a name's `submitted` leaves MUSTER_EVENTS at
         # this age too, so an older claim decides nothing the stream could not (and the bucket
         # does not keep every name ever submitted).
-        Bucket(name="MUSTER_NAMES", ttl_s=EVENTS_KEPT_S),
+        Bucket(name=NAMES_BUCKET, ttl_s=EVENTS_KEPT_S),
         *(Bucket(name=SIM_BUCKET_PREFIX + c) for c in deployment.simulated),
     ]
 

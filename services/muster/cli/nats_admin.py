@@ -139,7 +139,7 @@ def handle_setup(args: argparse.Namespace) -> int:
 
 
 async def _setup(config: Any, deployment: Deployment, lease_ttl_s: float) -> list[str]:
-    from muster.gateway.claims import NAMES_BUCKET  # the gateway's modules: only here
+    from muster.bus.buckets import NAMES_BUCKET  # the gateway's modules: only here
     from muster.gateway.claims_backfill import backfill_claims
 
     bus = await connect(config)

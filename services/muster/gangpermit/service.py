@@ -20,11 +20,12 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Final, Protocol
+from typing import Protocol
 
 import msgspec
 
 from muster.api.wellknown import SCHEDULER_NAME
+from muster.bus.buckets import CLUSTERS_BUCKET
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.connection import Bus
 from muster.bus.errors import BusError, Reject, Unavailable
@@ -63,7 +64,6 @@ RESTORED_EVENTS = (*FOLLOWED_EVENTS, "bound", "gang_permitted", "gang_waiting")
 # A workload's spec and end are followed on every cluster: MultiKueue may dispatch a workload
 # submitted in another cluster here (docs/multicluster.md).
 SPEC_EVENTS = frozenset({"submitted", "finished", "deleted"})
-CLUSTERS_BUCKET: Final = "MUSTER_CLUSTERS"  # key <cluster> (and its parts): its room, for dispatch
 HEARTBEAT_MIN_S = 0.1  # at most ten heartbeats a second, however busy the passes
 # A heartbeat costs encoding the room (a few ms at 5 000 nodes; a large room's changed parts
 # only, `muster bench decode`): the rest after one is at least this many times what computing

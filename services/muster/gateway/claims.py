@@ -19,7 +19,6 @@ import msgspec
 
 from muster.bus.kv import valid_key
 
-NAMES_BUCKET: Final = "MUSTER_NAMES"
 # A claim whose submission is nowhere to be read this long after it was written is taken to be
 # a gateway's that stopped between the claim and its `submitted` (restarted mid-claim). Large
 # against clock skew between gateways and the claimant's own deadline (CLAIMANT_DEADLINE_S).

@@ -19,9 +19,10 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Final, NamedTuple
 
+from muster.bus.buckets import NAMES_BUCKET
 from muster.bus.errors import Conflict
 from muster.bus.subjects import EVENTS_KEPT_S, EVENTS_STREAM
-from muster.gateway.claims import NAMES_BUCKET, Claim, encode_claim, name_key
+from muster.gateway.claims import Claim, encode_claim, name_key
 from muster.gateway.known import SUBJECTS, KnownBus, KnownWorkloads
 
 IN_FLIGHT: Final = 256  # claims written at once

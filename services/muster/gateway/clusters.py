@@ -30,7 +30,6 @@ from muster.gateway.book import FINISHED, WorkloadBook
 from muster.gateway.cluster_cache import READS, ClusterRoom, Reported
 from muster.gateway.node_pages import EVERYTHING, NodeQuery, continue_token
 
-CLUSTERS_BUCKET: Final = "MUSTER_CLUSTERS"
 SILENT_AFTER_S: Final = 10.0
 # The largest answer: under the 4 MiB a gRPC client receives by default, with room for framing.
 MAX_ANSWER_BYTES: Final = 4 * 1024 * 1024 - 64 * 1024

@@ -32,6 +32,7 @@ from typing import Final, NamedTuple, Protocol
 
 import msgspec
 
+from muster.bus.buckets import NAMES_BUCKET
 from muster.bus.errors import BusError, Conflict, Retry, SetupError, Unavailable
 from muster.bus.kv import Bucket
 from muster.bus.publisher import Duplicated
@@ -40,7 +41,6 @@ from muster.bus.supervision import supervised
 from muster.contracts.v1 import events_pb2
 from muster.gateway.claims import (
     CLAIMANT_DEADLINE_S,
-    NAMES_BUCKET,
     ORPHAN_AFTER_S,
     Claim,
     Verdict,

@@ -31,6 +31,7 @@ from opentelemetry import trace
 
 from muster.api import VALIDATIONS, FieldError, Validation
 from muster.api.quantity import shown
+from muster.bus.buckets import CLUSTERS_BUCKET, VISIBILITY_BUCKET
 from muster.bus.connection import Bus
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
 from muster.bus.errors import BusError, Reject
@@ -46,7 +47,6 @@ from muster.gateway.aborts import answer as _answer
 from muster.gateway.aborts import deny as _deny
 from muster.gateway.auth import current_caller
 from muster.gateway.auth_config import Security, SecurityConfig, open_reviews, open_security
-from muster.gateway.clusters import CLUSTERS_BUCKET
 from muster.gateway.known import KnownFollower
 from muster.gateway.kube_submit import SubmitRefusedError, Written, write_objects
 from muster.gateway.kube_visibility_server import VisibilityServing
@@ -72,7 +72,6 @@ from muster.gateway.submit import (
     plan_submit,
 )
 from muster.gateway.visibility import (
-    VISIBILITY_BUCKET,
     InvalidQueryError,
     KeyValueStore,
     UnknownQueueError,

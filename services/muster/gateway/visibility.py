@@ -22,7 +22,6 @@ from typing import Final, NamedTuple, Protocol, TypeVar
 from muster.bus.kv import Bucket
 from muster.contracts.v1 import events_pb2, services_pb2
 
-VISIBILITY_BUCKET: Final = "MUSTER_VISIBILITY"
 DEFAULT_LIMIT: Final = 100
 MAX_LIMIT: Final = 1000
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import grpc
 
-from muster.admission.clusters import CLUSTERS_BUCKET
 from muster.bus import Bus, BusConfig, connect
+from muster.bus.buckets import CLUSTERS_BUCKET
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.permissions import ADMIN, Deployment
 from muster.bus.setup import setup_nats

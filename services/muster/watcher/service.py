@@ -21,6 +21,7 @@ from typing import Protocol
 import msgspec
 
 from muster.api.model import RequeuingStrategy
+from muster.bus.buckets import WATCHER_BUCKET
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.connection import Bus
 from muster.bus.errors import BusError, Reject, Retry, Unavailable
@@ -52,7 +53,6 @@ log = logging.getLogger(__name__)
 
 GROUP_KINDS = frozenset({SCHEDULING_POD_GROUP_KIND, "CompositePodGroup"})
 
-WATCHER_BUCKET = "MUSTER_WATCHER"
 BATCH_MAX = 256  # changes handled before their events are published and remembered
 SAVE_INTERVAL_S = 0.1  # the revision is stored at most this often (and when stopping)
 SEAL_ON_STOP_S = 5.0  # writing the marks not written yet, when stopping

@@ -25,10 +25,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any
 
 import msgspec
 
+from muster.bus.buckets import CLUSTERS_BUCKET
 from muster.bus.connection import Bus
 from muster.bus.kv import follow_bucket
 from muster.bus.pulse import Pulse
@@ -43,7 +44,6 @@ from muster.watcher.status import StatusSink
 
 log = logging.getLogger(__name__)
 
-CLUSTERS_BUCKET: Final = "MUSTER_CLUSTERS"
 KIND = "MultiKueueCluster"
 _IDLE_S = 5.0  # with no heartbeat to turn stale, look again this often
 _PAST_S = 0.05  # wake just past a heartbeat's staleness

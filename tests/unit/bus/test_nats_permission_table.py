@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from muster.bus.buckets import SNAPSHOTS_BUCKET
 from muster.bus.natsconf import (
     MATRIX_BEGIN,
     MATRIX_END,
@@ -20,7 +21,7 @@ from muster.bus.natsconf import (
     tls_block,
 )
 from muster.bus.permissions import ADMIN, ROLES, Deployment, identity, inbox_of, role, users
-from muster.bus.setup import SNAPSHOTS_BUCKET, buckets
+from muster.bus.setup import buckets
 from muster.bus.subjects import EVENT_TYPES
 from muster.cli.main import main as muster_main
 from muster.cli.service import SERVICES
@@ -40,31 +41,17 @@ def test_roles_publish_only_real_event_types_and_every_type_has_a_writer() -> No
     assert set(EVENT_TYPES.values()) == published
 
 
-def test_buckets_are_the_ones_the_services_open() -> None:
-    from muster.admission.lease import SHARDS_BUCKET
-    from muster.admission.rebuild import SNAPSHOTS_BUCKET as ADMISSION_SNAPSHOTS
-    from muster.admission.service import VISIBILITY_BUCKET
-    from muster.bus.partitions import PARTITIONS_BUCKET
+def test_the_table_and_setup_name_every_shared_bucket() -> None:
+    from muster.bus import buckets as shared
     from muster.cluster.keys import bucket_name
-    from muster.gangpermit.service import CLUSTERS_BUCKET
-    from muster.gateway.claims import NAMES_BUCKET
-    from muster.gateway.visibility import VISIBILITY_BUCKET as GATEWAY_VISIBILITY
-    from muster.watcher.service import WATCHER_BUCKET
 
+    named = {v for k, v in vars(shared).items() if k.endswith("_BUCKET")}
     in_table = {kv.bucket for r in ROLES for kv in r.key_values}
-    opened = {
-        SHARDS_BUCKET,
-        VISIBILITY_BUCKET,
-        GATEWAY_VISIBILITY,
-        CLUSTERS_BUCKET,
-        WATCHER_BUCKET,
-        PARTITIONS_BUCKET,
-        NAMES_BUCKET,
-    }
-    assert in_table == opened
+    stores = {s for r in ROLES for s in r.object_stores}
+    assert in_table | stores == named
+    assert stores == {SNAPSHOTS_BUCKET}
     made = {b.name for b in buckets(EVERYWHERE)}
-    assert made == opened | {bucket_name("local"), bucket_name("east")}
-    assert {s for r in ROLES for s in r.object_stores} == {ADMISSION_SNAPSHOTS, SNAPSHOTS_BUCKET}
+    assert made == in_table | {bucket_name("local"), bucket_name("east")}
 
 
 def test_durables_are_the_ones_the_services_consume() -> None:

@@ -1,0 +1,17 @@
+"""The names of the JetStream key-value buckets and the object store the services share.
+
+One place, so that a service, `bus.setup` (which creates them) and the permission table name the
+same bucket; docs/events.md says what each holds and who writes it.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+VISIBILITY_BUCKET: Final = "MUSTER_VISIBILITY"  # admission's status views, the gateway's reads
+SHARDS_BUCKET: Final = "MUSTER_SHARDS"  # admission's shard leases (they expire)
+WATCHER_BUCKET: Final = "MUSTER_WATCHER"  # the watcher's marks per cluster
+CLUSTERS_BUCKET: Final = "MUSTER_CLUSTERS"  # key <cluster> (and its parts): its room, for dispatch
+PARTITIONS_BUCKET: Final = "MUSTER_PARTITIONS"  # each LocalQueue's admission partition
+NAMES_BUCKET: Final = "MUSTER_NAMES"  # the gateways' claims of workload names
+SNAPSHOTS_BUCKET: Final = "MUSTER_SNAPSHOTS"  # admission's object store (admission/rebuild.py)
