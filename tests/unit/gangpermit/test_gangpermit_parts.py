@@ -93,3 +93,19 @@ def test_a_restored_permit_in_parts_holds_its_node_until_every_part_is_answered(
     assert {e.type for e in again} == {"workload.gang_permitted"}
     assert {e.workload for e in again} == {GANG}
     assert again[0].gang_permitted.permit_id != first.gang_permitted.permit_id
+
+
+def test_a_permit_cut_short_by_a_crash_between_parts_places_the_rest_of_its_gang_anew() -> None:
+    cluster = full_nodes() + gang(pods=PODS)
+    first, *_ = decide(fed(cluster, max_event_bytes=LIMIT), now_s=10.0)
+    first.sequence = 1
+    named = {b.pod.name for b in first.gang_permitted.bindings}
+
+    # Only part 0 was stored before gang-permit died: its pods stay held where it put them
+    # (the binder binds them), and the gang's other pods are permitted again, on what is left.
+    restarted = fed(cluster, stream=[first], max_event_bytes=LIMIT)
+    again = decide(restarted, now_s=11.0)
+
+    assert {e.type for e in again} == {"workload.gang_permitted"}
+    placed = [b.pod.name for e in again for b in e.gang_permitted.bindings]
+    assert sorted(placed) == sorted({f"train-{i}" for i in range(PODS)} - named)
