@@ -27,6 +27,9 @@ from muster.watcher.translate import Outgoing
 PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
 # The events `due_events` makes: the watcher reads its own back at start (`Sent.recall`).
 POD_EVENTS = ("pods_pending", "running", "pods_ready", "finished")
+# At most this many pod uids in one event (~38 bytes each: 380 KB, well within the bus's 1 MiB
+# limit with the rest of the envelope): `told_uids`.
+MAX_TOLD_UIDS = 10_000
 
 
 class PodState(msgspec.Struct, frozen=True, kw_only=True):
@@ -244,6 +247,18 @@ def started_by_binder(pod: PodState) -> bool:
     return pod.admission > 0
 
 
+def told_uids(uids: Iterable[str]) -> list[str]:
+    """The uids a `running`, `pods_ready` or `finished` lists: all, sorted, up to
+    MAX_TOLD_UIDS; none beyond, as events written before listed none. A workload of 50 000
+    pods listed 1.9 MB of uids, over the bus's 1 MiB limit: the event was refused for good,
+    so admission never saw it run or finish, and its quota stayed held. Without the list a
+    watcher killed before the workload's marks are written (`marks.SEAL_AFTER_S`) tells it
+    again after its restart, with the same event id (docs/events.md, "Large workloads' pod
+    events")."""
+    told = sorted(uids)
+    return told if len(told) <= MAX_TOLD_UIDS else []
+
+
 def _digest(uids: Iterable[str]) -> str:
     return hashlib.sha256("\n".join(sorted(uids)).encode()).hexdigest()[:16]
 
@@ -274,7 +289,7 @@ def due_events(
     if not pods:
         return []
     uids = {p.uid for p in pods}
-    covered = sorted(uids)  # in each event but pods_pending: what a restart reads back
+    covered = told_uids(uids)  # in each event but pods_pending: what a restart reads back
     everyone = _digest(uids)
     partition = next((p.partition for p in pods if p.partition), "")
     out: list[Outgoing] = []
@@ -367,7 +382,7 @@ def _recovery(
     return [
         Outgoing(
             field="pods_ready",
-            payload=events_pb2.PodsReady(lost=not ready, pod_uids=sorted(uids)),
+            payload=events_pb2.PodsReady(lost=not ready, pod_uids=told_uids(uids)),
             id_key=f"pods_ready/{'lost' if not ready else 'regained'}/{_digest(uids)}/{count}",
             workload=workload,
             partition=partition,
