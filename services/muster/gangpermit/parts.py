@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, TypeVar
 
-from muster.contracts.v1 import events_pb2
+from google.protobuf.message import Message
+
+M = TypeVar("M", bound=Message)
 
 # Room left in each part for the envelope around the bindings (ids, workload key, trace
 # context, the part fields): generous, as a binding is at most ~0.6 KiB.
@@ -33,23 +35,21 @@ def part_ids(permit_id: str, parts: int) -> tuple[str, ...]:
     return tuple(part_id(permit_id, k) for k in range(parts))
 
 
-def split_bindings(
-    bindings: Sequence[events_pb2.PodBinding], *, max_event_bytes: int
-) -> list[list[events_pb2.PodBinding]]:
-    """`bindings` in order, cut into runs whose encoding leaves each part's envelope within
-    `max_event_bytes`; one run when they fit whole. A run holds at least one binding, so a
-    limit smaller than one binding (a misconfiguration) still makes progress, and the
+def split_runs(items: Sequence[M], *, max_event_bytes: int) -> list[list[M]]:
+    """`items` (a repeated field's) in order, cut into runs whose encoding leaves each part's
+    envelope within `max_event_bytes`; one run when they fit whole. A run holds at least one
+    item, so a limit smaller than one (a misconfiguration) still makes progress, and the
     publisher says which event is too large."""
     budget = max(max_event_bytes - ENVELOPE_ROOM_BYTES, max_event_bytes // 2)
-    runs: list[list[events_pb2.PodBinding]] = [[]]
+    runs: list[list[M]] = [[]]
     used = 0
-    for binding in bindings:
-        size = binding.ByteSize()
+    for item in items:
+        size = item.ByteSize()
         size += 1 + _varint_size(size)  # the field's tag and length in the repeated field
         if runs[-1] and used + size > budget:
             runs.append([])
             used = 0
-        runs[-1].append(binding)
+        runs[-1].append(item)
         used += size
     return runs
 

@@ -34,7 +34,7 @@ from muster.core.placement.model import (
     PlacementPreempted,
     PodKey,
 )
-from muster.gangpermit.parts import part_id, part_ids, split_bindings
+from muster.gangpermit.parts import part_id, part_ids, split_runs
 from muster.gangpermit.state import GangPermitState, Permit
 
 # The namespace of gang-permit's event ids. Fixed forever: changing it breaks dedupe of a pass
@@ -68,9 +68,12 @@ def decide(state: GangPermitState, *, now_s: float) -> list[events_pb2.Envelope]
                 out.extend(envs)
             case GangTimedOut(gang=gang, reason=reason, pods=pods):
                 state.touch_all()
-                payload = events_pb2.GangRejected(
-                    reason=GANG_TIMED_OUT, message=reason, pods=_refs(state, pods)
-                )
+                refs = _refs(state, pods)
+                if len(split_runs(refs, max_event_bytes=state.max_event_bytes)) > 1:
+                    # Too many to list (a gang of tens of thousands): none, as the field
+                    # allows; a restarted gang-permit then tries the gang again, not parks it.
+                    refs = []
+                payload = events_pb2.GangRejected(reason=GANG_TIMED_OUT, message=reason, pods=refs)
                 out.append(_event(state, "gang_rejected", payload, gang, now_ns))
                 state.attempts[gang] = state.attempts.get(gang, 0) + 1
                 state.waiting.pop(gang, None)
@@ -135,7 +138,7 @@ def _permitted(
     upgrade; each part's id is derived from it."""
     refs = [events_pb2.PodBinding(pod=_ref(state, b.pod), node=b.node) for b in bindings]
     whole = _event(state, "gang_permitted", events_pb2.GangPermitted(bindings=refs), gang, now_ns)
-    runs = split_bindings(refs, max_event_bytes=state.max_event_bytes)
+    runs = split_runs(refs, max_event_bytes=state.max_event_bytes)
     if len(runs) == 1:
         return [whole]
     kueue = state.admitted.get(gang)

@@ -109,3 +109,22 @@ def test_a_permit_cut_short_by_a_crash_between_parts_places_the_rest_of_its_gang
     assert {e.type for e in again} == {"workload.gang_permitted"}
     placed = [b.pod.name for e in again for b in e.gang_permitted.bindings]
     assert sorted(placed) == sorted({f"train-{i}" for i in range(PODS)} - named)
+
+
+def test_a_gang_too_large_to_list_times_out_in_an_event_that_fits_without_its_pods() -> None:
+    state = fed(node("a", cpu="10") + gang(pods=PODS), max_event_bytes=LIMIT)
+    (waiting,) = decide(state, now_s=0.0)
+    assert waiting.type == "workload.gang_waiting"
+
+    (rejected,) = decide(state, now_s=301.0)  # the default timeout
+
+    assert (rejected.type, rejected.gang_rejected.reason) == (
+        "workload.gang_rejected",
+        "GangTimedOut",
+    )
+    assert list(rejected.gang_rejected.pods) == []
+    assert len(encode(rejected)) <= LIMIT
+    small = fed(node("a", cpu="1") + gang(pods=2), max_event_bytes=LIMIT)
+    decide(small, now_s=0.0)
+    (listed,) = decide(small, now_s=301.0)
+    assert [p.name for p in listed.gang_rejected.pods] == ["train-0", "train-1"]
