@@ -236,3 +236,15 @@ spec:
 
 def types_of(events: EventLog, workload: str) -> list[str]:
     return [e.type for e in events.seen if e.workload == workload]
+
+
+@contextlib.asynccontextmanager
+async def bare_nodes_stack(
+    bus: Bus, events: EventLog, *, nodes: int, cpu: str = "1000"
+) -> AsyncIterator[Stack]:
+    """The pod path without the kubelet (pods are bound, never run) on `nodes` nodes n0, n1,
+    ... of `cpu` CPUs and 110 pods each: where a large workload's binding is watched."""
+    async with placement_stack(bus, events, kubelet=False) as s:
+        for i in range(nodes):
+            await s.backend.apply(node(f"n{i}", cpu=cpu))
+        yield s

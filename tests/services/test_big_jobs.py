@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from bus_helpers import EventLog
-from placement_stack import Stack, node, placement_stack, submit_and_admit
+from placement_stack import Stack, bare_nodes_stack, submit_and_admit
 
 from muster.bus import Bus
 from muster.bus.watchdog import watch_progress
@@ -63,9 +63,7 @@ async def probed(bus: Bus) -> AsyncIterator[Probe]:
 
 @pytest.fixture
 async def stack(bus: Bus, events: EventLog) -> AsyncIterator[Stack]:
-    async with placement_stack(bus, events, kubelet=False) as s:
-        for i in range(NODES):
-            await s.backend.apply(node(f"n{i}", cpu="1000"))
+    async with bare_nodes_stack(bus, events, nodes=NODES) as s:
         yield s
 
 

@@ -345,7 +345,8 @@ def traced(starts: list[PodSetStart]) -> list[PodSetStart]:
 
 
 async def on_gang_permitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
-    """Bind every pod of the gang, then publish `bound`; any bind failure rejects the gang.
+    """Bind every pod of the gang (or of this part of its permit), then publish `bound`; any
+    bind failure rejects the gang.
 
     Only the pods the permit names by uid are bound (a pod of that name made again since, for
     a later admission, is not the one gang-permit placed). A permit stored before the gang's
@@ -392,7 +393,16 @@ async def _bind_gang(env: events_pb2.Envelope, ctx: BinderContext) -> None:
         payload = events_pb2.GangRejected(reason=BIND_FAILED, message=message)
         await ctx.publish("gang_rejected", payload, cause=env)
         return
-    await ctx.publish("bound", events_pb2.PodsBound(bindings=bindings), cause=env)
+    # A permit in parts is answered part by part (docs/events.md, "Permits in parts"): each
+    # part's `bound` carries what its part did, so it fits as the part did.
+    permitted = env.gang_permitted
+    bound = events_pb2.PodsBound(
+        bindings=bindings,
+        part=permitted.part,
+        parts=permitted.parts,
+        permit_id=permitted.permit_id,
+    )
+    await ctx.publish("bound", bound, cause=env)
 
 
 async def on_evict(env: events_pb2.Envelope, ctx: BinderContext) -> None:

@@ -124,6 +124,8 @@ async def run_gangpermit(
         default_timeout_s=config.gang_timeout_s,
         scoring=config.scoring,
         preemption=config.preemption,
+        # The bus's limit, or the server's, whichever refuses first: a larger permit goes in parts.
+        max_event_bytes=min(bus.config.max_event_bytes, bus.nc.max_payload),
     )
     events = Quarantine(bus.publisher, consumer=f"gangpermit-{config.cluster}")
     last = await bus.last_sequence()

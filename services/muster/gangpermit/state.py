@@ -36,6 +36,7 @@ from muster.api.model import (
     SchedulingWorkload,
 )
 from muster.api.wellknown import BIND_FAILED, GANG_TIMED_OUT, SCHEDULER_NAME, WORKLOAD_LABEL
+from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
 from muster.contracts.v1 import events_pb2
 from muster.core.dispatch import ClusterCapacity
 from muster.core.placement.feed import GangFeed, Left
@@ -51,6 +52,7 @@ from muster.core.placement.model import (
 from muster.core.placement.scheduler import DEFAULT_TIMEOUT_S, GangScheduler
 from muster.core.placement.sources import gang_of_admitted, handled_by, node_info, pod_info
 from muster.core.submissions import EndedSubmissions
+from muster.gangpermit.parts import part_ids
 from muster.gangpermit.rooms import NodeRooms
 from muster.gangpermit.submitted import Submitted, admission_of, submitted_from, submitted_of
 from muster.payloads import PayloadError, applied_document, applied_object
@@ -71,12 +73,17 @@ ClusterObject = (
 
 
 class Permit(msgspec.Struct, kw_only=True):
-    """A published `gang_permitted` the binder has not answered yet."""
+    """A published `gang_permitted` (one event, or its parts) the binder has not answered yet."""
 
-    event_id: str
+    event_id: str  # the whole permit's (a part's `permit_id`)
     bindings: dict[PodKey, NodeName]
     restored: bool  # read back from the stream at start, not decided by this process
     uids: dict[PodKey, str] = msgspec.field(default_factory=dict)  # of the pods permitted
+    # The event ids of its parts (`event_id` alone when whole), and those the binder answered:
+    # the permit is answered once every part is, as a whole permit was by its one answer.
+    part_ids: tuple[str, ...] = ()
+    answered: set[str] = msgspec.field(default_factory=set)
+    bind_failed: bool = False  # a part was answered BindFailed
     # The pods before this one (in `bindings`' order) were seen bound: each bind seen looks on
     # from there, not at every pod again (a gang of n pods: n, not n², looks; `_seen_bound`).
     seen_bound: int = 0
@@ -84,6 +91,7 @@ class Permit(msgspec.Struct, kw_only=True):
 
     def __post_init__(self) -> None:
         self.order = tuple(self.bindings)
+        self.part_ids = self.part_ids or (self.event_id,)
 
 
 class KueueGang(msgspec.Struct, kw_only=True):
@@ -104,8 +112,10 @@ class GangPermitState:
         default_timeout_s: float = DEFAULT_TIMEOUT_S,
         scoring: Scoring = "binpack",
         preemption: bool = True,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         self.cluster = cluster
+        self.max_event_bytes = max_event_bytes  # the bus's: a larger permit goes in parts
         self.source = f"gangpermit/{cluster}"
         self.scheduler_name = scheduler_name
         self.scheduler = GangScheduler(
@@ -176,7 +186,7 @@ class GangPermitState:
             case "config_applied" | "config_deleted":
                 return self._priority_class(env)
             case "bound":
-                self._answered(GangKey(key), env.cause)
+                self._bound(GangKey(key), env.cause)
                 return False
             case "gang_rejected":
                 self._rejected(GangKey(key), env)
@@ -273,21 +283,39 @@ class GangPermitState:
         return False  # read when a pod is next seen; placed pods keep their priority
 
     def _permitted_before(self, gang: GangKey, env: events_pb2.Envelope) -> None:
-        """Our own permit, read back while restoring: it holds until the binder answers."""
-        bound = env.gang_permitted.bindings
-        bindings = {PodKey(f"{b.pod.namespace}/{b.pod.name}"): NodeName(b.node) for b in bound}
-        uids = {PodKey(f"{b.pod.namespace}/{b.pod.name}"): b.pod.uid for b in bound}
-        self.permits[gang] = Permit(
-            event_id=env.event_id, bindings=bindings, restored=True, uids=uids
-        )
+        """Our own permit (or a part of it), read back while restoring: it holds until the
+        binder answers. A permit's parts are joined; a part whose permit crashed before its
+        later parts were stored holds what it names, and its gang's other pods are placed
+        again once the pods named are seen bound (`_seen_bound`)."""
+        permitted = env.gang_permitted
+        whole = permitted.permit_id or env.event_id
+        permit = self.permits.get(gang)
+        if permit is None or permit.event_id != whole:
+            permit = self.permits[gang] = Permit(
+                event_id=whole,
+                bindings={},
+                restored=True,
+                part_ids=part_ids(whole, permitted.parts),
+            )
+        for b in permitted.bindings:
+            key = PodKey(f"{b.pod.namespace}/{b.pod.name}")
+            permit.bindings[key] = NodeName(b.node)
+            permit.uids[key] = b.pod.uid
+        permit.order = tuple(permit.bindings)
         self.waiting.pop(gang, None)
         self.parked.pop(gang, None)  # retried after an earlier time-out
 
-    def _answered(self, gang: GangKey, cause: str) -> Permit | None:
-        """The binder answered permit `cause` (bound, or rejected): it no longer holds."""
+    def _answered(self, gang: GangKey, cause: str, *, failed: bool = False) -> Permit | None:
+        """The binder answered permit part `cause` (bound, or rejected); once it answered every
+        part, the permit no longer holds: returned then, None before (and for an older
+        permit's answer)."""
         permit = self.permits.get(gang)
-        if permit is None or permit.event_id != cause:
+        if permit is None or cause not in permit.part_ids:
             return None  # an older permit's answer
+        permit.answered.add(cause)
+        permit.bind_failed |= failed
+        if len(permit.answered) < len(permit.part_ids):
+            return None  # parts not answered yet: they are being bound
         del self.permits[gang]
         for pod in permit.bindings:
             self.assumed.pop(pod, None)
@@ -299,18 +327,28 @@ class GangPermitState:
         self.attempts[gang] = self.attempts.get(gang, 0) + 1
         self.waiting.pop(gang, None)
         if rejected.reason == BIND_FAILED:
-            permit = self._answered(gang, env.cause)
-            if permit is None:
-                return
-            if not permit.restored:
-                self.scheduler.bind_failed(gang)
-                return
-            for pod in sorted(permit.bindings):  # assumed bound until now: pending again
-                if pod in self.pods and not self.pods[pod].node_name:
-                    self.scheduler.remove_pod(pod)  # a pending report does not undo a hold
-                    self._put_pod(self.pods[pod])
+            permit = self._answered(gang, env.cause, failed=True)
+            if permit is not None:
+                self._bind_failed(gang, permit)
         elif rejected.reason == GANG_TIMED_OUT and self.restoring:
             self.parked[gang] = frozenset(p.uid for p in rejected.pods)
+
+    def _bound(self, gang: GangKey, cause: str) -> None:
+        permit = self._answered(gang, cause)
+        if permit is not None and permit.bind_failed:  # an earlier part's bind failed
+            self.touch(gang)
+            self._bind_failed(gang, permit)
+
+    def _bind_failed(self, gang: GangKey, permit: Permit) -> None:
+        """Every part of `permit` is answered, one BindFailed: its pods not bound are pending
+        again, the gang to be placed anew."""
+        if not permit.restored:
+            self.scheduler.bind_failed(gang)
+            return
+        for pod in sorted(permit.bindings):  # assumed bound until now: pending again
+            if pod in self.pods and not self.pods[pod].node_name:
+                self.scheduler.remove_pod(pod)  # a pending report does not undo a hold
+                self._put_pod(self.pods[pod])
 
     # --- what the cluster can take (the MUSTER_CLUSTERS heartbeat) ---------------------------
 

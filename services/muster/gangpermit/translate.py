@@ -2,7 +2,8 @@
 pass as the events to publish (docs/events.md), and its memos. Pure.
 
 `decide(state, now_s=...)` runs `GangScheduler.schedule` and turns each decision into events:
-GangPermitted → `workload.gang_permitted`; GangTimedOut → `workload.gang_rejected` (reason
+GangPermitted → `workload.gang_permitted` (in parts when too large for one event,
+`muster.gangpermit.parts`); GangTimedOut → `workload.gang_rejected` (reason
 GangTimedOut, every pod); GangWaiting → `workload.gang_waiting` (only when the reason differs
 from the last one published); PlacementPreempted → `workload.placement_preempted`, plus
 `cmd.evict` listing the pods of each victim that Kueue does not manage (a Kueue workload is
@@ -33,6 +34,7 @@ from muster.core.placement.model import (
     PlacementPreempted,
     PodKey,
 )
+from muster.gangpermit.parts import part_id, part_ids, split_runs
 from muster.gangpermit.state import GangPermitState, Permit
 
 # The namespace of gang-permit's event ids. Fixed forever: changing it breaks dedupe of a pass
@@ -51,18 +53,27 @@ def decide(state: GangPermitState, *, now_s: float) -> list[events_pb2.Envelope]
     for decision in state.scheduler.schedule(now_s=now_s):
         match decision:
             case GangPermitted(gang=gang, bindings=bindings):
-                env = _event(state, "gang_permitted", _permitted(state, bindings), gang, now_ns)
+                envs = _permitted(state, gang, bindings, now_ns)
+                whole = envs[0].gang_permitted.permit_id or envs[0].event_id
                 nodes = {b.pod: b.node for b in bindings}
-                state.permits[gang] = Permit(event_id=env.event_id, bindings=nodes, restored=False)
+                state.permits[gang] = Permit(
+                    event_id=whole,
+                    bindings=nodes,
+                    restored=False,
+                    part_ids=part_ids(whole, len(envs)),
+                )
                 state.waiting.pop(gang, None)
                 for pod in nodes:  # a late pod of a Kueue gang is permitted as its own unit
                     state.touch(state.feed.gang_of.get(pod))
-                out.append(env)
+                out.extend(envs)
             case GangTimedOut(gang=gang, reason=reason, pods=pods):
                 state.touch_all()
-                payload = events_pb2.GangRejected(
-                    reason=GANG_TIMED_OUT, message=reason, pods=_refs(state, pods)
-                )
+                refs = _refs(state, pods)
+                if len(split_runs(refs, max_event_bytes=state.max_event_bytes)) > 1:
+                    # Too many to list (a gang of tens of thousands): none, as the field
+                    # allows; a restarted gang-permit then tries the gang again, not parks it.
+                    refs = []
+                payload = events_pb2.GangRejected(reason=GANG_TIMED_OUT, message=reason, pods=refs)
                 out.append(_event(state, "gang_rejected", payload, gang, now_ns))
                 state.attempts[gang] = state.attempts.get(gang, 0) + 1
                 state.waiting.pop(gang, None)
@@ -118,10 +129,35 @@ def _preempted(
     return out
 
 
-def _permitted(state: GangPermitState, bindings: Iterable[Binding]) -> events_pb2.GangPermitted:
-    return events_pb2.GangPermitted(
-        bindings=[events_pb2.PodBinding(pod=_ref(state, b.pod), node=b.node) for b in bindings]
-    )
+def _permitted(
+    state: GangPermitState, gang: GangKey, bindings: Iterable[Binding], now_ns: int
+) -> list[events_pb2.Envelope]:
+    """The permit as one `gang_permitted`, or, when that would be over the bus's event limit,
+    as parts that each fit (`muster.gangpermit.parts`), part 0 first. The whole permit's id is
+    derived as a single event's always was, so a permit that fits keeps its id across the
+    upgrade; each part's id is derived from it."""
+    refs = [events_pb2.PodBinding(pod=_ref(state, b.pod), node=b.node) for b in bindings]
+    whole = _event(state, "gang_permitted", events_pb2.GangPermitted(bindings=refs), gang, now_ns)
+    runs = split_runs(refs, max_event_bytes=state.max_event_bytes)
+    if len(runs) == 1:
+        return [whole]
+    kueue = state.admitted.get(gang)
+    return [
+        new_event(
+            "gang_permitted",
+            events_pb2.GangPermitted(
+                bindings=run, part=k, parts=len(runs), permit_id=whole.event_id
+            ),
+            cluster=state.cluster,
+            workload=gang,
+            generation=whole.generation,
+            cause=kueue.admitted if kueue is not None else None,
+            source=state.source,
+            now_ns=now_ns,
+            event_id=part_id(whole.event_id, k),
+        )
+        for k, run in enumerate(runs)
+    ]
 
 
 def _refs(state: GangPermitState, pods: Sequence[PodKey]) -> list[events_pb2.PodRef]:

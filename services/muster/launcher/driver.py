@@ -271,7 +271,11 @@ class Driver:
         elif kind == "gang_permitted" and not track.kueue:
             track.admitted_s = track.admitted_s if track.admitted_s is not None else now
             track.outcome = "Permitted"
-            self._line(track, "permitted", f"{len(env.gang_permitted.bindings)} pods at once")
+            permitted = env.gang_permitted
+            line = f"{len(permitted.bindings)} pods at once"
+            if permitted.parts > 1:
+                line += f" (part {permitted.part + 1} of {permitted.parts})"
+            self._line(track, "permitted", line)
         elif kind == "gang_rejected":
             rejected = env.gang_rejected
             self._line(track, "rejected", f"{rejected.reason}: {rejected.message}")

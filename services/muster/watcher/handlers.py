@@ -39,7 +39,7 @@ from muster.contracts.v1 import events_pb2
 from muster.payloads import PayloadError, applied_object
 from muster.watcher import translate
 from muster.watcher.outbox import Outbox
-from muster.watcher.pods import PodState, Sent, due_events, pod_state
+from muster.watcher.pods import PodCounts, PodState, Sent, due_events, pod_state
 from muster.watcher.translate import Outgoing
 
 log = logging.getLogger(__name__)
@@ -91,6 +91,7 @@ class WatcherContext:
         self.source = f"watcher/{cluster}"
         # workload key → pod key → state (`pods`: a dict shared with others who read it)
         self.pods: dict[str, dict[str, PodState]] = {} if pods is None else pods
+        self.pod_counts: dict[str, PodCounts] = {}  # of `pods`, per workload
         # Change key → id key of the config.applied last published (a restart sends each once).
         self.configs: dict[str, str] = {}
         # Workload → the trace its `submitted` (published here) went in, until it is deleted.
@@ -102,7 +103,35 @@ class WatcherContext:
 
     def seed(self, pod: PodState) -> None:
         """Know `pod` without publishing anything (a restart's initial list)."""
-        self.pods.setdefault(pod.workload, {})[pod.key] = pod
+        self.put_pod(pod)
+
+    def counts(self, workload: str) -> PodCounts:
+        """`workload`'s pods counted (`PodCounts`), kept as `put_pod` and `drop_pod` change
+        them; counted from `pods` the first time (a dict given at start)."""
+        counts = self.pod_counts.get(workload)
+        if counts is None:
+            counts = PodCounts.of(self.pods.get(workload, {}).values())
+            self.pod_counts[workload] = counts
+        return counts
+
+    def put_pod(self, pod: PodState) -> None:
+        counts = self.counts(pod.workload)
+        pods = self.pods.setdefault(pod.workload, {})
+        old = pods.get(pod.key)
+        if old is not None:
+            counts.add(old, -1)
+        pods[pod.key] = pod
+        counts.add(pod, 1)
+
+    def drop_pod(self, pod: PodState) -> None:
+        counts = self.counts(pod.workload)
+        old = self.pods.get(pod.workload, {}).pop(pod.key, None)
+        if old is not None:
+            counts.add(old, -1)
+
+    def forget_workload(self, workload: str) -> None:
+        self.pods.pop(workload, None)
+        self.pod_counts.pop(workload, None)
 
     def envelope(self, out: Outgoing) -> events_pb2.Envelope:
         # Deterministic: the same fact seen again (a resumed watch) is deduplicated by JetStream.
@@ -292,11 +321,10 @@ def fold_pod(change: ClusterChange, ctx: WatcherContext) -> PodState | None:
     pod = pod_state(change.obj)
     if pod is None:
         return None
-    pods = ctx.pods.setdefault(pod.workload, {})
     if change.type == "DELETED":
-        pods.pop(pod.key, None)
+        ctx.drop_pod(pod)
     else:
-        pods[pod.key] = pod
+        ctx.put_pod(pod)
     return pod
 
 
@@ -305,6 +333,8 @@ def publish_due(pod: PodState, ctx: WatcherContext, *, after_delete: bool) -> No
     `after_delete`: that change deleted it)."""
     pods = ctx.pods.get(pod.workload, {})
     sent = ctx.marks.load(pod.workload)
+    if pods and ctx.counts(pod.workload).quiet(sent):
+        return  # nothing due, nothing to forget: spares looking at every pod (`PodCounts`)
     due = due_events(pod.workload, list(pods.values()), sent, after_delete=after_delete)
     uids = [p.uid for p in pods.values()]
     traced = next((p.traceparent for p in pods.values() if p.traceparent), pod.traceparent)
@@ -316,7 +346,7 @@ def publish_due(pod: PodState, ctx: WatcherContext, *, after_delete: bool) -> No
     had_pod_marks = bool(sent.pending or sent.running or sent.pods_ready or sent.finished)
     sent.forget_pods_except(uids)
     if not pods:
-        ctx.pods.pop(pod.workload, None)
+        ctx.forget_workload(pod.workload)
     # The events say which pods they covered, so only what they cannot say is written: the
     # readiness counts, and the end of the pods' marks (which forgets them).
     if (sent.lost, sent.regained) != counts or (not pods and had_pod_marks):

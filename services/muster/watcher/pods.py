@@ -8,7 +8,7 @@ restart, a resumed watch) still publishes each fact exactly once per set of pods
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -27,6 +27,9 @@ from muster.watcher.translate import Outgoing
 PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
 # The events `due_events` makes: the watcher reads its own back at start (`Sent.recall`).
 POD_EVENTS = ("pods_pending", "running", "pods_ready", "finished")
+# At most this many pod uids in one event (~38 bytes each: 380 KB, well within the bus's 1 MiB
+# limit with the rest of the envelope): `told_uids`.
+MAX_TOLD_UIDS = 10_000
 
 
 class PodState(msgspec.Struct, frozen=True, kw_only=True):
@@ -235,6 +238,39 @@ def counts_ready(pod: PodState) -> bool:
     return pod.phase == SUCCEEDED or (pod.phase == RUNNING and pod.ready)
 
 
+class PodCounts(msgspec.Struct, kw_only=True):
+    """A workload's pods counted as `due_events` looks at them, kept as each pod changes, so
+    that a workload of many pods none of whose facts can be due yet is not looked at whole
+    after each batch of its pod changes (a 50 000-pod Job: most of the watcher's time)."""
+
+    total: int = 0
+    started: int = 0  # Running or Succeeded
+    failed: int = 0
+    told_pending: int = 0  # pending, unbound, not started by the binder: told in pods_pending
+
+    @classmethod
+    def of(cls, pods: Iterable[PodState]) -> PodCounts:
+        counts = cls()
+        for pod in pods:
+            counts.add(pod, 1)
+        return counts
+
+    def add(self, pod: PodState, sign: int) -> None:
+        """Count `pod` in (`sign` 1) or out (-1)."""
+        self.total += sign
+        self.started += sign * (pod.phase in (RUNNING, SUCCEEDED))
+        self.failed += sign * (pod.phase == FAILED)
+        pending = pod.phase == PENDING and not pod.node and not started_by_binder(pod)
+        self.told_pending += sign * pending
+
+    def quiet(self, sent: Sent) -> bool:
+        """Whether `due_events` has nothing to say about these pods and `sent`: some pod has
+        not started, none failed, none is told pending, and nothing was told about them yet
+        (so neither readiness nor an end is due, nor a mark to forget)."""
+        told = sent.pending or sent.running or sent.unready or sent.pods_ready or sent.finished
+        return self.started < self.total and not self.failed and not self.told_pending and not told
+
+
 def started_by_binder(pod: PodState) -> bool:
     """Whether muster's binder made `pod` for a Kueue admission: no `pods_pending` is told
     of it (issue 19: a store per workload that no service read). The binder knows what it
@@ -242,6 +278,18 @@ def started_by_binder(pod: PodState) -> bool:
     follows; a gang outside Kueue (its pods applied by their owner) is still told pending.
     Read from the pod itself, so a watcher restarted anywhere decides alike."""
     return pod.admission > 0
+
+
+def told_uids(uids: Iterable[str]) -> list[str]:
+    """The uids a `running`, `pods_ready` or `finished` lists: all, sorted, up to
+    MAX_TOLD_UIDS; none beyond, as events written before listed none. A workload of 50 000
+    pods listed 1.9 MB of uids, over the bus's 1 MiB limit: the event was refused for good,
+    so admission never saw it run or finish, and its quota stayed held. Without the list a
+    watcher killed before the workload's marks are written (`marks.SEAL_AFTER_S`) tells it
+    again after its restart, with the same event id (docs/events.md, "Large workloads' pod
+    events")."""
+    told = sorted(uids)
+    return told if len(told) <= MAX_TOLD_UIDS else []
 
 
 def _digest(uids: Iterable[str]) -> str:
@@ -270,81 +318,76 @@ def due_events(
     ready) first, so subscribers see the whole life. `after_delete`: a pod was just
     deleted (the workload is being stopped), so a smaller pending set is no news.
     """
-    pods = sorted(pods, key=lambda p: p.key)
+    # Decided again after every batch of pod changes that touched the workload: the sorting
+    # and digests only when an event is due (a Job of 50 000 pods spent most of its time
+    # there, 200 batches over its pods while nothing but `running` at the end came due).
     if not pods:
         return []
     uids = {p.uid for p in pods}
-    covered = sorted(uids)  # in each event but pods_pending: what a restart reads back
-    everyone = _digest(uids)
-    partition = next((p.partition for p in pods if p.partition), "")
+    over = not uids.isdisjoint(sent.finished)
     out: list[Outgoing] = []
-    if not after_delete and not uids & set(sent.finished):
+
+    def outgoing(field: str, payload: Any, id_key: str) -> Outgoing:
+        first = min((p for p in pods if p.partition), key=_key, default=None)
+        partition = first.partition if first is not None else ""
+        return Outgoing(
+            field=field, payload=payload, id_key=id_key, workload=workload, partition=partition
+        )
+
+    if not after_delete and not over:
         pending = [
             p for p in pods if p.phase == PENDING and not p.node and not started_by_binder(p)
         ]
-        if pending and _digest(p.uid for p in pending) not in sent.pending:
-            out.append(
-                Outgoing(
-                    field="pods_pending",
-                    payload=events_pb2.PodsPending(pods=[_ref(p) for p in pending]),
-                    id_key=f"pods_pending/{_digest(p.uid for p in pending)}",
-                    workload=workload,
-                    partition=partition,
-                )
-            )
+        digest = _digest(p.uid for p in pending) if pending else ""
+        if pending and digest not in sent.pending:
+            pending.sort(key=_key)
+            listed = events_pb2.PodsPending(pods=[_ref(p) for p in pending])
+            out.append(outgoing("pods_pending", listed, f"pods_pending/{digest}"))
     failed = [p for p in pods if p.phase == FAILED]
     started = all(p.phase in (RUNNING, SUCCEEDED) for p in pods)
     ready = started and all(counts_ready(p) for p in pods)
-    done = all(p.phase == SUCCEEDED for p in pods)
-    over = bool(uids & set(sent.finished))
-    if started and not uids & set(sent.running) and not over:
-        out.append(
-            Outgoing(
-                field="running",
-                payload=events_pb2.WorkloadRunning(pods_ready=ready, pod_uids=covered),
-                id_key=f"running/{everyone}",
-                workload=workload,
-                partition=partition,
-            )
-        )
-    elif ready and uids & set(sent.unready) and not uids & set(sent.pods_ready) and not over:
-        out.append(
-            Outgoing(
-                field="pods_ready",
-                payload=events_pb2.PodsReady(pod_uids=covered),
-                id_key=f"pods_ready/{everyone}",
-                workload=workload,
-                partition=partition,
-            )
-        )
+    done = started and all(p.phase == SUCCEEDED for p in pods)
+    if started and uids.isdisjoint(sent.running) and not over:
+        running = events_pb2.WorkloadRunning(pods_ready=ready, pod_uids=told_uids(uids))
+        out.append(outgoing("running", running, f"running/{_digest(uids)}"))
+    elif (
+        ready
+        and not uids.isdisjoint(sent.unready)
+        and uids.isdisjoint(sent.pods_ready)
+        and not over
+    ):
+        ready_now = events_pb2.PodsReady(pod_uids=told_uids(uids))
+        out.append(outgoing("pods_ready", ready_now, f"pods_ready/{_digest(uids)}"))
     of_job = any(p.of_job for p in pods)
     if not over and not (failed and not of_job):  # a failed pod ends a pod group
-        out += _recovery(workload, pods, sent, partition=partition, of_job=of_job)
+        out += _recovery(uids, pods, sent, of_job=of_job, outgoing=outgoing)
     if (done or failed) and not of_job and not over:
         if failed:
-            first = failed[0]
+            first = min(failed, key=_key)
             why = f": {first.message}" if first.message else ""
             message = f"pod {first.key} failed{why}"
             if len(failed) > 1:
                 message += f" (and {len(failed) - 1} more)"
         else:
             message = f"{len(pods)} of {len(pods)} pods succeeded"
-        out.append(
-            Outgoing(
-                field="finished",
-                payload=events_pb2.WorkloadFinished(
-                    succeeded=not failed, message=message, pod_uids=covered
-                ),
-                id_key=f"finished/{everyone}",
-                workload=workload,
-                partition=partition,
-            )
+        ended = events_pb2.WorkloadFinished(
+            succeeded=not failed, message=message, pod_uids=told_uids(uids)
         )
+        out.append(outgoing("finished", ended, f"finished/{_digest(uids)}"))
     return out
 
 
+def _key(p: PodState) -> str:
+    return p.key
+
+
 def _recovery(
-    workload: str, pods: Sequence[PodState], sent: Sent, *, partition: str, of_job: bool
+    uids: set[str],
+    pods: Sequence[PodState],
+    sent: Sent,
+    *,
+    of_job: bool,
+    outgoing: Callable[[str, Any, str], Outgoing],
 ) -> list[Outgoing]:
     """Readiness lost, or regained after it was lost, since it was told (Kueue's job
     reconciler: PodsReady False with WaitForRecovery, then True with Recovered).
@@ -352,9 +395,8 @@ def _recovery(
     A Job replaces its failed pods: those stay listed but are not counted, and their
     replacements (Pending until they run and are ready) are.
     """
-    uids = {p.uid for p in pods}
-    told = bool(uids & set(sent.running)) and (
-        not uids & set(sent.unready) or bool(uids & set(sent.pods_ready))
+    told = not uids.isdisjoint(sent.running) and (
+        uids.isdisjoint(sent.unready) or not uids.isdisjoint(sent.pods_ready)
     )
     if not told:
         return []
@@ -364,12 +406,6 @@ def _recovery(
     if ready == (not lost):
         return []
     count = sent.lost + 1 if not lost else sent.regained + 1
-    return [
-        Outgoing(
-            field="pods_ready",
-            payload=events_pb2.PodsReady(lost=not ready, pod_uids=sorted(uids)),
-            id_key=f"pods_ready/{'lost' if not ready else 'regained'}/{_digest(uids)}/{count}",
-            workload=workload,
-            partition=partition,
-        )
-    ]
+    payload = events_pb2.PodsReady(lost=not ready, pod_uids=told_uids(uids))
+    id_key = f"pods_ready/{'lost' if not ready else 'regained'}/{_digest(uids)}/{count}"
+    return [outgoing("pods_ready", payload, id_key)]

@@ -69,9 +69,11 @@ def pod(
     return [{"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}]
 
 
-def fed(docs: list[Doc], stream: Sequence[events_pb2.Envelope] = ()) -> GangPermitState:
+def fed(
+    docs: list[Doc], stream: Sequence[events_pb2.Envelope] = (), **settings: Any
+) -> GangPermitState:
     """A state that replayed `stream`, then read the cluster `docs` (a restart does this)."""
-    state = GangPermitState(cluster="local")
+    state = GangPermitState(cluster="local", **settings)
     for env in stream:
         state.apply_event(env)
     state.restored()

@@ -12,9 +12,10 @@ from watcher_pods import Stream, changed, pod
 from muster.bus.poison import Quarantine
 from muster.cluster import ClusterChange
 from muster.contracts.v1 import events_pb2
+from muster.watcher import handlers
 from muster.watcher.handlers import WatcherContext
 from muster.watcher.outbox import Outbox
-from muster.watcher.pods import Sent
+from muster.watcher.pods import Sent, due_events
 from muster.watcher.service import _handle_batch
 
 pytestmark = pytest.mark.timeout(10)
@@ -90,3 +91,29 @@ async def test_a_workload_whose_pods_all_went_in_the_run_is_forgotten() -> None:
     )
     assert [e.type for e in envs] == ["workload.pods_pending"]
     assert poison.objects == []
+
+
+async def test_a_large_workload_is_looked_at_whole_only_when_a_fact_can_be_due(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its pods bound, then started, 50 at a time: nothing is due until the last starts, and
+    only then are all its pods looked at (before, every batch looked at every pod so far:
+    5 000 pod looks here, n² / 50; a 50 000-pod Job spent most of the watcher's time so)."""
+    looked: list[int] = []
+
+    def counting(workload: str, pods: list[Any], sent: Sent, **kw: Any) -> Any:
+        looked.append(len(pods))
+        return due_events(workload, pods, sent, **kw)
+
+    monkeypatch.setattr(handlers, "due_events", counting)
+    pods, run = 400, 50
+    made = [[changed(pod(i, of="j")) for i in range(k, k + run)] for k in range(0, pods, run)]
+    started = [
+        [changed(pod(i, "Running", of="j")) for i in range(k, k + run)] for k in range(0, pods, run)
+    ]
+
+    envs, _ = await handled(*made, *started)
+
+    assert [e.type for e in envs] == ["workload.running"]
+    assert len(envs[0].running.pod_uids) == pods
+    assert looked == [pods]

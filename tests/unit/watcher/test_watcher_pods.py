@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import msgspec
 import pytest
 
 from muster.cluster.objects import pod_view
-from muster.watcher.pods import PodState, Sent, due_events, pod_state, pod_state_of_view
+from muster.watcher.pods import (
+    MAX_TOLD_UIDS,
+    PodState,
+    Sent,
+    due_events,
+    pod_state,
+    pod_state_of_view,
+)
 
 WL = "ns/w"
 
@@ -271,3 +279,34 @@ def test_a_succeeded_pod_counts_as_ready_as_a_job_counts_it() -> None:
     assert publish_all(pods, sent) == ["running"]
     done = [pod(0, "Succeeded", node="a"), pod(1, "Succeeded", node="a")]
     assert publish_all(done, sent) == ["pods_ready", "finished"]
+
+
+def test_a_workload_too_large_to_list_its_pods_still_runs_and_finishes_once() -> None:
+    """A workload's `running` and `finished` list its pods' uids up to MAX_TOLD_UIDS (each such
+    event within the bus's 1 MiB limit, uids as Kubernetes makes them); beyond, none: 50 000
+    uids made an event of 1.9 MB, refused for good, and the workload never ran or finished for
+    admission. Still each told once."""
+    limit = 1024 * 1024
+
+    def pods(count: int, phase: str) -> list[PodState]:
+        return [
+            msgspec.structs.replace(pod(i, phase, node="a"), uid=str(uuid.UUID(int=i)))
+            for i in range(count)
+        ]
+
+    (largest,) = due_events(WL, pods(MAX_TOLD_UIDS, "Running"), Sent())
+    assert len(largest.payload.pod_uids) == MAX_TOLD_UIDS
+    assert largest.payload.ByteSize() < limit // 2
+
+    sent = Sent()
+    running = pods(MAX_TOLD_UIDS + 1, "Running")
+    (started,) = due_events(WL, running, sent)
+    assert (started.field, list(started.payload.pod_uids)) == ("running", [])
+    assert publish_all(running, sent) == ["running"]
+    assert publish_all(running, sent) == []
+    done = pods(MAX_TOLD_UIDS + 1, "Succeeded")
+    (finished,) = due_events(WL, done, sent)
+    assert (finished.field, finished.payload.succeeded) == ("finished", True)
+    assert list(finished.payload.pod_uids) == []
+    assert publish_all(done, sent) == ["finished"]
+    assert publish_all(done, sent) == []

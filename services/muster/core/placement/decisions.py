@@ -65,12 +65,14 @@ class Decider:
         spec = gang.spec
         if gang.timed_out or (gang.placed and spec is not None):
             return
-        pending = state.pending(gang)
+        # Counted, not listed, until the gang may be tried: a gang whose pods are still being
+        # made is looked at every pass (a listing is n log n for each of a big gang's passes).
+        waiting = len(gang.pods) - gang.held  # its pods that hold nothing
         if spec is None:
-            if pending:
-                self.wait(gang, WAITING_FOR_SPEC, len(pending), 0, out)
+            if waiting:
+                self.wait(gang, WAITING_FOR_SPEC, waiting, 0, out)
             return
-        if not pending:
+        if not waiting:
             state.waiting_gangs.discard(gang.key)
             return
         if gang.held >= spec.min_count:  # enough bound already (min_count was lowered)
@@ -78,15 +80,16 @@ class Decider:
             state.regroup(gang)
             return
         deadline = gang.deadline_s(state.default_timeout_s)
-        present = len(pending) + gang.held
+        present = len(gang.pods)
         if present < spec.min_count:
             reason = f"{present} of {spec.min_count} pods pending"
             if deadline is not None and now_s >= deadline:
-                self.time_out(gang, reason, pending, out)
+                self.time_out(gang, reason, state.pending(gang), out)
             else:
                 state.waiting_gangs.discard(gang.key)
-                self.wait(gang, reason, len(pending), spec.min_count, out)
+                self.wait(gang, reason, waiting, spec.min_count, out)
             return
+        pending = state.pending(gang)
         if gang.started_s is None:  # the first attempt of this try starts the clock
             gang.started_s = now_s
             state.deadlines.push(gang)

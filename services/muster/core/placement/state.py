@@ -207,8 +207,10 @@ class PlacementState:
         self.pods[info.key] = record
         self._index(record)
         gang = None if info.gang is None else self.gang(info.gang)
+        was_single = False
         if gang is not None:
             gang.pods.add(info.key)
+            was_single = gang.placed and gang.spec is not None
         if info.node:
             node = NodeName(info.node)
             self.hold(record, node, bound=True)
@@ -224,7 +226,10 @@ class PlacementState:
         if not info.node:
             gang.timed_out = False  # one of its pods changed: a new try
             trees.root_of(self, gang).timed_out = False
-        self.regroup(gang)
+        if (gang.placed and gang.spec is not None) != was_single:
+            self.regroup(gang)  # permitted with this pod: its pending pods go on their own
+        else:
+            self._regroup_pod(gang, record)
 
     def _detach(self, record: PodRecord) -> None:
         key = record.info.key
@@ -291,16 +296,21 @@ class PlacementState:
         """After a change to `gang`: it and its pending pods are looked at on the next pass,
         the pods on their own if the gang is permitted, else with the gang."""
         self.dirty_gangs.add(gang.key)
-        single = gang.placed and gang.spec is not None
         for key in gang.pods:
-            pod = self.pods[key]
-            if pod.node is not None:
-                continue
-            if single:
-                self.dirty_singles.add(key)
-            else:
-                self.dirty_singles.discard(key)
-                self.waiting_singles.discard(key)
+            self._regroup_pod(gang, self.pods[key])
+
+    def _regroup_pod(self, gang: GangRecord, pod: PodRecord) -> None:
+        """`regroup` for one pod of `gang`: all a pod joining it needs, unless the gang was
+        permitted or unpermitted with it (each pod of a gang of n joining: n looks, not n²)."""
+        self.dirty_gangs.add(gang.key)
+        if pod.node is not None:
+            return
+        key = pod.info.key
+        if gang.placed and gang.spec is not None:
+            self.dirty_singles.add(key)
+        else:
+            self.dirty_singles.discard(key)
+            self.waiting_singles.discard(key)
 
     def mark_placed(self, gang: GangRecord) -> None:
         """`gang` (or a tree's root) was permitted: its try ends and its nomination goes."""
