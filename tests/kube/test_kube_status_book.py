@@ -258,7 +258,23 @@ def test_a_check_retry_told_after_the_pods_are_gone_moves_requeue_at_later() -> 
     requeued = pb.WorkloadRequeued(reason="BackoffFinished", message="Requeued after back-off")
     made.apply(at("requeued", requeued, 80.0))
     assert requeue_state(made) is None
-    made.apply(at("admission_check", again, 81.0))  # queued again: nothing to move
+
+
+def test_a_check_retry_told_while_queued_for_quota_writes_requeue_at() -> None:
+    """Kueue's NeedsRequeueAtUpdate runs for any unfinished workload: a Retry told once it is
+    queued again, waiting for quota, writes requeueAt (from the check's lastTransitionTime)
+    and admission holds it out until then; its `requeued` at that end removes it. Before,
+    the watcher ignored it."""
+    made = StatusBook(pods_ready=True)
+    made.apply(at("submitted", pb.WorkloadSubmitted(queue_name="lq"), 0.0))
+    retry = pb.AdmissionCheckUpdated(check="prov", state="Retry", requeue_after_seconds=30)
+    made.apply(at("admission_check", retry, 5.0))
+    assert requeue_state(made) == {"requeueAt": "1970-01-01T00:00:35Z"}
+    shorter = pb.AdmissionCheckUpdated(check="prov", state="Retry", requeue_after_seconds=10)
+    made.apply(at("admission_check", shorter, 6.0))  # never earlier
+    assert requeue_state(made) == {"requeueAt": "1970-01-01T00:00:35Z"}
+    requeued = pb.WorkloadRequeued(reason="BackoffFinished", message="Requeued after back-off")
+    made.apply(at("requeued", requeued, 35.0))
     assert requeue_state(made) is None
 
 

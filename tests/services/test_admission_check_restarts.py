@@ -27,6 +27,20 @@ from muster.contracts.v1 import events_pb2 as pb
 pytestmark = pytest.mark.timeout(60)
 
 
+async def checked_queue(bus: Bus, *arrivals: pb.Envelope) -> None:
+    """ClusterQueue cq (requiring check prov) and its LocalQueue, then `arrivals`."""
+    cq = cluster_queue()
+    cq["spec"]["admissionChecks"] = ["prov"]
+    await publish(
+        bus,
+        config_applied(flavor()),
+        config_applied(admission_check()),
+        config_applied(cq),
+        config_applied(local_queue()),
+        *arrivals,
+    )
+
+
 def told(state: str, message: str) -> pb.Envelope:
     return fact("admission_check", "ns/w", pb.AdmissionCheckUpdated(
         check="prov", state=state, message=message
@@ -48,16 +62,7 @@ async def test_a_check_told_while_no_replica_answered_is_answered_by_the_next(
     first = await start_admission(bus_config)
     try:
         await first.wait_serving()
-        cq = cluster_queue()
-        cq["spec"]["admissionChecks"] = ["prov"]
-        await publish(
-            bus,
-            config_applied(flavor()),
-            config_applied(admission_check()),
-            config_applied(cq),
-            config_applied(local_queue()),
-            submitted(workload("w")),
-        )
+        await checked_queue(bus, submitted(workload("w")))
         await events.wait_for("quota_reserved", workload="ns/w")
         if admitted:
             await publish(bus, told("Ready", ""))
@@ -74,5 +79,41 @@ async def test_a_check_told_while_no_replica_answered_is_answered_by_the_next(
         assert evicted.evicted.reason == reason
         assert f'AdmissionCheck in {state} state: "prov" (no capacity)' in evicted.evicted.message
         assert len(events.matching("evicted", workload="ns/w")) == 1
+    finally:
+        await second.stop()
+
+
+async def test_a_retry_told_while_queued_holds_it_out_across_a_restart(
+    bus: Bus, bus_config: BusConfig, events: EventLog
+) -> None:
+    """`w` waits for quota behind `blocker` when prov says Retry (3 s): the replica holds it
+    out of its queue (Kueue's requeueAt); it dies, `blocker` leaves, and its successor, rebuilt
+    from the stream, still holds `w` out until the Retry's end and then requeues it
+    (BackoffFinished) before it reserves. Before, the Retry was ignored and the successor
+    reserved `w` as soon as it started."""
+    first = await start_admission(bus_config)
+    try:
+        await first.wait_serving()
+        await checked_queue(
+            bus, submitted(workload("blocker", cpu="4")), submitted(workload("w", cpu="2"))
+        )
+        await events.wait_for("pending", workload="ns/w")
+        retry = pb.AdmissionCheckUpdated(check="prov", state="Retry", requeue_after_seconds=3)
+        told_retry = fact("admission_check", "ns/w", retry)
+        # One consumer reads both in order: the sentinel's answer says the Retry was applied.
+        await publish(bus, told_retry, submitted(workload("sentinel", queue="nowhere")))
+        await events.wait_for("pending", workload="ns/sentinel")
+    finally:
+        await first.kill()
+    await publish(bus, fact("deleted", "ns/blocker"))
+
+    second = await start_admission(bus_config)
+    try:
+        await second.wait_serving()
+        reserved = await events.wait_for("quota_reserved", workload="ns/w", timeout_s=30)
+        (requeued,) = events.matching("requeued", workload="ns/w")
+        assert requeued.requeued.reason == "BackoffFinished"
+        end_ns = (told_retry.time_unix_nano // 10**9 + 3) * 10**9  # requeueAt: whole seconds
+        assert reserved.time_unix_nano >= requeued.time_unix_nano >= end_ns
     finally:
         await second.stop()

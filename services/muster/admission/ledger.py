@@ -280,18 +280,31 @@ class Ledger:
         state: CheckState,
         *,
         retry_at_s: float | None = None,
+        counts_waiting: bool = False,
     ) -> None:
         """A check's state, kept while it is reserved or admitted (a Retry or Rejected not yet
         followed by its eviction is answered by a rebuilt replica); a Retry's `retry_at_s`
-        while it holds quota (before its eviction or while its pods stop) or waits for its
-        back-off's end (its pods gone) moves that end only later, as the engine's
-        `set_admission_check` does, and is kept until it queues again."""
+        while it holds quota (before its eviction or while its pods stop) moves that end only
+        later, as the engine's `set_admission_check` does, and is kept until it queues again.
+        Without quota (its back-off, or queued for quota) the Retry counts when
+        `counts_waiting` (`core.requeue_state.retry_counts_waiting`, the engine's rule): it
+        moves the back-off's end later, or holds a queued workload out until `retry_at_s`."""
         entry = self.entries.get(key)
-        if entry is None or check not in entry.checks:
+        if entry is None:
+            return
+        if state.state == "Retry" and not entry.holds_quota:
+            if not counts_waiting or retry_at_s is None:
+                return
+            if entry.phase is Phase.BACKOFF:
+                entry.retry_at_s = later(entry.retry_at_s, retry_at_s)
+            elif entry.phase is Phase.PENDING:
+                entry.phase, entry.retry_at_s = Phase.BACKOFF, retry_at_s
+            return
+        if check not in entry.checks:
             return
         if entry.phase in _DECIDING:
             entry.check_states[check] = state
-        if state.state == "Retry" and (entry.holds_quota or entry.phase is Phase.BACKOFF):
+        if state.state == "Retry" and entry.holds_quota:
             entry.retry_at_s = later(entry.retry_at_s, retry_at_s)
 
     def set_active(self, key: WorkloadKey, active: bool) -> None:

@@ -65,7 +65,8 @@ from muster.api.model import (
 from muster.api.wellknown import GANG_TIMED_OUT, PREEMPTED, START_FAILED
 from muster.core.engine import Engine
 from muster.core.events import Event, EventType
-from muster.core.requeue_state import retry_end_s
+from muster.core.records import local_queue_of
+from muster.core.requeue_state import retry_counts_waiting, retry_end_s
 from muster.core.routing import Policy, RoutingSettings, run_seconds_on
 
 _PENDING = "Pending"  # the engine's Phase value of a queued workload
@@ -320,7 +321,13 @@ class AdmissionState:
                 since_s = at_s or now_s
                 retry_at_s = retry_end_s(since_s, requeue_after_s, now_s=since_s)
                 told = CheckState(state, message, since_s, requeue_after_s)
-                ledger.check_updated(key, check, told, retry_at_s=retry_at_s)
+                ledger.check_updated(
+                    key,
+                    check,
+                    told,
+                    retry_at_s=retry_at_s,
+                    counts_waiting=self._retry_counts_waiting(fact, now_s=now_s),
+                )
                 return self._engine_fact(
                     key,
                     lambda: engine.set_admission_check(
@@ -361,6 +368,20 @@ class AdmissionState:
             case Recorded():
                 return self._recorded(fact, story=story)
         return []
+
+    def _retry_counts_waiting(self, fact: CheckUpdated, *, now_s: float) -> bool:
+        """Whether this Retry moves the wait of a workload holding no quota, by the engine's
+        rule (`retry_counts_waiting`) and the configuration as it stands when it is told, so
+        the ledger a rebuild starts from holds it out exactly as the live engine did."""
+        entry = self.ledger.get(fact.key)
+        if entry is None or fact.state != "Retry" or entry.holds_quota:
+            return False
+        since_s = fact.at_s or now_s
+        if retry_end_s(since_s, fact.requeue_after_s, now_s=now_s) is None:
+            return False
+        wl = entry.workload
+        local_queue = local_queue_of(wl.meta.namespace, entry.routed_queue or wl.queue_name)
+        return retry_counts_waiting(self.engine.state.config, local_queue, fact.check)
 
     def _engine_fact(
         self, key: WorkloadKey, call: Callable[[], list[Event]], *, drop: bool = False
@@ -551,6 +572,9 @@ class AdmissionState:
         self.adopted.add(key)
         if entry.requeue_count or entry.retry_at_s is not None:  # before its eviction's
             engine.restore_requeues(key, entry.requeue_count, retry_at_s=entry.retry_at_s)
+        if entry.phase is Phase.BACKOFF and entry.admission is None and entry.retry_at_s:
+            # Held out of its queue by a check's Retry told while it waited for quota.
+            engine.restore_held_out(key, entry.retry_at_s)
         if entry.routed_queue:
             # Back where its last Routed sent it, before its quota is restored; announced then.
             engine.restore_routed(key, queue_name=entry.routed_queue)

@@ -50,7 +50,7 @@ from muster.core.lifecycle import Lifecycle, assignment_of
 from muster.core.queueing import Queueing
 from muster.core.queues import TreeRuntime
 from muster.core.records import Phase, WorkloadRecord
-from muster.core.requeue_state import later, retry_end_s
+from muster.core.requeue_state import later, retry_counts_waiting, retry_end_s
 from muster.core.routing import RoutingSettings
 from muster.core.routing.control import RoutingControl
 from muster.core.state import EngineState, shape_of
@@ -323,14 +323,23 @@ class Engine(EngineViews):
         evicted (its pods stopping) evicts nothing more and counts nothing, but a requeueAt
         later than the one set stands (`requeue_state.later`); and so it does after its pods
         are gone while it still waits for that end (Kueue's NeedsRequeueAtUpdate moves
-        requeueAt later for a Retry told then, until the workload is requeued)."""
+        requeueAt later for a Retry told then). A Retry told once it is queued again, waiting
+        for quota, holds it out of its queue until that end (NeedsRequeueAtUpdate runs for any
+        unfinished workload; Kueue's queue keeps it inadmissible until requeueAt). Without
+        quota, the check counts when its ClusterQueue names it now
+        (`requeue_state.retry_counts_waiting`, which admission's ledger asks too)."""
         self.state.now_s = now_s
         r = self.state.records.get(key)
-        if r is not None and state == "Retry" and r.phase is Phase.BACKOFF:
+        if r is not None and state == "Retry" and r.phase in (Phase.BACKOFF, Phase.PENDING):
             since = now_s if since_s is None else since_s
             end_s = retry_end_s(since, requeue_after_s or 0, now_s=now_s)
-            if end_s is not None and self.state.config.names_check(r.cluster_queue, check):
+            if end_s is None or not retry_counts_waiting(self.state.config, r.local_queue, check):
+                return []
+            if r.phase is Phase.BACKOFF:
                 self.lifecycle.wait_longer(r, end_s)
+            else:
+                self.state.awaiting_victims.discard(r.key)
+                self.lifecycle.hold_out(r, end_s)
             return self.state.take_events()
         if r is None or check not in r.checks:
             return []
@@ -435,6 +444,13 @@ class Engine(EngineViews):
         if r is not None:
             r.requeue_count = count
             r.requeue_at_s = retry_at_s
+
+    def restore_held_out(self, key: WorkloadKey, at_s: float) -> None:
+        """A queued workload a check's Retry held out of its queue until `at_s` (state
+        rebuild; `set_admission_check`): out of it again, until then."""
+        r = self.state.records.get(key)
+        if r is not None and r.phase is Phase.PENDING:
+            self.lifecycle.hold_out(r, at_s)
 
     def restore_pending(self, key: WorkloadKey, *, reason: str, message: str) -> None:
         """The recorded pending reason, so that a rebuild does not announce it again.

@@ -261,6 +261,15 @@ class Lifecycle:
         r.set_condition(REQUEUED, False, reason, message)
         self.state.add_timer(at_s, "requeue", r.key)
 
+    def hold_out(self, r: WorkloadRecord, at_s: float) -> None:
+        """A queued workload out of its queue until `at_s` (a check's Retry told while it
+        waits for quota), then requeued as after a back-off. Its conditions stay: Kueue's
+        workload controller only sets requeueAt, and its queue keeps it inadmissible."""
+        self.release(r)  # off its queue, and any quota held for it as a preemptor
+        r.phase = Phase.BACKOFF
+        r.requeue_at_s = at_s
+        self.state.add_timer(at_s, "requeue", r.key)
+
     def wait_longer(self, r: WorkloadRecord, at_s: float) -> None:
         """A waiting workload's back-off ends at `at_s` if that is later (a check's Retry
         told after its pods were gone); the earlier timer is no longer live."""

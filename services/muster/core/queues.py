@@ -103,6 +103,9 @@ class QueueRuntime:
         million stale entries until then (freed, their memory stayed the process's)."""
         head = group.head()
         if head is None:
+            # Woken with no one left in it: active, so its next arrival lists it (parked, it
+            # was in no parked heap any more, and a workload joining it waited for good).
+            group.park = Park.ACTIVE
             return
         key = head.order_key
         if group.listed == key:

@@ -14,9 +14,13 @@ before any eviction; requeueState cleared when the workload is deactivated).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from muster.api.model import RequeuingStrategy
 from muster.core.conditions import PODS_READY_TIMEOUT, is_deactivation
+
+if TYPE_CHECKING:
+    from muster.core.config import Configuration
 
 
 def count_after_eviction(count: int, reason: str, *, deactivated: bool = False) -> int:
@@ -67,3 +71,14 @@ def retry_end_s(transitioned_s: float, after_s: float, *, now_s: float) -> float
         return None
     end_s = requeue_end_s(transitioned_s, after_s)
     return end_s if end_s > now_s else None
+
+
+def retry_counts_waiting(config: Configuration, local_queue: str, check: str) -> bool:
+    """Whether a check's Retry told while the workload holds no quota (waiting out a back-off,
+    or queued for quota) moves its requeueAt: when the ClusterQueue serving its LocalQueue
+    (`namespace/name`) names the check now. Kueue keeps a workload's status.admissionChecks
+    in line with its ClusterQueue's, so a check removed from it has no state to be in Retry.
+    The engine and admission's ledger both ask this, with the configuration of the instant
+    the Retry is told, so a rebuilt replica waits exactly as the live one did."""
+    lq = config.local_queues.get(local_queue)
+    return lq is not None and config.names_check(lq.cluster_queue, check)

@@ -89,6 +89,7 @@ class AdmissionEngine(Protocol):
     def next_wakeup_s(self) -> float | None: ...
     def workload(self, key: WorkloadKey) -> Workload: ...
     def admission(self, key: WorkloadKey) -> Admission | None: ...
+    def holds_quota(self, key: WorkloadKey) -> bool: ...
     def workloads(self) -> Sequence[Workload]: ...
     def required_checks(self, key: WorkloadKey) -> tuple[str, ...]: ...
     def cluster_queue_names(self) -> Sequence[str]: ...
@@ -301,7 +302,7 @@ class Simulation:
                 self.react(engine.submit(arrival.workload, now_s=now_s))
             case Finish(key, epoch) if self.tracks[key].epoch == epoch:
                 self.react(engine.finish(key, now_s=now_s))
-            case SetCheck(key, epoch, check, state, after_s) if self.tracks[key].epoch == epoch:
+            case SetCheck(key, epoch, check, state, after_s) if self.answer_lands(action):
                 self.react(
                     engine.set_admission_check(
                         key, check, state, requeue_after_s=after_s, now_s=now_s
@@ -351,6 +352,15 @@ class Simulation:
                 self.check_models.ended(key, finished=finished, now_s=self.now_s)
                 if self.placement is not None:
                     self.placement.admission_ended(key, finished=finished, now_s=self.now_s)
+
+    def answer_lands(self, answer: SetCheck) -> bool:
+        """A scripted check answer is told when its reservation still stands; after it was
+        lost, only a Retry told while the workload holds no quota (a late controller: Kueue's
+        NeedsRequeueAtUpdate sets requeueAt for any unfinished workload, and the engine
+        holds it out of its queue until then). Any other late answer is dropped."""
+        if self.tracks[answer.key].epoch == answer.epoch:
+            return True
+        return answer.state == "Retry" and not self.engine.holds_quota(answer.key)
 
     def on_quota_reserved(self, key: WorkloadKey, track: Track) -> None:
         """Schedule each required admission check's scripted answer for this attempt."""

@@ -327,17 +327,21 @@ class StatusBook:
         (`core.requeue_state.later`). Before its eviction it is kept for the eviction it
         causes (`_requeue_state`); once evicted (its pods stopping after a PodsReady timeout,
         say, or gone while it waits for its back-off's end), requeueAt moves on at once, as
-        admission's wait does (Kueue's NeedsRequeueAtUpdate)."""
+        admission's wait does (Kueue's NeedsRequeueAtUpdate); and so it does once it is
+        queued again, waiting for quota (admission holds it out of its queue until then)."""
         wl = self._workloads.get(env.workload)
         check = env.admission_check
         if wl is None or check.state != "Retry":
             return set()
-        backing_off = wl.state == "pending" and wl.requeue_at_s is not None  # not requeued yet
-        if wl.state not in ("reserving", "admitted") and not backing_off:
+        # Without quota (backing off, or queued for quota) requeueAt moves too: Kueue's
+        # NeedsRequeueAtUpdate runs for any unfinished workload, and admission holds a queued
+        # one out until then.
+        if wl.state not in ("reserving", "admitted", "pending"):
             return set()
         now_s = env.time_unix_nano / 1e9
         end_s = retry_end_s(check_transitioned_s(env), check.requeue_after_seconds, now_s=now_s)
-        if wl.conditions.get("Evicted", {}).get("status") != "True":
+        holding = wl.state != "pending"
+        if holding and wl.conditions.get("Evicted", {}).get("status") != "True":
             wl.retry_at_s = later(wl.retry_at_s, end_s)
             return set()
         was, wl.requeue_at_s = wl.requeue_at_s, later(wl.requeue_at_s, end_s)
