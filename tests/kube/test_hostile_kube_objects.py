@@ -2,11 +2,13 @@
 stand-in: each one no Workload can be made of is refused with a Warning Event on the object
 itself naming the field (where `kubectl describe` shows it: Kueue's webhooks would have refused
 it when written, and muster has none), is copied to the dead-letter stream (cut when too large
-to store), and nothing else stops: a Job queued after them runs."""
+to store), each once however often it changes after (a label, a kubelet's status), and
+nothing else stops: a Job queued after them runs."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +150,16 @@ HOSTILE: dict[str, tuple[dict[str, Any], str, str]] = {
         "Invalid",
         "ClusterQueue/flavorful: spec.resourceGroups[0].flavors: must list at most 64, got 1000",
     ),
+    "node-huge": (  # the API server takes any quantity; no scheduler can count this one
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "node-huge"},
+            "status": {"capacity": {"cpu": "999999999999999999999999Ei", "pods": "110"}},
+        },
+        "Invalid",
+        "Node/node-huge: status.capacity.cpu: must be at most 9223372036854775807m",
+    ),
     "many-podsets": (
         podsets("many-podsets", 20),
         "Invalid",
@@ -158,7 +170,9 @@ HOSTILE: dict[str, tuple[dict[str, Any], str, str]] = {
 
 async def create(stack: Stack, obj: dict[str, Any]) -> None:
     """Write `obj` as kubectl would, unchecked by the client's models."""
-    if obj["kind"] == "Job":
+    if obj["kind"] == "Node":
+        await stack.kubectl.apply(json.dumps(obj))  # with its status, as a kubelet writes it
+    elif obj["kind"] == "Job":
         create_job: Any = stack.kubectl.batch.create_namespaced_job  # takes a dict as well
         await asyncio.to_thread(create_job, "team-a", obj)
     elif obj["kind"] == "ClusterQueue":
@@ -245,4 +259,25 @@ async def test_an_object_no_workload_can_be_made_of_says_why_on_itself_and_the_r
         assert int(cut.headers["Muster-Dlq-Cut"]) == pytest.approx(MIB, rel=0.01)
         assert cut.headers["Muster-Dlq-Reason"].startswith(HOSTILE["annotated"][2])
         assert letters["obj.Job.team-a.huge-cpu"].data  # the others whole
+
+        # Told once per generation and problem: a label written on a refused Job (its spec and
+        # generation unchanged), as the Job controller's status is, tells nothing again.
+        patch_job = stack.kubectl.batch.patch_namespaced_job
+        relabel = {"metadata": {"labels": {"example.com/seen": "yes"}}}
+        await asyncio.to_thread(patch_job, "huge-cpu", "team-a", relabel)
+        beat = {"status": {"conditions": [{"type": "Ready", "status": "False"}]}}  # a kubelet's
+        patch_node = stack.kubectl.core.patch_node_status
+        await asyncio.to_thread(patch_node, "node-huge", beat)
+        await create(stack, job("sentinel"))  # watched after the label: once it runs, seen
+
+        async def sentinel_bound() -> bool:
+            pods = await stack.kubectl.list_pods("team-a")
+            return any(p["metadata"]["name"].startswith("sentinel") and p["spec"].get("nodeName")
+                       for p in pods)  # fmt: skip
+
+        await eventually(sentinel_bound)
+        subjects = [m.headers["Muster-Dlq-Subject"] for m in await dead_letters(stack)]
+        assert sorted(subjects) == sorted(set(subjects)), "an object dead-lettered twice"
+        assert subjects.count("obj.Job.team-a.huge-cpu") == 1
+        assert subjects.count("node.node-huge") == 1
         stack.check_alive()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import sys
+from collections.abc import AsyncIterator
 from typing import cast
 
 from muster.bus import Bus
@@ -16,11 +18,21 @@ from muster.bus.service import (
     parse_service,
     service_main,
 )
-from muster.cluster.choose import BACKEND_FLAGS, BackendConfig, backend_config, on_off, open_backend
+from muster.cluster.choose import (
+    BACKEND_FLAGS,
+    BackendConfig,
+    OpenCluster,
+    backend_config,
+    on_off,
+    open_backend,
+)
+from muster.cluster.refusals import rejected_event
 from muster.core.placement.model import Scoring
+from muster.gangpermit.cache import Warn
 from muster.gangpermit.service import GangPermitConfig, run_gangpermit
 
 NAME = "gangpermit"
+_FLUSH_S = 2.0  # at shutdown, Events not yet written get this long
 SCORINGS = ("binpack", "spread")
 
 
@@ -100,8 +112,36 @@ async def serve(
     bus: Bus, health: Health, *, config: GangPermitConfig, backend: BackendConfig
 ) -> None:
     """Place gangs on cluster `config.cluster`, simulated or Kubernetes (`backend`)."""
-    async with open_backend(backend, buckets=bus.kv, cluster=config.cluster) as opened:
-        await run_gangpermit(bus, health, backend=opened.backend, config=config)
+    async with (
+        open_backend(backend, buckets=bus.kv, cluster=config.cluster) as opened,
+        _node_warnings(opened, config) as warn,
+    ):
+        await run_gangpermit(bus, health, backend=opened.backend, config=config, warn=warn)
+
+
+@contextlib.asynccontextmanager
+async def _node_warnings(
+    opened: OpenCluster, config: GangPermitConfig
+) -> AsyncIterator[Warn | None]:
+    """On Kubernetes, a Warning Event on each Node gang-permit refuses, reported by the
+    scheduler as its pod Events are (None on the simulated cluster)."""
+    if opened.status is None:
+        yield None
+        return
+    # Imported here: the client library is loaded by services on Kubernetes only.
+    from muster.cluster.kube.backend import KubeBackend
+    from muster.cluster.kube.events import EventRecorder
+
+    assert isinstance(opened.backend, KubeBackend)
+    recorder = EventRecorder(
+        opened.backend.transport,
+        controller=config.scheduler_name,
+        instance=f"muster-gangpermit-{config.cluster}",
+    )
+    try:
+        yield lambda obj, problems: recorder.record(obj, **rejected_event(obj, problems))
+    finally:
+        await recorder.finish(flush_s=_FLUSH_S)
 
 
 if __name__ == "__main__":

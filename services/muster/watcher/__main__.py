@@ -169,9 +169,7 @@ async def _recorder(
     try:
         yield recorder
     finally:
-        with contextlib.suppress(TimeoutError):
-            await recorder.flush(timeout_s=_FLUSH_S)
-        await recorder.close()
+        await recorder.finish(flush_s=_FLUSH_S)
 
 
 async def _run_checks(

@@ -211,6 +211,12 @@ class EventRecorder:
         async with asyncio.timeout(timeout_s):
             await self._idle.wait()
 
+    async def finish(self, *, flush_s: float) -> None:
+        """At shutdown: give what is still queued `flush_s` to be written, then stop."""
+        with contextlib.suppress(TimeoutError):
+            await self.flush(timeout_s=flush_s)
+        await self.close()
+
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
