@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import sys
 from collections.abc import AsyncIterator
 from typing import cast
 
@@ -23,6 +22,7 @@ from muster.cluster.choose import (
     BackendConfig,
     OpenCluster,
     backend_config,
+    event_recorder,
     on_off,
     open_backend,
 )
@@ -32,7 +32,6 @@ from muster.gangpermit.cache import Warn
 from muster.gangpermit.service import GangPermitConfig, run_gangpermit
 
 NAME = "gangpermit"
-_FLUSH_S = 2.0  # at shutdown, Events not yet written get this long
 SCORINGS = ("binpack", "spread")
 
 
@@ -125,24 +124,9 @@ async def _node_warnings(
 ) -> AsyncIterator[Warn | None]:
     """On Kubernetes, a Warning Event on each Node gang-permit refuses, reported by the
     scheduler as its pod Events are (None on the simulated cluster)."""
-    if opened.status is None:
-        yield None
-        return
-    # Imported here: the client library is loaded by services on Kubernetes only.
-    from muster.cluster.kube.backend import KubeBackend
-    from muster.cluster.kube.events import EventRecorder
-
-    assert isinstance(opened.backend, KubeBackend)
-    recorder = EventRecorder(
-        opened.backend.transport,
-        controller=config.scheduler_name,
-        instance=f"muster-gangpermit-{config.cluster}",
-    )
-    try:
-        yield lambda obj, problems: recorder.record(obj, **rejected_event(obj, problems))
-    finally:
-        await recorder.finish(flush_s=_FLUSH_S)
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    instance = f"muster-gangpermit-{config.cluster}"
+    async with event_recorder(opened, controller=config.scheduler_name, instance=instance) as rec:
+        if rec is None:
+            yield None
+        else:
+            yield lambda obj, problems: rec.record(obj, **rejected_event(obj, problems))

@@ -14,11 +14,12 @@ events: what `kubectl describe workload`, `kubectl describe job`, `kubectl descr
 | admission_check | the Workload and its Job | MultiKueue (Warning: not Ready) | where it went |
 | gang_waiting | each pending pod of the gang | FailedScheduling (Warning) | the gang's reason |
 | bound | each pod bound | Scheduled | Successfully assigned ns/pod to node |
-| (refused) | that object | ErrWorkloadCompose (Job, Pod), else Invalid (Warning) | why |
+| (refused) | that object | ErrWorkloadCompose (Job, Pod), else Invalid (Warning) | why, once |
 
 Workload Events are reported by `muster.dev/admission`, pod Events by the scheduler (muster).
 Repeats of one Event become a series in the recorder, so a workload waiting round after round
-for the same reason makes one Event with a count. An `admitted` stored before its
+for the same reason makes one Event with a count; a refusal is told once per generation and
+problems (`cluster.refusals`). An `admitted` stored before its
 `quota_reserved` (docs/events.md, "Order of admission's decisions") tells both in Kueue's order;
 the late `quota_reserved` then tells nothing.
 """
