@@ -2,20 +2,23 @@
 stand-in: each one no Workload can be made of is refused with a Warning Event on the object
 itself naming the field (where `kubectl describe` shows it: Kueue's webhooks would have refused
 it when written, and muster has none), is copied to the dead-letter stream (cut when too large
-to store), and nothing else stops: a Job queued after them runs."""
+to store), each once however often it changes after (a label, a kubelet's status), and
+nothing else stops: a Job queued after them runs."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
 import nats.js.errors
 import pytest
-from kube_services_helpers import Stack, condition, eventually, running_stack
+from kube_services_helpers import Kubectl, Stack, condition, eventually, running_stack
+from kubernetes.client.exceptions import ApiException
 
 from muster.bus import DLQ_STREAM
-from muster.devtools.apiserver import default_resources
+from muster.devtools.apiserver import ApiServer, default_resources
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -128,47 +131,77 @@ HOSTILE: dict[str, tuple[dict[str, Any], str, str]] = {
         "Invalid",
         f"Workload/team-a/{'w' * 64}: metadata.name: must be no more than 63 characters",
     ),
-    "flavorful": (  # Kueue's CRD allows 64 flavors; muster's limit is the same
+    "node-huge": (  # the API server takes any quantity; no scheduler can count this one
         {
-            "apiVersion": "kueue.x-k8s.io/v1beta1",
-            "kind": "ClusterQueue",
-            "metadata": {"name": "flavorful"},
-            "spec": {
-                "resourceGroups": [
-                    {
-                        "coveredResources": ["cpu"],
-                        "flavors": [
-                            {"name": f"f{i}", "resources": [{"name": "cpu", "nominalQuota": "1"}]}
-                            for i in range(1000)
-                        ],
-                    }
-                ]
-            },
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "node-huge"},
+            "status": {"capacity": {"cpu": "999999999999999999999999Ei", "pods": "110"}},
         },
         "Invalid",
-        "ClusterQueue/flavorful: spec.resourceGroups[0].flavors: must list at most 64, got 1000",
+        "Node/node-huge: status.capacity.cpu: must be at most 9223372036854775807m",
+    ),
+}
+
+
+def flavorful(count: int) -> dict[str, Any]:
+    """A ClusterQueue of one resource group offering `count` flavors."""
+    flavors = [{"name": f"f{i}", "resources": [{"name": "cpu", "nominalQuota": "1"}]}
+               for i in range(count)]  # fmt: skip
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "ClusterQueue",
+        "metadata": {"name": "flavorful"},
+        "spec": {"resourceGroups": [{"coveredResources": ["cpu"], "flavors": flavors}]},
+    }
+
+
+def long_podset_name() -> dict[str, Any]:
+    found = podsets("long-podset")
+    found["spec"]["podSets"][0]["name"] = "p" * 64
+    return found
+
+
+# Past a limit of Kueue's CRDs (k8s/crds, as Kueue's own): refused by the API server when
+# written, before muster sees them -> (the field, the API server's message).
+SERVER_REFUSED: dict[str, tuple[dict[str, Any], str, str]] = {
+    "flavorful": (
+        flavorful(1000),
+        "spec.resourceGroups[0].flavors",
+        "Too many: 1000: must have at most 16 items",
     ),
     "many-podsets": (
         podsets("many-podsets", 20),
-        "Invalid",
-        "Workload/team-a/many-podsets: spec.podSets: must list at most 18 podsets, got 20",
+        "spec.podSets",
+        "Too many: 20: must have at most 8 items",
+    ),
+    "long-podset": (
+        long_podset_name(),
+        "spec.podSets[0].name",
+        "Too long: may not be more than 63 bytes",
     ),
 }
 
 
 async def create(stack: Stack, obj: dict[str, Any]) -> None:
     """Write `obj` as kubectl would, unchecked by the client's models."""
-    if obj["kind"] == "Job":
-        create_job: Any = stack.kubectl.batch.create_namespaced_job  # takes a dict as well
+    await write(stack.kubectl, obj)
+
+
+async def write(kubectl: Kubectl, obj: dict[str, Any]) -> None:
+    if obj["kind"] == "Node":
+        await kubectl.apply(json.dumps(obj))  # with its status, as a kubelet writes it
+    elif obj["kind"] == "Job":
+        create_job: Any = kubectl.batch.create_namespaced_job  # takes a dict as well
         await asyncio.to_thread(create_job, "team-a", obj)
     elif obj["kind"] == "ClusterQueue":
         await asyncio.to_thread(
-            stack.kubectl.custom.create_cluster_custom_object,
+            kubectl.custom.create_cluster_custom_object,
             "kueue.x-k8s.io", "v1beta1", "clusterqueues", obj,
         )  # fmt: skip
     else:
         await asyncio.to_thread(
-            stack.kubectl.custom.create_namespaced_custom_object,
+            kubectl.custom.create_namespaced_custom_object,
             "kueue.x-k8s.io", "v1beta1", "team-a", "workloads", obj,
         )  # fmt: skip
 
@@ -245,4 +278,50 @@ async def test_an_object_no_workload_can_be_made_of_says_why_on_itself_and_the_r
         assert int(cut.headers["Muster-Dlq-Cut"]) == pytest.approx(MIB, rel=0.01)
         assert cut.headers["Muster-Dlq-Reason"].startswith(HOSTILE["annotated"][2])
         assert letters["obj.Job.team-a.huge-cpu"].data  # the others whole
+
+        # Told once per generation and problem: a label written on a refused Job (its spec and
+        # generation unchanged), as the Job controller's status is, tells nothing again.
+        patch_job = stack.kubectl.batch.patch_namespaced_job
+        relabel = {"metadata": {"labels": {"example.com/seen": "yes"}}}
+        await asyncio.to_thread(patch_job, "huge-cpu", "team-a", relabel)
+        beat = {"status": {"conditions": [{"type": "Ready", "status": "False"}]}}  # a kubelet's
+        patch_node = stack.kubectl.core.patch_node_status
+        await asyncio.to_thread(patch_node, "node-huge", beat)
+        await create(stack, job("sentinel"))  # watched after the label: once it runs, seen
+
+        async def sentinel_bound() -> bool:
+            pods = await stack.kubectl.list_pods("team-a")
+            return any(p["metadata"]["name"].startswith("sentinel") and p["spec"].get("nodeName")
+                       for p in pods)  # fmt: skip
+
+        await eventually(sentinel_bound)
+        subjects = [m.headers["Muster-Dlq-Subject"] for m in await dead_letters(stack)]
+        assert sorted(subjects) == sorted(set(subjects)), "an object dead-lettered twice"
+        assert subjects.count("obj.Job.team-a.huge-cpu") == 1
+        assert subjects.count("node.node-huge") == 1
         stack.check_alive()
+
+
+async def test_what_kueues_crds_bound_the_api_server_refuses_naming_the_field() -> None:
+    # The stand-in holds custom resources to their CRD's maxItems and maxLength, as a real
+    # API server does: muster's own (larger) limits are never what a user meets first.
+    async with ApiServer() as standin:
+        kubectl = Kubectl(standin.url)
+        try:
+            await kubectl.install_crds()
+            await kubectl.apply(SETUP.split("---")[0])  # the namespace
+            for name, (obj, field, message) in SERVER_REFUSED.items():
+                with pytest.raises(ApiException) as refused:
+                    await write(kubectl, obj)
+                status = json.loads(refused.value.body or "{}")
+                assert status["code"] == 422, name
+                assert status["details"]["causes"] == [
+                    {"reason": refused_reason(message), "field": field, "message": message}
+                ], name
+            await write(kubectl, flavorful(16))  # at the limit: taken
+        finally:
+            kubectl.close()
+
+
+def refused_reason(message: str) -> str:
+    return "FieldValueTooMany" if message.startswith("Too many") else "FieldValueTooLong"

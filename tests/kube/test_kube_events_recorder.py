@@ -109,3 +109,29 @@ async def test_at_most_queue_size_events_wait(server: ApiServer, backend: KubeBa
         pending(events, note=f"reason {i}")
     assert events.dropped == 2
     await events.close()
+
+
+async def test_a_spam_of_events_is_dropped_past_the_queue_with_few_log_lines(
+    server: ApiServer, backend: KubeBackend, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 5 000 objects each with an Event, where 3 may wait: a few log lines, not one per drop.
+    now = [T0]
+    events = recorder(backend, now, queue_size=3, qps=0.5, burst=1)
+    with caplog.at_level("WARNING", logger="muster.cluster.kube.events"):
+        for i in range(5000):
+            ref = Reference(api_version="batch/v1", kind="Job", namespace="default", name=f"j{i}")
+            events.record(ref, type_="Warning", reason="Invalid", note="bad", action="Validate")
+    assert events.dropped == 4997
+    assert len([r for r in caplog.records if "dropping" in r.getMessage()]) == 5
+    await events.close()
+
+
+async def test_the_uids_a_watch_teaches_are_remembered_for_the_newest_objects_only(
+    server: ApiServer, backend: KubeBackend
+) -> None:
+    events = recorder(backend, [T0])
+    for i in range(150_000):  # a watch that has seen this many Jobs come and go
+        meta = {"name": f"j{i}", "namespace": "default", "uid": f"u{i}"}
+        events.learn({"apiVersion": "batch/v1", "kind": "Job", "metadata": meta})
+    assert events.uids_known == 100_000
+    await events.close()

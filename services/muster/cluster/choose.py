@@ -31,7 +31,9 @@ from muster.cluster.kube.settings import (
 from muster.cluster.sim.backend import SimBackend
 
 if TYPE_CHECKING:
+    from muster.api.resource import Resource
     from muster.cluster.kube.backend import KubeBackend
+    from muster.cluster.kube.events import EventRecorder, EventSettings
     from muster.cluster.kube.status import StatusWriter
 
 BackendKind = Literal["sim", "kube"]
@@ -216,6 +218,41 @@ async def open_backend(
             with contextlib.suppress(TimeoutError):
                 await status.flush(timeout_s=_STATUS_FLUSH_S)
             await status.close()
+
+
+_EVENTS_FLUSH_S = 2.0  # at shutdown, Kubernetes Events not yet written get this long
+
+
+@contextlib.asynccontextmanager
+async def event_recorder(
+    opened: OpenCluster,
+    *,
+    controller: str,
+    instance: str,
+    settings: EventSettings | None = None,
+    lookup: dict[str, Resource] | None = None,
+) -> AsyncIterator[EventRecorder | None]:
+    """The Kubernetes Event recorder of a service on `opened` (None on the simulated cluster);
+    what it still has to write gets a short while at the end."""
+    if opened.status is None:
+        yield None
+        return
+    # Imported here: the client library is loaded by services on Kubernetes only.
+    from muster.cluster.kube.backend import KubeBackend
+    from muster.cluster.kube.events import EventRecorder
+
+    assert isinstance(opened.backend, KubeBackend)
+    recorder = EventRecorder(
+        opened.backend.transport,
+        controller=controller,
+        instance=instance,
+        settings=settings,
+        lookup=lookup,
+    )
+    try:
+        yield recorder
+    finally:
+        await recorder.finish(flush_s=_EVENTS_FLUSH_S)
 
 
 @contextlib.asynccontextmanager

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
-import sys
+from collections.abc import AsyncIterator
 from typing import cast
 
 from muster.bus import Bus
@@ -16,8 +17,18 @@ from muster.bus.service import (
     parse_service,
     service_main,
 )
-from muster.cluster.choose import BACKEND_FLAGS, BackendConfig, backend_config, on_off, open_backend
+from muster.cluster.choose import (
+    BACKEND_FLAGS,
+    BackendConfig,
+    OpenCluster,
+    backend_config,
+    event_recorder,
+    on_off,
+    open_backend,
+)
+from muster.cluster.refusals import rejected_event
 from muster.core.placement.model import Scoring
+from muster.gangpermit.cache import Warn
 from muster.gangpermit.service import GangPermitConfig, run_gangpermit
 
 NAME = "gangpermit"
@@ -100,9 +111,22 @@ async def serve(
     bus: Bus, health: Health, *, config: GangPermitConfig, backend: BackendConfig
 ) -> None:
     """Place gangs on cluster `config.cluster`, simulated or Kubernetes (`backend`)."""
-    async with open_backend(backend, buckets=bus.kv, cluster=config.cluster) as opened:
-        await run_gangpermit(bus, health, backend=opened.backend, config=config)
+    async with (
+        open_backend(backend, buckets=bus.kv, cluster=config.cluster) as opened,
+        _node_warnings(opened, config) as warn,
+    ):
+        await run_gangpermit(bus, health, backend=opened.backend, config=config, warn=warn)
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+@contextlib.asynccontextmanager
+async def _node_warnings(
+    opened: OpenCluster, config: GangPermitConfig
+) -> AsyncIterator[Warn | None]:
+    """On Kubernetes, a Warning Event on each Node gang-permit refuses, reported by the
+    scheduler as its pod Events are (None on the simulated cluster)."""
+    instance = f"muster-gangpermit-{config.cluster}"
+    async with event_recorder(opened, controller=config.scheduler_name, instance=instance) as rec:
+        if rec is None:
+            yield None
+        else:
+            yield lambda obj, problems: rec.record(obj, **rejected_event(obj, problems))

@@ -10,7 +10,9 @@ bind) or whose status changed (the kubelet) is not decoded again: its node and p
 into the pod decoded before. `sync` waits until the watch has shown every write made before the
 call, so a first pass sees the whole cluster. An object that does not decode, or that the sink
 cannot take, is left out and dead-lettered (`bus.poison`) with why; its next change is tried
-again.
+again. One that does not decode is dead-lettered once per generation and problems (a Node's
+status changes every few seconds), and a Node gets a Warning Event naming the field (`warn`):
+the watcher tells the other kinds' users, and does not watch Nodes.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from muster.cluster.keys import (
     SCHEDULING_WORKLOAD_KIND,
     escape,
 )
+from muster.cluster.refusals import Refusals
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +100,10 @@ class _Known(NamedTuple):
     basis: object = None
 
 
+# Tells the user why an object was refused, on the object (a Kubernetes Event).
+Warn = Callable[[dict[str, Any], str], None]
+
+
 class Sink(Protocol):
     def put(self, obj: CachedObject) -> bool:
         """Take `obj` as it is now; whether a scheduling pass may now decide differently."""
@@ -117,11 +124,14 @@ class ClusterCache:
         sink: Sink,
         on_change: Callable[[], None] = lambda: None,
         quarantine: Quarantine | None = None,
+        warn: Warn | None = None,
     ) -> None:
         self._backend = backend
         self._sink = sink
         self._on_change = on_change
         self._quarantine = quarantine
+        self._warn = warn
+        self._refusals = Refusals()
         self._objects: dict[str, _Known] = {}  # by change key: what the sink holds
         self.refused: list[tuple[ClusterChange, str]] = []  # not decoded: to dead-letter
         self.revision = 0  # the watch has shown every change up to here
@@ -184,6 +194,7 @@ class ClusterCache:
         if not key.startswith(WATCHED_PREFIXES):
             return
         if change.type == "DELETED":
+            self._refusals.taken(key)
             gone = self._objects.pop(key, None)
             if gone is None:
                 return
@@ -196,6 +207,7 @@ class ClusterCache:
                 if gone is not None:
                     self._sink.remove(gone.obj)
                 return
+            self._refusals.taken(key)
             self._objects[key] = known
             if not self._sink.put(known.obj):
                 return
@@ -213,6 +225,11 @@ class ClusterCache:
         self._on_change()
 
     async def _dead_letter(self, change: ClusterChange, why: Exception | str) -> None:
+        if isinstance(why, str):  # the problems it was refused for: told once
+            if not self._refusals.first(change, why):
+                return
+            if self._warn is not None and change.key.startswith(NODE_PREFIX):
+                self._warn(change.obj, why)
         if self._quarantine is not None:
             await self._quarantine.object(change.key, change.obj, why, revision=change.revision)
         else:

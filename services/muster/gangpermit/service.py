@@ -42,7 +42,7 @@ from muster.core.dispatch import ClusterCapacity
 from muster.core.heartbeat_parts import encode_room
 from muster.core.placement.model import Scoring
 from muster.core.placement.scheduler import DEFAULT_TIMEOUT_S
-from muster.gangpermit.cache import ClusterCache
+from muster.gangpermit.cache import ClusterCache, Warn
 from muster.gangpermit.room_writer import RoomWriter
 from muster.gangpermit.state import GangPermitState
 from muster.gangpermit.translate import decide
@@ -116,8 +116,10 @@ async def run_gangpermit(
     backend: ClusterBackend,
     config: GangPermitConfig,
     clock_s: Callable[[], float] = time.time,
+    warn: Warn | None = None,
 ) -> None:
-    """Permit, time out or preempt for the cluster's gangs, until cancelled."""
+    """Permit, time out or preempt for the cluster's gangs, until cancelled; `warn` tells a
+    Node it cannot take why, on the Node (a Kubernetes Event)."""
     state = GangPermitState(
         cluster=config.cluster,
         scheduler_name=config.scheduler_name,
@@ -141,6 +143,7 @@ async def run_gangpermit(
         sink=state,
         on_change=wake.set,
         quarantine=Quarantine(bus.publisher, consumer=f"gangpermit-{config.cluster}-cluster"),
+        warn=warn,
     )
 
     async def follow() -> None:

@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import functools
 import sys
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -30,6 +29,7 @@ from muster.cluster.choose import (
     BackendConfig,
     OpenCluster,
     backend_config,
+    event_recorder,
     open_backend,
 )
 from muster.watcher.kube_events import ADMISSION
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from muster.checks.runner import NoteSink
     from muster.cluster.kube.events import EventRecorder
 
-_FLUSH_S = 2.0  # at shutdown, Events not yet written get this long
 
 NAME = "watcher"
 DESCRIPTION = (
@@ -144,34 +143,24 @@ async def serve(
         )
 
 
-@contextlib.asynccontextmanager
-async def _recorder(
+def _recorder(
     opened: OpenCluster, config: WatcherConfig, kube: KubeWatcherConfig
-) -> AsyncIterator[EventRecorder | None]:
-    """The Kubernetes Event recorder (None on the simulated cluster); what it still has to
-    write gets a short while at the end."""
+) -> contextlib.AbstractAsyncContextManager[EventRecorder | None]:
+    """The Kubernetes Event recorder of workloads' and Jobs' Events (None on the simulated
+    cluster)."""
     if opened.status is None:
-        yield None
-        return
+        return event_recorder(opened, controller=ADMISSION, instance="")
     # Imported here: the client library is loaded by services on Kubernetes only.
-    from muster.cluster.kube.backend import KubeBackend
-    from muster.cluster.kube.events import EventRecorder, EventSettings
+    from muster.cluster.kube.events import EventSettings
     from muster.cluster.kube.resources import JOBS, kueue_resources
 
-    assert isinstance(opened.backend, KubeBackend)
-    recorder = EventRecorder(
-        opened.backend.transport,
+    return event_recorder(
+        opened,
         controller=ADMISSION,
         instance=f"muster-watcher-{config.cluster}",
         settings=EventSettings(qps=kube.event_qps, burst=kube.event_burst),
         lookup={"Workload": kueue_resources(config.kueue_version)["Workload"], "Job": JOBS},
     )
-    try:
-        yield recorder
-    finally:
-        with contextlib.suppress(TimeoutError):
-            await recorder.flush(timeout_s=_FLUSH_S)
-        await recorder.close()
 
 
 async def _run_checks(

@@ -14,18 +14,19 @@ events: what `kubectl describe workload`, `kubectl describe job`, `kubectl descr
 | admission_check | the Workload and its Job | MultiKueue (Warning: not Ready) | where it went |
 | gang_waiting | each pending pod of the gang | FailedScheduling (Warning) | the gang's reason |
 | bound | each pod bound | Scheduled | Successfully assigned ns/pod to node |
-| (refused) | that object | ErrWorkloadCompose (Job, Pod), else Invalid (Warning) | why |
+| (refused) | that object | ErrWorkloadCompose (Job, Pod), else Invalid (Warning) | why, once |
 
 Workload Events are reported by `muster.dev/admission`, pod Events by the scheduler (muster).
 Repeats of one Event become a series in the recorder, so a workload waiting round after round
-for the same reason makes one Event with a count. An `admitted` stored before its
+for the same reason makes one Event with a count; a refusal is told once per generation and
+problems (`cluster.refusals`). An `admitted` stored before its
 `quota_reserved` (docs/events.md, "Order of admission's decisions") tells both in Kueue's order;
 the late `quota_reserved` then tells nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from muster.cluster.kube.references import Reference
@@ -198,24 +199,6 @@ class EventBook:
             note = f"Successfully assigned {namespace}/{name} to {b.node}"
             found.append(EventSpec(pod, "Normal", "Scheduled", "Binding", note, self._scheduler))
         return found
-
-
-_COMPOSED = frozenset({"Job", "Pod"})  # what Kueue's integrations make Workloads of
-
-
-def rejected_event(obj: Mapping[str, Any], problems: str) -> dict[str, str]:
-    """The Warning Event (record's keywords) on an object the watch refused for `problems`
-    (one line each, naming the object and field): Kueue's ErrWorkloadCompose on a Job or Pod
-    no Workload can be made of, Invalid on any other. Kueue's webhooks refuse such objects
-    when they are written; muster has none, so `kubectl describe` is where the user learns
-    why nothing happens."""
-    composed = obj.get("kind") in _COMPOSED and obj.get("apiVersion") in ("batch/v1", "v1")
-    return {
-        "type_": "Warning",
-        "reason": "ErrWorkloadCompose" if composed else "Invalid",
-        "action": "Validate",
-        "note": problems,
-    }
 
 
 def _reserved(known: _Known, payload: Any, at_s: float) -> tuple[str, str, str]:

@@ -34,6 +34,7 @@ from muster.cluster.backend import ClusterBackend, ClusterChange
 from muster.cluster.errors import ClusterError
 from muster.cluster.keys import SCHEDULING_POD_GROUP_KIND
 from muster.cluster.kube.references import reference_of
+from muster.cluster.refusals import Refusals, rejected_event
 from muster.watcher.handlers import (
     FoldedPods,
     Handler,
@@ -42,7 +43,7 @@ from muster.watcher.handlers import (
     handler_for,
     on_pod,
 )
-from muster.watcher.kube_events import EventBook, rejected_event
+from muster.watcher.kube_events import EventBook
 from muster.watcher.marks import KvMarks, PutMany, until_done
 from muster.watcher.outbox import Outbox
 from muster.watcher.pods import POD_EVENTS, PodState, pod_state_of_view
@@ -192,6 +193,7 @@ async def _watch(
         max_event_bytes=bus.config.max_event_bytes,
     )
     poison = Quarantine(bus.publisher, consumer=f"watcher-{config.cluster}")
+    refusals = Refusals()
     revision = await load_revision(kv, config.cluster)
     try:
         views = await backend.list_pods()
@@ -223,7 +225,9 @@ async def _watch(
             token = batch[-1].revision
             tracker.began(token)
             with tracker.handling(token):
-                await _handle_batch(batch, ctx, poison, groups=groups, events=events)
+                await _handle_batch(
+                    batch, ctx, poison, groups=groups, events=events, refusals=refusals
+                )
                 # Handled, then remembered: events stored first, then marks, then the revision.
                 await outbox.flush()
                 await marks.flush()
@@ -250,6 +254,7 @@ async def _handle_batch(
     *,
     groups: GroupStatuses | None,
     events: EventSink | None,
+    refusals: Refusals | None = None,
 ) -> None:
     """Handle each change of `batch` in order; a run of pod changes is folded, and each
     workload it touched decided once (`FoldedPods`), before the next other change."""
@@ -257,7 +262,7 @@ async def _handle_batch(
 
     async def decide_folded() -> None:
         for last, decide in folded.take():
-            await _handleuntil_done(decide, last, ctx, poison, events=events)
+            await _handleuntil_done(decide, last, ctx, poison, events=events, refusals=refusals)
 
     for change in batch:
         if groups is not None and change.kind in GROUP_KINDS:
@@ -266,10 +271,12 @@ async def _handle_batch(
             events.learn(change.obj)  # its uid, for the Events about it
         handler = handler_for(change)
         if handler is on_pod:
-            await _handleuntil_done(folded.fold, change, ctx, poison, events=events)
+            await _handleuntil_done(
+                folded.fold, change, ctx, poison, events=events, refusals=refusals
+            )
         elif handler is not None:
             await decide_folded()  # its pods' events go before what the object says
-            await _handleuntil_done(handler, change, ctx, poison, events=events)
+            await _handleuntil_done(handler, change, ctx, poison, events=events, refusals=refusals)
     await decide_folded()
 
 
@@ -390,18 +397,22 @@ async def _handleuntil_done(
     poison: Quarantine,
     *,
     events: EventSink | None = None,
+    refusals: Refusals | None = None,
 ) -> None:
     """Run `handler` on `change`, retrying temporary failures until it succeeds.
 
     Handlers publish before they remember, so a retry republishes the same event ids and
     JetStream drops the copies. A bug (or an object no handler can take) is dead-lettered
     with its reason and the change skipped: the watch goes on. An object refused for its
-    problems also gets a Warning Event saying them (`rejected_event`), with `events`.
+    problems also gets a Warning Event saying them (`rejected_event`), with `events`: once
+    per generation and problems, with `refusals`.
     """
     delay_s = 0.1
     while True:
         try:
             await handler(change, ctx)
+            if refusals is not None:
+                refusals.taken(change.key)
             return
         except (Retry, Unavailable, TimeoutError) as err:
             log.warning("retrying %s %s: %s", change.type, change.key, err)
@@ -411,6 +422,8 @@ async def _handleuntil_done(
                 return
             log.warning("retrying %s %s: %s", change.type, change.key, err)
         except Reject as err:  # an object no handler can take, the problems said: no traceback
+            if refusals is not None and not refusals.first(change, str(err)):
+                return  # told already: a status or label change of the object refused
             await poison.object(change.key, change.obj, str(err), revision=change.revision)
             if events is not None and change.type != "DELETED":
                 events.record(reference_of(change.obj), **rejected_event(change.obj, str(err)))

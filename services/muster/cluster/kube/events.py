@@ -15,7 +15,10 @@ An object given without a uid (a Kueue Workload whose uid muster has not seen) i
 to find it, so that `kubectl describe` (which selects Events by uid) shows the Event.
 Temporary failures are retried with back-off a few times; then, or on a refusal, the Event
 is dropped and logged: Events are a best-effort record, as in Kubernetes. At most
-`queue_size` Events wait to be written; more are dropped.
+`queue_size` Events wait to be written; more are dropped, and logged at the first drop and
+every `_DROPS_LOGGED`th after (a spam of Events must not become a spam of log lines). The uids
+learned are remembered for the last `_UIDS_REMEMBERED` objects (a watch learns every Job and
+Workload it sees; one forgotten costs one read when an Event is about it).
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ EVENTS = Resource(
     group="events.k8s.io", version="v1", plural="events", kind="Event", namespaced=True
 )
 NOTE_LIMIT = 1024  # bytes, as the API server allows
+_DROPS_LOGGED = 1000  # drops between two log lines about them
+_UIDS_REMEMBERED = 100_000  # objects whose uid is kept, the newest
 
 
 class EventSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -178,14 +183,28 @@ class EventRecorder:
 
     def _remember(self, ref: Reference) -> None:
         if ref.uid:
-            self._uids[_uid_key(ref.api_version, ref.kind, ref.namespace, ref.name)] = ref.uid
+            self._know_uid(_uid_key(ref.api_version, ref.kind, ref.namespace, ref.name), ref.uid)
+
+    def _know_uid(self, key: tuple[str, str, str, str], uid: str) -> None:
+        self._uids.pop(key, None)  # the newest last, so the oldest is forgotten first
+        self._uids[key] = uid
+        if len(self._uids) > _UIDS_REMEMBERED:
+            del self._uids[next(iter(self._uids))]
+
+    @property
+    def uids_known(self) -> int:
+        """How many objects' uids are remembered (at most `_UIDS_REMEMBERED`)."""
+        return len(self._uids)
 
     def _enqueue(self, series: _Series) -> None:
         if series.queued:
             return
         if len(self._queue) >= self.settings.queue_size:
+            if self.dropped % _DROPS_LOGGED == 0:
+                waiting = len(self._queue)
+                log.warning("dropping Events: %d already wait to be written, %d dropped before",
+                            waiting, self.dropped)  # fmt: skip
             self.dropped += 1
-            log.warning("dropping an Event: %d already wait to be written", len(self._queue))
             return
         series.queued = True
         self._queue.append(series)
@@ -210,6 +229,12 @@ class EventRecorder:
         """Wait until every queued Event is written (or dropped); TimeoutError past it."""
         async with asyncio.timeout(timeout_s):
             await self._idle.wait()
+
+    async def finish(self, *, flush_s: float) -> None:
+        """At shutdown: give what is still queued `flush_s` to be written, then stop."""
+        with contextlib.suppress(TimeoutError):
+            await self.flush(timeout_s=flush_s)
+        await self.close()
 
     async def close(self) -> None:
         if self._task is not None:
@@ -291,7 +316,7 @@ class EventRecorder:
                     obj=resource.describe(name, namespace),
                 )
                 uid = str((obj.get("metadata") or {}).get("uid", ""))
-            self._uids[key] = uid or ""
+            self._know_uid(key, uid or "")
         if uid:
             regarding["uid"] = uid
 

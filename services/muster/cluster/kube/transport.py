@@ -273,25 +273,43 @@ class Transport:
     ) -> tuple[list[dict[str, Any]], int]:
         """Every object of collection `path` (in pages of `page_size`), and the list's
         resourceVersion. A snapshot that expires between pages is listed again from the start.
+        An answer that is not a list, or a continue token given twice in one list (a list
+        that would never end, growing until memory runs out), is a temporary ClusterError:
+        the caller lists again later.
         """
         items: list[dict[str, Any]] = []
         token, list_rv = "", 0
+        given: set[str] = set()  # the continue tokens of this list so far
         while True:
             paged = [("limit", page_size), *query, *([("continue", token)] if token else [])]
             response = await self.request("GET", path, obj=obj, query=paged)
             if response.status == 410 and token:
                 items.clear()
                 token = ""
+                given.clear()
                 continue
             if not response.ok:
                 raise response.error(obj)
-            page = _list_decoder.decode(response.body)
+            try:
+                page = _list_decoder.decode(response.body)
+                if not token:
+                    list_rv = int(page.metadata.resourceVersion or 0)
+            except (msgspec.DecodeError, ValueError) as err:
+                raise ClusterError(
+                    obj, "Invalid", f"the API server's list is not one: {err}", temporary=True
+                ) from err
             items.extend(page.items or ())
-            if not token:
-                list_rv = int(page.metadata.resourceVersion or 0)
             token = page.metadata.continue_
             if not token:
                 return items, list_rv
+            if token in given:
+                raise ClusterError(
+                    obj, "Invalid",
+                    f"the API server gave continue token {token[:64]!r} twice in one list "
+                    f"(after {len(items)} items): a list that never ends",
+                    temporary=True,
+                )  # fmt: skip
+            given.add(token)
 
     @contextlib.asynccontextmanager
     async def stream(

@@ -203,10 +203,14 @@ def _composites_above(
         found = groups.composites.get(key)
         if found is None:
             return [], f"waiting for CompositePodGroup {key}"
-        if any(c.key == key for c in chain):
-            return [], f"CompositePodGroup {key} is its own ancestor"
+        seen = [c.key for c in chain]
+        if key in seen:
+            return [], _cycle_problem(group.key, seen[seen.index(key) :])
         chain.append(found)
         if len(chain) > MAX_COMPOSITE_DEPTH:
+            loop = _cycle_above(found, groups)
+            if loop:
+                return [], _cycle_problem(group.key, loop)
             return [], f"more than {MAX_COMPOSITE_DEPTH + 1} levels of groups above {group.key}"
         workloads.add(found.workload_name)
         parent = found.parent
@@ -214,6 +218,36 @@ def _composites_above(
         names = ", ".join(sorted(workloads))
         return [], f"the groups above {group.key} belong to several Workloads ({names})"
     return chain, ""
+
+
+_CYCLE_SEARCH = 64  # parents followed past the depth limit to tell a cycle from a deep tree
+
+
+def _cycle_above(start: CompositePodGroup, groups: GroupIndex) -> list[str]:
+    """The CompositePodGroups of the loop `start`'s parents run into, in parent order (empty
+    when they end, or do not loop within `_CYCLE_SEARCH`): a loop longer than the depth limit
+    is still named as one, so the user fixes the loop rather than the depth."""
+    path = [start.key]
+    namespace, parent = start.meta.namespace, start.parent
+    for _ in range(_CYCLE_SEARCH):
+        key = f"{namespace}/{parent}"
+        found = groups.composites.get(key) if parent else None
+        if found is None:
+            return []
+        if key in path:
+            return path[path.index(key) :]
+        path.append(key)
+        parent = found.parent
+    return []
+
+
+def _cycle_problem(group: str, loop: list[str]) -> str:
+    """Each group of the loop back to the first, from the smallest name (every pod of every
+    group under it says the same), as ClusterQueues' CohortCycle names a cohort cycle."""
+    start = loop.index(min(loop))
+    ring = [*loop[start:], *loop[:start]]
+    shown = " -> ".join([*ring, ring[0]])
+    return f"the CompositePodGroups above {group} form the cycle {shown}"
 
 
 def _disruption_unit(

@@ -41,6 +41,7 @@ from muster.devtools.apiserver.errors import (
 )
 from muster.devtools.apiserver.events import core_view
 from muster.devtools.apiserver.fields import STRICT, strict_error, unknown_fields
+from muster.devtools.apiserver.limits import limit_causes
 from muster.devtools.apiserver.objects import (
     JsonObj,
     ObjKey,
@@ -245,7 +246,7 @@ class Verbs:
             self._check_namespace_open(namespace)
         if rt.custom and rt.status:
             obj.pop("status", None)
-        self._validate(rt, obj, strategy.causes(obj))
+        self._validate(rt, obj, strategy.causes(obj) + self._limit_causes(rt, obj))
         if self.store.get(rt, (namespace, name_of(obj))) is not None:
             raise already_exists(rt.group, rt.plural, name_of(obj))
         strategy.prepare_create(obj, self._context())
@@ -308,6 +309,11 @@ class Verbs:
         unknown = unknown_fields(obj, self.registry.schema(rt, version))
         if unknown:
             raise strict_error(rt.kind, version, unknown)
+
+    def _limit_causes(self, rt: ResourceType, obj: JsonObj) -> list[Cause]:
+        """The fields of `obj` past its CRD schema's size limits (`limits`)."""
+        version = str(obj.get("apiVersion", "")).rpartition("/")[2]
+        return limit_causes(obj, self.registry.schema(rt, version))
 
     def _check_namespace_open(self, namespace: str) -> None:
         ns_rt = self.registry.by_key(NAMESPACES)
@@ -457,6 +463,7 @@ class Verbs:
                 strategy.causes(obj)
                 + strategy.update_causes(obj, old)
                 + self._finalizer_causes(obj, old)
+                + self._limit_causes(rt, obj)
             )
             self._validate(rt, obj, causes)
             if rt.generation and _spec_part(obj) != _spec_part(old):
