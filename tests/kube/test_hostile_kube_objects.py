@@ -168,12 +168,12 @@ SERVER_REFUSED: dict[str, tuple[dict[str, Any], str, str]] = {
     "flavorful": (
         flavorful(1000),
         "spec.resourceGroups[0].flavors",
-        "Too many: 1000: must have at most 16 items",
+        "Too many: 1000: must have at most 64 items",
     ),
     "many-podsets": (
         podsets("many-podsets", 20),
         "spec.podSets",
-        "Too many: 20: must have at most 8 items",
+        "Too many: 20: must have at most 18 items",
     ),
     "long-podset": (
         long_podset_name(),
