@@ -335,7 +335,13 @@ def publish_due(pod: PodState, ctx: WatcherContext, *, after_delete: bool) -> No
     sent = ctx.marks.load(pod.workload)
     if pods and ctx.counts(pod.workload).quiet(sent):
         return  # nothing due, nothing to forget: spares looking at every pod (`PodCounts`)
-    due = due_events(pod.workload, list(pods.values()), sent, after_delete=after_delete)
+    due = due_events(
+        pod.workload,
+        list(pods.values()),
+        sent,
+        after_delete=after_delete,
+        max_event_bytes=ctx.max_event_bytes,
+    )
     uids = [p.uid for p in pods.values()]
     traced = next((p.traceparent for p in pods.values() if p.traceparent), pod.traceparent)
     headers = {"traceparent": traced} if traced else ctx.traces.get(pod.workload)

@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from muster.api.wellknown import PARTITION_ANNOTATION, TRACEPARENT_ANNOTATION
+from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
 from muster.cluster.objects import (
     POD_SET_ANNOTATION,
     PodView,
@@ -102,6 +103,8 @@ class Sent(msgspec.Struct, kw_only=True):
         their pods' uids says nothing (the watcher of before stored its marks)."""
         field = env.WhichOneof("payload")
         if field == "pods_pending":
+            if env.pods_pending.count > len(env.pods_pending.pods):
+                return  # not every pod listed: the set is unknown (told again, same id)
             digest = _digest(p.uid for p in env.pods_pending.pods)
             if digest not in self.pending:
                 self.pending.append(digest)
@@ -292,6 +295,23 @@ def told_uids(uids: Iterable[str]) -> list[str]:
     return told if len(told) <= MAX_TOLD_UIDS else []
 
 
+def listed_pending(
+    pending: Sequence[PodState], *, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+) -> events_pb2.PodsPending:
+    """A `pods_pending` of `pending` (sorted): all counted, listed in order while the list
+    stays within half the bus's event limit. A gang of 20 000 pods pending listed 1.6 MB of
+    pods, over the 1 MiB limit: refused for good, and the gang was never told pending."""
+    budget = max_event_bytes // 2
+    listed: list[events_pb2.PodRef] = []
+    for p in pending:
+        ref = _ref(p)
+        budget -= ref.ByteSize() + 3  # the field's tag and length
+        if budget < 0:
+            break
+        listed.append(ref)
+    return events_pb2.PodsPending(pods=listed, count=len(pending))
+
+
 def _digest(uids: Iterable[str]) -> str:
     return hashlib.sha256("\n".join(sorted(uids)).encode()).hexdigest()[:16]
 
@@ -301,7 +321,12 @@ def _ref(p: PodState) -> events_pb2.PodRef:
 
 
 def due_events(
-    workload: str, pods: Sequence[PodState], sent: Sent, *, after_delete: bool = False
+    workload: str,
+    pods: Sequence[PodState],
+    sent: Sent,
+    *,
+    after_delete: bool = False,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
 ) -> list[Outgoing]:
     """The events now due for `workload`, in the order to publish them.
 
@@ -341,7 +366,7 @@ def due_events(
         digest = _digest(p.uid for p in pending) if pending else ""
         if pending and digest not in sent.pending:
             pending.sort(key=_key)
-            listed = events_pb2.PodsPending(pods=[_ref(p) for p in pending])
+            listed = listed_pending(pending, max_event_bytes=max_event_bytes)
             out.append(outgoing("pods_pending", listed, f"pods_pending/{digest}"))
     failed = [p for p in pods if p.phase == FAILED]
     started = all(p.phase in (RUNNING, SUCCEEDED) for p in pods)
