@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import pytest
 import yaml
 from bus_helpers import EventLog
-from placement_stack import Stack, gang_yaml, node, placement_stack
+from placement_stack import Stack, bare_nodes_stack, gang_yaml, limited_bus_config
 
 from muster.bus import Bus, BusConfig
 from muster.bus.envelope import encode
@@ -26,16 +26,12 @@ PODS = 400  # ~45 bytes a pod: 18 KB of pods, over LIMIT; 100 a node
 
 @pytest.fixture
 def bus_config(nats_server: str) -> BusConfig:
-    return BusConfig(
-        url=nats_server, name="muster-test", connect_timeout_s=5.0, max_event_bytes=LIMIT
-    )
+    return limited_bus_config(nats_server, LIMIT)
 
 
 @pytest.fixture
 async def stack(bus: Bus, events: EventLog) -> AsyncIterator[Stack]:
-    async with placement_stack(bus, events, kubelet=False) as s:
-        for i in range(NODES):
-            await s.backend.apply(node(f"n{i}", cpu=str(PODS // NODES)))
+    async with bare_nodes_stack(bus, events, nodes=NODES, cpu=str(PODS // NODES)) as s:
         yield s
 
 
