@@ -14,7 +14,7 @@ from bus_helpers import EventLog
 from gateway_helpers import RunningGateway, running_gateway
 
 from muster.binder.service import BinderConfig, run_binder
-from muster.bus import Bus, new_event
+from muster.bus import Bus, BusConfig, new_event
 from muster.cluster.backend import ClusterBackend
 from muster.cluster.objects import PodView
 from muster.cluster.sim.backend import SimBackend
@@ -248,3 +248,11 @@ async def bare_nodes_stack(
         for i in range(nodes):
             await s.backend.apply(node(f"n{i}", cpu=cpu))
         yield s
+
+
+def limited_bus_config(nats_server: str, max_event_bytes: int) -> BusConfig:
+    """The test bus with its event limit lowered, so that a few hundred pods are over it as
+    tens of thousands are at the default 1 MiB."""
+    return BusConfig(
+        url=nats_server, name="muster-test", connect_timeout_s=5.0, max_event_bytes=max_event_bytes
+    )

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from bus_helpers import EventLog
-from placement_stack import Stack, bare_nodes_stack, submit_and_admit
+from placement_stack import Stack, bare_nodes_stack, limited_bus_config, submit_and_admit
 
 from muster.bus import Bus, BusConfig
 from muster.bus.envelope import encode
@@ -25,9 +25,7 @@ NODES = 6  # 110 pods each
 
 @pytest.fixture
 def bus_config(nats_server: str) -> BusConfig:
-    return BusConfig(
-        url=nats_server, name="muster-test", connect_timeout_s=5.0, max_event_bytes=LIMIT
-    )
+    return limited_bus_config(nats_server, LIMIT)
 
 
 @pytest.fixture

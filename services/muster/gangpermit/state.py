@@ -52,6 +52,7 @@ from muster.core.placement.model import (
 from muster.core.placement.scheduler import DEFAULT_TIMEOUT_S, GangScheduler
 from muster.core.placement.sources import gang_of_admitted, handled_by, node_info, pod_info
 from muster.core.submissions import EndedSubmissions
+from muster.gangpermit.member_uids import MemberUids
 from muster.gangpermit.parts import part_ids
 from muster.gangpermit.rooms import NodeRooms
 from muster.gangpermit.submitted import Submitted, admission_of, submitted_from, submitted_of
@@ -130,6 +131,7 @@ class GangPermitState:
         self.infos: dict[PodKey, PodInfo] = {}  # each pod as last given to the scheduler
         # Gang sources and membership; the stream's PriorityClasses are its `configured`.
         self.feed = GangFeed()
+        self.member_uids = MemberUids()  # kept with `pods` and the feed's membership (`_count`)
         self.specs: dict[GangKey, GangSpec] = {}  # as given to the scheduler
         # --- from the stream
         self.submitted: dict[str, Submitted] = {}
@@ -409,6 +411,7 @@ class GangPermitState:
                     # A bound pod's phase moved on (Pending to Running): placement reads no
                     # phase, so only the pod is kept (a third of a workload's pod changes).
                     self.pods[PodKey(obj.key)] = obj
+                    self._count(PodKey(obj.key))
                     return False
                 if settled and old is not None and not old.node_name:
                     held = self.infos.get(PodKey(obj.key))
@@ -454,6 +457,7 @@ class GangPermitState:
             self._forget_pod(key)  # done, or another scheduler's pod still waiting
             return
         self.pods[key] = pod
+        self._count(key)
         gang: GangKey | None = None
         owner = ""
         tree_owner = False
@@ -489,6 +493,7 @@ class GangPermitState:
         and a `pod_info` per pod (a third of a workload's pod changes)."""
         key = PodKey(pod.key)
         self.pods[key] = pod
+        self._count(key)
         self.assumed.pop(key, None)
         self._seen_bound(held.gang or GangKey(key))
         info = msgspec.structs.replace(held, node=NodeName(pod.node_name))
@@ -563,6 +568,12 @@ class GangPermitState:
     def _join(self, key: PodKey, gang: GangKey | None) -> None:
         """Record `key` as a pod of `gang` (leaving the gang it was in before, if another)."""
         self._left(self.feed.enter(key, gang))
+        self._count(key)
+
+    def _count(self, key: PodKey) -> None:
+        """`member_uids` told `key`'s gang and uid: called wherever either changes."""
+        pod = self.pods.get(key)
+        self.member_uids.set(key, self.feed.gang_of.get(key), pod.meta.uid if pod else "")
 
     def _left(self, left: Left) -> None:
         self.touch(left.gang)
@@ -586,6 +597,7 @@ class GangPermitState:
         pod = self.pods.pop(key, None)
         if pod is None:
             return
+        self._count(key)
         self.touch(self.feed.gang_of.get(key))
         self.feed.index(key, None)
         self.owners.pop(key, None)

@@ -3,11 +3,12 @@ pass as the events to publish (docs/events.md), and its memos. Pure.
 
 `decide(state, now_s=...)` runs `GangScheduler.schedule` and turns each decision into events:
 GangPermitted → `workload.gang_permitted` (in parts when too large for one event,
-`muster.gangpermit.parts`); GangTimedOut → `workload.gang_rejected` (reason
-GangTimedOut, every pod); GangWaiting → `workload.gang_waiting` (only when the reason differs
-from the last one published); PlacementPreempted → `workload.placement_preempted`, plus
-`cmd.evict` listing the pods of each victim that Kueue does not manage (a Kueue workload is
-evicted by admission, which owns its quota). The `workload` field is the gang's key.
+`muster.gangpermit.parts`); GangTimedOut → `workload.gang_rejected` (reason GangTimedOut,
+every pod); GangWaiting → `workload.gang_waiting` (only when the reason differs from the last
+one published); PlacementPreempted → `workload.placement_preempted` (its pods listed when they
+fit), plus `cmd.evict` listing the pods of each victim that Kueue does not manage, in as many
+commands as fit the bus's limit (a Kueue workload is evicted by admission, which owns its
+quota). The `workload` field is the gang's key.
 
 Event ids are derived from what was decided (gang, its attempt, its pods' uids, the outcome), so
 a pass repeated after a crash publishes the same ids and JetStream drops the copies.
@@ -91,7 +92,18 @@ def decide(state: GangPermitState, *, now_s: float) -> list[events_pb2.Envelope]
 def _waiting(state: GangPermitState, d: GangWaiting, now_ns: int) -> events_pb2.Envelope:
     published = state.waiting_published.get(d.gang, 0)
     payload = events_pb2.GangWaiting(reason=d.reason, pending=d.pending, min_count=d.min_count)
-    env = _event(state, "gang_waiting", payload, d.gang, now_ns, detail=f"{published}/{d.reason}")
+    # Its pods named by their uids' fold, not every uid: one is published per pass while a
+    # big gang's pods are made (~400 at 100 000 pods), each O(N log N) when hashed whole.
+    members = state.member_uids.digest(d.gang) if d.gang in state.feed.members else None
+    env = _event(
+        state,
+        "gang_waiting",
+        payload,
+        d.gang,
+        now_ns,
+        detail=f"{published}/{d.reason}",
+        members=members,
+    )
     state.waiting[d.gang] = d.reason
     state.waiting_published[d.gang] = published + 1
     return env
@@ -100,33 +112,64 @@ def _waiting(state: GangPermitState, d: GangWaiting, now_ns: int) -> events_pb2.
 def _preempted(
     state: GangPermitState, d: PlacementPreempted, now_ns: int
 ) -> list[events_pb2.Envelope]:
-    """The event about the preemptor, then one `cmd.evict` per victim outside Kueue."""
-    payload = events_pb2.PlacementPreempted(victims=d.victims, pods=_refs(state, d.pods))
+    """The event about the preemptor, then the `cmd.evict` of each victim outside Kueue.
+
+    The event lists the victims' pods only when they fit it (`pod_count` says how many there
+    are): a victim of tens of thousands of pods made it too large for the bus, refused for
+    good, and the preemptor waited on room never freed. Each victim's pods go in as many
+    commands as fit (`_evictions`)."""
+    refs = _refs(state, d.pods)
+    listed = refs if len(split_runs(refs, max_event_bytes=state.max_event_bytes)) == 1 else []
+    payload = events_pb2.PlacementPreempted(victims=d.victims, pods=listed, pod_count=len(d.pods))
     announced = _event(state, "placement_preempted", payload, d.gang, now_ns)
     out = [announced]
+    owned: dict[str, list[PodKey]] = {}
+    for pod in d.pods:
+        owned.setdefault(state.owners.get(pod, pod), []).append(pod)
     for n, victim in enumerate(d.victims, start=1):
         if victim in state.admitted:
             continue  # a Kueue workload: admission evicts it (it owns the quota)
-        pods = [p for p in d.pods if state.owners.get(p, p) == victim]
-        command = events_pb2.EvictRequested(
-            reason=PLACEMENT_PREEMPTED,
-            message=f"to place gang {d.gang}",
-            attempt=1,
-            pods=_refs(state, pods),
-        )
-        out.append(
-            new_event(
-                "evict_requested",
-                command,
-                cluster=state.cluster,
-                workload=victim,
-                cause=announced,
-                source=state.source,
-                n=n,
-                now_ns=now_ns,
-            )
-        )
+        out.extend(_evictions(state, d.gang, victim, owned.get(victim, []), announced, n))
     return out
+
+
+def _evictions(
+    state: GangPermitState,
+    gang: GangKey,
+    victim: str,
+    pods: Sequence[PodKey],
+    announced: events_pb2.Envelope,
+    n: int,
+) -> list[events_pb2.Envelope]:
+    """`cmd.evict` of `victim`'s `pods`: one command as before, or, when that would be over
+    the bus's event limit, one per run of pods that fits. Each command stops exactly the pods
+    it names, so the binder carries out each on its own, in any order, and again after a
+    crash without harm. The whole command's id is derived as a single one's always was; each
+    part's from it (`parts.part_id`), so a pass repeated after a crash publishes the same ids.
+    """
+
+    def command(refs: list[events_pb2.PodRef], event_id: str | None) -> events_pb2.Envelope:
+        payload = events_pb2.EvictRequested(
+            reason=PLACEMENT_PREEMPTED, message=f"to place gang {gang}", attempt=1, pods=refs
+        )
+        return new_event(
+            "evict_requested",
+            payload,
+            cluster=state.cluster,
+            workload=victim,
+            cause=announced,
+            source=state.source,
+            n=n,
+            now_ns=announced.time_unix_nano,
+            event_id=event_id,
+        )
+
+    refs = _refs(state, pods)
+    runs = split_runs(refs, max_event_bytes=state.max_event_bytes)
+    whole = command(refs if len(runs) == 1 else [], None)
+    if len(runs) == 1:
+        return [whole]
+    return [command(run, part_id(whole.event_id, k)) for k, run in enumerate(runs)]
 
 
 def _permitted(
@@ -186,13 +229,18 @@ def _event(
     now_ns: int,
     *,
     detail: str = "",
+    members: str | None = None,
 ) -> events_pb2.Envelope:
     """An event about `gang`, caused by its Kueue admission if it has one, with an id derived
-    from the gang's attempt, its pods and `detail` (see the module docstring)."""
+    from the gang's attempt, its pods (every uid, or `members`: their fold) and `detail` (see
+    the module docstring)."""
     kueue = state.admitted.get(gang)
     cause = kueue.admitted if kueue is not None else None
-    pods = state.feed.members.get(gang) or {PodKey(gang): None}
-    uids = sorted(state.pods[p].meta.uid for p in pods if p in state.pods)
+    if members is not None:
+        uids = [members]
+    else:
+        pods = state.feed.members.get(gang) or {PodKey(gang): None}
+        uids = sorted(state.pods[p].meta.uid for p in pods if p in state.pods)
     digest = hashlib.sha256(
         "\n".join([*uids, payload.SerializeToString(deterministic=True).hex()]).encode()
     )

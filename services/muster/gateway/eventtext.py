@@ -88,7 +88,8 @@ def _finished(env: events_pb2.Envelope) -> str:
 
 def _pods_pending(env: events_pb2.Envelope) -> str:
     pods = env.pods_pending.pods
-    return f"{_plural(len(pods), 'pod')} pending: {names(p.name for p in pods)}"
+    count = max(env.pods_pending.count, len(pods))  # the list stops at half the event limit
+    return f"{_plural(count, 'pod')} pending: {names(p.name for p in pods)}"
 
 
 def _gang_waiting(env: events_pb2.Envelope) -> str:
@@ -104,7 +105,8 @@ def _bindings(env: events_pb2.Envelope) -> str:
 
 def _placement_preempted(env: events_pb2.Envelope) -> str:
     p = env.placement_preempted
-    return f"preempts {names(p.victims)} ({_plural(len(p.pods), 'pod')})"
+    count = max(p.pod_count, len(p.pods))  # pods are listed only when they fit the event
+    return f"preempts {names(p.victims)} ({_plural(count, 'pod')})"
 
 
 def _preemption_requested(env: events_pb2.Envelope) -> str:

@@ -120,6 +120,8 @@ class WatcherContext:
         old = pods.get(pod.key)
         if old is not None:
             counts.add(old, -1)
+        if old is None or old.uid != pod.uid:
+            counts.settled = False  # another pod: look at them all again
         pods[pod.key] = pod
         counts.add(pod, 1)
 
@@ -128,6 +130,7 @@ class WatcherContext:
         old = self.pods.get(pod.workload, {}).pop(pod.key, None)
         if old is not None:
             counts.add(old, -1)
+            counts.settled = False  # its marks are to be forgotten
 
     def forget_workload(self, workload: str) -> None:
         self.pods.pop(workload, None)
@@ -335,7 +338,13 @@ def publish_due(pod: PodState, ctx: WatcherContext, *, after_delete: bool) -> No
     sent = ctx.marks.load(pod.workload)
     if pods and ctx.counts(pod.workload).quiet(sent):
         return  # nothing due, nothing to forget: spares looking at every pod (`PodCounts`)
-    due = due_events(pod.workload, list(pods.values()), sent, after_delete=after_delete)
+    due = due_events(
+        pod.workload,
+        list(pods.values()),
+        sent,
+        after_delete=after_delete,
+        max_event_bytes=ctx.max_event_bytes,
+    )
     uids = [p.uid for p in pods.values()]
     traced = next((p.traceparent for p in pods.values() if p.traceparent), pod.traceparent)
     headers = {"traceparent": traced} if traced else ctx.traces.get(pod.workload)
@@ -345,7 +354,9 @@ def publish_due(pod: PodState, ctx: WatcherContext, *, after_delete: bool) -> No
         sent.record(out, uids)
     had_pod_marks = bool(sent.pending or sent.running or sent.pods_ready or sent.finished)
     sent.forget_pods_except(uids)
-    if not pods:
+    if pods:
+        ctx.counts(pod.workload).settle(told_nothing=not due)
+    else:
         ctx.forget_workload(pod.workload)
     # The events say which pods they covered, so only what they cannot say is written: the
     # readiness counts, and the end of the pods' marks (which forgets them).

@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from muster.api.wellknown import PARTITION_ANNOTATION, TRACEPARENT_ANNOTATION
+from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
 from muster.cluster.objects import (
     POD_SET_ANNOTATION,
     PodView,
@@ -102,6 +103,8 @@ class Sent(msgspec.Struct, kw_only=True):
         their pods' uids says nothing (the watcher of before stored its marks)."""
         field = env.WhichOneof("payload")
         if field == "pods_pending":
+            if env.pods_pending.count > len(env.pods_pending.pods):
+                return  # not every pod listed: the set is unknown (told again, same id)
             digest = _digest(p.uid for p in env.pods_pending.pods)
             if digest not in self.pending:
                 self.pending.append(digest)
@@ -247,6 +250,11 @@ class PodCounts(msgspec.Struct, kw_only=True):
     started: int = 0  # Running or Succeeded
     failed: int = 0
     told_pending: int = 0  # pending, unbound, not started by the binder: told in pods_pending
+    ready: int = 0  # `counts_ready`
+    succeeded: int = 0
+    # The last look at every pod found nothing due while they ran, all ready, and no pod has
+    # come, gone or been replaced since (`settle`; the watcher's context clears it).
+    settled: bool = False
 
     @classmethod
     def of(cls, pods: Iterable[PodState]) -> PodCounts:
@@ -262,13 +270,34 @@ class PodCounts(msgspec.Struct, kw_only=True):
         self.failed += sign * (pod.phase == FAILED)
         pending = pod.phase == PENDING and not pod.node and not started_by_binder(pod)
         self.told_pending += sign * pending
+        self.ready += sign * counts_ready(pod)
+        self.succeeded += sign * (pod.phase == SUCCEEDED)
 
     def quiet(self, sent: Sent) -> bool:
         """Whether `due_events` has nothing to say about these pods and `sent`: some pod has
         not started, none failed, none is told pending, and nothing was told about them yet
         (so neither readiness nor an end is due, nor a mark to forget)."""
         told = sent.pending or sent.running or sent.unready or sent.pods_ready or sent.finished
+        if self.settled and self.steady() and sent.running:
+            return True  # running told, and only phases and readiness moved since, within steady
         return self.started < self.total and not self.failed and not self.told_pending and not told
+
+    def steady(self) -> bool:
+        """Every pod runs (or succeeded) and is ready, none failed, not all succeeded: a
+        workload after its `running` until it ends or a pod fails, leaves or is not ready."""
+        return (
+            0 < self.total == self.started == self.ready
+            and not self.failed
+            and self.succeeded < self.total
+        )
+
+    def settle(self, *, told_nothing: bool) -> None:
+        """A look at every pod (`due_events`, marks forgotten) found nothing due
+        (`told_nothing`): while the pods stay the same and `steady`, nothing can be due, as
+        what is due depends on the pods' phases and readiness and on `Sent`, which only the
+        events told change. (A 100 000-pod Job's watcher read every pod at each batch of its
+        pods' changes from `running` until it finished.)"""
+        self.settled = told_nothing and self.steady()
 
 
 def started_by_binder(pod: PodState) -> bool:
@@ -292,6 +321,23 @@ def told_uids(uids: Iterable[str]) -> list[str]:
     return told if len(told) <= MAX_TOLD_UIDS else []
 
 
+def listed_pending(
+    pending: Sequence[PodState], *, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+) -> events_pb2.PodsPending:
+    """A `pods_pending` of `pending` (sorted): all counted, listed in order while the list
+    stays within half the bus's event limit. A gang of 20 000 pods pending listed 1.6 MB of
+    pods, over the 1 MiB limit: refused for good, and the gang was never told pending."""
+    budget = max_event_bytes // 2
+    listed: list[events_pb2.PodRef] = []
+    for p in pending:
+        ref = _ref(p)
+        budget -= ref.ByteSize() + 3  # the field's tag and length
+        if budget < 0:
+            break
+        listed.append(ref)
+    return events_pb2.PodsPending(pods=listed, count=len(pending))
+
+
 def _digest(uids: Iterable[str]) -> str:
     return hashlib.sha256("\n".join(sorted(uids)).encode()).hexdigest()[:16]
 
@@ -301,7 +347,12 @@ def _ref(p: PodState) -> events_pb2.PodRef:
 
 
 def due_events(
-    workload: str, pods: Sequence[PodState], sent: Sent, *, after_delete: bool = False
+    workload: str,
+    pods: Sequence[PodState],
+    sent: Sent,
+    *,
+    after_delete: bool = False,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
 ) -> list[Outgoing]:
     """The events now due for `workload`, in the order to publish them.
 
@@ -341,7 +392,7 @@ def due_events(
         digest = _digest(p.uid for p in pending) if pending else ""
         if pending and digest not in sent.pending:
             pending.sort(key=_key)
-            listed = events_pb2.PodsPending(pods=[_ref(p) for p in pending])
+            listed = listed_pending(pending, max_event_bytes=max_event_bytes)
             out.append(outgoing("pods_pending", listed, f"pods_pending/{digest}"))
     failed = [p for p in pods if p.phase == FAILED]
     started = all(p.phase in (RUNNING, SUCCEEDED) for p in pods)

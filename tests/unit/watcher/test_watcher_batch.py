@@ -93,12 +93,8 @@ async def test_a_workload_whose_pods_all_went_in_the_run_is_forgotten() -> None:
     assert poison.objects == []
 
 
-async def test_a_large_workload_is_looked_at_whole_only_when_a_fact_can_be_due(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Its pods bound, then started, 50 at a time: nothing is due until the last starts, and
-    only then are all its pods looked at (before, every batch looked at every pod so far:
-    5 000 pod looks here, n² / 50; a 50 000-pod Job spent most of the watcher's time so)."""
+def looks_counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The pods each look at a whole workload (`due_events`) read, appended as it happens."""
     looked: list[int] = []
 
     def counting(workload: str, pods: list[Any], sent: Sent, **kw: Any) -> Any:
@@ -106,6 +102,16 @@ async def test_a_large_workload_is_looked_at_whole_only_when_a_fact_can_be_due(
         return due_events(workload, pods, sent, **kw)
 
     monkeypatch.setattr(handlers, "due_events", counting)
+    return looked
+
+
+async def test_a_large_workload_is_looked_at_whole_only_when_a_fact_can_be_due(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its pods bound, then started, 50 at a time: nothing is due until the last starts, and
+    only then are all its pods looked at (before, every batch looked at every pod so far:
+    5 000 pod looks here, n² / 50; a 50 000-pod Job spent most of the watcher's time so)."""
+    looked = looks_counted(monkeypatch)
     pods, run = 400, 50
     made = [[changed(pod(i, of="j")) for i in range(k, k + run)] for k in range(0, pods, run)]
     started = [
@@ -117,3 +123,38 @@ async def test_a_large_workload_is_looked_at_whole_only_when_a_fact_can_be_due(
     assert [e.type for e in envs] == ["workload.running"]
     assert len(envs[0].running.pod_uids) == pods
     assert looked == [pods]
+
+
+async def test_a_running_workload_is_looked_at_whole_again_only_when_a_fact_can_be_due(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After `running`, 50 pods at a time lose readiness and regain it, then succeed: each
+    batch that can make a fact due (one not ready, the last to succeed, a pod replaced) looks
+    at every pod, and one that cannot (pods ready again after `pods_ready` regained said so,
+    pods succeeding while others run) does not. Before, every batch looked at every pod until
+    the workload finished (a 100 000-pod Job: 400 looks at every pod)."""
+    looked = looks_counted(monkeypatch)
+    pods, run = 400, 50
+    started = [changed(pod(i, "Running", of="s")) for i in range(pods)]
+    # One batch more after `running`, with nothing due: the look that settles the workload.
+    again = [changed(pod(i, "Running", of="s")) for i in range(run)]
+    succeeding = [
+        [changed(pod(i, "Succeeded", of="s")) for i in range(k, k + run)]
+        for k in range(0, pods - run, run)
+    ]
+    unready = [changed(pod(pods - 1, "Running", of="s", ready=False))]
+    ready = [changed(pod(pods - 1, "Running", of="s"))]
+    last = [changed(pod(i, "Succeeded", of="s")) for i in range(pods - run, pods)]
+
+    envs, _ = await handled(started, again, *succeeding, unready, ready, last)
+
+    assert [e.type for e in envs] == [
+        "workload.running",
+        "workload.pods_ready",  # lost
+        "workload.pods_ready",  # regained
+        "workload.finished",
+    ]
+    assert [e.pods_ready.lost for e in envs[1:3]] == [True, False]
+    assert envs[-1].finished.message == f"{pods} of {pods} pods succeeded"
+    # running; settled; (the 7 batches of pods succeeding skipped); lost; regained; finished
+    assert looked == [pods] * 5

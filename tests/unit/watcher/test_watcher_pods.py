@@ -127,6 +127,25 @@ def test_pending_pods_are_reported_together_once_per_set() -> None:
     assert [p.name for p in out[0].payload.pods] == ["w-main-0", "w-main-1"]
 
 
+def test_pending_pods_over_the_event_limit_are_counted_and_listed_only_as_far_as_they_fit() -> None:
+    """20 000 pods pending listed 1.6 MB, over the bus's 1 MiB limit: the event was refused
+    for good. Now the list stops at half the limit (lowered here) and `count` says how many."""
+    limit = 8 * 1024
+    pods = [pod(i) for i in range(1_000)]
+    sent = Sent()
+
+    (out,) = due_events(WL, pods, sent, max_event_bytes=limit)
+
+    assert out.payload.count == 1_000
+    assert 0 < len(out.payload.pods) < 1_000
+    assert out.payload.ByteSize() <= limit // 2
+    assert [p.name for p in out.payload.pods] == sorted(p.name for p in pods)[
+        : len(out.payload.pods)
+    ]
+    sent.record(out, [p.uid for p in pods])
+    assert due_events(WL, pods, sent, max_event_bytes=limit) == []  # told once per set
+
+
 def test_pods_the_binder_started_for_an_admission_are_never_told_pending() -> None:
     """The binder labels what it starts with its admission: pending, those are no news to
     anyone (gang-permit says why they wait); the `running` after them still is."""
