@@ -17,6 +17,7 @@ import pytest
 from kube_helpers import as_json
 from kube_services_helpers import (
     KUEUE,
+    Events,
     Kubectl,
     condition,
     condition_when,
@@ -120,6 +121,11 @@ async def check_when(
     return await eventually(reached, timeout_s=20.0)
 
 
+def answers_told(events: Events, name: str) -> list[str]:
+    """The check states the watcher told admission for Workload ml/`name`, in order."""
+    return [e.admission_check.state for e in events.of(f"ml/{name}", "workload.admission_check")]
+
+
 async def answer(kubectl: Kubectl, name: str, state: str, message: str, **fields: object) -> None:
     """What the check's controller writes: its entry (with `fields`, such as
     requeueAfterSeconds), under the resourceVersion it read (a conflict means someone wrote
@@ -216,9 +222,15 @@ async def test_a_check_controllers_answers_admit_requeue_and_deactivate(tmp_path
         assert rejected["message"] == "Reset to Pending after eviction. Previously: Rejected"
         assert (await kubectl.get("Job", "rejected", "ml") or {})["spec"]["suspend"] is True
         assert not events.of(f"ml/{names['rejected']}", "workload.admitted")
+
+        # The watcher tells the reset once its watch shows it the write that evicted (the one
+        # whose Evicted condition was awaited above): a moment later, so wait for the telling.
+        async def reset_told() -> bool:
+            return len(answers_told(events, names["rejected"])) >= 2
+
+        await eventually(reset_told, timeout_s=20)
         told = {  # each answer told admission once, whatever the faults
-            job: [e.admission_check.state for e in events.of(f"ml/{n}", "workload.admission_check")]
-            for job, n in names.items()
+            job: answers_told(events, n) for job, n in names.items()
         }
         assert told == {
             "ready": ["Ready"],

@@ -4,6 +4,7 @@ restart that fails does not hide why the one before it did."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -46,3 +47,30 @@ async def test_each_start_keeps_its_own_log_and_an_exit_at_start_says_why(
     assert why in (tmp_path / "admission-0.log").read_text()
     assert why in (tmp_path / "admission-0.1.log").read_text()
     assert (tmp_path / "admission-0.log").read_text().count(why) == 1  # not appended to
+
+
+async def test_a_start_that_stops_progressing_fails_naming_the_service(tmp_path: Path) -> None:
+    """A service stuck on its way up (here: its NATS accepts the connection and never says a
+    word) fails the start once it used next to no CPU for `stall_s`, however long its
+    imports took before that (no fixed bound: at load they take tens of seconds)."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    port = silent.getsockname()[1]
+    stack = Stack(
+        nats_url=f"nats://127.0.0.1:{port}",
+        cluster="local",
+        shards=1,
+        speed=1,
+        log_dir=tmp_path,
+        only={"binder"},
+    )
+    try:
+        with pytest.raises(LaunchError) as stalled:
+            await stack.start(stall_s=2.0)
+    finally:
+        await stack.stop()
+        silent.close()
+
+    assert str(stalled.value).startswith("services stopped progressing on their way up")
+    assert str(stalled.value).endswith(f": binder; logs in {tmp_path}")

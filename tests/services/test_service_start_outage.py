@@ -76,7 +76,7 @@ async def started(
     """The services `only` (None: all) as processes on `nats_url`, each serving."""
     stack = Stack(nats_url=nats_url, cluster="local", shards=1, speed=1, log_dir=log_dir, only=only)
     try:
-        await stack.start(timeout_s=wait_s(60))
+        await stack.start(stall_s=wait_s(60))
         yield stack
     finally:
         await stack.stop()
@@ -157,7 +157,7 @@ async def test_a_service_waiting_for_nats_at_start_stops_on_sigterm(
             nats_url=cut.url, cluster="local", shards=1, speed=1, log_dir=tmp_path,
             only={"admission"},
         )  # fmt: skip
-        starting = asyncio.create_task(stack.start(timeout_s=wait_s(60)))
+        starting = asyncio.create_task(stack.start(stall_s=wait_s(60)))
         try:
 
             async def waiting() -> bool:

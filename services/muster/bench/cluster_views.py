@@ -24,7 +24,6 @@ import grpc
 import msgspec
 
 from muster.bench.decode import heartbeat_cluster
-from muster.bench.e2e import cpu_s
 from muster.bench.gateway import gateway_process
 from muster.bench.table import Column, number, render_table
 from muster.bus import BusConfig, connect
@@ -35,6 +34,7 @@ from muster.contracts.v1 import services_pb2, services_pb2_grpc
 from muster.core.dispatch import ClusterCapacity
 from muster.core.heartbeat_parts import Heartbeat, encode_room
 from muster.gangpermit.room_writer import RoomWriter
+from muster.launcher.cpu_time import cpu_s
 
 SECTION: Final = "clusters"
 SIZES: Final = (5_000, 50_000)

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import shutil
 import tempfile
 import time
@@ -57,6 +56,7 @@ from muster.bus.subjects import EVENTS_STREAM, workload_subject
 from muster.cluster.sim.backend import SimBackend
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
 from muster.devtools.otlp import OtlpReceiver
+from muster.launcher.cpu_time import cpu_s
 from muster.launcher.nats_server import NatsServer
 from muster.launcher.stack import Stack
 
@@ -67,6 +67,9 @@ WARM_UP = "bench/warm-up"
 CLUSTER = "local"
 DONE = ("admitted", "bound", "running")  # a workload went through once it has all three
 POLL_S = 0.02
+# For the warm-up workload: on an idle machine it goes through in well under a second, at a
+# load of 30 its first events wait for every service's first connections and caches.
+WARM_UP_S = 300.0
 BATCHED_PER_CALL = 16  # workloads per Submit in the batched burst
 OBSERVE = ("off", "on", "otlp")  # metrics and tracing: see the module docstring
 MANIFESTS = ("yaml", "json")  # how the client writes each Submit's workloads
@@ -100,6 +103,13 @@ class E2ERow(msgspec.Struct, frozen=True, kw_only=True):
     # per workload by event type: who receives what (docs/benchmarks.md, "Messages per workload").
     delivered_by_consumer: dict[str, float] = msgspec.field(default_factory=dict)
     stored_by_event: dict[str, float] = msgspec.field(default_factory=dict)
+    # Processes gone before the case ended (an admission replica that lost its lease, say):
+    # their CPU and their work are missing, so the row is not valid.
+    ended: tuple[str, ...] = ()
+
+    @property
+    def valid(self) -> bool:
+        return not self.ended
 
     @property
     def jetstream_share(self) -> float:
@@ -213,13 +223,6 @@ CPU_PROCESSES = (
 )
 
 
-def cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) process `pid` has used so far (Linux: /proc/<pid>/stat)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def cpu_meter(pids: Mapping[str, int]) -> Callable[[], dict[str, float]]:
     """A function returning CPU seconds so far per process of `pids`, plus this "client"."""
 
@@ -315,6 +318,14 @@ async def run_case(
                 ),
                 meter,
             )
+            ended = tuple(
+                s.name
+                for s in stack.services
+                if s.process is None or s.process.returncode is not None
+            )
+            if nats.process is None or nats.process.returncode is not None:
+                ended += ("nats-server",)
+            row = msgspec.structs.replace(row, ended=ended)
             # The yardstick, once the services are idle again.
             acks = await publish_ack_rate(nc.jetstream())
             row = msgspec.structs.replace(row, jetstream_acks_per_s=round(acks))
@@ -349,14 +360,16 @@ async def stored_counts(js: JetStreamContext) -> dict[str, int]:
     return counts
 
 
-async def wait_stored(js: JetStreamContext, count: int, *, timeout_s: float) -> None:
-    """Return once `count` workloads are admitted, bound and running (or after `timeout_s`:
-    the row then shows how many made it)."""
+async def wait_stored(js: JetStreamContext, count: int, *, timeout_s: float) -> bool:
+    """True once `count` workloads are admitted, bound and running; False after `timeout_s`
+    (a case's row then shows how many made it)."""
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(timeout_s):
             # Polled: the counts live in the server, which notifies no one of them.
             while went_through(await stored_counts(js)) < count:  # noqa: ASYNC110
                 await asyncio.sleep(POLL_S)
+            return True
+    return False
 
 
 def went_through(counts: Mapping[str, int]) -> int:
@@ -395,7 +408,8 @@ async def _measure(
         # One workload first: once it runs, the configuration has reached every shard and
         # every per-cluster service has started.
         await gw.Submit(services_pb2.SubmitRequest(manifest=workload_yaml(0, name="warm-up")))
-        await wait_stored(js, 1, timeout_s=30)
+        if not await wait_stored(js, 1, timeout_s=WARM_UP_S):
+            raise RuntimeError(f"the warm-up workload did not go through in {WARM_UP_S:g}s")
         counts_before = await stored_counts(js)
         wire_before = await wire_count(js)
         cpu_before = meter()
@@ -501,7 +515,8 @@ def run(
     # After the cases, with no service running: the machine's own charge, nothing else's.
     wakes = [wake.measure(rate, seconds=3 * scale) for rate in (RATE_PER_S, *paces)]
     yield from wakes
-    yield from replicas.compare([r for r in rows if r.observe == observe[0]], wakes)
+    # A row missing a process would compare a fraction of the work.
+    yield from replicas.compare([r for r in rows if r.observe == observe[0] and r.valid], wakes)
 
 
 def loads(shard_counts: tuple[int, ...], count: int) -> list[Load]:
@@ -526,6 +541,7 @@ def render(rows: list[msgspec.Struct]) -> str:
     per-replica comparison and the machine's wake costs when the run has them."""
     cases = [r for r in rows if isinstance(r, E2ERow)]
     text = render_latency(cases) + "\n" + render_cpu(cases) + "\n" + render_wire(cases)
+    text += render_not_valid(cases)
     compared = [r for r in rows if isinstance(r, replicas.ReplicaRow)]
     wakes = [r for r in rows if isinstance(r, wake.WakeRow)]
     if compared:
@@ -533,6 +549,20 @@ def render(rows: list[msgspec.Struct]) -> str:
     if wakes:
         text += "\n" + replicas.render_wake(wakes)
     return text
+
+
+def render_not_valid(rows: list[E2ERow]) -> str:
+    """A line per row that is not valid (ENDED in its tables), naming what ended."""
+    return "".join(
+        f"\nNOT VALID: {r.mode} {r.per_call}/call {r.shards} shard(s), {r.workloads} workloads: "
+        f"{', '.join(r.ended)} ended during the case; its CPU and work are missing\n"
+        for r in rows
+        if not r.valid
+    )
+
+
+def _ended_column() -> Column[E2ERow]:
+    return Column("ENDED", lambda r: ",".join(r.ended) or "-", numeric=False)
 
 
 def render_cpu(rows: list[E2ERow]) -> str:
@@ -544,6 +574,7 @@ def render_cpu(rows: list[E2ERow]) -> str:
         Column("WORKLOADS", lambda r: str(r.workloads)),
         Column("PER CALL", lambda r: str(r.per_call)),
         *(_cpu_column(name) for name in CPU_PROCESSES),
+        _ended_column(),
     ]
     return render_table(columns, rows)
 
@@ -597,5 +628,6 @@ def render_latency(rows: list[E2ERow]) -> str:
         Column("JS DELIVERED/wl", lambda r: f"{r.delivered_per_workload.get('total', 0.0):g}"),
         Column("JS ACKS/s", lambda r: f"{r.jetstream_acks_per_s:g}"),
         Column("JS SHARE", lambda r: f"{100 * r.jetstream_share:.0f} %"),
+        _ended_column(),
     ]
     return render_table(columns, rows)

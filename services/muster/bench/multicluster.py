@@ -231,7 +231,7 @@ async def _case(
     )  # fmt: skip
     stack.services[:0] = services(urls, nats_url=nats_url, log_dir=log_dir)
     try:
-        await stack.start(timeout_s=60.0)
+        await stack.start()
         await _all_active(backends[MANAGER], workers)
         return await _measure(backends[MANAGER], workers, jobs, nats_url, timeout_s=timeout_s)
     finally:

@@ -25,12 +25,13 @@ import grpc
 import msgspec
 from nats.aio.client import Client as NatsClient
 
-from muster.bench.e2e import MANIFESTS, config_yaml, cpu_s, manifest_of
+from muster.bench.e2e import MANIFESTS, config_yaml, manifest_of
 from muster.bench.gateway import gateway_process
 from muster.bench.table import Column, number, render_table
 from muster.bus.service import run_loop
 from muster.bus.subjects import EVENTS_STREAM
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
+from muster.launcher.cpu_time import cpu_s
 
 SECTION: Final = "submit"
 CALLS: Final = 6000

@@ -20,8 +20,10 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from muster.bus.permissions import identity
+from muster.launcher.cpu_time import cpu_s
 from muster.launcher.lifeline import tied_to_launcher
 from muster.launcher.nats_server import LaunchError
+from muster.launcher.progress import STALL_S, Progress
 
 PER_CLUSTER = ("sim-cluster", "watcher", "binder", "gangpermit")  # in start order
 _ANNOUNCE = re.compile(rb"^(health|gateway|metrics): (\S+)")
@@ -29,6 +31,7 @@ _ANNOUNCE = re.compile(rb"^(health|gateway|metrics): (\S+)")
 
 _LOG_TAIL_LINES = 20  # of a service's log, in the error when it exits at start
 _REAP_S = 5.0  # for a process that closed its output to be gone
+_LOOK_S = 1.0  # between looks at a start's progress
 
 
 def start_log(log_dir: Path, name: str, starts: int) -> Path:
@@ -74,6 +77,16 @@ class ServiceProcess:
         return LaunchError(
             f"{self.name} exited at start (status {status}); see {self.log_path}{tail}"
         )
+
+
+def _cpu_s_of(svc: ServiceProcess) -> float:
+    """CPU seconds its process used so far; 0 when unknown (not started, gone, no /proc)."""
+    if svc.process is None:
+        return 0.0
+    try:
+        return cpu_s(svc.process.pid)
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def service_argv(name: str, *, nats_url: str, cluster: str, extra: Sequence[str] = ()) -> list[str]:
@@ -195,19 +208,37 @@ class Stack:
         (gateway,) = [s for s in self.services if s.name == "gateway"]
         return gateway.addresses["gateway"]
 
-    async def start(self, *, timeout_s: float = 30.0) -> None:
+    async def start(self, *, stall_s: float = STALL_S) -> None:
+        """Start every service and wait until each serves, for as long as they progress
+        (`muster.launcher.progress`): LaunchError once nothing moved for `stall_s`, or at
+        once when one exits."""
         for svc in self.services:
             await self._spawn(svc)
+        up: set[str] = set()
+        serving = asyncio.create_task(self._wait_all_serving(up))
+        progress = Progress(stall_s=stall_s)
+        loop = asyncio.get_running_loop()
         try:
-            async with asyncio.timeout(timeout_s):
-                for svc in self.services:
-                    await self._wait_serving(svc)
-        except TimeoutError:
-            late = [s.name for s in self.services if "health" not in s.addresses]
-            raise LaunchError(
-                f"services did not become healthy in {timeout_s:g}s: {', '.join(late) or '?'}; "
-                f"logs in {self.log_dir}"
-            ) from None
+            while not (await asyncio.wait({serving}, timeout=_LOOK_S))[0]:
+                starting = [s for s in self.services if s.name not in up]
+                used = sum(_cpu_s_of(s) for s in starting)
+                if not progress.still_moving(up=len(up), cpu_s=used, now_s=loop.time()):
+                    late = ", ".join(s.name for s in starting)
+                    raise LaunchError(
+                        f"services stopped progressing on their way up (none came up and "
+                        f"they used under {progress.moving_cpu_s:g}s of CPU in {stall_s:g}s): "
+                        f"{late}; logs in {self.log_dir}"
+                    )
+            serving.result()
+        finally:
+            serving.cancel()
+            await asyncio.gather(serving, return_exceptions=True)
+
+    async def _wait_all_serving(self, up: set[str]) -> None:
+        """Wait for each service to serve, adding its name to `up`."""
+        for svc in self.services:
+            await self._wait_serving(svc)
+            up.add(svc.name)
 
     async def _spawn(self, svc: ServiceProcess) -> None:
         svc.starts += 1
