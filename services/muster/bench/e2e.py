@@ -553,11 +553,17 @@ def render(rows: list[msgspec.Struct]) -> str:
 
 def render_not_valid(rows: list[E2ERow]) -> str:
     """A line per row that is not valid (ENDED in its tables), naming what ended."""
-    return "".join(
-        f"\nNOT VALID: {r.mode} {r.per_call}/call {r.shards} shard(s), {r.workloads} workloads: "
-        f"{', '.join(r.ended)} ended during the case; its CPU and work are missing\n"
-        for r in rows
-        if not r.valid
+    return "".join(f"\nNOT VALID: {why}\n" for why in map(not_valid, rows) if why)
+
+
+def not_valid(row: msgspec.Struct) -> str | None:
+    """Why a case's row is not valid (a process ended during it), naming the case; None for a
+    valid row and for the rows that are not cases (wake costs, the per-replica comparison)."""
+    if not isinstance(row, E2ERow) or row.valid:
+        return None
+    return (
+        f"{row.mode} {row.per_call}/call {row.shards} shard(s), {row.workloads} workloads: "
+        f"{', '.join(row.ended)} ended during the case; its CPU and work are missing"
     )
 
 

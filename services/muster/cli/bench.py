@@ -3,6 +3,10 @@
 Each section is a `Section` in `SECTIONS`; `muster bench` alone runs every one with its
 defaults. `-o json` prints one JSON object per row per line, so runs can be compared with
 `jq` or `diff`. Another section (e2e, placement, ...) adds one entry to `SECTIONS`.
+
+The exit status is 1 when a row is not valid (a section's `not_valid` says why: in e2e, a
+process ended during the case), after every row is printed: a script or CI running the bench
+must not take such a row for a measurement.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from muster.bench import admission, admission_pending, light_gpu, placement, pod
 from muster.bench.kueue_perf import CONFIGS
 from muster.bench.table import render_json_line
 
-EXIT_OK = 0
+EXIT_OK, EXIT_NOT_VALID = 0, 1
 ALL = "all"
 
 RowT = TypeVar("RowT", bound=msgspec.Struct)
@@ -36,6 +40,9 @@ class Section(Generic[RowT]):
     add_options: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], Iterator[RowT]]
     render: Callable[[list[RowT]], str]
+    # Why a row is not a measurement (None: it is); a section whose rows are always whole
+    # leaves it out.
+    not_valid: Callable[[RowT], str | None] = lambda row: None
 
 
 def add_admission_options(parser: argparse.ArgumentParser) -> None:
@@ -360,6 +367,7 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
             add_options=add_e2e_options,
             run=run_e2e,
             render=lambda rows: _e2e().render(rows),
+            not_valid=lambda row: _e2e().not_valid(row),
         ),
         Section(
             name="buckets",
@@ -491,23 +499,40 @@ def main(argv: Sequence[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.section is not None:
-        run_section(SECTIONS[args.section], args)
-        return EXIT_OK
+        return exit_status(run_section(SECTIONS[args.section], args))
+    not_valid: list[str] = []
     for n, section in enumerate(SECTIONS.values()):
         # No section named, so argv holds only common options: add the name for its defaults.
         section_args = parser.parse_args([*argv, section.name])
         if section_args.output == "table" and n > 0:
             sys.stdout.write("\n")
-        run_section(section, section_args)
-    return EXIT_OK
+        not_valid += run_section(section, section_args)
+    return exit_status(not_valid)
 
 
-def run_section(section: Section[RowT], args: argparse.Namespace) -> None:
-    """Print the section's rows: each JSON line as soon as its row is done, or one table."""
-    if args.output == "json":
-        for row in section.run(args):
+def exit_status(not_valid: list[str]) -> int:
+    """EXIT_NOT_VALID, with a line on stderr per row that is not valid, when there is one."""
+    if not not_valid:
+        return EXIT_OK
+    lines = "".join(f"\n  {why}" for why in not_valid)
+    sys.stderr.write(f"muster bench: {len(not_valid)} row(s) NOT VALID:{lines}\n")
+    return EXIT_NOT_VALID
+
+
+def run_section(section: Section[RowT], args: argparse.Namespace) -> list[str]:
+    """Print the section's rows: each JSON line as soon as its row is done, or one table.
+    Returns why each row that is not valid is not, prefixed by the section's name."""
+    rows: list[RowT] = []
+    not_valid: list[str] = []
+    for row in section.run(args):
+        why = section.not_valid(row)
+        if why:
+            not_valid.append(f"{section.name}: {why}")
+        if args.output == "json":
             sys.stdout.write(render_json_line(row))
             sys.stdout.flush()
-        return
-    rows = list(section.run(args))
-    sys.stdout.write(f"{section.name}\n\n{section.render(rows)}")
+        else:
+            rows.append(row)
+    if args.output == "table":
+        sys.stdout.write(f"{section.name}\n\n{section.render(rows)}")
+    return not_valid

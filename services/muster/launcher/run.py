@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import shutil
 import signal
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,8 @@ from muster.launcher.driver import (
     render_tracks,
 )
 from muster.launcher.nats_server import LaunchError, NatsServer
+from muster.launcher.progress import Progress
+from muster.launcher.reported import not_reported_warning, until_reported
 from muster.launcher.stack import Stack
 
 __all__ = ["LaunchError", "prepare_nats", "run_live"]
@@ -112,7 +114,9 @@ async def run_live(
             speed=speed,
             print_line=out,
             apply_nodes=_node_applier(
-                backends, default=cluster, reported=admin if workers else None
+                backends,
+                default=cluster,
+                until_reported=_reported_waiter(admin, stack, out) if workers else None,
             ),
             multicluster=bool(workers),
         )
@@ -171,11 +175,17 @@ def _kueue_config_args(text: str, log_dir: Path) -> list[str]:
     return ["--kueue-config", str(path)]
 
 
+Expected = Mapping[str, set[str]]  # cluster -> the names of its schedulable Nodes
+
+
 def _node_applier(
-    backends: Mapping[str, SimBackend], *, default: str, reported: Bus | None = None
+    backends: Mapping[str, SimBackend],
+    *,
+    default: str,
+    until_reported: Callable[[Expected], Awaitable[None]] | None = None,
 ) -> Callable[[Sequence[dict[str, Any]]], Any]:
     """Write each Node into the store of the cluster its `muster.dev/cluster` names; with
-    `reported` (several clusters), then wait until each cluster's heartbeat lists them."""
+    `until_reported` (several clusters), then wait until each cluster's heartbeat lists them."""
 
     async def apply(nodes: Sequence[dict[str, Any]]) -> None:
         expected: dict[str, set[str]] = {}
@@ -189,29 +199,34 @@ def _node_applier(
             await backend.apply(node)
             if not (node.get("spec") or {}).get("unschedulable"):
                 expected.setdefault(name, set()).add(str(meta.get("name")))
-        if reported is not None:
-            await _until_reported(reported, expected)
+        if until_reported is not None:
+            await until_reported(expected)
 
     return apply
 
 
-async def _until_reported(
-    admin: Bus, expected: Mapping[str, set[str]], *, timeout_s: float = 30.0
-) -> None:
-    """Wait (at most `timeout_s`) until every cluster's gang-permit heartbeat lists its nodes.
+def _reported_waiter(
+    admin: Bus, stack: Stack, out: Callable[[str], None]
+) -> Callable[[Expected], Awaitable[None]]:
+    """Wait until each cluster's gang-permit heartbeat lists its nodes, while that progresses
+    (`muster.launcher.reported`); say which are missing when the wait stalls, and go on."""
 
-    Dispatch goes by the room heartbeats report: without this the first workloads would go to
-    whichever cluster happened to report first, not where the scenario's order says.
-    """
-    kv = await admin.kv(CLUSTERS_BUCKET)
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    waiting = dict(expected)
-    while waiting and asyncio.get_running_loop().time() < deadline:
-        for cluster, names in list(waiting.items()):
+    async def wait(expected: Expected) -> None:
+        kv = await admin.kv(CLUSTERS_BUCKET)
+
+        async def listed(cluster: str) -> list[str]:
             room = await room_of(kv, cluster)  # a large cluster's room in parts: read whole
-            if room is not None and names <= {node.name for node in room.nodes}:
-                del waiting[cluster]
-        await asyncio.sleep(0.1)
+            return [] if room is None else [node.name for node in room.nodes]
+
+        def gangpermit_cpu_s(clusters: Collection[str]) -> float:
+            return stack.cpu_s("gangpermit", clusters)
+
+        bound = Progress()
+        missing = await until_reported(listed, expected, cpu_s=gangpermit_cpu_s, progress=bound)
+        if missing:
+            out(not_reported_warning(missing, bound))
+
+    return wait
 
 
 async def _lose(stack: Stack, cluster: str, after_s: float, out: Callable[[str], None]) -> None:

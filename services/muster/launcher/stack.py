@@ -44,6 +44,7 @@ class ServiceProcess:
     name: str
     argv: list[str]
     log_dir: Path
+    kind: str = ""  # the service it runs ("gangpermit", "admission", ...); `name` is per start
     process: asyncio.subprocess.Process | None = None
     starts: int = 0  # how many times it was started
     reader: asyncio.Task[None] | None = None  # copying this start's output to its log
@@ -192,6 +193,7 @@ class Stack:
                 name=label,
                 argv=service_argv(name, nats_url=nats_url, cluster=c, extra=extra),
                 log_dir=log_dir,
+                kind=name,
                 cluster=c if name in PER_CLUSTER else "",
                 env=_environment(
                     None if passwords is None else _credentials(identity(name, c), passwords),
@@ -310,6 +312,10 @@ class Stack:
                 await self._wait_serving(svc)
         except TimeoutError:
             raise LaunchError(f"{name} did not serve again in {timeout_s:g}s") from None
+
+    def cpu_s(self, kind: str, clusters: Collection[str]) -> float:
+        """CPU seconds the `kind` services of `clusters` used so far (0 for one not running)."""
+        return sum(_cpu_s_of(s) for s in self.services if s.kind == kind and s.cluster in clusters)
 
     def died(self) -> list[str]:
         return [

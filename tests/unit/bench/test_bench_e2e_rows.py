@@ -1,10 +1,16 @@
-"""`bench e2e` rows a process was missing from: marked, with what ended, never shown as valid."""
+"""`bench e2e` rows a process was missing from: marked, with what ended, never shown as valid,
+and the bench's exit status says so."""
 
 from __future__ import annotations
 
-import msgspec
+import json
 
+import msgspec
+import pytest
+
+from muster.bench import e2e
 from muster.bench.e2e import E2ERow, render
+from muster.cli.main import main as muster
 
 
 def row(**changes: object) -> E2ERow:
@@ -49,3 +55,43 @@ def test_ended_rows_round_trip_through_json() -> None:
     lost = row(ended=("admission-0", "nats-server"))
 
     assert msgspec.json.decode(msgspec.json.encode(lost), type=E2ERow) == lost
+
+
+@pytest.mark.parametrize("output", ["table", "json"])
+def test_the_bench_exits_non_zero_naming_a_row_that_is_not_valid_after_printing_every_row(
+    output: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lost = row(ended=("admission-0",), per_call=16)
+    monkeypatch.setattr(e2e, "run", lambda **options: iter([row(), lost, row(mode="rate")]))
+
+    status = muster(["bench", "e2e", "--scale", "0.01", "-o", output])
+
+    out, err = capsys.readouterr()
+    assert status == 1
+    assert err == (
+        "muster bench: 1 row(s) NOT VALID:\n"
+        "  e2e: burst 16/call 1 shard(s), 3000 workloads: admission-0 ended during the case; "
+        "its CPU and work are missing\n"
+    )
+    if output == "json":
+        rows = [json.loads(line) for line in out.splitlines()]
+        assert [(r["mode"], r["per_call"], r["ended"]) for r in rows] == [
+            ("burst", 1, []),
+            ("burst", 16, ["admission-0"]),
+            ("rate", 1, []),
+        ]
+    else:
+        latency = out.split("\n\n")[1].splitlines()
+        assert [line.split()[-1] for line in latency[1:]] == ["-", "admission-0", "-"]
+
+
+def test_the_bench_exits_zero_when_every_row_is_valid(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(e2e, "run", lambda **options: iter([row(), row(mode="rate")]))
+
+    status = muster(["bench", "e2e", "--scale", "0.01", "-o", "json"])
+
+    out, err = capsys.readouterr()
+    assert status == 0
+    assert (len(out.splitlines()), err) == (2, "")
