@@ -175,7 +175,8 @@ async def preemptor_bound_where_room_was_left(stack: Stack, kubelets: Kubelets) 
     assert sorted(b.node for b in bound.bound.bindings) == [f"n{i}" for i in range(NODES)]
     assert await stack.pods_of("ns/low/workers") == []
     assert kubelets.overcommitted == []
-    # Every command answered; each answer names its own command.
+    # Every command answered; each answer names its own command, the part it was and how
+    # many pods it named (so that no reader takes it for the end of a Kueue admission).
     await stack.events.wait_until(
         lambda seen: (
             {e.cause for e in seen if e.type == "workload.eviction_completed"}
@@ -183,6 +184,23 @@ async def preemptor_bound_where_room_was_left(stack: Stack, kubelets: Kubelets) 
         ),
         timeout_s=20,
     )
+    told = {c.event_id: c.evict_requested for c in kubelets.commands}
+    for answer in stack.events.matching("eviction_completed", workload=VICTIM):
+        done, command = answer.eviction_completed, told[answer.cause]
+        assert (done.part, done.parts, done.command_id, done.pods) == (
+            command.part,
+            command.parts,
+            command.command_id,
+            len(command.pods),
+        )
+    answered: dict[str, set[int]] = {}
+    for answer in stack.events.matching("eviction_completed", workload=VICTIM):
+        answered.setdefault(answer.eviction_completed.command_id, set()).add(
+            answer.eviction_completed.part
+        )
+    assert {whole: sorted(parts) for whole, parts in answered.items()} == {
+        c.command_id: list(range(c.parts)) for c in told.values()
+    }
 
 
 async def test_a_preemptor_waits_for_the_pods_of_every_part_of_its_victims_eviction(

@@ -49,6 +49,12 @@ def test_a_victim_over_the_event_limit_is_evicted_in_commands_that_each_fit() ->
     assert sorted(names) == sorted(f"low-{i}" for i in range(PODS))
     assert all(p.uid == f"uid-{p.name}" for e in evicts for p in e.evict_requested.pods)
     assert len({e.event_id for e in evicts}) == len(evicts)
+    # Each says which part of the whole command it is, as a permit's parts do.
+    assert [e.evict_requested.part for e in evicts] == list(range(len(evicts)))
+    assert {(e.evict_requested.parts, e.evict_requested.command_id) for e in evicts} == {
+        (len(evicts), evicts[0].evict_requested.command_id)
+    }
+    assert evicts[0].evict_requested.command_id not in {e.event_id for e in evicts}
     # Repeated after a crash (nothing reached the stream): the same ids, deduplicated.
     again = decide(fed(docs, max_event_bytes=LIMIT), now_s=12.0)
     assert [e.event_id for e in again] == [e.event_id for e in envs]
@@ -62,6 +68,7 @@ def test_a_victim_that_fits_is_one_command_listing_its_pods_as_before() -> None:
     assert announced.placement_preempted.pod_count == PODS
     assert len(announced.placement_preempted.pods) == PODS
     assert len(evict.evict_requested.pods) == PODS
+    assert (evict.evict_requested.parts, evict.evict_requested.command_id) == (0, "")
 
 
 def stopped(state: GangPermitState, command: events_pb2.Envelope, sequence: int) -> None:
