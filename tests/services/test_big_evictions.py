@@ -3,10 +3,10 @@ preemptor that needs every node it holds (on a real nats-server, the pod-path se
 in-process): the preemptor is bound only onto room the victim's pods have left, whichever part
 is answered first and whether the binder or gang-permit restarts between parts.
 
-The binder reaches the cluster through `Kubelets`: each node admits a pod bound to it only when
-the pods already there leave room for it (a kubelet's OutOfcpu), and the deletes of every
-`cmd.evict` but the first wait until the test releases them, so the first part is answered
-while the pods of the others still run. The limit is lowered so that a few hundred pods need
+The binder reaches the cluster through `Kubelets`, which checks each bind of the preemptor as a
+kubelet admits a pod (OutOfcpu: the pods already on the node must leave room for it), and holds
+the deletes of every `cmd.evict` but the first until the test releases them, so that the first
+part is answered while the pods of the others still run. The limit is lowered so that a few hundred pods need
 several commands, as tens of thousands do at the default 1 MiB.
 """
 
@@ -155,15 +155,20 @@ async def apply_all(stack: Stack, text: str) -> None:
 
 async def first_part_answered(stack: Stack, kubelets: Kubelets) -> None:
     """Wait until a part of the victim's eviction is answered while others' pods still run,
-    then until gang-permit has read past that answer and decided a pass after it: a Kueue
-    workload admitted after it (a pod of one CPU, on a node of its own) is permitted."""
+    then until gang-permit has read past that answer and decided a pass after it."""
     done = await stack.events.wait_for("eviction_completed", workload=VICTIM, timeout_s=45)
     assert len(kubelets.commands) > 1
     assert done.cause == kubelets.commands[0].event_id
     assert len(await stack.pods_of("ns/low/workers")) > 0  # the later parts' pods still run
-    await stack.backend.apply(node("probe", cpu="1"))
-    probe = await submit_and_admit(stack, "probe", count=1, cpu="1", run_seconds=None)
-    await stack.events.wait_for("gang_permitted", workload=probe, timeout_s=20)
+    await a_pass_decided_since(stack, "probe")
+
+
+async def a_pass_decided_since(stack: Stack, name: str) -> None:
+    """Wait until gang-permit has read the stream up to now and decided a pass after it: a
+    Kueue workload admitted now (a pod of one CPU, on a node of its own) is permitted."""
+    await stack.backend.apply(node(name, cpu="1"))
+    key = await submit_and_admit(stack, name, count=1, cpu="1", run_seconds=None)
+    await stack.events.wait_for("gang_permitted", workload=key, timeout_s=20)
 
 
 async def preemptor_bound_where_room_was_left(stack: Stack, kubelets: Kubelets) -> None:
@@ -203,37 +208,31 @@ async def preemptor_bound_where_room_was_left(stack: Stack, kubelets: Kubelets) 
     }
 
 
-async def test_a_preemptor_waits_for_the_pods_of_every_part_of_its_victims_eviction(
-    bus: Bus, events: EventLog
-) -> None:
-    async with evicting(bus, events) as (stack, kubelets):
-        await first_part_answered(stack, kubelets)
-
-        await preemptor_bound_where_room_was_left(stack, kubelets)
-
-
-async def test_a_binder_restarted_between_the_parts_of_an_eviction_carries_out_the_rest(
-    bus: Bus, events: EventLog
-) -> None:
-    async with evicting(bus, events) as (stack, kubelets):
-        await first_part_answered(stack, kubelets)
+async def restart(stack: Stack, kubelets: Kubelets, service: str) -> None:
+    """Kill `service` between the parts of the eviction and start it again."""
+    if service == "binder":
         kubelets.cut.set()  # a later part's deletes were waiting: not acknowledged
         await stack.stop("binder")
         await stack.start_binder(kubelets)
+    elif service == "gangpermit":
+        await stack.stop("gangpermit")
+        await stack.start_gangpermit(gang_timeout_s=TIMEOUT_S)
+        await a_pass_decided_since(stack, "probe-after")
 
-        await preemptor_bound_where_room_was_left(stack, kubelets)
 
-
-async def test_a_gang_permit_restarted_between_the_parts_of_an_eviction_frees_nothing_early(
-    bus: Bus, events: EventLog
+@pytest.mark.parametrize(
+    "restarted",
+    [
+        pytest.param("", id="running"),
+        pytest.param("binder", id="binder-restarted-between-parts"),
+        pytest.param("gangpermit", id="gangpermit-restarted-between-parts"),
+    ],
+)
+async def test_a_preemptor_is_bound_only_on_room_left_by_the_pods_of_every_part_of_its_victim(
+    bus: Bus, events: EventLog, restarted: str
 ) -> None:
     async with evicting(bus, events) as (stack, kubelets):
         await first_part_answered(stack, kubelets)
-        await stack.stop("gangpermit")
-        await stack.start_gangpermit(gang_timeout_s=TIMEOUT_S)
-        # The successor has read the stream and the cluster, and decided a pass since.
-        probe = await submit_and_admit(stack, "probe2", count=1, cpu="1", run_seconds=None)
-        await stack.backend.apply(node("probe2", cpu="1"))
-        await stack.events.wait_for("gang_permitted", workload=probe, timeout_s=20)
+        await restart(stack, kubelets, restarted)
 
         await preemptor_bound_where_room_was_left(stack, kubelets)
