@@ -6,8 +6,8 @@ is answered first and whether the binder or gang-permit restarts between parts.
 The binder reaches the cluster through `Kubelets`, which checks each bind of the preemptor as a
 kubelet admits a pod (OutOfcpu: the pods already on the node must leave room for it), and holds
 the deletes of every `cmd.evict` but the first until the test releases them, so that the first
-part is answered while the pods of the others still run. The limit is lowered so that a few hundred pods need
-several commands, as tens of thousands do at the default 1 MiB.
+part is answered while the pods of the others still run. The limit is lowered so that a few
+hundred pods need several commands, as tens of thousands do at the default 1 MiB.
 """
 
 from __future__ import annotations
