@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import functools
 from collections.abc import AsyncIterator
+from typing import NoReturn
 
 from muster.bus import Bus
 from muster.bus.buckets import WATCHER_BUCKET
@@ -25,7 +26,7 @@ from muster.cluster.sim.clock import Clock, WallClock
 from muster.cluster.sim.collector import Deletion, GarbageCollector
 from muster.cluster.sim.kubelet import RUN_FROM, STARTED, Kubelet
 from muster.cluster.sim.store import SimStore
-from muster.cluster.sim.tombstones import PRUNE_EVERY_S, TOMBSTONES_KEPT_S, prune_forever
+from muster.cluster.sim.tombstones import TOMBSTONES_KEPT_S, prune_forever
 
 NAME = "sim-cluster"
 
@@ -53,7 +54,8 @@ def main(argv: list[str]) -> int:
                 "MUSTER_SIM_POD_TOMBSTONES_KEPT_SECONDS",
                 f"{TOMBSTONES_KEPT_S:g}",
                 "how long a deleted pod's tombstone stays, and until the cluster's watcher has "
-                "read it (a watch resumed from before its deletion shows it)",
+                "read it (a watch resumed from before its deletion shows it); pruned every "
+                "tenth of that, 10 s to 10 min",
             ),
             Flag(
                 "--run-from",
@@ -95,23 +97,27 @@ async def serve(
     run_from: str = STARTED,
     clock: Clock | None = None,
     tombstones_kept_s: float = TOMBSTONES_KEPT_S,
-    prune_every_s: float = PRUNE_EVERY_S,
+    prune_every_s: float | None = None,
 ) -> None:
     """Open the cluster's store and run its kubelet, garbage collector and tombstone pruner
     until cancelled."""
     clock = clock or WallClock()
     store = await SimStore.open(bus.kv, cluster=cluster)
-    pods, watcher = await bus.kv(bucket_name(cluster)), await bus.kv(WATCHER_BUCKET)
     collector = GarbageCollector(SimBackend(store, clock=clock))
     kubelet = Kubelet(store, clock=clock, speed=speed, run_from=run_from, on_pod=collector.seen)
     health.ready()
     async with SupervisedGroup() as tasks:
         tasks.create_task(kubelet.run(), name="kubelet")
         tasks.create_task(collector.run(deletions(bus)), name="garbage-collector")
-        pruning = prune_forever(
-            pods, watcher, cluster, kept_s=tombstones_kept_s, every_s=prune_every_s
-        )
+        pruning = pruner(bus, cluster, kept_s=tombstones_kept_s, every_s=prune_every_s)
         tasks.create_task(pruning, name="tombstone-pruner")
+
+
+async def pruner(bus: Bus, cluster: str, *, kept_s: float, every_s: float | None) -> NoReturn:
+    """The tombstone pruner, its buckets opened here: a NATS user of before it (which may not
+    read MUSTER_WATCHER) holds up only the pruning, never the kubelet."""
+    pods, watcher = await bus.kv(bucket_name(cluster)), await bus.kv(WATCHER_BUCKET)
+    await prune_forever(pods, watcher, cluster, kept_s=kept_s, every_s=every_s)
 
 
 async def deletions(bus: Bus) -> AsyncIterator[Deletion]:

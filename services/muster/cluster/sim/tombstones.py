@@ -25,7 +25,13 @@ from muster.bus.kv import Bucket
 log = logging.getLogger(__name__)
 
 TOMBSTONES_KEPT_S: Final = 3600.0
-PRUNE_EVERY_S: Final = 600.0  # each pass reads the whole bucket: not more often
+PRUNE_EVERY_S: Final = 600.0  # each pass reads the whole bucket: not more often,
+PRUNE_EVERY_MIN_S: Final = 10.0  # unless tombstones are kept less long, down to this
+
+
+def prune_every_s(kept_s: float) -> float:
+    """How often to prune tombstones kept `kept_s`: a tenth of that, within the bounds."""
+    return min(PRUNE_EVERY_S, max(kept_s / 10, PRUNE_EVERY_MIN_S))
 
 
 def watcher_read_up_to(value: bytes | None) -> int:
@@ -56,9 +62,11 @@ async def prune_forever(
     cluster: str,
     *,
     kept_s: float = TOMBSTONES_KEPT_S,
-    every_s: float = PRUNE_EVERY_S,
+    every_s: float | None = None,
 ) -> NoReturn:
-    """`prune_once` every `every_s`; a NATS failure is logged and tried again next time."""
+    """`prune_once` every `every_s` (None: `prune_every_s(kept_s)`); a NATS failure is
+    logged and tried again next time."""
+    every_s = prune_every_s(kept_s) if every_s is None else every_s
     while True:
         try:
             pruned = await prune_once(pods, watcher, cluster, kept_s=kept_s)
