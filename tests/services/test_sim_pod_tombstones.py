@@ -6,18 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 
 import pytest
+import test_cluster_sim_collector as collector
 from test_cluster_sim_collector import deleted, started, until
 
 from muster.bus import Bus
 from muster.bus.buckets import WATCHER_BUCKET
 from muster.bus.kv import Bucket
-from muster.bus.service import Health
 from muster.cluster.keys import bucket_name
-from muster.cluster.sim import SimBackend, SimStore, pod_key
-from muster.cluster.sim.__main__ import serve
+from muster.cluster.sim import SimBackend, pod_key
 from muster.cluster.sim.tombstones import prune_once
 
 pytestmark = pytest.mark.timeout(60)
@@ -26,25 +24,7 @@ N = 12  # workloads run, finished and deleted
 SIM_STREAM = f"KV_{bucket_name('local')}"
 
 
-@pytest.fixture
-async def sim(bus: Bus) -> SimBackend:
-    backend = SimBackend(await SimStore.open(bus.kv, cluster="local"))
-    await backend.apply({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
-    return backend
-
-
-@contextlib.asynccontextmanager
-async def sim_cluster(bus: Bus, *, kept_s: float) -> AsyncIterator[None]:
-    """`muster service sim-cluster --pod-tombstones-kept-seconds kept_s`, pruning often."""
-    service = serve(bus, Health("sim-cluster"), cluster="local", speed=1000,
-                    tombstones_kept_s=kept_s, prune_every_s=0.05)  # fmt: skip
-    task = asyncio.create_task(service)
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+sim = collector.sim  # the fixture: a node n1 in the sim cluster "local"
 
 
 async def stored(bus: Bus) -> int:
@@ -73,7 +53,7 @@ async def run_and_delete(bus: Bus, sim: SimBackend, names: list[str]) -> set[str
 async def test_tombstones_the_watcher_read_leave_and_the_bucket_holds_what_is_live(
     bus: Bus, sim: SimBackend
 ) -> None:
-    async with sim_cluster(bus, kept_s=0):
+    async with collector.sim_cluster_service(bus, tombstones_kept_s=0, prune_every_s=0.05):
         await run_and_delete(bus, sim, [f"w-{i}" for i in range(N)])
         assert await stored(bus) == 1 + N  # the node, and a tombstone per pod
         await watcher_read(bus, await sim.store.last_revision())
@@ -86,7 +66,7 @@ async def test_tombstones_the_watcher_read_leave_and_the_bucket_holds_what_is_li
 async def test_a_deletion_the_watcher_has_not_read_stays_for_its_resumed_watch(
     bus: Bus, sim: SimBackend
 ) -> None:
-    async with sim_cluster(bus, kept_s=3600):  # its own pruner: never, within the test
+    async with collector.sim_cluster_service(bus):  # its own pruner: not within the test
         read = await run_and_delete(bus, sim, ["read-0", "read-1"])
         point = await sim.store.last_revision()
         watcher = await watcher_read(bus, point)
@@ -106,7 +86,7 @@ async def test_a_deletion_the_watcher_has_not_read_stays_for_its_resumed_watch(
 async def test_without_a_readable_watcher_point_nothing_is_pruned(
     bus: Bus, sim: SimBackend, point: bytes | None
 ) -> None:
-    async with sim_cluster(bus, kept_s=3600):
+    async with collector.sim_cluster_service(bus):
         await run_and_delete(bus, sim, ["w"])
     watcher = await bus.kv(WATCHER_BUCKET) if point is None else await watcher_read(bus, point)
     pods = await bus.kv(bucket_name("local"))
