@@ -1,0 +1,83 @@
+"""A worker cluster that lies in its heartbeat (MUSTER_CLUSTERS), as a compromised or buggy
+gang-permit would: the manager must not take it for another cluster.
+
+NATS lets each cluster's gang-permit write its own keys only (`bus/permissions.py`), but the
+body is whatever that writer put. A real nats-server, admission and the gateway as in
+production; the configuration and the workload go in as YAML through the gateway; the
+heartbeats are put as a gang-permit puts them, the lie as a hostile one would.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import msgspec
+import pytest
+from admission_world import eventually, start_admission
+from bus_helpers import EventLog
+from cluster_rooms import report, room
+from gateway_helpers import running_gateway
+from multicluster_stack import about, job, multikueue_config, wait_for, watchers
+
+from muster.bus import Bus, BusConfig
+from muster.bus.buckets import CLUSTERS_BUCKET
+from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
+from muster.core.dispatch import ClusterCapacity
+
+pytestmark = pytest.mark.timeout(60)
+
+NEVER_LOST_S = 60.0  # no cluster here goes silent on purpose
+
+
+async def test_a_heartbeat_naming_another_cluster_is_refused_and_the_others_work_on(
+    bus: Bus, bus_config: BusConfig, events: EventLog, caplog: pytest.LogCaptureFixture
+) -> None:
+    # west, listed first, never reports (it is down); east reports its own room. north's
+    # gang-permit, allowed to write key `north` only, puts there a heartbeat naming west,
+    # with a node of room: believed, it keeps a down cluster alive and draws work to it.
+    await report(bus, "east", [room(0, prefix="east")])
+    lie = ClusterCapacity(cluster="west", nodes=(room(0, prefix="fake"),))
+    registry = await bus.kv(CLUSTERS_BUCKET)
+    await registry.put("north", msgspec.json.encode(lie))
+
+    caplog.set_level(logging.WARNING)
+    async with running_gateway(bus) as gateway:
+        admission = await start_admission(bus_config, cluster_lost_s=NEVER_LOST_S)
+        try:
+            await admission.wait_serving()
+            submit = gateway.gateway.Submit
+            config = multikueue_config("west", "east", cpu=8)
+            await submit(services_pb2.SubmitRequest(manifest=config))
+
+            async def following() -> bool:
+                return await watchers(bus) == 1
+
+            await eventually(following)  # the stored heartbeats are read first
+            await submit(services_pb2.SubmitRequest(manifest=job("train", pods=2)))
+
+            admitted = await wait_for(events, "admitted", "ml/train")
+            assert admitted.cluster == "east"
+
+            async def ready_check() -> bool:
+                return any(c.state == "Ready" for c in checks_of(events, "ml/train"))
+
+            await eventually(ready_check)
+            (ready,) = [c for c in checks_of(events, "ml/train") if c.state == "Ready"]
+            assert ready.message.startswith("dispatched to cluster east")
+            assert "not west: no heartbeat yet" in ready.message
+
+            # The manager says which heartbeat it refused, naming its key and the field.
+            refused = [r.getMessage() for r in caplog.records if "north" in r.getMessage()]
+            assert any("$.cluster: 'west' is not 'north'" in m for m in refused), refused
+
+            # The gateway shows north without room, and no west at all.
+            visibility = services_pb2_grpc.VisibilityStub(gateway.channel)
+            shown = await visibility.Clusters(services_pb2.ClustersRequest())
+            rooms = {c.name: c.node_count for c in shown.clusters}
+            assert rooms == {"east": 1, "north": 0}
+        finally:
+            await admission.stop()
+
+
+def checks_of(events: EventLog, workload: str) -> list[events_pb2.AdmissionCheckUpdated]:
+    return [e.admission_check for e in about(events, "admission_check", workload)]
