@@ -9,7 +9,10 @@ heartbeats are put as a gang-permit puts them, the lie as a hostile one would.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
+from collections.abc import Sequence
 
 import msgspec
 import pytest
@@ -19,6 +22,9 @@ from cluster_rooms import report, room
 from gateway_helpers import running_gateway
 from multicluster_stack import about, job, multikueue_config, wait_for, watchers
 
+from muster.admission.clusters import follow_clusters
+from muster.admission.dispatch import Dispatcher
+from muster.api.model import MultiKueueCluster, ObjectMeta
 from muster.bus import Bus, BusConfig
 from muster.bus.buckets import CLUSTERS_BUCKET
 from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
@@ -81,3 +87,51 @@ async def test_a_heartbeat_naming_another_cluster_is_refused_and_the_others_work
 
 def checks_of(events: EventLog, workload: str) -> list[events_pb2.AdmissionCheckUpdated]:
     return [e.admission_check for e in about(events, "admission_check", workload)]
+
+
+class Waiting(Dispatcher):
+    """A replica with a workload waiting for room: every heartbeat asks for a round."""
+
+    def wants_round(self) -> bool:
+        return True
+
+
+async def test_a_worker_reporting_in_a_burst_gets_one_round_and_never_stalls_the_registry(
+    bus: Bus,
+) -> None:
+    # A round takes as long as the test says; east's gang-permit reports 100 times meanwhile,
+    # each time something else. They were heard one by one, each after a round of its own.
+    dispatcher = Waiting(lost_after_s=NEVER_LOST_S)
+    dispatcher.declared["east"] = MultiKueueCluster(meta=ObjectMeta(name="east"))
+    rounds: list[Sequence[events_pb2.Envelope]] = []  # what each round was given
+    running = asyncio.Event()  # set: a round may end
+
+    async def round_(envs: Sequence[events_pb2.Envelope]) -> None:
+        rounds.append(envs)
+        await running.wait()
+
+    follow = follow_clusters(bus, dispatcher, round_, clock=time.monotonic, wanted_s=0.01)
+    follower = asyncio.create_task(follow)
+    try:
+        await eventually(lambda: _true(bool(rounds)))  # the round once the registry is read
+        for i in range(100):
+            await report(bus, "east", [room(i, prefix="east")])
+
+        async def all_heard() -> bool:
+            heard = dispatcher.capacity.get("east")
+            return heard is not None and heard.nodes[0].name == "east-00099"
+
+        await eventually(all_heard, timeout_s=20)  # while the first round still runs
+        assert len(rounds) == 1
+        running.set()
+        await eventually(lambda: _true(len(rounds) == 2))  # one for the hundred
+        await report(bus, "east", [room(100, prefix="east")])
+        await eventually(lambda: _true(len(rounds) == 3))
+        assert rounds == [[], [], []]  # rounds asked by heartbeats carry no event
+    finally:
+        follower.cancel()
+        await asyncio.gather(follower, return_exceptions=True)
+
+
+async def _true(value: bool) -> bool:
+    return value
