@@ -1,10 +1,12 @@
-"""A worker cluster that lies in its heartbeat (MUSTER_CLUSTERS), as a compromised or buggy
-gang-permit would: the manager must not take it for another cluster.
+"""A worker cluster that lies, as its compromised or buggy services would: in its heartbeat
+(MUSTER_CLUSTERS), or in events on its own subjects. The manager must not take it for another
+cluster, nor be kept from serving the others.
 
-NATS lets each cluster's gang-permit write its own keys only (`bus/permissions.py`), but the
-body is whatever that writer put. A real nats-server, admission and the gateway as in
-production; the configuration and the workload go in as YAML through the gateway; the
-heartbeats are put as a gang-permit puts them, the lie as a hostile one would.
+NATS lets each cluster's services write their own keys and subjects only
+(`bus/permissions.py`), but the body is whatever that writer put. A real nats-server,
+admission and the gateway as in production; the configuration and the workloads go in as YAML
+through the gateway; heartbeats and events are put as a worker's services put them, the lies
+as hostile ones would.
 """
 
 from __future__ import annotations
@@ -16,17 +18,19 @@ from collections.abc import Sequence
 
 import msgspec
 import pytest
-from admission_world import eventually, start_admission
+from admission_world import drained, eventually, start_admission
 from bus_helpers import EventLog
 from cluster_rooms import report, room
 from gateway_helpers import running_gateway
 from multicluster_stack import about, job, multikueue_config, wait_for, watchers
+from test_hostile_events import dead_letter_reasons
 
 from muster.admission.clusters import follow_clusters
 from muster.admission.dispatch import Dispatcher
 from muster.api.model import MultiKueueCluster, ObjectMeta
-from muster.bus import Bus, BusConfig
+from muster.bus import Bus, BusConfig, new_event
 from muster.bus.buckets import CLUSTERS_BUCKET
+from muster.bus.envelope import encode
 from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
 from muster.core.dispatch import ClusterCapacity
 
@@ -87,6 +91,46 @@ async def test_a_heartbeat_naming_another_cluster_is_refused_and_the_others_work
 
 def checks_of(events: EventLog, workload: str) -> list[events_pb2.AdmissionCheckUpdated]:
     return [e.admission_check for e in about(events, "admission_check", workload)]
+
+
+async def test_a_worker_speaking_for_another_cluster_on_its_own_subject_is_dead_lettered(
+    bus: Bus, bus_config: BusConfig, events: EventLog
+) -> None:
+    await report(bus, "west", [room(0, prefix="west")])
+    async with running_gateway(bus) as gateway:
+        admission = await start_admission(bus_config, cluster_lost_s=NEVER_LOST_S)
+        try:
+            await admission.wait_serving()
+            submit = gateway.gateway.Submit
+            await submit(services_pb2.SubmitRequest(manifest=multikueue_config("west", cpu=4)))
+            await submit(services_pb2.SubmitRequest(manifest=job("first", pods=4)))
+            assert (await wait_for(events, "admitted", "ml/first")).cluster == "west"
+            await submit(services_pb2.SubmitRequest(manifest=job("second", pods=4)))
+            await wait_for(events, "pending", "ml/second")  # first holds the quota
+
+            # east's watcher may publish on muster.v1.east.* only: there, it says first (which
+            # runs on west) finished, as west's watcher would. Believed, first's quota is free.
+            payload = events_pb2.WorkloadFinished(succeeded=True)
+            forged = new_event(
+                "finished", payload, cluster="west", workload="ml/first", source="watcher/west"
+            )
+            await bus.js.publish("muster.v1.east.workload.finished", encode(forged))
+
+            async def dead_lettered() -> bool:
+                return forged.event_id in await dead_letter_reasons(bus)
+
+            await eventually(dead_lettered, timeout_s=20)
+            await drained(bus, "admission-0")
+            reason = (await dead_letter_reasons(bus))[forged.event_id]
+            assert reason == (
+                f"envelope {forged.event_id} (workload.finished of cluster 'west') was published "
+                "on 'muster.v1.east.workload.finished', not on its own subject "
+                "'muster.v1.west.workload.finished'"
+            )
+            assert about(events, "admitted", "ml/second") == []
+            assert about(events, "finished", "ml/first") == []  # a replay, as this log, skips it
+        finally:
+            await admission.stop()
 
 
 class Waiting(Dispatcher):
