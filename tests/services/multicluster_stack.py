@@ -121,6 +121,12 @@ async def reported(bus: Bus, cluster: str, *nodes: str) -> None:
     await eventually(listed)
 
 
+async def watchers(bus: Bus) -> int:
+    """Consumers of the registry's stream: each replica following it has one (its KV watch)."""
+    info = await bus.js.stream_info(f"KV_{CLUSTERS_BUCKET}")
+    return int(info.state.consumer_count)
+
+
 def node(name: str, *, cpu: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",

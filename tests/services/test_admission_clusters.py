@@ -18,18 +18,13 @@ from admission_world import (
     publish,
     start_admission,
 )
+from multicluster_stack import watchers
 
 from muster.bus import Bus, BusConfig
 from muster.bus.buckets import CLUSTERS_BUCKET
 from muster.core.dispatch import ClusterCapacity
 
 pytestmark = pytest.mark.timeout(60)
-
-
-async def watchers(bus: Bus) -> int:
-    """Consumers of the registry's stream: each replica following it has one (its KV watch)."""
-    info = await bus.js.stream_info(f"KV_{CLUSTERS_BUCKET}")
-    return int(info.state.consumer_count)
 
 
 async def test_the_registry_is_followed_once_a_worker_cluster_is_declared(

@@ -6,7 +6,11 @@ free room, and the Kueue workloads it already counts; a large cluster's in parts
 by that cluster's gang-permit, and up to ten times a second while its passes run.
 `follow_clusters` feeds each one to the replica's `Dispatcher` with the time it arrived
 (admission's clock: a cluster silent for longer than `--cluster-lost-seconds` is lost), and runs
-a round when a workload waits for room, since the new room may let it go.
+a round when a workload waits for room, since the new room may let it go: one round for the
+heartbeats heard while the last ran, and at most one each ROUND_GAP_S. A round per heartbeat,
+heard only once the round before ended, let a worker that reports every millisecond (a
+hostile or broken gang-permit) keep admission busy with rounds for every cluster, and made
+every cluster's heartbeat wait behind them (a healthy one could be taken for lost).
 
 Only MultiKueue reads the registry, and only for the clusters its MultiKueueClusters declare, so
 a replica follows the bucket only once one is declared (looked at every `WANTED_S`): without
@@ -31,10 +35,12 @@ from muster.bus import Bus
 from muster.bus.buckets import CLUSTERS_BUCKET
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.kv import follow_bucket
+from muster.bus.supervision import supervised
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.heartbeat_parts import Gone, RoomReader
 
 WANTED_S: Final = 1.0  # how often a replica not following the registry looks whether it must
+ROUND_GAP_S: Final = 0.1  # rounds asked by heartbeats: ten a second at most, as a gang-permit beats
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +54,23 @@ async def follow_clusters(
     *,
     clock: Callable[[], float],
     wanted_s: float = WANTED_S,
+    gap_s: float = ROUND_GAP_S,
 ) -> None:
     """Feed every heartbeat to `dispatcher` until cancelled, once it declares a worker cluster;
-    `run_round([])` runs a round."""
+    `run_round([])` runs a round (at most one each `gap_s` for heartbeats)."""
 
     loaded = False  # the stored heartbeats are all in
     reader = RoomReader()
+    asked = asyncio.Event()  # a heartbeat may let a waiting workload go: a round is due
 
-    async def heard(key: str, value: bytes | None) -> None:
+    async def rounds() -> None:
+        while True:
+            await asked.wait()
+            asked.clear()
+            await run_round([])
+            await asyncio.sleep(gap_s)
+
+    def heard(key: str, value: bytes | None) -> None:
         try:
             found = reader.heard(key, value)
         except msgspec.DecodeError as exc:
@@ -68,16 +83,26 @@ async def follow_clusters(
             return
         dispatcher.heartbeat(found, now_s=clock())
         if loaded and dispatcher.wants_round():
-            await run_round([])
+            asked.set()
 
-    async def all_in() -> None:
+    def all_in() -> None:
         nonlocal loaded
         loaded = True
         if dispatcher.wants_round():
-            await run_round([])
+            asked.set()
 
     while not dispatcher.declared:
         raise_if_cancelling()
         await asyncio.sleep(wanted_s)
     log.info("following %s: worker clusters declared", CLUSTERS_BUCKET)
-    await follow_bucket(bus.kv, CLUSTERS_BUCKET, heard, on_loaded=all_in)
+    # The rounds run here, so that a Reown they raise ends this loop as itself; the bucket is
+    # read beside them, never waiting for one.
+    registry = supervised(
+        follow_bucket(bus.kv, CLUSTERS_BUCKET, heard, on_loaded=all_in),
+        name="admission-cluster-registry",
+    )
+    try:
+        await rounds()
+    finally:
+        registry.cancel()
+        await asyncio.gather(registry, return_exceptions=True)

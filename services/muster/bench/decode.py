@@ -145,7 +145,7 @@ def _heartbeat_rows(nodes: int, *, scale: float) -> Iterator[DecodeRow]:
     for layout, encode in layouts.items():
         data = encode()
         case = f"heartbeat {nodes} nodes, layout {layout}"
-        decode = functools.partial(decode_heartbeat, data)
+        decode = functools.partial(decode_heartbeat, data, key=capacity.cluster)
         yield _row(f"{case} encode", len(data), nodes, _fastest(encode), scale=scale)
         yield _row(f"{case} decode", len(data), nodes, _fastest(decode), scale=scale)
 

@@ -28,7 +28,7 @@ from opentelemetry import trace
 
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.client import stream_sequence
-from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES, decode
+from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES, decode_stored
 from muster.bus.errors import Reject, Retry
 from muster.bus.outage import UNAVAILABLE, Outage
 from muster.bus.progress import Tracker
@@ -251,7 +251,9 @@ class _ConsumeLoop:
     async def _dispatch(self, msg: Msg) -> None:
         """Decode `msg` and queue it on its workload's lane; dead-letter what cannot be decoded."""
         try:
-            env = decode(msg.data, max_bytes=self._settings.max_event_bytes)
+            env = decode_stored(
+                msg.data, subject=msg.subject, max_bytes=self._settings.max_event_bytes
+            )
         except Reject as err:
             log.error(
                 "dead-lettering %s#%d: %s",

@@ -2,7 +2,8 @@
 
 `new_event` gives an event caused by another a deterministic id, so a handler that runs again
 after a crash republishes the same ids and JetStream's dedupe drops the copies (docs/events.md).
-`decode` turns anything it cannot accept into `Reject`, which the consume loop dead-letters.
+`decode` turns anything it cannot accept into `Reject`, which the consume loop dead-letters;
+`decode_stored` also refuses an envelope stored on a subject that is not its own.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from google.protobuf.message import DecodeError, Message
 
 from muster.api.ids import uuid4_text, uuid5_text
 from muster.bus.errors import Reject
-from muster.bus.subjects import EVENT_TYPES, check_cluster
+from muster.bus.subjects import EVENT_TYPES, PREFIX, check_cluster
 from muster.bus.tracing import trace_headers
 from muster.contracts.v1.events_pb2 import Envelope
 
@@ -133,5 +134,30 @@ def decode(data: bytes, *, max_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> Envelope
         raise Reject(
             f"envelope {env.event_id or '?'} has type {env.type!r} "
             f"but carries {field!r} ({EVENT_TYPES[field]})"
+        )
+    return env
+
+
+def decode_stored(
+    data: bytes, *, subject: str, max_bytes: int = DEFAULT_MAX_EVENT_BYTES
+) -> Envelope:
+    """The envelope stored on `subject`; raises Reject as `decode` does, and when `subject` is
+    not the one it is published on (`subject_of`: its cluster and type, and its partition or
+    none, as a writer from before partitions published).
+
+    NATS checks who may publish on a subject, never what the envelope says: without this, a
+    worker cluster's services, allowed only their own cluster's subjects, could speak for
+    another cluster (a `finished` of a workload that runs there) or as another service (an
+    `admitted` on their watcher's subject)."""
+    env = decode(data, max_bytes=max_bytes)
+    # Compared, not built with subject_of's checks: this runs for every event every reader
+    # reads. A cluster id has no dot, so its subject token is exactly the envelope's cluster.
+    own = f"{PREFIX}.{env.cluster}.{env.type}"
+    if subject != own and (
+        not env.partition or subject != f"{own}.{env.partition}" or "." in env.cluster
+    ):
+        raise Reject(
+            f"envelope {env.event_id or '?'} ({env.type} of cluster {env.cluster[:80]!r}) was "
+            f"published on {subject[:200]!r}, not on its own subject {own[:200]!r}"
         )
     return env

@@ -43,7 +43,7 @@ from muster.bus.cancel import raise_if_cancelling
 from muster.bus.client import stream_sequence
 from muster.bus.connection import Bus
 from muster.bus.consumer import ConsumerSettings, consumer_config
-from muster.bus.envelope import decode
+from muster.bus.envelope import decode_stored
 from muster.bus.errors import Reject, Retry, wrapped
 from muster.bus.pull import PullFeed
 from muster.contracts.v1 import events_pb2 as pb
@@ -280,7 +280,7 @@ async def _handle_batch(
     refused: dict[int, str] = {}  # index in `msgs` -> why it goes to the dead-letter stream
     for i, msg in enumerate(msgs):
         try:
-            env = decode(msg.data, max_bytes=settings.max_event_bytes)
+            env = decode_stored(msg.data, subject=msg.subject, max_bytes=settings.max_event_bytes)
         except Reject as err:
             refused[i] = str(err)
             continue

@@ -23,7 +23,7 @@ from nats.js import JetStreamContext, api
 
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.client import Position, position
-from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES, decode
+from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES, decode_stored
 from muster.bus.errors import Reject
 from muster.bus.outage import UNAVAILABLE, Outage
 from muster.bus.progress import Tracker, advanced, tracked
@@ -115,7 +115,7 @@ async def _replay(
                     return
                 next_seq = seq + 1
                 try:
-                    env = decode(msg.data, max_bytes=max_event_bytes)
+                    env = decode_stored(msg.data, subject=msg.subject, max_bytes=max_event_bytes)
                 except Reject as err:
                     log.warning("replay skips %s#%d: %s", msg.subject, seq, err)
                 else:

@@ -209,16 +209,33 @@ def reached(capacity: ClusterCapacity) -> bool:
     return not capacity.unreachable or capacity.reason == ROOM_TOO_LARGE
 
 
-def decode_wire(data: bytes) -> Wire:
-    """A `<cluster>` value of any layout, as written; `msgspec.DecodeError` when it is not."""
-    return _decoder.decode(data)
+def decode_wire(data: bytes, *, key: str) -> Wire:
+    """The value at `key` (`<cluster>`) of any layout, as written; `msgspec.DecodeError` when
+    it is not, or when it names another cluster than its key's.
+
+    The key says whose room it is: NATS lets each cluster's gang-permit write its own keys
+    only, while the body is whatever that writer put. A worker that named another cluster in
+    its body would keep a silent cluster alive, give it room it does not have, and end the
+    holds on what was dispatched there."""
+    wire = _decoder.decode(data)
+    if wire.cluster != key:
+        raise msgspec.ValidationError(
+            f"$.cluster: {_shown(wire.cluster)} is not {_shown(key)}, the cluster of its key "
+            "(a cluster reports its own room only)"
+        )
+    return wire
 
 
-def decode_heartbeat(data: bytes) -> ClusterCapacity:
-    """A heartbeat of layout 1 or 2 as the dispatcher sees it (the head of layout 3 without
-    its parts: a cluster without nodes); `msgspec.ValidationError` (a `DecodeError`) naming
-    the row and table when an index points nowhere."""
-    wire = decode_wire(data)
+def _shown(name: str) -> str:
+    return repr(name if len(name) <= 80 else name[:80] + "...")
+
+
+def decode_heartbeat(data: bytes, *, key: str) -> ClusterCapacity:
+    """A heartbeat of layout 1 or 2, put at `key`, as the dispatcher sees it (the head of
+    layout 3 without its parts: a cluster without nodes); `msgspec.ValidationError` (a
+    `DecodeError`) naming the row and table when an index points nowhere, or the field when
+    it names another cluster than its key's."""
+    wire = decode_wire(data, key=key)
     return capacity_of(wire, wire.nodes + rooms_of(wire), wire.placed)
 
 

@@ -87,10 +87,10 @@ def part_of(key: str) -> tuple[str, int] | None:
     return (cluster, int(n)) if sep and n.isdigit() else None
 
 
-def parts_named(head: bytes) -> int:
-    """How many parts a `<cluster>` value names (0: it is whole); `msgspec.DecodeError` when
-    it is no heartbeat."""
-    return len(decode_wire(head).parts)
+def parts_named(head: bytes, *, cluster: str) -> int:
+    """How many parts `cluster`'s head value names (0: it is whole); `msgspec.DecodeError`
+    when it is no heartbeat of `cluster`."""
+    return len(decode_wire(head, key=cluster).parts)
 
 
 def digest(data: bytes) -> str:
@@ -252,7 +252,7 @@ class RoomReader:
         last = self._rooms.get(key)
         if last is not None and last[0] == value:
             return last[1]
-        wire = decode_wire(value)
+        wire = decode_wire(value, key=key)
         if wire.layout != LAYOUT_PARTS:
             room = capacity_of(wire, wire.nodes + rooms_of(wire), wire.placed)
             self._rooms[key] = (value, room)

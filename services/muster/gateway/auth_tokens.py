@@ -88,7 +88,9 @@ class TokensFile:
     """The tokens file, reloaded on change; `caller(token)` is who the token stands for."""
 
     def __init__(self, path: str) -> None:
-        self._file = ReloadingFile(path, parse_tokens, what="tokens file")
+        self._file = ReloadingFile(
+            path, parse_tokens, what="tokens file", refuse=_revokes_every_token
+        )
 
     @property
     def reloads(self) -> int:
@@ -96,6 +98,18 @@ class TokensFile:
 
     def caller(self, token: str) -> Caller | None:
         return self._file.current().get(token_hash(token))
+
+
+def _revokes_every_token(last: Mapping[str, Caller], new: Mapping[str, Caller]) -> str:
+    """Why a tokens file read again may not leave no token at all: every caller would be
+    refused, and a file truncated while it is written (emptied first, then written) reads so."""
+    if last and not new:
+        return (
+            f"tokens: lists no token, where the last good version listed {len(last)}: every "
+            "caller would be refused (a file emptied while written?); to start with no token, "
+            "restart the gateway"
+        )
+    return ""
 
 
 class LegacyToken:

@@ -163,7 +163,7 @@ class HeldRooms:
         if held is not None and held[0] == head:
             return []
         try:
-            wire = decode_wire(head)
+            wire = decode_wire(head, key=cluster)
         except msgspec.DecodeError:
             return []  # `room` says why
         self._wires[cluster] = (head, wire)
@@ -215,7 +215,9 @@ class HeldRooms:
 
     def _wire(self, cluster: str, head: bytes) -> Wire:
         found = self._wires.pop(cluster, None)
-        return found[1] if found is not None and found[0] == head else decode_wire(head)
+        if found is not None and found[0] == head:
+            return found[1]
+        return decode_wire(head, key=cluster)
 
     def _bad(self, cluster: str, head: bytes, why: str, *, named: int) -> ClusterRoom:
         log.warning("%s (its room is shown empty)", why)  # once per head: it is held

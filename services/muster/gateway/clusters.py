@@ -45,7 +45,7 @@ async def room_of(kv: Bucket, cluster: str) -> ClusterCapacity | None:
             return None
         reader = RoomReader()
         try:
-            for n in range(parts_named(head.value)):
+            for n in range(parts_named(head.value, cluster=cluster)):
                 part = await kv.get(part_key(cluster, n))
                 reader.heard(part_key(cluster, n), None if part is None else part.value)
             found = reader.heard(cluster, head.value)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
@@ -29,10 +30,19 @@ class FileError(ValueError):
 
 
 def read_file(path: str) -> bytes:
-    """The bytes of `path`; FileError when unreadable or over MAX_FILE_BYTES."""
+    """The bytes of `path`; FileError when unreadable, not a regular file, or over
+    MAX_FILE_BYTES. Opened without waiting, and read only when regular: a pipe put in the
+    file's place blocked the open until something wrote to it, and with it the reload and
+    every call waiting for the reload, the whole gateway."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise FileError(f"{path}: not a regular file (a directory, pipe or device)")
+            with open(fd, "rb", closefd=False) as f:
+                data = f.read(MAX_FILE_BYTES + 1)
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise FileError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if len(data) > MAX_FILE_BYTES:
@@ -57,10 +67,16 @@ def yaml_document(data: bytes, *, source: str) -> Any:
 
 def version_of(path: str) -> Version | None:
     """What changes when the file does (None when it cannot be stat-ed)."""
+    found = stat_of(path)
+    return None if isinstance(found, str) else found
+
+
+def stat_of(path: str) -> Version | str:
+    """What changes when the file does, or why it cannot be stat-ed."""
     try:
         st = os.stat(path)
-    except OSError:
-        return None
+    except OSError as exc:
+        return str(exc.strerror or exc)
     return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
 
 
@@ -71,11 +87,21 @@ class ReloadingFile(Generic[T]):
     ValueError) so a bad file stops the gateway at start; later failures keep the last value.
     """
 
-    def __init__(self, path: str, parse: Callable[[bytes], T], *, what: str) -> None:
+    def __init__(
+        self,
+        path: str,
+        parse: Callable[[bytes], T],
+        *,
+        what: str,
+        refuse: Callable[[T, T], str] | None = None,
+    ) -> None:
+        """`refuse(last, new)`: why a version read again must not replace the last good one
+        ("" when it may), for a value valid at start but not as a change."""
         self.path = path
         self.what = what
         self._parse = parse
-        self._version = version_of(path)
+        self._refuse = refuse
+        self._version: Version | str = stat_of(path)
         self._value = self._load()
         self.reloads = 0  # successful reloads after the first read, for tests and logs
         # Calls read it on gRPC's threads (loop_server): one of them reloads, the others wait.
@@ -89,17 +115,28 @@ class ReloadingFile(Generic[T]):
             raise FileError(f"{self.what} {self.path}:\n{exc}") from None
 
     def current(self) -> T:
-        version = version_of(self.path)
-        if version is None or version == self._version:
+        version = stat_of(self.path)
+        if version == self._version:
             return self._value
         with self._reloading:
-            if version != self._version:
-                try:
-                    self._value = self._load()
-                except ValueError as exc:
-                    log.error("keeping the last good %s: %s", self.what, exc)
-                else:
-                    self.reloads += 1
-                    log.info("reloaded %s %s", self.what, self.path)
-                self._version = version
+            if version == self._version:
+                return self._value  # another call has just read it
+            if isinstance(version, str):  # gone, a symlink loop: said once, until it is back
+                log.error("keeping the last good %s: %s: %s", self.what, self.path, version)
+            else:
+                self._reload()
+            self._version = version
         return self._value
+
+    def _reload(self) -> None:
+        try:
+            value = self._load()
+            refused = self._refuse(self._value, value) if self._refuse else ""
+            if refused:
+                raise FileError(f"{self.what} {self.path}:\n{refused}")
+        except ValueError as exc:
+            log.error("keeping the last good %s: %s", self.what, exc)
+        else:
+            self._value = value
+            self.reloads += 1
+            log.info("reloaded %s %s", self.what, self.path)

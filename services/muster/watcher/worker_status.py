@@ -156,7 +156,7 @@ class WorkerStatuses:
             self._desire(self.book.forget(key))
             return
         try:
-            capacity = decode_heartbeat(value)
+            capacity = decode_heartbeat(value, key=key)
         except msgspec.DecodeError as exc:
             log.warning("bad heartbeat of %s: %s", key, exc)
             return

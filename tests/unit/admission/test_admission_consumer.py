@@ -11,8 +11,9 @@ from typing import cast
 import nats.aio.msg
 import pytest
 from admission_stream import submitted, workload
+from google.protobuf.message import DecodeError
 
-from muster.bus import ConsumerSettings, Reject, Retry, encode, ordered
+from muster.bus import ConsumerSettings, Reject, Retry, encode, ordered, subject_of
 from muster.bus import connection as real
 from muster.bus.ordered import _Acks, _handle_batch
 from muster.contracts.v1 import events_pb2 as pb
@@ -27,7 +28,7 @@ class Msg:
         self.data = data
         self.sequence = sequence
         self.reply = f"$JS.ACK.MUSTER_EVENTS.admission-0.1.{sequence}.{sequence}.0.0"
-        self.subject = "muster.v1.local.workload.submitted.3"
+        self.subject = _subject(data)
         self.headers = None
         self._answers = answers
 
@@ -36,6 +37,14 @@ class Msg:
 
     async def term(self) -> None:
         self._answers.append(("term", self.sequence))
+
+
+def _subject(data: bytes) -> str:
+    """The subject `data` was stored on: its own, as muster's publishers store it."""
+    try:
+        return subject_of(pb.Envelope.FromString(data))
+    except DecodeError:
+        return "muster.v1.local.workload.submitted"
 
 
 class Publisher:

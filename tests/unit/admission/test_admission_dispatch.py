@@ -283,7 +283,7 @@ def test_a_cluster_too_large_to_report_is_passed_over_with_why_and_not_lost() ->
     room = ClusterCapacity(cluster="east", nodes=nodes, placed=("ns/a",))
     heartbeat = encode_room(room, max_bytes=500)
     why = heartbeat.too_large
-    too_large = decode_heartbeat(heartbeat.head)
+    too_large = decode_heartbeat(heartbeat.head, key="east")
     assert (too_large.reason, too_large.nodes, too_large.placed) == (ROOM_TOO_LARGE, (), ("ns/a",))
     for now_s in (1.0, 6.0, 11.0, 16.0):  # heard every 5 s, past the 10 s timeout
         state.dispatch.heartbeat(too_large, now_s=now_s)

@@ -45,7 +45,7 @@ def test_nodes_of_a_pool_share_their_tables_and_decode_unchanged() -> None:
     room = encode_room(capacity, max_bytes=UNLIMITED)
     assert (room.too_large, room.parts) == ("", ())
     data = room.head
-    assert decode_heartbeat(data) == capacity
+    assert decode_heartbeat(data, key="east") == capacity
     wire = msgspec.json.decode(data)
     assert wire["layout"] == 2
     # Two pools (the hostname put back by the reader), two taint sets, and the vectors of
@@ -61,9 +61,9 @@ def test_nodes_of_a_pool_share_their_tables_and_decode_unchanged() -> None:
 def test_a_heartbeat_of_the_old_layout_is_read_as_before() -> None:
     """Layout 1, as gang-permits before the tables write it (an upgrade's readers first)."""
     capacity = cluster(3)
-    assert decode_heartbeat(msgspec.json.encode(capacity)) == capacity
+    assert decode_heartbeat(msgspec.json.encode(capacity), key="east") == capacity
     unreachable = ClusterCapacity(cluster="east", unreachable="refused", reason="BadKubeConfig")
-    assert decode_heartbeat(msgspec.json.encode(unreachable)) == unreachable
+    assert decode_heartbeat(msgspec.json.encode(unreachable), key="east") == unreachable
     assert not reached(unreachable)
 
 
@@ -73,10 +73,10 @@ def test_an_index_that_points_nowhere_is_refused_naming_the_row() -> None:
     with pytest.raises(
         msgspec.ValidationError, match=r"\$\.rows\[1\]\[3\]: vectors has no entry 7"
     ):
-        decode_heartbeat(msgspec.json.encode(wire))
+        decode_heartbeat(msgspec.json.encode(wire), key="east")
     wire["rows"][1] = ["node-1", -1, 0, 0, 0]
     with pytest.raises(msgspec.DecodeError, match=r"\$\.rows\[1\]\[1\]: label_sets has no entry"):
-        decode_heartbeat(msgspec.json.encode(wire))
+        decode_heartbeat(msgspec.json.encode(wire), key="east")
 
 
 def test_a_room_over_every_part_says_so_and_the_cluster_is_still_reached() -> None:
@@ -95,7 +95,7 @@ def test_a_room_over_every_part_says_so_and_the_cluster_is_still_reached() -> No
         "in this cluster"
     )
     assert room.parts == ()
-    said = decode_heartbeat(room.head)
+    said = decode_heartbeat(room.head, key="east")
     assert (said.reason, said.unreachable, said.nodes) == (ROOM_TOO_LARGE, room.too_large, ())
     assert said.placed == ("ns/a", "ns/b")  # dispatch holds still end
     assert reached(said)
@@ -103,4 +103,15 @@ def test_a_room_over_every_part_says_so_and_the_cluster_is_still_reached() -> No
     many = msgspec.structs.replace(capacity, placed=tuple(f"ns/w{i}" for i in range(5000)))
     room = encode_room(many, max_bytes=max_bytes)
     assert len(room.head) < max_bytes
-    assert decode_heartbeat(room.head).placed == ()
+    assert decode_heartbeat(room.head, key="east").placed == ()
+
+
+def test_a_heartbeat_naming_another_cluster_than_its_key_is_refused_naming_both() -> None:
+    """A worker may write its own keys only: the body's cluster must be the key's."""
+    west = msgspec.json.encode(ClusterCapacity(cluster="west", nodes=cluster(1).nodes))
+    with pytest.raises(msgspec.ValidationError, match=r"\$\.cluster: 'west' is not 'east'"):
+        decode_heartbeat(west, key="east")
+    long = msgspec.json.encode(ClusterCapacity(cluster="w" * 10_000))
+    with pytest.raises(msgspec.ValidationError) as refused:
+        decode_heartbeat(long, key="east")
+    assert len(str(refused.value)) < 300

@@ -134,9 +134,9 @@ def decoded(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     seen: list[bytes] = []
     part = heartbeat_parts._part_decoder
 
-    def decode_head(data: bytes) -> object:
+    def decode_head(data: bytes, *, key: str) -> object:
         seen.append(data)
-        return decode_wire(data)
+        return decode_wire(data, key=key)
 
     class Parts:
         def decode(self, data: bytes) -> object:
@@ -191,8 +191,8 @@ def test_a_part_is_refused_by_readers_before_parts_and_a_head_has_no_nodes_for_t
     there, never a part of it."""
     room = encode_room(cluster(2000), max_bytes=MAX_BYTES)
     with pytest.raises(msgspec.ValidationError, match="missing required field `cluster`"):
-        decode_heartbeat(room.parts[0])
-    assert decode_heartbeat(room.head) == ClusterCapacity(cluster="east")
+        decode_heartbeat(room.parts[0], key="east")
+    assert decode_heartbeat(room.head, key="east") == ClusterCapacity(cluster="east")
 
 
 def test_a_bad_part_makes_the_room_bad_naming_the_key() -> None:

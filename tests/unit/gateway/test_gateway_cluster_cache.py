@@ -76,7 +76,7 @@ def test_a_bad_heartbeat_shows_an_empty_room_and_is_read_again_once_it_changes()
     held = HeldRooms()
     beat = heartbeat(NODES)
     bad = b'{"rows": [["n", 9, 0, 0, 0]]}'  # a label set index that points nowhere
-    wire = decode_wire(beat.head)
+    wire = decode_wire(beat.head, key="east")
     named = (*wire.parts[:1], digest(bad), *wire.parts[2:])
     head = encode(msgspec.structs.replace(wire, parts=named))
     held.hold_part(part_key("east", 1), bad)

@@ -7,12 +7,18 @@
 
 const state = {
   token: sessionStorage.getItem("muster-token") || "",
-  queues: null, workloads: [], clusters: null, nodePages: {}, detail: null,
+  queues: null, workloads: [], clusters: null, nodePages: byName(), detail: null,
   timeline: [],  // admissions, evictions and ends seen on the stream
   lastSequence: 0, error: "",
 };
 const TIMELINE_KEPT = 400;
 const MARKED = { "workload.admitted": "admitted", "workload.evicted": "evicted", "workload.finished": "finished" };
+
+// A map keyed by names the page is given (cohorts, clusters, resources): without a prototype,
+// so a name such as "constructor" (a valid cohort or cluster name) finds nothing it did not put.
+function byName() {
+  return Object.create(null);
+}
 
 function esc(value) {
   return String(value ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
@@ -75,17 +81,17 @@ function pollMs(given) {
   const seconds = Number(given);
   return given !== null && given !== "" && seconds >= 0.1 && seconds <= 3600 ? seconds * 1000 : 5000;
 }
-const nodesSeen = { route: "", clusters: {}, named: new Set() };
+const nodesSeen = { route: "", clusters: byName(), named: new Set() };
 
 async function loadNodes(route) {
   state.clusters = await api("/api/clusters?summary=1").catch(() => null);  // needs watch everywhere
   const where = route.join("/");
   if (where !== nodesSeen.route) {  // another page of nodes: every cluster's is asked afresh
     nodesSeen.route = where;
-    nodesSeen.clusters = {};
-    state.nodePages = {};
+    nodesSeen.clusters = byName();
+    state.nodePages = byName();
   }
-  if (!state.clusters) { state.nodePages = {}; return; }
+  if (!state.clusters) { state.nodePages = byName(); return; }
   const only = route[2] === undefined ? null : decodeURIComponent(route[2]);
   const token = only === null ? "" : decodeURIComponent(route[3] || "");
   const shown = state.clusters.clusters.filter((c) => only === null || c.name === only);
@@ -94,7 +100,7 @@ async function loadNodes(route) {
   const changed = shown.filter((c) => !state.nodePages[c.name] || named.has(c.name) || nodesSeen.clusters[c.name] !== seen(c));
   const pages = await Promise.all(changed.map((c) =>
     api(`/api/clusters?cluster=${encodeURIComponent(c.name)}&continue=${encodeURIComponent(token)}`).catch(() => null)));
-  const kept = {};
+  const kept = byName();
   for (const c of shown) kept[c.name] = state.nodePages[c.name] ?? null;
   changed.forEach((c, i) => { kept[c.name] = pages[i]; nodesSeen.clusters[c.name] = seen(c); });
   state.nodePages = kept;
@@ -179,7 +185,7 @@ function render() {
 
 function queuesSection(queues) {
   if (!queues) return `<section><h2>ClusterQueues</h2><p class="muted">loading…</p></section>`;
-  const cohorts = {};
+  const cohorts = byName();
   for (const cq of queues.clusterQueues) (cohorts[cq.cohort || ""] ??= []).push(cq);
   const blocks = Object.keys(cohorts).sort().map((cohort) => `
     <h3>${cohort ? "Cohort " + esc(cohort) : "Without cohort"}</h3>
@@ -304,7 +310,7 @@ function nodesSection(clusters, pages) {
 
 // "cpu 3/8, memory 10Gi/32Gi": free of allocatable per resource, by name (a map's JSON has no order).
 function roomText(free, allocatable) {
-  return Object.keys(free).sort().map((k) => `${esc(k)} ${esc(free[k])}/${esc(allocatable[k] || "?")}`).join(", ");
+  return Object.keys(free).sort().map((k) => `${esc(k)} ${esc(free[k])}/${esc(Object.hasOwn(allocatable, k) ? allocatable[k] : "?")}`).join(", ");
 }
 
 function nodesPage(cluster, page) {
