@@ -27,6 +27,9 @@ class DeferredPending:
     def __len__(self) -> int:
         return len(self._due_s)
 
+    def __contains__(self, workload: str) -> bool:
+        return workload in self._due_s
+
     def defer(self, workload: str, *, now_s: float) -> None:
         """`workload`'s pending pods changed at `now_s` and were not told."""
         first_s = self._first_s.setdefault(workload, now_s)

@@ -112,7 +112,7 @@ class WatcherContext:
         pending set, if any, is decided soon (`deferred`): the watcher stopped may not have
         told the last one, and no change may come to decide it."""
         self.put_pod(pod)
-        if self.counts(pod.workload).told_pending:
+        if self.counts(pod.workload).told_pending and pod.workload not in self.deferred:
             self.deferred.defer(pod.workload, now_s=self.monotonic_s())
 
     def counts(self, workload: str) -> PodCounts:

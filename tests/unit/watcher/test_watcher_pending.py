@@ -164,7 +164,7 @@ def test_a_deferred_workload_is_due_once_still_or_longest_s_after_its_first_chan
         deferred.defer("a", now_s=now_s)
     assert deferred.take_due(now_s=2.9) == []
     assert deferred.take_due(now_s=3.0) == ["a"]
-    assert (deferred.wait_s(now_s=3.0), len(deferred)) == (None, 0)
+    assert (deferred.wait_s(now_s=3.0), len(deferred), "a" in deferred) == (None, 0, False)
 
     deferred.defer("c", now_s=4.0)
     deferred.drop("c")  # told meanwhile
