@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -30,9 +31,11 @@ async def sim(bus: Bus) -> SimBackend:
 
 
 @contextlib.asynccontextmanager
-async def sim_cluster_service(bus: Bus) -> AsyncIterator[None]:
-    """`muster service sim-cluster` (kubelet and collector) while the block runs."""
-    task = asyncio.create_task(serve(bus, Health("sim-cluster"), cluster="local", speed=1000))
+async def sim_cluster_service(bus: Bus, **options: Any) -> AsyncIterator[None]:
+    """`muster service sim-cluster` (kubelet and collector) while the block runs; `options`
+    go to its `serve`."""
+    service = serve(bus, Health("sim-cluster"), cluster="local", speed=1000, **options)
+    task = asyncio.create_task(service)
     try:
         yield
     finally:

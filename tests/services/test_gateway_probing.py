@@ -16,6 +16,7 @@ from security_helpers import USERS, as_user, manifest, secured_gateway, tokens_y
 from muster.bus import Bus
 from muster.contracts.v1 import services_pb2
 from muster.gateway.auth_config import SecurityConfig
+from muster.gateway.workloads import not_found
 
 Metadata = tuple[tuple[str, str], ...]
 
@@ -70,7 +71,7 @@ async def test_a_caller_who_may_watch_still_hears_not_found(gw: RunningGateway) 
     # viewer may watch everywhere: existence is no secret to them.
     assert await control(gw, "viewer", "stop", "team-a", "nothing-here") == (
         grpc.StatusCode.NOT_FOUND,
-        'workload "nothing-here" not found in namespace team-a',
+        not_found("team-a", "nothing-here"),
     )
     code, details = await control(gw, "viewer", "stop", "team-a", "secret")
     assert code is grpc.StatusCode.PERMISSION_DENIED
@@ -88,7 +89,7 @@ async def test_a_caller_who_may_cancel_but_not_watch_hears_not_found(
     async with running_gateway(bus, security=security) as running:
         assert await control(running, "bob", "stop", "team-a", "nothing-here") == (
             grpc.StatusCode.NOT_FOUND,
-            'workload "nothing-here" not found in namespace team-a',
+            not_found("team-a", "nothing-here"),
         )
 
 
@@ -230,7 +231,7 @@ async def test_a_name_no_object_can_have_is_invalid_argument_naming_the_field(
 async def test_a_valid_name_of_nothing_is_still_not_found(gw: RunningGateway) -> None:
     for call, details in [
         (_queue_status("nothing"), 'ClusterQueue "nothing" not found'),
-        (_describe("team-a", "nothing"), 'workload "nothing" not found in namespace team-a'),
+        (_describe("team-a", "nothing"), not_found("team-a", "nothing")),
         (_clusters("north"), "cluster: 'north' has no heartbeat (none reported)"),
     ]:
         with pytest.raises(grpc.aio.AioRpcError) as raised:

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from up_stack import Up, down, muster, start, wait_for_event
 
+from muster.gateway.workloads import not_found
+
 pytestmark = pytest.mark.timeout(180)
 
 
@@ -200,7 +202,7 @@ def test_events_by_job_name_are_readable_and_unknown_objects_are_refused(
 
     missing = muster(up, "stop", "workload", "nope", "-n", ns, ok=False)
     assert missing.returncode == 2
-    assert missing.stderr == f'muster: NOT_FOUND: workload "nope" not found in namespace {ns}\n'
+    assert missing.stderr == f"muster: NOT_FOUND: {not_found(ns, 'nope')}\n"
     wrong = muster(up, "delete", "workload", "train", "-n", ns, ok=False)  # no --yes, no tty
     assert wrong.returncode == 2
     assert "add --yes" in wrong.stderr

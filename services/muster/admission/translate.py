@@ -265,6 +265,8 @@ def fact_of(env: pb.Envelope, *, decoded: Workload | None = None) -> Fact | None
             return Finish(key)
         case "deleted":
             return Delete(key)
+        case "eviction_completed" if env.eviction_completed.pods:
+            return None  # gang-permit's eviction of pods outside Kueue: no quota is held
         case "eviction_completed":
             named = env.eviction_completed.eviction_id
             return Stopped(key, at_s=time_s_of(env), eviction_id=named)

@@ -366,6 +366,13 @@ def render(rows: list[KueueLiveRow]) -> str:
     return render_table(columns, rows) + "\n" + "".join(f"{note}\n" for note in notes)
 
 
+def not_valid(row: KueueLiveRow) -> str | None:
+    """Why a row is not a measurement: with workloads lost, its wall time is the wait's end."""
+    if row.lost == 0:
+        return None
+    return f"{row.config}: {row.lost} of {row.workloads} workloads never finished"
+
+
 def _held_beyond_run(row: KueueLiveRow) -> str:
     """How much longer than its run time a workload held its quota (the virtual clock: 0)."""
     held = row.stages_ms.get("admitted->finished")

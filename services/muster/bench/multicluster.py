@@ -71,6 +71,14 @@ class MultiClusterRow(msgspec.Struct, frozen=True, kw_only=True):
     vs_single_pct: float | None = None  # multikueue: throughput as a share of single's
 
 
+def not_valid(row: MultiClusterRow) -> str | None:
+    """Why a row is not a measurement: Jobs left unbound when the case's time ran out."""
+    if row.bound == row.jobs:
+        return None
+    missing = row.jobs - row.bound
+    return f"{row.case}: {missing} of {row.jobs} Jobs not bound before the case's time ran out"
+
+
 def manager_objects(*, workers: Sequence[str], jobs: int, nodes: int) -> list[dict[str, Any]]:
     """The manager's namespace, flavor and queues; with `workers`, its MultiKueue check."""
     queue: dict[str, Any] = {

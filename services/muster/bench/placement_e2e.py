@@ -46,6 +46,15 @@ class PlacementE2ERow(msgspec.Struct, frozen=True, kw_only=True):
     bound_p99_ms: float
 
 
+def not_valid(row: PlacementE2ERow) -> str | None:
+    """Why a row is not a measurement: pods left unbound make its rate and latencies those of
+    the pods that were bound before the case gave up."""
+    if row.bound == row.pods:
+        return None
+    missing = row.pods - row.bound
+    return f"{row.nodes} nodes, gangs of {row.gang_size}: {missing} of {row.pods} pods never bound"
+
+
 class Case(msgspec.Struct, frozen=True, kw_only=True):
     nodes: int
     pods: int

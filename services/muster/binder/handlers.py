@@ -444,7 +444,14 @@ async def on_evict(env: events_pb2.Envelope, ctx: BinderContext) -> None:
             except ClusterError as err:
                 raise await _retry_or_reject(err, ctx, f"stopping {key}") from err
         payload = events_pb2.EvictionCompleted(
-            eviction_id=command.eviction_id, eviction_sequence=eviction
+            eviction_id=command.eviction_id,
+            eviction_sequence=eviction,
+            # What this command stopped, so that a reader tells a placement eviction of pods
+            # (perhaps one part of several) from the end of a workload's admission.
+            pods=len(command.pods),
+            part=command.part,
+            parts=command.parts,
+            command_id=command.command_id,
         )
         await ctx.publish("eviction_completed", payload, cause=env)
         ctx.fences.completed(key, eviction)

@@ -234,10 +234,13 @@ class Bucket:
         with wrapped(f"{self.name} delete {key}", subject=subject, expected=last or 0):
             await self._js.publish(subject, b"", headers=headers)
 
-    async def forget_deleted(self, *, older_than_s: float) -> int:
-        """Remove the tombstones written more than `older_than_s` ago, each only while it is
-        still its key's last write (a key written since keeps that write); how many. The
-        compaction `delete(forget_after_s=...)` makes needless, for tombstones left before."""
+    async def forget_deleted(
+        self, *, older_than_s: float, up_to_revision: int | None = None
+    ) -> int:
+        """Remove the tombstones written more than `older_than_s` ago (and, with
+        `up_to_revision`, at or below it), each only while it is still its key's last write (a
+        key written since keeps that write); how many. The compaction `delete(forget_after_s=
+        ...)` makes needless, for tombstones left before."""
         markers: list[Entry] = []
         async with contextlib.aclosing(self.watch()) as entries:
             async for entry in entries:
@@ -246,7 +249,12 @@ class Bucket:
                 if entry.value is None:
                     markers.append(entry)
         now_s = time.time()
-        old = [m for m in markers if now_s - m.created >= older_than_s]
+        old = [
+            m
+            for m in markers
+            if now_s - m.created >= older_than_s
+            and (up_to_revision is None or m.revision <= up_to_revision)
+        ]
         for marker in old:
             with wrapped(f"{self.name} forget the deletion of {marker.key}"):
                 # Below the next revision, on its key only: a write after it stays.

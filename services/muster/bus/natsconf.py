@@ -131,7 +131,8 @@ def _buckets(r: Role) -> list[str]:
         out.append(f"{kv.bucket} ({'write ' + keys if keys else 'read'})")
     out += [f"{store} (object store, read and write)" for store in r.object_stores]
     if r.sim_store:
-        out.append(f"MUSTER_SIM_<c> ({r.sim_store}; simulated clusters only)")
+        access = "write, purge old tombstones" if r.sim_store == "prune" else r.sim_store
+        out.append(f"MUSTER_SIM_<c> ({access}; simulated clusters only)")
     return out
 
 

@@ -62,7 +62,8 @@ class Role(msgspec.Struct, frozen=True, kw_only=True):
     replays: tuple[str, ...] = ()  # streams it reads through ephemeral consumers
     key_values: tuple[KeyValue, ...] = ()
     object_stores: tuple[str, ...] = ()  # read and written (a replaced object purges chunks)
-    sim_store: Literal["", "read", "write"] = ""  # MUSTER_SIM_<cluster>, when simulated
+    # MUSTER_SIM_<cluster>, when simulated; "prune": write, and purge its old tombstones
+    sim_store: Literal["", "read", "write", "prune"] = ""
     # Dead letters of its loops besides its durables' (bus.poison: followers, cluster
     # watches), as `muster.v1.dlq.<name>` ("{cluster}" filled in).
     dead_letters: tuple[str, ...] = ()
@@ -211,7 +212,9 @@ ROLES: Final[tuple[Role, ...]] = (
         per_cluster=True,
         about="the simulated cluster's kubelet and garbage collector",
         replays=(EVENTS_STREAM,),  # every cluster's `workload.deleted` (the collector)
-        sim_store="write",
+        # The watcher's resume point: pod tombstones it has read are pruned (sim/tombstones.py)
+        key_values=(KeyValue("MUSTER_WATCHER"),),
+        sim_store="prune",
         only_simulated=True,
     ),
 )
@@ -345,8 +348,10 @@ def _compile(
     if r.sim_store and cluster in deployment.simulated:
         bucket = SIM_BUCKET_PREFIX + cluster
         publish += _reader_subjects(f"KV_{bucket}", direct_get=True)
-        if r.sim_store == "write":
+        if r.sim_store in ("write", "prune"):
             publish.append(f"$KV.{bucket}.>")
+        if r.sim_store == "prune":
+            publish.append(f"{JS_API}.STREAM.PURGE.KV_{bucket}")
     mine = {(d.stream, name) for d, name in owned}
     deny = [s for stream, name in sorted(every_durable - mine) for s in _taking(stream, name)]
     return Permissions(

@@ -5,7 +5,8 @@ defaults. `-o json` prints one JSON object per row per line, so runs can be comp
 `jq` or `diff`. Another section (e2e, placement, ...) adds one entry to `SECTIONS`.
 
 The exit status is 1 when a row is not valid (a section's `not_valid` says why: in e2e, a
-process ended during the case), after every row is printed: a script or CI running the bench
+process ended during the case; in kueue-live, placement-e2e and multicluster, work that never
+finished or bound), after every row is printed: a script or CI running the bench
 must not take such a row for a measurement.
 """
 
@@ -385,6 +386,7 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
             add_options=add_kueue_live_options,
             run=run_kueue_live,
             render=lambda rows: _kueue_live().render(rows),
+            not_valid=lambda row: _kueue_live().not_valid(row),
         ),
         Section(
             name="placement-e2e",
@@ -393,6 +395,7 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
             add_options=lambda parser: None,
             run=run_placement_e2e,
             render=lambda rows: _placement_e2e().render(rows),
+            not_valid=lambda row: _placement_e2e().not_valid(row),
         ),
         Section(
             name="chaos",
@@ -418,6 +421,7 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
             add_options=lambda parser: None,
             run=run_multicluster,
             render=lambda rows: _multicluster().render(rows),
+            not_valid=lambda row: _multicluster().not_valid(row),
         ),
         Section(
             name="gateway",

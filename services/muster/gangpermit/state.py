@@ -8,7 +8,8 @@ Facts arrive from two places, in any order:
   other bound pods only take room.
 - the event stream (`apply_event`): Kueue workloads (`submitted`: spec and priority, read by
   `muster.gangpermit.submitted`; `admitted`: their gang, unless it names a submission that
-  ended since; `finished`, `eviction_completed`, `deleted`: done), PriorityClasses
+  ended since; `finished`, `eviction_completed`, `deleted`: done; an `eviction_completed`
+  naming pods answers a placement eviction, and ends nothing), PriorityClasses
   (`config.applied`), the binder's answers (`bound`, `gang_rejected` BindFailed), and, while
   `restoring`, gang-permit's own past decisions.
 
@@ -175,6 +176,11 @@ class GangPermitState:
                 return False
             case "admitted":
                 return self._admit(env)  # a pass only once the binder's pods are seen
+            case "eviction_completed" if env.eviction_completed.pods:
+                # A placement eviction's answer (pods outside Kueue, maybe one part of
+                # several): ends no admission. Their room is given back pod by pod, as the
+                # cluster shows each gone, so no part's answer frees another's nodes.
+                return False
             case "eviction_completed" if self._admitted_since(env):
                 return False  # an earlier eviction's: the admission held now was not stopped
             case "finished" | "eviction_completed" | "deleted":

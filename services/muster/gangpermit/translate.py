@@ -146,11 +146,26 @@ def _evictions(
     it names, so the binder carries out each on its own, in any order, and again after a
     crash without harm. The whole command's id is derived as a single one's always was; each
     part's from it (`parts.part_id`), so a pass repeated after a crash publishes the same ids.
+    Each part says which it is (`part`, `parts`, `command_id`), and the binder's answer
+    repeats it.
     """
 
-    def command(refs: list[events_pb2.PodRef], event_id: str | None) -> events_pb2.Envelope:
+    def command(
+        refs: list[events_pb2.PodRef],
+        event_id: str | None,
+        *,
+        part: int = 0,
+        parts: int = 0,
+        command_id: str = "",
+    ) -> events_pb2.Envelope:
         payload = events_pb2.EvictRequested(
-            reason=PLACEMENT_PREEMPTED, message=f"to place gang {gang}", attempt=1, pods=refs
+            reason=PLACEMENT_PREEMPTED,
+            message=f"to place gang {gang}",
+            attempt=1,
+            pods=refs,
+            part=part,
+            parts=parts,
+            command_id=command_id,
         )
         return new_event(
             "evict_requested",
@@ -169,7 +184,16 @@ def _evictions(
     whole = command(refs if len(runs) == 1 else [], None)
     if len(runs) == 1:
         return [whole]
-    return [command(run, part_id(whole.event_id, k)) for k, run in enumerate(runs)]
+    return [
+        command(
+            run,
+            part_id(whole.event_id, k),
+            part=k,
+            parts=len(runs),
+            command_id=whole.event_id,
+        )
+        for k, run in enumerate(runs)
+    ]
 
 
 def _permitted(

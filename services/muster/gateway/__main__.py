@@ -33,6 +33,7 @@ from muster.gateway.auth_config import (
     AuthorizationMode,
     SecurityConfig,
 )
+from muster.gateway.book import FINISHED_KEPT, FINISHED_RETENTION_S
 from muster.gateway.kube_visibility_server import VisibilityServing
 from muster.gateway.service import (
     DEFAULT_LISTEN,
@@ -52,6 +53,11 @@ GATEWAY_FLAGS = (
     Flag("--max-calls", "N", int, "MUSTER_GATEWAY_MAX_CALLS", str(DEFAULT_MAX_CALLS),
          "calls in flight at once, each Watch one while it follows (watches at most half, "
          "one user's a quarter of those); more fail with RESOURCE_EXHAUSTED"),
+    Flag("--finished-retention-seconds", "S", float,
+         "MUSTER_GATEWAY_FINISHED_RETENTION_SECONDS", f"{FINISHED_RETENTION_S:g}",
+         "how long after it finishes a workload is still listed and described (at most the "
+         f"last {FINISHED_KEPT} finished); then NOT_FOUND, as Kueue's objectRetentionPolicies "
+         "deletes a finished Workload; its events stay in the stream"),
 )  # fmt: skip
 SECURITY_FLAGS = (
     Flag("--tls-cert", "FILE", str, "MUSTER_GATEWAY_TLS_CERT", None,
@@ -188,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             security=security_config(args),
             max_request_bytes=args.max_request_bytes,
             max_calls=args.max_calls,
+            finished_retention_s=args.finished_retention_seconds,
             cluster=service.cluster,
             max_event_bytes=service.bus.max_event_bytes,
             grace_s=service.grace_s,

@@ -9,8 +9,12 @@ latest `config.applied` of every configuration object (what `muster stop localqu
 Nothing else is kept anywhere: the gateway's follower (`workloads.BookFollower`) rebuilds the
 book from the stream at start, so any gateway answers the same.
 
-Memory: live workloads, plus the last FINISHED_KEPT finished ones (a deleted one is dropped),
-each with its last EVENTS_KEPT event lines.
+Memory: live workloads, plus the finished ones of the last `finished_retention_s` (by the
+events' own times, so every gateway forgets the same ones; at most FINISHED_KEPT of them), each
+with its last EVENTS_KEPT event lines; a deleted one is dropped. A finished workload past its
+retention is gone from the book as a Kueue Workload is gone past `objectRetentionPolicies.
+workloads.afterFinished`: listing leaves it out, describing it is NOT_FOUND (`workloads.
+one_named` says why), and its events stay in MUSTER_EVENTS for `muster events`.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from muster.gateway.eventtext import line_of, same_line
 from muster.payloads import PayloadError, manifest_workload
 
 FINISHED_KEPT: Final = 10_000
+FINISHED_RETENTION_S: Final = 86_400.0  # a day: what ran overnight is still listed
 EVENTS_KEPT: Final = 64
 
 PENDING, RESERVED, ADMITTED, FINISHED = "PENDING", "QUOTARESERVED", "ADMITTED", "FINISHED"
@@ -125,10 +130,19 @@ def _split(key: str) -> tuple[str, str]:
 class WorkloadBook:
     """Workloads and configuration by key, as of stream sequence `sequence`."""
 
-    def __init__(self, *, finished_kept: int = FINISHED_KEPT) -> None:
+    def __init__(
+        self,
+        *,
+        finished_kept: int = FINISHED_KEPT,
+        finished_retention_s: float = FINISHED_RETENTION_S,
+    ) -> None:
+        if finished_retention_s < 0:
+            raise ValueError(f"finished retention must be >= 0 s, got {finished_retention_s:g}")
         self.entries: dict[str, Entry] = {}
-        self.finished: OrderedDict[str, None] = OrderedDict()  # finished keys, oldest first
+        # Finished keys with their `finished` time (ns), oldest first.
+        self.finished: OrderedDict[str, int] = OrderedDict()
         self.finished_kept = finished_kept
+        self.finished_retention_s = finished_retention_s
         # (kind, name) -> (cluster, manifest JSON) of the latest config.applied
         self.configs: dict[tuple[str, str], tuple[str, str]] = {}
         self.sequence = 0
@@ -139,6 +153,7 @@ class WorkloadBook:
     def apply(self, env: events_pb2.Envelope) -> None:
         """Learn what `env` says; call in stream order."""
         self.sequence = max(self.sequence, env.sequence)
+        self._expire(env.time_unix_nano)
         payload = env.WhichOneof("payload")
         if payload == "config_applied":
             applied = env.config_applied
@@ -232,13 +247,25 @@ class WorkloadBook:
         self.entries.pop(key, None)
         self.finished.pop(key, None)
 
-    def finish(self, key: str) -> None:
-        """Count `key` among the finished, forgetting the oldest past `finished_kept`."""
-        self.finished[key] = None
+    def finish(self, key: str, at: int) -> None:
+        """Count `key` among the finished since `at` (ns), forgetting the oldest past
+        `finished_kept`."""
+        self.finished[key] = at
         self.finished.move_to_end(key)
         while len(self.finished) > self.finished_kept:
             old, _ = self.finished.popitem(last=False)
             self.entries.pop(old, None)
+
+    def _expire(self, now: int) -> None:
+        """Forget the workloads finished more than `finished_retention_s` before `now`, an
+        event's time: the book's clock is the stream's, so a rebuild forgets the same ones."""
+        horizon = now - int(self.finished_retention_s * 1e9)
+        while self.finished:
+            key, at = next(iter(self.finished.items()))
+            if at > horizon:
+                return  # finished in stream order: the rest are newer (or as old)
+            del self.finished[key]
+            self.entries.pop(key, None)
 
 
 def _admissible(env: events_pb2.Envelope) -> bool:
@@ -467,7 +494,7 @@ def _finished(book: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
     e.summary.finished_unix_nano = env.time_unix_nano
     reason = "Succeeded" if f.succeeded else "Failed"
     e.condition("Finished", True, reason, f.message or reason, env.time_unix_nano)
-    book.finish(e.key)
+    book.finish(e.key, env.time_unix_nano)
 
 
 def _admission_check(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:

@@ -47,6 +47,7 @@ from muster.gateway.aborts import answer as _answer
 from muster.gateway.aborts import deny as _deny
 from muster.gateway.auth import current_caller
 from muster.gateway.auth_config import Security, SecurityConfig, open_reviews, open_security
+from muster.gateway.book import FINISHED_RETENTION_S
 from muster.gateway.known import KnownFollower
 from muster.gateway.kube_submit import SubmitRefusedError, Written, write_objects
 from muster.gateway.kube_visibility_server import VisibilityServing
@@ -117,6 +118,8 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     # Calls in flight at once (a following Watch counted); past them a call is refused with
     # RESOURCE_EXHAUSTED (loop_server). Watches take at most half of them (watch_slots).
     max_calls: int = DEFAULT_MAX_CALLS
+    # How long the workload book keeps a finished workload (book.py, "Memory")
+    finished_retention_s: float = FINISHED_RETENTION_S
     # "kube": Submit writes into the API server of `security.kube` as the caller (kube_submit)
     cluster_backend: Literal["sim", "kube"] = "sim"
     # Kueue's visibility API for the API server's aggregation layer (kube_visibility_server)
@@ -131,6 +134,10 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
             split_listen(self.visibility.listen)
         if self.max_calls < 1:
             raise ValueError(f"max calls must be >= 1, got {self.max_calls}")
+        if not self.finished_retention_s >= 0:  # NaN too
+            raise ValueError(
+                f"finished retention must be >= 0 seconds, got {self.finished_retention_s:g}"
+            )
         if self.max_request_bytes < 1:
             raise ValueError(f"max request bytes must be >= 1, got {self.max_request_bytes}")
         self.security.check_listen(host)
@@ -580,7 +587,7 @@ class GatewayServer:
         self.address = ""
         # The workload book (ListWorkloads, DescribeWorkload, Stop, ...): read from the stream
         # from its first event on, from the first call that needs it until `stop`.
-        self.follower = BookFollower(bus)
+        self.follower = BookFollower(bus, finished_retention_s=config.finished_retention_s)
         self.known = KnownFollower(bus)  # Submit's duplicates, from the first Submit on
         self._clusters: Bucket | None = None  # MUSTER_CLUSTERS, opened when first asked
         self.partitions = QueuePartitions()

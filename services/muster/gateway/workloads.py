@@ -23,7 +23,7 @@ from muster.bus.subjects import EVENTS_STREAM
 from muster.bus.supervision import supervised
 from muster.contracts.v1 import services_pb2
 from muster.contracts.v1.events_pb2 import Envelope
-from muster.gateway.book import STATUSES, Entry, WorkloadBook
+from muster.gateway.book import FINISHED_RETENTION_S, STATUSES, Entry, WorkloadBook
 from muster.gateway.visibility import InvalidQueryError, VisibilityStore, page_key, place, plan
 from muster.gateway.watch import ALL_SUBJECTS, EventHistory
 
@@ -71,9 +71,15 @@ async def follow_forever(
 class BookFollower:
     """Feeds a `WorkloadBook` from the stream until cancelled (`run`); `current` waits."""
 
-    def __init__(self, history: EventHistory, *, catch_up_s: float = CATCH_UP_S) -> None:
+    def __init__(
+        self,
+        history: EventHistory,
+        *,
+        catch_up_s: float = CATCH_UP_S,
+        finished_retention_s: float = FINISHED_RETENTION_S,
+    ) -> None:
         self.history = history
-        self.book = WorkloadBook()
+        self.book = WorkloadBook(finished_retention_s=finished_retention_s)
         self.catch_up_s = catch_up_s
         self._moved = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -210,6 +216,14 @@ def summaries(
     return out
 
 
+def not_found(namespace: str, name: str, retention_s: float = FINISHED_RETENTION_S) -> str:
+    """What NOT_FOUND says of a workload name: also why a finished one may be gone."""
+    return (
+        f'workload "{name}" not found in namespace {namespace} (a finished workload is '
+        f"forgotten {retention_s:g}s after it finishes; `muster events` still shows its events)"
+    )
+
+
 def one_named(book: WorkloadBook, namespace: str, name: str) -> Entry:
     """The one workload `name` names in `namespace`; LookupError (NOT_FOUND) when none,
     InvalidQueryError naming the candidates when several."""
@@ -217,7 +231,7 @@ def one_named(book: WorkloadBook, namespace: str, name: str) -> Entry:
         raise InvalidQueryError("name: is required")
     found = book.find(namespace, name)
     if not found:
-        raise LookupError(f'workload "{name}" not found in namespace {namespace}')
+        raise LookupError(not_found(namespace, name, book.finished_retention_s))
     if len(found) > 1:
         keys = ", ".join(sorted(e.key for e in found))
         raise InvalidQueryError(f'name: "{name}" names several workloads ({keys}): give one')

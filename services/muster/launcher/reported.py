@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Collection, Mapping
+from typing import Any
 
 from muster.launcher.progress import Progress
 
@@ -49,6 +50,19 @@ async def until_reported(
         if not progress.still_moving(up=reported, cpu_s=cpu_s(list(missing)), now_s=clock()):
             return missing
         await asyncio.sleep(poll_s)
+
+
+def reported_when_up(node: Mapping[str, Any]) -> bool:
+    """Whether a cluster's heartbeat lists `node` as written: a cordoned Node, or one whose
+    Ready condition says other than True (the simulated kubelet adds a True one only when
+    none is written), takes no pods and is never reported; waiting for it would only stall."""
+    if (node.get("spec") or {}).get("unschedulable"):
+        return False
+    conditions = (node.get("status") or {}).get("conditions") or []
+    ready = [
+        c.get("status") for c in conditions if isinstance(c, dict) and c.get("type") == "Ready"
+    ]
+    return not ready or ready[0] == "True"
 
 
 def not_reported_warning(missing: Mapping[str, Collection[str]], progress: Progress) -> str:

@@ -29,7 +29,7 @@ from muster.launcher.driver import (
 )
 from muster.launcher.nats_server import LaunchError, NatsServer
 from muster.launcher.progress import Progress
-from muster.launcher.reported import not_reported_warning, until_reported
+from muster.launcher.reported import not_reported_warning, reported_when_up, until_reported
 from muster.launcher.stack import Stack
 
 __all__ = ["LaunchError", "prepare_nats", "run_live"]
@@ -197,7 +197,7 @@ def _node_applier(
                 known = ", ".join(sorted(backends))
                 raise LaunchError(f"Node {meta.get('name')}: no cluster {name!r} ({known})")
             await backend.apply(node)
-            if not (node.get("spec") or {}).get("unschedulable"):
+            if reported_when_up(node):
                 expected.setdefault(name, set()).add(str(meta.get("name")))
         if until_reported is not None:
             await until_reported(expected)

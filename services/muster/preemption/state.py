@@ -69,11 +69,14 @@ class Evictions:
         the flight ends. Returns it, or None when none was in flight.
 
         An answer naming another eviction than the one in flight (a command of an earlier
-        eviction, redelivered late) changes nothing: the eviction in flight is not done.
+        eviction, redelivered late), or naming pods (a placement eviction of pods outside
+        Kueue, sent by gang-permit), changes nothing: the eviction in flight is not done.
         """
         key = (env.cluster, env.workload)
         if env.WhichOneof("payload") == "eviction_dropped":
             named = env.eviction_dropped.eviction_id
+        elif env.eviction_completed.pods:
+            return None  # gang-permit's eviction of pods, never one of these flights
         else:
             named = env.eviction_completed.eviction_id
         flight = self.flights.get(key)

@@ -143,8 +143,14 @@ class WatcherContext:
             counts.settled = False  # its marks are to be forgotten
 
     def forget_workload(self, workload: str) -> None:
+        """Its last pod is gone: forget its pods, and where its events went when no `deleted`
+        of it will ever come from here (no Workload objects: the sim cluster's gateway
+        publishes those), else `homes` grew by every workload ever run. A pod of it made again
+        carries its partition (the binder's annotation), so nothing later needs the home."""
         self.pods.pop(workload, None)
         self.pod_counts.pop(workload, None)
+        if self.workloads is None:
+            self.homes.pop(workload, None)
 
     def envelope(self, out: Outgoing) -> events_pb2.Envelope:
         # Deterministic: the same fact seen again (a resumed watch) is deduplicated by JetStream.

@@ -139,6 +139,8 @@ def test_the_envelopes_queue_name_wins_over_the_manifests() -> None:
     [
         ("finished", None, Finish(WorkloadKey("ns/a"))),
         ("eviction_completed", None, Stopped(WorkloadKey("ns/a"), at_s=1.0)),
+        # Gang-permit's eviction of pods outside Kueue (one part of three) holds no quota.
+        ("eviction_completed", pb.EvictionCompleted(pods=300, part=0, parts=3), None),
         (
             "admission_check",
             pb.AdmissionCheckUpdated(check="prov", state="Ready", message="ok"),

@@ -327,6 +327,21 @@ def test_a_late_completion_of_an_earlier_eviction_keeps_the_admission_held_now()
     assert "ns/job" not in state.admitted
 
 
+def test_an_answer_to_a_placement_eviction_of_pods_ends_no_kueue_admission() -> None:
+    state = fed(node("a", cpu="2"))
+    admitted = job_admitted()
+    admitted.sequence = 20
+    state.apply_event(admitted)
+
+    # One part of gang-permit's eviction of pods outside Kueue owned under the same key.
+    payload = events_pb2.EvictionCompleted(pods=300, part=0, parts=3, command_id="c")
+    answer = event("eviction_completed", payload, workload="ns/job")
+    answer.sequence = 25
+
+    assert state.apply_event(answer) is False
+    assert "ns/job" in state.admitted
+
+
 def test_a_restored_permit_of_an_evicted_admission_holds_nothing_for_the_next_one() -> None:
     # Admitted, permitted, evicted before the binder answered; admitted again, its pods made
     # again under the same names. A gang-permit restarted now must place the new pods.

@@ -14,6 +14,7 @@ from muster.gateway.control import DELETE, RESUME, STOP, kind_of, plan_queue, pl
 from muster.gateway.eventtext import detail, fold, line_of
 from muster.gateway.permissions import Caller
 from muster.gateway.visibility import InvalidQueryError
+from muster.gateway.workloads import one_named
 from muster.payloads import PayloadError
 from muster.watcher.translate import config_applied
 
@@ -327,3 +328,67 @@ def test_a_forwarded_event_reads_as_what_moved_not_its_bytes_in_base64() -> None
         "workload.submitted #12 forwarded from partition 3 (its history; LocalQueue ml/lq moved)"
     )
     assert detail(env("forwarded", garbled)).startswith("an undecodable event #13 forwarded")
+
+
+HOUR_NS = 3600 * 10**9
+
+
+def at(e: events_pb2.Envelope, ns: int) -> events_pb2.Envelope:
+    e.time_unix_nano = ns
+    return e
+
+
+def test_finished_workloads_are_forgotten_after_the_retention_by_the_streams_time() -> None:
+    """Memory follows the work alive and the retention, not every workload ever finished:
+    1 000 run and finish an hour apart each, and the book holds the last day's (task longrun;
+    before, the last 10 000 whatever their age: all 1 000 here)."""
+    book = WorkloadBook(finished_retention_s=24 * 3600)
+    pods = [events_pb2.PodBinding(pod=events_pb2.PodRef(name="p0"), node="n1")]
+    for i in range(1_000):
+        key, t = f"ml/w-{i}", i * HOUR_NS
+        book.apply(at(submitted(key, job=f"w-{i}"), t))
+        book.apply(at(env("bound", events_pb2.PodsBound(bindings=pods), key), t))
+        book.apply(at(env("finished", events_pb2.WorkloadFinished(succeeded=True), key), t))
+    book.apply(at(submitted("ml/alive", job="alive"), 1_000 * HOUR_NS))
+
+    assert len(book) == 23 + 1  # finished less than 24 h ago (977..999), and the one alive
+    assert len(book.finished) == 23
+    assert [e.key for e in book.find("ml", "w-977")] == ["ml/w-977"]
+    assert book.find("ml", "w-976") == []  # exactly 24 h ago
+
+
+def test_a_workload_past_the_retention_is_not_found_and_the_answer_says_why() -> None:
+    book = WorkloadBook(finished_retention_s=60)
+    book.apply(at(submitted(), 0))
+    book.apply(at(env("finished", events_pb2.WorkloadFinished(succeeded=True)), HOUR_NS))
+    assert one_named(book, "ml", "train").summary.status == "FINISHED"
+    book.apply(at(submitted("ml/other", job="other"), HOUR_NS + 61 * 10**9))
+
+    with pytest.raises(LookupError) as raised:
+        one_named(book, "ml", "train")
+    assert raised.value.args[0] == (
+        'workload "train" not found in namespace ml (a finished workload is forgotten 60s '
+        "after it finishes; `muster events` still shows its events)"
+    )
+
+
+def test_a_rebuilt_book_forgets_the_same_workloads() -> None:
+    """The clock is the events' own: replayed later, the stream gives the same book."""
+    events = [at(submitted(f"ml/w-{i}", job=f"w-{i}"), i * HOUR_NS) for i in range(5)]
+    events += [
+        at(env("finished", events_pb2.WorkloadFinished(succeeded=True), f"ml/w-{i}"), i * HOUR_NS)
+        for i in range(5)
+    ]
+    events.sort(key=lambda e: e.time_unix_nano)
+    first, second = WorkloadBook(finished_retention_s=7200), WorkloadBook(finished_retention_s=7200)
+    for e in events:
+        first.apply(e)
+    for e in events:
+        second.apply(e)
+    # At 4 h, with 2 h kept: w-2 finished exactly 2 h before, so it goes too.
+    assert [e.key for e in first] == [e.key for e in second] == ["ml/w-3", "ml/w-4"]
+
+
+def test_a_negative_retention_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match="finished retention must be >= 0 s, got -1"):
+        WorkloadBook(finished_retention_s=-1)

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection
+from typing import Any
+
+import pytest
 
 from muster.launcher.progress import Progress
-from muster.launcher.reported import not_reported_warning, until_reported
+from muster.launcher.reported import not_reported_warning, reported_when_up, until_reported
 
 EAST = {f"east-{i}" for i in range(6)}
 WEST = {"west-0", "west-1"}
@@ -95,3 +98,26 @@ def test_the_warning_names_three_nodes_per_cluster_and_counts_the_rest() -> None
     text = not_reported_warning({"west": WEST, "east": EAST}, Progress(stall_s=30.0))
 
     assert "east (east-0, east-1, east-2 and 3 more); west (west-0, west-1);" in text
+
+
+def node(*, ready: str | None = None, cordoned: bool = False) -> dict[str, Any]:
+    conditions = [] if ready is None else [{"type": "Ready", "status": ready}]
+    return {"metadata": {"name": "n"}, "spec": {"unschedulable": cordoned},
+            "status": {"conditions": conditions}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("written", "reported"),
+    [
+        (node(), True),  # the simulated kubelet makes it Ready
+        (node(ready="True"), True),
+        (node(ready="False"), False),  # a NotReady Node's room is never reported: no wait for it
+        (node(ready="Unknown"), False),
+        (node(ready="True", cordoned=True), False),
+        ({"metadata": {"name": "bare"}}, True),
+    ],
+)
+def test_a_run_waits_only_for_the_nodes_a_heartbeat_will_list(
+    written: dict[str, Any], reported: bool
+) -> None:
+    assert reported_when_up(written) is reported

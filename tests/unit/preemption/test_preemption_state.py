@@ -115,3 +115,16 @@ def test_every_attempt_names_the_eviction_it_carries_out() -> None:
         env.event_id,
         7,
     )
+
+
+def test_an_answer_to_a_placement_eviction_of_pods_leaves_the_workloads_eviction_in_flight() -> (
+    None
+):
+    flights = Evictions(resend_s=30, max_attempts=10)
+    flight = flights.evicted(evicted(seq=1), now_s=0)
+    # Gang-permit evicted pods outside Kueue whose owner has the same key (a part of three).
+    placement = completed(seq=2)
+    placement.eviction_completed.pods, placement.eviction_completed.parts = 300, 3
+    assert flights.completed(placement) is None
+    assert flights.flights[("local", "ns/v")] is flight
+    assert flights.completed(completed(seq=3)) is flight

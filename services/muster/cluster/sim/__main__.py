@@ -2,8 +2,9 @@
 
 Runs the bound pods in KV bucket `MUSTER_SIM_<cluster>` for their `muster.dev/run-seconds`
 divided by `--speed`, counted from their start (or, with `--run-from created`, from their
-creation: see `Kubelet`), and deletes the pods of each deleted workload (`GarbageCollector`,
-fed every cluster's `workload.deleted` from MUSTER_EVENTS). Takes every service's common flags
+creation: see `Kubelet`), deletes the pods of each deleted workload (`GarbageCollector`,
+fed every cluster's `workload.deleted` from MUSTER_EVENTS), and prunes the tombstones of deleted
+pods no reader needs (`tombstones.py`). Takes every service's common flags
 (`muster.bus.service`).
 """
 
@@ -12,16 +13,20 @@ from __future__ import annotations
 import argparse
 import functools
 from collections.abc import AsyncIterator
+from typing import NoReturn
 
 from muster.bus import Bus
+from muster.bus.buckets import WATCHER_BUCKET
 from muster.bus.service import Flag, Health, ServiceConfig, ServiceMain, service_main
 from muster.bus.subjects import workload_filters
 from muster.bus.supervision import SupervisedGroup
+from muster.cluster.keys import bucket_name
 from muster.cluster.sim.backend import SimBackend
 from muster.cluster.sim.clock import Clock, WallClock
 from muster.cluster.sim.collector import Deletion, GarbageCollector
 from muster.cluster.sim.kubelet import RUN_FROM, STARTED, Kubelet
 from muster.cluster.sim.store import SimStore
+from muster.cluster.sim.tombstones import TOMBSTONES_KEPT_S, prune_forever
 
 NAME = "sim-cluster"
 
@@ -43,6 +48,16 @@ def main(argv: list[str]) -> int:
                 "run pods X times faster than their muster.dev/run-seconds",
             ),
             Flag(
+                "--pod-tombstones-kept-seconds",
+                "S",
+                float,
+                "MUSTER_SIM_POD_TOMBSTONES_KEPT_SECONDS",
+                f"{TOMBSTONES_KEPT_S:g}",
+                "how long a deleted pod's tombstone stays, and until the cluster's watcher has "
+                "read it (a watch resumed from before its deletion shows it); pruned every "
+                "tenth of that, 10 s to 10 min",
+            ),
+            Flag(
                 "--run-from",
                 "WHEN",
                 str,
@@ -60,8 +75,16 @@ def build(args: argparse.Namespace, config: ServiceConfig) -> ServiceMain:
         raise ValueError(f"--speed must be > 0, got {args.speed:g}")
     if args.run_from not in RUN_FROM:
         raise ValueError(f"--run-from must be one of {', '.join(RUN_FROM)}, got {args.run_from!r}")
+    if not args.pod_tombstones_kept_seconds >= 0:
+        raise ValueError(
+            f"--pod-tombstones-kept-seconds must be >= 0, got {args.pod_tombstones_kept_seconds:g}"
+        )
     return functools.partial(
-        serve, cluster=config.cluster, speed=args.speed, run_from=args.run_from
+        serve,
+        cluster=config.cluster,
+        speed=args.speed,
+        run_from=args.run_from,
+        tombstones_kept_s=args.pod_tombstones_kept_seconds,
     )
 
 
@@ -73,8 +96,11 @@ async def serve(
     speed: float,
     run_from: str = STARTED,
     clock: Clock | None = None,
+    tombstones_kept_s: float = TOMBSTONES_KEPT_S,
+    prune_every_s: float | None = None,
 ) -> None:
-    """Open the cluster's store and run its kubelet and garbage collector until cancelled."""
+    """Open the cluster's store and run its kubelet, garbage collector and tombstone pruner
+    until cancelled."""
     clock = clock or WallClock()
     store = await SimStore.open(bus.kv, cluster=cluster)
     collector = GarbageCollector(SimBackend(store, clock=clock))
@@ -83,6 +109,15 @@ async def serve(
     async with SupervisedGroup() as tasks:
         tasks.create_task(kubelet.run(), name="kubelet")
         tasks.create_task(collector.run(deletions(bus)), name="garbage-collector")
+        pruning = pruner(bus, cluster, kept_s=tombstones_kept_s, every_s=prune_every_s)
+        tasks.create_task(pruning, name="tombstone-pruner")
+
+
+async def pruner(bus: Bus, cluster: str, *, kept_s: float, every_s: float | None) -> NoReturn:
+    """The tombstone pruner, its buckets opened here: a NATS user of before it (which may not
+    read MUSTER_WATCHER) holds up only the pruning, never the kubelet."""
+    pods, watcher = await bus.kv(bucket_name(cluster)), await bus.kv(WATCHER_BUCKET)
+    await prune_forever(pods, watcher, cluster, kept_s=kept_s, every_s=every_s)
 
 
 async def deletions(bus: Bus) -> AsyncIterator[Deletion]:
