@@ -38,8 +38,9 @@ from muster.cluster.kube import copies, jobs
 from muster.contracts.v1 import events_pb2
 from muster.payloads import PayloadError, applied_object
 from muster.watcher import translate
+from muster.watcher.deferred import DeferredPending
 from muster.watcher.outbox import Outbox
-from muster.watcher.pods import PodCounts, PodState, Sent, due_events, pod_state
+from muster.watcher.pods import PodCounts, PodState, Sent, due_events, pending_news, pod_state
 from muster.watcher.translate import Outgoing
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,8 @@ class WatcherContext:
         pods: dict[str, dict[str, PodState]] | None = None,
         queues: QueuePartitions | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        deferred: DeferredPending | None = None,
+        monotonic_s: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cluster = cluster
         self.max_event_bytes = max_event_bytes  # the bus's: a larger event is refused
@@ -92,6 +95,9 @@ class WatcherContext:
         # workload key → pod key → state (`pods`: a dict shared with others who read it)
         self.pods: dict[str, dict[str, PodState]] = {} if pods is None else pods
         self.pod_counts: dict[str, PodCounts] = {}  # of `pods`, per workload
+        # Workloads whose pending set changed and was not told yet (`pending_news`).
+        self.deferred = DeferredPending() if deferred is None else deferred
+        self.monotonic_s = monotonic_s
         # Change key → id key of the config.applied last published (a restart sends each once).
         self.configs: dict[str, str] = {}
         # Workload → the trace its `submitted` (published here) went in, until it is deleted.
@@ -102,8 +108,12 @@ class WatcherContext:
         self.homes: dict[str, str] = {}
 
     def seed(self, pod: PodState) -> None:
-        """Know `pod` without publishing anything (a restart's initial list)."""
+        """Know `pod` without publishing anything (a restart's initial list). Its workload's
+        pending set, if any, is decided soon (`deferred`): the watcher stopped may not have
+        told the last one, and no change may come to decide it."""
         self.put_pod(pod)
+        if self.counts(pod.workload).told_pending and pod.workload not in self.deferred:
+            self.deferred.defer(pod.workload, now_s=self.monotonic_s())
 
     def counts(self, workload: str) -> PodCounts:
         """`workload`'s pods counted (`PodCounts`), kept as `put_pod` and `drop_pod` change
@@ -340,36 +350,82 @@ def fold_pod(change: ClusterChange, ctx: WatcherContext) -> PodState | None:
 def publish_due(pod: PodState, ctx: WatcherContext, *, after_delete: bool) -> None:
     """Publish what the pods of `pod`'s workload now make due (`pod`: the last one changed;
     `after_delete`: that change deleted it)."""
-    pods = ctx.pods.get(pod.workload, {})
-    sent = ctx.marks.load(pod.workload)
-    if pods and ctx.counts(pod.workload).quiet(sent):
+    decide_pods(pod.workload, ctx, after_delete=after_delete, traceparent=pod.traceparent)
+
+
+def decide_still(ctx: WatcherContext) -> int:
+    """Decide the workloads whose pending pods have been still long enough (`ctx.deferred`),
+    telling their pending sets not told yet; how many were decided. A bug deciding one is
+    logged and the others decided: no change is left to dead-letter."""
+    due = ctx.deferred.take_due(now_s=ctx.monotonic_s())
+    for workload in due:
+        try:
+            decide_pods(workload, ctx, still=True)
+        except Exception:
+            log.exception("deciding the pending pods of %s failed", workload)
+    return len(due)
+
+
+def decide_pods(
+    workload: str,
+    ctx: WatcherContext,
+    *,
+    after_delete: bool = False,
+    traceparent: str = "",
+    still: bool = False,
+) -> None:
+    """Publish what `workload`'s pods now make due (`after_delete`: the last change deleted a
+    pod; `traceparent`: the last pod's; `still`: its pods have not changed for a while, so
+    the pending set is told whatever its count, `ctx.deferred`)."""
+    pods = ctx.pods.get(workload, {})
+    sent = ctx.marks.load(workload)
+    counts = ctx.counts(workload)
+    pending = counts.told_pending
+    # After a delete a smaller set is no news now (the workload may be going pod by pod).
+    tell = pending > 0 and not after_delete and (still or pending_news(pending, sent))
+    if pending and not tell:
+        ctx.deferred.defer(workload, now_s=ctx.monotonic_s())
+    else:
+        ctx.deferred.drop(workload)
+    if pods and not tell and counts.quiet(sent):
         return  # nothing due, nothing to forget: spares looking at every pod (`PodCounts`)
     due = due_events(
-        pod.workload,
+        workload,
         list(pods.values()),
         sent,
         after_delete=after_delete,
+        tell_pending=tell,
         max_event_bytes=ctx.max_event_bytes,
     )
     uids = [p.uid for p in pods.values()]
-    traced = next((p.traceparent for p in pods.values() if p.traceparent), pod.traceparent)
-    headers = {"traceparent": traced} if traced else ctx.traces.get(pod.workload)
-    counts = (sent.lost, sent.regained)
+    traced = next((p.traceparent for p in pods.values() if p.traceparent), traceparent)
+    headers = {"traceparent": traced} if traced else ctx.traces.get(workload)
+    counts_told = (sent.lost, sent.regained)
     for out in due:
         ctx.publish(out, trace_headers=headers)
         sent.record(out, uids)
     had_pod_marks = bool(sent.pending or sent.running or sent.pods_ready or sent.finished)
     sent.forget_pods_except(uids)
     if pods:
-        ctx.counts(pod.workload).settle(told_nothing=not due)
+        counts.settle(told_nothing=not due)
     else:
-        ctx.forget_workload(pod.workload)
+        ctx.forget_workload(workload)
     # The events say which pods they covered, so only what they cannot say is written: the
-    # readiness counts, and the end of the pods' marks (which forgets them).
-    if (sent.lost, sent.regained) != counts or (not pods and had_pod_marks):
-        ctx.marks.save(pod.workload, sent)
+    # readiness counts, the end of the pods' marks (which forgets them), and a pending set
+    # too large to list whole (a restart could not recall it from its event).
+    if (
+        (sent.lost, sent.regained) != counts_told
+        or (not pods and had_pod_marks)
+        or any(_unlisted(out) for out in due)
+    ):
+        ctx.marks.save(workload, sent)
     elif due:
-        ctx.marks.note(pod.workload, sent)
+        ctx.marks.note(workload, sent)
+
+
+def _unlisted(out: Outgoing) -> bool:
+    """Whether `out` is a pods_pending that does not list every pod it counts."""
+    return out.field == "pods_pending" and out.payload.count > len(out.payload.pods)
 
 
 class FoldedPods:

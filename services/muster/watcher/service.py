@@ -40,6 +40,7 @@ from muster.watcher.handlers import (
     Handler,
     KueueWorkloads,
     WatcherContext,
+    decide_still,
     handler_for,
     on_pod,
 )
@@ -215,24 +216,35 @@ async def _watch(
     health.ready()
     saver = RevisionSaver(put, config.cluster, revision)
     saving = supervised(saver.run(), name="watcher-revision")
-    changes = batches(backend.watch(from_revision=revision), max_size=BATCH_MAX)
+    # No batch for a while: the pending sets that have been still are told meanwhile.
+    changes = batches(
+        backend.watch(from_revision=revision),
+        max_size=BATCH_MAX,
+        idle_s=lambda: ctx.deferred.wait_s(now_s=ctx.monotonic_s()),
+    )
     # A batch in hand is watched as a consume loop's message is (bus/progress.py).
     tracker = bus.progress.track(
         "watcher-watch", stream="", consumer="", max_ack_pending=1, wording=WATCH_BATCHES
     )
     try:
         async for batch in changes:
-            token = batch[-1].revision
-            tracker.began(token)
-            with tracker.handling(token):
-                await _handle_batch(
-                    batch, ctx, poison, groups=groups, events=events, refusals=refusals
-                )
-                # Handled, then remembered: events stored first, then marks, then the revision.
+            if batch:
+                token = batch[-1].revision
+                tracker.began(token)
+                with tracker.handling(token):
+                    await _handle_batch(
+                        batch, ctx, poison, groups=groups, events=events, refusals=refusals
+                    )
+                    # Handled, then remembered: events stored, then marks, then the revision.
+                    await outbox.flush()
+                    await marks.flush()
+                tracker.ended(token)
+                saver.handled(token)
+            # Told from the pods in hand, of no revision: a restart decides every workload
+            # with pods pending again (`WatcherContext.seed`), so none is lost.
+            if decide_still(ctx):
                 await outbox.flush()
                 await marks.flush()
-            tracker.ended(token)
-            saver.handled(token)
             if saving.done():  # it only ends early on a bug: raise it
                 saving.result()
             raise_if_cancelling()  # nats-py's waits may have swallowed it (bus.cancel)
@@ -301,9 +313,13 @@ async def _remember(
 
 
 async def batches(
-    changes: AsyncGenerator[ClusterChange, None], *, max_size: int
+    changes: AsyncGenerator[ClusterChange, None],
+    *,
+    max_size: int,
+    idle_s: Callable[[], float | None] = lambda: None,
 ) -> AsyncGenerator[list[ClusterChange], None]:
-    """Yield `changes` in order, as many at a time as have arrived (1 to `max_size`).
+    """Yield `changes` in order, as many at a time as have arrived (1 to `max_size`); an
+    empty batch when none arrived for `idle_s()` seconds (None: wait for one).
 
     A task reads the watch meanwhile, so changes arriving while a batch is handled make the next
     batch. Ends (or raises) when the watch does, after the changes read before that.
@@ -323,7 +339,12 @@ async def batches(
         while True:
             raise_if_cancelling()
             batch: list[ClusterChange] = []
-            item = await queue.get()
+            try:
+                async with asyncio.timeout(idle_s()):
+                    item = await queue.get()
+            except TimeoutError:
+                yield batch
+                continue
             while item is not None:
                 batch.append(item)
                 if len(batch) >= max_size or queue.empty():

@@ -7,15 +7,14 @@ from __future__ import annotations
 from typing import Any, cast
 
 import pytest
-from watcher_pods import Stream, changed, pod
+from watcher_pods import Stream, changed, looks_counted, pod
 
 from muster.bus.poison import Quarantine
 from muster.cluster import ClusterChange
 from muster.contracts.v1 import events_pb2
-from muster.watcher import handlers
 from muster.watcher.handlers import WatcherContext
 from muster.watcher.outbox import Outbox
-from muster.watcher.pods import Sent, due_events
+from muster.watcher.pods import Sent
 from muster.watcher.service import _handle_batch
 
 pytestmark = pytest.mark.timeout(10)
@@ -91,18 +90,6 @@ async def test_a_workload_whose_pods_all_went_in_the_run_is_forgotten() -> None:
     )
     assert [e.type for e in envs] == ["workload.pods_pending"]
     assert poison.objects == []
-
-
-def looks_counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The pods each look at a whole workload (`due_events`) read, appended as it happens."""
-    looked: list[int] = []
-
-    def counting(workload: str, pods: list[Any], sent: Sent, **kw: Any) -> Any:
-        looked.append(len(pods))
-        return due_events(workload, pods, sent, **kw)
-
-    monkeypatch.setattr(handlers, "due_events", counting)
-    return looked
 
 
 async def test_a_large_workload_is_looked_at_whole_only_when_a_fact_can_be_due(

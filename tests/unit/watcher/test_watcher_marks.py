@@ -6,75 +6,18 @@ and neither drops a duplicate (as after JetStream's 2-minute window)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import msgspec
 import pytest
-from watcher_pods import Stream, changed, pod
+from watcher_pods import CLUSTER, MarksBucket, Stream, Watcher, changed, pod
 
-from muster.bus.kv import Bucket, Entry
-from muster.cluster import ClusterChange
-from muster.watcher.handlers import WatcherContext, on_pod
-from muster.watcher.marks import KvMarks
-from muster.watcher.outbox import Outbox
+from muster.watcher.handlers import on_pod
 from muster.watcher.pods import Sent, due_events, pod_state
 
 pytestmark = pytest.mark.timeout(10)
 
-CLUSTER = "east"
 WL = "ns/w"
-
-
-class MarksBucket:
-    """The `MUSTER_WATCHER` bucket: values by key, every put and delete recorded."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, bytes] = {}
-        self.puts: list[str] = []
-        self.deletes: list[str] = []
-
-    async def put(self, key: str, value: bytes) -> int:
-        self.values[key] = value
-        self.puts.append(key)
-        return len(self.puts)
-
-    async def delete(self, key: str) -> bool:
-        self.values.pop(key, None)
-        self.deletes.append(key)
-        return True
-
-    async def snapshot(self, pattern: str, *, timeout_s: float) -> dict[str, Entry]:
-        prefix = pattern.removesuffix(">")
-        return {k: Entry(k, v, 1, 0.0) for k, v in self.values.items() if k.startswith(prefix)}
-
-
-class Watcher:
-    """The watcher's pod path over `stream` and `bucket`, started as after a restart."""
-
-    def __init__(self, stream: Stream, bucket: MarksBucket, *, clock_s: float = 0.0) -> None:
-        self.stream, self.bucket, self.now_s = stream, bucket, clock_s
-        self.marks = KvMarks(cast(Bucket, bucket), cluster=CLUSTER, clock_s=lambda: self.now_s)
-        self.ctx = WatcherContext(
-            cluster=CLUSTER,
-            outbox=Outbox(stream),
-            marks=self.marks,
-            clock_ns=lambda: int(self.now_s * 1e9),
-        )
-
-    async def start(self, pods: Sequence[Any]) -> None:
-        """Read back what was sent, knowing the `pods` listed now (as `service._remember`)."""
-        states = [s for s in map(pod_state, pods) if s is not None]
-        await self.marks.read_all()
-        live = {WL: {s.uid for s in states}} if states else {}
-        await self.marks.recall(self.stream.replay(), source=self.ctx.source, live=live)
-        for state in states:
-            self.ctx.seed(state)
-
-    async def handle(self, change: ClusterChange) -> None:
-        """One batch of one change: handled, its events stored, then its marks."""
-        await on_pod(change, self.ctx)
-        await self.ctx.outbox.flush()
-        await self.marks.flush()
 
 
 # Each a workload's life, change by change: the pods as they are after it.
