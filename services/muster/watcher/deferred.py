@@ -1,7 +1,11 @@
 """Workloads whose pending pods changed without news (`pods.pending_news`): each is decided again
-once its pods have been still for `quiet_s`, or `longest_s` after its first such change at the
-latest, so the last pending set is always told. The watcher's loop takes those due
-(`take_due`) after each batch, and when no batch comes (`wait_s`). Pure: the time comes in.
+once its pods have been still for `quiet_s` (longer for a larger set, `quiet_for`), or
+`longest_s` after its first such change at the latest, so the last pending set is always told.
+The quiet time grows with the set so that pods trickling in just slower than it (one a second
+into a gang of 20 000) are told at most `BYTES_PER_S` a workload, not once a pod: the bytes
+stay linear in the time the gang takes to apply, where a fixed second made them N². The
+watcher's loop takes those due (`take_due`) after each batch, and when no batch comes
+(`wait_s`). Pure: the time comes in.
 """
 
 from __future__ import annotations
@@ -10,6 +14,14 @@ import heapq
 
 QUIET_S = 1.0  # still this long: the set is told (a gang applied pod by pod: once, at its end)
 LONGEST_S = 30.0  # a set that keeps changing is told at least this often
+POD_BYTES = 68  # what one pod adds to a pods_pending event (docs/events.md, the audit table)
+BYTES_PER_S = 16_384  # a trickling set's tells, per workload
+
+
+def quiet_for(pending: int, *, quiet_s: float = QUIET_S, longest_s: float = LONGEST_S) -> float:
+    """How long `pending` pods must be still before their set is told: long enough that its
+    event, told that often, costs at most `BYTES_PER_S`, within [quiet_s, longest_s]."""
+    return min(longest_s, max(quiet_s, pending * POD_BYTES / BYTES_PER_S))
 
 
 class DeferredPending:
@@ -30,10 +42,11 @@ class DeferredPending:
     def __contains__(self, workload: str) -> bool:
         return workload in self._due_s
 
-    def defer(self, workload: str, *, now_s: float) -> None:
-        """`workload`'s pending pods changed at `now_s` and were not told."""
+    def defer(self, workload: str, *, now_s: float, pending: int = 0) -> None:
+        """`workload`'s `pending` pods changed at `now_s` and were not told."""
         first_s = self._first_s.setdefault(workload, now_s)
-        due_s = min(now_s + self._quiet_s, first_s + self._longest_s)
+        quiet_s = quiet_for(pending, quiet_s=self._quiet_s, longest_s=self._longest_s)
+        due_s = min(now_s + quiet_s, first_s + self._longest_s)
         if self._due_s.get(workload) != due_s:
             self._due_s[workload] = due_s
             heapq.heappush(self._heap, (due_s, workload))

@@ -112,8 +112,9 @@ class WatcherContext:
         pending set, if any, is decided soon (`deferred`): the watcher stopped may not have
         told the last one, and no change may come to decide it."""
         self.put_pod(pod)
-        if self.counts(pod.workload).told_pending and pod.workload not in self.deferred:
-            self.deferred.defer(pod.workload, now_s=self.monotonic_s())
+        pending = self.counts(pod.workload).told_pending
+        if pending and pod.workload not in self.deferred:
+            self.deferred.defer(pod.workload, now_s=self.monotonic_s(), pending=pending)
 
     def counts(self, workload: str) -> PodCounts:
         """`workload`'s pods counted (`PodCounts`), kept as `put_pod` and `drop_pod` change
@@ -384,7 +385,7 @@ def decide_pods(
     # After a delete a smaller set is no news now (the workload may be going pod by pod).
     tell = pending > 0 and not after_delete and (still or pending_news(pending, sent))
     if pending and not tell:
-        ctx.deferred.defer(workload, now_s=ctx.monotonic_s())
+        ctx.deferred.defer(workload, now_s=ctx.monotonic_s(), pending=pending)
     else:
         ctx.deferred.drop(workload)
     if pods and not tell and counts.quiet(sent):

@@ -14,7 +14,7 @@ from watcher_pods import CLUSTER, MarksBucket, Stream, Watcher, changed, looks_c
 
 from muster.cluster import ClusterChange
 from muster.contracts.v1 import events_pb2
-from muster.watcher.deferred import LONGEST_S, QUIET_S, DeferredPending
+from muster.watcher.deferred import BYTES_PER_S, LONGEST_S, QUIET_S, DeferredPending, quiet_for
 from muster.watcher.pods import Sent, pending_news
 from muster.watcher.service import batches
 
@@ -46,9 +46,9 @@ async def test_a_gang_applied_pod_by_pod_is_told_in_doubling_sets_then_whole_onc
 
     await apply(watcher, range(pods))
     arriving = told(watcher.stream)
-    await watcher.wait(QUIET_S / 2)
+    await watcher.wait(quiet_for(pods) / 2)
     assert told(watcher.stream) == arriving  # not still long enough yet
-    await watcher.wait(QUIET_S / 2)
+    await watcher.wait(quiet_for(pods) / 2)
 
     sets = told(watcher.stream)
     assert [s.count for s in arriving] == [2**k for k in range(math.ceil(math.log2(pods)))]
@@ -86,7 +86,7 @@ async def test_a_restart_mid_gang_repeats_nothing_and_tells_the_whole() -> None:
     restarted = Watcher(stream, bucket)
     await restarted.start([pod(i, of=GANG, node="") for i in range(300)])
     await apply(restarted, range(300, 500))
-    await restarted.wait(QUIET_S)
+    await restarted.wait(quiet_for(500))
 
     assert len(set(ids(stream))) == len(ids(stream))
     assert [s.count for s in told(stream)] == [1, 2, 4, 8, 16, 32, 64, 128, 256, 500]
@@ -151,6 +151,30 @@ def test_pending_news_is_a_count_doubled_or_halved_since_the_last_told(
     pending: int, last_told: int, news: bool
 ) -> None:
     assert pending_news(pending, Sent(pending_count=last_told)) is news
+
+
+async def test_pods_trickling_in_just_slower_than_the_quiet_time_are_told_by_the_second() -> None:
+    """2 000 pods, one every 1.1 s: with a fixed second of quiet each pod was told with every
+    pod before it (136 MB here); the quiet time grows with the set, so the tells stay within
+    BYTES_PER_S (a doubling's, at most the set's size, on top) and the last set is whole."""
+    watcher = Watcher(Stream(), MarksBucket())
+    pods, step_s = 2000, QUIET_S * 1.1
+    for i in range(pods):
+        await apply(watcher, range(i, i + 1))
+        await watcher.wait(step_s)
+    await watcher.wait(LONGEST_S)
+
+    sets = told(watcher.stream)
+    assert [p.name for p in sets[-1].pods] == sorted(f"{GANG}-{i}" for i in range(pods))
+    doublings = 2 * sets[-1].ByteSize()
+    assert sum(s.ByteSize() for s in sets) < BYTES_PER_S * (pods * step_s + LONGEST_S) + doublings
+    assert len(sets) < pods / 5  # the first ~240 sets, small, told each second; then fewer
+
+
+@pytest.mark.parametrize(("pending", "quiet_s"), [(0, QUIET_S), (100, QUIET_S), (2000, 8.30078125),
+                                                  (100_000, LONGEST_S)])  # fmt: skip
+def test_the_quiet_time_grows_with_the_set_within_its_bounds(pending: int, quiet_s: float) -> None:
+    assert quiet_for(pending) == quiet_s
 
 
 def test_a_deferred_workload_is_due_once_still_or_longest_s_after_its_first_change() -> None:
