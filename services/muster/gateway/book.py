@@ -368,11 +368,13 @@ def _evicted(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
 
 def _eviction_completed(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
     done = env.eviction_completed
-    if done.pods and not _every_part_answered(e, done):
-        return  # a placement eviction in parts: the other parts' pods may still run
+    if done.pods and (e.kueue or not _every_part_answered(e, done)):
+        # A placement eviction's answer (pods outside Kueue): never a Kueue eviction's end,
+        # and in parts, the other parts' pods may still run.
+        return
     e.pods.clear()
     del e.summary.nodes[:]
-    if e.kueue and _evicting(e) and not done.pods:  # naming pods: no Kueue eviction's end
+    if e.kueue and _evicting(e):
         _stopped(e, env.time_unix_nano)
 
 
