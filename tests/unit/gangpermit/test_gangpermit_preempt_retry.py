@@ -7,7 +7,8 @@ ids, so a `cmd.evict` that was lost is told again whenever the preemptor is trie
 
 from __future__ import annotations
 
-from cluster_docs import Doc, gang, node, objects
+import pytest
+from cluster_docs import Doc, fed, gang, node, objects
 
 from muster.api.model import Pod
 from muster.contracts.v1 import events_pb2
@@ -91,3 +92,21 @@ def test_a_lost_evict_is_told_again_with_new_ids_when_the_timed_out_preemptor_is
     assert types(again) == [("workload.placement_preempted", PREEMPTOR), ("cmd.evict", "ns/low")]
     assert evicted(again) == evicted(first) == [f"low-{i}" for i in range(VICTIM_PODS)]
     assert {e.event_id for e in again}.isdisjoint(e.event_id for e in first)  # not deduplicated
+
+
+@pytest.mark.parametrize("gone", [True, False], ids=["victims-gone", "victims-still-stopping"])
+def test_a_gang_permit_restarted_after_a_preemptor_timed_out_tries_it_again(gone: bool) -> None:
+    state = fed_cluster()
+    stream = decide(state, now_s=10.0) + decide(state, now_s=400.0)
+    for n, env in enumerate(stream, start=1):
+        env.sequence = n
+    victim = {d["metadata"]["name"] for d in cluster() if d["metadata"]["name"].startswith("low-")}
+    left = [d for d in cluster() if not gone or d["metadata"]["name"] not in victim]
+
+    again = decide(fed(left, stream=stream), now_s=401.0)  # not parked until its pods change
+
+    if gone:
+        assert types(again) == [("workload.gang_permitted", PREEMPTOR)]
+    else:  # preempted again, with the next attempt's ids
+        assert types(again) == types(stream[:2])
+        assert {e.event_id for e in again}.isdisjoint(e.event_id for e in stream)

@@ -212,7 +212,7 @@ def test_a_victim_evicted_in_parts_keeps_its_pods_until_every_part_is_answered()
     assert entry.lines[-1].detail == "1 pod stopped (part 2 of 2)"
 
     book.apply(stopped_part(0, 2, pods=2, workload=key))
-    assert (entry.describe().pods, list(entry.summary.nodes)) == ([], [])
+    assert (list(entry.describe().pods), list(entry.summary.nodes)) == ([], [])
 
 
 def test_a_placement_evictions_answer_is_not_the_end_of_a_kueue_eviction_of_that_name() -> None:
