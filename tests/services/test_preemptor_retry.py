@@ -12,9 +12,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-import yaml
 from bus_helpers import EventLog
-from placement_stack import Stack, gang_yaml, node, placement_stack
+from placement_stack import gang_yaml, node, placement_stack
 
 from muster.bus import Bus
 from muster.cluster.sim.backend import SimBackend
@@ -37,12 +36,6 @@ class SlowToStop(SimBackend):
         return await super().delete(kind, name, namespace=namespace, uid=uid)
 
 
-async def apply_all(stack: Stack, text: str) -> None:
-    """The objects of `text` written into the cluster, as `kubectl apply -f` does."""
-    for doc in yaml.safe_load_all(text):
-        await stack.backend.apply(doc)
-
-
 @pytest.mark.parametrize(
     "restarted", [pytest.param(False, id="running"), pytest.param(True, id="gangpermit-restarted")]
 )
@@ -61,12 +54,12 @@ async def test_a_preemptor_timed_out_while_its_victims_stop_is_bound_once_they_a
     )
     async with stack as s:
         await s.backend.apply(node("n0", cpu="4"))
-        await apply_all(s, gang_yaml("low", pods=4))
+        await s.apply_all(gang_yaml("low", pods=4))
         await s.wait_for_pods(
             VICTIM_PODS, lambda pods: all(p.node_name for p in pods), timeout_s=20
         )
         high = gang_yaml("high", pods=1, cpu="4")
-        await apply_all(s, high.replace("  workloadRef:", "  priority: 100\n  workloadRef:"))
+        await s.apply_all(high.replace("  workloadRef:", "  priority: 100\n  workloadRef:"))
 
         preempted = await events.wait_for("placement_preempted", workload=PREEMPTOR, timeout_s=20)
         assert list(preempted.placement_preempted.victims) == [VICTIM]

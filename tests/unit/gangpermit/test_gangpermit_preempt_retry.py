@@ -8,7 +8,7 @@ ids, so a `cmd.evict` that was lost is told again whenever the preemptor is trie
 from __future__ import annotations
 
 import pytest
-from cluster_docs import Doc, fed, gang, node, objects
+from cluster_docs import Doc, fed, objects, preemption
 
 from muster.api.model import Pod
 from muster.contracts.v1 import events_pb2
@@ -20,14 +20,8 @@ PREEMPTOR = "ns/high/workers"
 
 
 def cluster() -> list[Doc]:
-    """Node `a` full with the pods of gang `low`; a gang `high` of higher priority that needs
-    the whole node (the default deadline, 300 s)."""
-    low = gang("low", pods=VICTIM_PODS)
-    for doc in low[1:]:
-        doc["spec"]["nodeName"] = "a"
-    high = gang("high", pods=1, cpu=str(VICTIM_PODS))
-    high[1]["spec"]["priority"] = 100
-    return node("a", cpu=str(VICTIM_PODS)) + low + high
+    """`preemption`'s cluster: `high` preempts `low` (the default deadline, 300 s)."""
+    return preemption(VICTIM_PODS)
 
 
 def fed_cluster() -> GangPermitState:
