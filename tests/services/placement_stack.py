@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
 from bus_helpers import EventLog
 from gateway_helpers import RunningGateway, running_gateway
 
@@ -103,6 +104,12 @@ class Stack:
             services_pb2.SubmitRequest(manifest=manifest)
         )
         return reply
+
+    async def apply_all(self, text: str) -> None:
+        """The objects of `text` written straight into the cluster, as `kubectl apply -f`
+        does (binder or not)."""
+        for doc in yaml.safe_load_all(text):
+            await self.backend.apply(doc)
 
     async def pods_of(self, group: str) -> list[PodView]:
         """The pods whose life events name `group` (a workload or gang key)."""

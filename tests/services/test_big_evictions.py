@@ -17,7 +17,6 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
-import yaml
 from bus_helpers import EventLog
 from placement_stack import (
     CLUSTER,
@@ -133,7 +132,7 @@ async def evicting(bus: Bus, events: EventLog) -> AsyncIterator[tuple[Stack, Kub
         try:
             for i in range(NODES):
                 await s.backend.apply(node(f"n{i}", cpu=str(PODS // NODES)))
-            await apply_all(s, gang_yaml("low", pods=PODS))
+            await s.apply_all(gang_yaml("low", pods=PODS))
             await s.wait_for_pods(
                 "ns/low/workers",
                 lambda pods: sum(bool(p.node_name) for p in pods) == PODS,
@@ -141,16 +140,10 @@ async def evicting(bus: Bus, events: EventLog) -> AsyncIterator[tuple[Stack, Kub
             )
             kubelets[0].watching = True
             high = gang_yaml("high", pods=NODES, cpu=str(PODS // NODES))
-            await apply_all(s, high.replace("  workloadRef:", "  priority: 100\n  workloadRef:"))
+            await s.apply_all(high.replace("  workloadRef:", "  priority: 100\n  workloadRef:"))
             yield s, kubelets[0]
         finally:
             await sub.unsubscribe()
-
-
-async def apply_all(stack: Stack, text: str) -> None:
-    """The objects of `text` written into the cluster, as `kubectl apply -f` does."""
-    for doc in yaml.safe_load_all(text):
-        await stack.backend.apply(doc)
 
 
 async def first_part_answered(stack: Stack, kubelets: Kubelets) -> None:

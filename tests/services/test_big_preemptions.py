@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-import yaml
 from bus_helpers import EventLog
 from placement_stack import Stack, bare_nodes_stack, gang_yaml, limited_bus_config
 
@@ -35,21 +34,15 @@ async def stack(bus: Bus, events: EventLog) -> AsyncIterator[Stack]:
         yield s
 
 
-async def apply_all(stack: Stack, text: str) -> None:
-    """The objects of `text` written into the cluster, as `kubectl apply -f` does."""
-    for doc in yaml.safe_load_all(text):
-        await stack.backend.apply(doc)
-
-
 async def test_a_gang_over_the_event_limit_is_preempted_whole_in_commands_that_each_fit(
     stack: Stack, events: EventLog
 ) -> None:
-    await apply_all(stack, gang_yaml("low", pods=PODS))
+    await stack.apply_all(gang_yaml("low", pods=PODS))
     await stack.wait_for_pods(
         "ns/low/workers", lambda pods: sum(bool(p.node_name) for p in pods) == PODS, timeout_s=45
     )
     high = gang_yaml("high", pods=NODES, cpu=str(PODS // NODES))
-    await apply_all(stack, high.replace("  workloadRef:", "  priority: 100\n  workloadRef:"))
+    await stack.apply_all(high.replace("  workloadRef:", "  priority: 100\n  workloadRef:"))
 
     bound = await events.wait_for("bound", workload="ns/high/workers", timeout_s=45)
 

@@ -11,7 +11,6 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import pytest
-import yaml
 from bus_helpers import EventLog
 from placement_stack import SPEED, Stack, gang_yaml, node, placement_stack, types_of
 
@@ -162,22 +161,16 @@ async def test_bind_failure_retries_the_gang_as_a_whole(bus: Bus, events: EventL
         await s.wait_for_pods(GANG, lambda pods: len(pods) == 4 and all(p.node_name for p in pods))
 
 
-async def apply_all(stack: Stack, manifest: str) -> None:
-    """Write the objects straight into the cluster (kubectl apply), binder or not."""
-    for doc in yaml.safe_load_all(manifest):
-        await stack.backend.apply(doc)
-
-
 async def test_restarted_gangpermit_permits_nothing_twice(stack: Stack) -> None:
     await stack.backend.apply(node("a", cpu="4"))
     await stack.stop("binder")  # permits stay unanswered while gangpermit restarts
-    await apply_all(stack, gang_yaml("first", pods=4, run_seconds="1"))
+    await stack.apply_all(gang_yaml("first", pods=4, run_seconds="1"))
     permit = await stack.events.wait_for("gang_permitted", workload="ns/first/workers")
 
     await stack.stop("gangpermit")
     await stack.start_gangpermit()
     # The restarted gangpermit holds the unanswered permit's room: the second gang waits.
-    await apply_all(stack, gang_yaml("second", pods=2, run_seconds="1"))
+    await stack.apply_all(gang_yaml("second", pods=2, run_seconds="1"))
     second = "ns/second/workers"
     waiting = await stack.events.wait_for("gang_waiting", workload=second, timeout_s=10)
     while waiting.gang_waiting.pending < 2:

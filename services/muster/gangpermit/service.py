@@ -60,7 +60,13 @@ FOLLOWED_EVENTS = (
     "deleted",
     "gang_rejected",
 )
-RESTORED_EVENTS = (*FOLLOWED_EVENTS, "bound", "gang_permitted", "gang_waiting")
+RESTORED_EVENTS = (
+    *FOLLOWED_EVENTS,
+    "bound",
+    "gang_permitted",
+    "gang_waiting",
+    "placement_preempted",
+)
 # A workload's spec and end are followed on every cluster: MultiKueue may dispatch a workload
 # submitted in another cluster here (docs/multicluster.md).
 SPEC_EVENTS = frozenset({"submitted", "finished", "deleted"})

@@ -15,9 +15,10 @@ Facts arrive from two places, in any order:
 
 A restarted gang-permit replays the stream first (`restoring`), then `restored()`: permits not
 yet answered by the binder hold their nodes (their pods count as bound there, "assumed"), gangs
-that timed out stay parked until one of their pods or their spec changes, and the last waiting
-reason of each gang is known, so no decision is made or published twice. `decide` turns one
-scheduling pass into events (`muster.gangpermit.translate`).
+that timed out stay parked until one of their pods or their spec changes (but a preemptor timed
+out while its victims stopped is tried again), and the last waiting reason of each gang is known,
+so no decision is made or published twice. `decide` turns one scheduling pass into events
+(`muster.gangpermit.translate`).
 """
 
 from __future__ import annotations
@@ -146,6 +147,8 @@ class GangPermitState:
         self.waiting: dict[GangKey, str] = {}  # the last waiting reason published
         self.waiting_published: dict[GangKey, int] = {}
         self.attempts: dict[GangKey, int] = {}  # gang_rejected so far: a new attempt each
+        # While restoring: the attempt in which each gang last preempted (see `_rejected`).
+        self.preempted_in: dict[GangKey, int] = {}
         # --- for `capacity`: Kueue gangs found placed, in order, and those whose placement may
         # have changed since (None: any), so a heartbeat looks again at those only. Kept sorted
         # as they change: a heartbeat (up to ten a second in a burst) copies the list instead
@@ -201,6 +204,9 @@ class GangPermitState:
             case "gang_permitted":
                 self._permitted_before(GangKey(key), env)
                 return False
+            case "placement_preempted":  # our own, read back while restoring
+                self.preempted_in[GangKey(key)] = self.attempts.get(GangKey(key), 0)
+                return False
             case "gang_waiting":
                 self.parked.pop(GangKey(key), None)  # retried after an earlier time-out
                 self.waiting[GangKey(key)] = env.gang_waiting.reason
@@ -221,6 +227,7 @@ class GangPermitState:
     def restored(self) -> None:
         """The stream is replayed: restored permits hold their nodes from now on."""
         self.restoring = False
+        self.preempted_in.clear()
         for permit in self.permits.values():
             for pod, node in permit.bindings.items():
                 self.assumed[pod] = (node, permit.uids.get(pod, ""))
@@ -332,13 +339,21 @@ class GangPermitState:
     def _rejected(self, gang: GangKey, env: events_pb2.Envelope) -> None:
         rejected = env.gang_rejected
         self.touch(gang)
-        self.attempts[gang] = self.attempts.get(gang, 0) + 1
+        attempt = self.attempts.get(gang, 0)
+        self.attempts[gang] = attempt + 1
         self.waiting.pop(gang, None)
         if rejected.reason == BIND_FAILED:
             permit = self._answered(gang, env.cause, failed=True)
             if permit is not None:
                 self._bind_failed(gang, permit)
         elif rejected.reason == GANG_TIMED_OUT and self.restoring:
+            if self.preempted_in.get(gang) == attempt:
+                # It timed out while the victims it preempted for were stopping: the scheduler
+                # would try it again once they are gone, and which of them are gone by now
+                # is not known here, so it is tried again (a victim still there is preempted
+                # again, with the next attempt's ids).
+                self.parked.pop(gang, None)
+                return
             self.parked[gang] = frozenset(p.uid for p in rejected.pods)
 
     def _bound(self, gang: GangKey, cause: str) -> None:

@@ -75,6 +75,7 @@ class Entry:
     admission: events_pb2.Admission | None = None
     route: events_pb2.WorkloadRouted | None = None
     pod_sets: tuple[events_pb2.PodSetSummary, ...] = ()
+    evict_parts: dict[str, set[int]] = field(default_factory=dict)  # command id -> parts answered
 
     @property
     def key(self) -> str:
@@ -366,10 +367,28 @@ def _evicted(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
 
 
 def _eviction_completed(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
+    done = env.eviction_completed
+    if done.pods and (e.kueue or not _every_part_answered(e, done)):
+        # A placement eviction's answer (pods outside Kueue): never a Kueue eviction's end,
+        # and in parts, the other parts' pods may still run.
+        return
     e.pods.clear()
     del e.summary.nodes[:]
     if e.kueue and _evicting(e):
         _stopped(e, env.time_unix_nano)
+
+
+def _every_part_answered(e: Entry, done: events_pb2.EvictionCompleted) -> bool:
+    """Whether, with `done`, every part of its placement eviction is answered (docs/events.md,
+    "Evictions answered part by part")."""
+    if done.parts <= 1:
+        return True
+    answered = e.evict_parts.setdefault(done.command_id, set())
+    answered.add(done.part)
+    if len(answered) < done.parts:
+        return False
+    del e.evict_parts[done.command_id]
+    return True
 
 
 def _evicting(e: Entry) -> bool:

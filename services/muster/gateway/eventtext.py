@@ -109,6 +109,14 @@ def _placement_preempted(env: events_pb2.Envelope) -> str:
     return f"preempts {names(p.victims)} ({_plural(count, 'pod')})"
 
 
+def _eviction_completed(env: events_pb2.Envelope) -> str:
+    done = env.eviction_completed
+    if not done.pods:  # a Kueue eviction's end: all its pods
+        return "pods stopped"
+    text = f"{_plural(done.pods, 'pod')} stopped"
+    return f"{text} (part {done.part + 1} of {done.parts})" if done.parts > 1 else text
+
+
 def _preemption_requested(env: events_pb2.Envelope) -> str:
     victims = env.preemption_requested.victims
     if not victims:
@@ -198,7 +206,7 @@ _FORMATS: Final[dict[str, Callable[[events_pb2.Envelope], str]]] = {
     "active_changed": _active_changed,
     "copy_status": _copy_status,
     "requests_refused": lambda env: f"requests refused: {env.requests_refused.message}",
-    "eviction_completed": lambda _: "pods stopped",
+    "eviction_completed": _eviction_completed,
     "eviction_dropped": lambda _: "a late eviction of an earlier workload of this name: dropped",
     "running": lambda env: "pods running and ready" if env.running.pods_ready else "pods running",
     "pods_ready": lambda env: "a pod lost readiness" if env.pods_ready.lost else "all pods ready",

@@ -271,6 +271,8 @@ class StatusBook:
             return self._readiness(env)
         if field == ACTIVE_CHANGED:
             return self._deactivated(env)
+        if field == EVICTION_COMPLETED and env.eviction_completed.pods:
+            return set()  # a placement eviction's answer (pods outside Kueue, maybe one part)
         if field in WORKLOAD_EVENTS or field == EVICTION_COMPLETED:
             at_s = env.time_unix_nano / 1e9
             refs = self._workload_event(env.workload, field, getattr(env, field), at_s=at_s)

@@ -48,6 +48,17 @@ def gang(
     return [workload, *(pod(f"{name}-{i}", workload=name, cpu=cpu)[0] for i in range(pods))]
 
 
+def preemption(victim_pods: int) -> list[Doc]:
+    """Node `a` full with the pods of gang `low` (one CPU each); a gang `high` of higher
+    priority whose one pod needs the whole node."""
+    low = gang("low", pods=victim_pods)
+    for doc in low[1:]:
+        doc["spec"]["nodeName"] = "a"
+    high = gang("high", pods=1, cpu=str(victim_pods))
+    high[1]["spec"]["priority"] = 100
+    return node("a", cpu=str(victim_pods)) + low + high
+
+
 def pod(
     name: str,
     *,

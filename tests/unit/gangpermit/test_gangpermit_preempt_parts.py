@@ -8,7 +8,7 @@ The bus's limit is lowered here so that a victim of a few hundred pods is over i
 
 from __future__ import annotations
 
-from cluster_docs import Doc, event, fed, gang, node, objects
+from cluster_docs import event, fed, objects, preemption
 
 from muster.api.model import Pod
 from muster.bus.envelope import encode
@@ -20,19 +20,8 @@ LIMIT = 8 * 1024
 PODS = 300  # ~40 bytes a pod here: 12 KB of pods, over LIMIT
 
 
-def cluster(victim_pods: int) -> list[Doc]:
-    """Node `a` full with the pods of gang `low`; a gang `high` of higher priority that needs
-    the whole node."""
-    low = gang("low", pods=victim_pods)
-    for doc in low[1:]:
-        doc["spec"]["nodeName"] = "a"
-    high = gang("high", pods=1, cpu=str(victim_pods))
-    high[1]["spec"]["priority"] = 100
-    return node("a", cpu=str(victim_pods)) + low + high
-
-
 def test_a_victim_over_the_event_limit_is_evicted_in_commands_that_each_fit() -> None:
-    docs = cluster(PODS)
+    docs = preemption(PODS)
 
     envs = decide(fed(docs, max_event_bytes=LIMIT), now_s=10.0)
 
@@ -61,7 +50,7 @@ def test_a_victim_over_the_event_limit_is_evicted_in_commands_that_each_fit() ->
 
 
 def test_a_victim_that_fits_is_one_command_listing_its_pods_as_before() -> None:
-    docs = cluster(PODS)
+    docs = preemption(PODS)
 
     announced, evict = decide(fed(docs), now_s=10.0)  # the default limit, 1 MiB
 
@@ -74,7 +63,7 @@ def test_a_victim_that_fits_is_one_command_listing_its_pods_as_before() -> None:
 def stopped(state: GangPermitState, command: events_pb2.Envelope, sequence: int) -> None:
     """The binder carried out `command` (one part): its pods are gone, then it answered."""
     named = {p.name for p in command.evict_requested.pods}
-    for obj in objects(cluster(PODS)):
+    for obj in objects(preemption(PODS)):
         if isinstance(obj, Pod) and obj.meta.name in named:
             state.remove(obj)
     completed = event("eviction_completed", events_pb2.EvictionCompleted(), workload="ns/low")
@@ -87,7 +76,7 @@ def types(envs: list[events_pb2.Envelope]) -> list[tuple[str, str]]:
 
 
 def test_a_victim_evicted_in_parts_keeps_its_room_until_the_pods_of_every_part_are_gone() -> None:
-    state = fed(cluster(PODS), max_event_bytes=LIMIT)
+    state = fed(preemption(PODS), max_event_bytes=LIMIT)
     _, first, *rest = decide(state, now_s=10.0)
     assert rest
 
@@ -102,13 +91,13 @@ def test_a_victim_evicted_in_parts_keeps_its_room_until_the_pods_of_every_part_a
 
 
 def test_a_gang_permit_restarted_between_the_parts_of_an_eviction_tells_the_rest_again() -> None:
-    envs = decide(fed(cluster(PODS), max_event_bytes=LIMIT), now_s=10.0)
+    envs = decide(fed(preemption(PODS), max_event_bytes=LIMIT), now_s=10.0)
     announced, first, *_ = envs
     first_pods = {p.name for p in first.evict_requested.pods}
 
     # It died once the first command was stored and carried out, the later ones never told:
     # its successor reads that answer and a cluster where only the first part's pods are gone.
-    left = [d for d in cluster(PODS) if d["metadata"]["name"] not in first_pods]
+    left = [d for d in preemption(PODS) if d["metadata"]["name"] not in first_pods]
     completed = event("eviction_completed", events_pb2.EvictionCompleted(), workload="ns/low")
     completed.cause, completed.sequence = first.event_id, 2
     announced.sequence = 1

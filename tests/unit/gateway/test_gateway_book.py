@@ -193,6 +193,45 @@ def test_a_gang_outside_kueue_is_found_by_its_source_name() -> None:
     assert [line.count for line in entry.lines] == [2]  # folded
 
 
+def stopped_part(part: int, parts: int, pods: int, workload: str) -> events_pb2.Envelope:
+    """The binder's answer to one part of gang-permit's `cmd.evict` of `workload`."""
+    done = events_pb2.EvictionCompleted(pods=pods, part=part, parts=parts, command_id="evict-1")
+    return env("eviction_completed", done, workload)
+
+
+def test_a_victim_evicted_in_parts_keeps_its_pods_until_every_part_is_answered() -> None:
+    key = "ml/allreduce"  # a PodGroup's gang: evicted under its own key
+    pods = [
+        events_pb2.PodBinding(pod=events_pb2.PodRef(name=f"w-{i}"), node="n1") for i in range(3)
+    ]
+    book = book_of(env("bound", events_pb2.PodsBound(bindings=pods), key))
+    (entry,) = book.find("ml", "allreduce")
+
+    book.apply(stopped_part(1, 2, pods=1, workload=key))  # answered first, as may happen
+    assert (len(entry.describe().pods), list(entry.summary.nodes)) == (3, ["n1"])
+    assert entry.lines[-1].detail == "1 pod stopped (part 2 of 2)"
+
+    book.apply(stopped_part(0, 2, pods=2, workload=key))
+    assert (list(entry.describe().pods), list(entry.summary.nodes)) == ([], [])
+
+
+def test_a_placement_evictions_answer_is_not_the_end_of_a_kueue_eviction_of_that_name() -> None:
+    pods = [events_pb2.PodBinding(pod=events_pb2.PodRef(name="p0"), node="n1")]
+    book = book_of(
+        submitted(),
+        env("admitted", events_pb2.WorkloadAdmitted(admission=admission())),
+        env("bound", events_pb2.PodsBound(bindings=pods)),
+        env("evicted", events_pb2.WorkloadEvicted(reason="Preempted")),
+        stopped_part(0, 0, pods=4, workload="ml/job-train-1a2b3"),
+    )
+    (entry,) = book.find("ml", "train")
+    assert conditions_of(book)["QuotaReserved"][0] == "True"  # its own pods still stopping
+    assert len(entry.describe().pods) == 1
+
+    book.apply(env("eviction_completed", events_pb2.EvictionCompleted()))
+    assert conditions_of(book)["QuotaReserved"][:2] == ("False", "PendingEvaluation")
+
+
 def test_deleted_and_old_finished_workloads_are_forgotten() -> None:
     book = WorkloadBook(finished_kept=1)
     for name in ("a", "b"):

@@ -85,6 +85,11 @@ STORIES: dict[str, list[tuple[str, Any]]] = {
         evicted("DeactivatedDueToRequeuingLimitExceeded", LIMIT),
         STOPPED,
     ],
+    "preempted, a placement eviction's answer under its name": [
+        ADMITTED,
+        evicted("Preempted", "to admit ml/urgent"),
+        ("eviction_completed", pb.EvictionCompleted(pods=3, part=0, parts=2, command_id="c")),
+    ],
     "pending, stopped by its user": [
         pending("WaitingForQuota", "no room"),
         ("active_changed", pb.WorkloadActiveChanged(active=False)),
@@ -126,6 +131,14 @@ def test_a_preempted_workload_reads_requeued_and_pending_evaluation_once_its_pod
     assert described["Requeued"] == ("True", "Preempted", "to admit ml/urgent")
     again, _ = both(STORIES["preempted, requeued, admitted again"])
     assert again["Evicted"] == ("False", "QuotaReserved", "Previously: to admit ml/urgent")
+
+
+def test_an_answer_naming_pods_is_not_the_end_of_a_kueue_eviction_in_either_reading() -> None:
+    described, written = both(STORIES["preempted, a placement eviction's answer under its name"])
+    for words in (described, written):
+        assert words["QuotaReserved"][0] == "True"  # its own pods still stopping
+        assert words["Evicted"][:2] == ("True", "Preempted")
+        assert "Requeued" not in words or words["Requeued"][0] == "False"
 
 
 def test_a_back_off_over_reads_backoff_finished() -> None:

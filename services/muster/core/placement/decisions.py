@@ -240,7 +240,7 @@ class Decider:
         gang.reason = f"not placed within {timeout:g}s: {reason}"
         gang.tried = -1
         state.waiting_gangs.discard(gang.key)
-        state.drop_nomination(gang)
+        state.await_victims(gang)
         out.append(GangTimedOut(gang=gang.key, reason=gang.reason, pods=tuple(pending)))
 
     def _pool(self, priority: int) -> Pool:

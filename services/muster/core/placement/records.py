@@ -51,6 +51,7 @@ class GangRecord:
     __slots__ = (
         "children",
         "composite",
+        "former_victims",
         "held",
         "key",
         "nomination",
@@ -76,6 +77,9 @@ class GangRecord:
         self.reason = ""  # the last GangWaiting (or timeout, preemption) reason
         self.tried = -1  # epoch of its last failed attempt
         self.nomination: Nomination | None = None
+        # Timed out while these pods of its victims still held room: tried again once they
+        # are all gone (`PlacementState.await_victims`).
+        self.former_victims: set[PodKey] = set()
         # A tree of gangs: the CompositePodGroup above (None for a root), the groups below a
         # composite, its spec, and the priority its gangs have.
         self.parent: GangKey | None = None

@@ -21,7 +21,9 @@ Semantics (issue 4):
   until one of its pods or its spec changes, which starts a new attempt with a new deadline.
 - With preemption on, a ready gang that does not fit evicts the smallest set of whole
   lower-priority workloads that makes it fit (`PlacementPreempted`) and keeps their room
-  nominated until it is placed.
+  nominated until it is placed. If it times out first, the room goes back; once the victims'
+  pods that still held room then are all gone, it starts a new attempt
+  (`PlacementState.await_victims`).
 
 Where the list above leaves room:
 - A pod placed on its own (no gang, or a late member of a permitted gang) is its own unit,

@@ -38,6 +38,7 @@ class PlacementState:
         self.holders: dict[str, set[PodKey]] = {}  # owner -> its pods that hold room
         self.held_priorities: Counter[int] = Counter()  # of the pods that hold room
         self.nominated = NominatedRoom(self.table)
+        self.awaited: dict[PodKey, GangKey] = {}  # a former victim's pod -> its preemptor
         self.dirty_gangs: set[GangKey] = set()
         self.dirty_singles: set[PodKey] = set()
         self.waiting_gangs: set[GangKey] = set()
@@ -146,6 +147,7 @@ class PlacementState:
     def _forget(self, gang: GangRecord) -> None:
         trees.unlink(self, gang)
         self.drop_nomination(gang)
+        self._stop_awaiting(gang)
         del self.gangs[gang.key]
         self.dirty_gangs.discard(gang.key)
         self.waiting_gangs.discard(gang.key)
@@ -276,6 +278,7 @@ class PlacementState:
             assert nomination is not None
             nomination.victim_pods.discard(pod.info.key)
             self.dirty_gangs.add(preemptor)
+        self._victim_gone(pod.info.key)
         if pod.info.gang is None:
             return
         gang = self.gangs[pod.info.gang]
@@ -338,6 +341,43 @@ class PlacementState:
         self.nominated.remove(gang.key)
         gang.nomination = None
         self.epoch += 1  # the room it kept is free for others again
+
+    def await_victims(self, gang: GangRecord) -> None:
+        """`gang` (or a tree's root) timed out: its nomination goes, so that a victim that
+        never stops does not keep that room from others for ever; the pods of its victims
+        still holding room are remembered, and once the last of them is gone the gang is tried
+        again (a new try, with a new deadline): they were evicted for it.
+
+        As kube-scheduler re-queues an unschedulable pod when an assigned pod is deleted
+        (NodeResourcesFit's queueing hint), narrowed to the pods this preemptor waited for:
+        muster's other timed-out gangs still wait until one of their pods or their spec
+        changes.
+        """
+        self._stop_awaiting(gang)
+        nomination = gang.nomination
+        if nomination is not None:
+            gang.former_victims = set(nomination.victim_pods)
+            for key in gang.former_victims:
+                self.awaited[key] = gang.key
+        self.drop_nomination(gang)
+
+    def _victim_gone(self, key: PodKey) -> None:
+        """`key` no longer holds room: a timed-out preemptor that waited for it alone is tried
+        again."""
+        preemptor = self.awaited.pop(key, None)
+        gang = None if preemptor is None else self.gangs.get(preemptor)
+        if gang is None:
+            return
+        gang.former_victims.discard(key)
+        if not gang.former_victims and gang.timed_out:
+            gang.timed_out = False
+            self.regroup(gang)
+
+    def _stop_awaiting(self, gang: GangRecord) -> None:
+        for key in gang.former_victims:
+            if self.awaited.get(key) == gang.key:
+                del self.awaited[key]
+        gang.former_victims = set()
 
     # --- deadlines -----------------------------------------------------------------------------
 

@@ -3,9 +3,21 @@ the room they free kept for the preemptor."""
 
 from __future__ import annotations
 
-from placement_cluster import bound, gang, kinds, members, node, pod, preempted, scheduler, waiting
+from placement_cluster import (
+    bound,
+    gang,
+    kinds,
+    members,
+    node,
+    placements,
+    pod,
+    preempted,
+    scheduler,
+    waiting,
+)
 
 from muster.core.placement.model import GangKey, NodeName, PlacementPreempted, PodKey
+from muster.core.placement.scheduler import GangScheduler
 
 
 def test_evicts_the_whole_lower_priority_workload_even_where_one_pod_would_do() -> None:
@@ -162,6 +174,72 @@ def test_a_preemptor_that_times_out_gives_its_nominated_room_back() -> None:
     decisions = s.schedule(now_s=30)
 
     assert kinds(decisions) == [("GangTimedOut", "high"), ("GangPermitted", "sneaky")]
+
+
+def slow_victims(timeout_s: float = 30) -> GangScheduler:
+    """Node n0 full with `low` (two pods), and `high` (priority 10, the whole node) that
+    preempts it at 0 s, with a deadline of `timeout_s`."""
+    s = scheduler(
+        [node("n0")],
+        gangs=[gang("high", 1, priority=10, timeout_s=timeout_s)],
+        pods=[
+            bound(pod("low-0", cpu="2", workload="ns/low"), "n0"),
+            bound(pod("low-1", cpu="2", workload="ns/low"), "n0"),
+            *members("high", 1, cpu="4", priority=10),
+        ],
+    )
+    assert preempted(s.schedule(now_s=0))
+    return s
+
+
+def test_a_preemptor_timed_out_while_its_victims_stop_is_tried_again_once_they_are_gone() -> None:
+    s = slow_victims()
+    s.remove_pod(PodKey("ns/low-0"))
+    assert kinds(s.schedule(now_s=30)) == [("GangTimedOut", "high")]  # low-1 still stopping
+    assert s.schedule(now_s=40) == []
+
+    s.remove_pod(PodKey("ns/low-1"))
+    decisions = s.schedule(now_s=50)
+
+    assert placements(decisions) == {"high-0": "n0"}
+    status = s.gang_status(GangKey("ns/high"))
+    assert status is not None
+    assert status.phase == "Permitted"
+
+
+def test_a_retried_preemptor_has_a_new_deadline_and_preempts_again_for_what_holds_its_room() -> (
+    None
+):
+    s = slow_victims()
+    assert kinds(s.schedule(now_s=30)) == [("GangTimedOut", "high")]
+    s.upsert_pod(bound(pod("sneaky", cpu="2", priority=5), "n0"))  # took the room given back
+    s.remove_pod(PodKey("ns/low-0"))
+    assert s.schedule(now_s=31) == []  # low-1 still stopping: no new try yet
+
+    s.remove_pod(PodKey("ns/low-1"))
+    (again,) = preempted(s.schedule(now_s=40))
+
+    assert again.victims == ("ns/sneaky",)
+    status = s.gang_status(GangKey("ns/high"))
+    assert status is not None
+    assert (status.phase, status.deadline_s) == ("Preempting", 70)
+
+
+def test_a_timed_out_gang_that_preempted_nothing_still_waits_for_its_own_change() -> None:
+    s = scheduler(
+        [node("n0")],
+        gangs=[gang("high", 1, priority=10, timeout_s=30)],
+        pods=[
+            bound(pod("keeper", cpu="4", priority=20), "n0"),
+            *members("high", 1, cpu="4", priority=10),
+        ],
+    )
+    assert kinds(s.schedule(now_s=0)) == [("GangWaiting", "high")]
+    assert kinds(s.schedule(now_s=30)) == [("GangTimedOut", "high")]
+
+    s.remove_pod(PodKey("ns/keeper"))
+
+    assert s.schedule(now_s=40) == []
 
 
 def test_a_resource_first_seen_between_passes_does_not_upset_preemption() -> None:
