@@ -66,11 +66,13 @@ class QueueHomes:
     """The home of every configured LocalQueue, to tell which ones a configuration change moved.
 
     `update(engine)` after each change to LocalQueues, ClusterQueues or Cohorts returns the
-    LocalQueues whose home changed, with their home before and after.
+    LocalQueues whose home changed, with their home before and after. `version` moves when
+    any home changed, so that the bucket of homes is written only then (`HomesOut`).
     """
 
     def __init__(self) -> None:
         self.homes: dict[str, Home] = {}
+        self.version = 0
 
     def home_of(self, local_queue: str) -> Home:
         return self.homes.get(local_queue) or stand_in(local_queue)
@@ -82,12 +84,31 @@ class QueueHomes:
             key = queue_key(namespace, name)
             homes[key] = stand_in(key) if tree is None else Home(partition_of(tree), True)
         before, self.homes = self.homes, homes
+        if homes != before:
+            self.version += 1
         moved: dict[str, tuple[Home, Home]] = {}
         for key in before.keys() | homes.keys():
             old, new = before.get(key) or stand_in(key), homes.get(key) or stand_in(key)
             if old.partition != new.partition:
                 moved[key] = (old, new)
         return moved
+
+
+class HomesOut:
+    """Which homes the `MUSTER_PARTITIONS` bucket is owed: every replica writes them all, and
+    they change only with the configuration, so the views' writes (several a second) compare
+    them only after a change, not each time over every LocalQueue of every shard."""
+
+    def __init__(self) -> None:
+        self._written = -1  # the `QueueHomes.version` last written in full; none yet
+
+    def owed(self, homes: QueueHomes) -> dict[str, bytes] | None:
+        """The bucket's values when `homes` changed since they were last `written`; else None."""
+        return None if homes.version == self._written else bucket_values(homes)
+
+    def written(self, version: int) -> None:
+        """The values of `version` are stored (a write that failed is owed again)."""
+        self._written = version
 
 
 def bucket_values(homes: QueueHomes) -> dict[str, bytes]:

@@ -29,7 +29,7 @@ import msgspec
 from muster.admission.clusters import follow_clusters
 from muster.admission.handlers import Clock, Reown, Rounds
 from muster.admission.handover import StoryFetcher
-from muster.admission.homes import bucket_values
+from muster.admission.homes import HomesOut
 from muster.admission.lease import ShardLease
 from muster.admission.metrics import AdmissionMetrics
 from muster.admission.rebuild import SnapshotStore, rebuild, rebuilding
@@ -48,7 +48,7 @@ from muster.bus import (
     new_event,
 )
 from muster.bus.buckets import PARTITIONS_BUCKET, SHARDS_BUCKET, VISIBILITY_BUCKET
-from muster.bus.cancel import finishing, gather_or_cancel, raise_if_cancelling
+from muster.bus.cancel import finishing, raise_if_cancelling
 from muster.bus.errors import NotFound, Unavailable
 from muster.bus.ordered import Gather, consume_in_order, make_consumer
 from muster.bus.progress import advanced
@@ -443,12 +443,14 @@ class AdmissionService:
             busy_s=self.config.visibility_busy_s,
             cpu_share=VISIBILITY_CPU_SHARE,
         )
+        homes_out = HomesOut()
         swept_at = time.monotonic()
         while True:
             raise_if_cancelling()
             pulse.beat(LATE_PAGES_SWEEP_S)
             with contextlib.suppress(TimeoutError):  # a quiet replica sweeps late pages too
-                await asyncio.wait_for(self._dirty.wait(), LATE_PAGES_SWEEP_S)
+                async with asyncio.timeout(LATE_PAGES_SWEEP_S):  # no task, as wait_for makes
+                    await self._dirty.wait()
             pulse.beat(0.0)  # the write is due now: it moves with each key, or it is stalled
             self._dirty.clear()
             rounds, self._changed_rounds = self._changed_rounds, 0
@@ -461,7 +463,8 @@ class AdmissionService:
                     moved_at=self.state.fences,
                     trees=self.state.trees,
                 )
-                homes = bucket_values(self.state.homes)
+                homes_version = self.state.homes.version
+                homes = homes_out.owed(self.state.homes)
                 if self.metrics is not None:
                     self.metrics.refresh_gauges()
             spent_s = time.perf_counter() - started
@@ -470,7 +473,9 @@ class AdmissionService:
                     put = await writer.write(values, changed)
                     await writer.sweep_legacy(kv, values)  # once: pages of before an upgrade
                     await self._publish_statuses(put, values)
-                    await queues.write(homes)
+                    if homes is not None:
+                        await queues.write(homes)
+                        homes_out.written(homes_version)
                     if time.monotonic() - swept_at >= LATE_PAGES_SWEEP_S:
                         swept_at = time.monotonic()
                         await writer.sweep_late_pages()
@@ -482,7 +487,8 @@ class AdmissionService:
             await asyncio.sleep(rest_s)
 
     async def _publish_statuses(self, keys: list[str], values: dict[str, bytes]) -> None:
-        """One queue.status per ClusterQueue whose status changed, published side by side."""
+        """One queue.status per ClusterQueue whose status changed, published side by side in
+        one flight (no task each); the first that failed is raised, as the write's failure."""
         envs = []
         for key in keys:
             if not key.startswith("cq."):
@@ -497,4 +503,9 @@ class AdmissionService:
                     source=self.config.source,
                 )
             )
-        await gather_or_cancel(*(self.bus.publish(env) for env in envs))
+        if not envs:
+            return
+        results = await self.bus.publish_together(envs, [None] * len(envs))
+        failed = next((r for r in results if isinstance(r, BusError)), None)
+        if failed is not None:
+            raise failed

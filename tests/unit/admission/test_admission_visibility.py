@@ -14,6 +14,7 @@ from admission_stream import (
 )
 from memory_kv import MemoryKV
 
+from muster.admission.homes import HomesOut
 from muster.admission.shards import PartitionMap, Sharding
 from muster.admission.state import AdmissionState
 from muster.admission.visibility import (
@@ -235,6 +236,48 @@ async def test_a_newer_owners_status_is_not_written_over_by_an_older_owners_firs
     # The old owner's first write in its life comes late: every key is new to it.
     assert await old.write({k: v + b"\x00" for k, v in values.items()}) == []
     assert kv.data == theirs
+
+
+# The MUSTER_PARTITIONS values a replica owes: after a configuration change moved a
+# LocalQueue's home, not at every views write (they cover every LocalQueue of every shard).
+
+
+def one_local_queue() -> tuple[Stream, AdmissionState]:
+    stream, state = Stream(), AdmissionState()
+    state.take_ownership(now_s=0)
+    for manifest in (flavor(), cluster_queue(), local_queue("a")):
+        stream.run(state, applied(manifest))
+    return stream, state
+
+
+def test_homes_are_owed_after_a_configuration_change_only_until_written() -> None:
+    stream, state = one_local_queue()
+    out = HomesOut()
+    first = out.owed(state.homes)
+    assert first is not None
+    assert list(first) == ["lq.ns.a"]
+    out.written(state.homes.version)
+    assert out.owed(state.homes) is None
+
+    stream.run(state, submitted(workload("w", queue="a")))
+    stream.run(state, applied(cluster_queue(cpu="8")))  # quota only: no LocalQueue moved
+    assert out.owed(state.homes) is None
+
+    stream.run(state, applied(local_queue("b")))
+    owed = out.owed(state.homes)
+    assert owed is not None
+    assert sorted(owed) == ["lq.ns.a", "lq.ns.b"]
+
+
+def test_homes_whose_write_failed_stay_owed() -> None:
+    _, state = one_local_queue()
+    out = HomesOut()
+    version = state.homes.version
+    assert out.owed(state.homes) is not None
+    # The write failed: `written` is not called, so the next views write tries again.
+    assert out.owed(state.homes) is not None
+    out.written(version)
+    assert out.owed(state.homes) is None
 
 
 def resharded(state: AdmissionState) -> Sharding:
