@@ -8,9 +8,10 @@ Changes `EngineState`; decides nothing about quota (that is the round's, in `eng
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 
+from muster.api.model import AdmissionMode
 from muster.core.conditions import QUOTA_RESERVED
 from muster.core.events import EventType
 from muster.core.fairshare import ZERO, borrows_on, dominant_share, with_usage
@@ -64,11 +65,35 @@ class Queueing:
                     else None
                 )
                 tree = state.trees[tid] = TreeRuntime(tid, root, tournament, state.listed)
-            state.queues[name] = QueueRuntime(name, tree, node)
+            state.queues[name] = QueueRuntime(name, tree, node, self._local_usage(name))
+        state.admission_usage.forget(config.local_queues)
         for r in state.records.values():
             r.group = None
             if r.phase is Phase.PENDING:
                 self.enqueue(r)
+
+    def _local_usage(self, cq: str) -> Callable[[str], float] | None:
+        """How `cq` weighs its LocalQueues' usage now, if it orders by it (admission fair
+        sharing: configured, and `cq` a BestEffortFIFO queue asking for it)."""
+        state = self.state
+        config = state.config
+        settings = config.kueue.admission_fair_sharing
+        queue = config.cluster_queues[cq]
+        if (
+            settings is None
+            or queue.admission_mode is not AdmissionMode.USAGE_BASED
+            or not config.best_effort(cq)
+        ):
+            return None
+
+        def usage(local_queue: str) -> float:
+            lq = config.local_queues.get(local_queue)
+            weight = lq.fair_sharing_weight if lq is not None else 1.0  # Kueue: missing, 1
+            return state.admission_usage.usage(
+                local_queue, now_s=state.now_s, config=settings, queue_weight=weight
+            )
+
+        return usage
 
     def enqueue(self, r: WorkloadRecord) -> None:
         r.phase = Phase.PENDING
@@ -85,7 +110,7 @@ class Queueing:
             shape = b"routed:" + r.shape  # never in one group with the queue's own workloads
         group = cq.groups.get(shape)
         if group is None:
-            group = cq.groups[shape] = PendingGroup(cq, shape)
+            group = cq.groups[shape] = PendingGroup(cq, shape, r.local_queue if shape else "")
         elif group.shape == r.shape:
             r.shape = group.shape  # one copy of the bytes per group, not one per workload
         r.group = group

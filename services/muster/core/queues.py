@@ -10,7 +10,7 @@ only when enough quota is released in its cohort tree (or the configuration chan
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -53,11 +53,12 @@ class Park(Enum):
 class PendingGroup:
     """Workloads of one ClusterQueue that the assigner would treat identically, FIFO."""
 
-    __slots__ = ("cq", "heap", "listed", "park", "shape", "token", "why")
+    __slots__ = ("cq", "heap", "listed", "local_queue", "park", "shape", "token", "why")
 
-    def __init__(self, cq: QueueRuntime, shape: bytes) -> None:
+    def __init__(self, cq: QueueRuntime, shape: bytes, local_queue: str = "") -> None:
         self.cq = cq
         self.shape = shape
+        self.local_queue = local_queue  # its members' LocalQueue ("": several, StrictFIFO)
         self.heap: list[tuple[OrderKey, int, WorkloadRecord]] = []
         self.park = Park.ACTIVE
         self.token = 0  # bumped whenever the group is parked or re-listed; stale entries skip
@@ -82,16 +83,38 @@ class PendingGroup:
 
 
 class QueueRuntime:
-    """A ClusterQueue's pending side: its groups and the heap of its unparked ones."""
+    """A ClusterQueue's pending side: its groups and the heap of its unparked ones.
 
-    __slots__ = ("active", "groups", "listed", "name", "node", "token", "tree")
+    With admission fair sharing (`local_usage`: a LocalQueue's usage now), the unparked groups
+    are kept in one heap per LocalQueue, and the best group is the best head of the LocalQueue
+    with the least usage: usage changes with time, so it cannot be part of a heap's key."""
 
-    def __init__(self, name: str, tree: TreeRuntime, node: QuotaNode) -> None:
+    __slots__ = (
+        "active",
+        "by_local_queue",
+        "groups",
+        "listed",
+        "local_usage",
+        "name",
+        "node",
+        "token",
+        "tree",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        tree: TreeRuntime,
+        node: QuotaNode,
+        local_usage: Callable[[str], float] | None = None,
+    ) -> None:
         self.name = name
         self.tree = tree
         self.node = node  # its node in the quota tree
+        self.local_usage = local_usage
         self.groups: dict[bytes, PendingGroup] = {}
         self.active: list[tuple[OrderKey, int, PendingGroup]] = []
+        self.by_local_queue: dict[str, list[tuple[OrderKey, int, PendingGroup]]] = {}
         self.token = 0  # bumped when the queue is (re)listed in its tree's ready heap
         self.listed: tuple[object, ...] | None = None  # the key of its valid `ready` entry
 
@@ -113,10 +136,32 @@ class QueueRuntime:
         group.park = Park.ACTIVE
         group.token += 1
         group.listed = key
-        heapq.heappush(self.active, (key, group.token, group))
+        if self.local_usage is None:
+            heapq.heappush(self.active, (key, group.token, group))
+        else:
+            heap = self.by_local_queue.setdefault(group.local_queue, [])
+            heapq.heappush(heap, (key, group.token, group))
 
     def best_group(self) -> PendingGroup | None:
-        active = self.active
+        if self.local_usage is None:
+            return self._best_in(self.active)
+        # Admission fair sharing (rule A3 in core.admission_fair_sharing): the LocalQueue
+        # with the least usage first, then priority and FIFO within it.
+        best: tuple[float, OrderKey, PendingGroup] | None = None
+        for name in sorted(self.by_local_queue):
+            group = self._best_in(self.by_local_queue[name])
+            if group is None:
+                del self.by_local_queue[name]  # listed again by its next arrival or wake
+                continue
+            head = group.head()
+            assert head is not None
+            candidate = (self.local_usage(name), head.order_key, group)
+            if best is None or candidate[:2] < best[:2]:
+                best = candidate
+        return best[2] if best is not None else None
+
+    @staticmethod
+    def _best_in(active: list[tuple[OrderKey, int, PendingGroup]]) -> PendingGroup | None:
         while active:
             _, token, group = active[0]
             if group.token == token and group.park is Park.ACTIVE and group.head() is not None:

@@ -13,6 +13,7 @@ import heapq
 import msgspec
 
 from muster.api.model import WorkloadKey
+from muster.core.admission_fair_sharing import AdmissionUsage
 from muster.core.attempt import Attempts
 from muster.core.config import Configuration
 from muster.core.events import Event, EventType
@@ -37,6 +38,8 @@ class EngineState:
     def __init__(self, config: Configuration, *, hold_quota_until_stopped: bool) -> None:
         self.config = config
         self.usage = Usage(config)
+        # LocalQueues' decayed usage (admission fair sharing), kept across configuration changes
+        self.admission_usage = AdmissionUsage()
         self.hold_quota_until_stopped = hold_quota_until_stopped
         # Every workload known, in arrival order (a resubmission after deletion moves to the end).
         self.records: dict[WorkloadKey, WorkloadRecord] = {}
