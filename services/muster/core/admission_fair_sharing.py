@@ -121,38 +121,27 @@ class AdmissionUsage:
     def __init__(self) -> None:
         self.queues: dict[str, QueueUsage] = {}
 
-    def started(
+    def record(
         self,
         local_queue: str,
         usage: Mapping[FlavorResource, int],
         *,
+        started: bool,
         at_s: float,
         config: AdmissionFairSharingConfig,
     ) -> None:
-        """A workload of `local_queue` holding `usage` started at `at_s` (A1, A2)."""
+        """A workload of `local_queue` holding `usage` started (or stopped) at `at_s`: the
+        decay is carried up to then (A1); a start adds its entry penalty (A2)."""
         queue = self.queues.get(local_queue)
         if queue is None:
+            if not started:
+                return
             queue = self.queues[local_queue] = QueueUsage(at_s)
         queue.fold(at_s, config)
         requests = requests_of(usage)
-        if config.usage_half_life_s > 0:
+        if started and config.usage_half_life_s > 0:
             _add(queue.consumed, entry_penalty(requests, config), 1.0)
-        _add(queue.running, requests, 1.0)
-
-    def stopped(
-        self,
-        local_queue: str,
-        usage: Mapping[FlavorResource, int],
-        *,
-        at_s: float,
-        config: AdmissionFairSharingConfig,
-    ) -> None:
-        """A workload of `local_queue` holding `usage` gave it back at `at_s` (A1)."""
-        queue = self.queues.get(local_queue)
-        if queue is None:
-            return
-        queue.fold(at_s, config)
-        _add(queue.running, requests_of(usage), -1.0)
+        _add(queue.running, requests, 1.0 if started else -1.0)
 
     def consumed(
         self, local_queue: str, *, now_s: float, config: AdmissionFairSharingConfig

@@ -81,8 +81,9 @@ class Lifecycle:
         r.evicted = False
         r.pending_message = ""
         state.usage.hold(r)
-        if (fair := state.config.kueue.admission_fair_sharing) is not None:
-            state.admission_usage.started(r.local_queue, r.usage, at_s=state.now_s, config=fair)
+        book, fair = state.admission_usage, state.config.kueue.admission_fair_sharing
+        if book is not None and fair is not None:
+            book.record(r.local_queue, r.usage, started=True, at_s=state.now_s, config=fair)
         if self.routing is not None and announce:
             for group in self.routing.started(state, r):
                 self.queueing.retry(group)
@@ -303,8 +304,9 @@ class Lifecycle:
         if not r.holds_quota:
             return
         freed = state.usage.unhold(r)
-        if freed and (fair := state.config.kueue.admission_fair_sharing) is not None:
-            state.admission_usage.stopped(r.local_queue, freed, at_s=state.now_s, config=fair)
+        book, fair = state.admission_usage, state.config.kueue.admission_fair_sharing
+        if freed and book is not None and fair is not None:
+            book.record(r.local_queue, freed, started=False, at_s=state.now_s, config=fair)
         queue = state.queues.get(r.cluster_queue)
         if queue is None:
             return

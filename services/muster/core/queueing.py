@@ -66,7 +66,8 @@ class Queueing:
                 )
                 tree = state.trees[tid] = TreeRuntime(tid, root, tournament, state.listed)
             state.queues[name] = QueueRuntime(name, tree, node, self._local_usage(name))
-        state.admission_usage.forget(config.local_queues)
+        if state.admission_usage is not None:
+            state.admission_usage.forget(config.local_queues)
         for r in state.records.values():
             r.group = None
             if r.phase is Phase.PENDING:
@@ -78,9 +79,11 @@ class Queueing:
         state = self.state
         config = state.config
         settings = config.kueue.admission_fair_sharing
+        book = state.admission_usage
         queue = config.cluster_queues[cq]
         if (
             settings is None
+            or book is None
             or queue.admission_mode is not AdmissionMode.USAGE_BASED
             or not config.best_effort(cq)
         ):
@@ -89,9 +92,7 @@ class Queueing:
         def usage(local_queue: str) -> float:
             lq = config.local_queues.get(local_queue)
             weight = lq.fair_sharing_weight if lq is not None else 1.0  # Kueue: missing, 1
-            return state.admission_usage.usage(
-                local_queue, now_s=state.now_s, config=settings, queue_weight=weight
-            )
+            return book.usage(local_queue, now_s=state.now_s, config=settings, queue_weight=weight)
 
         return usage
 

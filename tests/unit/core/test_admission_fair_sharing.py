@@ -86,10 +86,12 @@ def test_weights_per_resource_and_per_local_queue() -> None:
 def test_usage_is_the_same_replayed_and_does_not_go_back_in_time() -> None:
     def run() -> AdmissionUsage:
         book = AdmissionUsage()
-        book.started("a/lq", CPU_2, at_s=0.0, config=TEN_MINUTES)
-        book.started("a/lq", CPU_2, at_s=50.0, config=TEN_MINUTES)
-        book.stopped("a/lq", CPU_2, at_s=600.0, config=TEN_MINUTES)
-        book.stopped("a/lq", CPU_2, at_s=400.0, config=TEN_MINUTES)  # told late: decays 0
+        book.record("a/lq", CPU_2, started=True, at_s=0.0, config=TEN_MINUTES)
+        book.record("a/lq", CPU_2, started=True, at_s=50.0, config=TEN_MINUTES)
+        book.record("a/lq", CPU_2, started=False, at_s=600.0, config=TEN_MINUTES)
+        book.record(
+            "a/lq", CPU_2, started=False, at_s=400.0, config=TEN_MINUTES
+        )  # told late: decays 0
         return book
 
     first, second = run(), run()
@@ -102,10 +104,10 @@ def test_usage_is_the_same_replayed_and_does_not_go_back_in_time() -> None:
 
 def test_a_queue_that_ran_more_recently_weighs_more() -> None:
     book = AdmissionUsage()
-    book.started("old/lq", CPU_2, at_s=0.0, config=TEN_MINUTES)
-    book.stopped("old/lq", CPU_2, at_s=600.0, config=TEN_MINUTES)
-    book.started("new/lq", CPU_2, at_s=1200.0, config=TEN_MINUTES)
-    book.stopped("new/lq", CPU_2, at_s=1800.0, config=TEN_MINUTES)
+    book.record("old/lq", CPU_2, started=True, at_s=0.0, config=TEN_MINUTES)
+    book.record("old/lq", CPU_2, started=False, at_s=600.0, config=TEN_MINUTES)
+    book.record("new/lq", CPU_2, started=True, at_s=1200.0, config=TEN_MINUTES)
+    book.record("new/lq", CPU_2, started=False, at_s=1800.0, config=TEN_MINUTES)
 
     def usage(name: str) -> float:
         return book.usage(name, now_s=1800.0, config=TEN_MINUTES, queue_weight=1.0)
@@ -116,8 +118,8 @@ def test_a_queue_that_ran_more_recently_weighs_more() -> None:
 
 def test_forget_drops_deleted_queues_that_run_nothing() -> None:
     book = AdmissionUsage()
-    book.started("gone/lq", CPU_2, at_s=0.0, config=TEN_MINUTES)
-    book.started("done/lq", CPU_2, at_s=0.0, config=TEN_MINUTES)
-    book.stopped("done/lq", CPU_2, at_s=10.0, config=TEN_MINUTES)
+    book.record("gone/lq", CPU_2, started=True, at_s=0.0, config=TEN_MINUTES)
+    book.record("done/lq", CPU_2, started=True, at_s=0.0, config=TEN_MINUTES)
+    book.record("done/lq", CPU_2, started=False, at_s=10.0, config=TEN_MINUTES)
     book.forget(["kept/lq"])
     assert sorted(book.queues) == ["gone/lq"]  # still runs: its stop must find it
