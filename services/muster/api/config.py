@@ -6,6 +6,7 @@ feature gate. Defaults are Kueue's for the version written.
 
 from __future__ import annotations
 
+import math
 import re
 from fractions import Fraction
 
@@ -98,8 +99,9 @@ def _admission_fair_sharing(
             f"{where}.usageSamplingInterval", f'must be > 0, got "{raw.usage_sampling_interval}"'
         )
     for name, weight in sorted(raw.resource_weights.items()):
-        if not weight >= 0:  # NaN too
-            errs.add(f"{where}.resourceWeights.{name}", f"must be >= 0, got {weight:g}")
+        if not 0 <= weight < math.inf:  # NaN and infinity too: usage must stay comparable
+            problem = f"must be a finite number >= 0, got {weight:g}"
+            errs.add(f"{where}.resourceWeights.{name}", problem)
     return AdmissionFairSharingConfig(
         usage_half_life_s=half_life_s or 0.0,
         usage_sampling_interval_s=sampling_s

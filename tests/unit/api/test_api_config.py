@@ -148,11 +148,16 @@ def test_admission_fair_sharing_names_each_bad_field() -> None:
     objects, errors = decode_yaml(
         "apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\n"
         "admissionFairSharing:\n  usageHalfLifeTime: -1m\n  usageSamplingInterval: 0s\n"
-        "  resourceWeights: {cpu: -1}\n"
+        "  resourceWeights: {cpu: -1, memory: .inf, nvidia.com/gpu: .nan}\n"
     )
     assert objects == []
     assert [str(e) for e in errors] == [
         'Configuration: admissionFairSharing.usageHalfLifeTime: must be >= 0, got "-1m"',
         'Configuration: admissionFairSharing.usageSamplingInterval: must be > 0, got "0s"',
-        "Configuration: admissionFairSharing.resourceWeights.cpu: must be >= 0, got -1",
+        "Configuration: admissionFairSharing.resourceWeights.cpu: must be a finite number >= 0,"
+        " got -1",
+        "Configuration: admissionFairSharing.resourceWeights.memory: must be a finite number"
+        " >= 0, got inf",
+        "Configuration: admissionFairSharing.resourceWeights.nvidia.com/gpu: must be a finite"
+        " number >= 0, got nan",
     ]
