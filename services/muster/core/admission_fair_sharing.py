@@ -97,12 +97,15 @@ def _add(into: Amounts, amounts: Mapping[str, float], sign: float) -> None:
 class QueueUsage:
     """One LocalQueue's consumed usage as of `since_s`, and what it runs since then."""
 
-    __slots__ = ("consumed", "running", "since_s")
+    __slots__ = ("consumed", "last", "running", "since_s")
 
     def __init__(self, since_s: float) -> None:
         self.consumed: Amounts = {}
         self.running: Amounts = {}
         self.since_s = since_s
+        # (now_s, config, queue weight) -> usage of the last look: a round asks again and
+        # again at one instant, and the order compares it by equality (core.queues).
+        self.last: tuple[float, AdmissionFairSharingConfig, float, float] | None = None
 
     def at(self, now_s: float, config: AdmissionFairSharingConfig) -> Amounts:
         """Consumed usage at `now_s` (never before the last change: a late fact decays 0)."""
@@ -138,6 +141,7 @@ class AdmissionUsage:
                 return
             queue = self.queues[local_queue] = QueueUsage(at_s)
         queue.fold(at_s, config)
+        queue.last = None
         requests = requests_of(usage)
         if started and config.usage_half_life_s > 0:
             _add(queue.consumed, entry_penalty(requests, config), 1.0)
@@ -158,8 +162,15 @@ class AdmissionUsage:
         queue_weight: float,
     ) -> float:
         """The number the ClusterQueue's order compares: lower goes first (A3)."""
-        consumed = self.consumed(local_queue, now_s=now_s, config=config)
-        return weighted_usage(consumed, config, queue_weight)
+        queue = self.queues.get(local_queue)
+        if queue is None:
+            return weighted_usage({}, config, queue_weight)
+        last = queue.last
+        if last is not None and last[0] == now_s and last[1] is config and last[2] == queue_weight:
+            return last[3]
+        value = weighted_usage(queue.at(now_s, config), config, queue_weight)
+        queue.last = (now_s, config, queue_weight, value)
+        return value
 
     def forget(self, keep: Iterable[str]) -> None:
         """Drop the LocalQueues not in `keep` that run nothing (deleted ones: Kueue drops

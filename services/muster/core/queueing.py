@@ -8,10 +8,11 @@ Changes `EngineState`; decides nothing about quota (that is the round's, in `eng
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from functools import partial
 
-from muster.api.model import AdmissionMode
+from muster.api.model import AdmissionFairSharingConfig, AdmissionMode
+from muster.core.admission_fair_sharing import AdmissionUsage
 from muster.core.conditions import QUOTA_RESERVED
 from muster.core.events import EventType
 from muster.core.fairshare import ZERO, borrows_on, dominant_share, with_usage
@@ -20,6 +21,7 @@ from muster.core.preemption import Victims
 from muster.core.queues import (
     SET_ASIDE,
     ListedTrees,
+    LocalUsage,
     Park,
     PendingGroup,
     QueueRuntime,
@@ -73,7 +75,7 @@ class Queueing:
             if r.phase is Phase.PENDING:
                 self.enqueue(r)
 
-    def _local_usage(self, cq: str) -> Callable[[str], float] | None:
+    def _local_usage(self, cq: str) -> LocalUsage | None:
         """How `cq` weighs its LocalQueues' usage now, if it orders by it (admission fair
         sharing: configured, and `cq` a BestEffortFIFO queue asking for it)."""
         state = self.state
@@ -88,13 +90,7 @@ class Queueing:
             or not config.best_effort(cq)
         ):
             return None
-
-        def usage(local_queue: str) -> float:
-            lq = config.local_queues.get(local_queue)
-            weight = lq.fair_sharing_weight if lq is not None else 1.0  # Kueue: missing, 1
-            return book.usage(local_queue, now_s=state.now_s, config=settings, queue_weight=weight)
-
-        return usage
+        return _LocalUsage(state, book, settings)
 
     def enqueue(self, r: WorkloadRecord) -> None:
         r.phase = Phase.PENDING
@@ -316,3 +312,26 @@ class Queueing:
             return
         kept = keep or {}
         self._wake(tree, ((fr, n - kept.get(fr, 0)) for fr, n in old.usage.items()))
+
+
+class _LocalUsage:
+    """`LocalUsage` over the engine's clock and its `AdmissionUsage`."""
+
+    __slots__ = ("book", "settings", "state")
+
+    def __init__(
+        self, state: EngineState, book: AdmissionUsage, settings: AdmissionFairSharingConfig
+    ) -> None:
+        self.state = state
+        self.book = book
+        self.settings = settings
+
+    def now_s(self) -> float:
+        return self.state.now_s
+
+    def usage(self, local_queue: str) -> float:
+        lq = self.state.config.local_queues.get(local_queue)
+        weight = lq.fair_sharing_weight if lq is not None else 1.0  # Kueue: missing, 1
+        return self.book.usage(
+            local_queue, now_s=self.state.now_s, config=self.settings, queue_weight=weight
+        )
