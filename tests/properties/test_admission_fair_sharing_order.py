@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from muster.api.model import (
     AdmissionFairSharingConfig,
     AdmissionMode,
+    ApiObject,
     KueueConfig,
     LocalQueue,
     ObjectMeta,
@@ -49,7 +50,7 @@ def shared_queues(draw: st.DrawFn) -> Scenario:
         cluster_queue("shared", cpu=draw(st.integers(1, 3)) * 1000),
         admission_mode=AdmissionMode.USAGE_BASED,
     )
-    objects = [
+    objects: list[ApiObject] = [
         ResourceFlavor(meta=ObjectMeta(name="default")),
         cq,
         *(
