@@ -11,16 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from admission_stream import (
-    Stream,
-    applied,
-    cluster_queue,
-    flavor,
-    local_queue,
-    reported,
-    submitted,
-    workload,
-)
+import admission_stream as kit
 
 from muster.admission.state import AdmissionState
 from muster.api.model import AdmissionFairSharingConfig, KueueConfig
@@ -30,7 +21,7 @@ FAIR = KueueConfig(admission_fair_sharing=AdmissionFairSharingConfig(usage_half_
 
 
 def shared_queue() -> dict[str, Any]:
-    cq = cluster_queue(cpu="2")
+    cq = kit.cluster_queue(cpu="2")
     cq["spec"]["admissionScope"] = {"admissionMode": "UsageBasedAdmissionFairSharing"}
     return cq
 
@@ -40,21 +31,21 @@ def admitted(envs: list[pb.Envelope]) -> list[str]:
 
 
 def test_a_rebuilt_replica_orders_a_shared_cluster_queue_as_the_live_one() -> None:
-    stream, live = Stream(), AdmissionState(kueue=FAIR)
+    stream, live = kit.Stream(), AdmissionState(kueue=FAIR)
     live.take_ownership(now_s=0.0)
-    for manifest in (flavor(), shared_queue(), local_queue("a"), local_queue("b")):
-        stream.run(live, applied(manifest))
+    for manifest in (kit.flavor(), shared_queue(), kit.local_queue("a"), kit.local_queue("b")):
+        stream.run(live, kit.applied(manifest))
     for name in ("a1", "a2", "a3"):
-        stream.run(live, submitted(workload(name, queue="a"), at_s=1.0), now_s=1.0)
-    stream.run(live, submitted(workload("b1", queue="b"), at_s=2.0), now_s=2.0)
+        stream.run(live, kit.submitted(kit.workload(name, queue="a"), at_s=1.0), now_s=1.0)
+    stream.run(live, kit.submitted(kit.workload("b1", queue="b"), at_s=2.0), now_s=2.0)
 
     # Services: priority and time only, so the flood's next goes first.
-    assert admitted(stream.run(live, reported("finished", "ns/a1", at_s=100.0), now_s=100.0)) == [
-        "ns/a3"
-    ]
+    assert admitted(
+        stream.run(live, kit.reported("finished", "ns/a1", at_s=100.0), now_s=100.0)
+    ) == ["ns/a3"]
 
     rebuilt = stream.rebuild(kueue=FAIR)
     assert rebuilt.take_ownership(now_s=150.0) == []  # everything was decided already
-    done = reported("finished", "ns/a2", at_s=200.0)
+    done = kit.reported("finished", "ns/a2", at_s=200.0)
     assert admitted(stream.run(live, done, now_s=200.0, publish=False)) == ["ns/b1"]
-    assert admitted(Stream().run(rebuilt, done, now_s=200.0, publish=False)) == ["ns/b1"]
+    assert admitted(kit.Stream().run(rebuilt, done, now_s=200.0, publish=False)) == ["ns/b1"]

@@ -333,21 +333,24 @@ def test_decodes_priority_classes_admission_checks_and_namespaces() -> None:
     assert ns.meta.labels == {"team": "ml"}
 
 
-def test_reads_admission_scope_and_local_queue_weight() -> None:
-    objects, errors = decode_yaml(
-        """
+def shared_queue_yaml(mode: str, weight: str) -> str:
+    """A ClusterQueue with `admissionScope` and a LocalQueue of fair-sharing `weight` on it."""
+    return f"""
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: ClusterQueue
-metadata: {name: shared}
+metadata: {{name: shared}}
 spec:
-  admissionScope: {admissionMode: UsageBasedAdmissionFairSharing}
+  admissionScope: {{admissionMode: {mode}}}
 ---
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: LocalQueue
-metadata: {namespace: team-a, name: lq}
-spec: {clusterQueue: shared, fairSharing: {weight: "0.5"}}
+metadata: {{namespace: team-a, name: lq}}
+spec: {{clusterQueue: shared, fairSharing: {{weight: "{weight}"}}}}
 """
-    )
+
+
+def test_reads_admission_scope_and_local_queue_weight() -> None:
+    objects, errors = decode_yaml(shared_queue_yaml("UsageBasedAdmissionFairSharing", "0.5"))
     assert [str(e) for e in errors] == []
     cq, lq = objects
     assert isinstance(cq, ClusterQueue)
@@ -357,20 +360,7 @@ spec: {clusterQueue: shared, fairSharing: {weight: "0.5"}}
 
 
 def test_rejects_an_unknown_admission_mode_and_a_negative_local_queue_weight() -> None:
-    _, errors = decode_yaml(
-        """
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: shared}
-spec:
-  admissionScope: {admissionMode: Sometimes}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {namespace: team-a, name: lq}
-spec: {clusterQueue: shared, fairSharing: {weight: "-1"}}
-"""
-    )
+    _, errors = decode_yaml(shared_queue_yaml("Sometimes", "-1"))
     problems = [str(e) for e in errors]
     assert len(problems) == 2, problems
     assert problems[0] == (
