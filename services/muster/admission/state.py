@@ -92,7 +92,16 @@ class AdmissionState:
     ) -> None:
         # Routing is always on: a ClusterQueue's muster.dev/routing-policy wins over the default.
         self.routing = RoutingSettings(default_policy=routing_policy)
-        self.engine = Engine(config=kueue, hold_quota_until_stopped=True, routing=self.routing)
+        # Admission fair sharing is simulate-only for now: a replica rebuilt from a snapshot or
+        # the stream does not know the usage of workloads that finished before it, so it would
+        # order a ClusterQueue's LocalQueues differently from the replica it replaces
+        # (docs/kueue-compatibility.md, "Admission fair sharing").
+        self.engine = Engine(
+            config=kueue,
+            hold_quota_until_stopped=True,
+            routing=self.routing,
+            admission_fair_sharing=False,
+        )
         self.dispatch = Dispatcher(lost_after_s=cluster_lost_s)  # MultiKueue (admission/dispatch)
         self.ledger = Ledger()
         self.partitions = PartitionMap(shards=shards)  # moved by config.partition records

@@ -6,17 +6,24 @@ feature gate. Defaults are Kueue's for the version written.
 
 from __future__ import annotations
 
+import math
 import re
 from fractions import Fraction
 
 from muster.api.errors import ObjectErrors
 from muster.api.model import (
+    AdmissionFairSharingConfig,
     FairSharingConfig,
     KueueConfig,
     RequeuingStrategy,
     WaitForPodsReadyConfig,
 )
-from muster.api.raw import RawConfiguration, RawFairSharingConfig, RawWaitForPodsReady
+from muster.api.raw import (
+    RawAdmissionFairSharing,
+    RawConfiguration,
+    RawFairSharingConfig,
+    RawWaitForPodsReady,
+)
 
 CONFIG_V1BETA1 = "config.kueue.x-k8s.io/v1beta1"
 CONFIG_V1BETA2 = "config.kueue.x-k8s.io/v1beta2"
@@ -69,6 +76,37 @@ def kueue_config_from_raw(raw: RawConfiguration, errs: ObjectErrors) -> KueueCon
         wait_for_pods_ready=_wait_for_pods_ready(raw.wait_for_pods_ready, errs, v1beta1=v1beta1),
         partial_admission=raw.feature_gates.get("PartialAdmission", True),
         granular_pending_reasons=raw.feature_gates.get("UnadmittedWorkloadsObservability", True),
+        admission_fair_sharing=(
+            _admission_fair_sharing(raw.admission_fair_sharing, errs)
+            if raw.feature_gates.get("AdmissionFairSharing", True)
+            else None
+        ),
+    )
+
+
+def _admission_fair_sharing(
+    raw: RawAdmissionFairSharing | None, errs: ObjectErrors
+) -> AdmissionFairSharingConfig | None:
+    """admissionFairSharing as Kueue validates and defaults it: usageHalfLifeTime >= 0 (unset:
+    0), usageSamplingInterval > 0 (unset: 5m), every resource weight >= 0."""
+    if raw is None:
+        return None
+    where = "admissionFairSharing"
+    half_life_s = _duration(raw.usage_half_life_time, f"{where}.usageHalfLifeTime", errs)
+    sampling_s = _duration(raw.usage_sampling_interval, f"{where}.usageSamplingInterval", errs)
+    if sampling_s is not None and sampling_s <= 0:
+        errs.add(
+            f"{where}.usageSamplingInterval", f'must be > 0, got "{raw.usage_sampling_interval}"'
+        )
+    for name, weight in sorted(raw.resource_weights.items()):
+        if not 0 <= weight < math.inf:  # NaN and infinity too: usage must stay comparable
+            problem = f"must be a finite number >= 0, got {weight:g}"
+            errs.add(f"{where}.resourceWeights.{name}", problem)
+    return AdmissionFairSharingConfig(
+        usage_half_life_s=half_life_s or 0.0,
+        usage_sampling_interval_s=sampling_s
+        or AdmissionFairSharingConfig().usage_sampling_interval_s,
+        resource_weights=tuple(sorted(raw.resource_weights.items())),
     )
 
 
@@ -94,12 +132,12 @@ def _wait_for_pods_ready(
     if raw is None:
         return WaitForPodsReadyConfig()
     enable = raw.enable if raw.enable is not None else not v1beta1
-    timeout_s = _duration(raw.timeout, "timeout", errs)
+    timeout_s = _duration(raw.timeout, "waitForPodsReady.timeout", errs)
     if timeout_s is None:
         timeout_s = WaitForPodsReadyConfig().timeout_seconds
     # Differs from Kueue: newer Kueue defaults recoveryTimeout to the timeout; muster follows
     # the releases that introduced it, where unset means readiness lost is waited for forever.
-    recovery_s = _duration(raw.recovery_timeout, "recoveryTimeout", errs)
+    recovery_s = _duration(raw.recovery_timeout, "waitForPodsReady.recoveryTimeout", errs)
     block = raw.block_admission
     if block is None:
         block = enable if v1beta1 else False
@@ -112,17 +150,17 @@ def _wait_for_pods_ready(
     )
 
 
-def _duration(text: str | None, field: str, errs: ObjectErrors) -> float | None:
-    """waitForPodsReady.`field`, a Go duration, in seconds (None when unset or invalid)."""
+def _duration(text: str | None, path: str, errs: ObjectErrors) -> float | None:
+    """The field at `path`, a Go duration, in seconds (None when unset or invalid)."""
     if text is None:
         return None
     try:
         seconds = parse_duration(text)
     except ValueError as exc:
-        errs.add(f"waitForPodsReady.{field}", str(exc))
+        errs.add(path, str(exc))
         return None
     if seconds < 0:
-        errs.add(f"waitForPodsReady.{field}", f'must be >= 0, got "{text}"')
+        errs.add(path, f'must be >= 0, got "{text}"')
         return None
     return seconds
 

@@ -132,6 +132,7 @@ def cluster_queue_from_raw(
         admission_checks=_admission_checks(raw, errs),
         stop_policy=spec.stop_policy,
         fair_sharing_weight=_weight(spec.fair_sharing, errs),
+        admission_mode=spec.admission_scope.admission_mode if spec.admission_scope else None,
     )
 
 
@@ -148,7 +149,10 @@ def cohort_from_raw(raw: RawCohort, meta: ObjectMeta, errs: ObjectErrors) -> Coh
 def local_queue_from_raw(raw: RawLocalQueue, meta: ObjectMeta, errs: ObjectErrors) -> LocalQueue:
     check_reference(errs, raw.spec.cluster_queue, "spec.clusterQueue")
     return LocalQueue(
-        meta=meta, cluster_queue=raw.spec.cluster_queue, stop_policy=raw.spec.stop_policy
+        meta=meta,
+        cluster_queue=raw.spec.cluster_queue,
+        stop_policy=raw.spec.stop_policy,
+        fair_sharing_weight=_weight(raw.spec.fair_sharing, errs),
     )
 
 

@@ -160,6 +160,11 @@ class FlavorFungibility(Frozen, frozen=True, kw_only=True):
     preference: FlavorFungibilityPreference = FlavorFungibilityPreference.BORROWING_OVER_PREEMPTION
 
 
+class AdmissionMode(StrEnum):
+    USAGE_BASED = "UsageBasedAdmissionFairSharing"
+    NONE = "NoAdmissionFairSharing"
+
+
 class StopPolicy(StrEnum):
     NONE = "None"
     HOLD = "Hold"
@@ -183,6 +188,8 @@ class ClusterQueue(Frozen, frozen=True, kw_only=True):
     admission_checks: tuple[AdmissionCheckStrategyRule, ...] = ()  # both spellings, merged
     stop_policy: StopPolicy = StopPolicy.NONE
     fair_sharing_weight: float = 1.0
+    # spec.admissionScope.admissionMode; None when absent (no admission fair sharing)
+    admission_mode: AdmissionMode | None = None
 
     @property
     def name(self) -> str:
@@ -204,6 +211,7 @@ class LocalQueue(Frozen, frozen=True, kw_only=True):
     meta: ObjectMeta
     cluster_queue: str
     stop_policy: StopPolicy = StopPolicy.NONE
+    fair_sharing_weight: float = 1.0  # divides its admission fair sharing usage
 
     @property
     def key(self) -> str:
@@ -528,6 +536,15 @@ class FairSharingConfig(Frozen, frozen=True, kw_only=True):
     )
 
 
+class AdmissionFairSharingConfig(Frozen, frozen=True, kw_only=True):
+    """Kueue's `admissionFairSharing`: how a LocalQueue's usage decays and what it weighs."""
+
+    usage_half_life_s: float = 0.0  # 0: usage is forgotten at once (Kueue: reset to 0)
+    usage_sampling_interval_s: float = 300.0  # prices the entry penalty
+    # (resource name, weight) sorted by name; a resource not listed weighs 1
+    resource_weights: tuple[tuple[str, float], ...] = ()
+
+
 class RequeuingStrategy(Frozen, frozen=True, kw_only=True):
     timestamp: Literal["Eviction", "Creation"] = "Eviction"
     backoff_base_seconds: int = 60
@@ -558,6 +575,9 @@ class KueueConfig(Frozen, frozen=True, kw_only=True):
     # granular QuotaReserved=False reasons (WaitingForQuota, NoMatchingFlavor, ExceedsMaxQuota,
     # Misconfigured, Suspended, ...) instead of "Pending" / "Inadmissible".
     granular_pending_reasons: bool = True
+    # Kueue's `admissionFairSharing` with its gate AdmissionFairSharing (on by default since
+    # Kueue v0.15); None: not configured, no ClusterQueue orders by LocalQueue usage.
+    admission_fair_sharing: AdmissionFairSharingConfig | None = None
 
 
 # The objects that describe a cluster's queues (what `config.applied` carries).

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from muster.api.model import (
+    AdmissionMode,
     BorrowWithinCohortPolicy,
     FairSharingStrategy,
     QueueingStrategy,
@@ -176,6 +177,10 @@ class RawFairSharing(Wire):
     weight: Any = None  # a quantity; may be fractional ("0.5")
 
 
+class RawAdmissionScope(Wire):
+    admission_mode: AdmissionMode | None = None
+
+
 class RawBorrowWithinCohort(Wire):
     policy: BorrowWithinCohortPolicy = BorrowWithinCohortPolicy.NEVER
     max_priority_threshold: Int32 | None = None
@@ -215,6 +220,7 @@ class RawClusterQueueSpec(Wire):
     admission_checks_strategy: RawAdmissionChecksStrategy | None = None
     stop_policy: StopPolicy = StopPolicy.NONE
     fair_sharing: RawFairSharing | None = None
+    admission_scope: RawAdmissionScope | None = None
 
 
 class RawClusterQueue(Document):
@@ -246,6 +252,7 @@ class RawResourceFlavor(Document):
 class RawLocalQueueSpec(Wire):
     cluster_queue: str
     stop_policy: StopPolicy = StopPolicy.NONE
+    fair_sharing: RawFairSharing | None = None
 
 
 class RawLocalQueue(Document, kw_only=True):
@@ -547,6 +554,12 @@ class RawFairSharingConfig(Wire):
     preemption_strategies: list[FairSharingStrategy] | None = None
 
 
+class RawAdmissionFairSharing(Wire):
+    usage_half_life_time: str | None = None  # Go duration
+    usage_sampling_interval: str | None = None  # Go duration
+    resource_weights: dict[str, float] = {}
+
+
 class RawRequeuingStrategy(Wire):
     timestamp: Literal["Eviction", "Creation"] | None = None
     backoff_limit_count: Int32 | None = None
@@ -565,4 +578,5 @@ class RawWaitForPodsReady(Wire):
 class RawConfiguration(Document):
     fair_sharing: RawFairSharingConfig | None = None
     wait_for_pods_ready: RawWaitForPodsReady | None = None
+    admission_fair_sharing: RawAdmissionFairSharing | None = None
     feature_gates: dict[str, bool] = {}

@@ -142,7 +142,8 @@ _RESOURCE_GROUP = _fields(
 _FAIR_SHARING = _fields("weight")
 _CLUSTER_QUEUE_SPEC = _fields(
     "cohort", "cohortName", "queueingStrategy", "admissionChecks", "stopPolicy",
-    "admissionScope", "concurrentAdmissionPolicy",
+    "concurrentAdmissionPolicy",
+    admissionScope=_fields("admissionMode"),
     resourceGroups=_RESOURCE_GROUP,
     namespaceSelector=_LABEL_SELECTOR,
     flavorFungibility=_fields("whenCanBorrow", "whenCanPreempt", "preference"),
@@ -163,7 +164,7 @@ _CONFIGURATION = _fields(
     "apiVersion", "kind", "namespace", "webhook", "leaderElection", "metrics", "health",
     "pprofBindAddress", "controller", "tls", "manageJobsWithoutQueueName",
     "managedJobsNamespaceSelector", "internalCertManagement", "clientConnection",
-    "integrations", "queueVisibility", "multiKueue", "admissionFairSharing", "resources",
+    "integrations", "queueVisibility", "multiKueue", "resources",
     "featureGates", "objectRetentionPolicies", "visibilityServer",
     waitForPodsReady=_fields(
         "enable", "timeout", "blockAdmission", "recoveryTimeout",
@@ -172,6 +173,7 @@ _CONFIGURATION = _fields(
         ),
     ),
     fairSharing=_fields("enable", "preemptionStrategies"),
+    admissionFairSharing=_fields("usageHalfLifeTime", "usageSamplingInterval", "resourceWeights"),
 )  # fmt: skip
 
 _KUEUE: Final[dict[str, Fields]] = {

@@ -63,8 +63,11 @@ def validate(
         ]
     if isinstance(obj, Workload):
         return list(check_pod_sets(obj, who))
-    if isinstance(obj, LocalQueue) and not obj.cluster_queue:
-        return [FieldError(who, "spec.clusterQueue", "must not be empty")]
+    if isinstance(obj, LocalQueue):
+        empty = (
+            [] if obj.cluster_queue else [FieldError(who, "spec.clusterQueue", "must not be empty")]
+        )
+        return [*empty, *check_weight(obj.fair_sharing_weight, who)]
     if isinstance(obj, SchedulingWorkload):  # later versions are checked as they convert
         return list(check_pod_groups(obj, who)) if obj.api_version.endswith("/v1alpha1") else []
     if isinstance(obj, PodGroup):

@@ -70,6 +70,8 @@ class Engine(EngineViews):
     gives its quota back at once; when True (services), only after `stopped()` confirms that
     its pods are gone. `routing`: route workloads with alternatives (docs/routing.md); None
     (the default) keeps every workload on its declared queue whatever its ClusterQueue says.
+    `admission_fair_sharing`: order a ClusterQueue with `admissionScope` by its LocalQueues'
+    usage (`core.admission_fair_sharing`); False orders it by priority and time only.
     """
 
     def __init__(
@@ -79,9 +81,14 @@ class Engine(EngineViews):
         config: KueueConfig | None = None,
         hold_quota_until_stopped: bool = False,
         routing: RoutingSettings | None = None,
+        admission_fair_sharing: bool = True,
     ) -> None:
         configuration = Configuration(config or KueueConfig())
-        state = EngineState(configuration, hold_quota_until_stopped=hold_quota_until_stopped)
+        state = EngineState(
+            configuration,
+            hold_quota_until_stopped=hold_quota_until_stopped,
+            admission_fair_sharing=admission_fair_sharing,
+        )
         super().__init__(state)
         self.routing = RoutingControl(routing) if routing is not None else None
         self.queueing = Queueing(state, self.routing)

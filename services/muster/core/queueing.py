@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from functools import partial
 
+from muster.api.model import AdmissionFairSharingConfig, AdmissionMode
+from muster.core.admission_fair_sharing import AdmissionUsage
 from muster.core.conditions import QUOTA_RESERVED
 from muster.core.events import EventType
 from muster.core.fairshare import ZERO, borrows_on, dominant_share, with_usage
@@ -19,6 +21,7 @@ from muster.core.preemption import Victims
 from muster.core.queues import (
     SET_ASIDE,
     ListedTrees,
+    LocalUsage,
     Park,
     PendingGroup,
     QueueRuntime,
@@ -64,11 +67,30 @@ class Queueing:
                     else None
                 )
                 tree = state.trees[tid] = TreeRuntime(tid, root, tournament, state.listed)
-            state.queues[name] = QueueRuntime(name, tree, node)
+            state.queues[name] = QueueRuntime(name, tree, node, self._local_usage(name))
+        if state.admission_usage is not None:
+            state.admission_usage.forget(config.local_queues)
         for r in state.records.values():
             r.group = None
             if r.phase is Phase.PENDING:
                 self.enqueue(r)
+
+    def _local_usage(self, cq: str) -> LocalUsage | None:
+        """How `cq` weighs its LocalQueues' usage now, if it orders by it (admission fair
+        sharing: configured, and `cq` a BestEffortFIFO queue asking for it)."""
+        state = self.state
+        config = state.config
+        settings = config.kueue.admission_fair_sharing
+        book = state.admission_usage
+        queue = config.cluster_queues[cq]
+        if (
+            settings is None
+            or book is None
+            or queue.admission_mode is not AdmissionMode.USAGE_BASED
+            or not config.best_effort(cq)
+        ):
+            return None
+        return _LocalUsage(state, book, settings)
 
     def enqueue(self, r: WorkloadRecord) -> None:
         r.phase = Phase.PENDING
@@ -85,7 +107,7 @@ class Queueing:
             shape = b"routed:" + r.shape  # never in one group with the queue's own workloads
         group = cq.groups.get(shape)
         if group is None:
-            group = cq.groups[shape] = PendingGroup(cq, shape)
+            group = cq.groups[shape] = PendingGroup(cq, shape, r.local_queue if shape else "")
         elif group.shape == r.shape:
             r.shape = group.shape  # one copy of the bytes per group, not one per workload
         r.group = group
@@ -290,3 +312,26 @@ class Queueing:
             return
         kept = keep or {}
         self._wake(tree, ((fr, n - kept.get(fr, 0)) for fr, n in old.usage.items()))
+
+
+class _LocalUsage:
+    """`LocalUsage` over the engine's clock and its `AdmissionUsage`."""
+
+    __slots__ = ("book", "settings", "state")
+
+    def __init__(
+        self, state: EngineState, book: AdmissionUsage, settings: AdmissionFairSharingConfig
+    ) -> None:
+        self.state = state
+        self.book = book
+        self.settings = settings
+
+    def now_s(self) -> float:
+        return self.state.now_s
+
+    def usage(self, local_queue: str) -> float:
+        lq = self.state.config.local_queues.get(local_queue)
+        weight = lq.fair_sharing_weight if lq is not None else 1.0  # Kueue: missing, 1
+        return self.book.usage(
+            local_queue, now_s=self.state.now_s, config=self.settings, queue_weight=weight
+        )

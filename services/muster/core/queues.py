@@ -32,6 +32,15 @@ class Ranking(Protocol):
     def winner(self, root: QuotaNode) -> tuple[QueueRuntime, WorkloadRecord] | None: ...
 
 
+class LocalUsage(Protocol):
+    """A ClusterQueue's view of its LocalQueues' admission fair sharing usage (built by
+    `Queueing`; the numbers are `core.admission_fair_sharing`'s)."""
+
+    def now_s(self) -> float: ...
+
+    def usage(self, local_queue: str) -> float: ...
+
+
 SET_ASIDE = b"\x00set-aside"  # a StrictFIFO queue's heads that its namespace selector refuses
 
 
@@ -53,11 +62,12 @@ class Park(Enum):
 class PendingGroup:
     """Workloads of one ClusterQueue that the assigner would treat identically, FIFO."""
 
-    __slots__ = ("cq", "heap", "listed", "park", "shape", "token", "why")
+    __slots__ = ("cq", "heap", "listed", "local_queue", "park", "shape", "token", "why")
 
-    def __init__(self, cq: QueueRuntime, shape: bytes) -> None:
+    def __init__(self, cq: QueueRuntime, shape: bytes, local_queue: str = "") -> None:
         self.cq = cq
         self.shape = shape
+        self.local_queue = local_queue  # its members' LocalQueue ("": several, StrictFIFO)
         self.heap: list[tuple[OrderKey, int, WorkloadRecord]] = []
         self.park = Park.ACTIVE
         self.token = 0  # bumped whenever the group is parked or re-listed; stale entries skip
@@ -82,16 +92,45 @@ class PendingGroup:
 
 
 class QueueRuntime:
-    """A ClusterQueue's pending side: its groups and the heap of its unparked ones."""
+    """A ClusterQueue's pending side: its groups and the heap of its unparked ones.
 
-    __slots__ = ("active", "groups", "listed", "name", "node", "token", "tree")
+    With admission fair sharing (`local_usage`), the unparked groups are kept in one heap per
+    LocalQueue, and the LocalQueues in a heap by (usage, best head's key). Usage changes with
+    time, so that heap is rebuilt when the clock has moved; at one instant a LocalQueue's usage
+    only grows (a start adds its entry penalty) and its best key only grows unless a group is
+    listed (which pushes a fresh entry), so every entry is a lower bound of its LocalQueue's
+    true key and one that still matches at the top is the least."""
 
-    def __init__(self, name: str, tree: TreeRuntime, node: QuotaNode) -> None:
+    __slots__ = (
+        "active",
+        "by_local_queue",
+        "groups",
+        "listed",
+        "local_heap",
+        "local_heap_at",
+        "local_usage",
+        "name",
+        "node",
+        "token",
+        "tree",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        tree: TreeRuntime,
+        node: QuotaNode,
+        local_usage: LocalUsage | None = None,
+    ) -> None:
         self.name = name
         self.tree = tree
         self.node = node  # its node in the quota tree
+        self.local_usage = local_usage
         self.groups: dict[bytes, PendingGroup] = {}
         self.active: list[tuple[OrderKey, int, PendingGroup]] = []
+        self.by_local_queue: dict[str, list[tuple[OrderKey, int, PendingGroup]]] = {}
+        self.local_heap: list[tuple[float, OrderKey, str]] = []
+        self.local_heap_at: float | None = None  # the time its usages are for (None: unbuilt)
         self.token = 0  # bumped when the queue is (re)listed in its tree's ready heap
         self.listed: tuple[object, ...] | None = None  # the key of its valid `ready` entry
 
@@ -113,10 +152,54 @@ class QueueRuntime:
         group.park = Park.ACTIVE
         group.token += 1
         group.listed = key
-        heapq.heappush(self.active, (key, group.token, group))
+        if self.local_usage is None:
+            heapq.heappush(self.active, (key, group.token, group))
+            return
+        heap = self.by_local_queue.setdefault(group.local_queue, [])
+        heapq.heappush(heap, (key, group.token, group))
+        if self.local_heap_at is not None:
+            entry = self._local_entry(group.local_queue)
+            if entry is not None:
+                heapq.heappush(self.local_heap, entry[:3])
 
     def best_group(self) -> PendingGroup | None:
-        active = self.active
+        fair = self.local_usage
+        if fair is None:
+            return self._best_in(self.active)
+        # Admission fair sharing (rule A3 in core.admission_fair_sharing): the LocalQueue
+        # with the least usage first, then priority and FIFO within it.
+        now_s = fair.now_s()
+        heap = self.local_heap
+        if self.local_heap_at != now_s:
+            entries = [self._local_entry(name) for name in sorted(self.by_local_queue)]
+            heap[:] = [e[:3] for e in entries if e is not None]
+            heapq.heapify(heap)
+            self.local_heap_at = now_s
+        while heap:
+            usage, key, name = heap[0]
+            entry = self._local_entry(name)
+            if entry is None:
+                heapq.heappop(heap)
+            elif entry[0] == usage and entry[1] == key:
+                return entry[3]
+            else:
+                heapq.heapreplace(heap, entry[:3])
+        return None
+
+    def _local_entry(self, name: str) -> tuple[float, OrderKey, str, PendingGroup] | None:
+        """LocalQueue `name`'s key now and its best group, or None when it has none active."""
+        assert self.local_usage is not None
+        groups = self.by_local_queue.get(name)
+        group = self._best_in(groups) if groups is not None else None
+        if group is None:
+            self.by_local_queue.pop(name, None)  # listed again by its next arrival or wake
+            return None
+        head = group.head()
+        assert head is not None
+        return self.local_usage.usage(name), head.order_key, name, group
+
+    @staticmethod
+    def _best_in(active: list[tuple[OrderKey, int, PendingGroup]]) -> PendingGroup | None:
         while active:
             _, token, group = active[0]
             if group.token == token and group.park is Park.ACTIVE and group.head() is not None:

@@ -13,6 +13,7 @@ import heapq
 import msgspec
 
 from muster.api.model import WorkloadKey
+from muster.core.admission_fair_sharing import AdmissionUsage
 from muster.core.attempt import Attempts
 from muster.core.config import Configuration
 from muster.core.events import Event, EventType
@@ -32,11 +33,20 @@ class EngineState:
 
     `hold_quota_until_stopped`: when False (the quota-only simulator), an evicted workload
     gives its quota back at once; when True (services), only after its pods are gone.
+    `admission_fair_sharing`: whether LocalQueue usage orders the ClusterQueues that ask for it.
     """
 
-    def __init__(self, config: Configuration, *, hold_quota_until_stopped: bool) -> None:
+    def __init__(
+        self,
+        config: Configuration,
+        *,
+        hold_quota_until_stopped: bool,
+        admission_fair_sharing: bool = True,
+    ) -> None:
         self.config = config
         self.usage = Usage(config)
+        # LocalQueues' decayed usage (admission fair sharing), kept across configuration changes
+        self.admission_usage = AdmissionUsage() if admission_fair_sharing else None
         self.hold_quota_until_stopped = hold_quota_until_stopped
         # Every workload known, in arrival order (a resubmission after deletion moves to the end).
         self.records: dict[WorkloadKey, WorkloadRecord] = {}

@@ -120,3 +120,44 @@ def test_a_duration_go_cannot_hold_is_a_field_error(timeout: str, problem: str) 
     assert error.path == "waitForPodsReady.recoveryTimeout"
     assert error.problem.startswith(problem)
     assert parse_duration("2562047h47m16.854775807s") > 9.2e9  # the longest still reads
+
+
+def test_admission_fair_sharing_is_read_with_kueue_defaults() -> None:
+    cfg = config(
+        "admissionFairSharing:\n  usageHalfLifeTime: 10m\n"
+        "  resourceWeights: {memory: 0.5, cpu: 2}\n",
+        version="v1beta2",
+    )
+    afs = cfg.admission_fair_sharing
+    assert afs is not None
+    assert (afs.usage_half_life_s, afs.usage_sampling_interval_s) == (600.0, 300.0)
+    assert afs.resource_weights == (("cpu", 2.0), ("memory", 0.5))
+    assert config("", version="v1beta2").admission_fair_sharing is None
+
+
+def test_admission_fair_sharing_is_off_with_its_feature_gate() -> None:
+    cfg = config(
+        "admissionFairSharing: {usageHalfLifeTime: 10m}\n"
+        "featureGates: {AdmissionFairSharing: false}\n",
+        version="v1beta2",
+    )
+    assert cfg.admission_fair_sharing is None
+
+
+def test_admission_fair_sharing_names_each_bad_field() -> None:
+    objects, errors = decode_yaml(
+        "apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\n"
+        "admissionFairSharing:\n  usageHalfLifeTime: -1m\n  usageSamplingInterval: 0s\n"
+        "  resourceWeights: {cpu: -1, memory: .inf, nvidia.com/gpu: .nan}\n"
+    )
+    assert objects == []
+    assert [str(e) for e in errors] == [
+        'Configuration: admissionFairSharing.usageHalfLifeTime: must be >= 0, got "-1m"',
+        'Configuration: admissionFairSharing.usageSamplingInterval: must be > 0, got "0s"',
+        "Configuration: admissionFairSharing.resourceWeights.cpu: must be a finite number >= 0,"
+        " got -1",
+        "Configuration: admissionFairSharing.resourceWeights.memory: must be a finite number"
+        " >= 0, got inf",
+        "Configuration: admissionFairSharing.resourceWeights.nvidia.com/gpu: must be a finite"
+        " number >= 0, got nan",
+    ]

@@ -10,6 +10,7 @@ from muster.api import decode_yaml
 from muster.api.model import (
     AdmissionCheck,
     AdmissionCheckStrategyRule,
+    AdmissionMode,
     ApiObject,
     ClusterQueue,
     Cohort,
@@ -330,3 +331,39 @@ def test_decodes_priority_classes_admission_checks_and_namespaces() -> None:
     assert check.controller_name == "kueue.x-k8s.io/provisioning-request"
     assert isinstance(ns, Namespace)
     assert ns.meta.labels == {"team": "ml"}
+
+
+def shared_queue_yaml(mode: str, weight: str) -> str:
+    """A ClusterQueue with `admissionScope` and a LocalQueue of fair-sharing `weight` on it."""
+    return f"""
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {{name: shared}}
+spec:
+  admissionScope: {{admissionMode: {mode}}}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {{namespace: team-a, name: lq}}
+spec: {{clusterQueue: shared, fairSharing: {{weight: "{weight}"}}}}
+"""
+
+
+def test_reads_admission_scope_and_local_queue_weight() -> None:
+    objects, errors = decode_yaml(shared_queue_yaml("UsageBasedAdmissionFairSharing", "0.5"))
+    assert [str(e) for e in errors] == []
+    cq, lq = objects
+    assert isinstance(cq, ClusterQueue)
+    assert isinstance(lq, LocalQueue)
+    assert cq.admission_mode is AdmissionMode.USAGE_BASED
+    assert lq.fair_sharing_weight == 0.5
+
+
+def test_rejects_an_unknown_admission_mode_and_a_negative_local_queue_weight() -> None:
+    _, errors = decode_yaml(shared_queue_yaml("Sometimes", "-1"))
+    problems = [str(e) for e in errors]
+    assert len(problems) == 2, problems
+    assert problems[0] == (
+        "ClusterQueue/shared: spec.admissionScope.admissionMode: unknown value 'Sometimes'"
+    )
+    assert problems[1] == "LocalQueue/team-a/lq: spec.fairSharing.weight: must be >= 0, got -1"
