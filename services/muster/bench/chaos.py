@@ -49,6 +49,7 @@ from muster.bench.table import Column, render_table
 from muster.bus import DLQ_STREAM, EVENTS_STREAM, Bus, BusConfig, connect
 from muster.bus.service import run_loop
 from muster.cluster.errors import ClusterError
+from muster.cluster.keys import bucket_name
 from muster.cluster.sim.backend import SimBackend
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
 from muster.launcher.nats_server import NatsServer, free_port
@@ -56,6 +57,13 @@ from muster.launcher.stack import Stack
 
 SECTION = "chaos"
 CLUSTER = "local"
+# Writes kept per key of the simulated cluster's bucket (JetStream's most). The cluster's watch
+# is level-triggered: a feed that resumes (nats-py's ordered consumer after a nats-server
+# restart, or one that lagged) skips a write its key has since replaced. With one write per
+# key, as the stack keeps it, `ClusterBook` then held a pod's state from before the gap while
+# it read later writes: a pod that had ended and been made again looked still running on its
+# old node, next to the pods placed there after it ended (seed 3's "node over-commit").
+CLUSTER_HISTORY = 64
 _RETRYABLE = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.INTERNAL}
 )
@@ -116,6 +124,7 @@ async def run_chaos(config: ChaosConfig) -> ChaosRow:
     log_dir = Path(tempfile.mkdtemp(prefix="muster-chaos-"))
     nats = NatsServer(log_dir / "jetstream")
     url = await nats.start(log_path=log_dir / "nats-server.log")
+    await keep_cluster_history(url)
     stack = Stack(
         nats_url=url,
         cluster=CLUSTER,
@@ -136,6 +145,17 @@ async def run_chaos(config: ChaosConfig) -> ChaosRow:
         return msgspec.structs.replace(row, log_dir=str(log_dir))
     shutil.rmtree(log_dir, ignore_errors=True)
     return row
+
+
+async def keep_cluster_history(url: str) -> None:
+    """Make the simulated cluster's bucket, before any service opens it, keeping
+    `CLUSTER_HISTORY` writes per key: every write the cluster's watch resumes after is still
+    there to read, so `ClusterBook` judges each revision on the state the cluster had then."""
+    bus = await connect(BusConfig(url=url, name="muster-chaos-setup", connect_timeout_s=10))
+    try:
+        await bus.kv(bucket_name(CLUSTER), history=CLUSTER_HISTORY)
+    finally:
+        await bus.close()
 
 
 class _Run:
@@ -384,4 +404,14 @@ def render(rows: list[ChaosRow]) -> str:
     )
 
 
-__all__ = ["ChaosConfig", "ChaosGang", "ChaosRow", "ChaosWorkload", "render", "run", "run_chaos"]
+__all__ = [
+    "CLUSTER",
+    "ChaosConfig",
+    "ChaosGang",
+    "ChaosRow",
+    "ChaosWorkload",
+    "keep_cluster_history",
+    "render",
+    "run",
+    "run_chaos",
+]
