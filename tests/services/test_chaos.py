@@ -1,8 +1,9 @@
 """Restart anything, any time (issue 20): the chaos run of `muster bench chaos`, at CI size.
 
-Every service is its own process on a real nats-server; 200 workloads queue, borrow and preempt
-while every kind of service is SIGKILLed (and started again) and nats-server restarts. The
-invariants come from the event stream and from the cluster's own watch (muster.bench.chaos).
+Every service is its own process on a real nats-server; 200 Kueue workloads queue, borrow and
+preempt, and 30 gangs outside Kueue preempt them, while every kind of service is SIGKILLed (and
+started again) and nats-server restarts. The invariants come from the event stream and from the
+cluster's own watch (muster.bench.chaos).
 The long run is `make chaos` (2 000 workloads, 2 admission shards).
 """
 
@@ -27,7 +28,11 @@ KINDS = {"admission-0", "preemption", "gateway", "binder", "gangpermit", "watche
 async def test_under_kills_and_a_nats_restart_every_workload_finishes_once_within_quota() -> None:
     # The run's own deadline comes well before the test's: a run that cannot finish reports
     # what is stuck, with its logs, instead of being cut off by pytest-timeout with no row.
-    config = ChaosConfig(workloads=200, faults=True, submit_s=14.0, seed=7, timeout_s=150.0)
+    # 30 of the submissions are gangs outside Kueue that preempt admitted workloads to be
+    # placed (the other 200 are seed 7's Kueue workloads, as before gangs were added).
+    config = ChaosConfig(
+        workloads=230, gangs=30, faults=True, submit_s=14.0, seed=7, timeout_s=150.0
+    )
     row = await run_chaos(config)
 
     assert set(row.kills) == KINDS, row.kills  # every kind was killed at least once
