@@ -37,17 +37,19 @@ import msgspec
 from muster.bench.chaos_checks import ClusterBook, EventBook
 from muster.bench.chaos_faults import Faults
 from muster.bench.chaos_scenario import (
+    ChaosGang,
     ChaosWorkload,
     cohort_of,
     cohort_quota_milli,
     config_yaml,
+    mixed,
     nodes,
-    workloads,
 )
 from muster.bench.table import Column, render_table
 from muster.bus import DLQ_STREAM, EVENTS_STREAM, Bus, BusConfig, connect
 from muster.bus.service import run_loop
 from muster.cluster.errors import ClusterError
+from muster.cluster.keys import bucket_name
 from muster.cluster.sim.backend import SimBackend
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
 from muster.launcher.nats_server import NatsServer, free_port
@@ -55,6 +57,13 @@ from muster.launcher.stack import Stack
 
 SECTION = "chaos"
 CLUSTER = "local"
+# Writes kept per key of the simulated cluster's bucket (JetStream's most). The cluster's watch
+# is level-triggered: a feed that resumes (nats-py's ordered consumer after a nats-server
+# restart, or one that lagged) skips a write its key has since replaced. With one write per
+# key, as the stack keeps it, `ClusterBook` then held a pod's state from before the gap while
+# it read later writes: a pod that had ended and been made again looked still running on its
+# old node, next to the pods placed there after it ended (seed 3's "node over-commit").
+CLUSTER_HISTORY = 64
 _RETRYABLE = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.INTERNAL}
 )
@@ -62,6 +71,7 @@ _RETRYABLE = frozenset(
 
 class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True):
     workloads: int = 300
+    gangs: int = 0  # of the workloads, gangs outside Kueue (chaos_scenario.ChaosGang)
     shards: int = 1
     faults: bool = True
     seed: int = 1
@@ -78,6 +88,7 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True):
 class ChaosRow(msgspec.Struct, frozen=True, kw_only=True):
     section: str = SECTION
     workloads: int
+    gangs: int = 0
     shards: int
     faults: bool
     kills: dict[str, int]  # service -> SIGKILLs
@@ -113,6 +124,7 @@ async def run_chaos(config: ChaosConfig) -> ChaosRow:
     log_dir = Path(tempfile.mkdtemp(prefix="muster-chaos-"))
     nats = NatsServer(log_dir / "jetstream")
     url = await nats.start(log_path=log_dir / "nats-server.log")
+    await keep_cluster_history(url)
     stack = Stack(
         nats_url=url,
         cluster=CLUSTER,
@@ -135,17 +147,32 @@ async def run_chaos(config: ChaosConfig) -> ChaosRow:
     return row
 
 
+async def keep_cluster_history(url: str) -> None:
+    """Make the simulated cluster's bucket, before any service opens it, keeping
+    `CLUSTER_HISTORY` writes per key: every write the cluster's watch resumes after is still
+    there to read, so `ClusterBook` judges each revision on the state the cluster had then."""
+    bus = await connect(BusConfig(url=url, name="muster-chaos-setup", connect_timeout_s=10))
+    try:
+        await bus.kv(bucket_name(CLUSTER), history=CLUSTER_HISTORY)
+    finally:
+        await bus.close()
+
+
 class _Run:
     def __init__(self, config: ChaosConfig, stack: Stack, nats: NatsServer, url: str) -> None:
         self.config = config
         self.stack = stack
         self.url = url
-        self.load = {wl.key: wl for wl in workloads(config.workloads, seed=config.seed)}
+        self.load = {
+            wl.key: wl for wl in mixed(config.workloads, gangs=config.gangs, seed=config.seed)
+        }
         queues = cohort_of()
         quota = cohort_quota_milli()
         self.events = EventBook(cohort_of=queues, quota=quota)
         self.cluster = ClusterBook(
-            cohort_of_workload={k: queues[wl.cluster_queue] for k, wl in self.load.items()},
+            cohort_of_workload={
+                k: queues[wl.cluster_queue] for k, wl in self.load.items() if wl.cluster_queue
+            },
             quota=quota,
         )
         self.faults = Faults(stack, nats, rng=random.Random(config.seed), log_dir=stack.log_dir)
@@ -253,18 +280,29 @@ class _Run:
                 while self.last_sequence < end or self.cluster.revision < revision:  # noqa: ASYNC110 - two followers, polled
                     await asyncio.sleep(0.05)  # both followers advance on their own
 
+    def _may_run(self, key: str) -> int:
+        """How many distinct pods of `key` may have run: a Kueue workload's admitted pods
+        (each admission starts new ones), a gang's own pods (muster makes none)."""
+        wl = self.load.get(key)
+        return wl.pods if isinstance(wl, ChaosGang) else self.events.admissions.get(key, 0)
+
     def _row(self, *, wall_s: float, dead_letters: int) -> ChaosRow:
         events, cluster = self.events, self.cluster
         twice = events.twice_admitted | events.finished_twice
-        twice |= {k for k, uids in cluster.ran.items() if len(uids) > events.admissions.get(k, 0)}
+        twice |= {k for k, uids in cluster.ran.items() if len(uids) > self._may_run(k)}
+        # A gang outside Kueue has no `submitted` (nor `pods_pending` when its pods were placed
+        # while the watcher was down): any event about it shows it arrived.
+        gangs = {k for k, wl in self.load.items() if isinstance(wl, ChaosGang)}
+        arrived = events.submitted | (events.named & gangs)
         return ChaosRow(
             workloads=len(self.load),
+            gangs=self.config.gangs,
             shards=self.config.shards,
             faults=self.config.faults,
             kills=dict(sorted(self.faults.kills.items())),
             nats_restarts=self.faults.nats_restarts,
-            lost=len(self.acknowledged - events.submitted),
-            stuck=len(events.submitted & self.load.keys() - events.finished.keys()),
+            lost=len(self.acknowledged - arrived),
+            stuck=len(arrived & self.load.keys() - events.finished.keys()),
             twice=len(twice),
             books_over_quota=events.books.count,
             pods_over_quota=cluster.pods_outside_quota.count,
@@ -312,12 +350,15 @@ def _nats_times(config: ChaosConfig) -> list[float]:
     return [config.submit_s * (i + 1) / (n + 1) for i in range(n)]
 
 
-def run(*, scale: float, workloads: int, shards: int, seed: int) -> Iterator[ChaosRow]:
+def run(
+    *, scale: float, workloads: int, shards: int, seed: int, gangs: int = 0
+) -> Iterator[ChaosRow]:
     """The same run without faults, then with: what the faults cost, and what they broke."""
     count = max(10, round(workloads * scale))
     submit_s = max(5.0, count / 15)
     base = ChaosConfig(
         workloads=count,
+        gangs=round(gangs * count / max(workloads, 1)),
         shards=shards,
         seed=seed,
         submit_s=submit_s,
@@ -333,6 +374,7 @@ def render(rows: list[ChaosRow]) -> str:
     columns: list[Column[ChaosRow]] = [
         Column("FAULTS", lambda r: "yes" if r.faults else "no", numeric=False),
         Column("WORKLOADS", lambda r: str(r.workloads)),
+        Column("GANGS", lambda r: str(r.gangs)),
         Column("SHARDS", lambda r: str(r.shards)),
         Column("KILLS", lambda r: str(sum(r.kills.values()))),
         Column("NATS RESTARTS", lambda r: str(r.nats_restarts)),
@@ -362,4 +404,14 @@ def render(rows: list[ChaosRow]) -> str:
     )
 
 
-__all__ = ["ChaosConfig", "ChaosRow", "ChaosWorkload", "render", "run", "run_chaos"]
+__all__ = [
+    "CLUSTER",
+    "ChaosConfig",
+    "ChaosGang",
+    "ChaosRow",
+    "ChaosWorkload",
+    "keep_cluster_history",
+    "render",
+    "run",
+    "run_chaos",
+]

@@ -54,6 +54,7 @@ class EventBook:
     cohort_of: Mapping[str, str]  # ClusterQueue -> cohort
     quota: Mapping[str, int]  # cohort -> milli-cpu
     submitted: set[str] = field(default_factory=set)
+    named: set[str] = field(default_factory=set)  # by any event (gangs outside Kueue: no submitted)
     finished: dict[str, int] = field(default_factory=dict)  # workload -> finished events
     admissions: dict[str, int] = field(default_factory=dict)  # workload -> pods admitted, summed
     twice_admitted: set[str] = field(default_factory=set)
@@ -69,6 +70,7 @@ class EventBook:
 
     def apply(self, env: pb.Envelope) -> None:
         key = env.workload
+        self.named.add(key)
         kind = env.WhichOneof("payload")
         if kind in _DECISIONS and not self._about_current(env):
             return
@@ -202,8 +204,8 @@ class ClusterBook:
         except msgspec.ValidationError:
             return
         workload = f"{view.namespace}/{view.workload}" if view.workload else ""
-        if view.phase == "Running" and workload:
-            self.ran.setdefault(workload, set()).add(view.uid)
+        if view.phase == "Running" and view.group:  # a Kueue workload's, or a gang's
+            self.ran.setdefault(view.group, set()).add(view.uid)
         if not view.node_name or view.phase in DONE_PHASES:
             return
         pod = _Pod(workload=workload, node=view.node_name, cpu_milli=view.requests.get("cpu", 0))

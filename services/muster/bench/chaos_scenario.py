@@ -5,6 +5,11 @@ Every ClusterQueue has 8 cpu of nominal quota in flavor `default` (its cohort: 1
 cpu, as much as all the quota), preempts lower priorities in itself and reclaims what its cohort
 borrowed. A workload is 1 to 3 pods of 1 cpu for 10 to 40 virtual seconds, in a random queue;
 a tenth are high priority, three tenths mid. Seeded: the same seed gives the same workloads.
+
+With `gangs`, some submissions are gangs outside Kueue instead: a scheduler-plugins PodGroup and
+its 2 to 4 pods of 1 cpu (all or none bound), above every Kueue priority, so that gang-permit
+preempts admitted workloads to place them (`placement_preempted`, admission evicting them).
+They hold no quota, only nodes: the nodes' over-commit and the run-once checks cover them.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ NOMINAL_CPU: Final = 8
 NODES: Final = 8
 NODE_CPU: Final = 4
 PRIORITIES: Final = ((100, 0.1), (50, 0.3), (10, 0.6))  # (priority, share), high first
+# Above every Kueue workload's, and all alike: gangs preempt admitted workloads, never each
+# other (a gang's pods deleted as a victim are not made again: nothing would finish it).
+GANG_PRIORITY: Final = 1000
 
 
 class ChaosWorkload(msgspec.Struct, frozen=True, kw_only=True):
@@ -45,6 +53,35 @@ class ChaosWorkload(msgspec.Struct, frozen=True, kw_only=True):
             pods=self.pods,
             priority=self.priority,
         )
+
+
+class ChaosGang(msgspec.Struct, frozen=True, kw_only=True):
+    """A gang outside Kueue: a scheduler-plugins PodGroup of `pods` pods, all or none."""
+
+    name: str
+    pods: int
+    run_s: int  # virtual seconds
+
+    cluster_queue: str = ""  # none: it holds no quota
+    priority: int = GANG_PRIORITY
+
+    @property
+    def key(self) -> str:
+        return f"{NAMESPACE}/{self.name}"
+
+    def manifest(self) -> str:
+        pods = [
+            _GANG_POD.format(
+                name=f"{self.name}-{i}",
+                group=self.name,
+                namespace=NAMESPACE,
+                run_s=self.run_s,
+                priority=self.priority,
+            )
+            for i in range(self.pods)
+        ]
+        group = _POD_GROUP.format(name=self.name, namespace=NAMESPACE, pods=self.pods)
+        return "\n---\n".join([group, *pods])
 
 
 def cohort_of() -> dict[str, str]:
@@ -77,6 +114,18 @@ def workloads(count: int, *, seed: int) -> list[ChaosWorkload]:
                 run_s=rng.randint(10, 40),
             )
         )
+    return out
+
+
+def mixed(count: int, *, gangs: int, seed: int) -> list[ChaosWorkload | ChaosGang]:
+    """`count` submissions: `workloads(count - gangs)` with `gangs` gangs spread evenly among
+    them (seeded apart, so the workloads are those of the same seed without gangs)."""
+    gangs = max(0, min(gangs, count))
+    out: list[ChaosWorkload | ChaosGang] = list(workloads(count - gangs, seed=seed))
+    rng = random.Random(f"gangs-{seed}")
+    for g in range(gangs):
+        gang = ChaosGang(name=f"g-{g:05d}", pods=rng.randint(2, 4), run_s=rng.randint(10, 40))
+        out.insert((g + 1) * count // (gangs + 1), gang)
     return out
 
 
@@ -131,3 +180,21 @@ spec:
       spec:
         containers: [{{name: c, resources: {{requests: {{cpu: "1"}}}}}}]
 """
+
+_POD_GROUP = """apiVersion: scheduling.x-k8s.io/v1alpha1
+kind: PodGroup
+metadata: {{namespace: {namespace}, name: {name}}}
+spec: {{minMember: {pods}}}"""
+
+_GANG_POD = """apiVersion: v1
+kind: Pod
+metadata:
+  namespace: {namespace}
+  name: {name}
+  labels: {{scheduling.x-k8s.io/pod-group: {group}}}
+  annotations: {{muster.dev/run-seconds: "{run_s}"}}
+spec:
+  schedulerName: muster
+  priority: {priority}
+  restartPolicy: Never
+  containers: [{{name: c, resources: {{requests: {{cpu: "1"}}}}}}]"""

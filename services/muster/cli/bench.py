@@ -155,12 +155,22 @@ def add_chaos_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--shards", type=int, default=1, help="admission shards (default: 1)")
     parser.add_argument("--seed", type=int, default=1, help="of the workloads and the kills")
+    parser.add_argument(
+        "--gangs",
+        type=int,
+        default=0,
+        help="of the workloads, gangs outside Kueue that preempt admitted ones (default: 0)",
+    )
 
 
 def run_chaos(args: argparse.Namespace) -> Iterator[Any]:
     chaos = _chaos()
     return chaos.run(  # type: ignore[no-any-return]
-        scale=args.scale, workloads=args.workloads, shards=args.shards, seed=args.seed
+        scale=args.scale,
+        workloads=args.workloads,
+        shards=args.shards,
+        seed=args.seed,
+        gangs=args.gangs,
     )
 
 

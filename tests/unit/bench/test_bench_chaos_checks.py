@@ -176,3 +176,14 @@ def test_a_node_over_committed_is_caught_and_its_pods_named() -> None:
     book.apply(pod("d", node="n"))
     assert book.node_overcommit.count == 1
     assert "on it pod.ns.b 1000m, pod.ns.c 1000m, pod.ns.d 1000m" in book.node_overcommit.first
+
+
+def test_pods_run_count_under_their_gang_or_kueue_workload() -> None:
+    book = ClusterBook(cohort_of_workload={}, quota={})
+    gang = pod("g-0", node="n")
+    gang.obj["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "g"}
+    kueue = pod("w-main-0", node="n")
+    kueue.obj["metadata"]["labels"] = {"muster.dev/workload": "w"}
+    for change in (gang, kueue, pod("loose", node="n")):
+        book.apply(change)
+    assert book.ran == {"ns/g": {"uid-g-0"}, "ns/w": {"uid-w-main-0"}}
