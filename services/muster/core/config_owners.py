@@ -7,10 +7,10 @@ worker that lies, would rewrite or delete the manager's queues. So:
 
 - an object (kind, name) is owned by the cluster whose `config.applied` of it was taken first;
   only that cluster may apply it again or delete it; a deletion frees the name;
-- a cluster named by a MultiKueueCluster (a MultiKueue worker) owns nothing it has not applied
-  before it was declared one: muster's workers run what the manager admitted, they never admit,
-  so their queues mean nothing to admission. Taken from a worker declared afterwards, an object
-  passes to the first other cluster that applies it (the manager's watcher, started later);
+- a cluster named by a MultiKueueCluster (a MultiKueue worker) changes nothing while it is
+  declared one: muster's workers run what the manager admitted, they never admit, so their
+  queues mean nothing to admission. What it applied before it was declared stays until another
+  cluster applies that object (the manager's watcher, started later), which then owns it;
 - Namespaces are no one's: each cluster has its own (dispatch asks whether a worker has the
   workload's namespace), so they are left out of this rule.
 
@@ -42,18 +42,18 @@ class ConfigOwners:
         if kind in UNOWNED_KINDS or not cluster:
             return ""
         owner = self.owners.get((kind, name))
-        if owner == cluster:
-            return ""
         verb = "deleting" if deleted else "applying"
         what = f"{kind} {name}: {verb} it from cluster {cluster} is refused"
-        if owner is None:
-            if deleted or cluster not in self.workers:
-                return ""
+        if cluster in self.workers:
+            if deleted and owner is None:
+                return ""  # deletes nothing
             return (
                 f"{what}: {cluster} is a MultiKueue worker (a MultiKueueCluster names it); "
                 "a worker's own queues do not configure admission"
             )
-        if owner in self.workers and cluster not in self.workers and not deleted:
+        if owner is None or owner == cluster:
+            return ""
+        if owner in self.workers and not deleted:
             return ""  # applied by a cluster declared a worker since: passes to this one
         return f"{what}: cluster {owner} applied it first and owns it"
 
