@@ -13,9 +13,7 @@ def test_the_first_cluster_to_apply_an_object_owns_it() -> None:
     assert owners.admit("ClusterQueue", "cq", "local") == ""
     assert owners.admit("ClusterQueue", "cq", "local") == ""  # the owner, again
     assert owners.admit("ClusterQueue", "cq", "east") == OWNED.format(verb="applying")
-    assert owners.admit("ClusterQueue", "cq", "east", deleted=True) == OWNED.format(
-        verb="deleting"
-    )
+    assert owners.admit("ClusterQueue", "cq", "east", deleted=True) == OWNED.format(verb="deleting")
     assert owners.owners == {("ClusterQueue", "cq"): "local"}
 
 
