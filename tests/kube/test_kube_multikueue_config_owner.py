@@ -9,34 +9,35 @@ import asyncio
 from pathlib import Path
 
 import pytest
+import yaml
 from kube_services_helpers import eventually, workload_of_job
 from multikueue_stack import multikueue_stack
-from test_kube_multikueue_e2e import JOB, NAMESPACE, TEST_S, check_of, running_pods, start_workers
+from test_kube_multikueue_e2e import (
+    JOB,
+    MANAGER_OBJECTS,
+    NAMESPACE,
+    TEST_S,
+    check_of,
+    running_pods,
+    start_workers,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
-# West's own Kueue: the manager's ClusterQueue and LocalQueue names, no quota at all.
-WORKER_KUEUE = """
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {name: default}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {name: global}
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-  - coveredResources: [cpu]
-    flavors:
-    - name: default
-      resources: [{name: cpu, nominalQuota: 0}]
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {name: main, namespace: team-a}
-spec: {clusterQueue: global}
-"""
+
+def worker_kueue() -> str:
+    """West's own Kueue: the manager's flavor, ClusterQueue and LocalQueue, of no quota and
+    without the MultiKueue check."""
+    docs = [
+        d
+        for d in yaml.safe_load_all(MANAGER_OBJECTS)
+        if d["kind"] in ("ResourceFlavor", "ClusterQueue", "LocalQueue")
+    ]
+    for doc in docs:
+        if doc["kind"] == "ClusterQueue":
+            del doc["spec"]["admissionChecks"]
+            doc["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = 0
+    return yaml.safe_dump_all(docs)
 
 
 async def test_a_workers_own_queues_of_the_managers_names_change_nothing(
@@ -45,7 +46,7 @@ async def test_a_workers_own_queues_of_the_managers_names_change_nothing(
     async with multikueue_stack(tmp_path, "east", "west") as stack, asyncio.timeout(TEST_S):
         await start_workers(stack)
         west = stack.clusters["west"].kubectl
-        await west.apply(WORKER_KUEUE)
+        await west.apply(worker_kueue())
 
         async def published(kind: str, name: str, event: str) -> bool:
             return any(
