@@ -79,7 +79,7 @@ def replay_event(
     except ValueError as exc:
         log.warning("rebuild skips %s#%d: %s", env.type, env.sequence, exc)
         fact = None
-    state.replay(fact, sequence=env.sequence, cluster=inner.cluster)
+    taken = state.replay(fact, sequence=env.sequence, cluster=inner.cluster) and taken
     if history is not None and taken:
         history.add(env, data)
 

@@ -36,6 +36,7 @@ from muster.admission.translate import (
     GANG_REJECTED,
     ApplyConfig,
     CheckUpdated,
+    ConfigRefusedError,
     Decision,
     Delete,
     DeleteConfig,
@@ -63,6 +64,7 @@ from muster.api.model import (
     WorkloadKey,
 )
 from muster.api.wellknown import GANG_TIMED_OUT, PREEMPTED, START_FAILED
+from muster.core.config_owners import ConfigOwners
 from muster.core.engine import Engine
 from muster.core.events import Event, EventType
 from muster.core.records import local_queue_of
@@ -121,18 +123,26 @@ class AdmissionState:
         self.owning = False
         self.last_sequence = 0  # the last stream sequence applied, replayed or consumed
         self.cluster_queue_clusters: dict[str, str] = {}  # where a ClusterQueue was applied
+        self.config_owners = ConfigOwners()  # which cluster may change which object
         self._fresh: list[WorkloadKey] = []  # adopted since the last round, not answered yet
         self._done: list[WorkloadKey] = []  # finished or deleted: forgotten after `decisions`
         self.notes: dict[WorkloadKey, str] = {}  # alternatives left to other shards, said so
 
     # --- rebuild ---------------------------------------------------------------------------
 
-    def replay(self, fact: Fact | None, *, sequence: int, cluster: str = "") -> None:
-        """Record one event of history (from `cluster`); decides nothing. Call in stream order."""
-        counted = self.counted(fact, cluster=cluster) if fact is not None else None
+    def replay(self, fact: Fact | None, *, sequence: int, cluster: str = "") -> bool:
+        """Record one event of history (from `cluster`); decides nothing. Call in stream order.
+        False when it was refused (a configuration event of a cluster that does not own the
+        object: dead-lettered when it was consumed), so the snapshot log does not keep it."""
+        self.last_sequence = max(self.last_sequence, sequence)
+        try:
+            counted = self.counted(fact, cluster=cluster) if fact is not None else None
+        except ConfigRefusedError as exc:
+            log.info("rebuild skips config event #%d: %s", sequence, exc)
+            return False
         if counted is not None:
             self._record(counted, now_s=0.0)
-        self.last_sequence = max(self.last_sequence, sequence)
+        return True
 
     def take_ownership(self, *, now_s: float) -> list[Event]:
         """End the rebuild: adopt the live workloads of this shard, then run one round.
@@ -163,13 +173,26 @@ class AdmissionState:
     def counted(self, fact: Fact, *, cluster: str) -> Fact | None:
         """`fact` as it counts coming from `cluster`, or None when it does not (a report about
         a workload from a cluster it does not run on: admission/dispatch.py). Call once per
-        event, in stream order, before `apply`."""
+        event, in stream order, before `apply`. Raises ConfigRefusedError for a configuration event
+        from a cluster that does not own its object (`muster.core.config_owners`)."""
+        self._check_owner(fact, cluster)
         counted = self.dispatch.admit_fact(fact, cluster=cluster)
         if isinstance(counted, Stopped) and self._stale_completion(counted):
             return None
         if counted is not None:
             self.dispatch.observe(counted, cluster=cluster)
         return counted
+
+    def _check_owner(self, fact: Fact, cluster: str) -> None:
+        match fact:
+            case ApplyConfig(kind=kind, name=name):
+                refused = self.config_owners.admit(kind, name, cluster)
+            case DeleteConfig(kind=kind, name=name):
+                refused = self.config_owners.admit(kind, name, cluster, deleted=True)
+            case _:
+                return
+        if refused:
+            raise ConfigRefusedError(refused)
 
     def _stale_completion(self, fact: Stopped) -> bool:
         """Whether `fact` completes an eviction other than the workload's current one.

@@ -64,6 +64,11 @@ class FactError(ValueError):
     """The event cannot be read (bad manifest): permanent, the message is dead-lettered."""
 
 
+class ConfigRefusedError(FactError):
+    """A configuration event from a cluster that does not own its object (the reason names
+    both): dead-lettered, and never applied (`muster.core.config_owners`)."""
+
+
 # --- facts ------------------------------------------------------------------------------------
 
 

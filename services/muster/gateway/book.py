@@ -50,6 +50,7 @@ from muster.core.conditions import (
     requeued_when_queued,
     restarted,
 )
+from muster.core.config_owners import ConfigOwners
 from muster.gateway.eventtext import line_of, same_line
 from muster.payloads import PayloadError, manifest_workload
 
@@ -144,8 +145,10 @@ class WorkloadBook:
         self.finished: OrderedDict[str, int] = OrderedDict()
         self.finished_kept = finished_kept
         self.finished_retention_s = finished_retention_s
-        # (kind, name) -> (cluster, manifest JSON) of the latest config.applied
+        # (kind, name) -> (cluster, manifest JSON) of the latest config.applied admission took:
+        # its owner's, never a copy another cluster published (muster.core.config_owners)
         self.configs: dict[tuple[str, str], tuple[str, str]] = {}
+        self.config_owners = ConfigOwners()
         self.sequence = 0
 
     def __len__(self) -> int:
@@ -158,10 +161,13 @@ class WorkloadBook:
         payload = env.WhichOneof("payload")
         if payload == "config_applied":
             applied = env.config_applied
-            self.configs[(applied.kind, applied.name)] = (env.cluster, applied.manifest_json)
+            if not self.config_owners.admit(applied.kind, applied.name, env.cluster):
+                self.configs[(applied.kind, applied.name)] = (env.cluster, applied.manifest_json)
             return
         if payload == "config_deleted":
-            self.configs.pop((env.config_deleted.kind, env.config_deleted.name), None)
+            deleted = env.config_deleted
+            if not self.config_owners.admit(deleted.kind, deleted.name, env.cluster, deleted=True):
+                self.configs.pop((deleted.kind, deleted.name), None)
             return
         if not env.workload or payload is None:
             return

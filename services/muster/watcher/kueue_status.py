@@ -60,6 +60,7 @@ from muster.core.conditions import (
     requeued_when_queued,
     restarted,
 )
+from muster.core.config_owners import ConfigOwners
 from muster.core.requeue_state import backoff_end_s, count_after_eviction, later, retry_end_s
 from muster.payloads import PayloadError, applied_document, check_transitioned_s
 
@@ -255,6 +256,7 @@ class StatusBook:
         self._tallies: dict[tuple[str, str], _Tally] = {}
         self._local_queues: dict[tuple[str, str], str] = {}  # (ns, name) → its ClusterQueue
         self._cluster_queues: dict[str, dict[str, Any] | None] = {}  # name → last status
+        self._config_owners = ConfigOwners()  # a worker's queues of the same names: not ours
 
     # --- events -------------------------------------------------------------------------------
 
@@ -398,6 +400,8 @@ class StatusBook:
             if applied
             else (env.config_deleted.kind, env.config_deleted.name)
         )
+        if self._config_owners.admit(kind, name, env.cluster, deleted=not applied):
+            return set()  # admission refuses it too
         if kind == "LocalQueue":
             lq = _split(name)
             if not applied:
