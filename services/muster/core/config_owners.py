@@ -11,6 +11,8 @@ worker that lies, would rewrite or delete the manager's queues. So:
   declared one: muster's workers run what the manager admitted, they never admit, so their
   queues mean nothing to admission. What it applied before it was declared stays until another
   cluster applies that object (the manager's watcher, started later), which then owns it;
+- a MultiKueueCluster applied from the cluster it names is refused: that cluster would become
+  a worker and freeze its own configuration, the MultiKueueCluster included;
 - Namespaces are no one's: each cluster has its own (dispatch asks whether a worker has the
   workload's namespace), so they are left out of this rule.
 
@@ -50,6 +52,11 @@ class ConfigOwners:
             return (
                 f"{what}: {cluster} is a MultiKueue worker (a MultiKueueCluster names it); "
                 "a worker's own queues do not configure admission"
+            )
+        if kind == WORKER_KIND and name == cluster and not deleted:
+            return (
+                f"{what}: it names cluster {cluster} itself as a MultiKueue worker, which would "
+                "leave that cluster's own configuration (this one included) unchangeable"
             )
         if owner is None or owner == cluster:
             return ""

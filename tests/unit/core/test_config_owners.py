@@ -70,3 +70,18 @@ def test_an_event_of_no_cluster_is_taken_as_before() -> None:
     owners.admit("ClusterQueue", "cq", "local")
     assert owners.admit("ClusterQueue", "cq", "") == ""
     assert owners.owners == {("ClusterQueue", "cq"): "local"}
+
+
+def test_a_multikueue_cluster_naming_the_cluster_it_came_from_is_refused() -> None:
+    owners = ConfigOwners()
+    owners.admit("ClusterQueue", "cq", "local")
+
+    refused = owners.admit("MultiKueueCluster", "local", "local")
+
+    assert refused == (
+        "MultiKueueCluster local: applying it from cluster local is refused: it names cluster "
+        "local itself as a MultiKueue worker, which would leave that cluster's own "
+        "configuration (this one included) unchangeable"
+    )
+    assert owners.workers == set()
+    assert owners.admit("ClusterQueue", "cq", "local", deleted=True) == ""  # still its own
