@@ -27,6 +27,8 @@ from muster.core.dispatch import ClusterCapacity, NodeRoom
 
 LAYOUT: Final = 2
 ROOM_TOO_LARGE: Final = "RoomTooLarge"
+# Past this (milli-units: 4.6e15 cores, 4.6 PB of memory) no node's room is real.
+MAX_AMOUNT: Final = 1 << 62
 
 K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
@@ -243,7 +245,9 @@ def capacity_of(
     wire: Wire, nodes: tuple[NodeRoom, ...], placed: tuple[str, ...]
 ) -> ClusterCapacity:
     """The cluster `wire` is the head of, with `nodes` and `placed` (read from it or its
-    parts)."""
+    parts); `msgspec.ValidationError` naming the node when the room is one no cluster has
+    (`refuse_impossible`)."""
+    refuse_impossible(wire.cluster, nodes)
     return ClusterCapacity(
         cluster=wire.cluster,
         nodes=nodes,
@@ -251,6 +255,43 @@ def capacity_of(
         unreachable=wire.unreachable,
         reason=wire.reason,
     )
+
+
+def refuse_impossible(cluster: str, nodes: Sequence[NodeRoom]) -> None:
+    """`msgspec.ValidationError` naming the cluster and node when `nodes` claim a room no
+    cluster has: a node's free room over its allocatable, an amount past MAX_AMOUNT, or a
+    node listed twice. A worker's gang-permit writes its own key only, but best-fit dispatch
+    believes what it says: free over allocatable is a share of free room over 100%, which wins
+    every dispatch. Free room under 0 is a node over-committed, and stands."""
+    seen: set[str] = set()
+    vetted: set[tuple[int, int]] = set()  # nodes of one pool share their vectors: each once
+    for node in nodes:
+        if node.name in seen:
+            raise msgspec.ValidationError(
+                f"node {_shown(node.name)} of cluster {_shown(cluster)} is listed twice "
+                "(its room would count twice)"
+            )
+        seen.add(node.name)
+        vectors = (id(node.allocatable), id(node.free))
+        if vectors in vetted:
+            continue
+        problem = _impossible(node)
+        if problem:
+            raise msgspec.ValidationError(
+                f"node {_shown(node.name)} of cluster {_shown(cluster)}: {problem} "
+                "(a room no node has: the heartbeat is refused)"
+            )
+        vetted.add(vectors)
+
+
+def _impossible(node: NodeRoom) -> str:
+    for resource, amount in node.allocatable.items():
+        if not 0 <= amount <= MAX_AMOUNT:
+            return f"allocatable {resource} {amount} is not 0 to {MAX_AMOUNT}"
+    for resource, amount in node.free.items():
+        if amount > (most := node.allocatable.get(resource, 0)):
+            return f"free {resource} {amount} is more than its allocatable {most}"
+    return ""
 
 
 def rooms_of(tables: Tables) -> tuple[NodeRoom, ...]:

@@ -1,0 +1,76 @@
+"""A worker cluster that claims room it cannot have, beside an honest one: its heartbeat is
+refused, naming the cluster and the node, so dispatch never believes it and the work goes to
+the honest cluster. A real nats-server, admission and the gateway; the configuration and the
+workload go in as YAML through the gateway, heartbeats as a worker's gang-permit puts them.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from admission_world import eventually, start_admission
+from bus_helpers import EventLog
+from cluster_rooms import report, room
+from gateway_helpers import running_gateway
+from multicluster_stack import job, multikueue_config, wait_for, watchers
+
+from muster.bus import Bus, BusConfig
+from muster.contracts.v1 import services_pb2, services_pb2_grpc
+from muster.core.dispatch import NodeRoom
+
+pytestmark = pytest.mark.timeout(60)
+
+NEVER_LOST_S = 60.0  # no cluster here goes silent on purpose
+PLENTY = 10**15  # milli-cpu: a trillion cores
+
+
+async def test_a_worker_claiming_more_free_room_than_its_nodes_have_gets_no_work(
+    bus: Bus, bus_config: BusConfig, events: EventLog, caplog: pytest.LogCaptureFixture
+) -> None:
+    # west, listed first, says its one node of 8 cpu has a trillion free: believed, it is the
+    # first listed with room and the one with the most left (a share of free room far over
+    # 100%), so it wins every dispatch, first-fit or best-fit.
+    honest = room(0, prefix="west")
+    lie = NodeRoom(
+        name="west-00000",
+        labels=honest.labels,
+        allocatable=honest.allocatable,
+        free={**honest.free, "cpu": PLENTY},
+    )
+    await report(bus, "west", [lie])
+    await report(bus, "east", [room(0, prefix="east")])
+
+    caplog.set_level(logging.WARNING)
+    async with running_gateway(bus) as gateway:
+        admission = await start_admission(bus_config, cluster_lost_s=NEVER_LOST_S)
+        try:
+            await admission.wait_serving()
+            submit = gateway.gateway.Submit
+            config = multikueue_config("west", "east", cpu=8)
+            await submit(services_pb2.SubmitRequest(manifest=config))
+
+            async def following() -> bool:
+                return await watchers(bus) >= 1
+
+            await eventually(following)  # the stored heartbeats are read first
+            await submit(services_pb2.SubmitRequest(manifest=job("train", pods=2)))
+
+            admitted = await wait_for(events, "admitted", "ml/train")
+            assert admitted.cluster == "east"
+
+            # The manager says whose room it refused, and why.
+            said = (
+                "node 'west-00000' of cluster 'west': free cpu 1000000000000000 is more than "
+                "its allocatable 8000"
+            )
+            refused = [r.getMessage() for r in caplog.records]
+            assert any("bad heartbeat west" in m and said in m for m in refused), refused
+
+            # The gateway shows west without room.
+            visibility = services_pb2_grpc.VisibilityStub(gateway.channel)
+            shown = await visibility.Clusters(services_pb2.ClustersRequest())
+            rooms = {c.name: c.node_count for c in shown.clusters}
+            assert rooms == {"east": 1, "west": 0}
+        finally:
+            await admission.stop()
