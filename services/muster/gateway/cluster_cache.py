@@ -202,14 +202,11 @@ class HeldRooms:
         whole = [p for p in parts if p is not None]
         if bad := next((p.bad for p in whole if p.bad), ""):
             return self._bad(cluster, head, bad, named=len(whole))
-        try:
-            capacity = capacity_of(
-                wire,
-                tuple(itertools.chain.from_iterable(p.nodes for p in whole)),
-                tuple(itertools.chain.from_iterable(p.placed for p in whole)),
-            )
-        except msgspec.DecodeError as exc:
-            return self._bad(cluster, head, f"bad heartbeat {cluster}: {exc}", named=len(whole))
+        capacity = capacity_of(
+            wire,
+            tuple(itertools.chain.from_iterable(p.nodes for p in whole)),
+            tuple(itertools.chain.from_iterable(p.placed for p in whole)),
+        )
         totals = (_added(p.allocatable for p in whole), _added(p.free for p in whole))
         least = sum(p.least_bytes for p in whole)
         room = cluster_room(capacity, totals, ordered=_ordered(whole), least_bytes=least)
