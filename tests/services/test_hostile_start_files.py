@@ -1,86 +1,80 @@
 """A file flag naming a pipe at start: every service and command that reads a file when it
-starts refuses a FIFO (or a directory) with an error naming the flag and the file, and exits
-non-zero instead of waiting for ever on the open.
+starts refuses a FIFO with an error naming the flag and the file, and exits 2 instead of
+waiting for ever on the open (nothing ever writes to the pipe).
 
-Each case is the real command line in its own process, all started at once so the module takes
-one process start, not a dozen.
+Every FILE flag of every service, as its `--help` lists them, on the `muster` command line
+(in this process: the flags are refused before anything starts); and one service as its own
+process, as a Deployment runs it.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from muster.cli import service
+from muster.cli.main import main
+
 pytestmark = pytest.mark.timeout(120)
-DEADLINE_S = 60.0  # for all: far beyond a refused start; one that hangs on the pipe never ends
-
-# (command, flag): every FILE flag a service reads at start, and the commands reading scenarios
-CASES = [
-    ("service admission", "--kueue-config"),
-    ("service watcher", "--kueue-config"),
-    ("service watcher", "--kubeconfig"),
-    ("service gangpermit", "--nats-creds"),
-    ("service binder", "--nats-tls-ca"),
-    ("service preemption", "--nats-tls-cert"),
-    ("service preemption", "--nats-tls-key"),
-    ("service gateway", "--tokens-file"),
-    ("service gateway", "--policy-file"),
-    ("service gateway", "--tls-cert"),
-    ("service gateway", "--client-ca"),
-    ("service gateway", "--visibility-client-ca"),
-    ("service dashboard", "--tls-ca"),
-    ("run", "--scenario"),
-    ("simulate --config", "FILE"),
-]
+WHY = "not a regular file (a directory, pipe, socket or device)"
 
 
-def _argv(command: str, flag: str, path: Path, scenario: Path) -> list[str]:
-    head = [str(Path(sys.executable).with_name("muster")), *command.split()]
-    if flag == "FILE":  # `simulate --config PIPE SCENARIO`
-        return [*head, str(path), str(scenario)]
-    unreachable = ["--nats", "nats://127.0.0.1:1", "--nats-connect-timeout", "1"]
-    return [*head, flag, str(path), *(unreachable if command.startswith("service") else [])]
+@pytest.fixture
+def pipe(tmp_path: Path) -> Path:
+    path = tmp_path / "pipe"
+    os.mkfifo(path)  # opening it to read waits until something opens it to write: nothing does
+    return path
 
 
-def test_a_pipe_named_by_a_file_flag_is_refused_at_start(tmp_path: Path) -> None:
-    pipe = tmp_path / "pipe"
-    os.mkfifo(pipe)  # nothing ever writes to it: opening it to read waits for ever
+def file_flags(name: str, capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """The flags `muster service NAME --help` lists as taking a FILE."""
+    with pytest.raises(SystemExit):
+        service.main([name, "--help"])
+    return sorted(set(re.findall(r"(--[a-z-]+) FILE", capsys.readouterr().out)))
+
+
+@pytest.mark.parametrize("name", service.SERVICES)
+def test_every_file_flag_naming_a_pipe_is_refused_at_start(
+    name: str, pipe: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flags = file_flags(name, capsys)
+    refused = {}
+    for flag in flags:
+        with pytest.raises(SystemExit) as exited:
+            service.main([name, flag, str(pipe)])
+        err = capsys.readouterr().err
+        refused[flag] = (exited.value.code, err.rsplit("error: ", 1)[-1])
+    assert refused == {flag: (2, f"argument {flag}: {pipe}: {WHY}\n") for flag in flags}
+
+
+def test_every_service_with_a_file_flag_is_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    with_files = {name for name in service.SERVICES if file_flags(name, capsys)}
+    assert {"admission", "watcher", "gateway", "dashboard", "binder"} <= with_files
+
+
+def test_scenario_and_configuration_files_naming_a_pipe_are_refused(
+    pipe: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", "--scenario", str(pipe)]) == 2
+    assert capsys.readouterr().err == f"muster run: --scenario {pipe}: {WHY}\n"
+
     scenario = tmp_path / "scenario.yaml"
     scenario.write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: ns}\n")
-    env = {**os.environ, "MUSTER_CLUSTER": "c1"}
-    started = [
-        (case, subprocess.Popen(_argv(*case, pipe, scenario), env=env, text=True,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
-        for case in CASES
-    ]  # fmt: skip
+    assert main(["simulate", "--config", str(pipe), str(scenario)]) == 2
+    assert f"{pipe}: (file): {WHY}" in capsys.readouterr().err
+
+
+def test_a_service_process_started_with_a_pipe_exits_2_naming_it(pipe: Path) -> None:
+    muster = Path(sys.executable).with_name("muster")
+    argv = [str(muster), "service", "admission", "--kueue-config", str(pipe)]
     try:
-        wrong = _problems(started, str(pipe), time.monotonic() + DEADLINE_S)
-    finally:
-        for _, process in started:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-    assert not wrong, "\n".join(wrong)
-
-
-def _problems(
-    started: list[tuple[tuple[str, str], subprocess.Popen[str]]], pipe: str, deadline: float
-) -> list[str]:
-    wrong: list[str] = []
-    for (command, flag), process in started:
-        try:
-            _, err = process.communicate(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            wrong.append(f"{command} {flag}: still starting after {DEADLINE_S:.0f} s")
-            continue
-        named = flag == "FILE" or flag in err
-        if process.returncode == 0 or not named or pipe not in err:
-            wrong.append(f"{command} {flag}: exit {process.returncode}, {err[-300:]!r}")
-        elif "not a regular file" not in err:
-            wrong.append(f"{command} {flag}: does not say why: {err[-300:]!r}")
-    return wrong
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("admission still starting after 60 s: it waits on the pipe")
+    assert done.returncode == 2
+    assert done.stderr.endswith(f"error: argument --kueue-config: {pipe}: {WHY}\n")
