@@ -7,7 +7,9 @@ gateway, heartbeats as a worker's gang-permit puts them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from admission_world import eventually, start_admission
@@ -43,30 +45,38 @@ async def test_a_worker_claiming_more_free_room_than_its_nodes_have_gets_no_work
     await report(bus, "east", [room(0, prefix="east")])
 
     caplog.set_level(logging.WARNING)
+    async with dispatching(bus, bus_config, ["west", "east"]) as submit:
+        await submit(services_pb2.SubmitRequest(manifest=job("train", pods=2)))
+
+        admitted = await wait_for(events, "admitted", "ml/train")
+        assert admitted.cluster == "east"
+
+        # The manager says whose room it refused, and why.
+        said = (
+            "node 'west-00000' of cluster 'west': free cpu 1000000000000000 is more than "
+            "its allocatable 8000"
+        )
+        refused = [r.getMessage() for r in caplog.records]
+        assert any("bad heartbeat west" in m and said in m for m in refused), refused
+
+
+@contextlib.asynccontextmanager
+async def dispatching(
+    bus: Bus, bus_config: BusConfig, clusters: list[str]
+) -> AsyncIterator[Callable[[services_pb2.SubmitRequest], Awaitable[object]]]:
+    """The gateway's Submit, once admission dispatches to `clusters` (in that order) and has
+    read the stored heartbeats."""
     async with running_gateway(bus) as gateway:
         admission = await start_admission(bus_config, cluster_lost_s=NEVER_LOST_S)
         try:
             await admission.wait_serving()
-            submit = gateway.gateway.Submit
-            config = multikueue_config("west", "east", cpu=8)
-            await submit(services_pb2.SubmitRequest(manifest=config))
+            manifest = multikueue_config(*clusters, cpu=8)
+            await gateway.gateway.Submit(services_pb2.SubmitRequest(manifest=manifest))
 
-            async def following() -> bool:
+            async def registry_followed() -> bool:
                 return await watchers(bus) >= 1
 
-            await eventually(following)  # the stored heartbeats are read first
-            await submit(services_pb2.SubmitRequest(manifest=job("train", pods=2)))
-
-            admitted = await wait_for(events, "admitted", "ml/train")
-            assert admitted.cluster == "east"
-
-            # The manager says whose room it refused, and why.
-            said = (
-                "node 'west-00000' of cluster 'west': free cpu 1000000000000000 is more than "
-                "its allocatable 8000"
-            )
-            refused = [r.getMessage() for r in caplog.records]
-            assert any("bad heartbeat west" in m and said in m for m in refused), refused
-
+            await eventually(registry_followed)
+            yield gateway.gateway.Submit
         finally:
             await admission.stop()
