@@ -50,6 +50,7 @@ from muster.api.convert import (
     workload_priority_class_from_raw,
 )
 from muster.api.errors import FieldError, ObjectErrors
+from muster.api.files import read_regular
 from muster.api.job import workload_from_job
 from muster.api.load import LoadError, load_json, load_yaml
 from muster.api.model import (
@@ -250,14 +251,10 @@ def decode_documents(
 
 
 def read_bounded(path: Path) -> str:
-    """The text of `path`, read whole; ValueError past MAX_FILE_BYTES. Bounded by reading, not
-    by its size on disk: a device or a pipe (`--kueue-config /dev/zero`) has none, and was
-    read until memory ran out."""
-    with path.open("rb") as f:
-        data = f.read(MAX_FILE_BYTES + 1)
-    if len(data) > MAX_FILE_BYTES:
-        raise ValueError(f"larger than {MAX_FILE_BYTES >> 20} MiB: not read")
-    return data.decode("utf-8")
+    """The text of `path`, read whole; ValueError past MAX_FILE_BYTES or when it is not a
+    regular file (`muster.api.files`): a device (`--kueue-config /dev/zero`) was read until
+    memory ran out, and a pipe held the reader at start for ever."""
+    return read_regular(path, max_bytes=MAX_FILE_BYTES).decode("utf-8")
 
 
 def decode_files(

@@ -40,6 +40,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from prometheus_client import CollectorRegistry, ProcessCollector
 
+from muster.api.files import special_file
 from muster.bus.connection import Bus, BusConfig, connect, nats_outage
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
 from muster.bus.errors import SetupError
@@ -152,6 +153,15 @@ COMMON_FLAGS = (
 )  # fmt: skip
 
 
+def file_flag(value: str) -> str:
+    """A FILE flag's value, refused when it names a pipe, socket, device or directory: read
+    at start, a pipe held the service there for ever (nothing listening, nothing logged)."""
+    why = special_file(value)
+    if why is not None:
+        raise argparse.ArgumentTypeError(f"{value}: {why}")
+    return value
+
+
 def add_flags(
     group: argparse._ArgumentGroup | argparse.ArgumentParser, flags: Sequence[Flag]
 ) -> None:
@@ -162,7 +172,7 @@ def add_flags(
         group.add_argument(
             f.flag,
             metavar=f.metavar,
-            type=f.kind,
+            type=file_flag if f.metavar == "FILE" else f.kind,
             default=os.environ.get(f.env) or f.default,
             help=f"{f.about} ({f.env}{shown})",
         )

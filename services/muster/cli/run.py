@@ -137,7 +137,7 @@ def _scenario_texts(paths: Sequence[str] | None) -> str | int:
             texts.append(read_bounded(Path(path)))
         except (OSError, ValueError) as exc:  # UnicodeDecodeError too: a binary file
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-            print(f"muster run: {path}: {reason}", file=sys.stderr)
+            print(f"muster run: --scenario {path}: {reason}", file=sys.stderr)
             return EXIT_BAD_INPUT
     return "---\n".join(texts)
 

@@ -27,6 +27,8 @@ from muster.core.dispatch import ClusterCapacity, NodeRoom
 
 LAYOUT: Final = 2
 ROOM_TOO_LARGE: Final = "RoomTooLarge"
+# Past this (milli-units: 4.6e15 cores, 4.6 PB of memory) no node's room is real.
+MAX_AMOUNT: Final = 1 << 62
 
 K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
@@ -234,16 +236,16 @@ def decode_heartbeat(data: bytes, *, key: str) -> ClusterCapacity:
     """A heartbeat of layout 1 or 2, put at `key`, as the dispatcher sees it (the head of
     layout 3 without its parts: a cluster without nodes); `msgspec.ValidationError` (a
     `DecodeError`) naming the row and table when an index points nowhere, or the field when
-    it names another cluster than its key's."""
+    it names another cluster than its key's, or the node whose room is impossible."""
     wire = decode_wire(data, key=key)
-    return capacity_of(wire, wire.nodes + rooms_of(wire), wire.placed)
+    return vetted_capacity_of(wire, wire.nodes + rooms_of(wire), wire.placed)
 
 
 def capacity_of(
     wire: Wire, nodes: tuple[NodeRoom, ...], placed: tuple[str, ...]
 ) -> ClusterCapacity:
     """The cluster `wire` is the head of, with `nodes` and `placed` (read from it or its
-    parts)."""
+    parts), as reported: what dispatch reads is `vetted_capacity_of`."""
     return ClusterCapacity(
         cluster=wire.cluster,
         nodes=nodes,
@@ -251,6 +253,52 @@ def capacity_of(
         unreachable=wire.unreachable,
         reason=wire.reason,
     )
+
+
+def vetted_capacity_of(
+    wire: Wire, nodes: tuple[NodeRoom, ...], placed: tuple[str, ...]
+) -> ClusterCapacity:
+    """`capacity_of`, or `msgspec.ValidationError` naming the node when the room is one no
+    cluster has (`refuse_impossible`): what dispatch and cluster status read."""
+    refuse_impossible(wire.cluster, nodes)
+    return capacity_of(wire, nodes, placed)
+
+
+def refuse_impossible(cluster: str, nodes: Sequence[NodeRoom]) -> None:
+    """`msgspec.ValidationError` naming the cluster and node when `nodes` claim a room no
+    cluster has: a node's free room over its allocatable, an amount past MAX_AMOUNT, or a
+    node listed twice. A worker's gang-permit writes its own key only, but best-fit dispatch
+    believes what it says: free over allocatable is a share of free room over 100%, which wins
+    every dispatch. Free room under 0 is a node over-committed, and stands."""
+    seen: set[str] = set()
+    vetted: set[tuple[int, int]] = set()  # nodes of one pool share their vectors: each once
+    for node in nodes:
+        if node.name in seen:
+            raise msgspec.ValidationError(
+                f"node {_shown(node.name)} of cluster {_shown(cluster)} is listed twice "
+                "(its room would count twice)"
+            )
+        seen.add(node.name)
+        vectors = (id(node.allocatable), id(node.free))
+        if vectors in vetted:
+            continue
+        problem = _impossible(node)
+        if problem:
+            raise msgspec.ValidationError(
+                f"node {_shown(node.name)} of cluster {_shown(cluster)}: {problem} "
+                "(a room no node has: the heartbeat is refused)"
+            )
+        vetted.add(vectors)
+
+
+def _impossible(node: NodeRoom) -> str:
+    for resource, amount in node.allocatable.items():
+        if not 0 <= amount <= MAX_AMOUNT:
+            return f"allocatable {resource} {amount} is not 0 to {MAX_AMOUNT}"
+    for resource, amount in node.free.items():
+        if amount > (most := node.allocatable.get(resource, 0)):
+            return f"free {resource} {amount} is more than its allocatable {most}"
+    return ""
 
 
 def rooms_of(tables: Tables) -> tuple[NodeRoom, ...]:

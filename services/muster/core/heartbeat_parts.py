@@ -24,12 +24,12 @@ from muster.core.heartbeat import (
     RowCache,
     Tables,
     Wire,
-    capacity_of,
     decode_wire,
     encode,
     pack,
     rooms_of,
     too_large_head,
+    vetted_capacity_of,
     with_rows,
 )
 
@@ -233,7 +233,7 @@ class RoomReader:
     def heard(self, key: str, value: bytes | None) -> ClusterCapacity | Gone | None:
         """The room `key`'s new value (None: deleted) completes, `Gone` for a deleted head,
         None when nothing is whole yet; `msgspec.DecodeError` for a value that is no
-        heartbeat (the last good room stands)."""
+        heartbeat, or a room no cluster has (the last good room stands)."""
         cluster = cluster_of_part(key)
         if cluster is not None:
             if value is None:
@@ -254,7 +254,7 @@ class RoomReader:
             return last[1]
         wire = decode_wire(value, key=key)
         if wire.layout != LAYOUT_PARTS:
-            room = capacity_of(wire, wire.nodes + rooms_of(wire), wire.placed)
+            room = vetted_capacity_of(wire, wire.nodes + rooms_of(wire), wire.placed)
             self._rooms[key] = (value, room)
             return room
         return self._whole(key=key, head=(value, wire))
@@ -273,7 +273,7 @@ class RoomReader:
         self._waiting.pop(key, None)
         nodes = tuple(itertools.chain.from_iterable(p.nodes for p in parts))
         placed = tuple(itertools.chain.from_iterable(p.placed for p in parts))
-        room = capacity_of(wire, nodes, placed)
+        room = vetted_capacity_of(wire, nodes, placed)
         self._rooms[key] = (value, room)
         return room
 

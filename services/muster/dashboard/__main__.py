@@ -17,7 +17,7 @@ from pathlib import Path
 
 import grpc
 
-from muster.bus.service import run_loop
+from muster.bus.service import file_flag, run_loop
 from muster.dashboard.server import serve
 from muster.gateway.service import split_listen
 
@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--tls-ca",
         metavar="FILE",
+        type=file_flag,
         default=os.environ.get("MUSTER_CLIENT_TLS_CA"),
         help="verify a TLS gateway with this CA (MUSTER_CLIENT_TLS_CA)",
     )

@@ -32,6 +32,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
+from muster.dashboard.listener import MAX_CONNECTIONS, READ_S, listen
 from muster.gateway.eventtext import detail
 
 log = logging.getLogger(__name__)
@@ -258,22 +259,33 @@ def build_app(channel: grpc.aio.Channel, *, loopback: bool = True) -> web.Applic
 
 
 async def serve(
-    *, host: str, port: int, gateway: str, credentials: grpc.ChannelCredentials | None
+    *,
+    host: str,
+    port: int,
+    gateway: str,
+    credentials: grpc.ChannelCredentials | None,
+    read_s: float = READ_S,
+    max_connections: int = MAX_CONNECTIONS,
 ) -> None:
-    """Serve until cancelled; prints "dashboard: http://HOST:PORT" once listening."""
+    """Serve until cancelled; prints "dashboard: http://HOST:PORT" once listening. A request
+    not read within `read_s` is closed, and so is a connection past `max_connections`
+    (`muster.dashboard.listener`)."""
     if credentials is None:
         channel = grpc.aio.insecure_channel(gateway)
     else:
         channel = grpc.aio.secure_channel(gateway, credentials)
-    runner = web.AppRunner(build_app(channel, loopback=_loopback_name(host)), access_log=None)
+    app = build_app(channel, loopback=_loopback_name(host))
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=read_s)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        bound = runner.addresses[0][1] if runner.addresses else port
-        print(f"dashboard: http://{host}:{bound}", flush=True)
-        log.info("dashboard on http://%s:%s, gateway %s", host, bound, gateway)
-        await asyncio.Event().wait()
+        listening = await listen(runner, host, port, max_connections=max_connections)
+        try:
+            bound = listening.sockets[0].getsockname()[1] if listening.sockets else port
+            print(f"dashboard: http://{host}:{bound}", flush=True)
+            log.info("dashboard on http://%s:%s, gateway %s", host, bound, gateway)
+            await asyncio.Event().wait()
+        finally:
+            listening.close()
     finally:
         await runner.cleanup()
         await channel.close()

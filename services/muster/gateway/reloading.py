@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from muster.api import load_yaml
+from muster.api.files import read_regular
 
 log = logging.getLogger(__name__)
 
@@ -31,23 +31,14 @@ class FileError(ValueError):
 
 def read_file(path: str) -> bytes:
     """The bytes of `path`; FileError when unreadable, not a regular file, or over
-    MAX_FILE_BYTES. Opened without waiting, and read only when regular: a pipe put in the
-    file's place blocked the open until something wrote to it, and with it the reload and
-    every call waiting for the reload, the whole gateway."""
+    MAX_FILE_BYTES (`muster.api.files`: a pipe put in the file's place blocked the open, and
+    with it the reload and every call waiting for the reload, the whole gateway)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise FileError(f"{path}: not a regular file (a directory, pipe or device)")
-            with open(fd, "rb", closefd=False) as f:
-                data = f.read(MAX_FILE_BYTES + 1)
-        finally:
-            os.close(fd)
+        return read_regular(path, max_bytes=MAX_FILE_BYTES)
     except OSError as exc:
         raise FileError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise FileError(f"{path}: larger than {MAX_FILE_BYTES} bytes")
-    return data
+    except ValueError as exc:
+        raise FileError(f"{path}: {exc}") from None
 
 
 def yaml_document(data: bytes, *, source: str) -> Any:
