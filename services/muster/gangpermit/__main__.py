@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import sys
 from collections.abc import AsyncIterator
 from typing import cast
 
@@ -130,3 +131,7 @@ async def _node_warnings(
             yield None
         else:
             yield lambda obj, problems: rec.record(obj, **rejected_event(obj, problems))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
