@@ -60,6 +60,9 @@ def test_the_readme_commands_work_verbatim_after_muster_up(tmp_path: Path) -> No
         "clusterqueue.kueue.x-k8s.io/cluster-queue stopped (HoldAndDrain)"
     )
     status = outputs["status"]
+    # A newcomer read the gateway row's health port as the gateway's address.
+    assert re.match(r"COMPONENT +PID +HEALTH CHECK +STATE ", status)
+    assert re.search(r"^gateway 127\.0\.0\.1:\d+, dashboard http://", status, re.M)
     assert re.search(
         r"^gateway +\d+ +127\.0\.0\.1:\d+ +running +0 +- +127\.0\.0\.1:\d+$", status, re.M
     )

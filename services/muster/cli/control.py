@@ -67,9 +67,12 @@ def add_parsers(commands: Any) -> None:  # Any: argparse's _SubParsersAction is 
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", metavar="NAME", help="its name (a workload: or its Job's)")
+    parser.add_argument("name", metavar="NAME", help="its name (a workload's own, or its Job's)")
     parser.add_argument(
-        "-n", "--namespace", default="default", help="of a workload or LocalQueue (default)"
+        "-n",
+        "--namespace",
+        default="default",
+        help="of a workload or LocalQueue (default: default)",
     )
     add_client_options(parser)
 

@@ -9,12 +9,18 @@ imported: a service process starts without loading the simulator and the gateway
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 from collections.abc import Sequence
 
 
 def build_parser() -> argparse.ArgumentParser:
+    return _build_parsers()[0]
+
+
+def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """`muster`'s parser and each command's, by name."""
     from muster.cli import (
         clusters,
         control,
@@ -50,7 +56,20 @@ def build_parser() -> argparse.ArgumentParser:
     # Listed for `muster --help` only: `main` hands `muster bench ...` over before parsing.
     commands.add_parser("bench", help="run the benchmarks (see `muster bench --help`)")
     commands.add_parser("service", help="run one muster service (see `muster service --help`)")
-    return parser
+    return parser, dict(commands.choices)
+
+
+def _unrecognized(command: argparse.ArgumentParser, unknown: Sequence[str]) -> str:
+    """argparse's complaint, with the nearest flag of `command` for a mistyped one."""
+    flags = [flag for action in command._actions for flag in action.option_strings]
+    guesses = [
+        f"{arg} (did you mean {near[0]}?)" if near else arg
+        for arg in unknown
+        for near in [
+            difflib.get_close_matches(arg.split("=")[0], flags, n=1) if arg[:1] == "-" else []
+        ]
+    ]
+    return f"unrecognized arguments: {' '.join(guesses)}"
 
 
 def run_bench(argv: list[str]) -> int:
@@ -69,7 +88,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from muster.cli import service
 
         return service.main(argv[1:])  # each service parses its own flags
-    args = build_parser().parse_args(argv)
+    parser, commands = _build_parsers()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # The command's usage names its flags; `muster`'s ("COMMAND ...") did not say which.
+        commands[args.command].error(_unrecognized(commands[args.command], unknown))
     status: int = args.handler(args)
     return status
 

@@ -40,7 +40,17 @@ def add_parser(commands: Any) -> None:  # Any: argparse's _SubParsersAction is p
         description="Send each FILE (YAML or JSON, one or more documents; - for stdin) to the "
         "gateway. A file with any problem changes nothing; every problem is printed.",
     )
-    parser.add_argument("files", metavar="FILE", nargs="+", help="manifest file, or - for stdin")
+    parser.add_argument("files", metavar="FILE", nargs="*", help="manifest file, or - for stdin")
+    # kubectl's spelling, which a Kueue user types first.
+    parser.add_argument(
+        "-f",
+        "--filename",
+        metavar="FILE",
+        dest="filenames",
+        action="append",
+        default=[],
+        help="a FILE too, as kubectl names it (repeatable)",
+    )
     parser.add_argument(
         "--cluster", metavar="ID", default="", help="cluster id (default: the gateway's)"
     )
@@ -70,10 +80,14 @@ def _read_manifest(name: str) -> str | None:
 
 
 def handle(args: argparse.Namespace) -> int:
+    files = [*args.filenames, *args.files]
+    if not files:
+        print("muster submit: name a manifest: FILE, -f FILE, or - for stdin", file=sys.stderr)
+        return EXIT_BAD_INPUT
     status = EXIT_OK
     with channel(args) as ch:
         gateway = services_pb2_grpc.GatewayStub(ch)
-        for name in args.files:
+        for name in files:
             status = max(status, _submit_file(args, gateway, name))
     return status
 

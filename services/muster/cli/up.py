@@ -255,7 +255,9 @@ def handle_status(args: argparse.Namespace) -> int:
         print("muster is not up.")
         return EXIT_NOT_UP
     now = time.time()
-    rows = [("COMPONENT", "PID", "ADDRESS", "STATE", "RESTARTS", "LAST EXIT", "METRICS")]
+    # Where each one's health is asked: a service's gRPC health port, not its clients' port
+    # (the gateway's is on the last line), so the column does not say ADDRESS.
+    rows = [("COMPONENT", "PID", "HEALTH CHECK", "STATE", "RESTARTS", "LAST EXIT", "METRICS")]
     down = 0
     supervisor = "running" if alive(state.supervisor) else "exited"
     rows.append(("supervisor", str(state.supervisor.pid), "-", supervisor, "-", "-", "-"))

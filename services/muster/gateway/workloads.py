@@ -217,10 +217,12 @@ def summaries(
 
 
 def not_found(namespace: str, name: str, retention_s: float = FINISHED_RETENTION_S) -> str:
-    """What NOT_FOUND says of a workload name: also why a finished one may be gone."""
+    """What NOT_FOUND says of a workload name: where to look (a newcomer left out `-n` and
+    was told only of namespace default), and why a finished one may be gone."""
     return (
-        f'workload "{name}" not found in namespace {namespace} (a finished workload is '
-        f"forgotten {retention_s:g}s after it finishes; `muster events` still shows its events)"
+        f'workload "{name}" not found in namespace {namespace} (`-n` names another; '
+        f"`muster workloads` lists every namespace's; a finished workload is forgotten "
+        f"{retention_s:g}s after it finishes; `muster events` still shows its events)"
     )
 
 

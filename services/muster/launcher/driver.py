@@ -87,6 +87,7 @@ class Track:
     # Kueue's Requeued condition since its last eviction: None (no eviction, or its pods are
     # still stopping), False (waiting: back-off, stopped queue), True (queued again).
     requeued: bool | None = None
+    said_submitted: bool = False  # its "submitted" line is printed
 
     def state(self) -> str:
         """The OUTCOME column: its state as Kueue's conditions would name it. An evicted
@@ -215,9 +216,7 @@ class Driver:
                     track.queue = _queue_of(doc)
                     if (doc.get("spec") or {}).get("active") is False:
                         track.outcome = "Inactive"  # admission does not queue it
-                    if track.submitted_s is None:
-                        track.submitted_s = self.now_s()
-                    self._line(track, "submitted", f"to {track.queue}")
+                    self._submitted(track)
                 elif obj.kind in (GANG_WORKLOAD_KIND, "PodGroup", GANG_POD_GROUP_KIND):
                     # A PodGroup's gang is keyed by its name; a v1alpha1 Workload's by
                     # name/group/replica (a later Workload's keys no gang: its PodGroups do).
@@ -265,7 +264,10 @@ class Driver:
             return
         track = self._track(env.workload)
         now = self.now_s()
-        if kind == "gang_waiting" and env.gang_waiting.reason != track.pending:
+        if kind == "submitted" and track.queue != GANG_QUEUE:
+            track.queue = track.queue or env.submitted.queue_name or "default"
+            self._submitted(track)
+        elif kind == "gang_waiting" and env.gang_waiting.reason != track.pending:
             track.pending = env.gang_waiting.reason
             self._line(track, "waiting", track.pending)
         elif kind == "gang_permitted" and not track.kueue:
@@ -335,6 +337,15 @@ class Driver:
             track.finished_s = now
             track.outcome = "Finished" if env.finished.succeeded else "Failed"
             self._line(track, "finished", f"ran {track.ran_s:.0f}s")
+
+    def _submitted(self, track: Track) -> None:
+        """Its "submitted" line, once: from the Submit's reply or from its event, whichever
+        comes first (the reply may come after its admission's event, which printed first)."""
+        if track.submitted_s is None:
+            track.submitted_s = self.now_s()
+        if not track.said_submitted:
+            track.said_submitted = True
+            self._line(track, "submitted", f"to {track.queue}")
 
     def _line(self, track: Track, what: str, detail: str) -> None:
         self.print_line(f"{self.now_s():7.1f}s  {track.key:<36} {what:<10} {detail}")

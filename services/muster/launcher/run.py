@@ -80,6 +80,9 @@ async def run_live(
             nats_url = await nats.start(log_path=log_dir / "nats-server.log")
         admin = await prepare_nats(nats_url, nats, deployment)
         started.push_async_callback(admin.close)
+        # Ctrl-C while connecting, swallowed by nats-py: the services would start against a
+        # nats-server the same Ctrl-C stopped, and the run end blaming the first to fail.
+        raise_if_cancelling()
         stack = Stack(
             nats_url=nats_url,
             cluster=cluster,

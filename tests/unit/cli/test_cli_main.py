@@ -41,6 +41,37 @@ def test_a_command_is_required(capsys: pytest.CaptureFixture[str]) -> None:
     assert "COMMAND" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "usage", "complaint"),
+    [
+        (
+            ["workloads", "--staus", "pending"],
+            "usage: muster workloads ",
+            "muster workloads: error: unrecognized arguments: --staus (did you mean --status?) "
+            "pending",
+        ),
+        (
+            ["stop", "clusterqueue", "cq", "--keep-running"],
+            "usage: muster stop ",
+            "muster stop: error: unrecognized arguments: --keep-running (did you mean "
+            "--keep-already-running?)",
+        ),
+        (["queues", "extra"], "usage: muster queues ", "unrecognized arguments: extra"),
+    ],
+)
+def test_a_mistyped_flag_is_named_with_its_commands_usage_and_the_nearest_flag(
+    argv: list[str], usage: str, complaint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A newcomer's typo once got `muster`'s own usage ("COMMAND ..."), which names no flag.
+    with pytest.raises(SystemExit) as caught:
+        main(argv)
+
+    err = capsys.readouterr().err
+    assert caught.value.code == 2
+    assert err.startswith(usage)
+    assert err.rstrip().endswith(complaint)
+
+
 @pytest.mark.parametrize("command", [["workloads"], ["events"], ["queues"]])
 def test_no_gateway_listening_says_how_to_start_one_and_prints_nothing_else(
     command: list[str], capsys: pytest.CaptureFixture[str]

@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from muster.cli import submit
-from muster.cli.main import build_parser
+from muster.cli.main import build_parser, main
 from muster.contracts.v1 import services_pb2
 
 
@@ -137,4 +137,25 @@ def test_a_manifest_over_the_gateways_limit_says_what_to_do(
         f"muster: {manifest}: RESOURCE_EXHAUSTED: Received message larger than max "
         "(5242891 vs. 4194304): the gateway's request limit (--max-request-bytes); "
         "split the manifest into several files\n"
+    )
+
+
+def test_kubectls_dash_f_names_a_file_as_well(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A Kueue user types `muster submit -f job.yaml`, as `kubectl apply -f`; it was refused.
+    sent: list[str] = []
+
+    def record(_args: argparse.Namespace, _gateway: Any, name: str) -> int:
+        sent.append(name)
+        return 0
+
+    monkeypatch.setattr(submit, "_submit_file", record)
+
+    assert main(["submit", "-f", "a.yaml", "b.yaml", "--filename", "c.yaml"]) == 0
+    assert sorted(sent) == ["a.yaml", "b.yaml", "c.yaml"]
+
+
+def test_no_file_at_all_says_how_to_name_one(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["submit", "--gateway", "127.0.0.1:1"]) == 2
+    assert capsys.readouterr().err == (
+        "muster submit: name a manifest: FILE, -f FILE, or - for stdin\n"
     )

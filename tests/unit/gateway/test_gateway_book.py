@@ -406,8 +406,9 @@ def test_a_workload_past_the_retention_is_not_found_and_the_answer_says_why() ->
     with pytest.raises(LookupError) as raised:
         one_named(book, "ml", "train")
     assert raised.value.args[0] == (
-        'workload "train" not found in namespace ml (a finished workload is forgotten 60s '
-        "after it finishes; `muster events` still shows its events)"
+        'workload "train" not found in namespace ml (`-n` names another; `muster workloads` '
+        "lists every namespace's; a finished workload is forgotten 60s after it finishes; "
+        "`muster events` still shows its events)"
     )
 
 
