@@ -65,6 +65,7 @@ from muster.api.model import (
 from muster.api.wellknown import GANG_TIMED_OUT, PREEMPTED, START_FAILED
 from muster.core.engine import Engine
 from muster.core.events import Event, EventType
+from muster.core.lifecycle import assignment_of
 from muster.core.records import local_queue_of
 from muster.core.requeue_state import retry_counts_waiting, retry_end_s
 from muster.core.routing import Policy, RoutingSettings, run_seconds_on
@@ -89,18 +90,20 @@ class AdmissionState:
         kueue: KueueConfig | None = None,
         cluster_lost_s: float = 10.0,
         routing_policy: Policy = Policy.STATIC,
+        admission_fair_sharing: bool = False,
     ) -> None:
         # Routing is always on: a ClusterQueue's muster.dev/routing-policy wins over the default.
         self.routing = RoutingSettings(default_policy=routing_policy)
-        # Admission fair sharing is simulate-only for now: a replica rebuilt from a snapshot or
-        # the stream does not know the usage of workloads that finished before it, so it would
-        # order a ClusterQueue's LocalQueues differently from the replica it replaces
-        # (docs/kueue-compatibility.md, "Admission fair sharing").
+        # Admission fair sharing: usage runs from each workload's recorded QuotaReserved to
+        # the event that released it, at those events' times (`_run_started`, `_run_stopped`),
+        # so a replica rebuilt from the stream has the live one's usage. Off by default until
+        # snapshots carry the usage finished workloads left (docs/kueue-compatibility.md,
+        # "Admission fair sharing").
         self.engine = Engine(
             config=kueue,
             hold_quota_until_stopped=True,
             routing=self.routing,
-            admission_fair_sharing=False,
+            admission_fair_sharing=admission_fair_sharing,
         )
         self.dispatch = Dispatcher(lost_after_s=cluster_lost_s)  # MultiKueue (admission/dispatch)
         self.ledger = Ledger()
@@ -297,11 +300,13 @@ class AdmissionState:
                 wl = self._routable(entry)
                 events = engine.submit(wl, now_s=at_s, key=entry.key)
                 return events + self._stays_unrouted(entry, wl, at_s)
-            case Finish(key):
+            case Finish(key, at_s):
+                self._run_stopped(key, at_s=at_s or now_s)
                 ledger.finish(key)
                 self.forwards.forget(key)
                 return self._engine_fact(key, lambda: engine.finish(key, now_s=now_s), drop=True)
-            case Delete(key):
+            case Delete(key, at_s):
+                self._run_stopped(key, at_s=at_s or now_s)
                 ledger.delete(key)
                 self.forwards.forget(key)
                 self.adopted.discard(key)
@@ -312,6 +317,8 @@ class AdmissionState:
             case Stopped(key, at_s, eviction_id):
                 if not eviction_id and self._admitted_now(key):
                     return self._stopped_while_admitted(key, now_s=now_s)
+                if self._evicting(key):
+                    self._run_stopped(key, at_s=at_s)
                 ledger.stopped(key, at_s=at_s)
                 return self._engine_fact(key, lambda: engine.stopped(key, now_s=now_s))
             case PodsReady(key, lost=True, at_s=at_s):
@@ -407,6 +414,8 @@ class AdmissionState:
             return []  # ours: the ledger has it since we published it
         if not self.ledger.record(fact):
             return []  # about no live workload, or an earlier one of its name
+        if fact.kind in ("quota_reserved", "admitted"):
+            self._run_started(fact.key)
         if self.owning and fact.key in self.adopted:
             # Another replica decided for a workload of ours: it was its own until a
             # configuration change moved it here. Keep the engine in line with history.
@@ -430,6 +439,34 @@ class AdmissionState:
                 engine.restore_pending(key, reason=fact.reason, message=fact.message)
             case "routed":
                 engine.restore_routed(key, queue_name=fact.queue_name)
+
+    def _run_started(self, key: WorkloadKey) -> None:
+        """A recorded QuotaReserved starts the workload's run in its LocalQueue's usage at
+        the recorded time: a rebuild learns finished workloads' usage from their history (the
+        engine never holds them). The engine's own start of the same run changes nothing."""
+        book, fair = self.engine.state.admission_usage, self.engine.state.config.kueue
+        entry = self.ledger.get(key)
+        if book is None or fair.admission_fair_sharing is None or entry is None:
+            return
+        if entry.admission is None or not entry.holds_quota:
+            return
+        wl = entry.workload
+        local_queue = local_queue_of(wl.meta.namespace, entry.routed_queue or wl.queue_name)
+        usage = assignment_of(entry.admission).usage
+        config = fair.admission_fair_sharing
+        book.start(key, local_queue, usage, at_s=entry.reserved_s, config=config)
+
+    def _run_stopped(self, key: WorkloadKey, *, at_s: float) -> None:
+        """The fact that released `key`'s quota ends its run at the fact's time, before the
+        engine releases it at the round's (its own stop is then a no-op): a live replica and
+        a rebuilt one record the same instant."""
+        book, fair = self.engine.state.admission_usage, self.engine.state.config.kueue
+        if book is not None and fair.admission_fair_sharing is not None:
+            book.stop(key, at_s=at_s, config=fair.admission_fair_sharing)
+
+    def _evicting(self, key: WorkloadKey) -> bool:
+        entry = self.ledger.get(key)
+        return entry is not None and entry.phase is Phase.EVICTING
 
     def _admitted_now(self, key: WorkloadKey) -> bool:
         entry = self.ledger.get(key)

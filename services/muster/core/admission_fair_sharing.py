@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+import msgspec
+
 from muster.api.model import AdmissionFairSharingConfig
 from muster.core.quota import FlavorResource
 
@@ -85,67 +87,148 @@ def weighted_usage(
     return total / queue_weight
 
 
-def _add(into: Amounts, amounts: Mapping[str, float], sign: float) -> None:
+def _plus(into: Amounts, amounts: Mapping[str, float], scale: float = 1.0) -> None:
     for name, value in amounts.items():
-        left = into.get(name, 0.0) + sign * value
-        if left > 1e-12:
-            into[name] = left
-        else:
-            into.pop(name, None)  # a float rest of a workload that stopped, not usage
+        into[name] = into.get(name, 0.0) + value * scale
+
+
+def _run_at(run: Run, now_s: float, half_life_s: float) -> Amounts:
+    """What one workload's run adds to its LocalQueue's consumed usage at `now_s` (A1, A2):
+    its requests approached while it ran, its entry penalty fading; once it stopped, what it
+    had reached fading. A1 is a linear decay, so runs add up in any order."""
+    ran_until_s = max(now_s, run.start_s)
+    if run.stop_s is not None:
+        ran_until_s = min(ran_until_s, max(run.start_s, run.stop_s))
+    reached = decay_alpha(ran_until_s - run.start_s, half_life_s)  # of its requests
+    out = {name: value * reached for name, value in run.requests.items()}
+    _plus(out, run.penalty, 1.0 - reached)
+    if now_s > ran_until_s:  # stopped: fades from its end
+        fade = 1.0 - decay_alpha(now_s - ran_until_s, half_life_s)
+        out = {name: value * fade for name, value in out.items()}
+    return out
+
+
+class Run(msgspec.Struct, kw_only=True):
+    """One workload's stay in its LocalQueue's usage: from QuotaReserved to release."""
+
+    local_queue: str
+    requests: Amounts
+    penalty: Amounts
+    start_s: float
+    stop_s: float | None = None
 
 
 class QueueUsage:
-    """One LocalQueue's consumed usage as of `since_s`, and what it runs since then."""
+    """One LocalQueue's usage: what ended runs left (`ended`, as of `ended_s`) and its runs."""
 
-    __slots__ = ("consumed", "last", "running", "since_s")
+    __slots__ = ("ended", "ended_s", "last", "runs")
 
-    def __init__(self, since_s: float) -> None:
-        self.consumed: Amounts = {}
-        self.running: Amounts = {}
-        self.since_s = since_s
+    def __init__(self) -> None:
+        self.ended: Amounts = {}
+        self.ended_s = float("-inf")
+        self.runs: dict[str, Run] = {}
         # (now_s, config, queue weight) -> usage of the last look: a round asks again and
         # again at one instant, and the order compares it by equality (core.queues).
         self.last: tuple[float, AdmissionFairSharingConfig, float, float] | None = None
 
     def at(self, now_s: float, config: AdmissionFairSharingConfig) -> Amounts:
-        """Consumed usage at `now_s` (never before the last change: a late fact decays 0)."""
-        return decayed(self.consumed, self.running, now_s - self.since_s, config.usage_half_life_s)
+        """Consumed usage at `now_s` (A1): summed in a fixed order (ended, then runs by
+        workload), so the same runs give the same number however they arrived."""
+        half_life_s = config.usage_half_life_s
+        if half_life_s <= 0:
+            return {}
+        fade = 1.0 - decay_alpha(now_s - self.ended_s, half_life_s) if self.ended else 0.0
+        out = {name: value * fade for name, value in self.ended.items()}
+        for key in sorted(self.runs):
+            _plus(out, _run_at(self.runs[key], now_s, half_life_s))
+        return {name: value for name, value in sorted(out.items()) if value > 1e-12}
 
-    def fold(self, now_s: float, config: AdmissionFairSharingConfig) -> None:
-        """Carry the decay up to `now_s`, before what runs changes."""
-        self.consumed = self.at(now_s, config)
-        self.since_s = max(self.since_s, now_s)
+    def end(self, run: Run, config: AdmissionFairSharingConfig) -> None:
+        """Fold a stopped run into `ended`, as of the later of the two instants."""
+        assert run.stop_s is not None
+        stop_s = max(run.start_s, run.stop_s)
+        left = _run_at(run, stop_s, config.usage_half_life_s)
+        if stop_s >= self.ended_s:
+            ended = self.at_ended(stop_s, config)
+            self.ended_s = stop_s
+        else:
+            ended, left = dict(self.ended), self._faded(left, self.ended_s - stop_s, config)
+        _plus(ended, left)
+        self.ended = {name: value for name, value in sorted(ended.items()) if value > 1e-12}
+
+    def at_ended(self, now_s: float, config: AdmissionFairSharingConfig) -> Amounts:
+        """What ended runs left, at `now_s` (not before `ended_s`)."""
+        return self._faded(self.ended, now_s - self.ended_s, config)
+
+    @staticmethod
+    def _faded(
+        amounts: Mapping[str, float], elapsed_s: float, config: AdmissionFairSharingConfig
+    ) -> Amounts:
+        if not amounts:
+            return {}
+        fade = 1.0 - decay_alpha(elapsed_s, config.usage_half_life_s)
+        return {name: value * fade for name, value in amounts.items()}
 
 
 class AdmissionUsage:
-    """Every LocalQueue's usage, changed only by workloads starting and stopping at given
-    times: replaying the same facts with the same times gives the same usage."""
+    """Every LocalQueue's usage, from the runs of its workloads: a run starts and stops at
+    given instants (the facts' times), and the usage is a sum over runs, so a replica that
+    learns the same runs in another order (a rebuild from the stream) has the same usage."""
 
     def __init__(self) -> None:
         self.queues: dict[str, QueueUsage] = {}
+        self.running: dict[str, str] = {}  # workload -> its LocalQueue, while it runs
 
-    def record(
+    def start(
         self,
+        key: str,
         local_queue: str,
         usage: Mapping[FlavorResource, int],
         *,
-        started: bool,
         at_s: float,
         config: AdmissionFairSharingConfig,
     ) -> None:
-        """A workload of `local_queue` holding `usage` started (or stopped) at `at_s`: the
-        decay is carried up to then (A1); a start adds its entry penalty (A2)."""
+        """Workload `key` of `local_queue` holds `usage` from `at_s`: its run counts (A1) with
+        its entry penalty (A2). A workload already running keeps its first start."""
+        if key in self.running:
+            return
+        requests = requests_of(usage)
+        penalty = entry_penalty(requests, config) if config.usage_half_life_s > 0 else {}
         queue = self.queues.get(local_queue)
         if queue is None:
-            if not started:
-                return
-            queue = self.queues[local_queue] = QueueUsage(at_s)
-        queue.fold(at_s, config)
+            queue = self.queues[local_queue] = QueueUsage()
+        queue.runs[key] = Run(
+            local_queue=local_queue, requests=requests, penalty=penalty, start_s=at_s
+        )
         queue.last = None
-        requests = requests_of(usage)
-        if started and config.usage_half_life_s > 0:
-            _add(queue.consumed, entry_penalty(requests, config), 1.0)
-        _add(queue.running, requests, 1.0 if started else -1.0)
+        self.running[key] = local_queue
+
+    def stop(self, key: str, *, at_s: float, config: AdmissionFairSharingConfig) -> None:
+        """Workload `key` released its quota at `at_s` (a no-op when it runs nowhere)."""
+        local_queue = self.running.pop(key, None)
+        if local_queue is None:
+            return
+        queue = self.queues[local_queue]
+        run = queue.runs.pop(key)
+        run.stop_s = at_s
+        queue.end(run, config)
+        queue.last = None
+
+    def ended(self, local_queue: str) -> tuple[float, Amounts] | None:
+        """What ended runs left in `local_queue`, and the instant it is for (a snapshot keeps
+        it: the runs themselves are not in it)."""
+        queue = self.queues.get(local_queue)
+        if queue is None or not queue.ended:
+            return None
+        return queue.ended_s, dict(queue.ended)
+
+    def restore_ended(self, local_queue: str, at_s: float, amounts: Mapping[str, float]) -> None:
+        """Start `local_queue` from what ended runs left at `at_s` (read from a snapshot)."""
+        queue = self.queues.get(local_queue)
+        if queue is None:
+            queue = self.queues[local_queue] = QueueUsage()
+        queue.ended, queue.ended_s = dict(sorted(amounts.items())), at_s
+        queue.last = None
 
     def consumed(
         self, local_queue: str, *, now_s: float, config: AdmissionFairSharingConfig
@@ -168,7 +251,9 @@ class AdmissionUsage:
         last = queue.last
         if last is not None and last[0] == now_s and last[1] is config and last[2] == queue_weight:
             return last[3]
-        value = weighted_usage(queue.at(now_s, config), config, queue_weight)
+        # Nine significant digits: what the same runs summed in another order (or their times
+        # read back from nanoseconds) differ by in the last bits must not reorder queues.
+        value = float(f"{weighted_usage(queue.at(now_s, config), config, queue_weight):.9g}")
         queue.last = (now_s, config, queue_weight, value)
         return value
 
@@ -177,5 +262,5 @@ class AdmissionUsage:
         their history with them)."""
         kept = set(keep)
         for name in sorted(self.queues):
-            if name not in kept and not self.queues[name].running:
+            if name not in kept and not self.queues[name].runs:
                 del self.queues[name]
