@@ -22,7 +22,7 @@ and is not announced again. A shard routes only among the alternatives in its ow
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import msgspec
 
@@ -32,6 +32,7 @@ from muster.admission.homes import Handover, Move, QueueHomes, queue_key
 from muster.admission.ledger import CheckState, Entry, Ledger, Phase
 from muster.admission.routing import WorkloadRoute, routable, stays_event
 from muster.admission.shards import PartitionMap, Sharding
+from muster.admission.snapshot import EndedUsage
 from muster.admission.translate import (
     GANG_REJECTED,
     ApplyConfig,
@@ -90,15 +91,15 @@ class AdmissionState:
         kueue: KueueConfig | None = None,
         cluster_lost_s: float = 10.0,
         routing_policy: Policy = Policy.STATIC,
-        admission_fair_sharing: bool = False,
+        admission_fair_sharing: bool = True,
     ) -> None:
         # Routing is always on: a ClusterQueue's muster.dev/routing-policy wins over the default.
         self.routing = RoutingSettings(default_policy=routing_policy)
         # Admission fair sharing: usage runs from each workload's recorded QuotaReserved to
         # the event that released it, at those events' times (`_run_started`, `_run_stopped`),
-        # so a replica rebuilt from the stream has the live one's usage. Off by default until
-        # snapshots carry the usage finished workloads left (docs/kueue-compatibility.md,
-        # "Admission fair sharing").
+        # so a replica rebuilt from the stream has the live one's usage; a snapshot carries
+        # what finished workloads left (`ended_usage`). `admission_fair_sharing=False` orders
+        # by priority and time only (docs/kueue-compatibility.md, "Admission fair sharing").
         self.engine = Engine(
             config=kueue,
             hold_quota_until_stopped=True,
@@ -301,12 +302,12 @@ class AdmissionState:
                 events = engine.submit(wl, now_s=at_s, key=entry.key)
                 return events + self._stays_unrouted(entry, wl, at_s)
             case Finish(key, at_s):
-                self._run_stopped(key, at_s=at_s or now_s)
+                self._run_stopped(key, at_s=at_s or now_s, retire=True)
                 ledger.finish(key)
                 self.forwards.forget(key)
                 return self._engine_fact(key, lambda: engine.finish(key, now_s=now_s), drop=True)
             case Delete(key, at_s):
-                self._run_stopped(key, at_s=at_s or now_s)
+                self._run_stopped(key, at_s=at_s or now_s, retire=True)
                 ledger.delete(key)
                 self.forwards.forget(key)
                 self.adopted.discard(key)
@@ -456,13 +457,52 @@ class AdmissionState:
         config = fair.admission_fair_sharing
         book.start(key, local_queue, usage, at_s=entry.reserved_s, config=config)
 
-    def _run_stopped(self, key: WorkloadKey, *, at_s: float) -> None:
+    def _run_stopped(self, key: WorkloadKey, *, at_s: float, retire: bool = False) -> None:
         """The fact that released `key`'s quota ends its run at the fact's time, before the
         engine releases it at the round's (its own stop is then a no-op): a live replica and
-        a rebuilt one record the same instant."""
+        a rebuilt one record the same instant. `retire`: the workload is gone (finished,
+        deleted), what its runs left is its LocalQueue's from now on (a snapshot keeps it)."""
         book, fair = self.engine.state.admission_usage, self.engine.state.config.kueue
-        if book is not None and fair.admission_fair_sharing is not None:
-            book.stop(key, at_s=at_s, config=fair.admission_fair_sharing)
+        if book is None or fair.admission_fair_sharing is None:
+            return
+        book.stop(key, at_s=at_s)
+        if retire:
+            book.retire(key, config=fair.admission_fair_sharing)
+
+    def ended_usage(self) -> tuple[EndedUsage, ...]:
+        """What retired workloads left in the usage of the LocalQueues of this replica's
+        partitions, for its snapshot (they are not in it)."""
+        book = self.engine.state.admission_usage
+        if book is None:
+            return ()
+        out: list[EndedUsage] = []
+        for local_queue in sorted(book.queues):
+            ended = book.ended(local_queue)
+            namespace, _, name = local_queue.partition("/")
+            partition = self.sharding.partition_of_local_queue(namespace, name)
+            if ended is not None and partition in self.sharding.owned:
+                at_s, consumed = ended
+                out.append(
+                    EndedUsage(
+                        local_queue=local_queue, partition=partition, at_s=at_s, consumed=consumed
+                    )
+                )
+        return tuple(out)
+
+    def restore_usage(self, usage: Sequence[EndedUsage], partitions: Collection[int]) -> None:
+        """Start from what a snapshot says retired workloads left in the LocalQueues of
+        `partitions` (before its events are replayed: their runs add to it)."""
+        book, fair = self.engine.state.admission_usage, self.engine.state.config.kueue
+        if book is None or fair.admission_fair_sharing is None:
+            return
+        for ended in usage:
+            if ended.partition in partitions:
+                book.restore_ended(
+                    ended.local_queue,
+                    ended.at_s,
+                    ended.consumed,
+                    config=fair.admission_fair_sharing,
+                )
 
     def _evicting(self, key: WorkloadKey) -> bool:
         entry = self.ledger.get(key)

@@ -119,14 +119,15 @@ class Run(msgspec.Struct, kw_only=True):
 
 
 class QueueUsage:
-    """One LocalQueue's usage: what ended runs left (`ended`, as of `ended_s`) and its runs."""
+    """One LocalQueue's usage: what retired workloads' runs left (`ended`, as of `ended_s`),
+    and the runs of the workloads still known, open or stopped (`runs`, by workload)."""
 
     __slots__ = ("ended", "ended_s", "last", "runs")
 
     def __init__(self) -> None:
         self.ended: Amounts = {}
         self.ended_s = float("-inf")
-        self.runs: dict[str, Run] = {}
+        self.runs: dict[str, list[Run]] = {}
         # (now_s, config, queue weight) -> usage of the last look: a round asks again and
         # again at one instant, and the order compares it by equality (core.queues).
         self.last: tuple[float, AdmissionFairSharingConfig, float, float] | None = None
@@ -137,47 +138,60 @@ class QueueUsage:
         half_life_s = config.usage_half_life_s
         if half_life_s <= 0:
             return {}
-        fade = 1.0 - decay_alpha(now_s - self.ended_s, half_life_s) if self.ended else 0.0
-        out = {name: value * fade for name, value in self.ended.items()}
+        out = _faded(self.ended, now_s - self.ended_s, half_life_s)
         for key in sorted(self.runs):
-            _plus(out, _run_at(self.runs[key], now_s, half_life_s))
+            for run in self.runs[key]:
+                _plus(out, _run_at(run, now_s, half_life_s))
         return {name: value for name, value in sorted(out.items()) if value > 1e-12}
 
-    def end(self, run: Run, config: AdmissionFairSharingConfig) -> None:
-        """Fold a stopped run into `ended`, as of the later of the two instants."""
-        assert run.stop_s is not None
-        stop_s = max(run.start_s, run.stop_s)
-        left = _run_at(run, stop_s, config.usage_half_life_s)
-        if stop_s >= self.ended_s:
-            ended = self.at_ended(stop_s, config)
-            self.ended_s = stop_s
+    def retire(self, key: str, config: AdmissionFairSharingConfig) -> None:
+        """Fold workload `key`'s stopped runs into `ended`, as of the latest instant."""
+        for run in self.runs.pop(key, []):
+            assert run.stop_s is not None
+            self.add_ended(max(run.start_s, run.stop_s), run_left(run, config), config)
+
+    def add_ended(
+        self, at_s: float, amounts: Mapping[str, float], config: AdmissionFairSharingConfig
+    ) -> None:
+        """Add what a run left at `at_s` to `ended`, both carried to the later instant."""
+        half_life_s = config.usage_half_life_s
+        if at_s >= self.ended_s:
+            ended = _faded(self.ended, at_s - self.ended_s, half_life_s)
+            self.ended_s = at_s
+            _plus(ended, amounts)
         else:
-            ended, left = dict(self.ended), self._faded(left, self.ended_s - stop_s, config)
-        _plus(ended, left)
+            ended = dict(self.ended)
+            _plus(ended, _faded(amounts, self.ended_s - at_s, half_life_s))
         self.ended = {name: value for name, value in sorted(ended.items()) if value > 1e-12}
+        self.last = None
 
-    def at_ended(self, now_s: float, config: AdmissionFairSharingConfig) -> Amounts:
-        """What ended runs left, at `now_s` (not before `ended_s`)."""
-        return self._faded(self.ended, now_s - self.ended_s, config)
 
-    @staticmethod
-    def _faded(
-        amounts: Mapping[str, float], elapsed_s: float, config: AdmissionFairSharingConfig
-    ) -> Amounts:
-        if not amounts:
-            return {}
-        fade = 1.0 - decay_alpha(elapsed_s, config.usage_half_life_s)
-        return {name: value * fade for name, value in amounts.items()}
+def run_left(run: Run, config: AdmissionFairSharingConfig) -> Amounts:
+    """What a stopped run left in its LocalQueue's usage at its stop."""
+    assert run.stop_s is not None
+    return _run_at(run, max(run.start_s, run.stop_s), config.usage_half_life_s)
+
+
+def _faded(amounts: Mapping[str, float], elapsed_s: float, half_life_s: float) -> Amounts:
+    if not amounts:
+        return {}
+    fade = 1.0 - decay_alpha(elapsed_s, half_life_s)
+    return {name: value * fade for name, value in amounts.items()}
 
 
 class AdmissionUsage:
     """Every LocalQueue's usage, from the runs of its workloads: a run starts and stops at
     given instants (the facts' times), and the usage is a sum over runs, so a replica that
-    learns the same runs in another order (a rebuild from the stream) has the same usage."""
+    learns the same runs in another order (a rebuild from the stream) has the same usage.
+
+    A stopped run stays its workload's until the workload is retired (finished, deleted):
+    a rebuild from a snapshot replays a live workload's whole story, earlier runs included,
+    and takes what retired ones left from the snapshot (`ended`)."""
 
     def __init__(self) -> None:
         self.queues: dict[str, QueueUsage] = {}
-        self.running: dict[str, str] = {}  # workload -> its LocalQueue, while it runs
+        self.owners: dict[str, str] = {}  # workload -> the LocalQueue of its runs
+        self.open: set[str] = set()  # workloads whose last run has not stopped
 
     def start(
         self,
@@ -190,45 +204,64 @@ class AdmissionUsage:
     ) -> None:
         """Workload `key` of `local_queue` holds `usage` from `at_s`: its run counts (A1) with
         its entry penalty (A2). A workload already running keeps its first start."""
-        if key in self.running:
+        if key in self.open:
             return
+        owner = self.owners.get(key)
+        if owner is not None and owner != local_queue:
+            self.retire(key, config=config)  # moved to another LocalQueue (routed)
         requests = requests_of(usage)
         penalty = entry_penalty(requests, config) if config.usage_half_life_s > 0 else {}
         queue = self.queues.get(local_queue)
         if queue is None:
             queue = self.queues[local_queue] = QueueUsage()
-        queue.runs[key] = Run(
-            local_queue=local_queue, requests=requests, penalty=penalty, start_s=at_s
-        )
+        run = Run(local_queue=local_queue, requests=requests, penalty=penalty, start_s=at_s)
+        queue.runs.setdefault(key, []).append(run)
         queue.last = None
-        self.running[key] = local_queue
+        self.owners[key] = local_queue
+        self.open.add(key)
 
-    def stop(self, key: str, *, at_s: float, config: AdmissionFairSharingConfig) -> None:
+    def stop(self, key: str, *, at_s: float) -> None:
         """Workload `key` released its quota at `at_s` (a no-op when it runs nowhere)."""
-        local_queue = self.running.pop(key, None)
+        if key not in self.open:
+            return
+        self.open.discard(key)
+        queue = self.queues[self.owners[key]]
+        queue.runs[key][-1].stop_s = at_s
+        queue.last = None
+
+    def retire(self, key: str, *, config: AdmissionFairSharingConfig) -> None:
+        """Workload `key` is gone (finished, deleted): what its runs left stays in its
+        LocalQueue's `ended` (one that still runs is stopped first, at its start)."""
+        local_queue = self.owners.pop(key, None)
         if local_queue is None:
             return
         queue = self.queues[local_queue]
-        run = queue.runs.pop(key)
-        run.stop_s = at_s
-        queue.end(run, config)
-        queue.last = None
+        if key in self.open:
+            self.open.discard(key)
+            queue.runs[key][-1].stop_s = queue.runs[key][-1].start_s
+        queue.retire(key, config)
 
     def ended(self, local_queue: str) -> tuple[float, Amounts] | None:
-        """What ended runs left in `local_queue`, and the instant it is for (a snapshot keeps
-        it: the runs themselves are not in it)."""
+        """What retired workloads' runs left in `local_queue`, and the instant it is for (a
+        snapshot keeps it: their stories are not in it)."""
         queue = self.queues.get(local_queue)
         if queue is None or not queue.ended:
             return None
         return queue.ended_s, dict(queue.ended)
 
-    def restore_ended(self, local_queue: str, at_s: float, amounts: Mapping[str, float]) -> None:
-        """Start `local_queue` from what ended runs left at `at_s` (read from a snapshot)."""
+    def restore_ended(
+        self,
+        local_queue: str,
+        at_s: float,
+        amounts: Mapping[str, float],
+        *,
+        config: AdmissionFairSharingConfig,
+    ) -> None:
+        """Add what retired workloads left in `local_queue` at `at_s` (read from a snapshot)."""
         queue = self.queues.get(local_queue)
         if queue is None:
             queue = self.queues[local_queue] = QueueUsage()
-        queue.ended, queue.ended_s = dict(sorted(amounts.items())), at_s
-        queue.last = None
+        queue.add_ended(at_s, amounts, config)
 
     def consumed(
         self, local_queue: str, *, now_s: float, config: AdmissionFairSharingConfig

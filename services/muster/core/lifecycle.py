@@ -290,9 +290,16 @@ class Lifecycle:
 
     def finish(self, r: WorkloadRecord) -> None:
         self.release(r)
+        self.retire(r)
         r.phase = Phase.FINISHED
         r.set_condition(FINISHED, True, "Succeeded", "Job finished successfully")
         self.state.emit(EventType.FINISHED, r, "Succeeded", "Job finished successfully")
+
+    def retire(self, r: WorkloadRecord) -> None:
+        """`r` is gone (finished, deleted): its LocalQueue keeps only what its runs left."""
+        book, fair = self.state.admission_usage, self.state.config.kueue.admission_fair_sharing
+        if book is not None and fair is not None:
+            book.retire(r.key, config=fair)
 
     def release(self, r: WorkloadRecord) -> None:
         """Give back whatever `r` holds and leave its queue; wake groups it may unblock."""
@@ -306,7 +313,7 @@ class Lifecycle:
         freed = state.usage.unhold(r)
         book, fair = state.admission_usage, state.config.kueue.admission_fair_sharing
         if book is not None and fair is not None:  # a no-op when its fact stopped it already
-            book.stop(r.key, at_s=state.now_s, config=fair)
+            book.stop(r.key, at_s=state.now_s)
         queue = state.queues.get(r.cluster_queue)
         if queue is None:
             return

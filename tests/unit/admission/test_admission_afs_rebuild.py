@@ -2,8 +2,8 @@
 live one's LocalQueue usage (runs from each recorded QuotaReserved to the event that released
 it, at those events' times), so it decides the same fair order.
 
-Snapshots do not carry the usage finished workloads left yet, so the service keeps fair sharing
-off by default (`AdmissionState(admission_fair_sharing=...)`; docs/kueue-compatibility.md).
+A snapshot carries what finished workloads left in each LocalQueue's usage (their stories are
+not in it); live workloads' runs come back as their stories are replayed.
 """
 
 from __future__ import annotations
@@ -11,9 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 import admission_stream as kit
+import msgspec
+import pytest
 
+from muster.admission.rebuild import restore
+from muster.admission.snapshot import CompactLog, decode_snapshot, encode_snapshot
 from muster.admission.state import AdmissionState
 from muster.api.model import AdmissionFairSharingConfig, KueueConfig
+from muster.bus import decode
 from muster.contracts.v1 import events_pb2 as pb
 
 SETTINGS = AdmissionFairSharingConfig(usage_half_life_s=600.0)
@@ -40,7 +45,7 @@ def usages(state: AdmissionState, *, now_s: float) -> dict[str, float]:
 
 def flooded(stream: kit.Stream) -> AdmissionState:
     """Team a floods a 2-cpu ClusterQueue (a1, a2 run); b1 comes later; a1 finishes."""
-    live = AdmissionState(kueue=FAIR, admission_fair_sharing=True)
+    live = AdmissionState(kueue=FAIR)
     live.take_ownership(now_s=0.0)
     for manifest in (kit.flavor(), shared_queue(), kit.local_queue("a"), kit.local_queue("b")):
         stream.run(live, kit.applied(manifest))
@@ -61,15 +66,34 @@ def test_a_flood_yields_to_the_other_team_in_the_service() -> None:
     assert admitted(stream.run(live, done, now_s=130.0)) == ["ns/a3"]
 
 
-def test_a_replica_rebuilt_from_the_stream_has_the_live_usage_and_order() -> None:
+def rebuilt_from(source: str, stream: kit.Stream, live: AdmissionState) -> AdmissionState:
+    """A new replica rebuilt from the whole `stream`, or from the snapshot `live` would write
+    now (stored and read back): the finished workloads' stories are not in it."""
+    if source == "stream":
+        return stream.rebuild(kueue=FAIR)
+    history = CompactLog(live.ledger)
+    for env in stream.log:
+        history.add(env)
+    taken = history.snapshot(sequence=len(stream.log))
+    taken = msgspec.structs.replace(taken, usage=live.ended_usage())
+    snapshot = decode_snapshot(encode_snapshot(taken))
+    assert {u.local_queue for u in snapshot.usage} == {"ns/a", "ns/b"}
+    assert "ns/a1" not in {e.workload for e in map(decode, snapshot.events)}  # finished
+    state = AdmissionState(kueue=FAIR)
+    restore(state, snapshot, history=CompactLog(state.ledger), max_event_bytes=1 << 20)
+    return state
+
+
+@pytest.mark.parametrize("source", ["stream", "snapshot"])
+def test_a_rebuilt_replica_has_the_live_usage_and_order(source: str) -> None:
     stream = kit.Stream()
     live = flooded(stream)
-    # The finished one is told late (consumed at 180 s, released at 100 s... its event's time).
+    # A finish consumed late (at 180 s) counts from its event's time (120 s), live or rebuilt.
     late = kit.reported("finished", "ns/b1", at_s=120.0)
     stream.run(live, late, now_s=180.0)
     stream.run(live, kit.submitted(kit.workload("b2", queue="b"), at_s=190.0), now_s=190.0)
 
-    rebuilt = stream.rebuild(kueue=FAIR, admission_fair_sharing=True)
+    rebuilt = rebuilt_from(source, stream, live)
     assert rebuilt.take_ownership(now_s=195.0) == []  # everything was decided already
     assert usages(rebuilt, now_s=200.0) == usages(live, now_s=200.0)
     assert usages(live, now_s=200.0)["ns/b"] > 0.0  # b1's run counts, though it finished
@@ -78,3 +102,19 @@ def test_a_replica_rebuilt_from_the_stream_has_the_live_usage_and_order() -> Non
     told = admitted(stream.run(live, done, now_s=200.0, publish=False))
     assert told == admitted(kit.Stream().run(rebuilt, done, now_s=200.0, publish=False))
     assert told == ["ns/b2"]  # team a ran 1 s..200 s, team b only 100 s..120 s
+
+
+def test_a_snapshot_without_usage_starts_from_the_live_workloads() -> None:
+    # A snapshot written before it carried usage (or by a replica with fair sharing off):
+    # read as before, each LocalQueue holding only what its live workloads' stories hold.
+    stream = kit.Stream()
+    live = flooded(stream)
+    history = CompactLog(live.ledger)
+    for env in stream.log:
+        history.add(env)
+    old = decode_snapshot(encode_snapshot(history.snapshot(sequence=len(stream.log))))
+    assert old.usage == ()
+    state = AdmissionState(kueue=FAIR)
+    restore(state, old, history=CompactLog(state.ledger), max_event_bytes=1 << 20)
+    assert state.take_ownership(now_s=150.0) == []
+    assert 0.0 < usages(state, now_s=150.0)["ns/a"] < usages(live, now_s=150.0)["ns/a"]
