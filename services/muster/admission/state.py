@@ -22,6 +22,7 @@ and is not announced again. A shard routes only among the alternatives in its ow
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 import msgspec
@@ -496,13 +497,20 @@ class AdmissionState:
         if book is None or fair.admission_fair_sharing is None:
             return
         for ended in usage:
-            if ended.partition in partitions:
-                book.restore_ended(
-                    ended.local_queue,
-                    ended.at_s,
-                    ended.consumed,
-                    config=fair.admission_fair_sharing,
-                )
+            if ended.partition not in partitions:
+                continue
+            values = (ended.at_s, *ended.consumed.values())
+            if not all(math.isfinite(v) for v in values) or min(values[1:], default=0) < 0:
+                # Usage only orders queues: a bad record is skipped, not the whole snapshot.
+                log.warning("snapshot usage of LocalQueue %s skipped: at_s %r, consumed %r",
+                            ended.local_queue, ended.at_s, ended.consumed)  # fmt: skip
+                continue
+            book.restore_ended(
+                ended.local_queue,
+                ended.at_s,
+                ended.consumed,
+                config=fair.admission_fair_sharing,
+            )
 
     def _evicting(self, key: WorkloadKey) -> bool:
         entry = self.ledger.get(key)

@@ -8,6 +8,7 @@ not in it); live workloads' runs come back as their stories are replayed.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import admission_stream as kit
@@ -15,7 +16,7 @@ import msgspec
 import pytest
 
 from muster.admission.rebuild import restore
-from muster.admission.snapshot import CompactLog, decode_snapshot, encode_snapshot
+from muster.admission.snapshot import CompactLog, EndedUsage, decode_snapshot, encode_snapshot
 from muster.admission.state import AdmissionState
 from muster.api.model import AdmissionFairSharingConfig, KueueConfig
 from muster.bus import decode
@@ -118,3 +119,16 @@ def test_a_snapshot_without_usage_starts_from_the_live_workloads() -> None:
     restore(state, old, history=CompactLog(state.ledger), max_event_bytes=1 << 20)
     assert state.take_ownership(now_s=150.0) == []
     assert 0.0 < usages(state, now_s=150.0)["ns/a"] < usages(live, now_s=150.0)["ns/a"]
+
+
+def test_a_snapshot_usage_record_that_is_not_finite_is_skipped_not_the_snapshot() -> None:
+    state = AdmissionState(kueue=FAIR)
+    bad = (
+        EndedUsage(local_queue="ns/a", partition=0, at_s=math.nan, consumed={"cpu": 1.0}),
+        EndedUsage(local_queue="ns/b", partition=0, at_s=1.0, consumed={"cpu": -math.inf}),
+        EndedUsage(local_queue="ns/c", partition=0, at_s=1.0, consumed={"cpu": 2.0}),
+    )
+    state.restore_usage(bad, range(64))
+    book = state.engine.state.admission_usage
+    assert book is not None
+    assert sorted(book.queues) == ["ns/c"]
