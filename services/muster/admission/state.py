@@ -466,7 +466,7 @@ class AdmissionState:
         book, fair = self.engine.state.admission_usage, self.engine.state.config.kueue
         if book is None or fair.admission_fair_sharing is None:
             return
-        book.stop(key, at_s=at_s)
+        book.stop(key, at_s=at_s, config=fair.admission_fair_sharing)
         if retire:
             book.retire(key, config=fair.admission_fair_sharing)
 

@@ -118,58 +118,124 @@ class Run(msgspec.Struct, kw_only=True):
     stop_s: float | None = None
 
 
-class QueueUsage:
-    """One LocalQueue's usage: what retired workloads' runs left (`ended`, as of `ended_s`),
-    and the runs of the workloads still known, open or stopped (`runs`, by workload)."""
+class Decaying:
+    """Amounts that only fade (A1 with nothing running): `amounts` as of `at_s`."""
 
-    __slots__ = ("ended", "ended_s", "last", "runs")
+    __slots__ = ("amounts", "at_s")
 
     def __init__(self) -> None:
-        self.ended: Amounts = {}
-        self.ended_s = float("-inf")
+        self.amounts: Amounts = {}
+        self.at_s = float("-inf")
+
+    def at(self, now_s: float, half_life_s: float) -> Amounts:
+        """The amounts at `now_s` (not before `at_s`: a late look fades nothing)."""
+        return _faded(self.amounts, now_s - self.at_s, half_life_s)
+
+    def add(
+        self, at_s: float, amounts: Mapping[str, float], half_life_s: float, sign: float = 1.0
+    ) -> None:
+        """Add (or take away) `amounts` as of `at_s`; both are carried to the later instant."""
+        if at_s >= self.at_s:
+            out = self.at(at_s, half_life_s)
+            self.at_s = at_s
+            _plus(out, amounts, sign)
+        else:
+            out = dict(self.amounts)
+            _plus(out, _faded(amounts, self.at_s - at_s, half_life_s), sign)
+        self.amounts = {name: value for name, value in sorted(out.items()) if value > 1e-12}
+
+    def clear(self) -> None:
+        self.amounts, self.at_s = {}, float("-inf")
+
+
+class QueueUsage:
+    """One LocalQueue's usage, in closed form so that a look costs O(resources) however many
+    workloads run: what retired workloads' runs left (`ended`), what its live workloads'
+    stopped runs left (`stopped`), and its open runs: consumed(t) from them is
+    `running - fading·0.5^((t - anchor_s)/h)` (A1 summed over runs; A2's penalty inside
+    `fading`). The runs are kept by workload, to take each out again when it stops or retires.
+    """
+
+    __slots__ = (
+        "anchor_s", "ended", "fading", "last", "open", "running", "runs", "stopped", "stopped_runs",
+    )  # fmt: skip
+
+    def __init__(self) -> None:
+        self.ended = Decaying()
+        self.stopped = Decaying()
+        self.running: Amounts = {}  # requests of the open runs
+        self.fading: Amounts = {}  # sum of (requests - penalty)·0.5^((anchor_s - start)/h)
+        self.anchor_s = 0.0
+        self.open = 0  # open runs
+        self.stopped_runs = 0  # stopped runs of live workloads, in `stopped`
         self.runs: dict[str, list[Run]] = {}
         # (now_s, config, queue weight) -> usage of the last look: a round asks again and
         # again at one instant, and the order compares it by equality (core.queues).
         self.last: tuple[float, AdmissionFairSharingConfig, float, float] | None = None
 
     def at(self, now_s: float, config: AdmissionFairSharingConfig) -> Amounts:
-        """Consumed usage at `now_s` (A1): summed in a fixed order (ended, then runs by
-        workload), so the same runs give the same number however they arrived."""
-        half_life_s = config.usage_half_life_s
-        if half_life_s <= 0:
+        """Consumed usage at `now_s` (A1)."""
+        h = config.usage_half_life_s
+        if h <= 0:
             return {}
-        out = _faded(self.ended, now_s - self.ended_s, half_life_s)
-        for key in sorted(self.runs):
-            for run in self.runs[key]:
-                _plus(out, _run_at(run, now_s, half_life_s))
+        out = self.ended.at(now_s, h)
+        _plus(out, self.stopped.at(now_s, h))
+        if self.open:
+            _plus(out, self.running)
+            _plus(out, self.fading, -float(0.5 ** ((now_s - self.anchor_s) / h)))
         return {name: value for name, value in sorted(out.items()) if value > 1e-12}
 
-    def retire(self, key: str, config: AdmissionFairSharingConfig) -> None:
-        """Fold workload `key`'s stopped runs into `ended`, as of the latest instant."""
-        for run in self.runs.pop(key, []):
-            assert run.stop_s is not None
-            self.add_ended(max(run.start_s, run.stop_s), run_left(run, config), config)
+    def opened(self, run: Run, half_life_s: float) -> None:
+        if not self.open:
+            self.anchor_s = run.start_s
+        elif abs(run.start_s - self.anchor_s) > 64 * half_life_s:  # keep 2**x finite
+            self.fading = self._weighted(self.fading, self.anchor_s - run.start_s, half_life_s)
+            self.anchor_s = run.start_s
+        self.open += 1
+        _plus(self.running, run.requests)
+        _plus(self.fading, self._fading_of(run, half_life_s))
 
-    def add_ended(
-        self, at_s: float, amounts: Mapping[str, float], config: AdmissionFairSharingConfig
-    ) -> None:
-        """Add what a run left at `at_s` to `ended`, both carried to the later instant."""
-        half_life_s = config.usage_half_life_s
-        if at_s >= self.ended_s:
-            ended = _faded(self.ended, at_s - self.ended_s, half_life_s)
-            self.ended_s = at_s
-            _plus(ended, amounts)
+    def closed(self, run: Run, half_life_s: float) -> None:
+        """Take open `run` out (it stopped: what it left goes to `stopped`)."""
+        self.open -= 1
+        if not self.open:  # exactly nothing left, not a float rest
+            self.running, self.fading = {}, {}
         else:
-            ended = dict(self.ended)
-            _plus(ended, _faded(amounts, self.ended_s - at_s, half_life_s))
-        self.ended = {name: value for name, value in sorted(ended.items()) if value > 1e-12}
-        self.last = None
+            _plus(self.running, run.requests, -1.0)
+            _plus(self.fading, self._fading_of(run, half_life_s), -1.0)
+        self.stopped.add(_end_of(run), run_left(run, half_life_s), half_life_s)
+        self.stopped_runs += 1
+
+    def retired(self, runs: list[Run], half_life_s: float) -> None:
+        """Move a retired workload's stopped `runs` from `stopped` to `ended`."""
+        for run in runs:
+            left = run_left(run, half_life_s)
+            self.stopped.add(_end_of(run), left, half_life_s, sign=-1.0)
+            self.ended.add(_end_of(run), left, half_life_s)
+            self.stopped_runs -= 1
+        if not self.stopped_runs:
+            self.stopped.clear()  # no stopped run left: exactly nothing, not a float rest
+
+    def _fading_of(self, run: Run, half_life_s: float) -> Amounts:
+        """`run`'s part of `fading`: (requests - penalty) weighed to `anchor_s`."""
+        out = dict(run.requests)
+        _plus(out, run.penalty, -1.0)
+        return self._weighted(out, run.start_s - self.anchor_s, half_life_s)
+
+    @staticmethod
+    def _weighted(amounts: Mapping[str, float], by_s: float, half_life_s: float) -> Amounts:
+        scale = float(2.0 ** (by_s / half_life_s)) if half_life_s > 0 else 0.0
+        return {name: value * scale for name, value in amounts.items()}
 
 
-def run_left(run: Run, config: AdmissionFairSharingConfig) -> Amounts:
-    """What a stopped run left in its LocalQueue's usage at its stop."""
+def _end_of(run: Run) -> float:
     assert run.stop_s is not None
-    return _run_at(run, max(run.start_s, run.stop_s), config.usage_half_life_s)
+    return max(run.start_s, run.stop_s)
+
+
+def run_left(run: Run, half_life_s: float) -> Amounts:
+    """What a stopped run left in its LocalQueue's usage at its stop."""
+    return _run_at(run, _end_of(run), half_life_s)
 
 
 def _faded(amounts: Mapping[str, float], elapsed_s: float, half_life_s: float) -> Amounts:
@@ -216,38 +282,43 @@ class AdmissionUsage:
             queue = self.queues[local_queue] = QueueUsage()
         run = Run(local_queue=local_queue, requests=requests, penalty=penalty, start_s=at_s)
         queue.runs.setdefault(key, []).append(run)
+        queue.opened(run, config.usage_half_life_s)
         queue.last = None
         self.owners[key] = local_queue
         self.open.add(key)
 
-    def stop(self, key: str, *, at_s: float) -> None:
+    def stop(self, key: str, *, at_s: float, config: AdmissionFairSharingConfig) -> None:
         """Workload `key` released its quota at `at_s` (a no-op when it runs nowhere)."""
         if key not in self.open:
             return
         self.open.discard(key)
         queue = self.queues[self.owners[key]]
-        queue.runs[key][-1].stop_s = at_s
+        run = queue.runs[key][-1]
+        run.stop_s = at_s
+        queue.closed(run, config.usage_half_life_s)
         queue.last = None
 
     def retire(self, key: str, *, config: AdmissionFairSharingConfig) -> None:
         """Workload `key` is gone (finished, deleted): what its runs left stays in its
-        LocalQueue's `ended` (one that still runs is stopped first, at its start)."""
+        LocalQueue's `ended` (one still running is stopped first, at its start: a caller
+        that knows when it stopped says so with `stop`)."""
+        if key in self.open:
+            run = self.queues[self.owners[key]].runs[key][-1]
+            self.stop(key, at_s=run.start_s, config=config)
         local_queue = self.owners.pop(key, None)
         if local_queue is None:
             return
         queue = self.queues[local_queue]
-        if key in self.open:
-            self.open.discard(key)
-            queue.runs[key][-1].stop_s = queue.runs[key][-1].start_s
-        queue.retire(key, config)
+        queue.retired(queue.runs.pop(key, []), config.usage_half_life_s)
+        queue.last = None
 
     def ended(self, local_queue: str) -> tuple[float, Amounts] | None:
         """What retired workloads' runs left in `local_queue`, and the instant it is for (a
         snapshot keeps it: their stories are not in it)."""
         queue = self.queues.get(local_queue)
-        if queue is None or not queue.ended:
+        if queue is None or not queue.ended.amounts:
             return None
-        return queue.ended_s, dict(queue.ended)
+        return queue.ended.at_s, dict(queue.ended.amounts)
 
     def restore_ended(
         self,
@@ -261,7 +332,8 @@ class AdmissionUsage:
         queue = self.queues.get(local_queue)
         if queue is None:
             queue = self.queues[local_queue] = QueueUsage()
-        queue.add_ended(at_s, amounts, config)
+        queue.ended.add(at_s, amounts, config.usage_half_life_s)
+        queue.last = None
 
     def consumed(
         self, local_queue: str, *, now_s: float, config: AdmissionFairSharingConfig

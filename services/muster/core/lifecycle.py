@@ -313,7 +313,7 @@ class Lifecycle:
         freed = state.usage.unhold(r)
         book, fair = state.admission_usage, state.config.kueue.admission_fair_sharing
         if book is not None and fair is not None:  # a no-op when its fact stopped it already
-            book.stop(r.key, at_s=state.now_s)
+            book.stop(r.key, at_s=state.now_s, config=fair)
         queue = state.queues.get(r.cluster_queue)
         if queue is None:
             return

@@ -409,7 +409,7 @@ class StatusBook:
         if field in ("quota_reserved", "admitted") and wl.state in ("reserving", "admitted"):
             book.start(key, local_queue, wl.usage, at_s=at_s, config=fair)
         elif field in (EVICTION_COMPLETED, "finished", "deleted"):
-            book.stop(key, at_s=at_s)
+            book.stop(key, at_s=at_s, config=fair)
             if field != EVICTION_COMPLETED:
                 book.retire(key, config=fair)
         else:

@@ -89,8 +89,8 @@ def test_usage_of_runs_is_the_stepwise_decay() -> None:
     book = AdmissionUsage()
     book.start("a/1", "a/lq", CPU_2, at_s=0.0, config=TEN_MINUTES)
     book.start("a/2", "a/lq", CPU_2, at_s=50.0, config=TEN_MINUTES)
-    book.stop("a/1", at_s=400.0)
-    book.stop("a/2", at_s=600.0)
+    book.stop("a/1", at_s=400.0, config=TEN_MINUTES)
+    book.stop("a/2", at_s=600.0, config=TEN_MINUTES)
     book.retire("a/1", config=TEN_MINUTES)  # finished: folded into what ended
 
     penalty = entry_penalty({"cpu": 2.0}, TEN_MINUTES)["cpu"]
@@ -127,7 +127,7 @@ def test_the_same_runs_told_in_any_order_give_the_same_usage(
             if started:
                 book.start(key, queue, CPU_2, at_s=at_s, config=TEN_MINUTES)
             else:
-                book.stop(key, at_s=at_s)
+                book.stop(key, at_s=at_s, config=TEN_MINUTES)
                 if int(key[1:]) % 2:  # some finish (retired), the others wait to run again
                     book.retire(key, config=TEN_MINUTES)
         return [book.usage(q, now_s=2e5, config=TEN_MINUTES, queue_weight=1.0) for q in ("a", "b")]
@@ -142,9 +142,9 @@ def test_the_same_runs_told_in_any_order_give_the_same_usage(
 def test_a_queue_that_ran_more_recently_weighs_more() -> None:
     book = AdmissionUsage()
     book.start("old/1", "old/lq", CPU_2, at_s=0.0, config=TEN_MINUTES)
-    book.stop("old/1", at_s=600.0)
+    book.stop("old/1", at_s=600.0, config=TEN_MINUTES)
     book.start("new/1", "new/lq", CPU_2, at_s=1200.0, config=TEN_MINUTES)
-    book.stop("new/1", at_s=1800.0)
+    book.stop("new/1", at_s=1800.0, config=TEN_MINUTES)
 
     def usage(name: str) -> float:
         return book.usage(name, now_s=1800.0, config=TEN_MINUTES, queue_weight=1.0)
@@ -156,7 +156,7 @@ def test_a_queue_that_ran_more_recently_weighs_more() -> None:
 def test_what_ended_runs_left_carries_over_to_another_book() -> None:
     book = AdmissionUsage()
     book.start("a/1", "a/lq", CPU_2, at_s=0.0, config=TEN_MINUTES)
-    book.stop("a/1", at_s=600.0)
+    book.stop("a/1", at_s=600.0, config=TEN_MINUTES)
     book.retire("a/1", config=TEN_MINUTES)
     book.start("a/2", "a/lq", CPU_2, at_s=700.0, config=TEN_MINUTES)
     ended = book.ended("a/lq")
@@ -174,7 +174,7 @@ def test_forget_drops_deleted_queues_that_run_nothing() -> None:
     book = AdmissionUsage()
     book.start("gone/1", "gone/lq", CPU_2, at_s=0.0, config=TEN_MINUTES)
     book.start("done/1", "done/lq", CPU_2, at_s=0.0, config=TEN_MINUTES)
-    book.stop("done/1", at_s=10.0)
+    book.stop("done/1", at_s=10.0, config=TEN_MINUTES)
     book.retire("done/1", config=TEN_MINUTES)
     book.forget(["kept/lq"])
     assert sorted(book.queues) == ["gone/lq"]  # still runs: its stop must find it
