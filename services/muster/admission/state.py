@@ -13,6 +13,11 @@ Finished and deleted workloads leave the engine (`Engine.forget`) once their rou
 translated: nothing needs them afterwards. A redelivered `submitted` or `finished` is stopped by
 the ledger and by `adopted`, and a rebuild adopts live workloads only.
 
+Admission fair sharing: each LocalQueue's usage is fed from the facts' times (a recorded
+QuotaReserved starts a run, the `finished`/`deleted`/`eviction_completed` that released it ends
+it), in replay as live, so every replica has the same usage; a snapshot carries what finished
+workloads left (`ended_usage`, `restore_usage`).
+
 Routing (docs/routing.md): the engine routes workloads with alternatives; a recorded `routed`
 puts an adopted workload back on the queue it was routed to before anything else is restored,
 and is not announced again. A shard routes only among the alternatives in its own cohort trees

@@ -16,7 +16,13 @@ import msgspec
 import pytest
 
 from muster.admission.rebuild import restore
-from muster.admission.snapshot import CompactLog, EndedUsage, decode_snapshot, encode_snapshot
+from muster.admission.snapshot import (
+    CompactLog,
+    EndedUsage,
+    Snapshot,
+    decode_snapshot,
+    encode_snapshot,
+)
 from muster.admission.state import AdmissionState
 from muster.api.model import AdmissionFairSharingConfig, KueueConfig
 from muster.bus import decode
@@ -67,17 +73,23 @@ def test_a_flood_yields_to_the_other_team_in_the_service() -> None:
     assert admitted(stream.run(live, done, now_s=130.0)) == ["ns/a3"]
 
 
+def stored(
+    stream: kit.Stream, live: AdmissionState, *, usage: tuple[EndedUsage, ...] = ()
+) -> Snapshot:
+    """The snapshot `live` would write now (with `usage`), stored and read back."""
+    history = CompactLog(live.ledger)
+    for env in stream.log:
+        history.add(env)
+    taken = msgspec.structs.replace(history.snapshot(sequence=len(stream.log)), usage=usage)
+    return decode_snapshot(encode_snapshot(taken))
+
+
 def rebuilt_from(source: str, stream: kit.Stream, live: AdmissionState) -> AdmissionState:
     """A new replica rebuilt from the whole `stream`, or from the snapshot `live` would write
     now (stored and read back): the finished workloads' stories are not in it."""
     if source == "stream":
         return stream.rebuild(kueue=FAIR)
-    history = CompactLog(live.ledger)
-    for env in stream.log:
-        history.add(env)
-    taken = history.snapshot(sequence=len(stream.log))
-    taken = msgspec.structs.replace(taken, usage=live.ended_usage())
-    snapshot = decode_snapshot(encode_snapshot(taken))
+    snapshot = stored(stream, live, usage=live.ended_usage())
     assert {u.local_queue for u in snapshot.usage} == {"ns/a", "ns/b"}
     assert "ns/a1" not in {e.workload for e in map(decode, snapshot.events)}  # finished
     state = AdmissionState(kueue=FAIR)
@@ -110,10 +122,7 @@ def test_a_snapshot_without_usage_starts_from_the_live_workloads() -> None:
     # read as before, each LocalQueue holding only what its live workloads' stories hold.
     stream = kit.Stream()
     live = flooded(stream)
-    history = CompactLog(live.ledger)
-    for env in stream.log:
-        history.add(env)
-    old = decode_snapshot(encode_snapshot(history.snapshot(sequence=len(stream.log))))
+    old = stored(stream, live)
     assert old.usage == ()
     state = AdmissionState(kueue=FAIR)
     restore(state, old, history=CompactLog(state.ledger), max_event_bytes=1 << 20)
