@@ -452,10 +452,10 @@ class AdmissionState:
         the recorded time: a rebuild learns finished workloads' usage from their history (the
         engine never holds them). The engine's own start of the same run changes nothing."""
         book, fair = self.engine.state.admission_usage, self.engine.state.config.kueue
+        if book is None or fair.admission_fair_sharing is None:
+            return  # not configured: no ledger look-up either
         entry = self.ledger.get(key)
-        if book is None or fair.admission_fair_sharing is None or entry is None:
-            return
-        if entry.admission is None or not entry.holds_quota:
+        if entry is None or entry.admission is None or not entry.holds_quota:
             return
         wl = entry.workload
         local_queue = local_queue_of(wl.meta.namespace, entry.routed_queue or wl.queue_name)
