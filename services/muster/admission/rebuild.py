@@ -141,6 +141,7 @@ def restore_partitions(
     with `left_out` (stored events its writer did not read, ascending sequences: `left_out_of`)
     merged in where the stream had them, as if its writer had read them."""
     state.ledger.remember_finished(snapshot.finished)
+    state.restore_usage(snapshot.usage, partitions)
     events = snapshot_events(
         snapshot, max_event_bytes=max_event_bytes, config=False, partitions=partitions
     )

@@ -399,7 +399,11 @@ class AdmissionService:
                 stream=self.stream_created,
                 partitions=tuple(sorted(self.state.sharding.owned)),
             )
-            snapshot = msgspec.structs.replace(snapshot, unread=tuple(sorted(self.rounds.unread)))
+            snapshot = msgspec.structs.replace(
+                snapshot,
+                unread=tuple(sorted(self.rounds.unread)),
+                usage=self.state.ended_usage(),
+            )
         advanced()
         data = await asyncio.to_thread(encode_snapshot, snapshot)
         advanced()

@@ -64,6 +64,17 @@ class SnapshotError(ValueError):
     """A snapshot that cannot be read: corrupt, inconsistent, or of another version."""
 
 
+class EndedUsage(msgspec.Struct, frozen=True, kw_only=True):
+    """What finished and deleted workloads left in one LocalQueue's admission fair sharing
+    usage (`core.admission_fair_sharing`), as of `at_s`: their stories are not in a snapshot,
+    live workloads' are (their runs come back as they are replayed)."""
+
+    local_queue: str  # namespace/name
+    partition: int  # its home when written: restored with that partition
+    at_s: float
+    consumed: dict[str, float]  # resource -> amount, in Kubernetes units
+
+
 class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     """What a replica's state depends on, as of stream sequence `sequence`."""
 
@@ -89,6 +100,10 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     # holds none: a replica that reads them replays them from the stream (rebuild.py). Added
     # without a new version, as `workloads`: a snapshot without it was written reading all.
     unread: tuple[str, ...] = ()
+    # Admission fair sharing: per LocalQueue of its partitions, what retired workloads left.
+    # Added without a new version, as `unread`: a reader that does not know it (or a snapshot
+    # without it) starts each LocalQueue from what its live workloads' stories hold.
+    usage: tuple[EndedUsage, ...] = ()
 
     def tag_of(self, i: int) -> int:
         return self.tags[i] if self.tags else ANY

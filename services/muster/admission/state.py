@@ -13,6 +13,11 @@ Finished and deleted workloads leave the engine (`Engine.forget`) once their rou
 translated: nothing needs them afterwards. A redelivered `submitted` or `finished` is stopped by
 the ledger and by `adopted`, and a rebuild adopts live workloads only.
 
+Admission fair sharing: each LocalQueue's usage is fed from the facts' times (a recorded
+QuotaReserved starts a run, the `finished`/`deleted`/`eviction_completed` that released it ends
+it), in replay as live, so every replica has the same usage; a snapshot carries what finished
+workloads left (`ended_usage`, `restore_usage`).
+
 Routing (docs/routing.md): the engine routes workloads with alternatives; a recorded `routed`
 puts an adopted workload back on the queue it was routed to before anything else is restored,
 and is not announced again. A shard routes only among the alternatives in its own cohort trees
@@ -22,7 +27,8 @@ and is not announced again. A shard routes only among the alternatives in its ow
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+import math
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import msgspec
 
@@ -32,6 +38,7 @@ from muster.admission.homes import Handover, Move, QueueHomes, queue_key
 from muster.admission.ledger import CheckState, Entry, Ledger, Phase
 from muster.admission.routing import WorkloadRoute, routable, stays_event
 from muster.admission.shards import PartitionMap, Sharding
+from muster.admission.snapshot import EndedUsage
 from muster.admission.translate import (
     GANG_REJECTED,
     ApplyConfig,
@@ -67,6 +74,7 @@ from muster.api.wellknown import GANG_TIMED_OUT, PREEMPTED, START_FAILED
 from muster.core.config_owners import ConfigOwners
 from muster.core.engine import Engine
 from muster.core.events import Event, EventType
+from muster.core.lifecycle import assignment_of
 from muster.core.records import local_queue_of
 from muster.core.requeue_state import retry_counts_waiting, retry_end_s
 from muster.core.routing import Policy, RoutingSettings, run_seconds_on
@@ -91,18 +99,20 @@ class AdmissionState:
         kueue: KueueConfig | None = None,
         cluster_lost_s: float = 10.0,
         routing_policy: Policy = Policy.STATIC,
+        admission_fair_sharing: bool = True,
     ) -> None:
         # Routing is always on: a ClusterQueue's muster.dev/routing-policy wins over the default.
         self.routing = RoutingSettings(default_policy=routing_policy)
-        # Admission fair sharing is simulate-only for now: a replica rebuilt from a snapshot or
-        # the stream does not know the usage of workloads that finished before it, so it would
-        # order a ClusterQueue's LocalQueues differently from the replica it replaces
-        # (docs/kueue-compatibility.md, "Admission fair sharing").
+        # Admission fair sharing: usage runs from each workload's recorded QuotaReserved to
+        # the event that released it, at those events' times (`_run_started`, `_run_stopped`),
+        # so a replica rebuilt from the stream has the live one's usage; a snapshot carries
+        # what finished workloads left (`ended_usage`). `admission_fair_sharing=False` orders
+        # by priority and time only (docs/kueue-compatibility.md, "Admission fair sharing").
         self.engine = Engine(
             config=kueue,
             hold_quota_until_stopped=True,
             routing=self.routing,
-            admission_fair_sharing=False,
+            admission_fair_sharing=admission_fair_sharing,
         )
         self.dispatch = Dispatcher(lost_after_s=cluster_lost_s)  # MultiKueue (admission/dispatch)
         self.ledger = Ledger()
@@ -320,11 +330,13 @@ class AdmissionState:
                 wl = self._routable(entry)
                 events = engine.submit(wl, now_s=at_s, key=entry.key)
                 return events + self._stays_unrouted(entry, wl, at_s)
-            case Finish(key):
+            case Finish(key, at_s):
+                self._run_stopped(key, at_s=at_s or now_s, retire=True)
                 ledger.finish(key)
                 self.forwards.forget(key)
                 return self._engine_fact(key, lambda: engine.finish(key, now_s=now_s), drop=True)
-            case Delete(key):
+            case Delete(key, at_s):
+                self._run_stopped(key, at_s=at_s or now_s, retire=True)
                 ledger.delete(key)
                 self.forwards.forget(key)
                 self.adopted.discard(key)
@@ -335,6 +347,8 @@ class AdmissionState:
             case Stopped(key, at_s, eviction_id):
                 if not eviction_id and self._admitted_now(key):
                     return self._stopped_while_admitted(key, now_s=now_s)
+                if self._evicting(key):
+                    self._run_stopped(key, at_s=at_s)
                 ledger.stopped(key, at_s=at_s)
                 return self._engine_fact(key, lambda: engine.stopped(key, now_s=now_s))
             case PodsReady(key, lost=True, at_s=at_s):
@@ -430,6 +444,8 @@ class AdmissionState:
             return []  # ours: the ledger has it since we published it
         if not self.ledger.record(fact):
             return []  # about no live workload, or an earlier one of its name
+        if fact.kind in ("quota_reserved", "admitted"):
+            self._run_started(fact.key)
         if self.owning and fact.key in self.adopted:
             # Another replica decided for a workload of ours: it was its own until a
             # configuration change moved it here. Keep the engine in line with history.
@@ -453,6 +469,80 @@ class AdmissionState:
                 engine.restore_pending(key, reason=fact.reason, message=fact.message)
             case "routed":
                 engine.restore_routed(key, queue_name=fact.queue_name)
+
+    def _run_started(self, key: WorkloadKey) -> None:
+        """A recorded QuotaReserved starts the workload's run in its LocalQueue's usage at
+        the recorded time: a rebuild learns finished workloads' usage from their history (the
+        engine never holds them). The engine's own start of the same run changes nothing."""
+        book, fair = self.engine.state.admission_usage, self.engine.state.config.kueue
+        if book is None or fair.admission_fair_sharing is None:
+            return  # not configured: no ledger look-up either
+        entry = self.ledger.get(key)
+        if entry is None or entry.admission is None or not entry.holds_quota:
+            return
+        wl = entry.workload
+        local_queue = local_queue_of(wl.meta.namespace, entry.routed_queue or wl.queue_name)
+        usage = assignment_of(entry.admission).usage
+        config = fair.admission_fair_sharing
+        book.start(key, local_queue, usage, at_s=entry.reserved_s, config=config)
+
+    def _run_stopped(self, key: WorkloadKey, *, at_s: float, retire: bool = False) -> None:
+        """The fact that released `key`'s quota ends its run at the fact's time, before the
+        engine releases it at the round's (its own stop is then a no-op): a live replica and
+        a rebuilt one record the same instant. `retire`: the workload is gone (finished,
+        deleted), what its runs left is its LocalQueue's from now on (a snapshot keeps it)."""
+        book, fair = self.engine.state.admission_usage, self.engine.state.config.kueue
+        if book is None or fair.admission_fair_sharing is None:
+            return
+        book.stop(key, at_s=at_s, config=fair.admission_fair_sharing)
+        if retire:
+            book.retire(key, config=fair.admission_fair_sharing)
+
+    def ended_usage(self) -> tuple[EndedUsage, ...]:
+        """What retired workloads left in the usage of the LocalQueues of this replica's
+        partitions, for its snapshot (they are not in it)."""
+        book = self.engine.state.admission_usage
+        if book is None:
+            return ()
+        out: list[EndedUsage] = []
+        for local_queue in sorted(book.queues):
+            ended = book.ended(local_queue)
+            namespace, _, name = local_queue.partition("/")
+            partition = self.sharding.partition_of_local_queue(namespace, name)
+            if ended is not None and partition in self.sharding.owned:
+                at_s, consumed = ended
+                out.append(
+                    EndedUsage(
+                        local_queue=local_queue, partition=partition, at_s=at_s, consumed=consumed
+                    )
+                )
+        return tuple(out)
+
+    def restore_usage(self, usage: Sequence[EndedUsage], partitions: Collection[int]) -> None:
+        """Start from what a snapshot says retired workloads left in the LocalQueues of
+        `partitions` (before its events are replayed: their runs add to it)."""
+        book, fair = self.engine.state.admission_usage, self.engine.state.config.kueue
+        if book is None or fair.admission_fair_sharing is None:
+            return
+        for ended in usage:
+            if ended.partition not in partitions:
+                continue
+            values = (ended.at_s, *ended.consumed.values())
+            if not all(math.isfinite(v) for v in values) or min(values[1:], default=0) < 0:
+                # Usage only orders queues: a bad record is skipped, not the whole snapshot.
+                log.warning("snapshot usage of LocalQueue %s skipped: at_s %r, consumed %r",
+                            ended.local_queue, ended.at_s, ended.consumed)  # fmt: skip
+                continue
+            book.restore_ended(
+                ended.local_queue,
+                ended.at_s,
+                ended.consumed,
+                config=fair.admission_fair_sharing,
+            )
+
+    def _evicting(self, key: WorkloadKey) -> bool:
+        entry = self.ledger.get(key)
+        return entry is not None and entry.phase is Phase.EVICTING
 
     def _admitted_now(self, key: WorkloadKey) -> bool:
         entry = self.ledger.get(key)

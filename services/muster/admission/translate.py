@@ -97,11 +97,13 @@ class Manifests:
 @dataclass(frozen=True, slots=True)
 class Finish:
     key: WorkloadKey
+    at_s: float = 0.0  # its event's time: when its quota was released (0: not known)
 
 
 @dataclass(frozen=True, slots=True)
 class Delete:
     key: WorkloadKey
+    at_s: float = 0.0  # likewise
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,9 +269,9 @@ def fact_of(env: pb.Envelope, *, decoded: Workload | None = None) -> Fact | None
         case "submitted":
             return _submit_of(env, decoded)
         case "finished":
-            return Finish(key)
+            return Finish(key, at_s=time_s_of(env))
         case "deleted":
-            return Delete(key)
+            return Delete(key, at_s=time_s_of(env))
         case "eviction_completed" if env.eviction_completed.pods:
             return None  # gang-permit's eviction of pods outside Kueue: no quota is held
         case "eviction_completed":

@@ -216,6 +216,7 @@ class Engine(EngineViews):
         if r is None or r.phase is Phase.DELETED:
             return []
         self.lifecycle.release(r)
+        self.lifecycle.retire(r)
         r.phase = Phase.DELETED
         return self.state.take_events()
 

@@ -83,7 +83,7 @@ class Lifecycle:
         state.usage.hold(r)
         book, fair = state.admission_usage, state.config.kueue.admission_fair_sharing
         if book is not None and fair is not None:
-            book.record(r.local_queue, r.usage, started=True, at_s=state.now_s, config=fair)
+            book.start(r.key, r.local_queue, r.usage, at_s=state.now_s, config=fair)
         if self.routing is not None and announce:
             for group in self.routing.started(state, r):
                 self.queueing.retry(group)
@@ -290,9 +290,16 @@ class Lifecycle:
 
     def finish(self, r: WorkloadRecord) -> None:
         self.release(r)
+        self.retire(r)
         r.phase = Phase.FINISHED
         r.set_condition(FINISHED, True, "Succeeded", "Job finished successfully")
         self.state.emit(EventType.FINISHED, r, "Succeeded", "Job finished successfully")
+
+    def retire(self, r: WorkloadRecord) -> None:
+        """`r` is gone (finished, deleted): its LocalQueue keeps only what its runs left."""
+        book, fair = self.state.admission_usage, self.state.config.kueue.admission_fair_sharing
+        if book is not None and fair is not None:
+            book.retire(r.key, config=fair)
 
     def release(self, r: WorkloadRecord) -> None:
         """Give back whatever `r` holds and leave its queue; wake groups it may unblock."""
@@ -305,8 +312,8 @@ class Lifecycle:
             return
         freed = state.usage.unhold(r)
         book, fair = state.admission_usage, state.config.kueue.admission_fair_sharing
-        if freed and book is not None and fair is not None:
-            book.record(r.local_queue, freed, started=False, at_s=state.now_s, config=fair)
+        if book is not None and fair is not None:  # a no-op when its fact stopped it already
+            book.stop(r.key, at_s=state.now_s, config=fair)
         queue = state.queues.get(r.cluster_queue)
         if queue is None:
             return

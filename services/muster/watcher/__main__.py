@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from muster.api import kueue_config_from_file
-from muster.api.model import RequeuingStrategy
+from muster.api.model import KueueConfig
 from muster.bus import Bus
 from muster.bus.service import (
     Flag,
@@ -88,15 +88,16 @@ def build(args: argparse.Namespace, config: ServiceConfig) -> ServiceMain:
         raise ValueError(
             f"--cluster-lost-seconds must be > 0 seconds, got {args.cluster_lost_seconds:g}"
         )
-    pods_ready, granular, requeuing = _kueue_switches(args.kueue_config)
+    kueue = _kueue_config(args.kueue_config)
     watcher = WatcherConfig(
         cluster=config.cluster,
         kueue_version=backend.kube.kueue_version,
         check_controllers=controller_names(args.check_controllers),
         cluster_lost_s=args.cluster_lost_seconds,
-        pods_ready_condition=pods_ready,
-        granular_reasons=granular,
-        requeuing=requeuing,
+        pods_ready_condition=kueue.wait_for_pods_ready.enable,
+        granular_reasons=kueue.granular_pending_reasons,
+        requeuing=kueue.wait_for_pods_ready.requeuing_strategy,
+        admission_fair_sharing=kueue.admission_fair_sharing,
     )
     if args.kube_event_qps < 0:
         raise ValueError(
@@ -108,17 +109,16 @@ def build(args: argparse.Namespace, config: ServiceConfig) -> ServiceMain:
     return functools.partial(serve, config=watcher, backend=backend, kube=kube)
 
 
-def _kueue_switches(path: str | None) -> tuple[bool, bool, RequeuingStrategy]:
-    """Whether Kueue's Configuration at `path` turns waitForPodsReady on (no file: off), its
-    UnadmittedWorkloadsObservability gate (granular reasons; no file: on, Kueue's default),
-    and waitForPodsReady's back-off (requeueState.requeueAt)."""
+def _kueue_config(path: str | None) -> KueueConfig:
+    """Kueue's Configuration at `path` (no file: Kueue's defaults): what the statuses written
+    follow of it (waitForPodsReady and its back-off, the UnadmittedWorkloadsObservability
+    gate, admissionFairSharing)."""
     if not path:
-        return False, True, RequeuingStrategy()
+        return KueueConfig()
     kueue, errors = kueue_config_from_file(path)
     if kueue is None:
         raise ValueError("; ".join(str(e) for e in errors))
-    wait = kueue.wait_for_pods_ready
-    return wait.enable, kueue.granular_pending_reasons, wait.requeuing_strategy
+    return kueue
 
 
 async def serve(

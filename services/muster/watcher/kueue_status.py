@@ -17,7 +17,10 @@ feeds it events and desires what changed.
 - ClusterQueue: admission's own `queue.status` (counts, flavorsReservation, flavorsUsage,
   Active).
 - LocalQueue: counts and flavor sums over its workloads (a workload evicted but not yet
-  requeued still reserves quota), Active while its ClusterQueue exists in the cluster.
+  requeued still reserves quota), Active while its ClusterQueue exists in the cluster; with
+  Kueue's `admissionFairSharing` configured, `fairSharing.admissionFairSharingStatus`
+  (`consumedResources` as of `lastUpdate`, the time of the last event that started or ended one
+  of its workloads' runs: `core.admission_fair_sharing`, as admission orders by it).
 """
 
 from __future__ import annotations
@@ -29,10 +32,11 @@ from typing import Any, Final, Literal
 from muster.api.check_states import AnsweredCheck, ChecksWanted
 from muster.api.check_states import format_time as format_metav1_time
 from muster.api.encode import is_byte_resource
-from muster.api.model import RequeuingStrategy
+from muster.api.model import AdmissionFairSharingConfig, RequeuingStrategy
 from muster.api.quantity import QuantityError, format_quantity, parse_quantity
 from muster.cluster.kube.resources import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
+from muster.core.admission_fair_sharing import AdmissionUsage
 from muster.core.conditions import (
     ADMISSION_CHECK,
     ADMITTED_MESSAGE,
@@ -241,6 +245,7 @@ class StatusBook:
         pods_ready: bool = False,
         granular: bool = True,
         requeuing: RequeuingStrategy | None = None,
+        fair: AdmissionFairSharingConfig | None = None,
     ) -> None:
         self._cluster = cluster  # its own: a workload admitted elsewhere shows clusterName
         # Kueue's UnadmittedWorkloadsObservability (on by default): granular QuotaReserved
@@ -257,6 +262,11 @@ class StatusBook:
         self._local_queues: dict[tuple[str, str], str] = {}  # (ns, name) → its ClusterQueue
         self._cluster_queues: dict[str, dict[str, Any] | None] = {}  # name → last status
         self._config_owners = ConfigOwners()  # a worker's queues of the same names: not ours
+        # Admission fair sharing (Kueue's Configuration): each LocalQueue's usage, and when an
+        # event last started or ended one of its runs (its lastUpdate).
+        self._fair = fair
+        self._usage = AdmissionUsage()
+        self._usage_at: dict[tuple[str, str], float] = {}
 
     # --- events -------------------------------------------------------------------------------
 
@@ -383,11 +393,45 @@ class StatusBook:
         tally.add(wl, -1)
         if field == "deleted":
             del self._workloads[key]
+            self._run(key, wl, field, at_s=at_s)
             return {self._lq_ref(wl.local_queue)}
         _transition(wl, field, payload, at_s=at_s, granular=self._granular)
         _requeue_state(wl, field, payload, at_s=at_s, requeuing=self._requeuing)
         tally.add(wl, 1)
+        self._run(key, wl, field, at_s=at_s)
         return {_workload_ref(key), self._lq_ref(wl.local_queue)}
+
+    def _run(self, key: str, wl: _Workload, field: str, *, at_s: float) -> None:
+        """Admission fair sharing: a run of `wl` starts at its quota_reserved (or admitted)
+        and ends when its quota is released, at the events' times, as admission counts it."""
+        fair = self._fair
+        if fair is None:
+            return
+        book, local_queue = self._usage, "/".join(wl.local_queue)
+        if field in ("quota_reserved", "admitted") and wl.state in ("reserving", "admitted"):
+            book.start(key, local_queue, wl.usage, at_s=at_s, config=fair)
+        elif field in (EVICTION_COMPLETED, "finished", "deleted"):
+            book.stop(key, at_s=at_s, config=fair)
+            if field != EVICTION_COMPLETED:
+                book.retire(key, config=fair)
+        else:
+            return
+        self._usage_at[wl.local_queue] = max(at_s, self._usage_at.get(wl.local_queue, at_s))
+
+    def _fair_sharing_status(self, lq: tuple[str, str]) -> dict[str, Any]:
+        """Kueue's LocalQueue `fairSharing.admissionFairSharingStatus`, as of the last event
+        that changed its usage (none yet: empty, lastUpdate 0)."""
+        assert self._fair is not None
+        at_s = self._usage_at.get(lq, 0.0)
+        consumed = self._usage.consumed("/".join(lq), now_s=at_s, config=self._fair)
+        return {
+            "admissionFairSharingStatus": {
+                "consumedResources": {
+                    name: _quantity(name, round(value * 1000)) for name, value in consumed.items()
+                },
+                "lastUpdate": format_metav1_time(at_s),
+            }
+        }
 
     def _queue_status(self, status: pb.ClusterQueueStatus) -> set[ObjectRef]:
         self._cluster_queues[status.name] = cluster_queue_status(status)
@@ -406,7 +450,10 @@ class StatusBook:
             lq = _split(name)
             if not applied:
                 self._local_queues.pop(lq, None)
+                self._usage_at.pop(lq, None)  # Kueue drops its usage with it
+                self._usage.forget("/".join(kept) for kept in self._local_queues)
                 return set()
+            self._usage_at.setdefault(lq, env.time_unix_nano / 1e9)  # Kueue: lastUpdate, now
             try:
                 manifest = applied_document(env.config_applied)
             except PayloadError:  # admission dead-letters it; no ClusterQueue known here
@@ -455,7 +502,8 @@ class StatusBook:
             return None  # not in this cluster (or deleted)
         tally = self._tallies.get(lq) or _Tally()
         active = self._local_queues[lq] in self._cluster_queues
-        return {
+        fair = {"fairSharing": self._fair_sharing_status(lq)} if self._fair is not None else {}
+        return fair | {
             "pendingWorkloads": tally.counts["pending"],
             "reservingWorkloads": tally.counts["reserving"] + tally.counts["admitted"],
             "admittedWorkloads": tally.counts["admitted"],

@@ -20,7 +20,7 @@ from typing import Protocol
 
 import msgspec
 
-from muster.api.model import RequeuingStrategy
+from muster.api.model import AdmissionFairSharingConfig, RequeuingStrategy
 from muster.bus.buckets import WATCHER_BUCKET
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.connection import Bus
@@ -81,6 +81,8 @@ class WatcherConfig(msgspec.Struct, frozen=True, kw_only=True):
     # waitForPodsReady's back-off (its Configuration): when Workloads' requeueState says the
     # back-off after a PodsReady timeout ends.
     requeuing: RequeuingStrategy = msgspec.field(default_factory=RequeuingStrategy)
+    # Kueue's admissionFairSharing (its Configuration): LocalQueues' fairSharing status.
+    admission_fair_sharing: AdmissionFairSharingConfig | None = None
 
 
 class KueueWriter(KueueWorkloads, StatusSink, Protocol):
@@ -149,6 +151,7 @@ async def run_watcher(
                     pods_ready=config.pods_ready_condition,
                     granular=config.granular_reasons,
                     requeuing=config.requeuing,
+                    fair=config.admission_fair_sharing,
                     groups=groups,
                     events=(book, events) if events is not None else None,
                     workers=workers,

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from muster.api.check_states import ChecksWanted
-from muster.api.model import RequeuingStrategy
+from muster.api.model import AdmissionFairSharingConfig, RequeuingStrategy
 from muster.bus.connection import Bus
 from muster.bus.subjects import config_subject, queue_subject, workload_filters
 from muster.cluster.backend import ClusterChange
@@ -195,6 +195,7 @@ async def write_statuses(
     pods_ready: bool = False,
     granular: bool = True,
     requeuing: RequeuingStrategy | None = None,
+    fair: AdmissionFairSharingConfig | None = None,
     groups: GroupStatuses | None = None,
     events: tuple[EventBook, EventSink] | None = None,
     workers: WorkerConfigs | None = None,
@@ -204,13 +205,15 @@ async def write_statuses(
     `events` record their Kubernetes Events, until cancelled; `workers` is told which
     MultiKueueClusters the config events declare. `pods_ready`: waitForPodsReady is on, so
     Workloads carry Kueue's PodsReady condition; `granular`: Kueue's
-    UnadmittedWorkloadsObservability gate is on; `requeuing`: waitForPodsReady's back-off."""
+    UnadmittedWorkloadsObservability gate is on; `requeuing`: waitForPodsReady's back-off;
+    `fair`: its admissionFairSharing (LocalQueues' fairSharing status)."""
     book = StatusBook(
         kueue_version=kueue_version,
         cluster=cluster,
         pods_ready=pods_ready,
         granular=granular,
         requeuing=requeuing,
+        fair=fair,
     )
     mirror = JobMirror()
     subjects = status_subjects(cluster, pods_ready=pods_ready)

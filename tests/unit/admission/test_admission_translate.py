@@ -137,7 +137,7 @@ def test_the_envelopes_queue_name_wins_over_the_manifests() -> None:
 @pytest.mark.parametrize(
     ("field", "payload", "expected"),
     [
-        ("finished", None, Finish(WorkloadKey("ns/a"))),
+        ("finished", None, Finish(WorkloadKey("ns/a"), at_s=1.0)),  # when its quota was freed
         ("eviction_completed", None, Stopped(WorkloadKey("ns/a"), at_s=1.0)),
         # Gang-permit's eviction of pods outside Kueue (one part of three) holds no quota.
         ("eviction_completed", pb.EvictionCompleted(pods=300, part=0, parts=3), None),

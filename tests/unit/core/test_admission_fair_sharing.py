@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 from hypothesis import given
@@ -83,31 +84,67 @@ def test_weights_per_resource_and_per_local_queue() -> None:
     assert math.isinf(weighted_usage({"cpu": 3.0}, config, 0.0))
 
 
-def test_usage_is_the_same_replayed_and_does_not_go_back_in_time() -> None:
-    def run() -> AdmissionUsage:
-        book = AdmissionUsage()
-        book.record("a/lq", CPU_2, started=True, at_s=0.0, config=TEN_MINUTES)
-        book.record("a/lq", CPU_2, started=True, at_s=50.0, config=TEN_MINUTES)
-        book.record("a/lq", CPU_2, started=False, at_s=600.0, config=TEN_MINUTES)
-        book.record(
-            "a/lq", CPU_2, started=False, at_s=400.0, config=TEN_MINUTES
-        )  # told late: decays 0
-        return book
+def test_usage_of_runs_is_the_stepwise_decay() -> None:
+    # Two 2-cpu runs from 0 and 50 s; the first stops at 400 s, the second at 600 s.
+    book = AdmissionUsage()
+    book.start("a/1", "a/lq", CPU_2, at_s=0.0, config=TEN_MINUTES)
+    book.start("a/2", "a/lq", CPU_2, at_s=50.0, config=TEN_MINUTES)
+    book.stop("a/1", at_s=400.0, config=TEN_MINUTES)
+    book.stop("a/2", at_s=600.0, config=TEN_MINUTES)
+    book.retire("a/1", config=TEN_MINUTES)  # finished: folded into what ended
 
-    first, second = run(), run()
-    assert first.consumed("a/lq", now_s=1200.0, config=TEN_MINUTES) == second.consumed(
-        "a/lq", now_s=1200.0, config=TEN_MINUTES
-    )
-    assert first.queues["a/lq"].running == {}
-    assert first.queues["a/lq"].since_s == 600.0
+    penalty = entry_penalty({"cpu": 2.0}, TEN_MINUTES)["cpu"]
+    step = decayed({"cpu": penalty}, {"cpu": 2.0}, 50.0, 600.0)
+    step = decayed({"cpu": step["cpu"] + penalty}, {"cpu": 4.0}, 350.0, 600.0)
+    step = decayed(step, {"cpu": 2.0}, 200.0, 600.0)
+    step = decayed(step, {}, 600.0, 600.0)
+    got = book.consumed("a/lq", now_s=1200.0, config=TEN_MINUTES)
+    assert got == {"cpu": pytest.approx(step["cpu"], rel=1e-12)}
+    assert list(book.queues["a/lq"].runs) == ["a/2"]  # stopped, not gone: kept as its runs
+
+
+runs = st.lists(
+    st.tuples(seconds, st.floats(min_value=0.0, max_value=1e4), st.sampled_from(["a", "b"])),
+    max_size=8,
+)
+
+
+@given(told=runs, order=st.randoms(use_true_random=False))
+def test_the_same_runs_told_in_any_order_give_the_same_usage(
+    told: list[tuple[float, float, str]], order: random.Random
+) -> None:
+    # What a live replica and one rebuilt from the stream do: learn the same starts and stops
+    # (with the same times), not in the same order.
+    facts = [
+        fact
+        for i, (start_s, ran_s, queue) in enumerate(told)
+        for fact in ((f"w{i}", queue, start_s, True), (f"w{i}", queue, start_s + ran_s, False))
+    ]
+
+    def replay(facts: list[tuple[str, str, float, bool]]) -> list[float]:
+        book = AdmissionUsage()
+        for key, queue, at_s, started in facts:
+            if started:
+                book.start(key, queue, CPU_2, at_s=at_s, config=TEN_MINUTES)
+            else:
+                book.stop(key, at_s=at_s, config=TEN_MINUTES)
+                if int(key[1:]) % 2:  # some finish (retired), the others wait to run again
+                    book.retire(key, config=TEN_MINUTES)
+        return [book.usage(q, now_s=2e5, config=TEN_MINUTES, queue_weight=1.0) for q in ("a", "b")]
+
+    shuffled = list(facts)
+    order.shuffle(shuffled)
+    # a stop told before its start is a stop of nothing: keep each start before its stop
+    shuffled.sort(key=lambda fact: not fact[3])
+    assert replay(facts) == replay(shuffled)
 
 
 def test_a_queue_that_ran_more_recently_weighs_more() -> None:
     book = AdmissionUsage()
-    book.record("old/lq", CPU_2, started=True, at_s=0.0, config=TEN_MINUTES)
-    book.record("old/lq", CPU_2, started=False, at_s=600.0, config=TEN_MINUTES)
-    book.record("new/lq", CPU_2, started=True, at_s=1200.0, config=TEN_MINUTES)
-    book.record("new/lq", CPU_2, started=False, at_s=1800.0, config=TEN_MINUTES)
+    book.start("old/1", "old/lq", CPU_2, at_s=0.0, config=TEN_MINUTES)
+    book.stop("old/1", at_s=600.0, config=TEN_MINUTES)
+    book.start("new/1", "new/lq", CPU_2, at_s=1200.0, config=TEN_MINUTES)
+    book.stop("new/1", at_s=1800.0, config=TEN_MINUTES)
 
     def usage(name: str) -> float:
         return book.usage(name, now_s=1800.0, config=TEN_MINUTES, queue_weight=1.0)
@@ -116,10 +153,28 @@ def test_a_queue_that_ran_more_recently_weighs_more() -> None:
     assert usage("none/lq") == 0.0
 
 
+def test_what_ended_runs_left_carries_over_to_another_book() -> None:
+    book = AdmissionUsage()
+    book.start("a/1", "a/lq", CPU_2, at_s=0.0, config=TEN_MINUTES)
+    book.stop("a/1", at_s=600.0, config=TEN_MINUTES)
+    book.retire("a/1", config=TEN_MINUTES)
+    book.start("a/2", "a/lq", CPU_2, at_s=700.0, config=TEN_MINUTES)
+    ended = book.ended("a/lq")
+    assert ended is not None
+
+    carried = AdmissionUsage()  # a snapshot holds what ended; the live run comes back itself
+    carried.restore_ended("a/lq", *ended, config=TEN_MINUTES)
+    carried.start("a/2", "a/lq", CPU_2, at_s=700.0, config=TEN_MINUTES)
+    assert carried.consumed("a/lq", now_s=900.0, config=TEN_MINUTES) == book.consumed(
+        "a/lq", now_s=900.0, config=TEN_MINUTES
+    )
+
+
 def test_forget_drops_deleted_queues_that_run_nothing() -> None:
     book = AdmissionUsage()
-    book.record("gone/lq", CPU_2, started=True, at_s=0.0, config=TEN_MINUTES)
-    book.record("done/lq", CPU_2, started=True, at_s=0.0, config=TEN_MINUTES)
-    book.record("done/lq", CPU_2, started=False, at_s=10.0, config=TEN_MINUTES)
+    book.start("gone/1", "gone/lq", CPU_2, at_s=0.0, config=TEN_MINUTES)
+    book.start("done/1", "done/lq", CPU_2, at_s=0.0, config=TEN_MINUTES)
+    book.stop("done/1", at_s=10.0, config=TEN_MINUTES)
+    book.retire("done/1", config=TEN_MINUTES)
     book.forget(["kept/lq"])
     assert sorted(book.queues) == ["gone/lq"]  # still runs: its stop must find it
