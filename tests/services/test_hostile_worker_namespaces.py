@@ -58,7 +58,9 @@ def manager_config() -> list[pb.Envelope]:
 def worker_namespace(*, deletes: bool) -> list[pb.Envelope]:
     """east's own team-a, labelled so that the manager's cq would refuse it; maybe deleted."""
     applied = config_applied(namespace("team-a", team="b"), cluster="east")
-    return [applied, config_deleted("Namespace", "team-a", cluster="east")] if deletes else [applied]
+    if not deletes:
+        return [applied]
+    return [applied, config_deleted("Namespace", "team-a", cluster="east")]
 
 
 @pytest.mark.parametrize("deletes", [False, True], ids=["applies", "deletes"])

@@ -1,9 +1,9 @@
 """The engine's view of configuration objects.
 
 Indexes flavors, queues, cohorts and classes by name, and namespaces by cluster and name;
-builds the quota tree and each ClusterQueue's layout; answers the questions the round asks (which ClusterQueue serves
-a workload, may it be admitted there at all, which checks does it need). Who holds quota is
-`muster.core.usage`'s.
+builds the quota tree and each ClusterQueue's layout; answers the questions the round asks
+(which ClusterQueue serves a workload, may it be admitted there at all, which checks does it
+need). Who holds quota is `muster.core.usage`'s.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from admission_stream import KUEUE, applied, flavor, local_queue, submitted, wor
 from snapshot_world import LiveReplica, StoredStream, rebuilt_from
 
 from muster.admission.state import AdmissionState
+from muster.api.model import WorkloadKey
 from muster.bus import new_event
 from muster.contracts.v1 import events_pb2 as pb
 
@@ -45,6 +46,7 @@ def deleted(kind: str, name: str, *, cluster: str) -> pb.Envelope:
     return new_event("config_deleted", payload, cluster=cluster, source="test")
 
 
+W = WorkloadKey("ns/w")
 WORKER = {"apiVersion": KUEUE, "kind": "MultiKueueCluster", "metadata": {"name": "east"}}
 
 
@@ -84,7 +86,7 @@ def test_a_workers_namespace_of_the_managers_name_leaves_the_managers_alone(
 ) -> None:
     _, live = stored(manager_and_worker(worker_deletes=worker_deletes))
 
-    assert live.state.engine.phase("ns/w") == "Admitted"  # the manager's ns: team=a
+    assert live.state.engine.phase(W) == "Admitted"  # the manager's ns: team=a
     assert live.state.engine.config.namespaces["local"]["ns"].meta.labels == {"team": "a"}
 
 
@@ -99,7 +101,7 @@ def test_a_rebuild_keeps_each_clusters_namespaces(source: str, worker_deletes: b
     assert namespaces_of(state) == namespaces_of(live.state) == {"local": {"ns"}, "east": east}
     assert state.dispatch.namespaces == {"local": {"ns"}, "east": east}
     state.take_ownership(now_s=2.0)
-    assert state.engine.phase("ns/w") == "Admitted"
+    assert state.engine.phase(W) == "Admitted"
 
 
 def test_the_snapshot_log_keeps_one_namespace_event_per_cluster_and_name() -> None:
