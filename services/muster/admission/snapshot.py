@@ -33,6 +33,7 @@ from muster.admission.translate import RECORDED, WORKLOAD_FACTS
 from muster.api.model import Workload, WorkloadKey
 from muster.bus.partitions import PARTITIONS, parse_token
 from muster.contracts.v1 import events_pb2 as pb
+from muster.core.config_owners import config_key
 
 VERSION: Final = 2  # of the encoding; a reader reads its own and version 1 (partitions: ANY)
 CONFIG: Final = -2  # the tag of a configuration event or a partition record
@@ -51,7 +52,7 @@ _ENCODER: Final = msgspec.msgpack.Encoder()
 _SLICE: Final = 4096  # events encoded at a time
 _WORKLOAD: Final = msgspec.msgpack.Decoder(Workload)
 
-ConfigKey = tuple[str, str]  # (kind, name) as config.applied and config.deleted name them
+ConfigKey = tuple[str, str]  # (kind, name) of config.applied and config.deleted: config_key
 # config.partition records kept: per partition the last record (the fence) and the last move.
 _RECORD = "config.partition"
 _MOVE = "config.partition/move"
@@ -160,7 +161,8 @@ class CompactLog:
         # is tagged CONFIG. A tag per event was a dict entry each: 0.13 GiB at a million pending.
         self._workloads: dict[str, list[int]] = {}
         self._moved: dict[int, int] = {}  # by sequence: a workload event's other tag
-        self._config: dict[ConfigKey, int] = {}  # the latest config.applied of each object
+        # The latest config.applied of each object, a Namespace of each cluster (config_key).
+        self._config: dict[ConfigKey, int] = {}
         ledger.submissions = self.submitted_manifests  # read back, not kept twice
 
     def submitted_manifests(self, key: str) -> tuple[str, str]:
@@ -206,12 +208,13 @@ class CompactLog:
             else:
                 self.forget(key)
         elif field == "config_applied":
-            config = (env.config_applied.kind, env.config_applied.name)
+            config = config_key(env.config_applied.kind, env.config_applied.name, env.cluster)
             self._drop_config(config)
             self._config[config] = seq
             self._keep(seq, env, data)
         elif field == "config_deleted":
-            self._drop_config((env.config_deleted.kind, env.config_deleted.name))
+            deleted = env.config_deleted
+            self._drop_config(config_key(deleted.kind, deleted.name, env.cluster))
         elif field == "partition_changed":
             partition = str(env.partition_changed.partition)
             self._drop_config((_RECORD, partition))

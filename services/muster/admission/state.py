@@ -399,14 +399,21 @@ class AdmissionState:
                 if isinstance(fact.obj, ClusterQueue):
                     self.cluster_queue_clusters[fact.obj.meta.name] = fact.cluster
                 # Replaying history: the trees are built once, when ownership is taken.
-                events = engine.apply(fact.obj, now_s=now_s, defer=not self.owning)
+                events = engine.apply(
+                    fact.obj, now_s=now_s, defer=not self.owning, cluster=fact.cluster
+                )
                 return events + self._rebalance(now_s=now_s)
-            case DeleteConfig(kind, name):
+            case DeleteConfig(kind, name, cluster):
                 namespace, _, name = (
                     name.rpartition("/") if kind == "LocalQueue" else ("", "", name)
                 )
                 events = engine.remove(
-                    kind, name, namespace=namespace, now_s=now_s, defer=not self.owning
+                    kind,
+                    name,
+                    namespace=namespace,
+                    now_s=now_s,
+                    defer=not self.owning,
+                    cluster=cluster,
                 )
                 return events + self._rebalance(now_s=now_s)
             case PartitionRecord():

@@ -183,6 +183,7 @@ class ApplyConfig:
 class DeleteConfig:
     kind: str
     name: str
+    cluster: str = ""  # whose: a Namespace is deleted from that cluster's only
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,7 +306,8 @@ def fact_of(env: pb.Envelope, *, decoded: Workload | None = None) -> Fact | None
         case "config_applied":
             return _apply_of(env)
         case "config_deleted":
-            return DeleteConfig(kind=env.config_deleted.kind, name=env.config_deleted.name)
+            deleted = env.config_deleted
+            return DeleteConfig(kind=deleted.kind, name=deleted.name, cluster=env.cluster)
         case "partition_changed":
             return _partition_record_of(env)
         case "pending" | "quota_reserved" | "admitted" | "evicted" | "requeued" | "routed":

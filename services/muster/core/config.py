@@ -1,9 +1,9 @@
 """The engine's view of configuration objects.
 
-Indexes flavors, queues, cohorts, classes and namespaces by name; builds the quota tree and
-each ClusterQueue's layout; answers the questions the round asks (which ClusterQueue serves
-a workload, may it be admitted there at all, which checks does it need). Who holds quota is
-`muster.core.usage`'s.
+Indexes flavors, queues, cohorts and classes by name, and namespaces by cluster and name;
+builds the quota tree and each ClusterQueue's layout; answers the questions the round asks
+(which ClusterQueue serves a workload, may it be admitted there at all, which checks does it
+need). Who holds quota is `muster.core.usage`'s.
 """
 
 from __future__ import annotations
@@ -50,7 +50,10 @@ class Configuration:
         self.workload_priority_classes: dict[str, WorkloadPriorityClass] = {}
         self.priority_classes: dict[str, PriorityClass] = {}
         self.admission_checks: dict[str, AdmissionCheck] = {}
-        self.namespaces: dict[str, Namespace] = {}
+        # Each cluster has its own Namespaces (muster.core.config_owners): cluster -> name ->
+        # Namespace. A LocalQueue lives in a namespace of the cluster that applied it.
+        self.namespaces: dict[str, dict[str, Namespace]] = {}
+        self.local_queue_clusters: dict[str, str] = {}  # LocalQueue key -> its cluster
         self.tree = QuotaTree()
         self.layouts: dict[str, QueueLayout] = {}
         self.inactive: dict[str, Problem] = {}
@@ -60,7 +63,8 @@ class Configuration:
         # what there changes), says whether a cached decision about a tree still holds.
         self.epoch = 0
 
-    def put(self, obj: ApiObject) -> None:
+    def put(self, obj: ApiObject, *, cluster: str = "") -> None:
+        """Create or replace `obj`, applied from `cluster` ("": none named, as in simulate)."""
         if isinstance(obj, KueueConfig):
             self.kueue = obj
             return
@@ -74,6 +78,7 @@ class Configuration:
                 self.cohorts[name] = obj
             case LocalQueue():
                 self.local_queues[obj.key] = obj
+                self.local_queue_clusters[obj.key] = cluster
             case WorkloadPriorityClass():
                 self.workload_priority_classes[name] = obj
             case PriorityClass():
@@ -81,12 +86,16 @@ class Configuration:
             case AdmissionCheck():
                 self.admission_checks[name] = obj
             case Namespace():
-                self.namespaces[name] = obj
+                self.namespaces.setdefault(cluster, {})[name] = obj
             case Workload():
                 raise TypeError("workloads are submitted, not applied")
 
-    def remove(self, kind: str, name: str, namespace: str = "") -> bool:
-        """Forget a configuration object; True if there was one."""
+    def remove(self, kind: str, name: str, namespace: str = "", *, cluster: str = "") -> bool:
+        """Forget a configuration object (a Namespace: `cluster`'s); True if there was one."""
+        if kind == "Namespace":
+            return self.namespaces.get(cluster, {}).pop(name, None) is not None
+        if kind == "LocalQueue":
+            self.local_queue_clusters.pop(f"{namespace}/{name}", None)
         tables: dict[str, dict[str, Any]] = {
             "ResourceFlavor": self.flavors,
             "ClusterQueue": self.cluster_queues,
@@ -95,7 +104,6 @@ class Configuration:
             "WorkloadPriorityClass": self.workload_priority_classes,
             "PriorityClass": self.priority_classes,
             "AdmissionCheck": self.admission_checks,
-            "Namespace": self.namespaces,
         }
         table = tables.get(kind)
         key = f"{namespace}/{name}" if kind == "LocalQueue" else name
@@ -216,7 +224,9 @@ class Configuration:
                 "Suspended", "Inadmissible"
             ), f"LocalQueue {lq.meta.name} is inactive"
         ns_name = r.wl.meta.namespace
-        ns = self.namespaces.get(ns_name)
+        # The namespace of the cluster whose LocalQueue the workload uses: another cluster's
+        # Namespace of the same name (a MultiKueue worker's) says nothing about this one.
+        ns = self.namespaces.get(self.local_queue_clusters.get(r.local_queue, ""), {}).get(ns_name)
         labels = {"kubernetes.io/metadata.name": ns_name, **(ns.meta.labels if ns else {})}
         if cq.namespace_selector is None or not selector_matches(cq.namespace_selector, labels):
             return self.reason("Misconfigured", "Pending"), NAMESPACE_MISMATCH

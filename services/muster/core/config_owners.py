@@ -14,7 +14,8 @@ worker that lies, would rewrite or delete the manager's queues. So:
 - a MultiKueueCluster applied from the cluster it names is refused: that cluster would become
   a worker and freeze its own configuration, the MultiKueueCluster included;
 - Namespaces are no one's: each cluster has its own (dispatch asks whether a worker has the
-  workload's namespace), so they are left out of this rule.
+  workload's namespace), so they are left out of this rule and kept apart by cluster
+  (`config_key`; the engine's `Configuration.namespaces`).
 
 Pure and replayable: the answer is a function of the events taken so far, in stream order, so
 a rebuild from the stream or from a snapshot (which keeps each object's last event taken) comes
@@ -28,6 +29,13 @@ from typing import Final
 
 UNOWNED_KINDS: Final = frozenset({"Namespace"})
 WORKER_KIND: Final = "MultiKueueCluster"  # its name is the worker's cluster id
+
+
+def config_key(kind: str, name: str, cluster: str) -> tuple[str, str]:
+    """Which object a configuration event of `cluster` is about: (kind, name), but for a
+    Namespace (kind, "<cluster>/<name>"): each cluster's is its own, so keeping one event per
+    key (admission's snapshot log) keeps every cluster's. A cluster id has no "/"."""
+    return (kind, f"{cluster}/{name}") if kind in UNOWNED_KINDS else (kind, name)
 
 
 class ConfigOwners:

@@ -128,15 +128,18 @@ class Engine(EngineViews):
 
     # --- facts ---------------------------------------------------------------------------
 
-    def apply(self, obj: ApiObject, *, now_s: float, defer: bool = False) -> list[Event]:
-        """Create or replace a configuration object (flavor, queue, cohort, class, namespace).
+    def apply(
+        self, obj: ApiObject, *, now_s: float, defer: bool = False, cluster: str = ""
+    ) -> list[Event]:
+        """Create or replace a configuration object (flavor, queue, cohort, class, namespace)
+        applied from `cluster` (Namespaces are each cluster's own: `Configuration.namespaces`).
 
         `defer`: while the engine holds no workload (a replica replaying its history), only
         record it; the trees are rebuilt once, by `settle()` or the next call that needs them,
         instead of once per object (quadratic in the ClusterQueues).
         """
         self.state.now_s = now_s
-        self.state.config.put(obj)
+        self.state.config.put(obj, cluster=cluster)
         self.state.index.config_changed()
         if defer and not self.state.records:
             self._stale = True
@@ -147,13 +150,20 @@ class Engine(EngineViews):
         return self.state.take_events()
 
     def remove(
-        self, kind: str, name: str, *, namespace: str = "", now_s: float, defer: bool = False
+        self,
+        kind: str,
+        name: str,
+        *,
+        namespace: str = "",
+        now_s: float,
+        defer: bool = False,
+        cluster: str = "",
     ) -> list[Event]:
-        """Delete a configuration object. Workloads it served wait again with the reason (a
-        LocalQueue or ClusterQueue that no longer exists); those holding quota keep it.
-        `defer` as in `apply`."""
+        """Delete a configuration object (a Namespace: `cluster`'s). Workloads it served wait
+        again with the reason (a LocalQueue or ClusterQueue that no longer exists); those
+        holding quota keep it. `defer` as in `apply`."""
         self.state.now_s = now_s
-        if self.state.config.remove(kind, name, namespace):
+        if self.state.config.remove(kind, name, namespace, cluster=cluster):
             self.state.index.config_changed()
             if defer and not self.state.records:
                 self._stale = True

@@ -281,6 +281,10 @@ class GangPermitState:
         return self._refresh(self.feed.admit(spec))
 
     def _priority_class(self, env: events_pb2.Envelope) -> bool:
+        """Fold in a PriorityClass of this cluster; another cluster's (its own of the same
+        name) says nothing about the priority of this cluster's pods."""
+        if env.cluster != self.cluster:
+            return False
         if env.HasField("config_applied"):
             applied = env.config_applied
             if applied.kind != "PriorityClass":

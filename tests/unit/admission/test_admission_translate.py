@@ -181,7 +181,7 @@ def test_config_events_become_apply_and_delete() -> None:
     deleted = new_event(
         "config_deleted", pb.ConfigDeleted(kind="Cohort", name="team"), cluster="local", source="t"
     )
-    assert fact_of(deleted) == DeleteConfig(kind="Cohort", name="team")
+    assert fact_of(deleted) == DeleteConfig(kind="Cohort", name="team", cluster="local")
 
 
 @pytest.mark.parametrize(
