@@ -260,12 +260,13 @@ async def test_a_feed_after_a_revision_hands_on_none_before_it_when_its_consumer
     assert feed.revisions == [later]
 
 
-async def test_a_following_replay_whose_pull_the_connection_fails_reads_on(
+async def test_a_feed_whose_pull_the_connection_fails_reads_on(
     bus: Bus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # nats-py writes at once when its flusher task is gone (two reconnects at once can leave
-    # it so), and the socket's error reaches whoever published: here, the reader's next pull.
-    await bus.publish(pending("ns/a", "0"))
+    # it so), and the socket's error reaches whoever published: here, the feed's next pull.
+    kv = await bus.kv(bucket_name("local"))
+    first = await kv.write("pod.a", b"1", last=0)
     publish = bus.nc.publish
     failing, failed = asyncio.Event(), asyncio.Event()
 
@@ -277,10 +278,10 @@ async def test_a_following_replay_whose_pull_the_connection_fails_reads_on(
         await publish(subject, *args, **kwargs)
 
     monkeypatch.setattr(bus.nc, "publish", pull_fails)
-    async with following(bus, [PENDING]) as got:
-        await got.wait_for_count(1)
+    async with reading(changes_of(kv)) as feed:
+        await feed.reaches(first)
         failing.set()
         await asyncio.wait_for(failed.wait(), wait_s(None))  # its next pull (a second on)
-        await bus.publish(pending("ns/a", "1"))
-        seen = await got.wait_for_count(2)
-    assert [e.pending.message for e in seen] == ["0", "1"]
+        later = await kv.write("pod.b", b"1", last=0)
+        await feed.reaches(later)
+    assert feed.revisions == [first, later]
