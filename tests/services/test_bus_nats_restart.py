@@ -13,6 +13,7 @@ import pytest
 from admission_world import eventually
 from budget import wait_s
 from bus_helpers import PENDING, Recorder, consuming, pending
+from nats_lost import LostFirst
 from nats_process import NatsServer
 
 from muster.bus import EVENTS_STREAM, Bus, BusConfig, connect
@@ -258,6 +259,30 @@ async def test_a_feed_after_a_revision_hands_on_none_before_it_when_its_consumer
         later = await when_back(lambda: kv.write("pod.c", b"1", last=0))
         await feed.reaches(later)
     assert feed.revisions == [later]
+
+
+async def test_a_feed_whose_consumer_is_lost_before_it_delivered_starts_at_each_keys_last_write(
+    bus: Bus, bus_config: BusConfig, nats_process: NatsServer
+) -> None:
+    # nats-py's ordered consumer made a consumer lost before its first delivery again from the
+    # stream's first message: in a bucket keeping several writes per key (the chaos bench's
+    # cluster), the feed handed on a write its key had replaced, after the key's last.
+    kv = await bus.kv("MUSTER_TEST_HISTORY", history=4)
+    await kv.put("pod.a", b"1")
+    last_a = await kv.put("pod.a", b"2")
+    b = await kv.put("pod.b", b"1")
+    async with LostFirst(nats_process) as lost:
+        reader = await connect(msgspec.structs.replace(bus_config, url=lost.url))
+        try:
+            lost.arm(b"$KV.MUSTER_TEST_HISTORY.", answer=b"consumer_create_response")
+            async with reading(changes_of(await reader.kv("MUSTER_TEST_HISTORY"))) as feed:
+                await asyncio.wait_for(lost.cut.wait(), wait_s(None))
+                later = await when_back(lambda: kv.write("pod.c", b"1", last=0))
+                await feed.reaches(later)
+        finally:
+            await reader.close()
+    assert lost.dropped  # the first deliveries never reached the feed
+    assert feed.revisions == [last_a, b, later]
 
 
 async def test_a_feed_whose_pull_the_connection_fails_reads_on(
