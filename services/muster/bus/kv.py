@@ -9,16 +9,16 @@ the bucket's last revision, its keys under a prefix and an ordered change feed b
 across NATS restarts.
 
 Watches and change feeds read through `replay.read_in_order`: a reader of their own, not
-nats-py's ordered push consumer. That one noticed a lost consumer only after two missed idle
-heartbeats (a watch's came every 5 s), made it again in a background task that told a failure
-only to the connection's error callback, and, when it had delivered nothing yet, from the
-stream's first message (a feed after a revision handed on the revisions before it again). A
-feed here knows its last revision: when its consumer is gone (a restart) or skips a delivery,
-it makes a new one that starts just after (before anything came: where the first one did),
-so it hands every write on once, in revision order, however often NATS restarts. On a
-bucket from `Bus.kv`, each change feed and each `follow_bucket` reports to the progress
-watchdog (bus/progress.py): a change in the caller's hands too long, or writes waiting that
-never come, is a stall.
+nats-py's ordered push consumer. That one made a lost consumer again in a background task that
+told a failure only to the connection's error callback, from the stream's first message when it
+had delivered nothing yet (a feed handed on writes their key had replaced, in a bucket keeping
+several), and took all the server sent whatever its reader's pace. A feed here knows its last
+revision: when its consumer is gone (a restart) or skips a delivery, it makes a new one that
+starts just after (before anything came: where the first one did), so it hands every write on
+once, in revision order, however often NATS restarts; it holds at most a pull's batch not yet
+taken. On a bucket from `Bus.kv`, each change feed and each `follow_bucket` reports to the
+progress watchdog (bus/progress.py): a change in the caller's hands too long, or writes waiting
+that never come, is a stall.
 """
 
 from __future__ import annotations
