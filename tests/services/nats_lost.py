@@ -2,10 +2,11 @@
 
 A consumer the server made and then lost with a restart, before a single delivery reached its
 reader, is a race a test cannot win from outside: deliveries follow the consumer's creation at
-once. The proxy makes it happen on purpose. Once `arm`ed, it drops every message the server
-sends on a subject starting with `deliveries`; when it has dropped one, and the server's answer
-holding `answer` (the consumer's creation) has reached the client, it closes every connection
-and restarts nats-server (`StepCut`), so the consumer is gone and its reader had nothing.
+once. The proxy makes it happen on purpose. Once `arm`ed, it passes the first `keep` messages
+the server sends on a subject starting with `deliveries` and drops the others; when it has
+dropped one, and the server's answer holding `answer` (the consumer's creation) has reached the
+client, it closes every connection and restarts nats-server (`StepCut`), so the consumer is
+gone and its reader had only the first `keep`.
 """
 
 from __future__ import annotations
@@ -26,15 +27,15 @@ class LostFirst(StepCut):
     def __init__(self, server: NatsServer) -> None:
         super().__init__(server, cut_at=b"")
         self.deliveries = self.answer = b""
-        self.dropped = 0
+        self.keep = self.passed = self.dropped = 0
         self._answered = False
 
     async def __aenter__(self) -> LostFirst:
         await super().__aenter__()
         return self
 
-    def arm(self, deliveries: bytes, *, answer: bytes) -> None:
-        self.deliveries, self.answer = deliveries, answer
+    def arm(self, deliveries: bytes, *, answer: bytes, keep: int = 0) -> None:
+        self.deliveries, self.answer, self.keep = deliveries, answer, keep
 
     async def _pipe(
         self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, *, watch: bool
@@ -47,8 +48,10 @@ class LostFirst(StepCut):
                 frames, pending = split_frames(pending + data)
                 for frame in frames:
                     if _subject(frame).startswith(self.deliveries):
-                        self.dropped += 1
-                        continue
+                        if self.passed >= self.keep:
+                            self.dropped += 1
+                            continue
+                        self.passed += 1
                     sink.write(frame)
                     self._answered = self._answered or self.answer in frame
                 if self.dropped and self._answered:

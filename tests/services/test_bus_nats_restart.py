@@ -285,6 +285,31 @@ async def test_a_feed_whose_consumer_is_lost_before_it_delivered_starts_at_each_
     assert feed.revisions == [last_a, b, later]
 
 
+async def test_a_feed_lost_while_it_read_each_keys_last_write_hands_on_no_replaced_one(
+    bus: Bus, bus_config: BusConfig, nats_process: NatsServer
+) -> None:
+    # Made again from the revision after the last it handed on, the feed handed on pod.a's
+    # first write (replaced by its second) before the second.
+    kv = await bus.kv("MUSTER_TEST_HISTORY", history=4)
+    x = await kv.put("pod.x", b"1")
+    await kv.put("pod.a", b"1")
+    b = await kv.put("pod.b", b"1")
+    last_a = await kv.put("pod.a", b"2")
+    async with LostFirst(nats_process) as lost:
+        reader = await connect(msgspec.structs.replace(bus_config, url=lost.url))
+        try:
+            lost.arm(b"$KV.MUSTER_TEST_HISTORY.", answer=b"consumer_create_response", keep=1)
+            async with reading(changes_of(await reader.kv("MUSTER_TEST_HISTORY"))) as feed:
+                await asyncio.wait_for(lost.cut.wait(), wait_s(None))
+                later = await when_back(lambda: kv.write("pod.c", b"1", last=0))
+                await feed.reaches(later)
+        finally:
+            await reader.close()
+    assert lost.passed == 1
+    assert lost.dropped
+    assert feed.revisions == [x, b, last_a, later]
+
+
 async def test_a_feed_whose_pull_the_connection_fails_reads_on(
     bus: Bus, monkeypatch: pytest.MonkeyPatch
 ) -> None:

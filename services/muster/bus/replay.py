@@ -143,12 +143,17 @@ async def read_in_order(
 
     A reader made again starts after the last message handed over; before any was, it starts
     where the first one did (never at the stream's start, which would hand over again what
-    the caller had before `start`)."""
+    the caller had before `start`). One from each subject's last that had not caught up yet
+    starts at each subject's last again and skips what was handed over: from the next sequence
+    it would hand over messages their subject has replaced since (a bucket keeping several
+    writes per key)."""
     outage = Outage(f"ordered read of {stream}", logger=log)
     next_seq = start
+    lasts = start is None  # reading each subject's last message, not caught up yet
     while until is None or next_seq is None or next_seq <= until:
+        begin = None if lasts else next_seq
         try:
-            reader = await _Reader.start(nc, js, subjects, stream=stream, from_sequence=next_seq)
+            reader = await _Reader.start(nc, js, subjects, stream=stream, from_sequence=begin)
         except UNAVAILABLE as exc:
             await outage.failed(exc)
             continue
@@ -158,18 +163,25 @@ async def read_in_order(
         failed: BaseException | None = None
         try:
             if reader.pending == 0:
+                lasts = False
                 yield None
                 if not follow:
                     return
             async for msg, at in reader.messages(follow=follow):
                 if until is not None and at.stream > until:
                     return
+                if at.pending == 0:
+                    lasts = False
+                if next_seq is not None and at.stream < next_seq:  # handed over before
+                    if at.pending == 0:
+                        yield None  # caught up with nothing new: all stored was read
+                    continue
                 next_seq = at.stream + 1
                 yield msg, at
             if not reader.gap:
                 return
         except ConsumerDeletedError:
-            where = "each subject's last" if next_seq is None else next_seq
+            where = "each subject's last" if lasts else next_seq
             log.info("ordered read of %s: reader gone; reading on from %s", stream, where)
             reader.gone = True
         except UNAVAILABLE as exc:  # a pull the connection failed (a server going away)
