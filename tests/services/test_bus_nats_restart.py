@@ -310,13 +310,11 @@ async def test_a_feed_lost_while_it_read_each_keys_last_write_hands_on_no_replac
     assert feed.revisions == [x, b, last_a, later]
 
 
-async def test_a_feed_whose_pull_the_connection_fails_reads_on(
-    bus: Bus, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # nats-py writes at once when its flusher task is gone (two reconnects at once can leave
-    # it so), and the socket's error reaches whoever published: here, the feed's next pull.
-    kv = await bus.kv(bucket_name("local"))
-    first = await kv.write("pod.a", b"1", last=0)
+def failing_pulls(bus: Bus, monkeypatch: pytest.MonkeyPatch) -> tuple[asyncio.Event, asyncio.Event]:
+    """(failing, failed): once `failing` is set, the next pull request of `bus` fails as a
+    socket that went with the server does, and `failed` is set. nats-py writes at once when
+    its flusher task is gone (two reconnects at once can leave it so), and the socket's error
+    reaches whoever published: here, a reader's next pull."""
     publish = bus.nc.publish
     failing, failed = asyncio.Event(), asyncio.Event()
 
@@ -328,6 +326,15 @@ async def test_a_feed_whose_pull_the_connection_fails_reads_on(
         await publish(subject, *args, **kwargs)
 
     monkeypatch.setattr(bus.nc, "publish", pull_fails)
+    return failing, failed
+
+
+async def test_a_feed_whose_pull_the_connection_fails_reads_on(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kv = await bus.kv(bucket_name("local"))
+    first = await kv.write("pod.a", b"1", last=0)
+    failing, failed = failing_pulls(bus, monkeypatch)
     async with reading(changes_of(kv)) as feed:
         await feed.reaches(first)
         failing.set()
@@ -335,3 +342,17 @@ async def test_a_feed_whose_pull_the_connection_fails_reads_on(
         later = await kv.write("pod.b", b"1", last=0)
         await feed.reaches(later)
     assert feed.revisions == [first, later]
+
+
+async def test_a_following_replay_whose_pull_the_connection_fails_reads_on(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await bus.publish(pending("ns/a", "0"))
+    failing, failed = failing_pulls(bus, monkeypatch)
+    async with following(bus, [PENDING]) as got:
+        await got.wait_for_count(1)
+        failing.set()
+        await asyncio.wait_for(failed.wait(), wait_s(None))  # its next pull (a second on)
+        await bus.publish(pending("ns/a", "1"))
+        seen = await got.wait_for_count(2)
+    assert [e.pending.message for e in seen] == ["0", "1"]
