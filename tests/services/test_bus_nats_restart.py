@@ -261,28 +261,43 @@ async def test_a_feed_after_a_revision_hands_on_none_before_it_when_its_consumer
     assert feed.revisions == [later]
 
 
+HISTORY = "MUSTER_TEST_HISTORY"  # a bucket keeping several writes per key
+
+
+async def read_while_lost(
+    bus: Bus, bus_config: BusConfig, nats_process: NatsServer, *, keep: int
+) -> tuple[list[int], int]:
+    """The revisions a change feed of `HISTORY` hands on through a `LostFirst` proxy that
+    passes its first `keep` deliveries, then restarts nats-server, until a write made after;
+    and that write's revision."""
+    kv = await bus.kv(HISTORY)
+    async with LostFirst(nats_process) as lost:
+        reader = await connect(msgspec.structs.replace(bus_config, url=lost.url))
+        try:
+            lost.arm(f"$KV.{HISTORY}.".encode(), answer=b"consumer_create_response", keep=keep)
+            async with reading(changes_of(await reader.kv(HISTORY))) as feed:
+                await asyncio.wait_for(lost.cut.wait(), wait_s(None))
+                later = await when_back(lambda: kv.write("pod.c", b"1", last=0))
+                await feed.reaches(later)
+        finally:
+            await reader.close()
+    assert lost.passed == keep  # the feed had those, and the others were lost with the server
+    assert lost.dropped
+    return feed.revisions, later
+
+
 async def test_a_feed_whose_consumer_is_lost_before_it_delivered_starts_at_each_keys_last_write(
     bus: Bus, bus_config: BusConfig, nats_process: NatsServer
 ) -> None:
     # nats-py's ordered consumer made a consumer lost before its first delivery again from the
     # stream's first message: in a bucket keeping several writes per key (the chaos bench's
     # cluster), the feed handed on a write its key had replaced, after the key's last.
-    kv = await bus.kv("MUSTER_TEST_HISTORY", history=4)
+    kv = await bus.kv(HISTORY, history=4)
     await kv.put("pod.a", b"1")
     last_a = await kv.put("pod.a", b"2")
     b = await kv.put("pod.b", b"1")
-    async with LostFirst(nats_process) as lost:
-        reader = await connect(msgspec.structs.replace(bus_config, url=lost.url))
-        try:
-            lost.arm(b"$KV.MUSTER_TEST_HISTORY.", answer=b"consumer_create_response")
-            async with reading(changes_of(await reader.kv("MUSTER_TEST_HISTORY"))) as feed:
-                await asyncio.wait_for(lost.cut.wait(), wait_s(None))
-                later = await when_back(lambda: kv.write("pod.c", b"1", last=0))
-                await feed.reaches(later)
-        finally:
-            await reader.close()
-    assert lost.dropped  # the first deliveries never reached the feed
-    assert feed.revisions == [last_a, b, later]
+    revisions, later = await read_while_lost(bus, bus_config, nats_process, keep=0)
+    assert revisions == [last_a, b, later]
 
 
 async def test_a_feed_lost_while_it_read_each_keys_last_write_hands_on_no_replaced_one(
@@ -290,24 +305,13 @@ async def test_a_feed_lost_while_it_read_each_keys_last_write_hands_on_no_replac
 ) -> None:
     # Made again from the revision after the last it handed on, the feed handed on pod.a's
     # first write (replaced by its second) before the second.
-    kv = await bus.kv("MUSTER_TEST_HISTORY", history=4)
+    kv = await bus.kv(HISTORY, history=4)
     x = await kv.put("pod.x", b"1")
     await kv.put("pod.a", b"1")
     b = await kv.put("pod.b", b"1")
     last_a = await kv.put("pod.a", b"2")
-    async with LostFirst(nats_process) as lost:
-        reader = await connect(msgspec.structs.replace(bus_config, url=lost.url))
-        try:
-            lost.arm(b"$KV.MUSTER_TEST_HISTORY.", answer=b"consumer_create_response", keep=1)
-            async with reading(changes_of(await reader.kv("MUSTER_TEST_HISTORY"))) as feed:
-                await asyncio.wait_for(lost.cut.wait(), wait_s(None))
-                later = await when_back(lambda: kv.write("pod.c", b"1", last=0))
-                await feed.reaches(later)
-        finally:
-            await reader.close()
-    assert lost.passed == 1
-    assert lost.dropped
-    assert feed.revisions == [x, b, last_a, later]
+    revisions, later = await read_while_lost(bus, bus_config, nats_process, keep=1)
+    assert revisions == [x, b, last_a, later]
 
 
 def failing_pulls(bus: Bus, monkeypatch: pytest.MonkeyPatch) -> tuple[asyncio.Event, asyncio.Event]:
