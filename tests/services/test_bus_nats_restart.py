@@ -13,6 +13,7 @@ import pytest
 from admission_world import eventually
 from budget import wait_s
 from bus_helpers import PENDING, Recorder, consuming, pending
+from nats_lost import LostFirst
 from nats_process import NatsServer
 
 from muster.bus import EVENTS_STREAM, Bus, BusConfig, connect
@@ -260,12 +261,64 @@ async def test_a_feed_after_a_revision_hands_on_none_before_it_when_its_consumer
     assert feed.revisions == [later]
 
 
-async def test_a_following_replay_whose_pull_the_connection_fails_reads_on(
-    bus: Bus, monkeypatch: pytest.MonkeyPatch
+HISTORY = "MUSTER_TEST_HISTORY"  # a bucket keeping several writes per key
+
+
+async def read_while_lost(
+    bus: Bus, bus_config: BusConfig, nats_process: NatsServer, *, keep: int
+) -> tuple[list[int], int]:
+    """The revisions a change feed of `HISTORY` hands on through a `LostFirst` proxy that
+    passes its first `keep` deliveries, then restarts nats-server, until a write made after;
+    and that write's revision."""
+    kv = await bus.kv(HISTORY)
+    async with LostFirst(nats_process) as lost:
+        reader = await connect(msgspec.structs.replace(bus_config, url=lost.url))
+        try:
+            lost.arm(f"$KV.{HISTORY}.".encode(), answer=b"consumer_create_response", keep=keep)
+            async with reading(changes_of(await reader.kv(HISTORY))) as feed:
+                await asyncio.wait_for(lost.cut.wait(), wait_s(None))
+                later = await when_back(lambda: kv.write("pod.c", b"1", last=0))
+                await feed.reaches(later)
+        finally:
+            await reader.close()
+    assert lost.passed == keep  # the feed had those, and the others were lost with the server
+    assert lost.dropped
+    return feed.revisions, later
+
+
+async def test_a_feed_whose_consumer_is_lost_before_it_delivered_starts_at_each_keys_last_write(
+    bus: Bus, bus_config: BusConfig, nats_process: NatsServer
 ) -> None:
-    # nats-py writes at once when its flusher task is gone (two reconnects at once can leave
-    # it so), and the socket's error reaches whoever published: here, the reader's next pull.
-    await bus.publish(pending("ns/a", "0"))
+    # nats-py's ordered consumer made a consumer lost before its first delivery again from the
+    # stream's first message: in a bucket keeping several writes per key (the chaos bench's
+    # cluster), the feed handed on a write its key had replaced, after the key's last.
+    kv = await bus.kv(HISTORY, history=4)
+    await kv.put("pod.a", b"1")
+    last_a = await kv.put("pod.a", b"2")
+    b = await kv.put("pod.b", b"1")
+    revisions, later = await read_while_lost(bus, bus_config, nats_process, keep=0)
+    assert revisions == [last_a, b, later]
+
+
+async def test_a_feed_lost_while_it_read_each_keys_last_write_hands_on_no_replaced_one(
+    bus: Bus, bus_config: BusConfig, nats_process: NatsServer
+) -> None:
+    # Made again from the revision after the last it handed on, the feed handed on pod.a's
+    # first write (replaced by its second) before the second.
+    kv = await bus.kv(HISTORY, history=4)
+    x = await kv.put("pod.x", b"1")
+    await kv.put("pod.a", b"1")
+    b = await kv.put("pod.b", b"1")
+    last_a = await kv.put("pod.a", b"2")
+    revisions, later = await read_while_lost(bus, bus_config, nats_process, keep=1)
+    assert revisions == [x, b, last_a, later]
+
+
+def failing_pulls(bus: Bus, monkeypatch: pytest.MonkeyPatch) -> tuple[asyncio.Event, asyncio.Event]:
+    """(failing, failed): once `failing` is set, the next pull request of `bus` fails as a
+    socket that went with the server does, and `failed` is set. nats-py writes at once when
+    its flusher task is gone (two reconnects at once can leave it so), and the socket's error
+    reaches whoever published: here, a reader's next pull."""
     publish = bus.nc.publish
     failing, failed = asyncio.Event(), asyncio.Event()
 
@@ -277,6 +330,29 @@ async def test_a_following_replay_whose_pull_the_connection_fails_reads_on(
         await publish(subject, *args, **kwargs)
 
     monkeypatch.setattr(bus.nc, "publish", pull_fails)
+    return failing, failed
+
+
+async def test_a_feed_whose_pull_the_connection_fails_reads_on(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kv = await bus.kv(bucket_name("local"))
+    first = await kv.write("pod.a", b"1", last=0)
+    failing, failed = failing_pulls(bus, monkeypatch)
+    async with reading(changes_of(kv)) as feed:
+        await feed.reaches(first)
+        failing.set()
+        await asyncio.wait_for(failed.wait(), wait_s(None))  # its next pull (a second on)
+        later = await kv.write("pod.b", b"1", last=0)
+        await feed.reaches(later)
+    assert feed.revisions == [first, later]
+
+
+async def test_a_following_replay_whose_pull_the_connection_fails_reads_on(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await bus.publish(pending("ns/a", "0"))
+    failing, failed = failing_pulls(bus, monkeypatch)
     async with following(bus, [PENDING]) as got:
         await got.wait_for_count(1)
         failing.set()

@@ -8,11 +8,17 @@ the bucket's last revision, its keys under a prefix and an ordered change feed b
 `follow_bucket` hands every entry of a bucket to a callback, for as long as the service runs,
 across NATS restarts.
 
-Watches and change feeds read through nats-py's ordered push consumer, which makes its consumer
-again after the last message it delivered once two idle heartbeats (1 s apart) did not come (a
-nats-server restart loses it). On a bucket from `Bus.kv`, each change feed and each
-`follow_bucket` reports to the progress watchdog (bus/progress.py): a change in the caller's
-hands too long, or writes waiting at the server that never come, is a stall.
+Watches and change feeds read through `replay.read_in_order`: a reader of their own, not
+nats-py's ordered push consumer. That one made a lost consumer again in a background task that
+told a failure only to the connection's error callback, from the stream's first message when it
+had delivered nothing yet (a feed handed on writes their key had replaced, in a bucket keeping
+several), and took all the server sent whatever its reader's pace. A feed here knows its last
+revision: when its consumer is gone (a restart) or skips a delivery, it makes a new one that
+starts just after (before anything came: where the first one did), so it hands every write on
+once, in revision order, however often NATS restarts; it holds at most a pull's batch not yet
+taken. On a bucket from `Bus.kv`, each change feed and each `follow_bucket` reports to the
+progress watchdog (bus/progress.py): a change in the caller's hands too long, or writes waiting
+that never come, is a stall.
 """
 
 from __future__ import annotations
@@ -30,14 +36,14 @@ from typing import Final, NamedTuple, Protocol
 import nats.errors
 import nats.js.errors
 from nats.aio.msg import Msg
-from nats.js import JetStreamContext, api
+from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from muster.bus.cancel import raise_if_cancelling
-from muster.bus.client import stream_sequence
 from muster.bus.errors import Conflict, NotFound, Retry, SetupError, Unavailable, wrapped
 from muster.bus.progress import Progress, Tracker, tracked
 from muster.bus.publisher import EXPECTED_LAST_SUBJECT_SEQUENCE, RawWriter
+from muster.bus.replay import Read, read_in_order
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +56,6 @@ _TTL_DISABLED: Final = 10166  # JetStream's err_code for a Nats-TTL the stream d
 # nats-server 2.11+ marks a key removed by a per-message TTL or its bucket's age this way.
 _MARKER_REASON: Final = "Nats-Marker-Reason"
 _MARKERS_DELETING: Final = ("MaxAge", "Purge", "Remove")
-_WATCH_INACTIVE_S: Final = 300.0  # the server drops a watch's consumer left this long unread
-# A watch or a change feed notices a lost consumer (NATS restarted) after about two missed
-# heartbeats, and nats-py's ordered consumer resumes after the last revision it delivered
-# (nats-py's own default, 5 s, left a watch deaf for 10 to 20 s after a restart).
-_HEARTBEAT_S: Final = 1.0
 
 _KEY = re.compile(r"[-/_=a-zA-Z0-9]+(\.[-/_=a-zA-Z0-9]+)*")
 
@@ -78,7 +79,7 @@ async def open_bucket(
     """The bucket named `bucket`, created with `ttl_s` (None: keep forever), `history` and
     `replicas` (servers of a NATS cluster holding it; an existing bucket is left as it is).
     `Bucket.write` goes through `writer` when given (the bus's publisher), else through `js`;
-    its feeds report to `progress` when given (the service's watchdog)."""
+    its watches and feeds report to `progress` when given (the service's watchdog)."""
     try:
         with wrapped(f"key-value bucket {bucket}"):
             kv = await js.key_value(bucket)
@@ -290,15 +291,14 @@ class Bucket:
         self, pattern: str = ">", *, timeout_s: float | None = None, watched: str | None = None
     ) -> AsyncGenerator[Entry | None, None]:
         """Every stored entry matching `pattern`, then None (all read), then each change as it
-        comes, until the caller stops; `Unavailable` when NATS fails meanwhile, or when no
-        entry comes for `timeout_s` (None: no limit). `watched`: the name the progress
-        watchdog judges it by (a service's follow, never a short read).
+        comes, until the caller stops, across NATS restarts (the module docstring);
+        `Unavailable` when no entry comes for `timeout_s` (None: no limit). `watched`: the
+        name the progress watchdog judges it by (a service's follow, never a short read).
 
-        All is read once a delivery leaves nothing pending, or at once when the consumer has
-        delivered nothing and has nothing pending. nats-py's KeyWatcher said so whenever its
-        consumer info showed nothing pending and no delivery had been read yet: a loaded
-        server may send that info's reply before deliveries already made, and a snapshot
-        then read nothing.
+        All is read once a delivery leaves nothing pending, or at once when the reader begins
+        with nothing to deliver (told by the server as it makes the reader, before it
+        delivers anything: nats-py's KeyWatcher asked afterwards, and a loaded server could
+        answer before deliveries already made, so a snapshot read nothing).
         """
         tracker = self._tracker(watched)
         entries = self._watch(pattern, timeout_s=timeout_s, tracker=tracker)
@@ -307,42 +307,25 @@ class Bucket:
     async def _watch(
         self, pattern: str, *, timeout_s: float | None, tracker: Tracker | None
     ) -> AsyncGenerator[Entry | None, None]:
-        arrived: asyncio.Queue[Msg] = asyncio.Queue()
-
-        async def deliver(msg: Msg) -> None:
-            arrived.put_nowait(msg)
-
         what = f"{self.name} read {pattern}"
-        with wrapped(what):
-            sub = await self._js.subscribe(
-                self._subject(pattern),
-                stream=self._stream,
-                cb=deliver,
-                ordered_consumer=True,
-                deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
-                inactive_threshold=_WATCH_INACTIVE_S,
-                idle_heartbeat=_HEARTBEAT_S,
-            )
-        try:
-            with wrapped(what):
-                info = await sub.consumer_info()
-            delivered = info.delivered.consumer_seq if info.delivered else 0
-            loaded = not info.num_pending and not delivered
-            if loaded:
-                yield None
+        reads = self._reads([self._subject(pattern)], after=None, tracker=tracker)
+        loaded = False
+        async with contextlib.aclosing(reads):
             while True:
-                with wrapped(what):
-                    msg = await asyncio.wait_for(arrived.get(), timeout_s)
-                _reading(tracker, sub)
-                entry = self._entry_of(msg)
+                try:
+                    async with asyncio.timeout(timeout_s):
+                        read = await anext(reads)
+                except TimeoutError:
+                    raise Unavailable(f"{what}: nothing came for {timeout_s:g}s") from None
+                if read is None:
+                    entry, at = None, None
+                else:
+                    entry, at = self._entry_of(read[0]), read[1]
                 if entry is not None:
                     yield entry
-                if not loaded and msg.metadata.num_pending == 0:
+                if not loaded and (at is None or at.pending == 0):
                     loaded = True
                     yield None
-        finally:
-            with contextlib.suppress(nats.errors.Error):
-                await sub.unsubscribe()
 
     def _entry_of(self, msg: Msg) -> Entry | None:
         """A watch's delivery as an `Entry`; None for a server marker of a kind not known
@@ -409,66 +392,48 @@ class Bucket:
     ) -> AsyncGenerator[Change, None]:
         """Each key under `prefixes` (whole tokens; none: every key) at its last write, then
         every write as it comes, in revision order across prefixes; with `after` (a revision),
-        every write after it instead. Until the caller stops; `Unavailable` when NATS fails.
+        every write after it instead. Until the caller stops, across NATS restarts: each
+        revision once, none left out (the module docstring).
 
         Each change is in hand for the progress watchdog until the next is asked for (as
         `progress.tracked` says), tracked here: a wrapping generator costs a resumption more
         per change, on every feed of every service."""
-        # Delivered through a callback into a queue: nats-py's `next_msg` makes a task and a
-        # uuid per message, which costs more than the rest of a change together.
-        arrived: asyncio.Queue[Msg] = asyncio.Queue()
-
-        async def deliver(msg: Msg) -> None:
-            arrived.put_nowait(msg)
-
         subjects = [f"{self._prefix}{prefix}>" for prefix in prefixes or ("",)]
-        config = api.ConsumerConfig(
-            deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT
-            if after is None
-            else api.DeliverPolicy.BY_START_SEQUENCE,
-            opt_start_seq=None if after is None else after + 1,
-            # One subject goes as the subscription's own filter; several as the consumer's.
-            filter_subjects=subjects if len(subjects) > 1 else None,
-        )
         tracker = self._tracker(f"{self.name} changes {' '.join(prefixes) or '>'}")
-        sub: JetStreamContext.PushSubscription | None = None
+        reads = self._reads(subjects, after=after, tracker=tracker)
         try:
-            with wrapped(f"{self.name} changes {' '.join(prefixes)}"):
-                sub = await self._js.subscribe(
-                    subjects[0],
-                    stream=self._stream,
-                    cb=deliver,
-                    config=config,
-                    ordered_consumer=True,
-                    inactive_threshold=60.0,
-                    idle_heartbeat=_HEARTBEAT_S,
-                )
-            jsi = sub._sub._jsi
-            if after is not None and jsi is not None:
-                # nats-py makes a lost consumer again just after the last message it delivered,
-                # and from the stream's first when it delivered none yet: the feed would hand
-                # on again the writes up to `after`.
-                jsi._sseq = after
-            while True:
-                raise_if_cancelling()
-                msg = await arrived.get()
+            async for read in reads:
+                if read is None:
+                    continue
+                msg, at = read
                 headers = msg.headers
                 deleted = headers is not None and headers.get(_OPERATION) in _DELETED
                 key = msg.subject.removeprefix(self._prefix)
-                change = Change(key, msg.data, stream_sequence(msg), deleted)
+                change = Change(key, msg.data, at.stream, deleted)
                 if tracker is None:
                     yield change
                     continue
-                _reading(tracker, sub)
                 tracker.began(change.revision)
                 yield change
                 tracker.ended(change.revision)
         finally:
-            if sub is not None:
-                with contextlib.suppress(nats.errors.Error):
-                    await sub.unsubscribe()
+            await reads.aclose()
             if tracker is not None:
                 tracker.close()
+
+    def _reads(
+        self, subjects: list[str], *, after: int | None, tracker: Tracker | None
+    ) -> AsyncGenerator[Read, None]:
+        """The bucket's messages on `subjects` in order (`read_in_order`), from each key's last
+        (`after` None) or after revision `after`; `tracker` is told each reader's name."""
+        return read_in_order(
+            self._js._nc,  # nats-py's own connection: the reader pulls through it
+            self._js,
+            subjects,
+            stream=self._stream,
+            start=None if after is None else after + 1,
+            tracker=tracker,
+        )
 
     def _tracker(self, watched: str | None) -> Tracker | None:
         """A tracker named `watched` on the bucket's progress board, if it has one."""
@@ -477,13 +442,7 @@ class Bucket:
         return self._progress.track(watched, stream=self._stream, consumer="", max_ack_pending=1)
 
 
-def _reading(tracker: Tracker | None, sub: JetStreamContext.PushSubscription) -> None:
-    """The consumer the watchdog asks about: nats-py names a new one after each reset."""
-    if tracker is not None:
-        tracker.consumer = sub._consumer
-
-
-def _revision_of(item: Entry | Change | None) -> int:
+def _revision_of(item: Entry | None) -> int:
     return 0 if item is None else item.revision
 
 
@@ -505,8 +464,9 @@ async def follow_bucket(
     on_loaded: Callable[[], Awaitable[None] | None] | None = None,
 ) -> None:
     """Hand every entry of `bucket` to `on_entry`: the stored ones (then `on_loaded()`), then
-    each change, until cancelled; after any NATS error (a server restart) the watch starts over
-    from the stored values a second later, so callers must take a repeated entry as news."""
+    each change, until cancelled. The watch reads on across NATS restarts; a bucket that cannot
+    be opened (or a watch that fails) is tried again a second later, from the stored values,
+    so callers must take a repeated entry as news."""
     while True:
         raise_if_cancelling()
         try:

@@ -1,7 +1,8 @@
-"""Ordered reads of stream history: state rebuilds (admission) and `Events.Watch` (gateway).
+"""Ordered reads of stream history: state rebuilds (admission) and `Events.Watch` (gateway),
+and under them the key-value buckets' watches and change feeds (bus/kv.py).
 
-`replay` reads with an ephemeral, unacknowledged pull consumer that starts at a given sequence,
-through a `PullFeed`.
+`read_in_order` reads with an ephemeral, unacknowledged pull consumer that starts at a given
+sequence (or at each subject's last message), through a `PullFeed`.
 It checks each message's consumer sequence; on a gap (a pull lost in a reconnect) it makes a new
 consumer from the last sequence it yielded, so every message comes once and in stream order.
 The same when the server deletes the consumer (an in-memory consumer does not outlive a
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 
 import nats.errors
 import nats.js.errors
@@ -73,10 +74,6 @@ def replay(
     return envs if tracker is None else tracked(envs, tracker, _sequence_of)
 
 
-def _sequence_of(env: Envelope) -> int:
-    return env.sequence
-
-
 async def _replay(
     nc: NatsClient,
     js: JetStreamContext,
@@ -96,42 +93,105 @@ async def _replay(
             until = await last_sequence(js, stream)
         except UNAVAILABLE as exc:
             await outage.failed(exc)
-    next_seq = max(1, from_sequence)
-    while until is None or next_seq <= until:
+    reads = read_in_order(
+        nc, js, subjects, stream=stream, start=max(1, from_sequence), until=until,
+        follow=follow, tracker=tracker,
+    )  # fmt: skip
+    async with contextlib.aclosing(reads):
+        async for read in reads:
+            if read is None:  # nothing stored after the start
+                if follow:
+                    continue
+                return
+            msg, at = read
+            try:
+                env = decode_stored(msg.data, subject=msg.subject, max_bytes=max_event_bytes)
+            except Reject as err:
+                log.warning("replay skips %s#%d: %s", msg.subject, at.stream, err)
+            else:
+                env.sequence = at.stream
+                advanced()  # a handler reading the stream (a rebuild) is not stuck
+                yield env
+            if not follow and at.pending == 0:
+                return  # caught up: what is left was stored after the call
+
+
+def _sequence_of(env: Envelope) -> int:
+    return env.sequence
+
+
+# One read: a message and where it stands; None: a reader began with nothing to deliver.
+Read = tuple[Msg, Position] | None
+
+
+async def read_in_order(
+    nc: NatsClient,
+    js: JetStreamContext,
+    subjects: Sequence[str],
+    *,
+    stream: str,
+    start: int | None,
+    until: int | None = None,
+    follow: bool = True,
+    tracker: Tracker | None = None,
+) -> AsyncGenerator[Read, None]:
+    """The messages on `subjects` in `stream` in stream order, each once, from sequence `start`
+    (None: each subject's last message, then every later one) up to `until` (None: no end),
+    across NATS restarts and outages (the module docstring); without `follow`, until caught
+    up. A reader that begins with nothing to deliver says so with None (a caller learns it
+    has read all that was stored). `tracker.consumer` names the reader of the moment.
+
+    A reader made again starts after the last message handed over; before any was, it starts
+    where the first one did (never at the stream's start, which would hand over again what
+    the caller had before `start`). One from each subject's last that had not caught up yet
+    starts at each subject's last again and skips what was handed over: from the next sequence
+    it would hand over messages their subject has replaced since (a bucket keeping several
+    writes per key)."""
+    outage = Outage(f"ordered read of {stream}", logger=log)
+    next_seq = start
+    lasts = start is None  # reading each subject's last message, not caught up yet
+    while until is None or next_seq is None or next_seq <= until:
+        begin = None if lasts else next_seq
         try:
-            reader = await _Reader.start(nc, js, subjects, stream=stream, from_sequence=next_seq)
+            reader = await _Reader.start(nc, js, subjects, stream=stream, from_sequence=begin)
         except UNAVAILABLE as exc:
             await outage.failed(exc)
             continue
         outage.recovered()
         if tracker is not None:
             tracker.consumer = reader.name
+        failed: BaseException | None = None
         try:
-            if not follow and reader.pending == 0:
-                return
-            async for msg, at in reader.messages(follow=follow):
-                seq = at.stream
-                if until is not None and seq > until:
+            if reader.pending == 0:
+                lasts = False
+                yield None
+                if not follow:
                     return
-                next_seq = seq + 1
-                try:
-                    env = decode_stored(msg.data, subject=msg.subject, max_bytes=max_event_bytes)
-                except Reject as err:
-                    log.warning("replay skips %s#%d: %s", msg.subject, seq, err)
-                else:
-                    env.sequence = seq
-                    advanced()  # a handler reading the stream (a rebuild) is not stuck
-                    yield env
-                if not follow and at.pending == 0:
-                    return  # caught up: what is left was stored after the call
+            async for msg, at in reader.messages(follow=follow):
+                if until is not None and at.stream > until:
+                    return
+                if at.pending == 0:
+                    lasts = False
+                if next_seq is not None and at.stream < next_seq:  # handed over before
+                    if at.pending == 0:
+                        yield None  # caught up with nothing new: all stored was read
+                    continue
+                next_seq = at.stream + 1
+                yield msg, at
             if not reader.gap:
                 return
         except ConsumerDeletedError:
-            log.info("replay of %s: reader gone; reading on from %d", stream, next_seq)
+            where = "each subject's last" if lasts else next_seq
+            log.info("ordered read of %s: reader gone; reading on from %s", stream, where)
+            reader.gone = True
+        except UNAVAILABLE as exc:  # a pull the connection failed (a server going away)
+            failed, reader.gone = exc, True  # the server drops it unread; asking would wait
         finally:
             await reader.close()
+        if failed is not None:
+            await outage.failed(failed)
         # A gap in consumer sequences, or no consumer: read again from the message after the
-        # last one yielded.
+        # last one handed over.
 
 
 class _Reader:
@@ -144,6 +204,7 @@ class _Reader:
         self.name = info.name or ""
         self.pending = int(info.num_pending or 0)
         self.gap = False
+        self.gone = False  # deleted, or lost with the connection: nothing to delete
 
     @classmethod
     async def start(
@@ -153,11 +214,14 @@ class _Reader:
         subjects: Sequence[str],
         *,
         stream: str,
-        from_sequence: int,
+        from_sequence: int | None,
     ) -> _Reader:
+        """A reader from `from_sequence` (None: each subject's last message first)."""
         one = len(subjects) == 1
         config = api.ConsumerConfig(
-            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+            deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT
+            if from_sequence is None
+            else api.DeliverPolicy.BY_START_SEQUENCE,
             opt_start_seq=from_sequence,
             ack_policy=api.AckPolicy.NONE,
             max_deliver=1,
@@ -203,6 +267,9 @@ class _Reader:
         return not info.num_pending
 
     async def close(self) -> None:
+        """Stop reading; delete the consumer unless it is `gone` (or NATS is away)."""
         await self._feed.close()  # unacknowledged reads: what was not taken needs no answer
-        with contextlib.suppress(nats.errors.Error):
+        if self.gone:
+            return
+        with contextlib.suppress(*UNAVAILABLE):
             await self._js.delete_consumer(self._info.stream_name, self._info.name)
