@@ -105,4 +105,20 @@ def test_a_kueue_config_that_never_ends_exits_2_instead_of_filling_memory(
         configs(["--kueue-config", "/dev/zero"])
 
     assert exit_.value.code == 2
-    assert "/dev/zero: (file): larger than 64 MiB: not read" in capsys.readouterr().err
+    assert (
+        "argument --kueue-config: /dev/zero: not a regular file" in capsys.readouterr().err
+    )  # refused before a byte is read
+
+
+def test_a_kueue_config_over_64_mib_exits_2_unread(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    huge = tmp_path / "kueue.yaml"
+    with huge.open("wb") as out:
+        out.truncate(65 << 20)  # sparse: no 65 MiB written
+
+    with pytest.raises(SystemExit) as exit_:
+        configs(["--kueue-config", str(huge)])
+
+    assert exit_.value.code == 2
+    assert f"{huge}: (file): larger than 64 MiB: not read" in capsys.readouterr().err
