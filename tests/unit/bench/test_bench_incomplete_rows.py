@@ -4,7 +4,6 @@ timed-out case's rate for a measurement."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from types import ModuleType
 
 import msgspec
@@ -46,6 +45,7 @@ CASES = [
 ]  # fmt: skip
 
 
+@pytest.mark.parametrize("short_too", [True, False], ids=["short row", "whole rows only"])
 @pytest.mark.parametrize(("section", "module", "whole", "short", "why"), CASES)
 def test_a_row_whose_work_did_not_all_finish_makes_the_bench_exit_1_naming_it(
     section: str,
@@ -53,33 +53,18 @@ def test_a_row_whose_work_did_not_all_finish_makes_the_bench_exit_1_naming_it(
     whole: msgspec.Struct,
     short: msgspec.Struct,
     why: str,
+    short_too: bool,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    def rows(**options: object) -> Iterator[msgspec.Struct]:
-        return iter([whole, short])
-
-    monkeypatch.setattr(module, "run", rows)
+    rows = [whole, short] if short_too else [whole]
+    monkeypatch.setattr(module, "run", lambda **options: iter(rows))
 
     status = muster(["bench", section, "--scale", "0.01", "-o", "json"])
 
     out, err = capsys.readouterr()
-    assert status == 1
-    assert err == f"muster bench: 1 row(s) NOT VALID:\n  {why}\n"
-    assert len(out.splitlines()) == 2  # both rows printed
-
-
-@pytest.mark.parametrize(("section", "module", "whole", "short", "why"), CASES)
-def test_whole_rows_exit_0(
-    section: str,
-    module: ModuleType,
-    whole: msgspec.Struct,
-    short: msgspec.Struct,
-    why: str,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    monkeypatch.setattr(module, "run", lambda **options: iter([whole]))
-
-    assert muster(["bench", section, "--scale", "0.01"]) == 0
-    assert "NOT VALID" not in capsys.readouterr().err
+    assert len(out.splitlines()) == len(rows)  # every row printed
+    if short_too:
+        assert (status, err) == (1, f"muster bench: 1 row(s) NOT VALID:\n  {why}\n")
+    else:
+        assert (status, err) == (0, "")
