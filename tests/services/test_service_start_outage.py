@@ -101,7 +101,10 @@ async def test_a_service_serves_after_nats_restarted_at_a_step_of_its_start(
             await events.wait_for("admitted", workload="ns/a", timeout_s=wait_s(20))
         assert stack.died() == []
     (svc,) = stack.services
-    assert "starting: waiting for NATS (" in svc.log_path.read_text()
+    log = svc.log_path.read_text()
+    # The outage was met: the start began again, or the read that met it (a bucket feed's own
+    # pull reader, which rides an outage) read on once NATS was back.
+    assert "starting: waiting for NATS (" in log or ": NATS back after " in log, log
 
 
 async def test_every_service_works_after_nats_restarted_while_they_started(
