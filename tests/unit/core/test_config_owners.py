@@ -85,3 +85,19 @@ def test_a_multikueue_cluster_naming_the_cluster_it_came_from_is_refused() -> No
     )
     assert owners.workers == set()
     assert owners.admit("ClusterQueue", "cq", "local", deleted=True) == ""  # still its own
+
+
+def test_a_cluster_not_yet_declared_cannot_make_the_manager_a_worker() -> None:
+    owners = ConfigOwners()
+    owners.admit("ClusterQueue", "cq", "local")
+    owners.admit("MultiKueueCluster", "east", "local")
+
+    refused = owners.admit("MultiKueueCluster", "local", "west")
+
+    assert refused == (
+        "MultiKueueCluster local: applying it from cluster west is refused: cluster local "
+        "declares MultiKueue workers itself (MultiKueueCluster east); a manager is never made "
+        "a worker"
+    )
+    assert owners.workers == {"east"}
+    assert owners.admit("ClusterQueue", "cq", "local", deleted=True) == ""  # still the manager's
