@@ -28,6 +28,7 @@ milli-units divided by 1000.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import TypeVar
 
 import msgspec
 
@@ -35,6 +36,24 @@ from muster.api.model import AdmissionFairSharingConfig
 from muster.core.quota import FlavorResource
 
 Amounts = dict[str, float]  # resource name -> amount in units
+Order = TypeVar("Order")
+
+
+def fair_key(usage: float, order: Order) -> tuple[float, Order]:
+    """A pending workload's place in its ClusterQueue's order (A3): its LocalQueue's usage,
+    then `order`, its place by priority and FIFO. Admission takes the least first
+    (`core.queues`), and the visibility views list pending workloads by it (`core.visibility`;
+    the gateway, through `usage_ranks`), as Kueue's ClusterQueue heap and its visibility
+    snapshot share one ordering function."""
+    return usage, order
+
+
+def usage_ranks(usages: Mapping[str, float]) -> dict[str, int]:
+    """Each LocalQueue's usage as a rank in `fair_key` order: 0 for the least, equal usages
+    sharing one (their workloads interleave by priority and FIFO). Ranks order workloads as
+    the usages do; a reader of the visibility bucket places workloads by them."""
+    rank_of = {usage: rank for rank, usage in enumerate(sorted(set(usages.values())))}
+    return {local_queue: rank_of[usage] for local_queue, usage in sorted(usages.items())}
 
 
 def decay_alpha(elapsed_s: float, half_life_s: float) -> float:
