@@ -346,13 +346,23 @@ class AdmissionUsage:
         amounts: Mapping[str, float],
         *,
         config: AdmissionFairSharingConfig,
+        sign: float = 1.0,
     ) -> None:
-        """Add what retired workloads left in `local_queue` at `at_s` (read from a snapshot)."""
+        """Add what retired workloads left in `local_queue` at `at_s` (read from a snapshot,
+        or carried from the partition it left); `sign` -1 takes it away again."""
         queue = self.queues.get(local_queue)
         if queue is None:
             queue = self.queues[local_queue] = QueueUsage()
-        queue.ended.add(at_s, amounts, config.usage_half_life_s)
+        queue.ended.add(at_s, amounts, config.usage_half_life_s, sign)
         queue.last = None
+
+    def forget_ended(self, local_queue: str) -> None:
+        """Forget what retired workloads left in `local_queue` (it moved to a partition
+        another replica decides: that one carries it from now on)."""
+        queue = self.queues.get(local_queue)
+        if queue is not None:
+            queue.ended.clear()
+            queue.last = None
 
     def consumed(
         self, local_queue: str, *, now_s: float, config: AdmissionFairSharingConfig
