@@ -1,17 +1,23 @@
 """LocalQueue `status.fairSharing.admissionFairSharingStatus` as the watcher writes it when
 Kueue's Configuration has `admissionFairSharing`: the usage admission orders by, as of the last
-event that started or ended one of the LocalQueue's workloads' runs."""
+event that started or ended one of the LocalQueue's workloads' runs, re-sampled every
+`usageSamplingInterval` as Kueue's LocalQueue controller does."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Iterator, Mapping
 from typing import Any
+
+import pytest
 
 from muster.api.model import AdmissionFairSharingConfig
 from muster.bus import new_event
 from muster.cluster.kube import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
 from muster.watcher.kueue_status import StatusBook
+from muster.watcher.status import sample_fair_sharing
 
 FAIR = AdmissionFairSharingConfig(usage_half_life_s=600.0, usage_sampling_interval_s=300.0)
 
@@ -76,3 +82,67 @@ def test_a_local_queue_shows_its_decayed_usage_as_of_its_last_run_change() -> No
 
 def test_without_admission_fair_sharing_no_fair_sharing_status_is_written() -> None:
     assert fair_sharing(book(None), "a") is None
+
+
+def test_a_sample_writes_the_usage_decayed_to_the_intervals_tick_once_per_interval() -> None:
+    made = book(FAIR)
+    a = ObjectRef(kind="LocalQueue", namespace="ml", name="a")
+    # At 1000 s the last tick of the 300 s grid is 900 s: 200 s more of decay since 700 s.
+    # Team b consumed nothing and showed nothing: no write for it.
+    assert made.sample(1000.0) == {a}
+    assert fair_sharing(made, "a") == {
+        "admissionFairSharingStatus": {
+            "consumedResources": {"cpu": "1026m"},
+            "lastUpdate": "1970-01-01T00:15:00Z",
+        }
+    }
+    assert made.sample(1199.0) == set()  # the same interval: sampled already
+    assert made.sample(1200.0) == {a}
+    assert fair_sharing(made, "a")["admissionFairSharingStatus"]["lastUpdate"] == (
+        "1970-01-01T00:20:00Z"
+    )
+
+
+def test_a_sample_skips_an_interval_whose_tick_a_later_run_change_already_covers() -> None:
+    made = book(FAIR)
+    made.apply(at("submitted", pb.WorkloadSubmitted(queue_name="a"), s=950.0, workload="ml/a2"))
+    made.apply(at("quota_reserved", reserved("1"), s=960.0, workload="ml/a2"))
+    assert made.sample(1000.0) == set()  # its status is as of 960 s, after the 900 s tick
+    assert fair_sharing(made, "a")["admissionFairSharingStatus"]["lastUpdate"] == (
+        "1970-01-01T00:16:00Z"
+    )
+
+
+def test_a_local_queue_without_its_cluster_queue_is_not_sampled() -> None:
+    made = book(FAIR)
+    made.apply(at("config_deleted", pb.ConfigDeleted(kind="ClusterQueue", name="cq"), s=800.0))
+    assert made.sample(1000.0) == set()
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.desired: list[tuple[ObjectRef, Mapping[str, Any]]] = []
+        self.enough = asyncio.Event()
+
+    def desire(self, ref: ObjectRef, status: Mapping[str, Any], **_: Any) -> None:
+        self.desired.append((ref, status))
+        if len(self.desired) == 2:
+            self.enough.set()
+
+
+@pytest.mark.timeout(10)
+async def test_the_status_task_desires_a_local_queues_status_at_each_tick() -> None:
+    made, sink = book(FAIR), Sink()
+    # Each look at the clock is a hundredth of a second before a tick: the task waits just
+    # past it, then samples the next interval.
+    times: Iterator[float] = iter(1199.99 + 300.0 * n for n in range(100))
+    task = asyncio.create_task(
+        sample_fair_sharing(made, sink, interval_s=300.0, clock=lambda: next(times))
+    )
+    try:
+        await asyncio.wait_for(sink.enough.wait(), timeout=5)
+    finally:
+        task.cancel()
+    updates = [status["fairSharing"]["admissionFairSharingStatus"] for _, status in sink.desired]
+    assert [u["lastUpdate"] for u in updates] == ["1970-01-01T00:15:00Z", "1970-01-01T00:20:00Z"]
+    assert {ref.name for ref, _ in sink.desired} == {"a"}

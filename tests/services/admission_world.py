@@ -19,6 +19,7 @@ from muster.admission.service import AdmissionConfig, run_admission
 from muster.admission.snapshot import sequence_in
 from muster.bus import EVENTS_STREAM, Bus, BusConfig, connect, new_event
 from muster.bus.buckets import SNAPSHOTS_BUCKET
+from muster.bus.partitions import partition_of
 from muster.bus.service import Health
 from muster.contracts.v1 import events_pb2 as pb
 from muster.preemption.service import PreemptionConfig, run_preemption
@@ -141,6 +142,19 @@ def fact(field: str, key: str, payload: Any = None, *, cluster: str = "local") -
     """A fact about workload `key` (finished, deleted, eviction_completed, pods_ready, ...)."""
     message = payload if payload is not None else getattr(pb.Envelope(), field).__class__()
     return new_event(field, message, cluster=cluster, workload=key, source="test")
+
+
+def in_partition(env: pb.Envelope, partition: int) -> pb.Envelope:
+    """`env` as the gateway or the watcher publishes it: naming its LocalQueue's partition."""
+    env.partition = str(partition)
+    return env
+
+
+def trees(shards: int = 2) -> tuple[str, ...]:
+    """Cohorts whose partitions `shards` shards decide apart: the i-th, shard i's."""
+    names = [f"team-{i}" for i in range(50)]
+    by_shard = {partition_of(f"cohort/{n}") % shards: n for n in names}
+    return tuple(by_shard[i] for i in range(shards))
 
 
 async def publish(bus: Bus, *envs: pb.Envelope) -> None:

@@ -16,10 +16,12 @@ from admission_world import (
     drained,
     fact,
     flavor,
+    in_partition,
     local_queue,
     publish,
     start_admission,
     submitted,
+    trees,
     workload,
 )
 
@@ -31,19 +33,6 @@ from muster.contracts.v1 import events_pb2 as pb
 pytestmark = pytest.mark.timeout(60)
 
 SHARDS = 2
-
-
-def in_partition(env: pb.Envelope, partition: int) -> pb.Envelope:
-    """`env` as the gateway or the watcher publishes it: naming its LocalQueue's partition."""
-    env.partition = str(partition)
-    return env
-
-
-def trees() -> tuple[str, str]:
-    """Two cohorts whose partitions two shards decide apart."""
-    names = [f"team-{i}" for i in range(50)]
-    by_shard = {partition_of(f"cohort/{n}") % SHARDS: n for n in names}
-    return by_shard[0], by_shard[1]
 
 
 def config_of(*cohorts: str, cpu: str = "4") -> list[pb.Envelope]:

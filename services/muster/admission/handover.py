@@ -9,7 +9,8 @@ from one it does not, the replica that decided it may be slow, or gone. So this 
 2. reads the old partition's history up to that record: the newest snapshot covering it, then
    its events after the snapshot, into a scratch ledger and log;
 3. returns the stories of the LocalQueue's live workloads, which the round forwards here and
-   applies before it decides (relocation.py).
+   applies before it decides (relocation.py), and writes what its retired workloads left in
+   its admission fair sharing usage into a second record (usage_carry.py).
 """
 
 from __future__ import annotations
@@ -66,7 +67,9 @@ class StoryFetcher:
 
     async def __call__(self, handover: Handover) -> list[Story]:
         fence = await self._fence(handover)
-        scratch = AdmissionState(source=self.state.source)
+        # With the configuration's admission fair sharing: its book learns what the
+        # LocalQueue's retired workloads left (usage_carry.py).
+        scratch = AdmissionState(source=self.state.source, kueue=self.state.engine.kueue)
         history = CompactLog(scratch.ledger)
         partition, low = handover.from_partition, 0
         stream = self.stream_created()
@@ -101,26 +104,64 @@ class StoryFetcher:
             partition,
             len(stories),
         )
+        await self._carry(handover, scratch, fence)
         return stories
 
-    async def _fence(self, handover: Handover) -> int:
-        """Write the record that fences the old partition; its sequence. A newer record
-        written meanwhile is read and taken into account, then the write is tried again."""
+    async def _carry(self, handover: Handover, scratch: AdmissionState, fence: int) -> None:
+        """Write what the LocalQueue's retired workloads left in its fair sharing usage into
+        a second record, and apply it here (usage_carry.py)."""
+        book = scratch.engine.state.admission_usage
+        ended = None if book is None else book.ended(handover.local_queue)
+        if ended is None:
+            return
+        at_s, consumed = ended
+        left = pb.QueueLeft(
+            local_queue=handover.local_queue,
+            to_partition=handover.to_partition,
+            usage=pb.CarriedUsage(at_s=at_s, consumed=consumed),
+        )
+        sequence = await self._fence(handover, left, tag=f"usage/{fence}", at_least=fence)
+        carried = (at_s, tuple(sorted(consumed.items())))
+        record = PartitionRecord(
+            handover.from_partition,
+            sequence,
+            local_queue=handover.local_queue,
+            to_partition=handover.to_partition,
+            carried=carried,
+        )
+        self.state.apply(record, now_s=0.0)
+        log.info("LocalQueue %s brought its usage from partition %d: %r",
+                 handover.local_queue, handover.from_partition, consumed)  # fmt: skip
+
+    async def _fence(
+        self,
+        handover: Handover,
+        left: pb.QueueLeft | None = None,
+        *,
+        tag: str = "",
+        at_least: int = 0,
+    ) -> int:
+        """Write the record that fences the old partition (`left`, by default the one that
+        says the LocalQueue left); its sequence. A newer record than the last one known (and
+        than `at_least`) written meanwhile is read and taken into account, then the write is
+        tried again."""
         partition = handover.from_partition
         state = self.state
-        left = pb.QueueLeft(local_queue=handover.local_queue, to_partition=handover.to_partition)
+        if left is None:
+            left = pb.QueueLeft(
+                local_queue=handover.local_queue, to_partition=handover.to_partition
+            )
+        known = max(state.fences.get(partition, 0), at_least)
         record = new_event(
             "partition_changed",
             pb.PartitionChanged(partition=partition, queue_left=left),
             cluster=state.default_cluster,
             source=state.source,
             partition=token(partition),
-            event_id=str(
-                uuid.uuid5(EVENT_ID_NAMESPACE, f"{handover}/{state.fences.get(partition, 0)}")
-            ),
+            event_id=str(uuid.uuid5(EVENT_ID_NAMESPACE, f"{handover}/{tag}{known}")),
         )
         while True:
-            expected = state.fences.get(partition, 0)
+            expected = max(state.fences.get(partition, 0), at_least)
             try:
                 return await self.bus.publish(
                     record,

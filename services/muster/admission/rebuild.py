@@ -121,6 +121,8 @@ def restore(
 ) -> None:
     """Replay all of `snapshot` into a new `state`: its configuration, then the partitions it
     covers. Afterwards `state.last_sequence` is the snapshot's: the stream is read on after."""
+    # Before its records are replayed: its usage already holds what they carried.
+    state.usage_carry.restored_from(dict.fromkeys(snapshot.partitions, snapshot.sequence))
     restore_config(state, snapshot, history=history, max_event_bytes=max_event_bytes)
     restore_partitions(
         state, snapshot, snapshot.partitions, history=history, max_event_bytes=max_event_bytes
@@ -141,7 +143,7 @@ def restore_partitions(
     with `left_out` (stored events its writer did not read, ascending sequences: `left_out_of`)
     merged in where the stream had them, as if its writer had read them."""
     state.ledger.remember_finished(snapshot.finished)
-    state.restore_usage(snapshot.usage, partitions)
+    state.restore_usage(snapshot.usage, partitions, sequence=snapshot.sequence)
     events = snapshot_events(
         snapshot, max_event_bytes=max_event_bytes, config=False, partitions=partitions
     )

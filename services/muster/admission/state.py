@@ -27,7 +27,6 @@ and is not announced again. A shard routes only among the alternatives in its ow
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 import msgspec
@@ -61,6 +60,7 @@ from muster.admission.translate import (
     Submit,
     decisions_from,
 )
+from muster.admission.usage_carry import UsageCarry, valid_usage
 from muster.admission.visibility_trees import TreeChanges
 from muster.api.model import (
     Admission,
@@ -127,6 +127,7 @@ class AdmissionState:
         self.handovers: list[Handover] = []  # LocalQueues to fetch from another's partition
         self.repartitioned = False  # a record moved a partition to or from this replica
         self.forwards = Forwards()  # what was taken through forwards (forwarding.py)
+        self.usage_carry = UsageCarry()  # fair sharing usage a LocalQueue brought along
         self.source = source
         self.default_cluster = default_cluster
         self.adopted: set[WorkloadKey] = set()  # in the engine: live workloads of this shard
@@ -525,18 +526,20 @@ class AdmissionState:
                 )
         return tuple(out)
 
-    def restore_usage(self, usage: Sequence[EndedUsage], partitions: Collection[int]) -> None:
-        """Start from what a snapshot says retired workloads left in the LocalQueues of
-        `partitions` (before its events are replayed: their runs add to it)."""
+    def restore_usage(
+        self, usage: Sequence[EndedUsage], partitions: Collection[int], *, sequence: int = 0
+    ) -> None:
+        """Start from what a snapshot (of stream sequence `sequence`) says retired workloads
+        left in the LocalQueues of `partitions` (before its events are replayed: their runs
+        add to it; so do the records carrying usage there after it: usage_carry.py)."""
+        self.usage_carry.restored_from(dict.fromkeys(partitions, sequence))
         book, fair = self.engine.state.admission_usage, self.engine.state.config.kueue
         if book is None or fair.admission_fair_sharing is None:
             return
         for ended in usage:
             if ended.partition not in partitions:
                 continue
-            values = (ended.at_s, *ended.consumed.values())
-            if not all(math.isfinite(v) for v in values) or min(values[1:], default=0) < 0:
-                # Usage only orders queues: a bad record is skipped, not the whole snapshot.
+            if not valid_usage(ended.at_s, ended.consumed):
                 log.warning("snapshot usage of LocalQueue %s skipped: at_s %r, consumed %r",
                             ended.local_queue, ended.at_s, ended.consumed)  # fmt: skip
                 continue
@@ -621,6 +624,10 @@ class AdmissionState:
         if record.shard is not None:
             self.partitions.move(record.partition, record.shard)
             self.repartitioned = self.sharding.refresh() or self.repartitioned
+        book, fair = self.engine.state.admission_usage, self.engine.state.config.kueue
+        if book is not None and fair.admission_fair_sharing is not None:
+            owned = self.sharding.owned
+            self.usage_carry.apply(record, book, fair.admission_fair_sharing, owned=owned)
 
     def _rebalance(self, *, now_s: float) -> list[Event]:
         """After a configuration change: the LocalQueues it moved to another partition take

@@ -197,6 +197,9 @@ class PartitionRecord:
     local_queue: str = ""  # "<namespace>/<name>"
     to_partition: int = 0
     adopted: bool = False
+    # What the LocalQueue's retired workloads left in its admission fair sharing usage, as
+    # read from `partition`'s history: (at_s, ((resource, amount), ...)); unchecked.
+    carried: tuple[float, tuple[tuple[str, float], ...]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,12 +364,16 @@ def _partition_record_of(env: pb.Envelope) -> PartitionRecord | None:
             left = changed.queue_left
             if left.to_partition >= PARTITIONS or "/" not in left.local_queue:
                 raise FactError(f"config.partition: bad queue_left {left.local_queue!r}")
+            carried = None
+            if left.HasField("usage"):
+                carried = (left.usage.at_s, tuple(sorted(left.usage.consumed.items())))
             return PartitionRecord(
                 changed.partition,
                 env.sequence,
                 local_queue=left.local_queue,
                 to_partition=left.to_partition,
                 adopted=left.adopted,
+                carried=carried,
             )
     return None
 

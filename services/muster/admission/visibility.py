@@ -5,7 +5,8 @@ Keys (docs/services.md): `cq.<name>` → `ClusterQueueStatus`, `lq.<namespace>.<
 pages of the engine's index (`core.pending_pages`: 32 to 128 workloads, each under an id it
 keeps): `pending-page.<epoch>-<id>.<cq>` (`PendingWorkloadsResponse`, no positions) and
 `pending-index.<cq>` (`PendingPageIndex`: the pages in order, with their counts per
-LocalQueue, and the epoch; docs/events.md). A replica writes only the queues of its own
+LocalQueue, and the epoch; under admission fair sharing, each LocalQueue's usage rank, which
+comes before the pages' order; docs/events.md). A replica writes only the queues of its own
 shard, each under its epoch for that queue: the stream sequence after the last event it had
 applied when it began to own it, so that a newer owner's is larger (`visibility_writer`
 fences the writes on it). A LocalQueue whose ClusterQueue does not exist has an epoch of its
@@ -30,6 +31,7 @@ from muster.api.encode import is_byte_resource
 from muster.bus.partitions import partition_of
 from muster.contracts.v1 import events_pb2 as pb
 from muster.contracts.v1 import services_pb2
+from muster.core.admission_fair_sharing import usage_ranks
 from muster.core.engine import Engine
 from muster.core.pending_pages import PendingPage
 from muster.core.queue_index import Changes
@@ -157,6 +159,21 @@ def index_entry(page: PendingPage) -> bytes:
         namespace, _, name = key.partition("/")
         add(namespace=namespace, name=name, count=count)
     return services_pb2.PendingPageIndex(pages=[entry]).SerializeToString()
+
+
+def fair_order_bytes(engine: Engine, cluster_queue: str) -> bytes:
+    """The `fair_order` field of `cluster_queue`'s index, serialized (empty when it orders by
+    priority and FIFO alone): each waiting LocalQueue's usage rank, as admission orders now
+    (`core.admission_fair_sharing.usage_ranks`)."""
+    usages = engine.fair_usages(cluster_queue)
+    if usages is None:
+        return b""
+    index = services_pb2.PendingPageIndex()
+    add = index.fair_order.add
+    for key, rank in usage_ranks(usages).items():
+        namespace, _, name = key.partition("/")
+        add(namespace=namespace, name=name, rank=rank)
+    return index.SerializeToString()
 
 
 def cluster_queue_key(name: str) -> str:
@@ -346,6 +363,11 @@ class VisibilityRenderer:
             key = local_queue_key(namespace, name)
             status.epoch = self.epoch_of(key) or 0
             self._put(key, status)
+        for name in statuses:
+            # A start or stop in the ClusterQueue changes its LocalQueues' usage: the fair
+            # order in its index, though no page changed.
+            if name not in pending and engine.fair_usages(name) is not None:
+                pending[name] = set()
         for name, pages in pending.items():
             self._render_pending(engine, name, pages)
 
@@ -371,6 +393,7 @@ class VisibilityRenderer:
             self.values.pop(key, None)
             self._changed.add(key)
         joined.append(self._epoch_bytes[cluster_queue])  # fields of one message, concatenated
+        joined.append(fair_order_bytes(engine, cluster_queue))
         self._put_bytes(pending_index_key(cluster_queue), b"".join(joined))
 
     def _put(self, key: str, message: Message) -> None:

@@ -28,6 +28,7 @@ milli-units divided by 1000.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import TypeVar
 
 import msgspec
 
@@ -35,6 +36,24 @@ from muster.api.model import AdmissionFairSharingConfig
 from muster.core.quota import FlavorResource
 
 Amounts = dict[str, float]  # resource name -> amount in units
+Order = TypeVar("Order")
+
+
+def fair_key(usage: float, order: Order) -> tuple[float, Order]:
+    """A pending workload's place in its ClusterQueue's order (A3): its LocalQueue's usage,
+    then `order`, its place by priority and FIFO. Admission takes the least first
+    (`core.queues`), and the visibility views list pending workloads by it (`core.visibility`;
+    the gateway, through `usage_ranks`), as Kueue's ClusterQueue heap and its visibility
+    snapshot share one ordering function."""
+    return usage, order
+
+
+def usage_ranks(usages: Mapping[str, float]) -> dict[str, int]:
+    """Each LocalQueue's usage as a rank in `fair_key` order: 0 for the least, equal usages
+    sharing one (their workloads interleave by priority and FIFO). Ranks order workloads as
+    the usages do; a reader of the visibility bucket places workloads by them."""
+    rank_of = {usage: rank for rank, usage in enumerate(sorted(set(usages.values())))}
+    return {local_queue: rank_of[usage] for local_queue, usage in sorted(usages.items())}
 
 
 def decay_alpha(elapsed_s: float, half_life_s: float) -> float:
@@ -327,13 +346,23 @@ class AdmissionUsage:
         amounts: Mapping[str, float],
         *,
         config: AdmissionFairSharingConfig,
+        sign: float = 1.0,
     ) -> None:
-        """Add what retired workloads left in `local_queue` at `at_s` (read from a snapshot)."""
+        """Add what retired workloads left in `local_queue` at `at_s` (read from a snapshot,
+        or carried from the partition it left); `sign` -1 takes it away again."""
         queue = self.queues.get(local_queue)
         if queue is None:
             queue = self.queues[local_queue] = QueueUsage()
-        queue.ended.add(at_s, amounts, config.usage_half_life_s)
+        queue.ended.add(at_s, amounts, config.usage_half_life_s, sign)
         queue.last = None
+
+    def forget_ended(self, local_queue: str) -> None:
+        """Forget what retired workloads left in `local_queue` (it moved to a partition
+        another replica decides: that one carries it from now on)."""
+        queue = self.queues.get(local_queue)
+        if queue is not None:
+            queue.ended.clear()
+            queue.last = None
 
     def consumed(
         self, local_queue: str, *, now_s: float, config: AdmissionFairSharingConfig

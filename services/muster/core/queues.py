@@ -15,6 +15,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from muster.api.model import WorkloadKey
+from muster.core.admission_fair_sharing import fair_key
 from muster.core.quota import FlavorResource, QuotaNode
 
 if TYPE_CHECKING:
@@ -196,7 +197,7 @@ class QueueRuntime:
             return None
         head = group.head()
         assert head is not None
-        return self.local_usage.usage(name), head.order_key, name, group
+        return *fair_key(self.local_usage.usage(name), head.order_key), name, group
 
     @staticmethod
     def _best_in(active: list[tuple[OrderKey, int, PendingGroup]]) -> PendingGroup | None:

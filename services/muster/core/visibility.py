@@ -7,18 +7,18 @@ change), so each costs what its queue holds, not what the engine holds.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping, Sequence
-from itertools import islice
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
 
 from muster.api.model import Admission, AdmissionCheckState, Condition, Workload, WorkloadKey
+from muster.core.admission_fair_sharing import fair_key
 from muster.core.conditions import QUOTA_RESERVED
 from muster.core.pending_pages import PendingPage
 from muster.core.queue_index import Changes, QueueTally
 from muster.core.quota import FlavorResource, tree_id
-from muster.core.records import Phase
+from muster.core.records import Phase, WorkloadRecord
 from muster.core.status import (
     ClusterQueueStatus,
     FlavorUsage,
@@ -170,23 +170,32 @@ def local_queue_status(state: EngineState, namespace: str, name: str) -> LocalQu
     )
 
 
+def fair_usages(state: EngineState, cluster_queue: str) -> dict[str, float] | None:
+    """The usage of each LocalQueue with workloads waiting in `cluster_queue`, when it orders
+    them by admission fair sharing (else None): what admission's order compares now."""
+    runtime = state.queues.get(cluster_queue)
+    fair = None if runtime is None else runtime.local_usage
+    waiting = state.index.waiting.get(cluster_queue)
+    if fair is None or waiting is None:
+        return None
+    local_queues = {lq for page in waiting.pages for lq in page.local_queues}
+    return {lq: fair.usage(lq) for lq in sorted(local_queues)}
+
+
 def pending_in_order(state: EngineState, cluster_queue: str) -> list[PendingWorkload]:
-    """Pending workloads of a ClusterQueue by priority, then FIFO, with their positions."""
-    return pending_slice(state, cluster_queue, 0, None, {})
-
-
-def pending_slice(
-    state: EngineState,
-    cluster_queue: str,
-    start: int,
-    stop: int | None,
-    in_local: MutableMapping[str, int],
-) -> list[PendingWorkload]:
-    """Positions `start` to `stop` of `pending_in_order`; `in_local` holds, per LocalQueue
-    key, how many of its workloads come before `start`, and is advanced past `stop`."""
-    waiting = state.index.waiting.get(cluster_queue, ())
+    """Pending workloads of a ClusterQueue in admission order, with their positions: by
+    priority, then FIFO; under admission fair sharing, by their LocalQueue's usage first
+    (`fair_key`, as admission takes them)."""
+    records: list[WorkloadRecord] = list(state.index.waiting.get(cluster_queue, ()))
+    usages = fair_usages(state, cluster_queue)
+    if usages is not None:
+        ranked = sorted(
+            range(len(records)), key=lambda i: fair_key(usages[records[i].local_queue], i)
+        )
+        records = [records[i] for i in ranked]
     result = []
-    for position, r in enumerate(islice(waiting, start, stop), start):
+    in_local: dict[str, int] = {}
+    for position, r in enumerate(records):
         local_position = in_local.get(r.local_queue, 0)
         in_local[r.local_queue] = local_position + 1
         result.append(
@@ -296,6 +305,11 @@ class EngineViews:
     def pending_workloads(self, cluster_queue: str) -> Sequence[PendingWorkload]:
         """Pending workloads of a ClusterQueue in admission order, with their positions."""
         return pending_in_order(self.state, cluster_queue)
+
+    def fair_usages(self, cluster_queue: str) -> Mapping[str, float] | None:
+        """Per LocalQueue waiting in `cluster_queue`, the usage its admission fair sharing
+        order compares now; None when it orders by priority and FIFO alone."""
+        return fair_usages(self.state, cluster_queue)
 
     def pending_pages(self, cluster_queue: str) -> Sequence[PendingPage]:
         """The pages of `pending_workloads` in order, each under an id it keeps while it lives

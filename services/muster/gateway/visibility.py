@@ -2,8 +2,9 @@
 
 Admission writes the bucket (docs/services.md): `cq.<name>` (ClusterQueueStatus),
 `lq.<namespace>.<name>` (LocalQueueStatus) and the pending workloads of each ClusterQueue in
-order: `pending-index.<cq>` (PendingPageIndex: the pages in order, with their counts per
-LocalQueue, and its writer's epoch) and `pending-page.<epoch>-<id>.<cq>`
+order: `pending-index.<cq>` (PendingPageIndex: the pages by priority and FIFO, with their counts
+per LocalQueue, its writer's epoch and, under admission fair sharing, each LocalQueue's usage
+rank, which orders before the pages: `plan`) and `pending-page.<epoch>-<id>.<cq>`
 (PendingWorkloadsResponse, positions left to the reader; `pending-page.<id>.<cq>` under an
 index of epoch 0, written before epochs); each a serialized protobuf. A query reads the index
 and only the pages holding what it asks for: a LocalQueue's, only the pages its counts say
@@ -16,7 +17,7 @@ ClusterQueue has no index, during an upgrade. The gateway only reads, through th
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Final, NamedTuple, Protocol, TypeVar
 
 from muster.bus.kv import Bucket
@@ -150,13 +151,19 @@ async def pending_workloads(
     )
 
 
+LocalQueueKey = tuple[str, str]  # (namespace, name)
+
+
 class PageSlot(NamedTuple):
-    """A page to read: its id, the ClusterQueue position of its first workload, and per
-    LocalQueue (namespace, name) in it how many of that queue's workloads come before it."""
+    """A page to read: its id; per usage rank of its LocalQueues (`fair_order`; 0 for all
+    without admission fair sharing), the ClusterQueue position of its first workload of that
+    rank; per LocalQueue in it, how many of that queue's workloads come before it; and the
+    index's ranks."""
 
     id: int
-    start: int
-    local_starts: dict[tuple[str, str], int]
+    starts: dict[int, int]
+    local_starts: dict[LocalQueueKey, int]
+    ranks: Mapping[LocalQueueKey, int]
 
 
 async def pending_index(
@@ -172,24 +179,42 @@ def plan(
     index: services_pb2.PendingPageIndex,
     start: int,
     stop: int,
-    local_queue: tuple[str, str] | None = None,
+    local_queue: LocalQueueKey | None = None,
 ) -> tuple[list[PageSlot], int]:
     """The pages holding positions `start` to `stop` (of `local_queue`'s workloads when given,
-    else of the ClusterQueue's), and how many workloads the positions count."""
-    slots, position = [], 0
-    before: dict[tuple[str, str], int] = {}
-    for entry in index.pages:
-        counts = {(q.namespace, q.name): q.count for q in entry.local_queues}
+    else of the ClusterQueue's), and how many workloads the positions count.
+
+    The pages are by priority, then FIFO; a ClusterQueue ordered by admission fair sharing
+    lists its LocalQueues' usage ranks, and admission's order is by rank, then page order
+    (`core.admission_fair_sharing.fair_key`): a workload's position is the count of every
+    lower rank's workloads plus that of its own rank's before it."""
+    ranks = {(q.namespace, q.name): q.rank for q in index.fair_order}
+    pages = [(e, {(q.namespace, q.name): q.count for q in e.local_queues}) for e in index.pages]
+    totals: dict[int, int] = {}
+    for _, counts in pages:
+        for key, n in counts.items():
+            totals[ranks.get(key, 0)] = totals.get(ranks.get(key, 0), 0) + n
+    next_at, position = {}, 0  # per rank, the position of its next workload
+    for rank in sorted(totals):
+        next_at[rank], position = position, position + totals[rank]
+    slots: list[PageSlot] = []
+    before: dict[LocalQueueKey, int] = {}
+    for entry, counts in pages:
+        by_rank: dict[int, int] = {}
+        for key, n in counts.items():
+            by_rank[ranks.get(key, 0)] = by_rank.get(ranks.get(key, 0), 0) + n
         if local_queue is None:
-            first, count = position, entry.count
+            spans = [(next_at[rank], n) for rank, n in by_rank.items()]
         else:
-            first, count = before.get(local_queue, 0), counts.get(local_queue, 0)
-        if count and first < stop and start < first + count:
-            slots.append(PageSlot(entry.id, position, {k: before.get(k, 0) for k in counts}))
-        position += entry.count
+            spans = [(before.get(local_queue, 0), counts.get(local_queue, 0))]
+        if any(n and first < stop and start < first + n for first, n in spans):
+            starts = {rank: next_at[rank] for rank in by_rank}
+            slots.append(PageSlot(entry.id, starts, {k: before.get(k, 0) for k in counts}, ranks))
+        for rank, n in by_rank.items():
+            next_at[rank] += n
         for key, n in counts.items():
             before[key] = before.get(key, 0) + n
-    return slots, position if local_queue is None else before.get(local_queue, 0)
+    return slots, sum(totals.values()) if local_queue is None else before.get(local_queue, 0)
 
 
 async def read_pages(
@@ -198,7 +223,7 @@ async def read_pages(
     slots: Sequence[PageSlot],
     start: int = 0,
     stop: int | None = None,
-    local_queue: tuple[str, str] | None = None,
+    local_queue: LocalQueueKey | None = None,
     *,
     epoch: int = 0,
 ) -> list[services_pb2.PendingWorkload]:
@@ -212,6 +237,8 @@ async def read_pages(
     for slot, data in zip(slots, found, strict=True):
         if data is not None:
             items += place(cluster_queue, slot, data, start, stop, local_queue)
+    # Under admission fair sharing a later page may hold an earlier position.
+    items.sort(key=lambda item: item.position_in_cluster_queue)
     return items
 
 
@@ -228,19 +255,22 @@ def place(
     data: bytes,
     start: int = 0,
     stop: int | None = None,
-    local_queue: tuple[str, str] | None = None,
+    local_queue: LocalQueueKey | None = None,
 ) -> list[services_pb2.PendingWorkload]:
     """The workloads of page `data` at positions `start` to `stop`, their positions set."""
-    local = dict(slot.local_starts)
+    local, at_rank = dict(slot.local_starts), dict(slot.starts)
     items = []
-    for i, item in enumerate(services_pb2.PendingWorkloadsResponse.FromString(data).items):
+    for item in services_pb2.PendingWorkloadsResponse.FromString(data).items:
         key = (item.namespace, item.local_queue)
         at = local.get(key, 0)
         local[key] = at + 1
-        rank = slot.start + i if local_queue is None else at if key == local_queue else -1
-        if start <= rank and (stop is None or rank < stop):
+        rank = slot.ranks.get(key, 0)
+        position = at_rank.get(rank, 0)
+        at_rank[rank] = position + 1
+        wanted = position if local_queue is None else at if key == local_queue else -1
+        if start <= wanted and (stop is None or wanted < stop):
             item.cluster_queue = cluster_queue
-            item.position_in_cluster_queue = slot.start + i
+            item.position_in_cluster_queue = position
             item.position_in_local_queue = at
             items.append(item)
     return items
@@ -252,7 +282,7 @@ async def _indexed(
     index: services_pb2.PendingPageIndex,
     start: int,
     stop: int,
-    local_queue: tuple[str, str] | None = None,
+    local_queue: LocalQueueKey | None = None,
 ) -> services_pb2.PendingWorkloadsResponse:
     slots, total = plan(index, start, stop, local_queue)
     items = await read_pages(

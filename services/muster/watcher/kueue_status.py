@@ -19,12 +19,14 @@ feeds it events and desires what changed.
 - LocalQueue: counts and flavor sums over its workloads (a workload evicted but not yet
   requeued still reserves quota), Active while its ClusterQueue exists in the cluster; with
   Kueue's `admissionFairSharing` configured, `fairSharing.admissionFairSharingStatus`
-  (`consumedResources` as of `lastUpdate`, the time of the last event that started or ended one
-  of its workloads' runs: `core.admission_fair_sharing`, as admission orders by it).
+  (`consumedResources` as of `lastUpdate`: `core.admission_fair_sharing`, as admission orders
+  by it), re-sampled every `usageSamplingInterval` as Kueue's LocalQueue controller does
+  (`sample`), and as of the last event that started or ended one of its workloads' runs.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final, Literal
@@ -418,9 +420,39 @@ class StatusBook:
             return
         self._usage_at[wl.local_queue] = max(at_s, self._usage_at.get(wl.local_queue, at_s))
 
+    def sample(self, now_s: float) -> set[ObjectRef]:
+        """Re-sample the LocalQueues' admission fair sharing status at the last tick of the
+        `usageSamplingInterval` grid at or before `now_s`; the LocalQueues it changed.
+
+        Kueue's LocalQueue controller (pkg/controller/core/localqueue_controller.go, Reconcile
+        and reconcileConsumedUsage) writes every LocalQueue whose ClusterQueue is active once
+        per interval: consumedResources decayed to now, lastUpdate now. Ticks on one grid
+        bound the writes to one per LocalQueue per interval however often this is called.
+        Differs from Kueue: a LocalQueue that has consumed nothing, and showed nothing, keeps
+        its lastUpdate (its status would say nothing new; thousands of idle queues would
+        otherwise cost a write each per interval)."""
+        fair = self._fair
+        if fair is None or fair.usage_sampling_interval_s <= 0:
+            return set()
+        interval = fair.usage_sampling_interval_s
+        tick = math.floor(now_s / interval) * interval
+        refs: set[ObjectRef] = set()
+        for lq, cluster_queue in sorted(self._local_queues.items()):
+            was = self._usage_at.get(lq, 0.0)
+            if cluster_queue not in self._cluster_queues or was >= tick:
+                continue  # Kueue: not reconciled without its ClusterQueue; or sampled already
+            key = "/".join(lq)
+            shown = self._usage.consumed(key, now_s=was, config=fair)
+            if not shown and not self._usage.consumed(key, now_s=tick, config=fair):
+                continue
+            self._usage_at[lq] = tick
+            refs.add(self._lq_ref(lq))
+        return refs
+
     def _fair_sharing_status(self, lq: tuple[str, str]) -> dict[str, Any]:
         """Kueue's LocalQueue `fairSharing.admissionFairSharingStatus`, as of the last event
-        that changed its usage (none yet: empty, lastUpdate 0)."""
+        that changed its usage or the last sample, whichever is later (none yet: empty,
+        lastUpdate 0)."""
         assert self._fair is not None
         at_s = self._usage_at.get(lq, 0.0)
         consumed = self._usage.consumed("/".join(lq), now_s=at_s, config=self._fair)

@@ -14,8 +14,10 @@ written. At start it replays the cluster's events, then desires every status onc
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from muster.api.check_states import ChecksWanted
@@ -239,24 +241,46 @@ async def write_statuses(
     if groups is not None:
         groups._desire(list(groups.book.refs()))
     log.info("status of %d Kueue objects of cluster %s desired after replay", len(refs), cluster)
-    async for env in bus.replay(
-        subjects, from_sequence=last + 1, follow=True, watched="watcher-status"
-    ):
-        if not runs_on.counts(env):
-            continue
-        _desire(book, sink, sorted(book.apply(env), key=str))
-        _desire_jobs(sink, mirror.apply(env))
-        if workers is not None:
-            workers.apply(env)
-        if groups is not None:
-            groups.apply(env)
-        if events is not None:
-            for spec in events[0].apply(env):
-                events[1].record(
-                    spec.regarding,
-                    type_=spec.type,
-                    reason=spec.reason,
-                    note=spec.note,
-                    action=spec.action,
-                    controller=spec.controller,
-                )
+    async with asyncio.TaskGroup() as tasks:
+        if fair is not None and fair.usage_sampling_interval_s > 0:
+            tasks.create_task(
+                sample_fair_sharing(book, sink, interval_s=fair.usage_sampling_interval_s),
+                name="watcher-afs-samples",
+            )
+        async for env in bus.replay(
+            subjects, from_sequence=last + 1, follow=True, watched="watcher-status"
+        ):
+            if not runs_on.counts(env):
+                continue
+            _desire(book, sink, sorted(book.apply(env), key=str))
+            _desire_jobs(sink, mirror.apply(env))
+            if workers is not None:
+                workers.apply(env)
+            if groups is not None:
+                groups.apply(env)
+            if events is not None:
+                for spec in events[0].apply(env):
+                    events[1].record(
+                        spec.regarding,
+                        type_=spec.type,
+                        reason=spec.reason,
+                        note=spec.note,
+                        action=spec.action,
+                        controller=spec.controller,
+                    )
+
+
+async def sample_fair_sharing(
+    book: StatusBook,
+    sink: StatusSink,
+    *,
+    interval_s: float,
+    clock: Callable[[], float] = time.time,
+) -> None:
+    """Desire the LocalQueues' re-sampled admission fair sharing status at each tick of the
+    `usageSamplingInterval` grid (`StatusBook.sample`), until cancelled."""
+    while True:
+        now_s = clock()
+        _desire(book, sink, sorted(book.sample(now_s), key=str))
+        # Just past the next tick: a sample a little early would find the last one's.
+        await asyncio.sleep(interval_s - now_s % interval_s + 0.01)

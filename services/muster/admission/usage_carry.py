@@ -1,0 +1,92 @@
+"""Admission fair sharing usage that follows a LocalQueue to another replica's partition.
+
+A replica's usage of a LocalQueue is its live workloads' runs (their stories follow them:
+homes.py) plus what its retired (finished, deleted) workloads left, which only the replica
+deciding its partition holds, in memory and in its snapshots (`EndedUsage`). When a
+configuration change moves the LocalQueue's tree into a partition another replica decides,
+that replica reads the old partition's history up to its fence (handover.py), and writes what
+the retired workloads left into a second `QueueLeft` record (`usage`), fenced like the first.
+Every replica reads every record, live and when it rebuilds, so the one deciding the new
+partition adds it to the LocalQueue's usage then, restart-safe; the one deciding the old
+partition forgets it.
+
+A record is applied once: not again when its writer, which applied it as it wrote it, reads
+it back; not when the snapshot a replica restored from is newer (that snapshot's usage holds
+it); and a later record of the same move (a handover done again after a restart) replaces
+the earlier one instead of adding to it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from typing import NamedTuple
+
+from muster.admission.translate import PartitionRecord
+from muster.api.model import AdmissionFairSharingConfig
+from muster.core.admission_fair_sharing import AdmissionUsage
+
+log = logging.getLogger(__name__)
+
+
+def valid_usage(at_s: float, consumed: Mapping[str, float]) -> bool:
+    """Whether stored usage can be added: finite, and no amount below 0 (usage only orders
+    queues: a bad value is skipped with a warning, never the record or snapshot holding it)."""
+    values = (at_s, *consumed.values())
+    return all(math.isfinite(v) for v in values) and min(values[1:], default=0.0) >= 0.0
+
+
+class Carried(NamedTuple):
+    sequence: int
+    at_s: float
+    consumed: dict[str, float]
+
+
+class UsageCarry:
+    """The carried usage this replica applied, by (LocalQueue, partition it came from), and
+    per partition the sequence of the snapshot whose usage it restored."""
+
+    def __init__(self) -> None:
+        self.applied: dict[tuple[str, int], Carried] = {}
+        self.restored: dict[int, int] = {}
+
+    def restored_from(self, partitions: Mapping[int, int]) -> None:
+        """A snapshot of these sequences (per partition) gave the usage: it holds what every
+        record before it carried there."""
+        for partition, sequence in partitions.items():
+            self.restored[partition] = max(self.restored.get(partition, 0), sequence)
+
+    def apply(
+        self,
+        record: PartitionRecord,
+        book: AdmissionUsage,
+        config: AdmissionFairSharingConfig,
+        *,
+        owned: frozenset[int],
+    ) -> None:
+        """Take `record` into `book`: the usage it carries to one of `owned`, or the usage a
+        LocalQueue took away from one of `owned`."""
+        if not record.local_queue:
+            return
+        if record.carried is None:
+            if record.partition in owned and record.to_partition not in owned:
+                book.forget_ended(record.local_queue)  # its new decider carries it
+            return
+        to, key = record.to_partition, (record.local_queue, record.partition)
+        before = self.applied.get(key)
+        if to not in owned or record.sequence <= self.restored.get(to, 0):
+            return
+        if before is not None and before.sequence >= record.sequence:
+            return  # read back, or older than the one applied
+        at_s, consumed = record.carried[0], dict(record.carried[1])
+        if not valid_usage(at_s, consumed):
+            log.warning("carried usage of LocalQueue %s skipped: at_s %r, consumed %r",
+                        record.local_queue, at_s, consumed)  # fmt: skip
+            return
+        if before is not None:  # the same move read again: this one replaces it
+            book.restore_ended(
+                record.local_queue, before.at_s, before.consumed, config=config, sign=-1.0
+            )
+        book.restore_ended(record.local_queue, at_s, consumed, config=config)
+        self.applied[key] = Carried(record.sequence, at_s, consumed)
