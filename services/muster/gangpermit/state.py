@@ -54,6 +54,7 @@ from muster.core.placement.model import (
 from muster.core.placement.scheduler import DEFAULT_TIMEOUT_S, GangScheduler
 from muster.core.placement.sources import gang_of_admitted, handled_by, node_info, pod_info
 from muster.core.submissions import EndedSubmissions
+from muster.gangpermit.evictions import RESEND_FIRST_S, RESEND_MAX_S, EvictionFlights
 from muster.gangpermit.member_uids import MemberUids
 from muster.gangpermit.parts import part_ids
 from muster.gangpermit.rooms import NodeRooms
@@ -116,6 +117,7 @@ class GangPermitState:
         scoring: Scoring = "binpack",
         preemption: bool = True,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        evict_resend_s: float = RESEND_FIRST_S,
     ) -> None:
         self.cluster = cluster
         self.max_event_bytes = max_event_bytes  # the bus's: a larger permit goes in parts
@@ -140,6 +142,11 @@ class GangPermitState:
         self.ended = EndedSubmissions()  # a late admission of a workload ended since is dropped
         self.admitted: dict[str, KueueGang] = {}  # by workload (= gang) key
         self.permits: dict[GangKey, Permit] = {}
+        # Placement evictions not answered yet, asked for again on a timer (`evictions`).
+        self.evictions = EvictionFlights(
+            first_s=evict_resend_s, max_s=max(evict_resend_s, RESEND_MAX_S)
+        )
+        self.resent_evictions = 0  # re-sends so far (a metric)
         # Restored permits' pods, until bound: the node, and the uid permitted ("" for any).
         self.assumed: dict[PodKey, tuple[NodeName, str]] = {}
         self.parked: dict[GangKey, frozenset[str]] = {}  # timed out before a restart: pod uids
@@ -183,6 +190,7 @@ class GangPermitState:
                 # A placement eviction's answer (pods outside Kueue, maybe one part of
                 # several): ends no admission. Their room is given back pod by pod, as the
                 # cluster shows each gone, so no part's answer frees another's nodes.
+                self.evictions.answered(env)  # but its pods are not asked for again
                 return False
             case "eviction_completed" if self._admitted_since(env):
                 return False  # an earlier eviction's: the admission held now was not stopped

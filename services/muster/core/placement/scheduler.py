@@ -195,6 +195,17 @@ class GangScheduler:
         record = self._state.pods.get(pod)
         return None if record is None else record.node
 
+    def victims_of(self, gang: GangKey) -> frozenset[PodKey]:
+        """The victims' pods `gang` still waits for: those its nomination keeps room behind,
+        or, timed out, those it is tried again after (empty once placed, forgotten, or all
+        gone)."""
+        record = self._state.gangs.get(gang)
+        if record is None:
+            return frozenset()
+        nomination = record.nomination
+        held = nomination.victim_pods if nomination is not None else set()
+        return frozenset(held | record.former_victims)
+
     def free(self, node: NodeName) -> dict[str, int]:
         """Allocatable minus used, reserved and nominated room, `pods` included."""
         return self._state.nominated.free_of(node)
