@@ -20,8 +20,8 @@ RESEND_S = 30.0
 VICTIM_PODS = 4
 
 
-def fed_cluster(**settings: float) -> GangPermitState:
-    state = GangPermitState(cluster="local", **settings)
+def fed_cluster(*, evict_resend_s: float = RESEND_S) -> GangPermitState:
+    state = GangPermitState(cluster="local", evict_resend_s=evict_resend_s)
     state.restored()
     for obj in objects(preemption(VICTIM_PODS)):
         state.put(obj)
@@ -72,7 +72,7 @@ def test_an_unanswered_evict_is_sent_again_with_new_ids_backing_off() -> None:
 def test_the_back_off_stops_growing_at_its_cap() -> None:
     state = fed_cluster(evict_resend_s=100.0)
     decide(state, now_s=0.0)
-    times = []
+    times: list[float] = []
     now = 0.0
     while len(times) < 5:
         due = state.evictions.next_due_s()
