@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
+from away_watch import AwayWatch
 from test_sim_pod_tombstones import watcher_read
 
 from muster.bus import Bus
-from muster.cluster.backend import ClusterChange
-from muster.cluster.errors import ClusterError
 from muster.cluster.keys import bucket_name
 from muster.cluster.sim import SimBackend
 from muster.cluster.sim.store import SimStore
@@ -27,35 +25,6 @@ from muster.gangpermit.state import GangPermitState
 pytestmark = pytest.mark.timeout(60)
 
 GHOST = "ns/ghost"
-
-
-class AwayWatch(SimBackend):
-    """The sim cluster as gang-permit reads it: while `away` is set its watch fails (a NATS
-    outage), at the next change or at once."""
-
-    def __init__(self, backend: SimBackend) -> None:
-        super().__init__(backend.store)
-        self.away = asyncio.Event()
-        self.failed = asyncio.Event()
-
-    async def watch(self, **options: Any) -> AsyncGenerator[ClusterChange, None]:
-        changes = super().watch(**options)
-        async with contextlib.aclosing(changes):
-            async for change in self._unless_away(changes):
-                yield change
-
-    async def _unless_away(
-        self, changes: AsyncGenerator[ClusterChange, None]
-    ) -> AsyncGenerator[ClusterChange, None]:
-        self._fail_if_away()
-        async for change in changes:
-            self._fail_if_away()
-            yield change
-
-    def _fail_if_away(self) -> None:
-        if self.away.is_set():
-            self.failed.set()
-            raise ClusterError("", "Unavailable", "NATS away", temporary=True)
 
 
 def node(name: str) -> dict[str, Any]:
@@ -89,7 +58,7 @@ async def test_a_pod_deleted_and_pruned_while_the_watch_was_away_is_dropped(bus:
     away = AwayWatch(sim)
     state = GangPermitState(cluster="local")
     state.restored()
-    cache = ClusterCache(away, sink=state)
+    cache = ClusterCache(away.backend(), sink=state)
     task = asyncio.create_task(cache.run())
     try:
         await cache.sync(timeout_s=10)
