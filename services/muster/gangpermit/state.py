@@ -154,8 +154,10 @@ class GangPermitState:
         self.waiting: dict[GangKey, str] = {}  # the last waiting reason published
         self.waiting_published: dict[GangKey, int] = {}
         self.attempts: dict[GangKey, int] = {}  # gang_rejected so far: a new attempt each
-        # While restoring: the attempt in which each gang last preempted (see `_rejected`).
+        # While restoring: the attempt in which each gang last preempted (see `_rejected`),
+        # and when it first preempted in the attempt it is in (its try's deadline runs on).
         self.preempted_in: dict[GangKey, int] = {}
+        self.preempted_since: dict[GangKey, float] = {}
         # --- for `capacity`: Kueue gangs found placed, in order, and those whose placement may
         # have changed since (None: any), so a heartbeat looks again at those only. Kept sorted
         # as they change: a heartbeat (up to ten a second in a burst) copies the list instead
@@ -214,6 +216,7 @@ class GangPermitState:
                 return False
             case "placement_preempted":  # our own, read back while restoring
                 self.preempted_in[GangKey(key)] = self.attempts.get(GangKey(key), 0)
+                self.preempted_since.setdefault(GangKey(key), env.time_unix_nano / 1e9)
                 return False
             case "gang_waiting":
                 self.parked.pop(GangKey(key), None)  # retried after an earlier time-out
@@ -236,6 +239,11 @@ class GangPermitState:
         """The stream is replayed: restored permits hold their nodes from now on."""
         self.restoring = False
         self.preempted_in.clear()
+        # A preemptor's try goes on where it was: its nomination holds until the deadline it
+        # had, not a whole deadline from now (a victim that never stops would hold it longer).
+        for gang, since_s in sorted(self.preempted_since.items()):
+            self.scheduler.resume_try(gang, started_s=since_s)
+        self.preempted_since.clear()
         for permit in self.permits.values():
             for pod, node in permit.bindings.items():
                 self.assumed[pod] = (node, permit.uids.get(pod, ""))
@@ -284,6 +292,7 @@ class GangPermitState:
             )
         self.admitted[key] = KueueGang(spec=spec, admitted=env)
         self.attempts.pop(GangKey(key), None)  # a new admission: its own attempts
+        self.preempted_since.pop(GangKey(key), None)
         self._drop_permit(GangKey(key))  # and its own permit
         self.touch(key)
         return self._refresh(self.feed.admit(spec))
@@ -331,6 +340,7 @@ class GangPermitState:
         permit.order = tuple(permit.bindings)
         self.waiting.pop(gang, None)
         self.parked.pop(gang, None)  # retried after an earlier time-out
+        self.preempted_since.pop(gang, None)  # its try ended
 
     def _answered(self, gang: GangKey, cause: str, *, failed: bool = False) -> Permit | None:
         """The binder answered permit part `cause` (bound, or rejected); once it answered every
@@ -354,6 +364,7 @@ class GangPermitState:
         attempt = self.attempts.get(gang, 0)
         self.attempts[gang] = attempt + 1
         self.waiting.pop(gang, None)
+        self.preempted_since.pop(gang, None)  # its try ended: the next starts anew
         if rejected.reason == BIND_FAILED:
             permit = self._answered(gang, env.cause, failed=True)
             if permit is not None:

@@ -116,6 +116,14 @@ class GangScheduler:
         """A pod finished or was deleted: its room is free again."""
         self._state.remove_pod(key)
 
+    def resume_try(self, gang: GangKey, *, started_s: float) -> None:
+        """A restarted caller's gang whose try began at `started_s` (it preempted then): its
+        next first attempt keeps that deadline, so a victim that never stops holds the room
+        nominated for it no longer than it would have without the restart. Past that
+        deadline already, the gang preempts again (the same victims, if they still hold the
+        room) and times out at once, waiting for them as it would have."""
+        self._state.resumed[gang] = started_s
+
     def bind_failed(self, gang: GangKey) -> None:
         """Binding a permitted gang failed: its unbound pods go back to pending, reservations are
         released, and the gang is retried as a whole on the next pass.
