@@ -8,7 +8,8 @@ every pod); GangWaiting → `workload.gang_waiting` (only when the reason differ
 one published); PlacementPreempted → `workload.placement_preempted` (its pods listed when they
 fit), plus `cmd.evict` listing the pods of each victim that Kueue does not manage, in as many
 commands as fit the bus's limit (a Kueue workload is evicted by admission, which owns its
-quota). The `workload` field is the gang's key.
+quota). The `workload` field is the gang's key. Then each `cmd.evict` not answered within its
+back-off is sent again (`resend_evictions`, `muster.gangpermit.evictions`).
 
 Event ids are derived from what was decided (gang, its attempt, its pods' uids, the outcome), so
 a pass repeated after a crash publishes the same ids and JetStream drops the copies.
