@@ -1,16 +1,18 @@
 """A cluster backend whose watch fails while `away` is set (a NATS outage, an API server cut
 off), for tests of a watch that must resume or list again. Wraps any backend; only `watch` and
-`current_revision` are used by the readers under test (gang-permit's cache)."""
+`current_revision` are used by the reader under test: gang-permit's cache (`running_cache`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, cast
 
 from muster.cluster.backend import ClusterBackend, ClusterChange
 from muster.cluster.errors import ClusterError
+from muster.gangpermit.cache import ClusterCache
+from muster.gangpermit.state import GangPermitState
 
 
 class AwayWatch:
@@ -41,3 +43,22 @@ class AwayWatch:
         if self.away.is_set():
             self.failed.set()
             raise ClusterError("", "Unavailable", "watch away", temporary=True)
+
+
+@contextlib.asynccontextmanager
+async def running_cache(
+    backend: ClusterBackend,
+) -> AsyncIterator[tuple[GangPermitState, ClusterCache]]:
+    """Gang-permit's state fed by its cluster cache over `backend`, the cache running, and
+    read up to now."""
+    state = GangPermitState(cluster="local")
+    state.restored()
+    cache = ClusterCache(backend, sink=state)
+    task = asyncio.create_task(cache.run())
+    try:
+        await cache.sync(timeout_s=20)
+        yield state, cache
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -11,15 +11,13 @@ import contextlib
 from collections.abc import AsyncGenerator
 
 import pytest
-from away_watch import AwayWatch
+from away_watch import AwayWatch, running_cache
 from kube_backend_helpers import ChangeLog, node, pod
 
 from muster.cluster.backend import ClusterChange
 from muster.cluster.errors import ExpiredError
 from muster.cluster.kube import KubeBackend
 from muster.devtools.apiserver import ApiServer
-from muster.gangpermit.cache import ClusterCache
-from muster.gangpermit.state import GangPermitState
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -59,12 +57,7 @@ async def test_a_pod_deleted_in_an_expired_gap_is_dropped_by_gangpermits_cache(
     await backend.apply(node("n1"))
     await backend.apply(bound("ghost"))
     away = AwayWatch(backend)
-    state = GangPermitState(cluster="local")
-    state.restored()
-    cache = ClusterCache(away.backend(), sink=state)
-    task = asyncio.create_task(cache.run())
-    try:
-        await cache.sync(timeout_s=20)
+    async with running_cache(away.backend()) as (state, cache):
         assert GHOST in state.pods
 
         away.away.set()
@@ -78,7 +71,3 @@ async def test_a_pod_deleted_in_an_expired_gap_is_dropped_by_gangpermits_cache(
 
         assert GHOST not in state.pods
         assert cache.relists == 1
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task

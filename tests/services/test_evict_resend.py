@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 from bus_helpers import EventLog
-from placement_stack import gang_yaml, node, placement_stack
+from placement_stack import preemption_stack
 
 from muster.bus import Bus
 from muster.cluster.errors import ClusterError
@@ -47,18 +47,8 @@ async def test_a_dead_lettered_evict_is_sent_again_and_the_preemptor_bound(
         return refusing[0]
 
     config = {"gang_timeout_s": DEADLINE_S, "evict_resend_s": RESEND_S}
-    stack = placement_stack(
-        bus, events, kubelet=False, binder_backend=refuses_first_delete, gangpermit=config
-    )
+    stack = preemption_stack(bus, events, binder_backend=refuses_first_delete, gangpermit=config)
     async with stack as s:
-        await s.backend.apply(node("n0", cpu="4"))
-        await s.apply_all(gang_yaml("low", pods=4))
-        await s.wait_for_pods(
-            VICTIM_PODS, lambda pods: all(p.node_name for p in pods), timeout_s=20
-        )
-        high = gang_yaml("high", pods=1, cpu="4")
-        await s.apply_all(high.replace("  workloadRef:", "  priority: 100\n  workloadRef:"))
-
         await events.wait_for("placement_preempted", workload=PREEMPTOR, timeout_s=20)
         rejected = await events.wait_for("gang_rejected", workload=PREEMPTOR, timeout_s=20)
         assert rejected.gang_rejected.reason == "GangTimedOut"

@@ -7,11 +7,10 @@ Before, the resumed watch never showed the deletion: a ghost pod held its room u
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 import pytest
-from away_watch import AwayWatch
+from away_watch import AwayWatch, running_cache
 from test_sim_pod_tombstones import watcher_read
 
 from muster.bus import Bus
@@ -19,7 +18,6 @@ from muster.cluster.keys import bucket_name
 from muster.cluster.sim import SimBackend
 from muster.cluster.sim.store import SimStore
 from muster.cluster.sim.tombstones import prune_once
-from muster.gangpermit.cache import ClusterCache
 from muster.gangpermit.state import GangPermitState
 
 pytestmark = pytest.mark.timeout(60)
@@ -56,12 +54,7 @@ async def test_a_pod_deleted_and_pruned_while_the_watch_was_away_is_dropped(bus:
     await sim.apply(node("n1"))
     await sim.apply(bound_pod("ghost"))
     away = AwayWatch(sim)
-    state = GangPermitState(cluster="local")
-    state.restored()
-    cache = ClusterCache(away.backend(), sink=state)
-    task = asyncio.create_task(cache.run())
-    try:
-        await cache.sync(timeout_s=10)
+    async with running_cache(away.backend()) as (state, cache):
         assert GHOST in state.pods
         assert free_cpu(state) == 0
 
@@ -81,7 +74,3 @@ async def test_a_pod_deleted_and_pruned_while_the_watch_was_away_is_dropped(bus:
         assert GHOST not in state.pods
         assert free_cpu(state) == 4000
         assert cache.relists == 1
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
