@@ -160,6 +160,31 @@ async def placement_stack(
             await stack.stop_all()
 
 
+@contextlib.asynccontextmanager
+async def preemption_stack(
+    bus: Bus,
+    events: EventLog,
+    *,
+    binder_backend: Callable[[SimBackend], ClusterBackend],
+    gangpermit: dict[str, Any],
+) -> AsyncIterator[Stack]:
+    """`placement_stack` with no kubelet: node n0 full with gang `ns/low` (4 pods of one CPU,
+    bound), then gang `ns/high` (priority 100, one pod of 4 CPUs) applied: it fits only by
+    preempting `low`."""
+    stack = placement_stack(
+        bus, events, kubelet=False, binder_backend=binder_backend, gangpermit=gangpermit
+    )
+    async with stack as s:
+        await s.backend.apply(node("n0", cpu="4"))
+        await s.apply_all(gang_yaml("low", pods=4))
+        await s.wait_for_pods(
+            "ns/low/workers", lambda pods: all(p.node_name for p in pods), timeout_s=20
+        )
+        high = gang_yaml("high", pods=1, cpu="4")
+        await s.apply_all(high.replace("  workloadRef:", "  priority: 100\n  workloadRef:"))
+        yield s
+
+
 def node(name: str, *, cpu: str = "4", labels: dict[str, str] | None = None) -> dict[str, Any]:
     return {
         "apiVersion": "v1",

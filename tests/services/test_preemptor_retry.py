@@ -13,7 +13,7 @@ import asyncio
 
 import pytest
 from bus_helpers import EventLog
-from placement_stack import gang_yaml, node, placement_stack
+from placement_stack import preemption_stack
 
 from muster.bus import Bus
 from muster.cluster.sim.backend import SimBackend
@@ -49,18 +49,8 @@ async def test_a_preemptor_timed_out_while_its_victims_stop_is_bound_once_they_a
         return slow[0]
 
     config = {"gang_timeout_s": DEADLINE_S}
-    stack = placement_stack(
-        bus, events, kubelet=False, binder_backend=slow_to_stop, gangpermit=config
-    )
+    stack = preemption_stack(bus, events, binder_backend=slow_to_stop, gangpermit=config)
     async with stack as s:
-        await s.backend.apply(node("n0", cpu="4"))
-        await s.apply_all(gang_yaml("low", pods=4))
-        await s.wait_for_pods(
-            VICTIM_PODS, lambda pods: all(p.node_name for p in pods), timeout_s=20
-        )
-        high = gang_yaml("high", pods=1, cpu="4")
-        await s.apply_all(high.replace("  workloadRef:", "  priority: 100\n  workloadRef:"))
-
         preempted = await events.wait_for("placement_preempted", workload=PREEMPTOR, timeout_s=20)
         assert list(preempted.placement_preempted.victims) == [VICTIM]
         rejected = await events.wait_for("gang_rejected", workload=PREEMPTOR, timeout_s=20)

@@ -14,6 +14,7 @@ from test_cluster_sim_collector import deleted, started, until
 from muster.bus import Bus
 from muster.bus.buckets import WATCHER_BUCKET
 from muster.bus.kv import Bucket
+from muster.cluster.errors import ExpiredError
 from muster.cluster.keys import bucket_name
 from muster.cluster.sim import SimBackend, pod_key
 from muster.cluster.sim.tombstones import prune_once
@@ -58,9 +59,11 @@ async def test_tombstones_the_watcher_read_leave_and_the_bucket_holds_what_is_li
         assert await stored(bus) == 1 + N  # the node, and a tombstone per pod
         await watcher_read(bus, await sim.store.last_revision())
         async with asyncio.timeout(30):
-            while await stored(bus) > 1:  # noqa: ASYNC110 - the server notifies no one of it
+            while await stored(bus) > 2:  # noqa: ASYNC110 - the server notifies no one of it
                 await asyncio.sleep(0.05)
+    # The node, and the revision up to which tombstones went (a resume below it is expired).
     assert [s.key for s in await sim.store.list()] == ["node.n1"]
+    assert await sim.store.pruned_up_to() > 0
 
 
 async def test_a_deletion_the_watcher_has_not_read_stays_for_its_resumed_watch(
@@ -74,7 +77,8 @@ async def test_a_deletion_the_watcher_has_not_read_stays_for_its_resumed_watch(
     pods = await bus.kv(bucket_name("local"))
 
     assert await prune_once(pods, watcher, "local", kept_s=0) == len(read)
-    assert await stored(bus) == 1 + 1  # the node, and the one deletion not read
+    assert await stored(bus) == 1 + 1 + 1  # the node, the one deletion not read, the mark
+    assert await sim.store.pruned_up_to() == point
     # The watcher, restarted, resumes from its point and is told of the deletion.
     watch = sim.store.watch("pod.", from_revision=point)
     async with asyncio.timeout(10), contextlib.aclosing(watch) as changes:
@@ -93,3 +97,25 @@ async def test_without_a_readable_watcher_point_nothing_is_pruned(
     assert await prune_once(pods, watcher, "local", kept_s=0) == 0
     assert await stored(bus) == 2
     assert pod_key("ml", "w-main-0") not in {s.key for s in await sim.store.list()}
+
+
+async def test_a_resume_from_below_pruned_tombstones_is_expired_for_a_reader_that_lists_again(
+    bus: Bus, sim: SimBackend
+) -> None:
+    async with collector.sim_cluster_service(bus):
+        await run_and_delete(bus, sim, ["w"])
+    point = await sim.store.last_revision()
+    pods = await bus.kv(bucket_name("local"))
+    assert await prune_once(pods, await watcher_read(bus, point), "local", kept_s=0) == 1
+
+    with pytest.raises(ExpiredError, match=f"deletions up to {point} are forgotten"):
+        await anext(sim.store.watch(from_revision=point - 1, expires=True))
+    # From the watcher's point, or for a reader that does not list again: resumed as before.
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n2"}}
+    await sim.apply(node)
+    for watch in (
+        sim.store.watch(from_revision=point, expires=True),
+        sim.store.watch(from_revision=1),
+    ):
+        async with asyncio.timeout(10), contextlib.aclosing(watch) as changes:
+            assert (await anext(c async for c in changes if c.key == "node.n2")).type == "ADDED"

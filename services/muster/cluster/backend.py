@@ -148,12 +148,17 @@ class ClusterBackend(Protocol):
         from_revision: int = 0,
         selection: Selection = "workloads",
         on_progress: Callable[[int], None] | None = None,
+        lists_again: bool = False,
     ) -> AsyncGenerator[ClusterChange, None]:
         """Yield every object as ADDED, then each change as it happens, until closed.
 
         With `from_revision` > 0 (the `revision` of the last change the caller handled) there
         is no initial list: the watch yields only changes after that revision, so a restarted
-        consumer replays nothing it has seen. Revisions strictly increase; none repeats.
+        consumer replays nothing it has seen. Revisions strictly increase; none repeats. When
+        the deletions after that revision may be forgotten (a compacted resourceVersion, pruned
+        tombstones) and the caller `lists_again`, it raises `ExpiredError`: the caller watches
+        from 0 again, and drops what it holds that the list does not show. Without
+        `lists_again` the backend lists again itself, and a deletion in the gap may go unseen.
 
         Level-triggered, like a Kubernetes informer: ADDED means "first time this watch shows the
         key" and MODIFIED "shown before", so treat both as "this is the object now". After a

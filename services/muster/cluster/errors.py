@@ -37,6 +37,16 @@ class ConflictError(ClusterError):
         super().__init__(obj, "Conflict", message, temporary=True)
 
 
+class ExpiredError(ClusterError):
+    """A watch cannot resume where asked: what changed since is forgotten (Kubernetes' 410
+    Gone for a compacted resourceVersion; the sim after pruning pod tombstones). The caller
+    lists again, and drops what it holds that the list no longer has: deletions in the gap
+    are not shown."""
+
+    def __init__(self, obj: str, message: str) -> None:
+        super().__init__(obj, "Expired", message, temporary=True)
+
+
 class InvalidObjectError(ClusterError):
     """A manifest the cluster refuses; `problems` holds one line per problem (with field paths)."""
 

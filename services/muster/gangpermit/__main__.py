@@ -70,6 +70,15 @@ FLAGS = (
         "2",
         "how often the cluster's free room is put in MUSTER_CLUSTERS for multi-cluster dispatch",
     ),
+    Flag(
+        "--evict-resend-seconds",
+        "S",
+        float,
+        "MUSTER_EVICT_RESEND_SECONDS",
+        "30",
+        "a placement eviction the binder has not answered is asked for again after this, "
+        "then twice as long each time, up to 5 minutes",
+    ),
     *BACKEND_FLAGS,
 )
 DESCRIPTION = "Place every pod of a gang at once on one cluster, or reject them together."
@@ -105,6 +114,7 @@ def gang_config(args: argparse.Namespace, config: ServiceConfig) -> GangPermitCo
         scoring=cast(Scoring, args.scoring),
         preemption=args.placement_preemption,
         heartbeat_s=args.heartbeat_seconds,
+        evict_resend_s=args.evict_resend_seconds,
     )
 
 

@@ -12,7 +12,9 @@ call, so a first pass sees the whole cluster. An object that does not decode, or
 cannot take, is left out and dead-lettered (`bus.poison`) with why; its next change is tried
 again. One that does not decode is dead-lettered once per generation and problems (a Node's
 status changes every few seconds), and a Node gets a Warning Event naming the field (`warn`):
-the watcher tells the other kinds' users, and does not watch Nodes.
+the watcher tells the other kinds' users, and does not watch Nodes. A watch that cannot resume
+(`ExpiredError`: a compacted resourceVersion, pruned sim tombstones) lists again, and what the
+list no longer has is taken out of the sink: a pod deleted in the gap holds no room.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from muster.api.raw import RawPodStatus
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.poison import Quarantine
 from muster.cluster.backend import ClusterBackend, ClusterChange
-from muster.cluster.errors import ClusterError
+from muster.cluster.errors import ClusterError, ExpiredError
 from muster.cluster.keys import (
     NODE_PREFIX,
     OBJECT_PREFIX,
@@ -136,17 +138,35 @@ class ClusterCache:
         self.refused: list[tuple[ClusterChange, str]] = []  # not decoded: to dead-letter
         self.revision = 0  # the watch has shown every change up to here
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []  # (revision, woken there)
+        self._expired = False  # the last watch could not resume: list again
+        # While listing again: the keys the list showed so far, and the revision at which
+        # it has shown every object there is (what it has not shown by then is gone).
+        self._listed: set[str] | None = None
+        self._list_until = 0
+        self.relists = 0
 
     async def run(self) -> None:
-        """Follow the cluster until cancelled; a failed watch resumes after the last revision."""
+        """Follow the cluster until cancelled; a failed watch resumes after the last revision,
+        or lists again when that revision expired (`_relist`)."""
         while True:
+            start = 0 if self._expired else self.revision
+            if self._expired:
+                self._relist()
             changes = self._backend.watch(
-                from_revision=self.revision, selection="placement", on_progress=self._read_up_to
+                from_revision=start,
+                selection="placement",
+                on_progress=self._read_up_to,
+                lists_again=True,
             )
             try:
                 async with contextlib.aclosing(changes):
                     applied = 0
                     async for change in changes:
+                        if self._listed is not None and not self._list_until:
+                            # Asked once the list has begun: an object there is then is shown
+                            # before the watch gets past it (asked before, one written between
+                            # could come after).
+                            self._list_until = await self._backend.current_revision()
                         applied += 1
                         if applied % YIELD_EVERY == 0:
                             # Changes already arrived come without a wait: a 10 000-pod Job's
@@ -159,10 +179,33 @@ class ClusterCache:
                         while self.refused:
                             await self._dead_letter(*self.refused.pop(0))
                         self._read_up_to(change.revision)
+            except ExpiredError as err:
+                log.warning("cluster watch cannot resume, listing again: %s", err)
+                self._expired = True
             except ClusterError as err:
                 raise_if_cancelling()  # a timeout may have swallowed it (bus.cancel)
                 log.warning("cluster watch failed, resuming: %s", err)
+                # A list cut short has not shown everything: it is done again whole.
+                self._expired = self._listed is not None
                 await asyncio.sleep(_RETRY_S)
+
+    def _relist(self) -> None:
+        """Watch from 0 again: deletions in the gap are not shown (as after a Kubernetes 410
+        Gone), so what the cache holds that the list has not shown by the revision current
+        once it began (`_list_until`) is taken out then (`_drop_unlisted`), its room freed."""
+        self._listed = set()
+        self._list_until = 0  # asked once the list has begun (`run`)
+        self._expired = False
+        self.relists += 1
+
+    def _drop_unlisted(self) -> None:
+        listed, self._listed = self._listed or set(), None
+        gone = sorted(set(self._objects) - listed)
+        for key in gone:
+            self._sink.remove(self._objects.pop(key).obj)
+        if gone:
+            log.info("%d objects gone while the watch was away", len(gone))
+            self._on_change()
 
     async def sync(self, *, timeout_s: float = 5.0) -> None:
         """Return once the cache holds every write made before this call (ClusterError if the
@@ -191,6 +234,8 @@ class ClusterCache:
     def apply(self, change: ClusterChange) -> None:
         """Hand one change on to the sink (a watched kind only)."""
         key = change.key
+        if self._listed is not None:
+            self._listed.add(key)
         if not key.startswith(WATCHED_PREFIXES):
             return
         if change.type == "DELETED":
@@ -251,6 +296,8 @@ class ClusterCache:
         return obj if isinstance(obj, str) else _Known(obj, basis)
 
     def _read_up_to(self, revision: int) -> None:
+        if self._listed is not None and self._list_until and revision >= self._list_until:
+            self._drop_unlisted()  # before a sync waiting for this revision returns
         if revision <= self.revision:
             return
         self.revision = revision

@@ -43,6 +43,7 @@ from muster.core.heartbeat_parts import encode_room
 from muster.core.placement.model import Scoring
 from muster.core.placement.scheduler import DEFAULT_TIMEOUT_S
 from muster.gangpermit.cache import ClusterCache, Warn
+from muster.gangpermit.evictions import RESEND_FIRST_S
 from muster.gangpermit.room_writer import RoomWriter
 from muster.gangpermit.state import GangPermitState
 from muster.gangpermit.translate import decide
@@ -98,6 +99,9 @@ class GangPermitConfig(msgspec.Struct, frozen=True, kw_only=True):
     preemption: bool = True  # evict lower-priority workloads to place an admitted gang
     sync_timeout_s: float = 30.0  # reading the whole cluster at start
     heartbeat_s: float = 2.0  # how often the cluster's room is put in MUSTER_CLUSTERS
+    # An unanswered placement `cmd.evict` is sent again after this, then twice as long each
+    # time up to RESEND_MAX_S (`muster.gangpermit.evictions`).
+    evict_resend_s: float = RESEND_FIRST_S
 
     def __post_init__(self) -> None:
         if not self.gang_timeout_s > 0:
@@ -106,6 +110,8 @@ class GangPermitConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("scheduler name must not be empty")
         if not self.heartbeat_s > 0:
             raise ValueError(f"heartbeat interval must be > 0 seconds, got {self.heartbeat_s:g}")
+        if not self.evict_resend_s > 0:
+            raise ValueError(f"evict re-send must be > 0 seconds, got {self.evict_resend_s:g}")
 
 
 def followed_subjects(cluster: str, events: Sequence[str] = FOLLOWED_EVENTS) -> list[str]:
@@ -134,6 +140,7 @@ async def run_gangpermit(
         preemption=config.preemption,
         # The bus's limit, or the server's, whichever refuses first: a larger permit goes in parts.
         max_event_bytes=min(bus.config.max_event_bytes, bus.nc.max_payload),
+        evict_resend_s=config.evict_resend_s,
     )
     events = Quarantine(bus.publisher, consumer=f"gangpermit-{config.cluster}")
     last = await bus.last_sequence()
@@ -170,7 +177,7 @@ async def run_gangpermit(
         pulse = bus.pulses.pulse("gangpermit-passes")
         while True:
             raise_if_cancelling()  # nats-py's waits (and wait_for here) may have swallowed it
-            deadline = state.scheduler.next_deadline_s()
+            deadline = _next_due_s(state)
             # Never 0: a deadline the pass did not clear must not spin the loop.
             timeout = None if deadline is None else max(_MIN_WAIT_S, deadline - clock_s())
             pulse.beat(None if timeout is None else timeout + BATCH_WINDOW_S)
@@ -187,7 +194,11 @@ async def run_gangpermit(
                 continue
             failures.recovered()
             if series is not None:
-                series.passed(time.perf_counter() - started, waiting=len(state.waiting))
+                series.passed(
+                    time.perf_counter() - started,
+                    waiting=len(state.waiting),
+                    evictions_resent=state.resent_evictions,
+                )
             beat.set()  # the room may have changed: tell admission soon
             if envs:
                 with pulse.handling():  # each failed try of the publish advances it
@@ -205,6 +216,12 @@ async def run_gangpermit(
         health.ready()
         tasks.create_task(follow(), name="gangpermit-events")
         tasks.create_task(passes(), name="gangpermit-passes")
+
+
+def _next_due_s(state: GangPermitState) -> float | None:
+    """When a pass must run with no change: a gang's deadline, or an eviction's re-send."""
+    due = [state.scheduler.next_deadline_s(), state.evictions.next_due_s()]
+    return min((d for d in due if d is not None), default=None)
 
 
 async def _read_cluster(cache: ClusterCache, config: GangPermitConfig) -> None:

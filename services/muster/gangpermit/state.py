@@ -54,6 +54,7 @@ from muster.core.placement.model import (
 from muster.core.placement.scheduler import DEFAULT_TIMEOUT_S, GangScheduler
 from muster.core.placement.sources import gang_of_admitted, handled_by, node_info, pod_info
 from muster.core.submissions import EndedSubmissions
+from muster.gangpermit.evictions import RESEND_FIRST_S, RESEND_MAX_S, EvictionFlights
 from muster.gangpermit.member_uids import MemberUids
 from muster.gangpermit.parts import part_ids
 from muster.gangpermit.rooms import NodeRooms
@@ -116,6 +117,7 @@ class GangPermitState:
         scoring: Scoring = "binpack",
         preemption: bool = True,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        evict_resend_s: float = RESEND_FIRST_S,
     ) -> None:
         self.cluster = cluster
         self.max_event_bytes = max_event_bytes  # the bus's: a larger permit goes in parts
@@ -140,6 +142,11 @@ class GangPermitState:
         self.ended = EndedSubmissions()  # a late admission of a workload ended since is dropped
         self.admitted: dict[str, KueueGang] = {}  # by workload (= gang) key
         self.permits: dict[GangKey, Permit] = {}
+        # Placement evictions not answered yet, asked for again on a timer (`evictions`).
+        self.evictions = EvictionFlights(
+            first_s=evict_resend_s, max_s=max(evict_resend_s, RESEND_MAX_S)
+        )
+        self.resent_evictions = 0  # re-sends so far (a metric)
         # Restored permits' pods, until bound: the node, and the uid permitted ("" for any).
         self.assumed: dict[PodKey, tuple[NodeName, str]] = {}
         self.parked: dict[GangKey, frozenset[str]] = {}  # timed out before a restart: pod uids
@@ -147,8 +154,10 @@ class GangPermitState:
         self.waiting: dict[GangKey, str] = {}  # the last waiting reason published
         self.waiting_published: dict[GangKey, int] = {}
         self.attempts: dict[GangKey, int] = {}  # gang_rejected so far: a new attempt each
-        # While restoring: the attempt in which each gang last preempted (see `_rejected`).
+        # While restoring: the attempt in which each gang last preempted (see `_rejected`),
+        # and when it first preempted in the attempt it is in (its try's deadline runs on).
         self.preempted_in: dict[GangKey, int] = {}
+        self.preempted_since: dict[GangKey, float] = {}
         # --- for `capacity`: Kueue gangs found placed, in order, and those whose placement may
         # have changed since (None: any), so a heartbeat looks again at those only. Kept sorted
         # as they change: a heartbeat (up to ten a second in a burst) copies the list instead
@@ -183,6 +192,7 @@ class GangPermitState:
                 # A placement eviction's answer (pods outside Kueue, maybe one part of
                 # several): ends no admission. Their room is given back pod by pod, as the
                 # cluster shows each gone, so no part's answer frees another's nodes.
+                self.evictions.answered(env)  # but its pods are not asked for again
                 return False
             case "eviction_completed" if self._admitted_since(env):
                 return False  # an earlier eviction's: the admission held now was not stopped
@@ -206,6 +216,7 @@ class GangPermitState:
                 return False
             case "placement_preempted":  # our own, read back while restoring
                 self.preempted_in[GangKey(key)] = self.attempts.get(GangKey(key), 0)
+                self.preempted_since.setdefault(GangKey(key), env.time_unix_nano / 1e9)
                 return False
             case "gang_waiting":
                 self.parked.pop(GangKey(key), None)  # retried after an earlier time-out
@@ -228,6 +239,11 @@ class GangPermitState:
         """The stream is replayed: restored permits hold their nodes from now on."""
         self.restoring = False
         self.preempted_in.clear()
+        # A preemptor's try goes on where it was: its nomination holds until the deadline it
+        # had, not a whole deadline from now (a victim that never stops would hold it longer).
+        for gang, since_s in sorted(self.preempted_since.items()):
+            self.scheduler.resume_try(gang, started_s=since_s)
+        self.preempted_since.clear()
         for permit in self.permits.values():
             for pod, node in permit.bindings.items():
                 self.assumed[pod] = (node, permit.uids.get(pod, ""))
@@ -276,6 +292,7 @@ class GangPermitState:
             )
         self.admitted[key] = KueueGang(spec=spec, admitted=env)
         self.attempts.pop(GangKey(key), None)  # a new admission: its own attempts
+        self.preempted_since.pop(GangKey(key), None)
         self._drop_permit(GangKey(key))  # and its own permit
         self.touch(key)
         return self._refresh(self.feed.admit(spec))
@@ -323,6 +340,7 @@ class GangPermitState:
         permit.order = tuple(permit.bindings)
         self.waiting.pop(gang, None)
         self.parked.pop(gang, None)  # retried after an earlier time-out
+        self.preempted_since.pop(gang, None)  # its try ended
 
     def _answered(self, gang: GangKey, cause: str, *, failed: bool = False) -> Permit | None:
         """The binder answered permit part `cause` (bound, or rejected); once it answered every
@@ -346,6 +364,7 @@ class GangPermitState:
         attempt = self.attempts.get(gang, 0)
         self.attempts[gang] = attempt + 1
         self.waiting.pop(gang, None)
+        self.preempted_since.pop(gang, None)  # its try ended: the next starts anew
         if rejected.reason == BIND_FAILED:
             permit = self._answered(gang, env.cause, failed=True)
             if permit is not None:

@@ -8,7 +8,8 @@ every pod); GangWaiting → `workload.gang_waiting` (only when the reason differ
 one published); PlacementPreempted → `workload.placement_preempted` (its pods listed when they
 fit), plus `cmd.evict` listing the pods of each victim that Kueue does not manage, in as many
 commands as fit the bus's limit (a Kueue workload is evicted by admission, which owns its
-quota). The `workload` field is the gang's key.
+quota). The `workload` field is the gang's key. Then each `cmd.evict` not answered within its
+back-off is sent again (`resend_evictions`, `muster.gangpermit.evictions`).
 
 Event ids are derived from what was decided (gang, its attempt, its pods' uids, the outcome), so
 a pass repeated after a crash publishes the same ids and JetStream drops the copies.
@@ -17,6 +18,7 @@ a pass repeated after a crash publishes the same ids and JetStream drops the cop
 from __future__ import annotations
 
 import hashlib
+import logging
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Final
@@ -38,9 +40,13 @@ from muster.core.placement.model import (
 from muster.gangpermit.parts import part_id, part_ids, split_runs
 from muster.gangpermit.state import GangPermitState, Permit
 
+log = logging.getLogger(__name__)
+
 # The namespace of gang-permit's event ids. Fixed forever: changing it breaks dedupe of a pass
 # repeated across an upgrade.
 DECISION_ID_NAMESPACE: Final = uuid.uuid5(uuid.NAMESPACE_DNS, "gangpermit.muster.dev")
+# The namespace of re-sent evictions' ids (`resend_evictions`). Fixed forever, as above.
+RESEND_ID_NAMESPACE: Final = uuid.uuid5(uuid.NAMESPACE_DNS, "evict-resends.muster.dev")
 
 
 def decide(state: GangPermitState, *, now_s: float) -> list[events_pb2.Envelope]:
@@ -86,6 +92,7 @@ def decide(state: GangPermitState, *, now_s: float) -> list[events_pb2.Envelope]
             case PlacementPreempted():
                 state.touch_all()
                 out.extend(_preempted(state, decision, now_ns))
+    out.extend(resend_evictions(state, now_s=now_s))
     return out
 
 
@@ -129,7 +136,56 @@ def _preempted(
     for n, victim in enumerate(d.victims, start=1):
         if victim in state.admitted:
             continue  # a Kueue workload: admission evicts it (it owns the quota)
-        out.extend(_evictions(state, d.gang, victim, owned.get(victim, []), announced, n))
+        commands = _evictions(state, d.gang, victim, owned.get(victim, []), announced, n=n)
+        state.evictions.sent(d.gang, commands, now_s=now_ns / 1e9)
+        out.extend(commands)
+    return out
+
+
+def resend_evictions(state: GangPermitState, *, now_s: float) -> list[events_pb2.Envelope]:
+    """`cmd.evict` again, with new ids, for each eviction not answered within its back-off
+    (`muster.gangpermit.evictions`): of the pods its preemptor still waits for and the cluster
+    still has (the same uid). The binder stops each pod only while its uid is the one named,
+    and an answer names its command, so a re-send is harmless where the first one did arrive.
+    """
+    out: list[events_pb2.Envelope] = []
+    for flight in state.evictions.due(now_s=now_s):
+        waited = state.scheduler.victims_of(flight.preemptor)
+        pods = sorted(
+            pod
+            for pod, uid in flight.pods.items()
+            if pod in waited and pod in state.pods and state.pods[pod].meta.uid == uid
+        )
+        if not pods:
+            state.evictions.drop(flight)
+            continue
+        # The id says which re-send this is of which pods: the same after a restart (JetStream
+        # drops the copy), another for the next one.
+        fact = "/".join(
+            [state.cluster, flight.preemptor, flight.victim, str(flight.resends + 1)]
+            + [flight.pods[p] for p in pods]
+        )
+        whole_id = str(uuid.uuid5(RESEND_ID_NAMESPACE, fact))
+        kueue = state.admitted.get(flight.preemptor)
+        commands = _evictions(
+            state,
+            flight.preemptor,
+            flight.victim,
+            pods,
+            kueue.admitted if kueue is not None else None,
+            whole_id=whole_id,
+            attempt=flight.resends + 2,
+            now_ns=int(now_s * 1e9),
+        )
+        state.evictions.sent(flight.preemptor, commands, now_s=now_s, resent=True)
+        state.resent_evictions += 1
+        log.info(
+            "eviction for %s not answered; asking again (attempt %d)",
+            flight.preemptor,
+            flight.resends + 1,
+            extra={"workload": flight.victim},
+        )
+        out.extend(commands)
     return out
 
 
@@ -138,8 +194,12 @@ def _evictions(
     gang: GangKey,
     victim: str,
     pods: Sequence[PodKey],
-    announced: events_pb2.Envelope,
-    n: int,
+    cause: events_pb2.Envelope | None,
+    *,
+    n: int = 0,
+    whole_id: str | None = None,
+    attempt: int = 1,
+    now_ns: int | None = None,
 ) -> list[events_pb2.Envelope]:
     """`cmd.evict` of `victim`'s `pods`: one command as before, or, when that would be over
     the bus's event limit, one per run of pods that fits. Each command stops exactly the pods
@@ -147,7 +207,7 @@ def _evictions(
     crash without harm. The whole command's id is derived as a single one's always was; each
     part's from it (`parts.part_id`), so a pass repeated after a crash publishes the same ids.
     Each part says which it is (`part`, `parts`, `command_id`), and the binder's answer
-    repeats it.
+    repeats it. A re-send (`resend_evictions`) gives its own `whole_id` and `attempt`.
     """
 
     def command(
@@ -161,7 +221,7 @@ def _evictions(
         payload = events_pb2.EvictRequested(
             reason=PLACEMENT_PREEMPTED,
             message=f"to place gang {gang}",
-            attempt=1,
+            attempt=attempt,
             pods=refs,
             part=part,
             parts=parts,
@@ -172,16 +232,16 @@ def _evictions(
             payload,
             cluster=state.cluster,
             workload=victim,
-            cause=announced,
+            cause=cause,
             source=state.source,
             n=n,
-            now_ns=announced.time_unix_nano,
+            now_ns=cause.time_unix_nano if now_ns is None and cause is not None else now_ns,
             event_id=event_id,
         )
 
     refs = _refs(state, pods)
     runs = split_runs(refs, max_event_bytes=state.max_event_bytes)
-    whole = command(refs if len(runs) == 1 else [], None)
+    whole = command(refs if len(runs) == 1 else [], whole_id)
     if len(runs) == 1:
         return [whole]
     return [

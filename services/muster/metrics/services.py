@@ -99,9 +99,21 @@ class PlacementSeries:
             registry=registry,
         ).labels(cluster)
 
-    def passed(self, seconds: float, *, waiting: int) -> None:
+        self._resent = Counter(
+            "muster_placement_evictions_resent_total",
+            "Placement cmd.evict commands sent again, unanswered after their back-off.",
+            ["cluster"],
+            registry=registry,
+        ).labels(cluster)
+        self._resent_told = 0
+
+    def passed(self, seconds: float, *, waiting: int, evictions_resent: int = 0) -> None:
+        """A pass; `evictions_resent` is the count of re-sends so far (the counter follows)."""
         self._pass_s.observe(seconds)
         self._waiting.set(waiting)
+        if evictions_resent > self._resent_told:
+            self._resent.inc(evictions_resent - self._resent_told)
+            self._resent_told = evictions_resent
 
 
 class BinderSeries:

@@ -16,11 +16,20 @@ def test_flags_reach_the_config() -> None:
         [
             "--cluster", "east", "--gang-timeout-seconds", "30", "--scheduler-name", "gangs",
             "--scoring", "spread", "--placement-preemption", "off",
+            "--evict-resend-seconds", "7.5",
         ]
     )  # fmt: skip
     assert service.name == "gangpermit"
     assert (config.cluster, config.gang_timeout_s, config.scheduler_name) == ("east", 30.0, "gangs")
     assert (config.scoring, config.preemption) == ("spread", False)
+    assert config.evict_resend_s == 7.5  # its effect: test_gangpermit_evict_resend.py
+
+
+def test_an_evict_resend_of_zero_seconds_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        configs(["--evict-resend-seconds", "0"])
+    assert exit_.value.code == 2
+    assert "evict re-send must be > 0 seconds, got 0" in capsys.readouterr().err
 
 
 def test_defaults_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,6 +17,7 @@ from muster.gangpermit.translate import decide
 
 VICTIM_PODS = 4
 PREEMPTOR = "ns/high/workers"
+NO_RESEND_S = 1e6
 
 
 def cluster() -> list[Doc]:
@@ -25,7 +26,9 @@ def cluster() -> list[Doc]:
 
 
 def fed_cluster() -> GangPermitState:
-    state = GangPermitState(cluster="local")
+    # The binder answers in time here: no eviction is sent again within these tests
+    # (test_gangpermit_evict_resend.py).
+    state = GangPermitState(cluster="local", evict_resend_s=NO_RESEND_S)
     state.restored()
     for obj in objects(cluster()):
         state.put(obj)
@@ -97,7 +100,8 @@ def test_a_gang_permit_restarted_after_a_preemptor_timed_out_tries_it_again(gone
     victim = {d["metadata"]["name"] for d in cluster() if d["metadata"]["name"].startswith("low-")}
     left = [d for d in cluster() if not gone or d["metadata"]["name"] not in victim]
 
-    again = decide(fed(left, stream=stream), now_s=401.0)  # not parked until its pods change
+    restarted = fed(left, stream=stream, evict_resend_s=NO_RESEND_S)
+    again = decide(restarted, now_s=401.0)  # not parked until its pods change
 
     if gone:
         assert types(again) == [("workload.gang_permitted", PREEMPTOR)]

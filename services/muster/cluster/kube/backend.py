@@ -318,6 +318,7 @@ class KubeBackend:
         from_revision: int = 0,
         selection: Selection = "workloads",
         on_progress: Callable[[int], None] | None = None,
+        lists_again: bool = False,
     ) -> AsyncGenerator[ClusterChange, None]:
         """As the protocol says; the gang API's resources are those the server serves now
         (`discovery`), looked up again at each watch, as long as the server takes to answer
@@ -336,6 +337,7 @@ class KubeBackend:
             settings=self.config.watch,
             from_revision=from_revision,
             on_progress=on_progress,
+            lists_again=lists_again,
         )
         async with contextlib.aclosing(changes):
             async for change in changes:

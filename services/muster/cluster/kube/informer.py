@@ -3,9 +3,11 @@ one `ClusterChange` stream.
 
 Each source lists (paged), then watches from the list's resourceVersion with bookmarks; a cut
 stream resumes from the last resourceVersion it saw, `410 Gone` relists (showing only
-differences, see `changes`), other failures back off exponentially (from the first delay again
-once a watch delivered something: cuts hours apart are not one outage), and a resource that is
-not served (a CRD not installed) is retried every `missing_retry_s`, with one warning.
+differences, see `changes`; a watch resumed for a consumer that `lists_again`, which never
+showed what that consumer holds, ends with `ExpiredError` instead), other failures back off
+exponentially (from the first delay again once a watch delivered something: cuts hours apart
+are not one outage), and a resource that is not served (a CRD not installed) is retried every
+`missing_retry_s`, with one warning.
 
 Revisions. The API server's resourceVersion is etcd's one global revision, but separate watch
 streams deliver it out of order between resources, so a change's own resourceVersion is no
@@ -29,7 +31,7 @@ from typing import Any
 import msgspec
 
 from muster.cluster.backend import ClusterChange
-from muster.cluster.errors import ClusterError, NotFoundError
+from muster.cluster.errors import ClusterError, ExpiredError, NotFoundError
 from muster.cluster.kube.changes import ChangeCache, Pending, resource_version
 from muster.cluster.kube.resources import NAMESPACES, Source, change_key
 from muster.cluster.kube.retry import UnavailableError, cancelling_check
@@ -80,6 +82,7 @@ class _SourceLoop:
         queue: asyncio.Queue[_Item | BaseException],
         settings: WatchSettings,
         start_rv: int,
+        lists_again: bool = False,
     ) -> None:
         self.index = index
         self.source = source
@@ -90,6 +93,8 @@ class _SourceLoop:
         self._failing = ""  # the failure last logged, until the watch works again
         self.progress = start_rv
         self._needs_list = start_rv == 0
+        # A consumer's resume, and the consumer lists again itself: an expiry is its to list.
+        self._resumed = start_rv > 0 and lists_again
         self._warned_missing = False
         self._seen_before_request = 0  # cache.max_rv when the last request was sent
         self._streamed = False  # the watch since the last failure delivered something
@@ -113,6 +118,8 @@ class _SourceLoop:
                 await self._watch()
                 delays = self._settings.backoff.delays()  # a clean end: the server's timeout
             except _ExpiredError:
+                if await self._expired_resume():
+                    return
                 log.info(
                     "%s: resourceVersion %d expired; listing again", self.source.name, self.progress
                 )
@@ -123,6 +130,8 @@ class _SourceLoop:
                 self._needs_list = True
             except ClusterError as err:
                 if isinstance(err, UnavailableError) and err.reason in _EXPIRED:
+                    if await self._expired_resume():
+                        return
                     self._needs_list = True
                     continue
                 if self._streamed:  # it worked until cut: a new failure, not the same one
@@ -137,6 +146,17 @@ class _SourceLoop:
             if self._failing:
                 log.info("%s: answered again", self.source.name)
                 self._failing = ""
+
+    async def _expired_resume(self) -> bool:
+        """Whether this watch resumed a consumer's (`from_revision` > 0) and so must not list
+        again itself: it never showed what the consumer holds, so its list would show no
+        deletion made in the gap. It ends the merged watch with ExpiredError instead; the
+        consumer watches from 0 and drops what that list does not show."""
+        if not self._resumed:
+            return False
+        message = f"resourceVersion {self.progress} expired; list again"
+        await self._queue.put(ExpiredError(self.source.name, message))
+        return True
 
     async def _emit(self, change: Pending | None, progress: int = 0) -> None:
         if change is not None or progress:
@@ -315,6 +335,7 @@ async def merged_watch(
     settings: WatchSettings,
     from_revision: int = 0,
     on_progress: Callable[[int], None] | None = None,
+    lists_again: bool = False,
 ) -> AsyncGenerator[ClusterChange, None]:
     """Every source's changes as one stream (see the module docstring), until closed.
 
@@ -335,6 +356,7 @@ async def merged_watch(
             queue=queue,
             settings=settings,
             start_rv=floor,
+            lists_again=lists_again,
         )
         for i, source in enumerate(sources)
     )

@@ -235,8 +235,11 @@ class SimBackend:
         from_revision: int = 0,
         selection: Selection = "workloads",  # the sim shows everything: it is small
         on_progress: Callable[[int], None] | None = None,
+        lists_again: bool = False,
     ) -> AsyncGenerator[ClusterChange, None]:
-        changes = self.store.watch(from_revision=from_revision, on_skipped=on_progress)
+        changes = self.store.watch(
+            from_revision=from_revision, on_skipped=on_progress, expires=lists_again
+        )
         async with contextlib.aclosing(changes):
             async for change in changes:
                 yield ClusterChange(

@@ -14,15 +14,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Callable, Iterator
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
 from muster.bus.errors import BusError, Conflict, NotFound, Reject, Unavailable
 from muster.bus.kv import Bucket, Change, OpenBucket
 from muster.cluster.backend import ChangeType
-from muster.cluster.errors import ClusterError, ConflictError
+from muster.cluster.errors import ClusterError, ConflictError, ExpiredError
 from muster.cluster.keys import bucket_name, describe
+
+# Not an object: the revision up to which pod tombstones may have been pruned (written by
+# `tombstones.prune_once`); a watch resumed below it may have missed deletions.
+PRUNED_KEY: Final = "pruned"
+
+
+def revision_in(value: bytes | None) -> int:
+    """A revision stored as decimal text (0: none, or not a number)."""
+    try:
+        return max(int(value or b"0"), 0)
+    except ValueError:
+        return 0
 
 
 class StoredObject(msgspec.Struct, frozen=True, kw_only=True):
@@ -120,6 +132,16 @@ class SimStore:
         with bus_errors():
             return await self._bucket.last_revision()
 
+    async def pruned_up_to(self) -> int:
+        """The revision below which pod tombstones may be pruned (`tombstones.py`; 0: none)."""
+        entry = await self.get_raw(PRUNED_KEY)
+        return revision_in(entry)
+
+    async def get_raw(self, key: str) -> bytes | None:
+        with bus_errors(key):
+            entry = await self._bucket.get(key)
+        return None if entry is None else entry.value
+
     async def list(self, prefix: str = "") -> list[StoredObject]:
         """Return every object whose key starts with `prefix` (a whole token: "pod.ml."), by key.
 
@@ -136,7 +158,7 @@ class SimStore:
             async with limit:
                 return await self.get(key)
 
-        found = await asyncio.gather(*(read(k) for k in keys))
+        found = await asyncio.gather(*(read(k) for k in keys if k != PRUNED_KEY))
         return [obj for obj in found if obj is not None]
 
     async def watch(
@@ -144,6 +166,7 @@ class SimStore:
         *prefixes: str,
         from_revision: int = 0,
         on_skipped: Callable[[int], None] | None = None,
+        expires: bool = False,
     ) -> AsyncGenerator[StoreChange, None]:
         """Yield the objects under `prefixes` (whole tokens: "pod.", "node."; none: every key) as
         ADDED, then every change, in revision order (one watch: changes of different prefixes
@@ -154,15 +177,26 @@ class SimStore:
         meaning of ADDED and MODIFIED (level-triggered). Never yields a revision twice.
         `on_skipped(revision)` is called for each write the watch read but does not yield (a
         tombstone of a key it never showed), so a caller can tell how far the watch has read.
+        With `expires`, a resume from below the pruned tombstones (`PRUNED_KEY`) raises
+        ExpiredError: it would miss their deletions.
         """
         resuming = from_revision > 0
+        if resuming and expires:
+            pruned = await self.pruned_up_to()
+            if pruned > from_revision:
+                raise ExpiredError(
+                    "",
+                    f"revision {from_revision} is too old: pod deletions up to {pruned} are "
+                    "forgotten (tombstones pruned); list again",
+                )
         changes = self._bucket.changes(*prefixes, after=from_revision if resuming else None)
         shown: set[str] = set()
         last = from_revision
         try:
             with bus_errors():
                 async for raw in changes:
-                    change = _change(raw, shown, resuming=resuming)
+                    marker = raw.key == PRUNED_KEY
+                    change = None if marker else _change(raw, shown, resuming=resuming)
                     if change is None or change.revision <= last:
                         if on_skipped is not None:
                             on_skipped(raw.revision)

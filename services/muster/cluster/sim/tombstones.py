@@ -10,7 +10,9 @@ from before the deletion shows as DELETED. Kept for good, they grew by one per p
 - nothing else: the kubelet, the collector and a starting gangpermit list first.
 So a tombstone goes once the watcher has read it (at or below its stored revision) and it is
 older than `kept_s` (an hour by default: far past any retry of a failed watch). With no
-revision stored (no watcher ran yet), or one not a number, none goes.
+revision stored (no watcher ran yet), or one not a number, none goes. A reader resuming later
+than that from below the pruned revisions (key `pruned`) is told its revision expired, as a
+Kubernetes watch gets 410 Gone, and lists again (task evictretry).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Final, NoReturn
 
 from muster.bus.errors import BusError
 from muster.bus.kv import Bucket
+from muster.cluster.sim.store import PRUNED_KEY, revision_in
 
 log = logging.getLogger(__name__)
 
@@ -36,11 +39,7 @@ def prune_every_s(kept_s: float) -> float:
 
 def watcher_read_up_to(value: bytes | None) -> int:
     """The revision a watcher's stored resume point says it handled (0: none, or unreadable)."""
-    try:
-        revision = int(value or b"0")
-    except ValueError:
-        return 0
-    return max(revision, 0)
+    return revision_in(value)
 
 
 async def prune_once(pods: Bucket, watcher: Bucket, cluster: str, *, kept_s: float) -> int:
@@ -53,7 +52,12 @@ async def prune_once(pods: Bucket, watcher: Bucket, cluster: str, *, kept_s: flo
                     cluster, entry.value[:32])  # fmt: skip
     if not read:
         return 0
-    return await pods.forget_deleted(older_than_s=kept_s, up_to_revision=read)
+    pruned = await pods.forget_deleted(older_than_s=kept_s, up_to_revision=read)
+    if pruned:
+        # Every tombstone pruned is at or below `read`: a watch resumed below it may have
+        # missed a deletion, and is told so (`SimStore.watch` raises ExpiredError).
+        await pods.put(PRUNED_KEY, str(read).encode())
+    return pruned
 
 
 async def prune_forever(

@@ -90,14 +90,18 @@ class Decider:
                 self.wait(gang, reason, waiting, spec.min_count, out)
             return
         pending = state.pending(gang)
+        resumed = False
         if gang.started_s is None:  # the first attempt of this try starts the clock
-            gang.started_s = now_s
-            state.deadlines.push(gang)
+            resumed = state.start_try(gang, now_s)
             deadline = gang.deadline_s(state.default_timeout_s)
         fit, groups = self._fit_gang(gang, spec, pending)
         if fit.complete:
             self.permit_gang(gang, fit, groups, out)
         elif deadline is not None and now_s >= deadline:
+            if resumed and self.preemption and spec.preempts:
+                # Its deadline passed while gang-permit was down: the nomination it held is
+                # made again, so that it waits for those victims as it would have.
+                self._preempt(gang, spec, pending, out)
             self.time_out(gang, fit.reason, pending, out)
         else:
             gang.tried = state.epoch

@@ -116,6 +116,14 @@ class GangScheduler:
         """A pod finished or was deleted: its room is free again."""
         self._state.remove_pod(key)
 
+    def resume_try(self, gang: GangKey, *, started_s: float) -> None:
+        """A restarted caller's gang whose try began at `started_s` (it preempted then): its
+        next first attempt keeps that deadline, so a victim that never stops holds the room
+        nominated for it no longer than it would have without the restart. Past that
+        deadline already, the gang preempts again (the same victims, if they still hold the
+        room) and times out at once, waiting for them as it would have."""
+        self._state.resumed[gang] = started_s
+
     def bind_failed(self, gang: GangKey) -> None:
         """Binding a permitted gang failed: its unbound pods go back to pending, reservations are
         released, and the gang is retried as a whole on the next pass.
@@ -194,6 +202,17 @@ class GangScheduler:
         """The node a pod is bound or permitted to, if any."""
         record = self._state.pods.get(pod)
         return None if record is None else record.node
+
+    def victims_of(self, gang: GangKey) -> frozenset[PodKey]:
+        """The victims' pods `gang` still waits for: those its nomination keeps room behind,
+        or, timed out, those it is tried again after (empty once placed, forgotten, or all
+        gone)."""
+        record = self._state.gangs.get(gang)
+        if record is None:
+            return frozenset()
+        nomination = record.nomination
+        held = nomination.victim_pods if nomination is not None else set()
+        return frozenset(held | record.former_victims)
 
     def free(self, node: NodeName) -> dict[str, int]:
         """Allocatable minus used, reserved and nominated room, `pods` included."""

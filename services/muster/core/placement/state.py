@@ -39,6 +39,9 @@ class PlacementState:
         self.held_priorities: Counter[int] = Counter()  # of the pods that hold room
         self.nominated = NominatedRoom(self.table)
         self.awaited: dict[PodKey, GangKey] = {}  # a former victim's pod -> its preemptor
+        # Tries a restarted gang-permit resumes: when each began before the restart
+        # (`GangScheduler.resume_try`), taken by the gang's next first attempt.
+        self.resumed: dict[GangKey, float] = {}
         self.dirty_gangs: set[GangKey] = set()
         self.dirty_singles: set[PodKey] = set()
         self.waiting_gangs: set[GangKey] = set()
@@ -149,6 +152,7 @@ class PlacementState:
         self.drop_nomination(gang)
         self._stop_awaiting(gang)
         del self.gangs[gang.key]
+        self.resumed.pop(gang.key, None)
         self.dirty_gangs.discard(gang.key)
         self.waiting_gangs.discard(gang.key)
 
@@ -315,8 +319,17 @@ class PlacementState:
             self.dirty_singles.discard(key)
             self.waiting_singles.discard(key)
 
+    def start_try(self, gang: GangRecord, now_s: float) -> bool:
+        """The first attempt of `gang`'s try: its clock starts now, or when the try began
+        before a restart (`resumed`); whether it was resumed."""
+        resumed = self.resumed.pop(gang.key, None)
+        gang.started_s = now_s if resumed is None else min(resumed, now_s)
+        self.deadlines.push(gang)
+        return resumed is not None
+
     def mark_placed(self, gang: GangRecord) -> None:
         """`gang` (or a tree's root) was permitted: its try ends and its nomination goes."""
+        self.resumed.pop(gang.key, None)
         gang.placed = True
         gang.started_s = None
         gang.reason = ""
