@@ -20,8 +20,8 @@ import grpc.aio
 
 T = TypeVar("T")
 
-FIRST_BACKOFF_S: Final = 0.05
-MAX_BACKOFF_S: Final = 1.0
+FIRST_BACKOFF_S: Final = 0.1
+MAX_BACKOFF_S: Final = 2.0
 GIVE_UP_S: Final = 60.0  # of refusals in a row for one call: the gateway is not catching up
 # What the gateway's refusal says (`gateway.loop_server.refused_message`), and gRPC's own
 # (a gateway before it named the limit): either way nothing of the call was done.
