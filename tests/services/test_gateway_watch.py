@@ -11,6 +11,7 @@ import grpc.aio
 import pytest
 from bus_helpers import pending, submitted
 from gateway_helpers import RunningGateway, consumer_count, running_gateway
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from muster.bus import Bus, new_event
 from muster.contracts.v1 import events_pb2, services_pb2
@@ -296,6 +297,26 @@ async def test_watches_take_half_the_calls_and_a_cancelled_watch_frees_its_place
         third = gw.events.Watch(services_pb2.WatchRequest(from_sequence=0))
         await eventually(lambda: consumer_count_is(bus, 1))
         third.cancel()
+
+
+async def test_a_call_past_the_limit_is_told_the_limit_and_health_still_answers(bus: Bus) -> None:
+    # One following Watch holds the one call in flight that --max-calls 1 allows.
+    async with running_gateway(bus, max_calls=1) as gw:
+        watch = gw.events.Watch(services_pb2.WatchRequest(from_sequence=0))
+        await eventually(lambda: consumer_count_is(bus, 1))
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await gw.visibility.QueueStatus(services_pb2.QueueStatusRequest())
+        health = health_pb2_grpc.HealthStub(gw.channel)
+        checked = await health.Check(health_pb2.HealthCheckRequest())
+        watch.cancel()
+        await eventually(lambda: consumer_count_is(bus, 0))
+        assert await answers(gw)  # the place is free again
+
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    details = caught.value.details() or ""
+    assert "limit of 1 calls at once (--max-calls" in details
+    assert "retry it after a backoff" in details
+    assert checked.status == health_pb2.HealthCheckResponse.SERVING
 
 
 async def answers(gw: RunningGateway) -> bool:

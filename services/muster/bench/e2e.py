@@ -10,6 +10,8 @@ pipeline. Workloads (one pod, 100m cpu) are submitted through `Gateway.Submit`:
 - burst with 16 workloads per call (a multi-document manifest): the same pipeline with a
   sixteenth of the gRPC calls, which tells the cost of the calls from the rest;
 - rate: paced at a fixed rate, one workload per call; latency percentiles are the point.
+A Submit the gateway refuses for its limit on calls in flight (a paced case on a loaded machine)
+is sent again after a backoff, as a client should; `REFUSED` counts them (`bench.refusals`).
 Each workload is written as YAML (what `muster submit -f` sends), or with `--manifest json` as
 one JSON object per workload (what kubectl and programs send; a call of 16 sends a `List`).
 - with one shard and more in the run, the lone replica is also paced at the rate each of N
@@ -48,6 +50,7 @@ from nats.js import JetStreamContext
 
 from muster.bench import replicas, wake
 from muster.bench.jetstream import publish_ack_rate
+from muster.bench.refusals import Refusals
 from muster.bench.sim_nodes import node_manifests
 from muster.bench.table import Column, render_table
 from muster.bench.wire import per_consumer, per_workload, wire_count
@@ -103,6 +106,9 @@ class E2ERow(msgspec.Struct, frozen=True, kw_only=True):
     # per workload by event type: who receives what (docs/benchmarks.md, "Messages per workload").
     delivered_by_consumer: dict[str, float] = msgspec.field(default_factory=dict)
     stored_by_event: dict[str, float] = msgspec.field(default_factory=dict)
+    # Submits the gateway refused for its limit on calls in flight, each sent again after a
+    # backoff (`bench.refusals`): their wait is in the latencies and the throughput.
+    refused: int = 0
     # Processes gone before the case ended (an admission replica that lost its lease, say):
     # their CPU and their work are missing, so the row is not valid.
     ended: tuple[str, ...] = ()
@@ -402,6 +408,7 @@ async def _measure(
     gateway: str, js: JetStreamContext, load: Load, meter: Callable[[], dict[str, float]]
 ) -> E2ERow:
     submitted: dict[str, int] = {}
+    refusals = Refusals()
     async with grpc.aio.insecure_channel(gateway) as channel:
         gw = services_pb2_grpc.GatewayStub(channel)
         await gw.Submit(services_pb2.SubmitRequest(manifest=config_yaml()))
@@ -421,7 +428,8 @@ async def _measure(
             now = time.time_ns()
             for i in batch:
                 submitted[f"bench/w-{i}"] = now
-            await gw.Submit(services_pb2.SubmitRequest(manifest=manifest))
+            request = services_pb2.SubmitRequest(manifest=manifest)
+            await refusals.call(lambda: gw.Submit(request))
 
         firsts = iter(range(0, load.workloads, load.per_call))
         if load.rate_per_s is None:  # IN_FLIGHT callers, each taking the next call's workloads
@@ -478,6 +486,7 @@ async def _measure(
         delivered_per_workload=wire[1],
         delivered_by_consumer=per_consumer(wire_before, wire_after, load.workloads),
         stored_by_event=by_event,
+        refused=refusals.count,
     )
 
 
@@ -634,6 +643,7 @@ def render_latency(rows: list[E2ERow]) -> str:
         Column("JS DELIVERED/wl", lambda r: f"{r.delivered_per_workload.get('total', 0.0):g}"),
         Column("JS ACKS/s", lambda r: f"{r.jetstream_acks_per_s:g}"),
         Column("JS SHARE", lambda r: f"{100 * r.jetstream_share:.0f} %"),
+        Column("REFUSED", lambda r: str(r.refused)),
         _ended_column(),
     ]
     return render_table(columns, rows)

@@ -20,8 +20,11 @@ a quarter of the runs. A streaming call (a Watch) holds its thread while it foll
 hands its place among the hot threads to a new one and its own ends with it: watchers never
 hold up Submits. So does a short call still running after `SLOW_S` (a Submit waiting for a
 slow NATS): slow calls never hold up quick ones, health checks included. At most `max_calls`
-calls are in flight; one past them is refused with RESOURCE_EXHAUSTED. A call that ends early
-(the client cancelled, or the server stopped) cancels its handler.
+calls are in flight (health checks not counted); one past them is refused with
+RESOURCE_EXHAUSTED and a message naming the limit, before anything of it is read or done, so a
+client may retry it after a backoff. gRPC's own limit, whose message says neither, stays as a
+backstop at twice that. A call that ends early (the client cancelled, or the server stopped)
+cancels its handler.
 """
 
 from __future__ import annotations
@@ -52,6 +55,18 @@ HEALTH_PREFIX: Final = "/grpc.health.v1.Health/"
 _WINDOW: Final = 64  # a stream's responses read ahead of what its call's thread has sent
 HOT_THREADS: Final = 8  # threads short calls take turns on (docs/benchmarks.md, "submit")
 SLOW_S: Final = 0.1  # a call still running after this hands its hot thread's place on
+# gRPC refuses calls past this many times `max_calls` itself ("Concurrent RPC limit exceeded!"):
+# a backstop for refusals queued behind busy threads; ours comes first and says what to do.
+GRPC_LIMIT_FACTOR: Final = 2
+
+
+def refused_message(max_calls: int) -> str:
+    """What a call refused for the gateway's limit on calls in flight is told."""
+    return (
+        f"the gateway is serving its limit of {max_calls} calls at once (--max-calls, "
+        "MUSTER_GATEWAY_MAX_CALLS); nothing of this call was done: retry it after a backoff, "
+        "or raise the limit"
+    )
 
 
 class CallContext:
@@ -213,8 +228,9 @@ class LoopServer:
         self._loop = loop
         self._authentication = authentication
         self._threads = _Threads(HOT_THREADS)
+        self._max_calls = max_calls
         self._server = grpc.server(
-            self._threads, options=options, maximum_concurrent_rpcs=max_calls
+            self._threads, options=options, maximum_concurrent_rpcs=GRPC_LIMIT_FACTOR * max_calls
         )
 
     def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
@@ -242,7 +258,9 @@ class LoopServer:
         self._threads.shutdown()
 
     def _bridge(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
-        return bridged(handler, method, self._loop, self._authentication, self._threads)
+        return bridged(
+            handler, method, self._loop, self._authentication, self._threads, self._max_calls
+        )
 
 
 class _Generic(grpc.GenericRpcHandler):  # type: ignore[misc]  # untyped base
@@ -270,6 +288,8 @@ class _Threads(concurrent.futures.Executor):
         self._mine = threading.local()  # a thread's own: whether its call is lasting
         self._count = 0
         self._lock = threading.Lock()
+        # Calls gRPC handed over and not yet ended, queued ones included: gRPC's own count.
+        self.in_flight = 0
         for _ in range(hot):
             self._spawn()
 
@@ -277,8 +297,14 @@ class _Threads(concurrent.futures.Executor):
         self, fn: Callable[..., T], /, *args: Any, **kwargs: Any
     ) -> concurrent.futures.Future[T]:
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self._work.put(_Work(future, lambda: fn(*args, **kwargs)))
+        with self._lock:
+            self.in_flight += 1
+        self._work.put(_Work(future, lambda: fn(*args, **kwargs), self._ended))
         return future
+
+    def _ended(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
 
     def lasting(self) -> None:
         """On a call's thread: the call will last; its thread ends with it, another takes its
@@ -311,19 +337,28 @@ class _Threads(concurrent.futures.Executor):
 class _Work:
     """One call for a thread: `run` it into its future."""
 
-    def __init__(self, future: concurrent.futures.Future[Any], run: Callable[[], Any]) -> None:
+    def __init__(
+        self,
+        future: concurrent.futures.Future[Any],
+        run: Callable[[], Any],
+        ended: Callable[[], None],
+    ) -> None:
         self._future = future
         self._run = run
+        self._ended = ended
 
     def run(self) -> None:
-        if not self._future.set_running_or_notify_cancel():
-            return
         try:
-            result = self._run()
-        except BaseException as exc:  # the future carries it to gRPC, as an executor's does
-            self._future.set_exception(exc)
-        else:
-            self._future.set_result(result)
+            if not self._future.set_running_or_notify_cancel():
+                return
+            try:
+                result = self._run()
+            except BaseException as exc:  # the future carries it to gRPC, as an executor's does
+                self._future.set_exception(exc)
+            else:
+                self._future.set_result(result)
+        finally:
+            self._ended()
 
 
 def bridged(
@@ -332,9 +367,11 @@ def bridged(
     loop: asyncio.AbstractEventLoop,
     authentication: Authentication,
     threads: _Threads,
+    max_calls: int,
 ) -> grpc.RpcMethodHandler:
     """`handler` (async, as grpc.aio calls it) as a threaded request-streaming handler that
-    authenticates the call (not health's), reads its one request and runs it on `loop`."""
+    refuses it past `max_calls` in flight and authenticates it (neither for health's calls),
+    reads its one request and runs it on `loop`."""
     decode: Callable[[bytes], Any] = handler.request_deserializer or (lambda raw: raw)
     serialize = handler.response_serializer
     checked = not method.startswith(HEALTH_PREFIX)
@@ -342,6 +379,8 @@ def bridged(
     def admitted(requests: Iterator[bytes], context: grpc.ServicerContext) -> tuple[_Call, Any]:
         call = _Call(loop, context, threads.lasting)
         if checked:
+            if threads.in_flight > max_calls:  # this call counted: past the limit
+                call.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refused_message(max_calls))
             call.caller = _authenticated(call, authentication, method)
         return call, _one_request(requests, call, decode, method)
 
