@@ -115,9 +115,7 @@ def test_run_counts_every_wait_of_a_requeued_workload(monkeypatch: pytest.Monkey
     d = Driver(gateway="127.0.0.1:1", speed=1.0, print_line=lines.append, apply_nodes=list)
     clock = [0.0]
     monkeypatch.setattr(d, "now_s", lambda: clock[0])
-    admitted = events_pb2.WorkloadAdmitted(
-        admission=events_pb2.Admission(cluster_queue="main")
-    )
+    admitted = events_pb2.WorkloadAdmitted(admission=events_pb2.Admission(cluster_queue="main"))
     story: list[tuple[float, events_pb2.Envelope]] = [
         (0.0, envelope("ns/w", submitted=events_pb2.WorkloadSubmitted(queue_name="lq"))),
         (3.0, envelope("ns/w", admitted=admitted)),
@@ -144,3 +142,13 @@ def test_run_counts_a_wait_still_open_up_to_the_end(monkeypatch: pytest.MonkeyPa
     header, row = render_tracks(list(d.tracks.values()), now_s=9.0).splitlines()
 
     assert waited(header, row) == "7"
+
+
+@pytest.mark.parametrize("command", ["simulate", "run"])
+def test_the_help_says_what_waited_counts(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+
+    assert "WAITED is the seconds a workload was queued, summed over" in " ".join(
+        capsys.readouterr().out.split()
+    )
