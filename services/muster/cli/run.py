@@ -115,7 +115,9 @@ def handle(args: argparse.Namespace) -> int:
         print(f"muster run: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
-        print("\nmuster run: interrupted; everything it started is stopped", file=sys.stderr)
+        # A terminal echoed "^C" without a newline; anywhere else the newline was a blank line.
+        start = "\n" if sys.stderr.isatty() else ""
+        print(f"{start}muster run: interrupted; everything it started is stopped", file=sys.stderr)
         return 130
 
 
