@@ -111,3 +111,27 @@ def test_the_nodes_page_shows_the_clusters_nodes_with_their_room(up: Up, page: o
     expect(page.locator('[data-cluster="local"]')).to_contain_text("Ready")
     expect(page.locator("[data-node]")).to_have_count(4)
     expect(page.locator('[data-node="node-3"]')).to_contain_text("nvidia.com/gpu 2/2")
+
+
+def test_a_workload_whose_local_queue_does_not_exist_waits_on_the_front_page(
+    up: Up, page: object, tmp_path: Path
+) -> None:
+    from playwright.sync_api import Page, expect
+
+    assert isinstance(page, Page)
+    muster(up, "submit", str(ROOT / "k8s/examples/two-teams.yaml"))
+    job = (ROOT / "k8s/examples/jobs.yaml").read_text().split("\n---\n")[0]
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(
+        job.replace("name: sample-job-team-a", "name: typo-job").replace(
+            "queue-name: lq-team-a", "queue-name: lq-tema-a"
+        )
+    )
+    muster(up, "submit", str(typo))
+    page.goto(up.state.dashboard)
+
+    card = page.locator('[data-lq="team-a/lq-tema-a"]')
+    expect(card).to_contain_text("no such LocalQueue")
+    row = card.locator('tr[data-workload^="team-a/job-typo-job-"]')
+    expect(row).to_contain_text("PENDING")
+    expect(row).to_contain_text("LocalQueue lq-tema-a doesn't exist")

@@ -62,10 +62,22 @@ IN_THE_FOREGROUND = [
 ]
 
 
+# A progress line of the run ("   3.1s  team-b/job-eval-4f85f   admitted   ...").
+PROGRESS = re.compile(r" *\d+\.\ds  \S+ +\w+")
+
+
 @pytest.mark.timeout(180)
-def test_ctrl_c_stops_every_process_it_started() -> None:
+def test_ctrl_c_stops_every_process_it_started_and_says_so_in_one_line() -> None:
+    # In a session of its own, so that the SIGINT goes to its whole process group, as a
+    # terminal's Ctrl-C does: the nats-server and the services got it too, and their deaths
+    # under the launcher printed "disconnected from NATS", "NATS drain failed" and "Unknown
+    # child process pid N" before the one line that says what happened.
     proc = subprocess.Popen(
-        [*IN_THE_FOREGROUND, *RUN[1:]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [*IN_THE_FOREGROUND, *RUN[1:]],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
     assert proc.stdout is not None
     header = ""
@@ -77,8 +89,11 @@ def test_ctrl_c_stops_every_process_it_started() -> None:
     log_dir = re.search(r"logs in (\S+)", header)
     assert log_dir is not None
 
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=60) == 130
+    os.killpg(proc.pid, signal.SIGINT)
+    rest, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    said = [line for line in rest.splitlines() if line and not PROGRESS.match(line)]
+    assert said == ["muster run: interrupted; everything it started is stopped"], rest
     assert _services_left(log_dir.group(1)) == []
     assert _services_left(f"--nats nats://127.0.0.1:{_port(header)}") == []
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import re
 import sys
@@ -71,10 +72,22 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--timeout",
         metavar="SECONDS",
-        type=float,
+        type=timeout_argument,
         default=30.0,
         help="give up on a call after this long (default %(default)gs; not for --follow)",
     )
+
+
+def timeout_argument(text: str) -> float:
+    """--timeout's seconds: nan, 0, negative or infinite ones were sent as a deadline already
+    past, and the call failed "DEADLINE_EXCEEDED" as if the gateway were slow."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0: {text!r}")
+    return value
 
 
 def add_output_option(parser: argparse.ArgumentParser) -> None:

@@ -34,6 +34,7 @@ from muster.cli.client import (
 from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
 from muster.gateway.eventtext import detail, line_of, same_line
 
+MAX_SEQUENCE = 2**64 - 1  # WatchRequest.from_sequence is a uint64
 _ROW = "{seq:>8}  {time:<24}  {type:<30}  {workload:<40}  {details}"
 
 
@@ -82,8 +83,8 @@ def add_parser(commands: Any) -> None:  # Any: argparse's _SubParsersAction is p
 
 
 def handle(args: argparse.Namespace) -> int:
-    if args.from_sequence < 0:
-        print("muster: --from-sequence must be >= 0", file=sys.stderr)
+    if not 0 <= args.from_sequence <= MAX_SEQUENCE:  # a bigger one was a ValueError traceback
+        print(f"muster: --from-sequence must be 0 to {MAX_SEQUENCE}", file=sys.stderr)
         return EXIT_BAD_INPUT
     metadata = call_metadata(args)
     with channel(args) as ch:

@@ -21,7 +21,14 @@ from typing import Any
 from muster.api.decode import read_bounded
 from muster.bus.permissions import MAX_ADMISSION_SHARDS
 from muster.bus.subjects import check_cluster
-from muster.cli.simulate import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, add_run_options, run_files
+from muster.cli.simulate import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_OK,
+    TABLE_COLUMNS,
+    add_run_options,
+    run_files,
+)
 from muster.core.routing import POLICIES, Policy, RoutingSettings
 from muster.sim import InvalidScenarioError, SimulationError, load_scenario_text, simulate
 from muster.sim.demo import ABOUT, DEMO_YAML, SOURCE
@@ -38,6 +45,7 @@ def add_parser(commands: Any) -> None:  # Any: argparse's _SubParsersAction is p
         "own process on a simulated cluster, replay the built-in demo of two teams sharing GPU "
         "and CPU quota (or your --scenario) through the gateway, show progress, and print what "
         "happened. Everything started is stopped at the end or on Ctrl-C.",
+        epilog=TABLE_COLUMNS,
     )
     parser.add_argument(
         "--scenario", metavar="FILE", action="append", help="your own scenario YAML instead"
@@ -107,7 +115,9 @@ def handle(args: argparse.Namespace) -> int:
         print(f"muster run: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
-        print("\nmuster run: interrupted; everything it started is stopped", file=sys.stderr)
+        # A terminal echoed "^C" without a newline; anywhere else the newline was a blank line.
+        start = "\n" if sys.stderr.isatty() else ""
+        print(f"{start}muster run: interrupted; everything it started is stopped", file=sys.stderr)
         return 130
 
 

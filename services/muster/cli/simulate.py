@@ -26,6 +26,14 @@ RENDERERS = {"table": render_table, "json": render_json, "yaml": render_yaml}
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 
+# What the workload table's time columns count, for `--help` (muster run prints the same).
+TABLE_COLUMNS = (
+    "In the workload table, WAITED is the seconds a workload was queued, summed over every "
+    "wait (one evicted and requeued waits again; up to the end for one still queued), and RAN "
+    "the seconds it ran, summed over every admission."
+)
+
+
 def add_parser(commands: Any) -> None:  # Any: argparse's _SubParsersAction is private
     parser = commands.add_parser(
         "simulate",
@@ -33,6 +41,7 @@ def add_parser(commands: Any) -> None:  # Any: argparse's _SubParsersAction is p
         description="Replay Kueue YAML (plus muster.dev/* annotations) on a virtual clock "
         "and report admissions, waits and quota usage; with Nodes in the scenario, also where "
         "pods and gangs are placed. See docs/simulate-json.md.",
+        epilog=TABLE_COLUMNS,
     )
     parser.add_argument("files", nargs="+", metavar="FILE", help="multi-document YAML files")
     add_run_options(parser)

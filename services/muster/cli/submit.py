@@ -12,6 +12,7 @@ import argparse
 import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any, Final
 
 import grpc
@@ -26,6 +27,7 @@ from muster.cli.client import (
 )
 from muster.cli.simulate import add_validate_option
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
+from muster.sim.scenario import not_a_file
 
 _VERB = {"Workload": "submitted"}  # configuration objects are "applied"
 TRIES: Final = 3
@@ -96,7 +98,12 @@ def _submit_file(args: argparse.Namespace, gateway: Any, name: str) -> int:
     try:
         manifest = _read_manifest(name)
     except (OSError, UnicodeDecodeError) as exc:
-        print(f"muster: {name}: cannot read: {exc}", file=sys.stderr)
+        # As `muster simulate` says it ("no such file"), not "[Errno 2] No such file or ...".
+        if isinstance(exc, OSError) and not Path(name).is_file():
+            reason = not_a_file(Path(name))
+        else:
+            reason = f"cannot read: {exc.strerror if isinstance(exc, OSError) else exc}"
+        print(f"muster: {name}: {reason}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if manifest is None:
         print(

@@ -23,6 +23,7 @@ from muster.api import load_yaml
 from muster.bus.cancel import raise_if_cancelling
 from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
 from muster.core.conditions import is_deactivation
+from muster.core.queued_time import QueuedTime
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,7 @@ class Track:
     # still stopping), False (waiting: back-off, stopped queue), True (queued again).
     requeued: bool | None = None
     said_submitted: bool = False  # its "submitted" line is printed
+    queued: QueuedTime = field(default_factory=QueuedTime)  # the WAITED column
 
     def state(self) -> str:
         """The OUTCOME column: its state as Kueue's conditions would name it. An evicted
@@ -256,6 +258,7 @@ class Driver:
             for prefix, at in self.gang_sources.items():
                 if key == prefix or (prefix.endswith("/") and key.startswith(prefix)):
                     track.queue, track.submitted_s = GANG_QUEUE, at
+                    track.queued.queued(at)
         return track
 
     def _apply(self, env: events_pb2.Envelope) -> None:
@@ -272,6 +275,7 @@ class Driver:
             self._line(track, "waiting", track.pending)
         elif kind == "gang_permitted" and not track.kueue:
             track.admitted_s = track.admitted_s if track.admitted_s is not None else now
+            track.queued.dequeued(now)
             track.outcome = "Permitted"
             permitted = env.gang_permitted
             line = f"{len(permitted.bindings)} pods at once"
@@ -292,6 +296,7 @@ class Driver:
             track.cluster = env.cluster
             track.cluster_queue = env.admitted.admission.cluster_queue
             track.admitted_s = track.admitted_s if track.admitted_s is not None else now
+            track.queued.dequeued(now)
             track.outcome = "Admitted"
             flavors = sorted(
                 {
@@ -304,6 +309,7 @@ class Driver:
             self._line(track, "admitted", f"{track.cluster_queue} on {','.join(flavors)}{where}")
         elif kind == "evicted":
             track.evictions += 1
+            track.queued.dequeued(now)  # evicted before its admission (a check's Retry)
             if track.running_s is not None:
                 track.ran_s += now - track.running_s
                 track.running_s = None
@@ -325,12 +331,15 @@ class Driver:
         elif kind == "active_changed" and not env.active_changed.active:
             if track.outcome in {"Pending", "Evicted"}:  # holding nothing: inactive at once
                 track.outcome = "Inactive"
+                track.queued.dequeued(now)
         elif kind == "requeued":  # queued again: after an eviction, or resumed
+            track.queued.queued(now)
             track.outcome, track.requeued = "Pending", True
         elif kind == "running":
             track.running_s = now
             track.outcome = "Running"
         elif kind == "finished":
+            track.queued.dequeued(now)
             if track.running_s is not None:
                 track.ran_s += now - track.running_s
                 track.running_s = None
@@ -343,6 +352,9 @@ class Driver:
         comes first (the reply may come after its admission's event, which printed first)."""
         if track.submitted_s is None:
             track.submitted_s = self.now_s()
+            # Queued from now, unless inactive or its admission's event came first.
+            if track.outcome == "Pending" and track.admitted_s is None:
+                track.queued.queued(track.submitted_s)
         if not track.said_submitted:
             track.said_submitted = True
             self._line(track, "submitted", f"to {track.queue}")
@@ -361,8 +373,10 @@ def _queue_of(doc: dict[str, Any]) -> str:
     return str(name or "default")
 
 
-def render_tracks(tracks: Sequence[Track], *, clusters: bool = False) -> str:
-    """One row per workload; with `clusters`, the cluster it ran (or last ran) in."""
+def render_tracks(tracks: Sequence[Track], *, now_s: float, clusters: bool = False) -> str:
+    """One row per workload; with `clusters`, the cluster it ran (or last ran) in. WAITED is
+    its time queued over every wait (after each requeue too), up to `now_s` for one still
+    queued."""
     rows = [
         (
             "WORKLOAD",
@@ -377,11 +391,7 @@ def render_tracks(tracks: Sequence[Track], *, clusters: bool = False) -> str:
     for t in sorted(
         tracks, key=lambda t: (t.submitted_s if t.submitted_s is not None else 1e18, t.key)
     ):
-        waited = (
-            "-"
-            if t.admitted_s is None or t.submitted_s is None
-            else f"{max(0.0, t.admitted_s - t.submitted_s):.0f}"  # its event may beat the reply
-        )
+        waited = "-" if t.submitted_s is None else f"{t.queued.waited_s(now_s):.0f}"
         queue = f"{t.queue} → {t.cluster_queue}" if t.cluster_queue else t.queue
         outcome = t.state()
         where = (t.cluster or "-",) if clusters else ()

@@ -105,9 +105,13 @@ class NatsServer:
         self.store_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         argv = [nats_server_binary(), *self._arguments()]
         log = log_path.open("ab")
+        # Its own session (its own process group; uvloop takes no `process_group`): a
+        # terminal's Ctrl-C goes to the launcher's group, and a server that took it too was
+        # gone before the launcher's own connection closed ("disconnected from NATS", "NATS
+        # drain failed" printed on a Ctrl-C). The launcher stops it last.
         self.process = await asyncio.create_subprocess_exec(
             *(argv if self.outlive_launcher else tied_to_launcher(argv)),
-            stdout=log, stderr=log, env={**GO_RUNTIME, **os.environ},
+            stdout=log, stderr=log, env={**GO_RUNTIME, **os.environ}, start_new_session=True,
         )  # fmt: skip
         log.close()
         deadline = asyncio.get_running_loop().time() + timeout_s

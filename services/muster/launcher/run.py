@@ -129,7 +129,7 @@ async def run_live(
             if at_s is not None:
                 losses.append(asyncio.create_task(_lose(stack, name, at_s / speed, out)))
         tracks = await driver.run(text, until_s=until_s)
-        out("\n" + render_tracks(tracks, clusters=bool(workers)) + "\n")
+        out("\n" + render_tracks(tracks, now_s=driver.now_s(), clusters=bool(workers)) + "\n")
         # A deactivated workload ended as its configuration asked: the run went as it should.
         all_done = all(t.outcome in {"Finished", "Inactive"} for t in tracks)
         out(render_queues(await _queue_status(stack.gateway_address, drained=all_done)))

@@ -244,9 +244,14 @@ class Stack:
 
     async def _spawn(self, svc: ServiceProcess) -> None:
         svc.starts += 1
+        # Its own session, as the nats-server's: a terminal's Ctrl-C reaches the launcher
+        # alone, which stops every service in order. A service that took it too died under a
+        # launcher still starting it, and asyncio then printed "Unknown child process pid N"
+        # (its close() reaped the child before its watcher could).
         svc.process = await asyncio.create_subprocess_exec(
             *(svc.argv if self._outlive else tied_to_launcher(svc.argv)),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=svc.env,
+            start_new_session=True,
         )  # fmt: skip
         svc.reader = asyncio.create_task(self._read(svc))
         self._readers.append(svc.reader)

@@ -468,9 +468,9 @@ def evictions(timing: WorkloadTiming | None) -> str:
 
 
 def waited(timing: WorkloadTiming | None) -> str:
-    if timing is None or timing.first_admitted_s is None:
-        return "-"
-    return seconds(timing.first_admitted_s - timing.arrived_s)
+    """Seconds queued over every wait, not only the first: one evicted and requeued waited
+    again (to the end of the run for one still queued)."""
+    return "-" if timing is None else seconds(timing.waited_s)
 
 
 def outcome(wl: Workload) -> str:

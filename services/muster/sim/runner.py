@@ -10,7 +10,7 @@ the number of workloads per step.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import msgspec
@@ -26,6 +26,7 @@ from muster.api.model import (
 )
 from muster.core.engine import Engine
 from muster.core.events import Event, EventType
+from muster.core.queued_time import QueuedTime
 from muster.core.routing import RoutingSettings, run_seconds_on
 from muster.core.status import ClusterQueueStatus, LocalQueueStatus, PendingWorkload
 from muster.sim.annotations import READY_AT_ONCE, WorkloadScript
@@ -100,12 +101,15 @@ class AdmissionEngine(Protocol):
 
 
 class WorkloadTiming(msgspec.Struct, frozen=True, kw_only=True):
-    """When one workload arrived, first got quota, first ran, how long it ran and finished."""
+    """When one workload arrived, first got quota, first ran, how long it waited and ran, and
+    when it finished."""
 
     key: WorkloadKey
     arrived_s: float
     first_reserved_s: float | None  # first QuotaReserved
     first_admitted_s: float | None  # first Admitted
+    # Queued time over every wait (core/queued_time.py), up to `end_s` for one still queued.
+    waited_s: float
     # Summed over every admission (with nodes: from its gang's binding), up to `end_s` for one
     # still running.
     ran_s: float
@@ -158,6 +162,7 @@ class Track:
     finished_s: float | None = None
     evictions: int = 0
     last_admission: Admission | None = None
+    queued: QueuedTime = field(default_factory=QueuedTime)  # started by the runner at arrival
 
     def end_admission(self, now_s: float) -> None:
         if self.admitted_since_s is not None:
@@ -172,6 +177,7 @@ class Track:
             arrived_s=self.arrived_s,
             first_reserved_s=self.first_reserved_s,
             first_admitted_s=self.first_admitted_s,
+            waited_s=self.queued.waited_s(end_s),
             ran_s=self.ran_s + running_s,
             finished_s=self.finished_s,
             evictions=self.evictions,
@@ -296,9 +302,10 @@ class Simulation:
         engine, now_s = self.engine, self.now_s
         match action:
             case Arrive(arrival):
-                self.tracks[arrival.workload.key] = Track(
-                    script=arrival.script, arrived_s=now_s, workload=arrival.workload
-                )
+                track = Track(script=arrival.script, arrived_s=now_s, workload=arrival.workload)
+                if arrival.workload.active:  # an inactive one is not queued until resumed
+                    track.queued.queued(now_s)
+                self.tracks[arrival.workload.key] = track
                 self.react(engine.submit(arrival.workload, now_s=now_s))
             case Finish(key, epoch) if self.tracks[key].epoch == epoch:
                 self.react(engine.finish(key, now_s=now_s))
@@ -341,6 +348,10 @@ class Simulation:
                 self.on_admitted(key, track)
             elif event.type in ADMISSION_ENDED:
                 track.end_admission(self.now_s)
+                if event.type is EventType.REQUEUED:
+                    track.queued.queued(self.now_s)
+                else:  # an attempt that ended before its admission ends its wait too
+                    track.queued.dequeued(self.now_s)
                 if event.type is EventType.FINISHED:
                     track.finished_s = self.now_s
                 elif event.type is EventType.EVICTED:
@@ -401,6 +412,7 @@ class Simulation:
         """
         if track.first_admitted_s is None:
             track.first_admitted_s = self.now_s
+        track.queued.dequeued(self.now_s)
         admission = self.engine.admission(key)
         if admission is not None:
             track.last_admission = admission

@@ -156,7 +156,7 @@ def decode_checked(
     documents of the kinds `kept` names go to it as written."""
     for path in paths:
         if not Path(path).is_file():
-            raise ScenarioFileError(f"{path}: {_not_a_file(Path(path))}")
+            raise ScenarioFileError(f"{path}: {not_a_file(Path(path))}")
         _check_size(Path(path))
     try:
         objects, errors = decode_files(
@@ -169,7 +169,8 @@ def decode_checked(
     return list(objects)
 
 
-def _not_a_file(path: Path) -> str:
+def not_a_file(path: Path) -> str:
+    """Why `path`, which is no regular file, cannot be read (`muster submit` says it alike)."""
     if path.is_dir():
         return f"is a directory: name the YAML files in it ({path}/*.yaml)"
     return "not a regular file" if path.exists() else "no such file"

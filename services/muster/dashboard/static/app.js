@@ -224,19 +224,35 @@ function quotaRow(flavor, r) {
 function localQueuesSection(queues, workloads) {
   if (!queues) return "";
   const pending = workloads.filter((w) => w.status === "PENDING" || w.status === "INACTIVE");
+  const waitersOf = (namespace, name) => pending
+    .filter((w) => w.namespace === namespace && w.localQueue === name)
+    .sort((a, b) => position(a) - position(b));
   const cards = queues.localQueues.map((lq) => {
-    const mine = pending
-      .filter((w) => w.namespace === lq.namespace && w.localQueue === lq.name)
-      .sort((a, b) => position(a) - position(b));
-    const list = mine.map((w) => `<tr data-workload="${esc(w.key)}"><td>${position(w) < 1e9 ? position(w) : "-"}</td>
-      <td><a href="#/workload/${esc(w.namespace)}/${esc(w.name)}">${esc(w.name)}</a></td>
-      <td><span class="status ${esc(w.status)}">${esc(w.status)}</span></td><td class="muted">${esc(reasonOf(w))}</td></tr>`);
-    return `<div class="card" data-lq="${esc(lq.namespace)}/${esc(lq.name)}"><h3>${esc(lq.namespace)}/${esc(lq.name)}
-      <span class="tag">→ ${esc(lq.clusterQueue)}</span></h3>
-      <div class="counts">${lq.pendingWorkloads} pending · ${lq.admittedWorkloads} admitted</div>
-      ${list.length ? `<table><tr><th>#</th><th>workload</th><th>status</th><th>why it waits</th></tr>${list.join("")}</table>` : '<p class="muted">nothing waits</p>'}</div>`;
+    const head = `<span class="tag">→ ${esc(lq.clusterQueue)}</span>`;
+    const counts = `${lq.pendingWorkloads} pending · ${lq.admittedWorkloads} admitted`;
+    return localQueueCard(lq.namespace, lq.name, head, counts, waitersOf(lq.namespace, lq.name));
   });
+  // Workloads naming a LocalQueue that does not exist wait too (Pending, and the reason says
+  // so): a card of their own, else the operator looking here never sees them.
+  const known = new Set(queues.localQueues.map((lq) => `${lq.namespace}/${lq.name}`));
+  const missing = [...new Set(pending.map((w) => `${w.namespace}/${w.localQueue || ""}`))]
+    .filter((key) => !known.has(key)).sort();
+  for (const key of missing) {
+    const [namespace, name] = [key.slice(0, key.indexOf("/")), key.slice(key.indexOf("/") + 1)];
+    const waiters = waitersOf(namespace, name);
+    const head = '<span class="tag missing">no such LocalQueue</span>';
+    cards.push(localQueueCard(namespace, name, head, `${waiters.length} pending`, waiters, " missing"));
+  }
   return `<section><h2>LocalQueues and who waits</h2><div class="grid">${cards.join("") || '<p class="muted">No LocalQueues yet.</p>'}</div></section>`;
+}
+
+function localQueueCard(namespace, name, head, counts, waiters, extraClass = "") {
+  const list = waiters.map((w) => `<tr data-workload="${esc(w.key)}"><td>${position(w) < 1e9 ? position(w) : "-"}</td>
+    <td><a href="#/workload/${esc(w.namespace)}/${esc(w.name)}">${esc(w.name)}</a></td>
+    <td><span class="status ${esc(w.status)}">${esc(w.status)}</span></td><td class="muted">${esc(reasonOf(w))}</td></tr>`);
+  return `<div class="card${extraClass}" data-lq="${esc(namespace)}/${esc(name)}"><h3>${esc(namespace)}/${esc(name)} ${head}</h3>
+    <div class="counts">${counts}</div>
+    ${list.length ? `<table><tr><th>#</th><th>workload</th><th>status</th><th>why it waits</th></tr>${list.join("")}</table>` : '<p class="muted">nothing waits</p>'}</div>`;
 }
 
 function clusterQueueOf(key) {
