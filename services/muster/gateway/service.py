@@ -587,7 +587,9 @@ class GatewayServer:
         self.address = ""
         # The workload book (ListWorkloads, DescribeWorkload, Stop, ...): read from the stream
         # from its first event on, from the first call that needs it until `stop`.
-        self.follower = BookFollower(bus, finished_retention_s=config.finished_retention_s)
+        self.follower = BookFollower(
+            bus, finished_retention_s=config.finished_retention_s, manager=config.cluster
+        )
         self.known = KnownFollower(bus)  # Submit's duplicates, from the first Submit on
         self._clusters: Bucket | None = None  # MUSTER_CLUSTERS, opened when first asked
         self.partitions = QueuePartitions()
