@@ -30,13 +30,13 @@ from admission_world import (
     workload,
 )
 from bus_helpers import EventLog
-from nats_process import NatsServer
+from nats_process import NatsServer, configured_nats
 from test_hostile_config_owner import worker
 from test_hostile_events import dead_letter_reasons
 from test_hostile_install_race import A_WORKER, NOT_MANAGER
 
 from muster.bus import Bus, BusConfig, connect
-from muster.bus.natsconf import authorization, server_config
+from muster.bus.natsconf import authorization
 from muster.bus.permissions import ADMIN, Deployment, inbox_prefix, users
 from muster.bus.setup import setup_nats
 
@@ -50,13 +50,8 @@ pytestmark = pytest.mark.timeout(60)
 def nats_process(tmp_path: Path) -> Iterator[NatsServer]:
     """The deployment's nats-server: every service its own user, as `muster nats-config`."""
     block = authorization(users(DEPLOYMENT), auth="password", passwords=PASSWORDS)
-    config = server_config(port=-1, store_dir=str(tmp_path / "js"), authorization_block=block)
-    server = NatsServer(tmp_path / "nats", config=config)
-    server.start()
-    try:
+    with configured_nats(tmp_path, block=block) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def as_user(config: BusConfig, user: str) -> BusConfig:
