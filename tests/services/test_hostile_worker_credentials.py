@@ -5,8 +5,9 @@ test's unrestricted bus. Here every event goes in as muster's deployment lets it
 with the users `muster.bus.permissions` generates, the manager's configuration and workload
 published as `watcher-local`, the forged events as `watcher-east` (which may publish
 configuration on east's subjects only: each cluster's watcher must, for its Namespaces), and
-admission running as `admission`. The server takes what east may send; admission dead-letters
-each forged event, naming it and both clusters, and admits the manager's workload.
+admission running as `admission`. The server takes what east may send and refuses the
+manager's subjects; admission dead-letters each forged event, naming it and both clusters, and
+admits the manager's workload.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from test_hostile_events import dead_letter_reasons
 from test_hostile_install_race import A_WORKER, NOT_MANAGER
 
 from muster.bus import Bus, BusConfig, connect
+from muster.bus.errors import BusError
 from muster.bus.natsconf import authorization
 from muster.bus.permissions import ADMIN, Deployment, inbox_prefix, users
 from muster.bus.setup import setup_nats
@@ -107,6 +109,17 @@ async def test_a_worker_watcher_under_its_own_credentials_configures_nothing(
     finally:
         await east.close()
         await local.close()
+
+    # What east may not send at all: the manager's own subjects (the server refuses it; no
+    # PubAck comes).
+    east = await connect(msgspec_replace(as_user(bus_config, "watcher-east"), publish_timeout_s=1))
+    as_manager = config_applied(cluster_queue(cpu="0"))
+    try:
+        with pytest.raises(BusError):
+            await publish(east, as_manager)
+    finally:
+        await east.close()
+    assert as_manager.event_id not in {e.event_id for e in events.matching("config_applied")}
 
     reasons = await dead_letter_reasons(bus)
     assert reasons == {
