@@ -10,9 +10,12 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from muster.bus.natsconf import server_config
 
 
 def nats_server_binary() -> str:
@@ -105,3 +108,16 @@ class NatsServer:
         """Stop and start again on the same port and store directory (streams survive)."""
         self.stop()
         self.start()
+
+
+@contextlib.contextmanager
+def configured_nats(directory: Path, *, block: str) -> Iterator[NatsServer]:
+    """A nats-server with `block` added to the test's configuration (users, limits), JetStream
+    in `directory`, running until the block ends."""
+    config = server_config(port=-1, store_dir=str(directory / "js"), authorization_block=block)
+    server = NatsServer(directory / "nats", config=config)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

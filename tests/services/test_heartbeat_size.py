@@ -26,10 +26,9 @@ from multicluster_stack import (
     sim_clusters,
     wait_for,
 )
-from nats_process import NatsServer
+from nats_process import NatsServer, configured_nats
 
 from muster.bus import Bus, BusConfig
-from muster.bus.natsconf import server_config
 from muster.contracts.v1 import services_pb2
 from muster.core.heartbeat_parts import MAX_PARTS, parts_pattern
 
@@ -42,14 +41,8 @@ ABSURD_NODES = 600  # about 600 KB: over MAX_PARTS parts of half a message
 
 @pytest.fixture
 def nats_process(tmp_path: Path) -> Iterator[NatsServer]:
-    block = f"max_payload: {MAX_PAYLOAD}\n"
-    config = server_config(port=-1, store_dir=str(tmp_path / "js"), authorization_block=block)
-    server = NatsServer(tmp_path / "nats", config=config)
-    server.start()
-    try:
+    with configured_nats(tmp_path, block=f"max_payload: {MAX_PAYLOAD}\n") as server:
         yield server
-    finally:
-        server.stop()
 
 
 def labeled_node(i: int, *, labels: int = 20) -> dict[str, Any]:

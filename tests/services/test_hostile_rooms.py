@@ -1,6 +1,7 @@
 """A worker cluster that claims room it cannot have, beside an honest one: its heartbeat is
 refused by dispatch, naming the cluster and the node, and the work goes to the honest cluster
-(the gateway's cluster view still shows what each worker reported). A real nats-server,
+(the gateway's cluster view, which the dashboard's cluster page shows, says it is refused
+and why, instead of the room claimed). A real nats-server,
 admission and the gateway; the configuration and the workload go in as YAML through the
 gateway, heartbeats as a worker's gang-permit puts them.
 """
@@ -19,7 +20,7 @@ from gateway_helpers import running_gateway
 from multicluster_stack import job, multikueue_config, wait_for, watchers
 
 from muster.bus import Bus, BusConfig
-from muster.contracts.v1 import services_pb2
+from muster.contracts.v1 import services_pb2, services_pb2_grpc
 from muster.core.dispatch import NodeRoom
 
 pytestmark = pytest.mark.timeout(60)
@@ -34,14 +35,7 @@ async def test_a_worker_claiming_more_free_room_than_its_nodes_have_gets_no_work
     # west, listed first, says its one node of 8 cpu has a trillion free: believed, it is the
     # first listed with room and the one with the most left (a share of free room far over
     # 100%), so it wins every dispatch, first-fit or best-fit.
-    honest = room(0, prefix="west")
-    lie = NodeRoom(
-        name="west-00000",
-        labels=honest.labels,
-        allocatable=honest.allocatable,
-        free={**honest.free, "cpu": PLENTY},
-    )
-    await report(bus, "west", [lie])
+    await report(bus, "west", [lying_node()])
     await report(bus, "east", [room(0, prefix="east")])
 
     caplog.set_level(logging.WARNING)
@@ -58,6 +52,40 @@ async def test_a_worker_claiming_more_free_room_than_its_nodes_have_gets_no_work
         )
         refused = [r.getMessage() for r in caplog.records]
         assert any("bad heartbeat west" in m and said in m for m in refused), refused
+
+
+def lying_node() -> NodeRoom:
+    """west's one node of 8 cpu, claiming a trillion free."""
+    honest = room(0, prefix="west")
+    return NodeRoom(
+        name="west-00000",
+        labels=honest.labels,
+        allocatable=honest.allocatable,
+        free={**honest.free, "cpu": PLENTY},
+    )
+
+
+async def test_the_cluster_view_shows_a_lying_room_refused_naming_the_cluster_and_node(
+    bus: Bus,
+) -> None:
+    # Shown as reported (as before), west is Ready with a trillion cpu free: what an operator
+    # would take for the place with room.
+    await report(bus, "west", [lying_node()])
+    await report(bus, "east", [room(0, prefix="east")])
+
+    async with running_gateway(bus) as gateway:
+        visibility = services_pb2_grpc.VisibilityStub(gateway.channel)
+        shown = await visibility.Clusters(services_pb2.ClustersRequest())
+
+    views = {c.name: c for c in shown.clusters}
+    assert (views["east"].state, views["east"].node_count) == ("Ready", 1)
+    west = views["west"]
+    assert (west.state, west.reason, west.node_count) == ("Refused", "HeartbeatRefused", 0)
+    assert dict(west.free_total) == {}
+    assert west.message == (
+        "bad heartbeat west: node 'west-00000' of cluster 'west': free cpu 1000000000000000 is "
+        "more than its allocatable 8000 (a room no node has: the heartbeat is refused)"
+    )
 
 
 @contextlib.asynccontextmanager

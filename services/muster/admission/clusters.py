@@ -10,7 +10,10 @@ a round when a workload waits for room, since the new room may let it go: one ro
 heartbeats heard while the last ran, and at most one each ROUND_GAP_S. A round per heartbeat,
 heard only once the round before ended, let a worker that reports every millisecond (a
 hostile or broken gang-permit) keep admission busy with rounds for every cluster, and made
-every cluster's heartbeat wait behind them (a healthy one could be taken for lost).
+every cluster's heartbeat wait behind them (a healthy one could be taken for lost). Each
+cluster's heartbeat is decoded at most once each HEARTBEAT_GAP_S, the latest kept
+(`muster.core.heartbeat_pace`): a worker putting a large room a thousand times a second cost a
+decode per put.
 
 Only MultiKueue reads the registry, and only for the clusters its MultiKueueClusters declare, so
 a replica follows the bucket only once one is declared (looked at every `WANTED_S`): without
@@ -37,6 +40,7 @@ from muster.bus.cancel import raise_if_cancelling
 from muster.bus.kv import follow_bucket
 from muster.bus.supervision import supervised
 from muster.contracts.v1 import events_pb2 as pb
+from muster.core.heartbeat_pace import HEARTBEAT_GAP_S, HeartbeatPace
 from muster.core.heartbeat_parts import Gone, RoomReader
 
 WANTED_S: Final = 1.0  # how often a replica not following the registry looks whether it must
@@ -55,8 +59,10 @@ async def follow_clusters(
     clock: Callable[[], float],
     wanted_s: float = WANTED_S,
     gap_s: float = ROUND_GAP_S,
+    heartbeat_gap_s: float = HEARTBEAT_GAP_S,
 ) -> None:
-    """Feed every heartbeat to `dispatcher` until cancelled, once it declares a worker cluster;
+    """Feed every heartbeat to `dispatcher` until cancelled, once it declares a worker cluster,
+    each cluster's at most once each `heartbeat_gap_s` (`muster.core.heartbeat_pace`);
     `run_round([])` runs a round (at most one each `gap_s` for heartbeats)."""
 
     loaded = False  # the stored heartbeats are all in
@@ -70,7 +76,28 @@ async def follow_clusters(
             await run_round([])
             await asyncio.sleep(gap_s)
 
+    loop = asyncio.get_running_loop()
+    pace = HeartbeatPace(gap_s=heartbeat_gap_s)
+    waiting: asyncio.TimerHandle | None = None  # for the next held head's turn
+
     def heard(key: str, value: bytes | None) -> None:
+        for taken in pace.heard(key, value, now_s=loop.time()):
+            take(*taken)
+        come_back()
+
+    def come_back() -> None:
+        nonlocal waiting
+        if waiting is None and (wait_s := pace.due_in(loop.time())) is not None:
+            waiting = loop.call_later(wait_s, held_due)
+
+    def held_due() -> None:
+        nonlocal waiting
+        waiting = None
+        for taken in pace.due(loop.time()):
+            take(*taken)
+        come_back()
+
+    def take(key: str, value: bytes | None) -> None:
         try:
             found = reader.heard(key, value)
         except msgspec.DecodeError as exc:
@@ -104,5 +131,7 @@ async def follow_clusters(
     try:
         await rounds()
     finally:
+        if waiting is not None:
+            waiting.cancel()
         registry.cancel()
         await asyncio.gather(registry, return_exceptions=True)

@@ -134,7 +134,8 @@ class AdmissionState:
         self.owning = False
         self.last_sequence = 0  # the last stream sequence applied, replayed or consumed
         self.cluster_queue_clusters: dict[str, str] = {}  # where a ClusterQueue was applied
-        self.config_owners = ConfigOwners()  # which cluster may change which object
+        # Which cluster may change which object; the manager is this one (admission runs there).
+        self.config_owners = ConfigOwners(manager=default_cluster)
         self._fresh: list[WorkloadKey] = []  # adopted since the last round, not answered yet
         self._done: list[WorkloadKey] = []  # finished or deleted: forgotten after `decisions`
         self.notes: dict[WorkloadKey, str] = {}  # alternatives left to other shards, said so

@@ -386,6 +386,14 @@ class Bus:
         """The last sequence stored in `stream` (0 if none)."""
         return await last_sequence(self.js, stream)
 
+    async def stored_subjects(self, pattern: str, stream: str = EVENTS_STREAM) -> list[str]:
+        """The subjects matching `pattern` that `stream` holds a message of, sorted: the
+        stream's own subject list, one request, exact at one instant; `Unavailable` when NATS
+        fails."""
+        with wrapped(f"stream {stream} subjects {pattern}"):
+            info = await self.js.stream_info(stream, subjects_filter=pattern)
+        return sorted((info.state.subjects or {}) if info.state else {})
+
     async def add_consumer(
         self, durable: str, subjects: Sequence[str], settings: ConsumerSettings
     ) -> None:

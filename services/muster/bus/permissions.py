@@ -341,7 +341,7 @@ def _compile(
         publish += [f"$KV.{bucket}.{key.format(cluster=cluster)}" for key in kv.writes]
     for store in r.object_stores:
         stream = f"OBJ_{store}"
-        publish += [*_reader_subjects(stream, direct_get=True), f"$O.{store}.>"]
+        publish += [*_reader_subjects(stream, direct_get=True, push=True), f"$O.{store}.>"]
         publish.append(f"{JS_API}.STREAM.PURGE.{stream}")
         # nats-py's object store watch (list) looks its stream up by subject: names only.
         publish.append(f"{JS_API}.STREAM.NAMES")
@@ -391,9 +391,11 @@ def _durable_subjects(durable: Durable, name: str, cluster: str) -> list[str]:
     ]
 
 
-def _reader_subjects(stream: str, *, direct_get: bool = False) -> list[str]:
+def _reader_subjects(stream: str, *, direct_get: bool = False, push: bool = False) -> list[str]:
     """Read `stream` through ephemeral consumers (replays, key-value watches) and, for
-    buckets, direct gets; never someone else's durable (see `_taking`)."""
+    buckets, direct gets; never someone else's durable (see `_taking`). Muster's own readers
+    pull; `push`: nats-py's ordered push consumer reads it too (an object store's chunks),
+    whose flow control is answered on `$JS.FC`."""
     subjects = [
         _stream_info(stream),
         f"{JS_API}.CONSUMER.CREATE.{stream}",
@@ -402,8 +404,9 @@ def _reader_subjects(stream: str, *, direct_get: bool = False) -> list[str]:
         f"{JS_API}.CONSUMER.INFO.{stream}.*",
         f"{JS_API}.CONSUMER.DELETE.{stream}.*",
         f"{JS_API}.CONSUMER.MSG.NEXT.{stream}.*",
-        f"$JS.FC.{stream}.>",  # flow control of push consumers (key-value watches)
     ]
+    if push:
+        subjects.append(f"$JS.FC.{stream}.>")
     if direct_get:
         subjects += [f"{JS_API}.DIRECT.GET.{stream}", f"{JS_API}.DIRECT.GET.{stream}.>"]
         subjects.append(f"{JS_API}.STREAM.MSG.GET.{stream}")

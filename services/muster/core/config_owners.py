@@ -11,9 +11,11 @@ worker that lies, would rewrite or delete the manager's queues. So:
   declared one: muster's workers run what the manager admitted, they never admit, so their
   queues mean nothing to admission. What it applied before it was declared stays until another
   cluster applies that object (the manager's watcher, started later), which then owns it;
-- a MultiKueueCluster applied from the cluster it names, or naming a cluster that declares
-  workers itself (a manager), is refused: that cluster would become a worker and freeze its own
-  configuration (a worker not yet declared could so disable the manager);
+- which cluster is the MultiKueue manager is configuration of the installation, not
+  first-come: the cluster id admission and the gateway run with (`--cluster`; they run in the
+  manager). A MultiKueueCluster counts only from the manager, so a worker cannot declare the
+  manager (or another worker) a worker, whichever watcher's event was stored first; one naming
+  the manager itself is refused too (the manager would freeze its own configuration);
 - Namespaces are no one's: each cluster has its own (dispatch asks whether a worker has the
   workload's namespace), so they are left out of this rule and kept apart by cluster
   (`config_key`; the engine's `Configuration.namespaces`).
@@ -27,6 +29,8 @@ has no shared stream to guard.
 from __future__ import annotations
 
 from typing import Final
+
+from muster.api.wellknown import LOCAL_CLUSTER
 
 UNOWNED_KINDS: Final = frozenset({"Namespace"})
 WORKER_KIND: Final = "MultiKueueCluster"  # its name is the worker's cluster id
@@ -42,7 +46,8 @@ def config_key(kind: str, name: str, cluster: str) -> tuple[str, str]:
 class ConfigOwners:
     """The owner of each configuration object, and the clusters declared MultiKueue workers."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, manager: str = LOCAL_CLUSTER) -> None:
+        self.manager = manager  # the one cluster whose MultiKueueClusters count
         self.owners: dict[tuple[str, str], str] = {}  # (kind, name) -> cluster
         self.workers: set[str] = set()
 
@@ -62,29 +67,24 @@ class ConfigOwners:
                 f"{what}: {cluster} is a MultiKueue worker (a MultiKueueCluster names it); "
                 "a worker's own queues do not configure admission"
             )
-        if kind == WORKER_KIND and not deleted:
-            if name == cluster:
+        if kind == WORKER_KIND:
+            if cluster != self.manager:
+                if deleted and owner is None:
+                    return ""  # deletes nothing
+                return (
+                    f"{what}: only the MultiKueue manager's MultiKueueClusters count, and "
+                    f"{cluster} is not the manager ({self.manager}: admission's --cluster)"
+                )
+            if name == cluster and not deleted:
                 return (
                     f"{what}: it names cluster {cluster} itself as a MultiKueue worker, which "
                     "would leave that cluster's own configuration (this one included) unchangeable"
-                )
-            declared = self._workers_declared_by(name)
-            if declared:
-                return (
-                    f"{what}: cluster {name} declares MultiKueue workers itself "
-                    f"(MultiKueueCluster {declared[0]}); a manager is never made a worker"
                 )
         if owner is None or owner == cluster:
             return ""
         if owner in self.workers and not deleted:
             return ""  # applied by a cluster declared a worker since: passes to this one
         return f"{what}: cluster {owner} applied it first and owns it"
-
-    def _workers_declared_by(self, cluster: str) -> list[str]:
-        """The MultiKueueClusters `cluster` applied, by name (a scan: their events are rare)."""
-        return sorted(
-            n for (k, n), owner in self.owners.items() if k == WORKER_KIND and owner == cluster
-        )
 
     def take(self, kind: str, name: str, cluster: str, *, deleted: bool = False) -> None:
         """Record an event `refusal` allowed; call in stream order."""

@@ -27,6 +27,8 @@ from muster.core.dispatch import ClusterCapacity, NodeRoom
 
 LAYOUT: Final = 2
 ROOM_TOO_LARGE: Final = "RoomTooLarge"
+# What readers that show a refused heartbeat (bad, or an impossible room) say, with why.
+HEARTBEAT_REFUSED: Final = "HeartbeatRefused"
 # Past this (milli-units: 4.6e15 cores, 4.6 PB of memory) no node's room is real.
 MAX_AMOUNT: Final = 1 << 62
 

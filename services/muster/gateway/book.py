@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from muster.api.names import dns1123_label_problem, dns1123_subdomain_problem
+from muster.api.wellknown import LOCAL_CLUSTER
 from muster.contracts.v1 import events_pb2, services_pb2
 from muster.core.conditions import (
     ADMITTED_MESSAGE,
@@ -137,6 +138,7 @@ class WorkloadBook:
         *,
         finished_kept: int = FINISHED_KEPT,
         finished_retention_s: float = FINISHED_RETENTION_S,
+        manager: str = LOCAL_CLUSTER,
     ) -> None:
         if finished_retention_s < 0:
             raise ValueError(f"finished retention must be >= 0 s, got {finished_retention_s:g}")
@@ -148,7 +150,7 @@ class WorkloadBook:
         # (kind, name) -> (cluster, manifest JSON) of the latest config.applied admission took:
         # its owner's, never a copy another cluster published (muster.core.config_owners)
         self.configs: dict[tuple[str, str], tuple[str, str]] = {}
-        self.config_owners = ConfigOwners()
+        self.config_owners = ConfigOwners(manager=manager)  # the gateway's own cluster
         self.sequence = 0
 
     def __len__(self) -> int:

@@ -23,7 +23,15 @@ import msgspec
 
 from muster.bus.kv import Bucket, Entry
 from muster.core.dispatch import ClusterCapacity, NodeRoom
-from muster.core.heartbeat import Wire, capacity_of, decode_wire, rooms_of
+from muster.core.heartbeat import (
+    HEARTBEAT_REFUSED,
+    Wire,
+    capacity_of,
+    decode_wire,
+    refuse_impossible,
+    rooms_of,
+    vetted_capacity_of,
+)
 from muster.core.heartbeat_parts import (
     LAYOUT_PARTS,
     Part,
@@ -191,7 +199,8 @@ class HeldRooms:
         try:
             wire = self._wire(cluster, head)
             if wire.layout != LAYOUT_PARTS:
-                room = cluster_room(capacity_of(wire, wire.nodes + rooms_of(wire), wire.placed))
+                nodes = wire.nodes + rooms_of(wire)
+                room = cluster_room(vetted_capacity_of(wire, nodes, wire.placed))
                 self._heads[cluster] = (head, room, 0)
                 return room
         except msgspec.DecodeError as exc:
@@ -202,10 +211,13 @@ class HeldRooms:
         whole = [p for p in parts if p is not None]
         if bad := next((p.bad for p in whole if p.bad), ""):
             return self._bad(cluster, head, bad, named=len(whole))
+        nodes = tuple(itertools.chain.from_iterable(p.nodes for p in whole))
+        try:
+            refuse_impossible(cluster, nodes)  # as dispatch does: a lying room is not shown
+        except msgspec.DecodeError as exc:
+            return self._bad(cluster, head, f"bad heartbeat {cluster}: {exc}", named=len(whole))
         capacity = capacity_of(
-            wire,
-            tuple(itertools.chain.from_iterable(p.nodes for p in whole)),
-            tuple(itertools.chain.from_iterable(p.placed for p in whole)),
+            wire, nodes, tuple(itertools.chain.from_iterable(p.placed for p in whole))
         )
         totals = (_added(p.allocatable for p in whole), _added(p.free for p in whole))
         least = sum(p.least_bytes for p in whole)
@@ -221,7 +233,8 @@ class HeldRooms:
 
     def _bad(self, cluster: str, head: bytes, why: str, *, named: int) -> ClusterRoom:
         log.warning("%s (its room is shown empty)", why)  # once per head: it is held
-        room = cluster_room(ClusterCapacity(cluster=cluster))
+        refused = ClusterCapacity(cluster=cluster, unreachable=why, reason=HEARTBEAT_REFUSED)
+        room = cluster_room(refused)
         self._heads[cluster] = (head, room, named)
         return room
 

@@ -5,9 +5,12 @@ admission's MultiKueue dispatch); the pods on each node from the workload book (
 `bound` events). A cluster whose heartbeat is older than SILENT_AFTER_S is Silent: admission
 counts it lost after its `--cluster-lost-seconds` (10 by default). One whose heartbeat says why
 it takes no dispatched work (its API server does not answer, its room is too large to report)
-is Unavailable, with that reason and message. The rooms are the gateway's cache's
-(`cluster_cache`: what changed since the last call is decoded, nothing else); a room in parts
-is read whole: a read that met parts of two heartbeats is read again.
+is Unavailable, with that reason and message. One whose heartbeat admission refuses (it does
+not decode, or claims a room no node has: `muster.core.heartbeat.refuse_impossible`) is
+Refused, with no nodes, reason HeartbeatRefused and a message naming the cluster and node.
+The rooms are the gateway's cache's (`cluster_cache`: what changed since the last call is
+decoded, nothing else); a room in parts is read whole: a read that met parts of two heartbeats
+is read again.
 
 A 50 000-node cluster's nodes are many MB, past what gRPC clients receive by default (4 MiB):
 a request selects one cluster, asks for totals without nodes, or pages nodes (`node_pages`);
@@ -25,6 +28,7 @@ from muster.api import quantities_to_strings
 from muster.bus.kv import Bucket
 from muster.contracts.v1 import events_pb2, services_pb2
 from muster.core.dispatch import ClusterCapacity, NodeRoom
+from muster.core.heartbeat import HEARTBEAT_REFUSED
 from muster.core.heartbeat_parts import RoomReader, part_key, parts_named
 from muster.gateway.book import FINISHED, WorkloadBook
 from muster.gateway.cluster_cache import READS, ClusterRoom, Reported
@@ -173,4 +177,6 @@ def _node_view(node: NodeRoom, placed: Placed) -> services_pb2.NodeView:
 def _state(capacity: ClusterCapacity, age: float) -> str:
     if age >= SILENT_AFTER_S:
         return "Silent"
+    if capacity.reason == HEARTBEAT_REFUSED:
+        return "Refused"  # as dispatch refuses it; its message names the cluster and the node
     return "Unavailable" if capacity.unreachable else "Ready"

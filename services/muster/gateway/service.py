@@ -82,6 +82,7 @@ from muster.gateway.visibility import (
 )
 from muster.gateway.watch import FOLLOW_METADATA, EventHistory, WatchFilter, watch
 from muster.gateway.watch_slots import WatchLimitError, WatchSlots
+from muster.gateway.watched import warn_if_unwatched
 from muster.gateway.workload_rpcs import ClustersBucket, ControlRpcs, WorkloadRpcs, checked_names
 from muster.gateway.workloads import BookFollower
 
@@ -145,6 +146,8 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
 
 class GatewayBus(EventHistory, Protocol):
     """What the gateway needs from `muster.bus.Bus`."""
+
+    async def stored_subjects(self, pattern: str, stream: str = EVENTS_STREAM) -> list[str]: ...
 
     async def publish_all(self, envs: Iterable[events_pb2.Envelope]) -> list[int]: ...
 
@@ -587,7 +590,9 @@ class GatewayServer:
         self.address = ""
         # The workload book (ListWorkloads, DescribeWorkload, Stop, ...): read from the stream
         # from its first event on, from the first call that needs it until `stop`.
-        self.follower = BookFollower(bus, finished_retention_s=config.finished_retention_s)
+        self.follower = BookFollower(
+            bus, finished_retention_s=config.finished_retention_s, manager=config.cluster
+        )
         self.known = KnownFollower(bus)  # Submit's duplicates, from the first Submit on
         self._clusters: Bucket | None = None  # MUSTER_CLUSTERS, opened when first asked
         self.partitions = QueuePartitions()
@@ -615,6 +620,7 @@ class GatewayServer:
             raise
         for name in ("", *SERVICE_NAMES):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await warn_if_unwatched(self._bus, self.config.cluster)
         self.security = security
         self.address = address
         return address

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Final, NoReturn
 
 from muster.api.quantity import shown
+from muster.api.wellknown import LOCAL_CLUSTER
 from muster.bus.errors import BusError
 from muster.bus.subjects import EVENTS_STREAM
 from muster.bus.supervision import supervised
@@ -77,9 +78,10 @@ class BookFollower:
         *,
         catch_up_s: float = CATCH_UP_S,
         finished_retention_s: float = FINISHED_RETENTION_S,
+        manager: str = LOCAL_CLUSTER,
     ) -> None:
         self.history = history
-        self.book = WorkloadBook(finished_retention_s=finished_retention_s)
+        self.book = WorkloadBook(finished_retention_s=finished_retention_s, manager=manager)
         self.catch_up_s = catch_up_s
         self._moved = asyncio.Event()
         self._task: asyncio.Task[None] | None = None

@@ -36,6 +36,7 @@ from muster.api.check_states import format_time as format_metav1_time
 from muster.api.encode import is_byte_resource
 from muster.api.model import AdmissionFairSharingConfig, RequeuingStrategy
 from muster.api.quantity import QuantityError, format_quantity, parse_quantity
+from muster.api.wellknown import LOCAL_CLUSTER
 from muster.cluster.kube.resources import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.admission_fair_sharing import AdmissionUsage
@@ -263,7 +264,9 @@ class StatusBook:
         self._tallies: dict[tuple[str, str], _Tally] = {}
         self._local_queues: dict[tuple[str, str], str] = {}  # (ns, name) → its ClusterQueue
         self._cluster_queues: dict[str, dict[str, Any] | None] = {}  # name → last status
-        self._config_owners = ConfigOwners()  # a worker's queues of the same names: not ours
+        # A worker's queues of the same names: not ours. Its feed is this cluster's config
+        # events only, so its MultiKueueClusters are the only ones it reads: they count.
+        self._config_owners = ConfigOwners(manager=cluster or LOCAL_CLUSTER)
         # Admission fair sharing (Kueue's Configuration): each LocalQueue's usage, and when an
         # event last started or ended one of its runs (its lastUpdate).
         self._fair = fair

@@ -178,3 +178,12 @@ def test_nats_config_command_writes_what_the_table_says(
     assert muster_main(["nats-config", "--matrix"]) == 0
     assert capsys.readouterr().out.strip() == matrix()
     assert muster_main(["nats-config", "--cluster", "no.dots"]) == 2
+
+
+def test_flow_control_is_answered_for_object_stores_only() -> None:
+    # Muster's stream and bucket readers pull (bus/replay.py); nats-py's object store reads a
+    # snapshot's chunks through an ordered push consumer, whose flow control needs $JS.FC.
+    answered = {
+        s for u in users(EVERYWHERE) for s in u.permissions.publish_allow if s.startswith("$JS.FC.")
+    }
+    assert answered == {f"$JS.FC.OBJ_{SNAPSHOTS_BUCKET}.>"}

@@ -87,17 +87,44 @@ def test_a_multikueue_cluster_naming_the_cluster_it_came_from_is_refused() -> No
     assert owners.admit("ClusterQueue", "cq", "local", deleted=True) == ""  # still its own
 
 
-def test_a_cluster_not_yet_declared_cannot_make_the_manager_a_worker() -> None:
-    owners = ConfigOwners()
+NOT_MANAGER = (
+    "MultiKueueCluster local: applying it from cluster west is refused: only the MultiKueue "
+    "manager's MultiKueueClusters count, and west is not the manager (local: admission's "
+    "--cluster)"
+)
+
+
+def test_a_worker_cannot_make_the_manager_a_worker_before_the_manager_declares_any() -> None:
+    # The install race: west's watcher came up first and its MultiKueueCluster naming the
+    # manager was stored before any of the manager's.
+    owners = ConfigOwners(manager="local")
+
+    refused = owners.admit("MultiKueueCluster", "local", "west")
+    owners.admit("MultiKueueCluster", "west", "local")
+
+    assert refused == NOT_MANAGER
+    assert owners.workers == {"west"}
+    assert owners.admit("ClusterQueue", "cq", "local") == ""  # the manager configures on
+
+
+def test_a_worker_cannot_make_the_manager_a_worker_after_the_manager_declared_it() -> None:
+    owners = ConfigOwners(manager="local")
     owners.admit("ClusterQueue", "cq", "local")
-    owners.admit("MultiKueueCluster", "east", "local")
+    owners.admit("MultiKueueCluster", "west", "local")
 
     refused = owners.admit("MultiKueueCluster", "local", "west")
 
-    assert refused == (
-        "MultiKueueCluster local: applying it from cluster west is refused: cluster local "
-        "declares MultiKueue workers itself (MultiKueueCluster east); a manager is never made "
-        "a worker"
-    )
-    assert owners.workers == {"east"}
+    assert refused.startswith("MultiKueueCluster local: applying it from cluster west")
+    assert owners.workers == {"west"}
     assert owners.admit("ClusterQueue", "cq", "local", deleted=True) == ""  # still the manager's
+
+
+def test_only_the_configured_manager_declares_workers() -> None:
+    owners = ConfigOwners(manager="hub")
+
+    assert "east is not the manager (hub:" in owners.admit("MultiKueueCluster", "west", "east")
+    assert owners.admit("MultiKueueCluster", "west", "east", deleted=True) == ""  # no-op
+    assert owners.admit("MultiKueueCluster", "west", "hub") == ""
+    undeclaring = owners.admit("MultiKueueCluster", "west", "east", deleted=True)
+    assert "east is not the manager" in undeclaring
+    assert owners.workers == {"west"}

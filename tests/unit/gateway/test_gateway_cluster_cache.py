@@ -1,15 +1,15 @@
 """The gateway's held rooms (`HeldRooms`), without NATS: a read asks for exactly the parts whose
-digest changed, never combines parts of two heartbeats, shows a bad heartbeat's room empty,
-and forgets clusters and parts no head names any more."""
+digest changed, never combines parts of two heartbeats, shows a bad heartbeat's room (or one no
+node has) empty and refused, and forgets clusters and parts no head names any more."""
 
 from __future__ import annotations
 
 import msgspec
 
 from muster.core.dispatch import ClusterCapacity, NodeRoom
-from muster.core.heartbeat import decode_wire, encode, pack
+from muster.core.heartbeat import HEARTBEAT_REFUSED, decode_wire, encode, pack
 from muster.core.heartbeat_parts import Heartbeat, digest, encode_room, part_key
-from muster.gateway.cluster_cache import HeldRooms, cluster_room
+from muster.gateway.cluster_cache import ClusterRoom, HeldRooms, cluster_room
 
 CPU = 1000
 
@@ -82,11 +82,31 @@ def test_a_bad_heartbeat_shows_an_empty_room_and_is_read_again_once_it_changes()
     held.hold_part(part_key("east", 1), bad)
     read(held, beat, skip=frozenset({1}))
     assert held.missing("east", head) == []
-    assert held.room("east", head) == cluster_room(ClusterCapacity(cluster="east"))
-    assert held.room("west", b"not json") == cluster_room(ClusterCapacity(cluster="west"))
+    assert refused(held.room("east", head)).startswith("bad heartbeat east.part.1: $.rows[0]")
+    assert refused(held.room("west", b"not json")).startswith("bad heartbeat west: ")
 
     read(held, beat)  # the writer put the part again, whole, and the head naming it
     assert free_cpu(held, beat) == 2000 * 8 * CPU
+
+
+def refused(room: ClusterRoom | None) -> str:
+    """Why `room` is refused: it is empty, and says so as dispatch does."""
+    assert room is not None
+    assert (room.nodes, room.capacity.reason) == ((), HEARTBEAT_REFUSED)
+    return room.capacity.unreachable
+
+
+def test_a_room_in_parts_no_node_has_is_refused_naming_the_cluster_and_node() -> None:
+    # Shown as reported (as before), east's one lying node makes its free room 1e15 cpu.
+    lie = msgspec.structs.replace(NODES[1500], free={"cpu": 10**15, "pods": 110 * CPU})
+    beat = heartbeat((*NODES[:1500], lie, *NODES[1501:]))
+    held = HeldRooms()
+    read(held, beat)
+
+    assert refused(held.room("east", beat.head)) == (
+        "bad heartbeat east: node 'node-01500' of cluster 'east': free cpu 1000000000000000 "
+        "is more than its allocatable 8000 (a room no node has: the heartbeat is refused)"
+    )
 
 
 def test_a_cluster_no_head_names_is_forgotten_with_its_parts() -> None:

@@ -319,6 +319,7 @@ function nodesSection(clusters, pages) {
   if (!clusters) return `<section><h2>Clusters and nodes</h2><p class="muted">Needs watch in every namespace.</p></section>`;
   const blocks = clusters.clusters.filter((c) => pages[c.name] !== undefined).map((c) => `<h3 data-cluster="${esc(c.name)}">Cluster ${esc(c.name)}
     <span class="tag ${c.state === "Ready" ? "" : "stopped"}" title="${esc(c.message || "")}">${esc(c.state)}${c.reason ? ` (${esc(c.reason)})` : ""}, reported ${c.heartbeatAgeSeconds}s ago</span></h3>
+    ${c.state === "Refused" ? `<div class="error" data-refused="${esc(c.name)}">${esc(c.message)}</div>` : ""}
     <div class="muted" data-totals="${esc(c.name)}">${c.nodeCount} nodes, free ${roomText(c.freeTotal, c.allocatableTotal)}</div>
     ${nodesPage(c, pages[c.name])}`);
   return `<section><h2>Clusters and nodes</h2>${blocks.join("") || '<p class="muted">No cluster has reported yet.</p>'}</section>`;

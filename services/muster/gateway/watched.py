@@ -1,0 +1,60 @@
+"""Whether a watcher publishes as the gateway's cluster; warned at start when none does.
+
+A workload submitted through the gateway is its `--cluster`'s: admission reads that cluster's
+Namespaces (each cluster's are its own: `muster.core.config_owners.config_key`) and that
+cluster's watcher runs it. A gateway started with another id than its watcher's (`prod`
+beside a watcher left at `local`) takes every Submit, and each workload then waits for ever on
+a namespace no watcher reported. A platform team wants to hear it at start, naming both ids;
+refusing to start would crash-loop a gateway that merely came up before its watcher (or
+before any configuration was applied), so it is a warning, and nothing at all while no
+watcher has published configuration yet.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+from typing import Final, Protocol
+
+from muster.bus.errors import BusError
+from muster.bus.subjects import PREFIX
+
+log = logging.getLogger(__name__)
+
+CONFIG_SUBJECTS: Final = f"{PREFIX}.*.config.>"  # muster.v1.<cluster>.config.<event>
+
+
+def unwatched_warning(cluster: str, configuring: Collection[str]) -> str:
+    """What to warn when clusters have published configuration and `cluster` is not one of
+    them; "" otherwise."""
+    if not configuring or cluster in configuring:
+        return ""
+    watchers = ", ".join(sorted(configuring))
+    return (
+        f"the gateway runs with --cluster {cluster}, but the watchers publish configuration "
+        f"(Namespaces, queues) as {watchers} only: a workload submitted here is {cluster}'s, "
+        f"whose Namespaces admission never gets and which no watcher runs, so it waits for "
+        f"ever; give the gateway its watcher's --cluster (MUSTER_CLUSTER)"
+    )
+
+
+class SubjectList(Protocol):
+    """What the check reads (`muster.bus.Bus`)."""
+
+    async def stored_subjects(self, pattern: str) -> list[str]: ...
+
+
+async def configuring_clusters(bus: SubjectList) -> list[str]:
+    """The clusters whose watchers have published configuration events."""
+    return sorted({subject.split(".")[2] for subject in await bus.stored_subjects(CONFIG_SUBJECTS)})
+
+
+async def warn_if_unwatched(bus: SubjectList, cluster: str) -> None:
+    """Log `unwatched_warning` once, at start; a NATS failure only skips the check."""
+    try:
+        clusters = await configuring_clusters(bus)
+    except BusError as exc:
+        log.info("not checked whether a watcher runs as cluster %s: %s", cluster, exc)
+        return
+    if warning := unwatched_warning(cluster, clusters):
+        log.warning(warning)
