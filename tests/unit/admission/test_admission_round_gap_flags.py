@@ -41,15 +41,18 @@ def test_a_round_as_long_as_under_load_is_stretched_n_times_up_to_the_bound(
     # Under load a round lasts 15-25 ms: one of four waits four of them, a tenth of a second
     # at most by default, rather than the 30 ms that cut the stretch short before.
     four = ["--shards", "4", "--shard", "1"]
-    gather = configs(four)[1].gather
-    assert gather is not None
-    assert gather.next_at(10.0, 0.02) == pytest.approx(10.08)
-    assert gather.next_at(10.0, 0.05) == pytest.approx(10.1)
-    told = configs([*four, "--round-stretch-most-seconds", "0.03"])[1].gather
-    assert told is not None and told.next_at(10.0, 0.02) == pytest.approx(10.03)
+    assert _gather(four).next_at(10.0, 0.02) == pytest.approx(10.08)
+    assert _gather(four).next_at(10.0, 0.05) == pytest.approx(10.1)
+    told = _gather([*four, "--round-stretch-most-seconds", "0.03"])
+    assert told.next_at(10.0, 0.02) == pytest.approx(10.03)
     monkeypatch.setenv("MUSTER_ADMISSION_ROUND_STRETCH_MOST_SECONDS", "0.5")
-    varied = configs(four)[1].gather
-    assert varied is not None and varied.next_at(10.0, 0.2) == pytest.approx(10.5)
+    assert _gather(four).next_at(10.0, 0.2) == pytest.approx(10.5)
+
+
+def _gather(argv: list[str]) -> Gather:
+    gather = configs(argv)[1].gather
+    assert gather is not None, argv
+    return gather
 
 
 def test_the_flags_and_their_variables_set_the_gap_and_the_fill(
