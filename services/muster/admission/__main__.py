@@ -57,8 +57,11 @@ FLAGS = (
          "events that start a round before --round-gap-seconds (or the stretch) has passed"),
     Flag("--round-stretch", "on|off", on_off, "MUSTER_ADMISSION_ROUND_STRETCH", "on",
          "one of N shards: a round starts no sooner than N times as long as the one before "
-         "took, at most 30 ms more, unless --round-fill events wait: rounds as full as a lone "
-         "replica's"),
+         "took, at most --round-stretch-most-seconds more, unless --round-fill events wait: "
+         "rounds as full as a lone replica's"),
+    Flag("--round-stretch-most-seconds", "S", float,
+         "MUSTER_ADMISSION_ROUND_STRETCH_MOST_SECONDS", "0.1",
+         "what the stretch may add to a round's latency, at most (0 < S <= 1)"),
 )  # fmt: skip
 
 
@@ -81,6 +84,7 @@ def admission_config(args: argparse.Namespace, service: ServiceConfig) -> Admiss
         round_gap_s=args.round_gap_seconds,
         round_fill=args.round_fill,
         round_stretch=args.round_stretch,
+        round_stretch_most_s=args.round_stretch_most_seconds,
     )
 
 

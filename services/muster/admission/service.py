@@ -62,9 +62,12 @@ from muster.core.routing import POLICIES, Policy
 LAST_SNAPSHOT_S: Final = 5.0  # at shutdown, within the service's grace period (10 s)
 VISIBILITY_CPU_SHARE: Final = 20  # views wait at least this many times what computing them took
 MAX_ROUND_GAP_S: Final = 0.05  # a round's added latency stays well below a second's tenth
-# What the stretch (AdmissionConfig.round_stretch) may add to a round's latency, at most: the
-# p99 of submit → admitted at 200/s stays under 50 ms.
-ROUND_STRETCH_MOST_S: Final = 0.03
+# What the stretch (AdmissionConfig.round_stretch) may add to a round's latency, at most, by
+# default: on an idle machine a round lasts a few ms and N of them stay far below it (the p99 of
+# submit → admitted at 200/s stays under 50 ms); under load a round lasts 15-25 ms, and 30 ms,
+# the bound before, cut the stretch to one or two rounds (docs/benchmarks.md, "pipeline").
+ROUND_STRETCH_MOST_S: Final = 0.1
+MAX_ROUND_STRETCH_S: Final = 1.0  # what --round-stretch-most-seconds may be set to, at most
 log = logging.getLogger(__name__)
 
 
@@ -86,9 +89,10 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
     round_gap_s: float = 0.0
     round_fill: int = 8
     # One of N replicas: a round starts no sooner than N times as long as the one before took
-    # after it started (at most ROUND_STRETCH_MOST_S later), unless `round_fill` events wait,
+    # after it started (at most `round_stretch_most_s` later), unless `round_fill` events wait,
     # so that its rounds hold about as many events as a lone replica's (bus.ordered.Gather).
     round_stretch: bool = True
+    round_stretch_most_s: float = ROUND_STRETCH_MOST_S
     ack_wait_s: float = 30.0  # a dead replica's unacked events come back after this long
     kueue: KueueConfig | None = None  # Kueue's Configuration (--kueue-config)
     cluster_lost_s: float = 10.0  # a worker cluster silent this long is lost (MultiKueue)
@@ -108,6 +112,11 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
         if not 0 <= self.round_gap_s <= MAX_ROUND_GAP_S:
             raise ValueError(
                 f"--round-gap-seconds must be in 0..{MAX_ROUND_GAP_S:g}, got {self.round_gap_s:g}"
+            )
+        if not 0 < self.round_stretch_most_s <= MAX_ROUND_STRETCH_S:
+            raise ValueError(
+                f"--round-stretch-most-seconds must be in (0, {MAX_ROUND_STRETCH_S:g}], "
+                f"got {self.round_stretch_most_s:g}"
             )
         if self.round_fill < 1:
             raise ValueError(f"--round-fill must be >= 1, got {self.round_fill}")
@@ -138,7 +147,7 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
             self.round_gap_s,
             self.round_fill,
             stretch=stretch,
-            stretch_most_s=ROUND_STRETCH_MOST_S if stretch else 0.0,
+            stretch_most_s=self.round_stretch_most_s if stretch else 0.0,
         )
 
     def consumer_settings(self) -> ConsumerSettings:
