@@ -44,6 +44,8 @@ PENDING_EVALUATION = "PendingEvaluation"  # QuotaReserved False, granular reason
 PENDING_EVALUATION_MESSAGE = "Workload is pending evaluation in the scheduling queue"
 NO_RESERVATION = "NoReservation"  # Admitted False once the reservation is cleared
 NO_RESERVATION_MESSAGE = "The workload has no reservation"
+UNSATISFIED_CHECKS = "UnsatisfiedAdmissionChecks"  # Admitted False: reserved, checks not ready
+UNSATISFIED_CHECKS_MESSAGE = "The workload has not all checks ready"
 REACTIVATED = "Reactivated"
 REACTIVATED_MESSAGE = "The workload was reactivated"
 # Evicted for these, a workload is Requeued True as soon as its pods are gone; for the others
@@ -115,6 +117,16 @@ def restarted(was_status: str, was_reason: str) -> tuple[str, str] | None:
 
 
 Said = tuple[str, bool, str, str]  # a condition as written: type, status, reason, message
+
+
+def not_admitted(*, reserved: bool) -> Said:
+    """Admitted False while a workload waits, as Kueue's SyncAdmittedCondition writes it with
+    UnadmittedWorkloadsObservability on (its default) once QuotaReserved is set: no reservation,
+    or quota reserved and its admission checks not all Ready. With the gate off Kueue writes
+    nothing for a workload never admitted."""
+    if reserved:
+        return ADMITTED, False, UNSATISFIED_CHECKS, UNSATISFIED_CHECKS_MESSAGE
+    return ADMITTED, False, NO_RESERVATION, NO_RESERVATION_MESSAGE
 
 
 def unreserved(reason: str, message: str, *, checks_pending: bool = False) -> list[Said]:

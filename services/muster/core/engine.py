@@ -35,7 +35,6 @@ from muster.core.conditions import (
     EVICTED,
     PENDING_PREEMPTION,
     PODS_READY,
-    QUOTA_RESERVED,
     READY_MESSAGE,
     RECOVERED,
     REQUEUED,
@@ -486,7 +485,7 @@ class Engine(EngineViews):
             return
         if r is None or r.phase is not Phase.PENDING:
             return
-        r.set_condition(QUOTA_RESERVED, False, reason, message)
+        self.queueing.say_waiting(r, reason, message)
         r.pending_message = message
         if reason == WAITING_FOR_VICTIMS or PENDING_PREEMPTION in message:
             self.state.awaiting_victims.add(key)

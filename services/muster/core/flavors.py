@@ -29,6 +29,8 @@ from muster.api.quantity import format_quantity
 from muster.core.matching import flavor_mismatch
 from muster.core.quota import FlavorResource, QuotaNode, borrowing_level
 
+POD_COUNT = "pods"  # the resource a ClusterQueue may cover to count pods
+
 
 class Mode(IntEnum):
     """How well an assignment fits, worst to best, so that max() picks."""
@@ -193,6 +195,9 @@ def assign_flavors(
     messages: list[str] = []
     for pod_set, count in zip(pod_sets, counts, strict=True):
         totals = {r: q * count for r, q in pod_set.requests.items() if q > 0}
+        if POD_COUNT in layout.group_of and count > 0:
+            # Kueue's flavor assigner: a ClusterQueue covering `pods` is asked one per pod.
+            totals[POD_COUNT] = count * 1000  # in milli-units, as every request
         picked: dict[str, str] = {}
         reasons: list[str] = []
         search.pod_set, search.totals, search.reasons = pod_set, totals, reasons

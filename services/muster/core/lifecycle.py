@@ -33,6 +33,7 @@ from muster.core.conditions import (
     WAIT_FOR_RECOVERY,
     WAIT_FOR_RECOVERY_MESSAGE,
     WAIT_FOR_START,
+    not_admitted,
 )
 from muster.core.events import EventType
 from muster.core.flavors import Assignment, Mode
@@ -70,6 +71,8 @@ class Lifecycle:
         r.checks = dict.fromkeys(state.config.checks_for(r.cluster_queue, a), "Pending")
         if not r.checks:
             self.admit(r)
+        elif state.config.kueue.granular_pending_reasons:
+            r.set_condition(*not_admitted(reserved=True))
 
     def hold(self, r: WorkloadRecord, a: Assignment, *, announce: bool) -> None:
         """`r` holds `a` in its ClusterQueue (QuotaReserved). Announced, its route is final
@@ -286,7 +289,7 @@ class Lifecycle:
         r.phase = Phase.INACTIVE
         r.requeue_count, r.requeue_at_s = 0, None
         reason = self.state.config.reason(DEACTIVATED, "Inactive")
-        r.set_condition(QUOTA_RESERVED, False, reason, DEACTIVATED_MESSAGE)
+        self.queueing.say_waiting(r, reason, DEACTIVATED_MESSAGE)
 
     def finish(self, r: WorkloadRecord) -> None:
         self.release(r)

@@ -13,7 +13,7 @@ from functools import partial
 
 from muster.api.model import AdmissionFairSharingConfig, AdmissionMode
 from muster.core.admission_fair_sharing import AdmissionUsage
-from muster.core.conditions import QUOTA_RESERVED
+from muster.core.conditions import QUOTA_RESERVED, not_admitted
 from muster.core.events import EventType
 from muster.core.fairshare import ZERO, borrows_on, dominant_share, with_usage
 from muster.core.flavors import Assignment
@@ -157,10 +157,16 @@ class Queueing:
         return (flag, share, -r.priority, r.queue_ts, r.seq)
 
     def mark_pending(self, r: WorkloadRecord, reason: str, message: str) -> None:
-        r.set_condition(QUOTA_RESERVED, False, reason, message)
+        self.say_waiting(r, reason, message)
         if message != r.pending_message:
             r.pending_message = message
             self.state.emit(EventType.PENDING, r, reason, message)
+
+    def say_waiting(self, r: WorkloadRecord, reason: str, message: str) -> None:
+        """QuotaReserved False with `reason`, and the Admitted condition Kueue syncs with it."""
+        r.set_condition(QUOTA_RESERVED, False, reason, message)
+        if self.state.config.kueue.granular_pending_reasons:
+            r.set_condition(*not_admitted(reserved=False))
 
     def park(
         self,

@@ -109,9 +109,15 @@ def test_removing_a_local_queue_leaves_new_workloads_waiting_with_the_reason() -
     engine.submit(_wl("late", 1, 0), now_s=1)
     engine.schedule(now_s=1)
 
-    (condition,) = engine.workload(WorkloadKey("ns/late")).conditions
-    assert (condition.type, condition.status) == ("QuotaReserved", "False")
-    assert condition.message == "LocalQueue lq doesn't exist"
+    conditions = {c.type: c for c in engine.workload(WorkloadKey("ns/late")).conditions}
+    assert conditions.keys() == {"QuotaReserved", "Admitted"}
+    assert conditions["QuotaReserved"].status == "False"
+    assert conditions["QuotaReserved"].message == "LocalQueue lq doesn't exist"
+    # Kueue's SyncAdmittedCondition, with UnadmittedWorkloadsObservability on (its default).
+    assert (conditions["Admitted"].status, conditions["Admitted"].reason) == (
+        "False",
+        "NoReservation",
+    )
     assert engine.remove("LocalQueue", "lq", namespace="ns", now_s=2) == []
 
 
