@@ -115,6 +115,8 @@ class ChaosRow(msgspec.Struct, frozen=True, kw_only=True):
     exits: list[str]  # services that exited without being killed
     first_breaches: list[str]  # the first time each bound was exceeded, where
     evictions: int
+    permits_in_parts: int = 0  # permits published in parts (--big-pods)
+    check_answers: dict[str, int] = {}  # --checks: the run's answers stored, by state
     dead_letters: int
     wall_s: float
     log_dir: str = ""  # kept when something went wrong
@@ -225,7 +227,7 @@ class _Run:
             await answers.close()
             await backend.close()
             await bus.close()
-        return self._row(wall_s=wall_s, dead_letters=dead)
+        return self._row(wall_s=wall_s, dead_letters=dead, answered=answers.answered)
 
     async def _run(self, started: float) -> None:
         async with grpc.aio.insecure_channel(self.stack.gateway_address) as channel:
@@ -315,7 +317,7 @@ class _Run:
         wl = self.load.get(key)
         return wl.pods if isinstance(wl, ChaosGang) else self.events.admissions.get(key, 0)
 
-    def _row(self, *, wall_s: float, dead_letters: int) -> ChaosRow:
+    def _row(self, *, wall_s: float, dead_letters: int, answered: dict[str, int]) -> ChaosRow:
         events, cluster = self.events, self.cluster
         twice = events.twice_admitted | events.finished_twice
         twice |= {k for k, uids in cluster.ran.items() if len(uids) > self._may_run(k)}
@@ -353,6 +355,8 @@ class _Run:
                 if b.first
             ],
             evictions=events.evictions,
+            permits_in_parts=events.permits_in_parts,
+            check_answers=dict(sorted(answered.items())),
             dead_letters=dead_letters,
             wall_s=round(wall_s, 1),
         )
@@ -444,6 +448,7 @@ def render(rows: list[ChaosRow]) -> str:
         Column("LEFT BOUND", lambda r: str(r.left_running)),
         Column("EXITS", lambda r: str(len(r.exits))),
         Column("EVICTIONS", lambda r: str(r.evictions)),
+        Column("PERMITS IN PARTS", lambda r: str(r.permits_in_parts)),
         Column("WALL s", lambda r: f"{r.wall_s:g}"),
     ]
     kills = [
@@ -452,7 +457,13 @@ def render(rows: list[ChaosRow]) -> str:
         for r in rows
         if r.kills
     ]
-    notes = [f"exit: {e}" for r in rows for e in r.exits]
+    notes = [
+        f"check answers ({'yes' if r.faults else 'no'} faults): "
+        + ", ".join(f"{state} {n}" for state, n in r.check_answers.items())
+        for r in rows
+        if r.check_answers
+    ]
+    notes += [f"exit: {e}" for r in rows for e in r.exits]
     notes += [f"first breach: {b}" for r in rows for b in r.first_breaches]
     notes += [f"logs kept in {r.log_dir}" for r in rows if r.log_dir]
     return (

@@ -67,6 +67,7 @@ class EventBook:
     admissions: dict[str, int] = field(default_factory=dict)  # workload -> pods admitted, summed
     twice_admitted: set[str] = field(default_factory=set)
     evictions: int = 0
+    permits_in_parts: int = 0  # gang_permitted part 0 of several: a big workload bound in parts
     books: Breach = field(default_factory=Breach)
     checked_queues: frozenset[str] = frozenset()  # ClusterQueues requiring admission checks
     admitted_unready: set[str] = field(default_factory=set)  # admitted without a Ready check
@@ -110,6 +111,9 @@ class EventBook:
                     self._hold(key, env.admitted.admission, at=env.sequence)
                 pods = sum(a.count for a in env.admitted.admission.pod_set_assignments)
                 self.admissions[key] = self.admissions.get(key, 0) + pods
+            case "gang_permitted":
+                if env.gang_permitted.parts > 1 and env.gang_permitted.part == 0:
+                    self.permits_in_parts += 1
             case "admission_check":
                 if env.admission_check.state == READY:
                     self._ready.add(key)
