@@ -5,7 +5,8 @@ heap of queues in admission). A workload waiting in a1 that `fastest` moves to a
 under its own sort key while a1's entry under that same key is still in the heap; the two
 queues' tokens were equal (each queue counts its own listings), so the heap compared the queues
 themselves and the admission replica died with a TypeError on every round that read the move
-(seed 1, 40 workloads, --checks --routing --big-pods 5: admission-0 exited).
+(seed 1, 40 workloads, --checks --routing --big-pods 5: admission-0 exited). And a workload
+routed back into a queue that had held it waited there for good (below).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 from admission_world import (
     cluster_queue,
     config_applied,
+    fact,
     flavor,
     local_queue,
     publish,
@@ -70,5 +72,75 @@ async def test_a_workload_fastest_moves_to_its_cohorts_other_queue_is_reserved_t
         assert routed.routed.to_cluster_queue == "a2"
         assert admitted.admitted.admission.cluster_queue == "a2"
         assert not admission.task.done()  # the replica lives on
+    finally:
+        await admission.stop()
+
+
+async def test_a_workload_routed_back_into_a_queue_that_held_it_is_tried_there(
+    bus: Bus, bus_config: BusConfig, events: EventLog
+) -> None:
+    """Seed 1, 2 shards, 60 workloads, --routing: w-00053 went a2 -> a1 (held there behind a1's
+    own waiting workload) -> a2 -> a1, and was never decided again. Its routed group in a1 stayed
+    parked once empty: the hold was released while w was away (an empty held group was dropped,
+    not woken), and an arrival into an empty parked group is not listed."""
+    a1 = no_borrowing(cluster_queue("a1", cpu="1", cohort="alpha", annotations=FASTEST))
+    a2 = no_borrowing(cluster_queue("a2", cpu="1", cohort="alpha", annotations=FASTEST))
+
+    def job(name: str, queue: str, run_s: int, **more: str) -> dict[str, Any]:
+        return workload(
+            name, queue=queue, annotations={"muster.dev/run-seconds": str(run_s), **more}
+        )
+
+    async def applied() -> None:
+        """Every event published so far was handled (one consumer reads them in order)."""
+        sentinel = f"sentinel-{len(events.seen)}"
+        await publish(bus, submitted(workload(sentinel, queue="nowhere")))
+        await events.wait_for("pending", workload=f"ns/{sentinel}")
+
+    admission = await start_admission(bus_config)
+    try:
+        await admission.wait_serving()
+        await publish(
+            bus,
+            config_applied(flavor()),
+            config_applied(a1),
+            config_applied(a2),
+            config_applied(local_queue("lq-a1", cq="a1")),
+            config_applied(local_queue("lq-a2", cq="a2")),
+            submitted(job("f1", "lq-a1", 1000)),
+            submitted(job("f2", "lq-a2", 5000)),
+        )
+        await events.wait_for("admitted", workload="ns/f2")
+        await events.wait_for("admitted", workload="ns/f1")
+        await publish(bus, submitted(job("n1", "lq-a1", 10)), submitted(job("n2", "lq-a2", 100)))
+        await applied()
+        # w (declared a2) moves to a1, where it is held behind n1, a1's own.
+        await publish(
+            bus,
+            submitted(
+                job("w", "lq-a2", 10, **{"muster.dev/alternatives": '[{"queueName": "lq-a1"}]'})
+            ),
+        )
+        await events.wait_for("routed", workload="ns/w")
+        await applied()
+        # f2 leaves: n2 starts in a2, and w, sooner done behind it, moves back to a2. (n2's
+        # 100 s keep a2 the slower once a1 is empty, however long the steps take.)
+        await publish(bus, fact("deleted", "ns/f2"))
+        await events.wait_for("admitted", workload="ns/n2")
+        await applied()
+        # n1 leaves: a1's hold ends while w is away.
+        await publish(bus, fact("deleted", "ns/n1"))
+        await applied()
+        # f1 leaves: a1 is empty, and w moves to it once more.
+        await publish(bus, fact("deleted", "ns/f1"))
+
+        await applied()
+        admitted = await events.wait_for("admitted", workload="ns/w", timeout_s=20)
+        moves = [
+            (e.routed.from_cluster_queue, e.routed.to_cluster_queue)
+            for e in events.matching("routed", workload="ns/w")
+        ]
+        assert moves == [("a2", "a1"), ("a1", "a2"), ("a2", "a1")]
+        assert admitted.admitted.admission.cluster_queue == "a1"
     finally:
         await admission.stop()
