@@ -58,6 +58,7 @@ from muster.bus import DLQ_STREAM, EVENTS_STREAM, Bus, BusConfig, connect
 from muster.bus.service import run_loop
 from muster.cluster.errors import ClusterError
 from muster.cluster.keys import bucket_name
+from muster.cluster.objects import admission_of
 from muster.cluster.sim.backend import SimBackend
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
 from muster.launcher.nats_server import NatsServer, free_port
@@ -200,6 +201,7 @@ class _Run:
         self.acknowledged: set[str] = set()
         self.progress = asyncio.Event()
         self.last_sequence = 0  # of the events read
+        self.read = asyncio.Event()  # set when an event was read
 
     async def go(self) -> ChaosRow:
         bus = await connect(BusConfig(url=self.url, name="muster-chaos", connect_timeout_s=10))
@@ -280,6 +282,7 @@ class _Run:
                     await self.progress.wait()
 
     async def _follow_events(self, bus: Bus, backend: SimBackend, answers: CheckAnswers) -> None:
+        queues = cohort_of()
         async for env in bus.replay([">"], stream=EVENTS_STREAM, follow=True):
             completed = len(self.events.completed_evictions)
             self.events.apply(env)
@@ -288,7 +291,12 @@ class _Run:
                 # Answered by now: its pods must be gone from the cluster as it is now.
                 revision = await _current_revision(backend)
                 self.cluster.expect_gone(key, before=evicted, revision=revision)
+            if env.type == "workload.admitted":
+                cohort = queues.get(env.admitted.admission.cluster_queue)
+                if cohort is not None:
+                    self.cluster.cohort_of_admission[env.sequence] = cohort
             self.last_sequence = env.sequence
+            self.read.set()
             if env.type == "workload.finished":
                 self.progress.set()
 
@@ -298,9 +306,16 @@ class _Run:
             try:
                 async with contextlib.aclosing(changes):
                     async for change in changes:
+                        if change.kind == "Pod":  # its admission's cohort read first
+                            await self._read_up_to(admission_of(change.obj))
                         self.cluster.apply(change)
             except ClusterError:  # NATS restarting: read on from the last revision
                 await asyncio.sleep(0.2)
+
+    async def _read_up_to(self, sequence: int) -> None:
+        while self.last_sequence < sequence:
+            self.read.clear()
+            await self.read.wait()
 
     async def _settle(self, bus: Bus, backend: SimBackend) -> None:
         """Wait until both followers have read everything written so far (bounded)."""

@@ -192,6 +192,7 @@ class _Pod:
     node: str
     cpu_milli: int
     admission: int  # the `admitted`'s sequence it was made for (0: none, a gang's)
+    cohort: str | None  # whose quota it counts in (None: none's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,8 +209,11 @@ class _Gone:
 class ClusterBook:
     """The cluster's view; feed every change of its watch in revision order (`apply`)."""
 
-    cohort_of_workload: Mapping[str, str]  # workload key -> cohort
+    cohort_of_workload: Mapping[str, str]  # workload key -> cohort (of its declared queue)
     quota: Mapping[str, int]  # cohort -> milli-cpu
+    # `admitted` sequence -> the cohort it admitted into (a routed workload's may be another):
+    # a pod made for an admission counts there; fill it before the pods arrive
+    cohort_of_admission: dict[int, str] = field(default_factory=dict)
     pods_outside_quota: Breach = field(default_factory=Breach)
     node_overcommit: Breach = field(default_factory=Breach)
     ran: dict[str, set[str]] = field(default_factory=dict)  # workload -> uids seen Running
@@ -282,6 +286,8 @@ class ClusterBook:
             node=view.node_name,
             cpu_milli=view.requests.get("cpu", 0),
             admission=view.admission,
+            cohort=self.cohort_of_admission.get(view.admission)
+            or self.cohort_of_workload.get(workload),
         )
         self._pods[key] = pod
         self._count(pod, +1)
@@ -300,7 +306,7 @@ class ClusterBook:
     def _count(self, pod: _Pod, sign: int) -> None:
         self._count_admission(pod, sign)
         self._on_node[pod.node] = self._on_node.get(pod.node, 0) + sign * pod.cpu_milli
-        cohort = self.cohort_of_workload.get(pod.workload)
+        cohort = pod.cohort
         if cohort is not None:
             self._in_cohort[cohort] = self._in_cohort.get(cohort, 0) + sign * pod.cpu_milli
         if sign > 0:

@@ -16,7 +16,8 @@ They hold no quota, only nodes: the nodes' over-commit and the run-once checks c
   gives (`chaos_answers`), so admitted workloads wait for a check and some are sent back (Retry).
 - `routing`: ClusterQueues route with `fastest`, and half the workloads may also run in the
   other ClusterQueue of their cohort (`muster.dev/alternatives`), so admission moves them.
-  Within the cohort: the quota checks count a workload's pods in its cohort.
+  With `across`, any other ClusterQueue, of the other cohort too (with 2 shards, another
+  shard's: admission forwards the workload).
 - `big_pods`: that many workloads are 16 to 40 pods of 250m (4 to 10 cpu), and the bus's event
   limit is lowered (`BIG_PODS_EVENT_BYTES`) so that their permits and evictions go in parts.
 """
@@ -54,13 +55,14 @@ class Shapes(msgspec.Struct, frozen=True, kw_only=True):
 
     checks: bool = False
     routing: bool = False
+    across: bool = False  # routing: alternatives in the other cohort too
     big_pods: int = 0
 
     @property
     def label(self) -> str:
         parts = [
             *(["checks"] if self.checks else []),
-            *(["routing"] if self.routing else []),
+            *([f"routing{' across' if self.across else ''}"] if self.routing else []),
             *([f"big-pods {self.big_pods}"] if self.big_pods else []),
         ]
         return ", ".join(parts) or "plain"
@@ -171,8 +173,9 @@ def shaped(plain: list[ChaosWorkload], shapes: Shapes, *, seed: int) -> list[Cha
         rng = random.Random(f"routing-{seed}")
         for i, wl in enumerate(out):
             if rng.random() < 0.5:
-                (other,) = set(COHORTS[cohort_of()[wl.cluster_queue]]) - {wl.cluster_queue}
-                out[i] = msgspec.structs.replace(wl, alternative=other)
+                cohort = COHORTS[cohort_of()[wl.cluster_queue]]
+                others = sorted(set(cohort_of() if shapes.across else cohort) - {wl.cluster_queue})
+                out[i] = msgspec.structs.replace(wl, alternative=rng.choice(others))
     big = max(0, min(shapes.big_pods, len(out)))
     rng = random.Random(f"big-{seed}")
     for b in range(big):

@@ -172,6 +172,11 @@ def add_chaos_options(parser: argparse.ArgumentParser) -> None:
         help="half the workloads may run in their cohort's other ClusterQueue (fastest)",
     )
     parser.add_argument(
+        "--routing-across",
+        action="store_true",
+        help="with --routing, alternatives in the other cohort too (another shard's)",
+    )
+    parser.add_argument(
         "--big-pods",
         type=int,
         default=0,
@@ -188,7 +193,12 @@ def run_chaos(args: argparse.Namespace) -> Iterator[Any]:
         shards=args.shards,
         seed=args.seed,
         gangs=args.gangs,
-        shapes=chaos.Shapes(checks=args.checks, routing=args.routing, big_pods=args.big_pods),
+        shapes=chaos.Shapes(
+            checks=args.checks,
+            routing=args.routing,
+            across=args.routing_across,
+            big_pods=args.big_pods,
+        ),
         faults_only=args.faults_only,
     )
 
