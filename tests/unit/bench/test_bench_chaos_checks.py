@@ -249,3 +249,12 @@ def test_an_evicted_admissions_pod_still_bound_once_the_eviction_was_answered_is
     assert "still bound: pod.ns.w-1" in book.left_running.first
     book.expect_gone("ns/w", before=9, revision=4)  # an earlier admission's: none left
     assert book.left_running.count == 1
+
+
+def test_a_routed_workloads_pods_count_in_the_cohort_its_admission_went_to() -> None:
+    book = ClusterBook(cohort_of_workload={"ns/w": "alpha"}, quota={"alpha": 1000, "beta": 1000})
+    book.cohort_of_admission[20] = "beta"  # admitted in beta's ClusterQueue, declared in alpha
+    book.apply(admitted_pod("w-0", admission=20, revision=1))
+    book.apply(admitted_pod("w-1", admission=20, revision=2))
+    assert book.pods_outside_quota.count == 1
+    assert book.pods_outside_quota.first.startswith("cohort beta")
