@@ -117,6 +117,8 @@ class ChaosRow(msgspec.Struct, frozen=True, kw_only=True):
     first_breaches: list[str]  # the first time each bound was exceeded, where
     evictions: int
     permits_in_parts: int = 0  # permits published in parts (--big-pods)
+    moves: int = 0  # routed to another ClusterQueue (--routing)
+    moves_across: int = 0  # of those, into another cohort
     check_answers: dict[str, int] = {}  # --checks: the run's answers stored, by state
     dead_letters: int
     wall_s: float
@@ -371,6 +373,8 @@ class _Run:
             ],
             evictions=events.evictions,
             permits_in_parts=events.permits_in_parts,
+            moves=events.moves,
+            moves_across=events.moves_across,
             check_answers=dict(sorted(answered.items())),
             dead_letters=dead_letters,
             wall_s=round(wall_s, 1),
@@ -464,6 +468,7 @@ def render(rows: list[ChaosRow]) -> str:
         Column("EXITS", lambda r: str(len(r.exits))),
         Column("EVICTIONS", lambda r: str(r.evictions)),
         Column("PERMITS IN PARTS", lambda r: str(r.permits_in_parts)),
+        Column("MOVES", lambda r: f"{r.moves} ({r.moves_across} across)"),
         Column("WALL s", lambda r: f"{r.wall_s:g}"),
     ]
     kills = [

@@ -68,6 +68,8 @@ class EventBook:
     twice_admitted: set[str] = field(default_factory=set)
     evictions: int = 0
     permits_in_parts: int = 0  # gang_permitted part 0 of several: a big workload bound in parts
+    moves: int = 0  # routed to another ClusterQueue
+    moves_across: int = 0  # of those, into another cohort
     books: Breach = field(default_factory=Breach)
     checked_queues: frozenset[str] = frozenset()  # ClusterQueues requiring admission checks
     admitted_unready: set[str] = field(default_factory=set)  # admitted without a Ready check
@@ -111,6 +113,12 @@ class EventBook:
                     self._hold(key, env.admitted.admission, at=env.sequence)
                 pods = sum(a.count for a in env.admitted.admission.pod_set_assignments)
                 self.admissions[key] = self.admissions.get(key, 0) + pods
+            case "routed":
+                moved = env.routed.from_cluster_queue, env.routed.to_cluster_queue
+                if moved[0] != moved[1]:
+                    self.moves += 1
+                    cohorts = {self.cohort_of.get(cq, cq) for cq in moved}
+                    self.moves_across += len(cohorts) > 1
             case "gang_permitted":
                 if env.gang_permitted.parts > 1 and env.gang_permitted.part == 0:
                     self.permits_in_parts += 1
