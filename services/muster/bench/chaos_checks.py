@@ -9,7 +9,8 @@ after it: it held that quota until the replica read the end, and nothing acts on
 naming another `submitted` than the workload's current one (docs/events.md, "A name used
 again").
 It also checks that a workload of a ClusterQueue requiring admission checks is admitted only
-after a Ready answer stored since its last eviction or requeue (Kueue resets the checks then),
+after a Ready answer stored since its last eviction (Kueue resets the checks then, and only
+then: a Ready written after the reset, while it waits, admits its next reservation at once),
 and lists each completed eviction (the workload, the `evicted`'s sequence) for `ClusterBook`.
 `ClusterBook` reads the simulated cluster's changes in revision order: the pods bound and not
 done (what actually runs, or is about to on its node) within each cohort's quota and each
@@ -144,10 +145,7 @@ class EventBook:
                 if evicting is not None and named in ("", evicting[0]):
                     self.completed_evictions.append((key, evicting[1]))
                     self._release(key)
-            case "requeued":
-                self._ready.discard(key)
-                self._release(key)
-            case "pending":
+            case "requeued" | "pending":
                 self._release(key)
             case "deleted":
                 self._end(key, "deleted")
