@@ -28,6 +28,7 @@ from admission_world import (
 from bus_helpers import EventLog
 
 from muster.bus import Bus, BusConfig
+from muster.contracts.v1 import events_pb2 as pb
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -43,6 +44,12 @@ def no_borrowing(cq: dict[str, Any]) -> dict[str, Any]:
     return cq
 
 
+def alpha(a1: dict[str, Any], a2: dict[str, Any]) -> list[pb.Envelope]:
+    """The flavor, ClusterQueues a1 and a2 (of one cohort) and their LocalQueues lq-a1, lq-a2."""
+    queues = [local_queue("lq-a1", cq="a1"), local_queue("lq-a2", cq="a2")]
+    return [config_applied(m) for m in (flavor(), a1, a2, *queues)]
+
+
 async def test_a_workload_fastest_moves_to_its_cohorts_other_queue_is_reserved_there(
     bus: Bus, bus_config: BusConfig, events: EventLog
 ) -> None:
@@ -55,11 +62,7 @@ async def test_a_workload_fastest_moves_to_its_cohorts_other_queue_is_reserved_t
         await admission.wait_serving()
         await publish(
             bus,
-            config_applied(flavor()),
-            config_applied(a1),
-            config_applied(a2),
-            config_applied(local_queue("lq-a1", cq="a1")),
-            config_applied(local_queue("lq-a2", cq="a2")),
+            *alpha(a1, a2),
             submitted(workload("filler", queue="lq-a1", annotations=run_s)),
             submitted(workload("other", queue="lq-a2", annotations=run_s)),
         )
@@ -102,11 +105,7 @@ async def test_a_workload_routed_back_into_a_queue_that_held_it_is_tried_there(
         await admission.wait_serving()
         await publish(
             bus,
-            config_applied(flavor()),
-            config_applied(a1),
-            config_applied(a2),
-            config_applied(local_queue("lq-a1", cq="a1")),
-            config_applied(local_queue("lq-a2", cq="a2")),
+            *alpha(a1, a2),
             submitted(job("f1", "lq-a1", 1000)),
             submitted(job("f2", "lq-a2", 5000)),
         )
