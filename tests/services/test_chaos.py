@@ -1,9 +1,10 @@
 """Restart anything, any time (issue 20): the chaos run of `muster bench chaos`, at CI size.
 
 Every service is its own process on a real nats-server; 200 Kueue workloads queue, borrow and
-preempt, and 30 gangs outside Kueue preempt them, while every kind of service is SIGKILLed (and
-started again) and nats-server restarts. The invariants come from the event stream and from the
-cluster's own watch (muster.bench.chaos).
+preempt (half of them may also run in the other ClusterQueue of their cohort, so routing moves
+them: the shape that found two admission bugs), and 30 gangs outside Kueue preempt them, while
+every kind of service is SIGKILLed (and started again) and nats-server restarts. The
+invariants come from the event stream and from the cluster's own watch (muster.bench.chaos).
 The long run is `make chaos` (2 000 workloads, 2 admission shards).
 """
 
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from muster.bench.chaos import CLUSTER, ChaosConfig, keep_cluster_history, run_chaos
+from muster.bench.chaos import CLUSTER, ChaosConfig, Shapes, keep_cluster_history, run_chaos
 from muster.bench.chaos_checks import ClusterBook
 from muster.bench.sim_nodes import node_manifests
 from muster.cluster.keys import pod_key
@@ -31,7 +32,13 @@ async def test_under_kills_and_a_nats_restart_every_workload_finishes_once_withi
     # 30 of the submissions are gangs outside Kueue that preempt admitted workloads to be
     # placed (the other 200 are seed 7's Kueue workloads, as before gangs were added).
     config = ChaosConfig(
-        workloads=230, gangs=30, faults=True, submit_s=14.0, seed=7, timeout_s=150.0
+        workloads=230,
+        gangs=30,
+        shapes=Shapes(routing=True),
+        faults=True,
+        submit_s=14.0,
+        seed=7,
+        timeout_s=150.0,
     )
     row = await run_chaos(config)
 
@@ -44,6 +51,8 @@ async def test_under_kills_and_a_nats_restart_every_workload_finishes_once_withi
         "books over quota": row.books_over_quota,
         "pods over quota": row.pods_over_quota,
         "node over-commits": row.node_overcommits,
+        "pods of two admissions": row.two_places,
+        "evicted pods left bound": row.left_running,
         "exits": len(row.exits),
     }
     assert set(found.values()) == {0}, (found, row.exits, row.first_breaches, row.log_dir)

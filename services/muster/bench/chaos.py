@@ -16,7 +16,10 @@ workload finished (or `timeout_s`), the row says what went wrong: lost (acknowle
 the stream), stuck (not finished), twice (finished twice, admitted twice without an eviction
 between, or more pods ran than were admitted), quota exceeded by admission's books or by the
 pods on the nodes, nodes over-committed, services that exited on their own; and evictions and
-wall time.
+wall time. With `Shapes` (admission checks this process answers, routing, big workloads whose
+permits and evictions go in parts: `chaos_scenario`) also: admitted without a Ready check,
+a workload's pods of two admissions bound at once, and an evicted admission's pods still bound
+after its eviction was answered (`chaos_checks`).
 """
 
 from __future__ import annotations
@@ -34,11 +37,16 @@ from pathlib import Path
 import grpc
 import msgspec
 
+from muster.bench.chaos_answers import CheckAnswers
 from muster.bench.chaos_checks import ClusterBook, EventBook
 from muster.bench.chaos_faults import Faults
 from muster.bench.chaos_scenario import (
+    BIG_PODS_EVENT_BYTES,
+    PLAIN,
     ChaosGang,
     ChaosWorkload,
+    Shapes,
+    checked_queues,
     cohort_of,
     cohort_quota_milli,
     config_yaml,
@@ -50,6 +58,7 @@ from muster.bus import DLQ_STREAM, EVENTS_STREAM, Bus, BusConfig, connect
 from muster.bus.service import run_loop
 from muster.cluster.errors import ClusterError
 from muster.cluster.keys import bucket_name
+from muster.cluster.objects import admission_of
 from muster.cluster.sim.backend import SimBackend
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
 from muster.launcher.nats_server import NatsServer, free_port
@@ -72,6 +81,7 @@ _RETRYABLE = frozenset(
 class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True):
     workloads: int = 300
     gangs: int = 0  # of the workloads, gangs outside Kueue (chaos_scenario.ChaosGang)
+    shapes: Shapes = PLAIN
     shards: int = 1
     faults: bool = True
     seed: int = 1
@@ -89,6 +99,7 @@ class ChaosRow(msgspec.Struct, frozen=True, kw_only=True):
     section: str = SECTION
     workloads: int
     gangs: int = 0
+    shapes: str = "plain"  # Shapes.label
     shards: int
     faults: bool
     kills: dict[str, int]  # service -> SIGKILLs
@@ -99,9 +110,16 @@ class ChaosRow(msgspec.Struct, frozen=True, kw_only=True):
     books_over_quota: int  # events after which admission's books held more than a cohort's quota
     pods_over_quota: int  # cluster changes after which bound pods held more than a cohort's quota
     node_overcommits: int  # cluster changes after which a node held more than its cpu
+    admitted_unready: int = 0  # admitted without a Ready answer of its checks
+    two_places: int = 0  # cluster changes after which a workload's pods of two admissions ran
+    left_running: int = 0  # completed evictions whose pods were still bound after the answer
     exits: list[str]  # services that exited without being killed
     first_breaches: list[str]  # the first time each bound was exceeded, where
     evictions: int
+    permits_in_parts: int = 0  # permits published in parts (--big-pods)
+    moves: int = 0  # routed to another ClusterQueue (--routing)
+    moves_across: int = 0  # of those, into another cohort
+    check_answers: dict[str, int] = {}  # --checks: the run's answers stored, by state
     dead_letters: int
     wall_s: float
     log_dir: str = ""  # kept when something went wrong
@@ -115,6 +133,9 @@ class ChaosRow(msgspec.Struct, frozen=True, kw_only=True):
             + self.books_over_quota
             + self.pods_over_quota
             + self.node_overcommits
+            + self.admitted_unready
+            + self.two_places
+            + self.left_running
             + len(self.exits)
         )
 
@@ -125,6 +146,9 @@ async def run_chaos(config: ChaosConfig) -> ChaosRow:
     nats = NatsServer(log_dir / "jetstream")
     url = await nats.start(log_path=log_dir / "nats-server.log")
     await keep_cluster_history(url)
+    environment = {"PYTHONFAULTHANDLER": "1"}  # a crash in C code leaves its stack in the log
+    if config.shapes.big_pods:
+        environment["MUSTER_MAX_EVENT_BYTES"] = str(BIG_PODS_EVENT_BYTES)
     stack = Stack(
         nats_url=url,
         cluster=CLUSTER,
@@ -133,7 +157,7 @@ async def run_chaos(config: ChaosConfig) -> ChaosRow:
         log_dir=log_dir,
         service_args={"preemption": ["--evict-grace-seconds", f"{config.evict_grace_s:g}"]},
         gateway_listen=f"127.0.0.1:{free_port()}",
-        environment={"PYTHONFAULTHANDLER": "1"},  # a crash in C code leaves its stack in the log
+        environment=environment,
     )
     try:
         await stack.start()
@@ -163,12 +187,12 @@ class _Run:
         self.config = config
         self.stack = stack
         self.url = url
-        self.load = {
-            wl.key: wl for wl in mixed(config.workloads, gangs=config.gangs, seed=config.seed)
-        }
+        load = mixed(config.workloads, gangs=config.gangs, seed=config.seed, shapes=config.shapes)
+        self.load = {wl.key: wl for wl in load}
         queues = cohort_of()
         quota = cohort_quota_milli()
-        self.events = EventBook(cohort_of=queues, quota=quota)
+        self.checked = checked_queues(config.shapes)
+        self.events = EventBook(cohort_of=queues, quota=quota, checked_queues=self.checked)
         self.cluster = ClusterBook(
             cohort_of_workload={
                 k: queues[wl.cluster_queue] for k, wl in self.load.items() if wl.cluster_queue
@@ -179,16 +203,20 @@ class _Run:
         self.acknowledged: set[str] = set()
         self.progress = asyncio.Event()
         self.last_sequence = 0  # of the events read
+        self.read = asyncio.Event()  # set when an event was read
 
     async def go(self) -> ChaosRow:
         bus = await connect(BusConfig(url=self.url, name="muster-chaos", connect_timeout_s=10))
         backend = await SimBackend.connect(self.url, cluster=CLUSTER)
+        answers = CheckAnswers(
+            bus, cluster=CLUSTER, checked_queues=self.checked, rng=random.Random(self.config.seed)
+        )
         try:
             for node in nodes():
                 await backend.apply(node)
             async with asyncio.TaskGroup() as tasks:
                 followers = [
-                    tasks.create_task(self._follow_events(bus)),
+                    tasks.create_task(self._follow_events(bus, backend, answers)),
                     tasks.create_task(self._follow_cluster(backend)),
                     tasks.create_task(self.faults.watch_exits()),
                 ]
@@ -200,14 +228,15 @@ class _Run:
                     task.cancel()
             dead = (await bus.js.stream_info(DLQ_STREAM)).state.messages
         finally:
+            await answers.close()
             await backend.close()
             await bus.close()
-        return self._row(wall_s=wall_s, dead_letters=dead)
+        return self._row(wall_s=wall_s, dead_letters=dead, answered=answers.answered)
 
     async def _run(self, started: float) -> None:
         async with grpc.aio.insecure_channel(self.stack.gateway_address) as channel:
             gateway = services_pb2_grpc.GatewayStub(channel)
-            await _submit(gateway, config_yaml())
+            await _submit(gateway, config_yaml(self.config.shapes))
             chaos = None
             if self.config.faults:
                 chaos = asyncio.create_task(
@@ -254,10 +283,22 @@ class _Run:
                     self.progress.clear()
                     await self.progress.wait()
 
-    async def _follow_events(self, bus: Bus) -> None:
+    async def _follow_events(self, bus: Bus, backend: SimBackend, answers: CheckAnswers) -> None:
+        queues = cohort_of()
         async for env in bus.replay([">"], stream=EVENTS_STREAM, follow=True):
+            completed = len(self.events.completed_evictions)
             self.events.apply(env)
+            answers.read(env)
+            for key, evicted in self.events.completed_evictions[completed:]:
+                # Answered by now: its pods must be gone from the cluster as it is now.
+                revision = await _current_revision(backend)
+                self.cluster.expect_gone(key, before=evicted, revision=revision)
+            if env.type == "workload.admitted":
+                cohort = queues.get(env.admitted.admission.cluster_queue)
+                if cohort is not None:
+                    self.cluster.cohort_of_admission[env.sequence] = cohort
             self.last_sequence = env.sequence
+            self.read.set()
             if env.type == "workload.finished":
                 self.progress.set()
 
@@ -267,9 +308,16 @@ class _Run:
             try:
                 async with contextlib.aclosing(changes):
                     async for change in changes:
+                        if change.kind == "Pod":  # its admission's cohort read first
+                            await self._read_up_to(admission_of(change.obj))
                         self.cluster.apply(change)
             except ClusterError:  # NATS restarting: read on from the last revision
                 await asyncio.sleep(0.2)
+
+    async def _read_up_to(self, sequence: int) -> None:
+        while self.last_sequence < sequence:
+            self.read.clear()
+            await self.read.wait()
 
     async def _settle(self, bus: Bus, backend: SimBackend) -> None:
         """Wait until both followers have read everything written so far (bounded)."""
@@ -286,7 +334,7 @@ class _Run:
         wl = self.load.get(key)
         return wl.pods if isinstance(wl, ChaosGang) else self.events.admissions.get(key, 0)
 
-    def _row(self, *, wall_s: float, dead_letters: int) -> ChaosRow:
+    def _row(self, *, wall_s: float, dead_letters: int, answered: dict[str, int]) -> ChaosRow:
         events, cluster = self.events, self.cluster
         twice = events.twice_admitted | events.finished_twice
         twice |= {k for k, uids in cluster.ran.items() if len(uids) > self._may_run(k)}
@@ -297,6 +345,7 @@ class _Run:
         return ChaosRow(
             workloads=len(self.load),
             gangs=self.config.gangs,
+            shapes=self.config.shapes.label,
             shards=self.config.shards,
             faults=self.config.faults,
             kills=dict(sorted(self.faults.kills.items())),
@@ -307,6 +356,9 @@ class _Run:
             books_over_quota=events.books.count,
             pods_over_quota=cluster.pods_outside_quota.count,
             node_overcommits=cluster.node_overcommit.count,
+            admitted_unready=len(events.admitted_unready),
+            two_places=cluster.two_places.count,
+            left_running=cluster.left_running.count,
             exits=list(self.faults.exits),
             first_breaches=[
                 f"{what}: {b.first}"
@@ -314,13 +366,28 @@ class _Run:
                     ("admission's books", events.books),
                     ("bound pods", cluster.pods_outside_quota),
                     ("node", cluster.node_overcommit),
+                    ("two admissions' pods", cluster.two_places),
+                    ("evicted pods left bound", cluster.left_running),
                 )
                 if b.first
             ],
             evictions=events.evictions,
+            permits_in_parts=events.permits_in_parts,
+            moves=events.moves,
+            moves_across=events.moves_across,
+            check_answers=dict(sorted(answered.items())),
             dead_letters=dead_letters,
             wall_s=round(wall_s, 1),
         )
+
+
+async def _current_revision(backend: SimBackend) -> int:
+    """The cluster's latest revision, waiting out a nats-server restart."""
+    while True:
+        try:
+            return await backend.current_revision()
+        except ClusterError:
+            await asyncio.sleep(0.2)
 
 
 async def _stopped(task: asyncio.Task[None]) -> None:
@@ -351,7 +418,14 @@ def _nats_times(config: ChaosConfig) -> list[float]:
 
 
 def run(
-    *, scale: float, workloads: int, shards: int, seed: int, gangs: int = 0
+    *,
+    scale: float,
+    workloads: int,
+    shards: int,
+    seed: int,
+    gangs: int = 0,
+    shapes: Shapes = PLAIN,
+    faults_only: bool = False,
 ) -> Iterator[ChaosRow]:
     """The same run without faults, then with: what the faults cost, and what they broke."""
     count = max(10, round(workloads * scale))
@@ -359,6 +433,9 @@ def run(
     base = ChaosConfig(
         workloads=count,
         gangs=round(gangs * count / max(workloads, 1)),
+        shapes=msgspec.structs.replace(
+            shapes, big_pods=round(shapes.big_pods * count / max(workloads, 1))
+        ),
         shards=shards,
         seed=seed,
         submit_s=submit_s,
@@ -366,7 +443,7 @@ def run(
         nats_restarts=2,
         timeout_s=120 + 4 * submit_s,
     )
-    for faults in (False, True):
+    for faults in (True,) if faults_only else (False, True):
         yield run_loop(run_chaos(msgspec.structs.replace(base, faults=faults)))
 
 
@@ -375,6 +452,7 @@ def render(rows: list[ChaosRow]) -> str:
         Column("FAULTS", lambda r: "yes" if r.faults else "no", numeric=False),
         Column("WORKLOADS", lambda r: str(r.workloads)),
         Column("GANGS", lambda r: str(r.gangs)),
+        Column("SHAPES", lambda r: r.shapes, numeric=False),
         Column("SHARDS", lambda r: str(r.shards)),
         Column("KILLS", lambda r: str(sum(r.kills.values()))),
         Column("NATS RESTARTS", lambda r: str(r.nats_restarts)),
@@ -384,8 +462,13 @@ def render(rows: list[ChaosRow]) -> str:
         Column("BOOKS>QUOTA", lambda r: str(r.books_over_quota)),
         Column("PODS>QUOTA", lambda r: str(r.pods_over_quota)),
         Column("NODE>CPU", lambda r: str(r.node_overcommits)),
+        Column("UNREADY", lambda r: str(r.admitted_unready)),
+        Column("TWO PLACES", lambda r: str(r.two_places)),
+        Column("LEFT BOUND", lambda r: str(r.left_running)),
         Column("EXITS", lambda r: str(len(r.exits))),
         Column("EVICTIONS", lambda r: str(r.evictions)),
+        Column("PERMITS IN PARTS", lambda r: str(r.permits_in_parts)),
+        Column("MOVES", lambda r: f"{r.moves} ({r.moves_across} across)"),
         Column("WALL s", lambda r: f"{r.wall_s:g}"),
     ]
     kills = [
@@ -394,7 +477,13 @@ def render(rows: list[ChaosRow]) -> str:
         for r in rows
         if r.kills
     ]
-    notes = [f"exit: {e}" for r in rows for e in r.exits]
+    notes = [
+        f"check answers ({'yes' if r.faults else 'no'} faults): "
+        + ", ".join(f"{state} {n}" for state, n in r.check_answers.items())
+        for r in rows
+        if r.check_answers
+    ]
+    notes += [f"exit: {e}" for r in rows for e in r.exits]
     notes += [f"first breach: {b}" for r in rows for b in r.first_breaches]
     notes += [f"logs kept in {r.log_dir}" for r in rows if r.log_dir]
     return (
@@ -410,6 +499,7 @@ __all__ = [
     "ChaosGang",
     "ChaosRow",
     "ChaosWorkload",
+    "Shapes",
     "keep_cluster_history",
     "render",
     "run",

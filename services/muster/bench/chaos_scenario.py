@@ -10,6 +10,16 @@ With `gangs`, some submissions are gangs outside Kueue instead: a scheduler-plug
 its 2 to 4 pods of 1 cpu (all or none bound), above every Kueue priority, so that gang-permit
 preempts admitted workloads to place them (`placement_preempted`, admission evicting them).
 They hold no quota, only nodes: the nodes' over-commit and the run-once checks cover them.
+
+`Shapes` adds what the plain run never exercised:
+- `checks`: ClusterQueues a1 and b2 require AdmissionCheck `prov`, whose answers the run itself
+  gives (`chaos_answers`), so admitted workloads wait for a check and some are sent back (Retry).
+- `routing`: ClusterQueues route with `fastest`, and half the workloads may also run in the
+  other ClusterQueue of their cohort (`muster.dev/alternatives`), so admission moves them.
+  With `across`, any other ClusterQueue, of the other cohort too (with 2 shards, another
+  shard's: admission forwards the workload).
+- `big_pods`: that many workloads are 16 to 40 pods of 250m (4 to 10 cpu), and the bus's event
+  limit is lowered (`BIG_PODS_EVENT_BYTES`) so that their permits and evictions go in parts.
 """
 
 from __future__ import annotations
@@ -31,6 +41,34 @@ PRIORITIES: Final = ((100, 0.1), (50, 0.3), (10, 0.6))  # (priority, share), hig
 # Above every Kueue workload's, and all alike: gangs preempt admitted workloads, never each
 # other (a gang's pods deleted as a victim are not made again: nothing would finish it).
 GANG_PRIORITY: Final = 1000
+CHECK: Final = "prov"
+CHECKED_QUEUES: Final = frozenset({"a1", "b2"})  # one per cohort: checked beside unchecked
+BIG_PODS: Final = (16, 40)
+BIG_POD_CPU_MILLI: Final = 250
+# With 4 KiB of each part kept for the envelope (muster.gangpermit.parts), about 1 KiB of
+# bindings per part: a big workload's permit and eviction come in 2 to 5 parts.
+BIG_PODS_EVENT_BYTES: Final = 5120
+
+
+class Shapes(msgspec.Struct, frozen=True, kw_only=True):
+    """What a run adds to the plain scenario (module docstring)."""
+
+    checks: bool = False
+    routing: bool = False
+    across: bool = False  # routing: alternatives in the other cohort too
+    big_pods: int = 0
+
+    @property
+    def label(self) -> str:
+        parts = [
+            *(["checks"] if self.checks else []),
+            *([f"routing{' across' if self.across else ''}"] if self.routing else []),
+            *([f"big-pods {self.big_pods}"] if self.big_pods else []),
+        ]
+        return ", ".join(parts) or "plain"
+
+
+PLAIN: Final = Shapes()
 
 
 class ChaosWorkload(msgspec.Struct, frozen=True, kw_only=True):
@@ -39,12 +77,19 @@ class ChaosWorkload(msgspec.Struct, frozen=True, kw_only=True):
     pods: int
     priority: int
     run_s: int  # virtual seconds
+    cpu_milli: int = 1000  # per pod
+    alternative: str = ""  # another ClusterQueue it may run in (routing), "" for none
 
     @property
     def key(self) -> str:
         return f"{NAMESPACE}/{self.name}"
 
     def manifest(self) -> str:
+        alternatives = (
+            f"\n    muster.dev/alternatives: '[{{queueName: lq-{self.alternative}}}]'"
+            if self.alternative
+            else ""
+        )
         return _WORKLOAD.format(
             name=self.name,
             namespace=NAMESPACE,
@@ -52,6 +97,8 @@ class ChaosWorkload(msgspec.Struct, frozen=True, kw_only=True):
             run_s=self.run_s,
             pods=self.pods,
             priority=self.priority,
+            cpu=f"{self.cpu_milli}m",
+            alternatives=alternatives,
         )
 
 
@@ -117,11 +164,37 @@ def workloads(count: int, *, seed: int) -> list[ChaosWorkload]:
     return out
 
 
-def mixed(count: int, *, gangs: int, seed: int) -> list[ChaosWorkload | ChaosGang]:
-    """`count` submissions: `workloads(count - gangs)` with `gangs` gangs spread evenly among
-    them (seeded apart, so the workloads are those of the same seed without gangs)."""
+def shaped(plain: list[ChaosWorkload], shapes: Shapes, *, seed: int) -> list[ChaosWorkload]:
+    """`plain` with `shapes` applied (each seeded apart, so a shape leaves the others' draws
+    alone): every other workload may also run in its cohort's other ClusterQueue, and
+    `big_pods` of them, spread evenly, are big."""
+    out = list(plain)
+    if shapes.routing:
+        rng = random.Random(f"routing-{seed}")
+        for i, wl in enumerate(out):
+            if rng.random() < 0.5:
+                cohort = COHORTS[cohort_of()[wl.cluster_queue]]
+                others = sorted(set(cohort_of() if shapes.across else cohort) - {wl.cluster_queue})
+                out[i] = msgspec.structs.replace(wl, alternative=rng.choice(others))
+    big = max(0, min(shapes.big_pods, len(out)))
+    rng = random.Random(f"big-{seed}")
+    for b in range(big):
+        i = b * len(out) // big
+        out[i] = msgspec.structs.replace(
+            out[i], pods=rng.randint(*BIG_PODS), cpu_milli=BIG_POD_CPU_MILLI
+        )
+    return out
+
+
+def mixed(
+    count: int, *, gangs: int, seed: int, shapes: Shapes = PLAIN
+) -> list[ChaosWorkload | ChaosGang]:
+    """`count` submissions: `workloads(count - gangs)` (`shaped`) with `gangs` gangs spread
+    evenly among them (seeded apart, so the workloads are those of the same seed without
+    gangs)."""
     gangs = max(0, min(gangs, count))
-    out: list[ChaosWorkload | ChaosGang] = list(workloads(count - gangs, seed=seed))
+    plain = workloads(count - gangs, seed=seed)
+    out: list[ChaosWorkload | ChaosGang] = list(shaped(plain, shapes, seed=seed))
     rng = random.Random(f"gangs-{seed}")
     for g in range(gangs):
         gang = ChaosGang(name=f"g-{g:05d}", pods=rng.randint(2, 4), run_s=rng.randint(10, 40))
@@ -129,12 +202,30 @@ def mixed(count: int, *, gangs: int, seed: int) -> list[ChaosWorkload | ChaosGan
     return out
 
 
-def config_yaml() -> str:
-    """Flavor, ClusterQueues and LocalQueues, as one manifest for Gateway.Submit."""
+def config_yaml(shapes: Shapes = PLAIN) -> str:
+    """Flavor, ClusterQueues and LocalQueues (and the AdmissionCheck), as one manifest for
+    Gateway.Submit."""
     docs = ["apiVersion: kueue.x-k8s.io/v1beta2\nkind: ResourceFlavor\nmetadata: {name: default}"]
+    if shapes.checks:
+        docs.append(_CHECK.format(name=CHECK))
     for cq, cohort in sorted(cohort_of().items()):
-        docs.append(_QUEUE.format(cq=cq, cohort=cohort, cpu=NOMINAL_CPU, namespace=NAMESPACE))
+        checked = shapes.checks and cq in CHECKED_QUEUES
+        docs.append(
+            _QUEUE.format(
+                cq=cq,
+                cohort=cohort,
+                cpu=NOMINAL_CPU,
+                namespace=NAMESPACE,
+                annotations="{muster.dev/routing-policy: fastest}" if shapes.routing else "{}",
+                checks=f"[{CHECK}]" if checked else "[]",
+            )
+        )
     return "\n---\n".join(docs)
+
+
+def checked_queues(shapes: Shapes) -> frozenset[str]:
+    """The ClusterQueues whose reservations wait for check `CHECK`."""
+    return CHECKED_QUEUES if shapes.checks else frozenset()
 
 
 def nodes() -> list[dict[str, object]]:
@@ -146,11 +237,17 @@ def queues_of(submitted: Mapping[str, ChaosWorkload]) -> dict[str, str]:
     return {key: wl.cluster_queue for key, wl in submitted.items()}
 
 
+_CHECK = """apiVersion: kueue.x-k8s.io/v1beta2
+kind: AdmissionCheck
+metadata: {{name: {name}}}
+spec: {{controllerName: chaos.muster.dev/answered-by-the-run}}"""
+
 _QUEUE = """apiVersion: kueue.x-k8s.io/v1beta2
 kind: ClusterQueue
-metadata: {{name: {cq}}}
+metadata: {{name: {cq}, annotations: {annotations}}}
 spec:
   cohort: {cohort}
+  admissionChecks: {checks}
   namespaceSelector: {{}}
   preemption: {{withinClusterQueue: LowerPriority, reclaimWithinCohort: Any}}
   resourceGroups:
@@ -169,7 +266,8 @@ kind: Workload
 metadata:
   namespace: {namespace}
   name: {name}
-  annotations: {{muster.dev/run-seconds: "{run_s}"}}
+  annotations:
+    muster.dev/run-seconds: "{run_s}"{alternatives}
 spec:
   queueName: {queue}
   priority: {priority}
@@ -178,7 +276,7 @@ spec:
     count: {pods}
     template:
       spec:
-        containers: [{{name: c, resources: {{requests: {{cpu: "1"}}}}}}]
+        containers: [{{name: c, resources: {{requests: {{cpu: "{cpu}"}}}}}}]
 """
 
 _POD_GROUP = """apiVersion: scheduling.x-k8s.io/v1alpha1

@@ -161,6 +161,28 @@ def add_chaos_options(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="of the workloads, gangs outside Kueue that preempt admitted ones (default: 0)",
     )
+    parser.add_argument(
+        "--checks",
+        action="store_true",
+        help="two ClusterQueues require an admission check the run answers (Ready or Retry)",
+    )
+    parser.add_argument(
+        "--routing",
+        action="store_true",
+        help="half the workloads may run in their cohort's other ClusterQueue (fastest)",
+    )
+    parser.add_argument(
+        "--routing-across",
+        action="store_true",
+        help="with --routing, alternatives in the other cohort too (another shard's)",
+    )
+    parser.add_argument(
+        "--big-pods",
+        type=int,
+        default=0,
+        help="of the workloads, big ones (16 to 40 pods) evicted and bound in parts (default: 0)",
+    )
+    parser.add_argument("--faults-only", action="store_true", help="skip the run without faults")
 
 
 def run_chaos(args: argparse.Namespace) -> Iterator[Any]:
@@ -171,6 +193,13 @@ def run_chaos(args: argparse.Namespace) -> Iterator[Any]:
         shards=args.shards,
         seed=args.seed,
         gangs=args.gangs,
+        shapes=chaos.Shapes(
+            checks=args.checks,
+            routing=args.routing,
+            across=args.routing_across,
+            big_pods=args.big_pods,
+        ),
+        faults_only=args.faults_only,
     )
 
 

@@ -256,8 +256,11 @@ class TreeRuntime:
         self.listed = listed if listed is not None else ListedTrees()
         # Fair sharing over a cohort tree: the order is a tournament, not `ready`.
         self.tournament = tournament
-        # (sort key, token, queue): queues whose best group should be tried, best first
-        self.ready: list[tuple[tuple[object, ...], int, QueueRuntime]] = []
+        # (sort key, token, name, queue): queues whose best group should be tried, best first.
+        # The name settles a tie before the queue is compared (it cannot be): a workload moved
+        # to another queue of the tree (routing) lists it under the key the queue it left is
+        # still listed under, and two queues' tokens (each its own count) can be equal.
+        self.ready: list[tuple[tuple[object, ...], int, str, QueueRuntime]] = []
         # Cumulative quota released per (flavor, resource): parked groups wait for it to grow.
         self.freed: dict[FlavorResource, int] = {}
         self.parked: dict[FlavorResource, list[tuple[int, int, int, PendingGroup]]] = {}
@@ -311,12 +314,12 @@ class TreeRuntime:
             return
         cq.token += 1
         cq.listed = key
-        heapq.heappush(self.ready, (key, cq.token, cq))
+        heapq.heappush(self.ready, (key, cq.token, cq.name, cq))
         self.listed.add(self.name)
 
     def next_queue(self) -> tuple[tuple[object, ...], QueueRuntime] | None:
         while self.ready:
-            key, token, cq = heapq.heappop(self.ready)
+            key, token, _, cq = heapq.heappop(self.ready)
             if cq.token == token:
                 cq.listed = None
                 return key, cq
@@ -324,7 +327,7 @@ class TreeRuntime:
 
     def peek_key(self) -> tuple[object, ...] | None:
         while self.ready:
-            key, token, cq = self.ready[0]
+            key, token, _, cq = self.ready[0]
             if cq.token == token:
                 return key
             heapq.heappop(self.ready)

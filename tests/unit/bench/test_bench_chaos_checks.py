@@ -187,3 +187,74 @@ def test_pods_run_count_under_their_gang_or_kueue_workload() -> None:
     for change in (gang, kueue, pod("loose", node="n")):
         book.apply(change)
     assert book.ran == {"ns/g": {"uid-g-0"}, "ns/w": {"uid-w-main-0"}}
+
+
+def checked(state: str) -> pb.Envelope:
+    answer = pb.AdmissionCheckUpdated(check="prov", state=state)
+    return new_event("admission_check", answer, cluster="c", workload="ns/w", source="test")
+
+
+def test_an_admission_counts_as_ready_only_after_a_ready_since_its_last_eviction() -> None:
+    # --checks: Kueue resets a workload's checks when it is evicted, so the Ready before the
+    # eviction admits nothing after it.
+    book = EventBook(cohort_of={"cq": "all"}, quota={"all": 4000}, checked_queues=frozenset({"cq"}))
+    stream = Stream(book)
+    stream.submitted("ns/w")
+    stream.decided("quota_reserved", "ns/w")
+    book.apply(checked("Ready"))
+    stream.decided("admitted", "ns/w")
+    assert not book.admitted_unready
+    stream.decided("evicted", "ns/w")
+    stream.reported("eviction_completed", "ns/w")
+    stream.decided("requeued", "ns/w")
+    stream.decided("quota_reserved", "ns/w")
+    stream.decided("admitted", "ns/w")
+    assert book.admitted_unready == {"ns/w"}
+    assert [key for key, _ in book.completed_evictions] == ["ns/w"]
+
+
+def admitted_pod(
+    name: str, *, admission: int, phase: str = "Running", revision: int
+) -> ClusterChange:
+    change = pod(name, node="n", phase=phase)
+    change.obj["metadata"]["labels"] = {
+        "muster.dev/workload": "w",
+        "muster.dev/admission": str(admission),
+    }
+    return ClusterChange(
+        kind="Pod", type="MODIFIED", key=change.key, obj=change.obj, revision=revision
+    )
+
+
+def test_pods_of_two_admissions_at_once_are_caught() -> None:
+    book = ClusterBook(cohort_of_workload={}, quota={})
+    book.apply(admitted_pod("w-0", admission=10, revision=1))
+    book.apply(admitted_pod("w-1", admission=10, revision=2))
+    book.apply(admitted_pod("w-0", admission=10, phase="Failed", revision=3))
+    assert book.two_places.count == 0
+    book.apply(admitted_pod("w-2", admission=20, revision=4))  # w-1 of admission 10 still bound
+    assert book.two_places.count == 1
+    assert "ns/w" in book.two_places.first
+
+
+def test_an_evicted_admissions_pod_still_bound_once_the_eviction_was_answered_is_caught() -> None:
+    book = ClusterBook(cohort_of_workload={}, quota={})
+    book.apply(admitted_pod("w-0", admission=10, revision=1))
+    book.apply(admitted_pod("w-1", admission=10, revision=2))
+    book.expect_gone("ns/w", before=15, revision=4)  # its eviction #15 answered by revision 4
+    book.apply(admitted_pod("w-0", admission=10, phase="Failed", revision=3))
+    assert book.left_running.count == 0  # not read up to the answer yet
+    book.apply(admitted_pod("x", admission=0, revision=4))
+    assert book.left_running.count == 1
+    assert "still bound: pod.ns.w-1" in book.left_running.first
+    book.expect_gone("ns/w", before=9, revision=4)  # an earlier admission's: none left
+    assert book.left_running.count == 1
+
+
+def test_a_routed_workloads_pods_count_in_the_cohort_its_admission_went_to() -> None:
+    book = ClusterBook(cohort_of_workload={"ns/w": "alpha"}, quota={"alpha": 1000, "beta": 1000})
+    book.cohort_of_admission[20] = "beta"  # admitted in beta's ClusterQueue, declared in alpha
+    book.apply(admitted_pod("w-0", admission=20, revision=1))
+    book.apply(admitted_pod("w-1", admission=20, revision=2))
+    assert book.pods_outside_quota.count == 1
+    assert book.pods_outside_quota.first.startswith("cohort beta")

@@ -159,7 +159,10 @@ class RoutingControl:
             if name not in self.held or self._natives_waiting(state, name):
                 continue
             for group in self.held.pop(name):
-                if group.park is Park.PARKED and group.head() is not None:
+                # An empty one too: retried, it is active again, so the next workload routed
+                # into it is listed (left parked, that one waited for good: nothing else
+                # wakes a group parked with no shortage).
+                if group.park is Park.PARKED:
                     yield group
 
     def started(self, state: EngineState, r: WorkloadRecord) -> Iterator[PendingGroup]:
