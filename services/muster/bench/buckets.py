@@ -129,11 +129,11 @@ async def _calls(gateway: str, workloads: int, js: JetStreamContext) -> None:
             batch = range(first, min(first + PER_CALL, workloads))
             manifest = "\n---\n".join(_WORKLOAD.format(i=i) for i in batch)
             await gw.Submit(services_pb2.SubmitRequest(manifest=manifest))
-        await _stored(js, "finished", workloads, timeout_s=60 + workloads / 5)
+        await until_stored(js, "finished", workloads, timeout_s=60 + workloads / 5)
         for i in range(workloads):
             ref = services_pb2.ObjectRef(kind="Workload", namespace=NAMESPACE, name=f"w-{i}")
             await gw.Delete(services_pb2.DeleteRequest(object=ref))
-        await _stored(js, "deleted", workloads, timeout_s=60)
+        await until_stored(js, "deleted", workloads, timeout_s=60)
 
 
 async def _queues_pass(url: str, workloads: int) -> None:
@@ -166,7 +166,7 @@ async def _room_shrinks(js: JetStreamContext) -> None:
     await writer.write(kv, encode_room(small, max_bytes=PARTED_MAX_BYTES, last=large))
 
 
-async def _stored(js: JetStreamContext, event: str, count: int, *, timeout_s: float) -> None:
+async def until_stored(js: JetStreamContext, event: str, count: int, *, timeout_s: float) -> None:
     """Until `count` events of type `event` are stored; TimeoutError after `timeout_s`."""
     async with asyncio.timeout(timeout_s):
         while (await stored_counts(js)).get(event, 0) < count:  # noqa: ASYNC110 (in the server)
@@ -182,7 +182,7 @@ async def _kv_streams(js: JetStreamContext) -> dict[str, int]:
     }
 
 
-async def _quiet(js: JetStreamContext, *, timeout_s: float = 60.0) -> None:
+async def until_quiet(js: JetStreamContext, *, timeout_s: float = 60.0) -> None:
     """Until no bucket but the ticking ones was written for QUIET_S (or `timeout_s`: counted
     as it stands)."""
 
@@ -244,7 +244,7 @@ async def run_case(workloads: int) -> list[BucketRow]:
             await _calls(stack.gateway_address, workloads, js)
             await _queues_pass(url, workloads)
             await _room_shrinks(js)
-            await _quiet(js)
+            await until_quiet(js)
             rows = [await census(js, s, workloads) for s in sorted(await _kv_streams(js))]
         finally:
             await nc.close()
