@@ -18,8 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -29,24 +29,22 @@ from typing import Final
 
 import grpc
 import msgspec
-from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
 from muster.api.load import _PLAIN_MAX_ENTRIES
+from muster.api.wellknown import RUN_SECONDS_ANNOTATION
 from muster.bench import census
 from muster.bench.buckets import until_quiet, until_stored
-from muster.bench.e2e import QUEUES, config_yaml, nodes
+from muster.bench.e2e import config_yaml, nodes, workload_json
+from muster.bench.live import Live, live_stack
 from muster.bench.table import Column, number, render_table
 from muster.binder.fences import Fences
 from muster.bus.service import run_loop
-from muster.cluster.sim.backend import SimBackend
 from muster.cluster.sim.collection import DELETIONS_KEPT
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
 from muster.core.placement.nodes import CHANGES_KEPT
 from muster.core.submissions import ENDED_KEPT
 from muster.gateway.known import DELETED_KEPT
-from muster.launcher.nats_server import NatsServer
-from muster.launcher.stack import Stack
 
 SECTION: Final = "soak"
 NAMESPACE: Final = "bench"
@@ -73,21 +71,6 @@ BOUNDED_BY_COUNT: Final[Mapping[str, str]] = {
     "muster.api.load._PLAIN": f"{_PLAIN_MAX_ENTRIES}, then emptied",
     "muster.core.heartbeat.RowCache._nodes": "2 x nodes + 1024, then a new cache",
 }
-
-_WORKLOAD: Final = """apiVersion: kueue.x-k8s.io/v1beta2
-kind: Workload
-metadata:
-  namespace: bench
-  name: {name}
-  annotations: {{muster.dev/run-seconds: "1"}}
-spec:
-  queueName: lq-{q}
-  podSets:
-  - name: main
-    count: 1
-    template:
-      spec:
-        containers: [{{name: c, resources: {{requests: {{cpu: 100m, memory: 64Mi}}}}}}]"""
 
 
 class SoakRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -138,9 +121,14 @@ def judged(history: Mapping[str, list[int]], *, per_wave: int) -> tuple[list[str
 
 
 def manifest(wave: int, first: int, count: int) -> str:
-    return "\n---\n".join(
-        _WORKLOAD.format(name=f"w{wave}-{i}", q=i % QUEUES) for i in range(first, first + count)
-    )
+    """One Submit: `bench e2e`'s workloads (one pod each, over its LocalQueues), named
+    `w<wave>-<i>`, each running a second; one JSON List."""
+    items = [workload_json(i, name=f"w{wave}-{i}") for i in range(first, first + count)]
+    for item in items:
+        metadata = item["metadata"]
+        assert isinstance(metadata, dict)
+        metadata["annotations"] = {RUN_SECONDS_ANNOTATION: "1"}
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
 
 
 async def _wave(gateway: str, wave: int, per_wave: int, js: JetStreamContext) -> None:
@@ -227,66 +215,55 @@ def _rows(
     return rows
 
 
-async def run_case(*, waves: int, per_wave: int) -> list[SoakRow]:
-    log_dir = Path(tempfile.mkdtemp(prefix="muster-bench-soak-"))
-    site, counts = log_dir / "site", log_dir / "census"
+def _with_census(scratch: Path, counts: Path, *, min_size: int) -> dict[str, str]:
+    """The services' environment that installs the census (`census` says how), writing to
+    `counts`."""
+    site = scratch / "site"
     site.mkdir()
     counts.mkdir()
     (site / "sitecustomize.py").write_text(census.SITECUSTOMIZE)
     path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
-    environment = {
+    return {
         census.CENSUS_DIR_ENV: str(counts),
-        census.MIN_SIZE_ENV: str(max(10, per_wave // 10)),
+        census.MIN_SIZE_ENV: str(min_size),
         "PYTHONPATH": path,
     }
-    nats = NatsServer(log_dir / "jetstream")
-    url = await nats.start(log_path=log_dir / "nats-server.log")
-    stack = Stack(
-        nats_url=url, cluster="local", shards=1, speed=1.0, log_dir=log_dir, environment=environment
-    )
+
+
+async def run_case(*, waves: int, per_wave: int) -> list[SoakRow]:
+    with tempfile.TemporaryDirectory(prefix="muster-bench-soak-") as scratch:
+        counts = Path(scratch, "census")
+        environment = _with_census(Path(scratch), counts, min_size=max(10, per_wave // 10))
+        async with live_stack(
+            prefix="muster-bench-soak-", nodes=nodes(2 * per_wave), environment=environment
+        ) as live:
+            return await _waves(live, counts, waves=waves, per_wave=per_wave)
+
+
+async def _waves(live: Live, counts: Path, *, waves: int, per_wave: int) -> list[SoakRow]:
+    pids = {s.name: s.process.pid for s in live.stack.services if s.process is not None}
+    assert live.nats.process is not None
+    pids_and_nats = {**pids, NATS: live.nats.process.pid}
+    history: dict[str, dict[str, list[int]]] = {}
     rows: list[SoakRow] = []
-    try:
-        await stack.start()
-        backend = await SimBackend.connect(url, cluster="local")
-        for node in nodes(2 * per_wave):
-            await backend.apply(node)
-        await backend.close()
-        pids = {s.name: s.process.pid for s in stack.services if s.process is not None}
-        assert nats.process is not None
-        history: dict[str, dict[str, list[int]]] = {}
-        nc = NatsClient()
-        await nc.connect(url, name="muster-bench")
-        try:
-            js = nc.jetstream()
-            async with grpc.aio.insecure_channel(stack.gateway_address) as channel:
-                gw = services_pb2_grpc.GatewayStub(channel)
-                await gw.Submit(services_pb2.SubmitRequest(manifest=config_yaml()))
-            for wave in range(1, waves + 1):
-                started = time.monotonic()
-                await _wave(stack.gateway_address, wave, per_wave, js)
-                answers = await _census(pids, counts, wave)
-                answers[NATS] = {"rss_kb": census.rss_kb(nats.process.pid), "maps": {}}
-                rows += _rows(
-                    wave,
-                    per_wave,
-                    answers,
-                    {**pids, NATS: nats.process.pid},
-                    history,
-                    last=wave == waves,
-                    wave_s=time.monotonic() - started,
-                )
-                print(
-                    f"muster bench soak: wave {wave} of {waves} ({wave * per_wave} workloads) "
-                    f"in {time.monotonic() - started:.0f} s, load {os.getloadavg()[0]:.1f}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-        finally:
-            await nc.close()
-    finally:
-        await stack.stop()
-        await nats.stop()
-    shutil.rmtree(log_dir, ignore_errors=True)  # kept when the case failed
+    async with grpc.aio.insecure_channel(live.stack.gateway_address) as channel:
+        gw = services_pb2_grpc.GatewayStub(channel)
+        await gw.Submit(services_pb2.SubmitRequest(manifest=config_yaml()))
+    for wave in range(1, waves + 1):
+        started = time.monotonic()
+        await _wave(live.stack.gateway_address, wave, per_wave, live.js)
+        answers = await _census(pids, counts, wave)
+        answers[NATS] = {"rss_kb": census.rss_kb(pids_and_nats[NATS]), "maps": {}}
+        wave_s = time.monotonic() - started
+        rows += _rows(
+            wave, per_wave, answers, pids_and_nats, history, last=wave == waves, wave_s=wave_s
+        )
+        print(
+            f"muster bench soak: wave {wave} of {waves} ({wave * per_wave} workloads) "
+            f"in {wave_s:.0f} s, load {os.getloadavg()[0]:.1f}",
+            file=sys.stderr,
+            flush=True,
+        )
     return rows
 
 
