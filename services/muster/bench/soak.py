@@ -73,6 +73,14 @@ BOUNDED_BY_COUNT: Final[Mapping[str, str]] = {
 }
 
 
+class Answer(msgspec.Struct, frozen=True):
+    """What one process's census file holds (`census.write`)."""
+
+    pid: int
+    rss_kb: int
+    maps: dict[str, int]
+
+
 class SoakRow(msgspec.Struct, frozen=True, kw_only=True):
     section: str = SECTION
     wave: int
@@ -159,20 +167,18 @@ async def _wave(gateway: str, wave: int, per_wave: int, js: JetStreamContext) ->
     await until_quiet(js)
 
 
-async def _census(
-    pids: Mapping[str, int], directory: Path, wave: int
-) -> dict[str, dict[str, object]]:
+async def _census(pids: Mapping[str, int], directory: Path, wave: int) -> dict[str, Answer]:
     """Each process's census of this wave (`<pid>-<wave>.json`); absent: it never answered."""
     for pid in pids.values():
         with contextlib.suppress(ProcessLookupError):  # ended: it answers nothing
             os.kill(pid, census.SIGNAL)
-    found: dict[str, dict[str, object]] = {}
+    found: dict[str, Answer] = {}
     deadline = time.monotonic() + CENSUS_WAIT_S
     while len(found) < len(pids) and time.monotonic() < deadline:
         for name, pid in pids.items():
             path = directory / f"{pid}-{wave}.json"
             if name not in found and path.exists():
-                found[name] = msgspec.json.decode(path.read_bytes())
+                found[name] = msgspec.json.decode(path.read_bytes(), type=Answer)
         await asyncio.sleep(POLL_S)  # files other processes write: nothing to await
     return found
 
@@ -180,7 +186,7 @@ async def _census(
 def _rows(
     wave: int,
     per_wave: int,
-    answers: Mapping[str, Mapping[str, object]],
+    answers: Mapping[str, Answer],
     pids: Mapping[str, int],
     history: dict[str, dict[str, list[int]]],
     *,
@@ -190,13 +196,13 @@ def _rows(
     rows: list[SoakRow] = []
     for name in pids:
         answer = answers.get(name)
-        maps: dict[str, int] = dict(answer["maps"]) if answer else {}  # type: ignore[call-overload]
+        maps = answer.maps if answer else {}
         seen = history.setdefault(name, {})
         for key in seen.keys() | maps.keys():
             seen.setdefault(key, [0] * (wave - 1)).append(maps.get(key, 0))
         growing, capped = judged(seen, per_wave=per_wave) if last else ([], [])
         largest = sorted(maps.items(), key=lambda kv: (-kv[1], kv[0]))
-        rss_kb = int(answer["rss_kb"]) if answer else census.rss_kb(pids[name])  # type: ignore[call-overload]
+        rss_kb = answer.rss_kb if answer else census.rss_kb(pids[name])
         rows.append(
             SoakRow(
                 wave=wave,
@@ -207,7 +213,7 @@ def _rows(
                 maps=dict(largest),
                 wave_s=round(wave_s, 1),
                 load=round(os.getloadavg()[0], 1),
-                answered=answer is not None or name == NATS,
+                answered=answer is not None,
                 growing=growing,
                 capped=capped,
             )
@@ -253,7 +259,8 @@ async def _waves(live: Live, counts: Path, *, waves: int, per_wave: int) -> list
         started = time.monotonic()
         await _wave(live.stack.gateway_address, wave, per_wave, live.js)
         answers = await _census(pids, counts, wave)
-        answers[NATS] = {"rss_kb": census.rss_kb(pids_and_nats[NATS]), "maps": {}}
+        nats_pid = pids_and_nats[NATS]
+        answers[NATS] = Answer(pid=nats_pid, rss_kb=census.rss_kb(nats_pid), maps={})
         wave_s = time.monotonic() - started
         rows += _rows(
             wave, per_wave, answers, pids_and_nats, history, last=wave == waves, wave_s=wave_s
