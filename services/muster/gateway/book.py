@@ -273,7 +273,8 @@ class WorkloadBook:
                 submitted_unix_nano=env.time_unix_nano,
                 cluster=env.cluster,
             ),
-            pod_sets=tuple(s.pod_sets),
+            # Copied out in one message: a view would keep the whole event, manifest and all.
+            pod_sets=tuple(events_pb2.WorkloadSubmitted(pod_sets=s.pod_sets).pod_sets),
         )
 
     def _gang(self, env: events_pb2.Envelope) -> Entry:
