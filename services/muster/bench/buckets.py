@@ -20,19 +20,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Final
 
 import grpc
 import msgspec
-from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
 from muster.bench.e2e import stored_counts
+from muster.bench.live import live_stack
 from muster.bench.sim_nodes import node_manifests
 from muster.bench.table import Column, render_table
 from muster.bus import BusConfig, connect, new_event
@@ -40,13 +37,10 @@ from muster.bus.buckets import CLUSTERS_BUCKET, SHARDS_BUCKET
 from muster.bus.kv import open_bucket
 from muster.bus.service import run_loop
 from muster.bus.setup import FOLLOWED_TOMBSTONES_KEPT_S
-from muster.cluster.sim.backend import SimBackend
 from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
 from muster.core.dispatch import ClusterCapacity, NodeRoom
 from muster.core.heartbeat_parts import encode_room
 from muster.gangpermit.room_writer import RoomWriter
-from muster.launcher.nats_server import NatsServer
-from muster.launcher.stack import Stack
 
 SECTION: Final = "buckets"
 NAMESPACE: Final = "bench"
@@ -129,11 +123,11 @@ async def _calls(gateway: str, workloads: int, js: JetStreamContext) -> None:
             batch = range(first, min(first + PER_CALL, workloads))
             manifest = "\n---\n".join(_WORKLOAD.format(i=i) for i in batch)
             await gw.Submit(services_pb2.SubmitRequest(manifest=manifest))
-        await _stored(js, "finished", workloads, timeout_s=60 + workloads / 5)
+        await until_stored(js, "finished", workloads, timeout_s=60 + workloads / 5)
         for i in range(workloads):
             ref = services_pb2.ObjectRef(kind="Workload", namespace=NAMESPACE, name=f"w-{i}")
             await gw.Delete(services_pb2.DeleteRequest(object=ref))
-        await _stored(js, "deleted", workloads, timeout_s=60)
+        await until_stored(js, "deleted", workloads, timeout_s=60)
 
 
 async def _queues_pass(url: str, workloads: int) -> None:
@@ -166,7 +160,7 @@ async def _room_shrinks(js: JetStreamContext) -> None:
     await writer.write(kv, encode_room(small, max_bytes=PARTED_MAX_BYTES, last=large))
 
 
-async def _stored(js: JetStreamContext, event: str, count: int, *, timeout_s: float) -> None:
+async def until_stored(js: JetStreamContext, event: str, count: int, *, timeout_s: float) -> None:
     """Until `count` events of type `event` are stored; TimeoutError after `timeout_s`."""
     async with asyncio.timeout(timeout_s):
         while (await stored_counts(js)).get(event, 0) < count:  # noqa: ASYNC110 (in the server)
@@ -182,7 +176,7 @@ async def _kv_streams(js: JetStreamContext) -> dict[str, int]:
     }
 
 
-async def _quiet(js: JetStreamContext, *, timeout_s: float = 60.0) -> None:
+async def until_quiet(js: JetStreamContext, *, timeout_s: float = 60.0) -> None:
     """Until no bucket but the ticking ones was written for QUIET_S (or `timeout_s`: counted
     as it stands)."""
 
@@ -227,32 +221,13 @@ async def census(js: JetStreamContext, stream: str, workloads: int) -> BucketRow
 
 
 async def run_case(workloads: int) -> list[BucketRow]:
-    log_dir = Path(tempfile.mkdtemp(prefix="muster-bench-buckets-"))
-    nats = NatsServer(log_dir / "jetstream")
-    url = await nats.start(log_path=log_dir / "nats-server.log")
-    stack = Stack(nats_url=url, cluster="local", shards=1, speed=1.0, log_dir=log_dir)
-    try:
-        await stack.start()
-        backend = await SimBackend.connect(url, cluster="local")
-        for node in node_manifests(1, cpu=64, memory="256Gi", pods=250, digits=3):
-            await backend.apply(node)
-        await backend.close()
-        nc = NatsClient()
-        await nc.connect(url, name="muster-bench")
-        try:
-            js = nc.jetstream()
-            await _calls(stack.gateway_address, workloads, js)
-            await _queues_pass(url, workloads)
-            await _room_shrinks(js)
-            await _quiet(js)
-            rows = [await census(js, s, workloads) for s in sorted(await _kv_streams(js))]
-        finally:
-            await nc.close()
-    finally:
-        await stack.stop()
-        await nats.stop()
-    shutil.rmtree(log_dir, ignore_errors=True)  # kept when the case failed
-    return rows
+    nodes = node_manifests(1, cpu=64, memory="256Gi", pods=250, digits=3)
+    async with live_stack(prefix="muster-bench-buckets-", nodes=nodes) as live:
+        await _calls(live.stack.gateway_address, workloads, live.js)
+        await _queues_pass(live.url, workloads)
+        await _room_shrinks(live.js)
+        await until_quiet(live.js)
+        return [await census(live.js, s, workloads) for s in sorted(await _kv_streams(live.js))]
 
 
 def run(*, scale: float) -> Iterator[BucketRow]:

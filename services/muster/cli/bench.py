@@ -233,6 +233,28 @@ def run_kube(args: argparse.Namespace) -> Iterator[Any]:
     return _kube().run(scale=args.scale)  # type: ignore[no-any-return]
 
 
+def _soak() -> Any:  # imported only when run, as e2e
+    from muster.bench import soak
+
+    return soak
+
+
+def add_soak_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--waves",
+        type=int,
+        default=8,
+        help="waves of 2 500 workloads (times --scale), each submitted, run, finished and "
+        "deleted before the census (default: 8)",
+    )
+
+
+def run_soak(args: argparse.Namespace) -> Iterator[Any]:
+    if args.waves < 1:
+        raise SystemExit(f"muster bench soak: --waves: must be >= 1: {args.waves}")
+    return _soak().run(scale=args.scale, waves=args.waves)  # type: ignore[no-any-return]
+
+
 def _decode() -> Any:  # imported only when run: it plans Submits with the gateway's code
     from muster.bench import decode
 
@@ -416,6 +438,16 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
             add_options=lambda parser: None,
             run=run_buckets,
             render=lambda rows: _buckets().render(rows),
+        ),
+        Section(
+            name="soak",
+            help="waves of workloads submitted, run, finished and deleted through every "
+            "service: each process's RSS and largest maps after each wave; NOT VALID when a "
+            "map grows with every wave",
+            add_options=add_soak_options,
+            run=run_soak,
+            render=lambda rows: _soak().render(rows),
+            not_valid=lambda row: _soak().not_valid(row),
         ),
         Section(
             name="kueue-live",

@@ -65,7 +65,11 @@ STATUSES: Final = (PENDING, RESERVED, ADMITTED, FINISHED, INACTIVE, WAITING, PER
 DEACTIVATED_BY_ADMISSION: Final = "InactiveWorkload"  # admission/translate.DEACTIVATED
 
 
-@dataclass
+# A packed entry's lines: kept in its `packed` (maxlen 0: shared, an append keeps nothing).
+_PACKED_LINES: Final[deque[services_pb2.EventLine]] = deque(maxlen=0)
+
+
+@dataclass(slots=True)
 class Entry:
     """One workload: the summary `ListWorkloads` answers, and what `DescribeWorkload` adds."""
 
@@ -78,6 +82,8 @@ class Entry:
     route: events_pb2.WorkloadRouted | None = None
     pod_sets: tuple[events_pb2.PodSetSummary, ...] = ()
     evict_parts: dict[str, set[int]] = field(default_factory=dict)  # command id -> parts answered
+    # A finished workload's description but its summary, serialized (`pack`); None: unpacked.
+    packed: bytes | None = None
 
     @property
     def key(self) -> str:
@@ -111,6 +117,10 @@ class Entry:
             self.lines.append(line)
 
     def describe(self) -> services_pb2.WorkloadDescription:
+        if self.packed is not None:
+            description = services_pb2.WorkloadDescription.FromString(self.packed)
+            description.summary.CopyFrom(self.summary)
+            return description
         conditions: list[services_pb2.WorkloadCondition] = sorted(
             self.conditions.values(), key=lambda c: c.time_unix_nano
         )
@@ -123,6 +133,36 @@ class Entry:
             route=self.route,
             pod_sets=list(self.pod_sets),
         )
+
+    def pack(self) -> None:
+        """Keep all but the summary as one serialized description: a finished workload is
+        rarely described again, and each message kept (a condition, an event line, a pod,
+        one read from an event, which holds that whole event) costs a protobuf arena of its
+        own (docs/benchmarks.md, "soak": about 20 KB a finished workload, before)."""
+        if self.packed is not None:
+            return
+        description = self.describe()
+        description.ClearField("summary")
+        self.packed = description.SerializeToString()
+        self.conditions, self.pods = {}, {}
+        self.lines = _PACKED_LINES
+        self.admission = None
+        self.route = None
+        self.pod_sets = ()
+
+    def unpack(self) -> None:
+        """What `pack` kept, back in the fields the events change."""
+        if self.packed is None:
+            return
+        description = services_pb2.WorkloadDescription.FromString(self.packed)
+        self.packed = None
+        # In describe()'s order (by time), which a stable sort keeps on the next describe.
+        self.conditions = {c.type: c for c in description.conditions}
+        self.lines = deque(description.events, maxlen=EVENTS_KEPT)
+        self.pods = {b.pod.name: b for b in description.pods}
+        self.admission = description.admission if description.HasField("admission") else None
+        self.route = description.route if description.HasField("route") else None
+        self.pod_sets = tuple(description.pod_sets)
 
 
 def _split(key: str) -> tuple[str, str]:
@@ -183,10 +223,13 @@ class WorkloadBook:
             if payload not in _GANG_OPENERS:
                 return  # about a workload submitted before the stream's first event
             entry = self._gang(env)
+        entry.unpack()  # an event after its end (rare): changed as it was
         handler = _HANDLERS.get(payload)
         if handler is not None:
             handler(self, entry, env)
         entry.note(env)
+        if entry.summary.status == FINISHED and not entry.evict_parts:
+            entry.pack()
 
     # --- lookups -------------------------------------------------------------------------
 
@@ -232,7 +275,8 @@ class WorkloadBook:
                 submitted_unix_nano=env.time_unix_nano,
                 cluster=env.cluster,
             ),
-            pod_sets=tuple(s.pod_sets),
+            # Copied out in one message: a view would keep the whole event, manifest and all.
+            pod_sets=tuple(events_pb2.WorkloadSubmitted(pod_sets=s.pod_sets).pod_sets),
         )
 
     def _gang(self, env: events_pb2.Envelope) -> Entry:

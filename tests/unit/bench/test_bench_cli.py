@@ -16,6 +16,7 @@ from muster.cli.main import main as muster
 TINY = "0.001"  # one workload per class per ClusterQueue
 EVERY_SECTION_S = 600  # a dozen service stacks, on 2 loaded cores
 E2E_SHARDS = 2  # the shared run's e2e cases: a count other than the default's first
+SOAK_WAVES = 2  # the shared run's soak: a census after one wave and after the next
 
 ROW_FIELDS = {
     "section",
@@ -89,9 +90,9 @@ def every_section() -> tuple[int, list[dict[str, Any]]]:
     """`muster bench --scale TINY -o json` once for the module: (exit status, its rows). The
     tests of a section that this run covers at the same options read their rows from it
     instead of starting the same service stacks again."""
-    from muster.bench import e2e
+    from muster.bench import e2e, soak
 
-    every = e2e.run
+    every, soak_run = e2e.run, soak.run
     out = io.StringIO()
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out):
         # One shard count keeps this short (each case starts every service); E2E_SHARDS, so
@@ -101,6 +102,7 @@ def every_section() -> tuple[int, list[dict[str, Any]]]:
             "run",
             lambda *, shard_counts, **options: every(shard_counts=(E2E_SHARDS,), **options),
         )
+        patch.setattr(soak, "run", lambda *, scale, waves: soak_run(scale=scale, waves=SOAK_WAVES))
         status = muster(["bench", "--scale", TINY, "-o", "json"])
     return status, json_rows(out.getvalue())
 
@@ -135,6 +137,23 @@ def test_no_section_runs_every_section(
     assert all(r["per_s"] > 0 for r in kube)
     (live,) = of(rows, "kueue-live")
     assert (live["workloads"], live["finished"], live["lost"]) == (90, 90, 0)
+
+
+def test_soak_rows_tell_each_process_rss_and_maps_after_each_wave(
+    every_section: tuple[int, list[dict[str, Any]]],
+) -> None:
+    _, rows = every_section
+    soak = of(rows, "soak")
+    processes = ["sim-cluster", "watcher", "binder", "gangpermit", "admission-0", "preemption",
+                 "gateway", "nats-server"]  # fmt: skip
+    assert [(r["wave"], r["workloads"], r["process"]) for r in soak] == [
+        (wave, 10 * wave, p) for wave in (1, 2) for p in processes
+    ]
+    assert all(r["answered"] and r["rss_mb"] > 0 for r in soak)
+    # Each workload ran, finished and was deleted: the binder remembers each one's end.
+    binder = [r["maps"] for r in soak if r["process"] == "binder"]
+    ended = "muster.core.submissions.EndedSubmissions._ended"
+    assert [maps.get(ended) for maps in binder] == [10, 20]
 
 
 def of(rows: list[dict[str, Any]], section: str) -> list[dict[str, Any]]:

@@ -8,13 +8,14 @@ import pytest
 from workload_manifest import workload_manifest
 
 from muster.bus import new_event
-from muster.contracts.v1 import events_pb2
-from muster.gateway.book import WorkloadBook
+from muster.contracts.v1 import events_pb2, services_pb2
+from muster.gateway.book import Entry, WorkloadBook
+from muster.gateway.clusters import _pods_by_node
 from muster.gateway.control import DELETE, RESUME, STOP, kind_of, plan_queue, plan_workload
 from muster.gateway.eventtext import detail, fold, line_of
 from muster.gateway.permissions import Caller
 from muster.gateway.visibility import InvalidQueryError
-from muster.gateway.workloads import one_named
+from muster.gateway.workloads import matching, one_named, summaries
 from muster.payloads import PayloadError
 from muster.watcher.translate import config_applied
 
@@ -432,3 +433,102 @@ def test_a_rebuilt_book_forgets_the_same_workloads() -> None:
 def test_a_negative_retention_is_refused_naming_it() -> None:
     with pytest.raises(ValueError, match="finished retention must be >= 0 s, got -1"):
         WorkloadBook(finished_retention_s=-1)
+
+
+def a_jobs_life(workload: str = "ml/job-train-1a2b3") -> list[events_pb2.Envelope]:
+    """A Job's workload from its Submit to its end, as the services tell it."""
+    start = submitted(workload)
+    pod_set = events_pb2.PodSetSummary(name="main", count=2, requests={"cpu": "1"})
+    start.submitted.pod_sets.append(pod_set)
+    pods = [
+        events_pb2.PodBinding(pod=events_pb2.PodRef(namespace="ml", name=f"p{i}"), node=f"n{i}")
+        for i in range(2)
+    ]
+    route = events_pb2.WorkloadRouted(to_cluster_queue="cq", queue_name="lq")
+    waiting = events_pb2.WorkloadPending(
+        reason="WaitingForQuota", message="1 more needed", cluster_queue="cq"
+    )
+    check = events_pb2.AdmissionCheckUpdated(check="prov", state="Ready", message="booked")
+    return [
+        start,
+        env("routed", route, workload),
+        env("pending", waiting, workload),
+        env("quota_reserved", events_pb2.QuotaReserved(admission=admission()), workload),
+        env("admission_check", check, workload),
+        env("admitted", events_pb2.WorkloadAdmitted(admission=admission()), workload),
+        env("bound", events_pb2.PodsBound(bindings=pods), workload),
+        env("running", events_pb2.WorkloadRunning(pods_ready=True), workload),
+        env("finished", events_pb2.WorkloadFinished(succeeded=True), workload),
+    ]
+
+
+def answers(book: WorkloadBook, name: str = "train") -> list[object]:
+    """What every query about a workload answers: `muster get`/`workloads` (its summary,
+    listed), `describe` (and the dashboard's page), the cluster page's pods, stop/resume/delete."""
+    entry = one_named(book, "ml", name)
+    listed = summaries(matching(book, services_pb2.ListWorkloadsRequest(namespace="ml")), {})
+    plans = [
+        plan_workload(entry, verb, ALICE, idempotency_key="k") for verb in (STOP, RESUME, DELETE)
+    ]
+    return [
+        [s.SerializeToString(deterministic=True) for s in listed],
+        entry.describe().SerializeToString(deterministic=True),
+        _pods_by_node(book, frozenset({"local"})),
+        [(p.message, [e.WhichOneof("payload") for e in p.events]) for p in plans],
+    ]
+
+
+def unpacked_book(monkeypatch: pytest.MonkeyPatch, envs: list[events_pb2.Envelope]) -> WorkloadBook:
+    """The book as it was before finished entries were packed."""
+    with monkeypatch.context() as patch:
+        patch.setattr(Entry, "pack", lambda self: None)
+        return book_of(*envs)
+
+
+def test_a_finished_workload_is_kept_packed_and_answers_every_query_as_before(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    life = a_jobs_life()
+    book, before = book_of(*life), unpacked_book(monkeypatch, life)
+
+    (entry,) = book
+    assert entry.summary.status == "FINISHED"
+    # Nothing but its summary and one serialized description: no message read from an event
+    # (each holds its whole event, manifest and all) and no condition or line of its own.
+    assert entry.packed is not None
+    assert (entry.conditions, entry.pods, list(entry.lines)) == ({}, {}, [])
+    assert (entry.admission, entry.route, entry.pod_sets) == (None, None, ())
+    assert answers(book) == answers(before)
+    described = entry.describe()
+    assert [c.type for c in described.conditions] == [
+        "QuotaReserved", "AdmissionCheck/prov", "Admitted", "PodsReady", "Finished"]  # fmt: skip
+    assert [p.pod.name for p in described.pods] == ["p0", "p1"]
+    assert (described.route.to_cluster_queue, described.pod_sets[0].count) == ("cq", 2)
+
+
+def test_an_event_after_the_end_changes_a_packed_workload_as_an_unpacked_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Late news of a finished workload (its pods' eviction answered, a check's state, the
+    same finish told twice) folds in as before, and it is packed again."""
+    late = [
+        env("eviction_completed", events_pb2.EvictionCompleted()),
+        env("admission_check", events_pb2.AdmissionCheckUpdated(check="prov", state="Retry")),
+        env("finished", events_pb2.WorkloadFinished(succeeded=True)),
+        env("finished", events_pb2.WorkloadFinished(succeeded=True)),
+    ]
+    life = a_jobs_life() + late
+    book, before = book_of(*life), unpacked_book(monkeypatch, life)
+
+    (entry,) = book
+    assert entry.packed is not None
+    assert answers(book) == answers(before)
+    assert entry.describe().events[-1].count == 2  # the finish told twice: one line
+
+
+def test_a_deleted_finished_workload_is_gone_and_its_name_is_new_again() -> None:
+    book = book_of(*a_jobs_life(), env("deleted", events_pb2.WorkloadDeleted()), submitted())
+
+    (entry,) = book
+    assert (entry.summary.status, entry.packed) == ("PENDING", None)
+    assert [line.type for line in entry.describe().events] == ["workload.submitted"]
