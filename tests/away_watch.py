@@ -9,7 +9,7 @@ import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, cast
 
-from muster.cluster.backend import ClusterBackend, ClusterChange
+from muster.cluster.backend import ClusterBackend, ClusterChange, Selection
 from muster.cluster.errors import ClusterError
 from muster.gangpermit.cache import ClusterCache
 from muster.gangpermit.state import GangPermitState
@@ -26,8 +26,8 @@ class AwayWatch:
     def backend(self) -> ClusterBackend:
         return cast(ClusterBackend, self)
 
-    async def current_revision(self) -> int:
-        return await self.inner.current_revision()
+    async def current_revision(self, *, selection: Selection = "workloads") -> int:
+        return await self.inner.current_revision(selection=selection)
 
     async def watch(
         self, *, on_progress: Callable[[int], None] | None = None, **options: Any

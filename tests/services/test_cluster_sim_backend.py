@@ -386,3 +386,38 @@ async def test_close_drains_a_connection_it_opened(nats_server: str) -> None:
         assert [n.name for n in await again.list_nodes()] == ["n1"]
     finally:
         await again.close()
+
+
+def job(name: str, **status: Any) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": "ml",
+                         "labels": {"kueue.x-k8s.io/queue-name": "main"}},
+            "spec": {"suspend": True, "template": {"spec": {"containers": []}}},
+            "status": status}  # fmt: skip
+
+
+async def test_placement_watch_reads_nodes_pods_and_priorities_only(sim: SimBackend) -> None:
+    await sim.apply(node("n1"))
+    await sim.apply({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                     "metadata": {"name": "high"}, "value": 1000})  # fmt: skip
+    await sim.apply(job("j"))
+    await sim.start_workload("ml/w", pod_sets=[pod_set(count=1)])
+    pod = await sim.store.get(pod_key("ml", "w-main-0"))
+    assert pod is not None
+    await sim.apply(job("j", active=1))  # the last write: not one placement reads
+
+    assert await sim.current_revision(selection="placement") == pod.revision
+    assert await sim.current_revision() > pod.revision
+    async with contextlib.aclosing(sim.watch(selection="placement")) as changes:
+        initial = await take(changes, 3)
+        await sim.apply(job("j", active=0))
+        await sim.apply(node("n2"))
+        (later,) = await take(changes, 1)
+
+    assert [(c.kind, c.type) for c in initial] == [
+        ("Node", "ADDED"),
+        ("PriorityClass", "ADDED"),
+        ("Pod", "ADDED"),
+    ]
+    assert (later.kind, later.key) == ("Node", "node.n2")
+    assert await sim.current_revision(selection="placement") == later.revision

@@ -74,3 +74,19 @@ async def test_a_pod_deleted_and_pruned_while_the_watch_was_away_is_dropped(bus:
         assert GHOST not in state.pods
         assert free_cpu(state) == 4000
         assert cache.relists == 1
+
+
+async def test_the_cache_is_read_up_to_now_when_the_last_write_is_of_another_kind(
+    bus: Bus,
+) -> None:
+    """The placement watch does not read Jobs (nor count them as read): the cache is up to
+    date at the last write of what it reads, not waiting for a revision it never sees."""
+    sim = SimBackend(await SimStore.open(bus.kv, cluster="local"))
+    await sim.apply(node("n1"))
+    await sim.apply(bound_pod("p"))
+    await sim.apply({"apiVersion": "batch/v1", "kind": "Job",
+                     "metadata": {"name": "j", "namespace": "ns"}})  # fmt: skip
+    async with running_cache(sim) as (state, cache):
+        assert "ns/p" in state.pods
+        assert free_cpu(state) == 0
+        assert cache.revision < await sim.current_revision()

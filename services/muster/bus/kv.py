@@ -53,6 +53,9 @@ _OPERATION: Final = "KV-Operation"  # the KV protocol's header marking a tombsto
 _ROLLUP: Final = "Nats-Rollup"  # "sub": the message replaces every earlier one of its key
 _TTL: Final = "Nats-TTL"  # the message's own age limit (nats-server 2.11, `allow_msg_ttl`)
 _TTL_DISABLED: Final = 10166  # JetStream's err_code for a Nats-TTL the stream does not allow
+_NO_MESSAGE: Final = (
+    10037  # JetStream's err_code for a subject with no message (a last-message get)
+)
 # nats-server 2.11+ marks a key removed by a per-message TTL or its bucket's age this way.
 _MARKER_REASON: Final = "Nats-Marker-Reason"
 _MARKERS_DELETING: Final = ("MaxAge", "Purge", "Remove")
@@ -371,11 +374,27 @@ class Bucket:
             ack = await self._js.publish(subject, data, headers=headers)
         return ack.seq
 
-    async def last_revision(self) -> int:
-        """The revision of the bucket's latest write (0: none yet)."""
-        with wrapped(f"{self.name} last revision"):
-            info = await self._js.stream_info(self._stream)
-        return int(info.state.last_seq)
+    async def last_revision(self, *prefixes: str) -> int:
+        """The revision of the bucket's latest write (0: none yet); with `prefixes` (whole
+        tokens: "pod."), of the latest under any of them, the last a `changes(*prefixes)`
+        reads (one request per prefix)."""
+        if not prefixes:
+            with wrapped(f"{self.name} last revision"):
+                info = await self._js.stream_info(self._stream)
+            return int(info.state.last_seq)
+        lasts = await asyncio.gather(*map(self._last_under, prefixes))
+        return max(lasts)
+
+    async def _last_under(self, prefix: str) -> int:
+        """The revision of the latest write under `prefix` (0: none)."""
+        with wrapped(f"{self.name} last revision {prefix}"):
+            try:
+                msg = await self._js.get_last_msg(self._stream, f"{self._prefix}{prefix}>")
+            except nats.js.errors.NotFoundError as exc:
+                if exc.err_code != _NO_MESSAGE:
+                    raise  # the bucket itself is gone
+                return 0
+        return int(msg.seq or 0)
 
     async def keys(self, prefix: str = "") -> list[str]:
         """Every key whose last write starts with `prefix` (whole tokens: "pod.ml."), tombstones

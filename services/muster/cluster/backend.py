@@ -173,9 +173,10 @@ class ClusterBackend(Protocol):
         """
         ...
 
-    async def current_revision(self) -> int:
-        """A revision such that a watch that has shown (or reported progress to) it has shown
-        every write made before this call."""
+    async def current_revision(self, *, selection: Selection = "workloads") -> int:
+        """A revision such that a watch of `selection` that has shown (or reported progress
+        to) it has shown every write made before this call that it shows: a watch that reads
+        only what it selects reaches the last such write, not a later one of another kind."""
         ...
 
     async def start_workload(

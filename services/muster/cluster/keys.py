@@ -90,6 +90,30 @@ def _hex(char: str) -> str:
     return "".join(f"={b:02X}" for b in char.encode())
 
 
+def kind_prefix(kind: str) -> str:
+    """The keys of every object of `kind` other than nodes and pods: "obj.PriorityClass."."""
+    return f"{OBJECT_PREFIX}{escape(kind)}."
+
+
+# The keys of what gang placement reads (`Selection` "placement", as the Kubernetes backend
+# selects it: nodes, pods, gangs, priorities). The simulated cluster's placement watch reads
+# these only, so the rest (Jobs, Kueue Workloads and their statuses, Events) is not delivered.
+PLACEMENT_PREFIXES = (
+    NODE_PREFIX,
+    POD_PREFIX,
+    *map(
+        kind_prefix,
+        (
+            SCHEDULING_WORKLOAD_KIND,
+            SCHEDULING_POD_GROUP_KIND,
+            "CompositePodGroup",
+            "PodGroup",
+            "PriorityClass",
+        ),
+    ),
+)
+
+
 def node_key(name: str) -> str:
     return NODE_PREFIX + escape(name)
 

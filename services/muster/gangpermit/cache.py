@@ -42,14 +42,7 @@ from muster.bus.cancel import raise_if_cancelling
 from muster.bus.poison import Quarantine
 from muster.cluster.backend import ClusterBackend, ClusterChange
 from muster.cluster.errors import ClusterError, ExpiredError
-from muster.cluster.keys import (
-    NODE_PREFIX,
-    OBJECT_PREFIX,
-    POD_PREFIX,
-    SCHEDULING_POD_GROUP_KIND,
-    SCHEDULING_WORKLOAD_KIND,
-    escape,
-)
+from muster.cluster.keys import NODE_PREFIX, PLACEMENT_PREFIXES, POD_PREFIX
 from muster.cluster.refusals import Refusals
 
 log = logging.getLogger(__name__)
@@ -57,21 +50,8 @@ log = logging.getLogger(__name__)
 _RETRY_S = 1.0  # a watch that failed is resumed after this long
 YIELD_EVERY = 256  # changes applied between turns given to the rest of the loop
 # Keys of the objects placement reads (both backends key changes alike); everything else is
-# skipped undecoded.
-WATCHED_PREFIXES = (
-    NODE_PREFIX,
-    POD_PREFIX,
-    *(
-        f"{OBJECT_PREFIX}{escape(kind)}."
-        for kind in (
-            SCHEDULING_WORKLOAD_KIND,
-            SCHEDULING_POD_GROUP_KIND,
-            "CompositePodGroup",
-            "PodGroup",
-            "PriorityClass",
-        )
-    ),
-)
+# skipped undecoded (the simulated cluster does not even deliver it).
+WATCHED_PREFIXES = PLACEMENT_PREFIXES
 
 CachedObject = (
     Node
@@ -166,7 +146,9 @@ class ClusterCache:
                             # Asked once the list has begun: an object there is then is shown
                             # before the watch gets past it (asked before, one written between
                             # could come after).
-                            self._list_until = await self._backend.current_revision()
+                            self._list_until = await self._backend.current_revision(
+                                selection="placement"
+                            )
                         applied += 1
                         if applied % YIELD_EVERY == 0:
                             # Changes already arrived come without a wait: a 10 000-pod Job's
@@ -214,7 +196,7 @@ class ClusterCache:
         waiter = asyncio.get_running_loop().create_future()
         try:
             async with asyncio.timeout(timeout_s):
-                target = await self._backend.current_revision()
+                target = await self._backend.current_revision(selection="placement")
                 if self.revision >= target:
                     return
                 self._waiters.append((target, waiter))

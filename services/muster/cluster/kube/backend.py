@@ -362,8 +362,9 @@ class KubeBackend:
                     told = str(err)
                 await asyncio.sleep(delay_s)
 
-    async def current_revision(self) -> int:
-        """The API server's resourceVersion now, as a watch revision (`informer`).
+    async def current_revision(self, *, selection: Selection = "workloads") -> int:
+        """The API server's resourceVersion now, as a watch revision (`informer`), whatever
+        the selection (a watch's bookmarks report progress past what it does not select).
 
         A watch reaches it once every source has delivered that far: at once after its
         initial lists, otherwise with each source's next event or bookmark (about a minute

@@ -48,6 +48,7 @@ from muster.cluster.errors import (
 from muster.cluster.keys import (
     NODE_PREFIX,
     OBJECT_PREFIX,
+    PLACEMENT_PREFIXES,
     POD_PREFIX,
     bucket_name,
     describe,
@@ -233,12 +234,19 @@ class SimBackend:
         self,
         *,
         from_revision: int = 0,
-        selection: Selection = "workloads",  # the sim shows everything: it is small
+        selection: Selection = "workloads",
         on_progress: Callable[[int], None] | None = None,
         lists_again: bool = False,
     ) -> AsyncGenerator[ClusterChange, None]:
+        """As the protocol says. "workloads" shows every object (the watcher reads most kinds);
+        "placement" reads only the keys placement reads (`PLACEMENT_PREFIXES`), so the writes
+        of other kinds are never delivered to it, nor counted in its progress: its
+        `current_revision` is the last write of those keys."""
         changes = self.store.watch(
-            from_revision=from_revision, on_skipped=on_progress, expires=lists_again
+            *_prefixes(selection),
+            from_revision=from_revision,
+            on_skipped=on_progress,
+            expires=lists_again,
         )
         async with contextlib.aclosing(changes):
             async for change in changes:
@@ -250,8 +258,8 @@ class SimBackend:
                     revision=change.revision,
                 )
 
-    async def current_revision(self) -> int:
-        return await self.store.last_revision()
+    async def current_revision(self, *, selection: Selection = "workloads") -> int:
+        return await self.store.last_revision(*_prefixes(selection))
 
     # --- workloads ----------------------------------------------------------------------------
 
@@ -490,3 +498,8 @@ def _view(parse: Callable[[Mapping[str, Any]], V], stored: StoredObject) -> V | 
 
 def _implements_the_protocol(sim: SimBackend) -> ClusterBackend:
     return sim  # mypy checks here that SimBackend is a ClusterBackend
+
+
+def _prefixes(selection: Selection) -> tuple[str, ...]:
+    """The keys a watch of `selection` reads (none: every key)."""
+    return PLACEMENT_PREFIXES if selection == "placement" else ()

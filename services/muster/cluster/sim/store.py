@@ -127,10 +127,11 @@ class SimStore:
         with bus_errors(key):
             return await self._bucket.write(key, data, last=last, deleting=deleting)
 
-    async def last_revision(self) -> int:
-        """Return the revision of the latest write to the bucket (0 when empty)."""
+    async def last_revision(self, *prefixes: str) -> int:
+        """Return the revision of the latest write to the bucket, or under `prefixes` (whole
+        tokens, as `watch` takes them) when given (0 when there is none)."""
         with bus_errors():
-            return await self._bucket.last_revision()
+            return await self._bucket.last_revision(*prefixes)
 
     async def pruned_up_to(self) -> int:
         """The revision below which pod tombstones may be pruned (`tombstones.py`; 0: none)."""
