@@ -48,6 +48,7 @@ from muster.watcher.kube_events import EventBook
 from muster.watcher.marks import KvMarks, PutMany, until_done
 from muster.watcher.outbox import Outbox
 from muster.watcher.pods import POD_EVENTS, PodState, pod_state_of_view
+from muster.watcher.resume import know_listed, live_of
 from muster.watcher.status import EventSink, GroupStatuses, StatusSink, write_statuses
 from muster.watcher.worker_status import WorkerStatuses
 
@@ -211,10 +212,11 @@ async def _watch(
     listed = [] if views is None else [s for s in map(pod_state_of_view, views) if s is not None]
     live = None if views is None else listed
     await _remember(bus, marks, live, source=ctx.source, cluster=config.cluster)
-    if revision:
-        # A resumed watch shows only what changed; the workload's other pods come from a list.
-        for state in listed:
-            ctx.seed(state)
+    # A resumed watch shows only what changed; the workload's other pods come from a list,
+    # and so do the deletions it may never show (`resume`).
+    if revision and know_listed(ctx, listed, gone=marks.gone(live_of(listed))):
+        await outbox.flush()
+        await marks.flush()
     log.info("watching cluster %s from revision %d", config.cluster, revision)
     health.ready()
     saver = RevisionSaver(put, config.cluster, revision)
@@ -304,11 +306,7 @@ async def _remember(
     last = await bus.last_sequence()
     if not last:
         return
-    live: dict[str, set[str]] | None = None
-    if listed is not None:
-        live = {}
-        for state in listed:
-            live.setdefault(state.workload, set()).add(state.uid)
+    live = None if listed is None else live_of(listed)
     subjects = [f for event in POD_EVENTS for f in workload_filters(cluster, event)]
     envs = bus.replay(subjects, until_sequence=last)
     read = await marks.recall(envs, source=source, live=live)
