@@ -36,14 +36,35 @@ def know_listed(ctx: WatcherContext, listed: Sequence[PodState], *, gone: Sequen
     succeeded, the rest ready) would never be told. Decisions are level-triggered
     (`due_events`, against the marks read back), so what was told is not told again, and what
     is due gets the id the watched deletion would have given it: a restart in the middle
-    publishes nothing twice. A bug deciding one workload is logged and the others decided:
-    stored data never stops a start."""
+    publishes nothing twice."""
     for state in listed:
         ctx.seed(state)
-    workloads = sorted({*live_of(listed), *gone})
+    return _decide_after_deletion(ctx, sorted({*live_of(listed), *gone}))
+
+
+def drop_unlisted(ctx: WatcherContext, listed: Sequence[PodState]) -> int:
+    """After a watch that could not resume (`ExpiredError`): drop each pod known that
+    `listed` does not show (by key and uid), as its watched deletion would have, and decide
+    its workload; how many workloads. `ctx.pods` must hold every pod there was (a resumed
+    watcher knows the list of its start, then what its watch showed)."""
+    shown = {(s.workload, s.key, s.uid) for s in listed}
+    gone = [
+        pod
+        for pods in ctx.pods.values()
+        for pod in pods.values()
+        if (pod.workload, pod.key, pod.uid) not in shown
+    ]
+    for pod in gone:
+        ctx.drop_pod(pod)
+    return _decide_after_deletion(ctx, sorted({pod.workload for pod in gone}))
+
+
+def _decide_after_deletion(ctx: WatcherContext, workloads: Sequence[str]) -> int:
+    """Decide each of `workloads` as after a pod's deletion; how many. A bug deciding one is
+    logged and the others decided: stored data never stops the watcher."""
     for workload in workloads:
         try:
             decide_pods(workload, ctx, after_delete=True)
         except Exception:
-            log.exception("deciding the pods of %s listed at start failed", workload)
+            log.exception("deciding the pods of %s after a list failed", workload)
     return len(workloads)
