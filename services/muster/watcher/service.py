@@ -7,6 +7,8 @@ events in MUSTER_EVENTS, and from the same bucket (`<cluster>.wl.<ns>.<name>`: w
 cannot say), so a restart neither loses nor repeats a fact. Changes are handled in batches
 (what arrived while the last batch was handled): a batch's events are published together,
 then its marks written (only those its events cannot tell), then its revision stored.
+Deletions a resumed watch cannot show (history compacted, tombstones pruned) are found by
+listing the pods, at start and when the watch expires (`resume`).
 """
 
 from __future__ import annotations
