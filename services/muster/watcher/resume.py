@@ -1,6 +1,6 @@
-"""What a resumed watcher does with the pods listed at its start (`know_listed`), used by
-`service._watch`: it knows them, and decides each of their workloads, and each workload with a
-pod it told about that the list no longer shows, as the watch would have. A resumed watch
+"""What a resumed watcher does with a list of the pods, at its start (`know_listed`) and when
+its watch cannot resume (`drop_unlisted`), used by `service._watch`: it decides each workload
+a pod of which is gone, as the watch would have had it shown the deletion. A resumed watch
 cannot show every deletion made while the watcher was away: after a Kubernetes 410 Gone
 (history compacted) the backend lists again itself, and has never shown those pods; a sim
 whose tombstones were pruned shows nothing of them (task watcher410).
@@ -8,13 +8,10 @@ whose tombstones were pruned shows nothing of them (task watcher410).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Sequence
 
-from muster.watcher.handlers import WatcherContext, decide_pods
+from muster.watcher.handlers import WatcherContext, decide_each
 from muster.watcher.pods import PodState
-
-log = logging.getLogger(__name__)
 
 
 def live_of(listed: Iterable[PodState]) -> dict[str, set[str]]:
@@ -39,7 +36,7 @@ def know_listed(ctx: WatcherContext, listed: Sequence[PodState], *, gone: Sequen
     publishes nothing twice."""
     for state in listed:
         ctx.seed(state)
-    return _decide_after_deletion(ctx, sorted({*live_of(listed), *gone}))
+    return decide_each(ctx, sorted({*live_of(listed), *gone}), after_delete=True)
 
 
 def drop_unlisted(ctx: WatcherContext, listed: Sequence[PodState]) -> int:
@@ -56,15 +53,4 @@ def drop_unlisted(ctx: WatcherContext, listed: Sequence[PodState]) -> int:
     ]
     for pod in gone:
         ctx.drop_pod(pod)
-    return _decide_after_deletion(ctx, sorted({pod.workload for pod in gone}))
-
-
-def _decide_after_deletion(ctx: WatcherContext, workloads: Sequence[str]) -> int:
-    """Decide each of `workloads` as after a pod's deletion; how many. A bug deciding one is
-    logged and the others decided: stored data never stops the watcher."""
-    for workload in workloads:
-        try:
-            decide_pods(workload, ctx, after_delete=True)
-        except Exception:
-            log.exception("deciding the pods of %s after a list failed", workload)
-    return len(workloads)
+    return decide_each(ctx, sorted({pod.workload for pod in gone}), after_delete=True)
