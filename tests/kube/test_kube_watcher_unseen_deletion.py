@@ -3,7 +3,8 @@ restart, its watch then cut while a pod is deleted and the history compacted, so
 gets 410 Gone. Its resumed watch ends expired (`lists_again`), and the watcher lists the pods
 and drops the one gone: its group, whose other pod succeeded, is told finished. Before, the
 backend listed again itself, and had never shown that pod (the watcher knew it from its
-start's list): no deletion came, and the group stayed Running for ever."""
+start's list): no deletion came, and the group stayed Running for ever. Also the same gap
+while the watcher was stopped (its resume at start gets 410)."""
 
 from __future__ import annotations
 
@@ -123,4 +124,26 @@ async def test_a_pod_deleted_while_a_resumed_watch_was_cut_and_compacted_ends_it
     assert finished.finished.succeeded
     assert finished.finished.message == "1 of 1 pods succeeded"
     assert len(events.of(GROUP, "workload.running")) == 1
+    await events.stop()
+
+
+async def test_a_pod_deleted_while_the_watcher_was_stopped_and_history_compacted_ends_its_group(
+    server: ApiServer, backend: KubeBackend, bus: Bus
+) -> None:
+    events = Events(bus)
+    events.start()
+    await running(server, backend, "w-0", "w")
+    await running(server, backend, "w-1", "w")
+    async with watcher(bus, backend):
+        await events.wait_for(GROUP, "workload.running", timeout_s=20)
+        server.send_bookmarks()
+        await handled(server, backend, events, "s-0")
+    set_phase(server, "w-0", "Succeeded")
+    await backend.delete("Pod", "w-1", namespace="default")
+    server.compact()  # the restarted watcher's resume gets 410
+    async with watcher(bus, backend):
+        await events.wait_for(GROUP, "workload.finished", timeout_s=20)
+    (finished,) = events.of(GROUP, "workload.finished")
+    assert finished.finished.succeeded
+    assert finished.finished.message == "1 of 1 pods succeeded"
     await events.stop()
