@@ -14,6 +14,7 @@ from watcher_pods import CLUSTER, MarksBucket, Stream, Watcher, changed, pod
 
 from muster.watcher.handlers import on_pod
 from muster.watcher.pods import Sent, due_events, pod_state
+from muster.watcher.resume import know_listed
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -113,6 +114,27 @@ async def test_a_pod_deleted_while_the_watcher_was_stopped_and_never_shown_count
         await live(restarted, [history[cut]], since=kept)
         await live(restarted, history[cut + 1 :], since=history[cut])
         assert ids(stream) == ids(whole), f"pods of change {cut} deleted unwatched"
+
+
+async def test_a_watcher_killed_after_telling_what_a_deletion_unseen_made_due_tells_it_once() -> (
+    None
+):
+    stream, bucket = Stream(), MarksBucket()
+    life = [[pod(1, "Running"), pod(2, "Running")], [pod(1, "Succeeded"), pod(2, "Running")]]
+    await live(Watcher(stream, bucket), life)
+    assert [env.WhichOneof("payload") for env in stream.stored] == ["running"]
+    # Pod 2 deleted unseen; the next start tells `finished`, and is killed before its marks.
+    killed = Watcher(stream, bucket)
+    await killed.marks.read_all()
+    await killed.marks.recall(stream.replay(), source=killed.ctx.source, live={WL: {"uid-w-1"}})
+    listed = [s for s in [pod_state(pod(1, "Succeeded"))] if s is not None]
+    know_listed(killed.ctx, listed, gone=[])
+    await killed.ctx.outbox.flush()
+    told = ids(stream)
+    assert [env.WhichOneof("payload") for env in stream.stored] == ["running", "finished"]
+
+    await Watcher(stream, bucket).start([pod(1, "Succeeded")])
+    assert ids(stream) == told
 
 
 async def test_pods_that_start_and_finish_cost_no_mark() -> None:
