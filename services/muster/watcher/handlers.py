@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from opentelemetry import trace
@@ -358,13 +358,25 @@ def decide_still(ctx: WatcherContext) -> int:
     """Decide the workloads whose pending pods have been still long enough (`ctx.deferred`),
     telling their pending sets not told yet; how many were decided. A bug deciding one is
     logged and the others decided: no change is left to dead-letter."""
-    due = ctx.deferred.take_due(now_s=ctx.monotonic_s())
-    for workload in due:
+    return decide_each(ctx, ctx.deferred.take_due(now_s=ctx.monotonic_s()), still=True)
+
+
+def decide_each(
+    ctx: WatcherContext,
+    workloads: Sequence[str],
+    *,
+    still: bool = False,
+    after_delete: bool = False,
+) -> int:
+    """Decide each of `workloads` (`decide_pods`); how many. A bug deciding one is logged and
+    the others decided: no change is left to dead-letter, and stored data never stops the
+    watcher."""
+    for workload in workloads:
         try:
-            decide_pods(workload, ctx, still=True)
+            decide_pods(workload, ctx, still=still, after_delete=after_delete)
         except Exception:
-            log.exception("deciding the pending pods of %s failed", workload)
-    return len(due)
+            log.exception("deciding the pods of %s failed", workload)
+    return len(workloads)
 
 
 def decide_pods(

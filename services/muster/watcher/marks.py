@@ -81,10 +81,11 @@ class KvMarks:
         live: Mapping[str, Collection[str]] | None,
     ) -> int:
         """Add to the marks what the watcher's own pod events say it published (`envs`: those
-        read back from the stream, in order; `source`: the watcher's) about the pods listed
-        now (`live`: workload → pod uids; None when the cluster could not be listed: then
-        about every pod, a uid gone never coming back); the number of events read. Then, a
-        workload with no mark sent nothing."""
+        read back from the stream, in order; `source`: the watcher's) about the workloads with
+        pods listed now (`live`: workload → pod uids; None when the cluster could not be
+        listed: then about every workload); the number of events read. Then, a workload with
+        no mark sent nothing. Marks of pods not listed are kept: `gone` finds them, and
+        deciding their workload forgets them, as a watched deletion does."""
         recalled: dict[str, Sent] = {}
         since: dict[str, float] = {}
         read = 0
@@ -95,11 +96,16 @@ class KvMarks:
             recalled.setdefault(env.workload, Sent()).recall(env)
             since.setdefault(env.workload, env.time_unix_nano / 1e9)
         for workload, sent in recalled.items():
-            if live is not None:
-                sent.forget_pods_except(live[workload])
             if self.load(workload).absorb(sent):  # not all written already: to seal
                 self._unsealed.setdefault(workload, since[workload])
         return read
+
+    def gone(self, live: Mapping[str, Collection[str]]) -> list[str]:
+        """The workloads whose marks name a pod not listed now (`live`: workload → pod uids):
+        deleted while the watch did not show it (sorted)."""
+        return sorted(
+            w for w, sent in self._cache.items() if sent.names_pods_except(live.get(w, ()))
+        )
 
     def load(self, workload: str) -> Sent:
         return self._cache.setdefault(workload, Sent())

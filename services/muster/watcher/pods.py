@@ -8,7 +8,7 @@ restart, a resumed watch) still publishes each fact exactly once per set of pods
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -140,6 +140,12 @@ class Sent(msgspec.Struct, kw_only=True):
     def _cover(self, fields: Iterable[str], uids: Iterable[str]) -> None:
         for field in fields:
             getattr(self, field).extend(sorted(set(uids) - set(getattr(self, field))))
+
+    def names_pods_except(self, uids: Collection[str]) -> bool:
+        """Whether these marks name a pod not among `uids` (a pending set: none left)."""
+        if not uids and (self.pending or self.pending_count):
+            return True
+        return any(u not in uids for field in _POD_FIELDS for u in getattr(self, field))
 
     def forget_pods_except(self, uids: Iterable[str]) -> None:
         """Drop marks of pods that are gone; pending-set digests go when no pod is pending."""

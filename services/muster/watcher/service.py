@@ -7,6 +7,8 @@ events in MUSTER_EVENTS, and from the same bucket (`<cluster>.wl.<ns>.<name>`: w
 cannot say), so a restart neither loses nor repeats a fact. Changes are handled in batches
 (what arrived while the last batch was handled): a batch's events are published together,
 then its marks written (only those its events cannot tell), then its revision stored.
+Deletions a resumed watch cannot show (history compacted, tombstones pruned) are found by
+listing the pods, at start and when the watch expires (`resume`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from muster.bus.progress import Wording, advanced
 from muster.bus.subjects import workload_filters
 from muster.bus.supervision import SupervisedGroup, supervised
 from muster.cluster.backend import ClusterBackend, ClusterChange
-from muster.cluster.errors import ClusterError
+from muster.cluster.errors import ClusterError, ExpiredError
 from muster.cluster.keys import SCHEDULING_POD_GROUP_KIND
 from muster.cluster.kube.references import reference_of
 from muster.cluster.refusals import Refusals, rejected_event
@@ -48,6 +50,7 @@ from muster.watcher.kube_events import EventBook
 from muster.watcher.marks import KvMarks, PutMany, until_done
 from muster.watcher.outbox import Outbox
 from muster.watcher.pods import POD_EVENTS, PodState, pod_state_of_view
+from muster.watcher.resume import drop_unlisted, know_listed, live_of
 from muster.watcher.status import EventSink, GroupStatuses, StatusSink, write_statuses
 from muster.watcher.worker_status import WorkerStatuses
 
@@ -211,55 +214,91 @@ async def _watch(
     listed = [] if views is None else [s for s in map(pod_state_of_view, views) if s is not None]
     live = None if views is None else listed
     await _remember(bus, marks, live, source=ctx.source, cluster=config.cluster)
-    if revision:
-        # A resumed watch shows only what changed; the workload's other pods come from a list.
-        for state in listed:
-            ctx.seed(state)
+    # A resumed watch shows only what changed; the workload's other pods come from a list,
+    # and so do the deletions it may never show (`resume`).
+    if revision and know_listed(ctx, listed, gone=marks.gone(live_of(listed))):
+        await outbox.flush()
+        await marks.flush()
     log.info("watching cluster %s from revision %d", config.cluster, revision)
     health.ready()
     saver = RevisionSaver(put, config.cluster, revision)
     saving = supervised(saver.run(), name="watcher-revision")
-    # No batch for a while: the pending sets that have been still are told meanwhile.
-    changes = batches(
-        backend.watch(from_revision=revision),
-        max_size=BATCH_MAX,
-        idle_s=lambda: ctx.deferred.wait_s(now_s=ctx.monotonic_s()),
-    )
     # A batch in hand is watched as a consume loop's message is (bus/progress.py).
     tracker = bus.progress.track(
         "watcher-watch", stream="", consumer="", max_ack_pending=1, wording=WATCH_BATCHES
     )
+    start = revision
     try:
-        async for batch in changes:
-            if batch:
-                token = batch[-1].revision
-                tracker.began(token)
-                with tracker.handling(token):
-                    await _handle_batch(
-                        batch, ctx, poison, groups=groups, events=events, refusals=refusals
-                    )
-                    # Handled, then remembered: events stored, then marks, then the revision.
+        while True:
+            # No batch for a while: the pending sets that have been still are told meanwhile.
+            # A resumed watch that cannot resume ends (`lists_again`): the backend's own list
+            # would never show a deletion of what the watcher knew before (`_list_again`).
+            changes = batches(
+                backend.watch(from_revision=start, lists_again=start > 0),
+                max_size=BATCH_MAX,
+                idle_s=lambda: ctx.deferred.wait_s(now_s=ctx.monotonic_s()),
+            )
+            try:
+                async for batch in changes:
+                    if batch:
+                        token = batch[-1].revision
+                        tracker.began(token)
+                        with tracker.handling(token):
+                            await _handle_batch(
+                                batch, ctx, poison, groups=groups, events=events, refusals=refusals
+                            )
+                            # Handled, then remembered: events stored, then marks, then the
+                            # revision.
+                            await outbox.flush()
+                            await marks.flush()
+                        tracker.ended(token)
+                        saver.handled(token)
+                    # Told from the pods in hand, of no revision: a restart decides every
+                    # workload with pods pending again (`WatcherContext.seed`): none is lost.
+                    if decide_still(ctx):
+                        await outbox.flush()
+                        await marks.flush()
+                    if saving.done():  # it only ends early on a bug: raise it
+                        saving.result()
+                    raise_if_cancelling()  # nats-py's waits may have swallowed it (bus.cancel)
+                return
+            except ExpiredError as err:
+                log.warning("cluster %s: the watch cannot resume (%s)", config.cluster, err)
+                if await _list_again(backend, ctx):
                     await outbox.flush()
                     await marks.flush()
-                tracker.ended(token)
-                saver.handled(token)
-            # Told from the pods in hand, of no revision: a restart decides every workload
-            # with pods pending again (`WatcherContext.seed`), so none is lost.
-            if decide_still(ctx):
-                await outbox.flush()
-                await marks.flush()
-            if saving.done():  # it only ends early on a bug: raise it
-                saving.result()
-            raise_if_cancelling()  # nats-py's waits may have swallowed it (bus.cancel)
+                start = 0  # a new list of everything: later expiries the backend lists itself
+            finally:
+                await changes.aclose()
     finally:
         tracker.close()
-        await changes.aclose()
         # Bounded: a stop must not wait on a NATS that is gone (a crash seals nothing either).
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(SEAL_ON_STOP_S):
                 await marks.seal()
         saver.stop()
         await saving  # the last revision handled is stored before the watcher stops
+
+
+async def _list_again(backend: ClusterBackend, ctx: WatcherContext) -> int:
+    """List the pods, the watch having expired, and drop those known that are gone
+    (`drop_unlisted`); how many workloads were decided. A failed list is tried again (a
+    cluster that does not answer for a while), so the watcher does not restart into the same
+    expired revision."""
+    delay_s = 0.1
+    while True:
+        try:
+            views = await backend.list_pods()
+            break
+        except ClusterError as err:
+            if not err.temporary:
+                raise
+            log.warning("listing the pods again failed, retrying: %s", err)
+        advanced()  # a failed try is an answer: slow, not stalled (bus/progress.py)
+        await asyncio.sleep(delay_s)
+        delay_s = min(delay_s * 2, 5.0)
+    listed = [s for s in map(pod_state_of_view, views) if s is not None]
+    return drop_unlisted(ctx, listed)
 
 
 async def _handle_batch(
@@ -304,11 +343,7 @@ async def _remember(
     last = await bus.last_sequence()
     if not last:
         return
-    live: dict[str, set[str]] | None = None
-    if listed is not None:
-        live = {}
-        for state in listed:
-            live.setdefault(state.workload, set()).add(state.uid)
+    live = None if listed is None else live_of(listed)
     subjects = [f for event in POD_EVENTS for f in workload_filters(cluster, event)]
     envs = bus.replay(subjects, until_sequence=last)
     read = await marks.recall(envs, source=source, live=live)

@@ -14,6 +14,7 @@ from watcher_pods import CLUSTER, MarksBucket, Stream, Watcher, changed, pod
 
 from muster.watcher.handlers import on_pod
 from muster.watcher.pods import Sent, due_events, pod_state
+from muster.watcher.resume import know_listed
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -42,6 +43,18 @@ LIVES = {
         [],
         [pod(3, "Running")],
         [pod(3, "Running", ready=False)],
+    ],
+    # A deletion that makes a fact due: the rest finished, or the rest ready.
+    "one succeeded, the other deleted": [
+        [pod(1, "Running"), pod(2, "Running")],
+        [pod(1, "Succeeded"), pod(2, "Running")],
+        [pod(1, "Succeeded")],
+        [],
+    ],
+    "one ready late, the other deleted": [
+        [pod(1, "Running"), pod(2, "Running", ready=False)],
+        [pod(1, "Running")],
+        [pod(1, "Succeeded")],
     ],
 }
 
@@ -79,6 +92,49 @@ async def test_a_watcher_restarted_at_any_point_publishes_each_fact_once(
         await restarted.start(history[cut - 1])
         await live(restarted, history[cut:], since=history[cut - 1])
         assert ids(stream) == ids(whole), f"restarted after change {cut}"
+
+
+@pytest.mark.parametrize("history", LIVES.values(), ids=LIVES.keys())
+async def test_a_pod_deleted_while_the_watcher_was_stopped_and_never_shown_counts_as_deleted(
+    history: list[list[Any]],
+) -> None:
+    """The watcher stopped, the next change made unwatched, and its deletions never shown to
+    the resumed watch (a 410 after compaction, pruned tombstones): the list at start says
+    which pods are gone, and each fact is still published once, as when it was watched."""
+    whole = Stream()
+    await live(Watcher(whole, MarksBucket()), history)
+    for cut in range(1, len(history)):
+        stream, bucket = Stream(), MarksBucket()
+        await live(Watcher(stream, bucket), history[:cut])
+        restarted = Watcher(stream, bucket)
+        await restarted.start(history[cut])
+        # The resumed watch shows what changed in the gap, but no deletion.
+        left = {p["metadata"]["name"] for p in history[cut]}
+        kept = [p for p in history[cut - 1] if p["metadata"]["name"] in left]
+        await live(restarted, [history[cut]], since=kept)
+        await live(restarted, history[cut + 1 :], since=history[cut])
+        assert ids(stream) == ids(whole), f"pods of change {cut} deleted unwatched"
+
+
+async def test_a_watcher_killed_after_telling_what_a_deletion_unseen_made_due_tells_it_once() -> (
+    None
+):
+    stream, bucket = Stream(), MarksBucket()
+    life = [[pod(1, "Running"), pod(2, "Running")], [pod(1, "Succeeded"), pod(2, "Running")]]
+    await live(Watcher(stream, bucket), life)
+    assert [env.WhichOneof("payload") for env in stream.stored] == ["running"]
+    # Pod 2 deleted unseen; the next start tells `finished`, and is killed before its marks.
+    killed = Watcher(stream, bucket)
+    await killed.marks.read_all()
+    await killed.marks.recall(stream.replay(), source=killed.ctx.source, live={WL: {"uid-w-1"}})
+    listed = [s for s in [pod_state(pod(1, "Succeeded"))] if s is not None]
+    know_listed(killed.ctx, listed, gone=[])
+    await killed.ctx.outbox.flush()
+    told = ids(stream)
+    assert [env.WhichOneof("payload") for env in stream.stored] == ["running", "finished"]
+
+    await Watcher(stream, bucket).start([pod(1, "Succeeded")])
+    assert ids(stream) == told
 
 
 async def test_pods_that_start_and_finish_cost_no_mark() -> None:

@@ -19,6 +19,7 @@ from muster.watcher.handlers import WatcherContext, decide_still, on_pod
 from muster.watcher.marks import KvMarks
 from muster.watcher.outbox import Outbox
 from muster.watcher.pods import Sent, due_events, pod_state
+from muster.watcher.resume import know_listed, live_of
 
 CLUSTER = "east"
 
@@ -118,15 +119,14 @@ class Watcher:
 
     async def start(self, pods: Sequence[Any]) -> None:
         """Read back what was sent, knowing the `pods` listed now (as `service._remember`),
-        then know the pods (as `service._watch` on a resumed watch)."""
+        then know the pods and decide those gone (as `service._watch` on a resumed watch)."""
         states = [s for s in map(pod_state, pods) if s is not None]
         await self.marks.read_all()
-        live: dict[str, set[str]] = {}
-        for state in states:
-            live.setdefault(state.workload, set()).add(state.uid)
+        live = live_of(states)
         await self.marks.recall(self.stream.replay(), source=self.ctx.source, live=live)
-        for state in states:
-            self.ctx.seed(state)
+        know_listed(self.ctx, states, gone=self.marks.gone(live))
+        await self.ctx.outbox.flush()
+        await self.marks.flush()
 
     async def handle(self, change: ClusterChange) -> None:
         """One batch of one change: handled, its events stored, then its marks."""

@@ -1,0 +1,149 @@
+"""The watcher on the Kubernetes backend, against the API-server stand-in: resumed after a
+restart, its watch then cut while a pod is deleted and the history compacted, so the watch
+gets 410 Gone. Its resumed watch ends expired (`lists_again`), and the watcher lists the pods
+and drops the one gone: its group, whose other pod succeeded, is told finished. Before, the
+backend listed again itself, and had never shown that pod (the watcher knew it from its
+start's list): no deletion came, and the group stayed Running for ever. Also the same gap
+while the watcher was stopped (its resume at start gets 410)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kube_backend_helpers import pod
+from kube_services_helpers import Events
+
+from muster.bus import Bus, BusConfig, connect
+from muster.cluster.kube import KubeBackend
+from muster.devtools.apiserver import ApiServer
+from muster.launcher.nats_server import NatsServer
+from muster.watcher.service import WatcherConfig, run_watcher
+
+pytestmark = pytest.mark.timeout(60)
+
+GROUP = "default/w"
+
+
+@pytest.fixture
+async def bus(tmp_path: Path) -> AsyncIterator[Bus]:
+    nats = NatsServer(tmp_path / "nats")
+    url = await nats.start(log_path=tmp_path / "nats.log")
+    try:
+        connected = await connect(BusConfig(url=url, name="muster-test", connect_timeout_s=5.0))
+        await connected.ensure_streams()
+        try:
+            yield connected
+        finally:
+            await connected.close()
+    finally:
+        await nats.stop()
+
+
+class Ready:
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    def ready(self) -> None:
+        self.event.set()
+
+
+@contextlib.asynccontextmanager
+async def watcher(bus: Bus, backend: KubeBackend) -> AsyncIterator[None]:
+    """The watcher of cluster "local" running until the block ends (then it stores the
+    revision it handled)."""
+    ready = Ready()
+    config = WatcherConfig(cluster="local")
+    task = asyncio.create_task(run_watcher(bus, ready, backend=backend, config=config))
+    waiting = asyncio.create_task(ready.event.wait())
+    await asyncio.wait({task, waiting}, timeout=20, return_when=asyncio.FIRST_COMPLETED)
+    waiting.cancel()
+    if task.done():
+        task.result()  # it died: show why
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def set_phase(server: ApiServer, name: str, phase: str) -> None:
+    """What the kubelet writes: the phase, Ready while it runs."""
+    pods = server.registry.by_key(("", "pods"))
+    assert pods is not None
+    ready = {"type": "Ready", "status": str(phase == "Running")}
+    status: dict[str, Any] = {"status": {"phase": phase, "conditions": [ready]}}
+    server.api.patch(
+        pods, "v1", "default", name, "application/merge-patch+json", status, subresource="status"
+    )
+
+
+async def running(server: ApiServer, backend: KubeBackend, name: str, workload: str) -> None:
+    await backend.apply(pod(name, workload=workload, nodeName="n1"))
+    set_phase(server, name, "Running")
+
+
+async def handled(server: ApiServer, backend: KubeBackend, events: Events, name: str) -> None:
+    """Return once the watcher told workload default/`name` running: changes are handled in
+    order, so every change before it was handled too."""
+    await running(server, backend, name, name)
+    await events.wait_for(f"default/{name}", "workload.running", timeout_s=20)
+
+
+async def test_a_pod_deleted_while_a_resumed_watch_was_cut_and_compacted_ends_its_group(
+    server: ApiServer, backend: KubeBackend, bus: Bus
+) -> None:
+    events = Events(bus)
+    events.start()
+    await running(server, backend, "w-0", "w")
+    await running(server, backend, "w-1", "w")
+    async with watcher(bus, backend):
+        await events.wait_for(GROUP, "workload.running", timeout_s=20)
+        # Every source past the pods (bookmarks), then a change handled: the revision stored
+        # is past them, so the next watch resumes there instead of listing again.
+        server.send_bookmarks()
+        await handled(server, backend, events, "s-0")
+    async with watcher(bus, backend):  # resumed: it knows w-1 from its start's list only
+        set_phase(server, "w-0", "Succeeded")
+        await handled(server, backend, events, "t-0")  # and so w-0's end before it
+
+        # Away: the watches cut, the pods' watch refused, while w-1 goes and history with it.
+        server.faults.fail_next(10_000, status=503, verb="watch", path=r"/pods$")
+        server.drop_watches()
+        await backend.delete("Pod", "w-1", namespace="default")
+        server.compact()
+        server.faults.clear()
+
+        await events.wait_for(GROUP, "workload.finished", timeout_s=20)
+    (finished,) = events.of(GROUP, "workload.finished")
+    assert finished.finished.succeeded
+    assert finished.finished.message == "1 of 1 pods succeeded"
+    assert len(events.of(GROUP, "workload.running")) == 1
+    await events.stop()
+
+
+async def test_a_pod_deleted_while_the_watcher_was_stopped_and_history_compacted_ends_its_group(
+    server: ApiServer, backend: KubeBackend, bus: Bus
+) -> None:
+    events = Events(bus)
+    events.start()
+    await running(server, backend, "w-0", "w")
+    await running(server, backend, "w-1", "w")
+    async with watcher(bus, backend):
+        await events.wait_for(GROUP, "workload.running", timeout_s=20)
+        server.send_bookmarks()
+        await handled(server, backend, events, "s-0")
+    set_phase(server, "w-0", "Succeeded")
+    await backend.delete("Pod", "w-1", namespace="default")
+    server.compact()  # the restarted watcher's resume gets 410
+    async with watcher(bus, backend):
+        await events.wait_for(GROUP, "workload.finished", timeout_s=20)
+    (finished,) = events.of(GROUP, "workload.finished")
+    assert finished.finished.succeeded
+    assert finished.finished.message == "1 of 1 pods succeeded"
+    await events.stop()
