@@ -194,7 +194,11 @@ def assign_flavors(
     short: set[FlavorResource] = set()
     messages: list[str] = []
     for pod_set, count in zip(pod_sets, counts, strict=True):
-        totals = {r: q * count for r, q in pod_set.requests.items() if q > 0}
+        # A zero request gets a flavor when the ClusterQueue covers its resource and is left
+        # out otherwise, as in Kueue's assignFlavors (kubernetes-sigs/kueue#8079).
+        totals = {
+            r: q * count for r, q in pod_set.requests.items() if q > 0 or r in layout.group_of
+        }
         if POD_COUNT in layout.group_of and count > 0:
             # Kueue's flavor assigner: a ClusterQueue covering `pods` is asked one per pod.
             totals[POD_COUNT] = count * 1000  # in milli-units, as every request
@@ -210,10 +214,15 @@ def assign_flavors(
             by_group.setdefault(g, []).append(resource)
         ps_mode = Mode.NO_FIT if reasons else Mode.FIT
         ps_severity = _SEVERITY["NoMatchingFlavor"] if reasons else 0
+        unavailable = len(reasons)
         for g, resources in sorted(by_group.items()):
             search.severities = {}
+            before = len(reasons)
             choice = _pick_flavor(search, g, resources)
             if choice is None:
+                # Kueue's assignFlavors replaces the podset's status with the failing
+                # resource's: the groups that found a flavor give no reason.
+                del reasons[unavailable:before]
                 ps_mode = Mode.NO_FIT
                 # Alternatives within a group: the least severe; across groups: the most.
                 least = min(search.severities.values(), default=_SEVERITY["NoMatchingFlavor"])

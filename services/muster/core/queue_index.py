@@ -68,7 +68,7 @@ def _add(totals: dict[FlavorResource, int], usage: Mapping[FlavorResource, int],
         if total:
             totals[fr] = total
         else:
-            del totals[fr]  # an empty tally equals a new one
+            totals.pop(fr, None)  # an empty tally equals a new one; a zero request has none
 
 
 class Changes:
