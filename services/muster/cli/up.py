@@ -207,7 +207,7 @@ def describe(state: StackState) -> str:
     nodes = ", ".join(state.nodes)
     return (
         f"muster is up (supervisor pid {state.supervisor.pid}; logs in {state.log_dir})\n"
-        f"  gateway    {state.gateway}   muster submit|queues|workloads|events --gateway ...\n"
+        f"  gateway    {state.gateway}   muster submit|queues|workloads|events call it\n"
         f"  dashboard  {state.dashboard}\n"
         f"  NATS       {state.nats}   (one user per service)\n"
         f"  metrics    {_metrics(state)}\n"

@@ -80,6 +80,14 @@ def read_state(directory: Path) -> StackState | None:
         return None
 
 
+def recorded_gateway(directory: Path) -> str:
+    """The gateway address of the stack `muster up` started in `directory` ("" when none is
+    up there): where client commands call when no --gateway is given, and what `muster
+    status` shows."""
+    state = read_state(directory)
+    return state.gateway if state is not None and state.ready else ""
+
+
 def write_state(directory: Path, state: StackState) -> None:
     """Replace the state file at once (a reader never sees half of it)."""
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
