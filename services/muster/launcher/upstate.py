@@ -66,6 +66,7 @@ class StackState(msgspec.Struct, kw_only=True):
     dashboard: str = ""
     nats: str = ""
     cluster: str = "local"
+    api_server: str = ""  # the Kubernetes API server served (MUSTER_CLUSTER_BACKEND=kube); "": sim
     nodes: list[str] = msgspec.field(default_factory=list)
     speed: float = 1.0
     log_dir: str = ""
