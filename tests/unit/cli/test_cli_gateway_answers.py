@@ -41,7 +41,7 @@ class StandIn(services_pb2_grpc.VisibilityServicer):
 
 @pytest.fixture
 def gateway() -> Iterator[tuple[str, StandIn]]:
-    servicer = StandIn()
+    servicer = StandIn()  # type: ignore[abstract]  # only ListWorkloads is ever called
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     services_pb2_grpc.add_VisibilityServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")
