@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from concurrent import futures
 from pathlib import Path
 
 import grpc
 import pytest
+from cli_grpc_server import serving
 
 from muster.cli.main import main
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
@@ -42,14 +42,8 @@ class StandIn(services_pb2_grpc.VisibilityServicer):
 @pytest.fixture
 def gateway() -> Iterator[tuple[str, StandIn]]:
     servicer = StandIn()  # type: ignore[abstract]  # only ListWorkloads is ever called
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    services_pb2_grpc.add_VisibilityServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        yield f"127.0.0.1:{port}", servicer
-    finally:
-        server.stop(grace=None)
+    with serving(services_pb2_grpc.add_VisibilityServicer_to_server, servicer) as address:
+        yield address, servicer
 
 
 def test_without_gateway_flag_commands_call_the_gateway_muster_up_recorded(
