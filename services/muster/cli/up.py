@@ -1,7 +1,8 @@
 """`muster up`, `muster down`, `muster status`: a local stack that stays up.
 
 `up` starts, in the background, a loopback NATS server, every service on a simulated cluster
-whose Nodes come from `--nodes FILE` (four nodes by default), and the dashboard, on fixed
+whose Nodes come from `--nodes FILE` (four nodes by default; with MUSTER_CLUSTER_BACKEND=kube
+the services' API server instead, named with the Nodes it has), and the dashboard, on fixed
 ports (gateway 127.0.0.1:50051, NATS 4222, dashboard 8080; `--gateway-port` and friends, or
 their MUSTER_UP_* variables, move them; 0 picks free ones), then prints where everything is
 and returns. `down` stops it, also after a crash (the recorded processes that still run are

@@ -2,7 +2,8 @@
 
 `supervise(config)` runs in a process of its own (started detached by `muster up`): it
 starts a loopback NATS server with one user per service on a fixed port, every service of one
-simulated cluster (the gateway on a fixed port), puts the cluster's Nodes in its store, starts
+simulated cluster (the gateway on a fixed port), puts the cluster's Nodes in its store (with
+MUSTER_CLUSTER_BACKEND=kube: no simulator, the API server's Nodes, `up_cluster`), starts
 the dashboard, records everything in the state directory (`upstate`) and waits for SIGTERM
 (`muster down`); then it stops everything in reverse order and removes its state, keeping the
 logs. A service or the dashboard that exits meanwhile is started again after a back-off, as
@@ -116,7 +117,8 @@ async def supervise(config: UpConfig) -> int:
         loop.add_signal_handler(sig, stop.set)
     # On Kubernetes (MUSTER_CLUSTER_BACKEND=kube, inherited by every service) no simulator:
     # the API server's Nodes are the cluster's, asked for first so a wrong server is told now.
-    kube = up_backend(config.cluster).kind == "kube"
+    backend = up_backend(config.cluster)  # `muster up` checked it before starting this
+    kube = backend.kind == "kube"
     simulated = () if kube else (config.cluster,)
     deployment = Deployment(clusters=(config.cluster,), simulated=simulated)
     # Its children outlive a crashed supervisor: `muster status` shows it, `muster down` ends them.
@@ -125,7 +127,7 @@ async def supervise(config: UpConfig) -> int:
     dashboard = _Dashboard(config, log_dir)
     keepers: list[Task] = []
     try:
-        api_server, nodes = await kube_nodes(up_backend(config.cluster).kube) if kube else ("", [])
+        api_server, nodes = await kube_nodes(backend.kube) if kube else ("", [])
         nats_url = await nats.start(log_path=log_dir / "nats-server.log")
         admin = await prepare_nats(nats_url, nats, deployment)
         try:
