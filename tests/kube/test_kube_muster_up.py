@@ -74,3 +74,23 @@ async def test_up_on_kube_starts_no_simulator_and_names_the_api_server_and_its_n
             assert await muster(env, "workloads") == (0, "No workloads found.\n")
         finally:
             await muster(env, "down")
+
+
+async def test_up_on_kube_says_which_api_server_it_cannot_reach_and_starts_nothing(
+    tmp_path: Path,
+) -> None:
+    env = {
+        **os.environ,
+        "MUSTER_CLUSTER_BACKEND": "kube",
+        "MUSTER_KUBE_HOST": "http://127.0.0.1:1",  # nothing listens there
+        "MUSTER_STATE_DIR": str(tmp_path),
+        **{f"MUSTER_UP_{p}_PORT": "0" for p in ("GATEWAY", "NATS", "DASHBOARD", "METRICS")},
+    }
+
+    status, out = await muster(env, "up")
+
+    assert status == 1, out
+    assert out.startswith(
+        "muster up: the Kubernetes API server http://127.0.0.1:1: cannot list its Nodes: "
+    )
+    assert read_state(tmp_path) is None  # nothing left to stop
