@@ -62,10 +62,41 @@ def test_a_pending_workload_says_why_it_is_not_admitted() -> None:
             pb.WorkloadPending(reason="Inadmissible", message="LocalQueue lq doesn't exist"),
         )
     )
+    # Kueue's UnadmittedWorkloadsObservability (on by default): Admitted False beside it.
     assert conditions(made) == {
-        "QuotaReserved": ("False", "Inadmissible", "LocalQueue lq doesn't exist")
+        "QuotaReserved": ("False", "Inadmissible", "LocalQueue lq doesn't exist"),
+        "Admitted": ("False", "NoReservation", "The workload has no reservation"),
     }
     assert "admission" not in (made.status_of(WL) or {})
+
+
+def test_a_pending_workload_never_admitted_has_no_admitted_condition_with_classic_reasons() -> None:
+    made = StatusBook(granular=False)
+    for env in (
+        event("submitted", pb.WorkloadSubmitted(queue_name="lq")),
+        event("pending", pb.WorkloadPending(reason="Pending", message="insufficient quota")),
+    ):
+        made.apply(env)
+    assert conditions(made) == {"QuotaReserved": ("False", "Pending", "insufficient quota")}
+
+
+@pytest.mark.parametrize(("granular", "admitted"), [(True, ("False", "UnsatisfiedAdmissionChecks",
+    "The workload has not all checks ready")), (False, None)])  # fmt: skip
+def test_a_workload_holding_quota_with_checks_pending_is_not_admitted_yet(
+    granular: bool, admitted: tuple[str, str, str] | None
+) -> None:
+    made = StatusBook(granular=granular)
+    reserved = pb.QuotaReserved(admission=admission(), admission_checks=["budget"])
+    for env in (
+        event("submitted", pb.WorkloadSubmitted(queue_name="lq")),
+        event("pending", pb.WorkloadPending(reason="Pending", message="insufficient quota")),
+        event("quota_reserved", reserved),
+    ):
+        made.apply(env)
+    assert conditions(made)["QuotaReserved"][0] == "True"
+    assert conditions(made).get("Admitted") == admitted
+    made.apply(event("admitted", pb.WorkloadAdmitted(admission=admission())))
+    assert conditions(made)["Admitted"] == ("True", "Admitted", "The workload is admitted")
 
 
 def test_an_admitted_workload_has_its_admission_and_both_conditions() -> None:

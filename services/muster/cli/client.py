@@ -23,18 +23,18 @@ import grpc
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from muster.launcher.upstate import recorded_gateway, state_dir
+
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 DEFAULT_GATEWAY: Final = "127.0.0.1:50051"
 MAX_FILE_BYTES: Final = 1 << 20  # a token, CA, certificate or key: far smaller
 # What a bearer token may hold as an HTTP header value (RFC 6750's b64token and more).
 _HEADER_SAFE: Final = re.compile(r"[!-~]+")
-_BAD_INPUT_CODES: Final = frozenset(
-    {
-        grpc.StatusCode.INVALID_ARGUMENT,
-        grpc.StatusCode.NOT_FOUND,
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-    }
-)
+_BAD_INPUT_CODES: Final = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND})
+# RESOURCE_EXHAUSTED for a limit on how many calls or watches run at once (the gateway's
+# --max-calls and watch limits, gRPC's own backstop) says "try again" (exit 1); for a request
+# or an answer too large, the request's fault (exit 2).
+_BUSY: Final = ("at once", "Concurrent RPC limit")
 
 
 # (flag, metavar, environment variable, help) of the options that take a value.
@@ -54,12 +54,13 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
     """Add the connection options (see the module doc) and --timeout."""
     group = parser.add_argument_group("gateway connection")
     for flag, metavar, env, about in CONNECTION_OPTIONS:
-        default = DEFAULT_GATEWAY if flag == "--gateway" else None
-        shown = f", default {default}" if default else ""
+        shown = f", else the one `muster up` started, else {DEFAULT_GATEWAY}" * (
+            flag == "--gateway"
+        )
         group.add_argument(
             flag,
             metavar=metavar,
-            default=os.environ.get(env) or default,
+            default=os.environ.get(env) or None,
             help=f"{about} ({env}{shown})",
         )
     group.add_argument(
@@ -114,18 +115,27 @@ def call_metadata(args: argparse.Namespace) -> list[tuple[str, str]]:
     return [("authorization", f"Bearer {token}")] if token else []
 
 
+def gateway_address(args: argparse.Namespace) -> str:
+    """Where the gateway is: --gateway (MUSTER_GATEWAY); else the gateway of the stack `muster
+    up` started (its state file, in MUSTER_STATE_DIR or the default state directory, as `muster
+    status` reads it: `up --gateway-port 0` picks any free port); else DEFAULT_GATEWAY."""
+    explicit: str | None = args.gateway
+    return explicit or recorded_gateway(state_dir()) or DEFAULT_GATEWAY
+
+
 @contextlib.contextmanager
 def channel(args: argparse.Namespace) -> Iterator[grpc.Channel]:
     """A channel to the gateway: TLS when any TLS option is given, else plaintext."""
-    _check_gateway(args.gateway)
+    address = gateway_address(args)
+    _check_gateway(address)
     credentials = channel_credentials(args)
     if credentials is None:
-        with grpc.insecure_channel(args.gateway) as ch:
+        with grpc.insecure_channel(address) as ch:
             yield ch
         return
     options = [("grpc.ssl_target_name_override", args.tls_server_name)]
     with grpc.secure_channel(
-        args.gateway, credentials, options=options if args.tls_server_name else None
+        address, credentials, options=options if args.tls_server_name else None
     ) as ch:
         yield ch
 
@@ -178,8 +188,9 @@ def report_error(args: argparse.Namespace, exc: grpc.RpcError, *, prefix: str = 
     """Print a failed call's status to stderr, one line per line of detail; the exit status."""
     code: grpc.StatusCode = exc.code()
     details: str = exc.details() or ""
-    shown = shown_address(args.gateway)
-    details = details.replace(args.gateway, shown)  # gRPC's messages repeat the target
+    address = gateway_address(args)
+    shown = shown_address(address)
+    details = details.replace(address, shown)  # gRPC's messages repeat the target
     if code == grpc.StatusCode.UNAVAILABLE and not details.startswith("the gateway"):
         details = f"cannot reach the gateway at {shown}: {details}"
         if "Connection refused" in details:
@@ -199,7 +210,14 @@ def report_error(args: argparse.Namespace, exc: grpc.RpcError, *, prefix: str = 
         print(f"muster: {prefix}{code.name}:", file=sys.stderr)
         for line in lines:
             print(f"  {line}", file=sys.stderr)
-    return EXIT_BAD_INPUT if code in _BAD_INPUT_CODES else EXIT_FAILED
+    return EXIT_BAD_INPUT if _bad_input(code, details) else EXIT_FAILED
+
+
+def _bad_input(code: grpc.StatusCode, details: str) -> bool:
+    """Whether the call failed for what it asked (exit 2), not for now (exit 1)."""
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return not any(words in details for words in _BUSY)
+    return code in _BAD_INPUT_CODES
 
 
 def to_json(message: Message, *, indent: int | None = 2) -> str:

@@ -1,7 +1,8 @@
 """`muster up`, `muster down`, `muster status`: a local stack that stays up.
 
 `up` starts, in the background, a loopback NATS server, every service on a simulated cluster
-whose Nodes come from `--nodes FILE` (four nodes by default), and the dashboard, on fixed
+whose Nodes come from `--nodes FILE` (four nodes by default; with MUSTER_CLUSTER_BACKEND=kube
+the services' API server instead, named with the Nodes it has), and the dashboard, on fixed
 ports (gateway 127.0.0.1:50051, NATS 4222, dashboard 8080; `--gateway-port` and friends, or
 their MUSTER_UP_* variables, move them; 0 picks free ones), then prints where everything is
 and returns. `down` stops it, also after a crash (the recorded processes that still run are
@@ -47,6 +48,8 @@ PORT_FLAGS: Final = (
     ("--metrics-port", "metrics", "MUSTER_UP_METRICS_PORT"),
 )
 SERVICES_STARTED: Final = 7  # one cluster: sim-cluster ... gateway (their metrics ports)
+UP_CLUSTER: Final = "local"  # the one cluster `muster up` serves
+SHOWN_NODES: Final = 8  # named in what `up` prints; the others are counted
 
 
 def add_parsers(commands: Any) -> None:  # Any: argparse's _SubParsersAction is private
@@ -137,6 +140,17 @@ def _check_up_args(args: argparse.Namespace) -> str:
         return f"--speed: must be > 0, got {args.speed:g}"
     if not args.start_deadline > 0:
         return f"--start-deadline: must be > 0, got {args.start_deadline:g}"
+    from muster.launcher.up_cluster import up_backend  # the kubernetes client: only for `up`
+
+    try:
+        kube = up_backend(UP_CLUSTER).kind == "kube"
+    except ValueError as exc:
+        return str(exc)
+    if args.nodes and kube:
+        return (
+            f"--nodes {args.nodes}: the simulated cluster's Nodes; with "
+            "MUSTER_CLUSTER_BACKEND=kube the cluster is the API server's, with the Nodes it has"
+        )
     if args.nodes and not Path(args.nodes).is_file():
         return f"--nodes {args.nodes}: no such file"
     return ""
@@ -189,6 +203,7 @@ def _supervise(args: argparse.Namespace, directory: Path) -> int:
 
     nodes = Path(args.nodes).read_text() if args.nodes else DEFAULT_NODES
     config = UpConfig(
+        cluster=UP_CLUSTER,
         state_dir=directory,
         gateway_port=args.gateway_port,
         nats_port=args.nats_port,
@@ -204,15 +219,24 @@ def _supervise(args: argparse.Namespace, directory: Path) -> int:
 
 def describe(state: StackState) -> str:
     """Where everything is, and how to stop it."""
-    nodes = ", ".join(state.nodes)
+    nodes = ", ".join(state.nodes[:SHOWN_NODES]) + ", ..." * (len(state.nodes) > SHOWN_NODES)
+    if state.api_server:
+        cluster = (
+            f"  cluster    {state.cluster}: the Kubernetes API server {state.api_server}, "
+            f"{len(state.nodes)} Nodes ({nodes or 'none yet'})\n"
+        )
+    else:
+        cluster = (
+            f"  cluster    {state.cluster}: {len(state.nodes)} simulated nodes ({nodes}), "
+            f"pods at {state.speed:g}x speed\n"
+        )
     return (
         f"muster is up (supervisor pid {state.supervisor.pid}; logs in {state.log_dir})\n"
-        f"  gateway    {state.gateway}   muster submit|queues|workloads|events --gateway ...\n"
+        f"  gateway    {state.gateway}   muster submit|queues|workloads|events call it\n"
         f"  dashboard  {state.dashboard}\n"
         f"  NATS       {state.nats}   (one user per service)\n"
         f"  metrics    {_metrics(state)}\n"
-        f"  cluster    {state.cluster}: {len(state.nodes)} simulated nodes ({nodes}), "
-        f"pods at {state.speed:g}x speed\n"
+        f"{cluster}"
         "Stop it with: muster down"
     )
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import grpc
 
+from muster.api.quantity import shown
 from muster.cli.client import (
     EXIT_OK,
     add_client_options,
@@ -29,6 +30,18 @@ from muster.cli.client import (
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
 
 OUTPUTS = ("table", "wide", "json", "yaml")
+# kueuectl's --status values, as the gateway takes them (gateway.workloads.STATUS_FILTERS):
+# checked here so that a typo is told with the flag's name before any call.
+STATUSES = ("all", "pending", "quotareserved", "admitted", "finished", "inactive")
+
+
+def status_argument(text: str) -> str:
+    """One --status value, any case; ArgumentTypeError naming the valid ones."""
+    if text.lower() not in STATUSES:
+        raise argparse.ArgumentTypeError(
+            f"unknown status {shown(text)}: one of {', '.join(STATUSES)}"
+        )
+    return text.lower()
 
 
 def add_parser(commands: Any) -> None:  # Any: argparse's _SubParsersAction is private
@@ -51,8 +64,9 @@ def add_parser(commands: Any) -> None:  # Any: argparse's _SubParsersAction is p
         dest="statuses",
         metavar="STATUS",
         action="append",
+        type=status_argument,
         default=[],
-        help="all, pending, quotareserved, admitted, finished or inactive (repeatable)",
+        help=f"{', '.join(STATUSES[:-1])} or {STATUSES[-1]} (repeatable)",
     )
     parser.add_argument(
         "--name", default="", help="a workload's name, its Job's, or a gang's (its source's)"

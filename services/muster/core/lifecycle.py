@@ -34,6 +34,7 @@ from muster.core.conditions import (
     WAIT_FOR_RECOVERY_MESSAGE,
     WAIT_FOR_START,
     not_admitted,
+    unreserved,
 )
 from muster.core.events import EventType
 from muster.core.flavors import Assignment, Mode
@@ -182,10 +183,7 @@ class Lifecycle:
     ) -> None:
         state = self.state
         r.set_condition(EVICTED, True, reason, message)
-        r.drop_conditions(ADMITTED)
-        r.set_condition(
-            QUOTA_RESERVED, False, state.config.reason("PendingEvaluation", "Pending"), message
-        )
+        self._unreserve(r, message)
         r.evicted = True
         r.evicted_by = WorkloadKey(by) if by else None
         state.usage.touch(r.cluster_queue)  # a workload being evicted is no one else's victim
@@ -214,6 +212,24 @@ class Lifecycle:
             return
         self.release(r)
         self.after_eviction(r)
+
+    def _unreserve(self, r: WorkloadRecord, message: str) -> None:
+        """QuotaReserved False at an eviction, and Admitted as Kueue's SyncAdmittedCondition
+        syncs it: False (NoReservation) once it was admitted, or always with
+        UnadmittedWorkloadsObservability on; a workload never admitted has none with it off."""
+        kueue = self.state.config.kueue
+        said = unreserved(
+            self.state.config.reason("PendingEvaluation", "Pending"),
+            message,
+            checks_pending=bool(r.checks) and not kueue.granular_pending_reasons,
+        )
+        admitted = r.conditions.get(ADMITTED)
+        if kueue.granular_pending_reasons or (admitted is not None and admitted.status == "True"):
+            for condition in said:
+                r.set_condition(*condition)
+            return
+        r.drop_conditions(ADMITTED)
+        r.set_condition(*said[0])
 
     def after_eviction(self, r: WorkloadRecord) -> None:
         """Requeue an evicted workload, after a back-off when pods were not ready in time."""

@@ -45,6 +45,7 @@ from muster.core.conditions import (
     deactivated,
     deactivated_reason,
     is_deactivation,
+    not_admitted,
     pods_gone,
     previously,
     quota_reserved_message,
@@ -357,6 +358,7 @@ def _pending(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
     if p.cluster_queue:
         e.summary.cluster_queue = p.cluster_queue
     e.condition("QuotaReserved", False, p.reason, p.message, env.time_unix_nano)
+    e.say([not_admitted(reserved=False)], env.time_unix_nano)  # as the watcher writes it
     if p.reason not in STILL_STOPPED:
         _restarted(e, env.time_unix_nano)
 
@@ -368,6 +370,8 @@ def _quota_reserved(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None
         return  # stored after its admitted (docs/events.md, "Order"), which said it
     _reserve(e, admission, env.time_unix_nano)
     e.summary.status = RESERVED
+    if env.quota_reserved.admission_checks:  # Kueue: Admitted False till checks are Ready
+        e.say([not_admitted(reserved=True)], env.time_unix_nano)
 
 
 def _reserve(e: Entry, admission: events_pb2.Admission, at: int) -> None:
@@ -481,6 +485,7 @@ def _requeued(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
         _stopped(e, at)  # no eviction_completed came (nothing ran)
     e.summary.status = PENDING
     e.condition("QuotaReserved", False, PENDING_EVALUATION, PENDING_EVALUATION_MESSAGE, at)
+    e.say([not_admitted(reserved=False)], at)
     was = e.conditions.get("Requeued")
     words = (
         None
@@ -516,6 +521,7 @@ def _active_changed(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None
         if evicted is None or evicted.status != "True":
             e.condition("Evicted", True, DEACTIVATED, DEACTIVATED_MESSAGE, at)
         e.condition("QuotaReserved", False, DEACTIVATED, DEACTIVATED_MESSAGE, at)
+        e.say([not_admitted(reserved=False)], at)
 
 
 def _bound(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:

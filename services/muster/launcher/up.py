@@ -2,7 +2,8 @@
 
 `supervise(config)` runs in a process of its own (started detached by `muster up`): it
 starts a loopback NATS server with one user per service on a fixed port, every service of one
-simulated cluster (the gateway on a fixed port), puts the cluster's Nodes in its store, starts
+simulated cluster (the gateway on a fixed port), puts the cluster's Nodes in its store (with
+MUSTER_CLUSTER_BACKEND=kube: no simulator, the API server's Nodes, `up_cluster`), starts
 the dashboard, records everything in the state directory (`upstate`) and waits for SIGTERM
 (`muster down`); then it stops everything in reverse order and removes its state, keeping the
 logs. A service or the dashboard that exits meanwhile is started again after a back-off, as
@@ -32,7 +33,8 @@ from muster.bus.permissions import Deployment
 from muster.cluster.sim.backend import SimBackend
 from muster.launcher.nats_server import LaunchError, NatsServer
 from muster.launcher.run import prepare_nats
-from muster.launcher.stack import ServiceProcess, Stack, start_log
+from muster.launcher.stack import PER_CLUSTER, ServiceProcess, Stack, start_log
+from muster.launcher.up_cluster import kube_nodes, up_backend
 from muster.launcher.upkeep import START_DEADLINE_S, Exit, Liveness, Running, keep_up, not_alive
 from muster.launcher.upstate import (
     Process,
@@ -60,6 +62,10 @@ status:
 DASHBOARD_START_S: Final = 30.0
 STATE_CHECK_S: Final = 2.0  # how often the supervisor checks that its state file names it
 Task = asyncio.Task[None]
+# Every service but the simulator (its kubelet and store), by kind.
+_SERVICES_ON_KUBE: Final = frozenset(
+    {*PER_CLUSTER, "admission", "preemption", "gateway"} - {"sim-cluster"}
+)
 _COPYING: set[Task] = set()  # the dashboard's output into its log
 
 
@@ -109,13 +115,19 @@ async def supervise(config: UpConfig) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    deployment = Deployment(clusters=(config.cluster,), simulated=(config.cluster,))
+    # On Kubernetes (MUSTER_CLUSTER_BACKEND=kube, inherited by every service) no simulator:
+    # the API server's Nodes are the cluster's, asked for first so a wrong server is told now.
+    backend = up_backend(config.cluster)  # `muster up` checked it before starting this
+    kube = backend.kind == "kube"
+    simulated = () if kube else (config.cluster,)
+    deployment = Deployment(clusters=(config.cluster,), simulated=simulated)
     # Its children outlive a crashed supervisor: `muster status` shows it, `muster down` ends them.
     nats = NatsServer(store, deployment=deployment, port=config.nats_port, outlive_launcher=True)
     stack: Stack | None = None
     dashboard = _Dashboard(config, log_dir)
     keepers: list[Task] = []
     try:
+        api_server, nodes = await kube_nodes(backend.kube) if kube else ("", [])
         nats_url = await nats.start(log_path=log_dir / "nats-server.log")
         admin = await prepare_nats(nats_url, nats, deployment)
         try:
@@ -125,17 +137,20 @@ async def supervise(config: UpConfig) -> int:
                 shards=1,
                 speed=config.speed,
                 log_dir=log_dir,
+                only=_SERVICES_ON_KUBE if kube else None,
                 passwords=nats.passwords,
                 gateway_listen=f"127.0.0.1:{config.gateway_port}",
                 metrics_ports=config.metrics_port,
                 outlive_launcher=True,
             )
             await stack.start()
-            nodes = await _apply_nodes(admin, config)
+            if not kube:
+                nodes = await _apply_nodes(admin, config)
         finally:
             await admin.close()
         await dashboard.start(stack.gateway_address)
         state = _ready_state(state, config, nats, stack, nodes, dashboard)
+        state.api_server = api_server
         write_state(config.state_dir, state)
         keepers = _keep_up(config, state, stack, dashboard)
         await _until_stopped(stop, config.state_dir)

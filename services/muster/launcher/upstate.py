@@ -66,6 +66,7 @@ class StackState(msgspec.Struct, kw_only=True):
     dashboard: str = ""
     nats: str = ""
     cluster: str = "local"
+    api_server: str = ""  # the Kubernetes API server served (MUSTER_CLUSTER_BACKEND=kube); "": sim
     nodes: list[str] = msgspec.field(default_factory=list)
     speed: float = 1.0
     log_dir: str = ""
@@ -78,6 +79,14 @@ def read_state(directory: Path) -> StackState | None:
         return msgspec.json.decode((directory / STATE_FILE).read_bytes(), type=StackState)
     except (OSError, msgspec.DecodeError):
         return None
+
+
+def recorded_gateway(directory: Path) -> str:
+    """The gateway address of the stack `muster up` started in `directory` ("" when none is
+    up there): where client commands call when no --gateway is given, and what `muster
+    status` shows."""
+    state = read_state(directory)
+    return state.gateway if state is not None and state.ready else ""
 
 
 def write_state(directory: Path, state: StackState) -> None:

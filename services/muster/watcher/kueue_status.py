@@ -49,6 +49,7 @@ from muster.core.conditions import (
     PENDING_EVALUATION,
     PENDING_EVALUATION_MESSAGE,
     PODS_READY_TIMEOUT,
+    QUOTA_RESERVED,
     READY_MESSAGE,
     RECOVERED,
     STARTED,
@@ -61,6 +62,7 @@ from muster.core.conditions import (
     deactivated,
     deactivated_reason,
     is_deactivation,
+    not_admitted,
     pods_gone,
     previously,
     quota_reserved_message,
@@ -99,6 +101,9 @@ _ADMISSION_SOURCE = "admission/"  # Envelope.source of admission's decisions
 State = Literal["pending", "reserving", "admitted", "finished", "inactive"]
 DEACTIVATED_BY_ADMISSION = "InactiveWorkload"  # admission's eviction reason for a deactivation
 FlavorResource = tuple[str, str]  # (flavor, resource)
+# Admitted False while it holds no quota, next to any QuotaReserved False (Kueue's
+# UnadmittedWorkloadsObservability, on by default: `granular`).
+NO_RESERVATION: Final = not_admitted(reserved=False)
 
 
 def _milli(text: str) -> int:
@@ -336,7 +341,7 @@ class StatusBook:
         if wl.conditions.get("Evicted", {}).get("status") != "True":
             wl.set("Evicted", True, DEACTIVATED, DEACTIVATED_MESSAGE)
         if self._granular:
-            wl.set("QuotaReserved", False, DEACTIVATED, DEACTIVATED_MESSAGE)
+            wl.say([(QUOTA_RESERVED, False, DEACTIVATED, DEACTIVATED_MESSAGE), NO_RESERVATION])
         return {_workload_ref(env.workload), self._lq_ref(wl.local_queue)}
 
     def _retry(self, env: pb.Envelope) -> set[ObjectRef]:
@@ -582,12 +587,14 @@ def _transition(wl: _Workload, field: str, payload: Any, *, at_s: float, granula
         wl.state = "pending"
         wl.unadmit()
         wl.set("QuotaReserved", False, reason, payload.message)
+        if granular:
+            wl.say([NO_RESERVATION])
         if reason not in STILL_STOPPED:
             _restarted(wl)
     elif field == "quota_reserved" and wl.state == "admitted":
         pass  # stored after its admitted (docs/events.md, "Order"): said already
     elif field in ("quota_reserved", "admitted"):
-        _reserved(wl, field, payload)
+        _reserved(wl, field, payload, granular=granular)
     elif field == "evicted":
         _evicted(wl, payload, at_s=at_s, granular=granular)
     elif field == "eviction_completed":
@@ -628,7 +635,7 @@ def _requeue_state(
         wl.retry_at_s = None  # a Retry before the eviction counts only for that eviction
 
 
-def _reserved(wl: _Workload, field: str, payload: Any) -> None:
+def _reserved(wl: _Workload, field: str, payload: Any, *, granular: bool) -> None:
     cq = payload.admission.cluster_queue
     _restarted(wl)  # reserved again: its queue runs
     wl.admit(payload.admission)
@@ -644,6 +651,8 @@ def _reserved(wl: _Workload, field: str, payload: Any) -> None:
         checks = tuple(sorted(payload.admission_checks))
         if checks or wl.checks is not None:
             wl.checks = checks
+        if checks and granular:  # Kueue's SyncAdmittedCondition: checks not all Ready yet
+            wl.say([not_admitted(reserved=True)])
 
 
 def _evicted(wl: _Workload, payload: Any, *, at_s: float, granular: bool) -> None:
@@ -691,7 +700,8 @@ def _requeued(wl: _Workload, payload: Any, *, granular: bool) -> None:
     wl.unadmit()
     wl.cluster_name = ""
     if granular:  # as Kueue's workload controller resets it for the scheduler
-        wl.set("QuotaReserved", False, PENDING_EVALUATION, PENDING_EVALUATION_MESSAGE)
+        pending = (QUOTA_RESERVED, False, PENDING_EVALUATION, PENDING_EVALUATION_MESSAGE)
+        wl.say([pending, NO_RESERVATION])
     was = wl.conditions.get("Requeued", {})
     words = requeued_when_queued(
         was.get("status", ""), was.get("reason", ""), was.get("message", ""), payload.reason

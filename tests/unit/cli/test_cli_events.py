@@ -7,11 +7,11 @@ metadata, then sends one envelope and ends the stream.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from concurrent import futures
 
 import grpc
 import msgspec
 import pytest
+from cli_grpc_server import serving
 
 from muster.bus import new_event
 from muster.cli.main import main
@@ -43,14 +43,8 @@ class RecordingEvents(services_pb2_grpc.EventsServicer):
 @pytest.fixture
 def gateway() -> Iterator[tuple[str, RecordingEvents]]:
     servicer = RecordingEvents()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    services_pb2_grpc.add_EventsServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        yield f"127.0.0.1:{port}", servicer
-    finally:
-        server.stop(grace=None)
+    with serving(services_pb2_grpc.add_EventsServicer_to_server, servicer) as address:
+        yield address, servicer
 
 
 @pytest.mark.parametrize(
