@@ -92,6 +92,9 @@ class PendingGroup:
         heapq.heappop(self.heap)
 
 
+GroupEntry = tuple[OrderKey, int, bytes, PendingGroup]
+
+
 class QueueRuntime:
     """A ClusterQueue's pending side: its groups and the heap of its unparked ones.
 
@@ -128,8 +131,11 @@ class QueueRuntime:
         self.node = node  # its node in the quota tree
         self.local_usage = local_usage
         self.groups: dict[bytes, PendingGroup] = {}
-        self.active: list[tuple[OrderKey, int, PendingGroup]] = []
-        self.by_local_queue: dict[str, list[tuple[OrderKey, int, PendingGroup]]] = {}
+        # (head's key, token, shape, group): the shape (a group's key in `groups`) settles a tie
+        # before the groups are compared (they cannot be): a workload moved to another group of
+        # the queue (set aside, routed) leaves its old group listed under its key for a while.
+        self.active: list[GroupEntry] = []
+        self.by_local_queue: dict[str, list[GroupEntry]] = {}
         self.local_heap: list[tuple[float, OrderKey, str]] = []
         self.local_heap_at: float | None = None  # the time its usages are for (None: unbuilt)
         self.token = 0  # bumped when the queue is (re)listed in its tree's ready heap
@@ -154,10 +160,10 @@ class QueueRuntime:
         group.token += 1
         group.listed = key
         if self.local_usage is None:
-            heapq.heappush(self.active, (key, group.token, group))
+            heapq.heappush(self.active, (key, group.token, group.shape, group))
             return
         heap = self.by_local_queue.setdefault(group.local_queue, [])
-        heapq.heappush(heap, (key, group.token, group))
+        heapq.heappush(heap, (key, group.token, group.shape, group))
         if self.local_heap_at is not None:
             entry = self._local_entry(group.local_queue)
             if entry is not None:
@@ -200,9 +206,9 @@ class QueueRuntime:
         return *fair_key(self.local_usage.usage(name), head.order_key), name, group
 
     @staticmethod
-    def _best_in(active: list[tuple[OrderKey, int, PendingGroup]]) -> PendingGroup | None:
+    def _best_in(active: list[GroupEntry]) -> PendingGroup | None:
         while active:
-            _, token, group = active[0]
+            _, token, _, group = active[0]
             if group.token == token and group.park is Park.ACTIVE and group.head() is not None:
                 return group
             if group.token == token:
