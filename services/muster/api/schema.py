@@ -250,11 +250,10 @@ def unknown_fields(doc: Mapping[str, Any], fields: Fields) -> Iterator[str]:
     todo: list[tuple[Any, Fields, tuple[str | int, ...]]] = [(doc, fields, ())]
     while todo:
         value, schema, path = todo.pop()
-        kind = type(value)
-        if kind is list or (kind is not dict and isinstance(value, list)):
-            todo += [(item, schema, (*path, i)) for i, item in reversed(list(enumerate(value)))]
+        if isinstance(value, list):
+            todo += [(value[i], schema, (*path, i)) for i in reversed(range(len(value)))]
             continue
-        if kind is not dict and not isinstance(value, dict):
+        if not isinstance(value, dict):
             continue
         nested: list[tuple[Any, Fields, tuple[str | int, ...]]] = []
         for key, child in value.items():
