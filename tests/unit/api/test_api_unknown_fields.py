@@ -11,6 +11,15 @@ from muster.api import decode_documents
 from muster.api.schema import SCHEMAS, unknown_fields
 
 WORKLOAD_FIELDS = SCHEMAS[("kueue.x-k8s.io/v1beta2", "Workload")]
+# What `workload()` has that a Workload has not, in document order.
+UNKNOWN = [
+    "metadata.colour",
+    "spec.speed",
+    "spec.podSets[0].size",
+    "spec.podSets[0].template.spec.containers[0].gpu",
+    "spec.podSets[0].template.spec.containers[1].tpu",
+    "spec.podSets[1].weight",
+]
 
 
 def workload(**extra: Any) -> dict[str, Any]:
@@ -36,15 +45,7 @@ def workload(**extra: Any) -> dict[str, Any]:
 
 def test_every_unknown_field_is_named_in_document_order() -> None:
     # A map's own unknown fields come before those of what it holds, lists item by item.
-    assert list(unknown_fields(workload(extra=1), WORKLOAD_FIELDS)) == [
-        "extra",
-        "metadata.colour",
-        "spec.speed",
-        "spec.podSets[0].size",
-        "spec.podSets[0].template.spec.containers[0].gpu",
-        "spec.podSets[0].template.spec.containers[1].tpu",
-        "spec.podSets[1].weight",
-    ]
+    assert list(unknown_fields(workload(extra=1), WORKLOAD_FIELDS)) == ["extra", *UNKNOWN]
 
 
 def test_a_known_document_has_none() -> None:
@@ -70,11 +71,4 @@ def test_lists_nested_at_any_depth_are_walked(depth: int) -> None:
 def test_strict_decoding_refuses_them_one_line_each() -> None:
     objects, errors = decode_documents([workload()], validation="strict")
     assert objects == []
-    assert [e.path for e in errors if e.problem == "unknown field"] == [
-        "metadata.colour",
-        "spec.speed",
-        "spec.podSets[0].size",
-        "spec.podSets[0].template.spec.containers[0].gpu",
-        "spec.podSets[0].template.spec.containers[1].tpu",
-        "spec.podSets[1].weight",
-    ]
+    assert [e.path for e in errors if e.problem == "unknown field"] == UNKNOWN
