@@ -59,9 +59,14 @@ def _scalar(value: object) -> object:
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
+# What `json.dumps` would build anew at every call (a Submit's hot path): encoding keeps no
+# state in the encoder, so one serves every thread, to the same bytes.
+_MANIFEST_ENCODER: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=_scalar)
+
+
 def manifest_json(doc: Mapping[str, Any]) -> str:
     """`doc` as a payload carries it; TypeError (or ValueError) when it is not JSON."""
-    return json.dumps(doc, sort_keys=True, separators=(",", ":"), default=_scalar)
+    return _MANIFEST_ENCODER.encode(doc)
 
 
 def workload_manifest(wl: Workload) -> str:

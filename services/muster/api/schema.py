@@ -243,13 +243,15 @@ def unknown_fields(doc: Mapping[str, Any], fields: Fields) -> Iterator[str]:
 
     Lists apply their field's schema to each item; a value of the wrong shape (a string where
     a map belongs) is left to the decoder, which names it better. Paths are kept as their
-    parts and spelled only for an unknown field: nearly every document has none.
+    parts and spelled only for an unknown field: nearly every document has none. It runs on
+    every Submit: a stack (last in, first out, so children are pushed in reverse), not a
+    queue taken from its front, and no recursion (lists may nest without a schema's bound).
     """
     todo: list[tuple[Any, Fields, tuple[str | int, ...]]] = [(doc, fields, ())]
     while todo:
-        value, schema, path = todo.pop(0)
+        value, schema, path = todo.pop()
         if isinstance(value, list):
-            todo[:0] = [(item, schema, (*path, i)) for i, item in enumerate(value)]
+            todo += [(value[i], schema, (*path, i)) for i in reversed(range(len(value)))]
             continue
         if not isinstance(value, dict):
             continue
@@ -259,9 +261,13 @@ def unknown_fields(doc: Mapping[str, Any], fields: Fields) -> Iterator[str]:
                 yield _spelled(path, str(key))
                 continue
             sub = schema[key]
-            if sub is not None and isinstance(child, dict | list):
+            if sub is not None and isinstance(child, _CONTAINERS):
                 nested.append((child, sub, (*path, key)))
-        todo[:0] = nested
+        nested.reverse()
+        todo += nested
+
+
+_CONTAINERS: Final = (dict, list)
 
 
 def _spelled(parts: tuple[str | int, ...], last: str) -> str:

@@ -79,10 +79,21 @@ def check_token(value: str, *, what: str) -> str:
 
 def check_cluster(cluster: str) -> str:
     """Return `cluster` if it is a valid cluster id; raise ValueError if not."""
+    if cluster in _VALID_CLUSTERS:  # a Submit checks its cluster four times on the way
+        return cluster
     check_token(cluster, what="cluster id")
     if cluster in _RESERVED_CLUSTERS:
         raise ValueError(f"cluster id {cluster!r} is reserved")
+    if len(_VALID_CLUSTERS) >= _VALID_CLUSTERS_MAX:  # ids from requests: kept bounded
+        _VALID_CLUSTERS.clear()
+    _VALID_CLUSTERS.add(cluster)
     return cluster
+
+
+# Cluster ids found valid; only valid ids enter, so a hit needs no check. Set operations are
+# atomic under the GIL: the gateway's gRPC threads may check ids too.
+_VALID_CLUSTERS: set[str] = set()
+_VALID_CLUSTERS_MAX: Final = 1024
 
 
 def _event_token(event: str) -> str:
