@@ -4,7 +4,10 @@ gets 410 Gone. Its resumed watch ends expired (`lists_again`), and the watcher l
 and drops the one gone: its group, whose other pod succeeded, is told finished. Before, the
 backend listed again itself, and had never shown that pod (the watcher knew it from its
 start's list): no deletion came, and the group stayed Running for ever. Also the same gap
-while the watcher was stopped (its resume at start gets 410)."""
+while the watcher was stopped (its resume at start gets 410). And a queued Job deleted in
+either gap (task jobdelete410): the watcher lists the workload objects too, and tells the
+Job's workload deleted, with the id its watched deletion has; before, no `workload.deleted`
+came, and admission kept its quota for ever."""
 
 from __future__ import annotations
 
@@ -15,13 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_backend_helpers import pod
+from kube_backend_helpers import job, pod
 from kube_services_helpers import Events
 
+from muster.api.ids import uuid5_text
 from muster.bus import Bus, BusConfig, connect
 from muster.cluster.kube import KubeBackend
 from muster.devtools.apiserver import ApiServer
 from muster.launcher.nats_server import NatsServer
+from muster.watcher import translate
+from muster.watcher.handlers import WATCHER_ID_NAMESPACE
 from muster.watcher.service import WatcherConfig, run_watcher
 
 pytestmark = pytest.mark.timeout(60)
@@ -146,4 +152,66 @@ async def test_a_pod_deleted_while_the_watcher_was_stopped_and_history_compacted
     (finished,) = events.of(GROUP, "workload.finished")
     assert finished.finished.succeeded
     assert finished.finished.message == "1 of 1 pods succeeded"
+    await events.stop()
+
+
+def deletion_id(server: ApiServer, name: str) -> tuple[str, str]:
+    """Job `name`'s workload, and the id of the `deleted` its watched deletion would have."""
+    jobs = server.registry.by_key(("batch", "jobs"))
+    assert jobs is not None
+    wl, _ = translate.workload_of(server.api.get(jobs, "default", name))
+    assert wl is not None
+    fact = f"local/{wl.key}/deleted/{translate.incarnation(wl)}"
+    return wl.key, uuid5_text(WATCHER_ID_NAMESPACE, fact)
+
+
+async def test_a_job_deleted_while_the_watcher_was_stopped_and_history_compacted_is_deleted(
+    server: ApiServer, backend: KubeBackend, bus: Bus
+) -> None:
+    events = Events(bus)
+    events.start()
+    await backend.apply(job("j"))
+    await backend.apply(job("k"))
+    key, deleted_id = deletion_id(server, "j")
+    async with watcher(bus, backend):
+        await events.wait_for(key, "workload.submitted", timeout_s=20)
+        server.send_bookmarks()
+        await handled(server, backend, events, "s-0")
+    await backend.delete("Job", "j", namespace="default")
+    server.compact()  # the restarted watcher's resume gets 410
+    async with watcher(bus, backend):
+        await events.wait_for(key, "workload.deleted", timeout_s=20)
+    assert [e.event_id for e in events.of(key, "workload.deleted")] == [deleted_id]
+    other, _ = deletion_id(server, "k")
+    assert not events.of(other, "workload.deleted")  # still there: not told deleted
+    await events.stop()
+
+
+async def test_a_job_deleted_while_a_resumed_watch_was_cut_and_compacted_is_deleted(
+    server: ApiServer, backend: KubeBackend, bus: Bus
+) -> None:
+    events = Events(bus)
+    events.start()
+    await backend.apply(job("j"))
+    await backend.apply(job("k"))
+    key, deleted_id = deletion_id(server, "j")
+    async with watcher(bus, backend):
+        await events.wait_for(key, "workload.submitted", timeout_s=20)
+        server.send_bookmarks()
+        await handled(server, backend, events, "s-0")
+    async with watcher(bus, backend):  # resumed
+        await handled(server, backend, events, "t-0")
+        # Away: the watches cut, the Jobs' watch refused, while j goes and history with it.
+        server.faults.fail_next(10_000, status=503, verb="watch", path=r"/jobs$")
+        server.drop_watches()
+        await backend.delete("Job", "j", namespace="default")
+        server.compact()
+        server.faults.clear()
+
+        await events.wait_for(key, "workload.deleted", timeout_s=20)
+        await handled(server, backend, events, "u-0")  # what came after j's deletion, handled
+    assert [e.event_id for e in events.of(key, "workload.deleted")] == [deleted_id]
+    other, _ = deletion_id(server, "k")
+    assert not events.of(other, "workload.deleted")
+    assert len(events.of(other, "workload.submitted")) == 1
     await events.stop()
