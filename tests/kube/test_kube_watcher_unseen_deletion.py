@@ -101,6 +101,18 @@ async def handled(server: ApiServer, backend: KubeBackend, events: Events, name:
     await events.wait_for(f"default/{name}", "workload.running", timeout_s=20)
 
 
+async def deleted_while_cut(
+    server: ApiServer, backend: KubeBackend, kind: str, name: str, *, watch_path: str
+) -> None:
+    """Away: the watches cut, those of `watch_path` refused, while `name` goes and history
+    with it; then the watches may resume, and the refused one gets 410 Gone."""
+    server.faults.fail_next(10_000, status=503, verb="watch", path=watch_path)
+    server.drop_watches()
+    await backend.delete(kind, name, namespace="default")
+    server.compact()
+    server.faults.clear()
+
+
 async def test_a_pod_deleted_while_a_resumed_watch_was_cut_and_compacted_ends_its_group(
     server: ApiServer, backend: KubeBackend, bus: Bus
 ) -> None:
@@ -118,12 +130,7 @@ async def test_a_pod_deleted_while_a_resumed_watch_was_cut_and_compacted_ends_it
         set_phase(server, "w-0", "Succeeded")
         await handled(server, backend, events, "t-0")  # and so w-0's end before it
 
-        # Away: the watches cut, the pods' watch refused, while w-1 goes and history with it.
-        server.faults.fail_next(10_000, status=503, verb="watch", path=r"/pods$")
-        server.drop_watches()
-        await backend.delete("Pod", "w-1", namespace="default")
-        server.compact()
-        server.faults.clear()
+        await deleted_while_cut(server, backend, "Pod", "w-1", watch_path=r"/pods$")
 
         await events.wait_for(GROUP, "workload.finished", timeout_s=20)
     (finished,) = events.of(GROUP, "workload.finished")
@@ -165,53 +172,46 @@ def deletion_id(server: ApiServer, name: str) -> tuple[str, str]:
     return wl.key, uuid5_text(WATCHER_ID_NAMESPACE, fact)
 
 
-async def test_a_job_deleted_while_the_watcher_was_stopped_and_history_compacted_is_deleted(
+@contextlib.asynccontextmanager
+async def jobs_j_and_k(
     server: ApiServer, backend: KubeBackend, bus: Bus
-) -> None:
+) -> AsyncIterator[tuple[Events, str]]:
+    """Jobs j and k submitted by a watcher that then stopped (its revision past them): the
+    block deletes j in some gap; then j alone was told deleted, with its watched deletion's
+    id. Yields the events and j's workload."""
     events = Events(bus)
     events.start()
     await backend.apply(job("j"))
     await backend.apply(job("k"))
     key, deleted_id = deletion_id(server, "j")
+    other, _ = deletion_id(server, "k")
     async with watcher(bus, backend):
         await events.wait_for(key, "workload.submitted", timeout_s=20)
         server.send_bookmarks()
         await handled(server, backend, events, "s-0")
-    await backend.delete("Job", "j", namespace="default")
-    server.compact()  # the restarted watcher's resume gets 410
-    async with watcher(bus, backend):
-        await events.wait_for(key, "workload.deleted", timeout_s=20)
+    yield events, key
     assert [e.event_id for e in events.of(key, "workload.deleted")] == [deleted_id]
-    other, _ = deletion_id(server, "k")
     assert not events.of(other, "workload.deleted")  # still there: not told deleted
+    assert len(events.of(other, "workload.submitted")) == 1
     await events.stop()
+
+
+async def test_a_job_deleted_while_the_watcher_was_stopped_and_history_compacted_is_deleted(
+    server: ApiServer, backend: KubeBackend, bus: Bus
+) -> None:
+    async with jobs_j_and_k(server, backend, bus) as (events, key):
+        await backend.delete("Job", "j", namespace="default")
+        server.compact()  # the restarted watcher's resume gets 410
+        async with watcher(bus, backend):
+            await events.wait_for(key, "workload.deleted", timeout_s=20)
 
 
 async def test_a_job_deleted_while_a_resumed_watch_was_cut_and_compacted_is_deleted(
     server: ApiServer, backend: KubeBackend, bus: Bus
 ) -> None:
-    events = Events(bus)
-    events.start()
-    await backend.apply(job("j"))
-    await backend.apply(job("k"))
-    key, deleted_id = deletion_id(server, "j")
-    async with watcher(bus, backend):
-        await events.wait_for(key, "workload.submitted", timeout_s=20)
-        server.send_bookmarks()
-        await handled(server, backend, events, "s-0")
-    async with watcher(bus, backend):  # resumed
-        await handled(server, backend, events, "t-0")
-        # Away: the watches cut, the Jobs' watch refused, while j goes and history with it.
-        server.faults.fail_next(10_000, status=503, verb="watch", path=r"/jobs$")
-        server.drop_watches()
-        await backend.delete("Job", "j", namespace="default")
-        server.compact()
-        server.faults.clear()
+    async with jobs_j_and_k(server, backend, bus) as (events, key), watcher(bus, backend):
+        await handled(server, backend, events, "t-0")  # resumed, and watching
+        await deleted_while_cut(server, backend, "Job", "j", watch_path=r"/jobs$")
 
         await events.wait_for(key, "workload.deleted", timeout_s=20)
         await handled(server, backend, events, "u-0")  # what came after j's deletion, handled
-    assert [e.event_id for e in events.of(key, "workload.deleted")] == [deleted_id]
-    other, _ = deletion_id(server, "k")
-    assert not events.of(other, "workload.deleted")
-    assert len(events.of(other, "workload.submitted")) == 1
-    await events.stop()

@@ -9,7 +9,7 @@ from typing import Any, cast
 
 import pytest
 from test_watcher_batch import Marks, Poison
-from watcher_pods import Stream
+from watcher_pods import Stream, changed
 
 from muster.bus.poison import Quarantine
 from muster.cluster import ClusterChange
@@ -40,16 +40,6 @@ def kueue_workload(name: str, *, uid: str = "", generation: int = 1) -> dict[str
     }
 
 
-def change(obj: dict[str, Any], *, deleted: bool = False) -> ClusterChange:
-    return ClusterChange(
-        kind="Workload",
-        type="DELETED" if deleted else "ADDED",
-        key=f"obj.Workload.ns.{obj['metadata']['name']}",
-        obj=obj,
-        revision=0,
-    )
-
-
 def submitted(marks: Marks) -> dict[str, str]:
     return {w: sent.submitted for w, sent in marks.sent.items() if sent.submitted}
 
@@ -67,7 +57,7 @@ async def test_only_the_lives_a_list_no_longer_shows_are_told_deleted_with_the_w
     a, b, c = (kueue_workload(n) for n in "abc")
     stream, marks = Stream(), Marks()
     ctx = WatcherContext(cluster="local", outbox=Outbox(stream), marks=marks)
-    await watched(ctx, change(a), change(b), change(c))
+    await watched(ctx, changed(a), changed(b), changed(c))
 
     b_changed = kueue_workload("b", generation=2)  # the same object, its spec changed
     c_again = kueue_workload("c", uid="uid-c-2")  # deleted and made again under its name
@@ -79,8 +69,8 @@ async def test_only_the_lives_a_list_no_longer_shows_are_told_deleted_with_the_w
     # What the watch would have published, had it shown the deletions: the same ids.
     shown = Stream()
     ctx_shown = WatcherContext(cluster="local", outbox=Outbox(shown), marks=Marks())
-    await watched(ctx_shown, change(a), change(c))
-    await watched(ctx_shown, change(a, deleted=True), change(c, deleted=True))
+    await watched(ctx_shown, changed(a), changed(c))
+    await watched(ctx_shown, changed(a, deleted=True), changed(c, deleted=True))
     assert deletions(shown) == told
 
     # Told once: a second list finds nothing more (the new c is the watch's to submit).
@@ -90,7 +80,7 @@ async def test_only_the_lives_a_list_no_longer_shows_are_told_deleted_with_the_w
 async def test_a_listed_object_that_does_not_decode_leaves_its_namespace_alone() -> None:
     stream, marks = Stream(), Marks()
     ctx = WatcherContext(cluster="local", outbox=Outbox(stream), marks=marks)
-    await watched(ctx, change(kueue_workload("a")))
+    await watched(ctx, changed(kueue_workload("a")))
     broken = copy.deepcopy(kueue_workload("x"))
     broken["spec"]["podSets"] = "not a list"
 
