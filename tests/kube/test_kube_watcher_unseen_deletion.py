@@ -17,8 +17,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
-from kube_backend_helpers import job, pod
+from kube_backend_helpers import backend_for, bare_workload, fast_config, job, pod
 from kube_services_helpers import Events
 
 from muster.api.ids import uuid5_text
@@ -215,3 +216,18 @@ async def test_a_job_deleted_while_a_resumed_watch_was_cut_and_compacted_is_dele
 
         await events.wait_for(key, "workload.deleted", timeout_s=20)
         await handled(server, backend, events, "u-0")  # what came after j's deletion, handled
+
+
+async def test_the_workload_objects_are_listed_as_the_watch_selects_them_in_pages(
+    server: ApiServer,
+) -> None:
+    watch = msgspec.structs.replace(fast_config(server.url).watch, page_size=2)
+    async with backend_for(server, watch=watch) as backend:
+        for i in range(5):
+            await backend.apply(job(f"j{i}"))
+        await backend.apply(job("unqueued", queue=None))  # the watch does not show it either
+        await backend.apply(bare_workload("wl"))
+        listed = await backend.list_workload_objects()
+    names = sorted(f"{o['kind']}/{o['metadata']['name']}" for o in listed)
+    assert names == [*(f"Job/j{i}" for i in range(5)), "Workload/wl"]
+    assert server.requests.count(verb="list", path=r"/jobs$") == 3  # 2 + 2 + 1
