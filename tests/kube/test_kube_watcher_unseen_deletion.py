@@ -4,7 +4,10 @@ gets 410 Gone. Its resumed watch ends expired (`lists_again`), and the watcher l
 and drops the one gone: its group, whose other pod succeeded, is told finished. Before, the
 backend listed again itself, and had never shown that pod (the watcher knew it from its
 start's list): no deletion came, and the group stayed Running for ever. Also the same gap
-while the watcher was stopped (its resume at start gets 410)."""
+while the watcher was stopped (its resume at start gets 410). And a queued Job deleted in
+either gap (task jobdelete410): the watcher lists the workload objects too, and tells the
+Job's workload deleted, with the id its watched deletion has; before, no `workload.deleted`
+came, and admission kept its quota for ever."""
 
 from __future__ import annotations
 
@@ -14,14 +17,18 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
-from kube_backend_helpers import pod
+from kube_backend_helpers import backend_for, bare_workload, fast_config, job, pod
 from kube_services_helpers import Events
 
+from muster.api.ids import uuid5_text
 from muster.bus import Bus, BusConfig, connect
 from muster.cluster.kube import KubeBackend
 from muster.devtools.apiserver import ApiServer
 from muster.launcher.nats_server import NatsServer
+from muster.watcher import translate
+from muster.watcher.handlers import WATCHER_ID_NAMESPACE
 from muster.watcher.service import WatcherConfig, run_watcher
 
 pytestmark = pytest.mark.timeout(60)
@@ -95,6 +102,18 @@ async def handled(server: ApiServer, backend: KubeBackend, events: Events, name:
     await events.wait_for(f"default/{name}", "workload.running", timeout_s=20)
 
 
+async def deleted_while_cut(
+    server: ApiServer, backend: KubeBackend, kind: str, name: str, *, watch_path: str
+) -> None:
+    """Away: the watches cut, those of `watch_path` refused, while `name` goes and history
+    with it; then the watches may resume, and the refused one gets 410 Gone."""
+    server.faults.fail_next(10_000, status=503, verb="watch", path=watch_path)
+    server.drop_watches()
+    await backend.delete(kind, name, namespace="default")
+    server.compact()
+    server.faults.clear()
+
+
 async def test_a_pod_deleted_while_a_resumed_watch_was_cut_and_compacted_ends_its_group(
     server: ApiServer, backend: KubeBackend, bus: Bus
 ) -> None:
@@ -112,12 +131,7 @@ async def test_a_pod_deleted_while_a_resumed_watch_was_cut_and_compacted_ends_it
         set_phase(server, "w-0", "Succeeded")
         await handled(server, backend, events, "t-0")  # and so w-0's end before it
 
-        # Away: the watches cut, the pods' watch refused, while w-1 goes and history with it.
-        server.faults.fail_next(10_000, status=503, verb="watch", path=r"/pods$")
-        server.drop_watches()
-        await backend.delete("Pod", "w-1", namespace="default")
-        server.compact()
-        server.faults.clear()
+        await deleted_while_cut(server, backend, "Pod", "w-1", watch_path=r"/pods$")
 
         await events.wait_for(GROUP, "workload.finished", timeout_s=20)
     (finished,) = events.of(GROUP, "workload.finished")
@@ -147,3 +161,73 @@ async def test_a_pod_deleted_while_the_watcher_was_stopped_and_history_compacted
     assert finished.finished.succeeded
     assert finished.finished.message == "1 of 1 pods succeeded"
     await events.stop()
+
+
+def deletion_id(server: ApiServer, name: str) -> tuple[str, str]:
+    """Job `name`'s workload, and the id of the `deleted` its watched deletion would have."""
+    jobs = server.registry.by_key(("batch", "jobs"))
+    assert jobs is not None
+    wl, _ = translate.workload_of(server.api.get(jobs, "default", name))
+    assert wl is not None
+    fact = f"local/{wl.key}/deleted/{translate.incarnation(wl)}"
+    return wl.key, uuid5_text(WATCHER_ID_NAMESPACE, fact)
+
+
+@contextlib.asynccontextmanager
+async def jobs_j_and_k(
+    server: ApiServer, backend: KubeBackend, bus: Bus
+) -> AsyncIterator[tuple[Events, str]]:
+    """Jobs j and k submitted by a watcher that then stopped (its revision past them): the
+    block deletes j in some gap; then j alone was told deleted, with its watched deletion's
+    id. Yields the events and j's workload."""
+    events = Events(bus)
+    events.start()
+    await backend.apply(job("j"))
+    await backend.apply(job("k"))
+    key, deleted_id = deletion_id(server, "j")
+    other, _ = deletion_id(server, "k")
+    async with watcher(bus, backend):
+        await events.wait_for(key, "workload.submitted", timeout_s=20)
+        server.send_bookmarks()
+        await handled(server, backend, events, "s-0")
+    yield events, key
+    assert [e.event_id for e in events.of(key, "workload.deleted")] == [deleted_id]
+    assert not events.of(other, "workload.deleted")  # still there: not told deleted
+    assert len(events.of(other, "workload.submitted")) == 1
+    await events.stop()
+
+
+async def test_a_job_deleted_while_the_watcher_was_stopped_and_history_compacted_is_deleted(
+    server: ApiServer, backend: KubeBackend, bus: Bus
+) -> None:
+    async with jobs_j_and_k(server, backend, bus) as (events, key):
+        await backend.delete("Job", "j", namespace="default")
+        server.compact()  # the restarted watcher's resume gets 410
+        async with watcher(bus, backend):
+            await events.wait_for(key, "workload.deleted", timeout_s=20)
+
+
+async def test_a_job_deleted_while_a_resumed_watch_was_cut_and_compacted_is_deleted(
+    server: ApiServer, backend: KubeBackend, bus: Bus
+) -> None:
+    async with jobs_j_and_k(server, backend, bus) as (events, key), watcher(bus, backend):
+        await handled(server, backend, events, "t-0")  # resumed, and watching
+        await deleted_while_cut(server, backend, "Job", "j", watch_path=r"/jobs$")
+
+        await events.wait_for(key, "workload.deleted", timeout_s=20)
+        await handled(server, backend, events, "u-0")  # what came after j's deletion, handled
+
+
+async def test_the_workload_objects_are_listed_as_the_watch_selects_them_in_pages(
+    server: ApiServer,
+) -> None:
+    watch = msgspec.structs.replace(fast_config(server.url).watch, page_size=2)
+    async with backend_for(server, watch=watch) as backend:
+        for i in range(5):
+            await backend.apply(job(f"j{i}"))
+        await backend.apply(job("unqueued", queue=None))  # the watch does not show it either
+        await backend.apply(bare_workload("wl"))
+        listed = await backend.list_workload_objects()
+    names = sorted(f"{o['kind']}/{o['metadata']['name']}" for o in listed)
+    assert names == [*(f"Job/j{i}" for i in range(5)), "Workload/wl"]
+    assert server.requests.count(verb="list", path=r"/jobs$") == 3  # 2 + 2 + 1

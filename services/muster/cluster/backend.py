@@ -142,6 +142,12 @@ class ClusterBackend(Protocol):
         """Return every pod (any phase, bound or not), sorted by namespace and name."""
         ...
 
+    async def list_workload_objects(self) -> list[dict[str, Any]]:
+        """Return every object a watch of "workloads" shows that may stand for a workload:
+        the Jobs that name a queue and every Kueue Workload, as stored (for the watcher, to
+        find those deleted while its watch could not show it). Paged on Kubernetes."""
+        ...
+
     def watch(
         self,
         *,

@@ -267,12 +267,10 @@ async def on_workload_object(change: ClusterChange, ctx: WatcherContext) -> None
         raise Reject(why)
     if translate.is_kueue_workload(change.obj):
         await on_kueue_workload(change, ctx)
-    sent = ctx.marks.load(wl.key)
     if change.type == "DELETED":
-        ctx.publish(translate.deleted(wl), trace_headers=ctx.traces.pop(wl.key, None))
-        sent.submitted = ""
-        ctx.marks.save(wl.key, sent)
+        publish_deleted(ctx, translate.deleted(wl))
         return
+    sent = ctx.marks.load(wl.key)
     job = translate.is_job(change.obj)
     mark = translate.incarnation(wl)
     if sent.submitted != mark:
@@ -291,6 +289,15 @@ async def on_workload_object(change: ClusterChange, ctx: WatcherContext) -> None
     if job and not copies.managed_by_multikueue(change.obj):
         # One managed by MultiKueue ends where it runs: its status here is the copy's, mirrored.
         _job_end(change.obj, wl.key, ctx)
+
+
+def publish_deleted(ctx: WatcherContext, out: Outgoing) -> None:
+    """Publish `out`, a workload's `deleted`, and forget that it was submitted (a new life
+    of it is submitted again)."""
+    ctx.publish(out, trace_headers=ctx.traces.pop(out.workload, None))
+    sent = ctx.marks.load(out.workload)
+    sent.submitted = ""
+    ctx.marks.save(out.workload, sent)
 
 
 def _job_end(job: Mapping[str, Any], key: str, ctx: WatcherContext) -> None:

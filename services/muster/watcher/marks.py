@@ -107,6 +107,11 @@ class KvMarks:
             w for w, sent in self._cache.items() if sent.names_pods_except(live.get(w, ()))
         )
 
+    def submitted(self) -> dict[str, str]:
+        """Workload → the life (`translate.incarnation`) its last `submitted` was about, of
+        each one submitted and not deleted since."""
+        return {w: sent.submitted for w, sent in self._cache.items() if sent.submitted}
+
     def load(self, workload: str) -> Sent:
         return self._cache.setdefault(workload, Sent())
 

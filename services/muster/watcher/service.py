@@ -18,7 +18,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import msgspec
 
@@ -50,11 +50,12 @@ from muster.watcher.kube_events import EventBook
 from muster.watcher.marks import KvMarks, PutMany, until_done
 from muster.watcher.outbox import Outbox
 from muster.watcher.pods import POD_EVENTS, PodState, pod_state_of_view
-from muster.watcher.resume import drop_unlisted, know_listed, live_of
+from muster.watcher.resume import delete_unlisted, drop_unlisted, know_listed, live_of
 from muster.watcher.status import EventSink, GroupStatuses, StatusSink, write_statuses
 from muster.watcher.worker_status import WorkerStatuses
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 GROUP_KINDS = frozenset({SCHEDULING_POD_GROUP_KIND, "CompositePodGroup"})
 
@@ -215,10 +216,13 @@ async def _watch(
     live = None if views is None else listed
     await _remember(bus, marks, live, source=ctx.source, cluster=config.cluster)
     # A resumed watch shows only what changed; the workload's other pods come from a list,
-    # and so do the deletions it may never show (`resume`).
-    if revision and know_listed(ctx, listed, gone=marks.gone(live_of(listed))):
-        await outbox.flush()
-        await marks.flush()
+    # and so do the deletions it may never show (`resume`): of pods, and of workload objects.
+    if revision:
+        objects = await backend.list_workload_objects()
+        told = delete_unlisted(ctx, objects, submitted=marks.submitted())
+        if know_listed(ctx, listed, gone=marks.gone(live_of(listed))) or told:
+            await outbox.flush()
+            await marks.flush()
     log.info("watching cluster %s from revision %d", config.cluster, revision)
     health.ready()
     saver = RevisionSaver(put, config.cluster, revision)
@@ -264,7 +268,7 @@ async def _watch(
                 return
             except ExpiredError as err:
                 log.warning("cluster %s: the watch cannot resume (%s)", config.cluster, err)
-                if await _list_again(backend, ctx):
+                if await _list_again(backend, ctx, marks):
                     await outbox.flush()
                     await marks.flush()
                 start = 0  # a new list of everything: later expiries the backend lists itself
@@ -280,25 +284,32 @@ async def _watch(
         await saving  # the last revision handled is stored before the watcher stops
 
 
-async def _list_again(backend: ClusterBackend, ctx: WatcherContext) -> int:
-    """List the pods, the watch having expired, and drop those known that are gone
-    (`drop_unlisted`); how many workloads were decided. A failed list is tried again (a
-    cluster that does not answer for a while), so the watcher does not restart into the same
-    expired revision."""
+async def _list_again(backend: ClusterBackend, ctx: WatcherContext, marks: KvMarks) -> int:
+    """List the workload objects and the pods, the watch having expired: tell each workload
+    submitted whose object is gone deleted (`delete_unlisted`), and drop the pods known that
+    are gone (`drop_unlisted`); how many workloads were told or decided. A failed list is
+    tried again (a cluster that does not answer for a while), so the watcher does not restart
+    into the same expired revision."""
+    objects = await _listed("the workload objects", backend.list_workload_objects)
+    told = delete_unlisted(ctx, objects, submitted=marks.submitted())
+    views = await _listed("the pods", backend.list_pods)
+    listed = [s for s in map(pod_state_of_view, views) if s is not None]
+    return told + drop_unlisted(ctx, listed)
+
+
+async def _listed(what: str, list_them: Callable[[], Awaitable[list[T]]]) -> list[T]:
+    """`list_them()`, tried again with back-off while the cluster fails for a while."""
     delay_s = 0.1
     while True:
         try:
-            views = await backend.list_pods()
-            break
+            return await list_them()
         except ClusterError as err:
             if not err.temporary:
                 raise
-            log.warning("listing the pods again failed, retrying: %s", err)
+            log.warning("listing %s again failed, retrying: %s", what, err)
         advanced()  # a failed try is an answer: slow, not stalled (bus/progress.py)
         await asyncio.sleep(delay_s)
         delay_s = min(delay_s * 2, 5.0)
-    listed = [s for s in map(pod_state_of_view, views) if s is not None]
-    return drop_unlisted(ctx, listed)
 
 
 async def _handle_batch(

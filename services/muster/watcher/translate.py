@@ -242,14 +242,34 @@ def job_local_queue(job: Mapping[str, Any]) -> str:
 
 
 def deleted(wl: Workload) -> Outgoing:
+    return deleted_incarnation(wl.key, incarnation(wl), local_queue=local_queue_of(wl))
+
+
+def deleted_incarnation(workload: str, mark: str, *, local_queue: str = "") -> Outgoing:
+    """`deleted` of `workload`'s life `mark` (`incarnation`), with the id its watched deletion
+    has: also from the mark alone, when the object went unseen (its LocalQueue unknown then:
+    an event of no partition, which every admission replica reads)."""
+    parts = mark.rsplit("/", 2)
+    generation = parts[1] if len(parts) == 3 and parts[1].isdigit() else "0"
     return Outgoing(
         field="deleted",
         payload=events_pb2.WorkloadDeleted(),
-        id_key=f"deleted/{incarnation(wl)}",
-        workload=wl.key,
-        generation=wl.meta.generation,
-        local_queue=local_queue_of(wl),
+        id_key=f"deleted/{mark}",
+        workload=workload,
+        generation=int(generation),
+        local_queue=local_queue,
     )
+
+
+def same_life(mark: str, other: str) -> bool:
+    """Whether incarnations `mark` and `other` are one object's life (its uid and creation
+    time): a new generation of a Kueue Workload is that object changed, not a new one."""
+    return _life(mark) == _life(other)
+
+
+def _life(mark: str) -> tuple[str, str]:
+    parts = mark.rsplit("/", 2)
+    return (parts[0], parts[2]) if len(parts) == 3 else (mark, "")
 
 
 def job_finished(job: Mapping[str, Any], workload: str) -> Outgoing | None:

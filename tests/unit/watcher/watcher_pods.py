@@ -61,11 +61,12 @@ def pod(
 
 
 def changed(obj: Any, *, deleted: bool = False) -> ClusterChange:
-    name = obj["metadata"]["name"]
+    """A change of `obj`, a pod, or another kind's object, of namespace ns."""
+    name, kind = obj["metadata"]["name"], obj.get("kind", "Pod")
     return ClusterChange(
-        kind="Pod",
+        kind=kind,
         type="DELETED" if deleted else "MODIFIED",
-        key=f"pod.ns.{name}",
+        key=f"pod.ns.{name}" if kind == "Pod" else f"obj.{kind}.ns.{name}",
         obj=obj,
         revision=0,
     )

@@ -312,6 +312,15 @@ class KubeBackend:
         views = [_view(pod_view, obj) for obj in await self._list(PODS)]
         return sorted((v for v in views if v is not None), key=lambda v: (v.namespace, v.name))
 
+    async def list_workload_objects(self) -> list[dict[str, Any]]:
+        """As the protocol says: what `watched_sources` follows of them (Jobs by the queue
+        label), and no Kueue Workloads where Kueue's CRDs are not installed."""
+        objects = await self._list(JOBS, labelSelector=QUEUE_NAME_KEY)
+        workloads = kueue_resources(self.config.kueue_version)["Workload"]
+        with contextlib.suppress(NotFoundError):  # no CRD: no Kueue Workload stands for one
+            objects += await self._list(workloads)
+        return objects
+
     async def watch(
         self,
         *,

@@ -230,6 +230,12 @@ class SimBackend:
         views = [_view(pod_view, s) for s in await self.store.list(POD_PREFIX)]
         return sorted((v for v in views if v is not None), key=lambda v: (v.namespace, v.name))
 
+    async def list_workload_objects(self) -> list[dict[str, Any]]:
+        found = []
+        for kind in ("Job", "Workload"):  # Kueue's Workload (the Workload API's is apart)
+            found += await self.store.list(f"{OBJECT_PREFIX}{escape(kind)}.")
+        return [stored.obj for stored in found]
+
     async def watch(
         self,
         *,
