@@ -9,6 +9,8 @@ ListWorkloads with nothing, or fails it with the status the test sets."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -63,6 +65,31 @@ def test_without_gateway_flag_commands_call_the_gateway_muster_up_recorded(
 
     assert servicer.calls == 1
     assert capsys.readouterr().out == "No workloads found.\n"
+
+
+def test_a_state_file_whose_supervisor_is_gone_is_ignored_with_a_note(
+    gateway: tuple[str, StandIn],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    address, servicer = gateway
+    monkeypatch.delenv("MUSTER_GATEWAY", raising=False)
+    monkeypatch.setenv("MUSTER_STATE_DIR", str(tmp_path))
+    crashed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    supervisor = process("supervisor", crashed.pid)
+    crashed.kill()
+    crashed.wait()
+    # Left by a stack that crashed: its gateway's port may be anyone's now.
+    write_state(tmp_path, StackState(supervisor=supervisor, ready=True, gateway=address))
+
+    main(["workloads", "--timeout", "5"])
+
+    assert servicer.calls == 0
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"muster: ignoring {tmp_path / 'stack.json'}: its supervisor (pid {crashed.pid}) is "
+        "not running; `muster down` clears it"
+    )
 
 
 @pytest.mark.parametrize(
