@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,14 @@ from muster.launcher.nats_server import free_port
 from muster.launcher.upstate import Process, alive, port_in_use, process, read_state
 
 pytestmark = pytest.mark.timeout(240)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: int  # `muster up`'s
+    stderr: str  # `muster up`'s
+    down: str  # what `muster down` printed, if it ran
+    left_running: list[str]  # what was started and still runs, ports still taken
 
 
 class Starting:
@@ -53,23 +63,26 @@ class Starting:
         self.seen = [process(f"pid {pid}", pid) for pid in children_of(supervisor)]
         return supervisor
 
-    def finish(self) -> tuple[int, str]:
-        """`muster up`'s exit status and what it printed on stderr."""
-        _, err = self.up.communicate(timeout=180)
-        return self.up.returncode, err
+    def outcome(self, act: Callable[[], object], *, then_down: bool = False) -> Outcome:
+        """Do `act` to the start, wait for `muster up` (then run `muster down`); whatever
+        happens, nothing of it stays on this machine."""
+        try:
+            act()
+            _, err = self.up.communicate(timeout=180)
+            down = self.down() if then_down else ""
+            left = [
+                *(p.name for p in self.seen if alive(p)),
+                *(f"port {port}" for port in self.ports if port_in_use(port)),
+            ]
+        finally:
+            self.clean_up()
+        return Outcome(status=self.up.returncode, stderr=err, down=down, left_running=left)
 
     def down(self) -> str:
         done = subprocess.run(
             [*MUSTER, "down"], env=self.env, capture_output=True, text=True, timeout=120, cwd=ROOT
         )
         return done.stdout
-
-    def left_running(self) -> list[str]:
-        """What it started that still runs, and the ports still taken."""
-        return [
-            *(p.name for p in self.seen if alive(p)),
-            *(f"port {port}" for port in self.ports if port_in_use(port)),
-        ]
 
     def clean_up(self) -> None:
         """Whatever the test found, nothing of it stays on this machine."""
@@ -86,18 +99,16 @@ def test_down_stops_a_stack_whose_supervisor_was_killed_while_it_started(
     tmp_path: Path,
 ) -> None:
     starting = Starting(tmp_path)
-    try:
-        os.kill(starting.services_started(), signal.SIGKILL)
-        status, _ = starting.finish()
-        down = starting.down()
-        left = starting.left_running()
-    finally:
-        starting.clean_up()
+    done = starting.outcome(
+        lambda: os.kill(starting.services_started(), signal.SIGKILL), then_down=True
+    )
 
-    assert status == 1
+    assert done.status == 1
     assert len(starting.seen) == 8  # nats-server, seven services
-    assert down.startswith("muster was down already (it had crashed); stopped what was left: 8")
-    assert left == []
+    assert done.down.startswith(
+        "muster was down already (it had crashed); stopped what was left: 8"
+    )
+    assert done.left_running == []
     assert read_state(tmp_path) is None
 
 
@@ -105,15 +116,10 @@ def test_a_sigterm_while_starting_stops_what_was_started_and_up_says_so(
     tmp_path: Path,
 ) -> None:
     starting = Starting(tmp_path)
-    try:
-        os.kill(starting.services_started(), signal.SIGTERM)
-        status, err = starting.finish()
-        left = starting.left_running()
-    finally:
-        starting.clean_up()
+    done = starting.outcome(lambda: os.kill(starting.services_started(), signal.SIGTERM))
 
-    assert (status, err) == (1, "muster up: stopped by SIGTERM before it was up\n")
-    assert left == []
+    assert (done.status, done.stderr) == (1, "muster up: stopped by SIGTERM before it was up\n")
+    assert done.left_running == []
     assert read_state(tmp_path) is None
 
 
@@ -121,30 +127,27 @@ def test_a_sigterm_before_the_supervisor_handles_signals_leaves_nothing(
     tmp_path: Path,
 ) -> None:
     starting = Starting(tmp_path)
-    try:
+
+    def terminate_at_once() -> None:
         supervisor = starting.supervisor()
         starting.seen = [process("supervisor", supervisor)]
         os.kill(supervisor, signal.SIGTERM)  # still importing, or just past: either way
-        status, _ = starting.finish()
-        left = starting.left_running()
-    finally:
-        starting.clean_up()
 
-    assert status == 1
-    assert left == []
+    done = starting.outcome(terminate_at_once)
+
+    assert done.status == 1
+    assert done.left_running == []
 
 
 def test_a_start_that_fails_half_way_stops_what_it_started(tmp_path: Path) -> None:
     nodes = tmp_path / "nodes.yaml"
     nodes.write_text("kind: Pod\nmetadata: {name: not-a-node}\n")  # found out after services
     starting = Starting(tmp_path / "state", "--nodes", str(nodes))
-    try:
-        starting.services_started()
-        status, err = starting.finish()
-        left = starting.left_running()
-    finally:
-        starting.clean_up()
+    done = starting.outcome(starting.services_started)
 
-    assert (status, err) == (1, "muster up: nodes: document 1: kind: must be Node\n")
-    assert left == []
+    assert (done.status, done.stderr) == (
+        1,
+        "muster up: nodes: document 1: kind: must be Node\n",
+    )
+    assert done.left_running == []
     assert read_state(tmp_path / "state") is None

@@ -5,8 +5,9 @@ whose Nodes come from `--nodes FILE` (four nodes by default; with MUSTER_CLUSTER
 the services' API server instead, named with the Nodes it has), and the dashboard, on fixed
 ports (gateway 127.0.0.1:50051, NATS 4222, dashboard 8080; `--gateway-port` and friends, or
 their MUSTER_UP_* variables, move them; 0 picks free ones), then prints where everything is
-and returns. `down` stops it, also after a crash (the recorded processes that still run are
-stopped). `status` says what runs, with each process's restarts and last exit (the supervisor starts
+and returns. `down` stops it, also after a crash (the recorded processes that still run, and
+the rest of its supervisor's process group: those started before being recorded). `status`
+says what runs, with each process's restarts and last exit (the supervisor starts
 again what exits, `muster.launcher.upkeep`): exit 0 when everything runs, 1 when something
 does not (died with its supervisor, or waits out its back-off), 3 when no stack is up. State
 lives in the per-user state directory (`muster.launcher.upstate`).
