@@ -128,8 +128,11 @@ async def supervise(config: UpConfig) -> int:
         loop.add_signal_handler(sig, on_signal, sig)
 
     def spawned(name: str, pid: int, kind: str = "service") -> None:
-        """Record a child as it starts: a supervisor killed before the stack is up leaves a
-        state file that names it, for `muster down`."""
+        """Record a child as the stack starts: a supervisor killed before the stack is up
+        leaves a state file that names it, for `muster down`. (A restart once up is recorded
+        when it serves, `_keep_up`; until then its process group names it.)"""
+        if up.is_set():
+            return
         state.processes.append(process(name, pid, kind=kind))
         write_state(config.state_dir, state)
 
