@@ -151,3 +151,20 @@ def test_a_start_that_fails_half_way_stops_what_it_started(tmp_path: Path) -> No
     )
     assert done.left_running == []
     assert read_state(tmp_path / "state") is None
+
+
+def test_ctrl_c_on_a_waiting_muster_up_stops_what_it_had_started(tmp_path: Path) -> None:
+    starting = Starting(tmp_path)
+
+    def interrupt() -> None:
+        starting.services_started()
+        starting.up.send_signal(signal.SIGINT)  # its supervisor, in a session of its own, not
+
+    done = starting.outcome(interrupt)
+
+    assert (done.status, done.stderr) == (
+        1,
+        "muster up: interrupted; stopped what it had started\n",
+    )
+    assert done.left_running == []
+    assert read_state(tmp_path) is None
