@@ -21,7 +21,7 @@ from pathlib import Path
 from urllib.request import urlopen
 
 import pytest
-from up_stack import MUSTER, ROOT, muster, start, up_env, wait_for_event
+from up_stack import MUSTER, ROOT, child_running, muster, start, up_env, wait_for_event
 
 from muster.launcher.upstate import Process, StackState, alive, read_state, start_time
 
@@ -230,25 +230,6 @@ def test_a_restart_that_hangs_is_killed_at_its_deadline_and_started_again(
             status.stdout,
             re.M,
         ), status.stdout
-
-
-def child_running(parent: int, argv_part: str, *, other_than: int) -> int:
-    """The pid of `parent`'s child whose command line holds `argv_part` (NUL-separated),
-    once it runs; nothing to wait on but /proc."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) == other_than:
-                continue
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                argv = (entry / "cmdline").read_bytes().decode(errors="replace")
-            except (OSError, IndexError, ValueError):
-                continue  # gone meanwhile
-            if ppid == parent and argv_part in argv:
-                return int(entry.name)
-        time.sleep(0.01)
-    raise AssertionError(f"no child of {parent} runs {argv_part!r}")
 
 
 def restarted(state: StackState, name: str, *, times: int = 1) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,3 +91,34 @@ def wait_for_event(
         finally:
             call.cancel()
     raise AssertionError(f"the watch ended without {event_type} of {workload_prefix}")
+
+
+def child_running(parent: int, argv_part: str, *, other_than: int = 0) -> int:
+    """The pid of `parent`'s child whose command line holds `argv_part` (NUL-separated),
+    once it runs; nothing to wait on but /proc."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for pid in children_of(parent):
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue  # gone meanwhile
+            if pid != other_than and argv_part in argv:
+                return pid
+        time.sleep(0.01)
+    raise AssertionError(f"no child of {parent} runs {argv_part!r}")
+
+
+def children_of(parent: int) -> list[int]:
+    """The pids of `parent`'s children now."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        if ppid == parent:
+            found.append(int(entry.name))
+    return found

@@ -118,9 +118,15 @@ def call_metadata(args: argparse.Namespace) -> list[tuple[str, str]]:
 def gateway_address(args: argparse.Namespace) -> str:
     """Where the gateway is: --gateway (MUSTER_GATEWAY); else the gateway of the stack `muster
     up` started (its state file, in MUSTER_STATE_DIR or the default state directory, as `muster
-    status` reads it: `up --gateway-port 0` picks any free port); else DEFAULT_GATEWAY."""
+    status` reads it: `up --gateway-port 0` picks any free port) while its supervisor runs;
+    else DEFAULT_GATEWAY."""
     explicit: str | None = args.gateway
-    return explicit or recorded_gateway(state_dir()) or DEFAULT_GATEWAY
+    if explicit:
+        return explicit
+    recorded, ignored = recorded_gateway(state_dir())
+    if ignored:
+        print(f"muster: {ignored}", file=sys.stderr)
+    return recorded or DEFAULT_GATEWAY
 
 
 @contextlib.contextmanager

@@ -5,8 +5,9 @@ whose Nodes come from `--nodes FILE` (four nodes by default; with MUSTER_CLUSTER
 the services' API server instead, named with the Nodes it has), and the dashboard, on fixed
 ports (gateway 127.0.0.1:50051, NATS 4222, dashboard 8080; `--gateway-port` and friends, or
 their MUSTER_UP_* variables, move them; 0 picks free ones), then prints where everything is
-and returns. `down` stops it, also after a crash (the recorded processes that still run are
-stopped). `status` says what runs, with each process's restarts and last exit (the supervisor starts
+and returns. `down` stops it, also after a crash (the recorded processes that still run, and
+the rest of its supervisor's process group: those started before being recorded). `status`
+says what runs, with each process's restarts and last exit (the supervisor starts
 again what exits, `muster.launcher.upkeep`): exit 0 when everything runs, 1 when something
 does not (died with its supervisor, or waits out its back-off), 3 when no stack is up. State
 lives in the per-user state directory (`muster.launcher.upstate`).
@@ -32,7 +33,10 @@ from muster.launcher.upstate import (
     Process,
     StackState,
     alive,
+    group_of,
+    leftovers,
     port_in_use,
+    process,
     read_state,
     remove_state,
     state_dir,
@@ -112,7 +116,7 @@ def handle_up(args: argparse.Namespace) -> int:
         print(describe(state))
         return EXIT_OK
     if state is not None:  # a stack that crashed: stop what is left of it first
-        terminate(state.processes)
+        terminate(leftovers(state))
         remove_state(directory)
     busy = [f"{flag} {getattr(args, flag[2:].replace('-', '_'))}" for flag, _, _ in PORT_FLAGS]
     busy = [b for b in busy if _busy(int(b.split()[1]))]
@@ -176,6 +180,22 @@ def _start(args: argparse.Namespace, directory: Path) -> int:
         supervisor = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
         )
+    try:
+        return _wait_until_up(supervisor, directory)
+    except KeyboardInterrupt:  # Ctrl-C: what was starting is stopped, not left running
+        supervisor.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            supervisor.wait(timeout=60)
+        if supervisor.poll() is None:  # its state names what runs: `down` stops it
+            print("muster up: interrupted; still stopping: run `muster down`", file=sys.stderr)
+        else:
+            remove_state(directory)
+            print("muster up: interrupted; stopped what it had started", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _wait_until_up(supervisor: subprocess.Popen[bytes], directory: Path) -> int:
+    """Wait until the supervisor says the stack is ready (print where it is), or why not."""
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         state = read_state(directory)
@@ -213,8 +233,23 @@ def _supervise(args: argparse.Namespace, directory: Path) -> int:
         speed=args.speed,
         start_deadline_s=args.start_deadline,
     )
-    status: int = run_loop(supervise(config))
+    try:
+        status: int = run_loop(supervise(config))
+    finally:
+        _stop_own_group()
     return status
+
+
+def _stop_own_group() -> None:
+    """SIGKILL whatever of this supervisor's process group still runs: it stopped its stack,
+    so anything left is a child it lost track of (a start cut short, a stop that failed).
+    Only as the leader of its own session, as `muster up` starts it."""
+    if os.getsid(0) != os.getpid():
+        return
+    me = process("supervisor", os.getpid())
+    for pid in group_of(me):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def describe(state: StackState) -> str:
@@ -261,7 +296,8 @@ def handle_down(args: argparse.Namespace) -> int:
     crashed = not alive(state.supervisor)
     if not crashed:
         terminate([state.supervisor], grace_s=60.0)  # it stops its services in order
-    left = terminate(state.processes)
+    # Also those of a supervisor killed while it started them, before it recorded them.
+    left = terminate(leftovers(state))
     remove_state(directory)
     if crashed:
         print(f"muster was down already (it had crashed); stopped what was left: {len(left)}")

@@ -12,7 +12,7 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,6 +135,7 @@ class Stack:
         environment: Mapping[str, str] | None = None,
         metrics_ports: int | None = None,
         outlive_launcher: bool = False,
+        spawned: Callable[[ServiceProcess], None] | None = None,
     ):
         """`only`: start just these services (by name: "binder", "gangpermit", ...).
         `workers`: MultiKueue worker clusters, each with its own per-cluster services (labelled
@@ -145,9 +146,11 @@ class Stack:
         service's (MUSTER_METRICS_PORT, OTEL_*). `metrics_ports`: each service serves metrics
         on this port plus its place in the start order (0: each a free one).
         `outlive_launcher`: the services run on if this process is killed (`muster up`: for
-        `muster down` to stop); otherwise they stop with it (`muster.launcher.lifeline`)."""
+        `muster down` to stop); otherwise they stop with it (`muster.launcher.lifeline`).
+        `spawned`: told of each start at once (`muster up` records it)."""
         self.log_dir = log_dir
         self._outlive = outlive_launcher
+        self._spawned = spawned
         more = service_args or {}
         per_cluster = [
             (
@@ -247,12 +250,16 @@ class Stack:
         # Its own session, as the nats-server's: a terminal's Ctrl-C reaches the launcher
         # alone, which stops every service in order. A service that took it too died under a
         # launcher still starting it, and asyncio then printed "Unknown child process pid N"
-        # (its close() reaped the child before its watcher could).
+        # (its close() reaped the child before its watcher could). One that outlives the
+        # launcher (`muster up`'s, whose supervisor has a session of its own, no terminal)
+        # stays in its process group instead: `muster down` finds it there.
         svc.process = await asyncio.create_subprocess_exec(
             *(svc.argv if self._outlive else tied_to_launcher(svc.argv)),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=svc.env,
-            start_new_session=True,
+            start_new_session=not self._outlive,
         )  # fmt: skip
+        if self._spawned is not None:
+            self._spawned(svc)
         svc.reader = asyncio.create_task(self._read(svc))
         self._readers.append(svc.reader)
 

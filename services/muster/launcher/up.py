@@ -111,10 +111,31 @@ async def supervise(config: UpConfig) -> int:
     shutil.rmtree(store, ignore_errors=True)  # a new stack: no events of an old one
     state = StackState(supervisor=process("supervisor", os.getpid()), log_dir=str(log_dir))
     write_state(config.state_dir, state)
-    stop = asyncio.Event()
+    stop, up, stopped_by = asyncio.Event(), asyncio.Event(), list[str]()
+    starting = asyncio.current_task()
+    assert starting is not None
+
+    def on_signal(sig: signal.Signals) -> None:
+        """Stop: at once while starting (a start cut short stops what it started), after
+        `_until_stopped` once up."""
+        stopped_by.append(sig.name)
+        stop.set()
+        if not up.is_set():
+            starting.cancel()
+
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    for sig in (signal.SIGTERM, signal.SIGINT):  # before any child starts
+        loop.add_signal_handler(sig, on_signal, sig)
+
+    def spawned(name: str, pid: int, kind: str = "service") -> None:
+        """Record a child as the stack starts: a supervisor killed before the stack is up
+        leaves a state file that names it, for `muster down`. (A restart once up is recorded
+        when it serves, `_keep_up`; until then its process group names it.)"""
+        if up.is_set():
+            return
+        state.processes.append(process(name, pid, kind=kind))
+        write_state(config.state_dir, state)
+
     # On Kubernetes (MUSTER_CLUSTER_BACKEND=kube, inherited by every service) no simulator:
     # the API server's Nodes are the cluster's, asked for first so a wrong server is told now.
     backend = up_backend(config.cluster)  # `muster up` checked it before starting this
@@ -129,6 +150,8 @@ async def supervise(config: UpConfig) -> int:
     try:
         api_server, nodes = await kube_nodes(backend.kube) if kube else ("", [])
         nats_url = await nats.start(log_path=log_dir / "nats-server.log")
+        assert nats.process is not None
+        spawned("nats-server", nats.process.pid, "nats")
         admin = await prepare_nats(nats_url, nats, deployment)
         try:
             stack = Stack(
@@ -142,6 +165,7 @@ async def supervise(config: UpConfig) -> int:
                 gateway_listen=f"127.0.0.1:{config.gateway_port}",
                 metrics_ports=config.metrics_port,
                 outlive_launcher=True,
+                spawned=_spawned_service(spawned),
             )
             await stack.start()
             if not kube:
@@ -149,12 +173,22 @@ async def supervise(config: UpConfig) -> int:
         finally:
             await admin.close()
         await dashboard.start(stack.gateway_address)
+        if stop.is_set():  # a signal whose cancellation something on the way swallowed
+            raise asyncio.CancelledError
+        up.set()
         state = _ready_state(state, config, nats, stack, nodes, dashboard)
         state.api_server = api_server
         write_state(config.state_dir, state)
         keepers = _keep_up(config, state, stack, dashboard)
         await _until_stopped(stop, config.state_dir)
         return 0
+    except asyncio.CancelledError:
+        if not stopped_by:
+            raise
+        starting.uncancel()
+        state.error = f"stopped by {stopped_by[0]} before it was up"
+        write_state(config.state_dir, state)
+        return 1
     except (LaunchError, OSError, ValueError) as exc:
         state.error = str(exc)
         write_state(config.state_dir, state)
@@ -170,6 +204,14 @@ async def supervise(config: UpConfig) -> int:
         shutil.rmtree(store, ignore_errors=True)  # its passwords go with it
         if not state.error:
             remove_state(config.state_dir)
+
+
+def _spawned_service(record: Callable[[str, int], None]) -> Callable[[ServiceProcess], None]:
+    def spawned(svc: ServiceProcess) -> None:
+        if svc.process is not None:
+            record(svc.name, svc.process.pid)
+
+    return spawned
 
 
 async def _until_stopped(stop: asyncio.Event, directory: Path) -> None:

@@ -81,12 +81,20 @@ def read_state(directory: Path) -> StackState | None:
         return None
 
 
-def recorded_gateway(directory: Path) -> str:
-    """The gateway address of the stack `muster up` started in `directory` ("" when none is
-    up there): where client commands call when no --gateway is given, and what `muster
-    status` shows."""
+def recorded_gateway(directory: Path) -> tuple[str, str]:
+    """(the gateway address of the stack `muster up` started in `directory`, why the state
+    file there is ignored): where client commands call when no --gateway is given. ("", "")
+    when no stack is up there; ("", one line) when the file is left from a stack whose
+    supervisor is gone: its address may be anyone's now."""
     state = read_state(directory)
-    return state.gateway if state is not None and state.ready else ""
+    if state is None or not state.ready:
+        return "", ""
+    if not alive(state.supervisor):
+        return "", (
+            f"ignoring {directory / STATE_FILE}: its supervisor (pid {state.supervisor.pid}) "
+            "is not running; `muster down` clears it"
+        )
+    return state.gateway, ""
 
 
 def write_state(directory: Path, state: StackState) -> None:
@@ -126,6 +134,37 @@ def alive(p: Process) -> bool:
         if Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
             return False  # a zombie: exited, waiting for its parent
     return True
+
+
+def leftovers(state: StackState) -> list[Process]:
+    """What still runs of a stack whose supervisor is gone (or is to be stopped): each process
+    recorded (the same one: pid and start time) and every other of the supervisor's process
+    group, where `muster up` keeps its children, so one started an instant before it was
+    recorded is found too."""
+    found = [p for p in state.processes if alive(p)]
+    known = {p.pid for p in found}
+    found += [process(f"pid {pid}", pid) for pid in group_of(state.supervisor) if pid not in known]
+    return found
+
+
+def group_of(leader: Process) -> list[int]:
+    """The live processes of `leader`'s process group but itself; [] when its pid is another
+    process's now. Sound after `leader` died: the kernel gives a pid out again only once no
+    process group bears it, so a reused pid means our group had emptied."""
+    now = start_time(leader.pid)
+    if now is not None and now != leader.started:
+        return []
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == leader.pid:
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if fields[2] == str(leader.pid) and fields[0] != "Z":  # state, ppid, pgrp
+            members.append(int(entry.name))
+    return members
 
 
 def terminate(processes: list[Process], *, grace_s: float = 10.0) -> list[str]:

@@ -9,6 +9,8 @@ ListWorkloads with nothing, or fails it with the status the test sets."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,23 +48,46 @@ def gateway() -> Iterator[tuple[str, StandIn]]:
         yield address, servicer
 
 
-def test_without_gateway_flag_commands_call_the_gateway_muster_up_recorded(
-    gateway: tuple[str, StandIn],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    address, servicer = gateway
+@pytest.fixture
+def no_gateway_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No --gateway, no MUSTER_GATEWAY: the state directory (returned) says where it is."""
     monkeypatch.delenv("MUSTER_GATEWAY", raising=False)
     monkeypatch.setenv("MUSTER_STATE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_without_gateway_flag_commands_call_the_gateway_muster_up_recorded(
+    gateway: tuple[str, StandIn], no_gateway_flag: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    address, servicer = gateway
     # What `muster up --gateway-port 0` leaves: a gateway on whatever port was free.
     stack = StackState(supervisor=process("supervisor", os.getpid()), ready=True, gateway=address)
-    write_state(tmp_path, stack)
+    write_state(no_gateway_flag, stack)
 
     assert main(["workloads", "--timeout", "5"]) == 0
 
     assert servicer.calls == 1
     assert capsys.readouterr().out == "No workloads found.\n"
+
+
+def test_a_state_file_whose_supervisor_is_gone_is_ignored_with_a_note(
+    gateway: tuple[str, StandIn], no_gateway_flag: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    address, servicer = gateway
+    crashed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    supervisor = process("supervisor", crashed.pid)
+    crashed.kill()
+    crashed.wait()
+    # Left by a stack that crashed: its gateway's port may be anyone's now.
+    write_state(no_gateway_flag, StackState(supervisor=supervisor, ready=True, gateway=address))
+
+    main(["workloads", "--timeout", "5"])
+
+    assert servicer.calls == 0
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"muster: ignoring {no_gateway_flag / 'stack.json'}: its supervisor (pid {crashed.pid}) is "
+        "not running; `muster down` clears it"
+    )
 
 
 @pytest.mark.parametrize(
