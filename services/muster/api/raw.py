@@ -375,10 +375,16 @@ class RawAdmissionCheckState(Wire):
     message: str = ""
 
 
+class RawReclaimablePod(Wire):
+    name: str
+    count: int
+
+
 class RawWorkloadStatus(Wire):
     admission: RawAdmission | None = None
     conditions: list[RawCondition] = []
     admission_checks: list[RawAdmissionCheckState] = []
+    reclaimable_pods: list[RawReclaimablePod] = []
 
 
 class RawWorkload(Document):
