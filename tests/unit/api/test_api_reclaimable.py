@@ -34,7 +34,10 @@ def test_reclaimable_pods_are_read_and_written_back() -> None:
 
 
 def test_each_names_a_podset_once_with_at_most_its_pods() -> None:
-    entries = "[{name: other, count: 1}, {name: main, count: 3}, {name: aux, count: -1}, {name: aux, count: 1}]"
+    entries = (
+        "[{name: other, count: 1}, {name: main, count: 3}, {name: aux, count: -1},"
+        " {name: aux, count: 1}]"
+    )
     objects, errors = decode_yaml(WORKLOAD % entries)
     assert objects == []
     assert [str(e) for e in errors] == [

@@ -35,7 +35,10 @@ status:
   admission:
     clusterQueue: cq
     podSetAssignments:
-    - {name: main, count: 4, flavors: {cpu: default, pods: default}, resourceUsage: {cpu: 4, pods: 4}}
+    - name: main
+      count: 4
+      flavors: {cpu: default, pods: default}
+      resourceUsage: {cpu: 4, pods: 4}
   conditions:
   - {type: QuotaReserved, status: "True", reason: QuotaReserved, message: reserved}
   - {type: Admitted, status: "True", reason: Admitted, message: admitted}
