@@ -6,6 +6,7 @@ import pytest
 from admission_stream import Stream, applied, cluster_queue, flavor, local_queue, reported
 from admission_stream import submitted as submitted_event
 from admission_stream import workload as workload_manifest
+from test_admission_dispatch import world
 
 from muster.admission.state import AdmissionState
 from muster.admission.translate import FactError, fact_of
@@ -68,3 +69,15 @@ def test_an_unreadable_reclaimable_pods_event_is_refused_with_its_reason(
     env = reported("reclaimable_pods", "ns/a", _reclaimable(count, pod_set))
     with pytest.raises(FactError, match=r"reclaimable_pods ns/a: pods\[0\] needs a pod_set"):
         fact_of(env)
+
+
+def test_finished_pods_count_only_from_the_cluster_the_workload_runs_on() -> None:
+    stream, state = world()
+    stream.run(state, submitted_event(workload_manifest("a", cpu="2")))  # dispatched to east
+    told = _reclaimable(1)
+    for cluster, holds in (("west", {"cpu": 2000}), ("east", {"cpu": 0})):
+        env = reported("reclaimable_pods", "ns/a", told)
+        env.cluster = cluster
+        stream.run(state, env)
+        held = {r: n for (_, r), n in state.engine.records[A].usage.items()}
+        assert held == holds, cluster
