@@ -48,6 +48,7 @@ from muster.admission.translate import (
     PodsReady,
     Recorded,
     RequestsRefused,
+    SetReclaimable,
     Stopped,
 )
 from muster.api.model import (
@@ -82,7 +83,9 @@ READY, PENDING, RETRY = "Ready", "Pending", "Retry"
 _RESERVED = "QuotaReserved"  # the engine's Phase values this module reads
 _HOLDING = frozenset({"QuotaReserved", "Admitted"})
 _EVICTING = "Evicting"
-WORKER_FACTS = (Finish, Stopped, PodsReady, GangRejected, RequestsRefused)
+# Reports of the workload's pods: they count only from where it runs (SetReclaimable: its
+# finished pods, as that cluster's Job tells them).
+WORKER_FACTS = (Finish, Stopped, PodsReady, GangRejected, RequestsRefused, SetReclaimable)
 
 
 @dataclass(frozen=True, slots=True)

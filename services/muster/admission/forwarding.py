@@ -37,6 +37,7 @@ from muster.admission.translate import (
     PodsReady,
     RequestsRefused,
     SetActive,
+    SetReclaimable,
     Stopped,
 )
 from muster.api.model import WorkloadKey
@@ -122,6 +123,7 @@ def reported_key(fact: Fact) -> WorkloadKey | None:
             | Stopped(key)
             | PodsReady(key)
             | SetActive(key)
+            | SetReclaimable(key)
             | CheckUpdated(key)
             | GangRejected(key)
             | RequestsRefused(key)

@@ -21,7 +21,7 @@ from typing import NamedTuple
 import msgspec
 
 from muster.admission.translate import DEACTIVATED, Manifests, Recorded
-from muster.api.model import Admission, PodSet, Workload, WorkloadKey
+from muster.api.model import Admission, PodSet, ReclaimablePod, Workload, WorkloadKey
 from muster.core.conditions import ADMISSION_CHECK, PODS_READY_TIMEOUT, is_deactivation
 from muster.core.conditions import DEACTIVATED as KUEUE_DEACTIVATED
 from muster.core.requeue_state import count_after_eviction, later
@@ -97,6 +97,8 @@ class Entry:
     manifest_json: str = ""
     owner_manifest_json: str = ""
     active: bool = True  # spec.active as last set through the gateway (active_changed)
+    # status.reclaimablePods as last told (reclaimable_pods); None: as submitted
+    reclaimable_pods: tuple[ReclaimablePod, ...] | None = None
     # The partition whose events tell its story (its `submitted`'s, or where they were
     # forwarded); None for a workload stored before partitions (docs/events.md, "Partitions").
     partition: int | None = None
@@ -321,6 +323,12 @@ class Ledger:
         elif active and entry.phase is Phase.INACTIVE:
             entry.requeue_count = 0  # as the engine's set_active (Kueue clears requeueState)
             _requeue(entry)
+
+    def set_reclaimable(self, key: WorkloadKey, pods: tuple[ReclaimablePod, ...]) -> None:
+        """reclaimable_pods: kept for the engine a rebuild starts (`_adopt`)."""
+        entry = self.entries.get(key)
+        if entry is not None:
+            entry.reclaimable_pods = pods
 
     def completes(self, key: WorkloadKey, eviction_id: str) -> bool:
         """Whether an eviction_completed naming `eviction_id` completes `key`'s eviction now:

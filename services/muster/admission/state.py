@@ -56,6 +56,7 @@ from muster.admission.translate import (
     Recorded,
     RequestsRefused,
     SetActive,
+    SetReclaimable,
     Stopped,
     Submit,
     decisions_from,
@@ -362,6 +363,11 @@ class AdmissionState:
             case SetActive(key, active):
                 ledger.set_active(key, active)
                 return self._engine_fact(key, lambda: engine.set_active(key, active, now_s=now_s))
+            case SetReclaimable(key, pods):
+                ledger.set_reclaimable(key, pods)
+                return self._engine_fact(
+                    key, lambda: engine.set_reclaimable(key, pods, now_s=now_s)
+                )
             case CheckUpdated(key, check, state, message, requeue_after_s, at_s):
                 # Counted from when the check entered Retry (its lastTransitionTime, carried by
                 # the event), which a rebuild and the watcher read too, not from when this
@@ -705,6 +711,8 @@ class AdmissionState:
             wl = msgspec.structs.replace(wl, admission=None)
         if entry.phase is Phase.INACTIVE and wl.active:
             wl = msgspec.structs.replace(wl, active=False)
+        if entry.reclaimable_pods is not None:  # told since it was submitted
+            wl = msgspec.structs.replace(wl, reclaimable_pods=entry.reclaimable_pods)
         events = engine.submit(wl, now_s=entry.submitted_s, key=key)
         self.adopted.add(key)
         if entry.requeue_count or entry.retry_at_s is not None:  # before its eviction's

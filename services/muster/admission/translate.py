@@ -36,6 +36,7 @@ from muster.api.model import (
     ApiObject,
     KueueConfig,
     PodSetAssignment,
+    ReclaimablePod,
     ResourceFlavor,
     Workload,
     WorkloadKey,
@@ -135,6 +136,14 @@ class SetActive:
 
 
 @dataclass(frozen=True, slots=True)
+class SetReclaimable:
+    """reclaimable_pods: the workload's pods that finished for good, the whole list now."""
+
+    key: WorkloadKey
+    pods: tuple[ReclaimablePod, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class CheckUpdated:
     key: WorkloadKey
     check: str
@@ -230,6 +239,7 @@ Fact = (
     | Stopped
     | PodsReady
     | SetActive
+    | SetReclaimable
     | CheckUpdated
     | GangRejected
     | RequestsRefused
@@ -254,8 +264,20 @@ WORKLOAD_FACTS = (
     "requests_refused",
     "placement_preempted",
     "active_changed",
+    "reclaimable_pods",
 )
 RECORDED = ("pending", "quota_reserved", "admitted", "evicted", "requeued", "routed")
+
+
+def _reclaimable_pods(env: pb.Envelope) -> tuple[ReclaimablePod, ...]:
+    pods = env.reclaimable_pods.pods
+    for i, p in enumerate(pods):
+        if not p.pod_set or p.count < 0:
+            raise FactError(
+                f"reclaimable_pods {env.workload}: pods[{i}] needs a pod_set and a count >= 0,"
+                f" got {p.pod_set!r}, {p.count}"
+            )
+    return tuple(ReclaimablePod(name=p.pod_set, count=p.count) for p in pods)
 
 
 def time_s_of(env: pb.Envelope) -> float:
@@ -287,6 +309,8 @@ def fact_of(env: pb.Envelope, *, decoded: Workload | None = None) -> Fact | None
             return PodsReady(key) if env.running.pods_ready else None
         case "active_changed":
             return SetActive(key, active=env.active_changed.active)
+        case "reclaimable_pods":
+            return SetReclaimable(key, _reclaimable_pods(env))
         case "admission_check":
             ac = env.admission_check
             return CheckUpdated(

@@ -81,6 +81,7 @@ def kueue_config_from_raw(raw: RawConfiguration, errs: ObjectErrors) -> KueueCon
             if raw.feature_gates.get("AdmissionFairSharing", True)
             else None
         ),
+        reclaimable_pods=raw.feature_gates.get("ReclaimablePods", True),
     )
 
 

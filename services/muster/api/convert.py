@@ -8,6 +8,7 @@ admissionChecksStrategy, priorityClassName+Source vs priorityClassRef. Problems 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 
 from muster.api.errors import ObjectErrors, key_path
 from muster.api.ids import uuid5_text
@@ -33,6 +34,7 @@ from muster.api.model import (
     Preemption,
     PriorityClass,
     PriorityClassSource,
+    ReclaimablePod,
     ResourceFlavor,
     ResourceGroup,
     ResourceQuota,
@@ -54,6 +56,7 @@ from muster.api.raw import (
     RawMeta,
     RawNamespace,
     RawPriorityClass,
+    RawReclaimablePod,
     RawResourceFlavor,
     RawResourceGroup,
     RawWorkload,
@@ -209,10 +212,30 @@ def workload_from_raw(raw: RawWorkload, meta: ObjectMeta, errs: ObjectErrors) ->
             AdmissionCheckState(name=a.name, state=a.state, message=a.message)
             for a in status.admission_checks
         ),
+        reclaimable_pods=_reclaimable_pods(status.reclaimable_pods, counts, errs),
     )
 
 
 # --- pieces -----------------------------------------------------------------------------------
+
+
+def _reclaimable_pods(
+    raw: list[RawReclaimablePod], counts: Mapping[str, int], errs: ObjectErrors
+) -> tuple[ReclaimablePod, ...]:
+    """status.reclaimablePods as Kueue's webhook admits it: each names a podset once, with a
+    count from 0 to that podset's count (validateReclaimablePods)."""
+    seen: set[str] = set()
+    for i, rp in enumerate(raw):
+        path = f"status.reclaimablePods[{i}]"
+        if rp.name not in counts:
+            known = ", ".join(counts) or "none"
+            errs.add(f"{path}.name", f'"{rp.name}" is not a podset of the workload ({known})')
+        elif rp.name in seen:
+            errs.add(f"{path}.name", f'"{rp.name}" is listed twice')
+        elif not 0 <= rp.count <= counts[rp.name]:
+            errs.add(f"{path}.count", f"must be between 0 and {counts[rp.name]}, got {rp.count}")
+        seen.add(rp.name)
+    return tuple(ReclaimablePod(name=rp.name, count=rp.count) for rp in raw)
 
 
 def _either(

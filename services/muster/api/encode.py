@@ -175,4 +175,8 @@ def _status(wl: Workload) -> dict[str, Any]:
             {"name": a.name, "state": a.state, **({"message": a.message} if a.message else {})}
             for a in wl.admission_checks
         ]
+    if wl.reclaimable_pods:
+        status["reclaimablePods"] = [
+            {"name": p.name, "count": p.count} for p in wl.reclaimable_pods
+        ]
     return status

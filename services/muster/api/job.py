@@ -9,7 +9,8 @@ The rules, as Kueue's Job integration applies them:
   `min_count` from annotation `kueue.x-k8s.io/job-min-parallelism` (partial admission);
 - name `job-<job name>-<5 hex digits>`, see `workload_name_for_job`;
 - `spec.scheduling` (Kubernetes v1.37) kept as the workload's `scheduling`: its pods are one
-  group with that policy (`gang.minCount` defaults to parallelism and may not exceed it).
+  group with that policy (`gang.minCount` defaults to parallelism and may not exceed it);
+- status.reclaimablePods from the Job's finished pods (`job_reclaim`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from muster.api.convert import (
     stable_uid,
 )
 from muster.api.errors import ObjectErrors, key_path
+from muster.api.job_reclaim import job_reclaimable_pods
 from muster.api.model import ObjectMeta, OwnerReference, PriorityClassSource, Workload
 from muster.api.names import LABEL_VALUE_MAX, check_reference
 from muster.api.podspec import pod_set_from_template
@@ -95,6 +97,7 @@ def workload_from_job(raw: RawJob, errs: ObjectErrors, *, namespace: str) -> Wor
         queue_name=job_meta.labels.get(QUEUE_NAME_KEY)
         or job_meta.annotations.get(QUEUE_NAME_KEY, ""),
         pod_sets=(pod_set,),
+        reclaimable_pods=job_reclaimable_pods(raw, pod_set=POD_SET_NAME, count=count),
         priority_class_name=priority_class,
         priority_class_source=source,
         scheduling=(

@@ -319,6 +319,14 @@ class Admission(Frozen, frozen=True, kw_only=True):
     pod_set_assignments: tuple[PodSetAssignment, ...]
 
 
+class ReclaimablePod(Frozen, frozen=True, kw_only=True):
+    """An entry of a Workload's status.reclaimablePods: `count` pods of podset `name` finished
+    for good and no longer need their quota (Kueue's ReclaimablePods)."""
+
+    name: str
+    count: int
+
+
 class Condition(Frozen, frozen=True, kw_only=True):
     type: str
     status: Literal["True", "False", "Unknown"]
@@ -360,6 +368,7 @@ class Workload(Frozen, frozen=True, kw_only=True):
     admission: Admission | None = None
     conditions: tuple[Condition, ...] = ()
     admission_checks: tuple[AdmissionCheckState, ...] = ()
+    reclaimable_pods: tuple[ReclaimablePod, ...] = ()  # status.reclaimablePods
     # Decoded from annotation muster.dev/alternatives, in order of preference after queue_name.
     alternatives: tuple[Alternative, ...] = ()
     # A Job's spec.scheduling (Kubernetes v1.37): its pods are one group with this policy.
@@ -578,6 +587,9 @@ class KueueConfig(Frozen, frozen=True, kw_only=True):
     # Kueue's `admissionFairSharing` with its gate AdmissionFairSharing (on by default since
     # Kueue v0.15); None: not configured, no ClusterQueue orders by LocalQueue usage.
     admission_fair_sharing: AdmissionFairSharingConfig | None = None
+    # Kueue's gate ReclaimablePods (on by default): a workload's status.reclaimablePods lowers
+    # the pods its podsets are asked and hold quota for.
+    reclaimable_pods: bool = True
 
 
 # The objects that describe a cluster's queues (what `config.applied` carries).

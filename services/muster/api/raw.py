@@ -375,10 +375,16 @@ class RawAdmissionCheckState(Wire):
     message: str = ""
 
 
+class RawReclaimablePod(Wire):
+    name: str
+    count: int
+
+
 class RawWorkloadStatus(Wire):
     admission: RawAdmission | None = None
     conditions: list[RawCondition] = []
     admission_checks: list[RawAdmissionCheckState] = []
+    reclaimable_pods: list[RawReclaimablePod] = []
 
 
 class RawWorkload(Document):
@@ -433,12 +439,22 @@ class RawJobScheduling(Wire):
 class RawJobSpec(Wire):
     parallelism: Int32 | None = None
     completions: Int32 | None = None
+    completion_mode: Literal["NonIndexed", "Indexed"] | None = None
     template: RawPodTemplate = msgspec.field(default_factory=RawPodTemplate)
     scheduling: RawJobScheduling | None = None
 
 
+class RawJobStatus(Wire):
+    """What a Job's status says of its finished pods (Kueue's reclaimable pods)."""
+
+    succeeded: Int32 = 0
+    completed_indexes: str = ""
+    failed_indexes: str | None = None
+
+
 class RawJob(Document):
     spec: RawJobSpec = msgspec.field(default_factory=RawJobSpec)
+    status: RawJobStatus = msgspec.field(default_factory=RawJobStatus)
 
 
 # --- cluster objects: v1 Node and Pod, the Workload API, scheduler-plugins' PodGroup -------

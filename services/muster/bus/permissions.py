@@ -102,6 +102,7 @@ ROLES: Final[tuple[Role, ...]] = (
             "workload.pods_ready",
             "workload.admission_check",  # check controllers' answers (Kubernetes)
             "workload.active_changed",  # a Kueue Workload's spec.active (Kubernetes)
+            "workload.reclaimable_pods",  # a Workload's or Job's finished pods (Kubernetes)
             "workload.copy_status",  # a MultiKueue copy's status, for the manager's Job
             "config.applied",
             "config.deleted",

@@ -16,7 +16,7 @@ would, instead of one head per ClusterQueue per cycle.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
 
@@ -24,6 +24,7 @@ from muster.api.model import (
     Admission,
     ApiObject,
     KueueConfig,
+    ReclaimablePod,
     Workload,
     WorkloadKey,
 )
@@ -48,6 +49,7 @@ from muster.core.heads import Heads
 from muster.core.lifecycle import Lifecycle, assignment_of
 from muster.core.queueing import Queueing
 from muster.core.queues import TreeRuntime
+from muster.core.reclaim import NONE, reclaimable_of
 from muster.core.records import Phase, WorkloadRecord
 from muster.core.requeue_state import later, retry_counts_waiting, retry_end_s
 from muster.core.routing import RoutingSettings
@@ -190,6 +192,7 @@ class Engine(EngineViews):
         state.seq += 1
         priority = state.config.priority_of(wl)
         r = WorkloadRecord(wl, seq=state.seq, priority=priority, now_s=now_s, key=key)
+        r.reclaimable = self._reclaimable(wl.reclaimable_pods)
         r.shape = shape_of(r)
         if old is not None:
             self.lifecycle.drop(old)  # deleted before: the new one arrives last
@@ -308,6 +311,30 @@ class Engine(EngineViews):
         elif not active and r.holds_quota and r.phase is not Phase.EVICTING:
             self.lifecycle.evict(r, reason=DEACTIVATED, message=DEACTIVATED_MESSAGE)
         return state.take_events()
+
+    def set_reclaimable(
+        self, key: WorkloadKey, pods: Sequence[ReclaimablePod], *, now_s: float
+    ) -> list[Event]:
+        """status.reclaimablePods changed: pods that finished for good give their quota back.
+
+        A workload holding quota holds only what its remaining pods need from now on, and
+        what waited for that quota is tried again; a pending one is asked for its remaining
+        pods (`core.reclaim`). With the gate ReclaimablePods off the status is kept and
+        changes nothing. A finished or deleted workload is left alone.
+        """
+        state = self.state
+        state.now_s = now_s
+        r = state.records.get(key)
+        if r is None or r.phase in (Phase.FINISHED, Phase.DELETED):
+            return []
+        r.wl = msgspec.structs.replace(r.wl, reclaimable_pods=tuple(pods))
+        reclaimable = self._reclaimable(r.wl.reclaimable_pods)
+        if reclaimable != r.reclaimable:
+            self.lifecycle.reclaim(r, reclaimable)
+        return state.take_events()
+
+    def _reclaimable(self, pods: Sequence[ReclaimablePod]) -> Mapping[str, int]:
+        return reclaimable_of(pods) if self.state.config.kueue.reclaimable_pods else NONE
 
     def stopped(self, key: WorkloadKey, *, now_s: float) -> list[Event]:
         """An evicted workload's pods are gone: release its quota and requeue it."""

@@ -199,7 +199,7 @@ def assign_flavors(
         totals = {
             r: q * count for r, q in pod_set.requests.items() if q > 0 or r in layout.group_of
         }
-        if POD_COUNT in layout.group_of and count > 0:
+        if POD_COUNT in layout.group_of:
             # Kueue's flavor assigner: a ClusterQueue covering `pods` is asked one per pod.
             totals[POD_COUNT] = count * 1000  # in milli-units, as every request
         picked: dict[str, str] = {}

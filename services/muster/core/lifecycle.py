@@ -8,6 +8,7 @@ it did. The restore paths (a restarted service replaying decisions it published)
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping
 
 import msgspec
 
@@ -41,6 +42,7 @@ from muster.core.flavors import Assignment, Mode
 from muster.core.preemption import Victims
 from muster.core.preemption_message import preemption_message
 from muster.core.queueing import Queueing
+from muster.core.quota import FlavorResource
 from muster.core.records import Phase, WorkloadRecord, local_queue_of
 from muster.core.requeue_state import backoff_end_s, count_after_eviction, later
 from muster.core.routing.control import RoutingControl, Take
@@ -333,6 +335,30 @@ class Lifecycle:
         book, fair = state.admission_usage, state.config.kueue.admission_fair_sharing
         if book is not None and fair is not None:  # a no-op when its fact stopped it already
             book.stop(r.key, at_s=state.now_s, config=fair)
+        self._wake(r, freed)
+
+    def reclaim(self, r: WorkloadRecord, reclaimable: Mapping[str, int]) -> None:
+        """`r` gives back the quota of `reclaimable` pods (or takes back what it gave, when
+        fewer are reclaimable now): a holder's usage follows at once and what waits for the
+        quota freed is retried; a pending workload asks for the pods it still needs."""
+        pending, holds = r.phase is Phase.PENDING, r.holds_quota
+        if pending:
+            self.release(r)  # off its group: its shape changes
+        before = self.state.usage.unhold(r) if holds else {}
+        r.reclaimable = reclaimable
+        r.shape = shape_of(r)
+        if pending:
+            self.queueing.enqueue(r)
+        if not holds:
+            return
+        self.state.usage.hold(r)
+        after = r.usage
+        freed = {fr: n - after.get(fr, 0) for fr, n in before.items() if n > after.get(fr, 0)}
+        self._wake(r, freed)
+
+    def _wake(self, r: WorkloadRecord, freed: Mapping[FlavorResource, int]) -> None:
+        """Retry the groups parked on what `r`'s ClusterQueue just freed."""
+        state = self.state
         queue = state.queues.get(r.cluster_queue)
         if queue is None:
             return

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 from muster.api.model import Condition, Workload, WorkloadKey
 from muster.core.flavors import Assignment
 from muster.core.quota import FlavorResource
+from muster.core.reclaim import NONE, reclaimed_usage
 
 if TYPE_CHECKING:
     from muster.core.queues import OrderKey, PendingGroup
@@ -77,6 +78,7 @@ class WorkloadRecord:
         "_local_queue",
         "_phase",
         "_queue_ts",
+        "_reclaimable",
         "checks",
         "conditions",
         "created_s",
@@ -121,6 +123,10 @@ class WorkloadRecord:
         @queue_ts.setter
         def queue_ts(self, value: float) -> None: ...
         @property
+        def reclaimable(self) -> Mapping[str, int]: ...  # status.reclaimablePods, when gated on
+        @reclaimable.setter
+        def reclaimable(self, value: Mapping[str, int]) -> None: ...  # `usage` follows
+        @property
         def group(self) -> PendingGroup | None: ...  # told to the index while Pending
         @group.setter
         def group(self, value: PendingGroup | None) -> None: ...
@@ -152,6 +158,7 @@ class WorkloadRecord:
         self.requeue_at_s: float | None = None
         self.requeue_count = 0
         self.shape = b""
+        self._reclaimable = NONE
 
     @property
     def order_key(self) -> OrderKey:
@@ -167,7 +174,12 @@ class WorkloadRecord:
 
     @property
     def usage(self) -> Mapping[FlavorResource, int]:
-        return self.assignment.usage if self.assignment is not None else {}
+        a = self.assignment
+        if a is None:
+            return {}
+        if not self.reclaimable:
+            return a.usage
+        return reclaimed_usage(a.pod_sets, self.wl.pod_sets, self.reclaimable)
 
     def set_condition(self, type_: str, status: bool, reason: str, message: str) -> None:
         condition = Condition(
@@ -218,6 +230,7 @@ if not TYPE_CHECKING:
     WorkloadRecord.local_queue = _indexed("_local_queue")
     WorkloadRecord.assignment = _indexed("_assignment")
     WorkloadRecord.queue_ts = _indexed("_queue_ts")
+    WorkloadRecord.reclaimable = _indexed("_reclaimable")
 
 
 def local_queue_of(namespace: str, queue_name: str) -> str:

@@ -107,4 +107,6 @@ class EngineState:
 
 def shape_of(r: WorkloadRecord) -> bytes:
     """What BestEffortFIFO groups by: workloads of one shape are decided alike."""
+    if r.reclaimable:  # fewer pods asked: another shape
+        return msgspec.json.encode((r.local_queue, r.priority, r.wl.pod_sets, r.reclaimable))
     return msgspec.json.encode((r.local_queue, r.priority, r.wl.pod_sets))

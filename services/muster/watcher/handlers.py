@@ -284,7 +284,11 @@ async def on_workload_object(change: ClusterChange, ctx: WatcherContext) -> None
             new_trace=True,
         )
         ctx.traces[wl.key] = headers_of_envelope(env.traceparent, env.tracestate)
-        sent.submitted = mark
+        sent.submitted, sent.reclaimable = mark, translate.reclaimable_mark(wl)
+        ctx.marks.save(wl.key, sent)
+    elif (reclaimed := translate.reclaimable_change(change.obj, wl, sent.reclaimable)) is not None:
+        ctx.publish(reclaimed, trace_headers=ctx.traces.get(wl.key))
+        sent.reclaimable = translate.reclaimable_mark(wl)
         ctx.marks.save(wl.key, sent)
     if job and not copies.managed_by_multikueue(change.obj):
         # One managed by MultiKueue ends where it runs: its status here is the copy's, mirrored.

@@ -70,6 +70,7 @@ class Sent(msgspec.Struct, kw_only=True):
     """
 
     submitted: str = ""  # `translate.incarnation` of the last workload.submitted
+    reclaimable: str = ""  # `translate.reclaimable_mark` last told (submitted or reclaimable_pods)
     pending: list[str] = msgspec.field(default_factory=list)  # digests of pending sets sent
     # How many pods the last pods_pending told pending (`pending_news`; 0: none told). Marks of
     # before have none: the next set is then told at once, as it was then.

@@ -353,6 +353,34 @@ def active_change(obj: Mapping[str, Any], seen: bool | None) -> Outgoing | None:
     )
 
 
+def reclaimable_mark(wl: Workload) -> str:
+    """What `Sent.reclaimable` keeps of `wl`'s reclaimable pods: "main=2,aux=1" ("" none)."""
+    return ",".join(f"{p.name}={p.count}" for p in wl.reclaimable_pods if p.count > 0)
+
+
+def reclaimable_change(obj: Mapping[str, Any], wl: Workload, seen: str) -> Outgoing | None:
+    """`workload.reclaimable_pods` when `wl`'s reclaimable pods (a Kueue Workload's
+    status.reclaimablePods, a Job's finished pods: `api.job_reclaim`) differ from `seen`, the
+    `reclaimable_mark` last told (its `submitted` told the first)."""
+    mark = reclaimable_mark(wl)
+    if mark == seen:
+        return None
+    meta = _meta(obj)
+    pods = [
+        events_pb2.ReclaimablePodCount(pod_set=p.name, count=p.count)
+        for p in wl.reclaimable_pods
+        if p.count > 0
+    ]
+    return Outgoing(
+        field="reclaimable_pods",
+        payload=events_pb2.WorkloadReclaimablePods(pods=pods),
+        # The object's version: the same list told again after a change back is news.
+        id_key=f"reclaimable/{meta.get('uid', '')}/{meta.get('resourceVersion', '')}/{mark}",
+        workload=wl.key,
+        local_queue=local_queue_of(wl),
+    )
+
+
 def check_updates(obj: Mapping[str, Any], sent: Mapping[str, str]) -> list[CheckAnswer]:
     """What Kueue Workload `obj`'s check controllers answered since `sent` (check name → the
     mark last seen): each changed entry, with `workload.admission_check` unless the check is

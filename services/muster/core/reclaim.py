@@ -1,0 +1,48 @@
+"""Reclaimable pods: pods of a podset that finished for good and give their quota back.
+
+Kueue (ff69552e79, pkg/workload/workload.go): podSetsCountsAfterReclaim lowers each podset's
+count by its status.reclaimablePods entry, never below 0; totalRequestsFromPodSets asks the
+flavor assigner for those counts, and totalRequestsFromAdmission scales an admitted podset's
+resourceUsage by count-after-reclaim / admitted count when that is lower (integer division of
+the per-pod amount, as resources.Requests.Divide does). A podset admitted with fewer pods than
+remain keeps its admitted usage. Both only with the gate ReclaimablePods (on by default).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from muster.api.model import PodSet, PodSetAssignment, ReclaimablePod
+from muster.core.quota import FlavorResource
+
+NONE: Mapping[str, int] = {}  # shared by every record with nothing to reclaim
+
+
+def reclaimable_of(pods: Sequence[ReclaimablePod]) -> Mapping[str, int]:
+    """podset -> pods it gives back (the shared empty map when none do)."""
+    return {p.name: p.count for p in pods if p.count > 0} or NONE
+
+
+def counts_after_reclaim(pod_sets: Sequence[PodSet], reclaimable: Mapping[str, int]) -> list[int]:
+    """Pods each podset still needs quota for."""
+    return [ps.count - min(reclaimable.get(ps.name, 0), ps.count) for ps in pod_sets]
+
+
+def reclaimed_usage(
+    assigned: Sequence[PodSetAssignment],
+    pod_sets: Sequence[PodSet],
+    reclaimable: Mapping[str, int],
+) -> dict[FlavorResource, int]:
+    """What an admission holds once `reclaimable` pods are given back."""
+    left = dict(
+        zip((ps.name for ps in pod_sets), counts_after_reclaim(pod_sets, reclaimable), strict=True)
+    )
+    usage: dict[FlavorResource, int] = {}
+    for psa in assigned:
+        count = left.get(psa.name, psa.count)
+        for resource, amount in psa.resource_usage.items():
+            if count < psa.count:
+                amount = amount // psa.count * count
+            fr = (psa.flavors.get(resource, ""), resource)
+            usage[fr] = usage.get(fr, 0) + amount
+    return usage
