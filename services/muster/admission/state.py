@@ -375,7 +375,7 @@ class AdmissionState:
                     told,
                     retry_at_s=retry_at_s,
                     counts_waiting=self._retry_counts_waiting(fact, now_s=now_s),
-                    kept=check in engine.state.config.admission_checks,
+                    kept=engine.state.config.keeps_told_check(check),
                 )
                 return self._engine_fact(
                     key,

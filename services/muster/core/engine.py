@@ -369,7 +369,7 @@ class Engine(EngineViews):
                 self.lifecycle.hold_out(r, end_s)
             return self.state.take_events()
         if r is not None and state in _KEPT_WAITING and r.phase in _WAITING:
-            if check in self.state.config.admission_checks:
+            if self.state.config.keeps_told_check(check):
                 r.tell_check(check, state)
             return []
         if r is None or check not in r.checks:

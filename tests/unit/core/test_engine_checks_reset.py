@@ -5,9 +5,12 @@ Kueue's status.admissionChecks, and the next reservation is admitted at once wit
 
 from __future__ import annotations
 
+import pytest
 from test_engine_checks import _admitted, _engine
 from test_engine_lifecycle import A, _kinds, _wl
 
+from muster.api.model import AdmissionCheck, ObjectMeta
+from muster.api.wellknown import MULTIKUEUE_CONTROLLER
 from muster.core.engine import Engine
 from muster.core.events import EventType
 
@@ -55,6 +58,8 @@ def test_a_pending_told_after_a_ready_takes_it_back() -> None:
 
 def _told_while_queued(check: str) -> Engine:
     engine = _engine()
+    mk = AdmissionCheck(meta=ObjectMeta(name="mk"), controller_name=MULTIKUEUE_CONTROLLER)
+    engine.apply(mk, now_s=0)
     engine.submit(_wl("a", cpu=4), now_s=0)
     engine.set_admission_check(A, check, "Ready", now_s=1)
     return engine
@@ -67,6 +72,10 @@ def test_deactivating_a_queued_workload_resets_what_its_checks_told() -> None:
     assert _kinds(engine.schedule(now_s=3)) == [(EventType.QUOTA_RESERVED, "ns/a")]
 
 
-def test_a_check_the_configuration_does_not_have_is_not_kept() -> None:
-    engine = _told_while_queued("nosuch")
+@pytest.mark.parametrize("check", ["nosuch", "mk"])
+def test_a_check_the_configuration_does_not_have_and_multikueue_s_are_not_kept(
+    check: str,
+) -> None:
+    """MultiKueue's Ready says a worker admitted that reservation: each is dispatched anew."""
+    engine = _told_while_queued(check)
     assert engine.state.records[A].told_checks == {}
