@@ -38,11 +38,16 @@ class Phase(StrEnum):
 
 _HOLDING = frozenset({Phase.RESERVED, Phase.ADMITTED, Phase.EVICTING})
 _DECIDING = frozenset({Phase.RESERVED, Phase.ADMITTED})  # where a check's state may evict
+# Without quota to decide on, a check's Ready or Pending is kept for the next reservation (the
+# engine's `set_admission_check`).
+_WAITING = frozenset({Phase.EVICTING, Phase.BACKOFF, Phase.PENDING, Phase.INACTIVE})
+_KEPT_WAITING = frozenset({"Ready", "Pending"})
 
 
 class CheckState(NamedTuple):
-    """What a check last told about a workload holding quota: what a rebuilt replica answers
-    when no decision about it followed (`AdmissionState._told_checks`)."""
+    """What a check last told about a workload since its last eviction: holding quota, what a
+    rebuilt replica answers when no decision about it followed (`AdmissionState._told_checks`);
+    without, a Ready or Pending its next reservation starts from."""
 
     state: str
     message: str
@@ -90,7 +95,8 @@ class Entry:
     retry_at_s: float | None = None
     pending_reason: str = ""
     pending_message: str = ""
-    # Reported since reserved; while none are, the one shared empty map (never written).
+    # Reported since its last eviction (Kueue's only reset); while none are, the one shared
+    # empty map (never written).
     check_states: dict[str, CheckState] = field(default_factory=lambda: _NO_CHECK_STATES)
     # As submitted, for its `admitted` (translate.MANIFEST_COPY_LIMIT), and the Job it stands
     # for: kept here only when no log keeps its `submitted` (`Ledger.submissions`).
@@ -283,6 +289,7 @@ class Ledger:
         *,
         retry_at_s: float | None = None,
         counts_waiting: bool = False,
+        kept: bool = False,
     ) -> None:
         """A check's state, kept while it is reserved or admitted (a Retry or Rejected not yet
         followed by its eviction is answered by a rebuilt replica); a Retry's `retry_at_s`
@@ -290,9 +297,15 @@ class Ledger:
         later, as the engine's `set_admission_check` does, and is kept until it queues again.
         Without quota (its back-off, or queued for quota) the Retry counts when
         `counts_waiting` (`core.requeue_state.retry_counts_waiting`, the engine's rule): it
-        moves the back-off's end later, or holds a queued workload out until `retry_at_s`."""
+        moves the back-off's end later, or holds a queued workload out until `retry_at_s`.
+        A Ready or Pending without quota to decide on is kept, when `kept` (an AdmissionCheck
+        the configuration has), for its next reservation to start from (`_reserve`)."""
         entry = self.entries.get(key)
         if entry is None:
+            return
+        if state.state in _KEPT_WAITING and entry.phase in _WAITING:
+            if kept:
+                entry.check_states = {**entry.check_states, check: state}
             return
         if state.state == "Retry" and not entry.holds_quota:
             if not counts_waiting or retry_at_s is None:
@@ -318,6 +331,7 @@ class Ledger:
         entry.active = active
         if not active and entry.phase in (Phase.PENDING, Phase.BACKOFF):
             entry.phase = Phase.INACTIVE
+            entry.check_states = _NO_CHECK_STATES  # evicted: its checks reset
             # Kueue evicts it (reason Deactivated) though it holds nothing, and drops its count.
             entry.requeue_count = count_after_eviction(entry.requeue_count, KUEUE_DEACTIVATED)
         elif active and entry.phase is Phase.INACTIVE:
@@ -375,6 +389,7 @@ class Ledger:
             case "pending":
                 if entry.phase is Phase.RESERVED:
                     _requeue(entry)  # a stopped queue took back quota only reserved
+                    entry.check_states = _NO_CHECK_STATES  # Kueue evicts it: checks reset
                 # Interned: a queue's waiting workloads are told the same few messages.
                 entry.pending_reason = sys.intern(fact.reason)
                 entry.pending_message = sys.intern(fact.message)
@@ -391,6 +406,8 @@ class Ledger:
                     entry.phase = Phase.ADMITTED
                     entry.admitted_s = fact.at_s
             case "evicted":
+                if fact.reason == DEACTIVATED or entry.phase in _DECIDING:
+                    entry.check_states = _NO_CHECK_STATES  # Kueue's resetChecksOnEviction
                 if fact.reason == DEACTIVATED:
                     entry.phase = Phase.INACTIVE
                     entry.admission = None
@@ -417,7 +434,8 @@ def _reserve(entry: Entry, fact: Recorded) -> None:
     entry.phase = Phase.RESERVED
     entry.admission = fact.admission
     entry.checks = fact.checks
-    entry.check_states = {}
+    # Told since its last eviction: those this reservation names start from there.
+    entry.check_states = {c: s for c, s in entry.check_states.items() if c in fact.checks}
     entry.reserved_s = fact.at_s
     entry.retry_at_s = None
     entry.admitted_s = None
@@ -430,7 +448,6 @@ def _requeue(entry: Entry) -> None:
     entry.phase = Phase.PENDING
     entry.admission = None
     entry.checks = ()
-    entry.check_states = _NO_CHECK_STATES
     entry.retry_at_s = None
     entry.admitted_s = None
     entry.pods_ready = False

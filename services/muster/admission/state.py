@@ -381,6 +381,7 @@ class AdmissionState:
                     told,
                     retry_at_s=retry_at_s,
                     counts_waiting=self._retry_counts_waiting(fact, now_s=now_s),
+                    kept=engine.state.config.keeps_told_check(check),
                 )
                 return self._engine_fact(
                     key,
@@ -724,6 +725,8 @@ class AdmissionState:
             # Back where its last Routed sent it, before its quota is restored; announced then.
             engine.restore_routed(key, queue_name=entry.routed_queue)
             events = [e for e in events if e.type is not EventType.ROUTED]
+        if entry.admission is None:
+            self._restore_told_checks(entry)
         if not entry.decided:
             self._fresh.append(key)
             return events + self._stays_unrouted(entry, ours, entry.submitted_s)
@@ -755,6 +758,7 @@ class AdmissionState:
                 events = engine.stopped(key, now_s=entry.stopped_s)
             if not entry.active:  # stopped while it held quota: inactive once evicted
                 engine.set_active(key, False, now_s=entry.evicted_s)
+            self._restore_told_checks(entry)  # after its eviction, which resets them
             if entry.phase in (Phase.RESERVED, Phase.ADMITTED) and entry.check_states:
                 return self._told_checks(entry)
             if entry.phase is Phase.RESERVED and not entry.checks:
@@ -765,6 +769,13 @@ class AdmissionState:
             # A preemptor recorded as waiting for its victims stays parked: no second preemption.
             engine.restore_pending(key, reason=entry.pending_reason, message=entry.pending_message)
         return []
+
+    def _restore_told_checks(self, entry: Entry) -> None:
+        """The Ready and Pending told since its last eviction while it held no quota, for its
+        next reservation to start from, as the live engine's did."""
+        if entry.check_states and entry.phase not in (Phase.RESERVED, Phase.ADMITTED):
+            told = {check: s.state for check, s in entry.check_states.items()}
+            self.engine.restore_told_checks(entry.key, told)
 
     def _admit_now(self, entry: Entry) -> list[Event]:
         """Reserved with no check to pass, yet not admitted: the round that reserved it admitted

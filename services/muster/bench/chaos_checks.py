@@ -9,9 +9,11 @@ after it: it held that quota until the replica read the end, and nothing acts on
 naming another `submitted` than the workload's current one (docs/events.md, "A name used
 again").
 It also checks that a workload of a ClusterQueue requiring admission checks is admitted only
-after a Ready answer stored since its last eviction (Kueue resets the checks then, and only
-then: a Ready written after the reset, while it waits, admits its next reservation at once),
-and lists each completed eviction (the workload, the `evicted`'s sequence) for `ClusterBook`.
+after a Ready answer stored since its last eviction: Kueue resets the checks there and only
+there (evict.resetChecksOnEviction), so a Ready written after the reset, while its pods stop
+or it waits, admits its next reservation at once, and so does admission (docs/kueue-
+compatibility.md, "When check states start over"). It lists each completed eviction (the
+workload, the `evicted`'s sequence) for `ClusterBook`.
 `ClusterBook` reads the simulated cluster's changes in revision order: the pods bound and not
 done (what actually runs, or is about to on its node) within each cohort's quota and each
 node's allocatable cpu after every change, and how many distinct pods of each workload ran;

@@ -29,6 +29,7 @@ from muster.api.model import (
     Workload,
     WorkloadPriorityClass,
 )
+from muster.api.wellknown import MULTIKUEUE_CONTROLLER
 from muster.core.flavors import Assignment, QueueLayout
 from muster.core.matching import selector_matches
 from muster.core.quota import QuotaNode, QuotaTree, tree_id
@@ -267,6 +268,14 @@ class Configuration:
         flavor at least."""
         queue = self.cluster_queues.get(cq)
         return queue is not None and any(rule.name == check for rule in queue.admission_checks)
+
+    def keeps_told_check(self, check: str) -> bool:
+        """Whether a Ready or Pending `check` tells while the workload holds no quota is kept
+        for its next reservation (Kueue's status keeps it until an eviction): any
+        AdmissionCheck this configuration has, but MultiKueue's, whose Ready says a worker
+        admitted one reservation (admission dispatches each anew)."""
+        ac = self.admission_checks.get(check)
+        return ac is not None and ac.controller_name != MULTIKUEUE_CONTROLLER
 
     def may_preempt(self, cq: str) -> bool:
         policy = self.cluster_queues[cq].preemption

@@ -62,6 +62,10 @@ from muster.core.visibility import EngineViews
 __all__ = ["DEACTIVATED", "DEACTIVATED_MESSAGE", "Engine"]
 
 _DONE = frozenset({Phase.FINISHED, Phase.DELETED, Phase.INACTIVE})
+# Without quota to decide on (evicted, or waiting for it), a check's Ready or Pending is kept
+# for the next reservation (`set_admission_check`).
+_WAITING = frozenset({Phase.EVICTING, Phase.BACKOFF, Phase.PENDING, Phase.INACTIVE})
+_KEPT_WAITING = frozenset({"Ready", "Pending"})
 
 
 class Engine(EngineViews):
@@ -307,6 +311,7 @@ class Engine(EngineViews):
             # Off its queue (and any reservation); a back-off's timer no longer fires.
             self.lifecycle.release(r)
             state.awaiting_victims.discard(r.key)
+            r.forget_told_checks()  # Kueue evicts it though it holds nothing: checks reset
             self.lifecycle.deactivate(r)
         elif not active and r.holds_quota and r.phase is not Phase.EVICTING:
             self.lifecycle.evict(r, reason=DEACTIVATED, message=DEACTIVATED_MESSAGE)
@@ -371,7 +376,12 @@ class Engine(EngineViews):
         for quota, holds it out of its queue until that end (NeedsRequeueAtUpdate runs for any
         unfinished workload; Kueue's queue keeps it inadmissible until requeueAt). Without
         quota, the check counts when its ClusterQueue names it now
-        (`requeue_state.retry_counts_waiting`, which admission's ledger asks too)."""
+        (`requeue_state.retry_counts_waiting`, which admission's ledger asks too).
+
+        A Ready or Pending told since its eviction (Kueue's resetChecksOnEviction, the only
+        reset), its pods stopping or gone, or while it waits for quota, is where that check
+        starts at its next reservation, as Kueue's status.admissionChecks keeps it: all Ready,
+        the reservation admits it at once (`Lifecycle.reserve`)."""
         self.state.now_s = now_s
         r = self.state.records.get(key)
         if r is not None and state == "Retry" and r.phase in (Phase.BACKOFF, Phase.PENDING):
@@ -385,6 +395,10 @@ class Engine(EngineViews):
                 self.state.awaiting_victims.discard(r.key)
                 self.lifecycle.hold_out(r, end_s)
             return self.state.take_events()
+        if r is not None and state in _KEPT_WAITING and r.phase in _WAITING:
+            if self.state.config.keeps_told_check(check):
+                r.tell_check(check, state)
+            return []
         if r is None or check not in r.checks:
             return []
         if state == "Retry" and r.phase in (Phase.RESERVED, Phase.ADMITTED, Phase.EVICTING):
@@ -495,6 +509,14 @@ class Engine(EngineViews):
         r = self.state.records.get(key)
         if r is not None and r.phase is Phase.PENDING:
             self.lifecycle.hold_out(r, at_s)
+
+    def restore_told_checks(self, key: WorkloadKey, told: Mapping[str, str]) -> None:
+        """The Ready and Pending its checks told since its last eviction while it held no
+        quota (state rebuild; `set_admission_check`): its next reservation starts from them."""
+        r = self.state.records.get(key)
+        if r is not None and r.phase in _WAITING:
+            for check, state in told.items():
+                r.tell_check(check, state)
 
     def restore_pending(self, key: WorkloadKey, *, reason: str, message: str) -> None:
         """The recorded pending reason, so that a rebuild does not announce it again.

@@ -71,8 +71,10 @@ class Lifecycle:
             state.fair_keys.forget(r.key)
         r.evicted_by = None
         self.hold(r, a, announce=True)
-        r.checks = dict.fromkeys(state.config.checks_for(r.cluster_queue, a), "Pending")
-        if not r.checks:
+        # Kueue resets the checks only at an eviction: a Ready told since, while it waited,
+        # counts now, as the status it stays in does (`WorkloadRecord.tell_check`).
+        r.checks = r.take_told_checks(state.config.checks_for(r.cluster_queue, a))
+        if all(s == "Ready" for s in r.checks.values()):
             self.admit(r)
         elif state.config.kueue.granular_pending_reasons:
             r.set_condition(*not_admitted(reserved=True))
@@ -184,6 +186,7 @@ class Lifecycle:
         deactivate: bool = False,
     ) -> None:
         state = self.state
+        r.forget_told_checks()
         r.set_condition(EVICTED, True, reason, message)
         self._unreserve(r, message)
         r.evicted = True

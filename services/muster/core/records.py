@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from enum import Enum
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
@@ -95,6 +95,7 @@ class WorkloadRecord:
         "reserved_at_s",
         "seq",
         "shape",
+        "told_checks",
         "wl",
     )
     if TYPE_CHECKING:  # `_indexed` properties (below): a change tells the record's index
@@ -148,6 +149,9 @@ class WorkloadRecord:
         self.reserved_at_s = 0.0
         self.conditions: Mapping[str, Condition] = _NO_CONDITIONS  # shared: set_condition
         self.checks: dict[str, str] = _NO_CHECKS  # replaced, never written, while empty
+        # Ready or Pending told since its last eviction while it held no quota: where its next
+        # reservation's checks start (`tell_check`); shared and empty, as `checks`, until told.
+        self.told_checks: dict[str, str] = _NO_CHECKS
         self.evicted = False
         self.evicted_by: WorkloadKey | None = None  # the preemptor, while being evicted for one
         self._group: PendingGroup | None = None
@@ -180,6 +184,21 @@ class WorkloadRecord:
         if not self.reclaimable:
             return a.usage
         return reclaimed_usage(a.pod_sets, self.wl.pod_sets, self.reclaimable)
+
+    def tell_check(self, check: str, state: str) -> None:
+        """A check's Ready or Pending while it holds no quota: Kueue keeps it in the
+        Workload's status.admissionChecks, and its next reservation counts it."""
+        self.told_checks = {**self.told_checks, check: state}
+
+    def take_told_checks(self, checks: Iterable[str]) -> dict[str, str]:
+        """The states `checks` start from at a reservation: what was told since the last
+        eviction, else Pending; the told ones are spent."""
+        told, self.told_checks = self.told_checks, _NO_CHECKS
+        return {check: told.get(check, "Pending") for check in checks}
+
+    def forget_told_checks(self) -> None:
+        """Kueue's resetChecksOnEviction: every check Pending again at an eviction."""
+        self.told_checks = _NO_CHECKS
 
     def set_condition(self, type_: str, status: bool, reason: str, message: str) -> None:
         condition = Condition(

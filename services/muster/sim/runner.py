@@ -53,6 +53,9 @@ from muster.sim.timeline import (
 # facts re-trigger each other forever (say a check that answers "Retry@0" every time) gets here.
 MAX_PASSES_PER_INSTANT = 10_000
 
+# Phases (their values) in which a check answers the reservation the workload holds now.
+_DECIDING = frozenset({"QuotaReserved", "Admitted"})
+
 # Events after which the facts scheduled for the workload's current admission no longer apply.
 ADMISSION_ENDED = frozenset(
     {
@@ -91,6 +94,7 @@ class AdmissionEngine(Protocol):
     def workload(self, key: WorkloadKey) -> Workload: ...
     def admission(self, key: WorkloadKey) -> Admission | None: ...
     def holds_quota(self, key: WorkloadKey) -> bool: ...
+    def phase(self, key: WorkloadKey) -> str | None: ...
     def workloads(self) -> Sequence[Workload]: ...
     def required_checks(self, key: WorkloadKey) -> tuple[str, ...]: ...
     def cluster_queue_names(self) -> Sequence[str]: ...
@@ -366,11 +370,15 @@ class Simulation:
 
     def answer_lands(self, answer: SetCheck) -> bool:
         """A scripted check answer is told when its reservation still stands; after it was
-        lost, only a Retry told while the workload holds no quota (a late controller: Kueue's
+        lost, a late controller's Retry told while the workload holds no quota (Kueue's
         NeedsRequeueAtUpdate sets requeueAt for any unfinished workload, and the engine
-        holds it out of its queue until then). Any other late answer is dropped."""
+        holds it out of its queue until then), or Ready told before its next reservation
+        (Kueue keeps it in status.admissionChecks, reset only at an eviction, and the next
+        reservation counts it). Any other late answer is dropped."""
         if self.tracks[answer.key].epoch == answer.epoch:
             return True
+        if answer.state == "Ready":
+            return self.engine.phase(answer.key) not in _DECIDING
         return answer.state == "Retry" and not self.engine.holds_quota(answer.key)
 
     def on_quota_reserved(self, key: WorkloadKey, track: Track) -> None:

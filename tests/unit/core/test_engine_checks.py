@@ -128,7 +128,8 @@ def test_workloads_without_checks_share_one_empty_map_that_no_answer_writes_to()
     records = engine.state.records
     assert records[B].checks is records[C].checks  # 64 bytes each at a million pending
 
-    assert engine.set_admission_check(B, "prov", "Ready", now_s=3) == []  # not asked yet
+    assert engine.set_admission_check(B, "prov", "Pending", now_s=3) == []  # kept for later
+    assert records[C].told_checks == {}  # the shared map was not written to
     engine.finish(A, now_s=4)
     assert (EventType.QUOTA_RESERVED, "ns/b") in _kinds(engine.schedule(now_s=4))
     assert (records[B].checks, records[C].checks) == ({"prov": "Pending"}, {})
