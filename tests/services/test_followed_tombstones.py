@@ -117,6 +117,11 @@ async def test_a_part_past_a_shorter_room_leaves_its_follower_and_then_the_bucke
         heartbeat = encode_room(large, max_bytes=max_bytes)
         assert len(heartbeat.parts) >= 3
         await writer.write(kv, heartbeat)
+
+        async def large_taken() -> bool:  # else a follower that starts late sees only the small
+            return bool(taken) and len(taken[-1].nodes) == 400
+
+        await eventually(large_taken)
         await writer.write(kv, encode_room(small, max_bytes=max_bytes, last=heartbeat))
 
         async def small_taken() -> bool:
