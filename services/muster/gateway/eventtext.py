@@ -158,6 +158,14 @@ def _copy_status(env: events_pb2.Envelope) -> str:
     return "copy: " + ", ".join([*ended, counts or "no pods"])
 
 
+def _reclaimable_pods(env: events_pb2.Envelope) -> str:
+    pods = env.reclaimable_pods.pods
+    if not pods:
+        return "no pods reclaimable"
+    each = ", ".join(f"{_plural(p.count, 'pod')} of {p.pod_set}" for p in pods)
+    return f"{each} reclaimable (finished: their quota is freed)"
+
+
 def _config(env: events_pb2.Envelope) -> str:
     field = env.WhichOneof("payload") or ""
     payload = getattr(env, field)
@@ -205,6 +213,7 @@ _FORMATS: Final[dict[str, Callable[[events_pb2.Envelope], str]]] = {
     "admission_check": _admission_check,
     "active_changed": _active_changed,
     "copy_status": _copy_status,
+    "reclaimable_pods": _reclaimable_pods,
     "requests_refused": lambda env: f"requests refused: {env.requests_refused.message}",
     "eviction_completed": _eviction_completed,
     "eviction_dropped": lambda _: "a late eviction of an earlier workload of this name: dropped",

@@ -11,7 +11,9 @@ feeds it events and desires what changed.
   pods are gone; BackoffFinished, <Queue>Restarted or Reactivated when it queues again); with
   waitForPodsReady on, PodsReady as Kueue's job reconciler keeps it (False, WaitForStart, from
   the start and whenever it is not admitted; True, Started, once a `running` with its pods
-  ready or a `pods_ready` says so while admitted); and what its
+  ready or a `pods_ready` says so while admitted); of a Job's Workload, `reclaimablePods` as
+  Kueue's job reconciler keeps it (the Job's finished pods: `submitted`'s manifest, then each
+  `reclaimable_pods`, until it finishes); and what its
   check list should hold (`checks_of`: the checks its reservation requires, its last
   eviction), which the writer merges into the stored list (`muster.api.check_states`).
 - ClusterQueue: admission's own `queue.status` (counts, flavorsReservation, flavorsUsage,
@@ -26,6 +28,7 @@ feeds it events and desires what changed.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
@@ -92,6 +95,8 @@ ACTIVE_CHANGED: Final = "active_changed"
 # The binder's word that an evicted workload's pods are gone: a deactivated one reserves
 # nothing from then on.
 EVICTION_COMPLETED: Final = "eviction_completed"
+# The watcher's word that a workload's reclaimable pods changed: written on a Job's Workload.
+RECLAIMABLE_PODS: Final = "reclaimable_pods"
 # Conditions in the order `kubectl describe` lists them.
 _CONDITION_ORDER = ("QuotaReserved", "Admitted", "PodsReady", "Evicted", "Requeued", "Finished")
 _DEFAULT_QUEUE = "default"  # a workload naming no LocalQueue is in its namespace's "default"
@@ -146,6 +151,7 @@ class _Workload:
         "conditions",
         "evicted_at_s",
         "local_queue",
+        "reclaimable",
         "requeue_at_s",
         "requeue_count",
         "retry_at_s",
@@ -169,6 +175,9 @@ class _Workload:
         self.requeue_count = 0
         self.requeue_at_s: float | None = None
         self.retry_at_s: float | None = None
+        # status.reclaimablePods, of a Job's Workload only (None): a bare Workload's is its
+        # owner's to write, and admission reads it from there.
+        self.reclaimable: list[dict[str, Any]] | None = None
 
     def checks_wanted(self) -> ChecksWanted | None:
         if self.checks is None:
@@ -221,6 +230,8 @@ class _Workload:
             if self.requeue_count:
                 state["count"] = self.requeue_count
             out["requeueState"] = state
+        if self.reclaimable:  # none: the writer's merge patch removes a list it wrote before
+            out["reclaimablePods"] = self.reclaimable
         return out
 
 
@@ -293,6 +304,8 @@ class StatusBook:
             return self._readiness(env)
         if field == ACTIVE_CHANGED:
             return self._deactivated(env)
+        if field == RECLAIMABLE_PODS:
+            return self._reclaimable(env)
         if field == EVICTION_COMPLETED and env.eviction_completed.pods:
             return set()  # a placement eviction's answer (pods outside Kueue, maybe one part)
         if field in WORKLOAD_EVENTS or field == EVICTION_COMPLETED:
@@ -324,6 +337,16 @@ class StatusBook:
             wl.set("PodsReady", True, RECOVERED, READY_MESSAGE)
         else:
             wl.set("PodsReady", True, STARTED, READY_MESSAGE)
+        return {_workload_ref(env.workload)}
+
+    def _reclaimable(self, env: pb.Envelope) -> set[ObjectRef]:
+        """A Job's finished pods changed: its Workload's reclaimablePods follows, the whole
+        list, as Kueue's job reconciler writes it; no longer once the Workload finished (the
+        reconciler stops at a finished one)."""
+        wl = self._workloads.get(env.workload)
+        if wl is None or wl.reclaimable is None or wl.state == "finished":
+            return set()
+        wl.reclaimable = _reclaimable_list((p.pod_set, p.count) for p in env.reclaimable_pods.pods)
         return {_workload_ref(env.workload)}
 
     def _deactivated(self, env: pb.Envelope) -> set[ObjectRef]:
@@ -395,6 +418,8 @@ class StatusBook:
                 wl = self._workloads[key] = _Workload(
                     (namespace, payload.queue_name or _DEFAULT_QUEUE)
                 )
+                if payload.owner.kind == "Job":
+                    wl.reclaimable = _manifest_reclaimable(payload.manifest_json)
                 self._tally(wl.local_queue).add(wl, 1)
             return {self._lq_ref(wl.local_queue)}
         if wl is None:
@@ -567,6 +592,24 @@ class StatusBook:
     @staticmethod
     def _lq_ref(lq: tuple[str, str]) -> ObjectRef:
         return ObjectRef(kind="LocalQueue", namespace=lq[0], name=lq[1])
+
+
+def _reclaimable_list(pods: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
+    """Kueue's `[{name: podset, count}]`, of the podsets with pods to reclaim, sorted."""
+    return [{"name": name, "count": count} for name, count in sorted(pods) if count > 0]
+
+
+def _manifest_reclaimable(manifest_json: str) -> list[dict[str, Any]]:
+    """The reclaimablePods a Job's Workload was submitted with (its finished pods when the
+    watcher first saw it); none when the manifest says nothing readable of them."""
+    if '"reclaimablePods"' not in manifest_json:  # the usual case, without a parse
+        return []
+    try:
+        status = json.loads(manifest_json).get("status")
+        pods = [(str(p["name"]), int(p["count"])) for p in status["reclaimablePods"]]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return []  # the watcher wrote it from a Job it validated; never seen
+    return _reclaimable_list(pods)
 
 
 def _split(key: str) -> tuple[str, str]:

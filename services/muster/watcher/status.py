@@ -36,6 +36,7 @@ from muster.watcher.kueue_status import (
     ACTIVE_CHANGED,
     EVICTION_COMPLETED,
     READINESS_EVENTS,
+    RECLAIMABLE_PODS,
     WORKLOAD_EVENTS,
     StatusBook,
 )
@@ -102,6 +103,7 @@ def status_subjects(cluster: str, *, pods_ready: bool = False) -> list[str]:
             *WORKLOAD_EVENTS,
             EVICTION_COMPLETED,
             ACTIVE_CHANGED,
+            RECLAIMABLE_PODS,
             *GANG_EVENTS,
             *EVENT_SOURCES,
             *readiness,

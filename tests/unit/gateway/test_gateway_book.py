@@ -352,6 +352,19 @@ def test_a_copys_status_reads_as_kubectl_get_job_tells_it() -> None:
     assert copied("[1") == "copy's status unreadable"
 
 
+def test_reclaimable_pods_read_as_a_line_not_as_json() -> None:
+    # `muster events` printed {"pods":[{"podSet":"main","count":2}]}.
+    def told(*pods: tuple[str, int]) -> str:
+        counts = [events_pb2.ReclaimablePodCount(pod_set=n, count=c) for n, c in pods]
+        return detail(env("reclaimable_pods", events_pb2.WorkloadReclaimablePods(pods=counts)))
+
+    assert told(("main", 2)) == "2 pods of main reclaimable (finished: their quota is freed)"
+    assert told(("main", 1), ("aux", 3)) == (
+        "1 pod of main, 3 pods of aux reclaimable (finished: their quota is freed)"
+    )
+    assert told() == "no pods reclaimable"
+
+
 def test_a_forwarded_event_reads_as_what_moved_not_its_bytes_in_base64() -> None:
     # `muster describe` printed {"envelope":"CiQyN2Y1ZDdl...","sequence":"12",...}.
     inner = submitted()
