@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from admission_world import count, fact, publish, start_admission, submitted, workload
 from bus_helpers import EventLog
-from test_admission_check_restarts import checked_queue, set_aside, told
+from test_admission_check_restarts import queued_behind_blocker, set_aside, told
 
 from muster.bus import Bus, BusConfig
 
@@ -23,10 +23,7 @@ async def test_a_rejected_told_while_queued_keeps_it_unreserved_until_a_ready(
     replica = await start_admission(bus_config)
     try:
         await replica.wait_serving()
-        await checked_queue(
-            bus, submitted(workload("blocker", cpu="4")), submitted(workload("w", cpu="2"))
-        )
-        await events.wait_for("pending", workload="ns/w")
+        await queued_behind_blocker(bus, events)
         # One consumer reads both in order: the sentinel's answer says the Rejected was read.
         sentinel = submitted(workload("sentinel", queue="nowhere"))
         await publish(bus, told("Rejected", "no capacity"), sentinel)

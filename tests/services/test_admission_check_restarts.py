@@ -41,6 +41,14 @@ async def checked_queue(bus: Bus, *arrivals: pb.Envelope) -> None:
     )
 
 
+async def queued_behind_blocker(bus: Bus, events: EventLog) -> None:
+    """`w` (2 cpu) waits for quota in cq, behind `blocker` (4 cpu)."""
+    await checked_queue(
+        bus, submitted(workload("blocker", cpu="4")), submitted(workload("w", cpu="2"))
+    )
+    await events.wait_for("pending", workload="ns/w")
+
+
 def set_aside(seen: list[pb.Envelope]) -> bool:
     """`w` pending with Kueue's scheduler's word for a workload whose check says Retry or
     Rejected."""
@@ -102,10 +110,7 @@ async def test_a_retry_told_while_queued_holds_it_out_across_a_restart(
     first = await start_admission(bus_config)
     try:
         await first.wait_serving()
-        await checked_queue(
-            bus, submitted(workload("blocker", cpu="4")), submitted(workload("w", cpu="2"))
-        )
-        await events.wait_for("pending", workload="ns/w")
+        await queued_behind_blocker(bus, events)
         retry = pb.AdmissionCheckUpdated(check="prov", state="Retry", requeue_after_seconds=3)
         told_retry = fact("admission_check", "ns/w", retry)
         # One consumer reads both in order: the sentinel's answer says the Retry was applied.
