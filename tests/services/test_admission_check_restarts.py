@@ -41,6 +41,21 @@ async def checked_queue(bus: Bus, *arrivals: pb.Envelope) -> None:
     )
 
 
+async def queued_behind_blocker(bus: Bus, events: EventLog) -> None:
+    """`w` (2 cpu) waits for quota in cq, behind `blocker` (4 cpu)."""
+    await checked_queue(
+        bus, submitted(workload("blocker", cpu="4")), submitted(workload("w", cpu="2"))
+    )
+    await events.wait_for("pending", workload="ns/w")
+
+
+def set_aside(seen: list[pb.Envelope]) -> bool:
+    """`w` pending with Kueue's scheduler's word for a workload whose check says Retry or
+    Rejected."""
+    failed = "The workload has failed admission checks"
+    return any(e.workload == "ns/w" and e.pending.message == failed for e in seen)
+
+
 def told(state: str, message: str) -> pb.Envelope:
     return fact("admission_check", "ns/w", pb.AdmissionCheckUpdated(
         check="prov", state=state, message=message
@@ -89,15 +104,13 @@ async def test_a_retry_told_while_queued_holds_it_out_across_a_restart(
     """`w` waits for quota behind `blocker` when prov says Retry (3 s): the replica holds it
     out of its queue (Kueue's requeueAt); it dies, `blocker` leaves, and its successor, rebuilt
     from the stream, still holds `w` out until the Retry's end and then requeues it
-    (BackoffFinished) before it reserves. Before, the Retry was ignored and the successor
-    reserved `w` as soon as it started."""
+    (BackoffFinished); prov's Retry still stands, so `w` is not reserved until prov says
+    Pending (task checkverdicts). Before, the Retry was ignored and the successor reserved `w`
+    as soon as it started."""
     first = await start_admission(bus_config)
     try:
         await first.wait_serving()
-        await checked_queue(
-            bus, submitted(workload("blocker", cpu="4")), submitted(workload("w", cpu="2"))
-        )
-        await events.wait_for("pending", workload="ns/w")
+        await queued_behind_blocker(bus, events)
         retry = pb.AdmissionCheckUpdated(check="prov", state="Retry", requeue_after_seconds=3)
         told_retry = fact("admission_check", "ns/w", retry)
         # One consumer reads both in order: the sentinel's answer says the Retry was applied.
@@ -110,10 +123,15 @@ async def test_a_retry_told_while_queued_holds_it_out_across_a_restart(
     second = await start_admission(bus_config)
     try:
         await second.wait_serving()
-        reserved = await events.wait_for("quota_reserved", workload="ns/w", timeout_s=30)
-        (requeued,) = events.matching("requeued", workload="ns/w")
+        requeued = await events.wait_for("requeued", workload="ns/w", timeout_s=30)
         assert requeued.requeued.reason == "BackoffFinished"
         end_ns = (told_retry.time_unix_nano // 10**9 + 3) * 10**9  # requeueAt: whole seconds
-        assert reserved.time_unix_nano >= requeued.time_unix_nano >= end_ns
+        assert requeued.time_unix_nano >= end_ns
+        # prov still says Retry (Kueue's status keeps it): not reserved until it says otherwise.
+        await events.wait_until(set_aside, timeout_s=10)
+        assert not events.matching("quota_reserved", workload="ns/w")
+        await publish(bus, told("Pending", "provisioning again"))
+        reserved = await events.wait_for("quota_reserved", workload="ns/w", timeout_s=10)
+        assert reserved.time_unix_nano >= requeued.time_unix_nano
     finally:
         await second.stop()

@@ -42,6 +42,9 @@ _DECIDING = frozenset({Phase.RESERVED, Phase.ADMITTED})  # where a check's state
 # engine's `set_admission_check`).
 _WAITING = frozenset({Phase.EVICTING, Phase.BACKOFF, Phase.PENDING, Phase.INACTIVE})
 _KEPT_WAITING = frozenset({"Ready", "Pending"})
+# Where a Retry or Rejected is kept too: queued or backing off, not while its pods stop (the
+# engine's `WorkloadRecord.is_unreserved`); a ClusterQueue naming it holds it unreserved.
+_UNRESERVED = frozenset({Phase.BACKOFF, Phase.PENDING})
 
 
 class CheckState(NamedTuple):
@@ -299,14 +302,18 @@ class Ledger:
         `counts_waiting` (`core.requeue_state.retry_counts_waiting`, the engine's rule): it
         moves the back-off's end later, or holds a queued workload out until `retry_at_s`.
         A Ready or Pending without quota to decide on is kept, when `kept` (an AdmissionCheck
-        the configuration has), for its next reservation to start from (`_reserve`)."""
+        the configuration has), for its next reservation to start from (`_reserve`); so is a
+        Retry or Rejected told while it is queued or backing off, which keeps it unreserved
+        until that check says otherwise (the engine's `Heads`)."""
         entry = self.entries.get(key)
         if entry is None:
             return
-        if state.state in _KEPT_WAITING and entry.phase in _WAITING:
+        unreserved = entry.phase in _UNRESERVED
+        if entry.phase in _WAITING and (state.state in _KEPT_WAITING or unreserved):
             if kept:
                 entry.check_states = {**entry.check_states, check: state}
-            return
+            if state.state != "Retry" or not unreserved:
+                return
         if state.state == "Retry" and not entry.holds_quota:
             if not counts_waiting or retry_at_s is None:
                 return
@@ -434,8 +441,11 @@ def _reserve(entry: Entry, fact: Recorded) -> None:
     entry.phase = Phase.RESERVED
     entry.admission = fact.admission
     entry.checks = fact.checks
-    # Told since its last eviction: those this reservation names start from there.
-    entry.check_states = {c: s for c, s in entry.check_states.items() if c in fact.checks}
+    # A Ready or Pending told since its last eviction: those this reservation names start
+    # from there (a Retry or Rejected held it unreserved while its ClusterQueue named it).
+    entry.check_states = {
+        c: s for c, s in entry.check_states.items() if c in fact.checks and s.state in _KEPT_WAITING
+    }
     entry.reserved_s = fact.at_s
     entry.retry_at_s = None
     entry.admitted_s = None

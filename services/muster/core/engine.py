@@ -65,7 +65,8 @@ _DONE = frozenset({Phase.FINISHED, Phase.DELETED, Phase.INACTIVE})
 # Without quota to decide on (evicted, or waiting for it), a check's Ready or Pending is kept
 # for the next reservation (`set_admission_check`).
 _WAITING = frozenset({Phase.EVICTING, Phase.BACKOFF, Phase.PENDING, Phase.INACTIVE})
-_KEPT_WAITING = frozenset({"Ready", "Pending"})
+_KEPT_WAITING = frozenset({"Ready", "Pending"})  # kept in any waiting phase; Retry, Rejected
+# only once queued or backing off (`WorkloadRecord.is_unreserved`), not while its pods stop
 
 
 class Engine(EngineViews):
@@ -384,21 +385,8 @@ class Engine(EngineViews):
         the reservation admits it at once (`Lifecycle.reserve`)."""
         self.state.now_s = now_s
         r = self.state.records.get(key)
-        if r is not None and state == "Retry" and r.phase in (Phase.BACKOFF, Phase.PENDING):
-            since = now_s if since_s is None else since_s
-            end_s = retry_end_s(since, requeue_after_s or 0, now_s=now_s)
-            if end_s is None or not retry_counts_waiting(self.state.config, r.local_queue, check):
-                return []
-            if r.phase is Phase.BACKOFF:
-                self.lifecycle.wait_longer(r, end_s)
-            else:
-                self.state.awaiting_victims.discard(r.key)
-                self.lifecycle.hold_out(r, end_s)
-            return self.state.take_events()
-        if r is not None and state in _KEPT_WAITING and r.phase in _WAITING:
-            if self.state.config.keeps_told_check(check):
-                r.tell_check(check, state)
-            return []
+        if r is not None and r.phase in _WAITING and (state in _KEPT_WAITING or r.is_unreserved):
+            return self._told_waiting(r, check, state, requeue_after_s, since_s, now_s)
         if r is None or check not in r.checks:
             return []
         if state == "Retry" and r.phase in (Phase.RESERVED, Phase.ADMITTED, Phase.EVICTING):
@@ -509,6 +497,35 @@ class Engine(EngineViews):
         r = self.state.records.get(key)
         if r is not None and r.phase is Phase.PENDING:
             self.lifecycle.hold_out(r, at_s)
+
+    def _told_waiting(
+        self,
+        r: WorkloadRecord,
+        check: str,
+        state: str,
+        requeue_after_s: float | None,
+        since_s: float | None,
+        now_s: float,
+    ) -> list[Event]:
+        """`set_admission_check` for a workload holding no quota to decide on: kept as Kueue's
+        status keeps it (`WorkloadRecord.tell_check`); a Retry counting now moves its wait."""
+        if state == "Retry" and r.phase in (Phase.BACKOFF, Phase.PENDING):
+            since = now_s if since_s is None else since_s
+            end_s = retry_end_s(since, requeue_after_s or 0, now_s=now_s)
+            if end_s is not None and retry_counts_waiting(self.state.config, r.local_queue, check):
+                if r.phase is Phase.BACKOFF:
+                    self.lifecycle.wait_longer(r, end_s)
+                else:
+                    self.state.awaiting_victims.discard(r.key)
+                    self.lifecycle.hold_out(r, end_s)
+        if self.state.config.keeps_told_check(check):
+            failed = r.failed_checks
+            r.tell_check(check, state)
+            if failed and not r.failed_checks and r.phase is Phase.PENDING:
+                # Set aside for its failed checks (`Heads`): back in its queue, in its turn.
+                self.lifecycle.release(r)
+                self.queueing.enqueue(r)
+        return self.state.take_events()
 
     def restore_told_checks(self, key: WorkloadKey, told: Mapping[str, str]) -> None:
         """The Ready and Pending its checks told since its last eviction while it held no

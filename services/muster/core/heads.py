@@ -24,6 +24,8 @@ from muster.core.routing.control import RoutingControl
 from muster.core.state import EngineState
 from muster.core.unreclaimable import Hold
 
+# Kueue's scheduler (nominate), for a workload with a Retry or Rejected check.
+FAILED_CHECKS = "The workload has failed admission checks"
 _WAITING = "WaitingForQuota"  # no fit now, some would do once quota is released
 
 
@@ -68,6 +70,11 @@ class Heads:
         """`decide`, with `cq`'s hold out of the way; what `r` holds now."""
         state, queueing = self.state, self.queueing
         config = state.config
+        if any(config.names_check(r.cluster_queue, c) for c in r.failed_checks):
+            # Its turn again once the check says otherwise (`Engine.set_admission_check`).
+            why = (config.reason("PendingEvaluation", "Pending"), FAILED_CHECKS)
+            queueing.set_aside(tree, cq, group, r, why)
+            return None
         problem = config.admissibility(r)
         if problem is not None:
             if problem[1] == NAMESPACE_MISMATCH and not group.shape:

@@ -192,7 +192,8 @@ class Queueing:
     ) -> None:
         """StrictFIFO: a head whose namespace the ClusterQueue does not select steps aside and
         the next workload becomes the head (Kueue's one exception to head-of-line blocking,
-        RequeueReasonNamespaceMismatch). A configuration change tries it again."""
+        RequeueReasonNamespaceMismatch). A configuration change tries it again. So does a head
+        with a failed admission check, in any queue, until a check says otherwise."""
         self.drop_reservation(r)
         group.pop_head()
         aside = cq.groups.get(SET_ASIDE)

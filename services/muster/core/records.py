@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 # a million pending). Values are only set for checks already in a record's map (engine.py,
 # lifecycle.py), so nothing writes to it; a record given checks gets a map of its own.
 _NO_CHECKS: Final[dict[str, str]] = {}
+_FAILED: Final = frozenset({"Retry", "Rejected"})  # Kueue: HasRetryChecks, HasRejectedChecks
 
 # Conditions alike are one object, and so are condition maps alike: the workloads waiting in a
 # group are all told the same (a map and a condition each were 0.2 KiB per workload at a
@@ -173,6 +174,11 @@ class WorkloadRecord:
         return self.phase is Phase.PENDING
 
     @property
+    def is_unreserved(self) -> bool:
+        """Queued or backing off: no reservation, and none being given up."""
+        return self.phase in (Phase.PENDING, Phase.BACKOFF)
+
+    @property
     def holds_quota(self) -> bool:
         return self.phase in _HOLDING
 
@@ -186,15 +192,26 @@ class WorkloadRecord:
         return reclaimed_usage(a.pod_sets, self.wl.pod_sets, self.reclaimable)
 
     def tell_check(self, check: str, state: str) -> None:
-        """A check's Ready or Pending while it holds no quota: Kueue keeps it in the
-        Workload's status.admissionChecks, and its next reservation counts it."""
+        """A check's state told while it holds no quota: Kueue keeps it in the Workload's
+        status.admissionChecks; a Ready or Pending is where its next reservation starts, a
+        Retry or Rejected keeps it from being reserved (`failed_checks`)."""
         self.told_checks = {**self.told_checks, check: state}
 
+    @property
+    def failed_checks(self) -> list[str]:
+        """The checks that told Retry or Rejected since its last eviction while it held no
+        quota: Kueue's scheduler (nominate) leaves it inadmissible while its ClusterQueue
+        names one (`Heads`)."""
+        return [check for check, s in self.told_checks.items() if s in _FAILED]
+
     def take_told_checks(self, checks: Iterable[str]) -> dict[str, str]:
-        """The states `checks` start from at a reservation: what was told since the last
-        eviction, else Pending; the told ones are spent."""
+        """The states `checks` start from at a reservation: a Ready or Pending told since the
+        last eviction, else Pending; the told ones are spent."""
         told, self.told_checks = self.told_checks, _NO_CHECKS
-        return {check: told.get(check, "Pending") for check in checks}
+        return {
+            check: s if (s := told.get(check, "Pending")) not in _FAILED else "Pending"
+            for check in checks
+        }
 
     def forget_told_checks(self) -> None:
         """Kueue's resetChecksOnEviction: every check Pending again at an eviction."""

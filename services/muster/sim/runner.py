@@ -374,12 +374,15 @@ class Simulation:
         NeedsRequeueAtUpdate sets requeueAt for any unfinished workload, and the engine
         holds it out of its queue until then), or Ready told before its next reservation
         (Kueue keeps it in status.admissionChecks, reset only at an eviction, and the next
-        reservation counts it). Any other late answer is dropped."""
+        reservation counts it). A late Rejected lands as a Retry does: Kueue keeps it in
+        status too, and its scheduler leaves the workload unreserved while it stands. Any
+        other late answer is dropped."""
         if self.tracks[answer.key].epoch == answer.epoch:
             return True
         if answer.state == "Ready":
             return self.engine.phase(answer.key) not in _DECIDING
-        return answer.state == "Retry" and not self.engine.holds_quota(answer.key)
+        failed = answer.state in ("Retry", "Rejected")
+        return failed and not self.engine.holds_quota(answer.key)
 
     def on_quota_reserved(self, key: WorkloadKey, track: Track) -> None:
         """Schedule each required admission check's scripted answer for this attempt."""

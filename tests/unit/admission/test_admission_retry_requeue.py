@@ -220,7 +220,9 @@ async def test_a_retry_told_while_it_queues_for_quota_holds_it_out_until_its_end
     """Kueue's NeedsRequeueAtUpdate sets requeueAt for any unfinished workload, and its queue
     keeps the workload inadmissible until then: a Retry (30 s) told at 12.7 s while `w` waits
     for quota keeps it out though `blocker` leaves at 20 s; requeued at 42 s, it reserves
-    then. A replica rebuilt meanwhile waits for the same instant. Before, `w` reserved at 20."""
+    once prov says Pending (its scheduler's nominate refuses a workload whose check says
+    Retry, task checkverdicts). A replica rebuilt meanwhile waits for the same instant.
+    Before, `w` reserved at 20."""
     stream, replica, clock = await queued_behind_blocker()
     clock[0] = HANDLED_S
     retry = pb.AdmissionCheckUpdated(check="prov", state="Retry", requeue_after_seconds=AFTER_S)
@@ -240,4 +242,9 @@ async def test_a_retry_told_while_it_queues_for_quota_holds_it_out_until_its_end
         stream.put(submitted(workload(f"tick{tick_s}", queue="nowhere"), at_s=tick_s))
         await replica.catch_up()
     assert requeued_at(stream) == [(REQUEUE_AT_S, "BackoffFinished")]
-    assert reserved_at(stream) == [REQUEUE_AT_S]
+    assert reserved_at(stream) == []  # prov still says Retry: Kueue's nominate refuses it
+    clock[0] = REQUEUE_AT_S + 1
+    pending = pb.AdmissionCheckUpdated(check="prov", state="Pending")
+    stream.put(reported("admission_check", KEY, pending, at_s=clock[0]))
+    await replica.catch_up()
+    assert reserved_at(stream) == [REQUEUE_AT_S + 1]
