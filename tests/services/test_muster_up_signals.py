@@ -63,12 +63,6 @@ class Starting:
         self.seen = [process(f"pid {pid}", pid) for pid in children_of(supervisor)]
         return supervisor
 
-    def nats_started(self) -> int:
-        """The supervisor's pid once it started nats-server, before any service."""
-        supervisor = self.supervisor()
-        self.seen = [process("nats-server", child_running(supervisor, "nats-server"))]
-        return supervisor
-
     def outcome(self, act: Callable[[], object], *, then_down: bool = False) -> Outcome:
         """Do `act` to the start, wait for `muster up` (then run `muster down`); whatever
         happens, nothing of it stays on this machine."""
@@ -163,10 +157,7 @@ def test_ctrl_c_on_a_waiting_muster_up_stops_what_it_had_started(tmp_path: Path)
     starting = Starting(tmp_path)
 
     def interrupt() -> None:
-        # At nats-server, not at the gateway: a stack whose last service was seen started can
-        # be up before the signal lands (a busy machine's poll of /proc is late), and then
-        # there is nothing to interrupt.
-        starting.nats_started()
+        starting.services_started()
         starting.up.send_signal(signal.SIGINT)  # its supervisor, in a session of its own, not
 
     done = starting.outcome(interrupt)
