@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from nats_process import NatsServer
+from up_stack import IN_THE_FOREGROUND
 
 RUN = [sys.executable, "-m", "muster.cli.main", "run", "--speed", "40"]
 
@@ -46,20 +47,6 @@ def permission_violations(log_dir: Path) -> list[str]:
     """The nats-server's log lines about a user refused a subject, in a `muster run` log dir."""
     text = (log_dir / "nats-server.log").read_text()
     return [line for line in text.splitlines() if "Violation" in line]
-
-
-# SIGINT as a shell leaves it for the command it runs in the foreground: a test run in the
-# background of a non-interactive shell (`pytest &`) has it ignored, and so would its child,
-# which Ctrl-C then could not stop. A first Python restores it and becomes the command (exec
-# keeps a default disposition). Not a `preexec_fn`: subprocess then forks without exec'ing at
-# once, and in a pytest-xdist worker with gRPC loaded the child crashed now and then
-# ("epoll_wait error: Bad file descriptor"; muster.launcher.lifeline says why).
-IN_THE_FOREGROUND = [
-    sys.executable,
-    "-c",
-    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])",
-]
 
 
 # A progress line of the run ("   3.1s  team-b/job-eval-4f85f   admitted   ...").

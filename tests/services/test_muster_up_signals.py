@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from up_stack import MUSTER, ROOT, child_running, children_of, up_env
+from up_stack import IN_THE_FOREGROUND, MUSTER, ROOT, child_running, children_of, up_env
 
 from muster.launcher.nats_server import free_port
 from muster.launcher.upstate import Process, alive, port_in_use, process, read_state
@@ -42,8 +42,8 @@ class Starting:
             "MUSTER_UP_GATEWAY_PORT": str(self.ports[0]),
             "MUSTER_UP_NATS_PORT": str(self.ports[1]),
         }
-        self.up = subprocess.Popen(
-            [*MUSTER, "up", *extra],
+        self.up = subprocess.Popen(  # with SIGINT as a terminal's foreground command has it
+            [*IN_THE_FOREGROUND, *MUSTER[1:], "up", *extra],
             env=self.env,
             cwd=ROOT,
             stdout=subprocess.PIPE,

@@ -21,6 +21,20 @@ from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
 from muster.launcher.upstate import StackState, read_state
 
 MUSTER = [sys.executable, "-m", "muster.cli.main"]
+
+# SIGINT as a shell leaves it for the command it runs in the foreground: a test run in the
+# background of a non-interactive shell (`pytest &`) has it ignored, and so would its child,
+# which Ctrl-C then could not stop. A first Python restores it and becomes the command (exec
+# keeps a default disposition). Not a `preexec_fn`: subprocess then forks without exec'ing at
+# once, and in a pytest-xdist worker with gRPC loaded the child crashed now and then
+# ("epoll_wait error: Bad file descriptor"; muster.launcher.lifeline says why).
+IN_THE_FOREGROUND = [
+    sys.executable,
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])",
+]
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
