@@ -205,6 +205,11 @@ SCHEMAS: Final[dict[tuple[str, str], Fields]] = {
     ("v1", "Pod"): _object(spec=POD_SPEC),
     ("v1", "Node"): _object(spec=_NODE_SPEC),
     ("v1", "Namespace"): _object("spec"),
+    ("v1", "LimitRange"): _object(
+        spec=_fields(
+            limits=_fields("type", "max", "min", "default", "defaultRequest", "maxLimitRequestRatio")
+        )
+    ),
     ("scheduling.k8s.io/v1", "PriorityClass"): _object(
         "value", "globalDefault", "description", "preemptionPolicy"
     ),
