@@ -27,6 +27,7 @@ from typing import Final
 
 import msgspec
 
+from muster.api.encode import is_byte_resource
 from muster.api.limit_range import CONTAINER, POD
 from muster.api.model import (
     ContainerResources,
@@ -37,7 +38,6 @@ from muster.api.model import (
     Workload,
 )
 from muster.api.podspec import effective_requests, requests_of
-from muster.api.encode import is_byte_resource
 from muster.api.quantity import format_quantity
 
 INVALID_RESOURCES: Final = "resources validation failed"
