@@ -13,7 +13,6 @@ from muster.api.model import (
     Admission,
     ContainerResources,
     ObjectMeta,
-    PodResources,
     PodSet,
     Resources,
     Toleration,
@@ -126,10 +125,10 @@ def _pod_set(ps: PodSet) -> dict[str, Any]:
 
 def _containers(ps: PodSet) -> dict[str, Any]:
     """The pod spec's containers: one "main" with the per-pod requests, or, when the podset
-    knows its containers and they are more than that, each as written (requests and limits
-    apart), so that a reader can apply a namespace's LimitRanges to them as Kueue does."""
+    keeps its containers (`muster.api.podspec.just_requests`), each as written (requests and
+    limits apart), so that a reader can apply a namespace's LimitRanges to them as Kueue does."""
     written = ps.resources
-    if written is None or _just_requests(written):
+    if written is None:
         container: dict[str, Any] = {"name": "main"}
         if ps.requests:
             container["resources"] = {"requests": quantities_to_strings(ps.requests)}
@@ -144,13 +143,6 @@ def _containers(ps: PodSet) -> dict[str, Any]:
     if written.overhead:
         pod_spec["overhead"] = quantities_to_strings(written.overhead)
     return pod_spec
-
-
-def _just_requests(written: PodResources) -> bool:
-    """One container with requests and nothing else: the "main" container says it all."""
-    if written.init_containers or written.overhead or len(written.containers) != 1:
-        return False
-    return not written.containers[0].limits
 
 
 def _container(name: str, c: ContainerResources) -> dict[str, Any]:

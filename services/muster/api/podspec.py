@@ -96,6 +96,23 @@ def requests_of(resources: PodResources) -> dict[str, int]:
     return total
 
 
+def written_resources(ps: PodSet) -> PodResources:
+    """`ps`'s containers as written; a podset that keeps none has one container asking its
+    per-pod requests (what `just_requests` leaves out, and what a Kueue reader of a podset
+    known only by its total sees)."""
+    if ps.resources is not None:
+        return ps.resources
+    return PodResources(containers=(ContainerResources(requests=ps.requests),))
+
+
+def just_requests(resources: PodResources) -> bool:
+    """At most one container, with requests only: its total says it all, and a podset keeps
+    no `resources` (every podset of a plain template compares and encodes as before)."""
+    if resources.init_containers or resources.overhead or len(resources.containers) > 1:
+        return False
+    return not any(c.limits for c in resources.containers)
+
+
 def pod_requests(spec: RawPodSpec, errs: ObjectErrors, *, path: str) -> dict[str, int]:
     """Return what one pod of `spec` requests (`requests_of`); `path` is the spec's."""
     return requests_of(pod_resources(spec, errs, path=path))
@@ -178,7 +195,7 @@ def pod_set_from_template(
         count=count,
         min_count=min_count,
         requests=requests_of(resources),
-        resources=resources,
+        resources=None if just_requests(resources) else resources,
         node_selector=dict(template.spec.node_selector),
         tolerations=tolerations(template.spec.tolerations),
         node_affinity_terms=node_affinity_terms(template.spec, errs, path=spec_path),

@@ -37,7 +37,7 @@ from muster.api.model import (
     PodSet,
     Workload,
 )
-from muster.api.podspec import effective_requests, requests_of
+from muster.api.podspec import effective_requests, requests_of, written_resources
 from muster.api.quantity import format_quantity
 
 INVALID_RESOURCES: Final = "resources validation failed"
@@ -144,10 +144,14 @@ def adjusted_workload(wl: Workload, summary: Summary | None) -> Workload:
 
 
 def _adjusted_pod_set(ps: PodSet, summary: Summary | None) -> PodSet:
-    if ps.resources is None:
+    if ps.resources is None and summary is None:
+        return ps  # one container with requests only: nothing to add
+    written = written_resources(ps)
+    requests = requests_of(adjusted_resources(written, summary))
+    if requests == ps.requests:
         return ps
-    requests = requests_of(adjusted_resources(ps.resources, summary))
-    return ps if requests == ps.requests else msgspec.structs.replace(ps, requests=requests)
+    # Kept as written, so that adjusting again (another LimitRange) starts from them.
+    return msgspec.structs.replace(ps, requests=requests, resources=written)
 
 
 def resource_problem(wl: Workload, summary: Summary | None) -> str | None:
@@ -156,10 +160,10 @@ def resource_problem(wl: Workload, summary: Summary | None) -> str | None:
     invalid: list[str] = []
     unsatisfied: list[str] = []
     for i, ps in enumerate(wl.pod_sets):
-        if ps.resources is None:
-            continue
+        if ps.resources is None and summary is None:
+            continue  # one container with requests only: no limit to exceed
         spec = f"spec.podSets[{i}].template.spec"
-        pod = adjusted_resources(ps.resources, summary)
+        pod = adjusted_resources(written_resources(ps), summary)
         groups = (("initContainers", pod.init_containers), ("containers", pod.containers))
         for field, containers in groups:
             for c, container in enumerate(containers):
