@@ -60,7 +60,7 @@ async def test_submit_into_a_namespace_with_a_limit_range_charges_its_defaults(
         async with running_gateway(bus) as gw:
             request = services_pb2.SubmitRequest(manifest=manifest)
             reply = await gw.gateway.Submit(request, timeout=10)
-        assert [(o.kind, o.key) for o in reply.objects][0] == ("LimitRange", "ns/defaults")
+        assert (reply.objects[0].kind, reply.objects[0].key) == ("LimitRange", "ns/defaults")
 
         for name in ("a", "b"):
             admitted = await events.wait_for("admitted", workload=f"ns/{name}")
