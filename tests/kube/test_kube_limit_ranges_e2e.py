@@ -1,6 +1,7 @@
 """A namespace's LimitRange on Kubernetes, as Kueue applies it: a Job whose container sets no
-request is charged the LimitRange's defaultRequest, and one over its max is held with the
-reason Misconfigured and a message naming the container and the LimitRange. Applied as an
+request is charged the LimitRange's defaultRequest, and one over its max (which the API server
+also makes the default limit) is held with the reason Misconfigured and a message naming the
+container and the resource. Applied as an
 operator applies them, every service from its own flags against the API-server stand-in."""
 
 from __future__ import annotations
@@ -74,6 +75,6 @@ async def test_a_jobs_workload_is_charged_and_bounded_by_its_namespaces_limit_ra
         refused = await eventually(held, timeout_s=30.0)
         assert condition(refused, "QuotaReserved")["status"] == "False"
         assert condition(refused, "QuotaReserved")["message"] == (
-            "resources didn't satisfy LimitRange constraints: spec.podSets[0].template.spec."
-            "containers[0]: cpu 10 is above the max 8 of LimitRange sizes"
+            "resources validation failed: spec.podSets[0].template.spec.containers[0]: cpu "
+            "request 10 exceeds its limit 8"  # the max is also the default limit, as stored
         )

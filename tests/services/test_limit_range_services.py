@@ -53,7 +53,7 @@ async def test_submit_into_a_namespace_with_a_limit_range_charges_its_defaults(
             config_applied(cluster_queue(cpu="4")),
             config_applied(local_queue()),
         )
-        over = "{name: c, resources: {requests: {cpu: 3}}}"
+        over = "{name: c, resources: {requests: {cpu: 3}, limits: {cpu: 3}}}"
         manifest = "---\n".join(
             [LIMIT_RANGE, _workload("a"), _workload("b"), _workload("c"), _workload("big", over)]
         )

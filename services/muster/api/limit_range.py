@@ -1,8 +1,11 @@
 """v1 LimitRanges: decoded and checked as the API server checks them before storing one.
 
-A LimitRange the API server would refuse is refused here too, naming the field, so the
-defaults and bounds `muster.core.limit_ranges` applies are always ones Kubernetes could hold:
-min <= defaultRequest <= default <= max for each resource, and a Pod entry has no defaults.
+A Container entry is defaulted as the API server defaults it before storing it (so a
+LimitRange written with only a `max` also gives that as the default limit and request, as on a
+real cluster), and a LimitRange the API server would refuse is refused here too, naming the
+field, so the defaults and bounds `muster.core.limit_ranges` applies are always ones
+Kubernetes could hold: min <= defaultRequest <= default <= max for each resource, and a Pod
+entry has no defaults.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ def _item(raw: RawLimitRangeItem, errs: ObjectErrors, *, path: str) -> LimitRang
             raw.max_limit_request_ratio, f"{path}.maxLimitRequestRatio"
         ),
     }
+    if raw.type == CONTAINER:
+        _default_container_item(maps)
     if raw.type == POD:
         for field in ("default", "defaultRequest"):
             if maps[field]:
@@ -66,6 +71,14 @@ def _item(raw: RawLimitRangeItem, errs: ObjectErrors, *, path: str) -> LimitRang
         default_request=maps["defaultRequest"],
         max_limit_request_ratio=maps["maxLimitRequestRatio"],
     )
+
+
+def _default_container_item(maps: dict[str, dict[str, int]]) -> None:
+    """The API server's defaulting of a Container entry (SetDefaults_LimitRangeItem), so a
+    LimitRange reads as the cluster stores it: an unset `default` is the `max`, then an unset
+    `defaultRequest` is the `default`, else the `min`."""
+    maps["default"] = {**maps["max"], **maps["default"]}
+    maps["defaultRequest"] = {**maps["min"], **maps["default"], **maps["defaultRequest"]}
 
 
 def _check_order(

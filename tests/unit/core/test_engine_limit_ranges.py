@@ -90,7 +90,8 @@ def test_a_new_limit_range_recharges_pending_workloads_not_admitted_ones() -> No
 def test_a_tighter_max_makes_a_pending_workload_inadmissible_and_a_looser_one_frees_it() -> None:
     engine = _engine()
     engine.apply(_limit_range("cap", "[{type: Container, max: {cpu: 300m}}]"), now_s=0)
-    engine.submit(_workload("w", "{name: c, resources: {requests: {cpu: 500m}}}"), now_s=0)
+    container = "{name: c, resources: {requests: {cpu: 500m}, limits: {cpu: 500m}}}"
+    engine.submit(_workload("w", container), now_s=0)
     assert _admitted(engine.schedule(now_s=0)) == []
     record = engine.records[WorkloadKey("ns/w")]
     assert record.pending_message == (
@@ -108,7 +109,8 @@ def test_limit_ranges_merge_as_kueue_summarizes_them() -> None:
             _limit_range("b", "[{type: Container, max: {cpu: 2}, defaultRequest: {cpu: 300m}}]"),
             _limit_range(
                 "a",
-                "[{type: Container, max: {cpu: 4}, min: {cpu: 100m}, defaultRequest: {cpu: 200m}},"
+                "[{type: Container, max: {cpu: 4}, min: {cpu: 100m}, default: {cpu: 1},"
+                " defaultRequest: {cpu: 200m}},"
                 " {type: Pod, max: {cpu: 1}}]",
             ),
         ]
@@ -116,7 +118,10 @@ def test_limit_ranges_merge_as_kueue_summarizes_them() -> None:
     assert summary is not None and summary.container is not None
     assert summary.container.max == {"cpu": 2000} and summary.container.max_from == {"cpu": "b"}
     assert summary.container.default_request == {"cpu": 200}  # a's: first by name
-    two = _workload("two", "{name: c, resources: {requests: {cpu: 1500m}}}, {name: d}")
+    assert summary.container.default == {"cpu": 1000}
+    two = _workload(
+        "two", "{name: c, resources: {requests: {cpu: 1500m}, limits: {cpu: 2}}}, {name: d}"
+    )
     assert resource_problem(two, summary) == (  # 1500m and d's default 200m
         "resources didn't satisfy LimitRange constraints: spec.podSets[0].template.spec: "
         "pod total cpu 1700m is above the max 1 of LimitRange a"
@@ -128,6 +133,16 @@ def test_limit_ranges_merge_as_kueue_summarizes_them() -> None:
         "containers[0]: cpu 3 is above the max 2 of LimitRange b; spec.podSets[0].template."
         "spec.containers[0]: cpu 50m is below the min 100m of LimitRange a"
     )
+
+
+def test_a_container_entry_is_defaulted_as_the_api_server_stores_it() -> None:
+    """SetDefaults_LimitRangeItem: default <- max, then defaultRequest <- default, else min."""
+    lr = _limit_range("d", "[{type: Container, max: {cpu: 2, memory: 1Gi}, min: {memory: 1Mi}}]")
+    (item,) = lr.limits
+    assert item.default == {"cpu": 2000, "memory": 2**30 * 1000}
+    assert item.default_request == {"cpu": 2000, "memory": 2**30 * 1000}
+    (pod,) = _limit_range("p", "[{type: Pod, max: {cpu: 2}}]").limits
+    assert pod.default == {} and pod.default_request == {}
 
 
 def test_a_hostile_limit_range_is_refused_naming_the_field() -> None:
