@@ -59,6 +59,7 @@ class Configuration:
         self.local_queue_clusters: dict[str, str] = {}  # LocalQueue key -> its cluster
         # LimitRanges, each cluster's own as Namespaces are: cluster -> namespace -> name ->.
         self.limit_ranges: dict[str, dict[str, dict[str, LimitRange]]] = {}
+        self._limit_summaries: dict[tuple[str, str], Summary | None] = {}  # merged once
         self.tree = QuotaTree()
         self.layouts: dict[str, QueueLayout] = {}
         self.inactive: dict[str, Problem] = {}
@@ -95,6 +96,7 @@ class Configuration:
             case LimitRange():
                 namespaces = self.limit_ranges.setdefault(cluster, {})
                 namespaces.setdefault(obj.meta.namespace, {})[name] = obj
+                self._limit_summaries.pop((cluster, obj.meta.namespace), None)
             case Workload():
                 raise TypeError("workloads are submitted, not applied")
 
@@ -103,6 +105,7 @@ class Configuration:
         if kind == "Namespace":
             return self.namespaces.get(cluster, {}).pop(name, None) is not None
         if kind == "LimitRange":
+            self._limit_summaries.pop((cluster, namespace), None)
             ranges = self.limit_ranges.get(cluster, {}).get(namespace, {})
             return ranges.pop(name, None) is not None
         if kind == "LocalQueue":
@@ -226,8 +229,14 @@ class Configuration:
     def limit_summary(self, local_queue: str, namespace: str) -> Summary | None:
         """The LimitRanges of `namespace` in the cluster of `local_queue` (as its Namespace),
         merged; None when it has none."""
+        if not self.limit_ranges:
+            return None  # most installations: no LimitRange anywhere, nothing to look up
         cluster = self.local_queue_clusters.get(local_queue, "")
-        return summarize(self.limit_ranges.get(cluster, {}).get(namespace, {}).values())
+        key = (cluster, namespace)
+        if key not in self._limit_summaries:
+            ranges = self.limit_ranges.get(cluster, {}).get(namespace, {})
+            self._limit_summaries[key] = summarize(ranges.values())
+        return self._limit_summaries[key]
 
     def admissibility(self, r: WorkloadRecord) -> Problem | None:
         """Why `r` cannot be admitted in its ClusterQueue whatever the quota, or None."""

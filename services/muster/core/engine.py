@@ -190,9 +190,10 @@ class Engine(EngineViews):
         summary = self.state.config.limit_summary(r.local_queue, r.wl.meta.namespace)
         wl = r.wl if fresh and summary is None else adjusted_workload(r.wl, summary)
         problem = resource_problem(wl, summary)
-        changed = wl is not r.wl or problem != r.resource_problem
+        if wl is r.wl and problem == r.resource_problem:
+            return False
         r.wl, r.resource_problem = wl, problem
-        return changed
+        return True
 
     def _limit_ranges_changed(self, namespace: str, *, cluster: str) -> None:
         """A LimitRange of `namespace` in `cluster` changed: as Kueue, every workload there
