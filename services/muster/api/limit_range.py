@@ -15,6 +15,7 @@ from typing import Final
 
 from muster.api.errors import ObjectErrors, key_path
 from muster.api.model import LimitRange, LimitRangeItem, ObjectMeta
+from muster.api.names import qualified_name_problem
 from muster.api.quantity import format_quantity
 from muster.api.raw import RawLimitRange, RawLimitRangeItem
 
@@ -37,12 +38,22 @@ def limit_range_from_raw(raw: RawLimitRange, meta: ObjectMeta, errs: ObjectError
     items = tuple(
         _item(item, errs, path=f"spec.limits[{i}]") for i, item in enumerate(raw.spec.limits)
     )
+    seen: set[str] = set()
+    for i, item in enumerate(items):
+        if item.type in seen:
+            errs.add(f"spec.limits[{i}].type", f"{item.type} is listed twice")
+        seen.add(item.type)
     return LimitRange(meta=meta, limits=items)
 
 
 def _item(raw: RawLimitRangeItem, errs: ObjectErrors, *, path: str) -> LimitRangeItem:
-    if raw.type not in _TYPES:
-        errs.add(f"{path}.type", f"must be one of {', '.join(_TYPES)}, got {raw.type!r}")
+    # Kubernetes' own types, or another project's with its domain (openshift.io/Image): kept,
+    # and bounding nothing here.
+    problem = qualified_name_problem(raw.type) if "/" in raw.type else None
+    if "/" not in raw.type and raw.type not in _TYPES:
+        problem = f"must be one of {', '.join(_TYPES)} or a domain-prefixed name, got {raw.type!r}"
+    if problem is not None:
+        errs.add(f"{path}.type", problem)
     maps = {
         "max": errs.quantities(raw.max, f"{path}.max"),
         "min": errs.quantities(raw.min, f"{path}.min"),

@@ -6,7 +6,7 @@ from muster.api.decode import decode_yaml
 from muster.api.model import LimitRange, Workload, WorkloadKey
 from muster.core.engine import Engine
 from muster.core.events import Event, EventType
-from muster.core.limit_ranges import resource_problem, summarize
+from muster.core.limit_ranges import Summary, resource_problem, summarize
 
 QUEUES = """
 apiVersion: kueue.x-k8s.io/v1beta2
@@ -158,6 +158,7 @@ spec:
     default: {cpu: 1}
   - {type: Pod, default: {cpu: 1}}
   - {type: Node}
+  - {type: Pod}
 """)
     assert objects == []
     text = "\n".join(str(e) for e in errors)
@@ -166,3 +167,7 @@ spec:
     assert "spec.limits[0].min.cpu: 2 must be at most default 1" in text
     assert "spec.limits[1].default: must not be set for type Pod" in text
     assert "spec.limits[2].type: must be one of Container, Pod, PersistentVolumeClaim" in text
+    assert "spec.limits[3].type: Pod is listed twice" in text
+    # Another project's type (OpenShift's) is stored by the API server: kept, bounding nothing.
+    (lr,) = [_limit_range("os", "[{type: openshift.io/Image, max: {storage: 1Gi}}]")]
+    assert summarize([lr]) == Summary()
