@@ -115,8 +115,10 @@ def test_limit_ranges_merge_as_kueue_summarizes_them() -> None:
             ),
         ]
     )
-    assert summary is not None and summary.container is not None
-    assert summary.container.max == {"cpu": 2000} and summary.container.max_from == {"cpu": "b"}
+    assert summary is not None
+    assert summary.container is not None
+    assert summary.container.max == {"cpu": 2000}
+    assert summary.container.max_from == {"cpu": "b"}
     assert summary.container.default_request == {"cpu": 200}  # a's: first by name
     assert summary.container.default == {"cpu": 1000}
     two = _workload(
@@ -142,7 +144,8 @@ def test_a_container_entry_is_defaulted_as_the_api_server_stores_it() -> None:
     assert item.default == {"cpu": 2000, "memory": 2**30 * 1000}
     assert item.default_request == {"cpu": 2000, "memory": 2**30 * 1000}
     (pod,) = _limit_range("p", "[{type: Pod, max: {cpu: 2}}]").limits
-    assert pod.default == {} and pod.default_request == {}
+    assert pod.default == {}
+    assert pod.default_request == {}
 
 
 def test_a_hostile_limit_range_is_refused_naming_the_field() -> None:
