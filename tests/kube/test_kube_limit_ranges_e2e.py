@@ -62,7 +62,7 @@ async def test_a_jobs_workload_is_charged_and_bounded_by_its_namespaces_limit_ra
 
         async def admitted() -> dict[str, Any] | None:
             wl = await kubectl.get("Workload", plain, "ml")
-            return wl if (wl.get("status") or {}).get("admission") else None
+            return wl if ((wl or {}).get("status") or {}).get("admission") else None
 
         wl = await eventually(admitted, timeout_s=30.0)
         (assignment,) = wl["status"]["admission"]["podSetAssignments"]
