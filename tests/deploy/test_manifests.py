@@ -733,6 +733,7 @@ def test_clusterqueue_wide_columns() -> None:
 _READ = ("list", "watch")
 _WATCHED = {
     ("", "namespaces"),
+    ("", "limitranges"),
     ("", "nodes"),
     ("", "pods"),
     ("scheduling.k8s.io", "priorityclasses"),

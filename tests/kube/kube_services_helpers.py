@@ -128,6 +128,8 @@ class Kubectl:
             self.core.create_namespace(as_model(client.V1Namespace, obj))
         elif kind == "Secret":
             self.core.create_namespaced_secret(namespace, as_model(client.V1Secret, obj))
+        elif kind == "LimitRange":
+            self.core.create_namespaced_limit_range(namespace, as_model(client.V1LimitRange, obj))
         elif kind == "Node":
             self.core.create_node(as_model(client.V1Node, obj))
         elif kind == "Pod":

@@ -72,7 +72,7 @@ from muster.api.model import (
     WorkloadKey,
 )
 from muster.api.wellknown import GANG_TIMED_OUT, PREEMPTED, START_FAILED
-from muster.core.config_owners import ConfigOwners
+from muster.core.config_owners import NAMESPACED_CONFIG_KINDS, ConfigOwners
 from muster.core.engine import Engine
 from muster.core.events import Event, EventType
 from muster.core.lifecycle import assignment_of
@@ -414,7 +414,7 @@ class AdmissionState:
                 return events + self._rebalance(now_s=now_s)
             case DeleteConfig(kind, name, cluster):
                 namespace, _, name = (
-                    name.rpartition("/") if kind == "LocalQueue" else ("", "", name)
+                    name.rpartition("/") if kind in NAMESPACED_CONFIG_KINDS else ("", "", name)
                 )
                 events = engine.remove(
                     kind,

@@ -52,6 +52,7 @@ from muster.api.convert import (
 from muster.api.errors import FieldError, ObjectErrors
 from muster.api.files import read_regular
 from muster.api.job import workload_from_job
+from muster.api.limit_range import limit_range_from_raw
 from muster.api.load import LoadError, load_json, load_yaml
 from muster.api.model import (
     CLUSTER_TYPES,
@@ -152,6 +153,7 @@ _KINDS: dict[tuple[str, str], _Kind] = {
         wire.RawPriorityClass, priority_class_from_raw
     ),
     ("v1", "Namespace"): _Kind(wire.RawNamespace, namespace_from_raw),
+    ("v1", "LimitRange"): _Kind(wire.RawLimitRange, limit_range_from_raw, namespaced=True),
     ("batch/v1", "Job"): _Kind(
         wire.RawJob,
         lambda raw, meta, errs: workload_from_job(raw, errs, namespace=meta.namespace),

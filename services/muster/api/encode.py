@@ -11,6 +11,7 @@ from typing import Any
 from muster.api.convert import KUEUE_V1BETA1, KUEUE_V1BETA2, POD_PRIORITY_CLASS
 from muster.api.model import (
     Admission,
+    ContainerResources,
     ObjectMeta,
     PodSet,
     Resources,
@@ -89,10 +90,7 @@ def _metadata(meta: ObjectMeta) -> dict[str, Any]:
 
 
 def _pod_set(ps: PodSet) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": "main"}
-    if ps.requests:
-        container["resources"] = {"requests": quantities_to_strings(ps.requests)}
-    pod_spec: dict[str, Any] = {"containers": [container]}
+    pod_spec = _containers(ps)
     if ps.node_selector:
         pod_spec["nodeSelector"] = dict(ps.node_selector)
     if ps.tolerations:
@@ -122,6 +120,42 @@ def _pod_set(ps: PodSet) -> dict[str, Any]:
     if ps.min_count is not None:
         out["minCount"] = ps.min_count
     out["template"] = template
+    return out
+
+
+def _containers(ps: PodSet) -> dict[str, Any]:
+    """The pod spec's containers: one "main" with the per-pod requests, or, when the podset
+    keeps its containers (`muster.api.podspec.just_requests`), each as written (requests and
+    limits apart), so that a reader can apply a namespace's LimitRanges to them as Kueue does."""
+    written = ps.resources
+    if written is None:
+        container: dict[str, Any] = {"name": "main"}
+        if ps.requests:
+            container["resources"] = {"requests": quantities_to_strings(ps.requests)}
+        return {"containers": [container]}
+    pod_spec: dict[str, Any] = {
+        "containers": [_container(f"c{i}", c) for i, c in enumerate(written.containers)]
+    }
+    if written.init_containers:
+        pod_spec["initContainers"] = [
+            _container(f"init{i}", c) for i, c in enumerate(written.init_containers)
+        ]
+    if written.overhead:
+        pod_spec["overhead"] = quantities_to_strings(written.overhead)
+    return pod_spec
+
+
+def _container(name: str, c: ContainerResources) -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    if c.requests:
+        resources["requests"] = quantities_to_strings(c.requests)
+    if c.limits:
+        resources["limits"] = quantities_to_strings(c.limits)
+    out: dict[str, Any] = {"name": name}
+    if resources:
+        out["resources"] = resources
+    if c.sidecar:
+        out["restartPolicy"] = "Always"
     return out
 
 

@@ -291,7 +291,47 @@ class Namespace(Frozen, frozen=True, kw_only=True):
     meta: ObjectMeta
 
 
+class LimitRangeItem(Frozen, frozen=True, kw_only=True):
+    """One entry of a v1 LimitRange's spec.limits; quantities in milli-units."""
+
+    type: str  # Container, Pod, PersistentVolumeClaim (only the first two bound a workload)
+    max: Resources = msgspec.field(default_factory=dict)
+    min: Resources = msgspec.field(default_factory=dict)
+    default: Resources = msgspec.field(default_factory=dict)  # limits a container leaves unset
+    default_request: Resources = msgspec.field(default_factory=dict)
+    max_limit_request_ratio: Resources = msgspec.field(default_factory=dict)
+
+
+class LimitRange(Frozen, frozen=True, kw_only=True):
+    """A v1 LimitRange: defaults and bounds for the containers and pods of its namespace."""
+
+    meta: ObjectMeta
+    limits: tuple[LimitRangeItem, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.meta.namespace}/{self.meta.name}"
+
+
 # --- workloads -------------------------------------------------------------------------------
+
+
+class ContainerResources(Frozen, frozen=True, kw_only=True):
+    """One container's requests and limits as written, apart (a limit is not yet a request)."""
+
+    requests: Resources = msgspec.field(default_factory=dict)
+    limits: Resources = msgspec.field(default_factory=dict)
+    sidecar: bool = False  # an init container with restartPolicy Always
+
+
+class PodResources(Frozen, frozen=True, kw_only=True):
+    """A pod template's resources container by container, as written: what a namespace's
+    LimitRanges default and bound (`muster.core.limit_ranges`) before the per-pod total is
+    taken (`muster.api.podspec.requests_of`)."""
+
+    containers: tuple[ContainerResources, ...] = ()
+    init_containers: tuple[ContainerResources, ...] = ()
+    overhead: Resources = msgspec.field(default_factory=dict)
 
 
 class PodSet(Frozen, frozen=True, kw_only=True):
@@ -299,6 +339,10 @@ class PodSet(Frozen, frozen=True, kw_only=True):
     count: int
     min_count: int | None = None  # partial admission: the smallest count that is useful
     requests: Resources = msgspec.field(default_factory=dict)  # per pod, MilliUnits
+    # The template's containers, when it came from one: `requests` is their total with no
+    # LimitRange applied, and the engine takes it again from these when one applies. None for
+    # a podset known only by its total (a routed alternative).
+    resources: PodResources | None = None
     node_selector: Mapping[str, str] = msgspec.field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
     # Required node affinity, flattened: a pod fits a flavor if any term matches its labels.
@@ -602,6 +646,7 @@ ConfigObject = (
     | PriorityClass
     | AdmissionCheck
     | Namespace
+    | LimitRange
     | MultiKueueConfig
     | MultiKueueCluster
 )

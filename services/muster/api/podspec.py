@@ -14,8 +14,10 @@ import msgspec
 
 from muster.api.errors import ObjectErrors, key_path
 from muster.api.model import (
+    ContainerResources,
     LabelSelector,
     LabelSelectorRequirement,
+    PodResources,
     PodSet,
     ResourceFlavor,
     Taint,
@@ -33,18 +35,43 @@ from muster.api.wellknown import (
 _SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
 
 
-def container_requests(container: RawContainer, errs: ObjectErrors, *, path: str) -> dict[str, int]:
-    """Return one container's requests; a resource with a limit but no request uses the limit.
-
-    That is the defaulting Kubernetes applies before a pod is stored.
-    """
+def container_resources(
+    container: RawContainer, errs: ObjectErrors, *, path: str
+) -> ContainerResources:
+    """Return one container's requests and limits as written (`path` is the container's)."""
     resources = container.resources
-    limits = errs.quantities(resources.limits, f"{path}.resources.limits")
-    requests = errs.quantities(resources.requests, f"{path}.resources.requests")
-    return {**limits, **requests}
+    return ContainerResources(
+        requests=errs.quantities(resources.requests, f"{path}.resources.requests"),
+        limits=errs.quantities(resources.limits, f"{path}.resources.limits"),
+        sidecar=container.restart_policy == "Always",
+    )
 
 
-def pod_requests(spec: RawPodSpec, errs: ObjectErrors, *, path: str) -> dict[str, int]:
+def pod_resources(spec: RawPodSpec, errs: ObjectErrors, *, path: str) -> PodResources:
+    """Return a pod spec's resources container by container; `path` is the spec's."""
+    return PodResources(
+        containers=tuple(
+            container_resources(c, errs, path=f"{path}.containers[{i}]")
+            for i, c in enumerate(spec.containers)
+        ),
+        init_containers=tuple(
+            container_resources(c, errs, path=f"{path}.initContainers[{i}]")
+            for i, c in enumerate(spec.init_containers)
+        ),
+        overhead=errs.quantities(spec.overhead, f"{path}.overhead"),
+    )
+
+
+def effective_requests(container: ContainerResources) -> dict[str, int]:
+    """A container's requests, a resource with a limit but no request taking the limit.
+
+    That is the defaulting Kubernetes applies before a pod is stored (and Kueue's
+    UseLimitsAsMissingRequestsInPod for a template).
+    """
+    return {**container.limits, **container.requests}
+
+
+def requests_of(resources: PodResources) -> dict[str, int]:
     """Return what one pod requests, per resource, in milli-units.
 
     Kubernetes' rule: the larger of (regular containers plus sidecars) and the peak of the init
@@ -52,21 +79,43 @@ def pod_requests(spec: RawPodSpec, errs: ObjectErrors, *, path: str) -> dict[str
     then pod overhead is added. Sidecars are init containers with `restartPolicy: Always`.
     """
     running: dict[str, int] = {}
-    for c, container in enumerate(spec.containers):
-        _add(running, container_requests(container, errs, path=f"{path}.containers[{c}]"))
+    for container in resources.containers:
+        _add(running, effective_requests(container))
     sidecars: dict[str, int] = {}
     init_peak: dict[str, int] = {}
-    for i, container in enumerate(spec.init_containers):
-        requests = container_requests(container, errs, path=f"{path}.initContainers[{i}]")
-        if container.restart_policy == "Always":
+    for container in resources.init_containers:
+        requests = effective_requests(container)
+        if container.sidecar:
             _add(sidecars, requests)
             _raise_to(init_peak, sidecars)
         else:
             _raise_to(init_peak, _summed(sidecars, requests))
     total = _summed(running, sidecars)
     _raise_to(total, init_peak)
-    _add(total, errs.quantities(spec.overhead, f"{path}.overhead"))
+    _add(total, dict(resources.overhead))
     return total
+
+
+def written_resources(ps: PodSet) -> PodResources:
+    """`ps`'s containers as written; a podset that keeps none has one container asking its
+    per-pod requests (what `just_requests` leaves out, and what a Kueue reader of a podset
+    known only by its total sees)."""
+    if ps.resources is not None:
+        return ps.resources
+    return PodResources(containers=(ContainerResources(requests=ps.requests),))
+
+
+def just_requests(resources: PodResources) -> bool:
+    """At most one container, with requests only: its total says it all, and a podset keeps
+    no `resources` (every podset of a plain template compares and encodes as before)."""
+    if resources.init_containers or resources.overhead or len(resources.containers) > 1:
+        return False
+    return not any(c.limits for c in resources.containers)
+
+
+def pod_requests(spec: RawPodSpec, errs: ObjectErrors, *, path: str) -> dict[str, int]:
+    """Return what one pod of `spec` requests (`requests_of`); `path` is the spec's."""
+    return requests_of(pod_resources(spec, errs, path=path))
 
 
 def taints(raw: Iterable[RawTaint]) -> tuple[Taint, ...]:
@@ -140,11 +189,13 @@ def pod_set_from_template(
     ):
         errs.add(field, problem)
     check_topology_annotations(meta.annotations, errs, path=f"{path}.metadata.annotations")
+    resources = pod_resources(template.spec, errs, path=spec_path)
     return PodSet(
         name=name,
         count=count,
         min_count=min_count,
-        requests=pod_requests(template.spec, errs, path=spec_path),
+        requests=requests_of(resources),
+        resources=None if just_requests(resources) else resources,
         node_selector=dict(template.spec.node_selector),
         tolerations=tolerations(template.spec.tolerations),
         node_affinity_terms=node_affinity_terms(template.spec, errs, path=spec_path),

@@ -289,6 +289,23 @@ class RawNamespace(Document):
     pass
 
 
+class RawLimitRangeItem(Wire):
+    type: str = ""
+    max: QuantityMap = {}
+    min: QuantityMap = {}
+    default: QuantityMap = {}
+    default_request: QuantityMap = {}
+    max_limit_request_ratio: QuantityMap = {}
+
+
+class RawLimitRangeSpec(Wire):
+    limits: list[RawLimitRangeItem] = []
+
+
+class RawLimitRange(Document):
+    spec: RawLimitRangeSpec = msgspec.field(default_factory=RawLimitRangeSpec)
+
+
 class RawMultiKueueConfigSpec(Wire):
     clusters: list[str] = []
 

@@ -50,6 +50,9 @@ _AFFINITY = _fields(
     ),
 )
 _RESOURCES = _fields("claims", "limits", "requests")
+_LIMIT_RANGE_ITEM = _fields(
+    "type", "max", "min", "default", "defaultRequest", "maxLimitRequestRatio"
+)
 _CONTAINER = _fields(
     "args", "command", "env", "envFrom", "image", "imagePullPolicy", "lifecycle",
     "livenessProbe", "name", "ports", "readinessProbe", "resizePolicy", "restartPolicy",
@@ -205,6 +208,7 @@ SCHEMAS: Final[dict[tuple[str, str], Fields]] = {
     ("v1", "Pod"): _object(spec=POD_SPEC),
     ("v1", "Node"): _object(spec=_NODE_SPEC),
     ("v1", "Namespace"): _object("spec"),
+    ("v1", "LimitRange"): _object(spec=_fields(limits=_LIMIT_RANGE_ITEM)),
     ("scheduling.k8s.io/v1", "PriorityClass"): _object(
         "value", "globalDefault", "description", "preemptionPolicy"
     ),

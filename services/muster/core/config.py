@@ -18,6 +18,7 @@ from muster.api.model import (
     Cohort,
     FairSharingStrategy,
     KueueConfig,
+    LimitRange,
     LocalQueue,
     Namespace,
     PriorityClass,
@@ -31,6 +32,7 @@ from muster.api.model import (
 )
 from muster.api.wellknown import MULTIKUEUE_CONTROLLER
 from muster.core.flavors import Assignment, QueueLayout
+from muster.core.limit_ranges import Summary, summarize
 from muster.core.matching import selector_matches
 from muster.core.quota import QuotaNode, QuotaTree, tree_id
 
@@ -55,6 +57,9 @@ class Configuration:
         # Namespace. A LocalQueue lives in a namespace of the cluster that applied it.
         self.namespaces: dict[str, dict[str, Namespace]] = {}
         self.local_queue_clusters: dict[str, str] = {}  # LocalQueue key -> its cluster
+        # LimitRanges, each cluster's own as Namespaces are: cluster -> namespace -> name ->.
+        self.limit_ranges: dict[str, dict[str, dict[str, LimitRange]]] = {}
+        self._limit_summaries: dict[tuple[str, str], Summary | None] = {}  # merged once
         self.tree = QuotaTree()
         self.layouts: dict[str, QueueLayout] = {}
         self.inactive: dict[str, Problem] = {}
@@ -88,6 +93,10 @@ class Configuration:
                 self.admission_checks[name] = obj
             case Namespace():
                 self.namespaces.setdefault(cluster, {})[name] = obj
+            case LimitRange():
+                namespaces = self.limit_ranges.setdefault(cluster, {})
+                namespaces.setdefault(obj.meta.namespace, {})[name] = obj
+                self._limit_summaries.pop((cluster, obj.meta.namespace), None)
             case Workload():
                 raise TypeError("workloads are submitted, not applied")
 
@@ -95,6 +104,10 @@ class Configuration:
         """Forget a configuration object (a Namespace: `cluster`'s); True if there was one."""
         if kind == "Namespace":
             return self.namespaces.get(cluster, {}).pop(name, None) is not None
+        if kind == "LimitRange":
+            self._limit_summaries.pop((cluster, namespace), None)
+            ranges = self.limit_ranges.get(cluster, {}).get(namespace, {})
+            return ranges.pop(name, None) is not None
         if kind == "LocalQueue":
             self.local_queue_clusters.pop(f"{namespace}/{name}", None)
         tables: dict[str, dict[str, Any]] = {
@@ -213,6 +226,18 @@ class Configuration:
     def best_effort(self, cq: str) -> bool:
         return self.cluster_queues[cq].queueing_strategy is QueueingStrategy.BEST_EFFORT_FIFO
 
+    def limit_summary(self, local_queue: str, namespace: str) -> Summary | None:
+        """The LimitRanges of `namespace` in the cluster of `local_queue` (as its Namespace),
+        merged; None when it has none."""
+        if not self.limit_ranges:
+            return None  # most installations: no LimitRange anywhere, nothing to look up
+        cluster = self.local_queue_clusters.get(local_queue, "")
+        key = (cluster, namespace)
+        if key not in self._limit_summaries:
+            ranges = self.limit_ranges.get(cluster, {}).get(namespace, {})
+            self._limit_summaries[key] = summarize(ranges.values())
+        return self._limit_summaries[key]
+
     def admissibility(self, r: WorkloadRecord) -> Problem | None:
         """Why `r` cannot be admitted in its ClusterQueue whatever the quota, or None."""
         cq = self.cluster_queues[r.cluster_queue]
@@ -231,6 +256,8 @@ class Configuration:
         labels = {"kubernetes.io/metadata.name": ns_name, **(ns.meta.labels if ns else {})}
         if cq.namespace_selector is None or not selector_matches(cq.namespace_selector, labels):
             return self.reason("Misconfigured", "Pending"), NAMESPACE_MISMATCH
+        if r.resource_problem is not None:  # Kueue: ValidateResources, ValidateLimitRange
+            return self.reason("Misconfigured", "Pending"), r.resource_problem
         return None
 
     def drain_reason(self, cq: str, lq: str) -> Problem | None:

@@ -32,7 +32,9 @@ from typing import Final
 
 from muster.api.wellknown import LOCAL_CLUSTER
 
-UNOWNED_KINDS: Final = frozenset({"Namespace"})
+# A LimitRange, as a Namespace, is each cluster's own: it bounds the pods of that cluster.
+UNOWNED_KINDS: Final = frozenset({"Namespace", "LimitRange"})
+NAMESPACED_CONFIG_KINDS: Final = frozenset({"LocalQueue", "LimitRange"})  # named "<ns>/<name>"
 WORKER_KIND: Final = "MultiKueueCluster"  # its name is the worker's cluster id
 
 

@@ -24,6 +24,7 @@ from muster.api.model import (
     Admission,
     ApiObject,
     KueueConfig,
+    LimitRange,
     ReclaimablePod,
     Workload,
     WorkloadKey,
@@ -47,6 +48,7 @@ from muster.core.config import Configuration
 from muster.core.events import Event, EventType
 from muster.core.heads import Heads
 from muster.core.lifecycle import Lifecycle, assignment_of
+from muster.core.limit_ranges import adjusted_workload, resource_problem
 from muster.core.queueing import Queueing
 from muster.core.queues import TreeRuntime
 from muster.core.reclaim import NONE, reclaimable_of
@@ -151,6 +153,8 @@ class Engine(EngineViews):
             self._stale = True
             return self.state.take_events()
         self._rebuild()
+        if isinstance(obj, LimitRange):
+            self._limit_ranges_changed(obj.meta.namespace, cluster=cluster)
         for r in list(self.state.records.values()):
             self.lifecycle.apply_stop_policy(r)
         return self.state.take_events()
@@ -175,7 +179,39 @@ class Engine(EngineViews):
                 self._stale = True
             else:
                 self._rebuild()
+            if kind == "LimitRange":
+                self._limit_ranges_changed(namespace, cluster=cluster)
         return self.state.take_events()
+
+    def _fit_limit_ranges(self, r: WorkloadRecord, *, fresh: bool = False) -> bool:
+        """Charge `r` what Kueue charges in its namespace (core.limit_ranges); whether its
+        requests or its problem changed. `fresh`: `r.wl` is as written, so a namespace with no
+        LimitRange leaves its requests as they are."""
+        summary = self.state.config.limit_summary(r.local_queue, r.wl.meta.namespace)
+        wl = r.wl if fresh and summary is None else adjusted_workload(r.wl, summary)
+        problem = resource_problem(wl, summary)
+        if wl is r.wl and problem == r.resource_problem:
+            return False
+        r.wl, r.resource_problem = wl, problem
+        return True
+
+    def _limit_ranges_changed(self, namespace: str, *, cluster: str) -> None:
+        """A LimitRange of `namespace` in `cluster` changed: as Kueue, every workload there
+        holding no quota is charged anew (one holding quota keeps what it was admitted with)."""
+        state = self.state
+        lq_clusters = state.config.local_queue_clusters
+        for r in list(state.records.values()):
+            if r.wl.meta.namespace != namespace or lq_clusters.get(r.local_queue, "") != cluster:
+                continue
+            if r.holds_quota or r.phase in (Phase.FINISHED, Phase.DELETED):
+                continue
+            pending = r.phase is Phase.PENDING
+            if pending:
+                self.lifecycle.release(r)  # off its group: its shape may change
+            if self._fit_limit_ranges(r):
+                r.shape = shape_of(r)
+            if pending:
+                self.queueing.enqueue(r)
 
     def settle(self) -> None:
         """Rebuild what deferred configuration changes left stale (nothing when none did)."""
@@ -198,6 +234,8 @@ class Engine(EngineViews):
         priority = state.config.priority_of(wl)
         r = WorkloadRecord(wl, seq=state.seq, priority=priority, now_s=now_s, key=key)
         r.reclaimable = self._reclaimable(wl.reclaimable_pods)
+        if wl.admission is None:
+            self._fit_limit_ranges(r, fresh=True)
         r.shape = shape_of(r)
         if old is not None:
             self.lifecycle.drop(old)  # deleted before: the new one arrives last

@@ -94,6 +94,7 @@ class WorkloadRecord:
         "requeue_at_s",
         "requeue_count",
         "reserved_at_s",
+        "resource_problem",
         "seq",
         "shape",
         "told_checks",
@@ -148,6 +149,8 @@ class WorkloadRecord:
         self._phase = Phase.PENDING
         self._assignment: Assignment | None = None
         self.reserved_at_s = 0.0
+        # Why its requests may never be admitted in its namespace (core.limit_ranges), or None.
+        self.resource_problem: str | None = None
         self.conditions: Mapping[str, Condition] = _NO_CONDITIONS  # shared: set_condition
         self.checks: dict[str, str] = _NO_CHECKS  # replaced, never written, while empty
         # Ready or Pending told since its last eviction while it held no quota: where its next

@@ -42,6 +42,7 @@ RESOURCES: Final[dict[str, tuple[str, str]]] = {
     "MultiKueueCluster": (KUEUE, "multikueueclusters"),
     "PriorityClass": ("scheduling.k8s.io", "priorityclasses"),
     "Namespace": ("", "namespaces"),
+    "LimitRange": ("", "limitranges"),
     "Node": ("", "nodes"),
     CLUSTER_KIND: ("muster.dev", "clusters"),
 }

@@ -141,3 +141,47 @@ def test_quantities_use_binary_suffixes_for_bytes_only() -> None:
         "memory": "1Ki",
         "nvidia.com/gpu": "1024",
     }
+
+
+def test_containers_round_trip_as_written_for_limit_ranges() -> None:
+    """A podset with limits, several containers, a sidecar or overhead is written container by
+    container (a LimitRange's defaults apply to each), and reads back the same."""
+    from muster.api.decode import decode_yaml
+
+    objects, errors = decode_yaml("""
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: Workload
+metadata: {namespace: ml, name: w}
+spec:
+  queueName: main
+  podSets:
+  - name: main
+    count: 2
+    template:
+      spec:
+        overhead: {cpu: 100m}
+        initContainers:
+        - {name: side, restartPolicy: Always, resources: {limits: {cpu: 1}}}
+        - {name: init, resources: {requests: {memory: 1Gi}}}
+        containers:
+        - {name: a, resources: {requests: {cpu: 500m}, limits: {cpu: 2}}}
+        - {name: b}
+""")
+    assert errors == []
+    (wl,) = objects
+    assert isinstance(wl, Workload)
+    (ps,) = wl.pod_sets
+    assert ps.requests == {"cpu": 1600, "memory": GI}  # 500m + sidecar 1 + overhead 100m
+    spec = workload_to_kueue(wl)["spec"]["podSets"][0]["template"]["spec"]
+    assert spec["containers"] == [
+        {"name": "c0", "resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": "2"}}},
+        {"name": "c1"},
+    ]
+    assert spec["initContainers"][0] == {
+        "name": "init0",
+        "resources": {"limits": {"cpu": "1"}},
+        "restartPolicy": "Always",
+    }
+    again, errors = decode_documents([workload_to_kueue(wl)])
+    assert errors == []
+    assert again == [wl]

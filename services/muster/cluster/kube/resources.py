@@ -52,6 +52,7 @@ def _r(group: str, version: str, plural: str, kind: str, namespaced: bool, **kw:
 NODES = _r("", "v1", "nodes", "Node", False)
 PODS = _r("", "v1", "pods", "Pod", True)
 NAMESPACES = _r("", "v1", "namespaces", "Namespace", False)
+LIMIT_RANGES = _r("", "v1", "limitranges", "LimitRange", True)
 JOBS = _r("batch", "v1", "jobs", "Job", True)
 PRIORITY_CLASSES = _r(SCHEDULING_GROUP, "v1", "priorityclasses", "PriorityClass", False)
 SCHEDULING_WORKLOADS = _r(
@@ -143,6 +144,7 @@ def watched_sources(
     kueue = kueue_resources(kueue_version)
     return (
         Source(resource=NAMESPACES),
+        Source(resource=LIMIT_RANGES),
         Source(resource=PRIORITY_CLASSES),
         *(Source(resource=kueue[kind]) for _, kind, _ in _KUEUE_KINDS),
         Source(resource=JOBS, label_selector=QUEUE_NAME_KEY),
@@ -201,6 +203,7 @@ _KNOWN: tuple[Resource, ...] = (
     NODES,
     PODS,
     NAMESPACES,
+    LIMIT_RANGES,
     _CONFIG_MAPS,
     JOBS,
     PRIORITY_CLASSES,

@@ -160,6 +160,15 @@ def builtin_resources(gang_api: str | None = "1.35") -> tuple[ResourceType, ...]
             short_names=("cm",),
             generation=False,
         ),
+        _rt(
+            "",
+            v1,
+            "limitranges",
+            "LimitRange",
+            namespaced=True,
+            short_names=("limits",),
+            generation=False,
+        ),
         _rt("", v1, "podtemplates", "PodTemplate", namespaced=True, generation=False),
         _rt("", v1, "secrets", "Secret", namespaced=True, generation=False),
         _rt(
