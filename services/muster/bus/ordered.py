@@ -8,10 +8,9 @@ is one batch (a round), and its messages are acked only after the handler return
 returns once every event the round caused has its PubAck). The durable acks all
 (`AckPolicy.ALL`): one ack of a batch's last message answers for the whole batch, instead of
 one ack per message for the client and the server to send and track. And it answers for the
-batches before it: a handled batch's ack waits up to `ACK_LINGER_S` (with a `Gather`, or until
-the next batch is due, if later) for the next batch, whose ack is then the only one sent (for
-up to half the durable's `max_ack_pending` messages; an ack is sent at once beyond that, and
-when the loop stops). Events come a few milliseconds apart to
+batches before it: a handled batch's ack waits up to `ACK_LINGER_S` for the next batch, whose
+ack is then the only one sent (for up to half the durable's `max_ack_pending` messages; an ack
+is sent at once beyond that, and when the loop stops). Events come a few milliseconds apart to
 a replica that owns a quarter of the trees, and its rounds hold one or two: an ack each was a
 message, a write and a wake-up per round. Waiting changes nothing the server redelivers (the
 ack wait is 30 s) nor what a new owner replays (it rebuilds from the stream).
