@@ -145,8 +145,6 @@ class PullFeed:
     def _due(self, waiter: asyncio.Future[bool], most: float) -> None:
         """`gather`'s `until` came: wake it if a message waits, else at the next one or at
         `most` (a wake-up with nothing to take would only wait again)."""
-        if waiter.done():
-            return  # woken meanwhile (a status ends a request): `gather` ends as it is
         if self._ready:
             _wake(waiter, True)
             return
