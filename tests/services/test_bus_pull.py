@@ -82,20 +82,3 @@ async def test_gather_returns_at_its_count_or_at_its_deadline_with_fewer(bus: Bu
     assert got[:3] == [1, 2, 3]
     assert got == list(range(1, len(got) + 1))
     await feed.close()
-
-
-async def test_gather_past_its_deadline_with_nothing_ends_at_the_first_message_or_at_most(
-    bus: Bus,
-) -> None:
-    await durable(bus, "late")
-    feed = await started(bus, "late", batch=16, expires_s=30)  # no request ends meanwhile
-    loop = asyncio.get_running_loop()
-    begun = loop.time()
-    await feed.gather(8, until=begun - 1, most=begun + 0.2)  # nothing comes: `most` ends it
-    assert feed.buffered == 0
-    assert loop.time() >= begun + 0.19
-    waiting = asyncio.create_task(feed.gather(8, until=loop.time() - 1, most=loop.time() + 600))
-    await bus.publish(submitted("ns/w0"))
-    await asyncio.wait_for(waiting, 10)  # the first message ends it: neither 8 nor `most`
-    assert feed.buffered == 1
-    await feed.close()

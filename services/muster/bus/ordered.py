@@ -187,12 +187,8 @@ async def _consume(
                 if gather is not None and clock() < next_at:
                     # Asleep until the batch is due: what comes meanwhile wakes no one before
                     # `gather.fill` (waking for the first, then sleeping again, cost a task
-                    # step, a future and a take per round); past it, the first message wakes
-                    # it, until the owed ack's linger ends.
-                    most = max(next_at, clock() + ACK_LINGER_S)
-                    await feed.gather(min(gather.fill, settings.batch), until=next_at, most=most)
-                    if not feed.buffered:
-                        await acks.send()  # none came by then: the last batch's goes alone
+                    # step, a future and a take per round). The owed ack waits as long.
+                    await feed.gather(min(gather.fill, settings.batch), until=next_at)
                 wait_s = fetch_timeout_s if acks.due is None else ACK_LINGER_S
                 msgs = await feed.take(settings.batch, timeout_s=wait_s)
                 if not msgs:

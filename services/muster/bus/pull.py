@@ -86,7 +86,6 @@ class PullFeed:
         self._hold_until = 0.0  # no request before this loop time (after a refusal)
         self._deleted = False
         self._suspect = False  # "no responders" for a request, or silence: does it still exist?
-        self._timer: asyncio.TimerHandle | None = None  # `gather`'s, past its `until`
 
     @property
     def buffered(self) -> int:
@@ -115,41 +114,21 @@ class PullFeed:
             await self._ask()
         return taken
 
-    async def gather(self, count: int, *, until: float, most: float | None = None) -> None:
+    async def gather(self, count: int, *, until: float) -> None:
         """Wait until `count` messages are buffered or the loop's clock reaches `until`,
-        whichever comes first: deliveries meanwhile wake no one before the count. With `most`
-        (later than `until`), reaching `until` with nothing buffered does not end the wait:
-        the first delivery after it does, or `most`. For short waits only (the requests are
-        not looked after meanwhile)."""
+        whichever comes first: deliveries meanwhile wake no one before the count. For short
+        waits only (the requests are not looked after meanwhile)."""
         loop = asyncio.get_running_loop()
-        now, ready = loop.time(), len(self._ready)
-        if ready >= count or self._deleted:
-            return
-        if now >= until and (ready or most is None or now >= most):
+        if len(self._ready) >= count or self._deleted or loop.time() >= until:
             return
         waiter = self._waiter = loop.create_future()
         self._wanted = count
-        if most is None or most <= until:
-            timer = loop.call_at(until, _wake, waiter, True)
-        else:
-            timer = loop.call_at(until, self._due, waiter, most)
+        timer = loop.call_at(until, _wake, waiter, True)
         try:
             await waiter
         finally:
             self._waiter, self._wanted = None, 1
             timer.cancel()
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-
-    def _due(self, waiter: asyncio.Future[bool], most: float) -> None:
-        """`gather`'s `until` came: wake it if a message waits, else at the next one or at
-        `most` (a wake-up with nothing to take would only wait again)."""
-        if self._ready:
-            _wake(waiter, True)
-            return
-        self._wanted = 1
-        self._timer = asyncio.get_running_loop().call_at(most, _wake, waiter, True)
 
     async def _wait(self, timeout_s: float) -> None:
         """Wait up to `timeout_s` for a message (or the consumer's deletion), looking after the
