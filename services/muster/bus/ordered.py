@@ -67,9 +67,8 @@ class Gather(NamedTuple):
     The stretch is for one of N consumers sharing a stream's work (admission's shards): with
     `stretch` N its batches last about as long as those of a lone consumer of the whole stream,
     so they hold about as many messages and the fixed costs divide by N as the messages do.
-    Until the next batch is due the consumer sleeps, and what arrives meanwhile waits for the
-    gap's end without waking it (unless `fill` messages come); a message that comes after it
-    wakes the consumer at once, as without a gather."""
+    Nothing waits while the consumer is idle: the first message after a batch wakes it as it
+    would have, and only it (and what follows it within the gap) waits for the gap's end."""
 
     gap_s: float
     fill: int
@@ -184,11 +183,6 @@ async def _consume(
         async with bus.following_lag(settings.stream, durable):
             while True:
                 raise_if_cancelling()
-                if gather is not None and clock() < next_at:
-                    # Asleep until the batch is due: what comes meanwhile wakes no one before
-                    # `gather.fill` (waking for the first, then sleeping again, cost a task
-                    # step, a future and a take per round). The owed ack waits as long.
-                    await feed.gather(min(gather.fill, settings.batch), until=next_at)
                 wait_s = fetch_timeout_s if acks.due is None else ACK_LINGER_S
                 msgs = await feed.take(settings.batch, timeout_s=wait_s)
                 if not msgs:
@@ -196,6 +190,8 @@ async def _consume(
                     continue
                 where.handling = True  # taken: a cancellation lets it be handled first
                 try:
+                    if gather is not None and clock() < next_at:
+                        msgs += await _gathered(feed, gather, len(msgs), settings, next_at)
                     started = clock()
                     batch = stream_sequence(msgs[0])
                     tracker.began(batch)
@@ -221,6 +217,18 @@ async def _consume(
         await feed.close()
         with contextlib.suppress(nats.errors.Error):
             await bus.nc.flush()  # the acks leave before the caller goes on
+
+
+async def _gathered(
+    feed: PullFeed, gather: Gather, taken: int, settings: ConsumerSettings, until: float
+) -> list[Msg]:
+    """What joins the `taken` messages of a batch by `until` (or once `gather.fill` wait): the
+    deliveries meanwhile are buffered without waking the loop."""
+    room = settings.batch - taken
+    if room <= 0 or taken >= gather.fill:
+        return []
+    await feed.gather(gather.fill - taken, until=until)
+    return await feed.take(room, timeout_s=0)
 
 
 class _Acks:
