@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection
-from typing import Final, Protocol
 
 from muster.bus.errors import BusError
-from muster.bus.subjects import PREFIX
+from muster.bus.seen_clusters import SubjectList, configuring_clusters
 
 log = logging.getLogger(__name__)
-
-CONFIG_SUBJECTS: Final = f"{PREFIX}.*.config.>"  # muster.v1.<cluster>.config.<event>
 
 
 def unwatched_warning(cluster: str, configuring: Collection[str]) -> str:
@@ -36,17 +33,6 @@ def unwatched_warning(cluster: str, configuring: Collection[str]) -> str:
         f"whose Namespaces admission never gets and which no watcher runs, so it waits for "
         f"ever; give the gateway its watcher's --cluster (MUSTER_CLUSTER)"
     )
-
-
-class SubjectList(Protocol):
-    """What the check reads (`muster.bus.Bus`)."""
-
-    async def stored_subjects(self, pattern: str) -> list[str]: ...
-
-
-async def configuring_clusters(bus: SubjectList) -> list[str]:
-    """The clusters whose watchers have published configuration events."""
-    return sorted({subject.split(".")[2] for subject in await bus.stored_subjects(CONFIG_SUBJECTS)})
 
 
 async def warn_if_unwatched(bus: SubjectList, cluster: str) -> None:

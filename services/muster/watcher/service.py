@@ -39,6 +39,7 @@ from muster.cluster.errors import ClusterError, ExpiredError
 from muster.cluster.keys import SCHEDULING_POD_GROUP_KIND
 from muster.cluster.kube.references import reference_of
 from muster.cluster.refusals import Refusals, rejected_event
+from muster.watcher.cluster_id import warn_if_unconfigured
 from muster.watcher.handlers import (
     FoldedPods,
     Handler,
@@ -233,6 +234,7 @@ async def _watch(
             await outbox.flush()
             await marks.flush()
     log.info("watching cluster %s from revision %d", config.cluster, revision)
+    await warn_if_unconfigured(bus, config.cluster)
     health.ready()
     saver = RevisionSaver(put, config.cluster, revision)
     saving = supervised(saver.run(), name="watcher-revision")
