@@ -6,8 +6,11 @@ watcher each check at start that the other runs with the same `--cluster`
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable
 from typing import Final, Protocol
 
+from muster.bus.errors import BusError
 from muster.bus.subjects import config_subject, workload_filters
 
 CONFIG_SUBJECTS: Final = config_subject("*", ">")  # muster.v1.<cluster>.config.<event>
@@ -36,3 +39,17 @@ async def configuring_clusters(bus: SubjectList) -> list[str]:
 async def submitted_clusters(bus: SubjectList) -> list[str]:
     """The clusters workloads were submitted to (by a gateway, or a watcher's Jobs)."""
     return await clusters_of(bus, *SUBMITTED_SUBJECTS)
+
+
+async def warn_at_start(
+    warning: Callable[[], Awaitable[str]], *, log: logging.Logger, unchecked: str
+) -> None:
+    """Log what `warning()` says, if anything, once; a NATS failure only skips the check
+    (logged as `unchecked`, with why)."""
+    try:
+        said = await warning()
+    except BusError as exc:
+        log.info("%s: %s", unchecked, exc)
+        return
+    if said:
+        log.warning(said)

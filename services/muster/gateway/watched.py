@@ -15,8 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection
 
-from muster.bus.errors import BusError
-from muster.bus.seen_clusters import SubjectList, configuring_clusters
+from muster.bus.seen_clusters import SubjectList, configuring_clusters, warn_at_start
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +36,9 @@ def unwatched_warning(cluster: str, configuring: Collection[str]) -> str:
 
 async def warn_if_unwatched(bus: SubjectList, cluster: str) -> None:
     """Log `unwatched_warning` once, at start; a NATS failure only skips the check."""
-    try:
-        clusters = await configuring_clusters(bus)
-    except BusError as exc:
-        log.info("not checked whether a watcher runs as cluster %s: %s", cluster, exc)
-        return
-    if warning := unwatched_warning(cluster, clusters):
-        log.warning(warning)
+
+    async def warning() -> str:
+        return unwatched_warning(cluster, await configuring_clusters(bus))
+
+    unchecked = f"not checked whether a watcher runs as cluster {cluster}"
+    await warn_at_start(warning, log=log, unchecked=unchecked)

@@ -13,13 +13,26 @@ submitted-to cluster may simply not have started yet.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Collection
+from typing import Final
 
-from muster.bus.errors import BusError
-from muster.bus.seen_clusters import SubjectList, configuring_clusters, submitted_clusters
+from muster.bus.seen_clusters import (
+    SubjectList,
+    configuring_clusters,
+    submitted_clusters,
+    warn_at_start,
+)
 
 log = logging.getLogger(__name__)
+
+_UNCONFIGURED: Final = (
+    "this watcher runs with --cluster {cluster}, but workloads are submitted to {others}, "
+    "whose configuration (Namespaces, queues) no watcher publishes: admission never gets their "
+    "Namespaces and no watcher runs them, so they wait for ever; give the gateway this "
+    "watcher's --cluster (MUSTER_CLUSTER), or run a watcher as {others}"
+)
 
 
 def unconfigured_warning(
@@ -31,22 +44,19 @@ def unconfigured_warning(
     unwatched = sorted(set(submitted) - set(configuring) - {cluster})
     if not unwatched:
         return ""
-    others = ", ".join(unwatched)
-    return (
-        f"this watcher runs with --cluster {cluster}, but workloads are submitted to "
-        f"{others}, whose configuration (Namespaces, queues) no watcher publishes: admission "
-        f"never gets their Namespaces and no watcher runs them, so they wait for ever; give "
-        f"the gateway this watcher's --cluster (MUSTER_CLUSTER), or run a watcher as {others}"
-    )
+    return _UNCONFIGURED.format(cluster=cluster, others=", ".join(unwatched))
 
 
 async def warn_if_unconfigured(bus: SubjectList, cluster: str) -> None:
     """Log `unconfigured_warning` once, at start; a NATS failure only skips the check."""
-    try:
-        submitted = await submitted_clusters(bus)
-        configuring = await configuring_clusters(bus) if submitted else []
-    except BusError as exc:
-        log.info("not checked whether the gateway submits as cluster %s: %s", cluster, exc)
-        return
-    if warning := unconfigured_warning(cluster, submitted, configuring):
-        log.warning(warning)
+    await warn_at_start(
+        functools.partial(_warning, bus, cluster),
+        log=log,
+        unchecked=f"not checked whether the gateway submits as cluster {cluster}",
+    )
+
+
+async def _warning(bus: SubjectList, cluster: str) -> str:
+    submitted = await submitted_clusters(bus)
+    configuring = await configuring_clusters(bus) if submitted else []
+    return unconfigured_warning(cluster, submitted, configuring)
