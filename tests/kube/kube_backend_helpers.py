@@ -44,8 +44,12 @@ class ChangeLog:
     ) -> None:
         self.changes: list[ClusterChange] = []
         self.progress = 0  # the highest revision `on_progress` reported
+        self.listed_at: list[int] = []  # how many changes had come at each `on_listed`
         self._changes = backend.watch(
-            from_revision=from_revision, selection=selection, on_progress=self._progressed
+            from_revision=from_revision,
+            selection=selection,
+            on_progress=self._progressed,
+            on_listed=lambda: self.listed_at.append(len(self.changes)),
         )
         self._arrived = asyncio.Event()
         self._task: asyncio.Task[None] | None = None

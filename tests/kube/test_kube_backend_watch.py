@@ -18,6 +18,7 @@ from kube_backend_helpers import (
 )
 from kube_helpers import cluster_queue
 
+from muster.cluster.errors import ExpiredError
 from muster.cluster.kube import Backoff, KubeBackend, WatchSettings, floor_of
 from muster.cluster.kube.changes import ChangeCache, Pending, matches
 from muster.cluster.kube.resources import watched_sources
@@ -180,6 +181,31 @@ async def test_a_resumed_watch_starts_at_the_floor_of_the_last_revision(
     assert "obj.Namespace._.default" not in keys  # nothing from before the floor is listed
     assert all(c.revision > last for c in resumed.changes)
     assert floor_of(last) > 0
+
+
+async def test_a_watch_from_0_says_once_when_it_has_shown_its_list(
+    server: ApiServer, backend: KubeBackend
+) -> None:
+    await backend.apply(pod("mine", workload="w"))
+    await backend.apply(job("queued"))
+    async with ChangeLog(backend) as log:
+        await log.barrier(server, backend)  # every source listed
+        await backend.apply(job("later"))
+        await log.wait_key("obj.Job.default.later", "ADDED")
+    (at,) = log.listed_at
+    listed = {c.key for c in log.changes[:at]}
+    assert {"pod.default.mine", "obj.Job.default.queued"} <= listed
+    assert "obj.Job.default.later" not in listed
+
+
+async def test_a_resume_from_inside_the_initial_list_expires_for_a_consumer_that_lists(
+    backend: KubeBackend,
+) -> None:
+    # A revision under 1 << SEQ_BITS: the consumer stopped before every source had listed.
+    # Its watch would list again, and could not show what the consumer lost meanwhile.
+    with pytest.raises(ExpiredError, match="inside the initial list"):
+        async for _ in backend.watch(from_revision=5, lists_again=True):
+            pass
 
 
 async def test_a_custom_resource_not_installed_is_skipped_then_picked_up(

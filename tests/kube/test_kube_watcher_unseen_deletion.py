@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import pytest
@@ -24,6 +24,8 @@ from kube_services_helpers import Events
 
 from muster.api.ids import uuid5_text
 from muster.bus import Bus, BusConfig, connect
+from muster.bus.buckets import WATCHER_BUCKET
+from muster.cluster.backend import ClusterBackend, ClusterChange
 from muster.cluster.kube import KubeBackend
 from muster.devtools.apiserver import ApiServer
 from muster.launcher.nats_server import NatsServer
@@ -34,6 +36,7 @@ from muster.watcher.service import WatcherConfig, run_watcher
 pytestmark = pytest.mark.timeout(60)
 
 GROUP = "default/w"
+GROUP_RUNNING = (GROUP, "workload.running")
 
 
 @pytest.fixture
@@ -60,7 +63,7 @@ class Ready:
 
 
 @contextlib.asynccontextmanager
-async def watcher(bus: Bus, backend: KubeBackend) -> AsyncIterator[None]:
+async def watcher(bus: Bus, backend: ClusterBackend) -> AsyncIterator[None]:
     """The watcher of cluster "local" running until the block ends (then it stores the
     revision it handled)."""
     ready = Ready()
@@ -102,6 +105,21 @@ async def handled(server: ApiServer, backend: KubeBackend, events: Events, name:
     await events.wait_for(f"default/{name}", "workload.running", timeout_s=20)
 
 
+async def resumed_after_bookmarks(
+    server: ApiServer, backend: KubeBackend, bus: Bus, *, told: tuple[str, str]
+) -> Events:
+    """The events, followed; a first watcher life that told `told` (workload, event type),
+    then saw every source past it (bookmarks) and handled a change: the revision it stored is
+    past what it saw, so the next watcher resumes there instead of listing again."""
+    events = Events(bus)
+    events.start()
+    async with watcher(bus, backend):
+        await events.wait_for(*told, timeout_s=20)
+        server.send_bookmarks()
+        await handled(server, backend, events, "s-0")
+    return events
+
+
 async def deleted_while_cut(
     server: ApiServer, backend: KubeBackend, kind: str, name: str, *, watch_path: str
 ) -> None:
@@ -117,16 +135,9 @@ async def deleted_while_cut(
 async def test_a_pod_deleted_while_a_resumed_watch_was_cut_and_compacted_ends_its_group(
     server: ApiServer, backend: KubeBackend, bus: Bus
 ) -> None:
-    events = Events(bus)
-    events.start()
     await running(server, backend, "w-0", "w")
     await running(server, backend, "w-1", "w")
-    async with watcher(bus, backend):
-        await events.wait_for(GROUP, "workload.running", timeout_s=20)
-        # Every source past the pods (bookmarks), then a change handled: the revision stored
-        # is past them, so the next watch resumes there instead of listing again.
-        server.send_bookmarks()
-        await handled(server, backend, events, "s-0")
+    events = await resumed_after_bookmarks(server, backend, bus, told=GROUP_RUNNING)
     async with watcher(bus, backend):  # resumed: it knows w-1 from its start's list only
         set_phase(server, "w-0", "Succeeded")
         await handled(server, backend, events, "t-0")  # and so w-0's end before it
@@ -144,14 +155,9 @@ async def test_a_pod_deleted_while_a_resumed_watch_was_cut_and_compacted_ends_it
 async def test_a_pod_deleted_while_the_watcher_was_stopped_and_history_compacted_ends_its_group(
     server: ApiServer, backend: KubeBackend, bus: Bus
 ) -> None:
-    events = Events(bus)
-    events.start()
     await running(server, backend, "w-0", "w")
     await running(server, backend, "w-1", "w")
-    async with watcher(bus, backend):
-        await events.wait_for(GROUP, "workload.running", timeout_s=20)
-        server.send_bookmarks()
-        await handled(server, backend, events, "s-0")
+    events = await resumed_after_bookmarks(server, backend, bus, told=GROUP_RUNNING)
     set_phase(server, "w-0", "Succeeded")
     await backend.delete("Pod", "w-1", namespace="default")
     server.compact()  # the restarted watcher's resume gets 410
@@ -159,6 +165,43 @@ async def test_a_pod_deleted_while_the_watcher_was_stopped_and_history_compacted
         await events.wait_for(GROUP, "workload.finished", timeout_s=20)
     (finished,) = events.of(GROUP, "workload.finished")
     assert finished.finished.succeeded
+    assert finished.finished.message == "1 of 1 pods succeeded"
+    await events.stop()
+
+
+class DeletingAsItWatches:
+    """`inner`, where pod `doomed` is deleted as the first watch begins: after the watcher's
+    own list at its start, before any list of the watch."""
+
+    def __init__(self, inner: KubeBackend, doomed: str) -> None:
+        self.inner = inner
+        self.doomed = doomed
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def watch(self, **options: Any) -> AsyncGenerator[ClusterChange, None]:
+        if self.doomed:
+            await self.inner.delete("Pod", self.doomed, namespace="default")
+            self.doomed = ""
+        async for change in self.inner.watch(**options):
+            yield change
+
+
+async def test_a_pod_deleted_as_a_watcher_stopped_inside_its_first_list_resumes_ends_its_group(
+    server: ApiServer, backend: KubeBackend, bus: Bus
+) -> None:
+    await running(server, backend, "w-0", "w")
+    await running(server, backend, "w-1", "w")
+    set_phase(server, "w-0", "Succeeded")
+    events = await resumed_after_bookmarks(server, backend, bus, told=GROUP_RUNNING)
+    # A revision from inside the first watch's list (before every source had listed): its
+    # resume lists again, and the watcher's own list at start still showed w-1.
+    await (await bus.kv(WATCHER_BUCKET)).put("local", b"5")
+    deleting = DeletingAsItWatches(backend, "w-1")
+    async with watcher(bus, cast(ClusterBackend, deleting)):
+        await events.wait_for(GROUP, "workload.finished", timeout_s=20)
+    (finished,) = events.of(GROUP, "workload.finished")
     assert finished.finished.message == "1 of 1 pods succeeded"
     await events.stop()
 
@@ -180,16 +223,11 @@ async def jobs_j_and_k(
     """Jobs j and k submitted by a watcher that then stopped (its revision past them): the
     block deletes j in some gap; then j alone was told deleted, with its watched deletion's
     id. Yields the events and j's workload."""
-    events = Events(bus)
-    events.start()
     await backend.apply(job("j"))
     await backend.apply(job("k"))
     key, deleted_id = deletion_id(server, "j")
     other, _ = deletion_id(server, "k")
-    async with watcher(bus, backend):
-        await events.wait_for(key, "workload.submitted", timeout_s=20)
-        server.send_bookmarks()
-        await handled(server, backend, events, "s-0")
+    events = await resumed_after_bookmarks(server, backend, bus, told=(key, "workload.submitted"))
     yield events, key
     assert [e.event_id for e in events.of(key, "workload.deleted")] == [deleted_id]
     assert not events.of(other, "workload.deleted")  # still there: not told deleted

@@ -407,12 +407,16 @@ class Bucket:
         return sorted(subject.removeprefix(self._prefix) for subject in subjects)
 
     async def changes(
-        self, *prefixes: str, after: int | None = None
+        self,
+        *prefixes: str,
+        after: int | None = None,
+        on_caught_up: Callable[[], None] | None = None,
     ) -> AsyncGenerator[Change, None]:
         """Each key under `prefixes` (whole tokens; none: every key) at its last write, then
         every write as it comes, in revision order across prefixes; with `after` (a revision),
         every write after it instead. Until the caller stops, across NATS restarts: each
-        revision once, none left out (the module docstring).
+        revision once, none left out (the module docstring). `on_caught_up()` is called once,
+        between changes, when those yielded hold every one stored when the read began.
 
         Each change is in hand for the progress watchdog until the next is asked for (as
         `progress.tracked` says), tracked here: a wrapping generator costs a resumption more
@@ -420,9 +424,12 @@ class Bucket:
         subjects = [f"{self._prefix}{prefix}>" for prefix in prefixes or ("",)]
         tracker = self._tracker(f"{self.name} changes {' '.join(prefixes) or '>'}")
         reads = self._reads(subjects, after=after, tracker=tracker)
+        to_tell = [on_caught_up] if on_caught_up is not None else []  # once
         try:
             async for read in reads:
                 if read is None:
+                    if to_tell:
+                        to_tell.pop()()
                     continue
                 msg, at = read
                 headers = msg.headers
@@ -431,10 +438,12 @@ class Bucket:
                 change = Change(key, msg.data, at.stream, deleted)
                 if tracker is None:
                     yield change
-                    continue
-                tracker.began(change.revision)
-                yield change
-                tracker.ended(change.revision)
+                else:
+                    tracker.began(change.revision)
+                    yield change
+                    tracker.ended(change.revision)
+                if at.pending == 0 and to_tell:
+                    to_tell.pop()()
         finally:
             await reads.aclose()
             if tracker is not None:

@@ -155,6 +155,7 @@ class ClusterBackend(Protocol):
         selection: Selection = "workloads",
         on_progress: Callable[[int], None] | None = None,
         lists_again: bool = False,
+        on_listed: Callable[[], None] | None = None,
     ) -> AsyncGenerator[ClusterChange, None]:
         """Yield every object as ADDED, then each change as it happens, until closed.
 
@@ -165,6 +166,13 @@ class ClusterBackend(Protocol):
         tombstones) and the caller `lists_again`, it raises `ExpiredError`: the caller watches
         from 0 again, and drops what it holds that the list does not show. Without
         `lists_again` the backend lists again itself, and a deletion in the gap may go unseen.
+        A resume with `lists_again` never lists itself: where it could only list (a Kubernetes
+        resume from inside its initial list), it raises `ExpiredError` at once.
+
+        `on_listed()` is called once, between changes, when a watch that lists (from 0) has
+        yielded every object of its list: an object it has not shown by then was not there, so
+        a caller holding objects from before (its own list, an earlier watch) drops those the
+        watch did not show, with no gap between the two reads for a deletion to fall into.
 
         Level-triggered, like a Kubernetes informer: ADDED means "first time this watch shows the
         key" and MODIFIED "shown before", so treat both as "this is the object now". After a

@@ -14,14 +14,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection
-from typing import Final, Protocol
 
-from muster.bus.errors import BusError
-from muster.bus.subjects import PREFIX
+from muster.bus.seen_clusters import SubjectList, configuring_clusters, warn_at_start
 
 log = logging.getLogger(__name__)
-
-CONFIG_SUBJECTS: Final = f"{PREFIX}.*.config.>"  # muster.v1.<cluster>.config.<event>
 
 
 def unwatched_warning(cluster: str, configuring: Collection[str]) -> str:
@@ -38,23 +34,11 @@ def unwatched_warning(cluster: str, configuring: Collection[str]) -> str:
     )
 
 
-class SubjectList(Protocol):
-    """What the check reads (`muster.bus.Bus`)."""
-
-    async def stored_subjects(self, pattern: str) -> list[str]: ...
-
-
-async def configuring_clusters(bus: SubjectList) -> list[str]:
-    """The clusters whose watchers have published configuration events."""
-    return sorted({subject.split(".")[2] for subject in await bus.stored_subjects(CONFIG_SUBJECTS)})
-
-
 async def warn_if_unwatched(bus: SubjectList, cluster: str) -> None:
     """Log `unwatched_warning` once, at start; a NATS failure only skips the check."""
-    try:
-        clusters = await configuring_clusters(bus)
-    except BusError as exc:
-        log.info("not checked whether a watcher runs as cluster %s: %s", cluster, exc)
-        return
-    if warning := unwatched_warning(cluster, clusters):
-        log.warning(warning)
+
+    async def warning() -> str:
+        return unwatched_warning(cluster, await configuring_clusters(bus))
+
+    unchecked = f"not checked whether a watcher runs as cluster {cluster}"
+    await warn_at_start(warning, log=log, unchecked=unchecked)

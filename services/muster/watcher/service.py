@@ -8,7 +8,9 @@ cannot say), so a restart neither loses nor repeats a fact. Changes are handled 
 (what arrived while the last batch was handled): a batch's events are published together,
 then its marks written (only those its events cannot tell), then its revision stored.
 Deletions a resumed watch cannot show (history compacted, tombstones pruned) are found by
-listing the pods, at start and when the watch expires (`resume`).
+a list: the watcher's own at a resumed start, and that of each watch that lists (from 0: a
+first start, or once a resumed watch cannot resume), whose end the watch reports: what the
+watcher holds that it did not show is gone (`resume`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from muster.cluster.errors import ClusterError, ExpiredError
 from muster.cluster.keys import SCHEDULING_POD_GROUP_KIND
 from muster.cluster.kube.references import reference_of
 from muster.cluster.refusals import Refusals, rejected_event
+from muster.watcher.cluster_id import warn_if_unconfigured
 from muster.watcher.handlers import (
     FoldedPods,
     Handler,
@@ -50,7 +53,13 @@ from muster.watcher.kube_events import EventBook
 from muster.watcher.marks import KvMarks, PutMany, until_done
 from muster.watcher.outbox import Outbox
 from muster.watcher.pods import POD_EVENTS, PodState, pod_state_of_view
-from muster.watcher.resume import delete_unlisted, drop_unlisted, know_listed, live_of
+from muster.watcher.resume import (
+    Listed,
+    delete_unlisted,
+    drop_unlisted,
+    know_listed,
+    live_of,
+)
 from muster.watcher.status import EventSink, GroupStatuses, StatusSink, write_statuses
 from muster.watcher.worker_status import WorkerStatuses
 
@@ -217,13 +226,15 @@ async def _watch(
     await _remember(bus, marks, live, source=ctx.source, cluster=config.cluster)
     # A resumed watch shows only what changed; the workload's other pods come from a list,
     # and so do the deletions it may never show (`resume`): of pods, and of workload objects.
+    # (From revision 0 the watch lists, and what it does not show is decided gone after.)
     if revision:
         objects = await backend.list_workload_objects()
-        told = delete_unlisted(ctx, objects, submitted=marks.submitted())
+        told = delete_unlisted(ctx, Listed.of(objects, listed), submitted=marks.submitted())
         if know_listed(ctx, listed, gone=marks.gone(live_of(listed))) or told:
             await outbox.flush()
             await marks.flush()
     log.info("watching cluster %s from revision %d", config.cluster, revision)
+    await warn_if_unconfigured(bus, config.cluster)
     health.ready()
     saver = RevisionSaver(put, config.cluster, revision)
     saving = supervised(saver.run(), name="watcher-revision")
@@ -236,14 +247,25 @@ async def _watch(
         while True:
             # No batch for a while: the pending sets that have been still are told meanwhile.
             # A resumed watch that cannot resume ends (`lists_again`): the backend's own list
-            # would never show a deletion of what the watcher knew before (`_list_again`).
+            # would never show a deletion of what the watcher knew before. One from 0 lists,
+            # and what the watcher holds that its list did not show is gone (`resume`).
+            listing = Listed() if start == 0 else None
+            list_end = ListEnd()
             changes = batches(
-                backend.watch(from_revision=start, lists_again=start > 0),
+                backend.watch(
+                    from_revision=start,
+                    lists_again=start > 0,
+                    on_listed=list_end.reached if listing is not None else None,
+                ),
                 max_size=BATCH_MAX,
                 idle_s=lambda: ctx.deferred.wait_s(now_s=ctx.monotonic_s()),
+                list_end=list_end,
             )
             try:
                 async for batch in changes:
+                    if listing is not None:
+                        for change in batch:
+                            listing.show(change)
                     if batch:
                         token = batch[-1].revision
                         tracker.began(token)
@@ -257,6 +279,11 @@ async def _watch(
                             await marks.flush()
                         tracker.ended(token)
                         saver.handled(token)
+                    if batch.listed and listing is not None:
+                        if _settle(ctx, listing, marks):
+                            await outbox.flush()
+                            await marks.flush()
+                        listing = None
                     # Told from the pods in hand, of no revision: a restart decides every
                     # workload with pods pending again (`WatcherContext.seed`): none is lost.
                     if decide_still(ctx):
@@ -268,9 +295,6 @@ async def _watch(
                 return
             except ExpiredError as err:
                 log.warning("cluster %s: the watch cannot resume (%s)", config.cluster, err)
-                if await _list_again(backend, ctx, marks):
-                    await outbox.flush()
-                    await marks.flush()
                 start = 0  # a new list of everything: later expiries the backend lists itself
             finally:
                 await changes.aclose()
@@ -284,32 +308,13 @@ async def _watch(
         await saving  # the last revision handled is stored before the watcher stops
 
 
-async def _list_again(backend: ClusterBackend, ctx: WatcherContext, marks: KvMarks) -> int:
-    """List the workload objects and the pods, the watch having expired: tell each workload
-    submitted whose object is gone deleted (`delete_unlisted`), and drop the pods known that
-    are gone (`drop_unlisted`); how many workloads were told or decided. A failed list is
-    tried again (a cluster that does not answer for a while), so the watcher does not restart
-    into the same expired revision."""
-    objects = await _listed("the workload objects", backend.list_workload_objects)
-    told = delete_unlisted(ctx, objects, submitted=marks.submitted())
-    views = await _listed("the pods", backend.list_pods)
-    listed = [s for s in map(pod_state_of_view, views) if s is not None]
-    return told + drop_unlisted(ctx, listed)
-
-
-async def _listed(what: str, list_them: Callable[[], Awaitable[list[T]]]) -> list[T]:
-    """`list_them()`, tried again with back-off while the cluster fails for a while."""
-    delay_s = 0.1
-    while True:
-        try:
-            return await list_them()
-        except ClusterError as err:
-            if not err.temporary:
-                raise
-            log.warning("listing %s again failed, retrying: %s", what, err)
-        advanced()  # a failed try is an answer: slow, not stalled (bus/progress.py)
-        await asyncio.sleep(delay_s)
-        delay_s = min(delay_s * 2, 5.0)
+def _settle(ctx: WatcherContext, listed: Listed, marks: KvMarks) -> int:
+    """A watch's list ended (`listed`: what it showed): tell each workload submitted whose
+    object it did not show deleted (`delete_unlisted`), drop the pods held it did not show
+    and decide their workloads, and those whose marks name a pod not there (`drop_unlisted`);
+    how many workloads were told or decided."""
+    told = delete_unlisted(ctx, listed, submitted=marks.submitted())
+    return told + drop_unlisted(ctx, listed, gone=marks.gone)
 
 
 async def _handle_batch(
@@ -361,19 +366,44 @@ async def _remember(
     log.info("read back %d pod events of cluster %s up to %d", read, cluster, last)
 
 
+class Batch(list[ClusterChange]):
+    """Changes handled together; `listed`: the watch's list ends with them (`on_listed`)."""
+
+    listed: bool = False
+
+
+class ListEnd:
+    """The `on_listed` of a watch that `batches` reads: the end of its list goes into the
+    batches' queue in its place among the changes (the watch calls it between two)."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[ClusterChange | ListEnd | None] | None = None
+
+    def into(self, queue: asyncio.Queue[ClusterChange | ListEnd | None]) -> None:
+        self._queue = queue
+
+    def reached(self) -> None:
+        if self._queue is not None:
+            self._queue.put_nowait(self)
+
+
 async def batches(
     changes: AsyncGenerator[ClusterChange, None],
     *,
     max_size: int,
     idle_s: Callable[[], float | None] = lambda: None,
-) -> AsyncGenerator[list[ClusterChange], None]:
+    list_end: ListEnd | None = None,
+) -> AsyncGenerator[Batch, None]:
     """Yield `changes` in order, as many at a time as have arrived (1 to `max_size`); an
-    empty batch when none arrived for `idle_s()` seconds (None: wait for one).
+    empty batch when none arrived for `idle_s()` seconds (None: wait for one). The batch
+    `list_end` (the watch's `on_listed`) was reached after is `listed`, and the last one.
 
     A task reads the watch meanwhile, so changes arriving while a batch is handled make the next
     batch. Ends (or raises) when the watch does, after the changes read before that.
     """
-    queue: asyncio.Queue[ClusterChange | None] = asyncio.Queue()
+    queue: asyncio.Queue[ClusterChange | ListEnd | None] = asyncio.Queue()
+    if list_end is not None:
+        list_end.into(queue)  # before the watch runs: it calls `reached` from `read`
 
     async def read() -> None:
         try:
@@ -387,19 +417,20 @@ async def batches(
     try:
         while True:
             raise_if_cancelling()
-            batch: list[ClusterChange] = []
+            batch = Batch()
             try:
                 async with asyncio.timeout(idle_s()):
                     item = await queue.get()
             except TimeoutError:
                 yield batch
                 continue
-            while item is not None:
+            while isinstance(item, ClusterChange):
                 batch.append(item)
                 if len(batch) >= max_size or queue.empty():
                     break
                 item = queue.get_nowait()
-            if batch:
+            batch.listed = isinstance(item, ListEnd)
+            if batch or batch.listed:
                 yield batch
             if item is None:
                 await reader  # raises what ended the watch

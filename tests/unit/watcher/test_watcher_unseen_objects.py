@@ -15,7 +15,7 @@ from muster.bus.poison import Quarantine
 from muster.cluster import ClusterChange
 from muster.watcher.handlers import WatcherContext
 from muster.watcher.outbox import Outbox
-from muster.watcher.resume import delete_unlisted
+from muster.watcher.resume import Listed, delete_unlisted
 from muster.watcher.service import _handle_batch
 
 pytestmark = pytest.mark.timeout(10)
@@ -44,6 +44,11 @@ def submitted(marks: Marks) -> dict[str, str]:
     return {w: sent.submitted for w, sent in marks.sent.items() if sent.submitted}
 
 
+def told_gone(ctx: WatcherContext, marks: Marks, *listed: dict[str, Any]) -> int:
+    """How many workloads submitted a list of `listed` objects tells deleted."""
+    return delete_unlisted(ctx, Listed.of(listed, []), submitted=submitted(marks))
+
+
 async def watched(ctx: WatcherContext, *changes: ClusterChange) -> None:
     await _handle_batch(list(changes), ctx, cast(Quarantine, Poison()), groups=None, events=None)
     await ctx.outbox.flush()
@@ -61,7 +66,7 @@ async def test_only_the_lives_a_list_no_longer_shows_are_told_deleted_with_the_w
 
     b_changed = kueue_workload("b", generation=2)  # the same object, its spec changed
     c_again = kueue_workload("c", uid="uid-c-2")  # deleted and made again under its name
-    assert delete_unlisted(ctx, [b_changed, c_again], submitted=submitted(marks)) == 2
+    assert told_gone(ctx, marks, b_changed, c_again) == 2
     await ctx.outbox.flush()
     told = deletions(stream)
     assert sorted(told) == ["ns/a", "ns/c"]
@@ -74,7 +79,7 @@ async def test_only_the_lives_a_list_no_longer_shows_are_told_deleted_with_the_w
     assert deletions(shown) == told
 
     # Told once: a second list finds nothing more (the new c is the watch's to submit).
-    assert delete_unlisted(ctx, [b_changed, c_again], submitted=submitted(marks)) == 0
+    assert told_gone(ctx, marks, b_changed, c_again) == 0
 
 
 async def test_a_listed_object_that_does_not_decode_leaves_its_namespace_alone() -> None:
@@ -84,7 +89,7 @@ async def test_a_listed_object_that_does_not_decode_leaves_its_namespace_alone()
     broken = copy.deepcopy(kueue_workload("x"))
     broken["spec"]["podSets"] = "not a list"
 
-    assert delete_unlisted(ctx, [broken], submitted=submitted(marks)) == 0
-    assert delete_unlisted(ctx, [], submitted=submitted(marks)) == 1  # fixed or gone: told
+    assert told_gone(ctx, marks, broken) == 0
+    assert told_gone(ctx, marks) == 1  # fixed or gone: told
     await ctx.outbox.flush()
     assert list(deletions(stream)) == ["ns/a"]

@@ -328,6 +328,7 @@ class KubeBackend:
         selection: Selection = "workloads",
         on_progress: Callable[[int], None] | None = None,
         lists_again: bool = False,
+        on_listed: Callable[[], None] | None = None,
     ) -> AsyncGenerator[ClusterChange, None]:
         """As the protocol says; the gang API's resources are those the server serves now
         (`discovery`), looked up again at each watch, as long as the server takes to answer
@@ -347,6 +348,7 @@ class KubeBackend:
             from_revision=from_revision,
             on_progress=on_progress,
             lists_again=lists_again,
+            on_listed=on_listed,
         )
         async with contextlib.aclosing(changes):
             async for change in changes:

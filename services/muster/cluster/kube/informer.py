@@ -17,7 +17,8 @@ bookmarks and lists). `revision = max(previous + 1, floor << SEQ_BITS)`, so
 `revision >> SEQ_BITS` is the floor whenever fewer than 2**SEQ_BITS changes pass at one floor.
 `watch(from_revision=R)` resumes every source from `R >> SEQ_BITS`: nothing is lost, and
 changes between the floor and R may be shown again (as ADDED: a resumed watch knows nothing).
-A floor of 0 (R < 2**SEQ_BITS: the consumer stopped during the initial list) lists again.
+A floor of 0 (R < 2**SEQ_BITS: the consumer stopped during the initial list) lists again, but
+for a consumer that `lists_again`, which gets ExpiredError at once and lists itself.
 """
 
 from __future__ import annotations
@@ -336,14 +337,21 @@ async def merged_watch(
     from_revision: int = 0,
     on_progress: Callable[[int], None] | None = None,
     lists_again: bool = False,
+    on_listed: Callable[[], None] | None = None,
 ) -> AsyncGenerator[ClusterChange, None]:
     """Every source's changes as one stream (see the module docstring), until closed.
 
     `on_progress(revision)` is called whenever the floor moves: every change of every source
     up to it has been yielded (a source's items are queued in resourceVersion order, and its
-    progress after them).
+    progress after them). `on_listed()` is called when it first moves past 0 in a watch that
+    lists (floor 0): every source has listed, and its list's items were yielded.
     """
     floor = floor_of(from_revision)
+    if floor == 0 and from_revision > 0 and lists_again:
+        # Stopped inside its initial list: every source would list again, and its list could
+        # not show what the consumer holds and lost meanwhile. The consumer lists instead.
+        raise ExpiredError("", f"revision {from_revision} is inside the initial list; list again")
+    listing = floor == 0
     queue: asyncio.Queue[_Item | BaseException] = asyncio.Queue(settings.queue_size)
     loops: list[_SourceLoop] = []
     cache = ChangeCache(sources, floor=lambda: min(loop.progress for loop in loops))
@@ -382,6 +390,10 @@ async def merged_watch(
                 )
             if moved and on_progress is not None:
                 on_progress(revisions.reached())
+            if moved and listing:
+                listing = False
+                if on_listed is not None:
+                    on_listed()
     finally:
         for task in tasks:
             task.cancel()

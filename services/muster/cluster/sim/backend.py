@@ -243,6 +243,7 @@ class SimBackend:
         selection: Selection = "workloads",
         on_progress: Callable[[int], None] | None = None,
         lists_again: bool = False,
+        on_listed: Callable[[], None] | None = None,
     ) -> AsyncGenerator[ClusterChange, None]:
         """As the protocol says. "workloads" shows every object (the watcher reads most kinds);
         "placement" reads only the keys placement reads (`PLACEMENT_PREFIXES`), so the writes
@@ -253,6 +254,7 @@ class SimBackend:
             from_revision=from_revision,
             on_skipped=on_progress,
             expires=lists_again,
+            on_listed=on_listed,
         )
         async with contextlib.aclosing(changes):
             async for change in changes:

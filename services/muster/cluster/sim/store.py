@@ -168,6 +168,7 @@ class SimStore:
         from_revision: int = 0,
         on_skipped: Callable[[int], None] | None = None,
         expires: bool = False,
+        on_listed: Callable[[], None] | None = None,
     ) -> AsyncGenerator[StoreChange, None]:
         """Yield the objects under `prefixes` (whole tokens: "pod.", "node."; none: every key) as
         ADDED, then every change, in revision order (one watch: changes of different prefixes
@@ -179,7 +180,8 @@ class SimStore:
         `on_skipped(revision)` is called for each write the watch read but does not yield (a
         tombstone of a key it never showed), so a caller can tell how far the watch has read.
         With `expires`, a resume from below the pruned tombstones (`PRUNED_KEY`) raises
-        ExpiredError: it would miss their deletions.
+        ExpiredError: it would miss their deletions. `on_listed()` (from 0 only) is called once
+        the objects listed were yielded (`ClusterBackend.watch`).
         """
         resuming = from_revision > 0
         if resuming and expires:
@@ -190,7 +192,11 @@ class SimStore:
                     f"revision {from_revision} is too old: pod deletions up to {pruned} are "
                     "forgotten (tombstones pruned); list again",
                 )
-        changes = self._bucket.changes(*prefixes, after=from_revision if resuming else None)
+        changes = self._bucket.changes(
+            *prefixes,
+            after=from_revision if resuming else None,
+            on_caught_up=None if resuming else on_listed,
+        )
         shown: set[str] = set()
         last = from_revision
         try:

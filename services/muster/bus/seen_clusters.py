@@ -1,0 +1,55 @@
+"""Which cluster ids the stored events name, read from their subjects: those whose watchers
+have published configuration, and those workloads were submitted to. The gateway and the
+watcher each check at start that the other runs with the same `--cluster`
+(`gateway/watched.py`, `watcher/cluster_id.py`): a mismatch leaves every workload waiting.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Final, Protocol
+
+from muster.bus.errors import BusError
+from muster.bus.subjects import config_subject, workload_filters
+
+CONFIG_SUBJECTS: Final = config_subject("*", ">")  # muster.v1.<cluster>.config.<event>
+SUBMITTED_SUBJECTS: Final = workload_filters("*", "submitted")
+
+
+class SubjectList(Protocol):
+    """What the checks read (`muster.bus.Bus`)."""
+
+    async def stored_subjects(self, pattern: str) -> list[str]: ...
+
+
+async def clusters_of(bus: SubjectList, *patterns: str) -> list[str]:
+    """The cluster ids of the stored subjects matching any of `patterns` (sorted)."""
+    found: set[str] = set()
+    for pattern in patterns:
+        found.update(subject.split(".")[2] for subject in await bus.stored_subjects(pattern))
+    return sorted(found)
+
+
+async def configuring_clusters(bus: SubjectList) -> list[str]:
+    """The clusters whose watchers have published configuration events."""
+    return await clusters_of(bus, CONFIG_SUBJECTS)
+
+
+async def submitted_clusters(bus: SubjectList) -> list[str]:
+    """The clusters workloads were submitted to (by a gateway, or a watcher's Jobs)."""
+    return await clusters_of(bus, *SUBMITTED_SUBJECTS)
+
+
+async def warn_at_start(
+    warning: Callable[[], Awaitable[str]], *, log: logging.Logger, unchecked: str
+) -> None:
+    """Log what `warning()` says, if anything, once; a NATS failure only skips the check
+    (logged as `unchecked`, with why)."""
+    try:
+        said = await warning()
+    except BusError as exc:
+        log.info("%s: %s", unchecked, exc)
+        return
+    if said:
+        log.warning(said)
