@@ -216,7 +216,10 @@ class GangPermitState:
                 return False
             case "placement_preempted":  # our own, read back while restoring
                 self.preempted_in[GangKey(key)] = self.attempts.get(GangKey(key), 0)
-                self.preempted_since.setdefault(GangKey(key), env.time_unix_nano / 1e9)
+                at_s = env.time_unix_nano / 1e9
+                self.preempted_since.setdefault(GangKey(key), at_s)
+                victims = env.placement_preempted.victims
+                self.evictions.preempted_before(GangKey(key), victims, at_s=at_s)
                 return False
             case "gang_waiting":
                 self.parked.pop(GangKey(key), None)  # retried after an earlier time-out
@@ -293,6 +296,7 @@ class GangPermitState:
         self.admitted[key] = KueueGang(spec=spec, admitted=env)
         self.attempts.pop(GangKey(key), None)  # a new admission: its own attempts
         self.preempted_since.pop(GangKey(key), None)
+        self.evictions.forget_preemptor(GangKey(key))
         self._drop_permit(GangKey(key))  # and its own permit
         self.touch(key)
         return self._refresh(self.feed.admit(spec))
