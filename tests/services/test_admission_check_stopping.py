@@ -10,20 +10,16 @@ that verdict decide the same (task leftovers)."""
 from __future__ import annotations
 
 import pytest
-from admission_world import (
-    count,
-    eventually,
-    fact,
-    publish,
-    start_admission,
-    submitted,
-    workload,
-)
+from admission_world import count, eventually, fact, publish, start_admission
 from bus_helpers import EventLog
-from test_admission_check_restarts import checked_queue, set_aside, told
+from test_admission_check_restarts import (
+    admitted_then_evicted,
+    read_then_restarted,
+    set_aside,
+    told,
+)
 
 from muster.bus import Bus, BusConfig
-from muster.contracts.v1 import events_pb2 as pb
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -36,22 +32,10 @@ async def test_a_verdict_told_while_pods_stop_keeps_it_unreserved_until_a_ready(
     replica = await start_admission(bus_config)
     try:
         await replica.wait_serving()
-        await checked_queue(bus, submitted(workload("w")))
-        await events.wait_for("quota_reserved", workload="ns/w")
-        await publish(bus, told("Ready", "provisioned"))
-        await events.wait_for("admitted", workload="ns/w")
-        rejected = pb.GangRejected(reason="GangTimedOut", message="1 of 2 pods placed")
-        await publish(bus, fact("gang_rejected", "ns/w", rejected))
-        await events.wait_for("evicted", workload="ns/w")
+        await admitted_then_evicted(bus, events)
         # Its pods are stopping; prov, reset to Pending at the eviction, now says no.
-        # One consumer reads both in order: the sentinel's answer says the verdict was read.
-        sentinel = submitted(workload("sentinel", queue="nowhere"))
-        await publish(bus, told(verdict, "no capacity"), sentinel)
-        await events.wait_for("pending", workload="ns/sentinel")
-        if restart:
-            await replica.kill()
-            replica = await start_admission(bus_config)
-            await replica.wait_serving()
+        await publish(bus, told(verdict, "no capacity"))
+        replica = await read_then_restarted(bus, bus_config, events, replica, restart=restart)
         await publish(bus, fact("eviction_completed", "ns/w"))
 
         await events.wait_until(set_aside, timeout_s=20)
