@@ -7,9 +7,14 @@ live replica and one rebuilt from the stream past that Rejected decide the same.
 from __future__ import annotations
 
 import pytest
-from admission_world import count, fact, publish, start_admission, submitted, workload
+from admission_world import count, fact, publish, start_admission
 from bus_helpers import EventLog
-from test_admission_check_restarts import queued_behind_blocker, set_aside, told
+from test_admission_check_restarts import (
+    queued_behind_blocker,
+    read_then_restarted,
+    set_aside,
+    told,
+)
 
 from muster.bus import Bus, BusConfig
 
@@ -24,14 +29,8 @@ async def test_a_rejected_told_while_queued_keeps_it_unreserved_until_a_ready(
     try:
         await replica.wait_serving()
         await queued_behind_blocker(bus, events)
-        # One consumer reads both in order: the sentinel's answer says the Rejected was read.
-        sentinel = submitted(workload("sentinel", queue="nowhere"))
-        await publish(bus, told("Rejected", "no capacity"), sentinel)
-        await events.wait_for("pending", workload="ns/sentinel")
-        if restart:
-            await replica.kill()
-            replica = await start_admission(bus_config)
-            await replica.wait_serving()
+        await publish(bus, told("Rejected", "no capacity"))
+        replica = await read_then_restarted(bus, bus_config, events, replica, restart=restart)
         await publish(bus, fact("deleted", "ns/blocker"))
 
         await events.wait_until(set_aside, timeout_s=20)

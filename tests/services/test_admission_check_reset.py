@@ -7,12 +7,11 @@ rebuilt from the stream past that Ready decide the same."""
 from __future__ import annotations
 
 import pytest
-from admission_world import count, eventually, fact, publish, start_admission, submitted, workload
+from admission_world import count, eventually, fact, publish, start_admission
 from bus_helpers import EventLog
-from test_admission_check_restarts import checked_queue, told
+from test_admission_check_restarts import admitted_then_evicted, told
 
 from muster.bus import Bus, BusConfig
-from muster.contracts.v1 import events_pb2 as pb
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -24,13 +23,7 @@ async def test_a_ready_stored_after_the_eviction_admits_the_next_reservation(
     replica = await start_admission(bus_config)
     try:
         await replica.wait_serving()
-        await checked_queue(bus, submitted(workload("w")))
-        await events.wait_for("quota_reserved", workload="ns/w")
-        await publish(bus, told("Ready", "provisioned"))
-        await events.wait_for("admitted", workload="ns/w")
-        rejected = pb.GangRejected(reason="GangTimedOut", message="1 of 2 pods placed")
-        await publish(bus, fact("gang_rejected", "ns/w", rejected))
-        await events.wait_for("evicted", workload="ns/w")
+        await admitted_then_evicted(bus, events)
         # Kueue reset prov to Pending at the eviction; its controller says Ready since.
         await publish(bus, told("Ready", "provisioned again"))
         if restart:

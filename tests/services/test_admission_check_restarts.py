@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 from admission_world import (
+    Running,
     admission_check,
     cluster_queue,
     config_applied,
@@ -47,6 +48,33 @@ async def queued_behind_blocker(bus: Bus, events: EventLog) -> None:
         bus, submitted(workload("blocker", cpu="4")), submitted(workload("w", cpu="2"))
     )
     await events.wait_for("pending", workload="ns/w")
+
+
+async def admitted_then_evicted(bus: Bus, events: EventLog) -> None:
+    """`w` reserved in cq, admitted once prov says Ready, then evicted (its gang timed out):
+    its pods are stopping."""
+    await checked_queue(bus, submitted(workload("w")))
+    await events.wait_for("quota_reserved", workload="ns/w")
+    await publish(bus, told("Ready", "provisioned"))
+    await events.wait_for("admitted", workload="ns/w")
+    rejected = pb.GangRejected(reason="GangTimedOut", message="1 of 2 pods placed")
+    await publish(bus, fact("gang_rejected", "ns/w", rejected))
+    await events.wait_for("evicted", workload="ns/w")
+
+
+async def read_then_restarted(
+    bus: Bus, bus_config: BusConfig, events: EventLog, replica: Running, *, restart: bool
+) -> Running:
+    """Once `replica` has read what was published so far (one consumer reads a sentinel after
+    it: its answer says so), with `restart` a replica rebuilt from the stream in its place."""
+    await publish(bus, submitted(workload("sentinel", queue="nowhere")))
+    await events.wait_for("pending", workload="ns/sentinel")
+    if not restart:
+        return replica
+    await replica.kill()
+    replica = await start_admission(bus_config)
+    await replica.wait_serving()
+    return replica
 
 
 def set_aside(seen: list[pb.Envelope]) -> bool:

@@ -42,9 +42,10 @@ _DECIDING = frozenset({Phase.RESERVED, Phase.ADMITTED})  # where a check's state
 # engine's `set_admission_check`).
 _WAITING = frozenset({Phase.EVICTING, Phase.BACKOFF, Phase.PENDING, Phase.INACTIVE})
 _KEPT_WAITING = frozenset({"Ready", "Pending"})
-# Where a Retry or Rejected is kept too: queued or backing off, not while its pods stop (the
-# engine's `WorkloadRecord.is_unreserved`); a ClusterQueue naming it holds it unreserved.
 _UNRESERVED = frozenset({Phase.BACKOFF, Phase.PENDING})
+# Where a Retry or Rejected is kept too: once its eviction began (pods stopping), queued or
+# backing off (the engine's `_KEPT_FAILED`); a ClusterQueue naming it holds it unreserved.
+_KEPT_FAILED = frozenset({Phase.EVICTING, *_UNRESERVED})
 
 
 class CheckState(NamedTuple):
@@ -303,15 +304,20 @@ class Ledger:
         moves the back-off's end later, or holds a queued workload out until `retry_at_s`.
         A Ready or Pending without quota to decide on is kept, when `kept` (an AdmissionCheck
         the configuration has), for its next reservation to start from (`_reserve`); so is a
-        Retry or Rejected told while it is queued or backing off, which keeps it unreserved
-        until that check says otherwise (the engine's `Heads`)."""
+        Retry or Rejected told once its eviction began (its pods stopping), or while it is
+        queued or backing off, which keeps it unreserved until that check says otherwise (the
+        engine's `Heads`)."""
         entry = self.entries.get(key)
         if entry is None:
             return
         unreserved = entry.phase in _UNRESERVED
-        if entry.phase in _WAITING and (state.state in _KEPT_WAITING or unreserved):
+        kept_failed = entry.phase in _KEPT_FAILED
+        if entry.phase in _WAITING and (state.state in _KEPT_WAITING or kept_failed):
             if kept:
                 entry.check_states = {**entry.check_states, check: state}
+            stopping = entry.phase is Phase.EVICTING and check in entry.checks
+            if state.state == "Retry" and stopping:  # its requeueAt, as while it holds quota
+                entry.retry_at_s = later(entry.retry_at_s, retry_at_s)
             if state.state != "Retry" or not unreserved:
                 return
         if state.state == "Retry" and not entry.holds_quota:

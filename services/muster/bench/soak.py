@@ -38,12 +38,11 @@ from muster.bench.buckets import until_quiet, until_stored
 from muster.bench.e2e import config_yaml, nodes, workload_json
 from muster.bench.live import Live, live_stack
 from muster.bench.table import Column, number, render_table
-from muster.binder.fences import Fences
 from muster.bus.service import run_loop
 from muster.cluster.sim.collection import DELETIONS_KEPT
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
 from muster.core.placement.nodes import CHANGES_KEPT
-from muster.core.submissions import ENDED_KEPT
+from muster.core.submissions import ENDED_KEPT_S
 from muster.gateway.known import DELETED_KEPT
 
 SECTION: Final = "soak"
@@ -60,11 +59,13 @@ CENSUS_WAIT_S: Final = 120.0
 POLL_S: Final = 0.2
 NATS: Final = "nats-server"
 
-# Maps that keep the newest N entries by design: `census` key -> N, as its code says.
+# Maps that keep the newest N entries (or those of the last N seconds) by design: `census`
+# key -> N, as its code says.
 BOUNDED_BY_COUNT: Final[Mapping[str, str]] = {
-    "muster.core.submissions.EndedSubmissions._ended": f"{ENDED_KEPT}",
-    "muster.binder.fences.Fences._ended": f"{Fences(cluster=SECTION).kept}",
-    "muster.binder.fences.Fences._fence": f"{Fences(cluster=SECTION).kept}, with _ended",
+    # By time: the ends of the last --ended-kept-seconds (MUSTER_ENDED_KEPT_SECONDS).
+    "muster.core.submissions.EndedSubmissions._ended": f"{ENDED_KEPT_S:g} s of ends",
+    "muster.binder.fences.Fences._ended": f"{ENDED_KEPT_S:g} s of ends",
+    "muster.binder.fences.Fences._fence": f"{ENDED_KEPT_S:g} s of ends, with _ended",
     "muster.cluster.sim.collection.Deletions._at": f"{DELETIONS_KEPT}",
     "muster.gateway.known.KnownWorkloads.deleted": f"{DELETED_KEPT}",
     "muster.core.placement.nodes.NodeTable._changes": f"{CHANGES_KEPT}",

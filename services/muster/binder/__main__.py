@@ -9,6 +9,7 @@ import sys
 from muster.binder.service import BinderConfig, run_binder
 from muster.bus import Bus
 from muster.bus.service import (
+    ENDED_KEPT_FLAG,
     Flag,
     Health,
     ServiceConfig,
@@ -37,6 +38,7 @@ FLAGS = (
         "0",
         "binds started per second, at most; 0 = unlimited",
     ),
+    ENDED_KEPT_FLAG,
     *BACKEND_FLAGS,
 )
 
@@ -60,6 +62,7 @@ def build(args: argparse.Namespace, config: ServiceConfig) -> ServiceMain:
         cluster=config.cluster,
         max_concurrent_binds=args.max_concurrent_binds,
         binds_per_second=args.binds_per_second,
+        ended_kept_s=args.ended_kept_seconds,
     )
     return functools.partial(serve, config=binder, backend=backend_config(args))
 

@@ -7,9 +7,10 @@ evictions (`fence`, `completed`), which raise the fence before any pod is listed
 
 - An `admitted` or `gang_permitted` stored before the workload's latest eviction here, finish
   or deletion is stale: a redelivery after a crash, or a command of an earlier round. The
-  fence of a finished or deleted workload is kept as a tombstone (the last `_KEPT` of them; an
+  fence of a finished or deleted workload is kept as a tombstone for `kept_s` of the stream's
+  time (`--ended-kept-seconds`, as the ended submissions are: `core.submissions`); an
   admission older than every tombstone forgotten, of a workload whose spec is unknown too, is
-  taken as stale).
+  taken as stale.
 - An eviction completed here (its `eviction_completed` seen, or published by this process) is
   not carried out again: a command redelivered or re-sent later is acknowledged and dropped.
 - `WorkloadLocks` serialise the start, binds and stop of one workload in this process, so an
@@ -21,22 +22,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Final
 
 from muster.contracts.v1 import events_pb2
-
-_KEPT: Final = 200_000  # tombstones of finished or deleted workloads, the newest kept
+from muster.core.submissions import ENDED_KEPT_S, forget_older
 
 
 class Fences:
     """Fences and completed evictions of one cluster's workloads. Pure."""
 
-    def __init__(self, *, cluster: str, kept: int = _KEPT) -> None:
+    def __init__(self, *, cluster: str, kept_s: float = ENDED_KEPT_S) -> None:
         self.cluster = cluster
-        self.kept = kept
+        self.kept_s = kept_s
         self._fence: dict[str, int] = {}  # workload -> the sequence older admissions are behind
         self._done: dict[str, int] = {}  # workload -> the latest eviction sequence carried out
-        self._ended: dict[str, None] = {}  # finished or deleted, oldest first: tombstones
+        self._ended: dict[str, float] = {}  # finished or deleted: tombstones, when, oldest first
+        self._now_s = 0.0  # the latest end's time (an end without one takes it)
         self.forgotten_below = 0  # the highest fence of a tombstone dropped
 
     def __len__(self) -> int:
@@ -54,7 +54,8 @@ class Fences:
                 self.fence(key, env.sequence)
                 self._done.pop(key, None)
                 self._ended.pop(key, None)
-                self._ended[key] = None
+                self._now_s = max(self._now_s, env.time_unix_nano / 1e9)
+                self._ended[key] = self._now_s
                 self._forget_oldest()
 
     def fence(self, key: str, sequence: int) -> None:
@@ -89,9 +90,8 @@ class Fences:
         return 0 < eviction_sequence <= self._done.get(key, 0)
 
     def _forget_oldest(self) -> None:
-        while len(self._ended) > self.kept:
-            old = next(iter(self._ended))
-            del self._ended[old]
+        """Drop the tombstones older than `kept_s`."""
+        for old in forget_older(self._ended, before_s=self._now_s - self.kept_s):
             self.forgotten_below = max(self.forgotten_below, self._fence.pop(old, 0))
             self._done.pop(old, None)
 

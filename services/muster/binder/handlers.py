@@ -44,7 +44,7 @@ from muster.cluster.backend import ClusterBackend, Identity, PodSetStart, Worklo
 from muster.cluster.batches import run_in_batches, settle_in_batches
 from muster.cluster.errors import ClusterError, RequestsRefusedError
 from muster.contracts.v1 import events_pb2
-from muster.core.submissions import EndedSubmissions
+from muster.core.submissions import ENDED_KEPT_S, EndedSubmissions
 from muster.metrics.services import BinderSeries
 from muster.payloads import (
     KeptManifest,
@@ -88,10 +88,10 @@ class WorkloadSpecs:
     `admitted`, and (with the fences) which copies from other clusters are current here.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, ended_kept_s: float = ENDED_KEPT_S) -> None:
         self._specs: dict[str, Submission] = {}
         self._admitted_at: dict[str, int] = {}  # stream sequence of its last admission here
-        self._ended = EndedSubmissions()
+        self._ended = EndedSubmissions(kept_s=ended_kept_s)
         self.origins: set[str] = set()  # the clusters workloads were submitted in
         self.position = 0  # the last stream sequence applied
 
@@ -107,12 +107,12 @@ class WorkloadSpecs:
             manifest = KeptManifest(env.submitted.manifest_json, what=env.workload)
             owner = env.submitted.owner_manifest_json
             self._specs[env.workload] = Submission(manifest, env.cluster, owner)
-            self._ended.submitted(env.workload, env.event_id)
+            self._ended.submitted(env.workload, env.event_id, at_s=env.time_unix_nano / 1e9)
             self.origins.add(env.cluster)
         elif env.type in ("workload.deleted", "workload.finished"):
             self._specs.pop(env.workload, None)
             self._admitted_at.pop(env.workload, None)
-            self._ended.ended(env.workload)
+            self._ended.ended(env.workload, at_s=env.time_unix_nano / 1e9)
 
     def ended(self, submitted_id: str) -> bool:
         """Whether a decision naming `submitted_id` (`Envelope.submitted_id`: an admission, an

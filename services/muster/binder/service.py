@@ -35,6 +35,7 @@ from muster.bus.subjects import COMMANDS_STREAM, command_subject, workload_filte
 from muster.bus.supervision import SupervisedGroup
 from muster.cluster.backend import ClusterBackend
 from muster.contracts.v1 import events_pb2
+from muster.core.submissions import ENDED_KEPT_S
 from muster.metrics.services import BinderSeries
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,11 @@ class BinderConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_concurrent_binds: int = 16
     binds_per_second: float = 0.0  # 0: unlimited
     lanes: int = 8  # workloads handled at once
+    ended_kept_s: float = ENDED_KEPT_S  # a late decision about an ended workload: refused
+
+    def __post_init__(self) -> None:
+        if not self.ended_kept_s > 0:
+            raise ValueError(f"ended kept must be > 0 seconds, got {self.ended_kept_s:g}")
 
 
 def spec_subjects(cluster: str, *, copies: bool = True) -> list[str]:
@@ -75,8 +81,8 @@ async def run_binder(
 ) -> None:
     """Start, bind and stop the cluster's pods as events ask, until cancelled. With `copies`
     (a Kubernetes cluster), stale copies of other clusters' workloads are collected too."""
-    specs = WorkloadSpecs()
-    fences = Fences(cluster=config.cluster)
+    specs = WorkloadSpecs(ended_kept_s=config.ended_kept_s)
+    fences = Fences(cluster=config.cluster, kept_s=config.ended_kept_s)
     ctx = BinderContext(
         cluster=config.cluster,
         backend=backend,

@@ -117,6 +117,18 @@ class Flag(NamedTuple):
     about: str
 
 
+# The binder's and gang-permit's memory of ended submissions (`core.submissions`): a late
+# decision about a workload that ended this long ago (in the stream's time) is still refused.
+ENDED_KEPT_FLAG = Flag(
+    "--ended-kept-seconds",
+    "S",
+    float,
+    "MUSTER_ENDED_KEPT_SECONDS",
+    "900",
+    "a workload that finished or was deleted is remembered this long, so that a late or "
+    "redelivered decision about it does not start or stop its pods",
+)
+
 COMMON_FLAGS = (
     Flag("--nats", "URL", str, "MUSTER_NATS_URL", "nats://127.0.0.1:4222",
          "NATS server URL(s), comma-separated"),

@@ -68,7 +68,10 @@ _DONE = frozenset({Phase.FINISHED, Phase.DELETED, Phase.INACTIVE})
 # for the next reservation (`set_admission_check`).
 _WAITING = frozenset({Phase.EVICTING, Phase.BACKOFF, Phase.PENDING, Phase.INACTIVE})
 _KEPT_WAITING = frozenset({"Ready", "Pending"})  # kept in any waiting phase; Retry, Rejected
-# only once queued or backing off (`WorkloadRecord.is_unreserved`), not while its pods stop
+# once its eviction began (pods stopping), queued or backing off, not while inactive
+_KEPT_FAILED = frozenset({Phase.EVICTING, Phase.BACKOFF, Phase.PENDING})
+# Where a check's Retry moves its requeueAt later: holding quota, its pods stopping or not.
+_DECIDING_OR_STOPPING = frozenset({Phase.RESERVED, Phase.ADMITTED, Phase.EVICTING})
 
 
 class Engine(EngineViews):
@@ -420,18 +423,21 @@ class Engine(EngineViews):
         A Ready or Pending told since its eviction (Kueue's resetChecksOnEviction, the only
         reset), its pods stopping or gone, or while it waits for quota, is where that check
         starts at its next reservation, as Kueue's status.admissionChecks keeps it: all Ready,
-        the reservation admits it at once (`Lifecycle.reserve`)."""
+        the reservation admits it at once (`Lifecycle.reserve`). A Retry or Rejected told
+        since its eviction began (its pods stopping or gone) is kept too: queued again, it is
+        set aside until that check says otherwise (`Heads`), as Kueue's scheduler leaves a
+        workload with failed checks in status unreserved."""
         self.state.now_s = now_s
         r = self.state.records.get(key)
-        if r is not None and r.phase in _WAITING and (state in _KEPT_WAITING or r.is_unreserved):
-            return self._told_waiting(r, check, state, requeue_after_s, since_s, now_s)
-        if r is None or check not in r.checks:
+        if r is None:
             return []
-        if state == "Retry" and r.phase in (Phase.RESERVED, Phase.ADMITTED, Phase.EVICTING):
+        if state == "Retry" and check in r.checks and r.phase in _DECIDING_OR_STOPPING:
             since = now_s if since_s is None else since_s
             end_s = retry_end_s(since, requeue_after_s or 0, now_s=now_s)
             r.requeue_at_s = later(r.requeue_at_s, end_s)
-        if r.phase not in (Phase.RESERVED, Phase.ADMITTED):
+        if r.phase in _WAITING and (state in _KEPT_WAITING or r.phase in _KEPT_FAILED):
+            return self._told_waiting(r, check, state, requeue_after_s, since_s, now_s)
+        if check not in r.checks or r.phase not in (Phase.RESERVED, Phase.ADMITTED):
             return []
         r.checks[check] = state
         detail = f'"{check}" ({message})' if message else f'"{check}"'

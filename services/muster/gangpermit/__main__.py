@@ -11,6 +11,7 @@ from typing import cast
 
 from muster.bus import Bus
 from muster.bus.service import (
+    ENDED_KEPT_FLAG,
     Flag,
     Health,
     ServiceConfig,
@@ -79,6 +80,7 @@ FLAGS = (
         "a placement eviction the binder has not answered is asked for again after this, "
         "then twice as long each time, up to 5 minutes",
     ),
+    ENDED_KEPT_FLAG,
     *BACKEND_FLAGS,
 )
 DESCRIPTION = "Place every pod of a gang at once on one cluster, or reject them together."
@@ -115,6 +117,7 @@ def gang_config(args: argparse.Namespace, config: ServiceConfig) -> GangPermitCo
         preemption=args.placement_preemption,
         heartbeat_s=args.heartbeat_seconds,
         evict_resend_s=args.evict_resend_seconds,
+        ended_kept_s=args.ended_kept_seconds,
     )
 
 

@@ -8,7 +8,11 @@ the next time to ask again, backing off from `first_s` to at most `max_s` betwee
 The caller re-sends only the pods the preemptor still waits for (`GangScheduler.victims_of`)
 and the cluster still has; a flight ends once every command is answered, or nothing is left to
 stop. Rebuilt by deciding again after a restart (a preemptor still waiting preempts again,
-with the same ids), so nothing of it is stored.
+with the same ids; the binder's copy of a command it carried out stops nothing more, as each
+pod is stopped only while its uid is the one named). Commands live in a work queue that a
+restart cannot read back, so the back-off resumes from when the preemptor last named the victim
+(`preempted_before`, its `placement_preempted`): it goes on doubling, and re-sends get ids
+never sent before, rather than starting over at `first_s` after each restart.
 """
 
 from __future__ import annotations
@@ -50,6 +54,9 @@ class EvictionFlights:
         self.max_s = max_s
         self.flights: dict[FlightKey, Flight] = {}
         self._by_command: dict[str, FlightKey] = {}
+        # Read back while restoring, kept until the first pass after it: when each preemptor
+        # last named each victim (`preempted_before`), by preemptor, then victim.
+        self._resumed: dict[GangKey, dict[str, float]] = {}
 
     def __len__(self) -> int:
         return len(self.flights)
@@ -64,8 +71,9 @@ class EvictionFlights:
     ) -> None:
         """`commands` (`cmd.evict` of one victim, maybe in parts) are published for
         `preemptor`: they replace what the flight asked for before (an earlier command answered
-        late changes nothing then). A new preemption starts the back-off again; a re-send
-        moves it on."""
+        late changes nothing then). A new preemption starts the back-off again, unless it is
+        one read back at a restart (`preempted_before`): that one goes on where it was. A
+        re-send moves it on."""
         if not commands:
             return
         key = (preemptor, commands[0].workload)
@@ -79,8 +87,43 @@ class EvictionFlights:
             flight.pods.update((_pod_key(p), p.uid) for p in refs)
             flight.unanswered[command.event_id] = tuple(_pod_key(p) for p in refs)
             self._by_command[command.event_id] = key
+        since_s = self._resumed.get(preemptor, {}).pop(key[1], None)
+        if not resent and since_s is not None:
+            flight.resends, flight.next_at_s = self._resume(since_s, now_s=now_s)
+            return
         flight.resends = flight.resends + 1 if resent else 0
-        flight.next_at_s = now_s + min(self.first_s * 2**flight.resends, self.max_s)
+        flight.next_at_s = now_s + self._gap_s(flight.resends)
+
+    def preempted_before(self, preemptor: GangKey, victims: Sequence[str], *, at_s: float) -> None:
+        """Read back while restoring: `preemptor` named `victims` at `at_s` (its
+        `placement_preempted`). The same preemption decided again in the first pass after the
+        restart goes on with the back-off it had then."""
+        self._resumed.setdefault(preemptor, {}).update(dict.fromkeys(victims, at_s))
+
+    def forget_preemptor(self, preemptor: GangKey) -> None:
+        """Read back while restoring: `preemptor` was admitted again, its earlier preemptions
+        are not its own now."""
+        self._resumed.pop(preemptor, None)
+
+    def resumed(self) -> None:
+        """The first pass after a restart is decided: a preemption read back and not decided
+        again in it is over, and a later one of the same victim is new."""
+        self._resumed.clear()
+
+    def _gap_s(self, resends: int) -> float:
+        return min(self.first_s * 2.0**resends, self.max_s)
+
+    def _resume(self, since_s: float, *, now_s: float) -> tuple[int, float]:
+        """The re-sends a flight begun at `since_s` made by `now_s`, and when its next is due,
+        as if no restart had come between."""
+        resends, sent_s = 0, since_s
+        while sent_s + (gap := self._gap_s(resends)) <= now_s:
+            if gap == self.max_s:  # at the cap: the rest in one step
+                capped = int((now_s - sent_s) // gap)
+                return resends + capped, sent_s + (capped + 1) * gap
+            sent_s += gap
+            resends += 1
+        return resends, sent_s + gap
 
     def answered(self, answer: events_pb2.Envelope) -> None:
         """The binder's `eviction_completed` for command `answer.cause`: its pods were

@@ -42,6 +42,7 @@ from muster.core.dispatch import ClusterCapacity
 from muster.core.heartbeat_parts import encode_room
 from muster.core.placement.model import Scoring
 from muster.core.placement.scheduler import DEFAULT_TIMEOUT_S
+from muster.core.submissions import ENDED_KEPT_S
 from muster.gangpermit.cache import ClusterCache, Warn
 from muster.gangpermit.evictions import RESEND_FIRST_S
 from muster.gangpermit.room_writer import RoomWriter
@@ -102,6 +103,7 @@ class GangPermitConfig(msgspec.Struct, frozen=True, kw_only=True):
     # An unanswered placement `cmd.evict` is sent again after this, then twice as long each
     # time up to RESEND_MAX_S (`muster.gangpermit.evictions`).
     evict_resend_s: float = RESEND_FIRST_S
+    ended_kept_s: float = ENDED_KEPT_S  # a late admission of an ended workload: dropped
 
     def __post_init__(self) -> None:
         if not self.gang_timeout_s > 0:
@@ -112,6 +114,8 @@ class GangPermitConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"heartbeat interval must be > 0 seconds, got {self.heartbeat_s:g}")
         if not self.evict_resend_s > 0:
             raise ValueError(f"evict re-send must be > 0 seconds, got {self.evict_resend_s:g}")
+        if not self.ended_kept_s > 0:
+            raise ValueError(f"ended kept must be > 0 seconds, got {self.ended_kept_s:g}")
 
 
 def followed_subjects(cluster: str, events: Sequence[str] = FOLLOWED_EVENTS) -> list[str]:
@@ -141,6 +145,7 @@ async def run_gangpermit(
         # The bus's limit, or the server's, whichever refuses first: a larger permit goes in parts.
         max_event_bytes=min(bus.config.max_event_bytes, bus.nc.max_payload),
         evict_resend_s=config.evict_resend_s,
+        ended_kept_s=config.ended_kept_s,
     )
     events = Quarantine(bus.publisher, consumer=f"gangpermit-{config.cluster}")
     last = await bus.last_sequence()

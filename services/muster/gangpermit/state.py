@@ -53,7 +53,7 @@ from muster.core.placement.model import (
 )
 from muster.core.placement.scheduler import DEFAULT_TIMEOUT_S, GangScheduler
 from muster.core.placement.sources import gang_of_admitted, handled_by, node_info, pod_info
-from muster.core.submissions import EndedSubmissions
+from muster.core.submissions import ENDED_KEPT_S, EndedSubmissions
 from muster.gangpermit.evictions import RESEND_FIRST_S, RESEND_MAX_S, EvictionFlights
 from muster.gangpermit.member_uids import MemberUids
 from muster.gangpermit.parts import part_ids
@@ -118,6 +118,7 @@ class GangPermitState:
         preemption: bool = True,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         evict_resend_s: float = RESEND_FIRST_S,
+        ended_kept_s: float = ENDED_KEPT_S,
     ) -> None:
         self.cluster = cluster
         self.max_event_bytes = max_event_bytes  # the bus's: a larger permit goes in parts
@@ -139,7 +140,8 @@ class GangPermitState:
         self.specs: dict[GangKey, GangSpec] = {}  # as given to the scheduler
         # --- from the stream
         self.submitted: dict[str, Submitted] = {}
-        self.ended = EndedSubmissions()  # a late admission of a workload ended since is dropped
+        # A late admission of a workload ended (within `ended_kept_s`) since is dropped.
+        self.ended = EndedSubmissions(kept_s=ended_kept_s)
         self.admitted: dict[str, KueueGang] = {}  # by workload (= gang) key
         self.permits: dict[GangKey, Permit] = {}
         # Placement evictions not answered yet, asked for again on a timer (`evictions`).
@@ -184,7 +186,7 @@ class GangPermitState:
         match field:
             case "submitted":
                 self.submitted[key] = submitted_of(env)
-                self.ended.submitted(key, env.event_id)
+                self.ended.submitted(key, env.event_id, at_s=env.time_unix_nano / 1e9)
                 return False
             case "admitted":
                 return self._admit(env)  # a pass only once the binder's pods are seen
@@ -202,7 +204,7 @@ class GangPermitState:
                 self.touch(key)
                 if field != "eviction_completed":
                     self.submitted.pop(key, None)
-                    self.ended.ended(key)
+                    self.ended.ended(key, at_s=env.time_unix_nano / 1e9)
                 return self._refresh(self.feed.end(key))
             case "config_applied" | "config_deleted":
                 return self._priority_class(env)
@@ -216,7 +218,10 @@ class GangPermitState:
                 return False
             case "placement_preempted":  # our own, read back while restoring
                 self.preempted_in[GangKey(key)] = self.attempts.get(GangKey(key), 0)
-                self.preempted_since.setdefault(GangKey(key), env.time_unix_nano / 1e9)
+                at_s = env.time_unix_nano / 1e9
+                self.preempted_since.setdefault(GangKey(key), at_s)
+                victims = env.placement_preempted.victims
+                self.evictions.preempted_before(GangKey(key), victims, at_s=at_s)
                 return False
             case "gang_waiting":
                 self.parked.pop(GangKey(key), None)  # retried after an earlier time-out
@@ -293,6 +298,7 @@ class GangPermitState:
         self.admitted[key] = KueueGang(spec=spec, admitted=env)
         self.attempts.pop(GangKey(key), None)  # a new admission: its own attempts
         self.preempted_since.pop(GangKey(key), None)
+        self.evictions.forget_preemptor(GangKey(key))
         self._drop_permit(GangKey(key))  # and its own permit
         self.touch(key)
         return self._refresh(self.feed.admit(spec))

@@ -149,6 +149,7 @@ def resend_evictions(state: GangPermitState, *, now_s: float) -> list[events_pb2
     and an answer names its command, so a re-send is harmless where the first one did arrive.
     """
     out: list[events_pb2.Envelope] = []
+    state.evictions.resumed()  # this pass decided again what a restart read back
     for flight in state.evictions.due(now_s=now_s):
         waited = state.scheduler.victims_of(flight.preemptor)
         pods = sorted(

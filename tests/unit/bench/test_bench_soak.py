@@ -44,7 +44,7 @@ def test_a_growing_map_with_a_cap_is_bounded_and_one_without_is_named() -> None:
     growing, capped = judged(history, per_wave=PER_WAVE)
 
     assert growing == ["muster.gateway.example.Kept.forever 2500 -> 10000"]
-    assert capped == [f"{ended} 2500 -> 10000 (cap 200000)"]
+    assert capped == [f"{ended} 2500 -> 10000 (cap 900 s of ends)"]
 
 
 def row(**fields: object) -> SoakRow:

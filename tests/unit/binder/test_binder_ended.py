@@ -8,7 +8,7 @@ import json
 
 from test_binder_specs import MANIFEST, _Backend, _context, _Published, on
 
-from muster.binder.handlers import BinderContext, follow, on_admitted, on_evict
+from muster.binder.handlers import BinderContext, WorkloadSpecs, follow, on_admitted, on_evict
 from muster.contracts.v1 import events_pb2 as pb
 from muster.preemption.translate import evict_command
 
@@ -102,3 +102,38 @@ async def test_a_late_eviction_of_a_workload_ended_without_a_successor_is_carrie
     await on_evict(evict_command(late, attempt=1), ctx)
     assert cluster.stopped == [2]
     assert [e.type for e in published.seen] == ["workload.eviction_completed"]
+
+
+KEPT_S = 60.0
+
+
+def at(env: pb.Envelope, seconds: float, *, workload: str = "ns/w") -> pb.Envelope:
+    env.time_unix_nano, env.workload = int(seconds * 1e9), workload
+    return env
+
+
+async def test_a_late_admission_is_refused_for_the_kept_time_then_its_end_is_forgotten() -> None:
+    """`--ended-kept-seconds`: the binder remembers an end for that long in the stream's time,
+    however many workloads end meanwhile (before: the newest 200 000, for good)."""
+    ctx, cluster, _ = binder()
+    ctx.specs = WorkloadSpecs(ended_kept_s=KEPT_S)
+    manifest = pb.WorkloadSubmitted(manifest_json=json.dumps(MANIFEST))
+    first = at(event("submitted", manifest, 1), 0.0)
+    follow(first, ctx.specs, ctx.fences)
+    follow(at(event("deleted", pb.WorkloadDeleted(), 2), 10.0), ctx.specs, ctx.fences)
+    sequence = 3
+    for i in range(100):  # others come and go within the minute after it
+        other = f"ns/other-{i}"
+        for field, payload in (("submitted", manifest), ("deleted", pb.WorkloadDeleted())):
+            env = at(event(field, payload, sequence), 10.0 + i * 0.5, workload=other)
+            follow(env, ctx.specs, ctx.fences)
+            sequence += 1
+
+    # Decided before the deletion was read, delivered again just within the time.
+    late = at(admitted(sequence, submitted_id=first.event_id), 10.0 + KEPT_S)
+    await on_admitted(late, ctx)
+    assert cluster.admissions == []
+
+    after = at(event("deleted", pb.WorkloadDeleted(), sequence + 1), 11.0 + KEPT_S, workload="x/y")
+    follow(after, ctx.specs, ctx.fences)
+    assert not ctx.specs.ended(first.event_id)  # forgotten: memory is bounded by time

@@ -37,10 +37,13 @@ def test_a_finished_workload_keeps_a_tombstone_that_fences_its_old_admissions() 
 
 
 def test_forgotten_tombstones_leave_a_watermark_for_workloads_nobody_knows() -> None:
-    fences = Fences(cluster="west", kept=2)
-    for seq, key in enumerate(("ns/a", "ns/b", "ns/c"), start=10):
-        fences.apply(on("west", "finished", pb.WorkloadFinished(), seq, key=key))
-    assert len(fences) == 2  # ns/a's tombstone went
+    # Tombstones are kept for `kept_s` of the stream's time (before: the newest 200 000).
+    fences = Fences(cluster="west", kept_s=60.0)
+    for seq, (key, at_s) in enumerate((("ns/a", 0.0), ("ns/b", 60.0), ("ns/c", 60.5)), start=10):
+        env = on("west", "finished", pb.WorkloadFinished(), seq, key=key)
+        env.time_unix_nano = int(at_s * 1e9)
+        fences.apply(env)
+        assert len(fences) == min(seq - 9, 2)  # ns/a's tombstone went once 60 s had passed
     assert fences.stale("ns/a", 5, known=False)  # older than a forgotten tombstone
     assert not fences.stale("ns/a", 5, known=True)  # its spec is known: live again
     assert not fences.stale("ns/z", 20, known=False)

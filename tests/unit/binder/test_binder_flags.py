@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from muster.binder.__main__ import main as binder_main
+from muster.binder.__main__ import parse
 from muster.gangpermit.__main__ import main as gangpermit_main
 from muster.watcher.__main__ import main as watcher_main
 
@@ -14,6 +17,8 @@ from muster.watcher.__main__ import main as watcher_main
     [
         (binder_main, ["--max-concurrent-binds", "0"], "--max-concurrent-binds must be >= 1"),
         (binder_main, ["--binds-per-second", "-1"], "--binds-per-second must be >= 0"),
+        (binder_main, ["--ended-kept-seconds", "0"], "ended kept must be > 0 seconds, got 0"),
+        (gangpermit_main, ["--ended-kept-seconds", "-1"], "ended kept must be > 0 seconds"),
         (gangpermit_main, ["--gang-timeout-seconds", "0"], "gang timeout"),
         (gangpermit_main, ["--scoring", "random"], "--scoring must be one of binpack, spread"),
         (gangpermit_main, ["--placement-preemption", "maybe"], "--placement-preemption"),
@@ -23,6 +28,8 @@ from muster.watcher.__main__ import main as watcher_main
     ids=[
         "concurrent-binds",
         "binds-per-second",
+        "binder-ended-kept",
+        "gangpermit-ended-kept",
         "gang-timeout",
         "scoring",
         "placement-preemption",
@@ -46,3 +53,16 @@ def test_help_lists_the_common_flags(main: object, capsys: pytest.CaptureFixture
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "--nats URL" in capsys.readouterr().out
+
+
+def test_the_binders_ended_kept_seconds_reaches_its_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its effect: test_binder_ended.py (the kept time in `WorkloadSpecs`)."""
+
+    def kept_s(argv: list[str]) -> float:
+        _, serve = parse(argv)
+        assert isinstance(serve, functools.partial)
+        return float(serve.keywords["config"].ended_kept_s)
+
+    assert (kept_s([]), kept_s(["--ended-kept-seconds", "30"])) == (900.0, 30.0)
+    monkeypatch.setenv("MUSTER_ENDED_KEPT_SECONDS", "45")
+    assert kept_s([]) == 45.0

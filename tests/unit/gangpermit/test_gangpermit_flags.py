@@ -16,13 +16,15 @@ def test_flags_reach_the_config() -> None:
         [
             "--cluster", "east", "--gang-timeout-seconds", "30", "--scheduler-name", "gangs",
             "--scoring", "spread", "--placement-preemption", "off",
-            "--evict-resend-seconds", "7.5",
+            "--evict-resend-seconds", "7.5", "--ended-kept-seconds", "120",
         ]
     )  # fmt: skip
     assert service.name == "gangpermit"
     assert (config.cluster, config.gang_timeout_s, config.scheduler_name) == ("east", 30.0, "gangs")
     assert (config.scoring, config.preemption) == ("spread", False)
     assert config.evict_resend_s == 7.5  # its effect: test_gangpermit_evict_resend.py
+    assert config.ended_kept_s == 120.0  # its effect: test_gangpermit_ended.py
+    assert configs([])[1].ended_kept_s == 900.0  # the default
 
 
 def test_an_evict_resend_of_zero_seconds_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
