@@ -22,7 +22,6 @@ import contextlib
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,7 +37,7 @@ from nats.js import JetStreamContext, api
 from muster.bench import e2e
 from muster.bench.floor_roles import ADMISSION_DURABLE, BINDER_DURABLE, ROLES, SIM_BUCKET, filters
 from muster.bench.table import Column, render_table
-from muster.bench.wire import per_workload, wire_count
+from muster.bench.wire import WireCount, per_workload, wire_count
 from muster.bus.buckets import NAMES_BUCKET
 from muster.bus.kv import open_bucket
 from muster.bus.service import run_loop
@@ -96,21 +95,25 @@ async def prepare(js: JetStreamContext) -> None:
 @contextlib.asynccontextmanager
 async def stand_ins(url: str) -> AsyncIterator[dict[str, tuple[int, str]]]:
     """The six stand-ins running: role -> (pid, the gateway's address or "")."""
-    started: dict[str, subprocess.Popen[str]] = {}
+    started: dict[str, asyncio.subprocess.Process] = {}
     try:
         for role in ROLES:
-            started[role] = subprocess.Popen(
-                [sys.executable, "-m", "muster.bench.floor_roles", role, url],
-                stdout=subprocess.PIPE,
-                text=True,
+            started[role] = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "muster.bench.floor_roles",
+                role,
+                url,
+                stdout=asyncio.subprocess.PIPE,
                 start_new_session=True,  # as the launcher starts services (autogroup)
             )
         ready = {}
         for role, process in started.items():
             assert process.stdout is not None
-            line = await asyncio.wait_for(asyncio.to_thread(process.stdout.readline), READY_S)
+            line = (await asyncio.wait_for(process.stdout.readline(), READY_S)).decode()
             if not line.startswith("ready"):
-                raise RuntimeError(f"floor stand-in {role} did not start (exit {process.poll()})")
+                code = process.returncode
+                raise RuntimeError(f"floor stand-in {role} did not start (exit status {code})")
             ready[role] = (process.pid, line.removeprefix("ready").strip())
         yield ready
     finally:
@@ -119,10 +122,10 @@ async def stand_ins(url: str) -> AsyncIterator[dict[str, tuple[int, str]]]:
                 process.send_signal(signal.SIGTERM)
         for process in started.values():
             try:
-                await asyncio.to_thread(process.wait, 10)
-            except subprocess.TimeoutExpired:
+                await asyncio.wait_for(process.wait(), 10)
+            except TimeoutError:
                 process.kill()
-                await asyncio.to_thread(process.wait)
+                await process.wait()
 
 
 async def run_floor(workloads: int, run: int) -> FloorRow:
@@ -170,7 +173,7 @@ async def _burst(
         await e2e.wait_stored(js, workloads + 1, timeout_s=60 + workloads / 20)
         elapsed = time.monotonic() - start
         cpu_after = meter()
-        wire_after = await wire_count(js)
+        wire_after = await settled(js)
         through = e2e.went_through(await e2e.stored_counts(js)) - 1
     stored, delivered = per_workload(wire_before, wire_after, workloads)
     return FloorRow(
@@ -184,6 +187,19 @@ async def _burst(
         delivered_per_workload=delivered["total"],
         load_average=0.0,
     )
+
+
+async def settled(js: JetStreamContext, *, tries: int = 100) -> WireCount:
+    """The wire's count once it stops moving: the last pod write's deliveries to the readers
+    that do not answer it may still be on their way when the last `running` is stored."""
+    last = await wire_count(js)
+    for _ in range(tries):
+        await asyncio.sleep(e2e.POLL_S)
+        now = await wire_count(js)
+        if now == last:
+            break
+        last = now
+    return last
 
 
 def muster_row(workloads: int, run: int) -> FloorRow:

@@ -11,7 +11,7 @@ msgspec) and decides nothing: a message's arrival is all it takes to send the ne
 |---|---|---|
 | gateway | a Submit (gRPC); `submitted` (its name index) | claim, `submitted` |
 | admission | `submitted` (durable, acks all) | `admitted` |
-| binder | `admitted`, `gang_permitted` (durable, acks each); `submitted` (spec follow) | pod created, pod bound, `bound` |
+| binder | `admitted`, `gang_permitted` (durable, acks each); `submitted` (spec) | 2 pods, `bound` |
 | gangpermit | `submitted`, `admitted` (follow); the pod's three writes | `gang_permitted` |
 | sim-cluster | the pod's three writes | pod Running |
 | watcher | the pod's three writes | `running` |
@@ -37,7 +37,7 @@ from muster.bus.publisher import Publisher
 from muster.bus.pull import PullFeed
 from muster.bus.service import run_loop
 from muster.bus.subjects import EVENTS_STREAM, workload_filters
-from muster.contracts.v1 import services_pb2, services_pb2_grpc
+from muster.contracts.v1 import services_pb2
 from muster.contracts.v1.events_pb2 import Envelope
 from muster.gateway.auth import ANONYMOUS, Authentication
 from muster.gateway.loop_server import LoopServer
@@ -127,7 +127,7 @@ class Node:
             if msgs:
                 await handler(msgs)
 
-    def each(self, handle: Callable[[Msg], Awaitable[None]]) -> Handler:
+    def each(self, handle: Callable[[Msg], Coroutine[Any, Any, None]]) -> Handler:
         """A handler running `handle` on each message at once, as muster's lanes do."""
 
         async def handler(msgs: list[Msg]) -> None:
@@ -148,7 +148,9 @@ def workload_of_pod(pod: dict[str, Any]) -> str:
     return f"{meta['namespace']}/{meta['labels']['muster.dev/workload']}"
 
 
-class FloorGateway(services_pb2_grpc.GatewayServicer):  # type: ignore[misc]  # generated, untyped
+class FloorGateway:
+    """`Gateway.Submit` only: the claim and the `submitted`, each awaiting its PubAck."""
+
     def __init__(self, node: Node) -> None:
         self.node = node
 
@@ -161,8 +163,8 @@ class FloorGateway(services_pb2_grpc.GatewayServicer):  # type: ignore[misc]  # 
         env = wire.event("submitted", workload, manifest_json=request.manifest)
         await self.node.store(wire.claim(workload, env.event_id))
         await self.node.store(wire.event_message(env))
-        submitted = services_pb2.SubmittedObject(kind="Workload", key=workload, event_id=env.event_id)
-        return services_pb2.SubmitResponse(objects=[submitted])
+        done = services_pb2.SubmittedObject(kind="Workload", key=workload, event_id=env.event_id)
+        return services_pb2.SubmitResponse(objects=[done])
 
 
 async def gateway(node: Node) -> LoopServer:
@@ -173,7 +175,12 @@ async def gateway(node: Node) -> LoopServer:
         max_calls=256,
         options=[("grpc.http2.bdp_probe", 0)],
     )
-    services_pb2_grpc.add_GatewayServicer_to_server(FloorGateway(node), server)
+    submit = grpc.unary_unary_rpc_method_handler(
+        FloorGateway(node).Submit,
+        request_deserializer=services_pb2.SubmitRequest.FromString,
+        response_serializer=services_pb2.SubmitResponse.SerializeToString,
+    )
+    server.add_registered_method_handlers("muster.v1.Gateway", {"Submit": submit})
     node.address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
     server.start()
     return server

@@ -57,9 +57,7 @@ def partition_of(workload: str) -> str:
     return str(int(hashlib.blake2b(workload.encode(), digest_size=2).hexdigest(), 16) % PARTITIONS)
 
 
-def event(
-    event_type: str, workload: str, *, cause: str = "", manifest_json: str = ""
-) -> Envelope:
+def event(event_type: str, workload: str, *, cause: str = "", manifest_json: str = "") -> Envelope:
     """An envelope of `workload.<event_type>` about `workload`, of muster's size."""
     env = Envelope(
         type=f"workload.{event_type}",
