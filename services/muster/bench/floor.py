@@ -143,8 +143,8 @@ async def run_floor(workloads: int, run: int) -> FloorRow:
             if nats.process is not None:
                 pids["nats-server"] = nats.process.pid
             row = await _burst(ready["gateway"][1], js, workloads, e2e.cpu_meter(pids))
-        await nc.close()
     finally:
+        await nc.close()
         await nats.stop()
     shutil.rmtree(log_dir, ignore_errors=True)
     return msgspec.structs.replace(row, run=run, load_average=round(load, 1))
