@@ -11,8 +11,9 @@ manifests, 64 calls in flight, the same wait for every workload's `admitted`, `b
 `running`. CPU = user + system time of each process over the burst, per workload.
 
 With `--with-e2e`, each floor run is followed by `bench e2e`'s burst case (1 shard, one per
-Submit, the same workload count), so that the two are measured in the same period; the last
-table gives, per process, the floor's share of muster's CPU.
+Submit, the same workload count; YAML manifests, or JSON with `--manifest json`, as the floor's
+client sends), so that the two are measured in the same period; the last table gives, per
+process, the floor's share of muster's CPU.
 """
 
 from __future__ import annotations
@@ -202,12 +203,14 @@ async def settled(js: JetStreamContext, *, tries: int = 100) -> WireCount:
     return last
 
 
-def muster_row(workloads: int, run: int) -> FloorRow:
+def muster_row(workloads: int, run: int, manifest: str = "yaml") -> FloorRow:
     """`bench e2e`'s burst case, 1 shard, one workload per Submit, as a row of this table."""
     load = os.getloadavg()[0]
-    row = run_loop(e2e.run_case(shards=1, workloads=workloads, rate_per_s=None))
+    case = e2e.run_case(shards=1, workloads=workloads, rate_per_s=None, manifest=manifest)
+    row = run_loop(case)
+    what = "e2e" if manifest == "yaml" else f"e2e {manifest}"
     return FloorRow(
-        what="e2e" if row.valid else f"e2e (not valid: {', '.join(row.ended)} ended)",
+        what=what if row.valid else f"{what} (not valid: {', '.join(row.ended)} ended)",
         run=run,
         workloads=workloads,
         went_through=min(row.admitted, row.bound),
@@ -219,17 +222,20 @@ def muster_row(workloads: int, run: int) -> FloorRow:
     )
 
 
-def run(*, scale: float, runs: int = 1, with_e2e: bool = False) -> Iterator[FloorRow]:
-    """The floor's burst `runs` times, each followed by muster's own when `with_e2e`."""
+def run(
+    *, scale: float, runs: int = 1, with_e2e: bool = False, manifest: str = "yaml"
+) -> Iterator[FloorRow]:
+    """The floor's burst `runs` times, each followed by muster's own when `with_e2e`, its
+    client writing `manifest` (the floor's always sends JSON)."""
     workloads = max(10, round(3000 * scale))  # the e2e burst's count at the same scale
     for i in range(1, runs + 1):
         yield run_loop(run_floor(workloads, i))
         if with_e2e:
-            yield muster_row(workloads, i)
+            yield muster_row(workloads, i, manifest)
 
 
 def not_valid(row: FloorRow) -> str | None:
-    if row.went_through < row.workloads or row.what.startswith("e2e ("):
+    if row.went_through < row.workloads or "(not valid" in row.what:
         return (
             f"{row.what} run {row.run}: {row.went_through} of {row.workloads} workloads went "
             "through"
@@ -271,7 +277,7 @@ def shares(rows: list[FloorRow]) -> list[Share]:
     return [
         Share(r.run, floors[r.run].cpu_ms_per_workload, r.cpu_ms_per_workload)
         for r in rows
-        if r.what == "e2e" and r.run in floors
+        if r.what.startswith("e2e") and r.run in floors
     ]
 
 

@@ -146,13 +146,14 @@ def add_floor_options(parser: argparse.ArgumentParser) -> None:
         help="follow each floor run with e2e's burst case (1 shard, one per Submit, as many "
         "workloads), and print the floor's share of each process's CPU",
     )
+    add_manifest_option(parser)
 
 
 def run_floor(args: argparse.Namespace) -> Iterator[Any]:
     if args.runs < 1:
         raise SystemExit(f"muster bench floor: --runs: must be >= 1: {args.runs}")
     return _floor().run(  # type: ignore[no-any-return]
-        scale=args.scale, runs=args.runs, with_e2e=args.with_e2e
+        scale=args.scale, runs=args.runs, with_e2e=args.with_e2e, manifest=args.manifest
     )
 
 

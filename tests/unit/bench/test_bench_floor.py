@@ -48,15 +48,19 @@ def test_with_e2e_follows_each_floor_run_with_muster_s_burst(
         return row("floor", run, 0.25)
 
     monkeypatch.setattr(floor, "run_floor", fake_floor)
-    monkeypatch.setattr(floor, "muster_row", lambda workloads, run: row("e2e", run, 1.0))
+    monkeypatch.setattr(
+        floor, "muster_row", lambda workloads, run, manifest: row(f"e2e {manifest}", run, 1.0)
+    )
 
-    status = bench.main(["floor", "--scale", "0.01", "--runs", "2", "--with-e2e"])
+    status = bench.main(
+        ["floor", "--scale", "0.01", "--runs", "2", "--with-e2e", "--manifest", "json"]
+    )
 
     out = capsys.readouterr().out
     assert status == 0
     cases = [line.split()[:2] for line in out.splitlines() if line.startswith(("floor ", "e2e "))]
     assert cases == [
-        ["floor", "1"], ["e2e", "1"], ["floor", "2"], ["e2e", "2"]
+        ["floor", "1"], ["e2e", "json"], ["floor", "2"], ["e2e", "json"]
     ]  # fmt: skip
     shares = [line.split() for line in out.splitlines() if line.startswith("run ")]
     assert [(s[1], s[2], s[-2]) for s in shares] == [("1", "25", "25"), ("2", "25", "25")]
