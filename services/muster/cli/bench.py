@@ -130,6 +130,33 @@ def run_e2e(args: argparse.Namespace) -> Iterator[Any]:
     )
 
 
+def _floor() -> Any:  # imported only when run, as e2e
+    from muster.bench import floor
+
+    return floor
+
+
+def add_floor_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--runs", type=int, default=1, metavar="N", help="how many floor runs (default: 1)"
+    )
+    parser.add_argument(
+        "--with-e2e",
+        action="store_true",
+        help="follow each floor run with e2e's burst case (1 shard, one per Submit, as many "
+        "workloads), and print the floor's share of each process's CPU",
+    )
+    add_manifest_option(parser)
+
+
+def run_floor(args: argparse.Namespace) -> Iterator[Any]:
+    if args.runs < 1:
+        raise SystemExit(f"muster bench floor: --runs: must be >= 1: {args.runs}")
+    return _floor().run(  # type: ignore[no-any-return]
+        scale=args.scale, runs=args.runs, with_e2e=args.with_e2e, manifest=args.manifest
+    )
+
+
 def _buckets() -> Any:  # imported only when run, as e2e
     from muster.bench import buckets
 
@@ -430,6 +457,16 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
             run=run_e2e,
             render=lambda rows: _e2e().render(rows),
             not_valid=lambda row: _e2e().not_valid(row),
+        ),
+        Section(
+            name="floor",
+            help="the e2e burst's I/O per workload (a gRPC Submit, 9 stored messages with their "
+            "PubAcks, 16 deliveries) through stand-ins that decode but decide nothing: CPU "
+            "ms/workload per process, the transport's floor under muster's",
+            add_options=add_floor_options,
+            run=run_floor,
+            render=lambda rows: _floor().render(rows),
+            not_valid=lambda row: _floor().not_valid(row),
         ),
         Section(
             name="buckets",
