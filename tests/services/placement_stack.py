@@ -142,9 +142,12 @@ async def placement_stack(
     binder_backend: Callable[[SimBackend], ClusterBackend] | None = None,
     gateway: bool = False,
     kubelet: bool = True,
+    placed_first: bool = True,
 ) -> AsyncIterator[Stack]:
-    """watcher, gangpermit (`gangpermit` config overrides), binder, kubelet and a gateway."""
-    backend = SimBackend(await SimStore.open(bus.kv, cluster=CLUSTER))
+    """watcher, gangpermit (`gangpermit` config overrides), binder, kubelet and a gateway;
+    `placed_first` False: Kueue workloads' pods created unbound, then bound."""
+    store = await SimStore.open(bus.kv, cluster=CLUSTER)
+    backend = SimBackend(store, placed_first=placed_first)
     stack = Stack(bus=bus, backend=backend, events=events)
     async with contextlib.AsyncExitStack() as exits:
         if gateway:

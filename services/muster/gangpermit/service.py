@@ -141,6 +141,7 @@ async def run_gangpermit(
         # The bus's limit, or the server's, whichever refuses first: a larger permit goes in parts.
         max_event_bytes=min(bus.config.max_event_bytes, bus.nc.max_payload),
         evict_resend_s=config.evict_resend_s,
+        creates_on_nodes=backend.creates_on_nodes,
     )
     events = Quarantine(bus.publisher, consumer=f"gangpermit-{config.cluster}")
     last = await bus.last_sequence()

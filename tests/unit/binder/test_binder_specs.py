@@ -77,6 +77,9 @@ class _Backend:
         self.admissions: list[int] = []  # started, in order
         self.stopped: list[int] = []  # the evictions carried out, in order
 
+    def creates_on_nodes(self, owner_kind: str) -> bool:
+        return False  # pods created at admission, then bound (`test_binder_created_bound`)
+
     async def start_workload(
         self,
         key: str,
