@@ -16,7 +16,7 @@ from gateway_helpers import RunningGateway, running_gateway
 
 from muster.binder.service import BinderConfig, run_binder
 from muster.bus import Bus, BusConfig, new_event
-from muster.cluster.backend import ClusterBackend
+from muster.cluster.backend import ClusterBackend, ClusterChange
 from muster.cluster.objects import PodView
 from muster.cluster.sim.backend import SimBackend
 from muster.cluster.sim.clock import WallClock
@@ -131,6 +131,26 @@ class Stack:
         if check(pods):
             return pods
         return await asyncio.wait_for(changes(), timeout_s)
+
+
+@contextlib.asynccontextmanager
+async def pod_writes(stack: Stack) -> AsyncIterator[list[ClusterChange]]:
+    """Every write to a pod of the sim cluster while the block runs, in order."""
+    seen: list[ClusterChange] = []
+    start = await stack.backend.current_revision()
+
+    async def record() -> None:
+        async for change in stack.backend.watch(from_revision=start or 1):
+            if change.kind == "Pod":
+                seen.append(change)  # noqa: PERF401  # read while it runs, until cancelled
+
+    task = asyncio.create_task(record())
+    try:
+        yield seen
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 @contextlib.asynccontextmanager

@@ -14,7 +14,14 @@ from collections.abc import AsyncIterator
 import nats.js.errors
 import pytest
 from bus_helpers import EventLog
-from placement_stack import Stack, node, placement_stack, submit_and_admit, workload_manifest
+from placement_stack import (
+    Stack,
+    node,
+    placement_stack,
+    pod_writes,
+    submit_and_admit,
+    workload_manifest,
+)
 
 from muster.bus import COMMANDS_STREAM, EVENTS_STREAM, Bus, new_event
 from muster.cluster.backend import ADMISSION_LABEL
@@ -163,9 +170,10 @@ async def test_a_permit_to_create_of_an_earlier_admission_creates_nothing(stack:
 
     stale = pb.GangPermitted()
     stale.CopyFrom(permitted.gang_permitted)
-    await publish(stack, "gang_permitted", stale, workload=key)
-    await settled(stack.bus)
-    assert await stack.pods_of(key) == []
+    async with pod_writes(stack) as writes:
+        await publish(stack, "gang_permitted", stale, workload=key)
+        await settled(stack.bus)
+    assert writes == []  # not even created and taken out again
     assert len(stack.events.matching("bound", workload=key)) == 1  # the first admission's
 
 

@@ -7,13 +7,12 @@ service between the placement and the creation, and an eviction stored before th
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator
 
 import pytest
 from bus_helpers import EventLog
-from placement_stack import Stack, node, placement_stack, submit_and_admit
+from placement_stack import Stack, node, placement_stack, pod_writes, submit_and_admit
 
 from muster.api.model import Workload
 from muster.binder.translate import pod_set_starts
@@ -29,26 +28,6 @@ pytestmark = pytest.mark.timeout(60)
 async def stack(bus: Bus, events: EventLog) -> AsyncIterator[Stack]:
     async with placement_stack(bus, events) as s:
         yield s
-
-
-@contextlib.asynccontextmanager
-async def pod_writes(stack: Stack) -> AsyncIterator[list[ClusterChange]]:
-    """Every write to a pod of the sim cluster while the block runs, in order."""
-    seen: list[ClusterChange] = []
-    start = await stack.backend.current_revision()
-
-    async def record() -> None:
-        async for change in stack.backend.watch(from_revision=start or 1):
-            if change.kind == "Pod":
-                seen.append(change)  # noqa: PERF401  # read while it runs, until cancelled
-
-    task = asyncio.create_task(record())
-    try:
-        yield seen
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 def node_of(change: ClusterChange) -> str:
@@ -143,8 +122,10 @@ async def test_an_eviction_stored_before_the_pods_are_created_keeps_them_from_be
     permitted = await stack.events.wait_for("gang_permitted", workload=key, timeout_s=10)
     assert permitted.gang_permitted.admission_sequence == admitted.sequence
 
-    await stack.start_binder()
-    await handled_everything(stack.bus, "binder-local")
+    async with pod_writes(stack) as writes:
+        await stack.start_binder()
+        await handled_everything(stack.bus, "binder-local")
+    assert writes == []  # not even created and taken out again
     assert await stack.pods_of(key) == []
     assert stack.events.matching("bound", workload=key) == []
 
