@@ -47,7 +47,7 @@ async def test_an_admitted_workloads_pods_are_created_on_their_nodes_never_unbou
     placed = {b.pod.name: b.node for b in permitted.gang_permitted.bindings}
     assert permitted.gang_permitted.create
     assert permitted.gang_permitted.admission_sequence > 0
-    first = {}
+    first: dict[str, ClusterChange] = {}
     for change in writes:
         first.setdefault(change.obj["metadata"]["name"], change)
     assert {name: node_of(change) for name, change in first.items()} == placed  # born bound

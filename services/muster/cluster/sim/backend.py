@@ -319,7 +319,8 @@ class SimBackend:
             current = await self.store.get(key) if node else None
             if current is not None:  # wanted on `node`: not left unbound, nor elsewhere
                 refuse_leftover(current.obj, pod)
-                await self.bind(meta["namespace"], meta["name"], node, uid=_meta(current.obj)["uid"])
+                uid = _meta(current.obj)["uid"]
+                await self.bind(meta["namespace"], meta["name"], node, uid=uid)
             return
         self._keep_created(StoredObject(key=key, obj=pod, revision=revision))
 
