@@ -264,6 +264,21 @@ async def test_start_on_nodes_creates_only_the_pods_named_each_bound_in_one_writ
     assert [(c["type"], c["status"]) for c in conditions] == [("PodScheduled", "True")]
 
 
+async def test_start_on_nodes_binds_its_own_unbound_pod_and_waits_for_another_admissions(
+    sim: SimBackend,
+) -> None:
+    await sim.start_workload("ml/w", pod_sets=[pod_set(count=2)], admission=4)  # unbound
+    await sim.start_workload("ml/w", pod_sets=[pod_set(count=2)], admission=4, nodes={
+        "w-main-0": "n1"})  # fmt: skip
+    assert {p.name: p.node_name for p in await pods_of(sim, "ml/w")} == {
+        "w-main-0": "n1", "w-main-1": ""}  # fmt: skip
+    with pytest.raises(ClusterError, match="a pod of admission 4 has its name still") as caught:
+        await sim.start_workload("ml/w", pod_sets=[pod_set(count=2)], admission=9, nodes={
+            "w-main-1": "n2"})  # fmt: skip
+    assert caught.value.temporary
+    assert {p.name: p.node_name for p in await pods_of(sim, "ml/w")}["w-main-1"] == ""
+
+
 # --- bind ------------------------------------------------------------------------------------
 
 

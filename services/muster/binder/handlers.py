@@ -183,7 +183,7 @@ class BinderContext:
         admissions: Recall | None = None,
     ) -> None:
         self.cluster = cluster
-        self._admissions = admissions
+        self._recall = admissions
         self.backend = backend
         self.publisher = publisher
         self.specs = specs
@@ -220,7 +220,7 @@ class BinderContext:
     async def recall_admission(self, sequence: int) -> events_pb2.Envelope | None:
         """The `admitted` of this cluster stored at `sequence`, read back from the stream
         (None: none there, or no stream to read)."""
-        return None if self._admissions is None else await self._admissions(sequence)
+        return None if self._recall is None else await self._recall(sequence)
 
     def pod_sets(self, workload: str) -> dict[str, int] | None:
         """The most pods each podset of `workload` may have (its spec's counts: an admission
@@ -402,15 +402,10 @@ async def _create_gang(env: events_pb2.Envelope, ctx: BinderContext) -> None:
     workload's last here: a permit of an earlier one is skipped); then publish `bound`."""
     key, permitted = env.workload, env.gang_permitted
     admission = permitted.admission_sequence
-    admitted = ctx.specs.admission(key)
-    if admitted is not None and admitted.sequence > admission:
-        log.info("skipping a permit of an earlier admission", extra={"workload": key})
+    admitted = await _admission_of(env, ctx)
+    if admitted is None:
+        log.info("skipping a permit of an admission ended since", extra={"workload": key})
         return
-    if admitted is None or admitted.sequence != admission:
-        # Handled by another replica, or before this one restarted: read back.
-        admitted = await ctx.recall_admission(admission)
-        if admitted is None or admitted.workload != key:
-            raise Reject(f"permit {env.event_id}: no admission of {key} at {admission}")
     wl = ctx.specs.get(key)
     try:
         if wl is None:  # submitted before what this replica replayed: the admission has it
@@ -478,6 +473,23 @@ async def _bind_gang(env: events_pb2.Envelope, ctx: BinderContext) -> None:
         await _bind_failed(env, ctx, message)
         return
     await _answer_bound(env, ctx)
+
+
+async def _admission_of(env: events_pb2.Envelope, ctx: BinderContext) -> events_pb2.Envelope | None:
+    """The admission a permit to create names; None when the workload was admitted here again
+    since, or that admission's workload ended (its name may be submitted again)."""
+    key, admission = env.workload, env.gang_permitted.admission_sequence
+    if not admission:
+        raise Reject(f"permit {env.event_id} of {key}: creates pods for no admission")
+    admitted = ctx.specs.admission(key)
+    if admitted is not None and admitted.sequence > admission:
+        return None
+    if admitted is None or admitted.sequence != admission:
+        # Handled by another replica, or before this one restarted: read back.
+        admitted = await ctx.recall_admission(admission)
+        if admitted is None or admitted.workload != key:
+            raise Reject(f"permit {env.event_id}: no admission of {key} at {admission}")
+    return None if ctx.specs.ended(admitted.submitted_id) else admitted
 
 
 async def _bind_failed(env: events_pb2.Envelope, ctx: BinderContext, message: str) -> None:

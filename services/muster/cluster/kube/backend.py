@@ -706,10 +706,13 @@ class KubeBackend:
         if not await self.create(pod):
             meta = pod["metadata"]
             found = await self._get_or_none(PODS, meta["name"], meta["namespace"])
-            if found is not None:  # wanted on its node: not left unbound, nor elsewhere
-                refuse_leftover(found, pod)
+            if found is None:
+                return
+            refuse_leftover(found, pod)
+            node = pod["spec"]["nodeName"]
+            if (found.get("spec") or {}).get("nodeName") != node:  # not unbound, nor elsewhere
                 uid = str((found.get("metadata") or {}).get("uid") or "")
-                await self.bind(meta["namespace"], meta["name"], pod["spec"]["nodeName"], uid=uid)
+                await self.bind(meta["namespace"], meta["name"], node, uid=uid)
 
     async def _pods_of(self, namespace: str, name: str) -> list[dict[str, Any]]:
         """The pods of workload or pod group `name`: labelled with it, or (a Workload API pod

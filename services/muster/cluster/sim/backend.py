@@ -317,8 +317,10 @@ class SimBackend:
         except ConflictError:  # it exists: an idempotent start leaves it alone
             node = pod["spec"].get("nodeName")
             current = await self.store.get(key) if node else None
-            if current is not None:  # wanted on `node`: not left unbound, nor elsewhere
-                refuse_leftover(current.obj, pod)
+            if current is None:
+                return
+            refuse_leftover(current.obj, pod)
+            if current.obj.get("spec", {}).get("nodeName") != node:  # not unbound, nor elsewhere
                 uid = _meta(current.obj)["uid"]
                 await self.bind(meta["namespace"], meta["name"], node, uid=uid)
             return
