@@ -124,9 +124,10 @@ class RefusingBackend:
         pod_sets: Sequence[Any],
         admission: int = 0,
         origin: Any = None,
+        nodes: Mapping[str, str] | None = None,
     ) -> None:
         await self._backend.start_workload(
-            workload_key, pod_sets=pod_sets, admission=admission, origin=origin
+            workload_key, pod_sets=pod_sets, admission=admission, origin=origin, nodes=nodes
         )
 
     async def stop_workload(

@@ -323,18 +323,9 @@ async def _start(
 ) -> None:
     """Create the pods (under the workload's lock), first a copy of what they come from when
     they come from another cluster; take them out again if a fence went up meanwhile."""
-    key, admission = env.workload, env.sequence
+    key = env.workload
     try:
-        await ctx.backend.start_workload(
-            key,
-            pod_sets=traced(in_partition(starts, env.partition)),
-            admission=admission,
-            origin=origin,
-        )
-        if ctx.fences.stale(key, admission):
-            await ctx.backend.stop_workload(
-                key, before=ctx.fences.fence_of(key), pod_sets=ctx.pod_sets(key)
-            )
+        await _start_fenced(ctx, env, starts, origin=origin)
     except RequestsRefusedError as err:
         # Routed to requests the cluster will not run it with: nothing started. Admission
         # evicts it and puts it back on its declared queue (docs/routing.md, "On Kubernetes").
@@ -350,6 +341,33 @@ async def _start(
         log.warning("cannot start a copy: %s", message, extra={"workload": key})
         rejected = events_pb2.GangRejected(reason=START_FAILED, message=message)
         await ctx.publish("gang_rejected", rejected, cause=env)
+
+
+async def _start_fenced(
+    ctx: BinderContext,
+    admitted: events_pb2.Envelope,
+    starts: list[PodSetStart],
+    *,
+    origin: WorkloadOrigin | None = None,
+    nodes: dict[str, str] | None = None,
+) -> bool:
+    """Create the pods of admission `admitted` (those of `nodes` only, on their nodes, when
+    given); take them out again if a fence went up meanwhile (evicted by another replica):
+    whether they stay."""
+    key, admission = admitted.workload, admitted.sequence
+    await ctx.backend.start_workload(
+        key,
+        pod_sets=traced(in_partition(starts, admitted.partition)),
+        admission=admission,
+        origin=origin,
+        nodes=nodes,
+    )
+    if not ctx.fences.stale(key, admission):
+        return True
+    await ctx.backend.stop_workload(
+        key, before=ctx.fences.fence_of(key), pod_sets=ctx.pod_sets(key)
+    )
+    return False
 
 
 def in_partition(starts: list[PodSetStart], partition: str) -> list[PodSetStart]:
@@ -401,7 +419,6 @@ async def _create_gang(env: events_pb2.Envelope, ctx: BinderContext) -> None:
     """Create the pods the permit names, each on its node, for the admission it names (the
     workload's last here: a permit of an earlier one is skipped); then publish `bound`."""
     key, permitted = env.workload, env.gang_permitted
-    admission = permitted.admission_sequence
     admitted = await _admission_of(env, ctx)
     if admitted is None:
         log.info("skipping a permit of an admission ended since", extra={"workload": key})
@@ -416,16 +433,7 @@ async def _create_gang(env: events_pb2.Envelope, ctx: BinderContext) -> None:
     nodes = {b.pod.name: b.node for b in permitted.bindings}
     with step("binder.create", attributes=lambda: {"muster.pods": len(nodes)}):
         try:
-            await ctx.backend.start_workload(
-                key,
-                pod_sets=traced(in_partition(starts, admitted.partition)),
-                admission=admission,
-                nodes=nodes,
-            )
-            if ctx.fences.stale(key, admission):  # evicted by another replica meanwhile
-                await ctx.backend.stop_workload(
-                    key, before=ctx.fences.fence_of(key), pod_sets=ctx.pod_sets(key)
-                )
+            if not await _start_fenced(ctx, admitted, starts, nodes=nodes):
                 return
         except RequestsRefusedError as err:
             log.warning("requests refused: %s", err, extra={"workload": key})

@@ -87,6 +87,7 @@ class _Backend:
         pod_sets: list[PodSetStart],
         admission: int = 0,
         origin: WorkloadOrigin | None = None,
+        nodes: dict[str, str] | None = None,
     ) -> None:
         self.started[key] = pod_sets
         self.origins[key] = origin
@@ -164,6 +165,7 @@ class _Refusing(_Backend):
         pod_sets: list[PodSetStart],
         admission: int = 0,
         origin: WorkloadOrigin | None = None,
+        nodes: dict[str, str] | None = None,
     ) -> None:
         await super().start_workload(key, pod_sets=pod_sets, admission=admission, origin=origin)
         raise ClusterError("Job/ns/train", "Forbidden", 'jobs.batch is forbidden: user "mk"')
