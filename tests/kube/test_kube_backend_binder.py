@@ -143,6 +143,34 @@ async def test_a_pod_group_has_nothing_to_start_and_its_pods_go_on_stop(
     assert [p.name for p in await backend.list_pods()] == ["other"]
 
 
+async def test_a_bare_workloads_pods_placed_first_are_created_on_their_nodes_unbound_never(
+    server: ApiServer, backend: KubeBackend
+) -> None:
+    await backend.apply(bare_workload("wl"))
+    placed = {"wl-main-1": "n2"}  # one part of a permit: the other pod is not created yet
+
+    await backend.start_workload("default/wl", pod_sets=[ADMITTED], admission=7, nodes=placed)
+    await backend.start_workload("default/wl", pod_sets=[ADMITTED], admission=7, nodes=placed)
+
+    (created,) = await backend.list_pods()
+    assert (created.name, created.node_name, created.admission) == ("wl-main-1", "n2", 7)
+    assert server.requests.count(verb="create", path="/pods") == 2  # the second: AlreadyExists
+    assert server.requests.count(path="/binding") == 0
+
+
+async def test_pods_of_a_job_or_a_pod_group_are_never_created_on_nodes(
+    server: ApiServer, backend: KubeBackend
+) -> None:
+    key = await queued_job(server, backend)
+    await backend.apply(pod("g-0", labels={"scheduling.x-k8s.io/pod-group": "g"}))
+    for workload, why in ((key, "Job controller"), ("default/g", "pod group")):
+        with pytest.raises(ClusterError, match=why) as refused:
+            await backend.start_workload(workload, pod_sets=[ADMITTED], nodes={"x": "n1"})
+        assert not refused.value.temporary
+    assert stored(server, "jobs", "train", group="batch")["spec"]["suspend"] is True
+    assert [p.name for p in await backend.list_pods()] == ["g-0"]
+
+
 async def test_bind_sets_the_node_once_and_maps_conflicts(
     server: ApiServer, backend: KubeBackend
 ) -> None:

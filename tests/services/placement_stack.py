@@ -16,7 +16,7 @@ from gateway_helpers import RunningGateway, running_gateway
 
 from muster.binder.service import BinderConfig, run_binder
 from muster.bus import Bus, BusConfig, new_event
-from muster.cluster.backend import ClusterBackend
+from muster.cluster.backend import ClusterBackend, ClusterChange
 from muster.cluster.objects import PodView
 from muster.cluster.sim.backend import SimBackend
 from muster.cluster.sim.clock import WallClock
@@ -134,6 +134,26 @@ class Stack:
 
 
 @contextlib.asynccontextmanager
+async def pod_writes(stack: Stack) -> AsyncIterator[list[ClusterChange]]:
+    """Every write to a pod of the sim cluster while the block runs, in order."""
+    seen: list[ClusterChange] = []
+    start = await stack.backend.current_revision()
+
+    async def record() -> None:
+        async for change in stack.backend.watch(from_revision=start or 1):
+            if change.kind == "Pod":
+                seen.append(change)  # noqa: PERF401  # read while it runs, until cancelled
+
+    task = asyncio.create_task(record())
+    try:
+        yield seen
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+@contextlib.asynccontextmanager
 async def placement_stack(
     bus: Bus,
     events: EventLog,
@@ -142,9 +162,12 @@ async def placement_stack(
     binder_backend: Callable[[SimBackend], ClusterBackend] | None = None,
     gateway: bool = False,
     kubelet: bool = True,
+    placed_first: bool = True,
 ) -> AsyncIterator[Stack]:
-    """watcher, gangpermit (`gangpermit` config overrides), binder, kubelet and a gateway."""
-    backend = SimBackend(await SimStore.open(bus.kv, cluster=CLUSTER))
+    """watcher, gangpermit (`gangpermit` config overrides), binder, kubelet and a gateway;
+    `placed_first` False: Kueue workloads' pods created unbound, then bound."""
+    store = await SimStore.open(bus.kv, cluster=CLUSTER)
+    backend = SimBackend(store, placed_first=placed_first)
     stack = Stack(bus=bus, backend=backend, events=events)
     async with contextlib.AsyncExitStack() as exits:
         if gateway:

@@ -14,7 +14,14 @@ from collections.abc import AsyncIterator
 import nats.js.errors
 import pytest
 from bus_helpers import EventLog
-from placement_stack import Stack, node, placement_stack, submit_and_admit, workload_manifest
+from placement_stack import (
+    Stack,
+    node,
+    placement_stack,
+    pod_writes,
+    submit_and_admit,
+    workload_manifest,
+)
 
 from muster.bus import COMMANDS_STREAM, EVENTS_STREAM, Bus, new_event
 from muster.cluster.backend import ADMISSION_LABEL
@@ -142,7 +149,35 @@ async def test_an_admission_redelivered_after_its_workload_finished_starts_nothi
     assert [key for key in keys if await stack.pods_of(key)] == []
 
 
-async def test_a_permit_binds_only_the_pods_it_names_by_uid(stack: Stack) -> None:
+async def test_a_permit_binds_only_the_pods_it_names_by_uid(bus: Bus, events: EventLog) -> None:
+    async with placement_stack(bus, events, placed_first=False) as stack:  # created unbound
+        await stack.backend.apply(node("a", cpu="8"))
+        await _old_permit_binds_no_new_pod(stack)
+
+
+async def test_a_permit_to_create_of_an_earlier_admission_creates_nothing(stack: Stack) -> None:
+    """Pods created on their nodes: the old permit, redelivered after the workload was evicted
+    and admitted again, names its own admission, and the name's pod is not made for it."""
+    key = await submit_and_admit(stack, "gang", count=1, run_seconds=None)
+    permitted = await stack.events.wait_for("gang_permitted", workload=key, timeout_s=10)
+    assert permitted.gang_permitted.create
+    await stack.events.wait_for("running", workload=key, timeout_s=10)
+    evicted = await publish(stack, "evicted", pb.WorkloadEvicted(reason="Preempted"), workload=key)
+    await stack.bus.publish(evict_command(evicted, attempt=1))
+    await stack.events.wait_for("eviction_completed", workload=key, timeout_s=10)
+    await stack.stop("gangpermit")  # the new admission is not placed: only the old permit is
+    await admit_again(stack, key, count=1)
+
+    stale = pb.GangPermitted()
+    stale.CopyFrom(permitted.gang_permitted)
+    async with pod_writes(stack) as writes:
+        await publish(stack, "gang_permitted", stale, workload=key)
+        await settled(stack.bus)
+    assert writes == []  # not even created and taken out again
+    assert len(stack.events.matching("bound", workload=key)) == 1  # the first admission's
+
+
+async def _old_permit_binds_no_new_pod(stack: Stack) -> None:
     key = await submit_and_admit(stack, "gang", count=1, run_seconds=None)
     permitted = await stack.events.wait_for("gang_permitted", workload=key, timeout_s=10)
     await stack.events.wait_for("running", workload=key, timeout_s=10)

@@ -233,6 +233,52 @@ async def test_podset_annotations_win_over_the_workload(sim: SimBackend) -> None
     assert pod.run_seconds == 7.0
 
 
+async def test_start_on_nodes_creates_only_the_pods_named_each_bound_in_one_write(
+    sim: SimBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    written: list[str] = []
+    create = sim.store.create
+
+    async def counted(key: str, obj: dict[str, Any]) -> int:
+        revision = await create(key, obj)  # a pod that exists raises: not written
+        written.append(key)
+        return revision
+
+    async def no_update(key: str, obj: dict[str, Any], *, revision: int) -> int:
+        raise AssertionError(f"a pod created on its node was written again: {key}")
+
+    monkeypatch.setattr(sim.store, "create", counted)
+    monkeypatch.setattr(sim.store, "update", no_update)
+    placed = {"w-main-1": "n2", "w-main-0": "n1"}  # a permit's part: two of three pods
+
+    await sim.start_workload("ml/w", pod_sets=[pod_set(count=3)], admission=4, nodes=placed)
+    await sim.start_workload("ml/w", pod_sets=[pod_set(count=3)], admission=4, nodes=placed)
+
+    pods = {p.name: p for p in await pods_of(sim, "ml/w")}
+    assert {name: p.node_name for name, p in pods.items()} == placed
+    assert all(p.admission == 4 and p.phase == "Pending" for p in pods.values())
+    assert sorted(written) == ["pod.ml.w-main-0", "pod.ml.w-main-1"]  # once each, bound
+    stored = await sim.store.get("pod.ml.w-main-0")
+    assert stored is not None
+    conditions = stored.obj["status"]["conditions"]
+    assert [(c["type"], c["status"]) for c in conditions] == [("PodScheduled", "True")]
+
+
+async def test_start_on_nodes_binds_its_own_unbound_pod_and_waits_for_another_admissions(
+    sim: SimBackend,
+) -> None:
+    await sim.start_workload("ml/w", pod_sets=[pod_set(count=2)], admission=4)  # unbound
+    await sim.start_workload("ml/w", pod_sets=[pod_set(count=2)], admission=4, nodes={
+        "w-main-0": "n1"})  # fmt: skip
+    assert {p.name: p.node_name for p in await pods_of(sim, "ml/w")} == {
+        "w-main-0": "n1", "w-main-1": ""}  # fmt: skip
+    with pytest.raises(ClusterError, match="a pod of admission 4 has its name still") as caught:
+        await sim.start_workload("ml/w", pod_sets=[pod_set(count=2)], admission=9, nodes={
+            "w-main-1": "n2"})  # fmt: skip
+    assert caught.value.temporary
+    assert {p.name: p.node_name for p in await pods_of(sim, "ml/w")}["w-main-1"] == ""
+
+
 # --- bind ------------------------------------------------------------------------------------
 
 

@@ -108,6 +108,9 @@ class RefusingBackend:
         self._backend = backend
         self.refusals = refusals
 
+    def creates_on_nodes(self, owner_kind: str) -> bool:
+        return self._backend.creates_on_nodes(owner_kind)
+
     async def bind(self, namespace: str, pod: str, node: str, *, uid: str = "") -> None:
         if self.refusals > 0:
             self.refusals -= 1
@@ -121,9 +124,10 @@ class RefusingBackend:
         pod_sets: Sequence[Any],
         admission: int = 0,
         origin: Any = None,
+        nodes: Mapping[str, str] | None = None,
     ) -> None:
         await self._backend.start_workload(
-            workload_key, pod_sets=pod_sets, admission=admission, origin=origin
+            workload_key, pod_sets=pod_sets, admission=admission, origin=origin, nodes=nodes
         )
 
     async def stop_workload(
@@ -145,7 +149,10 @@ async def test_bind_failure_retries_the_gang_as_a_whole(bus: Bus, events: EventL
     def refusing(backend: SimBackend) -> Any:
         return RefusingBackend(backend, refusals=4)
 
-    async with placement_stack(bus, events, gateway=True, binder_backend=refusing) as s:
+    stack = placement_stack(
+        bus, events, gateway=True, binder_backend=refusing, placed_first=False
+    )  # pods bound, so that a bind can be refused (created on nodes: test_pods_created_bound)
+    async with stack as s:
         await s.backend.apply(node("a", cpu="4"))
         await s.submit(gang_yaml("train", pods=4, run_seconds="60"))
 

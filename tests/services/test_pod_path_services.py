@@ -234,10 +234,16 @@ async def test_a_binder_restarted_after_a_submitted_left_the_stream_starts_it_fr
 
 
 async def test_a_watcher_killed_and_restarted_from_scratch_publishes_each_fact_once(
-    stack: Stack,
+    bus: Bus, events: EventLog
 ) -> None:
     """Restarted as if killed before it stored any revision or mark, past the duplicate window:
-    it reads back from its own events what it published, so JetStream has nothing to drop."""
+    it reads back from its own events what it published, so JetStream has nothing to drop.
+    (Pods created unbound, so that the watcher sees them pending before its first restart.)"""
+    async with placement_stack(bus, events, placed_first=False) as stack:
+        await _restarted_watcher_tells_each_fact_once(stack)
+
+
+async def _restarted_watcher_tells_each_fact_once(stack: Stack) -> None:
     await short_duplicate_window(stack.bus, WINDOW_S)
     key = await submit_and_admit(stack, "later", count=2, run_seconds="1")  # no node yet
     await stack.wait_for_pods(key, lambda pods: len(pods) == 2)  # pending, seen by the watcher

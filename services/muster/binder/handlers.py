@@ -17,11 +17,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import NamedTuple, Protocol
 
 import msgspec
 from google.protobuf.message import Message
 
+from muster.admitted_podsets import owner_kind
 from muster.api.model import Workload
 from muster.api.wellknown import (
     BIND_FAILED,
@@ -65,6 +67,9 @@ class Publisher(Protocol):
     async def publish(self, env: events_pb2.Envelope) -> int: ...
 
 
+Recall = Callable[[int], Awaitable[events_pb2.Envelope | None]]
+
+
 class Submission(NamedTuple):
     """What the binder keeps of a workload's `submitted`."""
 
@@ -91,6 +96,8 @@ class WorkloadSpecs:
     def __init__(self, *, ended_kept_s: float = ENDED_KEPT_S) -> None:
         self._specs: dict[str, Submission] = {}
         self._admitted_at: dict[str, int] = {}  # stream sequence of its last admission here
+        # Its last admission here, for pods created at their `gang_permitted` (`on_admitted`).
+        self._admissions: dict[str, events_pb2.Envelope] = {}
         self._ended = EndedSubmissions(kept_s=ended_kept_s)
         self.origins: set[str] = set()  # the clusters workloads were submitted in
         self.position = 0  # the last stream sequence applied
@@ -103,6 +110,7 @@ class WorkloadSpecs:
             self.position = env.sequence
         if env.type == "workload.admitted":
             self._admitted_at[env.workload] = env.sequence
+            self.admitted_here(env)
         elif env.type == "workload.submitted":
             manifest = KeptManifest(env.submitted.manifest_json, what=env.workload)
             owner = env.submitted.owner_manifest_json
@@ -112,6 +120,7 @@ class WorkloadSpecs:
         elif env.type in ("workload.deleted", "workload.finished"):
             self._specs.pop(env.workload, None)
             self._admitted_at.pop(env.workload, None)
+            self._admissions.pop(env.workload, None)
             self._ended.ended(env.workload, at_s=env.time_unix_nano / 1e9)
 
     def ended(self, submitted_id: str) -> bool:
@@ -139,6 +148,16 @@ class WorkloadSpecs:
         """The stream sequence of its last admission here (0: none known)."""
         return self._admitted_at.get(workload, 0)
 
+    def admission(self, workload: str) -> events_pb2.Envelope | None:
+        """Its last admission here (None: none known)."""
+        return self._admissions.get(workload)
+
+    def admitted_here(self, env: events_pb2.Envelope) -> None:
+        """Keep admission `env` as its workload's last here, unless a later one is kept."""
+        kept = self._admissions.get(env.workload)
+        if kept is None or kept.sequence <= env.sequence:
+            self._admissions[env.workload] = env
+
 
 def follow(env: events_pb2.Envelope, specs: WorkloadSpecs, fences: Fences) -> None:
     """Fold one followed event (`spec_subjects`) into the specs and the fences. A late
@@ -161,8 +180,10 @@ class BinderContext:
         pacer: BindPacer,
         fences: Fences | None = None,
         metrics: BinderSeries | None = None,
+        admissions: Recall | None = None,
     ) -> None:
         self.cluster = cluster
+        self._recall = admissions
         self.backend = backend
         self.publisher = publisher
         self.specs = specs
@@ -195,6 +216,11 @@ class BinderContext:
             log.warning("cluster %s answers again", self.cluster, extra={"cluster": self.cluster})
             self._away = ""
         return waited
+
+    async def recall_admission(self, sequence: int) -> events_pb2.Envelope | None:
+        """The `admitted` of this cluster stored at `sequence`, read back from the stream
+        (None: none there, or no stream to read)."""
+        return None if self._recall is None else await self._recall(sequence)
 
     def pod_sets(self, workload: str) -> dict[str, int] | None:
         """The most pods each podset of `workload` may have (its spec's counts: an admission
@@ -263,6 +289,11 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
     except AdmissionMismatchError as err:
         raise Reject(str(err)) from None
     origin = origin_of(env, submission, wl, cluster=ctx.cluster)
+    if origin is None and ctx.backend.creates_on_nodes(owner_kind(wl)):
+        # Placed before its pods exist: each is created on its node at `gang_permitted`
+        # (docs/events.md, "Pods created on their nodes"), one write instead of two.
+        ctx.specs.admitted_here(env)
+        return
     with step("binder.start", attributes=lambda: {"muster.workload": key}):
         async with ctx.locks.hold(key):
             if ctx.fences.stale(key, admission):
@@ -292,18 +323,9 @@ async def _start(
 ) -> None:
     """Create the pods (under the workload's lock), first a copy of what they come from when
     they come from another cluster; take them out again if a fence went up meanwhile."""
-    key, admission = env.workload, env.sequence
+    key = env.workload
     try:
-        await ctx.backend.start_workload(
-            key,
-            pod_sets=traced(in_partition(starts, env.partition)),
-            admission=admission,
-            origin=origin,
-        )
-        if ctx.fences.stale(key, admission):
-            await ctx.backend.stop_workload(
-                key, before=ctx.fences.fence_of(key), pod_sets=ctx.pod_sets(key)
-            )
+        await _start_fenced(ctx, env, starts, origin=origin)
     except RequestsRefusedError as err:
         # Routed to requests the cluster will not run it with: nothing started. Admission
         # evicts it and puts it back on its declared queue (docs/routing.md, "On Kubernetes").
@@ -319,6 +341,33 @@ async def _start(
         log.warning("cannot start a copy: %s", message, extra={"workload": key})
         rejected = events_pb2.GangRejected(reason=START_FAILED, message=message)
         await ctx.publish("gang_rejected", rejected, cause=env)
+
+
+async def _start_fenced(
+    ctx: BinderContext,
+    admitted: events_pb2.Envelope,
+    starts: list[PodSetStart],
+    *,
+    origin: WorkloadOrigin | None = None,
+    nodes: dict[str, str] | None = None,
+) -> bool:
+    """Create the pods of admission `admitted` (those of `nodes` only, on their nodes, when
+    given); take them out again if a fence went up meanwhile (evicted by another replica):
+    whether they stay."""
+    key, admission = admitted.workload, admitted.sequence
+    await ctx.backend.start_workload(
+        key,
+        pod_sets=traced(in_partition(starts, admitted.partition)),
+        admission=admission,
+        origin=origin,
+        nodes=nodes,
+    )
+    if not ctx.fences.stale(key, admission):
+        return True
+    await ctx.backend.stop_workload(
+        key, before=ctx.fences.fence_of(key), pod_sets=ctx.pod_sets(key)
+    )
+    return False
 
 
 def in_partition(starts: list[PodSetStart], partition: str) -> list[PodSetStart]:
@@ -352,11 +401,51 @@ async def on_gang_permitted(env: events_pb2.Envelope, ctx: BinderContext) -> Non
     a later admission, is not the one gang-permit placed). A permit stored before the gang's
     latest eviction here, finish or deletion is skipped.
     """
-    if ctx.fences.stale(env.workload, env.sequence):
+    permitted = env.gang_permitted
+    # A permit to create is fenced as its admission is: the eviction that ends the admission
+    # may be stored before the permit (gang-permit had not read it yet).
+    sequence = permitted.admission_sequence if permitted.create else env.sequence
+    if ctx.fences.stale(env.workload, sequence):
         log.info("skipping a permit evicted or ended since", extra={"workload": env.workload})
         return
     async with ctx.locks.hold(env.workload):
-        await _bind_gang(env, ctx)
+        if permitted.create:
+            await _create_gang(env, ctx)
+        else:
+            await _bind_gang(env, ctx)
+
+
+async def _create_gang(env: events_pb2.Envelope, ctx: BinderContext) -> None:
+    """Create the pods the permit names, each on its node, for the admission it names (the
+    workload's last here: a permit of an earlier one is skipped); then publish `bound`."""
+    key, permitted = env.workload, env.gang_permitted
+    admitted = await _admission_of(env, ctx)
+    if admitted is None:
+        log.info("skipping a permit of an admission ended since", extra={"workload": key})
+        return
+    wl = ctx.specs.get(key)
+    try:
+        if wl is None:  # submitted before what this replica replayed: the admission has it
+            wl = written_workload(admitted.admitted.manifest_json, what=key)
+        starts = pod_set_starts(wl, admitted.admitted)
+    except (PayloadError, AdmissionMismatchError) as err:
+        raise Reject(str(err)) from None
+    nodes = {b.pod.name: b.node for b in permitted.bindings}
+    with step("binder.create", attributes=lambda: {"muster.pods": len(nodes)}):
+        try:
+            if not await _start_fenced(ctx, admitted, starts, nodes=nodes):
+                return
+        except RequestsRefusedError as err:
+            log.warning("requests refused: %s", err, extra={"workload": key})
+            payload = events_pb2.RequestsRefused(message=str(err))
+            await ctx.publish("requests_refused", payload, cause=env)
+            return
+        except ClusterError as err:
+            if err.temporary:
+                raise await _retry_or_reject(err, ctx, f"creating {key}'s pods") from err
+            await _bind_failed(env, ctx, f"pods of {key}: {err.message}")
+            return
+    await _answer_bound(env, ctx)
 
 
 async def _bind_gang(env: events_pb2.Envelope, ctx: BinderContext) -> None:
@@ -389,15 +478,42 @@ async def _bind_gang(env: events_pb2.Envelope, ctx: BinderContext) -> None:
         message = f"pod {b.pod.namespace}/{b.pod.name} to node {b.node}: {err.message}"
         if len(permanent) > 1:
             message += f" (and {len(permanent) - 1} more)"
-        log.warning("gang bind failed: %s", message, extra={"workload": env.workload})
-        payload = events_pb2.GangRejected(reason=BIND_FAILED, message=message)
-        await ctx.publish("gang_rejected", payload, cause=env)
+        await _bind_failed(env, ctx, message)
         return
+    await _answer_bound(env, ctx)
+
+
+async def _admission_of(env: events_pb2.Envelope, ctx: BinderContext) -> events_pb2.Envelope | None:
+    """The admission a permit to create names; None when the workload was admitted here again
+    since, or that admission's workload ended (its name may be submitted again)."""
+    key, admission = env.workload, env.gang_permitted.admission_sequence
+    if not admission:
+        raise Reject(f"permit {env.event_id} of {key}: creates pods for no admission")
+    admitted = ctx.specs.admission(key)
+    if admitted is not None and admitted.sequence > admission:
+        return None
+    if admitted is None or admitted.sequence != admission:
+        # Handled by another replica, or before this one restarted: read back.
+        admitted = await ctx.recall_admission(admission)
+        if admitted is None or admitted.workload != key:
+            raise Reject(f"permit {env.event_id}: no admission of {key} at {admission}")
+    return None if ctx.specs.ended(admitted.submitted_id) else admitted
+
+
+async def _bind_failed(env: events_pb2.Envelope, ctx: BinderContext, message: str) -> None:
+    """Reject the permitted gang: its pods could not be put on their nodes, for good."""
+    log.warning("gang bind failed: %s", message, extra={"workload": env.workload})
+    payload = events_pb2.GangRejected(reason=BIND_FAILED, message=message)
+    await ctx.publish("gang_rejected", payload, cause=env)
+
+
+async def _answer_bound(env: events_pb2.Envelope, ctx: BinderContext) -> None:
+    """Publish `bound` for the permit (or permit part) `env`: its pods are on their nodes."""
     # A permit in parts is answered part by part (docs/events.md, "Permits in parts"): each
     # part's `bound` carries what its part did, so it fits as the part did.
     permitted = env.gang_permitted
     bound = events_pb2.PodsBound(
-        bindings=bindings,
+        bindings=permitted.bindings,
         part=permitted.part,
         parts=permitted.parts,
         permit_id=permitted.permit_id,

@@ -83,6 +83,13 @@ async def run_binder(
     (a Kubernetes cluster), stale copies of other clusters' workloads are collected too."""
     specs = WorkloadSpecs(ended_kept_s=config.ended_kept_s)
     fences = Fences(cluster=config.cluster, kept_s=config.ended_kept_s)
+
+    async def recall(sequence: int) -> events_pb2.Envelope | None:
+        admitted = workload_filters(config.cluster, "admitted")
+        found = [env async for env in bus.replay(admitted, from_sequence=sequence,
+                                                 until_sequence=sequence)]  # fmt: skip
+        return found[0] if found else None
+
     ctx = BinderContext(
         cluster=config.cluster,
         backend=backend,
@@ -92,6 +99,7 @@ async def run_binder(
             max_concurrent=config.max_concurrent_binds, per_second=config.binds_per_second
         ),
         fences=fences,
+        admissions=recall,
         metrics=(
             BinderSeries(bus.metrics.registry, cluster=config.cluster)
             if bus.metrics is not None

@@ -200,6 +200,7 @@ class ClusterBackend(Protocol):
         pod_sets: Sequence[PodSetStart],
         admission: int = 0,
         origin: WorkloadOrigin | None = None,
+        nodes: Mapping[str, str] | None = None,
     ) -> None:
         """Create the pods of admitted workload "<namespace>/<name>" (the binder's unsuspend).
 
@@ -211,7 +212,22 @@ class ClusterBackend(Protocol):
 
         With `origin` the workload was submitted in another cluster (MultiKueue): a backend
         whose pods come from objects (Kubernetes) first creates a copy of them here.
+
+        With `nodes` (pod name -> node; placed before the pods exist) only the pods it names
+        are created, each already on its node (`spec.nodeName`, which the API server takes on
+        create: one write, no Binding). One that exists already is this admission's (else a
+        temporary ClusterError "AlreadyExists": an earlier admission's pod not deleted yet),
+        and is bound to its node as `bind` would (created unbound before: a binder that did
+        not place first). Pods the binder does not create (a Job's, a pod group's) cannot be
+        created so: a permanent ClusterError "Invalid", nothing written.
         """
+        ...
+
+    def creates_on_nodes(self, owner_kind: str) -> bool:
+        """Whether `start_workload` creates the pods of an admitted workload that stands for
+        an object of `owner_kind` ("" for none) itself, so they can be placed before they
+        exist and created on their nodes (`nodes`): not where a controller makes them (a
+        Job's, on Kubernetes). The binder and gang-permit ask alike."""
         ...
 
     async def bind(self, namespace: str, pod: str, node: str, *, uid: str = "") -> None:
@@ -247,6 +263,22 @@ class ClusterBackend(Protocol):
     async def close(self) -> None:
         """Release what the backend holds (its connection, when it opened it)."""
         ...
+
+
+def pod_name(workload: str, pod_set: str, index: int) -> str:
+    """The name of pod `index` of podset `pod_set` of a workload the binder starts."""
+    return f"{workload}-{pod_set}-{index}"
+
+
+def refuse_leftover(found: Mapping[str, Any], wanted: Mapping[str, Any]) -> None:
+    """Raise when pod `found`, in the way of `wanted` (created on its node for an admission),
+    is another admission's: a pod of an earlier one not deleted yet, or not seen deleted (a
+    temporary ClusterError: tried again once it is gone, never taken for the pod wanted)."""
+    if admission_of(found) != admission_of(wanted):
+        meta = wanted.get("metadata") or {}
+        who = f"Pod/{meta.get('namespace')}/{meta.get('name')}"
+        problem = f"a pod of admission {admission_of(found)} has its name still"
+        raise ClusterError(who, "AlreadyExists", problem, temporary=True)
 
 
 def split_workload_key(workload_key: str) -> tuple[str, str]:

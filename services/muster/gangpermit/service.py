@@ -146,6 +146,7 @@ async def run_gangpermit(
         max_event_bytes=min(bus.config.max_event_bytes, bus.nc.max_payload),
         evict_resend_s=config.evict_resend_s,
         ended_kept_s=config.ended_kept_s,
+        creates_on_nodes=backend.creates_on_nodes,
     )
     events = Quarantine(bus.publisher, consumer=f"gangpermit-{config.cluster}")
     last = await bus.last_sequence()

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import bisect
 import logging
+from collections.abc import Callable
 
 import msgspec
 
+from muster.admitted_podsets import AdmissionMismatchError, admitted_pod_sets, owner_kind
 from muster.api.model import (
     CompositePodGroup,
     Node,
@@ -52,13 +54,20 @@ from muster.core.placement.model import (
     Scoring,
 )
 from muster.core.placement.scheduler import DEFAULT_TIMEOUT_S, GangScheduler
-from muster.core.placement.sources import gang_of_admitted, handled_by, node_info, pod_info
+from muster.core.placement.sources import (
+    gang_of_admitted,
+    handled_by,
+    node_info,
+    pod_info,
+    pods_to_create,
+)
 from muster.core.submissions import ENDED_KEPT_S, EndedSubmissions
 from muster.gangpermit.evictions import RESEND_FIRST_S, RESEND_MAX_S, EvictionFlights
 from muster.gangpermit.member_uids import MemberUids
 from muster.gangpermit.parts import part_ids
 from muster.gangpermit.rooms import NodeRooms
 from muster.gangpermit.submitted import Submitted, admission_of, submitted_from, submitted_of
+from muster.gangpermit.unmade import UnmadePods
 from muster.payloads import PayloadError, applied_document, applied_object
 
 log = logging.getLogger(__name__)
@@ -119,8 +128,12 @@ class GangPermitState:
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         evict_resend_s: float = RESEND_FIRST_S,
         ended_kept_s: float = ENDED_KEPT_S,
+        creates_on_nodes: Callable[[str], bool] = lambda owner_kind: False,
     ) -> None:
         self.cluster = cluster
+        # Whether the binder creates an admitted workload's pods itself, by what it stands
+        # for (`ClusterBackend.creates_on_nodes`): such pods are placed before they exist.
+        self.creates_on_nodes = creates_on_nodes
         self.max_event_bytes = max_event_bytes  # the bus's: a larger permit goes in parts
         self.source = f"gangpermit/{cluster}"
         self.scheduler_name = scheduler_name
@@ -143,6 +156,7 @@ class GangPermitState:
         # A late admission of a workload ended (within `ended_kept_s`) since is dropped.
         self.ended = EndedSubmissions(kept_s=ended_kept_s)
         self.admitted: dict[str, KueueGang] = {}  # by workload (= gang) key
+        self.unmade = UnmadePods()  # pods placed before the binder creates them
         self.permits: dict[GangKey, Permit] = {}
         # Placement evictions not answered yet, asked for again on a timer (`evictions`).
         self.evictions = EvictionFlights(
@@ -201,6 +215,7 @@ class GangPermitState:
             case "finished" | "eviction_completed" | "deleted":
                 self.admitted.pop(key, None)
                 self._drop_permit(GangKey(key))
+                self._drop_unmade(GangKey(key))
                 self.touch(key)
                 if field != "eviction_completed":
                     self.submitted.pop(key, None)
@@ -252,6 +267,9 @@ class GangPermitState:
         for permit in self.permits.values():
             for pod, node in permit.bindings.items():
                 self.assumed[pod] = (node, permit.uids.get(pod, ""))
+                unmade = self.unmade.pods.get(pod)
+                if unmade is not None and self.pods.get(pod) is unmade:
+                    self._put_pod(unmade)  # held on its node until the binder creates it
         self.touch_all()
 
     def _drop_permit(self, gang: GangKey) -> None:
@@ -279,6 +297,7 @@ class GangPermitState:
             # Submitted before what this replica replayed: the admission carries the spec.
             known = submitted_from(env.admitted.manifest_json, env)
         admission = admission_of(env.admitted.admission)
+        unmade: tuple[Pod, ...] = ()
         if known is not None and known.workload is not None:
             spec = gang_of_admitted(
                 known.workload,
@@ -288,6 +307,7 @@ class GangPermitState:
                 created_s=known.created_s,
                 groups=self.feed.groups(),
             ).spec
+            unmade = self._to_create(env, known)
         else:  # no spec at all (an older admission): all its admitted pods, at once
             spec = GangSpec(
                 key=GangKey(key),
@@ -300,8 +320,51 @@ class GangPermitState:
         self.preempted_since.pop(GangKey(key), None)
         self.evictions.forget_preemptor(GangKey(key))
         self._drop_permit(GangKey(key))  # and its own permit
+        self._drop_unmade(GangKey(key))  # and its own pods to create
         self.touch(key)
-        return self._refresh(self.feed.admit(spec))
+        changed = self._refresh(self.feed.admit(spec))
+        for pod in unmade:
+            self.unmade.add(GangKey(key), pod)
+            if PodKey(pod.key) not in self.pods:  # else once a pod of an earlier one is gone
+                self._put_pod(pod)
+        return changed or bool(unmade)
+
+    def _to_create(self, env: events_pb2.Envelope, known: Submitted) -> tuple[Pod, ...]:
+        """The pods the binder creates on their nodes for admission `env`, placed before they
+        exist; none when it creates them unbound, or someone else does (a Job controller, a
+        copy's from another cluster), as the binder decides (`binder.handlers.on_admitted`)."""
+        wl = known.workload
+        origin = env.admitted.origin_cluster or known.cluster
+        if wl is None or origin not in ("", self.cluster):
+            return ()
+        if not self.creates_on_nodes(owner_kind(wl)):
+            return ()
+        try:
+            return pods_to_create(wl, admitted_pod_sets(wl, env.admitted))
+        except AdmissionMismatchError:
+            return ()  # the binder refuses it (dead-lettered): no pods to place
+
+    def _made(self, pod: Pod) -> None:
+        """`pod` is in the cluster: no longer one to create, if its gang's admission's."""
+        gang = self.unmade.gang_of(PodKey(pod.key))
+        kueue = self.admitted.get(gang) if gang is not None else None
+        if kueue is not None:
+            self.unmade.made(pod, kueue.admitted.sequence)
+
+    def _drop_unmade(self, gang: GangKey) -> None:
+        """The gang's admission ended (or a new one began): its pods not created yet never
+        will be."""
+        for key, pod in self.unmade.drop(gang):
+            if self.pods.get(key) is pod:
+                self._forget_pod(key)
+
+    def to_create(self, gang: GangKey) -> int:
+        """The admission sequence whose pods the binder creates when `gang` is permitted (0:
+        its pods exist, they are bound)."""
+        kueue = self.admitted.get(gang)
+        if kueue is None or not self.unmade.of(gang):
+            return 0
+        return kueue.admitted.sequence
 
     def _priority_class(self, env: events_pb2.Envelope) -> bool:
         """Fold in a PriorityClass of this cluster; another cluster's (its own of the same
@@ -455,6 +518,7 @@ class GangPermitState:
                 self._rooms.node_changed(info.name)
                 self.touch_all()
             case Pod():
+                self._made(obj)
                 settled = self._went_on(obj)
                 old = self.pods.get(PodKey(obj.key))
                 if settled and old is not None and old.node_name and old.node_name == obj.node_name:
@@ -497,6 +561,9 @@ class GangPermitState:
                 self.touch_all()
             case Pod():
                 self._forget_pod(PodKey(obj.key))
+                unmade = self.unmade.pods.get(PodKey(obj.key))
+                if unmade is not None:  # a pod of an earlier admission had its name
+                    self._put_pod(unmade)
             case _:
                 self._refresh(self.feed.remove(obj))
 

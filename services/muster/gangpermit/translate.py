@@ -265,7 +265,13 @@ def _permitted(
     derived as a single event's always was, so a permit that fits keeps its id across the
     upgrade; each part's id is derived from it."""
     refs = [events_pb2.PodBinding(pod=_ref(state, b.pod), node=b.node) for b in bindings]
-    whole = _event(state, "gang_permitted", events_pb2.GangPermitted(bindings=refs), gang, now_ns)
+    # Pods not made yet are created on their nodes, for the admission that placed them.
+    # (0, False: bound as before, and the event as it was written before.)
+    admission = state.to_create(gang)
+    permit = events_pb2.GangPermitted(
+        bindings=refs, create=bool(admission), admission_sequence=admission
+    )
+    whole = _event(state, "gang_permitted", permit, gang, now_ns)
     runs = split_runs(refs, max_event_bytes=state.max_event_bytes)
     if len(runs) == 1:
         return [whole]
@@ -274,7 +280,12 @@ def _permitted(
         new_event(
             "gang_permitted",
             events_pb2.GangPermitted(
-                bindings=run, part=k, parts=len(runs), permit_id=whole.event_id
+                bindings=run,
+                part=k,
+                parts=len(runs),
+                permit_id=whole.event_id,
+                create=bool(admission),
+                admission_sequence=admission,
             ),
             cluster=state.cluster,
             workload=gang,

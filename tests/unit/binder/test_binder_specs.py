@@ -77,6 +77,9 @@ class _Backend:
         self.admissions: list[int] = []  # started, in order
         self.stopped: list[int] = []  # the evictions carried out, in order
 
+    def creates_on_nodes(self, owner_kind: str) -> bool:
+        return False  # pods created at admission, then bound (`test_binder_created_bound`)
+
     async def start_workload(
         self,
         key: str,
@@ -84,6 +87,7 @@ class _Backend:
         pod_sets: list[PodSetStart],
         admission: int = 0,
         origin: WorkloadOrigin | None = None,
+        nodes: dict[str, str] | None = None,
     ) -> None:
         self.started[key] = pod_sets
         self.origins[key] = origin
@@ -161,6 +165,7 @@ class _Refusing(_Backend):
         pod_sets: list[PodSetStart],
         admission: int = 0,
         origin: WorkloadOrigin | None = None,
+        nodes: dict[str, str] | None = None,
     ) -> None:
         await super().start_workload(key, pod_sets=pod_sets, admission=admission, origin=origin)
         raise ClusterError("Job/ns/train", "Forbidden", 'jobs.batch is forbidden: user "mk"')

@@ -33,6 +33,8 @@ from muster.cluster.backend import (
     WorkloadCopy,
     WorkloadOrigin,
     admission_of,
+    pod_name,
+    refuse_leftover,
     split_workload_key,
 )
 from muster.cluster.batches import run_in_batches
@@ -393,6 +395,7 @@ class KubeBackend:
         pod_sets: Sequence[PodSetStart],
         admission: int = 0,
         origin: WorkloadOrigin | None = None,
+        nodes: Mapping[str, str] | None = None,
     ) -> None:
         """As the protocol says. With `origin` (MultiKueue dispatched it here from the manager
         it names), what it stands for is created here first when absent (`copies`): its Job,
@@ -402,6 +405,8 @@ class KubeBackend:
         if job is not None and workload is None:
             workload = await self._get_or_none(self._kueue["Workload"], name, namespace)
         pod_sets = with_check_updates(pod_sets, workload)  # what its checks asked for
+        if nodes is not None:
+            self._refuse_placed(name, namespace, job=job, workload=workload, origin=origin)
         if job is None and workload is None and origin is not None:
             job, workload = await self._copy(namespace, name, origin, pod_sets, admission)
             if job is not None:
@@ -409,8 +414,36 @@ class KubeBackend:
         if job is not None:
             await self._start_job(job, pod_sets, workload=name, admission=admission)
         elif workload is not None:
-            await self._create_pods(workload, pod_sets, admission=admission)
+            await self._create_pods(workload, pod_sets, admission=admission, nodes=nodes)
         # Otherwise a pod group: its pods exist already.
+
+    def creates_on_nodes(self, owner_kind: str) -> bool:
+        """Never yet: a bare Kueue Workload's pods are the binder's (`start_workload` takes
+        `nodes` for them), but from the events alone a Workload stored here cannot be told
+        from one without an object here, whose pods someone else makes; until it can, every
+        workload's pods are created unbound and bound, as before."""
+        return False
+
+    def _refuse_placed(
+        self,
+        name: str,
+        namespace: str,
+        *,
+        job: Mapping[str, Any] | None,
+        workload: Mapping[str, Any] | None,
+        origin: WorkloadOrigin | None,
+    ) -> None:
+        """Raise unless the pods of workload `name` are the binder's to create (placed, on
+        their nodes): a Job's are the Job controller's, a pod group's whoever applied them."""
+        owner = origin.owner() if origin is not None and workload is None else None
+        if job is not None or (owner is not None and owner.get("kind") == "Job"):
+            why = "its pods are its Job's, created by the Job controller"
+        elif workload is None and origin is None:
+            why = "its pods are a pod group's, made by whoever applied them"
+        else:
+            return
+        who = self._kueue["Workload"].describe(name, namespace)
+        raise ClusterError(who, "Invalid", f"cannot create its pods on their nodes: {why}")
 
     async def stop_workload(
         self, workload_key: str, *, before: int = 0, pod_sets: Mapping[str, int] | None = None
@@ -631,13 +664,20 @@ class KubeBackend:
         return job
 
     async def _create_pods(
-        self, workload: Mapping[str, Any], pod_sets: Sequence[PodSetStart], *, admission: int
+        self,
+        workload: Mapping[str, Any],
+        pod_sets: Sequence[PodSetStart],
+        *,
+        admission: int,
+        nodes: Mapping[str, str] | None = None,
     ) -> None:
-        """Create the pods of a bare Kueue Workload from its podset templates (idempotent)."""
+        """Create the pods of a bare Kueue Workload from its podset templates (idempotent);
+        with `nodes`, only those it names, each on its node."""
         templates = {
             ps.get("name"): ps.get("template") or {}
             for ps in (workload.get("spec") or {}).get("podSets") or []
         }
+        name = str((workload.get("metadata") or {}).get("name"))
         try:
             pods = [
                 _pod(
@@ -647,9 +687,11 @@ class KubeBackend:
                     template=templates.get(ps.name) or {},
                     scheduler=self.config.scheduler_name,
                     admission=admission,
+                    node=nodes[pod] if nodes is not None else "",
                 )
                 for ps in pod_sets
                 for i in range(ps.count)
+                if nodes is None or (pod := pod_name(name, ps.name, i)) in nodes
             ]
         except ResizeError as err:
             meta = workload.get("metadata") or {}
@@ -659,7 +701,20 @@ class KubeBackend:
             raise RequestsRefusedError(who, message) from None
         # Every pod is made first, so a podset that cannot be resized creates none; then they
         # are written a batch at a time (cluster/batches.py).
-        await run_in_batches(pods, self.create)
+        await run_in_batches(pods, self.create if nodes is None else self._create_placed)
+
+    async def _create_placed(self, pod: dict[str, Any]) -> None:
+        """Create `pod` on its node; one of its name already there must be its admission's."""
+        if not await self.create(pod):
+            meta = pod["metadata"]
+            found = await self._get_or_none(PODS, meta["name"], meta["namespace"])
+            if found is None:
+                return
+            refuse_leftover(found, pod)
+            node = pod["spec"]["nodeName"]
+            if (found.get("spec") or {}).get("nodeName") != node:  # not unbound, nor elsewhere
+                uid = str((found.get("metadata") or {}).get("uid") or "")
+                await self.bind(meta["namespace"], meta["name"], node, uid=uid)
 
     async def _pods_of(self, namespace: str, name: str) -> list[dict[str, Any]]:
         """The pods of workload or pod group `name`: labelled with it, or (a Workload API pod
@@ -742,8 +797,10 @@ def _pod(
     template: Mapping[str, Any],
     scheduler: str,
     admission: int = 0,
+    node: str = "",
 ) -> dict[str, Any]:
-    """Pod `index` of `pod_set` from the Workload's template, placed as admitted."""
+    """Pod `index` of `pod_set` from the Workload's template, placed as admitted (and, with
+    `node`, created on that node: the API server takes `spec.nodeName` on create)."""
     meta = workload.get("metadata") or {}
     name = str(meta.get("name"))
     t_meta = template.get("metadata") or {}
@@ -758,11 +815,13 @@ def _pod(
             tolerations.append(t)
     if tolerations:
         spec["tolerations"] = tolerations
+    if node:
+        spec["nodeName"] = node
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": f"{name}-{pod_set.name}-{index}",
+            "name": pod_name(name, pod_set.name, index),
             "namespace": meta.get("namespace"),
             "labels": {
                 **(t_meta.get("labels") or {}),

@@ -35,6 +35,8 @@ from muster.cluster.backend import (
     Selection,
     WorkloadOrigin,
     admission_of,
+    pod_name,
+    refuse_leftover,
     split_workload_key,
 )
 from muster.cluster.batches import run_in_batches
@@ -102,8 +104,10 @@ class SimBackend:
         clock: Clock | None = None,
         new_uid: Callable[[], str] = _new_uid,
         on_close: Callable[[], Awaitable[None]] | None = None,
+        placed_first: bool = True,
     ) -> None:
         self.store = store
+        self._placed_first = placed_first  # False: created unbound, then bound (tests)
         self._clock = clock or WallClock()
         self._new_uid = new_uid  # pod uids: a recreated pod must get a new one
         self._on_close = on_close
@@ -278,6 +282,7 @@ class SimBackend:
         pod_sets: Sequence[PodSetStart],
         admission: int = 0,
         origin: WorkloadOrigin | None = None,
+        nodes: Mapping[str, str] | None = None,
     ) -> None:
         """As the protocol says; a workload from another cluster (`origin`) needs no copy
         here: the simulated cluster's pods stand on their own."""
@@ -287,11 +292,20 @@ class SimBackend:
             annotations = await self._workload_annotations(namespace, name)
         labels = {WORKLOAD_LABEL: name, **({ADMISSION_LABEL: str(admission)} if admission else {})}
         now_s = self._clock.now_s()
+        named = ((ps, i, pod_name(name, ps.name, i)) for ps in pod_sets for i in range(ps.count))
         # Made as their batch starts (cluster/batches.py): a large Job's pods are never all held.
         pods = (
-            _pod(namespace, name, ps, i, labels=labels, annotations=annotations, created=now_s)
-            for ps in pod_sets
-            for i in range(ps.count)
+            _pod(
+                namespace,
+                ps,
+                labels=labels,
+                annotations=annotations,
+                created=now_s,
+                name=pod,
+                node=nodes[pod] if nodes is not None else "",
+            )
+            for ps, i, pod in named
+            if nodes is None or pod in nodes
         )
         await run_in_batches(pods, self._create_if_absent)
 
@@ -303,8 +317,21 @@ class SimBackend:
         try:
             revision = await self.store.create(key, pod)
         except ConflictError:  # it exists: an idempotent start leaves it alone
+            node = pod["spec"].get("nodeName")
+            current = await self.store.get(key) if node else None
+            if current is None:
+                return
+            refuse_leftover(current.obj, pod)
+            if current.obj.get("spec", {}).get("nodeName") != node:  # not unbound, nor elsewhere
+                uid = _meta(current.obj)["uid"]
+                await self.bind(meta["namespace"], meta["name"], node, uid=uid)
             return
         self._keep_created(StoredObject(key=key, obj=pod, revision=revision))
+
+    def creates_on_nodes(self, owner_kind: str) -> bool:
+        """Always (unless made not to place first): the simulated cluster has no
+        controllers, its binder makes every pod."""
+        return self._placed_first
 
     async def _workload_annotations(self, namespace: str, name: str) -> dict[str, str]:
         """Return the annotations the kubelet reads (run-seconds, readiness) of the stored
@@ -364,7 +391,7 @@ class SimBackend:
         keys: Iterable[str]
         if pod_sets is not None:
             keys = (
-                pod_key(namespace, f"{name}-{pod_set}-{i}")
+                pod_key(namespace, pod_name(name, pod_set, i))
                 for pod_set, count in sorted(pod_sets.items())
                 for i in range(count)
             )
@@ -411,15 +438,17 @@ def _checked(manifest: Mapping[str, Any]) -> tuple[str, str, dict[str, Any]]:
 
 def _pod(
     namespace: str,
-    workload: str,
     pod_set: PodSetStart,
-    index: int,
     *,
+    name: str,
     labels: Mapping[str, str],
     annotations: Mapping[str, str],
     created: float,
+    node: str = "",
 ) -> dict[str, Any]:
-    """Return the manifest of pod `index` of `pod_set` (uid filled in by the caller)."""
+    """Return the manifest of pod `name` of `pod_set` (uid filled in by the caller); with
+    `node`, created on it as a bind would leave it (PodScheduled)."""
+    created_at = format_time(created)
     requests = {
         resource: format_quantity(milli, binary=resource.startswith(_BINARY_RESOURCES))
         for resource, milli in sorted(pod_set.requests.items())
@@ -434,11 +463,16 @@ def _pod(
         spec["tolerations"] = [
             {k: v for k, v in msgspec.to_builtins(t).items() if v} for t in pod_set.tolerations
         ]
+    status: dict[str, Any] = {"phase": "Pending"}
+    if node:
+        spec["nodeName"] = node
+        scheduled = {"type": "PodScheduled", "status": "True", "lastTransitionTime": created_at}
+        status["conditions"] = [scheduled]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": f"{workload}-{pod_set.name}-{index}",
+            "name": name,
             "namespace": namespace,
             "labels": dict(labels),
             "annotations": {
@@ -450,14 +484,14 @@ def _pod(
                 {
                     "apiVersion": KUEUE_V1BETA1,
                     "kind": "Workload",
-                    "name": workload,
+                    "name": labels[WORKLOAD_LABEL],
                     "controller": True,
                 }
             ],
-            "creationTimestamp": format_time(created),
+            "creationTimestamp": created_at,
         },
         "spec": spec,
-        "status": {"phase": "Pending"},
+        "status": status,
     }
 
 

@@ -143,6 +143,17 @@ def topology_of(pod_sets: Iterable[PodSet]) -> TopologyRequest | None:
     return None
 
 
+def pods_to_create(wl: Workload, pod_sets: Iterable[PodSet]) -> tuple[Pod, ...]:
+    """The pods the binder will create for admitted `pod_sets` of `wl`, before they exist: for
+    gang-permit to place them first (docs/events.md, "Pods created on their nodes"). No uid
+    (the cluster gives one on create) and no priority (the gang's is theirs)."""
+    return tuple(
+        msgspec.structs.replace(pod, priority=None, meta=msgspec.structs.replace(pod.meta, uid=""))
+        for ps in pod_sets
+        for pod in (_admitted_pod(wl, ps, index, priority=0) for index in range(ps.count))
+    )
+
+
 def _admitted_pod(wl: Workload, ps: PodSet, index: int, *, priority: int) -> Pod:
     """Pod `index` of admitted podset `ps`, shaped as the binder's cluster backend starts it."""
     namespace, name = wl.meta.namespace, f"{wl.meta.name}-{ps.name}-{index}"

@@ -12,7 +12,12 @@ gangpermit service and the simulator alike.
 from __future__ import annotations
 
 from muster.api.wellknown import SCHEDULER_NAME
-from muster.core.placement.admitted import AdmittedGang, gang_of_admitted, topology_of
+from muster.core.placement.admitted import (
+    AdmittedGang,
+    gang_of_admitted,
+    pods_to_create,
+    topology_of,
+)
 from muster.core.placement.inputs import (
     created_at_s,
     handled_by,
@@ -44,6 +49,7 @@ __all__ = [
     "node_info",
     "pod_info",
     "pod_topology",
+    "pods_to_create",
     "priority_of",
     "resolve_priority",
     "topology_of",

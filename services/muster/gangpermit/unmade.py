@@ -1,0 +1,54 @@
+"""Pods placed before they exist: those of Kueue gangs whose pods the binder creates on their
+nodes at `gang_permitted` (docs/events.md, "Pods created on their nodes"). Each is kept as it
+will be made, from the gang's admission, until the cluster shows it made for that admission.
+Pure.
+"""
+
+from __future__ import annotations
+
+from muster.api.model import Pod
+from muster.cluster.objects import ADMISSION_LABEL
+from muster.core.placement.model import GangKey, PodKey
+
+
+class UnmadePods:
+    """The pods to create, by key and by gang."""
+
+    def __init__(self) -> None:
+        self.pods: dict[PodKey, Pod] = {}
+        self._gang_of: dict[PodKey, GangKey] = {}
+        self._by_gang: dict[GangKey, set[PodKey]] = {}
+
+    def add(self, gang: GangKey, pod: Pod) -> None:
+        key = PodKey(pod.key)
+        self.pods[key] = pod
+        self._gang_of[key] = gang
+        self._by_gang.setdefault(gang, set()).add(key)
+
+    def of(self, gang: GangKey) -> bool:
+        """Whether `gang` has a pod not made yet."""
+        return bool(self._by_gang.get(gang))
+
+    def made(self, pod: Pod, admission: int) -> None:
+        """`pod` is in the cluster: made, when it is of `admission` (its gang's, now); a pod
+        of that name of another admission is not (it is one left, about to go)."""
+        key = PodKey(pod.key)
+        gang = self._gang_of.get(key)
+        if gang is None or pod.meta.labels.get(ADMISSION_LABEL, "") != (
+            str(admission) if admission else ""
+        ):
+            return
+        del self.pods[key], self._gang_of[key]
+        self._by_gang[gang].discard(key)
+        if not self._by_gang[gang]:
+            del self._by_gang[gang]
+
+    def gang_of(self, key: PodKey) -> GangKey | None:
+        return self._gang_of.get(key)
+
+    def drop(self, gang: GangKey) -> list[tuple[PodKey, Pod]]:
+        """Forget `gang`'s pods not made; return them."""
+        keys = sorted(self._by_gang.pop(gang, ()))
+        for key in keys:
+            del self._gang_of[key]
+        return [(key, self.pods.pop(key)) for key in keys]
