@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -108,10 +109,18 @@ class GangPermitConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"gang timeout must be > 0 seconds, got {self.gang_timeout_s:g}")
         if not self.scheduler_name:
             raise ValueError("scheduler name must not be empty")
-        if not self.heartbeat_s > 0:
-            raise ValueError(f"heartbeat interval must be > 0 seconds, got {self.heartbeat_s:g}")
-        if not self.evict_resend_s > 0:
-            raise ValueError(f"evict re-send must be > 0 seconds, got {self.evict_resend_s:g}")
+        # Never infinite: no heartbeat and admission takes the cluster for lost; no re-send
+        # and an eviction the binder missed is never asked for again.
+        if not 0 < self.heartbeat_s < math.inf:
+            raise ValueError(
+                f"--heartbeat-seconds: the heartbeat interval must be a finite number > 0 "
+                f"seconds, got {self.heartbeat_s:g}"
+            )
+        if not 0 < self.evict_resend_s < math.inf:
+            raise ValueError(
+                f"--evict-resend-seconds: evict re-send must be a finite number > 0 seconds, "
+                f"got {self.evict_resend_s:g}"
+            )
 
 
 def followed_subjects(cluster: str, events: Sequence[str] = FOLLOWED_EVENTS) -> list[str]:
