@@ -1,8 +1,9 @@
 """Service flags given values that parse as floats but mean nothing useful (inf, nan, 0,
-negative): `muster service ...` exits 2 with a line naming the flag, before it connects to
-anything. inf passed before: a gang-permit that never beats (admission takes its cluster for
-lost) or never sends an unanswered eviction again; an admission whose --snapshot-seconds nan
-silently wrote no snapshot."""
+negative, a heartbeat a millisecond): `muster service ...` exits 2 with a line naming the flag,
+before it connects to anything. Before, inf gave a gang-permit that never beat (admission takes
+its cluster for lost) or never sent an unanswered eviction again, 1e-9 one that beat as fast as
+its loop turned (each beat a NATS write), and --snapshot-seconds nan an admission that silently
+wrote no snapshot."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from muster.cli.main import main as muster
         ("gangpermit", "--evict-resend-seconds", "-1"),
         ("gangpermit", "--heartbeat-seconds", "inf"),
         ("gangpermit", "--heartbeat-seconds", "nan"),
+        ("gangpermit", "--heartbeat-seconds", "0.001"),  # a write to NATS a millisecond
         ("admission", "--round-stretch-most-seconds", "inf"),
         ("admission", "--round-stretch-most-seconds", "nan"),
         ("admission", "--round-stretch-most-seconds", "0"),

@@ -73,6 +73,9 @@ RESTORED_EVENTS = (
 # submitted in another cluster here (docs/multicluster.md).
 SPEC_EVENTS = frozenset({"submitted", "finished", "deleted"})
 HEARTBEAT_MIN_S = 0.1  # at most ten heartbeats a second, however busy the passes
+# The least --heartbeat-seconds: each beat is a write to MUSTER_CLUSTERS that every admission
+# replica reads, so 1e-9 wrote as fast as the loop could turn.
+HEARTBEAT_FLOOR_S = 0.01
 # A heartbeat costs encoding the room (a few ms at 5 000 nodes; a large room's changed parts
 # only, `muster bench decode`): the rest after one is at least this many times what computing
 # it took, so heartbeats take at most 1/20 of the loop.
@@ -111,10 +114,10 @@ class GangPermitConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("scheduler name must not be empty")
         # Never infinite: no heartbeat and admission takes the cluster for lost; no re-send
         # and an eviction the binder missed is never asked for again.
-        if not 0 < self.heartbeat_s < math.inf:
+        if not HEARTBEAT_FLOOR_S <= self.heartbeat_s < math.inf:
             raise ValueError(
-                f"--heartbeat-seconds: the heartbeat interval must be a finite number > 0 "
-                f"seconds, got {self.heartbeat_s:g}"
+                f"--heartbeat-seconds: the heartbeat interval must be a finite number >= "
+                f"{HEARTBEAT_FLOOR_S:g} seconds, got {self.heartbeat_s:g}"
             )
         if not 0 < self.evict_resend_s < math.inf:
             raise ValueError(
