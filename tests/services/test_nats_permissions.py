@@ -169,6 +169,11 @@ PUBLISH_CASES = [
      "the gateway reads queue status, it cannot write it"),
     ("watcher-local", "$KV.MUSTER_SIM_local.pod.x.y", "$JS.API.DIRECT.GET.KV_MUSTER_SIM_local",
      "the watcher reads the simulated cluster; the binder writes it"),
+    # redteam5: finished pods free quota a workload holds, so only its cluster's watcher tells them
+    ("gateway", "muster.v1.local.workload.reclaimable_pods.x",
+     "muster.v1.local.workload.submitted", "a user cannot free quota by saying pods finished"),
+    ("watcher-w1", "muster.v1.local.workload.reclaimable_pods.x",
+     "muster.v1.w1.workload.reclaimable_pods.x", "a worker tells its own cluster's pods only"),
 ]  # fmt: skip
 
 API_CASES = [

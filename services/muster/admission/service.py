@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import socket
 import time
@@ -120,8 +121,11 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
             )
         if self.round_fill < 1:
             raise ValueError(f"--round-fill must be >= 1, got {self.round_fill}")
-        if self.snapshot_s < 0:
-            raise ValueError(f"--snapshot-seconds must be >= 0, got {self.snapshot_s:g}")
+        if not 0 <= self.snapshot_s < math.inf:  # nan was taken for 0, inf wrote none
+            raise ValueError(
+                f"--snapshot-seconds must be a finite number >= 0 (0: none), "
+                f"got {self.snapshot_s:g}"
+            )
         if not self.cluster_lost_s > 0:
             raise ValueError(f"--cluster-lost-seconds must be > 0, got {self.cluster_lost_s:g}")
         if self.routing_policy not in POLICIES:

@@ -11,8 +11,13 @@ malformed or descending interval counts nothing, as Kueue skips it).
 
 from __future__ import annotations
 
+from typing import Final
+
 from muster.api.model import ReclaimablePod
 from muster.api.raw import RawJob
+
+_GO_INT_MAX: Final = 2**63 - 1  # Go's int on 64-bit: a larger index fails strconv.Atoi
+_GO_INT_DIGITS: Final = len(str(_GO_INT_MAX))
 
 
 def job_reclaimable_pods(raw: RawJob, *, pod_set: str, count: int) -> tuple[ReclaimablePod, ...]:
@@ -53,12 +58,18 @@ def terminal_indexes(completed: str, failed: str, completions: int) -> int:
 
 def _bounds(interval: str) -> tuple[int, int] | None:
     """ "3" or "3-5" as inclusive bounds; None when malformed or descending."""
-    first, dash, last = interval.partition("-")
-    if not _number(first) or (dash and not _number(last)):
+    first_text, dash, last_text = interval.partition("-")
+    first = _number(first_text)
+    last = _number(last_text) if dash else first
+    if first is None or last is None:
         return None
-    bounds = int(first), int(last) if dash else int(first)
-    return bounds if bounds[0] <= bounds[1] else None
+    return (first, last) if first <= last else None
 
 
-def _number(text: str) -> bool:
-    return text.isascii() and text.isdigit()
+def _number(text: str) -> int | None:
+    """`text` as Kueue's parser (strconv.Atoi) reads an index: None where that fails, as for
+    a number past int64 (also past Python's int() limit of 4 300 digits, which would raise)."""
+    if not (text.isascii() and text.isdigit()) or len(text) > _GO_INT_DIGITS:
+        return None
+    value = int(text)
+    return value if value <= _GO_INT_MAX else None

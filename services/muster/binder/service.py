@@ -35,7 +35,7 @@ from muster.bus.subjects import COMMANDS_STREAM, command_subject, workload_filte
 from muster.bus.supervision import SupervisedGroup
 from muster.cluster.backend import ClusterBackend
 from muster.contracts.v1 import events_pb2
-from muster.core.submissions import ENDED_KEPT_S
+from muster.core.submissions import ENDED_KEPT_S, check_ended_kept
 from muster.metrics.services import BinderSeries
 
 log = logging.getLogger(__name__)
@@ -53,8 +53,7 @@ class BinderConfig(msgspec.Struct, frozen=True, kw_only=True):
     ended_kept_s: float = ENDED_KEPT_S  # a late decision about an ended workload: refused
 
     def __post_init__(self) -> None:
-        if not self.ended_kept_s > 0:
-            raise ValueError(f"ended kept must be > 0 seconds, got {self.ended_kept_s:g}")
+        check_ended_kept(self.ended_kept_s)
 
 
 def spec_subjects(cluster: str, *, copies: bool = True) -> list[str]:

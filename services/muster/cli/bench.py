@@ -93,7 +93,7 @@ def _e2e() -> Any:  # imported only when run: it needs gRPC and the service proc
 def add_e2e_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--shards",
-        type=int,
+        type=at_least(1),
         nargs="+",
         default=[1, 2, 4],
         help="admission shard counts to measure (default: 1 2 4)",
@@ -178,13 +178,15 @@ def _chaos() -> Any:  # imported only when run, as e2e
 
 def add_chaos_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--workloads", type=int, default=300, help="workloads per run (default: 300)"
+        "--workloads", type=at_least(1), default=300, help="workloads per run (default: 300)"
     )
-    parser.add_argument("--shards", type=int, default=1, help="admission shards (default: 1)")
+    parser.add_argument(
+        "--shards", type=at_least(1), default=1, help="admission shards (default: 1)"
+    )
     parser.add_argument("--seed", type=int, default=1, help="of the workloads and the kills")
     parser.add_argument(
         "--gangs",
-        type=int,
+        type=at_least(0),
         default=0,
         help="of the workloads, gangs outside Kueue that preempt admitted ones (default: 0)",
     )
@@ -205,7 +207,7 @@ def add_chaos_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--big-pods",
-        type=int,
+        type=at_least(0),
         default=0,
         help="of the workloads, big ones (16 to 40 pods) evicted and bound in parts (default: 0)",
     )
@@ -269,7 +271,7 @@ def _soak() -> Any:  # imported only when run, as e2e
 def add_soak_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--waves",
-        type=int,
+        type=at_least(1),
         default=8,
         help="waves of 2 500 workloads (times --scale), each submitted, run, finished and "
         "deleted before the census (default: 8)",
@@ -277,8 +279,6 @@ def add_soak_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run_soak(args: argparse.Namespace) -> Iterator[Any]:
-    if args.waves < 1:
-        raise SystemExit(f"muster bench soak: --waves: must be >= 1: {args.waves}")
     return _soak().run(scale=args.scale, waves=args.waves)  # type: ignore[no-any-return]
 
 
@@ -345,7 +345,9 @@ def add_kueue_live_options(parser: argparse.ArgumentParser) -> None:
         default="baseline",
         help="which of Kueue's scalability configurations to run (default: baseline)",
     )
-    parser.add_argument("--shards", type=int, default=1, help="admission shards (default: 1)")
+    parser.add_argument(
+        "--shards", type=at_least(1), default=1, help="admission shards (default: 1)"
+    )
     parser.add_argument(
         "--run-from",
         nargs="+",
@@ -557,6 +559,22 @@ SECTIONS: dict[str, Section[Any]] = {  # Any: each section has its own row type
         ),
     )
 }
+
+
+def at_least(least: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= `least` (a bench run with 0 admission shards
+    admitted nothing until its timeout)."""
+
+    def whole(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be >= {least}: {text!r}")
+        return value
+
+    return whole
 
 
 def scale_argument(text: str) -> float:

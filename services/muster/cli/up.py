@@ -33,6 +33,7 @@ from muster.launcher.upstate import (
     Process,
     StackState,
     alive,
+    distrusted,
     group_of,
     leftovers,
     port_in_use,
@@ -106,7 +107,7 @@ def handle_up(args: argparse.Namespace) -> int:
     directory = state_dir(args.state_dir)
     if args.supervise:
         return _supervise(args, directory)
-    problem = _check_up_args(args)
+    problem = _check_up_args(args) or _distrusted(directory)
     if problem:
         print(f"muster up: {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -133,6 +134,12 @@ def handle_up(args: argparse.Namespace) -> int:
         )
         return EXIT_FAILED
     return _start(args, directory)
+
+
+def _distrusted(directory: Path) -> str:
+    """Why the state directory is not used (`upstate.distrusted`), as one line; "" if it is."""
+    why = distrusted(directory)
+    return f"not using the state directory: {why}; choose another with --state-dir" if why else ""
 
 
 def _check_up_args(args: argparse.Namespace) -> str:
@@ -289,6 +296,9 @@ def _metrics(state: StackState) -> str:
 
 def handle_down(args: argparse.Namespace) -> int:
     directory = state_dir(args.state_dir)
+    if problem := _distrusted(directory):
+        print(f"muster down: {problem}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     state = read_state(directory)
     if state is None:
         print("muster is not up.")
@@ -310,7 +320,11 @@ def handle_down(args: argparse.Namespace) -> int:
 
 
 def handle_status(args: argparse.Namespace) -> int:
-    state = read_state(state_dir(args.state_dir))
+    directory = state_dir(args.state_dir)
+    if problem := _distrusted(directory):
+        print(f"muster status: {problem}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    state = read_state(directory)
     if state is None or not state.ready:
         print("muster is not up.")
         return EXIT_NOT_UP

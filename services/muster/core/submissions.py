@@ -9,6 +9,7 @@ it never starts, holds or stops the pods of a new workload of the same name.
 
 from __future__ import annotations
 
+import math
 from typing import Final, TypeVar
 
 K = TypeVar("K")
@@ -18,6 +19,16 @@ K = TypeVar("K")
 # duplicate window, and a consumer redelivers an unacknowledged event for up to 20 x 30 s
 # (`bus.consumer`); a decision held up longer than that would be dead-lettered first.
 ENDED_KEPT_S: Final = 900.0
+
+
+def check_ended_kept(seconds: float) -> None:
+    """Refuse a time to keep ended submissions that is not a finite number > 0, naming the
+    flag: forever would grow without bound, and NaN would keep nothing."""
+    if not 0 < seconds < math.inf:
+        raise ValueError(
+            f"--ended-kept-seconds: ended submissions must be kept a finite number > 0 of "
+            f"seconds, got {seconds:g}"
+        )
 
 
 class EndedSubmissions:
@@ -30,8 +41,7 @@ class EndedSubmissions:
     """
 
     def __init__(self, *, kept_s: float = ENDED_KEPT_S) -> None:
-        if not kept_s > 0:
-            raise ValueError(f"ended submissions must be kept > 0 seconds, got {kept_s:g}")
+        check_ended_kept(kept_s)
         self.kept_s = kept_s
         self._open: dict[str, list[str]] = {}  # workload -> its `submitted` ids since it ended
         self._ended: dict[str, float] = {}  # ids of ended submissions: when, oldest first

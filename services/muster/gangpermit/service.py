@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -42,7 +43,7 @@ from muster.core.dispatch import ClusterCapacity
 from muster.core.heartbeat_parts import encode_room
 from muster.core.placement.model import Scoring
 from muster.core.placement.scheduler import DEFAULT_TIMEOUT_S
-from muster.core.submissions import ENDED_KEPT_S
+from muster.core.submissions import ENDED_KEPT_S, check_ended_kept
 from muster.gangpermit.cache import ClusterCache, Warn
 from muster.gangpermit.evictions import RESEND_FIRST_S
 from muster.gangpermit.room_writer import RoomWriter
@@ -73,6 +74,9 @@ RESTORED_EVENTS = (
 # submitted in another cluster here (docs/multicluster.md).
 SPEC_EVENTS = frozenset({"submitted", "finished", "deleted"})
 HEARTBEAT_MIN_S = 0.1  # at most ten heartbeats a second, however busy the passes
+# The least --heartbeat-seconds: each beat is a write to MUSTER_CLUSTERS that every admission
+# replica reads, so 1e-9 wrote as fast as the loop could turn.
+HEARTBEAT_FLOOR_S = 0.01
 # A heartbeat costs encoding the room (a few ms at 5 000 nodes; a large room's changed parts
 # only, `muster bench decode`): the rest after one is at least this many times what computing
 # it took, so heartbeats take at most 1/20 of the loop.
@@ -110,12 +114,19 @@ class GangPermitConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"gang timeout must be > 0 seconds, got {self.gang_timeout_s:g}")
         if not self.scheduler_name:
             raise ValueError("scheduler name must not be empty")
-        if not self.heartbeat_s > 0:
-            raise ValueError(f"heartbeat interval must be > 0 seconds, got {self.heartbeat_s:g}")
-        if not self.evict_resend_s > 0:
-            raise ValueError(f"evict re-send must be > 0 seconds, got {self.evict_resend_s:g}")
-        if not self.ended_kept_s > 0:
-            raise ValueError(f"ended kept must be > 0 seconds, got {self.ended_kept_s:g}")
+        # Never infinite: no heartbeat and admission takes the cluster for lost; no re-send
+        # and an eviction the binder missed is never asked for again.
+        if not HEARTBEAT_FLOOR_S <= self.heartbeat_s < math.inf:
+            raise ValueError(
+                f"--heartbeat-seconds: the heartbeat interval must be a finite number >= "
+                f"{HEARTBEAT_FLOOR_S:g} seconds, got {self.heartbeat_s:g}"
+            )
+        if not 0 < self.evict_resend_s < math.inf:
+            raise ValueError(
+                f"--evict-resend-seconds: evict re-send must be a finite number > 0 seconds, "
+                f"got {self.evict_resend_s:g}"
+            )
+        check_ended_kept(self.ended_kept_s)
 
 
 def followed_subjects(cluster: str, events: Sequence[str] = FOLLOWED_EVENTS) -> list[str]:

@@ -7,7 +7,11 @@ exit), `logs/` (one per start: `<name>.log`, `<name>.1.log`, ...) and the NATS
 server's JetStream data and configuration (readable by this user only).
 
 A pid is trusted only with the start time recorded beside it (`/proc/<pid>/stat`), so a stale
-file after a crash or a reboot never names someone else's process.
+file after a crash or a reboot never names someone else's process; and only while it is this
+user's, and the file too. A state directory another user owns or may write (a shared
+MUSTER_STATE_DIR such as /tmp/muster) is not read: whoever can write `stack.json` could name
+this user's processes for `muster down` to stop, or a gateway of theirs for client commands
+to send this user's token to.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import contextlib
 import os
 import signal
 import socket
+import stat
 import time
 from pathlib import Path
 from typing import Final
@@ -74,11 +79,34 @@ class StackState(msgspec.Struct, kw_only=True):
 
 
 def read_state(directory: Path) -> StackState | None:
-    """The recorded state; None when there is none (or it is unreadable: a torn write)."""
+    """The recorded state; None when there is none, it is unreadable (a torn write) or
+    another user could have written it (`distrusted`)."""
+    if distrusted(directory):
+        return None
     try:
         return msgspec.json.decode((directory / STATE_FILE).read_bytes(), type=StackState)
     except (OSError, msgspec.DecodeError):
         return None
+
+
+def distrusted(directory: Path) -> str:
+    """Why the state directory `directory`, or its state file, may hold another user's
+    writing ("" when neither does, or neither exists): its owner, or its mode. The file may be
+    group-writable (an older muster wrote it so under umask 002, the group the user's own);
+    the directory may not (`muster up` makes it 0700: others made one that is)."""
+    for path, writers in (
+        (directory, stat.S_IWGRP | stat.S_IWOTH),
+        (directory / STATE_FILE, stat.S_IWOTH),
+    ):
+        try:
+            found = path.stat()  # a symbolic link's target: what would be read or written
+        except OSError:
+            continue
+        if found.st_uid != os.getuid():
+            return f"{path} belongs to uid {found.st_uid}, not to this user ({os.getuid()})"
+        if found.st_mode & writers:
+            return f"{path} may be written by others (mode {stat.filemode(found.st_mode)})"
+    return ""
 
 
 def recorded_gateway(directory: Path) -> tuple[str, str]:
@@ -86,6 +114,8 @@ def recorded_gateway(directory: Path) -> tuple[str, str]:
     file there is ignored): where client commands call when no --gateway is given. ("", "")
     when no stack is up there; ("", one line) when the file is left from a stack whose
     supervisor is gone: its address may be anyone's now."""
+    if why := distrusted(directory):
+        return "", f"ignoring {directory}: {why}"
     state = read_state(directory)
     if state is None or not state.ready:
         return "", ""
@@ -101,7 +131,10 @@ def write_state(directory: Path, state: StackState) -> None:
     """Replace the state file at once (a reader never sees half of it)."""
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = directory / f".{STATE_FILE}.{os.getpid()}"
-    tmp.write_bytes(msgspec.json.encode(state))
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()  # one left by a killed writer of this pid: opened anew, this user's only
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as file:
+        file.write(msgspec.json.encode(state))
     tmp.replace(directory / STATE_FILE)
 
 
@@ -113,12 +146,19 @@ def remove_state(directory: Path) -> None:
 def start_time(pid: int) -> int | None:
     """The process's start time in clock ticks since boot; None when it does not exist."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        line = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     # The command name (2nd field) is in parentheses and may hold spaces: split after it.
-    fields = stat.rsplit(")", 1)[1].split()
+    fields = line.rsplit(")", 1)[1].split()
     return int(fields[19])  # field 22 of the whole line
+
+
+def _ours(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}").stat().st_uid == os.getuid()
+    except OSError:
+        return False
 
 
 def process(name: str, pid: int, *, address: str = "", kind: str = "service") -> Process:
@@ -126,9 +166,10 @@ def process(name: str, pid: int, *, address: str = "", kind: str = "service") ->
 
 
 def alive(p: Process) -> bool:
-    """Whether the recorded process still runs (the same one: same pid, same start time)."""
+    """Whether the recorded process still runs (the same one: same pid, same start time, and
+    this user's: `muster up` never starts another user's)."""
     found = start_time(p.pid)
-    if found is None or found != p.started:
+    if found is None or found != p.started or not _ours(p.pid):
         return False
     with contextlib.suppress(FileNotFoundError):
         if Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
@@ -162,8 +203,8 @@ def group_of(leader: Process) -> list[int]:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue  # gone meanwhile
-        if fields[2] == str(leader.pid) and fields[0] != "Z":  # state, ppid, pgrp
-            members.append(int(entry.name))
+        if fields[2] == str(leader.pid) and fields[0] != "Z" and _ours(int(entry.name)):
+            members.append(int(entry.name))  # fields: state, ppid, pgrp
     return members
 
 

@@ -23,4 +23,4 @@ def test_a_negative_snapshot_interval_exits_2(capsys: pytest.CaptureFixture[str]
     with pytest.raises(SystemExit) as exit_:
         configs(["--snapshot-seconds", "-1"])
     assert exit_.value.code == 2
-    assert "--snapshot-seconds must be >= 0" in capsys.readouterr().err
+    assert "--snapshot-seconds must be a finite number >= 0" in capsys.readouterr().err

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from muster.core.submissions import EndedSubmissions
@@ -59,6 +61,7 @@ def test_an_end_without_a_time_takes_the_latest_seen_and_time_never_runs_back() 
     assert len(ended) == 0
 
 
-def test_a_time_of_zero_or_less_is_refused() -> None:
-    with pytest.raises(ValueError, match="must be kept > 0 seconds, got 0"):
-        EndedSubmissions(kept_s=0)
+@pytest.mark.parametrize("kept_s", [0.0, -1.0, math.inf, math.nan])
+def test_a_time_not_finite_and_above_zero_is_refused(kept_s: float) -> None:
+    with pytest.raises(ValueError, match=r"--ended-kept-seconds: .* a finite number > 0"):
+        EndedSubmissions(kept_s=kept_s)

@@ -31,7 +31,9 @@ def test_an_evict_resend_of_zero_seconds_exits_2(capsys: pytest.CaptureFixture[s
     with pytest.raises(SystemExit) as exit_:
         configs(["--evict-resend-seconds", "0"])
     assert exit_.value.code == 2
-    assert "evict re-send must be > 0 seconds, got 0" in capsys.readouterr().err
+    assert "--evict-resend-seconds: evict re-send must be a finite number > 0 seconds, got 0" in (
+        capsys.readouterr().err
+    )
 
 
 def test_defaults_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

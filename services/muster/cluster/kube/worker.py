@@ -24,12 +24,12 @@ import binascii
 import copy
 import logging
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from muster.api import decode_documents
+from muster.api.files import read_regular
 from muster.api.model import KubeConfigRef, MultiKueueCluster
 from muster.cluster.errors import ClusterError, NotFoundError
 from muster.cluster.kube.resources import kueue_resources
@@ -45,6 +45,9 @@ log = logging.getLogger(__name__)
 SECRET_KEY = "kubeconfig"  # Kueue's MultiKueueConfigSecretKey
 BAD = "BadKubeConfig"
 INSECURE = "InsecureKubeConfig"
+# A kubeconfig read from a path is at most a Secret's size (the API server's limit, 1 MiB):
+# a MultiKueueCluster naming /dev/zero or a FIFO must not fill memory or hold a thread.
+MAX_KUBECONFIG_BYTES = 1 << 20
 # Files a kubeconfig may name instead of carrying the data: muster's own files, never read.
 _USER_FILES = ("tokenFile", "client-certificate", "client-key")
 _USER_PLUGINS = ("exec", "auth-provider")
@@ -127,8 +130,11 @@ async def read_kubeconfig(
     ref = _kube_config_of(raw, who=who)
     if ref.location_type == "Path":
         try:
-            text = await asyncio.to_thread(Path(ref.location).read_text)
-        except OSError as err:
+            data = await asyncio.to_thread(
+                read_regular, ref.location, max_bytes=MAX_KUBECONFIG_BYTES
+            )
+            text = data.decode()
+        except (OSError, ValueError) as err:  # UnicodeDecodeError is a ValueError
             raise WorkerConfigError(BAD, f"{who}: kubeConfig {ref.location}: {err}") from None
         return parsed_kubeconfig(text, where=f"{who}: kubeConfig {ref.location}")
     name = f"{source.namespace}/{ref.location}"
