@@ -12,12 +12,7 @@ import pytest
 from admission_world import (
     UNEXPIRING_LEASE_S,
     config_applied,
-    count,
-    drained,
-    fact,
-    flavor,
     in_partition,
-    local_queue,
     publish,
     start_admission,
     submitted,
@@ -25,7 +20,7 @@ from admission_world import (
     workload,
 )
 from bus_helpers import EventLog
-from test_admission_afs_moves import FAIR, shared_queue
+from test_admission_afs_moves import FAIR, b1_goes_before_a2, shared_queue, team_a_used_the_queue
 
 from muster.bus import Bus, BusConfig
 from muster.bus.buckets import SNAPSHOTS_BUCKET
@@ -38,19 +33,12 @@ async def test_a_local_queue_moved_twice_before_a_snapshot_keeps_its_first_carry
     bus: Bus, bus_config: BusConfig, events: EventLog
 ) -> None:
     first, middle, last = trees(3)  # decided by shards 0, 1 and 2
-    old, new = partition_of(f"cohort/{first}"), partition_of(f"cohort/{last}")
-    mid = partition_of(f"cohort/{middle}")
+    mid, new = partition_of(f"cohort/{middle}"), partition_of(f"cohort/{last}")
     settings = {"shards": 3, "lease_ttl_s": UNEXPIRING_LEASE_S, "kueue": FAIR}
     replicas = [await start_admission(bus_config, shard=i, **settings) for i in range(3)]
     try:
         await asyncio.gather(*(r.wait_serving() for r in replicas))
-        queues = [local_queue(name, cq="shared") for name in "abc"]
-        await publish(bus, *map(config_applied, (flavor(), shared_queue(first), *queues)))
-        # Team a used the whole queue on shard 0; a1 finished there.
-        await publish(bus, in_partition(submitted(workload("a1", cpu="2", queue="a")), old))
-        await events.wait_for("admitted", workload="ns/a1")
-        await publish(bus, in_partition(fact("finished", "ns/a1"), old))
-        await drained(bus, "admission-0")
+        await team_a_used_the_queue(bus, events, first)
 
         # To shard 1, which takes a1's usage from shard 0's history; c1 fills the queue there.
         await publish(bus, config_applied(shared_queue(middle)))
@@ -67,12 +55,7 @@ async def test_a_local_queue_moved_twice_before_a_snapshot_keeps_its_first_carry
         await replicas[2].wait_serving()
 
         # Team a asked before team b; with a1's usage carried twice, b1 goes first.
-        await publish(bus, in_partition(submitted(workload("b1", cpu="2", queue="b")), new))
-        await events.wait_for("pending", workload="ns/b1")
-        await publish(bus, in_partition(fact("finished", "ns/c1"), new))
-        assert (await events.wait_for("admitted", workload="ns/b1")).source == "admission/2"
-        await drained(bus, "admission-2")
-        assert count(events, "admitted", "ns/a2") == 0
+        await b1_goes_before_a2(bus, events, new, shard=2)
     finally:
         for r in replicas:
             await r.stop()

@@ -95,22 +95,27 @@ def test_collects_every_annotation_error_with_object_and_field() -> None:
     ]
 
 
-def test_names_a_job_in_errors_about_its_workload() -> None:
-    job = """\
+def train_job(annotation: str, *, parallelism: int = 1) -> str:
+    """Job team-a/train on LocalQueue lq, with one `key: value` annotation."""
+    return f"""\
 apiVersion: batch/v1
 kind: Job
 metadata:
   namespace: team-a
   name: train
-  labels: {kueue.x-k8s.io/queue-name: lq}
-  annotations: {muster.dev/submit-after: soon}
+  labels: {{kueue.x-k8s.io/queue-name: lq}}
+  annotations: {{{annotation}}}
 spec:
+  parallelism: {parallelism}
   template:
     spec:
-      containers: [{name: main, resources: {requests: {cpu: "1"}}}]
+      containers: [{{name: main, resources: {{requests: {{cpu: "1"}}}}}}]
 """
+
+
+def test_names_a_job_in_errors_about_its_workload() -> None:
     with pytest.raises(InvalidScenarioError) as caught:
-        build_scenario(objects_of(job))
+        build_scenario(objects_of(train_job("muster.dev/submit-after: soon")))
 
     (error,) = caught.value.errors
     assert str(error).startswith(
@@ -175,20 +180,7 @@ def test_reclaimable_pods_past_their_podset_count_are_an_error() -> None:
 
 
 def test_a_job_scripts_its_reclaimable_pods_on_its_podset_main() -> None:
-    job = """\
-apiVersion: batch/v1
-kind: Job
-metadata:
-  namespace: team-a
-  name: train
-  labels: {kueue.x-k8s.io/queue-name: lq}
-  annotations: {muster.dev/reclaimable-pods: "main:2@30"}
-spec:
-  parallelism: 3
-  template:
-    spec:
-      containers: [{name: main, resources: {requests: {cpu: "1"}}}]
-"""
+    job = train_job('muster.dev/reclaimable-pods: "main:2@30"', parallelism=3)
     (arrival,) = build_scenario(objects_of(job)).arrivals
 
     assert [(s.pod_set, s.count, s.delay_s) for s in arrival.script.reclaims] == [("main", 2, 30)]
