@@ -43,23 +43,40 @@ def shared_queue(cohort: str) -> dict[str, Any]:
     return cq
 
 
+async def team_a_used_the_queue(bus: Bus, events: EventLog, cohort: str) -> None:
+    """LocalQueues a, b and c share ClusterQueue `shared`, in `cohort` (shard 0's); team a
+    used the whole queue there, and a1 finished: only the partition's history says so."""
+    old = partition_of(f"cohort/{cohort}")
+    queues = [local_queue(name, cq="shared") for name in "abc"]
+    await publish(bus, *map(config_applied, (flavor(), shared_queue(cohort), *queues)))
+    await publish(bus, in_partition(submitted(workload("a1", cpu="2", queue="a")), old))
+    await events.wait_for("admitted", workload="ns/a1")
+    await publish(bus, in_partition(fact("finished", "ns/a1"), old))
+    await drained(bus, "admission-0")
+
+
+async def b1_goes_before_a2(bus: Bus, events: EventLog, partition: int, *, shard: int) -> None:
+    """With a2 (team a) pending and c1 filling the queue in `partition`, b1 (team b) asks
+    after a2; once c1 finishes, shard `shard` admits b1, not a2: a1's usage counts."""
+    await publish(bus, in_partition(submitted(workload("b1", cpu="2", queue="b")), partition))
+    await events.wait_for("pending", workload="ns/b1")
+    await publish(bus, in_partition(fact("finished", "ns/c1"), partition))
+    assert (await events.wait_for("admitted", workload="ns/b1")).source == f"admission/{shard}"
+    await drained(bus, f"admission-{shard}")
+    assert count(events, "admitted", "ns/a2") == 0
+
+
 @pytest.mark.parametrize("snapshot", ["kept", "lost"])
 async def test_a_moved_local_queue_brings_its_finished_workloads_usage_restart_safe(
     bus: Bus, bus_config: BusConfig, events: EventLog, snapshot: str
 ) -> None:
     here, there = trees()  # decided by shard 0, by shard 1
-    old, new = partition_of(f"cohort/{here}"), partition_of(f"cohort/{there}")
+    new = partition_of(f"cohort/{there}")
     settings = {"shards": 2, "lease_ttl_s": UNEXPIRING_LEASE_S, "kueue": FAIR}
     replicas = [await start_admission(bus_config, shard=i, **settings) for i in range(2)]
     try:
         await asyncio.gather(*(r.wait_serving() for r in replicas))
-        queues = [local_queue(name, cq="shared") for name in "abc"]
-        await publish(bus, *map(config_applied, (flavor(), shared_queue(here), *queues)))
-        # Team a used the whole queue on shard 0; a1 finished there: only its history says so.
-        await publish(bus, in_partition(submitted(workload("a1", cpu="2", queue="a")), old))
-        await events.wait_for("admitted", workload="ns/a1")
-        await publish(bus, in_partition(fact("finished", "ns/a1"), old))
-        await drained(bus, "admission-0")
+        await team_a_used_the_queue(bus, events, here)
 
         # The ClusterQueue joins a cohort of shard 1's; c1 (team c) then fills the queue.
         await publish(bus, config_applied(shared_queue(there)))
@@ -76,12 +93,7 @@ async def test_a_moved_local_queue_brings_its_finished_workloads_usage_restart_s
         # Team a asks before team b; with a1's usage carried over, b1 goes first.
         await publish(bus, in_partition(submitted(workload("a2", cpu="2", queue="a")), new))
         await events.wait_for("pending", workload="ns/a2")
-        await publish(bus, in_partition(submitted(workload("b1", cpu="2", queue="b")), new))
-        await events.wait_for("pending", workload="ns/b1")
-        await publish(bus, in_partition(fact("finished", "ns/c1"), new))
-        assert (await events.wait_for("admitted", workload="ns/b1")).source == "admission/1"
-        await drained(bus, "admission-1")
-        assert count(events, "admitted", "ns/a2") == 0
+        await b1_goes_before_a2(bus, events, new, shard=1)
     finally:
         for r in replicas:
             await r.stop()

@@ -48,7 +48,6 @@ from muster.admission.translate import (
     PodsReady,
     Recorded,
     RequestsRefused,
-    SetReclaimable,
     Stopped,
 )
 from muster.api.model import (
@@ -83,9 +82,10 @@ READY, PENDING, RETRY = "Ready", "Pending", "Retry"
 _RESERVED = "QuotaReserved"  # the engine's Phase values this module reads
 _HOLDING = frozenset({"QuotaReserved", "Admitted"})
 _EVICTING = "Evicting"
-# Reports of the workload's pods: they count only from where it runs (SetReclaimable: its
-# finished pods, as that cluster's Job tells them).
-WORKER_FACTS = (Finish, Stopped, PodsReady, GangRejected, RequestsRefused, SetReclaimable)
+# Reports of the workload's pods: they count only from where it runs. Not SetReclaimable: as
+# Kueue's job reconciler on the manager, it counts from the cluster of the workload's object,
+# whose Job shows its copy's status from where it runs (AdmissionState.counted).
+WORKER_FACTS = (Finish, Stopped, PodsReady, GangRejected, RequestsRefused)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,10 +33,11 @@ from muster.admission.relocation import Story
 from muster.admission.snapshot import CompactLog
 from muster.admission.state import AdmissionState
 from muster.admission.subjects import replay_subjects, unread_reports
-from muster.admission.translate import PartitionRecord
+from muster.admission.translate import PartitionRecord, fact_of
+from muster.admission.usage_carry import carried_into
 from muster.bus import Conflict, new_event
 from muster.bus.envelope import EVENT_ID_NAMESPACE
-from muster.bus.partitions import token
+from muster.bus.partitions import PARTITIONS, token
 from muster.bus.subjects import record_filter
 from muster.contracts.v1 import events_pb2 as pb
 
@@ -104,8 +105,36 @@ class StoryFetcher:
             partition,
             len(stories),
         )
+        await self._carried_in(handover, scratch, after=low, fence=fence)
         await self._carry(handover, scratch, fence)
         return stories
+
+    async def _carried_in(
+        self, handover: Handover, scratch: AdmissionState, *, after: int, fence: int
+    ) -> None:
+        """Add to `scratch` what the LocalQueue brought into the old partition after its
+        snapshot (records of the partitions it came from: usage_carry.py `carried_into`)."""
+        book = scratch.engine.state.admission_usage
+        fair = scratch.engine.state.config.kueue.admission_fair_sharing
+        if book is None or fair is None:
+            return
+        subjects = [record_filter(p) for p in range(PARTITIONS)]
+        records = []
+        async for env in self.bus.replay(subjects, from_sequence=after + 1, until_sequence=fence):
+            try:
+                record = fact_of(env)
+            except ValueError as exc:  # skipped as a rebuild skips it
+                log.warning("handover skips %s#%d: %s", env.type, env.sequence, exc)
+                continue
+            if isinstance(record, PartitionRecord) and record.sequence < fence:
+                records.append(record)
+        partition = handover.from_partition
+        owned = frozenset((partition,))
+        found = carried_into(
+            records, handover.local_queue, partition, leaving_to=handover.to_partition
+        )
+        for record in found:
+            scratch.usage_carry.apply(record, book, fair, owned=owned)
 
     async def _carry(self, handover: Handover, scratch: AdmissionState, fence: int) -> None:
         """Write what the LocalQueue's retired workloads left in its fair sharing usage into

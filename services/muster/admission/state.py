@@ -189,12 +189,21 @@ class AdmissionState:
         event, in stream order, before `apply`. Raises ConfigRefusedError for a configuration event
         from a cluster that does not own its object (`muster.core.config_owners`)."""
         self._check_owner(fact, cluster)
+        if isinstance(fact, SetReclaimable) and not self._from_its_object(fact.key, cluster):
+            return None
         counted = self.dispatch.admit_fact(fact, cluster=cluster)
         if isinstance(counted, Stopped) and self._stale_completion(counted):
             return None
         if counted is not None:
             self.dispatch.observe(counted, cluster=cluster)
         return counted
+
+    def _from_its_object(self, key: WorkloadKey, cluster: str) -> bool:
+        """Whether `cluster` holds `key`'s Job or Workload, whose reclaimable pods count (Kueue
+        reads them on the manager, from its Job showing the copy's status, under MultiKueue
+        too); any cluster for one unknown or of unknown origin, as before."""
+        entry = self.ledger.get(key)
+        return not cluster or entry is None or not entry.cluster or entry.cluster == cluster
 
     def _check_owner(self, fact: Fact, cluster: str) -> None:
         match fact:

@@ -14,13 +14,18 @@ A record is applied once: not again when its writer, which applied it as it wrot
 it back; not when the snapshot a replica restored from is newer (that snapshot's usage holds
 it); and a later record of the same move (a handover done again after a restart) replaces
 the earlier one instead of adding to it.
+
+A LocalQueue may move on again before the partition it came to was snapshotted. What it
+brought there is then in no history of that partition (the record lies in the partition it
+came from), so the next handover also reads the records carrying usage into it since its
+snapshot (`carried_into`), and carries that along with what retired there.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from muster.admission.translate import PartitionRecord
@@ -90,3 +95,21 @@ class UsageCarry:
             )
         book.restore_ended(record.local_queue, at_s, consumed, config=config)
         self.applied[key] = Carried(record.sequence, at_s, consumed)
+
+
+def carried_into(
+    records: Iterable[PartitionRecord], local_queue: str, partition: int, *, leaving_to: int
+) -> list[PartitionRecord]:
+    """Of `records` (ascending sequences, since `partition`'s snapshot and before the fence of
+    the move to `leaving_to`), those carrying `local_queue`'s usage into `partition` that its
+    usage there still holds: none from before it was carried out of `partition` by an earlier
+    move (that usage went along, and comes back in any record carrying it in again)."""
+    kept: list[PartitionRecord] = []
+    for record in records:
+        if record.local_queue != local_queue or record.carried is None:
+            continue
+        if record.to_partition == partition:
+            kept.append(record)
+        elif record.partition == partition and record.to_partition != leaving_to:
+            kept.clear()
+    return kept

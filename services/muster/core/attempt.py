@@ -18,7 +18,7 @@ from muster.core.flavors import Assignment, Fit, Mode, Rating, assign_flavors
 from muster.core.partial import reduce_counts
 from muster.core.preemption import PreemptionRequest, TreeView, Victims, pick_victims
 from muster.core.quota import FlavorResource, borrowing_level
-from muster.core.reclaim import counts_after_reclaim
+from muster.core.reclaim import counts_after_reclaim, partial_counts
 from muster.core.records import Phase, WorkloadRecord
 from muster.core.usage import Usage
 
@@ -88,7 +88,9 @@ class Attempts:
         self._head = r  # for the oracle
         return assign_flavors(
             r.wl.pod_sets,
-            counts if counts is not None else counts_after_reclaim(r.wl.pod_sets, r.reclaimable),
+            counts_after_reclaim(r.wl.pod_sets, r.reclaimable)
+            if counts is None
+            else partial_counts(r.wl.pod_sets, r.reclaimable, counts),
             node=self.config.tree.cluster_queues[cq],
             layout=self.config.layouts[cq],
             flavors=self.config.flavors,

@@ -6,6 +6,12 @@ flavor assigner for those counts, and totalRequestsFromAdmission scales an admit
 resourceUsage by count-after-reclaim / admitted count when that is lower (integer division of
 the per-pod amount, as resources.Requests.Divide does). A podset admitted with fewer pods than
 remain keeps its admitted usage. Both only with the gate ReclaimablePods (on by default).
+
+Partial admission (pkg/scheduler `getInitialAssignments`, flavorassigner `PodSetReducer`)
+walks down from the spec's full counts, not the counts after reclaim, and asks the flavor
+assigner for each podset's requests scaled to the count tried (`PodSetResources.ScaledTo`):
+a podset with pods left is asked for the count tried, even above what it still needs (its
+usage is scaled down once admitted, as above); one with none left stays at 0 pods.
 """
 
 from __future__ import annotations
@@ -26,6 +32,15 @@ def reclaimable_of(pods: Sequence[ReclaimablePod]) -> Mapping[str, int]:
 def counts_after_reclaim(pod_sets: Sequence[PodSet], reclaimable: Mapping[str, int]) -> list[int]:
     """Pods each podset still needs quota for."""
     return [ps.count - min(reclaimable.get(ps.name, 0), ps.count) for ps in pod_sets]
+
+
+def partial_counts(
+    pod_sets: Sequence[PodSet], reclaimable: Mapping[str, int], tried: Sequence[int]
+) -> list[int]:
+    """The pods each podset is asked for when partial admission tries the counts `tried`
+    (reduced from the full counts): Kueue's ScaledTo leaves a podset with no pod left at 0."""
+    left = counts_after_reclaim(pod_sets, reclaimable)
+    return [0 if n == 0 else count for count, n in zip(tried, left, strict=True)]
 
 
 def reclaimed_usage(

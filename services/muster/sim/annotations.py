@@ -27,6 +27,9 @@ SUBMIT_AFTER = "muster.dev/submit-after"
 RUN_SECONDS = "muster.dev/run-seconds"
 PODS_READY_AFTER = PODS_READY_AFTER_ANNOTATION
 STOP_AFTER = "muster.dev/stop-after"
+# Pods of a podset that finish for good while it runs (a Job's succeeded pods): Kueue's
+# status.reclaimablePods, "podset:count[@secondsAfterStart][,...]".
+RECLAIMABLE_PODS = "muster.dev/reclaimable-pods"
 PODS_UNREADY_AFTER = PODS_UNREADY_AFTER_ANNOTATION
 PODS_UNREADY_FOR = PODS_UNREADY_FOR_ANNOTATION
 CHECK_PREFIX = "muster.dev/check."  # + AdmissionCheck name, on a workload (or its Job)
@@ -54,6 +57,15 @@ class CheckAttempt(msgspec.Struct, frozen=True, kw_only=True):
 
 CheckScript = tuple[CheckAttempt, ...]  # attempt n uses element n; the last one repeats
 
+
+class ReclaimStep(msgspec.Struct, frozen=True, kw_only=True):
+    """`delay_s` after a run starts, `count` pods of podset `pod_set` are reclaimable."""
+
+    pod_set: str
+    count: int
+    delay_s: float = 0.0
+
+
 READY_AT_ONCE: CheckScript = (CheckAttempt(state="Ready"),)
 
 
@@ -68,6 +80,7 @@ class WorkloadScript(msgspec.Struct, frozen=True, kw_only=True):
     # Seconds from an eviction until its pods are gone; None: its quota is free at once.
     stop_after_s: float | None = None
     checks: Mapping[str, CheckScript] = msgspec.field(default_factory=dict)  # check -> script
+    reclaims: tuple[ReclaimStep, ...] = ()  # status.reclaimablePods as its pods finish
 
 
 DEFAULT_SCRIPT = WorkloadScript()
@@ -177,6 +190,27 @@ def parse_provisioning_script(text: str) -> ProvisioningScript:
     )
 
 
+def parse_reclaim_script(text: str) -> tuple[ReclaimStep, ...]:
+    """Parse "podset:count[@delaySeconds][,...]": each element sets one podset's reclaimable
+    pods that long after the run starts (the podset and its size are checked by scenario.py)."""
+    steps = []
+    for i, element in enumerate(text.split(",")):
+        head, _, delay = element.partition("@")
+        pod_set, colon, count = (part.strip() for part in head.partition(":"))
+        if not colon or not pod_set:
+            raise ValueError(f"element {i}: expected podset:count[@seconds], got {element!r}")
+        if not (count.isascii() and count.isdigit() and len(count) <= 6):
+            raise ValueError(
+                f"element {i}: count must be a whole number of pods from 0 to 999999, got {count!r}"
+            )
+        try:
+            delay_s = parse_seconds(delay.strip()) if delay else 0.0
+        except ValueError as exc:
+            raise ValueError(f"element {i}: delay {exc}") from None
+        steps.append(ReclaimStep(pod_set=pod_set, count=int(count), delay_s=delay_s))
+    return tuple(steps)
+
+
 def parse_workload_script(
     annotations: Mapping[str, str], *, known: tuple[str, ...] | None = None
 ) -> WorkloadScript:
@@ -195,6 +229,7 @@ def parse_workload_script(
     unready: dict[str, float | None] = {}
     stop_after_s: float | None = None
     checks: dict[str, CheckScript] = {}
+    reclaims: tuple[ReclaimStep, ...] = ()
     for key in sorted(annotations):
         if not key.startswith("muster.dev/"):
             continue
@@ -216,6 +251,8 @@ def parse_workload_script(
                 unready[key] = None if never else parse_seconds(value)
             elif key == STOP_AFTER:
                 stop_after_s = parse_seconds(value)
+            elif key == RECLAIMABLE_PODS:
+                reclaims = parse_reclaim_script(value)
             else:
                 checks[key.removeprefix(CHECK_PREFIX)] = parse_check_script(value)
         except ValueError as exc:
@@ -228,6 +265,7 @@ def parse_workload_script(
         pods_unready_for_s=unready.get(PODS_UNREADY_FOR),
         stop_after_s=stop_after_s,
         checks=checks,
+        reclaims=reclaims,
     )
 
 
@@ -246,6 +284,7 @@ KNOWN_ON_WORKLOADS = (
     STOP_AFTER,
     CHECK_PREFIX + "<check>",
     ALTERNATIVES_ANNOTATION,
+    RECLAIMABLE_PODS,
 )
 # Cluster objects (issue 4): a Pod runs `run-seconds` once bound; a scheduling.k8s.io Workload's
 # or a PodGroup's `run-seconds` is the default for its pods.

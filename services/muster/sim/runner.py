@@ -21,6 +21,7 @@ from muster.api.model import (
     ClusterQueue,
     KueueConfig,
     Node,
+    ReclaimablePod,
     Workload,
     WorkloadKey,
 )
@@ -43,6 +44,7 @@ from muster.sim.timeline import (
     PodFinish,
     PodsReady,
     PodsUnready,
+    Reclaim,
     RunChecks,
     SetCheck,
     Stopped,
@@ -86,6 +88,9 @@ class AdmissionEngine(Protocol):
     def pods_ready(self, key: WorkloadKey, *, now_s: float) -> list[Event]: ...
     def pods_unready(self, key: WorkloadKey, *, now_s: float) -> list[Event]: ...
     def stopped(self, key: WorkloadKey, *, now_s: float) -> list[Event]: ...
+    def set_reclaimable(
+        self, key: WorkloadKey, pods: Sequence[ReclaimablePod], *, now_s: float
+    ) -> list[Event]: ...
     def evict(
         self, key: WorkloadKey, *, reason: str, message: str, now_s: float
     ) -> list[Event]: ...
@@ -333,6 +338,11 @@ class Simulation:
                     self.timeline.push(now_s + back_s, PodsReady(key, epoch, regained=True))
             case Stopped(key):
                 self.react(engine.stopped(key, now_s=now_s))
+            case Reclaim(key, epoch, pod_set, count) if self.tracks[key].epoch == epoch:
+                before = engine.workload(key).reclaimable_pods
+                pods = [p for p in before if p.name != pod_set]
+                pods.append(ReclaimablePod(name=pod_set, count=count))
+                self.react(engine.set_reclaimable(key, pods, now_s=now_s))
             case ArriveObject(arrival) if self.placement is not None:
                 self.placement.arrive(arrival, now_s=now_s)
             case PodFinish(key, serial) if self.placement is not None:
@@ -442,6 +452,9 @@ class Simulation:
             self.timeline.push(self.now_s + run_s, Finish(key, track.epoch))
         if self.pods_ready_enabled and script.pods_ready_after_s is not None:
             self.timeline.push(self.now_s + script.pods_ready_after_s, PodsReady(key, track.epoch))
+        for step in script.reclaims:
+            action = Reclaim(key, track.epoch, step.pod_set, step.count)
+            self.timeline.push(self.now_s + step.delay_s, action)
 
     def run_seconds(self, key: WorkloadKey, track: Track) -> float | None:
         """Its `run-seconds`, or, once routed to an alternative, the alternative's."""

@@ -51,6 +51,7 @@ from muster.sim.annotations import (
     KNOWN_ON_NODES,
     KNOWN_ON_PODS,
     PROVISIONING,
+    RECLAIMABLE_PODS,
     AnnotationError,
     CheckScript,
     ProvisioningScript,
@@ -323,12 +324,30 @@ def timed_arrivals(workloads: Sequence[Workload], errors: list[FieldError]) -> t
         workloads,
         errors,
         name_of=source_name,
-        parse=lambda wl: parse_workload_script(wl.meta.annotations),
+        parse=lambda wl: with_podsets_checked(wl, parse_workload_script(wl.meta.annotations)),
     )
     return tuple(
         Arrival(at_s=script.submit_after_s, rank=rank, workload=wl, script=script)
         for rank, wl, script in timed
     )
+
+
+def with_podsets_checked(wl: Workload, script: WorkloadScript) -> WorkloadScript:
+    """`script`, once each reclaimable-pods step names a podset of `wl` and at most its count
+    (Kueue's webhook bounds status.reclaimablePods so); AnnotationError otherwise."""
+    counts = {ps.name: ps.count for ps in wl.pod_sets}
+    for i, step in enumerate(script.reclaims):
+        if step.pod_set not in counts:
+            known = ", ".join(counts) or "none"
+            problem = f'element {i}: "{step.pod_set}" is not a podset of the workload ({known})'
+            raise AnnotationError(RECLAIMABLE_PODS, problem)
+        if step.count > counts[step.pod_set]:
+            problem = (
+                f"element {i}: count must be between 0 and {counts[step.pod_set]} "
+                f"(podset {step.pod_set}), got {step.count}"
+            )
+            raise AnnotationError(RECLAIMABLE_PODS, problem)
+    return script
 
 
 def timed_cluster_objects(

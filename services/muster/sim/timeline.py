@@ -63,6 +63,16 @@ class Stopped(msgspec.Struct, frozen=True, tag=True):
     key: WorkloadKey
 
 
+class Reclaim(msgspec.Struct, frozen=True, tag=True):
+    """`count` pods of a running workload's podset have finished for good
+    (`muster.dev/reclaimable-pods`)."""
+
+    key: WorkloadKey
+    epoch: int
+    pod_set: str
+    count: int
+
+
 class ArriveObject(msgspec.Struct, frozen=True, tag=True):
     arrival: ClusterArrival
 
@@ -80,6 +90,7 @@ Action = (
     | PodsReady
     | PodsUnready
     | Stopped
+    | Reclaim
     | ArriveObject
     | PodFinish
 )

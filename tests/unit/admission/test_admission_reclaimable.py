@@ -71,13 +71,15 @@ def test_an_unreadable_reclaimable_pods_event_is_refused_with_its_reason(
         fact_of(env)
 
 
-def test_finished_pods_count_only_from_the_cluster_the_workload_runs_on() -> None:
+def test_finished_pods_count_from_the_cluster_of_the_workloads_object_not_its_workers() -> None:
+    # Under MultiKueue, as Kueue's job reconciler on the manager: the manager's Job shows its
+    # copy's status from where it runs, and its Workload's reclaimablePods is the one counted.
     stream, state = world()
     stream.run(state, submitted_event(workload_manifest("a", cpu="2")))  # dispatched to east
     told = _reclaimable(1)
-    for cluster, holds in (("west", {"cpu": 2000}), ("east", {"cpu": 0})):
+    for cluster, holds in (("west", {"cpu": 2000}), ("east", {"cpu": 2000}), ("local", {})):
         env = reported("reclaimable_pods", "ns/a", told)
         env.cluster = cluster
         stream.run(state, env)
-        held = {r: n for (_, r), n in state.engine.records[A].usage.items()}
+        held = {r: n for (_, r), n in state.engine.records[A].usage.items() if n}
         assert held == holds, cluster

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from muster.admission.translate import PartitionRecord
-from muster.admission.usage_carry import UsageCarry
+from muster.admission.usage_carry import UsageCarry, carried_into
 from muster.api.model import AdmissionFairSharingConfig
 from muster.core.admission_fair_sharing import AdmissionUsage
 
@@ -66,3 +66,25 @@ def test_a_bad_amount_is_skipped(bad: float) -> None:
     carry, book = UsageCarry(), AdmissionUsage()
     carry.apply(carried(7, bad), book, CONFIG, owned=MINE)
     assert cpu(book) == 0.0
+
+
+def moved(sequence: int, old: int, new: int, cpu: float | None = None) -> PartitionRecord:
+    usage = None if cpu is None else (100.0, (("cpu", cpu),))
+    return PartitionRecord(old, sequence, local_queue="ns/a", to_partition=new, carried=usage)
+
+
+def test_a_handover_takes_the_usage_carried_into_the_old_partition_since_it_came_back() -> None:
+    # ns/a came 1 -> NEW (seq 2), left NEW -> 5 (seq 4, taking that usage along), came back
+    # 5 -> NEW (seq 6, bringing it again); now it leaves NEW for 8, fenced at seq 9.
+    records = [
+        moved(1, 1, NEW),
+        moved(2, 1, NEW, 2.0),
+        PartitionRecord(NEW, 3, shard=1),
+        moved(4, NEW, 5, 2.0),
+        moved(6, 5, NEW, 2.5),
+        PartitionRecord(OLD, 7, local_queue="ns/b", to_partition=NEW, carried=(1.0, ())),
+        moved(8, NEW, 8, 2.5),  # this move's carry, written before by a handover restarted
+    ]
+    found = carried_into(records, "ns/a", NEW, leaving_to=8)
+    assert [r.sequence for r in found] == [6]
+    assert [r.sequence for r in carried_into(records[:3], "ns/a", NEW, leaving_to=8)] == [2]

@@ -8,6 +8,7 @@ from muster.sim.annotations import (
     DEFAULT_SCRIPT,
     AnnotationError,
     CheckAttempt,
+    ReclaimStep,
     parse_check_script,
     parse_seconds,
     parse_workload_script,
@@ -114,6 +115,14 @@ def test_defaults_without_annotations() -> None:
         ("muster.dev/run-seconds", "ten", "must be a number of seconds"),
         ("muster.dev/pods-ready-after", "later", "must be a number of seconds"),
         ("muster.dev/stop-after", "-1", "must be a finite number of seconds >= 0"),
+        ("muster.dev/reclaimable-pods", "main", "element 0: expected podset:count"),
+        ("muster.dev/reclaimable-pods", ":2@5", "element 0: expected podset:count"),
+        ("muster.dev/reclaimable-pods", "main:1,main:-1", "element 1: count must be a whole"),
+        ("muster.dev/reclaimable-pods", "main:1.5", "count must be a whole number of pods"),
+        ("muster.dev/reclaimable-pods", "main:١", "count must be a whole number of pods"),
+        ("muster.dev/reclaimable-pods", "main:9999999", "from 0 to 999999"),
+        ("muster.dev/reclaimable-pods", "main:1@soon", "element 0: delay must be a number"),
+        ("muster.dev/reclaimable-pods", "main:1@-3", "element 0: delay must be a finite"),
     ],
 )
 def test_names_the_bad_annotation(key: str, value: str, problem: str) -> None:
@@ -121,3 +130,12 @@ def test_names_the_bad_annotation(key: str, value: str, problem: str) -> None:
         parse_workload_script({key: value})
 
     assert caught.value.annotation == key
+
+
+def test_reclaimable_pods_are_steps_timed_from_the_run_start() -> None:
+    script = parse_workload_script({"muster.dev/reclaimable-pods": "main:1@10, workers : 3 @ 2.5"})
+
+    assert script.reclaims == (
+        ReclaimStep(pod_set="main", count=1, delay_s=10),
+        ReclaimStep(pod_set="workers", count=3, delay_s=2.5),
+    )

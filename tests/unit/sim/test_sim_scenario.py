@@ -95,22 +95,27 @@ def test_collects_every_annotation_error_with_object_and_field() -> None:
     ]
 
 
-def test_names_a_job_in_errors_about_its_workload() -> None:
-    job = """\
+def train_job(annotation: str, *, parallelism: int = 1) -> str:
+    """Job team-a/train on LocalQueue lq, with one `key: value` annotation."""
+    return f"""\
 apiVersion: batch/v1
 kind: Job
 metadata:
   namespace: team-a
   name: train
-  labels: {kueue.x-k8s.io/queue-name: lq}
-  annotations: {muster.dev/submit-after: soon}
+  labels: {{kueue.x-k8s.io/queue-name: lq}}
+  annotations: {{{annotation}}}
 spec:
+  parallelism: {parallelism}
   template:
     spec:
-      containers: [{name: main, resources: {requests: {cpu: "1"}}}]
+      containers: [{{name: main, resources: {{requests: {{cpu: "1"}}}}}}]
 """
+
+
+def test_names_a_job_in_errors_about_its_workload() -> None:
     with pytest.raises(InvalidScenarioError) as caught:
-        build_scenario(objects_of(job))
+        build_scenario(objects_of(train_job("muster.dev/submit-after: soon")))
 
     (error,) = caught.value.errors
     assert str(error).startswith(
@@ -158,3 +163,24 @@ def test_config_file_must_hold_only_a_configuration(tmp_path: Path) -> None:
 def test_missing_file_is_a_file_error(tmp_path: Path) -> None:
     with pytest.raises(ScenarioFileError, match=r"nope\.yaml: no such file"):
         load_scenario([tmp_path / "nope.yaml"])
+
+
+def test_reclaimable_pods_past_their_podset_count_are_an_error() -> None:
+    documents = (
+        workload("a", count=2, annotations={"muster.dev/reclaimable-pods": "main:1@5,main:3@9"}),
+    )
+
+    with pytest.raises(InvalidScenarioError) as caught:
+        build_scenario(objects_of(*documents))
+
+    assert [str(e) for e in caught.value.errors] == [
+        'Workload/team-a/a: metadata.annotations["muster.dev/reclaimable-pods"]: '
+        "element 1: count must be between 0 and 2 (podset main), got 3"
+    ]
+
+
+def test_a_job_scripts_its_reclaimable_pods_on_its_podset_main() -> None:
+    job = train_job('muster.dev/reclaimable-pods: "main:2@30"', parallelism=3)
+    (arrival,) = build_scenario(objects_of(job)).arrivals
+
+    assert [(s.pod_set, s.count, s.delay_s) for s in arrival.script.reclaims] == [("main", 2, 30)]
