@@ -90,14 +90,11 @@ async def test_a_jobs_workload_is_charged_and_bounded_by_its_namespaces_limit_ra
 
 
 SECOND_NODE = NODE.replace("node-1", "node-2")
-WIDE_LIMIT_RANGE = """
-apiVersion: v1
-kind: LimitRange
-metadata: {name: wide, namespace: ml}
-spec:
-  limits:
-  - {type: Container, defaultRequest: {cpu: "10"}}
-"""
+# A default request alone: its pods ask 10 cpu each, more than half a node.
+WIDE_LIMIT_RANGE = LIMIT_RANGE.replace("name: sizes", "name: wide").replace(
+    '{type: Container, defaultRequest: {cpu: "4"}, max: {cpu: "8"}}',
+    '{type: Container, defaultRequest: {cpu: "10"}}',
+)
 
 
 async def test_a_jobs_pods_request_the_default_and_are_placed_by_it(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import pytest
 import yaml
 from bus_helpers import EventLog
 from placement_stack import Stack, node, placement_stack
+from test_gang_api_services import WORKLOAD, group_yaml
 
 from muster.bus import Bus
 from muster.cluster import ClusterError
@@ -23,20 +24,6 @@ metadata: {name: sizes, namespace: ns}
 spec:
   limits:
   - {type: Container, defaultRequest: {cpu: "3"}, max: {cpu: "4"}}
-"""
-WORKLOAD = """apiVersion: scheduling.k8s.io/v1beta1
-kind: Workload
-metadata: {name: train, namespace: ns}
-spec:
-  podGroupTemplates:
-  - {name: workers, schedulingPolicy: {gang: {minCount: 2}}}
-"""
-GROUP = """apiVersion: scheduling.k8s.io/v1beta1
-kind: PodGroup
-metadata: {name: workers, namespace: ns}
-spec:
-  workloadRef: {workloadName: train, templateName: workers}
-  schedulingPolicy: {gang: {minCount: 2}}
 """
 
 
@@ -62,7 +49,8 @@ async def test_pods_get_the_default_request_and_are_placed_by_it(stack: Stack) -
     await stack.backend.apply(node("a", cpu="4"))
     await stack.backend.apply(node("b", cpu="4"))
     await stack.apply_all(LIMIT_RANGE)
-    await stack.submit("---\n".join([WORKLOAD, GROUP, pod_yaml("w-0"), pod_yaml("w-1")]))
+    group = group_yaml("workers", min_count=2)
+    await stack.submit("---\n".join([WORKLOAD, group, pod_yaml("w-0"), pod_yaml("w-1")]))
 
     await stack.events.wait_for("gang_permitted", workload="ns/workers", timeout_s=10)
     pods = await stack.wait_for_pods("ns/workers", lambda ps: all(p.node_name for p in ps))
