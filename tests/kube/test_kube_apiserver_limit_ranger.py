@@ -7,13 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kube_helpers import present, status_of
+from kube_helpers import as_model, present, status_of
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 
-def _limit_range(name: str, *limits: dict[str, Any]) -> dict[str, Any]:
-    return {"metadata": {"name": name}, "spec": {"limits": list(limits)}}
+def _limit_range(name: str, *limits: dict[str, Any]) -> client.V1LimitRange:
+    doc = {"metadata": {"name": name}, "spec": {"limits": list(limits)}}
+    return as_model(client.V1LimitRange, doc)
 
 
 def _pod(name: str, *containers: dict[str, Any], init: tuple[dict[str, Any], ...] = ()) -> Any:
@@ -69,7 +70,7 @@ def test_a_new_pod_gets_the_defaults_its_containers_leave_unset(core: client.Cor
         ({"cpu": "1", "memory": "1Gi"}, {"cpu": "2", "memory": "1Gi"}),  # main
         ({"cpu": "3", "memory": "1Gi"}, {"cpu": "3", "memory": "1Gi"}),  # its limit, not 1
     ]
-    assert present(created.metadata).annotations["kubernetes.io/limit-ranger"] == (
+    assert present(present(created.metadata).annotations)["kubernetes.io/limit-ranger"] == (
         "LimitRanger plugin set: cpu, memory request for container main; cpu, memory limit for "
         "container main; memory request for container side; memory limit for container side; "
         "memory request for init container setup; cpu, memory limit for init container setup"
@@ -127,7 +128,7 @@ def test_a_pod_outside_the_bounds_is_refused_with_the_limit_it_breaks(
 
 
 def test_pods_in_other_namespaces_and_pod_updates_are_left_alone(core: client.CoreV1Api) -> None:
-    core.create_namespace({"metadata": {"name": "other"}})
+    core.create_namespace(as_model(client.V1Namespace, {"metadata": {"name": "other"}}))
     core.create_namespaced_pod("other", _pod("before", {"name": "main"}))
     core.create_namespaced_limit_range(
         "other", _limit_range("sizes", {"type": "Container", "default": {"cpu": "1"}})

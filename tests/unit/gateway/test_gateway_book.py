@@ -559,7 +559,7 @@ def test_two_clusters_limit_ranges_of_one_name_are_each_kept() -> None:
             "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": cpu}}]},
         }
         out = (config_applied if field == "applied" else config_deleted)(obj)
-        e = new_event(out.field, out.payload, cluster=cluster, source="t")  # type: ignore[arg-type]
+        e = new_event(out.field, out.payload, cluster=cluster, source="t")
         e.sequence = next(_seq)
         return e
 
