@@ -54,6 +54,9 @@ class Bounds(Frozen, frozen=True, kw_only=True):
     min_from: Mapping[str, str] = msgspec.field(default_factory=dict)
     default: Mapping[str, int] = msgspec.field(default_factory=dict)
     default_request: Mapping[str, int] = msgspec.field(default_factory=dict)
+    # The lowest maxLimitRequestRatio (milli-units: 2000 is a ratio of 2); only the API
+    # server's LimitRanger checks it, on pods (`pod_problems`), not Kueue.
+    max_ratio: Mapping[str, int] = msgspec.field(default_factory=dict)
 
 
 class Summary(Frozen, frozen=True, kw_only=True):
@@ -75,6 +78,7 @@ def summarize(ranges: Iterable[LimitRange]) -> Summary | None:
             if item.type in (CONTAINER, POD):
                 merged.setdefault(item.type, _Merging()).add(item.max, item.min, lr.meta.name)
                 merged[item.type].defaults(item.default, item.default_request)
+                merged[item.type].ratios(item.max_limit_request_ratio)
     return Summary(
         container=merged[CONTAINER].bounds() if CONTAINER in merged else None,
         pod=merged[POD].bounds() if POD in merged else None,
@@ -91,6 +95,7 @@ class _Merging:
         self.min_from: dict[str, str] = {}
         self.default: dict[str, int] = {}
         self.default_request: dict[str, int] = {}
+        self.max_ratio: dict[str, int] = {}
 
     def add(self, high: Mapping[str, int], low: Mapping[str, int], name: str) -> None:
         for resource, value in high.items():
@@ -104,6 +109,10 @@ class _Merging:
         self.default = {**default, **self.default}
         self.default_request = {**request, **self.default_request}
 
+    def ratios(self, ratios: Mapping[str, int]) -> None:
+        for resource, ratio in ratios.items():
+            self.max_ratio[resource] = min(ratio, self.max_ratio.get(resource, ratio))
+
     def bounds(self) -> Bounds:
         return Bounds(
             max=self.max,
@@ -112,6 +121,7 @@ class _Merging:
             min_from=self.min_from,
             default=self.default,
             default_request=self.default_request,
+            max_ratio=self.max_ratio,
         )
 
 

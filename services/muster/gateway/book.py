@@ -52,7 +52,7 @@ from muster.core.conditions import (
     requeued_when_queued,
     restarted,
 )
-from muster.core.config_owners import ConfigOwners
+from muster.core.config_owners import ConfigOwners, config_key
 from muster.gateway.eventtext import line_of, same_line
 from muster.payloads import PayloadError, manifest_workload
 
@@ -189,7 +189,9 @@ class WorkloadBook:
         self.finished_kept = finished_kept
         self.finished_retention_s = finished_retention_s
         # (kind, name) -> (cluster, manifest JSON) of the latest config.applied admission took:
-        # its owner's, never a copy another cluster published (muster.core.config_owners)
+        # its owner's, never a copy another cluster published (muster.core.config_owners); a
+        # Namespace or LimitRange is each cluster's own, so its name is "<cluster>/<name>"
+        # (`config_key`), as in admission's log
         self.configs: dict[tuple[str, str], tuple[str, str]] = {}
         self.config_owners = ConfigOwners(manager=manager)  # the gateway's own cluster
         self.sequence = 0
@@ -205,12 +207,13 @@ class WorkloadBook:
         if payload == "config_applied":
             applied = env.config_applied
             if not self.config_owners.admit(applied.kind, applied.name, env.cluster):
-                self.configs[(applied.kind, applied.name)] = (env.cluster, applied.manifest_json)
+                key = config_key(applied.kind, applied.name, env.cluster)
+                self.configs[key] = (env.cluster, applied.manifest_json)
             return
         if payload == "config_deleted":
             deleted = env.config_deleted
             if not self.config_owners.admit(deleted.kind, deleted.name, env.cluster, deleted=True):
-                self.configs.pop((deleted.kind, deleted.name), None)
+                self.configs.pop(config_key(deleted.kind, deleted.name, env.cluster), None)
             return
         if not env.workload or payload is None:
             return

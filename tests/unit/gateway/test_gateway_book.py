@@ -17,7 +17,7 @@ from muster.gateway.permissions import Caller
 from muster.gateway.visibility import InvalidQueryError
 from muster.gateway.workloads import matching, one_named, summaries
 from muster.payloads import PayloadError
-from muster.watcher.translate import config_applied
+from muster.watcher.translate import config_applied, config_deleted
 
 ALICE = Caller(user="alice", groups=("team-a",))
 _seq = iter(range(1, 10_000))
@@ -545,3 +545,29 @@ def test_a_deleted_finished_workload_is_gone_and_its_name_is_new_again() -> None
     (entry,) = book
     assert (entry.summary.status, entry.packed) == ("PENDING", None)
     assert [line.type for line in entry.describe().events] == ["workload.submitted"]
+
+
+def test_two_clusters_limit_ranges_of_one_name_are_each_kept() -> None:
+    """A LimitRange (as a Namespace) is each cluster's own: east's is not overwritten by
+    west's of the same name, nor removed when west deletes its own."""
+
+    def limit_range(field: str, cluster: str, cpu: str = "1") -> events_pb2.Envelope:
+        obj = {
+            "apiVersion": "v1",
+            "kind": "LimitRange",
+            "metadata": {"name": "defaults", "namespace": "ml"},
+            "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": cpu}}]},
+        }
+        out = (config_applied if field == "applied" else config_deleted)(obj)
+        e = new_event(out.field, out.payload, cluster=cluster, source="t")
+        e.sequence = next(_seq)
+        return e
+
+    def cpu_of(cluster: str) -> str | None:
+        found = book.config("LimitRange", f"{cluster}/ml/defaults")
+        return json.loads(found[1])["spec"]["limits"][0]["defaultRequest"]["cpu"] if found else None
+
+    book = book_of(limit_range("applied", "east", "1"), limit_range("applied", "west", "2"))
+    assert (cpu_of("east"), cpu_of("west")) == ("1", "2")
+    book.apply(limit_range("deleted", "west"))
+    assert (cpu_of("east"), cpu_of("west")) == ("1", None)

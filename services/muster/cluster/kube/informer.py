@@ -7,7 +7,9 @@ differences, see `changes`; a watch resumed for a consumer that `lists_again`, w
 showed what that consumer holds, ends with `ExpiredError` instead), other failures back off
 exponentially (from the first delay again once a watch delivered something: cuts hours apart
 are not one outage), and a resource that is not served (a CRD not installed) is retried every
-`missing_retry_s`, with one warning.
+`missing_retry_s`, with one warning. A source refused with 403 before it ever answered (the
+ServiceAccount's ClusterRole lacks its rule) ends the watch with an error naming the rule
+(`forbidden_at_start`).
 
 Revisions. The API server's resourceVersion is etcd's one global revision, but separate watch
 streams deliver it out of order between resources, so a change's own resourceVersion is no
@@ -42,6 +44,7 @@ from muster.cluster.kube.transport import Transport, decode_status
 log = logging.getLogger(__name__)
 
 SEQ_BITS = 20
+FORBIDDEN = "Forbidden"
 _EXPIRED = frozenset({"Expired", "Gone"})
 
 
@@ -99,6 +102,7 @@ class _SourceLoop:
         self._warned_missing = False
         self._seen_before_request = 0  # cache.max_rv when the last request was sent
         self._streamed = False  # the watch since the last failure delivered something
+        self._answered = False  # a list or a watch of this source ever succeeded
 
     def _selectors(self) -> list[tuple[str, str]]:
         query = []
@@ -130,6 +134,9 @@ class _SourceLoop:
                 await asyncio.sleep(self._settings.missing_retry_s)
                 self._needs_list = True
             except ClusterError as err:
+                if err.reason == FORBIDDEN and not self._answered:
+                    await self._queue.put(forbidden_at_start(self.source, err))
+                    return
                 if isinstance(err, UnavailableError) and err.reason in _EXPIRED:
                     if await self._expired_resume():
                         return
@@ -190,6 +197,7 @@ class _SourceLoop:
             await self._emit(pending)
         await self._advance(list_rv)
         self._warned_missing = False
+        self._answered = True
 
     async def _watch(self) -> None:
         """Watch from `progress` until the stream ends; raises on every other outcome."""
@@ -218,7 +226,7 @@ class _SourceLoop:
             raise ClusterError(
                 self.source.name, "Unavailable", "watch cut mid-event", temporary=True
             ) from err
-        self._streamed = True
+        self._streamed = self._answered = True
         if event.type == "BOOKMARK":
             await self._advance(resource_version(event.object))
             return
@@ -398,6 +406,25 @@ async def merged_watch(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def forbidden_at_start(source: Source, err: ClusterError) -> ClusterError:
+    """The error that ends a watch whose `source` was refused (403) before it ever answered:
+    this service's ServiceAccount lacks a rule of its ClusterRole (one installed before an
+    upgrade that reads more kinds, the LimitRanges for one). Watching without that kind would
+    be silently wrong (workloads charged without their LimitRanges' defaults), so the service
+    stops, naming the rule to add; a refusal after the first answer is retried instead."""
+    resource = source.resource
+    rule = (
+        f'{{apiGroups: ["{resource.group}"], resources: ["{resource.plural}"], '
+        'verbs: ["list", "watch"]}'
+    )
+    return ClusterError(
+        source.name,
+        FORBIDDEN,
+        f"{err.message}; this service cannot run without it: add the rule {rule} to its "
+        "ServiceAccount's ClusterRole (k8s/rbac/ has muster's), then start it again",
+    )
 
 
 async def _guarded(loop: _SourceLoop, queue: asyncio.Queue[_Item | BaseException]) -> None:

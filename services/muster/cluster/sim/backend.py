@@ -18,8 +18,14 @@ from typing import Any, TypeVar
 import msgspec
 
 from muster.api.convert import KUEUE_V1BETA1, stable_uid
+from muster.api.decode import decode_documents
+from muster.api.encode import quantities_to_strings
+from muster.api.errors import ObjectErrors
 from muster.api.job import workload_name_for_job
+from muster.api.model import ContainerResources, LimitRange
+from muster.api.podspec import pod_resources
 from muster.api.quantity import format_quantity
+from muster.api.raw import RawPodSpec
 from muster.api.wellknown import POD_SCRIPT_ANNOTATIONS
 from muster.bus.client import connect
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
@@ -78,6 +84,8 @@ from muster.cluster.objects import (
 )
 from muster.cluster.sim.clock import Clock, WallClock
 from muster.cluster.sim.store import SimStore, StoredObject, bus_errors
+from muster.core.limit_ranges import summarize
+from muster.core.pod_limits import defaulted_pod, pod_problems, refusal
 
 log = logging.getLogger(__name__)
 V = TypeVar("V")
@@ -152,6 +160,8 @@ class SimBackend:
         kind, key, obj = _checked(manifest)
         for _ in range(_MAX_ATTEMPTS):
             current = await self.store.get(key)
+            if kind == "Pod" and current is None:
+                obj = await self._limited(key, obj)
             prepared = self._prepared(obj, kind=kind, current=current)
             try:
                 if current is None:
@@ -165,6 +175,8 @@ class SimBackend:
 
     async def create(self, manifest: Mapping[str, Any], *, as_user: Identity | None = None) -> bool:
         kind, key, obj = _checked(manifest)
+        if kind == "Pod":
+            obj = await self._limited(key, obj)
         prepared = self._prepared(obj, kind=kind, current=None)
         try:
             revision = await self.store.create(key, prepared)
@@ -173,6 +185,36 @@ class SimBackend:
         if kind == "Pod":
             self._keep_created(StoredObject(key=key, obj=prepared, revision=revision))
         return True
+
+    async def _limited(self, key: str, pod: dict[str, Any]) -> dict[str, Any]:
+        """`pod` (a new one, checked by `_checked`) as the API server's LimitRanger admits it
+        in its namespace (`muster.core.pod_limits`): the LimitRanges' defaults filled in, or
+        ClusterError Forbidden, in Kubernetes' words, when it is outside their bounds.
+
+        The pods `start_workload` makes are not passed here: they request what admission
+        charged, already adjusted to the LimitRanges by the engine (`core.limit_ranges`)."""
+        namespace = pod["metadata"].get("namespace", "")
+        stored = await self.store.list(
+            f"{OBJECT_PREFIX}{escape('LimitRange')}.{escape(namespace)}."
+        )
+        if not stored:
+            return pod  # the common case: one list of no key
+        # One the API server would refuse is never stored (api.limit_range checks it on Submit).
+        objects, _ = decode_documents([s.obj for s in stored], names_checked=True)
+        summary = summarize(o for o in objects if isinstance(o, LimitRange))
+        spec = pod.setdefault("spec", {})
+        written = pod_resources(msgspec.convert(spec, RawPodSpec), ObjectErrors(""), path="spec")
+        limited = defaulted_pod(written, summary)
+        problems = pod_problems(limited, summary)
+        if problems:
+            raise ClusterError(describe(key), "Forbidden", refusal(_meta(pod)["name"], problems))
+        for field, containers in (
+            ("containers", limited.containers),
+            ("initContainers", limited.init_containers),
+        ):
+            for container, resources in zip(spec.get(field) or [], containers, strict=True):
+                _fill(container.setdefault("resources", {}), resources)
+        return pod
 
     def _keep_created(self, pod: StoredObject) -> None:
         self._created[pod.key] = pod
@@ -493,6 +535,15 @@ def _pod(
         "spec": spec,
         "status": status,
     }
+
+
+def _fill(written: dict[str, Any], resources: ContainerResources) -> None:
+    """Add to a container's `resources` as written the requests and limits it leaves unset."""
+    for part, amounts in (("requests", resources.requests), ("limits", resources.limits)):
+        have = written.get(part) or {}
+        missing = {r: amount for r, amount in amounts.items() if r not in have}
+        if missing:
+            written[part] = {**have, **quantities_to_strings(missing)}
 
 
 def _default_node(obj: dict[str, Any]) -> None:

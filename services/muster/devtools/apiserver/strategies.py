@@ -1,10 +1,12 @@
 """Per-kind behaviour of the real API server that muster relies on: defaults, server-set
 fields, validation, and which fields an update may change.
 
-- Pods: scheduler/DNS/grace defaults, priority from the PriorityClass (403 when it does not
-  exist), the two default NoExecute tolerations, status reset to Pending on create; the spec is
-  immutable except container images, activeDeadlineSeconds, added tolerations and removed
-  schedulingGates; `spec.nodeName` changes only through pods/binding.
+- Pods: scheduler/DNS/grace defaults, limits as missing requests, the namespace's LimitRanges
+  (`limit_ranger`: their defaults, or 403 outside their bounds), priority from the
+  PriorityClass (403 when it does not exist), the two default NoExecute tolerations, status
+  reset to Pending on create; the spec is immutable except container images,
+  activeDeadlineSeconds, added tolerations and removed schedulingGates; `spec.nodeName`
+  changes only through pods/binding.
 - Jobs: selector and controller-uid/job-name labels, completions/parallelism/backoffLimit
   defaults; `restartPolicy` OnFailure or Never; the template's labels and annotations checked as an
   object's; the pod template is immutable except its
@@ -36,6 +38,7 @@ from muster.devtools.apiserver.errors import (
 from muster.devtools.apiserver.events import EventStrategy
 from muster.devtools.apiserver.gangs import GANG_STRATEGIES
 from muster.devtools.apiserver.job_status import job_status_causes, managed_elsewhere
+from muster.devtools.apiserver.limit_ranger import LimitRangeStrategy, admit_pod, default_requests
 from muster.devtools.apiserver.objects import JsonObj, meta, name_of
 from muster.devtools.apiserver.provisioning import PROVISIONING_STRATEGIES
 from muster.devtools.apiserver.resources import ResourceType, crd_status, from_crd
@@ -107,9 +110,11 @@ class PodStrategy(Strategy):
             spec.setdefault("restartPolicy", "Always")
             spec.setdefault("enableServiceLinks", True)
             _default_pod_spec(spec)
+            default_requests(spec)
 
     def prepare_create(self, obj: JsonObj, ctx: Context) -> None:
         spec = obj["spec"]
+        admit_pod(obj, ctx.limit_ranges(meta(obj).get("namespace", "")))
         self._admit_priority(spec, ctx)
         # The DefaultTolerationSeconds admission plugin.
         tolerations = spec.setdefault("tolerations", [])
@@ -380,6 +385,7 @@ _STRATEGIES: dict[tuple[str, str], Strategy] = {
     ("", "pods"): PodStrategy(),
     ("batch", "jobs"): JobStrategy(),
     ("", "namespaces"): NamespaceStrategy(),
+    ("", "limitranges"): LimitRangeStrategy(),
     ("scheduling.k8s.io", "priorityclasses"): PriorityClassStrategy(),
     ("apiextensions.k8s.io", "customresourcedefinitions"): CrdStrategy(),
     ("events.k8s.io", "events"): EventStrategy(),

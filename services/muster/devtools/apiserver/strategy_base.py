@@ -25,12 +25,18 @@ class FeatureGates(msgspec.Struct, frozen=True, kw_only=True):
 V1_36 = FeatureGates()  # the defaults
 
 
+def _no_limit_ranges(namespace: str) -> list[JsonObj]:
+    return []
+
+
 class Context(msgspec.Struct, frozen=True, kw_only=True):
-    """What strategies may read besides the object: PriorityClasses and the time."""
+    """What strategies may read besides the object: PriorityClasses, a namespace's
+    LimitRanges and the time."""
 
     priority_class: Callable[[str], JsonObj | None]
     global_default_priority_class: Callable[[], JsonObj | None]
     now: str
+    limit_ranges: Callable[[str], list[JsonObj]] = _no_limit_ranges
 
 
 class Strategy:

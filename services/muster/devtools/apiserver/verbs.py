@@ -76,6 +76,7 @@ _SERVER_SET = (
 )
 NAMESPACES = ("", "namespaces")
 PRIORITY_CLASSES = ("scheduling.k8s.io", "priorityclasses")
+LIMIT_RANGES = ("", "limitranges")
 CRDS = ("apiextensions.k8s.io", "customresourcedefinitions")
 EVENTS_V1 = ("events.k8s.io", "events")  # also served as core/v1 Events
 
@@ -352,10 +353,16 @@ class Verbs:
             ]
             return min(found, key=lambda pc: int(pc.get("value", 0))) if found else None
 
+        def limit_ranges(namespace: str) -> list[JsonObj]:
+            rt = self.registry.by_key(LIMIT_RANGES)
+            found = self.store.objects(rt).values() if rt else ()
+            return [lr for lr in found if meta(lr).get("namespace") == namespace]
+
         return Context(
             priority_class=priority_class,
             global_default_priority_class=global_default,
             now=timestamp(self.clock()),
+            limit_ranges=limit_ranges,
         )
 
     def _register_crd(self, crd: JsonObj) -> None:
