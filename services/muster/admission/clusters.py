@@ -41,7 +41,7 @@ from muster.bus.kv import follow_bucket
 from muster.bus.supervision import supervised
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.heartbeat_pace import HEARTBEAT_GAP_S, HeartbeatPace
-from muster.core.heartbeat_parts import Gone, RoomReader
+from muster.core.heartbeat_parts import HEARTBEAT_MAX_BYTES, Gone, RoomReader
 
 WANTED_S: Final = 1.0  # how often a replica not following the registry looks whether it must
 ROUND_GAP_S: Final = 0.1  # rounds asked by heartbeats: ten a second at most, as a gang-permit beats
@@ -60,13 +60,14 @@ async def follow_clusters(
     wanted_s: float = WANTED_S,
     gap_s: float = ROUND_GAP_S,
     heartbeat_gap_s: float = HEARTBEAT_GAP_S,
+    max_bytes: int = HEARTBEAT_MAX_BYTES,
 ) -> None:
     """Feed every heartbeat to `dispatcher` until cancelled, once it declares a worker cluster,
     each cluster's at most once each `heartbeat_gap_s` (`muster.core.heartbeat_pace`);
     `run_round([])` runs a round (at most one each `gap_s` for heartbeats)."""
 
     loaded = False  # the stored heartbeats are all in
-    reader = RoomReader()
+    reader = RoomReader(max_bytes=max_bytes)  # a larger heartbeat is refused as a bad one
     asked = asyncio.Event()  # a heartbeat may let a waiting workload go: a round is due
 
     async def rounds() -> None:
