@@ -3,9 +3,10 @@ list, as `kubectl get` asks for it: the columns an API server prints for each ki
 
 Pods, Jobs, Nodes and Namespaces get the built-in printers' columns (Kubernetes'
 `pkg/printers/internalversion`; the wide ones at priority 1, what `-o wide` adds). Kueue's
-kinds get the printer columns Kueue's own CRDs declare (its `+kubebuilder:printcolumn`
-markers, v1beta1 and v1beta2 alike), even where k8s/crds says otherwise; a CRD registered
-through the API gets its `additionalPrinterColumns`; anything else, Name and Age, as a
+kinds served from the start get the printer columns Kueue's own CRDs declare (its
+`+kubebuilder:printcolumn` markers, v1beta1 and v1beta2 alike); a kind whose CRD was applied
+through the API gets that CRD's `additionalPrinterColumns`, as a real server prints it (so
+k8s/crds applied to the stand-in prints muster's columns); anything else, Name and Age, as a
 resource without a printer. Each row carries its object's metadata (`includeObject`:
 Metadata by default, Object or None), which kubectl reads for -A's NAMESPACE column and
 --show-labels. Watches are answered with objects, not tables.
@@ -92,9 +93,9 @@ def _printer(rt: ResourceType, crd: JsonObj | None, version: str) -> tuple[list[
     builtin = _BUILTIN.get(rt.key)
     if builtin is not None:
         return [_definition(c) for c in builtin[0]], builtin[1]
-    declared = _kueue_columns(rt, version)
-    if declared is None and crd is not None:
-        declared = _crd_columns(crd, version)
+    declared = None if crd is None else _crd_columns(crd, version)
+    if declared is None:
+        declared = _kueue_columns(rt, version)
     columns = list(declared or (_AGE,))
     return [_definition(c) for c in columns], lambda obj, now_s: [
         _cell(obj, path, kind, now_s) for _, kind, path, _ in columns
@@ -111,7 +112,7 @@ def _crd_columns(crd: JsonObj, version: str) -> list[Column] | None:
         if isinstance(served, dict) and served.get("name") == version:
             found = served.get("additionalPrinterColumns")
             if not isinstance(found, list):
-                return None
+                return []  # none declared: Age
             return [
                 (str(c["name"]), str(c["type"]), str(c["jsonPath"]), int(c.get("priority", 0)))
                 for c in found
@@ -193,6 +194,11 @@ def human_duration(seconds: float) -> str:
 # --- the built-in printers --------------------------------------------------------------
 
 
+def _printed(*shown: str, wide: tuple[str, ...] = ()) -> list[Column]:
+    """A built-in printer's columns (strings all, its own cells): `wide` at priority 1."""
+    return [(n, "string", "", 0) for n in shown] + [(n, "string", "", 1) for n in wide]
+
+
 def _condition(obj: JsonObj, kind: str) -> str:
     for c in obj.get("status", {}).get("conditions", ()) or ():
         if isinstance(c, dict) and c.get("type") == kind:
@@ -236,16 +242,18 @@ def _pod(obj: JsonObj, now_s: float) -> list[Any]:
     ]
 
 
-_POD: Final = [
-    ("Ready", "string", "", 0),
-    ("Status", "string", "", 0),
-    ("Restarts", "string", "", 0),
-    ("Age", "string", "", 0),
-    ("IP", "string", "", 1),
-    ("Node", "string", "", 1),
-    ("Nominated Node", "string", "", 1),
-    ("Readiness Gates", "string", "", 1),
-]
+_POD: Final = _printed(
+    "Ready",
+    "Status",
+    "Restarts",
+    "Age",
+    wide=(
+        "IP",
+        "Node",
+        "Nominated Node",
+        "Readiness Gates",
+    ),
+)
 
 
 def _job(obj: JsonObj, now_s: float) -> list[Any]:
@@ -299,15 +307,17 @@ def _epoch(timestamp: Any) -> float | None:
         return None
 
 
-_JOB: Final = [
-    ("Status", "string", "", 0),
-    ("Completions", "string", "", 0),
-    ("Duration", "string", "", 0),
-    ("Age", "string", "", 0),
-    ("Containers", "string", "", 1),
-    ("Images", "string", "", 1),
-    ("Selector", "string", "", 1),
-]
+_JOB: Final = _printed(
+    "Status",
+    "Completions",
+    "Duration",
+    "Age",
+    wide=(
+        "Containers",
+        "Images",
+        "Selector",
+    ),
+)
 
 
 def _node(obj: JsonObj, now_s: float) -> list[Any]:
@@ -336,17 +346,19 @@ def _node(obj: JsonObj, now_s: float) -> list[Any]:
     ]
 
 
-_NODE: Final = [
-    ("Status", "string", "", 0),
-    ("Roles", "string", "", 0),
-    ("Age", "string", "", 0),
-    ("Version", "string", "", 0),
-    ("Internal-IP", "string", "", 1),
-    ("External-IP", "string", "", 1),
-    ("OS-Image", "string", "", 1),
-    ("Kernel-Version", "string", "", 1),
-    ("Container-Runtime", "string", "", 1),
-]
+_NODE: Final = _printed(
+    "Status",
+    "Roles",
+    "Age",
+    "Version",
+    wide=(
+        "Internal-IP",
+        "External-IP",
+        "OS-Image",
+        "Kernel-Version",
+        "Container-Runtime",
+    ),
+)
 
 
 def _namespace(obj: JsonObj, now_s: float) -> list[Any]:
@@ -357,7 +369,7 @@ _BUILTIN: Final[dict[tuple[str, str], tuple[Sequence[Column], Cells]]] = {
     ("", "pods"): (_POD, _pod),
     ("batch", "jobs"): (_JOB, _job),
     ("", "nodes"): (_NODE, _node),
-    ("", "namespaces"): ([("Status", "string", "", 0), ("Age", "string", "", 0)], _namespace),
+    ("", "namespaces"): (_printed("Status", "Age"), _namespace),
 }
 
 # Kueue's printer columns (apis/kueue/v1beta1 and v1beta2 `+kubebuilder:printcolumn`; the
