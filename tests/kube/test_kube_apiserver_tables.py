@@ -229,6 +229,27 @@ def test_include_object_and_a_plain_json_get(
     assert refused.value.code == 400
 
 
+def test_a_watch_asked_for_tables_sends_rows_the_columns_once(
+    apiserver: ThreadedApiServer, core: client.CoreV1Api
+) -> None:
+    """`kubectl get nodes -w`: its list, then a watch from the list's resourceVersion."""
+    listed = table(f"{apiserver.url}/api/v1/nodes?limit=500")
+    rv = listed["metadata"]["resourceVersion"]
+    for name in ("node-1", "node-2"):
+        core.create_node(as_model(client.V1Node, node(name)))
+    request = urllib.request.Request(
+        f"{apiserver.url}/api/v1/nodes?resourceVersion={rv}&watch=true&timeoutSeconds=1",
+        headers={"Accept": TABLE},
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:  # ends at its timeout
+        events = [json.loads(line) for line in answer.read().splitlines() if line]
+    tables = [e["object"] for e in events if e["type"] == "ADDED"]
+    assert [t["rows"][0]["cells"][0] for t in tables] == ["node-1", "node-2"]
+    assert [t["kind"] for t in tables] == ["Table", "Table"]
+    assert columns(tables[0]) == ["Name", "Status", "Roles", "Age", "Version"]
+    assert tables[1]["columnDefinitions"] == []
+
+
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
 def test_kubectl_applies_with_validation_and_gets_columns(
     apiserver: ThreadedApiServer, tmp_path: Path

@@ -306,9 +306,29 @@ def dispatch(
         raise method_not_allowed()
     reply = handlers[route.verb]()
     table = table_version(request.headers.get("accept", ""))
-    if table and route.verb in ("get", "list") and isinstance(reply, Reply):
+    if table and isinstance(reply, WatchStream):
+        reply.render = _table_events(route, api, table, query)
+    elif table and route.verb in ("get", "list") and isinstance(reply, Reply):
         return Reply(reply.code, _table(route, reply.body, api, table, query))
     return reply
+
+
+def _table_events(
+    route: Route, api: Api, table: str, query: dict[str, str]
+) -> Callable[[JsonObj], JsonObj]:
+    """Each watch event's object as a Table of one row; only the first carries the columns,
+    as a real server sends them (kubectl prints the header once)."""
+    sent = False
+
+    def render(obj: JsonObj) -> JsonObj:
+        nonlocal sent
+        found = _table(route, obj, api, table, query)
+        if sent:
+            found["columnDefinitions"] = []
+        sent = True
+        return found
+
+    return render
 
 
 def _table(

@@ -9,7 +9,8 @@ through the API gets that CRD's `additionalPrinterColumns`, as a real server pri
 k8s/crds applied to the stand-in prints muster's columns); anything else, Name and Age, as a
 resource without a printer. Each row carries its object's metadata (`includeObject`:
 Metadata by default, Object or None), which kubectl reads for -A's NAMESPACE column and
---show-labels. Watches are answered with objects, not tables.
+--show-labels. A watch asked for tables (`kubectl get -w`) sends each event's object as a
+Table of one row, the columns in the first only, as a real server does.
 """
 
 from __future__ import annotations
