@@ -15,6 +15,7 @@ import sys
 from muster.admission.service import AdmissionConfig, run_admission
 from muster.api import kueue_config_from_file
 from muster.bus.connection import Bus
+from muster.bus.heartbeats import HEARTBEAT_MAX_BYTES_FLAG
 from muster.bus.service import Flag, Health, ServiceConfig, parse_service, run_service
 from muster.cluster.choose import on_off
 from muster.core.routing import POLICIES, Policy
@@ -44,6 +45,7 @@ FLAGS = (
          "Kueue Configuration (config.kueue.x-k8s.io) to decide with"),
     Flag("--cluster-lost-seconds", "S", float, "MUSTER_CLUSTER_LOST_SECONDS", "10",
          "MultiKueue: a worker cluster whose heartbeat is older is lost; its workloads requeue"),
+    HEARTBEAT_MAX_BYTES_FLAG,
     Flag("--routing-policy", "|".join(POLICIES), routing_policy, "MUSTER_ROUTING_POLICY", "static",
          "how workloads with muster.dev/alternatives are routed where their ClusterQueue names "
          "no muster.dev/routing-policy"),
@@ -79,6 +81,7 @@ def admission_config(args: argparse.Namespace, service: ServiceConfig) -> Admiss
         lease_renew_s=min(1.0, args.lease_ttl_seconds / 3),
         kueue=kueue,
         cluster_lost_s=args.cluster_lost_seconds,
+        heartbeat_max_bytes=args.heartbeat_max_bytes,
         routing_policy=args.routing_policy,
         snapshot_s=args.snapshot_seconds,
         round_gap_s=args.round_gap_seconds,

@@ -12,8 +12,9 @@ heard only once the round before ended, let a worker that reports every millisec
 hostile or broken gang-permit) keep admission busy with rounds for every cluster, and made
 every cluster's heartbeat wait behind them (a healthy one could be taken for lost). Each
 cluster's heartbeat is decoded at most once each HEARTBEAT_GAP_S, the latest kept
-(`muster.core.heartbeat_pace`): a worker putting a large room a thousand times a second cost a
-decode per put.
+(`muster.bus.heartbeats.PacedHeartbeats`, as the watcher's MultiKueueCluster status reads
+them): a worker putting a large room a thousand times a second cost a decode per put. One
+larger than `--heartbeat-max-bytes` is refused as a bad one (`RoomReader`).
 
 Only MultiKueue reads the registry, and only for the clusters its MultiKueueClusters declare, so
 a replica follows the bucket only once one is declared (looked at every `WANTED_S`): without
@@ -37,11 +38,12 @@ from muster.admission.dispatch import Dispatcher
 from muster.bus import Bus
 from muster.bus.buckets import CLUSTERS_BUCKET
 from muster.bus.cancel import raise_if_cancelling
+from muster.bus.heartbeats import PacedHeartbeats
 from muster.bus.kv import follow_bucket
 from muster.bus.supervision import supervised
 from muster.contracts.v1 import events_pb2 as pb
-from muster.core.heartbeat_pace import HEARTBEAT_GAP_S, HeartbeatPace
-from muster.core.heartbeat_parts import Gone, RoomReader
+from muster.core.heartbeat_pace import HEARTBEAT_GAP_S
+from muster.core.heartbeat_parts import HEARTBEAT_MAX_BYTES, Gone, RoomReader
 
 WANTED_S: Final = 1.0  # how often a replica not following the registry looks whether it must
 ROUND_GAP_S: Final = 0.1  # rounds asked by heartbeats: ten a second at most, as a gang-permit beats
@@ -60,13 +62,14 @@ async def follow_clusters(
     wanted_s: float = WANTED_S,
     gap_s: float = ROUND_GAP_S,
     heartbeat_gap_s: float = HEARTBEAT_GAP_S,
+    max_bytes: int = HEARTBEAT_MAX_BYTES,
 ) -> None:
     """Feed every heartbeat to `dispatcher` until cancelled, once it declares a worker cluster,
     each cluster's at most once each `heartbeat_gap_s` (`muster.core.heartbeat_pace`);
     `run_round([])` runs a round (at most one each `gap_s` for heartbeats)."""
 
     loaded = False  # the stored heartbeats are all in
-    reader = RoomReader()
+    reader = RoomReader(max_bytes=max_bytes)  # a larger heartbeat is refused as a bad one
     asked = asyncio.Event()  # a heartbeat may let a waiting workload go: a round is due
 
     async def rounds() -> None:
@@ -75,27 +78,6 @@ async def follow_clusters(
             asked.clear()
             await run_round([])
             await asyncio.sleep(gap_s)
-
-    loop = asyncio.get_running_loop()
-    pace = HeartbeatPace(gap_s=heartbeat_gap_s)
-    waiting: asyncio.TimerHandle | None = None  # for the next held head's turn
-
-    def heard(key: str, value: bytes | None) -> None:
-        for taken in pace.heard(key, value, now_s=loop.time()):
-            take(*taken)
-        come_back()
-
-    def come_back() -> None:
-        nonlocal waiting
-        if waiting is None and (wait_s := pace.due_in(loop.time())) is not None:
-            waiting = loop.call_later(wait_s, held_due)
-
-    def held_due() -> None:
-        nonlocal waiting
-        waiting = None
-        for taken in pace.due(loop.time()):
-            take(*taken)
-        come_back()
 
     def take(key: str, value: bytes | None) -> None:
         try:
@@ -124,14 +106,14 @@ async def follow_clusters(
     log.info("following %s: worker clusters declared", CLUSTERS_BUCKET)
     # The rounds run here, so that a Reown they raise ends this loop as itself; the bucket is
     # read beside them, never waiting for one.
+    paced = PacedHeartbeats(take, gap_s=heartbeat_gap_s)
     registry = supervised(
-        follow_bucket(bus.kv, CLUSTERS_BUCKET, heard, on_loaded=all_in),
+        follow_bucket(bus.kv, CLUSTERS_BUCKET, paced.heard, on_loaded=all_in),
         name="admission-cluster-registry",
     )
     try:
         await rounds()
     finally:
-        if waiting is not None:
-            waiting.cancel()
+        paced.close()
         registry.cancel()
         await asyncio.gather(registry, return_exceptions=True)

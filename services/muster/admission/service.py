@@ -58,6 +58,7 @@ from muster.bus.service import Health
 from muster.bus.setup import FOLLOWED_TOMBSTONES_KEPT_S, VISIBILITY_TOMBSTONES_KEPT_S
 from muster.bus.supervision import SupervisedGroup, supervised
 from muster.contracts.v1 import events_pb2 as pb
+from muster.core.heartbeat_parts import HEARTBEAT_MAX_BYTES
 from muster.core.routing import POLICIES, Policy
 
 LAST_SNAPSHOT_S: Final = 5.0  # at shutdown, within the service's grace period (10 s)
@@ -97,6 +98,7 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
     ack_wait_s: float = 30.0  # a dead replica's unacked events come back after this long
     kueue: KueueConfig | None = None  # Kueue's Configuration (--kueue-config)
     cluster_lost_s: float = 10.0  # a worker cluster silent this long is lost (MultiKueue)
+    heartbeat_max_bytes: int = HEARTBEAT_MAX_BYTES  # a larger heartbeat is refused
     # Where a ClusterQueue names no muster.dev/routing-policy (docs/routing.md).
     routing_policy: Policy = Policy.STATIC
     snapshot_s: float = 300.0  # how often a snapshot is stored; 0: never (and none is read)
@@ -212,7 +214,11 @@ async def _live(bus: Bus, health: Health, config: AdmissionConfig, *, clock: Clo
         "admission-timers": service.rounds.run_timers(bus.pulses.pulse("admission-timers")),
         "admission-visibility": service.write_visibility(bus.pulses.pulse("admission-visibility")),
         "admission-clusters": follow_clusters(
-            bus, service.state.dispatch, service.rounds.apply_batch, clock=clock
+            bus,
+            service.state.dispatch,
+            service.rounds.apply_batch,
+            clock=clock,
+            max_bytes=config.heartbeat_max_bytes,
         ),
         "admission-events": consume_in_order(
             bus,

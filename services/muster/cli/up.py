@@ -9,8 +9,10 @@ and returns. `down` stops it, also after a crash (the recorded processes that st
 the rest of its supervisor's process group: those started before being recorded). `status`
 says what runs, with each process's restarts and last exit (the supervisor starts
 again what exits, `muster.launcher.upkeep`): exit 0 when everything runs, 1 when something
-does not (died with its supervisor, or waits out its back-off), 3 when no stack is up. State
-lives in the per-user state directory (`muster.launcher.upstate`).
+does not (died with its supervisor, or waits out its back-off, or the stack is still
+starting), 3 when no stack is up. State lives in the per-user state directory
+(`muster.launcher.upstate`). While one `up` starts the stack, a second one in the same
+directory says so (the supervisor's pid) and waits for it; `down` then stops the start.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 from urllib.request import urlopen
@@ -112,6 +115,8 @@ def handle_up(args: argparse.Namespace) -> int:
         print(f"muster up: {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
     state = read_state(directory)
+    if state is not None and alive(state.supervisor) and not state.ready:
+        return _wait_for_other(state, directory)
     if state is not None and alive(state.supervisor):
         print("muster is already up.")
         print(describe(state))
@@ -203,25 +208,76 @@ def _start(args: argparse.Namespace, directory: Path) -> int:
 
 def _wait_until_up(supervisor: subprocess.Popen[bytes], directory: Path) -> int:
     """Wait until the supervisor says the stack is ready (print where it is), or why not."""
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        state = read_state(directory)
-        if state is not None and state.supervisor.pid == supervisor.pid:
-            if state.ready:
-                print(describe(state))
-                return EXIT_OK
-            if state.error:
-                supervisor.wait(timeout=30)
-                remove_state(directory)
-                print(f"muster up: {state.error}", file=sys.stderr)
-                return EXIT_FAILED
-        if supervisor.poll() is not None:
-            print(f"muster up: failed; see {directory / 'logs' / 'up.log'}", file=sys.stderr)
-            return EXIT_FAILED
-        time.sleep(0.1)
+    outcome, state = _await_start(directory, supervisor.pid, lambda: supervisor.poll() is not None)
+    if outcome == "ready":
+        print(describe(state))
+        return EXIT_OK
+    if outcome == "error":
+        supervisor.wait(timeout=30)
+        remove_state(directory)
+        print(f"muster up: {state.error}", file=sys.stderr)
+        return EXIT_FAILED
+    if outcome == "exited":
+        print(f"muster up: failed; see {directory / 'logs' / 'up.log'}", file=sys.stderr)
+        return EXIT_FAILED
     supervisor.terminate()
     print(f"muster up: not ready in {START_TIMEOUT_S:g}s; see {directory}/logs", file=sys.stderr)
     return EXIT_FAILED
+
+
+def _wait_for_other(starting: StackState, directory: Path) -> int:
+    """Another `muster up` is starting the stack in `directory`: wait for it as that one
+    does, and say how it ended. Its start is never cut short from here: the other command
+    (or `muster down`) owns it."""
+    pid = starting.supervisor.pid
+    print(
+        f"muster is starting (supervisor pid {pid}, by another `muster up`); waiting until "
+        "it is up (Ctrl-C stops waiting, not the start)",
+        flush=True,
+    )
+    log = directory / "logs" / "up.log"
+    try:
+        outcome, state = _await_start(directory, pid, lambda: not alive(starting.supervisor))
+    except KeyboardInterrupt:
+        print(f"muster up: stopped waiting; supervisor pid {pid} still starts", file=sys.stderr)
+        return EXIT_FAILED
+    if outcome == "ready":
+        print(describe(state))
+        return EXIT_OK
+    if outcome == "error":
+        print(
+            f"muster up: the start by supervisor pid {pid} failed: {state.error}", file=sys.stderr
+        )
+    elif outcome == "exited":
+        print(
+            f"muster up: the stack that was starting (supervisor pid {pid}) stopped before "
+            f"it was up; see {log}",
+            file=sys.stderr,
+        )
+    else:
+        print(
+            f"muster up: supervisor pid {pid} not up in {START_TIMEOUT_S:g}s; see {log}, "
+            "or stop it with `muster down`",
+            file=sys.stderr,
+        )
+    return EXIT_FAILED
+
+
+def _await_start(directory: Path, pid: int, exited: Callable[[], bool]) -> tuple[str, StackState]:
+    """("ready" or "error", the state then) once supervisor `pid` records either; ("exited",
+    the state last read) when it exits first; ("timeout", ...) after START_TIMEOUT_S."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    last = StackState(supervisor=Process(name="supervisor", pid=pid, started=0))
+    while time.monotonic() < deadline:
+        state = read_state(directory)
+        if state is not None and state.supervisor.pid == pid:
+            last = state
+            if state.ready or state.error:
+                return ("ready" if state.ready else "error"), state
+        if exited():
+            return "exited", last
+        time.sleep(0.1)
+    return "timeout", last
 
 
 def _supervise(args: argparse.Namespace, directory: Path) -> int:
@@ -304,6 +360,7 @@ def handle_down(args: argparse.Namespace) -> int:
         print("muster is not up.")
         return EXIT_OK
     crashed = not alive(state.supervisor)
+    starting = not crashed and not state.ready
     if not crashed:
         terminate([state.supervisor], grace_s=60.0)  # it stops its services in order
     # Also those of a supervisor killed while it started them, before it recorded them.
@@ -312,7 +369,7 @@ def handle_down(args: argparse.Namespace) -> int:
     if crashed:
         print(f"muster was down already (it had crashed); stopped what was left: {len(left)}")
     else:
-        print("muster is down.")
+        print("muster is down (it was still starting)." if starting else "muster is down.")
     return EXIT_OK
 
 
@@ -325,6 +382,13 @@ def handle_status(args: argparse.Namespace) -> int:
         print(f"muster status: {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
     state = read_state(directory)
+    if state is not None and not state.ready and alive(state.supervisor):
+        print(
+            f"muster is starting (supervisor pid {state.supervisor.pid}; "
+            f"{len(state.processes)} processes started so far; logs in {state.log_dir}); "
+            "`muster up` waits until it is up"
+        )
+        return EXIT_FAILED
     if state is None or not state.ready:
         print("muster is not up.")
         return EXIT_NOT_UP

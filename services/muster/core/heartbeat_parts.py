@@ -41,6 +41,13 @@ MAX_PARTS: Final = 64
 # tables its own rows use, so parts sized on the average must keep room to spare.
 PART_FILL: Final = 0.5
 PART_BYTES: Final = 128 * 1024  # what a part aims at when MAX_PARTS leaves room for it
+# What a reader takes of one heartbeat, head and parts (`--heartbeat-max-bytes`); past it
+# the heartbeat is refused (`refuse_oversized`) as one that does not decode is. MAX_PARTS
+# values of max_payload are 64 MiB at NATS's default 1 MiB, 512 MiB at the 8 MiB NATS advises
+# at most. The largest room that fits at 1 MiB, about 260 000 nodes whose every room differs
+# (docs/multicluster.md, "Limits"), is some 23 MB: under the default, so no honest worker at
+# the default max_payload is refused.
+HEARTBEAT_MAX_BYTES: Final = 32 * 1024 * 1024
 _PART: Final = ".part."
 
 T = TypeVar("T")
@@ -209,10 +216,21 @@ class Gone(msgspec.Struct, frozen=True):
     cluster: str
 
 
+def refuse_oversized(cluster: str, size: int, max_bytes: int) -> None:
+    """`msgspec.ValidationError` naming the cluster, the size and the cap when the heartbeat
+    of `cluster` (head and parts: `size` bytes) is larger than a reader takes."""
+    if size > max_bytes:
+        raise msgspec.ValidationError(
+            f"heartbeat of cluster {cluster}: {size} bytes with its parts, over the "
+            f"{max_bytes} its readers take (--heartbeat-max-bytes)"
+        )
+
+
 class _Held(msgspec.Struct, frozen=True, gc=False):
     digest: str
     nodes: tuple[NodeRoom, ...]
     placed: tuple[str, ...]
+    size: int  # its bytes
 
 
 class RoomReader:
@@ -224,7 +242,8 @@ class RoomReader:
     admission replica that follows the bucket hears every beat, up to ten a second per
     cluster while its gang-permit's passes run, most of them saying what the last one said."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_bytes: int = HEARTBEAT_MAX_BYTES) -> None:
+        self.max_bytes = max_bytes  # a heartbeat larger, head and parts, is refused
         self._parts: dict[str, _Held] = {}  # by key
         # By cluster: heads of layout 3 not whole yet, as heard and decoded.
         self._waiting: dict[str, tuple[bytes, Wire]] = {}
@@ -252,6 +271,7 @@ class RoomReader:
         last = self._rooms.get(key)
         if last is not None and last[0] == value:
             return last[1]
+        refuse_oversized(key, len(value), self.max_bytes)
         wire = decode_wire(value, key=key)
         if wire.layout != LAYOUT_PARTS:
             room = vetted_capacity_of(wire, wire.nodes + rooms_of(wire), wire.placed)
@@ -271,6 +291,7 @@ class RoomReader:
             self._waiting[key] = head
             return None  # a part of another heartbeat: the head's own comes (or is read) next
         self._waiting.pop(key, None)
+        refuse_oversized(key, len(value) + sum(p.size for p in parts), self.max_bytes)
         nodes = tuple(itertools.chain.from_iterable(p.nodes for p in parts))
         placed = tuple(itertools.chain.from_iterable(p.placed for p in parts))
         room = vetted_capacity_of(wire, nodes, placed)
@@ -280,7 +301,7 @@ class RoomReader:
 
 def _held(value: bytes, named_by: str) -> _Held:
     part = _part_decoder.decode(value)
-    return _Held(digest=named_by, nodes=rooms_of(part), placed=part.placed)
+    return _Held(digest=named_by, nodes=rooms_of(part), placed=part.placed, size=len(value))
 
 
 class Rooms(msgspec.Struct, frozen=True, kw_only=True):

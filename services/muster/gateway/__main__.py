@@ -14,6 +14,7 @@ from typing import Literal, cast
 
 from muster.bus.client import MusterClient
 from muster.bus.connection import Bus
+from muster.bus.heartbeats import HEARTBEAT_MAX_BYTES_FLAG
 from muster.bus.redact import register
 from muster.bus.service import (
     Flag,
@@ -50,6 +51,7 @@ GATEWAY_FLAGS = (
     Flag("--max-request-bytes", "N", int, "MUSTER_GATEWAY_MAX_REQUEST_BYTES",
          str(DEFAULT_MAX_REQUEST_BYTES),
          "largest request accepted; larger ones fail with RESOURCE_EXHAUSTED"),
+    HEARTBEAT_MAX_BYTES_FLAG,
     Flag("--max-calls", "N", int, "MUSTER_GATEWAY_MAX_CALLS", str(DEFAULT_MAX_CALLS),
          "calls in flight at once, each Watch one while it follows (watches at most half, "
          "one user's a quarter of those); more fail with RESOURCE_EXHAUSTED"),
@@ -195,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             max_request_bytes=args.max_request_bytes,
             max_calls=args.max_calls,
             finished_retention_s=args.finished_retention_seconds,
+            heartbeat_max_bytes=args.heartbeat_max_bytes,
             cluster=service.cluster,
             max_event_bytes=service.bus.max_event_bytes,
             grace_s=service.grace_s,

@@ -33,12 +33,14 @@ from muster.core.heartbeat import (
     vetted_capacity_of,
 )
 from muster.core.heartbeat_parts import (
+    HEARTBEAT_MAX_BYTES,
     LAYOUT_PARTS,
     Part,
     digest,
     part_key,
     part_of,
     parts_pattern,
+    refuse_oversized,
 )
 
 log = logging.getLogger(__name__)
@@ -140,6 +142,7 @@ class _Held(msgspec.Struct, frozen=True, gc=False):
     free: Mapping[str, int] = msgspec.field(default_factory=dict)
     least_bytes: int = 0
     bad: str = ""
+    size: int = 0  # its bytes
 
 
 def _held(key: str, value: bytes) -> _Held:
@@ -147,12 +150,20 @@ def _held(key: str, value: bytes) -> _Held:
         part = _part_decoder.decode(value)
         nodes = rooms_of(part)
     except msgspec.DecodeError as exc:
-        return _Held(digest(value), bad=f"bad heartbeat {key}: {exc}")
+        return _Held(digest(value), bad=f"bad heartbeat {key}: {exc}", size=len(value))
     allocatable, free = _totals(nodes)
     names = tuple(node.name for node in nodes)
     ordered = list(names) == sorted(names)
     return _Held(
-        digest(value), nodes, names, ordered, part.placed, allocatable, free, view_bytes(nodes)
+        digest(value),
+        nodes,
+        names,
+        ordered,
+        part.placed,
+        allocatable,
+        free,
+        view_bytes(nodes),
+        size=len(value),
     )
 
 
@@ -160,7 +171,8 @@ class HeldRooms:
     """Each cluster's room as last read, by its head's bytes, and each part decoded, by key and
     digest: what lets a read decode only what changed. Pure: the caller reads the bucket."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_bytes: int = HEARTBEAT_MAX_BYTES) -> None:
+        self.max_bytes = max_bytes  # a heartbeat larger, head and parts, is shown refused
         self._heads: dict[str, tuple[bytes, ClusterRoom, int]] = {}  # room, parts named
         self._parts: dict[str, _Held] = {}  # by key
         self._wires: dict[str, tuple[bytes, Wire]] = {}  # heads `missing` decoded, for `room`
@@ -197,6 +209,7 @@ class HeldRooms:
         if held is not None and held[0] == head:
             return held[1]
         try:
+            refuse_oversized(cluster, len(head), self.max_bytes)
             wire = self._wire(cluster, head)
             if wire.layout != LAYOUT_PARTS:
                 nodes = wire.nodes + rooms_of(wire)
@@ -213,6 +226,7 @@ class HeldRooms:
             return self._bad(cluster, head, bad, named=len(whole))
         nodes = tuple(itertools.chain.from_iterable(p.nodes for p in whole))
         try:
+            refuse_oversized(cluster, len(head) + sum(p.size for p in whole), self.max_bytes)
             refuse_impossible(cluster, nodes)  # as dispatch does: a lying room is not shown
         except msgspec.DecodeError as exc:
             return self._bad(cluster, head, f"bad heartbeat {cluster}: {exc}", named=len(whole))
@@ -263,8 +277,8 @@ def _ordered(parts: list[_Held]) -> tuple[str, ...] | None:
 class ClusterRooms:
     """The gateway's cache of rooms: one read at a time, each reusing what the last decoded."""
 
-    def __init__(self) -> None:
-        self._held = HeldRooms()
+    def __init__(self, *, max_bytes: int = HEARTBEAT_MAX_BYTES) -> None:
+        self._held = HeldRooms(max_bytes=max_bytes)
         self._lock = asyncio.Lock()
 
     async def read(self, kv: Bucket) -> dict[str, tuple[ClusterRoom, float]]:

@@ -42,6 +42,7 @@ from muster.bus.subjects import DEFAULT_CLUSTER, EVENTS_STREAM, check_cluster
 from muster.bus.supervision import supervised
 from muster.bus.tracing import continue_trace, trace_metadata
 from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
+from muster.core.heartbeat_parts import HEARTBEAT_MAX_BYTES
 from muster.gateway.aborts import abort as _abort
 from muster.gateway.aborts import answer as _answer
 from muster.gateway.aborts import deny as _deny
@@ -125,6 +126,8 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     cluster_backend: Literal["sim", "kube"] = "sim"
     # Kueue's visibility API for the API server's aggregation layer (kube_visibility_server)
     visibility: VisibilityServing | None = None
+    # A worker's heartbeat larger than this (head and parts) is shown Refused (cluster_cache)
+    heartbeat_max_bytes: int = HEARTBEAT_MAX_BYTES
 
     def __post_init__(self) -> None:
         host, _ = split_listen(self.listen)
@@ -372,11 +375,14 @@ class VisibilityServicer(WorkloadRpcs, services_pb2_grpc.VisibilityServicer):
         authorizer: Authorizer,
         follower: BookFollower,
         clusters: ClustersBucket,
+        *,
+        heartbeat_max_bytes: int = HEARTBEAT_MAX_BYTES,
     ) -> None:
         self._store = store
         self._authorizer = authorizer
         self._follower = follower
         self._clusters = clusters
+        self._heartbeat_max_bytes = heartbeat_max_bytes
 
     async def QueueStatus(  # noqa: N802  # the RPC's name
         self, request: services_pb2.QueueStatusRequest, context: grpc.aio.ServicerContext
@@ -688,7 +694,14 @@ class GatewayServer:
             server,
         )
         services_pb2_grpc.add_VisibilityServicer_to_server(
-            VisibilityServicer(store, authorizer, self.follower, self._clusters_bucket), server
+            VisibilityServicer(
+                store,
+                authorizer,
+                self.follower,
+                self._clusters_bucket,
+                heartbeat_max_bytes=self.config.heartbeat_max_bytes,
+            ),
+            server,
         )
         services_pb2_grpc.add_EventsServicer_to_server(self._events, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)

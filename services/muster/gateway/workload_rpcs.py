@@ -21,6 +21,7 @@ from muster.bus.errors import BusError, Reject
 from muster.bus.kv import Bucket
 from muster.cluster.kube.backend import KubeBackend
 from muster.contracts.v1 import events_pb2, services_pb2
+from muster.core.heartbeat_parts import HEARTBEAT_MAX_BYTES
 from muster.gateway.aborts import abort, answer, deny
 from muster.gateway.auth import current_caller
 from muster.gateway.book import Entry, WorkloadBook
@@ -325,11 +326,12 @@ class WorkloadRpcs:
     _follower: BookFollower
     _store: VisibilityStore
     _clusters: ClustersBucket
+    _heartbeat_max_bytes: int = HEARTBEAT_MAX_BYTES
 
     @functools.cached_property
     def _cluster_rooms(self) -> ClusterRooms:
         """What the last Clusters call decoded, for the next (one per servicer)."""
-        return ClusterRooms()
+        return ClusterRooms(max_bytes=self._heartbeat_max_bytes)
 
     async def Clusters(  # noqa: N802  # the RPC's name
         self, request: services_pb2.ClustersRequest, context: grpc.aio.ServicerContext

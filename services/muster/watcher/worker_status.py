@@ -31,6 +31,7 @@ import msgspec
 
 from muster.bus.buckets import CLUSTERS_BUCKET
 from muster.bus.connection import Bus
+from muster.bus.heartbeats import PacedHeartbeats
 from muster.bus.kv import follow_bucket
 from muster.bus.pulse import Pulse
 from muster.bus.supervision import SupervisedGroup
@@ -145,7 +146,14 @@ class WorkerStatuses:
             tasks.create_task(stale, name="watcher-worker-stale")
 
     async def _heartbeats(self, bus: Bus) -> None:
-        await follow_bucket(bus.kv, CLUSTERS_BUCKET, self._heard)
+        """Each cluster's head decoded at most once each HEARTBEAT_GAP_S, the latest kept, as
+        admission's registry reads them: a worker putting its heartbeat a thousand times a
+        second would otherwise cost a decode of its head per put."""
+        paced = PacedHeartbeats(self._heard)
+        try:
+            await follow_bucket(bus.kv, CLUSTERS_BUCKET, paced.heard)
+        finally:
+            paced.close()
 
     def _heard(self, key: str, value: bytes | None) -> None:
         """A heartbeat (None: its key was deleted); a part of a large room is not needed: the

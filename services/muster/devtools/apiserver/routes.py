@@ -17,8 +17,10 @@ from muster.devtools.apiserver.errors import (
 )
 from muster.devtools.apiserver.http import HttpRequest
 from muster.devtools.apiserver.objects import JsonObj, decode
-from muster.devtools.apiserver.resources import ResourceType, stamp_version
+from muster.devtools.apiserver.openapi import OPENAPI_V2_PROTOBUF, v3_group_version, v3_root
+from muster.devtools.apiserver.resources import Registry, ResourceType, stamp_version
 from muster.devtools.apiserver.selectors import selectors
+from muster.devtools.apiserver.tables import as_table, table_version
 from muster.devtools.apiserver.verbs import ListQuery
 from muster.devtools.apiserver.watch import WatchQuery, WatchStream, open_watch
 
@@ -117,8 +119,29 @@ def _non_resource(parts: list[str], api: Api, request: HttpRequest) -> Reply | N
         doc = registry.resource_list(parts[1], parts[2])
     elif parts == ["api", "v1"]:
         doc = registry.resource_list("", "v1")
+    elif parts[:1] == ["openapi"]:
+        return _openapi(parts[1:], registry, request)
     else:
         return None
+    if doc is None:
+        raise resource_not_served(request.path)
+    return Reply(200, doc)
+
+
+def _openapi(parts: list[str], registry: Registry, request: HttpRequest) -> Reply:
+    """/openapi/v2 (protobuf as kubectl asks, else JSON: no definitions either way),
+    /openapi/v3 and its group versions (`openapi`)."""
+    doc: JsonObj | None = None
+    if parts == ["v2"]:
+        if "protobuf" in request.headers.get("accept", ""):
+            return Reply(200, b"", OPENAPI_V2_PROTOBUF)  # an empty Document
+        doc = {"swagger": "2.0", "info": {"title": "Kubernetes"}, "paths": {}}
+    elif parts == ["v3"]:
+        doc = v3_root(registry)
+    elif parts[:1] == ["v3"] and parts[1:3] == ["api", "v1"] and len(parts) == 3:
+        doc = v3_group_version(registry, "", "v1")
+    elif parts[:1] == ["v3"] and parts[1:2] == ["apis"] and len(parts) == 4:
+        doc = v3_group_version(registry, parts[2], parts[3])
     if doc is None:
         raise resource_not_served(request.path)
     return Reply(200, doc)
@@ -281,7 +304,55 @@ def dispatch(
         or (sub and route.verb not in ("get", "update", "patch"))
     ):
         raise method_not_allowed()
-    return handlers[route.verb]()
+    reply = handlers[route.verb]()
+    table = table_version(request.headers.get("accept", ""))
+    if table and isinstance(reply, WatchStream):
+        reply.render = _table_events(route, api, table, query)
+    elif table and route.verb in ("get", "list") and isinstance(reply, Reply):
+        return Reply(reply.code, _table(route, reply.body, api, table, query))
+    return reply
+
+
+def _table_events(
+    route: Route, api: Api, table: str, query: dict[str, str]
+) -> Callable[[JsonObj], JsonObj]:
+    """Each watch event's object as a Table of one row; only the first carries the columns,
+    as a real server sends them (kubectl prints the header once)."""
+    sent = False
+
+    def render(obj: JsonObj) -> JsonObj:
+        nonlocal sent
+        found = _table(route, obj, api, table, query)
+        if sent:
+            found["columnDefinitions"] = []
+        sent = True
+        return found
+
+    return render
+
+
+def _table(
+    route: Route, body: JsonObj | bytes, api: Api, table: str, query: dict[str, str]
+) -> JsonObj:
+    """A get's or a list's answer as the Table `kubectl get` asks for (`tables`)."""
+    assert isinstance(body, dict)  # the handlers of get and list answer JSON objects
+    include = query.get("includeObject") or "Metadata"
+    if include not in ("None", "Metadata", "Object"):
+        raise bad_request(f"includeObject: must be None, Metadata or Object, got {include!r}")
+    rt = route.rt
+    crd: JsonObj | None = None
+    crds = api.registry.lookup("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+    if rt.custom and crds is not None:
+        crd = api.store.get(crds, ("", f"{rt.plural}.{rt.group}"))
+    return as_table(
+        rt,
+        body,
+        table=table,
+        now_s=api.clock(),
+        include=include,
+        crd=crd,
+        version=route.version,
+    )
 
 
 def error_reply(error: ApiError) -> Reply:

@@ -22,7 +22,7 @@ import msgspec
 
 from muster.devtools.apiserver.errors import ApiError, invalid, required, unsupported
 from muster.devtools.apiserver.objects import JsonObj, encode, namespace_of, resource_version_of
-from muster.devtools.apiserver.resources import ResourceType
+from muster.devtools.apiserver.resources import ResourceType, stamp_version
 from muster.devtools.apiserver.selectors import FieldSelector, LabelSelector
 from muster.devtools.apiserver.store import ADDED, DELETED, MODIFIED, Change, Store
 
@@ -66,6 +66,8 @@ class WatchStream:
         self.since = 0  # changes up to this resourceVersion are not sent
         self.drop_after_events: int | None = None
         self.drop_partial = False
+        # Each event's object as sent, when not the object itself (`kubectl get -w`: a Table)
+        self.render: Callable[[JsonObj], JsonObj] | None = None
 
     # --- producer side (runs inside store writes) ------------------------------------------
 
@@ -138,6 +140,9 @@ class WatchStream:
                 continue
             event_type, change = item
             line = change.line(event_type, self.version)
+            if self.render is not None:
+                served = stamp_version(change.obj, self.rt, self.version)
+                line = encode({"type": event_type, "object": self.render(served)}) + b"\n"
             if limit is not None and self.events_sent >= limit:  # partial: half of the next one
                 lines.append(line[: len(line) // 2])
                 self.aborted = True
