@@ -56,7 +56,11 @@ def workload_from_jobset(raw: RawJobSet, errs: ObjectErrors, *, namespace: str) 
             f"must list at most {MAX_POD_SETS} replicatedJobs (a Workload's podsets),"
             f" got {len(replicated)}",
         )
-    pod_sets = tuple(_pod_set(rj, i, errs) for i, rj in enumerate(replicated))
+    per_job = [
+        job_pod_count(rj.template.spec, errs, path=f"{_REPLICATED_JOBS}[{i}].template.spec")
+        for i, rj in enumerate(replicated)
+    ]
+    pod_sets = tuple(_pod_set(rj, i, per_job[i], errs) for i, rj in enumerate(replicated))
     _check_names(replicated, errs)
     total = sum(ps.count for ps in pod_sets)
     if total > MAX_WORKLOAD_PODS:
@@ -75,17 +79,17 @@ def workload_from_jobset(raw: RawJobSet, errs: ObjectErrors, *, namespace: str) 
         ),
         queue_name=owner_queue_name(raw.metadata, errs),
         pod_sets=pod_sets,
-        reclaimable_pods=_reclaimable_pods(raw),
+        reclaimable_pods=_reclaimable_pods(raw, per_job),
         priority_class_name=priority_class,
         priority_class_source=source,
     )
 
 
-def _pod_set(rj: RawReplicatedJob, index: int, errs: ObjectErrors) -> PodSet:
+def _pod_set(rj: RawReplicatedJob, index: int, per_job: int, errs: ObjectErrors) -> PodSet:
+    """replicatedJob `rj`'s podset: `replicas` x `per_job` pods of its Job's pod template."""
     path = f"{_REPLICATED_JOBS}[{index}]"
     if rj.replicas < 0:
         errs.add(f"{path}.replicas", f"must be >= 0, got {rj.replicas}")
-    per_job = job_pod_count(rj.template.spec, errs, path=f"{path}.template.spec")
     return pod_set_from_template(
         rj.template.spec.template,
         errs,
@@ -109,14 +113,13 @@ def _check_names(replicated: list[RawReplicatedJob], errs: ObjectErrors) -> None
         seen.add(rj.name)
 
 
-def _reclaimable_pods(raw: RawJobSet) -> tuple[ReclaimablePod, ...]:
-    """Kueue's `ReclaimablePods`: a replicatedJob's succeeded child Jobs no longer need their
-    pods, when 0 < succeeded <= replicas (a status claiming more is not believed)."""
+def _reclaimable_pods(raw: RawJobSet, per_job: list[int]) -> tuple[ReclaimablePod, ...]:
+    """Kueue's `ReclaimablePods`: a replicatedJob's succeeded child Jobs (of `per_job` pods
+    each) no longer need their pods, when 0 < succeeded <= replicas (a status claiming more is
+    not believed)."""
     succeeded = {s.name: s.succeeded for s in raw.status.replicated_jobs_status}
-    out = []
-    for rj in raw.spec.replicated_jobs:
-        done = succeeded.get(rj.name, 0)
-        if 0 < done <= rj.replicas:
-            per_job = job_pod_count(rj.template.spec, ObjectErrors(""), path="")
-            out.append(ReclaimablePod(name=rj.name, count=done * per_job))
-    return tuple(out)
+    return tuple(
+        ReclaimablePod(name=rj.name, count=succeeded[rj.name] * pods)
+        for rj, pods in zip(raw.spec.replicated_jobs, per_job, strict=True)
+        if 0 < succeeded.get(rj.name, 0) <= rj.replicas
+    )

@@ -193,3 +193,21 @@ spec:
     assert [str(e) for e in errors] == [
         "JobSet/ml/train: spec.replicatedJobs[0].replicaz: unknown field"
     ]
+
+
+@pytest.mark.parametrize(("parallelism", "completions"), [(None, None), (4, None), (4, 2), (0, 3)])
+def test_one_child_job_asks_what_the_same_job_alone_asks(
+    parallelism: int | None, completions: int | None
+) -> None:
+    rj = replicated("main", parallelism=parallelism, completions=completions, cpu="250m")
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train", "namespace": "ml", "uid": "uid-1"},
+        "spec": rj["template"]["spec"],
+    }
+
+    (from_jobset,) = workload_of(jobset(rj)).pod_sets
+    (from_job,) = workload_of(job).pod_sets
+
+    assert (from_jobset.count, from_jobset.requests) == (from_job.count, from_job.requests)
