@@ -34,7 +34,7 @@ from muster.bus.errors import Reject
 from muster.bus.partitions import QueuePartitions
 from muster.bus.tracing import continue_trace, headers_of_envelope
 from muster.cluster.backend import ClusterChange
-from muster.cluster.kube import copies, jobs
+from muster.cluster.kube import copies
 from muster.contracts.v1 import events_pb2
 from muster.payloads import PayloadError, applied_object
 from muster.watcher import translate
@@ -275,9 +275,9 @@ async def on_workload_object(change: ClusterChange, ctx: WatcherContext) -> None
     owner = translate.is_owner(change.obj)
     mark = translate.incarnation(wl)
     if sent.submitted != mark:
-        if translate.is_job(change.obj) and ctx.workloads is not None:
+        if owner and ctx.workloads is not None:
             # Before `submitted`: its status is written there once admission decides.
-            await ctx.workloads.create_workload_for_job(jobs.as_written(change.obj))
+            await ctx.workloads.create_workload_for_job(translate.as_written(change.obj))
         manifest = translate.owner_manifest(change.obj) if owner else ""
         env = ctx.publish(
             translate.submitted(wl, owner=manifest),

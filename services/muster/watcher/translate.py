@@ -21,7 +21,7 @@ from muster.api import check_states, decode_documents
 from muster.api.job import QUEUE_NAME_KEY
 from muster.api.jobset import JOBSET_API_VERSION, JOBSET_KIND
 from muster.api.model import Workload
-from muster.cluster.kube import jobs
+from muster.cluster.kube import jobs, jobsets
 from muster.contracts.v1 import events_pb2
 from muster.payloads import config_applied as config_applied_payload
 from muster.payloads import manifest_json, workload_submitted
@@ -179,18 +179,26 @@ def config_deleted(obj: Mapping[str, Any]) -> Outgoing:
 
 
 def workload_of(obj: Mapping[str, Any]) -> tuple[Workload | None, list[str]]:
-    """The Workload `obj` stands for (a Kueue Workload, or the one Kueue derives from a Job as
-    its owner wrote it: what the binder changed to start it does not count).
+    """The Workload `obj` stands for (a Kueue Workload, or the one Kueue derives from a Job or
+    JobSet as its owner wrote it: what the binder changed to start it does not count).
 
     Returns (None, problems) when the object does not decode; each problem names a field.
     """
-    if is_job(obj):
-        obj = jobs.as_written(obj)
-    objects, errors = decode_documents([dict(obj)])
+    objects, errors = decode_documents([dict(as_written(obj))])
     found = [o for o in objects if isinstance(o, Workload)]
     if errors or not found:
         return None, [str(e) for e in errors] or [f"{object_name(obj)}: not a workload"]
     return found[0], []
+
+
+def as_written(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`obj` as its owner wrote it: a Job's or JobSet's pod templates as they were before the
+    binder started it (`jobs.as_written`, `jobsets.as_written`); any other object as it is."""
+    if is_job(obj):
+        return jobs.as_written(obj)
+    if is_jobset(obj):
+        return jobsets.as_written(obj)
+    return obj
 
 
 def incarnation(wl: Workload) -> str:
@@ -212,9 +220,9 @@ _LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
 def owner_manifest(job: Mapping[str, Any]) -> str:
-    """A Job as its owner wrote it, for `WorkloadSubmitted.owner_manifest_json`: what the
-    binder changed to start it put back, without status or server-kept metadata."""
-    written = jobs.as_written(job)
+    """A Job (or JobSet) as its owner wrote it, for `WorkloadSubmitted.owner_manifest_json`:
+    what the binder changed to start it put back, without status or server-kept metadata."""
+    written = as_written(job)
     meta = {k: v for k, v in _meta(written).items() if k in _OWNER_META}
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k != _LAST_APPLIED}
     if annotations:
