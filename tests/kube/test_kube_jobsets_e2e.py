@@ -218,6 +218,17 @@ async def test_jobsets_are_admitted_placed_preempted_and_finished(tmp_path: Path
         again = await suspended_when(kubectl, "batch", False)
         assert node_selectors(again) == [{"pool": "a"}]
 
+        async def told_on_the_jobset() -> set[str] | None:
+            listed = await asyncio.to_thread(kubectl.core.list_namespaced_event, "team-a")
+            reasons = {
+                str(e.reason)
+                for e in listed.items
+                if e.involved_object.kind == "JobSet" and e.involved_object.name == "batch"
+            }
+            return reasons if {"Preempted", "Admitted"} <= reasons else None
+
+        await eventually(told_on_the_jobset)  # as on its Workload (Kueue's job reconciler)
+
 
 async def test_a_hostile_jobset_gets_no_workload_and_its_field_is_named(tmp_path: Path) -> None:
     hostile = jobset("bad", "low", {"workers": 1})
