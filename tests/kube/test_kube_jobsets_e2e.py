@@ -15,6 +15,10 @@ import pytest
 from kube_helpers import as_json
 from kube_services_helpers import Kubectl, condition, condition_when, eventually, running_stack
 from kubernetes.client.exceptions import ApiException
+from test_kube_submit_e2e import EXAMPLES, kube_gateway, muster
+
+from muster.cluster.kube.settings import KubeConfig
+from muster.gateway.auth_config import SecurityConfig
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -260,3 +264,26 @@ async def test_a_hostile_jobset_gets_no_workload_and_its_field_is_named(tmp_path
             'JobSet/team-a/bad: spec.replicatedJobs[1].name: duplicate replicatedJob name "workers"'
         )
         assert [wl["metadata"]["name"] for wl in await kubectl.workloads("team-a")] == [admitted]
+
+
+async def test_muster_submit_creates_the_example_jobset_and_it_is_admitted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with running_stack(tmp_path, server={"job_controller": True}) as stack:
+        security = SecurityConfig(kube=KubeConfig(host=stack.server.url))
+        async with kube_gateway(stack.bus, security) as address:
+            for example in ("two-teams.yaml", "jobset.yaml"):
+                assert await muster("submit", str(EXAMPLES / example), "--gateway", address) == 0
+            # Submitted again (a retry, or by mistake): left as it is, never replaced.
+            assert await muster("submit", str(EXAMPLES / "jobset.yaml"), "--gateway", address) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert "JobSet team-a/sample-jobset created" in lines
+        assert lines[-1].startswith("JobSet team-a/sample-jobset exists")
+
+        workload = await workload_of(stack.kubectl, "sample-jobset")
+        await condition_when(stack.kubectl, "Workload", workload, "team-a", "Admitted", "True")
+        started = await suspended_when(stack.kubectl, "sample-jobset", False)
+        assert [rj["name"] for rj in started["spec"]["replicatedJobs"]] == ["driver", "workers"]
+        # Submitted by the watcher from the API server, never by the gateway on NATS alone.
+        sources = {e.source for e in stack.events.seen if e.type == "workload.submitted"}
+        assert sources == {"watcher/local"}

@@ -162,7 +162,7 @@ def suspended_job(job: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     out = copy.deepcopy(dict(job))
     out.setdefault("spec", {})["suspend"] = True
-    original = _original(out)
+    original = saved_original(out)
     if original is not None and "parallelism" in original:
         _put(out["spec"], "parallelism", original["parallelism"])
     return out
@@ -170,7 +170,7 @@ def suspended_job(job: Mapping[str, Any]) -> dict[str, Any] | None:
 
 def restored_job(job: Mapping[str, Any]) -> dict[str, Any] | None:
     """A suspended `job` with the template start changed put back; None when nothing to do."""
-    original = _original(job)
+    original = saved_original(job)
     if original is None or not is_suspended(job):
         return None
     out = copy.deepcopy(dict(job))
@@ -182,7 +182,7 @@ def as_written(job: Mapping[str, Any]) -> Mapping[str, Any]:
     """`job` as its owner wrote it: what `started_job` changed (template fields, parallelism)
     put back, so the Workload derived from it is the one submitted before the start. `job`
     itself when muster never started it."""
-    original = _original(job)
+    original = saved_original(job)
     if original is None:
         return job
     out = copy.deepcopy(dict(job))
@@ -209,7 +209,9 @@ def restore_template(template: dict[str, Any], original: Mapping[str, Any]) -> N
         del template["metadata"]
 
 
-def _original(job: Mapping[str, Any]) -> dict[str, Any] | None:
+def saved_original(job: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What a start saved of `job` (or JobSet) before changing it (its annotation), None if
+    none."""
     text = (_meta(job).get("annotations") or {}).get(ORIGINAL_ANNOTATION)
     if not isinstance(text, str):
         return None

@@ -22,23 +22,16 @@ from muster.cluster.backend import PodSetStart, admission_of
 from muster.cluster.kube.jobs import (
     ORIGINAL_ANNOTATION,
     inject_pod_set,
+    is_suspended,
     restore_template,
+    saved_original,
     template_original,
 )
 
 
-def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, dict) else {}
-
-
-def is_suspended(jobset: Mapping[str, Any]) -> bool:
-    return bool((jobset.get("spec") or {}).get("suspend"))
-
-
 def workload_name(jobset: Mapping[str, Any]) -> str:
     """The Kueue Workload name of `jobset` (`jobset-<name>-<hash>`)."""
-    meta = _meta(jobset)
+    meta = jobset.get("metadata") or {}
     return workload_name_for_jobset(str(meta.get("name", "")), str(meta.get("uid", "")))
 
 
@@ -76,7 +69,7 @@ def started_jobset(
 def suspended_jobset(jobset: Mapping[str, Any]) -> dict[str, Any] | None:
     """`jobset` suspended with its templates as their owner wrote them; None when suspended
     already and nothing is left to restore."""
-    if is_suspended(jobset) and _original(jobset) is None:
+    if is_suspended(jobset) and saved_original(jobset) is None:
         return None
     out = copy.deepcopy(dict(jobset))
     out.setdefault("spec", {})["suspend"] = True
@@ -87,7 +80,7 @@ def suspended_jobset(jobset: Mapping[str, Any]) -> dict[str, Any] | None:
 def as_written(jobset: Mapping[str, Any]) -> Mapping[str, Any]:
     """`jobset` as its owner wrote it (what `started_jobset` changed put back), so the
     Workload derived from it is the one submitted before the start."""
-    if _original(jobset) is None:
+    if saved_original(jobset) is None:
         return jobset
     out = copy.deepcopy(dict(jobset))
     _restore(out)
@@ -102,7 +95,7 @@ def admission_of_jobset(jobset: Mapping[str, Any]) -> int:
 
 
 def _restore(jobset: dict[str, Any]) -> None:
-    original = _original(jobset)
+    original = saved_original(jobset)
     if original is None:
         return
     for name, template in _templates(jobset):
@@ -113,14 +106,3 @@ def _restore(jobset: dict[str, Any]) -> None:
     del annotations[ORIGINAL_ANNOTATION]
     if not annotations:
         del jobset["metadata"]["annotations"]
-
-
-def _original(jobset: Mapping[str, Any]) -> dict[str, Any] | None:
-    text = (_meta(jobset).get("annotations") or {}).get(ORIGINAL_ANNOTATION)
-    if not isinstance(text, str):
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None

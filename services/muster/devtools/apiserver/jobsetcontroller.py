@@ -21,11 +21,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from muster.devtools.apiserver.deletion import Api
 from muster.devtools.apiserver.errors import ApiError
 from muster.devtools.apiserver.objects import JsonObj, meta, timestamp
-from muster.devtools.apiserver.resources import Registry, ResourceType
-from muster.devtools.apiserver.store import Change
+from muster.devtools.apiserver.reconciler import Reconciler
 
 JOBSETS = ("jobset.x-k8s.io", "jobsets")
 JOBS = ("batch", "jobs")
@@ -36,49 +34,12 @@ _RESUMED_META = ("labels", "annotations")
 _RESUMED_SPEC = ("nodeSelector", "tolerations")
 
 
-class JobSetController:
+class JobSetController(Reconciler):
     """Subscribed to JobSets and Jobs; one deferred reconcile per JobSet and burst of changes."""
 
-    def __init__(self, api: Api, registry: Registry) -> None:
-        self.api = api
-        self.registry = registry
-        self._pending: set[tuple[str, str]] = set()
+    owned, kind, dependents = JOBSETS, "JobSet", JOBS
 
-    def start(self) -> None:
-        for key in (JOBSETS, JOBS):
-            rt = self.registry.by_key(key)
-            if rt is not None:
-                self.api.store.subscribe(rt, self)
-
-    # --- ChangeSink ---------------------------------------------------------------------------
-
-    def offer(self, change: Change) -> None:
-        obj = change.obj
-        namespace = str(meta(obj).get("namespace", ""))
-        if change.rt.key == JOBSETS:
-            self._enqueue(namespace, str(meta(obj).get("name", "")))
-            return
-        for ref in meta(obj).get("ownerReferences") or []:
-            if isinstance(ref, dict) and ref.get("kind") == "JobSet" and ref.get("controller"):
-                self._enqueue(namespace, str(ref.get("name", "")))
-
-    def end(self) -> None:
-        """JobSets served for the whole run: never unregistered."""
-
-    def _enqueue(self, namespace: str, name: str) -> None:
-        if (namespace, name) not in self._pending:
-            self._pending.add((namespace, name))
-            self.api.defer(lambda: self._reconcile(namespace, name))
-
-    # --- reconcile ----------------------------------------------------------------------------
-
-    def _rt(self, key: tuple[str, str]) -> ResourceType:
-        rt = self.registry.by_key(key)
-        assert rt is not None
-        return rt
-
-    def _reconcile(self, namespace: str, name: str) -> None:
-        self._pending.discard((namespace, name))
+    def reconcile(self, namespace: str, name: str) -> None:
         jobsets, jobs = self._rt(JOBSETS), self._rt(JOBS)
         jobset = self.api.store.get(jobsets, (namespace, name))
         if jobset is None or meta(jobset).get("deletionTimestamp"):
