@@ -739,6 +739,7 @@ _WATCHED = {
     ("scheduling.k8s.io", "priorityclasses"),
     ("scheduling.k8s.io", "workloads"),
     ("batch", "jobs"),
+    ("jobset.x-k8s.io", "jobsets"),
     ("scheduling.x-k8s.io", "podgroups"),
     *{
         ("kueue.x-k8s.io", r)
@@ -775,6 +776,7 @@ REQUIRED: dict[str, set[tuple[str, str, str]]] = {
         ("kueue.x-k8s.io", "localqueues/status", "patch"),
         ("kueue.x-k8s.io", "multikueueclusters/status", "patch"),
         ("batch", "jobs/finalizers", "update"),
+        ("jobset.x-k8s.io", "jobsets/finalizers", "update"),
         *{
             ("autoscaling.x-k8s.io", "provisioningrequests", v)
             for v in (*_READ, "get", "create", "delete")
@@ -784,9 +786,10 @@ REQUIRED: dict[str, set[tuple[str, str, str]]] = {
         *{("events.k8s.io", "events", v) for v in ("create", "patch")},
     },
     # backend: _job_of (GET job, GET workload, LIST jobs), _start_job/_stop_job (PUT job, PATCH
-    # jobs/status), _create_pods (POST pods, owner workload with blockOwnerDeletion),
-    # _pods_of (LIST pods), delete (DELETE pods), bind (POST pods/binding, GET pod after 409),
-    # and impersonating the submitter of cmd.apply's Pods and gangs.
+    # jobs/status), _jobset_of (GET, LIST jobsets), _start_jobset/_stop_jobset (PUT jobset),
+    # _create_pods (POST pods, owner workload with blockOwnerDeletion), _pods_of (LIST pods),
+    # delete (DELETE pods), bind (POST pods/binding, GET pod after 409), and impersonating
+    # the submitter of cmd.apply's Pods and gangs.
     # MultiKueue (backend._copy, copies_of, stop_workload of a copy): a workload's copy in a
     # worker created, listed by origin, deleted.
     "binder": {
@@ -796,6 +799,9 @@ REQUIRED: dict[str, set[tuple[str, str, str]]] = {
         ("batch", "jobs", "create"),
         ("batch", "jobs", "delete"),
         ("batch", "jobs/status", "patch"),
+        ("jobset.x-k8s.io", "jobsets", "get"),
+        ("jobset.x-k8s.io", "jobsets", "list"),
+        ("jobset.x-k8s.io", "jobsets", "update"),
         ("kueue.x-k8s.io", "workloads", "get"),
         ("kueue.x-k8s.io", "workloads", "list"),
         ("kueue.x-k8s.io", "workloads", "create"),

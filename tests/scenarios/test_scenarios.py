@@ -7,7 +7,8 @@ The expect file lists only the fields worth comparing; anything not listed is ig
     xfail_reason: where muster differs from Kueue (the case becomes a strict xfail)
     until: seconds                                          (as `muster simulate --until`)
     workloads:
-      <ns>/<name> | job:<ns>/<job name>:     # a Job's key resolves through ownerReferences
+      <ns>/<name> | job:<ns>/<job name>:     # a Job's (jobset:<ns>/<name>: a JobSet's) key
+                                             # resolves through ownerReferences
         admitted: bool       # status.admission set and condition Admitted=True
         reserved: bool       # status.admission set (quota reserved, admitted or not)
         clusterQueue: name   # status.admission.clusterQueue
@@ -212,13 +213,14 @@ def queue_view(queue: dict[str, Any]) -> dict[str, Any]:
 
 
 def job_keys(document: dict[str, Any]) -> dict[str, str]:
-    """`job:<ns>/<job name>` -> `<ns>/<workload name>`, through ownerReferences."""
+    """`job:<ns>/<job name>` (`jobset:` for a JobSet) -> `<ns>/<workload name>`, through
+    ownerReferences."""
     keys = {}
     for wl in document["workloads"]:
         meta = wl["metadata"]
         for owner in meta.get("ownerReferences", []):
-            if owner.get("kind") == "Job":
-                keys[f"job:{meta['namespace']}/{owner['name']}"] = (
+            if owner.get("kind") in ("Job", "JobSet"):
+                keys[f"{owner['kind'].lower()}:{meta['namespace']}/{owner['name']}"] = (
                     f"{meta['namespace']}/{meta['name']}"
                 )
     return keys

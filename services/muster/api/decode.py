@@ -52,6 +52,7 @@ from muster.api.convert import (
 from muster.api.errors import FieldError, ObjectErrors
 from muster.api.files import read_regular
 from muster.api.job import workload_from_job
+from muster.api.jobset import JOBSET_API_VERSION, JOBSET_KIND, workload_from_jobset
 from muster.api.limit_range import limit_range_from_raw
 from muster.api.load import LoadError, load_json, load_yaml
 from muster.api.model import (
@@ -157,6 +158,12 @@ _KINDS: dict[tuple[str, str], _Kind] = {
     ("batch/v1", "Job"): _Kind(
         wire.RawJob,
         lambda raw, meta, errs: workload_from_job(raw, errs, namespace=meta.namespace),
+        namespaced=True,
+        validated=False,
+    ),
+    (JOBSET_API_VERSION, JOBSET_KIND): _Kind(
+        wire.RawJobSet,
+        lambda raw, meta, errs: workload_from_jobset(raw, errs, namespace=meta.namespace),
         namespaced=True,
         validated=False,
     ),

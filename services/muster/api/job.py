@@ -15,66 +15,44 @@ The rules, as Kueue's Job integration applies them:
 
 from __future__ import annotations
 
-import hashlib
 import re
 
-from muster.api.convert import (
-    POD_PRIORITY_CLASS,
-    WORKLOAD_PRIORITY_CLASS,
-    meta_from_raw,
-    stable_uid,
-)
 from muster.api.errors import ObjectErrors, key_path
 from muster.api.job_reclaim import job_reclaimable_pods
-from muster.api.model import ObjectMeta, OwnerReference, PriorityClassSource, Workload
-from muster.api.names import LABEL_VALUE_MAX, check_reference
+from muster.api.model import Workload
+from muster.api.owned import (
+    PRIORITY_CLASS_LABEL,
+    QUEUE_NAME_KEY,
+    owned_workload_meta,
+    owner_priority_class,
+    owner_queue_name,
+    workload_name_for_owner,
+)
 from muster.api.podspec import pod_set_from_template
-from muster.api.raw import RawJob
+from muster.api.raw import RawJob, RawJobSpec
 from muster.api.scheduling_objects import job_scheduling
 from muster.api.validate import MAX_WORKLOAD_PODS
 
-QUEUE_NAME_KEY = "kueue.x-k8s.io/queue-name"
-PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+__all__ = ["PRIORITY_CLASS_LABEL", "QUEUE_NAME_KEY", "workload_from_job", "workload_name_for_job"]
+
 MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
 POD_SET_NAME = "main"
 _INTEGER = re.compile(r"[+-]?[0-9]{1,10}", re.ASCII)
-# Each pod of the Job is labelled with its Workload's name (`muster.dev/workload`), and a label
-# value has at most 63 characters: a longer name made a Job the API server would not start.
-_MAX_NAME = LABEL_VALUE_MAX
 
 
 def workload_name_for_job(job_name: str, job_uid: str) -> str:
-    """Return `job-<job name>-<hash>`, the hash being 5 hex digits of sha256 over name and uid.
-
-    Stable for the same Job; two Jobs with the same name but different uids get different
-    names. Long job names are cut so the result is at most 63 characters: a label value, as
-    each pod carries it (Differs from Kueue, which cuts at 253 because it labels no pod so).
-    """
-    digest = hashlib.sha256(f"batch/v1/Job/{job_name}/{job_uid}".encode()).hexdigest()[:5]
-    prefix = f"job-{job_name}"[: _MAX_NAME - 6].rstrip("-.")
-    return f"{prefix}-{digest}"
+    """Return `job-<job name>-<hash>` (`owned.workload_name_for_owner`)."""
+    return workload_name_for_owner("batch/v1", "Job", job_name, job_uid)
 
 
 def workload_from_job(raw: RawJob, errs: ObjectErrors, *, namespace: str) -> Workload:
     """Return the Workload for Job `raw`; problems go to `errs` with the Job's field paths."""
-    job_meta = raw.metadata
-    job_uid = job_meta.uid or stable_uid("Job", namespace, job_meta.name)
-    name = workload_name_for_job(job_meta.name, job_uid)
-    base = meta_from_raw(job_meta, namespace=namespace)
-    meta = ObjectMeta(
-        name=name,
-        namespace=namespace,
-        uid=stable_uid("Workload", namespace, name),
-        labels=base.labels,
-        annotations=base.annotations,
-        creation_timestamp=base.creation_timestamp,
-        owner_references=(
-            OwnerReference(
-                api_version="batch/v1", kind="Job", name=job_meta.name, uid=job_uid, controller=True
-            ),
-        ),
-    )
-    count = _pod_count(raw, errs)
+    count = job_pod_count(raw.spec, errs, path="spec")
+    if count > MAX_WORKLOAD_PODS:
+        errs.add(
+            "spec.parallelism",
+            f"must be at most {MAX_WORKLOAD_PODS} (pods in one workload), got {_parallelism(raw)}",
+        )
     pod_set = pod_set_from_template(
         raw.spec.template,
         errs,
@@ -83,19 +61,15 @@ def workload_from_job(raw: RawJob, errs: ObjectErrors, *, namespace: str) -> Wor
         min_count=_min_count(raw, count, errs),
         path="spec.template",
     )
-    priority_class, source = _priority_class(raw)
-    # Kueue's Job webhook: the queue and priority class labels must name objects.
-    for where, keys in (
-        ("metadata.labels", job_meta.labels),
-        ("metadata.annotations", job_meta.annotations),
-    ):
-        for key in (QUEUE_NAME_KEY, PRIORITY_CLASS_LABEL):
-            check_reference(errs, keys.get(key), key_path(where, key))
+    priority_class, source = owner_priority_class(
+        raw.metadata, [raw.spec.template.spec.priority_class_name or ""]
+    )
     scheduling = raw.spec.scheduling
     return Workload(
-        meta=meta,
-        queue_name=job_meta.labels.get(QUEUE_NAME_KEY)
-        or job_meta.annotations.get(QUEUE_NAME_KEY, ""),
+        meta=owned_workload_meta(
+            raw.metadata, namespace=namespace, api_version="batch/v1", kind="Job"
+        ),
+        queue_name=owner_queue_name(raw.metadata, errs),
         pod_sets=(pod_set,),
         reclaimable_pods=job_reclaimable_pods(raw, pod_set=POD_SET_NAME, count=count),
         priority_class_name=priority_class,
@@ -112,21 +86,16 @@ def _parallelism(raw: RawJob) -> int:
     return raw.spec.parallelism if raw.spec.parallelism is not None else 1
 
 
-def _pod_count(raw: RawJob, errs: ObjectErrors) -> int:
-    """Return how many pods run at once: parallelism, capped by completions when that is set."""
-    parallelism = raw.spec.parallelism if raw.spec.parallelism is not None else 1
-    completions = raw.spec.completions
+def job_pod_count(spec: RawJobSpec, errs: ObjectErrors, *, path: str) -> int:
+    """How many pods a Job of `spec` runs at once: parallelism (default 1), capped by
+    completions when that is set (Kueue's `PodsCountPerReplica`); `path` is the spec's."""
+    parallelism = spec.parallelism if spec.parallelism is not None else 1
+    completions = spec.completions
     if parallelism < 0:
-        errs.add("spec.parallelism", f"must be >= 0, got {parallelism}")
+        errs.add(f"{path}.parallelism", f"must be >= 0, got {parallelism}")
     if completions is not None and completions < 0:
-        errs.add("spec.completions", f"must be >= 0, got {completions}")
-    count = max(min(parallelism, completions if completions is not None else parallelism), 0)
-    if count > MAX_WORKLOAD_PODS:
-        errs.add(
-            "spec.parallelism",
-            f"must be at most {MAX_WORKLOAD_PODS} (pods in one workload), got {parallelism}",
-        )
-    return count
+        errs.add(f"{path}.completions", f"must be >= 0, got {completions}")
+    return max(min(parallelism, completions if completions is not None else parallelism), 0)
 
 
 def _min_count(raw: RawJob, count: int, errs: ObjectErrors) -> int | None:
@@ -143,13 +112,3 @@ def _min_count(raw: RawJob, count: int, errs: ObjectErrors) -> int | None:
         errs.add(path, f"must be >= 1 and < the pod count {count}, got {value}")
         return None
     return value
-
-
-def _priority_class(raw: RawJob) -> tuple[str | None, PriorityClassSource | None]:
-    wpc = raw.metadata.labels.get(PRIORITY_CLASS_LABEL)
-    if wpc:
-        return wpc, WORKLOAD_PRIORITY_CLASS
-    pod_class = raw.spec.template.spec.priority_class_name
-    if pod_class:
-        return pod_class, POD_PRIORITY_CLASS
-    return None, None

@@ -474,6 +474,41 @@ class RawJob(Document):
     status: RawJobStatus = msgspec.field(default_factory=RawJobStatus)
 
 
+# --- jobset.x-k8s.io/v1alpha2 JobSet: what Kueue's JobSet integration reads of it ------------
+
+
+class RawJobTemplate(Wire):
+    spec: RawJobSpec = msgspec.field(default_factory=RawJobSpec)
+
+
+class RawReplicatedJob(Wire):
+    name: str = ""
+    replicas: Int32 = 1  # JobSet's default
+    template: RawJobTemplate = msgspec.field(default_factory=RawJobTemplate)
+
+
+class RawJobSetSpec(Wire):
+    replicated_jobs: list[RawReplicatedJob] = []
+    suspend: bool | None = None
+    managed_by: str | None = None
+
+
+class RawReplicatedJobStatus(Wire):
+    """How many of a replicatedJob's child Jobs are in each state (Kueue's reclaimable pods)."""
+
+    name: str = ""
+    succeeded: Int32 = 0
+
+
+class RawJobSetStatus(Wire):
+    replicated_jobs_status: list[RawReplicatedJobStatus] = []
+
+
+class RawJobSet(Document):
+    spec: RawJobSetSpec = msgspec.field(default_factory=RawJobSetSpec)
+    status: RawJobSetStatus = msgspec.field(default_factory=RawJobSetStatus)
+
+
 # --- cluster objects: v1 Node and Pod, the Workload API, scheduler-plugins' PodGroup -------
 
 PodPhase = Literal["Pending", "Running", "Succeeded", "Failed"]

@@ -122,6 +122,15 @@ _JOB_SPEC = _fields(
     template=POD_TEMPLATE,
     scheduling=_JOB_SCHEDULING,
 )  # fmt: skip
+# jobset.x-k8s.io/v1alpha2: a JobSet's replicatedJobs hold Job templates (checked as a Job's).
+_JOBSET_SPEC = _fields(
+    "network", "successPolicy", "failurePolicy", "startupPolicy", "suspend", "coordinator",
+    "managedBy", "ttlSecondsAfterFinished",
+    replicatedJobs=_fields(
+        "name", "groupName", "replicas", "dependsOn",
+        template=_fields(metadata=OBJECT_META, spec=_JOB_SPEC),
+    ),
+)  # fmt: skip
 _NODE_SPEC = _fields(
     "configSource", "externalID", "podCIDR", "podCIDRs", "podPreemptionPolicy", "providerID",
     "unschedulable",
@@ -205,6 +214,7 @@ SCHEMAS: Final[dict[tuple[str, str], Fields]] = {
     ("config.kueue.x-k8s.io/v1beta1", "Configuration"): _CONFIGURATION,
     ("config.kueue.x-k8s.io/v1beta2", "Configuration"): _CONFIGURATION,
     ("batch/v1", "Job"): _object(spec=_JOB_SPEC),
+    ("jobset.x-k8s.io/v1alpha2", "JobSet"): _object(spec=_JOBSET_SPEC),
     ("v1", "Pod"): _object(spec=POD_SPEC),
     ("v1", "Node"): _object(spec=_NODE_SPEC),
     ("v1", "Namespace"): _object("spec"),

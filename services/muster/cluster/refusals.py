@@ -42,16 +42,17 @@ class Refusals:
         self._last.pop(key, None)
 
 
-_COMPOSED = frozenset({"Job", "Pod"})  # what Kueue's integrations make Workloads of
+# What Kueue's integrations make Workloads of: (kind, apiVersion).
+_COMPOSED = frozenset({("Job", "batch/v1"), ("Pod", "v1"), ("JobSet", "jobset.x-k8s.io/v1alpha2")})
 
 
 def rejected_event(obj: Mapping[str, Any], problems: str) -> dict[str, str]:
     """The Warning Event (record's keywords) on an object the watch refused for `problems`
-    (one line each, naming the object and field): Kueue's ErrWorkloadCompose on a Job or Pod
-    no Workload can be made of, Invalid on any other. Kueue's webhooks refuse such objects
+    (one line each, naming the object and field): Kueue's ErrWorkloadCompose on a Job, JobSet
+    or Pod no Workload can be made of, Invalid on any other. Kueue's webhooks refuse such objects
     when they are written; muster has none, so `kubectl describe` is where the user learns
     why nothing happens."""
-    composed = obj.get("kind") in _COMPOSED and obj.get("apiVersion") in ("batch/v1", "v1")
+    composed = (obj.get("kind"), obj.get("apiVersion")) in _COMPOSED
     return {
         "type_": "Warning",
         "reason": "ErrWorkloadCompose" if composed else "Invalid",

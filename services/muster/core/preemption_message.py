@@ -27,13 +27,17 @@ _PREEMPTION_CAUSE = {
 _JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 
 
+# The owners whose uid Kueue's job framework labels their Workload with (job-uid label).
+_JOB_KINDS = frozenset({"Job", "JobSet"})
+
+
 def preemption_message(
     preemptor: Preemptor, victim: QuotaHolder, reason: str, tree: QuotaTree
 ) -> str:
     """Kueue's message on a victim's Preempted and Evicted conditions (preemption.go)."""
     meta = preemptor.wl.meta
     job_uid = meta.labels.get(_JOB_UID_LABEL) or next(
-        (o.uid for o in meta.owner_references if o.kind == "Job" and o.uid), "UNKNOWN"
+        (o.uid for o in meta.owner_references if o.kind in _JOB_KINDS and o.uid), "UNKNOWN"
     )
     return (
         f"Preempted to accommodate a workload (UID: {meta.uid or 'UNKNOWN'}, JobUID: "

@@ -3,11 +3,11 @@ the API server as the caller, never published as NATS-only workloads.
 
 Each object is written with the caller's identity (Kubernetes impersonation, as the binder
 writes `cmd.apply`), so RBAC, Pod Security Admission, quotas and webhooks judge the caller and
-the watcher picks the object up exactly as if kubectl had created it. Jobs, Kueue Workloads,
-Pods and gangs are created (one that exists is left as it is, with a warning); configuration
-(queues, flavors, cohorts, ...) is created or replaced, as `kubectl apply` would. Writes ask
-for the Submit's field validation (`fieldValidation=Strict` by default), so the API server
-refuses an unknown field in its own words too.
+the watcher picks the object up exactly as if kubectl had created it. Jobs, JobSets, Kueue
+Workloads, Pods and gangs are created (one that exists is left as it is, with a warning);
+configuration (queues, flavors, cohorts, ...) is created or replaced, as `kubectl apply`
+would. Writes ask for the Submit's field validation (`fieldValidation=Strict` by default), so
+the API server refuses an unknown field in its own words too.
 
 A `generateName` is named by the gateway from the Submit's idempotency key (`plan_submit`),
 so a retried Submit finds what the first attempt created instead of creating it twice.
@@ -33,8 +33,9 @@ if TYPE_CHECKING:  # the Kubernetes client is loaded on Kubernetes only
 CLUSTER_ADMINS: Final = "system:masters"
 _FIELD_VALIDATION: Final[dict[str, str]] = {"strict": "Strict", "warn": "Warn", "ignore": "Ignore"}
 # Written with create: an existing one is not replaced (a Pod's spec is immutable, a Job's
-# template too, and a Submit retried must not undo what ran).
-_CREATED_KINDS: Final = frozenset({"Job", "Workload", "Pod"})
+# template too, and a Submit retried must not undo what ran: a JobSet replaced as written
+# would be suspended again).
+_CREATED_KINDS: Final = frozenset({"Job", "JobSet", "Workload", "Pod"})
 
 Outcome = Literal["created", "applied", "exists"]
 RefusalCode = Literal["PERMISSION_DENIED", "INVALID_ARGUMENT", "UNAVAILABLE", "NOT_FOUND"]

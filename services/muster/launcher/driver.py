@@ -1,7 +1,7 @@
 """Replays a scenario against the running services, the way users and clusters would.
 
 Nodes go into the simulated cluster's store (what `kubectl apply` of Nodes would be), the
-configuration and every Job/Workload go through `Gateway.Submit` (Jobs at their
+configuration and every Job/JobSet/Workload go through `Gateway.Submit` (at their
 `muster.dev/submit-after`, divided by the speed-up), and `Events.Watch` feeds the progress lines
 and the final table. Times shown are scenario seconds (real seconds × speed).
 """
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 SUBMIT_AFTER = "muster.dev/submit-after"
 NOT_SUBMITTED = frozenset({"Node", "Configuration"})
 # Kueue's work, and the cluster objects of gangs outside Kueue (the Workload API, PodGroups).
-WORK_KINDS = frozenset({"Job", "Workload", "Pod", "PodGroup"})
+WORK_KINDS = frozenset({"Job", "JobSet", "Workload", "Pod", "PodGroup"})
 # How Gateway.Submit names a scheduling.k8s.io Workload (a Kueue Workload is "Workload").
 GANG_WORKLOAD_KIND = "Workload.scheduling.k8s.io"
 GANG_POD_GROUP_KIND = "PodGroup.scheduling.k8s.io"  # scheduler-plugins' is "PodGroup"

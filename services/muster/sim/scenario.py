@@ -431,10 +431,11 @@ def creation_time(meta: ObjectMeta, name: str, errors: list[FieldError]) -> date
 
 
 def source_name(wl: Workload) -> str:
-    """How errors name a workload: as the Job it came from, if any, else as a Workload."""
+    """How errors name a workload: as the Job or JobSet it came from, if any, else as a
+    Workload."""
     for owner in wl.meta.owner_references:
-        if owner.kind == "Job":
-            return f"Job/{wl.meta.namespace}/{owner.name}"
+        if owner.kind in ("Job", "JobSet"):
+            return f"{owner.kind}/{wl.meta.namespace}/{owner.name}"
     return f"Workload/{wl.meta.namespace}/{wl.meta.name}"
 
 

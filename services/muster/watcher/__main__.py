@@ -152,14 +152,18 @@ def _recorder(
         return event_recorder(opened, controller=ADMISSION, instance="")
     # Imported here: the client library is loaded by services on Kubernetes only.
     from muster.cluster.kube.events import EventSettings
-    from muster.cluster.kube.resources import JOBS, kueue_resources
+    from muster.cluster.kube.resources import JOBS, JOBSETS, kueue_resources
 
     return event_recorder(
         opened,
         controller=ADMISSION,
         instance=f"muster-watcher-{config.cluster}",
         settings=EventSettings(qps=kube.event_qps, burst=kube.event_burst),
-        lookup={"Workload": kueue_resources(config.kueue_version)["Workload"], "Job": JOBS},
+        lookup={
+            "Workload": kueue_resources(config.kueue_version)["Workload"],
+            "Job": JOBS,
+            "JobSet": JOBSETS,
+        },
     )
 
 

@@ -1,10 +1,10 @@
 """The watcher's handlers: one per kind of cluster change, each publishing what it implies.
 
-Config objects and Namespaces → config.applied/deleted; queued Jobs and Kueue Workloads →
-workload.submitted/deleted (a Job first gets its Kueue Workload on Kubernetes) and a Job's end
-→ finished; a MultiKueue copy's status → copy_status; what check controllers write into any
-Kueue Workload's `status.admissionChecks` → admission_check; pods of a workload →
-pods_pending, running (with their readiness), finished.
+Config objects and Namespaces → config.applied/deleted; queued Jobs and JobSets and Kueue
+Workloads → workload.submitted/deleted (a Job first gets its Kueue Workload on Kubernetes) and
+a Job's or JobSet's end → finished; a MultiKueue copy's status → copy_status; what check
+controllers write into any Kueue Workload's `status.admissionChecks` → admission_check; pods
+of a workload → pods_pending, running (with their readiness), finished.
 Each event id is derived from the fact (`Outgoing.id_key`), and what was sent is remembered
 (`MarksStore`: what the pods' events say is read back from the stream at start, the rest is
 kept in `MUSTER_WATCHER`), so no fact is published twice, across restarts too. Handlers do no
@@ -34,7 +34,7 @@ from muster.bus.errors import Reject
 from muster.bus.partitions import QueuePartitions
 from muster.bus.tracing import continue_trace, headers_of_envelope
 from muster.cluster.backend import ClusterChange
-from muster.cluster.kube import copies, jobs
+from muster.cluster.kube import copies
 from muster.contracts.v1 import events_pb2
 from muster.payloads import PayloadError, applied_object
 from muster.watcher import translate
@@ -254,8 +254,9 @@ async def on_kueue_workload(change: ClusterChange, ctx: WatcherContext) -> None:
 
 
 async def on_workload_object(change: ClusterChange, ctx: WatcherContext) -> None:
-    """A queued Job or Kueue Workload changed: submitted once per incarnation, finished once
-    a Job says it is over, or deleted; what else a Kueue Workload says (`on_kueue_workload`)."""
+    """A queued Job or JobSet or a Kueue Workload changed: submitted once per incarnation,
+    finished once a Job or JobSet says it is over, or deleted; what else a Kueue Workload
+    says (`on_kueue_workload`)."""
     wl, problems = translate.workload_of(change.obj)
     if wl is None:
         why = "; ".join(problems)
@@ -271,15 +272,15 @@ async def on_workload_object(change: ClusterChange, ctx: WatcherContext) -> None
         publish_deleted(ctx, translate.deleted(wl))
         return
     sent = ctx.marks.load(wl.key)
-    job = translate.is_job(change.obj)
+    owner = translate.is_owner(change.obj)
     mark = translate.incarnation(wl)
     if sent.submitted != mark:
-        if job and ctx.workloads is not None:
+        if owner and ctx.workloads is not None:
             # Before `submitted`: its status is written there once admission decides.
-            await ctx.workloads.create_workload_for_job(jobs.as_written(change.obj))
-        owner = translate.owner_manifest(change.obj) if job else ""
+            await ctx.workloads.create_workload_for_job(translate.as_written(change.obj))
+        manifest = translate.owner_manifest(change.obj) if owner else ""
         env = ctx.publish(
-            translate.submitted(wl, owner=owner),
+            translate.submitted(wl, owner=manifest),
             trace_headers=_object_trace(change.obj),
             new_trace=True,
         )
@@ -290,7 +291,7 @@ async def on_workload_object(change: ClusterChange, ctx: WatcherContext) -> None
         ctx.publish(reclaimed, trace_headers=ctx.traces.get(wl.key))
         sent.reclaimable = translate.reclaimable_mark(wl)
         ctx.marks.save(wl.key, sent)
-    if job and not copies.managed_by_multikueue(change.obj):
+    if owner and not copies.managed_by_multikueue(change.obj):
         # One managed by MultiKueue ends where it runs: its status here is the copy's, mirrored.
         _job_end(change.obj, wl.key, ctx)
 
@@ -305,7 +306,7 @@ def publish_deleted(ctx: WatcherContext, out: Outgoing) -> None:
 
 
 def _job_end(job: Mapping[str, Any], key: str, ctx: WatcherContext) -> None:
-    """Publish workload `key`'s `finished` once its Job says it is over."""
+    """Publish workload `key`'s `finished` once its Job (or JobSet) says it is over."""
     finished = translate.job_finished(job, key)
     uid = str((job.get("metadata") or {}).get("uid", ""))
     sent = ctx.marks.load(key)

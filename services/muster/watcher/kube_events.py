@@ -99,10 +99,10 @@ class EventBook:
             owner = env.submitted.owner
             job = (
                 Reference(
-                    api_version=owner.api_version, kind="Job", namespace=_namespace(env.workload),
-                    name=owner.name, uid=owner.uid,
+                    api_version=owner.api_version, kind=owner.kind,
+                    namespace=_namespace(env.workload), name=owner.name, uid=owner.uid,
                 )
-                if owner.kind == "Job"
+                if owner.kind in ("Job", "JobSet")  # Kueue's job reconciler tells them too
                 else None
             )  # fmt: skip
             self._known.setdefault(env.workload, _Known(job, at_s))

@@ -140,6 +140,10 @@ def _flavor_list(sums: Mapping[FlavorResource, int]) -> list[dict[str, Any]]:
     return [{"name": name, "resources": resources} for name, resources in flavors.items()]
 
 
+# The owners whose Kueue Workload muster created and keeps status.reclaimablePods of.
+_JOB_KINDS = frozenset({"Job", "JobSet"})
+
+
 class _Workload:
     """What the statuses need of one Kueue workload."""
 
@@ -175,8 +179,8 @@ class _Workload:
         self.requeue_count = 0
         self.requeue_at_s: float | None = None
         self.retry_at_s: float | None = None
-        # status.reclaimablePods, of a Job's Workload only (None): a bare Workload's is its
-        # owner's to write, and admission reads it from there.
+        # status.reclaimablePods, of a Job's or JobSet's Workload only (None): a bare
+        # Workload's is its owner's to write, and admission reads it from there.
         self.reclaimable: list[dict[str, Any]] | None = None
 
     def checks_wanted(self) -> ChecksWanted | None:
@@ -340,9 +344,9 @@ class StatusBook:
         return {_workload_ref(env.workload)}
 
     def _reclaimable(self, env: pb.Envelope) -> set[ObjectRef]:
-        """A Job's finished pods changed: its Workload's reclaimablePods follows, the whole
-        list, as Kueue's job reconciler writes it; no longer once the Workload finished (the
-        reconciler stops at a finished one)."""
+        """A Job's finished pods (a JobSet's succeeded Jobs) changed: its Workload's
+        reclaimablePods follows, the whole list, as Kueue's job reconciler writes it; no longer
+        once the Workload finished (the reconciler stops at a finished one)."""
         wl = self._workloads.get(env.workload)
         if wl is None or wl.reclaimable is None or wl.state == "finished":
             return set()
@@ -418,7 +422,7 @@ class StatusBook:
                 wl = self._workloads[key] = _Workload(
                     (namespace, payload.queue_name or _DEFAULT_QUEUE)
                 )
-                if payload.owner.kind == "Job":
+                if payload.owner.kind in _JOB_KINDS:
                     wl.reclaimable = _manifest_reclaimable(payload.manifest_json)
                 self._tally(wl.local_queue).add(wl, 1)
             return {self._lq_ref(wl.local_queue)}

@@ -337,7 +337,7 @@ async def _handle_batch(
     for change in batch:
         if groups is not None and change.kind in GROUP_KINDS:
             groups.seen(change)  # its conditions may now be written
-        if events is not None and change.kind in ("Workload", "Job"):
+        if events is not None and change.kind in ("Workload", "Job", "JobSet"):
             events.learn(change.obj)  # its uid, for the Events about it
         handler = handler_for(change)
         if handler is on_pod:

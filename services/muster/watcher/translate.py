@@ -1,9 +1,9 @@
 """What the watcher publishes about one changed cluster object: events as data, no I/O.
 
-Config objects and Namespaces become `config.applied`/`config.deleted`; a queued Job or a Kueue
-Workload becomes `workload.submitted`/`workload.deleted`; what a check controller wrote into a
-Kueue Workload's `status.admissionChecks` becomes `workload.admission_check`. Each `Outgoing`
-carries an `id_key`
+Config objects and Namespaces become `config.applied`/`config.deleted`; a queued Job or JobSet
+or a Kueue Workload becomes `workload.submitted`/`workload.deleted`; what a check controller
+wrote into a Kueue Workload's `status.admissionChecks` becomes `workload.admission_check`.
+Each `Outgoing` carries an `id_key`
 that is the same whenever the same fact is seen again, so the service derives a deterministic
 event id from it and a republished fact is dropped by JetStream's dedupe.
 """
@@ -19,8 +19,9 @@ import msgspec
 
 from muster.api import check_states, decode_documents
 from muster.api.job import QUEUE_NAME_KEY
+from muster.api.jobset import JOBSET_API_VERSION, JOBSET_KIND
 from muster.api.model import Workload
-from muster.cluster.kube import jobs
+from muster.cluster.kube import jobs, jobsets
 from muster.contracts.v1 import events_pb2
 from muster.payloads import config_applied as config_applied_payload
 from muster.payloads import manifest_json, workload_submitted
@@ -95,6 +96,19 @@ def is_job(obj: Mapping[str, Any]) -> bool:
     return obj.get("kind") == "Job" and obj.get("apiVersion") == "batch/v1"
 
 
+def is_jobset(obj: Mapping[str, Any]) -> bool:
+    return obj.get("kind") == JOBSET_KIND and obj.get("apiVersion") == JOBSET_API_VERSION
+
+
+def is_owner(obj: Mapping[str, Any]) -> bool:
+    """Whether `obj` is of a kind Kueue's job integrations make a Workload for (Job, JobSet)."""
+    return is_job(obj) or is_jobset(obj)
+
+
+# The owners whose Kueue Workload muster creates itself (on Kubernetes): never a source.
+_OWNER_KINDS = frozenset({"batch/v1/Job", f"{JOBSET_API_VERSION}/{JOBSET_KIND}"})
+
+
 def _controller_kind(obj: Mapping[str, Any]) -> str:
     for ref in _meta(obj).get("ownerReferences") or []:
         if isinstance(ref, Mapping) and ref.get("controller"):
@@ -108,15 +122,18 @@ def is_kueue_workload(obj: Mapping[str, Any]) -> bool:
 
 
 def is_workload_source(obj: Mapping[str, Any]) -> bool:
-    """Whether `obj` is a Kueue Workload of its own, or a batch/v1 Job that names a queue.
+    """Whether `obj` is a Kueue Workload of its own, or a batch/v1 Job or a JobSet that names
+    a queue.
 
-    The Kueue Workload of a Job (its controller) is not: the Job is the source, and muster
-    itself created that Workload (on Kubernetes) to carry the status.
+    The Kueue Workload of a Job or JobSet (its controller) is not: the owner is the source,
+    and muster itself created that Workload (on Kubernetes) to carry the status. Nor is a
+    JobSet's child Job: its JobSet was admitted whole (Kueue's Job webhook leaves a Job with
+    a managed parent alone).
     """
     kind = obj.get("kind")
     if kind == "Workload":
-        return _group(obj) == KUEUE_GROUP and _controller_kind(obj) != "batch/v1/Job"
-    if not is_job(obj):
+        return _group(obj) == KUEUE_GROUP and _controller_kind(obj) not in _OWNER_KINDS
+    if not is_owner(obj) or _controller_kind(obj) in _OWNER_KINDS:
         return False
     meta = _meta(obj)
     labels = meta.get("labels") or {}
@@ -166,18 +183,26 @@ def config_deleted(obj: Mapping[str, Any]) -> Outgoing:
 
 
 def workload_of(obj: Mapping[str, Any]) -> tuple[Workload | None, list[str]]:
-    """The Workload `obj` stands for (a Kueue Workload, or the one Kueue derives from a Job as
-    its owner wrote it: what the binder changed to start it does not count).
+    """The Workload `obj` stands for (a Kueue Workload, or the one Kueue derives from a Job or
+    JobSet as its owner wrote it: what the binder changed to start it does not count).
 
     Returns (None, problems) when the object does not decode; each problem names a field.
     """
-    if is_job(obj):
-        obj = jobs.as_written(obj)
-    objects, errors = decode_documents([dict(obj)])
+    objects, errors = decode_documents([dict(as_written(obj))])
     found = [o for o in objects if isinstance(o, Workload)]
     if errors or not found:
         return None, [str(e) for e in errors] or [f"{object_name(obj)}: not a workload"]
     return found[0], []
+
+
+def as_written(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`obj` as its owner wrote it: a Job's or JobSet's pod templates as they were before the
+    binder started it (`jobs.as_written`, `jobsets.as_written`); any other object as it is."""
+    if is_job(obj):
+        return jobs.as_written(obj)
+    if is_jobset(obj):
+        return jobsets.as_written(obj)
+    return obj
 
 
 def incarnation(wl: Workload) -> str:
@@ -199,9 +224,9 @@ _LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
 def owner_manifest(job: Mapping[str, Any]) -> str:
-    """A Job as its owner wrote it, for `WorkloadSubmitted.owner_manifest_json`: what the
-    binder changed to start it put back, without status or server-kept metadata."""
-    written = jobs.as_written(job)
+    """A Job (or JobSet) as its owner wrote it, for `WorkloadSubmitted.owner_manifest_json`:
+    what the binder changed to start it put back, without status or server-kept metadata."""
+    written = as_written(job)
     meta = {k: v for k, v in _meta(written).items() if k in _OWNER_META}
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k != _LAST_APPLIED}
     if annotations:
@@ -276,21 +301,29 @@ def _life(mark: str) -> tuple[str, str]:
     return (parts[0], parts[2]) if len(parts) == 3 else (mark, "")
 
 
+# An owner's conditions that say it is over, success first, and the message when none is set.
+_ENDS = {
+    "Job": (("Complete", "Job finished successfully"), ("Failed", "Job failed")),
+    JOBSET_KIND: (("Completed", "JobSet completed"), ("Failed", "JobSet failed")),
+}
+
+
 def job_finished(job: Mapping[str, Any], workload: str) -> Outgoing | None:
-    """`workload.finished` once a Job's controller says it is over (condition Complete or
-    Failed), as Kueue's Job integration reads it; None while it runs. A Job's pods do not tell:
-    failed pods are retried, and more pods may follow those that succeeded."""
+    """`workload.finished` once a Job's (or JobSet's) controller says it is over (condition
+    Complete, or a JobSet's Completed, or Failed), as Kueue's integrations read it; None while
+    it runs. The pods do not tell: failed pods are retried, and more pods may follow those
+    that succeeded."""
     conditions = (job.get("status") or {}).get("conditions") or []
     done = {
         c.get("type"): c for c in conditions if isinstance(c, Mapping) and c.get("status") == "True"
     }
-    ended = done.get("Complete") or done.get("Failed")
-    if ended is None:
+    ends = _ENDS.get(str(job.get("kind")), _ENDS["Job"])
+    found = [(n, c, text) for n, (c, text) in enumerate(ends) if c in done]
+    if not found:
         return None
-    succeeded = ended.get("type") == "Complete"
-    message = str(ended.get("message") or "")
-    if not message:
-        message = "Job finished successfully" if succeeded else "Job failed"
+    which, condition, default = found[0]
+    succeeded = which == 0
+    message = str(done[condition].get("message") or "") or default
     return Outgoing(
         field="finished",
         payload=events_pb2.WorkloadFinished(succeeded=succeeded, message=message),

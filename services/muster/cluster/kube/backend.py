@@ -45,7 +45,7 @@ from muster.cluster.errors import (
     NotFoundError,
     RequestsRefusedError,
 )
-from muster.cluster.kube import copies, jobs
+from muster.cluster.kube import copies, jobs, jobsets
 from muster.cluster.kube.config import api_client
 from muster.cluster.kube.discovery import GangApi
 from muster.cluster.kube.informer import SEQ_BITS, merged_watch, resource_version_now
@@ -54,6 +54,7 @@ from muster.cluster.kube.ratelimit import TokenBucket
 from muster.cluster.kube.resize import ResizeError, resized
 from muster.cluster.kube.resources import (
     JOBS,
+    JOBSETS,
     NAMESPACES,
     NODES,
     PODS,
@@ -318,6 +319,8 @@ class KubeBackend:
         """As the protocol says: what `watched_sources` follows of them (Jobs by the queue
         label), and no Kueue Workloads where Kueue's CRDs are not installed."""
         objects = await self._list(JOBS, labelSelector=QUEUE_NAME_KEY)
+        with contextlib.suppress(NotFoundError):  # no CRD: no JobSet to run
+            objects += await self._list(JOBSETS, labelSelector=QUEUE_NAME_KEY)
         workloads = kueue_resources(self.config.kueue_version)["Workload"]
         with contextlib.suppress(NotFoundError):  # no CRD: no Kueue Workload stands for one
             objects += await self._list(workloads)
@@ -401,6 +404,13 @@ class KubeBackend:
         it names), what it stands for is created here first when absent (`copies`): its Job,
         started in the same write, or its Kueue Workload, whose pods are then created."""
         namespace, name = split_workload_key(workload_key)
+        jobset = await self._jobset_of(namespace, name)
+        if jobset is not None:
+            workload = await self._get_or_none(self._kueue["Workload"], name, namespace)
+            await self._start_jobset(
+                jobset, with_check_updates(pod_sets, workload), workload=name, admission=admission
+            )
+            return
         job, workload = await self._job_of(namespace, name)
         if job is not None and workload is None:
             workload = await self._get_or_none(self._kueue["Workload"], name, namespace)
@@ -453,6 +463,11 @@ class KubeBackend:
         cluster (MultiKueue) is deleted, as Kueue deletes remote objects, so nothing of it can
         run here again."""
         namespace, name = split_workload_key(workload_key)
+        jobset = await self._jobset_of(namespace, name)
+        if jobset is not None:  # suspended: its Jobs' controller deletes their pods
+            if not before or jobsets.admission_of_jobset(jobset) < before:
+                await self._stop_jobset(jobset)
+            return
         job, workload = await self._job_of(namespace, name)
         if job is not None:
             if before and jobs.admission_of_job(job) >= before:
@@ -578,6 +593,65 @@ class KubeBackend:
                 if name in (jobs.workload_name(job), _prebuilt(job)):
                     return job, None
         return None, workload
+
+    async def _jobset_of(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The JobSet workload `name` stands for (`jobset-<name>-<hash>`), None if none: the
+        JobSet that name implies, else the queued JobSets of the namespace (a long name is cut
+        in the Workload's)."""
+        if not name.startswith("jobset-"):
+            return None
+        try:
+            guess = await self._get_or_none(JOBSETS, name[len("jobset-") : -6], namespace)
+            if guess is not None and jobsets.workload_name(guess) == name:
+                return guess
+            found = await self._list(JOBSETS, namespace=namespace, labelSelector=QUEUE_NAME_KEY)
+        except NotFoundError:  # JobSets not served here (the 404 of a list)
+            return None
+        return next((js for js in found if jobsets.workload_name(js) == name), None)
+
+    async def _start_jobset(
+        self,
+        jobset: Mapping[str, Any],
+        pod_sets: Sequence[PodSetStart],
+        *,
+        workload: str,
+        admission: int,
+    ) -> None:
+        """Unsuspend `jobset` with its podsets' placement (`jobsets.started_jobset`), one write;
+        its controller passes them on to its Jobs."""
+        meta = jobset.get("metadata") or {}
+        js_name, namespace = str(meta.get("name")), str(meta.get("namespace"))
+        path, who = JOBSETS.object_path(js_name, namespace), JOBSETS.describe(js_name, namespace)
+        current: Mapping[str, Any] | None = jobset
+
+        async def start() -> None:
+            nonlocal current
+            fresh = current if current is not None else await self._get(JOBSETS, js_name, namespace)
+            current = None  # a retry reads again
+            try:
+                started = jobsets.started_jobset(
+                    fresh, pod_sets, workload=workload, admission=admission
+                )
+            except ResizeError as err:
+                message = f"its pod templates cannot ask for the admitted requests: {err}"
+                raise RequestsRefusedError(who, message) from None
+            if started is not None:
+                await self.transport.checked("PUT", path, obj=who, query=_STRICT, body=started)
+
+        await self._retrying(start)
+
+    async def _stop_jobset(self, jobset: Mapping[str, Any]) -> None:
+        """Suspend `jobset`, its templates put back as its owner wrote them, in one write."""
+        meta = jobset.get("metadata") or {}
+        js_name, namespace = str(meta.get("name")), str(meta.get("namespace"))
+        path, who = JOBSETS.object_path(js_name, namespace), JOBSETS.describe(js_name, namespace)
+
+        async def stop() -> None:
+            suspended = jobsets.suspended_jobset(await self._get(JOBSETS, js_name, namespace))
+            if suspended is not None:
+                await self.transport.checked("PUT", path, obj=who, query=_STRICT, body=suspended)
+
+        await self._retrying(stop)
 
     async def _start_job(
         self,

@@ -93,15 +93,34 @@ def started_job(
     template = spec.setdefault("template", {})
     annotations = out.setdefault("metadata", {}).setdefault("annotations", {})
     if ORIGINAL_ANNOTATION not in annotations:  # a retried start keeps the first original
-        original = {
-            f"{part}.{field}": (template.get(part) or {}).get(field, _ABSENT)
-            for part, field in _TEMPLATE_FIELDS
-        }
+        original = template_original(template)
         original["parallelism"] = spec.get("parallelism", _ABSENT)
-        original[_RESOURCES] = resources_of(template.get("spec") or {})
         annotations[ORIGINAL_ANNOTATION] = json.dumps(original, sort_keys=True)
     spec["suspend"] = False
     pod_set = _pod_set(pod_sets)
+    if pod_set is not None:
+        spec["parallelism"] = pod_set.count
+    inject_pod_set(template, pod_set, workload=workload, admission=admission)
+    return out
+
+
+def template_original(template: Mapping[str, Any]) -> dict[str, Any]:
+    """What `inject_pod_set` changes of pod template `template`, as it is (for `restore`)."""
+    original = {
+        f"{part}.{field}": (template.get(part) or {}).get(field, _ABSENT)
+        for part, field in _TEMPLATE_FIELDS
+    }
+    original[_RESOURCES] = resources_of(template.get("spec") or {})
+    return original
+
+
+def inject_pod_set(
+    template: dict[str, Any], pod_set: PodSetStart | None, *, workload: str, admission: int
+) -> None:
+    """Change pod template `template` in place to make the admitted `pod_set`'s pods: its
+    labels and annotations, muster's workload label and podset annotation, the flavors' node
+    selector and tolerations, the admitted requests (`resize`: raises `resize.ResizeError`
+    when the template cannot ask for exactly those)."""
     t_meta = template.setdefault("metadata", {})
     t_spec = template.setdefault("spec", {})
     labels = t_meta.setdefault("labels", {})
@@ -110,23 +129,22 @@ def started_job(
     labels[WORKLOAD_LABEL] = workload
     if admission:
         labels[ADMISSION_LABEL] = str(admission)
-    if pod_set is not None:
-        spec["parallelism"] = pod_set.count
-        t_meta.setdefault("annotations", {}).update(
-            {**pod_set.annotations, POD_SET_ANNOTATION: pod_set.name}
-        )
-        if pod_set.node_selector:
-            t_spec["nodeSelector"] = {**(t_spec.get("nodeSelector") or {}), **pod_set.node_selector}
-        tolerations = list(t_spec.get("tolerations") or [])
-        for t in map(toleration_manifest, pod_set.tolerations):
-            if t not in tolerations:
-                tolerations.append(t)
-        if tolerations:
-            t_spec["tolerations"] = tolerations
-        rewritten = resized(t_spec, pod_set.requests)
-        if rewritten is not None:
-            template["spec"] = rewritten
-    return out
+    if pod_set is None:
+        return
+    t_meta.setdefault("annotations", {}).update(
+        {**pod_set.annotations, POD_SET_ANNOTATION: pod_set.name}
+    )
+    if pod_set.node_selector:
+        t_spec["nodeSelector"] = {**(t_spec.get("nodeSelector") or {}), **pod_set.node_selector}
+    tolerations = list(t_spec.get("tolerations") or [])
+    for t in map(toleration_manifest, pod_set.tolerations):
+        if t not in tolerations:
+            tolerations.append(t)
+    if tolerations:
+        t_spec["tolerations"] = tolerations
+    rewritten = resized(t_spec, pod_set.requests)
+    if rewritten is not None:
+        template["spec"] = rewritten
 
 
 def resources_changed(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
@@ -144,7 +162,7 @@ def suspended_job(job: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     out = copy.deepcopy(dict(job))
     out.setdefault("spec", {})["suspend"] = True
-    original = _original(out)
+    original = saved_original(out)
     if original is not None and "parallelism" in original:
         _put(out["spec"], "parallelism", original["parallelism"])
     return out
@@ -152,7 +170,7 @@ def suspended_job(job: Mapping[str, Any]) -> dict[str, Any] | None:
 
 def restored_job(job: Mapping[str, Any]) -> dict[str, Any] | None:
     """A suspended `job` with the template start changed put back; None when nothing to do."""
-    original = _original(job)
+    original = saved_original(job)
     if original is None or not is_suspended(job):
         return None
     out = copy.deepcopy(dict(job))
@@ -164,7 +182,7 @@ def as_written(job: Mapping[str, Any]) -> Mapping[str, Any]:
     """`job` as its owner wrote it: what `started_job` changed (template fields, parallelism)
     put back, so the Workload derived from it is the one submitted before the start. `job`
     itself when muster never started it."""
-    original = _original(job)
+    original = saved_original(job)
     if original is None:
         return job
     out = copy.deepcopy(dict(job))
@@ -176,7 +194,12 @@ def as_written(job: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _restore_template(job: dict[str, Any], original: Mapping[str, Any]) -> None:
     """Put the saved template fields back into `job` and drop the saved copy."""
-    template = job.setdefault("spec", {}).setdefault("template", {})
+    restore_template(job.setdefault("spec", {}).setdefault("template", {}), original)
+    del job["metadata"]["annotations"][ORIGINAL_ANNOTATION]
+
+
+def restore_template(template: dict[str, Any], original: Mapping[str, Any]) -> None:
+    """Put pod template `template` back, in place, as `template_original` saw it."""
     for part, field in _TEMPLATE_FIELDS:
         _put(template.setdefault(part, {}), field, original.get(f"{part}.{field}"))
     saved = original.get(_RESOURCES)
@@ -184,10 +207,11 @@ def _restore_template(job: dict[str, Any], original: Mapping[str, Any]) -> None:
         template["spec"] = with_resources(template["spec"], saved)
     if not template["metadata"]:
         del template["metadata"]
-    del job["metadata"]["annotations"][ORIGINAL_ANNOTATION]
 
 
-def _original(job: Mapping[str, Any]) -> dict[str, Any] | None:
+def saved_original(job: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What a start saved of `job` (or JobSet) before changing it (its annotation), None if
+    none."""
     text = (_meta(job).get("annotations") or {}).get(ORIGINAL_ANNOTATION)
     if not isinstance(text, str):
         return None

@@ -54,6 +54,8 @@ PODS = _r("", "v1", "pods", "Pod", True)
 NAMESPACES = _r("", "v1", "namespaces", "Namespace", False)
 LIMIT_RANGES = _r("", "v1", "limitranges", "LimitRange", True)
 JOBS = _r("batch", "v1", "jobs", "Job", True)
+# jobset.x-k8s.io's CRD: a cluster without it has no JobSets to run (its watch waits for it).
+JOBSETS = _r("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", True, optional=True)
 PRIORITY_CLASSES = _r(SCHEDULING_GROUP, "v1", "priorityclasses", "PriorityClass", False)
 SCHEDULING_WORKLOADS = _r(
     SCHEDULING_GROUP,
@@ -123,7 +125,8 @@ def watched_sources(
     Pods come from several selections (a selector cannot OR a field with a label): those for
     muster's scheduler; for "workloads" those of muster workloads (a Job's pods get the workload
     label when the binder starts it); for "placement" every pod bound to a node, whichever
-    scheduler bound it, for the room it takes. Jobs only when they name a queue by label.
+    scheduler bound it, for the room it takes. Jobs and JobSets only when they name a queue by
+    label.
     `gang_api`: the scheduling.k8s.io resources discovered by kind (`discovery`); None for the
     v1.35 Workload, tried whether served or not.
     """
@@ -148,6 +151,7 @@ def watched_sources(
         Source(resource=PRIORITY_CLASSES),
         *(Source(resource=kueue[kind]) for _, kind, _ in _KUEUE_KINDS),
         Source(resource=JOBS, label_selector=QUEUE_NAME_KEY),
+        Source(resource=JOBSETS, label_selector=QUEUE_NAME_KEY),
         Source(resource=NODES),
         muster_pods,
         Source(resource=PODS, label_selector=WORKLOAD_LABEL),
@@ -206,6 +210,7 @@ _KNOWN: tuple[Resource, ...] = (
     LIMIT_RANGES,
     _CONFIG_MAPS,
     JOBS,
+    JOBSETS,
     PRIORITY_CLASSES,
     *kueue_resources("v1beta1").values(),
     SCHEDULING_WORKLOADS,  # after Kueue's: a bare "Workload" is Kueue's

@@ -33,7 +33,8 @@ from muster.api.check_states import ChecksWanted, entries_of, format_time, wante
 from muster.api.encode import workload_to_kueue
 from muster.api.errors import ObjectErrors
 from muster.api.job import workload_from_job
-from muster.api.raw import RawJob
+from muster.api.jobset import JOBSET_KIND, workload_from_jobset
+from muster.api.raw import RawJob, RawJobSet
 from muster.bus.supervision import supervised
 from muster.cluster.errors import ClusterError, InvalidObjectError, NotFoundError
 from muster.cluster.kube.discovery import GangApi
@@ -348,19 +349,27 @@ class StatusWriter:
 
 
 def workload_manifest(job: Mapping[str, Any], *, kueue_version: str) -> dict[str, Any]:
-    """The Kueue Workload for `job` as Kueue's Job integration makes it: named
-    `job-<name>-<hash>`, queue and priority from the Job, one podset "main" whose template is
-    the Job's own pod template, owned by the Job (controller)."""
+    """The Kueue Workload for `job` (a Job or a JobSet) as Kueue's integration makes it: named
+    `job-<name>-<hash>` (`jobset-...`), queue and priority from the owner, its podsets (a Job's
+    one "main", a JobSet's one per replicatedJob) whose templates are the owner's own pod
+    templates, owned by it (controller)."""
     meta = job.get("metadata") or {}
     namespace, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
-    errs = ObjectErrors(f"Job/{namespace}/{name}")
+    kind = str(job.get("kind") or "Job")
+    errs = ObjectErrors(f"{kind}/{namespace}/{name}")
     if not namespace or not name or not uid:
-        raise InvalidObjectError(errs.obj, ["metadata: a stored Job has a namespace, name and uid"])
+        raise InvalidObjectError(
+            errs.obj, [f"metadata: a stored {kind} has a namespace, name and uid"]
+        )
+    jobset = kind == JOBSET_KIND
     try:
-        raw = msgspec.convert(job, RawJob)
+        workload = (
+            workload_from_jobset(msgspec.convert(job, RawJobSet), errs, namespace=str(namespace))
+            if jobset
+            else workload_from_job(msgspec.convert(job, RawJob), errs, namespace=str(namespace))
+        )
     except msgspec.ValidationError as err:
         raise InvalidObjectError(errs.obj, [str(err)]) from err
-    workload = workload_from_job(raw, errs, namespace=str(namespace))
     if errs.errors:
         raise InvalidObjectError(errs.obj, [f"{e.path}: {e.problem}" for e in errs.errors])
     manifest = workload_to_kueue(workload, api_version=f"{KUEUE_GROUP}/{kueue_version}")
@@ -370,7 +379,16 @@ def workload_manifest(job: Mapping[str, Any], *, kueue_version: str) -> dict[str
     out_meta.get("annotations", {}).pop(_LAST_APPLIED, None)
     for ref in out_meta["ownerReferences"]:
         ref["blockOwnerDeletion"] = True
-    template = (job.get("spec") or {}).get("template")
-    if isinstance(template, Mapping):
-        manifest["spec"]["podSets"][0]["template"] = copy.deepcopy(dict(template))
+    spec = job.get("spec") or {}
+    templates = (
+        [
+            ((rj.get("template") or {}).get("spec") or {}).get("template")
+            for rj in spec.get("replicatedJobs") or []
+        ]
+        if jobset
+        else [spec.get("template")]
+    )
+    for pod_set, template in zip(manifest["spec"]["podSets"], templates, strict=False):
+        if isinstance(template, Mapping):
+            pod_set["template"] = copy.deepcopy(dict(template))
     return manifest

@@ -22,6 +22,7 @@ from muster.api.decode import decode_documents
 from muster.api.encode import quantities_to_strings
 from muster.api.errors import ObjectErrors
 from muster.api.job import workload_name_for_job
+from muster.api.jobset import JOBSET_KIND, workload_name_for_jobset
 from muster.api.model import ContainerResources, LimitRange
 from muster.api.podspec import pod_resources
 from muster.api.quantity import format_quantity
@@ -278,7 +279,7 @@ class SimBackend:
 
     async def list_workload_objects(self) -> list[dict[str, Any]]:
         found = []
-        for kind in ("Job", "Workload"):  # Kueue's Workload (the Workload API's is apart)
+        for kind in ("Job", JOBSET_KIND, "Workload"):  # Kueue's (the Workload API's is apart)
             found += await self.store.list(f"{OBJECT_PREFIX}{escape(kind)}.")
         return [stored.obj for stored in found]
 
@@ -377,12 +378,14 @@ class SimBackend:
 
     async def _workload_annotations(self, namespace: str, name: str) -> dict[str, str]:
         """Return the annotations the kubelet reads (run-seconds, readiness) of the stored
-        Workload, or of the Job it is for."""
+        Workload, or of the Job or JobSet it is for."""
         stored = await self.store.get(object_key("Workload", namespace, name))
         sources = [stored] if stored is not None else []
-        if not sources:
-            jobs = await self.store.list(f"{OBJECT_PREFIX}{escape('Job')}.{escape(namespace)}.")
-            sources = [job for job in jobs if _job_workload_name(job.obj, namespace) == name]
+        for kind, name_of in _OWNERS.items():
+            if sources:
+                break
+            owners = await self.store.list(f"{OBJECT_PREFIX}{escape(kind)}.{escape(namespace)}.")
+            sources = [o for o in owners if _owner_workload_name(o.obj, name_of, kind) == name]
         for source in sources:
             meta = source.obj.get("metadata", {})
             annotations = meta.get("annotations", {})
@@ -574,10 +577,20 @@ def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return labels if isinstance(labels, Mapping) else {}
 
 
-def _job_workload_name(job: Mapping[str, Any], namespace: str) -> str:
-    meta = job.get("metadata", {})
+# The owners whose Workload is named after them: kind → how (`muster.api.job`, `.jobset`).
+_OWNERS: dict[str, Callable[[str, str], str]] = {
+    "Job": workload_name_for_job,
+    JOBSET_KIND: workload_name_for_jobset,
+}
+
+
+def _owner_workload_name(
+    owner: Mapping[str, Any], name_of: Callable[[str, str], str], kind: str
+) -> str:
+    meta = owner.get("metadata", {})
     name = meta.get("name", "")
-    return workload_name_for_job(name, meta.get("uid") or stable_uid("Job", namespace, name))
+    namespace = meta.get("namespace", "")
+    return name_of(name, meta.get("uid") or stable_uid(kind, namespace, name))
 
 
 def _view(parse: Callable[[Mapping[str, Any]], V], stored: StoredObject) -> V | None:

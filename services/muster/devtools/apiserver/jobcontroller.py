@@ -29,8 +29,8 @@ from muster.devtools.apiserver.deletion import Api, DeleteOptions
 from muster.devtools.apiserver.errors import ApiError
 from muster.devtools.apiserver.job_status import managed_elsewhere
 from muster.devtools.apiserver.objects import JsonObj, meta, timestamp
+from muster.devtools.apiserver.reconciler import Reconciler
 from muster.devtools.apiserver.resources import Registry, ResourceType
-from muster.devtools.apiserver.store import Change
 
 JOBS = ("batch", "jobs")
 PODS = ("", "pods")
@@ -38,49 +38,16 @@ FINISHED = ("Succeeded", "Failed")
 SCHEDULING = "scheduling.k8s.io"
 
 
-class JobController:
+class JobController(Reconciler):
     """Subscribed to Jobs and Pods; one deferred reconcile per Job and burst of changes."""
 
+    owned, kind, dependents = JOBS, "Job", PODS
+
     def __init__(self, api: Api, registry: Registry, *, workload_with_job: bool = True) -> None:
-        self.api = api
-        self.registry = registry
+        super().__init__(api, registry)
         self.workload_with_job = workload_with_job
-        self._pending: set[tuple[str, str]] = set()
 
-    def start(self) -> None:
-        for key in (JOBS, PODS):
-            rt = self.registry.by_key(key)
-            if rt is not None:
-                self.api.store.subscribe(rt, self)
-
-    # --- ChangeSink ---------------------------------------------------------------------------
-
-    def offer(self, change: Change) -> None:
-        obj = change.obj
-        if change.rt.key == JOBS:
-            self._enqueue(str(meta(obj).get("namespace", "")), str(meta(obj).get("name", "")))
-            return
-        for ref in meta(obj).get("ownerReferences") or []:
-            if isinstance(ref, dict) and ref.get("kind") == "Job" and ref.get("controller"):
-                self._enqueue(str(meta(obj).get("namespace", "")), str(ref.get("name", "")))
-
-    def end(self) -> None:
-        """Jobs and Pods are built in: never unregistered."""
-
-    def _enqueue(self, namespace: str, name: str) -> None:
-        if (namespace, name) not in self._pending:
-            self._pending.add((namespace, name))
-            self.api.defer(lambda: self._reconcile(namespace, name))
-
-    # --- reconcile ----------------------------------------------------------------------------
-
-    def _rt(self, key: tuple[str, str]) -> ResourceType:
-        rt = self.registry.by_key(key)
-        assert rt is not None
-        return rt
-
-    def _reconcile(self, namespace: str, name: str) -> None:
-        self._pending.discard((namespace, name))
+    def reconcile(self, namespace: str, name: str) -> None:
         jobs = self._rt(JOBS)
         job = self.api.store.get(jobs, (namespace, name))
         if job is None or meta(job).get("deletionTimestamp") or managed_elsewhere(job):

@@ -311,14 +311,31 @@ def podgroup_resources() -> tuple[ResourceType, ...]:
     )
 
 
+def jobset_resources() -> tuple[ResourceType, ...]:
+    """The JobSet CRD (jobset.x-k8s.io; its controller: `jobsetcontroller`)."""
+    return (
+        _rt(
+            "jobset.x-k8s.io",
+            ("v1alpha2",),
+            "jobsets",
+            "JobSet",
+            namespaced=True,
+            status=True,
+            custom=True,
+            short_names=("js",),
+        ),
+    )
+
+
 def default_resources(gang_api: str | None = "1.35") -> tuple[ResourceType, ...]:
-    """Built-ins plus Kueue, PodGroup and ProvisioningRequest CRDs: a cluster muster can run
-    on, with the cluster-autoscaler's provisioning."""
+    """Built-ins plus Kueue, PodGroup, ProvisioningRequest and JobSet CRDs: a cluster muster
+    can run on, with the cluster-autoscaler's provisioning and distributed training's JobSets."""
     return (
         builtin_resources(gang_api)
         + kueue_resources()
         + podgroup_resources()
         + autoscaling_resources()
+        + jobset_resources()
     )
 
 

@@ -42,6 +42,7 @@ from muster.devtools.apiserver.http import (
     stream_head,
 )
 from muster.devtools.apiserver.jobcontroller import JobController
+from muster.devtools.apiserver.jobsetcontroller import JobSetController
 from muster.devtools.apiserver.objects import encode
 from muster.devtools.apiserver.resources import Registry, ResourceType, default_resources
 from muster.devtools.apiserver.routes import (
@@ -109,9 +110,12 @@ class ApiServer:
         )
         # Off by default: most tests play the Job controller themselves (kube_services_helpers).
         self.jobs: JobController | None = None
-        if job_controller:
+        self.jobsets: JobSetController | None = None
+        if job_controller:  # and JobSets' (their child Jobs are Jobs)
             self.jobs = JobController(self.api, self.registry, workload_with_job=workload_with_job)
             self.jobs.start()
+            self.jobsets = JobSetController(self.api, self.registry)
+            self.jobsets.start()
         self.faults = Faults()
         self.requests = RequestLog()
         self._server: asyncio.Server | None = None
