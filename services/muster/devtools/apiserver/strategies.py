@@ -4,7 +4,8 @@ fields, validation, and which fields an update may change.
 - Pods: scheduler/DNS/grace defaults, priority from the PriorityClass (403 when it does not
   exist), the two default NoExecute tolerations, status reset to Pending on create; the spec is
   immutable except container images, activeDeadlineSeconds, added tolerations and removed
-  schedulingGates; `spec.nodeName` changes only through pods/binding.
+  schedulingGates; `spec.nodeName` changes only through pods/binding, and is refused on a
+  pod created with schedulingGates.
 - Jobs: selector and controller-uid/job-name labels, completions/parallelism/backoffLimit
   defaults; `restartPolicy` OnFailure or Never; the template's labels and annotations checked as an
   object's; the pod template is immutable except its
@@ -154,6 +155,11 @@ class PodStrategy(Strategy):
         if policy not in ("Always", "OnFailure", "Never"):
             causes.append(
                 unsupported("spec.restartPolicy", policy, ["Always", "OnFailure", "Never"])
+            )
+        if isinstance(spec, dict) and spec.get("nodeName") and spec.get("schedulingGates"):
+            # Created on its node (no scheduler) while gated: the real server refuses both.
+            causes.append(
+                forbidden("spec.nodeName", "cannot be set until all schedulingGates have been cleared")
             )
         return causes
 
