@@ -16,7 +16,7 @@ from placement_stack import Stack, node, placement_stack, pod_writes, submit_and
 
 from muster.api.model import Workload
 from muster.binder.translate import pod_set_starts
-from muster.bus import Bus
+from muster.bus import EVENTS_STREAM, Bus
 from muster.cluster.backend import ClusterChange
 from muster.contracts.v1 import events_pb2
 from muster.payloads import written_workload
@@ -137,3 +137,22 @@ async def handled_everything(bus: Bus, durable: str, *, timeout_s: float = 10.0)
     while not await bus.drained(durable):
         assert time.monotonic() < deadline, f"{durable} did not handle its messages"
         await asyncio.sleep(0.05)
+
+
+async def test_a_workload_whose_admission_carries_no_manifest_is_created_unbound_and_bound(
+    stack: Stack,
+) -> None:
+    """Over 256 KiB its `admitted` carries no copy of the manifest, and its `submitted` left the
+    stream before gang-permit replayed it (the binder kept it): gang-permit cannot build its
+    pods, so neither places first. The binder creates them unbound, gang-permit binds them."""
+    await stack.backend.apply(node("a", cpu="4"))
+    await stack.stop("gangpermit")
+    key = await submit_and_admit(stack, "big", count=2, copied=False)
+    [submitted] = stack.events.matching("submitted", workload=key)
+    await stack.bus.js.delete_msg(EVENTS_STREAM, submitted.sequence)  # aged out of the stream
+    await stack.start_gangpermit()
+    permitted = await stack.events.wait_for("gang_permitted", workload=key, timeout_s=10)
+    await stack.events.wait_for("bound", workload=key, timeout_s=10)
+    await stack.events.wait_for("finished", workload=key, timeout_s=20)
+    assert not permitted.gang_permitted.create
+    assert len(permitted.gang_permitted.bindings) == 2

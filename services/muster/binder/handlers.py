@@ -23,7 +23,7 @@ from typing import NamedTuple, Protocol
 import msgspec
 from google.protobuf.message import Message
 
-from muster.admitted_podsets import owner_kind
+from muster.admitted_podsets import created_on_nodes
 from muster.api.model import Workload
 from muster.api.wellknown import (
     BIND_FAILED,
@@ -289,7 +289,9 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
     except AdmissionMismatchError as err:
         raise Reject(str(err)) from None
     origin = origin_of(env, submission, wl, cluster=ctx.cluster)
-    if origin is None and ctx.backend.creates_on_nodes(owner_kind(wl)):
+    if origin is None and created_on_nodes(
+        env.admitted, wl, cluster=ctx.cluster, creates_on_nodes=ctx.backend.creates_on_nodes
+    ):
         # Placed before its pods exist: each is created on its node at `gang_permitted`
         # (docs/events.md, "Pods created on their nodes"), one write instead of two.
         ctx.specs.admitted_here(env)

@@ -158,9 +158,8 @@ class PodStrategy(Strategy):
             )
         if isinstance(spec, dict) and spec.get("nodeName") and spec.get("schedulingGates"):
             # Created on its node (no scheduler) while gated: the real server refuses both.
-            causes.append(
-                forbidden("spec.nodeName", "cannot be set until all schedulingGates have been cleared")
-            )
+            why = "cannot be set until all schedulingGates have been cleared"
+            causes.append(forbidden("spec.nodeName", why))
         return causes
 
     def update_causes(self, new: JsonObj, old: JsonObj) -> list[Cause]:
