@@ -63,10 +63,10 @@ class Stack:
             "watcher", run_watcher(self.bus, ready, backend=self.backend, config=config), ready
         )
 
-    async def start_gangpermit(self, **config: Any) -> None:
+    async def start_gangpermit(self, backend: ClusterBackend | None = None, **config: Any) -> None:
         ready = Ready()
         settings = GangPermitConfig(cluster=CLUSTER, **{"gang_timeout_s": 30.0, **config})
-        body = run_gangpermit(self.bus, ready, backend=self.backend, config=settings)
+        body = run_gangpermit(self.bus, ready, backend=backend or self.backend, config=settings)
         await self.start("gangpermit", body, ready)
 
     async def start_binder(self, backend: ClusterBackend | None = None, **config: Any) -> None:
