@@ -20,29 +20,6 @@ from kube_services_helpers import (
 pytestmark = pytest.mark.timeout(60)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "k8s" / "examples"
-NODES = """
-apiVersion: v1
-kind: Node
-metadata: {name: node-1, labels: {kubernetes.io/hostname: node-1}}
-status:
-  capacity: {cpu: "2", memory: 16Gi, pods: "110"}
-  conditions: [{type: Ready, status: "True"}]
----
-apiVersion: v1
-kind: Node
-metadata: {name: node-2, labels: {kubernetes.io/hostname: node-2}}
-status:
-  capacity: {cpu: "2", memory: 16Gi, pods: "110"}
-  conditions: [{type: Ready, status: "True"}]
----
-apiVersion: v1
-kind: Node
-metadata: {name: node-3, labels: {kubernetes.io/hostname: node-3}}
-status:
-  capacity: {cpu: "1", memory: 16Gi, pods: "110"}
-  conditions: [{type: Ready, status: "True"}]
-"""
-# Two pods of 2 CPUs: one on each of node-1 and node-2 (the Job's pod of 1 CPU: node-3).
 BARE = """
 apiVersion: kueue.x-k8s.io/v1beta1
 kind: Workload
@@ -57,21 +34,23 @@ spec:
         restartPolicy: Never
         containers: [{name: main, image: busybox:1.36, resources: {requests: {cpu: "2"}}}]
 """
-JOB = """
-apiVersion: batch/v1
-kind: Job
-metadata:
-  name: train
-  namespace: team-b
-  labels: {kueue.x-k8s.io/queue-name: lq-team-b}
-spec:
-  suspend: true
-  template:
-    spec:
-      schedulerName: muster
-      restartPolicy: Never
-      containers: [{name: main, image: busybox:1.36, resources: {requests: {cpu: "1"}}}]
+
+
+def node(name: str, *, cpu: int) -> str:
+    return f"""
+apiVersion: v1
+kind: Node
+metadata: {{name: {name}, labels: {{kubernetes.io/hostname: {name}}}}}
+status:
+  capacity: {{cpu: "{cpu}", memory: 16Gi, ephemeral-storage: 100Gi, pods: "110"}}
+  conditions: [{{type: Ready, status: "True"}}]
 """
+
+
+# The bare Workload's two pods of 2 CPUs: one on each of node-1 and node-2; the example Job of
+# team-a (three pods of 1 CPU): node-3.
+NODES = "---".join(node(n, cpu=c) for n, c in (("node-1", 2), ("node-2", 2), ("node-3", 3)))
+JOB = (EXAMPLES / "jobs.yaml").read_text().split("---")[0]  # sample-job-team-a
 PODS = ["bare-main-0", "bare-main-1"]
 
 
@@ -104,11 +83,10 @@ async def test_a_bare_workloads_pods_are_created_on_their_nodes_and_a_jobs_are_b
 
         # A Job's pods are its controller's: its Workload is not placed before they exist.
         await kubectl.apply(JOB)
-        wl = (await workload_of_job(kubectl, "team-b", "train"))["metadata"]["name"]
-        await condition_when(kubectl, "Workload", wl, "team-b", "Admitted", "True")
-        started = await job_when(kubectl, "team-b", "train", suspended=False)
+        wl = (await workload_of_job(kubectl, "team-a", "sample-job-team-a"))["metadata"]["name"]
+        started = await job_when(kubectl, "team-a", "sample-job-team-a", suspended=False)
         job_pods = await kubectl.run_job_pods(started)
-        assert await pods_bound(kubectl, "team-b", job_pods) == ["node-3"]
-        [job_permit] = events.of(f"team-b/{wl}", "workload.gang_permitted")
+        assert await pods_bound(kubectl, "team-a", job_pods) == ["node-3"] * 3
+        [job_permit] = events.of(f"team-a/{wl}", "workload.gang_permitted")
         assert not job_permit.gang_permitted.create
-        assert server.requests.count(verb="create", path="/pods/[^/]+/binding$") == 1
+        assert server.requests.count(verb="create", path="/pods/[^/]+/binding$") == 3
