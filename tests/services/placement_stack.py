@@ -45,6 +45,7 @@ class Stack:
     events: EventLog
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     gateway: RunningGateway | None = None
+    gangpermit_backend: ClusterBackend | None = None  # gang-permit's view, when not `backend`
 
     async def start(self, name: str, body: Coroutine[Any, Any, None], ready: Ready) -> None:
         task = asyncio.create_task(body, name=name)
@@ -63,10 +64,11 @@ class Stack:
             "watcher", run_watcher(self.bus, ready, backend=self.backend, config=config), ready
         )
 
-    async def start_gangpermit(self, backend: ClusterBackend | None = None, **config: Any) -> None:
+    async def start_gangpermit(self, **config: Any) -> None:
         ready = Ready()
         settings = GangPermitConfig(cluster=CLUSTER, **{"gang_timeout_s": 30.0, **config})
-        body = run_gangpermit(self.bus, ready, backend=backend or self.backend, config=settings)
+        backend = self.gangpermit_backend or self.backend
+        body = run_gangpermit(self.bus, ready, backend=backend, config=settings)
         await self.start("gangpermit", body, ready)
 
     async def start_binder(self, backend: ClusterBackend | None = None, **config: Any) -> None:

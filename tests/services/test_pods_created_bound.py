@@ -196,7 +196,8 @@ async def test_a_binder_that_waits_for_a_permit_beside_an_old_gangpermit_waits_f
     places the admitted gang from the stream and the binder creates its pods on their nodes."""
     async with placement_stack(bus, events) as stack:
         await stack.stop("gangpermit")
-        await stack.start_gangpermit(not_placing_first(stack.backend))
+        stack.gangpermit_backend = not_placing_first(stack.backend)
+        await stack.start_gangpermit()
         await stack.backend.apply(node("a"))
         key = await submit_and_admit(stack, "train", count=2)
         await stack.events.wait_for("admitted", workload=key)
@@ -205,6 +206,7 @@ async def test_a_binder_that_waits_for_a_permit_beside_an_old_gangpermit_waits_f
         assert stack.events.matching("gang_permitted", workload=key) == []
 
         await stack.stop("gangpermit")
+        stack.gangpermit_backend = None
         await stack.start_gangpermit()  # upgraded: it replays the admission
         permitted = await stack.events.wait_for("gang_permitted", workload=key, timeout_s=10)
         assert permitted.gang_permitted.create
