@@ -9,6 +9,7 @@ admission alike. Pure.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal, cast
 
 import msgspec
@@ -85,3 +86,28 @@ def owner_kind(wl: Workload) -> str:
     refs: tuple[OwnerReference, ...] = tuple(wl.meta.owner_references)
     ref = next((r for r in refs if r.controller), refs[0] if refs else None)
     return ref.kind if ref is not None else ""
+
+
+def created_on_nodes(
+    admitted: events_pb2.WorkloadAdmitted,
+    wl: Workload,
+    *,
+    cluster: str,
+    creates_on_nodes: Callable[[str], bool],
+) -> bool:
+    """Whether the binder creates the pods of admission `admitted` (of `wl`) each on its node
+    at the gang's `gang_permitted`, gang-permit placing them before they exist, rather than
+    unbound at `admitted` (docs/events.md, "Pods created on their nodes").
+
+    Yes when the workload was submitted in `cluster` (not a MultiKueue copy), the admission
+    carries its manifest (a workload over 256 KiB does not: its `submitted` may have left the
+    stream before the one or the other replayed it, and then could not build its pods), and
+    the cluster's binder makes the pods of what it stands for (`creates_on_nodes`, by the
+    kind of its owner). Decided from the `admitted` alone, so the binder and gang-permit
+    agree whatever each replayed: `wl` is its copy, or the `submitted` it copies.
+    """
+    return (
+        admitted.origin_cluster in ("", cluster)
+        and bool(admitted.manifest_json)
+        and creates_on_nodes(owner_kind(wl))
+    )

@@ -78,6 +78,22 @@ def test_binding_a_gated_pod_is_409_until_its_gates_are_removed(core: client.Cor
     assert _bind(core, "p", "node-1") == 201
 
 
+def test_a_pod_created_on_its_node_is_taken_unless_it_is_gated(core: client.CoreV1Api) -> None:
+    """What the binder does for a bare Kueue Workload's placed pods: one create, no Binding."""
+    created = core.create_namespaced_pod(
+        "default", as_model(client.V1Pod, pod("p", node="node-1", scheduler="muster"))
+    )
+    assert present(created.spec).node_name == "node-1"
+    with pytest.raises(ApiException) as caught:
+        core.create_namespaced_pod(
+            "default", as_model(client.V1Pod, pod("g", node="node-1", gates=("muster.dev/x",)))
+        )
+    assert caught.value.status == 422
+    cause = status_of(caught.value)["details"]["causes"][0]
+    assert (cause["field"], cause["reason"]) == ("spec.nodeName", "FieldValueForbidden")
+    assert "schedulingGates" in cause["message"]
+
+
 def test_binding_a_missing_pod_is_404(core: client.CoreV1Api) -> None:
     with pytest.raises(ApiException) as caught:
         _bind(core, "ghost", "node-1")

@@ -45,6 +45,7 @@ class Stack:
     events: EventLog
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     gateway: RunningGateway | None = None
+    gangpermit_backend: ClusterBackend | None = None  # gang-permit's view, when not `backend`
 
     async def start(self, name: str, body: Coroutine[Any, Any, None], ready: Ready) -> None:
         task = asyncio.create_task(body, name=name)
@@ -66,7 +67,8 @@ class Stack:
     async def start_gangpermit(self, **config: Any) -> None:
         ready = Ready()
         settings = GangPermitConfig(cluster=CLUSTER, **{"gang_timeout_s": 30.0, **config})
-        body = run_gangpermit(self.bus, ready, backend=self.backend, config=settings)
+        backend = self.gangpermit_backend or self.backend
+        body = run_gangpermit(self.bus, ready, backend=backend, config=settings)
         await self.start("gangpermit", body, ready)
 
     async def start_binder(self, backend: ClusterBackend | None = None, **config: Any) -> None:
@@ -236,16 +238,21 @@ def workload_manifest(
 
 
 async def submit_and_admit(stack: Stack, name: str, **kw: Any) -> str:
-    """Publish what the gateway and admission would: submitted, then admitted (all pods)."""
-    manifest = workload_manifest(name, **kw)
+    """Publish what the gateway and admission would: submitted, then admitted (all pods; with
+    the manifest's copy unless `copied` is False, as for one over 256 KiB)."""
+    copied = kw.pop("copied", True)
+    manifest = json.dumps(workload_manifest(name, **kw))
     key = f"ns/{name}"
-    submitted = events_pb2.WorkloadSubmitted(manifest_json=json.dumps(manifest), queue_name="main")
+    submitted = events_pb2.WorkloadSubmitted(manifest_json=manifest, queue_name="main")
     await stack.publish("submitted", submitted, workload=key)
     assignment = events_pb2.PodSetAssignment(
         name="main", count=kw["count"], flavors={"cpu": "default"}
     )
     admission = events_pb2.Admission(cluster_queue="cq", pod_set_assignments=[assignment])
-    await stack.publish("admitted", events_pb2.WorkloadAdmitted(admission=admission), workload=key)
+    admitted = events_pb2.WorkloadAdmitted(
+        admission=admission, manifest_json=manifest if copied else "", origin_cluster=CLUSTER
+    )
+    await stack.publish("admitted", admitted, workload=key)
     return key
 
 

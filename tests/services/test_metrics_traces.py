@@ -161,7 +161,10 @@ async def test_metrics_and_traces_follow_a_scripted_run(
     binder = scrape(metrics_of(stack, "binder"))
     bound = {"consumer": "binder-local", "type": "workload.gang_permitted", "outcome": "ack"}
     assert value(binder, "muster_events_consumed_total", **bound) == 5
-    assert value(binder, "muster_bind_duration_seconds_count") == 5
+    # Each pod was created on its node (placed before it existed): no bind, five creations.
+    assert value(binder, "muster_create_bound_duration_seconds_count") == 5
+    assert value(binder, "muster_pods_created_bound_total") == 5
+    assert value(binder, "muster_bind_duration_seconds_count") == 0
     gangpermit = scrape(metrics_of(stack, "gangpermit"))
     assert value(gangpermit, "muster_placement_pass_duration_seconds_count")
     assert value(gangpermit, "muster_gangs_waiting") == 0
@@ -170,7 +173,7 @@ async def test_metrics_and_traces_follow_a_scripted_run(
     assert_one_trace(receiver, "team/a", expect={
         "gateway": {"gateway.Submit"},
         "admission": {"admission.admitted"},  # with its reservation: no quota_reserved
-        "binder": {"binder.start", "binder.bind", "handle workload.gang_permitted"},
+        "binder": {"binder.create", "handle workload.gang_permitted"},  # created on its node
         "gangpermit": {"gangpermit.gang_permitted"},
         "watcher": {"watcher.translate"},
     })  # fmt: skip

@@ -16,8 +16,9 @@ from placement_stack import Stack, node, placement_stack, pod_writes, submit_and
 
 from muster.api.model import Workload
 from muster.binder.translate import pod_set_starts
-from muster.bus import Bus
+from muster.bus import EVENTS_STREAM, Bus
 from muster.cluster.backend import ClusterChange
+from muster.cluster.sim.backend import SimBackend
 from muster.contracts.v1 import events_pb2
 from muster.payloads import written_workload
 
@@ -137,3 +138,77 @@ async def handled_everything(bus: Bus, durable: str, *, timeout_s: float = 10.0)
     while not await bus.drained(durable):
         assert time.monotonic() < deadline, f"{durable} did not handle its messages"
         await asyncio.sleep(0.05)
+
+
+async def test_a_workload_whose_admission_carries_no_manifest_is_created_unbound_and_bound(
+    stack: Stack,
+) -> None:
+    """Over 256 KiB its `admitted` carries no copy of the manifest, and its `submitted` left the
+    stream before gang-permit replayed it (the binder kept it): gang-permit cannot build its
+    pods, so neither places first. The binder creates them unbound, gang-permit binds them."""
+    await stack.backend.apply(node("a", cpu="4"))
+    await stack.stop("gangpermit")
+    key = await submit_and_admit(stack, "big", count=2, copied=False)
+    [submitted] = stack.events.matching("submitted", workload=key)
+    await stack.bus.js.delete_msg(EVENTS_STREAM, submitted.sequence)  # aged out of the stream
+    await stack.start_gangpermit()
+    permitted = await stack.events.wait_for("gang_permitted", workload=key, timeout_s=10)
+    await stack.events.wait_for("bound", workload=key, timeout_s=10)
+    await stack.events.wait_for("finished", workload=key, timeout_s=20)
+    assert not permitted.gang_permitted.create
+    assert len(permitted.gang_permitted.bindings) == 2
+
+
+# --- a rolling upgrade: one of the two from before pods were created on their nodes ---------
+
+
+def not_placing_first(backend: SimBackend) -> SimBackend:
+    """The cluster as a binder or gang-permit from before sees it: pods created unbound."""
+    return SimBackend(backend.store, placed_first=False)
+
+
+async def test_gangpermit_placing_first_with_a_binder_that_creates_unbound_makes_each_pod_once(
+    bus: Bus, events: EventLog
+) -> None:
+    """gang-permit upgraded first: the binder (from before) creates the pods unbound at
+    `admitted`, gang-permit has placed them before it saw them; each is made once and bound
+    on its placed node, the permit answered once."""
+    async with placement_stack(bus, events, binder_backend=not_placing_first) as stack:
+        await stack.backend.apply(node("a"))
+        await stack.backend.apply(node("b"))
+        async with pod_writes(stack) as writes:
+            key = await submit_and_admit(stack, "train", count=3)
+            permitted = await stack.events.wait_for("gang_permitted", workload=key, timeout_s=10)
+            await stack.events.wait_for("finished", workload=key, timeout_s=20)
+        placed = {b.pod.name: b.node for b in permitted.gang_permitted.bindings}
+        assert {p.name: p.node_name for p in await stack.pods_of(key)} == placed
+    creations = [c for c in writes if c.type == "ADDED"]
+    assert sorted(c.obj["metadata"]["name"] for c in creations) == sorted(placed)  # once each
+    assert len(events.matching("gang_permitted", workload=key)) == 1
+    assert [b.cause for b in events.matching("bound", workload=key)] == [permitted.event_id]
+
+
+async def test_a_binder_that_waits_for_a_permit_beside_an_old_gangpermit_waits_for_its_upgrade(
+    bus: Bus, events: EventLog
+) -> None:
+    """The binder upgraded first: it creates nothing at `admitted`, and gang-permit from before
+    waits for pods: nothing is made (nor made twice) until gang-permit is upgraded, which
+    places the admitted gang from the stream and the binder creates its pods on their nodes."""
+    async with placement_stack(bus, events) as stack:
+        await stack.stop("gangpermit")
+        stack.gangpermit_backend = not_placing_first(stack.backend)
+        await stack.start_gangpermit()
+        await stack.backend.apply(node("a"))
+        key = await submit_and_admit(stack, "train", count=2)
+        await stack.events.wait_for("admitted", workload=key)
+        await handled_everything(stack.bus, "binder-local")
+        assert await stack.pods_of(key) == []
+        assert stack.events.matching("gang_permitted", workload=key) == []
+
+        await stack.stop("gangpermit")
+        stack.gangpermit_backend = None
+        await stack.start_gangpermit()  # upgraded: it replays the admission
+        permitted = await stack.events.wait_for("gang_permitted", workload=key, timeout_s=10)
+        assert permitted.gang_permitted.create
+        await stack.events.wait_for("finished", workload=key, timeout_s=20)
+        assert len(await stack.pods_of(key)) == 2

@@ -23,7 +23,7 @@ from typing import NamedTuple, Protocol
 import msgspec
 from google.protobuf.message import Message
 
-from muster.admitted_podsets import owner_kind
+from muster.admitted_podsets import created_on_nodes
 from muster.api.model import Workload
 from muster.api.wellknown import (
     BIND_FAILED,
@@ -289,7 +289,9 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
     except AdmissionMismatchError as err:
         raise Reject(str(err)) from None
     origin = origin_of(env, submission, wl, cluster=ctx.cluster)
-    if origin is None and ctx.backend.creates_on_nodes(owner_kind(wl)):
+    if origin is None and created_on_nodes(
+        env.admitted, wl, cluster=ctx.cluster, creates_on_nodes=ctx.backend.creates_on_nodes
+    ):
         # Placed before its pods exist: each is created on its node at `gang_permitted`
         # (docs/events.md, "Pods created on their nodes"), one write instead of two.
         ctx.specs.admitted_here(env)
@@ -327,11 +329,7 @@ async def _start(
     try:
         await _start_fenced(ctx, env, starts, origin=origin)
     except RequestsRefusedError as err:
-        # Routed to requests the cluster will not run it with: nothing started. Admission
-        # evicts it and puts it back on its declared queue (docs/routing.md, "On Kubernetes").
-        log.warning("requests refused: %s", err, extra={"workload": key})
-        payload = events_pb2.RequestsRefused(message=str(err))
-        await ctx.publish("requests_refused", payload, cause=env)
+        await _requests_refused(env, ctx, err)
     except ClusterError as err:
         if origin is None or err.temporary:
             raise await _retry_or_reject(err, ctx, f"starting {key}") from err
@@ -432,20 +430,33 @@ async def _create_gang(env: events_pb2.Envelope, ctx: BinderContext) -> None:
         raise Reject(str(err)) from None
     nodes = {b.pod.name: b.node for b in permitted.bindings}
     with step("binder.create", attributes=lambda: {"muster.pods": len(nodes)}):
+        started = time.perf_counter()
         try:
             if not await _start_fenced(ctx, admitted, starts, nodes=nodes):
                 return
         except RequestsRefusedError as err:
-            log.warning("requests refused: %s", err, extra={"workload": key})
-            payload = events_pb2.RequestsRefused(message=str(err))
-            await ctx.publish("requests_refused", payload, cause=env)
+            await _requests_refused(env, ctx, err)
             return
         except ClusterError as err:
+            if ctx.metrics is not None:  # putting them on their nodes failed, as a bind's
+                ctx.metrics.failed(temporary=err.temporary)
             if err.temporary:
                 raise await _retry_or_reject(err, ctx, f"creating {key}'s pods") from err
             await _bind_failed(env, ctx, f"pods of {key}: {err.message}")
             return
+        if ctx.metrics is not None:
+            ctx.metrics.created(len(nodes), time.perf_counter() - started)
     await _answer_bound(env, ctx)
+
+
+async def _requests_refused(
+    env: events_pb2.Envelope, ctx: BinderContext, err: RequestsRefusedError
+) -> None:
+    """Routed to requests the cluster will not run it with: nothing started. Admission evicts
+    it and puts it back on its declared queue (docs/routing.md, "On Kubernetes")."""
+    log.warning("requests refused: %s", err, extra={"workload": env.workload})
+    payload = events_pb2.RequestsRefused(message=str(err))
+    await ctx.publish("requests_refused", payload, cause=env)
 
 
 async def _bind_gang(env: events_pb2.Envelope, ctx: BinderContext) -> None:

@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from muster.admitted_podsets import AdmissionMismatchError, admitted_pod_sets, owner_kind
+from muster.admitted_podsets import AdmissionMismatchError, admitted_pod_sets, created_on_nodes
 from muster.api.model import (
     CompositePodGroup,
     Node,
@@ -334,10 +334,9 @@ class GangPermitState:
         exist; none when it creates them unbound, or someone else does (a Job controller, a
         copy's from another cluster), as the binder decides (`binder.handlers.on_admitted`)."""
         wl = known.workload
-        origin = env.admitted.origin_cluster or known.cluster
-        if wl is None or origin not in ("", self.cluster):
-            return ()
-        if not self.creates_on_nodes(owner_kind(wl)):
+        if wl is None or not created_on_nodes(
+            env.admitted, wl, cluster=self.cluster, creates_on_nodes=self.creates_on_nodes
+        ):
             return ()
         try:
             return pods_to_create(wl, admitted_pod_sets(wl, env.admitted))

@@ -14,7 +14,6 @@ class Submitted(NamedTuple):
     manifest: KeptManifest  # decoded once it is admitted here
     priority: int
     created_s: float
-    cluster: str = ""  # where it was submitted ("": not known)
 
     @property
     def workload(self) -> Workload | None:
@@ -28,7 +27,6 @@ def submitted_of(env: events_pb2.Envelope) -> Submitted:
         manifest=KeptManifest(env.submitted.manifest_json, what=env.workload),
         priority=env.submitted.priority,
         created_s=env.time_unix_nano / 1e9,
-        cluster=env.cluster,
     )
 
 

@@ -7,8 +7,10 @@
 - gangpermit: `muster_placement_pass_duration_seconds{cluster}` (one placement pass, the
   decision latency), `muster_gangs_waiting{cluster}` (gangs that do not fit yet);
 - binder: `muster_bind_duration_seconds{cluster}` (one pod's bind through the cluster's API),
-  `muster_bind_errors_total{cluster,kind}` (`temporary`: retried, `permanent`: the gang is
-  rejected with BindFailed).
+  `muster_create_bound_duration_seconds{cluster}` (creating one permit's, or part's, pods
+  on their nodes: placed before they existed, so no bind), `muster_pods_created_bound_total
+  {cluster}`, `muster_bind_errors_total{cluster,kind}` (binds or creations on nodes that
+  failed; `temporary`: retried, `permanent`: the gang is rejected with BindFailed).
 """
 
 from __future__ import annotations
@@ -127,9 +129,23 @@ class BinderSeries:
             buckets=DURATION_BUCKETS,
             registry=registry,
         ).labels(cluster)
+        self._create_s = Histogram(
+            "muster_create_bound_duration_seconds",
+            "Time creating one permit's (or part's) pods on their nodes took.",
+            ["cluster"],
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        ).labels(cluster)
+        self._created = Counter(
+            "muster_pods_created_bound_total",
+            "Pods created already on their nodes (placed before they existed: no bind).",
+            ["cluster"],
+            registry=registry,
+        ).labels(cluster)
         errors = Counter(
             "muster_bind_errors_total",
-            "Pod binds that failed: temporary (retried) or permanent (gang rejected).",
+            "Pod binds, or creations on their nodes, that failed: temporary (retried) or "
+            "permanent (gang rejected).",
             ["cluster", "kind"],
             registry=registry,
         )
@@ -138,6 +154,11 @@ class BinderSeries:
 
     def bound(self, seconds: float) -> None:
         self._bind_s.observe(seconds)
+
+    def created(self, pods: int, seconds: float) -> None:
+        """`pods` created on their nodes, in `seconds` (one permit or part)."""
+        self._create_s.observe(seconds)
+        self._created.inc(pods)
 
     def failed(self, *, temporary: bool) -> None:
         (self._temporary if temporary else self._permanent).inc()

@@ -428,11 +428,16 @@ class KubeBackend:
         # Otherwise a pod group: its pods exist already.
 
     def creates_on_nodes(self, owner_kind: str) -> bool:
-        """Never yet: a bare Kueue Workload's pods are the binder's (`start_workload` takes
-        `nodes` for them), but from the events alone a Workload stored here cannot be told
-        from one without an object here, whose pods someone else makes; until it can, every
-        workload's pods are created unbound and bound, as before."""
-        return False
+        """A bare Kueue Workload's (no owner): `start_workload` makes its pods from its
+        templates. A Job's are the Job controller's; a Workload owned by something else is
+        left to the unbound create and bind, as before.
+
+        On Kubernetes every `submitted` is the watcher's, of an object stored here (the gateway
+        writes Submits into the API server), so an owner-less workload is a Kueue Workload
+        stored here. The exception, a gateway left on `--cluster-backend sim` beside this
+        cluster, publishes workloads nothing makes pods for here: their permit is refused by
+        `_refuse_placed`, by name (docs/kubernetes.md)."""
+        return not owner_kind
 
     def _refuse_placed(
         self,
@@ -449,7 +454,10 @@ class KubeBackend:
         if job is not None or (owner is not None and owner.get("kind") == "Job"):
             why = "its pods are its Job's, created by the Job controller"
         elif workload is None and origin is None:
-            why = "its pods are a pod group's, made by whoever applied them"
+            why = (
+                "no Kueue Workload or Job of that name here: its pods are a pod group's, made by "
+                "whoever applied them"
+            )
         else:
             return
         who = self._kueue["Workload"].describe(name, namespace)

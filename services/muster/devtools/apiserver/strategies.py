@@ -6,7 +6,7 @@ fields, validation, and which fields an update may change.
   PriorityClass (403 when it does not exist), the two default NoExecute tolerations, status
   reset to Pending on create; the spec is immutable except container images,
   activeDeadlineSeconds, added tolerations and removed schedulingGates; `spec.nodeName`
-  changes only through pods/binding.
+  changes only through pods/binding, and is refused on a pod created with schedulingGates.
 - Jobs: selector and controller-uid/job-name labels, completions/parallelism/backoffLimit
   defaults; `restartPolicy` OnFailure or Never; the template's labels and annotations checked as an
   object's; the pod template is immutable except its
@@ -160,6 +160,10 @@ class PodStrategy(Strategy):
             causes.append(
                 unsupported("spec.restartPolicy", policy, ["Always", "OnFailure", "Never"])
             )
+        if isinstance(spec, dict) and spec.get("nodeName") and spec.get("schedulingGates"):
+            # Created on its node (no scheduler) while gated: the real server refuses both.
+            why = "cannot be set until all schedulingGates have been cleared"
+            causes.append(forbidden("spec.nodeName", why))
         return causes
 
     def update_causes(self, new: JsonObj, old: JsonObj) -> list[Cause]:
