@@ -22,6 +22,7 @@ import msgspec
 
 from muster.admission.translate import DEACTIVATED, Manifests, Recorded
 from muster.api.model import Admission, PodSet, ReclaimablePod, Workload, WorkloadKey
+from muster.core.check_retries import NO_RETRIES, retries_after_eviction
 from muster.core.conditions import ADMISSION_CHECK, PODS_READY_TIMEOUT, is_deactivation
 from muster.core.conditions import DEACTIVATED as KUEUE_DEACTIVATED
 from muster.core.requeue_state import count_after_eviction, later
@@ -102,6 +103,9 @@ class Entry:
     # Reported since its last eviction (Kueue's only reset); while none are, the one shared
     # empty map (never written).
     check_states: dict[str, CheckState] = field(default_factory=lambda: _NO_CHECK_STATES)
+    # Its checks' retry counts (Kueue's retryCount, `core.check_retries`), as of its last
+    # eviction; the one shared empty map until a check said Retry before one.
+    retry_counts: Mapping[str, int] = field(default_factory=lambda: NO_RETRIES)
     # As submitted, for its `admitted` (translate.MANIFEST_COPY_LIMIT), and the Job it stands
     # for: kept here only when no log keeps its `submitted` (`Ledger.submissions`).
     manifest_json: str = ""
@@ -344,7 +348,7 @@ class Ledger:
         if not active and entry.phase in (Phase.PENDING, Phase.BACKOFF):
             entry.phase = Phase.INACTIVE
             if not entry.evicted:  # evicted now (not before, since reserved): checks reset
-                entry.check_states = _NO_CHECK_STATES
+                _reset_checks(entry)
             entry.evicted = True
             # Kueue evicts it (reason Deactivated) though it holds nothing, and drops its count.
             entry.requeue_count = count_after_eviction(entry.requeue_count, KUEUE_DEACTIVATED)
@@ -422,7 +426,7 @@ class Ledger:
                     entry.admitted_s = fact.at_s
             case "evicted":
                 if fact.reason == DEACTIVATED or entry.phase in _DECIDING:
-                    entry.check_states = _NO_CHECK_STATES  # Kueue's resetChecksOnEviction
+                    _reset_checks(entry)
                     entry.evicted = True
                 if fact.reason == DEACTIVATED:
                     entry.phase = Phase.INACTIVE
@@ -444,6 +448,13 @@ class Ledger:
                 if entry.phase in (Phase.EVICTING, Phase.BACKOFF):
                     _requeue(entry)
         return True
+
+
+def _reset_checks(entry: Entry) -> None:
+    """Kueue's resetChecksOnEviction: what its checks told is forgotten, a Retry counted."""
+    states = {check: s.state for check, s in entry.check_states.items()}
+    entry.retry_counts = retries_after_eviction(entry.retry_counts, states)
+    entry.check_states = _NO_CHECK_STATES
 
 
 def _reserve(entry: Entry, fact: Recorded) -> None:

@@ -772,7 +772,11 @@ class AdmissionState:
 
     def _restore_told_checks(self, entry: Entry) -> None:
         """What its checks told since its last eviction while it held no quota, for its next
-        reservation to start from (or to be set aside for), as the live engine's did."""
+        reservation to start from (or to be set aside for), as the live engine's did; and
+        their retry counts as of that eviction (after it: it counts from states a rebuild
+        does not have)."""
+        if entry.retry_counts:
+            self.engine.restore_retry_counts(entry.key, entry.retry_counts)
         if entry.check_states and entry.phase not in (Phase.RESERVED, Phase.ADMITTED):
             told = {check: s.state for check, s in entry.check_states.items()}
             self.engine.restore_told_checks(entry.key, told, evicted=entry.evicted)

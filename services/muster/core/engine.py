@@ -30,6 +30,7 @@ from muster.api.model import (
     WorkloadKey,
 )
 from muster.api.wellknown import REQUESTS_REFUSED
+from muster.core.check_retries import NO_RETRIES
 from muster.core.conditions import (
     ADMISSION_CHECK,
     DEACTIVATED,
@@ -353,7 +354,7 @@ class Engine(EngineViews):
             # Kueue evicts it though it holds nothing, resetting its checks, unless it is
             # evicted already (since its last reservation): what they told since stays.
             if not r.evicted:
-                r.forget_told_checks()
+                r.reset_checks()
             r.evicted = True
             self.lifecycle.deactivate(r)
         elif not active and r.holds_quota and r.phase is not Phase.EVICTING:
@@ -585,6 +586,14 @@ class Engine(EngineViews):
             r.evicted = r.evicted or evicted
             for check, state in told.items():
                 r.tell_check(check, state)
+
+    def restore_retry_counts(self, key: WorkloadKey, counts: Mapping[str, int]) -> None:
+        """Its checks' retry counts as of its last recorded eviction (state rebuild; Kueue's
+        retryCount, `core.check_retries`): restored after that eviction, which counts from
+        the states a rebuild does not have."""
+        r = self.state.records.get(key)
+        if r is not None:
+            r.retry_counts = dict(counts) if counts else NO_RETRIES
 
     def restore_pending(self, key: WorkloadKey, *, reason: str, message: str) -> None:
         """The recorded pending reason, so that a rebuild does not announce it again.
