@@ -13,6 +13,7 @@ import pytest
 from admission_world import count, eventually, fact, publish, start_admission, submitted, workload
 from bus_helpers import EventLog
 from test_admission_check_restarts import (
+    a_ready_reserves_it_again,
     admitted_then_evicted,
     checked_queue,
     read_then_restarted,
@@ -63,12 +64,7 @@ async def test_a_verdict_told_while_inactive_keeps_it_unreserved_once_resumed(
         assert count(events, "quota_reserved", "ns/w") == 1
         assert events.matching("requeued", workload="ns/w")[-1].requeued.reason == "Reactivated"
 
-        await publish(bus, told("Ready", "provisioned again"))
-
-        async def reserved_again() -> bool:
-            return count(events, "quota_reserved", "ns/w") == 2
-
-        await eventually(reserved_again)
+        await a_ready_reserves_it_again(bus, events)
     finally:
         await replica.stop()
 
@@ -97,11 +93,6 @@ async def test_a_retry_told_while_queued_after_its_eviction_outlives_a_stop_and_
         await eventually(set_aside_again, timeout_s=20)
         assert count(events, "quota_reserved", "ns/w") == 1
 
-        await publish(bus, told("Ready", "provisioned again"))
-
-        async def reserved_again() -> bool:
-            return count(events, "quota_reserved", "ns/w") == 2
-
-        await eventually(reserved_again)
+        await a_ready_reserves_it_again(bus, events)
     finally:
         await replica.stop()

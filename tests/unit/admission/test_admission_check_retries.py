@@ -5,20 +5,10 @@ replica rebuilt from the stream, a snapshot or both agree, and the workload's st
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-from admission_stream import (
-    KUEUE,
-    applied,
-    cluster_queue,
-    flavor,
-    local_queue,
-    reported,
-    submitted,
-    workload,
-)
+from admission_stream import reported, submitted, workload
 from snapshot_world import LiveReplica, StoredStream, rebuilt_from
+from test_admission_retry_requeue import checked_queue
 
 from muster.admission.snapshot import decode_snapshot, encode_snapshot
 from muster.admission.state import AdmissionState
@@ -26,16 +16,6 @@ from muster.api.model import AdmissionCheckState, WorkloadKey
 from muster.contracts.v1 import events_pb2 as pb
 
 KEY = WorkloadKey("ns/w")
-
-
-def prov() -> dict[str, Any]:
-    spec = {"controllerName": "kueue.x-k8s.io/provisioning-request"}
-    return {
-        "apiVersion": KUEUE,
-        "kind": "AdmissionCheck",
-        "metadata": {"name": "prov"},
-        "spec": spec,
-    }
 
 
 def told(state: str, *, at_s: float) -> pb.Envelope:
@@ -46,15 +26,7 @@ def told(state: str, *, at_s: float) -> pb.Envelope:
 async def retried_twice() -> tuple[StoredStream, LiveReplica, list[float]]:
     """`w` reserved at 10 in a ClusterQueue requiring prov; prov says Retry at 11 and 13, each
     evicting it (its pods gone at 12 and 14): reserved a third time, prov Pending."""
-    clock = [10.0]
-    stream = StoredStream()
-    replica = LiveReplica(stream, clock=clock)
-    cq = cluster_queue(cpu="4")
-    cq["spec"]["admissionChecks"] = ["prov"]
-    for manifest in (flavor(), prov(), cq, local_queue()):
-        stream.put(applied(manifest))
-    stream.put(submitted(workload("w"), at_s=10.0))
-    await replica.catch_up()
+    stream, replica, clock = await checked_queue(submitted(workload("w"), at_s=10.0))
     for at_s in (11.0, 13.0):
         await step(stream, replica, clock, told("Retry", at_s=at_s))
         await step(stream, replica, clock, reported("eviction_completed", KEY, at_s=at_s + 1))
