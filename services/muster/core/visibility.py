@@ -321,8 +321,9 @@ class EngineViews:
 
 def _check_states(r: WorkloadRecord) -> tuple[AdmissionCheckState, ...]:
     """Its reservation's checks with their retry counts; without a reservation, the checks
-    whose count an eviction kept (Kueue's status keeps them Pending, `core.check_retries`)."""
-    states = r.checks or dict.fromkeys(r.retry_counts, "Pending")
+    whose count an eviction kept (Kueue's status keeps them, Pending until a check says
+    otherwise: `core.check_retries`)."""
+    states = r.checks or {c: r.told_checks.get(c, "Pending") for c in r.retry_counts}
     return tuple(
         AdmissionCheckState(
             name=name,

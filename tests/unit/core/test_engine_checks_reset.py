@@ -99,3 +99,14 @@ def test_each_eviction_by_a_retry_counts_one_and_one_finding_it_ready_starts_ove
     engine.set_admission_check(A, "prov", "Ready", now_s=9)
     engine.set_active(A, False, now_s=10)  # an eviction that finds it Ready
     assert engine.state.records[A].retry_counts == {}
+
+
+def test_a_queued_workload_shows_what_its_counted_check_told_since() -> None:
+    engine = _engine()
+    _admitted(engine)
+    engine.set_admission_check(A, "prov", "Retry", now_s=5)
+    engine.stopped(A, now_s=6)  # queued again, prov Pending with 1 retry
+    engine.set_admission_check(A, "prov", "Retry", now_s=6)  # and no again: set aside
+    assert [(c.name, c.state, c.retry_count) for c in engine.workload(A).admission_checks] == [
+        ("prov", "Retry", 1)
+    ]
