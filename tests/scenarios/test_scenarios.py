@@ -20,7 +20,7 @@ The expect file lists only the fields worth comparing; anything not listed is ig
         active: bool         # spec.active
         priority: n          # spec.priority
         conditions: {<Type>: "True" | "False" | null | {status, reason, message}}
-        admissionChecks: {<check>: {state, message}}   # status.admissionChecks, by name
+        admissionChecks: {<check>: {state, message, retryCount}}   # status.admissionChecks
     events:     # a subsequence of the full event list, in order; only the keys given
       - {time, type, object, reason, message, by}   # object/by may use job:<ns>/<name>
     no_events:  # no event may match any of these
@@ -174,7 +174,11 @@ def workload_view(wl: dict[str, Any]) -> dict[str, Any]:
         "priority": wl["spec"].get("priority"),
         "conditions": conditions,
         "admissionChecks": {
-            c["name"]: {"state": c.get("state"), "message": c.get("message")}
+            c["name"]: {
+                "state": c.get("state"),
+                "message": c.get("message"),
+                "retryCount": c.get("retryCount", 0),
+            }
             for c in status.get("admissionChecks", [])
         },
     }

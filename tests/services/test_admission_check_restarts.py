@@ -12,6 +12,8 @@ from admission_world import (
     admission_check,
     cluster_queue,
     config_applied,
+    count,
+    eventually,
     fact,
     flavor,
     local_queue,
@@ -82,6 +84,16 @@ def set_aside(seen: list[pb.Envelope]) -> bool:
     Rejected."""
     failed = "The workload has failed admission checks"
     return any(e.workload == "ns/w" and e.pending.message == failed for e in seen)
+
+
+async def a_ready_reserves_it_again(bus: Bus, events: EventLog) -> None:
+    """prov says Ready: `w`, set aside until then, is reserved a second time."""
+    await publish(bus, told("Ready", "provisioned again"))
+
+    async def reserved_again() -> bool:
+        return count(events, "quota_reserved", "ns/w") == 2
+
+    await eventually(reserved_again)
 
 
 def told(state: str, message: str) -> pb.Envelope:

@@ -10,9 +10,10 @@ that verdict decide the same (task leftovers)."""
 from __future__ import annotations
 
 import pytest
-from admission_world import count, eventually, fact, publish, start_admission
+from admission_world import count, fact, publish, start_admission
 from bus_helpers import EventLog
 from test_admission_check_restarts import (
+    a_ready_reserves_it_again,
     admitted_then_evicted,
     read_then_restarted,
     set_aside,
@@ -42,11 +43,6 @@ async def test_a_verdict_told_while_pods_stop_keeps_it_unreserved_until_a_ready(
         assert count(events, "quota_reserved", "ns/w") == 1
         assert count(events, "evicted", "ns/w") == 1  # its verdict evicts nothing more
 
-        await publish(bus, told("Ready", "provisioned again"))
-
-        async def reserved_again() -> bool:
-            return count(events, "quota_reserved", "ns/w") == 2
-
-        await eventually(reserved_again)
+        await a_ready_reserves_it_again(bus, events)
     finally:
         await replica.stop()

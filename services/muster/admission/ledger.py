@@ -22,6 +22,7 @@ import msgspec
 
 from muster.admission.translate import DEACTIVATED, Manifests, Recorded
 from muster.api.model import Admission, PodSet, ReclaimablePod, Workload, WorkloadKey
+from muster.core.check_retries import NO_RETRIES, retries_after_eviction
 from muster.core.conditions import ADMISSION_CHECK, PODS_READY_TIMEOUT, is_deactivation
 from muster.core.conditions import DEACTIVATED as KUEUE_DEACTIVATED
 from muster.core.requeue_state import count_after_eviction, later
@@ -38,14 +39,12 @@ class Phase(StrEnum):
 
 _HOLDING = frozenset({Phase.RESERVED, Phase.ADMITTED, Phase.EVICTING})
 _DECIDING = frozenset({Phase.RESERVED, Phase.ADMITTED})  # where a check's state may evict
-# Without quota to decide on, a check's Ready or Pending is kept for the next reservation (the
-# engine's `set_admission_check`).
+# Without quota to decide on, what a check tells is kept (the engine's `set_admission_check`):
+# a Ready or Pending for the next reservation, a Retry or Rejected holds it unreserved while a
+# ClusterQueue naming it would reserve it.
 _WAITING = frozenset({Phase.EVICTING, Phase.BACKOFF, Phase.PENDING, Phase.INACTIVE})
 _KEPT_WAITING = frozenset({"Ready", "Pending"})
 _UNRESERVED = frozenset({Phase.BACKOFF, Phase.PENDING})
-# Where a Retry or Rejected is kept too: once its eviction began (pods stopping), queued or
-# backing off (the engine's `_KEPT_FAILED`); a ClusterQueue naming it holds it unreserved.
-_KEPT_FAILED = frozenset({Phase.EVICTING, *_UNRESERVED})
 
 
 class CheckState(NamedTuple):
@@ -88,6 +87,8 @@ class Entry:
     evicted_reason: str = ""
     evicted_message: str = ""
     evicted_s: float = 0.0
+    # Evicted since its last reservation (Kueue's Evicted condition): a stop then resets nothing.
+    evicted: bool = False
     eviction_id: str = ""  # the event id of its last `evicted`: what eviction_completed names
     stopped_s: float = 0.0
     # PodsReadyTimeout evictions since submitted or last reactivated (Kueue's
@@ -102,6 +103,9 @@ class Entry:
     # Reported since its last eviction (Kueue's only reset); while none are, the one shared
     # empty map (never written).
     check_states: dict[str, CheckState] = field(default_factory=lambda: _NO_CHECK_STATES)
+    # Its checks' retry counts (Kueue's retryCount, `core.check_retries`), as of its last
+    # eviction; the one shared empty map until a check said Retry before one.
+    retry_counts: Mapping[str, int] = field(default_factory=lambda: NO_RETRIES)
     # As submitted, for its `admitted` (translate.MANIFEST_COPY_LIMIT), and the Job it stands
     # for: kept here only when no log keeps its `submitted` (`Ledger.submissions`).
     manifest_json: str = ""
@@ -305,14 +309,13 @@ class Ledger:
         A Ready or Pending without quota to decide on is kept, when `kept` (an AdmissionCheck
         the configuration has), for its next reservation to start from (`_reserve`); so is a
         Retry or Rejected told once its eviction began (its pods stopping), or while it is
-        queued or backing off, which keeps it unreserved until that check says otherwise (the
-        engine's `Heads`)."""
+        queued, backing off or inactive, which keeps it unreserved until that check says
+        otherwise (the engine's `Heads`)."""
         entry = self.entries.get(key)
         if entry is None:
             return
         unreserved = entry.phase in _UNRESERVED
-        kept_failed = entry.phase in _KEPT_FAILED
-        if entry.phase in _WAITING and (state.state in _KEPT_WAITING or kept_failed):
+        if entry.phase in _WAITING:
             if kept:
                 entry.check_states = {**entry.check_states, check: state}
             stopping = entry.phase is Phase.EVICTING and check in entry.checks
@@ -344,7 +347,9 @@ class Ledger:
         entry.active = active
         if not active and entry.phase in (Phase.PENDING, Phase.BACKOFF):
             entry.phase = Phase.INACTIVE
-            entry.check_states = _NO_CHECK_STATES  # evicted: its checks reset
+            if not entry.evicted:  # evicted now (not before, since reserved): checks reset
+                _reset_checks(entry)
+            entry.evicted = True
             # Kueue evicts it (reason Deactivated) though it holds nothing, and drops its count.
             entry.requeue_count = count_after_eviction(entry.requeue_count, KUEUE_DEACTIVATED)
         elif active and entry.phase is Phase.INACTIVE:
@@ -403,6 +408,7 @@ class Ledger:
                 if entry.phase is Phase.RESERVED:
                     _requeue(entry)  # a stopped queue took back quota only reserved
                     entry.check_states = _NO_CHECK_STATES  # Kueue evicts it: checks reset
+                    entry.evicted = True
                 # Interned: a queue's waiting workloads are told the same few messages.
                 entry.pending_reason = sys.intern(fact.reason)
                 entry.pending_message = sys.intern(fact.message)
@@ -420,7 +426,8 @@ class Ledger:
                     entry.admitted_s = fact.at_s
             case "evicted":
                 if fact.reason == DEACTIVATED or entry.phase in _DECIDING:
-                    entry.check_states = _NO_CHECK_STATES  # Kueue's resetChecksOnEviction
+                    _reset_checks(entry)
+                    entry.evicted = True
                 if fact.reason == DEACTIVATED:
                     entry.phase = Phase.INACTIVE
                     entry.admission = None
@@ -443,6 +450,13 @@ class Ledger:
         return True
 
 
+def _reset_checks(entry: Entry) -> None:
+    """Kueue's resetChecksOnEviction: what its checks told is forgotten, a Retry counted."""
+    states = {check: s.state for check, s in entry.check_states.items()}
+    entry.retry_counts = retries_after_eviction(entry.retry_counts, states)
+    entry.check_states = _NO_CHECK_STATES
+
+
 def _reserve(entry: Entry, fact: Recorded) -> None:
     entry.phase = Phase.RESERVED
     entry.admission = fact.admission
@@ -453,6 +467,7 @@ def _reserve(entry: Entry, fact: Recorded) -> None:
         c: s for c, s in entry.check_states.items() if c in fact.checks and s.state in _KEPT_WAITING
     }
     entry.reserved_s = fact.at_s
+    entry.evicted = False
     entry.retry_at_s = None
     entry.admitted_s = None
     entry.pods_ready = False

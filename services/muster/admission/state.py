@@ -780,11 +780,15 @@ class AdmissionState:
         return []
 
     def _restore_told_checks(self, entry: Entry) -> None:
-        """The Ready and Pending told since its last eviction while it held no quota, for its
-        next reservation to start from, as the live engine's did."""
+        """What its checks told since its last eviction while it held no quota, for its next
+        reservation to start from (or to be set aside for), as the live engine's did; and
+        their retry counts as of that eviction (after it: it counts from states a rebuild
+        does not have)."""
+        if entry.retry_counts:
+            self.engine.restore_retry_counts(entry.key, entry.retry_counts)
         if entry.check_states and entry.phase not in (Phase.RESERVED, Phase.ADMITTED):
             told = {check: s.state for check, s in entry.check_states.items()}
-            self.engine.restore_told_checks(entry.key, told)
+            self.engine.restore_told_checks(entry.key, told, evicted=entry.evicted)
 
     def _admit_now(self, entry: Entry) -> list[Event]:
         """Reserved with no check to pass, yet not admitted: the round that reserved it admitted

@@ -122,7 +122,8 @@ def reset_after_eviction(
 ) -> list[Entry]:
     """`entries` with each one that is not Pending and was set at or before the eviction
     (`evicted_at_s`, whole seconds as lastTransitionTime has them) reset to Pending; a
-    Retry counts one more retry. Entries set after it are a newer reservation's: kept."""
+    Retry counts one more retry, a Ready or Rejected starts the count over
+    (`core.check_retries`). Entries set after it are a newer reservation's: kept."""
     if evicted_at_s <= 0:
         return [dict(e) for e in entries]
     evicted = evicted_at_s if math.isinf(evicted_at_s) else float(int(evicted_at_s))
@@ -134,6 +135,8 @@ def reset_after_eviction(
         if state != PENDING and (set_at is None or set_at <= evicted):
             if state == RETRY:
                 entry["retryCount"] = int(entry.get("retryCount") or 0) + 1
+            else:  # a Ready or Rejected starts its count over (Kueue leaves it unset)
+                entry.pop("retryCount", None)
             entry.pop("podSetUpdates", None)
             entry.update(state=PENDING, lastTransitionTime=now, message=f"{RESET_MESSAGE}{state}")
         out.append(entry)

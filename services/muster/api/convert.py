@@ -209,7 +209,9 @@ def workload_from_raw(raw: RawWorkload, meta: ObjectMeta, errs: ObjectErrors) ->
             for c in status.conditions
         ),
         admission_checks=tuple(
-            AdmissionCheckState(name=a.name, state=a.state, message=a.message)
+            AdmissionCheckState(
+                name=a.name, state=a.state, message=a.message, retry_count=a.retry_count
+            )
             for a in status.admission_checks
         ),
         reclaimable_pods=_reclaimable_pods(status.reclaimable_pods, counts, errs),

@@ -206,7 +206,12 @@ def _status(wl: Workload) -> dict[str, Any]:
         ]
     if wl.admission_checks:
         status["admissionChecks"] = [
-            {"name": a.name, "state": a.state, **({"message": a.message} if a.message else {})}
+            {
+                "name": a.name,
+                "state": a.state,
+                **({"message": a.message} if a.message else {}),
+                **({"retryCount": a.retry_count} if a.retry_count else {}),
+            }
             for a in wl.admission_checks
         ]
     if wl.reclaimable_pods:

@@ -382,6 +382,7 @@ class AdmissionCheckState(Frozen, frozen=True, kw_only=True):
     name: str
     state: Literal["Pending", "Ready", "Retry", "Rejected"] = "Pending"
     message: str = ""
+    retry_count: int = 0  # Kueue's retryCount: Retries counted at evictions (core.check_retries)
 
 
 class Alternative(Frozen, frozen=True, kw_only=True):

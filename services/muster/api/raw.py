@@ -390,6 +390,7 @@ class RawAdmissionCheckState(Wire):
     name: str
     state: Literal["Pending", "Ready", "Retry", "Rejected"] = "Pending"
     message: str = ""
+    retry_count: Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)] = 0  # int32, as Kueue
 
 
 class RawReclaimablePod(Wire):

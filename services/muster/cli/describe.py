@@ -93,7 +93,8 @@ def render_description(d: services_pb2.WorkloadDescription) -> str:
     out = "".join(f"{k + ':':<{width}}{v}\n" for k, v in fields)
     out += _section("Admission", ["PODSET", "COUNT", "FLAVORS", "USAGE"], _admission_rows(d))
     conditions = [
-        [c.type, c.status, c.reason, c.message, _when(c.time_unix_nano)] for c in d.conditions
+        [c.type, c.status, c.reason, c.message + _retries(c), _when(c.time_unix_nano)]
+        for c in d.conditions
     ]
     out += _section("Conditions", ["TYPE", "STATUS", "REASON", "MESSAGE", "SINCE"], conditions)
     pods = [[p.pod.name, p.pod.pod_set or "-", p.node] for p in d.pods]
@@ -139,3 +140,8 @@ def _section(title: str, header: list[str], rows: list[list[str]]) -> str:
         return f"\n{title}: <none>\n"
     body = render_table(header, rows)
     return f"\n{title}:\n" + "".join(f"  {line}\n" for line in body.splitlines())
+
+
+def _retries(c: services_pb2.WorkloadCondition) -> str:
+    """An admission check's retryCount, after its message."""
+    return f" (retryCount {c.retry_count})" if c.retry_count else ""

@@ -30,6 +30,7 @@ from muster.api.model import (
     WorkloadKey,
 )
 from muster.api.wellknown import REQUESTS_REFUSED
+from muster.core.check_retries import NO_RETRIES
 from muster.core.conditions import (
     ADMISSION_CHECK,
     DEACTIVATED,
@@ -64,12 +65,9 @@ from muster.core.visibility import EngineViews
 __all__ = ["DEACTIVATED", "DEACTIVATED_MESSAGE", "Engine"]
 
 _DONE = frozenset({Phase.FINISHED, Phase.DELETED, Phase.INACTIVE})
-# Without quota to decide on (evicted, or waiting for it), a check's Ready or Pending is kept
-# for the next reservation (`set_admission_check`).
+# Without quota to decide on (evicted, its pods stopping or gone; queued, backing off or
+# inactive), what a check tells is kept as Kueue's status keeps it (`set_admission_check`).
 _WAITING = frozenset({Phase.EVICTING, Phase.BACKOFF, Phase.PENDING, Phase.INACTIVE})
-_KEPT_WAITING = frozenset({"Ready", "Pending"})  # kept in any waiting phase; Retry, Rejected
-# once its eviction began (pods stopping), queued or backing off, not while inactive
-_KEPT_FAILED = frozenset({Phase.EVICTING, Phase.BACKOFF, Phase.PENDING})
 # Where a check's Retry moves its requeueAt later: holding quota, its pods stopping or not.
 _DECIDING_OR_STOPPING = frozenset({Phase.RESERVED, Phase.ADMITTED, Phase.EVICTING})
 
@@ -353,7 +351,11 @@ class Engine(EngineViews):
             # Off its queue (and any reservation); a back-off's timer no longer fires.
             self.lifecycle.release(r)
             state.awaiting_victims.discard(r.key)
-            r.forget_told_checks()  # Kueue evicts it though it holds nothing: checks reset
+            # Kueue evicts it though it holds nothing, resetting its checks, unless it is
+            # evicted already (since its last reservation): what they told since stays.
+            if not r.evicted:
+                r.reset_checks()
+            r.evicted = True
             self.lifecycle.deactivate(r)
         elif not active and r.holds_quota and r.phase is not Phase.EVICTING:
             self.lifecycle.evict(r, reason=DEACTIVATED, message=DEACTIVATED_MESSAGE)
@@ -424,9 +426,10 @@ class Engine(EngineViews):
         reset), its pods stopping or gone, or while it waits for quota, is where that check
         starts at its next reservation, as Kueue's status.admissionChecks keeps it: all Ready,
         the reservation admits it at once (`Lifecycle.reserve`). A Retry or Rejected told
-        since its eviction began (its pods stopping or gone) is kept too: queued again, it is
-        set aside until that check says otherwise (`Heads`), as Kueue's scheduler leaves a
-        workload with failed checks in status unreserved."""
+        since its eviction began (its pods stopping or gone, or while it is inactive) is kept
+        too: queued again (or reactivated: nothing resets checks then), it is set aside until
+        that check says otherwise (`Heads`), as Kueue's scheduler leaves a workload with
+        failed checks in status unreserved."""
         self.state.now_s = now_s
         r = self.state.records.get(key)
         if r is None:
@@ -435,7 +438,7 @@ class Engine(EngineViews):
             since = now_s if since_s is None else since_s
             end_s = retry_end_s(since, requeue_after_s or 0, now_s=now_s)
             r.requeue_at_s = later(r.requeue_at_s, end_s)
-        if r.phase in _WAITING and (state in _KEPT_WAITING or r.phase in _KEPT_FAILED):
+        if r.phase in _WAITING:
             return self._told_waiting(r, check, state, requeue_after_s, since_s, now_s)
         if check not in r.checks or r.phase not in (Phase.RESERVED, Phase.ADMITTED):
             return []
@@ -571,13 +574,26 @@ class Engine(EngineViews):
                 self.queueing.enqueue(r)
         return self.state.take_events()
 
-    def restore_told_checks(self, key: WorkloadKey, told: Mapping[str, str]) -> None:
-        """The Ready and Pending its checks told since its last eviction while it held no
-        quota (state rebuild; `set_admission_check`): its next reservation starts from them."""
+    def restore_told_checks(
+        self, key: WorkloadKey, told: Mapping[str, str], *, evicted: bool = False
+    ) -> None:
+        """What its checks told since its last eviction while it held no quota (state
+        rebuild; `set_admission_check`): its next reservation starts from a Ready or Pending,
+        a Retry or Rejected sets it aside. `evicted`: evicted since its last reservation, so a
+        stop keeps them (`set_active`)."""
         r = self.state.records.get(key)
         if r is not None and r.phase in _WAITING:
+            r.evicted = r.evicted or evicted
             for check, state in told.items():
                 r.tell_check(check, state)
+
+    def restore_retry_counts(self, key: WorkloadKey, counts: Mapping[str, int]) -> None:
+        """Its checks' retry counts as of its last recorded eviction (state rebuild; Kueue's
+        retryCount, `core.check_retries`): restored after that eviction, which counts from
+        the states a rebuild does not have."""
+        r = self.state.records.get(key)
+        if r is not None:
+            r.retry_counts = dict(counts) if counts else NO_RETRIES
 
     def restore_pending(self, key: WorkloadKey, *, reason: str, message: str) -> None:
         """The recorded pending reason, so that a rebuild does not announce it again.

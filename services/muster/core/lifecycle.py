@@ -186,7 +186,7 @@ class Lifecycle:
         deactivate: bool = False,
     ) -> None:
         state = self.state
-        r.forget_told_checks()
+        r.reset_checks()
         r.set_condition(EVICTED, True, reason, message)
         self._unreserve(r, message)
         r.evicted = True

@@ -9,6 +9,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from muster.api.model import Condition, Workload, WorkloadKey
+from muster.core.check_retries import NO_RETRIES, retries_after_eviction
 from muster.core.flavors import Assignment
 from muster.core.quota import FlavorResource
 from muster.core.reclaim import NONE, reclaimed_usage
@@ -95,6 +96,7 @@ class WorkloadRecord:
         "requeue_count",
         "reserved_at_s",
         "resource_problem",
+        "retry_counts",
         "seq",
         "shape",
         "told_checks",
@@ -156,6 +158,8 @@ class WorkloadRecord:
         # Ready or Pending told since its last eviction while it held no quota: where its next
         # reservation's checks start (`tell_check`); shared and empty, as `checks`, until told.
         self.told_checks: dict[str, str] = _NO_CHECKS
+        # Kueue's retryCount of each check (`core.check_retries`), counted at its evictions.
+        self.retry_counts: Mapping[str, int] = NO_RETRIES
         self.evicted = False
         self.evicted_by: WorkloadKey | None = None  # the preemptor, while being evicted for one
         self._group: PendingGroup | None = None
@@ -216,8 +220,11 @@ class WorkloadRecord:
             for check in checks
         }
 
-    def forget_told_checks(self) -> None:
-        """Kueue's resetChecksOnEviction: every check Pending again at an eviction."""
+    def reset_checks(self) -> None:
+        """Kueue's resetChecksOnEviction: every check Pending again at an eviction, a Retry
+        (its reservation's, or told since it held none) counting one retry more."""
+        states = {**self.told_checks, **self.checks}
+        self.retry_counts = retries_after_eviction(self.retry_counts, states)
         self.told_checks = _NO_CHECKS
 
     def set_condition(self, type_: str, status: bool, reason: str, message: str) -> None:

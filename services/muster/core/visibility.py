@@ -235,10 +235,7 @@ class EngineViews:
             priority=r.priority,
             admission=admission,
             conditions=tuple(conditions.values()),
-            admission_checks=tuple(
-                AdmissionCheckState(name=name, state=state)  # type: ignore[arg-type]
-                for name, state in sorted(r.checks.items())
-            ),
+            admission_checks=_check_states(r),
             active=r.phase is not Phase.INACTIVE,
         )
 
@@ -320,3 +317,18 @@ class EngineViews:
     def take_view_changes(self) -> Changes:
         """Which queues' views changed since the last call (one caller renders them)."""
         return self.state.index.take_changes()
+
+
+def _check_states(r: WorkloadRecord) -> tuple[AdmissionCheckState, ...]:
+    """Its reservation's checks with their retry counts; without a reservation, the checks
+    whose count an eviction kept (Kueue's status keeps them, Pending until a check says
+    otherwise: `core.check_retries`)."""
+    states = r.checks or {c: r.told_checks.get(c, "Pending") for c in r.retry_counts}
+    return tuple(
+        AdmissionCheckState(
+            name=name,
+            state=state,  # type: ignore[arg-type]
+            retry_count=r.retry_counts.get(name, 0),
+        )
+        for name, state in sorted(states.items())
+    )

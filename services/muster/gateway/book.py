@@ -24,9 +24,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Final
 
+from muster.api.check_states import RESET_MESSAGE
 from muster.api.names import dns1123_label_problem, dns1123_subdomain_problem
 from muster.api.wellknown import LOCAL_CLUSTER
 from muster.contracts.v1 import events_pb2, services_pb2
+from muster.core.check_retries import retries_after_eviction
 from muster.core.conditions import (
     ADMITTED_MESSAGE,
     DEACTIVATED,
@@ -64,6 +66,7 @@ PENDING, RESERVED, ADMITTED, FINISHED = "PENDING", "QUOTARESERVED", "ADMITTED", 
 INACTIVE, WAITING, PERMITTED = "INACTIVE", "WAITING", "PERMITTED"
 STATUSES: Final = (PENDING, RESERVED, ADMITTED, FINISHED, INACTIVE, WAITING, PERMITTED)
 DEACTIVATED_BY_ADMISSION: Final = "InactiveWorkload"  # admission/translate.DEACTIVATED
+CHECK_PREFIX: Final = "AdmissionCheck/"  # an admission check's condition: its state
 
 
 # A packed entry's lines: kept in its `packed` (maxlen 0: shared, an append keeps nothing).
@@ -412,6 +415,7 @@ def _evicted(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
     at = env.time_unix_nano
     e.summary.evictions += 1
     e.summary.reason, e.summary.message = ev.reason, ev.message
+    _reset_checks(e, at)
     if "PodsReady" in e.conditions:  # its pods start anew when admitted again (Kueue)
         e.condition("PodsReady", False, WAIT_FOR_START, NOT_READY_MESSAGE, at)
     if ev.reason == DEACTIVATED_BY_ADMISSION:
@@ -580,7 +584,25 @@ def _finished(book: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
 def _admission_check(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
     ac = env.admission_check
     at = env.time_unix_nano
-    e.condition(f"AdmissionCheck/{ac.check}", ac.state == "Ready", ac.state, ac.message, at)
+    type_ = f"{CHECK_PREFIX}{ac.check}"
+    was = e.conditions.get(type_)
+    e.condition(type_, ac.state == "Ready", ac.state, ac.message, at)
+    if was is not None:  # an answer leaves the count as it is (Kueue)
+        e.conditions[type_].retry_count = was.retry_count
+
+
+def _reset_checks(e: Entry, at: int) -> None:
+    """Kueue's resetChecksOnEviction, as its status shows it: every check told something but
+    Pending is Pending again, a Retry counted (`core.check_retries`)."""
+    told = {t: c for t, c in e.conditions.items() if t.startswith(CHECK_PREFIX)}
+    counts = retries_after_eviction(
+        {t: c.retry_count for t, c in told.items() if c.retry_count},
+        {t: c.reason for t, c in told.items()},
+    )
+    for type_, c in told.items():
+        if c.reason != "Pending":
+            e.condition(type_, False, "Pending", f"{RESET_MESSAGE}{c.reason}", at)
+            e.conditions[type_].retry_count = counts.get(type_, 0)
 
 
 _HANDLERS: Final[dict[str, _Handler]] = {

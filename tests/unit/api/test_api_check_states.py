@@ -65,6 +65,20 @@ def test_an_eviction_resets_what_was_set_until_then_and_counts_retries() -> None
     assert reset_after_eviction(stored, evicted_at_s=0, now="NOW") == stored
 
 
+def test_an_eviction_that_finds_a_check_ready_or_rejected_starts_its_count_over() -> None:
+    """Kueue's resetChecksOnEviction sets retryCount only for a Retry (one more); a Ready or
+    Rejected reset leaves it unset, a Pending one keeps it (task checks3)."""
+    stored: list[dict[str, object]] = [
+        entry("ready", "Ready", T0, retryCount=2),
+        entry("rejected", "Rejected", T0, retryCount=1),
+        entry("pending", "Pending", T0, retryCount=4),
+    ]
+    reset = {e["name"]: e for e in reset_after_eviction(stored, evicted_at_s=T0, now="NOW")}
+    assert "retryCount" not in reset["ready"]
+    assert "retryCount" not in reset["rejected"]
+    assert reset["pending"]["retryCount"] == 4
+
+
 def test_setting_a_state_moves_its_transition_time_only_when_it_changes() -> None:
     stored = [entry("prov", "Pending", T0)]
     same = set_state(stored, "prov", "Pending", now="LATER", message="ETA 5m")

@@ -67,3 +67,38 @@ def test_deactivating_it_resets_the_failed_check() -> None:
     engine.set_active(A, False, now_s=6)  # Kueue evicts it, though it holds nothing
     engine.set_active(A, True, now_s=7)
     assert _kinds(engine.schedule(now_s=7)) == [(EventType.QUOTA_RESERVED, "ns/a")]
+
+
+@pytest.mark.parametrize("state", ["Rejected", "Retry"])
+def test_a_failed_check_told_while_inactive_sets_it_aside_once_reactivated(state: str) -> None:
+    """Kueue resets nothing at reactivation: what a check told while the workload was inactive
+    stays in its status, and its scheduler leaves it unreserved (task checks3)."""
+    engine = _engine()
+    _admitted(engine)
+    engine.set_active(A, False, now_s=5)  # evicted (its checks reset); its pods stop
+    engine.stopped(A, now_s=6)
+    assert engine.set_admission_check(A, "prov", state, now_s=7) == []
+    assert engine.phase(A) == "Inactive"
+    engine.set_active(A, True, now_s=8)
+    events = engine.schedule(now_s=8)
+    assert [(e.type, e.message) for e in events if e.object == A] == [
+        (EventType.PENDING, FAILED_CHECKS)
+    ]
+    engine.set_admission_check(A, "prov", "Ready", now_s=9)
+    assert _kinds(engine.schedule(now_s=9)) == RESERVED_AND_ADMITTED
+
+
+def test_stopping_a_workload_evicted_already_keeps_the_failed_check() -> None:
+    """Evicted and queued again, it is not evicted once more when stopped (Kueue's workload
+    controller evicts only one not evicted since its reservation): the Retry stays."""
+    engine = _engine()
+    _admitted(engine)
+    engine.set_admission_check(A, "prov", "Retry", now_s=5)  # evicted
+    engine.stopped(A, now_s=6)
+    engine.set_admission_check(A, "prov", "Retry", now_s=6)  # told again once queued
+    engine.set_active(A, False, now_s=7)
+    engine.set_active(A, True, now_s=8)
+    events = engine.schedule(now_s=8)
+    assert [(e.type, e.message) for e in events if e.object == A] == [
+        (EventType.PENDING, FAILED_CHECKS)
+    ]

@@ -79,3 +79,34 @@ def test_a_check_the_configuration_does_not_have_and_multikueue_s_are_not_kept(
     """MultiKueue's Ready says a worker admitted that reservation: each is dispatched anew."""
     engine = _told_while_queued(check)
     assert engine.state.records[A].told_checks == {}
+
+
+def test_each_eviction_by_a_retry_counts_one_and_one_finding_it_ready_starts_over() -> None:
+    """Kueue's retryCount (resetChecksOnEviction): shown in the workload's status while queued
+    too, as Kueue keeps the entry Pending with its count (task checks3)."""
+    engine = _engine()
+    _admitted(engine)
+    engine.set_admission_check(A, "prov", "Retry", now_s=5)
+    engine.stopped(A, now_s=6)
+    assert [(c.name, c.state, c.retry_count) for c in engine.workload(A).admission_checks] == [
+        ("prov", "Pending", 1)
+    ]
+    engine.schedule(now_s=6)  # reserved again, prov Pending
+    engine.set_admission_check(A, "prov", "Retry", now_s=7)
+    engine.stopped(A, now_s=8)
+    engine.schedule(now_s=8)
+    assert engine.state.records[A].retry_counts == {"prov": 2}
+    engine.set_admission_check(A, "prov", "Ready", now_s=9)
+    engine.set_active(A, False, now_s=10)  # an eviction that finds it Ready
+    assert engine.state.records[A].retry_counts == {}
+
+
+def test_a_queued_workload_shows_what_its_counted_check_told_since() -> None:
+    engine = _engine()
+    _admitted(engine)
+    engine.set_admission_check(A, "prov", "Retry", now_s=5)
+    engine.stopped(A, now_s=6)  # queued again, prov Pending with 1 retry
+    engine.set_admission_check(A, "prov", "Retry", now_s=6)  # and no again: set aside
+    assert [(c.name, c.state, c.retry_count) for c in engine.workload(A).admission_checks] == [
+        ("prov", "Retry", 1)
+    ]
