@@ -306,6 +306,7 @@ class GangPermitState:
                 priority=known.priority,
                 created_s=known.created_s,
                 groups=self.feed.groups(),
+                with_pods=False,
             ).spec
             unmade = self._to_create(env, known)
         else:  # no spec at all (an older admission): all its admitted pods, at once
