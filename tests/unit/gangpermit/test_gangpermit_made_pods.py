@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from cluster_docs import Doc, kueue_workload, node, objects
+from cluster_docs import Doc, kueue_workload, looked_up, node, objects
 
 from muster.core.placement.model import GangKey, PodKey
 from muster.gangpermit.state import GangPermitState
@@ -75,15 +75,7 @@ def placed() -> tuple[GangPermitState, str, list[Any]]:
         ADMISSION,
     )
     (binding,) = permit.gang_permitted.bindings
-    looked: list[Any] = []
-    membership = state.feed.membership
-
-    def counted(pod: Any) -> Any:
-        looked.append(pod)
-        return membership(pod)
-
-    state.feed.membership = counted  # type: ignore[method-assign]
-    return state, binding.node, looked
+    return state, binding.node, looked_up(state)
 
 
 def test_a_pod_made_on_the_node_it_was_placed_on_is_a_bind_seen() -> None:
