@@ -144,7 +144,9 @@ def demand_of(
 ) -> Demand:
     """The pods `admission` starts for `wl`, as the binder would start them (the same podsets
     gang placement reads: flavors' node labels and tolerations merged in)."""
-    gang = gang_of_admitted(wl, admission, flavors=flavors, priority=0, created_s=0.0)
+    gang = gang_of_admitted(
+        wl, admission, flavors=flavors, priority=0, created_s=0.0, with_pods=False
+    )
     return Demand(
         pod_sets=tuple(
             PodSetDemand(

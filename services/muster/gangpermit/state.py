@@ -55,6 +55,7 @@ from muster.core.placement.model import (
 )
 from muster.core.placement.scheduler import DEFAULT_TIMEOUT_S, GangScheduler
 from muster.core.placement.sources import (
+    created_at_s,
     gang_of_admitted,
     handled_by,
     node_info,
@@ -67,7 +68,7 @@ from muster.gangpermit.member_uids import MemberUids
 from muster.gangpermit.parts import part_ids
 from muster.gangpermit.rooms import NodeRooms
 from muster.gangpermit.submitted import Submitted, admission_of, submitted_from, submitted_of
-from muster.gangpermit.unmade import UnmadePods
+from muster.gangpermit.unmade import UnmadePods, made_as_placed
 from muster.payloads import PayloadError, applied_document, applied_object
 
 log = logging.getLogger(__name__)
@@ -306,6 +307,7 @@ class GangPermitState:
                 priority=known.priority,
                 created_s=known.created_s,
                 groups=self.feed.groups(),
+                with_pods=False,
             ).spec
             unmade = self._to_create(env, known)
         else:  # no spec at all (an older admission): all its admitted pods, at once
@@ -508,7 +510,8 @@ class GangPermitState:
 
     def put(self, obj: ClusterObject) -> bool:
         """An object as it is now (added or changed); whether a pass may now decide
-        differently (not after a pod only went on as placed: see `_went_on`)."""
+        differently (not after a pod only went on as placed, `_went_on`, or was made where
+        it was placed, `_made_where_held`)."""
         match obj:
             case Node():
                 info = node_info(obj)
@@ -517,9 +520,17 @@ class GangPermitState:
                 self._rooms.node_changed(info.name)
                 self.touch_all()
             case Pod():
+                unmade = self.unmade.pods.get(PodKey(obj.key))
                 self._made(obj)
                 settled = self._went_on(obj)
                 old = self.pods.get(PodKey(obj.key))
+                if not settled and old is not None and old is unmade and self._made_where_held(obj):
+                    placed = self.infos[PodKey(obj.key)]
+                    created = created_at_s(obj.meta)
+                    self._bound_as_permitted(
+                        obj, msgspec.structs.replace(placed, created_s=created)
+                    )
+                    return False
                 if settled and old is not None and old.node_name and old.node_name == obj.node_name:
                     # A bound pod's phase moved on (Pending to Running): placement reads no
                     # phase, so only the pod is kept (a third of a workload's pod changes).
@@ -536,6 +547,22 @@ class GangPermitState:
             case _:
                 self._refresh(self.feed.put(obj))
         return True
+
+    def _made_where_held(self, pod: Pod) -> bool:
+        """Whether `pod` is the binder's making of the pod placed before it existed (`unmade`,
+        just found made for its gang's admission), on the node the scheduler holds it on and
+        otherwise as placed (`made_as_placed`): a bind seen, as `_bound_as_permitted` takes it,
+        not a new pod to look up again (each pod the binder creates on its node)."""
+        key = PodKey(pod.key)
+        old = self.pods[key]
+        return (
+            key not in self.unmade.pods
+            and key in self.infos
+            and pod.phase not in TERMINAL_PHASES
+            and bool(pod.node_name)
+            and self.scheduler.node_of(key) == pod.node_name
+            and made_as_placed(pod, old)
+        )
 
     def _went_on(self, pod: Pod) -> bool:
         """Whether `pod` changed only as its placement goes on: bound to the node the scheduler

@@ -6,7 +6,10 @@ Pure.
 
 from __future__ import annotations
 
+import msgspec
+
 from muster.api.model import Pod
+from muster.api.wellknown import PARTITION_ANNOTATION, TRACEPARENT_ANNOTATION
 from muster.cluster.objects import ADMISSION_LABEL
 from muster.core.placement.model import GangKey, PodKey
 
@@ -52,3 +55,26 @@ class UnmadePods:
         for key in keys:
             del self._gang_of[key]
         return [(key, self.pods.pop(key)) for key in keys]
+
+
+# What the binder writes on the pods it makes for the watcher's events, read by no placement.
+_FOR_THE_WATCHER = frozenset({PARTITION_ANNOTATION, TRACEPARENT_ANNOTATION})
+
+
+def made_as_placed(made: Pod, unmade: Pod) -> bool:
+    """Whether `made` is `unmade` as placement reads it (gang source, requests, constraints,
+    priority, annotations), but for what making it adds: a uid, a creation time, the
+    admission's label, its owner's references, the watcher's annotations, its node and
+    phase."""
+    meta = msgspec.structs.replace(
+        made.meta,
+        uid=unmade.meta.uid,
+        creation_timestamp=unmade.meta.creation_timestamp,
+        labels={k: v for k, v in made.meta.labels.items() if k != ADMISSION_LABEL},
+        annotations={k: v for k, v in made.meta.annotations.items() if k not in _FOR_THE_WATCHER},
+        owner_references=unmade.meta.owner_references,
+    )
+    as_unmade = msgspec.structs.replace(
+        made, meta=meta, node_name=unmade.node_name, phase=unmade.phase
+    )
+    return as_unmade == unmade

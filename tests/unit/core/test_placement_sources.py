@@ -6,6 +6,7 @@ import textwrap
 from collections.abc import Mapping
 from typing import TypeVar
 
+import msgspec
 import pytest
 
 from muster.api import decode_yaml
@@ -29,6 +30,7 @@ from muster.core.placement.sources import (
     membership,
     node_info,
     pod_info,
+    pods_to_create,
     priority_of,
 )
 
@@ -390,6 +392,27 @@ def test_admitted_pods_carry_their_flavors_node_labels_and_tolerations() -> None
     }
     assert handled_by(worker)
     assert member_of(worker, admitted={"ml/train": gang.spec}).spec == gang.spec
+
+
+def test_a_gang_without_its_pods_has_the_same_spec_and_podsets() -> None:
+    """Gang-permit and dispatch read the spec and the podsets only: the pods are not made."""
+    wl, gang = admitted_gang()
+    assert wl.admission is not None
+    flavors = {o.meta.name: o for o in objects(ADMITTED) if isinstance(o, ResourceFlavor)}
+    bare = gang_of_admitted(
+        wl, wl.admission, flavors=flavors, priority=50, created_s=CREATED_S, with_pods=False
+    )
+    assert (bare.spec, bare.pod_sets, bare.pods) == (gang.spec, gang.pod_sets, ())
+
+
+def test_pods_to_create_are_the_admitted_pods_without_uid_or_priority() -> None:
+    wl, gang = admitted_gang()
+    made = pods_to_create(wl, gang.pod_sets)
+    expected = tuple(
+        msgspec.structs.replace(p, priority=None, meta=msgspec.structs.replace(p.meta, uid=""))
+        for p in gang.pods
+    )
+    assert made == expected
 
 
 def test_preferred_topology_applies_when_no_podset_requires_one() -> None:

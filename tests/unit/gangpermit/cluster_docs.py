@@ -93,6 +93,19 @@ def fed(
     return state
 
 
+def looked_up(state: GangPermitState) -> list[Any]:
+    """The pods whose gang `state` looks up from now on (`GangFeed.membership`), in order."""
+    looked: list[Any] = []
+    membership = state.feed.membership
+
+    def counted(pod: Any) -> Any:
+        looked.append(pod)
+        return membership(pod)
+
+    state.feed.membership = counted  # type: ignore[method-assign]
+    return looked
+
+
 def event(field: str, payload: Any, *, workload: str, **kw: Any) -> events_pb2.Envelope:
     return new_event(field, payload, cluster="local", workload=workload, source="test", **kw)
 

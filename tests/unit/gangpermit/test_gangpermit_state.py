@@ -11,7 +11,17 @@ from typing import Any
 
 import msgspec
 import pytest
-from cluster_docs import GANG, event, fed, gang, kueue_workload, node, objects, pod
+from cluster_docs import (
+    GANG,
+    event,
+    fed,
+    gang,
+    kueue_workload,
+    looked_up,
+    node,
+    objects,
+    pod,
+)
 
 from muster.contracts.v1 import events_pb2
 from muster.core.placement.model import GangKey, PodKey
@@ -248,14 +258,7 @@ def test_a_pod_bound_where_permitted_keeps_its_gang_without_looking_it_up_again(
     state = fed(node("a") + gang(pods=2))
     (permit,) = decide(state, now_s=10.0)
     nodes = {b.pod.name: b.node for b in permit.gang_permitted.bindings}
-    looked: list[object] = []
-    membership = state.feed.membership
-
-    def counted(pod: Any) -> Any:
-        looked.append(pod)
-        return membership(pod)
-
-    state.feed.membership = counted  # type: ignore[method-assign]
+    looked = looked_up(state)
     for name in ("train-0", "train-1"):
         bound = objects(pod(name, workload="train", node_name=nodes[name]))[0]
         assert state.put(bound) is False

@@ -56,6 +56,7 @@ def gang_of_admitted(
     created_s: float,
     timeout_s: float | None = None,
     groups: GroupIndex = NO_GROUPS,
+    with_pods: bool = True,
 ) -> AdmittedGang:
     """Return the gang of Kueue workload `wl` under `admission`, for both gangpermit and the sim.
 
@@ -76,7 +77,8 @@ def gang_of_admitted(
       among gangs; `timeout_s` None leaves the scheduler's default.
 
     The gangpermit service needs only `spec` (its pods arrive from the cluster, and `membership`
-    finds them by label); the simulator also creates `pods`.
+    finds them by label) and dispatch only `pod_sets`: `with_pods=False` leaves `pods` empty
+    (a Pod and a uuid5 per pod, thrown away); the simulator creates `pods`.
     """
     by_name = {ps.name: ps for ps in wl.pod_sets}
     pod_sets: list[PodSet] = []
@@ -113,7 +115,7 @@ def gang_of_admitted(
     pods = tuple(
         _admitted_pod(wl, ps, index, priority=priority)
         for ps in pod_sets
-        for index in range(ps.count)
+        for index in range(ps.count if with_pods else 0)
     )
     return AdmittedGang(spec=spec, pod_sets=tuple(pod_sets), pods=pods)
 
@@ -148,20 +150,23 @@ def pods_to_create(wl: Workload, pod_sets: Iterable[PodSet]) -> tuple[Pod, ...]:
     gang-permit to place them first (docs/events.md, "Pods created on their nodes"). No uid
     (the cluster gives one on create) and no priority (the gang's is theirs)."""
     return tuple(
-        msgspec.structs.replace(pod, priority=None, meta=msgspec.structs.replace(pod.meta, uid=""))
+        _admitted_pod(wl, ps, index, priority=None, uid="")
         for ps in pod_sets
-        for pod in (_admitted_pod(wl, ps, index, priority=0) for index in range(ps.count))
+        for index in range(ps.count)
     )
 
 
-def _admitted_pod(wl: Workload, ps: PodSet, index: int, *, priority: int) -> Pod:
-    """Pod `index` of admitted podset `ps`, shaped as the binder's cluster backend starts it."""
+def _admitted_pod(
+    wl: Workload, ps: PodSet, index: int, *, priority: int | None, uid: str | None = None
+) -> Pod:
+    """Pod `index` of admitted podset `ps`, shaped as the binder's cluster backend starts it;
+    its uid `uid`, else the stable one of its name."""
     namespace, name = wl.meta.namespace, f"{wl.meta.name}-{ps.name}-{index}"
     return Pod(
         meta=ObjectMeta(
             name=name,
             namespace=namespace,
-            uid=stable_uid("Pod", namespace, name),
+            uid=stable_uid("Pod", namespace, name) if uid is None else uid,
             labels={WORKLOAD_LABEL: wl.meta.name},
             annotations={**ps.annotations, POD_SET_ANNOTATION: ps.name},
             owner_references=(
