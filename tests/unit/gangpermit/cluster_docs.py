@@ -130,10 +130,13 @@ def kueue_workload(name: str, count: int) -> list[events_pb2.Envelope]:
             ],
         },
     }
-    submitted = events_pb2.WorkloadSubmitted(manifest_json=json.dumps(manifest))
+    manifest_json = json.dumps(manifest)
+    submitted = events_pb2.WorkloadSubmitted(manifest_json=manifest_json)
     assignment = events_pb2.PodSetAssignment(name="main", count=count)
     admission = events_pb2.Admission(cluster_queue="cq", pod_set_assignments=[assignment])
+    # Under 256 KiB, an admission carries the manifest's copy (docs/events.md).
+    admitted = events_pb2.WorkloadAdmitted(admission=admission, manifest_json=manifest_json)
     return [
         event("submitted", submitted, workload=f"ns/{name}"),
-        event("admitted", events_pb2.WorkloadAdmitted(admission=admission), workload=f"ns/{name}"),
+        event("admitted", admitted, workload=f"ns/{name}"),
     ]
