@@ -32,7 +32,8 @@ from muster.contracts.v1 import services_pb2, services_pb2_grpc
 from muster.devtools.apiserver import ApiServer
 from muster.gateway.auth_config import SecurityConfig
 from muster.gateway.auth_tokens import token_hash
-from muster.gateway.service import GatewayConfig, GatewayServer
+from muster.gateway.config import GatewayConfig
+from muster.gateway.service import GatewayServer
 from muster.launcher.nats_server import NatsServer
 
 pytestmark = pytest.mark.timeout(120)

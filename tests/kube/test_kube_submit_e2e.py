@@ -24,7 +24,8 @@ from muster.cli.main import main
 from muster.cluster.kube.settings import KubeConfig
 from muster.gateway.auth_config import SecurityConfig
 from muster.gateway.auth_tokens import token_hash
-from muster.gateway.service import GatewayConfig, GatewayServer
+from muster.gateway.config import GatewayConfig
+from muster.gateway.service import GatewayServer
 
 pytestmark = pytest.mark.timeout(90)
 

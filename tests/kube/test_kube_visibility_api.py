@@ -23,8 +23,9 @@ from muster.cluster.kube.settings import KubeConfig
 from muster.contracts.v1 import services_pb2
 from muster.devtools.apiserver.access import Access, Grant
 from muster.gateway.auth_config import SecurityConfig
+from muster.gateway.config import GatewayConfig
 from muster.gateway.kube_visibility_server import VisibilityServing
-from muster.gateway.service import GatewayConfig, GatewayServer
+from muster.gateway.service import GatewayServer
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -15,7 +15,8 @@ from muster.bus import EVENTS_STREAM, Bus, BusConfig, connect
 from muster.bus.progress import Tracker
 from muster.contracts.v1 import services_pb2_grpc
 from muster.gateway.auth_config import SecurityConfig
-from muster.gateway.service import GatewayConfig, GatewayServer
+from muster.gateway.config import GatewayConfig
+from muster.gateway.service import GatewayServer
 
 JOB = textwrap.dedent(
     """\

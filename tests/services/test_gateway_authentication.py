@@ -17,7 +17,7 @@ from security_helpers import USERS, as_user, manifest, secured_gateway, token_of
 from muster.bus import Bus
 from muster.contracts.v1 import services_pb2
 from muster.gateway.auth_config import SecurityConfig
-from muster.gateway.service import GatewayConfig
+from muster.gateway.config import GatewayConfig
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -27,121 +27,32 @@ and is not announced again. A shard routes only among the alternatives in its ow
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 
 import msgspec
 
-from muster.admission.dispatch import Dispatcher
-from muster.admission.forwarding import Forwards
-from muster.admission.homes import Handover, Move, QueueHomes, queue_key
-from muster.admission.ledger import CheckState, Entry, Ledger, Phase
-from muster.admission.routing import WorkloadRoute, routable, stays_event
-from muster.admission.shards import PartitionMap, Sharding
+from muster.admission.fact_application import FactApplication
+from muster.admission.homes import Handover, Move, queue_key
+from muster.admission.ledger import Entry, Phase
+from muster.admission.replica_parts import PENDING_PHASE
 from muster.admission.snapshot import EndedUsage
-from muster.admission.translate import (
-    GANG_REJECTED,
-    ApplyConfig,
-    CheckUpdated,
-    ConfigRefusedError,
-    Decision,
-    Delete,
-    DeleteConfig,
-    Fact,
-    Finish,
-    GangRejected,
-    Manifests,
-    PartitionRecord,
-    PlacementPreempted,
-    PodsReady,
-    Recorded,
-    RequestsRefused,
-    SetActive,
-    SetReclaimable,
-    Stopped,
-    Submit,
-    decisions_from,
-)
-from muster.admission.usage_carry import UsageCarry, valid_usage
-from muster.admission.visibility_trees import TreeChanges
-from muster.api.model import (
-    Admission,
-    ClusterQueue,
-    KueueConfig,
-    ResourceFlavor,
-    Workload,
-    WorkloadKey,
-)
-from muster.api.wellknown import GANG_TIMED_OUT, PREEMPTED, START_FAILED
-from muster.core.config_owners import NAMESPACED_CONFIG_KINDS, ConfigOwners
-from muster.core.engine import Engine
+from muster.admission.translate import ConfigRefusedError, Fact, PartitionRecord
+from muster.admission.usage_carry import valid_usage
+from muster.api.model import WorkloadKey
 from muster.core.events import Event, EventType
 from muster.core.lifecycle import assignment_of
 from muster.core.records import local_queue_of
-from muster.core.requeue_state import retry_counts_waiting, retry_end_s
-from muster.core.routing import Policy, RoutingSettings, run_seconds_on
-
-_PENDING = "Pending"  # the engine's Phase value of a queued workload
-# Eviction reason (muster's; Kueue has no such case): its pods were stopped under it.
-PODS_STOPPED = "PodsStopped"
 
 log = logging.getLogger(__name__)
 
 
-class AdmissionState:
-    """The engine of shard `shard` of `shards` and the ledger of the workloads it reads about."""
+class AdmissionState(FactApplication):
+    """The engine of shard `shard` of `shards` and the ledger of the workloads it reads about.
 
-    def __init__(
-        self,
-        *,
-        shard: int = 0,
-        shards: int = 1,
-        source: str = "admission/0",
-        default_cluster: str = "local",
-        kueue: KueueConfig | None = None,
-        cluster_lost_s: float = 10.0,
-        routing_policy: Policy = Policy.STATIC,
-        admission_fair_sharing: bool = True,
-    ) -> None:
-        # Routing is always on: a ClusterQueue's muster.dev/routing-policy wins over the default.
-        self.routing = RoutingSettings(default_policy=routing_policy)
-        # Admission fair sharing: usage runs from each workload's recorded QuotaReserved to
-        # the event that released it, at those events' times (`_run_started`, `_run_stopped`),
-        # so a replica rebuilt from the stream has the live one's usage; a snapshot carries
-        # what finished workloads left (`ended_usage`). `admission_fair_sharing=False` orders
-        # by priority and time only (docs/kueue-compatibility.md, "Admission fair sharing").
-        self.engine = Engine(
-            config=kueue,
-            hold_quota_until_stopped=True,
-            routing=self.routing,
-            admission_fair_sharing=admission_fair_sharing,
-        )
-        self.dispatch = Dispatcher(lost_after_s=cluster_lost_s)  # MultiKueue (admission/dispatch)
-        self.ledger = Ledger()
-        self.partitions = PartitionMap(shards=shards)  # moved by config.partition records
-        self.sharding = Sharding(self.engine, shard=shard, partitions=self.partitions)
-        self.homes = QueueHomes()  # each LocalQueue's partition, to see what a change moves
-        self.trees = TreeChanges()  # each ClusterQueue's tree, to see what a change moves
-        # Partition -> sequence of its last config.partition record: what this replica's
-        # decisions about its workloads are fenced on (docs/events.md, "Partitions").
-        self.fences: dict[int, int] = {}
-        self.moves: dict[WorkloadKey, Move] = {}  # stories to forward (the shell takes them)
-        self.handovers: list[Handover] = []  # LocalQueues to fetch from another's partition
-        self.repartitioned = False  # a record moved a partition to or from this replica
-        self.forwards = Forwards()  # what was taken through forwards (forwarding.py)
-        self.usage_carry = UsageCarry()  # fair sharing usage a LocalQueue brought along
-        self.source = source
-        self.default_cluster = default_cluster
-        self.adopted: set[WorkloadKey] = set()  # in the engine: live workloads of this shard
-        self.owning = False
-        self.last_sequence = 0  # the last stream sequence applied, replayed or consumed
-        self.cluster_queue_clusters: dict[str, str] = {}  # where a ClusterQueue was applied
-        # Which cluster may change which object; the manager is this one (admission runs there).
-        self.config_owners = ConfigOwners(manager=default_cluster)
-        self._fresh: list[WorkloadKey] = []  # adopted since the last round, not answered yet
-        self._done: list[WorkloadKey] = []  # finished or deleted: forgotten after `decisions`
-        self.notes: dict[WorkloadKey, str] = {}  # alternatives left to other shards, said so
+    Built in layers (`replica_parts`, `decision_reads`, `fact_application`); this one holds
+    the modes, fair sharing's runs, partition records and adoption."""
 
-    # --- rebuild ---------------------------------------------------------------------------
+    # --- rebuild --------------------------------------------------------------------------
 
     def replay(self, fact: Fact | None, *, sequence: int, cluster: str = "") -> bool:
         """Record one event of history (from `cluster`); decides nothing. Call in stream order.
@@ -181,55 +92,7 @@ class AdmissionState:
                 events += self._adopt(entry)
         return events + self.decide(now_s=now_s)
 
-    # --- owning ----------------------------------------------------------------------------
-
-    def counted(self, fact: Fact, *, cluster: str) -> Fact | None:
-        """`fact` as it counts coming from `cluster`, or None when it does not (a report about
-        a workload from a cluster it does not run on: admission/dispatch.py). Call once per
-        event, in stream order, before `apply`. Raises ConfigRefusedError for a configuration event
-        from a cluster that does not own its object (`muster.core.config_owners`)."""
-        self._check_owner(fact, cluster)
-        if isinstance(fact, SetReclaimable) and not self._from_its_object(fact.key, cluster):
-            return None
-        counted = self.dispatch.admit_fact(fact, cluster=cluster)
-        if isinstance(counted, Stopped) and self._stale_completion(counted):
-            return None
-        if counted is not None:
-            self.dispatch.observe(counted, cluster=cluster)
-        return counted
-
-    def _from_its_object(self, key: WorkloadKey, cluster: str) -> bool:
-        """Whether `cluster` holds `key`'s Job or Workload, whose reclaimable pods count (Kueue
-        reads them on the manager, from its Job showing the copy's status, under MultiKueue
-        too); any cluster for one unknown or of unknown origin, as before."""
-        entry = self.ledger.get(key)
-        return not cluster or entry is None or not entry.cluster or entry.cluster == cluster
-
-    def _check_owner(self, fact: Fact, cluster: str) -> None:
-        match fact:
-            case ApplyConfig(kind=kind, name=name):
-                refused = self.config_owners.admit(kind, name, cluster)
-            case DeleteConfig(kind=kind, name=name):
-                refused = self.config_owners.admit(kind, name, cluster, deleted=True)
-            case _:
-                return
-        if refused:
-            raise ConfigRefusedError(refused)
-
-    def _stale_completion(self, fact: Stopped) -> bool:
-        """Whether `fact` completes an eviction other than the workload's current one.
-
-        The binder stopped only that eviction's admission's pods (it fences on the eviction):
-        whatever runs now is untouched, so nothing is released. Said in the log, not silently.
-        """
-        if not fact.eviction_id or self.ledger.completes(fact.key, fact.eviction_id):
-            return False
-        log.info(
-            "ignoring eviction_completed of eviction %s: not the current one",
-            fact.eviction_id,
-            extra={"workload": fact.key},
-        )
-        return True
+    # --- owning ---------------------------------------------------------------------------
 
     def apply(self, fact: Fact, *, now_s: float, story: bool = False) -> list[Event]:
         """Apply one consumed fact; returns what the engine reported (decide comes after).
@@ -261,7 +124,7 @@ class AdmissionState:
         return not self._fresh and not self._done and self.dispatch.idle
 
     def _pending_answer(self, key: WorkloadKey, *, now_s: float) -> list[Event]:
-        if self.engine.phase(key) != _PENDING:
+        if self.engine.phase(key) != PENDING_PHASE:
             return []
         r = self.engine.records[key]
         if r.pending_message:
@@ -286,214 +149,7 @@ class AdmissionState:
         wakeups = [self.engine.next_wakeup_s(), self.dispatch.next_wakeup_s()]
         return min((t for t in wakeups if t is not None), default=None)
 
-    def decisions(self, events: Sequence[Event]) -> list[Decision]:
-        """The payloads to publish for a round's `events`; then the workloads that finished
-        or were deleted in that round leave the engine (these were their last readers)."""
-        news = [e for e in events if not self._repeats_route(e)]
-        decisions = decisions_from(news, self) + self.dispatch.take_decisions(self)
-        done, self._done = self._done, []
-        for key in done:
-            self.engine.forget(key)
-            self.notes.pop(key, None)
-        return decisions
-
-    def _repeats_route(self, e: Event) -> bool:
-        """Whether `e` says a workload stays where its last recorded Routed already put it
-        (a rebuilt engine announces a `fastest` route afresh): no news, not published."""
-        if e.type is not EventType.ROUTED or e.from_queue != e.to_queue:
-            return False
-        key = WorkloadKey(e.object)
-        entry, r = self.ledger.get(key), self.engine.records.get(key)
-        return entry is not None and r is not None and entry.routed_queue == r.wl.queue_name
-
-    def record_published(self, published: Sequence[Recorded]) -> None:
-        """Our own decisions, once JetStream has them: into the ledger."""
-        for fact in published:
-            self.ledger.record(fact)
-
-    # --- facts -----------------------------------------------------------------------------
-
-    def _record(self, fact: Fact, *, now_s: float, story: bool = False) -> list[Event]:
-        engine, ledger = self.engine, self.ledger
-        match fact:
-            case Submit():
-                at_s = fact.at_s or now_s
-                entry = ledger.submit(
-                    fact.workload,
-                    cluster=fact.cluster,
-                    generation=fact.generation,
-                    at_s=at_s,
-                    manifest_json=fact.manifest_json,
-                    partition=fact.partition,
-                    owner_manifest_json=fact.owner_manifest_json,
-                    submitted_id=fact.event_id,
-                )
-                if entry is None or not self.owning:
-                    return []  # a duplicate, or history
-                home = self.home_of(entry)
-                if entry.partition is not None and entry.partition != home:
-                    # Published in the wrong one (its LocalQueue's partition was not known
-                    # yet): forwarded home even on one shard (forwarding.py says why).
-                    self.moves[entry.key] = Move(entry.key, home)
-                if home not in self.sharding.owned:
-                    return []  # another replica's
-                self.adopted.add(entry.key)
-                self._fresh.append(entry.key)
-                wl = self._routable(entry)
-                events = engine.submit(wl, now_s=at_s, key=entry.key)
-                return events + self._stays_unrouted(entry, wl, at_s)
-            case Finish(key, at_s):
-                self._run_stopped(key, at_s=at_s or now_s, retire=True)
-                ledger.finish(key)
-                self.forwards.forget(key)
-                return self._engine_fact(key, lambda: engine.finish(key, now_s=now_s), drop=True)
-            case Delete(key, at_s):
-                self._run_stopped(key, at_s=at_s or now_s, retire=True)
-                ledger.delete(key)
-                self.forwards.forget(key)
-                self.adopted.discard(key)
-                if not self.owning or engine.phase(key) is None:
-                    return []
-                self._done.append(key)
-                return engine.delete(key, now_s=now_s)  # finished ones too: out of its views
-            case Stopped(key, at_s, eviction_id):
-                if not eviction_id and self._admitted_now(key):
-                    return self._stopped_while_admitted(key, now_s=now_s)
-                if self._evicting(key):
-                    self._run_stopped(key, at_s=at_s)
-                ledger.stopped(key, at_s=at_s)
-                return self._engine_fact(key, lambda: engine.stopped(key, now_s=now_s))
-            case PodsReady(key, lost=True, at_s=at_s):
-                ledger.pods_unready(key, at_s=at_s)
-                return self._engine_fact(key, lambda: engine.pods_unready(key, now_s=now_s))
-            case PodsReady(key):
-                ledger.pods_ready(key)
-                return self._engine_fact(key, lambda: engine.pods_ready(key, now_s=now_s))
-            case SetActive(key, active):
-                ledger.set_active(key, active)
-                return self._engine_fact(key, lambda: engine.set_active(key, active, now_s=now_s))
-            case SetReclaimable(key, pods):
-                ledger.set_reclaimable(key, pods)
-                return self._engine_fact(
-                    key, lambda: engine.set_reclaimable(key, pods, now_s=now_s)
-                )
-            case CheckUpdated(key, check, state, message, requeue_after_s, at_s):
-                # Counted from when the check entered Retry (its lastTransitionTime, carried by
-                # the event), which a rebuild and the watcher read too, not from when this
-                # replica got to it.
-                since_s = at_s or now_s
-                retry_at_s = retry_end_s(since_s, requeue_after_s, now_s=since_s)
-                told = CheckState(state, message, since_s, requeue_after_s)
-                ledger.check_updated(
-                    key,
-                    check,
-                    told,
-                    retry_at_s=retry_at_s,
-                    counts_waiting=self._retry_counts_waiting(fact, now_s=now_s),
-                    kept=engine.state.config.keeps_told_check(check),
-                )
-                return self._engine_fact(
-                    key,
-                    lambda: engine.set_admission_check(
-                        key,
-                        check,
-                        state,
-                        message=message,
-                        requeue_after_s=requeue_after_s,
-                        since_s=since_s,
-                        now_s=now_s,
-                    ),
-                )
-            case GangRejected(key, reason, message):
-                return self._gang_rejected(key, reason, message, now_s=now_s)
-            case RequestsRefused(key, message):
-                ledger.requests_refused(key)
-                return self._engine_fact(
-                    key, lambda: engine.refuse_route(key, message=message, now_s=now_s)
-                )
-            case PlacementPreempted(gang, victims):
-                return self._placement_preempted(gang, victims, now_s=now_s)
-            case ApplyConfig():
-                if isinstance(fact.obj, ClusterQueue):
-                    self.cluster_queue_clusters[fact.obj.meta.name] = fact.cluster
-                # Replaying history: the trees are built once, when ownership is taken.
-                events = engine.apply(
-                    fact.obj, now_s=now_s, defer=not self.owning, cluster=fact.cluster
-                )
-                return events + self._rebalance(now_s=now_s)
-            case DeleteConfig(kind, name, cluster):
-                namespace, _, name = (
-                    name.rpartition("/") if kind in NAMESPACED_CONFIG_KINDS else ("", "", name)
-                )
-                events = engine.remove(
-                    kind,
-                    name,
-                    namespace=namespace,
-                    now_s=now_s,
-                    defer=not self.owning,
-                    cluster=cluster,
-                )
-                return events + self._rebalance(now_s=now_s)
-            case PartitionRecord():
-                self._partition_record(fact)
-            case Recorded():
-                return self._recorded(fact, story=story)
-        return []
-
-    def _retry_counts_waiting(self, fact: CheckUpdated, *, now_s: float) -> bool:
-        """Whether this Retry moves the wait of a workload holding no quota, by the engine's
-        rule (`retry_counts_waiting`) and the configuration as it stands when it is told, so
-        the ledger a rebuild starts from holds it out exactly as the live engine did."""
-        entry = self.ledger.get(fact.key)
-        if entry is None or fact.state != "Retry" or entry.holds_quota:
-            return False
-        since_s = fact.at_s or now_s
-        if retry_end_s(since_s, fact.requeue_after_s, now_s=now_s) is None:
-            return False
-        wl = entry.workload
-        local_queue = local_queue_of(wl.meta.namespace, entry.routed_queue or wl.queue_name)
-        return retry_counts_waiting(self.engine.state.config, local_queue, fact.check)
-
-    def _engine_fact(
-        self, key: WorkloadKey, call: Callable[[], list[Event]], *, drop: bool = False
-    ) -> list[Event]:
-        if not self.owning or key not in self.adopted:
-            return []
-        if drop:
-            self.adopted.discard(key)
-            self._done.append(key)
-        return call()
-
-    def _recorded(self, fact: Recorded, *, story: bool = False) -> list[Event]:
-        if self.owning and fact.source == self.source and not story:
-            return []  # ours: the ledger has it since we published it
-        if not self.ledger.record(fact):
-            return []  # about no live workload, or an earlier one of its name
-        if fact.kind in ("quota_reserved", "admitted"):
-            self._run_started(fact.key)
-        if self.owning and fact.key in self.adopted:
-            # Another replica decided for a workload of ours: it was its own until a
-            # configuration change moved it here. Keep the engine in line with history.
-            self._restore(fact)
-        return []
-
-    def _restore(self, fact: Recorded) -> None:
-        engine, key = self.engine, fact.key
-        match fact.kind:
-            case "quota_reserved" if fact.admission is not None:
-                engine.restore_reserved(key, fact.admission, checks=fact.checks, now_s=fact.at_s)
-            case "admitted":
-                if fact.admission is not None:  # stored before its quota_reserved: both
-                    engine.restore_reserved(key, fact.admission, checks=(), now_s=fact.at_s)
-                engine.restore_admitted(key, now_s=fact.at_s)
-            case "evicted":
-                engine.restore_evicted(
-                    key, reason=fact.reason, message=fact.message, now_s=fact.at_s
-                )
-            case "pending":
-                engine.restore_pending(key, reason=fact.reason, message=fact.message)
-            case "routed":
-                engine.restore_routed(key, queue_name=fact.queue_name)
+    # --- fair sharing runs ----------------------------------------------------------------
 
     def _run_started(self, key: WorkloadKey) -> None:
         """A recorded QuotaReserved starts the workload's run in its LocalQueue's usage at
@@ -567,73 +223,7 @@ class AdmissionState:
                 config=fair.admission_fair_sharing,
             )
 
-    def _evicting(self, key: WorkloadKey) -> bool:
-        entry = self.ledger.get(key)
-        return entry is not None and entry.phase is Phase.EVICTING
-
-    def _admitted_now(self, key: WorkloadKey) -> bool:
-        entry = self.ledger.get(key)
-        return entry is not None and entry.phase is Phase.ADMITTED
-
-    def _stopped_while_admitted(self, key: WorkloadKey, *, now_s: float) -> list[Event]:
-        """An eviction_completed naming no eviction, while admitted: a binder from before
-        evictions were named stopped every pod of the workload, the current admission's too.
-        Holding quota with no pods, it would never finish: it is evicted (then requeued once
-        this eviction completes), instead of the completion being ignored."""
-        if not self.owning or key not in self.adopted:
-            return []
-        message = "its pods were stopped by an earlier eviction's late completion"
-        return self.engine.evict(key, reason=PODS_STOPPED, message=message, now_s=now_s)
-
-    def _gang_rejected(
-        self, key: WorkloadKey, reason: str, message: str, *, now_s: float
-    ) -> list[Event]:
-        """The gang timed out: evict the workload (reason GangRejected); it keeps its quota until
-        eviction_completed, then requeues. A workload not holding quota is left alone. A failed
-        bind is not a rejection of the workload: gangpermit retries the gang as a whole. A
-        worker that refused to create it (StartFailed): MultiKueue sends it elsewhere."""
-        if not self.owning or key not in self.adopted:
-            return []
-        if reason == START_FAILED:
-            return self.dispatch.refused(self.engine, key, message, now_s=now_s)
-        if reason != GANG_TIMED_OUT:
-            return []
-        text = f"{reason}: {message}" if message else reason
-        return self.engine.evict(key, reason=GANG_REJECTED, message=text, now_s=now_s)
-
-    def _placement_preempted(
-        self, gang: str, victims: tuple[WorkloadKey, ...], *, now_s: float
-    ) -> list[Event]:
-        """Evict the victims this shard owns that still hold quota (reason Preempted)."""
-        if not self.owning:
-            return []
-        events: list[Event] = []
-        for key in victims:
-            if key in self.adopted and self.engine.holds_quota(key):
-                message = f"Preempted to place gang {gang} on the nodes it holds"
-                events += self.engine.evict(key, reason=PREEMPTED, message=message, now_s=now_s)
-        return events
-
-    # --- ownership -------------------------------------------------------------------------
-
-    def home_of(self, entry: Entry) -> int:
-        """The partition `entry`'s events belong in now (homes.py)."""
-        return self.sharding.partition_of_local_queue(
-            entry.workload.meta.namespace, entry.queue_name
-        )
-
-    def _owns(self, entry: Entry) -> bool:
-        return self.home_of(entry) in self.sharding.owned
-
-    def forward_target(self, key: WorkloadKey, *, arrived_on: int | None) -> int | None:
-        """Where to forward a report about `key` that arrived in partition `arrived_on`: its
-        home, when another replica decides that and it is not where the report is (a
-        publisher still named the old one). None: nowhere (call before applying it)."""
-        entry = self.ledger.get(key)
-        if entry is None or arrived_on is None or not self.owning:
-            return None
-        home = self.home_of(entry)
-        return home if home != arrived_on and home not in self.sharding.owned else None
+    # --- partitions -----------------------------------------------------------------------
 
     def _partition_record(self, record: PartitionRecord) -> None:
         """A record fences its partition; one naming a shard moves the partition there."""
@@ -678,35 +268,7 @@ class AdmissionState:
                 events = [e for e in events if e.object != entry.key]
         return events
 
-    def partition_for(self, key: WorkloadKey) -> int | None:
-        """The partition `key`'s decisions are stored in: where its story is."""
-        entry = self.ledger.get(key)
-        if entry is None:
-            return None
-        return self.home_of(entry) if entry.partition is None else entry.partition
-
-    def queue_of(self, key: WorkloadKey) -> str:
-        """`namespace/name` of the LocalQueue `key` is in now ("" when unknown)."""
-        entry = self.ledger.get(key)
-        if entry is None:
-            return ""
-        return queue_key(entry.workload.meta.namespace, entry.queue_name)
-
-    def routed_home(self, key: WorkloadKey) -> None:
-        """After its `routed` was stored: a workload routed to another partition's tree moves
-        there (`moves`)."""
-        entry = self.ledger.get(key)
-        if entry is None or entry.partition is None:
-            return
-        home = self.home_of(entry)
-        if home != entry.partition:
-            self.moves[key] = Move(key, home)
-
-    def moved(self, key: WorkloadKey, partition: int) -> None:
-        """`key`'s story is now stored in `partition` too (forwarded there)."""
-        entry = self.ledger.get(key)
-        if entry is not None and partition in self.sharding.owned:
-            entry.partition = partition  # ours: its story is there from now on
+    # --- adoption -------------------------------------------------------------------------
 
     def _adopt(self, entry: Entry) -> list[Event]:
         """Put a live workload into the engine as the ledger records it.
@@ -832,84 +394,3 @@ class AdmissionState:
                 now_s=max(s.at_s, entry.reserved_s),
             )
         return events
-
-    # --- routing ---------------------------------------------------------------------------
-
-    def _routable(self, entry: Entry) -> Workload:
-        """The workload as this shard routes it (`routing.routable`); remembers the note.
-        One whose routed requests a cluster refused has no alternatives any more."""
-        if entry.declared_only:
-            self.notes.pop(entry.key, None)
-            return msgspec.structs.replace(entry.workload, alternatives=())
-        wl, note = routable(entry.workload, self.sharding, keep=entry.routed_queue)
-        if note:
-            self.notes[entry.key] = note
-        else:
-            self.notes.pop(entry.key, None)
-        return wl
-
-    def _stays_unrouted(self, entry: Entry, wl: Workload, now_s: float) -> list[Event]:
-        """The Routed event of a pending workload whose alternatives (none recorded yet) are
-        all another shard's: it stays, and says so once."""
-        left_out = entry.workload.alternatives and not wl.alternatives
-        if not left_out or entry.routed_queue or self.engine.phase(entry.key) != _PENDING:
-            return []
-        event = stays_event(self.engine, self.routing, entry.workload, now_s=now_s)
-        return [] if event is None else [event]
-
-    # --- DecisionContext -------------------------------------------------------------------
-
-    def admission_of(self, key: WorkloadKey) -> Admission | None:
-        r = self.engine.records.get(key)
-        if r is None or r.assignment is None:
-            return None
-        return Admission(cluster_queue=r.cluster_queue, pod_set_assignments=r.assignment.pod_sets)
-
-    def checks_of(self, key: WorkloadKey) -> Sequence[str]:
-        r = self.engine.records.get(key)
-        if r is None:
-            return ()
-        return tuple(sorted(c for c, s in r.checks.items() if s != "Ready"))
-
-    def has_checks(self, key: WorkloadKey) -> bool:
-        r = self.engine.records.get(key)
-        return r is not None and bool(r.checks)
-
-    def cluster_queue_of(self, key: WorkloadKey) -> str:
-        r = self.engine.records.get(key)
-        return "" if r is None else r.cluster_queue
-
-    def cluster_of(self, key: WorkloadKey) -> str:
-        target = self.dispatch.target(key)
-        if target is not None:
-            return target  # dispatched (MultiKueue): its decisions go to that cluster
-        entry = self.ledger.get(key)
-        return self.default_cluster if entry is None or not entry.cluster else entry.cluster
-
-    def generation_of(self, key: WorkloadKey) -> int:
-        entry = self.ledger.get(key)
-        return 0 if entry is None else entry.generation
-
-    def submitted_id_of(self, key: WorkloadKey) -> str:
-        entry = self.ledger.get(key)
-        return "" if entry is None else entry.submitted_id
-
-    def manifests_of(self, key: WorkloadKey) -> Manifests:
-        return self.ledger.manifests(key, default_cluster=self.default_cluster)
-
-    def route_of(self, key: WorkloadKey) -> WorkloadRoute | None:
-        entry, r = self.ledger.get(key), self.engine.records.get(key)
-        if entry is None or r is None or not entry.workload.alternatives:
-            return None
-        queue = r.wl.queue_name
-        return WorkloadRoute(
-            queue_name=queue,
-            away=queue != entry.workload.queue_name,
-            pod_sets=r.wl.pod_sets,
-            run_s=run_seconds_on(entry.workload, queue),
-            note=self.notes.get(key, ""),
-        )
-
-    @property
-    def flavors(self) -> Mapping[str, ResourceFlavor]:
-        return self.engine.config.flavors

@@ -19,7 +19,7 @@ import grpc
 
 from muster.bus.service import file_flag, run_loop
 from muster.dashboard.server import serve
-from muster.gateway.service import split_listen
+from muster.gateway.config import split_listen
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
 

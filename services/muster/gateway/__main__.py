@@ -35,14 +35,14 @@ from muster.gateway.auth_config import (
     SecurityConfig,
 )
 from muster.gateway.book import FINISHED_KEPT, FINISHED_RETENTION_S
-from muster.gateway.kube_visibility_server import VisibilityServing
-from muster.gateway.service import (
+from muster.gateway.config import (
     DEFAULT_LISTEN,
     DEFAULT_MAX_CALLS,
     DEFAULT_MAX_REQUEST_BYTES,
     GatewayConfig,
-    run_gateway,
 )
+from muster.gateway.kube_visibility_server import VisibilityServing
+from muster.gateway.service import run_gateway
 
 GATEWAY_FLAGS = (
     Flag("--listen", "HOST:PORT", str, "MUSTER_GATEWAY_LISTEN", DEFAULT_LISTEN,

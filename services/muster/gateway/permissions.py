@@ -1,6 +1,6 @@
 """Who may do what at the gateway: the caller, the permissions, the policy, and the decisions.
 
-Pure: nothing here does I/O. `muster.gateway.service` asks an `Authorizer` (a policy file,
+Pure: nothing here does I/O. The gateway's servicers ask an `Authorizer` (a policy file,
 `permissions_file`, or the Kubernetes API server, `permissions_kube`) about the `Action`s this
 module derives from a request: one per object of a Submit, one per namespace an event is in.
 

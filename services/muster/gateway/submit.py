@@ -3,8 +3,8 @@
 Configuration objects become `config.applied` (the document as written, as JSON); Workloads and
 Jobs become `workload.submitted` (the Kueue Workload, derived from the Job when needed); cluster
 objects (Nodes, Pods, scheduling.k8s.io Workloads, PodGroups) become `cmd.apply` for the
-cluster's binder, one command per object. Used by `muster.gateway.service`; nothing here does
-I/O.
+cluster's binder, one command per object. Used by `muster.gateway.submit_servicer`; nothing
+here does I/O.
 
 As the API server does on create, the `status` of what is submitted is dropped (a Node's
 excepted: its capacity is what the simulated cluster reads), so a Workload can never arrive
