@@ -48,7 +48,7 @@ import msgspec
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
-from muster.bench import replicas, wake
+from muster.bench import connz, replicas, wake
 from muster.bench.jetstream import publish_ack_rate
 from muster.bench.refusals import Refusals
 from muster.bench.sim_nodes import node_manifests
@@ -109,6 +109,9 @@ class E2ERow(msgspec.Struct, frozen=True, kw_only=True):
     # Submits the gateway refused for its limit on calls in flight, each sent again after a
     # backoff (`bench.refusals`): their wait is in the latencies and the throughput.
     refused: int = 0
+    # Per process, every message its connections sent (in) and received (out) per workload,
+    # bytes too, and what they received by kind (`bench.connz`): beyond the stored and delivered.
+    connz_per_workload: dict[str, dict[str, float]] = msgspec.field(default_factory=dict)
     # Processes gone before the case ended (an admission replica that lost its lease, say):
     # their CPU and their work are missing, so the row is not valid.
     ended: tuple[str, ...] = ()
@@ -288,7 +291,7 @@ async def run_case(
     if manifest not in MANIFESTS:
         raise ValueError(f"manifest must be one of {', '.join(MANIFESTS)}, got {manifest!r}")
     log_dir = Path(tempfile.mkdtemp(prefix="muster-bench-e2e-"))
-    nats = NatsServer(log_dir / "jetstream")
+    nats = NatsServer(log_dir / "jetstream", monitor=True)
     url = await nats.start(log_path=log_dir / "nats-server.log")
     receiver = OtlpReceiver(keep=False).start() if observe == "otlp" else None
     stack = Stack(
@@ -323,6 +326,7 @@ async def run_case(
                     manifest=manifest,
                 ),
                 meter,
+                monitor_url=nats.monitor_url or "",
             )
             ended = tuple(
                 s.name
@@ -405,7 +409,12 @@ class Load(msgspec.Struct, frozen=True, kw_only=True):
 
 
 async def _measure(
-    gateway: str, js: JetStreamContext, load: Load, meter: Callable[[], dict[str, float]]
+    gateway: str,
+    js: JetStreamContext,
+    load: Load,
+    meter: Callable[[], dict[str, float]],
+    *,
+    monitor_url: str,
 ) -> E2ERow:
     submitted: dict[str, int] = {}
     refusals = Refusals()
@@ -419,6 +428,7 @@ async def _measure(
             raise RuntimeError(f"the warm-up workload did not go through in {WARM_UP_S:g}s")
         counts_before = await stored_counts(js)
         wire_before = await wire_count(js)
+        traffic_before = await connz.read_traffic(monitor_url)
         cpu_before = meter()
         start = time.monotonic()
 
@@ -451,6 +461,7 @@ async def _measure(
         await wait_stored(js, load.workloads + 1, timeout_s=60 + load.workloads / 20)
         cpu_after = meter()
         wire_after = await wire_count(js)
+        traffic_after = await connz.read_traffic(monitor_url)
         wire = per_workload(wire_before, wire_after, load.workloads)
         counts_after = await stored_counts(js)
         by_event = {
@@ -486,6 +497,7 @@ async def _measure(
         delivered_per_workload=wire[1],
         delivered_by_consumer=per_consumer(wire_before, wire_after, load.workloads),
         stored_by_event=by_event,
+        connz_per_workload=connz.per_workload(traffic_before, traffic_after, load.workloads),
         refused=refusals.count,
     )
 
@@ -550,6 +562,7 @@ def render(rows: list[msgspec.Struct]) -> str:
     per-replica comparison and the machine's wake costs when the run has them."""
     cases = [r for r in rows if isinstance(r, E2ERow)]
     text = render_latency(cases) + "\n" + render_cpu(cases) + "\n" + render_wire(cases)
+    text += "\n" + connz.render([(_title(i, r), r.connz_per_workload) for i, r in enumerate(cases)])
     text += render_not_valid(cases)
     compared = [r for r in rows if isinstance(r, replicas.ReplicaRow)]
     wakes = [r for r in rows if isinstance(r, wake.WakeRow)]
@@ -608,14 +621,17 @@ def render_wire(rows: list[E2ERow]) -> str:
         return f"{row.delivered_by_consumer.get(key, 0.0):g}"
 
     def case(i: int, row: E2ERow) -> Column[str]:
-        title = f"{row.mode} {row.per_call}/call {row.shards}sh #{i + 1}"
-        return Column(title, lambda key: value(row, key))
+        return Column(_title(i, row), lambda key: value(row, key))
 
     columns: list[Column[str]] = [
         Column("MESSAGES/workload", lambda key: key, numeric=False),
         *(case(i, r) for i, r in enumerate(rows)),
     ]
     return render_table(columns, keys)
+
+
+def _title(i: int, row: E2ERow) -> str:
+    return f"{row.mode} {row.per_call}/call {row.shards}sh #{i + 1}"
 
 
 def _cpu_column(process: str) -> Column[E2ERow]:
