@@ -1,4 +1,4 @@
-"""bench.connz against a real nats-server with its monitoring port."""
+"""bench.connz and e2e's warm-up against a real nats-server with its monitoring port."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import pytest
 from nats.js import api
 
 from muster.bench.connz import read_traffic
+from muster.bench.e2e import wait_partitions_told
+from muster.bus.buckets import PARTITIONS_BUCKET
 from muster.bus.permissions import Deployment
 from muster.launcher.nats_server import NatsServer
 
@@ -46,6 +48,25 @@ async def test_a_named_connection_counts_its_publishes_in_and_their_puback_repli
     assert grew["in_msgs"] == 3
     assert grew["replies"] == 3  # each PubAck, on the request inbox
     assert grew["inbox"] == 0
+
+
+async def test_the_warm_up_waits_until_every_follower_was_handed_every_partition(
+    monitored: NatsServer,
+) -> None:
+    nc = await nats.connect(monitored.url)
+    try:
+        js = nc.jetstream()
+        kv = await js.create_key_value(bucket=PARTITIONS_BUCKET)
+        await kv.put("lq.bench.lq-0", b"14")
+        await kv.put("lq.bench.lq-1", b"8")
+        # A follower that has not been handed the entries yet (pulls on demand).
+        follower = await js.pull_subscribe("$KV.MUSTER_PARTITIONS.>", durable="follower")
+        assert not await wait_partitions_told(js, 2, timeout_s=0.3)
+        assert len(await follower.fetch(2, timeout=5)) == 2
+        assert await wait_partitions_told(js, 2, timeout_s=5)
+        assert not await wait_partitions_told(js, 3, timeout_s=0.3)  # a queue not written
+    finally:
+        await nc.close()
 
 
 def test_a_monitoring_port_is_refused_beside_a_deployment(tmp_path: Path) -> None:

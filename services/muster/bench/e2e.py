@@ -54,6 +54,7 @@ from muster.bench.refusals import Refusals
 from muster.bench.sim_nodes import node_manifests
 from muster.bench.table import Column, render_table
 from muster.bench.wire import per_consumer, per_workload, wire_count
+from muster.bus.buckets import PARTITIONS_BUCKET
 from muster.bus.service import run_loop
 from muster.bus.subjects import EVENTS_STREAM, workload_subject
 from muster.cluster.sim.backend import SimBackend
@@ -382,6 +383,31 @@ async def wait_stored(js: JetStreamContext, count: int, *, timeout_s: float) -> 
     return False
 
 
+async def wait_partitions_told(js: JetStreamContext, queues: int, *, timeout_s: float) -> bool:
+    """True once `MUSTER_PARTITIONS` holds `queues` LocalQueues' partitions and every follower
+    of the bucket (the gateway's, the watcher's) was handed all of it; False after `timeout_s`.
+
+    Admission writes them with its views, which may come after the warm-up workload went
+    through: a burst started before would store its first workloads in their LocalQueues'
+    stand-in partitions, each then forwarded home (admission/forwarding.py), which is the
+    cost of a configuration's first moments, not of a workload's.
+    """
+    stream = f"KV_{PARTITIONS_BUCKET}"
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout_s):
+            while True:  # polled, as `wait_stored`
+                info = await js.stream_info(stream, subjects_filter=">")
+                last = info.state.last_seq
+                told = all(
+                    c.delivered is not None and (c.delivered.stream_seq or 0) >= last
+                    for c in await js.consumers_info(stream)
+                )
+                if len(info.state.subjects or {}) >= queues and told:
+                    return True
+                await asyncio.sleep(POLL_S)
+    return False
+
+
 def went_through(counts: Mapping[str, int]) -> int:
     """How many workloads the per-type event counts say are admitted, bound and running."""
     return min(counts.get(e, 0) for e in DONE)
@@ -426,6 +452,8 @@ async def _measure(
         await gw.Submit(services_pb2.SubmitRequest(manifest=workload_yaml(0, name="warm-up")))
         if not await wait_stored(js, 1, timeout_s=WARM_UP_S):
             raise RuntimeError(f"the warm-up workload did not go through in {WARM_UP_S:g}s")
+        if not await wait_partitions_told(js, QUEUES, timeout_s=WARM_UP_S):
+            raise RuntimeError(f"the LocalQueues' partitions were not told in {WARM_UP_S:g}s")
         counts_before = await stored_counts(js)
         wire_before = await wire_count(js)
         traffic_before = await connz.read_traffic(monitor_url)
