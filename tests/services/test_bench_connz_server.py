@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -36,10 +37,12 @@ async def test_a_named_connection_counts_its_publishes_in_and_their_puback_repli
     try:
         js = nc.jetstream()
         await js.add_stream(api.StreamConfig(name="S", subjects=["s.>"]))
-        before = await read_traffic(monitored.monitor_url)
+        assert monitored.process is not None
+        pids = {"tester": os.getpid(), "nats-server": monitored.process.pid}
+        before = await read_traffic(monitored.monitor_url, pids)
         for i in range(3):
             await js.publish(f"s.{i}", b"x" * 10)
-        after = await read_traffic(monitored.monitor_url)
+        after = await read_traffic(monitored.monitor_url, pids)
     finally:
         await nc.close()
     grew = {
@@ -48,6 +51,10 @@ async def test_a_named_connection_counts_its_publishes_in_and_their_puback_repli
     assert grew["in_msgs"] == 3
     assert grew["replies"] == 3  # each PubAck, on the request inbox
     assert grew["inbox"] == 0
+    server = after["muster-nats-server"].counts
+    # Go reads its sockets with read(2), which /proc/<pid>/io counts (send/recv it would not).
+    assert server["read_calls"] > before["muster-nats-server"].counts["read_calls"]
+    assert server["in_msgs"] == 0  # a process with no connection of its own: calls only
 
 
 async def test_the_warm_up_waits_until_every_follower_was_handed_every_partition(

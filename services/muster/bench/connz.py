@@ -12,6 +12,11 @@ What a connection received is split by its subscriptions' kind:
 - `inbox`: a plain inbox: pull-feed deliveries and the statuses ending pull requests, ordered
   watches' deliveries and their heartbeats and flow control;
 - `subject`: core NATS subscriptions on named subjects (pulses, cancellations).
+
+Beside them, each process's read and write system calls (Linux: `/proc/<pid>/io`), the
+nats-server's included: the same messages cost the server more when they come and go in more,
+smaller reads and writes. Those are read(2)/write(2)-family calls, which Go and uvloop use on
+sockets (and the server on its store's files); send/recv calls are not counted.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from __future__ import annotations
 import asyncio
 import json
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any, Final
 
 import msgspec
@@ -27,8 +33,9 @@ import msgspec
 from muster.bench.table import Column, render_table
 
 KINDS: Final = ("replies", "inbox", "subject")
-# In the table, per process: what it sent, what it received, then that by kind, then bytes.
-FIELDS: Final = ("in_msgs", "in_bytes", "out_msgs", "out_bytes", *KINDS)
+# In the table, per process: messages and bytes in and out, what came in by kind, syscalls.
+SYSCALLS: Final = ("read_calls", "write_calls")
+FIELDS: Final = ("in_msgs", "in_bytes", "out_msgs", "out_bytes", *KINDS, *SYSCALLS)
 _TIMEOUT_S: Final = 10.0
 
 
@@ -52,22 +59,51 @@ def traffic_of(connz: Mapping[str, Any]) -> dict[str, ConnTraffic]:
     summed: dict[str, dict[str, int]] = {}
     for conn in connz.get("connections") or []:
         counts = summed.setdefault(str(conn.get("name") or "?"), dict.fromkeys(FIELDS, 0))
-        for field in FIELDS[:4]:
+        for field in ("in_msgs", "in_bytes", "out_msgs", "out_bytes"):
             counts[field] += int(conn.get(field) or 0)
         for sub in conn.get("subscriptions_list_detail") or []:
             counts[kind_of(str(sub.get("subject", "")))] += int(sub.get("msgs") or 0)
     return {name: ConnTraffic(counts=c) for name, c in sorted(summed.items())}
 
 
-async def read_traffic(monitor_url: str) -> dict[str, ConnTraffic]:
-    """Every open connection's traffic so far, from the server at `monitor_url`."""
+TrafficReader = Callable[[], Awaitable[dict[str, ConnTraffic]]]
+
+
+async def read_traffic(
+    monitor_url: str, pids: Mapping[str, int] | None = None
+) -> dict[str, ConnTraffic]:
+    """Every open connection's traffic so far, from the server at `monitor_url`, with the
+    system calls of `pids` (process label -> pid; `admission-<i>` counted as `admission`)."""
     url = f"{monitor_url}/connz?subs=detail&limit=4096"
 
     def fetch() -> Any:
         with urllib.request.urlopen(url, timeout=_TIMEOUT_S) as answer:
             return json.load(answer)
 
-    return traffic_of(await asyncio.to_thread(fetch))
+    traffic = traffic_of(await asyncio.to_thread(fetch))
+    for label, calls in syscalls(pids or {}).items():
+        name = f"muster-{label}"
+        counts = dict(traffic[name].counts) if name in traffic else dict.fromkeys(FIELDS, 0)
+        counts.update(calls)
+        traffic[name] = ConnTraffic(counts=counts)
+    return traffic
+
+
+def syscalls(pids: Mapping[str, int]) -> dict[str, dict[str, int]]:
+    """Per process label, its read and write system calls so far; a process gone (or no
+    /proc) is left out."""
+    out: dict[str, dict[str, int]] = {}
+    for name, pid in pids.items():
+        label = "admission" if name.startswith("admission-") else name
+        try:
+            lines = Path(f"/proc/{pid}/io").read_text().splitlines()
+        except OSError:
+            continue
+        io = dict(line.split(": ", 1) for line in lines if ": " in line)
+        calls = out.setdefault(label, dict.fromkeys(SYSCALLS, 0))
+        calls["read_calls"] += int(io.get("syscr", 0))
+        calls["write_calls"] += int(io.get("syscw", 0))
+    return out
 
 
 def per_workload(

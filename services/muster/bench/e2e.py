@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import shutil
 import tempfile
 import time
@@ -327,7 +328,7 @@ async def run_case(
                     manifest=manifest,
                 ),
                 meter,
-                monitor_url=nats.monitor_url or "",
+                traffic=functools.partial(connz.read_traffic, nats.monitor_url or "", pids),
             )
             ended = tuple(
                 s.name
@@ -440,7 +441,7 @@ async def _measure(
     load: Load,
     meter: Callable[[], dict[str, float]],
     *,
-    monitor_url: str,
+    traffic: connz.TrafficReader,
 ) -> E2ERow:
     submitted: dict[str, int] = {}
     refusals = Refusals()
@@ -456,7 +457,7 @@ async def _measure(
             raise RuntimeError(f"the LocalQueues' partitions were not told in {WARM_UP_S:g}s")
         counts_before = await stored_counts(js)
         wire_before = await wire_count(js)
-        traffic_before = await connz.read_traffic(monitor_url)
+        traffic_before = await traffic()
         cpu_before = meter()
         start = time.monotonic()
 
@@ -489,7 +490,7 @@ async def _measure(
         await wait_stored(js, load.workloads + 1, timeout_s=60 + load.workloads / 20)
         cpu_after = meter()
         wire_after = await wire_count(js)
-        traffic_after = await connz.read_traffic(monitor_url)
+        traffic_after = await traffic()
         wire = per_workload(wire_before, wire_after, load.workloads)
         counts_after = await stored_counts(js)
         by_event = {

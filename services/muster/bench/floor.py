@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import shutil
 import signal
@@ -146,7 +147,8 @@ async def run_floor(workloads: int, run: int) -> FloorRow:
             if nats.process is not None:
                 pids["nats-server"] = nats.process.pid
             meter = e2e.cpu_meter(pids)
-            row = await _burst(ready["gateway"][1], js, workloads, meter, nats.monitor_url or "")
+            traffic = functools.partial(connz.read_traffic, nats.monitor_url or "", pids)
+            row = await _burst(ready["gateway"][1], js, workloads, meter, traffic)
     finally:
         await nc.close()
         await nats.stop()
@@ -159,7 +161,7 @@ async def _burst(
     js: JetStreamContext,
     workloads: int,
     meter: Callable[[], dict[str, float]],
-    monitor_url: str,
+    traffic: connz.TrafficReader,
 ) -> FloorRow:
     async with grpc.aio.insecure_channel(gateway) as channel:
         gw = services_pb2_grpc.GatewayStub(channel)
@@ -168,7 +170,7 @@ async def _burst(
         if not await e2e.wait_stored(js, 1, timeout_s=e2e.WARM_UP_S):
             raise RuntimeError(f"the warm-up workload did not go through in {e2e.WARM_UP_S:g}s")
         wire_before = await wire_count(js)
-        traffic_before = await connz.read_traffic(monitor_url)
+        traffic_before = await traffic()
         cpu_before = meter()
         calls = iter(range(workloads))
         start = time.monotonic()
@@ -183,7 +185,7 @@ async def _burst(
         elapsed = time.monotonic() - start
         cpu_after = meter()
         wire_after = await settled(js)
-        traffic_after = await connz.read_traffic(monitor_url)
+        traffic_after = await traffic()
         through = e2e.went_through(await e2e.stored_counts(js)) - 1
     stored, delivered = per_workload(wire_before, wire_after, workloads)
     return FloorRow(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
-from muster.bench.connz import ConnTraffic, kind_of, per_workload, render, traffic_of
+from muster.bench.connz import ConnTraffic, kind_of, per_workload, render, syscalls, traffic_of
 
 
 def conn(name: str, *, in_msgs: int, out_msgs: int, subs: dict[str, int]) -> dict[str, Any]:
@@ -41,6 +43,8 @@ def test_connections_of_one_name_are_summed_and_received_messages_split_by_kind(
         "replies": 3,
         "inbox": 3,
         "subject": 2,
+        "read_calls": 0,
+        "write_calls": 0,
     }
     assert traffic["?"].counts["in_msgs"] == 1
 
@@ -86,3 +90,18 @@ def test_the_table_has_a_row_per_process_and_field_with_a_column_per_case() -> N
 
 def test_counts_compare_equal_as_structs() -> None:
     assert ConnTraffic(counts={"in_msgs": 1}) == ConnTraffic(counts={"in_msgs": 1})
+
+
+def test_a_process_s_system_calls_grow_with_its_reads_and_a_gone_one_is_left_out(
+    tmp_path: Path,
+) -> None:
+    pids = {"admission-0": os.getpid(), "gone": 2**22 + 7}  # above the kernel's pid_max
+    before = syscalls(pids)
+    path = tmp_path / "f"
+    path.write_text("x")
+    for _ in range(5):
+        path.read_text()
+    after = syscalls(pids)
+    assert set(after) == {"admission"}
+    assert after["admission"]["read_calls"] - before["admission"]["read_calls"] >= 5
+    assert after["admission"]["write_calls"] > before["admission"]["write_calls"]
