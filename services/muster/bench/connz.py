@@ -53,12 +53,19 @@ def kind_of(subject: str) -> str:
     return "subject"
 
 
+def process_of(connection_name: str) -> str:
+    """The process a connection belongs to: its name without `muster-` (and the floor's
+    stand-ins' `floor-`), as the CPU columns name it."""
+    return connection_name.removeprefix("muster-").removeprefix("floor-")
+
+
 def traffic_of(connz: Mapping[str, Any]) -> dict[str, ConnTraffic]:
-    """Per connection name (unnamed: `?`), its connections' counts summed, from a `/connz`
-    answer with subscription details."""
+    """Per process (`process_of` its connections' name; unnamed: `?`), its connections'
+    counts summed, from a `/connz` answer with subscription details."""
     summed: dict[str, dict[str, int]] = {}
     for conn in connz.get("connections") or []:
-        counts = summed.setdefault(str(conn.get("name") or "?"), dict.fromkeys(FIELDS, 0))
+        process = process_of(str(conn.get("name") or "?"))
+        counts = summed.setdefault(process, dict.fromkeys(FIELDS, 0))
         for field in ("in_msgs", "in_bytes", "out_msgs", "out_bytes"):
             counts[field] += int(conn.get(field) or 0)
         for sub in conn.get("subscriptions_list_detail") or []:
@@ -72,8 +79,9 @@ TrafficReader = Callable[[], Awaitable[dict[str, ConnTraffic]]]
 async def read_traffic(
     monitor_url: str, pids: Mapping[str, int] | None = None
 ) -> dict[str, ConnTraffic]:
-    """Every open connection's traffic so far, from the server at `monitor_url`, with the
-    system calls of `pids` (process label -> pid; `admission-<i>` counted as `admission`)."""
+    """Every open connection's traffic so far per process, from the server at `monitor_url`,
+    with the system calls of `pids` (process label -> pid; `admission-<i>` counted as
+    `admission`)."""
     url = f"{monitor_url}/connz?subs=detail&limit=4096"
 
     def fetch() -> Any:
@@ -81,11 +89,11 @@ async def read_traffic(
             return json.load(answer)
 
     traffic = traffic_of(await asyncio.to_thread(fetch))
-    for label, calls in syscalls(pids or {}).items():
-        name = f"muster-{label}"
-        counts = dict(traffic[name].counts) if name in traffic else dict.fromkeys(FIELDS, 0)
+    for process, calls in syscalls(pids or {}).items():
+        was = traffic.get(process)
+        counts = dict(was.counts) if was else dict.fromkeys(FIELDS, 0)
         counts.update(calls)
-        traffic[name] = ConnTraffic(counts=counts)
+        traffic[process] = ConnTraffic(counts=counts)
     return traffic
 
 
@@ -109,13 +117,12 @@ def syscalls(pids: Mapping[str, int]) -> dict[str, dict[str, int]]:
 def per_workload(
     before: Mapping[str, ConnTraffic], after: Mapping[str, ConnTraffic], workloads: int
 ) -> dict[str, dict[str, float]]:
-    """Per process (its connection name without `muster-` or `floor-`), each field's growth
-    between two readings per workload. A connection opened meanwhile counts from 0; one closed
-    meanwhile is left out (its traffic is unknown)."""
+    """Per process, each field's growth between two readings per workload. A process whose
+    connections opened meanwhile counts from 0; one gone meanwhile is left out."""
     rows: dict[str, dict[str, float]] = {}
     for name, now in after.items():
         was = before[name].counts if name in before else {}
-        rows[name.removeprefix("muster-").removeprefix("floor-")] = {
+        rows[name] = {
             f: round(max(0, v - was.get(f, 0)) / max(workloads, 1), 2)
             for f, v in now.counts.items()
         }

@@ -6,7 +6,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-from muster.bench.connz import ConnTraffic, kind_of, per_workload, render, syscalls, traffic_of
+from muster.bench.connz import (
+    ConnTraffic,
+    kind_of,
+    per_workload,
+    process_of,
+    render,
+    syscalls,
+    traffic_of,
+)
 
 
 def conn(name: str, *, in_msgs: int, out_msgs: int, subs: dict[str, int]) -> dict[str, Any]:
@@ -18,6 +26,12 @@ def conn(name: str, *, in_msgs: int, out_msgs: int, subs: dict[str, int]) -> dic
         "out_bytes": 10 * out_msgs,
         "subscriptions_list_detail": [{"subject": s, "msgs": n} for s, n in subs.items()],
     }
+
+
+def test_a_connection_s_process_is_its_name_without_muster_or_the_floor_s_prefix() -> None:
+    assert process_of("muster-gateway") == "gateway"
+    assert process_of("muster-floor-gateway") == "gateway"
+    assert process_of("muster-bench") == "bench"
 
 
 def test_a_subscription_is_a_request_inbox_a_plain_inbox_or_a_subject() -> None:
@@ -35,7 +49,7 @@ def test_connections_of_one_name_are_summed_and_received_messages_split_by_kind(
         ]
     }
     traffic = traffic_of(answer)
-    assert traffic["muster-binder"].counts == {
+    assert traffic["binder"].counts == {
         "in_msgs": 6,
         "in_bytes": 600,
         "out_msgs": 8,
