@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import shutil
 import tempfile
 import time
@@ -48,12 +49,13 @@ import msgspec
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
-from muster.bench import replicas, wake
+from muster.bench import connz, replicas, wake
 from muster.bench.jetstream import publish_ack_rate
 from muster.bench.refusals import Refusals
 from muster.bench.sim_nodes import node_manifests
 from muster.bench.table import Column, render_table
 from muster.bench.wire import per_consumer, per_workload, wire_count
+from muster.bus.buckets import PARTITIONS_BUCKET
 from muster.bus.service import run_loop
 from muster.bus.subjects import EVENTS_STREAM, workload_subject
 from muster.cluster.sim.backend import SimBackend
@@ -109,6 +111,9 @@ class E2ERow(msgspec.Struct, frozen=True, kw_only=True):
     # Submits the gateway refused for its limit on calls in flight, each sent again after a
     # backoff (`bench.refusals`): their wait is in the latencies and the throughput.
     refused: int = 0
+    # Per process, every message its connections sent (in) and received (out) per workload,
+    # bytes too, and what they received by kind (`bench.connz`): beyond the stored and delivered.
+    connz_per_workload: dict[str, dict[str, float]] = msgspec.field(default_factory=dict)
     # Processes gone before the case ended (an admission replica that lost its lease, say):
     # their CPU and their work are missing, so the row is not valid.
     ended: tuple[str, ...] = ()
@@ -288,7 +293,7 @@ async def run_case(
     if manifest not in MANIFESTS:
         raise ValueError(f"manifest must be one of {', '.join(MANIFESTS)}, got {manifest!r}")
     log_dir = Path(tempfile.mkdtemp(prefix="muster-bench-e2e-"))
-    nats = NatsServer(log_dir / "jetstream")
+    nats = NatsServer(log_dir / "jetstream", monitor=True)
     url = await nats.start(log_path=log_dir / "nats-server.log")
     receiver = OtlpReceiver(keep=False).start() if observe == "otlp" else None
     stack = Stack(
@@ -323,6 +328,7 @@ async def run_case(
                     manifest=manifest,
                 ),
                 meter,
+                traffic=functools.partial(connz.read_traffic, nats.monitor_url or "", pids),
             )
             ended = tuple(
                 s.name
@@ -378,6 +384,31 @@ async def wait_stored(js: JetStreamContext, count: int, *, timeout_s: float) -> 
     return False
 
 
+async def wait_partitions_told(js: JetStreamContext, queues: int, *, timeout_s: float) -> bool:
+    """True once `MUSTER_PARTITIONS` holds `queues` LocalQueues' partitions and every follower
+    of the bucket (the gateway's, the watcher's) was handed all of it; False after `timeout_s`.
+
+    Admission writes them with its views, which may come after the warm-up workload went
+    through: a burst started before would store its first workloads in their LocalQueues'
+    stand-in partitions, each then forwarded home (admission/forwarding.py), which is the
+    cost of a configuration's first moments, not of a workload's.
+    """
+    stream = f"KV_{PARTITIONS_BUCKET}"
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout_s):
+            while True:  # polled, as `wait_stored`
+                info = await js.stream_info(stream, subjects_filter=">")
+                last = info.state.last_seq
+                told = all(
+                    c.delivered is not None and (c.delivered.stream_seq or 0) >= last
+                    for c in await js.consumers_info(stream)
+                )
+                if len(info.state.subjects or {}) >= queues and told:
+                    return True
+                await asyncio.sleep(POLL_S)
+    return False
+
+
 def went_through(counts: Mapping[str, int]) -> int:
     """How many workloads the per-type event counts say are admitted, bound and running."""
     return min(counts.get(e, 0) for e in DONE)
@@ -405,7 +436,12 @@ class Load(msgspec.Struct, frozen=True, kw_only=True):
 
 
 async def _measure(
-    gateway: str, js: JetStreamContext, load: Load, meter: Callable[[], dict[str, float]]
+    gateway: str,
+    js: JetStreamContext,
+    load: Load,
+    meter: Callable[[], dict[str, float]],
+    *,
+    traffic: connz.TrafficReader,
 ) -> E2ERow:
     submitted: dict[str, int] = {}
     refusals = Refusals()
@@ -417,8 +453,11 @@ async def _measure(
         await gw.Submit(services_pb2.SubmitRequest(manifest=workload_yaml(0, name="warm-up")))
         if not await wait_stored(js, 1, timeout_s=WARM_UP_S):
             raise RuntimeError(f"the warm-up workload did not go through in {WARM_UP_S:g}s")
+        if not await wait_partitions_told(js, QUEUES, timeout_s=WARM_UP_S):
+            raise RuntimeError(f"the LocalQueues' partitions were not told in {WARM_UP_S:g}s")
         counts_before = await stored_counts(js)
         wire_before = await wire_count(js)
+        traffic_before = await traffic()
         cpu_before = meter()
         start = time.monotonic()
 
@@ -451,6 +490,7 @@ async def _measure(
         await wait_stored(js, load.workloads + 1, timeout_s=60 + load.workloads / 20)
         cpu_after = meter()
         wire_after = await wire_count(js)
+        traffic_after = await traffic()
         wire = per_workload(wire_before, wire_after, load.workloads)
         counts_after = await stored_counts(js)
         by_event = {
@@ -486,6 +526,7 @@ async def _measure(
         delivered_per_workload=wire[1],
         delivered_by_consumer=per_consumer(wire_before, wire_after, load.workloads),
         stored_by_event=by_event,
+        connz_per_workload=connz.per_workload(traffic_before, traffic_after, load.workloads),
         refused=refusals.count,
     )
 
@@ -550,6 +591,7 @@ def render(rows: list[msgspec.Struct]) -> str:
     per-replica comparison and the machine's wake costs when the run has them."""
     cases = [r for r in rows if isinstance(r, E2ERow)]
     text = render_latency(cases) + "\n" + render_cpu(cases) + "\n" + render_wire(cases)
+    text += "\n" + connz.render([(_title(i, r), r.connz_per_workload) for i, r in enumerate(cases)])
     text += render_not_valid(cases)
     compared = [r for r in rows if isinstance(r, replicas.ReplicaRow)]
     wakes = [r for r in rows if isinstance(r, wake.WakeRow)]
@@ -608,14 +650,17 @@ def render_wire(rows: list[E2ERow]) -> str:
         return f"{row.delivered_by_consumer.get(key, 0.0):g}"
 
     def case(i: int, row: E2ERow) -> Column[str]:
-        title = f"{row.mode} {row.per_call}/call {row.shards}sh #{i + 1}"
-        return Column(title, lambda key: value(row, key))
+        return Column(_title(i, row), lambda key: value(row, key))
 
     columns: list[Column[str]] = [
         Column("MESSAGES/workload", lambda key: key, numeric=False),
         *(case(i, r) for i, r in enumerate(rows)),
     ]
     return render_table(columns, keys)
+
+
+def _title(i: int, row: E2ERow) -> str:
+    return f"{row.mode} {row.per_call}/call {row.shards}sh #{i + 1}"
 
 
 def _cpu_column(process: str) -> Column[E2ERow]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import shutil
 import signal
@@ -35,7 +36,7 @@ import msgspec
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext, api
 
-from muster.bench import e2e
+from muster.bench import connz, e2e
 from muster.bench.floor_roles import ADMISSION_DURABLE, BINDER_DURABLE, ROLES, SIM_BUCKET, filters
 from muster.bench.table import Column, render_table
 from muster.bench.wire import WireCount, per_workload, wire_count
@@ -63,6 +64,8 @@ class FloorRow(msgspec.Struct, frozen=True, kw_only=True):
     stored_per_workload: float
     delivered_per_workload: float
     load_average: float  # the machine's, as the run began
+    # Per process, its connections' messages in and out per workload (`bench.connz`).
+    connz_per_workload: dict[str, dict[str, float]] = msgspec.field(default_factory=dict)
 
 
 async def prepare(js: JetStreamContext) -> None:
@@ -132,7 +135,7 @@ async def stand_ins(url: str) -> AsyncIterator[dict[str, tuple[int, str]]]:
 async def run_floor(workloads: int, run: int) -> FloorRow:
     load = os.getloadavg()[0]
     log_dir = Path(tempfile.mkdtemp(prefix="muster-bench-floor-"))
-    nats = NatsServer(log_dir / "jetstream")
+    nats = NatsServer(log_dir / "jetstream", monitor=True)
     url = await nats.start(log_path=log_dir / "nats-server.log")
     nc = NatsClient()
     try:
@@ -143,7 +146,9 @@ async def run_floor(workloads: int, run: int) -> FloorRow:
             pids = {role: pid for role, (pid, _) in ready.items()}
             if nats.process is not None:
                 pids["nats-server"] = nats.process.pid
-            row = await _burst(ready["gateway"][1], js, workloads, e2e.cpu_meter(pids))
+            meter = e2e.cpu_meter(pids)
+            traffic = functools.partial(connz.read_traffic, nats.monitor_url or "", pids)
+            row = await _burst(ready["gateway"][1], js, workloads, meter, traffic)
     finally:
         await nc.close()
         await nats.stop()
@@ -152,7 +157,11 @@ async def run_floor(workloads: int, run: int) -> FloorRow:
 
 
 async def _burst(
-    gateway: str, js: JetStreamContext, workloads: int, meter: Callable[[], dict[str, float]]
+    gateway: str,
+    js: JetStreamContext,
+    workloads: int,
+    meter: Callable[[], dict[str, float]],
+    traffic: connz.TrafficReader,
 ) -> FloorRow:
     async with grpc.aio.insecure_channel(gateway) as channel:
         gw = services_pb2_grpc.GatewayStub(channel)
@@ -161,6 +170,7 @@ async def _burst(
         if not await e2e.wait_stored(js, 1, timeout_s=e2e.WARM_UP_S):
             raise RuntimeError(f"the warm-up workload did not go through in {e2e.WARM_UP_S:g}s")
         wire_before = await wire_count(js)
+        traffic_before = await traffic()
         cpu_before = meter()
         calls = iter(range(workloads))
         start = time.monotonic()
@@ -175,6 +185,7 @@ async def _burst(
         elapsed = time.monotonic() - start
         cpu_after = meter()
         wire_after = await settled(js)
+        traffic_after = await traffic()
         through = e2e.went_through(await e2e.stored_counts(js)) - 1
     stored, delivered = per_workload(wire_before, wire_after, workloads)
     return FloorRow(
@@ -187,6 +198,7 @@ async def _burst(
         stored_per_workload=stored["total"],
         delivered_per_workload=delivered["total"],
         load_average=0.0,
+        connz_per_workload=connz.per_workload(traffic_before, traffic_after, workloads),
     )
 
 
@@ -219,6 +231,7 @@ def muster_row(workloads: int, run: int, manifest: str = "yaml") -> FloorRow:
         stored_per_workload=row.stored_per_workload.get("total", 0.0),
         delivered_per_workload=row.delivered_per_workload.get("total", 0.0),
         load_average=round(load, 1),
+        connz_per_workload=row.connz_per_workload,
     )
 
 
@@ -255,6 +268,7 @@ def render(rows: list[FloorRow]) -> str:
         Column("DELIVERED/wl", lambda r: f"{r.delivered_per_workload:g}"),
     ]
     text = render_table(columns, rows)
+    text += "\n" + connz.render([(f"{r.what} run {r.run}", r.connz_per_workload) for r in rows])
     pairs = shares(rows)
     if pairs:
         text += "\n" + render_table(_share_columns(), pairs)

