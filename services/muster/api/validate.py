@@ -214,7 +214,8 @@ MAX_WORKLOAD_PODS = 100_000
 
 
 def check_pod_sets(wl: Workload, who: str) -> Iterator[FieldError]:
-    """1 to 18 podsets; names unique; count >= 0; 1 <= minCount <= count; 100 000 pods in all."""
+    """1 to 18 podsets; names unique; count >= 0; 1 <= minCount <= count; 100 000 pods in all;
+    at most one podset with minCount (Kueue's webhook: partial admission shrinks one podset)."""
     if not wl.pod_sets:
         yield FieldError(who, "spec.podSets", "must list at least 1 podset")
     if len(wl.pod_sets) > MAX_POD_SETS:
@@ -229,6 +230,7 @@ def check_pod_sets(wl: Workload, who: str) -> Iterator[FieldError]:
             f"must ask for at most {MAX_WORKLOAD_PODS} pods in all (podsets' count), got {pods}",
         )
     seen: set[str] = set()
+    variable: int | None = None  # the first podset with minCount
     for p, ps in enumerate(wl.pod_sets):
         path = f"spec.podSets[{p}]"
         if ps.name in seen:
@@ -239,6 +241,14 @@ def check_pod_sets(wl: Workload, who: str) -> Iterator[FieldError]:
         if ps.min_count is not None and not 1 <= ps.min_count <= max(ps.count, 1):
             yield FieldError(
                 who, f"{path}.minCount", f"must be >= 1 and <= count {ps.count}, got {ps.min_count}"
+            )
+        if ps.min_count is not None and variable is None:
+            variable = p
+        elif ps.min_count is not None:
+            yield FieldError(
+                who,
+                f"{path}.minCount",
+                f"at most one podset may set minCount; spec.podSets[{variable}] already does",
             )
 
 
