@@ -76,6 +76,8 @@ from muster.core.config_owners import NAMESPACED_CONFIG_KINDS, ConfigOwners
 from muster.core.engine import Engine
 from muster.core.events import Event, EventType
 from muster.core.lifecycle import assignment_of
+from muster.core.quota import FlavorResource
+from muster.core.reclaim import reclaimable_of, reclaimed_usage
 from muster.core.records import local_queue_of
 from muster.core.requeue_state import retry_counts_waiting, retry_end_s
 from muster.core.routing import Policy, RoutingSettings, run_seconds_on
@@ -372,8 +374,9 @@ class AdmissionState:
             case SetActive(key, active):
                 ledger.set_active(key, active)
                 return self._engine_fact(key, lambda: engine.set_active(key, active, now_s=now_s))
-            case SetReclaimable(key, pods):
+            case SetReclaimable(key, pods, at_s):
                 ledger.set_reclaimable(key, pods)
+                self._run_resized(key, at_s=at_s or now_s)
                 return self._engine_fact(
                     key, lambda: engine.set_reclaimable(key, pods, now_s=now_s)
                 )
@@ -507,9 +510,31 @@ class AdmissionState:
             return
         wl = entry.workload
         local_queue = local_queue_of(wl.meta.namespace, entry.routed_queue or wl.queue_name)
-        usage = assignment_of(entry.admission).usage
         config = fair.admission_fair_sharing
-        book.start(key, local_queue, usage, at_s=entry.reserved_s, config=config)
+        book.start(key, local_queue, self._held(entry), at_s=entry.reserved_s, config=config)
+
+    def _run_resized(self, key: WorkloadKey, *, at_s: float) -> None:
+        """Pods given back (or taken back) change what `key`'s run holds from the fact's time,
+        before the engine changes it at the round's (its own change is then a no-op): a live
+        replica and a rebuilt one record the same instant."""
+        book, fair = self.engine.state.admission_usage, self.engine.state.config.kueue
+        if book is None or fair.admission_fair_sharing is None:
+            return
+        entry = self.ledger.get(key)
+        if entry is None or entry.admission is None or not entry.holds_quota:
+            return
+        book.resize(key, self._held(entry), at_s=at_s, config=fair.admission_fair_sharing)
+
+    def _held(self, entry: Entry) -> Mapping[FlavorResource, int]:
+        """What `entry`'s admission holds, less its reclaimable pods (as the engine's record:
+        `WorkloadRecord.usage`), so the usage a rebuild replays is the live one's."""
+        assert entry.admission is not None
+        assignment = assignment_of(entry.admission)
+        told = entry.reclaimable_pods
+        if not told or not self.engine.state.config.kueue.reclaimable_pods:
+            return assignment.usage
+        reclaimable = reclaimable_of(told)
+        return reclaimed_usage(assignment.pod_sets, entry.workload.pod_sets, reclaimable)
 
     def _run_stopped(self, key: WorkloadKey, *, at_s: float, retire: bool = False) -> None:
         """The fact that released `key`'s quota ends its run at the fact's time, before the
