@@ -41,12 +41,19 @@ def identity(obj: ApiObject) -> str:
 
 
 def validate(
-    obj: ApiObject, *, name: str | None = None, api_version: str = "kueue.x-k8s.io/v1beta2"
+    obj: ApiObject,
+    *,
+    name: str | None = None,
+    api_version: str = "kueue.x-k8s.io/v1beta2",
+    stored: bool = False,
 ) -> list[FieldError]:
     """Return every problem with `obj` alone.
 
     `name` overrides how messages name the object; `api_version` picks field spellings in
-    paths where the versions differ (a Cohort's `spec.parent` in v1beta1).
+    paths where the versions differ (a Cohort's `spec.parent` in v1beta1). `stored`: `obj`
+    was taken in before (a stored event's manifest, an object read from a cluster): rules
+    added since for new objects (`check_variable_pod_sets`) are not applied again, so what
+    an earlier release accepted is still read after an upgrade.
     """
     who = name or identity(obj)
     if isinstance(obj, ClusterQueue):
@@ -62,7 +69,8 @@ def validate(
             *check_parent(obj, who, api_version=api_version),
         ]
     if isinstance(obj, Workload):
-        return list(check_pod_sets(obj, who))
+        entry = [] if stored else check_variable_pod_sets(obj, who)
+        return [*check_pod_sets(obj, who), *entry]
     if isinstance(obj, LocalQueue):
         empty = (
             [] if obj.cluster_queue else [FieldError(who, "spec.clusterQueue", "must not be empty")]
@@ -214,8 +222,7 @@ MAX_WORKLOAD_PODS = 100_000
 
 
 def check_pod_sets(wl: Workload, who: str) -> Iterator[FieldError]:
-    """1 to 18 podsets; names unique; count >= 0; 1 <= minCount <= count; 100 000 pods in all;
-    at most one podset with minCount (Kueue's webhook: partial admission shrinks one podset)."""
+    """1 to 18 podsets; names unique; count >= 0; 1 <= minCount <= count; 100 000 pods in all."""
     if not wl.pod_sets:
         yield FieldError(who, "spec.podSets", "must list at least 1 podset")
     if len(wl.pod_sets) > MAX_POD_SETS:
@@ -230,7 +237,6 @@ def check_pod_sets(wl: Workload, who: str) -> Iterator[FieldError]:
             f"must ask for at most {MAX_WORKLOAD_PODS} pods in all (podsets' count), got {pods}",
         )
     seen: set[str] = set()
-    variable: int | None = None  # the first podset with minCount
     for p, ps in enumerate(wl.pod_sets):
         path = f"spec.podSets[{p}]"
         if ps.name in seen:
@@ -242,14 +248,19 @@ def check_pod_sets(wl: Workload, who: str) -> Iterator[FieldError]:
             yield FieldError(
                 who, f"{path}.minCount", f"must be >= 1 and <= count {ps.count}, got {ps.min_count}"
             )
-        if ps.min_count is not None and variable is None:
-            variable = p
-        elif ps.min_count is not None:
-            yield FieldError(
-                who,
-                f"{path}.minCount",
-                f"at most one podset may set minCount; spec.podSets[{variable}] already does",
-            )
+
+
+def check_variable_pod_sets(wl: Workload, who: str) -> Iterator[FieldError]:
+    """At most one podset with minCount (Kueue's Workload webhook: partial admission shrinks
+    one podset). For new objects only: muster accepted several before, and stored ones are
+    still read."""
+    variable = [p for p, ps in enumerate(wl.pod_sets) if ps.min_count is not None]
+    for p in variable[1:]:
+        yield FieldError(
+            who,
+            f"spec.podSets[{p}].minCount",
+            f"at most one podset may set minCount; spec.podSets[{variable[0]}] already does",
+        )
 
 
 MAX_POD_GROUPS = 8  # the Workload API's limit on spec.podGroups

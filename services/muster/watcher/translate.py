@@ -173,7 +173,8 @@ def workload_of(obj: Mapping[str, Any]) -> tuple[Workload | None, list[str]]:
     """
     if is_job(obj):
         obj = jobs.as_written(obj)
-    objects, errors = decode_documents([dict(obj)])
+    # A cluster's object: one an earlier release took in is still read, to its end.
+    objects, errors = decode_documents([dict(obj)], stored=True)
     found = [o for o in objects if isinstance(o, Workload)]
     if errors or not found:
         return None, [str(e) for e in errors] or [f"{object_name(obj)}: not a workload"]
