@@ -143,7 +143,7 @@ def applied_object(payload: events_pb2.ConfigApplied) -> ApiObject:
 
 def decode_manifest(text: str, *, what: str) -> ApiObject:
     """The one api object `text` (a payload's manifest) holds; PayloadError naming `what`."""
-    objects, errors = decode_documents([_parsed(text, what=what)], source=what)
+    objects, errors = decode_documents([_parsed(text, what=what)], source=what, stored=True)
     if errors:
         raise PayloadError("; ".join(str(e) for e in errors))
     if len(objects) != 1:

@@ -6,6 +6,8 @@ restarted, still orders by it: from its snapshot, or without one from the record
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -66,27 +68,40 @@ async def b1_goes_before_a2(bus: Bus, events: EventLog, partition: int, *, shard
     assert count(events, "admitted", "ns/a2") == 0
 
 
-@pytest.mark.parametrize("snapshot", ["kept", "lost"])
-async def test_a_moved_local_queue_brings_its_finished_workloads_usage_restart_safe(
-    bus: Bus, bus_config: BusConfig, events: EventLog, snapshot: str
-) -> None:
-    here, there = trees()  # decided by shard 0, by shard 1
+@asynccontextmanager
+async def moved_once(
+    bus: Bus, bus_config: BusConfig, events: EventLog
+) -> AsyncIterator[tuple[list[Any], str, str]]:
+    """Two replicas (the list, and the cohorts shards 0 and 1 decide): team a used the queue
+    in shard 0's cohort, then the ClusterQueue joined shard 1's, where c1 (team c) fills it."""
+    here, there = trees()
     new = partition_of(f"cohort/{there}")
     settings = {"shards": 2, "lease_ttl_s": UNEXPIRING_LEASE_S, "kueue": FAIR}
     replicas = [await start_admission(bus_config, shard=i, **settings) for i in range(2)]
     try:
         await asyncio.gather(*(r.wait_serving() for r in replicas))
         await team_a_used_the_queue(bus, events, here)
-
-        # The ClusterQueue joins a cohort of shard 1's; c1 (team c) then fills the queue.
         await publish(bus, config_applied(shared_queue(there)))
         await publish(bus, in_partition(submitted(workload("c1", cpu="2", queue="c")), new))
         assert (await events.wait_for("admitted", workload="ns/c1")).source == "admission/1"
+        yield replicas, here, there
+    finally:
+        for r in replicas:
+            await r.stop()
+
+
+@pytest.mark.parametrize("snapshot", ["kept", "lost"])
+async def test_a_moved_local_queue_brings_its_finished_workloads_usage_restart_safe(
+    bus: Bus, bus_config: BusConfig, events: EventLog, snapshot: str
+) -> None:
+    async with moved_once(bus, bus_config, events) as (replicas, _, there):
+        new = partition_of(f"cohort/{there}")
         # Shard 1 dies and rebuilds: from the snapshot it wrote on its way out, or (its
         # snapshot lost, as if it died before writing one) from the stream alone.
         await replicas[1].kill()
         if snapshot == "lost":
             await (await bus.js.object_store(SNAPSHOTS_BUCKET)).delete("admission-1")
+        settings = {"shards": 2, "lease_ttl_s": UNEXPIRING_LEASE_S, "kueue": FAIR}
         replicas[1] = await start_admission(bus_config, shard=1, **settings)
         await replicas[1].wait_serving()
 
@@ -94,6 +109,3 @@ async def test_a_moved_local_queue_brings_its_finished_workloads_usage_restart_s
         await publish(bus, in_partition(submitted(workload("a2", cpu="2", queue="a")), new))
         await events.wait_for("pending", workload="ns/a2")
         await b1_goes_before_a2(bus, events, new, shard=1)
-    finally:
-        for r in replicas:
-            await r.stop()

@@ -2,7 +2,8 @@
 ClusterQueue joins a cohort of shard 1's, then, before shard 1 wrote a snapshot, one of shard
 2's, still brings what its finished workloads used on shard 0. That usage reached shard 1 in a
 record of shard 0's partition, in no history of shard 1's, so shard 2 reads such records too;
-restarted without a snapshot, shard 2 orders by the record it wrote."""
+restarted without a snapshot, shard 2 orders by the record it wrote. A LocalQueue that comes
+back to shard 0's cohort and leaves again carries a1's usage once, not twice."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from admission_world import (
     UNEXPIRING_LEASE_S,
     config_applied,
+    drained,
     in_partition,
     publish,
     start_admission,
@@ -20,11 +22,18 @@ from admission_world import (
     workload,
 )
 from bus_helpers import EventLog
-from test_admission_afs_moves import FAIR, b1_goes_before_a2, shared_queue, team_a_used_the_queue
+from test_admission_afs_moves import (
+    FAIR,
+    b1_goes_before_a2,
+    moved_once,
+    shared_queue,
+    team_a_used_the_queue,
+)
 
 from muster.bus import Bus, BusConfig
 from muster.bus.buckets import SNAPSHOTS_BUCKET
 from muster.bus.partitions import partition_of
+from muster.contracts.v1 import events_pb2 as pb
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -59,3 +68,39 @@ async def test_a_local_queue_moved_twice_before_a_snapshot_keeps_its_first_carry
     finally:
         for r in replicas:
             await r.stop()
+
+
+def carried(events: EventLog, local_queue: str) -> list[pb.CarriedUsage]:
+    """The usage each handover carried for `local_queue`, in the order written."""
+    return [
+        env.partition_changed.queue_left.usage
+        for env in events.matching("partition_changed")
+        if env.partition_changed.queue_left.local_queue == local_queue
+        and env.partition_changed.queue_left.HasField("usage")
+    ]
+
+
+async def carries(events: EventLog, local_queue: str, n: int) -> list[pb.CarriedUsage]:
+    await events.wait_until(lambda _: len(carried(events, local_queue)) >= n, timeout_s=60.0)
+    return carried(events, local_queue)
+
+
+async def test_a_local_queue_that_comes_back_carries_its_first_usage_once(
+    bus: Bus, bus_config: BusConfig, events: EventLog
+) -> None:
+    """The ClusterQueue joins a cohort of shard 1's, one of shard 0's again, then shard 1's
+    again, no snapshot written. Shard 1's second handover reads shard 0's partition from its
+    beginning: a1's finished run, and the record that brought a1's usage back, which holds it
+    already."""
+    async with moved_once(bus, bus_config, events) as (_, here, there):
+        first = (await carries(events, "ns/a", 1))[0]
+        # Back to shard 0 (a1's usage comes back in a record), then to shard 1 again.
+        await publish(bus, config_applied(shared_queue(here)))
+        await carries(events, "ns/a", 2)
+        await drained(bus, "admission-0")
+        await publish(bus, config_applied(shared_queue(there)))
+        again = (await carries(events, "ns/a", 3))[2]
+
+        # a1's usage only fades between the carries (half-life 600 s, seconds apart).
+        assert again.at_s >= first.at_s
+        assert 0.9 * first.consumed["cpu"] < again.consumed["cpu"] <= first.consumed["cpu"]

@@ -163,8 +163,9 @@ class FactApplication(DecisionReads, abc.ABC):
             case SetActive(key, active):
                 ledger.set_active(key, active)
                 return self._engine_fact(key, lambda: engine.set_active(key, active, now_s=now_s))
-            case SetReclaimable(key, pods):
+            case SetReclaimable(key, pods, at_s):
                 ledger.set_reclaimable(key, pods)
+                self._run_resized(key, at_s=at_s or now_s)
                 return self._engine_fact(
                     key, lambda: engine.set_reclaimable(key, pods, now_s=now_s)
                 )
@@ -337,6 +338,9 @@ class FactApplication(DecisionReads, abc.ABC):
 
     @abc.abstractmethod
     def _run_started(self, key: WorkloadKey) -> None: ...
+
+    @abc.abstractmethod
+    def _run_resized(self, key: WorkloadKey, *, at_s: float) -> None: ...
 
     @abc.abstractmethod
     def _run_stopped(self, key: WorkloadKey, *, at_s: float, retire: bool = False) -> None: ...

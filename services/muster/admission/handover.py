@@ -91,9 +91,16 @@ class StoryFetcher:
                 )
                 low = snapshot.sequence
                 break
+        # The record that last brought the LocalQueue's usage back into the partition holds
+        # what it left there before (carried out, then back): replayed runs before it are
+        # in it, so the usage starts over from it (usage_carry.py, `carried_into`).
+        back = await self._came_back(handover, scratch, after=low, fence=fence)
         subjects = replay_subjects((partition,), unread=unread)
-        async for env in self.bus.replay(subjects, from_sequence=low + 1, until_sequence=fence):
-            replay_event(scratch, env, history=history, max_event_bytes=self.max_event_bytes)
+        if back is not None:
+            await self._replay(scratch, history, subjects, after=low, until=back.sequence)
+            _start_over(scratch, back)
+            low = back.sequence
+        await self._replay(scratch, history, subjects, after=low, until=fence)
         stories = [
             history.story_of(entry.key)
             for entry in scratch.ledger.live()
@@ -105,19 +112,31 @@ class StoryFetcher:
             partition,
             len(stories),
         )
-        await self._carried_in(handover, scratch, after=low, fence=fence)
         await self._carry(handover, scratch, fence)
         return stories
 
-    async def _carried_in(
-        self, handover: Handover, scratch: AdmissionState, *, after: int, fence: int
+    async def _replay(
+        self,
+        scratch: AdmissionState,
+        history: CompactLog,
+        subjects: list[str],
+        *,
+        after: int,
+        until: int,
     ) -> None:
-        """Add to `scratch` what the LocalQueue brought into the old partition after its
-        snapshot (records of the partitions it came from: usage_carry.py `carried_into`)."""
+        async for env in self.bus.replay(subjects, from_sequence=after + 1, until_sequence=until):
+            replay_event(scratch, env, history=history, max_event_bytes=self.max_event_bytes)
+
+    async def _came_back(
+        self, handover: Handover, scratch: AdmissionState, *, after: int, fence: int
+    ) -> PartitionRecord | None:
+        """The last record after the old partition's snapshot (and before the fence) that
+        carried the LocalQueue's usage into it (records of the partitions it came from:
+        usage_carry.py `carried_into`); None without one, or without fair sharing."""
         book = scratch.engine.state.admission_usage
         fair = scratch.engine.state.config.kueue.admission_fair_sharing
         if book is None or fair is None:
-            return
+            return None
         subjects = [record_filter(p) for p in range(PARTITIONS)]
         records = []
         async for env in self.bus.replay(subjects, from_sequence=after + 1, until_sequence=fence):
@@ -128,13 +147,10 @@ class StoryFetcher:
                 continue
             if isinstance(record, PartitionRecord) and record.sequence < fence:
                 records.append(record)
-        partition = handover.from_partition
-        owned = frozenset((partition,))
         found = carried_into(
-            records, handover.local_queue, partition, leaving_to=handover.to_partition
+            records, handover.local_queue, handover.from_partition, leaving_to=handover.to_partition
         )
-        for record in found:
-            scratch.usage_carry.apply(record, book, fair, owned=owned)
+        return found[-1] if found else None
 
     async def _carry(self, handover: Handover, scratch: AdmissionState, fence: int) -> None:
         """Write what the LocalQueue's retired workloads left in its fair sharing usage into
@@ -205,3 +221,14 @@ class StoryFetcher:
             changed = env.partition_changed
             shard = changed.shard if changed.WhichOneof("change") == "shard" else None
             self.state.apply(PartitionRecord(partition, env.sequence, shard=shard), now_s=0.0)
+
+
+def _start_over(scratch: AdmissionState, back: PartitionRecord) -> None:
+    """The LocalQueue's retired usage in `scratch` is what `back` brought back into the
+    partition: what retired there before it left went along, and is in `back`."""
+    book = scratch.engine.state.admission_usage
+    fair = scratch.engine.state.config.kueue.admission_fair_sharing
+    if book is None or fair is None:
+        return
+    book.forget_ended(back.local_queue)
+    scratch.usage_carry.apply(back, book, fair, owned=frozenset((back.to_partition,)))

@@ -27,7 +27,7 @@ and is not announced again. A shard routes only among the alternatives in its ow
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import msgspec
 
@@ -41,6 +41,8 @@ from muster.admission.usage_carry import valid_usage
 from muster.api.model import WorkloadKey
 from muster.core.events import Event, EventType
 from muster.core.lifecycle import assignment_of
+from muster.core.quota import FlavorResource
+from muster.core.reclaim import reclaimable_of, reclaimed_usage
 from muster.core.records import local_queue_of
 
 log = logging.getLogger(__name__)
@@ -163,9 +165,31 @@ class AdmissionState(FactApplication):
             return
         wl = entry.workload
         local_queue = local_queue_of(wl.meta.namespace, entry.routed_queue or wl.queue_name)
-        usage = assignment_of(entry.admission).usage
         config = fair.admission_fair_sharing
-        book.start(key, local_queue, usage, at_s=entry.reserved_s, config=config)
+        book.start(key, local_queue, self._held(entry), at_s=entry.reserved_s, config=config)
+
+    def _run_resized(self, key: WorkloadKey, *, at_s: float) -> None:
+        """Pods given back (or taken back) change what `key`'s run holds from the fact's time,
+        before the engine changes it at the round's (its own change is then a no-op): a live
+        replica and a rebuilt one record the same instant."""
+        book, fair = self.engine.state.admission_usage, self.engine.state.config.kueue
+        if book is None or fair.admission_fair_sharing is None:
+            return
+        entry = self.ledger.get(key)
+        if entry is None or entry.admission is None or not entry.holds_quota:
+            return
+        book.resize(key, self._held(entry), at_s=at_s, config=fair.admission_fair_sharing)
+
+    def _held(self, entry: Entry) -> Mapping[FlavorResource, int]:
+        """What `entry`'s admission holds, less its reclaimable pods (as the engine's record:
+        `WorkloadRecord.usage`), so the usage a rebuild replays is the live one's."""
+        assert entry.admission is not None
+        assignment = assignment_of(entry.admission)
+        told = entry.reclaimable_pods
+        if not told or not self.engine.state.config.kueue.reclaimable_pods:
+            return assignment.usage
+        reclaimable = reclaimable_of(told)
+        return reclaimed_usage(assignment.pod_sets, entry.workload.pod_sets, reclaimable)
 
     def _run_stopped(self, key: WorkloadKey, *, at_s: float, retire: bool = False) -> None:
         """The fact that released `key`'s quota ends its run at the fact's time, before the

@@ -141,6 +141,7 @@ class SetReclaimable:
 
     key: WorkloadKey
     pods: tuple[ReclaimablePod, ...]
+    at_s: float = 0.0  # its event's time: when the pods were given back (0: not known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,7 +311,7 @@ def fact_of(env: pb.Envelope, *, decoded: Workload | None = None) -> Fact | None
         case "active_changed":
             return SetActive(key, active=env.active_changed.active)
         case "reclaimable_pods":
-            return SetReclaimable(key, _reclaimable_pods(env))
+            return SetReclaimable(key, _reclaimable_pods(env), at_s=time_s_of(env))
         case "admission_check":
             ac = env.admission_check
             return CheckUpdated(

@@ -18,7 +18,9 @@ the earlier one instead of adding to it.
 A LocalQueue may move on again before the partition it came to was snapshotted. What it
 brought there is then in no history of that partition (the record lies in the partition it
 came from), so the next handover also reads the records carrying usage into it since its
-snapshot (`carried_into`), and carries that along with what retired there.
+snapshot (`carried_into`), and carries that along with what retired there. The last such
+record holds what the LocalQueue's workloads had retired in that partition before it left, so
+the handover starts over from it and adds only what retired there after (handover.py).
 """
 
 from __future__ import annotations

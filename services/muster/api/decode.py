@@ -124,6 +124,7 @@ class _Reading(NamedTuple):
     warnings: list[FieldError]
     name_seed: str
     names_checked: bool = False  # names, labels and annotations: checked where stored
+    stored: bool = False  # taken in before: `validate`'s rules for new objects not applied
 
 
 class _Kind(NamedTuple):
@@ -246,6 +247,7 @@ def decode_documents(
     name_seed: str | None = None,
     kept: Kept | None = None,
     names_checked: bool = False,
+    stored: bool = False,
 ) -> Decoded:
     """Return the objects in already-parsed documents (dicts as from YAML or JSON).
 
@@ -254,9 +256,11 @@ def decode_documents(
     from muster itself or from a cluster. `names_checked`: the documents were read from a
     cluster, whose API server refuses a bad name, namespace, label or annotation (and the
     simulated one stores only objects muster checked or named), so those are not checked again.
+    `stored`: the documents were taken in before (a stored event's manifest, a cluster's
+    object), so rules added since for new objects are not applied (`validate`).
     """
     reading = _reading(source, skipped, validation, warnings, name_seed, kept)
-    return _decode_all(docs, reading._replace(names_checked=names_checked))
+    return _decode_all(docs, reading._replace(names_checked=names_checked, stored=stored))
 
 
 def read_bounded(path: Path) -> str:
@@ -377,7 +381,7 @@ def _decode_document(
         else _identity_problems(doc, spec, who, kind=kind, generated=doc is not written)
     )
     problems += _unknown_field_problems(doc, who, (api_version, kind), reading)
-    found, more = _decode_object(doc, spec, who, namespace)
+    found, more = _decode_object(doc, spec, who, namespace, stored=reading.stored)
     errors.extend(problems + more)
     if found is not None and not problems and not more:
         objects.append(found)
@@ -459,7 +463,7 @@ def _unknown_field_problems(
 
 
 def _decode_object(
-    doc: dict[str, Any], spec: _Kind, who: str, namespace: str
+    doc: dict[str, Any], spec: _Kind, who: str, namespace: str, *, stored: bool
 ) -> tuple[ApiObject | None, list[FieldError]]:
     raw, structural = _converted(doc, spec.wire_type, who)
     if raw is None:
@@ -479,7 +483,7 @@ def _decode_object(
     if errs.errors:
         return None, errs.errors
     if spec.validated:
-        return found, validate(found, name=who, api_version=raw.api_version)
+        return found, validate(found, name=who, api_version=raw.api_version, stored=stored)
     return found, []
 
 

@@ -41,12 +41,19 @@ def identity(obj: ApiObject) -> str:
 
 
 def validate(
-    obj: ApiObject, *, name: str | None = None, api_version: str = "kueue.x-k8s.io/v1beta2"
+    obj: ApiObject,
+    *,
+    name: str | None = None,
+    api_version: str = "kueue.x-k8s.io/v1beta2",
+    stored: bool = False,
 ) -> list[FieldError]:
     """Return every problem with `obj` alone.
 
     `name` overrides how messages name the object; `api_version` picks field spellings in
-    paths where the versions differ (a Cohort's `spec.parent` in v1beta1).
+    paths where the versions differ (a Cohort's `spec.parent` in v1beta1). `stored`: `obj`
+    was taken in before (a stored event's manifest, an object read from a cluster): rules
+    added since for new objects (`check_variable_pod_sets`) are not applied again, so what
+    an earlier release accepted is still read after an upgrade.
     """
     who = name or identity(obj)
     if isinstance(obj, ClusterQueue):
@@ -62,7 +69,8 @@ def validate(
             *check_parent(obj, who, api_version=api_version),
         ]
     if isinstance(obj, Workload):
-        return list(check_pod_sets(obj, who))
+        entry = [] if stored else check_variable_pod_sets(obj, who)
+        return [*check_pod_sets(obj, who), *entry]
     if isinstance(obj, LocalQueue):
         empty = (
             [] if obj.cluster_queue else [FieldError(who, "spec.clusterQueue", "must not be empty")]
@@ -240,6 +248,19 @@ def check_pod_sets(wl: Workload, who: str) -> Iterator[FieldError]:
             yield FieldError(
                 who, f"{path}.minCount", f"must be >= 1 and <= count {ps.count}, got {ps.min_count}"
             )
+
+
+def check_variable_pod_sets(wl: Workload, who: str) -> Iterator[FieldError]:
+    """At most one podset with minCount (Kueue's Workload webhook: partial admission shrinks
+    one podset). For new objects only: muster accepted several before, and stored ones are
+    still read."""
+    variable = [p for p, ps in enumerate(wl.pod_sets) if ps.min_count is not None]
+    for p in variable[1:]:
+        yield FieldError(
+            who,
+            f"spec.podSets[{p}].minCount",
+            f"at most one podset may set minCount; spec.podSets[{variable[0]}] already does",
+        )
 
 
 MAX_POD_GROUPS = 8  # the Workload API's limit on spec.podGroups

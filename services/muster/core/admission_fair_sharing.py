@@ -306,6 +306,31 @@ class AdmissionUsage:
         self.owners[key] = local_queue
         self.open.add(key)
 
+    def resize(
+        self,
+        key: str,
+        usage: Mapping[FlavorResource, int],
+        *,
+        at_s: float,
+        config: AdmissionFairSharingConfig,
+    ) -> None:
+        """Running workload `key` holds `usage` from `at_s` (pods reclaimed, or taken back):
+        its run stops there and one of `usage` goes on, without a second entry penalty
+        (Kueue's LocalQueue usage counts a podset's pods less its reclaimable ones; the
+        penalty was priced at admission). A no-op when it runs nowhere or holds `usage`."""
+        if key not in self.open:
+            return
+        local_queue = self.owners[key]
+        queue = self.queues[local_queue]
+        requests = requests_of(usage)
+        if requests == queue.runs[key][-1].requests:
+            return
+        self.stop(key, at_s=at_s, config=config)
+        run = Run(local_queue=local_queue, requests=requests, penalty={}, start_s=at_s)
+        queue.runs[key].append(run)
+        queue.opened(run, config.usage_half_life_s)
+        self.open.add(key)
+
     def stop(self, key: str, *, at_s: float, config: AdmissionFairSharingConfig) -> None:
         """Workload `key` released its quota at `at_s` (a no-op when it runs nowhere)."""
         if key not in self.open:

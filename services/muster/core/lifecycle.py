@@ -356,6 +356,9 @@ class Lifecycle:
             return
         self.state.usage.hold(r)
         after = r.usage
+        book, fair = self.state.admission_usage, self.state.config.kueue.admission_fair_sharing
+        if book is not None and fair is not None:  # its LocalQueue's usage follows (Kueue)
+            book.resize(r.key, after, at_s=self.state.now_s, config=fair)
         freed = {fr: n - after.get(fr, 0) for fr, n in before.items() if n > after.get(fr, 0)}
         self._wake(r, freed)
 

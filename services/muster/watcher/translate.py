@@ -188,7 +188,8 @@ def workload_of(obj: Mapping[str, Any]) -> tuple[Workload | None, list[str]]:
 
     Returns (None, problems) when the object does not decode; each problem names a field.
     """
-    objects, errors = decode_documents([dict(as_written(obj))])
+    # A cluster's object: one an earlier release took in is still read, to its end.
+    objects, errors = decode_documents([dict(as_written(obj))], stored=True)
     found = [o for o in objects if isinstance(o, Workload)]
     if errors or not found:
         return None, [str(e) for e in errors] or [f"{object_name(obj)}: not a workload"]

@@ -141,3 +141,44 @@ def test_a_snapshot_usage_record_that_is_not_finite_is_skipped_not_the_snapshot(
     book = state.engine.state.admission_usage
     assert book is not None
     assert sorted(book.queues) == ["ns/c"]
+
+
+def reclaimed(
+    *, told_at_s: float | None, consumed_at_s: float = 80.0
+) -> tuple[kit.Stream, AdmissionState]:
+    """Team a's `big` (4 pods of 1 cpu) runs from 1 s; 3 of its pods finish for good at
+    `told_at_s` (the watcher's reclaimable_pods, consumed at `consumed_at_s`; None: never)."""
+    stream = kit.Stream()
+    live = AdmissionState(kueue=FAIR)
+    live.take_ownership(now_s=0.0)
+    cq = shared_queue()
+    cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = "4"
+    for manifest in (kit.flavor(), cq, kit.local_queue("a"), kit.local_queue("b")):
+        stream.run(live, kit.applied(manifest))
+    big = kit.workload("big", queue="a")
+    big["spec"]["podSets"][0]["count"] = 4
+    assert admitted(stream.run(live, kit.submitted(big, at_s=1.0), now_s=1.0)) == ["ns/big"]
+    if told_at_s is not None:
+        pods = pb.WorkloadReclaimablePods(pods=[pb.ReclaimablePodCount(pod_set="main", count=3)])
+        told = kit.reported("reclaimable_pods", "ns/big", pods, at_s=told_at_s)
+        stream.run(live, told, now_s=consumed_at_s)
+    return stream, live
+
+
+@pytest.mark.parametrize("source", ["stream", "snapshot"])
+def test_reclaimed_pods_leave_the_usage_from_their_event_live_and_rebuilt(source: str) -> None:
+    # Kueue's LocalQueue usage counts a podset's pods less its reclaimable ones: from 50 s
+    # team a runs 1 cpu, not 4, whenever a replica consumed the news.
+    stream, live = reclaimed(told_at_s=50.0)
+    whole = usages(reclaimed(told_at_s=None)[1], now_s=300.0)["ns/a"]
+    assert 0.0 < usages(live, now_s=300.0)["ns/a"] < whole - 0.5
+    on_time = reclaimed(told_at_s=50.0, consumed_at_s=50.0)[1]
+    assert usages(on_time, now_s=300.0) == usages(live, now_s=300.0)
+    if source == "stream":
+        rebuilt = stream.rebuild(kueue=FAIR)
+    else:
+        rebuilt = AdmissionState(kueue=FAIR)
+        snapshot = stored(stream, live, usage=live.ended_usage())
+        restore(rebuilt, snapshot, history=CompactLog(rebuilt.ledger), max_event_bytes=1 << 20)
+    assert rebuilt.take_ownership(now_s=90.0) == []
+    assert usages(rebuilt, now_s=300.0) == usages(live, now_s=300.0)

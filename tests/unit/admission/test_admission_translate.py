@@ -448,3 +448,17 @@ def test_a_submission_carries_the_job_it_stands_for() -> None:
     fact = fact_of(env)
     assert isinstance(fact, Submit)
     assert fact.owner_manifest_json == '{"kind": "Job"}'
+
+
+def test_a_stored_submitted_with_two_variable_podsets_is_still_read() -> None:
+    # Muster accepted several podsets with minCount before it refused them as Kueue's webhook
+    # does: a workload submitted then is still read after the upgrade, not dropped.
+    manifest = workload("old")
+    main = manifest["spec"]["podSets"][0]
+    manifest["spec"]["podSets"] = [
+        {**main, "name": "a", "count": 2, "minCount": 1},
+        {**main, "name": "b", "count": 2, "minCount": 1},
+    ]
+    fact = fact_of(submitted(manifest))
+    assert isinstance(fact, Submit)
+    assert [ps.min_count for ps in fact.workload.pod_sets] == [1, 1]

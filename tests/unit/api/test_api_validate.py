@@ -174,6 +174,17 @@ spec:
             "  - {name: main, count: 2, minCount: 0}",
             ["Workload/ml/train: spec.podSets[0].minCount: must be >= 1 and <= count 2, got 0"],
         ),
+        (
+            # Kueue's webhook: at most one podset with minCount (partial admission shrinks one)
+            "  - {name: a, count: 2, minCount: 1}\n  - {name: b, count: 2}\n"
+            "  - {name: c, count: 2, minCount: 1}\n  - {name: d, count: 2, minCount: 2}",
+            [
+                "Workload/ml/train: spec.podSets[2].minCount: at most one podset may set "
+                "minCount; spec.podSets[0] already does",
+                "Workload/ml/train: spec.podSets[3].minCount: at most one podset may set "
+                "minCount; spec.podSets[0] already does",
+            ],
+        ),
         ("    []", ["Workload/ml/train: spec.podSets: must list at least 1 podset"]),
         (
             "  - {name: main, count: two}",

@@ -150,6 +150,21 @@ def test_every_problem_is_one_line_naming_object_and_field() -> None:
     )
 
 
+def test_a_second_podset_with_min_count_is_refused_as_kueue_s_webhook_does() -> None:
+    variable = "{name: %s, count: 2, minCount: 1, template: {spec: {containers: []}}}"
+    two = WORKLOAD.replace(
+        "podSets: [{name: main, count: 2, template: {spec: {containers: []}}}]",
+        f"podSets: [{variable % 'a'}, {variable % 'b'}]",
+    )
+    with pytest.raises(InvalidManifestError) as caught:
+        plan_submit(two, cluster="local")
+
+    assert caught.value.errors == (
+        "Workload/ns/w: spec.podSets[1].minCount: at most one podset may set minCount; "
+        "spec.podSets[0] already does",
+    )
+
+
 def test_kinds_the_gateway_does_not_take_are_problems() -> None:
     topology = "apiVersion: kueue.x-k8s.io/v1beta2\nkind: Topology\nmetadata: {name: t}\n"
     config = "apiVersion: config.kueue.x-k8s.io/v1beta1\nkind: Configuration\n"
