@@ -61,3 +61,16 @@ async def test_stopping_one_evicted_since_its_reservation_counts_nothing_more() 
     assert engine.records[KEY].retry_counts == {"prov": 1}
     assert replica.state.ledger.entries[KEY].retry_counts == {"prov": 1}
     assert shown(stream)[2] == 1
+
+
+async def test_stopped_resumed_told_retry_and_stopped_again_agrees_with_admission() -> None:
+    stream, replica, _ = await checked_queue(submitted(workload("w", cpu="8"), at_s=10.0))
+    retry = pb.AdmissionCheckUpdated(check="prov", state="Retry")
+    for at_s, active in ((11.0, False), (13.0, True), (15.0, False)):
+        await step(stream, replica, reported("admission_check", KEY, retry, at_s=at_s))
+        change = pb.WorkloadActiveChanged(active=active)
+        await step(stream, replica, reported("active_changed", KEY, change, at_s=at_s + 1))
+
+    count = replica.state.engine.records[KEY].retry_counts.get("prov", 0)
+    assert replica.state.ledger.entries[KEY].retry_counts.get("prov", 0) == count
+    assert shown(stream)[2] == count
