@@ -540,7 +540,8 @@ async def on_evict(env: events_pb2.Envelope, ctx: BinderContext) -> None:
     stored before the eviction starts pods afterwards. Pods of a later admission are left
     alone, and an eviction carried out already is not carried out again (nothing published),
     nor one naming a workload that ended and was submitted again since (answered with
-    `eviction_dropped`; docs/events.md, "A name used again").
+    `eviction_dropped`; docs/events.md, "A name used again"). A placement eviction (pods
+    listed) is answered every time it comes, saying how many of its pods were `gone` already.
     """
     command = env.evict_requested
     key, eviction = env.workload, command.eviction_sequence
@@ -554,6 +555,7 @@ async def on_evict(env: events_pb2.Envelope, ctx: BinderContext) -> None:
     if ctx.fences.done(key, eviction):
         log.info("eviction already carried out", extra={"workload": key})
         return
+    gone = 0  # of the pods named, those gone already: a copy or re-send stops nothing again
     async with ctx.locks.hold(key):
         ctx.fences.fence(key, eviction)
         with step("binder.evict", attributes=lambda: {"muster.workload": key}):
@@ -561,7 +563,10 @@ async def on_evict(env: events_pb2.Envelope, ctx: BinderContext) -> None:
                 if command.pods:
 
                     async def delete(p: events_pb2.PodRef) -> None:
-                        await ctx.backend.delete("Pod", p.name, namespace=p.namespace, uid=p.uid)
+                        nonlocal gone
+                        ns, uid = p.namespace, p.uid
+                        if not await ctx.backend.delete("Pod", p.name, namespace=ns, uid=uid):
+                            gone += 1
 
                     await run_in_batches(command.pods, delete)
                 else:
@@ -579,6 +584,9 @@ async def on_evict(env: events_pb2.Envelope, ctx: BinderContext) -> None:
             part=command.part,
             parts=command.parts,
             command_id=command.command_id,
+            # Every copy is answered (a lost answer is recovered by the next), each saying
+            # what it stopped: `pods - gone` (docs/events.md).
+            gone=gone,
         )
         await ctx.publish("eviction_completed", payload, cause=env)
         ctx.fences.completed(key, eviction)

@@ -12,7 +12,8 @@ with the same ids; the binder's copy of a command it carried out stops nothing m
 pod is stopped only while its uid is the one named). Commands live in a work queue that a
 restart cannot read back, so the back-off resumes from when the preemptor last named the victim
 (`preempted_before`, its `placement_preempted`): it goes on doubling, and re-sends get ids
-never sent before, rather than starting over at `first_s` after each restart.
+never sent before, rather than starting over at `first_s` after each restart. A re-send that
+fell due while gang-permit was down goes at once after the restart, not a back-off later.
 """
 
 from __future__ import annotations
@@ -114,16 +115,19 @@ class EvictionFlights:
         return min(self.first_s * 2.0**resends, self.max_s)
 
     def _resume(self, since_s: float, *, now_s: float) -> tuple[int, float]:
-        """The re-sends a flight begun at `since_s` made by `now_s`, and when its next is due,
-        as if no restart had come between."""
+        """The re-sends a flight begun at `since_s` had made by `now_s` had no restart come
+        between, and when its next is due. The last of them may have fallen due while
+        gang-permit was down, and never gone: it is due at once, as the next re-send (with
+        that one's id, never sent: the one a gang-permit that died just after sending it
+        used would be dropped as a copy). The cost, one command more where it had gone."""
         resends, sent_s = 0, since_s
         while sent_s + (gap := self._gap_s(resends)) <= now_s:
             if gap == self.max_s:  # at the cap: the rest in one step
-                capped = int((now_s - sent_s) // gap)
-                return resends + capped, sent_s + (capped + 1) * gap
+                resends += int((now_s - sent_s) // gap)
+                break
             sent_s += gap
             resends += 1
-        return resends, sent_s + gap
+        return resends, now_s if resends else since_s + self.first_s
 
     def answered(self, answer: events_pb2.Envelope) -> None:
         """The binder's `eviction_completed` for command `answer.cause`: its pods were

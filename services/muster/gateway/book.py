@@ -526,6 +526,9 @@ def _active_changed(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None
         e.summary.status = INACTIVE
         evicted = e.conditions.get("Evicted")
         if evicted is None or evicted.status != "True":
+            # Not evicted since its last reservation: this eviction resets its checks, a
+            # Retry told while it waited counted, as admission counts it.
+            _reset_checks(e, at)
             e.condition("Evicted", True, DEACTIVATED, DEACTIVATED_MESSAGE, at)
         e.condition("QuotaReserved", False, DEACTIVATED, DEACTIVATED_MESSAGE, at)
         e.say([not_admitted(reserved=False)], at)

@@ -113,7 +113,13 @@ def _eviction_completed(env: events_pb2.Envelope) -> str:
     done = env.eviction_completed
     if not done.pods:  # a Kueue eviction's end: all its pods
         return "pods stopped"
-    text = f"{_plural(done.pods, 'pod')} stopped"
+    stopped = done.pods - done.gone  # a copy or re-send finds the pods gone already
+    if not stopped:
+        text = f"nothing stopped: {_plural(done.pods, 'pod')} gone already"
+    elif done.gone:
+        text = f"{_plural(stopped, 'pod')} stopped, {done.gone} gone already"
+    else:
+        text = f"{_plural(stopped, 'pod')} stopped"
     return f"{text} (part {done.part + 1} of {done.parts})" if done.parts > 1 else text
 
 
