@@ -179,6 +179,7 @@ ROLES: Final[tuple[Role, ...]] = (
             "workload.eviction_completed",
             "workload.eviction_dropped",  # a late eviction's answer, for preemption
             "workload.requests_refused",
+            "workload.finished",  # an admitted workload whose manifest is gone for good
         ),
         durables=(
             Durable(EVENTS_STREAM, "binder-{cluster}", _events("admitted", "gang_permitted")),
@@ -186,6 +187,7 @@ ROLES: Final[tuple[Role, ...]] = (
             Durable(COMMANDS_STREAM, "binder-{cluster}-apply", (_OWN + ".cmd.apply",)),
         ),
         replays=(EVENTS_STREAM,),
+        object_stores=("MUSTER_MANIFESTS",),
         sim_store="write",
         dead_letters=("binder-{cluster}-specs",),
     ),
