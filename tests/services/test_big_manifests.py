@@ -67,7 +67,7 @@ async def until(check: Callable[[], Awaitable[bool]], what: str, timeout_s: floa
 
 
 async def kept_ids(bus: Bus) -> dict[str, list[str]]:
-    objects = await ObjectBucket(bus.js, MANIFESTS_BUCKET).list()
+    objects = await ObjectBucket(bus.js, MANIFESTS_BUCKET.format(cluster=CLUSTER)).list()
     return {o.name: o.headers.get("Muster-Submitted-Id", []) for o in objects}
 
 

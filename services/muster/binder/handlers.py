@@ -71,7 +71,7 @@ class Publisher(Protocol):
 
 Recall = Callable[[int], Awaitable[events_pb2.Envelope | None]]
 # Bring in the spec of an admission's workload this replica has none of: its replay caught up
-# to the admission (the `submitted` came before it), else MUSTER_MANIFESTS read.
+# to the admission (the `submitted` came before it), else its cluster's MUSTER_MANIFESTS_<c> read.
 Recover = Callable[[events_pb2.Envelope], Awaitable[None]]
 
 
@@ -106,7 +106,7 @@ class WorkloadSpecs:
         self._ended = EndedSubmissions(kept_s=ended_kept_s)
         self.origins: set[str] = set()  # the clusters workloads were submitted in
         self.position = 0  # the last stream sequence applied
-        self.manifests = ManifestChanges()  # what MUSTER_MANIFESTS must hold (manifests.py)
+        self.manifests = ManifestChanges()  # what MUSTER_MANIFESTS_<c> must hold (manifests.py)
 
     def apply(self, env: events_pb2.Envelope) -> None:
         """Fold one event in; one already applied (by sequence) changes nothing."""
@@ -322,7 +322,7 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
 
 async def _never_startable(env: events_pb2.Envelope, ctx: BinderContext) -> None:
     """End an admitted workload whose manifest is gone for good (its `submitted` left the
-    stream, its admission carries no copy, MUSTER_MANIFESTS holds none): it would otherwise
+    stream, its admission carries no copy, MUSTER_MANIFESTS_<c> holds none): it would otherwise
     hold its quota for ever. The `finished` says why; admission frees its quota."""
     message = (
         f"{env.workload} cannot be started: its manifest is no longer known (its submission "

@@ -1,4 +1,4 @@
-"""`MUSTER_MANIFESTS`: the `submitted` of each live workload whose manifest is too large for
+"""`MUSTER_MANIFESTS_<c>`: the `submitted` of each live workload whose manifest is too large for
 its `admitted`, kept by the binders for as long as the workload lives (docs/events.md,
 "Manifests too large for their admission").
 
@@ -47,7 +47,7 @@ def too_large_to_copy(submitted: events_pb2.WorkloadSubmitted) -> bool:
 
 
 class ManifestChanges:
-    """What MUSTER_MANIFESTS must hold, as the followed events say; the changes not yet made
+    """What MUSTER_MANIFESTS_<c> must hold, as the followed events say; the changes not yet made
     (the last of each workload only: a workload submitted and ended within one replay is
     neither written nor removed). Pure."""
 
@@ -89,7 +89,7 @@ class ManifestChanges:
 
 
 class ManifestStore:
-    """The MUSTER_MANIFESTS bucket as one binder replica uses it."""
+    """The MUSTER_MANIFESTS_<c> bucket as one binder replica of cluster <c> uses it."""
 
     def __init__(self, bucket: ObjectBucket) -> None:
         self._bucket = bucket

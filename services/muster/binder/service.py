@@ -32,7 +32,6 @@ from muster.binder.pacing import BindPacer
 from muster.bus.buckets import MANIFESTS_BUCKET
 from muster.bus.connection import Bus
 from muster.bus.errors import Reject
-from muster.bus.objects import ObjectBucket
 from muster.bus.poison import Quarantine
 from muster.bus.subjects import COMMANDS_STREAM, command_subject, workload_filters
 from muster.bus.supervision import SupervisedGroup
@@ -44,6 +43,7 @@ from muster.metrics.services import BinderSeries
 log = logging.getLogger(__name__)
 
 MANIFESTS_ABOUT = "manifests too large for their admission (docs/events.md)"
+CHUNK = 128 * 1024  # bytes per chunk of a kept `submitted` (a few per manifest)
 
 
 class Readiness(Protocol):
@@ -112,7 +112,8 @@ async def run_binder(
     )
     poison = Quarantine(bus.publisher, consumer=f"binder-{config.cluster}-specs")
     followed = spec_subjects(config.cluster, copies=copies is not None)
-    store = ManifestStore(ObjectBucket(bus.js, MANIFESTS_BUCKET, description=MANIFESTS_ABOUT))
+    bucket = MANIFESTS_BUCKET.format(cluster=config.cluster)
+    store = ManifestStore(bus.objects(bucket, description=MANIFESTS_ABOUT, chunk_bytes=CHUNK))
     keeping = asyncio.Lock()  # one replica makes its bucket changes in stream order
 
     wake = asyncio.Event()  # something may have made a copy here stale
@@ -156,7 +157,7 @@ async def run_binder(
 
     # Catch up on specs and fences before taking work, so an admitted event finds its
     # workload, and one evicted or ended since is known to be stale; then keep in
-    # MUSTER_MANIFESTS what the replay says must be there (once per workload).
+    # MUSTER_MANIFESTS_<c> what the replay says must be there (once per workload).
     specs.manifests.stored(await store.load())
     last = await bus.last_sequence()
     if last:

@@ -15,5 +15,7 @@ CLUSTERS_BUCKET: Final = "MUSTER_CLUSTERS"  # key <cluster> (and its parts): its
 PARTITIONS_BUCKET: Final = "MUSTER_PARTITIONS"  # each LocalQueue's admission partition
 NAMES_BUCKET: Final = "MUSTER_NAMES"  # the gateways' claims of workload names
 SNAPSHOTS_BUCKET: Final = "MUSTER_SNAPSHOTS"  # admission's object store (admission/rebuild.py)
-# The binders' object store: each live workload's manifest too large for its `admitted`
-MANIFESTS_BUCKET: Final = "MUSTER_MANIFESTS"  # (binder/manifests.py)
+# The object store of cluster <c>'s binders (`.format(cluster=c)`): each live workload's
+# manifest too large for its `admitted` (binder/manifests.py); one per cluster, so that no
+# cluster's credential can plant what another cluster's binder starts.
+MANIFESTS_BUCKET: Final = "MUSTER_MANIFESTS_{cluster}"

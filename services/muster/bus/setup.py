@@ -136,10 +136,12 @@ async def setup_nats(
             forgotten = await kv.forget_deleted(older_than_s=bucket.tombstones_kept_s)
             if forgotten:
                 done.append(f"{forgotten} old tombstones of {bucket.name} removed")
-    for name, about in (
-        (SNAPSHOTS_BUCKET, "admission snapshots (docs/services.md)"),
-        (MANIFESTS_BUCKET, "manifests too large for their admission (docs/events.md)"),
-    ):
+    stores = [(SNAPSHOTS_BUCKET, "admission snapshots (docs/services.md)")]
+    stores += [
+        (MANIFESTS_BUCKET.format(cluster=c), f"{c}'s manifests too large for their admission")
+        for c in deployment.clusters
+    ]
+    for name, about in stores:
         try:
             await js.object_store(name)
         except nats.js.errors.BucketNotFoundError:
