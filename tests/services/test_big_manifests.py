@@ -71,10 +71,13 @@ async def kept_ids(bus: Bus) -> dict[str, list[str]]:
     return {o.name: o.headers.get("Muster-Submitted-Id", []) for o in objects}
 
 
-async def restart_binder_after_the_stream_lost_it(stack: Stack) -> None:
+async def restart_after_the_stream_lost_it(stack: Stack) -> None:
+    """The binder and gang-permit restarted: each replays what is left, nothing about it."""
     await stack.stop("binder")
+    await stack.stop("gangpermit")
     await stack.bus.js.purge_stream(EVENTS_STREAM)
-    await stack.start_binder()  # replays what is left: nothing about the workload
+    await stack.start_gangpermit()
+    await stack.start_binder()
 
 
 async def test_a_big_workload_admitted_after_its_submitted_left_starts_from_the_kept_manifest(
@@ -87,9 +90,11 @@ async def test_a_big_workload_admitted_after_its_submitted_left_starts_from_the_
         return (await kept_ids(stack.bus)).get(key) == [sub.event_id]
 
     await until(kept, "kept by the binder")
-    await restart_binder_after_the_stream_lost_it(stack)
+    await restart_after_the_stream_lost_it(stack)
     await admitted_without_copy(stack, key, sub.event_id)
 
+    # Gang-permit, without a spec, places all its admitted pods once the binder made them.
+    await stack.events.wait_for("gang_permitted", workload=key, timeout_s=15)
     await stack.events.wait_for("running", workload=key, timeout_s=15)
     assert [p.node_name for p in await stack.pods_of(key)] == ["a"]
     assert stack.events.matching("finished", workload=key) == []

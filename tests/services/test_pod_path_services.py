@@ -6,7 +6,6 @@ the events admission would publish, and waits for the events they publish on the
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 

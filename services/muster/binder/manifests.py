@@ -47,17 +47,17 @@ def too_large_to_copy(submitted: events_pb2.WorkloadSubmitted) -> bool:
 
 
 class ManifestChanges:
-    """What MUSTER_MANIFESTS_<c> must hold, as the followed events say; the changes not yet made
-    (the last of each workload only: a workload submitted and ended within one replay is
-    neither written nor removed). Pure."""
+    """What MUSTER_MANIFESTS_<c> must hold, as the followed events say; the changes not yet
+    taken (the last of each workload only: a workload submitted and ended between two takes,
+    as within one replay, is neither written nor removed). Pure."""
 
     def __init__(self) -> None:
         self._pending: dict[str, events_pb2.Envelope | None] = {}
-        self._held: set[str] = set()  # workloads whose object may be in the bucket
+        self._stored: set[str] = set()  # whose object may be in the bucket, as of the takes
 
     def stored(self, workloads: Iterable[str]) -> None:
         """The workloads the bucket held when listed (before the replay)."""
-        self._held.update(workloads)
+        self._stored.update(workloads)
 
     def submitted(self, env: events_pb2.Envelope) -> None:
         key = env.workload
@@ -66,26 +66,32 @@ class ManifestChanges:
             kept.CopyFrom(env)
             kept.sequence = 0  # a reader's field: where it was read from, not what it says
             self._pending[key] = kept
-            self._held.add(key)
-        elif key in self._held:  # its name submitted again, small: the old one goes
+        else:  # its name submitted again, small: an object of the old one goes
             self.ended(key)
 
     def ended(self, workload: str) -> None:
-        if workload in self._held:
-            self._held.discard(workload)
+        if workload in self._stored:
             self._pending[workload] = None
+        else:
+            self._pending.pop(workload, None)  # never written: nothing to remove
 
     def take(self) -> list[Change]:
-        """The changes to make, in the order they were last asked for; forgotten here."""
+        """The changes to make, in the order they were first asked for; forgotten here."""
         out = list(self._pending.items())
         self._pending.clear()
+        for key, env in out:
+            if env is None:
+                self._stored.discard(key)
+            else:
+                self._stored.add(key)
         return out
 
     def put_back(self, changes: Iterable[Change]) -> None:
         """Changes not made (NATS failed): made at the next `take`, unless a later one of the
-        same workload replaces them."""
+        same workload replaced them meanwhile. Its object may be there either way."""
         for key, env in changes:
             self._pending.setdefault(key, env)
+            self._stored.add(key)
 
 
 class ManifestStore:
