@@ -11,9 +11,13 @@ of later events do in production, without waiting for either.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import signal
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import pytest
 from bus_helpers import EventLog
@@ -22,10 +26,12 @@ from placement_stack import CLUSTER, Stack, node, placement_stack, workload_mani
 from muster.bus import EVENTS_STREAM, Bus, new_event
 from muster.bus.buckets import MANIFESTS_BUCKET
 from muster.bus.objects import ObjectBucket
+from muster.cluster.sim.backend import SimBackend
+from muster.cluster.sim.store import SimStore
 from muster.contracts.v1 import events_pb2
 from muster.payloads import MANIFEST_COPY_LIMIT
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(90)
 
 
 @pytest.fixture
@@ -163,3 +169,53 @@ async def test_a_kept_manifest_of_an_earlier_life_of_the_name_starts_nothing(
     finished = await stack.events.wait_for("finished", workload=key, timeout_s=15)
     assert not finished.finished.succeeded
     assert await stack.pods_of(key) == []
+
+
+@contextlib.asynccontextmanager
+async def binder_process(nats_url: str, log: Path) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`muster service binder` of the sim cluster as a real process, killed at the end."""
+    with log.open("ab") as stderr:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "muster.cli.main", "service", "binder", "--nats", nats_url,
+            "--cluster", CLUSTER, "--cluster-backend", "sim", "--health-port", "0",
+            stdout=asyncio.subprocess.PIPE, stderr=stderr,
+        )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), 30)
+        assert line.startswith(b"health: "), f"binder did not start: see {log}"
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_a_sigkilled_binder_process_starts_it_from_the_kept_manifest(
+    bus: Bus, events: EventLog, nats_server: str, tmp_path: Path
+) -> None:
+    """As above, with `muster service binder` killed by SIGKILL between the `submitted` and
+    the purge: the manifest was kept as it was followed, not at shutdown."""
+    key, log = "ns/killed", tmp_path / "binder.log"
+    pods = SimBackend(await SimStore.open(bus.kv, cluster=CLUSTER))
+    async with binder_process(nats_server, log) as first:
+        payload = events_pb2.WorkloadSubmitted(manifest_json=big_manifest("killed"))
+        sub = new_event("submitted", payload, cluster=CLUSTER, workload=key, source="test")
+        await bus.publish(sub)
+
+        async def kept() -> bool:
+            return (await kept_ids(bus)).get(key) == [sub.event_id]
+
+        await until(kept, "kept by the binder", timeout_s=30)
+        first.send_signal(signal.SIGKILL)
+        assert await first.wait() == -signal.SIGKILL
+    await bus.js.purge_stream(EVENTS_STREAM)
+
+    async with binder_process(nats_server, log):
+        stack = Stack(bus=bus, backend=pods, events=events)
+        await admitted_without_copy(stack, key, sub.event_id)
+
+        async def started() -> bool:
+            return len(await stack.pods_of(key)) == 1
+
+        await until(started, "its pod created", timeout_s=30)
