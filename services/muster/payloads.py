@@ -32,6 +32,7 @@ from muster.contracts.v1 import events_pb2
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "MANIFEST_COPY_LIMIT",
     "KeptManifest",
     "PayloadError",
     "applied_document",
@@ -46,6 +47,13 @@ __all__ = [
     "workload_submitted",
     "written_workload",
 ]
+
+
+# A manifest up to this many characters is copied into its workload's `admitted` (admission),
+# so that a binder need not have kept its `submitted` (which a long wait may outlive in the
+# stream); a larger one would push `admitted` towards the bus's limit on one event, and is kept
+# by the binders in MUSTER_MANIFESTS instead (binder/manifests.py).
+MANIFEST_COPY_LIMIT: Final = 256 * 1024
 
 
 class PayloadError(ValueError):

@@ -174,6 +174,13 @@ PUBLISH_CASES = [
      "muster.v1.local.workload.submitted", "a user cannot free quota by saying pods finished"),
     ("watcher-w1", "muster.v1.local.workload.reclaimable_pods.x",
      "muster.v1.w1.workload.reclaimable_pods.x", "a worker tells its own cluster's pods only"),
+    # bigspec: a binder starts a workload from the manifest kept in its own cluster's bucket
+    ("binder-w1", "$O.MUSTER_MANIFESTS_local.M.x", "$O.MUSTER_MANIFESTS_w1.M.x",
+     "no cluster's credential plants the spec another cluster's binder starts"),
+    ("gateway", "$O.MUSTER_MANIFESTS_local.M.x", "muster.v1.local.workload.submitted",
+     "nor a user's: only the binders keep manifests"),
+    ("binder-w1", "muster.v1.local.workload.finished", "muster.v1.w1.workload.finished",
+     "a binder ends only what was admitted to its own cluster"),
 ]  # fmt: skip
 
 API_CASES = [

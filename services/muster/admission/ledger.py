@@ -106,7 +106,7 @@ class Entry:
     # Its checks' retry counts (Kueue's retryCount, `core.check_retries`), as of its last
     # eviction; the one shared empty map until a check said Retry before one.
     retry_counts: Mapping[str, int] = field(default_factory=lambda: NO_RETRIES)
-    # As submitted, for its `admitted` (translate.MANIFEST_COPY_LIMIT), and the Job it stands
+    # As submitted, for its `admitted` (payloads.MANIFEST_COPY_LIMIT), and the Job it stands
     # for: kept here only when no log keeps its `submitted` (`Ledger.submissions`).
     manifest_json: str = ""
     owner_manifest_json: str = ""

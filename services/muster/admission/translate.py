@@ -47,7 +47,13 @@ from muster.bus.envelope import new_event
 from muster.bus.partitions import PARTITIONS, parse_token
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.events import Event, EventType
-from muster.payloads import PayloadError, applied_object, check_transitioned_s, decode_manifest
+from muster.payloads import (
+    MANIFEST_COPY_LIMIT,
+    PayloadError,
+    applied_object,
+    check_transitioned_s,
+    decode_manifest,
+)
 
 # Kueue's WorkloadEvictedByDeactivation: the workload was deactivated (a check rejected it
 # while it only reserved quota; before November 2026 also the requeuing limit, now evicted
@@ -55,10 +61,6 @@ from muster.payloads import PayloadError, applied_object, check_transitioned_s, 
 # is not requeued.
 DEACTIVATED = "InactiveWorkload"
 GANG_REJECTED = "GangRejected"
-# A manifest up to this size is copied into the workload's `admitted`, so that a binder need
-# not have kept its `submitted` (which a long wait may outlive in the stream); a larger one
-# would push `admitted` towards the bus's limit on one event.
-MANIFEST_COPY_LIMIT = 256 * 1024
 
 
 class FactError(ValueError):

@@ -32,6 +32,7 @@ from muster.api.wellknown import (
     TRACEPARENT_ANNOTATION,
 )
 from muster.binder.fences import Fences, WorkloadLocks
+from muster.binder.manifests import ManifestChanges
 from muster.binder.pacing import BindPacer
 from muster.binder.translate import (
     AdmissionMismatchError,
@@ -49,6 +50,7 @@ from muster.contracts.v1 import events_pb2
 from muster.core.submissions import ENDED_KEPT_S, EndedSubmissions
 from muster.metrics.services import BinderSeries
 from muster.payloads import (
+    MANIFEST_COPY_LIMIT,
     KeptManifest,
     PayloadError,
     manifest_document,
@@ -68,6 +70,9 @@ class Publisher(Protocol):
 
 
 Recall = Callable[[int], Awaitable[events_pb2.Envelope | None]]
+# Bring in the spec of an admission's workload this replica has none of: its replay caught up
+# to the admission (the `submitted` came before it), else its cluster's MUSTER_MANIFESTS_<c> read.
+Recover = Callable[[events_pb2.Envelope], Awaitable[None]]
 
 
 class Submission(NamedTuple):
@@ -101,6 +106,7 @@ class WorkloadSpecs:
         self._ended = EndedSubmissions(kept_s=ended_kept_s)
         self.origins: set[str] = set()  # the clusters workloads were submitted in
         self.position = 0  # the last stream sequence applied
+        self.manifests = ManifestChanges()  # what MUSTER_MANIFESTS_<c> must hold (manifests.py)
 
     def apply(self, env: events_pb2.Envelope) -> None:
         """Fold one event in; one already applied (by sequence) changes nothing."""
@@ -117,11 +123,13 @@ class WorkloadSpecs:
             self._specs[env.workload] = Submission(manifest, env.cluster, owner)
             self._ended.submitted(env.workload, env.event_id, at_s=env.time_unix_nano / 1e9)
             self.origins.add(env.cluster)
+            self.manifests.submitted(env)
         elif env.type in ("workload.deleted", "workload.finished"):
             self._specs.pop(env.workload, None)
             self._admitted_at.pop(env.workload, None)
             self._admissions.pop(env.workload, None)
             self._ended.ended(env.workload, at_s=env.time_unix_nano / 1e9)
+            self.manifests.ended(env.workload)
 
     def ended(self, submitted_id: str) -> bool:
         """Whether a decision naming `submitted_id` (`Envelope.submitted_id`: an admission, an
@@ -181,9 +189,11 @@ class BinderContext:
         fences: Fences | None = None,
         metrics: BinderSeries | None = None,
         admissions: Recall | None = None,
+        submissions: Recover | None = None,
     ) -> None:
         self.cluster = cluster
         self._recall = admissions
+        self.recover = submissions
         self.backend = backend
         self.publisher = publisher
         self.specs = specs
@@ -267,6 +277,10 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
     `requests_refused` says why.
     """
     key, admission = env.workload, env.sequence
+    # Without a copy in the admission, a spec this replica lacks is brought in, or is gone.
+    recover = None if env.admitted.manifest_json else ctx.recover
+    if recover is not None and ctx.specs.submission(key) is None:
+        await recover(env)
     submission = ctx.specs.submission(key)
     wl = submission.workload if submission is not None else None
     stale = ctx.fences.stale(key, admission, known=wl is not None)
@@ -281,6 +295,9 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
             wl = written_workload(env.admitted.manifest_json, what=key)
         except PayloadError as err:
             raise Reject(str(err)) from None
+    if recover is not None and submission is None:
+        await _never_startable(env, ctx)
+        return
     if wl is None:
         # Its submitted event may not have reached this replica's spec replay yet.
         raise Retry(0.5, f"no spec known yet for {key}")
@@ -301,6 +318,21 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
             if ctx.fences.stale(key, admission):
                 return  # evicted here while this start waited for the lock
             await _start(env, ctx, starts, origin)
+
+
+async def _never_startable(env: events_pb2.Envelope, ctx: BinderContext) -> None:
+    """End an admitted workload whose manifest is gone for good (its `submitted` left the
+    stream, its admission carries no copy, MUSTER_MANIFESTS_<c> holds none): it would otherwise
+    hold its quota for ever. The `finished` says why; admission frees its quota."""
+    message = (
+        f"{env.workload} cannot be started: its manifest is no longer known (its submission "
+        f"left the event stream; its admission carries no copy, being over "
+        f"{MANIFEST_COPY_LIMIT // 1024} KiB or from before copies; and no binder kept it): "
+        "submit it again"
+    )
+    log.warning("ending an admitted workload: %s", message, extra={"workload": env.workload})
+    finished = events_pb2.WorkloadFinished(succeeded=False, message=message)
+    await ctx.publish("finished", finished, cause=env, submitted_id=env.submitted_id)
 
 
 def origin_of(

@@ -27,7 +27,9 @@ from muster.binder.handlers import (
     on_evict,
     on_gang_permitted,
 )
+from muster.binder.manifests import ManifestStore
 from muster.binder.pacing import BindPacer
+from muster.bus.buckets import MANIFESTS_BUCKET
 from muster.bus.connection import Bus
 from muster.bus.errors import Reject
 from muster.bus.poison import Quarantine
@@ -39,6 +41,9 @@ from muster.core.submissions import ENDED_KEPT_S, check_ended_kept
 from muster.metrics.services import BinderSeries
 
 log = logging.getLogger(__name__)
+
+MANIFESTS_ABOUT = "manifests too large for their admission (docs/events.md)"
+CHUNK = 128 * 1024  # bytes per chunk of a kept `submitted` (a few per manifest)
 
 
 class Readiness(Protocol):
@@ -107,11 +112,18 @@ async def run_binder(
     )
     poison = Quarantine(bus.publisher, consumer=f"binder-{config.cluster}-specs")
     followed = spec_subjects(config.cluster, copies=copies is not None)
+    bucket = MANIFESTS_BUCKET.format(cluster=config.cluster)
+    store = ManifestStore(bus.objects(bucket, description=MANIFESTS_ABOUT, chunk_bytes=CHUNK))
+    keeping = asyncio.Lock()  # one replica makes its bucket changes in stream order
 
     wake = asyncio.Event()  # something may have made a copy here stale
     ends = {f"workload.{e}" for e in ("finished", "deleted", "evicted")}
 
-    async def apply(env: events_pb2.Envelope) -> None:
+    async def keep_manifests() -> None:
+        async with keeping:
+            specs.manifests.put_back(await store.make(specs.manifests.take()))
+
+    async def apply(env: events_pb2.Envelope, *, keep: bool = True) -> None:
         if env.sequence and env.sequence <= specs.position:
             return  # applied already (by a sweep's catch-up)
         try:
@@ -120,21 +132,38 @@ async def run_binder(
             await poison.event(env, err)
         if env.type in ends:
             wake.set()
+        if keep:
+            await keep_manifests()
 
-    async def catch_up() -> None:
-        end = await bus.last_sequence()
-        if end > specs.position:
-            async for env in bus.replay(
-                followed, from_sequence=specs.position + 1, until_sequence=end
-            ):
-                await apply(env)
+    catching = asyncio.Lock()  # admissions waiting for one catch-up share it
+
+    async def catch_up(until: int = 0) -> None:
+        async with catching:
+            end = until or await bus.last_sequence()
+            if end > specs.position:
+                async for env in bus.replay(
+                    followed, from_sequence=specs.position + 1, until_sequence=end
+                ):
+                    await apply(env)
+
+    async def recover(admitted: events_pb2.Envelope) -> None:
+        await catch_up(admitted.sequence)  # its `submitted`, if still stored, came before
+        if specs.submission(admitted.workload) is None:
+            kept = await store.read(admitted.workload, admitted.submitted_id)
+            if kept is not None:
+                specs.apply(kept)
+
+    ctx.recover = recover
 
     # Catch up on specs and fences before taking work, so an admitted event finds its
-    # workload, and one evicted or ended since is known to be stale.
+    # workload, and one evicted or ended since is known to be stale; then keep in
+    # MUSTER_MANIFESTS_<c> what the replay says must be there (once per workload).
+    specs.manifests.stored(await store.load())
     last = await bus.last_sequence()
     if last:
         async for env in bus.replay(followed, until_sequence=last):
-            await apply(env)
+            await apply(env, keep=False)
+    await keep_manifests()
 
     async def follow_specs() -> None:
         async for env in bus.replay(

@@ -129,7 +129,10 @@ def _buckets(r: Role) -> list[str]:
     for kv in r.key_values:
         keys = ", ".join(k.replace("{cluster}", "<c>") for k in kv.writes)
         out.append(f"{kv.bucket} ({'write ' + keys if keys else 'read'})")
-    out += [f"{store} (object store, read and write)" for store in r.object_stores]
+    out += [
+        f"{store.replace('{cluster}', '<c>')} (object store, read and write)"
+        for store in r.object_stores
+    ]
     if r.sim_store:
         access = "write, purge old tombstones" if r.sim_store == "prune" else r.sim_store
         out.append(f"MUSTER_SIM_<c> ({access}; simulated clusters only)")

@@ -1,4 +1,5 @@
-"""JetStream object-store buckets (`MUSTER_SNAPSHOTS`): named blobs in chunks, with headers.
+"""JetStream object-store buckets (`MUSTER_SNAPSHOTS`, `MUSTER_MANIFESTS`): named blobs in
+chunks, with headers.
 
 `ObjectBucket` opens its bucket when first needed (creating it only for a write) and raises
 the bus's errors (errors.py): `NotFound` for an object that is not there or cannot be read
@@ -84,6 +85,17 @@ class ObjectBucket:
             except (nats.js.errors.DigestMismatchError, nats.js.errors.BadObjectMetaError) as exc:
                 raise NotFound(f"{self.name} {name}: cannot be read: {exc!r}") from exc
         return buffer.getvalue()
+
+    async def delete(self, name: str) -> None:
+        """Remove object `name` (nothing when it or the bucket is not there)."""
+        bucket = await self._open(create=False)
+        if bucket is None:
+            return
+        try:
+            with wrapped(f"{self.name} delete {name}"):
+                await bucket.delete(name)
+        except NotFound:
+            return
 
     async def _open(self, *, create: bool) -> ObjectStore | None:
         if self._bucket is not None:

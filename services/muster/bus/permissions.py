@@ -179,6 +179,7 @@ ROLES: Final[tuple[Role, ...]] = (
             "workload.eviction_completed",
             "workload.eviction_dropped",  # a late eviction's answer, for preemption
             "workload.requests_refused",
+            "workload.finished",  # an admitted workload whose manifest is gone for good
         ),
         durables=(
             Durable(EVENTS_STREAM, "binder-{cluster}", _events("admitted", "gang_permitted")),
@@ -186,6 +187,7 @@ ROLES: Final[tuple[Role, ...]] = (
             Durable(COMMANDS_STREAM, "binder-{cluster}-apply", (_OWN + ".cmd.apply",)),
         ),
         replays=(EVENTS_STREAM,),
+        object_stores=("MUSTER_MANIFESTS_{cluster}",),
         sim_store="write",
         dead_letters=("binder-{cluster}-specs",),
     ),
@@ -340,7 +342,7 @@ def _compile(
         bucket = kv.bucket.format(cluster=cluster)
         publish += _reader_subjects(f"KV_{bucket}", direct_get=True)
         publish += [f"$KV.{bucket}.{key.format(cluster=cluster)}" for key in kv.writes]
-    for store in r.object_stores:
+    for store in (s.format(cluster=cluster) for s in r.object_stores):
         stream = f"OBJ_{store}"
         publish += [*_reader_subjects(stream, direct_get=True, push=True), f"$O.{store}.>"]
         publish.append(f"{JS_API}.STREAM.PURGE.{stream}")

@@ -18,6 +18,7 @@ from nats.js import JetStreamContext, api
 
 from muster.bus.buckets import (
     CLUSTERS_BUCKET,
+    MANIFESTS_BUCKET,
     NAMES_BUCKET,
     PARTITIONS_BUCKET,
     SHARDS_BUCKET,
@@ -135,14 +136,18 @@ async def setup_nats(
             forgotten = await kv.forget_deleted(older_than_s=bucket.tombstones_kept_s)
             if forgotten:
                 done.append(f"{forgotten} old tombstones of {bucket.name} removed")
-    try:
-        await js.object_store(SNAPSHOTS_BUCKET)
-    except nats.js.errors.BucketNotFoundError:
-        store = api.ObjectStoreConfig(
-            description="admission snapshots (docs/services.md)",
-            replicas=replicas,
-            storage=api.StorageType.FILE,
-        )
-        await js.create_object_store(SNAPSHOTS_BUCKET, config=store)
-    done.append(f"object store {SNAPSHOTS_BUCKET}")
+    stores = [(SNAPSHOTS_BUCKET, "admission snapshots (docs/services.md)")]
+    stores += [
+        (MANIFESTS_BUCKET.format(cluster=c), f"{c}'s manifests too large for their admission")
+        for c in deployment.clusters
+    ]
+    for name, about in stores:
+        try:
+            await js.object_store(name)
+        except nats.js.errors.BucketNotFoundError:
+            store = api.ObjectStoreConfig(
+                description=about, replicas=replicas, storage=api.StorageType.FILE
+            )
+            await js.create_object_store(name, config=store)
+        done.append(f"object store {name}")
     return done

@@ -16,7 +16,6 @@ from muster.admission.subjects import (
     unread_reports,
 )
 from muster.admission.translate import (
-    MANIFEST_COPY_LIMIT,
     ApplyConfig,
     CheckUpdated,
     Decision,
@@ -50,6 +49,7 @@ from muster.bus import EVENTS_STREAM, new_event
 from muster.bus.subjects import EVENT_TYPES, event_subject, stream_of, subject_of
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.events import Event, EventType
+from muster.payloads import MANIFEST_COPY_LIMIT
 
 ADMISSION = Admission(
     cluster_queue="cq",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from muster.bus.buckets import SNAPSHOTS_BUCKET
+from muster.bus.buckets import MANIFESTS_BUCKET, SNAPSHOTS_BUCKET
 from muster.bus.natsconf import (
     MATRIX_BEGIN,
     MATRIX_END,
@@ -49,7 +49,7 @@ def test_the_table_and_setup_name_every_shared_bucket() -> None:
     in_table = {kv.bucket for r in ROLES for kv in r.key_values}
     stores = {s for r in ROLES for s in r.object_stores}
     assert in_table | stores == named
-    assert stores == {SNAPSHOTS_BUCKET}
+    assert stores == {SNAPSHOTS_BUCKET, MANIFESTS_BUCKET}
     made = {b.name for b in buckets(EVERYWHERE)}
     assert made == in_table | {bucket_name("local"), bucket_name("east")}
 
@@ -186,4 +186,5 @@ def test_flow_control_is_answered_for_object_stores_only() -> None:
     answered = {
         s for u in users(EVERYWHERE) for s in u.permissions.publish_allow if s.startswith("$JS.FC.")
     }
-    assert answered == {f"$JS.FC.OBJ_{SNAPSHOTS_BUCKET}.>"}
+    manifests = {MANIFESTS_BUCKET.format(cluster=c) for c in EVERYWHERE.clusters}
+    assert answered == {f"$JS.FC.OBJ_{b}.>" for b in {SNAPSHOTS_BUCKET, *manifests}}
