@@ -74,29 +74,34 @@ spec: {clusterQueue: cq}
 """
 
 
-def jobset(name: str, priority: str, replicated: dict[str, int]) -> dict[str, Any]:
+def jobset(
+    name: str,
+    priority: str,
+    replicated: dict[str, int],
+    *,
+    namespace: str = "team-a",
+    queue: str = "lq",
+    cpu: str = "1",
+) -> dict[str, Any]:
     """A suspended JobSet with, per replicatedJob `rj` of `replicated`, one child Job of
-    `replicated[rj]` pods (1 cpu each; completions as many)."""
+    `replicated[rj]` pods (`cpu` each; completions as many); no priority label when
+    `priority` is empty."""
     template = {
         "spec": {
             "schedulerName": "muster",
             "restartPolicy": "Never",
             "containers": [
-                {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}
+                {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}
             ],
         }
     }
+    labels = {"kueue.x-k8s.io/queue-name": queue}
+    if priority:
+        labels["kueue.x-k8s.io/priority-class"] = priority
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "JobSet",
-        "metadata": {
-            "name": name,
-            "namespace": "team-a",
-            "labels": {
-                "kueue.x-k8s.io/queue-name": "lq",
-                "kueue.x-k8s.io/priority-class": priority,
-            },
-        },
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": {
             "suspend": True,
             "replicatedJobs": [
