@@ -74,29 +74,34 @@ spec: {clusterQueue: cq}
 """
 
 
-def jobset(name: str, priority: str, replicated: dict[str, int]) -> dict[str, Any]:
+def jobset(
+    name: str,
+    priority: str,
+    replicated: dict[str, int],
+    *,
+    namespace: str = "team-a",
+    queue: str = "lq",
+    cpu: str = "1",
+) -> dict[str, Any]:
     """A suspended JobSet with, per replicatedJob `rj` of `replicated`, one child Job of
-    `replicated[rj]` pods (1 cpu each; completions as many)."""
+    `replicated[rj]` pods (`cpu` each; completions as many); no priority label when
+    `priority` is empty."""
     template = {
         "spec": {
             "schedulerName": "muster",
             "restartPolicy": "Never",
             "containers": [
-                {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}
+                {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}
             ],
         }
     }
+    labels = {"kueue.x-k8s.io/queue-name": queue}
+    if priority:
+        labels["kueue.x-k8s.io/priority-class"] = priority
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "JobSet",
-        "metadata": {
-            "name": name,
-            "namespace": "team-a",
-            "labels": {
-                "kueue.x-k8s.io/queue-name": "lq",
-                "kueue.x-k8s.io/priority-class": priority,
-            },
-        },
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": {
             "suspend": True,
             "replicatedJobs": [
@@ -113,17 +118,19 @@ def jobset(name: str, priority: str, replicated: dict[str, int]) -> dict[str, An
     }
 
 
-async def create(kubectl: Kubectl, obj: dict[str, Any]) -> None:
+async def create(kubectl: Kubectl, obj: dict[str, Any], *, namespace: str = "team-a") -> None:
     await asyncio.to_thread(
-        kubectl.custom.create_namespaced_custom_object, GROUP, VERSION, "team-a", PLURAL, obj
+        kubectl.custom.create_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, obj
     )
 
 
-async def get_jobset(kubectl: Kubectl, name: str) -> dict[str, Any] | None:
+async def get_jobset(
+    kubectl: Kubectl, name: str, *, namespace: str = "team-a"
+) -> dict[str, Any] | None:
     def read() -> dict[str, Any] | None:
         try:
             found = kubectl.custom.get_namespaced_custom_object(
-                GROUP, VERSION, "team-a", PLURAL, name
+                GROUP, VERSION, namespace, PLURAL, name
             )
         except ApiException as err:
             if err.status == 404:
@@ -134,11 +141,11 @@ async def get_jobset(kubectl: Kubectl, name: str) -> dict[str, Any] | None:
     return await asyncio.to_thread(read)
 
 
-async def workload_of(kubectl: Kubectl, name: str) -> str:
+async def workload_of(kubectl: Kubectl, name: str, *, namespace: str = "team-a") -> str:
     """The name of the Kueue Workload controlled by JobSet `name`, once it exists."""
 
     async def owned() -> str | None:
-        for wl in await kubectl.workloads("team-a"):
+        for wl in await kubectl.workloads(namespace):
             for ref in wl["metadata"].get("ownerReferences") or []:
                 if ref["kind"] == "JobSet" and ref["name"] == name and ref.get("controller"):
                     return str(wl["metadata"]["name"])

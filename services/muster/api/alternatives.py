@@ -46,6 +46,17 @@ def with_alternatives(wl: Workload, *, who: str) -> tuple[Workload, list[FieldEr
     return msgspec.structs.replace(wl, alternatives=alternatives), []
 
 
+_UNMADE_PODS = (
+    "cannot change the requests of pods muster does not create (a Pod, the pods of a gang); "
+    "submit a Job or a Kueue Workload to run with other requests"
+)
+_JOBSET_PODS = (
+    "cannot change the requests of a JobSet's pods: its controller passes only the labels, "
+    "annotations, node selector and tolerations of a changed template on to its child Jobs; "
+    "route it with queueName and runSeconds alone, or submit a Job or a Kueue Workload"
+)
+
+
 def unmade_pods_errors(annotations: Mapping[str, str], *, who: str) -> list[FieldError]:
     """Problems of `muster.dev/alternatives` on an object whose pods muster does not create (a
     Pod, a gang): every problem of the annotation, and each alternative that changes requests,
@@ -54,14 +65,24 @@ def unmade_pods_errors(annotations: Mapping[str, str], *, who: str) -> list[Fiel
     if text is None:
         return []
     alternatives, errors = parse_alternatives(text, who=who, declared_queue="")
-    for i, alternative in enumerate(alternatives):
-        if alternative.requests is not None:
-            problem = (
-                "cannot change the requests of pods muster does not create (a Pod, the pods "
-                "of a gang); submit a Job or a Kueue Workload to run with other requests"
-            )
-            errors.append(FieldError(who, f"{ANNOTATION_PATH}[{i}].requests", problem))
-    return errors
+    return errors + _requests_errors(alternatives, who=who, problem=_UNMADE_PODS)
+
+
+def jobset_alternatives_errors(wl: Workload, *, who: str) -> list[FieldError]:
+    """Each of JobSet workload `wl`'s alternatives that changes requests: the JobSet controller
+    never gives its existing child Jobs other resources, so the pods would run with requests
+    their quota did not cover (docs/routing.md, "On Kubernetes")."""
+    return _requests_errors(wl.alternatives, who=who, problem=_JOBSET_PODS)
+
+
+def _requests_errors(
+    alternatives: tuple[Alternative, ...], *, who: str, problem: str
+) -> list[FieldError]:
+    return [
+        FieldError(who, f"{ANNOTATION_PATH}[{i}].requests", problem)
+        for i, alternative in enumerate(alternatives)
+        if alternative.requests is not None
+    ]
 
 
 def routing_policy_errors(cq: ClusterQueue, *, who: str) -> list[FieldError]:

@@ -25,7 +25,12 @@ from typing import Any, Final, Literal, NamedTuple, TypeGuard, get_args
 import msgspec
 
 from muster.api import raw as wire
-from muster.api.alternatives import routing_policy_errors, unmade_pods_errors, with_alternatives
+from muster.api.alternatives import (
+    jobset_alternatives_errors,
+    routing_policy_errors,
+    unmade_pods_errors,
+    with_alternatives,
+)
 from muster.api.cluster_objects import (
     SCHEDULER_PLUGINS_V1ALPHA1,
     SCHEDULING_V1ALPHA1,
@@ -476,6 +481,8 @@ def _decode_object(
     if isinstance(found, Workload):  # a Kueue Workload, or the one a queued Job stands for
         found, problems = with_alternatives(found, who=who)
         errs.errors.extend(problems)
+        if raw.kind == JOBSET_KIND:
+            errs.errors.extend(jobset_alternatives_errors(found, who=who))
     elif isinstance(found, ClusterQueue):
         errs.errors.extend(routing_policy_errors(found, who=who))
     elif isinstance(found, CLUSTER_TYPES) and not isinstance(found, Node):

@@ -169,6 +169,19 @@ def test_a_hostile_jobset_is_refused_naming_it_and_the_field(
     assert any(p.startswith("JobSet/ml/train: ") and problem in p for p in problems), problems
 
 
+def test_a_jobset_managed_by_multikueue_is_refused_until_muster_dispatches_jobsets() -> None:
+    doc = jobset(replicated("w"))
+    doc["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue"
+
+    assert problems_of(doc) == [
+        "JobSet/ml/train: spec.managedBy: kueue.x-k8s.io/multikueue: muster does not dispatch"
+        " JobSets to worker clusters (MultiKueue) yet; leave it unset to run the JobSet in this"
+        " cluster"
+    ]
+    doc["spec"]["managedBy"] = "jobset.sigs.k8s.io/jobset-controller"
+    assert problems_of(doc) == []
+
+
 def test_a_number_past_int32_is_refused_naming_the_field() -> None:
     problems = problems_of(jobset(replicated("w", replicas=2**31)))
 
