@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jobset_queues import preempting_queue
 from kube_helpers import as_json
 from kube_services_helpers import Kubectl, condition, condition_when, eventually, running_stack
 from kubernetes.client.exceptions import ApiException
@@ -42,36 +43,7 @@ apiVersion: v1
 kind: Namespace
 metadata: {name: team-a}
 ---
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ResourceFlavor
-metadata: {name: pool-a}
-spec: {nodeLabels: {pool: a}}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: WorkloadPriorityClass
-metadata: {name: low}
-value: 100
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: WorkloadPriorityClass
-metadata: {name: high}
-value: 1000
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: cq}
-spec:
-  namespaceSelector: {}
-  preemption: {withinClusterQueue: LowerPriority}
-  resourceGroups:
-  - coveredResources: [cpu]
-    flavors: [{name: pool-a, resources: [{name: cpu, nominalQuota: 4}]}]
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {namespace: team-a, name: lq}
-spec: {clusterQueue: cq}
-"""
+""" + preempting_queue("team-a")
 
 
 def jobset(

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from jobset_queues import preempting_queue
 
 RUN = [sys.executable, "-m", "muster.cli.main", "run", "--speed", "40"]
 
@@ -17,7 +18,8 @@ RUN = [sys.executable, "-m", "muster.cli.main", "run", "--speed", "40"]
 # (low: 2 child Jobs x 2 pods) takes all of it; `urgent` (high: a leader and 2 workers) arrives
 # at 4 s, preempts it, runs 10 s and finishes; `batch` is admitted again with the quota given
 # back.
-SCENARIO = """\
+SCENARIO = (
+    """\
 apiVersion: v1
 kind: Node
 metadata: {name: node-2, labels: {pool: a}}
@@ -28,36 +30,9 @@ kind: Node
 metadata: {name: node-1, labels: {pool: b}}
 status: {allocatable: {cpu: "4", memory: 8Gi, pods: "10"}}
 ---
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ResourceFlavor
-metadata: {name: pool-a}
-spec: {nodeLabels: {pool: a}}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: WorkloadPriorityClass
-metadata: {name: low}
-value: 100
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: WorkloadPriorityClass
-metadata: {name: high}
-value: 1000
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: cq}
-spec:
-  namespaceSelector: {}
-  preemption: {withinClusterQueue: LowerPriority}
-  resourceGroups:
-  - coveredResources: [cpu]
-    flavors: [{name: pool-a, resources: [{name: cpu, nominalQuota: 4}]}]
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {namespace: ns, name: lq}
-spec: {clusterQueue: cq}
----
+"""
+    + preempting_queue("ns")
+    + """---
 apiVersion: jobset.x-k8s.io/v1alpha2
 kind: JobSet
 metadata:
@@ -101,6 +76,7 @@ spec:
           spec:
             containers: [{name: c, resources: {requests: {cpu: "1"}}}]
 """
+)
 
 
 @pytest.mark.timeout(120)
