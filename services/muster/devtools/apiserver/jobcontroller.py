@@ -29,7 +29,7 @@ from muster.devtools.apiserver.deletion import Api, DeleteOptions
 from muster.devtools.apiserver.errors import ApiError
 from muster.devtools.apiserver.job_status import managed_elsewhere
 from muster.devtools.apiserver.objects import JsonObj, meta, timestamp
-from muster.devtools.apiserver.reconciler import Reconciler
+from muster.devtools.apiserver.reconciler import Reconciler, controller_reference
 from muster.devtools.apiserver.resources import Registry, ResourceType
 
 JOBS = ("batch", "jobs")
@@ -111,7 +111,7 @@ class JobController(Reconciler):
                 "namespace": md["namespace"],
                 "labels": pod_meta.get("labels") or {},
                 "annotations": pod_meta.get("annotations") or {},
-                "ownerReferences": [_owner(job)],
+                "ownerReferences": [controller_reference(job, "batch/v1", "Job")],
             },
             "spec": pod_spec,
         }
@@ -164,25 +164,17 @@ class JobController(Reconciler):
             if field in scheduling:
                 group_spec[field] = copy.deepcopy(scheduling[field])
         template = {"name": "job", **group_spec}
-        owned = {"name": name, "namespace": namespace, "ownerReferences": [_owner(job)]}
+        owned = {
+            "name": name,
+            "namespace": namespace,
+            "ownerReferences": [controller_reference(job, "batch/v1", "Job")],
+        }
         workload = {"metadata": copy.deepcopy(owned), "spec": {"podGroupTemplates": [template]}}
         if self.api.store.get(workloads, (namespace, name)) is None:
             self.api.create(workloads, version, namespace, workload)
         group_spec["workloadRef"] = {"workloadName": name, "templateName": "job"}
         self.api.create(groups, version, namespace, {"metadata": owned, "spec": group_spec})
         return name
-
-
-def _owner(job: JsonObj) -> JsonObj:
-    md = meta(job)
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "name": md["name"],
-        "uid": md["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
 
 
 def _condition(kind: str, reason: str, now: str) -> JsonObj:

@@ -23,7 +23,7 @@ from typing import Any
 
 from muster.devtools.apiserver.errors import ApiError
 from muster.devtools.apiserver.objects import JsonObj, meta, timestamp
-from muster.devtools.apiserver.reconciler import Reconciler
+from muster.devtools.apiserver.reconciler import Reconciler, controller_reference
 
 JOBSETS = ("jobset.x-k8s.io", "jobsets")
 JOBS = ("batch", "jobs")
@@ -100,7 +100,9 @@ class JobSetController(Reconciler):
                 "namespace": md["namespace"],
                 "labels": labels,
                 "annotations": job_meta.get("annotations") or {},
-                "ownerReferences": [_owner(jobset)],
+                "ownerReferences": [
+                    controller_reference(jobset, f"{JOBSETS[0]}/{VERSION}", "JobSet")
+                ],
             },
             "spec": job_spec,
         }
@@ -171,18 +173,6 @@ def _counts(name: str, children: list[JsonObj]) -> dict[str, Any]:
         "failed": sum(_ended(j, "Failed") for j in children),
         "active": sum(bool(status(j).get("active")) for j in children),
         "suspended": sum(bool((j.get("spec") or {}).get("suspend")) for j in children),
-    }
-
-
-def _owner(jobset: JsonObj) -> JsonObj:
-    md = meta(jobset)
-    return {
-        "apiVersion": f"{JOBSETS[0]}/{VERSION}",
-        "kind": "JobSet",
-        "name": md["name"],
-        "uid": md["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
     }
 
 

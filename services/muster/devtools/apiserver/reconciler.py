@@ -4,6 +4,8 @@ of changes, as a controller's work queue would have it."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from muster.devtools.apiserver.deletion import Api
 from muster.devtools.apiserver.objects import meta
 from muster.devtools.apiserver.resources import Registry, ResourceType
@@ -60,3 +62,17 @@ class Reconciler:
         rt = self.registry.by_key(key)
         assert rt is not None
         return rt
+
+
+def controller_reference(owner: dict[str, Any], api_version: str, kind: str) -> dict[str, Any]:
+    """The ownerReference a controller sets on what it makes for `owner`: garbage collected
+    with it, and deleted before it in a foreground deletion."""
+    md = meta(owner)
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": md["name"],
+        "uid": md["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
