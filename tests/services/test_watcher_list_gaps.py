@@ -15,6 +15,7 @@ from admission_world import workload
 from bus_helpers import EventLog
 from placement_stack import CLUSTER, Stack
 from test_watcher_unseen_deletion import pod
+from test_watcher_unseen_deletion import running_then_stopped as stopped_after_running
 
 from muster.api.ids import uuid5_text
 from muster.bus import Bus
@@ -53,16 +54,7 @@ async def running_then_stopped(
     """Group ns/w's two pods told running, then w-0 succeeded; the watcher stopped (its
     revision stored). Returns the stack, its backend, and the `running`'s id."""
     backend = DeletingBeforeItLists(await SimStore.open(bus.kv, cluster=CLUSTER))
-    stack = Stack(bus=bus, backend=backend, events=events)
-    await backend.apply(pod("w-0", "Running"))
-    await backend.apply(pod("w-1", "Running"))
-    await stack.start_watcher()
-    running = await events.wait_for("running", workload=GROUP)
-    await backend.apply(pod("w-0", "Succeeded"))
-    # Changes are handled in order: once this one is told, w-0's end was handled too.
-    await backend.apply(pod("s-0", "Running", workload="s"))
-    await events.wait_for("running", workload="ns/s")
-    await stack.stop("watcher")
+    stack, running = await stopped_after_running(bus, events, backend)
     return stack, backend, running.event_id
 
 

@@ -15,6 +15,7 @@ from muster.bus import Bus
 from muster.cluster.keys import bucket_name
 from muster.cluster.sim.backend import SimBackend
 from muster.cluster.sim.store import SimStore
+from muster.contracts.v1.events_pb2 import Envelope
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -38,10 +39,11 @@ def pod(name: str, phase: str, *, workload: str = "w") -> dict[str, Any]:
     }
 
 
-async def test_a_pod_deleted_and_pruned_while_the_watcher_was_stopped_still_ends_its_group(
-    bus: Bus, events: EventLog
-) -> None:
-    backend = SimBackend(await SimStore.open(bus.kv, cluster=CLUSTER))
+async def running_then_stopped(
+    bus: Bus, events: EventLog, backend: SimBackend
+) -> tuple[Stack, Envelope]:
+    """Group ns/w's two pods told running on `backend`, then w-0 succeeded; the watcher
+    stopped, its revision stored. Returns the stack and the group's `running`."""
     stack = Stack(bus=bus, backend=backend, events=events)
     await backend.apply(pod("w-0", "Running"))
     await backend.apply(pod("w-1", "Running"))
@@ -52,6 +54,14 @@ async def test_a_pod_deleted_and_pruned_while_the_watcher_was_stopped_still_ends
     await backend.apply(pod("s-0", "Running", workload="s"))
     await events.wait_for("running", workload="ns/s")
     await stack.stop("watcher")  # it stores the revision it handled
+    return stack, running
+
+
+async def test_a_pod_deleted_and_pruned_while_the_watcher_was_stopped_still_ends_its_group(
+    bus: Bus, events: EventLog
+) -> None:
+    backend = SimBackend(await SimStore.open(bus.kv, cluster=CLUSTER))
+    stack, running = await running_then_stopped(bus, events, backend)
 
     await backend.delete("Pod", "w-1", namespace="ns")
     # Forgotten past the watcher's revision (muster's pruner never goes past it; a purge by
