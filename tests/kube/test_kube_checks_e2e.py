@@ -77,6 +77,12 @@ def job_yaml(name: str, *, parallelism: int = 1, resources: str = "requests") ->
     """A suspended Job in LocalQueue lq: `parallelism` pods asking 1 cpu as requests, or 2
     cpu as limits (`resources="limits"`)."""
     cpu = "1" if resources == "requests" else "2"
+    return queued_job(name, parallelism=parallelism, resources=f'{{{resources}: {{cpu: "{cpu}"}}}}')
+
+
+def queued_job(name: str, *, parallelism: int, resources: str) -> str:
+    """A suspended Job in LocalQueue lq of namespace ml: `parallelism` pods whose container
+    has `resources` (a YAML flow mapping)."""
     return f"""
 apiVersion: batch/v1
 kind: Job
@@ -92,9 +98,7 @@ spec:
       schedulerName: muster
       restartPolicy: Never
       containers:
-      - name: main
-        image: busybox:1.36
-        resources: {{{resources}: {{cpu: "{cpu}"}}}}
+      - {{name: main, image: busybox:1.36, resources: {resources}}}
 """
 
 

@@ -20,7 +20,7 @@ from kube_services_helpers import (
     running_stack,
     workload_of_job,
 )
-from test_kube_checks_e2e import queues
+from test_kube_checks_e2e import queued_job, queues
 from test_kube_services_e2e import NODE
 
 pytestmark = pytest.mark.timeout(90)
@@ -36,23 +36,7 @@ spec:
 
 
 def job(name: str, *, parallelism: int, resources: str = "{}") -> str:
-    return f"""
-apiVersion: batch/v1
-kind: Job
-metadata:
-  name: {name}
-  namespace: ml
-  labels: {{kueue.x-k8s.io/queue-name: lq}}
-spec:
-  suspend: true
-  parallelism: {parallelism}
-  template:
-    spec:
-      schedulerName: muster
-      restartPolicy: Never
-      containers:
-      - {{name: main, image: busybox:1.36, resources: {resources}}}
-"""
+    return queued_job(name, parallelism=parallelism, resources=resources)
 
 
 async def test_a_jobs_workload_is_charged_and_bounded_by_its_namespaces_limit_range(
