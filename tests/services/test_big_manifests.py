@@ -16,8 +16,9 @@ import json
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from bus_helpers import EventLog
@@ -26,7 +27,7 @@ from placement_stack import CLUSTER, Stack, node, placement_stack, workload_mani
 from muster.bus import EVENTS_STREAM, Bus, new_event
 from muster.bus.buckets import MANIFESTS_BUCKET
 from muster.bus.objects import ObjectBucket
-from muster.cluster.backend import PodSetStart, WorkloadOrigin
+from muster.cluster.backend import WorkloadOrigin
 from muster.cluster.sim.backend import SimBackend
 from muster.cluster.sim.store import SimStore
 from muster.contracts.v1 import events_pb2
@@ -200,18 +201,10 @@ class CopiesSeen(SimBackend):
         self.origins: dict[str, WorkloadOrigin | None] = {}
 
     async def start_workload(
-        self,
-        workload_key: str,
-        *,
-        pod_sets: Sequence[PodSetStart],
-        admission: int = 0,
-        origin: WorkloadOrigin | None = None,
-        nodes: Mapping[str, str] | None = None,
+        self, workload_key: str, *, origin: WorkloadOrigin | None = None, **rest: Any
     ) -> None:
         self.origins[workload_key] = origin
-        await super().start_workload(
-            workload_key, pod_sets=pod_sets, admission=admission, origin=origin, nodes=nodes
-        )
+        await super().start_workload(workload_key, origin=origin, **rest)
 
 
 async def dispatched_without_its_job(stack: Stack, key: str, submitted_id: str) -> None:
