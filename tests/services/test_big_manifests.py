@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from bus_helpers import EventLog
@@ -26,6 +27,7 @@ from placement_stack import CLUSTER, Stack, node, placement_stack, workload_mani
 from muster.bus import EVENTS_STREAM, Bus, new_event
 from muster.bus.buckets import MANIFESTS_BUCKET
 from muster.bus.objects import ObjectBucket
+from muster.cluster.backend import WorkloadOrigin
 from muster.cluster.sim.backend import SimBackend
 from muster.cluster.sim.store import SimStore
 from muster.contracts.v1 import events_pb2
@@ -168,6 +170,105 @@ async def test_a_kept_manifest_of_an_earlier_life_of_the_name_starts_nothing(
 
     finished = await stack.events.wait_for("finished", workload=key, timeout_s=15)
     assert not finished.finished.succeeded
+    assert await stack.pods_of(key) == []
+
+
+MANAGER = "manager"  # the MultiKueue manager cluster the Job was submitted in
+
+
+def jobs_workload(name: str) -> str:
+    """The Workload of Job `name` (its controller), small enough to be copied."""
+    doc = workload_manifest(name, count=1, run_seconds="30")
+    doc["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": "u1", "controller": True}
+    ]
+    return json.dumps(doc)
+
+
+def big_job(name: str) -> str:
+    """Its Job, over the copy limit."""
+    notes = {"notes": "n" * (MANIFEST_COPY_LIMIT + 1)}
+    meta = {"name": name, "namespace": "ns", "annotations": notes}
+    return json.dumps({"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": {}})
+
+
+class CopiesSeen(SimBackend):
+    """The sim cluster, noting what each start copies from another cluster (the sim itself
+    needs no copy: its pods stand on their own)."""
+
+    def __init__(self, backend: SimBackend) -> None:
+        super().__init__(backend.store)
+        self.origins: dict[str, WorkloadOrigin | None] = {}
+
+    async def start_workload(
+        self, workload_key: str, *, origin: WorkloadOrigin | None = None, **rest: Any
+    ) -> None:
+        self.origins[workload_key] = origin
+        await super().start_workload(workload_key, origin=origin, **rest)
+
+
+async def dispatched_without_its_job(stack: Stack, key: str, submitted_id: str) -> None:
+    """What the manager's admission publishes for this worker: the Workload copied, its Job
+    (over the limit) not."""
+    assignment = events_pb2.PodSetAssignment(name="main", count=1, flavors={"cpu": "default"})
+    admission = events_pb2.Admission(cluster_queue="cq", pod_set_assignments=[assignment])
+    payload = events_pb2.WorkloadAdmitted(
+        admission=admission, manifest_json=jobs_workload("train"), origin_cluster=MANAGER
+    )
+    env = new_event("admitted", payload, cluster=CLUSTER, workload=key, source="test")
+    env.submitted_id = submitted_id
+    await stack.bus.publish(env)
+
+
+async def submitted_in_the_manager(stack: Stack, key: str) -> events_pb2.Envelope:
+    payload = events_pb2.WorkloadSubmitted(
+        manifest_json=jobs_workload("train"), owner_manifest_json=big_job("train")
+    )
+    env = new_event("submitted", payload, cluster=MANAGER, workload=key, source="test")
+    await stack.bus.publish(env)
+    return env
+
+
+async def test_a_copy_whose_job_is_too_big_to_copy_starts_with_the_kept_job(
+    stack: Stack,
+) -> None:
+    """Its Workload is copied into the admission, its Job is not: the binder restarted after
+    the `submitted` left takes the Job from MUSTER_MANIFESTS, never starts a bare Workload."""
+    key = "ns/train"
+    sub = await submitted_in_the_manager(stack, key)
+
+    async def kept() -> bool:
+        return (await kept_ids(stack.bus)).get(key) == [sub.event_id]
+
+    await until(kept, "kept by the binder")
+    await stack.stop("binder")
+    await stack.bus.js.purge_stream(EVENTS_STREAM)
+    seen = CopiesSeen(stack.backend)
+    await stack.start_binder(seen)
+    await dispatched_without_its_job(stack, key, sub.event_id)
+
+    await stack.events.wait_for("running", workload=key, timeout_s=15)
+    origin = seen.origins[key]
+    assert origin is not None
+    assert (origin.cluster, origin.owner_json) == (MANAGER, big_job("train"))
+
+
+async def test_a_copy_whose_job_no_binder_kept_is_ended_with_the_reason_not_started_bare(
+    stack: Stack,
+) -> None:
+    key = "ns/train"
+    await stack.stop("binder")
+    sub = await submitted_in_the_manager(stack, key)
+    await stack.bus.js.purge_stream(EVENTS_STREAM)
+    await stack.start_binder()
+    await dispatched_without_its_job(stack, key, sub.event_id)
+
+    finished = await stack.events.wait_for("finished", workload=key, timeout_s=15)
+    assert (finished.source, finished.submitted_id) == (f"binder/{CLUSTER}", sub.event_id)
+    assert not finished.finished.succeeded
+    assert finished.finished.message.startswith(
+        f"{key} cannot be started: its Job's manifest is no longer known"
+    )
     assert await stack.pods_of(key) == []
 
 

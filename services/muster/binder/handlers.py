@@ -18,12 +18,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import NamedTuple, Protocol
+from typing import Final, NamedTuple, Protocol
 
 import msgspec
 from google.protobuf.message import Message
 
 from muster.admitted_podsets import created_on_nodes
+from muster.api.jobset import JOBSET_API_VERSION, JOBSET_KIND
 from muster.api.model import Workload
 from muster.api.wellknown import (
     BIND_FAILED,
@@ -277,9 +278,11 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
     `requests_refused` says why.
     """
     key, admission = env.workload, env.sequence
-    # Without a copy in the admission, a spec this replica lacks is brought in, or is gone.
-    recover = None if env.admitted.manifest_json else ctx.recover
-    if recover is not None and ctx.specs.submission(key) is None:
+    # A spec this replica lacks, that the admission carries no (whole) copy of, is brought in,
+    # or is gone.
+    lacking = "" if ctx.specs.submission(key) is not None else lacking_copy(env, ctx.cluster)
+    recover = ctx.recover if lacking else None
+    if recover is not None:
         await recover(env)
     submission = ctx.specs.submission(key)
     wl = submission.workload if submission is not None else None
@@ -296,7 +299,7 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
         except PayloadError as err:
             raise Reject(str(err)) from None
     if recover is not None and submission is None:
-        await _never_startable(env, ctx)
+        await _never_startable(env, ctx, lacking)
         return
     if wl is None:
         # Its submitted event may not have reached this replica's spec replay yet.
@@ -320,12 +323,43 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
             await _start(env, ctx, starts, origin)
 
 
-async def _never_startable(env: events_pb2.Envelope, ctx: BinderContext) -> None:
-    """End an admitted workload whose manifest is gone for good (its `submitted` left the
-    stream, its admission carries no copy, MUSTER_MANIFESTS_<c> holds none): it would otherwise
-    hold its quota for ever. The `finished` says why; admission frees its quota."""
+def lacking_copy(env: events_pb2.Envelope, cluster: str) -> str:
+    """What admission `env` lacks to start its workload without the `submitted`: "manifest"
+    (no copy of it), "Job's manifest" (a MultiKueue copy of a Job's or JobSet's Workload
+    without the copy of that Job: the worker would run a bare Workload the manager cannot
+    follow), or "" (nothing). Both copies are left out over MANIFEST_COPY_LIMIT."""
+    admitted = env.admitted
+    if not admitted.manifest_json:
+        return "manifest"
+    if admitted.owner_manifest_json or admitted.origin_cluster in ("", cluster):
+        return ""
+    try:
+        wl = written_workload(admitted.manifest_json, what=env.workload)
+    except PayloadError:
+        return ""  # dead-lettered with its reason as it is decoded to start
+    return "Job's manifest" if stands_for_owner(wl) else ""
+
+
+# The owners muster submits a Workload for with the owner's manifest (the watcher's Jobs and
+# JobSets, `owner_manifest_json`): their Workload's copy elsewhere needs that manifest too.
+_OWNER_KINDS: Final = frozenset({("batch/v1", "Job"), (JOBSET_API_VERSION, JOBSET_KIND)})
+
+
+def stands_for_owner(wl: Workload) -> bool:
+    """Whether `wl` is the Workload of a Job or JobSet (its controller reference names one)."""
+    return any(
+        ref.controller and (ref.api_version, ref.kind) in _OWNER_KINDS
+        for ref in wl.meta.owner_references
+    )
+
+
+async def _never_startable(env: events_pb2.Envelope, ctx: BinderContext, lacking: str) -> None:
+    """End an admitted workload whose manifest (or its owner's) is gone for good (its
+    `submitted` left the stream, its admission carries no copy, MUSTER_MANIFESTS_<c> holds
+    none): it would otherwise hold its quota for ever, or start half. The `finished` says why;
+    admission frees its quota."""
     message = (
-        f"{env.workload} cannot be started: its manifest is no longer known (its submission "
+        f"{env.workload} cannot be started: its {lacking} is no longer known (its submission "
         f"left the event stream; its admission carries no copy, being over "
         f"{MANIFEST_COPY_LIMIT // 1024} KiB or from before copies; and no binder kept it): "
         "submit it again"
