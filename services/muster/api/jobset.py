@@ -25,6 +25,8 @@ JobSet controller, leaving it to MultiKueue, never ran it.
 
 from __future__ import annotations
 
+from typing import Final
+
 from muster.api.errors import ObjectErrors
 from muster.api.job import job_pod_count
 from muster.api.model import PodSet, ReclaimablePod, Workload
@@ -42,6 +44,9 @@ from muster.api.wellknown import MULTIKUEUE_CONTROLLER
 
 JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
 JOBSET_KIND = "JobSet"
+# The owners (apiVersion, kind) whose Kueue Workload muster makes itself: Kueue's job
+# integrations that muster has (batch/v1 Job, JobSet).
+INTEGRATION_KINDS: Final = frozenset({("batch/v1", "Job"), (JOBSET_API_VERSION, JOBSET_KIND)})
 _REPLICATED_JOBS = "spec.replicatedJobs"
 
 

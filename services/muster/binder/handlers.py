@@ -18,13 +18,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Final, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 import msgspec
 from google.protobuf.message import Message
 
 from muster.admitted_podsets import created_on_nodes
-from muster.api.jobset import JOBSET_API_VERSION, JOBSET_KIND
+from muster.api.jobset import INTEGRATION_KINDS
 from muster.api.model import Workload
 from muster.api.wellknown import (
     BIND_FAILED,
@@ -342,13 +342,10 @@ def lacking_copy(env: events_pb2.Envelope, cluster: str) -> str:
 
 # The owners muster submits a Workload for with the owner's manifest (the watcher's Jobs and
 # JobSets, `owner_manifest_json`): their Workload's copy elsewhere needs that manifest too.
-_OWNER_KINDS: Final = frozenset({("batch/v1", "Job"), (JOBSET_API_VERSION, JOBSET_KIND)})
-
-
 def stands_for_owner(wl: Workload) -> bool:
     """Whether `wl` is the Workload of a Job or JobSet (its controller reference names one)."""
     return any(
-        ref.controller and (ref.api_version, ref.kind) in _OWNER_KINDS
+        ref.controller and (ref.api_version, ref.kind) in INTEGRATION_KINDS
         for ref in wl.meta.owner_references
     )
 

@@ -19,7 +19,7 @@ import msgspec
 
 from muster.api import check_states, decode_documents
 from muster.api.job import QUEUE_NAME_KEY
-from muster.api.jobset import JOBSET_API_VERSION, JOBSET_KIND
+from muster.api.jobset import INTEGRATION_KINDS, JOBSET_API_VERSION, JOBSET_KIND
 from muster.api.model import Workload
 from muster.cluster.kube import jobs, jobsets
 from muster.contracts.v1 import events_pb2
@@ -105,15 +105,12 @@ def is_owner(obj: Mapping[str, Any]) -> bool:
     return is_job(obj) or is_jobset(obj)
 
 
-# The owners whose Kueue Workload muster creates itself (on Kubernetes): never a source.
-_OWNER_KINDS = frozenset({"batch/v1/Job", f"{JOBSET_API_VERSION}/{JOBSET_KIND}"})
-
-
-def _controller_kind(obj: Mapping[str, Any]) -> str:
+def _controller_kind(obj: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The (apiVersion, kind) of `obj`'s controller, if it has one."""
     for ref in _meta(obj).get("ownerReferences") or []:
         if isinstance(ref, Mapping) and ref.get("controller"):
-            return f"{ref.get('apiVersion')}/{ref.get('kind')}"
-    return ""
+            return (str(ref.get("apiVersion")), str(ref.get("kind")))
+    return None
 
 
 def is_kueue_workload(obj: Mapping[str, Any]) -> bool:
@@ -132,8 +129,8 @@ def is_workload_source(obj: Mapping[str, Any]) -> bool:
     """
     kind = obj.get("kind")
     if kind == "Workload":
-        return _group(obj) == KUEUE_GROUP and _controller_kind(obj) not in _OWNER_KINDS
-    if not is_owner(obj) or _controller_kind(obj) in _OWNER_KINDS:
+        return _group(obj) == KUEUE_GROUP and _controller_kind(obj) not in INTEGRATION_KINDS
+    if not is_owner(obj) or _controller_kind(obj) in INTEGRATION_KINDS:
         return False
     meta = _meta(obj)
     labels = meta.get("labels") or {}
