@@ -20,6 +20,7 @@ from kube_services_helpers import (
     status_when,
     workload_of_job,
 )
+from test_kube_reclaimable_e2e import JOB as SWEEP  # three 1-cpu pods, four completions
 
 from muster.api.quantity import parse_quantity
 
@@ -71,31 +72,8 @@ spec:
 """
 
 
-# Three 1-cpu pods for three completions: once two succeeded, one runs and two pods' quota is
-# no longer needed.
-SWEEP = """
-apiVersion: batch/v1
-kind: Job
-metadata:
-  name: sweep
-  namespace: ml
-  labels: {kueue.x-k8s.io/queue-name: lq}
-spec:
-  suspend: true
-  parallelism: 3
-  completions: 3
-  template:
-    spec:
-      schedulerName: muster
-      restartPolicy: Never
-      containers: [{name: main, image: busybox:1.36, resources: {requests: {cpu: "1"}}}]
-"""
 # A half-life of seconds: the usage moves visibly toward what runs within the test.
-FAST_CONFIG = """
-apiVersion: config.kueue.x-k8s.io/v1beta1
-kind: Configuration
-admissionFairSharing: {usageHalfLifeTime: 2s, usageSamplingInterval: 1s}
-"""
+FAST_CONFIG = CONFIG.replace("usageHalfLifeTime: 10m", "usageHalfLifeTime: 2s")
 
 
 async def sampled_when(
@@ -144,7 +122,8 @@ async def test_a_jobs_reclaimed_pods_lower_its_local_queues_usage(tmp_path: Path
         await job_when(kubectl, "ml", "sweep", suspended=False)
         # Three cpu run: the usage grows toward them, past where one cpu would take it.
         grown = cores(await sampled_when(kubectl, lambda _, cpu: cpu > 1.5))
-        body = {"status": {"active": 1, "succeeded": 2}}  # as the Job controller counts them
+        # One completion left to run: two of the three pods' quota is no longer needed.
+        body = {"status": {"active": 1, "succeeded": 3}}  # as the Job controller counts them
         await asyncio.to_thread(kubectl.batch.patch_namespaced_job_status, "sweep", "ml", body)
         name = (await workload_of_job(kubectl, "ml", "sweep"))["metadata"]["name"]
         await status_when(
