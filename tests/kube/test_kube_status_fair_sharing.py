@@ -33,9 +33,9 @@ def applied(kind: str, name: str, spec: dict[str, Any], *, s: float = 1.0) -> pb
     return at("config_applied", pb.ConfigApplied(kind=kind, name=name, manifest_json=manifest), s=s)
 
 
-def reserved(cpu: str) -> pb.QuotaReserved:
+def reserved(cpu: str, *, count: int = 1) -> pb.QuotaReserved:
     assignment = pb.PodSetAssignment(
-        name="main", flavors={"cpu": "default"}, count=1, resource_usage={"cpu": cpu}
+        name="main", flavors={"cpu": "default"}, count=count, resource_usage={"cpu": cpu}
     )
     return pb.QuotaReserved(
         admission=pb.Admission(cluster_queue="cq", pod_set_assignments=[assignment])
@@ -117,6 +117,54 @@ def test_a_local_queue_without_its_cluster_queue_is_not_sampled() -> None:
     made = book(FAIR)
     made.apply(at("config_deleted", pb.ConfigDeleted(kind="ClusterQueue", name="cq"), s=800.0))
     assert made.sample(1000.0) == set()
+
+
+def sweep(*, owner: str, reclaimable: bool = True) -> tuple[StatusBook, set[ObjectRef]]:
+    """Team a's workload ml/sweep of three 1-cpu pods (owned by a `owner`, "" for a bare
+    Workload) reserved at 100 s; two of its pods finished for good at 400 s: the book, and
+    what that told it to write."""
+    made = StatusBook(kueue_version="v1beta2", fair=FAIR, reclaimable_pods=reclaimable)
+    submitted = pb.WorkloadSubmitted(
+        queue_name="a",
+        pod_sets=[pb.PodSetSummary(name="main", count=3)],
+        owner=pb.OwnerRef(kind=owner, name="sweep") if owner else None,
+    )
+    gone = pb.WorkloadReclaimablePods(pods=[pb.ReclaimablePodCount(pod_set="main", count=2)])
+    for env in (
+        applied("ClusterQueue", "cq", {}),
+        applied("LocalQueue", "ml/a", {"clusterQueue": "cq"}),
+        at("submitted", submitted, s=90.0, workload="ml/sweep"),
+        at("quota_reserved", reserved("3", count=3), s=100.0, workload="ml/sweep"),
+    ):
+        made.apply(env)
+    return made, made.apply(at("reclaimable_pods", gone, s=400.0, workload="ml/sweep"))
+
+
+@pytest.mark.parametrize("owner", ["Job", ""])
+def test_reclaimed_pods_leave_the_local_queues_usage_from_the_events_time(owner: str) -> None:
+    made, refs = sweep(owner=owner)
+    assert ObjectRef(kind="LocalQueue", namespace="ml", name="a") in refs
+    # 300 s of 3 cpu (1 - 0.5 ** 0.5 of them) plus the entry penalty that much faded: 1.5 cores.
+    assert fair_sharing(made, "a") == {
+        "admissionFairSharingStatus": {
+            "consumedResources": {"cpu": "1500m"},
+            "lastUpdate": "1970-01-01T00:06:40Z",
+        }
+    }
+    # From 400 s one pod runs: at the 900 s tick 1.5 x 0.5 ** (5 / 6) + 1 x (1 - 0.5 ** (5 / 6)),
+    # where the three pods would have reached 2.158 cores.
+    made.sample(1000.0)
+    assert fair_sharing(made, "a")["admissionFairSharingStatus"]["consumedResources"] == {
+        "cpu": "1281m"
+    }
+
+
+def test_with_kueues_reclaimable_pods_gate_off_the_usage_stays_as_admitted() -> None:
+    made, _ = sweep(owner="Job", reclaimable=False)
+    made.sample(1000.0)
+    assert fair_sharing(made, "a")["admissionFairSharingStatus"]["consumedResources"] == {
+        "cpu": "2158m"
+    }
 
 
 class Sink:

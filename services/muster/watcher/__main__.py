@@ -98,6 +98,7 @@ def build(args: argparse.Namespace, config: ServiceConfig) -> ServiceMain:
         granular_reasons=kueue.granular_pending_reasons,
         requeuing=kueue.wait_for_pods_ready.requeuing_strategy,
         admission_fair_sharing=kueue.admission_fair_sharing,
+        reclaimable_pods=kueue.reclaimable_pods,
     )
     if args.kube_event_qps < 0:
         raise ValueError(

@@ -23,7 +23,9 @@ feeds it events and desires what changed.
   Kueue's `admissionFairSharing` configured, `fairSharing.admissionFairSharingStatus`
   (`consumedResources` as of `lastUpdate`: `core.admission_fair_sharing`, as admission orders
   by it), re-sampled every `usageSamplingInterval` as Kueue's LocalQueue controller does
-  (`sample`), and as of the last event that started or ended one of its workloads' runs.
+  (`sample`), and as of the last event that started, resized or ended one of its workloads'
+  runs. A run holds the workload's admission less its reclaimable pods (`core.reclaim`, with
+  Kueue's gate ReclaimablePods on), from the event that told them, as admission's run does.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from typing import Any, Final, Literal
 from muster.api.check_states import AnsweredCheck, ChecksWanted
 from muster.api.check_states import format_time as format_metav1_time
 from muster.api.encode import is_byte_resource
-from muster.api.model import AdmissionFairSharingConfig, RequeuingStrategy
+from muster.api.model import AdmissionFairSharingConfig, PodSet, PodSetAssignment, RequeuingStrategy
 from muster.api.quantity import QuantityError, format_quantity, parse_quantity
 from muster.api.wellknown import LOCAL_CLUSTER
 from muster.cluster.kube.resources import ObjectRef
@@ -73,6 +75,7 @@ from muster.core.conditions import (
     restarted,
 )
 from muster.core.config_owners import ConfigOwners
+from muster.core.reclaim import NONE, reclaimed_usage
 from muster.core.requeue_state import backoff_end_s, count_after_eviction, later, retry_end_s
 from muster.payloads import PayloadError, applied_document, check_transitioned_s
 
@@ -150,12 +153,15 @@ class _Workload:
     __slots__ = (
         "admission",
         "answers",
+        "assigned",
         "checks",
         "cluster_name",
         "conditions",
         "evicted_at_s",
         "local_queue",
+        "pod_sets",
         "reclaimable",
+        "reclaimed",
         "requeue_at_s",
         "requeue_count",
         "retry_at_s",
@@ -169,6 +175,11 @@ class _Workload:
         self.conditions: dict[str, dict[str, str]] = {}
         self.admission: dict[str, Any] | None = None
         self.usage: Counter[FlavorResource] = Counter()  # of the admission, per flavor
+        self.assigned: tuple[PodSetAssignment, ...] = ()  # the admission, per podset
+        # Its podsets' counts as submitted, and its reclaimable pods as last told (podset ->
+        # count): what its run in its LocalQueue's fair sharing usage holds (`held`).
+        self.pod_sets: tuple[PodSet, ...] = ()
+        self.reclaimed: Mapping[str, int] = NONE
         self.checks: tuple[str, ...] | None = None  # None: no reservation ever required one
         self.evicted_at_s = 0.0  # when last evicted (event time)
         self.answers: dict[str, AnsweredCheck] = {}  # of checks admission answers (MultiKueue)
@@ -198,6 +209,7 @@ class _Workload:
 
     def admit(self, admission: pb.Admission) -> None:
         assignments = []
+        assigned = []
         self.usage = Counter()
         for ps in admission.pod_set_assignments:
             flavors = dict(sorted(ps.flavors.items()))
@@ -206,9 +218,15 @@ class _Workload:
                 assignment["resourceUsage"] = dict(sorted(ps.resource_usage.items()))
             assignment["count"] = ps.count
             assignments.append(assignment)
-            for resource, text in ps.resource_usage.items():
-                flavor = ps.flavors.get(resource, "")
-                self.usage[(flavor, resource)] += _milli(text)
+            usage = {resource: _milli(text) for resource, text in ps.resource_usage.items()}
+            for resource, milli in usage.items():
+                self.usage[(ps.flavors.get(resource, ""), resource)] += milli
+            assigned.append(
+                PodSetAssignment(
+                    name=ps.name, flavors=flavors, count=ps.count, resource_usage=usage
+                )
+            )
+        self.assigned = tuple(assigned)
         self.admission = {
             "clusterQueue": admission.cluster_queue,
             "podSetAssignments": assignments,
@@ -217,6 +235,14 @@ class _Workload:
     def unadmit(self) -> None:
         self.admission = None
         self.usage = Counter()
+        self.assigned = ()
+
+    def held(self, *, reclaimable: bool) -> Mapping[FlavorResource, int]:
+        """What its admission holds less its reclaimable pods (with Kueue's gate
+        ReclaimablePods on), as admission's run of it holds (`core.reclaim`)."""
+        if not reclaimable or not self.reclaimed:
+            return self.usage
+        return reclaimed_usage(self.assigned, self.pod_sets, self.reclaimed)
 
     def status(self) -> dict[str, Any]:
         conditions = [self.conditions[t] for t in _CONDITION_ORDER if t in self.conditions]
@@ -269,6 +295,7 @@ class StatusBook:
         granular: bool = True,
         requeuing: RequeuingStrategy | None = None,
         fair: AdmissionFairSharingConfig | None = None,
+        reclaimable_pods: bool = True,
     ) -> None:
         self._cluster = cluster  # its own: a workload admitted elsewhere shows clusterName
         # Kueue's UnadmittedWorkloadsObservability (on by default): granular QuotaReserved
@@ -290,6 +317,7 @@ class StatusBook:
         # Admission fair sharing (Kueue's Configuration): each LocalQueue's usage, and when an
         # event last started or ended one of its runs (its lastUpdate).
         self._fair = fair
+        self._reclaimable_pods = reclaimable_pods  # Kueue's gate ReclaimablePods
         self._usage = AdmissionUsage()
         self._usage_at: dict[tuple[str, str], float] = {}
 
@@ -344,14 +372,32 @@ class StatusBook:
         return {_workload_ref(env.workload)}
 
     def _reclaimable(self, env: pb.Envelope) -> set[ObjectRef]:
-        """A Job's finished pods (a JobSet's succeeded Jobs) changed: its Workload's
-        reclaimablePods follows, the whole list, as Kueue's job reconciler writes it; no longer
-        once the Workload finished (the reconciler stops at a finished one)."""
+        """A workload's reclaimable pods changed: its run in its LocalQueue's fair sharing
+        usage holds what is left from the event's time, as admission's does. Of a Job's
+        Workload (a Job's finished pods, a JobSet's succeeded Jobs), reclaimablePods follows,
+        the whole list, as Kueue's job reconciler writes it; no longer once the Workload
+        finished (the reconciler stops at a finished one)."""
         wl = self._workloads.get(env.workload)
-        if wl is None or wl.reclaimable is None or wl.state == "finished":
+        if wl is None or wl.state == "finished":
             return set()
-        wl.reclaimable = _reclaimable_list((p.pod_set, p.count) for p in env.reclaimable_pods.pods)
-        return {_workload_ref(env.workload)}
+        pods = _reclaimable_list((p.pod_set, p.count) for p in env.reclaimable_pods.pods)
+        wl.reclaimed = _reclaimed(pods)
+        refs = self._resized(env.workload, wl, at_s=env.time_unix_nano / 1e9)
+        if wl.reclaimable is not None:
+            wl.reclaimable = pods
+            refs.add(_workload_ref(env.workload))
+        return refs
+
+    def _resized(self, key: str, wl: _Workload, *, at_s: float) -> set[ObjectRef]:
+        """Admission fair sharing: `wl`'s run holds what it holds now from `at_s` (a no-op
+        when it runs nowhere or holds that already)."""
+        fair = self._fair
+        if fair is None or wl.state not in ("reserving", "admitted"):
+            return set()
+        held = wl.held(reclaimable=self._reclaimable_pods)
+        self._usage.resize(key, held, at_s=at_s, config=fair)
+        self._usage_at[wl.local_queue] = max(at_s, self._usage_at.get(wl.local_queue, at_s))
+        return {self._lq_ref(wl.local_queue)}
 
     def _deactivated(self, env: pb.Envelope) -> set[ObjectRef]:
         """A pending workload deactivated (Kueue's workload controller evicts it too, though
@@ -422,8 +468,14 @@ class StatusBook:
                 wl = self._workloads[key] = _Workload(
                     (namespace, payload.queue_name or _DEFAULT_QUEUE)
                 )
+                reclaimable = _manifest_reclaimable(payload.manifest_json)
                 if payload.owner.kind in _JOB_KINDS:
-                    wl.reclaimable = _manifest_reclaimable(payload.manifest_json)
+                    wl.reclaimable = reclaimable
+                if self._fair is not None:  # what its fair sharing run holds (`held`)
+                    wl.reclaimed = _reclaimed(reclaimable)
+                    wl.pod_sets = tuple(
+                        PodSet(name=ps.name, count=ps.count) for ps in payload.pod_sets
+                    )
                 self._tally(wl.local_queue).add(wl, 1)
             return {self._lq_ref(wl.local_queue)}
         if wl is None:
@@ -448,7 +500,8 @@ class StatusBook:
             return
         book, local_queue = self._usage, "/".join(wl.local_queue)
         if field in ("quota_reserved", "admitted") and wl.state in ("reserving", "admitted"):
-            book.start(key, local_queue, wl.usage, at_s=at_s, config=fair)
+            held = wl.held(reclaimable=self._reclaimable_pods)
+            book.start(key, local_queue, held, at_s=at_s, config=fair)
         elif field in (EVICTION_COMPLETED, "finished", "deleted"):
             book.stop(key, at_s=at_s, config=fair)
             if field != EVICTION_COMPLETED:
@@ -601,6 +654,11 @@ class StatusBook:
 def _reclaimable_list(pods: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
     """Kueue's `[{name: podset, count}]`, of the podsets with pods to reclaim, sorted."""
     return [{"name": name, "count": count} for name, count in sorted(pods) if count > 0]
+
+
+def _reclaimed(pods: list[dict[str, Any]]) -> Mapping[str, int]:
+    """podset -> its reclaimable pods, of a `_reclaimable_list` (the shared empty map)."""
+    return {str(p["name"]): int(p["count"]) for p in pods} or NONE
 
 
 def _manifest_reclaimable(manifest_json: str) -> list[dict[str, Any]]:

@@ -96,6 +96,9 @@ class WatcherConfig(msgspec.Struct, frozen=True, kw_only=True):
     requeuing: RequeuingStrategy = msgspec.field(default_factory=RequeuingStrategy)
     # Kueue's admissionFairSharing (its Configuration): LocalQueues' fairSharing status.
     admission_fair_sharing: AdmissionFairSharingConfig | None = None
+    # Kueue's gate ReclaimablePods (its Configuration; on by default): that status counts a
+    # workload's pods less its reclaimable ones, as admission does.
+    reclaimable_pods: bool = True
 
 
 class KueueWriter(KueueWorkloads, StatusSink, Protocol):
@@ -165,6 +168,7 @@ async def run_watcher(
                     granular=config.granular_reasons,
                     requeuing=config.requeuing,
                     fair=config.admission_fair_sharing,
+                    reclaimable_pods=config.reclaimable_pods,
                     groups=groups,
                     events=(book, events) if events is not None else None,
                     workers=workers,

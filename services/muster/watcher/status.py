@@ -200,6 +200,7 @@ async def write_statuses(
     granular: bool = True,
     requeuing: RequeuingStrategy | None = None,
     fair: AdmissionFairSharingConfig | None = None,
+    reclaimable_pods: bool = True,
     groups: GroupStatuses | None = None,
     events: tuple[EventBook, EventSink] | None = None,
     workers: WorkerConfigs | None = None,
@@ -210,7 +211,8 @@ async def write_statuses(
     MultiKueueClusters the config events declare. `pods_ready`: waitForPodsReady is on, so
     Workloads carry Kueue's PodsReady condition; `granular`: Kueue's
     UnadmittedWorkloadsObservability gate is on; `requeuing`: waitForPodsReady's back-off;
-    `fair`: its admissionFairSharing (LocalQueues' fairSharing status)."""
+    `fair`: its admissionFairSharing (LocalQueues' fairSharing status); `reclaimable_pods`:
+    Kueue's gate ReclaimablePods is on (that status counts pods less reclaimable ones)."""
     book = StatusBook(
         kueue_version=kueue_version,
         cluster=cluster,
@@ -218,6 +220,7 @@ async def write_statuses(
         granular=granular,
         requeuing=requeuing,
         fair=fair,
+        reclaimable_pods=reclaimable_pods,
     )
     mirror = JobMirror()
     subjects = status_subjects(cluster, pods_ready=pods_ready)
