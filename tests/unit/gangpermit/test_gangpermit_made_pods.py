@@ -135,3 +135,21 @@ def test_a_pod_made_on_another_node_is_looked_up_as_any_new_pod() -> None:
 
     assert len(looked) == 1
     assert state.infos[POD].node == other  # where it is, not where it was placed
+
+
+def test_a_permits_id_is_the_one_it_always_was() -> None:
+    """Ids are fixed forever (a pass repeated across an upgrade is deduplicated by them): the
+    permit of one admission, decided the same way, has the id main c57b97f9 gave it."""
+    state = GangPermitState(cluster="local", creates_on_nodes=lambda owner_kind: True)
+    state.restored()
+    for obj in objects(node("a") + node("b")):
+        state.put(obj)
+    submitted, admitted = kueue_workload("train", 1)
+    submitted.sequence, admitted.sequence = ADMISSION - 1, ADMISSION
+    submitted.event_id, admitted.event_id = "submitted-1", "admitted-1"
+    state.apply_event(submitted)
+    state.apply_event(admitted)
+
+    (permit,) = decide(state, now_s=10.0)
+
+    assert permit.event_id == "5c32961a-9091-59b9-84af-b4e201a97a6a"

@@ -166,7 +166,10 @@ class Decider:
             if not slots.total:
                 continue
             table.add_use_rows(slots.rows, slots.counts, group.sig.demand(table))
-            rows = np.repeat(slots.rows, slots.counts).tolist()
+            if len(slots.rows) == 1:  # all on one node (a one-pod gang): no numpy call
+                rows = [int(slots.rows[0])] * slots.total
+            else:
+                rows = np.repeat(slots.rows, slots.counts).tolist()
             for key, row in zip(keys, rows, strict=False):
                 node = table.name(row)
                 state.hold(state.pods[key], node, bound=False)

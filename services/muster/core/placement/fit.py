@@ -35,10 +35,10 @@ class Slots:
 
     rows: Ints
     counts: Ints
+    total: int = field(init=False)  # pods in all: read up to three times a gang placed
 
-    @property
-    def total(self) -> int:
-        return int(self.counts.sum())
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "total", int(self.counts.sum()))  # frozen otherwise
 
 
 @dataclass(frozen=True, slots=True)

@@ -213,6 +213,12 @@ class NodeTable:
 
     def add_use_rows(self, rows: Ints, counts: Ints, demand: Ints) -> None:
         """Add `counts[i]` × `demand` to each of `rows` (distinct rows), in one step."""
+        if len(rows) == 1:  # a one-pod gang's, most often: a row's slice, not a fancy index
+            row, times = int(rows[0]), int(counts[0])
+            self.used[row, : len(demand)] += demand * times
+            self.room[row, : len(demand)] -= demand * times
+            self._room_changed(rows)
+            return
         taken = np.outer(counts, demand)
         self.used[rows, : len(demand)] += taken
         self.room[rows, : len(demand)] -= taken

@@ -129,3 +129,48 @@ def test_a_signature_forgotten_takes_its_counts_with_it() -> None:
     rooms.of(signature(table, cpu=300))  # nothing else holds the signature
 
     assert len(rooms) == 0
+
+
+@pytest.mark.parametrize("scoring", ["binpack", "spread"])
+def test_a_few_rows_caught_up_one_by_one_equal_a_cache_built_afresh_bit_for_bit(
+    scoring: Scoring,
+) -> None:
+    """A one-pod gang changes one row: its catch-up runs in Python, not numpy (FEW_ROWS).
+    Its counts and float keys must be numpy's to the bit, or ties break otherwise."""
+    rng = random.Random(11)
+    table = NodeTable()
+    for i in range(40):
+        table.upsert(node(f"n{i:03d}", rng.choice((500, 1_000, 4_000)), ready=i % 9 != 0))
+    sig = signature(table, cpu=300, memory=700)  # two scored columns: a sum, in order
+    rooms = Rooms(table, scoring)
+    rooms.of(sig)
+    names = sorted(table.index)
+
+    for _ in range(300):
+        picked = rng.sample(names, rng.randint(1, 3))
+        rows = np.array([table.index[NodeName(n)] for n in picked])
+        counts = np.array([rng.randint(-1, 2) for _ in picked], dtype=np.int64)
+        table.add_use_rows(rows, counts, sig.demand(table))
+        cache = rooms.of(sig)
+        fresh = Rooms(table, scoring).of(sig)
+        assert cache.counts.tolist() == fresh.counts.tolist()
+        assert cache.keys.tobytes() == fresh.keys.tobytes()
+
+
+def test_one_row_added_to_equals_the_same_use_added_as_many_rows() -> None:
+    one, many = NodeTable(), NodeTable()
+    for table in (one, many):
+        for name in ("a", "b"):
+            table.upsert(node(name, 1_000))
+    sig = signature(one, cpu=300)
+    row_a, row_b = one.index[NodeName("a")], one.index[NodeName("b")]
+    before = one.room_version
+
+    one.add_use_rows(np.array([row_a]), np.array([2]), sig.demand(one))
+    many.add_use_rows(np.array([row_a, row_b]), np.array([2, 0]), sig.demand(many))
+
+    assert one.free().tolist() == many.free().tolist()
+    assert one.free_of(NodeName("a"))["cpu"] == 400  # two pods of 300 on 1 000
+    changed = one.changed_rows(before)  # readers look at that row again
+    assert changed is not None
+    assert changed.tolist() == [row_a]
