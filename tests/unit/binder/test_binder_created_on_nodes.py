@@ -129,7 +129,9 @@ async def test_a_permit_in_parts_creates_each_part_from_the_one_reading_at_admis
     ctx, cluster, published = _binder()
     submitted = _submitted()
     follow(submitted, ctx.specs, ctx.fences)
-    await on_admitted(_admitted(submitted), ctx)
+    admitted = _admitted(submitted)
+    await on_admitted(admitted, ctx)
+    ctx.specs.apply(admitted)  # the follower's copy of it, later (on Kubernetes) keeps the reading
     assert cluster.created == []  # placed first: nothing made before the permit
     await handlers.on_gang_permitted(_permit(0, "w-main-0", "n1", 3), ctx)
     await handlers.on_gang_permitted(_permit(1, "w-main-1", "n2", 4), ctx)
