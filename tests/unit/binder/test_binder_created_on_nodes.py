@@ -6,17 +6,15 @@ read (another replica's, or before a restart) reads it then."""
 from __future__ import annotations
 
 import pytest
-from test_binder_specs import _Published
+from test_binder_specs import _Backend, _context, _Published, on
 
 from muster.api import load_yaml
 from muster.api.decode import decode_documents
 from muster.api.model import Workload
 from muster.binder import handlers
-from muster.binder.handlers import BinderContext, WorkloadSpecs, follow, on_admitted
-from muster.binder.pacing import BindPacer
+from muster.binder.handlers import BinderContext, follow, on_admitted
 from muster.binder.translate import pod_set_starts
-from muster.bus import new_event
-from muster.cluster.backend import PodSetStart, WorkloadOrigin
+from muster.cluster.backend import PodSetStart
 from muster.contracts.v1 import events_pb2 as pb
 from muster.payloads import workload_submitted
 
@@ -35,42 +33,11 @@ spec:
 """
 
 
-class _Cluster:
-    """Creates every workload's pods on their nodes (as the simulated cluster does); records
-    each pod created: (pod name, node, its podset's cpu request in millicores)."""
-
-    def __init__(self) -> None:
-        self.created: list[tuple[str, str, int]] = []
-
-    def creates_on_nodes(self, owner_kind: str) -> bool:
-        return True
-
-    async def start_workload(
-        self,
-        key: str,
-        *,
-        pod_sets: list[PodSetStart],
-        admission: int = 0,
-        origin: WorkloadOrigin | None = None,
-        nodes: dict[str, str] | None = None,
-    ) -> None:
-        assert nodes is not None, "created unbound"
-        for ps in pod_sets:
-            names = [f"w-{ps.name}-{i}" for i in range(ps.count)]
-            self.created += [(n, nodes[n], ps.requests["cpu"]) for n in names if n in nodes]
-
-
-def _event(field: str, payload: object, sequence: int) -> pb.Envelope:
-    env = new_event(field, payload, cluster="local", workload="ns/w", source="t")  # type: ignore[arg-type]
-    env.sequence = sequence
-    return env
-
-
 def _submitted() -> pb.Envelope:
     documents, _ = load_yaml(WORKLOAD)
     (wl,), _ = decode_documents(documents)
     assert isinstance(wl, Workload)
-    return _event("submitted", workload_submitted(wl), 1)
+    return on("local", "submitted", workload_submitted(wl), 1)
 
 
 def _admitted(submitted: pb.Envelope) -> pb.Envelope:
@@ -80,7 +47,7 @@ def _admitted(submitted: pb.Envelope) -> pb.Envelope:
         hints=[pb.PodSetPlacementHints(name="main", node_selector={"pool": "a"})],
         manifest_json=submitted.submitted.manifest_json,
     )
-    env = _event("admitted", payload, 2)
+    env = on("local", "admitted", payload, 2)
     env.submitted_id = submitted.event_id
     return env
 
@@ -90,23 +57,17 @@ def _permit(part: int, pod: str, node: str, sequence: int) -> pb.Envelope:
     payload = pb.GangPermitted(
         bindings=[binding], part=part, parts=2, permit_id="p", create=True, admission_sequence=2
     )
-    return _event("gang_permitted", payload, sequence)
+    return on("local", "gang_permitted", payload, sequence)
 
 
-def _binder(recalled: pb.Envelope | None = None) -> tuple[BinderContext, _Cluster, _Published]:
-    cluster, published = _Cluster(), _Published()
+def _binder(recalled: pb.Envelope | None = None) -> tuple[BinderContext, _Backend, _Published]:
+    cluster, published = _Backend(on_nodes=True), _Published()
 
     async def recall(sequence: int) -> pb.Envelope | None:
         return recalled if recalled is not None and recalled.sequence == sequence else None
 
-    ctx = BinderContext(
-        cluster="local",
-        backend=cluster,  # type: ignore[arg-type]
-        publisher=published,
-        specs=WorkloadSpecs(),
-        pacer=BindPacer(max_concurrent=1, per_second=0.0),
-        admissions=recall,
-    )
+    ctx = _context(cluster, admissions=recall)
+    ctx.publisher = published
     return ctx, cluster, published
 
 
@@ -132,10 +93,11 @@ async def test_a_permit_in_parts_creates_each_part_from_the_one_reading_at_admis
     admitted = _admitted(submitted)
     await on_admitted(admitted, ctx)
     ctx.specs.apply(admitted)  # the follower's copy of it, later (on Kubernetes) keeps the reading
-    assert cluster.created == []  # placed first: nothing made before the permit
+    assert cluster.placed == []  # placed first: nothing made before the permit
     await handlers.on_gang_permitted(_permit(0, "w-main-0", "n1", 3), ctx)
     await handlers.on_gang_permitted(_permit(1, "w-main-1", "n2", 4), ctx)
-    assert cluster.created == [("w-main-0", "n1", 250), ("w-main-1", "n2", 250)]
+    assert cluster.placed == [("w-main-0", "n1"), ("w-main-1", "n2")]
+    assert [s.requests for s in cluster.started["ns/w"]] == [{"cpu": 250}]
     assert [(e.type, e.bound.part) for e in published.seen] == [
         ("workload.bound", 0),
         ("workload.bound", 1),
@@ -151,5 +113,5 @@ async def test_a_permit_of_an_admission_another_replica_handled_reads_it_then(
     follow(submitted, ctx.specs, ctx.fences)
     await handlers.on_gang_permitted(_permit(0, "w-main-0", "n1", 3), ctx)
     await handlers.on_gang_permitted(_permit(1, "w-main-1", "n2", 4), ctx)
-    assert cluster.created == [("w-main-0", "n1", 250), ("w-main-1", "n2", 250)]
+    assert cluster.placed == [("w-main-0", "n1"), ("w-main-1", "n2")]
     assert readings == ["ns/w", "ns/w"]
