@@ -89,6 +89,16 @@ class Submission(NamedTuple):
         return self.manifest.workload()
 
 
+class Admission(NamedTuple):
+    """A workload's last admission here, and its pods as `on_admitted` read them."""
+
+    env: events_pb2.Envelope
+    # Its podsets as started (`pod_set_starts`), kept so that each `gang_permitted` creating its
+    # pods (a permit may come in parts) reads neither the manifest nor the admission again;
+    # None when not read here (kept from the stream by the spec follower).
+    starts: list[PodSetStart] | None = None
+
+
 class WorkloadSpecs:
     """The spec of every workload submitted (on any cluster) and not yet done with, and the
     last admission of each here.
@@ -103,7 +113,7 @@ class WorkloadSpecs:
         self._specs: dict[str, Submission] = {}
         self._admitted_at: dict[str, int] = {}  # stream sequence of its last admission here
         # Its last admission here, for pods created at their `gang_permitted` (`on_admitted`).
-        self._admissions: dict[str, events_pb2.Envelope] = {}
+        self._admissions: dict[str, Admission] = {}
         self._ended = EndedSubmissions(kept_s=ended_kept_s)
         self.origins: set[str] = set()  # the clusters workloads were submitted in
         self.position = 0  # the last stream sequence applied
@@ -157,15 +167,20 @@ class WorkloadSpecs:
         """The stream sequence of its last admission here (0: none known)."""
         return self._admitted_at.get(workload, 0)
 
-    def admission(self, workload: str) -> events_pb2.Envelope | None:
+    def admission(self, workload: str) -> Admission | None:
         """Its last admission here (None: none known)."""
         return self._admissions.get(workload)
 
-    def admitted_here(self, env: events_pb2.Envelope) -> None:
-        """Keep admission `env` as its workload's last here, unless a later one is kept."""
+    def admitted_here(
+        self, env: events_pb2.Envelope, *, starts: list[PodSetStart] | None = None
+    ) -> None:
+        """Keep admission `env` (with its pods' `starts`, when read) as its workload's last
+        here, unless a later one is kept; the same one read already keeps its starts."""
         kept = self._admissions.get(env.workload)
-        if kept is None or kept.sequence <= env.sequence:
-            self._admissions[env.workload] = env
+        if kept is not None and kept.env.sequence == env.sequence and starts is None:
+            return
+        if kept is None or kept.env.sequence <= env.sequence:
+            self._admissions[env.workload] = Admission(env, starts)
 
 
 def follow(env: events_pb2.Envelope, specs: WorkloadSpecs, fences: Fences) -> None:
@@ -314,7 +329,7 @@ async def on_admitted(env: events_pb2.Envelope, ctx: BinderContext) -> None:
     ):
         # Placed before its pods exist: each is created on its node at `gang_permitted`
         # (docs/events.md, "Pods created on their nodes"), one write instead of two.
-        ctx.specs.admitted_here(env)
+        ctx.specs.admitted_here(env, starts=starts)
         return
     with step("binder.start", attributes=lambda: {"muster.workload": key}):
         async with ctx.locks.hold(key):
@@ -480,17 +495,19 @@ async def _create_gang(env: events_pb2.Envelope, ctx: BinderContext) -> None:
     """Create the pods the permit names, each on its node, for the admission it names (the
     workload's last here: a permit of an earlier one is skipped); then publish `bound`."""
     key, permitted = env.workload, env.gang_permitted
-    admitted = await _admission_of(env, ctx)
-    if admitted is None:
+    found = await _admission_of(env, ctx)
+    if found is None:
         log.info("skipping a permit of an admission ended since", extra={"workload": key})
         return
-    wl = ctx.specs.get(key)
-    try:
-        if wl is None:  # submitted before what this replica replayed: the admission has it
-            wl = written_workload(admitted.admitted.manifest_json, what=key)
-        starts = pod_set_starts(wl, admitted.admitted)
-    except (PayloadError, AdmissionMismatchError) as err:
-        raise Reject(str(err)) from None
+    admitted, starts = found
+    if starts is None:  # admitted while another replica, or an earlier run, handled it
+        wl = ctx.specs.get(key)
+        try:
+            if wl is None:  # submitted before what this replica replayed: the admission has it
+                wl = written_workload(admitted.admitted.manifest_json, what=key)
+            starts = pod_set_starts(wl, admitted.admitted)
+        except (PayloadError, AdmissionMismatchError) as err:
+            raise Reject(str(err)) from None
     nodes = {b.pod.name: b.node for b in permitted.bindings}
     with step("binder.create", attributes=lambda: {"muster.pods": len(nodes)}):
         started = time.perf_counter()
@@ -557,21 +574,22 @@ async def _bind_gang(env: events_pb2.Envelope, ctx: BinderContext) -> None:
     await _answer_bound(env, ctx)
 
 
-async def _admission_of(env: events_pb2.Envelope, ctx: BinderContext) -> events_pb2.Envelope | None:
+async def _admission_of(env: events_pb2.Envelope, ctx: BinderContext) -> Admission | None:
     """The admission a permit to create names; None when the workload was admitted here again
     since, or that admission's workload ended (its name may be submitted again)."""
     key, admission = env.workload, env.gang_permitted.admission_sequence
     if not admission:
         raise Reject(f"permit {env.event_id} of {key}: creates pods for no admission")
-    admitted = ctx.specs.admission(key)
-    if admitted is not None and admitted.sequence > admission:
+    kept = ctx.specs.admission(key)
+    if kept is not None and kept.env.sequence > admission:
         return None
-    if admitted is None or admitted.sequence != admission:
+    if kept is None or kept.env.sequence != admission:
         # Handled by another replica, or before this one restarted: read back.
         admitted = await ctx.recall_admission(admission)
         if admitted is None or admitted.workload != key:
             raise Reject(f"permit {env.event_id}: no admission of {key} at {admission}")
-    return None if ctx.specs.ended(admitted.submitted_id) else admitted
+        kept = Admission(admitted)
+    return None if ctx.specs.ended(kept.env.submitted_id) else kept
 
 
 async def _bind_failed(env: events_pb2.Envelope, ctx: BinderContext, message: str) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from muster import payloads
 from muster.api.model import Workload
-from muster.binder.handlers import BinderContext, WorkloadSpecs, on_admitted
+from muster.binder.handlers import BinderContext, Recall, WorkloadSpecs, on_admitted
 from muster.binder.pacing import BindPacer
 from muster.binder.service import spec_subjects
 from muster.bus import new_event
@@ -69,16 +69,20 @@ def test_a_spec_submitted_elsewhere_is_known_until_it_finishes() -> None:
 
 
 class _Backend:
-    """Records the workloads started (the only call `on_admitted` makes), and stopped."""
+    """Records the workloads started (the only call `on_admitted` makes), and stopped. With
+    `on_nodes`, a workload's pods are created each on its node at its `gang_permitted`."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, on_nodes: bool = False) -> None:
+        self.on_nodes = on_nodes
         self.started: dict[str, list[PodSetStart]] = {}
         self.origins: dict[str, WorkloadOrigin | None] = {}
         self.admissions: list[int] = []  # started, in order
         self.stopped: list[int] = []  # the evictions carried out, in order
+        self.placed: list[tuple[str, str]] = []  # (pod, node) of each pod created on a node
 
     def creates_on_nodes(self, owner_kind: str) -> bool:
-        return False  # pods created at admission, then bound (`test_binder_created_bound`)
+        # Otherwise pods created at admission, then bound (`test_binder_created_bound`).
+        return self.on_nodes
 
     async def start_workload(
         self,
@@ -92,6 +96,9 @@ class _Backend:
         self.started[key] = pod_sets
         self.origins[key] = origin
         self.admissions.append(admission)
+        name = key.split("/")[1]
+        pods = (f"{name}-{ps.name}-{i}" for ps in pod_sets for i in range(ps.count))
+        self.placed += [(pod, nodes[pod]) for pod in pods if nodes is not None and pod in nodes]
 
     async def stop_workload(
         self, key: str, *, before: int, pod_sets: dict[str, int] | None = None
@@ -99,13 +106,14 @@ class _Backend:
         self.stopped.append(before)
 
 
-def _context(backend: _Backend) -> BinderContext:
+def _context(backend: _Backend, *, admissions: Recall | None = None) -> BinderContext:
     return BinderContext(
         cluster="local",
         backend=backend,  # type: ignore[arg-type]
         publisher=None,  # type: ignore[arg-type]  # on_admitted publishes nothing
         specs=WorkloadSpecs(),
         pacer=BindPacer(max_concurrent=1, per_second=0.0),
+        admissions=admissions,
     )
 
 
