@@ -18,9 +18,9 @@ Hostile input is refused naming the JobSet's field: no replicatedJobs or more th
 podsets, a name that is no DNS-1123 label or is repeated, negative replicas, and more pods in
 all than a workload may have (replicas and parallelism are int32s: their product is not).
 
-Differs from Kueue: a JobSet managed by MultiKueue (`spec.managedBy`) is refused, as muster
-does not dispatch JobSets to worker clusters yet; admitted here, it would hold quota while the
-JobSet controller, leaving it to MultiKueue, never ran it.
+A JobSet managed by MultiKueue (`spec.managedBy: kueue.x-k8s.io/multikueue`) makes the same
+Workload: its queue's MultiKueue check dispatches it to a worker cluster, where its copy runs
+(`muster.cluster.kube.copies`, Kueue's jobset_multikueue_adapter.go).
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from muster.api.owned import (
 from muster.api.podspec import pod_set_from_template
 from muster.api.raw import RawJobSet, RawReplicatedJob
 from muster.api.validate import MAX_POD_SETS, MAX_WORKLOAD_PODS
-from muster.api.wellknown import MULTIKUEUE_CONTROLLER
 
 JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
 JOBSET_KIND = "JobSet"
@@ -58,12 +57,6 @@ def workload_name_for_jobset(name: str, uid: str) -> str:
 def workload_from_jobset(raw: RawJobSet, errs: ObjectErrors, *, namespace: str) -> Workload:
     """Return the Workload for JobSet `raw`; problems go to `errs` with the JobSet's paths."""
     replicated = raw.spec.replicated_jobs
-    if raw.spec.managed_by == MULTIKUEUE_CONTROLLER:
-        errs.add(
-            "spec.managedBy",
-            f"{MULTIKUEUE_CONTROLLER}: muster does not dispatch JobSets to worker clusters"
-            " (MultiKueue) yet; leave it unset to run the JobSet in this cluster",
-        )
     if not replicated:
         errs.add(_REPLICATED_JOBS, "must list at least 1 replicatedJob")
     if len(replicated) > MAX_POD_SETS:

@@ -169,17 +169,13 @@ def test_a_hostile_jobset_is_refused_naming_it_and_the_field(
     assert any(p.startswith("JobSet/ml/train: ") and problem in p for p in problems), problems
 
 
-def test_a_jobset_managed_by_multikueue_is_refused_until_muster_dispatches_jobsets() -> None:
-    doc = jobset(replicated("w"))
+def test_a_jobset_managed_by_multikueue_makes_the_same_workload_as_one_run_here() -> None:
+    doc = jobset(replicated("w", replicas=2))
+    here = workload_of(doc)
     doc["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue"
 
-    assert problems_of(doc) == [
-        "JobSet/ml/train: spec.managedBy: kueue.x-k8s.io/multikueue: muster does not dispatch"
-        " JobSets to worker clusters (MultiKueue) yet; leave it unset to run the JobSet in this"
-        " cluster"
-    ]
-    doc["spec"]["managedBy"] = "jobset.sigs.k8s.io/jobset-controller"
     assert problems_of(doc) == []
+    assert workload_of(doc) == here
 
 
 def test_a_number_past_int32_is_refused_naming_the_field() -> None:
