@@ -319,10 +319,10 @@ def _job_end(job: Mapping[str, Any], key: str, ctx: WatcherContext) -> None:
 async def on_copy(change: ClusterChange, ctx: WatcherContext) -> None:
     """A copy here of a workload submitted in another cluster (MultiKueue: labelled with its
     origin): no workload of this cluster's, so never submitted or deleted from here; its Job's
-    status, each time it changes, is the workload's `copy_status` (the manager mirrors it onto
-    its Job), and its end the workload's `finished`, under the workload's own key (its pods
-    report under it too: the binder labelled them so)."""
-    if change.type == "DELETED" or not translate.is_job(change.obj):
+    (JobSet's) status, each time it changes, is the workload's `copy_status` (the manager
+    mirrors it onto its Job or JobSet), and its end the workload's `finished`, under the
+    workload's own key (its pods report under it too: the binder labelled them so)."""
+    if change.type == "DELETED" or not translate.is_owner(change.obj):
         return
     key = copies.copied_workload(change.obj)
     if key:
@@ -501,7 +501,7 @@ def handler_for(change: ClusterChange) -> Handler | None:
     """The handler of `change`, or None for objects the watcher does not report (Nodes)."""
     if change.kind == "Pod":
         return on_pod
-    if copies.origin_of(change.obj) and change.kind in ("Job", "Workload"):
+    if copies.origin_of(change.obj) and change.kind in ("Job", "JobSet", "Workload"):
         return on_copy
     if translate.is_config(change.obj):
         return on_config

@@ -9,6 +9,8 @@ Job controller), enough for a queued JobSet's life as jobset.x-k8s.io's controll
   labels, annotations, node selector and tolerations (what Kueue injected into the JobSet),
   its start time cleared first (the API server allows a template change only then), and is
   unsuspended.
+- A JobSet whose `spec.managedBy` names another controller (MultiKueue's) is left alone: no
+  child Jobs, no status (its status is that controller's to write).
 - Status: `replicatedJobsStatus` (ready, succeeded, failed, active, suspended child Jobs per
   replicatedJob); `Completed` once every child Job is Complete, `Failed` once one Failed (no
   restarts: `failurePolicy` is not read), `Suspended` while suspended.
@@ -29,6 +31,7 @@ JOBSETS = ("jobset.x-k8s.io", "jobsets")
 JOBS = ("batch", "jobs")
 VERSION = "v1alpha2"
 LABEL = "jobset.sigs.k8s.io/"
+CONTROLLER_NAME = "jobset.sigs.k8s.io/jobset-controller"  # managedBy's default: this controller
 # What a resume copies from the JobSet's pod templates into a suspended child's.
 _RESUMED_META = ("labels", "annotations")
 _RESUMED_SPEC = ("nodeSelector", "tolerations")
@@ -45,6 +48,8 @@ class JobSetController(Reconciler):
         if jobset is None or meta(jobset).get("deletionTimestamp"):
             return
         spec, status = jobset.get("spec") or {}, dict(jobset.get("status") or {})
+        if spec.get("managedBy") not in (None, CONTROLLER_NAME):
+            return  # another controller's
         suspended = bool(spec.get("suspend"))
         conditions = {c["type"]: c for c in status.get("conditions") or [] if isinstance(c, dict)}
         finished = any(
