@@ -12,7 +12,10 @@ pkg/controller/jobs/jobset/jobset_controller.go):
 - status.reclaimablePods: a replicatedJob with 0 < succeeded <= replicas child Jobs has
   succeeded x pods-per-Job reclaimable (`ReclaimablePods`);
 - finished when condition Completed or Failed is True (`Finished`; the watcher's
-  `translate.job_finished`).
+  `translate.job_finished`);
+- its pods ready (waitForPodsReady) when its child Jobs ready or succeeded, summed over
+  `status.replicatedJobsStatus`, are as many as `replicas` summed over its replicatedJobs
+  (`PodsReady`, `pods_ready`).
 
 Hostile input is refused naming the JobSet's field: no replicatedJobs or more than a Workload's
 podsets, a name that is no DNS-1123 label or is repeated, negative replicas, and more pods in
@@ -132,3 +135,12 @@ def _reclaimable_pods(raw: RawJobSet, per_job: list[int]) -> tuple[ReclaimablePo
         for rj, pods in zip(raw.spec.replicated_jobs, per_job, strict=True)
         if 0 < succeeded.get(rj.name, 0) <= rj.replicas
     )
+
+
+def pods_ready(raw: RawJobSet) -> bool:
+    """Kueue's `PodsReady` of a JobSet: its child Jobs ready plus succeeded, summed over
+    `status.replicatedJobsStatus`, equal its replicas summed over `spec.replicatedJobs` (a
+    JobSet of no replicas is ready, as in Kueue)."""
+    replicas = sum(rj.replicas for rj in raw.spec.replicated_jobs)
+    counted = sum(s.ready + s.succeeded for s in raw.status.replicated_jobs_status)
+    return replicas == counted

@@ -106,6 +106,9 @@ class WatcherContext:
         # workload's events went to, so that a later one goes there too.
         self.queues = queues or QueuePartitions()
         self.homes: dict[str, str] = {}
+        # Workload → whether its JobSet's counts say its pods are ready (Kueue's JobSet
+        # PodsReady), which decides instead of its pods (`due_events`' `owner_ready`).
+        self.owner_ready: dict[str, bool] = {}
 
     def seed(self, pod: PodState) -> None:
         """Know `pod` without publishing anything (a restart's initial list). Its workload's
@@ -269,6 +272,7 @@ async def on_workload_object(change: ClusterChange, ctx: WatcherContext) -> None
     if translate.is_kueue_workload(change.obj):
         await on_kueue_workload(change, ctx)
     if change.type == "DELETED":
+        ctx.owner_ready.pop(wl.key, None)
         publish_deleted(ctx, translate.deleted(wl))
         return
     sent = ctx.marks.load(wl.key)
@@ -294,6 +298,7 @@ async def on_workload_object(change: ClusterChange, ctx: WatcherContext) -> None
     if owner and not copies.managed_by_multikueue(change.obj):
         # One managed by MultiKueue ends where it runs: its status here is the copy's, mirrored.
         _job_end(change.obj, wl.key, ctx)
+        _owner_readiness(change.obj, wl.key, ctx)
 
 
 def publish_deleted(ctx: WatcherContext, out: Outgoing) -> None:
@@ -322,12 +327,28 @@ async def on_copy(change: ClusterChange, ctx: WatcherContext) -> None:
     (JobSet's) status, each time it changes, is the workload's `copy_status` (the manager
     mirrors it onto its Job or JobSet), and its end the workload's `finished`, under the
     workload's own key (its pods report under it too: the binder labelled them so)."""
-    if change.type == "DELETED" or not translate.is_owner(change.obj):
+    if not translate.is_owner(change.obj):
         return
     key = copies.copied_workload(change.obj)
-    if key:
+    if key and change.type == "DELETED":
+        ctx.owner_ready.pop(key, None)
+    elif key:
         _copy_status(change.obj, key, ctx)
         _job_end(change.obj, key, ctx)
+        _owner_readiness(change.obj, key, ctx)
+
+
+def _owner_readiness(owner: Mapping[str, Any], key: str, ctx: WatcherContext) -> None:
+    """Keep whether JobSet `owner` says workload `key`'s pods are ready (Kueue reads a
+    JobSet's readiness from its replicatedJobsStatus, not from the pods); when that changes,
+    decide its pods again, as no pod change may come to."""
+    ready = translate.jobset_ready(owner)
+    if ready is None or ctx.owner_ready.get(key) == ready:
+        return
+    ctx.owner_ready[key] = ready
+    if key in ctx.pods:
+        ctx.counts(key).settled = False  # what is due depends on more than the pods now
+        decide_pods(key, ctx)
 
 
 def _copy_status(job: Mapping[str, Any], key: str, ctx: WatcherContext) -> None:
@@ -421,6 +442,7 @@ def decide_pods(
         after_delete=after_delete,
         tell_pending=tell,
         max_event_bytes=ctx.max_event_bytes,
+        owner_ready=ctx.owner_ready.get(workload),
     )
     uids = [p.uid for p in pods.values()]
     traced = next((p.traceparent for p in pods.values() if p.traceparent), traceparent)
