@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_services_helpers import Kubectl, condition, eventually
+from kube_services_helpers import Kubectl, condition, eventually, patch_active
 from multikueue_stack import MANAGER, multikueue_stack, pods_of
 from test_kube_jobsets_e2e import create, get_jobset, workload_of
 from test_kube_multikueue_e2e import (
@@ -90,19 +90,6 @@ async def gone(kubectl: Kubectl) -> bool:
     return await get_jobset(kubectl, "train") is None
 
 
-async def set_active(kubectl: Kubectl, workload: str, active_: bool) -> None:
-    """`kueuectl stop|resume workload`: the manager's Workload's spec.active."""
-    await asyncio.to_thread(
-        kubectl.custom.patch_namespaced_custom_object,
-        "kueue.x-k8s.io",
-        "v1beta1",
-        NAMESPACE,
-        "workloads",
-        workload,
-        {"spec": {"active": active_}},
-    )
-
-
 async def test_a_multikueue_jobset_runs_in_a_worker_is_stopped_there_and_finishes_on_the_manager(
     tmp_path: Path,
 ) -> None:
@@ -138,7 +125,7 @@ async def test_a_multikueue_jobset_runs_in_a_worker_is_stopped_there_and_finishe
 
         # Deactivated (kueuectl stop workload): evicted, east's copy deleted, and the
         # manager's JobSet runs nothing any more.
-        await set_active(manager, wl, False)
+        await patch_active(manager, NAMESPACE, wl, False)
         await status_of(manager, wl, Evicted="True")
 
         await eventually(lambda: gone(east.kubectl), timeout_s=20)
@@ -147,7 +134,7 @@ async def test_a_multikueue_jobset_runs_in_a_worker_is_stopped_there_and_finishe
         # Resumed: dispatched again (to east, or to west while east's old pods still hold
         # their room), a new copy runs there; it completes, so does the manager's JobSet, its
         # Workload finishes, and the copy is removed.
-        await set_active(manager, wl, True)
+        await patch_active(manager, NAMESPACE, wl, True)
         readmitted = await status_of(manager, wl, Admitted="True")
         there = stack.clusters[readmitted["status"]["clusterName"]]
         pods = await running_pods(there, key, 3)
@@ -156,5 +143,5 @@ async def test_a_multikueue_jobset_runs_in_a_worker_is_stopped_there_and_finishe
         assert condition({"status": done}, "Completed")["status"] == "True"
         finished = await status_of(manager, wl, Finished="True")
         assert condition(finished, "Finished")["reason"] == "Succeeded"
-        for worker in ("east", "west"):
-            assert await eventually(lambda w=worker: gone(stack.clusters[w].kubectl), timeout_s=20)
+        await eventually(lambda: gone(there.kubectl), timeout_s=20)
+        assert await gone(stack.clusters["east" if there.name == "west" else "west"].kubectl)
