@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from opentelemetry import trace
@@ -34,7 +34,7 @@ from muster.bus.errors import Reject
 from muster.bus.partitions import QueuePartitions
 from muster.bus.tracing import continue_trace, headers_of_envelope
 from muster.cluster.backend import ClusterChange
-from muster.cluster.kube import copies
+from muster.cluster.kube import copies, jobsets
 from muster.contracts.v1 import events_pb2
 from muster.payloads import PayloadError, applied_object
 from muster.watcher import translate
@@ -336,6 +336,23 @@ async def on_copy(change: ClusterChange, ctx: WatcherContext) -> None:
         _copy_status(change.obj, key, ctx)
         _job_end(change.obj, key, ctx)
         _owner_readiness(change.obj, key, ctx)
+
+
+def know_owner_readiness(ctx: WatcherContext, objects: Iterable[Mapping[str, Any]]) -> None:
+    """Know what each listed JobSet (or a worker's copy of one) says of its pods' readiness
+    without deciding anything: a resumed start decides its pods right after (`know_listed`),
+    by the JobSet's counts rather than by the pods until the watch shows the JobSet."""
+    for obj in objects:
+        if copies.origin_of(obj):
+            key = copies.copied_workload(obj)
+        elif copies.managed_by_multikueue(obj):
+            continue  # it runs in a worker: no pods of it here
+        else:
+            meta = obj.get("metadata") or {}
+            key = f"{meta.get('namespace', '')}/{jobsets.workload_name(obj)}"
+        ready = translate.jobset_ready(obj)
+        if key and ready is not None:
+            ctx.owner_ready[key] = ready
 
 
 def _owner_readiness(owner: Mapping[str, Any], key: str, ctx: WatcherContext) -> None:

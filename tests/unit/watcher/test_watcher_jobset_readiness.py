@@ -17,8 +17,10 @@ from watcher_pods import Stream, changed, pod
 from muster.api.jobset import workload_name_for_jobset
 from muster.bus.poison import Quarantine
 from muster.cluster import ClusterChange
-from muster.watcher.handlers import WatcherContext
+from muster.watcher.handlers import WatcherContext, know_owner_readiness
 from muster.watcher.outbox import Outbox
+from muster.watcher.pods import pod_state
+from muster.watcher.resume import know_listed
 from muster.watcher.service import _handle_batch
 
 pytestmark = pytest.mark.timeout(10)
@@ -50,6 +52,11 @@ class Watcher:
         self.stream, self.poison = Stream(), Poison()
         self.ctx = WatcherContext(cluster=cluster, outbox=Outbox(self.stream), marks=Marks())
 
+    def stream_fields(self) -> list[tuple[str, Any]]:
+        """Everything published so far: (field, payload)."""
+        envs = self.stream.stored
+        return [(e.WhichOneof("payload"), getattr(e, e.WhichOneof("payload"))) for e in envs]
+
     async def see(self, *changes: ClusterChange) -> list[tuple[str, Any]]:
         """What the changes, one batch each, made the watcher publish: (field, payload)."""
         before = len(self.stream.stored)
@@ -58,8 +65,7 @@ class Watcher:
                 [c], self.ctx, cast(Quarantine, self.poison), groups=None, events=None
             )
             await self.ctx.outbox.flush()
-        envs = self.stream.stored[before:]
-        return [(e.WhichOneof("payload"), getattr(e, e.WhichOneof("payload"))) for e in envs]
+        return self.stream_fields()[before:]
 
 
 def of_jobset(obj: dict[str, Any]) -> ClusterChange:
@@ -114,3 +120,19 @@ async def test_a_worker_tells_a_copys_readiness_from_the_copys_counts() -> None:
     told = await w.see(changed(worker_copy(2, counts(1, 1))))
     assert readiness(told) == [("pods_ready", True)]
     assert {e.workload for e in w.stream.stored} == {f"ns/{COPY_OF}"}
+
+
+async def test_a_resumed_start_decides_listed_pods_by_the_listed_jobsets_counts() -> None:
+    """At a resumed start the pods are decided from the lists before the watch shows the
+    JobSet: its listed counts decide, so ready pods under a JobSet whose counts lag are not
+    told ready, only to be told lost when the watch shows it."""
+    w = Watcher()  # a watcher started again: it knows nothing of the JobSet yet
+    listed = jobset(version=1, status=counts(0, 0), replicas=1)
+    know_owner_readiness(w.ctx, [listed])
+    states = [pod_state(pod(i, "Running", of=WL)) for i in range(3)]
+    know_listed(w.ctx, [s for s in states if s is not None], gone=[])
+    await w.ctx.outbox.flush()
+
+    assert readiness(w.stream_fields()) == [("running", False)]
+    shown = await w.see(of_jobset(jobset(version=2, status=counts(0, 0), replicas=1)))
+    assert readiness(shown) == []
