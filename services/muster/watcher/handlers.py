@@ -342,6 +342,8 @@ def know_owner_readiness(ctx: WatcherContext, objects: Iterable[Mapping[str, Any
     """Know what each listed JobSet (or a worker's copy of one) says of its pods' readiness
     without deciding anything: a resumed start decides its pods right after (`know_listed`),
     by the JobSet's counts rather than by the pods until the watch shows the JobSet."""
+    if ctx.workloads is None:
+        return  # a simulated cluster: no JobSet controller counts its Jobs (`_owner_readiness`)
     for obj in objects:
         if copies.origin_of(obj):
             key = copies.copied_workload(obj)
@@ -358,7 +360,11 @@ def know_owner_readiness(ctx: WatcherContext, objects: Iterable[Mapping[str, Any
 def _owner_readiness(owner: Mapping[str, Any], key: str, ctx: WatcherContext) -> None:
     """Keep whether JobSet `owner` says workload `key`'s pods are ready (Kueue reads a
     JobSet's readiness from its replicatedJobsStatus, not from the pods); when that changes,
-    decide its pods again, as no pod change may come to."""
+    decide its pods again, as no pod change may come to. On Kubernetes only (`ctx.workloads`):
+    a simulated cluster has no JobSet controller keeping those counts (a JobSet there holds
+    what its YAML said, or nothing), so its pods tell, the rule `muster simulate` applies."""
+    if ctx.workloads is None:
+        return
     ready = translate.jobset_ready(owner)
     if ready is None or ctx.owner_ready.get(key) == ready:
         return

@@ -7,6 +7,7 @@ copy of a JobSet in a worker, under the manager's workload key."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, cast
 
 import pytest
@@ -47,10 +48,24 @@ def worker_copy(version: int, status: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
+class KubeWorkloads:
+    """On Kubernetes a queued JobSet gets its Kueue Workload; here, its name."""
+
+    async def create_workload_for_job(self, job: Mapping[str, Any]) -> str:
+        return WL
+
+
 class Watcher:
-    def __init__(self, cluster: str = "local") -> None:
+    """A watcher of a Kubernetes cluster (`kube`), or of a simulated one."""
+
+    def __init__(self, cluster: str = "local", *, kube: bool = True) -> None:
         self.stream, self.poison = Stream(), Poison()
-        self.ctx = WatcherContext(cluster=cluster, outbox=Outbox(self.stream), marks=Marks())
+        self.ctx = WatcherContext(
+            cluster=cluster,
+            outbox=Outbox(self.stream),
+            marks=Marks(),
+            workloads=KubeWorkloads() if kube else None,
+        )
 
     def stream_fields(self) -> list[tuple[str, Any]]:
         """Everything published so far: (field, payload)."""
@@ -136,3 +151,11 @@ async def test_a_resumed_start_decides_listed_pods_by_the_listed_jobsets_counts(
     assert readiness(w.stream_fields()) == [("running", False)]
     shown = await w.see(of_jobset(jobset(version=2, status=counts(0, 0), replicas=1)))
     assert readiness(shown) == []
+
+
+async def test_on_a_simulated_cluster_the_pods_tell_as_no_controller_keeps_the_counts() -> None:
+    w = Watcher(kube=False)
+    await w.see(of_jobset(jobset(version=1, status=counts(0, 0), replicas=1)))
+    pods = [pod(i, "Running", of=WL) for i in range(3)]
+
+    assert readiness(await w.see(*map(changed, pods))) == [("running", True)]
