@@ -23,6 +23,7 @@ from test_kube_multikueue_e2e import (
     TEST_S,
     active,
     check_of,
+    namespaces_reported,
     running_pods,
     start_workers,
     status_of,
@@ -145,3 +146,23 @@ async def test_a_multikueue_jobset_runs_in_a_worker_is_stopped_there_and_finishe
         assert condition(finished, "Finished")["reason"] == "Succeeded"
         await eventually(lambda: gone(there.kubectl), timeout_s=20)
         assert await gone(stack.clusters["east" if there.name == "west" else "west"].kubectl)
+
+
+async def test_a_multikueue_jobset_is_not_copied_where_its_namespace_is_missing(
+    tmp_path: Path,
+) -> None:
+    """East has no namespace team-a: the JobSet is passed over there, the check says why, and
+    its copy runs in west."""
+    async with multikueue_stack(tmp_path, "east", "west") as stack, asyncio.timeout(TEST_S):
+        await start_workers(stack, east_namespace="team-b")
+        manager, west = stack.manager.kubectl, stack.clusters["west"]
+        await namespaces_reported(stack, "east")
+        await create(manager, managed_jobset())
+        wl = await workload_of(manager, "train")
+        check = await check_of(manager, wl, "Ready")
+        assert check["message"] == (
+            "dispatched to cluster west: the first listed with room; "
+            "not east: namespace team-a does not exist there"
+        )
+        await running_pods(west, f"{NAMESPACE}/{wl}", 3)
+        assert await gone(stack.clusters["east"].kubectl)
