@@ -777,6 +777,9 @@ REQUIRED: dict[str, set[tuple[str, str, str]]] = {
         ("kueue.x-k8s.io", "multikueueclusters/status", "patch"),
         ("batch", "jobs/finalizers", "update"),
         ("jobset.x-k8s.io", "jobsets/finalizers", "update"),
+        # job_mirror: the status of a Job or JobSet managed by MultiKueue, in a manager.
+        ("batch", "jobs/status", "patch"),
+        ("jobset.x-k8s.io", "jobsets/status", "patch"),
         *{
             ("autoscaling.x-k8s.io", "provisioningrequests", v)
             for v in (*_READ, "get", "create", "delete")
@@ -802,6 +805,8 @@ REQUIRED: dict[str, set[tuple[str, str, str]]] = {
         ("jobset.x-k8s.io", "jobsets", "get"),
         ("jobset.x-k8s.io", "jobsets", "list"),
         ("jobset.x-k8s.io", "jobsets", "update"),
+        ("jobset.x-k8s.io", "jobsets", "create"),
+        ("jobset.x-k8s.io", "jobsets", "delete"),
         ("kueue.x-k8s.io", "workloads", "get"),
         ("kueue.x-k8s.io", "workloads", "list"),
         ("kueue.x-k8s.io", "workloads", "create"),

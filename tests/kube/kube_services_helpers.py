@@ -450,6 +450,18 @@ async def running_stack(
 # --- waiting for object state ------------------------------------------------------------
 
 
+async def patch_active(kubectl: Kubectl, namespace: str, name: str, active: bool) -> None:
+    """What `kueuectl stop|resume workload` writes: Kueue Workload `name`'s spec.active."""
+    await asyncio.to_thread(
+        kubectl.custom.patch_namespaced_custom_object,
+        *KUEUE,
+        namespace,
+        "workloads",
+        name,
+        {"spec": {"active": active}},
+    )
+
+
 async def workload_of_job(kubectl: Kubectl, namespace: str, job: str) -> dict[str, Any]:
     """The Kueue Workload controlled by Job `job`, once it exists."""
     uid = (await kubectl.get("Job", job, namespace) or {})["metadata"]["uid"]

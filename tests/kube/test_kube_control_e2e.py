@@ -6,17 +6,15 @@ stops or resumes the workload, the binder suspends or starts its Job."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
 from kube_services_helpers import (
-    KUEUE,
-    Kubectl,
     condition,
     condition_when,
     eventually,
     job_when,
+    patch_active,
     running_stack,
     workload_of_job,
 )
@@ -28,18 +26,6 @@ from muster.cluster.kube.settings import KubeConfig
 from muster.gateway.auth_config import SecurityConfig
 
 pytestmark = pytest.mark.timeout(90)
-
-
-async def patch_active(kubectl: Kubectl, name: str, active: bool) -> None:
-    """What `kueuectl stop|resume workload` writes."""
-    await asyncio.to_thread(
-        kubectl.custom.patch_namespaced_custom_object,
-        *KUEUE,
-        "ml",
-        "workloads",
-        name,
-        {"spec": {"active": active}},
-    )
 
 
 async def test_stop_resume_and_delete_write_into_the_api_server(tmp_path: Path) -> None:
@@ -111,10 +97,10 @@ async def test_stop_resume_and_delete_write_into_the_api_server(tmp_path: Path) 
 
         # kueuectl writes spec.active itself: the watcher tells admission all the same.
         await job_when(kubectl, "ml", "tune", suspended=False)
-        await patch_active(kubectl, tune, False)
+        await patch_active(kubectl, "ml", tune, False)
         await job_when(kubectl, "ml", "tune", suspended=True)
         await condition_when(kubectl, "Workload", tune, "ml", "Requeued", "False")
-        await patch_active(kubectl, tune, True)
+        await patch_active(kubectl, "ml", tune, True)
         await job_when(kubectl, "ml", "tune", suspended=False)
         changes = [
             e.active_changed.active
@@ -127,7 +113,7 @@ async def test_stop_resume_and_delete_write_into_the_api_server(tmp_path: Path) 
         huge = (await workload_of_job(kubectl, "ml", "huge"))["metadata"]["name"]
         waiting = await condition_when(kubectl, "Workload", huge, "ml", "QuotaReserved", "False")
         assert waiting["reason"] == "ExceedsMaxQuota"
-        await patch_active(kubectl, huge, False)
+        await patch_active(kubectl, "ml", huge, False)
         evicted = await condition_when(kubectl, "Workload", huge, "ml", "Evicted", "True")
         assert (evicted["reason"], evicted["message"]) == (
             "Deactivated",

@@ -242,6 +242,19 @@ async def copy_gone(cluster: Cluster, name: str) -> None:
     await eventually(gone, timeout_s=20)
 
 
+async def namespaces_reported(stack: MultiKueueStack, cluster: str) -> None:
+    """Once `cluster`'s Namespaces are in the stream (what dispatch knows of them)."""
+
+    async def reported() -> bool:
+        return any(
+            e.cluster == cluster and e.config_applied.kind == "Namespace"
+            for e in stack.events.seen
+            if e.type == "config.applied"
+        )
+
+    await eventually(reported, timeout_s=20)
+
+
 async def test_a_job_submitted_on_the_manager_runs_in_a_worker_and_finishes_on_the_manager(
     tmp_path: Path,
 ) -> None:
@@ -378,16 +391,8 @@ async def test_a_worker_without_the_namespace_is_passed_over_and_the_check_says_
     async with multikueue_stack(tmp_path, "east", "west") as stack, asyncio.timeout(TEST_S):
         await start_workers(stack, east_namespace="team-b")
         manager = stack.manager.kubectl
-
-        async def east_namespaces_reported() -> bool:
-            return any(
-                e.cluster == "east" and e.config_applied.kind == "Namespace"
-                for e in stack.events.seen
-                if e.type == "config.applied"
-            )
-
         # East's namespaces are in the stream before the Job's submission, so dispatch knows.
-        await eventually(east_namespaces_reported, timeout_s=20)
+        await namespaces_reported(stack, "east")
         await manager.apply(JOB)
         wl = (await workload_of_job(manager, NAMESPACE, "train"))["metadata"]["name"]
         check = await check_of(manager, wl, "Ready")

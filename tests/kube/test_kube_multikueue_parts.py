@@ -16,7 +16,7 @@ from muster.binder.copies import is_stale
 from muster.binder.fences import Fences
 from muster.binder.handlers import WorkloadSpecs
 from muster.bus import new_event
-from muster.cluster.kube.copies import copied_workload, job_copy, origin_of
+from muster.cluster.kube.copies import copied_workload, origin_of, owner_copy
 from muster.cluster.kube.settings import WorkerSource
 from muster.cluster.kube.worker import (
     WorkerConfigError,
@@ -54,7 +54,7 @@ MANAGER_JOB: dict[str, Any] = {
 
 
 def test_a_jobs_copy_is_labelled_with_its_origin_and_left_to_the_workers_job_controller() -> None:
-    made = job_copy(MANAGER_JOB, origin="local", workload="job-train-abcde")
+    made = owner_copy(MANAGER_JOB, origin="local", workload="job-train-abcde")
     meta, spec = made["metadata"], made["spec"]
     assert meta == {
         "name": "train",

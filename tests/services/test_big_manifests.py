@@ -176,20 +176,28 @@ async def test_a_kept_manifest_of_an_earlier_life_of_the_name_starts_nothing(
 MANAGER = "manager"  # the MultiKueue manager cluster the Job was submitted in
 
 
-def jobs_workload(name: str) -> str:
-    """The Workload of Job `name` (its controller), small enough to be copied."""
+# The owners whose Workload is copied with their manifest: (apiVersion, kind).
+JOB = ("batch/v1", "Job")
+JOBSET = ("jobset.x-k8s.io/v1alpha2", "JobSet")
+either_owner = pytest.mark.parametrize("owner", [JOB, JOBSET], ids=["job", "jobset"])
+
+
+def jobs_workload(name: str, owner: tuple[str, str] = JOB) -> str:
+    """The Workload of Job (or `owner`) `name`, its controller, small enough to be copied."""
     doc = workload_manifest(name, count=1, run_seconds="30")
+    api_version, kind = owner
     doc["metadata"]["ownerReferences"] = [
-        {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": "u1", "controller": True}
+        {"apiVersion": api_version, "kind": kind, "name": name, "uid": "u1", "controller": True}
     ]
     return json.dumps(doc)
 
 
-def big_job(name: str) -> str:
-    """Its Job, over the copy limit."""
+def big_job(name: str, owner: tuple[str, str] = JOB) -> str:
+    """Its Job (or `owner`), over the copy limit."""
     notes = {"notes": "n" * (MANIFEST_COPY_LIMIT + 1)}
     meta = {"name": name, "namespace": "ns", "annotations": notes}
-    return json.dumps({"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": {}})
+    api_version, kind = owner
+    return json.dumps({"apiVersion": api_version, "kind": kind, "metadata": meta, "spec": {}})
 
 
 class CopiesSeen(SimBackend):
@@ -207,35 +215,40 @@ class CopiesSeen(SimBackend):
         await super().start_workload(workload_key, origin=origin, **rest)
 
 
-async def dispatched_without_its_job(stack: Stack, key: str, submitted_id: str) -> None:
+async def dispatched_without_its_job(
+    stack: Stack, key: str, submitted_id: str, owner: tuple[str, str] = JOB
+) -> None:
     """What the manager's admission publishes for this worker: the Workload copied, its Job
     (over the limit) not."""
     assignment = events_pb2.PodSetAssignment(name="main", count=1, flavors={"cpu": "default"})
     admission = events_pb2.Admission(cluster_queue="cq", pod_set_assignments=[assignment])
     payload = events_pb2.WorkloadAdmitted(
-        admission=admission, manifest_json=jobs_workload("train"), origin_cluster=MANAGER
+        admission=admission, manifest_json=jobs_workload("train", owner), origin_cluster=MANAGER
     )
     env = new_event("admitted", payload, cluster=CLUSTER, workload=key, source="test")
     env.submitted_id = submitted_id
     await stack.bus.publish(env)
 
 
-async def submitted_in_the_manager(stack: Stack, key: str) -> events_pb2.Envelope:
+async def submitted_in_the_manager(
+    stack: Stack, key: str, owner: tuple[str, str] = JOB
+) -> events_pb2.Envelope:
     payload = events_pb2.WorkloadSubmitted(
-        manifest_json=jobs_workload("train"), owner_manifest_json=big_job("train")
+        manifest_json=jobs_workload("train", owner), owner_manifest_json=big_job("train", owner)
     )
     env = new_event("submitted", payload, cluster=MANAGER, workload=key, source="test")
     await stack.bus.publish(env)
     return env
 
 
+@either_owner
 async def test_a_copy_whose_job_is_too_big_to_copy_starts_with_the_kept_job(
-    stack: Stack,
+    stack: Stack, owner: tuple[str, str]
 ) -> None:
-    """Its Workload is copied into the admission, its Job is not: the binder restarted after
-    the `submitted` left takes the Job from MUSTER_MANIFESTS, never starts a bare Workload."""
+    """Its Workload is copied into the admission, its Job (JobSet) is not: the binder restarted
+    after the `submitted` left takes it from MUSTER_MANIFESTS, never starts a bare Workload."""
     key = "ns/train"
-    sub = await submitted_in_the_manager(stack, key)
+    sub = await submitted_in_the_manager(stack, key, owner)
 
     async def kept() -> bool:
         return (await kept_ids(stack.bus)).get(key) == [sub.event_id]
@@ -245,12 +258,12 @@ async def test_a_copy_whose_job_is_too_big_to_copy_starts_with_the_kept_job(
     await stack.bus.js.purge_stream(EVENTS_STREAM)
     seen = CopiesSeen(stack.backend)
     await stack.start_binder(seen)
-    await dispatched_without_its_job(stack, key, sub.event_id)
+    await dispatched_without_its_job(stack, key, sub.event_id, owner)
 
     await stack.events.wait_for("running", workload=key, timeout_s=15)
     origin = seen.origins[key]
     assert origin is not None
-    assert (origin.cluster, origin.owner_json) == (MANAGER, big_job("train"))
+    assert (origin.cluster, origin.owner_json) == (MANAGER, big_job("train", owner))
 
 
 async def test_a_copy_whose_job_no_binder_kept_is_ended_with_the_reason_not_started_bare(

@@ -12,15 +12,18 @@ pkg/controller/jobs/jobset/jobset_controller.go):
 - status.reclaimablePods: a replicatedJob with 0 < succeeded <= replicas child Jobs has
   succeeded x pods-per-Job reclaimable (`ReclaimablePods`);
 - finished when condition Completed or Failed is True (`Finished`; the watcher's
-  `translate.job_finished`).
+  `translate.job_finished`);
+- its pods ready (waitForPodsReady) when its child Jobs ready or succeeded, summed over
+  `status.replicatedJobsStatus`, are as many as `replicas` summed over its replicatedJobs
+  (`PodsReady`, `pods_ready`).
 
 Hostile input is refused naming the JobSet's field: no replicatedJobs or more than a Workload's
 podsets, a name that is no DNS-1123 label or is repeated, negative replicas, and more pods in
 all than a workload may have (replicas and parallelism are int32s: their product is not).
 
-Differs from Kueue: a JobSet managed by MultiKueue (`spec.managedBy`) is refused, as muster
-does not dispatch JobSets to worker clusters yet; admitted here, it would hold quota while the
-JobSet controller, leaving it to MultiKueue, never ran it.
+A JobSet managed by MultiKueue (`spec.managedBy: kueue.x-k8s.io/multikueue`) makes the same
+Workload: its queue's MultiKueue check dispatches it to a worker cluster, where its copy runs
+(`muster.cluster.kube.copies`, Kueue's jobset_multikueue_adapter.go).
 """
 
 from __future__ import annotations
@@ -40,7 +43,6 @@ from muster.api.owned import (
 from muster.api.podspec import pod_set_from_template
 from muster.api.raw import RawJobSet, RawReplicatedJob
 from muster.api.validate import MAX_POD_SETS, MAX_WORKLOAD_PODS
-from muster.api.wellknown import MULTIKUEUE_CONTROLLER
 
 JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
 JOBSET_KIND = "JobSet"
@@ -58,12 +60,6 @@ def workload_name_for_jobset(name: str, uid: str) -> str:
 def workload_from_jobset(raw: RawJobSet, errs: ObjectErrors, *, namespace: str) -> Workload:
     """Return the Workload for JobSet `raw`; problems go to `errs` with the JobSet's paths."""
     replicated = raw.spec.replicated_jobs
-    if raw.spec.managed_by == MULTIKUEUE_CONTROLLER:
-        errs.add(
-            "spec.managedBy",
-            f"{MULTIKUEUE_CONTROLLER}: muster does not dispatch JobSets to worker clusters"
-            " (MultiKueue) yet; leave it unset to run the JobSet in this cluster",
-        )
     if not replicated:
         errs.add(_REPLICATED_JOBS, "must list at least 1 replicatedJob")
     if len(replicated) > MAX_POD_SETS:
@@ -139,3 +135,12 @@ def _reclaimable_pods(raw: RawJobSet, per_job: list[int]) -> tuple[ReclaimablePo
         for rj, pods in zip(raw.spec.replicated_jobs, per_job, strict=True)
         if 0 < succeeded.get(rj.name, 0) <= rj.replicas
     )
+
+
+def pods_ready(raw: RawJobSet) -> bool:
+    """Kueue's `PodsReady` of a JobSet: its child Jobs ready plus succeeded, summed over
+    `status.replicatedJobsStatus`, equal its replicas summed over `spec.replicatedJobs` (a
+    JobSet of no replicas is ready, as in Kueue)."""
+    replicas = sum(rj.replicas for rj in raw.spec.replicated_jobs)
+    counted = sum(s.ready + s.succeeded for s in raw.status.replicated_jobs_status)
+    return replicas == counted

@@ -495,9 +495,11 @@ class RawJobSetSpec(Wire):
 
 
 class RawReplicatedJobStatus(Wire):
-    """How many of a replicatedJob's child Jobs are in each state (Kueue's reclaimable pods)."""
+    """How many of a replicatedJob's child Jobs are in each state (Kueue's reclaimable pods
+    and PodsReady)."""
 
     name: str = ""
+    ready: Int32 = 0
     succeeded: Int32 = 0
 
 

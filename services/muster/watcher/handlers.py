@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from opentelemetry import trace
@@ -34,7 +34,7 @@ from muster.bus.errors import Reject
 from muster.bus.partitions import QueuePartitions
 from muster.bus.tracing import continue_trace, headers_of_envelope
 from muster.cluster.backend import ClusterChange
-from muster.cluster.kube import copies
+from muster.cluster.kube import copies, jobsets
 from muster.contracts.v1 import events_pb2
 from muster.payloads import PayloadError, applied_object
 from muster.watcher import translate
@@ -106,6 +106,9 @@ class WatcherContext:
         # workload's events went to, so that a later one goes there too.
         self.queues = queues or QueuePartitions()
         self.homes: dict[str, str] = {}
+        # Workload → whether its JobSet's counts say its pods are ready (Kueue's JobSet
+        # PodsReady), which decides instead of its pods (`due_events`' `owner_ready`).
+        self.owner_ready: dict[str, bool] = {}
 
     def seed(self, pod: PodState) -> None:
         """Know `pod` without publishing anything (a restart's initial list). Its workload's
@@ -269,6 +272,7 @@ async def on_workload_object(change: ClusterChange, ctx: WatcherContext) -> None
     if translate.is_kueue_workload(change.obj):
         await on_kueue_workload(change, ctx)
     if change.type == "DELETED":
+        ctx.owner_ready.pop(wl.key, None)
         publish_deleted(ctx, translate.deleted(wl))
         return
     sent = ctx.marks.load(wl.key)
@@ -294,6 +298,7 @@ async def on_workload_object(change: ClusterChange, ctx: WatcherContext) -> None
     if owner and not copies.managed_by_multikueue(change.obj):
         # One managed by MultiKueue ends where it runs: its status here is the copy's, mirrored.
         _job_end(change.obj, wl.key, ctx)
+        _owner_readiness(change.obj, wl.key, ctx)
 
 
 def publish_deleted(ctx: WatcherContext, out: Outgoing) -> None:
@@ -319,15 +324,54 @@ def _job_end(job: Mapping[str, Any], key: str, ctx: WatcherContext) -> None:
 async def on_copy(change: ClusterChange, ctx: WatcherContext) -> None:
     """A copy here of a workload submitted in another cluster (MultiKueue: labelled with its
     origin): no workload of this cluster's, so never submitted or deleted from here; its Job's
-    status, each time it changes, is the workload's `copy_status` (the manager mirrors it onto
-    its Job), and its end the workload's `finished`, under the workload's own key (its pods
-    report under it too: the binder labelled them so)."""
-    if change.type == "DELETED" or not translate.is_job(change.obj):
+    (JobSet's) status, each time it changes, is the workload's `copy_status` (the manager
+    mirrors it onto its Job or JobSet), and its end the workload's `finished`, under the
+    workload's own key (its pods report under it too: the binder labelled them so)."""
+    if not translate.is_owner(change.obj):
         return
     key = copies.copied_workload(change.obj)
-    if key:
+    if key and change.type == "DELETED":
+        ctx.owner_ready.pop(key, None)
+    elif key:
         _copy_status(change.obj, key, ctx)
         _job_end(change.obj, key, ctx)
+        _owner_readiness(change.obj, key, ctx)
+
+
+def know_owner_readiness(ctx: WatcherContext, objects: Iterable[Mapping[str, Any]]) -> None:
+    """Know what each listed JobSet (or a worker's copy of one) says of its pods' readiness
+    without deciding anything: a resumed start decides its pods right after (`know_listed`),
+    by the JobSet's counts rather than by the pods until the watch shows the JobSet."""
+    if ctx.workloads is None:
+        return  # a simulated cluster: no JobSet controller counts its Jobs (`_owner_readiness`)
+    for obj in objects:
+        if copies.origin_of(obj):
+            key = copies.copied_workload(obj)
+        elif copies.managed_by_multikueue(obj):
+            continue  # it runs in a worker: no pods of it here
+        else:
+            meta = obj.get("metadata") or {}
+            key = f"{meta.get('namespace', '')}/{jobsets.workload_name(obj)}"
+        ready = translate.jobset_ready(obj)
+        if key and ready is not None:
+            ctx.owner_ready[key] = ready
+
+
+def _owner_readiness(owner: Mapping[str, Any], key: str, ctx: WatcherContext) -> None:
+    """Keep whether JobSet `owner` says workload `key`'s pods are ready (Kueue reads a
+    JobSet's readiness from its replicatedJobsStatus, not from the pods); when that changes,
+    decide its pods again, as no pod change may come to. On Kubernetes only (`ctx.workloads`):
+    a simulated cluster has no JobSet controller keeping those counts (a JobSet there holds
+    what its YAML said, or nothing), so its pods tell, the rule `muster simulate` applies."""
+    if ctx.workloads is None:
+        return
+    ready = translate.jobset_ready(owner)
+    if ready is None or ctx.owner_ready.get(key) == ready:
+        return
+    ctx.owner_ready[key] = ready
+    if key in ctx.pods:
+        ctx.counts(key).settled = False  # what is due depends on more than the pods now
+        decide_pods(key, ctx)
 
 
 def _copy_status(job: Mapping[str, Any], key: str, ctx: WatcherContext) -> None:
@@ -421,6 +465,7 @@ def decide_pods(
         after_delete=after_delete,
         tell_pending=tell,
         max_event_bytes=ctx.max_event_bytes,
+        owner_ready=ctx.owner_ready.get(workload),
     )
     uids = [p.uid for p in pods.values()]
     traced = next((p.traceparent for p in pods.values() if p.traceparent), traceparent)
@@ -501,7 +546,7 @@ def handler_for(change: ClusterChange) -> Handler | None:
     """The handler of `change`, or None for objects the watcher does not report (Nodes)."""
     if change.kind == "Pod":
         return on_pod
-    if copies.origin_of(change.obj) and change.kind in ("Job", "Workload"):
+    if copies.origin_of(change.obj) and change.kind in ("Job", "JobSet", "Workload"):
         return on_copy
     if translate.is_config(change.obj):
         return on_config

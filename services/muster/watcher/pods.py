@@ -392,6 +392,7 @@ def due_events(
     after_delete: bool = False,
     tell_pending: bool = True,
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    owner_ready: bool | None = None,
 ) -> list[Outgoing]:
     """The events now due for `workload`, in the order to publish them.
 
@@ -399,7 +400,8 @@ def due_events(
       the binder started for a Kueue admission (`started_by_binder`); only with
       `tell_pending` (the caller's `pending_news`, or the set still for a while);
     - every pod Running or Succeeded → running, with `pods_ready` set when every pod counts
-      as ready too (`counts_ready`: its Ready condition, not its phase);
+      as ready too (`counts_ready`: its Ready condition, not its phase), or, with
+      `owner_ready` given, when its owner says so (a JobSet: `translate.jobset_ready`);
     - after a `running` that said not ready, every pod ready → pods_ready, once;
     - after readiness was told, a pod not ready any more → pods_ready{lost}, and every pod
       ready again → pods_ready (`_recovery`: waitForPodsReady's recoveryTimeout);
@@ -436,7 +438,7 @@ def due_events(
             out.append(outgoing("pods_pending", listed, f"pods_pending/{digest}"))
     failed = [p for p in pods if p.phase == FAILED]
     started = all(p.phase in (RUNNING, SUCCEEDED) for p in pods)
-    ready = started and all(counts_ready(p) for p in pods)
+    ready = started and (all(counts_ready(p) for p in pods) if owner_ready is None else owner_ready)
     done = started and all(p.phase == SUCCEEDED for p in pods)
     if started and uids.isdisjoint(sent.running) and not over:
         running = events_pb2.WorkloadRunning(pods_ready=ready, pod_uids=told_uids(uids))
@@ -451,7 +453,9 @@ def due_events(
         out.append(outgoing("pods_ready", ready_now, f"pods_ready/{_digest(uids)}"))
     of_job = any(p.of_job for p in pods)
     if not over and not (failed and not of_job):  # a failed pod ends a pod group
-        out += _recovery(uids, pods, sent, of_job=of_job, outgoing=outgoing)
+        out += _recovery(
+            uids, pods, sent, of_job=of_job, owner_ready=owner_ready, outgoing=outgoing
+        )
     if (done or failed) and not of_job and not over:
         if failed:
             first = min(failed, key=_key)
@@ -478,13 +482,15 @@ def _recovery(
     sent: Sent,
     *,
     of_job: bool,
+    owner_ready: bool | None,
     outgoing: Callable[[str, Any, str], Outgoing],
 ) -> list[Outgoing]:
     """Readiness lost, or regained after it was lost, since it was told (Kueue's job
     reconciler: PodsReady False with WaitForRecovery, then True with Recovered).
 
     A Job replaces its failed pods: those stay listed but are not counted, and their
-    replacements (Pending until they run and are ready) are.
+    replacements (Pending until they run and are ready) are. `owner_ready`, when given,
+    decides instead of the pods (a JobSet's counts).
     """
     told = not uids.isdisjoint(sent.running) and (
         uids.isdisjoint(sent.unready) or not uids.isdisjoint(sent.pods_ready)
@@ -493,6 +499,8 @@ def _recovery(
         return []
     live = [p for p in pods if not (of_job and p.phase == FAILED)]
     ready = bool(live) and all(counts_ready(p) for p in live)
+    if owner_ready is not None:
+        ready = owner_ready
     lost = sent.lost > sent.regained
     if ready == (not lost):
         return []

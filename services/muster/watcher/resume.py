@@ -26,7 +26,8 @@ from muster.watcher.pods import PodState
 
 log = logging.getLogger(__name__)
 
-WORKLOAD_KINDS: Final = frozenset({"Job", "Workload"})  # what `list_workload_objects` lists
+# What `list_workload_objects` lists.
+WORKLOAD_KINDS: Final = frozenset({"Job", "JobSet", "Workload"})
 
 
 def live_of(listed: Iterable[PodState]) -> dict[str, set[str]]:

@@ -47,6 +47,7 @@ from muster.watcher.handlers import (
     WatcherContext,
     decide_still,
     handler_for,
+    know_owner_readiness,
     on_pod,
 )
 from muster.watcher.kube_events import EventBook
@@ -233,6 +234,7 @@ async def _watch(
     # (From revision 0 the watch lists, and what it does not show is decided gone after.)
     if revision:
         objects = await backend.list_workload_objects()
+        know_owner_readiness(ctx, objects)  # before its pods are decided (`know_listed`)
         told = delete_unlisted(ctx, Listed.of(objects, listed), submitted=marks.submitted())
         if know_listed(ctx, listed, gone=marks.gone(live_of(listed))) or told:
             await outbox.flush()

@@ -19,8 +19,9 @@ import msgspec
 
 from muster.api import check_states, decode_documents
 from muster.api.job import QUEUE_NAME_KEY
-from muster.api.jobset import INTEGRATION_KINDS, JOBSET_API_VERSION, JOBSET_KIND
+from muster.api.jobset import INTEGRATION_KINDS, JOBSET_API_VERSION, JOBSET_KIND, pods_ready
 from muster.api.model import Workload
+from muster.api.raw import RawJobSet
 from muster.cluster.kube import jobs, jobsets
 from muster.contracts.v1 import events_pb2
 from muster.payloads import config_applied as config_applied_payload
@@ -360,6 +361,18 @@ class CheckAnswer(NamedTuple):
     name: str
     mark: str
     event: Outgoing | None
+
+
+def jobset_ready(obj: Mapping[str, Any]) -> bool | None:
+    """Whether JobSet `obj`'s pods are ready as Kueue's JobSet integration tells it, from its
+    `status.replicatedJobsStatus` (`muster.api.jobset.pods_ready`); None for another kind, or
+    a JobSet whose counts do not decode (its pods then tell, as any workload's)."""
+    if not is_jobset(obj):
+        return None
+    try:
+        return pods_ready(msgspec.convert(obj, RawJobSet, strict=False))
+    except msgspec.ValidationError:
+        return None
 
 
 def spec_active(obj: Mapping[str, Any]) -> bool:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 
 from muster.api import decode_documents, decode_yaml
-from muster.api.jobset import workload_name_for_jobset
+from muster.api.jobset import pods_ready, workload_name_for_jobset
 from muster.api.model import OwnerReference, ReclaimablePod, Workload
+from muster.api.raw import RawJobSet
 
 
 def replicated(
@@ -169,17 +171,33 @@ def test_a_hostile_jobset_is_refused_naming_it_and_the_field(
     assert any(p.startswith("JobSet/ml/train: ") and problem in p for p in problems), problems
 
 
-def test_a_jobset_managed_by_multikueue_is_refused_until_muster_dispatches_jobsets() -> None:
-    doc = jobset(replicated("w"))
+def test_a_jobset_managed_by_multikueue_makes_the_same_workload_as_one_run_here() -> None:
+    doc = jobset(replicated("w", replicas=2))
+    here = workload_of(doc)
     doc["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue"
 
-    assert problems_of(doc) == [
-        "JobSet/ml/train: spec.managedBy: kueue.x-k8s.io/multikueue: muster does not dispatch"
-        " JobSets to worker clusters (MultiKueue) yet; leave it unset to run the JobSet in this"
-        " cluster"
-    ]
-    doc["spec"]["managedBy"] = "jobset.sigs.k8s.io/jobset-controller"
     assert problems_of(doc) == []
+    assert workload_of(doc) == here
+
+
+@pytest.mark.parametrize(
+    ("rows", "ready"),
+    [
+        pytest.param([], False, id="no-counts-yet"),
+        pytest.param([("driver", 1, 0), ("workers", 1, 0)], False, id="one-workers-job-short"),
+        pytest.param([("driver", 1, 0), ("workers", 2, 0)], True, id="every-job-ready"),
+        pytest.param([("driver", 1, 0), ("workers", 1, 1)], True, id="succeeded-counts-too"),
+        # Summed over the JobSet, as Kueue sums them: a surplus in one covers another.
+        pytest.param([("driver", 0, 0), ("workers", 2, 1)], True, id="summed-not-per-job"),
+    ],
+)
+def test_pods_are_ready_when_ready_and_succeeded_jobs_sum_to_the_replicas(
+    rows: list[tuple[str, int, int]], ready: bool
+) -> None:
+    status = {"replicatedJobsStatus": [{"name": n, "ready": r, "succeeded": s} for n, r, s in rows]}
+    doc = jobset(replicated("driver"), replicated("workers", replicas=2), status=status)
+
+    assert pods_ready(msgspec.convert(doc, RawJobSet)) is ready
 
 
 def test_a_number_past_int32_is_refused_naming_the_field() -> None:

@@ -9,6 +9,7 @@ from typing import Any, cast
 
 import pytest
 from test_watcher_batch import Marks, Poison
+from test_watcher_jobsets import jobset
 from watcher_pods import Stream, changed
 
 from muster.bus.poison import Quarantine
@@ -93,3 +94,16 @@ async def test_a_listed_object_that_does_not_decode_leaves_its_namespace_alone()
     assert told_gone(ctx, marks) == 1  # fixed or gone: told
     await ctx.outbox.flush()
     assert list(deletions(stream)) == ["ns/a"]
+
+
+async def test_a_jobset_a_listing_watch_shows_is_not_told_deleted() -> None:
+    """A watch that lists (a first start, a 410 Gone) shows each object as a change; a JobSet
+    shown so is listed, as a Job is, and not taken for one deleted at the list's end."""
+    stream, marks = Stream(), Marks()
+    ctx = WatcherContext(cluster="local", outbox=Outbox(stream), marks=marks)
+    train = jobset(version=1)
+    await watched(ctx, changed(train))
+    listing = Listed()
+    listing.show(changed(train))
+
+    assert delete_unlisted(ctx, listing, submitted=submitted(marks)) == 0

@@ -449,10 +449,12 @@ class KubeBackend:
         origin: WorkloadOrigin | None,
     ) -> None:
         """Raise unless the pods of workload `name` are the binder's to create (placed, on
-        their nodes): a Job's are the Job controller's, a pod group's whoever applied them."""
+        their nodes): a Job's (JobSet's) are its controller's, a pod group's whoever applied
+        them."""
         owner = origin.owner() if origin is not None and workload is None else None
-        if job is not None or (owner is not None and owner.get("kind") == "Job"):
-            why = "its pods are its Job's, created by the Job controller"
+        kind = "Job" if job is not None else str((owner or {}).get("kind") or "")
+        if kind in _COPIED_OWNERS:
+            why = f"its pods are its {kind}'s, created by the {kind} controller"
         elif workload is None and origin is None:
             why = (
                 "no Kueue Workload or Job of that name here: its pods are a pod group's, made by "
@@ -472,8 +474,14 @@ class KubeBackend:
         run here again."""
         namespace, name = split_workload_key(workload_key)
         jobset = await self._jobset_of(namespace, name)
-        if jobset is not None:  # suspended: its Jobs' controller deletes their pods
-            if not before or jobsets.admission_of_jobset(jobset) < before:
+        if jobset is not None:  # suspended, or a copy deleted: its Jobs go with their pods
+            if before and jobsets.admission_of_jobset(jobset) >= before:
+                return  # started by a later admission than the eviction's
+            if copies.origin_of(jobset):
+                meta = jobset["metadata"]
+                uid = str(meta.get("uid", ""))
+                await self._delete(JOBSETS, str(meta["name"]), namespace, uid=uid)
+            else:
                 await self._stop_jobset(jobset)
             return
         job, workload = await self._job_of(namespace, name)
@@ -504,20 +512,20 @@ class KubeBackend:
         pod_sets: Sequence[PodSetStart],
         admission: int,
     ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-        """Create the copy of workload `name` from cluster `origin.cluster`: (its Job, created
-        started) or (None, its Kueue Workload, created); ClusterError when the cluster refuses,
-        naming the namespace when that is what is missing here."""
+        """Create the copy of workload `name` from cluster `origin.cluster`: (its Job or JobSet,
+        created started) or (None, its Kueue Workload, created); ClusterError when the cluster
+        refuses, naming the namespace when that is what is missing here."""
         owner = origin.owner()
-        if owner is not None and owner.get("kind") == "Job":
-            made = copies.job_copy(owner, origin=origin.cluster, workload=name)
+        kind = str(owner.get("kind") or "") if owner is not None else ""
+        if owner is not None and kind in _COPIED_OWNERS:
+            resource, start = _COPIED_OWNERS[kind]
+            made = copies.owner_copy(owner, origin=origin.cluster, workload=name)
             try:
-                started = (
-                    jobs.started_job(made, pod_sets, workload=name, admission=admission) or made
-                )
+                started = start(made, pod_sets, workload=name, admission=admission) or made
             except ResizeError as err:
-                who = JOBS.describe(str(made["metadata"].get("name")), namespace)
+                who = resource.describe(str(made["metadata"].get("name")), namespace)
                 raise RequestsRefusedError(who, f"its pod template cannot ask for {err}") from None
-            return await self._create_copy(JOBS, started), None
+            return await self._create_copy(resource, started), None
         made = copies.workload_copy(origin.workload(), origin=origin.cluster)
         return None, await self._create_copy(self._kueue["Workload"], made)
 
@@ -550,17 +558,17 @@ class KubeBackend:
         return await self._retrying(create)
 
     async def copies_of(self, origins: Collection[str]) -> list[WorkloadCopy]:
-        """The copies here of workloads from clusters `origins` (MultiKueue): Jobs and Kueue
-        Workloads labelled with one of them as their origin, sorted."""
+        """The copies here of workloads from clusters `origins` (MultiKueue): Jobs, JobSets
+        and Kueue Workloads labelled with one of them as their origin, sorted."""
         if not origins:
             return []
         selector = f"{copies.ORIGIN_LABEL} in ({','.join(sorted(origins))})"
         found: list[WorkloadCopy] = []
-        for resource in (JOBS, self._kueue["Workload"]):
+        for resource in (JOBS, JOBSETS, self._kueue["Workload"]):
             try:
                 items = await self._list(resource, labelSelector=selector)
             except NotFoundError:
-                continue  # Kueue's Workload CRD not installed here: no copies of that kind
+                continue  # its CRD (JobSet's, Kueue's) not installed here: no copies of it
             for obj in items:
                 key = copies.copied_workload(obj)
                 if key:
@@ -603,19 +611,22 @@ class KubeBackend:
         return None, workload
 
     async def _jobset_of(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The JobSet workload `name` stands for (`jobset-<name>-<hash>`), None if none: the
-        JobSet that name implies, else the queued JobSets of the namespace (a long name is cut
-        in the Workload's)."""
+        """The JobSet workload `name` stands for (`jobset-<name>-<hash>`; a copy from another
+        cluster by its `kueue.x-k8s.io/prebuilt-workload-name`, its uid being its own), None if
+        none: the JobSet that name implies, else the queued JobSets of the namespace (a long
+        name is cut in the Workload's)."""
         if not name.startswith("jobset-"):
             return None
         try:
             guess = await self._get_or_none(JOBSETS, name[len("jobset-") : -6], namespace)
-            if guess is not None and jobsets.workload_name(guess) == name:
-                return guess
+            if guess is not None and name in (jobsets.workload_name(guess), _prebuilt(guess)):
+                return guess  # the JobSet, or its copy from another cluster
             found = await self._list(JOBSETS, namespace=namespace, labelSelector=QUEUE_NAME_KEY)
         except NotFoundError:  # JobSets not served here (the 404 of a list)
             return None
-        return next((js for js in found if jobsets.workload_name(js) == name), None)
+        return next(
+            (js for js in found if name in (jobsets.workload_name(js), _prebuilt(js))), None
+        )
 
     async def _start_jobset(
         self,
@@ -851,8 +862,17 @@ def _already_exists(response: Response) -> bool:
     return response.status == 409 and b'"AlreadyExists"' in response.body
 
 
+# The owners a MultiKueue copy is made of (`copies.owner_copy`): their resource, and how
+# their copy is created started.
+_COPIED_OWNERS: Mapping[str, tuple[Resource, Callable[..., dict[str, Any] | None]]] = {
+    "Job": (JOBS, jobs.started_job),
+    "JobSet": (JOBSETS, jobsets.started_jobset),
+}
+
+
 def _prebuilt(job: Mapping[str, Any]) -> str:
-    """The Kueue Workload a copied Job stands for ("" for a Job of this cluster's own)."""
+    """The Kueue Workload a copied Job or JobSet stands for ("" for one of this cluster's
+    own)."""
     labels = (job.get("metadata") or {}).get("labels") or {}
     return str(labels.get(copies.PREBUILT_WORKLOAD_LABEL) or "") if copies.origin_of(job) else ""
 

@@ -8,13 +8,16 @@ template's controller labels: the worker's server sets its own) and minus `spec.
 (so the worker's Job controller runs it); it is labelled with its origin
 (`kueue.x-k8s.io/multikueue-origin`: here the muster cluster it was submitted in) and with the
 manager's Workload name (`kueue.x-k8s.io/prebuilt-workload-name`), and annotated with the
-manager object's uid (`kueue.x-k8s.io/multikueue-origin-uid`). A bare Kueue Workload is copied
-the same way (its pods are then created from the copy, owned by it).
+manager object's uid (`kueue.x-k8s.io/multikueue-origin-uid`). A JobSet is copied alike, as
+Kueue's JobSet MultiKueue adapter does (ff69552e79, jobset_multikueue_adapter.go `SyncJob`):
+metadata for creation, its spec whole minus `managedBy`, so the worker's JobSet controller
+runs it. A bare Kueue Workload is copied the same way (its pods are then created from the copy,
+owned by it).
 
 Differs from Kueue: Kueue copies the Workload too, for the worker's own Kueue to admit; muster
 admitted it already and the worker's muster services place and run the copy (the Job starts
 unsuspended, with its flavors' node selector and tolerations), so a Job's copy is the Job
-alone.
+alone, and a JobSet's the JobSet.
 """
 
 from __future__ import annotations
@@ -56,22 +59,24 @@ def _cloned_meta(obj: Mapping[str, Any], *, origin: str, workload: str) -> dict[
     return meta
 
 
-def job_copy(job: Mapping[str, Any], *, origin: str, workload: str) -> dict[str, Any]:
-    """The Job to create in a worker for manager Job `job` (as its owner wrote it), which
-    Kueue Workload `workload` stands for; still suspended, as submitted (the binder starts
-    it in the same write)."""
-    spec = copy.deepcopy(dict(job.get("spec") or {}))
-    spec.pop("selector", None)
+def owner_copy(owner: Mapping[str, Any], *, origin: str, workload: str) -> dict[str, Any]:
+    """The object to create in a worker for manager Job or JobSet `owner` (as its owner wrote
+    it), which Kueue Workload `workload` stands for; still suspended, as submitted (the binder
+    starts it in the same write)."""
+    kind = str(owner.get("kind") or "Job")
+    spec = copy.deepcopy(dict(owner.get("spec") or {}))
     spec.pop("managedBy", None)
-    template_meta = (spec.get("template") or {}).get("metadata")
-    if isinstance(template_meta, dict) and isinstance(template_meta.get("labels"), dict):
-        labels = template_meta["labels"]
-        for label in _CONTROLLER_LABELS:
-            labels.pop(label, None)
+    if kind == "Job":
+        spec.pop("selector", None)
+        template_meta = (spec.get("template") or {}).get("metadata")
+        if isinstance(template_meta, dict) and isinstance(template_meta.get("labels"), dict):
+            labels = template_meta["labels"]
+            for label in _CONTROLLER_LABELS:
+                labels.pop(label, None)
     return {
-        "apiVersion": job.get("apiVersion") or "batch/v1",
-        "kind": "Job",
-        "metadata": _cloned_meta(job, origin=origin, workload=workload),
+        "apiVersion": owner.get("apiVersion") or "batch/v1",
+        "kind": kind,
+        "metadata": _cloned_meta(owner, origin=origin, workload=workload),
         "spec": spec,
     }
 
@@ -89,8 +94,8 @@ def workload_copy(wl: Mapping[str, Any], *, origin: str) -> dict[str, Any]:
 
 
 def managed_by_multikueue(job: Mapping[str, Any]) -> bool:
-    """Whether `job` (a batch/v1 Job in the manager) is managed by MultiKueue
-    (`spec.managedBy`): its Job controller leaves it alone and its status is its copy's."""
+    """Whether `job` (a batch/v1 Job or a JobSet in the manager) is managed by MultiKueue
+    (`spec.managedBy`): its controller leaves it alone and its status is its copy's."""
     spec = job.get("spec")
     return isinstance(spec, Mapping) and spec.get("managedBy") == MULTIKUEUE_CONTROLLER
 

@@ -39,7 +39,7 @@ from muster.bus.supervision import supervised
 from muster.cluster.errors import ClusterError, InvalidObjectError, NotFoundError
 from muster.cluster.kube.discovery import GangApi
 from muster.cluster.kube.ratelimit import TokenBucket
-from muster.cluster.kube.resources import JOBS, KUEUE_GROUP, ObjectRef, kueue_resources
+from muster.cluster.kube.resources import JOBS, JOBSETS, KUEUE_GROUP, ObjectRef, kueue_resources
 from muster.cluster.kube.retry import retrying
 from muster.cluster.kube.settings import StatusWriterSettings
 from muster.cluster.kube.transport import MERGE_PATCH, Transport
@@ -85,6 +85,14 @@ OWNED_STATUS_FIELDS: Mapping[str, tuple[str, ...]] = {
         "completedIndexes",
         "failedIndexes",
         "uncountedTerminatedPods",
+    ),
+    # A JobSet MultiKueue manages (spec.managedBy): its copy's whole status, mirrored.
+    "JobSet": (
+        "conditions",
+        "restarts",
+        "restartsCountTowardsMax",
+        "terminalState",
+        "replicatedJobsStatus",
     ),
 }
 _LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -147,7 +155,7 @@ class StatusWriter:
         settings = settings or StatusWriterSettings()
         self._transport = transport
         self._gang_api = gang_api if gang_api is not None else GangApi(transport)
-        self._resources = {**kueue_resources(kueue_version), "Job": JOBS}
+        self._resources = {**kueue_resources(kueue_version), "Job": JOBS, "JobSet": JOBSETS}
         self._kueue_version = kueue_version
         self._bucket = TokenBucket(settings.qps, settings.burst)
         self._concurrency = settings.concurrency

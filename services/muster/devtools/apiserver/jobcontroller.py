@@ -82,7 +82,8 @@ class JobController(Reconciler):
             want = max(0, min(spec.get("parallelism", 1), missing))
             group = self._scheduling_group(job)
             active += [self._create_pod(job, group) for _ in range(want - len(active))]
-        status.update(active=len(active), succeeded=succeeded, failed=failed)
+        ready = sum(_ready(p) for p in active)  # the Job controller's status.ready
+        status.update(active=len(active), ready=ready, succeeded=succeeded, failed=failed)
         status["conditions"] = list(conditions.values())
         if status != (job.get("status") or {}):
             self._write_status(jobs, job, status)
@@ -185,3 +186,9 @@ def _condition(kind: str, reason: str, now: str) -> JsonObj:
         "lastProbeTime": now,
         "lastTransitionTime": now,
     }
+
+
+def _ready(pod: JsonObj) -> bool:
+    """Whether `pod`'s Ready condition is True (what a Job's `status.ready` counts)."""
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)

@@ -9,8 +9,11 @@ Job controller), enough for a queued JobSet's life as jobset.x-k8s.io's controll
   labels, annotations, node selector and tolerations (what Kueue injected into the JobSet),
   its start time cleared first (the API server allows a template change only then), and is
   unsuspended.
+- A JobSet whose `spec.managedBy` names another controller (MultiKueue's) is left alone: no
+  child Jobs, no status (its status is that controller's to write).
 - Status: `replicatedJobsStatus` (ready, succeeded, failed, active, suspended child Jobs per
-  replicatedJob); `Completed` once every child Job is Complete, `Failed` once one Failed (no
+  replicatedJob; a running Job is ready once the pods it runs at once are ready or
+  succeeded); `Completed` once every child Job is Complete, `Failed` once one Failed (no
   restarts: `failurePolicy` is not read), `Suspended` while suspended.
 
 Reconciles run deferred after the write that caused them. It knows nothing of muster.
@@ -29,6 +32,7 @@ JOBSETS = ("jobset.x-k8s.io", "jobsets")
 JOBS = ("batch", "jobs")
 VERSION = "v1alpha2"
 LABEL = "jobset.sigs.k8s.io/"
+CONTROLLER_NAME = "jobset.sigs.k8s.io/jobset-controller"  # managedBy's default: this controller
 # What a resume copies from the JobSet's pod templates into a suspended child's.
 _RESUMED_META = ("labels", "annotations")
 _RESUMED_SPEC = ("nodeSelector", "tolerations")
@@ -45,6 +49,8 @@ class JobSetController(Reconciler):
         if jobset is None or meta(jobset).get("deletionTimestamp"):
             return
         spec, status = jobset.get("spec") or {}, dict(jobset.get("status") or {})
+        if spec.get("managedBy") not in (None, CONTROLLER_NAME):
+            return  # another controller's
         suspended = bool(spec.get("suspend"))
         conditions = {c["type"]: c for c in status.get("conditions") or [] if isinstance(c, dict)}
         finished = any(
@@ -165,15 +171,26 @@ def _counts(name: str, children: list[JsonObj]) -> dict[str, Any]:
 
     return {
         "name": name,
-        "ready": sum(
-            bool(status(j).get("ready")) and status(j).get("ready") == status(j).get("active")
-            for j in children
-        ),
+        "ready": sum(_job_ready(j) for j in children),
         "succeeded": sum(_ended(j, "Complete") for j in children),
         "failed": sum(_ended(j, "Failed") for j in children),
         "active": sum(bool(status(j).get("active")) for j in children),
         "suspended": sum(bool((j.get("spec") or {}).get("suspend")) for j in children),
     }
+
+
+def _job_ready(job: JsonObj) -> bool:
+    """A child Job counts as ready while it runs with all the pods it runs at once (its
+    parallelism, capped by the completions left) ready or succeeded."""
+    if _ended(job) or (job.get("spec") or {}).get("suspend"):
+        return False
+    spec, status = job.get("spec") or {}, job.get("status") or {}
+    completions = spec.get("completions")
+    at_once = int(spec.get("parallelism", 1))
+    if completions is not None:
+        at_once = min(at_once, int(completions))
+    ready, succeeded = int(status.get("ready") or 0), int(status.get("succeeded") or 0)
+    return at_once > 0 and ready + succeeded >= at_once
 
 
 def _condition(kind: str, reason: str, now: str) -> JsonObj:
