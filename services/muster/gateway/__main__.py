@@ -40,6 +40,7 @@ from muster.gateway.config import (
     DEFAULT_MAX_CALLS,
     DEFAULT_MAX_REQUEST_BYTES,
     GatewayConfig,
+    name_claims,
 )
 from muster.gateway.kube_visibility_server import VisibilityServing
 from muster.gateway.service import run_gateway
@@ -60,6 +61,10 @@ GATEWAY_FLAGS = (
          "how long after it finishes a workload is still listed and described (at most the "
          f"last {FINISHED_KEPT} finished); then NOT_FOUND, as Kueue's objectRetentionPolicies "
          "deletes a finished Workload; its events stay in the stream"),
+    Flag("--name-claims", "kv|submitted", name_claims, "MUSTER_GATEWAY_NAME_CLAIMS", "kv",
+         "how a Submit claims a workload's name: kv, in MUSTER_NAMES and then by its fenced "
+         "submitted (while any gateway from before 2026-11-27 may run); submitted, by the fenced "
+         "submitted alone, one write (docs/events.md, \"One-write claims\")"),
 )  # fmt: skip
 SECURITY_FLAGS = (
     Flag("--tls-cert", "FILE", str, "MUSTER_GATEWAY_TLS_CERT", None,
@@ -198,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             max_calls=args.max_calls,
             finished_retention_s=args.finished_retention_seconds,
             heartbeat_max_bytes=args.heartbeat_max_bytes,
+            name_claims=args.name_claims,
             cluster=service.cluster,
             max_event_bytes=service.bus.max_event_bytes,
             grace_s=service.grace_s,

@@ -12,12 +12,13 @@ sequence of the name's last `deleted` then, 0 if none) and when (`at_s`, the cla
 from __future__ import annotations
 
 import enum
-import hashlib
 from typing import Final
 
 import msgspec
 
-from muster.bus.kv import valid_key
+from muster.bus.subjects import name_key
+
+__all__ = ["Claim", "Verdict", "decode_claim", "encode_claim", "name_key", "verdict"]
 
 # A claim whose submission is nowhere to be read this long after it was written is taken to be
 # a gateway's that stopped between the claim and its `submitted` (restarted mid-claim). Large
@@ -61,18 +62,6 @@ def decode_claim(data: bytes) -> Claim | None:
         return _DECODER.decode(data)
     except msgspec.DecodeError:
         return None
-
-
-def name_key(workload: str) -> str:
-    """The key of workload `workload` ("<namespace>/<name>"), whatever its cluster: admission
-    takes a name for one workload in every cluster (`admission.ledger.Ledger.submit`). Names are
-    DNS-1123 (muster.api checks them), so the readable form is a valid key; any other is hashed
-    under a token no namespace can be ("=")."""
-    namespace, _, name = workload.partition("/")
-    key = f"{namespace}.{name}"
-    if valid_key(key):
-        return key
-    return f"=sha256.{hashlib.sha256(workload.encode()).hexdigest()}"
 
 
 def verdict(

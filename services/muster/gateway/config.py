@@ -19,6 +19,18 @@ DEFAULT_MAX_REQUEST_BYTES: Final = 4 * 1024 * 1024
 DEFAULT_MAX_CALLS: Final = 256  # a Watch holds a thread of its own while it follows
 
 
+NameClaims = Literal["kv", "submitted"]
+
+
+def name_claims(value: str) -> NameClaims:
+    """`--name-claims`: "kv" or "submitted"; ValueError for anything else."""
+    if value == "kv":
+        return "kv"
+    if value == "submitted":
+        return "submitted"
+    raise ValueError(f"name claims must be kv or submitted, got {value!r}")
+
+
 class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     """The gateway's own settings (the common ones are in the bus's ServiceConfig)."""
 
@@ -39,6 +51,9 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     visibility: VisibilityServing | None = None
     # A worker's heartbeat larger than this (head and parts) is shown Refused (cluster_cache)
     heartbeat_max_bytes: int = HEARTBEAT_MAX_BYTES
+    # How Submit claims a name: "kv" in MUSTER_NAMES too, while gateways from before the
+    # one-write claims may run; "submitted" by the fenced `submitted` alone (gateway/known.py)
+    name_claims: NameClaims = "kv"
 
     def __post_init__(self) -> None:
         host, _ = split_listen(self.listen)
@@ -47,6 +62,7 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"cluster backend must be sim or kube, got {self.cluster_backend!r}")
         if self.visibility is not None:
             split_listen(self.visibility.listen)
+        name_claims(self.name_claims)
         if self.max_calls < 1:
             raise ValueError(f"max calls must be >= 1, got {self.max_calls}")
         if not self.finished_retention_s >= 0:  # NaN too
