@@ -179,6 +179,12 @@ async def gateway_process(nats_url: str, log: Path) -> AsyncIterator[tuple[int, 
             await proc.wait()
 
 
+async def first_stored(bus: Bus, key: str) -> None:
+    """Return once a `submitted` of `key` is stored on its name's subject."""
+    async for _ in bus.replay([name_filter(key)], follow=True):
+        return
+
+
 async def test_a_gateway_killed_mid_submit_leaves_what_its_retry_finds_its_own(
     two: tuple[RunningGateway, RunningGateway], bus: Bus, nats_server: str, tmp_path: Path
 ) -> None:
@@ -188,7 +194,6 @@ async def test_a_gateway_killed_mid_submit_leaves_what_its_retry_finds_its_own(
     a, _ = two
     names = [f"killed-{i}" for i in range(64)]
     manifest = "---\n".join(workload(n) for n in names)
-    first = bus.replay([name_filter("ml/killed-0")], follow=True)
     async with (
         gateway_process(nats_server, tmp_path / "gateway.log") as (pid, address),
         grpc.aio.insecure_channel(address) as channel,
@@ -197,11 +202,10 @@ async def test_a_gateway_killed_mid_submit_leaves_what_its_retry_finds_its_own(
         stub = services_pb2_grpc.GatewayStub(channel)
         request = services_pb2.SubmitRequest(manifest=manifest, idempotency_key="k")
         call = asyncio.ensure_future(stub.Submit(request, timeout=30))
-        await anext(aiter(first))  # the kill lands mid-Submit
+        await first_stored(bus, "ml/killed-0")  # the kill lands mid-Submit
         os.kill(pid, signal.SIGKILL)
         with pytest.raises(grpc.aio.AioRpcError):
             await call
-    await first.aclose()
     retried = await submit(a, manifest, "k")
     assert {o.outcome or "submitted" for o in retried.objects} == {"submitted"}
     for name, obj in zip(names, retried.objects, strict=True):
