@@ -105,6 +105,8 @@ async def test_a_deleted_name_is_submitted_again_by_a_gateway_that_read_the_dele
     two: tuple[RunningGateway, RunningGateway], bus: Bus
 ) -> None:
     a, b = two
+    await submit(b, workload("warm"), "warm")  # b's index read, then no more: it is behind
+    await b.server.known.stop()  # on the name's first life and its deletion
     ids = [(await submit(a, workload("reused"), "life-1")).objects[0].event_id]
     for life, via in ((2, b), (3, a), (4, b)):
         await delete(bus, "ml/reused")
