@@ -22,11 +22,11 @@ import grpc
 import grpc.aio
 import pytest
 from bus_helpers import outlive_the_window, short_duplicate_window
-from gateway_helpers import RunningGateway, two_gateways
+from gateway_helpers import RunningGateway, running_gateway, two_gateways
 from test_gateway_claims import delete, leave_claim
 from test_gateway_submit_race import outcome, submit, workload
 
-from muster.bus import Bus, BusConfig
+from muster.bus import Bus, BusConfig, connect
 from muster.bus.buckets import NAMES_BUCKET
 from muster.bus.partitions import QueuePartitions
 from muster.bus.subjects import name_filter, name_key, workload_filters
@@ -66,10 +66,42 @@ async def submit_to(gw: RunningGateway, manifest: str, key: str, cluster: str) -
     return outcome(await gw.gateway.Submit(request, timeout=20))
 
 
+@contextlib.asynccontextmanager
+async def gateways_in(
+    bus_config: BusConfig, modes: tuple[str, str]
+) -> AsyncIterator[tuple[RunningGateway, RunningGateway]]:
+    """Two gateways claiming names as `modes` say, each on its own connection."""
+    one, other = await connect(bus_config), await connect(bus_config)
+    try:
+        async with (
+            running_gateway(one, name_claims=modes[0]) as a,
+            running_gateway(other, name_claims=modes[1]) as b,
+        ):
+            yield a, b
+    finally:
+        await one.close()
+        await other.close()
+
+
+# A rolling change of --name-claims runs each mode beside the next one.
+@pytest.mark.parametrize(
+    "modes", [("submitted", "submitted"), ("both", "submitted"), ("kv", "both")]
+)
 async def test_two_gateways_racing_for_a_name_in_two_clusters_store_it_once(
-    two: tuple[RunningGateway, RunningGateway], bus: Bus
+    bus: Bus, bus_config: BusConfig, modes: tuple[str, str]
 ) -> None:
-    a, b = two
+    await short_duplicate_window(bus, WINDOW_S)
+    async with gateways_in(bus_config, modes) as (a, b):
+        await race_in_two_clusters(a, b, bus)
+    if modes == ("submitted", "submitted"):  # the claim is the `submitted`, stored on its name
+        last = await bus.last_stored(name_filter("ml/raced-again"))
+        assert last is not None
+        assert last.envelope is not None
+        assert last.envelope.workload == "ml/raced-again"
+        assert await claims_in_kv(bus, "ml/warm", "ml/raced", "ml/raced-again") == []
+
+
+async def race_in_two_clusters(a: RunningGateway, b: RunningGateway, bus: Bus) -> None:
     await submit(a, workload("warm"), "warm-a")  # each index read: the one-write path
     await submit(b, workload("warm-b"), "warm-b")
     for name in ("raced", "raced-again"):
@@ -79,12 +111,6 @@ async def test_two_gateways_racing_for_a_name_in_two_clusters_store_it_once(
         )
         assert sorted(outcomes) == ["exists", "submitted"]
         assert len(await stored(bus, f"ml/{name}")) == 1
-    # The `submitted` is the claim: stored on the name's subject, nothing in MUSTER_NAMES.
-    last = await bus.last_stored(name_filter("ml/raced-again"))
-    assert last is not None
-    assert last.envelope is not None
-    assert last.envelope.workload == "ml/raced-again"
-    assert await claims_in_kv(bus, "ml/warm", "ml/raced", "ml/raced-again") == []
 
 
 async def test_a_retried_submit_is_answered_as_the_first_through_either_gateway(

@@ -35,12 +35,12 @@ from muster.gateway.auth_config import (
     SecurityConfig,
 )
 from muster.gateway.book import FINISHED_KEPT, FINISHED_RETENTION_S
+from muster.gateway.claims import name_claims
 from muster.gateway.config import (
     DEFAULT_LISTEN,
     DEFAULT_MAX_CALLS,
     DEFAULT_MAX_REQUEST_BYTES,
     GatewayConfig,
-    name_claims,
 )
 from muster.gateway.kube_visibility_server import VisibilityServing
 from muster.gateway.service import run_gateway
@@ -61,10 +61,10 @@ GATEWAY_FLAGS = (
          "how long after it finishes a workload is still listed and described (at most the "
          f"last {FINISHED_KEPT} finished); then NOT_FOUND, as Kueue's objectRetentionPolicies "
          "deletes a finished Workload; its events stay in the stream"),
-    Flag("--name-claims", "kv|submitted", name_claims, "MUSTER_GATEWAY_NAME_CLAIMS", "kv",
-         "how a Submit claims a workload's name: kv, in MUSTER_NAMES and then by its fenced "
-         "submitted (while any gateway from before 2026-11-27 may run); submitted, by the fenced "
-         "submitted alone, one write (docs/events.md, \"One-write claims\")"),
+    Flag("--name-claims", "kv|both|submitted", name_claims, "MUSTER_GATEWAY_NAME_CLAIMS", "kv",
+         "where a Submit claims a workload's name: kv, in MUSTER_NAMES (as gateways from before "
+         "2026-11-27); both, there and by its fenced submitted; submitted, by the latter alone, "
+         "one write; each runs beside the next one only (docs/events.md, \"One-write claims\")"),
 )  # fmt: skip
 SECURITY_FLAGS = (
     Flag("--tls-cert", "FILE", str, "MUSTER_GATEWAY_TLS_CERT", None,

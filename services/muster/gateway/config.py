@@ -12,23 +12,12 @@ from muster.bus.subjects import DEFAULT_CLUSTER, check_cluster
 from muster.core.heartbeat_parts import HEARTBEAT_MAX_BYTES
 from muster.gateway.auth_config import SecurityConfig
 from muster.gateway.book import FINISHED_RETENTION_S
+from muster.gateway.claims import NameClaims, name_claims
 from muster.gateway.kube_visibility_server import VisibilityServing
 
 DEFAULT_LISTEN: Final = "127.0.0.1:50051"
 DEFAULT_MAX_REQUEST_BYTES: Final = 4 * 1024 * 1024
 DEFAULT_MAX_CALLS: Final = 256  # a Watch holds a thread of its own while it follows
-
-
-NameClaims = Literal["kv", "submitted"]
-
-
-def name_claims(value: str) -> NameClaims:
-    """`--name-claims`: "kv" or "submitted"; ValueError for anything else."""
-    if value == "kv":
-        return "kv"
-    if value == "submitted":
-        return "submitted"
-    raise ValueError(f"name claims must be kv or submitted, got {value!r}")
 
 
 class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -51,8 +40,7 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     visibility: VisibilityServing | None = None
     # A worker's heartbeat larger than this (head and parts) is shown Refused (cluster_cache)
     heartbeat_max_bytes: int = HEARTBEAT_MAX_BYTES
-    # How Submit claims a name: "kv" in MUSTER_NAMES too, while gateways from before the
-    # one-write claims may run; "submitted" by the fenced `submitted` alone (gateway/known.py)
+    # Where Submit claims a name: "kv" (as before), "both", "submitted" (gateway/known.py)
     name_claims: NameClaims = "kv"
 
     def __post_init__(self) -> None:

@@ -12,17 +12,19 @@ gateway nobody submits to reads nothing more than before). An index that may be 
 trusted to say "new"; when it says "known", the stream is read up to its end first, so a
 deletion stored just before is seen, as admission will see it.
 
-Two gateways (or one behind) can both find a name new at the same instant. So a Submit's
-`submitted` is stored on its name's subject (`subjects.named_subject`), fenced on that name's
-filter in every cluster (`subjects.name_filter`): at 0 for a name never stored so, or at the
-sequence of its last life's `submitted` once the index has read that life's `deleted`. Of two
-racing submissions one is stored and the other's caller is told "already exists" (or, when the
-stored one is its own Submit's, retried, "submitted"): that write is the claim
-(docs/events.md, "One-write claims"). While gateways from before it may run (`kv_claims`, the
-default), a Submit first claims the name in `MUSTER_NAMES` too (`muster.gateway.claims`: one
-key per name, written only at the revision read), as they do. The `submitted` is still stored
-under a message id per name and life (`KnownWorkloads.claim`), which is what keeps gateways of
-before the claims apart from these during an upgrade (docs/events.md, "Dedupe").
+Two gateways (or one behind) can both find a name new at the same instant. So a Submit claims
+the name (`claims`, `--name-claims`): "kv", as gateways from before the one-write claims do,
+in `MUSTER_NAMES` (`muster.gateway.claims`: one key per name, written only at the revision
+read) before its `submitted`; "both", in `MUSTER_NAMES` and by storing its `submitted` on its
+name's subject (`subjects.named_subject`), fenced on that name's filter in every cluster
+(`subjects.name_filter`): at 0 for a name never stored so, or at the sequence of its last
+life's `submitted` once the index has read that life's `deleted`; "submitted", by that fenced
+write alone. Of two racing submissions one holds the name and the other's caller is told
+"already exists" (or, when the holder is its own Submit, retried, "submitted"). A "kv"
+gateway and a "submitted" one do not see each other's claims: "both" is the step between
+(docs/events.md, "One-write claims"). The `submitted` is still stored under a message id per
+name and life (`KnownWorkloads.claim`), which is what keeps gateways of before the claims
+apart from these during an upgrade (docs/events.md, "Dedupe").
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from muster.gateway.claims import (
     CLAIMANT_DEADLINE_S,
     ORPHAN_AFTER_S,
     Claim,
+    NameClaims,
     Verdict,
     decode_claim,
     encode_claim,
@@ -211,12 +214,10 @@ class KnownFollower:
         read_s: float = CATCH_UP_S,
         orphan_after_s: float = ORPHAN_AFTER_S,
         clock: Callable[[], float] = time.time,
-        kv_claims: bool = True,
+        claims: NameClaims = "kv",
     ) -> None:
         self.history = history
-        # Claim names in MUSTER_NAMES before the fenced `submitted`, as gateways from before
-        # the one-write claims do (they see only those): the default, until every gateway is new.
-        self.kv_claims = kv_claims
+        self.claims = claims  # where names are claimed: in MUSTER_NAMES, by the `submitted`
         self.known = KnownWorkloads()
         self.catch_up_s = catch_up_s  # a Submit's wait for the index, then the claims decide
         self.read_s = read_s  # a claim's wait for the stream's end, then UNAVAILABLE
@@ -294,10 +295,10 @@ class KnownFollower:
         return lost
 
     def _one_write(self, submitted: Sequence[events_pb2.Envelope]) -> bool:
-        """Whether the fenced `submitted` alone claims these names: no gateway from before
-        claims in MUSTER_NAMES (`kv_claims` off), and the index was read to the stream's end,
-        so it knows every name a `submitted` without its name holds (stored before)."""
-        if self.kv_claims or not self._ready.is_set():
+        """Whether the fenced `submitted` alone claims these names: no gateway claims in
+        MUSTER_NAMES alone ("submitted"), and the index was read to the stream's end, so it
+        knows every name a `submitted` without a name holds (stored before)."""
+        if self.claims != "submitted" or not self._ready.is_set():
             return False
         return all(env.partition for env in submitted)  # a named subject needs its partition
 
@@ -345,16 +346,16 @@ class KnownFollower:
 
     async def _store(self, bus: SubmitPublisher, env: events_pb2.Envelope, life: int) -> bool:
         """Store `submitted` `env` of life `life` of its name, on its name's subject fenced on
-        the name's filter (when it names its partition); False when another submission holds
-        that life: one stored so, or a `submitted` of that life stored without a claim (a
-        gateway of before the claims, within the dedupe window: its caller was told
+        the name's filter (unless "kv", or it names no partition); False when another
+        submission holds that life: one stored so, or a `submitted` of that life stored without
+        a claim (a gateway of before the claims, within the dedupe window: its caller was told
         "submitted" first)."""
         claim = self.known.claim(env.cluster, env.workload, life)
-        if env.partition:
+        if env.partition and self.claims != "kv":
             fenced = await self._store_fenced(bus, env, claim)
             if fenced is not None:
                 return fenced
-        # No name subject without a partition: the KV claim alone holds the name.
+        # Without a name subject ("kv", or no partition): the KV claim alone holds the name.
         elif not isinstance(await bus.publish(env, dedupe_id=claim), Duplicated):
             return True
         await self._read_to_end_within()  # the submission stored under `claim`

@@ -89,7 +89,7 @@ class GatewayServer:
             bus, finished_retention_s=config.finished_retention_s, manager=config.cluster
         )
         # Submit's duplicates, from the first Submit on, and its claims of names
-        self.known = KnownFollower(bus, kv_claims=config.name_claims == "kv")
+        self.known = KnownFollower(bus, claims=config.name_claims)
         self._clusters: Bucket | None = None  # MUSTER_CLUSTERS, opened when first asked
         self.partitions = QueuePartitions()
 
