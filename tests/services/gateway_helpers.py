@@ -100,12 +100,12 @@ async def running_gateway(
 
 @contextlib.asynccontextmanager
 async def two_gateways(
-    bus_config: BusConfig,
+    bus_config: BusConfig, **config: Any
 ) -> AsyncIterator[tuple[RunningGateway, RunningGateway]]:
-    """Two gateways, each with its own connection (as two replicas have)."""
+    """Two gateways, each with its own connection (as two replicas have), with `config`."""
     one, other = await connect(bus_config), await connect(bus_config)
     try:
-        async with running_gateway(one) as a, running_gateway(other) as b:
+        async with running_gateway(one, **config) as a, running_gateway(other, **config) as b:
             yield a, b
     finally:
         await one.close()

@@ -27,7 +27,7 @@ from typing import Final
 from muster.admission.translate import RECORDED, WORKLOAD_FACTS
 from muster.api.model import KueueConfig
 from muster.bus.partitions import PARTITIONS
-from muster.bus.subjects import config_subject, workload_subject
+from muster.bus.subjects import config_subject, partition_filters, workload_subject
 
 GLOBAL_FACTS: Final = ("placement_preempted",)  # read in every partition
 REPORTS: Final = tuple(f for f in WORKLOAD_FACTS if f not in GLOBAL_FACTS)
@@ -56,10 +56,12 @@ def _legacy(events: Collection[str]) -> list[str]:
 
 
 def _partitioned(events: Collection[str], partitions: Collection[int]) -> list[str]:
-    """Filters of `events` in `partitions` (one wildcard when that is every partition)."""
-    if len(partitions) == PARTITIONS:
-        return [f"{workload_subject('*', e)}.*" for e in events]
-    return [f"{workload_subject('*', e)}.{p}" for p in sorted(partitions) for e in events]
+    """Filters of `events` in `partitions` (one wildcard when that is every partition), a
+    gateway's `submitted` with its name after the partition too (`partition_filters`)."""
+    tokens = ["*"] if len(partitions) == PARTITIONS else [str(p) for p in sorted(partitions)]
+    return [
+        f for t in tokens for e in events for f in partition_filters(workload_subject("*", e), e, t)
+    ]
 
 
 def consumer_subjects(

@@ -186,7 +186,7 @@ async def _burst(
         cpu_after = meter()
         wire_after = await settled(js)
         traffic_after = await traffic()
-        through = e2e.went_through(await e2e.stored_counts(js)) - 1
+        through = e2e.went_through(await e2e.stored_counts(js, named=False)) - 1
     stored, delivered = per_workload(wire_before, wire_after, workloads)
     return FloorRow(
         what="floor",

@@ -228,7 +228,7 @@ async def wait_finished(js: JetStreamContext, count: int, *, timeout_s: float) -
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(timeout_s):
             # Polled: the counts live in the server, which notifies no one of them.
-            while (await stored_counts(js)).get("finished", 0) < count:  # noqa: ASYNC110
+            while (await stored_counts(js, named=False)).get("finished", 0) < count:  # noqa: ASYNC110
                 await asyncio.sleep(POLL_S)
 
 

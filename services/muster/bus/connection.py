@@ -25,7 +25,7 @@ from nats.js import JetStreamContext
 
 from muster.bus.client import MusterClient, outage_callbacks
 from muster.bus.consumer import ConsumerSettings, Handler, consume, consumer_config
-from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES
+from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES, decode_stored
 from muster.bus.errors import BusError, Reject, Retry, Unavailable, wrapped
 from muster.bus.kv import Bucket, open_bucket
 from muster.bus.objects import ObjectBucket
@@ -54,6 +54,13 @@ _NO_ANSWER = (
     nats.errors.StaleConnectionError,
     nats.js.errors.ServiceUnavailableError,
 )
+
+
+class Stored(NamedTuple):
+    """A message read back from a stream: its sequence, and its envelope (None: poison)."""
+
+    sequence: int
+    envelope: Envelope | None
 
 
 class BusConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -243,6 +250,7 @@ class Bus:
         expected_last_subject_sequence: int | None = None,
         fenced_on: str | None = None,
         dedupe_id: str | None = None,
+        named: bool = False,
     ) -> int:
         """Store `env`; its stream sequence once JetStream acked it (see `Publisher.publish`)."""
         return await self.publisher.publish(
@@ -250,6 +258,7 @@ class Bus:
             expected_last_subject_sequence=expected_last_subject_sequence,
             fenced_on=fenced_on,
             dedupe_id=dedupe_id,
+            named=named,
         )
 
     async def dead_letter_unstored(self, env: Envelope, *, consumer: str, reason: str) -> int:
@@ -385,6 +394,24 @@ class Bus:
     async def last_sequence(self, stream: str = EVENTS_STREAM) -> int:
         """The last sequence stored in `stream` (0 if none)."""
         return await last_sequence(self.js, stream)
+
+    async def last_stored(self, subject_filter: str, stream: str = EVENTS_STREAM) -> Stored | None:
+        """The last message `stream` holds on `subject_filter` (wildcards allowed), one read;
+        None when there is none. Its envelope is None when it does not decode (poison, which
+        readers skip). `Unavailable` when NATS fails."""
+        with wrapped(f"stream {stream} last message on {subject_filter}"):
+            try:
+                msg = await self.js.get_last_msg(stream, subject_filter)
+            except nats.js.errors.NotFoundError:
+                return None
+        try:
+            env = decode_stored(
+                msg.data or b"", subject=msg.subject or "", max_bytes=self.config.max_event_bytes
+            )
+        except Reject:
+            return Stored(msg.seq or 0, None)
+        env.sequence = msg.seq or 0
+        return Stored(env.sequence, env)
 
     async def stored_subjects(self, pattern: str, stream: str = EVENTS_STREAM) -> list[str]:
         """The subjects matching `pattern` that `stream` holds a message of, sorted: the

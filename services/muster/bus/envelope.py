@@ -16,7 +16,7 @@ from google.protobuf.message import DecodeError, Message
 
 from muster.api.ids import uuid4_text, uuid5_text
 from muster.bus.errors import Reject
-from muster.bus.subjects import EVENT_TYPES, PREFIX, check_cluster
+from muster.bus.subjects import EVENT_TYPES, NAMED_EVENTS, PREFIX, check_cluster, name_key
 from muster.bus.tracing import trace_headers
 from muster.contracts.v1.events_pb2 import Envelope
 
@@ -138,12 +138,19 @@ def decode(data: bytes, *, max_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> Envelope
     return env
 
 
+def _named(env: Envelope, own: str) -> str:
+    """The subject a gateway stores `env` on with its name (`subjects.named_subject`), or ""."""
+    if env.WhichOneof("payload") not in NAMED_EVENTS:
+        return ""
+    return f"{own}.{env.partition}.{name_key(env.workload)}"
+
+
 def decode_stored(
     data: bytes, *, subject: str, max_bytes: int = DEFAULT_MAX_EVENT_BYTES
 ) -> Envelope:
     """The envelope stored on `subject`; raises Reject as `decode` does, and when `subject` is
     not the one it is published on (`subject_of`: its cluster and type, and its partition or
-    none, as a writer from before partitions published).
+    none, as a writer from before partitions published; a gateway's `submitted`, its name too).
 
     NATS checks who may publish on a subject, never what the envelope says: without this, a
     worker cluster's services, allowed only their own cluster's subjects, could speak for
@@ -154,7 +161,9 @@ def decode_stored(
     # reads. A cluster id has no dot, so its subject token is exactly the envelope's cluster.
     own = f"{PREFIX}.{env.cluster}.{env.type}"
     if subject != own and (
-        not env.partition or subject != f"{own}.{env.partition}" or "." in env.cluster
+        not env.partition
+        or "." in env.cluster
+        or (subject != f"{own}.{env.partition}" and subject != _named(env, own))
     ):
         raise Reject(
             f"envelope {env.event_id or '?'} ({env.type} of cluster {env.cluster[:80]!r}) was "

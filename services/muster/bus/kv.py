@@ -28,7 +28,6 @@ import contextlib
 import datetime
 import inspect
 import logging
-import re
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Final, NamedTuple, Protocol
@@ -44,6 +43,7 @@ from muster.bus.errors import Conflict, NotFound, Retry, SetupError, Unavailable
 from muster.bus.progress import Progress, Tracker, tracked
 from muster.bus.publisher import EXPECTED_LAST_SUBJECT_SEQUENCE, RawWriter
 from muster.bus.replay import Read, read_in_order
+from muster.bus.subjects import valid_key as valid_key  # where it was first
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +59,6 @@ _NO_MESSAGE: Final = (
 # nats-server 2.11+ marks a key removed by a per-message TTL or its bucket's age this way.
 _MARKER_REASON: Final = "Nats-Marker-Reason"
 _MARKERS_DELETING: Final = ("MaxAge", "Purge", "Remove")
-
-_KEY = re.compile(r"[-/_=a-zA-Z0-9]+(\.[-/_=a-zA-Z0-9]+)*")
-
-
-def valid_key(key: str) -> bool:
-    """Whether `key` can be stored: JetStream's key characters in non-empty dot-separated
-    tokens (`lq.ns.../x` has an empty one: the server would refuse its subject)."""
-    return _KEY.fullmatch(key) is not None
 
 
 async def open_bucket(

@@ -23,6 +23,7 @@ from muster.bus.subjects import (
     COMMANDS_STREAM,
     DLQ_STREAM,
     EVENTS_STREAM,
+    NAMED_EVENTS,
     PREFIX,
     check_cluster,
     partitioned,
@@ -60,6 +61,7 @@ class Role(msgspec.Struct, frozen=True, kw_only=True):
     publishes: tuple[tuple[str, Scope], ...] = ()  # event types, and for which clusters
     durables: tuple[Durable, ...] = ()
     replays: tuple[str, ...] = ()  # streams it reads through ephemeral consumers
+    last_gets: tuple[str, ...] = ()  # streams whose last message on a filter it reads
     key_values: tuple[KeyValue, ...] = ()
     object_stores: tuple[str, ...] = ()  # read and written (a replaced object purges chunks)
     # MUSTER_SIM_<cluster>, when simulated; "prune": write, and purge its old tombstones
@@ -203,6 +205,7 @@ ROLES: Final[tuple[Role, ...]] = (
             "cmd.apply",
         ),
         replays=(EVENTS_STREAM,),
+        last_gets=(EVENTS_STREAM,),  # who holds a name (`Bus.last_stored`)
         key_values=(
             KeyValue("MUSTER_VISIBILITY"),
             KeyValue("MUSTER_CLUSTERS"),
@@ -333,10 +336,13 @@ def _compile(
         subject = f"{PREFIX}.{cluster if scope == 'own' else '*'}.{event_type}"
         # With its partition token; without, as a service from before partitions publishes.
         publish += [subject, f"{subject}.*"] if partitioned(event_type) else [subject]
+        if event_type.removeprefix("workload.") in NAMED_EVENTS and r.service == "gateway":
+            publish.append(f"{subject}.*.>")  # and its name after it (`named_subject`)
     for durable, name in owned:
         publish += _durable_subjects(durable, name, cluster)
     for stream in r.replays:
         publish += _reader_subjects(stream)
+    publish += [f"{JS_API}.STREAM.MSG.GET.{stream}" for stream in r.last_gets]
     publish += [f"{PREFIX}.dlq.{name.format(cluster=cluster)}" for name in r.dead_letters]
     for kv in r.key_values:
         bucket = kv.bucket.format(cluster=cluster)

@@ -24,7 +24,7 @@ from nats.js import JetStreamContext
 from muster.bus.client import MusterClient, subscribe_direct
 from muster.bus.envelope import encode
 from muster.bus.errors import BusError, Conflict, Reject, Retry
-from muster.bus.subjects import dlq_subject, subject_of
+from muster.bus.subjects import dlq_subject, named_subject, subject_of
 from muster.bus.tracing import trace_headers
 from muster.contracts.v1.events_pb2 import Envelope
 from muster.metrics.bus import BusMetrics
@@ -102,8 +102,10 @@ class Publisher:
         expected_last_subject_sequence: int | None = None,
         fenced_on: str | None = None,
         dedupe_id: str | None = None,
+        named: bool = False,
     ) -> int:
-        """Store `env` on its subject; return its stream sequence once JetStream has it.
+        """Store `env` on its subject (with its name after it when `named`: a gateway's
+        `submitted`, `subjects.named_subject`); return its stream sequence once JetStream has it.
 
         A duplicate of an event stored within the dedupe window returns the original's sequence
         (as a `Duplicated`). JetStream tells duplicates by `dedupe_id`, `env.event_id` if None.
@@ -113,6 +115,8 @@ class Publisher:
         Raises Reject when `env` is over the size limit, Retry when NATS does not answer.
         """
         subject, data, headers = self._message(env)
+        if named:
+            subject = named_subject(env)
         if dedupe_id is not None:
             headers[MSG_ID] = dedupe_id
         if expected_last_subject_sequence is not None:

@@ -11,10 +11,14 @@ from collections.abc import Awaitable, Callable
 from typing import Final, Protocol
 
 from muster.bus.errors import BusError
-from muster.bus.subjects import config_subject, workload_filters
+from muster.bus.subjects import config_subject, workload_subject
 
 CONFIG_SUBJECTS: Final = config_subject("*", ">")  # muster.v1.<cluster>.config.<event>
-SUBMITTED_SUBJECTS: Final = workload_filters("*", "submitted")
+# Without the name a gateway's `submitted` has after the partition (`named_subject`): listing
+# those would list every workload name the stream holds. A gateway that stores only those
+# (`--name-claims submitted`) is not seen here; its own check (`gateway/watched.py`) remains.
+_SUBMITTED: Final = workload_subject("*", "submitted")
+SUBMITTED_SUBJECTS: Final = (_SUBMITTED, f"{_SUBMITTED}.*")
 
 
 class SubjectList(Protocol):

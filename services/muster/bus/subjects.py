@@ -6,11 +6,15 @@ event that names its admission partition (`Envelope.partition`, `partitions.py`)
 subject token, the partition, and so does a `config.partition` record. One that names none (it
 is about no Kueue workload, its publisher did not know, or it was stored before partitions) has
 not: every admission replica reads those, so readers filter on both (`workload_filters`).
+A gateway's `submitted` has one more again, its workload's name (`name_key`, one or more tokens),
+so that a Submit's one write is fenced on its name across clusters (`name_filter`;
+docs/events.md, "One-write claims"): readers of `submitted` read `<subject>.<partition>.>` too.
 Services build the subjects they publish and consume with the functions here, never by hand.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -46,6 +50,10 @@ _NOT_WORKLOAD_EVENTS: Final = {
 }
 # Events whose subject ends with the partition token.
 _PARTITIONED_KINDS: Final = ("workload.", "config.partition")
+# Workload events a gateway stores with their name after the partition token (`named_subject`).
+NAMED_EVENTS: Final = frozenset({"submitted"})
+# JetStream's key characters in non-empty dot-separated tokens: a KV key, and a name's tokens.
+_KEY = re.compile(r"[-/_=a-zA-Z0-9]+(\.[-/_=a-zA-Z0-9]+)*")
 
 
 def _event_types() -> dict[str, str]:
@@ -113,12 +121,57 @@ def workload_subject(cluster: str, event: str) -> str:
 
 def workload_filters(cluster: str, event: str, partition: str = "*") -> tuple[str, ...]:
     """The filters that read `event` about `cluster` in `partition` (a token, or `*`): as
-    stored now (with the token) and, for every partition, as stored before partitions."""
+    stored now (with the token, and a name after it for a named event) and, for every
+    partition, as stored before partitions."""
     base = workload_subject(cluster, event)
     if event == ">":
         return (base,)
     token = partition if partition == "*" else check_token(partition, what="partition")
-    return (base, f"{base}.{token}")
+    return (base, *partition_filters(base, event, token))
+
+
+def partition_filters(base: str, event: str, token: str) -> tuple[str, ...]:
+    """The filters of `event` on subject `base` in partition `token` (or `*`): `<base>.<token>`
+    and, for an event a gateway stores with its name (`NAMED_EVENTS`), `<base>.<token>.>`."""
+    at = f"{base}.{token}"
+    return (at, f"{at}.>") if event in NAMED_EVENTS else (at,)
+
+
+def valid_key(key: str) -> bool:
+    """Whether `key` can be stored: JetStream's key characters in non-empty dot-separated
+    tokens (`lq.ns.../x` has an empty one: the server would refuse its subject)."""
+    return _KEY.fullmatch(key) is not None
+
+
+def name_key(workload: str) -> str:
+    """The name of workload `workload` ("<namespace>/<name>") as subject tokens (and a key of
+    `MUSTER_NAMES`), whatever its cluster: admission takes a name for one workload in every
+    cluster (`admission.ledger.Ledger.submit`). Names are DNS-1123 (muster.api checks them) and
+    a namespace is one token, so the readable form `<namespace>.<name>` is one name's only;
+    any other is hashed under a token no namespace can be ("=")."""
+    namespace, _, name = workload.partition("/")
+    key = f"{namespace}.{name}"
+    if valid_key(key) and len(key) <= _NAME_KEY_CHARS:
+        return key
+    return f"=sha256.{hashlib.sha256(workload.encode()).hexdigest()}"
+
+
+# A readable name key longer than this is hashed: a namespace (63) and a name (253) fit it.
+_NAME_KEY_CHARS: Final = 320
+
+
+def named_subject(env: events_pb2.Envelope) -> str:
+    """The subject a gateway stores `submitted` `env` on, the Submit's one write:
+    `muster.v1.<cluster>.workload.submitted.<partition>.<name key>`. `env` names its partition."""
+    if env.WhichOneof("payload") not in NAMED_EVENTS or not env.partition:
+        raise ValueError(f"{env.type} of {env.workload!r} has no name subject")
+    return f"{subject_of(env)}.{name_key(env.workload)}"
+
+
+def name_filter(workload: str) -> str:
+    """Every cluster's and partition's named `submitted` of `workload`'s name: what a
+    gateway's `submitted` is fenced on (one workload per name at a time, in every cluster)."""
+    return f"{workload_subject('*', 'submitted')}.*.{name_key(workload)}"
 
 
 def command_subject(cluster: str, command: str) -> str:

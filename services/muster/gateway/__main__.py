@@ -35,6 +35,7 @@ from muster.gateway.auth_config import (
     SecurityConfig,
 )
 from muster.gateway.book import FINISHED_KEPT, FINISHED_RETENTION_S
+from muster.gateway.claims import name_claims
 from muster.gateway.config import (
     DEFAULT_LISTEN,
     DEFAULT_MAX_CALLS,
@@ -60,6 +61,10 @@ GATEWAY_FLAGS = (
          "how long after it finishes a workload is still listed and described (at most the "
          f"last {FINISHED_KEPT} finished); then NOT_FOUND, as Kueue's objectRetentionPolicies "
          "deletes a finished Workload; its events stay in the stream"),
+    Flag("--name-claims", "kv|both|submitted", name_claims, "MUSTER_GATEWAY_NAME_CLAIMS", "kv",
+         "where a Submit claims a workload's name: kv, in MUSTER_NAMES (as gateways from before "
+         "2026-11-27); both, there and by its fenced submitted; submitted, by the latter alone, "
+         "one write; each runs beside the next one only (docs/events.md, \"One-write claims\")"),
 )  # fmt: skip
 SECURITY_FLAGS = (
     Flag("--tls-cert", "FILE", str, "MUSTER_GATEWAY_TLS_CERT", None,
@@ -198,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             max_calls=args.max_calls,
             finished_retention_s=args.finished_retention_seconds,
             heartbeat_max_bytes=args.heartbeat_max_bytes,
+            name_claims=args.name_claims,
             cluster=service.cluster,
             max_event_bytes=service.bus.max_event_bytes,
             grace_s=service.grace_s,

@@ -12,12 +12,23 @@ sequence of the name's last `deleted` then, 0 if none) and when (`at_s`, the cla
 from __future__ import annotations
 
 import enum
-import hashlib
-from typing import Final
+from typing import Final, Literal
 
 import msgspec
 
-from muster.bus.kv import valid_key
+from muster.bus.subjects import name_key
+
+__all__ = [
+    "NAME_CLAIMS",
+    "Claim",
+    "NameClaims",
+    "Verdict",
+    "decode_claim",
+    "encode_claim",
+    "name_claims",
+    "name_key",
+    "verdict",
+]
 
 # A claim whose submission is nowhere to be read this long after it was written is taken to be
 # a gateway's that stopped between the claim and its `submitted` (restarted mid-claim). Large
@@ -26,6 +37,21 @@ ORPHAN_AFTER_S: Final = 120.0
 # A claimant that could not send its `submitted` this soon after its claim sends nothing (the
 # caller retries): what it sends is always stored well within ORPHAN_AFTER_S of its claim.
 CLAIMANT_DEADLINE_S: Final = 30.0
+
+
+# Where a gateway claims names (`--name-claims`, docs/events.md "One-write claims"): in
+# MUSTER_NAMES, as before ("kv"); there and by its fenced `submitted` ("both"); by the latter
+# alone ("submitted", one write). Each mode runs beside the next one only.
+NameClaims = Literal["kv", "both", "submitted"]
+NAME_CLAIMS: Final[tuple[NameClaims, ...]] = ("kv", "both", "submitted")
+
+
+def name_claims(value: str) -> NameClaims:
+    """`--name-claims`: one of NAME_CLAIMS; ValueError for anything else."""
+    for mode in NAME_CLAIMS:
+        if value == mode:
+            return mode
+    raise ValueError(f"name claims must be one of {', '.join(NAME_CLAIMS)}, got {value!r}")
 
 
 class Claim(msgspec.Struct, frozen=True, kw_only=True):
@@ -61,18 +87,6 @@ def decode_claim(data: bytes) -> Claim | None:
         return _DECODER.decode(data)
     except msgspec.DecodeError:
         return None
-
-
-def name_key(workload: str) -> str:
-    """The key of workload `workload` ("<namespace>/<name>"), whatever its cluster: admission
-    takes a name for one workload in every cluster (`admission.ledger.Ledger.submit`). Names are
-    DNS-1123 (muster.api checks them), so the readable form is a valid key; any other is hashed
-    under a token no namespace can be ("=")."""
-    namespace, _, name = workload.partition("/")
-    key = f"{namespace}.{name}"
-    if valid_key(key):
-        return key
-    return f"=sha256.{hashlib.sha256(workload.encode()).hexdigest()}"
 
 
 def verdict(

@@ -12,6 +12,7 @@ from muster.bus.subjects import DEFAULT_CLUSTER, check_cluster
 from muster.core.heartbeat_parts import HEARTBEAT_MAX_BYTES
 from muster.gateway.auth_config import SecurityConfig
 from muster.gateway.book import FINISHED_RETENTION_S
+from muster.gateway.claims import NameClaims, name_claims
 from muster.gateway.kube_visibility_server import VisibilityServing
 
 DEFAULT_LISTEN: Final = "127.0.0.1:50051"
@@ -39,6 +40,8 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     visibility: VisibilityServing | None = None
     # A worker's heartbeat larger than this (head and parts) is shown Refused (cluster_cache)
     heartbeat_max_bytes: int = HEARTBEAT_MAX_BYTES
+    # Where Submit claims a name: "kv" (as before), "both", "submitted" (gateway/known.py)
+    name_claims: NameClaims = "kv"
 
     def __post_init__(self) -> None:
         host, _ = split_listen(self.listen)
@@ -47,6 +50,7 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"cluster backend must be sim or kube, got {self.cluster_backend!r}")
         if self.visibility is not None:
             split_listen(self.visibility.listen)
+        name_claims(self.name_claims)
         if self.max_calls < 1:
             raise ValueError(f"max calls must be >= 1, got {self.max_calls}")
         if not self.finished_retention_s >= 0:  # NaN too

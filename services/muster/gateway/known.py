@@ -12,13 +12,19 @@ gateway nobody submits to reads nothing more than before). An index that may be 
 trusted to say "new"; when it says "known", the stream is read up to its end first, so a
 deletion stored just before is seen, as admission will see it.
 
-Two gateways (or one behind) can both find a name new at the same instant. So before its
-`submitted` a Submit claims the name in `MUSTER_NAMES` (`muster.gateway.claims`: one key per
-name, written only at the revision read), whatever the age of the name's last life: of two
-racing submissions one holds the claim and the other's caller is told "already exists" (or,
-when the claim is its own Submit's, retried, "submitted"). The `submitted` is still stored
-under a message id per name and life (`KnownWorkloads.claim`), which is what keeps gateways of
-before the claims apart from these during an upgrade (docs/events.md, "Dedupe").
+Two gateways (or one behind) can both find a name new at the same instant. So a Submit claims
+the name (`claims`, `--name-claims`): "kv", as gateways from before the one-write claims do,
+in `MUSTER_NAMES` (`muster.gateway.claims`: one key per name, written only at the revision
+read) before its `submitted`; "both", in `MUSTER_NAMES` and by storing its `submitted` on its
+name's subject (`subjects.named_subject`), fenced on that name's filter in every cluster
+(`subjects.name_filter`): at 0 for a name never stored so, or at the sequence of its last
+life's `submitted` once the index has read that life's `deleted`; "submitted", by that fenced
+write alone. Of two racing submissions one holds the name and the other's caller is told
+"already exists" (or, when the holder is its own Submit, retried, "submitted"). A "kv"
+gateway and a "submitted" one do not see each other's claims: "both" is the step between
+(docs/events.md, "One-write claims"). The `submitted` is still stored under a message id per
+name and life (`KnownWorkloads.claim`), which is what keeps gateways of before the claims
+apart from these during an upgrade (docs/events.md, "Dedupe").
 """
 
 from __future__ import annotations
@@ -33,16 +39,18 @@ from typing import Final, NamedTuple, Protocol
 import msgspec
 
 from muster.bus.buckets import NAMES_BUCKET
+from muster.bus.connection import Stored
 from muster.bus.errors import BusError, Conflict, Retry, SetupError, Unavailable
 from muster.bus.kv import Bucket
 from muster.bus.publisher import Duplicated
-from muster.bus.subjects import EVENTS_KEPT_S, EVENTS_STREAM, workload_filters
+from muster.bus.subjects import EVENTS_KEPT_S, EVENTS_STREAM, name_filter, workload_filters
 from muster.bus.supervision import supervised
 from muster.contracts.v1 import events_pb2
 from muster.gateway.claims import (
     CLAIMANT_DEADLINE_S,
     ORPHAN_AFTER_S,
     Claim,
+    NameClaims,
     Verdict,
     decode_claim,
     encode_claim,
@@ -80,6 +88,10 @@ class KnownWorkloads:
     def __init__(self, *, finished_kept: int = FINISHED_KEPT, sent_kept: int = SENT_KEPT) -> None:
         self.live: dict[str, str] = {}
         self.deleted: OrderedDict[str, int] = OrderedDict()  # key -> its last deletion's sequence
+        # The sequence of the `submitted` holding each live or finished key, and of the last
+        # one of each deleted key: what the name's next `submitted` is fenced at.
+        self.held_at: dict[str, int] = {}
+        self.freed_at: dict[str, int] = {}
         self.finished: OrderedDict[str, str] = OrderedDict()  # oldest first
         self.finished_kept = finished_kept
         self.sequence = 0
@@ -99,22 +111,30 @@ class KnownWorkloads:
         match env.WhichOneof("payload"):
             case "submitted" if key not in self.live and key not in self.finished:
                 self.live[key] = env.event_id
+                self.held_at[key] = env.sequence
             case "finished" if key in self.live:
                 self.finished[key] = self.live.pop(key)
                 if len(self.finished) > self.finished_kept:
-                    self.finished.popitem(last=False)
+                    self.held_at.pop(self.finished.popitem(last=False)[0], None)
             case "deleted":
                 self.live.pop(key, None)
                 self.finished.pop(key, None)
                 self.sent.pop(key, None)
                 self.deleted[key] = env.sequence
                 self.deleted.move_to_end(key)
+                if held_at := self.held_at.pop(key, 0):
+                    self.freed_at[key] = held_at
                 if len(self.deleted) > DELETED_KEPT:
-                    self.deleted.popitem(last=False)
+                    self.freed_at.pop(self.deleted.popitem(last=False)[0], None)
 
     def life(self, key: str) -> int:
         """The sequence of `key`'s last deletion read (0: none): which life of the name is next."""
         return self.deleted.get(key, 0)
+
+    def fence(self, key: str) -> int:
+        """The sequence `key`'s next `submitted` is fenced at: its last life's, once deleted
+        (0: none known; a wrong guess is only a refused write, `KnownFollower._store`)."""
+        return 0 if key in self.held_at else self.freed_at.get(key, 0)
 
     def claim(self, cluster: str, key: str, life: int | None = None) -> str:
         """The message id a `submitted` of `key` is stored under: one per name and life of
@@ -161,13 +181,25 @@ class Held(NamedTuple):
 class SubmitPublisher(Protocol):
     """How Submit stores an event (`muster.bus.Bus.publish`)."""
 
-    async def publish(self, env: events_pb2.Envelope, *, dedupe_id: str | None = None) -> int: ...
+    async def publish(
+        self,
+        env: events_pb2.Envelope,
+        *,
+        expected_last_subject_sequence: int | None = None,
+        fenced_on: str | None = None,
+        dedupe_id: str | None = None,
+        named: bool = False,
+    ) -> int: ...
 
 
 class KnownBus(EventHistory, Protocol):
     """What the index reads (MUSTER_EVENTS) and where names are claimed (`muster.bus.Bus`)."""
 
     async def kv(self, bucket: str, *, ttl_s: float | None = None) -> Bucket: ...
+
+    async def last_stored(
+        self, subject_filter: str, stream: str = EVENTS_STREAM
+    ) -> Stored | None: ...
 
 
 class KnownFollower:
@@ -182,8 +214,10 @@ class KnownFollower:
         read_s: float = CATCH_UP_S,
         orphan_after_s: float = ORPHAN_AFTER_S,
         clock: Callable[[], float] = time.time,
+        claims: NameClaims = "kv",
     ) -> None:
         self.history = history
+        self.claims = claims  # where names are claimed: in MUSTER_NAMES, by the `submitted`
         self.known = KnownWorkloads()
         self.catch_up_s = catch_up_s  # a Submit's wait for the index, then the claims decide
         self.read_s = read_s  # a claim's wait for the stream's end, then UNAVAILABLE
@@ -233,7 +267,13 @@ class KnownFollower:
         """
         submitted = [env for env in envs if env.WhichOneof("payload") == "submitted"]
         claimed_at = time.monotonic()
-        held = await self._claim_all(submitted)
+        if self._one_write(submitted):
+            held: dict[str, Held | None] = {
+                env.event_id: Held(name_key(env.workload), self.known.life(env.workload), 0)
+                for env in submitted
+            }
+        else:
+            held = await self._claim_all(submitted)
         unsent = {event_id: h for event_id, h in held.items() if h is not None and h.revision}
         lost = {event_id for event_id, h in held.items() if h is None}
         try:
@@ -253,6 +293,14 @@ class KnownFollower:
             await self._release(unsent)
             raise
         return lost
+
+    def _one_write(self, submitted: Sequence[events_pb2.Envelope]) -> bool:
+        """Whether the fenced `submitted` alone claims these names: no gateway claims in
+        MUSTER_NAMES alone ("submitted"), and the index was read to the stream's end, so it
+        knows every name a `submitted` without a name holds (stored before)."""
+        if self.claims != "submitted" or not self._ready.is_set():
+            return False
+        return all(env.partition for env in submitted)  # a named subject needs its partition
 
     async def _claim_all(self, submitted: Sequence[events_pb2.Envelope]) -> dict[str, Held | None]:
         """`_claim` for each of `submitted` (by event id), all at once; when one fails, the
@@ -297,14 +345,60 @@ class KnownFollower:
         await asyncio.shield(asyncio.gather(*(release(h) for h in claims.values())))
 
     async def _store(self, bus: SubmitPublisher, env: events_pb2.Envelope, life: int) -> bool:
-        """Store `submitted` `env`, whose name this Submit holds for life `life`; False when a
-        `submitted` of that life was stored without a claim (a gateway of before the claims,
-        within the dedupe window: its caller was told "submitted" first)."""
+        """Store `submitted` `env` of life `life` of its name, on its name's subject fenced on
+        the name's filter (unless "kv", or it names no partition); False when another
+        submission holds that life: one stored so, or a `submitted` of that life stored without
+        a claim (a gateway of before the claims, within the dedupe window: its caller was told
+        "submitted" first)."""
         claim = self.known.claim(env.cluster, env.workload, life)
-        if not isinstance(await bus.publish(env, dedupe_id=claim), Duplicated):
+        if env.partition and self.claims != "kv":
+            fenced = await self._store_fenced(bus, env, claim)
+            if fenced is not None:
+                return fenced
+        # Without a name subject ("kv", or no partition): the KV claim alone holds the name.
+        elif not isinstance(await bus.publish(env, dedupe_id=claim), Duplicated):
             return True
         await self._read_to_end_within()  # the submission stored under `claim`
         return not self.known.duplicate(env.workload, env.event_id)
+
+    async def _store_fenced(
+        self, bus: SubmitPublisher, env: events_pb2.Envelope, claim: str
+    ) -> bool | None:
+        """Store `env` on its name's subject, fenced where the index says the name's last
+        `submitted` is: True when stored (or found stored: a retry), False when another
+        submission holds the name's current life, None when the dedupe id says a gateway of
+        before stored it (`_store` decides). A refused write reads the filter's last message:
+        this submission's (stored already), an earlier life's (written again, fenced at it),
+        or, once the index is read to the end and knows no deletion after it, another's."""
+        fence = name_filter(env.workload)
+        expected = self.known.fence(env.workload)
+        for _ in range(CLAIMS):
+            try:
+                stored = await bus.publish(
+                    env,
+                    dedupe_id=claim,
+                    named=True,
+                    expected_last_subject_sequence=expected,
+                    fenced_on=fence,
+                )
+                return None if isinstance(stored, Duplicated) else True
+            except Conflict:
+                pass  # the name's last `submitted` is not at `expected`
+            last = await self.history.last_stored(fence)
+            if last is None:
+                expected = 0  # nothing stored on it any more (aged out)
+                continue
+            if last.envelope is not None and last.envelope.event_id == env.event_id:
+                return True  # this submission's, stored before: a retry
+            # A `submitted` that does not decode holds nothing: readers skip it too.
+            if last.envelope is None or self.known.life(env.workload) > last.sequence:
+                expected = last.sequence
+                continue
+            await self._read_to_end_within()
+            if self.known.life(env.workload) <= last.sequence:
+                return False  # the name's current life is another submission's
+            expected = last.sequence
+        raise Retry(1.0, f"{env.workload}: its name was claimed again and again while submitting")
 
     async def _claim(self, env: events_pb2.Envelope) -> Held | None:
         """Claim `submitted` `env`'s name in MUSTER_NAMES: the life of the name it holds now

@@ -88,7 +88,8 @@ class GatewayServer:
         self.follower = BookFollower(
             bus, finished_retention_s=config.finished_retention_s, manager=config.cluster
         )
-        self.known = KnownFollower(bus)  # Submit's duplicates, from the first Submit on
+        # Submit's duplicates, from the first Submit on, and its claims of names
+        self.known = KnownFollower(bus, claims=config.name_claims)
         self._clusters: Bucket | None = None  # MUSTER_CLUSTERS, opened when first asked
         self.partitions = QueuePartitions()
 

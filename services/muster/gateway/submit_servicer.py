@@ -19,7 +19,6 @@ from opentelemetry import trace
 from muster.api import VALIDATIONS, FieldError, Validation
 from muster.api.quantity import shown
 from muster.bus.errors import BusError, Reject
-from muster.bus.kv import Bucket
 from muster.bus.partitions import QueuePartitions
 from muster.bus.progress import Tracker
 from muster.bus.subjects import EVENTS_STREAM, check_cluster
@@ -29,7 +28,7 @@ from muster.gateway.aborts import abort as _abort
 from muster.gateway.aborts import answer as _answer
 from muster.gateway.auth import current_caller
 from muster.gateway.config import GatewayConfig
-from muster.gateway.known import KnownFollower
+from muster.gateway.known import KnownBus, KnownFollower, SubmitPublisher
 from muster.gateway.kube_submit import SubmitRefusedError, Written, write_objects
 from muster.gateway.permissions import Authorizer, Caller, denials, submit_actions
 from muster.gateway.submit import (
@@ -39,7 +38,6 @@ from muster.gateway.submit import (
     oversized,
     plan_submit,
 )
-from muster.gateway.watch import EventHistory
 from muster.gateway.workload_rpcs import ControlRpcs
 from muster.gateway.workloads import BookFollower
 
@@ -53,16 +51,12 @@ log = logging.getLogger(__name__)
 INLINE_MANIFEST_BYTES: Final = 16 * 1024
 
 
-class GatewayBus(EventHistory, Protocol):
-    """What the gateway needs from `muster.bus.Bus`."""
+class GatewayBus(KnownBus, SubmitPublisher, Protocol):
+    """What the gateway needs from `muster.bus.Bus` (Submit's claims and writes: `known`)."""
 
     async def stored_subjects(self, pattern: str, stream: str = EVENTS_STREAM) -> list[str]: ...
 
     async def publish_all(self, envs: Iterable[events_pb2.Envelope]) -> list[int]: ...
-
-    async def publish(self, env: events_pb2.Envelope, *, dedupe_id: str | None = None) -> int: ...
-
-    async def kv(self, bucket: str, *, ttl_s: float | None = None) -> Bucket: ...
 
 
 class GatewayServicer(ControlRpcs, services_pb2_grpc.GatewayServicer):

@@ -130,3 +130,28 @@ def test_a_name_is_claimed_anew_for_each_life_and_alike_by_every_gateway(
         other.apply(env)
         assert one.claim("local", key) == other.claim("local", key)
         assert (one.claim("local", key) != before) == (what == "delete")
+
+
+def at(env: pb.Envelope, sequence: int) -> pb.Envelope:
+    env.sequence = sequence
+    return env
+
+
+def test_a_names_next_submitted_is_fenced_at_its_last_lifes_once_deleted() -> None:
+    known = KnownWorkloads(finished_kept=1)
+    assert known.fence("ns/a") == 0  # never stored
+    known.apply(at(submitted("ns/a"), 5))
+    assert known.fence("ns/a") == 0  # held: a Submit is refused by the fence, then `exists`
+    known.apply(at(ended("delete", "ns/a"), 9))
+    assert known.fence("ns/a") == 5
+    known.apply(at(submitted("ns/a"), 12))
+    known.apply(at(ended("finish", "ns/a"), 13))
+    known.apply(at(ended("delete", "ns/a"), 14))
+    assert known.fence("ns/a") == 12
+    # A finished one forgotten (past `finished_kept`) is forgotten here too: memory bounded.
+    known.apply(at(submitted("ns/b"), 20))
+    known.apply(at(ended("finish", "ns/b"), 21))
+    known.apply(at(submitted("ns/c"), 22))
+    known.apply(at(ended("finish", "ns/c"), 23))
+    assert "ns/b" not in known.held_at
+    assert known.fence("ns/b") == 0  # a wrong guess only costs a refused write

@@ -186,9 +186,12 @@ async def test_bad_requests_name_the_field(request_: Request, field: str) -> Non
         pytest.param(
             {"types": ["workload.admitted"], "local_queue": "main"},
             [
-                f"muster.v1.*.workload.{e}{partition}"
-                for e in ("admitted", "deleted", "finished", "routed", "submitted")
-                for partition in ("", ".*")
+                *(
+                    f"muster.v1.*.workload.{e}{partition}"
+                    for e in ("admitted", "deleted", "finished", "routed", "submitted")
+                    for partition in ("", ".*")
+                ),
+                "muster.v1.*.workload.submitted.*.>",  # a gateway's, with its name
             ],
             id="types and local queue read the membership events too",
         ),
