@@ -185,3 +185,38 @@ spec:
     again, errors = decode_documents([workload_to_kueue(wl)])
     assert errors == []
     assert again == [wl]
+
+
+def test_runtime_class_and_pod_level_resources_round_trip() -> None:
+    """A podset naming a RuntimeClass, with its own spec.resources, is written with both (the
+    engine charges the RuntimeClass's overhead and the pod's requests from them) and reads
+    back the same."""
+    from muster.api.decode import decode_yaml
+
+    objects, errors = decode_yaml("""
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: Workload
+metadata: {namespace: ml, name: w}
+spec:
+  queueName: main
+  podSets:
+  - name: main
+    count: 1
+    template:
+      spec:
+        runtimeClassName: kata
+        resources: {requests: {cpu: 2}, limits: {memory: 1Gi}}
+        containers: [{name: a, resources: {requests: {cpu: 500m, nvidia.com/gpu: 1}}}]
+""")
+    assert errors == []
+    (wl,) = objects
+    assert isinstance(wl, Workload)
+    (ps,) = wl.pod_sets
+    # The pod's cpu and memory (its memory limit as the request); the container's gpu.
+    assert ps.requests == {"cpu": 2000, "memory": GI, "nvidia.com/gpu": 1000}
+    spec = workload_to_kueue(wl)["spec"]["podSets"][0]["template"]["spec"]
+    assert spec["runtimeClassName"] == "kata"
+    assert spec["resources"] == {"requests": {"cpu": "2"}, "limits": {"memory": "1Gi"}}
+    again, errors = decode_documents([workload_to_kueue(wl)])
+    assert errors == []
+    assert again == [wl]
