@@ -52,3 +52,20 @@ def overhead_problem(
     if pod.overhead and dict(pod.overhead) != dict(found.overhead):
         return f'{path}.overhead: does not match the overhead.podFixed of RuntimeClass "{name}"'
     return None
+
+
+def admitted_pod(pod: PodResources, found: RuntimeClass | None) -> PodResources | str:
+    """`pod` as the API server's RuntimeClass admission stores it (`found` is the RuntimeClass
+    it names, None when it names none or that one does not exist), or why it refuses it, in
+    Kubernetes' words (the 403's reason after `pods "<name>" is forbidden: `)."""
+    name = pod.runtime_class_name
+    if name and found is None:
+        return f'pod rejected: RuntimeClass "{name}" not found'
+    fixed = found.overhead if found is not None else {}
+    if fixed:
+        if pod.overhead and dict(pod.overhead) != dict(fixed):
+            return "pod rejected: Pod's Overhead doesn't match RuntimeClass's defined Overhead"
+        return msgspec.structs.replace(pod, overhead=fixed)
+    if pod.overhead:
+        return "pod rejected: Pod Overhead set without corresponding RuntimeClass defined Overhead"
+    return pod
