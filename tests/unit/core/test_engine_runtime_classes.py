@@ -3,38 +3,9 @@ a missing one holds the workload until it appears."""
 
 from __future__ import annotations
 
-from muster.api.decode import decode_yaml
+from test_engine_limit_ranges import _admitted, _engine, _one
+
 from muster.api.model import RuntimeClass, Workload, WorkloadKey
-from muster.core.engine import Engine
-from muster.core.events import Event, EventType
-
-QUEUES = """
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ResourceFlavor
-metadata: {name: default}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: cq}
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-  - coveredResources: [cpu]
-    flavors:
-    - {name: default, resources: [{name: cpu, nominalQuota: 4}]}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {namespace: ns, name: lq}
-spec: {clusterQueue: cq}
-"""
-
-
-def _one(text: str) -> object:
-    objects, errors = decode_yaml(text)
-    assert errors == []
-    (obj,) = objects
-    return obj
 
 
 def _workload(name: str) -> Workload:
@@ -67,16 +38,6 @@ overhead: {{podFixed: {{cpu: {cpu}}}}}
 """)
     assert isinstance(rc, RuntimeClass)
     return rc
-
-
-def _admitted(events: list[Event]) -> list[str]:
-    return [e.object for e in events if e.type is EventType.ADMITTED]
-
-
-def _engine() -> Engine:
-    objects, errors = decode_yaml(QUEUES)
-    assert errors == []
-    return Engine(objects)
 
 
 def test_a_missing_runtime_class_holds_the_workload_until_it_appears() -> None:
