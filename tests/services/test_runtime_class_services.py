@@ -5,14 +5,7 @@ does not exist waits, naming it, until it is submitted."""
 from __future__ import annotations
 
 import pytest
-from admission_world import (
-    cluster_queue,
-    config_applied,
-    flavor,
-    local_queue,
-    publish,
-    start_admission,
-)
+from admission_world import basic_config, running, start_admission
 from bus_helpers import EventLog
 from gateway_helpers import running_gateway
 
@@ -52,15 +45,9 @@ spec:
 async def test_submit_charges_a_runtime_class_overhead_and_holds_a_missing_one(
     bus: Bus, bus_config: BusConfig, events: EventLog
 ) -> None:
-    admission = await start_admission(bus_config)
-    try:
+    async with running(await start_admission(bus_config)) as (admission,):
         await admission.wait_serving()
-        await publish(
-            bus,
-            config_applied(flavor()),
-            config_applied(cluster_queue(cpu="4")),
-            config_applied(local_queue()),
-        )
+        await basic_config(bus, cpu="4")
         manifest = "---\n".join([_runtime_class("kata"), _workload("a", "kata")])
         async with running_gateway(bus) as gw:
             reply = await gw.gateway.Submit(
@@ -84,5 +71,3 @@ async def test_submit_charges_a_runtime_class_overhead_and_holds_a_missing_one(
             admitted = await events.wait_for("admitted", workload="ns/b")
             (assignment,) = admitted.admitted.admission.pod_set_assignments
             assert dict(assignment.resource_usage) == {"cpu": "2"}
-    finally:
-        await admission.stop()

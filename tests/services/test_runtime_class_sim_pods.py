@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 import pytest
 import yaml
 from bus_helpers import EventLog
-from placement_stack import Stack, node, placement_stack
-from test_gang_api_services import WORKLOAD, group_yaml
+from placement_stack import Stack, placement_stack
+from test_limit_range_sim_pods import gang_of_two_placed
 
 from muster.bus import Bus
 from muster.cluster import ClusterError
@@ -47,19 +47,8 @@ async def stack(bus: Bus, events: EventLog) -> AsyncIterator[Stack]:
 async def test_pods_get_their_runtime_class_overhead_and_are_placed_by_it(stack: Stack) -> None:
     """Two pods of 2 cpu and 1 cpu overhead on nodes of 4: one per node (without the overhead
     both would fit on one)."""
-    await stack.backend.apply(node("a", cpu="4"))
-    await stack.backend.apply(node("b", cpu="4"))
-    await stack.apply_all(KATA)
-    group = group_yaml("workers", min_count=2)
-    await stack.submit("---\n".join([WORKLOAD, group, pod_yaml("w-0"), pod_yaml("w-1")]))
-
-    await stack.events.wait_for("gang_permitted", workload="ns/workers", timeout_s=10)
-    pods = await stack.wait_for_pods("ns/workers", lambda ps: all(p.node_name for p in ps))
-    assert sorted((p.name, p.requests.get("cpu")) for p in pods) == [
-        ("w-0", 3000),
-        ("w-1", 3000),
-    ]
-    assert sorted(p.node_name for p in pods) == ["a", "b"]
+    pods = [pod_yaml("w-0"), pod_yaml("w-1")]
+    assert await gang_of_two_placed(stack, KATA, pods) == [("w-0", 3000), ("w-1", 3000)]
 
 
 async def test_a_pod_naming_a_missing_runtime_class_is_refused_in_kubernetes_words(
