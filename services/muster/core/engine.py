@@ -50,7 +50,7 @@ from muster.core.config import Configuration
 from muster.core.events import Event, EventType
 from muster.core.heads import Heads
 from muster.core.lifecycle import Lifecycle, assignment_of
-from muster.core.limit_ranges import adjusted_workload, resource_problem
+from muster.core.limit_ranges import NO_RUNTIME_CLASSES, adjusted_workload, resource_problem
 from muster.core.queueing import Queueing
 from muster.core.queues import TreeRuntime
 from muster.core.reclaim import NONE, reclaimable_of
@@ -196,8 +196,9 @@ class Engine(EngineViews):
         requests of a workload naming no RuntimeClass as they are."""
         config = self.state.config
         summary = config.limit_summary(r.local_queue, r.wl.meta.namespace)
-        classes = config.runtime_classes_of(r.local_queue)
-        if fresh and summary is None and not _names_runtime_class(r.wl):
+        names_one = _names_runtime_class(r.wl)
+        classes = config.runtime_classes_of(r.local_queue) if names_one else NO_RUNTIME_CLASSES
+        if fresh and summary is None and not names_one:
             wl = r.wl
         else:
             wl = adjusted_workload(r.wl, summary, classes)
