@@ -737,6 +737,7 @@ _WATCHED = {
     ("", "nodes"),
     ("", "pods"),
     ("scheduling.k8s.io", "priorityclasses"),
+    ("node.k8s.io", "runtimeclasses"),
     ("scheduling.k8s.io", "workloads"),
     ("batch", "jobs"),
     ("jobset.x-k8s.io", "jobsets"),

@@ -132,6 +132,9 @@ class Kubectl:
             self.core.create_namespaced_limit_range(namespace, as_model(client.V1LimitRange, obj))
         elif kind == "Node":
             self.core.create_node(as_model(client.V1Node, obj))
+        elif kind == "RuntimeClass":
+            node = client.NodeV1Api(self._api)
+            node.create_runtime_class(as_model(client.V1RuntimeClass, obj))
         elif kind == "Pod":
             self.core.create_namespaced_pod(namespace, as_model(client.V1Pod, obj))
         elif kind == "Job":

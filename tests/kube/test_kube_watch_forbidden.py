@@ -70,3 +70,15 @@ async def test_a_watcher_without_the_limit_range_rule_stops_naming_it(tmp_path: 
 
 async def test_the_shipped_watcher_role_lists_every_source(tmp_path: Path) -> None:
     await _first_listing(tmp_path, _watcher_access())
+
+
+async def test_a_watcher_without_the_runtime_class_rule_stops_naming_it(tmp_path: Path) -> None:
+    """Without it, workloads naming a RuntimeClass would be held as naming a missing one."""
+    with pytest.raises(ClusterError) as stopped:
+        await _first_listing(tmp_path, _watcher_access(without="runtimeclasses.node.k8s.io"))
+    assert (stopped.value.obj, stopped.value.reason) == ("runtimeclasses.node.k8s.io", "Forbidden")
+    assert stopped.value.message.endswith(
+        'add the rule {apiGroups: ["node.k8s.io"], resources: ["runtimeclasses"], verbs: '
+        '["list", "watch"]} to its ServiceAccount\'s ClusterRole (k8s/rbac/ has muster\'s), '
+        "then start it again"
+    )

@@ -44,21 +44,25 @@ async def stack(bus: Bus, events: EventLog) -> AsyncIterator[Stack]:
         yield s
 
 
-async def test_pods_get_the_default_request_and_are_placed_by_it(stack: Stack) -> None:
-    """Two pods of 3 default cpu on nodes of 4: one per node (as written they ask for none)."""
+async def gang_of_two_placed(stack: Stack, setup: str, pods: list[str]) -> list[tuple[str, int]]:
+    """Nodes a and b of 4 cpu, `setup` written into the cluster, then gang `workers` of the two
+    `pods` submitted: each pod's cpu request as stored once both are bound, one per node."""
     await stack.backend.apply(node("a", cpu="4"))
     await stack.backend.apply(node("b", cpu="4"))
-    await stack.apply_all(LIMIT_RANGE)
+    await stack.apply_all(setup)
     group = group_yaml("workers", min_count=2)
-    await stack.submit("---\n".join([WORKLOAD, group, pod_yaml("w-0"), pod_yaml("w-1")]))
+    await stack.submit("---\n".join([WORKLOAD, group, *pods]))
 
     await stack.events.wait_for("gang_permitted", workload="ns/workers", timeout_s=10)
-    pods = await stack.wait_for_pods("ns/workers", lambda ps: all(p.node_name for p in ps))
-    assert sorted((p.name, p.requests.get("cpu")) for p in pods) == [
-        ("w-0", 3000),
-        ("w-1", 3000),
-    ]
-    assert sorted(p.node_name for p in pods) == ["a", "b"]
+    placed = await stack.wait_for_pods("ns/workers", lambda ps: all(p.node_name for p in ps))
+    assert sorted(p.node_name for p in placed) == ["a", "b"]
+    return sorted((p.name, p.requests.get("cpu", 0)) for p in placed)
+
+
+async def test_pods_get_the_default_request_and_are_placed_by_it(stack: Stack) -> None:
+    """Two pods of 3 default cpu on nodes of 4: one per node (as written they ask for none)."""
+    pods = [pod_yaml("w-0"), pod_yaml("w-1")]
+    assert await gang_of_two_placed(stack, LIMIT_RANGE, pods) == [("w-0", 3000), ("w-1", 3000)]
 
 
 async def test_a_pod_over_the_max_is_refused_in_kubernetes_words(stack: Stack) -> None:

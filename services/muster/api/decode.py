@@ -82,6 +82,7 @@ from muster.api.names import (
     generated_name,
     label_problems,
 )
+from muster.api.runtime_class import runtime_class_from_raw
 from muster.api.scheduling_objects import (
     SCHEDULING_V1ALPHA2,
     SCHEDULING_V1ALPHA3,
@@ -161,6 +162,7 @@ _KINDS: dict[tuple[str, str], _Kind] = {
     ),
     ("v1", "Namespace"): _Kind(wire.RawNamespace, namespace_from_raw),
     ("v1", "LimitRange"): _Kind(wire.RawLimitRange, limit_range_from_raw, namespaced=True),
+    ("node.k8s.io/v1", "RuntimeClass"): _Kind(wire.RawRuntimeClass, runtime_class_from_raw),
     ("batch/v1", "Job"): _Kind(
         wire.RawJob,
         lambda raw, meta, errs: workload_from_job(raw, errs, namespace=meta.namespace),

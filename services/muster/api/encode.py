@@ -142,17 +142,25 @@ def _containers(ps: PodSet) -> dict[str, Any]:
         ]
     if written.overhead:
         pod_spec["overhead"] = quantities_to_strings(written.overhead)
+    if written.pod is not None:
+        pod_spec["resources"] = _requirements(written.pod)
+    if written.runtime_class_name:
+        pod_spec["runtimeClassName"] = written.runtime_class_name
     return pod_spec
 
 
-def _container(name: str, c: ContainerResources) -> dict[str, Any]:
+def _requirements(c: ContainerResources) -> dict[str, Any]:
     resources: dict[str, Any] = {}
     if c.requests:
         resources["requests"] = quantities_to_strings(c.requests)
     if c.limits:
         resources["limits"] = quantities_to_strings(c.limits)
+    return resources
+
+
+def _container(name: str, c: ContainerResources) -> dict[str, Any]:
     out: dict[str, Any] = {"name": name}
-    if resources:
+    if resources := _requirements(c):
         out["resources"] = resources
     if c.sidecar:
         out["restartPolicy"] = "Always"

@@ -313,6 +313,15 @@ class LimitRange(Frozen, frozen=True, kw_only=True):
         return f"{self.meta.namespace}/{self.meta.name}"
 
 
+class RuntimeClass(Frozen, frozen=True, kw_only=True):
+    """A node.k8s.io/v1 RuntimeClass: what a pod naming it costs beyond its containers
+    (`overhead.podFixed`, added to its requests by Kueue and by the API server)."""
+
+    meta: ObjectMeta
+    handler: str
+    overhead: Resources = msgspec.field(default_factory=dict)  # podFixed, milli-units
+
+
 # --- workloads -------------------------------------------------------------------------------
 
 
@@ -332,6 +341,11 @@ class PodResources(Frozen, frozen=True, kw_only=True):
     containers: tuple[ContainerResources, ...] = ()
     init_containers: tuple[ContainerResources, ...] = ()
     overhead: Resources = msgspec.field(default_factory=dict)
+    # The pod's own spec.resources (PodLevelResources): its cpu, memory and hugepages requests
+    # replace the containers' total.
+    pod: ContainerResources | None = None
+    # The RuntimeClass whose overhead.podFixed is the pod's overhead when it sets none.
+    runtime_class_name: str = ""
 
 
 class PodSet(Frozen, frozen=True, kw_only=True):
@@ -648,6 +662,7 @@ ConfigObject = (
     | AdmissionCheck
     | Namespace
     | LimitRange
+    | RuntimeClass
     | MultiKueueConfig
     | MultiKueueCluster
 )

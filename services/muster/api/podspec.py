@@ -25,7 +25,14 @@ from muster.api.model import (
     Workload,
 )
 from muster.api.names import annotation_problems, label_problems
-from muster.api.raw import RawContainer, RawPodSpec, RawPodTemplate, RawTaint, RawToleration
+from muster.api.raw import (
+    RawContainer,
+    RawPodSpec,
+    RawPodTemplate,
+    RawResourceRequirements,
+    RawTaint,
+    RawToleration,
+)
 from muster.api.wellknown import (
     POD_SCRIPT_ANNOTATIONS,
     PREFERRED_TOPOLOGY_ANNOTATION,
@@ -33,6 +40,7 @@ from muster.api.wellknown import (
 )
 
 _SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
+_POD_LEVEL = frozenset({"cpu", "memory"})
 
 
 def container_resources(
@@ -49,6 +57,7 @@ def container_resources(
 
 def pod_resources(spec: RawPodSpec, errs: ObjectErrors, *, path: str) -> PodResources:
     """Return a pod spec's resources container by container; `path` is the spec's."""
+    pod = spec.resources
     return PodResources(
         containers=tuple(
             container_resources(c, errs, path=f"{path}.containers[{i}]")
@@ -59,7 +68,33 @@ def pod_resources(spec: RawPodSpec, errs: ObjectErrors, *, path: str) -> PodReso
             for i, c in enumerate(spec.init_containers)
         ),
         overhead=errs.quantities(spec.overhead, f"{path}.overhead"),
+        pod=None if pod is None else _pod_level_resources(pod, errs, path=f"{path}.resources"),
+        runtime_class_name=spec.runtime_class_name or "",
     )
+
+
+def _pod_level_resources(
+    raw: RawResourceRequirements, errs: ObjectErrors, *, path: str
+) -> ContainerResources | None:
+    """A pod's own spec.resources; None when empty. Resources a pod may not set are refused,
+    as the API server refuses them."""
+    own = ContainerResources(
+        requests=errs.quantities(raw.requests, f"{path}.requests"),
+        limits=errs.quantities(raw.limits, f"{path}.limits"),
+    )
+    for field, amounts in (("requests", own.requests), ("limits", own.limits)):
+        for name in sorted(r for r in amounts if not pod_level(r)):
+            errs.add(
+                key_path(f"{path}.{field}", name),
+                "is not supported at pod level: only cpu, memory and hugepages-<size>",
+            )
+    return own if own.requests or own.limits else None
+
+
+def pod_level(resource: str) -> bool:
+    """Whether a pod's own spec.resources may set `resource` (Kubernetes' PodLevelResources:
+    cpu, memory and hugepages); its other entries are not the pod's to set."""
+    return resource in _POD_LEVEL or resource.startswith("hugepages-")
 
 
 def effective_requests(container: ContainerResources) -> dict[str, int]:
@@ -74,9 +109,11 @@ def effective_requests(container: ContainerResources) -> dict[str, int]:
 def requests_of(resources: PodResources) -> dict[str, int]:
     """Return what one pod requests, per resource, in milli-units.
 
-    Kubernetes' rule: the larger of (regular containers plus sidecars) and the peak of the init
-    phase, where each regular init container runs alongside the sidecars started before it;
-    then pod overhead is added. Sidecars are init containers with `restartPolicy: Always`.
+    Kubernetes' rule (component-helpers' PodRequests): the larger of (regular containers plus
+    sidecars) and the peak of the init phase, where each regular init container runs alongside
+    the sidecars started before it; then the pod's own requests (a limit with no request taken
+    as it) replace that total for the resources a pod may set; then pod overhead is added.
+    Sidecars are init containers with `restartPolicy: Always`.
     """
     running: dict[str, int] = {}
     for container in resources.containers:
@@ -92,6 +129,9 @@ def requests_of(resources: PodResources) -> dict[str, int]:
             _raise_to(init_peak, _summed(sidecars, requests))
     total = _summed(running, sidecars)
     _raise_to(total, init_peak)
+    if resources.pod is not None:
+        own = effective_requests(resources.pod)
+        total.update((r, v) for r, v in own.items() if pod_level(r))
     _add(total, dict(resources.overhead))
     return total
 
@@ -109,6 +149,8 @@ def just_requests(resources: PodResources) -> bool:
     """At most one container, with requests only: its total says it all, and a podset keeps
     no `resources` (every podset of a plain template compares and encodes as before)."""
     if resources.init_containers or resources.overhead or len(resources.containers) > 1:
+        return False
+    if resources.pod is not None or resources.runtime_class_name:
         return False
     return not any(c.limits for c in resources.containers)
 

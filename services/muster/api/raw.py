@@ -136,6 +136,8 @@ class RawPodSpec(Wire):
     containers: list[RawContainer] = []
     init_containers: list[RawContainer] = []
     overhead: QuantityMap = {}
+    resources: RawResourceRequirements | None = None  # pod-level (PodLevelResources)
+    runtime_class_name: str | None = None
     node_selector: dict[str, str] = {}
     tolerations: list[RawToleration] = []
     affinity: RawAffinity | None = None
@@ -304,6 +306,15 @@ class RawLimitRangeSpec(Wire):
 
 class RawLimitRange(Document):
     spec: RawLimitRangeSpec = msgspec.field(default_factory=RawLimitRangeSpec)
+
+
+class RawOverhead(Wire):
+    pod_fixed: QuantityMap = {}
+
+
+class RawRuntimeClass(Document):
+    handler: str = ""
+    overhead: RawOverhead | None = None
 
 
 class RawMultiKueueConfigSpec(Wire):

@@ -219,6 +219,9 @@ SCHEMAS: Final[dict[tuple[str, str], Fields]] = {
     ("v1", "Node"): _object(spec=_NODE_SPEC),
     ("v1", "Namespace"): _object("spec"),
     ("v1", "LimitRange"): _object(spec=_fields(limits=_LIMIT_RANGE_ITEM)),
+    ("node.k8s.io/v1", "RuntimeClass"): _object(
+        "handler", overhead=_fields("podFixed"), scheduling=_fields("nodeSelector", "tolerations")
+    ),
     ("scheduling.k8s.io/v1", "PriorityClass"): _object(
         "value", "globalDefault", "description", "preemptionPolicy"
     ),

@@ -46,6 +46,7 @@ CLUSTER_SCOPED_KINDS = frozenset(
         "PriorityClass",
         "ProvisioningRequestConfig",
         "ResourceFlavor",
+        "RuntimeClass",
         "Topology",
         "WorkloadPriorityClass",
     }

@@ -25,6 +25,7 @@ from muster.api.model import (
     QueueingStrategy,
     ReclaimWithinCohort,
     ResourceFlavor,
+    RuntimeClass,
     StopPolicy,
     WithinClusterQueue,
     Workload,
@@ -32,7 +33,7 @@ from muster.api.model import (
 )
 from muster.api.wellknown import MULTIKUEUE_CONTROLLER
 from muster.core.flavors import Assignment, QueueLayout
-from muster.core.limit_ranges import Summary, summarize
+from muster.core.limit_ranges import NO_RUNTIME_CLASSES, Summary, summarize
 from muster.core.matching import selector_matches
 from muster.core.quota import QuotaNode, QuotaTree, tree_id
 
@@ -60,6 +61,8 @@ class Configuration:
         # LimitRanges, each cluster's own as Namespaces are: cluster -> namespace -> name ->.
         self.limit_ranges: dict[str, dict[str, dict[str, LimitRange]]] = {}
         self._limit_summaries: dict[tuple[str, str], Summary | None] = {}  # merged once
+        # RuntimeClasses, each cluster's own as its Namespaces: cluster -> name ->.
+        self.runtime_classes: dict[str, dict[str, RuntimeClass]] = {}
         self.tree = QuotaTree()
         self.layouts: dict[str, QueueLayout] = {}
         self.inactive: dict[str, Problem] = {}
@@ -97,6 +100,8 @@ class Configuration:
                 namespaces = self.limit_ranges.setdefault(cluster, {})
                 namespaces.setdefault(obj.meta.namespace, {})[name] = obj
                 self._limit_summaries.pop((cluster, obj.meta.namespace), None)
+            case RuntimeClass():
+                self.runtime_classes.setdefault(cluster, {})[name] = obj
             case Workload():
                 raise TypeError("workloads are submitted, not applied")
 
@@ -104,6 +109,8 @@ class Configuration:
         """Forget a configuration object (a Namespace: `cluster`'s); True if there was one."""
         if kind == "Namespace":
             return self.namespaces.get(cluster, {}).pop(name, None) is not None
+        if kind == "RuntimeClass":
+            return self.runtime_classes.get(cluster, {}).pop(name, None) is not None
         if kind == "LimitRange":
             self._limit_summaries.pop((cluster, namespace), None)
             ranges = self.limit_ranges.get(cluster, {}).get(namespace, {})
@@ -237,6 +244,12 @@ class Configuration:
             ranges = self.limit_ranges.get(cluster, {}).get(namespace, {})
             self._limit_summaries[key] = summarize(ranges.values())
         return self._limit_summaries[key]
+
+    def runtime_classes_of(self, local_queue: str) -> Mapping[str, RuntimeClass]:
+        """The RuntimeClasses of the cluster of `local_queue` (as its Namespace), by name."""
+        if not self.runtime_classes:
+            return NO_RUNTIME_CLASSES
+        return self.runtime_classes.get(self.local_queue_clusters.get(local_queue, ""), {})
 
     def admissibility(self, r: WorkloadRecord) -> Problem | None:
         """Why `r` cannot be admitted in its ClusterQueue whatever the quota, or None."""

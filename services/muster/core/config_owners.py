@@ -32,8 +32,9 @@ from typing import Final
 
 from muster.api.wellknown import LOCAL_CLUSTER
 
-# A LimitRange, as a Namespace, is each cluster's own: it bounds the pods of that cluster.
-UNOWNED_KINDS: Final = frozenset({"Namespace", "LimitRange"})
+# A LimitRange or a RuntimeClass, as a Namespace, is each cluster's own: it bounds or costs
+# the pods of that cluster.
+UNOWNED_KINDS: Final = frozenset({"Namespace", "LimitRange", "RuntimeClass"})
 NAMESPACED_CONFIG_KINDS: Final = frozenset({"LocalQueue", "LimitRange"})  # named "<ns>/<name>"
 WORKER_KIND: Final = "MultiKueueCluster"  # its name is the worker's cluster id
 

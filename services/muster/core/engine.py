@@ -16,7 +16,7 @@ would, instead of one head per ClusterQueue per cycle.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import msgspec
 
@@ -26,6 +26,7 @@ from muster.api.model import (
     KueueConfig,
     LimitRange,
     ReclaimablePod,
+    RuntimeClass,
     Workload,
     WorkloadKey,
 )
@@ -49,7 +50,7 @@ from muster.core.config import Configuration
 from muster.core.events import Event, EventType
 from muster.core.heads import Heads
 from muster.core.lifecycle import Lifecycle, assignment_of
-from muster.core.limit_ranges import adjusted_workload, resource_problem
+from muster.core.limit_ranges import NO_RUNTIME_CLASSES, adjusted_workload, resource_problem
 from muster.core.queueing import Queueing
 from muster.core.queues import TreeRuntime
 from muster.core.reclaim import NONE, reclaimable_of
@@ -156,6 +157,8 @@ class Engine(EngineViews):
         self._rebuild()
         if isinstance(obj, LimitRange):
             self._limit_ranges_changed(obj.meta.namespace, cluster=cluster)
+        if isinstance(obj, RuntimeClass):
+            self._runtime_class_changed(obj.meta.name, cluster=cluster)
         for r in list(self.state.records.values()):
             self.lifecycle.apply_stop_policy(r)
         return self.state.take_events()
@@ -182,15 +185,24 @@ class Engine(EngineViews):
                 self._rebuild()
             if kind == "LimitRange":
                 self._limit_ranges_changed(namespace, cluster=cluster)
+            if kind == "RuntimeClass":
+                self._runtime_class_changed(name, cluster=cluster)
         return self.state.take_events()
 
     def _fit_limit_ranges(self, r: WorkloadRecord, *, fresh: bool = False) -> bool:
-        """Charge `r` what Kueue charges in its namespace (core.limit_ranges); whether its
-        requests or its problem changed. `fresh`: `r.wl` is as written, so a namespace with no
-        LimitRange leaves its requests as they are."""
-        summary = self.state.config.limit_summary(r.local_queue, r.wl.meta.namespace)
-        wl = r.wl if fresh and summary is None else adjusted_workload(r.wl, summary)
-        problem = resource_problem(wl, summary)
+        """Charge `r` what Kueue charges in its namespace (core.limit_ranges) and cluster (its
+        RuntimeClasses' overhead, core.pod_overhead); whether its requests or its problem
+        changed. `fresh`: `r.wl` is as written, so a namespace with no LimitRange leaves the
+        requests of a workload naming no RuntimeClass as they are."""
+        config = self.state.config
+        summary = config.limit_summary(r.local_queue, r.wl.meta.namespace)
+        names_one = _names_runtime_class(r.wl)
+        classes = config.runtime_classes_of(r.local_queue) if names_one else NO_RUNTIME_CLASSES
+        if fresh and summary is None and not names_one:
+            wl = r.wl
+        else:
+            wl = adjusted_workload(r.wl, summary, classes)
+        problem = resource_problem(wl, summary, classes)
         if wl is r.wl and problem == r.resource_problem:
             return False
         r.wl, r.resource_problem = wl, problem
@@ -199,10 +211,18 @@ class Engine(EngineViews):
     def _limit_ranges_changed(self, namespace: str, *, cluster: str) -> None:
         """A LimitRange of `namespace` in `cluster` changed: as Kueue, every workload there
         holding no quota is charged anew (one holding quota keeps what it was admitted with)."""
+        self._recharge(lambda r: r.wl.meta.namespace == namespace, cluster=cluster)
+
+    def _runtime_class_changed(self, name: str, *, cluster: str) -> None:
+        """RuntimeClass `name` of `cluster` changed: every workload there naming it and holding
+        no quota is charged anew, as for a LimitRange."""
+        self._recharge(lambda r: _names_runtime_class(r.wl, name), cluster=cluster)
+
+    def _recharge(self, concerned: Callable[[WorkloadRecord], bool], *, cluster: str) -> None:
         state = self.state
         lq_clusters = state.config.local_queue_clusters
         for r in list(state.records.values()):
-            if r.wl.meta.namespace != namespace or lq_clusters.get(r.local_queue, "") != cluster:
+            if lq_clusters.get(r.local_queue, "") != cluster or not concerned(r):
                 continue
             if r.holds_quota or r.phase in (Phase.FINISHED, Phase.DELETED):
                 continue
@@ -709,3 +729,12 @@ class Engine(EngineViews):
             head = group.head()
             assert head is not None
             self.heads.decide(tree, cq, group, head, key)
+
+
+def _names_runtime_class(wl: Workload, name: str | None = None) -> bool:
+    """Whether a podset of `wl` names RuntimeClass `name` (any, when None)."""
+    for ps in wl.pod_sets:
+        wanted = ps.resources.runtime_class_name if ps.resources is not None else ""
+        if wanted and (name is None or wanted == name):
+            return True
+    return False

@@ -5,8 +5,7 @@ on every create and update, and again for every workload not holding quota when 
 of its namespace changes), then validates them in the scheduler (ValidateResources, then
 ValidateLimitRange), after the namespace selector. The rules, in Kueue's order:
 
-1. Pod overhead from the RuntimeClass: muster models no RuntimeClass, so only the template's
-   own `overhead` counts (docs/kueue-compatibility.md).
+1. Pod overhead: the template's own, else its RuntimeClass's (`muster.core.pod_overhead`).
 2. The LimitRanges of the workload's namespace are summarized (`summarize`): per type, the
    lowest `max`, the highest `min`, the first `default` and `defaultRequest` (LimitRanges in
    name order). The Container entry's `default` fills the limits and its `defaultRequest` the
@@ -17,7 +16,8 @@ ValidateLimitRange), after the namespace selector. The rules, in Kueue's order:
    Container `max` or below its `min`, or the pod's total (containers, the init peak,
    overhead) is above the Pod `max` or below its `min`.
 
-Pure: the caller passes the LimitRanges, and gets a podset (or a message) back.
+Pure: the caller passes the LimitRanges and the RuntimeClasses, and gets a podset (or a
+message) back.
 """
 
 from __future__ import annotations
@@ -35,12 +35,15 @@ from muster.api.model import (
     LimitRange,
     PodResources,
     PodSet,
+    RuntimeClass,
     Workload,
 )
 from muster.api.podspec import effective_requests, requests_of, written_resources
 from muster.api.quantity import format_quantity
+from muster.core.pod_overhead import RUNTIME_CLASS_PROBLEM, overhead_problem, with_overhead
 
 INVALID_RESOURCES: Final = "resources validation failed"
+NO_RUNTIME_CLASSES: Final[Mapping[str, RuntimeClass]] = {}
 UNSATISFIED_LIMIT_RANGE: Final = "resources didn't satisfy LimitRange constraints"
 
 
@@ -136,44 +139,68 @@ def adjusted_resources(written: PodResources, summary: Summary | None) -> PodRes
         filled = ContainerResources(requests=requests, limits=limits, sidecar=c.sidecar)
         return msgspec.structs.replace(filled, requests=effective_requests(filled))
 
-    return PodResources(
+    return msgspec.structs.replace(
+        written,
         containers=tuple(adjust(c) for c in written.containers),
         init_containers=tuple(adjust(c) for c in written.init_containers),
-        overhead=written.overhead,
+        pod=None if written.pod is None else _pod_limits_as_requests(written.pod),
     )
 
 
-def adjusted_workload(wl: Workload, summary: Summary | None) -> Workload:
+def _pod_limits_as_requests(pod: ContainerResources) -> ContainerResources:
+    # A Pod LimitRange entry has no defaults (muster.api.limit_range), so only rule 3 applies.
+    return msgspec.structs.replace(pod, requests=effective_requests(pod))
+
+
+def adjusted_workload(
+    wl: Workload,
+    summary: Summary | None,
+    classes: Mapping[str, RuntimeClass] = NO_RUNTIME_CLASSES,
+) -> Workload:
     """`wl` with each podset's per-pod requests as Kueue charges them in a namespace whose
-    LimitRanges are `summary`; `wl` itself when nothing changes. The podsets keep their
-    containers as written, so adjusting again under other LimitRanges starts from them."""
-    pod_sets = tuple(_adjusted_pod_set(ps, summary) for ps in wl.pod_sets)
+    LimitRanges are `summary`, in a cluster whose RuntimeClasses are `classes`; `wl` itself
+    when nothing changes. The podsets keep their containers as written, so adjusting again
+    under other LimitRanges or RuntimeClasses starts from them."""
+    pod_sets = tuple(_adjusted_pod_set(ps, summary, classes) for ps in wl.pod_sets)
     if all(new is old for new, old in zip(pod_sets, wl.pod_sets, strict=True)):
         return wl
     return msgspec.structs.replace(wl, pod_sets=pod_sets)
 
 
-def _adjusted_pod_set(ps: PodSet, summary: Summary | None) -> PodSet:
+def _adjusted_pod_set(
+    ps: PodSet, summary: Summary | None, classes: Mapping[str, RuntimeClass]
+) -> PodSet:
     if ps.resources is None and summary is None:
         return ps  # one container with requests only: nothing to add
     written = written_resources(ps)
-    requests = requests_of(adjusted_resources(written, summary))
+    requests = requests_of(adjusted_resources(with_overhead(written, classes), summary))
     if requests == ps.requests:
         return ps
     # Kept as written, so that adjusting again (another LimitRange) starts from them.
     return msgspec.structs.replace(ps, requests=requests, resources=written)
 
 
-def resource_problem(wl: Workload, summary: Summary | None) -> str | None:
-    """Why `wl` may never be admitted in its namespace (rule 4), or None; the message names
-    each podset container and resource, the values and the LimitRange."""
+def resource_problem(
+    wl: Workload,
+    summary: Summary | None,
+    classes: Mapping[str, RuntimeClass] = NO_RUNTIME_CLASSES,
+) -> str | None:
+    """Why `wl` may never be admitted in its namespace (rule 4, and its RuntimeClasses:
+    `muster.core.pod_overhead`), or None; the message names each podset container and
+    resource, the values and the LimitRange or RuntimeClass."""
     invalid: list[str] = []
     unsatisfied: list[str] = []
+    no_overhead: list[str] = []
     for i, ps in enumerate(wl.pod_sets):
         if ps.resources is None and summary is None:
             continue  # one container with requests only: no limit to exceed
         spec = f"spec.podSets[{i}].template.spec"
-        pod = adjusted_resources(written_resources(ps), summary)
+        written = written_resources(ps)
+        if (problem := overhead_problem(written, classes, path=spec)) is not None:
+            no_overhead.append(problem)
+        pod = adjusted_resources(with_overhead(written, classes), summary)
+        if pod.pod is not None:
+            invalid += _over_limits(pod.pod, f"{spec}.resources", what="pod ")
         groups = (("initContainers", pod.init_containers), ("containers", pod.containers))
         for field, containers in groups:
             for c, container in enumerate(containers):
@@ -183,6 +210,8 @@ def resource_problem(wl: Workload, summary: Summary | None) -> str | None:
                     unsatisfied += _container_bounds(container, summary.container, path)
         if summary is not None and summary.pod is not None:
             unsatisfied += _outside(requests_of(pod), summary.pod, spec, what="pod total ")
+    if no_overhead:
+        return f"{RUNTIME_CLASS_PROBLEM}: {'; '.join(no_overhead)}"
     if invalid:
         return f"{INVALID_RESOURCES}: {'; '.join(invalid)}"
     if unsatisfied:
@@ -190,10 +219,10 @@ def resource_problem(wl: Workload, summary: Summary | None) -> str | None:
     return None
 
 
-def _over_limits(c: ContainerResources, path: str) -> list[str]:
+def _over_limits(c: ContainerResources, path: str, *, what: str = "") -> list[str]:
     over = [r for r in sorted(c.requests) if r in c.limits and c.requests[r] > c.limits[r]]
     return [
-        f"{path}: {r} request {_q(r, c.requests[r])} exceeds its limit {_q(r, c.limits[r])}"
+        f"{path}: {what}{r} request {_q(r, c.requests[r])} exceeds its limit {_q(r, c.limits[r])}"
         for r in over
     ]
 

@@ -42,10 +42,10 @@ def defaulted_pod(written: PodResources, summary: Summary | None) -> PodResource
         return msgspec.structs.replace(c, requests=effective_requests(c))
 
     return adjusted_resources(
-        PodResources(
+        msgspec.structs.replace(
+            written,
             containers=tuple(map(limits_as_requests, written.containers)),
             init_containers=tuple(map(limits_as_requests, written.init_containers)),
-            overhead=written.overhead,
         ),
         summary,
     )

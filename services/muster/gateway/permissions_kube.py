@@ -43,6 +43,7 @@ RESOURCES: Final[dict[str, tuple[str, str]]] = {
     "PriorityClass": ("scheduling.k8s.io", "priorityclasses"),
     "Namespace": ("", "namespaces"),
     "LimitRange": ("", "limitranges"),
+    "RuntimeClass": ("node.k8s.io", "runtimeclasses"),
     "Node": ("", "nodes"),
     CLUSTER_KIND: ("muster.dev", "clusters"),
 }

@@ -46,6 +46,7 @@ CORE_CONFIG_KINDS = {
     "Namespace": "v1",
     "PriorityClass": "scheduling.k8s.io/v1",
     "LimitRange": "v1",  # defaults and bounds of a namespace's requests (core.limit_ranges)
+    "RuntimeClass": "node.k8s.io/v1",  # a pod's overhead (core.pod_overhead)
 }
 # Past this, a time in Unix nanoseconds does not fit the int64 an event carries (year 2262).
 _LATEST_UNIX_S = (2**63 - 1) // 1_000_000_000

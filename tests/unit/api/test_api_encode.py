@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from muster.api import decode_documents, quantities_to_strings, workload_to_kueue
@@ -143,15 +145,14 @@ def test_quantities_use_binary_suffixes_for_bytes_only() -> None:
     }
 
 
-def test_containers_round_trip_as_written_for_limit_ranges() -> None:
-    """A podset with limits, several containers, a sidecar or overhead is written container by
-    container (a LimitRange's defaults apply to each), and reads back the same."""
+def _workload_of(pod_spec: str) -> Workload:
+    """A Workload of one podset, `main`, of 2 pods of `pod_spec` (YAML, indented as a spec)."""
     from muster.api.decode import decode_yaml
 
-    objects, errors = decode_yaml("""
+    objects, errors = decode_yaml(f"""
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: Workload
-metadata: {namespace: ml, name: w}
+metadata: {{namespace: ml, name: w}}
 spec:
   queueName: main
   podSets:
@@ -159,6 +160,25 @@ spec:
     count: 2
     template:
       spec:
+{pod_spec}""")
+    assert errors == []
+    (wl,) = objects
+    assert isinstance(wl, Workload)
+    again, errors = decode_documents([workload_to_kueue(wl)])
+    assert errors == []
+    assert again == [wl]  # it reads back the same
+    return wl
+
+
+def _pod_spec(wl: Workload) -> dict[str, Any]:
+    spec: dict[str, Any] = workload_to_kueue(wl)["spec"]["podSets"][0]["template"]["spec"]
+    return spec
+
+
+def test_containers_round_trip_as_written_for_limit_ranges() -> None:
+    """A podset with limits, several containers, a sidecar or overhead is written container by
+    container (a LimitRange's defaults apply to each), and reads back the same."""
+    wl = _workload_of("""\
         overhead: {cpu: 100m}
         initContainers:
         - {name: side, restartPolicy: Always, resources: {limits: {cpu: 1}}}
@@ -167,12 +187,9 @@ spec:
         - {name: a, resources: {requests: {cpu: 500m}, limits: {cpu: 2}}}
         - {name: b}
 """)
-    assert errors == []
-    (wl,) = objects
-    assert isinstance(wl, Workload)
     (ps,) = wl.pod_sets
     assert ps.requests == {"cpu": 1600, "memory": GI}  # 500m + sidecar 1 + overhead 100m
-    spec = workload_to_kueue(wl)["spec"]["podSets"][0]["template"]["spec"]
+    spec = _pod_spec(wl)
     assert spec["containers"] == [
         {"name": "c0", "resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": "2"}}},
         {"name": "c1"},
@@ -182,6 +199,20 @@ spec:
         "resources": {"limits": {"cpu": "1"}},
         "restartPolicy": "Always",
     }
-    again, errors = decode_documents([workload_to_kueue(wl)])
-    assert errors == []
-    assert again == [wl]
+
+
+def test_runtime_class_and_pod_level_resources_round_trip() -> None:
+    """A podset naming a RuntimeClass, with its own spec.resources, is written with both (the
+    engine charges the RuntimeClass's overhead and the pod's requests from them) and reads
+    back the same."""
+    wl = _workload_of("""\
+        runtimeClassName: kata
+        resources: {requests: {cpu: 2}, limits: {memory: 1Gi}}
+        containers: [{name: a, resources: {requests: {cpu: 500m, nvidia.com/gpu: 1}}}]
+""")
+    (ps,) = wl.pod_sets
+    # The pod's cpu and memory (its memory limit as the request); the container's gpu.
+    assert ps.requests == {"cpu": 2000, "memory": GI, "nvidia.com/gpu": 1000}
+    spec = _pod_spec(wl)
+    assert spec["runtimeClassName"] == "kata"
+    assert spec["resources"] == {"requests": {"cpu": "2"}, "limits": {"memory": "1Gi"}}

@@ -53,6 +53,7 @@ NODES = _r("", "v1", "nodes", "Node", False)
 PODS = _r("", "v1", "pods", "Pod", True)
 NAMESPACES = _r("", "v1", "namespaces", "Namespace", False)
 LIMIT_RANGES = _r("", "v1", "limitranges", "LimitRange", True)
+RUNTIME_CLASSES = _r("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", False)
 JOBS = _r("batch", "v1", "jobs", "Job", True)
 # jobset.x-k8s.io's CRD: a cluster without it has no JobSets to run (its watch waits for it).
 JOBSETS = _r("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", True, optional=True)
@@ -148,6 +149,7 @@ def watched_sources(
     return (
         Source(resource=NAMESPACES),
         Source(resource=LIMIT_RANGES),
+        Source(resource=RUNTIME_CLASSES),
         Source(resource=PRIORITY_CLASSES),
         *(Source(resource=kueue[kind]) for _, kind, _ in _KUEUE_KINDS),
         Source(resource=JOBS, label_selector=QUEUE_NAME_KEY),
@@ -208,6 +210,7 @@ _KNOWN: tuple[Resource, ...] = (
     PODS,
     NAMESPACES,
     LIMIT_RANGES,
+    RUNTIME_CLASSES,
     _CONFIG_MAPS,
     JOBS,
     JOBSETS,

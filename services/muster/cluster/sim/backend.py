@@ -23,7 +23,7 @@ from muster.api.encode import quantities_to_strings
 from muster.api.errors import ObjectErrors
 from muster.api.job import workload_name_for_job
 from muster.api.jobset import JOBSET_KIND, workload_name_for_jobset
-from muster.api.model import ContainerResources, LimitRange
+from muster.api.model import ContainerResources, LimitRange, RuntimeClass
 from muster.api.podspec import pod_resources
 from muster.api.quantity import format_quantity
 from muster.api.raw import RawPodSpec
@@ -87,6 +87,7 @@ from muster.cluster.sim.clock import Clock, WallClock
 from muster.cluster.sim.store import SimStore, StoredObject, bus_errors
 from muster.core.limit_ranges import summarize
 from muster.core.pod_limits import defaulted_pod, pod_problems, refusal
+from muster.core.pod_overhead import admitted_pod
 
 log = logging.getLogger(__name__)
 V = TypeVar("V")
@@ -194,6 +195,9 @@ class SimBackend:
 
         The pods `start_workload` makes are not passed here: they request what admission
         charged, already adjusted to the LimitRanges by the engine (`core.limit_ranges`)."""
+        spec = pod.setdefault("spec", {})
+        if spec.get("runtimeClassName") or spec.get("overhead"):
+            await self._runtime_class_admitted(key, pod)
         namespace = pod["metadata"].get("namespace", "")
         stored = await self.store.list(
             f"{OBJECT_PREFIX}{escape('LimitRange')}.{escape(namespace)}."
@@ -203,7 +207,6 @@ class SimBackend:
         # One the API server would refuse is never stored (api.limit_range checks it on Submit).
         objects, _ = decode_documents([s.obj for s in stored], names_checked=True)
         summary = summarize(o for o in objects if isinstance(o, LimitRange))
-        spec = pod.setdefault("spec", {})
         written = pod_resources(msgspec.convert(spec, RawPodSpec), ObjectErrors(""), path="spec")
         limited = defaulted_pod(written, summary)
         problems = pod_problems(limited, summary)
@@ -216,6 +219,24 @@ class SimBackend:
             for container, resources in zip(spec.get(field) or [], containers, strict=True):
                 _fill(container.setdefault("resources", {}), resources)
         return pod
+
+    async def _runtime_class_admitted(self, key: str, pod: dict[str, Any]) -> None:
+        """The API server's RuntimeClass admission on new pod `pod` (`core.pod_overhead`): its
+        RuntimeClass's overhead written into `spec.overhead`, so the pod asks it on its node;
+        ClusterError Forbidden, in Kubernetes' words, when it would refuse the pod."""
+        spec = pod["spec"]
+        name = spec.get("runtimeClassName") or ""
+        stored = await self.store.get(object_key("RuntimeClass", "", name)) if name else None
+        found = None
+        if stored is not None:
+            objects, _ = decode_documents([stored.obj], names_checked=True)
+            found = next((o for o in objects if isinstance(o, RuntimeClass)), None)
+        written = pod_resources(msgspec.convert(spec, RawPodSpec), ObjectErrors(""), path="spec")
+        admitted = admitted_pod(written, found)
+        if isinstance(admitted, str):
+            raise ClusterError(describe(key), "Forbidden", refusal(_meta(pod)["name"], [admitted]))
+        if admitted.overhead:
+            spec["overhead"] = quantities_to_strings(admitted.overhead)
 
     def _keep_created(self, pod: StoredObject) -> None:
         self._created[pod.key] = pod

@@ -110,8 +110,8 @@ def _problems(spec: JsonObj, lr: JsonObj) -> list[str]:
     for item in _items(lr, "Container"):
         for container in _containers(spec):
             resources = container.get("resources") or {}
-            requests = _amounts(resources.get("requests"))
-            problems += _outside("Container", item, requests, _amounts(resources.get("limits")))
+            requests = amounts(resources.get("requests"))
+            problems += _outside("Container", item, requests, amounts(resources.get("limits")))
     for item in _items(lr, "Pod"):
         problems += _outside("Pod", item, _pod_total(spec, "requests"), _pod_total(spec, "limits"))
     return problems
@@ -120,7 +120,7 @@ def _problems(spec: JsonObj, lr: JsonObj) -> list[str]:
 def _outside(kind: str, item: JsonObj, requests: _Amounts, limits: _Amounts) -> list[str]:
     """One LimitRange entry's bounds on one container's (or the pod's) requests and limits."""
     found: list[str] = []
-    for r, (low, spelled) in sorted(_amounts(item.get("min")).items()):
+    for r, (low, spelled) in sorted(amounts(item.get("min")).items()):
         at = f"minimum {r} usage per {kind} is {spelled}"
         if r not in requests:
             found.append(f"{at}.  No request is specified")
@@ -128,7 +128,7 @@ def _outside(kind: str, item: JsonObj, requests: _Amounts, limits: _Amounts) -> 
             found.append(f"{at}, but request is {requests[r][1]}")
         elif r in limits and limits[r][0] < low:
             found.append(f"{at}, but limit is {limits[r][1]}")
-    for r, (high, spelled) in sorted(_amounts(item.get("max")).items()):
+    for r, (high, spelled) in sorted(amounts(item.get("max")).items()):
         at = f"maximum {r} usage per {kind} is {spelled}"
         if r not in limits:
             found.append(f"{at}.  No limit is specified")
@@ -136,7 +136,7 @@ def _outside(kind: str, item: JsonObj, requests: _Amounts, limits: _Amounts) -> 
             found.append(f"{at}, but limit is {limits[r][1]}")
         elif r in requests and requests[r][0] > high:
             found.append(f"{at}, but request is {requests[r][1]}")
-    for r, (ratio, spelled) in sorted(_amounts(item.get("maxLimitRequestRatio")).items()):
+    for r, (ratio, spelled) in sorted(amounts(item.get("maxLimitRequestRatio")).items()):
         at = f"{r} max limit to request ratio per {kind} is {spelled}"
         request, limit = requests.get(r, (Decimal(0), ""))[0], limits.get(r, (Decimal(0), ""))[0]
         if not request:
@@ -174,12 +174,12 @@ def _pod_total(spec: JsonObj, part: str) -> _Amounts:
 
 def _own(container: Any, part: str) -> dict[str, Decimal]:
     resources = container.get("resources") if isinstance(container, dict) else None
-    amounts = _amounts(resources.get(part) if isinstance(resources, dict) else None)
-    return {r: v for r, (v, _) in amounts.items()}
+    found = amounts(resources.get(part) if isinstance(resources, dict) else None)
+    return {r: v for r, (v, _) in found.items()}
 
 
-def _add(into: dict[str, Decimal], amounts: Mapping[str, Decimal]) -> None:
-    for r, v in amounts.items():
+def _add(into: dict[str, Decimal], more: Mapping[str, Decimal]) -> None:
+    for r, v in more.items():
         into[r] = into.get(r, Decimal(0)) + v
 
 
@@ -204,7 +204,7 @@ def _containers(spec: JsonObj) -> list[JsonObj]:
     ]
 
 
-def _amounts(written: Any) -> _Amounts:
+def amounts(written: Any) -> _Amounts:
     """The quantities of a resource list that parse, with their spelling (one that does not
     parse is the API server's validation's to refuse, not this plugin's)."""
     found: _Amounts = {}

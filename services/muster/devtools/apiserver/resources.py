@@ -198,6 +198,14 @@ def builtin_resources(gang_api: str | None = "1.35") -> tuple[ResourceType, ...]
             short_names=("pc",),
             generation=False,
         ),
+        _rt(
+            "node.k8s.io",
+            v1,
+            "runtimeclasses",
+            "RuntimeClass",
+            namespaced=False,
+            generation=False,
+        ),
         _rt("coordination.k8s.io", v1, "leases", "Lease", namespaced=True, generation=False),
         _rt(
             "apiextensions.k8s.io",

@@ -42,6 +42,7 @@ from muster.devtools.apiserver.limit_ranger import LimitRangeStrategy, admit_pod
 from muster.devtools.apiserver.objects import JsonObj, meta, name_of
 from muster.devtools.apiserver.provisioning import PROVISIONING_STRATEGIES
 from muster.devtools.apiserver.resources import ResourceType, crd_status, from_crd
+from muster.devtools.apiserver.runtime_class_admission import admit_runtime_class
 from muster.devtools.apiserver.strategy_base import V1_36, Context, FeatureGates, Strategy
 from muster.devtools.apiserver.validation import dns_label_causes, labels_and_annotations_causes
 
@@ -128,6 +129,7 @@ class PodStrategy(Strategy):
                         "tolerationSeconds": DEFAULT_TOLERATION_SECONDS,
                     }
                 )
+        admit_runtime_class(obj, ctx.runtime_class)  # after DefaultTolerationSeconds, as there
         obj["status"] = {"phase": "Pending"}
 
     def _admit_priority(self, spec: JsonObj, ctx: Context) -> None:

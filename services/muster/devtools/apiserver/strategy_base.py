@@ -29,14 +29,19 @@ def _no_limit_ranges(namespace: str) -> list[JsonObj]:
     return []
 
 
+def _no_runtime_class(name: str) -> JsonObj | None:
+    return None
+
+
 class Context(msgspec.Struct, frozen=True, kw_only=True):
     """What strategies may read besides the object: PriorityClasses, a namespace's
-    LimitRanges and the time."""
+    LimitRanges, RuntimeClasses and the time."""
 
     priority_class: Callable[[str], JsonObj | None]
     global_default_priority_class: Callable[[], JsonObj | None]
     now: str
     limit_ranges: Callable[[str], list[JsonObj]] = _no_limit_ranges
+    runtime_class: Callable[[str], JsonObj | None] = _no_runtime_class
 
 
 class Strategy:

@@ -77,6 +77,7 @@ _SERVER_SET = (
 NAMESPACES = ("", "namespaces")
 PRIORITY_CLASSES = ("scheduling.k8s.io", "priorityclasses")
 LIMIT_RANGES = ("", "limitranges")
+RUNTIME_CLASSES = ("node.k8s.io", "runtimeclasses")
 CRDS = ("apiextensions.k8s.io", "customresourcedefinitions")
 EVENTS_V1 = ("events.k8s.io", "events")  # also served as core/v1 Events
 
@@ -358,11 +359,16 @@ class Verbs:
             found = self.store.objects(rt).values() if rt else ()
             return [lr for lr in found if meta(lr).get("namespace") == namespace]
 
+        def runtime_class(name: str) -> JsonObj | None:
+            rt = self.registry.by_key(RUNTIME_CLASSES)
+            return self.store.get(rt, ("", name)) if rt else None
+
         return Context(
             priority_class=priority_class,
             global_default_priority_class=global_default,
             now=timestamp(self.clock()),
             limit_ranges=limit_ranges,
+            runtime_class=runtime_class,
         )
 
     def _register_crd(self, crd: JsonObj) -> None:
