@@ -3,13 +3,13 @@
 A gateway process on a loopback nats-server, with no other service (nothing consumes what it
 publishes), and this process as a `grpc.aio` client making one `Gateway.Submit` per workload,
 the manifest `muster bench e2e` submits (YAML; with `--manifest json`, one JSON object). CPU =
-user + system time of the gateway, the client and the nats-server over the calls, per call, and
-the gateway's voluntary context switches per call (its threads handing the GIL and the calls to
+user + system time of the gateway, the client and the nats-server over the calls, per call; the
+gateway's voluntary context switches per call (its threads handing the GIL and the calls to
 each other: what its CPU follows) and its read and write system calls per call (calls that
-share a socket write or read show as less than one each). The e2e burst has the same calls among every service's work,
-where a change of a few hundredths of a millisecond per call is lost in the noise of a loaded
-machine; here it is not. Cases: 64 calls in flight (the e2e burst's concurrency) and one (a lone
-caller: no call shares a wake-up with another).
+share a socket write or read count less than one each). The e2e burst has the same calls among
+every service's work, where a change of a few hundredths of a millisecond per call is lost in
+the noise of a loaded machine; here it is not. Cases: 64 calls in flight (the e2e burst's
+concurrency) and one (a lone caller: no call shares a wake-up with another).
 """
 
 from __future__ import annotations
