@@ -3,11 +3,11 @@
 The servicers are async and stay so: the bus, the book and the authorizers live on the
 gateway's loop. A call arrives on one of gRPC's threads, which runs the servicer's method on
 the loop and waits for it. Why not grpc.aio's server, which runs them there directly: its
-calls cost more (`muster bench submit`, docs/benchmarks.md). It wakes the loop once per step of
-every call (four per Submit), so calls rarely share a loop iteration and each call's NATS
-publish leaves in a write of its own; calls handed over from threads reach the loop together
-and their publishes share writes, gRPC's threads answer calls together, and the nats-server and
-the client do less per call too.
+calls cost more (`muster bench submit`, docs/benchmarks.md, measured again in "A Submit's
+hand-over"). It wakes the loop once per step of every call (four per Submit), so calls rarely
+share a loop iteration and each call's NATS publish leaves in a write of its own; calls handed
+over from threads reach the loop together and their publishes share writes, gRPC's threads
+answer calls together, and the nats-server and the client do less per call too.
 
 Every call but the health service's is authenticated before its request is read (`auth`):
 each handler is registered as request-streaming with no deserializer, so gRPC leaves the
