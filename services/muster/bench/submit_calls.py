@@ -3,12 +3,13 @@
 A gateway process on a loopback nats-server, with no other service (nothing consumes what it
 publishes), and this process as a `grpc.aio` client making one `Gateway.Submit` per workload,
 the manifest `muster bench e2e` submits (YAML; with `--manifest json`, one JSON object). CPU =
-user + system time of the gateway, the client and the nats-server over the calls, per call, and
-the gateway's voluntary context switches per call (its threads handing the GIL and the calls to
-each other: what its CPU follows). The e2e burst has the same calls among every service's work,
-where a change of a few hundredths of a millisecond per call is lost in the noise of a loaded
-machine; here it is not. Cases: 64 calls in flight (the e2e burst's concurrency) and one (a lone
-caller: no call shares a wake-up with another).
+user + system time of the gateway, the client and the nats-server over the calls, per call; the
+gateway's voluntary context switches per call (its threads handing the GIL and the calls to
+each other: what its CPU follows) and its read and write system calls per call (calls that
+share a socket write or read count less than one each). The e2e burst has the same calls among
+every service's work, where a change of a few hundredths of a millisecond per call is lost in
+the noise of a loaded machine; here it is not. Cases: 64 calls in flight (the e2e burst's
+concurrency) and one (a lone caller: no call shares a wake-up with another).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import grpc
 import msgspec
 from nats.aio.client import Client as NatsClient
 
+from muster.bench.connz import syscalls
 from muster.bench.e2e import MANIFESTS, config_yaml, manifest_of
 from muster.bench.gateway import gateway_process
 from muster.bench.table import Column, number, render_table
@@ -52,6 +54,9 @@ class SubmitRow(msgspec.Struct, frozen=True, kw_only=True):
     # between gRPC's threads and the loop. Its CPU per call follows this count (about 7 per
     # call at 0.55 ms, 19 at 1.0 ms in one session), which a loaded machine's timing does not.
     gateway_switches: float = 0.0
+    # The gateway's read and write system calls per call (/proc/PID/io): gRPC's and NATS's.
+    gateway_reads: float = 0.0
+    gateway_writes: float = 0.0
     manifest: str = "yaml"  # how the client wrote each call's workload: yaml or json
 
     @property
@@ -85,12 +90,14 @@ async def _measure(
 
         stored = await _stored(url)
         switches = voluntary_switches(gateway_pid)
+        io = syscalls({"gateway": gateway_pid}).get("gateway", {})
         before = cpu_s(gateway_pid), time.process_time(), cpu_s(nats_pid)
         started = time.perf_counter()
         await asyncio.gather(*(caller() for _ in range(in_flight)))
         wall_s = time.perf_counter() - started
         after = cpu_s(gateway_pid), time.process_time(), cpu_s(nats_pid)
         switches = voluntary_switches(gateway_pid) - switches
+        io_after = syscalls({"gateway": gateway_pid}).get("gateway", {})
     gateway, client, nats = ((a - b) * 1000 / calls for a, b in zip(after, before, strict=True))
     return SubmitRow(
         calls=calls,
@@ -101,6 +108,10 @@ async def _measure(
         nats_ms=round(nats, 3),
         stored=await _stored(url) - stored,
         gateway_switches=round(switches / calls, 2),
+        gateway_reads=round((io_after.get("read_calls", 0) - io.get("read_calls", 0)) / calls, 2),
+        gateway_writes=round(
+            (io_after.get("write_calls", 0) - io.get("write_calls", 0)) / calls, 2
+        ),
         manifest=manifest,
     )
 
@@ -159,6 +170,8 @@ def render(rows: list[SubmitRow]) -> str:
         Column("NATS-SERVER ms/call", lambda r: f"{r.nats_ms:.3f}"),
         Column("TOTAL ms/call", lambda r: f"{r.total_ms:.3f}"),
         Column("GATEWAY switches/call", lambda r: f"{r.gateway_switches:.1f}"),
+        Column("GATEWAY reads/call", lambda r: f"{r.gateway_reads:.2f}"),
+        Column("GATEWAY writes/call", lambda r: f"{r.gateway_writes:.2f}"),
         Column("events stored", lambda r: str(r.stored)),
     ]
     return render_table(columns, rows)

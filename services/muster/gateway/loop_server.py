@@ -3,11 +3,11 @@
 The servicers are async and stay so: the bus, the book and the authorizers live on the
 gateway's loop. A call arrives on one of gRPC's threads, which runs the servicer's method on
 the loop and waits for it. Why not grpc.aio's server, which runs them there directly: its
-calls cost more (`muster bench submit`, docs/benchmarks.md). It wakes the loop once per step of
-every call (four per Submit), so calls rarely share a loop iteration and each call's NATS
-publish leaves in a write of its own; calls handed over from threads reach the loop together
-and their publishes share writes, gRPC's threads answer calls together, and the nats-server and
-the client do less per call too.
+calls cost more (`muster bench submit`, docs/benchmarks.md, measured again in "A Submit's
+hand-over"). It wakes the loop once per step of every call (four per Submit), so calls rarely
+share a loop iteration and each call's NATS publish leaves in a write of its own; calls handed
+over from threads reach the loop together and their publishes share writes, gRPC's threads
+answer calls together, and the nats-server and the client do less per call too.
 
 Every call but the health service's is authenticated before its request is read (`auth`):
 each handler is registered as request-streaming with no deserializer, so gRPC leaves the
@@ -32,12 +32,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import functools
 import inspect
 import queue
 import threading
 from collections.abc import Callable, Coroutine, Iterator, Sequence
-from typing import Any, Final, NoReturn, TypeVar
+from typing import Any, Final, Generic, NoReturn, TypeVar
 
 import grpc
 
@@ -118,7 +117,7 @@ class _Call:
         self.grpc_context = context
         self.context = CallContext(context)
         self.caller: Caller | None = None  # once authenticated (health calls are not)
-        self._running: concurrent.futures.Future[Any] | None = None
+        self._running: _Answer[Any] | None = None
         self._task: asyncio.Task[Any] | None = None  # the loop's side of `_running`
         self._lock = threading.Lock()
         self._ended = False
@@ -128,47 +127,42 @@ class _Call:
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """`coro`'s result, run on the loop; its abort becomes the call's status."""
-        future = self.start(coro)
-        try:
-            try:
-                # The future's own wait: `concurrent.futures.wait` adds a waiter (an Event and
-                # its locks) that the loop's thread then sets too, once per call.
-                return future.result(timeout=SLOW_S)
-            except TimeoutError:
-                if future.done():  # the handler's own TimeoutError
-                    raise
+        answer = self.start(coro)
+        if not answer.wait(SLOW_S):
             self._on_slow()
-            return future.result()
+            answer.wait(None)
+        try:
+            return answer.outcome()
         except _AbortedError as exc:
             self.abort(exc.code, exc.details)
         except concurrent.futures.CancelledError:
             self.abort(grpc.StatusCode.CANCELLED, "the call ended")
 
-    def start(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+    def start(self, coro: Coroutine[Any, Any, T]) -> _Answer[T]:
         """`coro` started on the loop, cancelled if the call ends before it does.
 
         What `asyncio.run_coroutine_threadsafe` does, with one callback per side instead of
         its chained futures' four: about 10 us less per call (docs/benchmarks.md, "submit").
         """
-        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        answer: _Answer[T] = _Answer()
         with self._lock:
-            self._running = future
+            self._running = answer
             ended = self._ended
         if ended:
-            future.cancel()
+            answer.cancel()
             coro.close()
         else:
-            self.loop.call_soon_threadsafe(self._begin, coro, future)
-        return future
+            self.loop.call_soon_threadsafe(self._begin, coro, answer)
+        return answer
 
-    def _begin(self, coro: Coroutine[Any, Any, T], future: concurrent.futures.Future[T]) -> None:
-        """On the loop: run `coro` as a task that settles `future` (unless the call ended)."""
-        if future.cancelled():
+    def _begin(self, coro: Coroutine[Any, Any, T], answer: _Answer[T]) -> None:
+        """On the loop: run `coro` as a task that settles `answer` (unless the call ended)."""
+        if answer.cancelled:
             coro.close()
             return
         task = self.loop.create_task(coro)
         self._task = task
-        task.add_done_callback(functools.partial(_settle, future))
+        task.add_done_callback(answer.settle)
 
     def abort(self, code: grpc.StatusCode, details: str) -> NoReturn:
         self.grpc_context.abort(code, details)
@@ -198,19 +192,59 @@ class _Call:
             self._task.cancel()
 
 
-def _settle(future: concurrent.futures.Future[T], task: asyncio.Task[T]) -> None:
-    """Give `task`'s outcome to the call's thread, waiting on `future`."""
-    if future.cancelled():  # the call ended; it waits for nothing more
-        if not task.cancelled():
-            task.exception()  # seen: not logged as never retrieved
-        return
-    with contextlib.suppress(concurrent.futures.InvalidStateError):  # it ended just now
+class _Answer(Generic[T]):
+    """A call's outcome, handed from the loop to the call's thread, settled once: by its task,
+    or cancelled when the call ends.
+
+    A lock the thread waits on and the settling side releases: one wake-up. A
+    `concurrent.futures.Future` wakes its waiter through a Condition, whose own lock the woken
+    thread must then take while the loop's thread may still hold it, and allocates a lock per
+    wait (docs/benchmarks.md, "A Submit's hand-over").
+    """
+
+    __slots__ = ("_error", "_once", "_ready", "_value", "cancelled")
+
+    def __init__(self) -> None:
+        self._ready = threading.Lock()
+        self._ready.acquire()  # released once settled
+        self._once = threading.Lock()  # taken by whoever settles first; never released
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self.cancelled = False
+
+    def wait(self, timeout: float | None) -> bool:
+        """On the call's thread (once, or once more after a timeout): whether it is settled."""
+        return self._ready.acquire(timeout=-1 if timeout is None else timeout)
+
+    def outcome(self) -> T:
+        """Once settled: the value, or the error raised (CancelledError when cancelled)."""
+        if self.cancelled:
+            raise concurrent.futures.CancelledError
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[return-value]  # T, set by `settle`
+
+    def cancel(self) -> bool:
+        """Settle it as cancelled, unless it is settled already; whether this did."""
+        if not self._once.acquire(blocking=False):
+            return False
+        self.cancelled = True
+        self._ready.release()
+        return True
+
+    def settle(self, task: asyncio.Task[T]) -> None:
+        """On the loop, `task` done: its outcome, unless the call ended first."""
         if task.cancelled():
-            future.cancel()
-        elif (error := task.exception()) is not None:
-            future.set_exception(error)
+            self.cancel()
+            return
+        error = task.exception()  # retrieved even when nobody waits: not logged as lost
+        if not self._once.acquire(blocking=False):
+            return
+        if error is not None:
+            self._error = error
         else:
-            future.set_result(task.result())
+            self._value = task.result()
+        self._ready.release()
 
 
 class LoopServer:
