@@ -1,0 +1,62 @@
+"""One admission replica of four, as `muster run --shards 4` configures it, against a real
+nats-server: the events that come within its stretch are one round, however many (up to a
+batch), as a lone replica's round takes what came meanwhile (issue 19: rounds per workload at
+4 shards)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+from admission_world import drained
+from bus_helpers import SUBMITTED, submitted
+
+from muster.admission.__main__ import configs
+from muster.bus import Bus, Reject
+from muster.bus.ordered import consume_in_order, make_consumer
+from muster.contracts.v1 import events_pb2 as pb
+
+pytestmark = pytest.mark.timeout(30)
+
+TRICKLE = 12  # more than `--round-fill`'s 8, fewer than a batch
+STRETCH_S = 3.0  # outlasts the trickle on a loaded machine; the test's length
+
+
+async def test_a_stretched_replica_takes_what_came_within_its_stretch_as_one_round(
+    bus: Bus,
+) -> None:
+    config = configs(["--shards", "4", "--shard", "1"])[1]
+    gather = config.gather
+    assert gather is not None
+    assert gather.stretch == 4
+    # Only the stretch's length is the test's: long enough for the trickle to come within it
+    # on any machine, so that only its end or the events' count can start the second round.
+    gather = gather._replace(stretch=1e6, stretch_most_s=STRETCH_S)
+    settings = config.consumer_settings()
+    await bus.publish(submitted("ns/w0"))
+    await make_consumer(bus, config.durable, [SUBMITTED], settings, start_sequence=1)
+    rounds: list[list[int]] = []
+    first = asyncio.Event()
+
+    async def handle(envs: Sequence[pb.Envelope], raw: Sequence[bytes]) -> list[Reject | None]:
+        rounds.append([env.sequence for env in envs])
+        if not first.is_set():
+            await asyncio.sleep(0.001)  # the first round's length, which the stretch multiplies
+        first.set()
+        return [None] * len(envs)
+
+    loop = asyncio.create_task(
+        consume_in_order(bus, config.durable, handle, settings, gather=gather)
+    )
+    try:
+        await first.wait()  # the first event found the replica idle: taken at once, alone
+        for i in range(1, TRICKLE + 1):  # each stored before the next is sent: a trickle
+            await bus.publish(submitted(f"ns/w{i}"))
+        await drained(bus, config.durable, timeout_s=STRETCH_S + 10)
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+    # One round at the stretch's end, not cut at 8 (`--round-fill`, which a lone replica's
+    # rounds know nothing of): the second round holds what a lone replica's would.
+    assert rounds == [[1], list(range(2, TRICKLE + 2))]
