@@ -148,6 +148,9 @@ class MusterClient(NatsClient):
         # Told when the connection is lost: each fails what waits for an answer on it (the
         # publisher's PubAcks), as the requests nats-py keeps are failed (`_fail_waiting`).
         self.on_lost: list[Callable[[], None]] = []
+        # Told once reconnected: each asks again for what went with the connection (the pull
+        # feeds' requests, which the server never ends on a connection it lost).
+        self.on_reconnected: list[Callable[[], None]] = []
 
     async def _flush_pending(self, force_flush: bool = False) -> Any:
         flusher = self._flusher_task
@@ -233,9 +236,13 @@ class MusterClient(NatsClient):
     async def _attempt_reconnect(self) -> None:
         """nats-py's, after failing what waits for an answer on the connection just lost: the
         server's answers to it went with the connection, and nats-py would leave each request
-        to its timeout (5 s for muster's); its caller retries now instead, as on a timeout."""
+        to its timeout (5 s for muster's); its caller retries now instead, as on a timeout.
+        Once reconnected, `on_reconnected` is told."""
         self._fail_waiting(nats.errors.ConnectionReconnectingError)
         await super()._attempt_reconnect()
+        if self.is_connected:
+            for told in list(self.on_reconnected):
+                told()
 
     async def _process_err(self, err_msg: str) -> None:
         """nats-py's, except for an error the server ends the connection over one command

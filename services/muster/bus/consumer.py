@@ -33,7 +33,7 @@ from muster.bus.errors import Reject, Retry
 from muster.bus.outage import UNAVAILABLE, Outage
 from muster.bus.progress import Tracker
 from muster.bus.publisher import Publisher
-from muster.bus.pull import ConsumerDeletedError, PullFeed
+from muster.bus.pull import REQUEST_EXPIRY_S, ConsumerDeletedError, PullFeed
 from muster.bus.subjects import EVENTS_STREAM, check_token
 from muster.bus.tracing import continue_trace
 from muster.contracts.v1.events_pb2 import Envelope
@@ -53,7 +53,8 @@ class ConsumerSettings(msgspec.Struct, frozen=True, kw_only=True):
     max_deliver: int = 20  # deliveries before a failing message is dead-lettered
     ack_wait_s: float = 30.0  # the server redelivers a message unacked this long (kept alive)
     batch: int = 64  # messages per fetch, at most
-    fetch_timeout_s: float = 2.0  # a pull waits this long for messages, then pulls again
+    fetch_timeout_s: float = 2.0  # the loop looks after its lanes this often while idle
+    request_expiry_s: float = REQUEST_EXPIRY_S  # a pull request waits this long at the server
     backoff_s: float = 0.5  # first delay after a handler bug; doubles per delivery
     max_backoff_s: float = 30.0
     deliver_new: bool = False  # a new durable starts at the stream's end, not its beginning
@@ -63,6 +64,8 @@ class ConsumerSettings(msgspec.Struct, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         if self.lanes < 1 or self.max_ack_pending < 1 or self.batch < 1:
             raise ValueError("lanes, max_ack_pending and batch must be >= 1")
+        if self.fetch_timeout_s <= 0 or self.request_expiry_s <= 0:
+            raise ValueError("fetch_timeout_s and request_expiry_s must be > 0")
         if self.max_deliver == 0 or self.max_deliver < -1:
             raise ValueError("max_deliver must be >= 1, or -1 for unlimited")
 
@@ -120,7 +123,7 @@ async def consume(
             stream=settings.stream,
             consumer=durable,
             batch=min(settings.batch, settings.max_ack_pending),
-            expires_s=settings.fetch_timeout_s,
+            expires_s=settings.request_expiry_s,
         )
         try:
             await ensure_consumer(js, settings.stream, config, resume_from=resume_from)
