@@ -318,7 +318,8 @@ def failing_pulls(bus: Bus, monkeypatch: pytest.MonkeyPatch) -> tuple[asyncio.Ev
     """(failing, failed): once `failing` is set, the next pull request of `bus` fails as a
     socket that went with the server does, and `failed` is set. nats-py writes at once when
     its flusher task is gone (two reconnects at once can leave it so), and the socket's error
-    reaches whoever published: here, a reader's next pull."""
+    reaches whoever published: here, a reader's next pull, due a second on (readers started
+    after this call)."""
     publish = bus.nc.publish
     failing, failed = asyncio.Event(), asyncio.Event()
 
@@ -330,6 +331,8 @@ def failing_pulls(bus: Bus, monkeypatch: pytest.MonkeyPatch) -> tuple[asyncio.Ev
         await publish(subject, *args, **kwargs)
 
     monkeypatch.setattr(bus.nc, "publish", pull_fails)
+    # The readers' requests expire each second, so that the next pull comes soon.
+    monkeypatch.setattr("muster.bus.replay.REQUEST_EXPIRY_S", 1.0)
     return failing, failed
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 from bus_helpers import SUBMITTED, submitted
 from nats.js import api
 
-from muster.bus import EVENTS_STREAM, Bus
+from muster.bus import EVENTS_STREAM, Bus, Retry
 from muster.bus.pull import ConsumerDeletedError, PullFeed
 
 pytestmark = pytest.mark.timeout(30)
@@ -81,4 +82,21 @@ async def test_gather_returns_at_its_count_or_at_its_deadline_with_fewer(bus: Bu
     got = [m.metadata.sequence.stream for m in await feed.take(100, timeout_s=5)]
     assert got[:3] == [1, 2, 3]
     assert got == list(range(1, len(got) + 1))
+    await feed.close()
+
+
+async def test_a_feed_asks_again_once_reconnected_not_when_its_lost_request_would_expire(
+    bus: Bus, restart_nats: Callable[[], None]
+) -> None:
+    await durable(bus, "reader")  # stored on disk: it outlives the restart
+    feed = await started(bus, "reader", batch=4, expires_s=600)
+    restart_nats()  # the feed's request goes with the connection
+    while True:  # the bus reconnects on its own; JetStream serves a moment later
+        try:
+            await bus.publish(submitted("ns/after"))
+            break
+        except Retry:
+            await asyncio.sleep(0.1)  # bounded by the test's timeout
+    (msg,) = await feed.take(4, timeout_s=20)  # not the 600 s a lost request would wait
+    assert msg.subject == SUBMITTED
     await feed.close()

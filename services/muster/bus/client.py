@@ -7,7 +7,8 @@ handling the message. `subscribe_direct` hands such messages to a plain function
 parsed: no queue, no task switch. Everything else (JetStream push subscriptions with flow
 control and ordered-consumer resets, requests, KV watches) keeps nats-py's own path.
 On the way out, a published message's header block is the same bytes nats-py writes, built
-in one join (`header_block`) instead of a regular-expression check and four appends per header.
+in one join (`header_block`) instead of a regular-expression check and four appends per header,
+and an ack can leave with the next write rather than in one of its own (`ack_soon`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import nats.errors
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from nats.protocol.command import hpub_cmd
+from nats.protocol.command import hpub_cmd, pub_cmd
 from nats.protocol.parser import AUTHORIZATION_VIOLATION, PERMISSIONS_ERR, STALE_CONNECTION
 
 log = logging.getLogger(__name__)
@@ -130,6 +131,7 @@ class MusterClient(NatsClient):
     hand-off and a task step with its `drain`, about thirty calls per write): a service that
     publishes a few messages per wake-up paid that per wake-up. The flusher still writes when
     the socket is backed up (its `drain` holds back what follows) and with `flush_late`.
+    Acks can wait for a write made anyway (`publish_soon`).
     """
 
     _parse_header_lines = staticmethod(parse_header_lines)
@@ -148,6 +150,15 @@ class MusterClient(NatsClient):
         # Told when the connection is lost: each fails what waits for an answer on it (the
         # publisher's PubAcks), as the requests nats-py keeps are failed (`_fail_waiting`).
         self.on_lost: list[Callable[[], None]] = []
+        # Told once reconnected: each asks again for what went with the connection (the pull
+        # feeds' requests, which the server never ends on a connection it lost).
+        self.on_reconnected: list[Callable[[], None]] = []
+        # `publish_soon`'s messages waiting for a write: how many, in which `_pending` list
+        # (every write replaces the list, so another list means they left), and the timer
+        # that writes them if nothing else does.
+        self._lingering = 0
+        self._lingering_in: list[bytes] | None = None
+        self._linger_timer: asyncio.TimerHandle | None = None
 
     async def _flush_pending(self, force_flush: bool = False) -> Any:
         flusher = self._flusher_task
@@ -182,6 +193,51 @@ class MusterClient(NatsClient):
         transport.writelines(self._pending)
         self._pending = []
         self._pending_data_size = 0
+        if self._linger_timer is not None:  # what lingered left with this write
+            self._linger_timer.cancel()
+            self._linger_timer = None
+
+    def publish_soon(self, subject: str, *, within_s: float, at_most: int) -> None:
+        """Queue an empty message to `subject` (a JetStream ack) to leave with the connection's
+        next write, whatever makes it, and `within_s` from now at the latest; at once (in the
+        next loop iteration) when `at_most` such messages wait. Raises as `publish` does on a
+        closed or draining connection; while reconnecting it waits in the buffer, as a
+        publish does.
+
+        An ack answers no one who waits: sent alone, each was a write of its own, and a read
+        for the server, a few milliseconds before the next publish would have carried it.
+        """
+        if self.is_closed:
+            raise nats.errors.ConnectionClosedError
+        if self.is_draining_pubs:
+            raise nats.errors.ConnectionDrainingError
+        command = pub_cmd(subject, "", b"")
+        if self._lingering_in is not self._pending:  # written since: none lingers there
+            self._lingering, self._lingering_in = 0, self._pending
+        self._pending.append(command)
+        self._pending_data_size += len(command)
+        self.stats["out_msgs"] += 1
+        self._lingering += 1
+        loop = asyncio.get_running_loop()
+        if self._lingering >= at_most or within_s <= 0:
+            self._write_lingering()
+        elif self._linger_timer is None:
+            self._linger_timer = loop.call_later(within_s, self._write_lingering)
+
+    def _write_lingering(self) -> None:
+        """Write what `publish_soon` queued, in the next loop iteration, unless a write is
+        due by then anyway."""
+        if self._linger_timer is not None:
+            self._linger_timer.cancel()
+            self._linger_timer = None
+        if self._write_due or self._wake_due or not self._pending_data_size:
+            return
+        if self.flush_late:
+            self._wake_due = True
+            asyncio.get_running_loop().call_soon(self._wake_flusher)
+        else:
+            self._write_due = True
+            asyncio.get_running_loop().call_soon(self._write_pending)
 
     def _wake_flusher(self) -> None:
         self._wake_due = False
@@ -233,9 +289,13 @@ class MusterClient(NatsClient):
     async def _attempt_reconnect(self) -> None:
         """nats-py's, after failing what waits for an answer on the connection just lost: the
         server's answers to it went with the connection, and nats-py would leave each request
-        to its timeout (5 s for muster's); its caller retries now instead, as on a timeout."""
+        to its timeout (5 s for muster's); its caller retries now instead, as on a timeout.
+        Once reconnected, `on_reconnected` is told."""
         self._fail_waiting(nats.errors.ConnectionReconnectingError)
         await super()._attempt_reconnect()
+        if self.is_connected:
+            for told in list(self.on_reconnected):
+                told()
 
     async def _process_err(self, err_msg: str) -> None:
         """nats-py's, except for an error the server ends the connection over one command
@@ -310,6 +370,15 @@ async def subscribe_direct(nc: NatsClient, subject: str, cb: DirectCallback) -> 
         cb(msg)
 
     return await nc.subscribe(subject, cb=deliver)
+
+
+async def ack_soon(nc: NatsClient, msg: Msg, *, within_s: float, at_most: int) -> None:
+    """Ack JetStream delivery `msg` (delivered on `nc`): on a MusterClient with the next write,
+    within `within_s` (`MusterClient.publish_soon`); on any other client, at once."""
+    if isinstance(nc, MusterClient) and msg.reply:
+        nc.publish_soon(msg.reply, within_s=within_s, at_most=at_most)
+    else:
+        await msg.ack()
 
 
 async def connect(servers: str | list[str], **options: Any) -> MusterClient:

@@ -2,7 +2,8 @@
 
 One workload's events always go to the same lane and run there one at a time, in stream order;
 different workloads run in parallel, one handler per lane at most. The loop acks a message only
-after its handler returned (handlers publish, and wait for PubAcks, before returning), naks on
+after its handler returned (handlers publish, and wait for PubAcks, before returning), the ack
+leaving with the connection's next write (`ConsumerSettings.ack_linger_s` at most), naks on
 `Retry` or a bug, and dead-letters on `Reject`, on undecodable data and at the last delivery.
 Processes consuming with the same durable name share its messages (replicas scale that way).
 The loop outlives NATS: it waits out an outage with back-off, and when the server has deleted
@@ -27,13 +28,13 @@ from nats.js import JetStreamContext, api
 from opentelemetry import trace
 
 from muster.bus.cancel import raise_if_cancelling
-from muster.bus.client import stream_sequence
+from muster.bus.client import ack_soon, stream_sequence
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES, decode_stored
 from muster.bus.errors import Reject, Retry
 from muster.bus.outage import UNAVAILABLE, Outage
 from muster.bus.progress import Tracker
 from muster.bus.publisher import Publisher
-from muster.bus.pull import ConsumerDeletedError, PullFeed
+from muster.bus.pull import REQUEST_EXPIRY_S, ConsumerDeletedError, PullFeed
 from muster.bus.subjects import EVENTS_STREAM, check_token
 from muster.bus.tracing import continue_trace
 from muster.contracts.v1.events_pb2 import Envelope
@@ -53,18 +54,26 @@ class ConsumerSettings(msgspec.Struct, frozen=True, kw_only=True):
     max_deliver: int = 20  # deliveries before a failing message is dead-lettered
     ack_wait_s: float = 30.0  # the server redelivers a message unacked this long (kept alive)
     batch: int = 64  # messages per fetch, at most
-    fetch_timeout_s: float = 2.0  # a pull waits this long for messages, then pulls again
+    fetch_timeout_s: float = 2.0  # the loop looks after its lanes this often while idle
+    request_expiry_s: float = REQUEST_EXPIRY_S  # a pull request waits this long at the server
     backoff_s: float = 0.5  # first delay after a handler bug; doubles per delivery
     max_backoff_s: float = 30.0
     deliver_new: bool = False  # a new durable starts at the stream's end, not its beginning
     drain_timeout_s: float = 10.0  # once cancelled, running handlers get this long to finish
+    # A handled message's ack waits this long at most for a write the connection makes anyway
+    # (0: written at once); a quarter of `max_ack_pending` waiting goes at once.
+    ack_linger_s: float = 0.05
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
 
     def __post_init__(self) -> None:
         if self.lanes < 1 or self.max_ack_pending < 1 or self.batch < 1:
             raise ValueError("lanes, max_ack_pending and batch must be >= 1")
+        if self.fetch_timeout_s <= 0 or self.request_expiry_s <= 0:
+            raise ValueError("fetch_timeout_s and request_expiry_s must be > 0")
         if self.max_deliver == 0 or self.max_deliver < -1:
             raise ValueError("max_deliver must be >= 1, or -1 for unlimited")
+        if not 0 <= self.ack_linger_s < self.ack_wait_s:
+            raise ValueError("ack_linger_s must be >= 0 and below ack_wait_s")
 
 
 def consumer_config(
@@ -120,7 +129,7 @@ async def consume(
             stream=settings.stream,
             consumer=durable,
             batch=min(settings.batch, settings.max_ack_pending),
-            expires_s=settings.fetch_timeout_s,
+            expires_s=settings.request_expiry_s,
         )
         try:
             await ensure_consumer(js, settings.stream, config, resume_from=resume_from)
@@ -372,8 +381,18 @@ class _ConsumeLoop:
                     await _quietly(msg.nak(delay=self._backoff_s(md.num_delivered)))
             else:
                 # Not confirmed (a round trip per message): a lost ack means a redelivery, and
-                # handlers are idempotent. The loop flushes before it returns.
-                await _quietly(msg.ack())
+                # handlers are idempotent. Nor written alone: it leaves with the connection's
+                # next write, the handler's effects being stored already (`ack_soon`; a
+                # process killed meanwhile has its messages redelivered). The loop flushes
+                # before it returns.
+                await _quietly(
+                    ack_soon(
+                        self._nc,
+                        msg,
+                        within_s=self._settings.ack_linger_s,
+                        at_most=max(1, self._settings.max_ack_pending // 4),
+                    )
+                )
 
     def _backoff_s(self, deliveries: int) -> float:
         exponent = min(max(deliveries - 1, 0), 30)

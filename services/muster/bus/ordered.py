@@ -170,7 +170,7 @@ async def _consume(
         stream=settings.stream,
         consumer=durable,
         batch=settings.batch,
-        expires_s=fetch_timeout_s,
+        expires_s=settings.request_expiry_s,
     )
     await feed.start()
     acks = _Acks(limit=max(1, settings.max_ack_pending // 2))  # the server stops at the max

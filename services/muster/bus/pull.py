@@ -25,7 +25,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import api
 
-from muster.bus.client import subscribe_direct
+from muster.bus.client import MusterClient, subscribe_direct
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,10 @@ _NO_RESPONDERS = "503"
 _CONSUMER_DELETED = "Consumer Deleted"
 _SLICE_S = 0.25  # `take` looks after the requests at least this often while it waits
 _HOLD_S = 0.1  # after a refused request (409), wait this long before asking again
+# How long a pull request waits at the server. Idle, each expiry is a status in and a request
+# out per reader: at 1-2 s, a dozen messages a second each way for a quiet installation's
+# services. A request lost with its connection is replaced once reconnected (`PullFeed`).
+REQUEST_EXPIRY_S = 10.0
 
 
 class ConsumerDeletedError(RuntimeError):
@@ -51,8 +55,9 @@ class PullFeed:
     """Messages of consumer `consumer` of `stream`, pulled continuously; `start`, `take`, `close`.
 
     Each pull request asks for what is missing to `batch` and expires after `expires_s`; one
-    that ends unfilled (expired, or refused) is replaced. When nothing at all was heard for
-    longer than a request lives (a request lost in a reconnect), the feed asks again. The
+    that ends unfilled (expired, or refused) is replaced. A reconnection loses the requests
+    unanswered: on a MusterClient the feed asks again once reconnected, on any client when
+    nothing at all was heard for longer than a request lives. The
     consumer's deletion shows as a 409 to a waiting request, or as "no responders" to a new
     one (then checked with `consumer_info`): `take` raises ConsumerDeletedError.
     """
@@ -96,6 +101,8 @@ class PullFeed:
         """Subscribe to the feed's inbox and send the first pull request."""
         self._sub = await subscribe_direct(self._nc, self._inbox, self._on_message)
         self._heard_at = asyncio.get_running_loop().time()
+        if isinstance(self._nc, MusterClient):
+            self._nc.on_reconnected.append(self._reconnected)
         await self._top_up()
 
     async def take(self, limit: int, *, timeout_s: float) -> list[Msg]:
@@ -154,6 +161,8 @@ class PullFeed:
 
     async def close(self) -> list[Msg]:
         """Stop pulling; returns the messages delivered but not taken (the caller answers them)."""
+        if isinstance(self._nc, MusterClient) and self._reconnected in self._nc.on_reconnected:
+            self._nc.on_reconnected.remove(self._reconnected)
         if self._sub is not None:
             sub, self._sub = self._sub, None
             try:
@@ -184,6 +193,15 @@ class PullFeed:
         waiter = self._waiter  # `take` waits: wake it (inline: a call per delivery counts)
         if waiter is not None and not waiter.done():
             waiter.set_result(False)
+
+    def _reconnected(self) -> None:
+        """The connection is back, without the requests it carried: ask again now (a waiting
+        `take` is woken to ask; else the next `take` asks)."""
+        self._asked = 0
+        self._heard_at = asyncio.get_running_loop().time()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(True)
 
     def _request_ended(self, status: str, headers: dict[str, str], now: float) -> None:
         """A pull request ended unfilled: 408 expired, 404 nothing there, 409 refused."""

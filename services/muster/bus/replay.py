@@ -28,13 +28,13 @@ from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES, decode_stored
 from muster.bus.errors import Reject
 from muster.bus.outage import UNAVAILABLE, Outage
 from muster.bus.progress import Tracker, advanced, tracked
-from muster.bus.pull import ConsumerDeletedError, PullFeed
+from muster.bus.pull import REQUEST_EXPIRY_S, ConsumerDeletedError, PullFeed
 from muster.contracts.v1.events_pb2 import Envelope
 
 log = logging.getLogger(__name__)
 
 _BATCH = 256
-_FETCH_TIMEOUT_S = 1.0
+_FETCH_TIMEOUT_S = 1.0  # a follow looks again this often while nothing comes
 _INACTIVE_THRESHOLD_S = 60.0  # the server removes a reader's consumer this long after it left
 
 
@@ -234,7 +234,7 @@ class _Reader:
         info = await js.add_consumer(stream, config=config)
         assert info.name is not None  # the server names an ephemeral consumer
         feed = PullFeed(
-            nc, stream=stream, consumer=info.name, batch=_BATCH, expires_s=_FETCH_TIMEOUT_S
+            nc, stream=stream, consumer=info.name, batch=_BATCH, expires_s=REQUEST_EXPIRY_S
         )
         await feed.start()
         return cls(js, feed, info)
