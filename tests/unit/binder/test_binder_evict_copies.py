@@ -86,3 +86,36 @@ async def test_a_command_redelivered_after_its_answer_was_lost_is_answered() -> 
     await on_evict(command, ctx)
 
     assert said(published) == [(command.event_id, 1, 1, "nothing stopped: 1 pod gone already")]
+
+
+class _Terminating(_Pods):
+    """Kubernetes' graceful stop: a deleted pod stays until its grace period ends, and a
+    second delete of it is answered 200 like the first."""
+
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(names)
+        self.terminating: set[str] = set()
+
+    async def delete(self, kind: str, name: str, *, namespace: str = "", uid: str = "") -> bool:
+        if self.pods.get(name) != uid:
+            return False
+        self.terminating.add(name)
+        return True
+
+
+async def test_a_copy_arriving_while_the_pods_terminate_counts_them_once() -> None:
+    cluster, published = _Terminating(["low-0", "low-1"]), _Published()
+    ctx = _context(cluster)
+    ctx.publisher = published
+    first, again = evict(["low-0", "low-1"], attempt=1), evict(["low-0", "low-1"], attempt=2)
+
+    await on_evict(first, ctx)
+    await on_evict(again, ctx)
+    await on_evict(first, ctx)  # redelivered after its answer
+
+    assert cluster.terminating == {"low-0", "low-1"}  # each deleted again: harmless
+    assert [s[1:] for s in said(published)] == [
+        (2, 0, "2 pods stopped"),
+        (2, 2, "nothing stopped: 2 pods gone already"),
+        (2, 2, "nothing stopped: 2 pods gone already"),
+    ]
