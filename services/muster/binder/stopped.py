@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
-STOPPED_KEPT: Final = 100_000  # pods; about 10 MB
+STOPPED_KEPT: Final = 100_000  # pods; about 14 MB when full
 
 
 class StoppedPods:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from test_binder_specs import _Backend, _context, _Published
 
 from muster.binder.handlers import BinderContext, on_evict
+from muster.binder.stopped import StoppedPods
 from muster.bus import new_event
 from muster.contracts.v1 import events_pb2 as pb
 from muster.gateway.eventtext import detail
@@ -119,3 +120,10 @@ async def test_a_copy_arriving_while_the_pods_terminate_counts_them_once() -> No
         (2, 2, "nothing stopped: 2 pods gone already"),
         (2, 2, "nothing stopped: 2 pods gone already"),
     ]
+
+
+def test_the_pods_remembered_are_bounded_oldest_forgotten_first() -> None:
+    stopped = StoppedPods(kept=2)
+    assert [stopped.first_stop(uid, "c1") for uid in ("a", "b", "c")] == [True, True, True]
+    assert stopped.first_stop("c", "c2") is False  # remembered: stopped by c1
+    assert stopped.first_stop("a", "c2") is True  # forgotten, the oldest: counted once more
