@@ -141,3 +141,100 @@ def test_pods_in_other_namespaces_and_pod_updates_are_left_alone(core: client.Co
     assert _resources(updated) == unset
     created = core.create_namespaced_pod("other", _pod("after", {"name": "main"}))
     assert _resources(created) == [({"cpu": "1"}, {"cpu": "1"})]
+
+
+@pytest.mark.parametrize(
+    ("limits", "causes"),
+    [
+        pytest.param(
+            [{"type": "Container", "max": {"cpu": "1"}, "default": {"cpu": "2"}}],
+            [
+                (
+                    "spec.limits[0].defaultRequest[cpu]",
+                    'Invalid value: "2": default request value 2 is greater than max value 1',
+                ),
+                (
+                    "spec.limits[0].default[cpu]",
+                    'Invalid value: "1": default value 2 is greater than max value 1',
+                ),
+            ],
+            id="default-above-max",
+        ),
+        pytest.param(
+            [{"type": "Container", "min": {"memory": "2Gi"}, "max": {"memory": "1Gi"}}],
+            [
+                (
+                    "spec.limits[0].min[memory]",
+                    'Invalid value: "2Gi": min value 2Gi is greater than max value 1Gi',
+                ),
+                (
+                    "spec.limits[0].defaultRequest[memory]",
+                    'Invalid value: "1Gi": min value 2Gi is greater than default request value 1Gi',
+                ),
+                (
+                    "spec.limits[0].default[memory]",
+                    'Invalid value: "2Gi": min value 2Gi is greater than default value 1Gi',
+                ),
+            ],
+            id="min-above-max",
+        ),
+        pytest.param(
+            [{"type": "Pod", "maxLimitRequestRatio": {"cpu": "500m"}}],
+            [
+                (
+                    "spec.limits[0].maxLimitRequestRatio[cpu]",
+                    'Invalid value: "500m": ratio 500m is less than 1',
+                )
+            ],
+            id="ratio-below-one",
+        ),
+        pytest.param(
+            [
+                {
+                    "type": "Pod",
+                    "min": {"cpu": "1"},
+                    "max": {"cpu": "2"},
+                    "maxLimitRequestRatio": {"cpu": "3"},
+                }
+            ],
+            [
+                (
+                    "spec.limits[0].maxLimitRequestRatio[cpu]",
+                    'Invalid value: "3": ratio 3 is greater than max/min = 2.000000',
+                )
+            ],
+            id="ratio-above-max-over-min",
+        ),
+        pytest.param(
+            [{"type": "Pod", "default": {"cpu": "1"}}, {"type": "Pod"}],
+            [
+                ("spec.limits[0].default", "Forbidden: may not be specified when `type` is 'Pod'"),
+                ("spec.limits[1].type", 'Duplicate value: "Pod"'),
+            ],
+            id="pod-defaults-and-a-second-pod-entry",
+        ),
+    ],
+)
+def test_an_inconsistent_limit_range_is_refused_with_the_api_servers_field_errors(
+    core: client.CoreV1Api, limits: list[dict[str, Any]], causes: list[tuple[str, str]]
+) -> None:
+    with pytest.raises(ApiException) as caught:
+        core.create_namespaced_limit_range("default", _limit_range("sizes", *limits))
+    assert caught.value.status == 422
+    status = status_of(caught.value)
+    assert status["reason"] == "Invalid"
+    assert [(c["field"], c["message"]) for c in status["details"]["causes"]] == causes
+    assert core.list_namespaced_limit_range("default").items == []
+
+
+def test_a_consistent_limit_range_at_its_bounds_is_stored(core: client.CoreV1Api) -> None:
+    item = {
+        "type": "Container",
+        "min": {"cpu": "1"},
+        "max": {"cpu": "2"},
+        "default": {"cpu": "2"},
+        "defaultRequest": {"cpu": "1"},
+        "maxLimitRequestRatio": {"cpu": "2"},
+    }
+    core.create_namespaced_limit_range("default", _limit_range("sizes", item))
+    assert present(core.read_namespaced_limit_range("sizes", "default").spec).limits[0].max

@@ -96,3 +96,46 @@ async def test_a_retry_told_while_queued_after_its_eviction_outlives_a_stop_and_
         await a_ready_reserves_it_again(bus, events)
     finally:
         await replica.stop()
+
+
+async def read_up_to_here(bus: Bus, events: EventLog, name: str) -> None:
+    """Once the replica has read what was published so far (it answers a sentinel after)."""
+    await publish(bus, submitted(workload(name, queue="nowhere")))
+    await events.wait_for("pending", workload=f"ns/{name}")
+
+
+@pytest.mark.parametrize("restart", ["live", "rebuilt-inactive", "rebuilt-reactivated"])
+async def test_a_retry_told_while_inactive_holds_it_out_after_reactivation(
+    bus: Bus, bus_config: BusConfig, events: EventLog, restart: str
+) -> None:
+    """Kueue clears requeueState while the workload is inactive, but once it is reactivated
+    NeedsRequeueAtUpdate sets requeueAt again from the Retry still in its status: prov saying
+    Ready then does not reserve it before that end (an hour here). Before, only the failed
+    check held it, and the Ready reserved it at once (task leftovers3)."""
+    replica = await start_admission(bus_config)
+    try:
+        await replica.wait_serving()
+        await stopped_while_admitted(bus, events)
+        retry = pb.AdmissionCheckUpdated(
+            check="prov", state="Retry", message="no capacity", requeue_after_seconds=3600
+        )
+        await publish(bus, fact("admission_check", "ns/w", retry))
+        await read_up_to_here(bus, events, "sentinel-1")
+        if restart == "rebuilt-inactive":
+            await replica.kill()
+            replica = await start_admission(bus_config)
+            await replica.wait_serving()
+        await publish(bus, active(True))
+        await events.wait_for("requeued", workload="ns/w")
+        await read_up_to_here(bus, events, "sentinel-2")
+        if restart == "rebuilt-reactivated":
+            await replica.kill()
+            replica = await start_admission(bus_config)
+            await replica.wait_serving()
+
+        await publish(bus, told("Ready", "provisioned again"))
+        await read_up_to_here(bus, events, "sentinel-3")
+        assert count(events, "quota_reserved", "ns/w") == 1  # held out until its requeueAt
+        assert events.matching("requeued", workload="ns/w")[-1].requeued.reason == "Reactivated"
+    finally:
+        await replica.stop()

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from muster.admission.decision_reads import DecisionReads
 from muster.admission.homes import Move
-from muster.admission.ledger import CheckState, Phase
+from muster.admission.ledger import CheckState, Phase, retry_ends_of
 from muster.admission.translate import (
     GANG_REJECTED,
     ApplyConfig,
@@ -41,7 +41,11 @@ from muster.api.wellknown import GANG_TIMED_OUT, PREEMPTED, START_FAILED
 from muster.core.config_owners import NAMESPACED_CONFIG_KINDS
 from muster.core.events import Event
 from muster.core.records import local_queue_of
-from muster.core.requeue_state import retry_counts_waiting, retry_end_s
+from muster.core.requeue_state import (
+    reactivated_retry_end_s,
+    retry_counts_waiting,
+    retry_end_s,
+)
 
 # Eviction reason (muster's; Kueue has no such case): its pods were stopped under it.
 PODS_STOPPED = "PodsStopped"
@@ -161,7 +165,7 @@ class FactApplication(DecisionReads, abc.ABC):
                 ledger.pods_ready(key)
                 return self._engine_fact(key, lambda: engine.pods_ready(key, now_s=now_s))
             case SetActive(key, active):
-                ledger.set_active(key, active)
+                ledger.set_active(key, active, held_until_s=self._held_out_s(key, now_s=now_s))
                 return self._engine_fact(key, lambda: engine.set_active(key, active, now_s=now_s))
             case SetReclaimable(key, pods, at_s):
                 ledger.set_reclaimable(key, pods)
@@ -245,6 +249,23 @@ class FactApplication(DecisionReads, abc.ABC):
         wl = entry.workload
         local_queue = local_queue_of(wl.meta.namespace, entry.routed_queue or wl.queue_name)
         return retry_counts_waiting(self.engine.state.config, local_queue, fact.check)
+
+    def _held_out_s(self, key: WorkloadKey, *, now_s: float) -> float | None:
+        """Until when an inactive workload reactivated now is held out of its queue by a
+        Retry told since its last eviction: the engine's rule (`reactivated_retry_end_s`,
+        `set_active`) with the configuration of this instant, so the ledger a rebuild starts
+        from holds it out as the live engine did."""
+        entry = self.ledger.get(key)
+        if entry is None or entry.phase is not Phase.INACTIVE:
+            return None
+        wl = entry.workload
+        local_queue = local_queue_of(wl.meta.namespace, entry.routed_queue or wl.queue_name)
+        config = self.engine.state.config
+        return reactivated_retry_end_s(
+            retry_ends_of(entry),
+            lambda check: retry_counts_waiting(config, local_queue, check),
+            now_s=now_s,
+        )
 
     def _engine_fact(
         self, key: WorkloadKey, call: Callable[[], list[Event]], *, drop: bool = False

@@ -23,9 +23,14 @@ import msgspec
 from muster.admission.translate import DEACTIVATED, Manifests, Recorded
 from muster.api.model import Admission, PodSet, ReclaimablePod, Workload, WorkloadKey
 from muster.core.check_retries import NO_RETRIES, retries_after_eviction
-from muster.core.conditions import ADMISSION_CHECK, PODS_READY_TIMEOUT, is_deactivation
+from muster.core.conditions import (
+    ADMISSION_CHECK,
+    PODS_READY_TIMEOUT,
+    REACTIVATED,
+    is_deactivation,
+)
 from muster.core.conditions import DEACTIVATED as KUEUE_DEACTIVATED
-from muster.core.requeue_state import count_after_eviction, later
+from muster.core.requeue_state import count_after_eviction, later, retry_end_s
 
 
 class Phase(StrEnum):
@@ -338,9 +343,13 @@ class Ledger:
         if state.state == "Retry" and entry.holds_quota:
             entry.retry_at_s = later(entry.retry_at_s, retry_at_s)
 
-    def set_active(self, key: WorkloadKey, active: bool) -> None:
+    def set_active(
+        self, key: WorkloadKey, active: bool, *, held_until_s: float | None = None
+    ) -> None:
         """active_changed: a pending workload stopped is inactive at once, one holding quota
-        once its pods are gone (`stopped`); an inactive one resumed is pending again."""
+        once its pods are gone (`stopped`); an inactive one resumed is pending again, or held
+        out of its queue until `held_until_s` (a Retry told since its last eviction: the
+        engine's `set_active`)."""
         entry = self.entries.get(key)
         if entry is None:
             return
@@ -355,6 +364,8 @@ class Ledger:
         elif active and entry.phase is Phase.INACTIVE:
             entry.requeue_count = 0  # as the engine's set_active (Kueue clears requeueState)
             _requeue(entry)
+            if held_until_s is not None:
+                entry.phase, entry.retry_at_s = Phase.BACKOFF, held_until_s
 
     def set_reclaimable(self, key: WorkloadKey, pods: tuple[ReclaimablePod, ...]) -> None:
         """reclaimable_pods: kept for the engine a rebuild starts (`_adopt`)."""
@@ -445,7 +456,9 @@ class Ledger:
                         entry.retry_at_s = None  # evicted for another reason first
                     entry.requeue_count = count_after_eviction(entry.requeue_count, fact.reason)
             case "requeued":
-                if entry.phase in (Phase.EVICTING, Phase.BACKOFF):
+                # The reactivation's own (`set_active` applied it) ends no wait: one a Retry
+                # told since its last eviction began then goes on.
+                if entry.phase in (Phase.EVICTING, Phase.BACKOFF) and fact.reason != REACTIVATED:
                     _requeue(entry)
         return True
 
@@ -473,6 +486,17 @@ def _reserve(entry: Entry, fact: Recorded) -> None:
     entry.pods_ready = False
     entry.unready_s = None
     entry.pending_reason = entry.pending_message = ""
+
+
+def retry_ends_of(entry: Entry) -> dict[str, float]:
+    """When each check told Retry since its last eviction asked it to queue again (its
+    lastTransitionTime + requeueAfterSeconds; the engine's `WorkloadRecord.retry_ends`)."""
+    return {
+        check: end_s
+        for check, s in entry.check_states.items()
+        if s.state == "Retry"
+        and (end_s := retry_end_s(s.at_s, s.requeue_after_s, now_s=s.at_s)) is not None
+    }
 
 
 def _requeue(entry: Entry) -> None:

@@ -33,7 +33,7 @@ import msgspec
 
 from muster.admission.fact_application import FactApplication
 from muster.admission.homes import Handover, Move, queue_key
-from muster.admission.ledger import Entry, Phase
+from muster.admission.ledger import Entry, Phase, retry_ends_of
 from muster.admission.replica_parts import PENDING_PHASE
 from muster.admission.snapshot import EndedUsage
 from muster.admission.translate import ConfigRefusedError, Fact, PartitionRecord
@@ -374,7 +374,9 @@ class AdmissionState(FactApplication):
             self.engine.restore_retry_counts(entry.key, entry.retry_counts)
         if entry.check_states and entry.phase not in (Phase.RESERVED, Phase.ADMITTED):
             told = {check: s.state for check, s in entry.check_states.items()}
-            self.engine.restore_told_checks(entry.key, told, evicted=entry.evicted)
+            self.engine.restore_told_checks(
+                entry.key, told, evicted=entry.evicted, retry_ends=retry_ends_of(entry)
+            )
 
     def _admit_now(self, entry: Entry) -> list[Event]:
         """Reserved with no check to pass, yet not admitted: the round that reserved it admitted

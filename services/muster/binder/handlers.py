@@ -35,6 +35,7 @@ from muster.api.wellknown import (
 from muster.binder.fences import Fences, WorkloadLocks
 from muster.binder.manifests import ManifestChanges
 from muster.binder.pacing import BindPacer
+from muster.binder.stopped import StoppedPods
 from muster.binder.translate import (
     AdmissionMismatchError,
     pod_set_starts,
@@ -216,6 +217,7 @@ class BinderContext:
         self.pacer = pacer
         self.fences = fences if fences is not None else Fences(cluster=cluster)
         self.locks = WorkloadLocks()  # start, binds and stop of one workload: one at a time
+        self.stopped = StoppedPods()  # pods stopped by placement evictions, counted once
         self.metrics = metrics
         self.source = f"binder/{cluster}"
         self._away = ""  # why the cluster did not answer, while it does not
@@ -646,8 +648,9 @@ async def on_evict(env: events_pb2.Envelope, ctx: BinderContext) -> None:
                     async def delete(p: events_pb2.PodRef) -> None:
                         nonlocal gone
                         ns, uid = p.namespace, p.uid
-                        if not await ctx.backend.delete("Pod", p.name, namespace=ns, uid=uid):
-                            gone += 1
+                        deleted = await ctx.backend.delete("Pod", p.name, namespace=ns, uid=uid)
+                        if not deleted or not ctx.stopped.first_stop(uid, env.event_id):
+                            gone += 1  # gone, or still terminating since an earlier command
 
                     await run_in_batches(command.pods, delete)
                 else:
@@ -670,6 +673,7 @@ async def on_evict(env: events_pb2.Envelope, ctx: BinderContext) -> None:
             gone=gone,
         )
         await ctx.publish("eviction_completed", payload, cause=env)
+        ctx.stopped.answered(p.uid for p in command.pods)
         ctx.fences.completed(key, eviction)
 
 

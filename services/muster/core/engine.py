@@ -54,8 +54,13 @@ from muster.core.limit_ranges import NO_RUNTIME_CLASSES, adjusted_workload, reso
 from muster.core.queueing import Queueing
 from muster.core.queues import TreeRuntime
 from muster.core.reclaim import NONE, reclaimable_of
-from muster.core.records import Phase, WorkloadRecord
-from muster.core.requeue_state import later, retry_counts_waiting, retry_end_s
+from muster.core.records import NO_ENDS, Phase, WorkloadRecord
+from muster.core.requeue_state import (
+    later,
+    reactivated_retry_end_s,
+    retry_counts_waiting,
+    retry_end_s,
+)
 from muster.core.routing import RoutingSettings
 from muster.core.routing.control import RoutingControl
 from muster.core.state import EngineState, shape_of
@@ -350,7 +355,9 @@ class Engine(EngineViews):
         Deactivated: a pending (or backing-off) workload leaves its queue; one holding quota is
         evicted (reason Deactivated) and, once stopped, stays inactive instead of requeueing.
         Reactivated: an inactive workload, whatever deactivated it, is queued again (Requeued,
-        reason Reactivated). A finished or deleted workload is left alone.
+        reason Reactivated), or held out until the end a Retry told since its last eviction
+        still asks for (`reactivated_retry_end_s`). A finished or deleted workload is left
+        alone.
         """
         state = self.state
         state.now_s = now_s
@@ -367,6 +374,13 @@ class Engine(EngineViews):
             if r.group is not None:  # its group may be parked with no head since it left
                 self.queueing.retry(r.group)
             state.emit(EventType.REQUEUED, r, "Reactivated", "The workload was reactivated")
+            end_s = reactivated_retry_end_s(
+                r.retry_ends,
+                lambda check: retry_counts_waiting(state.config, r.local_queue, check),
+                now_s=now_s,
+            )
+            if end_s is not None:  # a Retry told since its last eviction still holds it out
+                self.lifecycle.hold_out(r, end_s)
         elif not active and r.phase in (Phase.PENDING, Phase.BACKOFF):
             # Off its queue (and any reservation); a back-off's timer no longer fires.
             self.lifecycle.release(r)
@@ -587,7 +601,10 @@ class Engine(EngineViews):
                     self.lifecycle.hold_out(r, end_s)
         if self.state.config.keeps_told_check(check):
             failed = r.failed_checks
-            r.tell_check(check, state)
+            since = now_s if since_s is None else since_s
+            r.tell_check(
+                check, state, retry_end_s=retry_end_s(since, requeue_after_s or 0, now_s=since)
+            )
             if failed and not r.failed_checks and r.phase is Phase.PENDING:
                 # Set aside for its failed checks (`Heads`): back in its queue, in its turn.
                 self.lifecycle.release(r)
@@ -595,17 +612,23 @@ class Engine(EngineViews):
         return self.state.take_events()
 
     def restore_told_checks(
-        self, key: WorkloadKey, told: Mapping[str, str], *, evicted: bool = False
+        self,
+        key: WorkloadKey,
+        told: Mapping[str, str],
+        *,
+        evicted: bool = False,
+        retry_ends: Mapping[str, float] = NO_ENDS,
     ) -> None:
         """What its checks told since its last eviction while it held no quota (state
         rebuild; `set_admission_check`): its next reservation starts from a Ready or Pending,
         a Retry or Rejected sets it aside. `evicted`: evicted since its last reservation, so a
-        stop keeps them (`set_active`)."""
+        stop keeps them (`set_active`). `retry_ends`: when each Retry asked it to queue again,
+        for a reactivation to hold it out until then."""
         r = self.state.records.get(key)
         if r is not None and r.phase in _WAITING:
             r.evicted = r.evicted or evicted
             for check, state in told.items():
-                r.tell_check(check, state)
+                r.tell_check(check, state, retry_end_s=retry_ends.get(check))
 
     def restore_retry_counts(self, key: WorkloadKey, counts: Mapping[str, int]) -> None:
         """Its checks' retry counts as of its last recorded eviction (state rebuild; Kueue's

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 # lifecycle.py), so nothing writes to it; a record given checks gets a map of its own.
 _NO_CHECKS: Final[dict[str, str]] = {}
 _FAILED: Final = frozenset({"Retry", "Rejected"})  # Kueue: HasRetryChecks, HasRejectedChecks
+NO_ENDS: Final[Mapping[str, float]] = {}  # shared by every record without a told Retry's end
 
 # Conditions alike are one object, and so are condition maps alike: the workloads waiting in a
 # group are all told the same (a map and a condition each were 0.2 KiB per workload at a
@@ -97,6 +98,7 @@ class WorkloadRecord:
         "reserved_at_s",
         "resource_problem",
         "retry_counts",
+        "retry_ends",
         "seq",
         "shape",
         "told_checks",
@@ -158,6 +160,9 @@ class WorkloadRecord:
         # Ready or Pending told since its last eviction while it held no quota: where its next
         # reservation's checks start (`tell_check`); shared and empty, as `checks`, until told.
         self.told_checks: dict[str, str] = _NO_CHECKS
+        # Of those told Retry, when each asked it to queue again (lastTransitionTime +
+        # requeueAfterSeconds): read at reactivation (`requeue_state.reactivated_retry_end_s`).
+        self.retry_ends: Mapping[str, float] = NO_ENDS
         # Kueue's retryCount of each check (`core.check_retries`), counted at its evictions.
         self.retry_counts: Mapping[str, int] = NO_RETRIES
         self.evicted = False
@@ -198,11 +203,16 @@ class WorkloadRecord:
             return a.usage
         return reclaimed_usage(a.pod_sets, self.wl.pod_sets, self.reclaimable)
 
-    def tell_check(self, check: str, state: str) -> None:
+    def tell_check(self, check: str, state: str, *, retry_end_s: float | None = None) -> None:
         """A check's state told while it holds no quota: Kueue keeps it in the Workload's
         status.admissionChecks; a Ready or Pending is where its next reservation starts, a
-        Retry or Rejected keeps it from being reserved (`failed_checks`)."""
+        Retry or Rejected keeps it from being reserved (`failed_checks`). A Retry's
+        `retry_end_s` counts for as long as the check stays in Retry (GetMaxRetryTime)."""
         self.told_checks = {**self.told_checks, check: state}
+        if state == "Retry" and retry_end_s is not None:
+            self.retry_ends = {**self.retry_ends, check: retry_end_s}
+        elif check in self.retry_ends:
+            self.retry_ends = {c: s for c, s in self.retry_ends.items() if c != check} or NO_ENDS
 
     @property
     def failed_checks(self) -> list[str]:
@@ -214,7 +224,7 @@ class WorkloadRecord:
     def take_told_checks(self, checks: Iterable[str]) -> dict[str, str]:
         """The states `checks` start from at a reservation: a Ready or Pending told since the
         last eviction, else Pending; the told ones are spent."""
-        told, self.told_checks = self.told_checks, _NO_CHECKS
+        told, self.told_checks, self.retry_ends = self.told_checks, _NO_CHECKS, NO_ENDS
         return {
             check: s if (s := told.get(check, "Pending")) not in _FAILED else "Pending"
             for check in checks
@@ -225,7 +235,7 @@ class WorkloadRecord:
         (its reservation's, or told since it held none) counting one retry more."""
         states = {**self.told_checks, **self.checks}
         self.retry_counts = retries_after_eviction(self.retry_counts, states)
-        self.told_checks = _NO_CHECKS
+        self.told_checks, self.retry_ends = _NO_CHECKS, NO_ENDS
 
     def set_condition(self, type_: str, status: bool, reason: str, message: str) -> None:
         condition = Condition(

@@ -14,6 +14,7 @@ before any eviction; requeueState cleared when the workload is deactivated).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from muster.api.model import RequeuingStrategy
@@ -82,3 +83,17 @@ def retry_counts_waiting(config: Configuration, local_queue: str, check: str) ->
     the Retry is told, so a rebuilt replica waits exactly as the live one did."""
     lq = config.local_queues.get(local_queue)
     return lq is not None and config.names_check(lq.cluster_queue, check)
+
+
+def reactivated_retry_end_s(
+    retry_ends: Mapping[str, float], counts: Callable[[str], bool], *, now_s: float
+) -> float | None:
+    """requeueAt for a workload reactivated at `now_s` (None: none). Kueue clears requeueState
+    while a workload is inactive, but not status.admissionChecks; once it is active again
+    NeedsRequeueAtUpdate sets requeueAt from the Retry checks it finds there (GetMaxRetryTime:
+    the latest lastTransitionTime + requeueAfterSeconds), if that is still to come. So a Retry
+    told while it was inactive (or before, if no eviction reset it since) holds it out until
+    then. `retry_ends`: those ends, of the checks still in Retry; `counts`: whether its
+    ClusterQueue names the check now (`retry_counts_waiting`)."""
+    end_s = max((s for check, s in retry_ends.items() if counts(check)), default=None)
+    return end_s if end_s is not None and end_s > now_s else None

@@ -86,6 +86,7 @@ class Entry:
     route: events_pb2.WorkloadRouted | None = None
     pod_sets: tuple[events_pb2.PodSetSummary, ...] = ()
     evict_parts: dict[str, set[int]] = field(default_factory=dict)  # command id -> parts answered
+    evict_stopped: set[str] = field(default_factory=set)  # of those, ones a part stopped pods of
     # A finished workload's description but its summary, serialized (`pack`); None: unpacked.
     packed: bytes | None = None
 
@@ -431,9 +432,11 @@ def _evicted(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
 
 def _eviction_completed(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
     done = env.eviction_completed
-    if done.pods and (e.kueue or not _every_part_answered(e, done)):
-        # A placement eviction's answer (pods outside Kueue): never a Kueue eviction's end,
-        # and in parts, the other parts' pods may still run.
+    if done.pods and (e.kueue or not _stopped_pods(e, done)):
+        # A placement eviction's answer (pods outside Kueue): never a Kueue eviction's end;
+        # in parts, the other parts' pods may still run; and one that stopped nothing (a
+        # copy, its pods stopped before or still terminating) says nothing of the pods bound
+        # now, which may be new ones.
         return
     e.pods.clear()
     del e.summary.nodes[:]
@@ -441,16 +444,23 @@ def _eviction_completed(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> 
         _stopped(e, env.time_unix_nano)
 
 
-def _every_part_answered(e: Entry, done: events_pb2.EvictionCompleted) -> bool:
+def _stopped_pods(e: Entry, done: events_pb2.EvictionCompleted) -> bool:
     """Whether, with `done`, every part of its placement eviction is answered (docs/events.md,
-    "Evictions answered part by part")."""
+    "Evictions answered part by part") and one of them stopped pods (`gone` short of `pods`;
+    docs/events.md, "Repeated evictions answered as what they did")."""
+    stopped = done.gone < done.pods
     if done.parts <= 1:
-        return True
+        return stopped
     answered = e.evict_parts.setdefault(done.command_id, set())
     answered.add(done.part)
+    if stopped:
+        e.evict_stopped.add(done.command_id)
     if len(answered) < done.parts:
         return False
     del e.evict_parts[done.command_id]
+    if done.command_id not in e.evict_stopped:
+        return False
+    e.evict_stopped.discard(done.command_id)
     return True
 
 

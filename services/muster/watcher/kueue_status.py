@@ -55,6 +55,7 @@ from muster.core.conditions import (
     PENDING_EVALUATION_MESSAGE,
     PODS_READY_TIMEOUT,
     QUOTA_RESERVED,
+    REACTIVATED,
     READY_MESSAGE,
     RECOVERED,
     STARTED,
@@ -76,7 +77,13 @@ from muster.core.conditions import (
 )
 from muster.core.config_owners import ConfigOwners
 from muster.core.reclaim import NONE, reclaimed_usage
-from muster.core.requeue_state import backoff_end_s, count_after_eviction, later, retry_end_s
+from muster.core.requeue_state import (
+    backoff_end_s,
+    count_after_eviction,
+    later,
+    reactivated_retry_end_s,
+    retry_end_s,
+)
 from muster.payloads import PayloadError, applied_document, check_transitioned_s
 
 # The events whose payloads change a Workload's status (the status task follows these).
@@ -165,6 +172,7 @@ class _Workload:
         "requeue_at_s",
         "requeue_count",
         "retry_at_s",
+        "retry_ends",
         "state",
         "usage",
     )
@@ -190,6 +198,9 @@ class _Workload:
         self.requeue_count = 0
         self.requeue_at_s: float | None = None
         self.retry_at_s: float | None = None
+        # Of its checks told Retry since its last eviction without quota to decide on, when
+        # each asks it to queue again: requeueAt once reactivated (the engine's `retry_ends`).
+        self.retry_ends: dict[str, float] = {}
         # status.reclaimablePods, of a Job's or JobSet's Workload only (None): a bare
         # Workload's is its owner's to write, and admission reads it from there.
         self.reclaimable: list[dict[str, Any]] | None = None
@@ -413,6 +424,7 @@ class StatusBook:
         tally.add(wl, 1)
         if wl.conditions.get("Evicted", {}).get("status") != "True":
             wl.set("Evicted", True, DEACTIVATED, DEACTIVATED_MESSAGE)
+            wl.retry_ends = {}  # evicted now: its checks reset
         if self._granular:
             wl.say([(QUOTA_RESERVED, False, DEACTIVATED, DEACTIVATED_MESSAGE), NO_RESERVATION])
         return {_workload_ref(env.workload), self._lq_ref(wl.local_queue)}
@@ -428,6 +440,8 @@ class StatusBook:
         queued again, waiting for quota (admission holds it out of its queue until then)."""
         wl = self._workloads.get(env.workload)
         check = env.admission_check
+        if wl is not None:
+            _keep_retry_end(wl, check, check_transitioned_s(env))
         if wl is None or check.state != "Retry":
             return set()
         # Without quota (backing off, or queued for quota) requeueAt moves too: Kueue's
@@ -734,10 +748,28 @@ def _requeue_state(
     deactivated = field == "evicted" and is_deactivation(payload.reason)
     if wl.state == "inactive" or deactivated:  # at once, though its pods may still run
         wl.requeue_count, wl.requeue_at_s, wl.retry_at_s = 0, None, None
+    elif field == "requeued" and payload.reason == REACTIVATED:
+        # Kueue's status holds only its ClusterQueue's checks: each Retry end counts.
+        wl.requeue_at_s = reactivated_retry_end_s(wl.retry_ends, lambda _: True, now_s=at_s)
     elif field == "requeued":
         wl.requeue_at_s = None
     if field in ("evicted", "requeued"):
         wl.retry_at_s = None  # a Retry before the eviction counts only for that eviction
+    if field in ("evicted", "quota_reserved", "admitted"):
+        wl.retry_ends = {}  # checks reset, or the told ones spent by a reservation
+
+
+def _keep_retry_end(wl: _Workload, check: pb.AdmissionCheckUpdated, since_s: float) -> None:
+    """A check told while `wl` holds no quota to decide on (or its pods stop): a Retry's end
+    counts at its reactivation for as long as the check stays in Retry (GetMaxRetryTime)."""
+    evicted = wl.conditions.get("Evicted", {}).get("status") == "True"
+    if wl.state in ("reserving", "admitted") and not evicted:
+        return
+    wl.retry_ends.pop(check.check, None)
+    if check.state == "Retry":
+        end_s = retry_end_s(since_s, check.requeue_after_seconds, now_s=since_s)
+        if end_s is not None:
+            wl.retry_ends[check.check] = end_s
 
 
 def _reserved(wl: _Workload, field: str, payload: Any, *, granular: bool) -> None:

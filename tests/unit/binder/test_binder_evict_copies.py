@@ -10,6 +10,7 @@ from __future__ import annotations
 from test_binder_specs import _Backend, _context, _Published
 
 from muster.binder.handlers import BinderContext, on_evict
+from muster.binder.stopped import StoppedPods
 from muster.bus import new_event
 from muster.contracts.v1 import events_pb2 as pb
 from muster.gateway.eventtext import detail
@@ -86,3 +87,43 @@ async def test_a_command_redelivered_after_its_answer_was_lost_is_answered() -> 
     await on_evict(command, ctx)
 
     assert said(published) == [(command.event_id, 1, 1, "nothing stopped: 1 pod gone already")]
+
+
+class _Terminating(_Pods):
+    """Kubernetes' graceful stop: a deleted pod stays until its grace period ends, and a
+    second delete of it is answered 200 like the first."""
+
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(names)
+        self.terminating: set[str] = set()
+
+    async def delete(self, kind: str, name: str, *, namespace: str = "", uid: str = "") -> bool:
+        if self.pods.get(name) != uid:
+            return False
+        self.terminating.add(name)
+        return True
+
+
+async def test_a_copy_arriving_while_the_pods_terminate_counts_them_once() -> None:
+    cluster, published = _Terminating(["low-0", "low-1"]), _Published()
+    ctx = _context(cluster)
+    ctx.publisher = published
+    first, again = evict(["low-0", "low-1"], attempt=1), evict(["low-0", "low-1"], attempt=2)
+
+    await on_evict(first, ctx)
+    await on_evict(again, ctx)
+    await on_evict(first, ctx)  # redelivered after its answer
+
+    assert cluster.terminating == {"low-0", "low-1"}  # each deleted again: harmless
+    assert [s[1:] for s in said(published)] == [
+        (2, 0, "2 pods stopped"),
+        (2, 2, "nothing stopped: 2 pods gone already"),
+        (2, 2, "nothing stopped: 2 pods gone already"),
+    ]
+
+
+def test_the_pods_remembered_are_bounded_oldest_forgotten_first() -> None:
+    stopped = StoppedPods(kept=2)
+    assert [stopped.first_stop(uid, "c1") for uid in ("a", "b", "c")] == [True, True, True]
+    assert stopped.first_stop("c", "c2") is False  # remembered: stopped by c1
+    assert stopped.first_stop("a", "c2") is True  # forgotten, the oldest: counted once more

@@ -102,3 +102,38 @@ def test_stopping_a_workload_evicted_already_keeps_the_failed_check() -> None:
     assert [(e.type, e.message) for e in events if e.object == A] == [
         (EventType.PENDING, FAILED_CHECKS)
     ]
+
+
+def test_a_retry_told_while_inactive_holds_it_out_after_reactivation_until_its_end() -> None:
+    """Kueue clears requeueState while inactive, but once reactivated NeedsRequeueAtUpdate sets
+    requeueAt again from the Retry still in status (lastTransitionTime + requeueAfterSeconds):
+    the check saying Ready before then does not put it back in its queue (task leftovers3)."""
+    engine = _engine()
+    _admitted(engine)
+    engine.set_active(A, False, now_s=5)
+    engine.stopped(A, now_s=6)
+    engine.set_admission_check(A, "prov", "Retry", requeue_after_s=60, since_s=7, now_s=8)
+    engine.set_active(A, True, now_s=10)
+    assert engine.phase(A) == "Backoff"  # requeueAt 67
+    engine.set_admission_check(A, "prov", "Ready", now_s=11)  # the check leaves Retry
+    assert engine.schedule(now_s=66) == []
+    events = engine.schedule(now_s=67)
+    assert [(e.type, e.reason) for e in events][:1] == [(EventType.REQUEUED, "BackoffFinished")]
+    assert _kinds(events[1:]) == RESERVED_AND_ADMITTED
+
+
+def test_a_retry_whose_end_passed_while_inactive_or_which_said_otherwise_holds_nothing() -> None:
+    engine = _engine()
+    _admitted(engine)
+    engine.set_active(A, False, now_s=5)
+    engine.stopped(A, now_s=6)
+    engine.set_admission_check(A, "prov", "Retry", requeue_after_s=60, since_s=7, now_s=8)
+    engine.set_admission_check(A, "prov", "Ready", now_s=9)  # not in Retry at reactivation
+    engine.set_active(A, True, now_s=10)
+    assert _kinds(engine.schedule(now_s=10)) == RESERVED_AND_ADMITTED
+
+    engine.set_active(A, False, now_s=20)
+    engine.stopped(A, now_s=21)
+    engine.set_admission_check(A, "prov", "Retry", requeue_after_s=5, since_s=22, now_s=22)
+    engine.set_active(A, True, now_s=30)  # 27 has passed: only the failed check holds it
+    assert engine.phase(A) == "Pending"

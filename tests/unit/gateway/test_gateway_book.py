@@ -194,9 +194,13 @@ def test_a_gang_outside_kueue_is_found_by_its_source_name() -> None:
     assert [line.count for line in entry.lines] == [2]  # folded
 
 
-def stopped_part(part: int, parts: int, pods: int, workload: str) -> events_pb2.Envelope:
+def stopped_part(
+    part: int, parts: int, pods: int, workload: str, *, gone: int = 0, command: str = "evict-1"
+) -> events_pb2.Envelope:
     """The binder's answer to one part of gang-permit's `cmd.evict` of `workload`."""
-    done = events_pb2.EvictionCompleted(pods=pods, part=part, parts=parts, command_id="evict-1")
+    done = events_pb2.EvictionCompleted(
+        pods=pods, part=part, parts=parts, command_id=command, gone=gone
+    )
     return env("eviction_completed", done, workload)
 
 
@@ -214,6 +218,30 @@ def test_a_victim_evicted_in_parts_keeps_its_pods_until_every_part_is_answered()
 
     book.apply(stopped_part(0, 2, pods=2, workload=key))
     assert (list(entry.describe().pods), list(entry.summary.nodes)) == ([], [])
+
+
+def test_a_copy_that_stopped_nothing_keeps_the_pods_bound_since() -> None:
+    key = "ml/allreduce"
+    old, new = (
+        [events_pb2.PodBinding(pod=events_pb2.PodRef(name=f"w-{i}"), node=node) for i in range(2)]
+        for node in ("n1", "n2")
+    )
+    book = book_of(env("bound", events_pb2.PodsBound(bindings=old), key))
+    (entry,) = book.find("ml", "allreduce")
+    book.apply(stopped_part(0, 0, pods=2, workload=key))
+    assert list(entry.summary.nodes) == []
+
+    book.apply(env("bound", events_pb2.PodsBound(bindings=new), key))  # placed again
+    book.apply(stopped_part(0, 0, pods=2, workload=key, gone=2))  # a re-send's answer
+    book.apply(stopped_part(0, 2, pods=1, workload=key, gone=1, command="evict-2"))
+    book.apply(stopped_part(1, 2, pods=1, workload=key, gone=1, command="evict-2"))
+    assert (len(entry.describe().pods), list(entry.summary.nodes)) == (2, ["n2"])
+    assert entry.evict_parts == {}
+
+    book.apply(stopped_part(0, 2, pods=1, workload=key, gone=1, command="evict-3"))
+    book.apply(stopped_part(1, 2, pods=1, workload=key, command="evict-3"))  # stopped one
+    assert (list(entry.describe().pods), list(entry.summary.nodes)) == ([], [])
+    assert (entry.evict_parts, entry.evict_stopped) == ({}, set())
 
 
 def test_a_placement_evictions_answer_is_not_the_end_of_a_kueue_eviction_of_that_name() -> None:

@@ -3,6 +3,9 @@ to every new pod by the LimitRanger admission plugin (plugin/pkg/admission/limit
 
 - A LimitRange's Container entry is defaulted when stored: an unset `default` is the `max`, then
   an unset `defaultRequest` the `default`, else the `min` (SetDefaults_LimitRangeItem).
+- Then it is validated as ValidateLimitRange does: one entry per type, no defaults on a Pod entry,
+  and per resource min <= defaultRequest <= default <= max, 1 <= maxLimitRequestRatio <= max/min;
+  each problem is a field error of the 422 Invalid answer.
 - A pod's container (and init container) limit is its missing request (pod defaulting, before
   any admission plugin).
 - On pod create, each LimitRange of the namespace in turn (by name) fills what each container
@@ -25,7 +28,14 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
-from muster.devtools.apiserver.errors import forbidden_request
+from muster.devtools.apiserver.errors import (
+    Cause,
+    bad_value,
+    duplicate,
+    forbidden,
+    forbidden_request,
+    required,
+)
 from muster.devtools.apiserver.objects import JsonObj, meta, name_of
 from muster.devtools.apiserver.strategy_base import Strategy
 
@@ -39,6 +49,7 @@ _SUFFIXES: Final = {
 }
 _QUANTITY: Final = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))([eE][+-]?\d+|[KMGTPE]i|[numkMGTPE]?)")
 _Amounts = dict[str, tuple[Decimal, str]]  # resource -> (value, as written)
+_DEFAULTS: Final = ("default", "defaultRequest")
 
 
 class LimitRangeStrategy(Strategy):
@@ -52,6 +63,63 @@ class LimitRangeStrategy(Strategy):
             for field, filled in (("default", default), ("defaultRequest", request)):
                 if filled:
                     item[field] = filled
+
+    def causes(self, obj: JsonObj) -> list[Cause]:
+        spec = obj.get("spec")
+        limits = spec.get("limits") if isinstance(spec, dict) else None
+        causes: list[Cause] = []
+        seen: set[object] = set()
+        for i, item in enumerate(limits if isinstance(limits, list) else []):
+            if not isinstance(item, dict):
+                continue
+            at = f"spec.limits[{i}]"
+            kind = item.get("type")
+            if kind in seen:
+                causes.append(duplicate(f"{at}.type", kind))
+            seen.add(kind)
+            causes += _item_causes(at, item)
+        return causes
+
+
+def _item_causes(at: str, item: JsonObj) -> list[Cause]:
+    """One entry's own consistency, in ValidateLimitRange's order for each resource."""
+    causes: list[Cause] = []
+    kind = item.get("type")
+    if kind == "Pod":
+        why = "may not be specified when `type` is 'Pod'"
+        causes += [forbidden(f"{at}.{field}", why) for field in _DEFAULTS if item.get(field)]
+    if kind == "PersistentVolumeClaim" and not any(
+        "storage" in (item.get(f) or {}) for f in ("min", "max")
+    ):
+        why = "either minimum or maximum storage value is required, but neither was provided"
+        causes.append(required(f"{at}.limits", why))
+    low, high, ratio = (_amounts(item.get(f)) for f in ("min", "max", "maxLimitRequestRatio"))
+    default, request = ({}, {}) if kind == "Pod" else (_amounts(item.get(f)) for f in _DEFAULTS)
+    # (field, the larger and its name, the smaller and its name, the value shown): the larger
+    # must not exceed the smaller; Kubernetes shows the max, not the default, when the default
+    # is above it.
+    orders = (
+        ("min", low, "min", high, "max", low),
+        ("defaultRequest", low, "min", request, "default request", request),
+        ("defaultRequest", request, "default request", high, "max", request),
+        ("defaultRequest", request, "default request", default, "default limit", request),
+        ("default", low, "min", default, "default", low),
+        ("default", default, "default", high, "max", high),
+    )
+    for r in sorted({*low, *high, *default, *request, *ratio}):
+        for field, larger, big, smaller, small, shown in orders:
+            if r in larger and r in smaller and larger[r][0] > smaller[r][0]:
+                said = f"{big} value {larger[r][1]} is greater than {small} value {smaller[r][1]}"
+                causes.append(bad_value(f"{at}.{field}[{r}]", shown[r][1], said))
+        if r not in ratio:
+            continue
+        field, (value, spelled) = f"{at}.maxLimitRequestRatio[{r}]", ratio[r]
+        if value < 1:
+            causes.append(bad_value(field, spelled, f"ratio {spelled} is less than 1"))
+        if r in low and r in high and low[r][0] > 0 and value > high[r][0] / low[r][0]:
+            said = f"ratio {spelled} is greater than max/min = {high[r][0] / low[r][0]:.6f}"
+            causes.append(bad_value(field, spelled, said))
+    return causes
 
 
 def default_requests(spec: JsonObj) -> None:
