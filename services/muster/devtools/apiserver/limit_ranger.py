@@ -93,8 +93,8 @@ def _item_causes(at: str, item: JsonObj) -> list[Cause]:
     ):
         why = "either minimum or maximum storage value is required, but neither was provided"
         causes.append(required(f"{at}.limits", why))
-    low, high, ratio = (_amounts(item.get(f)) for f in ("min", "max", "maxLimitRequestRatio"))
-    default, request = ({}, {}) if kind == "Pod" else (_amounts(item.get(f)) for f in _DEFAULTS)
+    low, high, ratio = (amounts(item.get(f)) for f in ("min", "max", "maxLimitRequestRatio"))
+    default, request = ({}, {}) if kind == "Pod" else (amounts(item.get(f)) for f in _DEFAULTS)
     # (field, the larger and its name, the smaller and its name, the value shown): the larger
     # must not exceed the smaller; Kubernetes shows the max, not the default, when the default
     # is above it.
