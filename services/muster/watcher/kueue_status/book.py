@@ -173,10 +173,11 @@ class StatusBook(QueueBook):
         requeueAt it asks for, counted from when the check entered Retry (its entry's
         lastTransitionTime, as admission counts it), and only ever later
         (`core.requeue_state.later`). Before its eviction it is kept for the eviction it
-        causes (`requeue_state`); once evicted (its pods stopping after a PodsReady timeout,
-        say, or gone while it waits for its back-off's end), requeueAt moves on at once, as
-        admission's wait does (Kueue's NeedsRequeueAtUpdate); and so it does once it is
-        queued again, waiting for quota (admission holds it out of its queue until then)."""
+        causes (`transitions.requeue_state`); once evicted (its pods stopping after a
+        PodsReady timeout, say, or gone while it waits for its back-off's end), requeueAt
+        moves on at once, as admission's wait does (Kueue's NeedsRequeueAtUpdate); and so it
+        does once it is queued again, waiting for quota (admission holds it out of its queue
+        until then)."""
         wl = self._workloads.get(env.workload)
         check = env.admission_check
         if wl is not None:

@@ -81,8 +81,8 @@ def requeue_state(
     """Kueue's status.requeueState by `core.requeue_state`'s rules, the ones admission's
     ledger and engine count and wait by: each PodsReadyTimeout eviction counts one and ends
     its back-off from the eviction; a check's Retry eviction ends at the Retry's end
-    (`_retry`); requeueAt only ever moves later, and is cleared when it queues again; a
-    deactivation clears both (Kueue's workload controller, which starts a reactivated
+    (`StatusBook._retry`); requeueAt only ever moves later, and is cleared when it queues
+    again; a deactivation clears both (Kueue's workload controller, which starts a reactivated
     workload's count over)."""
     if field == "evicted":
         wl.requeue_count = count_after_eviction(
