@@ -14,7 +14,7 @@ from muster.api.model import RequeuingStrategy
 from muster.bus import new_event
 from muster.cluster.kube import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
-from muster.watcher.kueue_status import StatusBook
+from muster.watcher.kueue_status.book import StatusBook
 
 WL = ObjectRef(kind="Workload", namespace="ml", name="train")
 LQ = ObjectRef(kind="LocalQueue", namespace="ml", name="lq")

@@ -16,7 +16,7 @@ from muster.api.model import AdmissionFairSharingConfig
 from muster.bus import new_event
 from muster.cluster.kube import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
-from muster.watcher.kueue_status import StatusBook
+from muster.watcher.kueue_status.book import StatusBook
 from muster.watcher.status import sample_fair_sharing
 
 FAIR = AdmissionFairSharingConfig(usage_half_life_s=600.0, usage_sampling_interval_s=300.0)

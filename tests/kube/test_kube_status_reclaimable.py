@@ -11,7 +11,7 @@ import pytest
 from test_kube_status_book import WL, admission, config, event
 
 from muster.contracts.v1 import events_pb2 as pb
-from muster.watcher.kueue_status import StatusBook
+from muster.watcher.kueue_status.book import StatusBook
 
 JOB = pb.OwnerRef(api_version="batch/v1", kind="Job", name="train", uid="u1")
 

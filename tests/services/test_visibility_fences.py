@@ -32,8 +32,8 @@ from admission_world import (
 )
 from gateway_helpers import RunningGateway, running_gateway
 
+from muster.admission.fact_reader import fact_of
 from muster.admission.state import AdmissionState
-from muster.admission.translate import fact_of
 from muster.admission.visibility import VisibilityRenderer, pending_page_key
 from muster.admission.visibility_writer import LATE_PAGE_SWEEPS, VisibilityWriter
 from muster.bus import Bus, BusConfig, new_event

@@ -1,7 +1,7 @@
 """What an admission round publishes, and what translating it reads.
 
 `DecisionReads` turns a round's engine events into the payloads to publish
-(`translate.decisions_from`, with itself as the `DecisionContext`), records our own once
+(`decisions.decisions_from`, with itself as the `DecisionContext`), records our own once
 stored, and holds the routing view of this shard behind them: a workload's alternatives in
 its own cohort trees only (`routing.routable`), the note naming the others.
 """
@@ -12,17 +12,18 @@ from collections.abc import Mapping, Sequence
 
 import msgspec
 
+from muster.admission.decisions import Decision, Manifests, decisions_from
+from muster.admission.facts import Recorded
 from muster.admission.ledger import Entry
 from muster.admission.replica_parts import PENDING_PHASE, ReplicaParts
 from muster.admission.routing import WorkloadRoute, routable, stays_event
-from muster.admission.translate import Decision, Manifests, Recorded, decisions_from
 from muster.api.model import Admission, ResourceFlavor, Workload, WorkloadKey
 from muster.core.events import Event, EventType
 from muster.core.routing import run_seconds_on
 
 
 class DecisionReads(ReplicaParts):
-    """A round's publish set, and the `translate.DecisionContext` it is translated with."""
+    """A round's publish set, and the `decisions.DecisionContext` it is translated with."""
 
     # --- a round's publish set ------------------------------------------------------------
 

@@ -34,11 +34,10 @@ from dataclasses import dataclass
 
 from google.protobuf.message import Message
 
-from muster.admission.translate import (
+from muster.admission.decisions import Decision, DecisionContext
+from muster.admission.facts import (
     ApplyConfig,
     CheckUpdated,
-    Decision,
-    DecisionContext,
     Delete,
     DeleteConfig,
     Fact,

@@ -14,9 +14,7 @@ import logging
 from collections.abc import Callable
 
 from muster.admission.decision_reads import DecisionReads
-from muster.admission.homes import Move
-from muster.admission.ledger import CheckState, Phase, retry_ends_of
-from muster.admission.translate import (
+from muster.admission.facts import (
     GANG_REJECTED,
     ApplyConfig,
     CheckUpdated,
@@ -36,6 +34,8 @@ from muster.admission.translate import (
     Stopped,
     Submit,
 )
+from muster.admission.homes import Move
+from muster.admission.ledger import CheckState, Phase, retry_ends_of
 from muster.api.model import ClusterQueue, WorkloadKey
 from muster.api.wellknown import GANG_TIMED_OUT, PREEMPTED, START_FAILED
 from muster.core.config_owners import NAMESPACED_CONFIG_KINDS

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Final
 
-from muster.admission.translate import (
+from muster.admission.facts import (
     CheckUpdated,
     Delete,
     Fact,

@@ -2,7 +2,7 @@
 
 `Rounds.apply_batch(envelopes)` is what the in-order consumer (`muster.bus.ordered`) calls
 with the events it fetched together, in stream order. Each event is read as a fact
-(`translate.fact_of`) and applied; then the engine decides once, and every decision is
+(`fact_reader.fact_of`) and applied; then the engine decides once, and every decision is
 published, a workload's each after the previous one's PubAck (but an `admitted` right after its
 `quota_reserved`: `sent_together`). Only then does the consumer ack the batch.
 
@@ -50,21 +50,14 @@ from typing import NamedTuple, Protocol
 
 from opentelemetry import trace
 
+from muster.admission.decisions import envelopes_of
+from muster.admission.fact_reader import fact_of
+from muster.admission.facts import RECORDED, Delete, Fact, FactError, Finish, Recorded
 from muster.admission.forwarding import reported_key, unwrap
 from muster.admission.relocation import Relocator, Report, StoryFetch
 from muster.admission.snapshot import CompactLog
 from muster.admission.state import AdmissionState
 from muster.admission.subjects import NO_REPORTS, unread_reports
-from muster.admission.translate import (
-    RECORDED,
-    Delete,
-    Fact,
-    FactError,
-    Finish,
-    Recorded,
-    envelopes_of,
-    fact_of,
-)
 from muster.api.model import WorkloadKey
 from muster.bus import BusError, Conflict, Reject, Retry
 from muster.bus.cancel import finishing, gather_or_cancel, raise_if_cancelling

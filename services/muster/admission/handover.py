@@ -20,6 +20,8 @@ import uuid
 from collections.abc import Callable
 from typing import Protocol
 
+from muster.admission.fact_reader import fact_of
+from muster.admission.facts import PartitionRecord
 from muster.admission.handlers import Publisher
 from muster.admission.homes import Handover, queue_key
 from muster.admission.rebuild import (
@@ -33,7 +35,6 @@ from muster.admission.relocation import Story
 from muster.admission.snapshot import CompactLog
 from muster.admission.state import AdmissionState
 from muster.admission.subjects import replay_subjects, unread_reports
-from muster.admission.translate import PartitionRecord, fact_of
 from muster.admission.usage_carry import carried_into
 from muster.bus import Conflict, new_event
 from muster.bus.envelope import EVENT_ID_NAMESPACE

@@ -20,7 +20,8 @@ from typing import NamedTuple
 
 import msgspec
 
-from muster.admission.translate import DEACTIVATED, Manifests, Recorded
+from muster.admission.decisions import DEACTIVATED, Manifests
+from muster.admission.facts import Recorded
 from muster.api.model import Admission, PodSet, ReclaimablePod, Workload, WorkloadKey
 from muster.core.check_retries import NO_RETRIES, retries_after_eviction
 from muster.core.conditions import (

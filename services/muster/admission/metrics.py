@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry
 
+from muster.admission.facts import Delete, Fact
 from muster.admission.state import AdmissionState
-from muster.admission.translate import Delete, Fact
 from muster.api.model import WorkloadKey
 from muster.core.dispatch import Route, is_multikueue, route_of
 from muster.core.events import Event

@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Final, NamedTuple, Protocol
 
+from muster.admission.fact_reader import fact_of
 from muster.admission.forwarding import unwrap
 from muster.admission.snapshot import (
     ANY,
@@ -41,7 +42,6 @@ from muster.admission.subjects import (
     report_subjects,
     unread_reports,
 )
-from muster.admission.translate import fact_of
 from muster.api.model import Workload
 from muster.bus import Bus, Reject, decode
 from muster.bus.buckets import SNAPSHOTS_BUCKET

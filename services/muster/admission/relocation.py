@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import NamedTuple, Protocol
 
+from muster.admission.fact_reader import fact_of
 from muster.admission.forwarding import forwarded, unwrap
 from muster.admission.homes import Handover, Move, queue_key
 from muster.admission.snapshot import CompactLog
 from muster.admission.state import AdmissionState
-from muster.admission.translate import fact_of
 from muster.bus.cancel import gather_or_cancel
 from muster.bus.partitions import parse_token
 from muster.contracts.v1 import events_pb2 as pb

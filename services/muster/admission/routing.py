@@ -3,7 +3,7 @@
 The engine routes; around it, a sharded service needs the alternatives a shard may route
 among (`routable`: those in cohort trees it owns), a Routed event when that leaves none
 (`stays_event`), and what a workload's events say about where it goes (`WorkloadRoute`, read
-by `translate` for `workload.routed` and for the routed requests in `admitted`'s hints).
+by `decisions` for `workload.routed` and for the routed requests in `admitted`'s hints).
 """
 
 from __future__ import annotations

@@ -27,9 +27,9 @@ from typing import Final
 
 import msgspec
 
+from muster.admission.facts import RECORDED, WORKLOAD_FACTS
 from muster.admission.forwarding import original
 from muster.admission.ledger import Entry, Ledger
-from muster.admission.translate import RECORDED, WORKLOAD_FACTS
 from muster.api.model import Workload, WorkloadKey
 from muster.bus.partitions import PARTITIONS, parse_token
 from muster.contracts.v1 import events_pb2 as pb

@@ -32,11 +32,11 @@ from collections.abc import Collection, Mapping, Sequence
 import msgspec
 
 from muster.admission.fact_application import FactApplication
+from muster.admission.facts import ConfigRefusedError, Fact, PartitionRecord
 from muster.admission.homes import Handover, Move, queue_key
 from muster.admission.ledger import Entry, Phase, retry_ends_of
 from muster.admission.replica_parts import PENDING_PHASE
 from muster.admission.snapshot import EndedUsage
-from muster.admission.translate import ConfigRefusedError, Fact, PartitionRecord
 from muster.admission.usage_carry import valid_usage
 from muster.api.model import WorkloadKey
 from muster.core.events import Event, EventType

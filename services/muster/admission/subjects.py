@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Final
 
-from muster.admission.translate import RECORDED, WORKLOAD_FACTS
+from muster.admission.facts import RECORDED, WORKLOAD_FACTS
 from muster.api.model import KueueConfig
 from muster.bus.partitions import PARTITIONS
 from muster.bus.subjects import config_subject, partition_filters, workload_subject

@@ -30,7 +30,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from muster.admission.translate import PartitionRecord
+from muster.admission.facts import PartitionRecord
 from muster.api.model import AdmissionFairSharingConfig
 from muster.core.admission_fair_sharing import AdmissionUsage
 

@@ -65,7 +65,7 @@ EVENTS_KEPT: Final = 64
 PENDING, RESERVED, ADMITTED, FINISHED = "PENDING", "QUOTARESERVED", "ADMITTED", "FINISHED"
 INACTIVE, WAITING, PERMITTED = "INACTIVE", "WAITING", "PERMITTED"
 STATUSES: Final = (PENDING, RESERVED, ADMITTED, FINISHED, INACTIVE, WAITING, PERMITTED)
-DEACTIVATED_BY_ADMISSION: Final = "InactiveWorkload"  # admission/translate.DEACTIVATED
+DEACTIVATED_BY_ADMISSION: Final = "InactiveWorkload"  # admission/decisions.DEACTIVATED
 CHECK_PREFIX: Final = "AdmissionCheck/"  # an admission check's condition: its state
 
 
@@ -332,7 +332,7 @@ class WorkloadBook:
 def _admissible(env: events_pb2.Envelope) -> bool:
     """Whether admission takes `env`, a `submitted`, as a workload: its key is a workload's
     name (not "../x") and its manifest is one valid Workload of that key, as admission
-    checks it (admission/translate.py, which dead-letters the others)."""
+    checks it (admission/fact_reader.py, which dead-letters the others)."""
     namespace, name = _split(env.workload)
     if dns1123_label_problem(namespace) or dns1123_subdomain_problem(name):
         return False

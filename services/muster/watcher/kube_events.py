@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 from muster.cluster.kube.references import Reference
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.conditions import deactivated_reason
-from muster.watcher.kueue_status import DEACTIVATED_BY_ADMISSION, WORKLOAD_EVENTS
+from muster.watcher.kueue_status.followed import DEACTIVATED_BY_ADMISSION, WORKLOAD_EVENTS
 from muster.watcher.pods import PENDING, PodState
 
 ADMISSION = "muster.dev/admission"  # reportingController of workload Events

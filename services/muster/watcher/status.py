@@ -32,13 +32,13 @@ from muster.contracts.v1 import events_pb2 as pb
 from muster.watcher.group_status import GANG_EVENTS, GroupStatusBook
 from muster.watcher.job_mirror import Desire, JobMirror
 from muster.watcher.kube_events import EVENT_SOURCES, EventBook
-from muster.watcher.kueue_status import (
+from muster.watcher.kueue_status.book import StatusBook
+from muster.watcher.kueue_status.followed import (
     ACTIVE_CHANGED,
     EVICTION_COMPLETED,
     READINESS_EVENTS,
     RECLAIMABLE_PODS,
     WORKLOAD_EVENTS,
-    StatusBook,
 )
 
 log = logging.getLogger(__name__)

@@ -7,8 +7,10 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from muster.admission.decisions import envelopes_of
+from muster.admission.fact_reader import fact_of
+from muster.admission.facts import Recorded
 from muster.admission.state import AdmissionState
-from muster.admission.translate import Recorded, envelopes_of, fact_of
 from muster.bus import BusError, new_event
 from muster.bus.publisher import Fence
 from muster.contracts.v1 import events_pb2 as pb

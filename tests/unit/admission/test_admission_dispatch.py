@@ -10,8 +10,10 @@ import pytest
 from admission_stream import Stream, applied, local_queue, reported, submitted, workload
 
 from muster.admission.__main__ import configs
+from muster.admission.decisions import envelopes_of
+from muster.admission.fact_reader import fact_of
+from muster.admission.facts import Recorded
 from muster.admission.state import AdmissionState
-from muster.admission.translate import Recorded, envelopes_of, fact_of
 from muster.api.model import WorkloadKey
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.dispatch import ClusterCapacity, NodeRoom

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from admission_stream import submitted, workload
 
+from muster.admission.fact_reader import fact_of
+from muster.admission.facts import Submit
 from muster.admission.ledger import Ledger
-from muster.admission.translate import Submit, fact_of
 from muster.api.model import Workload, WorkloadKey
 
 

@@ -17,8 +17,8 @@ from admission_stream import (
     workload,
 )
 
+from muster.admission.fact_reader import fact_of
 from muster.admission.state import AdmissionState
-from muster.admission.translate import fact_of
 from muster.api.model import WorkloadKey
 from muster.bus import new_event
 from muster.contracts.v1 import events_pb2 as pb

@@ -8,8 +8,9 @@ from admission_stream import submitted as submitted_event
 from admission_stream import workload as workload_manifest
 from test_admission_dispatch import world
 
+from muster.admission.fact_reader import fact_of
+from muster.admission.facts import FactError
 from muster.admission.state import AdmissionState
-from muster.admission.translate import FactError, fact_of
 from muster.api.model import WorkloadKey
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.events import EventType

@@ -17,7 +17,7 @@ from muster.api.check_states import format_time
 from muster.api.model import KueueConfig, RequeuingStrategy, WaitForPodsReadyConfig, WorkloadKey
 from muster.cluster.kube import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
-from muster.watcher.kueue_status import StatusBook
+from muster.watcher.kueue_status.book import StatusBook
 
 KEY = WorkloadKey("ns/w")
 WORKLOAD = ObjectRef(kind="Workload", namespace="ns", name="w")

@@ -20,9 +20,9 @@ from admission_stream import (
     workload,
 )
 
+from muster.admission.facts import Fact
 from muster.admission.handlers import Reown, Rounds, sent_together
 from muster.admission.state import AdmissionState
-from muster.admission.translate import Fact
 from muster.bus import BusError, Conflict, Reject, Retry, new_event
 from muster.bus.publisher import Fence
 from muster.bus.pulse import Pulses

@@ -7,6 +7,8 @@ import zlib
 import pytest
 from admission_stream import applied, cluster_queue, flavor, local_queue
 
+from muster.admission.fact_reader import fact_of
+from muster.admission.facts import ApplyConfig
 from muster.admission.shards import (
     PartitionMap,
     Sharding,
@@ -14,7 +16,6 @@ from muster.admission.shards import (
     tree_of_cluster_queue,
     tree_of_local_queue,
 )
-from muster.admission.translate import ApplyConfig, fact_of
 from muster.bus.partitions import partition_of
 from muster.core.engine import Engine
 

@@ -233,7 +233,7 @@ def decoded_manifests(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         decoded.append(what)
         return real(manifest_json, what=what)
 
-    monkeypatch.setattr("muster.admission.translate.decode_manifest", counting)
+    monkeypatch.setattr("muster.admission.fact_reader.decode_manifest", counting)
     return decoded
 
 

@@ -8,31 +8,30 @@ import pytest
 from admission_stream import applied, cluster_queue, reported, submitted, workload
 from nats_subjects import subject_matches
 
+from muster.admission.admission_proto import (
+    admission_from_proto,
+    admission_to_proto,
+    placement_hints,
+)
+from muster.admission.decisions import Decision, Manifests, decisions_from, envelopes_of
+from muster.admission.fact_reader import fact_of
+from muster.admission.facts import (
+    ApplyConfig,
+    CheckUpdated,
+    DeleteConfig,
+    FactError,
+    Finish,
+    GangRejected,
+    Recorded,
+    Stopped,
+    Submit,
+)
 from muster.admission.routing import WorkloadRoute
 from muster.admission.subjects import (
     CONFIG_SUBJECTS,
     consumer_subjects,
     replay_subjects,
     unread_reports,
-)
-from muster.admission.translate import (
-    ApplyConfig,
-    CheckUpdated,
-    Decision,
-    DeleteConfig,
-    FactError,
-    Finish,
-    GangRejected,
-    Manifests,
-    Recorded,
-    Stopped,
-    Submit,
-    admission_from_proto,
-    admission_to_proto,
-    decisions_from,
-    envelopes_of,
-    fact_of,
-    placement_hints,
 )
 from muster.api.model import (
     Admission,

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from muster.admission.translate import PartitionRecord
+from muster.admission.facts import PartitionRecord
 from muster.admission.usage_carry import UsageCarry, carried_into
 from muster.api.model import AdmissionFairSharingConfig
 from muster.core.admission_fair_sharing import AdmissionUsage

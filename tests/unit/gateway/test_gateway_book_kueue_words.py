@@ -13,7 +13,7 @@ from muster.bus import new_event
 from muster.cluster.kube import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
 from muster.gateway.book import WorkloadBook
-from muster.watcher.kueue_status import StatusBook
+from muster.watcher.kueue_status.book import StatusBook
 
 WL = ObjectRef(kind="Workload", namespace="ml", name="train")
 TIMEOUT = "Exceeded the PodsReady timeout ml/train"

@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from muster.admission import ledger as admission_ledger
+from muster.admission.fact_reader import fact_of
+from muster.admission.facts import Submit
 from muster.admission.ledger import Ledger
-from muster.admission.translate import Submit, fact_of
 from muster.api.model import WorkloadKey
 from muster.bus import new_event
 from muster.contracts.v1 import events_pb2 as pb
