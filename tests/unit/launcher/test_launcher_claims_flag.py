@@ -7,9 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from muster.gateway.claims import NameClaims
 from muster.launcher.stack import NAME_CLAIMS_VARIABLE, SOLE_GATEWAYS_CLAIMS, Stack
+
+ROOT = Path(__file__).parents[3]
+# The services that read `submitted` (docs/events.md, "One-write claims", Readers).
+READERS = frozenset({"watcher", "admission", "gangpermit", "binder"})
 
 
 def flags(stack: Stack) -> dict[str, list[str]]:
@@ -61,3 +66,16 @@ def test_the_operator_s_variable_wins(
         environment = {NAME_CLAIMS_VARIABLE: "kv"}
     running = stack(tmp_path, name_claims=SOLE_GATEWAYS_CLAIMS, environment=environment)
     assert flags(running)["gateway"] == []  # the gateway reads the variable itself
+
+
+def test_compose_s_one_gateway_claims_by_submitted_after_every_reader_started() -> None:
+    """An upgrade's `docker compose up` replaces each reader of `submitted` before it starts
+    the gateway: no reader of before runs beside a gateway that stores named `submitted`."""
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text())["services"]
+    gateway = compose["gateway"]
+    argv = gateway["command"]
+    assert argv[argv.index("--name-claims") + 1] == SOLE_GATEWAYS_CLAIMS
+    assert gateway.get("deploy", {}).get("replicas", 1) == 1
+    readers = {n for n, s in compose.items() if s.get("command", [None, None])[1] in READERS}
+    assert readers == {"watcher", "admission-0", "admission-1", "gangpermit", "binder"}
+    assert readers | {"nats"} == set(gateway["depends_on"])
