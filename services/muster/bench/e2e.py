@@ -63,7 +63,7 @@ from muster.contracts.v1 import services_pb2, services_pb2_grpc
 from muster.devtools.otlp import OtlpReceiver
 from muster.launcher.cpu_time import cpu_s
 from muster.launcher.nats_server import NatsServer
-from muster.launcher.stack import Stack
+from muster.launcher.stack import SOLE_GATEWAYS_CLAIMS, Stack
 
 SECTION = "e2e"
 QUEUES = 8
@@ -302,6 +302,7 @@ async def run_case(
         shards=shards,
         speed=1.0,
         log_dir=log_dir,
+        name_claims=SOLE_GATEWAYS_CLAIMS,
         environment=observed(observe, receiver),
     )
     try:

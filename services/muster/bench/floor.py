@@ -4,9 +4,10 @@
 over its processes (docs/benchmarks.md). The floor is the part of it that the transport alone
 charges: stand-ins for the six services (`bench.floor_roles`), each a process of its own in a
 session of its own as the launcher starts them, on the same kind of loopback nats-server, doing
-per workload exactly the I/O their service does in that burst (`bench.floor_wire`: a gRPC
-Submit, nine stored messages each awaiting its PubAck, sixteen deliveries to the same readers)
-and decoding what they receive, but deciding nothing. The client is `bench e2e`'s: the same
+per workload exactly the I/O their service does in that burst (`bench.floor_wire`, today's
+layout: a gRPC Submit, seven stored messages each awaiting its PubAck, the `submitted` being
+the name's claim, thirteen deliveries to the same readers) and decoding what they receive, but
+deciding nothing. The client is `bench e2e`'s: the same
 manifests, 64 calls in flight, the same wait for every workload's `admitted`, `bound` and
 `running`. CPU = user + system time of each process over the burst, per workload.
 
@@ -37,14 +38,14 @@ from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext, api
 
 from muster.bench import connz, e2e
+from muster.bench import floor_wire as wire
 from muster.bench.floor_roles import ADMISSION_DURABLE, BINDER_DURABLE, ROLES, SIM_BUCKET, filters
 from muster.bench.table import Column, render_table
 from muster.bench.wire import WireCount, per_workload, wire_count
-from muster.bus.buckets import NAMES_BUCKET
 from muster.bus.kv import open_bucket
 from muster.bus.service import run_loop
 from muster.bus.setup import ensure_stream
-from muster.bus.subjects import EVENTS_KEPT_S, EVENTS_STREAM, stream_configs
+from muster.bus.subjects import EVENTS_STREAM, stream_configs
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
 from muster.launcher.nats_server import NatsServer
 
@@ -66,13 +67,13 @@ class FloorRow(msgspec.Struct, frozen=True, kw_only=True):
     load_average: float  # the machine's, as the run began
     # Per process, its connections' messages in and out per workload (`bench.connz`).
     connz_per_workload: dict[str, dict[str, float]] = msgspec.field(default_factory=dict)
+    layout: str = ""  # what a floor run plays (`floor_wire.LAYOUT`); "" for muster's own
 
 
 async def prepare(js: JetStreamContext) -> None:
-    """muster's streams and the two buckets the floor writes, and the two durable consumers."""
+    """muster's streams, the bucket the floor writes, and the two durable consumers."""
     for config in stream_configs():
         await ensure_stream(js, config)
-    await open_bucket(js, NAMES_BUCKET, ttl_s=EVENTS_KEPT_S)
     await open_bucket(js, SIM_BUCKET)
     await js.add_consumer(
         EVENTS_STREAM,
@@ -199,6 +200,7 @@ async def _burst(
         delivered_per_workload=delivered["total"],
         load_average=0.0,
         connz_per_workload=connz.per_workload(traffic_before, traffic_after, workloads),
+        layout=wire.LAYOUT,
     )
 
 
@@ -268,6 +270,7 @@ def render(rows: list[FloorRow]) -> str:
         Column("DELIVERED/wl", lambda r: f"{r.delivered_per_workload:g}"),
     ]
     text = render_table(columns, rows)
+    text += "".join(f"floor layout: {x}\n" for x in sorted({r.layout for r in rows if r.layout}))
     text += "\n" + connz.render([(f"{r.what} run {r.run}", r.connz_per_workload) for r in rows])
     pairs = shares(rows)
     if pairs:

@@ -3,18 +3,19 @@
 `python -m muster.bench.floor_roles ROLE NATS_URL` runs one stand-in for a service, on the same
 transport as muster's (its NATS client, `PullFeed` readers, the publisher's PubAck awaits, the
 gateway's threaded gRPC server), reading what that service reads and storing what it stores
-(`bench.floor_wire`). Each decodes what it receives (the Envelope with protobuf, JSON with
-msgspec) and decides nothing: a message's arrival is all it takes to send the next. It prints
-`ready` (the gateway: `ready <address>`) once its readers are in place, and stops on SIGTERM.
+(`bench.floor_wire`, today's layout: `floor_wire.LAYOUT`). Each decodes what it receives (the
+Envelope with protobuf, JSON with msgspec) and decides nothing: a message's arrival is all it
+takes to send the next. It prints `ready` (the gateway: `ready <address>`) once its readers are
+in place, and stops on SIGTERM.
 
 | role | reads | stores |
 |---|---|---|
-| gateway | a Submit (gRPC); `submitted` (its name index) | claim, `submitted` |
+| gateway | a Submit (gRPC); `submitted` (its name index) | `submitted` on its name: the claim |
 | admission | `submitted` (durable, acks all) | `admitted` |
-| binder | `admitted`, `gang_permitted` (durable, acks each); `submitted` (spec) | 2 pods, `bound` |
-| gangpermit | `submitted`, `admitted` (follow); the pod's three writes | `gang_permitted` |
-| sim-cluster | the pod's three writes | pod Running |
-| watcher | the pod's three writes | `running` |
+| gangpermit | `submitted`, `admitted` (follow); the pod's two writes | `gang_permitted` |
+| binder | `admitted`, `gang_permitted` (durable, acks each); `submitted` | pod on node, `bound` |
+| sim-cluster | the pod's two writes | pod Running |
+| watcher | the pod's two writes | `running` |
 """
 
 from __future__ import annotations
@@ -149,7 +150,7 @@ def workload_of_pod(pod: dict[str, Any]) -> str:
 
 
 class FloorGateway:
-    """`Gateway.Submit` only: the claim and the `submitted`, each awaiting its PubAck."""
+    """`Gateway.Submit` only: the `submitted` on its name's subject, the claim, one PubAck."""
 
     def __init__(self, node: Node) -> None:
         self.node = node
@@ -161,8 +162,7 @@ class FloorGateway:
         # The client sends JSON: its bytes stand for the Workload JSON muster's planning makes
         # (YAML read, checked, written again: muster's work, not the transport's).
         env = wire.event("submitted", workload, manifest_json=request.manifest)
-        await self.node.store(wire.claim(workload, env.event_id))
-        await self.node.store(wire.event_message(env))
+        await self.node.store(wire.claimed(env))
         done = services_pb2.SubmittedObject(kind="Workload", key=workload, event_id=env.event_id)
         return services_pb2.SubmitResponse(objects=[done])
 
@@ -199,13 +199,12 @@ async def admission(node: Node) -> None:
 
 
 async def binder(node: Node) -> None:
+    """`admitted`: nothing to make yet; `gang_permitted`: the pod made on its node, `bound`."""
+
     async def handle(msg: Msg) -> None:
         env = read_event(msg)
-        key = f"$KV.{SIM_BUCKET}.{wire.pod_key(env.workload)}"
-        if env.HasField("admitted"):
-            await node.store((key, wire.pod(env.workload, "created"), {}))
-        else:
-            await node.store((key, wire.pod(env.workload, "bound"), {}))
+        if env.HasField("gang_permitted"):
+            await node.store(wire.pod_message(env.workload, "created", revision=0))
             bound = wire.event("bound", env.workload, cause=env.event_id)
             await node.store(wire.event_message(bound))
         await msg.ack()
@@ -215,23 +214,31 @@ async def binder(node: Node) -> None:
 
 
 async def gangpermit(node: Node) -> None:
+    """The gang placed once admitted, before its pods exist; the pods' writes read only."""
+
     async def handle(msg: Msg) -> None:
-        pod = read_pod(msg)
-        if "nodeName" not in pod["spec"]:  # created: the gang is complete
-            workload = workload_of_pod(pod)
-            permitted = wire.event("gang_permitted", workload, cause=workload)
+        env = read_event(msg)
+        if env.HasField("admitted"):
+            permitted = wire.event("gang_permitted", env.workload, cause=env.event_id)
             await node.store(wire.event_message(permitted))
 
-    await node.follow(EVENTS_STREAM, filters("submitted", "admitted"), decoded)
-    await node.follow(f"KV_{SIM_BUCKET}", [PODS], node.each(handle))
+    async def pods(msgs: list[Msg]) -> None:
+        for msg in msgs:
+            read_pod(msg)
+
+    await node.follow(EVENTS_STREAM, filters("submitted", "admitted"), node.each(handle))
+    await node.follow(f"KV_{SIM_BUCKET}", [PODS], pods)
 
 
 async def sim_cluster(node: Node) -> None:
+    """A pod made on its node (Pending) runs: written at the revision it was read at."""
+
     async def handle(msg: Msg) -> None:
         pod = read_pod(msg)
-        if "nodeName" in pod["spec"] and pod["status"]["phase"] != "Running":
+        if pod["status"]["phase"] != "Running":
             workload = workload_of_pod(pod)
-            await node.store((msg.subject, wire.pod(workload, "running"), {}))
+            revision = msg.metadata.sequence.stream
+            await node.store(wire.pod_message(workload, "running", revision=revision))
 
     await node.follow(f"KV_{SIM_BUCKET}", [PODS], node.each(handle))
 

@@ -1,23 +1,28 @@
 """What one workload of `bench e2e`'s one-per-Submit burst stores, for `bench floor` to store.
 
-The messages and their sizes are muster's (measured on `bench e2e --shards 1`, burst of one
-workload per Submit, main 2dcad96): per workload nine stored, each with its PubAck,
+The layout is today's (LAYOUT): the one-write claim (`--name-claims submitted`, as every
+launcher of muster starts its gateway) and pods made on their nodes. The messages and their
+sizes are muster's (measured on `bench e2e --shards 1`, burst of one workload per Submit,
+main c94fb47a with the gateway's `submitted` claims): per workload seven stored, each with its
+PubAck,
 
 | writer | message | data bytes | headers |
 |---|---|---:|---|
-| gateway | the name's claim in MUSTER_NAMES (a create: fenced on revision 0) | 86 | fence |
-| gateway | `submitted` (the Workload as JSON) | 631 | id, traceparent |
-| admission | `admitted` (fenced on the partition's record) | 730 | id, traceparent, fence |
-| binder | the pod created, then bound, in the simulated cluster's bucket | 880, 920 | - |
-| binder | `bound` | 278 | id, traceparent |
-| gang-permit | `gang_permitted` | 291 | id, traceparent |
-| sim-cluster | the pod Running | 950 | - |
-| watcher | `running` | 203 | id, traceparent |
+| gateway | `submitted` (Workload JSON) on its name's subject: the claim | 629 | id, tp, name fence|
+| admission | `admitted` (the manifest's copy in it) | 727 | id, tp, partition fence |
+| gang-permit | `gang_permitted` (placed from `submitted`, `admitted`) | 255 | id, tp |
+| binder | the pod created on its node, in the simulated cluster's bucket | 820 | create fence |
+| binder | `bound` | 238 | id, tp |
+| sim-cluster | the pod Running | 946 | revision fence |
+| watcher | `running` | 202 | id, tp |
+
+(id: `Nats-Msg-Id`; tp: `traceparent`; a fence: `Nats-Expected-Last-Subject-Sequence`, on the
+name's filter in every cluster or the partition's record by `...-Subject`.)
 
 The events are real `Envelope`s on muster's own subjects; those whose payload is a decision
-(admitted, gang_permitted, bound, running) carry the payload's message empty and are padded
-to muster's size in `source`, since what the floor measures is bytes moved and decoded, not
-what they say. The pods are Pod-shaped JSON padded in an annotation.
+(admitted, gang_permitted, bound, running) carry the payload's message empty, and every event
+is padded to muster's size in `source`, since what the floor measures is bytes moved and
+decoded, not what they say. The pods are Pod-shaped JSON padded in an annotation.
 """
 
 from __future__ import annotations
@@ -34,15 +39,27 @@ from muster.bus.publisher import (
     EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT,
     MSG_ID,
 )
-from muster.bus.subjects import subject_of
+from muster.bus.subjects import name_filter, named_subject, subject_of
 from muster.contracts.v1.events_pb2 import Envelope
 
 CLUSTER: Final = "local"
 NAMESPACE: Final = "bench"
 PARTITIONS: Final = 16
-EVENT_BYTES: Final = {"admitted": 730, "gang_permitted": 291, "bound": 278, "running": 203}
-POD_BYTES: Final = {"created": 880, "bound": 920, "running": 950}
-CLAIM_BYTES: Final = 86
+EVENT_BYTES: Final = {
+    "submitted": 629,
+    "admitted": 727,
+    "gang_permitted": 255,
+    "bound": 238,
+    "running": 202,
+}
+POD_BYTES: Final = {"created": 820, "running": 946}
+# What `bench floor` prints it plays, and the counts its test holds it to.
+STORED: Final = 7
+DELIVERED: Final = 13
+LAYOUT: Final = (
+    f"today's: {STORED} stored, {DELIVERED} delivered per workload (the `submitted` is the "
+    "name's claim; pods made on their nodes)"
+)
 NODE: Final = "node-000"
 _TRACEPARENT: Final = "00-" + "a" * 32 + "-" + "b" * 16 + "-01"
 _ENCODE = msgspec.json.Encoder()
@@ -71,10 +88,9 @@ def event(event_type: str, workload: str, *, cause: str = "", manifest_json: str
     )
     if event_type == "submitted":
         env.submitted.manifest_json = manifest_json
-        env.source = "gateway"
-        return env
-    getattr(env, event_type).SetInParent()
-    env.submitted_id = cause
+    else:
+        getattr(env, event_type).SetInParent()
+        env.submitted_id = cause
     env.source = "floor"
     missing = EVENT_BYTES[event_type] - env.ByteSize()
     env.source += "." * max(0, missing)
@@ -92,26 +108,37 @@ def event_message(env: Envelope, *, fenced: bool = False) -> tuple[str, bytes, d
     return subject_of(env), encode(env), headers
 
 
-def claim(workload: str, event_id: str) -> tuple[str, bytes, dict[str, str]]:
-    """The name's claim: subject in MUSTER_NAMES, value, and the create's fence."""
-    value = _ENCODE.encode({"event_id": event_id, "life": 0, "at_s": time.time()})
-    value += b" " * max(0, CLAIM_BYTES - len(value))
-    key = workload.replace("/", ".")
-    return f"$KV.MUSTER_NAMES.{key}", value, {EXPECTED_LAST_SUBJECT_SEQUENCE: "0"}
+def claimed(env: Envelope) -> tuple[str, bytes, dict[str, str]]:
+    """A Submit's one write: its `submitted` on its name's subject, fenced on that name in
+    every cluster (a name never stored: at 0), as the gateway's one-write claim stores it."""
+    headers = {
+        MSG_ID: env.event_id,
+        "traceparent": _TRACEPARENT,
+        EXPECTED_LAST_SUBJECT_SEQUENCE: "0",
+        EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT: name_filter(env.workload),
+    }
+    return named_subject(env), encode(env), headers
 
 
 def pod_key(workload: str) -> str:
     return f"pod.{workload.replace('/', '.')}-main-0"
 
 
+def pod_message(workload: str, stage: str, *, revision: int) -> tuple[str, bytes, dict[str, str]]:
+    """The pod's write at `stage` in the simulated cluster's bucket, fenced as muster's store
+    writes it: on the revision it was read at (0: a create)."""
+    subject = f"$KV.MUSTER_SIM_{CLUSTER}.{pod_key(workload)}"
+    return subject, pod(workload, stage), {EXPECTED_LAST_SUBJECT_SEQUENCE: str(revision)}
+
+
 def pod(workload: str, stage: str) -> bytes:
-    """The workload's one pod at `stage` (created, bound, running) as JSON of muster's size."""
+    """The workload's one pod at `stage` (created on its node, running) as JSON of muster's
+    size."""
     namespace, name = workload.split("/", 1)
     spec: dict[str, object] = {
-        "containers": [{"name": "c", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]
+        "containers": [{"name": "c", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}],
+        "nodeName": NODE,
     }
-    if stage != "created":
-        spec["nodeName"] = NODE
     annotations = {"muster.dev/pad": ""}
     value = {
         "apiVersion": "v1",

@@ -30,7 +30,7 @@ from muster.launcher.driver import (
 from muster.launcher.nats_server import LaunchError, NatsServer
 from muster.launcher.progress import Progress
 from muster.launcher.reported import not_reported_warning, reported_when_up, until_reported
-from muster.launcher.stack import Stack
+from muster.launcher.stack import SOLE_GATEWAYS_CLAIMS, Stack
 
 __all__ = ["LaunchError", "prepare_nats", "run_live"]
 
@@ -96,6 +96,8 @@ async def run_live(
             ],
             workers=workers,
             passwords=nats.passwords if nats is not None else None,
+            # On a server given with --nats, gateways of another muster may claim names too.
+            name_claims=SOLE_GATEWAYS_CLAIMS if nats is not None else None,
         )
         started.push_async_callback(stack.stop)
         where = f" (started here, JetStream in {log_dir})" if nats else ""

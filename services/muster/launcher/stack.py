@@ -15,17 +15,27 @@ import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from muster.bus.permissions import identity
+from muster.gateway.claims import NameClaims
 from muster.launcher.cpu_time import cpu_s
 from muster.launcher.lifeline import tied_to_launcher
 from muster.launcher.nats_server import LaunchError
 from muster.launcher.progress import STALL_S, Progress
 
 PER_CLUSTER = ("sim-cluster", "watcher", "binder", "gangpermit")  # in start order
+# How the gateway claims names where this launcher starts every gateway its NATS server will
+# ever see, all of this version (`muster up`, `muster run` on its own server, the benches): no
+# gateway of before runs beside it, so the one-write claim is safe (docs/events.md, "One-write
+# claims"). A store left by an older muster is safe too: the gateway claims as `both` until its
+# index has read that store's `submitted` to the end.
+SOLE_GATEWAYS_CLAIMS: Final[NameClaims] = "submitted"
+# The gateway's own variable for `--name-claims`: set in the launcher's environment, it wins.
+NAME_CLAIMS_VARIABLE: Final = "MUSTER_GATEWAY_NAME_CLAIMS"
 _ANNOUNCE = re.compile(rb"^(health|gateway|metrics): (\S+)")
 
 
@@ -105,6 +115,15 @@ def _credentials(user: str, passwords: Mapping[str, str]) -> dict[str, str]:
     return {**env, "MUSTER_NATS_USER": user, "MUSTER_NATS_PASSWORD": passwords[user]}
 
 
+def claims_args(name_claims: NameClaims | None, environment: Mapping[str, str] | None) -> list[str]:
+    """The gateway's `--name-claims` flag for `name_claims`; none when it is None (the
+    gateway's default, `kv`) or when the gateway's environment names a mode (an operator's
+    MUSTER_GATEWAY_NAME_CLAIMS, e.g. `kv` to compare with the claim of before)."""
+    if name_claims is None or NAME_CLAIMS_VARIABLE in {**os.environ, **(environment or {})}:
+        return []
+    return ["--name-claims", name_claims]
+
+
 def _environment(
     env: dict[str, str] | None, extra: Mapping[str, str] | None
 ) -> dict[str, str] | None:
@@ -132,6 +151,7 @@ class Stack:
         passwords: Mapping[str, str] | None = None,
         service_args: Mapping[str, Sequence[str]] | None = None,
         gateway_listen: str = "127.0.0.1:0",
+        name_claims: NameClaims | None = None,
         environment: Mapping[str, str] | None = None,
         metrics_ports: int | None = None,
         outlive_launcher: bool = False,
@@ -142,7 +162,9 @@ class Stack:
         `<service>-<cluster>`). `passwords`: NATS user → password; each service then connects
         as its own user (muster.bus.permissions), told in its environment, not its argv.
         `service_args`: more flags per service name. `gateway_listen`: a fixed port keeps the
-        gateway's address across its restarts. `environment`: variables added to every
+        gateway's address across its restarts. `name_claims`: the gateway's `--name-claims`
+        (`claims_args`; SOLE_GATEWAYS_CLAIMS where no other gateway shares the NATS server; None:
+        the gateway's default). `environment`: variables added to every
         service's (MUSTER_METRICS_PORT, OTEL_*). `metrics_ports`: each service serves metrics
         on this port plus its place in the start order (0: each a free one).
         `outlive_launcher`: the services run on if this process is killed (`muster up`: for
@@ -179,7 +201,10 @@ class Stack:
                 for i in range(shards)
             ),
             ("preemption", "preemption", [*more.get("preemption", ())], cluster),
-            ("gateway", "gateway", ["--listen", gateway_listen, *more.get("gateway", ())], cluster),
+            ("gateway", "gateway",
+             ["--listen", gateway_listen, *claims_args(name_claims, environment),
+              *more.get("gateway", ())],
+             cluster),
         ]  # fmt: skip
         if metrics_ports is not None:
             specs = [

@@ -33,7 +33,13 @@ from muster.bus.permissions import Deployment
 from muster.cluster.sim.backend import SimBackend
 from muster.launcher.nats_server import LaunchError, NatsServer
 from muster.launcher.run import prepare_nats
-from muster.launcher.stack import PER_CLUSTER, ServiceProcess, Stack, start_log
+from muster.launcher.stack import (
+    PER_CLUSTER,
+    SOLE_GATEWAYS_CLAIMS,
+    ServiceProcess,
+    Stack,
+    start_log,
+)
 from muster.launcher.up_cluster import kube_nodes, up_backend
 from muster.launcher.upkeep import START_DEADLINE_S, Exit, Liveness, Running, keep_up, not_alive
 from muster.launcher.upstate import (
@@ -163,6 +169,7 @@ async def supervise(config: UpConfig) -> int:
                 only=_SERVICES_ON_KUBE if kube else None,
                 passwords=nats.passwords,
                 gateway_listen=f"127.0.0.1:{config.gateway_port}",
+                name_claims=SOLE_GATEWAYS_CLAIMS,
                 metrics_ports=config.metrics_port,
                 outlive_launcher=True,
                 spawned=_spawned_service(spawned),
