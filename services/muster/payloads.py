@@ -193,7 +193,9 @@ def written_workload(text: str, *, what: str) -> Workload:
     They act on admitted workloads only, and admission admits none that `manifest_workload`
     refuses: the names, labels and fields it checks are not checked again here. A manifest
     not of that shape (another apiVersion or kind, no name, a problem) is read by
-    `manifest_workload`, so it decodes the same or fails with the same PayloadError.
+    `manifest_workload`, so it decodes the same or fails with the same PayloadError. A
+    podset's template read before (another workload of the same Job) is not read again
+    (`PodSetsByTemplate`).
     """
     try:
         raw = _WORKLOAD_JSON.decode(text)
