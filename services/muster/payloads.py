@@ -23,10 +23,16 @@ import msgspec
 
 from muster.api import decode_documents, quantities_to_strings, workload_to_kueue
 from muster.api.alternatives import with_alternatives
-from muster.api.convert import KUEUE_V1BETA2, meta_from_raw, stable_uid, workload_from_raw
+from muster.api.convert import (
+    KUEUE_V1BETA2,
+    meta_from_raw,
+    pod_set_of,
+    stable_uid,
+    workload_from_raw,
+)
 from muster.api.errors import ObjectErrors
-from muster.api.model import ApiObject, Workload
-from muster.api.raw import RawWorkload
+from muster.api.model import ApiObject, PodSet, Workload
+from muster.api.raw import RawPodSet, RawWorkload
 from muster.contracts.v1 import events_pb2
 
 log = logging.getLogger(__name__)
@@ -35,6 +41,7 @@ __all__ = [
     "MANIFEST_COPY_LIMIT",
     "KeptManifest",
     "PayloadError",
+    "PodSetsByTemplate",
     "applied_document",
     "applied_object",
     "check_transitioned_s",
@@ -186,7 +193,9 @@ def written_workload(text: str, *, what: str) -> Workload:
     They act on admitted workloads only, and admission admits none that `manifest_workload`
     refuses: the names, labels and fields it checks are not checked again here. A manifest
     not of that shape (another apiVersion or kind, no name, a problem) is read by
-    `manifest_workload`, so it decodes the same or fails with the same PayloadError.
+    `manifest_workload`, so it decodes the same or fails with the same PayloadError. A
+    podset's template read before (another workload of the same Job) is not read again
+    (`PodSetsByTemplate`).
     """
     try:
         raw = _WORKLOAD_JSON.decode(text)
@@ -201,11 +210,77 @@ def written_workload(text: str, *, what: str) -> Workload:
         uid = stable_uid("Workload", namespace, meta.name)
         model_meta = msgspec.structs.replace(model_meta, uid=uid)
     errs = ObjectErrors(f"Workload/{namespace}/{meta.name}")
-    wl = workload_from_raw(raw, model_meta, errs)
+    wl = workload_from_raw(raw, model_meta, errs, pod_sets=_POD_SETS.of(text, raw, errs))
     wl, problems = with_alternatives(wl, who=errs.obj)
     if errs.errors or problems:
         return manifest_workload(text, what=what)
     return wl
+
+
+class _WrittenTemplate(msgspec.Struct):
+    template: msgspec.Raw = msgspec.Raw()
+
+
+class _WrittenTemplates(msgspec.Struct, rename="camel"):
+    pod_sets: list[_WrittenTemplate] = []
+
+
+class _WrittenSpec(msgspec.Struct):
+    spec: _WrittenTemplates = msgspec.field(default_factory=_WrittenTemplates)
+
+
+# Each podset's template as the manifest spells it: the key of what it reads to.
+_TEMPLATES_JSON: Final = msgspec.json.Decoder(_WrittenSpec)
+
+
+class PodSetsByTemplate:
+    """Podsets read from templates read before: a podset is a function of its template's JSON
+    bytes (and its name and counts, which are not read from them), and the workloads of one
+    Job, JobSet or bench share one template; reading it is most of a manifest's decode.
+
+    Kept: up to `entries` templates of up to `max_bytes` each that read without a problem (one
+    that does not is read again each time, to name its field); the oldest makes room.
+    """
+
+    __slots__ = ("_entries", "_max_bytes", "_read")
+
+    def __init__(self, *, entries: int = 256, max_bytes: int = 8 * 1024) -> None:
+        self._entries = entries
+        self._max_bytes = max_bytes
+        self._read: dict[bytes, PodSet] = {}
+
+    def of(self, text: str, raw: RawWorkload, errs: ObjectErrors) -> tuple[PodSet, ...] | None:
+        """`raw`'s podsets (read from `text`, its manifest) as `workload_from_raw` reads them,
+        problems added to `errs`; None when `text`'s templates cannot be told apart."""
+        try:
+            written = _TEMPLATES_JSON.decode(text).spec.pod_sets
+        except msgspec.DecodeError:  # RawWorkload read it: not expected, read as it does
+            return None
+        if len(written) != len(raw.spec.pod_sets):
+            return None
+        return tuple(
+            self._pod_set(bytes(w.template), ps, errs, index=p)
+            for p, (w, ps) in enumerate(zip(written, raw.spec.pod_sets, strict=True))
+        )
+
+    def _pod_set(self, key: bytes, raw: RawPodSet, errs: ObjectErrors, *, index: int) -> PodSet:
+        known = self._read.get(key)
+        if known is None:
+            problems = len(errs.errors)
+            known = pod_set_of(raw, errs, index=index)
+            if len(errs.errors) == problems and key and len(key) <= self._max_bytes:
+                if len(self._read) >= self._entries:
+                    del self._read[next(iter(self._read))]
+                self._read[key] = known
+            return known
+        if (known.name, known.count, known.min_count) == (raw.name, raw.count, raw.min_count):
+            return known
+        return msgspec.structs.replace(
+            known, name=raw.name, count=raw.count, min_count=raw.min_count
+        )
+
+
+_POD_SETS: Final = PodSetsByTemplate()
 
 
 class KeptManifest:

@@ -30,6 +30,7 @@ from muster.api.model import (
     Namespace,
     ObjectMeta,
     OwnerReference,
+    PodSet,
     PodSetAssignment,
     Preemption,
     PriorityClass,
@@ -55,6 +56,7 @@ from muster.api.raw import (
     RawLocalQueue,
     RawMeta,
     RawNamespace,
+    RawPodSet,
     RawPriorityClass,
     RawReclaimablePod,
     RawResourceFlavor,
@@ -175,23 +177,22 @@ def namespace_from_raw(raw: RawNamespace, meta: ObjectMeta, errs: ObjectErrors) 
     return Namespace(meta=meta)
 
 
-def workload_from_raw(raw: RawWorkload, meta: ObjectMeta, errs: ObjectErrors) -> Workload:
+def workload_from_raw(
+    raw: RawWorkload,
+    meta: ObjectMeta,
+    errs: ObjectErrors,
+    *,
+    pod_sets: tuple[PodSet, ...] | None = None,
+) -> Workload:
+    """`raw` in the model; `pod_sets`, when given, are its podsets as `pod_set_of` reads them
+    (a reader that keeps them per template spares reading a template it has read before)."""
     spec = raw.spec
     check_reference(errs, spec.queue_name, "spec.queueName")
     check_reference(errs, spec.priority_class_name, "spec.priorityClassName")
     for p, ps in enumerate(spec.pod_sets):
         check_reference(errs, ps.name, f"spec.podSets[{p}].name", label=True)
-    pod_sets = tuple(
-        pod_set_from_template(
-            ps.template,
-            errs,
-            name=ps.name,
-            count=ps.count,
-            min_count=ps.min_count,
-            path=f"spec.podSets[{p}].template",
-        )
-        for p, ps in enumerate(spec.pod_sets)
-    )
+    if pod_sets is None:
+        pod_sets = tuple(pod_set_of(ps, errs, index=p) for p, ps in enumerate(spec.pod_sets))
     counts = {ps.name: ps.count for ps in pod_sets}
     name, source = _priority_class(spec, errs)
     status = raw.status
@@ -215,6 +216,18 @@ def workload_from_raw(raw: RawWorkload, meta: ObjectMeta, errs: ObjectErrors) ->
             for a in status.admission_checks
         ),
         reclaimable_pods=_reclaimable_pods(status.reclaimable_pods, counts, errs),
+    )
+
+
+def pod_set_of(raw: RawPodSet, errs: ObjectErrors, *, index: int) -> PodSet:
+    """The podset `spec.podSets[index]` of a Workload, `raw`."""
+    return pod_set_from_template(
+        raw.template,
+        errs,
+        name=raw.name,
+        count=raw.count,
+        min_count=raw.min_count,
+        path=f"spec.podSets[{index}].template",
     )
 
 
