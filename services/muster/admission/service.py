@@ -3,7 +3,10 @@
 `run_admission(bus, health, config)` is the body `run_service` runs (and tests start as a task):
 
 1. acquire the shard lease `admission.<shard>` (waits while another replica holds it), and keep
-   renewing it; losing it raises `LeaseLostError`, which stops the service with exit status 1;
+   renewing it; on losing it (`LeaseLostError`: a renewal starved past the TTL by a busy host,
+   NATS away for a TTL, another replica took it) step down, stop deciding at once, report
+   NOT_SERVING with the cause, and campaign again: a new term starts from step 2, so nothing
+   decided before the loss is trusted (`_terms`);
 2. create the durable consumer `admission-<shard>` if missing (starting at the stream's end),
    then rebuild `AdmissionState`: replay the newest snapshot (`MUSTER_SNAPSHOTS`, any shard's),
    then `MUSTER_EVENTS` from the snapshot's sequence + 1 (without one, from its first message)
@@ -31,7 +34,7 @@ from muster.admission.clusters import follow_clusters
 from muster.admission.handlers import Clock, Reown, Rounds
 from muster.admission.handover import StoryFetcher
 from muster.admission.homes import HomesOut
-from muster.admission.lease import ShardLease
+from muster.admission.lease import LeaseLostError, ShardLease
 from muster.admission.metrics import AdmissionMetrics
 from muster.admission.rebuild import SnapshotStore, rebuild, rebuilding
 from muster.admission.snapshot import CompactLog, encode_snapshot
@@ -56,7 +59,7 @@ from muster.bus.progress import advanced
 from muster.bus.pulse import Pulse
 from muster.bus.service import Health
 from muster.bus.setup import FOLLOWED_TOMBSTONES_KEPT_S, VISIBILITY_TOMBSTONES_KEPT_S
-from muster.bus.supervision import SupervisedGroup, supervised
+from muster.bus.supervision import supervised
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.heartbeat_parts import HEARTBEAT_MAX_BYTES
 from muster.core.routing import POLICIES, Policy
@@ -169,9 +172,10 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
 async def run_admission(
     bus: Bus, health: Health, config: AdmissionConfig, *, clock: Clock = time.time
 ) -> None:
-    """Own shard `config.shard` and decide for it until cancelled (or the lease is lost).
+    """Own shard `config.shard` and decide for it until cancelled.
 
-    When the partitions it decides change under it (Reown), it rebuilds and goes on.
+    When the partitions it decides change under it (Reown), it rebuilds and goes on; when it
+    loses its lease, it steps down and campaigns again (`_terms`).
     """
     kv = await bus.kv(SHARDS_BUCKET, ttl_s=config.lease_ttl_s)
     owner = f"{socket.gethostname()}/{os.getpid()}/{id(health):x}"
@@ -183,13 +187,62 @@ async def run_admission(
         renew_s=config.lease_renew_s,
         denied=bus.denied,
     )
-    await lease.acquire()
+    await _terms(bus, health, config, lease, clock=clock)
+
+
+async def _terms(
+    bus: Bus, health: Health, config: AdmissionConfig, lease: ShardLease, *, clock: Clock
+) -> None:
+    """Hold the lease and decide, one term after another, until cancelled.
+
+    A lost lease ends the term, not the service: a host too busy to renew in time (a long
+    round, a profiler, a CPU hog) would otherwise leave its shard undecided until someone
+    restarts it. Stepping down cancels the deciding loops before anything else runs (what a
+    round has in flight is fenced as it always was), and the next term waits for the lease,
+    then rebuilds from the stream before deciding: the successor's decisions, if one took
+    over meanwhile, are read before this replica decides anything again.
+    """
+    terms = 0
+    while True:
+        await lease.acquire()
+        terms += 1
+        try:
+            await _term(bus, health, config, lease, clock=clock)
+        except LeaseLostError as exc:
+            health.waiting(f"{exc}; campaigning again")
+            log.warning(
+                "stepping down from shard %d after term %d: %s; campaigning again (a rebuild "
+                "before deciding)",
+                config.shard,
+                terms,
+                exc,
+            )
+        finally:
+            await asyncio.shield(lease.release())  # nothing when lost: it is not ours
+
+
+async def _term(
+    bus: Bus, health: Health, config: AdmissionConfig, lease: ShardLease, *, clock: Clock
+) -> None:
+    """Renew the lease and decide until one of them ends: a lost lease (LeaseLostError,
+    raised), a failure (raised), or a cancellation. Plain tasks, not a TaskGroup (as `_live`
+    says why): a term follows the one before in the same task."""
+    tasks = [
+        supervised(
+            lease.hold(bus.pulses.pulse("admission-lease")),
+            name="admission-lease",
+            expected=(LeaseLostError,),
+        ),
+        supervised(_decide(bus, health, config, clock=clock), name="admission"),
+    ]
     try:
-        async with SupervisedGroup() as tg:
-            tg.create_task(lease.hold(bus.pulses.pulse("admission-lease")), name="admission-lease")
-            tg.create_task(_decide(bus, health, config, clock=clock), name="admission")
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            task.result()
     finally:
-        await asyncio.shield(lease.release())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _decide(bus: Bus, health: Health, config: AdmissionConfig, *, clock: Clock) -> None:
