@@ -109,11 +109,17 @@ class Lease:
         read). A write of ours whose answer was lost with the connection (the bus fails it
         then, and nats-py may still send it once reconnected) makes the next one conflict
         with ourselves: the owner, unique to this process, tells it from a takeover."""
+        return self._own(await self._entry())
+
+    async def _entry(self) -> Entry | None:
+        """The key as stored (None: absent, or not read)."""
         try:
-            entry = await self.kv.get(self.key)
+            return await self.kv.get(self.key)
         except BusError as exc:
             log.warning("lease %s not read: %r", self.key, exc)
             return None
+
+    def _own(self, entry: Entry | None) -> int | None:
         if entry is None or entry.value != self.owner.encode():
             return None
         return entry.revision
@@ -130,23 +136,30 @@ class Lease:
         raise LeaseRefusedError(f"lease {self.key}: {why}; not waiting for it") from exc
 
     async def hold(self, pulse: Pulse | None = None) -> None:
-        """Renew the lease until cancelled; raise LeaseLostError when it cannot be renewed.
-        `pulse` beats at each renewal (a renewal that hangs is a stall: bus/pulse.py)."""
+        """Renew the lease until cancelled; raise LeaseLostError when it cannot be renewed,
+        naming why: taken over (by whom), expired (how late the renewal ran: a renewal that
+        wakes seconds late was starved by a busy host or a long stretch of work on the event
+        loop), or NATS not answering for a TTL. `pulse` beats at each renewal (a renewal
+        that hangs is a stall: bus/pulse.py)."""
         renewed_at = time.monotonic()
         while True:
             raise_if_cancelling()  # nats-py may swallow a cancellation (3.11)
             if pulse is not None:
                 pulse.beat(self.renew_s)
+            due = time.monotonic() + self.renew_s
             await asyncio.sleep(self.renew_s)
+            late_s = time.monotonic() - due
             assert self.revision is not None, "hold() before acquire()"
             try:
                 self.revision = await self.kv.update(
                     self.key, self.owner.encode(), last=self.revision
                 )
             except Conflict as exc:
-                self.revision = await self._own_revision()
+                entry = await self._entry()
+                self.revision = self._own(entry)
                 if self.revision is None:
-                    raise LeaseLostError(f"lease {self.key} was taken over") from exc
+                    why = self._lost(entry, since_s=time.monotonic() - renewed_at, late_s=late_s)
+                    raise LeaseLostError(why) from exc
                 renewed_at = time.monotonic()
             except Unavailable as exc:
                 if time.monotonic() - renewed_at >= self.ttl_s - self.renew_s:
@@ -155,6 +168,24 @@ class Lease:
                 log.warning("lease %s not renewed: %r", self.key, exc)
             else:
                 renewed_at = time.monotonic()
+            if late_s > self.renew_s:
+                log.warning(
+                    "lease %s renewal ran %.1fs late (TTL %gs): the event loop was busy",
+                    self.key,
+                    late_s,
+                    self.ttl_s,
+                )
+
+    def _lost(self, entry: Entry | None, *, since_s: float, late_s: float) -> str:
+        """Why the key is no longer ours, as the renewal that failed saw it."""
+        if entry is None:
+            return (
+                f"lease {self.key} expired: last renewed {since_s:.1f}s ago (TTL "
+                f"{self.ttl_s:g}s), this renewal ran {late_s:.1f}s late (the event loop "
+                "was busy: a long round, a profiler, a loaded host)"
+            )
+        holder = (entry.value or b"").decode(errors="replace")
+        return f"lease {self.key} was taken over by {holder!r}, last renewed {since_s:.1f}s ago"
 
     async def release(self) -> None:
         """Give the lease up (clean shutdown), so that a successor need not wait for the TTL."""
