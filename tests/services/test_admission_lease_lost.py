@@ -15,7 +15,8 @@ import os
 import re
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import pytest
 from admission_world import (
@@ -30,6 +31,7 @@ from admission_world import (
 )
 from bus_helpers import EventLog
 
+from muster.admission.decision_reads import DecisionReads
 from muster.admission.lease import lease_key
 from muster.bus import Bus, BusConfig
 from muster.bus.buckets import SHARDS_BUCKET
@@ -118,6 +120,48 @@ async def test_of_two_replicas_of_a_shard_the_starved_one_steps_down_and_none_de
         for name in ("a", "b"):
             assert count(events, "admitted", f"ns/{name}") == 1
         assert count(events, "admitted", "ns/c") == 0
+    finally:
+        for replica in replicas:
+            await replica.stop()
+
+
+async def test_a_holder_starved_between_deciding_and_publishing_publishes_nothing_of_it(
+    bus: Bus,
+    bus_config: BusConfig,
+    events: EventLog,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The loop is starved in the middle of the holder's round, after its decision about
+    ns/slow and before the send: the lease lapses before the renewal can tell it so. That
+    decision must not land (a successor may be deciding on the same quota by then): the
+    holder steps down, and ns/slow is decided once, by the term that rebuilt after."""
+    caplog.set_level(logging.WARNING, logger="muster.admission.service")
+    decide = DecisionReads.decisions
+    starved: list[bool] = []
+
+    def starving(self: DecisionReads, decided: Sequence[Any]) -> Any:
+        if not starved and any(event.object == "ns/slow" for event in decided):
+            starved.append(True)
+            starve_the_loop()
+        return decide(self, decided)
+
+    monkeypatch.setattr(DecisionReads, "decisions", starving)
+    settings = {"lease_ttl_s": TTL_S, "lease_renew_s": TTL_S / 4}
+    first = await start_admission(bus_config, **settings)
+    await first.wait_serving()
+    second = await start_admission(bus_config, **settings)
+    replicas = (first, second)
+    try:
+        await basic_config(bus, cpu="2")
+        await publish(bus, submitted(workload("slow", cpu="1")))
+        admitted = await events.wait_for("admitted", workload="ns/slow")
+        await eventually(stepped_down(caplog, *replicas))
+        assert starved
+        assert admitted.cause.startswith("rebuild/admission/0/"), admitted.cause
+        await publish(bus, submitted(workload("next", cpu="1")))
+        await events.wait_for("admitted", workload="ns/next")
+        assert count(events, "admitted", "ns/slow") == 1
     finally:
         for replica in replicas:
             await replica.stop()

@@ -151,8 +151,12 @@ class Rounds:
         fetch: StoryFetch | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         dead_letters: str = "admission",
+        guard: Callable[[], None] = lambda: None,
     ) -> None:
         self.state = state
+        # Raises (LeaseLostError) when this replica may no longer decide: called before each
+        # send of decisions, so that one resumed after its lease lapsed publishes nothing.
+        self.guard = guard
         self.dead_letters = dead_letters  # `muster.v1.dlq.<this>`: decisions refused for good
         self.metrics = metrics
         # Workload → the trace (W3C headers) its decisions are published in.
@@ -394,6 +398,7 @@ class Rounds:
         started = time.perf_counter()
         try:
             for waves in sent_together(waves_by_workload(envs)):
+                self.guard()
                 sent = [env for wave in waves for env in wave]
                 for env in sent:
                     env.partition = token(state.partition_for(WorkloadKey(env.workload)))

@@ -26,6 +26,7 @@ import math
 import os
 import socket
 import time
+from collections.abc import Callable
 from typing import Final
 
 import msgspec
@@ -74,6 +75,7 @@ MAX_ROUND_GAP_S: Final = 0.05  # a round's added latency stays well below a seco
 ROUND_STRETCH_MOST_S: Final = 0.1
 MAX_ROUND_STRETCH_S: Final = 1.0  # what --round-stretch-most-seconds may be set to, at most
 log = logging.getLogger(__name__)
+Guard = Callable[[], None]  # raises LeaseLostError when the replica may no longer decide
 
 
 class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -233,7 +235,11 @@ async def _term(
             name="admission-lease",
             expected=(LeaseLostError,),
         ),
-        supervised(_decide(bus, health, config, clock=clock), name="admission"),
+        supervised(
+            _decide(bus, health, config, clock=clock, guard=lease.fresh),
+            name="admission",
+            expected=(LeaseLostError,),
+        ),
     ]
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
@@ -245,22 +251,27 @@ async def _term(
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _decide(bus: Bus, health: Health, config: AdmissionConfig, *, clock: Clock) -> None:
-    """Rebuild, then decide, until cancelled; again from a rebuild after each Reown."""
+async def _decide(
+    bus: Bus, health: Health, config: AdmissionConfig, *, clock: Clock, guard: Guard
+) -> None:
+    """Rebuild, then decide, until cancelled; again from a rebuild after each Reown. `guard`
+    raises LeaseLostError when the lease may have lapsed (it ends the term)."""
     while True:
         try:
-            await _live(bus, health, config, clock=clock)
+            await _live(bus, health, config, clock=clock, guard=guard)
         except Reown as exc:
             log.warning("rebuilding: %s", exc)
 
 
-async def _live(bus: Bus, health: Health, config: AdmissionConfig, *, clock: Clock) -> None:
+async def _live(
+    bus: Bus, health: Health, config: AdmissionConfig, *, clock: Clock, guard: Guard
+) -> None:
     """Rebuild, then decide until cancelled or a Reown (raised).
 
     Its loops are plain tasks, not a TaskGroup: in Python 3.11 a TaskGroup whose task failed
     leaves its parent task cancelling, which would stop the next life at once.
     """
-    service = AdmissionService(bus, config, clock=clock)
+    service = AdmissionService(bus, config, clock=clock, guard=guard)
     with rebuilding():
         await service.start()
     loops = {
@@ -285,8 +296,10 @@ async def _live(bus: Bus, health: Health, config: AdmissionConfig, *, clock: Clo
         loops["admission-snapshots"] = service.write_snapshots(
             bus.pulses.pulse("admission-snapshots")
         )
-    # A Reown is this life's end, awaited below; any other failure is the service's.
-    tasks = [supervised(loop, name=name, expected=(Reown,)) for name, loop in loops.items()]
+    # A Reown or a lapsed lease is this life's end, awaited below; any other failure is the
+    # service's.
+    ending = (Reown, LeaseLostError)
+    tasks = [supervised(loop, name=name, expected=ending) for name, loop in loops.items()]
     try:
         health.ready()
         log.info(
@@ -308,7 +321,9 @@ async def _live(bus: Bus, health: Health, config: AdmissionConfig, *, clock: Clo
 class AdmissionService:
     """The replica's state and the loops around it; `start` is the rebuild."""
 
-    def __init__(self, bus: Bus, config: AdmissionConfig, *, clock: Clock) -> None:
+    def __init__(
+        self, bus: Bus, config: AdmissionConfig, *, clock: Clock, guard: Guard = lambda: None
+    ) -> None:
         self.bus = bus
         self.config = config
         self.clock = clock
@@ -346,6 +361,7 @@ class AdmissionService:
             ),
             max_event_bytes=max_event_bytes,
             dead_letters=config.durable,
+            guard=guard,
         )
 
     def _changed(self) -> None:

@@ -75,6 +75,9 @@ class Lease:
         self.poll_s = poll_s
         self.denied = denied
         self.revision: int | None = None
+        # When the write the key's TTL now runs from was sent (monotonic): the server stored it
+        # no sooner, so the lease lasts at least until this plus the TTL (`fresh`).
+        self.renewed_at = 0.0
 
     @property
     def held(self) -> bool:
@@ -86,11 +89,14 @@ class Lease:
         refusals = len(self.denied)
         while True:
             raise_if_cancelling()  # nats-py may swallow a cancellation (3.11)
+            sent = time.monotonic()
             try:
                 self.revision = await self.kv.create(self.key, self.owner.encode())
             except Conflict:
-                self.revision = await self._own_revision()
-                if self.revision is not None:
+                entry = await self._entry()
+                self.revision = self._own(entry)
+                if self.revision is not None:  # written no later than now: as good as renewed
+                    self.renewed_at = sent
                     log.info("lease %s was created by this owner already", self.key)
                     return
                 if not waiting:
@@ -100,16 +106,10 @@ class Lease:
                 self._raise_if_refused(exc, refusals)
                 log.warning("cannot reach the lease %s: %r", self.key, exc)
             else:
+                self.renewed_at = sent
                 log.info("acquired lease %s as %s", self.key, self.owner)
                 return
             await asyncio.sleep(self.poll_s)
-
-    async def _own_revision(self) -> int | None:
-        """The key's revision if its value is this owner's, else None (also when it cannot be
-        read). A write of ours whose answer was lost with the connection (the bus fails it
-        then, and nats-py may still send it once reconnected) makes the next one conflict
-        with ourselves: the owner, unique to this process, tells it from a takeover."""
-        return self._own(await self._entry())
 
     async def _entry(self) -> Entry | None:
         """The key as stored (None: absent, or not read)."""
@@ -120,6 +120,10 @@ class Lease:
             return None
 
     def _own(self, entry: Entry | None) -> int | None:
+        """The key's revision if its value is this owner's, else None. A write of ours whose
+        answer was lost with the connection (the bus fails it then, and nats-py may still send
+        it once reconnected) makes the next one conflict with ourselves: the owner, unique to
+        this process, tells it from a takeover."""
         if entry is None or entry.value != self.owner.encode():
             return None
         return entry.revision
@@ -148,7 +152,8 @@ class Lease:
                 pulse.beat(self.renew_s)
             due = time.monotonic() + self.renew_s
             await asyncio.sleep(self.renew_s)
-            late_s = time.monotonic() - due
+            sent = time.monotonic()
+            late_s = sent - due
             assert self.revision is not None, "hold() before acquire()"
             try:
                 self.revision = await self.kv.update(
@@ -157,16 +162,17 @@ class Lease:
             except Conflict as exc:
                 entry = await self._entry()
                 self.revision = self._own(entry)
-                if self.revision is None:
+                if entry is None or self.revision is None:
                     why = self._lost(entry, since_s=time.monotonic() - renewed_at, late_s=late_s)
                     raise LeaseLostError(why) from exc
-                renewed_at = time.monotonic()
+                renewed_at = time.monotonic()  # `renewed_at` stays: when, is not known
             except Unavailable as exc:
                 if time.monotonic() - renewed_at >= self.ttl_s - self.renew_s:
                     self.revision = None
                     raise LeaseLostError(f"lease {self.key} not renewed for a TTL") from exc
                 log.warning("lease %s not renewed: %r", self.key, exc)
             else:
+                self.renewed_at = sent
                 renewed_at = time.monotonic()
             if late_s > self.renew_s:
                 log.warning(
@@ -175,6 +181,18 @@ class Lease:
                     late_s,
                     self.ttl_s,
                 )
+
+    def fresh(self) -> None:
+        """Raise LeaseLostError unless the lease surely lasts a renewal interval more: a holder
+        whose loop was starved past the TTL may resume in the middle of its work, before the
+        renewal that would tell it the lease is gone, and must not act on it meanwhile. (What
+        is raised ends the term, which gives the lease up if it still is this owner's.)"""
+        age_s = time.monotonic() - self.renewed_at
+        if self.revision is None or age_s >= self.ttl_s - self.renew_s:
+            raise LeaseLostError(
+                f"lease {self.key} may have expired: last renewed {age_s:.1f}s ago (TTL "
+                f"{self.ttl_s:g}s, renewed every {self.renew_s:g}s); not acting on it"
+            )
 
     def _lost(self, entry: Entry | None, *, since_s: float, late_s: float) -> str:
         """Why the key is no longer ours, as the renewal that failed saw it."""
