@@ -26,7 +26,7 @@ import math
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 import msgspec
@@ -75,7 +75,7 @@ MAX_ROUND_GAP_S: Final = 0.05  # a round's added latency stays well below a seco
 ROUND_STRETCH_MOST_S: Final = 0.1
 MAX_ROUND_STRETCH_S: Final = 1.0  # what --round-stretch-most-seconds may be set to, at most
 log = logging.getLogger(__name__)
-Guard = Callable[[], None]  # raises LeaseLostError when the replica may no longer decide
+Guard = Callable[[], Awaitable[None]]  # raises LeaseLostError: the replica may not decide
 
 
 class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -236,7 +236,7 @@ async def _term(
             expected=(LeaseLostError,),
         ),
         supervised(
-            _decide(bus, health, config, clock=clock, guard=lease.fresh),
+            _decide(bus, health, config, clock=clock, guard=lease.confirm),
             name="admission",
             expected=(LeaseLostError,),
         ),
@@ -322,7 +322,7 @@ class AdmissionService:
     """The replica's state and the loops around it; `start` is the rebuild."""
 
     def __init__(
-        self, bus: Bus, config: AdmissionConfig, *, clock: Clock, guard: Guard = lambda: None
+        self, bus: Bus, config: AdmissionConfig, *, clock: Clock, guard: Guard | None = None
     ) -> None:
         self.bus = bus
         self.config = config

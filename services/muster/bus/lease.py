@@ -182,17 +182,35 @@ class Lease:
                     self.ttl_s,
                 )
 
-    def fresh(self) -> None:
-        """Raise LeaseLostError unless the lease surely lasts a renewal interval more: a holder
-        whose loop was starved past the TTL may resume in the middle of its work, before the
-        renewal that would tell it the lease is gone, and must not act on it meanwhile. (What
-        is raised ends the term, which gives the lease up if it still is this owner's.)"""
+    async def confirm(self) -> None:
+        """Return at once while the lease surely lasts a renewal interval more; otherwise
+        renew it now, and raise LeaseLostError when that fails. A holder whose loop was starved
+        may resume in the middle of its work, before the renewal that would tell it the lease
+        is gone, and must not act on it meanwhile; a renewal that succeeds at the revision it
+        last wrote proves nobody held the key since (an expiry or a takeover changes it)."""
         age_s = time.monotonic() - self.renewed_at
-        if self.revision is None or age_s >= self.ttl_s - self.renew_s:
+        if self.revision is not None and age_s < self.ttl_s - self.renew_s:
+            return
+        if self.revision is None:
+            raise LeaseLostError(f"lease {self.key} is not held")
+        sent = time.monotonic()
+        try:
+            self.revision = await self.kv.update(self.key, self.owner.encode(), last=self.revision)
+        except Conflict as exc:
+            entry = await self._entry()
+            own = self._own(entry)
+            if own is None:
+                raise LeaseLostError(
+                    self._lost(entry, since_s=age_s, late_s=age_s - self.renew_s)
+                ) from exc
+            self.revision = own  # `hold` renewed it meanwhile
+            return
+        except Unavailable as exc:
             raise LeaseLostError(
                 f"lease {self.key} may have expired: last renewed {age_s:.1f}s ago (TTL "
-                f"{self.ttl_s:g}s, renewed every {self.renew_s:g}s); not acting on it"
-            )
+                f"{self.ttl_s:g}s) and NATS does not answer: {exc}"
+            ) from exc
+        self.renewed_at = sent
 
     def _lost(self, entry: Entry | None, *, since_s: float, late_s: float) -> str:
         """Why the key is no longer ours, as the renewal that failed saw it."""
