@@ -204,7 +204,8 @@ class Running:
 # The shard lease's TTL here. `kill` cancels a replica, which gives its lease up on the way
 # out (`run_admission`), so a successor takes over within one poll whatever the TTL: the TTL
 # only bounds how long a loaded test process may go without renewing. With 2 s, one that did
-# not renew for 1.5 s (load ~40 on 2 cores) lost it (LeaseLostError) and stopped deciding.
+# not renew for 1.5 s (load ~40 on 2 cores) lost it (LeaseLostError) and stopped deciding
+# (now it steps down and campaigns again: test_admission_lease_lost.py; a rebuild still costs).
 LEASE_TTL_S = 60.0
 UNEXPIRING_LEASE_S = 600.0  # for a test that restarts no replica
 

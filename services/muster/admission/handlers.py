@@ -45,7 +45,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import NamedTuple, Protocol
 
 from opentelemetry import trace
@@ -144,8 +144,13 @@ class Rounds:
         fetch: StoryFetch | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         dead_letters: str = "admission",
+        guard: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.state = state
+        # Raises (LeaseLostError) when this replica may no longer decide: awaited before each
+        # send of decisions (it renews the lease first when the last renewal is old), so that
+        # a replica resumed after its lease lapsed publishes nothing.
+        self.guard = guard
         self.dead_letters = dead_letters  # `muster.v1.dlq.<this>`: decisions refused for good
         self.metrics = metrics
         # Workload → the trace (W3C headers) its decisions are published in.
@@ -387,6 +392,8 @@ class Rounds:
         started = time.perf_counter()
         try:
             for waves in sent_together(waves_by_workload(envs)):
+                if self.guard is not None:
+                    await self.guard()
                 sent = [env for wave in waves for env in wave]
                 for env in sent:
                     env.partition = token(state.partition_for(WorkloadKey(env.workload)))

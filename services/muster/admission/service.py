@@ -3,7 +3,10 @@
 `run_admission(bus, health, config)` is the body `run_service` runs (and tests start as a task):
 
 1. acquire the shard lease `admission.<shard>` (waits while another replica holds it), and keep
-   renewing it; losing it raises `LeaseLostError`, which stops the service with exit status 1;
+   renewing it; on losing it (`LeaseLostError`: a renewal starved past the TTL by a busy host,
+   NATS away for a TTL, another replica took it) step down, stop deciding at once, report
+   NOT_SERVING with the cause, and campaign again: a new term starts from step 2, so nothing
+   decided before the loss is trusted (`_terms`);
 2. create the durable consumer `admission-<shard>` if missing (starting at the stream's end),
    then rebuild `AdmissionState`: replay the newest snapshot (`MUSTER_SNAPSHOTS`, any shard's),
    then `MUSTER_EVENTS` from the snapshot's sequence + 1 (without one, from its first message)
@@ -23,6 +26,7 @@ import math
 import os
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 import msgspec
@@ -31,7 +35,7 @@ from muster.admission.clusters import follow_clusters
 from muster.admission.handlers import Clock, Reown, Rounds
 from muster.admission.handover import StoryFetcher
 from muster.admission.homes import HomesOut
-from muster.admission.lease import ShardLease
+from muster.admission.lease import LeaseLostError, ShardLease
 from muster.admission.metrics import AdmissionMetrics
 from muster.admission.rebuild import SnapshotStore, rebuild, rebuilding
 from muster.admission.snapshot import CompactLog, encode_snapshot
@@ -56,7 +60,7 @@ from muster.bus.progress import advanced
 from muster.bus.pulse import Pulse
 from muster.bus.service import Health
 from muster.bus.setup import FOLLOWED_TOMBSTONES_KEPT_S, VISIBILITY_TOMBSTONES_KEPT_S
-from muster.bus.supervision import SupervisedGroup, supervised
+from muster.bus.supervision import supervised
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.heartbeat_parts import HEARTBEAT_MAX_BYTES
 from muster.core.routing import POLICIES, Policy
@@ -71,6 +75,7 @@ MAX_ROUND_GAP_S: Final = 0.05  # a round's added latency stays well below a seco
 ROUND_STRETCH_MOST_S: Final = 0.1
 MAX_ROUND_STRETCH_S: Final = 1.0  # what --round-stretch-most-seconds may be set to, at most
 log = logging.getLogger(__name__)
+Guard = Callable[[], Awaitable[None]]  # raises LeaseLostError: the replica may not decide
 
 
 class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -169,9 +174,10 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
 async def run_admission(
     bus: Bus, health: Health, config: AdmissionConfig, *, clock: Clock = time.time
 ) -> None:
-    """Own shard `config.shard` and decide for it until cancelled (or the lease is lost).
+    """Own shard `config.shard` and decide for it until cancelled.
 
-    When the partitions it decides change under it (Reown), it rebuilds and goes on.
+    When the partitions it decides change under it (Reown), it rebuilds and goes on; when it
+    loses its lease, it steps down and campaigns again (`_terms`).
     """
     kv = await bus.kv(SHARDS_BUCKET, ttl_s=config.lease_ttl_s)
     owner = f"{socket.gethostname()}/{os.getpid()}/{id(health):x}"
@@ -183,31 +189,89 @@ async def run_admission(
         renew_s=config.lease_renew_s,
         denied=bus.denied,
     )
-    await lease.acquire()
+    await _terms(bus, health, config, lease, clock=clock)
+
+
+async def _terms(
+    bus: Bus, health: Health, config: AdmissionConfig, lease: ShardLease, *, clock: Clock
+) -> None:
+    """Hold the lease and decide, one term after another, until cancelled.
+
+    A lost lease ends the term, not the service: a host too busy to renew in time (a long
+    round, a profiler, a CPU hog) would otherwise leave its shard undecided until someone
+    restarts it. Stepping down cancels the deciding loops before anything else runs (what a
+    round has in flight is fenced as it always was), and the next term waits for the lease,
+    then rebuilds from the stream before deciding: the successor's decisions, if one took
+    over meanwhile, are read before this replica decides anything again.
+    """
+    terms = 0
+    while True:
+        await lease.acquire()
+        terms += 1
+        try:
+            await _term(bus, health, config, lease, clock=clock)
+        except LeaseLostError as exc:
+            health.waiting(f"{exc}; campaigning again")
+            log.warning(
+                "stepping down from shard %d after term %d: %s; campaigning again (a rebuild "
+                "before deciding)",
+                config.shard,
+                terms,
+                exc,
+            )
+        finally:
+            await asyncio.shield(lease.release())  # nothing when lost: it is not ours
+
+
+async def _term(
+    bus: Bus, health: Health, config: AdmissionConfig, lease: ShardLease, *, clock: Clock
+) -> None:
+    """Renew the lease and decide until one of them ends: a lost lease (LeaseLostError,
+    raised), a failure (raised), or a cancellation. Plain tasks, not a TaskGroup (as `_live`
+    says why): a term follows the one before in the same task."""
+    tasks = [
+        supervised(
+            lease.hold(bus.pulses.pulse("admission-lease")),
+            name="admission-lease",
+            expected=(LeaseLostError,),
+        ),
+        supervised(
+            _decide(bus, health, config, clock=clock, guard=lease.confirm),
+            name="admission",
+            expected=(LeaseLostError,),
+        ),
+    ]
     try:
-        async with SupervisedGroup() as tg:
-            tg.create_task(lease.hold(bus.pulses.pulse("admission-lease")), name="admission-lease")
-            tg.create_task(_decide(bus, health, config, clock=clock), name="admission")
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            task.result()
     finally:
-        await asyncio.shield(lease.release())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _decide(bus: Bus, health: Health, config: AdmissionConfig, *, clock: Clock) -> None:
-    """Rebuild, then decide, until cancelled; again from a rebuild after each Reown."""
+async def _decide(
+    bus: Bus, health: Health, config: AdmissionConfig, *, clock: Clock, guard: Guard
+) -> None:
+    """Rebuild, then decide, until cancelled; again from a rebuild after each Reown. `guard`
+    raises LeaseLostError when the lease may have lapsed (it ends the term)."""
     while True:
         try:
-            await _live(bus, health, config, clock=clock)
+            await _live(bus, health, config, clock=clock, guard=guard)
         except Reown as exc:
             log.warning("rebuilding: %s", exc)
 
 
-async def _live(bus: Bus, health: Health, config: AdmissionConfig, *, clock: Clock) -> None:
+async def _live(
+    bus: Bus, health: Health, config: AdmissionConfig, *, clock: Clock, guard: Guard
+) -> None:
     """Rebuild, then decide until cancelled or a Reown (raised).
 
     Its loops are plain tasks, not a TaskGroup: in Python 3.11 a TaskGroup whose task failed
     leaves its parent task cancelling, which would stop the next life at once.
     """
-    service = AdmissionService(bus, config, clock=clock)
+    service = AdmissionService(bus, config, clock=clock, guard=guard)
     with rebuilding():
         await service.start()
     loops = {
@@ -232,8 +296,10 @@ async def _live(bus: Bus, health: Health, config: AdmissionConfig, *, clock: Clo
         loops["admission-snapshots"] = service.write_snapshots(
             bus.pulses.pulse("admission-snapshots")
         )
-    # A Reown is this life's end, awaited below; any other failure is the service's.
-    tasks = [supervised(loop, name=name, expected=(Reown,)) for name, loop in loops.items()]
+    # A Reown or a lapsed lease is this life's end, awaited below; any other failure is the
+    # service's.
+    ending = (Reown, LeaseLostError)
+    tasks = [supervised(loop, name=name, expected=ending) for name, loop in loops.items()]
     try:
         health.ready()
         log.info(
@@ -255,7 +321,9 @@ async def _live(bus: Bus, health: Health, config: AdmissionConfig, *, clock: Clo
 class AdmissionService:
     """The replica's state and the loops around it; `start` is the rebuild."""
 
-    def __init__(self, bus: Bus, config: AdmissionConfig, *, clock: Clock) -> None:
+    def __init__(
+        self, bus: Bus, config: AdmissionConfig, *, clock: Clock, guard: Guard | None = None
+    ) -> None:
         self.bus = bus
         self.config = config
         self.clock = clock
@@ -293,6 +361,7 @@ class AdmissionService:
             ),
             max_event_bytes=max_event_bytes,
             dead_letters=config.durable,
+            guard=guard,
         )
 
     def _changed(self) -> None:

@@ -75,6 +75,9 @@ class Lease:
         self.poll_s = poll_s
         self.denied = denied
         self.revision: int | None = None
+        # When the write the key's TTL now runs from was sent (monotonic): the server stored it
+        # no sooner, so the lease lasts at least until this plus the TTL (`fresh`).
+        self.renewed_at = 0.0
 
     @property
     def held(self) -> bool:
@@ -86,11 +89,14 @@ class Lease:
         refusals = len(self.denied)
         while True:
             raise_if_cancelling()  # nats-py may swallow a cancellation (3.11)
+            sent = time.monotonic()
             try:
                 self.revision = await self.kv.create(self.key, self.owner.encode())
             except Conflict:
-                self.revision = await self._own_revision()
-                if self.revision is not None:
+                entry = await self._entry()
+                self.revision = self._own(entry)
+                if self.revision is not None:  # written no later than now: as good as renewed
+                    self.renewed_at = sent
                     log.info("lease %s was created by this owner already", self.key)
                     return
                 if not waiting:
@@ -100,20 +106,24 @@ class Lease:
                 self._raise_if_refused(exc, refusals)
                 log.warning("cannot reach the lease %s: %r", self.key, exc)
             else:
+                self.renewed_at = sent
                 log.info("acquired lease %s as %s", self.key, self.owner)
                 return
             await asyncio.sleep(self.poll_s)
 
-    async def _own_revision(self) -> int | None:
-        """The key's revision if its value is this owner's, else None (also when it cannot be
-        read). A write of ours whose answer was lost with the connection (the bus fails it
-        then, and nats-py may still send it once reconnected) makes the next one conflict
-        with ourselves: the owner, unique to this process, tells it from a takeover."""
+    async def _entry(self) -> Entry | None:
+        """The key as stored (None: absent, or not read)."""
         try:
-            entry = await self.kv.get(self.key)
+            return await self.kv.get(self.key)
         except BusError as exc:
             log.warning("lease %s not read: %r", self.key, exc)
             return None
+
+    def _own(self, entry: Entry | None) -> int | None:
+        """The key's revision if its value is this owner's, else None. A write of ours whose
+        answer was lost with the connection (the bus fails it then, and nats-py may still send
+        it once reconnected) makes the next one conflict with ourselves: the owner, unique to
+        this process, tells it from a takeover."""
         if entry is None or entry.value != self.owner.encode():
             return None
         return entry.revision
@@ -130,31 +140,88 @@ class Lease:
         raise LeaseRefusedError(f"lease {self.key}: {why}; not waiting for it") from exc
 
     async def hold(self, pulse: Pulse | None = None) -> None:
-        """Renew the lease until cancelled; raise LeaseLostError when it cannot be renewed.
-        `pulse` beats at each renewal (a renewal that hangs is a stall: bus/pulse.py)."""
+        """Renew the lease until cancelled; raise LeaseLostError when it cannot be renewed,
+        naming why: taken over (by whom), expired (how late the renewal ran: a renewal that
+        wakes seconds late was starved by a busy host or a long stretch of work on the event
+        loop), or NATS not answering for a TTL. `pulse` beats at each renewal (a renewal
+        that hangs is a stall: bus/pulse.py)."""
         renewed_at = time.monotonic()
         while True:
             raise_if_cancelling()  # nats-py may swallow a cancellation (3.11)
             if pulse is not None:
                 pulse.beat(self.renew_s)
+            due = time.monotonic() + self.renew_s
             await asyncio.sleep(self.renew_s)
+            sent = time.monotonic()
+            late_s = sent - due
             assert self.revision is not None, "hold() before acquire()"
             try:
                 self.revision = await self.kv.update(
                     self.key, self.owner.encode(), last=self.revision
                 )
             except Conflict as exc:
-                self.revision = await self._own_revision()
-                if self.revision is None:
-                    raise LeaseLostError(f"lease {self.key} was taken over") from exc
-                renewed_at = time.monotonic()
+                entry = await self._entry()
+                self.revision = self._own(entry)
+                if entry is None or self.revision is None:
+                    why = self._lost(entry, since_s=time.monotonic() - renewed_at, late_s=late_s)
+                    raise LeaseLostError(why) from exc
+                renewed_at = time.monotonic()  # `renewed_at` stays: when, is not known
             except Unavailable as exc:
                 if time.monotonic() - renewed_at >= self.ttl_s - self.renew_s:
                     self.revision = None
                     raise LeaseLostError(f"lease {self.key} not renewed for a TTL") from exc
                 log.warning("lease %s not renewed: %r", self.key, exc)
             else:
+                self.renewed_at = sent
                 renewed_at = time.monotonic()
+            if late_s > self.renew_s:
+                log.warning(
+                    "lease %s renewal ran %.1fs late (TTL %gs): the event loop was busy",
+                    self.key,
+                    late_s,
+                    self.ttl_s,
+                )
+
+    async def confirm(self) -> None:
+        """Return at once while the lease surely lasts a renewal interval more; otherwise
+        renew it now, and raise LeaseLostError when that fails. A holder whose loop was starved
+        may resume in the middle of its work, before the renewal that would tell it the lease
+        is gone, and must not act on it meanwhile; a renewal that succeeds at the revision it
+        last wrote proves nobody held the key since (an expiry or a takeover changes it)."""
+        age_s = time.monotonic() - self.renewed_at
+        if self.revision is not None and age_s < self.ttl_s - self.renew_s:
+            return
+        if self.revision is None:
+            raise LeaseLostError(f"lease {self.key} is not held")
+        sent = time.monotonic()
+        try:
+            self.revision = await self.kv.update(self.key, self.owner.encode(), last=self.revision)
+        except Conflict as exc:
+            entry = await self._entry()
+            own = self._own(entry)
+            if own is None:
+                raise LeaseLostError(
+                    self._lost(entry, since_s=age_s, late_s=age_s - self.renew_s)
+                ) from exc
+            self.revision = own  # `hold` renewed it meanwhile
+            return
+        except Unavailable as exc:
+            raise LeaseLostError(
+                f"lease {self.key} may have expired: last renewed {age_s:.1f}s ago (TTL "
+                f"{self.ttl_s:g}s) and NATS does not answer: {exc}"
+            ) from exc
+        self.renewed_at = sent
+
+    def _lost(self, entry: Entry | None, *, since_s: float, late_s: float) -> str:
+        """Why the key is no longer ours, as the renewal that failed saw it."""
+        if entry is None:
+            return (
+                f"lease {self.key} expired: last renewed {since_s:.1f}s ago (TTL "
+                f"{self.ttl_s:g}s), this renewal ran {late_s:.1f}s late (the event loop "
+                "was busy: a long round, a profiler, a loaded host)"
+            )
+        holder = (entry.value or b"").decode(errors="replace")
+        return f"lease {self.key} was taken over by {holder!r}, last renewed {since_s:.1f}s ago"
 
     async def release(self) -> None:
         """Give the lease up (clean shutdown), so that a successor need not wait for the TTL."""

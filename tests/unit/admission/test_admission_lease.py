@@ -102,6 +102,32 @@ async def test_losing_nats_for_a_whole_ttl_loses_the_lease() -> None:
         await asyncio.wait_for(mine.hold(), 2)
 
 
+async def test_confirm_writes_nothing_while_fresh_and_renews_a_stale_lease_still_its_own() -> None:
+    bucket = MemoryBucket()
+    mine = lease(bucket, "me")
+    await mine.acquire()
+    revision = mine.revision
+    await mine.confirm()
+    assert mine.revision == revision  # renewed just now: nothing written
+    mine.renewed_at -= mine.ttl_s  # as after a loop starved past the TTL
+    await mine.confirm()
+    assert mine.revision != revision
+    assert bucket.keys["admission.3"] == (mine.revision, b"me")
+
+
+async def test_confirm_of_a_stale_lease_that_expired_or_was_taken_raises_naming_why() -> None:
+    bucket = MemoryBucket()
+    mine = lease(bucket, "me")
+    await mine.acquire()
+    mine.renewed_at -= mine.ttl_s
+    bucket.expire("admission.3")
+    with pytest.raises(LeaseLostError, match=r"admission\.3 expired: last renewed"):
+        await mine.confirm()
+    await lease(bucket, "thief").acquire()
+    with pytest.raises(LeaseLostError, match="taken over by 'thief'"):
+        await mine.confirm()
+
+
 def test_renewal_must_be_shorter_than_the_ttl() -> None:
     with pytest.raises(ValueError, match="shorter"):
         ShardLease(MemoryBucket(), shard=0, owner="x", ttl_s=1, renew_s=1)
