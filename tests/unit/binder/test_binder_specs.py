@@ -34,10 +34,12 @@ def on(cluster: str, field: str, payload: object, sequence: int) -> pb.Envelope:
 
 
 def test_follows_specs_of_every_cluster_and_evictions_of_its_own() -> None:
-    # Each as stored before partitions and with its partition token (docs/events.md).
+    # Each as stored before partitions and with its partition token, and a `submitted` on its
+    # name's subject (one-write claims; docs/events.md).
     assert spec_subjects("west") == [
         "muster.v1.*.workload.submitted",
         "muster.v1.*.workload.submitted.*",
+        "muster.v1.*.workload.submitted.*.>",
         "muster.v1.*.workload.deleted",
         "muster.v1.*.workload.deleted.*",
         "muster.v1.*.workload.finished",
