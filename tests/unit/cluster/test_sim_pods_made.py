@@ -190,6 +190,18 @@ def test_a_gang_larger_than_a_batch_is_created_on_its_nodes_every_pod_once() -> 
     assert len({p["metadata"]["uid"] for p in pods.values()}) == count - 1
 
 
+def test_pods_created_on_their_nodes_are_not_kept_for_a_bind() -> None:
+    """A pod made on its node is never bound by this client: keeping it is memory for nothing."""
+    bucket = Bucket()
+    backend = sim(bucket)
+    one = PodSetStart(name="main", count=2, requests={"cpu": 100})
+    for i in range(50):
+        nodes = {f"w{i}-main-0": "node-a", f"w{i}-main-1": "node-b"}
+        asyncio.run(backend.start_workload(f"ml/w{i}", pod_sets=(one,), nodes=nodes))
+    assert len(bucket.data) == 100
+    assert backend.kept_for_binds() == 0
+
+
 def test_the_default_uid_is_a_random_uuid_never_repeated() -> None:
     backend = SimBackend(SimStore(Bucket()))  # type: ignore[arg-type]
     one = PodSetStart(name="main", count=BATCH_SIZE, requests={"cpu": 100})

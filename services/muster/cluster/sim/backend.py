@@ -225,6 +225,11 @@ class SimBackend:
                 _fill(container.setdefault("resources", {}), resources)
         return pod
 
+    def kept_for_binds(self) -> int:
+        """How many pods this backend holds to bind without a read: those it created unbound
+        and has not bound yet, at most `_CREATED_KEPT` (none of those made on their nodes)."""
+        return len(self._created)
+
     def _keep_created(self, pod: StoredObject) -> None:
         self._created[pod.key] = pod
         if len(self._created) > _CREATED_KEPT:
@@ -371,7 +376,8 @@ class SimBackend:
                 uid = _meta(current.obj)["uid"]
                 await self.bind(meta["namespace"], meta["name"], node, uid=uid)
             return
-        self._keep_created(StoredObject(key=key, obj=pod, revision=revision))
+        if not pod["spec"].get("nodeName"):  # one made on its node is never bound here
+            self._keep_created(StoredObject(key=key, obj=pod, revision=revision))
 
     def creates_on_nodes(self, owner_kind: str) -> bool:
         """Always (unless made not to place first): the simulated cluster has no
