@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import uuid
 from typing import Any
@@ -17,6 +18,7 @@ from muster.bus.kv import Entry
 from muster.cluster.backend import PodSetStart
 from muster.cluster.batches import BATCH_SIZE
 from muster.cluster.sim import ManualClock, SimBackend, SimStore
+from muster.cluster.sim.backend import _new_uid
 
 GI = 2**30 * 1000  # one Gi in milli-units
 NOW_S = 1_700_000_000.123456
@@ -213,3 +215,17 @@ def test_the_default_uid_is_a_random_uuid_never_repeated() -> None:
         assert UUID4.fullmatch(uid), uid
         assert str(uuid.UUID(uid)) == uid
         assert uuid.UUID(uid).version == 4
+
+
+def test_a_forked_process_makes_other_uids_than_its_parent() -> None:
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child)
+        os.write(write, _new_uid().encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(child, 0)
+    with os.fdopen(read, "rb") as pipe:
+        childs = pipe.read().decode()
+    assert UUID4.fullmatch(childs)
+    assert childs != _new_uid()
