@@ -11,6 +11,7 @@ import re
 import uuid
 from typing import Any
 
+import pytest
 from memory_kv import MemoryKV
 
 from muster.api.model import Toleration
@@ -18,6 +19,7 @@ from muster.bus.kv import Entry
 from muster.cluster.backend import PodSetStart
 from muster.cluster.batches import BATCH_SIZE
 from muster.cluster.sim import ManualClock, SimBackend, SimStore
+from muster.cluster.sim import backend as backend_module
 from muster.cluster.sim.backend import _new_uid
 
 GI = 2**30 * 1000  # one Gi in milli-units
@@ -202,6 +204,25 @@ def test_pods_created_on_their_nodes_are_not_kept_for_a_bind() -> None:
         asyncio.run(backend.start_workload(f"ml/w{i}", pod_sets=(one,), nodes=nodes))
     assert len(bucket.data) == 100
     assert backend.kept_for_binds() == 0
+
+
+def test_pods_created_unbound_are_kept_for_their_bind_up_to_a_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(backend_module, "_CREATED_KEPT", 3)
+    bucket = Bucket()
+    backend = sim(bucket, placed_first=False)
+    five = PodSetStart(name="main", count=5, requests={"cpu": 100})
+    asyncio.run(backend.start_workload("ml/w", pod_sets=(five,)))
+    assert backend.kept_for_binds() == 3
+
+    async def bind_all() -> None:  # the two forgotten are read, the rest bound from memory
+        for i in range(5):
+            await backend.bind("ml", f"w-main-{i}", "node-a")
+
+    asyncio.run(bind_all())
+    assert backend.kept_for_binds() == 0
+    assert {json.loads(v)["spec"]["nodeName"] for v in bucket.data.values()} == {"node-a"}
 
 
 def test_the_default_uid_is_a_random_uuid_never_repeated() -> None:
