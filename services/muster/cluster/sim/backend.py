@@ -11,8 +11,17 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
+import os
+import random
+from collections.abc import (
+    AsyncGenerator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from typing import Any, TypeVar
 
 import msgspec
@@ -46,7 +55,7 @@ from muster.cluster.backend import (
     refuse_leftover,
     split_workload_key,
 )
-from muster.cluster.batches import run_in_batches
+from muster.cluster.batches import BATCH_SIZE, run_in_batches
 from muster.cluster.errors import (
     BindConflictError,
     ClusterError,
@@ -100,8 +109,19 @@ _WRITE_TIMEOUT_S = 5.0  # a write's PubAck, on a connection `connect` opened
 _BINARY_RESOURCES = ("memory", "ephemeral-storage", "hugepages-")  # printed as 1Gi, not 1073741824
 
 
+# Pod uids: random version-4 UUIDs, as `uuid.uuid4` writes them, from a generator seeded once
+# from the OS (and again in a forked child, which would otherwise repeat its parent's):
+# `uuid4` reads os.urandom for each, a system call per pod (5.8 µs a uid against 0.7).
+# Unpredictability is not needed: a uid is an identity, not a secret.
+_UIDS = random.Random()  # seeded from os.urandom
+os.register_at_fork(after_in_child=_UIDS.seed)
+_V4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))  # the version and variant bits
+_V4_SET = (0x4000 << 64) | (0x8000 << 48)  # version 4, variant RFC 4122
+
+
 def _new_uid() -> str:
-    return str(uuid.uuid4())
+    digits = f"{_UIDS.getrandbits(128) & _V4_CLEAR | _V4_SET:032x}"
+    return f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
 
 
 class SimBackend:
@@ -238,6 +258,11 @@ class SimBackend:
         if admitted.overhead:
             spec["overhead"] = quantities_to_strings(admitted.overhead)
 
+    def kept_for_binds(self) -> int:
+        """How many pods this backend holds to bind without a read: those it created unbound
+        and has not bound yet, at most `_CREATED_KEPT` (none of those made on their nodes)."""
+        return len(self._created)
+
     def _keep_created(self, pod: StoredObject) -> None:
         self._created[pod.key] = pod
         if len(self._created) > _CREATED_KEPT:
@@ -355,22 +380,16 @@ class SimBackend:
         if not all(RUN_SECONDS_ANNOTATION in ps.annotations for ps in pod_sets):
             annotations = await self._workload_annotations(namespace, name)
         labels = {WORKLOAD_LABEL: name, **({ADMISSION_LABEL: str(admission)} if admission else {})}
-        now_s = self._clock.now_s()
-        named = ((ps, i, pod_name(name, ps.name, i)) for ps in pod_sets for i in range(ps.count))
-        # Made as their batch starts (cluster/batches.py): a large Job's pods are never all held.
-        pods = (
-            _pod(
-                namespace,
-                ps,
-                labels=labels,
-                annotations=annotations,
-                created=now_s,
-                name=pod,
-                node=nodes[pod] if nodes is not None else "",
-            )
-            for ps, i, pod in named
-            if nodes is None or pod in nodes
-        )
+        created_at = format_time(self._clock.now_s())
+        makers = [
+            _PodMaker(namespace, ps, labels=labels, annotations=annotations, created_at=created_at)
+            for ps in pod_sets
+        ]
+        count = len(nodes) if nodes is not None else sum(ps.count for ps in pod_sets)
+        if count <= BATCH_SIZE:  # one batch (most workloads): made at once, as a list
+            pods: Iterable[dict[str, Any]] = [pod for maker in makers for pod in maker.pods(nodes)]
+        else:  # made as their batch starts (cluster/batches.py): never all held
+            pods = (pod for maker in makers for pod in maker.pods(nodes))
         await run_in_batches(pods, self._create_if_absent)
 
     async def _create_if_absent(self, pod: dict[str, Any]) -> None:
@@ -390,7 +409,8 @@ class SimBackend:
                 uid = _meta(current.obj)["uid"]
                 await self.bind(meta["namespace"], meta["name"], node, uid=uid)
             return
-        self._keep_created(StoredObject(key=key, obj=pod, revision=revision))
+        if not pod["spec"].get("nodeName"):  # one made on its node is never bound here
+            self._keep_created(StoredObject(key=key, obj=pod, revision=revision))
 
     def creates_on_nodes(self, owner_kind: str) -> bool:
         """Always (unless made not to place first): the simulated cluster has no
@@ -502,63 +522,84 @@ def _checked(manifest: Mapping[str, Any]) -> tuple[str, str, dict[str, Any]]:
     return kind, key, obj
 
 
-def _pod(
-    namespace: str,
-    pod_set: PodSetStart,
-    *,
-    name: str,
-    labels: Mapping[str, str],
-    annotations: Mapping[str, str],
-    created: float,
-    node: str = "",
-) -> dict[str, Any]:
-    """Return the manifest of pod `name` of `pod_set` (uid filled in by the caller); with
-    `node`, created on it as a bind would leave it (PodScheduled)."""
-    created_at = format_time(created)
-    requests = {
-        resource: format_quantity(milli, binary=resource.startswith(_BINARY_RESOURCES))
-        for resource, milli in sorted(pod_set.requests.items())
-    }
-    spec: dict[str, Any] = {
-        "schedulerName": SCHEDULER_NAME,
-        "containers": [{"name": "main", "resources": {"requests": requests}}],
-    }
-    if pod_set.node_selector:
-        spec["nodeSelector"] = dict(pod_set.node_selector)
-    if pod_set.tolerations:
-        spec["tolerations"] = [
+class _PodMaker:
+    """Makes the pods of one podset of a workload started: what they share is worked out once
+    (requests as quantities, the selector, tolerations, annotations), not for every pod."""
+
+    def __init__(
+        self,
+        namespace: str,
+        pod_set: PodSetStart,
+        *,
+        labels: Mapping[str, str],
+        annotations: Mapping[str, str],
+        created_at: str,
+    ) -> None:
+        self._namespace = namespace
+        self._pod_set = pod_set
+        self._labels = labels
+        self._annotations = {**annotations, **pod_set.annotations, POD_SET_ANNOTATION: pod_set.name}
+        self._created_at = created_at
+        self._requests = {
+            resource: format_quantity(milli, binary=resource.startswith(_BINARY_RESOURCES))
+            for resource, milli in sorted(pod_set.requests.items())
+        }
+        self._tolerations = [
             {k: v for k, v in msgspec.to_builtins(t).items() if v} for t in pod_set.tolerations
         ]
-    status: dict[str, Any] = {"phase": "Pending"}
-    if node:
-        spec["nodeName"] = node
-        scheduled = {"type": "PodScheduled", "status": "True", "lastTransitionTime": created_at}
-        status["conditions"] = [scheduled]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": dict(labels),
-            "annotations": {
-                **annotations,
-                **pod_set.annotations,
-                POD_SET_ANNOTATION: pod_set.name,
+
+    def pods(self, nodes: Mapping[str, str] | None) -> Iterator[dict[str, Any]]:
+        """The podset's pods in index order, each made when asked for: all of them, or
+        (`nodes`) those given a node, each on it."""
+        workload, names = self._labels[WORKLOAD_LABEL], range(self._pod_set.count)
+        if nodes is None:
+            return (self.pod(pod_name(workload, self._pod_set.name, i)) for i in names)
+        return (
+            self.pod(pod, node=nodes[pod])
+            for i in names
+            if (pod := pod_name(workload, self._pod_set.name, i)) in nodes
+        )
+
+    def pod(self, name: str, *, node: str = "") -> dict[str, Any]:
+        """The manifest of pod `name` (uid filled in by the caller); with `node`, created on it
+        as a bind would leave it (PodScheduled). Nothing in it is shared with another pod: a
+        bind changes a kept pod in place."""
+        pod_set = self._pod_set
+        spec: dict[str, Any] = {
+            "schedulerName": SCHEDULER_NAME,
+            "containers": [{"name": "main", "resources": {"requests": dict(self._requests)}}],
+        }
+        if pod_set.node_selector:
+            spec["nodeSelector"] = dict(pod_set.node_selector)
+        if self._tolerations:
+            spec["tolerations"] = [dict(t) for t in self._tolerations]
+        status: dict[str, Any] = {"phase": "Pending"}
+        if node:
+            spec["nodeName"] = node
+            status["conditions"] = [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": self._created_at}
+            ]
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": self._namespace,
+                "labels": dict(self._labels),
+                "annotations": dict(self._annotations),
+                "ownerReferences": [
+                    {
+                        "apiVersion": KUEUE_V1BETA1,
+                        "kind": "Workload",
+                        "name": self._labels[WORKLOAD_LABEL],
+                        "controller": True,
+                    }
+                ],
+                "creationTimestamp": self._created_at,
             },
-            "ownerReferences": [
-                {
-                    "apiVersion": KUEUE_V1BETA1,
-                    "kind": "Workload",
-                    "name": labels[WORKLOAD_LABEL],
-                    "controller": True,
-                }
-            ],
-            "creationTimestamp": created_at,
-        },
-        "spec": spec,
-        "status": status,
-    }
+            "spec": spec,
+            "status": status,
+        }
 
 
 def _fill(written: dict[str, Any], resources: ContainerResources) -> None:

@@ -11,8 +11,9 @@ deletion was stored is the deleted workload's; a later admission's belongs to th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
+
+import msgspec
 
 from muster.cluster.backend import admission_of
 
@@ -22,7 +23,7 @@ KUEUE_GROUP: Final = "kueue.x-k8s.io"
 DELETIONS_KEPT: Final = 100_000
 
 
-class Dependent(NamedTuple):
+class Dependent(msgspec.Struct, frozen=True, kw_only=True):
     """A pod that a Workload controls, as the collector needs it to delete that very pod."""
 
     owner: str  # the workload key, "<namespace>/<name>"
@@ -32,23 +33,29 @@ class Dependent(NamedTuple):
     admission: int  # the admission that made it (0: unlabelled, counts as the oldest)
 
 
-def dependent_of(pod: Mapping[str, Any]) -> Dependent | None:
+_KUEUE_API = f"{KUEUE_GROUP}/"
+
+
+def dependent_of(pod: dict[str, Any]) -> Dependent | None:
     """The pod as a dependent of the Kueue Workload that is its controller; None when no Kueue
-    Workload controls it (a pod of a pod group, one applied on its own: nobody owns it)."""
+    Workload controls it (a pod of a pod group, one applied on its own: nobody owns it).
+
+    Asked of every pod change the sim kubelet sees (two or more per pod), so its checks are
+    of `dict`, as the store decodes objects, not the `Mapping` ABC (0.6 µs each, under load)."""
     meta = pod.get("metadata")
-    if not isinstance(meta, Mapping):
+    if not isinstance(meta, dict):
         return None
     namespace, name = meta.get("namespace"), meta.get("name")
     if not isinstance(namespace, str) or not isinstance(name, str):
         return None
     for ref in meta.get("ownerReferences") or ():
-        if not isinstance(ref, Mapping) or not ref.get("controller"):
+        if not isinstance(ref, dict) or not ref.get("controller"):
             continue
         api_version, owner = ref.get("apiVersion"), ref.get("name")
         if (
             ref.get("kind") == "Workload"
             and isinstance(api_version, str)
-            and api_version.startswith(f"{KUEUE_GROUP}/")
+            and api_version.startswith(_KUEUE_API)
             and isinstance(owner, str)
             and owner
         ):
