@@ -41,7 +41,9 @@ async def _sequences(bus: Bus, count: int) -> list[int]:
 
 
 async def until_dead_lettered(bus: Bus) -> None:
-    while not await dead_letters(bus):
+    while True:
+        if await dead_letters(bus):
+            return
         await asyncio.sleep(0.05)  # polling the server's state; bounded by the caller
 
 
