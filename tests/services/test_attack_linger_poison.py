@@ -10,18 +10,17 @@ import asyncio
 import collections
 import signal
 import sys
-from pathlib import Path
 
 import pytest
 from budget import seconds_left
 from bus_helpers import SUBMITTED, Recorder, submitted
+from test_bus_ack_linger import LINGERING, until_acked
 
-from muster.bus import DLQ_STREAM, EVENTS_STREAM, Bus, ConsumerSettings
+from muster.bus import DLQ_STREAM, Bus, ConsumerSettings
 from muster.bus.subjects import dlq_subject
 
 pytestmark = pytest.mark.timeout(60)
 
-LINGERING = Path(__file__).with_name("lingering_acks_consumer.py")
 DURABLE = "lingering"  # lingering_acks_consumer.DURABLE
 POISON = b"\xff\x00 not an envelope"
 
@@ -43,14 +42,6 @@ async def _sequences(bus: Bus, count: int) -> list[int]:
 async def until_dead_lettered(bus: Bus) -> None:
     while True:
         if await dead_letters(bus):
-            return
-        await asyncio.sleep(0.05)  # polling the server's state; bounded by the caller
-
-
-async def until_acked(bus: Bus) -> None:
-    while True:
-        info = await bus.js.consumer_info(EVENTS_STREAM, DURABLE)
-        if info.num_ack_pending == 0 and info.num_pending == 0:
             return
         await asyncio.sleep(0.05)  # polling the server's state; bounded by the caller
 
@@ -92,7 +83,7 @@ async def test_a_poison_among_lingering_acks_is_dead_lettered_once_across_a_kill
     settings = ConsumerSettings(ack_wait_s=ack_wait_s)
     task = asyncio.create_task(bus.consume_with(DURABLE, [SUBMITTED], again, settings))
     try:
-        await asyncio.wait_for(until_acked(bus), seconds_left())
+        await asyncio.wait_for(until_acked(bus, DURABLE), seconds_left())
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
