@@ -45,6 +45,16 @@ from muster.gateway.config import (
 from muster.gateway.kube_visibility_server import VisibilityServing
 from muster.gateway.service import run_gateway
 
+
+def _claims_flag(value: str) -> str:
+    """`--name-claims` as argparse shows a bad one: the three values named, where a plain
+    ValueError was shown as "invalid name_claims value" alone."""
+    try:
+        return name_claims(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 GATEWAY_FLAGS = (
     Flag("--listen", "HOST:PORT", str, "MUSTER_GATEWAY_LISTEN", DEFAULT_LISTEN,
          'where to serve gRPC; port 0 picks a free one, printed as "gateway: HOST:PORT"; '
@@ -61,7 +71,7 @@ GATEWAY_FLAGS = (
          "how long after it finishes a workload is still listed and described (at most the "
          f"last {FINISHED_KEPT} finished); then NOT_FOUND, as Kueue's objectRetentionPolicies "
          "deletes a finished Workload; its events stay in the stream"),
-    Flag("--name-claims", "kv|both|submitted", name_claims, "MUSTER_GATEWAY_NAME_CLAIMS", "kv",
+    Flag("--name-claims", "kv|both|submitted", _claims_flag, "MUSTER_GATEWAY_NAME_CLAIMS", "kv",
          "where a Submit claims a workload's name: kv, in MUSTER_NAMES (as gateways from before "
          "2026-11-27); both, there and by its fenced submitted; submitted, by the latter alone, "
          "one write; each runs beside the next one only (docs/events.md, \"One-write claims\")"),

@@ -146,7 +146,10 @@ def _count(value: object) -> int:
 
 
 def _finished(status: Mapping[str, Any]) -> bool:
-    return any(
+    # A worker's status is anyone's JSON: `conditions` not a list (5, a string) tells nothing,
+    # where iterating it raised at the next eviction, at each replay after it too.
+    conditions = status.get("conditions")
+    return isinstance(conditions, list) and any(
         isinstance(c, Mapping) and c.get("type") in _TERMINAL and c.get("status") == "True"
-        for c in status.get("conditions") or []
+        for c in conditions
     )

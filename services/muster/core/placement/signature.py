@@ -19,6 +19,10 @@ from muster.core.placement.model import ONE_POD, PODS, PodInfo
 from muster.core.placement.nodes import MISSING, Bools, Ints, LabelColumn, NodeTable
 
 NO_CODE = -2  # matches no row: a label value no node has
+# A node's capacity is an int64 of milli-units (api.quantity); a pod's requests summed (its
+# containers, its RuntimeClass's overhead) can pass it, and numpy's int64 table cannot hold
+# that: such a pod fits no node, ruled out statically (`beyond`) with its demand cut to fit.
+_INT64_MAX = int(np.iinfo(np.int64).max)
 
 SignatureKey = Hashable
 
@@ -46,6 +50,7 @@ class Signature:
         "_mask_version",
         "_static_reasons",
         "affinity",
+        "beyond",
         "demand_cols",
         "key",
         "node_selector",
@@ -64,7 +69,8 @@ class Signature:
         self.tolerations: tuple[Toleration, ...] = pod.tolerations
         self.refs = 0  # pods that have it, so the scheduler can forget it
         demand = {**self.requests, PODS: self.requests.get(PODS, 0) + ONE_POD}
-        self._demand = table.vector(demand)
+        self.beyond = sorted(r for r, a in demand.items() if a > _INT64_MAX)
+        self._demand = table.vector({r: min(a, _INT64_MAX) for r, a in demand.items()})
         self.demand_cols = np.flatnonzero(self._demand > 0)
         # By resource name, not column: a sum in the same order whatever order nodes came in.
         scored = [table.columns[r] for r in sorted(self.requests) if r != PODS]
@@ -163,6 +169,8 @@ def _static_filter(table: NodeTable, sig: Signature) -> tuple[Bools, Counter[str
         reasons[why] += int(hit.sum())
         rest = rest & ~hit
 
+    for resource in sig.beyond:  # more than any node can have
+        rule_out(table.alive, f"Insufficient {resource}")
     rule_out(~table.ready, NOT_READY)
     rule_out(table.unschedulable, UNSCHEDULABLE)
     rule_out(~sig.label_mask(table), SELECTOR)
