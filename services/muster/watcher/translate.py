@@ -308,6 +308,12 @@ _ENDS = {
 }
 
 
+def end_conditions(kind: str) -> tuple[str, ...]:
+    """The condition types that say an owner of `kind` is over: a JobSet's Completed or
+    Failed, a Job's (any other kind's) Complete or Failed."""
+    return tuple(condition for condition, _ in _ENDS.get(kind, _ENDS["Job"]))
+
+
 def job_finished(job: Mapping[str, Any], workload: str) -> Outgoing | None:
     """`workload.finished` once a Job's (or JobSet's) controller says it is over (condition
     Complete, or a JobSet's Completed, or Failed), as Kueue's integrations read it; None while
