@@ -373,11 +373,12 @@ class CheckAnswer(NamedTuple):
 def jobset_ready(obj: Mapping[str, Any]) -> bool | None:
     """Whether JobSet `obj`'s pods are ready as Kueue's JobSet integration tells it, from its
     `status.replicatedJobsStatus` (`muster.api.jobset.pods_ready`); None for another kind, or
-    a JobSet whose counts do not decode (its pods then tell, as any workload's)."""
+    a JobSet whose counts do not decode (its pods then tell, as any workload's). Strictly: the
+    API server keeps those counts as integers only, so `"ready": "2"` is no count."""
     if not is_jobset(obj):
         return None
     try:
-        return pods_ready(msgspec.convert(obj, RawJobSet, strict=False))
+        return pods_ready(msgspec.convert(obj, RawJobSet))
     except msgspec.ValidationError:
         return None
 
