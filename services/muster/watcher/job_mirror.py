@@ -12,7 +12,9 @@ When the workload is evicted, its Job is no longer running anywhere: `active`, `
 and what its copy says while it is deleted counts for nothing until the next admission. A
 JobSet's status has no such server rule; evicted, its replicatedJobs count no `active` or
 `ready` child Job (Differs from Kueue, which leaves the last status copied, because the JobSet
-runs nowhere then: its readiness would otherwise still read as ready).
+runs nowhere then: its readiness would otherwise still read as ready). One that finished
+(its kind's end condition: a Job's Complete, a JobSet's Completed, or Failed) keeps its last
+status when evicted afterwards.
 
 A Job without that managedBy is never written here: its Kueue Workload carries the story, and
 the Job's own controller owns its status.
@@ -28,7 +30,7 @@ from typing import Any
 from muster.cluster.kube import copies
 from muster.cluster.kube.resources import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
-from muster.watcher.translate import is_owner
+from muster.watcher.translate import end_conditions, is_owner
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +38,6 @@ Desire = tuple[ObjectRef, dict[str, Any]]
 
 _NEVER_LOWER = ("succeeded", "failed")
 _RUNNING = ("active", "ready", "terminating", "startTime")
-_TERMINAL = ("Complete", "Failed")
 
 
 class JobMirror:
@@ -100,7 +101,7 @@ class JobMirror:
 
     def _stopped(self, workload: str) -> list[Desire]:
         job, before = self._jobs.get(workload), self._status.get(workload)
-        if job is None or before is None or _finished(before):
+        if job is None or before is None or _finished(before, job[0].kind):
             return []
         status = _stopped_job(before) if job[0].kind == "Job" else _stopped_jobset(before)
         if status == before:
@@ -145,11 +146,13 @@ def _count(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def _finished(status: Mapping[str, Any]) -> bool:
+def _finished(status: Mapping[str, Any], kind: str) -> bool:
     # A worker's status is anyone's JSON: `conditions` not a list (5, a string) tells nothing,
     # where iterating it raised at the next eviction, at each replay after it too.
     conditions = status.get("conditions")
     return isinstance(conditions, list) and any(
-        isinstance(c, Mapping) and c.get("type") in _TERMINAL and c.get("status") == "True"
+        isinstance(c, Mapping)
+        and c.get("type") in end_conditions(kind)
+        and c.get("status") == "True"
         for c in conditions
     )

@@ -308,6 +308,12 @@ _ENDS = {
 }
 
 
+def end_conditions(kind: str) -> tuple[str, ...]:
+    """The condition types that say an owner of `kind` is over: a JobSet's Completed or
+    Failed, a Job's (any other kind's) Complete or Failed."""
+    return tuple(condition for condition, _ in _ENDS.get(kind, _ENDS["Job"]))
+
+
 def job_finished(job: Mapping[str, Any], workload: str) -> Outgoing | None:
     """`workload.finished` once a Job's (or JobSet's) controller says it is over (condition
     Complete, or a JobSet's Completed, or Failed), as Kueue's integrations read it; None while
@@ -367,11 +373,12 @@ class CheckAnswer(NamedTuple):
 def jobset_ready(obj: Mapping[str, Any]) -> bool | None:
     """Whether JobSet `obj`'s pods are ready as Kueue's JobSet integration tells it, from its
     `status.replicatedJobsStatus` (`muster.api.jobset.pods_ready`); None for another kind, or
-    a JobSet whose counts do not decode (its pods then tell, as any workload's)."""
+    a JobSet whose counts do not decode (its pods then tell, as any workload's). Strictly: the
+    API server keeps those counts as integers only, so `"ready": "2"` is no count."""
     if not is_jobset(obj):
         return None
     try:
-        return pods_ready(msgspec.convert(obj, RawJobSet, strict=False))
+        return pods_ready(msgspec.convert(obj, RawJobSet))
     except msgspec.ValidationError:
         return None
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from muster.bus import new_event
 from muster.cluster.kube.resources import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
@@ -32,13 +34,15 @@ def manager_jobset(*, managed: bool = True) -> dict[str, Any]:
 
 
 def status(
-    active: int, ready: int, succeeded: int = 0, *, completed: bool = False
+    active: int, ready: int, succeeded: int = 0, *, completed: bool = False, ended: str = ""
 ) -> dict[str, Any]:
+    """A JobSet's status; `ended` (or `completed`) names the condition that ended it."""
     row = {"name": "workers", "active": active, "ready": ready, "succeeded": succeeded}
     out: dict[str, Any] = {"replicatedJobsStatus": [row], "restarts": 0}
-    if completed:
-        out["conditions"] = [{"type": "Completed", "status": "True"}]
-        out["terminalState"] = "Completed"
+    ended = ended or ("Completed" if completed else "")
+    if ended:
+        out["conditions"] = [{"type": ended, "status": "True"}]
+        out["terminalState"] = ended
     return out
 
 
@@ -73,6 +77,19 @@ def test_a_managed_jobsets_status_is_its_copys_whole_from_where_it_runs() -> Non
     done = status(0, 0, succeeded=2, completed=True)
     assert m.copied("west", done) == [(REF, done)]
     assert m.mirror.desired() == [(REF, done)]  # what a restarted watcher writes
+
+
+@pytest.mark.parametrize("ended", ["Completed", "Failed"])
+def test_a_finished_jobset_evicted_afterwards_keeps_its_last_status(ended: str) -> None:
+    """A JobSet ends with condition Completed (a Job's is Complete) or Failed; its counts as
+    it ended stay: an eviction after the end writes nothing."""
+    m = Manager(manager_jobset())
+    m.apply(env("admitted", "east", pb.WorkloadAdmitted()))
+    last = status(1, 1, succeeded=1, ended=ended)  # one workers Job still counted as it ended
+    assert m.copied("east", last) == [(REF, last)]
+
+    assert m.apply(env("evicted", "east", pb.WorkloadEvicted())) == []
+    assert m.mirror.desired() == [(REF, last)]
 
 
 def test_a_jobset_without_multikueues_managed_by_is_never_written() -> None:

@@ -159,3 +159,22 @@ async def test_on_a_simulated_cluster_the_pods_tell_as_no_controller_keeps_the_c
     pods = [pod(i, "Running", of=WL) for i in range(3)]
 
     assert readiness(await w.see(*map(changed, pods))) == [("running", True)]
+
+
+async def test_a_copys_counts_written_as_strings_count_for_nothing_and_the_pods_decide() -> None:
+    """The API server keeps a JobSet's counts as integers only: a copy whose status says
+    `"ready": "1"` counts no ready Job (it read as 1 before), so its pods tell its readiness,
+    as any workload's. (The manager's own JobSet so written is dead-lettered whole.)"""
+    w = Watcher(cluster="east")
+    as_text = {
+        "replicatedJobsStatus": [
+            {"name": "driver", "ready": "1", "succeeded": "0"},
+            {"name": "workers", "ready": "1", "succeeded": "0"},
+        ]
+    }
+    await w.see(changed(worker_copy(1, as_text)))
+    starting = [pod(i, "Running", ready=False, of=COPY_OF) for i in range(3)]
+
+    assert readiness(await w.see(*map(changed, starting))) == [("running", False)]
+    ready = [pod(i, "Running", of=COPY_OF) for i in range(3)]
+    assert readiness(await w.see(*map(changed, ready))) == [("pods_ready", True)]
