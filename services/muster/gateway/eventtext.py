@@ -143,8 +143,9 @@ def _active_changed(env: events_pb2.Envelope) -> str:
 
 
 def _copy_status(env: events_pb2.Envelope) -> str:
-    """A MultiKueue copy's Job status as `kubectl get job` tells it: its counts, and its
-    Complete or Failed condition once there."""
+    """A MultiKueue copy's Job or JobSet status as `kubectl get` tells it: its counts, and its
+    end condition once there (a Job's Complete, a JobSet's Completed, or Failed: no kind has
+    another's, so one list serves both)."""
     try:
         status = json.loads(env.copy_status.status_json)
     except ValueError:
@@ -154,11 +155,12 @@ def _copy_status(env: events_pb2.Envelope) -> str:
     counts = ", ".join(
         f"{status[k]} {k}" for k in ("active", "ready", "succeeded", "failed") if status.get(k)
     )
+    conditions = status.get("conditions")
     ended = [
         str(c.get("type"))
-        for c in status.get("conditions") or []
+        for c in (conditions if isinstance(conditions, list) else ())
         if isinstance(c, dict)
-        and c.get("type") in ("Complete", "Failed")
+        and c.get("type") in ("Complete", "Completed", "Failed")
         and c.get("status") == "True"
     ]
     return "copy: " + ", ".join([*ended, counts or "no pods"])

@@ -369,7 +369,7 @@ def test_an_admission_with_its_reservation_says_both_in_its_line() -> None:
     )
 
 
-def test_a_copys_status_reads_as_kubectl_get_job_tells_it() -> None:
+def test_a_copys_status_reads_as_kubectl_get_tells_it() -> None:
     def copied(status: str) -> str:
         return detail(env("copy_status", events_pb2.CopyStatus(status_json=status)))
 
@@ -378,6 +378,11 @@ def test_a_copys_status_reads_as_kubectl_get_job_tells_it() -> None:
     assert copied(done) == "copy: Complete, 2 succeeded"
     assert copied("{}") == "copy: no pods"
     assert copied("[1") == "copy's status unreadable"
+    # A JobSet's copy ends Completed, not Complete.
+    jobset = '{"conditions": [{"type": "Completed", "status": "True"}]}'
+    assert copied(jobset) == "copy: Completed, no pods"
+    # A worker's hostile status: conditions not a list are no end, not a TypeError.
+    assert copied('{"active": 1, "conditions": 5}') == "copy: 1 active"
 
 
 def test_reclaimable_pods_read_as_a_line_not_as_json() -> None:
