@@ -85,6 +85,29 @@ async def test_gather_returns_at_its_count_or_at_its_deadline_with_fewer(bus: Bu
     await feed.close()
 
 
+async def test_a_gather_outlasting_its_pull_request_renews_it_and_goes_on(bus: Bus) -> None:
+    # A stretched round (admission, one of N shards) gathers for up to its bound; a request
+    # expiring meanwhile must neither end the gather early nor stop the deliveries.
+    await durable(bus, "outlasting")
+    feed = await started(bus, "outlasting", batch=16, expires_s=0.2)
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+
+    async def later() -> None:
+        await asyncio.sleep(0.5)  # past two of the feed's requests, expired unfilled
+        for i in range(3):
+            await bus.publish(submitted(f"ns/w{i}"))
+
+    publishing = asyncio.create_task(later())
+    await feed.gather(3, until=began + 20)
+    await publishing
+    assert feed.buffered == 3
+    assert loop.time() - began < 20  # the count ended it, not the deadline
+    got = [m.metadata.sequence.stream for m in await feed.take(100, timeout_s=0)]
+    assert got == [1, 2, 3]
+    await feed.close()
+
+
 async def test_a_feed_asks_again_once_reconnected_not_when_its_lost_request_would_expire(
     bus: Bus, restart_nats: Callable[[], None]
 ) -> None:

@@ -540,6 +540,7 @@ class AdmissionService:
         while True:
             raise_if_cancelling()
             pulse.beat(LATE_PAGES_SWEEP_S)
+            waited = not self._dirty.is_set()  # no round changed the views while resting
             with contextlib.suppress(TimeoutError):  # a quiet replica sweeps late pages too
                 async with asyncio.timeout(LATE_PAGES_SWEEP_S):  # no task, as wait_for makes
                     await self._dirty.wait()
@@ -574,7 +575,7 @@ class AdmissionService:
             except (TimeoutError, BusError) as exc:
                 log.warning("visibility not written, retrying: %r", exc)
                 self._dirty.set()
-            rest_s = pace.rest_s(rounds=rounds, spent_s=spent_s)
+            rest_s = pace.rest_s(rounds=rounds, waited=waited, spent_s=spent_s)
             pulse.beat(rest_s)
             await asyncio.sleep(rest_s)
 

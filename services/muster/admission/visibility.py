@@ -428,10 +428,12 @@ class VisibilityPace:
         self.cpu_share = cpu_share
         self._rest_s = quiet_s
 
-    def rest_s(self, *, rounds: int, spent_s: float) -> float:
+    def rest_s(self, *, rounds: int, waited: bool, spent_s: float) -> float:
         """The rest after a write of what `rounds` rounds changed, whose views took `spent_s`
-        to compute."""
-        if rounds <= 1:
+        to compute; `waited`: no change had come when the rest before ended. A round during
+        the rest is a stream too: one of N replicas sees a round or two per rest where a lone
+        replica sees many, and resetting on one wrote its views twice as often."""
+        if rounds == 0 or (rounds == 1 and waited):
             self._rest_s = self.quiet_s
         else:
             self._rest_s = min(self.busy_s, max(self._rest_s * 2, self.quiet_s))

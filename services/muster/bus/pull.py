@@ -123,19 +123,25 @@ class PullFeed:
 
     async def gather(self, count: int, *, until: float) -> None:
         """Wait until `count` messages are buffered or the loop's clock reaches `until`,
-        whichever comes first: deliveries meanwhile wake no one before the count. For short
-        waits only (the requests are not looked after meanwhile)."""
+        whichever comes first: deliveries meanwhile wake no one before the count. A request
+        that ends meanwhile (expired, refused) is replaced and the wait goes on, so that
+        deliveries do not stop mid-gather (a stretched round would end with what came before).
+        For short waits only (a lost request is noticed by `take`)."""
         loop = asyncio.get_running_loop()
-        if len(self._ready) >= count or self._deleted or loop.time() >= until:
-            return
-        waiter = self._waiter = loop.create_future()
         self._wanted = count
-        timer = loop.call_at(until, _wake, waiter, True)
         try:
-            await waiter
+            while len(self._ready) < count and not self._deleted and loop.time() < until:
+                await self._top_up()
+                waiter = self._waiter = loop.create_future()
+                timer = loop.call_at(until, _wake, waiter, True)
+                try:
+                    if await waiter:  # `until` came, or a reconnect: `take` asks again
+                        return
+                finally:
+                    self._waiter = None
+                    timer.cancel()
         finally:
-            self._waiter, self._wanted = None, 1
-            timer.cancel()
+            self._wanted = 1
 
     async def _wait(self, timeout_s: float) -> None:
         """Wait up to `timeout_s` for a message (or the consumer's deletion), looking after the
