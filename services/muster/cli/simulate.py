@@ -72,7 +72,8 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         "--until",
         type=seconds_argument,
         metavar="SECONDS",
-        help="stop the virtual clock here; later events are not simulated",
+        help="stop the virtual clock here; later events are not simulated (without it, the "
+        "run ends when nothing more can happen, or when it only repeats itself)",
     )
 
 
@@ -108,6 +109,13 @@ def handle(args: argparse.Namespace) -> int:
     )
     if isinstance(result, int):
         return result
+    if result.repeats_from_s is not None:
+        print(
+            f"muster: the simulation ends at t={result.end_s:g}: from there it would repeat what "
+            f"it did from t={result.repeats_from_s:g} for ever (nothing ahead but gang "
+            "timeouts); --until simulates further",
+            file=sys.stderr,
+        )
     sys.stdout.write(RENDERERS[args.output](result))
     return EXIT_OK
 

@@ -35,6 +35,7 @@ from muster.sim.checks import CheckModels
 from muster.sim.fleet import Fleet
 from muster.sim.groups import GroupObject
 from muster.sim.placement import Placement, PodState
+from muster.sim.repeats import Repeats
 from muster.sim.scenario import Arrival, Scenario, build_scenario
 from muster.sim.timeline import (
     Action,
@@ -149,6 +150,9 @@ class SimulationResult(msgspec.Struct, frozen=True, kw_only=True):
     )
     end_s: float  # `until_s` when given, else the time of the last thing that happened
     until_s: float | None
+    # Without `until_s`: the run ended at `end_s` because the state there was the state at
+    # this earlier time, with only gang deadlines ahead (sim/repeats.py): it repeats for ever.
+    repeats_from_s: float | None = None
 
 
 class SimulationError(Exception):
@@ -263,13 +267,59 @@ class Simulation:
         config = scenario.config or KueueConfig()
         self.pods_ready_enabled = config.wait_for_pods_ready.enable
         self.stops = holds_until_stopped(scenario)
+        self.repeats = Repeats()
+        self.repeats_from_s: float | None = None
 
     def run(self) -> SimulationResult:
         while (now_s := self.next_time()) is not None:
             if self.until_s is not None and now_s > self.until_s:
                 break
             self.step(now_s)
+            if self.until_s is None and (first_s := self.repeated()) is not None:
+                self.repeats_from_s = first_s
+                break
         return self.result()
+
+    def repeated(self) -> float | None:
+        """When the state now was seen before with only gang deadlines ahead, or None.
+
+        Only a scenario whose future is all in the engine and the cluster qualifies: no fact
+        or engine timer pending, no MultiKueue fleet or check controller with state of its own.
+        """
+        if (
+            not isinstance(self.placement, Placement)
+            or self.check_models.controllers
+            or self.timeline.next_time() is not None
+            or self.engine.next_wakeup_s() is not None
+        ):
+            return None
+        return self.repeats.first_seen_s(self.state_now(self.placement), self.now_s)
+
+    def state_now(self, placement: Placement) -> bytes:
+        """Everything that decides what happens next, without the clock: each workload's
+        phase and admission, which scripted check answer its next reservation gets, each pod's
+        fate, and how far the next gang deadline is."""
+        engine = self.engine
+        deadline_s = placement.next_deadline_s()
+        return msgspec.json.encode(
+            (
+                [
+                    (key, engine.phase(key), engine.admission(key), self.attempt(track))
+                    for key, track in self.tracks.items()
+                ],
+                [
+                    (key, r.phase, r.node, r.reason, r.message)
+                    for key, r in sorted(placement.pods.items())
+                ],
+                sorted(placement.told.items()),
+                None if deadline_s is None else deadline_s - self.now_s,
+            )
+        )
+
+    def attempt(self, track: Track) -> int:
+        """The scripted answers its next reservation gets: the last answer is repeated."""
+        scripts = [*track.script.checks.values(), *self.scenario.check_results.values()]
+        return min(track.reservations, max((len(s) - 1 for s in scripts), default=0))
 
     def next_time(self) -> float | None:
         """The next instant anything can happen: the earliest action, engine timer or gang
@@ -508,6 +558,7 @@ class Simulation:
             controller_messages=dict(self.check_models.messages),
             end_s=end_s,
             until_s=self.until_s,
+            repeats_from_s=self.repeats_from_s,
         )
 
 
