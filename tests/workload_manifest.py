@@ -23,3 +23,22 @@ def workload_manifest(key: str, *, queue: str = "lq") -> str:
             },
         }
     )
+
+
+def runtime_class_workload(name: str, runtime_class: str = "kata") -> str:
+    """YAML of Workload ns/`name` in LocalQueue lq: two pods of 500m cpu, naming
+    `runtime_class`."""
+    return f"""\
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: Workload
+metadata: {{namespace: ns, name: {name}}}
+spec:
+  queueName: lq
+  podSets:
+  - name: main
+    count: 2
+    template:
+      spec:
+        runtimeClassName: {runtime_class}
+        containers: [{{name: c, resources: {{requests: {{cpu: 500m}}}}}}]
+"""

@@ -8,6 +8,7 @@ import pytest
 from admission_world import basic_config, running, start_admission
 from bus_helpers import EventLog
 from gateway_helpers import running_gateway
+from workload_manifest import runtime_class_workload
 
 from muster.bus import Bus, BusConfig
 from muster.contracts.v1 import services_pb2
@@ -25,30 +26,13 @@ overhead: {{podFixed: {{cpu: 500m}}}}
 """
 
 
-def _workload(name: str, runtime_class: str) -> str:
-    return f"""\
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: Workload
-metadata: {{name: {name}, namespace: ns}}
-spec:
-  queueName: lq
-  podSets:
-  - name: main
-    count: 2
-    template:
-      spec:
-        runtimeClassName: {runtime_class}
-        containers: [{{name: c, resources: {{requests: {{cpu: 500m}}}}}}]
-"""
-
-
 async def test_submit_charges_a_runtime_class_overhead_and_holds_a_missing_one(
     bus: Bus, bus_config: BusConfig, events: EventLog
 ) -> None:
     async with running(await start_admission(bus_config)) as (admission,):
         await admission.wait_serving()
         await basic_config(bus, cpu="4")
-        manifest = "---\n".join([_runtime_class("kata"), _workload("a", "kata")])
+        manifest = "---\n".join([_runtime_class("kata"), runtime_class_workload("a", "kata")])
         async with running_gateway(bus) as gw:
             reply = await gw.gateway.Submit(
                 services_pb2.SubmitRequest(manifest=manifest), timeout=10
@@ -58,7 +42,7 @@ async def test_submit_charges_a_runtime_class_overhead_and_holds_a_missing_one(
             (assignment,) = admitted.admitted.admission.pod_set_assignments
             assert dict(assignment.resource_usage) == {"cpu": "2"}  # 2 pods of 500m + 500m
 
-            waiting = _workload("b", "gvisor")
+            waiting = runtime_class_workload("b", "gvisor")
             await gw.gateway.Submit(services_pb2.SubmitRequest(manifest=waiting), timeout=10)
             held = await events.wait_for("pending", workload="ns/b")
             assert held.pending.reason == "Misconfigured"

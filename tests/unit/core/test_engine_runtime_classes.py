@@ -4,26 +4,14 @@ a missing one holds the workload until it appears."""
 from __future__ import annotations
 
 from test_engine_limit_ranges import _admitted, _engine, _one
+from workload_manifest import runtime_class_workload
 
 from muster.api.model import RuntimeClass, Workload, WorkloadKey
 
 
 def _workload(name: str) -> Workload:
     """Two pods of 500m cpu each, naming RuntimeClass kata."""
-    wl = _one(f"""
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: Workload
-metadata: {{namespace: ns, name: {name}}}
-spec:
-  queueName: lq
-  podSets:
-  - name: main
-    count: 2
-    template:
-      spec:
-        runtimeClassName: kata
-        containers: [{{name: c, resources: {{requests: {{cpu: 500m}}}}}}]
-""")
+    wl = _one(runtime_class_workload(name))
     assert isinstance(wl, Workload)
     return wl
 
