@@ -86,3 +86,14 @@ def test_a_store_that_is_a_link_is_removed_not_what_it_points_at(tmp_path: Path)
 
     assert not (log_dir / "jetstream").exists()
     assert (elsewhere / "precious").read_text() == "keep"
+
+
+def test_a_log_directory_others_may_write_is_refused_and_left_as_it_is(tmp_path: Path) -> None:
+    log_dir = tmp_path / "logs"
+    store = _leave_a_killed_runs_store(log_dir)
+    log_dir.chmod(0o777)
+    with pytest.raises(
+        LaunchError, match=r"log directory refused: .*logs may be written by others"
+    ):
+        fresh_store(log_dir, print)
+    assert store.exists()

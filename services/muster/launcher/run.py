@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import shutil
 import signal
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
@@ -32,6 +31,7 @@ from muster.launcher.nats_server import LaunchError, NatsServer
 from muster.launcher.progress import Progress
 from muster.launcher.reported import not_reported_warning, reported_when_up, until_reported
 from muster.launcher.stack import SOLE_GATEWAYS_CLAIMS, Stack
+from muster.launcher.upstate import distrusted
 
 __all__ = ["LaunchError", "fresh_store", "prepare_nats", "run_live"]
 
@@ -147,21 +147,15 @@ async def run_live(
 def fresh_store(log_dir: Path, out: Callable[[str], None] = print) -> Path:
     """`log_dir`'s JetStream store, empty: a run starts as `muster up` does, without the
     events a killed run left there (they would replay into this run). Only that directory is
-    removed; a `log_dir` that is not a directory, or not this user's, is refused."""
-    try:
-        found = log_dir.stat()
-    except FileNotFoundError:
+    removed; a `log_dir` that is not a directory, or that another user owns or may write, is
+    refused."""
+    if not log_dir.exists():
         log_dir.mkdir(mode=0o700, parents=True)
-        found = log_dir.stat()
-    except OSError as exc:
-        raise LaunchError(f"log directory {log_dir}: {exc.strerror}") from exc
     if not log_dir.is_dir():
         raise LaunchError(f"log directory {log_dir}: is not a directory")
-    if found.st_uid != os.getuid():
-        raise LaunchError(
-            f"log directory {log_dir}: belongs to uid {found.st_uid}, "
-            f"not to this user ({os.getuid()})"
-        )
+    refused = distrusted(log_dir)  # `muster up`'s check of its state directory
+    if refused:
+        raise LaunchError(f"log directory refused: {refused}")
     store = log_dir / "jetstream"
     if store.is_symlink() or store.exists():
         try:
