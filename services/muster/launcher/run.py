@@ -31,8 +31,9 @@ from muster.launcher.nats_server import LaunchError, NatsServer
 from muster.launcher.progress import Progress
 from muster.launcher.reported import not_reported_warning, reported_when_up, until_reported
 from muster.launcher.stack import SOLE_GATEWAYS_CLAIMS, Stack
+from muster.launcher.upstate import distrusted
 
-__all__ = ["LaunchError", "prepare_nats", "run_live"]
+__all__ = ["LaunchError", "fresh_store", "prepare_nats", "run_live"]
 
 # Admission's --cluster-lost-seconds in a live run with worker clusters: gang-permit's
 # heartbeat comes every 2 s, so a cluster silent for 5 s is gone.
@@ -75,7 +76,7 @@ async def run_live(
         deployment = Deployment(clusters=everywhere, simulated=everywhere, admission_shards=shards)
         nats = None
         if nats_url is None:
-            nats = NatsServer(log_dir / "jetstream", deployment=deployment)
+            nats = NatsServer(fresh_store(log_dir, out), deployment=deployment)
             started.push_async_callback(_stop_nats, nats, log_dir)
             nats_url = await nats.start(log_path=log_dir / "nats-server.log")
         admin = await prepare_nats(nats_url, nats, deployment)
@@ -141,6 +142,31 @@ async def run_live(
             out(f"muster run: services exited early: {', '.join(died)} (see their logs)")
             return 1
         return 0 if until_s is not None or all_done else 1
+
+
+def fresh_store(log_dir: Path, out: Callable[[str], None] = print) -> Path:
+    """`log_dir`'s JetStream store, empty: a run starts as `muster up` does, without the
+    events a killed run left there (they would replay into this run). Only that directory is
+    removed; a `log_dir` that is not a directory, or that another user owns or may write, is
+    refused."""
+    if not log_dir.exists():
+        log_dir.mkdir(mode=0o700, parents=True)
+    if not log_dir.is_dir():
+        raise LaunchError(f"log directory {log_dir}: is not a directory")
+    refused = distrusted(log_dir)  # `muster up`'s check of its state directory
+    if refused:
+        raise LaunchError(f"log directory refused: {refused}")
+    store = log_dir / "jetstream"
+    if store.is_symlink() or store.exists():
+        try:
+            if store.is_dir() and not store.is_symlink():
+                shutil.rmtree(store)
+            else:  # a link or a file: itself, never what a link points at
+                store.unlink()
+        except OSError as exc:
+            raise LaunchError(f"{store}: cannot remove a previous run's store: {exc}") from exc
+        out(f"muster run: removed {store}, a previous run's store (a run starts empty)")
+    return store
 
 
 async def _stop_nats(nats: NatsServer, log_dir: Path) -> None:
