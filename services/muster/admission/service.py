@@ -564,6 +564,8 @@ class AdmissionService:
             try:
                 with pulse.handling():  # each key written or deleted advances it
                     put = await writer.write(values, changed)
+                    if self.metrics is not None:
+                        self.metrics.own.views_written()
                     await writer.sweep_legacy(kv, values)  # once: pages of before an upgrade
                     await self._publish_statuses(put, values)
                     if homes is not None:

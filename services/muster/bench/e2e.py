@@ -41,7 +41,7 @@ import functools
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 
 import grpc
@@ -49,7 +49,7 @@ import msgspec
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
-from muster.bench import connz, replicas, wake
+from muster.bench import connz, replicas, round_counts, wake
 from muster.bench.jetstream import publish_ack_rate
 from muster.bench.refusals import Refusals
 from muster.bench.sim_nodes import node_manifests
@@ -117,6 +117,9 @@ class E2ERow(msgspec.Struct, frozen=True, kw_only=True):
     # Processes gone before the case ended (an admission replica that lost its lease, say):
     # their CPU and their work are missing, so the row is not valid.
     ended: tuple[str, ...] = ()
+    # The admission replicas' rounds (that decided) per replica, the facts each applied, and
+    # their view writes per second per replica (`bench.round_counts`); None with metrics off.
+    rounds: round_counts.PerReplica | None = None
 
     @property
     def valid(self) -> bool:
@@ -330,6 +333,10 @@ async def run_case(
                 ),
                 meter,
                 traffic=functools.partial(connz.read_traffic, nats.monitor_url or "", pids),
+                rounds=functools.partial(
+                    round_counts.read,
+                    round_counts.metrics_addresses({s.name: s.addresses for s in stack.services}),
+                ),
             )
             ended = tuple(
                 s.name
@@ -447,6 +454,7 @@ async def _measure(
     meter: Callable[[], dict[str, float]],
     *,
     traffic: connz.TrafficReader,
+    rounds: Callable[[], Awaitable[round_counts.RoundCounts]],
 ) -> E2ERow:
     submitted: dict[str, int] = {}
     refusals = Refusals()
@@ -463,6 +471,7 @@ async def _measure(
         counts_before = await stored_counts(js)
         wire_before = await wire_count(js)
         traffic_before = await traffic()
+        rounds_before = await rounds()
         cpu_before = meter()
         start = time.monotonic()
 
@@ -494,6 +503,8 @@ async def _measure(
         # With the warm-up workload.
         await wait_stored(js, load.workloads + 1, timeout_s=60 + load.workloads / 20)
         cpu_after = meter()
+        window_s = time.monotonic() - start
+        rounds_spent = await rounds() - rounds_before
         wire_after = await wire_count(js)
         traffic_after = await traffic()
         wire = per_workload(wire_before, wire_after, load.workloads)
@@ -533,6 +544,9 @@ async def _measure(
         stored_by_event=by_event,
         connz_per_workload=connz.per_workload(traffic_before, traffic_after, load.workloads),
         refused=refusals.count,
+        rounds=round_counts.per_replica(rounds_spent, replicas=load.shards, seconds=window_s)
+        if rounds_spent.rounds
+        else None,
     )
 
 
@@ -636,6 +650,7 @@ def render_cpu(rows: list[E2ERow]) -> str:
         Column("WORKLOADS", lambda r: str(r.workloads)),
         Column("PER CALL", lambda r: str(r.per_call)),
         *(_cpu_column(name) for name in CPU_PROCESSES),
+        *_round_columns(),
         _ended_column(),
     ]
     return render_table(columns, rows)
@@ -666,6 +681,20 @@ def render_wire(rows: list[E2ERow]) -> str:
 
 def _title(i: int, row: E2ERow) -> str:
     return f"{row.mode} {row.per_call}/call {row.shards}sh #{i + 1}"
+
+
+def _round_columns() -> list[Column[E2ERow]]:
+    """Rounds per replica, facts per round, view writes per second per replica: "-" with
+    metrics off (`bench.round_counts`)."""
+
+    def of(value: Callable[[round_counts.PerReplica], float]) -> Callable[[E2ERow], str]:
+        return lambda r: "-" if r.rounds is None else f"{value(r.rounds):g}"
+
+    return [
+        Column("ROUNDS/replica", of(lambda c: c.rounds_per_replica)),
+        Column("EVENTS/round", of(lambda c: c.events_per_round)),
+        Column("VIEWS/s/replica", of(lambda c: c.views_per_s)),
+    ]
 
 
 def _cpu_column(process: str) -> Column[E2ERow]:

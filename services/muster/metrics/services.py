@@ -3,7 +3,9 @@
 - admission: `muster_admission_round_duration_seconds{shard,phase}` (phase `decide`: applying
   the batch and deciding; `publish`: until every decision has its PubAck),
   `muster_admission_round_size{shard,kind}` (`facts` applied, `decisions` made per round),
-  `muster_admission_snapshot_age_seconds{shard}` (since the snapshot last read or written);
+  `muster_admission_snapshot_age_seconds{shard}` (since the snapshot last read or written),
+  `muster_admission_views_written_total{shard}` (passes of the visibility loop that wrote its
+  changed views; rounds and their facts are the round-size histogram's count and sum);
 - gangpermit: `muster_placement_pass_duration_seconds{cluster}` (one placement pass, the
   decision latency), `muster_gangs_waiting{cluster}` (gangs that do not fit yet);
 - binder: `muster_bind_duration_seconds{cluster}` (one pod's bind through the cluster's API),
@@ -59,6 +61,12 @@ class AdmissionSeries:
         self._decisions = size.labels(self.shard, "decisions")
         self._snapshot_at: float | None = None
         self._clock = clock
+        self._views_written = Counter(
+            "muster_admission_views_written_total",
+            "Passes of the visibility loop that wrote this replica's changed views.",
+            labels,
+            registry=registry,
+        ).labels(self.shard)
         Gauge(
             "muster_admission_snapshot_age_seconds",
             "Seconds since this replica's snapshot was last written or read (NaN: never).",
@@ -73,6 +81,10 @@ class AdmissionSeries:
 
     def published(self, seconds: float) -> None:
         self._publish_s.observe(seconds)
+
+    def views_written(self) -> None:
+        """A pass of the visibility loop wrote the views that changed."""
+        self._views_written.inc()
 
     def snapshot_taken(self) -> None:
         """A snapshot was just written (or read at start)."""

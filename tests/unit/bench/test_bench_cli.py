@@ -218,6 +218,7 @@ def test_e2e_rows_tell_mode_shards_and_workloads_per_call(
     # the same server's own publish+ack rate is measured beside it.
     assert all(r["events_per_workload"] >= 4 for r in rows)
     assert all(r["jetstream_acks_per_s"] > 0 for r in rows)
+    assert all(r["rounds"] is None for r in rows)  # metrics off: not read
     # What the server handled, by stream: a simulated pod is written twice (created on its
     # node, started: docs/events.md, "Pods created on their nodes"), and the watcher, the sim
     # kubelet and gang-permit each read the writes. By the time every pod runs, the watcher
@@ -238,6 +239,14 @@ def test_e2e_with_otlp_exports_spans_from_the_services() -> None:
     row = run_loop(e2e.run_case(shards=1, workloads=10, rate_per_s=100.0, observe="otlp"))
     assert (row.observe, row.admitted, row.bound) == ("otlp", 10, 10)
     assert row.spans_exported > 0  # every service exported to the bench's receiver
+    # With metrics on, what the replica did in the window: rounds of the case's events
+    # (`bench.round_counts`; its views, paced, may be written after so short a window), in the
+    # CPU table too.
+    assert row.rounds is not None
+    assert row.rounds.rounds_per_replica >= 1
+    assert row.rounds.events_per_round > 0
+    cpu_table = e2e.render_cpu([row])
+    assert all(c in cpu_table for c in ("ROUNDS/replica", "EVENTS/round", "VIEWS/s/replica"))
 
 
 def test_gateway_rows_tell_what_refused_calls_cost(capsys: pytest.CaptureFixture[str]) -> None:
