@@ -638,9 +638,7 @@ class KubeBackend:
     ) -> None:
         """Unsuspend `jobset` with its podsets' placement (`jobsets.started_jobset`), one write;
         its controller passes them on to its Jobs."""
-        meta = jobset.get("metadata") or {}
-        js_name, namespace = str(meta.get("name")), str(meta.get("namespace"))
-        path, who = JOBSETS.object_path(js_name, namespace), JOBSETS.describe(js_name, namespace)
+        js_name, namespace, path, who = _where(JOBSETS, jobset)
         current: Mapping[str, Any] | None = jobset
 
         async def start() -> None:
@@ -661,9 +659,7 @@ class KubeBackend:
 
     async def _stop_jobset(self, jobset: Mapping[str, Any]) -> None:
         """Suspend `jobset`, its templates put back as its owner wrote them, in one write."""
-        meta = jobset.get("metadata") or {}
-        js_name, namespace = str(meta.get("name")), str(meta.get("namespace"))
-        path, who = JOBSETS.object_path(js_name, namespace), JOBSETS.describe(js_name, namespace)
+        js_name, namespace, path, who = _where(JOBSETS, jobset)
 
         async def stop() -> None:
             suspended = jobsets.suspended_jobset(await self._get(JOBSETS, js_name, namespace))
@@ -680,9 +676,7 @@ class KubeBackend:
         workload: str,
         admission: int,
     ) -> None:
-        meta = job.get("metadata") or {}
-        job_name, namespace = str(meta.get("name")), str(meta.get("namespace"))
-        path, who = JOBS.object_path(job_name, namespace), JOBS.describe(job_name, namespace)
+        job_name, namespace, path, who = _where(JOBS, job)
         current: Mapping[str, Any] | None = job
 
         async def start() -> None:
@@ -712,9 +706,7 @@ class KubeBackend:
         await self._retrying(start)
 
     async def _stop_job(self, job: Mapping[str, Any]) -> None:
-        meta = job.get("metadata") or {}
-        job_name, namespace = str(meta.get("name")), str(meta.get("namespace"))
-        path, who = JOBS.object_path(job_name, namespace), JOBS.describe(job_name, namespace)
+        job_name, namespace, path, who = _where(JOBS, job)
 
         async def stop() -> None:
             current = await self._get(JOBS, job_name, namespace)
@@ -856,6 +848,15 @@ class KubeBackend:
             raise ClusterError(who, "Conflict", response.error(who).message)
 
         await self._retrying(bind)
+
+
+def _where(resource: Resource, owner: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    """`owner`'s name and namespace, its object path, and how an error names it: what starting
+    or stopping a Job or JobSet opens with."""
+    meta = owner.get("metadata") or {}
+    name, namespace = str(meta.get("name")), str(meta.get("namespace"))
+    path, who = resource.object_path(name, namespace), resource.describe(name, namespace)
+    return name, namespace, path, who
 
 
 def _already_exists(response: Response) -> bool:
