@@ -26,6 +26,7 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argume
         control,
         describe,
         events,
+        health,
         nats_admin,
         queues,
         run,
@@ -41,6 +42,7 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argume
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     run.add_parser(commands)
     up.add_parsers(commands)  # up, down, status
+    health.add_parser(commands)
     simulate.add_parser(commands)
     for client_command in (
         submit,

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.request import urlopen
 
+from muster.cli.health import serving
 from muster.launcher.upkeep import START_DEADLINE_S
 from muster.launcher.upstate import (
     DEFAULT_PORTS,
@@ -463,20 +464,6 @@ def _health(kind: str, address: str) -> str:
             host, port = address.removeprefix("nats://").rsplit(":", 1)
             with socket.create_connection((host, int(port)), timeout=2):
                 return "running"
-        return "running" if not address or _serving(address) else "unhealthy"
+        return "running" if not address or serving(address) else "unhealthy"
     except OSError:
         return "unhealthy"
-
-
-def _serving(address: str) -> bool:
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-    with grpc.insecure_channel(address) as channel:
-        try:
-            reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=""), timeout=2
-            )
-        except grpc.RpcError:
-            return False
-    return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
