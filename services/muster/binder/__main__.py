@@ -20,6 +20,7 @@ from muster.bus.service import (
 from muster.cluster.choose import BACKEND_FLAGS, BackendConfig, backend_config, open_backend
 
 NAME = "binder"
+BOUND_EVENTS = ("all", "binds")
 DESCRIPTION = "Start admitted workloads' pods, bind permitted gangs, stop evicted ones."
 FLAGS = (
     Flag(
@@ -37,6 +38,16 @@ FLAGS = (
         "MUSTER_BINDS_PER_SECOND",
         "0",
         "binds started per second, at most; 0 = unlimited",
+    ),
+    Flag(
+        "--bound-events",
+        "all|binds",
+        str,
+        "MUSTER_BINDER_BOUND_EVENTS",
+        "all",
+        "when `bound` is published: all, for every permit; binds, only for pods bound, not "
+        "for a whole permit whose pods it creates on their nodes (one stored event fewer per "
+        'workload; docs/events.md, "`bound` only for binds")',
     ),
     ENDED_KEPT_FLAG,
     *BACKEND_FLAGS,
@@ -58,11 +69,14 @@ def build(args: argparse.Namespace, config: ServiceConfig) -> ServiceMain:
         raise ValueError(f"--max-concurrent-binds must be >= 1, got {args.max_concurrent_binds}")
     if args.binds_per_second < 0:
         raise ValueError(f"--binds-per-second must be >= 0, got {args.binds_per_second:g}")
+    if args.bound_events not in BOUND_EVENTS:
+        raise ValueError(f"--bound-events must be all or binds, got {args.bound_events!r}")
     binder = BinderConfig(
         cluster=config.cluster,
         max_concurrent_binds=args.max_concurrent_binds,
         binds_per_second=args.binds_per_second,
         ended_kept_s=args.ended_kept_seconds,
+        bound_for_created=args.bound_events == "all",
     )
     return functools.partial(serve, config=binder, backend=backend_config(args))
 

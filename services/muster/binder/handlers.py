@@ -207,8 +207,10 @@ class BinderContext:
         metrics: BinderSeries | None = None,
         admissions: Recall | None = None,
         submissions: Recover | None = None,
+        bound_for_created: bool = True,
     ) -> None:
         self.cluster = cluster
+        self.bound_for_created = bound_for_created
         self._recall = admissions
         self.recover = submissions
         self.backend = backend
@@ -495,7 +497,9 @@ async def on_gang_permitted(env: events_pb2.Envelope, ctx: BinderContext) -> Non
 
 async def _create_gang(env: events_pb2.Envelope, ctx: BinderContext) -> None:
     """Create the pods the permit names, each on its node, for the admission it names (the
-    workload's last here: a permit of an earlier one is skipped); then publish `bound`."""
+    workload's last here: a permit of an earlier one is skipped); then publish `bound`, unless
+    `ctx.bound_for_created` is off and the permit is whole: its pods, stored on their nodes,
+    answer it (gang-permit's watch sees them; docs/events.md, "`bound` only for binds")."""
     key, permitted = env.workload, env.gang_permitted
     found = await _admission_of(env, ctx)
     if found is None:
@@ -528,7 +532,10 @@ async def _create_gang(env: events_pb2.Envelope, ctx: BinderContext) -> None:
             return
         if ctx.metrics is not None:
             ctx.metrics.created(len(nodes), time.perf_counter() - started)
-    await _answer_bound(env, ctx)
+    # A permit in parts is still answered part by part: gang-permit counts the parts' answers
+    # to re-place a gang one of whose parts failed (a pod seen on its node answers no part).
+    if ctx.bound_for_created or permitted.parts > 1:
+        await _answer_bound(env, ctx)
 
 
 async def _requests_refused(

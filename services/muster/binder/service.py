@@ -56,6 +56,9 @@ class BinderConfig(msgspec.Struct, frozen=True, kw_only=True):
     binds_per_second: float = 0.0  # 0: unlimited
     lanes: int = 8  # workloads handled at once
     ended_kept_s: float = ENDED_KEPT_S  # a late decision about an ended workload: refused
+    # `bound` for a whole permit whose pods it creates on their nodes; off (--bound-events
+    # binds), the pods it stored in the cluster are the only answer (docs/events.md).
+    bound_for_created: bool = True
 
     def __post_init__(self) -> None:
         check_ended_kept(self.ended_kept_s)
@@ -104,6 +107,7 @@ async def run_binder(
         ),
         fences=fences,
         admissions=recall,
+        bound_for_created=config.bound_for_created,
         metrics=(
             BinderSeries(bus.metrics.registry, cluster=config.cluster)
             if bus.metrics is not None

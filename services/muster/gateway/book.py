@@ -82,6 +82,9 @@ class Entry:
     conditions: dict[str, services_pb2.WorkloadCondition] = field(default_factory=dict)
     lines: deque[services_pb2.EventLine] = field(default_factory=lambda: deque(maxlen=EVENTS_KEPT))
     pods: dict[str, events_pb2.PodBinding] = field(default_factory=dict)
+    # A whole permit's pods the binder creates on their nodes, until they are seen running:
+    # a binder with `--bound-events binds` tells no `bound` for them (docs/events.md).
+    to_create: tuple[events_pb2.PodBinding, ...] = ()
     admission: events_pb2.Admission | None = None
     route: events_pb2.WorkloadRouted | None = None
     pod_sets: tuple[events_pb2.PodSetSummary, ...] = ()
@@ -149,7 +152,7 @@ class Entry:
         description = self.describe()
         description.ClearField("summary")
         self.packed = description.SerializeToString()
-        self.conditions, self.pods = {}, {}
+        self.conditions, self.pods, self.to_create = {}, {}, ()
         self.lines = _PACKED_LINES
         self.admission = None
         self.route = None
@@ -439,6 +442,7 @@ def _eviction_completed(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> 
         # now, which may be new ones.
         return
     e.pods.clear()
+    e.to_create = ()
     del e.summary.nodes[:]
     if e.kueue and _evicting(e):
         _stopped(e, env.time_unix_nano)
@@ -545,7 +549,12 @@ def _active_changed(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None
 
 
 def _bound(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
-    for binding in env.bound.bindings:
+    e.to_create = ()  # the binder told it: its `bound` names the pods
+    _on_nodes(e, env.bound.bindings)
+
+
+def _on_nodes(e: Entry, bindings: Iterable[events_pb2.PodBinding]) -> None:
+    for binding in bindings:
         e.pods[binding.pod.name] = binding
     e.summary.nodes[:] = sorted({b.node for b in e.pods.values()})
 
@@ -557,6 +566,9 @@ def _gang_waiting(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
 
 
 def _gang_permitted(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
+    permitted = env.gang_permitted
+    if permitted.create and permitted.parts <= 1:  # answered by its pods, maybe not by `bound`
+        e.to_create = tuple(permitted.bindings)
     if not e.kueue:
         e.summary.status = PERMITTED
         e.summary.admitted_unix_nano = env.time_unix_nano
@@ -565,6 +577,7 @@ def _gang_permitted(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None
 
 def _gang_rejected(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
     g = env.gang_rejected
+    e.to_create = ()  # not made (BindFailed), or placed anew
     e.summary.reason, e.summary.message = g.reason, g.message
 
 
@@ -580,6 +593,9 @@ def _pods_ready(_: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
 
 
 def _running(book: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
+    if e.to_create:  # made where they were permitted, as they run (no `bound` told)
+        _on_nodes(e, e.to_create)
+        e.to_create = ()
     if env.running.pods_ready:  # ready as they started (docs/events.md, "Running and ready")
         _pods_ready(book, e, env)
 

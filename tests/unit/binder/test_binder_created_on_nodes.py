@@ -115,3 +115,52 @@ async def test_a_permit_of_an_admission_another_replica_handled_reads_it_then(
     await handlers.on_gang_permitted(_permit(1, "w-main-1", "n2", 4), ctx)
     assert cluster.placed == [("w-main-0", "n1"), ("w-main-1", "n2")]
     assert readings == ["ns/w", "ns/w"]
+
+
+def _whole_permit(sequence: int) -> pb.Envelope:
+    bindings = [
+        pb.PodBinding(pod=pb.PodRef(namespace="ns", name=f"w-main-{i}"), node=f"n{i + 1}")
+        for i in range(2)
+    ]
+    payload = pb.GangPermitted(bindings=bindings, create=True, admission_sequence=2)
+    return on("local", "gang_permitted", payload, sequence)
+
+
+@pytest.mark.parametrize(
+    ("bound_for_created", "told"),
+    [(True, ["workload.bound"]), (False, [])],
+    ids=["--bound-events all", "--bound-events binds"],
+)
+async def test_a_whole_permit_to_create_is_answered_by_bound_only_when_asked(
+    bound_for_created: bool, told: list[str]
+) -> None:
+    """With `--bound-events binds` the pods made on their nodes are the permit's only answer
+    (docs/events.md, "`bound` only for binds"); they are made all the same."""
+    ctx, cluster, published = _binder()
+    ctx.bound_for_created = bound_for_created
+    submitted = _submitted()
+    follow(submitted, ctx.specs, ctx.fences)
+    await on_admitted(_admitted(submitted), ctx)
+
+    await handlers.on_gang_permitted(_whole_permit(3), ctx)
+
+    assert cluster.placed == [("w-main-0", "n1"), ("w-main-1", "n2")]
+    assert [e.type for e in published.seen] == told
+
+
+async def test_permits_in_parts_are_answered_part_by_part_even_without_bound_for_created() -> None:
+    """A part's `bound` is how gang-permit counts the parts answered (a failed part makes it
+    place the gang again once all are): kept under `--bound-events binds`."""
+    ctx, _, published = _binder()
+    ctx.bound_for_created = False
+    submitted = _submitted()
+    follow(submitted, ctx.specs, ctx.fences)
+    await on_admitted(_admitted(submitted), ctx)
+
+    await handlers.on_gang_permitted(_permit(0, "w-main-0", "n1", 3), ctx)
+    await handlers.on_gang_permitted(_permit(1, "w-main-1", "n2", 4), ctx)
+
+    assert [(e.type, e.bound.part) for e in published.seen] == [
+        ("workload.bound", 0),
+        ("workload.bound", 1),
+    ]

@@ -20,6 +20,7 @@ from muster.watcher.__main__ import main as watcher_main
         (binder_main, ["--ended-kept-seconds", "0"], "--ended-kept-seconds: ended submissions"),
         (gangpermit_main, ["--ended-kept-seconds", "-1"], "kept a finite number > 0 of seconds"),
         (binder_main, ["--ended-kept-seconds", "inf"], "kept a finite number > 0 of seconds"),
+        (binder_main, ["--bound-events", "none"], "--bound-events must be all or binds"),
         (gangpermit_main, ["--gang-timeout-seconds", "0"], "gang timeout"),
         (gangpermit_main, ["--scoring", "random"], "--scoring must be one of binpack, spread"),
         (gangpermit_main, ["--placement-preemption", "maybe"], "--placement-preemption"),
@@ -32,6 +33,7 @@ from muster.watcher.__main__ import main as watcher_main
         "binder-ended-kept",
         "gangpermit-ended-kept",
         "binder-ended-kept-forever",
+        "bound-events",
         "gang-timeout",
         "scoring",
         "placement-preemption",
@@ -68,3 +70,16 @@ def test_the_binders_ended_kept_seconds_reaches_its_config(monkeypatch: pytest.M
     assert (kept_s([]), kept_s(["--ended-kept-seconds", "30"])) == (900.0, 30.0)
     monkeypatch.setenv("MUSTER_ENDED_KEPT_SECONDS", "45")
     assert kept_s([]) == 45.0
+
+
+def test_the_binders_bound_events_reach_its_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its effect: test_binder_created_on_nodes.py, tests/services/test_bound_only_for_binds.py."""
+
+    def for_created(argv: list[str]) -> bool:
+        _, serve = parse(argv)
+        assert isinstance(serve, functools.partial)
+        return bool(serve.keywords["config"].bound_for_created)
+
+    assert (for_created([]), for_created(["--bound-events", "binds"])) == (True, False)
+    monkeypatch.setenv("MUSTER_BINDER_BOUND_EVENTS", "binds")
+    assert for_created([]) is False

@@ -8,9 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from cluster_docs import Doc, kueue_workload, looked_up, node, objects
+from cluster_docs import Doc, event, kueue_workload, looked_up, node, objects
 
-from muster.core.placement.model import GangKey, PodKey
+from muster.contracts.v1 import events_pb2
+from muster.core.placement.model import GangKey, NodeName, PodKey
 from muster.gangpermit.state import GangPermitState
 from muster.gangpermit.translate import decide
 
@@ -153,3 +154,72 @@ def test_a_permits_id_is_the_one_it_always_was() -> None:
     (permit,) = decide(state, now_s=10.0)
 
     assert permit.event_id == "5c32961a-9091-59b9-84af-b4e201a97a6a"
+
+
+def restarted(permit: events_pb2.Envelope, *, bound: bool, made_on: str | None) -> GangPermitState:
+    """A gang-permit restarted after `permit`: it replays the workload's events and its own
+    permit (and the binder's `bound` with `bound`), then lists the cluster (the pod as the binder
+    made it on `made_on`, or none yet)."""
+    state = GangPermitState(cluster="local", creates_on_nodes=lambda owner_kind: True)
+    submitted, admitted = kueue_workload("train", 1)
+    submitted.sequence, admitted.sequence = ADMISSION - 1, ADMISSION
+    replayed = [submitted, admitted, permit]
+    if bound:
+        answer = events_pb2.PodsBound(bindings=permit.gang_permitted.bindings)
+        replayed.append(event("bound", answer, workload=str(TRAIN), cause=permit))
+    for env in replayed:
+        state.apply_event(env)
+    state.restored()
+    made_pod = [] if made_on is None else [made(node_name=made_on)]
+    for obj in objects(node("a") + node("b") + made_pod):
+        state.put(obj)
+    return state
+
+
+def permitted() -> events_pb2.Envelope:
+    """The permit to create a placed state decided for its one-pod gang."""
+    state = GangPermitState(cluster="local", creates_on_nodes=lambda owner_kind: True)
+    state.restored()
+    for obj in objects(node("a") + node("b")):
+        state.put(obj)
+    submitted, admitted = kueue_workload("train", 1)
+    submitted.sequence, admitted.sequence = ADMISSION - 1, ADMISSION
+    state.apply_event(submitted)
+    state.apply_event(admitted)
+    (permit,) = decide(state, now_s=10.0)
+    return permit
+
+
+def test_a_restart_after_a_permit_the_binder_answered_with_no_bound_holds_nothing_more() -> None:
+    """A binder with `--bound-events binds` stores no `bound` for a permit to create: the pod
+    it made on its node answers the permit, and a restarted gang-permit holds the same room as
+    one that also replayed a `bound` (docs/events.md, "`bound` only for binds")."""
+    permit = permitted()
+    (binding,) = permit.gang_permitted.bindings
+
+    without = restarted(permit, bound=False, made_on=binding.node)
+    told = restarted(permit, bound=True, made_on=binding.node)
+
+    assert TRAIN not in without.permits  # answered by the pod seen on its node
+    assert without.assumed == {}
+    assert without.scheduler.node_of(POD) == binding.node
+    for name in ("a", "b"):
+        assert without.scheduler.free(NodeName(name)) == told.scheduler.free(NodeName(name))
+    assert decide(without, now_s=20.0) == []  # nothing placed or permitted again
+
+
+def test_a_restart_before_the_binder_made_the_pod_holds_it_on_its_node_until_made() -> None:
+    """Restarted between the permit and the creation: the pod not made yet is held where it
+    was placed (not placed again); made there, the permit is answered with no `bound`."""
+    permit = permitted()
+    (binding,) = permit.gang_permitted.bindings
+    state = restarted(permit, bound=False, made_on=None)
+
+    assert TRAIN in state.permits
+    assert state.scheduler.node_of(POD) == binding.node
+    assert decide(state, now_s=20.0) == []  # held, not permitted a second time
+
+    state.put(objects([made(node_name=binding.node)])[0])
+
+    assert TRAIN not in state.permits
+    assert state.assumed == {}

@@ -204,6 +204,33 @@ def stopped_part(
     return env("eviction_completed", done, workload)
 
 
+def _created(*nodes: str) -> events_pb2.Envelope:
+    """A whole permit to create one pod on each of `nodes` (docs/events.md, "Pods created on
+    their nodes")."""
+    bindings = [
+        events_pb2.PodBinding(pod=events_pb2.PodRef(namespace="ml", name=f"p{i}"), node=n)
+        for i, n in enumerate(nodes)
+    ]
+    return env("gang_permitted", events_pb2.GangPermitted(bindings=bindings, create=True))
+
+
+def test_pods_created_on_their_nodes_with_no_bound_show_their_nodes_once_running() -> None:
+    """A binder with `--bound-events binds` tells no `bound` for them: running, they were made
+    where the permit put them (docs/events.md, "`bound` only for binds")."""
+    book = book_of(
+        submitted(),
+        env("admitted", events_pb2.WorkloadAdmitted(admission=admission())),
+        _created("n1", "n2"),
+    )
+    (entry,) = book.find("ml", "train")
+    assert list(entry.summary.nodes) == []  # permitted, not made yet
+
+    book.apply(env("running", events_pb2.WorkloadRunning(pods_ready=True)))
+
+    assert list(entry.summary.nodes) == ["n1", "n2"]
+    assert sorted(p.pod.name for p in entry.describe().pods) == ["p0", "p1"]
+
+
 def test_a_victim_evicted_in_parts_keeps_its_pods_until_every_part_is_answered() -> None:
     key = "ml/allreduce"  # a PodGroup's gang: evicted under its own key
     pods = [

@@ -1,0 +1,79 @@
+"""`bound` only for binds (docs/events.md, issue 19): a binder with `--bound-events binds`
+stores no `bound` for a whole permit whose pods it creates on their nodes; against a real
+nats-server and the sim cluster, a workload still runs and finishes, and a binder and gang-permit
+that die after the pods were made (before the binder acknowledged the permit) make no pod twice,
+place nothing again, and hold no room for the permit once they are back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from bus_helpers import EventLog
+from placement_stack import Stack, node, placement_stack, pod_writes, submit_and_admit
+from test_pods_created_bound import created_by_a_binder_that_died, node_of
+
+from muster.bus import Bus
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+async def stack(bus: Bus, events: EventLog) -> AsyncIterator[Stack]:
+    async with placement_stack(bus, events) as s:
+        await s.stop("binder")
+        await s.start_binder(bound_for_created=False)  # --bound-events binds
+        yield s
+
+
+async def test_a_workload_runs_and_finishes_with_no_bound_stored(stack: Stack) -> None:
+    await stack.backend.apply(node("a"))
+    await stack.backend.apply(node("b"))
+    key = await submit_and_admit(stack, "train", count=3)
+    permitted = await stack.events.wait_for("gang_permitted", workload=key, timeout_s=10)
+    await stack.events.wait_for("finished", workload=key, timeout_s=20)
+
+    placed = {b.pod.name: b.node for b in permitted.gang_permitted.bindings}
+    assert permitted.gang_permitted.create
+    assert {p.name: p.node_name for p in await stack.pods_of(key)} == placed
+    assert stack.events.matching("bound", workload=key) == []
+    assert [e.type for e in stack.events.seen if e.workload == key] == [
+        "workload.submitted",
+        "workload.admitted",
+        "workload.gang_permitted",
+        "workload.running",
+        "workload.finished",
+    ]
+
+
+async def test_binder_and_gangpermit_killed_after_the_pods_were_made_make_none_twice(
+    stack: Stack,
+) -> None:
+    """The binder dies once every pod is made, before it acknowledged the permit (its one
+    write done, nothing told); gang-permit dies after its permit. Back, the binder handles the
+    permit again and makes nothing; gang-permit, with no `bound` to replay, takes the pods on
+    their nodes as its permit's answer: the room is free for the next gang once it finishes."""
+    await stack.backend.apply(node("a", cpu="4"))
+    await stack.backend.apply(node("b", cpu="4"))
+    await stack.stop("binder")
+    async with pod_writes(stack) as writes:
+        key = await submit_and_admit(stack, "train", count=4, run_seconds="2")
+        permitted = await stack.events.wait_for("gang_permitted", workload=key, timeout_s=10)
+        await stack.stop("gangpermit")
+        placed = {b.pod.name: b.node for b in permitted.gang_permitted.bindings}
+        for pod in sorted(placed):
+            await created_by_a_binder_that_died(stack, key, permitted, only=pod)
+        await stack.start_gangpermit()
+        await stack.start_binder(bound_for_created=False)
+        await stack.events.wait_for("running", workload=key, timeout_s=10)
+        await stack.events.wait_for("finished", workload=key, timeout_s=20)
+    creations = [c for c in writes if c.type == "ADDED"]
+    assert sorted(c.obj["metadata"]["name"] for c in creations) == sorted(placed)  # once each
+    assert all(node_of(c) == placed[c.obj["metadata"]["name"]] for c in creations)
+    assert len(stack.events.matching("gang_permitted", workload=key)) == 1
+    assert stack.events.matching("bound", workload=key) == []
+
+    # Every cpu of both nodes: placed only if the restored permit holds nothing any more.
+    after = await submit_and_admit(stack, "next", count=4)
+    await stack.events.wait_for("running", workload=after, timeout_s=10)
