@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kube_helpers import as_model, status_of
+from kube_helpers import as_model, present, status_of
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -47,7 +47,7 @@ def _pod(cpu: str) -> Any:
 def test_a_pod_whose_own_requests_cover_its_containers_is_created(core: client.CoreV1Api) -> None:
     """Containers 1 + 1.5 (b's limit is its request) = 2.5 cpu, the init container 3: 3."""
     created = core.create_namespaced_pod("default", _pod("3"))
-    assert created.metadata.name == "p"
+    assert present(created.metadata).name == "p"
 
 
 @pytest.mark.parametrize("cpu", ["2500m", "2"])
