@@ -100,13 +100,18 @@ def requeued_when_queued(
 ) -> tuple[str, str] | None:
     """Requeued True's (reason, message) once admission queues the workload again (a
     `requeued` of `requeued_reason`), given its Requeued condition until then; None leaves it
-    as it is: True already (preempted), or False until its stopped queue runs again."""
+    as it is: True already (preempted), absent (it never held quota), or False until its
+    stopped queue runs again. Kueue's workload controller words it by the False reason, not
+    by why it is queued: back-off over after a PodsReady timeout or a check's Retry, though
+    it was deactivated and reactivated meanwhile (the deactivation found it evicted already);
+    Reactivated after a deactivation, also when a Retry held the reactivated workload out
+    until its end (queued then by a `BackoffFinished`)."""
     if was_status != "False" or was_reason in RESTARTED:
         return None
-    if requeued_reason == REACTIVATED:
-        return REACTIVATED, REACTIVATED_MESSAGE
     if was_reason in BACKING_OFF:
         return BACKOFF_FINISHED, BACKOFF_FINISHED_MESSAGE
+    if requeued_reason == REACTIVATED or is_deactivation(was_reason):
+        return REACTIVATED, REACTIVATED_MESSAGE
     return was_reason, was_message  # evicted for a reason of muster's own: queued at once
 
 

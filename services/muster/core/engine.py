@@ -39,6 +39,8 @@ from muster.core.conditions import (
     EVICTED,
     PENDING_PREEMPTION,
     PODS_READY,
+    REACTIVATED,
+    REACTIVATED_MESSAGE,
     READY_MESSAGE,
     RECOVERED,
     REQUEUED,
@@ -49,7 +51,7 @@ from muster.core.conditions import (
 from muster.core.config import Configuration
 from muster.core.events import Event, EventType
 from muster.core.heads import Heads
-from muster.core.lifecycle import Lifecycle, assignment_of
+from muster.core.lifecycle import Lifecycle, assignment_of, requeued_words
 from muster.core.limit_ranges import NO_RUNTIME_CLASSES, adjusted_workload, resource_problem
 from muster.core.queueing import Queueing
 from muster.core.queues import TreeRuntime
@@ -369,16 +371,18 @@ class Engine(EngineViews):
             r.requeue_count = 0
             r.pending_message = ""
             r.drop_conditions(EVICTED)
-            r.set_condition(REQUEUED, True, "Reactivated", "The workload was reactivated")
-            self.queueing.enqueue(r)
-            if r.group is not None:  # its group may be parked with no head since it left
-                self.queueing.retry(r.group)
-            state.emit(EventType.REQUEUED, r, "Reactivated", "The workload was reactivated")
             end_s = reactivated_retry_end_s(
                 r.retry_ends,
                 lambda check: retry_counts_waiting(state.config, r.local_queue, check),
                 now_s=now_s,
             )
+            words = requeued_words(r, REACTIVATED)
+            if end_s is None and words is not None:  # held out: said at its end (`fire_timers`)
+                r.set_condition(REQUEUED, True, *words)
+            self.queueing.enqueue(r)
+            if r.group is not None:  # its group may be parked with no head since it left
+                self.queueing.retry(r.group)
+            state.emit(EventType.REQUEUED, r, REACTIVATED, REACTIVATED_MESSAGE)
             if end_s is not None:  # a Retry told since its last eviction still holds it out
                 self.lifecycle.hold_out(r, end_s)
         elif not active and r.phase in (Phase.PENDING, Phase.BACKOFF):

@@ -35,6 +35,7 @@ from muster.core.conditions import (
     WAIT_FOR_RECOVERY_MESSAGE,
     WAIT_FOR_START,
     not_admitted,
+    requeued_when_queued,
     unreserved,
 )
 from muster.core.events import EventType
@@ -481,11 +482,24 @@ class Lifecycle:
             if kind == "requeue":
                 r.requeue_at_s = None
                 r.pending_message = ""
-                r.set_condition(REQUEUED, True, BACKOFF_FINISHED, BACKOFF_FINISHED_MESSAGE)
+                words = requeued_words(r, BACKOFF_FINISHED)
+                if words is not None:
+                    r.set_condition(REQUEUED, True, *words)
                 self.queueing.enqueue(r)
                 state.emit(EventType.REQUEUED, r, BACKOFF_FINISHED, "Requeued after back-off")
             else:
                 self.time_out(r)
+
+
+def requeued_words(r: WorkloadRecord, why: str) -> tuple[str, str] | None:
+    """Requeued True's (reason, message) when `r` is queued again by a `requeued` of `why`
+    (Reactivated, or BackoffFinished at a wait's end), as Kueue's workload controller words
+    it from the Requeued condition it finds (`conditions.requeued_when_queued`); None: as it
+    is."""
+    was = r.conditions.get(REQUEUED)
+    if was is None:
+        return None
+    return requeued_when_queued(was.status, was.reason, was.message, why)
 
 
 def _reserved_only(wl: Workload) -> bool:

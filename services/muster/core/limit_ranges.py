@@ -201,6 +201,7 @@ def resource_problem(
         pod = adjusted_resources(with_overhead(written, classes), summary)
         if pod.pod is not None:
             invalid += _over_limits(pod.pod, f"{spec}.resources", what="pod ")
+            invalid += _below_containers(pod, pod.pod, f"{spec}.resources.requests")
         groups = (("initContainers", pod.init_containers), ("containers", pod.containers))
         for field, containers in groups:
             for c, container in enumerate(containers):
@@ -224,6 +225,20 @@ def _over_limits(c: ContainerResources, path: str, *, what: str = "") -> list[st
     return [
         f"{path}: {what}{r} request {_q(r, c.requests[r])} exceeds its limit {_q(r, c.limits[r])}"
         for r in over
+    ]
+
+
+def _below_containers(pod: PodResources, own: ContainerResources, path: str) -> list[str]:
+    """The API server's check that pod-level requests cover the containers' total
+    (validatePodResourceConsistency), on the pod as it would be stored (LimitRange defaults
+    in, limits as missing requests): Kueue does not check it and charges the pod-level
+    requests, so its pods would be refused and never start. `own`: `pod`'s pod-level."""
+    containers = requests_of(msgspec.structs.replace(pod, pod=None, overhead={}))
+    return [
+        f"{path}[{r}]: {_q(r, amount)} must be greater than or equal to aggregate container "
+        f"requests of {_q(r, containers[r])}"
+        for r, amount in sorted(own.requests.items())
+        if r in containers and containers[r] > amount
     ]
 
 

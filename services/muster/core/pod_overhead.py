@@ -10,7 +10,9 @@ Differs from Kueue: Kueue logs a missing RuntimeClass and charges the podset wit
 admitting a workload whose pods the API server will refuse. muster holds it inadmissible,
 naming the field and the RuntimeClass, until the RuntimeClass appears (a RuntimeClass change
 charges every workload not holding quota anew, as a LimitRange change does). A template
-overhead that differs from its RuntimeClass's is held the same way, for the same reason.
+overhead that differs from its RuntimeClass's, or that names no RuntimeClass (Kueue charges it,
+the API server accepts an overhead only from a RuntimeClass), is held the same way, for the
+same reason.
 
 Pure: the caller passes the RuntimeClasses of the workload's cluster, by name.
 """
@@ -42,10 +44,11 @@ def overhead_problem(
     pod: PodResources, classes: Mapping[str, RuntimeClass], *, path: str
 ) -> str | None:
     """Why the API server would refuse pods of `pod` (`path` is its spec's): its RuntimeClass
-    does not exist, or its own overhead is not the RuntimeClass's; None when neither."""
+    does not exist, its own overhead is not the RuntimeClass's, or it sets an overhead and
+    names no RuntimeClass; None when none of these."""
     name = pod.runtime_class_name
     if not name:
-        return None
+        return f"{path}.overhead: set without a runtimeClassName" if pod.overhead else None
     found = classes.get(name)
     if found is None:
         return f'{path}.runtimeClassName: RuntimeClass "{name}" not found'

@@ -80,7 +80,8 @@ def submitted(
     manifest: dict[str, Any], *, at_s: float = 1.0, cluster: str = "local"
 ) -> pb.Envelope:
     meta = manifest["metadata"]
-    payload = pb.WorkloadSubmitted(manifest_json=json.dumps(manifest))
+    queue = str(manifest["spec"].get("queueName") or "")  # as the gateway copies it
+    payload = pb.WorkloadSubmitted(manifest_json=json.dumps(manifest), queue_name=queue)
     return new_event(
         "submitted",
         payload,

@@ -69,18 +69,19 @@ class World:
         return found
 
 
-def check(state: str, *, after_s: int = 0, since_s: float = 0.0) -> pb.AdmissionCheckUpdated:
+def check(
+    state: str, *, after_s: int = 0, since_s: float = 0.0, name: str = "prov"
+) -> pb.AdmissionCheckUpdated:
     return pb.AdmissionCheckUpdated(
-        check="prov",
+        check=name,
         state=state,
         requeue_after_seconds=after_s,
         transitioned_unix_nano=int(since_s * 1e9),
     )
 
 
-async def timed_out() -> World:
-    """`w` reserved at 10 in a ClusterQueue requiring prov, admitted at 10.5, its pods never
-    ready: evicted (PodsReadyTimeout) at 16, its pods stopping."""
+async def admitted() -> World:
+    """`w` reserved at 10 in a ClusterQueue requiring prov, admitted at 10.5 (prov Ready)."""
     world = World()
     with_check = cluster_queue()
     with_check["spec"]["admissionChecks"] = ["prov"]
@@ -88,6 +89,12 @@ async def timed_out() -> World:
         world.stream.put(applied(manifest))
     await world.at(10.0, submitted(workload_manifest("w"), at_s=10.0))
     await world.at(10.5, reported("admission_check", KEY, check("Ready"), at_s=10.5))
+    return world
+
+
+async def timed_out() -> World:
+    """`admitted`, its pods never ready: evicted (PodsReadyTimeout) at 16, its pods stopping."""
+    world = await admitted()
     await world.at(TIMED_OUT_S)
     assert world.replica.state.engine.phase(KEY) == "Evicting"
     return world

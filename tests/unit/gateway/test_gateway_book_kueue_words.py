@@ -80,6 +80,13 @@ STORIES: dict[str, list[tuple[str, Any]]] = {
         evicted("InactiveWorkload", LIMIT),
         requeued("Reactivated"),
     ],
+    "pods-ready timeout, stopped while backing off, reactivated": [
+        ADMITTED,
+        evicted("PodsReadyTimeout", TIMEOUT),
+        STOPPED,
+        ("active_changed", pb.WorkloadActiveChanged(active=False)),
+        requeued("Reactivated"),
+    ],
     "back-off limit": [
         ADMITTED,
         evicted("DeactivatedDueToRequeuingLimitExceeded", LIMIT),
@@ -149,3 +156,11 @@ def test_a_back_off_over_reads_backoff_finished() -> None:
         "PendingEvaluation",
         "Workload is pending evaluation in the scheduling queue",
     )
+
+
+def test_reactivated_while_backing_off_reads_backoff_finished() -> None:
+    """Kueue's workload controller words Requeued by the False reason it finds: stopped while
+    backing off, the workload kept PodsReadyTimeout's, so its reactivation reads as the back-off
+    over (task checks2; before, Reactivated)."""
+    described, _ = both(STORIES["pods-ready timeout, stopped while backing off, reactivated"])
+    assert described["Requeued"] == ("True", "BackoffFinished", "The workload backoff was finished")

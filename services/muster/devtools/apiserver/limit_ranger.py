@@ -181,7 +181,7 @@ def _problems(spec: JsonObj, lr: JsonObj) -> list[str]:
             requests = amounts(resources.get("requests"))
             problems += _outside("Container", item, requests, amounts(resources.get("limits")))
     for item in _items(lr, "Pod"):
-        problems += _outside("Pod", item, _pod_total(spec, "requests"), _pod_total(spec, "limits"))
+        problems += _outside("Pod", item, pod_total(spec, "requests"), pod_total(spec, "limits"))
     return problems
 
 
@@ -216,7 +216,7 @@ def _outside(kind: str, item: JsonObj, requests: _Amounts, limits: _Amounts) -> 
     return found
 
 
-def _pod_total(spec: JsonObj, part: str) -> _Amounts:
+def pod_total(spec: JsonObj, part: str) -> _Amounts:
     """The pod's `part` (requests or limits) as Kubernetes totals it: containers and sidecars,
     or the largest init container with the sidecars started before it, whichever is more."""
     total: dict[str, Decimal] = {}

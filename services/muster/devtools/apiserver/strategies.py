@@ -1,6 +1,8 @@
 """Per-kind behaviour of the real API server that muster relies on: defaults, server-set
 fields, validation, and which fields an update may change.
 
+- Pods (and Jobs' pod templates): pod-level requests that cover the containers' total
+  (`pod_resources`).
 - Pods: scheduler/DNS/grace defaults, limits as missing requests, the namespace's LimitRanges
   (`limit_ranger`: their defaults, or 403 outside their bounds), priority from the
   PriorityClass (403 when it does not exist), the two default NoExecute tolerations, status
@@ -40,6 +42,7 @@ from muster.devtools.apiserver.gangs import GANG_STRATEGIES
 from muster.devtools.apiserver.job_status import job_status_causes, managed_elsewhere
 from muster.devtools.apiserver.limit_ranger import LimitRangeStrategy, admit_pod, default_requests
 from muster.devtools.apiserver.objects import JsonObj, meta, name_of
+from muster.devtools.apiserver.pod_resources import pod_level_causes
 from muster.devtools.apiserver.provisioning import PROVISIONING_STRATEGIES
 from muster.devtools.apiserver.resources import ResourceType, crd_status, from_crd
 from muster.devtools.apiserver.runtime_class_admission import admit_runtime_class
@@ -156,7 +159,7 @@ class PodStrategy(Strategy):
 
     def causes(self, obj: JsonObj) -> list[Cause]:
         spec = obj.get("spec")
-        causes = _container_causes(spec, "spec")
+        causes = _container_causes(spec, "spec") + pod_level_causes(spec, "spec")
         policy = spec.get("restartPolicy") if isinstance(spec, dict) else None
         if policy not in ("Always", "OnFailure", "Never"):
             causes.append(
@@ -269,9 +272,9 @@ class JobStrategy(Strategy):
         if not isinstance(spec, dict):
             return [required("spec")]
         template = spec.get("template")
-        causes = _container_causes(
-            template.get("spec") if isinstance(template, dict) else None, "spec.template.spec"
-        )
+        template_spec = template.get("spec") if isinstance(template, dict) else None
+        causes = _container_causes(template_spec, "spec.template.spec")
+        causes += pod_level_causes(template_spec, "spec.template.spec")
         if isinstance(template, dict) and isinstance(template.get("metadata"), dict):
             # As ValidatePodTemplateSpec: what a controller writes there is checked too.
             causes += labels_and_annotations_causes(template["metadata"], "spec.template.metadata")

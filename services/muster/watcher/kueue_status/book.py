@@ -4,6 +4,7 @@ move it on, over the queues' (`queues.QueueBook`)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 from muster.api.check_states import AnsweredCheck, ChecksWanted
@@ -177,12 +178,13 @@ class StatusBook(QueueBook):
         PodsReady timeout, say, or gone while it waits for its back-off's end), requeueAt
         moves on at once, as admission's wait does (Kueue's NeedsRequeueAtUpdate); and so it
         does once it is queued again, waiting for quota (admission holds it out of its queue
-        until then)."""
+        until then). A check its ClusterQueue does not name moves nothing, as in admission
+        (`QueueBook.names_check`)."""
         wl = self._workloads.get(env.workload)
         check = env.admission_check
         if wl is not None:
             keep_retry_end(wl, check, check_transitioned_s(env))
-        if wl is None or check.state != "Retry":
+        if wl is None or check.state != "Retry" or not self.names_check(wl, check.check):
             return set()
         # Without quota (backing off, or queued for quota) requeueAt moves too: Kueue's
         # NeedsRequeueAtUpdate runs for any unfinished workload, and admission holds a queued
@@ -240,8 +242,9 @@ class StatusBook(QueueBook):
             del self._workloads[key]
             self._run(key, wl, field, at_s=at_s)
             return {self._lq_ref(wl.local_queue)}
-        transition(wl, field, payload, at_s=at_s, granular=self._granular)
-        requeue_state(wl, field, payload, at_s=at_s, requeuing=self._requeuing)
+        counts = partial(self.names_check, wl)
+        transition(wl, field, payload, at_s=at_s, granular=self._granular, counts=counts)
+        requeue_state(wl, field, payload, at_s=at_s, requeuing=self._requeuing, counts=counts)
         tally.add(wl, 1)
         self._run(key, wl, field, at_s=at_s)
         return {workload_ref(key), self._lq_ref(wl.local_queue)}

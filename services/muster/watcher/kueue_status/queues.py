@@ -9,13 +9,13 @@ from collections import Counter
 from typing import Any
 
 from muster.api.check_states import format_time as format_metav1_time
-from muster.api.model import AdmissionFairSharingConfig
+from muster.api.model import AdmissionFairSharingConfig, ClusterQueue
 from muster.api.wellknown import LOCAL_CLUSTER
 from muster.cluster.kube.resources import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
 from muster.core.admission_fair_sharing import AdmissionUsage
 from muster.core.config_owners import ConfigOwners
-from muster.payloads import PayloadError, applied_document
+from muster.payloads import PayloadError, applied_document, applied_object
 from muster.watcher.kueue_status.cluster_queue import cluster_queue_status
 from muster.watcher.kueue_status.fields import (
     FlavorResource,
@@ -62,6 +62,8 @@ class QueueBook:
         self._tallies: dict[tuple[str, str], _Tally] = {}
         self._local_queues: dict[tuple[str, str], str] = {}  # (ns, name) → its ClusterQueue
         self._cluster_queues: dict[str, dict[str, Any] | None] = {}  # name → last status
+        # name → the admission checks it names (either spelling), as last applied.
+        self._cluster_queue_checks: dict[str, frozenset[str]] = {}
         # A worker's queues of the same names: not ours. Its feed is this cluster's config
         # events only, so its MultiKueueClusters are the only ones it reads: they count.
         self._config_owners = ConfigOwners(manager=cluster or LOCAL_CLUSTER)
@@ -176,10 +178,22 @@ class QueueBook:
         if kind == "ClusterQueue":
             if applied:
                 self._cluster_queues.setdefault(name, None)
+                self._cluster_queue_checks[name] = _named_checks(env.config_applied)
             else:
                 self._cluster_queues.pop(name, None)
+                self._cluster_queue_checks.pop(name, None)
             return {self._lq_ref(lq) for lq, cq in self._local_queues.items() if cq == name}
         return set()
+
+    def names_check(self, wl: WorkloadRecord, check: str) -> bool:
+        """Whether `check` is one of `wl`'s ClusterQueue's (its admission's, else its
+        LocalQueue's): Kueue's workload controller keeps status.admissionChecks in line with
+        the ClusterQueue's list, so a check it does not name has no Retry to act on (admission
+        asks `core.requeue_state.retry_counts_waiting`). A ClusterQueue this book has not seen
+        (its config before what this cluster remembers) cannot be judged: it counts."""
+        cq = (wl.admission or {}).get("clusterQueue") or self._local_queues.get(wl.local_queue)
+        named = self._cluster_queue_checks.get(cq or "")
+        return named is None or check in named
 
     def _local_queue_status(self, lq: tuple[str, str]) -> dict[str, Any] | None:
         if lq not in self._local_queues:
@@ -211,3 +225,15 @@ class QueueBook:
     @staticmethod
     def _lq_ref(lq: tuple[str, str]) -> ObjectRef:
         return ObjectRef(kind="LocalQueue", namespace=lq[0], name=lq[1])
+
+
+def _named_checks(applied: pb.ConfigApplied) -> frozenset[str]:
+    """The admission checks a ClusterQueue's manifest names; none when it is not valid
+    (admission dead-letters it, so no workload is reserved through it)."""
+    try:
+        cq = applied_object(applied)
+    except PayloadError:
+        return frozenset()
+    if not isinstance(cq, ClusterQueue):
+        return frozenset()
+    return frozenset(rule.name for rule in cq.admission_checks)

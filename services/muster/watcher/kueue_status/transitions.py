@@ -4,6 +4,7 @@ as Kueue's workload controller and job reconciler word them. Pure functions of a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 from muster.api.model import RequeuingStrategy
@@ -45,9 +46,16 @@ NO_RESERVATION: Final = not_admitted(reserved=False)
 
 
 def transition(
-    wl: WorkloadRecord, field: str, payload: Any, *, at_s: float, granular: bool
+    wl: WorkloadRecord,
+    field: str,
+    payload: Any,
+    *,
+    at_s: float,
+    granular: bool,
+    counts: Callable[[str], bool],
 ) -> None:
-    """Move `wl` on for one admission, eviction or end event, as Kueue words the conditions."""
+    """Move `wl` on for one admission, eviction or end event, as Kueue words the conditions.
+    `counts`: whether its ClusterQueue names a check now (`QueueBook.names_check`)."""
     if field == "pending":
         # Kueue's reasons as admission decided them (granular since Kueue v0.19).
         reason = payload.reason or "Pending"
@@ -68,7 +76,8 @@ def transition(
         if wl.state == "reserving" and wl.conditions.get("Evicted", {}).get("status") == "True":
             _stopped(wl, granular=granular)
     elif field == "requeued":
-        _requeued(wl, payload, granular=granular)
+        held = payload.reason == REACTIVATED and _held_out(wl, counts, at_s=at_s)
+        _requeued(wl, payload, granular=granular, held=held)
     elif field == "finished":
         wl.state = "finished"
         succeeded = bool(payload.succeeded)
@@ -76,14 +85,21 @@ def transition(
 
 
 def requeue_state(
-    wl: WorkloadRecord, field: str, payload: Any, *, at_s: float, requeuing: RequeuingStrategy
+    wl: WorkloadRecord,
+    field: str,
+    payload: Any,
+    *,
+    at_s: float,
+    requeuing: RequeuingStrategy,
+    counts: Callable[[str], bool],
 ) -> None:
     """Kueue's status.requeueState by `core.requeue_state`'s rules, the ones admission's
     ledger and engine count and wait by: each PodsReadyTimeout eviction counts one and ends
     its back-off from the eviction; a check's Retry eviction ends at the Retry's end
     (`StatusBook._retry`); requeueAt only ever moves later, and is cleared when it queues
     again; a deactivation clears both (Kueue's workload controller, which starts a reactivated
-    workload's count over)."""
+    workload's count over); reactivated, the Retry ends of the checks its ClusterQueue names
+    (`counts`) set requeueAt."""
     if field == "evicted":
         wl.requeue_count = count_after_eviction(
             wl.requeue_count, payload.reason, deactivated=wl.state == "inactive"
@@ -97,8 +113,7 @@ def requeue_state(
     if wl.state == "inactive" or deactivated:  # at once, though its pods may still run
         wl.requeue_count, wl.requeue_at_s, wl.retry_at_s = 0, None, None
     elif field == "requeued" and payload.reason == REACTIVATED:
-        # Kueue's status holds only its ClusterQueue's checks: each Retry end counts.
-        wl.requeue_at_s = reactivated_retry_end_s(wl.retry_ends, lambda _: True, now_s=at_s)
+        wl.requeue_at_s = reactivated_retry_end_s(wl.retry_ends, counts, now_s=at_s)
     elif field == "requeued":
         wl.requeue_at_s = None
     if field in ("evicted", "requeued"):
@@ -175,10 +190,17 @@ def _stopped(wl: WorkloadRecord, *, granular: bool) -> None:
     )
 
 
-def _requeued(wl: WorkloadRecord, payload: Any, *, granular: bool) -> None:
+def _held_out(wl: WorkloadRecord, counts: Callable[[str], bool], *, at_s: float) -> bool:
+    """Whether a Retry told while `wl` was inactive holds it out once reactivated at `at_s`."""
+    return reactivated_retry_end_s(wl.retry_ends, counts, now_s=at_s) is not None
+
+
+def _requeued(wl: WorkloadRecord, payload: Any, *, granular: bool, held: bool) -> None:
     """Admission queued it again. Kueue's workload controller says why: reactivated, its
     back-off over; a workload evicted by a stopped queue stays Requeued False until the
-    queue runs again (`_restarted`)."""
+    queue runs again (`_restarted`). `held`: reactivated but held out until a Retry's end;
+    Requeued stays as it is until then (Kueue's controller waits for requeueAt first), and
+    the `requeued` at the end says Reactivated (`requeued_when_queued`)."""
     if wl.state == "reserving" and wl.conditions.get("Evicted", {}).get("status") == "True":
         _stopped(wl, granular=granular)  # no eviction_completed came (nothing ran)
     wl.state = "pending"
@@ -191,7 +213,7 @@ def _requeued(wl: WorkloadRecord, payload: Any, *, granular: bool) -> None:
     words = requeued_when_queued(
         was.get("status", ""), was.get("reason", ""), was.get("message", ""), payload.reason
     )
-    if words is not None:
+    if words is not None and not held:
         wl.set("Requeued", True, *words)
 
 
