@@ -92,6 +92,7 @@ from muster.cluster.objects import (
     node_view,
     pod_view,
 )
+from muster.cluster.pod_set_updates import with_check_updates
 from muster.cluster.sim.clock import Clock, WallClock
 from muster.cluster.sim.store import SimStore, StoredObject, bus_errors
 from muster.core.limit_ranges import summarize
@@ -372,13 +373,22 @@ class SimBackend:
         admission: int = 0,
         origin: WorkloadOrigin | None = None,
         nodes: Mapping[str, str] | None = None,
+        checked: bool = False,
     ) -> None:
         """As the protocol says; a workload from another cluster (`origin`) needs no copy
-        here: the simulated cluster's pods stand on their own."""
+        here: the simulated cluster's pods stand on their own. The Kueue Workload stored here
+        (if any) is read only when `checked` or when the pods lack `muster.dev/run-seconds`:
+        a workload admitted with its reservation, the common case, costs no read."""
         namespace, name = split_workload_key(workload_key)
+        needs_script = not all(RUN_SECONDS_ANNOTATION in ps.annotations for ps in pod_sets)
+        stored = None
+        if checked or needs_script:
+            stored = await self.store.get(object_key("Workload", namespace, name))
+        if checked and stored is not None:
+            pod_sets = with_check_updates(pod_sets, stored.obj)  # as on Kubernetes
         annotations: dict[str, str] = {}
-        if not all(RUN_SECONDS_ANNOTATION in ps.annotations for ps in pod_sets):
-            annotations = await self._workload_annotations(namespace, name)
+        if needs_script:
+            annotations = await self._workload_annotations(namespace, name, stored)
         labels = {WORKLOAD_LABEL: name, **({ADMISSION_LABEL: str(admission)} if admission else {})}
         created_at = format_time(self._clock.now_s())
         makers = [
@@ -417,10 +427,11 @@ class SimBackend:
         controllers, its binder makes every pod."""
         return self._placed_first
 
-    async def _workload_annotations(self, namespace: str, name: str) -> dict[str, str]:
+    async def _workload_annotations(
+        self, namespace: str, name: str, stored: StoredObject | None
+    ) -> dict[str, str]:
         """Return the annotations the kubelet reads (run-seconds, readiness) of the stored
-        Workload, or of the Job or JobSet it is for."""
-        stored = await self.store.get(object_key("Workload", namespace, name))
+        Workload (`stored`, read by the caller), or of the Job or JobSet it is for."""
         sources = [stored] if stored is not None else []
         for kind, name_of in _OWNERS.items():
             if sources:
@@ -537,7 +548,8 @@ class _PodMaker:
     ) -> None:
         self._namespace = namespace
         self._pod_set = pod_set
-        self._labels = labels
+        # An admission check's labels (podSetUpdates) first: muster's own cannot be replaced.
+        self._labels = {**pod_set.labels, **labels}
         self._annotations = {**annotations, **pod_set.annotations, POD_SET_ANNOTATION: pod_set.name}
         self._created_at = created_at
         self._requests = {

@@ -1,5 +1,7 @@
 """What admission check controllers ask to be set on a workload's pods, merged into how the
-binder starts them, as Kueue's job framework does at start.
+binder starts them, as Kueue's job framework does at start. Both backends merge them: the
+Kubernetes one from the Workload in the API server, the simulated one from the Workload in its
+store.
 
 A controller answering Ready may list `podSetUpdates` in its entry of the Workload's
 `status.admissionChecks` (labels, annotations, nodeSelector, tolerations per podset): the
