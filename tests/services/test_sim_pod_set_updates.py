@@ -62,7 +62,9 @@ async def admitted_after_checks(stack: Stack, manifest: dict[str, Any]) -> str:
 
 
 async def pods_of_train(stack: Stack) -> list[dict[str, Any]]:
-    await stack.wait_for_pods("ns/train", lambda pods: len(pods) == 2 and all(p.node_name for p in pods))
+    await stack.wait_for_pods(
+        "ns/train", lambda pods: len(pods) == 2 and all(p.node_name for p in pods)
+    )
     stored = [await stack.backend.store.get(f"pod.ns.train-main-{i}") for i in range(2)]
     return [s.obj for s in stored if s is not None]
 
