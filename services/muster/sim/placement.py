@@ -317,6 +317,16 @@ class Placement:
     def next_deadline_s(self) -> float | None:
         return self.scheduler.next_deadline_s()
 
+    def state_now(self, now_s: float) -> object:
+        """What decides this cluster's next placements, for `Repeats` (runner.py): each pod's
+        fate, the waiting units' last words and how far the next gang deadline is."""
+        deadline_s = self.next_deadline_s()
+        return (
+            [(key, r.phase, r.node, r.reason, r.message) for key, r in sorted(self.pods.items())],
+            sorted(self.told.items()),
+            None if deadline_s is None else deadline_s - now_s,
+        )
+
     def waiting(self, decision: GangWaiting, *, now_s: float) -> None:
         # A source that cannot take the gang says more than "waiting for its Workload".
         why = self.problems.get(decision.gang, decision.reason)
