@@ -25,6 +25,7 @@ import msgspec
 from muster.api import check_states
 from muster.api.encode import workload_to_kueue
 from muster.api.model import Admission, AdmissionCheck, Workload, WorkloadKey
+from muster.api.pod_set_updates import PodSetUpdate, ready_updates
 from muster.checks.framework import CheckController, Inputs, Plan, config_of
 from muster.checks.provisioning import PROVISIONING_REQUESTS
 from muster.checks.provisioning.objects import attempt_of, name_of
@@ -137,6 +138,11 @@ class CheckModels:
                 now_s=now_s,
             )
             self._apply(controller.reconcile(inputs), reservation, stored, now_s=now_s)
+
+    def pod_set_updates(self, key: WorkloadKey) -> list[PodSetUpdate]:
+        """What its Ready checks ask to be set on its pods (podSetUpdates), as stored now."""
+        stored = self.stored.get(key)
+        return ready_updates(stored.entries) if stored is not None else []
 
     def state_now(self, now_s: float) -> object:
         """What decides the controllers' next answers, for `Repeats` (runner.py): per workload,

@@ -20,9 +20,10 @@ the clusters' Placements and turns dispatch decisions into timeline entries.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 from muster.api.model import Admission, Node, ResourceFlavor, Workload, WorkloadKey
+from muster.api.pod_set_updates import PodSetUpdate
 from muster.api.wellknown import CLUSTER_LOST, LOCAL_CLUSTER
 from muster.core.dispatch import ClusterCapacity, demand_of, node_room
 from muster.core.dispatcher import ClusterView, DispatcherState, Sent, Try, Waiting
@@ -84,7 +85,13 @@ class Fleet:
             self.changed = True
 
     def admitted(
-        self, wl: Workload, admission: Admission, *, run_s: float | None, now_s: float
+        self,
+        wl: Workload,
+        admission: Admission,
+        *,
+        run_s: float | None,
+        now_s: float,
+        updates: Sequence[PodSetUpdate] = (),
     ) -> None:
         """Place the pods of an admitted workload where it was dispatched (else locally)."""
         cluster = self.book.targets.get(wl.key, LOCAL_CLUSTER)
@@ -94,7 +101,7 @@ class Fleet:
             self.host.gang_bound(wl.key)
             return
         if cluster not in self.book.down:
-            placement.admitted(wl, admission, run_s=run_s, now_s=now_s)
+            placement.admitted(wl, admission, run_s=run_s, now_s=now_s, updates=updates)
 
     def admission_ended(self, key: WorkloadKey, *, finished: bool, now_s: float) -> None:
         if finished:

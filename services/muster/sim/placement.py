@@ -11,7 +11,7 @@ virtual clock: when each pod and gang object arrived, how long it runs.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -30,6 +30,7 @@ from muster.api.model import (
     Workload,
     WorkloadKey,
 )
+from muster.api.pod_set_updates import PodSetUpdate, updated_pod
 from muster.api.wellknown import GANG_TIMED_OUT, PREEMPTED
 from muster.core.events import Event, EventType
 from muster.core.placement.feed import GangFeed, source_key
@@ -236,11 +237,18 @@ class Placement:
             self.scheduler.upsert_gang(spec)
 
     def admitted(
-        self, wl: Workload, admission: Admission, *, run_s: float | None, now_s: float
+        self,
+        wl: Workload,
+        admission: Admission,
+        *,
+        run_s: float | None,
+        now_s: float,
+        updates: Sequence[PodSetUpdate] = (),
     ) -> None:
         """The engine admitted `wl`: create its pods and register its gang.
 
         `run_s` is not the pods' own: the workload finishes `run_s` after its gang is bound.
+        `updates`: its Ready checks' podSetUpdates, put on its pods as the binder does.
         """
         priority = wl.priority or 0
         gang = gang_of_admitted(
@@ -254,7 +262,7 @@ class Placement:
         touched = self.feed.admit(gang.spec)
         self.specs[gang.spec.key] = gang.spec
         self.scheduler.upsert_gang(gang.spec)
-        for pod in gang.pods:
+        for pod in (updated_pod(p, updates) for p in gang.pods):
             record = PodRecord(pod=pod, serial=next(self.serials), created_s=now_s)
             record.info = pod_info(
                 pod,

@@ -488,7 +488,8 @@ class Simulation:
         if self.placement is not None and admission is not None:
             wl = self.engine.workload(key)
             run_s = self.run_seconds(key, track)
-            self.placement.admitted(wl, admission, run_s=run_s, now_s=self.now_s)
+            updates = self.check_models.pod_set_updates(key)
+            self.placement.admitted(wl, admission, run_s=run_s, now_s=self.now_s, updates=updates)
             return
         self.start_running(key, track)
 
