@@ -20,7 +20,7 @@ the clusters' Placements and turns dispatch decisions into timeline entries.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 
 from muster.api.model import Admission, Node, ResourceFlavor, Workload, WorkloadKey
 from muster.api.pod_set_updates import PodSetUpdate
@@ -85,13 +85,7 @@ class Fleet:
             self.changed = True
 
     def admitted(
-        self,
-        wl: Workload,
-        admission: Admission,
-        *,
-        run_s: float | None,
-        now_s: float,
-        updates: Sequence[PodSetUpdate] = (),
+        self, wl: Workload, admission: Admission, *, run_s: float | None, now_s: float
     ) -> None:
         """Place the pods of an admitted workload where it was dispatched (else locally)."""
         cluster = self.book.targets.get(wl.key, LOCAL_CLUSTER)
@@ -101,7 +95,7 @@ class Fleet:
             self.host.gang_bound(wl.key)
             return
         if cluster not in self.book.down:
-            placement.admitted(wl, admission, run_s=run_s, now_s=now_s, updates=updates)
+            placement.admitted(wl, admission, run_s=run_s, now_s=now_s)
 
     def admission_ended(self, key: WorkloadKey, *, finished: bool, now_s: float) -> None:
         if finished:
@@ -261,3 +255,6 @@ class ClusterHost:
 
     def push(self, at_s: float, action: Action) -> None:
         self.fleet.host.push(at_s, action)
+
+    def pod_set_updates(self, key: WorkloadKey) -> list[PodSetUpdate]:
+        return self.fleet.host.pod_set_updates(key)

@@ -11,7 +11,7 @@ virtual clock: when each pod and gang object arrived, how long it runs.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -82,6 +82,7 @@ class PlacementHost(Protocol):
     def evict(self, key: WorkloadKey, *, reason: str, message: str) -> None: ...
     def gang_bound(self, key: WorkloadKey) -> None: ...
     def push(self, at_s: float, action: Action) -> None: ...
+    def pod_set_updates(self, key: WorkloadKey) -> list[PodSetUpdate]: ...
 
 
 @dataclass(slots=True)
@@ -237,18 +238,12 @@ class Placement:
             self.scheduler.upsert_gang(spec)
 
     def admitted(
-        self,
-        wl: Workload,
-        admission: Admission,
-        *,
-        run_s: float | None,
-        now_s: float,
-        updates: Sequence[PodSetUpdate] = (),
+        self, wl: Workload, admission: Admission, *, run_s: float | None, now_s: float
     ) -> None:
-        """The engine admitted `wl`: create its pods and register its gang.
+        """The engine admitted `wl`: create its pods (with what its Ready checks ask for in
+        podSetUpdates, as the binder does) and register its gang.
 
         `run_s` is not the pods' own: the workload finishes `run_s` after its gang is bound.
-        `updates`: its Ready checks' podSetUpdates, put on its pods as the binder does.
         """
         priority = wl.priority or 0
         gang = gang_of_admitted(
@@ -262,6 +257,7 @@ class Placement:
         touched = self.feed.admit(gang.spec)
         self.specs[gang.spec.key] = gang.spec
         self.scheduler.upsert_gang(gang.spec)
+        updates = self.host.pod_set_updates(wl.key)
         for pod in (updated_pod(p, updates) for p in gang.pods):
             record = PodRecord(pod=pod, serial=next(self.serials), created_s=now_s)
             record.info = pod_info(

@@ -25,6 +25,7 @@ from muster.api.model import (
     Workload,
     WorkloadKey,
 )
+from muster.api.pod_set_updates import PodSetUpdate
 from muster.core.engine import Engine
 from muster.core.events import Event, EventType
 from muster.core.queued_time import QueuedTime
@@ -488,8 +489,7 @@ class Simulation:
         if self.placement is not None and admission is not None:
             wl = self.engine.workload(key)
             run_s = self.run_seconds(key, track)
-            updates = self.check_models.pod_set_updates(key)
-            self.placement.admitted(wl, admission, run_s=run_s, now_s=self.now_s, updates=updates)
+            self.placement.admitted(wl, admission, run_s=run_s, now_s=self.now_s)
             return
         self.start_running(key, track)
 
@@ -528,6 +528,10 @@ class Simulation:
 
     def push(self, at_s: float, action: Action) -> None:
         self.timeline.push(at_s, action)
+
+    def pod_set_updates(self, key: WorkloadKey) -> list[PodSetUpdate]:
+        """What the Ready controller-run checks of `key` ask to be set on its pods."""
+        return self.check_models.pod_set_updates(key)
 
     def result(self) -> SimulationResult:
         engine = self.engine
