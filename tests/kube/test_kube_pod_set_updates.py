@@ -7,7 +7,7 @@ from typing import Any
 
 from muster.api.model import Toleration
 from muster.cluster.backend import PodSetStart
-from muster.cluster.kube.pod_set_updates import with_check_updates
+from muster.cluster.pod_set_updates import with_check_updates
 
 MAIN = PodSetStart(
     name="main",

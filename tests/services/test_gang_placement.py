@@ -125,9 +125,15 @@ class RefusingBackend:
         admission: int = 0,
         origin: Any = None,
         nodes: Mapping[str, str] | None = None,
+        checked: bool = False,
     ) -> None:
         await self._backend.start_workload(
-            workload_key, pod_sets=pod_sets, admission=admission, origin=origin, nodes=nodes
+            workload_key,
+            pod_sets=pod_sets,
+            admission=admission,
+            origin=origin,
+            nodes=nodes,
+            checked=checked,
         )
 
     async def stop_workload(

@@ -315,11 +315,14 @@ class LimitRange(Frozen, frozen=True, kw_only=True):
 
 class RuntimeClass(Frozen, frozen=True, kw_only=True):
     """A node.k8s.io/v1 RuntimeClass: what a pod naming it costs beyond its containers
-    (`overhead.podFixed`, added to its requests by Kueue and by the API server)."""
+    (`overhead.podFixed`, added to its requests by Kueue and by the API server), and where
+    such a pod may run (`scheduling`, merged into the pod by the API server)."""
 
     meta: ObjectMeta
     handler: str
     overhead: Resources = msgspec.field(default_factory=dict)  # podFixed, milli-units
+    node_selector: Mapping[str, str] = msgspec.field(default_factory=dict)  # scheduling's
+    tolerations: tuple[Toleration, ...] = ()  # scheduling's
 
 
 # --- workloads -------------------------------------------------------------------------------

@@ -312,9 +312,15 @@ class RawOverhead(Wire):
     pod_fixed: QuantityMap = {}
 
 
+class RawScheduling(Wire):
+    node_selector: dict[str, str] = {}
+    tolerations: list[RawToleration] = []
+
+
 class RawRuntimeClass(Document):
     handler: str = ""
     overhead: RawOverhead | None = None
+    scheduling: RawScheduling | None = None
 
 
 class RawMultiKueueConfigSpec(Wire):

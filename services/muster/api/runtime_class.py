@@ -10,6 +10,7 @@ from __future__ import annotations
 from muster.api.errors import ObjectErrors
 from muster.api.model import ObjectMeta, RuntimeClass
 from muster.api.names import dns1123_label_problem
+from muster.api.podspec import tolerations
 from muster.api.raw import RawRuntimeClass
 
 
@@ -24,8 +25,11 @@ def runtime_class_from_raw(
     elif (problem := dns1123_label_problem(raw.handler)) is not None:
         errs.add("handler", problem)
     pod_fixed = raw.overhead.pod_fixed if raw.overhead is not None else {}
+    scheduling = raw.scheduling
     return RuntimeClass(
         meta=meta,
         handler=raw.handler,
         overhead=errs.quantities(pod_fixed, "overhead.podFixed"),
+        node_selector=dict(scheduling.node_selector) if scheduling is not None else {},
+        tolerations=tolerations(scheduling.tolerations) if scheduling is not None else (),
     )

@@ -441,6 +441,8 @@ async def _start_fenced(
         admission=admission,
         origin=origin,
         nodes=nodes,
+        # A workload with admission checks: their podSetUpdates go onto its pods.
+        checked=not admitted.admitted.with_reservation,
     )
     if not ctx.fences.stale(key, admission):
         return True

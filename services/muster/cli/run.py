@@ -27,6 +27,7 @@ from muster.cli.simulate import (
     EXIT_OK,
     TABLE_COLUMNS,
     add_run_options,
+    note_repeats,
     run_files,
 )
 from muster.core.routing import POLICIES, Policy, RoutingSettings
@@ -163,6 +164,7 @@ def run_virtual(args: argparse.Namespace) -> int:
         about = ABOUT
     if isinstance(result, int):
         return result
+    note_repeats(result)  # as `muster simulate` says it
     print(f"Simulating {about} (virtual clock, quota only{until}).\n")
     sys.stdout.write(render_table(result))
     return EXIT_OK

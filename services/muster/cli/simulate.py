@@ -109,6 +109,13 @@ def handle(args: argparse.Namespace) -> int:
     )
     if isinstance(result, int):
         return result
+    note_repeats(result)
+    sys.stdout.write(RENDERERS[args.output](result))
+    return EXIT_OK
+
+
+def note_repeats(result: SimulationResult) -> None:
+    """Say on stderr why a run without `--until` ended early, when it ended on a repeat."""
     if result.repeats_from_s is not None:
         print(
             f"muster: the simulation ends at t={result.end_s:g}: from there it would repeat what "
@@ -116,8 +123,6 @@ def handle(args: argparse.Namespace) -> int:
             "timeouts); --until simulates further",
             file=sys.stderr,
         )
-    sys.stdout.write(RENDERERS[args.output](result))
-    return EXIT_OK
 
 
 def run_files(

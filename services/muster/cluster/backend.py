@@ -201,6 +201,7 @@ class ClusterBackend(Protocol):
         admission: int = 0,
         origin: WorkloadOrigin | None = None,
         nodes: Mapping[str, str] | None = None,
+        checked: bool = False,
     ) -> None:
         """Create the pods of admitted workload "<namespace>/<name>" (the binder's unsuspend).
 
@@ -220,6 +221,11 @@ class ClusterBackend(Protocol):
         and is bound to its node as `bind` would (created unbound before: a binder that did
         not place first). Pods the binder does not create (a Job's, a pod group's) cannot be
         created so: a permanent ClusterError "Invalid", nothing written.
+
+        What the Ready admission checks of its Kueue Workload asked for in `podSetUpdates`
+        (`muster.cluster.pod_set_updates`) goes onto the pods over `pod_sets`. `checked`: the
+        admission passed admission checks (not admitted with its reservation); a backend that
+        must read the Workload to find them may skip the read without it.
         """
         ...
 

@@ -25,6 +25,7 @@ import msgspec
 from muster.api import check_states
 from muster.api.encode import workload_to_kueue
 from muster.api.model import Admission, AdmissionCheck, Workload, WorkloadKey
+from muster.api.pod_set_updates import PodSetUpdate, ready_updates
 from muster.checks.framework import CheckController, Inputs, Plan, config_of
 from muster.checks.provisioning import PROVISIONING_REQUESTS
 from muster.checks.provisioning.objects import attempt_of, name_of
@@ -138,6 +139,27 @@ class CheckModels:
             )
             self._apply(controller.reconcile(inputs), reservation, stored, now_s=now_s)
 
+    def pod_set_updates(self, key: WorkloadKey) -> list[PodSetUpdate]:
+        """What its Ready checks ask to be set on its pods (podSetUpdates), as stored now."""
+        stored = self.stored.get(key)
+        return ready_updates(stored.entries) if stored is not None else []
+
+    def state_now(self, now_s: float) -> object:
+        """What decides the controllers' next answers, for `Repeats` (runner.py): per workload,
+        its check entries, the objects its controllers own, the autoscaler's conditions due
+        and its live reservation (without the simulator's epoch), times as seconds from
+        `now_s`, so that the same cycle later encodes the same."""
+        return [
+            (
+                key,
+                [_relative(entry, now_s) for entry in stored.entries],
+                sorted(stored.owned.items()),
+                sorted((at_s - now_s, name, condition) for at_s, name, condition in stored.due),
+                None if (live := self.live.get(key)) is None else (live.admission, live.checks),
+            )
+            for key, stored in sorted(self.stored.items())
+        ]
+
     def _apply(self, plan: Plan, reservation: Reservation, stored: Stored, *, now_s: float) -> None:
         """Carry out what `plan` asks, as the runner on Kubernetes would write it."""
         key, now = reservation.workload.key, check_states.format_time(now_s)
@@ -210,6 +232,12 @@ class CheckModels:
     def _config(self, controller: CheckController, check: str) -> Mapping[str, Any] | None:
         name = config_of(controller, self.checks[check])
         return self.configs.get(name) if name is not None else None
+
+
+def _relative(entry: check_states.Entry, now_s: float) -> JsonObj:
+    """A check entry with its lastTransitionTime as seconds before `now_s`."""
+    at_s = check_states.parse_time(entry.get("lastTransitionTime"))
+    return {**entry, "lastTransitionTime": None if at_s is None else at_s - now_s}
 
 
 def _all_required(stored: Stored, reservation: Reservation) -> list[str]:

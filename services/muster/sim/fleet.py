@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 from muster.api.model import Admission, Node, ResourceFlavor, Workload, WorkloadKey
+from muster.api.pod_set_updates import PodSetUpdate
 from muster.api.wellknown import CLUSTER_LOST, LOCAL_CLUSTER
 from muster.core.dispatch import ClusterCapacity, demand_of, node_room
 from muster.core.dispatcher import ClusterView, DispatcherState, Sent, Try, Waiting
@@ -141,6 +142,33 @@ class Fleet:
         due = [t for t in times if t is not None]
         return min(due) if due else None
 
+    def state_now(self, now_s: float) -> object:
+        """What decides the fleet's next dispatches and placements, for `Repeats` (runner.py):
+        each live cluster's placement state, the dispatcher's book without the simulator's
+        reservation epochs, and the losses ahead, times as seconds from `now_s`."""
+        book = self.book
+        return (
+            [
+                (n, p.state_now(now_s))
+                for n, p in sorted(self.placements.items())
+                if n in self.alive
+            ],
+            [(key, w.checks, w.demand) for key, w in book.waiting.items()],  # in their order
+            sorted(book.targets.items()),
+            sorted(book.last.items()),
+            sorted((key, cluster, takes) for key, (cluster, takes) in book.holds.items()),
+            sorted(book.down),
+            sorted(book.lost.items()),
+            sorted((key, sorted(clusters)) for key, clusters in book.fenced.items()),
+            sorted(
+                (key, cluster, r.count, max(r.until_s - now_s, 0.0), r.why)
+                for (key, cluster), r in book.refusals.items()
+            ),
+            sorted(self.where.items()),
+            sorted(self.ran_on.items()),
+            [(at_s - now_s, name) for at_s, name in self.losses],
+        )
+
     # --- dispatch and loss ----------------------------------------------------------------
 
     def dispatch_waiting(self, now_s: float) -> None:
@@ -227,3 +255,6 @@ class ClusterHost:
 
     def push(self, at_s: float, action: Action) -> None:
         self.fleet.host.push(at_s, action)
+
+    def pod_set_updates(self, key: WorkloadKey) -> list[PodSetUpdate]:
+        return self.fleet.host.pod_set_updates(key)

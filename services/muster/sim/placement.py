@@ -30,6 +30,7 @@ from muster.api.model import (
     Workload,
     WorkloadKey,
 )
+from muster.api.pod_set_updates import PodSetUpdate, updated_pod
 from muster.api.wellknown import GANG_TIMED_OUT, PREEMPTED
 from muster.core.events import Event, EventType
 from muster.core.placement.feed import GangFeed, source_key
@@ -81,6 +82,7 @@ class PlacementHost(Protocol):
     def evict(self, key: WorkloadKey, *, reason: str, message: str) -> None: ...
     def gang_bound(self, key: WorkloadKey) -> None: ...
     def push(self, at_s: float, action: Action) -> None: ...
+    def pod_set_updates(self, key: WorkloadKey) -> list[PodSetUpdate]: ...
 
 
 @dataclass(slots=True)
@@ -238,7 +240,8 @@ class Placement:
     def admitted(
         self, wl: Workload, admission: Admission, *, run_s: float | None, now_s: float
     ) -> None:
-        """The engine admitted `wl`: create its pods and register its gang.
+        """The engine admitted `wl`: create its pods (with what its Ready checks ask for in
+        podSetUpdates, as the binder does) and register its gang.
 
         `run_s` is not the pods' own: the workload finishes `run_s` after its gang is bound.
         """
@@ -254,7 +257,8 @@ class Placement:
         touched = self.feed.admit(gang.spec)
         self.specs[gang.spec.key] = gang.spec
         self.scheduler.upsert_gang(gang.spec)
-        for pod in gang.pods:
+        updates = self.host.pod_set_updates(wl.key)
+        for pod in (updated_pod(p, updates) for p in gang.pods):
             record = PodRecord(pod=pod, serial=next(self.serials), created_s=now_s)
             record.info = pod_info(
                 pod,
@@ -316,6 +320,16 @@ class Placement:
 
     def next_deadline_s(self) -> float | None:
         return self.scheduler.next_deadline_s()
+
+    def state_now(self, now_s: float) -> object:
+        """What decides this cluster's next placements, for `Repeats` (runner.py): each pod's
+        fate, the waiting units' last words and how far the next gang deadline is."""
+        deadline_s = self.next_deadline_s()
+        return (
+            [(key, r.phase, r.node, r.reason, r.message) for key, r in sorted(self.pods.items())],
+            sorted(self.told.items()),
+            None if deadline_s is None else deadline_s - now_s,
+        )
 
     def waiting(self, decision: GangWaiting, *, now_s: float) -> None:
         # A source that cannot take the gang says more than "waiting for its Workload".

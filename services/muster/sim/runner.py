@@ -25,6 +25,7 @@ from muster.api.model import (
     Workload,
     WorkloadKey,
 )
+from muster.api.pod_set_updates import PodSetUpdate
 from muster.core.engine import Engine
 from muster.core.events import Event, EventType
 from muster.core.queued_time import QueuedTime
@@ -281,25 +282,26 @@ class Simulation:
         return self.result()
 
     def repeated(self) -> float | None:
-        """When the state now was seen before with only gang deadlines ahead, or None.
+        """When the state now was seen before with only the cluster's own timers ahead (gang
+        deadlines, a MultiKueue worker's loss), or None.
 
-        Only a scenario whose future is all in the engine and the cluster qualifies: no fact
-        or engine timer pending, no MultiKueue fleet or check controller with state of its own.
+        Only a scenario whose future is all in the engine, the cluster or clusters and the
+        check controllers qualifies: no fact or engine timer pending.
         """
         if (
-            not isinstance(self.placement, Placement)
-            or self.check_models.controllers
+            self.placement is None
             or self.timeline.next_time() is not None
             or self.engine.next_wakeup_s() is not None
         ):
             return None
         return self.repeats.first_seen_s(self.state_now(self.placement), self.now_s)
 
-    def state_now(self, placement: Placement) -> bytes:
+    def state_now(self, placement: Placement | Fleet) -> bytes:
         """Everything that decides what happens next, without the clock: each workload's
         phase and admission, which scripted check answer its next reservation gets, each pod's
-        fate, and how far the next gang deadline is."""
-        engine = self.engine
+        fate, where MultiKueue sent what, what the check controllers hold, and how far the
+        next gang deadline (or worker loss) is."""
+        engine, now_s = self.engine, self.now_s
         deadline_s = placement.next_deadline_s()
         return msgspec.json.encode(
             (
@@ -307,12 +309,9 @@ class Simulation:
                     (key, engine.phase(key), engine.admission(key), self.attempt(track))
                     for key, track in self.tracks.items()
                 ],
-                [
-                    (key, r.phase, r.node, r.reason, r.message)
-                    for key, r in sorted(placement.pods.items())
-                ],
-                sorted(placement.told.items()),
-                None if deadline_s is None else deadline_s - self.now_s,
+                placement.state_now(now_s),
+                self.check_models.state_now(now_s),
+                None if deadline_s is None else deadline_s - now_s,
             )
         )
 
@@ -529,6 +528,10 @@ class Simulation:
 
     def push(self, at_s: float, action: Action) -> None:
         self.timeline.push(at_s, action)
+
+    def pod_set_updates(self, key: WorkloadKey) -> list[PodSetUpdate]:
+        """What the Ready controller-run checks of `key` ask to be set on its pods."""
+        return self.check_models.pod_set_updates(key)
 
     def result(self) -> SimulationResult:
         engine = self.engine

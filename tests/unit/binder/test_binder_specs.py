@@ -94,6 +94,7 @@ class _Backend:
         admission: int = 0,
         origin: WorkloadOrigin | None = None,
         nodes: dict[str, str] | None = None,
+        checked: bool = False,
     ) -> None:
         self.started[key] = pod_sets
         self.origins[key] = origin
@@ -176,6 +177,7 @@ class _Refusing(_Backend):
         admission: int = 0,
         origin: WorkloadOrigin | None = None,
         nodes: dict[str, str] | None = None,
+        checked: bool = False,
     ) -> None:
         await super().start_workload(key, pod_sets=pod_sets, admission=admission, origin=origin)
         raise ClusterError("Job/ns/train", "Forbidden", 'jobs.batch is forbidden: user "mk"')

@@ -49,7 +49,6 @@ from muster.cluster.kube import copies, jobs, jobsets
 from muster.cluster.kube.config import api_client
 from muster.cluster.kube.discovery import GangApi
 from muster.cluster.kube.informer import SEQ_BITS, merged_watch, resource_version_now
-from muster.cluster.kube.pod_set_updates import with_check_updates
 from muster.cluster.kube.ratelimit import TokenBucket
 from muster.cluster.kube.resize import ResizeError, resized
 from muster.cluster.kube.resources import (
@@ -67,6 +66,7 @@ from muster.cluster.kube.retry import cancelling_check, retrying
 from muster.cluster.kube.settings import KubeConfig
 from muster.cluster.kube.transport import MERGE_PATCH, Response, Transport
 from muster.cluster.objects import NodeView, PodView, check_node, check_pod, node_view, pod_view
+from muster.cluster.pod_set_updates import with_check_updates
 
 log = logging.getLogger(__name__)
 V = TypeVar("V")
@@ -399,6 +399,7 @@ class KubeBackend:
         admission: int = 0,
         origin: WorkloadOrigin | None = None,
         nodes: Mapping[str, str] | None = None,
+        checked: bool = False,  # the Workload is read in any case
     ) -> None:
         """As the protocol says. With `origin` (MultiKueue dispatched it here from the manager
         it names), what it stands for is created here first when absent (`copies`): its Job,

@@ -32,8 +32,8 @@ from muster.api.encode import quantities_to_strings
 from muster.api.errors import ObjectErrors
 from muster.api.job import workload_name_for_job
 from muster.api.jobset import JOBSET_KIND, workload_name_for_jobset
-from muster.api.model import ContainerResources, LimitRange, RuntimeClass
-from muster.api.podspec import pod_resources
+from muster.api.model import ContainerResources, LimitRange, RuntimeClass, Toleration
+from muster.api.podspec import pod_resources, tolerations
 from muster.api.quantity import format_quantity
 from muster.api.raw import RawPodSpec
 from muster.api.wellknown import POD_SCRIPT_ANNOTATIONS
@@ -92,11 +92,13 @@ from muster.cluster.objects import (
     node_view,
     pod_view,
 )
+from muster.cluster.pod_set_updates import with_check_updates
 from muster.cluster.sim.clock import Clock, WallClock
 from muster.cluster.sim.store import SimStore, StoredObject, bus_errors
 from muster.core.limit_ranges import summarize
 from muster.core.pod_limits import defaulted_pod, pod_problems, refusal
 from muster.core.pod_overhead import admitted_pod
+from muster.core.runtime_class_scheduling import Scheduling, merged_scheduling
 
 log = logging.getLogger(__name__)
 V = TypeVar("V")
@@ -241,9 +243,11 @@ class SimBackend:
         return pod
 
     async def _runtime_class_admitted(self, key: str, pod: dict[str, Any]) -> None:
-        """The API server's RuntimeClass admission on new pod `pod` (`core.pod_overhead`): its
-        RuntimeClass's overhead written into `spec.overhead`, so the pod asks it on its node;
-        ClusterError Forbidden, in Kubernetes' words, when it would refuse the pod."""
+        """The API server's RuntimeClass admission on new pod `pod`: its RuntimeClass's
+        overhead written into `spec.overhead` (`core.pod_overhead`), so the pod asks it on its
+        node, and its scheduling merged into the pod's nodeSelector and tolerations
+        (`core.runtime_class_scheduling`), so it is placed where that runtime is; ClusterError
+        Forbidden, in Kubernetes' words, when it would refuse the pod."""
         spec = pod["spec"]
         name = spec.get("runtimeClassName") or ""
         stored = await self.store.get(object_key("RuntimeClass", "", name)) if name else None
@@ -251,12 +255,21 @@ class SimBackend:
         if stored is not None:
             objects, _ = decode_documents([stored.obj], names_checked=True)
             found = next((o for o in objects if isinstance(o, RuntimeClass)), None)
-        written = pod_resources(msgspec.convert(spec, RawPodSpec), ObjectErrors(""), path="spec")
-        admitted = admitted_pod(written, found)
-        if isinstance(admitted, str):
-            raise ClusterError(describe(key), "Forbidden", refusal(_meta(pod)["name"], [admitted]))
-        if admitted.overhead:
+        raw = msgspec.convert(spec, RawPodSpec)
+        admitted = admitted_pod(pod_resources(raw, ObjectErrors(""), path="spec"), found)
+        scheduling = (
+            merged_scheduling(raw.node_selector, tolerations(raw.tolerations), found)
+            if found is not None
+            else None
+        )
+        for refused in (admitted, scheduling):
+            if isinstance(refused, str):
+                problem = refusal(_meta(pod)["name"], [refused])
+                raise ClusterError(describe(key), "Forbidden", problem)
+        if not isinstance(admitted, str) and admitted.overhead:
             spec["overhead"] = quantities_to_strings(admitted.overhead)
+        if isinstance(scheduling, Scheduling):
+            _schedule(spec, scheduling)
 
     def kept_for_binds(self) -> int:
         """How many pods this backend holds to bind without a read: those it created unbound
@@ -372,13 +385,22 @@ class SimBackend:
         admission: int = 0,
         origin: WorkloadOrigin | None = None,
         nodes: Mapping[str, str] | None = None,
+        checked: bool = False,
     ) -> None:
         """As the protocol says; a workload from another cluster (`origin`) needs no copy
-        here: the simulated cluster's pods stand on their own."""
+        here: the simulated cluster's pods stand on their own. The Kueue Workload stored here
+        (if any) is read only when `checked` or when the pods lack `muster.dev/run-seconds`:
+        a workload admitted with its reservation, the common case, costs no read."""
         namespace, name = split_workload_key(workload_key)
+        needs_script = not all(RUN_SECONDS_ANNOTATION in ps.annotations for ps in pod_sets)
+        stored = None
+        if checked or needs_script:
+            stored = await self.store.get(object_key("Workload", namespace, name))
+        if checked and stored is not None:
+            pod_sets = with_check_updates(pod_sets, stored.obj)  # as on Kubernetes
         annotations: dict[str, str] = {}
-        if not all(RUN_SECONDS_ANNOTATION in ps.annotations for ps in pod_sets):
-            annotations = await self._workload_annotations(namespace, name)
+        if needs_script:
+            annotations = await self._workload_annotations(namespace, name, stored)
         labels = {WORKLOAD_LABEL: name, **({ADMISSION_LABEL: str(admission)} if admission else {})}
         created_at = format_time(self._clock.now_s())
         makers = [
@@ -417,10 +439,11 @@ class SimBackend:
         controllers, its binder makes every pod."""
         return self._placed_first
 
-    async def _workload_annotations(self, namespace: str, name: str) -> dict[str, str]:
+    async def _workload_annotations(
+        self, namespace: str, name: str, stored: StoredObject | None
+    ) -> dict[str, str]:
         """Return the annotations the kubelet reads (run-seconds, readiness) of the stored
-        Workload, or of the Job or JobSet it is for."""
-        stored = await self.store.get(object_key("Workload", namespace, name))
+        Workload (`stored`, read by the caller), or of the Job or JobSet it is for."""
         sources = [stored] if stored is not None else []
         for kind, name_of in _OWNERS.items():
             if sources:
@@ -537,16 +560,15 @@ class _PodMaker:
     ) -> None:
         self._namespace = namespace
         self._pod_set = pod_set
-        self._labels = labels
+        # An admission check's labels (podSetUpdates) first: muster's own cannot be replaced.
+        self._labels = {**pod_set.labels, **labels}
         self._annotations = {**annotations, **pod_set.annotations, POD_SET_ANNOTATION: pod_set.name}
         self._created_at = created_at
         self._requests = {
             resource: format_quantity(milli, binary=resource.startswith(_BINARY_RESOURCES))
             for resource, milli in sorted(pod_set.requests.items())
         }
-        self._tolerations = [
-            {k: v for k, v in msgspec.to_builtins(t).items() if v} for t in pod_set.tolerations
-        ]
+        self._tolerations = [_toleration_json(t) for t in pod_set.tolerations]
 
     def pods(self, nodes: Mapping[str, str] | None) -> Iterator[dict[str, Any]]:
         """The podset's pods in index order, each made when asked for: all of them, or
@@ -600,6 +622,19 @@ class _PodMaker:
             "spec": spec,
             "status": status,
         }
+
+
+def _schedule(spec: dict[str, Any], scheduling: Scheduling) -> None:
+    """Write a RuntimeClass's merged scheduling into a new pod's `spec`."""
+    if scheduling.node_selector:
+        spec["nodeSelector"] = scheduling.node_selector
+    added = [_toleration_json(t) for t in scheduling.added_tolerations]
+    if added:
+        spec["tolerations"] = [*(spec.get("tolerations") or []), *added]
+
+
+def _toleration_json(toleration: Toleration) -> dict[str, str]:
+    return {k: v for k, v in msgspec.to_builtins(toleration).items() if v}
 
 
 def _fill(written: dict[str, Any], resources: ContainerResources) -> None:

@@ -1,0 +1,114 @@
+"""The podSetUpdates of a Kueue Workload's Ready admission checks, read as hostile input.
+
+A controller answering Ready may list `podSetUpdates` in its entry of the Workload's
+`status.admissionChecks` (labels, annotations, nodeSelector, tolerations per podset): the
+ProvisioningRequest check names the request the pods are to consume this way. Kueue's job
+framework puts them on the pods as the workload starts. Both cluster backends
+(`muster.cluster.pod_set_updates`) and the simulator's pods (`muster.sim.placement`) read them
+here; an entry or field of the wrong shape is left out, never raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from muster.api.model import Frozen, Pod, Toleration
+from muster.api.wellknown import POD_SET_ANNOTATION, WORKLOAD_LABEL
+
+_TOLERATION_FIELDS = ("key", "operator", "value", "effect")
+
+
+class PodSetUpdate(Frozen, frozen=True, kw_only=True):
+    """What one Ready check asks to be set on the pods of podset `name`."""
+
+    name: str
+    labels: Mapping[str, str] = msgspec.field(default_factory=dict)
+    annotations: Mapping[str, str] = msgspec.field(default_factory=dict)
+    node_selector: Mapping[str, str] = msgspec.field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+
+
+def ready_updates(entries: object) -> list[PodSetUpdate]:
+    """The podSetUpdates of the Ready entries among `entries` (a Workload's
+    `status.admissionChecks`, as stored), in their order."""
+    return [
+        PodSetUpdate(
+            name=str(update.get("name") or ""),
+            labels=_string_map(update.get("labels")),
+            annotations=_string_map(update.get("annotations")),
+            node_selector=_string_map(update.get("nodeSelector")),
+            tolerations=tuple(
+                t for t in map(_toleration, _dicts(update.get("tolerations"))) if t is not None
+            ),
+        )
+        for entry in _dicts(entries)
+        if entry.get("state") == "Ready"
+        for update in _dicts(entry.get("podSetUpdates"))
+    ]
+
+
+def ready_updates_of(workload: Mapping[str, Any] | None) -> list[PodSetUpdate]:
+    """`ready_updates` of Kueue Workload `workload` as stored (None: no Workload)."""
+    status = (workload or {}).get("status")
+    return ready_updates(status.get("admissionChecks") if isinstance(status, dict) else None)
+
+
+def merged_tolerations(
+    have: tuple[Toleration, ...], more: Sequence[Toleration]
+) -> tuple[Toleration, ...]:
+    """`have` and then those of `more` not among them."""
+    out = list(have)
+    out += [t for t in more if t not in out]
+    return tuple(out)
+
+
+def updated_pod(pod: Pod, updates: Sequence[PodSetUpdate]) -> Pod:
+    """`pod` (of the podset its `muster.dev/pod-set` annotation names) with the `updates` for
+    its podset over what its template set; muster's own label and annotation stay."""
+    pod_set = pod.meta.annotations.get(POD_SET_ANNOTATION)
+    mine = [u for u in updates if u.name == pod_set]
+    if not mine:
+        return pod
+    meta = pod.meta
+    labels, annotations, selector = (
+        dict(meta.labels),
+        dict(meta.annotations),
+        dict(pod.node_selector),
+    )
+    tolerations = pod.tolerations
+    for update in mine:
+        labels.update(update.labels)
+        annotations.update(update.annotations)
+        selector.update(update.node_selector)
+        tolerations = merged_tolerations(tolerations, update.tolerations)
+    for own, kept in ((labels, meta.labels), (annotations, meta.annotations)):
+        for key in (WORKLOAD_LABEL, POD_SET_ANNOTATION):
+            if key in kept:
+                own[key] = kept[key]
+    return msgspec.structs.replace(
+        pod,
+        meta=msgspec.structs.replace(meta, labels=labels, annotations=annotations),
+        node_selector=selector,
+        tolerations=tolerations,
+    )
+
+
+def _string_map(value: object) -> dict[str, str]:
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): str(v) for k, v in value.items() if isinstance(v, str)}
+
+
+def _dicts(value: object) -> list[Mapping[str, Any]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _toleration(obj: Mapping[str, Any]) -> Toleration | None:
+    fields = {f: obj[f] for f in _TOLERATION_FIELDS if isinstance(obj.get(f), str)}
+    try:
+        return msgspec.convert(fields, Toleration)
+    except msgspec.ValidationError:
+        return None

@@ -1,0 +1,94 @@
+"""A Ready admission check's podSetUpdates reach the simulated cluster's pods, as the kube
+backend puts them on a Workload's pods (docs/kubernetes.md, "Admission checks" step 4): a
+controller writes them into the Kueue Workload stored in the cluster, admission admits it
+after its checks (not with its reservation), and the binder starts its pods with the labels,
+annotations, nodeSelector and tolerations asked for. Against a real nats-server, placed
+first (the simulated cluster's default) and created unbound then bound."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from bus_helpers import EventLog
+from placement_stack import Stack, node, placement_stack, workload_manifest
+
+from muster.bus import Bus
+from muster.contracts.v1 import events_pb2
+
+pytestmark = pytest.mark.timeout(60)
+
+CONSUME = "autoscaling.x-k8s.io/consume-provisioning-request"
+UPDATE: dict[str, Any] = {
+    "name": "main",
+    "labels": {"team": "ml"},
+    "annotations": {CONSUME: "train-prov-1"},
+    "nodeSelector": {"pool": "provisioned"},
+    "tolerations": [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}],
+}
+
+
+@pytest.fixture(params=[True, False], ids=["placed-first", "created-unbound"])
+async def stack(bus: Bus, events: EventLog, request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
+    async with placement_stack(bus, events, placed_first=request.param) as s:
+        yield s
+
+
+def checked_workload(state: str) -> dict[str, Any]:
+    """Workload ns/train of two pods, its check "prov" answered `state` with UPDATE."""
+    manifest = workload_manifest("train", count=2, cpu="1", run_seconds="600")
+    entry = {"name": "prov", "state": state, "message": "", "podSetUpdates": [UPDATE]}
+    manifest["status"] = {"admissionChecks": [entry]}
+    return manifest
+
+
+async def admitted_after_checks(stack: Stack, manifest: dict[str, Any]) -> str:
+    """Store `manifest` in the cluster (the watcher tells its `submitted`), then publish its
+    `admitted` as admission does once its checks passed: no `with_reservation`."""
+    await stack.backend.apply(manifest)
+    key = "ns/train"
+    await stack.events.wait_for("submitted", workload=key, timeout_s=10)
+    assignment = events_pb2.PodSetAssignment(name="main", count=2, flavors={"cpu": "default"})
+    admitted = events_pb2.WorkloadAdmitted(
+        admission=events_pb2.Admission(cluster_queue="cq", pod_set_assignments=[assignment]),
+        manifest_json=json.dumps(manifest),
+        origin_cluster="local",
+        with_reservation=False,
+    )
+    await stack.publish("admitted", admitted, workload=key)
+    return key
+
+
+async def pods_of_train(stack: Stack) -> list[dict[str, Any]]:
+    await stack.wait_for_pods(
+        "ns/train", lambda pods: len(pods) == 2 and all(p.node_name for p in pods)
+    )
+    stored = [await stack.backend.store.get(f"pod.ns.train-main-{i}") for i in range(2)]
+    return [s.obj for s in stored if s is not None]
+
+
+async def test_a_ready_checks_pod_set_updates_go_onto_the_simulated_pods(stack: Stack) -> None:
+    await stack.backend.apply(node("n0", labels={"pool": "provisioned"}))
+    await admitted_after_checks(stack, checked_workload("Ready"))
+    pods = await pods_of_train(stack)
+    assert len(pods) == 2
+    for pod in pods:
+        meta, spec = pod["metadata"], pod["spec"]
+        assert meta["labels"]["team"] == "ml"
+        assert meta["labels"]["muster.dev/workload"] == "train"  # muster's own label kept
+        assert meta["annotations"][CONSUME] == "train-prov-1"
+        assert meta["annotations"]["muster.dev/run-seconds"] == "600"  # the template's kept
+        assert spec["nodeSelector"] == {"pool": "provisioned"}
+        assert spec["tolerations"] == [UPDATE["tolerations"][0]]
+
+
+async def test_updates_of_a_check_not_ready_stay_off_the_pods(stack: Stack) -> None:
+    """The same updates under a Pending answer (Kueue applies only Ready ones)."""
+    await stack.backend.apply(node("n0", labels={"pool": "provisioned"}))
+    await admitted_after_checks(stack, checked_workload("Pending"))
+    for pod in await pods_of_train(stack):
+        assert "team" not in pod["metadata"]["labels"]
+        assert CONSUME not in pod["metadata"]["annotations"]
+        assert "nodeSelector" not in pod["spec"]
