@@ -23,7 +23,9 @@ pytestmark = pytest.mark.timeout(30)
 
 GPU = "nvidia.com/gpu"
 # The light GPU job routed to the CPU queue: the GPU given up, 4 cpus instead of 1.
-ON_CPU = PodSetStart(name="main", count=1, requests={"cpu": 4000, "memory": 6 * 2**30 * 1000})
+ON_CPU = PodSetStart(
+    name="main", count=1, requests={"cpu": 4000, "memory": 6 * 2**30 * 1000}, routed=True
+)
 
 
 def gpu_job(name: str = "light") -> dict[str, Any]:
@@ -187,6 +189,6 @@ def test_a_pod_spec_is_resized_to_exactly_the_wanted_requests(
 def test_overhead_that_cannot_be_written_away_is_refused() -> None:
     spec = {"containers": [{"name": "a"}], "overhead": {"cpu": "2"}}
     before = copy.deepcopy(spec)
-    with pytest.raises(ResizeError, match=r"would request \{cpu: 3\} instead of \{cpu: 1\}"):
+    with pytest.raises(ResizeError, match=r"would request \{cpu: 2\} \(overhead \{cpu: 2\} included\) instead of \{cpu: 1\}"):
         resized(spec, {"cpu": 1000})
     assert spec == before
