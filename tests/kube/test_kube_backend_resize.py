@@ -189,6 +189,43 @@ def test_a_pod_spec_is_resized_to_exactly_the_wanted_requests(
 def test_overhead_that_cannot_be_written_away_is_refused() -> None:
     spec = {"containers": [{"name": "a"}], "overhead": {"cpu": "2"}}
     before = copy.deepcopy(spec)
-    with pytest.raises(ResizeError, match=r"would request \{cpu: 2\} \(overhead \{cpu: 2\} included\) instead of \{cpu: 1\}"):
+    refused = r"would request \{cpu: 2\} \(overhead \{cpu: 2\} included\) instead of \{cpu: 1\}"
+    with pytest.raises(ResizeError, match=refused):
         resized(spec, {"cpu": 1000})
     assert spec == before
+
+
+def test_a_runtime_classs_overhead_is_counted_and_left_to_the_api_server() -> None:
+    spec = {"runtimeClassName": "kata", "containers": [{"name": "a", "resources": {}}]}
+    spec["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
+    kata = {"kata": {"cpu": "500m", "memory": "100Mi"}}
+
+    out = resized(spec, {"cpu": 4000, "memory": 100 * 2**20 * 1000}, runtime_classes=kata)
+
+    assert out is not None
+    assert out["containers"][0]["resources"] == {"requests": {"cpu": "3500m"}}
+    assert "overhead" not in out  # the API server's RuntimeClass admission sets it on pods
+    with pytest.raises(ResizeError, match=r'spec.runtimeClassName: RuntimeClass "kata" not found'):
+        resized(spec, {"cpu": 4000})
+
+
+POD_LEVEL = {
+    "resources": {"requests": {"cpu": "2"}},
+    "containers": [
+        {"name": "a", "resources": {"requests": {"cpu": "1"}, "limits": {GPU: "1"}}},
+    ],
+}
+
+
+def test_pod_level_resources_stay_and_the_containers_give_up_the_rest() -> None:
+    out = resized(POD_LEVEL, {"cpu": 2000})  # the GPU given up, cpu as the pod sets it
+
+    assert out is not None
+    assert out["resources"] == POD_LEVEL["resources"]
+    assert out["containers"][0]["resources"] == {"requests": {"cpu": "1"}}
+
+
+def test_a_pod_level_resource_the_route_changes_is_refused_naming_the_field() -> None:
+    # A suspended Job's template may change its containers' resources, not the pod's own.
+    with pytest.raises(ResizeError, match=r"spec.resources sets cpu for the whole pod"):
+        resized(POD_LEVEL, {"cpu": 4000})
