@@ -166,3 +166,34 @@ async def test_a_multikueue_jobset_is_not_copied_where_its_namespace_is_missing(
         )
         await running_pods(west, f"{NAMESPACE}/{wl}", 3)
         assert await gone(stack.clusters["east"].kubectl)
+
+
+async def test_a_worker_without_the_jobset_crd_refuses_the_copy_saying_so_and_west_runs_it(
+    tmp_path: Path,
+) -> None:
+    """East serves no jobsets resource (the JobSet CRD not installed): its 404 is told apart
+    from a missing namespace's, the manager's check says so, and the copy runs in west."""
+    async with multikueue_stack(tmp_path, "east", "west") as stack, asyncio.timeout(TEST_S):
+        stack.clusters["east"].server.registry.remove(("jobset.x-k8s.io", "jobsets"))
+        await start_workers(stack)
+        manager, west = stack.manager.kubectl, stack.clusters["west"]
+        await active(manager, "east", "True")
+        await create(manager, managed_jobset())
+        wl = await workload_of(manager, "train")
+
+        await stack.events.wait_for(f"{NAMESPACE}/{wl}", "workload.gang_rejected", timeout_s=30)
+        (rejected,) = stack.events.of(f"{NAMESPACE}/{wl}", "workload.gang_rejected")
+        assert rejected.gang_rejected.message == (
+            f"cluster east: JobSet/{NAMESPACE}/train: the JobSet CRD "
+            "(jobsets.jobset.x-k8s.io/v1alpha2) is not installed in this cluster"
+        )
+
+        async def sent_west() -> str | None:
+            message = str((await check_of(manager, wl, "Ready"))["message"])
+            return message if message.startswith("dispatched to cluster west") else None
+
+        assert await eventually(sent_west, timeout_s=30) == (
+            "dispatched to cluster west: the first listed with room; not east: refused it "
+            f"({rejected.gang_rejected.message})"
+        )
+        await running_pods(west, f"{NAMESPACE}/{wl}", 3)

@@ -580,12 +580,8 @@ class KubeBackend:
                 return created
             if _already_exists(response):
                 return await self._get(resource, name, namespace)
-            if response.status == 404:  # the collection is there: its namespace is not
-                raise ClusterError(
-                    who,
-                    "NamespaceNotFound",
-                    f"namespace {namespace} does not exist in this cluster",
-                )
+            if response.status == 404:
+                raise _not_created(response, resource, who, namespace=namespace)
             raise response.error(who)
 
         return await self._retrying(create)
@@ -908,6 +904,27 @@ def _where(resource: Resource, owner: Mapping[str, Any]) -> tuple[str, str, str,
 
 def _already_exists(response: Response) -> bool:
     return response.status == 409 and b'"AlreadyExists"' in response.body
+
+
+def _not_created(
+    response: Response, resource: Resource, who: str, *, namespace: str
+) -> ClusterError:
+    """Why a create was answered 404: its namespace does not exist (the API server's Status
+    names `namespaces`), or the cluster does not serve `resource` at all (its "404 page not
+    found": a CRD not installed), each said as such."""
+    try:
+        status = response.json()
+    except msgspec.DecodeError:
+        status = None
+    details = status.get("details") if isinstance(status, dict) else None
+    if isinstance(details, dict) and details.get("kind") == "namespaces":
+        message = f"namespace {namespace} does not exist in this cluster"
+        return ClusterError(who, "NamespaceNotFound", message)
+    served = f"{resource.plural}.{resource.group or 'core'}/{resource.version}"
+    if resource.group.endswith(".k8s.io") or "." not in resource.group:
+        return ClusterError(who, "NotServed", f"{served} is not served by this cluster")
+    message = f"the {resource.kind} CRD ({served}) is not installed in this cluster"
+    return ClusterError(who, "NotServed", message)
 
 
 # The owners a MultiKueue copy is made of (`copies.owner_copy`): their resource, and how
