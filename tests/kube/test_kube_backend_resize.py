@@ -196,8 +196,8 @@ def test_overhead_that_cannot_be_written_away_is_refused() -> None:
 
 
 def test_a_runtime_classs_overhead_is_counted_and_left_to_the_api_server() -> None:
-    spec = {"runtimeClassName": "kata", "containers": [{"name": "a", "resources": {}}]}
-    spec["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
+    container = {"name": "a", "resources": {"requests": {"cpu": "1"}}}
+    spec: dict[str, Any] = {"runtimeClassName": "kata", "containers": [container]}
     kata = {"kata": {"cpu": "500m", "memory": "100Mi"}}
 
     out = resized(spec, {"cpu": 4000, "memory": 100 * 2**20 * 1000}, runtime_classes=kata)
