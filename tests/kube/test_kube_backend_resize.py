@@ -229,3 +229,29 @@ def test_a_pod_level_resource_the_route_changes_is_refused_naming_the_field() ->
     # A suspended Job's template may change its containers' resources, not the pod's own.
     with pytest.raises(ResizeError, match=r"spec.resources sets cpu for the whole pod"):
         resized(POD_LEVEL, {"cpu": 4000})
+
+
+@pytest.mark.parametrize(
+    ("fault", "said"),
+    [
+        (403, "its overhead, for the routed requests, cannot be read: "),
+        (None, 'spec.runtimeClassName: RuntimeClass "kata" not found'),
+    ],
+    ids=["runtime-class-read-refused", "runtime-class-missing"],
+)
+async def test_a_routed_job_whose_runtime_class_cannot_be_read_is_refused_and_stays_suspended(
+    server: ApiServer, fault: int | None, said: str
+) -> None:
+    async with backend_for(server) as backend:
+        made = gpu_job()
+        made["spec"]["template"]["spec"]["runtimeClassName"] = "kata"
+        await backend.apply(made)
+        key = f"default/{workload_name(stored_job(server))}"
+        if fault is not None:  # a binder's ClusterRole from before this rule
+            server.faults.fail_next(1, status=fault, verb="get", path="/runtimeclasses/kata$")
+
+        with pytest.raises(RequestsRefusedError) as caught:
+            await backend.start_workload(key, pod_sets=[ON_CPU])
+
+        assert said in caught.value.message
+        assert stored_job(server)["spec"]["suspend"] is True
