@@ -96,8 +96,8 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
     round_gap_s: float = 0.0
     round_fill: int = 8
     # One of N replicas: a round starts no sooner than N times as long as the one before took
-    # after it started (at most `round_stretch_most_s` later), unless a full batch waits, so
-    # that its rounds hold about as many events as a lone replica's (bus.ordered.Gather).
+    # after it started (at most `round_stretch_most_s` later), unless `round_fill` events wait,
+    # so that its rounds hold about as many events as a lone replica's (bus.ordered.Gather).
     round_stretch: bool = True
     round_stretch_most_s: float = ROUND_STRETCH_MOST_S
     ack_wait_s: float = 30.0  # a dead replica's unacked events come back after this long
@@ -154,12 +154,9 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
         stretch = self.shards if self.round_stretch and self.shards > 1 else 0
         if not stretch and self.round_gap_s <= 0:
             return None  # a lone replica: each round as soon as an event is there
-        # `round_fill` cuts the gap short; a stretched round is cut short only by a full
-        # batch: a lone replica's rounds hold what came meanwhile, and at 8 the stretch
-        # held half what it should under a burst (docs/benchmarks.md, "replica4").
         return Gather(
             self.round_gap_s,
-            self.round_fill if self.round_gap_s > 0 else self.batch,
+            self.round_fill,
             stretch=stretch,
             stretch_most_s=self.round_stretch_most_s if stretch else 0.0,
         )

@@ -19,20 +19,12 @@ def test_one_of_n_replicas_stretches_its_rounds_n_times_unless_told_not_to(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     four = ["--shards", "4", "--shard", "2"]
-    # Cut short by a full batch only (a lone replica's rounds hold what came meanwhile).
     assert configs(four)[1].gather == Gather(
-        gap_s=0.0, fill=256, stretch=4, stretch_most_s=ROUND_STRETCH_MOST_S
+        gap_s=0.0, fill=8, stretch=4, stretch_most_s=ROUND_STRETCH_MOST_S
     )
     assert configs([*four, "--round-stretch", "off"])[1].gather is None
     monkeypatch.setenv("MUSTER_ADMISSION_ROUND_STRETCH", "off")
     assert configs([*four, "--round-gap-seconds", "0.01"])[1].gather == Gather(gap_s=0.01, fill=8)
-
-
-def test_the_fill_cuts_the_gap_short_even_when_the_rounds_are_stretched_too() -> None:
-    four = ["--shards", "4", "--shard", "0", "--round-gap-seconds", "0.01", "--round-fill", "4"]
-    assert configs(four)[1].gather == Gather(
-        gap_s=0.01, fill=4, stretch=4, stretch_most_s=ROUND_STRETCH_MOST_S
-    )
 
 
 def test_the_next_round_waits_for_the_gap_or_the_stretched_round_whichever_is_later() -> None:
