@@ -15,11 +15,13 @@ from nats.aio.msg import Msg
 
 from muster.bus import Bus
 from muster.bus.client import (
+    DirectMsg,
     MusterClient,
     connect,
     header_block,
     parse_header_lines,
     position,
+    status_of,
     stream_sequence,
     subscribe_direct,
 )
@@ -50,6 +52,31 @@ async def test_direct_messages_arrive_in_order_with_their_headers(nats_server: s
         assert nc.stats["in_msgs"] >= 200
     finally:
         await nc.close()
+
+
+async def test_a_direct_delivery_reads_its_headers_when_asked_and_a_status_at_once(
+    bus: Bus,
+) -> None:
+    nc = bus.nc
+    assert isinstance(nc, MusterClient)
+    got: list[Msg] = []
+    inbox = nc.new_inbox()
+    await nc.subscribe_direct(inbox, got.append)
+    await nc.publish(inbox, b"x", headers={"Nats-Msg-Id": "a", "Status": "409"})
+    # A pull request nothing answers ends with an inline status: 408, after 50 ms.
+    await bus.js.add_consumer("MUSTER_EVENTS", durable_name="status-reader")
+    request = b'{"batch": 1, "expires": 50000000}'
+    await nc.publish("$JS.API.CONSUMER.MSG.NEXT.MUSTER_EVENTS.status-reader", request, inbox)
+    await until(lambda: len(got) == 2)
+    message, ended = got
+    assert isinstance(message, DirectMsg)
+    assert message._read is None
+    assert message._unread
+    assert status_of(message) is None  # a header named Status is not a status line
+    assert message.headers == {"Nats-Msg-Id": "a", "Status": "409"}
+    assert status_of(ended) == "408"
+    assert ended.headers is not None
+    assert ended.headers["Status"] == "408"
 
 
 async def test_after_unsubscribe_nothing_more_is_delivered(nats_server: str) -> None:

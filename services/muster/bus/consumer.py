@@ -329,9 +329,10 @@ class _ConsumeLoop:
             "consumer": self._durable,
         }
         last = 0 < self._settings.max_deliver <= md.num_delivered
-        headers = msg.headers or {}
-        if "traceparent" not in headers:  # written without trace headers: use the envelope's
+        if env.traceparent:  # what muster's publisher also writes as the trace headers
             headers = {"traceparent": env.traceparent, "tracestate": env.tracestate}
+        else:  # the headers are read only here (`DirectMsg`): most events never need them
+            headers = msg.headers or {}
         with continue_trace(
             headers,
             f"handle {env.type}",
