@@ -28,7 +28,7 @@ from nats.js import JetStreamContext, api
 from opentelemetry import trace
 
 from muster.bus.cancel import raise_if_cancelling
-from muster.bus.client import ack_soon, stream_sequence
+from muster.bus.client import ack_soon, delivery
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES, decode_stored
 from muster.bus.errors import Reject, Retry
 from muster.bus.outage import UNAVAILABLE, Outage
@@ -182,6 +182,9 @@ async def ensure_consumer(
 _DELIVER_POLICY_FIXED = 10012  # JetStream: "deliver policy can not be updated"
 
 
+_Item = tuple[Msg, Envelope, int]  # a message queued on a lane: its envelope, its deliveries
+
+
 class _ConsumeLoop:
     def __init__(
         self,
@@ -200,7 +203,7 @@ class _ConsumeLoop:
         self._handler = handler
         self._settings = settings
         self._tracker = tracker
-        self._queues: list[asyncio.Queue[tuple[Msg, Envelope] | None]] = [
+        self._queues: list[asyncio.Queue[_Item | None]] = [
             asyncio.Queue() for _ in range(settings.lanes)
         ]
         self._in_flight = 0
@@ -267,29 +270,29 @@ class _ConsumeLoop:
             log.error(
                 "dead-lettering %s#%d: %s",
                 msg.subject,
-                msg.metadata.sequence.stream,
+                delivery(msg).stream,
                 err,
                 extra={"consumer": self._durable},
             )
             await self._dead_letter(msg, str(err))
             return
-        env.sequence = stream_sequence(msg)
+        env.sequence, delivered = delivery(msg)
         self._open.add(env.sequence)
         self._last = max(self._last, env.sequence)
         self._tracker.began(env.sequence)
         lane = zlib.crc32(env.workload.encode()) % len(self._queues)
         self._in_flight += 1
-        self._queues[lane].put_nowait((msg, env))
+        self._queues[lane].put_nowait((msg, env, delivered))
 
-    async def _lane(self, queue: asyncio.Queue[tuple[Msg, Envelope] | None]) -> None:
+    async def _lane(self, queue: asyncio.Queue[_Item | None]) -> None:
         while (item := await queue.get()) is not None:
-            msg, env = item
+            msg, env, delivered = item
             try:
                 if self._stopping:  # not started before shutdown: let another replica have it
                     await _quietly(msg.nak())
                 else:
                     with self._tracker.handling(env.sequence):
-                        await self._handle(msg, env)
+                        await self._handle(msg, env, delivered)
                     self._open.discard(env.sequence)
             finally:
                 self._tracker.ended(env.sequence)
@@ -319,16 +322,16 @@ class _ConsumeLoop:
             if isinstance(result, Exception):
                 raise result
 
-    async def _handle(self, msg: Msg, env: Envelope) -> None:
-        """Run the handler on one message, then ack, nak or dead-letter it."""
-        md = msg.metadata
+    async def _handle(self, msg: Msg, env: Envelope, delivered: int) -> None:
+        """Run the handler on one message (its `delivered`th delivery), then ack, nak or
+        dead-letter it."""
         fields = {
             "workload": env.workload,
             "event": env.type,
             "sequence": env.sequence,
             "consumer": self._durable,
         }
-        last = 0 < self._settings.max_deliver <= md.num_delivered
+        last = 0 < self._settings.max_deliver <= delivered
         if env.traceparent:  # what muster's publisher also writes as the trace headers
             headers = {"traceparent": env.traceparent, "tracestate": env.tracestate}
         else:  # the headers are read only here (`DirectMsg`): most events never need them
@@ -344,7 +347,7 @@ class _ConsumeLoop:
                 "messaging.message.id": env.event_id,
                 "muster.workload": env.workload,
                 "muster.sequence": env.sequence,
-                "muster.deliveries": md.num_delivered,
+                "muster.deliveries": delivered,
             },
         ) as span:
             try:
@@ -352,7 +355,7 @@ class _ConsumeLoop:
                     await self._handler(env)
             except Retry as err:
                 if last:
-                    reason = f"still failing after {md.num_delivered}: {err}"
+                    reason = f"still failing after {delivered}: {err}"
                     log.error("dead-lettering: %s", reason, extra=fields)
                     await self._dead_letter(msg, reason)
                 else:
@@ -368,18 +371,16 @@ class _ConsumeLoop:
                 if span is not None:
                     span.record_exception(err)
                     span.set_status(trace.StatusCode.ERROR, str(err))
-                if md.num_delivered == 1:  # the traceback once; the retries say how many
+                if delivered == 1:  # the traceback once; the retries say how many
                     log.exception("handler failed; retrying", extra=fields)
                 else:
-                    log.info(
-                        "handler failed on delivery %d: %r", md.num_delivered, err, extra=fields
-                    )
+                    log.info("handler failed on delivery %d: %r", delivered, err, extra=fields)
                 if last:
-                    reason = f"handler failed {md.num_delivered} times: {err!r}"
+                    reason = f"handler failed {delivered} times: {err!r}"
                     log.error("dead-lettering: %s", reason, extra=fields)
                     await self._dead_letter(msg, reason)
                 else:
-                    await _quietly(msg.nak(delay=self._backoff_s(md.num_delivered)))
+                    await _quietly(msg.nak(delay=self._backoff_s(delivered)))
             else:
                 # Not confirmed (a round trip per message): a lost ack means a redelivery, and
                 # handlers are idempotent. Nor written alone: it leaves with the connection's
