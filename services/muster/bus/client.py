@@ -437,13 +437,14 @@ async def subscribe_direct(nc: NatsClient, subject: str, cb: DirectCallback) -> 
     return await nc.subscribe(subject, cb=deliver)
 
 
-async def ack_soon(nc: NatsClient, msg: Msg, *, within_s: float, at_most: int) -> None:
-    """Ack JetStream delivery `msg` (delivered on `nc`): on a MusterClient with the next write,
-    within `within_s` (`MusterClient.publish_soon`); on any other client, at once."""
+def ack_soon(nc: NatsClient, msg: Msg, *, within_s: float, at_most: int) -> bool:
+    """Queue the ack of JetStream delivery `msg` (delivered on `nc`) to leave with the next
+    write, within `within_s` (`MusterClient.publish_soon`, whose errors it raises). False,
+    queuing nothing, when `nc` is not a MusterClient: the caller acks at once."""
     if isinstance(nc, MusterClient) and msg.reply:
         nc.publish_soon(msg.reply, within_s=within_s, at_most=at_most)
-    else:
-        await msg.ack()
+        return True
+    return False
 
 
 async def connect(servers: str | list[str], **options: Any) -> MusterClient:
