@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
+from nats.protocol.command import pub_cmd
 
 from muster.bus import Bus
 from muster.bus.client import (
@@ -196,6 +197,13 @@ async def test_published_headers_are_the_bytes_nats_py_writes(headers: dict[str,
             header_block(headers)
         return
     assert await _written(MusterClient(), headers) == expected
+
+
+@given(st.sampled_from(["$JS.ACK.MUSTER_EVENTS.binder.1.2.3.1700000000000000000.0", "a.b"]))
+async def test_a_lingering_ack_is_the_command_nats_py_writes(subject: str) -> None:
+    client = MusterClient()  # not connected: what it would write stays pending
+    client.publish_soon(subject, within_s=10.0, at_most=100)
+    assert client._pending == [pub_cmd(subject, "", b"")]
 
 
 def test_a_header_value_cannot_break_the_block() -> None:
