@@ -165,19 +165,24 @@ async def test_an_envelope_over_the_consumers_limit_is_dead_lettered(
     assert "over the limit of 500" in dead.headers["Muster-Dlq-Reason"]
 
 
+class Overlap:
+    """A handler's work that takes time, so that lanes overlap; counts how many ran at once."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.most_at_once = 0
+
+    async def __call__(self, env: Envelope) -> None:
+        self.running += 1
+        self.most_at_once = max(self.most_at_once, self.running)
+        await asyncio.sleep(0.005)
+        self.running -= 1
+
+
 async def test_one_workloads_events_run_in_order_while_workloads_run_in_parallel(
     bus: Bus,
 ) -> None:
-    running = 0
-    most_at_once = 0
-
-    async def slow(env: Envelope) -> None:
-        nonlocal running, most_at_once
-        running += 1
-        most_at_once = max(most_at_once, running)
-        await asyncio.sleep(0.005)  # work that takes time, so that lanes overlap
-        running -= 1
-
+    slow = Overlap()
     handler = Recorder(slow)
     workloads = [f"ns/w{i}" for i in range(6)]
     await bus.publish_all(pending(w, str(i)) for i in range(15) for w in workloads)
@@ -186,7 +191,7 @@ async def test_one_workloads_events_run_in_order_while_workloads_run_in_parallel
     for w in workloads:
         order = [int(e.pending.message) for e in got if e.workload == w]
         assert order == list(range(15)), w
-    assert most_at_once > 1
+    assert slow.most_at_once > 1
 
 
 async def test_replicas_with_one_durable_share_the_work_without_duplicates(
@@ -288,22 +293,13 @@ async def test_a_poison_message_in_a_batch_is_dead_lettered_and_the_others_handl
 
 
 async def test_a_loop_at_max_ack_pending_goes_on_as_handlers_finish(bus: Bus) -> None:
-    running = 0
-    most_at_once = 0
-
-    async def slow(env: Envelope) -> None:
-        nonlocal running, most_at_once
-        running += 1
-        most_at_once = max(most_at_once, running)
-        await asyncio.sleep(0.005)  # work that takes time, so that lanes would overlap
-        running -= 1
-
+    slow = Overlap()
     handler = Recorder(slow)
     await bus.publish_all(pending(f"ns/w{i}", "m") for i in range(30))
     async with consuming(bus, "watch", [PENDING], handler, lanes=8, max_ack_pending=3):
         await handler.wait_for_count(30)
         await wait_until_acked(bus, "watch")
-    assert most_at_once == 3
+    assert slow.most_at_once == 3
 
 
 async def test_a_handler_running_past_the_ack_wait_keeps_its_message(bus: Bus) -> None:
