@@ -16,17 +16,14 @@ from nats.protocol.command import pub_cmd
 
 from muster.bus import Bus
 from muster.bus.client import (
-    DirectMsg,
     MusterClient,
     connect,
     delivery,
-    header_block,
-    parse_header_lines,
     position,
-    status_of,
     stream_sequence,
     subscribe_direct,
 )
+from muster.bus.headers import DirectMsg, header_block, parse_header_lines, status_of
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -4,8 +4,9 @@ Every message nats-py delivers to a callback goes through the subscription's asy
 a task of its own, and every header block through a character-by-character check. For the
 inboxes a service reads most (pull-consumer deliveries, PubAcks), that is more work than
 handling the message. `subscribe_direct` hands such messages to a plain function as they are
-parsed: no queue, no task switch. Everything else (JetStream push subscriptions with flow
-control and ordered-consumer resets, requests, KV watches) keeps nats-py's own path.
+parsed: no queue, no task switch, and the header block read only if asked for (`DirectMsg`).
+Everything else (JetStream push subscriptions with flow control and ordered-consumer resets,
+requests, KV watches) keeps nats-py's own path.
 On the way out, a published message's header block is the same bytes nats-py writes, built
 in one join (`header_block`) instead of a regular-expression check and four appends per header,
 and an ack can leave with the next write rather than in one of its own (`ack_soon`).
@@ -15,8 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
 import nats.errors
@@ -26,99 +26,20 @@ from nats.aio.subscription import Subscription
 from nats.protocol.command import hpub_cmd
 from nats.protocol.parser import AUTHORIZATION_VIOLATION, PERMISSIONS_ERR, STALE_CONNECTION
 
+from muster.bus.headers import (
+    STATUS,
+    DirectMsg,
+    header_block,
+    is_status,
+    parse_header_lines,
+)
+
 log = logging.getLogger(__name__)
 
 DirectCallback = Callable[[Msg], None]
 
-_CRLF = b"\r\n"
 # The one protocol error after which nats-server keeps the connection (a SUB it refused).
 _SERVER_KEEPS = "invalid subject"
-# A header name as nats-py accepts it (its `_HEADER_KEY_RE`: an HTTP token).
-_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_LINE_BREAKS = str.maketrans({"\r": " ", "\n": " "})
-_NAMES_CHECKED: dict[str, str] = {}  # name as given -> as written; muster uses a handful
-_NAMES_KEPT = 64
-
-
-def header_block(headers: Mapping[str, str]) -> bytes:
-    """The header block nats-py writes for `headers`, byte for byte: names stripped and
-    checked (BadHeaderError), empty ones left out; values stripped, line breaks made spaces."""
-    lines = ["NATS/1.0\r\n"]
-    for name, value in headers.items():
-        key = _NAMES_CHECKED.get(name)
-        if key is None:
-            key = name.strip()
-            if key and not _HEADER_NAME.fullmatch(key):
-                raise nats.errors.BadHeaderError(key)
-            if len(_NAMES_CHECKED) < _NAMES_KEPT:
-                _NAMES_CHECKED[name] = key
-        if not key:
-            continue
-        value = value.strip()
-        if "\r" in value or "\n" in value:
-            value = value.translate(_LINE_BREAKS)
-        lines.append(f"{key}: {value}\r\n")
-    lines.append("\r\n")
-    return "".join(lines).encode()
-
-
-def parse_header_lines(raw: bytes) -> dict[str, str]:
-    """The `Name: Value` lines of a NATS header block, as nats-py reads them.
-
-    What nats-py's parser returns (a name must be one ASCII token, else the line is skipped;
-    values are stripped and decoded as UTF-8 with replacement), checking names with
-    `bytes.split` rather than character by character.
-    """
-    out: dict[str, str] = {}
-    for line in raw.split(_CRLF):
-        name, sep, value = line.partition(b":")
-        if not sep:
-            continue
-        words = name.split()
-        if len(words) != 1 or not words[0].isascii():
-            continue
-        out[words[0].decode("ascii")] = value.strip().decode("utf-8", "replace")
-    return out
-
-
-_STATUS = "Status"  # nats-py's name for an inline status (`nats.js.api.Header.STATUS`)
-_VERSION_LINE = len(b"NATS/1.0")  # a space after it: an inline status ("NATS/1.0 408 ...")
-
-
-class DirectMsg(Msg):
-    """A message as a direct subscription (`subscribe_direct`) hands it over: its header
-    block is read the first time `headers` is asked for. Most readers never ask (a consume
-    loop takes the trace context from the envelope, a replay reads the reply subject only),
-    and reading every delivery's block was about 6 % of a binder's CPU. An inline status (a
-    pull request's end, a heartbeat, "no responders") is read at once: `status` is its code.
-    """
-
-    status: str | None = None
-    _unread: bytes = b""  # the header block, until `headers` reads it
-    _read: dict[str, str] | None = None
-
-    @property  # Msg's dataclass field, read lazily here
-    def headers(self) -> dict[str, str] | None:
-        unread = self._unread
-        if unread:
-            self._unread = b""
-            self._read = parse_header_lines(unread[_VERSION_LINE + len(_CRLF) :]) or None
-        return self._read
-
-    @headers.setter
-    def headers(self, value: dict[str, str] | None) -> None:
-        self._unread = b""
-        self._read = value
-
-
-def status_of(msg: Msg) -> str | None:
-    """The inline status code `msg` carries ("408", "100", ...), None for a message."""
-    if isinstance(msg, DirectMsg):
-        return msg.status
-    headers = msg.headers
-    return headers.get(_STATUS) if headers else None
-
-
 # A JetStream delivery's reply subject: $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.
 # <consumer seq>.<time>.<pending>, with two more tokens (domain, account hash) in the newer form.
 _V1_TOKENS = 9
@@ -414,11 +335,11 @@ class MusterClient(NatsClient):
             _client=self, subject=subject.decode(), reply=reply.decode(), data=data, _sid=sid
         )
         if headers:
-            if headers[_VERSION_LINE : _VERSION_LINE + 1] == b" ":  # a status: read now
+            if is_status(headers):  # rare: read now, as nats-py reads it
                 msg.headers = hdr = await self._process_headers(headers)
-                msg.status = hdr.get(_STATUS) if hdr else None
+                msg.status = hdr.get(STATUS) if hdr else None
             else:
-                msg._unread = headers  # read if asked for (`DirectMsg.headers`)
+                msg.leave_unread(headers)
         try:
             cb(msg)
         except Exception:  # a bug in cb must not end the read loop (and the connection)

@@ -25,7 +25,8 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import api
 
-from muster.bus.client import MusterClient, status_of, subscribe_direct
+from muster.bus.client import MusterClient, subscribe_direct
+from muster.bus.headers import status_of
 
 log = logging.getLogger(__name__)
 
