@@ -6,9 +6,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from muster.bus.buckets import SHARDS_BUCKET
-from muster.bus.lease import Lease, LeaseLostError, LeaseRefusedError, LeaseStore
+from muster.bus.lease import (
+    CAUSES,
+    SUPERSEDED,
+    Lease,
+    LeaseLostError,
+    LeaseRefusedError,
+    LeaseStore,
+)
 
-__all__ = ["SHARDS_BUCKET", "LeaseLostError", "LeaseRefusedError", "ShardLease", "lease_key"]
+__all__ = [
+    "CAUSES",
+    "SHARDS_BUCKET",
+    "SUPERSEDED",
+    "LeaseLostError",
+    "LeaseRefusedError",
+    "ShardLease",
+    "lease_key",
+]
 
 
 def lease_key(shard: int) -> str:

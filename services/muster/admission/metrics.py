@@ -1,4 +1,5 @@
-"""Admission's metrics: Kueue's series for the trees this replica owns, and its own rounds.
+"""Admission's metrics: Kueue's series for the trees this replica owns, its own rounds, and
+its step-downs (`muster_admission_step_downs_total{shard,cause}`).
 
 `AdmissionMetrics` is what `Rounds` reports each round to (`round`, `published`) and what the
 visibility loop refreshes the gauges through (`refresh_gauges`). The mappings themselves are
@@ -12,9 +13,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter
 
 from muster.admission.facts import Delete, Fact
+from muster.admission.lease import CAUSES
 from muster.admission.state import AdmissionState
 from muster.api.model import WorkloadKey
 from muster.core.dispatch import Route, is_multikueue, route_of
@@ -25,19 +27,44 @@ from muster.metrics.kueue_series import KueueSeries
 from muster.metrics.services import AdmissionSeries
 
 
+class ReplicaSeries:
+    """The series of one admission process, registered once in `registry`: its terms and
+    rebuilds (an `AdmissionMetrics` each) report to them."""
+
+    def __init__(
+        self, registry: CollectorRegistry, *, shard: int, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.kueue = KueueSeries(registry)
+        self.own = AdmissionSeries(registry, shard=shard, clock=clock)
+        self._step_downs = Counter(
+            "muster_admission_step_downs_total",
+            "Terms of this admission replica that ended with its shard lease lost, by cause.",
+            ["shard", "cause"],
+            registry=registry,
+        )
+        self.shard = str(shard)
+        for cause in CAUSES:  # each series exists at 0, so a rate over it is defined
+            self._step_downs.labels(self.shard, cause)
+
+    def stepped_down(self, cause: str) -> None:
+        """A term ended with the lease lost (`muster.bus.lease.CAUSES`)."""
+        self._step_downs.labels(self.shard, cause).inc()
+
+
 class AdmissionMetrics:
-    """Kueue's series and `muster_admission_*` of one admission replica, in `registry`."""
+    """Kueue's series and `muster_admission_*` of one life of an admission replica (from a
+    rebuild to the next), reading its state."""
 
     def __init__(
         self,
-        registry: CollectorRegistry,
+        series: ReplicaSeries,
         state: AdmissionState,
         *,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.state = state
-        self.kueue = KueueSeries(registry)
-        self.own = AdmissionSeries(registry, shard=state.sharding.shard, clock=clock)
+        self.kueue = series.kueue
+        self.own = series.own
         self.recorder = KueueRecorder()
         self.clock = clock
 

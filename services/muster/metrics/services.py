@@ -5,7 +5,9 @@
   `muster_admission_round_size{shard,kind}` (`facts` applied, `decisions` made per round),
   `muster_admission_snapshot_age_seconds{shard}` (since the snapshot last read or written),
   `muster_admission_views_written_total{shard}` (passes of the visibility loop that wrote its
-  changed views; rounds and their facts are the round-size histogram's count and sum);
+  changed views; rounds and their facts are the round-size histogram's count and sum),
+  `muster_admission_step_downs_total{shard,cause}` (in `muster.admission.metrics`: it counts
+  lease causes);
 - gangpermit: `muster_placement_pass_duration_seconds{cluster}` (one placement pass, the
   decision latency), `muster_gangs_waiting{cluster}` (gangs that do not fit yet);
 - binder: `muster_bind_duration_seconds{cluster}` (one pod's bind through the cluster's API),
