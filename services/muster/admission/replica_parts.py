@@ -65,8 +65,8 @@ class ReplicaParts:
         # decisions about its workloads are fenced on (docs/events.md, "Partitions").
         self.fences: dict[int, int] = {}
         # The term of the shard lease this replica decides in (None: no lease, as in tests of
-        # the state alone), and why a later term of its shard took one of its partitions over
-        # (set: this one may decide nothing more, takeover.py).
+        # the state alone), and why a later term of its shard seems to have taken one of its
+        # partitions over (set: nothing more is decided before the lease is confirmed).
         self.term: Term | None = None
         self.superseded = ""
         self.moves: dict[WorkloadKey, Move] = {}  # stories to forward (the shell takes them)

@@ -61,6 +61,7 @@ from muster.bus.cancel import finishing, raise_if_cancelling
 from muster.bus.errors import NotFound, Unavailable
 from muster.bus.ordered import Gather, consume_in_order, make_consumer
 from muster.bus.progress import advanced
+from muster.bus.pull import ConsumerDeletedError
 from muster.bus.pulse import Pulse
 from muster.bus.service import Health
 from muster.bus.setup import FOLLOWED_TOMBSTONES_KEPT_S, VISIBILITY_TOMBSTONES_KEPT_S
@@ -284,7 +285,9 @@ async def _decide(
     while True:
         try:
             await _live(bus, health, config, clock=clock, tenure=tenure)
-        except Reown as exc:
+        except (Reown, ConsumerDeletedError) as exc:
+            # A durable deleted under it was made anew by a rebuild: maybe a later term's
+            # (the rebuild's takeover then steps this replica down), maybe an operator's.
             log.warning("rebuilding: %s", exc)
 
 
@@ -326,9 +329,9 @@ async def _live(
         loops["admission-snapshots"] = service.write_snapshots(
             bus.pulses.pulse("admission-snapshots")
         )
-    # A Reown or a lapsed lease is this life's end, awaited below; any other failure is the
-    # service's.
-    ending = (Reown, LeaseLostError)
+    # A Reown, a lapsed lease or a deleted durable ends this life, awaited below; any other
+    # failure is the service's.
+    ending = (Reown, LeaseLostError, ConsumerDeletedError)
     tasks = [supervised(loop, name=name, expected=ending) for name, loop in loops.items()]
     try:
         health.ready()
@@ -445,6 +448,10 @@ class AdmissionService:
                 first - 1,
                 EVENTS_STREAM,
             )
+        if self.guard is not None:
+            # Before the durable is made anew: a lapsed holder rebuilding (a Reown) would
+            # delete its successor's. The consumer delivers these records too (they fence).
+            await take_over(self.bus, self.state, guard=self.guard)
         await make_consumer(
             self.bus,
             self.config.durable,
@@ -452,8 +459,6 @@ class AdmissionService:
             self.config.consumer_settings(),
             start_sequence=end + 1,
         )
-        if self.guard is not None:
-            await take_over(self.bus, self.state, guard=self.guard)
         events: list[Event] = []
         for step in self.state.taking_ownership(now_s=self.clock()):
             events += step

@@ -83,11 +83,12 @@ class AdmissionState(FactApplication):
         """
         return [event for step in self.taking_ownership(now_s=now_s) for event in step]
 
-    def taking_ownership(self, *, now_s: float, step: int = ADOPT_STEP) -> Iterator[list[Event]]:
+    def taking_ownership(self, *, now_s: float, step: int | None = None) -> Iterator[list[Event]]:
         """`take_ownership` in steps: what each `step` workloads adopted reported, then what
         the round decided. A shell runs its other tasks between steps (the lease's renewal:
         on a slow host one stretch of a large backlog outlasted the lease's TTL); none of them
-        may change the state meanwhile."""
+        may change the state meanwhile. `step`: ADOPT_STEP when None."""
+        step = step or ADOPT_STEP
         self.owning = True
         # The rebuild read its partitions after every record it replayed: only a record
         # applied from now on calls for another (left set, every batch rebuilt again).

@@ -5,14 +5,16 @@ the process (nats-py's write buffer) would send them after the lease lapsed, may
 another replica took the shard. Every decision is fenced on its partition's last
 `config.partition` record (handlers.py, `_fence`), so a term writes one more record on each
 partition it decides before it decides anything (`take_over`): JetStream refuses what a lapsed
-holder still had in flight, since that was fenced on an older record, and the lapsed holder,
-reading the record, steps down (`AdmissionState.superseded`). It costs one stored message per
-partition per term, none per workload.
+holder still had in flight, since that was fenced on an older record. The lapsed holder,
+reading the record, confirms its lease, which fails, and steps down (`doubt_settled`). It
+costs one stored message per partition per rebuild (a start, a term, a partition moved),
+none per workload.
 
 Terms are ordered by the lease's revision when acquired (`Term.number`). Each record is written
 fenced on the partition's last one, so the records of a partition are in term order: a record
-of a later term of this shard than this replica's means it lost the lease (LeaseLostError),
-one of an earlier term is what this term writes over.
+of a later term of this shard than this replica's means it lost the lease (LeaseLostError once
+the lease is confirmed lost: a bucket made anew numbers its revisions from 1 again), one of an
+earlier term is what this term writes over.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Final, Protocol
 from muster.admission.fact_reader import fact_of
 from muster.admission.facts import PartitionRecord, Term
 from muster.admission.handlers import Publisher, Reown
-from muster.admission.lease import SUPERSEDED, LeaseLostError
+from muster.admission.lease import doubt_settled
 from muster.admission.rebuild import History
 from muster.admission.state import AdmissionState
 from muster.bus import BusError, Conflict, Reject, new_event
@@ -62,7 +64,8 @@ async def take_over(bus: Records, state: AdmissionState, *, guard: Guard) -> Non
     written: set[int] = set()
     while term is not None:
         if state.superseded:
-            raise LeaseLostError(state.superseded, cause=SUPERSEDED)
+            why, state.superseded = state.superseded, ""
+            await doubt_settled(why, guard)
         if state.sharding.owned != owned:
             raise Reown("a config.partition record moved a partition to or from here")
         due = sorted(owned - written)
