@@ -44,7 +44,7 @@ from muster.metrics.bus import BusMetrics
 pytestmark = pytest.mark.timeout(60)
 
 TTL_S = 1.0
-SETTINGS = {"lease_ttl_s": TTL_S, "lease_renew_s": TTL_S / 4, "ack_wait_s": 2.0}
+CONFIG = AdmissionConfig(lease_ttl_s=TTL_S, lease_renew_s=TTL_S / 4, ack_wait_s=2.0)
 
 
 class Metered(Running):
@@ -54,9 +54,11 @@ class Metered(Running):
         super().__init__(running.task, running.health, running.bus)
         self.registry = registry
 
-    def step_downs(self, cause: str) -> float | None:
+    def step_downs(self, cause: str) -> float:
         labels = {"shard": "0", "cause": cause}
-        return self.registry.get_sample_value("muster_admission_step_downs_total", labels)
+        value = self.registry.get_sample_value("muster_admission_step_downs_total", labels)
+        assert value is not None, f"no step-down series for cause {cause}"
+        return value
 
 
 async def start_metered(bus_config: BusConfig) -> Metered:
@@ -64,7 +66,7 @@ async def start_metered(bus_config: BusConfig) -> Metered:
     metrics = BusMetrics(registry, service="admission")
     bus = await connect(msgspec_replace(bus_config, name="muster-admission-test"), metrics=metrics)
     health = Health("admission")
-    task = asyncio.create_task(run_admission(bus, health, AdmissionConfig(**SETTINGS)))
+    task = asyncio.create_task(run_admission(bus, health, CONFIG))
     return Metered(Running(task, health, bus), registry)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry
 
 from muster.admission.facts import Delete, Fact
 from muster.admission.lease import CAUSES
@@ -35,20 +35,11 @@ class ReplicaSeries:
         self, registry: CollectorRegistry, *, shard: int, clock: Callable[[], float] = time.time
     ) -> None:
         self.kueue = KueueSeries(registry)
-        self.own = AdmissionSeries(registry, shard=shard, clock=clock)
-        self._step_downs = Counter(
-            "muster_admission_step_downs_total",
-            "Terms of this admission replica that ended with its shard lease lost, by cause.",
-            ["shard", "cause"],
-            registry=registry,
-        )
-        self.shard = str(shard)
-        for cause in CAUSES:  # each series exists at 0, so a rate over it is defined
-            self._step_downs.labels(self.shard, cause)
+        self.own = AdmissionSeries(registry, shard=shard, clock=clock, step_down_causes=CAUSES)
 
     def stepped_down(self, cause: str) -> None:
         """A term ended with the lease lost (`muster.bus.lease.CAUSES`)."""
-        self._step_downs.labels(self.shard, cause).inc()
+        self.own.stepped_down(cause)
 
 
 class AdmissionMetrics:
