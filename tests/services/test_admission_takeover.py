@@ -15,6 +15,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
 import pytest
 from admission_world import (
     Running,
@@ -61,12 +62,12 @@ class Metered(Running):
         return value
 
 
-async def start_metered(bus_config: BusConfig) -> Metered:
+async def start_metered(bus_config: BusConfig, config: AdmissionConfig = CONFIG) -> Metered:
     registry = CollectorRegistry()
     metrics = BusMetrics(registry, service="admission")
     bus = await connect(msgspec_replace(bus_config, name="muster-admission-test"), metrics=metrics)
     health = Health("admission")
-    task = asyncio.create_task(run_admission(bus, health, CONFIG))
+    task = asyncio.create_task(run_admission(bus, health, config))
     return Metered(Running(task, health, bus), registry)
 
 
@@ -175,23 +176,26 @@ async def test_a_start_longer_than_the_ttl_keeps_its_lease_when_each_step_is_sho
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Adopting a backlog of 30 workloads blocks the loop 1.8 s (a slow host), past the 1 s
-    TTL; in steps of one (60 ms each) the renewals run between them and the lease holds."""
+    """Adopting a backlog of 20 workloads blocks the loop 4 s (a slow host), past the 2.5 s
+    TTL; in steps of one (0.2 s each) the renewals run between them and the lease holds."""
     caplog.set_level(logging.WARNING, logger="muster.admission.service")
-    await basic_config(bus, cpu="30")
-    names = [f"w{i}" for i in range(30)]
+    await basic_config(bus, cpu="20")
+    names = [f"w{i}" for i in range(20)]
     await publish(bus, *(submitted(workload(n, cpu="1")) for n in names))
     adopt = AdmissionState._adopt
 
     def slow(self: AdmissionState, entry: Any) -> Any:
         import time
 
-        time.sleep(0.06)  # the point: nothing else on the loop runs meanwhile
+        time.sleep(0.2)  # the point: nothing else on the loop runs meanwhile
         return adopt(self, entry)
 
     monkeypatch.setattr(AdmissionState, "_adopt", slow)
     monkeypatch.setattr(muster.admission.state, "ADOPT_STEP", 1)
-    replica = await start_metered(bus_config)
+    # A TTL a loaded test machine's other stalls stay well under; the renewal is due twice
+    # per step, so one step would do (a renewal runs over two or three of the loop's turns).
+    slow_host = msgspec.structs.replace(CONFIG, lease_ttl_s=2.5, lease_renew_s=0.25)
+    replica = await start_metered(bus_config, slow_host)
     async with replicas(replica):
         for name in names:
             await events.wait_for("admitted", workload=f"ns/{name}")
