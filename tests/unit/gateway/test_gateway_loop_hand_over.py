@@ -60,7 +60,7 @@ def run_call(
         told.append("slow")
         on_slow()
 
-    call = loop_server._Call(loop, context or FakeContext(), slow)
+    call = loop_server._Call(loop_server.LoopInbox(loop), context or FakeContext(), slow)
     try:
         return call.run(handler), told
     except Exception as exc:  # the outcome under test
