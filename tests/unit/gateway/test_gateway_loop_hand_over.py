@@ -60,7 +60,7 @@ def run_call(
         told.append("slow")
         on_slow()
 
-    call = loop_server._Call(loop, context or FakeContext(), slow)
+    call = loop_server._Call(loop_server.LoopInbox(loop), context or FakeContext(), slow)
     try:
         return call.run(handler), told
     except Exception as exc:  # the outcome under test
@@ -142,3 +142,47 @@ def test_a_call_that_ends_first_is_cancelled_and_so_is_its_handler(
     assert isinstance(error, AbortedError)
     assert (error.code, str(error)) == (grpc.StatusCode.CANCELLED, "the call ended")
     assert handler_cancelled.wait(10)
+
+
+def test_calls_that_arrive_before_the_loop_runs_them_wake_it_once() -> None:
+    loop = asyncio.new_event_loop()
+    wakes: list[object] = []
+    call_soon_threadsafe = loop.call_soon_threadsafe
+
+    def counted(callback: Callable[..., object], *args: object) -> asyncio.Handle:
+        wakes.append(callback)
+        return call_soon_threadsafe(callback, *args)
+
+    loop.call_soon_threadsafe = counted  # type: ignore[method-assign, assignment]  # counted
+    inbox = loop_server.LoopInbox(loop)
+
+    async def answer(n: int) -> int:
+        return n
+
+    def started(n: int) -> loop_server._Answer[int]:
+        """A call's thread handing its handler over, on a thread of its own."""
+        answers: list[loop_server._Answer[int]] = []
+        thread = threading.Thread(
+            target=lambda: answers.append(
+                loop_server._Call(inbox, FakeContext(), lambda: None).start(answer(n))
+            )
+        )
+        thread.start()
+        thread.join()
+        return answers[0]
+
+    batch = [started(n) for n in range(5)]  # before the loop runs: it is busy elsewhere
+    assert len(wakes) == 1
+    running = threading.Thread(target=loop.run_forever, daemon=True)
+    running.start()
+    try:
+        assert all(a.wait(10) for a in batch)
+        assert [a.outcome() for a in batch] == [0, 1, 2, 3, 4]
+        later = started(5)  # the batch has run: this call wakes the loop again
+        assert later.wait(10)
+        assert later.outcome() == 5
+        assert len(wakes) == 2
+    finally:
+        call_soon_threadsafe(loop.stop)
+        running.join()
+        loop.close()
