@@ -14,6 +14,7 @@ orders), so the subjects stay compatible with what was stored before.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import logging
 from collections.abc import Mapping
@@ -157,8 +158,15 @@ def applied_object(payload: events_pb2.ConfigApplied) -> ApiObject:
 
 
 def decode_manifest(text: str, *, what: str) -> ApiObject:
-    """The one api object `text` (a payload's manifest) holds; PayloadError naming `what`."""
-    objects, errors = decode_documents([_parsed(text, what=what)], source=what, stored=True)
+    """The one api object `text` (a payload's manifest) holds; PayloadError naming `what`.
+
+    A Workload's podset whose template was read before (another workload of the same Job) is
+    not read again (`PodSetsByTemplate`); the rest is read and checked in full, so a manifest
+    decodes, or fails naming the object and field, as it does alone."""
+    doc = _parsed(text, what=what)
+    objects, errors = decode_documents(
+        [doc], source=what, stored=True, pod_sets=functools.partial(_POD_SETS.of, text)
+    )
     if errors:
         raise PayloadError("; ".join(str(e) for e in errors))
     if len(objects) != 1:

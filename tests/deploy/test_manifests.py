@@ -818,6 +818,8 @@ REQUIRED: dict[str, set[tuple[str, str, str]]] = {
         ("", "pods", "list"),
         ("", "pods", "delete"),
         ("", "pods/binding", "create"),
+        # A routed template's RuntimeClass: its overhead (kube.backend._runtime_classes).
+        ("node.k8s.io", "runtimeclasses", "get"),
         # cmd.apply's Pods and gangs are written as their submitter (impersonation).
         ("", "users", "impersonate"),
         ("", "groups", "impersonate"),

@@ -23,7 +23,9 @@ pytestmark = pytest.mark.timeout(30)
 
 GPU = "nvidia.com/gpu"
 # The light GPU job routed to the CPU queue: the GPU given up, 4 cpus instead of 1.
-ON_CPU = PodSetStart(name="main", count=1, requests={"cpu": 4000, "memory": 6 * 2**30 * 1000})
+ON_CPU = PodSetStart(
+    name="main", count=1, requests={"cpu": 4000, "memory": 6 * 2**30 * 1000}, routed=True
+)
 
 
 def gpu_job(name: str = "light") -> dict[str, Any]:
@@ -187,6 +189,69 @@ def test_a_pod_spec_is_resized_to_exactly_the_wanted_requests(
 def test_overhead_that_cannot_be_written_away_is_refused() -> None:
     spec = {"containers": [{"name": "a"}], "overhead": {"cpu": "2"}}
     before = copy.deepcopy(spec)
-    with pytest.raises(ResizeError, match=r"would request \{cpu: 3\} instead of \{cpu: 1\}"):
+    refused = r"would request \{cpu: 2\} \(overhead \{cpu: 2\} included\) instead of \{cpu: 1\}"
+    with pytest.raises(ResizeError, match=refused):
         resized(spec, {"cpu": 1000})
     assert spec == before
+
+
+def test_a_runtime_classs_overhead_is_counted_and_left_to_the_api_server() -> None:
+    container = {"name": "a", "resources": {"requests": {"cpu": "1"}}}
+    spec: dict[str, Any] = {"runtimeClassName": "kata", "containers": [container]}
+    kata = {"kata": {"cpu": "500m", "memory": "100Mi"}}
+
+    out = resized(spec, {"cpu": 4000, "memory": 100 * 2**20 * 1000}, runtime_classes=kata)
+
+    assert out is not None
+    assert out["containers"][0]["resources"] == {"requests": {"cpu": "3500m"}}
+    assert "overhead" not in out  # the API server's RuntimeClass admission sets it on pods
+    with pytest.raises(ResizeError, match=r'spec.runtimeClassName: RuntimeClass "kata" not found'):
+        resized(spec, {"cpu": 4000})
+
+
+POD_LEVEL = {
+    "resources": {"requests": {"cpu": "2"}},
+    "containers": [
+        {"name": "a", "resources": {"requests": {"cpu": "1"}, "limits": {GPU: "1"}}},
+    ],
+}
+
+
+def test_pod_level_resources_stay_and_the_containers_give_up_the_rest() -> None:
+    out = resized(POD_LEVEL, {"cpu": 2000})  # the GPU given up, cpu as the pod sets it
+
+    assert out is not None
+    assert out["resources"] == POD_LEVEL["resources"]
+    assert out["containers"][0]["resources"] == {"requests": {"cpu": "1"}}
+
+
+def test_a_pod_level_resource_the_route_changes_is_refused_naming_the_field() -> None:
+    # A suspended Job's template may change its containers' resources, not the pod's own.
+    with pytest.raises(ResizeError, match=r"spec.resources sets cpu for the whole pod"):
+        resized(POD_LEVEL, {"cpu": 4000})
+
+
+@pytest.mark.parametrize(
+    ("fault", "said"),
+    [
+        (403, "its overhead, for the routed requests, cannot be read: "),
+        (None, 'spec.runtimeClassName: RuntimeClass "kata" not found'),
+    ],
+    ids=["runtime-class-read-refused", "runtime-class-missing"],
+)
+async def test_a_routed_job_whose_runtime_class_cannot_be_read_is_refused_and_stays_suspended(
+    server: ApiServer, fault: int | None, said: str
+) -> None:
+    async with backend_for(server) as backend:
+        made = gpu_job()
+        made["spec"]["template"]["spec"]["runtimeClassName"] = "kata"
+        await backend.apply(made)
+        key = f"default/{workload_name(stored_job(server))}"
+        if fault is not None:  # a binder's ClusterRole from before this rule
+            server.faults.fail_next(1, status=fault, verb="get", path="/runtimeclasses/kata$")
+
+        with pytest.raises(RequestsRefusedError) as caught:
+            await backend.start_workload(key, pod_sets=[ON_CPU])
+
+        assert said in caught.value.message
+        assert stored_job(server)["spec"]["suspend"] is True

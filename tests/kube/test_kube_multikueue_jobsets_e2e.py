@@ -166,3 +166,74 @@ async def test_a_multikueue_jobset_is_not_copied_where_its_namespace_is_missing(
         )
         await running_pods(west, f"{NAMESPACE}/{wl}", 3)
         assert await gone(stack.clusters["east"].kubectl)
+
+
+async def test_a_worker_without_the_jobset_crd_refuses_the_copy_saying_so_and_west_runs_it(
+    tmp_path: Path,
+) -> None:
+    """East serves no jobsets resource (the JobSet CRD not installed): its 404 is told apart
+    from a missing namespace's, the manager's check says so, and the copy runs in west."""
+    async with multikueue_stack(tmp_path, "east", "west") as stack, asyncio.timeout(TEST_S):
+        stack.clusters["east"].server.registry.remove(("jobset.x-k8s.io", "jobsets"))
+        await start_workers(stack)
+        manager, west = stack.manager.kubectl, stack.clusters["west"]
+        await active(manager, "east", "True")
+        await create(manager, managed_jobset())
+        wl = await workload_of(manager, "train")
+
+        await stack.events.wait_for(f"{NAMESPACE}/{wl}", "workload.gang_rejected", timeout_s=30)
+        (rejected,) = stack.events.of(f"{NAMESPACE}/{wl}", "workload.gang_rejected")
+        assert rejected.gang_rejected.message == (
+            f"cluster east: JobSet/{NAMESPACE}/train: the JobSet CRD "
+            "(jobsets.jobset.x-k8s.io/v1alpha2) is not installed in this cluster"
+        )
+
+        async def sent_west() -> str | None:
+            message = str((await check_of(manager, wl, "Ready"))["message"])
+            return message if message.startswith("dispatched to cluster west") else None
+
+        assert await eventually(sent_west, timeout_s=30) == (
+            "dispatched to cluster west: the first listed with room; not east: refused it "
+            f"({rejected.gang_rejected.message})"
+        )
+        await running_pods(west, f"{NAMESPACE}/{wl}", 3)
+
+
+async def test_a_jobset_deleted_on_the_manager_mid_copy_leaves_no_copy_and_nothing_stuck(
+    tmp_path: Path,
+) -> None:
+    """Attack: east's API server fails the copy's first creates, and the manager's JobSet is
+    deleted while the binder retries; its retry creates the copy after the deletion, and that
+    late copy must go. A JobSet of the same name submitted again then runs."""
+    async with multikueue_stack(tmp_path, "east", "west") as stack, asyncio.timeout(TEST_S):
+        east = stack.clusters["east"]
+        east.server.faults.fail_next(3, status=500, verb="create", path="/jobsets")
+        await start_workers(stack)
+        manager = stack.manager.kubectl
+        await active(manager, "east", "True")
+        await create(manager, managed_jobset())
+        wl = await workload_of(manager, "train")
+
+        def creates(code: int) -> int:
+            return east.server.requests.count(verb="create", path="/jobsets$", code=code)
+
+        async def copying() -> bool:
+            return creates(500) > 0
+
+        await eventually(copying, timeout_s=30)  # mid-copy: east refused a create
+        await asyncio.to_thread(
+            manager.custom.delete_namespaced_custom_object,
+            "jobset.x-k8s.io", "v1alpha2", NAMESPACE, "jobsets", "train",
+        )  # fmt: skip
+
+        async def copied_late() -> bool:
+            return creates(201) > 0
+
+        await eventually(copied_late, timeout_s=30)
+        await eventually(lambda: gone(east.kubectl), timeout_s=30)
+        assert await manager.get("Workload", wl, NAMESPACE) is None
+
+        # Submitted again: admitted, copied and bound, as if the first had never been.
+        await create(manager, managed_jobset())
+        again = f"{NAMESPACE}/{await workload_of(manager, 'train')}"
+        await stack.events.wait_for(again, "workload.bound", timeout_s=60)

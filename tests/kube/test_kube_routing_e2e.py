@@ -21,6 +21,7 @@ from kube_services_helpers import (
     workload_of_job,
 )
 
+from muster.cluster.kube.resize import requests_of
 from muster.devtools.apiserver import FeatureGates
 
 pytestmark = pytest.mark.timeout(90)
@@ -133,6 +134,18 @@ LIGHT = job(
     "    muster.dev/alternatives: '[{queueName: cpu, requests: {nvidia.com/gpu: 0, cpu: 4}, "
     "runSeconds: 90}]'",
 )
+# The same light job in a sandbox whose RuntimeClass adds half a cpu to each pod.
+KATA = """
+---
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata: {name: kata}
+handler: kata
+overhead: {podFixed: {cpu: 500m}}
+"""
+LIGHT_IN_KATA = LIGHT.replace(
+    "      restartPolicy: Never\n", "      restartPolicy: Never\n      runtimeClassName: kata\n"
+)
 URGENT = job(
     "urgent", queue="cpu", requests='{cpu: "8"}', extra=", kueue.x-k8s.io/priority-class: urgent"
 )
@@ -164,12 +177,12 @@ async def routed_to(stack: Stack, key: str) -> list[str]:
     return await eventually(seen)
 
 
-async def busy_gpu_then_light(stack: Stack) -> str:
+async def busy_gpu_then_light(stack: Stack, *, light: str = LIGHT, more: str = "") -> str:
     """The GPU taken by `busy`, then `light` submitted; the light Workload's key."""
     kubectl = stack.kubectl
-    await kubectl.apply(CLUSTER + BUSY)
+    await kubectl.apply(CLUSTER + more + BUSY)
     await job_when(kubectl, "sd", "busy", suspended=False)
-    await kubectl.apply(LIGHT)
+    await kubectl.apply(light)
     wl = (await workload_of_job(kubectl, "sd", "light"))["metadata"]["name"]
     return f"sd/{wl}"
 
@@ -256,3 +269,25 @@ async def test_a_cluster_that_refuses_the_rewrite_keeps_the_job_on_its_queue_and
         assert stored is not None
         assert stored["status"]["admission"]["clusterQueue"] == "gpu"
         assert condition(stored, "Admitted")["status"] == "True"
+
+
+async def test_a_routed_job_in_a_runtime_class_asks_its_containers_for_the_rest(
+    tmp_path: Path,
+) -> None:
+    async with running_stack(tmp_path, server={"job_controller": True}) as stack:
+        kubectl = stack.kubectl
+        key = await busy_gpu_then_light(stack, light=LIGHT_IN_KATA, more=KATA)
+        assert await routed_to(stack, key) == ["cpu"]
+
+        # Charged 4 cpus on the CPU queue, the RuntimeClass's overhead among them: the
+        # containers ask for the rest, and the API server adds the overhead to the pod.
+        started = await job_when(kubectl, "sd", "light", suspended=False)
+        assert resources(started) == {"requests": {"cpu": "3500m"}}
+        pod = await running_pod(stack, "light")
+        assert pod["spec"]["overhead"] == {"cpu": "500m"}
+        assert requests_of(pod["spec"]) == {"cpu": 4000}
+        stored = await kubectl.get("Workload", key.split("/")[1], "sd")
+        assert stored is not None
+        (assignment,) = stored["status"]["admission"]["podSetAssignments"]
+        assert stored["status"]["admission"]["clusterQueue"] == "cpu"
+        assert assignment["resourceUsage"] == {"cpu": "4"}

@@ -67,7 +67,7 @@ def test_a_job_started_by_muster_is_still_the_workload_first_submitted() -> None
 
 
 def test_a_job_started_with_routed_requests_is_still_the_workload_first_submitted() -> None:
-    routed = msgspec.structs.replace(STARTED, requests={"cpu": 4000})  # the alternative's
+    routed = msgspec.structs.replace(STARTED, requests={"cpu": 4000}, routed=True)  # alternative
     out = jobs.started_job(JOB, [routed], workload=jobs.workload_name(JOB))
     assert out is not None
     assert out["spec"]["template"]["spec"]["containers"][0]["resources"] == {

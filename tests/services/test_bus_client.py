@@ -12,17 +12,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
+from nats.protocol.command import pub_cmd
 
 from muster.bus import Bus
 from muster.bus.client import (
     MusterClient,
     connect,
-    header_block,
-    parse_header_lines,
+    delivery,
     position,
     stream_sequence,
     subscribe_direct,
 )
+from muster.bus.headers import DirectMsg, header_block, parse_header_lines, status_of
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -50,6 +51,31 @@ async def test_direct_messages_arrive_in_order_with_their_headers(nats_server: s
         assert nc.stats["in_msgs"] >= 200
     finally:
         await nc.close()
+
+
+async def test_a_direct_delivery_reads_its_headers_when_asked_and_a_status_at_once(
+    bus: Bus,
+) -> None:
+    nc = bus.nc
+    assert isinstance(nc, MusterClient)
+    got: list[Msg] = []
+    inbox = nc.new_inbox()
+    await nc.subscribe_direct(inbox, got.append)
+    await nc.publish(inbox, b"x", headers={"Nats-Msg-Id": "a", "Status": "409"})
+    # A pull request nothing answers ends with an inline status: 408, after 50 ms.
+    await bus.js.add_consumer("MUSTER_EVENTS", durable_name="status-reader")
+    request = b'{"batch": 1, "expires": 50000000}'
+    await nc.publish("$JS.API.CONSUMER.MSG.NEXT.MUSTER_EVENTS.status-reader", request, inbox)
+    await until(lambda: len(got) == 2)
+    message, ended = got
+    assert isinstance(message, DirectMsg)
+    assert message._read is None
+    assert message._unread
+    assert status_of(message) is None  # a header named Status is not a status line
+    assert message.headers == {"Nats-Msg-Id": "a", "Status": "409"}
+    assert status_of(ended) == "408"
+    assert ended.headers is not None
+    assert ended.headers["Status"] == "408"
 
 
 async def test_after_unsubscribe_nothing_more_is_delivered(nats_server: str) -> None:
@@ -170,6 +196,13 @@ async def test_published_headers_are_the_bytes_nats_py_writes(headers: dict[str,
     assert await _written(MusterClient(), headers) == expected
 
 
+@given(st.sampled_from(["$JS.ACK.MUSTER_EVENTS.binder.1.2.3.1700000000000000000.0", "a.b"]))
+async def test_a_lingering_ack_is_the_command_nats_py_writes(subject: str) -> None:
+    client = MusterClient()  # not connected: what it would write stays pending
+    client.publish_soon(subject, within_s=10.0, at_most=100)
+    assert client._pending == [pub_cmd(subject, "", b"")]
+
+
 def test_a_header_value_cannot_break_the_block() -> None:
     block = header_block({"Nats-Msg-Id": "a\r\nX-Forged: 1", "traceparent": " 00-aa \n"})
     assert block == b"NATS/1.0\r\nNats-Msg-Id: a  X-Forged: 1\r\ntraceparent: 00-aa\r\n\r\n"
@@ -200,16 +233,20 @@ def test_stream_sequence_reads_the_reply_as_nats_py_does(reply: str) -> None:
 @pytest.mark.parametrize(
     "reply",
     [
-        "$JS.ACK.MUSTER_EVENTS.replay.1.1234.99.1700000000000000000.7",
-        "$JS.ACK.hub.ACCHASH.MUSTER_EVENTS.replay.2.1234.98.1700000000000000000.5.rnd",
-        "$JS.ACK.hub.ACCHASH.MUSTER_EVENTS.replay.2.1234.98.1700000000000000000.5",
+        "$JS.ACK.MUSTER_EVENTS.replay.3.1234.99.1700000000000000000.7",
+        "$JS.ACK.hub.ACCHASH.MUSTER_EVENTS.replay.4.1234.98.1700000000000000000.5.rnd",
+        "$JS.ACK.hub.ACCHASH.MUSTER_EVENTS.replay.5.1234.98.1700000000000000000.5",
     ],
     ids=["v1", "with-domain", "eleven-tokens"],
 )
-def test_position_reads_the_reply_as_nats_py_does(reply: str) -> None:
+def test_position_and_delivery_read_the_reply_as_nats_py_does(reply: str) -> None:
     md = Msg(None, subject="s", reply=reply).metadata  # type: ignore[arg-type]
     at = position(Msg(None, subject="s", reply=reply))  # type: ignore[arg-type]
     assert at == (md.sequence.stream, md.sequence.consumer, md.num_pending)
+    assert delivery(Msg(None, subject="s", reply=reply)) == (  # type: ignore[arg-type]
+        md.sequence.stream,
+        md.num_delivered,
+    )
 
 
 def test_stream_sequence_of_a_core_message_is_an_error() -> None:

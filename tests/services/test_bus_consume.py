@@ -165,19 +165,24 @@ async def test_an_envelope_over_the_consumers_limit_is_dead_lettered(
     assert "over the limit of 500" in dead.headers["Muster-Dlq-Reason"]
 
 
+class Overlap:
+    """A handler's work that takes time, so that lanes overlap; counts how many ran at once."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.most_at_once = 0
+
+    async def __call__(self, env: Envelope) -> None:
+        self.running += 1
+        self.most_at_once = max(self.most_at_once, self.running)
+        await asyncio.sleep(0.005)
+        self.running -= 1
+
+
 async def test_one_workloads_events_run_in_order_while_workloads_run_in_parallel(
     bus: Bus,
 ) -> None:
-    running = 0
-    most_at_once = 0
-
-    async def slow(env: Envelope) -> None:
-        nonlocal running, most_at_once
-        running += 1
-        most_at_once = max(most_at_once, running)
-        await asyncio.sleep(0.005)  # work that takes time, so that lanes overlap
-        running -= 1
-
+    slow = Overlap()
     handler = Recorder(slow)
     workloads = [f"ns/w{i}" for i in range(6)]
     await bus.publish_all(pending(w, str(i)) for i in range(15) for w in workloads)
@@ -186,7 +191,7 @@ async def test_one_workloads_events_run_in_order_while_workloads_run_in_parallel
     for w in workloads:
         order = [int(e.pending.message) for e in got if e.workload == w]
         assert order == list(range(15)), w
-    assert most_at_once > 1
+    assert slow.most_at_once > 1
 
 
 async def test_replicas_with_one_durable_share_the_work_without_duplicates(
@@ -268,3 +273,42 @@ async def test_a_handler_stuck_past_the_drain_timeout_is_cancelled_and_redeliver
     async with consuming(bus, "admission", [SUBMITTED], handler):
         (again,) = await handler.wait_for_count(1, timeout_s=5)
     assert again.workload == "ns/a"
+
+
+async def test_a_poison_message_in_a_batch_is_dead_lettered_and_the_others_handled_in_order(
+    bus: Bus,
+) -> None:
+    handler = Recorder()
+    await bus.publish_all(pending("ns/a", str(i)) for i in range(5))
+    await bus.js.publish(PENDING, b"\xff poison")
+    await bus.publish_all(pending("ns/a", str(i)) for i in range(5, 10))
+    async with consuming(bus, "watch", [PENDING], handler, batch=16):
+        got = await handler.wait_for_count(10)
+        await wait_until_acked(bus, "watch")
+    assert [int(e.pending.message) for e in got] == list(range(10))
+    dead = await bus.js.get_msg(DLQ_STREAM, 1)
+    assert dead.headers is not None
+    assert dead.headers["Muster-Dlq-Sequence"] == "6"
+    assert "undecodable" in dead.headers["Muster-Dlq-Reason"]
+
+
+async def test_a_loop_at_max_ack_pending_goes_on_as_handlers_finish(bus: Bus) -> None:
+    slow = Overlap()
+    handler = Recorder(slow)
+    await bus.publish_all(pending(f"ns/w{i}", "m") for i in range(30))
+    async with consuming(bus, "watch", [PENDING], handler, lanes=8, max_ack_pending=3):
+        await handler.wait_for_count(30)
+        await wait_until_acked(bus, "watch")
+    assert slow.most_at_once == 3
+
+
+async def test_a_handler_running_past_the_ack_wait_keeps_its_message(bus: Bus) -> None:
+    async def long(env: Envelope) -> None:
+        await asyncio.sleep(1.5)  # longer than the ack wait: told in progress meanwhile
+
+    handler = Recorder(long)
+    await bus.publish(submitted("ns/a"))
+    async with consuming(bus, "admission", [SUBMITTED], handler, ack_wait_s=1.0):
+        await handler.wait_for_count(1)
+        await wait_until_acked(bus, "admission")
+    assert len(handler.got) == 1  # never redelivered

@@ -7,6 +7,8 @@ from bus_helpers import SUBMITTED, Recorder, consuming, pending, submitted
 from opentelemetry import trace
 
 from muster.bus import EVENTS_STREAM, Bus, tracing
+from muster.bus.envelope import encode
+from muster.bus.subjects import subject_of
 from muster.bus.tracing import (
     context_from_metadata,
     continue_trace,
@@ -75,6 +77,21 @@ async def test_without_spans_a_handler_still_passes_the_trace_on(bus: Bus) -> No
     event = submitted("ns/a")
     event.traceparent = TRACEPARENT
     await bus.publish(event)
+    async with consuming(bus, "admission", [SUBMITTED], handler):
+        await handler.wait_for_count(1)
+    caused = await bus.js.get_msg(EVENTS_STREAM, 2)
+    assert caused.headers is not None
+    assert caused.headers["traceparent"] == TRACEPARENT
+
+
+@pytest.mark.usefixtures("no_spans")
+async def test_an_event_with_its_trace_in_headers_only_passes_it_on(bus: Bus) -> None:
+    async def react(env: Envelope) -> None:
+        await bus.publish(pending(env.workload, "no cause given"))
+
+    handler = Recorder(react)
+    event = submitted("ns/a")  # another writer's: no trace context in the envelope
+    await bus.js.publish(subject_of(event), encode(event), headers={"traceparent": TRACEPARENT})
     async with consuming(bus, "admission", [SUBMITTED], handler):
         await handler.wait_for_count(1)
     caused = await bus.js.get_msg(EVENTS_STREAM, 2)

@@ -11,7 +11,9 @@ import logging
 import pytest
 from admission_world import config_applied, publish
 from bus_helpers import EventLog
+from gateway_helpers import running_gateway
 from placement_stack import CLUSTER, Stack
+from test_gateway_submit_race import outcome, submit, workload
 from test_hostile_config_owner import namespace
 from workload_manifest import workload_manifest
 
@@ -66,3 +68,20 @@ async def test_a_watcher_beside_a_gateway_submitting_as_another_cluster_warns_at
     await stack.stop_all()
     said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert said == warned
+
+
+async def test_a_gateway_claiming_names_by_its_submitted_alone_is_caught_too(
+    bus: Bus, events: EventLog, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A gateway left at `prod` stores its Submits on their names' subjects only.
+    async with running_gateway(bus, cluster="prod", name_claims="submitted") as gateway:
+        assert outcome(await submit(gateway, workload("a"), "a")) == "submitted"
+    assert await bus.stored_subjects("muster.v1.prod.workload.submitted.*") == []  # named only
+    caplog.set_level(logging.WARNING, logger="muster.watcher")
+    stack = Stack(
+        bus=bus, backend=SimBackend(await SimStore.open(bus.kv, cluster=CLUSTER)), events=events
+    )
+    await stack.start_watcher()
+    await stack.stop_all()
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert said == [WARNING]

@@ -27,6 +27,7 @@ from muster.admission.facts import (
     SetReclaimable,
     Stopped,
     Submit,
+    Term,
 )
 from muster.api.model import (
     Admission,
@@ -154,7 +155,7 @@ def _submit_of(env: pb.Envelope, decoded: Workload | None = None) -> Submit:
     )
 
 
-def _partition_record_of(env: pb.Envelope) -> PartitionRecord | None:
+def _partition_record_of(env: pb.Envelope) -> PartitionRecord:
     changed = env.partition_changed
     if changed.partition >= PARTITIONS:
         raise FactError(f"config.partition: partition {changed.partition} is not in 0..15")
@@ -176,7 +177,13 @@ def _partition_record_of(env: pb.Envelope) -> PartitionRecord | None:
                 adopted=left.adopted,
                 carried=carried,
             )
-    return None
+        case "taken_over":
+            taken = changed.taken_over
+            term = Term(taken.shard, taken.term, taken.owner)
+            return PartitionRecord(changed.partition, env.sequence, takeover=term)
+    # A kind of record this version does not know still fences the partition: decisions fenced
+    # on an older record are refused, and a replica that did not count it would rebuild forever.
+    return PartitionRecord(changed.partition, env.sequence)
 
 
 def _replace_queue(wl: Workload, queue_name: str) -> Workload:

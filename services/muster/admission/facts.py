@@ -142,9 +142,23 @@ class DeleteConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class Term:
+    """A term of shard `shard`'s lease: `number` is the lease's revision when it was acquired
+    (revisions of one bucket only grow, so a later term has a larger number); `owner` holds it."""
+
+    shard: int
+    number: int
+    owner: str = ""
+
+    def __str__(self) -> str:
+        return f"term {self.number} of shard {self.shard} ({self.owner})"
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionRecord:
-    """config.partition: who decides `partition` from this record on (`shard`), or a LocalQueue
-    that left it. Admission's decisions about the partition are fenced on `sequence`."""
+    """config.partition: who decides `partition` from this record on (`shard`), a LocalQueue
+    that left it, or a new term of its decider (`takeover`); or none of them (a kind this
+    version does not know). Admission's decisions about the partition are fenced on `sequence`."""
 
     partition: int
     sequence: int
@@ -155,6 +169,7 @@ class PartitionRecord:
     # What the LocalQueue's retired workloads left in its admission fair sharing usage, as
     # read from `partition`'s history: (at_s, ((resource, amount), ...)); unchecked.
     carried: tuple[float, tuple[tuple[str, float], ...]] | None = None
+    takeover: Term | None = None  # takeover.py
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,6 +54,7 @@ from muster.admission.decisions import envelopes_of
 from muster.admission.fact_reader import fact_of
 from muster.admission.facts import RECORDED, Delete, Fact, FactError, Finish, Recorded
 from muster.admission.forwarding import reported_key, unwrap
+from muster.admission.lease import doubt_settled
 from muster.admission.relocation import Relocator, Report, StoryFetch
 from muster.admission.snapshot import CompactLog
 from muster.admission.state import AdmissionState
@@ -253,6 +254,9 @@ class Rounds:
                 # After it applied: the log reads from the ledger whether its workload lives.
                 self.history.add(item.env, item.data)
             events += await self.relocator.run(reports, now_s=now_s)
+            if self.state.superseded and self.guard is not None:  # takeover.py
+                why, self.state.superseded = self.state.superseded, ""
+                await doubt_settled(why, self.guard)
             if self.state.repartitioned:
                 raise Reown("a config.partition record moved a partition to or from here")
             if self.unread and self.unread - unread_reports(self.state.engine.kueue):

@@ -18,14 +18,11 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from typing import Protocol
 
 from muster.admission.fact_reader import fact_of
 from muster.admission.facts import PartitionRecord
-from muster.admission.handlers import Publisher
 from muster.admission.homes import Handover, queue_key
 from muster.admission.rebuild import (
-    History,
     SnapshotStore,
     left_out_of,
     replay_event,
@@ -35,6 +32,7 @@ from muster.admission.relocation import Story
 from muster.admission.snapshot import CompactLog
 from muster.admission.state import AdmissionState
 from muster.admission.subjects import replay_subjects, unread_reports
+from muster.admission.takeover import Records, read_records
 from muster.admission.usage_carry import carried_into
 from muster.bus import Conflict, new_event
 from muster.bus.envelope import EVENT_ID_NAMESPACE
@@ -45,16 +43,12 @@ from muster.contracts.v1 import events_pb2 as pb
 log = logging.getLogger(__name__)
 
 
-class Fencing(History, Publisher, Protocol):
-    """What a handover writes and reads (`Bus`)."""
-
-
 class StoryFetcher:
     """`relocation.StoryFetch` over the bus and the snapshots' bucket."""
 
     def __init__(
         self,
-        bus: Fencing,
+        bus: Records,
         state: AdmissionState,
         snapshots: SnapshotStore,
         stream_created: Callable[[], str],
@@ -215,13 +209,7 @@ class StoryFetcher:
                     fenced_on=record_filter(partition),
                 )
             except Conflict:
-                await self._read_records(partition, after=expected)
-
-    async def _read_records(self, partition: int, *, after: int) -> None:
-        async for env in self.bus.replay([record_filter(partition)], from_sequence=after + 1):
-            changed = env.partition_changed
-            shard = changed.shard if changed.WhichOneof("change") == "shard" else None
-            self.state.apply(PartitionRecord(partition, env.sequence, shard=shard), now_s=0.0)
+                await read_records(self.bus, self.state, partition)
 
 
 def _start_over(scratch: AdmissionState, back: PartitionRecord) -> None:

@@ -3,12 +3,31 @@ a `muster.bus.lease.Lease`: a replica decides for its shard only while it holds 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 
 from muster.bus.buckets import SHARDS_BUCKET
-from muster.bus.lease import Lease, LeaseLostError, LeaseRefusedError, LeaseStore
+from muster.bus.lease import (
+    CAUSES,
+    SUPERSEDED,
+    Lease,
+    LeaseLostError,
+    LeaseRefusedError,
+    LeaseStore,
+)
 
-__all__ = ["SHARDS_BUCKET", "LeaseLostError", "LeaseRefusedError", "ShardLease", "lease_key"]
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "CAUSES",
+    "SHARDS_BUCKET",
+    "SUPERSEDED",
+    "LeaseLostError",
+    "LeaseRefusedError",
+    "ShardLease",
+    "doubt_settled",
+    "lease_key",
+]
 
 
 def lease_key(shard: int) -> str:
@@ -29,3 +48,14 @@ class ShardLease(Lease):
         **timing: float,
     ) -> None:
         super().__init__(kv, key=lease_key(shard), owner=owner, denied=denied, **timing)
+
+
+async def doubt_settled(why: str, guard: Callable[[], Awaitable[None]]) -> None:
+    """After a takeover record of a later term than this replica's was read (`why`): raise
+    LeaseLostError (cause superseded) unless `guard` confirms the lease is still this term's.
+    It is then an older record: a bucket made anew numbers its revisions from 1 again."""
+    try:
+        await guard()
+    except LeaseLostError as exc:
+        raise LeaseLostError(f"{why} ({exc})", cause=SUPERSEDED) from exc
+    log.warning("%s, yet the lease is still this term's (MUSTER_SHARDS made anew?)", why)

@@ -1,4 +1,5 @@
-"""Admission's metrics: Kueue's series for the trees this replica owns, and its own rounds.
+"""Admission's metrics: Kueue's series for the trees this replica owns, its own rounds, and
+its step-downs (`muster_admission_step_downs_total{shard,cause}`).
 
 `AdmissionMetrics` is what `Rounds` reports each round to (`round`, `published`) and what the
 visibility loop refreshes the gauges through (`refresh_gauges`). The mappings themselves are
@@ -15,6 +16,7 @@ from collections.abc import Callable, Sequence
 from prometheus_client import CollectorRegistry
 
 from muster.admission.facts import Delete, Fact
+from muster.admission.lease import CAUSES
 from muster.admission.state import AdmissionState
 from muster.api.model import WorkloadKey
 from muster.core.dispatch import Route, is_multikueue, route_of
@@ -25,19 +27,35 @@ from muster.metrics.kueue_series import KueueSeries
 from muster.metrics.services import AdmissionSeries
 
 
+class ReplicaSeries:
+    """The series of one admission process, registered once in `registry`: its terms and
+    rebuilds (an `AdmissionMetrics` each) report to them."""
+
+    def __init__(
+        self, registry: CollectorRegistry, *, shard: int, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.kueue = KueueSeries(registry)
+        self.own = AdmissionSeries(registry, shard=shard, clock=clock, step_down_causes=CAUSES)
+
+    def stepped_down(self, cause: str) -> None:
+        """A term ended with the lease lost (`muster.bus.lease.CAUSES`)."""
+        self.own.stepped_down(cause)
+
+
 class AdmissionMetrics:
-    """Kueue's series and `muster_admission_*` of one admission replica, in `registry`."""
+    """Kueue's series and `muster_admission_*` of one life of an admission replica (from a
+    rebuild to the next), reading its state."""
 
     def __init__(
         self,
-        registry: CollectorRegistry,
+        series: ReplicaSeries,
         state: AdmissionState,
         *,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.state = state
-        self.kueue = KueueSeries(registry)
-        self.own = AdmissionSeries(registry, shard=state.sharding.shard, clock=clock)
+        self.kueue = series.kueue
+        self.own = series.own
         self.recorder = KueueRecorder()
         self.clock = clock
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Final
 
 from muster.admission.dispatch import Dispatcher
+from muster.admission.facts import Term
 from muster.admission.forwarding import Forwards
 from muster.admission.homes import Handover, Move, QueueHomes, queue_key
 from muster.admission.ledger import Entry, Ledger
@@ -63,6 +64,11 @@ class ReplicaParts:
         # Partition -> sequence of its last config.partition record: what this replica's
         # decisions about its workloads are fenced on (docs/events.md, "Partitions").
         self.fences: dict[int, int] = {}
+        # The term of the shard lease this replica decides in (None: no lease, as in tests of
+        # the state alone), and why a later term of its shard seems to have taken one of its
+        # partitions over (set: nothing more is decided before the lease is confirmed).
+        self.term: Term | None = None
+        self.superseded = ""
         self.moves: dict[WorkloadKey, Move] = {}  # stories to forward (the shell takes them)
         self.handovers: list[Handover] = []  # LocalQueues to fetch from another's partition
         self.repartitioned = False  # a record moved a partition to or from this replica

@@ -11,7 +11,9 @@
    then rebuild `AdmissionState`: replay the newest snapshot (`MUSTER_SNAPSHOTS`, any shard's),
    then `MUSTER_EVENTS` from the snapshot's sequence + 1 (without one, from its first message)
    to its last;
-3. take ownership: adopt this shard's workloads into the engine, run one round, publish;
+3. take ownership: write this term's takeover record on each of its partitions (takeover.py:
+   what a lapsed holder still sends is refused), adopt this shard's workloads into the engine,
+   run one round, publish;
 4. consume the durable in stream order, a fetched batch per round (events up to the replay's
    end are skipped), run rounds for due timers, write the visibility bucket and, every
    `--snapshot-seconds`, a snapshot (`snapshot.py`); report SERVING.
@@ -27,20 +29,22 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Final, NamedTuple
 
 import msgspec
 
 from muster.admission.clusters import follow_clusters
+from muster.admission.facts import Term
 from muster.admission.handlers import Clock, Reown, Rounds
 from muster.admission.handover import StoryFetcher
 from muster.admission.homes import HomesOut
 from muster.admission.lease import LeaseLostError, ShardLease
-from muster.admission.metrics import AdmissionMetrics
+from muster.admission.metrics import AdmissionMetrics, ReplicaSeries
 from muster.admission.rebuild import SnapshotStore, rebuild, rebuilding
 from muster.admission.snapshot import CompactLog, encode_snapshot
 from muster.admission.state import AdmissionState
 from muster.admission.subjects import consumer_subjects
+from muster.admission.takeover import take_over
 from muster.admission.visibility import VisibilityPace, VisibilityRenderer
 from muster.admission.visibility_writer import LATE_PAGES_SWEEP_S, VisibilityWriter
 from muster.api.model import KueueConfig
@@ -57,11 +61,13 @@ from muster.bus.cancel import finishing, raise_if_cancelling
 from muster.bus.errors import NotFound, Unavailable
 from muster.bus.ordered import Gather, consume_in_order, make_consumer
 from muster.bus.progress import advanced
+from muster.bus.pull import ConsumerDeletedError
 from muster.bus.pulse import Pulse
 from muster.bus.service import Health
 from muster.bus.setup import FOLLOWED_TOMBSTONES_KEPT_S, VISIBILITY_TOMBSTONES_KEPT_S
 from muster.bus.supervision import supervised
 from muster.contracts.v1 import events_pb2 as pb
+from muster.core.events import Event
 from muster.core.heartbeat_parts import HEARTBEAT_MAX_BYTES
 from muster.core.routing import POLICIES, Policy
 
@@ -76,6 +82,14 @@ ROUND_STRETCH_MOST_S: Final = 0.1
 MAX_ROUND_STRETCH_S: Final = 1.0  # what --round-stretch-most-seconds may be set to, at most
 log = logging.getLogger(__name__)
 Guard = Callable[[], Awaitable[None]]  # raises LeaseLostError: the replica may not decide
+
+
+class Tenure(NamedTuple):
+    """One term of the shard lease, as each rebuild in it is handed it."""
+
+    term: Term  # its takeover records are this term's (takeover.py)
+    guard: Guard  # the lease confirmed before each send
+    series: ReplicaSeries | None  # the process's metrics (None: no /metrics)
 
 
 class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -205,12 +219,18 @@ async def _terms(
     over meanwhile, are read before this replica decides anything again.
     """
     terms = 0
+    # Registered once: every term and rebuild reports to the same series.
+    series = (
+        ReplicaSeries(bus.metrics.registry, shard=config.shard) if bus.metrics is not None else None
+    )
     while True:
         await lease.acquire()
         terms += 1
         try:
-            await _term(bus, health, config, lease, clock=clock)
+            await _term(bus, health, config, lease, clock=clock, series=series)
         except LeaseLostError as exc:
+            if series is not None:
+                series.stepped_down(exc.cause)
             health.waiting(f"{exc}; campaigning again")
             log.warning(
                 "stepping down from shard %d after term %d: %s; campaigning again (a rebuild "
@@ -224,11 +244,18 @@ async def _terms(
 
 
 async def _term(
-    bus: Bus, health: Health, config: AdmissionConfig, lease: ShardLease, *, clock: Clock
+    bus: Bus,
+    health: Health,
+    config: AdmissionConfig,
+    lease: ShardLease,
+    *,
+    clock: Clock,
+    series: ReplicaSeries | None,
 ) -> None:
     """Renew the lease and decide until one of them ends: a lost lease (LeaseLostError,
     raised), a failure (raised), or a cancellation. Plain tasks, not a TaskGroup (as `_live`
     says why): a term follows the one before in the same task."""
+    tenure = Tenure(Term(config.shard, lease.term, lease.owner), lease.confirm, series)
     tasks = [
         supervised(
             lease.hold(bus.pulses.pulse("admission-lease")),
@@ -236,7 +263,7 @@ async def _term(
             expected=(LeaseLostError,),
         ),
         supervised(
-            _decide(bus, health, config, clock=clock, guard=lease.confirm),
+            _decide(bus, health, config, clock=clock, tenure=tenure),
             name="admission",
             expected=(LeaseLostError,),
         ),
@@ -252,26 +279,32 @@ async def _term(
 
 
 async def _decide(
-    bus: Bus, health: Health, config: AdmissionConfig, *, clock: Clock, guard: Guard
+    bus: Bus, health: Health, config: AdmissionConfig, *, clock: Clock, tenure: Tenure
 ) -> None:
-    """Rebuild, then decide, until cancelled; again from a rebuild after each Reown. `guard`
-    raises LeaseLostError when the lease may have lapsed (it ends the term)."""
+    """Rebuild, then decide, until cancelled; again from a rebuild after each Reown."""
     while True:
         try:
-            await _live(bus, health, config, clock=clock, guard=guard)
-        except Reown as exc:
+            await _live(bus, health, config, clock=clock, tenure=tenure)
+        except (Reown, ConsumerDeletedError) as exc:
+            # A durable deleted under it was made anew by a rebuild: maybe a later term's
+            # (the rebuild's takeover then steps this replica down), maybe an operator's.
             log.warning("rebuilding: %s", exc)
 
 
 async def _live(
-    bus: Bus, health: Health, config: AdmissionConfig, *, clock: Clock, guard: Guard
+    bus: Bus,
+    health: Health,
+    config: AdmissionConfig,
+    *,
+    clock: Clock,
+    tenure: Tenure,
 ) -> None:
     """Rebuild, then decide until cancelled or a Reown (raised).
 
     Its loops are plain tasks, not a TaskGroup: in Python 3.11 a TaskGroup whose task failed
     leaves its parent task cancelling, which would stop the next life at once.
     """
-    service = AdmissionService(bus, config, clock=clock, guard=guard)
+    service = AdmissionService(bus, config, clock=clock, tenure=tenure)
     with rebuilding():
         await service.start()
     loops = {
@@ -296,9 +329,9 @@ async def _live(
         loops["admission-snapshots"] = service.write_snapshots(
             bus.pulses.pulse("admission-snapshots")
         )
-    # A Reown or a lapsed lease is this life's end, awaited below; any other failure is the
-    # service's.
-    ending = (Reown, LeaseLostError)
+    # A Reown, a lapsed lease or a deleted durable ends this life, awaited below; any other
+    # failure is the service's.
+    ending = (Reown, LeaseLostError, ConsumerDeletedError)
     tasks = [supervised(loop, name=name, expected=ending) for name, loop in loops.items()]
     try:
         health.ready()
@@ -322,8 +355,14 @@ class AdmissionService:
     """The replica's state and the loops around it; `start` is the rebuild."""
 
     def __init__(
-        self, bus: Bus, config: AdmissionConfig, *, clock: Clock, guard: Guard | None = None
+        self,
+        bus: Bus,
+        config: AdmissionConfig,
+        *,
+        clock: Clock,
+        tenure: Tenure | None = None,
     ) -> None:
+        """`tenure`: the term of the shard lease it decides in; None: no lease (tests)."""
         self.bus = bus
         self.config = config
         self.clock = clock
@@ -336,6 +375,8 @@ class AdmissionService:
             cluster_lost_s=config.cluster_lost_s,
             routing_policy=Policy(config.routing_policy),
         )
+        self.state.term = tenure.term if tenure is not None else None
+        self.guard = tenure.guard if tenure is not None else None
         # The events the state depends on, kept as they are applied: snapshots are taken from
         # it, and a workload's story is forwarded from it when its home moves (homes.py).
         self.history = CompactLog(self.state.ledger)
@@ -345,9 +386,10 @@ class AdmissionService:
         self._dirty = asyncio.Event()
         self._changed_rounds = 0  # rounds that changed the views since they were last computed
         # With /metrics: Kueue's series for this shard's trees, and its own rounds.
-        self.metrics = (
-            AdmissionMetrics(bus.metrics.registry, self.state) if bus.metrics is not None else None
-        )
+        series = tenure.series if tenure is not None else None
+        if series is None and bus.metrics is not None:
+            series = ReplicaSeries(bus.metrics.registry, shard=config.shard)
+        self.metrics = AdmissionMetrics(series, self.state) if series is not None else None
         max_event_bytes = bus.config.max_event_bytes
         self.rounds = Rounds(
             self.state,
@@ -361,7 +403,7 @@ class AdmissionService:
             ),
             max_event_bytes=max_event_bytes,
             dead_letters=config.durable,
-            guard=guard,
+            guard=self.guard,
         )
 
     def _changed(self) -> None:
@@ -406,6 +448,10 @@ class AdmissionService:
                 first - 1,
                 EVENTS_STREAM,
             )
+        if self.guard is not None:
+            # Before the durable is made anew: a lapsed holder rebuilding (a Reown) would
+            # delete its successor's. The consumer delivers these records too (they fence).
+            await take_over(self.bus, self.state, guard=self.guard)
         await make_consumer(
             self.bus,
             self.config.durable,
@@ -413,7 +459,10 @@ class AdmissionService:
             self.config.consumer_settings(),
             start_sequence=end + 1,
         )
-        events = self.state.take_ownership(now_s=self.clock())
+        events: list[Event] = []
+        for step in self.state.taking_ownership(now_s=self.clock()):
+            events += step
+            await asyncio.sleep(0)  # the lease's renewal runs between steps
         await self.rounds.catch_up(events, replay_end=end)
         log.info(
             "rebuilt from %d snapshot events and %d stream events in %.3fs: "

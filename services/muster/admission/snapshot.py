@@ -56,6 +56,8 @@ ConfigKey = tuple[str, str]  # (kind, name) of config.applied and config.deleted
 # config.partition records kept: per partition the last record (the fence) and the last move.
 _RECORD = "config.partition"
 _MOVE = "config.partition/move"
+_TAKEOVER = "config.partition/takeover"  # the last term's since the last move (takeover.py)
+_RECORD_KINDS = (_RECORD, _MOVE, _TAKEOVER)  # one record may be the last of several kinds
 
 
 log = logging.getLogger(__name__)
@@ -219,9 +221,14 @@ class CompactLog:
             partition = str(env.partition_changed.partition)
             self._drop_config((_RECORD, partition))
             self._config[(_RECORD, partition)] = seq
-            if env.partition_changed.WhichOneof("change") == "shard":
+            change = env.partition_changed.WhichOneof("change")
+            if change == "shard":
                 self._drop_config((_MOVE, partition))
+                self._drop_config((_TAKEOVER, partition))  # a new decider's terms from here
                 self._config[(_MOVE, partition)] = seq
+            elif change == "taken_over":
+                self._drop_config((_TAKEOVER, partition))
+                self._config[(_TAKEOVER, partition)] = seq
             self._keep(seq, env, data)
 
     def _keep(self, seq: int, env: pb.Envelope, data: bytes | None) -> None:
@@ -242,9 +249,8 @@ class CompactLog:
         if old is None:
             return
         kind, name = key
-        twin = {_RECORD: _MOVE, _MOVE: _RECORD}.get(kind)
-        if twin is not None and self._config.get((twin, name)) == old:
-            return  # a move is also the last record of its partition: still kept as that
+        if kind in _RECORD_KINDS and any(self._config.get((k, name)) == old for k in _RECORD_KINDS):
+            return  # the last record of its partition is also its last move or takeover
         self._events.pop(old, None)
 
     def snapshot(

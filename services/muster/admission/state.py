@@ -27,12 +27,13 @@ and is not announced again. A shard routes only among the alternatives in its ow
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from typing import Final
 
 import msgspec
 
 from muster.admission.fact_application import FactApplication
-from muster.admission.facts import ConfigRefusedError, Fact, PartitionRecord
+from muster.admission.facts import ConfigRefusedError, Fact, PartitionRecord, Term
 from muster.admission.homes import Handover, Move, queue_key
 from muster.admission.ledger import Entry, Phase, retry_ends_of
 from muster.admission.replica_parts import PENDING_PHASE
@@ -45,6 +46,8 @@ from muster.core.quota import FlavorResource
 from muster.core.reclaim import reclaimable_of, reclaimed_usage
 from muster.core.records import local_queue_of
 
+# Workloads adopted between two of `taking_ownership`'s steps: a few ms of work each.
+ADOPT_STEP: Final = 128
 log = logging.getLogger(__name__)
 
 
@@ -78,6 +81,14 @@ class AdmissionState(FactApplication):
         stored away from its home is to be forwarded there (`moves`) again: its replica may have
         died before it had, and a story forwarded twice changes nothing.
         """
+        return [event for step in self.taking_ownership(now_s=now_s) for event in step]
+
+    def taking_ownership(self, *, now_s: float, step: int | None = None) -> Iterator[list[Event]]:
+        """`take_ownership` in steps: what each `step` workloads adopted reported, then what
+        the round decided. A shell runs its other tasks between steps (the lease's renewal:
+        on a slow host one stretch of a large backlog outlasted the lease's TTL); none of them
+        may change the state meanwhile. `step`: ADOPT_STEP when None."""
+        step = step or ADOPT_STEP
         self.owning = True
         # The rebuild read its partitions after every record it replayed: only a record
         # applied from now on calls for another (left set, every batch rebuilt again).
@@ -86,13 +97,16 @@ class AdmissionState(FactApplication):
         self.homes.update(self.engine)
         self.trees.reset(self.engine)
         events: list[Event] = []
-        for entry in self.ledger.live():
+        for i, entry in enumerate(self.ledger.live(), start=1):
             home = self.home_of(entry)
             if entry.partition is not None and entry.partition != home:
                 self.moves[entry.key] = Move(entry.key, home)
             if home in self.sharding.owned:
                 events += self._adopt(entry)
-        return events + self.decide(now_s=now_s)
+            if i % step == 0:
+                yield events
+                events = []
+        yield events + self.decide(now_s=now_s)
 
     # --- owning ---------------------------------------------------------------------------
 
@@ -252,6 +266,8 @@ class AdmissionState(FactApplication):
     def _partition_record(self, record: PartitionRecord) -> None:
         """A record fences its partition; one naming a shard moves the partition there."""
         self.fences[record.partition] = max(self.fences.get(record.partition, 0), record.sequence)
+        if record.takeover is not None:
+            self._taken_over(record.partition, record.takeover)
         if record.shard is not None:
             self.partitions.move(record.partition, record.shard)
             self.repartitioned = self.sharding.refresh() or self.repartitioned
@@ -259,6 +275,19 @@ class AdmissionState(FactApplication):
         if book is not None and fair.admission_fair_sharing is not None:
             owned = self.sharding.owned
             self.usage_carry.apply(record, book, fair.admission_fair_sharing, owned=owned)
+
+    def _taken_over(self, partition: int, term: Term) -> None:
+        """A term of `term.shard` began deciding `partition` (takeover.py): a later term of
+        this replica's shard than its own supersedes it on a partition it decides."""
+        mine = self.term
+        if (
+            mine is not None
+            and term.shard == mine.shard
+            and term.number > mine.number
+            and partition in self.sharding.owned
+            and not self.superseded
+        ):
+            self.superseded = f"partition {partition} was taken over by a later {term}"
 
     def _rebalance(self, *, now_s: float) -> list[Event]:
         """After a configuration change: the LocalQueues it moved to another partition take

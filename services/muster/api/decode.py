@@ -67,6 +67,7 @@ from muster.api.model import (
     KueueConfig,
     Node,
     ObjectMeta,
+    PodSet,
     Workload,
 )
 from muster.api.multikueue import (
@@ -104,6 +105,9 @@ from muster.api.validate import validate
 from muster.api.wording import structural
 
 Decoded = tuple[list[ApiObject], list[FieldError]]
+# A Kueue Workload's podsets as `convert.pod_set_of` reads them, problems added to the errors,
+# or None to have them read so (`payloads.PodSetsByTemplate`: a template read once).
+PodSetReader = Callable[[wire.RawWorkload, ObjectErrors], tuple[PodSet, ...] | None]
 Validation = Literal["strict", "warn", "ignore"]
 VALIDATIONS: Final[tuple[str, ...]] = get_args(Validation)
 # A file is read whole, then parsed: this bounds the memory one takes (`muster submit` and
@@ -131,6 +135,7 @@ class _Reading(NamedTuple):
     name_seed: str
     names_checked: bool = False  # names, labels and annotations: checked where stored
     stored: bool = False  # taken in before: `validate`'s rules for new objects not applied
+    pod_sets: PodSetReader | None = None  # a Kueue Workload's podsets, when read elsewhere
 
 
 class _Kind(NamedTuple):
@@ -255,6 +260,7 @@ def decode_documents(
     kept: Kept | None = None,
     names_checked: bool = False,
     stored: bool = False,
+    pod_sets: PodSetReader | None = None,
 ) -> Decoded:
     """Return the objects in already-parsed documents (dicts as from YAML or JSON).
 
@@ -264,10 +270,13 @@ def decode_documents(
     cluster, whose API server refuses a bad name, namespace, label or annotation (and the
     simulated one stores only objects muster checked or named), so those are not checked again.
     `stored`: the documents were taken in before (a stored event's manifest, a cluster's
-    object), so rules added since for new objects are not applied (`validate`).
+    object), so rules added since for new objects are not applied (`validate`). `pod_sets`: a
+    Kueue Workload's podsets, read as `pod_set_of` reads them (a reader that keeps them per
+    template); everything else about the object is read and checked as without it.
     """
     reading = _reading(source, skipped, validation, warnings, name_seed, kept)
-    return _decode_all(docs, reading._replace(names_checked=names_checked, stored=stored))
+    reading = reading._replace(names_checked=names_checked, stored=stored, pod_sets=pod_sets)
+    return _decode_all(docs, reading)
 
 
 def read_bounded(path: Path) -> str:
@@ -388,7 +397,7 @@ def _decode_document(
         else _identity_problems(doc, spec, who, kind=kind, generated=doc is not written)
     )
     problems += _unknown_field_problems(doc, who, (api_version, kind), reading)
-    found, more = _decode_object(doc, spec, who, namespace, stored=reading.stored)
+    found, more = _decode_object(doc, spec, who, namespace, reading)
     errors.extend(problems + more)
     if found is not None and not problems and not more:
         objects.append(found)
@@ -470,7 +479,7 @@ def _unknown_field_problems(
 
 
 def _decode_object(
-    doc: dict[str, Any], spec: _Kind, who: str, namespace: str, *, stored: bool
+    doc: dict[str, Any], spec: _Kind, who: str, namespace: str, reading: _Reading
 ) -> tuple[ApiObject | None, list[FieldError]]:
     raw, structural = _converted(doc, spec.wire_type, who)
     if raw is None:
@@ -479,7 +488,11 @@ def _decode_object(
     meta = meta_from_raw(raw.metadata, namespace=namespace)
     if not meta.uid and spec.named:
         meta = msgspec.structs.replace(meta, uid=stable_uid(raw.kind, namespace, meta.name))
-    found = spec.convert(raw, meta, errs)
+    found: ApiObject
+    if reading.pod_sets is not None and spec.wire_type is wire.RawWorkload:  # a Kueue Workload
+        found = _workload_of(raw, meta, errs, reading.pod_sets)
+    else:
+        found = spec.convert(raw, meta, errs)
     if isinstance(found, Workload):  # a Kueue Workload, or the one a queued Job stands for
         found, problems = with_alternatives(found, who=who)
         errs.errors.extend(problems)
@@ -492,8 +505,18 @@ def _decode_object(
     if errs.errors:
         return None, errs.errors
     if spec.validated:
-        return found, validate(found, name=who, api_version=raw.api_version, stored=stored)
+        return found, validate(found, name=who, api_version=raw.api_version, stored=reading.stored)
     return found, []
+
+
+def _workload_of(
+    raw: wire.RawWorkload, meta: ObjectMeta, errs: ObjectErrors, read: PodSetReader
+) -> Workload:
+    """`workload_from_raw` with podsets from `read`; a podset with a problem is read there
+    again, so that the problems come in the order and words they always do."""
+    problems = ObjectErrors(errs.obj)
+    pod_sets = read(raw, problems)
+    return workload_from_raw(raw, meta, errs, pod_sets=None if problems.errors else pod_sets)
 
 
 def _converted(doc: dict[str, Any], wire_type: Any, who: str) -> tuple[Any, list[FieldError]]:

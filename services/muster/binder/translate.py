@@ -24,7 +24,8 @@ def workload_from_submitted(payload: events_pb2.WorkloadSubmitted, *, what: str)
 def pod_set_starts(wl: Workload, admitted: events_pb2.WorkloadAdmitted) -> list[PodSetStart]:
     """One PodSetStart per admitted podset, in the admission's order
     (`muster.admitted_podsets.admitted_pod_sets`: AdmissionMismatchError when the admission
-    does not fit the workload)."""
+    does not fit the workload). A podset whose hint carries requests was routed."""
+    routed = {hint.name for hint in admitted.hints if hint.requests}
     return [
         PodSetStart(
             name=ps.name,
@@ -33,6 +34,7 @@ def pod_set_starts(wl: Workload, admitted: events_pb2.WorkloadAdmitted) -> list[
             node_selector=ps.node_selector,
             tolerations=ps.tolerations,
             annotations=dict(ps.annotations),
+            routed=ps.name in routed,
         )
         for ps in admitted_pod_sets(wl, admitted)
     ]

@@ -4,8 +4,9 @@ Every message nats-py delivers to a callback goes through the subscription's asy
 a task of its own, and every header block through a character-by-character check. For the
 inboxes a service reads most (pull-consumer deliveries, PubAcks), that is more work than
 handling the message. `subscribe_direct` hands such messages to a plain function as they are
-parsed: no queue, no task switch. Everything else (JetStream push subscriptions with flow
-control and ordered-consumer resets, requests, KV watches) keeps nats-py's own path.
+parsed: no queue, no task switch, and the header block read only if asked for (`DirectMsg`).
+Everything else (JetStream push subscriptions with flow control and ordered-consumer resets,
+requests, KV watches) keeps nats-py's own path.
 On the way out, a published message's header block is the same bytes nats-py writes, built
 in one join (`header_block`) instead of a regular-expression check and four appends per header,
 and an ack can leave with the next write rather than in one of its own (`ack_soon`).
@@ -15,72 +16,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
 import nats.errors
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from nats.protocol.command import hpub_cmd, pub_cmd
+from nats.protocol.command import hpub_cmd
 from nats.protocol.parser import AUTHORIZATION_VIOLATION, PERMISSIONS_ERR, STALE_CONNECTION
+
+from muster.bus.headers import (
+    STATUS,
+    DirectMsg,
+    header_block,
+    is_status,
+    parse_header_lines,
+)
 
 log = logging.getLogger(__name__)
 
 DirectCallback = Callable[[Msg], None]
 
-_CRLF = b"\r\n"
 # The one protocol error after which nats-server keeps the connection (a SUB it refused).
 _SERVER_KEEPS = "invalid subject"
-# A header name as nats-py accepts it (its `_HEADER_KEY_RE`: an HTTP token).
-_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_LINE_BREAKS = str.maketrans({"\r": " ", "\n": " "})
-_NAMES_CHECKED: dict[str, str] = {}  # name as given -> as written; muster uses a handful
-_NAMES_KEPT = 64
-
-
-def header_block(headers: Mapping[str, str]) -> bytes:
-    """The header block nats-py writes for `headers`, byte for byte: names stripped and
-    checked (BadHeaderError), empty ones left out; values stripped, line breaks made spaces."""
-    lines = ["NATS/1.0\r\n"]
-    for name, value in headers.items():
-        key = _NAMES_CHECKED.get(name)
-        if key is None:
-            key = name.strip()
-            if key and not _HEADER_NAME.fullmatch(key):
-                raise nats.errors.BadHeaderError(key)
-            if len(_NAMES_CHECKED) < _NAMES_KEPT:
-                _NAMES_CHECKED[name] = key
-        if not key:
-            continue
-        value = value.strip()
-        if "\r" in value or "\n" in value:
-            value = value.translate(_LINE_BREAKS)
-        lines.append(f"{key}: {value}\r\n")
-    lines.append("\r\n")
-    return "".join(lines).encode()
-
-
-def parse_header_lines(raw: bytes) -> dict[str, str]:
-    """The `Name: Value` lines of a NATS header block, as nats-py reads them.
-
-    What nats-py's parser returns (a name must be one ASCII token, else the line is skipped;
-    values are stripped and decoded as UTF-8 with replacement), checking names with
-    `bytes.split` rather than character by character.
-    """
-    out: dict[str, str] = {}
-    for line in raw.split(_CRLF):
-        name, sep, value = line.partition(b":")
-        if not sep:
-            continue
-        words = name.split()
-        if len(words) != 1 or not words[0].isascii():
-            continue
-        out[words[0].decode("ascii")] = value.strip().decode("utf-8", "replace")
-    return out
-
-
 # A JetStream delivery's reply subject: $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.
 # <consumer seq>.<time>.<pending>, with two more tokens (domain, account hash) in the newer form.
 _V1_TOKENS = 9
@@ -99,6 +58,25 @@ def stream_sequence(msg: Msg) -> int:
     if len(tokens) >= _V2_TOKENS and tokens[1] == "ACK":
         return int(tokens[7])
     return msg.metadata.sequence.stream  # anything else: nats-py's parser (and its errors)
+
+
+class Delivery(NamedTuple):
+    """A JetStream delivery's stream sequence, and how many times it was delivered so far."""
+
+    stream: int
+    delivered: int
+
+
+def delivery(msg: Msg) -> Delivery:
+    """`msg`'s `Delivery`, read straight from its reply subject as `stream_sequence` reads it
+    (a consume loop needs both numbers for every message; `msg.metadata` is a dozen calls)."""
+    tokens = (msg.reply or "").split(".")
+    if len(tokens) == _V1_TOKENS and tokens[1] == "ACK":
+        return Delivery(int(tokens[5]), int(tokens[4]))
+    if len(tokens) >= _V2_TOKENS and tokens[1] == "ACK":
+        return Delivery(int(tokens[7]), int(tokens[6]))
+    md = msg.metadata  # anything else: nats-py's parser (and its errors)
+    return Delivery(md.sequence.stream, md.num_delivered)
 
 
 class Position(NamedTuple):
@@ -211,7 +189,7 @@ class MusterClient(NatsClient):
             raise nats.errors.ConnectionClosedError
         if self.is_draining_pubs:
             raise nats.errors.ConnectionDrainingError
-        command = pub_cmd(subject, "", b"")
+        command = f"PUB {subject}  0\r\n\r\n".encode()  # `pub_cmd(subject, "", b"")`, inline
         if self._lingering_in is not self._pending:  # written since: none lingers there
             self._lingering, self._lingering_in = 0, self._pending
         self._pending.append(command)
@@ -353,9 +331,17 @@ class MusterClient(NatsClient):
             return
         self.stats["in_msgs"] += 1
         self.stats["in_bytes"] += len(data)
-        hdr = await self._process_headers(headers) if headers else None
+        msg = DirectMsg(
+            _client=self, subject=subject.decode(), reply=reply.decode(), data=data, _sid=sid
+        )
+        if headers:
+            if is_status(headers):  # rare: read now, as nats-py reads it
+                msg.headers = hdr = await self._process_headers(headers)
+                msg.status = hdr.get(STATUS) if hdr else None
+            else:
+                msg.leave_unread(headers)
         try:
-            cb(self._build_message(sid, subject, reply, data, hdr))
+            cb(msg)
         except Exception:  # a bug in cb must not end the read loop (and the connection)
             log.exception("direct subscription callback failed for %s", subject.decode())
 
@@ -372,13 +358,14 @@ async def subscribe_direct(nc: NatsClient, subject: str, cb: DirectCallback) -> 
     return await nc.subscribe(subject, cb=deliver)
 
 
-async def ack_soon(nc: NatsClient, msg: Msg, *, within_s: float, at_most: int) -> None:
-    """Ack JetStream delivery `msg` (delivered on `nc`): on a MusterClient with the next write,
-    within `within_s` (`MusterClient.publish_soon`); on any other client, at once."""
+def ack_soon(nc: NatsClient, msg: Msg, *, within_s: float, at_most: int) -> bool:
+    """Queue the ack of JetStream delivery `msg` (delivered on `nc`) to leave with the next
+    write, within `within_s` (`MusterClient.publish_soon`, whose errors it raises). False,
+    queuing nothing, when `nc` is not a MusterClient: the caller acks at once."""
     if isinstance(nc, MusterClient) and msg.reply:
         nc.publish_soon(msg.reply, within_s=within_s, at_most=at_most)
-    else:
-        await msg.ack()
+        return True
+    return False
 
 
 async def connect(servers: str | list[str], **options: Any) -> MusterClient:

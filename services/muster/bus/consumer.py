@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 import logging
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import msgspec
 import nats.errors
@@ -28,9 +28,10 @@ from nats.js import JetStreamContext, api
 from opentelemetry import trace
 
 from muster.bus.cancel import raise_if_cancelling
-from muster.bus.client import ack_soon, stream_sequence
+from muster.bus.client import ack_soon, delivery
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES, decode_stored
 from muster.bus.errors import Reject, Retry
+from muster.bus.lanes import Lane
 from muster.bus.outage import UNAVAILABLE, Outage
 from muster.bus.progress import Tracker
 from muster.bus.publisher import Publisher
@@ -182,6 +183,9 @@ async def ensure_consumer(
 _DELIVER_POLICY_FIXED = 10012  # JetStream: "deliver policy can not be updated"
 
 
+_Item = tuple[Msg, Envelope, int]  # a message queued on a lane: its envelope, its deliveries
+
+
 class _ConsumeLoop:
     def __init__(
         self,
@@ -200,11 +204,10 @@ class _ConsumeLoop:
         self._handler = handler
         self._settings = settings
         self._tracker = tracker
-        self._queues: list[asyncio.Queue[tuple[Msg, Envelope] | None]] = [
-            asyncio.Queue() for _ in range(settings.lanes)
-        ]
+        self._queues: list[Lane[_Item | None]] = [Lane() for _ in range(settings.lanes)]
         self._in_flight = 0
-        self._room = asyncio.Condition()
+        self._room: asyncio.Future[None] | None = None  # the pull waits on it for room
+        self._ack_batch = max(1, settings.max_ack_pending // 4)  # acks written at once
         self._stopping = False
         self._open: set[int] = set()  # stream sequences delivered here and not handled yet
         self._last = 0  # the highest stream sequence delivered here
@@ -245,20 +248,32 @@ class _ConsumeLoop:
                 min(self._settings.batch, room), timeout_s=self._settings.fetch_timeout_s
             )
             for msg in msgs:
-                await self._dispatch(msg)
+                rejected = self._dispatch(msg)
+                if rejected is not None:
+                    await self._dead_letter(msg, rejected)
 
     async def _wait_for_room(self) -> int:
-        async with self._room:
-            await self._room.wait_for(lambda: self._in_flight < self._settings.max_ack_pending)
-            return self._settings.max_ack_pending - self._in_flight
+        """How many more messages may be in hand, waiting until at least one may."""
+        limit = self._settings.max_ack_pending
+        while self._in_flight >= limit:
+            room = self._room = asyncio.get_running_loop().create_future()
+            try:
+                await room
+            finally:
+                self._room = None
+        return limit - self._in_flight
 
-    async def _release(self) -> None:
-        async with self._room:
-            self._in_flight -= 1
-            self._room.notify_all()
+    def _release(self) -> None:
+        """One message less in hand: wake the pull if it waits for room."""
+        self._in_flight -= 1
+        room = self._room
+        if room is not None and not room.done():
+            room.set_result(None)
 
-    async def _dispatch(self, msg: Msg) -> None:
-        """Decode `msg` and queue it on its workload's lane; dead-letter what cannot be decoded."""
+    def _dispatch(self, msg: Msg) -> str | None:
+        """Decode `msg` and queue it on its workload's lane; what cannot be decoded is not
+        queued: returns why, for the caller to dead-letter it (a coroutine per message
+        otherwise)."""
         try:
             env = decode_stored(
                 msg.data, subject=msg.subject, max_bytes=self._settings.max_event_bytes
@@ -267,38 +282,38 @@ class _ConsumeLoop:
             log.error(
                 "dead-lettering %s#%d: %s",
                 msg.subject,
-                msg.metadata.sequence.stream,
+                delivery(msg).stream,
                 err,
                 extra={"consumer": self._durable},
             )
-            await self._dead_letter(msg, str(err))
-            return
-        env.sequence = stream_sequence(msg)
+            return str(err)
+        env.sequence, delivered = delivery(msg)
         self._open.add(env.sequence)
         self._last = max(self._last, env.sequence)
         self._tracker.began(env.sequence)
         lane = zlib.crc32(env.workload.encode()) % len(self._queues)
         self._in_flight += 1
-        self._queues[lane].put_nowait((msg, env))
+        self._queues[lane].put((msg, env, delivered))
+        return None
 
-    async def _lane(self, queue: asyncio.Queue[tuple[Msg, Envelope] | None]) -> None:
+    async def _lane(self, queue: Lane[_Item | None]) -> None:
         while (item := await queue.get()) is not None:
-            msg, env = item
+            msg, env, delivered = item
             try:
                 if self._stopping:  # not started before shutdown: let another replica have it
                     await _quietly(msg.nak())
                 else:
                     with self._tracker.handling(env.sequence):
-                        await self._handle(msg, env)
+                        await self._handle(msg, env, delivered)
                     self._open.discard(env.sequence)
             finally:
                 self._tracker.ended(env.sequence)
-                await self._release()
+                self._release()
 
     async def _drain(self, lanes: list[asyncio.Task[None]]) -> None:
         self._stopping = True
         for queue in self._queues:
-            queue.put_nowait(None)
+            queue.put(None)
         try:
             _, late = await asyncio.wait(lanes, timeout=self._settings.drain_timeout_s)
         except asyncio.CancelledError:
@@ -319,19 +334,14 @@ class _ConsumeLoop:
             if isinstance(result, Exception):
                 raise result
 
-    async def _handle(self, msg: Msg, env: Envelope) -> None:
-        """Run the handler on one message, then ack, nak or dead-letter it."""
-        md = msg.metadata
-        fields = {
-            "workload": env.workload,
-            "event": env.type,
-            "sequence": env.sequence,
-            "consumer": self._durable,
-        }
-        last = 0 < self._settings.max_deliver <= md.num_delivered
-        headers = msg.headers or {}
-        if "traceparent" not in headers:  # written without trace headers: use the envelope's
+    async def _handle(self, msg: Msg, env: Envelope, delivered: int) -> None:
+        """Run the handler on one message (its `delivered`th delivery), then ack, nak or
+        dead-letter it."""
+        last = 0 < self._settings.max_deliver <= delivered
+        if env.traceparent:  # what muster's publisher also writes as the trace headers
             headers = {"traceparent": env.traceparent, "tracestate": env.tracestate}
+        else:  # the headers are read only here (`DirectMsg`): most events never need them
+            headers = msg.headers or {}
         with continue_trace(
             headers,
             f"handle {env.type}",
@@ -343,22 +353,22 @@ class _ConsumeLoop:
                 "messaging.message.id": env.event_id,
                 "muster.workload": env.workload,
                 "muster.sequence": env.sequence,
-                "muster.deliveries": md.num_delivered,
+                "muster.deliveries": delivered,
             },
         ) as span:
             try:
-                async with _keep_alive(msg, self._settings.ack_wait_s):
+                async with _KeepAlive(msg, self._settings.ack_wait_s):
                     await self._handler(env)
             except Retry as err:
                 if last:
-                    reason = f"still failing after {md.num_delivered}: {err}"
-                    log.error("dead-lettering: %s", reason, extra=fields)
+                    reason = f"still failing after {delivered}: {err}"
+                    log.error("dead-lettering: %s", reason, extra=self._fields(env))
                     await self._dead_letter(msg, reason)
                 else:
-                    log.info("retrying later: %s", err, extra=fields)
+                    log.info("retrying later: %s", err, extra=self._fields(env))
                     await _quietly(msg.nak(delay=err.delay_s))
             except Reject as err:
-                log.error("rejected: %s", err, extra=fields)
+                log.error("rejected: %s", err, extra=self._fields(env))
                 await self._dead_letter(msg, str(err))
             except asyncio.CancelledError:
                 await _quietly(msg.nak())  # cancelled past the grace period: redeliver now
@@ -367,32 +377,40 @@ class _ConsumeLoop:
                 if span is not None:
                     span.record_exception(err)
                     span.set_status(trace.StatusCode.ERROR, str(err))
-                if md.num_delivered == 1:  # the traceback once; the retries say how many
-                    log.exception("handler failed; retrying", extra=fields)
+                if delivered == 1:  # the traceback once; the retries say how many
+                    log.exception("handler failed; retrying", extra=self._fields(env))
                 else:
                     log.info(
-                        "handler failed on delivery %d: %r", md.num_delivered, err, extra=fields
+                        "handler failed on delivery %d: %r", delivered, err, extra=self._fields(env)
                     )
                 if last:
-                    reason = f"handler failed {md.num_delivered} times: {err!r}"
-                    log.error("dead-lettering: %s", reason, extra=fields)
+                    reason = f"handler failed {delivered} times: {err!r}"
+                    log.error("dead-lettering: %s", reason, extra=self._fields(env))
                     await self._dead_letter(msg, reason)
                 else:
-                    await _quietly(msg.nak(delay=self._backoff_s(md.num_delivered)))
+                    await _quietly(msg.nak(delay=self._backoff_s(delivered)))
             else:
                 # Not confirmed (a round trip per message): a lost ack means a redelivery, and
                 # handlers are idempotent. Nor written alone: it leaves with the connection's
                 # next write, the handler's effects being stored already (`ack_soon`; a
                 # process killed meanwhile has its messages redelivered). The loop flushes
                 # before it returns.
-                await _quietly(
-                    ack_soon(
-                        self._nc,
-                        msg,
-                        within_s=self._settings.ack_linger_s,
-                        at_most=max(1, self._settings.max_ack_pending // 4),
-                    )
-                )
+                try:
+                    if not ack_soon(
+                        self._nc, msg, within_s=self._settings.ack_linger_s, at_most=self._ack_batch
+                    ):
+                        await msg.ack()
+                except nats.errors.Error as exc:
+                    _unanswered(exc)
+
+    def _fields(self, env: Envelope) -> dict[str, str | int]:
+        """What a log record about `env` says (made only for one: records are rare)."""
+        return {
+            "workload": env.workload,
+            "event": env.type,
+            "sequence": env.sequence,
+            "consumer": self._durable,
+        }
 
     def _backoff_s(self, deliveries: int) -> float:
         exponent = min(max(deliveries - 1, 0), 30)
@@ -409,33 +427,37 @@ class _ConsumeLoop:
         await _quietly(msg.term())
 
 
-@contextlib.asynccontextmanager
-async def _keep_alive(msg: Msg, ack_wait_s: float) -> AsyncIterator[None]:
-    """While the body runs, tell the server `msg` is in progress so it is not redelivered.
+class _KeepAlive:
+    """While the body (`async with`) runs, tells the server `msg` is in progress every third
+    of `ack_wait_s`, so that it is not redelivered. A timer, not a task: most handlers finish
+    long before the first tick is due. A class, not a generator: entered for every message."""
 
-    A timer, not a task: most handlers finish long before the first tick is due.
-    """
-    loop = asyncio.get_running_loop()
-    interval = ack_wait_s / 3
-    sent: set[asyncio.Task[None]] = set()
-    timer: asyncio.TimerHandle | None = None
+    __slots__ = ("_interval_s", "_msg", "_sent", "_timer")
 
-    def tick() -> None:
-        nonlocal timer
-        task = loop.create_task(_quietly(msg.in_progress()))
-        sent.add(task)
-        task.add_done_callback(sent.discard)
-        timer = loop.call_later(interval, tick)
+    def __init__(self, msg: Msg, ack_wait_s: float) -> None:
+        self._msg = msg
+        self._interval_s = ack_wait_s / 3
+        self._sent: set[asyncio.Task[None]] = set()
+        self._timer: asyncio.TimerHandle | None = None
 
-    timer = loop.call_later(interval, tick)
-    try:
-        yield
-    finally:
-        timer.cancel()
-        for task in list(sent):
-            task.cancel()
+    async def __aenter__(self) -> None:
+        self._timer = asyncio.get_running_loop().call_later(self._interval_s, self._tick)
+
+    async def __aexit__(self, *_: object) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        sent = self._sent
         if sent:
+            for task in list(sent):
+                task.cancel()
             await asyncio.gather(*sent, return_exceptions=True)
+
+    def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(_quietly(self._msg.in_progress()))
+        self._sent.add(task)
+        task.add_done_callback(self._sent.discard)
+        self._timer = loop.call_later(self._interval_s, self._tick)
 
 
 async def _quietly(reply: Awaitable[None]) -> None:
@@ -443,4 +465,8 @@ async def _quietly(reply: Awaitable[None]) -> None:
     try:
         await reply
     except nats.errors.Error as exc:
-        log.warning("could not answer the server for a message: %r", exc)
+        _unanswered(exc)
+
+
+def _unanswered(exc: nats.errors.Error) -> None:
+    log.warning("could not answer the server for a message: %r", exc)

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Final, Protocol
 
 from muster.bus.cancel import raise_if_cancelling
 from muster.bus.errors import BusError, Conflict, Unavailable, refused
@@ -27,8 +27,21 @@ from muster.bus.pulse import Pulse
 log = logging.getLogger(__name__)
 
 
+# Why a lease was lost (LeaseLostError.cause, the label of admission's step-down counter).
+EXPIRED: Final = "expired"  # not renewed within its TTL: the key expired
+TAKEN_OVER: Final = "taken_over"  # another owner holds the key
+UNREACHABLE: Final = "unreachable"  # NATS did not answer for a TTL: assumed expired
+SUPERSEDED: Final = "superseded"  # a later term's takeover record was read (admission)
+CAUSES: Final = (EXPIRED, TAKEN_OVER, UNREACHABLE, SUPERSEDED)
+
+
 class LeaseLostError(RuntimeError):
-    """The lease is no longer this owner's: what it guards must stop at once."""
+    """The lease is no longer this owner's: what it guards must stop at once. `cause` is one
+    of CAUSES."""
+
+    def __init__(self, message: str, *, cause: str = EXPIRED) -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 class LeaseRefusedError(RuntimeError):
@@ -75,6 +88,9 @@ class Lease:
         self.poll_s = poll_s
         self.denied = denied
         self.revision: int | None = None
+        # The key's revision when this owner last acquired it: revisions only grow, so a later
+        # holder's term is larger (admission's takeover records are ordered by it).
+        self.term = 0
         # When the write the key's TTL now runs from was sent (monotonic): the server stored it
         # no sooner, so the lease lasts at least until this plus the TTL (`fresh`).
         self.renewed_at = 0.0
@@ -97,6 +113,7 @@ class Lease:
                 self.revision = self._own(entry)
                 if self.revision is not None:  # written no later than now: as good as renewed
                     self.renewed_at = sent
+                    self.term = self.revision
                     log.info("lease %s was created by this owner already", self.key)
                     return
                 if not waiting:
@@ -107,6 +124,7 @@ class Lease:
                 log.warning("cannot reach the lease %s: %r", self.key, exc)
             else:
                 self.renewed_at = sent
+                self.term = self.revision
                 log.info("acquired lease %s as %s", self.key, self.owner)
                 return
             await asyncio.sleep(self.poll_s)
@@ -163,13 +181,17 @@ class Lease:
                 entry = await self._entry()
                 self.revision = self._own(entry)
                 if entry is None or self.revision is None:
-                    why = self._lost(entry, since_s=time.monotonic() - renewed_at, late_s=late_s)
-                    raise LeaseLostError(why) from exc
+                    raise self._lost(
+                        entry, since_s=time.monotonic() - renewed_at, late_s=late_s
+                    ) from exc
                 renewed_at = time.monotonic()  # `renewed_at` stays: when, is not known
             except Unavailable as exc:
                 if time.monotonic() - renewed_at >= self.ttl_s - self.renew_s:
                     self.revision = None
-                    raise LeaseLostError(f"lease {self.key} not renewed for a TTL") from exc
+                    raise LeaseLostError(
+                        f"lease {self.key} not renewed for a TTL: NATS does not answer ({exc})",
+                        cause=UNREACHABLE,
+                    ) from exc
                 log.warning("lease %s not renewed: %r", self.key, exc)
             else:
                 self.renewed_at = sent
@@ -200,28 +222,30 @@ class Lease:
             entry = await self._entry()
             own = self._own(entry)
             if own is None:
-                raise LeaseLostError(
-                    self._lost(entry, since_s=age_s, late_s=age_s - self.renew_s)
-                ) from exc
+                raise self._lost(entry, since_s=age_s, late_s=age_s - self.renew_s) from exc
             self.revision = own  # `hold` renewed it meanwhile
             return
         except Unavailable as exc:
             raise LeaseLostError(
                 f"lease {self.key} may have expired: last renewed {age_s:.1f}s ago (TTL "
-                f"{self.ttl_s:g}s) and NATS does not answer: {exc}"
+                f"{self.ttl_s:g}s) and NATS does not answer: {exc}",
+                cause=UNREACHABLE,
             ) from exc
         self.renewed_at = sent
 
-    def _lost(self, entry: Entry | None, *, since_s: float, late_s: float) -> str:
+    def _lost(self, entry: Entry | None, *, since_s: float, late_s: float) -> LeaseLostError:
         """Why the key is no longer ours, as the renewal that failed saw it."""
         if entry is None:
-            return (
+            return LeaseLostError(
                 f"lease {self.key} expired: last renewed {since_s:.1f}s ago (TTL "
                 f"{self.ttl_s:g}s), this renewal ran {late_s:.1f}s late (the event loop "
                 "was busy: a long round, a profiler, a loaded host)"
             )
         holder = (entry.value or b"").decode(errors="replace")
-        return f"lease {self.key} was taken over by {holder!r}, last renewed {since_s:.1f}s ago"
+        return LeaseLostError(
+            f"lease {self.key} was taken over by {holder!r}, last renewed {since_s:.1f}s ago",
+            cause=TAKEN_OVER,
+        )
 
     async def release(self) -> None:
         """Give the lease up (clean shutdown), so that a successor need not wait for the TTL."""

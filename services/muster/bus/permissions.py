@@ -110,6 +110,7 @@ ROLES: Final[tuple[Role, ...]] = (
             "config.deleted",
         ),
         replays=(EVENTS_STREAM,),
+        last_gets=(EVENTS_STREAM,),  # its start check: the last named `submitted` (seen_clusters)
         key_values=(
             KeyValue("MUSTER_WATCHER", writes=("{cluster}", "{cluster}.>")),
             KeyValue("MUSTER_PARTITIONS"),

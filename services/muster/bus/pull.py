@@ -26,10 +26,10 @@ from nats.aio.subscription import Subscription
 from nats.js import api
 
 from muster.bus.client import MusterClient, subscribe_direct
+from muster.bus.headers import status_of
 
 log = logging.getLogger(__name__)
 
-_STATUS = "Status"
 # nats-py keys a status's description by the enum member, whose hash is not the string's.
 _DESCRIPTION = api.Header.DESCRIPTION
 _LEFT = "Nats-Pending-Messages"  # on a status ending a pull request: what it never delivered
@@ -185,15 +185,14 @@ class PullFeed:
         # sends it (woken for it, or when next called).
         now = asyncio.get_running_loop().time()
         self._heard_at = now
-        headers = msg.headers
-        status = headers.get(_STATUS) if headers else None
+        status = status_of(msg)  # a delivery's headers are left unread (`DirectMsg`)
         if status is None:
             self._asked = max(0, self._asked - 1)
             self._ready.append(msg)
             if len(self._ready) < self._wanted:
                 return  # `gather` waits for more
         elif status != _HEARTBEAT:
-            self._request_ended(status, headers or {}, now)
+            self._request_ended(status, msg.headers or {}, now)
         else:
             return
         waiter = self._waiter  # `take` waits: wake it (inline: a call per delivery counts)

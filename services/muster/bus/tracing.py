@@ -144,7 +144,6 @@ def trace_headers(ctx: otel_context.Context | None = None) -> dict[str, str]:
     return carrier
 
 
-@contextlib.contextmanager
 def continue_trace(
     headers: Mapping[str, str],
     name: str,
@@ -152,30 +151,42 @@ def continue_trace(
     kind: trace.SpanKind,
     attributes: Callable[[], Mapping[str, str | int]] | None = None,
     new_trace: bool = False,
-) -> Iterator[trace.Span | None]:
-    """Run the body in the trace `headers` (W3C, lower-case names) continue.
+) -> contextlib.AbstractContextManager[trace.Span | None]:
+    """Run the body (`with continue_trace(...) as span`) in the trace `headers` (W3C,
+    lower-case names) continue.
 
     When spans are made: inside a new span `name` (with `attributes()`), yielded. Otherwise no
     span (None is yielded): the headers themselves become the current trace context, so events
     published in the body carry them. `new_trace`: start a trace when `headers` carry none.
     """
     if recording():
-        with tracer().start_as_current_span(
+        return tracer().start_as_current_span(
             name,
             context=context_from_headers(headers),
             kind=kind,
             attributes=None if attributes is None else attributes(),
-        ) as span:
-            yield span
-        return
+        )
     carried = {k: headers[k] for k in TRACE_HEADERS if k in headers}
     if "traceparent" not in carried and new_trace:
         carried = {"traceparent": new_traceparent()}
-    token = _carried.set(carried)
-    try:
-        yield None
-    finally:
-        _carried.reset(token)
+    return _Carrying(carried)
+
+
+class _Carrying:
+    """`continue_trace` while no spans are made: the body's trace context is `carried`. A
+    class, not a generator: every consumed event enters one (a generator's context manager is
+    a few times the calls)."""
+
+    __slots__ = ("_carried", "_reset")
+
+    def __init__(self, carried: Mapping[str, str]) -> None:
+        self._carried = carried
+
+    def __enter__(self) -> None:
+        self._reset = _carried.set(self._carried)
+
+    def __exit__(self, *_: object) -> None:
+        _carried.reset(self._reset)
 
 
 def new_traceparent() -> str:

@@ -61,6 +61,9 @@ class PodSetStart(msgspec.Struct, frozen=True, kw_only=True):
     own merged with what the assigned flavors inject (WorkloadAdmitted's placement hints).
     `annotations` go onto every pod (the pod template's; `muster.dev/run-seconds` among them
     when the binder knows it), and `labels` too (an admission check's podSetUpdates).
+    `routed`: the workload was routed to an alternative (docs/routing.md), and `requests` are
+    the alternative's as admission charged them, what a pod requests in all (its overhead
+    included); otherwise they are the pod template's own, and its pods are made as written.
     """
 
     name: str
@@ -70,6 +73,7 @@ class PodSetStart(msgspec.Struct, frozen=True, kw_only=True):
     tolerations: tuple[Toleration, ...] = ()
     annotations: Mapping[str, str] = msgspec.field(default_factory=dict)
     labels: Mapping[str, str] = msgspec.field(default_factory=dict)
+    routed: bool = False
 
 
 class WorkloadCopy(NamedTuple):

@@ -5,7 +5,9 @@
   `muster_admission_round_size{shard,kind}` (`facts` applied, `decisions` made per round),
   `muster_admission_snapshot_age_seconds{shard}` (since the snapshot last read or written),
   `muster_admission_views_written_total{shard}` (passes of the visibility loop that wrote its
-  changed views; rounds and their facts are the round-size histogram's count and sum);
+  changed views; rounds and their facts are the round-size histogram's count and sum),
+  `muster_admission_step_downs_total{shard,cause}` (terms that ended with the shard lease
+  lost: `expired`, `taken_over`, `unreachable`, `superseded`);
 - gangpermit: `muster_placement_pass_duration_seconds{cluster}` (one placement pass, the
   decision latency), `muster_gangs_waiting{cluster}` (gangs that do not fit yet);
 - binder: `muster_bind_duration_seconds{cluster}` (one pod's bind through the cluster's API),
@@ -18,7 +20,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -38,7 +40,9 @@ class AdmissionSeries:
         *,
         shard: int,
         clock: Callable[[], float] = time.time,
+        step_down_causes: Sequence[str] = (),
     ) -> None:
+        """`step_down_causes`: the causes a lost lease names, each counted from 0."""
         labels = ["shard"]
         self.shard = str(shard)
         round_s = Histogram(
@@ -73,6 +77,19 @@ class AdmissionSeries:
             labels,
             registry=registry,
         ).labels(self.shard).set_function(self._snapshot_age)
+
+        self._step_downs = Counter(
+            "muster_admission_step_downs_total",
+            "Terms of this admission replica that ended with its shard lease lost, by cause.",
+            [*labels, "cause"],
+            registry=registry,
+        )
+        for cause in step_down_causes:  # each series exists at 0, so a rate over it is defined
+            self._step_downs.labels(self.shard, cause)
+
+    def stepped_down(self, cause: str) -> None:
+        """A term ended with the shard lease lost, for `cause`."""
+        self._step_downs.labels(self.shard, cause).inc()
 
     def decided(self, seconds: float, *, facts: int, decisions: int) -> None:
         self._decide_s.observe(seconds)

@@ -87,10 +87,13 @@ async def test_renewal_keeps_the_lease_and_a_takeover_loses_it() -> None:
         while mine.revision == first_revision:  # noqa: ASYNC110 (renewed by another task)
             await asyncio.sleep(0.01)
     bucket.expire("admission.3")  # we paused too long: it expired, someone else took it
-    await lease(bucket, "thief").acquire()
-    with pytest.raises(LeaseLostError, match="taken over"):
+    thief = lease(bucket, "thief")
+    await thief.acquire()
+    with pytest.raises(LeaseLostError, match="taken over") as lost:
         await asyncio.wait_for(holding, 1)
+    assert lost.value.cause == "taken_over"
     assert not mine.held
+    assert thief.term > mine.term  # a later holder's term is larger (takeover records)
 
 
 async def test_losing_nats_for_a_whole_ttl_loses_the_lease() -> None:
@@ -98,8 +101,9 @@ async def test_losing_nats_for_a_whole_ttl_loses_the_lease() -> None:
     mine = lease(bucket, "me", ttl_s=0.3)
     await mine.acquire()
     bucket.down = True
-    with pytest.raises(LeaseLostError, match="not renewed"):
+    with pytest.raises(LeaseLostError, match="not renewed") as lost:
         await asyncio.wait_for(mine.hold(), 2)
+    assert lost.value.cause == "unreachable"
 
 
 async def test_confirm_writes_nothing_while_fresh_and_renews_a_stale_lease_still_its_own() -> None:
@@ -121,11 +125,13 @@ async def test_confirm_of_a_stale_lease_that_expired_or_was_taken_raises_naming_
     await mine.acquire()
     mine.renewed_at -= mine.ttl_s
     bucket.expire("admission.3")
-    with pytest.raises(LeaseLostError, match=r"admission\.3 expired: last renewed"):
+    with pytest.raises(LeaseLostError, match=r"admission\.3 expired: last renewed") as lost:
         await mine.confirm()
+    assert lost.value.cause == "expired"
     await lease(bucket, "thief").acquire()
-    with pytest.raises(LeaseLostError, match="taken over by 'thief'"):
+    with pytest.raises(LeaseLostError, match="taken over by 'thief'") as lost:
         await mine.confirm()
+    assert lost.value.cause == "taken_over"
 
 
 def test_renewal_must_be_shorter_than_the_ttl() -> None:

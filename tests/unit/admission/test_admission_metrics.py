@@ -20,7 +20,7 @@ from admission_stream import (
 from prometheus_client import CollectorRegistry
 
 from muster.admission.handlers import Rounds
-from muster.admission.metrics import AdmissionMetrics
+from muster.admission.metrics import AdmissionMetrics, ReplicaSeries
 from muster.admission.state import AdmissionState
 from muster.contracts.v1 import events_pb2 as pb
 
@@ -37,7 +37,8 @@ class World:
         self.state = AdmissionState()
         self.state.take_ownership(now_s=0.0)
         self.now_s = 100.0
-        self.metrics = AdmissionMetrics(self.registry, self.state, clock=lambda: self.now_s)
+        series = ReplicaSeries(self.registry, shard=0, clock=lambda: self.now_s)
+        self.metrics = AdmissionMetrics(series, self.state, clock=lambda: self.now_s)
         # One stream: the decisions published and the events consumed share its sequences.
         self.sequences = itertools.count(1)
         self.publisher = StoringPublisher(self.sequences)

@@ -1,6 +1,7 @@
 """A workload's podsets read once per template (`PodSetsByTemplate`): every manifest, read after
 any others that share its templates, decodes as `manifest_workload` reads it alone, or fails
-with the same error; a template is read again only when it must be."""
+with the same error; a template is read again only when it must be. Admission's reading of a
+`submitted` (`fact_of`, through `decode_manifest`, which checks everything) likewise."""
 
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from muster import payloads
+from muster.admission.fact_reader import fact_of
+from muster.admission.facts import Fact, FactError, Submit
 from muster.api.convert import pod_set_of
 from muster.api.errors import ObjectErrors
 from muster.api.model import PodSet, Workload
-from muster.api.raw import RawPodSet
+from muster.api.raw import RawPodSet, RawWorkload
+from muster.contracts.v1 import events_pb2 as pb
 from muster.payloads import (
     PayloadError,
     PodSetsByTemplate,
@@ -114,6 +118,37 @@ def test_a_manifest_read_after_others_sharing_its_templates_reads_as_alone(
             assert got == manifest_workload(text, what="ml/w")
 
 
+class ReadAlone(PodSetsByTemplate):
+    """No podset given: `workload_from_raw` reads each itself, as before templates were kept."""
+
+    def of(self, text: str, raw: RawWorkload, errs: ObjectErrors) -> tuple[PodSet, ...] | None:
+        return None
+
+
+def admitted_fact(text: str, pod_sets: PodSetsByTemplate) -> Fact | str | None:
+    """What admission reads of `text` submitted under its own name (its Submit, or the error)."""
+    env = pb.Envelope(workload=f"ml/{json.loads(text)['metadata']['name']}", cluster="c")
+    env.submitted.manifest_json = text
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(payloads, "_POD_SETS", pod_sets)
+        try:
+            return fact_of(env)
+        except FactError as err:
+            return str(err)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), pool=st.lists(templates(), min_size=1, max_size=3))
+def test_admission_reads_a_submitted_after_others_sharing_its_templates_as_alone(
+    data: st.DataObject, pool: list[dict[str, Any]]
+) -> None:
+    kept = PodSetsByTemplate()
+    for text in data.draw(st.lists(manifests(pool), min_size=1, max_size=6)):
+        # Every fact, and every error's words (object, field, order), as if each template was
+        # read anew; a manifest a template's problem refuses is refused so every time.
+        assert admitted_fact(text, kept) == admitted_fact(text, ReadAlone())
+
+
 def count_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     reads: list[int] = []
 
@@ -150,6 +185,36 @@ def test_a_template_is_read_once_for_every_workload_that_shares_it(
     assert len(reads) == 1
     assert (first.pod_sets[0].count, second.pod_sets[0].count) == (1, 3)
     assert second.pod_sets[0].requests == {"cpu": 100}
+
+
+def submits(facts: list[Fact | str | None]) -> list[Submit]:
+    return [f for f in facts if isinstance(f, Submit)]
+
+
+def test_admission_reads_a_template_once_and_names_each_problem_as_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kept = PodSetsByTemplate()
+    reads = count_reads(monkeypatch)
+    facts = [admitted_fact(workload(name, TEMPLATE), kept) for name in ("a", "b", "c")]
+    assert len(reads) == 1
+    assert [(f.workload.key, f.workload.pod_sets[0].requests) for f in submits(facts)] == [
+        ("ml/a", {"cpu": 100}),
+        ("ml/b", {"cpu": 100}),
+        ("ml/c", {"cpu": 100}),
+    ]
+    # A bad queue name is named before the podsets' problems, as when the template is read anew.
+    bad = {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "x"}}}]}}
+    text = workload("d", bad).replace('"queueName": "q"', '"queueName": "Q!"')
+    refused = admitted_fact(text, kept)
+    assert refused == admitted_fact(text, ReadAlone())
+    assert isinstance(refused, str)
+    assert refused.index("spec.queueName") < refused.index("spec.podSets[0].template")
+    # A kept template's podset under another workload's bad queue name: refused by that name.
+    shared = admitted_fact(workload("e", TEMPLATE).replace('"q"', '"Q!"'), kept)
+    assert isinstance(shared, str)
+    assert "spec.queueName" in shared
+    assert len(reads) == 2  # the bad template was tried, and not kept; the good one read once
 
 
 def test_a_template_with_a_problem_is_refused_by_name_every_time(

@@ -50,13 +50,20 @@ from muster.cluster.kube.config import api_client
 from muster.cluster.kube.discovery import GangApi
 from muster.cluster.kube.informer import SEQ_BITS, merged_watch, resource_version_now
 from muster.cluster.kube.ratelimit import TokenBucket
-from muster.cluster.kube.resize import ResizeError, resized
+from muster.cluster.kube.resize import (
+    NO_RUNTIME_CLASSES,
+    ResizeError,
+    RuntimeOverheads,
+    resized,
+    runtime_class_names,
+)
 from muster.cluster.kube.resources import (
     JOBS,
     JOBSETS,
     NAMESPACES,
     NODES,
     PODS,
+    RUNTIME_CLASSES,
     kueue_resources,
     resource_for,
     resource_for_kind,
@@ -293,6 +300,31 @@ class KubeBackend:
         except NotFoundError:
             return None
 
+    async def _runtime_classes(
+        self, obj: Mapping[str, Any], pod_sets: Sequence[PodSetStart]
+    ) -> RuntimeOverheads:
+        """The `overhead.podFixed` of each RuntimeClass the pod templates of `obj` (a Job,
+        JobSet or Kueue Workload) name, when a podset was routed (`resize` counts it in the
+        requests its pods get); one a cluster does not have is left out (`resize` says so).
+        RequestsRefusedError when the API server refuses the read."""
+        if not any(ps.routed for ps in pod_sets):
+            return NO_RUNTIME_CLASSES
+        found: dict[str, Mapping[str, Any]] = {}
+        for name in sorted(runtime_class_names(obj)):
+            try:
+                rc = await self._get_or_none(RUNTIME_CLASSES, name)
+            except ClusterError as err:
+                if err.temporary:
+                    raise
+                # Refused (a ClusterRole without the rule): the route is not taken, and the
+                # workload runs as written on its declared queue, rather than dead-lettered.
+                message = f"its overhead, for the routed requests, cannot be read: {err.message}"
+                raise RequestsRefusedError(err.obj, message) from err
+            if rc is not None:
+                fixed = (rc.get("overhead") or {}).get("podFixed")
+                found[name] = fixed if isinstance(fixed, dict) else {}
+        return found
+
     async def _list(
         self, resource: Resource, *, namespace: str = "", **selectors: str
     ) -> list[dict[str, Any]]:
@@ -524,8 +556,18 @@ class KubeBackend:
         if owner is not None and kind in _COPIED_OWNERS:
             resource, start = _COPIED_OWNERS[kind]
             made = copies.owner_copy(owner, origin=origin.cluster, workload=name)
+            classes = await self._runtime_classes(made, pod_sets)
             try:
-                started = start(made, pod_sets, workload=name, admission=admission) or made
+                started = (
+                    start(
+                        made,
+                        pod_sets,
+                        workload=name,
+                        admission=admission,
+                        runtime_classes=classes,
+                    )
+                    or made
+                )
             except ResizeError as err:
                 who = resource.describe(str(made["metadata"].get("name")), namespace)
                 raise RequestsRefusedError(who, f"its pod template cannot ask for {err}") from None
@@ -551,12 +593,8 @@ class KubeBackend:
                 return created
             if _already_exists(response):
                 return await self._get(resource, name, namespace)
-            if response.status == 404:  # the collection is there: its namespace is not
-                raise ClusterError(
-                    who,
-                    "NamespaceNotFound",
-                    f"namespace {namespace} does not exist in this cluster",
-                )
+            if response.status == 404:
+                raise _not_created(response, resource, who, namespace=namespace)
             raise response.error(who)
 
         return await self._retrying(create)
@@ -644,6 +682,7 @@ class KubeBackend:
         its controller passes them on to its Jobs."""
         js_name, namespace, path, who = _where(JOBSETS, jobset)
         current: Mapping[str, Any] | None = jobset
+        classes = await self._runtime_classes(jobset, pod_sets)
 
         async def start() -> None:
             nonlocal current
@@ -651,7 +690,11 @@ class KubeBackend:
             current = None  # a retry reads again
             try:
                 started = jobsets.started_jobset(
-                    fresh, pod_sets, workload=workload, admission=admission
+                    fresh,
+                    pod_sets,
+                    workload=workload,
+                    admission=admission,
+                    runtime_classes=classes,
                 )
             except ResizeError as err:
                 message = f"its pod templates cannot ask for the admitted requests: {err}"
@@ -682,6 +725,7 @@ class KubeBackend:
     ) -> None:
         job_name, namespace, path, who = _where(JOBS, job)
         current: Mapping[str, Any] | None = job
+        classes = await self._runtime_classes(job, pod_sets)
 
         async def start() -> None:
             nonlocal current
@@ -690,7 +734,13 @@ class KubeBackend:
             if jobs.is_suspended(fresh) and (fresh.get("status") or {}).get("startTime"):
                 fresh = await self._clear_start_time(job_name, namespace)  # else no template change
             try:
-                started = jobs.started_job(fresh, pod_sets, workload=workload, admission=admission)
+                started = jobs.started_job(
+                    fresh,
+                    pod_sets,
+                    workload=workload,
+                    admission=admission,
+                    runtime_classes=classes,
+                )
             except ResizeError as err:
                 message = f"its pod template cannot ask for the admitted requests: {err}"
                 raise RequestsRefusedError(who, message) from None
@@ -767,6 +817,7 @@ class KubeBackend:
             for ps in (workload.get("spec") or {}).get("podSets") or []
         }
         name = str((workload.get("metadata") or {}).get("name"))
+        classes = await self._runtime_classes(workload, pod_sets)
         try:
             pods = [
                 _pod(
@@ -777,6 +828,7 @@ class KubeBackend:
                     scheduler=self.config.scheduler_name,
                     admission=admission,
                     node=nodes[pod] if nodes is not None else "",
+                    runtime_classes=classes,
                 )
                 for ps in pod_sets
                 for i in range(ps.count)
@@ -867,6 +919,27 @@ def _already_exists(response: Response) -> bool:
     return response.status == 409 and b'"AlreadyExists"' in response.body
 
 
+def _not_created(
+    response: Response, resource: Resource, who: str, *, namespace: str
+) -> ClusterError:
+    """Why a create was answered 404: its namespace does not exist (the API server's Status
+    names `namespaces`), or the cluster does not serve `resource` at all (its "404 page not
+    found": a CRD not installed), each said as such."""
+    try:
+        status = response.json()
+    except msgspec.DecodeError:
+        status = None
+    details = status.get("details") if isinstance(status, dict) else None
+    if isinstance(details, dict) and details.get("kind") == "namespaces":
+        message = f"namespace {namespace} does not exist in this cluster"
+        return ClusterError(who, "NamespaceNotFound", message)
+    served = f"{resource.plural}.{resource.group or 'core'}/{resource.version}"
+    if resource.group.endswith(".k8s.io") or "." not in resource.group:
+        return ClusterError(who, "NotServed", f"{served} is not served by this cluster")
+    message = f"the {resource.kind} CRD ({served}) is not installed in this cluster"
+    return ClusterError(who, "NotServed", message)
+
+
 # The owners a MultiKueue copy is made of (`copies.owner_copy`): their resource, and how
 # their copy is created started.
 _COPIED_OWNERS: Mapping[str, tuple[Resource, Callable[..., dict[str, Any] | None]]] = {
@@ -905,14 +978,17 @@ def _pod(
     scheduler: str,
     admission: int = 0,
     node: str = "",
+    runtime_classes: RuntimeOverheads = NO_RUNTIME_CLASSES,
 ) -> dict[str, Any]:
     """Pod `index` of `pod_set` from the Workload's template, placed as admitted (and, with
-    `node`, created on that node: the API server takes `spec.nodeName` on create)."""
+    `node`, created on that node: the API server takes `spec.nodeName` on create); a routed
+    podset's with the alternative's requests (`resize`; `runtime_classes` as it takes them)."""
     meta = workload.get("metadata") or {}
     name = str(meta.get("name"))
     t_meta = template.get("metadata") or {}
     spec = copy.deepcopy(dict(template.get("spec") or {}))
-    spec = resized(spec, pod_set.requests) or spec  # routed: the alternative's requests
+    if pod_set.routed:
+        spec = resized(spec, pod_set.requests, runtime_classes=runtime_classes) or spec
     spec["schedulerName"] = scheduler
     if pod_set.node_selector:
         spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **pod_set.node_selector}

@@ -26,7 +26,13 @@ from muster.api.job import POD_SET_NAME, workload_name_for_job
 from muster.api.model import Toleration
 from muster.api.wellknown import POD_SET_ANNOTATION, WORKLOAD_LABEL
 from muster.cluster.backend import ADMISSION_LABEL, PodSetStart, admission_of
-from muster.cluster.kube.resize import resized, resources_of, with_resources
+from muster.cluster.kube.resize import (
+    NO_RUNTIME_CLASSES,
+    RuntimeOverheads,
+    resized,
+    resources_of,
+    with_resources,
+)
 
 ORIGINAL_ANNOTATION = "muster.dev/pod-template-original"
 # What start changes in the template: (where, field).
@@ -77,11 +83,17 @@ def admission_of_job(job: Mapping[str, Any]) -> int:
 
 
 def started_job(
-    job: Mapping[str, Any], pod_sets: Sequence[PodSetStart], *, workload: str, admission: int = 0
+    job: Mapping[str, Any],
+    pod_sets: Sequence[PodSetStart],
+    *,
+    workload: str,
+    admission: int = 0,
+    runtime_classes: RuntimeOverheads = NO_RUNTIME_CLASSES,
 ) -> dict[str, Any] | None:
     """`job` unsuspended with the admitted podset's placement injected, its containers asking
-    for the admitted requests; None when started. Raises `resize.ResizeError` when the
-    template cannot ask for exactly those requests.
+    for the admitted requests when routed; None when started. Raises `resize.ResizeError`
+    when the template cannot ask for exactly those requests (`runtime_classes`: the overhead
+    of the RuntimeClass it names, `resize.resized`).
 
     Its pods are labelled with `admission` (when given): an eviction stops the Job only when
     it carries out an eviction of that admission or a later one.
@@ -100,7 +112,9 @@ def started_job(
     pod_set = _pod_set(pod_sets)
     if pod_set is not None:
         spec["parallelism"] = pod_set.count
-    inject_pod_set(template, pod_set, workload=workload, admission=admission)
+    inject_pod_set(
+        template, pod_set, workload=workload, admission=admission, runtime_classes=runtime_classes
+    )
     return out
 
 
@@ -115,12 +129,17 @@ def template_original(template: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def inject_pod_set(
-    template: dict[str, Any], pod_set: PodSetStart | None, *, workload: str, admission: int
+    template: dict[str, Any],
+    pod_set: PodSetStart | None,
+    *,
+    workload: str,
+    admission: int,
+    runtime_classes: RuntimeOverheads = NO_RUNTIME_CLASSES,
 ) -> None:
     """Change pod template `template` in place to make the admitted `pod_set`'s pods: its
     labels and annotations, muster's workload label and podset annotation, the flavors' node
-    selector and tolerations, the admitted requests (`resize`: raises `resize.ResizeError`
-    when the template cannot ask for exactly those)."""
+    selector and tolerations, a routed podset's requests (`resize`: raises
+    `resize.ResizeError` when the template cannot ask for exactly those)."""
     t_meta = template.setdefault("metadata", {})
     t_spec = template.setdefault("spec", {})
     labels = t_meta.setdefault("labels", {})
@@ -142,7 +161,9 @@ def inject_pod_set(
             tolerations.append(t)
     if tolerations:
         t_spec["tolerations"] = tolerations
-    rewritten = resized(t_spec, pod_set.requests)
+    if not pod_set.routed:
+        return  # its requests are the template's own
+    rewritten = resized(t_spec, pod_set.requests, runtime_classes=runtime_classes)
     if rewritten is not None:
         template["spec"] = rewritten
 

@@ -27,6 +27,7 @@ from muster.cluster.kube.jobs import (
     saved_original,
     template_original,
 )
+from muster.cluster.kube.resize import NO_RUNTIME_CLASSES, RuntimeOverheads
 
 
 def workload_name(jobset: Mapping[str, Any]) -> str:
@@ -46,11 +47,16 @@ def _templates(jobset: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 
 def started_jobset(
-    jobset: Mapping[str, Any], pod_sets: Sequence[PodSetStart], *, workload: str, admission: int = 0
+    jobset: Mapping[str, Any],
+    pod_sets: Sequence[PodSetStart],
+    *,
+    workload: str,
+    admission: int = 0,
+    runtime_classes: RuntimeOverheads = NO_RUNTIME_CLASSES,
 ) -> dict[str, Any] | None:
     """`jobset` unsuspended with each admitted podset's placement injected into the
-    replicatedJob of its name; None when started. Raises `resize.ResizeError` when a template
-    cannot ask for exactly the admitted requests."""
+    replicatedJob of its name; None when started. Raises `resize.ResizeError` when a routed
+    template cannot ask for exactly the admitted requests (`jobs.started_job`)."""
     if not is_suspended(jobset):
         return None
     out = copy.deepcopy(dict(jobset))
@@ -62,7 +68,13 @@ def started_jobset(
     out["spec"]["suspend"] = False
     by_name = {ps.name: ps for ps in pod_sets}
     for name, template in templates:
-        inject_pod_set(template, by_name.get(name), workload=workload, admission=admission)
+        inject_pod_set(
+            template,
+            by_name.get(name),
+            workload=workload,
+            admission=admission,
+            runtime_classes=runtime_classes,
+        )
     return out
 
 
