@@ -103,11 +103,17 @@ def created_on_nodes(
     carries its manifest (a workload over 256 KiB does not: its `submitted` may have left the
     stream before the one or the other replayed it, and then could not build its pods), and
     the cluster's binder makes the pods of what it stands for (`creates_on_nodes`, by the
-    kind of its owner). Decided from the `admitted` alone, so the binder and gang-permit
-    agree whatever each replayed: `wl` is its copy, or the `submitted` it copies.
+    kind of its owner), and it was admitted with its reservation: one admitted after its
+    admission checks is created unbound, because its Ready checks' podSetUpdates (a
+    nodeSelector, tolerations) are read from the Kueue Workload as the binder starts it and
+    must steer where its pods go, as they steer kube-scheduler after Kueue starts the job;
+    gang-permit then places the pods as made. Decided from the `admitted` alone, so the binder
+    and gang-permit agree whatever each replayed: `wl` is its copy, or the `submitted` it
+    copies.
     """
     return (
-        admitted.origin_cluster in ("", cluster)
+        admitted.with_reservation
+        and admitted.origin_cluster in ("", cluster)
         and bool(admitted.manifest_json)
         and creates_on_nodes(owner_kind(wl))
     )

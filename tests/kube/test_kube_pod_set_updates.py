@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from muster.api.model import Toleration
 from muster.cluster.backend import PodSetStart
+from muster.cluster.errors import PodSetUpdateConflictError
 from muster.cluster.pod_set_updates import with_check_updates
 
 MAIN = PodSetStart(
@@ -68,3 +71,44 @@ def test_odd_shapes_are_left_out_not_raised() -> None:
     ]
     for obj in odd:
         assert with_check_updates([MAIN], obj) == [MAIN]
+
+
+def test_a_value_the_pods_have_repeated_is_no_conflict() -> None:
+    update = {"name": "main", "nodeSelector": {"pool": "batch"}, "annotations": {"keep": "me"}}
+    entry = {"name": "prov", "state": "Ready", "podSetUpdates": [update]}
+    assert with_check_updates([MAIN], workload(entry), what="ml/wl") == [MAIN]
+
+
+@pytest.mark.parametrize(
+    ("entries", "field"),
+    [
+        (
+            [{"nodeSelector": {"pool": "gpu"}}],
+            "nodeSelector: pool='gpu' where the pods have pool='batch'",
+        ),
+        (
+            [{"annotations": {"keep": "not"}}],
+            "annotations: keep='not' where the pods have keep='me'",
+        ),
+        # a second check against what the first set (Kueue merges the checks' updates in turn)
+        (
+            [{"labels": {"team": "a"}}, {"labels": {"team": "b"}}],
+            "labels: team='b' where the pods have team='a'",
+        ),
+    ],
+    ids=["nodeSelector over the template", "annotation over the template", "two checks"],
+)
+def test_a_value_other_than_the_pods_is_kueues_conflict(
+    entries: list[dict[str, Any]], field: str
+) -> None:
+    """Kueue's job framework fails such a workload at start (FailedToStart); nothing is made."""
+    checks = [
+        {"name": f"c{i}", "state": "Ready", "podSetUpdates": [{"name": "main", **e}]}
+        for i, e in enumerate(entries)
+    ]
+    with pytest.raises(PodSetUpdateConflictError) as raised:
+        with_check_updates([MAIN], workload(*checks), what="ml/wl")
+    assert str(raised.value) == (
+        f"Workload/ml/wl: podset 'main': an admission check's podSetUpdates conflict with the "
+        f"pods' {field}"
+    )

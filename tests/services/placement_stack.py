@@ -250,7 +250,10 @@ async def submit_and_admit(stack: Stack, name: str, **kw: Any) -> str:
     )
     admission = events_pb2.Admission(cluster_queue="cq", pod_set_assignments=[assignment])
     admitted = events_pb2.WorkloadAdmitted(
-        admission=admission, manifest_json=manifest if copied else "", origin_cluster=CLUSTER
+        admission=admission,
+        manifest_json=manifest if copied else "",
+        origin_cluster=CLUSTER,
+        with_reservation=True,  # no admission check, as admission tells it
     )
     await stack.publish("admitted", admitted, workload=key)
     return key

@@ -51,7 +51,9 @@ async def admit_again(stack: Stack, key: str, *, count: int) -> pb.Envelope:
     admission = pb.Admission(cluster_queue="cq", pod_set_assignments=[assignment])
     submitted = await stack.events.wait_for("submitted", workload=key)
     payload = pb.WorkloadAdmitted(
-        admission=admission, manifest_json=submitted.submitted.manifest_json
+        admission=admission,
+        manifest_json=submitted.submitted.manifest_json,
+        with_reservation=True,  # no admission check, as admission tells it
     )
     return await publish(stack, "admitted", payload, workload=key)
 

@@ -2,8 +2,10 @@
 backend puts them on a Workload's pods (docs/kubernetes.md, "Admission checks" step 4): a
 controller writes them into the Kueue Workload stored in the cluster, admission admits it
 after its checks (not with its reservation), and the binder starts its pods with the labels,
-annotations, nodeSelector and tolerations asked for. Against a real nats-server, placed
-first (the simulated cluster's default) and created unbound then bound."""
+annotations, nodeSelector and tolerations asked for, and the pods are placed by them (task
+checkplace: before, pods placed before they existed were placed from the `admitted` alone).
+Against a real nats-server, placed first (the simulated cluster's default) and created unbound
+then bound."""
 
 from __future__ import annotations
 
@@ -92,3 +94,46 @@ async def test_updates_of_a_check_not_ready_stay_off_the_pods(stack: Stack) -> N
         assert "team" not in pod["metadata"]["labels"]
         assert CONSUME not in pod["metadata"]["annotations"]
         assert "nodeSelector" not in pod["spec"]
+
+
+def provisioned_node(name: str) -> dict[str, Any]:
+    """A node labelled pool=provisioned and tainted spot:NoSchedule, as a ProvisioningRequest's
+    new nodes are kept for the pods that consume it: only UPDATE lets the pods onto it."""
+    obj = node(name, labels={"pool": "provisioned"})
+    obj["spec"] = {"taints": [{"key": "spot", "value": "", "effect": "NoSchedule"}]}
+    return obj
+
+
+async def test_pods_go_to_the_node_only_the_checks_update_lets_them_onto(stack: Stack) -> None:
+    await stack.backend.apply(node("plain"))
+    await stack.backend.apply(provisioned_node("prov"))
+    key = await admitted_after_checks(stack, checked_workload("Ready"))
+    pods = await stack.wait_for_pods(key, lambda ps: len(ps) == 2 and all(p.node_name for p in ps))
+    assert sorted(p.node_name for p in pods) == ["prov", "prov"]
+
+
+async def test_pods_wait_where_no_node_has_the_label_the_update_selects(stack: Stack) -> None:
+    await stack.backend.apply(node("plain", cpu="8"))
+    key = await admitted_after_checks(stack, checked_workload("Ready"))
+    waiting = await stack.events.wait_for("gang_waiting", workload=key, timeout_s=10)
+    assert waiting.gang_waiting.min_count == 2
+    assert not [p for p in await stack.pods_of(key) if p.node_name]
+
+
+async def test_a_check_asking_for_another_value_of_a_set_node_label_fails_the_start(
+    stack: Stack,
+) -> None:
+    """The template already selects pool=plain: Kueue takes the check's pool=provisioned for a
+    conflict and fails the workload (FailedToStart) rather than choose; no pod is made."""
+    await stack.backend.apply(node("plain", labels={"pool": "plain"}))
+    await stack.backend.apply(provisioned_node("prov"))
+    manifest = checked_workload("Ready")
+    manifest["spec"]["podSets"][0]["template"]["spec"]["nodeSelector"] = {"pool": "plain"}
+    key = await admitted_after_checks(stack, manifest)
+    finished = await stack.events.wait_for("finished", workload=key, timeout_s=10)
+    assert not finished.finished.succeeded
+    assert finished.finished.message == (
+        "ns/train failed to start: podset 'main': an admission check's podSetUpdates conflict "
+        "with the pods' nodeSelector: pool='provisioned' where the pods have pool='plain'"
+    )
+    assert await stack.pods_of(key) == []

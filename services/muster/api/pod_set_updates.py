@@ -56,6 +56,16 @@ def ready_updates_of(workload: Mapping[str, Any] | None) -> list[PodSetUpdate]:
     return ready_updates(status.get("admissionChecks") if isinstance(status, dict) else None)
 
 
+def map_conflict(have: Mapping[str, str], wanted: Mapping[str, str]) -> str | None:
+    """The first key (sorted) `wanted` sets to a value other than `have`'s, described; None
+    when none does. Kueue's job framework takes such a podSetUpdate for a conflict and fails
+    the workload; a value repeated as it is is none."""
+    for key in sorted(wanted):
+        if key in have and have[key] != wanted[key]:
+            return f"{key}={wanted[key]!r} where the pods have {key}={have[key]!r}"
+    return None
+
+
 def merged_tolerations(
     have: tuple[Toleration, ...], more: Sequence[Toleration]
 ) -> tuple[Toleration, ...]:

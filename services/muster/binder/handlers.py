@@ -47,7 +47,7 @@ from muster.bus.progress import advanced
 from muster.bus.tracing import step, trace_headers
 from muster.cluster.backend import ClusterBackend, Identity, PodSetStart, WorkloadOrigin
 from muster.cluster.batches import run_in_batches, settle_in_batches
-from muster.cluster.errors import ClusterError, RequestsRefusedError
+from muster.cluster.errors import ClusterError, PodSetUpdateConflictError, RequestsRefusedError
 from muster.contracts.v1 import events_pb2
 from muster.core.submissions import ENDED_KEPT_S, EndedSubmissions
 from muster.metrics.services import BinderSeries
@@ -412,6 +412,8 @@ async def _start(
         await _start_fenced(ctx, env, starts, origin=origin)
     except RequestsRefusedError as err:
         await _requests_refused(env, ctx, err)
+    except PodSetUpdateConflictError as err:
+        await _failed_to_start(env, ctx, err)
     except ClusterError as err:
         if origin is None or err.temporary:
             raise await _retry_or_reject(err, ctx, f"starting {key}") from err
@@ -548,6 +550,18 @@ async def _requests_refused(
     log.warning("requests refused: %s", err, extra={"workload": env.workload})
     payload = events_pb2.RequestsRefused(message=str(err))
     await ctx.publish("requests_refused", payload, cause=env)
+
+
+async def _failed_to_start(
+    env: events_pb2.Envelope, ctx: BinderContext, err: PodSetUpdateConflictError
+) -> None:
+    """Its checks asked its pods for values they already have otherwise: nothing started, and
+    never will. Ended as Kueue's job framework ends it (FailedToStart); admission frees its
+    quota at the `finished`."""
+    message = f"{env.workload} failed to start: {err.message}"
+    log.warning("%s", message, extra={"workload": env.workload})
+    finished = events_pb2.WorkloadFinished(succeeded=False, message=message)
+    await ctx.publish("finished", finished, cause=env, submitted_id=env.submitted_id)
 
 
 async def _bind_gang(env: events_pb2.Envelope, ctx: BinderContext) -> None:

@@ -227,9 +227,10 @@ class ClusterBackend(Protocol):
         created so: a permanent ClusterError "Invalid", nothing written.
 
         What the Ready admission checks of its Kueue Workload asked for in `podSetUpdates`
-        (`muster.cluster.pod_set_updates`) goes onto the pods over `pod_sets`. `checked`: the
-        admission passed admission checks (not admitted with its reservation); a backend that
-        must read the Workload to find them may skip the read without it.
+        (`muster.cluster.pod_set_updates`) goes onto the pods over `pod_sets`; one that gives a
+        key the pods have another value raises PodSetUpdateConflictError, nothing written.
+        `checked`: the admission passed admission checks (not admitted with its reservation);
+        a backend that must read the Workload to find them may skip the read without it.
         """
         ...
 

@@ -76,3 +76,12 @@ class RequestsRefusedError(ClusterError):
 
     def __init__(self, obj: str, message: str) -> None:
         super().__init__(obj, "RequestsRefused", message)
+
+
+class PodSetUpdateConflictError(ClusterError):
+    """A Ready admission check asks the pods for a label, annotation or nodeSelector value
+    other than the one they have: Kueue's job framework fails the workload at start
+    (FailedToStart) rather than choose. Nothing was started."""
+
+    def __init__(self, obj: str, message: str) -> None:
+        super().__init__(obj, "FailedToStart", message)

@@ -5,8 +5,9 @@ store.
 
 The Ready entries' `podSetUpdates` (`muster.api.pod_set_updates`) are read from the Kueue
 Workload when the workload starts, so they are the controller's latest words whatever
-restarted meanwhile. They go over what the pod template sets (where Kueue would call a changed
-value a conflict and fail the workload, docs/kueue-compatibility.md).
+restarted meanwhile. One that sets a label, annotation or nodeSelector key the pods already
+have (from the template, the flavors or an earlier check) to another value is Kueue's conflict:
+the workload fails to start (`PodSetUpdateConflictError`), nothing is made.
 """
 
 from __future__ import annotations
@@ -16,23 +17,39 @@ from typing import Any
 
 import msgspec
 
-from muster.api.pod_set_updates import PodSetUpdate, merged_tolerations, ready_updates_of
+from muster.api.pod_set_updates import (
+    PodSetUpdate,
+    map_conflict,
+    merged_tolerations,
+    ready_updates_of,
+)
 from muster.cluster.backend import PodSetStart
+from muster.cluster.errors import PodSetUpdateConflictError
 
 _MAPS = ("labels", "annotations", "node_selector")
+_FIELDS = ("labels", "annotations", "nodeSelector")  # as the user wrote them
 
 
 def with_check_updates(
-    starts: Sequence[PodSetStart], workload: Mapping[str, Any] | None
+    starts: Sequence[PodSetStart], workload: Mapping[str, Any] | None, *, what: str = ""
 ) -> list[PodSetStart]:
-    """`starts` with the Ready checks' podSetUpdates of Kueue Workload `workload` merged in."""
+    """`starts` with the Ready checks' podSetUpdates of Kueue Workload `workload` merged in.
+    Raises PodSetUpdateConflictError (naming workload `what`) for Kueue's conflict."""
     out = list(starts)
     for update in ready_updates_of(workload):
-        out = [_merged(s, update) if update.name == s.name else s for s in out]
+        out = [_merged(s, update, what) if update.name == s.name else s for s in out]
     return out
 
 
-def _merged(start: PodSetStart, update: PodSetUpdate) -> PodSetStart:
+def _merged(start: PodSetStart, update: PodSetUpdate, what: str) -> PodSetStart:
+    for attr, field in zip(_MAPS, _FIELDS, strict=True):
+        conflict = map_conflict(getattr(start, attr), getattr(update, attr))
+        if conflict is not None:
+            raise PodSetUpdateConflictError(
+                f"Workload/{what}" if what else "",
+                f"podset {start.name!r}: an admission check's podSetUpdates conflict with the "
+                f"pods' {field}: {conflict}",
+            )
     changes: dict[str, Any] = {
         attr: {**getattr(start, attr), **wanted}
         for attr in _MAPS

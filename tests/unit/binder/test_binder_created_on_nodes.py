@@ -46,6 +46,7 @@ def _admitted(submitted: pb.Envelope) -> pb.Envelope:
         admission=pb.Admission(cluster_queue="cq", pod_set_assignments=[assignment]),
         hints=[pb.PodSetPlacementHints(name="main", node_selector={"pool": "a"})],
         manifest_json=submitted.submitted.manifest_json,
+        with_reservation=True,  # no admission check: its pods are placed before they exist
     )
     env = on("local", "admitted", payload, 2)
     env.submitted_id = submitted.event_id

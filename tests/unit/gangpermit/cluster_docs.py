@@ -135,7 +135,10 @@ def kueue_workload(name: str, count: int) -> list[events_pb2.Envelope]:
     assignment = events_pb2.PodSetAssignment(name="main", count=count)
     admission = events_pb2.Admission(cluster_queue="cq", pod_set_assignments=[assignment])
     # Under 256 KiB, an admission carries the manifest's copy (docs/events.md).
-    admitted = events_pb2.WorkloadAdmitted(admission=admission, manifest_json=manifest_json)
+    # No admission check: admitted with its reservation, its pods placed before they exist.
+    admitted = events_pb2.WorkloadAdmitted(
+        admission=admission, manifest_json=manifest_json, with_reservation=True
+    )
     return [
         event("submitted", submitted, workload=f"ns/{name}"),
         event("admitted", admitted, workload=f"ns/{name}"),

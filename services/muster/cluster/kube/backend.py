@@ -441,13 +441,16 @@ class KubeBackend:
         if jobset is not None:
             workload = await self._get_or_none(self._kueue["Workload"], name, namespace)
             await self._start_jobset(
-                jobset, with_check_updates(pod_sets, workload), workload=name, admission=admission
+                jobset,
+                with_check_updates(pod_sets, workload, what=workload_key),
+                workload=name,
+                admission=admission,
             )
             return
         job, workload = await self._job_of(namespace, name)
         if job is not None and workload is None:
             workload = await self._get_or_none(self._kueue["Workload"], name, namespace)
-        pod_sets = with_check_updates(pod_sets, workload)  # what its checks asked for
+        pod_sets = with_check_updates(pod_sets, workload, what=workload_key)  # its checks' asks
         if nodes is not None:
             self._refuse_placed(name, namespace, job=job, workload=workload, origin=origin)
         if job is None and workload is None and origin is not None:

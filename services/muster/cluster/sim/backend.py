@@ -397,7 +397,9 @@ class SimBackend:
         if checked or needs_script:
             stored = await self.store.get(object_key("Workload", namespace, name))
         if checked and stored is not None:
-            pod_sets = with_check_updates(pod_sets, stored.obj)  # as on Kubernetes
+            pod_sets = with_check_updates(
+                pod_sets, stored.obj, what=workload_key
+            )  # as on Kubernetes
         annotations: dict[str, str] = {}
         if needs_script:
             annotations = await self._workload_annotations(namespace, name, stored)
