@@ -2,9 +2,10 @@
 claims", "Gateways of modes not to run together"): the two claim systems do not see each
 other, so one name could be taken twice. Each gateway says its mode in the `submitted` it
 stores; one that reads a gateway of a mode it may not run beside takes no more Submits
-(FAILED_PRECONDITION, health NOT_SERVING), and one starting beside such a gateway seen
-recently does not start. Modes next to each other run side by side, and history older than
-the lookback trips nothing. Real nats-server.
+(FAILED_PRECONDITION, health NOT_SERVING), and a `submitted` one starting beside a `kv`
+one seen recently does not start (a `kv` one refuses its first Submit instead). Modes next
+to each other run side by side, and history older than the lookback trips nothing. Real
+nats-server.
 """
 
 from __future__ import annotations
@@ -81,8 +82,9 @@ async def test_a_kv_gateway_that_reads_a_submitted_one_stops_taking_submits(
 ) -> None:
     async with gateways_in(bus_config, ("kv", "submitted")) as (kv, one_write):
         await submit_to(one_write, workload("first"), "first", "east")
-        await not_serving(kv)
+        # A kv gateway reads its index from its first Submit on: that Submit is refused.
         assert "--name-claims submitted" in await refused(kv, "twice", "via-kv")
+        await not_serving(kv)
         assert await submit_to(one_write, workload("twice"), "via-submitted", "local") == (
             "submitted"
         )

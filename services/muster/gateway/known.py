@@ -31,9 +31,10 @@ a stale replica), so each gateway says its mode in the `submitted` it stores
 (`claims.claims_source`) and the follower watches the others': one stored by a mode this
 gateway may not run beside (`claims.clash`) since this gateway started, or within
 `CLASH_LOOKBACK_S` before, stops its Submits (`ClaimsClashError`, `on_clash`).
-`start_check` reads the index at start (`kv` and `submitted` gateways) and refuses a start
-beside such a gateway; past that, the first `submitted` either gateway stores stops the other
-once read (the follower's lag, milliseconds: the window in which both may still take a name).
+`start_check` reads the index at start (a `submitted` gateway) and refuses a start beside
+such a gateway; a `kv` gateway reads it from its first Submit on, as before, and refuses that
+Submit. Past that, the first `submitted` either gateway stores stops the other once read (the
+follower's lag, milliseconds: the window in which both may still take a name).
 """
 
 from __future__ import annotations
@@ -256,14 +257,16 @@ class KnownFollower:
         self._reading = asyncio.Lock()
 
     async def start_check(self) -> None:
-        """Read the index now (`kv` and `submitted` gateways: a `both` one may run beside
-        either), and from now on watch for a gateway of a mode this one may not run beside;
-        `ClaimsClashError` when one stored a `submitted` within the lookback. An index not read
-        within `catch_up_s` starts the gateway anyway: the follower goes on reading."""
-        if self.claims == "both":
+        """For a `submitted` gateway: read the index now, and from now on watch for a `kv`
+        gateway; `ClaimsClashError` when one stored a `submitted` within the lookback. An index
+        not read within `catch_up_s` starts the gateway anyway: the follower goes on reading.
+        A `kv` gateway (the default, often one nobody submits to) reads it from its first
+        Submit on, as before, and refuses that Submit instead; a `both` one runs beside either.
+        """
+        self._since_s = self._clock()
+        if self.claims != "submitted":
             return
         self._since_sequence = await self.history.last_sequence(EVENTS_STREAM)
-        self._since_s = self._clock()
         self._follow()
         try:
             async with asyncio.timeout(self.catch_up_s):
