@@ -8,7 +8,8 @@ does on Kubernetes, and publishes nothing for it, instead of "submitted" for wha
 would drop (tests/unit/gateway/test_gateway_known.py holds the two rules together).
 
 `KnownFollower` reads only `submitted`, `finished` and `deleted`, from the first Submit on (a
-gateway nobody submits to reads nothing more than before). An index that may be behind is
+`kv` or `both` gateway nobody submits to reads nothing more than before; a `submitted` one
+reads from its start, `start_check`). An index that may be behind is
 trusted to say "new"; when it says "known", the stream is read up to its end first, so a
 deletion stored just before is seen, as admission will see it.
 

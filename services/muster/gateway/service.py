@@ -92,7 +92,7 @@ class GatewayServer:
         self.follower = BookFollower(
             bus, finished_retention_s=config.finished_retention_s, manager=config.cluster
         )
-        # Submit's duplicates, from the first Submit on, and its claims of names
+        # Submit's duplicates, from the first Submit on (or the start check), its claims of names
         self.known = KnownFollower(bus, claims=config.name_claims)
         self._clusters: Bucket | None = None  # MUSTER_CLUSTERS, opened when first asked
         # Why Submits are refused: a gateway of a --name-claims mode this one may not run beside
