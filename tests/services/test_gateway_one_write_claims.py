@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -31,12 +32,14 @@ from muster.bus.buckets import NAMES_BUCKET
 from muster.bus.partitions import QueuePartitions
 from muster.bus.subjects import name_filter, name_key, workload_filters
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
+from muster.gateway.claims import CLASH_LOOKBACK_S
 from muster.gateway.submit import envelopes, plan_submit
 
 pytestmark = pytest.mark.timeout(90)
 
 WINDOW_S = 0.2  # MUSTER_EVENTS' duplicate window here (2 min in production)
 PARTITIONS = QueuePartitions()  # as a gateway partitions what it stores
+OLDER_NS = time.time_ns() - int((CLASH_LOOKBACK_S + 60) * 1e9)  # a run before this one
 
 
 @pytest.fixture
@@ -167,7 +170,8 @@ async def test_a_submitted_and_a_claim_from_before_still_hold_their_name(
     await short_duplicate_window(bus, WINDOW_S)
     manifest = workload("legacy")
     (planned,) = plan_submit(manifest, cluster="local", submission="old-key")
-    (env,) = envelopes([planned], cluster="local", partition_of=PARTITIONS.of)
+    # Written before the lookback: a gateway of before gone since (test_gateway_claims_guard)
+    (env,) = envelopes([planned], cluster="local", partition_of=PARTITIONS.of, now_ns=OLDER_NS)
     await leave_claim(bus, "ml/legacy", planned.event_id, age_s=0)
     await bus.publish(env, dedupe_id="submitted/local/ml/legacy/0")
     await outlive_the_window(bus, WINDOW_S)

@@ -13,7 +13,7 @@ from pathlib import Path
 import grpc.aio
 import pytest
 from test_gateway_claims import delete, leave_claim
-from test_gateway_one_write_claims import claims_in_kv, stored
+from test_gateway_one_write_claims import OLDER_NS, claims_in_kv, stored
 from test_gateway_submit_race import outcome, workload
 
 from muster.bus import Bus
@@ -33,7 +33,10 @@ async def left_by_an_older_run(bus: Bus, key: str, *, claim_only: bool = False) 
     (planned,) = plan_submit(workload(name), cluster="local", submission=f"old-{name}")
     await leave_claim(bus, key, planned.event_id, age_s=0)
     if not claim_only:
-        (env,) = envelopes([planned], cluster="local", partition_of=QueuePartitions().of)
+        # older than the lookback: a run before this one (test_gateway_claims_guard)
+        (env,) = envelopes(
+            [planned], cluster="local", partition_of=QueuePartitions().of, now_ns=OLDER_NS
+        )
         await bus.publish(env, dedupe_id=f"submitted/local/{key}/0")
     return planned.event_id
 

@@ -7,6 +7,10 @@ value says which submission (`event_id`) claimed which life of the name (`life`:
 sequence of the name's last `deleted` then, 0 if none) and when (`at_s`, the claimant's clock).
 `verdict` is the pure rule a gateway applies to a claim it finds (docs/events.md, "Dedupe");
 `muster.gateway.known` does the reads and writes. Used by the gateway only.
+
+Each gateway also says its mode in the `Envelope.source` of the `submitted` it stores
+(`claims_source`), so that a gateway reading another's can tell a mode it may not run beside
+(`clash`: a `kv` and a `submitted` gateway do not see each other's claims).
 """
 
 from __future__ import annotations
@@ -19,10 +23,16 @@ import msgspec
 from muster.bus.subjects import name_key
 
 __all__ = [
+    "CLASH_LOOKBACK_S",
     "NAME_CLAIMS",
     "Claim",
+    "ClaimsClashError",
     "NameClaims",
     "Verdict",
+    "claims_of_source",
+    "claims_source",
+    "clash",
+    "clash_message",
     "decode_claim",
     "encode_claim",
     "name_claims",
@@ -52,6 +62,56 @@ def name_claims(value: str) -> NameClaims:
         if value == mode:
             return mode
     raise ValueError(f"name claims must be one of {', '.join(NAME_CLAIMS)}, got {value!r}")
+
+
+# A gateway starting refuses when a gateway of a mode it may not run beside stored a
+# `submitted` this recently (its wall clock against the writer's `time_unix_nano`): such a
+# gateway may still run. Older history is a rollout's past; a gateway still running that stores
+# again is seen then (`clash`). Large against clock skew; a rollout step waits it out.
+CLASH_LOOKBACK_S: Final = 120.0
+_SOURCE: Final = "gateway"  # `Envelope.source` of every gateway's events: `submit.SOURCE`
+
+
+def claims_source(mode: NameClaims) -> str:
+    """The `Envelope.source` of a `submitted` a gateway claiming names as `mode` stores:
+    "gateway" for `kv`, as gateways of before wrote it; `gateway/<mode>` for the others."""
+    return _SOURCE if mode == "kv" else f"{_SOURCE}/{mode}"
+
+
+def claims_of_source(source: str) -> NameClaims | None:
+    """The mode of the gateway that stored a `submitted` of `source` ("gateway": `kv`, as
+    every gateway of before the one-write claims); None when no gateway stored it (the
+    watcher's, which claims nothing) or it names no mode this gateway knows."""
+    return _MODE_OF_SOURCE.get(source)  # read for every `submitted` the index follows
+
+
+_MODE_OF_SOURCE: Final[dict[str, NameClaims]] = {claims_source(m): m for m in NAME_CLAIMS}
+
+
+class ClaimsClashError(Exception):
+    """A gateway claiming names in a mode this one may not run beside stored a `submitted`:
+    this gateway takes no Submit (FAILED_PRECONDITION), or does not start."""
+
+
+def clash(mine: NameClaims, source: str) -> NameClaims | None:
+    """The mode of the gateway that stored a `submitted` of `source`, when a gateway claiming
+    as `mine` may not run beside it (their modes are not next to each other in NAME_CLAIMS:
+    each claims where the other does not look); None when it may, or no gateway stored it."""
+    theirs = claims_of_source(source)
+    if theirs is None or abs(NAME_CLAIMS.index(theirs) - NAME_CLAIMS.index(mine)) <= 1:
+        return None
+    return theirs
+
+
+def clash_message(mine: NameClaims, theirs: NameClaims, workload: str) -> str:
+    """What a gateway that found `theirs` beside it says (Submit's answer, health, log)."""
+    return (
+        f"a gateway with --name-claims {theirs} stored a workload ({workload}) beside this one"
+        f" (--name-claims {mine}): a {theirs} and a {mine} gateway do not see each other's"
+        " claims, so one name could be taken twice; each mode runs beside the next one only"
+        ' (kv beside both, both beside submitted: docs/events.md, "One-write claims"): run'
+        " every gateway in one mode or two next to each other, then restart this one"
+    )
 
 
 class Claim(msgspec.Struct, frozen=True, kw_only=True):

@@ -8,7 +8,8 @@ does on Kubernetes, and publishes nothing for it, instead of "submitted" for wha
 would drop (tests/unit/gateway/test_gateway_known.py holds the two rules together).
 
 `KnownFollower` reads only `submitted`, `finished` and `deleted`, from the first Submit on (a
-gateway nobody submits to reads nothing more than before). An index that may be behind is
+`kv` or `both` gateway nobody submits to reads nothing more than before; a `submitted` one
+reads from its start, `start_check`). An index that may be behind is
 trusted to say "new"; when it says "known", the stream is read up to its end first, so a
 deletion stored just before is seen, as admission will see it.
 
@@ -25,6 +26,16 @@ gateway and a "submitted" one do not see each other's claims: "both" is the step
 (docs/events.md, "One-write claims"). The `submitted` is still stored under a message id per
 name and life (`KnownWorkloads.claim`), which is what keeps gateways of before the claims
 apart from these during an upgrade (docs/events.md, "Dedupe").
+
+Nothing else keeps a `kv` gateway from running beside a `submitted` one (a rollback done wrong,
+a stale replica), so each gateway says its mode in the `submitted` it stores
+(`claims.claims_source`) and the follower watches the others': one stored by a mode this
+gateway may not run beside (`claims.clash`) since this gateway started, or within
+`CLASH_LOOKBACK_S` before, stops its Submits (`ClaimsClashError`, `on_clash`).
+`start_check` reads the index at start (a `submitted` gateway) and refuses a start beside
+such a gateway; a `kv` gateway reads it from its first Submit on, as before, and refuses that
+Submit. Past that, the first `submitted` either gateway stores stops the other once read (the
+follower's lag, milliseconds: the window in which both may still take a name).
 """
 
 from __future__ import annotations
@@ -48,10 +59,15 @@ from muster.bus.supervision import supervised
 from muster.contracts.v1 import events_pb2
 from muster.gateway.claims import (
     CLAIMANT_DEADLINE_S,
+    CLASH_LOOKBACK_S,
     ORPHAN_AFTER_S,
     Claim,
+    ClaimsClashError,
     NameClaims,
     Verdict,
+    claims_source,
+    clash,
+    clash_message,
     decode_claim,
     encode_claim,
     name_key,
@@ -203,8 +219,8 @@ class KnownBus(EventHistory, Protocol):
 
 
 class KnownFollower:
-    """Feeds a `KnownWorkloads` from MUSTER_EVENTS, from the first `duplicates` call on, and
-    claims names in MUSTER_NAMES for Submit."""
+    """Feeds a `KnownWorkloads` from MUSTER_EVENTS, from `start_check` or the first
+    `duplicates` call on, and claims names in MUSTER_NAMES for Submit."""
 
     def __init__(
         self,
@@ -215,9 +231,19 @@ class KnownFollower:
         orphan_after_s: float = ORPHAN_AFTER_S,
         clock: Callable[[], float] = time.time,
         claims: NameClaims = "kv",
+        clash_lookback_s: float = CLASH_LOOKBACK_S,
     ) -> None:
         self.history = history
         self.claims = claims  # where names are claimed: in MUSTER_NAMES, by the `submitted`
+        # A gateway of a mode this one may not run beside (`claims.clash`): what it says, and
+        # who is told (the server's health). Once set, no Submit is taken until a restart.
+        self.clashed: str | None = None
+        self.on_clash: Callable[[str], None] | None = None
+        # What counts: a `submitted` stored after `_since_sequence` (the stream's end at
+        # `start_check`), or written after `_since_s` less the lookback.
+        self._since_sequence: int | None = None
+        self._since_s = clock()
+        self.clash_lookback_s = clash_lookback_s
         self.known = KnownWorkloads()
         self.catch_up_s = catch_up_s  # a Submit's wait for the index, then the claims decide
         self.read_s = read_s  # a claim's wait for the stream's end, then UNAVAILABLE
@@ -231,6 +257,51 @@ class KnownFollower:
         # time, so that the later ones start where the first stopped instead of reading it all.
         self._reading = asyncio.Lock()
 
+    async def start_check(self) -> None:
+        """For a `submitted` gateway: read the index now, and from now on watch for a `kv`
+        gateway; `ClaimsClashError` when one stored a `submitted` within the lookback. An index
+        not read within `catch_up_s` starts the gateway anyway: the follower goes on reading.
+        A `kv` gateway (the default, often one nobody submits to) reads it from its first
+        Submit on, as before, and refuses that Submit instead; a `both` one runs beside either.
+        """
+        self._since_s = self._clock()
+        if self.claims != "submitted":
+            return
+        self._since_sequence = await self.history.last_sequence(EVENTS_STREAM)
+        self._follow()
+        try:
+            async with asyncio.timeout(self.catch_up_s):
+                await self._ready.wait()
+        except TimeoutError:
+            log.warning(
+                "gateway start: events not read in %gs: gateways of other --name-claims modes"
+                " are looked for as they are read",
+                self.catch_up_s,
+            )
+        if self.clashed is not None:
+            raise ClaimsClashError(self.clashed)
+
+    def _follow(self) -> None:
+        if self._task is None:
+            self._task = supervised(self._run(), name="gateway-known-workloads")
+
+    def _apply(self, env: events_pb2.Envelope) -> None:
+        """`KnownWorkloads.apply`, and a look at which gateway stored a `submitted`."""
+        self.known.apply(env)
+        if self.clashed is not None or env.WhichOneof("payload") != "submitted":
+            return
+        theirs = clash(self.claims, env.source)
+        if theirs is None:
+            return
+        if (self._since_sequence is None or env.sequence <= self._since_sequence) and (
+            env.time_unix_nano < (self._since_s - self.clash_lookback_s) * 1e9
+        ):
+            return  # history: a rollout's past, or a gateway gone since
+        self.clashed = clash_message(self.claims, theirs, env.workload)
+        log.error("submit: taking no more Submits: %s", self.clashed)
+        if self.on_clash is not None:
+            self.on_clash(self.clashed)
+
     async def duplicates(self, planned: Sequence[PlannedEvent]) -> list[PlannedEvent]:
         """What of `planned` admission would ignore as duplicates; none when the index cannot
         be read in `catch_up_s` (then the claims alone decide)."""
@@ -240,8 +311,7 @@ class KnownFollower:
             return []  # the common case: no timer to arm for a wait that cannot happen
         try:
             async with asyncio.timeout(self.catch_up_s):
-                if self._task is None:
-                    self._task = supervised(self._run(), name="gateway-known-workloads")
+                self._follow()
                 await self._ready.wait()
                 if not duplicates(self.known, planned):
                     return []
@@ -263,9 +333,14 @@ class KnownFollower:
 
         When it fails before a `submitted` was sent, the claims this call wrote for it are
         released (`_release`): without an idempotency key its caller's retry is another
-        submission, which must not wait for this one's claims to age out.
+        submission, which must not wait for this one's claims to age out. Nothing is stored
+        once a gateway of a mode this one may not run beside was read: `ClaimsClashError`.
         """
+        if self.clashed is not None:
+            raise ClaimsClashError(self.clashed)
         submitted = [env for env in envs if env.WhichOneof("payload") == "submitted"]
+        for env in submitted:  # which claims this is, for the other gateways (`claims.clash`)
+            env.source = claims_source(self.claims)
         claimed_at = time.monotonic()
         if self._one_write(submitted):
             held: dict[str, Held | None] = {
@@ -300,7 +375,13 @@ class KnownFollower:
         knows every name a `submitted` without a name holds (stored before)."""
         if self.claims != "submitted" or not self._ready.is_set():
             return False
-        return all(env.partition for env in submitted)  # a named subject needs its partition
+        # A name the index says another submission holds, left to the claims by a Submit whose
+        # read to the end timed out (`duplicates`): it may be held by a `submitted` without a
+        # name, which the fence does not see; the KV claim and the index decide (`_judge`).
+        return all(
+            env.partition and self.known.holder(env.workload) in (None, env.event_id)
+            for env in submitted
+        )  # a named subject needs its partition
 
     async def _claim_all(self, submitted: Sequence[events_pb2.Envelope]) -> dict[str, Held | None]:
         """`_claim` for each of `submitted` (by event id), all at once; when one fails, the
@@ -510,7 +591,7 @@ class KnownFollower:
             until_sequence=last,
         )
         async for env in replay:
-            self.known.apply(env)
+            self._apply(env)
         self.known.sequence = max(self.known.sequence, last)
 
     async def _run(self) -> None:
@@ -526,6 +607,6 @@ class KnownFollower:
             self.history,
             SUBJECTS,
             lambda: self.known.sequence + 1,
-            self.known.apply,
+            self._apply,
             what="known workloads",
         )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, Protocol
 
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -28,6 +29,7 @@ from muster.bus.subjects import EVENTS_STREAM
 from muster.bus.supervision import supervised
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
 from muster.gateway.auth_config import Security, open_reviews, open_security
+from muster.gateway.claims import ClaimsClashError
 from muster.gateway.config import GatewayConfig, split_listen
 from muster.gateway.events_servicer import EventsServicer
 from muster.gateway.known import KnownFollower
@@ -60,6 +62,8 @@ class HealthStatus(Protocol):
 
     def ready(self) -> None: ...
 
+    def waiting(self, detail: str) -> None: ...
+
 
 class GatewayServer:
     """The gateway's gRPC server over one bus connection; `start`, then `stop`."""
@@ -88,9 +92,12 @@ class GatewayServer:
         self.follower = BookFollower(
             bus, finished_retention_s=config.finished_retention_s, manager=config.cluster
         )
-        # Submit's duplicates, from the first Submit on, and its claims of names
+        # Submit's duplicates, from the first Submit on (or the start check), its claims of names
         self.known = KnownFollower(bus, claims=config.name_claims)
         self._clusters: Bucket | None = None  # MUSTER_CLUSTERS, opened when first asked
+        # Why Submits are refused: a gateway of a --name-claims mode this one may not run beside
+        self.clashed: str | None = None
+        self._clash_told: list[Callable[[str], None]] = []
         self.partitions = QueuePartitions()
 
     async def start(self) -> str:
@@ -102,6 +109,15 @@ class GatewayServer:
         store = KeyValueStore(await self._bus.kv(VISIBILITY_BUCKET))
         if self.config.cluster_backend == "sim":  # Submit publishes workloads: their partitions
             await self._follow_partitions()
+            # Refused beside a gateway claiming names where this one does not look (and told
+            # of one seen later): Submit writes into NATS, so the claims are NATS's.
+            self.known.on_clash = self._clashed
+            try:
+                await self.known.start_check()
+            except BaseException:
+                await self.known.stop()
+                await self._exits.aclose()
+                raise
         try:
             security = await self._exits.enter_async_context(open_security(self.config.security))
             if self.config.cluster_backend == "kube":
@@ -116,10 +132,29 @@ class GatewayServer:
             raise
         for name in ("", *SERVICE_NAMES):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        if self.known.clashed is not None:  # read while starting to serve: not ready after all
+            self._clashed(self.known.clashed)
         await warn_if_unwatched(self._bus, self.config.cluster)
         self.security = security
         self.address = address
         return address
+
+    def _clashed(self, detail: str) -> None:
+        """A gateway of a mode this one may not run beside was read: Submits are refused
+        (`KnownFollower.publish`), so the gateway is not ready for them; Watch and the
+        visibility calls still serve."""
+        for name in ("", services_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name):
+            status = health_pb2.HealthCheckResponse.NOT_SERVING
+            supervised(self.health.set(name, status), name="gateway-health-clash")
+        self.clashed = detail
+        for tell in self._clash_told:
+            tell(detail)
+
+    def tell_clash(self, tell: Callable[[str], None]) -> None:
+        """Call `tell` with what `clashed` says once it is set (at once if it is already)."""
+        self._clash_told.append(tell)
+        if self.clashed is not None:
+            tell(self.clashed)
 
     async def _follow_partitions(self) -> None:
         """Follow the LocalQueues' partitions for the server's lifetime; wait a little for what
@@ -239,8 +274,13 @@ async def run_gateway(bus: Bus, health: HealthStatus, config: GatewayConfig) -> 
     Submit is in the watchdog's hands while it runs (a claim or a publish that hangs)."""
     submits = track_submits(bus)
     server = GatewayServer(bus, config, health=health.servicer, submits=submits)
-    address = await server.start()
+    try:
+        address = await server.start()
+    except ClaimsClashError as exc:
+        log.error("gateway not started: %s", exc)
+        raise
     health.ready()
+    server.tell_clash(health.waiting)  # NOT_SERVING, and why, from a clash on
     print(f"gateway: {address}", flush=True)
     if server.visibility_address:
         print(f"visibility: {server.visibility_address}", flush=True)

@@ -27,6 +27,7 @@ from muster.contracts.v1 import events_pb2, services_pb2, services_pb2_grpc
 from muster.gateway.aborts import abort as _abort
 from muster.gateway.aborts import answer as _answer
 from muster.gateway.auth import current_caller
+from muster.gateway.claims import ClaimsClashError
 from muster.gateway.config import GatewayConfig
 from muster.gateway.known import KnownBus, KnownFollower, SubmitPublisher
 from muster.gateway.kube_submit import SubmitRefusedError, Written, write_objects
@@ -217,6 +218,8 @@ class GatewayServicer(ControlRpcs, services_pb2_grpc.GatewayServicer):
             return await self._known.publish(self._gateway_bus, envs)
         except Reject as exc:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except ClaimsClashError as exc:  # a gateway of a --name-claims mode not to run beside
+            await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         except BusError as exc:
             log.warning("submit: publishing failed: %s", exc)
             message = f"{exc}; retry the Submit: events already stored are deduplicated"
