@@ -51,7 +51,7 @@ from muster.cluster.sim.backend import SimBackend
 from muster.cluster.sim.kubelet import CREATED
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
 from muster.launcher.nats_server import NatsServer
-from muster.launcher.stack import SOLE_GATEWAYS_CLAIMS, Stack
+from muster.launcher.stack import SOLE_BINDERS_BOUND_EVENTS, SOLE_GATEWAYS_CLAIMS, Stack
 from muster.sim import run_scenario
 
 SECTION = "kueue-live"
@@ -144,7 +144,8 @@ async def run_live(plan: Plan, *, shards: int, run_from: str, timeout_s: float) 
     url = await nats.start(log_path=log_dir / "nats-server.log")
     stack = Stack(nats_url=url, cluster=CLUSTER, shards=shards, speed=1.0, log_dir=log_dir,
                   service_args={"sim-cluster": ["--run-from", run_from]},
-                  name_claims=SOLE_GATEWAYS_CLAIMS)  # fmt: skip
+                  name_claims=SOLE_GATEWAYS_CLAIMS,
+                  bound_events=SOLE_BINDERS_BOUND_EVENTS)  # fmt: skip
     try:
         await stack.start()
         backend = await SimBackend.connect(url, cluster=CLUSTER)

@@ -51,3 +51,69 @@ def test_the_reply_first_prints_submitted_once() -> None:
     d._apply(admitted("team-a/w"))
 
     assert words(lines) == [("team-a/w", "submitted"), ("team-a/w", "admitted")]
+
+
+def permitted_on(key: str, *nodes: str) -> events_pb2.Envelope:
+    """A whole permit to make one pod on each of `nodes` (docs/events.md, "Pods created on
+    their nodes")."""
+    bindings = [
+        events_pb2.PodBinding(pod=events_pb2.PodRef(namespace="team-a", name=f"p{i}"), node=n)
+        for i, n in enumerate(nodes)
+    ]
+    return events_pb2.Envelope(
+        workload=key, gang_permitted=events_pb2.GangPermitted(bindings=bindings, create=True)
+    )
+
+
+def bound_on(key: str, *nodes: str) -> events_pb2.Envelope:
+    bindings = [events_pb2.PodBinding(node=n) for n in nodes]
+    return events_pb2.Envelope(workload=key, bound=events_pb2.PodsBound(bindings=bindings))
+
+
+def running(key: str) -> events_pb2.Envelope:
+    return events_pb2.Envelope(workload=key, running=events_pb2.WorkloadRunning())
+
+
+def finished(key: str) -> events_pb2.Envelope:
+    return events_pb2.Envelope(workload=key, finished=events_pb2.WorkloadFinished(succeeded=True))
+
+
+def test_pods_made_on_their_nodes_with_no_bound_say_where_they_run() -> None:
+    """A binder with `--bound-events binds` (as `muster run` starts it) tells no `bound` for
+    them: the run says where they run once they do, and its table has their nodes."""
+    lines: list[str] = []
+    d = driver(lines)
+    key = "team-a/w"
+    for env in (submitted(key, "lq-team-a"), admitted(key), permitted_on(key, "n2", "n1")):
+        d._apply(env)
+    d._apply(running(key))
+    d._apply(finished(key))
+
+    assert words(lines) == [(key, w) for w in ("submitted", "admitted", "running", "finished")]
+    assert lines[2].endswith("running    n1,n2")
+    assert d.tracks[key].nodes == {"n1", "n2"}
+
+
+def test_a_binder_that_tells_bound_is_heard_once() -> None:
+    lines: list[str] = []
+    d = driver(lines)
+    key = "team-a/w"
+    for env in (submitted(key, "lq-team-a"), admitted(key), permitted_on(key, "n1")):
+        d._apply(env)
+    d._apply(bound_on(key, "n1"))
+    d._apply(running(key))
+
+    assert words(lines) == [(key, w) for w in ("submitted", "admitted", "bound")]
+    assert lines[2].endswith("bound      n1")
+
+
+def test_a_permit_evicted_before_its_pods_ran_shows_no_nodes() -> None:
+    lines: list[str] = []
+    d = driver(lines)
+    key = "team-a/w"
+    for env in (submitted(key, "lq-team-a"), admitted(key), permitted_on(key, "n1")):
+        d._apply(env)
+    d._apply(events_pb2.Envelope(workload=key, evicted=events_pb2.WorkloadEvicted(reason="x")))
+    d._apply(finished(key))
+
+    assert d.tracks[key].nodes == set()
