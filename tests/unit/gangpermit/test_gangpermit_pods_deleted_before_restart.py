@@ -17,13 +17,14 @@ from muster.gangpermit.state import GangPermitState
 from muster.gangpermit.translate import decide
 
 
-def ended(state: GangPermitState, how: str) -> None:
+def ended(state: GangPermitState, how: str) -> bool:
+    """The workload's end applied; whether a pass is due (the service wakes one)."""
     if how == "deleted":
         env = event("deleted", events_pb2.WorkloadDeleted(), workload=str(TRAIN))
     else:  # `muster stop workload`: admission evicts it, the binder stops its pods (none)
         done = events_pb2.EvictionCompleted(eviction_sequence=100)
         env = event("eviction_completed", done, workload=str(TRAIN))
-    state.apply_event(env)
+    return state.apply_event(env)
 
 
 @pytest.mark.parametrize("how", ["deleted", "eviction_completed"])
@@ -37,7 +38,7 @@ def test_a_replayed_permit_whose_pods_were_deleted_holds_until_its_workload_ends
     assert TRAIN in state.permits  # no `bound` replayed: as if the binder had yet to make it
     assert decide(state, now_s=20.0) == []  # placed nowhere else, permitted once
 
-    ended(state, how)
+    assert ended(state, how)  # a pass places the gangs waiting for the room
 
     assert TRAIN not in state.permits
     assert state.assumed == {}
