@@ -66,8 +66,10 @@ def test_the_readme_commands_work_verbatim_after_muster_up(tmp_path: Path) -> No
     assert re.search(
         r"^gateway +\d+ +127\.0\.0\.1:\d+ +running +0 +- +127\.0\.0\.1:\d+$", status, re.M
     )
-    # Every gateway of this NATS server is muster up's own: Submit's one-write claim.
+    # Every gateway of this NATS server is muster up's own: Submit's one-write claim; every
+    # binder, gang-permit and gateway too: no `bound` for pods made on their nodes.
     assert "--name-claims submitted" in outputs["gateway argv"]
+    assert "--bound-events binds" in outputs["binder argv"]
     assert outputs["down"].strip() == "muster is down."
     assert [p.name for p in processes if alive(p)] == []
     assert read_state(tmp_path) is None
@@ -91,9 +93,10 @@ def run_all(
             assert state is not None
             env["MUSTER_GATEWAY"] = state.gateway  # the README's way to a gateway moved
             processes = [state.supervisor, *state.processes]
-            (gateway,) = [p for p in state.processes if p.name == "gateway"]
-            cmdline = Path(f"/proc/{gateway.pid}/cmdline").read_bytes().split(b"\0")
-            outputs["gateway argv"] = shlex.join(a.decode() for a in cmdline if a)
+            for name in ("gateway", "binder"):
+                (started,) = [p for p in state.processes if p.name == name]
+                cmdline = Path(f"/proc/{started.pid}/cmdline").read_bytes().split(b"\0")
+                outputs[f"{name} argv"] = shlex.join(a.decode() for a in cmdline if a)
         if argv[1:3] == ["submit", "k8s/examples/jobs.yaml"]:
             # What the next commands show is admission's answer: wait for it.
             for team in ("team-a", "team-b"):

@@ -62,7 +62,7 @@ from muster.cluster.objects import admission_of
 from muster.cluster.sim.backend import SimBackend
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
 from muster.launcher.nats_server import NatsServer, free_port
-from muster.launcher.stack import SOLE_GATEWAYS_CLAIMS, Stack
+from muster.launcher.stack import SOLE_BINDERS_BOUND_EVENTS, SOLE_GATEWAYS_CLAIMS, Stack
 
 SECTION = "chaos"
 CLUSTER = "local"
@@ -158,6 +158,7 @@ async def run_chaos(config: ChaosConfig) -> ChaosRow:
         service_args={"preemption": ["--evict-grace-seconds", f"{config.evict_grace_s:g}"]},
         gateway_listen=f"127.0.0.1:{free_port()}",
         name_claims=SOLE_GATEWAYS_CLAIMS,
+        bound_events=SOLE_BINDERS_BOUND_EVENTS,
         environment=environment,
     )
     try:

@@ -64,7 +64,7 @@ from muster.contracts.v1 import services_pb2, services_pb2_grpc
 from muster.devtools.otlp import OtlpReceiver
 from muster.launcher.cpu_time import cpu_s
 from muster.launcher.nats_server import NatsServer
-from muster.launcher.stack import SOLE_GATEWAYS_CLAIMS, Stack
+from muster.launcher.stack import SOLE_BINDERS_BOUND_EVENTS, SOLE_GATEWAYS_CLAIMS, Stack
 
 SECTION = "e2e"
 QUEUES = 8
@@ -309,6 +309,7 @@ async def run_case(
         speed=1.0,
         log_dir=log_dir,
         name_claims=SOLE_GATEWAYS_CLAIMS,
+        bound_events=SOLE_BINDERS_BOUND_EVENTS,
         environment=observed(observe, receiver),
     )
     try:

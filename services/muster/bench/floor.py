@@ -5,10 +5,10 @@ over its processes (docs/benchmarks.md). The floor is the part of it that the tr
 charges: stand-ins for the six services (`bench.floor_roles`), each a process of its own in a
 session of its own as the launcher starts them, on the same kind of loopback nats-server, doing
 per workload exactly the I/O their service does in that burst (`bench.floor_wire`, today's
-layout: a gRPC Submit, seven stored messages each awaiting its PubAck, the `submitted` being
-the name's claim, thirteen deliveries to the same readers) and decoding what they receive, but
-deciding nothing. The client is `bench e2e`'s: the same
-manifests, 64 calls in flight, the same wait for every workload's `admitted`, `bound` and
+layout: a gRPC Submit, six stored messages each awaiting its PubAck, the `submitted` being
+the name's claim, no `bound` for the pod made on its node, thirteen deliveries to the same
+readers) and decoding what they receive, but deciding nothing. The client is `bench e2e`'s: the
+same manifests, 64 calls in flight, the same wait for every workload's `admitted` and
 `running`. CPU = user + system time of each process over the burst, per workload.
 
 With `--with-e2e`, each floor run is followed by `bench e2e`'s burst case (1 shard, one per
@@ -59,7 +59,7 @@ class FloorRow(msgspec.Struct, frozen=True, kw_only=True):
     what: str  # "floor", or "e2e" (muster's own burst, `--with-e2e`)
     run: int  # the pair it belongs to, from 1
     workloads: int
-    went_through: int  # workloads admitted, bound and running
+    went_through: int  # workloads admitted and running
     throughput_per_s: float  # went through per second, first Submit to the last one through
     cpu_ms_per_workload: dict[str, float]  # process -> CPU ms per workload, "total" included
     stored_per_workload: float

@@ -13,7 +13,7 @@ in place, and stops on SIGTERM.
 | gateway | a Submit (gRPC); `submitted` (its name index) | `submitted` on its name: the claim |
 | admission | `submitted` (durable, acks all) | `admitted` |
 | gangpermit | `submitted`, `admitted` (follow); the pod's two writes | `gang_permitted` |
-| binder | `admitted`, `gang_permitted` (durable, acks each); `submitted` | pod on node, `bound` |
+| binder | `admitted`, `gang_permitted` (durable, acks each); `submitted` | pod on node |
 | sim-cluster | the pod's two writes | pod Running |
 | watcher | the pod's two writes | `running` |
 """
@@ -199,14 +199,13 @@ async def admission(node: Node) -> None:
 
 
 async def binder(node: Node) -> None:
-    """`admitted`: nothing to make yet; `gang_permitted`: the pod made on its node, `bound`."""
+    """`admitted`: nothing to make yet; `gang_permitted`: the pod made on its node, its only
+    answer (`--bound-events binds`, as every launcher of muster starts its binder)."""
 
     async def handle(msg: Msg) -> None:
         env = read_event(msg)
         if env.HasField("gang_permitted"):
             await node.store(wire.pod_message(env.workload, "created", revision=0))
-            bound = wire.event("bound", env.workload, cause=env.event_id)
-            await node.store(wire.event_message(bound))
         await msg.ack()
 
     await node.follow(EVENTS_STREAM, filters("submitted"), decoded)

@@ -1,10 +1,10 @@
 """What one workload of `bench e2e`'s one-per-Submit burst stores, for `bench floor` to store.
 
 The layout is today's (LAYOUT): the one-write claim (`--name-claims submitted`, as every
-launcher of muster starts its gateway) and pods made on their nodes. The messages and their
-sizes are muster's (measured on `bench e2e --shards 1`, burst of one workload per Submit,
-main c94fb47a with the gateway's `submitted` claims): per workload seven stored, each with its
-PubAck,
+launcher of muster starts its gateway) and pods made on their nodes with no `bound` for them
+(`--bound-events binds`, as every launcher starts its binder). The messages and their sizes are
+muster's (measured on `bench e2e --shards 1`, burst of one workload per Submit, main c94fb47a
+with the gateway's `submitted` claims): per workload six stored, each with its PubAck,
 
 | writer | message | data bytes | headers |
 |---|---|---:|---|
@@ -12,7 +12,6 @@ PubAck,
 | admission | `admitted` (the manifest's copy in it) | 727 | id, tp, partition fence |
 | gang-permit | `gang_permitted` (placed from `submitted`, `admitted`) | 255 | id, tp |
 | binder | the pod created on its node, in the simulated cluster's bucket | 820 | create fence |
-| binder | `bound` | 238 | id, tp |
 | sim-cluster | the pod Running | 946 | revision fence |
 | watcher | `running` | 202 | id, tp |
 
@@ -20,7 +19,7 @@ PubAck,
 name's filter in every cluster or the partition's record by `...-Subject`.)
 
 The events are real `Envelope`s on muster's own subjects; those whose payload is a decision
-(admitted, gang_permitted, bound, running) carry the payload's message empty, and every event
+(admitted, gang_permitted, running) carry the payload's message empty, and every event
 is padded to muster's size in `source`, since what the floor measures is bytes moved and
 decoded, not what they say. The pods are Pod-shaped JSON padded in an annotation.
 """
@@ -49,16 +48,15 @@ EVENT_BYTES: Final = {
     "submitted": 629,
     "admitted": 727,
     "gang_permitted": 255,
-    "bound": 238,
     "running": 202,
 }
 POD_BYTES: Final = {"created": 820, "running": 946}
 # What `bench floor` prints it plays, and the counts its test holds it to.
-STORED: Final = 7
+STORED: Final = 6
 DELIVERED: Final = 13
 LAYOUT: Final = (
     f"today's: {STORED} stored, {DELIVERED} delivered per workload (the `submitted` is the "
-    "name's claim; pods made on their nodes)"
+    "name's claim; pods made on their nodes, no `bound` for them)"
 )
 NODE: Final = "node-000"
 _TRACEPARENT: Final = "00-" + "a" * 32 + "-" + "b" * 16 + "-01"

@@ -51,7 +51,7 @@ from muster.cluster.sim.backend import SimBackend
 from muster.cluster.sim.kubelet import CREATED
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
 from muster.launcher.nats_server import NatsServer
-from muster.launcher.stack import SOLE_GATEWAYS_CLAIMS, Stack
+from muster.launcher.stack import SOLE_BINDERS_BOUND_EVENTS, SOLE_GATEWAYS_CLAIMS, Stack
 from muster.sim import run_scenario
 
 SECTION = "kueue-live"
@@ -60,12 +60,15 @@ IN_FLIGHT = 64  # Submit calls at once, when arrivals come faster than the gatew
 POLL_S = 0.2
 NODES = 10  # of 128 cpu: twice the 600 cpu of the baseline's quota, so pods never wait for room
 NODE_CPU = 128
-READ_TYPES = ("quota_reserved", "admitted", "bound", "running", "evicted", "eviction_completed",
-              "requeued", "finished")  # fmt: skip
+READ_TYPES = ("quota_reserved", "admitted", "gang_permitted", "running", "evicted",
+              "eviction_completed", "requeued", "finished")  # fmt: skip
 # The path of a workload that ran once, stage by stage: where a live run loses time against
-# the virtual clock, on which a workload holds its quota for exactly its run time. The last,
-# admitted->finished less the run time, is what the live run adds to that hold.
-STAGES = (("admitted", "bound"), ("bound", "running"), ("admitted", "finished"))
+# the virtual clock, on which a workload holds its quota for exactly its run time. Placed is
+# gang-permit's `gang_permitted`; placed->running is the binder making its pod on its node,
+# the kubelet starting it and the watcher telling it (the binder the launcher starts tells no
+# `bound` for it: docs/events.md, "`bound` only for binds"). The last, admitted->finished less
+# the run time, is what the live run adds to that hold.
+STAGES = (("admitted", "gang_permitted"), ("gang_permitted", "running"), ("admitted", "finished"))
 KUEUE_WALL_S = 351.0  # Kueue's published baseline (test/performance/scheduler, rangespec)
 TARGET_RATIO = 1.2
 TARGET_WALL_S = 90.0
@@ -98,8 +101,8 @@ class KueueLiveRow(msgspec.Struct, frozen=True, kw_only=True):
     mean_usage_pct: float | None  # while work waits (muster.bench.metrics)
     virtual_mean_usage_pct: float | None
     admit: dict[str, ClassLatency]  # class -> submit->admitted
-    # "admitted->bound", ...: p50 / p99 ms over the workloads never evicted; admitted->finished
-    # less the run time
+    # "admitted->gang_permitted", ...: p50 / p99 ms over the workloads never evicted;
+    # admitted->finished less the run time
     stages_ms: dict[str, tuple[float, float]]
     max_submit_lag_ms: float  # how late the client started a Submit against its arrival
     cpu_s: dict[str, float]  # process -> CPU seconds used during the run, "total" included
@@ -144,7 +147,8 @@ async def run_live(plan: Plan, *, shards: int, run_from: str, timeout_s: float) 
     url = await nats.start(log_path=log_dir / "nats-server.log")
     stack = Stack(nats_url=url, cluster=CLUSTER, shards=shards, speed=1.0, log_dir=log_dir,
                   service_args={"sim-cluster": ["--run-from", run_from]},
-                  name_claims=SOLE_GATEWAYS_CLAIMS)  # fmt: skip
+                  name_claims=SOLE_GATEWAYS_CLAIMS,
+                  bound_events=SOLE_BINDERS_BOUND_EVENTS)  # fmt: skip
     try:
         await stack.start()
         backend = await SimBackend.connect(url, cluster=CLUSTER)

@@ -14,7 +14,7 @@ from nats.js import JetStreamContext
 
 from muster.cluster.sim.backend import SimBackend
 from muster.launcher.nats_server import NatsServer
-from muster.launcher.stack import SOLE_GATEWAYS_CLAIMS, Stack
+from muster.launcher.stack import SOLE_BINDERS_BOUND_EVENTS, SOLE_GATEWAYS_CLAIMS, Stack
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +41,8 @@ async def live_stack(
     url = await nats.start(log_path=log_dir / "nats-server.log")
     stack = Stack(
         nats_url=url, cluster="local", shards=1, speed=1.0, log_dir=log_dir,
-        name_claims=SOLE_GATEWAYS_CLAIMS, environment=environment,
+        name_claims=SOLE_GATEWAYS_CLAIMS, bound_events=SOLE_BINDERS_BOUND_EVENTS,
+        environment=environment,
     )  # fmt: skip
     try:
         await stack.start()

@@ -215,13 +215,17 @@ class GangPermitState:
                 return False  # an earlier eviction's: the admission held now was not stopped
             case "finished" | "eviction_completed" | "deleted":
                 self.admitted.pop(key, None)
+                # Room a permit or pods not made yet held is free now, though no pod of the
+                # gang is left to say so (a restored permit whose pods were deleted unseen):
+                # a pass places the gangs waiting for it.
+                held = GangKey(key) in self.permits or self.unmade.of(GangKey(key))
                 self._drop_permit(GangKey(key))
                 self._drop_unmade(GangKey(key))
                 self.touch(key)
                 if field != "eviction_completed":
                     self.submitted.pop(key, None)
                     self.ended.ended(key, at_s=env.time_unix_nano / 1e9)
-                return self._refresh(self.feed.end(key))
+                return self._refresh(self.feed.end(key)) or held
             case "config_applied" | "config_deleted":
                 return self._priority_class(env)
             case "bound":

@@ -81,6 +81,9 @@ class Track:
     finished_s: float | None = None
     ran_s: float = 0.0
     nodes: set[str] = field(default_factory=set)
+    # The nodes of a whole permit whose pods the binder makes on them, until a `bound` or its
+    # `running` says they are there: a binder with `--bound-events binds` tells no `bound`.
+    to_create: tuple[str, ...] = ()
     cluster: str = ""  # where its last admission sent it
     evictions: int = 0
     outcome: str = "Pending"
@@ -273,16 +276,10 @@ class Driver:
         elif kind == "gang_waiting" and env.gang_waiting.reason != track.pending:
             track.pending = env.gang_waiting.reason
             self._line(track, "waiting", track.pending)
-        elif kind == "gang_permitted" and not track.kueue:
-            track.admitted_s = track.admitted_s if track.admitted_s is not None else now
-            track.queued.dequeued(now)
-            track.outcome = "Permitted"
-            permitted = env.gang_permitted
-            line = f"{len(permitted.bindings)} pods at once"
-            if permitted.parts > 1:
-                line += f" (part {permitted.part + 1} of {permitted.parts})"
-            self._line(track, "permitted", line)
+        elif kind == "gang_permitted":
+            self._permitted(track, env.gang_permitted, now)
         elif kind == "gang_rejected":
+            track.to_create = ()  # not made (BindFailed), or placed anew
             rejected = env.gang_rejected
             self._line(track, "rejected", f"{rejected.reason}: {rejected.message}")
         elif kind == "routed":
@@ -308,6 +305,7 @@ class Driver:
             where = f" in cluster {env.cluster}" if self.multicluster else ""
             self._line(track, "admitted", f"{track.cluster_queue} on {','.join(flavors)}{where}")
         elif kind == "evicted":
+            track.to_create = ()
             track.evictions += 1
             track.queued.dequeued(now)  # evicted before its admission (a check's Retry)
             if track.running_s is not None:
@@ -326,6 +324,7 @@ class Driver:
             # preempted (Kueue's job reconciler); the `requeued` that follows says so anyway.
             track.outcome, track.requeued = "Pending", False
         elif kind == "bound":
+            track.to_create = ()  # the binder told it
             track.nodes.update(b.node for b in env.bound.bindings)
             self._line(track, "bound", ",".join(sorted(track.nodes)))
         elif kind == "active_changed" and not env.active_changed.active:
@@ -338,7 +337,10 @@ class Driver:
         elif kind == "running":
             track.running_s = now
             track.outcome = "Running"
+            if track.to_create:  # made where they were permitted, as they run there
+                self._line(track, "running", ",".join(sorted(self._made(track))))
         elif kind == "finished":
+            self._made(track)
             track.queued.dequeued(now)
             if track.running_s is not None:
                 track.ran_s += now - track.running_s
@@ -346,6 +348,29 @@ class Driver:
             track.finished_s = now
             track.outcome = "Finished" if env.finished.succeeded else "Failed"
             self._line(track, "finished", f"ran {track.ran_s:.0f}s")
+
+    def _permitted(self, track: Track, permitted: events_pb2.GangPermitted, now: float) -> None:
+        """A gang outside Kueue is admitted by its permit. A whole permit to create pods on
+        their nodes is answered by those pods, maybe with no `bound` (docs/events.md, "`bound`
+        only for binds"): its nodes wait for its `running`."""
+        if permitted.create and permitted.parts <= 1:
+            track.to_create = tuple(sorted({b.node for b in permitted.bindings}))
+        if track.kueue:
+            return
+        track.admitted_s = track.admitted_s if track.admitted_s is not None else now
+        track.queued.dequeued(now)
+        track.outcome = "Permitted"
+        line = f"{len(permitted.bindings)} pods at once"
+        if permitted.parts > 1:
+            line += f" (part {permitted.part + 1} of {permitted.parts})"
+        self._line(track, "permitted", line)
+
+    @staticmethod
+    def _made(track: Track) -> set[str]:
+        """The nodes its pods run on, once seen running with no `bound` told for them."""
+        track.nodes.update(track.to_create)
+        track.to_create = ()
+        return track.nodes
 
     def _submitted(self, track: Track) -> None:
         """Its "submitted" line, once: from the Submit's reply or from its event, whichever

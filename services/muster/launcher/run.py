@@ -30,7 +30,7 @@ from muster.launcher.driver import (
 from muster.launcher.nats_server import LaunchError, NatsServer
 from muster.launcher.progress import Progress
 from muster.launcher.reported import not_reported_warning, reported_when_up, until_reported
-from muster.launcher.stack import SOLE_GATEWAYS_CLAIMS, Stack
+from muster.launcher.stack import SOLE_BINDERS_BOUND_EVENTS, SOLE_GATEWAYS_CLAIMS, Stack
 from muster.launcher.upstate import distrusted
 
 __all__ = ["LaunchError", "fresh_store", "prepare_nats", "run_live"]
@@ -97,8 +97,10 @@ async def run_live(
             ],
             workers=workers,
             passwords=nats.passwords if nats is not None else None,
-            # On a server given with --nats, gateways of another muster may claim names too.
+            # On a server given with --nats, gateways of another muster may claim names too,
+            # and its gateways and gang-permits may be of before.
             name_claims=SOLE_GATEWAYS_CLAIMS if nats is not None else None,
+            bound_events=SOLE_BINDERS_BOUND_EVENTS if nats is not None else None,
         )
         started.push_async_callback(stack.stop)
         where = f" (started here, JetStream in {log_dir})" if nats else ""

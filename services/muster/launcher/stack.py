@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -36,6 +36,14 @@ PER_CLUSTER = ("sim-cluster", "watcher", "binder", "gangpermit")  # in start ord
 SOLE_GATEWAYS_CLAIMS: Final[NameClaims] = "submitted"
 # The gateway's own variable for `--name-claims`: set in the launcher's environment, it wins.
 NAME_CLAIMS_VARIABLE: Final = "MUSTER_GATEWAY_NAME_CLAIMS"
+BoundEvents = Literal["all", "binds"]  # the binder's `--bound-events`
+# When the binder stores `bound`, where this launcher starts every binder, gang-permit and
+# gateway its NATS server will see, all of this version (the same launchers as above): only for
+# binds. The pods it makes on their nodes answer a whole permit; gang-permit and the gateway's
+# book read them (docs/events.md, "`bound` only for binds").
+SOLE_BINDERS_BOUND_EVENTS: Final[BoundEvents] = "binds"
+# The binder's own variable for `--bound-events`: set in the launcher's environment, it wins.
+BOUND_EVENTS_VARIABLE: Final = "MUSTER_BINDER_BOUND_EVENTS"
 _ANNOUNCE = re.compile(rb"^(health|gateway|metrics): (\S+)")
 
 
@@ -115,13 +123,29 @@ def _credentials(user: str, passwords: Mapping[str, str]) -> dict[str, str]:
     return {**env, "MUSTER_NATS_USER": user, "MUSTER_NATS_PASSWORD": passwords[user]}
 
 
-def claims_args(name_claims: NameClaims | None, environment: Mapping[str, str] | None) -> list[str]:
-    """The gateway's `--name-claims` flag for `name_claims`; none when it is None (the
-    gateway's default, `kv`) or when the gateway's environment names a mode (an operator's
-    MUSTER_GATEWAY_NAME_CLAIMS, e.g. `kv` to compare with the claim of before)."""
-    if name_claims is None or NAME_CLAIMS_VARIABLE in {**os.environ, **(environment or {})}:
+def mode_args(
+    flag: str, mode: str | None, variable: str, environment: Mapping[str, str] | None
+) -> list[str]:
+    """`[flag, mode]` for a service; none when `mode` is None (the service's default) or when
+    the service's environment sets the flag's own `variable` (an operator's choice, e.g. to
+    compare with the mode of before: the service reads it itself)."""
+    if mode is None or variable in {**os.environ, **(environment or {})}:
         return []
-    return ["--name-claims", name_claims]
+    return [flag, mode]
+
+
+def claims_args(name_claims: NameClaims | None, environment: Mapping[str, str] | None) -> list[str]:
+    """The gateway's `--name-claims` flag for `name_claims` (None: its default, `kv`), unless
+    MUSTER_GATEWAY_NAME_CLAIMS is set (`mode_args`)."""
+    return mode_args("--name-claims", name_claims, NAME_CLAIMS_VARIABLE, environment)
+
+
+def bound_events_args(
+    bound_events: BoundEvents | None, environment: Mapping[str, str] | None
+) -> list[str]:
+    """The binder's `--bound-events` flag for `bound_events` (None: its default, `all`),
+    unless MUSTER_BINDER_BOUND_EVENTS is set (`mode_args`)."""
+    return mode_args("--bound-events", bound_events, BOUND_EVENTS_VARIABLE, environment)
 
 
 def _environment(
@@ -152,6 +176,7 @@ class Stack:
         service_args: Mapping[str, Sequence[str]] | None = None,
         gateway_listen: str = "127.0.0.1:0",
         name_claims: NameClaims | None = None,
+        bound_events: BoundEvents | None = None,
         environment: Mapping[str, str] | None = None,
         metrics_ports: int | None = None,
         outlive_launcher: bool = False,
@@ -164,9 +189,12 @@ class Stack:
         `service_args`: more flags per service name. `gateway_listen`: a fixed port keeps the
         gateway's address across its restarts. `name_claims`: the gateway's `--name-claims`
         (`claims_args`; SOLE_GATEWAYS_CLAIMS where no other gateway shares the NATS server; None:
-        the gateway's default). `environment`: variables added to every
-        service's (MUSTER_METRICS_PORT, OTEL_*). `metrics_ports`: each service serves metrics
-        on this port plus its place in the start order (0: each a free one).
+        the gateway's default). `bound_events`: each binder's `--bound-events`
+        (`bound_events_args`; SOLE_BINDERS_BOUND_EVENTS where every binder, gang-permit and
+        gateway of the NATS server is this launcher's; None: the binder's default).
+        `environment`: variables added to every service's (MUSTER_METRICS_PORT, OTEL_*).
+        `metrics_ports`: each service serves metrics on this port plus its place in the start
+        order (0: each a free one).
         `outlive_launcher`: the services run on if this process is killed (`muster up`: for
         `muster down` to stop); otherwise they stop with it (`muster.launcher.lifeline`).
         `spawned`: told of each start at once (`muster up` records it)."""
@@ -179,6 +207,7 @@ class Stack:
                 name,
                 [
                     *(["--speed", f"{speed:g}"] if name == "sim-cluster" else []),
+                    *(bound_events_args(bound_events, environment) if name == "binder" else []),
                     *more.get(name, ()),
                 ],
             )

@@ -35,6 +35,7 @@ from muster.launcher.nats_server import LaunchError, NatsServer
 from muster.launcher.run import prepare_nats
 from muster.launcher.stack import (
     PER_CLUSTER,
+    SOLE_BINDERS_BOUND_EVENTS,
     SOLE_GATEWAYS_CLAIMS,
     ServiceProcess,
     Stack,
@@ -170,6 +171,7 @@ async def supervise(config: UpConfig) -> int:
                 passwords=nats.passwords,
                 gateway_listen=f"127.0.0.1:{config.gateway_port}",
                 name_claims=SOLE_GATEWAYS_CLAIMS,
+                bound_events=SOLE_BINDERS_BOUND_EVENTS,
                 metrics_ports=config.metrics_port,
                 outlive_launcher=True,
                 spawned=_spawned_service(spawned),

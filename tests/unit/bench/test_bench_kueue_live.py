@@ -121,7 +121,8 @@ def test_stages_count_only_workloads_never_evicted_and_subtract_the_run_time() -
     ms = 1_000_000
 
     def path(key: str, run_ms: int, *, bind_ms: int) -> list[LiveEvent]:
-        times = {"admitted": 0, "bound": bind_ms, "running": 30, "finished": 30 + run_ms + 5}
+        times = {"admitted": 0, "gang_permitted": bind_ms, "running": 30,
+                 "finished": 30 + run_ms + 5}  # fmt: skip
         return [LiveEvent(t, key, at * ms) for t, at in times.items()]
 
     # The medium one was evicted once: its path is not one run's, whatever it shows.
@@ -129,8 +130,8 @@ def test_stages_count_only_workloads_never_evicted_and_subtract_the_run_time() -
     events = [*path(small.key, 200, bind_ms=10), *evicted]
 
     assert stage_latency(PLAN, events) == {
-        "admitted->bound": (10.0, 10.0),
-        "bound->running": (20.0, 20.0),
+        "admitted->gang_permitted": (10.0, 10.0),
+        "gang_permitted->running": (20.0, 20.0),
         "admitted->finished": (35.0, 35.0),  # less its run time
     }
 

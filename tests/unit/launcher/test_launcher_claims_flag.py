@@ -1,6 +1,6 @@
 """How a launcher's gateway claims names: by its `submitted` alone where the launcher starts
-every gateway its NATS server sees (`SOLE_GATEWAYS_CLAIMS`), unless the operator's
-MUSTER_GATEWAY_NAME_CLAIMS says otherwise; the other services are not told."""
+every gateway its NATS server sees (`SOLE_GATEWAYS_CLAIMS`); the other services are not told.
+Without a mode, or with the operator's MUSTER_GATEWAY_NAME_CLAIMS: test_launcher_mode_flags.py."""
 
 from __future__ import annotations
 
@@ -8,64 +8,23 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_launcher_mode_flags import flags, stack
 
-from muster.gateway.claims import NameClaims
-from muster.launcher.stack import NAME_CLAIMS_VARIABLE, SOLE_GATEWAYS_CLAIMS, Stack
+from muster.launcher.stack import NAME_CLAIMS_VARIABLE, SOLE_GATEWAYS_CLAIMS
 
 ROOT = Path(__file__).parents[3]
 # The services that read `submitted` (docs/events.md, "One-write claims", Readers).
 READERS = frozenset({"watcher", "admission", "gangpermit", "binder"})
 
 
-def flags(stack: Stack) -> dict[str, list[str]]:
-    """Each service's `--name-claims` values."""
-    return {
-        s.name: [s.argv[i + 1] for i, a in enumerate(s.argv) if a == "--name-claims"]
-        for s in stack.services
-    }
-
-
-def stack(
-    tmp_path: Path,
-    *,
-    name_claims: NameClaims | None = None,
-    environment: dict[str, str] | None = None,
-) -> Stack:
-    return Stack(
-        nats_url="nats://127.0.0.1:4222", cluster="local", shards=1, speed=1, log_dir=tmp_path,
-        name_claims=name_claims, environment=environment,
-    )  # fmt: skip
-
-
 def test_a_launcher_that_starts_every_gateway_tells_its_gateway_alone_to_claim_by_submitted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(NAME_CLAIMS_VARIABLE, raising=False)
-    told = flags(stack(tmp_path, name_claims=SOLE_GATEWAYS_CLAIMS))
+    told = flags(stack(tmp_path, name_claims=SOLE_GATEWAYS_CLAIMS), "--name-claims")
     assert SOLE_GATEWAYS_CLAIMS == "submitted"
     assert told.pop("gateway") == ["submitted"]
     assert all(v == [] for v in told.values())
-
-
-def test_without_a_mode_the_gateway_keeps_its_default(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv(NAME_CLAIMS_VARIABLE, raising=False)
-    assert flags(stack(tmp_path))["gateway"] == []
-
-
-@pytest.mark.parametrize("where", ["launcher", "stack"])
-def test_the_operator_s_variable_wins(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
-) -> None:
-    monkeypatch.delenv(NAME_CLAIMS_VARIABLE, raising=False)
-    environment: dict[str, str] | None = None
-    if where == "launcher":
-        monkeypatch.setenv(NAME_CLAIMS_VARIABLE, "kv")
-    else:
-        environment = {NAME_CLAIMS_VARIABLE: "kv"}
-    running = stack(tmp_path, name_claims=SOLE_GATEWAYS_CLAIMS, environment=environment)
-    assert flags(running)["gateway"] == []  # the gateway reads the variable itself
 
 
 def test_compose_s_one_gateway_claims_by_submitted_after_every_reader_started() -> None:
