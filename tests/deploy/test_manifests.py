@@ -789,13 +789,13 @@ REQUIRED: dict[str, set[tuple[str, str, str]]] = {
         *{("", "podtemplates", v) for v in ("get", "create", "patch")},
         *{("events.k8s.io", "events", v) for v in ("create", "patch")},
     },
-    # backend: _job_of (GET job, GET workload, LIST jobs), _start_job/_stop_job (PUT job, PATCH
-    # jobs/status), _jobset_of (GET, LIST jobsets), _start_jobset/_stop_jobset (PUT jobset),
-    # _create_pods (POST pods, owner workload with blockOwnerDeletion), _pods_of (LIST pods),
+    # kube backend: job_of (GET job, GET workload, LIST jobs), start_job/stop_job (PUT job, PATCH
+    # jobs/status), jobset_of (GET, LIST jobsets), start_jobset/stop_jobset (PUT jobset),
+    # create_pods (POST pods, owner workload with blockOwnerDeletion), pods_of (LIST pods),
     # delete (DELETE pods), bind (POST pods/binding, GET pod after 409), and impersonating
     # the submitter of cmd.apply's Pods and gangs.
-    # MultiKueue (backend._copy, copies_of, stop_workload of a copy): a workload's copy in a
-    # worker created, listed by origin, deleted.
+    # MultiKueue (copy_writes.create_copy_of, copies_of, stop_workload of a copy): a workload's
+    # copy in a worker created, listed by origin, deleted.
     "binder": {
         ("batch", "jobs", "get"),
         ("batch", "jobs", "list"),
@@ -818,7 +818,7 @@ REQUIRED: dict[str, set[tuple[str, str, str]]] = {
         ("", "pods", "list"),
         ("", "pods", "delete"),
         ("", "pods/binding", "create"),
-        # A routed template's RuntimeClass: its overhead (kube.backend._runtime_classes).
+        # A routed template's RuntimeClass: its overhead (kube.overheads.runtime_overheads).
         ("node.k8s.io", "runtimeclasses", "get"),
         # cmd.apply's Pods and gangs are written as their submitter (impersonation).
         ("", "users", "impersonate"),
