@@ -19,15 +19,14 @@ import msgspec
 
 from muster.api.pod_set_updates import (
     PodSetUpdate,
-    map_conflict,
     merged_tolerations,
     ready_updates_of,
+    update_conflict,
 )
 from muster.cluster.backend import PodSetStart
 from muster.cluster.errors import PodSetUpdateConflictError
 
 _MAPS = ("labels", "annotations", "node_selector")
-_FIELDS = ("labels", "annotations", "nodeSelector")  # as the user wrote them
 
 
 def with_check_updates(
@@ -42,14 +41,14 @@ def with_check_updates(
 
 
 def _merged(start: PodSetStart, update: PodSetUpdate, what: str) -> PodSetStart:
-    for attr, field in zip(_MAPS, _FIELDS, strict=True):
-        conflict = map_conflict(getattr(start, attr), getattr(update, attr))
-        if conflict is not None:
-            raise PodSetUpdateConflictError(
-                f"Workload/{what}" if what else "",
-                f"podset {start.name!r}: an admission check's podSetUpdates conflict with the "
-                f"pods' {field}: {conflict}",
-            )
+    conflict = update_conflict(
+        update,
+        labels=start.labels,
+        annotations=start.annotations,
+        node_selector=start.node_selector,
+    )
+    if conflict is not None:
+        raise PodSetUpdateConflictError(f"Workload/{what}" if what else "", conflict)
     changes: dict[str, Any] = {
         attr: {**getattr(start, attr), **wanted}
         for attr in _MAPS
