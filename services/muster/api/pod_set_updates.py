@@ -91,6 +91,31 @@ def update_conflict(
     return None
 
 
+# A podset's pods as a podSetUpdate meets them: their labels, annotations and nodeSelector.
+PodMaps = tuple[Mapping[str, str], Mapping[str, str], Mapping[str, str]]
+
+
+def start_conflict(pods: Mapping[str, PodMaps], updates: Sequence[PodSetUpdate]) -> str | None:
+    """The first of `updates` (in order, each over the pods as the earlier ones left them)
+    that conflicts with the pods of its podset (`pods`, by podset name), as `update_conflict`
+    words it; None when all of them can go on. A podset not in `pods` is not started."""
+    now = {name: tuple(dict(m) for m in maps) for name, maps in pods.items()}
+    for update in updates:
+        maps = now.get(update.name)
+        if maps is None:
+            continue
+        labels, annotations, node_selector = maps
+        conflict = update_conflict(
+            update, labels=labels, annotations=annotations, node_selector=node_selector
+        )
+        if conflict is not None:
+            return conflict
+        labels.update(update.labels)
+        annotations.update(update.annotations)
+        node_selector.update(update.node_selector)
+    return None
+
+
 def merged_tolerations(
     have: tuple[Toleration, ...], more: Sequence[Toleration]
 ) -> tuple[Toleration, ...]:

@@ -21,7 +21,7 @@ from muster.api.pod_set_updates import (
     PodSetUpdate,
     merged_tolerations,
     ready_updates_of,
-    update_conflict,
+    start_conflict,
 )
 from muster.cluster.backend import PodSetStart
 from muster.cluster.errors import PodSetUpdateConflictError
@@ -34,21 +34,18 @@ def with_check_updates(
 ) -> list[PodSetStart]:
     """`starts` with the Ready checks' podSetUpdates of Kueue Workload `workload` merged in.
     Raises PodSetUpdateConflictError (naming workload `what`) for Kueue's conflict."""
+    updates = ready_updates_of(workload)
+    pods = {s.name: (s.labels, s.annotations, s.node_selector) for s in starts}
+    conflict = start_conflict(pods, updates)
+    if conflict is not None:
+        raise PodSetUpdateConflictError(f"Workload/{what}" if what else "", conflict)
     out = list(starts)
-    for update in ready_updates_of(workload):
-        out = [_merged(s, update, what) if update.name == s.name else s for s in out]
+    for update in updates:
+        out = [_merged(s, update) if update.name == s.name else s for s in out]
     return out
 
 
-def _merged(start: PodSetStart, update: PodSetUpdate, what: str) -> PodSetStart:
-    conflict = update_conflict(
-        update,
-        labels=start.labels,
-        annotations=start.annotations,
-        node_selector=start.node_selector,
-    )
-    if conflict is not None:
-        raise PodSetUpdateConflictError(f"Workload/{what}" if what else "", conflict)
+def _merged(start: PodSetStart, update: PodSetUpdate) -> PodSetStart:
     changes: dict[str, Any] = {
         attr: {**getattr(start, attr), **wanted}
         for attr in _MAPS

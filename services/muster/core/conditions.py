@@ -9,6 +9,7 @@ REQUEUED = "Requeued"
 # Finished's reasons: Kueue's workload controller says Succeeded or Failed from the Job; its
 # job framework says FailedToStart when a start can never succeed (a conflicting podSetUpdate).
 SUCCEEDED = "Succeeded"
+SUCCEEDED_MESSAGE = "Job finished successfully"  # Kueue's, when its Job completes
 FAILED = "Failed"
 FAILED_TO_START = "FailedToStart"
 FINISHED_REASONS = frozenset({SUCCEEDED, FAILED, FAILED_TO_START})
