@@ -659,3 +659,5 @@ def test_a_failed_finish_shows_its_reason_in_the_condition_and_in_describe(
     assert (entry.summary.status, entry.summary.reason) == ("FINISHED", shown)
     text = render_description(described)
     assert f"Reason:       {shown}: {why}\n" in text
+    (told,) = [e for e in described.events if e.type == "workload.finished"]
+    assert told.detail == ("failed to start: " if reason == shown else "failed ") + why
