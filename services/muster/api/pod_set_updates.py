@@ -75,8 +75,11 @@ def update_conflict(
     and `node_selector` (their template's, their flavors' node labels, earlier checks'): it
     gives a key they have another value. Kueue's job framework fails such a workload at start
     (Finished, reason FailedToStart) rather than choose; the message has its words (the pods'
-    value first), naming the check and the podset, the first key in name order. None when
-    there is no conflict: a value repeated as it is is none."""
+    value first). None when there is no conflict: a value repeated as it is is none.
+
+    Differs from Kueue: it names the check (Kueue only when two checks conflict) and the
+    podset (Kueue never), and the first key in name order (Kueue: its map's order), because
+    the user must find which update to fix (docs/kueue-compatibility.md)."""
     have = {"labels": labels, "annotations": annotations, "node_selector": node_selector}
     for attr, field in _MAPS:
         wanted: Mapping[str, str] = getattr(update, attr)
