@@ -80,26 +80,29 @@ def test_a_value_the_pods_have_repeated_is_no_conflict() -> None:
 
 
 @pytest.mark.parametrize(
-    ("entries", "field"),
+    ("entries", "words"),
     [
         (
             [{"nodeSelector": {"pool": "gpu"}}],
-            "nodeSelector: pool='gpu' where the pods have pool='batch'",
+            'in admission check "c0": invalid admission check PodSetUpdate: conflict for '
+            "nodeSelector: conflict for key=pool, value1=batch, value2=gpu",
         ),
         (
             [{"annotations": {"keep": "not"}}],
-            "annotations: keep='not' where the pods have keep='me'",
+            'in admission check "c0": invalid admission check PodSetUpdate: conflict for '
+            "annotations: conflict for key=keep, value1=me, value2=not",
         ),
         # a second check against what the first set (Kueue merges the checks' updates in turn)
         (
             [{"labels": {"team": "a"}}, {"labels": {"team": "b"}}],
-            "labels: team='b' where the pods have team='a'",
+            'in admission check "c1": invalid admission check PodSetUpdate: conflict for '
+            "labels: conflict for key=team, value1=a, value2=b",
         ),
     ],
     ids=["nodeSelector over the template", "annotation over the template", "two checks"],
 )
 def test_a_value_other_than_the_pods_is_kueues_conflict(
-    entries: list[dict[str, Any]], field: str
+    entries: list[dict[str, Any]], words: str
 ) -> None:
     """Kueue's job framework fails such a workload at start (FailedToStart); nothing is made."""
     checks = [
@@ -108,7 +111,4 @@ def test_a_value_other_than_the_pods_is_kueues_conflict(
     ]
     with pytest.raises(PodSetUpdateConflictError) as raised:
         with_check_updates([MAIN], workload(*checks), what="ml/wl")
-    assert str(raised.value) == (
-        f"Workload/ml/wl: podset 'main': an admission check's podSetUpdates conflict with the "
-        f"pods' {field}"
-    )
+    assert str(raised.value) == f'Workload/ml/wl: {words} (podset "main")'

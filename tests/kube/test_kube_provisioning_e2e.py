@@ -53,12 +53,15 @@ def two_pod_job(name: str) -> str:
     return job_yaml(name, parallelism=2, resources="limits")
 
 
-async def request(kubectl: Kubectl, name: str) -> dict[str, Any]:
-    """The ProvisioningRequest `name` in ml, once it exists."""
+async def request(kubectl: Kubectl, name: str, *, namespace: str = "ml") -> dict[str, Any]:
+    """The ProvisioningRequest `name` in `namespace`, once it exists."""
 
     async def found() -> dict[str, Any] | None:
         listed = await asyncio.to_thread(
-            kubectl.custom.list_namespaced_custom_object, *AUTOSCALING, "ml", "provisioningrequests"
+            kubectl.custom.list_namespaced_custom_object,
+            *AUTOSCALING,
+            namespace,
+            "provisioningrequests",
         )
         return next((r for r in as_json(listed)["items"] if r["metadata"]["name"] == name), None)
 
@@ -84,7 +87,9 @@ async def requests_of(kubectl: Kubectl) -> list[str]:
     return sorted(r["metadata"]["name"] for r in as_json(listed)["items"])
 
 
-async def autoscaler_says(kubectl: Kubectl, name: str, type_: str, message: str) -> None:
+async def autoscaler_says(
+    kubectl: Kubectl, name: str, type_: str, message: str, *, namespace: str = "ml"
+) -> None:
     """What the cluster-autoscaler writes into a request's status."""
     condition = {
         "type": type_,
@@ -96,7 +101,7 @@ async def autoscaler_says(kubectl: Kubectl, name: str, type_: str, message: str)
     await asyncio.to_thread(
         kubectl.custom.patch_namespaced_custom_object_status,
         *AUTOSCALING,
-        "ml",
+        namespace,
         "provisioningrequests",
         name,
         {"status": {"conditions": [condition]}},

@@ -371,11 +371,19 @@ def test_a_stopped_cluster_queue_leaves_its_evicted_workloads_unrequeued_until_i
     )
 
 
-@pytest.mark.parametrize(("succeeded", "reason"), [(True, "Succeeded"), (False, "Failed")])
-def test_a_finished_workload_keeps_its_admission(succeeded: bool, reason: str) -> None:
+@pytest.mark.parametrize(
+    ("succeeded", "told", "reason"),
+    [
+        (True, "", "Succeeded"),
+        (False, "", "Failed"),
+        (False, "FailedToStart", "FailedToStart"),  # the binder's, as Kueue's job framework
+        (False, "Not A Reason", "Failed"),  # hostile: the API server would refuse the status
+    ],
+)
+def test_a_finished_workload_keeps_its_admission(succeeded: bool, told: str, reason: str) -> None:
     made = book(
         event("admitted", pb.WorkloadAdmitted(admission=admission())),
-        event("finished", pb.WorkloadFinished(succeeded=succeeded, message="done")),
+        event("finished", pb.WorkloadFinished(succeeded=succeeded, message="done", reason=told)),
     )
     assert conditions(made)["Finished"] == ("True", reason, "done")
     assert (made.status_of(WL) or {})["admission"]["clusterQueue"] == "cq"

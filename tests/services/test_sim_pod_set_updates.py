@@ -132,8 +132,9 @@ async def test_a_check_asking_for_another_value_of_a_set_node_label_fails_the_st
     key = await admitted_after_checks(stack, manifest)
     finished = await stack.events.wait_for("finished", workload=key, timeout_s=10)
     assert not finished.finished.succeeded
+    assert finished.finished.reason == "FailedToStart"
     assert finished.finished.message == (
-        "ns/train failed to start: podset 'main': an admission check's podSetUpdates conflict "
-        "with the pods' nodeSelector: pool='provisioned' where the pods have pool='plain'"
+        'in admission check "prov": invalid admission check PodSetUpdate: conflict for '
+        'nodeSelector: conflict for key=pool, value1=plain, value2=provisioned (podset "main")'
     )
     assert await stack.pods_of(key) == []

@@ -22,9 +22,11 @@ _TOLERATION_FIELDS = ("key", "operator", "value", "effect")
 
 
 class PodSetUpdate(Frozen, frozen=True, kw_only=True):
-    """What one Ready check asks to be set on the pods of podset `name`."""
+    """What one Ready check (`check`, its entry's name) asks to be set on the pods of podset
+    `name`."""
 
     name: str
+    check: str = ""
     labels: Mapping[str, str] = msgspec.field(default_factory=dict)
     annotations: Mapping[str, str] = msgspec.field(default_factory=dict)
     node_selector: Mapping[str, str] = msgspec.field(default_factory=dict)
@@ -37,6 +39,7 @@ def ready_updates(entries: object) -> list[PodSetUpdate]:
     return [
         PodSetUpdate(
             name=str(update.get("name") or ""),
+            check=str(entry.get("name") or ""),
             labels=_string_map(update.get("labels")),
             annotations=_string_map(update.get("annotations")),
             node_selector=_string_map(update.get("nodeSelector")),
@@ -56,13 +59,63 @@ def ready_updates_of(workload: Mapping[str, Any] | None) -> list[PodSetUpdate]:
     return ready_updates(status.get("admissionChecks") if isinstance(status, dict) else None)
 
 
-def map_conflict(have: Mapping[str, str], wanted: Mapping[str, str]) -> str | None:
-    """The first key (sorted) `wanted` sets to a value other than `have`'s, described; None
-    when none does. Kueue's job framework takes such a podSetUpdate for a conflict and fails
-    the workload; a value repeated as it is is none."""
-    for key in sorted(wanted):
-        if key in have and have[key] != wanted[key]:
-            return f"{key}={wanted[key]!r} where the pods have {key}={have[key]!r}"
+# The maps a podSetUpdate sets, in the order Kueue's job framework compares them, with the
+# field as the user wrote it.
+_MAPS = (("annotations", "annotations"), ("labels", "labels"), ("node_selector", "nodeSelector"))
+
+
+def update_conflict(
+    update: PodSetUpdate,
+    *,
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+    node_selector: Mapping[str, str],
+) -> str | None:
+    """Why `update` cannot go onto the pods of its podset, which have `labels`, `annotations`
+    and `node_selector` (their template's, their flavors' node labels, earlier checks'): it
+    gives a key they have another value. Kueue's job framework fails such a workload at start
+    (Finished, reason FailedToStart) rather than choose; the message has its words (the pods'
+    value first). None when there is no conflict: a value repeated as it is is none.
+
+    Differs from Kueue: it names the check (Kueue only when two checks conflict) and the
+    podset (Kueue never), and the first key in name order (Kueue: its map's order), because
+    the user must find which update to fix (docs/kueue-compatibility.md)."""
+    have = {"labels": labels, "annotations": annotations, "node_selector": node_selector}
+    for attr, field in _MAPS:
+        wanted: Mapping[str, str] = getattr(update, attr)
+        for key in sorted(wanted):
+            if key in have[attr] and have[attr][key] != wanted[key]:
+                where = f'in admission check "{update.check}": ' if update.check else ""
+                return (
+                    f"{where}invalid admission check PodSetUpdate: conflict for {field}: "
+                    f"conflict for key={key}, value1={have[attr][key]}, value2={wanted[key]} "
+                    f'(podset "{update.name}")'
+                )
+    return None
+
+
+# A podset's pods as a podSetUpdate meets them: their labels, annotations and nodeSelector.
+PodMaps = tuple[Mapping[str, str], Mapping[str, str], Mapping[str, str]]
+
+
+def start_conflict(pods: Mapping[str, PodMaps], updates: Sequence[PodSetUpdate]) -> str | None:
+    """The first of `updates` (in order, each over the pods as the earlier ones left them)
+    that conflicts with the pods of its podset (`pods`, by podset name), as `update_conflict`
+    words it; None when all of them can go on. A podset not in `pods` is not started."""
+    now = {name: tuple(dict(m) for m in maps) for name, maps in pods.items()}
+    for update in updates:
+        maps = now.get(update.name)
+        if maps is None:
+            continue
+        labels, annotations, node_selector = maps
+        conflict = update_conflict(
+            update, labels=labels, annotations=annotations, node_selector=node_selector
+        )
+        if conflict is not None:
+            return conflict
+        labels.update(update.labels)
+        annotations.update(update.annotations)
+        node_selector.update(update.node_selector)
     return None
 
 

@@ -227,8 +227,7 @@ def muster_row(workloads: int, run: int, manifest: str = "yaml") -> FloorRow:
         what=what if row.valid else f"{what} (not valid: {', '.join(row.ended)} ended)",
         run=run,
         workloads=workloads,
-        # Admitted: the case waited for each to run too (a binder with `--bound-events binds`
-        # tells no `bound`, so `row.bound` may be 0).
+        # Admitted: the case waited for each to run too (`row.bound` counts those `running`).
         went_through=row.admitted,
         throughput_per_s=row.throughput_per_s,
         cpu_ms_per_workload=row.cpu_ms_per_workload,

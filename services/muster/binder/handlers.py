@@ -49,6 +49,7 @@ from muster.cluster.backend import ClusterBackend, Identity, PodSetStart, Worklo
 from muster.cluster.batches import run_in_batches, settle_in_batches
 from muster.cluster.errors import ClusterError, PodSetUpdateConflictError, RequestsRefusedError
 from muster.contracts.v1 import events_pb2
+from muster.core.conditions import FAILED_TO_START
 from muster.core.submissions import ENDED_KEPT_S, EndedSubmissions
 from muster.metrics.services import BinderSeries
 from muster.payloads import (
@@ -558,9 +559,10 @@ async def _failed_to_start(
     """Its checks asked its pods for values they already have otherwise: nothing started, and
     never will. Ended as Kueue's job framework ends it (FailedToStart); admission frees its
     quota at the `finished`."""
-    message = f"{env.workload} failed to start: {err.message}"
-    log.warning("%s", message, extra={"workload": env.workload})
-    finished = events_pb2.WorkloadFinished(succeeded=False, message=message)
+    log.warning("%s failed to start: %s", env.workload, err, extra={"workload": env.workload})
+    finished = events_pb2.WorkloadFinished(
+        succeeded=False, message=err.message, reason=FAILED_TO_START
+    )
     await ctx.publish("finished", finished, cause=env, submitted_id=env.submitted_id)
 
 

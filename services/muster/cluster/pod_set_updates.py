@@ -19,15 +19,14 @@ import msgspec
 
 from muster.api.pod_set_updates import (
     PodSetUpdate,
-    map_conflict,
     merged_tolerations,
     ready_updates_of,
+    start_conflict,
 )
 from muster.cluster.backend import PodSetStart
 from muster.cluster.errors import PodSetUpdateConflictError
 
 _MAPS = ("labels", "annotations", "node_selector")
-_FIELDS = ("labels", "annotations", "nodeSelector")  # as the user wrote them
 
 
 def with_check_updates(
@@ -35,21 +34,18 @@ def with_check_updates(
 ) -> list[PodSetStart]:
     """`starts` with the Ready checks' podSetUpdates of Kueue Workload `workload` merged in.
     Raises PodSetUpdateConflictError (naming workload `what`) for Kueue's conflict."""
+    updates = ready_updates_of(workload)
+    pods = {s.name: (s.labels, s.annotations, s.node_selector) for s in starts}
+    conflict = start_conflict(pods, updates)
+    if conflict is not None:
+        raise PodSetUpdateConflictError(f"Workload/{what}" if what else "", conflict)
     out = list(starts)
-    for update in ready_updates_of(workload):
-        out = [_merged(s, update, what) if update.name == s.name else s for s in out]
+    for update in updates:
+        out = [_merged(s, update) if update.name == s.name else s for s in out]
     return out
 
 
-def _merged(start: PodSetStart, update: PodSetUpdate, what: str) -> PodSetStart:
-    for attr, field in zip(_MAPS, _FIELDS, strict=True):
-        conflict = map_conflict(getattr(start, attr), getattr(update, attr))
-        if conflict is not None:
-            raise PodSetUpdateConflictError(
-                f"Workload/{what}" if what else "",
-                f"podset {start.name!r}: an admission check's podSetUpdates conflict with the "
-                f"pods' {field}: {conflict}",
-            )
+def _merged(start: PodSetStart, update: PodSetUpdate) -> PodSetStart:
     changes: dict[str, Any] = {
         attr: {**getattr(start, attr), **wanted}
         for attr in _MAPS

@@ -6,6 +6,13 @@ ADMITTED = "Admitted"
 EVICTED = "Evicted"
 FINISHED = "Finished"
 REQUEUED = "Requeued"
+# Finished's reasons: Kueue's workload controller says Succeeded or Failed from the Job; its
+# job framework says FailedToStart when a start can never succeed (a conflicting podSetUpdate).
+SUCCEEDED = "Succeeded"
+SUCCEEDED_MESSAGE = "Job finished successfully"  # Kueue's, when its Job completes
+FAILED = "Failed"
+FAILED_TO_START = "FailedToStart"
+FINISHED_REASONS = frozenset({SUCCEEDED, FAILED, FAILED_TO_START})
 PODS_READY = "PodsReady"
 WAITING_FOR_VICTIMS = "WaitingForPreemptedWorkloads"
 PENDING_PREEMPTION = (
@@ -185,3 +192,13 @@ def condition_message(message: str) -> str:
     if len(data) <= CONDITION_MESSAGE_MAX_BYTES:
         return message
     return data[: CONDITION_MESSAGE_MAX_BYTES - 4].decode(errors="ignore") + " ..."
+
+
+def finished_reason(*, succeeded: bool, reason: str = "") -> str:
+    """The Finished condition's reason for a `finished` saying `succeeded` and `reason` (its
+    `WorkloadFinished.reason`; empty in events written before it existed). A reason other
+    than Kueue's reads as empty: the API server refuses a status whose reason is not a word,
+    and a stored event must never stop the watcher's writes."""
+    if reason in FINISHED_REASONS:
+        return reason
+    return SUCCEEDED if succeeded else FAILED

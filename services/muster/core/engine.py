@@ -45,6 +45,8 @@ from muster.core.conditions import (
     RECOVERED,
     REQUEUED,
     STARTED,
+    SUCCEEDED,
+    SUCCEEDED_MESSAGE,
     WAIT_FOR_RECOVERY,
     WAITING_FOR_VICTIMS,
 )
@@ -283,13 +285,21 @@ class Engine(EngineViews):
         state.index.add(r)
         return state.take_events()
 
-    def finish(self, key: WorkloadKey, *, now_s: float) -> list[Event]:
-        """The workload completed: it releases its quota and leaves the queues."""
+    def finish(
+        self,
+        key: WorkloadKey,
+        *,
+        now_s: float,
+        reason: str = SUCCEEDED,
+        message: str = SUCCEEDED_MESSAGE,
+    ) -> list[Event]:
+        """The workload completed (or, `reason` FailedToStart, could never start): it releases
+        its quota and leaves the queues, Finished with `reason` and `message`."""
         self.state.now_s = now_s
         r = self.state.records.get(key)
         if r is None or r.phase in (Phase.FINISHED, Phase.DELETED):
             return []
-        self.lifecycle.finish(r)
+        self.lifecycle.finish(r, reason=reason, message=message)
         return self.state.take_events()
 
     def delete(self, key: WorkloadKey, *, now_s: float) -> list[Event]:

@@ -313,12 +313,12 @@ class Lifecycle:
         reason = self.state.config.reason(DEACTIVATED, "Inactive")
         self.queueing.say_waiting(r, reason, DEACTIVATED_MESSAGE)
 
-    def finish(self, r: WorkloadRecord) -> None:
+    def finish(self, r: WorkloadRecord, *, reason: str, message: str) -> None:
         self.release(r)
         self.retire(r)
         r.phase = Phase.FINISHED
-        r.set_condition(FINISHED, True, "Succeeded", "Job finished successfully")
-        self.state.emit(EventType.FINISHED, r, "Succeeded", "Job finished successfully")
+        r.set_condition(FINISHED, True, reason, message)
+        self.state.emit(EventType.FINISHED, r, reason, message)
 
     def retire(self, r: WorkloadRecord) -> None:
         """`r` is gone (finished, deleted): its LocalQueue keeps only what its runs left."""

@@ -46,6 +46,7 @@ from muster.core.conditions import (
     Said,
     deactivated,
     deactivated_reason,
+    finished_reason,
     is_deactivation,
     not_admitted,
     pods_gone,
@@ -605,8 +606,10 @@ def _finished(book: WorkloadBook, e: Entry, env: events_pb2.Envelope) -> None:
     e.summary.status = FINISHED
     e.summary.succeeded = f.succeeded
     e.summary.finished_unix_nano = env.time_unix_nano
-    reason = "Succeeded" if f.succeeded else "Failed"
+    reason = finished_reason(succeeded=f.succeeded, reason=f.reason)
     e.condition("Finished", True, reason, f.message or reason, env.time_unix_nano)
+    if not f.succeeded:  # why it ended, in `muster workloads -o wide` and `describe`
+        e.summary.reason, e.summary.message = reason, f.message
     book.finish(e.key, env.time_unix_nano)
 
 

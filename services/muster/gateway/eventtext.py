@@ -16,6 +16,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
 from muster.contracts.v1 import events_pb2, services_pb2
+from muster.core.conditions import FAILED_TO_START, finished_reason
 
 NAMES_SHOWN: Final = 3  # pod or node names in one line, then "+N more"
 LONGEST: Final = 240  # characters of a detail; longer ones end with "…"
@@ -82,8 +83,11 @@ def _routed(env: events_pb2.Envelope) -> str:
 
 
 def _finished(env: events_pb2.Envelope) -> str:
-    ok = "succeeded" if env.finished.succeeded else "failed"
-    return f"{ok} {env.finished.message}".rstrip()
+    f = env.finished
+    ok = "succeeded" if f.succeeded else "failed"
+    if finished_reason(succeeded=f.succeeded, reason=f.reason) == FAILED_TO_START:
+        ok = "failed to start:"
+    return f"{ok} {f.message}".rstrip()
 
 
 def _pods_pending(env: events_pb2.Envelope) -> str:

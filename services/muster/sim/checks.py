@@ -24,12 +24,13 @@ import msgspec
 
 from muster.api import check_states
 from muster.api.encode import workload_to_kueue
-from muster.api.model import Admission, AdmissionCheck, Workload, WorkloadKey
-from muster.api.pod_set_updates import PodSetUpdate, ready_updates
+from muster.api.model import Admission, AdmissionCheck, ResourceFlavor, Workload, WorkloadKey
+from muster.api.pod_set_updates import PodSetUpdate, ready_updates, start_conflict
 from muster.checks.framework import CheckController, Inputs, Plan, config_of
 from muster.checks.provisioning import PROVISIONING_REQUESTS
 from muster.checks.provisioning.objects import attempt_of, name_of
 from muster.checks.registry import by_controller_name
+from muster.core.placement.admitted import gang_of_admitted
 from muster.sim.annotations import ProvisioningScript
 from muster.sim.scenario import Scenario
 from muster.sim.timeline import Action, RunChecks, SetCheck
@@ -75,6 +76,9 @@ class CheckModels:
                 self.controllers[obj.meta.name] = controllers[obj.controller_name]
                 self.checks[obj.meta.name] = _check_json(obj)
         self.configs = {name_of(obj): obj for obj in scenario.check_objects}
+        self.flavors = {
+            obj.meta.name: obj for obj in scenario.objects if isinstance(obj, ResourceFlavor)
+        }
         self.scripts: Mapping[str, ProvisioningScript] = scenario.provisioning
         self.live: dict[WorkloadKey, Reservation] = {}
         self.stored: dict[WorkloadKey, Stored] = {}
@@ -143,6 +147,20 @@ class CheckModels:
         """What its Ready checks ask to be set on its pods (podSetUpdates), as stored now."""
         stored = self.stored.get(key)
         return ready_updates(stored.entries) if stored is not None else []
+
+    def start_conflict(self, wl: Workload, admission: Admission) -> str | None:
+        """Why the pods of `wl` cannot start under `admission`: a Ready check's podSetUpdate
+        conflicts with them, as the binder finds it (their annotations and nodeSelector, the
+        flavors' node labels in, as `PodSetStart`s carry them); None when none does."""
+        updates = self.pod_set_updates(wl.key)
+        if not updates:
+            return None
+        gang = gang_of_admitted(
+            wl, admission, flavors=self.flavors, priority=0, created_s=0.0, with_pods=False
+        )
+        no_labels: dict[str, str] = {}  # the binder's starts carry none of the template's
+        pods = {ps.name: (no_labels, ps.annotations, ps.node_selector) for ps in gang.pod_sets}
+        return start_conflict(pods, updates)
 
     def state_now(self, now_s: float) -> object:
         """What decides the controllers' next answers, for `Repeats` (runner.py): per workload,

@@ -26,6 +26,7 @@ from muster.api.model import (
     WorkloadKey,
 )
 from muster.api.pod_set_updates import PodSetUpdate
+from muster.core.conditions import FAILED_TO_START
 from muster.core.engine import Engine
 from muster.core.events import Event, EventType
 from muster.core.queued_time import QueuedTime
@@ -76,7 +77,9 @@ class AdmissionEngine(Protocol):
     """The part of `muster.core.engine.Engine` the simulator drives."""
 
     def submit(self, wl: Workload, *, now_s: float) -> list[Event]: ...
-    def finish(self, key: WorkloadKey, *, now_s: float) -> list[Event]: ...
+    def finish(
+        self, key: WorkloadKey, *, now_s: float, reason: str = ..., message: str = ...
+    ) -> list[Event]: ...
     def set_admission_check(
         self,
         key: WorkloadKey,
@@ -486,6 +489,13 @@ class Simulation:
         admission = self.engine.admission(key)
         if admission is not None:
             track.last_admission = admission
+            why = self.check_models.start_conflict(self.engine.workload(key), admission)
+            if why is not None:  # no pod is made: the binder ends it so (Kueue's FailedToStart)
+                finished = self.engine.finish(
+                    key, now_s=self.now_s, reason=FAILED_TO_START, message=why
+                )
+                self.react(finished)
+                return
         if self.placement is not None and admission is not None:
             wl = self.engine.workload(key)
             run_s = self.run_seconds(key, track)

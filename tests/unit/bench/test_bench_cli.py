@@ -209,9 +209,10 @@ def test_e2e_rows_tell_mode_shards_and_workloads_per_call(
         ("burst", 2, 30, 16),
         ("rate", 2, 10, 1),
     ]
-    # Went through (admitted and running); no `bound` from the launcher's binder for pods it
-    # made on their nodes (`--bound-events binds`).
-    assert all((r["admitted"], r["bound"]) == (r["workloads"], 0) for r in rows)
+    # Went through (admitted and running); BOUND counts the `running` (the launcher's binder
+    # tells no `bound` for pods it made on their nodes: `--bound-events binds`).
+    assert all((r["admitted"], r["bound"]) == (r["workloads"], r["workloads"]) for r in rows)
+    assert all(r["bound_event"] == "running" and r["bound_p50_ms"] > 0 for r in rows)
     # Every process is metered (one replica's share of 30 workloads may be under one 10 ms
     # clock tick; all of them together are not).
     assert all(r["cpu_ms_per_workload"]["admission"] >= 0 for r in rows)
@@ -239,7 +240,7 @@ def test_e2e_with_otlp_exports_spans_from_the_services() -> None:
     from muster.bus.service import run_loop
 
     row = run_loop(e2e.run_case(shards=1, workloads=10, rate_per_s=100.0, observe="otlp"))
-    assert (row.observe, row.admitted, row.bound) == ("otlp", 10, 0)  # binder at binds
+    assert (row.observe, row.admitted, row.bound) == ("otlp", 10, 10)  # counted at `running`
     assert row.spans_exported > 0  # every service exported to the bench's receiver
     # With metrics on, what the replica did in the window: rounds of the case's events
     # (`bench.round_counts`; its views, paced, may be written after so short a window), in the

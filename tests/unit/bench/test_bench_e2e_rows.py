@@ -95,3 +95,17 @@ def test_the_bench_exits_zero_when_every_row_is_valid(
     out, err = capsys.readouterr()
     assert status == 0
     assert (len(out.splitlines()), err) == (2, "")
+
+
+def test_the_latency_table_says_which_event_bound_counts() -> None:
+    """BOUND counts the watcher's `running` (the pods run on their nodes), and its header says
+    so; a row stored before `bound_event` existed counted the binder's `bound`, and says that."""
+    stored_before = msgspec.json.encode(row())
+    old = {k: v for k, v in json.loads(stored_before).items() if k != "bound_event"}
+    was = msgspec.json.decode(json.dumps(old), type=E2ERow)
+
+    assert was.bound_event == "bound"
+    header = e2e.render_latency([row(bound_event="running")]).splitlines()[0]
+    assert "  BOUND (running)  " in header
+    both = e2e.render_latency([was, row(bound_event="running")]).splitlines()[0]
+    assert "  BOUND (bound|running)  " in both

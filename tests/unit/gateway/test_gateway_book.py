@@ -8,6 +8,7 @@ import pytest
 from workload_manifest import workload_manifest
 
 from muster.bus import new_event
+from muster.cli.describe import render_description
 from muster.contracts.v1 import events_pb2, services_pb2
 from muster.gateway.book import Entry, WorkloadBook
 from muster.gateway.clusters import _pods_by_node
@@ -631,3 +632,32 @@ def test_two_clusters_limit_ranges_of_one_name_are_each_kept() -> None:
     assert (cpu_of("east"), cpu_of("west")) == ("1", "2")
     book.apply(limit_range("deleted", "west"))
     assert (cpu_of("east"), cpu_of("west")) == ("1", None)
+
+
+@pytest.mark.parametrize(
+    ("reason", "shown"),
+    [
+        ("FailedToStart", "FailedToStart"),
+        ("", "Failed"),  # a `finished` written before it had a reason
+        ("not a reason!", "Failed"),  # hostile: never a condition's reason
+    ],
+)
+def test_a_failed_finish_shows_its_reason_in_the_condition_and_in_describe(
+    reason: str, shown: str
+) -> None:
+    why = 'in admission check "prov": ... (podset "main")'
+    book = book_of(
+        submitted(),
+        env("quota_reserved", events_pb2.QuotaReserved(admission=admission())),
+        env("admitted", events_pb2.WorkloadAdmitted(admission=admission())),
+        env("finished", events_pb2.WorkloadFinished(message=why, reason=reason)),
+    )
+    (entry,) = book.find("ml", "train")
+    described = entry.describe()
+    (finished,) = [c for c in described.conditions if c.type == "Finished"]
+    assert (finished.status, finished.reason, finished.message) == ("True", shown, why)
+    assert (entry.summary.status, entry.summary.reason) == ("FINISHED", shown)
+    text = render_description(described)
+    assert f"Reason:       {shown}: {why}\n" in text
+    (told,) = [e for e in described.events if e.type == "workload.finished"]
+    assert told.detail == ("failed to start: " if reason == shown else "failed ") + why

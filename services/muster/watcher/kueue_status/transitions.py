@@ -22,6 +22,7 @@ from muster.core.conditions import (
     WAIT_FOR_START,
     deactivated,
     deactivated_reason,
+    finished_reason,
     is_deactivation,
     not_admitted,
     pods_gone,
@@ -80,8 +81,8 @@ def transition(
         _requeued(wl, payload, granular=granular, held=held)
     elif field == "finished":
         wl.state = "finished"
-        succeeded = bool(payload.succeeded)
-        wl.set("Finished", True, "Succeeded" if succeeded else "Failed", payload.message)
+        reason = finished_reason(succeeded=bool(payload.succeeded), reason=payload.reason)
+        wl.set("Finished", True, reason, payload.message)
 
 
 def requeue_state(
