@@ -14,7 +14,8 @@ Facts arrive from two places, in any order:
   `restoring`, gang-permit's own past decisions.
 
 A restarted gang-permit replays the stream first (`restoring`), then `restored()`: permits not
-yet answered by the binder hold their nodes (their pods count as bound there, "assumed"), gangs
+yet answered by the binder, nor acknowledged by its consumer, hold their nodes (their pods count
+as bound there, "assumed"), gangs
 that timed out stay parked until one of their pods or their spec changes (but a preemptor timed
 out while its victims stopped is tried again), and the last waiting reason of each gang is known,
 so no decision is made or published twice. `decide` turns one scheduling pass into events
@@ -102,6 +103,9 @@ class Permit(msgspec.Struct, kw_only=True):
     # from there, not at every pod again (a gang of n pods: n, not n², looks; `_seen_bound`).
     seen_bound: int = 0
     order: tuple[PodKey, ...] = ()  # the keys of `bindings`, to look on from `seen_bound`
+    # Read back (`restored`): the parts' events read, and the highest of their sequences.
+    read: set[str] = msgspec.field(default_factory=set)
+    sequence: int = 0
 
     def __post_init__(self) -> None:
         self.order = tuple(self.bindings)
@@ -260,9 +264,14 @@ class GangPermitState:
         eviction = completed.eviction_completed.eviction_sequence
         return gang is not None and 0 < eviction < gang.admitted.sequence
 
-    def restored(self) -> None:
-        """The stream is replayed: restored permits hold their nodes from now on."""
+    def restored(self, *, binder_acked: int = 0) -> None:
+        """The stream is replayed: restored permits hold their nodes from now on, but those
+        the binder acknowledged (every part at or below `binder_acked`, its consumer's ack
+        floor, read before the cluster is): it made or bound their pods, or never will."""
         self.restoring = False
+        for gang, permit in sorted(self.permits.items()):
+            if permit.read == set(permit.part_ids) and 0 < permit.sequence <= binder_acked:
+                self._handled_before(gang, permit)
         self.preempted_in.clear()
         # A preemptor's try goes on where it was: its nomination holds until the deadline it
         # had, not a whole deadline from now (a victim that never stops would hold it longer).
@@ -276,6 +285,17 @@ class GangPermitState:
                 if unmade is not None and self.pods.get(pod) is unmade:
                     self._put_pod(unmade)  # held on its node until the binder creates it
         self.touch_all()
+
+    def _handled_before(self, gang: GangKey, permit: Permit) -> None:
+        """The binder handled `permit` before this restart (with `--bound-events binds` it
+        stores no `bound` for pods it makes on their nodes): its pods are in the cluster as
+        the binder left them, or were deleted since (`kubectl delete pod`). Nothing is held
+        for them, as a gang-permit that did not restart holds nothing for pods deleted."""
+        del self.permits[gang]
+        for key in permit.order:
+            unmade = self.unmade.forget(key)
+            if unmade is not None and self.pods.get(key) is unmade:
+                self._forget_pod(key)
 
     def _drop_permit(self, gang: GangKey) -> None:
         """The gang's admission ended (or a new one began): a permit not answered yet names
@@ -412,6 +432,8 @@ class GangPermitState:
             permit.bindings[key] = NodeName(b.node)
             permit.uids[key] = b.pod.uid
         permit.order = tuple(permit.bindings)
+        permit.read.add(env.event_id)
+        permit.sequence = max(permit.sequence, env.sequence)
         self.waiting.pop(gang, None)
         self.parked.pop(gang, None)  # retried after an earlier time-out
         self.preempted_since.pop(gang, None)  # its try ended
