@@ -15,7 +15,6 @@ from placement_stack import Stack, node, placement_stack, pod_writes, submit_and
 from test_pods_created_bound import created_by_a_binder_that_died, node_of
 
 from muster.bus import Bus
-from muster.contracts.v1 import events_pb2
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -80,14 +79,14 @@ async def test_binder_and_gangpermit_killed_after_the_pods_were_made_make_none_t
     await stack.events.wait_for("running", workload=after, timeout_s=10)
 
 
-async def test_a_permit_whose_pods_were_deleted_while_gangpermit_was_down_holds_until_its_end(
+async def test_a_permit_whose_pods_were_deleted_while_gangpermit_was_down_holds_nothing(
     stack: Stack,
 ) -> None:
-    """The edge `bound` only for binds leaves (docs/events.md, "Launchers store `bound` only
-    for binds"): the pods were all deleted outside muster while gang-permit was down. Back, it
-    holds the permit's nodes (it cannot tell its pods from pods not made yet) until the
-    workload ends, and no longer: then the next gang takes the room, and nothing of the first is
-    placed or made again."""
+    """The pods the binder made for a permit were all deleted outside muster while gang-permit
+    was down. Back, it reads that the binder acknowledged the permit (its consumer's ack floor,
+    docs/events.md, "Launchers store `bound` only for binds"), so the pods it does not find are
+    gone, not still to be made: the next gang takes their room at once, and nothing of the
+    first is placed or made again."""
     await stack.backend.apply(node("a", cpu="4"))
     await stack.backend.apply(node("b", cpu="4"))
     async with pod_writes(stack) as writes:
@@ -100,10 +99,6 @@ async def test_a_permit_whose_pods_were_deleted_while_gangpermit_was_down_holds_
         await stack.start_gangpermit()
 
         after = await submit_and_admit(stack, "next", count=4)
-        await stack.events.wait_for("gang_waiting", workload=after, timeout_s=10)  # room held
-        assert stack.events.matching("gang_permitted", workload=after) == []
-
-        await stack.publish("deleted", events_pb2.WorkloadDeleted(), workload=key)
         await stack.events.wait_for("running", workload=after, timeout_s=10)
     made = [c.obj["metadata"]["name"] for c in writes if c.type == "ADDED"]
     assert sorted(n for n in made if n.startswith("train-")) == [
@@ -111,3 +106,31 @@ async def test_a_permit_whose_pods_were_deleted_while_gangpermit_was_down_holds_
     ]
     assert len(stack.events.matching("gang_permitted", workload=key)) == 1
     assert stack.events.matching("bound", workload=key) == []
+
+
+async def test_a_permit_the_binder_has_not_handled_yet_holds_its_nodes_across_a_restart(
+    stack: Stack,
+) -> None:
+    """The other side: gang-permit restarts after its permit and before the binder made the
+    pods (the binder is down). Its pods are not in the cluster, as if deleted, but the binder has
+    not acknowledged the permit: their nodes stay held (the next gang waits), and once the
+    binder is back it makes each pod once, where it was placed."""
+    await stack.backend.apply(node("a", cpu="4"))
+    await stack.backend.apply(node("b", cpu="4"))
+    await stack.stop("binder")
+    async with pod_writes(stack) as writes:
+        key = await submit_and_admit(stack, "train", count=4, run_seconds="600")  # every cpu
+        permitted = await stack.events.wait_for("gang_permitted", workload=key, timeout_s=10)
+        await stack.stop("gangpermit")
+        await stack.start_gangpermit()
+
+        after = await submit_and_admit(stack, "next", count=4)
+        await stack.events.wait_for("gang_waiting", workload=after, timeout_s=10)  # room held
+        await stack.start_binder(bound_for_created=False)
+        await stack.events.wait_for("running", workload=key, timeout_s=10)
+    placed = {b.pod.name: b.node for b in permitted.gang_permitted.bindings}
+    creations = [c for c in writes if c.type == "ADDED"]
+    assert sorted(c.obj["metadata"]["name"] for c in creations) == sorted(placed)  # once each
+    assert all(node_of(c) == placed[c.obj["metadata"]["name"]] for c in creations)
+    assert len(stack.events.matching("gang_permitted", workload=key)) == 1
+    assert stack.events.matching("gang_permitted", workload=after) == []

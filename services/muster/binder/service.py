@@ -33,7 +33,12 @@ from muster.bus.buckets import MANIFESTS_BUCKET
 from muster.bus.connection import Bus
 from muster.bus.errors import Reject
 from muster.bus.poison import Quarantine
-from muster.bus.subjects import COMMANDS_STREAM, command_subject, workload_filters
+from muster.bus.subjects import (
+    COMMANDS_STREAM,
+    binder_durable,
+    command_subject,
+    workload_filters,
+)
 from muster.bus.supervision import SupervisedGroup
 from muster.cluster.backend import ClusterBackend
 from muster.contracts.v1 import events_pb2
@@ -204,7 +209,7 @@ async def run_binder(
             tasks.create_task(collector, name="binder-copies")
         tasks.create_task(
             bus.consume(
-                f"binder-{config.cluster}",
+                binder_durable(config.cluster),
                 [
                     *workload_filters(config.cluster, "admitted"),
                     *workload_filters(config.cluster, "gang_permitted"),

@@ -26,7 +26,7 @@ from nats.js import JetStreamContext
 from muster.bus.client import MusterClient, outage_callbacks
 from muster.bus.consumer import ConsumerSettings, Handler, consume, consumer_config
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES, decode_stored
-from muster.bus.errors import BusError, Reject, Retry, Unavailable, wrapped
+from muster.bus.errors import BusError, NotFound, Reject, Retry, Unavailable, wrapped
 from muster.bus.kv import Bucket, open_bucket
 from muster.bus.objects import ObjectBucket
 from muster.bus.progress import Progress
@@ -445,6 +445,18 @@ class Bus:
         with wrapped(f"consumer {durable}"):
             info = await self.js.consumer_info(stream, durable)
         return not info.num_pending and not info.num_ack_pending
+
+    async def acked_through(self, durable: str, *, stream: str = EVENTS_STREAM) -> int:
+        """The stream sequence up to which durable `durable` acknowledged every message of
+        its filter (its ack floor): each of those is handled. 0 when it does not exist (it has
+        handled nothing); `Unavailable` when NATS fails or refuses."""
+        try:
+            with wrapped(f"consumer {durable}"):
+                info = await self.js.consumer_info(stream, durable)
+        except NotFound:
+            return 0
+        floor = info.ack_floor
+        return int(floor.stream_seq or 0) if floor is not None else 0
 
     def objects(self, bucket: str, *, description: str = "", chunk_bytes: int) -> ObjectBucket:
         """The object-store bucket `bucket`, created on `stream_replicas` servers when first

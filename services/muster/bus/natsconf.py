@@ -119,8 +119,11 @@ def _publishes(r: Role) -> list[str]:
 
 def _consumes(r: Role) -> list[str]:
     return [
-        f"{d.stream}/{d.name.replace('{cluster}', '<c>').replace('{shard}', '<i>')}"
-        for d in r.durables
+        *(
+            f"{d.stream}/{d.name.replace('{cluster}', '<c>').replace('{shard}', '<i>')}"
+            for d in r.durables
+        ),
+        *(f"{s}/{name.replace('{cluster}', '<c>')} (info only)" for s, name in r.looks_at),
     ]
 
 

@@ -60,6 +60,9 @@ class Role(msgspec.Struct, frozen=True, kw_only=True):
     per_cluster: bool  # one user per cluster id (watcher-local, binder-w1, ...)
     publishes: tuple[tuple[str, Scope], ...] = ()  # event types, and for which clusters
     durables: tuple[Durable, ...] = ()
+    # Other services' durables whose progress (consumer info: the ack floor) it reads, never
+    # pulls from nor acks: (stream, name with "{cluster}" filled in).
+    looks_at: tuple[tuple[str, str], ...] = ()
     replays: tuple[str, ...] = ()  # streams it reads through ephemeral consumers
     last_gets: tuple[str, ...] = ()  # streams whose last message on a filter it reads
     key_values: tuple[KeyValue, ...] = ()
@@ -167,6 +170,8 @@ ROLES: Final[tuple[Role, ...]] = (
             "workload.placement_preempted",
             "cmd.evict",
         ),
+        # At a restart: a permit the binder acknowledged holds no nodes for pods deleted since.
+        looks_at=((EVENTS_STREAM, "binder-{cluster}"),),
         replays=(EVENTS_STREAM,),
         key_values=(KeyValue("MUSTER_CLUSTERS", writes=("{cluster}", "{cluster}.part.*")),),
         sim_store="read",
@@ -363,7 +368,13 @@ def _compile(
         if r.sim_store == "prune":
             publish.append(f"{JS_API}.STREAM.PURGE.KV_{bucket}")
     mine = {(d.stream, name) for d, name in owned}
-    deny = [s for stream, name in sorted(every_durable - mine) for s in _taking(stream, name)]
+    looked = {(stream, name.format(cluster=cluster)) for stream, name in r.looks_at}
+    publish += [f"{JS_API}.CONSUMER.INFO.{stream}.{name}" for stream, name in sorted(looked)]
+    deny = [
+        s
+        for stream, name in sorted(every_durable - mine)
+        for s in _taking(stream, name, looks=(stream, name) in looked)
+    ]
     return Permissions(
         publish_allow=tuple(dict.fromkeys(publish)),
         publish_deny=tuple(deny),
@@ -423,11 +434,19 @@ def _reader_subjects(stream: str, *, direct_get: bool = False, push: bool = Fals
     return subjects
 
 
-def _taking(stream: str, durable: str) -> list[str]:
+# JetStream's one-token consumer requests on a named consumer but INFO (the two-token ones,
+# DURABLE.CREATE, MSG.NEXT and LEADER.STEPDOWN, are denied by `CONSUMER.*.*`); another verb,
+# unknown today, is in no allow list.
+_ONE_TOKEN_VERBS: Final = ("CREATE", "DELETE", "PAUSE", "UNPIN", "RESET")
+
+
+def _taking(stream: str, durable: str, *, looks: bool = False) -> list[str]:
     """Every API subject that would create, change, read, ack or delete another user's
-    durable: pulling from it would steal its messages and spend their deliveries."""
+    durable: pulling from it would steal its messages and spend their deliveries. `looks`:
+    reading its info (its progress) is left out, the only request that changes nothing."""
+    verbs = _ONE_TOKEN_VERBS if looks else ("*",)
     return [
-        f"{JS_API}.CONSUMER.*.{stream}.{durable}",
+        *(f"{JS_API}.CONSUMER.{verb}.{stream}.{durable}" for verb in verbs),
         f"{JS_API}.CONSUMER.*.{stream}.{durable}.>",
         f"{JS_API}.CONSUMER.*.*.{stream}.{durable}",
         f"$JS.ACK.{stream}.{durable}.>",

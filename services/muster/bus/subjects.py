@@ -195,6 +195,12 @@ def record_filter(partition: int) -> str:
     return f"{PREFIX}.*.config.partition.{partition}"
 
 
+def binder_durable(cluster: str) -> str:
+    """The binder's durable consumer of `cluster`'s admissions and permits (gang-permit reads
+    its ack floor at a restart)."""
+    return f"binder-{check_cluster(cluster)}"
+
+
 def dlq_subject(consumer: str) -> str:
     """`muster.v1.dlq.<consumer>`: where `consumer` copies the messages it could not handle."""
     return f"{PREFIX}.dlq.{check_token(consumer, what='consumer name')}"

@@ -44,6 +44,7 @@ from muster.cluster.backend import ClusterBackend, ClusterChange
 from muster.cluster.errors import ClusterError, ExpiredError
 from muster.cluster.keys import NODE_PREFIX, PLACEMENT_PREFIXES, POD_PREFIX
 from muster.cluster.refusals import Refusals
+from muster.gangpermit.cluster_state import ClusterObject
 
 log = logging.getLogger(__name__)
 
@@ -53,15 +54,7 @@ YIELD_EVERY = 256  # changes applied between turns given to the rest of the loop
 # skipped undecoded (the simulated cluster does not even deliver it).
 WATCHED_PREFIXES = PLACEMENT_PREFIXES
 
-CachedObject = (
-    Node
-    | Pod
-    | SchedulingWorkload
-    | PodGroup
-    | SchedulingPodGroup
-    | CompositePodGroup
-    | PriorityClass
-)
+CachedObject = ClusterObject  # what the state takes is what the cache keeps
 _CACHED = (
     Node,
     Pod,

@@ -33,7 +33,7 @@ from muster.bus.errors import BusError, Reject, Unavailable
 from muster.bus.poison import Quarantine
 from muster.bus.progress import advanced
 from muster.bus.setup import FOLLOWED_TOMBSTONES_KEPT_S
-from muster.bus.subjects import config_subject, workload_filters
+from muster.bus.subjects import binder_durable, config_subject, workload_filters
 from muster.bus.supervision import SupervisedGroup
 from muster.bus.tracing import start_span, trace_decisions
 from muster.cluster.backend import ClusterBackend
@@ -165,7 +165,9 @@ async def run_gangpermit(
         restored = followed_subjects(config.cluster, RESTORED_EVENTS)
         async for env in bus.replay(restored, until_sequence=last):
             await apply_event(state, env, events)
-    state.restored()
+    # Before the cluster is read: a permit acknowledged by then had its pods made (or bound)
+    # before, so the cluster read shows those not deleted since.
+    state.restored(binder_acked=await binder_acked(bus, config.cluster) if last else 0)
     wake = asyncio.Event()
     beat = asyncio.Event()
     cache = ClusterCache(
@@ -239,6 +241,18 @@ def _next_due_s(state: GangPermitState) -> float | None:
     """When a pass must run with no change: a gang's deadline, or an eviction's re-send."""
     due = [state.scheduler.next_deadline_s(), state.evictions.next_due_s()]
     return min((d for d in due if d is not None), default=None)
+
+
+async def binder_acked(bus: Bus, cluster: str) -> int:
+    """The stream sequence up to which the binder of `cluster` handled every admission and
+    permit (its consumer's ack floor); 0, each restored permit held until answered, when it
+    cannot be read (a NATS user of an installation that has not given gang-permit its look
+    at the binder's consumer yet: docs/events.md)."""
+    try:
+        return await bus.acked_through(binder_durable(cluster))
+    except Unavailable as err:
+        log.warning("the binder's progress not read (permits restored hold their nodes): %s", err)
+        return 0
 
 
 async def _read_cluster(cache: ClusterCache, config: GangPermitConfig) -> None:

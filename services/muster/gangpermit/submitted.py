@@ -1,12 +1,16 @@
 """What gang-permit reads of a Kueue workload's `submitted` and `admitted`: its spec, priority
-and creation time, and the admission as the api model spells it. Pure."""
+and creation time, the admission as the api model spells it, and the gang held for it
+(`KueueGang`). Pure."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+import msgspec
+
 from muster.api.model import Admission, PodSetAssignment, Workload
 from muster.contracts.v1 import events_pb2
+from muster.core.placement.model import GangSpec
 from muster.payloads import KeptManifest
 
 
@@ -51,3 +55,10 @@ def admission_of(admission: events_pb2.Admission) -> Admission:
             for a in admission.pod_set_assignments
         ),
     )
+
+
+class KueueGang(msgspec.Struct, kw_only=True):
+    """A Kueue-admitted workload's gang, and the `admitted` event its decisions are caused by."""
+
+    spec: GangSpec
+    admitted: events_pb2.Envelope

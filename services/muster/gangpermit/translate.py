@@ -39,7 +39,8 @@ from muster.core.placement.model import (
     PodKey,
 )
 from muster.gangpermit.parts import part_id, part_ids, split_runs
-from muster.gangpermit.state import GangPermitState, Permit
+from muster.gangpermit.permits import Permit
+from muster.gangpermit.state import GangPermitState
 
 log = logging.getLogger(__name__)
 

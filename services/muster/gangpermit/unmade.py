@@ -41,10 +41,17 @@ class UnmadePods:
             str(admission) if admission else ""
         ):
             return
-        del self.pods[key], self._gang_of[key]
+        self.forget(key)
+
+    def forget(self, key: PodKey) -> Pod | None:
+        """Forget pod `key` (made, or never to be); return it, if it was one to create."""
+        gang = self._gang_of.pop(key, None)
+        if gang is None:
+            return None
         self._by_gang[gang].discard(key)
         if not self._by_gang[gang]:
             del self._by_gang[gang]
+        return self.pods.pop(key)
 
     def gang_of(self, key: PodKey) -> GangKey | None:
         return self._gang_of.get(key)

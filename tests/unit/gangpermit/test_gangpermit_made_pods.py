@@ -156,10 +156,13 @@ def test_a_permits_id_is_the_one_it_always_was() -> None:
     assert permit.event_id == "5c32961a-9091-59b9-84af-b4e201a97a6a"
 
 
-def restarted(permit: events_pb2.Envelope, *, bound: bool, made_on: str | None) -> GangPermitState:
+def restarted(
+    permit: events_pb2.Envelope, *, bound: bool, made_on: str | None, binder_acked: int = 0
+) -> GangPermitState:
     """A gang-permit restarted after `permit`: it replays the workload's events and its own
-    permit (and the binder's `bound` with `bound`), then lists the cluster (the pod as the binder
-    made it on `made_on`, or none yet)."""
+    permit (and the binder's `bound` with `bound`), reads the binder's ack floor
+    `binder_acked`, then lists the cluster (the pod as the binder made it on `made_on`, or
+    none yet)."""
     state = GangPermitState(cluster="local", creates_on_nodes=lambda owner_kind: True)
     submitted, admitted = kueue_workload("train", 1)
     submitted.sequence, admitted.sequence = ADMISSION - 1, ADMISSION
@@ -169,7 +172,7 @@ def restarted(permit: events_pb2.Envelope, *, bound: bool, made_on: str | None) 
         replayed.append(event("bound", answer, workload=str(TRAIN), cause=permit))
     for env in replayed:
         state.apply_event(env)
-    state.restored()
+    state.restored(binder_acked=binder_acked)
     made_pod = [] if made_on is None else [made(node_name=made_on)]
     for obj in objects(node("a") + node("b") + made_pod):
         state.put(obj)
@@ -187,6 +190,7 @@ def permitted() -> events_pb2.Envelope:
     state.apply_event(submitted)
     state.apply_event(admitted)
     (permit,) = decide(state, now_s=10.0)
+    permit.sequence = ADMISSION + 1  # as stored
     return permit
 
 
