@@ -3,8 +3,9 @@
 JetStream redelivers a message left unanswered for the consumer's ack wait; a message still
 in hand (its handler running long, or queued on its lane behind one that does) must not be,
 so the server is told it is in progress (`+WPI`) before then. One timer per consume loop
-ticks every quarter of the ack wait and tells every message held since the tick before; a
-message is told at most half an ack wait after it was taken, then every quarter.
+ticks every sixth of the ack wait and tells every message held since the tick before; a
+message is told at most a third of the ack wait after it was taken (as the timer per message
+was, after its handler started), then every sixth.
 
 Per message this is a dict entry put and removed. A timer per message (armed when its handler
 started, cancelled when it ended) cost a timer made and cancelled and two coroutines for each
@@ -22,7 +23,7 @@ from nats.aio.msg import Msg
 
 log = logging.getLogger(__name__)
 
-TICKS_PER_ACK_WAIT = 4  # a message is told at most 2 ticks after it was taken: half the wait
+TICKS_PER_ACK_WAIT = 6  # a message is told at most 2 ticks after it was taken: a third
 
 
 class KeepAlive:
