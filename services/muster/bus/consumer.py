@@ -233,10 +233,12 @@ class _ConsumeLoop:
             # Stop deliveries before handing messages back: a nak while a pull request is still
             # waiting at the server comes straight back into it, where no one reads it until
             # the ack wait runs out.
-            for msg in await self._feed.close():
-                await _quietly(msg.nak())
-            await self._drain(lanes)
-            await self._keep.stop()
+            try:
+                for msg in await self._feed.close():
+                    await _quietly(msg.nak())
+                await self._drain(lanes)  # what still runs is kept alive meanwhile
+            finally:
+                self._keep.stop()  # cancelled again while draining too: no tick outlives it
             self._tracker.clear()
             with contextlib.suppress(nats.errors.Error):
                 await self._nc.flush()  # the acks and naks leave before the caller goes on

@@ -41,15 +41,14 @@ class KeepAlive:
     def start(self) -> None:
         self._timer = asyncio.get_running_loop().call_later(self._every_s, self._tick)
 
-    async def stop(self) -> None:
-        """No more ticks; what is being told is abandoned (the loop answers its messages)."""
+    def stop(self) -> None:
+        """No more ticks; what is being told is abandoned (the loop answers its messages).
+        Not awaited: the loop may be stopping because it was cancelled twice."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        telling = list(self._telling)
-        for task in telling:
+        for task in list(self._telling):
             task.cancel()
-        await asyncio.gather(*telling, return_exceptions=True)
 
     def _tick(self) -> None:
         held, before = self.held, self._before
