@@ -312,3 +312,19 @@ async def test_a_handler_running_past_the_ack_wait_keeps_its_message(bus: Bus) -
         await handler.wait_for_count(1)
         await wait_until_acked(bus, "admission")
     assert len(handler.got) == 1  # never redelivered
+
+
+async def test_a_message_queued_behind_a_long_handler_is_not_redelivered_meanwhile(
+    bus: Bus,
+) -> None:
+    async def long_first(env: Envelope) -> None:
+        if env.workload == "ns/a":
+            await asyncio.sleep(3.0)  # past the ack wait; ns/b waits on the same lane meanwhile
+
+    handler = Recorder(long_first)
+    await bus.publish(submitted("ns/a"))
+    await bus.publish(submitted("ns/b"))
+    async with consuming(bus, "admission", [SUBMITTED], handler, ack_wait_s=2.0, lanes=1):
+        await handler.wait_for_count(2)
+        await wait_until_acked(bus, "admission")
+    assert [e.workload for e in handler.got] == ["ns/a", "ns/b"]  # each once

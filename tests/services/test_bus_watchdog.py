@@ -1,6 +1,7 @@
 """The progress watchdog (bus/watchdog.py) against a real nats-server: admission's in-order
-consumer and a service's watched follow replay, each wedged by the test, are told as stalled
-(liveness False, one log line naming them); the same loops moving, or idle, are not."""
+consumer, a consume loop's handler and a service's watched follow replay, each wedged by the
+test, are told as stalled (liveness False, one log line naming them); the same loops moving
+(a long handler that says it advances), or idle, are not."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from muster.bus import EVENTS_STREAM, Bus, ConsumerSettings, Reject
 from muster.bus.kv import follow_bucket
 from muster.bus.ordered import consume_in_order, make_consumer
+from muster.bus.progress import advanced
 from muster.bus.watchdog import watch_progress
 from muster.contracts.v1 import events_pb2 as pb
 from muster.metrics.bus import BusMetrics
@@ -184,3 +186,32 @@ async def test_idle_watched_follows_consumers_and_bucket_feeds_stay_alive(bus: B
                 loop.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
     assert liveness.told == [True]
+
+
+async def test_a_consumed_handler_that_advances_is_not_a_stall_and_the_next_that_hangs_is(
+    bus: Bus,
+) -> None:
+    await bus.publish(submitted("ns/long"))
+    await bus.publish(submitted("ns/hung"))
+    hung, release = asyncio.Event(), asyncio.Event()
+
+    async def handle(env: pb.Envelope) -> None:
+        if env.workload == "ns/long":
+            for _ in range(12):  # 2.4 stall windows of work that says it moves
+                await asyncio.sleep(0.1)
+                advanced()
+        else:
+            hung.set()
+            await release.wait()  # wedged until the test lets go
+
+    async with watched(bus) as liveness:
+        # One lane: the hung handler's message follows the long one's on the same task.
+        loop = asyncio.create_task(bus.consume("binder", [SUBMITTED], handle, lanes=1))
+        try:
+            await asyncio.wait_for(liveness.dead.wait(), 10)
+            assert hung.is_set()  # the long handler was not taken for a stall
+        finally:
+            release.set()
+            loop.cancel()
+            await asyncio.gather(loop, return_exceptions=True)
+    assert liveness.told == [True, False]

@@ -31,6 +31,7 @@ from muster.bus.cancel import raise_if_cancelling
 from muster.bus.client import ack_soon, delivery
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES, decode_stored
 from muster.bus.errors import Reject, Retry
+from muster.bus.keepalive import KeepAlive
 from muster.bus.lanes import Lane
 from muster.bus.outage import UNAVAILABLE, Outage
 from muster.bus.progress import Tracker
@@ -210,6 +211,7 @@ class _ConsumeLoop:
         self._ack_batch = max(1, settings.max_ack_pending // 4)  # acks written at once
         self._stopping = False
         self._open: set[int] = set()  # stream sequences delivered here and not handled yet
+        self._keep = KeepAlive(settings.ack_wait_s)  # what is in hand, told in progress
         self._last = 0  # the highest stream sequence delivered here
 
     @property
@@ -220,6 +222,7 @@ class _ConsumeLoop:
         return self._last + 1 if self._last else 0
 
     async def run(self) -> None:
+        self._keep.start()
         lanes = [
             asyncio.create_task(self._lane(q), name=f"{self._durable}/lane-{i}")
             for i, q in enumerate(self._queues)
@@ -230,9 +233,12 @@ class _ConsumeLoop:
             # Stop deliveries before handing messages back: a nak while a pull request is still
             # waiting at the server comes straight back into it, where no one reads it until
             # the ack wait runs out.
-            for msg in await self._feed.close():
-                await _quietly(msg.nak())
-            await self._drain(lanes)
+            try:
+                for msg in await self._feed.close():
+                    await _quietly(msg.nak())
+                await self._drain(lanes)  # what still runs is kept alive meanwhile
+            finally:
+                self._keep.stop()  # cancelled again while draining too: no tick outlives it
             self._tracker.clear()
             with contextlib.suppress(nats.errors.Error):
                 await self._nc.flush()  # the acks and naks leave before the caller goes on
@@ -291,22 +297,28 @@ class _ConsumeLoop:
         self._open.add(env.sequence)
         self._last = max(self._last, env.sequence)
         self._tracker.began(env.sequence)
+        self._keep.held[env.sequence] = msg
         lane = zlib.crc32(env.workload.encode()) % len(self._queues)
         self._in_flight += 1
         self._queues[lane].put((msg, env, delivered))
         return None
 
     async def _lane(self, queue: Lane[_Item | None]) -> None:
+        cursor = self._tracker.cursor()  # `advanced()` in a handler advances its message
+        cursor.enter()
+        held = self._keep.held
         while (item := await queue.get()) is not None:
             msg, env, delivered = item
             try:
                 if self._stopping:  # not started before shutdown: let another replica have it
                     await _quietly(msg.nak())
                 else:
-                    with self._tracker.handling(env.sequence):
-                        await self._handle(msg, env, delivered)
+                    cursor.token = env.sequence
+                    await self._handle(msg, env, delivered)
                     self._open.discard(env.sequence)
             finally:
+                cursor.token = 0
+                held.pop(env.sequence, None)
                 self._tracker.ended(env.sequence)
                 self._release()
 
@@ -357,8 +369,7 @@ class _ConsumeLoop:
             },
         ) as span:
             try:
-                async with _KeepAlive(msg, self._settings.ack_wait_s):
-                    await self._handler(env)
+                await self._handler(env)  # kept alive meanwhile (`KeepAlive`)
             except Retry as err:
                 if last:
                     reason = f"still failing after {delivered}: {err}"
@@ -425,39 +436,6 @@ class _ConsumeLoop:
             await _quietly(msg.nak(delay=err.delay_s))
             return
         await _quietly(msg.term())
-
-
-class _KeepAlive:
-    """While the body (`async with`) runs, tells the server `msg` is in progress every third
-    of `ack_wait_s`, so that it is not redelivered. A timer, not a task: most handlers finish
-    long before the first tick is due. A class, not a generator: entered for every message."""
-
-    __slots__ = ("_interval_s", "_msg", "_sent", "_timer")
-
-    def __init__(self, msg: Msg, ack_wait_s: float) -> None:
-        self._msg = msg
-        self._interval_s = ack_wait_s / 3
-        self._sent: set[asyncio.Task[None]] = set()
-        self._timer: asyncio.TimerHandle | None = None
-
-    async def __aenter__(self) -> None:
-        self._timer = asyncio.get_running_loop().call_later(self._interval_s, self._tick)
-
-    async def __aexit__(self, *_: object) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        sent = self._sent
-        if sent:
-            for task in list(sent):
-                task.cancel()
-            await asyncio.gather(*sent, return_exceptions=True)
-
-    def _tick(self) -> None:
-        loop = asyncio.get_running_loop()
-        task = loop.create_task(_quietly(self._msg.in_progress()))
-        self._sent.add(task)
-        task.add_done_callback(self._sent.discard)
-        self._timer = loop.call_later(self._interval_s, self._tick)
 
 
 async def _quietly(reply: Awaitable[None]) -> None:

@@ -77,13 +77,17 @@ class Tracker:
         self.finished = 0  # messages let go of, ever
         self._in_hand: dict[int, int] = {}  # token -> times it advanced; oldest first
 
+    # `began` and `ended` run for every message of every loop: plain dict operations, no
+    # method calls (`setdefault` and `pop` were two calls more per message).
     def began(self, token: int) -> None:
         """Message (or batch) `token` (its stream sequence) is in hand."""
-        self._in_hand.setdefault(token, 0)
+        if token not in self._in_hand:
+            self._in_hand[token] = 0
 
     def ended(self, token: int) -> None:
         """Message `token` was answered (acked, naked, dead-lettered or given back)."""
-        if self._in_hand.pop(token, None) is not None:
+        if token in self._in_hand:
+            del self._in_hand[token]
             self.finished += 1
 
     def advance(self, token: int) -> None:
@@ -115,6 +119,35 @@ class Tracker:
     def handling(self, token: int) -> Handling:
         """While the body runs, `advanced()` (in this task or tasks it starts) advances `token`."""
         return Handling(self, token)
+
+    def cursor(self) -> Cursor:
+        """A `Cursor` for one worker task of the loop (a consume loop's lane)."""
+        return Cursor(self)
+
+
+class Cursor:
+    """What one worker task of a loop holds, a message at a time: `enter()` once in the task,
+    then `token` is set to each message's while it is handled (0 between messages), and
+    `advanced()` in the task, or in tasks it starts, advances the token in hand.
+
+    The same as a `Tracker.handling` per message (five calls: a context entered and left)
+    for an attribute store. A task that a handler leaves running after it returned would
+    advance the worker's next message; handlers' tasks end with them.
+    """
+
+    __slots__ = ("_tracker", "token")
+
+    def __init__(self, tracker: Tracker) -> None:
+        self._tracker = tracker
+        self.token = 0
+
+    def enter(self) -> None:
+        """`advanced()` in the calling task (a worker's own) advances this cursor from now on."""
+        _current.set((self, 0))
+
+    def advance(self, token: int) -> None:
+        if self.token:
+            self._tracker.advance(self.token)
 
 
 class Handling:

@@ -27,7 +27,7 @@ from muster.bus.client import Position, position
 from muster.bus.envelope import DEFAULT_MAX_EVENT_BYTES, decode_stored
 from muster.bus.errors import Reject
 from muster.bus.outage import UNAVAILABLE, Outage
-from muster.bus.progress import Tracker, advanced, tracked
+from muster.bus.progress import Tracker, advanced
 from muster.bus.pull import REQUEST_EXPIRY_S, ConsumerDeletedError, PullFeed
 from muster.contracts.v1.events_pb2 import Envelope
 
@@ -71,7 +71,7 @@ def replay(
         until_sequence=until_sequence, follow=follow, max_event_bytes=max_event_bytes,
         tracker=tracker,
     )  # fmt: skip
-    return envs if tracker is None else tracked(envs, tracker, _sequence_of)
+    return envs
 
 
 async def _replay(
@@ -97,27 +97,33 @@ async def _replay(
         nc, js, subjects, stream=stream, start=max(1, from_sequence), until=until,
         follow=follow, tracker=tracker,
     )  # fmt: skip
-    async with contextlib.aclosing(reads):
-        async for read in reads:
-            if read is None:  # nothing stored after the start
-                if follow:
-                    continue
-                return
-            msg, at = read
-            try:
-                env = decode_stored(msg.data, subject=msg.subject, max_bytes=max_event_bytes)
-            except Reject as err:
-                log.warning("replay skips %s#%d: %s", msg.subject, at.stream, err)
-            else:
-                env.sequence = at.stream
-                advanced()  # a handler reading the stream (a rebuild) is not stuck
-                yield env
-            if not follow and at.pending == 0:
-                return  # caught up: what is left was stored after the call
-
-
-def _sequence_of(env: Envelope) -> int:
-    return env.sequence
+    try:
+        async with contextlib.aclosing(reads):
+            async for read in reads:
+                if read is None:  # nothing stored after the start
+                    if follow:
+                        continue
+                    return
+                msg, at = read
+                try:
+                    env = decode_stored(msg.data, subject=msg.subject, max_bytes=max_event_bytes)
+                except Reject as err:
+                    log.warning("replay skips %s#%d: %s", msg.subject, at.stream, err)
+                else:
+                    env.sequence = at.stream
+                    advanced()  # a handler reading the stream (a rebuild) is not stuck
+                    if tracker is None:
+                        yield env
+                    else:  # in hand until the next is asked for (`progress.tracked`, inline:
+                        # a wrapping generator costs a resumption more per event)
+                        tracker.began(at.stream)
+                        yield env
+                        tracker.ended(at.stream)
+                if not follow and at.pending == 0:
+                    return  # caught up: what is left was stored after the call
+    finally:
+        if tracker is not None:
+            tracker.close()
 
 
 # One read: a message and where it stands; None: a reader began with nothing to deliver.
