@@ -71,21 +71,28 @@ class Lifecycle:
             state.attempts.forget(r.key)
             state.fair_keys.forget(r.key)
         r.evicted_by = None
-        self.hold(r, a, announce=True)
-        # Kueue resets the checks only at an eviction: a Ready told since, while it waited,
-        # counts now, as the status it stays in does (`WorkloadRecord.tell_check`).
-        r.checks = r.take_told_checks(state.config.checks_for(r.cluster_queue, a))
-        if all(s == "Ready" for s in r.checks.values()):
-            self.admit(r)
-        elif state.config.kueue.granular_pending_reasons:
-            r.set_condition(*not_admitted(reserved=True))
+        # Counted once, as it ends (admitted, most often): the views read nothing meanwhile.
+        index = r.unindexed()
+        try:
+            self.hold(r, a, announce=True)
+            # Kueue resets the checks only at an eviction: a Ready told since, while it waited,
+            # counts now, as the status it stays in does (`WorkloadRecord.tell_check`).
+            r.checks = r.take_told_checks(state.config.checks_for(r.cluster_queue, a))
+            if all(s == "Ready" for s in r.checks.values()):
+                self.admit(r)
+            elif state.config.kueue.granular_pending_reasons:
+                r.set_condition(*not_admitted(reserved=True))
+        finally:
+            r.reindexed(index)
 
     def hold(self, r: WorkloadRecord, a: Assignment, *, announce: bool) -> None:
         """`r` holds `a` in its ClusterQueue (QuotaReserved). Announced, its route is final
         and held groups it releases are retried; not (a restore), its route is only settled."""
         state = self.state
+        index = r.unindexed()
         r.assignment = a
         r.phase = Phase.RESERVED
+        r.reindexed(index)
         r.reserved_at_s = state.now_s
         r.evicted = False
         r.pending_message = ""
@@ -314,9 +321,13 @@ class Lifecycle:
         self.queueing.say_waiting(r, reason, DEACTIVATED_MESSAGE)
 
     def finish(self, r: WorkloadRecord, *, reason: str, message: str) -> None:
-        self.release(r)
-        self.retire(r)
-        r.phase = Phase.FINISHED
+        index = r.unindexed()  # counted once, finished: nothing reads the views meanwhile
+        try:
+            self.release(r)
+            self.retire(r)
+            r.phase = Phase.FINISHED
+        finally:
+            r.reindexed(index)
         r.set_condition(FINISHED, True, reason, message)
         self.state.emit(EventType.FINISHED, r, reason, message)
 

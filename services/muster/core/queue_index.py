@@ -43,17 +43,17 @@ class QueueTally:
         self.reserved: dict[FlavorResource, int] = {}  # by the workloads holding quota
         self.used: dict[FlavorResource, int] = {}  # by the admitted ones
 
-    def add(self, phase: Phase, usage: Mapping[FlavorResource, int], sign: int) -> None:
-        if phase in WAITING:
-            self.pending += sign
-            if phase is Phase.BACKOFF:
-                self.backoff += sign
-        elif phase in _HOLDING:
-            self.reserving += sign
-            _add(self.reserved, usage, sign)
-            if phase is Phase.ADMITTED:
-                self.admitted += sign
-                _add(self.used, usage, sign)
+    def wait(self, backoff: bool, sign: int) -> None:
+        self.pending += sign
+        if backoff:
+            self.backoff += sign
+
+    def hold(self, admitted: bool, usage: Mapping[FlavorResource, int], sign: int) -> None:
+        self.reserving += sign
+        _add(self.reserved, usage, sign)
+        if admitted:
+            self.admitted += sign
+            _add(self.used, usage, sign)
 
     def is_empty(self) -> bool:
         return (
@@ -181,30 +181,36 @@ class QueueIndex:
 
     def _count(self, r: WorkloadRecord, sign: int) -> None:
         cq, lq, phase = r.cluster_queue, r.local_queue, r.phase
-        usage = r.usage
         changes = self.changes
-        tally = self.cluster_queues.get(cq)
-        if tally is None:
-            tally = self.cluster_queues[cq] = QueueTally()
-        tally.add(phase, usage, sign)
-        tally = self.local_queues.get(lq)
-        if tally is None:
-            tally = self.local_queues[lq] = QueueTally()
-        tally.add(phase, usage, sign)
+        cq_tally = self.cluster_queues.get(cq)
+        if cq_tally is None:
+            cq_tally = self.cluster_queues[cq] = QueueTally()
+        lq_tally = self.local_queues.get(lq)
+        if lq_tally is None:
+            lq_tally = self.local_queues[lq] = QueueTally()
         if sign < 0:
             self._left[0].add(cq)
             self._left[1].add(lq)
         changes.cluster_queues.add(cq)
         changes.local_queues.add(lq)
+        # What the phase counts as is asked once, not once per tally (a workload is counted
+        # in and out about seven times on its way through).
         if phase in WAITING:
-            if phase is Phase.PENDING:
+            backoff = phase is Phase.BACKOFF
+            cq_tally.wait(backoff, sign)
+            lq_tally.wait(backoff, sign)
+            if not backoff:
                 self._group_count(r, r.group, sign)
             pages = changes.pending_pages.get(cq)
             if pages is None:
                 pages = changes.pending_pages[cq] = set()
             pages.update(self._reorder(cq, r, sign))
-        elif phase in _HOLDING and usage:
-            changes.holdings.add(cq)
+        elif phase in _HOLDING:
+            usage, admitted = r.usage, phase is Phase.ADMITTED
+            cq_tally.hold(admitted, usage, sign)
+            lq_tally.hold(admitted, usage, sign)
+            if usage:
+                changes.holdings.add(cq)
 
     def _reorder(self, cq: str, r: WorkloadRecord, sign: int) -> list[int]:
         """Put `r` into (sign 1) or take it out of (-1) `cq`'s waiting list; the ids of the

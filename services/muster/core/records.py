@@ -57,6 +57,11 @@ class Phase(Enum):
     INACTIVE = "Inactive"  # spec.active false, or deactivated by a check or back-off limit
     DELETED = "Deleted"
 
+    # Members are singletons compared by identity: hashed by identity too, in C, instead of
+    # Enum's hash of the name in Python (the decision path asks `phase in <set>` about fifty
+    # times per workload).
+    __hash__ = object.__hash__
+
 
 _HOLDING = frozenset({Phase.RESERVED, Phase.ADMITTED, Phase.EVICTING})
 
@@ -202,6 +207,22 @@ class WorkloadRecord:
         if not self.reclaimable:
             return a.usage
         return reclaimed_usage(a.pod_sets, self.wl.pod_sets, self.reclaimable)
+
+    def unindexed(self) -> RecordIndex | None:
+        """Out of its index, counted as it is now, while several of the attributes the index
+        reads change (`reindexed` puts it back): one count out and one in, instead of one of
+        each per change. Nothing may read the index in between. None when not indexed."""
+        index = self._index
+        if index is not None:
+            index.leave(self)
+            self._index = None
+        return index
+
+    def reindexed(self, index: RecordIndex | None) -> None:
+        """Back into `index` (from `unindexed`), counted as it is now."""
+        if index is not None:
+            self._index = index
+            index.enter(self)
 
     def tell_check(self, check: str, state: str, *, retry_end_s: float | None = None) -> None:
         """A check's state told while it holds no quota: Kueue keeps it in the Workload's
