@@ -33,6 +33,7 @@ from muster.bus.headers import (
     is_status,
     parse_header_lines,
 )
+from muster.bus.nats_parser import FastParser
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,8 @@ class MusterClient(NatsClient):
     def __init__(self) -> None:
         super().__init__()
         self._direct: dict[int, DirectCallback] = {}
+        # MSG and HMSG parsed without nats-py's per-message work (bus/nats_parser.py).
+        self._ps = FastParser(self, self._deliver_direct)
         # nats-py wakes its flusher at the first publish of a loop iteration, so the flusher
         # writes in the next one. With `flush_late`, the wake-up itself waits an iteration:
         # what tasks publish in that next iteration (calls that reached the loop just after)
@@ -323,27 +326,48 @@ class MusterClient(NatsClient):
         super()._remove_sub(sid, max_msgs)
 
     async def _process_msg(
-        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes
+        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
     ) -> None:
+        """nats-py's, except for a direct subscription's status messages (a pull request's
+        end, a heartbeat): read at once, as nats-py reads them, then handed over. The parser
+        hands over a direct subscription's other messages itself (`_deliver_direct`)."""
         cb = self._direct.get(sid)
         if cb is None or sid not in self._subs:
-            await super()._process_msg(sid, subject, reply, data, headers)
+            # nats-py's own parser passes None for a MSG too, whatever its annotation says.
+            await super()._process_msg(sid, subject, reply, data, headers)  # type: ignore[arg-type]
             return
-        self.stats["in_msgs"] += 1
-        self.stats["in_bytes"] += len(data)
-        msg = DirectMsg(
-            _client=self, subject=subject.decode(), reply=reply.decode(), data=data, _sid=sid
-        )
+        if not headers or not is_status(headers):
+            self._deliver_direct(sid, subject, reply, data, headers)
+            return
+        msg = DirectMsg.of(self, sid, subject, reply, data)
+        msg.headers = hdr = await self._process_headers(headers)
+        msg.status = hdr.get(STATUS) if hdr else None
+        self._hand_over(cb, msg, len(data))
+
+    def _deliver_direct(
+        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
+    ) -> bool:
+        """Hand a message for a direct subscription to its callback now, its header block
+        left unread (`DirectMsg`); False, doing nothing, for any other subscription's
+        message and for a status (which `_process_msg` reads first)."""
+        cb = self._direct.get(sid)
+        if cb is None or sid not in self._subs:
+            return False
+        msg = DirectMsg.of(self, sid, subject, reply, data)
         if headers:
-            if is_status(headers):  # rare: read now, as nats-py reads it
-                msg.headers = hdr = await self._process_headers(headers)
-                msg.status = hdr.get(STATUS) if hdr else None
-            else:
-                msg.leave_unread(headers)
+            if is_status(headers):
+                return False
+            msg.leave_unread(headers)
+        self._hand_over(cb, msg, len(data))
+        return True
+
+    def _hand_over(self, cb: DirectCallback, msg: DirectMsg, size: int) -> None:
+        self.stats["in_msgs"] += 1
+        self.stats["in_bytes"] += size
         try:
             cb(msg)
         except Exception:  # a bug in cb must not end the read loop (and the connection)
-            log.exception("direct subscription callback failed for %s", subject.decode())
+            log.exception("direct subscription callback failed for %s", msg.subject)
 
 
 async def subscribe_direct(nc: NatsClient, subject: str, cb: DirectCallback) -> Subscription:

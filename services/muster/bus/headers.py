@@ -9,6 +9,7 @@ import re
 from collections.abc import Mapping
 
 import nats.errors
+from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
 _CRLF = b"\r\n"
@@ -93,6 +94,21 @@ class DirectMsg(Msg):
     def headers(self, value: dict[str, str] | None) -> None:
         self._unread = b""
         self._read = value
+
+    @classmethod
+    def of(cls, nc: NatsClient, sid: int, subject: bytes, reply: bytes, data: bytes) -> DirectMsg:
+        """A message of subscription `sid` on `nc`, its headers none until set or left unread.
+
+        Made without Msg's dataclass `__init__` (a call, and the `headers` setter's, for every
+        delivery): the fields not set here keep their class defaults, as nats-py's own.
+        """
+        msg = object.__new__(cls)
+        msg._client = nc
+        msg.subject = subject.decode()
+        msg.reply = reply.decode()
+        msg.data = data
+        msg._sid = sid
+        return msg
 
     def leave_unread(self, block: bytes) -> None:
         """Keep header block `block` (not a status) to read if `headers` is asked for."""
