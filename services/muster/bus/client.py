@@ -339,35 +339,36 @@ class MusterClient(NatsClient):
         if not headers or not is_status(headers):
             self._deliver_direct(sid, subject, reply, data, headers)
             return
-        msg = DirectMsg.of(self, sid, subject, reply, data)
-        msg.headers = hdr = await self._process_headers(headers)
-        msg.status = hdr.get(STATUS) if hdr else None
-        self._hand_over(cb, msg, len(data))
+        hdr = await self._process_headers(headers)
+        self._deliver_direct(sid, subject, reply, data, None, status_headers=hdr or {})
 
     def _deliver_direct(
-        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
+        self,
+        sid: int,
+        subject: bytes,
+        reply: bytes,
+        data: bytes,
+        headers: bytes | None,
+        *,
+        status_headers: dict[str, str] | None = None,
     ) -> bool:
         """Hand a message for a direct subscription to its callback now, its header block
         left unread (`DirectMsg`); False, doing nothing, for any other subscription's
-        message and for a status (which `_process_msg` reads first)."""
+        message and for a status, which `_process_msg` reads first (`status_headers`)."""
         cb = self._direct.get(sid)
-        if cb is None or sid not in self._subs:
+        if cb is None or sid not in self._subs or (headers and is_status(headers)):
             return False
-        msg = DirectMsg.of(self, sid, subject, reply, data)
-        if headers:
-            if is_status(headers):
-                return False
-            msg.leave_unread(headers)
-        self._hand_over(cb, msg, len(data))
-        return True
-
-    def _hand_over(self, cb: DirectCallback, msg: DirectMsg, size: int) -> None:
+        msg = DirectMsg.of(self, sid, subject, reply, data, unread=headers)
+        if status_headers is not None:
+            msg.headers = status_headers or None
+            msg.status = status_headers.get(STATUS)
         self.stats["in_msgs"] += 1
-        self.stats["in_bytes"] += size
+        self.stats["in_bytes"] += len(data)
         try:
             cb(msg)
         except Exception:  # a bug in cb must not end the read loop (and the connection)
             log.exception("direct subscription callback failed for %s", msg.subject)
+        return True
 
 
 async def subscribe_direct(nc: NatsClient, subject: str, cb: DirectCallback) -> Subscription:

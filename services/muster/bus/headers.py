@@ -96,8 +96,18 @@ class DirectMsg(Msg):
         self._read = value
 
     @classmethod
-    def of(cls, nc: NatsClient, sid: int, subject: bytes, reply: bytes, data: bytes) -> DirectMsg:
-        """A message of subscription `sid` on `nc`, its headers none until set or left unread.
+    def of(
+        cls,
+        nc: NatsClient,
+        sid: int,
+        subject: bytes,
+        reply: bytes,
+        data: bytes,
+        *,
+        unread: bytes | None,
+    ) -> DirectMsg:
+        """A message of subscription `sid` on `nc`, with header block `unread` (not a status)
+        left to read if `headers` is asked for.
 
         Made without Msg's dataclass `__init__` (a call, and the `headers` setter's, for every
         delivery): the fields not set here keep their class defaults, as nats-py's own.
@@ -108,11 +118,9 @@ class DirectMsg(Msg):
         msg.reply = reply.decode()
         msg.data = data
         msg._sid = sid
+        if unread:
+            msg._unread = unread
         return msg
-
-    def leave_unread(self, block: bytes) -> None:
-        """Keep header block `block` (not a status) to read if `headers` is asked for."""
-        self._unread = block
 
 
 def status_of(msg: Msg) -> str | None:

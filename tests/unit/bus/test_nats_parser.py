@@ -237,7 +237,7 @@ def test_msg_fields_default_as_direct_msg_expects() -> None:
         "_ackd": False,
         "_sid": None,
     }
-    made = DirectMsg.of(MusterClient(), 5, b"s", b"r", b"d")
+    made = DirectMsg.of(MusterClient(), 5, b"s", b"r", b"d", unread=None)
     assert (made.subject, made.reply, made.data, made._sid) == ("s", "r", b"d", 5)
     assert (made.headers, made._metadata, made._ackd, made.status) == (None, None, False, None)
     assert json.dumps(made.data.decode()) == '"d"'
