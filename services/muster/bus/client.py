@@ -5,6 +5,8 @@ a task of its own, and every header block through a character-by-character check
 inboxes a service reads most (pull-consumer deliveries, PubAcks), that is more work than
 handling the message. `subscribe_direct` hands such messages to a plain function as they are
 parsed: no queue, no task switch, and the header block read only if asked for (`DirectMsg`).
+The parsing is muster's too (bus/nats_parser.py): no regular expression, copy or coroutine per
+message on the way to that function.
 Everything else (JetStream push subscriptions with flow control and ordered-consumer resets,
 requests, KV watches) keeps nats-py's own path.
 On the way out, a published message's header block is the same bytes nats-py writes, built
