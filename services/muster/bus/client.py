@@ -5,6 +5,8 @@ a task of its own, and every header block through a character-by-character check
 inboxes a service reads most (pull-consumer deliveries, PubAcks), that is more work than
 handling the message. `subscribe_direct` hands such messages to a plain function as they are
 parsed: no queue, no task switch, and the header block read only if asked for (`DirectMsg`).
+The parsing is muster's too (bus/nats_parser.py): no regular expression, copy or coroutine per
+message on the way to that function.
 Everything else (JetStream push subscriptions with flow control and ordered-consumer resets,
 requests, KV watches) keeps nats-py's own path.
 On the way out, a published message's header block is the same bytes nats-py writes, built
@@ -33,6 +35,7 @@ from muster.bus.headers import (
     is_status,
     parse_header_lines,
 )
+from muster.bus.nats_parser import FastParser
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +120,8 @@ class MusterClient(NatsClient):
     def __init__(self) -> None:
         super().__init__()
         self._direct: dict[int, DirectCallback] = {}
+        # MSG and HMSG parsed without nats-py's per-message work (bus/nats_parser.py).
+        self._ps = FastParser(self, self._deliver_direct)
         # nats-py wakes its flusher at the first publish of a loop iteration, so the flusher
         # writes in the next one. With `flush_late`, the wake-up itself waits an iteration:
         # what tasks publish in that next iteration (calls that reached the loop just after)
@@ -323,27 +328,49 @@ class MusterClient(NatsClient):
         super()._remove_sub(sid, max_msgs)
 
     async def _process_msg(
-        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes
+        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
     ) -> None:
+        """nats-py's, except for a direct subscription's status messages (a pull request's
+        end, a heartbeat): read at once, as nats-py reads them, then handed over. The parser
+        hands over a direct subscription's other messages itself (`_deliver_direct`)."""
         cb = self._direct.get(sid)
         if cb is None or sid not in self._subs:
-            await super()._process_msg(sid, subject, reply, data, headers)
+            # nats-py's own parser passes None for a MSG too, whatever its annotation says.
+            await super()._process_msg(sid, subject, reply, data, headers)  # type: ignore[arg-type]
             return
+        if not headers or not is_status(headers):
+            self._deliver_direct(sid, subject, reply, data, headers)
+            return
+        hdr = await self._process_headers(headers)
+        self._deliver_direct(sid, subject, reply, data, None, status_headers=hdr or {})
+
+    def _deliver_direct(
+        self,
+        sid: int,
+        subject: bytes,
+        reply: bytes,
+        data: bytes,
+        headers: bytes | None,
+        *,
+        status_headers: dict[str, str] | None = None,
+    ) -> bool:
+        """Hand a message for a direct subscription to its callback now, its header block
+        left unread (`DirectMsg`); False, doing nothing, for any other subscription's
+        message and for a status, which `_process_msg` reads first (`status_headers`)."""
+        cb = self._direct.get(sid)
+        if cb is None or sid not in self._subs or (headers and is_status(headers)):
+            return False
+        msg = DirectMsg.of(self, sid, subject, reply, data, unread=headers)
+        if status_headers is not None:
+            msg.headers = status_headers or None
+            msg.status = status_headers.get(STATUS)
         self.stats["in_msgs"] += 1
         self.stats["in_bytes"] += len(data)
-        msg = DirectMsg(
-            _client=self, subject=subject.decode(), reply=reply.decode(), data=data, _sid=sid
-        )
-        if headers:
-            if is_status(headers):  # rare: read now, as nats-py reads it
-                msg.headers = hdr = await self._process_headers(headers)
-                msg.status = hdr.get(STATUS) if hdr else None
-            else:
-                msg.leave_unread(headers)
         try:
             cb(msg)
         except Exception:  # a bug in cb must not end the read loop (and the connection)
-            log.exception("direct subscription callback failed for %s", subject.decode())
+            log.exception("direct subscription callback failed for %s", msg.subject)
+        return True
 
 
 async def subscribe_direct(nc: NatsClient, subject: str, cb: DirectCallback) -> Subscription:

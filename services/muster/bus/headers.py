@@ -9,6 +9,7 @@ import re
 from collections.abc import Mapping
 
 import nats.errors
+from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
 _CRLF = b"\r\n"
@@ -94,9 +95,32 @@ class DirectMsg(Msg):
         self._unread = b""
         self._read = value
 
-    def leave_unread(self, block: bytes) -> None:
-        """Keep header block `block` (not a status) to read if `headers` is asked for."""
-        self._unread = block
+    @classmethod
+    def of(
+        cls,
+        nc: NatsClient,
+        sid: int,
+        subject: bytes,
+        reply: bytes,
+        data: bytes,
+        *,
+        unread: bytes | None,
+    ) -> DirectMsg:
+        """A message of subscription `sid` on `nc`, with header block `unread` (not a status)
+        left to read if `headers` is asked for.
+
+        Made without Msg's dataclass `__init__` (a call, and the `headers` setter's, for every
+        delivery): the fields not set here keep their class defaults, as nats-py's own.
+        """
+        msg = object.__new__(cls)
+        msg._client = nc
+        msg.subject = subject.decode()
+        msg.reply = reply.decode()
+        msg.data = data
+        msg._sid = sid
+        if unread:
+            msg._unread = unread
+        return msg
 
 
 def status_of(msg: Msg) -> str | None:
