@@ -22,8 +22,10 @@ from admission_world import (
     basic_config,
     count,
     eventually,
+    fact,
     msgspec_replace,
     publish,
+    snapshot_written,
     submitted,
     workload,
 )
@@ -31,6 +33,7 @@ from bus_helpers import EventLog
 from prometheus_client import CollectorRegistry
 from test_admission_lease_lost import owner_of, stepped_down
 
+import muster.admission.rebuild
 import muster.admission.state
 from muster.admission.lease import lease_key
 from muster.admission.service import AdmissionConfig, run_admission
@@ -209,3 +212,50 @@ async def _admitted_once(bus: Bus, keys: list[str]) -> bool:
     stored = [env.workload async for env in bus.replay(["muster.v1.*.workload.admitted.>"])]
     assert len(stored) == len(set(stored)), stored
     return sorted(stored) == keys
+
+
+async def test_a_snapshot_restore_longer_than_the_ttl_keeps_its_lease_when_each_step_is_shorter(
+    bus: Bus,
+    bus_config: BusConfig,
+    events: EventLog,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A restarted replica restores a snapshot of 2 running and 18 pending workloads at 0.2 s
+    per event (a slow host: a million pending take minutes), 5 s or more in all, past the 2.5 s
+    TTL; in steps of one the renewals run between them: it keeps its lease, nothing is admitted
+    twice, and the next pending workload is admitted once a running one finishes."""
+    caplog.set_level(logging.INFO, logger="muster.admission.service")
+    with_snapshots = msgspec.structs.replace(
+        CONFIG, lease_ttl_s=2.5, lease_renew_s=0.25, snapshot_s=0.2
+    )
+    first = await start_metered(bus_config, with_snapshots)
+    async with replicas(first):
+        await first.wait_serving()
+        await basic_config(bus, cpu="2")
+        names = [f"w{i:02}" for i in range(20)]
+        await publish(bus, *(submitted(workload(n, cpu="1")) for n in names))
+        last = await events.wait_for("pending", workload="ns/w19")
+        await snapshot_written(bus, at_least=last.sequence)
+    admitted = sorted(e.workload for e in events.matching("admitted"))
+    assert admitted == ["ns/w00", "ns/w01"], admitted
+    replay, replayed = muster.admission.rebuild.replay_event, []
+
+    def slow(*args: Any, **kwargs: Any) -> None:
+        import time
+
+        time.sleep(0.2)  # the point: nothing else on the loop runs meanwhile
+        replayed.append(args)
+        replay(*args, **kwargs)
+
+    monkeypatch.setattr(muster.admission.rebuild, "replay_event", slow)
+    monkeypatch.setattr(muster.admission.rebuild, "RESTORE_STEP", 1)
+    restarted = await start_metered(bus_config, with_snapshots)
+    async with replicas(restarted):
+        await restarted.wait_serving()
+        assert "snapshot at sequence" in caplog.text  # restored from it
+        assert len(replayed) * 0.2 > 2 * 2.5, len(replayed)  # it took two TTLs or more
+        await publish(bus, fact("finished", "ns/w00"))
+        await eventually(lambda: _admitted_once(bus, ["ns/w00", "ns/w01", "ns/w02"]))
+        assert restarted.step_downs("expired") == 0, caplog.text
+        assert not [r for r in caplog.records if "stepping down" in r.getMessage()]
