@@ -2,11 +2,11 @@
 
 `replay_event` is the one path every stored event takes during a rebuild, a snapshot's and the
 stream's alike: read as a fact (a forwarded one as the event it carries), replayed into
-`AdmissionState`, kept in the `CompactLog`. `restore_config` replays a snapshot's configuration
-and partition records, `restore_partitions` its events about some partitions; the service runs
-them in steps (`restoring_config`, `restoring_partitions`, `in_steps`): a million pending
-workloads' snapshot takes minutes to replay, and the shard lease is renewed on the same event
-loop, between the steps (docs/services.md, "Long stretches").
+`AdmissionState`, kept in the `CompactLog`. `restoring_config` replays a snapshot's
+configuration and partition records, `restoring_partitions` its events about some partitions,
+each in steps that the service runs with a turn of the event loop between them (`in_steps`): a
+million pending workloads' snapshot takes minutes to replay, and the shard lease is renewed on
+the same loop (docs/services.md, "Long stretches").
 
 `SnapshotStore` is the `MUSTER_SNAPSHOTS` object store bucket: object `admission-<shard>`
 holds the last snapshot written by that shard's replica, its sequence and the partitions it
@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import heapq
+import itertools
 import logging
 from collections.abc import AsyncIterator, Collection, Iterator, Sequence
 from contextlib import contextmanager
@@ -115,18 +116,11 @@ def snapshot_events(
         yield env, data, snapshot.workload_of(i)
 
 
-def restore_config(
-    state: AdmissionState, snapshot: Snapshot, *, history: CompactLog | None, max_event_bytes: int
-) -> None:
-    """Replay `snapshot`'s configuration and partition records into a new `state`."""
-    for _ in restoring_config(state, snapshot, history=history, max_event_bytes=max_event_bytes):
-        pass
-
-
 def restoring_config(
     state: AdmissionState, snapshot: Snapshot, *, history: CompactLog | None, max_event_bytes: int
 ) -> Iterator[None]:
-    """`restore_config` in steps: yields after every RESTORE_STEP events."""
+    """Replay `snapshot`'s configuration and partition records into a new `state`, in steps:
+    yields after every RESTORE_STEP events."""
     events = snapshot_events(snapshot, max_event_bytes=max_event_bytes, config=True)
     for n, (env, data, _) in enumerate(events, 1):
         replay_event(state, env, history=history, data=data, max_event_bytes=max_event_bytes)
@@ -141,31 +135,15 @@ def restore(
     covers. Afterwards `state.last_sequence` is the snapshot's: the stream is read on after."""
     # Before its records are replayed: its usage already holds what they carried.
     state.usage_carry.restored_from(dict.fromkeys(snapshot.partitions, snapshot.sequence))
-    restore_config(state, snapshot, history=history, max_event_bytes=max_event_bytes)
-    restore_partitions(
-        state, snapshot, snapshot.partitions, history=history, max_event_bytes=max_event_bytes
+    steps = itertools.chain(
+        restoring_config(state, snapshot, history=history, max_event_bytes=max_event_bytes),
+        restoring_partitions(
+            state, snapshot, snapshot.partitions, history=history, max_event_bytes=max_event_bytes
+        ),
     )
-    state.last_sequence = max(state.last_sequence, snapshot.sequence)
-
-
-def restore_partitions(
-    state: AdmissionState,
-    snapshot: Snapshot,
-    partitions: Collection[int],
-    *,
-    history: CompactLog | None,
-    max_event_bytes: int,
-    left_out: Sequence[pb.Envelope] = (),
-) -> None:
-    """Replay `snapshot`'s finished workloads and its events about `partitions`, in order;
-    with `left_out` (stored events its writer did not read, ascending sequences: `left_out_of`)
-    merged in where the stream had them, as if its writer had read them."""
-    steps = restoring_partitions(
-        state, snapshot, partitions, history=history, max_event_bytes=max_event_bytes,
-        left_out=left_out,
-    )  # fmt: skip
     for _ in steps:
         pass
+    state.last_sequence = max(state.last_sequence, snapshot.sequence)
 
 
 def restoring_partitions(
@@ -177,7 +155,10 @@ def restoring_partitions(
     max_event_bytes: int,
     left_out: Sequence[pb.Envelope] = (),
 ) -> Iterator[None]:
-    """`restore_partitions` in steps: yields after every RESTORE_STEP events."""
+    """Replay `snapshot`'s finished workloads and its events about `partitions`, in order,
+    in steps (yields after every RESTORE_STEP events); with `left_out` (stored events its
+    writer did not read, ascending sequences: `left_out_of`) merged in where the stream had
+    them, as if its writer had read them."""
     state.ledger.remember_finished(snapshot.finished)
     state.restore_usage(snapshot.usage, partitions, sequence=snapshot.sequence)
     events = snapshot_events(
