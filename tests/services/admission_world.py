@@ -262,7 +262,8 @@ async def durable_info(bus: Bus, durable: str) -> api.ConsumerInfo:
     (`admission-<i>-<term>-<owner>`: admission/takeover.py `term_durable`), the newest made
     when a lapsed holder's is there too. NotFoundError when there is none."""
     try:
-        return await bus.js.consumer_info(EVENTS_STREAM, durable)
+        info: api.ConsumerInfo = await bus.js.consumer_info(EVENTS_STREAM, durable)
+        return info
     except nats.js.errors.NotFoundError:
         if not re.fullmatch(r"admission-\d+", durable):
             raise

@@ -47,6 +47,7 @@ def config_of(*cohorts: str, cpu: str = "4") -> list[pb.Envelope]:
 async def delivered(bus: Bus, durable: str) -> int:
     """How many messages the server delivered to consumer `durable` so far."""
     info = await durable_info(bus, durable)
+    assert info.delivered is not None
     return int(info.delivered.consumer_seq)
 
 

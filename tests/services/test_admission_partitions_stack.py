@@ -94,6 +94,7 @@ async def stack(nats_server: str, tmp_path: Path) -> AsyncIterator[Stack]:
 
 async def delivered(bus: Bus, durable: str) -> int:
     info = await durable_info(bus, durable)
+    assert info.delivered is not None
     return int(info.delivered.consumer_seq)
 
 

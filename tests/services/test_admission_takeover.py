@@ -34,8 +34,8 @@ from prometheus_client import CollectorRegistry
 from test_admission_lease_lost import owner_of, stepped_down
 
 import muster.admission.rebuild
-import muster.admission.service
 import muster.admission.state
+import muster.bus.ordered
 from muster.admission.lease import lease_key
 from muster.admission.service import AdmissionConfig, run_admission
 from muster.admission.state import AdmissionState
@@ -273,7 +273,7 @@ class DurablePause:
         self.made = asyncio.Event()  # its durable made, after the pause
         self.thawed = asyncio.Event()
         self.owner = b""
-        make, update = muster.admission.service.make_consumer, Bucket.update
+        make, update = muster.bus.ordered.make_consumer, Bucket.update
 
         async def held(bus: Bus, *args: Any, **kwargs: Any) -> None:
             if self.replica is None or bus is not self.replica.bus or self.started.is_set():
@@ -289,7 +289,7 @@ class DurablePause:
                 await self.thawed.wait()
             return await update(this, key, value, last)
 
-        monkeypatch.setattr(muster.admission.service, "make_consumer", held)
+        monkeypatch.setattr("muster.admission.service.make_consumer", held)
         monkeypatch.setattr(Bucket, "update", renewal)
 
 
