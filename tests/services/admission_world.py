@@ -9,11 +9,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import nats.js.errors
 from budget import wait_s
+from nats.js import api
 
 from muster.admission.service import AdmissionConfig, run_admission
 from muster.admission.snapshot import sequence_in
@@ -255,6 +257,26 @@ def count(events: Any, event_type: str, workload: str) -> int:
     return len(events.matching(event_type, workload=workload))
 
 
+async def durable_info(bus: Bus, durable: str) -> api.ConsumerInfo:
+    """Durable `durable` of MUSTER_EVENTS; for a shard's name (`admission-<i>`), its term's
+    (`admission-<i>-<term>-<owner>`: admission/takeover.py `term_durable`), the newest made
+    when a lapsed holder's is there too. NotFoundError when there is none."""
+    try:
+        info: api.ConsumerInfo = await bus.js.consumer_info(EVENTS_STREAM, durable)
+        return info
+    except nats.js.errors.NotFoundError:
+        if not re.fullmatch(r"admission-\d+", durable):
+            raise
+    terms = [
+        info
+        for info in await bus.js.consumers_info(EVENTS_STREAM)
+        if re.fullmatch(rf"{durable}-\d+-[0-9a-f]{{4}}", info.name)
+    ]
+    if not terms:
+        raise nats.js.errors.NotFoundError
+    return max(terms, key=lambda info: str(info.created or ""))
+
+
 async def drained(bus: Bus, durable: str, *, timeout_s: float | None = None) -> None:
     """Wait until durable consumer `durable` has handled and acked everything stored so far.
 
@@ -265,7 +287,7 @@ async def drained(bus: Bus, durable: str, *, timeout_s: float | None = None) -> 
 
     async def done() -> bool:
         try:
-            info = await bus.js.consumer_info(EVENTS_STREAM, durable)
+            info = await durable_info(bus, durable)
         except nats.js.errors.NotFoundError:
             last[0] = "no such consumer (being made anew)"
             return False

@@ -14,6 +14,7 @@ from admission_world import (
     config_applied,
     count,
     drained,
+    durable_info,
     fact,
     flavor,
     in_partition,
@@ -26,7 +27,7 @@ from admission_world import (
 )
 
 from muster.admission.moves import move_partition
-from muster.bus import EVENTS_STREAM, Bus, BusConfig
+from muster.bus import Bus, BusConfig
 from muster.bus.partitions import partition_of
 from muster.contracts.v1 import events_pb2 as pb
 
@@ -45,7 +46,8 @@ def config_of(*cohorts: str, cpu: str = "4") -> list[pb.Envelope]:
 
 async def delivered(bus: Bus, durable: str) -> int:
     """How many messages the server delivered to consumer `durable` so far."""
-    info = await bus.js.consumer_info(EVENTS_STREAM, durable)
+    info = await durable_info(bus, durable)
+    assert info.delivered is not None
     return int(info.delivered.consumer_seq)
 
 
@@ -133,7 +135,7 @@ async def test_a_tree_moved_between_replicas_under_load_admits_nothing_twice_and
 
 async def created(bus: Bus, durable: str) -> object:
     """When consumer `durable` was made: a replica makes it anew at each rebuild."""
-    return (await bus.js.consumer_info(EVENTS_STREAM, durable)).created
+    return (await durable_info(bus, durable)).created
 
 
 async def test_after_a_move_each_replica_rebuilds_once_not_at_every_batch(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from admission_world import drained
+from admission_world import drained, durable_info
 from bus_helpers import EventLog
 
 from muster.bus import EVENTS_STREAM, Bus
@@ -93,7 +93,8 @@ async def stack(nats_server: str, tmp_path: Path) -> AsyncIterator[Stack]:
 
 
 async def delivered(bus: Bus, durable: str) -> int:
-    info = await bus.js.consumer_info(EVENTS_STREAM, durable)
+    info = await durable_info(bus, durable)
+    assert info.delivered is not None
     return int(info.delivered.consumer_seq)
 
 

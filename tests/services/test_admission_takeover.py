@@ -22,8 +22,10 @@ from admission_world import (
     basic_config,
     count,
     eventually,
+    fact,
     msgspec_replace,
     publish,
+    snapshot_written,
     submitted,
     workload,
 )
@@ -31,7 +33,9 @@ from bus_helpers import EventLog
 from prometheus_client import CollectorRegistry
 from test_admission_lease_lost import owner_of, stepped_down
 
+import muster.admission.rebuild
 import muster.admission.state
+import muster.bus.ordered
 from muster.admission.lease import lease_key
 from muster.admission.service import AdmissionConfig, run_admission
 from muster.admission.state import AdmissionState
@@ -209,3 +213,127 @@ async def _admitted_once(bus: Bus, keys: list[str]) -> bool:
     stored = [env.workload async for env in bus.replay(["muster.v1.*.workload.admitted.>"])]
     assert len(stored) == len(set(stored)), stored
     return sorted(stored) == keys
+
+
+async def test_a_snapshot_restore_longer_than_the_ttl_keeps_its_lease_when_each_step_is_shorter(
+    bus: Bus,
+    bus_config: BusConfig,
+    events: EventLog,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A restarted replica restores a snapshot of 2 running and 18 pending workloads at 0.2 s
+    per event (a slow host: a million pending take minutes), 5 s or more in all, past the 2.5 s
+    TTL; in steps of one the renewals run between them: it keeps its lease, nothing is admitted
+    twice, and the next pending workload is admitted once a running one finishes."""
+    caplog.set_level(logging.INFO, logger="muster.admission.service")
+    with_snapshots = msgspec.structs.replace(
+        CONFIG, lease_ttl_s=2.5, lease_renew_s=0.25, snapshot_s=0.2
+    )
+    first = await start_metered(bus_config, with_snapshots)
+    async with replicas(first):
+        await first.wait_serving()
+        await basic_config(bus, cpu="2")
+        names = [f"w{i:02}" for i in range(20)]
+        await publish(bus, *(submitted(workload(n, cpu="1")) for n in names))
+        last = await events.wait_for("pending", workload="ns/w19")
+        await snapshot_written(bus, at_least=last.sequence)
+    admitted = sorted(e.workload for e in events.matching("admitted"))
+    assert admitted == ["ns/w00", "ns/w01"], admitted
+    replay, replayed = muster.admission.rebuild.replay_event, []
+
+    def slow(*args: Any, **kwargs: Any) -> None:
+        import time
+
+        time.sleep(0.2)  # the point: nothing else on the loop runs meanwhile
+        replayed.append(args)
+        replay(*args, **kwargs)
+
+    monkeypatch.setattr(muster.admission.rebuild, "replay_event", slow)
+    monkeypatch.setattr(muster.admission.rebuild, "RESTORE_STEP", 1)
+    restarted = await start_metered(bus_config, with_snapshots)
+    async with replicas(restarted):
+        await restarted.wait_serving()
+        assert "snapshot at sequence" in caplog.text  # restored from it
+        assert len(replayed) * 0.2 > 2 * 2.5, len(replayed)  # it took two TTLs or more
+        await publish(bus, fact("finished", "ns/w00"))
+        await eventually(lambda: _admitted_once(bus, ["ns/w00", "ns/w01", "ns/w02"]))
+        assert restarted.step_downs("expired") == 0, caplog.text
+        assert not [r for r in caplog.records if "stepping down" in r.getMessage()]
+
+
+class DurablePause:
+    """Holds `replica`'s next making of its durable after its takeover records (its lease
+    checked), and freezes its renewals from then until `thaw`: a host that stalls there."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.replica: Running | None = None
+        self.started = asyncio.Event()
+        self.resumed = asyncio.Event()
+        self.made = asyncio.Event()  # its durable made, after the pause
+        self.thawed = asyncio.Event()
+        self.owner = b""
+        make, update = muster.bus.ordered.make_consumer, Bucket.update
+
+        async def held(bus: Bus, *args: Any, **kwargs: Any) -> None:
+            if self.replica is None or bus is not self.replica.bus or self.started.is_set():
+                return await make(bus, *args, **kwargs)
+            self.owner = owner_of(self.replica).encode()  # its renewals hang from now
+            self.started.set()
+            await self.resumed.wait()
+            await make(bus, *args, **kwargs)
+            self.made.set()
+
+        async def renewal(this: Bucket, key: str, value: bytes, last: int) -> int:
+            if key == lease_key(0) and value == self.owner and not self.thawed.is_set():
+                await self.thawed.wait()
+            return await update(this, key, value, last)
+
+        monkeypatch.setattr("muster.admission.service.make_consumer", held)
+        monkeypatch.setattr(Bucket, "update", renewal)
+
+
+async def test_a_holder_stalled_before_making_its_durable_leaves_its_successors_alone(
+    bus: Bus,
+    bus_config: BusConfig,
+    events: EventLog,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The holder rebuilds (an operator deleted its durable), writes its takeover records,
+    then stalls past its TTL before making its durable anew; the standby takes over and
+    serves; the holder wakes and makes its durable. The successor's durable is another (its
+    term's): it is not deleted under it, it does not rebuild, it admits once what comes."""
+    caplog.set_level(logging.WARNING, logger="muster.admission.service")
+    pause = DurablePause(monkeypatch)
+    first = await start_metered(bus_config)
+    await first.wait_serving()
+    standby = await start_metered(bus_config)  # waits for the lease
+    async with replicas(first, standby):
+        await basic_config(bus, cpu="2")
+        await publish(bus, submitted(workload("a", cpu="1")))
+        await events.wait_for("admitted", workload="ns/a")
+        pause.replica = first
+        (durable,) = [c.name async for c in _consumers(bus) if c.name.startswith("admission-0")]
+        await bus.js.delete_consumer("MUSTER_EVENTS", durable)  # the holder rebuilds
+        await asyncio.wait_for(pause.started.wait(), 10)  # and stalls before its durable
+
+        await standby.wait_serving()  # the holder's lease expired: the standby took over
+        theirs = {c.name async for c in _consumers(bus) if c.name.startswith("admission-0")}
+        pause.resumed.set()  # the holder wakes: it makes its durable, then renews
+        await pause.made.wait()
+        pause.thawed.set()
+        await eventually(stepped_down(caplog, first, standby))
+
+        await publish(bus, submitted(workload("b", cpu="1")))
+        await events.wait_for("admitted", workload="ns/b")
+        assert theirs <= {c.name async for c in _consumers(bus)}  # the successor's is there
+        rebuilt = [r for r in caplog.records if r.getMessage().startswith("rebuilding")]
+        assert len(rebuilt) == 1, [r.getMessage() for r in rebuilt]  # the holder's only
+        assert standby.step_downs("superseded") == standby.step_downs("taken_over") == 0
+        assert count(events, "admitted", "ns/a") == count(events, "admitted", "ns/b") == 1
+
+
+async def _consumers(bus: Bus) -> AsyncIterator[Any]:
+    for info in await bus.js.consumers_info("MUSTER_EVENTS"):
+        yield info

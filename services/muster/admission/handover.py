@@ -24,9 +24,10 @@ from muster.admission.facts import PartitionRecord
 from muster.admission.homes import Handover, queue_key
 from muster.admission.rebuild import (
     SnapshotStore,
+    in_steps,
     left_out_of,
     replay_event,
-    restore_partitions,
+    restoring_partitions,
 )
 from muster.admission.relocation import Story
 from muster.admission.snapshot import CompactLog
@@ -76,13 +77,15 @@ class StoryFetcher:
                 snapshot = await self.snapshots.load(item, stream=stream)
             if snapshot is not None:
                 left_out = await left_out_of(self.bus, snapshot, (partition,), unread=unread)
-                restore_partitions(
-                    scratch,
-                    snapshot,
-                    (partition,),
-                    history=history,
-                    max_event_bytes=self.max_event_bytes,
-                    left_out=left_out,
+                await in_steps(  # the lease's renewal runs between its steps
+                    restoring_partitions(
+                        scratch,
+                        snapshot,
+                        (partition,),
+                        history=history,
+                        max_event_bytes=self.max_event_bytes,
+                        left_out=left_out,
+                    )
                 )
                 low = snapshot.sequence
                 break

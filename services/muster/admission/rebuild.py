@@ -2,8 +2,11 @@
 
 `replay_event` is the one path every stored event takes during a rebuild, a snapshot's and the
 stream's alike: read as a fact (a forwarded one as the event it carries), replayed into
-`AdmissionState`, kept in the `CompactLog`. `restore_config` replays a snapshot's configuration
-and partition records, `restore_partitions` its events about some partitions.
+`AdmissionState`, kept in the `CompactLog`. `restoring_config` replays a snapshot's
+configuration and partition records, `restoring_partitions` its events about some partitions,
+each in steps that the service runs with a turn of the event loop between them (`in_steps`): a
+million pending workloads' snapshot takes minutes to replay, and the shard lease is renewed on
+the same loop (docs/services.md, "Long stretches").
 
 `SnapshotStore` is the `MUSTER_SNAPSHOTS` object store bucket: object `admission-<shard>`
 holds the last snapshot written by that shard's replica, its sequence and the partitions it
@@ -14,8 +17,10 @@ partition seeds that partition (`available`, then `load`).
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import heapq
+import itertools
 import logging
 from collections.abc import AsyncIterator, Collection, Iterator, Sequence
 from contextlib import contextmanager
@@ -53,6 +58,9 @@ from muster.contracts.v1 import events_pb2 as pb
 # Chunks well under NATS's default max_payload (1 MiB): fewer round trips than nats-py's 128 KiB.
 _CHUNK_BYTES: Final = 512 * 1024
 _CONFIG_FIELDS: Final = frozenset({"config_applied", "config_deleted", "partition_changed"})
+# Events replayed between two turns of the event loop: 10-50 ms of a loaded host's CPU, far
+# below a renewal interval, and a turn per step costs nothing beside the replay.
+RESTORE_STEP: Final = 512
 
 log = logging.getLogger(__name__)
 
@@ -108,12 +116,16 @@ def snapshot_events(
         yield env, data, snapshot.workload_of(i)
 
 
-def restore_config(
+def restoring_config(
     state: AdmissionState, snapshot: Snapshot, *, history: CompactLog | None, max_event_bytes: int
-) -> None:
-    """Replay `snapshot`'s configuration and partition records into a new `state`."""
-    for env, data, _ in snapshot_events(snapshot, max_event_bytes=max_event_bytes, config=True):
+) -> Iterator[None]:
+    """Replay `snapshot`'s configuration and partition records into a new `state`, in steps:
+    yields after every RESTORE_STEP events."""
+    events = snapshot_events(snapshot, max_event_bytes=max_event_bytes, config=True)
+    for n, (env, data, _) in enumerate(events, 1):
         replay_event(state, env, history=history, data=data, max_event_bytes=max_event_bytes)
+        if n % RESTORE_STEP == 0:
+            yield
 
 
 def restore(
@@ -123,14 +135,18 @@ def restore(
     covers. Afterwards `state.last_sequence` is the snapshot's: the stream is read on after."""
     # Before its records are replayed: its usage already holds what they carried.
     state.usage_carry.restored_from(dict.fromkeys(snapshot.partitions, snapshot.sequence))
-    restore_config(state, snapshot, history=history, max_event_bytes=max_event_bytes)
-    restore_partitions(
-        state, snapshot, snapshot.partitions, history=history, max_event_bytes=max_event_bytes
+    steps = itertools.chain(
+        restoring_config(state, snapshot, history=history, max_event_bytes=max_event_bytes),
+        restoring_partitions(
+            state, snapshot, snapshot.partitions, history=history, max_event_bytes=max_event_bytes
+        ),
     )
+    for _ in steps:
+        pass
     state.last_sequence = max(state.last_sequence, snapshot.sequence)
 
 
-def restore_partitions(
+def restoring_partitions(
     state: AdmissionState,
     snapshot: Snapshot,
     partitions: Collection[int],
@@ -138,10 +154,11 @@ def restore_partitions(
     history: CompactLog | None,
     max_event_bytes: int,
     left_out: Sequence[pb.Envelope] = (),
-) -> None:
-    """Replay `snapshot`'s finished workloads and its events about `partitions`, in order;
-    with `left_out` (stored events its writer did not read, ascending sequences: `left_out_of`)
-    merged in where the stream had them, as if its writer had read them."""
+) -> Iterator[None]:
+    """Replay `snapshot`'s finished workloads and its events about `partitions`, in order,
+    in steps (yields after every RESTORE_STEP events); with `left_out` (stored events its
+    writer did not read, ascending sequences: `left_out_of`) merged in where the stream had
+    them, as if its writer had read them."""
     state.ledger.remember_finished(snapshot.finished)
     state.restore_usage(snapshot.usage, partitions, sequence=snapshot.sequence)
     events = snapshot_events(
@@ -149,7 +166,8 @@ def restore_partitions(
     )
     extra = ((env, None, None) for env in left_out)
     last = 0
-    for env, data, decoded in heapq.merge(events, extra, key=lambda e: e[0].sequence):
+    merged = heapq.merge(events, extra, key=lambda e: e[0].sequence)
+    for n, (env, data, decoded) in enumerate(merged, 1):
         if env.sequence == last:
             continue  # in the snapshot too: a writer that read it once (its log kept it)
         last = env.sequence
@@ -157,6 +175,15 @@ def restore_partitions(
             state, env, history=history, data=data, max_event_bytes=max_event_bytes,
             decoded=decoded,
         )  # fmt: skip
+        if n % RESTORE_STEP == 0:
+            yield
+
+
+async def in_steps(steps: Iterator[None]) -> None:
+    """Run `steps`, giving the event loop a turn between two: a renewal of the shard lease due
+    meanwhile runs (it needs two or three turns: its write, its answer, the check)."""
+    for _ in steps:
+        await asyncio.sleep(0)
 
 
 async def left_out_of(
@@ -245,7 +272,9 @@ class SnapshotStore:
         """The snapshot `stored` names, or None (logged) when it cannot be read or is not
         what its headers say."""
         try:
-            snapshot = decode_snapshot(await self._bucket.get(stored.name))
+            data = await self._bucket.get(stored.name)
+            # In a thread: inflating 130 MB (a million pending) lets the loop run meanwhile.
+            snapshot = await asyncio.to_thread(decode_snapshot, data)
         except (NotFound, SnapshotError) as exc:  # deleted since it was listed, or torn
             log.warning("snapshot %s ignored: %s", stored.name, exc)
             return None
@@ -308,7 +337,9 @@ async def rebuild(
     for item in stored:
         snapshot = await load(item)
         if snapshot is not None:
-            restore_config(state, snapshot, history=history, max_event_bytes=max_event_bytes)
+            await in_steps(
+                restoring_config(state, snapshot, history=history, max_event_bytes=max_event_bytes)
+            )
             newest = snapshot.sequence
             counted += len(snapshot.events)
             break
@@ -325,9 +356,11 @@ async def rebuild(
         if snapshot is None:
             continue
         left_out = await left_out_of(stream, snapshot, wanted, unread=unread)
-        restore_partitions(
-            state, snapshot, wanted, history=history, max_event_bytes=max_event_bytes,
-            left_out=left_out,
+        await in_steps(
+            restoring_partitions(
+                state, snapshot, wanted, history=history, max_event_bytes=max_event_bytes,
+                left_out=left_out,
+            )
         )  # fmt: skip
         covered |= dict.fromkeys(wanted, snapshot.sequence)
     low = min((covered.get(p, 0) for p in owned), default=end)

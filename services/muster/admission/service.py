@@ -7,10 +7,10 @@
    NATS away for a TTL, another replica took it) step down, stop deciding at once, report
    NOT_SERVING with the cause, and campaign again: a new term starts from step 2, so nothing
    decided before the loss is trusted (`_terms`);
-2. create the durable consumer `admission-<shard>` if missing (starting at the stream's end),
-   then rebuild `AdmissionState`: replay the newest snapshot (`MUSTER_SNAPSHOTS`, any shard's),
+2. rebuild `AdmissionState`: replay the newest snapshot (`MUSTER_SNAPSHOTS`, any shard's),
    then `MUSTER_EVENTS` from the snapshot's sequence + 1 (without one, from its first message)
-   to its last;
+   to its last; then make the term's durable consumer `admission-<shard>-<term>` anew, starting
+   just after (`term_durable`);
 3. take ownership: write this term's takeover record on each of its partitions (takeover.py:
    what a lapsed holder still sends is refused), adopt this shard's workloads into the engine,
    run one round, publish;
@@ -44,7 +44,7 @@ from muster.admission.rebuild import SnapshotStore, rebuild, rebuilding
 from muster.admission.snapshot import CompactLog, encode_snapshot
 from muster.admission.state import AdmissionState
 from muster.admission.subjects import consumer_subjects
-from muster.admission.takeover import take_over
+from muster.admission.takeover import TERM_DURABLE_IDLE_S, take_over, term_durable
 from muster.admission.visibility import VisibilityPace, VisibilityRenderer
 from muster.admission.visibility_writer import LATE_PAGES_SWEEP_S, VisibilityWriter
 from muster.api.model import KueueConfig
@@ -59,7 +59,7 @@ from muster.bus import (
 from muster.bus.buckets import PARTITIONS_BUCKET, SHARDS_BUCKET, VISIBILITY_BUCKET
 from muster.bus.cancel import finishing, raise_if_cancelling
 from muster.bus.errors import NotFound, Unavailable
-from muster.bus.ordered import Gather, consume_in_order, make_consumer
+from muster.bus.ordered import Gather, consume_in_order, delete_consumer, make_consumer
 from muster.bus.progress import advanced
 from muster.bus.pull import ConsumerDeletedError
 from muster.bus.pulse import Pulse
@@ -80,6 +80,7 @@ MAX_ROUND_GAP_S: Final = 0.05  # a round's added latency stays well below a seco
 # the bound before, cut the stretch to one or two rounds (docs/benchmarks.md, "pipeline").
 ROUND_STRETCH_MOST_S: Final = 0.1
 MAX_ROUND_STRETCH_S: Final = 1.0  # what --round-stretch-most-seconds may be set to, at most
+TERM_END_S: Final = 1.0  # a term's end waits this long at most to delete its durable
 log = logging.getLogger(__name__)
 Guard = Callable[[], Awaitable[None]]  # raises LeaseLostError: the replica may not decide
 
@@ -161,6 +162,8 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def durable(self) -> str:
+        """The shard's name: its dead letters' subject, its snapshot's object; its consumer's
+        before terms named theirs (`term_durable`)."""
         return f"admission-{self.shard}"
 
     @property
@@ -276,6 +279,11 @@ async def _term(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        # Its durable is nobody else's (takeover.py `term_durable`): not left to idle away.
+        durable = term_durable(config.durable, tenure.term)
+        with contextlib.suppress(BusError, TimeoutError):
+            async with asyncio.timeout(TERM_END_S):
+                await asyncio.shield(delete_consumer(bus, EVENTS_STREAM, durable))
 
 
 async def _decide(
@@ -286,8 +294,8 @@ async def _decide(
         try:
             await _live(bus, health, config, clock=clock, tenure=tenure)
         except (Reown, ConsumerDeletedError) as exc:
-            # A durable deleted under it was made anew by a rebuild: maybe a later term's
-            # (the rebuild's takeover then steps this replica down), maybe an operator's.
+            # Its durable deleted under it: by an operator, or by the server after it sat
+            # idle (takeover.py TERM_DURABLE_IDLE_S); a rebuild makes it anew.
             log.warning("rebuilding: %s", exc)
 
 
@@ -319,10 +327,11 @@ async def _live(
         ),
         "admission-events": consume_in_order(
             bus,
-            config.durable,
+            service.consumer,
             service.rounds.apply_batch,
             config.consumer_settings(),
             gather=config.gather,
+            name=config.durable,
         ),
     }
     if config.snapshot_s > 0:
@@ -377,6 +386,7 @@ class AdmissionService:
         )
         self.state.term = tenure.term if tenure is not None else None
         self.guard = tenure.guard if tenure is not None else None
+        self.consumer = term_durable(config.durable, self.state.term)  # its durable consumer
         # The events the state depends on, kept as they are applied: snapshots are taken from
         # it, and a workload's story is forwarded from it when its home moves (homes.py).
         self.history = CompactLog(self.state.ledger)
@@ -448,16 +458,20 @@ class AdmissionService:
                 first - 1,
                 EVENTS_STREAM,
             )
+        idle_s = None
         if self.guard is not None:
-            # Before the durable is made anew: a lapsed holder rebuilding (a Reown) would
-            # delete its successor's. The consumer delivers these records too (they fence).
+            # The consumer delivers these records too (they fence).
             await take_over(self.bus, self.state, guard=self.guard)
+            # The shard's durable of before terms named theirs (docs/events.md), if left.
+            await delete_consumer(self.bus, EVENTS_STREAM, self.config.durable)
+            idle_s = TERM_DURABLE_IDLE_S
         await make_consumer(
             self.bus,
-            self.config.durable,
+            self.consumer,
             consumer_subjects(self.state.sharding.owned, unread=self.rounds.unread),
             self.config.consumer_settings(),
             start_sequence=end + 1,
+            inactive_s=idle_s,
         )
         events: list[Event] = []
         for step in self.state.taking_ownership(now_s=self.clock()):
@@ -509,7 +523,7 @@ class AdmissionService:
         try:
             end = (await self.bus.stream_state(EVENTS_STREAM)).last
             async with self.rounds.lock:  # no batch applied meanwhile, none half-way
-                if await self.bus.drained(self.config.durable, stream=EVENTS_STREAM):
+                if await self.bus.drained(self.consumer, stream=EVENTS_STREAM):
                     self.state.last_sequence = max(self.state.last_sequence, end)
         except (Unavailable, NotFound, TimeoutError) as exc:
             log.debug("consumer not read, the last sequence stays: %r", exc)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+import zlib
 from collections.abc import Awaitable, Callable
 from typing import Final, Protocol
 
@@ -41,6 +42,10 @@ from muster.contracts.v1 import events_pb2 as pb
 log = logging.getLogger(__name__)
 
 RETRY_S: Final = 0.5  # after NATS failed a write for now
+# A term's durable nobody pulls from for this long is deleted by the server: a holder that
+# died leaves its own behind (a live one pulls every second; a round of a million pending
+# takes minutes).
+TERM_DURABLE_IDLE_S: Final = 3600.0
 
 Guard = Callable[[], Awaitable[None]]
 
@@ -49,6 +54,18 @@ class Records(History, Publisher, Protocol):
     """What a takeover writes and reads (`Bus`)."""
 
     async def last_stored(self, subject_filter: str) -> Stored | None: ...
+
+
+def term_durable(durable: str, term: Term | None) -> str:
+    """The durable consumer a term consumes through: the shard's `durable`, named after the
+    term and its owner (a bucket made anew numbers terms from 1 again). A term makes its own
+    anew at each rebuild (delete, then create: a consumer's start cannot be changed), and
+    JetStream deletes whatever has the name it is given: a holder stalled past its lease
+    between its takeover records and that delete would delete its successor's durable under
+    one shared name. Under its term's name, it deletes its own. None (no lease): `durable`."""
+    if term is None:
+        return durable
+    return f"{durable}-{term.number}-{zlib.crc32(term.owner.encode()) & 0xFFFF:04x}"
 
 
 async def take_over(bus: Records, state: AdmissionState, *, guard: Guard) -> None:

@@ -335,14 +335,15 @@ class Bus:
 
     @contextlib.asynccontextmanager
     async def following_lag(
-        self, stream: str, durable: str, *, every_s: float = LAG_EVERY_S
+        self, stream: str, durable: str, *, every_s: float = LAG_EVERY_S, label: str = ""
     ) -> AsyncIterator[None]:
-        """While the body runs, read durable `durable`'s lag every `every_s` into the metrics
-        (with none, nothing is read)."""
+        """While the body runs, read durable `durable`'s lag every `every_s` into the metrics,
+        as `label`'s if given (with none, nothing is read)."""
         if self.metrics is None:
             yield
             return
-        task = asyncio.create_task(self._follow_lag(stream, durable, every_s), name="lag")
+        lag = self._follow_lag(stream, durable, every_s, label or durable)
+        task = asyncio.create_task(lag, name="lag")
         try:
             yield
         finally:
@@ -350,7 +351,7 @@ class Bus:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    async def _follow_lag(self, stream: str, durable: str, every_s: float) -> None:
+    async def _follow_lag(self, stream: str, durable: str, every_s: float, label: str) -> None:
         assert self.metrics is not None
         while True:
             try:
@@ -359,7 +360,7 @@ class Bus:
                 log.debug("lag of %s not read: %r", durable, exc)
             else:
                 self.metrics.lag(
-                    durable, pending=int(info.num_pending or 0), ack_pending=info.num_ack_pending
+                    label, pending=int(info.num_pending or 0), ack_pending=info.num_ack_pending
                 )
             await asyncio.sleep(every_s)
 

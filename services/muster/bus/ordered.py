@@ -93,18 +93,26 @@ async def make_consumer(
     settings: ConsumerSettings,
     *,
     start_sequence: int,
+    inactive_s: float | None = None,
 ) -> None:
     """Make durable `durable` anew: over `subjects` (the partitions this replica decides, which
-    change), starting at stream sequence `start_sequence` (just after its rebuild).
+    change), starting at stream sequence `start_sequence` (just after its rebuild); with
+    `inactive_s`, the server deletes it once nobody pulled from it for that long.
     `Unavailable` when NATS fails."""
+    await delete_consumer(bus, settings.stream, durable)
     with wrapped(f"consumer {durable}"):
-        with contextlib.suppress(nats.js.errors.NotFoundError):
-            await bus.js.delete_consumer(settings.stream, durable)
         config = consumer_config(durable, subjects, settings)
         config.ack_policy = api.AckPolicy.ALL  # one ack per batch (the module docstring)
         config.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
         config.opt_start_seq = start_sequence
+        config.inactive_threshold = inactive_s
         await bus.js.add_consumer(settings.stream, config=config)
+
+
+async def delete_consumer(bus: Bus, stream: str, durable: str) -> None:
+    """Delete durable `durable` of `stream` if it exists. `Unavailable` when NATS fails."""
+    with wrapped(f"consumer {durable}"), contextlib.suppress(nats.js.errors.NotFoundError):
+        await bus.js.delete_consumer(stream, durable)
 
 
 async def consume_in_order(
@@ -115,9 +123,12 @@ async def consume_in_order(
     *,
     fetch_timeout_s: float = 1.0,
     gather: Gather | None = None,
+    name: str = "",
 ) -> None:
     """Fetch, handle and ack batches of durable `durable` (`make_consumer`) until cancelled;
-    with `gather`, batches that follow each other closely are coalesced (`Gather`).
+    with `gather`, batches that follow each other closely are coalesced (`Gather`). `name`:
+    what its dead letters, metrics and watchdog call it, when not `durable` (admission's
+    durable of a term is known by its shard's name).
 
     Cancelled while a batch is being handled, it lets that batch finish and acks it first.
     The loop runs in a task of its own, made once and shielded: the caller's cancellation is
@@ -135,6 +146,7 @@ async def consume_in_order(
             fetch_timeout_s=fetch_timeout_s,
             gather=gather,
             where=where,
+            name=name or durable,
         )
     )
     try:
@@ -164,6 +176,7 @@ async def _consume(
     fetch_timeout_s: float,
     gather: Gather | None,
     where: _Where,
+    name: str,
 ) -> None:
     feed = PullFeed(
         bus.nc,
@@ -175,12 +188,12 @@ async def _consume(
     await feed.start()
     acks = _Acks(limit=max(1, settings.max_ack_pending // 2))  # the server stops at the max
     tracker = bus.progress.track(
-        durable, stream=settings.stream, consumer=durable, max_ack_pending=settings.max_ack_pending
+        name, stream=settings.stream, consumer=durable, max_ack_pending=settings.max_ack_pending
     )
     clock = asyncio.get_running_loop().time
     next_at = -math.inf  # no batch starts before this (loop time) unless `gather.fill` wait
     try:
-        async with bus.following_lag(settings.stream, durable):
+        async with bus.following_lag(settings.stream, durable, label=name):
             while True:
                 raise_if_cancelling()
                 wait_s = fetch_timeout_s if acks.due is None else ACK_LINGER_S
@@ -197,7 +210,7 @@ async def _consume(
                     tracker.began(batch)
                     try:
                         with tracker.handling(batch):
-                            await _handle_batch(bus, durable, msgs, handle, settings, acks)
+                            await _handle_batch(bus, name, msgs, handle, settings, acks)
                     finally:
                         tracker.ended(batch)
                 finally:
@@ -270,7 +283,7 @@ class _Answer(NamedTuple):
 
 async def _handle_batch(
     bus: Bus,
-    durable: str,
+    name: str,
     msgs: Sequence[Msg],
     handle: BatchHandler,
     settings: ConsumerSettings,
@@ -290,7 +303,7 @@ async def _handle_batch(
     outcomes = await handle([env for _, env in readable], [msgs[i].data for i, _ in readable])
     if bus.metrics is not None:
         bus.metrics.consumed_batch(
-            durable,
+            name,
             [env.type for _, env in readable],
             [ACK if outcome is None else DEAD_LETTER for outcome in outcomes],
             time.perf_counter() - started,
@@ -299,7 +312,7 @@ async def _handle_batch(
         if outcome is not None:
             log.error("rejected: %s", outcome, extra={"workload": env.workload, "event": env.type})
             refused[i] = str(outcome)
-    acks.after(await _answer(bus, durable, msgs, refused))
+    acks.after(await _answer(bus, name, msgs, refused))
 
 
 async def _answer(bus: Bus, durable: str, msgs: Sequence[Msg], refused: dict[int, str]) -> _Answer:

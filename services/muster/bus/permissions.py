@@ -44,6 +44,10 @@ class Durable(msgspec.Struct, frozen=True):
     stream: str
     name: str  # "{cluster}" and "{shard}" are filled in
     filters: tuple[str, ...]  # its filter subjects ("{cluster}" filled in)
+    # Consumed through one durable per term of a lease, named `<name>-<term>-<owner>`
+    # (admission/takeover.py `term_durable`): readers create, pull and delete any name but
+    # others' durables; acking too, for this one.
+    per_term: bool = False
 
 
 class KeyValue(msgspec.Struct, frozen=True):
@@ -141,7 +145,7 @@ ROLES: Final[tuple[Role, ...]] = (
             "queue.status",
             "config.partition",  # a LocalQueue left a partition
         ),
-        durables=(Durable(EVENTS_STREAM, "admission-{shard}", ()),),
+        durables=(Durable(EVENTS_STREAM, "admission-{shard}", (), per_term=True),),
         replays=(EVENTS_STREAM,),
         key_values=(
             KeyValue("MUSTER_SHARDS", writes=(">",)),
@@ -408,6 +412,7 @@ def _durable_subjects(durable: Durable, name: str, cluster: str) -> list[str]:
         f"{JS_API}.CONSUMER.DELETE.{stream}.{name}",
         f"{JS_API}.CONSUMER.MSG.NEXT.{stream}.{name}",
         f"$JS.ACK.{stream}.{name}.>",
+        *([f"$JS.ACK.{stream}.*.>"] if durable.per_term else []),
         f"{PREFIX}.dlq.{name}",
     ]
 
