@@ -2,10 +2,11 @@
 
 The servicers are async and stay so: the bus, the book and the authorizers live on the
 gateway's loop. A call arrives on one of gRPC's threads, which runs the servicer's method on
-the loop and waits for it. Why not grpc.aio's server, which runs them there directly: its
-calls cost more (`muster bench submit`, docs/benchmarks.md, measured again in "A Submit's
-hand-over"). It wakes the loop once per step of every call (four per Submit), so calls rarely
-share a loop iteration and each call's NATS publish leaves in a write of its own; calls handed
+the loop and waits for it. Why not grpc.aio's server (`--grpc-server aio`, `aio_server`),
+which runs them there directly: its calls cost more in a burst (docs/benchmarks.md, "A
+Submit's hand-over" and "grpc.aio's server as an option"). It wakes the loop once per step of
+every call (four per Submit), so calls rarely share a loop iteration and each call's NATS
+publish leaves in a write of its own; calls handed
 over from threads reach the loop together and their publishes share writes, gRPC's threads
 answer calls together, and the nats-server and the client do less per call too.
 
