@@ -97,8 +97,11 @@ async def test_a_submit_whose_deadline_passes_mid_call_stores_nothing(
     gw: RunningGateway, bus: Bus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     held = Held(gw, monkeypatch)
+    # Long enough for a loaded machine to reach the handler, which then waits past it.
+    call = gw.gateway.Submit(submit("w"), timeout=3.0)
+    await held.until(held.entered, 1)
     with pytest.raises(grpc.aio.AioRpcError) as raised:
-        await gw.gateway.Submit(submit("w"), timeout=1.0)
+        await call
     assert raised.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     await held.until(held.cancelled, 1)
     assert await stored_count(bus) == 0
