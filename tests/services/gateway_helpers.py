@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import textwrap
 from collections.abc import AsyncIterator
 from typing import Any
@@ -15,7 +16,7 @@ from muster.bus import EVENTS_STREAM, Bus, BusConfig, connect
 from muster.bus.progress import Tracker
 from muster.contracts.v1 import services_pb2_grpc
 from muster.gateway.auth_config import SecurityConfig
-from muster.gateway.config import GatewayConfig
+from muster.gateway.config import GatewayConfig, grpc_server
 from muster.gateway.service import GatewayServer
 
 JOB = textwrap.dedent(
@@ -48,8 +49,26 @@ BAD = textwrap.dedent(
     """
 )
 
+# Which gRPC server the helpers' gateways run (`--grpc-server`): the default's, or the other's
+# when the gateway tests are run again with MUSTER_TEST_GRPC_SERVER=aio.
+SERVER = grpc_server(os.environ.get("MUSTER_TEST_GRPC_SERVER", "threads"))
+
 TOKEN = "s3cret"
 AUTH = (("authorization", f"Bearer {TOKEN}"),)
+
+
+def workload(name: str) -> str:
+    """A one-pod Workload `name` in namespace ml, queue team-a."""
+    return "\n".join(
+        [
+            "apiVersion: kueue.x-k8s.io/v1beta1",
+            "kind: Workload",
+            f"metadata: {{name: {name}, namespace: ml}}",
+            "spec:",
+            "  queueName: team-a",
+            "  podSets: [{name: main, count: 1, template: {spec: {containers: [{name: c}]}}}]",
+        ]
+    )
 
 
 class RunningGateway(msgspec.Struct, kw_only=True):
@@ -82,7 +101,7 @@ async def running_gateway(
     """A GatewayServer on 127.0.0.1 and a free port, serving until the block ends; `token`
     is the legacy `--token`, `credentials` the channel's TLS (else plaintext), `submits` the
     watchdog's tracker of Submits in hand."""
-    settings = {"listen": "127.0.0.1:0", "grace_s": 1.0, **config}
+    settings = {"listen": "127.0.0.1:0", "grace_s": 1.0, "grpc_server": SERVER, **config}
     if token is not None:
         settings["security"] = SecurityConfig(token=token)
     server = GatewayServer(bus, GatewayConfig(**settings), submits=submits)

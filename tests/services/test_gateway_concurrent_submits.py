@@ -13,7 +13,7 @@ from typing import TypeAlias
 import grpc
 import grpc.aio
 import pytest
-from gateway_helpers import running_gateway, stored_count
+from gateway_helpers import running_gateway, stored_count, workload
 
 from muster.bus import Bus
 from muster.bus.errors import BusError
@@ -23,19 +23,6 @@ from muster.gateway.loop_server import HOT_THREADS
 pytestmark = pytest.mark.timeout(90)
 
 CALLS = 6 * HOT_THREADS  # more calls at once than threads take them: some wait their turn
-
-
-def workload(name: str) -> str:
-    return "\n".join(
-        [
-            "apiVersion: kueue.x-k8s.io/v1beta1",
-            "kind: Workload",
-            f"metadata: {{name: {name}, namespace: ml}}",
-            "spec:",
-            "  queueName: team-a",
-            "  podSets: [{name: main, count: 1, template: {spec: {containers: [{name: c}]}}}]",
-        ]
-    )
 
 
 Answer: TypeAlias = services_pb2.SubmitResponse | grpc.RpcError

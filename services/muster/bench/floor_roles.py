@@ -182,7 +182,7 @@ async def gateway(node: Node) -> LoopServer:
     )
     server.add_registered_method_handlers("muster.v1.Gateway", {"Submit": submit})
     node.address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
-    server.start()
+    await server.start()
     return server
 
 

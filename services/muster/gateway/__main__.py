@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import Literal, cast
 
 from muster.bus.client import MusterClient
@@ -41,18 +42,27 @@ from muster.gateway.config import (
     DEFAULT_MAX_CALLS,
     DEFAULT_MAX_REQUEST_BYTES,
     GatewayConfig,
+    grpc_server,
 )
 from muster.gateway.kube_visibility_server import VisibilityServing
 from muster.gateway.service import run_gateway
 
 
-def _claims_flag(value: str) -> str:
-    """`--name-claims` as argparse shows a bad one: the three values named, where a plain
-    ValueError was shown as "invalid name_claims value" alone."""
-    try:
-        return name_claims(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+def _choice_flag(parse: Callable[[str], str]) -> Callable[[str], str]:
+    """A choice flag as argparse shows a bad one: the values named, where a plain ValueError
+    was shown as "invalid name_claims value" alone."""
+
+    def flag(value: str) -> str:
+        try:
+            return parse(value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    flag.__name__ = parse.__name__
+    return flag
+
+
+_claims_flag = _choice_flag(name_claims)
 
 
 GATEWAY_FLAGS = (
@@ -75,6 +85,11 @@ GATEWAY_FLAGS = (
          "where a Submit claims a workload's name: kv, in MUSTER_NAMES (as gateways from before "
          "2026-11-27); both, there and by its fenced submitted; submitted, by the latter alone, "
          "one write; each runs beside the next one only (docs/events.md, \"One-write claims\")"),
+    Flag("--grpc-server", "threads|aio", _choice_flag(grpc_server),
+         "MUSTER_GATEWAY_GRPC_SERVER", "threads",
+         "threads: gRPC's threaded server, each call handed to the event loop; aio: grpc.aio's "
+         "server on the loop itself (the same answers; docs/benchmarks.md, \"grpc.aio's server "
+         "as an option\", says which costs less)"),
 )  # fmt: skip
 SECURITY_FLAGS = (
     Flag("--tls-cert", "FILE", str, "MUSTER_GATEWAY_TLS_CERT", None,
@@ -214,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             finished_retention_s=args.finished_retention_seconds,
             heartbeat_max_bytes=args.heartbeat_max_bytes,
             name_claims=args.name_claims,
+            grpc_server=grpc_server(args.grpc_server),
             cluster=service.cluster,
             max_event_bytes=service.bus.max_event_bytes,
             grace_s=service.grace_s,

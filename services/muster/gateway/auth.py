@@ -1,9 +1,9 @@
 """Who is calling: every RPC but the health service is authenticated before its request is read.
 
-The gateway's server (`loop_server`) finds each call's caller with `authenticate` before it
-reads the request: a verified client certificate, else `authorization: Bearer <token>` checked
-by each token authenticator in turn; UNAUTHENTICATED, without reading the body, when there is
-none. The handler finds the caller with `current_caller()`.
+The gateway's server (`loop_server`, or `aio_server`) finds each call's caller with
+`authenticate` before it reads the request: a verified client certificate, else
+`authorization: Bearer <token>` checked by each token authenticator in turn; UNAUTHENTICATED,
+without reading the body, when there is none. The handler finds the caller with `current_caller()`.
 
 Without any authentication configured the gateway may only listen on loopback (checked by
 `GatewayConfig`), and every caller is `muster:anonymous` in group `muster:admins`: the local
@@ -30,7 +30,7 @@ UNAUTHENTICATED_MESSAGE: Final = (
 ANONYMOUS: Final = Caller(user="muster:anonymous", groups=(ADMIN_GROUP,), via="anonymous")
 
 Metadata = Iterable[tuple[str, str | bytes]]
-# Set for each call by the server (`loop_server`), read by the servicers.
+# Set for each call by the server (`loop_server` or `aio_server`), read by the servicers.
 CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar("muster_gateway_caller")
 
 
@@ -122,7 +122,7 @@ def bearer_token(metadata: Metadata | None) -> str | None:
 
 
 def current_caller() -> Caller:
-    """The caller of the RPC being handled (set by `loop_server`)."""
+    """The caller of the RPC being handled (set by the server)."""
     return CALLER.get()
 
 

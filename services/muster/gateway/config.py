@@ -18,6 +18,8 @@ from muster.gateway.kube_visibility_server import VisibilityServing
 DEFAULT_LISTEN: Final = "127.0.0.1:50051"
 DEFAULT_MAX_REQUEST_BYTES: Final = 4 * 1024 * 1024
 DEFAULT_MAX_CALLS: Final = 256  # a Watch holds a thread of its own while it follows
+GrpcServer = Literal["threads", "aio"]
+GRPC_SERVERS: Final[tuple[GrpcServer, ...]] = ("threads", "aio")
 
 
 class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -42,6 +44,10 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     heartbeat_max_bytes: int = HEARTBEAT_MAX_BYTES
     # Where Submit claims a name: "kv" (as before), "both", "submitted" (gateway/known.py)
     name_claims: NameClaims = "kv"
+    # What serves gRPC: "threads", gRPC's threaded server handing each call to the loop
+    # (loop_server), or "aio", grpc.aio's on the loop itself (aio_server); docs/benchmarks.md,
+    # "grpc.aio's server as an option", says why threads stay the default.
+    grpc_server: GrpcServer = "threads"
 
     def __post_init__(self) -> None:
         host, _ = split_listen(self.listen)
@@ -51,6 +57,7 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
         if self.visibility is not None:
             split_listen(self.visibility.listen)
         name_claims(self.name_claims)
+        grpc_server(self.grpc_server)
         if self.max_calls < 1:
             raise ValueError(f"max calls must be >= 1, got {self.max_calls}")
         if not self.finished_retention_s >= 0:  # NaN too
@@ -68,3 +75,11 @@ def split_listen(listen: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or int(port) > 65535:
         raise ValueError(f'listen address must be HOST:PORT, got "{listen}"')
     return host, int(port)
+
+
+def grpc_server(value: str) -> GrpcServer:
+    """`value` as a GrpcServer; ValueError naming both when it is neither."""
+    for known in GRPC_SERVERS:
+        if value == known:
+            return known
+    raise ValueError(f"grpc server must be threads or aio, got {value!r}")

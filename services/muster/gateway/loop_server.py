@@ -2,10 +2,11 @@
 
 The servicers are async and stay so: the bus, the book and the authorizers live on the
 gateway's loop. A call arrives on one of gRPC's threads, which runs the servicer's method on
-the loop and waits for it. Why not grpc.aio's server, which runs them there directly: its
-calls cost more (`muster bench submit`, docs/benchmarks.md, measured again in "A Submit's
-hand-over"). It wakes the loop once per step of every call (four per Submit), so calls rarely
-share a loop iteration and each call's NATS publish leaves in a write of its own; calls handed
+the loop and waits for it. Why not grpc.aio's server (`--grpc-server aio`, `aio_server`),
+which runs them there directly: its calls cost more in a burst (docs/benchmarks.md, "A
+Submit's hand-over" and "grpc.aio's server as an option"). It wakes the loop once per step of
+every call (four per Submit), so calls rarely share a loop iteration and each call's NATS
+publish leaves in a write of its own; calls handed
 over from threads reach the loop together and their publishes share writes, gRPC's threads
 answer calls together, and the nats-server and the client do less per call too.
 
@@ -41,6 +42,7 @@ from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, Final, Generic, NoReturn, TypeVar
 
 import grpc
+import grpc.aio
 
 from muster.gateway.auth import (
     CALLER,
@@ -88,7 +90,7 @@ class CallContext:
         return self._context.peer()  # type: ignore[no-any-return]  # untyped
 
     async def abort(self, code: grpc.StatusCode, details: str) -> NoReturn:
-        raise _AbortedError(code, details)
+        raise AbortedError(code, details)
 
     async def write(self, message: Any) -> None:
         if self.writer is None:
@@ -96,8 +98,9 @@ class CallContext:
         await self.writer(message)
 
 
-class _AbortedError(Exception):
-    """A handler ended its call with a status; the call's thread tells gRPC."""
+class AbortedError(Exception):
+    """A handler (or the server's checks) ended its call with a status, for the server to
+    tell gRPC."""
 
     def __init__(self, code: grpc.StatusCode, details: str) -> None:
         super().__init__(details)
@@ -180,7 +183,7 @@ class _Call:
             answer.wait(None)
         try:
             return answer.outcome()
-        except _AbortedError as exc:
+        except AbortedError as exc:
             self.abort(exc.code, exc.details)
         except concurrent.futures.CancelledError:
             self.abort(grpc.StatusCode.CANCELLED, "the call ended")
@@ -294,7 +297,35 @@ class _Answer(Generic[T]):
         self._ready.release()
 
 
-class LoopServer:
+class WrappingServer:
+    """A gRPC server (threaded or grpc.aio) whose every handler is wrapped, with its method's
+    name, by `wrap` as it is added: what both of the gateway's servers share."""
+
+    def __init__(
+        self,
+        server: grpc.Server | grpc.aio.Server,
+        wrap: Callable[[grpc.RpcMethodHandler, str], grpc.RpcMethodHandler],
+    ) -> None:
+        self._grpc = server
+        self._wrap = wrap
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
+        self._grpc.add_generic_rpc_handlers([BridgedGeneric(h, self._wrap) for h in handlers])
+
+    def add_registered_method_handlers(
+        self, service: str, handlers: dict[str, grpc.RpcMethodHandler]
+    ) -> None:
+        wrapped = {name: self._wrap(h, f"/{service}/{name}") for name, h in handlers.items()}
+        self._grpc.add_registered_method_handlers(service, wrapped)
+
+    def add_insecure_port(self, address: str) -> int:
+        return int(self._grpc.add_insecure_port(address))
+
+    def add_secure_port(self, address: str, credentials: grpc.ServerCredentials) -> int:
+        return int(self._grpc.add_secure_port(address, credentials))
+
+
+class LoopServer(WrappingServer):
     """A `grpc.Server` whose servicers (async, as for grpc.aio) run on `loop`; the servicers
     are added as to any server, with the generated `add_*Servicer_to_server`."""
 
@@ -313,23 +344,9 @@ class LoopServer:
         self._server = grpc.server(
             self._threads, options=options, maximum_concurrent_rpcs=GRPC_LIMIT_FACTOR * max_calls
         )
+        super().__init__(self._server, self._bridge)
 
-    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
-        self._server.add_generic_rpc_handlers([_Generic(h, self._bridge) for h in handlers])
-
-    def add_registered_method_handlers(
-        self, service: str, handlers: dict[str, grpc.RpcMethodHandler]
-    ) -> None:
-        bridged = {name: self._bridge(h, f"/{service}/{name}") for name, h in handlers.items()}
-        self._server.add_registered_method_handlers(service, bridged)
-
-    def add_insecure_port(self, address: str) -> int:
-        return int(self._server.add_insecure_port(address))
-
-    def add_secure_port(self, address: str, credentials: grpc.ServerCredentials) -> int:
-        return int(self._server.add_secure_port(address, credentials))
-
-    def start(self) -> None:
+    async def start(self) -> None:
         self._server.start()
 
     async def stop(self, grace: float) -> None:
@@ -344,8 +361,8 @@ class LoopServer:
         )
 
 
-class _Generic(grpc.GenericRpcHandler):  # type: ignore[misc]  # untyped base
-    """A generic handler whose methods are bridged."""
+class BridgedGeneric(grpc.GenericRpcHandler):  # type: ignore[misc]  # untyped base
+    """A generic handler whose methods are wrapped (bridged to the loop, or checked)."""
 
     def __init__(
         self,
@@ -516,7 +533,7 @@ class _Stream:
                 self._call.inbox.put(functools.partial(_release, self._room, taken))
                 taken = 0
         error = item.error
-        if isinstance(error, _AbortedError):
+        if isinstance(error, AbortedError):
             self._call.abort(error.code, error.details)
         if isinstance(error, asyncio.CancelledError):
             self._call.abort(grpc.StatusCode.CANCELLED, "the call ended")
@@ -578,14 +595,22 @@ def _one_request(
     requests: Iterator[bytes], call: _Call, decode: Callable[[bytes], Any], method: str
 ) -> Any:
     """Read and decode the call's one request message; INVALID_ARGUMENT when it will not."""
-    raw = next(requests, None)
+    try:
+        return decoded(next(requests, None), decode, method)
+    except AbortedError as exc:
+        call.abort(exc.code, exc.details)
+
+
+def decoded(raw: bytes | None, decode: Callable[[bytes], Any], method: str) -> Any:
+    """The call's one request message, decoded; AbortedError (INVALID_ARGUMENT) when there is
+    none or it will not decode."""
     if raw is None:
-        call.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{method}: no request message")
+        raise AbortedError(grpc.StatusCode.INVALID_ARGUMENT, f"{method}: no request message")
     try:
         return decode(raw)
     except Exception as exc:  # protobuf's DecodeError, or invalid UTF-8 in a string field
         name = method.rsplit("/", 1)[-1]
-        call.abort(
+        raise AbortedError(
             grpc.StatusCode.INVALID_ARGUMENT,
             f"the {name} request is not a valid message ({len(raw)} bytes): {exc}",
-        )
+        ) from None

@@ -95,7 +95,8 @@ class ReloadingFile(Generic[T]):
         self._version: Version | str = stat_of(path)
         self._value = self._load()
         self.reloads = 0  # successful reloads after the first read, for tests and logs
-        # Calls read it on gRPC's threads (loop_server): one of them reloads, the others wait.
+        # Calls read it on gRPC's threads (loop_server): one of them reloads, the others wait;
+        # under aio_server, on the loop, where they take turns anyway.
         self._reloading = threading.Lock()
 
     def _load(self) -> T:

@@ -28,6 +28,7 @@ from muster.bus.progress import Tracker, Wording
 from muster.bus.subjects import EVENTS_STREAM
 from muster.bus.supervision import supervised
 from muster.contracts.v1 import services_pb2, services_pb2_grpc
+from muster.gateway.aio_server import AioServer
 from muster.gateway.auth_config import Security, open_reviews, open_security
 from muster.gateway.claims import ClaimsClashError
 from muster.gateway.config import GatewayConfig, split_listen
@@ -81,7 +82,7 @@ class GatewayServer:
         self.config = config
         self.health = health or HealthServicer()
         self._events: EventsServicer | None = None
-        self._server: LoopServer | None = None
+        self._server: LoopServer | AioServer | None = None
         self._exits = contextlib.AsyncExitStack()
         self._kube: KubeBackend | None = None
         self.visibility_address = ""  # Kueue's visibility API, when served
@@ -191,18 +192,25 @@ class GatewayServer:
         return address
 
     async def _serve(self, store: VisibilityStore, security: Security) -> str:
-        server = LoopServer(
-            asyncio.get_running_loop(),
-            security.authentication,
-            max_calls=self.config.max_calls,
-            options=[
-                ("grpc.max_receive_message_length", self.config.max_request_bytes),
-                # BDP probing grows each stream's flow-control window to megabytes, which a
-                # refused call's unread body then fills: 128 unauthenticated 4 MiB calls cost
-                # 40 MiB kept after, against 2 MiB without (`muster bench gateway`).
-                ("grpc.http2.bdp_probe", 0),
-            ],
-        )
+        options = [
+            ("grpc.max_receive_message_length", self.config.max_request_bytes),
+            # BDP probing grows each stream's flow-control window to megabytes, which a
+            # refused call's unread body then fills: 128 unauthenticated 4 MiB calls cost
+            # 40 MiB kept after, against 2 MiB without (`muster bench gateway`).
+            ("grpc.http2.bdp_probe", 0),
+        ]
+        server: LoopServer | AioServer
+        if self.config.grpc_server == "aio":
+            server = AioServer(
+                security.authentication, max_calls=self.config.max_calls, options=options
+            )
+        else:
+            server = LoopServer(
+                asyncio.get_running_loop(),
+                security.authentication,
+                max_calls=self.config.max_calls,
+                options=options,
+            )
         authorizer = security.authorizer
         self._events = EventsServicer(self._bus, authorizer, max_calls=self.config.max_calls)
         services_pb2_grpc.add_GatewayServicer_to_server(
@@ -240,7 +248,7 @@ class GatewayServer:
             raise OSError(f"cannot listen on {self.config.listen}: {exc}") from exc
         if bound == 0:
             raise OSError(f"cannot listen on {self.config.listen}")
-        server.start()
+        await server.start()
         self._server = server
         return f"{host}:{bound}"
 
