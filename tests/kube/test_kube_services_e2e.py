@@ -411,12 +411,19 @@ async def test_pods_running_but_not_ready_are_evicted_at_the_timeout(tmp_path: P
         assert not stack.events.of(f"ml/{name}", "workload.pods_ready")
 
 
+BACKOFF_S = 6
+
+
 async def test_a_pods_ready_timeout_backs_off_requeued_false_then_true_then_deactivates(
     tmp_path: Path,
 ) -> None:
     """Kueue's conditions through waitForPodsReady's back-off: Requeued False while it backs
     off, True BackoffFinished when the back-off ends; past backoffLimitCount, deactivated."""
-    requeuing = "{backoffBaseSeconds: 1, backoffLimitCount: 1}"
+    # The back-off must outlast the pods: Requeued False is written once they are gone, and a
+    # back-off already over by then requeues at once (no False to see). requeueAt is rounded
+    # down to the second, so a 1 s back-off ended 0-1 s after the eviction, while the pods took
+    # 0.04-4.2 s to go at load 25-30 (3 runs in 6 failed): 6 s leaves 5 s.
+    requeuing = f"{{backoffBaseSeconds: {BACKOFF_S}, backoffLimitCount: 1}}"
     async with running_stack(
         tmp_path, kueue_config=pods_ready_config("1s", requeuing=requeuing)
     ) as stack:
@@ -426,10 +433,10 @@ async def test_a_pods_ready_timeout_backs_off_requeued_false_then_true_then_deac
         timeout = f"Exceeded the PodsReady timeout ml/{name}"
         backing_off = await condition_when(kubectl, "Workload", name, "ml", "Requeued", "False")
         assert said(backing_off) == ("False", "PodsReadyTimeout", timeout)
-        # Kueue's requeueState: one requeue, the back-off (1 s) ending 1 s after the eviction,
+        # Kueue's requeueState: one requeue, the back-off ending BACKOFF_S after the eviction,
         # in whole seconds: the instant admission requeues it at, not before.
         (evicted,) = stack.events.of(f"ml/{name}", "workload.evicted")
-        end_s = requeue_end_s(evicted.time_unix_nano / 1e9, 1)
+        end_s = requeue_end_s(evicted.time_unix_nano / 1e9, BACKOFF_S)
         backing = (await status_of(kubectl, name)).get("requeueState")
         assert backing in ({"count": 1, "requeueAt": format_time(end_s)}, {"count": 1})
         requeued = await condition_when(kubectl, "Workload", name, "ml", "Requeued", "True")
