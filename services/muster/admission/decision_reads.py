@@ -29,8 +29,8 @@ def own_records(decisions: Sequence[Decision], envs: Sequence[pb.Envelope]) -> d
     """The `Recorded` of each of `decisions` enveloped as `envs` (`decisions.envelopes_of`, in
     order), by event id: what `fact_of` reads from each once stored, its admission the model
     one its payload was built from rather than parsed back from the payload's quantity strings
-    (milli-units both ways: `admission_from_proto(admission_to_proto(a)) == a`). Decoding them
-    again was most of what recording a round's decisions cost (issue 19)."""
+    (milli-units both ways: `admission_from_proto(admission_to_proto(a)) == a`). Reading them
+    back from the envelopes cost twice as much (issue 19, docs/benchmarks.md)."""
     return {
         env.event_id: recorded_of(env, d.field, built=d.admission)
         for d, env in zip(decisions, envs, strict=True)
