@@ -2,8 +2,9 @@
 
 `DecisionReads` turns a round's engine events into the payloads to publish
 (`decisions.decisions_from`, with itself as the `DecisionContext`), records our own once
-stored, and holds the routing view of this shard behind them: a workload's alternatives in
-its own cohort trees only (`routing.routable`), the note naming the others.
+stored (read from what was built by `own_records`, not decoded again), and holds the routing
+view of this shard behind them: a workload's alternatives in its own cohort trees only
+(`routing.routable`), the note naming the others.
 """
 
 from __future__ import annotations
@@ -13,13 +14,28 @@ from collections.abc import Mapping, Sequence
 import msgspec
 
 from muster.admission.decisions import Decision, Manifests, decisions_from
-from muster.admission.facts import Recorded
+from muster.admission.fact_reader import recorded_of
+from muster.admission.facts import RECORDED, Recorded
 from muster.admission.ledger import Entry
 from muster.admission.replica_parts import PENDING_PHASE, ReplicaParts
 from muster.admission.routing import WorkloadRoute, routable, stays_event
 from muster.api.model import Admission, ResourceFlavor, Workload, WorkloadKey
+from muster.contracts.v1 import events_pb2 as pb
 from muster.core.events import Event, EventType
 from muster.core.routing import run_seconds_on
+
+
+def own_records(decisions: Sequence[Decision], envs: Sequence[pb.Envelope]) -> dict[str, Recorded]:
+    """The `Recorded` of each of `decisions` enveloped as `envs` (`decisions.envelopes_of`, in
+    order), by event id: what `fact_of` reads from each once stored, its admission the model
+    one its payload was built from rather than parsed back from the payload's quantity strings
+    (milli-units both ways: `admission_from_proto(admission_to_proto(a)) == a`). Reading them
+    back from the envelopes cost twice as much (issue 19, docs/benchmarks.md)."""
+    return {
+        env.event_id: recorded_of(env, d.field, built=d.admission)
+        for d, env in zip(decisions, envs, strict=True)
+        if d.field in RECORDED
+    }
 
 
 class DecisionReads(ReplicaParts):

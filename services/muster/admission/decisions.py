@@ -73,6 +73,9 @@ class Decision:
     time_s: float
     n: int = 0
     submitted_id: str = ""  # the event id of the `submitted` it is about
+    # What a quota_reserved's or admitted's payload was built from: the ledger records it from
+    # here once stored (`decision_reads.own_records`), not parsed back from the payload's strings.
+    admission: Admission | None = None
 
 
 class DecisionContext(Protocol):
@@ -121,7 +124,14 @@ def decisions_from(events: Sequence[Event], ctx: DecisionContext) -> list[Decisi
     counts: dict[tuple[str, str], int] = {}
     preemptions: dict[str, pb.PreemptionRequested] = {}
 
-    def add(field: str, payload: Message, e: Event, *, workload: str | None = None) -> None:
+    def add(
+        field: str,
+        payload: Message,
+        e: Event,
+        *,
+        workload: str | None = None,
+        admission: Admission | None = None,
+    ) -> None:
         key = WorkloadKey(workload if workload is not None else e.object)
         n = counts.get((field, key), 0)
         counts[(field, key)] = n + 1
@@ -135,6 +145,7 @@ def decisions_from(events: Sequence[Event], ctx: DecisionContext) -> list[Decisi
                 time_s=e.time,
                 n=n,
                 submitted_id=ctx.submitted_id_of(key),
+                admission=admission,
             )
         )
 
@@ -158,7 +169,7 @@ def decisions_from(events: Sequence[Event], ctx: DecisionContext) -> list[Decisi
                     admission=admission_to_proto(admission),
                     admission_checks=list(ctx.checks_of(key)),
                 )
-                add("quota_reserved", payload, e)
+                add("quota_reserved", payload, e, admission=admission)
             case EventType.ADMITTED:
                 admission = ctx.admission_of(key)
                 if admission is None:
@@ -172,7 +183,7 @@ def decisions_from(events: Sequence[Event], ctx: DecisionContext) -> list[Decisi
                     origin_cluster=manifests.origin_cluster,
                     with_reservation=i > 0 and _admitted_at_once(events, i - 1, ctx),
                 )
-                add("admitted", admitted, e)
+                add("admitted", admitted, e, admission=admission)
             case EventType.PREEMPTED:
                 victim = pb.Victim(
                     workload=key, reason=e.reason, message=e.message, cluster=ctx.cluster_of(key)

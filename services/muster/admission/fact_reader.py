@@ -116,7 +116,7 @@ def fact_of(env: pb.Envelope, *, decoded: Workload | None = None) -> Fact | None
         case "partition_changed":
             return _partition_record_of(env)
         case "pending" | "quota_reserved" | "admitted" | "evicted" | "requeued" | "routed":
-            return _recorded_of(env, field)
+            return recorded_of(env, field)
         case _:
             return None
 
@@ -202,7 +202,11 @@ def _apply_of(env: pb.Envelope) -> ApplyConfig:
     return ApplyConfig(obj, kind=kind, name=applied.name, cluster=env.cluster)
 
 
-def _recorded_of(env: pb.Envelope, field: str) -> Recorded:
+def recorded_of(env: pb.Envelope, field: str, *, built: Admission | None = None) -> Recorded:
+    """The decision `env` (its payload `field`, one of `RECORDED`) as history.
+
+    `built`: the admission a quota_reserved's or admitted's payload was made from, when the
+    caller made it (`decision_reads.own_records`); else it is parsed from the payload."""
     key = WorkloadKey(env.workload)
     at_s = time_s_of(env)
     reason = message = ""
@@ -213,10 +217,10 @@ def _recorded_of(env: pb.Envelope, field: str) -> Recorded:
         case "pending":
             reason, message = env.pending.reason, env.pending.message
         case "quota_reserved":
-            admission = admission_from_proto(env.quota_reserved.admission)
+            admission = _admission(env.quota_reserved.admission, built)
             checks = tuple(env.quota_reserved.admission_checks)
         case "admitted":  # it stands alone when stored before its quota_reserved (events.md)
-            admission = admission_from_proto(env.admitted.admission)
+            admission = _admission(env.admitted.admission, built)
         case "evicted":
             reason, message = env.evicted.reason, env.evicted.message
         case "requeued":
@@ -237,3 +241,7 @@ def _recorded_of(env: pb.Envelope, field: str) -> Recorded:
         checks=checks,
         queue_name=queue_name,
     )
+
+
+def _admission(stored: pb.Admission, built: Admission | None) -> Admission:
+    return built if built is not None else admission_from_proto(stored)

@@ -50,9 +50,10 @@ from typing import NamedTuple, Protocol
 
 from opentelemetry import trace
 
+from muster.admission.decision_reads import own_records
 from muster.admission.decisions import envelopes_of
 from muster.admission.fact_reader import fact_of
-from muster.admission.facts import RECORDED, Delete, Fact, FactError, Finish, Recorded
+from muster.admission.facts import RECORDED, Delete, Fact, FactError, Finish
 from muster.admission.forwarding import reported_key, unwrap
 from muster.admission.lease import doubt_settled
 from muster.admission.relocation import Relocator, Report, StoryFetch
@@ -389,7 +390,9 @@ class Rounds:
         and its next decisions go there (homes.py).
         """
         state = self.state
-        envs = envelopes_of(state.decisions(events), cause=cause, source=state.source)
+        decisions = state.decisions(events)
+        envs = envelopes_of(decisions, cause=cause, source=state.source)
+        records = own_records(decisions, envs)
         spans = trace_decisions(
             envs, service="admission", trace_of=self._trace_of, start_ns=started_ns
         )
@@ -406,7 +409,7 @@ class Rounds:
                 else:
                     await self._store_together(sent)
                 state.record_published(
-                    [fact for env in sent if isinstance(fact := fact_of(env), Recorded)]
+                    [r for env in sent if (r := records.get(env.event_id)) is not None]
                 )
                 for env in sorted(sent, key=_sequence):  # the log keeps stream order
                     self.history.add(env)

@@ -7,11 +7,12 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from muster.admission.decision_reads import own_records
 from muster.admission.decisions import envelopes_of
 from muster.admission.fact_reader import fact_of
 from muster.admission.facts import Recorded
 from muster.admission.state import AdmissionState
-from muster.bus import BusError, new_event
+from muster.bus import BusError, decode, new_event
 from muster.bus.publisher import Fence
 from muster.contracts.v1 import events_pb2 as pb
 
@@ -100,6 +101,12 @@ def reported(field: str, key: str, payload: Any = None, *, at_s: float = 1.0) ->
     )
 
 
+def stored_records(envs: Sequence[pb.Envelope]) -> list[Recorded]:
+    """The decisions among `envs` as a replay or a standby reads them: from the bytes stored."""
+    facts = [fact_of(decode(e.SerializeToString())) for e in envs]
+    return [f for f in facts if isinstance(f, Recorded)]
+
+
 class Stream:
     """MUSTER_EVENTS in a list; `run` is one live round of a replica on one event."""
 
@@ -126,11 +133,14 @@ class Stream:
         fact = fact_of(env)
         events = state.apply(fact, now_s=now_s) if fact is not None else []
         events += state.decide(now_s=now_s)
-        out = envelopes_of(state.decisions(events), cause=env, source=state.source)
+        decisions = state.decisions(events)
+        out = envelopes_of(decisions, cause=env, source=state.source)
         if publish:
             for e in out:
                 self.append(e)
-            state.record_published([f for e in out if isinstance(f := fact_of(e), Recorded)])
+            records = own_records(decisions, out)
+            assert list(records.values()) == stored_records(out)  # as the service records them
+            state.record_published(list(records.values()))
         return out
 
     def rebuild(self, **settings: Any) -> AdmissionState:
