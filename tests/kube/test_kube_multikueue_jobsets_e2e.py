@@ -131,6 +131,9 @@ async def test_a_multikueue_jobset_runs_in_a_worker_is_stopped_there_and_finishe
 
         await eventually(lambda: gone(east.kubectl), timeout_s=20)
         await jobset_status(manager, "train", active=0, ready=0)
+        # Its quota given back once east's pods are gone; until the manager shows that, it
+        # still shows Admitted True in east, which a readmission's status must not be taken for.
+        await status_of(manager, wl, Admitted="False", QuotaReserved="False")
 
         # Resumed: dispatched again (to east, or to west while east's old pods still hold
         # their room), a new copy runs there; it completes, so does the manager's JobSet, its
