@@ -51,7 +51,7 @@ _WORKLOAD_FIELDS: Final = frozenset((*WORKLOAD_FACTS, *RECORDED, "forwarded"))
 _ENCODER: Final = msgspec.msgpack.Encoder()
 _SLICE: Final = 4096  # events encoded at a time, and decoded at a time (`SLICES`)
 _WORKLOAD: Final = msgspec.msgpack.Decoder(Workload)
-_LONG: Final = ("events", "workloads")  # the fields with an item per event, stored in slices
+_LONG: Final = ("sequences", "events", "tags", "workloads")  # an item per event: in slices
 # Stored after them: per long field, each slice's (items, bytes), so that a reader decodes one
 # slice at a time. A reader that does not know it skips it and decodes each field in one call.
 SLICES: Final = "slices"
