@@ -469,6 +469,7 @@ def test_a_snapshot_is_encoded_without_its_whole_encoding_in_memory_at_once() ->
         pytest.param(b"not zlib", id="not-compressed"),
         pytest.param(zlib.compress(b"\xc1garbage"), id="not-msgpack"),
         pytest.param(encode_snapshot(a_snapshot())[:-4], id="truncated"),
+        pytest.param(encode_snapshot(a_snapshot()) + b"more", id="followed-by-more"),
         pytest.param(
             zlib.compress(msgspec.msgpack.encode({"version": VERSION, "sequence": "nine"})),
             id="wrong-types",
