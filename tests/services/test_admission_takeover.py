@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import msgspec
@@ -34,6 +35,7 @@ from prometheus_client import CollectorRegistry
 from test_admission_lease_lost import owner_of, stepped_down
 
 import muster.admission.rebuild
+import muster.admission.snapshot
 import muster.admission.state
 import muster.bus.ordered
 from muster.admission.lease import lease_key
@@ -215,22 +217,63 @@ async def _admitted_once(bus: Bus, keys: list[str]) -> bool:
     return sorted(stored) == keys
 
 
+SLOW = msgspec.structs.replace(CONFIG, lease_ttl_s=2.5, lease_renew_s=0.25, snapshot_s=0.2)
+
+
+def slow_replay(monkeypatch: pytest.MonkeyPatch) -> Callable[[], float]:
+    """Each snapshot event replayed in 0.2 s, in steps of one; returns the time it took."""
+    replay, replayed = muster.admission.rebuild.replay_event, []
+
+    def slow(*args: Any, **kwargs: Any) -> None:
+        time.sleep(0.2)  # the point: nothing else on the loop runs meanwhile
+        replayed.append(args)
+        replay(*args, **kwargs)
+
+    monkeypatch.setattr(muster.admission.rebuild, "replay_event", slow)
+    monkeypatch.setattr(muster.admission.rebuild, "RESTORE_STEP", 1)
+    return lambda: len(replayed) * 0.2
+
+
+class SlowDecoder:
+    """Decodes as `decoder` does, holding the interpreter 0.2 s per item (a loaded host's
+    decode of a million pending held it 8.7 s)."""
+
+    def __init__(self, decoder: msgspec.msgpack.Decoder[tuple[bytes, ...]]) -> None:
+        self.decoder = decoder
+        self.items = 0
+
+    def decode(self, data: bytes) -> tuple[bytes, ...]:
+        items = self.decoder.decode(data)
+        time.sleep(0.2 * len(items))  # the point: nothing else on the loop runs meanwhile
+        self.items += len(items)
+        return items
+
+
+def slow_decode(monkeypatch: pytest.MonkeyPatch) -> Callable[[], float]:
+    """Each snapshot event decoded in 0.2 s (written a slice of one at a time); returns the
+    time it took (task "decode1m")."""
+    slow = SlowDecoder(muster.admission.snapshot._ITEMS["events"])
+    monkeypatch.setitem(muster.admission.snapshot._ITEMS, "events", slow)
+    return lambda: slow.items * 0.2
+
+
+@pytest.mark.parametrize("slow", [slow_replay, slow_decode])
 async def test_a_snapshot_restore_longer_than_the_ttl_keeps_its_lease_when_each_step_is_shorter(
     bus: Bus,
     bus_config: BusConfig,
     events: EventLog,
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
+    slow: Callable[[pytest.MonkeyPatch], Callable[[], float]],
 ) -> None:
-    """A restarted replica restores a snapshot of 2 running and 18 pending workloads at 0.2 s
-    per event (a slow host: a million pending take minutes), 5 s or more in all, past the 2.5 s
-    TTL; in steps of one the renewals run between them: it keeps its lease, nothing is admitted
-    twice, and the next pending workload is admitted once a running one finishes."""
+    """A restarted replica restores a snapshot of 2 running and 18 pending workloads, replaying
+    or decoding at 0.2 s per event (a slow host: a million pending take minutes), 5 s or more in
+    all, past the 2.5 s TTL; in steps of one the renewals run between them: it keeps its lease,
+    nothing is admitted twice, and the next pending workload is admitted once a running one
+    finishes."""
     caplog.set_level(logging.INFO, logger="muster.admission.service")
-    with_snapshots = msgspec.structs.replace(
-        CONFIG, lease_ttl_s=2.5, lease_renew_s=0.25, snapshot_s=0.2
-    )
-    first = await start_metered(bus_config, with_snapshots)
+    monkeypatch.setattr(muster.admission.snapshot, "_SLICE", 1)  # written a slice of one at a time
+    first = await start_metered(bus_config, SLOW)
     async with replicas(first):
         await first.wait_serving()
         await basic_config(bus, cpu="2")
@@ -240,22 +283,12 @@ async def test_a_snapshot_restore_longer_than_the_ttl_keeps_its_lease_when_each_
         await snapshot_written(bus, at_least=last.sequence)
     admitted = sorted(e.workload for e in events.matching("admitted"))
     assert admitted == ["ns/w00", "ns/w01"], admitted
-    replay, replayed = muster.admission.rebuild.replay_event, []
-
-    def slow(*args: Any, **kwargs: Any) -> None:
-        import time
-
-        time.sleep(0.2)  # the point: nothing else on the loop runs meanwhile
-        replayed.append(args)
-        replay(*args, **kwargs)
-
-    monkeypatch.setattr(muster.admission.rebuild, "replay_event", slow)
-    monkeypatch.setattr(muster.admission.rebuild, "RESTORE_STEP", 1)
-    restarted = await start_metered(bus_config, with_snapshots)
+    took_s = slow(monkeypatch)
+    restarted = await start_metered(bus_config, SLOW)
     async with replicas(restarted):
         await restarted.wait_serving()
         assert "snapshot at sequence" in caplog.text  # restored from it
-        assert len(replayed) * 0.2 > 2 * 2.5, len(replayed)  # it took two TTLs or more
+        assert took_s() > 2 * SLOW.lease_ttl_s, took_s()  # it took two TTLs or more
         await publish(bus, fact("finished", "ns/w00"))
         await eventually(lambda: _admitted_once(bus, ["ns/w00", "ns/w01", "ns/w02"]))
         assert restarted.step_downs("expired") == 0, caplog.text

@@ -33,8 +33,9 @@ from muster.admission.snapshot import (
     CONFIG,
     CompactLog,
     Snapshot,
+    SnapshotDecoding,
     SnapshotError,
-    decode_snapshot,
+    inflate,
     partitions_in,
     sequence_in,
     snapshot_headers,
@@ -274,7 +275,9 @@ class SnapshotStore:
         try:
             data = await self._bucket.get(stored.name)
             # In a thread: inflating 130 MB (a million pending) lets the loop run meanwhile.
-            snapshot = await asyncio.to_thread(decode_snapshot, data)
+            decoding = SnapshotDecoding(await asyncio.to_thread(inflate, data))
+            await in_steps(decoding.steps())  # a slice of events at a time: the renewals run
+            snapshot = decoding.snapshot
         except (NotFound, SnapshotError) as exc:  # deleted since it was listed, or torn
             log.warning("snapshot %s ignored: %s", stored.name, exc)
             return None

@@ -401,6 +401,13 @@ def a_snapshot() -> Snapshot:
     )
 
 
+def with_slices(events: object) -> bytes:
+    """a_snapshot() (its events 5 and 6 bytes encoded) as stored, its events' slices `events`."""
+    data = msgspec.msgpack.decode(zlib.decompress(encode_snapshot(a_snapshot())))
+    data["slices"]["events"] = events
+    return zlib.compress(msgspec.msgpack.encode(data))
+
+
 def test_a_snapshot_survives_encoding_and_announces_its_stream_and_sequence() -> None:
     snapshot = a_snapshot()
     assert decode_snapshot(encode_snapshot(snapshot)) == snapshot
@@ -416,6 +423,11 @@ def test_a_snapshot_survives_encoding_and_announces_its_stream_and_sequence() ->
     assert sequence_in(headers, stream="2025-02-01T00:00:00+00:00") is None
 
 
+@pytest.mark.parametrize("slices", [[[1, 5], [1, 6]], [[2, 11]]])
+def test_a_snapshot_is_read_in_the_slices_it_says(slices: list[list[int]]) -> None:
+    assert decode_snapshot(with_slices(slices)) == a_snapshot()
+
+
 @pytest.mark.parametrize("count", [0, 15, 16, 4097, 70_000])  # msgpack's three array headers
 def test_a_snapshot_written_a_slice_at_a_time_reads_as_one_encoding(count: int) -> None:
     events = tuple(f"e{n}".encode() for n in range(count))
@@ -423,10 +435,16 @@ def test_a_snapshot_written_a_slice_at_a_time_reads_as_one_encoding(count: int) 
         sequence=count, sequences=tuple(range(1, count + 1)), events=events, tags=(-2,) * count
     )
 
-    data = zlib.decompress(encode_snapshot(snapshot))
+    data = msgspec.msgpack.decode(zlib.decompress(encode_snapshot(snapshot)))
+    slices = data.pop("slices")
 
-    assert msgspec.msgpack.decode(data) == msgspec.msgpack.decode(msgspec.msgpack.encode(snapshot))
+    assert data == msgspec.msgpack.decode(msgspec.msgpack.encode(snapshot))
+    assert [items for items, _ in slices["events"]] == [
+        min(4096, count - start) for start in range(0, count, 4096)
+    ]
     assert decode_snapshot(encode_snapshot(snapshot)) == snapshot
+    # As written before its slices were stored (one encoding): read in one step a field.
+    assert decode_snapshot(zlib.compress(msgspec.msgpack.encode(snapshot))) == snapshot
 
 
 def test_a_snapshot_is_encoded_without_its_whole_encoding_in_memory_at_once() -> None:
@@ -451,6 +469,7 @@ def test_a_snapshot_is_encoded_without_its_whole_encoding_in_memory_at_once() ->
         pytest.param(b"not zlib", id="not-compressed"),
         pytest.param(zlib.compress(b"\xc1garbage"), id="not-msgpack"),
         pytest.param(encode_snapshot(a_snapshot())[:-4], id="truncated"),
+        pytest.param(encode_snapshot(a_snapshot()) + b"more", id="followed-by-more"),
         pytest.param(
             zlib.compress(msgspec.msgpack.encode({"version": VERSION, "sequence": "nine"})),
             id="wrong-types",
@@ -467,6 +486,12 @@ def test_a_snapshot_is_encoded_without_its_whole_encoding_in_memory_at_once() ->
             encode_snapshot(Snapshot(sequence=9, sequences=(5,), events=(b"a", b"b"))),
             id="sequences-and-events-disagree",
         ),
+        pytest.param(with_slices([[1, 5], [1, 7]]), id="slices-past-the-events"),
+        pytest.param(with_slices([[1, 5]]), id="slices-short-of-the-events"),
+        pytest.param(with_slices([[1, 5], [2, 6]]), id="slices-of-other-counts"),
+        pytest.param(with_slices([[1, 4], [1, 7]]), id="slices-cutting-an-event"),
+        pytest.param(with_slices([[1, 11]]), id="a-slice-of-more-than-it-says"),
+        pytest.param(with_slices("two"), id="slices-not-a-list"),
     ],
 )
 def test_a_corrupt_snapshot_is_refused(data: bytes) -> None:
