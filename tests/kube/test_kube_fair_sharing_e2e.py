@@ -109,10 +109,15 @@ async def test_a_running_jobs_local_queue_usage_is_resampled_every_interval(
         await stack.kubectl.apply(QUEUES + "---" + JOB)
         await job_when(stack.kubectl, "ml", "train", suspended=False)  # admitted: it runs
         first = await sampled_after(stack.kubectl, "")
-        # Nothing happens to the job from now on: only the samples move the status on.
-        later = await sampled_after(stack.kubectl, first["lastUpdate"])
-        cpu = [parse_quantity(s["consumedResources"]["cpu"]) for s in (first, later)]
-        assert cpu[1] > cpu[0]  # 2 cpu running: its usage grows toward them
+        # Nothing happens to the job from now on: only the samples move the status on. Two
+        # samples can land within a second (the admission's, then the interval's), too close
+        # for a 10m half-life to move a whole millicore: wait for a later one that grew.
+        start = cores(first)
+        later = await sampled_when(
+            stack.kubectl,
+            lambda fair, cpu: fair["lastUpdate"] > first["lastUpdate"] and cpu > start,
+        )
+        assert start < cores(later) < 2  # 2 cpu running: its usage grows toward them
 
 
 async def test_a_jobs_reclaimed_pods_lower_its_local_queues_usage(tmp_path: Path) -> None:
