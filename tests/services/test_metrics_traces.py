@@ -141,9 +141,12 @@ async def test_metrics_and_traces_follow_a_scripted_run(
     def settled() -> bool:
         samples = scrape(admission)
         pending = value(samples, "kueue_pending_workloads", **cq)
-        return pending == 0 and value(samples, "kueue_admitted_active_workloads", **cq) == 3
+        # The consumer's lag is read from NATS every LAG_EVERY_S (5 s): wait for a fresh read.
+        lag = value(samples, "muster_consumer_pending_messages", consumer="admission-0")
+        admitted = value(samples, "kueue_admitted_active_workloads", **cq)
+        return pending == 0 and admitted == 3 and lag == 0
 
-    await eventually(settled)
+    await eventually(settled, timeout_s=20)
     samples = scrape(admission)
     assert value(samples, "kueue_admitted_workloads_total", **cq, priority_class="") == 5
     assert value(samples, "kueue_quota_reserved_workloads_total", **cq) == 5
@@ -153,7 +156,6 @@ async def test_metrics_and_traces_follow_a_scripted_run(
     assert value(samples, "kueue_finished_workloads_total", **cq) == 1
     assert value(samples, "kueue_admission_wait_time_seconds_count", **cq) == 5
     assert value(samples, "muster_admission_round_duration_seconds_count", phase="decide")
-    assert value(samples, "muster_consumer_pending_messages", consumer="admission-0") == 0
 
     gateway_samples = scrape(metrics_of(stack, "gateway"))
     published = {"service": "gateway", "type": "workload.submitted"}
