@@ -1,7 +1,8 @@
 """status.clusterName of a MultiKueue workload on the manager, in the status book, as Kueue
 keeps it: set once a worker admits it, unset by any eviction at once (a deactivation too,
 though the pods still stop: prepareForEviction's resetClusterNomination,
-pkg/workload/evict/evict.go), kept once it finished. Pure (end to end:
+pkg/workload/evict/evict.go), kept once it finished; and the writer's way through Kueue's rule
+that it is immutable once set. The book's tests are pure (end to end:
 test_kube_multikueue_e2e)."""
 
 from __future__ import annotations
@@ -9,9 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from test_kube_status_book import WL, admission, config
+from test_kube_status_checks import workload_of_job
 
 from muster.bus import new_event
+from muster.cluster.errors import InvalidObjectError
+from muster.cluster.kube import KubeBackend, StatusWriter, StatusWriterSettings
+from muster.cluster.kube.transport import Transport
 from muster.contracts.v1 import events_pb2 as pb
+from muster.devtools.apiserver import ApiServer
 from muster.watcher.kueue_status.book import StatusBook
 
 MANAGER = "manager"
@@ -117,3 +123,54 @@ def test_a_workload_admitted_in_its_own_cluster_names_none() -> None:
     made.apply(told("requeued", pb.WorkloadRequeued(reason="Evicted", message="requeued")))
     made.apply(admitted(MANAGER))
     assert "clusterName" not in status(made)
+
+
+class KueueCluster(Transport):
+    """The backend's transport, refusing what Kueue's Workload CRD refuses of a status write
+    ("clusterName is immutable once set": from one worker to another without unsetting it
+    first), which the API-server stand-in does not check; the clusterName of each write."""
+
+    def __init__(self, inner: Transport, server: ApiServer) -> None:
+        super().__init__(inner.api, writes=inner.writes, owns_client=False)
+        self.server = server
+        self.written: list[Any] = []
+
+    async def checked(self, method: str, path: str, **kw: Any) -> Any:
+        status = (kw.get("body") or {}).get("status") or {}
+        if method == "PATCH" and path.endswith("/status") and "clusterName" in status:
+            rt = self.server.registry.by_key(("kueue.x-k8s.io", "workloads"))
+            assert rt is not None
+            *_, namespace, _, name, _ = path.split("/")
+            stored = self.server.api.get(rt, namespace, name).get("status") or {}
+            was, now = stored.get("clusterName"), status["clusterName"]
+            if was and now and was != now:
+                raise InvalidObjectError(kw["obj"], ["status: clusterName is immutable once set"])
+            self.written.append(now)
+        return await super().checked(method, path, **kw)
+
+
+async def test_a_move_to_another_worker_is_written_through_no_cluster(
+    server: ApiServer, backend: KubeBackend
+) -> None:
+    ref = await workload_of_job(server, backend)
+    kueue = KueueCluster(backend.transport, server)
+    statuses = StatusWriter(kueue, settings=StatusWriterSettings(qps=20.0, burst=1))
+    made = running_in_east()
+    statuses.desire(ref, status(made))
+    await statuses.flush()
+    # Evicted from east, requeued and admitted in west before the writer's next turn: the
+    # three desires coalesce into one status, west's.
+    made.apply(evicted("ClusterLost", "worker cluster east was lost"))
+    statuses.desire(ref, status(made))
+    made.apply(told("requeued", pb.WorkloadRequeued(reason="Evicted", message="requeued")))
+    made.apply(admitted("west"))
+    statuses.desire(ref, status(made))
+    await statuses.flush()
+    await statuses.close()
+    assert statuses.stats.dropped == 0
+    assert kueue.written == ["east", None, "west"]
+    rt = server.registry.by_key(("kueue.x-k8s.io", "workloads"))
+    assert rt is not None
+    stored = server.api.get(rt, ref.namespace, ref.name)["status"]
+    assert stored["clusterName"] == "west"
+    assert {c["type"]: c["status"] for c in stored["conditions"]}["Admitted"] == "True"
