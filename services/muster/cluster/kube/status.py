@@ -136,6 +136,13 @@ def completed_conditions(
     return out
 
 
+def _moves_cluster(previous: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    """Whether `status` names another worker than the written `previous` did (a Workload's
+    status.clusterName, both set)."""
+    was, now = previous.get("clusterName"), status.get("clusterName")
+    return bool(was and now and was != now)
+
+
 class StatusWriter:
     """Coalescing, rate-limited status writes for Kueue objects (see the module docstring).
 
@@ -251,6 +258,12 @@ class StatusWriter:
                 previous.get("conditions", ()),
                 now=format_time(self._clock()),
             )
+        if _moves_cluster(previous, status):
+            # Kueue's CRD: clusterName is immutable once set, though it may be unset (an
+            # eviction does) and set anew. Desires that coalesced from one worker to another
+            # are written in two: unset now, the new worker next (a newer desire wins).
+            self._desired.setdefault(ref, desired)
+            status = {f: v for f, v in status.items() if f != "clusterName"}
         checks_due = checks is not None and checks != self._checks_written.get(ref)
         if ref in self._written and status == previous and not checks_due:
             self.stats.skipped += 1
