@@ -286,16 +286,19 @@ class AdmissionUsage:
         *,
         at_s: float,
         config: AdmissionFairSharingConfig,
+        penalized: bool = True,
     ) -> None:
         """Workload `key` of `local_queue` holds `usage` from `at_s`: its run counts (A1) with
-        its entry penalty (A2). A workload already running keeps its first start."""
+        its entry penalty (A2) when `penalized` (Kueue's scheduler prices one only in a
+        ClusterQueue that orders by usage). A workload already running keeps its first start."""
         if key in self.open:
             return
         owner = self.owners.get(key)
         if owner is not None and owner != local_queue:
             self.retire(key, config=config)  # moved to another LocalQueue (routed)
         requests = requests_of(usage)
-        penalty = entry_penalty(requests, config) if config.usage_half_life_s > 0 else {}
+        priced = penalized and config.usage_half_life_s > 0
+        penalty = entry_penalty(requests, config) if priced else {}
         queue = self.queues.get(local_queue)
         if queue is None:
             queue = self.queues[local_queue] = QueueUsage()
