@@ -261,3 +261,28 @@ async def test_the_status_task_desires_a_local_queues_status_as_each_sample_fall
     assert {ref.name for ref, _ in firsts} == {"a"}
     # Team b's (idle) sample is due at 1250 s, team a's at 1300 s: it wakes just past each.
     assert waits[:2] == [250.01, 50.0]
+
+
+def queue_status(*, active: bool, s: float) -> pb.Envelope:
+    status = pb.ClusterQueueStatus(
+        name="cq", active=active, inactive_reason="" if active else "Stopped"
+    )
+    return at("queue_status", pb.QueueStatusChanged(cluster_queue=status), s=s)
+
+
+def test_an_inactive_cluster_queues_local_queues_are_sampled_once_it_is_active_again() -> None:
+    made = book(FAIR)
+    made.apply(queue_status(active=False, s=660.0))
+    assert made.sample(1000.0) == set()
+    assert made.next_sample_s() is None
+    made.apply(queue_status(active=True, s=1100.0))
+    assert made.sample(1100.0) == {A}  # at the tick its grid reached meanwhile
+    assert status(made, "a") == ("1970-01-01T00:16:40Z", {"cpu": "835m"})
+
+
+def test_a_stopped_local_queue_is_not_sampled() -> None:
+    made = book(FAIR)
+    made.apply(applied("LocalQueue", "ml/a", {"clusterQueue": "cq", "stopPolicy": "Hold"}, s=660.0))
+    assert made.sample(1000.0) == set()
+    made.apply(applied("LocalQueue", "ml/a", {"clusterQueue": "cq"}, s=1100.0))
+    assert made.sample(1100.0) == {A}

@@ -78,6 +78,9 @@ class QueueBook:
         self._due: dict[tuple[str, str], float] = {}
         self._unsettled: dict[tuple[str, str], set[str]] = {}
         self._usage_based: set[str] = set()
+        # Kueue reconciles no usage of a stopped LocalQueue or an inactive ClusterQueue's.
+        self._stopped: set[tuple[str, str]] = set()
+        self._inactive: set[str] = set()  # ClusterQueues, as admission's queue.status says
 
     def _resized(self, key: str, wl: WorkloadRecord, *, at_s: float) -> set[ObjectRef]:
         """Admission fair sharing: `wl`'s run holds what it holds now from `at_s` (a no-op
@@ -150,8 +153,15 @@ class QueueBook:
         return min(dues) if dues else None
 
     def _samples(self, lq: tuple[str, str]) -> bool:
-        """Kueue's LocalQueue controller reconciles usage only with the ClusterQueue there."""
-        return self._local_queues.get(lq) in self._cluster_queues
+        """Kueue's LocalQueue controller reconciles usage only of a LocalQueue not stopped
+        whose ClusterQueue is there and active (Reconcile returns before it otherwise, and
+        requeues nothing: reactivated, the ClusterQueue's event brings the next sample)."""
+        cluster_queue = self._local_queues.get(lq)
+        return (
+            cluster_queue in self._cluster_queues
+            and cluster_queue not in self._inactive
+            and lq not in self._stopped
+        )
 
     def _sample_due(self, lq: tuple[str, str], now_s: float) -> bool:
         """Sample `lq` at the last tick at or before `now_s` of its grid: every
@@ -198,6 +208,10 @@ class QueueBook:
 
     def _queue_status(self, status: pb.ClusterQueueStatus) -> set[ObjectRef]:
         self._cluster_queues[status.name] = cluster_queue_status(status)
+        if status.active:
+            self._inactive.discard(status.name)
+        else:
+            self._inactive.add(status.name)
         return {ObjectRef(kind="ClusterQueue", name=status.name)}
 
     def _config(self, env: pb.Envelope) -> set[ObjectRef]:
@@ -213,6 +227,7 @@ class QueueBook:
             lq = split_key(name)
             if not applied:
                 self._local_queues.pop(lq, None)
+                self._stopped.discard(lq)
                 for book in (self._shown, self._due, self._unsettled):
                     book.pop(lq, None)  # Kueue drops its usage with it
                 self._usage.forget("/".join(kept) for kept in self._local_queues)
@@ -226,7 +241,13 @@ class QueueBook:
                 manifest = applied_document(env.config_applied)
             except PayloadError:  # admission dead-letters it; no ClusterQueue known here
                 manifest = {}
-            self._local_queues[lq] = str((manifest.get("spec") or {}).get("clusterQueue") or "")
+            spec = manifest.get("spec")
+            spec = spec if isinstance(spec, dict) else {}  # admission dead-letters it
+            self._local_queues[lq] = str(spec.get("clusterQueue") or "")
+            if spec.get("stopPolicy") in (None, "", "None"):
+                self._stopped.discard(lq)
+            else:
+                self._stopped.add(lq)
             return {self._lq_ref(lq)}
         if kind == "ClusterQueue":
             cq = _cluster_queue_of(env.config_applied) if applied else None
@@ -239,6 +260,7 @@ class QueueBook:
             else:
                 self._cluster_queues.pop(name, None)
                 self._cluster_queue_checks.pop(name, None)
+                self._inactive.discard(name)
             return {self._lq_ref(lq) for lq, cq in self._local_queues.items() if cq == name}
         return set()
 
