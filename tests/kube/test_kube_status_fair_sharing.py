@@ -286,3 +286,13 @@ def test_a_stopped_local_queue_is_not_sampled() -> None:
     assert made.sample(1000.0) == set()
     made.apply(applied("LocalQueue", "ml/a", {"clusterQueue": "cq"}, s=1100.0))
     assert made.sample(1100.0) == {A}
+
+
+def test_an_event_told_after_a_later_sample_moves_no_last_update_back() -> None:
+    made = book(FAIR)
+    made.apply(submitted("ml/a2", s=790.0))
+    assert made.sample(1000.0) == {A}
+    # Stamped before the sample by its producer's clock, told after it: samples (a penalty
+    # waits for checks) as of the sample, not before it.
+    made.apply(at("quota_reserved", reserved("1", checks=("prov",)), s=999.0, workload="ml/a2"))
+    assert status(made, "a") == ("1970-01-01T00:16:40Z", {"cpu": "835m"})

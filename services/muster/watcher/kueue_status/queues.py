@@ -185,9 +185,11 @@ class QueueBook:
         each per interval). Whether it changed what the status shows."""
         fair = self._fair
         assert fair is not None
+        shown = self._shown.get(lq)
+        if shown is not None:  # an event told late (another clock) moves no lastUpdate back
+            at_s = max(at_s, shown[0])
         self._due[lq] = at_s + fair.usage_sampling_interval_s
         consumed = self._usage.consumed("/".join(lq), now_s=at_s, config=fair)
-        shown = self._shown.get(lq)
         if not consumed and (shown is None or not shown[1]):
             return False
         self._shown[lq] = (at_s, consumed)
