@@ -158,9 +158,10 @@ class CheckModels:
         gang = gang_of_admitted(
             wl, admission, flavors=self.flavors, priority=0, created_s=0.0, with_pods=False
         )
-        no_labels: dict[str, str] = {}  # the binder's starts carry none of the template's
+        # The model keeps no template labels; no controller simulated here asks for labels.
+        no_labels: dict[str, str] = {}
         pods = {ps.name: (no_labels, ps.annotations, ps.node_selector) for ps in gang.pod_sets}
-        return start_conflict(pods, updates)
+        return start_conflict(pods, updates, workload=wl.meta.name)
 
     def state_now(self, now_s: float) -> object:
         """What decides the controllers' next answers, for `Repeats` (runner.py): per workload,

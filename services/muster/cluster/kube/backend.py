@@ -257,7 +257,7 @@ class KubeBackend:
             await start_jobset(
                 api,
                 jobset,
-                with_check_updates(pod_sets, workload, what=workload_key),
+                with_check_updates(pod_sets, workload, what=workload_key, owner=jobset),
                 workload=name,
                 admission=admission,
             )
@@ -265,7 +265,8 @@ class KubeBackend:
         job, workload = await job_of(api, namespace, name)
         if job is not None and workload is None:
             workload = await api.get_or_none(self.objects.kueue["Workload"], name, namespace)
-        pod_sets = with_check_updates(pod_sets, workload, what=workload_key)  # its checks' asks
+        # Its checks' asks, over what its pods carry: the Job's template, else the Workload's.
+        pod_sets = with_check_updates(pod_sets, workload, what=workload_key, owner=job)
         if nodes is not None:
             self._refuse_placed(name, namespace, job=job, workload=workload, origin=origin)
         if job is None and workload is None and origin is not None:
