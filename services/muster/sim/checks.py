@@ -160,7 +160,8 @@ class CheckModels:
         gang = gang_of_admitted(
             wl, admission, flavors=self.flavors, priority=0, created_s=0.0, with_pods=False
         )
-        # The model keeps no template labels; no controller simulated here asks for labels.
+        # The model keeps no template labels (a Job's differ per Job: they would part the
+        # workloads BestEffortFIFO decides alike), so only muster's own meet an update here.
         no_labels: dict[str, str] = {}
         pods = {ps.name: (no_labels, ps.annotations, ps.node_selector) for ps in gang.pod_sets}
         return start_conflict(pods, updates, workload=wl.meta.name)

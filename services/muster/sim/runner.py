@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Protocol
 
 import msgspec
@@ -551,7 +552,7 @@ class Simulation:
             if not self.check_models.runs(check)
             for update in self.scenario.check_updates.get(check, ())
         ]
-        return sorted([*self.check_models.pod_set_updates(key), *scripted], key=_check_of)
+        return sorted([*self.check_models.pod_set_updates(key), *scripted], key=attrgetter("check"))
 
     def result(self) -> SimulationResult:
         engine = self.engine
@@ -595,7 +596,3 @@ __all__ = [
     "run_scenario",
     "simulate",
 ]
-
-
-def _check_of(update: PodSetUpdate) -> str:
-    return update.check

@@ -337,8 +337,8 @@ def admission_check_updates(
         name = obj.meta.name
         try:
             updates = json.loads(obj.meta.annotations[CHECK_POD_SET_UPDATES])
-        except ValueError as exc:
-            updates = exc
+        except (ValueError, RecursionError):
+            updates = None
         if not isinstance(updates, list) or not all(
             isinstance(u, dict) and isinstance(u.get("name"), str) and u["name"] for u in updates
         ):
