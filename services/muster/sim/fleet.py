@@ -92,8 +92,7 @@ class Fleet:
         """Place the pods of an admitted workload where it was dispatched (else locally)."""
         cluster = self.book.targets.get(wl.key, LOCAL_CLUSTER)
         self.where[wl.key] = cluster
-        if cluster != LOCAL_CLUSTER:  # admitted in the manager's own cluster: none
-            self.ran_on[wl.key] = cluster
+        self.name_cluster(wl.key, cluster)
         placement = self.placements.get(cluster)
         if placement is None:  # no nodes in the scenario: it runs at once
             self.host.gang_bound(wl.key)
@@ -101,8 +100,17 @@ class Fleet:
         if cluster not in self.book.down:
             placement.admitted(wl, admission, run_s=run_s, now_s=now_s)
 
+    def name_cluster(self, key: WorkloadKey, cluster: str) -> None:
+        """status.clusterName at an admission in `cluster` (none in the manager's own)."""
+        if cluster != LOCAL_CLUSTER:
+            self.ran_on[key] = cluster
+
     def admission_ended(self, key: WorkloadKey, *, finished: bool, now_s: float) -> None:
         if finished:
+            if key not in self.where and key in self.book.targets:
+                # Ended at its admission, before any pod (FailedToStart): admitted in its
+                # worker all the same, and so named there.
+                self.name_cluster(key, self.book.targets[key])
             self.book.forget(key)
         else:
             self.book.stopped(key)

@@ -1,16 +1,19 @@
 """status.clusterName in `muster simulate`, as the watcher writes it on Kubernetes for the same
 story (tests/kube/test_kube_status_cluster_name.py): the worker once the workload is admitted
 there, not at dispatch; unset at once by any eviction (preemption, a deactivation too), though
-its pods still stop; kept once it finished. A cluster lost: tests/scenarios/multicluster."""
+its pods still stop; kept once it finished, at its admission too (FailedToStart). A cluster
+lost: tests/scenarios/multicluster."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from sim_yaml import admission_check, cluster, run, timeline, workload
 
-from muster.sim import SimulationResult
+from muster.sim import SimulationResult, simulate
 from muster.sim.report import to_document
+from muster.sim.scenario import load_scenario
 
 WORKERS = """\
 apiVersion: kueue.x-k8s.io/v1beta2
@@ -106,3 +109,47 @@ waitForPodsReady:
     stuck = status_of(result, "stuck")
     assert "clusterName" not in stuck
     assert to_document(result)["workloads"][0]["spec"]["active"] is False
+
+
+def test_a_workload_that_fails_to_start_in_its_worker_names_it(tmp_path: Path) -> None:
+    # Its ProvisioningRequest check's Ready gives the pods' class annotation another value than
+    # the Job's template: admitted in east at 30 s, and ended there at once (FailedToStart).
+    docs = (
+        WORKERS,
+        """\
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ProvisioningRequestConfig
+metadata: {name: capacity, annotations: {muster.dev/provisioning: "Provisioned@30"}}
+spec: {provisioningClassName: check-capacity.autoscaling.x-k8s.io, managedResources: [cpu]}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: AdmissionCheck
+metadata: {name: prov}
+spec:
+  controllerName: kueue.x-k8s.io/provisioning-request
+  parameters: {apiGroup: kueue.x-k8s.io, kind: ProvisioningRequestConfig, name: capacity}
+""",
+        cluster(checks=("dispatch", "prov")),
+        """\
+apiVersion: batch/v1
+kind: Job
+metadata: {namespace: team-a, name: train, labels: {kueue.x-k8s.io/queue-name: lq}}
+spec:
+  suspend: true
+  template:
+    metadata:
+      annotations: {autoscaling.x-k8s.io/provisioning-class-name: best-effort-atomic-scale-up}
+    spec:
+      restartPolicy: Never
+      containers: [{name: main, image: busybox, resources: {requests: {cpu: "1"}}}]
+""",
+    )
+    scenario = tmp_path / "s.yaml"  # through the file loader, which reads check configs
+    scenario.write_text("---\n".join(docs))
+    result = simulate(load_scenario([scenario]))
+    assert [(e.time, str(e.type), e.reason) for e in result.events][-2:] == [
+        (30.0, "Admitted", "Admitted"),
+        (30.0, "Finished", "FailedToStart"),
+    ]
+    (train,) = to_document(result)["workloads"]
+    assert train["status"]["clusterName"] == "east"
