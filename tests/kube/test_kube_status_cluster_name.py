@@ -128,12 +128,14 @@ def test_a_workload_admitted_in_its_own_cluster_names_none() -> None:
 class KueueCluster(Transport):
     """The backend's transport, refusing what Kueue's Workload CRD refuses of a status write
     ("clusterName is immutable once set": from one worker to another without unsetting it
-    first), which the API-server stand-in does not check; the clusterName of each write."""
+    first), which the API-server stand-in does not check; the clusterName of each write it
+    let through, and of each it refused."""
 
     def __init__(self, inner: Transport, server: ApiServer) -> None:
         super().__init__(inner.api, writes=inner.writes, owns_client=False)
         self.server = server
         self.written: list[Any] = []
+        self.refused: list[Any] = []
 
     async def checked(self, method: str, path: str, **kw: Any) -> Any:
         status = (kw.get("body") or {}).get("status") or {}
@@ -144,6 +146,7 @@ class KueueCluster(Transport):
             stored = self.server.api.get(rt, namespace, name).get("status") or {}
             was, now = stored.get("clusterName"), status["clusterName"]
             if was and now and was != now:
+                self.refused.append(now)
                 raise InvalidObjectError(kw["obj"], ["status: clusterName is immutable once set"])
             self.written.append(now)
         return await super().checked(method, path, **kw)
@@ -174,3 +177,55 @@ async def test_a_move_to_another_worker_is_written_through_no_cluster(
     stored = server.api.get(rt, ref.namespace, ref.name)["status"]
     assert stored["clusterName"] == "west"
     assert {c["type"]: c["status"] for c in stored["conditions"]}["Admitted"] == "True"
+
+
+def moved_to_west(made: StatusBook) -> None:
+    """East lost: ml/train evicted, requeued and admitted in west."""
+    made.apply(evicted("ClusterLost", "worker cluster east was lost"))
+    made.apply(told("requeued", pb.WorkloadRequeued(reason="Evicted", message="requeued")))
+    made.apply(admitted("west"))
+
+
+async def test_a_restarted_writer_moves_the_stored_cluster_through_no_cluster(
+    server: ApiServer, backend: KubeBackend
+) -> None:
+    ref = await workload_of_job(server, backend)
+    kueue = KueueCluster(backend.transport, server)
+    settings = StatusWriterSettings(qps=20.0, burst=1)
+    made = running_in_east()
+    before = StatusWriter(kueue, settings=settings)
+    before.desire(ref, status(made))
+    await before.flush()
+    await before.close()
+    # The watcher restarts; meanwhile ml/train moved to west. The new writer knows nothing
+    # it wrote: its first write names west over the stored east, and is refused.
+    moved_to_west(made)
+    after = StatusWriter(kueue, settings=settings)
+    after.desire(ref, status(made))
+    await after.flush()
+    await after.close()
+    assert after.stats.dropped == 0
+    assert kueue.refused == ["west"]
+    assert kueue.written == ["east", None, "west"]
+    rt = server.registry.by_key(("kueue.x-k8s.io", "workloads"))
+    assert rt is not None
+    stored = server.api.get(rt, ref.namespace, ref.name)["status"]
+    assert stored["clusterName"] == "west"
+    assert {c["type"]: c["status"] for c in stored["conditions"]}["Admitted"] == "True"
+
+
+async def test_a_restarted_writer_naming_the_stored_cluster_writes_once(
+    server: ApiServer, backend: KubeBackend
+) -> None:
+    ref = await workload_of_job(server, backend)
+    kueue = KueueCluster(backend.transport, server)
+    made = running_in_east()
+    for _ in range(2):  # the second writer: after a restart, the same status again
+        statuses = StatusWriter(kueue, settings=StatusWriterSettings(qps=20.0, burst=1))
+        statuses.desire(ref, status(made))
+        await statuses.flush()
+        await statuses.close()
+        assert statuses.stats.writes == 1
+        assert statuses.stats.retries == 0
+    assert kueue.written == ["east", "east"]
+    assert kueue.refused == []
