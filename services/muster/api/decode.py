@@ -284,10 +284,18 @@ def decode_documents(
 # A Kueue Workload's JSON read straight into its wire struct: one pass, no dicts built.
 _WORKLOAD_JSON: Final = msgspec.json.Decoder(wire.RawWorkload)
 _WORKLOAD_KIND: Final = _KINDS[KUEUE_V1BETA2, "Workload"]
-# A number json.loads refuses (Python's limit on an int's digits) even in a field msgspec skips
-# unread; the lookbehind starts a match only where a run of digits starts, so a search is linear.
-_INT_DIGITS: Final = sys.get_int_max_str_digits()
-_TOO_LONG_INT: Final = re.compile(rf"(?<![0-9])[0-9]{{{_INT_DIGITS + 1}}}") if _INT_DIGITS else None
+# A number json.loads refuses (past Python's limit on an int's digits), even in a field msgspec
+# skips unread, found as a run of "0" once every digit is one: at C speed (a regular expression
+# took 100 times as long on a large manifest of short numbers).
+_INT_DIGITS: Final = sys.get_int_max_str_digits()  # 0: no limit
+_TOO_LONG_INT: Final = b"0" * (_INT_DIGITS + 1)
+_DIGITS_AS_ZERO: Final = bytes.maketrans(b"123456789", b"0" * 9)
+
+
+def _has_too_long_int(text: str) -> bool:
+    if not _INT_DIGITS or len(text) <= _INT_DIGITS:
+        return False
+    return _TOO_LONG_INT in text.encode("utf-8", "surrogatepass").translate(_DIGITS_AS_ZERO)
 
 
 def decode_workload_json(
@@ -300,7 +308,7 @@ def decode_workload_json(
     the json module: NaN, a lone surrogate, an int past Python's limit): read it there, which
     names the problem. `checked` False: its names, labels, annotations and `validate` are not
     checked (what the binder reads of a workload admission admitted)."""
-    if _TOO_LONG_INT is not None and len(text) > _INT_DIGITS and _TOO_LONG_INT.search(text):
+    if _has_too_long_int(text):
         return None
     try:
         raw = _WORKLOAD_JSON.decode(text)
