@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from functools import partial
 
-from muster.api.model import AdmissionFairSharingConfig, AdmissionMode
-from muster.core.admission_fair_sharing import AdmissionUsage
+from muster.api.model import AdmissionMode
 from muster.core.conditions import QUOTA_RESERVED, not_admitted
 from muster.core.events import EventType
 from muster.core.fairshare import ZERO, borrows_on, dominant_share, with_usage
@@ -90,7 +89,7 @@ class Queueing:
             or not config.best_effort(cq)
         ):
             return None
-        return _LocalUsage(state, book, settings)
+        return _LocalUsage(state)
 
     def enqueue(self, r: WorkloadRecord) -> None:
         r.phase = Phase.PENDING
@@ -324,21 +323,13 @@ class Queueing:
 class _LocalUsage:
     """`LocalUsage` over the engine's clock and its `AdmissionUsage`."""
 
-    __slots__ = ("book", "settings", "state")
+    __slots__ = ("state",)
 
-    def __init__(
-        self, state: EngineState, book: AdmissionUsage, settings: AdmissionFairSharingConfig
-    ) -> None:
+    def __init__(self, state: EngineState) -> None:
         self.state = state
-        self.book = book
-        self.settings = settings
 
     def now_s(self) -> float:
         return self.state.now_s
 
     def usage(self, local_queue: str) -> float:
-        lq = self.state.config.local_queues.get(local_queue)
-        weight = lq.fair_sharing_weight if lq is not None else 1.0  # Kueue: missing, 1
-        return self.book.usage(
-            local_queue, now_s=self.state.now_s, config=self.settings, queue_weight=weight
-        )
+        return self.state.local_queue_usage(local_queue)
