@@ -82,22 +82,24 @@ def candidate_order(c: QuotaHolder, cq: str, usage: float | None = None) -> Cand
 
 def sort_candidates(found: list[QuotaHolder], cq: str, tree: TreeView) -> None:
     """Sort `found` in Kueue's candidate order for a preemptor of `cq`."""
-    found.sort(key=candidate_keys(found, cq, tree))
+    found.sort(key=candidate_keys(found, cq, tree, each_queue=tree.fair_sharing is not None))
 
 
 def candidate_keys(
-    found: Iterable[QuotaHolder], cq: str, tree: TreeView
+    found: Iterable[QuotaHolder], cq: str, tree: TreeView, *, each_queue: bool = False
 ) -> Callable[[QuotaHolder], CandidateKey]:
     """The `candidate_order` of each of `found`, sorted together for a preemptor of `cq`.
 
     Kueue compares two candidates by their LocalQueues' usage only when both are of one
     ClusterQueue that orders by usage (ordering.go, resourceUsagePreemptionEnabled): always so
-    among the preemptor's own; among other ClusterQueues' candidates only when they are all of
-    one. Differs from Kueue: with candidates of several other ClusterQueues Kueue's comparison
-    is no order (usage inside one, priority across), and its sort's outcome depends on the
-    input's; muster leaves their usage out and orders them by priority."""
+    among the preemptor's own; among other ClusterQueues' candidates when they are all of one,
+    or when the search takes them queue by queue (`each_queue`: fair sharing, which compares
+    the heads of two queues without usage). Differs from Kueue: with candidates of several
+    other ClusterQueues in one list Kueue's comparison is no order (usage inside one, priority
+    across), and its sort's outcome depends on the input's; muster leaves their usage out
+    and orders them by priority."""
     others = {c.cluster_queue for c in found if c.cluster_queue != cq}
-    ranked = {cq} | others if len(others) == 1 else {cq}
+    ranked = {cq} | others if each_queue or len(others) == 1 else {cq}
     usages: dict[tuple[str, str], float | None] = {}
 
     def key(c: QuotaHolder) -> CandidateKey:

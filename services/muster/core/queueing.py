@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from functools import partial
 
-from muster.api.model import AdmissionMode
 from muster.core.conditions import QUOTA_RESERVED, not_admitted
 from muster.core.events import EventType
 from muster.core.fairshare import ZERO, borrows_on, dominant_share, with_usage
@@ -19,6 +18,7 @@ from muster.core.flavors import Assignment
 from muster.core.preemption import Victims
 from muster.core.queues import (
     SET_ASIDE,
+    FairStrictGroup,
     ListedTrees,
     LocalUsage,
     Park,
@@ -76,18 +76,9 @@ class Queueing:
 
     def _local_usage(self, cq: str) -> LocalUsage | None:
         """How `cq` weighs its LocalQueues' usage now, if it orders by it (admission fair
-        sharing: configured, and `cq` a BestEffortFIFO queue asking for it)."""
+        sharing: configured, and `cq` asking for it, StrictFIFO or BestEffortFIFO)."""
         state = self.state
-        config = state.config
-        settings = config.kueue.admission_fair_sharing
-        book = state.admission_usage
-        queue = config.cluster_queues[cq]
-        if (
-            settings is None
-            or book is None
-            or queue.admission_mode is not AdmissionMode.USAGE_BASED
-            or not config.best_effort(cq)
-        ):
+        if state.admission_usage is None or not state.config.usage_based(cq):
             return None
         return _LocalUsage(state)
 
@@ -101,18 +92,22 @@ class Queueing:
             return
         r.cluster_queue = cq_name or ""
         cq = self.state.queues[r.cluster_queue]
-        shape = r.shape if config.best_effort(r.cluster_queue) else b""
+        strict = not config.best_effort(r.cluster_queue)
+        shape = b"" if strict else r.shape
         if self.routing is not None and self.routing.is_routed(r.key):
             shape = b"routed:" + r.shape  # never in one group with the queue's own workloads
         group = cq.groups.get(shape)
-        if group is None:
+        if group is None and strict and not shape and cq.local_usage is not None:
+            group = cq.groups[shape] = FairStrictGroup(cq, shape, cq.local_usage)
+        elif group is None:
             group = cq.groups[shape] = PendingGroup(cq, shape, r.local_queue if shape else "")
         elif group.shape == r.shape:
             r.shape = group.shape  # one copy of the bytes per group, not one per workload
         r.group = group
-        old_head = group.head()
+        parked = group.park is Park.PARKED
+        old_head = group.head() if parked else None
         group.push(r)
-        if group.park is Park.PARKED and (old_head is None or r.order_key >= old_head.order_key):
+        if parked and (old_head is None or group.head() is old_head):
             return  # behind a head that cannot be admitted: it cannot be either
         cq.list_group(group)
         self.list_queue(cq)
