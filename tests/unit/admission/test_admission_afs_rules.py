@@ -1,11 +1,15 @@
-"""Admission fair sharing's entry penalty in the admission service, as Kueue's scheduler prices
-it (pkg/scheduler/scheduler.go, shouldApplyEntryPenalty): only for a workload admitted in a
-ClusterQueue whose admissionScope orders by usage. A LocalQueue whose ClusterQueue starts to
-order by usage later carries what its workloads ran, without penalties for their starts.
+"""Admission fair sharing's rules in the admission service (the engine's, as `muster simulate`
+decides them; the scenarios are tests/scenarios/afs/).
 
-Team b's b1 (1 cpu) runs from 0 s, team a's a1 (2 cpu) from 290 s to 300 s. At 300 s, with a
-penalty for each start, team a's usage (about 0.60) is above team b's (about 0.50); without,
-it is below (about 0.02 against 0.29). a2 and b2 (2 cpu each) wait for the 2 cpu a1 frees.
+The entry penalty, as Kueue's scheduler prices it (pkg/scheduler/scheduler.go,
+shouldApplyEntryPenalty): only for a workload admitted in a ClusterQueue whose admissionScope
+orders by usage. A LocalQueue whose ClusterQueue starts to order by usage later carries what
+its workloads ran, without penalties for their starts. Team b's b1 (1 cpu) runs from 0 s, team
+a's a1 (2 cpu) from 290 s to 300 s. At 300 s, with a penalty for each start, team a's usage
+(about 0.60) is above team b's (about 0.50); without, it is below (about 0.02 against 0.29).
+a2 and b2 (2 cpu each) wait for the 2 cpu a1 frees.
+
+A StrictFIFO ClusterQueue orders by usage too (Kueue's StrictFIFO heap, queueOrderingFunc).
 """
 
 from __future__ import annotations
@@ -62,3 +66,20 @@ def test_no_entry_penalty_outside_a_usage_based_cluster_queue() -> None:
 def test_entry_penalties_in_a_usage_based_cluster_queue() -> None:
     # both starts were priced: a1's penalty (2 cpu) puts team a above team b, b2 goes first
     assert second_in_line(usage_based_from_start=True) == ["ns/b2"]
+
+
+def test_a_strict_fifo_cluster_queue_orders_by_usage_in_the_service() -> None:
+    # As in tests/scenarios/afs/strict-fifo-flood-yields.yaml: team a floods a 3-cpu StrictFIFO
+    # ClusterQueue with admissionScope; when a1 ends, team b's later b1 heads the queue.
+    stream = kit.Stream()
+    live = AdmissionState(kueue=FAIR)
+    live.take_ownership(now_s=0.0)
+    cq = shared_queue(usage_based=True)
+    cq["spec"]["queueingStrategy"] = "StrictFIFO"
+    for manifest in (kit.flavor(), cq, kit.local_queue("a"), kit.local_queue("b")):
+        stream.run(live, kit.applied(manifest), now_s=0.0)
+    for name in ("a1", "a2", "a3", "a4"):
+        stream.run(live, kit.submitted(kit.workload(name, queue="a"), at_s=1.0), now_s=1.0)
+    stream.run(live, kit.submitted(kit.workload("b1", queue="b"), at_s=2.0), now_s=2.0)
+    finished = kit.reported("finished", "ns/a1", at_s=100.0)
+    assert admitted(stream.run(live, finished, now_s=100.0)) == ["ns/b1"]
